@@ -1,0 +1,361 @@
+//! The effect broker's pure parts: the admission decision, the effect-request encoding and the
+//! effect record.
+//!
+//! The decision checks, in order, the effect name, the scope (exact string equality), liveness
+//! (`0 <= now < expiresAt`) and the budget (`cost <= remaining`). With several grants the first
+//! that allows wins; otherwise the denial of the grant that got furthest is reported.
+
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+
+use crate::object::Ref;
+
+/// A grant as the broker sees it at one call: remaining budget after the episode's spend.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Capability {
+    pub effect: String,
+    pub scope: String,
+    pub budget: u64,
+    pub expires_at: i64,
+}
+
+/// The four fixed denial labels.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Denial {
+    EffectName,
+    Scope,
+    Expired,
+    Budget,
+}
+
+impl Denial {
+    pub fn label(self) -> &'static str {
+        match self {
+            Denial::EffectName => "denied:effect-name",
+            Denial::Scope => "denied:scope",
+            Denial::Expired => "denied:expired",
+            Denial::Budget => "denied:budget",
+        }
+    }
+
+    pub fn from_label(label: &str) -> Option<Denial> {
+        Some(match label {
+            "denied:effect-name" => Denial::EffectName,
+            "denied:scope" => Denial::Scope,
+            "denied:expired" => Denial::Expired,
+            "denied:budget" => Denial::Budget,
+            _ => return None,
+        })
+    }
+}
+
+/// The broker's answer for one request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Decision {
+    /// Allowed by `caps[grant]`, whose remaining budget was `budget_before`.
+    Allowed {
+        grant: usize,
+        budget_before: u64,
+    },
+    Denied(Denial),
+}
+
+/// Decide one request against the capabilities. Pure: the caller supplies `now`.
+pub fn decide(caps: &[Capability], effect: &str, scope: &str, cost: u64, now: i64) -> Decision {
+    let mut worst = Denial::EffectName;
+    for (i, cap) in caps.iter().enumerate() {
+        let verdict = if cap.effect != effect {
+            Err(Denial::EffectName)
+        } else if cap.scope != scope {
+            Err(Denial::Scope)
+        } else if !(0 <= now && now < cap.expires_at) {
+            Err(Denial::Expired)
+        } else if cost > cap.budget {
+            Err(Denial::Budget)
+        } else {
+            Ok(())
+        };
+        match verdict {
+            Ok(()) => {
+                return Decision::Allowed {
+                    grant: i,
+                    budget_before: cap.budget,
+                }
+            }
+            Err(d) => worst = worst.max(d),
+        }
+    }
+    Decision::Denied(worst)
+}
+
+/// The broker's length-prefixed request encoding:
+/// `<len(effect)>:<effect><len(scope)>:<scope><cost>:<now>:` followed by the payload bytes.
+pub fn encode_request(effect: &str, scope: &str, cost: u64, now: i64, payload: &[u8]) -> Vec<u8> {
+    let mut out = format!(
+        "{}:{}{}:{}{}:{}:",
+        effect.len(),
+        effect,
+        scope.len(),
+        scope,
+        cost,
+        now
+    )
+    .into_bytes();
+    out.extend_from_slice(payload);
+    out
+}
+
+/// `world/effect-record/v1`. Three shapes only: denied (allowed false, failed false, no
+/// result), succeeded (true, false, result) and failed (true, true, no result).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct EffectRecord {
+    pub effect: String,
+    pub scope: String,
+    pub cost: u64,
+    pub budget_before: u64,
+    pub budget_after: u64,
+    pub allowed: bool,
+    pub failed: bool,
+    /// A denial label, or `""`.
+    pub denial: String,
+    pub request_ref: Ref,
+    /// The result object's ref, or `""` when there is none.
+    #[serde(with = "optional_ref")]
+    pub result_ref: Option<Ref>,
+}
+
+impl EffectRecord {
+    pub fn denied(
+        effect: &str,
+        scope: &str,
+        cost: u64,
+        budget: u64,
+        denial: Denial,
+        request_ref: Ref,
+    ) -> Self {
+        EffectRecord {
+            effect: effect.into(),
+            scope: scope.into(),
+            cost,
+            budget_before: budget,
+            budget_after: budget,
+            allowed: false,
+            failed: false,
+            denial: denial.label().into(),
+            request_ref,
+            result_ref: None,
+        }
+    }
+
+    pub fn succeeded(
+        effect: &str,
+        scope: &str,
+        cost: u64,
+        budget_before: u64,
+        request_ref: Ref,
+        result_ref: Ref,
+    ) -> Self {
+        EffectRecord {
+            effect: effect.into(),
+            scope: scope.into(),
+            cost,
+            budget_before,
+            budget_after: budget_before.saturating_sub(cost),
+            allowed: true,
+            failed: false,
+            denial: String::new(),
+            request_ref,
+            result_ref: Some(result_ref),
+        }
+    }
+
+    pub fn failed(
+        effect: &str,
+        scope: &str,
+        cost: u64,
+        budget_before: u64,
+        request_ref: Ref,
+    ) -> Self {
+        EffectRecord {
+            effect: effect.into(),
+            scope: scope.into(),
+            cost,
+            budget_before,
+            budget_after: budget_before.saturating_sub(cost),
+            allowed: true,
+            failed: true,
+            denial: String::new(),
+            request_ref,
+            result_ref: None,
+        }
+    }
+
+    /// True when the record is one of the three lawful shapes.
+    pub fn is_lawful(&self) -> bool {
+        match (self.allowed, self.failed, self.result_ref.is_some()) {
+            (false, false, false) => Denial::from_label(&self.denial).is_some(),
+            (true, false, true) | (true, true, false) => self.denial.is_empty(),
+            _ => false,
+        }
+    }
+
+    /// `ok`, `failed` or `denied`: the status shown in a result's world block.
+    pub fn status(&self) -> &'static str {
+        match (self.allowed, self.failed) {
+            (false, _) => "denied",
+            (true, true) => "failed",
+            (true, false) => "ok",
+        }
+    }
+
+    pub fn to_value(&self) -> serde_json::Value {
+        json!({
+            "effect": self.effect,
+            "scope": self.scope,
+            "cost": self.cost,
+            "budgetBefore": self.budget_before,
+            "budgetAfter": self.budget_after,
+            "allowed": self.allowed,
+            "failed": self.failed,
+            "denial": self.denial,
+            "requestRef": self.request_ref,
+            "resultRef": self.result_ref.map(|r| r.to_string()).unwrap_or_default(),
+        })
+    }
+}
+
+mod optional_ref {
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    use crate::object::Ref;
+
+    pub fn serialize<S: Serializer>(r: &Option<Ref>, s: S) -> Result<S::Ok, S::Error> {
+        match r {
+            Some(r) => s.collect_str(r),
+            None => s.serialize_str(""),
+        }
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Ref>, D::Error> {
+        let text = String::deserialize(d)?;
+        if text.is_empty() {
+            return Ok(None);
+        }
+        text.parse().map(Some).map_err(serde::de::Error::custom)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cap(effect: &str, scope: &str, budget: u64, expires_at: i64) -> Capability {
+        Capability {
+            effect: effect.into(),
+            scope: scope.into(),
+            budget,
+            expires_at,
+        }
+    }
+
+    #[test]
+    fn decision_order_and_labels() {
+        let now = 100;
+        let caps = [cap("A", "s", 1, 200)];
+        assert_eq!(
+            decide(&caps, "B", "s", 1, now),
+            Decision::Denied(Denial::EffectName)
+        );
+        assert_eq!(
+            decide(&caps, "A", "t", 1, now),
+            Decision::Denied(Denial::Scope)
+        );
+        assert_eq!(
+            decide(&caps, "A", "s", 2, now),
+            Decision::Denied(Denial::Budget)
+        );
+        assert_eq!(
+            decide(&caps, "A", "s", 1, 200),
+            Decision::Denied(Denial::Expired)
+        );
+        assert_eq!(
+            decide(&caps, "A", "s", 1, -1),
+            Decision::Denied(Denial::Expired)
+        );
+        assert_eq!(
+            decide(&caps, "A", "s", 1, 199),
+            Decision::Allowed {
+                grant: 0,
+                budget_before: 1
+            }
+        );
+        assert_eq!(
+            decide(&[], "A", "s", 0, now),
+            Decision::Denied(Denial::EffectName)
+        );
+        // An expired grant with budget 0 reports expired: liveness is checked before budget.
+        assert_eq!(
+            decide(&[cap("A", "s", 0, 50)], "A", "s", 1, now),
+            Decision::Denied(Denial::Expired)
+        );
+    }
+
+    #[test]
+    fn first_allowing_grant_wins_else_the_furthest_denial() {
+        let caps = [
+            cap("A", "x", 5, 200),
+            cap("A", "s", 0, 200),
+            cap("A", "s", 3, 200),
+        ];
+        assert_eq!(
+            decide(&caps, "A", "s", 1, 0),
+            Decision::Allowed {
+                grant: 2,
+                budget_before: 3
+            }
+        );
+        let caps = [cap("A", "x", 5, 200), cap("A", "s", 0, 200)];
+        assert_eq!(
+            decide(&caps, "A", "s", 1, 0),
+            Decision::Denied(Denial::Budget)
+        );
+    }
+
+    #[test]
+    fn request_encoding_is_length_prefixed() {
+        let b = encode_request(
+            "Workspace.Read",
+            "worktree",
+            1,
+            1700000000,
+            br#"{"op":"read"}"#,
+        );
+        assert_eq!(
+            String::from_utf8(b).unwrap(),
+            r#"14:Workspace.Read8:worktree1:1700000000:{"op":"read"}"#
+        );
+    }
+
+    #[test]
+    fn records_have_three_lawful_shapes() {
+        let r = Ref::of(b"req");
+        let d = EffectRecord::denied("A", "s", 1, 0, Denial::Budget, r);
+        assert!(d.is_lawful());
+        assert_eq!(d.status(), "denied");
+        let s = EffectRecord::succeeded("A", "s", 1, 5, r, Ref::of(b"res"));
+        assert!(s.is_lawful());
+        assert_eq!((s.budget_before, s.budget_after), (5, 4));
+        let f = EffectRecord::failed("A", "s", 1, 5, r);
+        assert!(f.is_lawful());
+        assert_eq!(f.status(), "failed");
+        let mut bad = s.clone();
+        bad.failed = true;
+        assert!(!bad.is_lawful());
+        let v = d.to_value();
+        assert_eq!(v["resultRef"], "");
+        assert_eq!(v["denial"], "denied:budget");
+        let back: EffectRecord = serde_json::from_value(v).unwrap();
+        assert_eq!(back, d);
+    }
+}

@@ -1,0 +1,1087 @@
+//! The invocation coordinator: one tool call, from arguments to a committed log entry.
+//!
+//! [`Coordinator::invoke`] reads top to bottom like the pipeline it runs:
+//!
+//! 1. **admit** the call: the session must see the tool (a live grant for its `access`), the
+//!    `transitionFn` pin must match, the task id must be unused (or committed with the same
+//!    arguments, which returns the committed result without running anything);
+//! 2. **R8**: every declared effect needs a loaded handler (and a bound worktree);
+//! 3. **plan** with the pure interpreter: a refusal is committed as a zero-effect entry;
+//! 4. **decide** with the broker against the grants, budgets reseeded from the journal: a
+//!    denial is committed with its record and spends nothing;
+//! 5. **journal the intent** (spend raised in the same transaction), **execute** the handler,
+//!    **finish** (a pure reshaping by the plugin), and **commit** outcome, records, output,
+//!    invocation record, entry, world and task state in one transaction. If anything after the
+//!    effect fails, the outcome and record are written alone and the caller gets
+//!    [`CallError::EffectsUnrecorded`] with the record refs.
+//!
+//! Calls in one episode run one at a time; calls in different episodes proceed in parallel and
+//! never conflict at the head, because the writer binds index and link at commit time.
+
+use std::collections::{HashMap, HashSet};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde_json::{json, Map, Value};
+
+use crate::broker::{self, Capability, Decision, Denial, EffectRecord};
+use crate::canon::{self, CanonError};
+use crate::journal::{self, Intent, JournalError, OutcomeStatus};
+use crate::log::{self, Append, HeadBinding, LogError};
+use crate::object::{sid, Object, Ref};
+use crate::plan::{self, Plan, PlannedEffect};
+use crate::registry::{self, Registry, RegistryEntry, RegistryError};
+use crate::session::Session;
+use crate::store::{Store, StoreError, WriteCtx};
+use crate::task::{self, TaskPhase, TaskState};
+use crate::transition::Transition;
+
+/// Largest canonical input and output object, in bytes.
+pub const MAX_IO_BYTES: usize = 1 << 20;
+/// Deadline handed to handlers.
+pub const HANDLER_DEADLINE: Duration = Duration::from_secs(10);
+
+/// The text of rule R8.
+pub const R8_MESSAGE: &str = "transition declares an effect this daemon has no handler for";
+
+// ---------------------------------------------------------------------------------------------
+// Handlers, as the coordinator sees them.
+
+/// One effect to execute.
+#[derive(Debug, Clone)]
+pub struct EffectRequest<'a> {
+    pub invocation_id: &'a str,
+    pub episode: &'a str,
+    /// The episode's worktree, bound for scope `worktree` when the daemon has a workspace root.
+    pub worktree: Option<&'a Path>,
+    pub effect: &'a str,
+    pub scope: &'a str,
+    pub cost: u64,
+    pub payload: &'a Map<String, Value>,
+    pub deadline: Duration,
+}
+
+/// What a handler reports.
+#[derive(Debug, Clone, PartialEq)]
+pub enum HandlerOutcome {
+    /// The effect ran; this is its output object.
+    Ok(Map<String, Value>),
+    /// The effect ran or may have partly run, and failed. Budget stays spent.
+    Failed(String),
+    /// The handler cannot tell whether the effect happened. Fail closed.
+    Indeterminate(String),
+}
+
+/// An effect handler: in-process for tests, or a plugin behind the ABI in the daemon.
+pub trait EffectHandler: Send + Sync {
+    /// Identity for logs and provenance (plugin name, version, library ref).
+    fn identity(&self) -> String;
+    /// Run one effect. Must not panic; if it does, the coordinator records a failed effect.
+    fn execute(&self, request: &EffectRequest<'_>) -> HandlerOutcome;
+    /// A pure, deterministic reshaping of an effect's output, named by a transition's `finish`.
+    fn finish(&self, name: &str, input: &Value) -> Result<Map<String, Value>, String> {
+        let _ = input;
+        Err(format!("no finish function {name:?}"))
+    }
+}
+
+/// The loaded handler set, by effect name.
+#[derive(Clone, Default)]
+pub struct Handlers {
+    by_effect: HashMap<String, Arc<dyn EffectHandler>>,
+}
+
+impl Handlers {
+    pub fn new() -> Handlers {
+        Handlers::default()
+    }
+
+    /// Register `handler` for `effect`; two handlers for one effect is an error.
+    pub fn insert(&mut self, effect: &str, handler: Arc<dyn EffectHandler>) -> Result<(), String> {
+        if let Some(prev) = self.by_effect.get(effect) {
+            return Err(format!(
+                "effect {effect} is claimed by both {} and {}",
+                prev.identity(),
+                handler.identity()
+            ));
+        }
+        self.by_effect.insert(effect.to_owned(), handler);
+        Ok(())
+    }
+
+    pub fn get(&self, effect: &str) -> Option<&Arc<dyn EffectHandler>> {
+        self.by_effect.get(effect)
+    }
+
+    pub fn effects(&self) -> impl Iterator<Item = &str> {
+        self.by_effect.keys().map(String::as_str)
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Calls, results, errors.
+
+/// The surface a call came through; it names invocation ids and `writtenBy`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Surface {
+    Mcp,
+    A2a,
+}
+
+impl Surface {
+    pub fn prefix(self) -> &'static str {
+        match self {
+            Surface::Mcp => "mcp",
+            Surface::A2a => "a2a",
+        }
+    }
+
+    pub fn written_by(self) -> &'static str {
+        match self {
+            Surface::Mcp => "coordinator:mcp",
+            Surface::A2a => "coordinator:a2a",
+        }
+    }
+}
+
+/// One tool call.
+#[derive(Debug, Clone)]
+pub struct Call {
+    pub surface: Surface,
+    pub session: Session,
+    pub skill_id: String,
+    /// The idempotency key within the episode; `None` mints a fresh random one.
+    pub task_id: Option<String>,
+    pub args: Value,
+    /// Optional pin of the exact transition document.
+    pub transition_fn: Option<Ref>,
+}
+
+/// The effect of a call, as reported back to surfaces.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EffectSummary {
+    pub id: String,
+    pub effect: String,
+    pub status: String,
+    pub record: Ref,
+    pub budget_after: u64,
+    pub denial: Option<String>,
+}
+
+/// A committed call.
+#[derive(Debug, Clone)]
+pub struct CallOutput {
+    pub invocation_id: String,
+    /// Exactly the committed output bytes (canonical JSON); `sha256(output) == output_ref`.
+    pub output: Vec<u8>,
+    pub output_ref: Ref,
+    pub entry_index: u64,
+    pub world_ref: Ref,
+    /// True when a committed task id was resent and nothing ran.
+    pub replayed: bool,
+    pub effects: Vec<EffectSummary>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum CallError {
+    #[error("invalid params: task id must be 1-128 characters of A-Z a-z 0-9 . _ -")]
+    InvalidTaskId,
+    #[error("invalid params: {0}")]
+    InvalidArguments(String),
+    #[error("not authorized")]
+    NotAuthorized,
+    #[error("proposal does not match the registered transition")]
+    PinMismatch,
+    #[error("task id already used in this session")]
+    TaskIdReused,
+    #[error("invocation was not committed; send a new task id")]
+    NotCommitted,
+    #[error("{R8_MESSAGE}")]
+    NoHandler,
+    #[error("no world is selected; commit a genesis world first")]
+    NoWorld,
+    #[error("effects were requested but the invocation was not confirmed committed; effect records: {}", join_refs(.records))]
+    EffectsUnrecorded { records: Vec<Ref> },
+    #[error("store failure: {0}")]
+    Store(#[from] StoreError),
+    #[error("transition registry is unreadable: {0}")]
+    Registry(String),
+    #[error("internal error: {0}")]
+    Internal(String),
+}
+
+fn join_refs(refs: &[Ref]) -> String {
+    refs.iter()
+        .map(Ref::to_string)
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+impl From<LogError> for CallError {
+    fn from(e: LogError) -> Self {
+        match e {
+            LogError::Store(s) => CallError::Store(s),
+            LogError::NoHead => CallError::NoWorld,
+            other => CallError::Internal(other.to_string()),
+        }
+    }
+}
+
+impl From<JournalError> for CallError {
+    fn from(e: JournalError) -> Self {
+        match e {
+            JournalError::Store(s) => CallError::Store(s),
+            other => CallError::Internal(other.to_string()),
+        }
+    }
+}
+
+impl From<CanonError> for CallError {
+    fn from(e: CanonError) -> Self {
+        CallError::InvalidArguments(e.to_string())
+    }
+}
+
+impl From<RegistryError> for CallError {
+    fn from(e: RegistryError) -> Self {
+        match e {
+            RegistryError::Store(s) => CallError::Store(s),
+            other => CallError::Registry(other.to_string()),
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Clock and crash points (tests kill the process at these points).
+
+/// Seconds since the Unix epoch; injectable for expiry tests.
+pub trait Clock: Send + Sync {
+    fn now(&self) -> i64;
+}
+
+/// The system clock.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct SystemClock;
+
+impl Clock for SystemClock {
+    fn now(&self) -> i64 {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_secs() as i64)
+            .unwrap_or(0)
+    }
+}
+
+/// Named points of the effectful path.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CrashPoint {
+    /// The intent is durable; the handler has not run.
+    AfterIntent,
+    /// The handler ran; nothing after it is durable.
+    AfterHandler,
+    /// Inside the final commit's transaction, before it commits (runs on the writer thread).
+    MidCommit,
+    /// The final commit is durable; the caller has not been answered.
+    AfterCommit,
+}
+
+/// Observer of crash points; the default does nothing.
+pub trait Hooks: Send + Sync {
+    fn reached(&self, point: CrashPoint);
+}
+
+struct NoHooks;
+impl Hooks for NoHooks {
+    fn reached(&self, _: CrashPoint) {}
+}
+
+// ---------------------------------------------------------------------------------------------
+// The coordinator.
+
+/// Configuration of a [`Coordinator`].
+pub struct CoordinatorConfig {
+    pub registry: String,
+    /// `<root>/<episode>` is the worktree bound to scope `worktree`.
+    pub workspace_root: Option<PathBuf>,
+    pub clock: Arc<dyn Clock>,
+    pub hooks: Arc<dyn Hooks>,
+}
+
+impl Default for CoordinatorConfig {
+    fn default() -> Self {
+        CoordinatorConfig {
+            registry: registry::DEFAULT_REGISTRY.into(),
+            workspace_root: None,
+            clock: Arc::new(SystemClock),
+            hooks: Arc::new(NoHooks),
+        }
+    }
+}
+
+pub struct Coordinator {
+    store: Store,
+    handlers: Handlers,
+    config: CoordinatorConfig,
+    interpreter: Ref,
+    episode_locks: Mutex<HashMap<String, Arc<Mutex<()>>>>,
+    in_flight: Mutex<HashSet<String>>,
+    registry_cache: Mutex<Arc<Registry>>,
+}
+
+/// Everything decided before the effect: carried through the pipeline.
+struct Prepared<'c> {
+    call: &'c Call,
+    invocation_id: String,
+    task: String,
+    entry: RegistryEntry,
+    input: Object,
+    worktree: Option<PathBuf>,
+}
+
+impl Coordinator {
+    pub fn new(store: Store, handlers: Handlers, config: CoordinatorConfig) -> Coordinator {
+        Coordinator {
+            store,
+            handlers,
+            config,
+            interpreter: log::interpreter_ref(),
+            episode_locks: Mutex::new(HashMap::new()),
+            in_flight: Mutex::new(HashSet::new()),
+            registry_cache: Mutex::new(Arc::new(Registry::default())),
+        }
+    }
+
+    pub fn store(&self) -> &Store {
+        &self.store
+    }
+
+    pub fn handlers(&self) -> &Handlers {
+        &self.handlers
+    }
+
+    pub fn now(&self) -> i64 {
+        self.config.clock.now()
+    }
+
+    /// The current registry, reloaded only when its head moved.
+    pub fn registry(&self) -> Result<Arc<Registry>, CallError> {
+        let name = &self.config.registry;
+        let head = self.store.read(|r| registry::head(r, name))?;
+        let mut cache = self
+            .registry_cache
+            .lock()
+            .map_err(|_| CallError::Internal("registry cache poisoned".into()))?;
+        if cache.reference != head || cache.name != *name {
+            *cache = Arc::new(registry::load(&self.store, name)?);
+        }
+        Ok(cache.clone())
+    }
+
+    /// The tools this session sees: those whose `access` a live grant satisfies.
+    pub fn visible(&self, session: &Session) -> Result<Vec<RegistryEntry>, CallError> {
+        Ok(self
+            .registry()?
+            .entries()
+            .filter(|e| {
+                session.grants_access(&e.transition.access.effect, &e.transition.access.scope)
+            })
+            .cloned()
+            .collect())
+    }
+
+    /// Run one call to completion. See the module docs for the pipeline.
+    pub fn invoke(&self, call: &Call) -> Result<CallOutput, CallError> {
+        let prepared = self.admit(call)?;
+        let _flight = self.claim_in_flight(&prepared.invocation_id)?;
+        let lock = self.episode_lock(&call.session.episode);
+        let _serial = lock
+            .lock()
+            .map_err(|_| CallError::Internal("episode lock poisoned".into()))?;
+
+        if let Some(done) = self.previous_attempt(&prepared)? {
+            return Ok(done);
+        }
+        let prepared = self.check_handlers(prepared)?;
+        match plan::plan(&prepared.entry.transition, &call.args) {
+            Plan::Refused { message } => self.commit_refusal(&prepared, message),
+            Plan::Effect { effect, finish } => self.run_effect(&prepared, effect, finish),
+        }
+    }
+
+    // -- 1. admission ---------------------------------------------------------------------
+
+    fn admit<'c>(&self, call: &'c Call) -> Result<Prepared<'c>, CallError> {
+        let episode = &call.session.episode;
+        let task = match &call.task_id {
+            Some(t) if task::valid_task_id(t) => t.clone(),
+            Some(_) => return Err(CallError::InvalidTaskId),
+            None => random_task_id()?,
+        };
+        let registry = self.registry()?;
+        let entry = registry
+            .get(&call.skill_id)
+            .cloned()
+            .ok_or(CallError::NotAuthorized)?;
+        let access = &entry.transition.access;
+        if !call.session.grants_access(&access.effect, &access.scope) {
+            return Err(CallError::NotAuthorized);
+        }
+        if let Some(pin) = call.transition_fn {
+            if pin != entry.transition_fn {
+                return Err(CallError::PinMismatch);
+            }
+        }
+        let input = Object::json(sid::INVOCATION_INPUT, call.surface.written_by(), &call.args)?;
+        if input.payload.len() > MAX_IO_BYTES {
+            return Err(CallError::InvalidArguments(format!(
+                "arguments are {} bytes; the limit is {MAX_IO_BYTES}",
+                input.payload.len()
+            )));
+        }
+        Ok(Prepared {
+            call,
+            invocation_id: format!("{}:{episode}:{task}", call.surface.prefix()),
+            task,
+            entry,
+            input,
+            worktree: None,
+        })
+    }
+
+    fn claim_in_flight(&self, id: &str) -> Result<InFlight<'_>, CallError> {
+        let mut set = self
+            .in_flight
+            .lock()
+            .map_err(|_| CallError::Internal("in-flight set poisoned".into()))?;
+        if !set.insert(id.to_owned()) {
+            return Err(CallError::TaskIdReused);
+        }
+        Ok(InFlight {
+            set: &self.in_flight,
+            id: id.to_owned(),
+        })
+    }
+
+    fn episode_lock(&self, episode: &str) -> Arc<Mutex<()>> {
+        let mut locks = match self.episode_locks.lock() {
+            Ok(l) => l,
+            Err(p) => p.into_inner(),
+        };
+        locks.entry(episode.to_owned()).or_default().clone()
+    }
+
+    /// A resent task id: the committed result again, or a refusal; never a second run.
+    fn previous_attempt(&self, p: &Prepared<'_>) -> Result<Option<CallOutput>, CallError> {
+        let episode = &p.call.session.episode;
+        let Some(state) = self.store.read(|r| task::get(r, episode, &p.task))? else {
+            return Ok(None);
+        };
+        if state.skill_id != p.call.skill_id || state.input_ref != p.input.hash {
+            return Err(CallError::TaskIdReused);
+        }
+        match state.phase {
+            TaskPhase::Pending => Err(CallError::NotCommitted),
+            TaskPhase::Unrecorded => Err(CallError::EffectsUnrecorded {
+                records: state.effect_records,
+            }),
+            TaskPhase::Committed => self.replay_committed(&state).map(Some),
+        }
+    }
+
+    fn replay_committed(&self, state: &TaskState) -> Result<CallOutput, CallError> {
+        let (Some(output_ref), Some(entry_index), Some(world_ref)) =
+            (state.output_ref, state.entry_index, state.world_ref)
+        else {
+            return Err(CallError::Internal(
+                "committed task without its refs".into(),
+            ));
+        };
+        let output = self
+            .store
+            .read(|r| r.object(&output_ref))?
+            .filter(Object::verify)
+            .ok_or_else(|| {
+                CallError::Internal(format!(
+                    "committed output {output_ref} is missing or damaged"
+                ))
+            })?;
+        Ok(CallOutput {
+            invocation_id: state.invocation_id.clone(),
+            output: output.payload,
+            output_ref,
+            entry_index,
+            world_ref,
+            replayed: true,
+            effects: Vec::new(),
+        })
+    }
+
+    // -- 2. R8 -----------------------------------------------------------------------------
+
+    fn check_handlers<'c>(&self, mut p: Prepared<'c>) -> Result<Prepared<'c>, CallError> {
+        let t = &p.entry.transition;
+        if t.declared_effects
+            .iter()
+            .any(|e| self.handlers.get(&e.effect).is_none())
+        {
+            return Err(CallError::NoHandler);
+        }
+        if t.declared_effects.iter().any(|e| e.scope == "worktree") {
+            if let Some(root) = &self.config.workspace_root {
+                p.worktree =
+                    Some(bind_worktree(root, &p.call.session.episode).ok_or(CallError::NoHandler)?);
+            }
+        }
+        Ok(p)
+    }
+
+    // -- 3. plan refusals ------------------------------------------------------------------
+
+    fn commit_refusal(&self, p: &Prepared<'_>, message: String) -> Result<CallOutput, CallError> {
+        let plan_obj = self.plan_object(
+            p,
+            &Plan::Refused {
+                message: message.clone(),
+            },
+        )?;
+        let output = json!({
+            "ok": false,
+            "refused": message,
+            "world": {"effects": [], "plan": plan_obj.hash},
+        });
+        self.commit(p, vec![plan_obj.clone()], plan_obj.hash, &[], output, None)
+    }
+
+    fn plan_object(&self, p: &Prepared<'_>, plan: &Plan) -> Result<Object, CallError> {
+        Ok(Object::json(
+            sid::EFFECT_PLAN,
+            p.call.surface.written_by(),
+            &plan.to_value(),
+        )?)
+    }
+
+    // -- 4./5. the effect ------------------------------------------------------------------
+
+    fn run_effect(
+        &self,
+        p: &Prepared<'_>,
+        effect: PlannedEffect,
+        finish: bool,
+    ) -> Result<CallOutput, CallError> {
+        let t = &p.entry.transition;
+        let plan_obj = self.plan_object(
+            p,
+            &Plan::Effect {
+                effect: effect.clone(),
+                finish,
+            },
+        )?;
+        // Plan law: the effect must be exactly one of the declared triples.
+        if !t
+            .declared_effects
+            .iter()
+            .any(|d| d.effect == effect.effect && d.scope == effect.scope && d.cost == effect.cost)
+        {
+            return Err(CallError::Internal(format!(
+                "plan of {} requested an undeclared effect {}@{} cost {}",
+                t.id, effect.effect, effect.scope, effect.cost
+            )));
+        }
+        let episode = &p.call.session.episode;
+        let now = self.now();
+        let spent = self.store.read(|r| journal::spent(r, episode))?;
+        let caps = p.call.session.capabilities(&spent);
+        let payload = canon::to_vec(&Value::Object(effect.payload.clone()))?;
+        let request = Object::new(
+            sid::EFFECT_REQUEST,
+            "host/broker",
+            broker::encode_request(&effect.effect, &effect.scope, effect.cost, now, &payload),
+        );
+
+        let (grant, budget_before) =
+            match broker::decide(&caps, &effect.effect, &effect.scope, effect.cost, now) {
+                Decision::Denied(denial) => {
+                    return self.commit_denial(p, plan_obj, request, &effect, &caps, denial);
+                }
+                Decision::Allowed {
+                    grant,
+                    budget_before,
+                } => (grant, budget_before),
+            };
+        let total_budget = p
+            .call
+            .session
+            .grants
+            .get(grant)
+            .map(|g| g.budget)
+            .unwrap_or(0);
+
+        // Durable point 1: the intent, with the spend, before anything runs.
+        // The writer re-checks the spend: another process may have spent the last unit.
+        if !self.journal_intent(p, &request, &effect, total_budget)? {
+            return self.commit_denial(p, plan_obj, request, &effect, &caps, Denial::Budget);
+        }
+        self.config.hooks.reached(CrashPoint::AfterIntent);
+
+        let outcome = self.execute(p, &effect);
+        self.config.hooks.reached(CrashPoint::AfterHandler);
+
+        self.finish_and_commit(
+            p,
+            plan_obj,
+            request,
+            &effect,
+            finish,
+            budget_before,
+            outcome,
+        )
+    }
+
+    fn commit_denial(
+        &self,
+        p: &Prepared<'_>,
+        plan_obj: Object,
+        request: Object,
+        effect: &PlannedEffect,
+        caps: &[Capability],
+        denial: Denial,
+    ) -> Result<CallOutput, CallError> {
+        let remaining = caps
+            .iter()
+            .find(|c| c.effect == effect.effect && c.scope == effect.scope)
+            .map(|c| c.budget)
+            .unwrap_or(0);
+        let record = EffectRecord::denied(
+            &effect.effect,
+            &effect.scope,
+            effect.cost,
+            remaining,
+            denial,
+            request.hash,
+        );
+        let record_obj = Object::json(sid::EFFECT_RECORD, "host/broker", &record.to_value())?;
+        let body = self.ended_body(p, &effect.effect, "denied");
+        let output = with_world(body, &plan_obj.hash, &[(&record, record_obj.hash)]);
+        let summary = summary(&record, record_obj.hash);
+        self.commit(
+            p,
+            vec![plan_obj.clone(), request, record_obj.clone()],
+            plan_obj.hash,
+            &[record_obj.hash],
+            output,
+            None,
+        )
+        .map(|mut out| {
+            out.effects = vec![summary];
+            out
+        })
+    }
+
+    /// Journal the intent; `false` when the budget turned out to be exhausted.
+    fn journal_intent(
+        &self,
+        p: &Prepared<'_>,
+        request: &Object,
+        effect: &PlannedEffect,
+        budget: u64,
+    ) -> Result<bool, CallError> {
+        let intent = Intent {
+            invocation_id: p.invocation_id.clone(),
+            episode: p.call.session.episode.clone(),
+            effect: effect.effect.clone(),
+            scope: effect.scope.clone(),
+            cost: effect.cost,
+            request_ref: request.hash,
+        };
+        let task_state = TaskState {
+            invocation_id: p.invocation_id.clone(),
+            skill_id: p.call.skill_id.clone(),
+            input_ref: p.input.hash,
+            phase: TaskPhase::Pending,
+            output_ref: None,
+            entry_index: None,
+            world_ref: None,
+            effect_records: Vec::new(),
+        };
+        let episode = p.call.session.episode.clone();
+        let task = p.task.clone();
+        let objects = [request.clone(), p.input.clone()];
+        self.store.write(move |w| -> Result<bool, CallError> {
+            match journal::append_intent(w, &intent, budget) {
+                Ok(_) => {}
+                Err(JournalError::BudgetExhausted { .. }) => return Ok(false),
+                Err(e) => return Err(e.into()),
+            }
+            for o in &objects {
+                w.put_object(o)?;
+            }
+            task::put(w, &episode, &task, &task_state)?;
+            Ok(true)
+        })
+    }
+
+    fn execute(&self, p: &Prepared<'_>, effect: &PlannedEffect) -> HandlerOutcome {
+        let Some(handler) = self.handlers.get(&effect.effect) else {
+            return HandlerOutcome::Failed(R8_MESSAGE.into());
+        };
+        let request = EffectRequest {
+            invocation_id: &p.invocation_id,
+            episode: &p.call.session.episode,
+            worktree: p.worktree.as_deref(),
+            effect: &effect.effect,
+            scope: &effect.scope,
+            cost: effect.cost,
+            payload: &effect.payload,
+            deadline: HANDLER_DEADLINE,
+        };
+        // An in-process handler that panics must not take the daemon or the episode lock down.
+        match catch_unwind(AssertUnwindSafe(|| handler.execute(&request))) {
+            Ok(HandlerOutcome::Ok(out)) if out.contains_key("world") => {
+                HandlerOutcome::Failed("handler output carries the reserved key \"world\"".into())
+            }
+            Ok(o) => o,
+            Err(panic) => {
+                HandlerOutcome::Failed(format!("handler panicked: {}", panic_text(&panic)))
+            }
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn finish_and_commit(
+        &self,
+        p: &Prepared<'_>,
+        plan_obj: Object,
+        request: Object,
+        effect: &PlannedEffect,
+        finish: bool,
+        budget_before: u64,
+        outcome: HandlerOutcome,
+    ) -> Result<CallOutput, CallError> {
+        let (e, s, c) = (&effect.effect, &effect.scope, effect.cost);
+        let (record, result_obj, status, handler_output) = match outcome {
+            HandlerOutcome::Ok(out) => {
+                let result = Object::json(
+                    sid::EFFECT_RESULT,
+                    "host/broker",
+                    &Value::Object(out.clone()),
+                )?;
+                let record =
+                    EffectRecord::succeeded(e, s, c, budget_before, request.hash, result.hash);
+                (record, Some(result), OutcomeStatus::Succeeded, Some(out))
+            }
+            HandlerOutcome::Failed(msg) => {
+                tracing::warn!(invocation = %p.invocation_id, effect = %e, "effect failed: {msg}");
+                (
+                    EffectRecord::failed(e, s, c, budget_before, request.hash),
+                    None,
+                    OutcomeStatus::Failed,
+                    None,
+                )
+            }
+            HandlerOutcome::Indeterminate(msg) => {
+                tracing::warn!(invocation = %p.invocation_id, effect = %e, "effect indeterminate: {msg}");
+                (
+                    EffectRecord::failed(e, s, c, budget_before, request.hash),
+                    None,
+                    OutcomeStatus::Indeterminate,
+                    None,
+                )
+            }
+        };
+        let record_obj = Object::json(sid::EFFECT_RECORD, "host/broker", &record.to_value())?;
+        let effect_objects: Vec<Object> = std::iter::once(record_obj.clone())
+            .chain(result_obj)
+            .collect();
+
+        // Everything from here on runs after an effect: any failure is EffectsUnrecorded.
+        let output = match self.shape_output(
+            p,
+            effect,
+            finish,
+            &record,
+            &record_obj,
+            &plan_obj,
+            handler_output,
+        ) {
+            Ok(o) => o,
+            Err(why) => {
+                tracing::error!(invocation = %p.invocation_id, "post-effect failure: {why}");
+                return Err(self.record_unrecorded(p, status, effect_objects, record_obj.hash));
+            }
+        };
+        let journal_outcome = Some((status, record_obj.hash));
+        let mut objects = vec![plan_obj.clone(), request];
+        objects.extend(effect_objects.iter().cloned());
+        match self.commit(
+            p,
+            objects,
+            plan_obj.hash,
+            &[record_obj.hash],
+            output,
+            journal_outcome,
+        ) {
+            Ok(mut out) => {
+                self.config.hooks.reached(CrashPoint::AfterCommit);
+                out.effects = vec![summary(&record, record_obj.hash)];
+                Ok(out)
+            }
+            Err(err) => {
+                tracing::error!(invocation = %p.invocation_id, "commit after effect failed: {err}");
+                Err(self.record_unrecorded(p, status, effect_objects, record_obj.hash))
+            }
+        }
+    }
+
+    /// The result object (without its bytes' hash yet): handler output or finish output,
+    /// plus the reserved `world` block.
+    #[allow(clippy::too_many_arguments)]
+    fn shape_output(
+        &self,
+        p: &Prepared<'_>,
+        effect: &PlannedEffect,
+        finish: bool,
+        record: &EffectRecord,
+        record_obj: &Object,
+        plan_obj: &Object,
+        handler_output: Option<Map<String, Value>>,
+    ) -> Result<Value, String> {
+        let body = match (handler_output, finish, p.entry.transition.finish.as_deref()) {
+            (Some(out), true, Some(name)) => {
+                let handler = self
+                    .handlers
+                    .get(&effect.effect)
+                    .ok_or_else(|| R8_MESSAGE.to_string())?;
+                let input = json!({"args": p.call.args, "output": out});
+                let shaped = catch_unwind(AssertUnwindSafe(|| handler.finish(name, &input)))
+                    .map_err(|panic| format!("finish {name} panicked: {}", panic_text(&panic)))??;
+                if shaped.contains_key("world") {
+                    return Err(format!(
+                        "finish {name} output carries the reserved key \"world\""
+                    ));
+                }
+                shaped
+            }
+            (Some(out), _, _) => out,
+            (None, _, _) => self.ended_body(p, &effect.effect, record.status()),
+        };
+        let output = with_world(body, &plan_obj.hash, &[(record, record_obj.hash)]);
+        let len = canon::to_vec(&output).map_err(|e| e.to_string())?.len();
+        if len > MAX_IO_BYTES {
+            return Err(format!(
+                "output is {len} bytes; the limit is {MAX_IO_BYTES}"
+            ));
+        }
+        Ok(output)
+    }
+
+    /// The body for an effect that did not end ok: `{}`, or for tools with a finish phase the
+    /// refusal `the <Effect> effect ended <status>`.
+    fn ended_body(&self, p: &Prepared<'_>, effect: &str, status: &str) -> Map<String, Value> {
+        if p.entry.transition.finish.is_some() {
+            let v = json!({
+                "ok": false,
+                "status": status,
+                "refused": format!("the {effect} effect ended {status}"),
+            });
+            if let Value::Object(m) = v {
+                return m;
+            }
+        }
+        Map::new()
+    }
+
+    /// After a post-effect failure: make the outcome and record durable on their own.
+    fn record_unrecorded(
+        &self,
+        p: &Prepared<'_>,
+        status: OutcomeStatus,
+        objects: Vec<Object>,
+        record: Ref,
+    ) -> CallError {
+        let id = p.invocation_id.clone();
+        let episode = p.call.session.episode.clone();
+        let task = p.task.clone();
+        let state = TaskState {
+            invocation_id: id.clone(),
+            skill_id: p.call.skill_id.clone(),
+            input_ref: p.input.hash,
+            phase: TaskPhase::Unrecorded,
+            output_ref: None,
+            entry_index: None,
+            world_ref: None,
+            effect_records: vec![record],
+        };
+        let written = self.store.write(move |w| -> Result<(), CallError> {
+            for o in &objects {
+                w.put_object(o)?;
+            }
+            if journal::state_in(w, &id)?.and_then(|s| s.status).is_none() {
+                journal::append_outcome(w, &id, status, Some(record))?;
+            }
+            task::put(w, &episode, &task, &state)?;
+            Ok(())
+        });
+        if let Err(e) = written {
+            // The intent stays open: the receipt says indeterminate, which is the truth.
+            tracing::error!(invocation = %p.invocation_id, "could not record the outcome: {e}");
+        }
+        CallError::EffectsUnrecorded {
+            records: vec![record],
+        }
+    }
+
+    // -- commit ----------------------------------------------------------------------------
+
+    /// Durable point 2: objects, journal outcome, invocation record, entry, world, head and
+    /// task state, in one transaction bound at the head.
+    fn commit(
+        &self,
+        p: &Prepared<'_>,
+        mut objects: Vec<Object>,
+        plan_ref: Ref,
+        records: &[Ref],
+        output: Value,
+        journal_outcome: Option<(OutcomeStatus, Ref)>,
+    ) -> Result<CallOutput, CallError> {
+        let surface = p.call.surface;
+        let output_obj = Object::json(sid::INVOCATION_OUTPUT, surface.written_by(), &output)?;
+        let record = json!({
+            "invocationId": p.invocation_id,
+            "episodeId": p.call.session.episode,
+            "skillId": p.call.skill_id,
+            "transitionFn": p.entry.transition_fn,
+            "interpreter": self.interpreter,
+            "semanticsEpoch": log::SEMANTICS_EPOCH,
+            "input": p.input.hash,
+            "output": output_obj.hash,
+            "plan": plan_ref,
+            "effects": records,
+        });
+        let record_obj = Object::json(sid::INVOCATION_RECORD, surface.written_by(), &record)?;
+        objects.push(p.input.clone());
+        objects.push(output_obj.clone());
+        objects.push(record_obj.clone());
+        let append = Append {
+            objects,
+            transition_fn: p.entry.transition_fn,
+            interpreter: self.interpreter,
+            written_by: surface.written_by().into(),
+            transition_ref: record_obj.hash,
+            state_root: output_obj.hash,
+            binding: HeadBinding::AtHead,
+        };
+        let mut task_state = TaskState {
+            invocation_id: p.invocation_id.clone(),
+            skill_id: p.call.skill_id.clone(),
+            input_ref: p.input.hash,
+            phase: TaskPhase::Committed,
+            output_ref: Some(output_obj.hash),
+            entry_index: None,
+            world_ref: None,
+            effect_records: records.to_vec(),
+        };
+        let (id, episode, task) = (
+            p.invocation_id.clone(),
+            p.call.session.episode.clone(),
+            p.task.clone(),
+        );
+        let hooks = self.config.hooks.clone();
+        let committed = self.store.write(
+            move |w: &mut WriteCtx<'_, '_>| -> Result<log::Committed, CallError> {
+                if let Some((status, record)) = journal_outcome {
+                    journal::append_outcome(w, &id, status, Some(record))?;
+                }
+                let committed = log::append(w, &append)?;
+                task_state.entry_index = Some(committed.entry.header.entry_index);
+                task_state.world_ref = Some(committed.world_ref);
+                task::put(w, &episode, &task, &task_state)?;
+                if journal_outcome.is_some() {
+                    hooks.reached(CrashPoint::MidCommit);
+                }
+                Ok(committed)
+            },
+        )?;
+        Ok(CallOutput {
+            invocation_id: p.invocation_id.clone(),
+            output: output_obj.payload,
+            output_ref: output_obj.hash,
+            entry_index: committed.entry.header.entry_index,
+            world_ref: committed.world_ref,
+            replayed: false,
+            effects: Vec::new(),
+        })
+    }
+}
+
+/// Releases an invocation id from the in-flight set.
+struct InFlight<'a> {
+    set: &'a Mutex<HashSet<String>>,
+    id: String,
+}
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        let mut set = match self.set.lock() {
+            Ok(s) => s,
+            Err(p) => p.into_inner(),
+        };
+        set.remove(&self.id);
+    }
+}
+
+fn with_world(mut body: Map<String, Value>, plan: &Ref, records: &[(&EffectRecord, Ref)]) -> Value {
+    let effects: Vec<Value> = records
+        .iter()
+        .enumerate()
+        .map(|(i, (rec, r))| json!({"id": format!("e{}", i + 1), "status": rec.status(), "record": r}))
+        .collect();
+    body.insert("world".into(), json!({"effects": effects, "plan": plan}));
+    Value::Object(body)
+}
+
+fn summary(record: &EffectRecord, r: Ref) -> EffectSummary {
+    EffectSummary {
+        id: "e1".into(),
+        effect: record.effect.clone(),
+        status: record.status().into(),
+        record: r,
+        budget_after: record.budget_after,
+        denial: (!record.denial.is_empty()).then(|| record.denial.clone()),
+    }
+}
+
+fn random_task_id() -> Result<String, CallError> {
+    let mut raw = [0u8; 16];
+    getrandom::fill(&mut raw)
+        .map_err(|e| CallError::Internal(format!("random source failed: {e}")))?;
+    Ok(hex::encode(raw))
+}
+
+fn panic_text(panic: &Box<dyn std::any::Any + Send>) -> String {
+    if let Some(s) = panic.downcast_ref::<&str>() {
+        (*s).to_owned()
+    } else if let Some(s) = panic.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "non-text panic payload".into()
+    }
+}
+
+/// `<root>/<episode>`, when it is a directory that resolves to itself (no symlink escape).
+pub fn bind_worktree(root: &Path, episode: &str) -> Option<PathBuf> {
+    crate::session::validate_episode(episode).ok()?;
+    let root = root.canonicalize().ok()?;
+    let wanted = root.join(episode);
+    let real = wanted.canonicalize().ok()?;
+    (real == wanted && real.is_dir()).then_some(real)
+}
+
+/// Convenience for tests and tools: all of a transition's declared effect names.
+pub fn declared_effects(t: &Transition) -> Vec<String> {
+    t.declared_effects
+        .iter()
+        .map(|e| e.effect.clone())
+        .collect()
+}

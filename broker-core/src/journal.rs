@@ -1,0 +1,388 @@
+//! The durable effect journal.
+//!
+//! Before a handler runs, its **intent** is journaled in the same transaction that raises the
+//! episode's spend counter, so spend per (episode, effect, scope) always equals the sum of
+//! intents. After the handler, an **outcome** closes the intent. An intent without an outcome
+//! is **indeterminate**: the effect may or may not have happened. It is reported, never retried,
+//! and its budget stays spent.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::canon;
+use crate::object::Ref;
+use crate::store::{ReadCtx, StoreError, TxnExt, WriteCtx};
+
+#[derive(Debug, thiserror::Error)]
+pub enum JournalError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error("invocation {0} already has a journaled intent")]
+    AlreadyJournaled(String),
+    #[error("invocation {0} has no journaled intent")]
+    NoIntent(String),
+    #[error("invocation {0} already has an outcome")]
+    AlreadyResolved(String),
+    #[error("budget exhausted: {remaining} unit(s) left, {cost} needed")]
+    BudgetExhausted { remaining: u64, cost: u64 },
+    #[error("journal is damaged: {0}")]
+    Corrupt(String),
+}
+
+/// What an intent promises: this effect, at this cost, for this invocation.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Intent {
+    pub invocation_id: String,
+    pub episode: String,
+    pub effect: String,
+    pub scope: String,
+    pub cost: u64,
+    pub request_ref: Ref,
+}
+
+/// How an intent ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum OutcomeStatus {
+    /// The handler returned an output.
+    Succeeded,
+    /// The handler failed; the effect may have partly run.
+    Failed,
+    /// The handler could not tell whether the effect happened.
+    Indeterminate,
+    /// A REST commit landed.
+    Committed,
+}
+
+/// The journal's view of one invocation.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct JournalState {
+    pub intent: Intent,
+    pub intent_seq: u64,
+    pub outcome_seq: Option<u64>,
+    pub status: Option<OutcomeStatus>,
+    /// The effect record (effects) or the selected world (REST commits).
+    pub result_ref: Option<Ref>,
+}
+
+/// What a receipt says about an invocation.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Receipt {
+    NotStarted,
+    Indeterminate,
+    Resolved {
+        status: OutcomeStatus,
+        result_ref: Option<Ref>,
+    },
+}
+
+impl Receipt {
+    pub fn state(&self) -> &'static str {
+        match self {
+            Receipt::NotStarted => "not-started",
+            Receipt::Indeterminate => "indeterminate",
+            Receipt::Resolved { .. } => "resolved",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "lowercase")]
+enum Record {
+    Intent {
+        seq: u64,
+        #[serde(flatten)]
+        intent: Intent,
+    },
+    Outcome {
+        seq: u64,
+        #[serde(rename = "invocationId")]
+        invocation_id: String,
+        status: OutcomeStatus,
+        #[serde(rename = "resultRef")]
+        result_ref: Option<Ref>,
+    },
+}
+
+fn spend_key(episode: &str, effect: &str, scope: &str) -> Vec<u8> {
+    let mut k = Vec::with_capacity(episode.len() + effect.len() + scope.len() + 2);
+    k.extend_from_slice(episode.as_bytes());
+    k.push(0);
+    k.extend_from_slice(effect.as_bytes());
+    k.push(0);
+    k.extend_from_slice(scope.as_bytes());
+    k
+}
+
+fn episode_key(episode: &str, seq: u64) -> Vec<u8> {
+    let mut k = Vec::with_capacity(episode.len() + 9);
+    k.extend_from_slice(episode.as_bytes());
+    k.push(0);
+    k.extend_from_slice(&seq.to_be_bytes());
+    k
+}
+
+fn to_json<T: Serialize>(v: &T) -> Result<Vec<u8>, JournalError> {
+    let value = serde_json::to_value(v).map_err(|e| JournalError::Corrupt(e.to_string()))?;
+    canon::to_vec(&value).map_err(|e| JournalError::Corrupt(e.to_string()))
+}
+
+fn next_seq(w: &WriteCtx<'_, '_>) -> Result<u64, JournalError> {
+    Ok(w.tables
+        .journal
+        .last(w.txn)
+        .map_err(w.heed_err())?
+        .map(|(k, _)| k + 1)
+        .unwrap_or(1))
+}
+
+fn read_state(
+    txn: &heed::RoTxn<'_>,
+    t: &crate::store::Tables,
+    id: &str,
+) -> Result<Option<JournalState>, JournalError> {
+    match t
+        .journal_by_invocation
+        .get(txn, id)
+        .map_err(|e| StoreError::from_heed(e, 0))?
+    {
+        None => Ok(None),
+        Some(b) => {
+            let v = canon::parse(b).map_err(|e| JournalError::Corrupt(e.to_string()))?;
+            serde_json::from_value(v)
+                .map(Some)
+                .map_err(|e| JournalError::Corrupt(e.to_string()))
+        }
+    }
+}
+
+/// Journal an intent and raise the spend counter, in the caller's transaction. `budget` is the
+/// grant's total budget: the spend check is repeated here, inside the single writer, so no two
+/// writers (threads or processes) can both spend the last unit.
+pub fn append_intent(
+    w: &mut WriteCtx<'_, '_>,
+    intent: &Intent,
+    budget: u64,
+) -> Result<u64, JournalError> {
+    let e = w.heed_err();
+    if read_state(w.txn, w.tables, &intent.invocation_id)?.is_some() {
+        return Err(JournalError::AlreadyJournaled(intent.invocation_id.clone()));
+    }
+    let key = spend_key(&intent.episode, &intent.effect, &intent.scope);
+    let spent = w.tables.spend.get(w.txn, &key).map_err(e)?.unwrap_or(0);
+    let remaining = budget.saturating_sub(spent);
+    if intent.cost > remaining {
+        return Err(JournalError::BudgetExhausted {
+            remaining,
+            cost: intent.cost,
+        });
+    }
+    let seq = next_seq(w)?;
+    let record = Record::Intent {
+        seq,
+        intent: intent.clone(),
+    };
+    w.tables
+        .journal
+        .put(w.txn, &seq, &to_json(&record)?)
+        .map_err(e)?;
+    let state = JournalState {
+        intent: intent.clone(),
+        intent_seq: seq,
+        outcome_seq: None,
+        status: None,
+        result_ref: None,
+    };
+    w.tables
+        .journal_by_invocation
+        .put(w.txn, &intent.invocation_id, &to_json(&state)?)
+        .map_err(e)?;
+    w.tables
+        .pending
+        .put(w.txn, &intent.invocation_id, &seq)
+        .map_err(e)?;
+    w.tables
+        .journal_by_episode
+        .put(w.txn, &episode_key(&intent.episode, seq), &[])
+        .map_err(e)?;
+    w.tables
+        .spend
+        .put(w.txn, &key, &(spent + intent.cost))
+        .map_err(e)?;
+    Ok(seq)
+}
+
+/// Close an intent with its outcome.
+pub fn append_outcome(
+    w: &mut WriteCtx<'_, '_>,
+    invocation_id: &str,
+    status: OutcomeStatus,
+    result_ref: Option<Ref>,
+) -> Result<u64, JournalError> {
+    let e = w.heed_err();
+    let mut state = read_state(w.txn, w.tables, invocation_id)?
+        .ok_or_else(|| JournalError::NoIntent(invocation_id.to_owned()))?;
+    if state.status.is_some() {
+        return Err(JournalError::AlreadyResolved(invocation_id.to_owned()));
+    }
+    let seq = next_seq(w)?;
+    let record = Record::Outcome {
+        seq,
+        invocation_id: invocation_id.to_owned(),
+        status,
+        result_ref,
+    };
+    w.tables
+        .journal
+        .put(w.txn, &seq, &to_json(&record)?)
+        .map_err(e)?;
+    w.tables
+        .journal_by_episode
+        .put(w.txn, &episode_key(&state.intent.episode, seq), &[])
+        .map_err(e)?;
+    state.outcome_seq = Some(seq);
+    state.status = Some(status);
+    state.result_ref = result_ref;
+    w.tables
+        .journal_by_invocation
+        .put(w.txn, invocation_id, &to_json(&state)?)
+        .map_err(e)?;
+    w.tables.pending.delete(w.txn, invocation_id).map_err(e)?;
+    Ok(seq)
+}
+
+/// The journal state of one invocation.
+pub fn state(r: &ReadCtx<'_>, invocation_id: &str) -> Result<Option<JournalState>, JournalError> {
+    read_state(r.txn, r.tables, invocation_id)
+}
+
+/// Same, inside a write transaction.
+pub fn state_in(
+    w: &WriteCtx<'_, '_>,
+    invocation_id: &str,
+) -> Result<Option<JournalState>, JournalError> {
+    read_state(w.txn, w.tables, invocation_id)
+}
+
+/// The receipt law: never not-started while an intent exists.
+pub fn receipt(r: &ReadCtx<'_>, invocation_id: &str) -> Result<Receipt, JournalError> {
+    Ok(match state(r, invocation_id)? {
+        None => Receipt::NotStarted,
+        Some(s) => match s.status {
+            None | Some(OutcomeStatus::Indeterminate) => Receipt::Indeterminate,
+            Some(status) => Receipt::Resolved {
+                status,
+                result_ref: s.result_ref,
+            },
+        },
+    })
+}
+
+/// Units spent per (effect, scope) in an episode, from the spend counters.
+pub fn spent(
+    r: &ReadCtx<'_>,
+    episode: &str,
+) -> Result<BTreeMap<(String, String), u64>, JournalError> {
+    let mut prefix = episode.as_bytes().to_vec();
+    prefix.push(0);
+    let mut out = BTreeMap::new();
+    for item in r
+        .tables
+        .spend
+        .prefix_iter(r.txn, &prefix)
+        .map_err(r.heed_err())?
+    {
+        let (k, v) = item.map_err(r.heed_err())?;
+        let rest = &k[prefix.len()..];
+        let mut parts = rest.splitn(2, |b| *b == 0);
+        let effect = String::from_utf8_lossy(parts.next().unwrap_or_default()).into_owned();
+        let scope = String::from_utf8_lossy(parts.next().unwrap_or_default()).into_owned();
+        out.insert((effect, scope), v);
+    }
+    Ok(out)
+}
+
+/// Intents without an outcome, oldest first.
+pub fn pending(r: &ReadCtx<'_>) -> Result<Vec<JournalState>, JournalError> {
+    let mut out = Vec::new();
+    for item in r.tables.pending.iter(r.txn).map_err(r.heed_err())? {
+        let (id, _) = item.map_err(r.heed_err())?;
+        if let Some(s) = read_state(r.txn, r.tables, id)? {
+            out.push(s);
+        }
+    }
+    out.sort_by_key(|s| s.intent_seq);
+    Ok(out)
+}
+
+/// An inconsistency found by [`audit`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AuditFinding(pub String);
+
+/// Recompute every spend counter from the journal's intents and check the pending index;
+/// returns the findings (empty when consistent) and the number of records read.
+pub fn audit(r: &ReadCtx<'_>) -> Result<(Vec<AuditFinding>, u64), JournalError> {
+    let mut sums: BTreeMap<Vec<u8>, u64> = BTreeMap::new();
+    let mut open: BTreeMap<String, u64> = BTreeMap::new();
+    let mut findings = Vec::new();
+    let mut n = 0u64;
+    for item in r.tables.journal.iter(r.txn).map_err(r.heed_err())? {
+        let (seq, bytes) = item.map_err(r.heed_err())?;
+        n += 1;
+        let v = canon::parse(bytes).map_err(|e| JournalError::Corrupt(e.to_string()))?;
+        match serde_json::from_value::<Record>(v) {
+            Ok(Record::Intent { intent, .. }) => {
+                *sums
+                    .entry(spend_key(&intent.episode, &intent.effect, &intent.scope))
+                    .or_default() += intent.cost;
+                open.insert(intent.invocation_id, seq);
+            }
+            Ok(Record::Outcome { invocation_id, .. }) => {
+                if open.remove(&invocation_id).is_none() {
+                    findings.push(AuditFinding(format!(
+                        "journal #{seq}: outcome for {invocation_id} without an open intent"
+                    )));
+                }
+            }
+            Err(e) => findings.push(AuditFinding(format!("journal #{seq}: unreadable: {e}"))),
+        }
+    }
+    let mut counters: BTreeMap<Vec<u8>, u64> = BTreeMap::new();
+    for item in r.tables.spend.iter(r.txn).map_err(r.heed_err())? {
+        let (k, v) = item.map_err(r.heed_err())?;
+        counters.insert(k.to_vec(), v);
+    }
+    for (k, sum) in &sums {
+        let c = counters.get(k).copied().unwrap_or(0);
+        if c != *sum {
+            findings.push(AuditFinding(format!(
+                "spend {} is {c} but its intents sum to {sum}",
+                String::from_utf8_lossy(k).replace('\0', "/")
+            )));
+        }
+    }
+    for (k, c) in &counters {
+        if !sums.contains_key(k) && *c != 0 {
+            findings.push(AuditFinding(format!(
+                "spend {} is {c} with no intents",
+                String::from_utf8_lossy(k).replace('\0', "/")
+            )));
+        }
+    }
+    let mut indexed = BTreeMap::new();
+    for item in r.tables.pending.iter(r.txn).map_err(r.heed_err())? {
+        let (id, seq) = item.map_err(r.heed_err())?;
+        indexed.insert(id.to_owned(), seq);
+    }
+    if indexed != open {
+        findings.push(AuditFinding(format!(
+            "pending index lists {} intent(s) but the journal has {} without outcome",
+            indexed.len(),
+            open.len()
+        )));
+    }
+    Ok((findings, n))
+}

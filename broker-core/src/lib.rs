@@ -1,0 +1,93 @@
+//! `broker-core`: the durable call pipeline of `worldd`.
+//!
+//! This crate turns one tool call into one durable, verifiable log entry. It knows nothing of
+//! HTTP or plugins: surfaces (MCP, A2A, REST) and the plugin loader live in the daemon, which
+//! hands the [`coordinator::Coordinator`] a set of [`coordinator::EffectHandler`]s.
+//!
+//! The pipeline, one module per concept:
+//!
+//! | step | module |
+//! |---|---|
+//! | canonical JSON (RFC 8785) and `sha256:` refs | [`canon`], [`object`] |
+//! | tools as data, the plan interpreter, the registry | [`transition`], [`plan`], [`registry`] |
+//! | sessions, grants, the broker's decision | [`session`], [`grant`], [`broker`] |
+//! | durable intents and outcomes, task ids | [`journal`], [`task`] |
+//! | LMDB with one group-committing writer, the hash-chained log | [`store`], [`log`] |
+//! | plan → admit → execute → finish → commit | [`coordinator`] |
+//! | re-verify any call's provenance (`worldd why`) | [`verify`] |
+//!
+//! # Example
+//!
+//! Create a store (it starts with its genesis entry), publish a tool, mint a session and run
+//! a call through an in-process handler; then verify the committed entry.
+//!
+//! ```
+//! use std::sync::Arc;
+//! use broker_core::coordinator::*;
+//! use broker_core::{registry, session, store::Store, transition::Transition, verify};
+//! use serde_json::{json, Map, Value};
+//!
+//! struct Echo;
+//! impl EffectHandler for Echo {
+//!     fn identity(&self) -> String { "echo".into() }
+//!     fn execute(&self, req: &EffectRequest<'_>) -> HandlerOutcome {
+//!         let mut out = Map::new();
+//!         out.insert("ok".into(), json!(true));
+//!         out.insert("content".into(), json!(format!("read {}", req.payload["path"])));
+//!         HandlerOutcome::Ok(out)
+//!     }
+//! }
+//!
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let dir = tempfile::tempdir()?;
+//! let store = Store::create(&dir.path().join("db"))?;
+//! let doc = std::fs::read(concat!(env!("CARGO_MANIFEST_DIR"), "/../transitions/se-tools/ailang-read.json"))?;
+//! registry::publish(&store, registry::DEFAULT_REGISTRY, vec![Transition::from_slice(&doc)?], "example")?;
+//!
+//! let mut handlers = Handlers::new();
+//! handlers.insert("Workspace.Read", Arc::new(Echo))?;
+//! let coordinator = Coordinator::new(store.clone(), handlers, CoordinatorConfig::default());
+//!
+//! let grant = "Workspace.Read=worktree:10".parse()?;
+//! let minted = session::mint(&store, "ep1", vec![grant], 3600, coordinator.now())?;
+//! let out = coordinator.invoke(&Call {
+//!     surface: Surface::Mcp,
+//!     session: minted.session,
+//!     skill_id: "ailang-read".into(),
+//!     task_id: None,
+//!     args: json!({"path": "hello.ail"}),
+//!     transition_fn: None,
+//! })?;
+//! let result: Value = serde_json::from_slice(&out.output)?;
+//! assert_eq!(result["ok"], true);
+//! assert_eq!(result["world"]["effects"][0]["status"], "ok");
+//!
+//! // The bytes returned are the committed output: `why` finds and re-verifies the chain.
+//! let report = verify::why(&store, &verify::Handle::Output(out.output), 100)?;
+//! assert!(report.all_ok());
+//! # Ok(()) }
+//! ```
+//!
+//! # Guarantees
+//!
+//! - Every commit recomputes the entry hash, the world ref, index continuity and the
+//!   `prevEntryHash` link ([`log`]).
+//! - An effect's intent and the spend it causes are durable before the handler runs; spend
+//!   always equals the sum of intents; an intent without an outcome is indeterminate and never
+//!   re-run ([`journal`]).
+//! - Bad input anywhere in the public API is a typed error, never a panic.
+
+pub mod broker;
+pub mod canon;
+pub mod coordinator;
+pub mod grant;
+pub mod journal;
+pub mod log;
+pub mod object;
+pub mod plan;
+pub mod registry;
+pub mod session;
+pub mod store;
+pub mod task;
+pub mod transition;
+pub mod verify;

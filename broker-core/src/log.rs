@@ -1,0 +1,440 @@
+//! The append-only, hash-chained log and the worlds it selects.
+//!
+//! Entry `i` names its invocation record (`transitionRef`) and links to entry `i-1` through
+//! `prevEntryHash`. `entryHash = sha256(canonical {entryIndex, semanticsEpoch, transitionFn,
+//! interpreter, prevEntryHash, writtenBy, transitionRef})`. Each entry selects a world
+//! `{revision: i, stateRoot: output ref, logHead: entryHash}` whose ref is the sha256 of its
+//! canonical bytes; the head points at the newest world.
+//!
+//! Every append recomputes and checks the entry hash, the world ref, index continuity and the
+//! `prevEntryHash` link, whoever supplied them.
+
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+
+use crate::canon::{self, CanonError};
+use crate::object::{sid, Object, Ref};
+use crate::store::{ReadCtx, StoreError, TxnExt, WriteCtx};
+
+/// The semantics epoch written into every entry.
+pub const SEMANTICS_EPOCH: u64 = 1;
+/// `writtenBy` of the genesis entry.
+pub const GENESIS_WRITER: &str = "world:genesis";
+const HEAD_KEY: &str = "selected";
+
+#[derive(Debug, thiserror::Error)]
+pub enum LogError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error("conflict: observed {observed} selected {selected}")]
+    HeadConflict { observed: String, selected: String },
+    #[error("no world is selected; the store has no genesis")]
+    NoHead,
+    #[error("invalid commit: {0}")]
+    Invalid(String),
+    #[error("log is damaged: {0}")]
+    Corrupt(String),
+}
+
+impl From<CanonError> for LogError {
+    fn from(e: CanonError) -> Self {
+        LogError::Invalid(e.to_string())
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct EntryHeader {
+    pub entry_index: u64,
+    pub semantics_epoch: u64,
+    pub transition_fn: Ref,
+    pub interpreter: Ref,
+    pub prev_entry_hash: Ref,
+    pub written_by: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Entry {
+    pub header: EntryHeader,
+    pub entry_hash: Ref,
+    pub transition_ref: Ref,
+}
+
+impl Entry {
+    /// The entry hash for `header` and `transition_ref`.
+    pub fn compute_hash(header: &EntryHeader, transition_ref: &Ref) -> Ref {
+        let v = json!({
+            "entryIndex": header.entry_index,
+            "semanticsEpoch": header.semantics_epoch,
+            "transitionFn": header.transition_fn,
+            "interpreter": header.interpreter,
+            "prevEntryHash": header.prev_entry_hash,
+            "writtenBy": header.written_by,
+            "transitionRef": transition_ref,
+        });
+        // Only strings and small integers: canonicalisation cannot fail.
+        Ref::of(&canon::to_vec(&v).unwrap_or_default())
+    }
+
+    /// Build an entry with its hash computed.
+    pub fn new(header: EntryHeader, transition_ref: Ref) -> Entry {
+        let entry_hash = Entry::compute_hash(&header, &transition_ref);
+        Entry {
+            header,
+            entry_hash,
+            transition_ref,
+        }
+    }
+
+    pub fn to_value(&self) -> serde_json::Value {
+        serde_json::to_value(self).unwrap_or(serde_json::Value::Null)
+    }
+
+    /// Canonical bytes, as stored.
+    pub fn to_bytes(&self) -> Vec<u8> {
+        canon::to_vec(&self.to_value()).unwrap_or_default()
+    }
+
+    pub fn from_bytes(bytes: &[u8]) -> Result<Entry, LogError> {
+        let v = canon::parse(bytes).map_err(|e| LogError::Corrupt(e.to_string()))?;
+        serde_json::from_value(v).map_err(|e| LogError::Corrupt(e.to_string()))
+    }
+
+    pub fn hash_is_valid(&self) -> bool {
+        Entry::compute_hash(&self.header, &self.transition_ref) == self.entry_hash
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct World {
+    pub revision: u64,
+    pub state_root: Ref,
+    pub log_head: Ref,
+}
+
+impl World {
+    pub fn to_value(&self) -> serde_json::Value {
+        serde_json::to_value(self).unwrap_or(serde_json::Value::Null)
+    }
+
+    /// Canonical bytes, as stored and hashed.
+    pub fn to_bytes(&self) -> Vec<u8> {
+        canon::to_vec(&self.to_value()).unwrap_or_default()
+    }
+
+    /// The world ref: sha256 of the canonical bytes.
+    pub fn reference(&self) -> Ref {
+        Ref::of(&self.to_bytes())
+    }
+
+    pub fn from_bytes(bytes: &[u8]) -> Result<World, LogError> {
+        let v = canon::parse(bytes).map_err(|e| LogError::Corrupt(e.to_string()))?;
+        serde_json::from_value(v).map_err(|e| LogError::Corrupt(e.to_string()))
+    }
+}
+
+/// The selected head: its ref and world.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Head {
+    pub world_ref: Ref,
+    pub world: World,
+}
+
+/// What a committed append produced.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Committed {
+    pub entry: Entry,
+    pub world: World,
+    pub world_ref: Ref,
+}
+
+/// The genesis output object (payload of `stateRoot` and `transitionRef` of entry 0).
+pub fn genesis_document() -> serde_json::Value {
+    json!({
+        "genesis": true,
+        "semanticsEpoch": SEMANTICS_EPOCH,
+        "note": "world genesis: entry 0 of an empty log",
+    })
+}
+
+/// The ref of the plan interpreter's identity document (`interpreter` in every entry).
+pub fn interpreter_ref() -> Ref {
+    Ref::of_json(&crate::plan::interpreter_document()).unwrap_or(Ref::ZERO)
+}
+
+/// Read the selected head, if any.
+pub fn head(r: &ReadCtx<'_>) -> Result<Option<Head>, StoreError> {
+    head_in(r.txn, r.tables)
+}
+
+fn head_in(txn: &heed::RoTxn<'_>, t: &crate::store::Tables) -> Result<Option<Head>, StoreError> {
+    let e = |e| StoreError::from_heed(e, 0);
+    let Some(bytes) = t.heads.get(txn, HEAD_KEY).map_err(e)? else {
+        return Ok(None);
+    };
+    let world_ref = Ref::from_slice(bytes)
+        .ok_or_else(|| StoreError::Corrupt("head is not a 32-byte ref".into()))?;
+    let wb = t
+        .worlds
+        .get(txn, world_ref.as_bytes())
+        .map_err(e)?
+        .ok_or_else(|| StoreError::Corrupt(format!("head world {world_ref} is missing")))?;
+    let world = World::from_bytes(wb).map_err(|e| StoreError::Corrupt(e.to_string()))?;
+    Ok(Some(Head { world_ref, world }))
+}
+
+/// The entry at `index`, parsed but not verified.
+pub fn entry(r: &ReadCtx<'_>, index: u64) -> Result<Option<Entry>, LogError> {
+    match r.tables.log.get(r.txn, &index).map_err(r.heed_err())? {
+        None => Ok(None),
+        Some(b) => Entry::from_bytes(b).map(Some),
+    }
+}
+
+/// Raw stored bytes of entry `index`.
+pub fn entry_bytes(r: &ReadCtx<'_>, index: u64) -> Result<Option<Vec<u8>>, StoreError> {
+    Ok(r.tables
+        .log
+        .get(r.txn, &index)
+        .map_err(r.heed_err())?
+        .map(<[u8]>::to_vec))
+}
+
+/// Up to `limit` consecutive entries from `from`, stopping at the first gap.
+pub fn range(r: &ReadCtx<'_>, from: u64, limit: usize) -> Result<Vec<Entry>, LogError> {
+    let mut out = Vec::new();
+    for item in r.tables.log.range(r.txn, &(from..)).map_err(r.heed_err())? {
+        let (idx, bytes) = item.map_err(r.heed_err())?;
+        if idx != from + out.len() as u64 || out.len() >= limit {
+            break;
+        }
+        out.push(Entry::from_bytes(bytes)?);
+    }
+    Ok(out)
+}
+
+/// Index of the entry with this hash.
+pub fn index_of_entry_hash(r: &ReadCtx<'_>, hash: &Ref) -> Result<Option<u64>, StoreError> {
+    r.tables
+        .entry_hashes
+        .get(r.txn, hash.as_bytes())
+        .map_err(r.heed_err())
+}
+
+/// The stored world with this ref, parsed but not verified.
+pub fn world(r: &ReadCtx<'_>, world_ref: &Ref) -> Result<Option<World>, LogError> {
+    match r
+        .tables
+        .worlds
+        .get(r.txn, world_ref.as_bytes())
+        .map_err(r.heed_err())?
+    {
+        None => Ok(None),
+        Some(b) => World::from_bytes(b).map(Some),
+    }
+}
+
+/// Raw stored bytes of a world.
+pub fn world_bytes(r: &ReadCtx<'_>, world_ref: &Ref) -> Result<Option<Vec<u8>>, StoreError> {
+    Ok(r.tables
+        .worlds
+        .get(r.txn, world_ref.as_bytes())
+        .map_err(r.heed_err())?
+        .map(<[u8]>::to_vec))
+}
+
+/// How an append relates to the head.
+#[derive(Debug, Clone)]
+pub enum HeadBinding {
+    /// Bind index and `prevEntryHash` at the current head inside the writer (coordinator).
+    AtHead,
+    /// Compare-and-swap: the head must be this world (REST commits); `None` = genesis.
+    Observed(Option<Ref>),
+}
+
+/// An append whose index and link are bound by the writer.
+#[derive(Debug, Clone)]
+pub struct Append {
+    pub objects: Vec<Object>,
+    pub transition_fn: Ref,
+    pub interpreter: Ref,
+    pub written_by: String,
+    /// The invocation record.
+    pub transition_ref: Ref,
+    /// The output object.
+    pub state_root: Ref,
+    pub binding: HeadBinding,
+}
+
+/// Append at the head: binds index and link, writes objects, entry, world and head.
+pub fn append(w: &mut WriteCtx<'_, '_>, a: &Append) -> Result<Committed, LogError> {
+    let head = head_in(w.txn, w.tables)?;
+    if let HeadBinding::Observed(observed) = &a.binding {
+        check_observed(observed, head.as_ref())?;
+    }
+    let head = head.ok_or(LogError::NoHead)?;
+    let header = EntryHeader {
+        entry_index: head.world.revision + 1,
+        semantics_epoch: SEMANTICS_EPOCH,
+        transition_fn: a.transition_fn,
+        interpreter: a.interpreter,
+        prev_entry_hash: head.world.log_head,
+        written_by: a.written_by.clone(),
+    };
+    let entry = Entry::new(header, a.transition_ref);
+    let world = World {
+        revision: entry.header.entry_index,
+        state_root: a.state_root,
+        log_head: entry.entry_hash,
+    };
+    let world_ref = world.reference();
+    commit_checked(w, &a.objects, Some(&head), &entry, &world, &world_ref)?;
+    Ok(Committed {
+        entry,
+        world,
+        world_ref,
+    })
+}
+
+/// A fully client-built commit (REST): everything is recomputed and checked, and the head must
+/// be `observed`.
+pub fn commit_exact(
+    w: &mut WriteCtx<'_, '_>,
+    objects: &[Object],
+    observed: Option<Ref>,
+    entry: &Entry,
+    world: &World,
+    world_ref: &Ref,
+) -> Result<Committed, LogError> {
+    let head = head_in(w.txn, w.tables)?;
+    check_observed(&observed, head.as_ref())?;
+    commit_checked(w, objects, head.as_ref(), entry, world, world_ref)?;
+    Ok(Committed {
+        entry: entry.clone(),
+        world: world.clone(),
+        world_ref: *world_ref,
+    })
+}
+
+fn check_observed(observed: &Option<Ref>, head: Option<&Head>) -> Result<(), LogError> {
+    let selected = head.map(|h| h.world_ref);
+    if *observed != selected {
+        return Err(LogError::HeadConflict {
+            observed: observed.map(|r| r.to_string()).unwrap_or_default(),
+            selected: selected.map(|r| r.to_string()).unwrap_or_default(),
+        });
+    }
+    Ok(())
+}
+
+/// The one place an entry reaches the log: every hash and link is checked first.
+fn commit_checked(
+    w: &mut WriteCtx<'_, '_>,
+    objects: &[Object],
+    head: Option<&Head>,
+    entry: &Entry,
+    world: &World,
+    world_ref: &Ref,
+) -> Result<(), LogError> {
+    let (expect_index, expect_prev) = match head {
+        Some(h) => (h.world.revision + 1, h.world.log_head),
+        None => (0, Ref::ZERO),
+    };
+    let h = &entry.header;
+    if h.entry_index != expect_index {
+        return Err(LogError::Invalid(format!(
+            "entryIndex {} does not continue the log (expected {expect_index})",
+            h.entry_index
+        )));
+    }
+    if h.prev_entry_hash != expect_prev {
+        return Err(LogError::Invalid(format!(
+            "prevEntryHash {} is not the head's logHead {expect_prev}",
+            h.prev_entry_hash
+        )));
+    }
+    if !entry.hash_is_valid() {
+        return Err(LogError::Invalid(format!(
+            "entryHash {} does not match the recomputed {}",
+            entry.entry_hash,
+            Entry::compute_hash(h, &entry.transition_ref)
+        )));
+    }
+    if world.revision != h.entry_index || world.log_head != entry.entry_hash {
+        return Err(LogError::Invalid(
+            "nextWorld must have revision = entryIndex and logHead = entryHash".into(),
+        ));
+    }
+    if world.reference() != *world_ref {
+        return Err(LogError::Invalid(format!(
+            "world ref {world_ref} does not match the recomputed {}",
+            world.reference()
+        )));
+    }
+    for o in objects {
+        if !o.verify() {
+            return Err(LogError::Invalid(format!(
+                "object {} does not hash to its address",
+                o.hash
+            )));
+        }
+        w.put_object(o)?;
+    }
+    for (what, r) in [
+        ("transitionRef", &entry.transition_ref),
+        ("stateRoot", &world.state_root),
+    ] {
+        if w.object(r)?.is_none() {
+            return Err(LogError::Invalid(format!(
+                "{what} {r} names no stored object"
+            )));
+        }
+    }
+    let e = w.heed_err();
+    w.tables
+        .log
+        .put(w.txn, &h.entry_index, &entry.to_bytes())
+        .map_err(e)?;
+    w.tables
+        .entry_hashes
+        .put(w.txn, entry.entry_hash.as_bytes(), &h.entry_index)
+        .map_err(e)?;
+    w.tables
+        .worlds
+        .put(w.txn, world_ref.as_bytes(), &world.to_bytes())
+        .map_err(e)?;
+    w.tables
+        .heads
+        .put(w.txn, HEAD_KEY, world_ref.as_bytes())
+        .map_err(e)?;
+    Ok(())
+}
+
+/// Write entry 0 and world 0. Called once, when the store is created.
+pub(crate) fn write_genesis(w: &mut WriteCtx<'_, '_>) -> Result<Committed, LogError> {
+    let doc = Object::json(sid::GENESIS, GENESIS_WRITER, &genesis_document())?;
+    let interpreter = interpreter_ref();
+    let header = EntryHeader {
+        entry_index: 0,
+        semantics_epoch: SEMANTICS_EPOCH,
+        transition_fn: doc.hash,
+        interpreter,
+        prev_entry_hash: Ref::ZERO,
+        written_by: GENESIS_WRITER.into(),
+    };
+    let entry = Entry::new(header, doc.hash);
+    let world = World {
+        revision: 0,
+        state_root: doc.hash,
+        log_head: entry.entry_hash,
+    };
+    let world_ref = world.reference();
+    commit_checked(w, &[doc], None, &entry, &world, &world_ref)?;
+    Ok(Committed {
+        entry,
+        world,
+        world_ref,
+    })
+}

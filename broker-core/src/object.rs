@@ -1,0 +1,280 @@
+//! Content addresses (`sha256:` refs) and stored objects.
+//!
+//! A [`Ref`] is `sha256:` followed by 64 lowercase hex digits of SHA-256 over the payload bytes,
+//! with no domain prefix. An [`Object`] is the unit the store keeps: the payload plus the
+//! semantic id that says how to read it, `interfaceHash = sha256(semanticId)`, and the
+//! provenance of its first writer.
+
+use std::fmt;
+use std::str::FromStr;
+
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use sha2::{Digest, Sha256};
+
+use crate::canon::{self, CanonError};
+
+/// Semantic ids of every object kind the broker writes.
+pub mod sid {
+    pub const INVOCATION_INPUT: &str = "world/invocation-input/v1";
+    pub const INVOCATION_OUTPUT: &str = "world/invocation-output/v1";
+    pub const INVOCATION_RECORD: &str = "world/invocation-record/v2";
+    pub const EFFECT_PLAN: &str = "world/effect-plan/v1";
+    pub const EFFECT_REQUEST: &str = "world/effect-request/v1";
+    pub const EFFECT_RESULT: &str = "world/effect-result/v1";
+    pub const EFFECT_RECORD: &str = "world/effect-record/v1";
+    pub const JOURNAL_INTENT: &str = "world/journal-intent/v1";
+    pub const JOURNAL_OUTCOME: &str = "world/journal-outcome/v1";
+    pub const TRANSITION: &str = "world/transition/v1";
+    pub const TRANSITION_REGISTRY: &str = "world/transition-registry/v1";
+    pub const INTERPRETER: &str = "world/plan-interpreter/v1";
+    pub const GENESIS: &str = "world/genesis/v1";
+}
+
+/// A content address: SHA-256 of some bytes.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Ref([u8; 32]);
+
+/// Why a text is not a ref. Display is `hashref: <reason>: "<text>"`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("hashref: {reason}: {text:?}")]
+pub struct RefError {
+    pub reason: &'static str,
+    pub text: String,
+}
+
+impl Ref {
+    /// The all-zero ref: the `prevEntryHash` of the genesis entry.
+    pub const ZERO: Ref = Ref([0; 32]);
+
+    /// The ref of `bytes`.
+    pub fn of(bytes: &[u8]) -> Ref {
+        Ref(Sha256::digest(bytes).into())
+    }
+
+    /// The ref of the canonical JSON form of `value`.
+    pub fn of_json(value: &serde_json::Value) -> Result<Ref, CanonError> {
+        Ok(Ref::of(&canon::to_vec(value)?))
+    }
+
+    pub fn from_bytes(bytes: [u8; 32]) -> Ref {
+        Ref(bytes)
+    }
+
+    pub fn from_slice(bytes: &[u8]) -> Option<Ref> {
+        <[u8; 32]>::try_from(bytes).ok().map(Ref)
+    }
+
+    pub fn as_bytes(&self) -> &[u8; 32] {
+        &self.0
+    }
+
+    /// The 64 lowercase hex digits, without the `sha256:` prefix.
+    pub fn hex(&self) -> String {
+        hex::encode(self.0)
+    }
+
+    /// `sha256:` + the first `n` hex digits, for human-readable output.
+    pub fn short(&self, n: usize) -> String {
+        let hex = self.hex();
+        format!("sha256:{}…", &hex[..n.min(64)])
+    }
+}
+
+impl fmt::Display for Ref {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "sha256:{}", hex::encode(self.0))
+    }
+}
+
+impl fmt::Debug for Ref {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(self, f)
+    }
+}
+
+impl FromStr for Ref {
+    type Err = RefError;
+
+    fn from_str(text: &str) -> Result<Ref, RefError> {
+        let err = |reason| RefError {
+            reason,
+            text: text.to_owned(),
+        };
+        if text.is_empty() {
+            return Err(err("empty ref"));
+        }
+        let Some((algo, digest)) = text.split_once(':') else {
+            return Err(err("missing algorithm prefix"));
+        };
+        if algo != "sha256" {
+            return Err(err("unsupported algorithm"));
+        }
+        if digest.len() != 64
+            || !digest
+                .bytes()
+                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+        {
+            return Err(err("digest must be 64 lowercase hex digits"));
+        }
+        let mut out = [0u8; 32];
+        hex::decode_to_slice(digest, &mut out).map_err(|_| err("invalid hex"))?;
+        Ok(Ref(out))
+    }
+}
+
+impl Serialize for Ref {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+impl<'de> Deserialize<'de> for Ref {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Ref, D::Error> {
+        let text = String::deserialize(d)?;
+        text.parse().map_err(serde::de::Error::custom)
+    }
+}
+
+/// A stored, content-addressed object.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Object {
+    pub hash: Ref,
+    pub interface_hash: Ref,
+    pub semantic_id: String,
+    pub provenance: String,
+    pub payload: Vec<u8>,
+}
+
+impl Object {
+    /// An object over raw payload bytes; `interfaceHash = sha256(semanticId)`.
+    pub fn new(semantic_id: &str, provenance: &str, payload: Vec<u8>) -> Object {
+        Object {
+            hash: Ref::of(&payload),
+            interface_hash: Ref::of(semantic_id.as_bytes()),
+            semantic_id: semantic_id.to_owned(),
+            provenance: provenance.to_owned(),
+            payload,
+        }
+    }
+
+    /// An object whose payload is the canonical JSON form of `value`.
+    pub fn json(
+        semantic_id: &str,
+        provenance: &str,
+        value: &serde_json::Value,
+    ) -> Result<Object, CanonError> {
+        Ok(Object::new(semantic_id, provenance, canon::to_vec(value)?))
+    }
+
+    /// True when the payload still hashes to the object's address.
+    pub fn verify(&self) -> bool {
+        Ref::of(&self.payload) == self.hash
+    }
+
+    /// The payload parsed as JSON (strictly).
+    pub fn payload_json(&self) -> Result<serde_json::Value, CanonError> {
+        canon::parse(&self.payload)
+    }
+
+    /// Storage encoding of everything but the hash (the key):
+    /// `interfaceHash(32) | u16 len | semanticId | u16 len | provenance | payload`.
+    pub(crate) fn encode_value(&self) -> Vec<u8> {
+        let sid = self.semantic_id.as_bytes();
+        let prov = self.provenance.as_bytes();
+        let mut out = Vec::with_capacity(36 + sid.len() + prov.len() + self.payload.len());
+        out.extend_from_slice(self.interface_hash.as_bytes());
+        out.extend_from_slice(&(sid.len().min(u16::MAX as usize) as u16).to_be_bytes());
+        out.extend_from_slice(&sid[..sid.len().min(u16::MAX as usize)]);
+        out.extend_from_slice(&(prov.len().min(u16::MAX as usize) as u16).to_be_bytes());
+        out.extend_from_slice(&prov[..prov.len().min(u16::MAX as usize)]);
+        out.extend_from_slice(&self.payload);
+        out
+    }
+
+    /// Inverse of [`Object::encode_value`]; `None` when the stored bytes are damaged.
+    pub(crate) fn decode_value(hash: Ref, bytes: &[u8]) -> Option<Object> {
+        let interface_hash = Ref::from_slice(bytes.get(..32)?)?;
+        let mut rest = bytes.get(32..)?;
+        let take_str = |rest: &mut &[u8]| -> Option<String> {
+            let len = u16::from_be_bytes(rest.get(..2)?.try_into().ok()?) as usize;
+            let s = std::str::from_utf8(rest.get(2..2 + len)?).ok()?.to_owned();
+            *rest = rest.get(2 + len..)?;
+            Some(s)
+        };
+        let semantic_id = take_str(&mut rest)?;
+        let provenance = take_str(&mut rest)?;
+        Some(Object {
+            hash,
+            interface_hash,
+            semantic_id,
+            provenance,
+            payload: rest.to_vec(),
+        })
+    }
+}
+
+impl fmt::Debug for Object {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Object")
+            .field("hash", &self.hash)
+            .field("semantic_id", &self.semantic_id)
+            .field("provenance", &self.provenance)
+            .field("payload_len", &self.payload.len())
+            .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ref_of_empty_is_the_sha256_vector() {
+        assert_eq!(
+            Ref::of(b"").to_string(),
+            "sha256:e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
+        );
+        assert_eq!(
+            Ref::of(b"abc").to_string(),
+            "sha256:ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+        );
+    }
+
+    #[test]
+    fn ref_parse_rejects_bad_text() {
+        for (text, reason) in [
+            ("", "empty ref"),
+            ("abc", "missing algorithm prefix"),
+            ("md5:00", "unsupported algorithm"),
+            ("sha256:ABC", "digest must be 64 lowercase hex digits"),
+            (
+                "sha256:E3B0C44298FC1C149AFBF4C8996FB92427AE41E4649B934CA495991B7852B855",
+                "digest must be 64 lowercase hex digits",
+            ),
+        ] {
+            let err = text.parse::<Ref>().unwrap_err();
+            assert_eq!(err.reason, reason, "{text}");
+        }
+        let r = Ref::of(b"x");
+        assert_eq!(r.to_string().parse::<Ref>().unwrap(), r);
+        assert_eq!(
+            "x".parse::<Ref>().unwrap_err().to_string(),
+            "hashref: missing algorithm prefix: \"x\""
+        );
+    }
+
+    #[test]
+    fn object_encoding_round_trips_and_detects_damage() {
+        let o = Object::new("world/x/v1", "test", b"payload".to_vec());
+        assert_eq!(o.interface_hash, Ref::of(b"world/x/v1"));
+        let enc = o.encode_value();
+        let back = Object::decode_value(o.hash, &enc).unwrap();
+        assert_eq!(back, o);
+        assert!(back.verify());
+        assert!(Object::decode_value(o.hash, &enc[..10]).is_none());
+        let mut damaged = enc.clone();
+        let last = damaged.len() - 1;
+        damaged[last] ^= 1;
+        assert!(!Object::decode_value(o.hash, &damaged).unwrap().verify());
+    }
+}

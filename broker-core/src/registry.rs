@@ -1,0 +1,270 @@
+//! The transition registry: a content-addressed chain of revisions.
+//!
+//! Each transition document is stored as a `world/transition/v1` object (its ref is the tool's
+//! `transitionFn`). A registry revision (`world/transition-registry/v1`) lists every tool of a
+//! named registry with its `transitionFn`, `interpreter` and public descriptor, and links to the
+//! revision it replaces through `parent`. Publishing the same set again changes nothing.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use serde_json::{json, Value};
+
+use crate::canon::{self, CanonError};
+use crate::log::{interpreter_ref, SEMANTICS_EPOCH};
+use crate::object::{sid, Object, Ref};
+use crate::store::{ReadCtx, Store, StoreError, TxnExt, WriteCtx};
+use crate::transition::{Transition, TransitionError};
+
+/// The registry the daemon serves tools from.
+pub const DEFAULT_REGISTRY: &str = "tools";
+
+#[derive(Debug, thiserror::Error)]
+pub enum RegistryError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error("registry revision {0} is damaged: {1}")]
+    Corrupt(Ref, String),
+    #[error("transition {0}: {1}")]
+    Transition(String, TransitionError),
+    #[error("transition document cannot be canonicalised: {0}")]
+    Canon(#[from] CanonError),
+    #[error("duplicate transition id {0:?} in one publication")]
+    Duplicate(String),
+}
+
+/// One published tool.
+#[derive(Debug, Clone)]
+pub struct RegistryEntry {
+    pub transition: Arc<Transition>,
+    pub transition_fn: Ref,
+}
+
+/// One revision of a named registry, loaded.
+#[derive(Debug, Clone, Default)]
+pub struct Registry {
+    pub name: String,
+    pub revision: u64,
+    /// The revision object's ref; `None` for a registry never published.
+    pub reference: Option<Ref>,
+    entries: BTreeMap<String, RegistryEntry>,
+}
+
+impl Registry {
+    pub fn get(&self, id: &str) -> Option<&RegistryEntry> {
+        self.entries.get(id)
+    }
+
+    /// Tools in id order.
+    pub fn entries(&self) -> impl Iterator<Item = &RegistryEntry> {
+        self.entries.values()
+    }
+
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+}
+
+/// The outcome of a publication.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Published {
+    pub reference: Ref,
+    pub revision: u64,
+    /// False when the documents were already the registry's content.
+    pub changed: bool,
+}
+
+/// The object for a transition document.
+pub fn transition_object(t: &Transition, provenance: &str) -> Result<Object, CanonError> {
+    Object::json(sid::TRANSITION, provenance, t.to_value())
+}
+
+fn descriptor(t: &Transition, transition_fn: &Ref, interpreter: &Ref) -> Value {
+    json!({
+        "id": t.id,
+        "transitionFn": transition_fn,
+        "interpreter": interpreter,
+        "semanticsEpoch": SEMANTICS_EPOCH,
+        "inputSchema": t.input_schema,
+        "outputSchema": t.output_schema,
+        "access": t.access,
+        "declaredEffects": t.declared_effects,
+        "title": t.title,
+        "description": t.description,
+    })
+}
+
+/// The registry head ref of `name`.
+pub fn head(r: &ReadCtx<'_>, name: &str) -> Result<Option<Ref>, StoreError> {
+    head_in(r.txn, r.tables, name)
+}
+
+fn head_in(
+    txn: &heed::RoTxn<'_>,
+    t: &crate::store::Tables,
+    name: &str,
+) -> Result<Option<Ref>, StoreError> {
+    match t
+        .registry_heads
+        .get(txn, name)
+        .map_err(|e| StoreError::from_heed(e, 0))?
+    {
+        None => Ok(None),
+        Some(b) => Ref::from_slice(b)
+            .map(Some)
+            .ok_or_else(|| StoreError::Corrupt(format!("registry head {name} is not a ref"))),
+    }
+}
+
+/// Load the current revision of `name` (empty when never published).
+pub fn load(store: &Store, name: &str) -> Result<Registry, RegistryError> {
+    store.read(|r| load_in(r, name))
+}
+
+/// Load inside an open read transaction.
+pub fn load_in(r: &ReadCtx<'_>, name: &str) -> Result<Registry, RegistryError> {
+    let Some(reference) = head(r, name)? else {
+        return Ok(Registry {
+            name: name.to_owned(),
+            ..Registry::default()
+        });
+    };
+    let corrupt = |m: &str| RegistryError::Corrupt(reference, m.to_owned());
+    let obj = r.object(&reference)?.ok_or_else(|| corrupt("missing"))?;
+    if !obj.verify() {
+        return Err(corrupt("does not hash to its address"));
+    }
+    let doc = canon::parse(&obj.payload).map_err(|e| corrupt(&e.to_string()))?;
+    let revision = doc["revision"]
+        .as_u64()
+        .ok_or_else(|| corrupt("no revision"))?;
+    let mut entries = BTreeMap::new();
+    for e in doc["entries"]
+        .as_array()
+        .ok_or_else(|| corrupt("no entries"))?
+    {
+        let tf: Ref = e["transitionFn"]
+            .as_str()
+            .and_then(|s| s.parse().ok())
+            .ok_or_else(|| corrupt("entry without transitionFn"))?;
+        let tobj = r
+            .object(&tf)?
+            .ok_or_else(|| corrupt("transition object missing"))?;
+        if !tobj.verify() {
+            return Err(RegistryError::Corrupt(
+                tf,
+                "transition does not hash to its address".into(),
+            ));
+        }
+        let t = Transition::from_slice(&tobj.payload)
+            .map_err(|err| RegistryError::Transition(tf.to_string(), err))?;
+        entries.insert(
+            t.id.clone(),
+            RegistryEntry {
+                transition: Arc::new(t),
+                transition_fn: tf,
+            },
+        );
+    }
+    Ok(Registry {
+        name: name.to_owned(),
+        revision,
+        reference: Some(reference),
+        entries,
+    })
+}
+
+/// Add or replace `docs` in registry `name`, producing a new revision when anything changed.
+pub fn publish(
+    store: &Store,
+    name: &str,
+    docs: Vec<Transition>,
+    provenance: &str,
+) -> Result<Published, RegistryError> {
+    let mut objects = Vec::with_capacity(docs.len());
+    let mut seen = std::collections::BTreeSet::new();
+    for t in &docs {
+        if !seen.insert(t.id.clone()) {
+            return Err(RegistryError::Duplicate(t.id.clone()));
+        }
+        objects.push((
+            t.id.clone(),
+            transition_object(t, provenance)?,
+            descriptor_parts(t),
+        ));
+    }
+    let name = name.to_owned();
+    let provenance = provenance.to_owned();
+    store.write(move |w| publish_in(w, &name, objects, &provenance))
+}
+
+type Part = (String, Object, Value);
+
+fn descriptor_parts(t: &Transition) -> Value {
+    // Everything of the descriptor except the refs, which are bound in the writer.
+    descriptor(t, &Ref::ZERO, &Ref::ZERO)
+}
+
+fn publish_in(
+    w: &mut WriteCtx<'_, '_>,
+    name: &str,
+    parts: Vec<Part>,
+    provenance: &str,
+) -> Result<Published, RegistryError> {
+    let interpreter = interpreter_ref();
+    let parent = head_in(w.txn, w.tables, name)?;
+    // Current entries, by id, as stored in the parent revision.
+    let mut entries: BTreeMap<String, Value> = BTreeMap::new();
+    let mut revision = 0;
+    if let Some(p) = parent {
+        let obj = w
+            .object(&p)?
+            .ok_or_else(|| RegistryError::Corrupt(p, "missing".into()))?;
+        let doc =
+            canon::parse(&obj.payload).map_err(|e| RegistryError::Corrupt(p, e.to_string()))?;
+        revision = doc["revision"].as_u64().unwrap_or(0);
+        for e in doc["entries"].as_array().cloned().unwrap_or_default() {
+            if let Some(id) = e["id"].as_str() {
+                entries.insert(id.to_owned(), e.clone());
+            }
+        }
+    }
+    let before = entries.clone();
+    for (id, obj, mut desc) in parts {
+        desc["transitionFn"] = json!(obj.hash);
+        desc["interpreter"] = json!(interpreter);
+        w.put_object(&obj)?;
+        entries.insert(id, desc);
+    }
+    if parent.is_some() && entries == before {
+        return Ok(Published {
+            reference: parent.unwrap_or(Ref::ZERO),
+            revision,
+            changed: false,
+        });
+    }
+    let next = if parent.is_some() { revision + 1 } else { 1 };
+    let doc = json!({
+        "semanticId": sid::TRANSITION_REGISTRY,
+        "interfaceHash": Ref::of(sid::TRANSITION_REGISTRY.as_bytes()),
+        "name": name,
+        "revision": next,
+        "parent": parent.map(|p| p.to_string()).unwrap_or_default(),
+        "entries": entries.into_values().collect::<Vec<_>>(),
+    });
+    let obj = Object::json(sid::TRANSITION_REGISTRY, provenance, &doc)?;
+    w.put_object(&obj)?;
+    w.tables
+        .registry_heads
+        .put(w.txn, name, obj.hash.as_bytes())
+        .map_err(w.heed_err())?;
+    Ok(Published {
+        reference: obj.hash,
+        revision: next,
+        changed: true,
+    })
+}

@@ -1,0 +1,338 @@
+//! Sessions: credentials, episodes, grants and expiry.
+//!
+//! A credential is 32 random bytes shown once as 64 lowercase hex digits; the store keeps only
+//! `credential_id = hex(sha256(hex text))`. A session is valid while `now <= expiresAt`; its
+//! grants are live while `now < expiresAt` (so at the expiry second calls are `denied:expired`).
+//! Budgets belong to the episode, not the session: a fresh credential does not refill them.
+
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+use crate::broker::Capability;
+use crate::canon;
+use crate::grant::Grant;
+use crate::store::{ReadCtx, Store, StoreError, TxnExt};
+
+/// The longest list `list` returns.
+pub const MAX_LIST: usize = 500;
+
+#[derive(Debug, thiserror::Error)]
+pub enum SessionError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error("invalid episode {0:?}: want ^[a-z0-9][a-z0-9-]{{0,63}}$")]
+    InvalidEpisode(String),
+    #[error("at least one --grant is required")]
+    NoGrants,
+    #[error("--ttl must be at least 1 second")]
+    InvalidTtl,
+    #[error("the system random source failed: {0}")]
+    Random(String),
+    #[error("session record {0} is damaged")]
+    Corrupt(String),
+}
+
+/// Why a request's credential was not accepted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum AuthError {
+    #[error("session credential is absent")]
+    Absent,
+    #[error("malformed Authorization header")]
+    Malformed,
+    #[error("unknown session credential")]
+    Unknown,
+    #[error("session credential has expired")]
+    Expired,
+}
+
+/// One minted session.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Session {
+    pub credential_id: String,
+    pub episode: String,
+    pub grants: Vec<Grant>,
+    pub created_at: i64,
+    pub expires_at: i64,
+}
+
+impl Session {
+    /// Valid while `now <= expiresAt`.
+    pub fn is_valid(&self, now: i64) -> bool {
+        now <= self.expires_at
+    }
+
+    /// The session's grants as capabilities, budgets reduced by the episode's spend.
+    pub fn capabilities(
+        &self,
+        spent: &std::collections::BTreeMap<(String, String), u64>,
+    ) -> Vec<Capability> {
+        self.grants
+            .iter()
+            .map(|g| Capability {
+                effect: g.effect.clone(),
+                scope: g.scope.clone(),
+                budget: g.budget.saturating_sub(
+                    spent
+                        .get(&(g.effect.clone(), g.scope.clone()))
+                        .copied()
+                        .unwrap_or(0),
+                ),
+                expires_at: self.expires_at,
+            })
+            .collect()
+    }
+
+    /// True when some grant has this effect and scope: visibility and admission of a
+    /// transition's `access`. Budget does not matter for visibility, and liveness is the
+    /// broker's to judge (at the expiry second the session is still valid but its grants are
+    /// not live, so the call is recorded as `denied:expired`).
+    pub fn grants_access(&self, effect: &str, scope: &str) -> bool {
+        self.grants
+            .iter()
+            .any(|g| g.effect == effect && g.scope == scope)
+    }
+}
+
+/// A freshly minted credential: the token is shown once and never stored.
+#[derive(Debug, Clone)]
+pub struct Minted {
+    pub token: String,
+    pub session: Session,
+}
+
+/// `^[a-z0-9][a-z0-9-]{0,63}$`
+pub fn validate_episode(episode: &str) -> Result<(), SessionError> {
+    let b = episode.as_bytes();
+    let ok = !b.is_empty()
+        && b.len() <= 64
+        && (b[0].is_ascii_lowercase() || b[0].is_ascii_digit())
+        && b.iter()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-');
+    if ok {
+        Ok(())
+    } else {
+        Err(SessionError::InvalidEpisode(episode.to_owned()))
+    }
+}
+
+/// `hex(sha256(token text))`.
+pub fn credential_id(token: &str) -> String {
+    hex::encode(Sha256::digest(token.as_bytes()))
+}
+
+/// Mint a session for `episode` valid for `ttl_secs` from `now`.
+pub fn mint(
+    store: &Store,
+    episode: &str,
+    grants: Vec<Grant>,
+    ttl_secs: i64,
+    now: i64,
+) -> Result<Minted, SessionError> {
+    validate_episode(episode)?;
+    if grants.is_empty() {
+        return Err(SessionError::NoGrants);
+    }
+    if ttl_secs < 1 {
+        return Err(SessionError::InvalidTtl);
+    }
+    let mut raw = [0u8; 32];
+    getrandom::fill(&mut raw).map_err(|e| SessionError::Random(e.to_string()))?;
+    let token = hex::encode(raw);
+    let session = Session {
+        credential_id: credential_id(&token),
+        episode: episode.to_owned(),
+        grants,
+        created_at: now,
+        expires_at: now.saturating_add(ttl_secs),
+    };
+    let bytes = encode(&session)?;
+    let id = session.credential_id.clone();
+    store.write(move |w| -> Result<(), StoreError> {
+        w.tables
+            .sessions
+            .put(w.txn, &id, &bytes)
+            .map_err(w.heed_err())
+    })?;
+    Ok(Minted { token, session })
+}
+
+fn encode(s: &Session) -> Result<Vec<u8>, SessionError> {
+    let v = serde_json::to_value(s).map_err(|e| SessionError::Corrupt(e.to_string()))?;
+    canon::to_vec(&v).map_err(|e| SessionError::Corrupt(e.to_string()))
+}
+
+fn decode(id: &str, bytes: &[u8]) -> Result<Session, SessionError> {
+    canon::parse(bytes)
+        .ok()
+        .and_then(|v| serde_json::from_value(v).ok())
+        .ok_or_else(|| SessionError::Corrupt(id.to_owned()))
+}
+
+/// Parse an `Authorization` header value: exactly two space/tab separated fields, the literal
+/// `Bearer` and 64 hex digits. Returns the token text.
+pub fn parse_authorization(header: Option<&str>) -> Result<&str, AuthError> {
+    let Some(h) = header else {
+        return Err(AuthError::Absent);
+    };
+    let mut fields = h.split([' ', '\t']).filter(|f| !f.is_empty());
+    match (fields.next(), fields.next(), fields.next()) {
+        (Some("Bearer"), Some(token), None)
+            if token.len() == 64 && token.bytes().all(|b| b.is_ascii_hexdigit()) =>
+        {
+            Ok(token)
+        }
+        _ => Err(AuthError::Malformed),
+    }
+}
+
+/// Resolve a request's `Authorization` header to a valid session.
+pub fn authenticate(
+    store: &Store,
+    header: Option<&str>,
+    now: i64,
+) -> Result<Session, AuthenticateError> {
+    let token = parse_authorization(header)?;
+    let session = lookup(store, &credential_id(token))?.ok_or(AuthError::Unknown)?;
+    if !session.is_valid(now) {
+        return Err(AuthError::Expired.into());
+    }
+    Ok(session)
+}
+
+/// Authentication failure: a refusal, or the store failing underneath.
+#[derive(Debug, thiserror::Error)]
+pub enum AuthenticateError {
+    #[error(transparent)]
+    Denied(#[from] AuthError),
+    #[error(transparent)]
+    Store(#[from] StoreError),
+}
+
+impl From<SessionError> for AuthenticateError {
+    fn from(e: SessionError) -> Self {
+        match e {
+            SessionError::Store(s) => AuthenticateError::Store(s),
+            // A damaged row is indistinguishable from no session for the caller.
+            _ => AuthenticateError::Denied(AuthError::Unknown),
+        }
+    }
+}
+
+/// The session with this credential id.
+pub fn lookup(store: &Store, credential_id: &str) -> Result<Option<Session>, SessionError> {
+    store.read(|r: &ReadCtx<'_>| -> Result<_, SessionError> {
+        match r
+            .tables
+            .sessions
+            .get(r.txn, credential_id)
+            .map_err(r.heed_err())?
+        {
+            None => Ok(None),
+            Some(b) => decode(credential_id, b).map(Some),
+        }
+    })
+}
+
+/// Up to [`MAX_LIST`] sessions, ordered by credential id.
+pub fn list(store: &Store) -> Result<Vec<Session>, SessionError> {
+    store.read(|r: &ReadCtx<'_>| -> Result<_, SessionError> {
+        let mut out = Vec::new();
+        for item in r.tables.sessions.iter(r.txn).map_err(r.heed_err())? {
+            let (id, b) = item.map_err(r.heed_err())?;
+            out.push(decode(id, b)?);
+            if out.len() >= MAX_LIST {
+                break;
+            }
+        }
+        Ok(out)
+    })
+}
+
+/// Delete one session; false when there was none.
+pub fn revoke(store: &Store, credential_id: &str) -> Result<bool, SessionError> {
+    let id = credential_id.to_owned();
+    Ok(store.write(move |w| -> Result<bool, StoreError> {
+        w.tables.sessions.delete(w.txn, &id).map_err(w.heed_err())
+    })?)
+}
+
+/// Delete every session of an episode; returns their credential ids.
+pub fn revoke_episode(store: &Store, episode: &str) -> Result<Vec<String>, SessionError> {
+    let ids: Vec<String> = list_all(store)?
+        .into_iter()
+        .filter(|s| s.episode == episode)
+        .map(|s| s.credential_id)
+        .collect();
+    let del = ids.clone();
+    store.write(move |w| -> Result<(), StoreError> {
+        for id in &del {
+            w.tables.sessions.delete(w.txn, id).map_err(w.heed_err())?;
+        }
+        Ok(())
+    })?;
+    Ok(ids)
+}
+
+fn list_all(store: &Store) -> Result<Vec<Session>, SessionError> {
+    store.read(|r: &ReadCtx<'_>| -> Result<_, SessionError> {
+        let mut out = Vec::new();
+        for item in r.tables.sessions.iter(r.txn).map_err(r.heed_err())? {
+            let (id, b) = item.map_err(r.heed_err())?;
+            out.push(decode(id, b)?);
+        }
+        Ok(out)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn episodes_follow_the_grammar() {
+        for ok in ["a", "ep1", "0", "a-b-c", &"a".repeat(64)] {
+            validate_episode(ok).unwrap();
+        }
+        for bad in ["", "-a", "A", "a_b", "a.b", "é", &"a".repeat(65), "a b"] {
+            assert!(validate_episode(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn authorization_header_shapes() {
+        let t = "ab".repeat(32);
+        assert_eq!(parse_authorization(None), Err(AuthError::Absent));
+        assert_eq!(
+            parse_authorization(Some(&format!("Bearer {t}"))),
+            Ok(t.as_str())
+        );
+        assert_eq!(
+            parse_authorization(Some(&format!("Bearer\t {t} "))),
+            Ok(t.as_str())
+        );
+        for bad in [
+            String::new(),
+            format!("bearer {t}"),
+            format!("Bearer {t} x"),
+            format!("Bearer {}", &t[1..]),
+            format!("Bearer {}g", &t[1..]),
+            "Bearer".to_string(),
+            format!("Basic {t}"),
+        ] {
+            assert_eq!(
+                parse_authorization(Some(&bad)),
+                Err(AuthError::Malformed),
+                "{bad:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn credential_id_hashes_the_hex_text() {
+        // Uppercase passes the shape check but is another text, so another id.
+        let t = "ab".repeat(32);
+        assert_ne!(credential_id(&t), credential_id(&t.to_uppercase()));
+        assert_eq!(credential_id(&t).len(), 64);
+    }
+}

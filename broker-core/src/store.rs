@@ -1,0 +1,633 @@
+//! The LMDB store: one environment, named databases, and one writer thread with group commit.
+//!
+//! Reads run on the caller's thread in their own read transaction. Every write goes through
+//! [`Store::write`]: the operation is sent to the single writer thread, which drains whatever is
+//! queued, runs each operation in a nested transaction of one parent transaction, commits the
+//! parent once (LMDB's default full sync: durable when acknowledged) and then answers every
+//! caller. Throughput under concurrency comes from that batching, never from weaker syncing.
+//! A failing operation aborts only its own nested transaction; a failing commit fails the batch.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc::{self, Receiver, Sender, SyncSender};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+
+use heed::byteorder::BigEndian;
+use heed::types::{Bytes, Str, U64};
+use heed::{CommitOrAbort, Database, Env, EnvOpenOptions, RoTxn, RwTxn, WithoutTls};
+
+use crate::log::{self, LogError};
+use crate::object::{Object, Ref};
+
+/// The schema this build reads and writes. An store with another version is refused unmodified.
+pub const SCHEMA_VERSION: u32 = 1;
+/// Default LMDB map size: sparse on Linux, so a large reservation costs nothing until used.
+pub const DEFAULT_MAP_SIZE: usize = 16 << 30;
+const MAX_BATCH: usize = 256;
+
+/// Store failures. `Clone` because one failed group commit answers every caller in it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum StoreError {
+    #[error("world store {0} does not exist")]
+    NotFound(PathBuf),
+    #[error("the store is full: LMDB map size {map_size} bytes reached; restart with a larger --map-size")]
+    MapFull { map_size: usize },
+    #[error("store schema version {found} is not the version this build uses ({expected}); refusing to open it")]
+    SchemaMismatch { found: String, expected: u32 },
+    #[error("store {0} is already open in this process")]
+    AlreadyOpen(PathBuf),
+    #[error("store I/O error: {0}")]
+    Io(String),
+    #[error("LMDB error: {0}")]
+    Lmdb(String),
+    #[error("store is damaged: {0}")]
+    Corrupt(String),
+    #[error("the store's writer thread has stopped")]
+    WriterGone,
+}
+
+impl StoreError {
+    pub(crate) fn from_heed(err: heed::Error, map_size: usize) -> StoreError {
+        match err {
+            heed::Error::Mdb(heed::MdbError::MapFull) => StoreError::MapFull { map_size },
+            heed::Error::Io(e) => StoreError::Io(e.to_string()),
+            heed::Error::EnvAlreadyOpened => StoreError::AlreadyOpen(PathBuf::new()),
+            other => StoreError::Lmdb(other.to_string()),
+        }
+    }
+}
+
+/// The named databases (DESIGN §4).
+#[derive(Clone, Copy)]
+pub struct Tables {
+    /// ref(32) → object encoding.
+    pub objects: Database<'static, Bytes, Bytes>,
+    /// semanticId \0 ref(32) → (): the semantic-id index.
+    pub by_semantic_id: Database<'static, Bytes, Bytes>,
+    /// world ref(32) → canonical world JSON.
+    pub worlds: Database<'static, Bytes, Bytes>,
+    /// entry index (u64 BE) → canonical entry JSON.
+    pub log: Database<'static, U64<BigEndian>, Bytes>,
+    /// entry hash(32) → entry index (u64 BE).
+    pub entry_hashes: Database<'static, Bytes, U64<BigEndian>>,
+    /// head name → world ref(32).
+    pub heads: Database<'static, Str, Bytes>,
+    /// journal sequence (u64 BE) → canonical journal record JSON.
+    pub journal: Database<'static, U64<BigEndian>, Bytes>,
+    /// invocation id → canonical journal state JSON.
+    pub journal_by_invocation: Database<'static, Str, Bytes>,
+    /// invocation id → intent sequence, for intents that have no outcome yet.
+    pub pending: Database<'static, Str, U64<BigEndian>>,
+    /// episode \0 seq(u64 BE) → (): the journal index by episode.
+    pub journal_by_episode: Database<'static, Bytes, Bytes>,
+    /// episode \0 effect \0 scope → units spent (u64 BE).
+    pub spend: Database<'static, Bytes, U64<BigEndian>>,
+    /// credential id (64 hex) → canonical session JSON.
+    pub sessions: Database<'static, Str, Bytes>,
+    /// episode \0 task id → canonical task state JSON (task ids and idempotency keys).
+    pub tasks: Database<'static, Bytes, Bytes>,
+    /// registry name → registry revision ref(32).
+    pub registry_heads: Database<'static, Str, Bytes>,
+    /// meta key → value (schema version).
+    pub meta: Database<'static, Str, Bytes>,
+}
+
+/// The writable view handed to an operation running on the writer thread.
+pub struct WriteCtx<'a, 't> {
+    pub txn: &'a mut RwTxn<'t>,
+    pub tables: &'a Tables,
+    env: &'a Env<WithoutTls>,
+}
+
+/// The read-only view for readers.
+pub struct ReadCtx<'a> {
+    pub txn: &'a RoTxn<'a, WithoutTls>,
+    pub tables: &'a Tables,
+}
+
+type Completion = Box<dyn FnOnce(Option<&StoreError>) + Send>;
+type Job = Box<
+    dyn for<'a, 'b, 't> FnOnce(Result<&'b mut WriteCtx<'a, 't>, StoreError>) -> Completion + Send,
+>;
+
+/// Counters for operators (group-commit batch sizes).
+#[derive(Debug, Default)]
+pub struct WriterStats {
+    pub batches: AtomicU64,
+    pub operations: AtomicU64,
+    pub largest_batch: AtomicU64,
+}
+
+struct Inner {
+    env: Env<WithoutTls>,
+    tables: Tables,
+    path: PathBuf,
+    map_size: usize,
+    sender: Mutex<Option<Sender<Job>>>,
+    writer: Mutex<Option<JoinHandle<()>>>,
+    stats: Arc<WriterStats>,
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        // Closing the channel ends the writer loop; joining releases its Env clone so the
+        // environment really closes and the directory can be opened again in this process.
+        if let Ok(mut s) = self.sender.lock() {
+            s.take();
+        }
+        if let Ok(mut w) = self.writer.lock() {
+            if let Some(handle) = w.take() {
+                let _ = handle.join();
+            }
+        }
+    }
+}
+
+/// Options for [`Store::open`].
+#[derive(Debug, Clone)]
+pub struct StoreOptions {
+    pub map_size: usize,
+    /// Create the directory and the genesis when absent.
+    pub create: bool,
+}
+
+impl Default for StoreOptions {
+    fn default() -> Self {
+        StoreOptions {
+            map_size: DEFAULT_MAP_SIZE,
+            create: false,
+        }
+    }
+}
+
+/// A handle to the store; cheap to clone and usable from any thread.
+#[derive(Clone)]
+pub struct Store {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for Store {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Store")
+            .field("path", &self.inner.path)
+            .finish()
+    }
+}
+
+const META_SCHEMA: &str = "schema_version";
+
+impl Store {
+    /// Open (or with `create`, create) the store in `dir`. A new store gets its genesis entry.
+    pub fn open(dir: &Path, options: StoreOptions) -> Result<Store, StoreError> {
+        let exists = dir.join("data.mdb").exists();
+        if !exists {
+            if !options.create {
+                return Err(StoreError::NotFound(dir.to_path_buf()));
+            }
+            std::fs::create_dir_all(dir).map_err(|e| StoreError::Io(e.to_string()))?;
+        }
+        let map_size = options.map_size;
+        let heed_err = |e| StoreError::from_heed(e, map_size);
+        let env = unsafe {
+            // SAFETY: heed requires that the environment is not opened twice in one process
+            // (it checks and reports EnvAlreadyOpened) and that the files are not modified by
+            // other means; every process uses the same flags.
+            EnvOpenOptions::new()
+                .read_txn_without_tls()
+                .map_size(map_size)
+                .max_dbs(32)
+                .max_readers(512)
+                .open(dir)
+        }
+        .map_err(|e| match e {
+            heed::Error::EnvAlreadyOpened => StoreError::AlreadyOpen(dir.to_path_buf()),
+            other => heed_err(other),
+        })?;
+        // Reader slots of crashed processes would otherwise leak.
+        let _ = env.clear_stale_readers();
+
+        let wtxn = env.write_txn().map_err(heed_err)?;
+        let tables = env
+            .create_databases_and_commit(wtxn, |dbo, wtxn| -> heed::Result<_> {
+                Ok(CommitOrAbort::<_, ()>::Commit((
+                    (
+                        dbo.create_database(wtxn, Some("objects"))?,
+                        dbo.create_database(wtxn, Some("by_semantic_id"))?,
+                        dbo.create_database(wtxn, Some("worlds"))?,
+                        dbo.create_database(wtxn, Some("log"))?,
+                        dbo.create_database(wtxn, Some("entry_hashes"))?,
+                        dbo.create_database(wtxn, Some("heads"))?,
+                        dbo.create_database(wtxn, Some("journal"))?,
+                        dbo.create_database(wtxn, Some("journal_by_invocation"))?,
+                    ),
+                    (
+                        dbo.create_database(wtxn, Some("pending"))?,
+                        dbo.create_database(wtxn, Some("journal_by_episode"))?,
+                        dbo.create_database(wtxn, Some("spend"))?,
+                        dbo.create_database(wtxn, Some("sessions"))?,
+                        dbo.create_database(wtxn, Some("tasks"))?,
+                        dbo.create_database(wtxn, Some("registry_heads"))?,
+                        dbo.create_database(wtxn, Some("meta"))?,
+                    ),
+                )))
+            })
+            .map_err(heed_err)?
+            .commit()
+            .ok_or_else(|| StoreError::Lmdb("database creation aborted".into()))?;
+        let (
+            (
+                objects,
+                by_semantic_id,
+                worlds,
+                log,
+                entry_hashes,
+                heads,
+                journal,
+                journal_by_invocation,
+            ),
+            (pending, journal_by_episode, spend, sessions, tasks, registry_heads, meta),
+        ) = tables;
+        let tables = Tables {
+            objects,
+            by_semantic_id,
+            worlds,
+            log,
+            entry_hashes,
+            heads,
+            journal,
+            journal_by_invocation,
+            pending,
+            journal_by_episode,
+            spend,
+            sessions,
+            tasks,
+            registry_heads,
+            meta,
+        };
+
+        // Schema: refuse an unknown version without touching anything.
+        {
+            let rtxn = env.read_txn().map_err(heed_err)?;
+            match tables.meta.get(&rtxn, META_SCHEMA).map_err(heed_err)? {
+                Some(v) => {
+                    let found = String::from_utf8_lossy(v).into_owned();
+                    if found != SCHEMA_VERSION.to_string() {
+                        return Err(StoreError::SchemaMismatch {
+                            found,
+                            expected: SCHEMA_VERSION,
+                        });
+                    }
+                }
+                None => {
+                    if tables.log.len(&rtxn).map_err(heed_err)? != 0 {
+                        return Err(StoreError::SchemaMismatch {
+                            found: "none".into(),
+                            expected: SCHEMA_VERSION,
+                        });
+                    }
+                }
+            }
+        }
+
+        let (sender, receiver) = mpsc::channel::<Job>();
+        let stats = Arc::new(WriterStats::default());
+        let writer = {
+            let env = env.clone();
+            let stats = stats.clone();
+            std::thread::Builder::new()
+                .name("worldd-store-writer".into())
+                .spawn(move || writer_loop(env, tables, receiver, map_size, stats))
+                .map_err(|e| StoreError::Io(e.to_string()))?
+        };
+        let store = Store {
+            inner: Arc::new(Inner {
+                env,
+                tables,
+                path: dir.to_path_buf(),
+                map_size,
+                sender: Mutex::new(Some(sender)),
+                writer: Mutex::new(Some(writer)),
+                stats,
+            }),
+        };
+        store.ensure_genesis()?;
+        Ok(store)
+    }
+
+    /// Create the store in `dir` if absent, with default options.
+    pub fn create(dir: &Path) -> Result<Store, StoreError> {
+        Store::open(
+            dir,
+            StoreOptions {
+                create: true,
+                ..StoreOptions::default()
+            },
+        )
+    }
+
+    fn ensure_genesis(&self) -> Result<(), StoreError> {
+        let has_head = self.read(|r| Ok(log::head(r)?.is_some()))?;
+        if has_head {
+            return Ok(());
+        }
+        self.write(|w| -> Result<(), StoreError> {
+            w.tables
+                .meta
+                .put(w.txn, META_SCHEMA, SCHEMA_VERSION.to_string().as_bytes())
+                .map_err(w.heed_err())?;
+            log::write_genesis(w).map(|_| ()).map_err(|e| match e {
+                LogError::Store(s) => s,
+                other => StoreError::Corrupt(other.to_string()),
+            })
+        })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.inner.path
+    }
+
+    pub fn map_size(&self) -> usize {
+        self.inner.map_size
+    }
+
+    pub fn stats(&self) -> &WriterStats {
+        &self.inner.stats
+    }
+
+    /// Run `op` in a read transaction on this thread.
+    pub fn read<R, E>(&self, op: impl FnOnce(&ReadCtx<'_>) -> Result<R, E>) -> Result<R, E>
+    where
+        E: From<StoreError>,
+    {
+        let txn = self
+            .inner
+            .env
+            .read_txn()
+            .map_err(|e| StoreError::from_heed(e, self.inner.map_size))?;
+        let ctx = ReadCtx {
+            txn: &txn,
+            tables: &self.inner.tables,
+        };
+        op(&ctx)
+    }
+
+    /// Run `op` on the writer thread inside the next group commit and wait until that commit is
+    /// durable. `op`'s writes are discarded when it returns an error; other operations of the
+    /// same batch are unaffected. Blocks the calling thread.
+    pub fn write<R, E>(
+        &self,
+        op: impl for<'a, 't> FnOnce(&mut WriteCtx<'a, 't>) -> Result<R, E> + Send + 'static,
+    ) -> Result<R, E>
+    where
+        R: Send + 'static,
+        E: From<StoreError> + Send + 'static,
+    {
+        let (tx, rx): (SyncSender<Result<R, E>>, _) = mpsc::sync_channel(1);
+        let map_size = self.inner.map_size;
+        let job: Job = Box::new(move |ctx: Result<&mut WriteCtx<'_, '_>, StoreError>| {
+            let result = match ctx {
+                Ok(ctx) => run_nested(ctx, op, map_size),
+                Err(e) => Err(E::from(e)),
+            };
+            Box::new(move |commit_error: Option<&StoreError>| {
+                let answer = match (commit_error, result) {
+                    (Some(e), Ok(_)) => Err(E::from(e.clone())),
+                    (_, r) => r,
+                };
+                let _ = tx.send(answer);
+            }) as Completion
+        });
+        {
+            let guard = self
+                .inner
+                .sender
+                .lock()
+                .map_err(|_| StoreError::WriterGone)?;
+            let sender = guard.as_ref().ok_or(StoreError::WriterGone)?;
+            sender.send(job).map_err(|_| StoreError::WriterGone)?;
+        }
+        rx.recv().map_err(|_| E::from(StoreError::WriterGone))?
+    }
+
+    /// Maintenance access to a raw table, for `doctor`-style tools and tamper tests.
+    #[doc(hidden)]
+    pub fn raw_overwrite(
+        &self,
+        table: RawTable,
+        key: Vec<u8>,
+        value: Vec<u8>,
+    ) -> Result<(), StoreError> {
+        self.write(move |w| -> Result<(), StoreError> {
+            let e = w.heed_err();
+            match table {
+                RawTable::Objects => w.tables.objects.put(w.txn, &key, &value).map_err(e),
+                RawTable::Worlds => w.tables.worlds.put(w.txn, &key, &value).map_err(e),
+                RawTable::Log => {
+                    let idx = u64::from_be_bytes(
+                        key.as_slice()
+                            .try_into()
+                            .map_err(|_| StoreError::Corrupt("log key must be 8 bytes".into()))?,
+                    );
+                    w.tables.log.put(w.txn, &idx, &value).map_err(e)
+                }
+            }
+        })
+    }
+
+    /// Raw bytes of a table row, for maintenance tools and tamper tests.
+    #[doc(hidden)]
+    pub fn raw_get(&self, table: RawTable, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
+        self.read(|r| {
+            let e = r.heed_err();
+            Ok(match table {
+                RawTable::Objects => r
+                    .tables
+                    .objects
+                    .get(r.txn, key)
+                    .map_err(e)?
+                    .map(<[u8]>::to_vec),
+                RawTable::Worlds => r
+                    .tables
+                    .worlds
+                    .get(r.txn, key)
+                    .map_err(e)?
+                    .map(<[u8]>::to_vec),
+                RawTable::Log => {
+                    let idx = u64::from_be_bytes(
+                        key.try_into()
+                            .map_err(|_| StoreError::Corrupt("log key must be 8 bytes".into()))?,
+                    );
+                    r.tables
+                        .log
+                        .get(r.txn, &idx)
+                        .map_err(e)?
+                        .map(<[u8]>::to_vec)
+                }
+            })
+        })
+    }
+}
+
+/// Tables reachable through the raw maintenance accessors.
+#[doc(hidden)]
+#[derive(Debug, Clone, Copy)]
+pub enum RawTable {
+    Objects,
+    Worlds,
+    Log,
+}
+
+fn run_nested<R, E>(
+    ctx: &mut WriteCtx<'_, '_>,
+    op: impl for<'a, 't> FnOnce(&mut WriteCtx<'a, 't>) -> Result<R, E>,
+    map_size: usize,
+) -> Result<R, E>
+where
+    E: From<StoreError>,
+{
+    let tables = ctx.tables;
+    let env = ctx.env;
+    let mut nested = env
+        .nested_write_txn(ctx.txn)
+        .map_err(|e| StoreError::from_heed(e, map_size))?;
+    let mut inner = WriteCtx {
+        txn: &mut nested,
+        tables,
+        env,
+    };
+    let result = op(&mut inner);
+    match result {
+        Ok(v) => {
+            nested
+                .commit()
+                .map_err(|e| StoreError::from_heed(e, map_size))?;
+            Ok(v)
+        }
+        Err(e) => {
+            nested.abort();
+            Err(e)
+        }
+    }
+}
+
+fn writer_loop(
+    env: Env<WithoutTls>,
+    tables: Tables,
+    receiver: Receiver<Job>,
+    map_size: usize,
+    stats: Arc<WriterStats>,
+) {
+    while let Ok(first) = receiver.recv() {
+        let mut batch = vec![first];
+        while batch.len() < MAX_BATCH {
+            match receiver.try_recv() {
+                Ok(job) => batch.push(job),
+                Err(_) => break,
+            }
+        }
+        let n = batch.len() as u64;
+        stats.batches.fetch_add(1, Ordering::Relaxed);
+        stats.operations.fetch_add(n, Ordering::Relaxed);
+        stats.largest_batch.fetch_max(n, Ordering::Relaxed);
+        let mut txn = match env.write_txn() {
+            Ok(t) => t,
+            Err(e) => {
+                let err = StoreError::from_heed(e, map_size);
+                // Each job must still answer: run it against nothing is impossible, so report.
+                tracing::error!(error = %err, "store writer could not begin a transaction");
+                for job in batch {
+                    job(Err(err.clone()))(None);
+                }
+                continue;
+            }
+        };
+        let mut completions = Vec::with_capacity(batch.len());
+        for job in batch {
+            let mut ctx = WriteCtx {
+                txn: &mut txn,
+                tables: &tables,
+                env: &env,
+            };
+            completions.push(job(Ok(&mut ctx)));
+        }
+        let outcome = txn.commit().map_err(|e| StoreError::from_heed(e, map_size));
+        let err = outcome.err();
+        for done in completions {
+            done(err.as_ref());
+        }
+    }
+}
+
+/// Helpers shared by read and write contexts.
+pub trait TxnExt {
+    fn map_size_hint(&self) -> usize {
+        DEFAULT_MAP_SIZE
+    }
+    /// Convert heed errors into [`StoreError`].
+    fn heed_err(&self) -> fn(heed::Error) -> StoreError {
+        |e| StoreError::from_heed(e, DEFAULT_MAP_SIZE)
+    }
+}
+
+impl TxnExt for ReadCtx<'_> {}
+impl TxnExt for WriteCtx<'_, '_> {}
+
+impl ReadCtx<'_> {
+    pub fn object(&self, r: &Ref) -> Result<Option<Object>, StoreError> {
+        get_object(self.txn, self.tables, r)
+    }
+}
+
+impl WriteCtx<'_, '_> {
+    pub fn object(&self, r: &Ref) -> Result<Option<Object>, StoreError> {
+        get_object(self.txn, self.tables, r)
+    }
+
+    /// Insert an object unless present (first writer's provenance wins). The payload must hash
+    /// to the object's address.
+    pub fn put_object(&mut self, object: &Object) -> Result<(), StoreError> {
+        if !object.verify() {
+            return Err(StoreError::Corrupt(format!(
+                "object {} does not hash to its address",
+                object.hash
+            )));
+        }
+        let e = self.heed_err();
+        if self
+            .tables
+            .objects
+            .get(self.txn, object.hash.as_bytes())
+            .map_err(e)?
+            .is_some()
+        {
+            return Ok(());
+        }
+        self.tables
+            .objects
+            .put(self.txn, object.hash.as_bytes(), &object.encode_value())
+            .map_err(e)?;
+        let mut key = Vec::with_capacity(object.semantic_id.len() + 33);
+        key.extend_from_slice(object.semantic_id.as_bytes());
+        key.push(0);
+        key.extend_from_slice(object.hash.as_bytes());
+        self.tables
+            .by_semantic_id
+            .put(self.txn, &key, &[])
+            .map_err(e)?;
+        Ok(())
+    }
+}
+
+fn get_object(txn: &RoTxn<'_>, tables: &Tables, r: &Ref) -> Result<Option<Object>, StoreError> {
+    match tables
+        .objects
+        .get(txn, r.as_bytes())
+        .map_err(|e| StoreError::from_heed(e, DEFAULT_MAP_SIZE))?
+    {
+        None => Ok(None),
+        Some(bytes) => Object::decode_value(*r, bytes)
+            .map(Some)
+            .ok_or_else(|| StoreError::Corrupt(format!("object {r} has a damaged envelope"))),
+    }
+}

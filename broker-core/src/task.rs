@@ -1,0 +1,107 @@
+//! Task ids: the idempotency keys of invocations within an episode.
+//!
+//! A task id names one invocation (`<surface>:<episode>:<task>`). Its state is written in the
+//! same transactions as the journal and the log, so after a crash it says exactly what
+//! happened: `pending` (the intent is durable, the commit is not), `committed` (the result can
+//! be returned again without running anything) or `unrecorded` (an effect ran but the call was
+//! not committed).
+
+use serde::{Deserialize, Serialize};
+
+use crate::canon;
+use crate::object::Ref;
+use crate::store::{ReadCtx, StoreError, Tables, TxnExt, WriteCtx};
+
+/// `[A-Za-z0-9._-]{1,128}`
+pub fn valid_task_id(id: &str) -> bool {
+    (1..=128).contains(&id.len())
+        && id
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum TaskPhase {
+    Pending,
+    Committed,
+    Unrecorded,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct TaskState {
+    pub invocation_id: String,
+    pub skill_id: String,
+    /// Ref of the canonical arguments: a reuse with other arguments is another call.
+    pub input_ref: Ref,
+    pub phase: TaskPhase,
+    pub output_ref: Option<Ref>,
+    pub entry_index: Option<u64>,
+    pub world_ref: Option<Ref>,
+    #[serde(default)]
+    pub effect_records: Vec<Ref>,
+}
+
+fn key(episode: &str, task: &str) -> Vec<u8> {
+    let mut k = Vec::with_capacity(episode.len() + task.len() + 1);
+    k.extend_from_slice(episode.as_bytes());
+    k.push(0);
+    k.extend_from_slice(task.as_bytes());
+    k
+}
+
+fn get_in(
+    txn: &heed::RoTxn<'_>,
+    t: &Tables,
+    episode: &str,
+    task: &str,
+) -> Result<Option<TaskState>, StoreError> {
+    match t
+        .tasks
+        .get(txn, &key(episode, task))
+        .map_err(|e| StoreError::from_heed(e, 0))?
+    {
+        None => Ok(None),
+        Some(b) => canon::parse(b)
+            .ok()
+            .and_then(|v| serde_json::from_value(v).ok())
+            .map(Some)
+            .ok_or_else(|| {
+                StoreError::Corrupt(format!("task state {episode}/{task} is unreadable"))
+            }),
+    }
+}
+
+pub fn get(r: &ReadCtx<'_>, episode: &str, task: &str) -> Result<Option<TaskState>, StoreError> {
+    get_in(r.txn, r.tables, episode, task)
+}
+
+pub fn get_w(
+    w: &WriteCtx<'_, '_>,
+    episode: &str,
+    task: &str,
+) -> Result<Option<TaskState>, StoreError> {
+    get_in(w.txn, w.tables, episode, task)
+}
+
+pub fn put(
+    w: &mut WriteCtx<'_, '_>,
+    episode: &str,
+    task: &str,
+    state: &TaskState,
+) -> Result<(), StoreError> {
+    let v = serde_json::to_value(state).map_err(|e| StoreError::Corrupt(e.to_string()))?;
+    let bytes = canon::to_vec(&v).map_err(|e| StoreError::Corrupt(e.to_string()))?;
+    w.tables
+        .tasks
+        .put(w.txn, &key(episode, task), &bytes)
+        .map_err(w.heed_err())
+}
+
+/// Split an invocation id `<surface>:<episode>:<task>`.
+pub fn split_invocation_id(id: &str) -> Option<(&str, &str, &str)> {
+    let (surface, rest) = id.split_once(':')?;
+    let (episode, task) = rest.split_once(':')?;
+    Some((surface, episode, task))
+}

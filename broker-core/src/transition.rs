@@ -1,0 +1,504 @@
+//! Transition documents (`world/transition/v1`): a tool defined as data.
+//!
+//! A transition is one JSON object. Every key is required except `finish`:
+//!
+//! | key | meaning |
+//! |---|---|
+//! | `id` | tool id = MCP tool name = A2A skill id; `^[A-Za-z0-9][A-Za-z0-9._/-]{0,127}$` |
+//! | `title` | short human title (non-empty) |
+//! | `description` | what the tool does, written for the agent that reads `tools/list` (non-empty) |
+//! | `inputSchema` | JSON Schema of the arguments: `"type":"object"`, `"additionalProperties":false`, one property per plan argument (same names, JSON types matching the plan's types), `required` = the plan's required arguments |
+//! | `outputSchema` | JSON Schema of the result object (`"type":"object"`) |
+//! | `access` | `{effect, scope, cost}`: the grant that makes the tool visible and admits a call; `effect` must be one of the declared effect names |
+//! | `declaredEffects` | `[{effect, scope, cost}]`: every effect the plan may request, exactly — each triple must be reachable by the plan and the plan can reach no other |
+//! | `finish` | optional name of a pure reshaping function exported by the effect's plugin (e.g. `"check-report"`); `null` means none |
+//! | `plan` | the plan section, in the plan language (see [`crate::plan`]) |
+//!
+//! Unknown keys are refused. [`Transition::from_value`] validates all of it (and the whole plan
+//! section) and never panics; [`Transition::to_value`] hands back the document exactly as
+//! given — its canonical bytes are what `transitionFn` hashes.
+
+use serde_json::{Map, Value};
+
+use crate::plan::{PlanSpec, SpecError};
+
+/// The semantic id of a transition document.
+pub const SEMANTIC_ID: &str = "world/transition/v1";
+
+/// Longest tool id, in bytes.
+pub const MAX_ID_BYTES: usize = 128;
+
+/// One `{effect, scope, cost}` triple: an access requirement or a declared effect.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct EffectSpec {
+    pub effect: String,
+    pub scope: String,
+    pub cost: u64,
+}
+
+/// A validated transition document.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Transition {
+    /// Tool id = MCP name = A2A skill id; `^[A-Za-z0-9][A-Za-z0-9._/-]{0,127}$`.
+    pub id: String,
+    pub title: String,
+    pub description: String,
+    /// JSON Schema object of the arguments, published to agents.
+    pub input_schema: Value,
+    /// JSON Schema object of the result.
+    pub output_schema: Value,
+    /// Visibility / admission triple.
+    pub access: EffectSpec,
+    /// Every effect a plan may request, exactly.
+    pub declared_effects: Vec<EffectSpec>,
+    /// Name of a pure reshaping function exported by the effect's plugin.
+    pub finish: Option<String>,
+    /// The parsed plan section.
+    pub plan: PlanSpec,
+    document: Value,
+}
+
+/// Why a transition document was refused. The texts name the offending field.
+#[derive(Debug, thiserror::Error)]
+pub enum TransitionError {
+    /// `from_slice` got bytes that are not one JSON value.
+    #[error("transition document is not JSON: {0}")]
+    NotJson(String),
+    /// The document is JSON but not an object.
+    #[error("transition document must be a JSON object")]
+    NotObject,
+    /// A field is missing, mistyped or breaks a rule, e.g.
+    /// `transition "x": declaredEffects[0].cost must be a non-negative integer`.
+    #[error("{}: {field} {problem}", subject(.id))]
+    Invalid {
+        /// The document's id, when it was readable.
+        id: Option<String>,
+        /// JSON path of the field, e.g. `plan.arguments[2].rules[0]`.
+        field: String,
+        /// What is wrong with it.
+        problem: String,
+    },
+}
+
+fn subject(id: &Option<String>) -> String {
+    match id {
+        Some(id) => format!("transition \"{id}\""),
+        None => "transition document".to_string(),
+    }
+}
+
+const TOP_KEYS: [&str; 9] = [
+    "id",
+    "title",
+    "description",
+    "inputSchema",
+    "outputSchema",
+    "access",
+    "declaredEffects",
+    "finish",
+    "plan",
+];
+
+impl Transition {
+    /// Parses and validates a document. Never panics.
+    pub fn from_value(doc: Value) -> Result<Self, TransitionError> {
+        let obj = doc.as_object().ok_or(TransitionError::NotObject)?;
+        let id = parse_id(obj)?;
+        let fail = |field: &str, problem: String| TransitionError::Invalid {
+            id: Some(id.clone()),
+            field: field.to_string(),
+            problem,
+        };
+        let lift = |e: SpecError| TransitionError::Invalid {
+            id: Some(id.clone()),
+            field: e.field,
+            problem: e.problem,
+        };
+
+        if let Some(k) = obj.keys().filter(|k| !TOP_KEYS.contains(&k.as_str())).min() {
+            return Err(fail(
+                "document",
+                format!(
+                    "has key \"{}\", which {SEMANTIC_ID} does not define (keys: {})",
+                    crate::plan::escape_for_message(k),
+                    TOP_KEYS.join(", ")
+                ),
+            ));
+        }
+
+        let title = non_empty_string(obj, "title").map_err(lift)?;
+        let description = non_empty_string(obj, "description").map_err(lift)?;
+        let input_schema = schema(obj, "inputSchema").map_err(lift)?;
+        let output_schema = schema(obj, "outputSchema").map_err(lift)?;
+        let access = match obj.get("access") {
+            None => return Err(fail("access", "is missing".into())),
+            Some(v) => parse_effect_spec(v, "access").map_err(lift)?,
+        };
+        let declared_effects = parse_declared(obj.get("declaredEffects")).map_err(lift)?;
+        let finish = match obj.get("finish") {
+            None | Some(Value::Null) => None,
+            Some(Value::String(s)) if valid_finish_name(s) => Some(s.clone()),
+            Some(Value::String(_)) => {
+                return Err(fail(
+                    "finish",
+                    "must match ^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$ (the name of a finish function the effect's plugin exports)".into(),
+                ))
+            }
+            Some(_) => return Err(fail("finish", "must be a string or null".into())),
+        };
+        let plan = match obj.get("plan") {
+            None => return Err(fail("plan", "is missing".into())),
+            Some(v) => PlanSpec::parse(v, &id).map_err(lift)?,
+        };
+
+        // access must name a declared effect: one grant both admits and pays.
+        if !declared_effects.iter().any(|d| d.effect == access.effect) {
+            return Err(fail(
+                "access.effect",
+                format!(
+                    "is \"{}\", which declaredEffects does not name",
+                    access.effect
+                ),
+            ));
+        }
+
+        // declaredEffects and the plan's reachable effects must be the same set.
+        let reachable = plan.possible_effects();
+        for (field, e) in &reachable {
+            if !declared_effects.contains(e) {
+                return Err(fail(
+                    field,
+                    format!(
+                        "plans effect {} at scope \"{}\" cost {}, which declaredEffects does not list",
+                        e.effect, e.scope, e.cost
+                    ),
+                ));
+            }
+        }
+        for (i, d) in declared_effects.iter().enumerate() {
+            if !reachable.iter().any(|(_, e)| e == d) {
+                return Err(fail(
+                    &format!("declaredEffects[{i}]"),
+                    format!(
+                        "({} at scope \"{}\" cost {}) is never planned by the plan section; declare exactly the effects the plan may request",
+                        d.effect, d.scope, d.cost
+                    ),
+                ));
+            }
+        }
+
+        check_input_schema(&input_schema, &plan).map_err(lift)?;
+
+        Ok(Transition {
+            id,
+            title,
+            description,
+            input_schema,
+            output_schema,
+            access,
+            declared_effects,
+            finish,
+            plan,
+            document: doc,
+        })
+    }
+
+    /// Parses JSON bytes, then validates as [`Transition::from_value`].
+    pub fn from_slice(bytes: &[u8]) -> Result<Self, TransitionError> {
+        let doc: Value =
+            serde_json::from_slice(bytes).map_err(|e| TransitionError::NotJson(e.to_string()))?;
+        Self::from_value(doc)
+    }
+
+    /// The full document as given (what `transitionFn` hashes, in canonical form).
+    pub fn to_value(&self) -> &Value {
+        &self.document
+    }
+
+    /// The declared effect names, in declaration order, each once.
+    pub fn effect_names(&self) -> impl Iterator<Item = &str> {
+        self.declared_effects
+            .iter()
+            .enumerate()
+            .filter(move |(i, e)| {
+                !self
+                    .declared_effects
+                    .iter()
+                    .take(*i)
+                    .any(|p| p.effect == e.effect)
+            })
+            .map(|(_, e)| e.effect.as_str())
+    }
+}
+
+fn parse_id(obj: &Map<String, Value>) -> Result<String, TransitionError> {
+    let invalid = |problem: &str| TransitionError::Invalid {
+        id: None,
+        field: "id".into(),
+        problem: problem.into(),
+    };
+    match obj.get("id") {
+        None => Err(invalid("is missing")),
+        Some(Value::String(s)) if valid_id(s) => Ok(s.clone()),
+        Some(Value::String(_)) => Err(invalid("must match ^[A-Za-z0-9][A-Za-z0-9._/-]{0,127}$")),
+        Some(_) => Err(invalid("must be a string")),
+    }
+}
+
+/// `^[A-Za-z0-9][A-Za-z0-9._/-]{0,127}$`
+pub fn valid_id(s: &str) -> bool {
+    let b = s.as_bytes();
+    match b.first() {
+        Some(c) if c.is_ascii_alphanumeric() => {}
+        _ => return false,
+    }
+    b.len() <= MAX_ID_BYTES
+        && b.iter()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'.' | b'_' | b'/' | b'-'))
+}
+
+/// Effect names: dot-separated identifiers, e.g. `Workspace.Read`; at most 128 bytes.
+pub(crate) fn valid_effect_name(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 128
+        && s.split('.').all(|part| {
+            let b = part.as_bytes();
+            matches!(b.first(), Some(c) if c.is_ascii_alphabetic())
+                && b.iter().all(|c| c.is_ascii_alphanumeric() || *c == b'_')
+        })
+}
+
+/// Scopes: `^[A-Za-z0-9][A-Za-z0-9._/-]{0,127}$` (no `=`, `:` or `,`, which the grant syntax uses).
+pub(crate) fn valid_scope(s: &str) -> bool {
+    valid_id(s)
+}
+
+fn valid_finish_name(s: &str) -> bool {
+    let b = s.as_bytes();
+    matches!(b.first(), Some(c) if c.is_ascii_alphanumeric())
+        && b.len() <= 64
+        && b.iter()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'.' | b'_' | b'-'))
+}
+
+fn spec_err(field: &str, problem: impl Into<String>) -> SpecError {
+    SpecError {
+        field: field.to_string(),
+        problem: problem.into(),
+    }
+}
+
+fn non_empty_string(obj: &Map<String, Value>, key: &str) -> Result<String, SpecError> {
+    match obj.get(key) {
+        None => Err(spec_err(key, "is missing")),
+        Some(Value::String(s)) if !s.trim().is_empty() => Ok(s.clone()),
+        Some(Value::String(_)) => Err(spec_err(key, "must not be empty")),
+        Some(_) => Err(spec_err(key, "must be a string")),
+    }
+}
+
+fn schema(obj: &Map<String, Value>, key: &str) -> Result<Value, SpecError> {
+    match obj.get(key) {
+        None => Err(spec_err(key, "is missing")),
+        Some(v @ Value::Object(m)) => {
+            if m.get("type") != Some(&Value::String("object".into())) {
+                return Err(spec_err(
+                    &format!("{key}.type"),
+                    "must be \"object\" (tool arguments and results are JSON objects)",
+                ));
+            }
+            Ok(v.clone())
+        }
+        Some(_) => Err(spec_err(key, "must be a JSON Schema object")),
+    }
+}
+
+/// Parses one `{effect, scope, cost}` object; `field` names it in errors.
+pub(crate) fn parse_effect_spec(v: &Value, field: &str) -> Result<EffectSpec, SpecError> {
+    let m = v
+        .as_object()
+        .ok_or_else(|| spec_err(field, "must be an object {effect, scope, cost}"))?;
+    if let Some(k) = m
+        .keys()
+        .filter(|k| !matches!(k.as_str(), "effect" | "scope" | "cost"))
+        .min()
+    {
+        return Err(spec_err(
+            field,
+            format!(
+                "has key \"{}\"; an effect triple has only effect, scope and cost",
+                crate::plan::escape_for_message(k)
+            ),
+        ));
+    }
+    let effect = parse_effect_name(m.get("effect"), &format!("{field}.effect"))?;
+    let scope = parse_scope(m.get("scope"), &format!("{field}.scope"))?;
+    let cost = parse_cost(m.get("cost"), &format!("{field}.cost"))?;
+    Ok(EffectSpec {
+        effect,
+        scope,
+        cost,
+    })
+}
+
+pub(crate) fn parse_effect_name(v: Option<&Value>, field: &str) -> Result<String, SpecError> {
+    match v {
+        None => Err(spec_err(field, "is missing")),
+        Some(Value::String(s)) if valid_effect_name(s) => Ok(s.clone()),
+        Some(Value::String(_)) => Err(spec_err(
+            field,
+            "must be an effect name such as \"Workspace.Read\" (dot-separated identifiers, at most 128 bytes)",
+        )),
+        Some(_) => Err(spec_err(field, "must be a string")),
+    }
+}
+
+pub(crate) fn parse_scope(v: Option<&Value>, field: &str) -> Result<String, SpecError> {
+    match v {
+        None => Err(spec_err(field, "is missing")),
+        Some(Value::String(s)) if valid_scope(s) => Ok(s.clone()),
+        Some(Value::String(_)) => Err(spec_err(
+            field,
+            "must match ^[A-Za-z0-9][A-Za-z0-9._/-]{0,127}$ (e.g. \"worktree\")",
+        )),
+        Some(_) => Err(spec_err(field, "must be a string")),
+    }
+}
+
+pub(crate) fn parse_cost(v: Option<&Value>, field: &str) -> Result<u64, SpecError> {
+    match v {
+        None => Err(spec_err(field, "is missing")),
+        Some(v) => v
+            .as_u64()
+            .ok_or_else(|| spec_err(field, "must be a non-negative integer")),
+    }
+}
+
+fn parse_declared(v: Option<&Value>) -> Result<Vec<EffectSpec>, SpecError> {
+    let items = match v {
+        None => return Err(spec_err("declaredEffects", "is missing")),
+        Some(Value::Array(items)) => items,
+        Some(_) => {
+            return Err(spec_err(
+                "declaredEffects",
+                "must be an array of {effect, scope, cost}",
+            ))
+        }
+    };
+    if items.is_empty() {
+        return Err(spec_err(
+            "declaredEffects",
+            "must list at least one effect (a plan always requests one when it does not refuse)",
+        ));
+    }
+    let mut out: Vec<EffectSpec> = Vec::with_capacity(items.len());
+    for (i, item) in items.iter().enumerate() {
+        let field = format!("declaredEffects[{i}]");
+        let e = parse_effect_spec(item, &field)?;
+        if out.contains(&e) {
+            return Err(spec_err(&field, "repeats an earlier entry"));
+        }
+        out.push(e);
+    }
+    Ok(out)
+}
+
+/// The published schema must describe exactly the arguments the plan admits.
+fn check_input_schema(schema: &Value, plan: &PlanSpec) -> Result<(), SpecError> {
+    let m = match schema.as_object() {
+        Some(m) => m,
+        None => return Err(spec_err("inputSchema", "must be a JSON Schema object")),
+    };
+    if m.get("additionalProperties") != Some(&Value::Bool(false)) {
+        return Err(spec_err(
+            "inputSchema.additionalProperties",
+            "must be false (the plan refuses every argument it does not declare)",
+        ));
+    }
+    let empty = Map::new();
+    let props = match m.get("properties") {
+        None => &empty,
+        Some(Value::Object(p)) => p,
+        Some(_) => return Err(spec_err("inputSchema.properties", "must be an object")),
+    };
+    for (name, json_type, _) in plan.argument_summary() {
+        match props.get(name) {
+            None => {
+                return Err(spec_err(
+                    "inputSchema.properties",
+                    format!("lacks \"{name}\", which the plan declares as an argument"),
+                ))
+            }
+            Some(p) => {
+                if let Some(t) = p.get("type") {
+                    if t != &Value::String(json_type.into()) {
+                        return Err(spec_err(
+                            &format!("inputSchema.properties.{name}.type"),
+                            format!("must be \"{json_type}\" to match the plan's argument type"),
+                        ));
+                    }
+                }
+            }
+        }
+    }
+    if let Some(k) = props
+        .keys()
+        .filter(|k| !plan.argument_summary().any(|(n, _, _)| n == k.as_str()))
+        .min()
+    {
+        return Err(spec_err(
+            "inputSchema.properties",
+            format!(
+                "has \"{}\", which the plan does not declare (the plan would refuse it)",
+                crate::plan::escape_for_message(k)
+            ),
+        ));
+    }
+    let mut listed: Vec<&str> = Vec::new();
+    match m.get("required") {
+        None => {}
+        Some(Value::Array(items)) => {
+            for item in items {
+                match item.as_str() {
+                    Some(s) => listed.push(s),
+                    None => {
+                        return Err(spec_err(
+                            "inputSchema.required",
+                            "must be an array of argument names",
+                        ))
+                    }
+                }
+            }
+        }
+        Some(_) => {
+            return Err(spec_err(
+                "inputSchema.required",
+                "must be an array of argument names",
+            ))
+        }
+    }
+    for (name, _, required) in plan.argument_summary() {
+        if required != listed.contains(&name) {
+            return Err(spec_err(
+                "inputSchema.required",
+                format!(
+                    "must list exactly the plan's required arguments; \"{name}\" is {} in the plan",
+                    if required { "required" } else { "optional" }
+                ),
+            ));
+        }
+    }
+    if let Some(extra) = listed
+        .iter()
+        .find(|n| !plan.argument_summary().any(|(a, _, _)| a == **n))
+    {
+        return Err(spec_err(
+            "inputSchema.required",
+            format!(
+                "lists \"{}\", which the plan does not declare",
+                crate::plan::escape_for_message(extra)
+            ),
+        ));
+    }
+    Ok(())
+}

@@ -1,0 +1,266 @@
+//! Shared harness for broker-core's integration tests: a temp store with the eight se-tools
+//! published, in-process test handlers, and a settable clock.
+#![allow(dead_code)]
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicI64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+use broker_core::coordinator::{
+    Call, CallError, CallOutput, Clock, Coordinator, CoordinatorConfig, EffectHandler,
+    EffectRequest, HandlerOutcome, Handlers, Hooks, Surface,
+};
+use broker_core::grant::Grant;
+use broker_core::registry;
+use broker_core::session::{self, Session};
+use broker_core::store::Store;
+use broker_core::transition::Transition;
+use serde_json::{json, Map, Value};
+
+pub const SE_TOOLS: [&str; 8] = [
+    "ailang-read",
+    "ailang-write",
+    "ailang-edit",
+    "ailang-check",
+    "ailang-run",
+    "builtins-search",
+    "examples-search",
+    "ailang-cli",
+];
+
+pub const ALL_EFFECTS: [&str; 8] = [
+    "Workspace.Read",
+    "Workspace.Write",
+    "Ailang.Check",
+    "Ailang.Run",
+    "Ailang.RunEnv",
+    "Ailang.RunNet",
+    "Ailang.Discover",
+    "Ailang.CLI",
+];
+
+pub fn se_tool(id: &str) -> Transition {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../transitions/se-tools")
+        .join(format!("{id}.json"));
+    let bytes = std::fs::read(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    Transition::from_slice(&bytes).unwrap_or_else(|e| panic!("{id}: {e}"))
+}
+
+/// A settable clock.
+#[derive(Default)]
+pub struct TestClock(pub AtomicI64);
+
+impl Clock for TestClock {
+    fn now(&self) -> i64 {
+        self.0.load(Ordering::SeqCst)
+    }
+}
+
+/// How the test handler behaves.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Mode {
+    Ok,
+    Fail,
+    Panic,
+    Indeterminate,
+    /// Output that carries the reserved `world` key.
+    Reserved,
+}
+
+/// An in-process handler for every se-tools effect. It counts executions, can be told to
+/// misbehave, optionally appends one line per execution to a file (to count runs across
+/// processes), and exports the two finish functions.
+pub struct TestHandler {
+    pub runs: AtomicUsize,
+    pub mode: Mutex<Mode>,
+    pub effects_log: Option<PathBuf>,
+    pub finish_fails: Mutex<bool>,
+}
+
+impl TestHandler {
+    pub fn new() -> Arc<TestHandler> {
+        Arc::new(TestHandler {
+            runs: AtomicUsize::new(0),
+            mode: Mutex::new(Mode::Ok),
+            effects_log: None,
+            finish_fails: Mutex::new(false),
+        })
+    }
+
+    pub fn with_log(path: PathBuf) -> Arc<TestHandler> {
+        Arc::new(TestHandler {
+            runs: AtomicUsize::new(0),
+            mode: Mutex::new(Mode::Ok),
+            effects_log: Some(path),
+            finish_fails: Mutex::new(false),
+        })
+    }
+
+    pub fn set(&self, mode: Mode) {
+        *self.mode.lock().unwrap() = mode;
+    }
+
+    pub fn runs(&self) -> usize {
+        self.runs.load(Ordering::SeqCst)
+    }
+}
+
+impl EffectHandler for TestHandler {
+    fn identity(&self) -> String {
+        "test-handler".into()
+    }
+
+    fn execute(&self, req: &EffectRequest<'_>) -> HandlerOutcome {
+        self.runs.fetch_add(1, Ordering::SeqCst);
+        if let Some(path) = &self.effects_log {
+            let mut f = std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(path)
+                .unwrap();
+            writeln!(f, "{}", req.invocation_id).unwrap();
+            f.sync_all().unwrap();
+        }
+        let mode = self.mode.lock().unwrap().clone();
+        match mode {
+            Mode::Fail => return HandlerOutcome::Failed("test failure".into()),
+            Mode::Panic => panic!("test handler panicked on purpose"),
+            Mode::Indeterminate => return HandlerOutcome::Indeterminate("lost track".into()),
+            Mode::Reserved => {
+                let mut m = Map::new();
+                m.insert("ok".into(), json!(true));
+                m.insert("world".into(), json!("mine"));
+                return HandlerOutcome::Ok(m);
+            }
+            Mode::Ok => {}
+        }
+        let mut out = Map::new();
+        out.insert("ok".into(), json!(true));
+        out.insert("effect".into(), json!(req.effect));
+        out.insert("echo".into(), Value::Object(req.payload.clone()));
+        HandlerOutcome::Ok(out)
+    }
+
+    fn finish(&self, name: &str, input: &Value) -> Result<Map<String, Value>, String> {
+        if *self.finish_fails.lock().unwrap() {
+            return Err("finish failed on purpose".into());
+        }
+        let mut m = Map::new();
+        m.insert("ok".into(), json!(true));
+        m.insert("finished".into(), json!(name));
+        m.insert("args".into(), input["args"].clone());
+        Ok(m)
+    }
+}
+
+/// Crash hooks that SIGKILL the process at one named point.
+pub struct KillAt(pub broker_core::coordinator::CrashPoint);
+
+impl Hooks for KillAt {
+    fn reached(&self, point: broker_core::coordinator::CrashPoint) {
+        if point == self.0 {
+            unsafe {
+                libc::kill(libc::getpid(), libc::SIGKILL);
+            }
+            std::thread::sleep(std::time::Duration::from_secs(10));
+        }
+    }
+}
+
+pub struct World {
+    pub dir: tempfile::TempDir,
+    pub store: Store,
+    pub handler: Arc<TestHandler>,
+    pub clock: Arc<TestClock>,
+    pub coordinator: Coordinator,
+}
+
+pub const T0: i64 = 1_800_000_000;
+
+pub fn handlers_for(handler: Arc<TestHandler>) -> Handlers {
+    let mut h = Handlers::new();
+    for e in ALL_EFFECTS {
+        h.insert(e, handler.clone()).unwrap();
+    }
+    h
+}
+
+pub fn publish_se_tools(store: &Store) {
+    let docs = SE_TOOLS.iter().map(|id| se_tool(id)).collect();
+    registry::publish(store, registry::DEFAULT_REGISTRY, docs, "test").unwrap();
+}
+
+impl World {
+    pub fn new() -> World {
+        World::with(TestHandler::new(), None)
+    }
+
+    pub fn with(handler: Arc<TestHandler>, hooks: Option<Arc<dyn Hooks>>) -> World {
+        let dir = tempfile::tempdir().unwrap();
+        World::in_dir(dir, handler, hooks)
+    }
+
+    pub fn in_dir(
+        dir: tempfile::TempDir,
+        handler: Arc<TestHandler>,
+        hooks: Option<Arc<dyn Hooks>>,
+    ) -> World {
+        let store = Store::create(&dir.path().join("db")).unwrap();
+        publish_se_tools(&store);
+        let clock = Arc::new(TestClock(AtomicI64::new(T0)));
+        let mut config = CoordinatorConfig {
+            clock: clock.clone(),
+            ..CoordinatorConfig::default()
+        };
+        if let Some(h) = hooks {
+            config.hooks = h;
+        }
+        let coordinator = Coordinator::new(store.clone(), handlers_for(handler.clone()), config);
+        World {
+            dir,
+            store,
+            handler,
+            clock,
+            coordinator,
+        }
+    }
+
+    pub fn mint(&self, episode: &str, grants: &[&str]) -> Session {
+        let grants: Vec<Grant> = grants.iter().map(|g| g.parse().unwrap()).collect();
+        session::mint(&self.store, episode, grants, 3600, self.clock.now())
+            .unwrap()
+            .session
+    }
+
+    pub fn call(
+        &self,
+        session: &Session,
+        tool: &str,
+        args: Value,
+    ) -> Result<CallOutput, CallError> {
+        self.call_task(session, tool, args, None)
+    }
+
+    pub fn call_task(
+        &self,
+        session: &Session,
+        tool: &str,
+        args: Value,
+        task: Option<&str>,
+    ) -> Result<CallOutput, CallError> {
+        self.coordinator.invoke(&Call {
+            surface: Surface::A2a,
+            session: session.clone(),
+            skill_id: tool.into(),
+            task_id: task.map(str::to_owned),
+            args,
+            transition_fn: None,
+        })
+    }
+}
+
+pub fn output_json(out: &CallOutput) -> Value {
+    serde_json::from_slice(&out.output).unwrap()
+}
