@@ -443,7 +443,8 @@ impl Coordinator {
         Ok(Prepared {
             call,
             invocation_id: format!("{}:{episode}:{task}", call.surface.prefix()),
-            task,
+            // Task ids are per surface: an A2A task id and an MCP key never collide.
+            task: format!("{}:{task}", call.surface.prefix()),
             entry,
             input,
             worktree: None,
@@ -760,6 +761,17 @@ impl Coordinator {
         outcome: HandlerOutcome,
     ) -> Result<CallOutput, CallError> {
         let (e, s, c) = (&effect.effect, &effect.scope, effect.cost);
+        // An output without a canonical form (e.g. an integer beyond 2^53) is the handler's
+        // failure: the intent must still be closed with an outcome.
+        let outcome = match outcome {
+            HandlerOutcome::Ok(out) => match canon::to_vec(&Value::Object(out.clone())) {
+                Ok(_) => HandlerOutcome::Ok(out),
+                Err(err) => {
+                    HandlerOutcome::Failed(format!("handler output has no canonical form: {err}"))
+                }
+            },
+            other => other,
+        };
         let (record, result_obj, status, handler_output) = match outcome {
             HandlerOutcome::Ok(out) => {
                 let result = Object::json(

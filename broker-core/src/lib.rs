@@ -14,6 +14,7 @@
 //! | durable intents and outcomes, task ids | [`journal`], [`task`] |
 //! | LMDB with one group-committing writer, the hash-chained log | [`store`], [`log`] |
 //! | plan → admit → execute → finish → commit | [`coordinator`] |
+//! | client-built commits and `rest:` receipts | [`commit`] |
 //! | re-verify any call's provenance (`worldd why`) | [`verify`] |
 //!
 //! # Example
@@ -79,6 +80,7 @@
 
 pub mod broker;
 pub mod canon;
+pub mod commit;
 pub mod coordinator;
 pub mod grant;
 pub mod journal;

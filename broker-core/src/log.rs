@@ -431,7 +431,13 @@ pub(crate) fn write_genesis(w: &mut WriteCtx<'_, '_>) -> Result<Committed, LogEr
         log_head: entry.entry_hash,
     };
     let world_ref = world.reference();
-    commit_checked(w, &[doc], None, &entry, &world, &world_ref)?;
+    // The interpreter's identity document, so the `interpreter` ref of every entry resolves.
+    let identity = Object::json(
+        sid::INTERPRETER,
+        GENESIS_WRITER,
+        &crate::plan::interpreter_document(),
+    )?;
+    commit_checked(w, &[doc, identity], None, &entry, &world, &world_ref)?;
     Ok(Committed {
         entry,
         world,

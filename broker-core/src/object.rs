@@ -22,8 +22,6 @@ pub mod sid {
     pub const EFFECT_REQUEST: &str = "world/effect-request/v1";
     pub const EFFECT_RESULT: &str = "world/effect-result/v1";
     pub const EFFECT_RECORD: &str = "world/effect-record/v1";
-    pub const JOURNAL_INTENT: &str = "world/journal-intent/v1";
-    pub const JOURNAL_OUTCOME: &str = "world/journal-outcome/v1";
     pub const TRANSITION: &str = "world/transition/v1";
     pub const TRANSITION_REGISTRY: &str = "world/transition-registry/v1";
     pub const INTERPRETER: &str = "world/plan-interpreter/v1";

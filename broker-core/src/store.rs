@@ -91,6 +91,8 @@ pub struct Tables {
     pub registry_heads: Database<'static, Str, Bytes>,
     /// meta key → value (schema version).
     pub meta: Database<'static, Str, Bytes>,
+    /// The environment's map size, for error reports.
+    pub map_size: usize,
 }
 
 /// The writable view handed to an operation running on the writer thread.
@@ -264,6 +266,7 @@ impl Store {
             tasks,
             registry_heads,
             meta,
+            map_size,
         };
 
         // Schema: refuse an unknown version without touching anything.
@@ -312,6 +315,7 @@ impl Store {
             }),
         };
         store.ensure_genesis()?;
+        store.report_indeterminate();
         Ok(store)
     }
 
@@ -341,6 +345,33 @@ impl Store {
                 other => StoreError::Corrupt(other.to_string()),
             })
         })
+    }
+
+    /// Intents without an outcome are indeterminate: report each one when the store opens.
+    /// They are never retried; their budget stays spent.
+    fn report_indeterminate(&self) {
+        match self
+            .read(|r| crate::journal::pending(r).map_err(|e| StoreError::Corrupt(e.to_string())))
+        {
+            Ok(pending) => {
+                for p in &pending {
+                    tracing::warn!(
+                        invocation = %p.intent.invocation_id,
+                        episode = %p.intent.episode,
+                        effect = %p.intent.effect,
+                        "indeterminate effect: intent journaled, no outcome; it will not be retried"
+                    );
+                }
+            }
+            Err(e) => tracing::error!("cannot read pending intents: {e}"),
+        }
+    }
+
+    /// Intents without an outcome (indeterminate effects).
+    pub fn indeterminate(
+        &self,
+    ) -> Result<Vec<crate::journal::JournalState>, crate::journal::JournalError> {
+        self.read(crate::journal::pending)
     }
 
     pub fn path(&self) -> &Path {
@@ -561,17 +592,25 @@ fn writer_loop(
 
 /// Helpers shared by read and write contexts.
 pub trait TxnExt {
-    fn map_size_hint(&self) -> usize {
-        DEFAULT_MAP_SIZE
-    }
-    /// Convert heed errors into [`StoreError`].
-    fn heed_err(&self) -> fn(heed::Error) -> StoreError {
-        |e| StoreError::from_heed(e, DEFAULT_MAP_SIZE)
+    fn tables(&self) -> &Tables;
+    /// Convert heed errors into [`StoreError`] (with the real map size for `MapFull`).
+    fn heed_err(&self) -> impl Fn(heed::Error) -> StoreError + Copy + 'static {
+        let map_size = self.tables().map_size;
+        move |e| StoreError::from_heed(e, map_size)
     }
 }
 
-impl TxnExt for ReadCtx<'_> {}
-impl TxnExt for WriteCtx<'_, '_> {}
+impl TxnExt for ReadCtx<'_> {
+    fn tables(&self) -> &Tables {
+        self.tables
+    }
+}
+
+impl TxnExt for WriteCtx<'_, '_> {
+    fn tables(&self) -> &Tables {
+        self.tables
+    }
+}
 
 impl ReadCtx<'_> {
     pub fn object(&self, r: &Ref) -> Result<Option<Object>, StoreError> {

@@ -205,8 +205,9 @@ impl Transition {
 
     /// Parses JSON bytes, then validates as [`Transition::from_value`].
     pub fn from_slice(bytes: &[u8]) -> Result<Self, TransitionError> {
+        // Strict parse: duplicate keys would make the hashed document ambiguous.
         let doc: Value =
-            serde_json::from_slice(bytes).map_err(|e| TransitionError::NotJson(e.to_string()))?;
+            crate::canon::parse(bytes).map_err(|e| TransitionError::NotJson(e.to_string()))?;
         Self::from_value(doc)
     }
 

@@ -134,8 +134,8 @@ fn locate(r: &ReadCtx<'_>, handle: &Handle, scan: u64) -> Result<(u64, String), 
             Ok((*i, "index".into()))
         }
         Handle::Invocation(id) => {
-            if let Some((_, ep, t)) = task::split_invocation_id(id) {
-                if let Some(state) = task::get(r, ep, t)? {
+            if let Some((surface, ep, t)) = task::split_invocation_id(id) {
+                if let Some(state) = task::get(r, ep, &format!("{surface}:{t}"))? {
                     if state.invocation_id == *id {
                         if let Some(i) = state.entry_index {
                             return Ok((i, "invocation id".into()));

@@ -241,6 +241,21 @@ fn reserved_world_key_from_a_handler_is_a_failure() {
 }
 
 #[test]
+fn handler_output_without_a_canonical_form_is_a_failed_effect_with_an_outcome() {
+    let w = World::new();
+    let s = w.mint("ep1", &["Workspace.Read=worktree:3"]);
+    w.handler.set(Mode::Unsafe);
+    let out = w.call(&s, "ailang-read", json!({"path": "a"})).unwrap();
+    assert_eq!(output_json(&out)["world"]["effects"][0]["status"], "failed");
+    let receipt = w
+        .store
+        .read(|r| journal::receipt(r, &out.invocation_id))
+        .unwrap();
+    assert!(matches!(receipt, Receipt::Resolved { .. }), "{receipt:?}");
+    assert!(w.store.indeterminate().unwrap().is_empty());
+}
+
+#[test]
 fn an_indeterminate_outcome_is_reported_as_such() {
     let w = World::new();
     let s = w.mint("ep1", &["Workspace.Write=worktree:3"]);

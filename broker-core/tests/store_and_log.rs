@@ -346,3 +346,94 @@ fn handles_parse() {
     assert!(Handle::parse("sha256:xyz").is_err());
     assert!(Handle::parse("what").is_err());
 }
+
+mod rest {
+    use super::*;
+    use broker_core::commit::{self, CommitError, RestCommit};
+    use broker_core::journal::Receipt;
+
+    fn next_commit(store: &Store, id: Option<&str>, tag: &str) -> RestCommit {
+        let head = store.read(log::head).unwrap().unwrap();
+        let out = Object::json(sid::INVOCATION_OUTPUT, "rest", &json!({ "tag": tag })).unwrap();
+        let rec = Object::json(sid::INVOCATION_RECORD, "rest", &json!({ "rec": tag })).unwrap();
+        let entry = Entry::new(
+            EntryHeader {
+                entry_index: head.world.revision + 1,
+                semantics_epoch: 1,
+                transition_fn: rep('a'),
+                interpreter: rep('b'),
+                prev_entry_hash: head.world.log_head,
+                written_by: "rest".into(),
+            },
+            rec.hash,
+        );
+        let world = WorldDoc {
+            revision: entry.header.entry_index,
+            state_root: out.hash,
+            log_head: entry.entry_hash,
+        };
+        RestCommit {
+            invocation_id: id.map(str::to_owned),
+            observed_head: Some(head.world_ref),
+            objects: vec![out, rec],
+            world_ref: world.reference(),
+            entry,
+            world,
+        }
+    }
+
+    #[test]
+    fn receipts_answer_not_started_resolved_and_resends_are_idempotent() {
+        let w = World::new();
+        assert_eq!(
+            commit::receipt(&w.store, "rest:c1").unwrap(),
+            Receipt::NotStarted
+        );
+        assert!(matches!(
+            commit::receipt(&w.store, "mcp:x:y"),
+            Err(CommitError::BadInvocationId)
+        ));
+        let c = next_commit(&w.store, Some("rest:c1"), "one");
+        let selected = commit::rest_commit(&w.store, c.clone()).unwrap();
+        assert_eq!(selected, c.world_ref);
+        match commit::receipt(&w.store, "rest:c1").unwrap() {
+            Receipt::Resolved { result_ref, .. } => assert_eq!(result_ref, Some(selected)),
+            other => panic!("{other:?}"),
+        }
+        // Same id, same commit: a no-op that answers the same world.
+        assert_eq!(commit::rest_commit(&w.store, c).unwrap(), selected);
+        // Same id, another commit: refused.
+        let other = next_commit(&w.store, Some("rest:c1"), "two");
+        assert!(matches!(
+            commit::rest_commit(&w.store, other),
+            Err(CommitError::Reused(_))
+        ));
+        // A stale observed head is a conflict and leaves the receipt indeterminate, never
+        // not-started, because its intent is durable.
+        let mut stale = next_commit(&w.store, Some("rest:c2"), "three");
+        stale.observed_head = Some(rep('7'));
+        let e = commit::rest_commit(&w.store, stale).unwrap_err();
+        assert!(e.to_string().starts_with("conflict: observed"), "{e}");
+        assert_eq!(
+            commit::receipt(&w.store, "rest:c2").unwrap(),
+            Receipt::Indeterminate
+        );
+        let bad = next_commit(&w.store, Some("c3"), "four");
+        assert!(matches!(
+            commit::rest_commit(&w.store, bad),
+            Err(CommitError::BadInvocationId)
+        ));
+    }
+
+    #[test]
+    fn a_coordinator_call_after_a_rest_commit_continues_the_chain() {
+        let w = World::new();
+        commit::rest_commit(&w.store, next_commit(&w.store, None, "x")).unwrap();
+        let s = w.mint("ep1", &["Workspace.Read=worktree:5"]);
+        let out = w.call(&s, "ailang-read", json!({"path": "a"})).unwrap();
+        assert_eq!(out.entry_index, 2);
+        for i in [0, 2] {
+            assert!(verify::verify_entry(&w.store, i).unwrap().all_ok());
+        }
+    }
+}

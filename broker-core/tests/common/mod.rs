@@ -67,6 +67,8 @@ pub enum Mode {
     Indeterminate,
     /// Output that carries the reserved `world` key.
     Reserved,
+    /// Output with no canonical form (an integer beyond 2^53).
+    Unsafe,
 }
 
 /// An in-process handler for every se-tools effect. It counts executions, can be told to
@@ -132,6 +134,11 @@ impl EffectHandler for TestHandler {
                 let mut m = Map::new();
                 m.insert("ok".into(), json!(true));
                 m.insert("world".into(), json!("mine"));
+                return HandlerOutcome::Ok(m);
+            }
+            Mode::Unsafe => {
+                let mut m = Map::new();
+                m.insert("n".into(), json!(1u64 << 60));
                 return HandlerOutcome::Ok(m);
             }
             Mode::Ok => {}
