@@ -1,0 +1,441 @@
+//! The daemon's side: loading plugin libraries, talking to their handlers
+//! through safe wrappers, and building the host callback table.
+
+use std::fmt;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use abi_stable::{
+    library::{lib_header_from_path, LibraryError, RootModuleError},
+    prefix_type::PrefixTypeTrait,
+    std_types::{RErr, ROk, RResult, RStr, RString},
+};
+use serde_json::Value;
+
+use crate::abi::{HandlerBox, HostCallbacks, HostCallbacksRef, PluginModRef, ABI_VERSION};
+use crate::plugin::{panic_text, NO_PUBLISH};
+use crate::types::{FinishInput, JsonObject, LogLevel, Manifest, Outcome, Request};
+
+/// Longest summary a [`LoadError`] puts on its one line.
+const SUMMARY_LIMIT: usize = 240;
+
+/// Why a plugin library could not be loaded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LoadErrorKind {
+    /// The dynamic loader could not open the file (missing, not a shared
+    /// object, unresolved symbols, wrong architecture).
+    Open,
+    /// The file opened but exports no worldd root module. A plugin built
+    /// against another abi_stable minor version looks like this too, because
+    /// the root symbol's name is mangled per abi_stable version.
+    NotAPlugin,
+    /// abi_stable's load-time check refused it: another handler-api version,
+    /// another abi_stable, or a type layout that differs.
+    IncompatibleAbi,
+    /// The plugin's root module initialiser failed or panicked.
+    InitFailed,
+    /// The plugin reports another [`ABI_VERSION`].
+    AbiVersion,
+}
+
+/// A plugin that cannot be loaded. `Display` is one line naming the file and
+/// the cause, for the operator; [`LoadError::detail`] keeps abi_stable's full
+/// (often very long) report for debug logging.
+#[derive(Debug, Clone)]
+pub struct LoadError {
+    path: PathBuf,
+    kind: LoadErrorKind,
+    summary: String,
+    detail: String,
+}
+
+impl LoadError {
+    /// The library file.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The class of failure.
+    pub fn kind(&self) -> LoadErrorKind {
+        self.kind
+    }
+
+    /// The one-line cause, without the file name.
+    pub fn summary(&self) -> &str {
+        &self.summary
+    }
+
+    /// abi_stable's full report (may span hundreds of lines).
+    pub fn detail(&self) -> &str {
+        &self.detail
+    }
+
+    fn new(path: &Path, kind: LoadErrorKind, summary: String, detail: String) -> LoadError {
+        LoadError {
+            path: path.to_path_buf(),
+            kind,
+            summary: one_line(&summary),
+            detail,
+        }
+    }
+}
+
+impl fmt::Display for LoadError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "plugin {}: {}", self.path.display(), self.summary)
+    }
+}
+
+impl std::error::Error for LoadError {}
+
+/// Collapse whitespace runs (newlines included) and cap the length.
+fn one_line(text: &str) -> String {
+    let mut out = String::new();
+    for word in text.split_whitespace() {
+        if !out.is_empty() {
+            out.push(' ');
+        }
+        out.push_str(word);
+    }
+    if out.chars().count() > SUMMARY_LIMIT {
+        out = out.chars().take(SUMMARY_LIMIT).collect::<String>() + "…";
+    }
+    out
+}
+
+/// Reduce abi_stable's layout report to "<what>: <expected> expected, <found>
+/// found", from its first `Error:/Expected:/Found:` block.
+pub(crate) fn summarise_layout_report(report: &str) -> String {
+    let lines: Vec<&str> = report.lines().collect();
+    let first_value = |from: usize| -> Option<(usize, String)> {
+        lines
+            .iter()
+            .enumerate()
+            .skip(from)
+            .find(|(_, l)| !l.trim().is_empty())
+            .map(|(i, l)| (i, l.trim().to_string()))
+    };
+    for (i, line) in lines.iter().enumerate() {
+        let Some(what) = line.trim().strip_prefix("Error:") else {
+            continue;
+        };
+        let what = what.trim();
+        let expected_at = lines.iter().skip(i).position(|l| l.trim() == "Expected:");
+        let found_at = lines.iter().skip(i).position(|l| l.trim() == "Found:");
+        if let (Some(e), Some(f)) = (expected_at, found_at) {
+            let expected = first_value(i + e + 1).filter(|(at, _)| *at < i + f);
+            let found = first_value(i + f + 1);
+            if let (Some((_, expected)), Some((_, found))) = (expected, found) {
+                if what == "incompatible package versions" {
+                    return format!("handler-api {expected} expected, {found} found");
+                }
+                return match field_path(&lines[..i]) {
+                    Some(at) => format!("{what} at {at}: {expected} expected, {found} found"),
+                    None => format!("{what}: {expected} expected, {found} found"),
+                };
+            }
+        }
+        if !what.is_empty() {
+            return what.to_string();
+        }
+    }
+    // No recognisable block: the first non-empty line is the best we have.
+    report
+        .lines()
+        .map(str::trim)
+        .find(|l| !l.is_empty())
+        .unwrap_or("the type layouts differ")
+        .to_string()
+}
+
+/// The field path of the last "N error(s)inside:" stack trace before an
+/// error block, e.g. `abi_version.__returns` (the newtype field `0` of a
+/// prefix reference is skipped as noise).
+fn field_path(lines: &[&str]) -> Option<String> {
+    let start = lines.iter().rposition(|l| l.contains("error(s)inside:"))?;
+    let fields: Vec<&str> = lines[start..]
+        .iter()
+        .take_while(|l| !l.starts_with("Layout of expected type:"))
+        .filter_map(|l| l.strip_prefix("    field_name:"))
+        .map(str::trim)
+        .filter(|f| *f != "0")
+        .collect();
+    (!fields.is_empty()).then(|| fields.join("."))
+}
+
+fn classify(path: &Path, err: &LibraryError) -> (LoadErrorKind, String) {
+    match err {
+        LibraryError::OpenError { err, .. } => {
+            let text = err.to_string();
+            // dlerror() repeats the file name; the Display already names it.
+            let display = path.display().to_string();
+            let text = text
+                .strip_prefix(&format!("{display}: "))
+                .map(str::to_string)
+                .unwrap_or_else(|| text.replace(&display, "<file>"));
+            (LoadErrorKind::Open, format!("cannot be opened: {text}"))
+        }
+        LibraryError::GetSymbolError { .. } => (
+            LoadErrorKind::NotAPlugin,
+            "not a worldd plugin: it exports no abi_stable 0.11 root module \
+             (a plugin built against another abi_stable version looks like this too)"
+                .to_string(),
+        ),
+        LibraryError::ParseVersionError(e) => (
+            LoadErrorKind::IncompatibleAbi,
+            format!("incompatible ABI: unreadable handler-api version: {e}"),
+        ),
+        LibraryError::IncompatibleVersionNumber {
+            expected_version,
+            actual_version,
+            ..
+        } => (
+            LoadErrorKind::IncompatibleAbi,
+            format!(
+                "incompatible ABI: handler-api {expected_version} expected, {actual_version} found"
+            ),
+        ),
+        LibraryError::AbiInstability(report) => (
+            LoadErrorKind::IncompatibleAbi,
+            format!(
+                "incompatible ABI: {}",
+                summarise_layout_report(&report.to_string())
+            ),
+        ),
+        LibraryError::InvalidAbiHeader(_) => (
+            LoadErrorKind::IncompatibleAbi,
+            "incompatible ABI: built against an incompatible abi_stable (ABI header differs)"
+                .to_string(),
+        ),
+        LibraryError::InvalidCAbi { .. } => (
+            LoadErrorKind::IncompatibleAbi,
+            "incompatible ABI: the C ABI differs (another compiler or target?)".to_string(),
+        ),
+        LibraryError::RootModule { err, .. } => match err {
+            RootModuleError::Unwound => (
+                LoadErrorKind::InitFailed,
+                "root module initialisation panicked".to_string(),
+            ),
+            RootModuleError::Returned(e) => (
+                LoadErrorKind::InitFailed,
+                format!("root module initialisation failed: {e}"),
+            ),
+        },
+        LibraryError::Many(list) => match list.first() {
+            Some(first) => {
+                let (kind, summary) = classify(path, first);
+                if list.len() > 1 {
+                    (
+                        kind,
+                        format!("{summary} (and {} more errors)", list.len() - 1),
+                    )
+                } else {
+                    (kind, summary)
+                }
+            }
+            None => (
+                LoadErrorKind::IncompatibleAbi,
+                "unknown load error".to_string(),
+            ),
+        },
+    }
+}
+
+/// Load one plugin library and check it is compatible.
+///
+/// Uses `lib_header_from_path` + `init_root_module`, never abi_stable's
+/// `RootModule::load_from_*` (those cache one module per *type*, so a second
+/// plugin would silently get the first one's module). The library is leaked:
+/// plugins are never unloaded.
+///
+/// Checks, in order: the file opens; it exports an abi_stable root module;
+/// its handler-api version and the layout of every type reachable from
+/// [`crate::PluginMod`] are compatible (abi_stable); its `abi_version()`
+/// equals [`ABI_VERSION`].
+pub fn load_plugin(path: &Path) -> Result<PluginModRef, LoadError> {
+    let to_error = |err: LibraryError| {
+        let (kind, summary) = classify(path, &err);
+        LoadError::new(path, kind, summary, err.to_string())
+    };
+    let header = lib_header_from_path(path).map_err(to_error)?;
+    let module = header
+        .init_root_module::<PluginModRef>()
+        .map_err(to_error)?;
+    let found = (module.abi_version())();
+    if found != ABI_VERSION {
+        return Err(LoadError::new(
+            path,
+            LoadErrorKind::AbiVersion,
+            format!("incompatible ABI: handler ABI version {ABI_VERSION} expected, {found} found"),
+            String::new(),
+        ));
+    }
+    Ok(module)
+}
+
+/// A loaded plugin (its root module), with safe wrappers around its entries.
+#[derive(Clone, Copy, Debug)]
+pub struct LoadedPlugin {
+    module: PluginModRef,
+}
+
+impl LoadedPlugin {
+    /// [`load_plugin`] and wrap.
+    pub fn load(path: &Path) -> Result<LoadedPlugin, LoadError> {
+        load_plugin(path).map(LoadedPlugin::from_module)
+    }
+
+    /// Wrap a root module: one from [`load_plugin`], or one built in-process
+    /// with [`crate::plugin_module`] (tests, built-in handlers).
+    pub fn from_module(module: PluginModRef) -> LoadedPlugin {
+        LoadedPlugin { module }
+    }
+
+    /// The raw root module.
+    pub fn module(&self) -> PluginModRef {
+        self.module
+    }
+
+    /// The plugin's manifest. `Err` when the plugin reported an error
+    /// (`{"error":"…"}`) or sent something that is not a manifest.
+    pub fn manifest(&self) -> Result<Manifest, String> {
+        let json = (self.module.manifest())();
+        let value: Value = serde_json::from_str(json.as_str())
+            .map_err(|e| format!("the plugin's manifest is not JSON: {e}"))?;
+        if let Some(message) = value.as_object().and_then(|o| {
+            (o.len() == 1)
+                .then(|| o.get("error"))
+                .flatten()
+                .and_then(Value::as_str)
+        }) {
+            return Err(format!("the plugin could not describe itself: {message}"));
+        }
+        serde_json::from_value(value)
+            .map_err(|e| format!("the plugin's manifest is malformed: {e}"))
+    }
+
+    /// Build a handler from the operator's config object. `Err` carries the
+    /// plugin's one-line reason (e.g. an unknown config key).
+    pub fn new_handler(
+        &self,
+        config: &Value,
+        host: HostCallbacksRef,
+    ) -> Result<LoadedHandler, String> {
+        let config = config.to_string();
+        match (self.module.new_handler())(RStr::from_str(&config), host) {
+            ROk(inner) => Ok(LoadedHandler { inner }),
+            RErr(message) => Err(message.into_string()),
+        }
+    }
+}
+
+/// A handler object from a plugin, behind safe, typed methods.
+pub struct LoadedHandler {
+    inner: HandlerBox,
+}
+
+impl fmt::Debug for LoadedHandler {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("LoadedHandler { .. }")
+    }
+}
+
+impl LoadedHandler {
+    /// Wrap a handler object (e.g. one a built-in handler boxed itself).
+    pub fn from_box(inner: HandlerBox) -> LoadedHandler {
+        LoadedHandler { inner }
+    }
+
+    /// Execute one effect. An answer that is not a valid [`Outcome`] is
+    /// reported as `indeterminate`: the handler ran, and nobody can tell what
+    /// it did.
+    pub fn execute(&self, request: &Request) -> Outcome {
+        let json = match serde_json::to_string(request) {
+            Ok(json) => json,
+            Err(e) => return Outcome::failed(format!("request could not be serialised: {e}")),
+        };
+        let answer = self.inner.execute(RStr::from_str(&json));
+        serde_json::from_str(answer.as_str()).unwrap_or_else(|e| {
+            Outcome::indeterminate(format!("the handler returned a malformed outcome: {e}"))
+        })
+    }
+
+    /// Execute with the request as JSON text and the raw answer (for callers
+    /// that already hold JSON, and for tests of malformed input).
+    pub fn execute_raw(&self, request_json: &str) -> String {
+        self.inner
+            .execute(RStr::from_str(request_json))
+            .into_string()
+    }
+
+    /// Run the finish function `name`.
+    pub fn finish(&self, name: &str, input: &FinishInput) -> Result<JsonObject, String> {
+        let json = serde_json::to_string(input)
+            .map_err(|e| format!("finish input could not be serialised: {e}"))?;
+        match self
+            .inner
+            .finish(RStr::from_str(name), RStr::from_str(&json))
+        {
+            ROk(output) => serde_json::from_str(output.as_str())
+                .map_err(|e| format!("finish function {name:?} returned a non-object: {e}")),
+            RErr(message) => Err(message.into_string()),
+        }
+    }
+}
+
+/// What the daemon offers a plugin, in plain Rust. Implement it and turn it
+/// into a callback table with [`host_callbacks`].
+pub trait HostServices: Send + Sync + 'static {
+    /// Log a plugin's message.
+    fn log(&self, level: LogLevel, message: &str);
+
+    /// Publish a transition bundle. The default refuses: only the plugin that
+    /// handles `Registry.Publish` should get a host that accepts.
+    fn publish(&self, bundle_json: &str) -> Result<String, String> {
+        let _ = bundle_json;
+        Err(NO_PUBLISH.to_string())
+    }
+}
+
+fn services(context: *const ()) -> Option<&'static Arc<dyn HostServices>> {
+    // SAFETY: `context` is either null or the pointer `host_callbacks` leaked
+    // from a `Box<Arc<dyn HostServices>>`, which is never freed.
+    unsafe { context.cast::<Arc<dyn HostServices>>().as_ref() }
+}
+
+extern "C" fn services_log(context: *const (), level: u8, message: RStr<'_>) {
+    if let Some(s) = services(context) {
+        // A panicking logger must not unwind into the plugin (abort).
+        let _ = catch_unwind(AssertUnwindSafe(|| {
+            s.log(LogLevel::from_u8(level), message.as_str())
+        }));
+    }
+}
+
+extern "C" fn services_publish(context: *const (), bundle: RStr<'_>) -> RResult<RString, RString> {
+    let Some(s) = services(context) else {
+        return RErr(RString::from(NO_PUBLISH));
+    };
+    match catch_unwind(AssertUnwindSafe(|| s.publish(bundle.as_str()))) {
+        Ok(Ok(answer)) => ROk(RString::from(answer)),
+        Ok(Err(message)) => RErr(RString::from(message)),
+        Err(payload) => RErr(RString::from(format!(
+            "host publish panicked: {}",
+            panic_text(&*payload)
+        ))),
+    }
+}
+
+/// Build the callback table for `services`. The table and `services` are
+/// leaked (they must outlive every handler, and plugins are never unloaded),
+/// so create one per plugin at start-up, not per call.
+pub fn host_callbacks(services: Arc<dyn HostServices>) -> HostCallbacksRef {
+    let context = Box::into_raw(Box::new(services)) as *const ();
+    HostCallbacks {
+        context,
+        log: services_log,
+        publish: services_publish,
+    }
+    .leak_into_prefix()
+}

@@ -1,0 +1,557 @@
+//! Unit tests: the JSON shapes, the adapters' panic handling, the host side.
+
+use std::sync::{Arc, Mutex};
+
+use abi_stable::sabi_trait::TD_Opaque;
+use abi_stable::std_types::{RResult, RStr, RString};
+use serde_json::{json, Value};
+
+use crate::host::summarise_layout_report;
+use crate::*;
+
+fn request(payload: Value) -> Request {
+    Request {
+        invocation_id: "inv-1".into(),
+        episode: "ep-1".into(),
+        worktree: Some("/w/ep-1".into()),
+        effect: "Test.Echo".into(),
+        scope: "worktree".into(),
+        cost: 1,
+        payload,
+        deadline_ms: 5000,
+    }
+}
+
+// ---------------------------------------------------------------- JSON shapes
+
+#[test]
+fn request_round_trips_in_camel_case() {
+    let r = request(json!({"op": "read", "path": "a.txt"}));
+    let text = serde_json::to_value(&r).unwrap();
+    assert_eq!(
+        text,
+        json!({"invocationId": "inv-1", "episode": "ep-1", "worktree": "/w/ep-1",
+               "effect": "Test.Echo", "scope": "worktree", "cost": 1,
+               "payload": {"op": "read", "path": "a.txt"}, "deadlineMs": 5000})
+    );
+    let back: Request = serde_json::from_value(text).unwrap();
+    assert_eq!(back, r);
+}
+
+#[test]
+fn request_without_worktree_omits_it_and_tolerates_unknown_fields() {
+    let mut r = request(json!({}));
+    r.worktree = None;
+    let text = serde_json::to_string(&r).unwrap();
+    assert!(!text.contains("\"worktree\":"), "{text}");
+    let mut v: Value = serde_json::from_str(&text).unwrap();
+    v["addedInAFutureVersion"] = json!(true);
+    let back: Request = serde_json::from_value(v).unwrap();
+    assert_eq!(back, r);
+}
+
+#[test]
+fn outcome_wire_forms() {
+    let mut out = JsonObject::new();
+    out.insert("ok".into(), json!(true));
+    let cases = [
+        (Outcome::ok(out), r#"{"status":"ok","output":{"ok":true}}"#),
+        (
+            Outcome::failed("nope"),
+            r#"{"status":"failed","message":"nope"}"#,
+        ),
+        (
+            Outcome::indeterminate("who knows"),
+            r#"{"status":"indeterminate","message":"who knows"}"#,
+        ),
+    ];
+    for (outcome, wire) in cases {
+        assert_eq!(serde_json::to_string(&outcome).unwrap(), wire);
+        assert_eq!(serde_json::from_str::<Outcome>(wire).unwrap(), outcome);
+    }
+    // An ok outcome's output must be an object.
+    assert!(serde_json::from_str::<Outcome>(r#"{"status":"ok","output":[1]}"#).is_err());
+    assert!(serde_json::from_str::<Outcome>(r#"{"status":"maybe","message":"x"}"#).is_err());
+}
+
+#[test]
+fn manifest_round_trips_in_camel_case() {
+    let m = Manifest {
+        name: "t".into(),
+        version: "1.2.3".into(),
+        abi: 1,
+        description: "d".into(),
+        effects: vec![EffectDecl {
+            name: "T.W".into(),
+            class: EffectClass::Write,
+            ops: vec!["write".into()],
+            description: "w".into(),
+        }],
+        transitions: vec![json!({"id": "t-w"})],
+        finish: vec!["reshape".into()],
+        config_schema: json!({"type": "object"}),
+    };
+    let v = serde_json::to_value(&m).unwrap();
+    assert_eq!(
+        v,
+        json!({"name": "t", "version": "1.2.3", "abi": 1, "description": "d",
+               "effects": [{"name": "T.W", "class": "write", "ops": ["write"], "description": "w"}],
+               "transitions": [{"id": "t-w"}], "finish": ["reshape"],
+               "configSchema": {"type": "object"}})
+    );
+    assert_eq!(serde_json::from_value::<Manifest>(v).unwrap(), m);
+    for (class, word) in [
+        (EffectClass::Read, "read"),
+        (EffectClass::Write, "write"),
+        (EffectClass::Unknown, "unknown"),
+    ] {
+        assert_eq!(serde_json::to_value(class).unwrap(), json!(word));
+    }
+}
+
+#[test]
+fn finish_input_round_trips() {
+    let v = json!({"args": {"path": "a"}, "output": {"ok": true}});
+    let f: FinishInput = serde_json::from_value(v.clone()).unwrap();
+    assert_eq!(f.args, json!({"path": "a"}));
+    assert_eq!(serde_json::to_value(&f).unwrap(), v);
+}
+
+#[test]
+fn log_levels_map_both_ways() {
+    for l in [
+        LogLevel::Error,
+        LogLevel::Warn,
+        LogLevel::Info,
+        LogLevel::Debug,
+        LogLevel::Trace,
+    ] {
+        assert_eq!(LogLevel::from_u8(l as u8), l);
+    }
+    assert_eq!(LogLevel::from_u8(200), LogLevel::Info);
+}
+
+// ------------------------------------------------------- a misbehaving plugin
+
+/// Behaviour selected by the payload's `do` key.
+struct Wild;
+
+impl EffectHandler for Wild {
+    fn execute(&self, request: Request) -> Outcome {
+        match request.payload.get("do").and_then(Value::as_str) {
+            Some("panic-str") => panic!("boom"),
+            Some("panic-string") => panic!("boom {}", 42),
+            Some("panic-other") => std::panic::panic_any(7_u32),
+            Some("indeterminate") => Outcome::indeterminate("lost the reply"),
+            _ => {
+                let mut out = JsonObject::new();
+                out.insert("echo".into(), request.payload);
+                Outcome::ok(out)
+            }
+        }
+    }
+
+    fn finish(&self, name: &str, input: FinishInput) -> Result<JsonObject, String> {
+        match name {
+            "explode" => panic!("finish boom"),
+            "copy" => Ok(input.output),
+            _ => Err(format!("no finish function {name:?}")),
+        }
+    }
+}
+
+struct WildPlugin;
+
+impl Plugin for WildPlugin {
+    type Handler = Wild;
+
+    fn manifest() -> Result<Manifest, String> {
+        Ok(Manifest {
+            name: "wild".into(),
+            version: "0.0.1".into(),
+            abi: 999, // the adapter must overwrite this
+            effects: vec![EffectDecl {
+                name: "Test.Echo".into(),
+                class: EffectClass::Read,
+                ops: vec![],
+                description: String::new(),
+            }],
+            ..Manifest::default()
+        })
+    }
+
+    fn new(config: Value, _host: Host) -> Result<Wild, String> {
+        match config.get("mode").and_then(Value::as_str) {
+            Some("panic") => panic!("constructor boom"),
+            Some("refuse") => Err("config refused: mode".into()),
+            _ => Ok(Wild),
+        }
+    }
+}
+
+struct BrokenManifestPlugin;
+
+impl Plugin for BrokenManifestPlugin {
+    type Handler = Wild;
+    fn manifest() -> Result<Manifest, String> {
+        Err("embedded transition ailang-read.json is not JSON".into())
+    }
+    fn new(_: Value, _: Host) -> Result<Wild, String> {
+        Ok(Wild)
+    }
+}
+
+struct PanickingManifestPlugin;
+
+impl Plugin for PanickingManifestPlugin {
+    type Handler = Wild;
+    fn manifest() -> Result<Manifest, String> {
+        panic!("manifest boom")
+    }
+    fn new(_: Value, _: Host) -> Result<Wild, String> {
+        Ok(Wild)
+    }
+}
+
+fn wild_handler() -> LoadedHandler {
+    LoadedPlugin::from_module(plugin_module::<WildPlugin>())
+        .new_handler(&json!({}), Host::noop().callbacks())
+        .unwrap()
+}
+
+#[test]
+fn execute_through_the_ffi_entries() {
+    let h = wild_handler();
+    let Outcome::Ok { output } = h.execute(&request(json!({"x": 1}))) else {
+        panic!("expected ok")
+    };
+    assert_eq!(output["echo"], json!({"x": 1}));
+    assert_eq!(
+        h.execute(&request(json!({"do": "indeterminate"}))),
+        Outcome::indeterminate("lost the reply")
+    );
+}
+
+#[test]
+fn a_panic_in_execute_becomes_failed() {
+    let h = wild_handler();
+    assert_eq!(
+        h.execute(&request(json!({"do": "panic-str"}))),
+        Outcome::failed("handler panicked: boom")
+    );
+    assert_eq!(
+        h.execute(&request(json!({"do": "panic-string"}))),
+        Outcome::failed("handler panicked: boom 42")
+    );
+    assert_eq!(
+        h.execute(&request(json!({"do": "panic-other"}))),
+        Outcome::failed("handler panicked: a non-string panic payload")
+    );
+    // The handler is still usable afterwards.
+    assert!(matches!(h.execute(&request(json!({}))), Outcome::Ok { .. }));
+}
+
+#[test]
+fn a_malformed_request_becomes_failed() {
+    let h = wild_handler();
+    for bad in [
+        "",
+        "not json",
+        "[1,2]",
+        r#"{"episode":"e"}"#,
+        r#"{"invocationId":1}"#,
+    ] {
+        let answer: Outcome = serde_json::from_str(&h.execute_raw(bad)).unwrap();
+        let Outcome::Failed { message } = answer else {
+            panic!("{bad:?} gave {answer:?}")
+        };
+        assert!(message.starts_with("malformed request: "), "{message}");
+    }
+}
+
+#[test]
+fn execute_json_is_usable_without_any_ffi() {
+    let answer = execute_json(
+        &Wild,
+        &serde_json::to_string(&request(json!({"do": "panic-str"}))).unwrap(),
+    );
+    assert_eq!(
+        answer,
+        r#"{"status":"failed","message":"handler panicked: boom"}"#
+    );
+}
+
+#[test]
+fn finish_through_the_ffi_entries() {
+    let h = wild_handler();
+    let input = FinishInput {
+        args: json!({}),
+        output: serde_json::from_value(json!({"ok": true, "n": 2})).unwrap(),
+    };
+    assert_eq!(h.finish("copy", &input).unwrap(), input.output);
+    assert_eq!(
+        h.finish("nope", &input).unwrap_err(),
+        "no finish function \"nope\""
+    );
+    assert_eq!(
+        h.finish("explode", &input).unwrap_err(),
+        "finish function panicked: finish boom"
+    );
+    // The default finish refuses every name.
+    struct Plain;
+    impl EffectHandler for Plain {
+        fn execute(&self, _: Request) -> Outcome {
+            Outcome::failed("x")
+        }
+    }
+    assert_eq!(
+        finish_json(&Plain, "check-report", r#"{"args":{},"output":{}}"#).unwrap_err(),
+        "no finish function \"check-report\""
+    );
+    assert!(finish_json(&Plain, "x", "{")
+        .unwrap_err()
+        .starts_with("malformed finish input"));
+}
+
+#[test]
+fn constructor_errors_and_panics_become_errors() {
+    let plugin = LoadedPlugin::from_module(plugin_module::<WildPlugin>());
+    let host = Host::noop().callbacks();
+    assert_eq!(
+        plugin
+            .new_handler(&json!({"mode": "refuse"}), host)
+            .unwrap_err(),
+        "config refused: mode"
+    );
+    assert_eq!(
+        plugin
+            .new_handler(&json!({"mode": "panic"}), host)
+            .unwrap_err(),
+        "handler constructor panicked: constructor boom"
+    );
+    // Raw entry: config text that is not JSON; empty text means {}.
+    let new_handler = plugin.module().new_handler();
+    match new_handler(RStr::from_str("{oops"), host) {
+        abi_stable::std_types::RErr(e) => assert!(e.as_str().starts_with("config is not JSON: ")),
+        abi_stable::std_types::ROk(_) => panic!("accepted bad config"),
+    }
+    assert!(new_handler(RStr::from_str("  "), host).is_ok());
+}
+
+#[test]
+fn manifest_entry_forces_the_abi_version_and_reports_errors() {
+    let m = LoadedPlugin::from_module(plugin_module::<WildPlugin>())
+        .manifest()
+        .unwrap();
+    assert_eq!(m.abi, ABI_VERSION);
+    assert_eq!(m.name, "wild");
+    assert_eq!((plugin_module::<WildPlugin>().abi_version())(), ABI_VERSION);
+
+    let err = LoadedPlugin::from_module(plugin_module::<BrokenManifestPlugin>())
+        .manifest()
+        .unwrap_err();
+    assert_eq!(
+        err,
+        "the plugin could not describe itself: embedded transition ailang-read.json is not JSON"
+    );
+    let err = LoadedPlugin::from_module(plugin_module::<PanickingManifestPlugin>())
+        .manifest()
+        .unwrap_err();
+    assert_eq!(
+        err,
+        "the plugin could not describe itself: manifest panicked: manifest boom"
+    );
+}
+
+/// A handler implemented directly on the FFI trait, answering garbage.
+struct Garbage;
+
+impl Handler for Garbage {
+    fn execute(&self, _request_json: RStr<'_>) -> RString {
+        RString::from("{\"status\":\"ok\"")
+    }
+    fn finish(&self, _name: RStr<'_>, _input_json: RStr<'_>) -> RResult<RString, RString> {
+        abi_stable::std_types::ROk(RString::from("[1]"))
+    }
+}
+
+#[test]
+fn a_malformed_outcome_is_indeterminate() {
+    let boxed: HandlerBox = Handler_TO::from_value(Garbage, TD_Opaque);
+    let h = LoadedHandler::from_box(boxed);
+    let Outcome::Indeterminate { message } = h.execute(&request(json!({}))) else {
+        panic!("expected indeterminate")
+    };
+    assert!(
+        message.starts_with("the handler returned a malformed outcome"),
+        "{message}"
+    );
+    let input = FinishInput {
+        args: json!({}),
+        output: JsonObject::new(),
+    };
+    assert!(h
+        .finish("x", &input)
+        .unwrap_err()
+        .contains("returned a non-object"));
+}
+
+// ------------------------------------------------------------------ host side
+
+#[derive(Default)]
+struct Recorder {
+    logs: Mutex<Vec<(LogLevel, String)>>,
+    accept_publish: bool,
+}
+
+impl HostServices for Recorder {
+    fn log(&self, level: LogLevel, message: &str) {
+        if message == "panic" {
+            panic!("logger boom");
+        }
+        self.logs.lock().unwrap().push((level, message.to_string()));
+    }
+    fn publish(&self, bundle_json: &str) -> Result<String, String> {
+        if !self.accept_publish {
+            return Err(NO_PUBLISH.into());
+        }
+        if bundle_json == "panic" {
+            panic!("publish boom");
+        }
+        Ok(format!("{{\"published\":{bundle_json}}}"))
+    }
+}
+
+#[test]
+fn host_callbacks_forward_to_services() {
+    let recorder = Arc::new(Recorder {
+        accept_publish: true,
+        ..Recorder::default()
+    });
+    let host = Host::from_callbacks(host_callbacks(recorder.clone()));
+    host.log(LogLevel::Warn, "careful");
+    host.log(LogLevel::Info, "panic"); // must not unwind into the plugin
+    assert_eq!(
+        *recorder.logs.lock().unwrap(),
+        vec![(LogLevel::Warn, "careful".to_string())]
+    );
+    assert_eq!(host.publish("[1]").unwrap(), "{\"published\":[1]}");
+    assert_eq!(
+        host.publish("panic").unwrap_err(),
+        "host publish panicked: publish boom"
+    );
+
+    let refusing = Host::from_callbacks(host_callbacks(Arc::new(Recorder::default())));
+    assert_eq!(refusing.publish("{}").unwrap_err(), NO_PUBLISH);
+    assert_eq!(Host::noop().publish("{}").unwrap_err(), NO_PUBLISH);
+    Host::noop().log(LogLevel::Error, "discarded");
+}
+
+#[test]
+fn root_symbol_matches_abi_stable() {
+    assert_eq!(
+        __private::ROOT_SYMBOL,
+        abi_stable::library::ROOT_MODULE_LOADER_NAME
+    );
+}
+
+#[test]
+fn load_errors_are_one_line_and_name_the_file() {
+    let missing = std::path::Path::new("/nonexistent/libnothing.so");
+    let err = load_plugin(missing).unwrap_err();
+    assert_eq!(err.kind(), LoadErrorKind::Open);
+    let line = err.to_string();
+    assert!(
+        line.starts_with("plugin /nonexistent/libnothing.so: cannot be opened: "),
+        "{line}"
+    );
+    assert!(!line.contains('\n'));
+
+    // A real shared library that is not a worldd plugin.
+    let libm = [
+        "/lib/x86_64-linux-gnu/libm.so.6",
+        "/usr/lib/x86_64-linux-gnu/libm.so.6",
+        "/lib64/libm.so.6",
+    ]
+    .iter()
+    .map(std::path::Path::new)
+    .find(|p| p.exists());
+    if let Some(libm) = libm {
+        let err = load_plugin(libm).unwrap_err();
+        assert_eq!(err.kind(), LoadErrorKind::NotAPlugin, "{err}");
+        assert!(err.to_string().contains(": not a worldd plugin"), "{err}");
+        assert!(!err.to_string().contains('\n'));
+    }
+
+    // A file that is not a shared object at all.
+    let dir = std::env::temp_dir().join(format!("handler-api-test-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let junk = dir.join("libjunk.so");
+    std::fs::write(&junk, b"this is not an ELF file").unwrap();
+    let err = load_plugin(&junk).unwrap_err();
+    assert_eq!(err.kind(), LoadErrorKind::Open);
+    assert!(!err.to_string().contains('\n'));
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn layout_reports_are_summarised() {
+    let report = "\nCompared <this>:\n    PluginMod\nTo <other>:\n    PluginMod\n\n1 error(s)inside:\n    <other>\n\n\
+                  Layout of expected type:\n    lots\n\nLayout of found type:\n    lots\n\n\n\
+                  Error:incompatible package versions\nExpected:\n    0.1.0\nFound:\n    0.2.0\n";
+    assert_eq!(
+        summarise_layout_report(report),
+        "handler-api 0.1.0 expected, 0.2.0 found"
+    );
+    let report = "1 error(s).\n\nError:too many fields\nExpected:\n    3\nFound:\n    4\n";
+    assert_eq!(
+        summarise_layout_report(report),
+        "too many fields: 3 expected, 4 found"
+    );
+    // The shape of abi_stable 0.11's report for a plugin whose
+    // `abi_version` returns u64 (captured from a real build, abridged).
+    let report = [
+        "0 error(s).",
+        "",
+        "0 error(s)inside:",
+        "    <other>",
+        "",
+        "    field_name:0",
+        "    type:PluginMod",
+        "",
+        "1 error(s)inside:",
+        "    <other>",
+        "",
+        "    field_name:0",
+        "    type:PluginMod",
+        "",
+        "    field_name:abi_version",
+        "    type:AFunctionPointer",
+        "        fn()->u64",
+        "",
+        "    field_name:__returns",
+        "    type:u64",
+        "",
+        "Layout of expected type:",
+        "    --- Type Layout ---",
+        "        field_name:ignored",
+        "",
+        "Layout of found type:",
+        "    x",
+        "",
+        "Error:mismatched type",
+        "Expected:",
+        "    u32",
+        "Found:",
+        "    u64",
+    ]
+    .join("\n");
+    assert_eq!(
+        summarise_layout_report(&report),
+        "mismatched type at abi_version.__returns: u32 expected, u64 found"
+    );
+    assert_eq!(
+        summarise_layout_report("\n\nsomething odd\nmore"),
+        "something odd"
+    );
+}

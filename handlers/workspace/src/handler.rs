@@ -1,0 +1,382 @@
+//! `Workspace.Read` and `Workspace.Write`: request checks, the three ops, and
+//! the output objects.
+
+use std::path::Path;
+
+use handler_api::serde_json::{json, Map, Value};
+use handler_api::{EffectHandler, Host, JsonObject, LogLevel, Outcome, Request};
+
+use crate::config::Policy;
+use crate::identity::tool_ref;
+use crate::sandbox::{errno_text, lexical, PathError, Sandbox, Target, WriteError};
+
+/// Effect names.
+pub const READ: &str = "Workspace.Read";
+/// Effect names.
+pub const WRITE: &str = "Workspace.Write";
+
+/// The payload keys this handler reads; a key that differs from one of them
+/// only by case is refused (an alias could otherwise smuggle a second value
+/// past a plan that checked the first).
+const KNOWN_KEYS: [&str; 5] = ["op", "path", "content", "old_text", "new_text"];
+
+/// Attempts when the tree changes between check and use.
+const ATTEMPTS: usize = 3;
+
+/// The handler object: an effective policy and the identity it stamps.
+pub struct WorkspaceHandler {
+    policy: Policy,
+    policy_digest: String,
+    tool: String,
+    host: Host,
+}
+
+impl WorkspaceHandler {
+    /// A handler enforcing `policy`.
+    pub fn new(policy: Policy, host: Host) -> WorkspaceHandler {
+        WorkspaceHandler {
+            policy_digest: policy.digest(),
+            policy,
+            tool: tool_ref().0.clone(),
+            host,
+        }
+    }
+
+    /// The effective policy.
+    pub fn policy(&self) -> &Policy {
+        &self.policy
+    }
+
+    /// The `tool` ref every output carries.
+    pub fn tool(&self) -> &str {
+        &self.tool
+    }
+
+    /// The `policy_digest` every output carries.
+    pub fn policy_digest(&self) -> &str {
+        &self.policy_digest
+    }
+
+    fn output(&self, mut fields: JsonObject) -> Outcome {
+        fields.insert("tool".into(), json!(self.tool));
+        fields.insert("policy_digest".into(), json!(self.policy_digest));
+        Outcome::ok(fields)
+    }
+
+    /// `{"ok":false,"refused":…}`: the effect ran and said no.
+    fn refuse(&self, message: String) -> Outcome {
+        let mut fields = Map::new();
+        fields.insert("ok".into(), json!(false));
+        fields.insert("refused".into(), json!(message));
+        self.output(fields)
+    }
+
+    fn success(&self, extra: &[(&str, Value)]) -> Outcome {
+        let mut fields = Map::new();
+        fields.insert("ok".into(), json!(true));
+        for (k, v) in extra {
+            fields.insert((*k).to_string(), v.clone());
+        }
+        self.output(fields)
+    }
+
+    /// The refusal for a path problem, in the reference's words.
+    fn path_refusal(&self, op: &str, path: &str, error: PathError) -> Outcome {
+        let message = match error {
+            PathError::Escape => {
+                format!("{op} {path}: path \"{path}\" escapes sandbox \"<worktree>\"")
+            }
+            PathError::IsADirectory => format!("{op} {path}: {path} is a directory, not a file"),
+            PathError::NotAFile => format!("{op} {path}: {path} is not a regular file"),
+            PathError::Changed => format!(
+                "{op} {path}: the path kept changing while it was being opened; nothing was done, try again"
+            ),
+            PathError::TooLarge(size) => {
+                let limit = if op == "read" {
+                    self.policy.max_read_bytes
+                } else {
+                    self.policy.max_write_bytes
+                };
+                format!("{op} {path}: file is {size} bytes; the limit is {limit}")
+            }
+            PathError::Io(e) => format!("{op} {path}: openat {path}: {}", errno_text(&e)),
+        };
+        self.refuse(message)
+    }
+
+    /// `.git/` and deny-glob rules for one worktree-relative path.
+    fn rule_for(&self, op: &str, path: &str, relative: &str) -> Option<Outcome> {
+        if relative.split('/').next() == Some(".git") {
+            return Some(self.refuse(format!(
+                "{op} {path}: .git/ is read-only to the lane's tools"
+            )));
+        }
+        self.policy.denied_by(&[relative]).map(|glob| {
+            self.refuse(format!(
+                "{op} {path}: matches fs_deny_write \"{glob}\" \u{2014} read-only under this policy"
+            ))
+        })
+    }
+
+    /// The rules applied to the path *as requested*, before touching the file
+    /// system (so `a/../.git/x` is refused even when `a` does not exist).
+    /// `..` above the root is left to the resolver, which calls it an escape.
+    fn requested_rule(&self, op: &str, path: &str) -> Option<Outcome> {
+        lexical(path).and_then(|relative| self.rule_for(op, path, &relative))
+    }
+
+    /// The rules applied to where the path *resolves* (a symlink cannot
+    /// launder a protected destination).
+    fn resolved_rule(&self, op: &str, path: &str, target: &Target) -> Option<Outcome> {
+        self.rule_for(op, path, &target.canonical())
+    }
+
+    fn read(&self, sandbox: &Sandbox, path: &str) -> Outcome {
+        match sandbox.read(path, self.policy.max_read_bytes) {
+            Ok(bytes) => match String::from_utf8(bytes) {
+                Ok(content) => self.success(&[("content", json!(content))]),
+                Err(e) => self.refuse(format!(
+                    "read {path}: the file is not UTF-8 text (invalid byte at offset {}); this tool reads text files only",
+                    e.utf8_error().valid_up_to()
+                )),
+            },
+            Err(e) => self.path_refusal("read", path, e),
+        }
+    }
+
+    fn write(&self, sandbox: &Sandbox, path: &str, content: &str) -> Outcome {
+        let size = content.len() as u64;
+        if size > self.policy.max_write_bytes {
+            return self.refuse(format!(
+                "write {path}: content is {size} bytes; the limit is {}",
+                self.policy.max_write_bytes
+            ));
+        }
+        if let Some(refusal) = self.requested_rule("write", path) {
+            return refusal;
+        }
+        for _ in 0..ATTEMPTS {
+            let target = match sandbox.resolve(path, true) {
+                Ok(t) => t,
+                Err(e) => return self.path_refusal("write", path, e),
+            };
+            if let Some(refusal) = self.resolved_rule("write", path, &target) {
+                return refusal;
+            }
+            match sandbox.write(&target, content.as_bytes()) {
+                Ok(()) => return self.success(&[("bytes", json!(size))]),
+                Err(WriteError::Before(PathError::Changed)) => continue,
+                Err(WriteError::Before(e)) => return self.path_refusal("write", path, e),
+                Err(WriteError::After(e)) => return self.unsynced("write", path, e),
+            }
+        }
+        self.path_refusal("write", path, PathError::Changed)
+    }
+
+    fn edit(&self, sandbox: &Sandbox, path: &str, old_text: &str, new_text: &str) -> Outcome {
+        if old_text.is_empty() {
+            return self.refuse(format!(
+                "edit {path}: old_text is empty; give the exact text to replace (use write to create or overwrite a file)"
+            ));
+        }
+        if let Some(refusal) = self.requested_rule("edit", path) {
+            return refusal;
+        }
+        for _ in 0..ATTEMPTS {
+            let target = match sandbox.resolve(path, false) {
+                Ok(t) => t,
+                Err(e) => return self.path_refusal("edit", path, e),
+            };
+            if let Some(refusal) = self.resolved_rule("edit", path, &target) {
+                return refusal;
+            }
+            let bytes = match sandbox.read_target(&target, self.policy.max_write_bytes) {
+                Ok(b) => b,
+                Err(PathError::Changed) => continue,
+                Err(e) => return self.path_refusal("edit", path, e),
+            };
+            let Ok(text) = String::from_utf8(bytes) else {
+                return self.refuse(format!(
+                    "edit {path}: the file is not UTF-8 text; this tool edits text files only"
+                ));
+            };
+            match text.matches(old_text).count() {
+                0 => {
+                    return self.refuse(format!(
+                        "edit {path}: old_text not found \u{2014} the file may have changed; read it again"
+                    ))
+                }
+                1 if overlaps(&text, old_text) => {
+                    return self.refuse(format!(
+                        "edit {path}: old_text occurs more than once (its occurrences overlap); include more context so it is unique"
+                    ))
+                }
+                1 => {}
+                n => {
+                    return self.refuse(format!(
+                        "edit {path}: old_text occurs {n} times; include more context so it is unique"
+                    ))
+                }
+            }
+            let edited = text.replacen(old_text, new_text, 1);
+            let size = edited.len() as u64;
+            if size > self.policy.max_write_bytes {
+                return self.refuse(format!(
+                    "edit {path}: the edited file would be {size} bytes; the limit is {}",
+                    self.policy.max_write_bytes
+                ));
+            }
+            match sandbox.write(&target, edited.as_bytes()) {
+                Ok(()) => return self.success(&[("replacements", json!(1))]),
+                Err(WriteError::Before(PathError::Changed)) => continue,
+                Err(WriteError::Before(e)) => return self.path_refusal("edit", path, e),
+                Err(WriteError::After(e)) => return self.unsynced("edit", path, e),
+            }
+        }
+        self.path_refusal("edit", path, PathError::Changed)
+    }
+
+    /// The file was replaced but may not survive a crash: the effect ran and
+    /// did not fully succeed, so `failed` (budget stays debited).
+    fn unsynced(&self, op: &str, path: &str, error: PathError) -> Outcome {
+        let cause = match error {
+            PathError::Io(e) => errno_text(&e),
+            other => format!("{other:?}"),
+        };
+        self.host.log(
+            LogLevel::Error,
+            &format!("workspace: {op} {path}: directory sync failed after rename: {cause}"),
+        );
+        Outcome::failed(format!(
+            "{op} {path}: the file was replaced but its directory could not be synced ({cause}); the change may not survive a crash"
+        ))
+    }
+}
+
+/// Whether the single non-overlapping occurrence of `needle` overlaps
+/// another one (`"aa"` in `"aaa"`): then the place to edit is ambiguous.
+/// One extra linear search: a second occurrence must start inside the first.
+fn overlaps(haystack: &str, needle: &str) -> bool {
+    let Some(at) = haystack.find(needle) else {
+        return false;
+    };
+    let step = haystack[at..].chars().next().map_or(1, char::len_utf8);
+    haystack[at + step..]
+        .find(needle)
+        .is_some_and(|next| at + step + next < at + needle.len())
+}
+
+/// A string argument of the payload, or the `failed` outcome for a payload
+/// the plan should never have built.
+fn arg<'a>(effect: &str, op: &str, payload: &'a JsonObject, key: &str) -> Result<&'a str, Outcome> {
+    match payload.get(key) {
+        Some(Value::String(s)) => Ok(s),
+        Some(_) => Err(Outcome::failed(format!(
+            "broker: {effect} refused: payload key \"{key}\" of op \"{op}\" must be a string"
+        ))),
+        None => Err(Outcome::failed(format!(
+            "broker: {effect} refused: op \"{op}\" needs payload key \"{key}\""
+        ))),
+    }
+}
+
+impl EffectHandler for WorkspaceHandler {
+    fn execute(&self, request: Request) -> Outcome {
+        let effect = request.effect.as_str();
+        let ops: &[&str] = match effect {
+            READ => &["read"],
+            WRITE => &["write", "edit"],
+            other => {
+                return Outcome::failed(format!(
+                    "broker: the workspace plugin does not handle effect \"{other}\""
+                ))
+            }
+        };
+        if request.scope != "worktree" {
+            return Outcome::failed(format!(
+                "broker: {effect} refused: scope \"{}\" is not \"worktree\"",
+                request.scope
+            ));
+        }
+        let Some(payload) = request.payload.as_object() else {
+            return Outcome::failed(format!(
+                "broker: {effect} refused: payload is not a JSON object"
+            ));
+        };
+        for key in payload.keys() {
+            let lower = key.to_lowercase();
+            if let Some(known) = KNOWN_KEYS.iter().find(|k| **k != key && **k == lower) {
+                return Outcome::failed(format!(
+                    "broker: {effect} refused: key \"{key}\" aliases \"{known}\""
+                ));
+            }
+        }
+        let op = match payload.get("op") {
+            Some(Value::String(op)) => op.as_str(),
+            Some(_) => {
+                return Outcome::failed(format!(
+                    "broker: {effect} refused: payload key \"op\" must be a string"
+                ))
+            }
+            None => {
+                return Outcome::failed(format!("broker: {effect} refused: payload has no \"op\""))
+            }
+        };
+        if !ops.contains(&op) {
+            return Outcome::failed(format!(
+                "broker: {effect} refuses op \"{op}\": not in this effect's op allowlist"
+            ));
+        }
+        let Some(worktree) = request.worktree.as_deref() else {
+            return Outcome::failed(format!(
+                "broker: {effect} refused: the request binds no worktree (scope \"worktree\" needs one)"
+            ));
+        };
+        if !Path::new(worktree).is_absolute() {
+            return Outcome::failed(format!(
+                "broker: {effect} refused: the bound worktree is not an absolute path"
+            ));
+        }
+        let path = match arg(effect, op, payload, "path") {
+            Ok(p) => p,
+            Err(outcome) => return outcome,
+        };
+        // Path checks that need no file system, before opening anything.
+        if path.is_empty() {
+            return self.refuse(format!("{op}: the path is empty"));
+        }
+        if path.contains('\0') {
+            return self.refuse(format!("{op} {path}: the path contains a NUL byte"));
+        }
+        let sandbox = match Sandbox::open(Path::new(worktree)) {
+            Ok(s) => s,
+            // The daemon checked the worktree when it bound it; if it is gone
+            // now, the effect could not run at all. No host path in the text.
+            Err(e) => {
+                return Outcome::failed(format!(
+                    "broker: {effect} failed: the episode's worktree cannot be opened: {}",
+                    errno_text(&e)
+                ))
+            }
+        };
+        match op {
+            "read" => self.read(&sandbox, path),
+            "write" => match arg(effect, op, payload, "content") {
+                Ok(content) => self.write(&sandbox, path, content),
+                Err(outcome) => outcome,
+            },
+            // The only op left after the allowlist check.
+            _ => {
+                let old_text = match arg(effect, op, payload, "old_text") {
+                    Ok(s) => s,
+                    Err(outcome) => return outcome,
+                };
+                let new_text = match arg(effect, op, payload, "new_text") {
+                    Ok(s) => s,
+                    Err(outcome) => return outcome,
+                };
+                self.edit(&sandbox, path, old_text, new_text)
+            }
+        }
+    }
+}

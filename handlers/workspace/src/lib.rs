@@ -1,0 +1,174 @@
+//! worldd plugin `workspace`: `Workspace.Read` and `Workspace.Write`, confined
+//! to the episode's worktree.
+//!
+//! Serves the se-tools `ailang-read`, `ailang-write` and `ailang-edit`, whose
+//! transition documents (`transitions/se-tools/ailang-{read,write,edit}.json`)
+//! it ships in its manifest.
+//!
+//! # Effects and payloads
+//!
+//! | effect | class | op | payload | success output |
+//! |---|---|---|---|---|
+//! | `Workspace.Read` | read | `read` | `{op, path}` | `{"ok":true,"content":…}` |
+//! | `Workspace.Write` | write | `write` | `{op, path, content}` | `{"ok":true,"bytes":n}` |
+//! | `Workspace.Write` | write | `edit` | `{op, path, old_text, new_text}` | `{"ok":true,"replacements":1}` |
+//!
+//! Every output also carries `tool` and `policy_digest`:
+//!
+//! - `tool` = `sha256:` + hex SHA-256 of the file the handler's code was
+//!   loaded from, found with `dladdr` (the plugin library when the daemon
+//!   loaded it; the executable when the crate is linked in, as in tests). If
+//!   that file cannot be read, the SHA-256 of `"worldd-handler-workspace@<version>"`.
+//! - `policy_digest` = hex SHA-256 of the canonical JSON (RFC 8785) of the
+//!   effective policy: `{"denyWrite":[…],"maxReadBytes":n,"maxWriteBytes":n,
+//!   "policy":"worldd/workspace-policy/v1","readOnly":[".git/"],"sandbox":"worktree"}`.
+//!
+//! # Refusals and failures
+//!
+//! A refusal is an `ok` outcome whose output is `{"ok":false,"refused":"…"}`
+//! (the effect ran and said no; it costs its budget unit), in the reference's
+//! words:
+//!
+//! - `read /etc/hosts: path "/etc/hosts" escapes sandbox "<worktree>"` (the
+//!   literal `<worktree>`: no host path leaks to the agent)
+//! - `read nope.ail: openat nope.ail: no such file or directory`
+//! - `read big.txt: file is 2000000 bytes; the limit is 786432`
+//! - `write .git/config: .git/ is read-only to the lane's tools`
+//! - `write .ailang/x.ail: matches fs_deny_write ".ailang/**" — read-only under this policy`
+//! - `edit hello.ail: old_text occurs 8 times; include more context so it is unique`
+//! - `edit hello.ail: old_text not found — the file may have changed; read it again`
+//!
+//! plus non-UTF-8 files, empty `old_text`, an `old_text` whose only match
+//! overlaps another (`"aa"` in `"aaa"`: ambiguous, refused), content over
+//! the write limit,
+//! directories, FIFOs, NUL bytes and over-long names (`file name too long`).
+//!
+//! A `failed` outcome means the request itself was wrong, and nothing was
+//! touched: scope not `worktree` (`broker: Workspace.Read refused: scope "x"
+//! is not "worktree"`), an op outside the effect's allowlist (`broker:
+//! Workspace.Read refuses op "write": not in this effect's op allowlist`), a
+//! case-variant key (`broker: Workspace.Write refused: key "OP" aliases
+//! "op"`), a payload that is not an object, a missing argument or worktree.
+//! The one `failed` after a change: a write whose rename succeeded but whose
+//! directory fsync failed.
+//!
+//! # Confinement
+//!
+//! All file access goes through a cap-std `Dir` opened on the worktree, and
+//! the handler resolves every path itself, component by component, then
+//! re-opens the resolved chain with `O_NOFOLLOW` (see the `sandbox` module's
+//! docs). Consequences:
+//!
+//! - Absolute paths, `..` above the root, and symlinks whose target is
+//!   absolute or climbs out are refused as escapes, including dangling ones
+//!   and chains. `/proc/self/root/…` is just an absolute path.
+//! - Symlinks that stay inside the worktree are followed (for reads *and*
+//!   writes: writing through `link -> a.txt` replaces `a.txt`); the `.git/`
+//!   and deny rules apply to both the requested path and where it resolves.
+//! - A symlink swapped in between the check and the use makes the no-follow
+//!   open fail and the operation start again; it is never followed.
+//! - `.git` is matched exactly: `.git/x`, `./.git/x` and `a/../.git/x` are
+//!   read-only; `.GIT` is an ordinary name on a case-sensitive file system
+//!   (on a case-insensitive one it *is* `.git`, and the kernel would write
+//!   there: deploy worktrees on case-sensitive file systems). Deny globs are
+//!   case-sensitive too.
+//! - Unicode look-alikes (`∕` U+2215, `．．` U+FF0E) are ordinary names.
+//! - Writes are atomic (temp file, fsync, rename, directory fsync) and keep
+//!   an existing file's permission bits. A crash can leave a
+//!   `.worldd-tmp-*` file beside the target, never a partial target.
+//! - Hard links are not path-confined by any resolver: a hard link placed in
+//!   the worktree to an outside file can be read (a write replaces the link
+//!   instead of changing the outside file). Only someone who can already write
+//!   both places can create one.
+//!
+//! # Config
+//!
+//! ```json
+//! {"denyWrite": [".github/**", ".pi/**", ".claude/**", ".gitmodules", ".gitattributes", ".ailang/**"],
+//!  "maxReadBytes": 786432, "maxWriteBytes": 8388608}
+//! ```
+//!
+//! All keys optional; unknown keys are refused. `maxReadBytes` defaults to
+//! 768 KiB because the coordinator caps a whole tool output at 1 MiB after
+//! the effect has run: the 256 KiB headroom covers JSON escaping and the
+//! output envelope, so an oversized file gets a clear refusal rather than an
+//! EffectsUnrecorded host failure. Both limits are at most 1 GiB.
+
+mod config;
+mod handler;
+mod identity;
+mod sandbox;
+
+use handler_api::serde_json::Value;
+use handler_api::{export_plugin, EffectClass, EffectDecl, Host, Manifest, Plugin};
+
+pub use config::{
+    config_schema, Policy, DEFAULT_DENY_WRITE, DEFAULT_MAX_READ_BYTES, DEFAULT_MAX_WRITE_BYTES,
+    LIMIT_CEILING,
+};
+pub use handler::{WorkspaceHandler, READ, WRITE};
+pub use identity::{tool_ref, ToolSource};
+
+/// The transition documents this plugin ships, by file name.
+const TRANSITIONS: [(&str, &str); 3] = [
+    (
+        "ailang-read.json",
+        include_str!("../../../transitions/se-tools/ailang-read.json"),
+    ),
+    (
+        "ailang-write.json",
+        include_str!("../../../transitions/se-tools/ailang-write.json"),
+    ),
+    (
+        "ailang-edit.json",
+        include_str!("../../../transitions/se-tools/ailang-edit.json"),
+    ),
+];
+
+/// The plugin (see the crate docs).
+pub struct WorkspacePlugin;
+
+impl Plugin for WorkspacePlugin {
+    type Handler = WorkspaceHandler;
+
+    fn manifest() -> Result<Manifest, String> {
+        let transitions = TRANSITIONS
+            .iter()
+            .map(|(file, text)| {
+                handler_api::serde_json::from_str::<Value>(text)
+                    .map_err(|e| format!("embedded transition {file} is not valid JSON: {e}"))
+            })
+            .collect::<Result<Vec<Value>, String>>()?;
+        Ok(Manifest {
+            name: "workspace".into(),
+            version: env!("CARGO_PKG_VERSION").into(),
+            abi: handler_api::ABI_VERSION,
+            description: "Reads and writes files inside the episode's worktree (ailang-read, ailang-write, ailang-edit)."
+                .into(),
+            effects: vec![
+                EffectDecl {
+                    name: READ.into(),
+                    class: EffectClass::Read,
+                    ops: vec!["read".into()],
+                    description: "Read one UTF-8 file of the worktree.".into(),
+                },
+                EffectDecl {
+                    name: WRITE.into(),
+                    class: EffectClass::Write,
+                    ops: vec!["write".into(), "edit".into()],
+                    description: "Atomically write a file, or replace one unique occurrence of a text in it."
+                        .into(),
+                },
+            ],
+            transitions,
+            finish: Vec::new(),
+            config_schema: config_schema(),
+        })
+    }
+
+    fn new(config: Value, host: Host) -> Result<WorkspaceHandler, String> {
+        Ok(WorkspaceHandler::new(Policy::from_config(&config)?, host))
+    }
+}
+
+export_plugin!(WorkspacePlugin);

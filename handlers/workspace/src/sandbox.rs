@@ -1,0 +1,551 @@
+//! Confinement to one worktree.
+//!
+//! The worktree is opened once as a cap-std [`Dir`]; every later file system
+//! call is relative to that handle, and cap-std refuses any resolution that
+//! would leave it (openat2 `RESOLVE_BENEATH` where the kernel has it, careful
+//! manual resolution otherwise). On top of that this module resolves paths
+//! itself, one component at a time, so that it knows the *canonical*
+//! worktree-relative path a request ends at (to apply `.git/` and deny-glob
+//! rules to where a write really lands, and to say "escapes sandbox" instead
+//! of a bare errno):
+//!
+//! 1. **Resolve** (check): walk the requested path from the root. `..` pops
+//!    a component we hold (never the kernel's `..`); a symlink is read and its
+//!    target spliced into the walk (an absolute target, or `..` above the
+//!    root, is an escape). The result is a chain of real directories plus a
+//!    final name.
+//! 2. **Use**: re-open that chain from the root with `O_NOFOLLOW` on every
+//!    component and open the final name with `O_NOFOLLOW`. If anything was
+//!    swapped for a symlink in between, the open fails (and the operation is
+//!    retried from step 1) instead of following it. So a race can at worst
+//!    make a call fail; it can never redirect it outside the worktree, or into
+//!    a place the check did not approve.
+//!
+//! Writes are atomic: a temporary file in the target's directory is written
+//! and fsynced, renamed over the target, and the directory is fsynced. A crash
+//! leaves the old or the new content, never a mix (at worst an orphaned
+//! `.worldd-tmp-<pid>-…` file beside it, which the next write in that
+//! directory removes once process `<pid>` is gone). `rename` replaces a name; it never writes
+//! through a symlink or into another inode (a hard link to an outside file is
+//! replaced, not modified).
+
+use std::collections::VecDeque;
+use std::ffi::{OsStr, OsString};
+use std::io::{self, Read, Write};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use cap_fs_ext::{DirExt, FollowSymlinks, OpenOptionsFollowExt, OpenOptionsMaybeDirExt};
+use cap_std::ambient_authority;
+use cap_std::fs::{Dir, File, OpenOptions, OpenOptionsExt, Permissions};
+
+/// Symlinks followed in one resolution before giving up (Linux's limit).
+const MAX_SYMLINK_HOPS: usize = 40;
+
+/// Attempts when the tree changes between check and use.
+const ATTEMPTS: usize = 3;
+
+/// Why a path could not be used. The handler turns each into a refusal text.
+#[derive(Debug)]
+pub enum PathError {
+    /// The path (or a symlink on it) leads outside the worktree.
+    Escape,
+    /// The path names a directory where a file was expected.
+    IsADirectory,
+    /// The path names something that is neither a regular file nor a
+    /// directory (a FIFO, a socket, a device).
+    NotAFile,
+    /// The tree kept changing under the operation.
+    Changed,
+    /// The file is larger than the limit (its size in bytes).
+    TooLarge(u64),
+    /// An operating-system error, reported as `openat <path>: <text>`.
+    Io(io::Error),
+}
+
+impl From<io::Error> for PathError {
+    fn from(e: io::Error) -> Self {
+        // cap-std's own escape refusal (the backstop behind our resolver).
+        if e.kind() == io::ErrorKind::PermissionDenied
+            && e.raw_os_error().is_none()
+            && e.to_string().contains("outside of the filesystem")
+        {
+            return PathError::Escape;
+        }
+        PathError::Io(e)
+    }
+}
+
+/// An errno-style text as Go prints it: `no such file or directory`.
+pub fn errno_text(e: &io::Error) -> String {
+    let text = e.to_string();
+    let text = match text.find(" (os error ") {
+        Some(i) => text[..i].to_string(),
+        None => text,
+    };
+    let mut chars = text.chars();
+    match chars.next() {
+        Some(first) => first.to_lowercase().chain(chars).collect(),
+        None => text,
+    }
+}
+
+/// A resolved, canonical location inside the worktree.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Target {
+    /// Existing real directories from the root down to the file's directory.
+    pub parent: Vec<OsString>,
+    /// Directories that do not exist yet (a write creates them).
+    pub missing: Vec<OsString>,
+    /// The final component.
+    pub name: OsString,
+    /// Whether `name` existed (as a non-directory) at check time.
+    pub exists: bool,
+}
+
+impl Target {
+    /// The canonical worktree-relative path, `/`-separated.
+    pub fn canonical(&self) -> String {
+        let parts: Vec<String> = self
+            .parent
+            .iter()
+            .chain(&self.missing)
+            .chain(std::iter::once(&self.name))
+            .map(|c| c.to_string_lossy().into_owned())
+            .collect();
+        parts.join("/")
+    }
+}
+
+/// Split a path on `/`, dropping empty and `.` components.
+fn components(path: &OsStr) -> VecDeque<OsString> {
+    path.as_bytes()
+        .split(|b| *b == b'/')
+        .filter(|c| !c.is_empty() && *c != b".")
+        .map(|c| OsStr::from_bytes(c).to_os_string())
+        .collect()
+}
+
+/// Lexical normalisation of a relative path: `.` dropped, `..` pops.
+/// `None` when `..` climbs above the start. Used only to apply the `.git/`
+/// and deny rules to the path *as requested* (in addition to where it
+/// resolves), never to decide what gets opened.
+pub fn lexical(path: &str) -> Option<String> {
+    let mut out: Vec<&str> = Vec::new();
+    for c in path.split('/') {
+        match c {
+            "" | "." => {}
+            ".." => {
+                out.pop()?;
+            }
+            c => out.push(c),
+        }
+    }
+    Some(out.join("/"))
+}
+
+fn join(stack: &[OsString], last: &OsStr) -> PathBuf {
+    let mut p = PathBuf::new();
+    for c in stack {
+        p.push(c);
+    }
+    p.push(last);
+    p
+}
+
+/// One worktree, opened once per request.
+pub struct Sandbox {
+    root: Dir,
+}
+
+impl Sandbox {
+    /// Open the worktree directory (the one ambient-authority call).
+    pub fn open(worktree: &Path) -> io::Result<Sandbox> {
+        Ok(Sandbox {
+            root: Dir::open_ambient_dir(worktree, ambient_authority())?,
+        })
+    }
+
+    /// Step 1: resolve `path` to a canonical [`Target`].
+    ///
+    /// `create` allows missing intermediate directories (a write creates
+    /// them). POSIX semantics: `a/..` is the parent of wherever `a` resolves.
+    pub fn resolve(&self, path: &str, create: bool) -> Result<Target, PathError> {
+        let raw = OsStr::new(path);
+        if path.starts_with('/') {
+            return Err(PathError::Escape);
+        }
+        let trailing_slash = path.ends_with('/');
+        let mut queue = components(raw);
+        let mut stack: Vec<OsString> = Vec::new();
+        let mut hops = 0;
+        while let Some(c) = queue.pop_front() {
+            if c == ".." {
+                if stack.pop().is_none() {
+                    return Err(PathError::Escape);
+                }
+                continue;
+            }
+            let rel = join(&stack, &c);
+            match self.root.symlink_metadata(&rel) {
+                Ok(md) if md.file_type().is_symlink() => {
+                    hops += 1;
+                    if hops > MAX_SYMLINK_HOPS {
+                        return Err(PathError::Io(io::Error::from_raw_os_error(libc::ELOOP)));
+                    }
+                    let target = self.root.read_link_contents(&rel)?;
+                    let target = target.as_os_str();
+                    if target.as_bytes().first() == Some(&b'/') {
+                        return Err(PathError::Escape);
+                    }
+                    if target.is_empty() {
+                        return Err(PathError::Io(io::Error::from_raw_os_error(libc::ENOENT)));
+                    }
+                    let mut spliced = components(target);
+                    spliced.extend(queue);
+                    queue = spliced;
+                }
+                Ok(md) if md.is_dir() => {
+                    stack.push(c);
+                }
+                Ok(md) => {
+                    if !queue.is_empty() || trailing_slash {
+                        return Err(PathError::Io(io::Error::from_raw_os_error(libc::ENOTDIR)));
+                    }
+                    if !md.is_file() {
+                        return Err(PathError::NotAFile);
+                    }
+                    return Ok(Target {
+                        parent: stack,
+                        missing: Vec::new(),
+                        name: c,
+                        exists: true,
+                    });
+                }
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                    let mut rest: Vec<OsString> = queue.drain(..).collect();
+                    if rest.is_empty() {
+                        if trailing_slash {
+                            return Err(if create {
+                                PathError::IsADirectory
+                            } else {
+                                PathError::Io(e)
+                            });
+                        }
+                        return Ok(Target {
+                            parent: stack,
+                            missing: Vec::new(),
+                            name: c,
+                            exists: false,
+                        });
+                    }
+                    // `..` below a missing directory cannot be resolved.
+                    if !create || rest.iter().any(|r| r == "..") {
+                        return Err(PathError::Io(e));
+                    }
+                    if trailing_slash {
+                        return Err(PathError::IsADirectory);
+                    }
+                    let name = rest.pop().unwrap_or_default();
+                    let mut missing = vec![c];
+                    missing.extend(rest);
+                    return Ok(Target {
+                        parent: stack,
+                        missing,
+                        name,
+                        exists: false,
+                    });
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+        // The walk ended on a directory (the root itself, `a/..`, `dir`).
+        Err(PathError::IsADirectory)
+    }
+
+    /// Step 2: open the target's directory without following any symlink,
+    /// creating missing directories when asked.
+    fn open_parent(&self, target: &Target, create: bool) -> Result<Dir, PathError> {
+        let mut dir = self.root.try_clone()?;
+        for c in &target.parent {
+            dir = dir.open_dir_nofollow(c).map_err(changed)?;
+        }
+        for c in &target.missing {
+            if !create {
+                return Err(PathError::Io(io::Error::from_raw_os_error(libc::ENOENT)));
+            }
+            match dir.create_dir(c) {
+                Ok(()) => sync_dir(&dir)?,
+                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+                Err(e) => return Err(e.into()),
+            }
+            dir = dir.open_dir_nofollow(c).map_err(changed)?;
+        }
+        Ok(dir)
+    }
+
+    /// Read a whole file of at most `limit` bytes (resolve, then use).
+    pub fn read(&self, path: &str, limit: u64) -> Result<Vec<u8>, PathError> {
+        retry(|| {
+            let target = self.resolve(path, false)?;
+            self.read_target(&target, limit)
+        })
+    }
+
+    /// Read the file a resolved target names. `Changed` when the chain was
+    /// swapped since [`Sandbox::resolve`].
+    pub fn read_target(&self, target: &Target, limit: u64) -> Result<Vec<u8>, PathError> {
+        if !target.exists {
+            return Err(PathError::Io(io::Error::from_raw_os_error(libc::ENOENT)));
+        }
+        let dir = self.open_parent(target, false)?;
+        read_in(&dir, &target.name, limit)
+    }
+
+    /// Atomically replace (or create) the file at `target` with `content`.
+    /// Returns `Err(PathError::Changed)` when the target's chain changed.
+    pub fn write(&self, target: &Target, content: &[u8]) -> Result<(), WriteError> {
+        let dir = self.open_parent(target, true).map_err(WriteError::Before)?;
+        // Keep an existing file's permission bits (rename installs a new inode).
+        let permissions = match dir.symlink_metadata(&target.name) {
+            Ok(md) if md.is_file() => Some(md.permissions()),
+            Ok(md) if md.is_dir() => return Err(WriteError::Before(PathError::IsADirectory)),
+            Ok(md) if md.file_type().is_symlink() => {
+                return Err(WriteError::Before(PathError::Changed))
+            }
+            Ok(_) => return Err(WriteError::Before(PathError::NotAFile)),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => None,
+            Err(e) => return Err(WriteError::Before(e.into())),
+        };
+        let (tmp_name, file) = create_temp(&dir).map_err(WriteError::Before)?;
+        let staged = stage(file, content, permissions);
+        if let Err(e) = staged {
+            let _ = dir.remove_file(&tmp_name);
+            return Err(WriteError::Before(e.into()));
+        }
+        if let Err(e) = dir.rename(&tmp_name, &dir, &target.name) {
+            let _ = dir.remove_file(&tmp_name);
+            return Err(WriteError::Before(e.into()));
+        }
+        // The new content is in place; only its durability is now at stake.
+        sync_dir(&dir).map_err(WriteError::After)?;
+        sweep_orphans(&dir);
+        Ok(())
+    }
+}
+
+/// How a write failed.
+#[derive(Debug)]
+pub enum WriteError {
+    /// Nothing changed.
+    Before(PathError),
+    /// The target was replaced but its directory could not be synced.
+    After(PathError),
+}
+
+/// Run `op` again when the tree changed between check and use.
+pub fn retry<T>(mut op: impl FnMut() -> Result<T, PathError>) -> Result<T, PathError> {
+    let mut last = PathError::Changed;
+    for _ in 0..ATTEMPTS {
+        match op() {
+            Err(PathError::Changed) => last = PathError::Changed,
+            other => return other,
+        }
+    }
+    Err(last)
+}
+
+/// A no-follow open failing because a component turned into a symlink (or
+/// stopped being a directory) means the tree changed since the check.
+fn changed(e: io::Error) -> PathError {
+    match e.raw_os_error() {
+        Some(libc::ELOOP) | Some(libc::ENOTDIR) | Some(libc::ENOENT) => PathError::Changed,
+        _ => e.into(),
+    }
+}
+
+/// Read `name` in `dir` (no symlink following, no blocking on FIFOs).
+fn read_in(dir: &Dir, name: &OsStr, limit: u64) -> Result<Vec<u8>, PathError> {
+    let mut options = OpenOptions::new();
+    options
+        .read(true)
+        .follow(FollowSymlinks::No)
+        // A FIFO swapped in after the check must not block the handler.
+        .custom_flags(libc::O_NONBLOCK);
+    let file = dir.open_with(name, &options).map_err(changed)?;
+    let md = file.metadata()?;
+    if md.is_dir() {
+        return Err(PathError::IsADirectory);
+    }
+    if !md.is_file() {
+        return Err(PathError::NotAFile);
+    }
+    if md.len() > limit {
+        return Err(PathError::TooLarge(md.len()));
+    }
+    // Read at most limit + 1 bytes: the file may grow after the stat.
+    let mut content = Vec::with_capacity(usize::try_from(md.len()).unwrap_or(0));
+    file.take(limit.saturating_add(1))
+        .read_to_end(&mut content)?;
+    let len = content.len() as u64;
+    if len > limit {
+        return Err(PathError::TooLarge(len));
+    }
+    Ok(content)
+}
+
+fn stage(mut file: File, content: &[u8], permissions: Option<Permissions>) -> io::Result<()> {
+    file.write_all(content)?;
+    if let Some(p) = permissions {
+        file.set_permissions(p)?;
+    }
+    file.sync_all()
+}
+
+static TEMP_COUNTER: AtomicU64 = AtomicU64::new(0);
+
+/// Temporary files are `.worldd-tmp-<pid>-<counter>-<nanos>`.
+const TEMP_PREFIX: &str = ".worldd-tmp-";
+
+/// Create a fresh temporary file in `dir`. The name is short (independent of
+/// the target's, which may already be at NAME_MAX) and unique per process,
+/// call and moment; `create_new` (O_EXCL) never follows or reuses a name.
+fn create_temp(dir: &Dir) -> Result<(OsString, File), PathError> {
+    let mut options = OpenOptions::new();
+    options.write(true).create_new(true).mode(0o644);
+    let mut last = None;
+    for _ in 0..16 {
+        let nanos = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map(|d| d.subsec_nanos())
+            .unwrap_or(0);
+        let n = TEMP_COUNTER.fetch_add(1, Ordering::Relaxed);
+        let name = OsString::from(format!("{TEMP_PREFIX}{}-{n}-{nanos:x}", std::process::id()));
+        match dir.open_with(&name, &options) {
+            Ok(file) => return Ok((name, file)),
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => last = Some(e),
+            Err(e) => return Err(e.into()),
+        }
+    }
+    Err(PathError::Io(last.unwrap_or_else(|| {
+        io::Error::from_raw_os_error(libc::EEXIST)
+    })))
+}
+
+/// Remove temporary files that a killed process left in `dir` (best effort).
+/// Only names of our own pattern whose creating process no longer exists
+/// are touched, so an in-flight write of a live process is never disturbed.
+fn sweep_orphans(dir: &Dir) {
+    let Ok(entries) = dir.entries() else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(pid) = name
+            .to_str()
+            .and_then(|n| n.strip_prefix(TEMP_PREFIX))
+            .and_then(|rest| rest.split('-').next())
+            .and_then(|pid| pid.parse::<libc::pid_t>().ok())
+        else {
+            continue;
+        };
+        if pid <= 0 || pid as u32 == std::process::id() {
+            continue;
+        }
+        // SAFETY: signal 0 only checks whether the process exists.
+        let alive = unsafe { libc::kill(pid, 0) } == 0
+            || io::Error::last_os_error().raw_os_error() != Some(libc::ESRCH);
+        if !alive {
+            let _ = dir.remove_file(&name);
+        }
+    }
+}
+
+/// fsync a directory, making renames and creations in it durable.
+fn sync_dir(dir: &Dir) -> Result<(), PathError> {
+    // cap-std holds directories as O_PATH handles, which cannot be fsynced;
+    // open the directory itself for reading.
+    let mut options = OpenOptions::new();
+    options.read(true).maybe_dir(true);
+    dir.open_with(".", &options)?.sync_all()?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn lexical_normalises_and_detects_climbing() {
+        assert_eq!(lexical("a/./b//c/").as_deref(), Some("a/b/c"));
+        assert_eq!(lexical("a/../.git/config").as_deref(), Some(".git/config"));
+        assert_eq!(lexical("./.git").as_deref(), Some(".git"));
+        assert_eq!(lexical("."), Some(String::new()));
+        assert_eq!(lexical(".."), None);
+        assert_eq!(lexical("a/../../b"), None);
+    }
+
+    #[test]
+    fn errno_text_is_go_style() {
+        assert_eq!(
+            errno_text(&io::Error::from_raw_os_error(libc::ENOENT)),
+            "no such file or directory"
+        );
+        assert_eq!(
+            errno_text(&io::Error::from_raw_os_error(libc::ENAMETOOLONG)),
+            "file name too long"
+        );
+        assert_eq!(
+            errno_text(&io::Error::other("Custom thing")),
+            "custom thing"
+        );
+    }
+
+    #[test]
+    fn components_drop_empty_and_dot() {
+        let c: Vec<OsString> = components(OsStr::new("./a//b/./c/")).into();
+        assert_eq!(c, vec![OsString::from("a"), "b".into(), "c".into()]);
+    }
+
+    #[test]
+    fn canonical_joins_parent_missing_and_name() {
+        let t = Target {
+            parent: vec!["a".into()],
+            missing: vec!["b".into(), "c".into()],
+            name: "f.txt".into(),
+            exists: false,
+        };
+        assert_eq!(t.canonical(), "a/b/c/f.txt");
+    }
+
+    #[test]
+    fn resolve_reports_canonical_targets() {
+        let tmp = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(tmp.path().join("real/sub")).unwrap();
+        std::fs::write(tmp.path().join("real/sub/f"), "x").unwrap();
+        std::os::unix::fs::symlink("real/sub", tmp.path().join("link")).unwrap();
+        let sandbox = Sandbox::open(tmp.path()).unwrap();
+        let t = sandbox.resolve("link/f", false).unwrap();
+        assert_eq!(t.canonical(), "real/sub/f");
+        assert!(t.exists);
+        // POSIX: `link/..` is the parent of link's target, not the root.
+        let t = sandbox.resolve("link/../sub/f", false).unwrap();
+        assert_eq!(t.canonical(), "real/sub/f");
+        let t = sandbox.resolve("new/dirs/f", true).unwrap();
+        assert_eq!(t.missing, vec![OsString::from("new"), "dirs".into()]);
+        assert!(matches!(
+            sandbox.resolve("new/dirs/f", false),
+            Err(PathError::Io(_))
+        ));
+        assert!(matches!(
+            sandbox.resolve("link/../../..", false),
+            Err(PathError::Escape)
+        ));
+        assert!(matches!(
+            sandbox.resolve("real", false),
+            Err(PathError::IsADirectory)
+        ));
+    }
+}

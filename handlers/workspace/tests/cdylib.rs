@@ -1,0 +1,95 @@
+//! The built plugin library, loaded the way the daemon loads it.
+
+use std::fs;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+
+use handler_api::serde_json::json;
+use handler_api::{host_callbacks, HostServices, LoadedPlugin, LogLevel, Outcome, Request};
+use sha2::{Digest, Sha256};
+
+/// `target/<profile>/libworldd_workspace.so`, found from this test binary
+/// (`target/<profile>/deps/cdylib-<hash>`). Cargo builds the cdylib with the
+/// rlib the tests link, so it is always there and current.
+fn library() -> PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    let deps = exe.parent().unwrap();
+    let name = format!(
+        "{}worldd_workspace{}",
+        std::env::consts::DLL_PREFIX,
+        std::env::consts::DLL_SUFFIX
+    );
+    [deps.join(&name), deps.parent().unwrap().join(&name)]
+        .into_iter()
+        .find(|p| p.exists())
+        .unwrap_or_else(|| panic!("{name} not found next to {}", deps.display()))
+}
+
+#[derive(Default)]
+struct Logs(Mutex<Vec<String>>);
+
+impl HostServices for Logs {
+    fn log(&self, level: LogLevel, message: &str) {
+        self.0
+            .lock()
+            .unwrap()
+            .push(format!("{}: {message}", level.as_str()));
+    }
+}
+
+#[test]
+fn the_built_library_loads_and_serves_a_read() {
+    let path = library();
+    let plugin = LoadedPlugin::load(&path).unwrap_or_else(|e| panic!("{e}\n{}", e.detail()));
+    let manifest = plugin.manifest().unwrap();
+    assert_eq!(manifest.name, "workspace");
+    assert_eq!(manifest.abi, handler_api::ABI_VERSION);
+    assert_eq!(manifest.transitions.len(), 3);
+
+    let host = host_callbacks(Arc::new(Logs::default()));
+    let handler = plugin
+        .new_handler(&json!({"maxReadBytes": 1000}), host)
+        .unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    fs::write(tmp.path().join("hello.ail"), "module hello\n").unwrap();
+    let request = Request {
+        invocation_id: "inv-1".into(),
+        episode: "ep".into(),
+        worktree: Some(tmp.path().to_string_lossy().into_owned()),
+        effect: "Workspace.Read".into(),
+        scope: "worktree".into(),
+        cost: 1,
+        payload: json!({"op": "read", "path": "hello.ail"}),
+        deadline_ms: 10_000,
+    };
+    let Outcome::Ok { output } = handler.execute(&request) else {
+        panic!("read failed")
+    };
+    assert_eq!(output["ok"], json!(true));
+    assert_eq!(output["content"], json!("module hello\n"));
+    // Inside the real plugin, `tool` is the SHA-256 of the library file.
+    let bytes = fs::read(&path).unwrap();
+    assert_eq!(
+        output["tool"],
+        json!(format!("sha256:{}", hex::encode(Sha256::digest(&bytes))))
+    );
+
+    // A second load of the same file gives a working module too (no
+    // per-type caching in the loader).
+    let again = LoadedPlugin::load(&path).unwrap();
+    assert_eq!(again.manifest().unwrap().name, "workspace");
+
+    // A bad config is a one-line error from the plugin.
+    let err = plugin.new_handler(&json!({"nope": 1}), host).err().unwrap();
+    assert_eq!(
+        err,
+        "workspace config: unknown key \"nope\"; workspace accepts only: denyWrite, maxReadBytes, maxWriteBytes"
+    );
+
+    // Malformed JSON through the real boundary is a failed outcome.
+    let answer = handler.execute_raw("{not json");
+    assert!(
+        answer.starts_with("{\"status\":\"failed\",\"message\":\"malformed request: "),
+        "{answer}"
+    );
+}

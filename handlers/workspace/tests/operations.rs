@@ -1,0 +1,669 @@
+//! read / write / edit behaviour, request checks, config and identity.
+
+mod common;
+
+use std::fs;
+use std::os::unix::fs::PermissionsExt;
+
+use common::*;
+use handler_api::serde_json::{json, Value};
+use handler_api::{EffectClass, Host, Outcome, Plugin};
+use sha2::{Digest, Sha256};
+use worldd_workspace::{Policy, WorkspacePlugin, DEFAULT_MAX_READ_BYTES};
+
+fn is_sha256_ref(s: &str) -> bool {
+    s.len() == 71
+        && s.starts_with("sha256:")
+        && s[7..]
+            .bytes()
+            .all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase())
+}
+
+// ------------------------------------------------------------------- read
+
+#[test]
+fn read_returns_content_tool_and_policy_digest() {
+    let f = Fixture::new();
+    f.put("src/main.ail", "module main\n");
+    let out = f.read("src/main.ail");
+    assert_eq!(out["ok"], json!(true));
+    assert_eq!(out["content"], json!("module main\n"));
+    assert!(is_sha256_ref(out["tool"].as_str().unwrap()), "{out:?}");
+    let digest = out["policy_digest"].as_str().unwrap();
+    assert_eq!(digest.len(), 64);
+    assert_eq!(digest, f.handler.policy_digest());
+    assert_eq!(out.len(), 4, "{out:?}");
+}
+
+#[test]
+fn read_missing_file_uses_the_reference_text() {
+    let f = Fixture::new();
+    assert_eq!(
+        refused(&f.read("nope.ail")),
+        "read nope.ail: openat nope.ail: no such file or directory"
+    );
+    assert_eq!(
+        refused(&f.read("no/such/dir.ail")),
+        "read no/such/dir.ail: openat no/such/dir.ail: no such file or directory"
+    );
+}
+
+#[test]
+fn read_outside_uses_the_reference_text() {
+    let f = Fixture::new();
+    let out = f.read("/etc/hosts");
+    assert_eq!(
+        refused(&out),
+        "read /etc/hosts: path \"/etc/hosts\" escapes sandbox \"<worktree>\""
+    );
+    // Refusals are stamped too.
+    assert!(is_sha256_ref(out["tool"].as_str().unwrap()));
+    assert_eq!(out["policy_digest"], json!(f.handler.policy_digest()));
+}
+
+#[test]
+fn read_refuses_non_utf8() {
+    let f = Fixture::new();
+    fs::write(f.path("bin.dat"), [b'o', b'k', 0xff, 0xfe]).unwrap();
+    assert_eq!(
+        refused(&f.read("bin.dat")),
+        "read bin.dat: the file is not UTF-8 text (invalid byte at offset 2); this tool reads text files only"
+    );
+}
+
+#[test]
+fn read_refuses_files_over_the_limit_up_front() {
+    let f = Fixture::new();
+    fs::write(f.path("big.txt"), vec![b'a'; 2_000_000]).unwrap();
+    assert_eq!(
+        refused(&f.read("big.txt")),
+        "read big.txt: file is 2000000 bytes; the limit is 786432"
+    );
+    // Exactly at the limit is fine.
+    fs::write(
+        f.path("edge.txt"),
+        vec![b'a'; DEFAULT_MAX_READ_BYTES as usize],
+    )
+    .unwrap();
+    assert!(is_ok(&f.read("edge.txt")));
+    let small = Fixture::with_config(json!({"maxReadBytes": 3}));
+    small.put("four.txt", "abcd");
+    assert_eq!(
+        refused(&small.read("four.txt")),
+        "read four.txt: file is 4 bytes; the limit is 3"
+    );
+}
+
+#[test]
+fn read_refuses_directories_and_special_files() {
+    let f = Fixture::new();
+    fs::create_dir(f.path("dir")).unwrap();
+    assert_eq!(
+        refused(&f.read("dir")),
+        "read dir: dir is a directory, not a file"
+    );
+    assert_eq!(
+        refused(&f.read(".")),
+        "read .: . is a directory, not a file"
+    );
+    let fifo = std::ffi::CString::new(f.path("pipe").to_string_lossy().as_bytes()).unwrap();
+    // SAFETY: plain mkfifo on a path we own.
+    assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o644) }, 0);
+    // Must answer, not block waiting for a writer.
+    assert_eq!(
+        refused(&f.read("pipe")),
+        "read pipe: pipe is not a regular file"
+    );
+    f.put("file", "x");
+    assert_eq!(
+        refused(&f.read("file/")),
+        "read file/: openat file/: not a directory"
+    );
+    assert_eq!(
+        refused(&f.read("file/x")),
+        "read file/x: openat file/x: not a directory"
+    );
+}
+
+#[test]
+fn read_follows_symlinks_that_stay_inside() {
+    let f = Fixture::new();
+    f.put("real/a.txt", "inside");
+    f.link("l1", "real/a.txt");
+    f.link("dir/l2", "../l1");
+    f.link("rdir", "real");
+    assert_eq!(f.read("l1")["content"], json!("inside"));
+    assert_eq!(f.read("dir/l2")["content"], json!("inside"));
+    assert_eq!(f.read("rdir/a.txt")["content"], json!("inside"));
+    assert_eq!(f.read("rdir/../real/a.txt")["content"], json!("inside"));
+}
+
+// ------------------------------------------------------------------ write
+
+#[test]
+fn write_creates_parents_and_reports_bytes() {
+    let f = Fixture::new();
+    let out = f.write("a/b/c.txt", "héllo");
+    assert_eq!(out["ok"], json!(true));
+    assert_eq!(out["bytes"], json!(6));
+    assert!(is_sha256_ref(out["tool"].as_str().unwrap()));
+    assert_eq!(fs::read_to_string(f.path("a/b/c.txt")).unwrap(), "héllo");
+    // Overwrite, and no temporary file left behind.
+    f.write("a/b/c.txt", "");
+    assert_eq!(fs::read_to_string(f.path("a/b/c.txt")).unwrap(), "");
+    let names: Vec<_> = fs::read_dir(f.path("a/b"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(names, vec![std::ffi::OsString::from("c.txt")]);
+}
+
+#[test]
+fn write_keeps_permission_bits() {
+    let f = Fixture::new();
+    f.put("run.sh", "#!/bin/sh\n");
+    fs::set_permissions(f.path("run.sh"), fs::Permissions::from_mode(0o750)).unwrap();
+    f.write("run.sh", "#!/bin/sh\necho hi\n");
+    assert_eq!(
+        fs::metadata(f.path("run.sh")).unwrap().permissions().mode() & 0o777,
+        0o750
+    );
+}
+
+#[test]
+fn write_through_an_inside_symlink_replaces_its_target() {
+    let f = Fixture::new();
+    f.put("a.txt", "old");
+    f.link("link", "a.txt");
+    f.write("link", "new");
+    assert_eq!(fs::read_to_string(f.path("a.txt")).unwrap(), "new");
+    assert!(fs::symlink_metadata(f.path("link"))
+        .unwrap()
+        .file_type()
+        .is_symlink());
+    // A dangling inside link: the write creates its target.
+    f.link("dangling", "made.txt");
+    f.write("dangling", "made");
+    assert_eq!(fs::read_to_string(f.path("made.txt")).unwrap(), "made");
+}
+
+#[test]
+fn write_refuses_git() {
+    let f = Fixture::new();
+    f.put(".git/config", "[core]\n");
+    for path in [
+        ".git/config",
+        "./.git/config",
+        "a/../.git/config",
+        ".git/hooks/pre-commit",
+        ".git",
+        ".git/",
+    ] {
+        let text = refused(&f.write(path, "x")).to_string();
+        assert_eq!(
+            text,
+            format!("write {path}: .git/ is read-only to the lane's tools")
+        );
+    }
+    // Laundering through a symlink does not help.
+    f.link("innocent", ".git/config");
+    assert_eq!(
+        refused(&f.write("innocent", "x")),
+        "write innocent: .git/ is read-only to the lane's tools"
+    );
+    f.link("gitdir", ".git");
+    assert_eq!(
+        refused(&f.write("gitdir/config", "x")),
+        "write gitdir/config: .git/ is read-only to the lane's tools"
+    );
+    assert_eq!(
+        fs::read_to_string(f.path(".git/config")).unwrap(),
+        "[core]\n"
+    );
+    // Reading .git is allowed.
+    assert!(is_ok(&f.read(".git/config")));
+    // .GIT is an ordinary name on a case-sensitive file system.
+    assert!(is_ok(&f.write(".GIT/x", "y")));
+    // Edits too.
+    assert_eq!(
+        refused(&f.edit(".git/config", "core", "x")),
+        "edit .git/config: .git/ is read-only to the lane's tools"
+    );
+}
+
+#[test]
+fn write_refuses_default_deny_globs_with_the_reference_text() {
+    let f = Fixture::new();
+    assert_eq!(
+        refused(&f.write(".ailang/x.ail", "x")),
+        "write .ailang/x.ail: matches fs_deny_write \".ailang/**\" \u{2014} read-only under this policy"
+    );
+    for (path, glob) in [
+        (".github/workflows/ci.yml", ".github/**"),
+        (".pi/settings.json", ".pi/**"),
+        (".claude/settings.json", ".claude/**"),
+        (".gitmodules", ".gitmodules"),
+        (".gitattributes", ".gitattributes"),
+        ("./.ailang/cache/deep/x", ".ailang/**"),
+    ] {
+        assert_eq!(
+            refused(&f.write(path, "x")),
+            format!("write {path}: matches fs_deny_write \"{glob}\" — read-only under this policy")
+        );
+    }
+    assert!(
+        !f.path(".ailang").exists(),
+        "a refused write must not create directories"
+    );
+    // Through a symlink to a denied place.
+    fs::create_dir(f.path(".github")).unwrap();
+    f.link("gh", ".github");
+    assert_eq!(
+        refused(&f.write("gh/ci.yml", "x")),
+        "write gh/ci.yml: matches fs_deny_write \".github/**\" — read-only under this policy"
+    );
+    // Nested .gitmodules is a different path: `.gitmodules` matches the root one only.
+    assert!(is_ok(&f.write("sub/.gitmodules", "x")));
+}
+
+#[test]
+fn custom_deny_list_replaces_the_default() {
+    let f = Fixture::with_config(json!({"denyWrite": ["docs/*.md", "**/*.lock"]}));
+    assert!(is_ok(&f.write(".ailang/x.ail", "x")));
+    assert_eq!(
+        refused(&f.write("docs/a.md", "x")),
+        "write docs/a.md: matches fs_deny_write \"docs/*.md\" — read-only under this policy"
+    );
+    // `*` stays inside one component.
+    assert!(is_ok(&f.write("docs/sub/a.md", "x")));
+    assert_eq!(
+        refused(&f.write("deep/er/Cargo.lock", "x")),
+        "write deep/er/Cargo.lock: matches fs_deny_write \"**/*.lock\" — read-only under this policy"
+    );
+    let open = Fixture::with_config(json!({"denyWrite": []}));
+    assert!(is_ok(&open.write(".github/x", "y")));
+    // .git stays read-only whatever the list says.
+    assert_eq!(
+        refused(&open.write(".git/x", "y")),
+        "write .git/x: .git/ is read-only to the lane's tools"
+    );
+}
+
+#[test]
+fn write_refuses_content_over_the_limit() {
+    let f = Fixture::with_config(json!({"maxWriteBytes": 4}));
+    assert_eq!(
+        refused(&f.write("a.txt", "12345")),
+        "write a.txt: content is 5 bytes; the limit is 4"
+    );
+    assert!(!f.path("a.txt").exists());
+    assert!(is_ok(&f.write("a.txt", "1234")));
+}
+
+#[test]
+fn write_refuses_directories() {
+    let f = Fixture::new();
+    fs::create_dir(f.path("d")).unwrap();
+    assert_eq!(
+        refused(&f.write("d", "x")),
+        "write d: d is a directory, not a file"
+    );
+    assert_eq!(
+        refused(&f.write("new/", "x")),
+        "write new/: new/ is a directory, not a file"
+    );
+    f.put("file", "x");
+    assert_eq!(
+        refused(&f.write("file/sub", "x")),
+        "write file/sub: openat file/sub: not a directory"
+    );
+}
+
+// ------------------------------------------------------------------- edit
+
+#[test]
+fn edit_requires_exactly_one_occurrence() {
+    let f = Fixture::new();
+    f.put("hello.ail", &"print(\"hi\")\n".repeat(8));
+    assert_eq!(
+        refused(&f.edit("hello.ail", "print", "say")),
+        "edit hello.ail: old_text occurs 8 times; include more context so it is unique"
+    );
+    assert_eq!(
+        refused(&f.edit("hello.ail", "absent", "x")),
+        "edit hello.ail: old_text not found \u{2014} the file may have changed; read it again"
+    );
+    f.put("one.ail", "a\nb\nc\n");
+    let out = f.edit("one.ail", "b\n", "B\nB2\n");
+    assert_eq!(out["ok"], json!(true));
+    assert_eq!(out["replacements"], json!(1));
+    assert!(is_sha256_ref(out["tool"].as_str().unwrap()));
+    assert_eq!(
+        fs::read_to_string(f.path("one.ail")).unwrap(),
+        "a\nB\nB2\nc\n"
+    );
+    // Two occurrences.
+    f.put("two.ail", "x x");
+    assert_eq!(
+        refused(&f.edit("two.ail", "x", "y")),
+        "edit two.ail: old_text occurs 2 times; include more context so it is unique"
+    );
+    assert_eq!(fs::read_to_string(f.path("two.ail")).unwrap(), "x x");
+    // Overlapping occurrences are ambiguous too.
+    f.put("three.ail", "a\n\n\nb");
+    assert_eq!(
+        refused(&f.edit("three.ail", "\n\n", "\n")),
+        "edit three.ail: old_text occurs more than once (its occurrences overlap); include more context so it is unique"
+    );
+    f.put("ab.ail", "xaba");
+    assert!(is_ok(&f.edit("ab.ail", "ab", "AB")));
+    assert_eq!(fs::read_to_string(f.path("ab.ail")).unwrap(), "xABa");
+    // Deleting text (empty new_text) is fine.
+    f.edit("two.ail", "x x", "");
+    assert_eq!(fs::read_to_string(f.path("two.ail")).unwrap(), "");
+}
+
+#[test]
+fn edit_refusals() {
+    let f = Fixture::new();
+    f.put("a.txt", "abc");
+    assert_eq!(
+        refused(&f.edit("a.txt", "", "x")),
+        "edit a.txt: old_text is empty; give the exact text to replace (use write to create or overwrite a file)"
+    );
+    assert_eq!(
+        refused(&f.edit("missing.txt", "a", "b")),
+        "edit missing.txt: openat missing.txt: no such file or directory"
+    );
+    assert_eq!(
+        refused(&f.edit("no/dir.txt", "a", "b")),
+        "edit no/dir.txt: openat no/dir.txt: no such file or directory"
+    );
+    assert!(!f.path("no").exists());
+    fs::write(f.path("bin"), [0xffu8, b'a']).unwrap();
+    assert_eq!(
+        refused(&f.edit("bin", "a", "b")),
+        "edit bin: the file is not UTF-8 text; this tool edits text files only"
+    );
+    assert_eq!(
+        refused(&f.edit(".ailang/x", "a", "b")),
+        "edit .ailang/x: matches fs_deny_write \".ailang/**\" — read-only under this policy"
+    );
+    assert_eq!(
+        refused(&f.edit("/etc/hosts", "a", "b")),
+        "edit /etc/hosts: path \"/etc/hosts\" escapes sandbox \"<worktree>\""
+    );
+    let small = Fixture::with_config(json!({"maxWriteBytes": 5}));
+    small.put("s.txt", "abc");
+    assert_eq!(
+        refused(&small.edit("s.txt", "b", "xyzw")),
+        "edit s.txt: the edited file would be 6 bytes; the limit is 5"
+    );
+    small.put("big.txt", "abcdefgh");
+    assert_eq!(
+        refused(&small.edit("big.txt", "a", "b")),
+        "edit big.txt: file is 8 bytes; the limit is 5"
+    );
+}
+
+// --------------------------------------------------------- request checks
+
+#[test]
+fn scope_must_be_worktree() {
+    let f = Fixture::new();
+    let mut r = f.request("Workspace.Read", json!({"op": "read", "path": "a"}));
+    r.scope = "repo".into();
+    assert_eq!(
+        failed(handler_api::EffectHandler::execute(&f.handler, r)),
+        "broker: Workspace.Read refused: scope \"repo\" is not \"worktree\""
+    );
+}
+
+#[test]
+fn ops_outside_the_allowlist_fail() {
+    let f = Fixture::new();
+    assert_eq!(
+        failed(f.run(
+            "Workspace.Read",
+            json!({"op": "write", "path": "a", "content": "x"})
+        )),
+        "broker: Workspace.Read refuses op \"write\": not in this effect's op allowlist"
+    );
+    assert_eq!(
+        failed(f.run("Workspace.Write", json!({"op": "read", "path": "a"}))),
+        "broker: Workspace.Write refuses op \"read\": not in this effect's op allowlist"
+    );
+    assert_eq!(
+        failed(f.run("Workspace.Write", json!({"op": "delete", "path": "a"}))),
+        "broker: Workspace.Write refuses op \"delete\": not in this effect's op allowlist"
+    );
+    assert!(!f.path("a").exists());
+}
+
+#[test]
+fn case_variant_keys_fail() {
+    let f = Fixture::new();
+    assert_eq!(
+        failed(f.run(
+            "Workspace.Read",
+            json!({"OP": "read", "op": "read", "path": "a"})
+        )),
+        "broker: Workspace.Read refused: key \"OP\" aliases \"op\""
+    );
+    assert_eq!(
+        failed(f.run(
+            "Workspace.Write",
+            json!({"op": "write", "path": "a", "Path": "/etc/passwd", "content": "x"})
+        )),
+        "broker: Workspace.Write refused: key \"Path\" aliases \"path\""
+    );
+    assert_eq!(
+        failed(f.run(
+            "Workspace.Write",
+            json!({"op": "edit", "path": "a", "OLD_TEXT": "x", "old_text": "y", "new_text": "z"})
+        )),
+        "broker: Workspace.Write refused: key \"OLD_TEXT\" aliases \"old_text\""
+    );
+}
+
+#[test]
+fn malformed_payloads_fail() {
+    let f = Fixture::new();
+    assert_eq!(
+        failed(f.run("Workspace.Read", json!(["op", "read"]))),
+        "broker: Workspace.Read refused: payload is not a JSON object"
+    );
+    assert_eq!(
+        failed(f.run("Workspace.Read", json!({"path": "a"}))),
+        "broker: Workspace.Read refused: payload has no \"op\""
+    );
+    assert_eq!(
+        failed(f.run("Workspace.Read", json!({"op": 1, "path": "a"}))),
+        "broker: Workspace.Read refused: payload key \"op\" must be a string"
+    );
+    assert_eq!(
+        failed(f.run("Workspace.Read", json!({"op": "read"}))),
+        "broker: Workspace.Read refused: op \"read\" needs payload key \"path\""
+    );
+    assert_eq!(
+        failed(f.run(
+            "Workspace.Write",
+            json!({"op": "write", "path": "a", "content": 5})
+        )),
+        "broker: Workspace.Write refused: payload key \"content\" of op \"write\" must be a string"
+    );
+    assert_eq!(
+        failed(f.run(
+            "Workspace.Write",
+            json!({"op": "edit", "path": "a", "old_text": "x"})
+        )),
+        "broker: Workspace.Write refused: op \"edit\" needs payload key \"new_text\""
+    );
+    assert_eq!(
+        failed(f.run("Workspace.Exec", json!({"op": "read", "path": "a"}))),
+        "broker: the workspace plugin does not handle effect \"Workspace.Exec\""
+    );
+    // Unknown, non-aliasing keys are ignored (like the reference's policy tool).
+    f.put("a", "A");
+    assert!(is_ok(&f.out(
+        "Workspace.Read",
+        json!({"op": "read", "path": "a", "extra": true})
+    )));
+}
+
+#[test]
+fn a_missing_or_relative_worktree_fails() {
+    let f = Fixture::new();
+    let mut r = f.request("Workspace.Read", json!({"op": "read", "path": "a"}));
+    r.worktree = None;
+    assert_eq!(
+        failed(handler_api::EffectHandler::execute(&f.handler, r.clone())),
+        "broker: Workspace.Read refused: the request binds no worktree (scope \"worktree\" needs one)"
+    );
+    r.worktree = Some("relative/wt".into());
+    assert_eq!(
+        failed(handler_api::EffectHandler::execute(&f.handler, r.clone())),
+        "broker: Workspace.Read refused: the bound worktree is not an absolute path"
+    );
+    r.worktree = Some(f.tmp.path().join("gone").to_string_lossy().into_owned());
+    let message = failed(handler_api::EffectHandler::execute(&f.handler, r));
+    assert_eq!(
+        message,
+        "broker: Workspace.Read failed: the episode's worktree cannot be opened: no such file or directory"
+    );
+}
+
+#[test]
+fn empty_and_nul_paths_are_refused() {
+    let f = Fixture::new();
+    assert_eq!(refused(&f.read("")), "read: the path is empty");
+    assert_eq!(
+        refused(&f.write("a\0b", "x")),
+        "write a\0b: the path contains a NUL byte"
+    );
+}
+
+// ----------------------------------------------------------------- config
+
+#[test]
+fn config_is_validated() {
+    let cases: Vec<(Value, &str)> = vec![
+        (
+            json!({"denyWrites": []}),
+            "workspace config: unknown key \"denyWrites\"; workspace accepts only: denyWrite, maxReadBytes, maxWriteBytes",
+        ),
+        (json!([]), "workspace config must be a JSON object"),
+        (json!({"denyWrite": ".git/**"}), "workspace config: \"denyWrite\" must be an array of glob strings"),
+        (json!({"denyWrite": [1]}), "workspace config: \"denyWrite\" must be an array of glob strings"),
+        (json!({"denyWrite": [""]}), "workspace config: denyWrite holds an empty glob"),
+        (json!({"maxReadBytes": -1}), "workspace config: \"maxReadBytes\" must be an integer from 0 to 1073741824"),
+        (json!({"maxReadBytes": 1.5}), "workspace config: \"maxReadBytes\" must be an integer from 0 to 1073741824"),
+        (json!({"maxWriteBytes": "8"}), "workspace config: \"maxWriteBytes\" must be an integer from 0 to 1073741824"),
+        (
+            json!({"maxWriteBytes": 1073741825_u64}),
+            "workspace config: \"maxWriteBytes\" must be an integer from 0 to 1073741824",
+        ),
+    ];
+    for (config, message) in cases {
+        match WorkspacePlugin::new(config.clone(), Host::noop()) {
+            Err(e) => assert_eq!(e, message, "{config}"),
+            Ok(_) => panic!("{config} was accepted"),
+        }
+    }
+    let err = WorkspacePlugin::new(json!({"denyWrite": ["a/[b"]}), Host::noop())
+        .err()
+        .unwrap();
+    assert!(
+        err.starts_with("workspace config: denyWrite glob \"a/[b\" is invalid: "),
+        "{err}"
+    );
+    // Defaults, null, and the maxima are fine.
+    for ok in [
+        json!({}),
+        Value::Null,
+        json!({"maxReadBytes": 0, "maxWriteBytes": 1073741824_u64}),
+    ] {
+        assert!(WorkspacePlugin::new(ok, Host::noop()).is_ok());
+    }
+}
+
+#[test]
+fn policy_digest_is_sha256_of_the_canonical_policy() {
+    let policy = Policy::from_config(&json!({})).unwrap();
+    let canonical = policy.canonical_json();
+    assert_eq!(
+        canonical,
+        "{\"denyWrite\":[\".github/**\",\".pi/**\",\".claude/**\",\".gitmodules\",\".gitattributes\",\".ailang/**\"],\
+         \"maxReadBytes\":786432,\"maxWriteBytes\":8388608,\"policy\":\"worldd/workspace-policy/v1\",\
+         \"readOnly\":[\".git/\"],\"sandbox\":\"worktree\"}"
+    );
+    assert_eq!(
+        policy.digest(),
+        hex::encode(Sha256::digest(canonical.as_bytes()))
+    );
+    // The canonical form is valid JSON with sorted keys.
+    let parsed: Value = handler_api::serde_json::from_str(&canonical).unwrap();
+    assert_eq!(parsed["maxReadBytes"], json!(786432));
+    // Any policy change changes the digest; the same policy gives the same one.
+    let other = Policy::from_config(&json!({"maxReadBytes": 1})).unwrap();
+    assert_ne!(other.digest(), policy.digest());
+    assert_eq!(
+        Policy::from_config(&Value::Null).unwrap().digest(),
+        policy.digest()
+    );
+    let quoted = Policy::from_config(&json!({"denyWrite": ["we\"ird\\glob*"]})).unwrap();
+    assert!(quoted
+        .canonical_json()
+        .starts_with("{\"denyWrite\":[\"we\\\"ird\\\\glob*\"]"));
+}
+
+// --------------------------------------------------------------- manifest
+
+#[test]
+fn manifest_declares_effects_transitions_and_schema() {
+    let m = WorkspacePlugin::manifest().unwrap();
+    assert_eq!(m.name, "workspace");
+    assert_eq!(m.abi, handler_api::ABI_VERSION);
+    assert_eq!(m.effects.len(), 2);
+    assert_eq!(m.effects[0].name, "Workspace.Read");
+    assert_eq!(m.effects[0].class, EffectClass::Read);
+    assert_eq!(m.effects[0].ops, vec!["read"]);
+    assert_eq!(m.effects[1].name, "Workspace.Write");
+    assert_eq!(m.effects[1].class, EffectClass::Write);
+    assert_eq!(m.effects[1].ops, vec!["write", "edit"]);
+    let ids: Vec<&str> = m
+        .transitions
+        .iter()
+        .map(|t| t["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, vec!["ailang-read", "ailang-write", "ailang-edit"]);
+    assert!(m.finish.is_empty());
+    assert_eq!(m.config_schema["additionalProperties"], json!(false));
+    assert_eq!(
+        m.config_schema["properties"]["maxReadBytes"]["default"],
+        json!(786432)
+    );
+    assert_eq!(
+        m.config_schema["properties"]["maxWriteBytes"]["default"],
+        json!(8388608)
+    );
+    assert_eq!(
+        m.config_schema["properties"]["denyWrite"]["default"]
+            .as_array()
+            .unwrap()
+            .len(),
+        6
+    );
+}
+
+#[test]
+fn every_output_is_stamped_and_refusals_are_ok_outcomes() {
+    let f = Fixture::new();
+    let outcome = f.run("Workspace.Read", json!({"op": "read", "path": "../x"}));
+    let Outcome::Ok { output } = outcome else {
+        panic!("refusals are ok outcomes")
+    };
+    assert_eq!(output["ok"], json!(false));
+    assert_eq!(output["tool"], json!(f.handler.tool()));
+    assert_eq!(output["policy_digest"], json!(f.handler.policy_digest()));
+}
