@@ -1,0 +1,410 @@
+//! Client verbs: talk to a running daemon over loopback HTTP.
+//!
+//! The session comes from `--session` or `$WORLD_SESSION`: either the 64-hex credential itself
+//! (discouraged: it lands in shell history) or a file holding it.
+
+use std::io::Read;
+use std::path::Path;
+
+use clap::{Args, Subcommand};
+use serde_json::{json, Value};
+
+use super::{CliResult, Failure};
+
+pub const DEFAULT_ADDR: &str = "http://127.0.0.1:7644";
+
+#[derive(Args, Debug, Clone)]
+pub struct ClientArgs {
+    /// The daemon's address.
+    #[arg(long, default_value = DEFAULT_ADDR)]
+    pub addr: String,
+    /// Session credential, or a file holding it (default: $WORLD_SESSION).
+    #[arg(long)]
+    pub session: Option<String>,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum LogCommand {
+    /// One log entry.
+    Get {
+        index: u64,
+        #[command(flatten)]
+        client: ClientArgs,
+    },
+    /// Consecutive entries.
+    Range {
+        #[arg(long, default_value_t = 0)]
+        from: u64,
+        #[arg(long)]
+        limit: Option<u64>,
+        #[command(flatten)]
+        client: ClientArgs,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+pub enum ObjectCommand {
+    /// One object's metadata (and payload with --payload).
+    Get {
+        reference: String,
+        #[arg(long)]
+        payload: bool,
+        #[command(flatten)]
+        client: ClientArgs,
+    },
+    /// Objects with a semantic id.
+    Find {
+        semantic_id: String,
+        #[arg(long)]
+        after: Option<String>,
+        #[arg(long)]
+        limit: Option<u64>,
+        #[command(flatten)]
+        client: ClientArgs,
+    },
+}
+
+#[derive(Subcommand, Debug)]
+pub enum ToolsCommand {
+    /// The tools your session sees.
+    List {
+        #[arg(long)]
+        json: bool,
+        #[command(flatten)]
+        client: ClientArgs,
+    },
+}
+
+#[derive(Args, Debug)]
+pub struct CallArgs {
+    /// The tool id.
+    pub tool: String,
+    /// A string argument, KEY=VALUE (repeatable).
+    #[arg(long = "arg")]
+    pub args: Vec<String>,
+    /// A JSON argument, KEY=JSON (repeatable).
+    #[arg(long = "arg-json")]
+    pub args_json: Vec<String>,
+    /// All arguments as one JSON object, `@FILE`, or `-` for stdin.
+    #[arg(long)]
+    pub json: Option<String>,
+    /// Print exactly the committed output bytes (and a newline), e.g. for `worldd why -`.
+    #[arg(long)]
+    pub json_out: bool,
+    /// Exit 3 when the committed result says `ok:false`.
+    #[arg(long)]
+    pub strict: bool,
+    #[command(flatten)]
+    pub client: ClientArgs,
+}
+
+/// Resolve the session credential text.
+fn credential(arg: &Option<String>) -> Result<Option<String>, Failure> {
+    let Some(raw) = arg.clone().or_else(|| std::env::var("WORLD_SESSION").ok()) else {
+        return Ok(None);
+    };
+    let raw = raw.trim().to_owned();
+    if raw.len() == 64 && raw.bytes().all(|b| b.is_ascii_hexdigit()) {
+        eprintln!("worldd: warning: a credential on the command line or in the environment is visible to other processes; prefer a file");
+        return Ok(Some(raw));
+    }
+    let path = Path::new(&raw);
+    let meta =
+        std::fs::metadata(path).map_err(|e| Failure::usage(format!("session file {raw}: {e}")))?;
+    if meta.len() > 256 {
+        return Err(Failure::usage(format!(
+            "session file {raw} is larger than 256 bytes"
+        )));
+    }
+    {
+        use std::os::unix::fs::PermissionsExt;
+        if meta.permissions().mode() & 0o077 != 0 {
+            eprintln!("worldd: warning: session file {raw} is readable by group or others");
+        }
+    }
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| Failure::usage(format!("session file {raw}: {e}")))?;
+    Ok(Some(text.trim().to_owned()))
+}
+
+fn agent() -> ureq::Agent {
+    ureq::AgentBuilder::new()
+        .timeout(std::time::Duration::from_secs(30))
+        .build()
+}
+
+/// Send a request; `Ok((status, body))` for any HTTP answer.
+fn send(
+    c: &ClientArgs,
+    method: &str,
+    path: &str,
+    body: Option<(&str, &[u8])>,
+    extra: &[(&str, &str)],
+) -> Result<(u16, Vec<u8>), Failure> {
+    let url = format!("{}{}", c.addr.trim_end_matches('/'), path);
+    let mut req = agent().request(method, &url);
+    if let Some(token) = credential(&c.session)? {
+        req = req.set("Authorization", &format!("Bearer {token}"));
+    }
+    for (k, v) in extra {
+        req = req.set(k, v);
+    }
+    let res = match body {
+        Some((ct, bytes)) => req.set("Content-Type", ct).send_bytes(bytes),
+        None => req.call(),
+    };
+    let res = match res {
+        Ok(r) => r,
+        Err(ureq::Error::Status(_, r)) => r,
+        Err(e) => return Err(Failure::usage(format!("{path}: {e}"))),
+    };
+    let status = res.status();
+    let mut out = Vec::new();
+    res.into_reader()
+        .take(64 << 20)
+        .read_to_end(&mut out)
+        .map_err(|e| Failure::usage(format!("{path}: {e}")))?;
+    Ok((status, out))
+}
+
+/// GET a REST route and fail with the daemon's error envelope on non-2xx.
+fn get(c: &ClientArgs, path: &str) -> Result<Vec<u8>, Failure> {
+    let (status, body) = send(c, "GET", path, None, &[])?;
+    if (200..300).contains(&status) {
+        return Ok(body);
+    }
+    let (class, message) = serde_json::from_slice::<Value>(&body)
+        .ok()
+        .map(|v| {
+            (
+                v["error"]["class"].as_str().unwrap_or("Error").to_owned(),
+                v["error"]["message"].as_str().unwrap_or("").to_owned(),
+            )
+        })
+        .unwrap_or_else(|| ("Error".into(), String::from_utf8_lossy(&body).into_owned()));
+    Err(Failure::usage(format!(
+        "{path} returned HTTP {status} {class}: {message}"
+    )))
+}
+
+fn print_body(body: &[u8]) {
+    println!("{}", String::from_utf8_lossy(body).trim_end());
+}
+
+pub fn health(c: ClientArgs) -> CliResult {
+    print_body(&get(&c, "/v1/health")?);
+    Ok(())
+}
+
+pub fn head(c: ClientArgs) -> CliResult {
+    print_body(&get(&c, "/v1/head")?);
+    Ok(())
+}
+
+pub fn log(cmd: LogCommand) -> CliResult {
+    match cmd {
+        LogCommand::Get { index, client } => {
+            print_body(&get(&client, &format!("/v1/log/{index}"))?)
+        }
+        LogCommand::Range {
+            from,
+            limit,
+            client,
+        } => {
+            let mut path = format!("/v1/log?from={from}");
+            if let Some(l) = limit {
+                path.push_str(&format!("&limit={l}"));
+            }
+            print_body(&get(&client, &path)?)
+        }
+    }
+    Ok(())
+}
+
+pub fn object(cmd: ObjectCommand) -> CliResult {
+    match cmd {
+        ObjectCommand::Get {
+            reference,
+            payload,
+            client,
+        } => {
+            let q = if payload { "?payload=true" } else { "" };
+            print_body(&get(&client, &format!("/v1/objects/{reference}{q}"))?)
+        }
+        ObjectCommand::Find {
+            semantic_id,
+            after,
+            limit,
+            client,
+        } => {
+            let mut q = Vec::new();
+            if let Some(a) = after {
+                q.push(format!("after={a}"));
+            }
+            if let Some(l) = limit {
+                q.push(format!("limit={l}"));
+            }
+            let q = if q.is_empty() {
+                String::new()
+            } else {
+                format!("?{}", q.join("&"))
+            };
+            print_body(&get(
+                &client,
+                &format!("/v1/objects/by-semantic-id/{semantic_id}{q}"),
+            )?)
+        }
+    }
+    Ok(())
+}
+
+/// One MCP request; returns the JSON-RPC reply object.
+fn mcp(c: &ClientArgs, method: &str, params: Value) -> Result<Value, Failure> {
+    let body = json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params});
+    let bytes = serde_json::to_vec(&body).map_err(|e| Failure::usage(e.to_string()))?;
+    let (status, reply) = send(
+        c,
+        "POST",
+        "/mcp/",
+        Some(("application/json", &bytes)),
+        &[
+            ("Accept", "application/json, text/event-stream"),
+            ("MCP-Protocol-Version", "2025-11-25"),
+        ],
+    )?;
+    let text = String::from_utf8_lossy(&reply).into_owned();
+    if status != 200 {
+        return Err(Failure::usage(format!(
+            "/mcp/ returned HTTP {status}: {}",
+            text.trim()
+        )));
+    }
+    let json_text = text
+        .lines()
+        .find_map(|l| l.strip_prefix("data: "))
+        .map(str::to_owned)
+        .unwrap_or(text);
+    let v: Value = serde_json::from_str(&json_text)
+        .map_err(|e| Failure::usage(format!("/mcp/: unreadable reply: {e}")))?;
+    if let Some(err) = v.get("error") {
+        return Err(Failure::usage(format!(
+            "/mcp/ {method}: error {}: {}",
+            err["code"],
+            err["message"].as_str().unwrap_or("")
+        )));
+    }
+    Ok(v)
+}
+
+pub fn tools(cmd: ToolsCommand) -> CliResult {
+    let ToolsCommand::List { json, client } = cmd;
+    let v = mcp(&client, "tools/list", json!({}))?;
+    let tools = v["result"]["tools"].as_array().cloned().unwrap_or_default();
+    if json {
+        println!("{}", Value::Array(tools));
+        return Ok(());
+    }
+    for t in &tools {
+        let required: Vec<&str> = t["inputSchema"]["required"]
+            .as_array()
+            .map(|a| a.iter().filter_map(Value::as_str).collect())
+            .unwrap_or_default();
+        println!(
+            "{}  {}{}",
+            t["name"].as_str().unwrap_or("?"),
+            t["description"]
+                .as_str()
+                .unwrap_or("")
+                .lines()
+                .next()
+                .unwrap_or(""),
+            if required.is_empty() {
+                String::new()
+            } else {
+                format!("  (required: {})", required.join(", "))
+            }
+        );
+    }
+    println!("{} tool(s)", tools.len());
+    Ok(())
+}
+
+fn call_arguments(a: &CallArgs) -> Result<Value, Failure> {
+    let mut args = match &a.json {
+        None => serde_json::Map::new(),
+        Some(spec) => {
+            let text = if spec == "-" {
+                let mut s = String::new();
+                std::io::stdin()
+                    .read_to_string(&mut s)
+                    .map_err(|e| Failure::usage(e.to_string()))?;
+                s
+            } else if let Some(file) = spec.strip_prefix('@') {
+                std::fs::read_to_string(file).map_err(|e| Failure::usage(format!("{file}: {e}")))?
+            } else {
+                spec.clone()
+            };
+            match serde_json::from_str(&text) {
+                Ok(Value::Object(m)) => m,
+                _ => return Err(Failure::usage("--json must be one JSON object")),
+            }
+        }
+    };
+    for kv in &a.args {
+        let (k, v) = kv
+            .split_once('=')
+            .ok_or_else(|| Failure::usage(format!("--arg {kv:?}: want KEY=VALUE")))?;
+        args.insert(k.into(), Value::String(v.into()));
+    }
+    for kv in &a.args_json {
+        let (k, v) = kv
+            .split_once('=')
+            .ok_or_else(|| Failure::usage(format!("--arg-json {kv:?}: want KEY=JSON")))?;
+        let v =
+            serde_json::from_str(v).map_err(|e| Failure::usage(format!("--arg-json {k}: {e}")))?;
+        args.insert(k.into(), v);
+    }
+    Ok(Value::Object(args))
+}
+
+pub fn call(a: CallArgs) -> CliResult {
+    let args = call_arguments(&a)?;
+    let name = crate::tools::mcp_name(&a.tool);
+    let v = match mcp(
+        &a.client,
+        "tools/call",
+        json!({"name": name, "arguments": args}),
+    ) {
+        Ok(v) => v,
+        Err(f) => {
+            // A host failure: the effect may have run. Say what the log shows.
+            let probe = get(&a.client, "/v1/head").ok();
+            let hint = match probe {
+                Some(h) => format!(
+                    " — the log head is now {}; check the log before retrying a write",
+                    String::from_utf8_lossy(&h).trim()
+                ),
+                None => " — no world head could be read".into(),
+            };
+            return Err(Failure::usage(format!("{}{hint}", f.message)));
+        }
+    };
+    let text = v["result"]["content"][0]["text"]
+        .as_str()
+        .unwrap_or("")
+        .to_owned();
+    if a.json_out {
+        println!("{text}");
+    } else {
+        let pretty = serde_json::from_str::<Value>(&text)
+            .ok()
+            .and_then(|o| serde_json::to_string_pretty(&o).ok())
+            .unwrap_or(text.clone());
+        println!("{pretty}");
+    }
+    let ok = v["result"]["structuredContent"]["ok"].as_bool();
+    if a.strict && ok == Some(false) {
+        return Err(Failure::integrity("the tool answered ok:false"));
+    }
+    Ok(())
+}

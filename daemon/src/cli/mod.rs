@@ -1,0 +1,145 @@
+//! The `worldd` command line: one clap tree, one reporting edge.
+//!
+//! Exit codes: 0 ok; 1 usage, client or not-found errors; 2 fatal start-up errors; 3
+//! integrity failures (`why` found a broken link, `doctor` found an inconsistency, `call
+//! --strict` got `ok:false`).
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
+
+mod client;
+mod serve;
+mod session;
+mod why;
+
+/// A failure at the CLI edge: the message printed on stderr and the exit code.
+#[derive(Debug)]
+pub struct Failure {
+    pub code: i32,
+    pub message: String,
+}
+
+impl Failure {
+    pub fn usage(message: impl Into<String>) -> Failure {
+        Failure {
+            code: 1,
+            message: message.into(),
+        }
+    }
+
+    pub fn fatal(message: impl Into<String>) -> Failure {
+        Failure {
+            code: 2,
+            message: message.into(),
+        }
+    }
+
+    pub fn integrity(message: impl Into<String>) -> Failure {
+        Failure {
+            code: 3,
+            message: message.into(),
+        }
+    }
+}
+
+pub type CliResult = Result<(), Failure>;
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "worldd",
+    version,
+    about = "World effect broker: tools for AI agents over MCP and A2A, every call durable and verifiable"
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Run the daemon.
+    Serve(serve::ServeArgs),
+    /// Mint, list and revoke session credentials.
+    #[command(subcommand)]
+    Session(session::SessionCommand),
+    /// Explain and re-verify one call's provenance.
+    Why(why::WhyArgs),
+    /// List the plugin libraries, their effects and tools, and why a library would not load.
+    Handlers(serve::HandlersArgs),
+    /// Ask a running daemon for its health.
+    Health(client::ClientArgs),
+    /// Print the selected world head of a running daemon.
+    Head(client::ClientArgs),
+    /// Read log entries from a running daemon.
+    #[command(subcommand)]
+    Log(client::LogCommand),
+    /// Read stored objects from a running daemon.
+    #[command(subcommand)]
+    Object(client::ObjectCommand),
+    /// List the tools your session sees.
+    #[command(subcommand)]
+    Tools(client::ToolsCommand),
+    /// Call a tool through a running daemon (MCP).
+    Call(client::CallArgs),
+}
+
+/// `--db DIR` shared by store-side verbs.
+#[derive(Args, Debug, Clone)]
+pub struct DbArg {
+    /// The store directory.
+    #[arg(long, default_value = ".world/db")]
+    pub db: PathBuf,
+}
+
+/// Entry point used by `main`: parse, run, report.
+pub fn main() -> i32 {
+    let cli = match Cli::try_parse() {
+        Ok(c) => c,
+        Err(e) => {
+            let code = if e.use_stderr() { 1 } else { 0 };
+            let _ = e.print();
+            return code;
+        }
+    };
+    init_tracing();
+    let result = match cli.command {
+        Command::Serve(a) => serve::run(a),
+        Command::Session(c) => session::run(c),
+        Command::Why(a) => why::run(a),
+        Command::Handlers(a) => serve::handlers(a),
+        Command::Health(a) => client::health(a),
+        Command::Head(a) => client::head(a),
+        Command::Log(c) => client::log(c),
+        Command::Object(c) => client::object(c),
+        Command::Tools(c) => client::tools(c),
+        Command::Call(a) => client::call(a),
+    };
+    match result {
+        Ok(()) => 0,
+        Err(f) => {
+            if !f.message.is_empty() {
+                eprintln!("worldd: {}", f.message);
+            }
+            f.code
+        }
+    }
+}
+
+fn init_tracing() {
+    use tracing_subscriber::EnvFilter;
+    let filter = EnvFilter::try_from_env("WORLDD_LOG").unwrap_or_else(|_| EnvFilter::new("info"));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_target(false)
+        .try_init();
+}
+
+/// Seconds since the Unix epoch.
+pub fn now() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs() as i64)
+        .unwrap_or(0)
+}

@@ -1,0 +1,261 @@
+//! `worldd serve` and `worldd handlers`.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use broker_core::coordinator::{Coordinator, CoordinatorConfig};
+use broker_core::registry;
+use broker_core::store::{Store, StoreOptions};
+use clap::Args;
+use serde::Deserialize;
+use serde_json::Value;
+
+use super::{CliResult, Failure};
+use crate::plugins::{self, PluginOptions};
+use crate::server;
+use crate::state::{AppState, DaemonInfo};
+
+pub const DEFAULT_BIND: &str = "127.0.0.1:7644";
+
+#[derive(Args, Debug, Clone, Default)]
+pub struct PluginArgs {
+    /// Where plugin libraries are (default: the directory of the worldd executable).
+    #[arg(long)]
+    pub plugin_dir: Option<PathBuf>,
+    /// Enable only this plugin (repeatable; default: every plugin found).
+    #[arg(long = "handler")]
+    pub handlers: Vec<String>,
+    /// A TOML file: `[serve]` settings and one `[plugins.NAME]` table per plugin.
+    #[arg(long)]
+    pub config: Option<PathBuf>,
+}
+
+#[derive(Args, Debug)]
+pub struct ServeArgs {
+    /// The store directory (created with its genesis if absent).
+    #[arg(long)]
+    pub db: Option<PathBuf>,
+    /// Episode worktrees are <workspace-root>/<episode>.
+    #[arg(long)]
+    pub workspace_root: Option<PathBuf>,
+    /// Loopback address to listen on; port 0 picks a free port.
+    #[arg(long)]
+    pub bind: Option<String>,
+    /// Serve GET /v1/* without a session, as the reference does.
+    #[arg(long)]
+    pub open_reads: bool,
+    /// LMDB map size in bytes.
+    #[arg(long)]
+    pub map_size: Option<usize>,
+    #[command(flatten)]
+    pub plugins: PluginArgs,
+}
+
+#[derive(Args, Debug)]
+pub struct HandlersArgs {
+    #[command(flatten)]
+    pub plugins: PluginArgs,
+}
+
+/// The TOML config file.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ConfigFile {
+    #[serde(default)]
+    pub serve: ServeSection,
+    #[serde(default)]
+    pub plugins: BTreeMap<String, toml::Table>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ServeSection {
+    pub db: Option<PathBuf>,
+    pub workspace_root: Option<PathBuf>,
+    pub bind: Option<String>,
+    pub plugin_dir: Option<PathBuf>,
+    #[serde(default)]
+    pub handlers: Vec<String>,
+    #[serde(default)]
+    pub open_reads: bool,
+    pub map_size: Option<usize>,
+}
+
+fn startup(stage: &str, detail: impl std::fmt::Display) -> Failure {
+    Failure::fatal(format!("daemon startup failed at {stage}: {detail}"))
+}
+
+fn read_config(path: &Option<PathBuf>) -> Result<ConfigFile, Failure> {
+    let Some(path) = path else {
+        return Ok(ConfigFile::default());
+    };
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| startup("config", format!("{}: {e}", path.display())))?;
+    toml::from_str(&text).map_err(|e| startup("config", format!("{}: {e}", path.display())))
+}
+
+fn toml_to_json(t: &toml::Table) -> Value {
+    serde_json::to_value(t).unwrap_or(Value::Null)
+}
+
+/// Plugin options from flags over the config file.
+pub fn plugin_options(args: &PluginArgs, file: &ConfigFile) -> PluginOptions {
+    PluginOptions {
+        dir: args
+            .plugin_dir
+            .clone()
+            .or_else(|| file.serve.plugin_dir.clone())
+            .unwrap_or_else(plugins::default_dir),
+        selected: if args.handlers.is_empty() {
+            file.serve.handlers.clone()
+        } else {
+            args.handlers.clone()
+        },
+        configs: file
+            .plugins
+            .iter()
+            .map(|(k, v)| (k.clone(), toml_to_json(v)))
+            .collect(),
+    }
+}
+
+pub fn handlers(a: HandlersArgs) -> CliResult {
+    let file = read_config(&a.plugins.config)?;
+    let opts = plugin_options(&a.plugins, &file);
+    let text = plugins::report(&opts).map_err(|e| Failure::usage(e.to_string()))?;
+    print!("{text}");
+    Ok(())
+}
+
+pub fn run(a: ServeArgs) -> CliResult {
+    let file = read_config(&a.plugins.config)?;
+    let db =
+        a.db.clone()
+            .or_else(|| file.serve.db.clone())
+            .unwrap_or_else(|| PathBuf::from(".world/db"));
+    let workspace_root = a
+        .workspace_root
+        .clone()
+        .or_else(|| file.serve.workspace_root.clone())
+        .unwrap_or_else(|| PathBuf::from(".world/worktrees"));
+    let bind = a
+        .bind
+        .clone()
+        .or_else(|| file.serve.bind.clone())
+        .unwrap_or_else(|| DEFAULT_BIND.into());
+    let open_reads = a.open_reads || file.serve.open_reads;
+    let map_size = a
+        .map_size
+        .or(file.serve.map_size)
+        .unwrap_or(broker_core::store::DEFAULT_MAP_SIZE);
+
+    // Bind policy first: nothing else happens for a non-loopback address.
+    let addr = resolve_bind(&bind)?;
+    server::check_loopback(&addr).map_err(|e| startup("bind-policy", e))?;
+
+    std::fs::create_dir_all(&workspace_root).map_err(|e| {
+        startup(
+            "config",
+            format!("workspace root {}: {e}", workspace_root.display()),
+        )
+    })?;
+    refuse_store_inside_workspace(&db, &workspace_root)?;
+
+    let store = Store::open(
+        &db,
+        StoreOptions {
+            map_size,
+            create: true,
+        },
+    )
+    .map_err(|e| startup("store-open", e))?;
+    let opts = plugin_options(&a.plugins, &file);
+    let set = plugins::load(&opts).map_err(|e| startup("plugins", e))?;
+    if !set.transitions.is_empty() {
+        let published = registry::publish(
+            &store,
+            registry::DEFAULT_REGISTRY,
+            set.transitions.clone(),
+            "worldd:plugins",
+        )
+        .map_err(|e| startup("registry-bootstrap", e))?;
+        tracing::info!(
+            revision = published.revision,
+            changed = published.changed,
+            "published plugin transitions"
+        );
+    }
+    let coordinator = Coordinator::new(
+        store.clone(),
+        set.handlers,
+        CoordinatorConfig {
+            workspace_root: Some(workspace_root.clone()),
+            ..CoordinatorConfig::default()
+        },
+    );
+    let info = DaemonInfo {
+        db_path: db.display().to_string(),
+        version: env!("CARGO_PKG_VERSION"),
+        open_reads,
+    };
+    let state = AppState::new(store, Arc::new(coordinator), info);
+
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| startup("listen", e))?;
+    runtime.block_on(async move {
+        let listener = tokio::net::TcpListener::bind(addr)
+            .await
+            .map_err(|e| startup("listen", format!("{addr}: {e}")))?;
+        let local = listener.local_addr().map_err(|e| startup("listen", e))?;
+        // Exactly one line on stdout when ready; everything else goes to stderr.
+        println!("worldd listening on http://{local}");
+        use std::io::Write;
+        let _ = std::io::stdout().flush();
+        server::serve(listener, state)
+            .await
+            .map_err(|e| Failure::fatal(format!("server error: {e}")))
+    })
+}
+
+fn resolve_bind(bind: &str) -> Result<SocketAddr, Failure> {
+    if let Ok(a) = bind.parse::<SocketAddr>() {
+        return Ok(a);
+    }
+    // `localhost:PORT` is allowed; it must resolve to loopback.
+    if let Some(port) = bind.strip_prefix("localhost:") {
+        let port: u16 = port
+            .parse()
+            .map_err(|_| startup("bind-policy", format!("bad port in {bind:?}")))?;
+        return Ok(SocketAddr::from(([127, 0, 0, 1], port)));
+    }
+    Err(startup(
+        "bind-policy",
+        format!("--bind {bind:?} is not HOST:PORT"),
+    ))
+}
+
+/// The store must not live where agents can write.
+fn refuse_store_inside_workspace(db: &std::path::Path, root: &std::path::Path) -> CliResult {
+    let abs = |p: &std::path::Path| std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf());
+    let root = root.canonicalize().unwrap_or_else(|_| abs(root));
+    let db_abs = db
+        .parent()
+        .and_then(|p| p.canonicalize().ok())
+        .map(|p| p.join(db.file_name().unwrap_or_default()))
+        .unwrap_or_else(|| abs(db));
+    if db_abs.starts_with(&root) {
+        return Err(startup(
+            "config",
+            format!(
+                "the store {} is inside the workspace root {}",
+                db_abs.display(),
+                root.display()
+            ),
+        ));
+    }
+    Ok(())
+}

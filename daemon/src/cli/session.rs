@@ -1,0 +1,391 @@
+//! `worldd session mint|new|list|revoke`: sessions at the operator's terminal.
+//!
+//! Minting needs one human act: a `y` typed on the controlling terminal. It works while the
+//! daemon runs (LMDB serialises writers across processes).
+
+use std::io::{BufRead, Write};
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+
+use broker_core::grant::Grant;
+use broker_core::session::{self, Session};
+use broker_core::store::{Store, StoreOptions};
+use clap::{Args, Subcommand};
+
+use super::{now, CliResult, DbArg, Failure};
+
+/// The eight se-tools effects granted by `--preset se-tools`.
+pub const SE_TOOLS_EFFECTS: [&str; 8] = [
+    "Workspace.Read",
+    "Workspace.Write",
+    "Ailang.Check",
+    "Ailang.Run",
+    "Ailang.RunEnv",
+    "Ailang.RunNet",
+    "Ailang.Discover",
+    "Ailang.CLI",
+];
+
+#[derive(Subcommand, Debug)]
+pub enum SessionCommand {
+    /// Mint a session credential (asks for confirmation on the terminal).
+    Mint(MintArgs),
+    /// Create an episode's worktree and mint a credential for it.
+    New(NewArgs),
+    /// List session credentials (never the tokens).
+    List(ListArgs),
+    /// Revoke a credential by id, or every credential of an episode.
+    Revoke(RevokeArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct MintArgs {
+    #[command(flatten)]
+    pub db: DbArg,
+    /// The episode: ^[a-z0-9][a-z0-9-]{0,63}$
+    #[arg(long)]
+    pub episode: String,
+    /// EFFECT=SCOPE:BUDGET (repeatable).
+    #[arg(long = "grant")]
+    pub grants: Vec<String>,
+    /// Lifetime in seconds.
+    #[arg(long, default_value_t = 3600)]
+    pub ttl: i64,
+    /// Write the credential to this file (mode 0600) instead of stdout.
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+}
+
+#[derive(Args, Debug)]
+pub struct NewArgs {
+    /// The episode.
+    pub episode: String,
+    #[command(flatten)]
+    pub db: DbArg,
+    /// Worktrees live in <workspace-root>/<episode>.
+    #[arg(long, default_value = ".world/worktrees")]
+    pub workspace_root: PathBuf,
+    /// Create the worktree with `git worktree add --detach` from this repository.
+    #[arg(long)]
+    pub repo: Option<PathBuf>,
+    /// A named grant set: `se-tools` grants the eight se-tools effects at worktree:<budget>.
+    #[arg(long)]
+    pub preset: Option<String>,
+    /// Budget for each preset grant.
+    #[arg(long, default_value_t = 50)]
+    pub budget: u64,
+    /// Extra or overriding grants, EFFECT=SCOPE:BUDGET.
+    #[arg(long = "grant")]
+    pub grants: Vec<String>,
+    #[arg(long, default_value_t = 3600)]
+    pub ttl: i64,
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+}
+
+#[derive(Args, Debug)]
+pub struct ListArgs {
+    #[command(flatten)]
+    pub db: DbArg,
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct RevokeArgs {
+    #[command(flatten)]
+    pub db: DbArg,
+    /// The credential id (64 hex, as listed).
+    pub credential_id: Option<String>,
+    /// Revoke every credential of this episode.
+    #[arg(long)]
+    pub episode: Option<String>,
+}
+
+pub fn run(cmd: SessionCommand) -> CliResult {
+    match cmd {
+        SessionCommand::Mint(a) => {
+            let grants = parse_grants(&a.grants)?;
+            mint(&a.db.db, &a.episode, grants, a.ttl, a.out.as_deref())
+        }
+        SessionCommand::New(a) => new(a),
+        SessionCommand::List(a) => list(a),
+        SessionCommand::Revoke(a) => revoke(a),
+    }
+}
+
+fn parse_grants(texts: &[String]) -> Result<Vec<Grant>, Failure> {
+    texts
+        .iter()
+        .map(|g| {
+            g.parse::<Grant>()
+                .map_err(|e| Failure::usage(e.to_string()))
+        })
+        .collect()
+}
+
+/// Open an existing store; never create one here.
+pub fn open_existing(db: &Path) -> Result<Store, Failure> {
+    if !db.join("data.mdb").exists() {
+        return Err(Failure::usage(format!(
+            "world store {} does not exist; refusing to create one (worldd serve creates the store)",
+            db.display()
+        )));
+    }
+    Store::open(db, StoreOptions::default())
+        .map_err(|e| Failure::fatal(format!("cannot open {}: {e}", db.display())))
+}
+
+/// Ask on the controlling terminal; `Ok(())` only for `y` or `yes`.
+fn confirm(question: &str) -> CliResult {
+    let tty = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/tty")
+        .map_err(|e| {
+            Failure::usage(format!(
+                "refusing: no controlling terminal ({e}); minting a session credential requires one human act at a terminal"
+            ))
+        })?;
+    let mut writer = tty.try_clone().map_err(|e| Failure::usage(e.to_string()))?;
+    write!(writer, "{question}").map_err(|e| Failure::usage(e.to_string()))?;
+    writer.flush().map_err(|e| Failure::usage(e.to_string()))?;
+    let mut line = String::new();
+    std::io::BufReader::new(tty)
+        .read_line(&mut line)
+        .map_err(|e| Failure::usage(e.to_string()))?;
+    match line.trim() {
+        "y" | "yes" => Ok(()),
+        _ => Err(Failure::usage("aborted (not confirmed)")),
+    }
+}
+
+fn mint(db: &Path, episode: &str, grants: Vec<Grant>, ttl: i64, out: Option<&Path>) -> CliResult {
+    session::validate_episode(episode).map_err(|e| Failure::usage(e.to_string()))?;
+    if grants.is_empty() {
+        return Err(Failure::usage(
+            "at least one --grant EFFECT=SCOPE:BUDGET is required",
+        ));
+    }
+    if ttl < 1 {
+        return Err(Failure::usage("--ttl must be at least 1 second"));
+    }
+    let store = open_existing(db)?;
+    confirm(&format!(
+        "Confirm mint for episode {episode} ({} grant(s), expiry +{ttl}s) with a session credential? [y/N] ",
+        grants.len()
+    ))?;
+    let n = grants.len();
+    let minted = session::mint(&store, episode, grants, ttl, now())
+        .map_err(|e| Failure::fatal(e.to_string()))?;
+    let s = &minted.session;
+    eprintln!(
+        "worldd session mint: credential_id={} (episode {episode}, {n} grant(s), expires {})",
+        s.credential_id, s.expires_at
+    );
+    match out {
+        Some(path) => {
+            let mut f = std::fs::OpenOptions::new()
+                .write(true)
+                .create(true)
+                .truncate(true)
+                .mode(0o600)
+                .open(path)
+                .map_err(|e| Failure::usage(format!("cannot write {}: {e}", path.display())))?;
+            writeln!(f, "{}", minted.token).map_err(|e| Failure::usage(e.to_string()))?;
+            println!(
+                "minted session credential for episode {episode}: {n} grant(s), expires epoch {}, written to {}",
+                s.expires_at,
+                path.display()
+            );
+        }
+        None => println!("{}", minted.token),
+    }
+    Ok(())
+}
+
+fn new(a: NewArgs) -> CliResult {
+    session::validate_episode(&a.episode).map_err(|e| Failure::usage(e.to_string()))?;
+    let mut grants: Vec<Grant> = match a.preset.as_deref() {
+        None => Vec::new(),
+        Some("se-tools") => SE_TOOLS_EFFECTS
+            .iter()
+            .map(|e| Grant {
+                effect: (*e).into(),
+                scope: "worktree".into(),
+                budget: a.budget,
+            })
+            .collect(),
+        Some(other) => {
+            return Err(Failure::usage(format!(
+                "unknown --preset {other:?}; known: se-tools"
+            )))
+        }
+    };
+    for g in parse_grants(&a.grants)? {
+        grants.retain(|x| !(x.effect == g.effect && x.scope == g.scope));
+        grants.push(g);
+    }
+    if grants.is_empty() {
+        return Err(Failure::usage(
+            "give --preset se-tools or at least one --grant",
+        ));
+    }
+    // Check the store before touching the filesystem.
+    drop(open_existing(&a.db.db)?);
+    std::fs::create_dir_all(&a.workspace_root).map_err(|e| {
+        Failure::usage(format!("cannot create {}: {e}", a.workspace_root.display()))
+    })?;
+    let worktree = a.workspace_root.join(&a.episode);
+    if worktree.exists() {
+        return Err(Failure::usage(format!(
+            "worktree {} already exists",
+            worktree.display()
+        )));
+    }
+    create_worktree(&worktree, a.repo.as_deref())?;
+    let result = mint(&a.db.db, &a.episode, grants, a.ttl, a.out.as_deref());
+    if result.is_err() {
+        // Leave nothing half-made behind.
+        remove_worktree(&worktree, a.repo.as_deref());
+    } else {
+        eprintln!("worldd session new: worktree {}", worktree.display());
+    }
+    result
+}
+
+fn create_worktree(path: &Path, repo: Option<&Path>) -> CliResult {
+    match repo {
+        None => std::fs::create_dir(path)
+            .map_err(|e| Failure::usage(format!("cannot create {}: {e}", path.display()))),
+        Some(repo) => {
+            let status = std::process::Command::new("git")
+                .arg("-C")
+                .arg(repo)
+                .args(["worktree", "add", "--detach"])
+                .arg(std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf()))
+                .status()
+                .map_err(|e| Failure::usage(format!("cannot run git: {e}")))?;
+            if status.success() {
+                Ok(())
+            } else {
+                Err(Failure::usage(format!(
+                    "git worktree add failed ({status})"
+                )))
+            }
+        }
+    }
+}
+
+fn remove_worktree(path: &Path, repo: Option<&Path>) {
+    if let Some(repo) = repo {
+        let _ = std::process::Command::new("git")
+            .arg("-C")
+            .arg(repo)
+            .args(["worktree", "remove", "--force"])
+            .arg(path)
+            .status();
+    }
+    let _ = std::fs::remove_dir_all(path);
+}
+
+fn rfc3339(t: i64) -> String {
+    // Civil-from-days (Howard Hinnant's algorithm), UTC.
+    let days = t.div_euclid(86_400);
+    let secs = t.rem_euclid(86_400);
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let y = yoe + era * 400;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = if m <= 2 { y + 1 } else { y };
+    format!(
+        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z",
+        secs / 3600,
+        (secs / 60) % 60,
+        secs % 60
+    )
+}
+
+fn list(a: ListArgs) -> CliResult {
+    let store = open_existing(&a.db.db)?;
+    let sessions = session::list(&store).map_err(|e| Failure::fatal(e.to_string()))?;
+    let t = now();
+    if a.json {
+        let items: Vec<serde_json::Value> = sessions.iter().map(|s| session_json(s, t)).collect();
+        println!("{}", serde_json::Value::Array(items));
+        return Ok(());
+    }
+    for s in &sessions {
+        let grants: Vec<String> = s.grants.iter().map(Grant::to_string).collect();
+        println!(
+            "{}  {}  {}  expires {}  {}",
+            s.credential_id,
+            s.episode,
+            if s.is_valid(t) { "live" } else { "expired" },
+            rfc3339(s.expires_at),
+            grants.join(",")
+        );
+    }
+    println!("{} session credential(s)", sessions.len());
+    Ok(())
+}
+
+fn session_json(s: &Session, now: i64) -> serde_json::Value {
+    serde_json::json!({
+        "credentialId": s.credential_id,
+        "episode": s.episode,
+        "live": s.is_valid(now),
+        "createdAt": rfc3339(s.created_at),
+        "expiresAt": rfc3339(s.expires_at),
+        "grants": s.grants.iter().map(Grant::to_string).collect::<Vec<_>>(),
+    })
+}
+
+fn revoke(a: RevokeArgs) -> CliResult {
+    let store = open_existing(&a.db.db)?;
+    match (a.credential_id, a.episode) {
+        (Some(id), None) => {
+            if session::revoke(&store, &id).map_err(|e| Failure::fatal(e.to_string()))? {
+                println!("revoked session credential {id}");
+                Ok(())
+            } else {
+                Err(Failure::usage(format!(
+                    "refusing: no session credential {id} in {} (already revoked, or minted in another store); nothing was revoked",
+                    a.db.db.display()
+                )))
+            }
+        }
+        (None, Some(ep)) => {
+            let ids =
+                session::revoke_episode(&store, &ep).map_err(|e| Failure::fatal(e.to_string()))?;
+            if ids.is_empty() {
+                return Err(Failure::usage(format!(
+                    "refusing: no session credential for episode {ep} in {}; nothing was revoked",
+                    a.db.db.display()
+                )));
+            }
+            for id in ids {
+                println!("revoked session credential {id}");
+            }
+            Ok(())
+        }
+        _ => Err(Failure::usage(
+            "give a credential id or --episode EP (not both)",
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn rfc3339_formats_utc() {
+        assert_eq!(super::rfc3339(0), "1970-01-01T00:00:00Z");
+        assert_eq!(super::rfc3339(1_700_000_000), "2023-11-14T22:13:20Z");
+        assert_eq!(super::rfc3339(951_782_400), "2000-02-29T00:00:00Z");
+    }
+}

@@ -1,0 +1,219 @@
+//! JSON-RPC 2.0 framing for MCP: classify what arrives, shape what leaves.
+//!
+//! Replies are typed structs rather than `serde_json::Value` so that their members serialize
+//! in the documented order (`jsonrpc`, `id`, `result`/`error`): the host-failure envelope is a
+//! byte-for-byte contract, and `serde_json::Map` would sort the keys.
+
+use serde::Serialize;
+use serde_json::Value;
+
+use super::methods::MethodResult;
+
+pub(super) const PARSE_ERROR: i64 = -32700;
+pub(super) const INVALID_REQUEST: i64 = -32600;
+pub(super) const METHOD_NOT_FOUND: i64 = -32601;
+pub(super) const INVALID_PARAMS: i64 = -32602;
+pub(super) const INTERNAL_ERROR: i64 = -32603;
+
+/// One incoming JSON-RPC message, classified.
+#[derive(Debug)]
+pub(super) enum Message {
+    /// A request: it gets exactly one reply.
+    Request {
+        /// A string or an integer, as sent.
+        id: Value,
+        method: String,
+        params: Option<Value>,
+    },
+    /// A notification (no `id`) or a response (`result`/`error` without `method`): accepted
+    /// and ignored. Notifications are not executed, whatever their method.
+    Ignored,
+    /// Not a valid request; answered `-32600` with `id` when it was readable, else null.
+    Invalid { id: Value, why: &'static str },
+}
+
+/// Classify one message of a POST (a whole body, or one batch item).
+pub(super) fn classify(message: Value) -> Message {
+    let Value::Object(mut m) = message else {
+        return Message::Invalid {
+            id: Value::Null,
+            why: "expected a JSON-RPC object",
+        };
+    };
+    let id = m.remove("id");
+    let method = m.remove("method");
+    if method.is_none() && (m.contains_key("result") || m.contains_key("error")) {
+        return Message::Ignored;
+    }
+    // Echo the id in an error only when it is one we could have accepted.
+    let echo = match &id {
+        Some(v) if valid_id(v) => v.clone(),
+        _ => Value::Null,
+    };
+    let invalid = |why| Message::Invalid {
+        id: echo.clone(),
+        why,
+    };
+    if m.get("jsonrpc").and_then(Value::as_str) != Some("2.0") {
+        return invalid("\"jsonrpc\" must be \"2.0\"");
+    }
+    let method = match method {
+        Some(Value::String(s)) => s,
+        Some(_) => return invalid("\"method\" must be a string"),
+        None => return invalid("a request needs \"method\""),
+    };
+    let params = m.remove("params");
+    if matches!(&params, Some(p) if !p.is_object() && !p.is_array()) {
+        return invalid("\"params\" must be an object or an array");
+    }
+    match id {
+        None => Message::Ignored,
+        // MCP narrows JSON-RPC: ids are strings or integers, never null or fractional.
+        Some(v) if valid_id(&v) => Message::Request {
+            id: v,
+            method,
+            params,
+        },
+        Some(_) => invalid("\"id\" must be a string or an integer"),
+    }
+}
+
+/// A string, or a number that is an integer within 64 bits (so it echoes back unchanged).
+fn valid_id(id: &Value) -> bool {
+    match id {
+        Value::String(_) => true,
+        Value::Number(n) => n.is_i64() || n.is_u64(),
+        _ => false,
+    }
+}
+
+/// One outgoing reply.
+#[derive(Debug, Serialize)]
+#[serde(untagged)]
+pub(super) enum Reply {
+    Result {
+        jsonrpc: &'static str,
+        id: Value,
+        result: MethodResult,
+    },
+    Error {
+        jsonrpc: &'static str,
+        id: Value,
+        error: ErrorObject,
+    },
+}
+
+#[derive(Debug, Serialize)]
+pub(super) struct ErrorObject {
+    pub code: i64,
+    pub message: String,
+}
+
+impl Reply {
+    pub(super) fn result(id: &Value, result: MethodResult) -> Reply {
+        Reply::Result {
+            jsonrpc: "2.0",
+            id: id.clone(),
+            result,
+        }
+    }
+
+    pub(super) fn error(id: &Value, code: i64, message: impl Into<String>) -> Reply {
+        Reply::Error {
+            jsonrpc: "2.0",
+            id: id.clone(),
+            error: ErrorObject {
+                code,
+                message: message.into(),
+            },
+        }
+    }
+
+    pub(super) fn parse_error() -> Reply {
+        Reply::error(&Value::Null, PARSE_ERROR, "Parse error")
+    }
+
+    pub(super) fn invalid_request(id: Value, why: &str) -> Reply {
+        Reply::error(&id, INVALID_REQUEST, format!("invalid request: {why}"))
+    }
+}
+
+/// `s` as a JSON string literal, for names quoted in error texts (`unknown tool "x"`): quotes
+/// and control characters come out escaped, so a hostile name cannot break the message.
+pub(super) fn quote(s: &str) -> String {
+    serde_json::to_string(s).unwrap_or_else(|_| "\"\"".to_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn why(v: Value) -> (Value, &'static str) {
+        match classify(v) {
+            Message::Invalid { id, why } => (id, why),
+            other => panic!("expected invalid, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn requests_notifications_and_responses() {
+        match classify(json!({"jsonrpc":"2.0","id":7,"method":"ping"})) {
+            Message::Request { id, method, params } => {
+                assert_eq!(id, json!(7));
+                assert_eq!(method, "ping");
+                assert!(params.is_none());
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(matches!(
+            classify(json!({"jsonrpc":"2.0","method":"notifications/initialized"})),
+            Message::Ignored
+        ));
+        assert!(matches!(
+            classify(json!({"jsonrpc":"2.0","id":1,"result":{}})),
+            Message::Ignored
+        ));
+        assert!(matches!(
+            classify(json!({"jsonrpc":"2.0","id":1,"error":{"code":1,"message":"x"}})),
+            Message::Ignored
+        ));
+    }
+
+    #[test]
+    fn invalid_messages_name_the_problem() {
+        assert_eq!(why(json!(1)), (Value::Null, "expected a JSON-RPC object"));
+        assert_eq!(
+            why(json!({"jsonrpc":"1.0","id":"a","method":"ping"})),
+            (json!("a"), "\"jsonrpc\" must be \"2.0\"")
+        );
+        assert_eq!(
+            why(json!({"jsonrpc":"2.0","id":2,"method":5})),
+            (json!(2), "\"method\" must be a string")
+        );
+        assert_eq!(
+            why(json!({"jsonrpc":"2.0","id":2})),
+            (json!(2), "a request needs \"method\"")
+        );
+        assert_eq!(
+            why(json!({"jsonrpc":"2.0","id":2,"method":"ping","params":3})),
+            (json!(2), "\"params\" must be an object or an array")
+        );
+        for bad in [json!(null), json!(1.5), json!([1]), json!({})] {
+            assert_eq!(
+                why(json!({"jsonrpc":"2.0","id":bad,"method":"ping"})),
+                (Value::Null, "\"id\" must be a string or an integer")
+            );
+        }
+    }
+
+    #[test]
+    fn replies_keep_member_order() {
+        let r = Reply::error(&json!(2), INTERNAL_ERROR, "host callback failed");
+        assert_eq!(
+            serde_json::to_string(&r).unwrap(),
+            r#"{"jsonrpc":"2.0","id":2,"error":{"code":-32603,"message":"host callback failed"}}"#
+        );
+        assert_eq!(quote("a\"b\n"), r#""a\"b\n""#);
+    }
+}

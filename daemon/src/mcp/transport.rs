@@ -1,0 +1,325 @@
+//! The HTTP side of the MCP endpoint: header rules, the body limit, and every reply shape.
+//!
+//! Header decisions where the contract is silent:
+//!
+//! - `Content-Type` is the first such header; its media type (before any `;`) must equal
+//!   `application/json`, case-insensitively. Parameters such as `charset=utf-8` are ignored.
+//! - `Accept` values from every `Accept` header line are joined, split on `,`, and compared by
+//!   media type, case-insensitively. Both `application/json` and `text/event-stream` must be
+//!   listed explicitly: `*/*`, `application/*` and `text/*` do not count (the client must show
+//!   it can read both reply framings), and an entry with `q=0` means "not acceptable", so it
+//!   does not count either.
+//! - `MCP-Protocol-Version` is the first such header; with surrounding spaces and tabs
+//!   removed (they are not part of an HTTP field value) it must match a supported revision
+//!   exactly. An empty value is unsupported too.
+
+use axum::body::{Body, Bytes, HttpBody};
+use axum::http::header::{ACCEPT, CONTENT_LENGTH, CONTENT_TYPE, WWW_AUTHENTICATE};
+use axum::http::{HeaderMap, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use broker_core::session::AuthError;
+use serde::Serialize;
+use serde_json::Value;
+
+use super::jsonrpc::{Reply, INTERNAL_ERROR};
+use super::methods::HostFailure;
+use super::{DEFAULT_VERSION, MAX_BODY_BYTES, SUPPORTED_VERSIONS};
+use crate::state::AuthFailure;
+
+const TEXT_PLAIN: &str = "text/plain; charset=utf-8";
+
+/// The header carrying the client's MCP revision.
+const PROTOCOL_VERSION_HEADER: &str = "mcp-protocol-version";
+
+/// The 401 texts of the authentication table, verbatim.
+pub(super) fn auth_text(denial: AuthError) -> &'static str {
+    match denial {
+        AuthError::Absent => {
+            "session credential is absent: send Authorization: Bearer <session-credential>"
+        }
+        AuthError::Malformed => {
+            "malformed Authorization header: expected Bearer <64-hex-credential>"
+        }
+        AuthError::Unknown => "unknown session credential",
+        AuthError::Expired => "session credential has expired",
+    }
+}
+
+/// 401 for a denial; 503 / 500 when the store could not answer.
+pub(super) fn auth_failure(failure: AuthFailure) -> Response {
+    match failure {
+        AuthFailure::Denied(denial) => (
+            StatusCode::UNAUTHORIZED,
+            [
+                (CONTENT_TYPE, HeaderValue::from_static(TEXT_PLAIN)),
+                (WWW_AUTHENTICATE, HeaderValue::from_static("Bearer")),
+            ],
+            auth_text(denial),
+        )
+            .into_response(),
+        AuthFailure::Timeout => text(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "session credential lookup timed out; retry".to_owned(),
+        ),
+        // The cause was logged where it happened (AppState::authenticate).
+        AuthFailure::Internal => text(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "session credential lookup failed".to_owned(),
+        ),
+    }
+}
+
+/// Check `Content-Type`, `Accept` and `MCP-Protocol-Version`, in that order; returns the
+/// protocol revision in force, or the text of the 400 to send ([`bad_request`]).
+pub(super) fn check_headers(headers: &HeaderMap) -> Result<&'static str, String> {
+    if !content_type_is_json(headers) {
+        return Err("Content-Type must be application/json".to_owned());
+    }
+    if !accepts_json_and_sse(headers) {
+        return Err("Accept must list both application/json and text/event-stream".to_owned());
+    }
+    protocol_version(headers)
+}
+
+fn content_type_is_json(headers: &HeaderMap) -> bool {
+    headers
+        .get(CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| media_type(v).eq_ignore_ascii_case("application/json"))
+}
+
+fn accepts_json_and_sse(headers: &HeaderMap) -> bool {
+    let (mut json, mut sse) = (false, false);
+    for line in headers.get_all(ACCEPT) {
+        let Ok(line) = line.to_str() else { continue };
+        for range in line.split(',') {
+            if refused_by_q(range) {
+                continue;
+            }
+            let media = media_type(range);
+            json |= media.eq_ignore_ascii_case("application/json");
+            sse |= media.eq_ignore_ascii_case("text/event-stream");
+        }
+    }
+    json && sse
+}
+
+/// The media type of a header value: the part before any `;`, trimmed.
+fn media_type(value: &str) -> &str {
+    value.split(';').next().unwrap_or("").trim()
+}
+
+/// True for a media range carrying `q=0` (RFC 9110: "not acceptable").
+fn refused_by_q(range: &str) -> bool {
+    range.split(';').skip(1).any(|param| {
+        let Some((name, value)) = param.split_once('=') else {
+            return false;
+        };
+        name.trim().eq_ignore_ascii_case("q") && value.trim().parse::<f64>().is_ok_and(|q| q == 0.0)
+    })
+}
+
+fn protocol_version(headers: &HeaderMap) -> Result<&'static str, String> {
+    let Some(value) = headers.get(PROTOCOL_VERSION_HEADER) else {
+        return Ok(DEFAULT_VERSION);
+    };
+    let bytes = value.as_bytes().trim_ascii();
+    SUPPORTED_VERSIONS
+        .iter()
+        .copied()
+        .find(|v| v.as_bytes() == bytes)
+        .ok_or_else(|| {
+            format!(
+                "unsupported MCP-Protocol-Version {}; supported: {}",
+                super::jsonrpc::quote(&String::from_utf8_lossy(bytes)),
+                SUPPORTED_VERSIONS.join(", ")
+            )
+        })
+}
+
+/// Why the body was not read.
+#[derive(Debug, PartialEq, Eq)]
+pub(super) enum BodyError {
+    TooLarge,
+    Unreadable,
+}
+
+/// Read at most `limit` bytes. A declared `Content-Length` over the limit is refused before
+/// reading anything; otherwise the body is read frame by frame and refused as soon as it grows
+/// past the limit, so an oversized upload is never buffered whole.
+pub(super) async fn read_body(
+    headers: &HeaderMap,
+    body: Body,
+    limit: usize,
+) -> Result<Bytes, BodyError> {
+    let declared = headers
+        .get(CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<u64>().ok());
+    if declared.is_some_and(|n| n > limit as u64) {
+        return Err(BodyError::TooLarge);
+    }
+    let mut body = std::pin::pin!(body);
+    let mut buf: Vec<u8> = Vec::new();
+    while let Some(frame) = std::future::poll_fn(|cx| body.as_mut().poll_frame(cx)).await {
+        let frame = frame.map_err(|_| BodyError::Unreadable)?;
+        // Trailers carry nothing for JSON-RPC; only data frames count.
+        if let Ok(data) = frame.into_data() {
+            if buf.len() + data.len() > limit {
+                return Err(BodyError::TooLarge);
+            }
+            buf.extend_from_slice(&data);
+        }
+    }
+    Ok(Bytes::from(buf))
+}
+
+pub(super) fn body_too_large() -> Response {
+    text(
+        StatusCode::PAYLOAD_TOO_LARGE,
+        format!("request body exceeds the 4 MiB limit ({MAX_BODY_BYTES} bytes)"),
+    )
+}
+
+pub(super) fn body_unreadable() -> Response {
+    bad_request("request body could not be read".to_owned())
+}
+
+/// 400 for a JSON-RPC array under a revision that has no batches.
+pub(super) fn batch_refused(version: &str) -> Response {
+    bad_request(format!(
+        "JSON-RPC batches are not supported under MCP-Protocol-Version {version}; send one message per POST (batches are accepted only under 2025-03-26)"
+    ))
+}
+
+/// One Server-Sent Event carrying `payload` as compact JSON. Compact JSON escapes every
+/// control character inside strings, so the data never spans more than one line.
+pub(super) fn sse<T: Serialize>(payload: &T) -> Response {
+    match serde_json::to_string(payload) {
+        Ok(json) => (
+            StatusCode::OK,
+            [(CONTENT_TYPE, HeaderValue::from_static("text/event-stream"))],
+            format!("event: message\ndata: {json}\n\n"),
+        )
+            .into_response(),
+        Err(e) => {
+            // Unreachable with the reply types used here (string keys only), but never panic.
+            tracing::error!("mcp: reply could not be serialized: {e}");
+            text(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "reply could not be serialized".to_owned(),
+            )
+        }
+    }
+}
+
+/// The fixed plain-JSON envelope that answers a whole POST when the host fails.
+pub(super) fn host_failure(id: &Value, failure: HostFailure) -> Response {
+    let reply = Reply::error(id, INTERNAL_ERROR, failure.message());
+    let body = serde_json::to_string(&reply).unwrap_or_else(|_| {
+        format!(
+            r#"{{"jsonrpc":"2.0","id":null,"error":{{"code":-32603,"message":"{}"}}}}"#,
+            failure.message()
+        )
+    });
+    (
+        StatusCode::OK,
+        [(CONTENT_TYPE, HeaderValue::from_static("application/json"))],
+        body,
+    )
+        .into_response()
+}
+
+/// 202, empty body: the POST carried only notifications and responses.
+pub(super) fn accepted() -> Response {
+    StatusCode::ACCEPTED.into_response()
+}
+
+pub(super) fn bad_request(message: String) -> Response {
+    text(StatusCode::BAD_REQUEST, message)
+}
+
+fn text(status: StatusCode, message: String) -> Response {
+    (
+        status,
+        [(CONTENT_TYPE, HeaderValue::from_static(TEXT_PLAIN))],
+        message,
+    )
+        .into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn headers(pairs: &[(&'static str, &'static str)]) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        for (k, v) in pairs {
+            h.append(*k, HeaderValue::from_static(v));
+        }
+        h
+    }
+
+    #[test]
+    fn content_type_media_type_only() {
+        for ok in [
+            "application/json",
+            "application/json; charset=utf-8",
+            "Application/JSON;charset=UTF-8",
+        ] {
+            assert!(
+                content_type_is_json(&headers(&[("content-type", ok)])),
+                "{ok}"
+            );
+        }
+        for bad in ["text/json", "application/json-rpc", "", "application/*"] {
+            assert!(
+                !content_type_is_json(&headers(&[("content-type", bad)])),
+                "{bad}"
+            );
+        }
+        assert!(!content_type_is_json(&HeaderMap::new()));
+    }
+
+    #[test]
+    fn accept_needs_both_explicitly() {
+        for ok in [
+            "application/json, text/event-stream",
+            "text/event-stream;q=0.5,application/json;q=1",
+            "TEXT/EVENT-STREAM, Application/Json",
+        ] {
+            assert!(accepts_json_and_sse(&headers(&[("accept", ok)])), "{ok}");
+        }
+        assert!(accepts_json_and_sse(&headers(&[
+            ("accept", "application/json"),
+            ("accept", "text/event-stream"),
+        ])));
+        for bad in [
+            "*/*",
+            "application/json",
+            "text/event-stream",
+            "application/*, text/*",
+            "application/json, text/event-stream;q=0",
+            "application/json;q=0.0, text/event-stream",
+        ] {
+            assert!(!accepts_json_and_sse(&headers(&[("accept", bad)])), "{bad}");
+        }
+    }
+
+    #[test]
+    fn protocol_versions() {
+        assert_eq!(protocol_version(&HeaderMap::new()), Ok("2025-03-26"));
+        for v in SUPPORTED_VERSIONS {
+            let h = headers(&[("mcp-protocol-version", v)]);
+            assert_eq!(protocol_version(&h), Ok(v));
+        }
+        assert_eq!(
+            protocol_version(&headers(&[("mcp-protocol-version", " 2025-06-18\t")])),
+            Ok("2025-06-18")
+        );
+        assert_eq!(
+            protocol_version(&headers(&[("mcp-protocol-version", "2024-11-05")])),
+            Err("unsupported MCP-Protocol-Version \"2024-11-05\"; supported: 2025-11-25, 2025-06-18, 2025-03-26".to_owned())
+        );
+    }
+}

@@ -1,0 +1,387 @@
+//! The plugin loader: find effect-handler libraries, load them through the stable ABI, build
+//! their handlers from the operator's config, and adapt them to broker-core's handler trait.
+//!
+//! Every library in the plugin directory is loaded with abi_stable's
+//! `lib_header_from_path` + `init_root_module` (never the per-type cached loaders). Any
+//! problem — not a plugin, a wrong ABI or layout, two plugins claiming one effect, a config the
+//! plugin rejects, a transition document that does not validate — stops start-up with one line
+//! naming the file and the cause.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use broker_core::coordinator::{EffectHandler, EffectRequest, HandlerOutcome, Handlers};
+use broker_core::object::Ref;
+use broker_core::transition::Transition;
+use handler_api::{
+    EffectClass, FinishInput, HostServices, LoadedHandler, LoadedPlugin, LogLevel, Manifest,
+    Outcome, Request,
+};
+use serde_json::{Map, Value};
+
+/// One line naming the file and the cause.
+#[derive(Debug, thiserror::Error)]
+#[error("plugin {path}: {cause}")]
+pub struct PluginError {
+    pub path: String,
+    pub cause: String,
+}
+
+impl PluginError {
+    fn new(path: &Path, cause: impl Into<String>) -> PluginError {
+        PluginError {
+            path: path.display().to_string(),
+            cause: cause.into(),
+        }
+    }
+}
+
+/// What the operator chose.
+#[derive(Debug, Clone, Default)]
+pub struct PluginOptions {
+    pub dir: PathBuf,
+    /// `--handler NAME` (repeatable); empty = every plugin in the directory.
+    pub selected: Vec<String>,
+    /// One config object per plugin name.
+    pub configs: BTreeMap<String, Value>,
+}
+
+/// A library that loaded and described itself.
+#[derive(Debug, Clone)]
+pub struct PluginInfo {
+    pub path: PathBuf,
+    /// sha256 of the library file: provenance names the exact handler build.
+    pub file_ref: Ref,
+    pub manifest: Manifest,
+}
+
+/// The result of scanning one library.
+#[derive(Debug)]
+pub enum Scanned {
+    Plugin(PluginInfo, LoadedPlugin),
+    Broken(PluginError),
+}
+
+/// The loaded set: handlers by effect, the transitions they ship, and the classes of effects.
+pub struct PluginSet {
+    pub handlers: Handlers,
+    pub transitions: Vec<Transition>,
+    pub plugins: Vec<PluginInfo>,
+    pub classes: HashMap<String, EffectClass>,
+}
+
+/// The default plugin directory: the one holding the running executable.
+pub fn default_dir() -> PathBuf {
+    std::env::current_exe()
+        .ok()
+        .and_then(|p| p.parent().map(Path::to_path_buf))
+        .unwrap_or_else(|| PathBuf::from("."))
+}
+
+fn is_library(path: &Path) -> bool {
+    let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
+    path.is_file() && (name.ends_with(".so") || name.ends_with(".dylib"))
+}
+
+/// Load every library in `dir`, in file-name order.
+pub fn scan(dir: &Path) -> Result<Vec<Scanned>, PluginError> {
+    let entries = std::fs::read_dir(dir)
+        .map_err(|e| PluginError::new(dir, format!("cannot read the plugin directory: {e}")))?;
+    let mut paths: Vec<PathBuf> = entries
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| is_library(p))
+        .collect();
+    paths.sort();
+    Ok(paths.iter().map(|p| scan_one(p)).collect())
+}
+
+fn scan_one(path: &Path) -> Scanned {
+    let plugin = match LoadedPlugin::load(path) {
+        Ok(p) => p,
+        Err(e) => {
+            tracing::debug!(path = %path.display(), "plugin load detail: {}", e.detail());
+            return Scanned::Broken(PluginError::new(path, e.summary()));
+        }
+    };
+    let manifest = match plugin.manifest() {
+        Ok(m) => m,
+        Err(e) => return Scanned::Broken(PluginError::new(path, e)),
+    };
+    let file_ref = match std::fs::read(path) {
+        Ok(bytes) => Ref::of(&bytes),
+        Err(e) => {
+            return Scanned::Broken(PluginError::new(
+                path,
+                format!("cannot read the library: {e}"),
+            ))
+        }
+    };
+    Scanned::Plugin(
+        PluginInfo {
+            path: path.to_path_buf(),
+            file_ref,
+            manifest,
+        },
+        plugin,
+    )
+}
+
+/// Check the operator's config object against the top level of the plugin's schema (unknown
+/// keys when `additionalProperties` is false, and JSON types). The plugin validates fully.
+pub fn check_config(schema: &Value, config: &Value) -> Result<(), String> {
+    let Some(obj) = config.as_object() else {
+        return Err("config must be a table (a JSON object)".into());
+    };
+    let props = schema.get("properties").and_then(Value::as_object);
+    let closed = schema.get("additionalProperties") == Some(&Value::Bool(false));
+    for (k, v) in obj {
+        match props.and_then(|p| p.get(k)) {
+            None if closed => {
+                let known: Vec<&str> = props
+                    .map(|p| p.keys().map(String::as_str).collect())
+                    .unwrap_or_default();
+                return Err(format!(
+                    "unknown config key {k:?} (known: {})",
+                    known.join(", ")
+                ));
+            }
+            None => {}
+            Some(p) => {
+                if let Some(t) = p.get("type").and_then(Value::as_str) {
+                    let ok = match t {
+                        "string" => v.is_string(),
+                        "integer" => v.is_u64() || v.is_i64(),
+                        "number" => v.is_number(),
+                        "boolean" => v.is_boolean(),
+                        "array" => v.is_array(),
+                        "object" => v.is_object(),
+                        _ => true,
+                    };
+                    if !ok {
+                        return Err(format!("config key {k:?} must be of type {t}"));
+                    }
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Logs plugin messages under the plugin's name; refuses publishing (the registry plugin gets
+/// its own host).
+struct PluginHost {
+    name: String,
+}
+
+impl HostServices for PluginHost {
+    fn log(&self, level: LogLevel, message: &str) {
+        match level {
+            LogLevel::Error => tracing::error!(plugin = %self.name, "{message}"),
+            LogLevel::Warn => tracing::warn!(plugin = %self.name, "{message}"),
+            LogLevel::Info => tracing::info!(plugin = %self.name, "{message}"),
+            _ => tracing::debug!(plugin = %self.name, "{message}"),
+        }
+    }
+}
+
+/// Load the selected plugins and build their handlers.
+pub fn load(opts: &PluginOptions) -> Result<PluginSet, PluginError> {
+    let mut handlers = Handlers::new();
+    let mut transitions = Vec::new();
+    let mut plugins = Vec::new();
+    let mut classes = HashMap::new();
+    let mut owners: HashMap<String, PathBuf> = HashMap::new();
+    let mut found = Vec::new();
+    for scanned in scan(&opts.dir)? {
+        let (info, plugin) = match scanned {
+            Scanned::Plugin(i, p) => (i, p),
+            Scanned::Broken(e) => return Err(e),
+        };
+        found.push(info.manifest.name.clone());
+        if !opts.selected.is_empty() && !opts.selected.contains(&info.manifest.name) {
+            continue;
+        }
+        let name = info.manifest.name.clone();
+        let config = opts
+            .configs
+            .get(&name)
+            .cloned()
+            .unwrap_or_else(|| Value::Object(Map::new()));
+        check_config(&info.manifest.config_schema, &config)
+            .map_err(|e| PluginError::new(&info.path, e))?;
+        let host = handler_api::host_callbacks(Arc::new(PluginHost { name: name.clone() }));
+        let handler = plugin.new_handler(&config, host).map_err(|e| {
+            PluginError::new(&info.path, format!("the plugin rejected its config: {e}"))
+        })?;
+        let adapter: Arc<dyn EffectHandler> = Arc::new(PluginHandler {
+            identity: format!("{}@{} ({})", name, info.manifest.version, info.file_ref),
+            handler,
+        });
+        for e in &info.manifest.effects {
+            if let Some(other) = owners.get(&e.name) {
+                return Err(PluginError::new(
+                    &info.path,
+                    format!(
+                        "effect {} is already claimed by {}",
+                        e.name,
+                        other.display()
+                    ),
+                ));
+            }
+            owners.insert(e.name.clone(), info.path.clone());
+            classes.insert(e.name.clone(), e.class);
+            handlers
+                .insert(&e.name, adapter.clone())
+                .map_err(|m| PluginError::new(&info.path, m))?;
+        }
+        for doc in &info.manifest.transitions {
+            let t = Transition::from_value(doc.clone())
+                .map_err(|e| PluginError::new(&info.path, format!("shipped transition: {e}")))?;
+            transitions.push(t);
+        }
+        tracing::info!(plugin = %name, version = %info.manifest.version, path = %info.path.display(), "loaded plugin");
+        plugins.push(info);
+    }
+    for s in &opts.selected {
+        if !found.contains(s) {
+            return Err(PluginError::new(
+                &opts.dir,
+                format!(
+                    "--handler {s}: no plugin of that name here (found: {})",
+                    found.join(", ")
+                ),
+            ));
+        }
+    }
+    Ok(PluginSet {
+        handlers,
+        transitions,
+        plugins,
+        classes,
+    })
+}
+
+/// A plugin's handler as broker-core sees it.
+struct PluginHandler {
+    identity: String,
+    handler: LoadedHandler,
+}
+
+impl EffectHandler for PluginHandler {
+    fn identity(&self) -> String {
+        self.identity.clone()
+    }
+
+    fn execute(&self, req: &EffectRequest<'_>) -> HandlerOutcome {
+        let request = Request {
+            invocation_id: req.invocation_id.to_owned(),
+            episode: req.episode.to_owned(),
+            worktree: req.worktree.map(|p| p.display().to_string()),
+            effect: req.effect.to_owned(),
+            scope: req.scope.to_owned(),
+            cost: req.cost,
+            payload: Value::Object(req.payload.clone()),
+            deadline_ms: req.deadline.as_millis() as u64,
+        };
+        match self.handler.execute(&request) {
+            Outcome::Ok { output } => HandlerOutcome::Ok(output),
+            Outcome::Failed { message } => HandlerOutcome::Failed(message),
+            Outcome::Indeterminate { message } => HandlerOutcome::Indeterminate(message),
+        }
+    }
+
+    fn finish(&self, name: &str, input: &Value) -> Result<Map<String, Value>, String> {
+        let input = FinishInput {
+            args: input.get("args").cloned().unwrap_or(Value::Null),
+            output: input
+                .get("output")
+                .and_then(Value::as_object)
+                .cloned()
+                .unwrap_or_default(),
+        };
+        self.handler.finish(name, &input)
+    }
+}
+
+/// The text of `worldd handlers`: every library, its effects and tools, or why it would not
+/// load.
+pub fn report(opts: &PluginOptions) -> Result<String, PluginError> {
+    use std::fmt::Write;
+    let mut out = String::new();
+    let scanned = scan(&opts.dir)?;
+    let _ = writeln!(out, "plugin directory {}", opts.dir.display());
+    let mut n = 0;
+    for s in &scanned {
+        match s {
+            Scanned::Broken(e) => {
+                let _ = writeln!(out, "\n{}\n  not loadable: {}", e.path, e.cause);
+            }
+            Scanned::Plugin(info, _) => {
+                n += 1;
+                let m = &info.manifest;
+                let selected = opts.selected.is_empty() || opts.selected.contains(&m.name);
+                let _ = writeln!(
+                    out,
+                    "\n{} {} (abi {}){}\n  file {}\n  library {}",
+                    m.name,
+                    m.version,
+                    m.abi,
+                    if selected { "" } else { "  [not selected]" },
+                    info.path.display(),
+                    info.file_ref
+                );
+                if !m.description.is_empty() {
+                    let _ = writeln!(out, "  {}", m.description);
+                }
+                for e in &m.effects {
+                    let class = serde_json::to_value(e.class)
+                        .ok()
+                        .and_then(|v| v.as_str().map(str::to_owned))
+                        .unwrap_or_default();
+                    let _ = writeln!(
+                        out,
+                        "  effect {} [{}] ops: {}",
+                        e.name,
+                        class,
+                        e.ops.join(", ")
+                    );
+                }
+                let ids: Vec<String> = m
+                    .transitions
+                    .iter()
+                    .map(|t| {
+                        t.get("id")
+                            .and_then(Value::as_str)
+                            .unwrap_or("?")
+                            .to_owned()
+                    })
+                    .collect();
+                let _ = writeln!(
+                    out,
+                    "  tools: {}",
+                    if ids.is_empty() {
+                        "(none)".into()
+                    } else {
+                        ids.join(", ")
+                    }
+                );
+                if !m.finish.is_empty() {
+                    let _ = writeln!(out, "  finish functions: {}", m.finish.join(", "));
+                }
+                let config = opts
+                    .configs
+                    .get(&m.name)
+                    .cloned()
+                    .unwrap_or_else(|| Value::Object(Map::new()));
+                let _ = writeln!(out, "  config {}", config);
+                if let Err(e) = check_config(&m.config_schema, &config) {
+                    let _ = writeln!(out, "  config problem: {e}");
+                }
+            }
+        }
+    }
+    let broken = scanned.len() - n;
+    let _ = writeln!(out, "\n{n} plugin(s), {broken} library(ies) not loadable");
+    Ok(out)
+}

@@ -1,0 +1,520 @@
+//! The REST surface under `/v1/`: health, head, worlds, objects, log, registry, commit,
+//! receipts and metrics, with the error envelope `{"error":{"class","message"}}`.
+//!
+//! Reads require a valid session unless the daemon runs with `--open-reads` (then they are
+//! open, as in the reference). `/v1/health` and `/v1/metrics` are always open: they say
+//! nothing about the log's content.
+
+use std::collections::HashMap;
+
+use axum::body::Bytes;
+use axum::extract::{Path, Query, State};
+use axum::http::{header, HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use base64::Engine;
+use broker_core::commit::{self, CommitError, RestCommit};
+use broker_core::journal::Receipt;
+use broker_core::log::{self, Entry, LogError, World};
+use broker_core::object::{Object, Ref};
+use broker_core::registry;
+use broker_core::session::AuthError;
+use broker_core::store::{StoreError, TxnExt};
+use serde::Deserialize;
+use serde_json::{json, Value};
+
+use crate::state::{AppState, AuthFailure};
+
+/// Largest `POST /v1/commit` body.
+pub const MAX_COMMIT_BYTES: usize = 8_388_608;
+const DEFAULT_PAGE: usize = 100;
+const MAX_PAGE: usize = 500;
+
+/// An error in the REST envelope.
+#[derive(Debug)]
+pub struct ApiError {
+    pub status: StatusCode,
+    pub class: &'static str,
+    pub message: String,
+    pub extra: Option<(String, String)>,
+}
+
+impl ApiError {
+    pub fn new(status: StatusCode, class: &'static str, message: impl Into<String>) -> ApiError {
+        ApiError {
+            status,
+            class,
+            message: message.into(),
+            extra: None,
+        }
+    }
+
+    pub fn bad_request(message: impl Into<String>) -> ApiError {
+        ApiError::new(StatusCode::BAD_REQUEST, "BadRequest", message)
+    }
+
+    pub fn not_found(message: impl Into<String>) -> ApiError {
+        ApiError::new(StatusCode::NOT_FOUND, "NotFound", message)
+    }
+
+    /// Internal failures never leak their cause to the client; it is logged instead.
+    pub fn internal(context: &str, cause: impl std::fmt::Display) -> ApiError {
+        tracing::error!("internal error: {context}: {cause}");
+        ApiError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "Internal",
+            "internal store failure",
+        )
+    }
+
+    /// The REST mapping of a session refusal.
+    pub fn from_auth(f: AuthFailure) -> ApiError {
+        match f {
+            AuthFailure::Denied(AuthError::Absent) => ApiError::new(
+                StatusCode::UNAUTHORIZED,
+                "SessionAbsent",
+                "a session credential is required: no Authorization Bearer header was present",
+            ),
+            AuthFailure::Denied(AuthError::Malformed) => ApiError::new(
+                StatusCode::BAD_REQUEST,
+                "InvalidSession",
+                "malformed Authorization header: expected Bearer <64-hex-credential>",
+            ),
+            AuthFailure::Denied(AuthError::Unknown) => ApiError::new(
+                StatusCode::UNAUTHORIZED,
+                "SessionUnknown",
+                "unknown session credential",
+            ),
+            AuthFailure::Denied(AuthError::Expired) => ApiError::new(
+                StatusCode::UNAUTHORIZED,
+                "SessionExpired",
+                "session credential has expired",
+            ),
+            AuthFailure::Timeout => ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "Timeout",
+                "the credential lookup did not finish in time",
+            ),
+            AuthFailure::Internal => ApiError::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "Internal",
+                "internal store failure",
+            ),
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let mut body = json!({"error": {"class": self.class, "message": self.message}});
+        if let Some((observed, selected)) = self.extra {
+            body["error"]["observedHead"] = json!(observed);
+            body["error"]["selectedHead"] = json!(selected);
+        }
+        (self.status, Json(body)).into_response()
+    }
+}
+
+impl From<StoreError> for ApiError {
+    fn from(e: StoreError) -> Self {
+        ApiError::internal("store", e)
+    }
+}
+
+impl From<LogError> for ApiError {
+    fn from(e: LogError) -> Self {
+        ApiError::internal("log", e)
+    }
+}
+
+pub fn routes() -> Router<AppState> {
+    Router::new()
+        .route("/v1/health", get(health))
+        .route("/v1/metrics", get(metrics))
+        .route("/v1/head", get(head))
+        .route("/v1/worlds/{reference}", get(world))
+        .route(
+            "/v1/objects/by-semantic-id/{*id}",
+            get(objects_by_semantic_id),
+        )
+        .route("/v1/objects/{reference}", get(object))
+        .route("/v1/log/{index}", get(log_entry))
+        .route("/v1/log", get(log_range))
+        .route("/v1/registry/{*name}", get(registry_head))
+        .route("/v1/receipts/{id}", get(receipt))
+        .route("/v1/commit", post(commit_route))
+}
+
+/// Reads need a valid session unless `--open-reads`.
+async fn read_access(state: &AppState, headers: &HeaderMap) -> Result<(), ApiError> {
+    if state.info().open_reads {
+        return Ok(());
+    }
+    state
+        .authenticate(headers)
+        .await
+        .map(|_| ())
+        .map_err(ApiError::from_auth)
+}
+
+/// Run a read on the blocking pool.
+async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> Result<T, ApiError> + Send + 'static,
+) -> Result<T, ApiError> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| ApiError::internal("read task", e))?
+}
+
+fn parse_ref(field: &str, text: &str) -> Result<Ref, ApiError> {
+    text.parse::<Ref>()
+        .map_err(|e| ApiError::bad_request(format!("{field}: {e}")))
+}
+
+async fn health(State(state): State<AppState>) -> Json<Value> {
+    let info = state.info();
+    Json(json!({
+        "status": "ok",
+        "daemon_version": info.version,
+        "db_path": info.db_path,
+        "interpreter_ref": log::interpreter_ref(),
+        "interpreter_version": format!("worldd-plan/{}", broker_core::plan::INTERPRETER_VERSION),
+    }))
+}
+
+async fn metrics(State(state): State<AppState>) -> Response {
+    let body = state.metrics().render(state.store());
+    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], body).into_response()
+}
+
+async fn head(State(state): State<AppState>, headers: HeaderMap) -> Result<Response, ApiError> {
+    read_access(&state, &headers).await?;
+    let store = state.store().clone();
+    let head = blocking(move || Ok(store.read(log::head)?)).await?;
+    match head {
+        Some(h) => Ok((
+            [(header::CONTENT_TYPE, "text/plain; charset=utf-8")],
+            h.world_ref.to_string(),
+        )
+            .into_response()),
+        None => Err(ApiError::not_found("no world head has been selected yet")),
+    }
+}
+
+async fn world(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Path(reference): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    read_access(&state, &headers).await?;
+    let r = parse_ref("ref", &reference)?;
+    let store = state.store().clone();
+    let w = blocking(move || Ok(store.read(|rd| log::world(rd, &r))?)).await?;
+    let w = w.ok_or_else(|| ApiError::not_found("world not found"))?;
+    Ok(Json(json!({
+        "ref": r,
+        "revision": w.revision,
+        "stateRoot": w.state_root,
+        "logHead": w.log_head,
+    })))
+}
+
+fn object_json(o: &Object, with_payload: bool) -> Value {
+    let mut v = json!({
+        "hash": o.hash,
+        "interfaceHash": o.interface_hash,
+        "semanticId": o.semantic_id,
+        "provenance": o.provenance,
+    });
+    if with_payload {
+        v["payload"] = json!(base64::engine::general_purpose::STANDARD.encode(&o.payload));
+    }
+    v
+}
+
+async fn object(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Path(reference): Path<String>,
+    Query(q): Query<HashMap<String, String>>,
+) -> Result<Json<Value>, ApiError> {
+    read_access(&state, &headers).await?;
+    let r = parse_ref("ref", &reference)?;
+    let with_payload = match q.get("payload").map(String::as_str) {
+        None | Some("false") => false,
+        Some("true") => true,
+        Some(other) => {
+            return Err(ApiError::bad_request(format!(
+                "payload must be true or false, not {other:?}"
+            )))
+        }
+    };
+    let store = state.store().clone();
+    let o = blocking(move || Ok(store.read(|rd| rd.object(&r))?)).await?;
+    let o = o.ok_or_else(|| ApiError::not_found("object not found"))?;
+    Ok(Json(object_json(&o, with_payload)))
+}
+
+fn page_limit(q: &HashMap<String, String>) -> Result<usize, ApiError> {
+    match q.get("limit") {
+        None => Ok(DEFAULT_PAGE),
+        Some(s) => {
+            let n: i64 = s
+                .parse()
+                .map_err(|_| ApiError::bad_request("limit must be an integer"))?;
+            Ok(if n < 1 {
+                DEFAULT_PAGE
+            } else {
+                (n as usize).min(MAX_PAGE)
+            })
+        }
+    }
+}
+
+async fn objects_by_semantic_id(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+    Query(q): Query<HashMap<String, String>>,
+) -> Result<Json<Value>, ApiError> {
+    read_access(&state, &headers).await?;
+    let limit = page_limit(&q)?;
+    let after = match q.get("after") {
+        Some(a) => Some(parse_ref("after", a)?),
+        None => None,
+    };
+    let store = state.store().clone();
+    let items = blocking(move || {
+        Ok(store.read(|rd| -> Result<Vec<Value>, StoreError> {
+            let mut prefix = id.as_bytes().to_vec();
+            prefix.push(0);
+            let mut out = Vec::new();
+            for item in rd
+                .tables
+                .by_semantic_id
+                .prefix_iter(rd.txn, &prefix)
+                .map_err(rd.heed_err())?
+            {
+                let (k, _) = item.map_err(rd.heed_err())?;
+                let Some(r) = Ref::from_slice(&k[prefix.len()..]) else {
+                    continue;
+                };
+                if after.is_some_and(|a| r <= a) {
+                    continue;
+                }
+                if let Some(o) = rd.object(&r)? {
+                    out.push(object_json(&o, false));
+                }
+                if out.len() >= limit {
+                    break;
+                }
+            }
+            Ok(out)
+        })?)
+    })
+    .await?;
+    Ok(Json(json!({ "items": items })))
+}
+
+async fn log_entry(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Path(index): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    read_access(&state, &headers).await?;
+    let i: u64 = index
+        .parse()
+        .map_err(|_| ApiError::bad_request("log index must be a non-negative integer"))?;
+    let store = state.store().clone();
+    let e = blocking(move || Ok(store.read(|rd| log::entry(rd, i))?)).await?;
+    let e = e.ok_or_else(|| ApiError::not_found("log entry not found"))?;
+    Ok(Json(e.to_value()))
+}
+
+async fn log_range(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Query(q): Query<HashMap<String, String>>,
+) -> Result<Json<Value>, ApiError> {
+    read_access(&state, &headers).await?;
+    let from: u64 = match q.get("from") {
+        None => 0,
+        Some(s) => s
+            .parse()
+            .map_err(|_| ApiError::bad_request("from must be a non-negative integer"))?,
+    };
+    let limit = page_limit(&q)?;
+    let store = state.store().clone();
+    let items = blocking(move || Ok(store.read(|rd| log::range(rd, from, limit))?)).await?;
+    Ok(Json(
+        json!({"items": items.iter().map(Entry::to_value).collect::<Vec<_>>()}),
+    ))
+}
+
+async fn registry_head(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Path(name): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    read_access(&state, &headers).await?;
+    let store = state.store().clone();
+    let n = name.clone();
+    let head = blocking(move || Ok(store.read(|rd| registry::head(rd, &n))?)).await?;
+    let head = head.ok_or_else(|| ApiError::not_found("registry head not found"))?;
+    Ok(Json(json!({"name": name, "head": head})))
+}
+
+async fn receipt(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    read_access(&state, &headers).await?;
+    if !id.starts_with("rest:") {
+        return Err(ApiError::bad_request("receipt id must be rest:<id>"));
+    }
+    let store = state.store().clone();
+    let i = id.clone();
+    let r =
+        blocking(move || commit::receipt(&store, &i).map_err(|e| ApiError::internal("receipt", e)))
+            .await?;
+    let result_ref = match &r {
+        Receipt::Resolved { result_ref, .. } => {
+            result_ref.map(|r| r.to_string()).unwrap_or_default()
+        }
+        _ => String::new(),
+    };
+    Ok(Json(
+        json!({"invocationId": id, "state": r.state(), "resultRef": result_ref}),
+    ))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct CommitBody {
+    #[serde(default)]
+    invocation_id: Option<String>,
+    observed_head: String,
+    objects: Vec<CommitObject>,
+    next_world: NextWorld,
+    entry: Entry,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct CommitObject {
+    hash: String,
+    interface_hash: String,
+    semantic_id: String,
+    provenance: String,
+    payload: String,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct NextWorld {
+    #[serde(rename = "ref")]
+    reference: String,
+    revision: u64,
+    state_root: String,
+    log_head: String,
+}
+
+fn parse_commit(body: &[u8]) -> Result<RestCommit, ApiError> {
+    let v = broker_core::canon::parse(body)
+        .map_err(|e| ApiError::bad_request(format!("invalid commit JSON: {e}")))?;
+    let c: CommitBody = serde_json::from_value(v)
+        .map_err(|e| ApiError::bad_request(format!("invalid commit JSON: {e}")))?;
+    let observed_head = if c.observed_head.is_empty() {
+        None
+    } else {
+        Some(parse_ref("observedHead", &c.observed_head)?)
+    };
+    let mut objects = Vec::with_capacity(c.objects.len());
+    for (i, o) in c.objects.iter().enumerate() {
+        let hash = parse_ref(&format!("objects[{i}].hash"), &o.hash)?;
+        let interface_hash = parse_ref(&format!("objects[{i}].interfaceHash"), &o.interface_hash)?;
+        let payload = base64::engine::general_purpose::STANDARD
+            .decode(&o.payload)
+            .map_err(|e| {
+                ApiError::bad_request(format!("objects[{i}].payload: invalid base64: {e}"))
+            })?;
+        if Ref::of(&payload) != hash {
+            return Err(ApiError::bad_request(format!(
+                "objects[{i}].hash: payload hashes to {}, not {hash}",
+                Ref::of(&payload)
+            )));
+        }
+        if interface_hash != Ref::of(o.semantic_id.as_bytes()) {
+            return Err(ApiError::bad_request(format!(
+                "objects[{i}].interfaceHash: must be the sha256 of the semanticId {:?}",
+                o.semantic_id
+            )));
+        }
+        objects.push(Object {
+            hash,
+            interface_hash,
+            semantic_id: o.semantic_id.clone(),
+            provenance: o.provenance.clone(),
+            payload,
+        });
+    }
+    let world = World {
+        revision: c.next_world.revision,
+        state_root: parse_ref("nextWorld.stateRoot", &c.next_world.state_root)?,
+        log_head: parse_ref("nextWorld.logHead", &c.next_world.log_head)?,
+    };
+    Ok(RestCommit {
+        invocation_id: c.invocation_id,
+        observed_head,
+        objects,
+        world_ref: parse_ref("nextWorld.ref", &c.next_world.reference)?,
+        world,
+        entry: c.entry,
+    })
+}
+
+async fn commit_route(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Result<Json<Value>, ApiError> {
+    state
+        .authenticate(&headers)
+        .await
+        .map_err(ApiError::from_auth)?;
+    if body.len() > MAX_COMMIT_BYTES {
+        return Err(ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "PayloadTooLarge",
+            format!("commit body exceeds {MAX_COMMIT_BYTES} bytes"),
+        ));
+    }
+    let c = parse_commit(&body)?;
+    if let Some(id) = &c.invocation_id {
+        if !id.starts_with("rest:") {
+            return Err(ApiError::bad_request(
+                "invocationId must start with \"rest:\"",
+            ));
+        }
+    }
+    let store = state.store().clone();
+    let selected = tokio::task::spawn_blocking(move || commit::rest_commit(&store, c))
+        .await
+        .map_err(|e| ApiError::internal("commit task", e))?;
+    match selected {
+        Ok(r) => Ok(Json(json!({"selectedHead": r}))),
+        Err(CommitError::Log(LogError::HeadConflict { observed, selected })) => Err(ApiError {
+            status: StatusCode::CONFLICT,
+            class: "HeadConflict",
+            message: format!("conflict: observed {observed} selected {selected}"),
+            extra: Some((observed, selected)),
+        }),
+        Err(CommitError::Log(e)) => Err(ApiError::bad_request(e.to_string())),
+        Err(e @ (CommitError::BadInvocationId | CommitError::Reused(_))) => {
+            Err(ApiError::bad_request(e.to_string()))
+        }
+        Err(e) => Err(ApiError::internal("commit", e)),
+    }
+}

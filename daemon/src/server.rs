@@ -1,0 +1,54 @@
+//! The HTTP server: one axum router with the MCP, A2A and REST surfaces, bound to loopback,
+//! with graceful shutdown on SIGINT/SIGTERM.
+
+use std::net::SocketAddr;
+
+use axum::Router;
+use tokio::net::TcpListener;
+
+use crate::state::AppState;
+use crate::{a2a, mcp, rest};
+
+/// The whole HTTP surface of the daemon.
+pub fn router(state: AppState) -> Router {
+    Router::new()
+        .merge(mcp::routes())
+        .merge(a2a::routes())
+        .merge(rest::routes())
+        .with_state(state)
+}
+
+/// Refuse anything but a loopback address.
+pub fn check_loopback(addr: &SocketAddr) -> Result<(), String> {
+    if addr.ip().is_loopback() {
+        Ok(())
+    } else {
+        Err(format!("bind host \"{}\" is not loopback", addr.ip()))
+    }
+}
+
+/// Serve until SIGINT or SIGTERM; in-flight requests drain before this returns.
+pub async fn serve(listener: TcpListener, state: AppState) -> std::io::Result<()> {
+    axum::serve(listener, router(state))
+        .with_graceful_shutdown(shutdown_signal())
+        .await
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    tokio::select! {
+        _ = ctrl_c => {},
+        _ = term => {},
+    }
+    tracing::info!("shutting down: draining in-flight calls");
+}

@@ -1,0 +1,97 @@
+//! The tool surface a session sees, shared by MCP `tools/list`, the A2A agent card and
+//! admission: the same function, rebuilt for every request from the session's grants.
+
+use broker_core::registry::RegistryEntry;
+use broker_core::session::Session;
+
+use crate::state::AppState;
+
+/// Longest MCP tool name, in bytes. A longer one refuses the whole tool surface.
+pub const MAX_MCP_NAME: usize = 64;
+
+/// The MCP name of a transition id: `_` → `_u`, `.` → `_d`, `/` → `_s` (reversible).
+pub fn mcp_name(id: &str) -> String {
+    let mut out = String::with_capacity(id.len());
+    for c in id.chars() {
+        match c {
+            '_' => out.push_str("_u"),
+            '.' => out.push_str("_d"),
+            '/' => out.push_str("_s"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// The transition id of an MCP name; `None` when the name is not a valid escape.
+pub fn transition_id(name: &str) -> Option<String> {
+    let mut out = String::with_capacity(name.len());
+    let mut chars = name.chars();
+    while let Some(c) = chars.next() {
+        if c == '_' {
+            match chars.next()? {
+                'u' => out.push('_'),
+                'd' => out.push('.'),
+                's' => out.push('/'),
+                _ => return None,
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    Some(out)
+}
+
+/// Why the tool surface could not be built.
+#[derive(Debug, thiserror::Error)]
+pub enum SurfaceError {
+    #[error("tool {0:?} has an MCP name longer than 64 bytes; the tool surface is refused")]
+    NameTooLong(String),
+    #[error("{0}")]
+    Registry(String),
+}
+
+/// The tools this session may see and call, in id order.
+pub async fn visible(
+    state: &AppState,
+    session: &Session,
+) -> Result<Vec<RegistryEntry>, SurfaceError> {
+    let coordinator = state.coordinator().clone();
+    let session = session.clone();
+    tokio::task::spawn_blocking(move || coordinator.visible(&session))
+        .await
+        .map_err(|e| SurfaceError::Registry(e.to_string()))?
+        .map_err(|e| SurfaceError::Registry(e.to_string()))
+}
+
+/// Same, with the 64-byte MCP name rule applied to the whole surface.
+pub async fn visible_for_mcp(
+    state: &AppState,
+    session: &Session,
+) -> Result<Vec<RegistryEntry>, SurfaceError> {
+    let tools = visible(state, session).await?;
+    if let Some(t) = tools
+        .iter()
+        .find(|t| mcp_name(&t.transition.id).len() > MAX_MCP_NAME)
+    {
+        return Err(SurfaceError::NameTooLong(t.transition.id.clone()));
+    }
+    Ok(tools)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_escape_reversibly() {
+        assert_eq!(mcp_name("tools.echo"), "tools_decho");
+        assert_eq!(mcp_name("ailang-read"), "ailang-read");
+        assert_eq!(mcp_name("a_b/c.d"), "a_ub_sc_dd");
+        for id in ["tools.echo", "a_b/c.d", "x__y", "_._/"] {
+            assert_eq!(transition_id(&mcp_name(id)).as_deref(), Some(id));
+        }
+        assert_eq!(transition_id("bad_x"), None);
+        assert_eq!(transition_id("trailing_"), None);
+    }
+}

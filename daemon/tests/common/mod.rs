@@ -1,0 +1,284 @@
+//! Harness for end-to-end tests: the real `worldd` binary, real plugin libraries from the
+//! target directory, a real LMDB store in a temp dir, real HTTP on loopback.
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use serde_json::Value;
+
+pub const WORLDD: &str = env!("CARGO_BIN_EXE_worldd");
+
+/// The cargo target profile directory (…/target/debug).
+pub fn target_dir() -> PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    exe.parent().unwrap().parent().unwrap().to_path_buf()
+}
+
+/// Find a built plugin library by its lib name (e.g. `worldd_workspace`).
+pub fn plugin_library(name: &str) -> PathBuf {
+    let file = format!("lib{name}.so");
+    let dir = target_dir();
+    for candidate in [dir.join(&file), dir.join("deps").join(&file)] {
+        if candidate.exists() {
+            return candidate;
+        }
+    }
+    panic!(
+        "{file} is not built in {}; run `cargo build --workspace` first",
+        dir.display()
+    );
+}
+
+pub struct Daemon {
+    pub dir: tempfile::TempDir,
+    pub child: Child,
+    pub addr: String,
+}
+
+impl Daemon {
+    pub fn db(&self) -> PathBuf {
+        self.dir.path().join("db")
+    }
+
+    pub fn root(&self) -> PathBuf {
+        self.dir.path().join("worktrees")
+    }
+
+    pub fn plugin_dir(&self) -> PathBuf {
+        self.dir.path().join("plugins")
+    }
+
+    /// Start `worldd serve` on a free port with the given plugins and extra args; waits for
+    /// the one ready line.
+    pub fn start(plugins: &[&str], extra: &[&str]) -> Daemon {
+        let dir = tempfile::tempdir().unwrap();
+        Daemon::start_in(dir, plugins, extra)
+    }
+
+    pub fn start_in(dir: tempfile::TempDir, plugins: &[&str], extra: &[&str]) -> Daemon {
+        let plugin_dir = dir.path().join("plugins");
+        std::fs::create_dir_all(&plugin_dir).unwrap();
+        for p in plugins {
+            let lib = plugin_library(p);
+            std::fs::copy(&lib, plugin_dir.join(lib.file_name().unwrap())).unwrap();
+        }
+        let mut child = Command::new(WORLDD)
+            .arg("serve")
+            .arg("--db")
+            .arg(dir.path().join("db"))
+            .arg("--workspace-root")
+            .arg(dir.path().join("worktrees"))
+            .arg("--bind")
+            .arg("127.0.0.1:0")
+            .arg("--plugin-dir")
+            .arg(&plugin_dir)
+            .args(extra)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let stdout = child.stdout.take().unwrap();
+        let mut line = String::new();
+        BufReader::new(stdout).read_line(&mut line).unwrap();
+        let addr = match line.trim().strip_prefix("worldd listening on http://") {
+            Some(a) => a.to_owned(),
+            None => {
+                let _ = child.kill();
+                let out = child.wait_with_output().unwrap();
+                panic!(
+                    "daemon did not start: {line:?}; stderr: {}",
+                    String::from_utf8_lossy(&out.stderr)
+                );
+            }
+        };
+        Daemon { dir, child, addr }
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("http://{}{}", self.addr, path)
+    }
+
+    /// Mint a session directly in the store (the daemon keeps running: LMDB serialises
+    /// writers across processes). Also creates the episode's worktree.
+    pub fn session(&self, episode: &str, grants: &[&str]) -> String {
+        std::fs::create_dir_all(self.root().join(episode)).unwrap();
+        let store = broker_core::store::Store::open(&self.db(), Default::default()).unwrap();
+        let grants = grants.iter().map(|g| g.parse().unwrap()).collect();
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs() as i64;
+        broker_core::session::mint(&store, episode, grants, 3600, now)
+            .unwrap()
+            .token
+    }
+
+    /// Kill this daemon and start another on the same directory (store, worktrees).
+    pub fn restart(mut self, plugins: &[&str], extra: &[&str]) -> Daemon {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let dir = std::mem::replace(&mut self.dir, tempfile::tempdir().unwrap());
+        let _ = std::fs::remove_dir_all(dir.path().join("plugins"));
+        Daemon::start_in(dir, plugins, extra)
+    }
+
+    /// SIGTERM and wait; returns the exit status.
+    pub fn stop(mut self) -> std::process::ExitStatus {
+        unsafe {
+            libc::kill(self.child.id() as i32, libc::SIGTERM);
+        }
+        for _ in 0..100 {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return status;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let _ = self.child.kill();
+        panic!("daemon did not stop on SIGTERM");
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// An HTTP answer.
+pub struct Answer {
+    pub status: u16,
+    pub content_type: String,
+    pub body: Vec<u8>,
+}
+
+impl Answer {
+    pub fn json(&self) -> Value {
+        serde_json::from_slice(&self.body)
+            .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&self.body)))
+    }
+
+    pub fn text(&self) -> String {
+        String::from_utf8_lossy(&self.body).into_owned()
+    }
+
+    /// The JSON-RPC object in an SSE `message` event.
+    pub fn sse_json(&self) -> Value {
+        let text = self.text();
+        let data = text
+            .lines()
+            .find_map(|l| l.strip_prefix("data: "))
+            .unwrap_or_else(|| panic!("not SSE: {text}"));
+        serde_json::from_str(data).unwrap()
+    }
+}
+
+pub fn request(
+    method: &str,
+    url: &str,
+    token: Option<&str>,
+    headers: &[(&str, &str)],
+    body: Option<&[u8]>,
+) -> Answer {
+    let agent = ureq::AgentBuilder::new()
+        .timeout(Duration::from_secs(30))
+        .build();
+    let mut req = agent.request(method, url);
+    if let Some(t) = token {
+        req = req.set("Authorization", &format!("Bearer {t}"));
+    }
+    for (k, v) in headers {
+        req = req.set(k, v);
+    }
+    let res = match body {
+        Some(b) => req.send_bytes(b),
+        None => req.call(),
+    };
+    let res = match res {
+        Ok(r) => r,
+        Err(ureq::Error::Status(_, r)) => r,
+        Err(e) => panic!("{method} {url}: {e}"),
+    };
+    let status = res.status();
+    let content_type = res.header("content-type").unwrap_or("").to_owned();
+    let mut body = Vec::new();
+    std::io::Read::read_to_end(&mut res.into_reader(), &mut body).unwrap();
+    Answer {
+        status,
+        content_type,
+        body,
+    }
+}
+
+pub fn get(url: &str, token: Option<&str>) -> Answer {
+    request("GET", url, token, &[], None)
+}
+
+pub fn post_json(url: &str, token: Option<&str>, body: &Value) -> Answer {
+    request(
+        "POST",
+        url,
+        token,
+        &[("Content-Type", "application/json")],
+        Some(&serde_json::to_vec(body).unwrap()),
+    )
+}
+
+/// A2A `tasks/send`.
+pub fn a2a(d: &Daemon, token: &str, task: &str, skill: &str, args: Value) -> Value {
+    let body = serde_json::json!({
+        "jsonrpc": "2.0", "id": 1, "method": "tasks/send",
+        "params": {"id": task, "metadata": {"skill_id": skill},
+                   "message": {"role": "user", "parts": [{"type": "data", "data": args}]}}
+    });
+    let a = post_json(&d.url("/a2a/"), Some(token), &body);
+    assert_eq!(a.status, 200, "{}", a.text());
+    a.json()
+}
+
+/// MCP `tools/call` (2025-11-25).
+pub fn mcp(d: &Daemon, token: &str, method: &str, params: Value) -> Answer {
+    let body = serde_json::json!({"jsonrpc": "2.0", "id": 7, "method": method, "params": params});
+    request(
+        "POST",
+        &d.url("/mcp/"),
+        Some(token),
+        &[
+            ("Content-Type", "application/json"),
+            ("Accept", "application/json, text/event-stream"),
+            ("MCP-Protocol-Version", "2025-11-25"),
+        ],
+        Some(&serde_json::to_vec(&body).unwrap()),
+    )
+}
+
+/// Run `worldd` with args; returns (exit code, stdout, stderr).
+pub fn worldd(args: &[&str], stdin: Option<&[u8]>) -> (i32, String, String) {
+    let mut child = Command::new(WORLDD)
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    {
+        use std::io::Write;
+        let mut sin = child.stdin.take().unwrap();
+        if let Some(b) = stdin {
+            sin.write_all(b).unwrap();
+        }
+    }
+    let out = child.wait_with_output().unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+pub fn path_str(p: &Path) -> &str {
+    p.to_str().unwrap()
+}

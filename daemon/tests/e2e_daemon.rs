@@ -1,0 +1,503 @@
+//! The real `worldd` binary with the real workspace plugin over real HTTP.
+
+mod common;
+
+use common::*;
+use serde_json::json;
+use sha2::Digest;
+
+const WS: &[&str] = &["worldd_workspace"];
+
+#[test]
+fn serve_prints_one_ready_line_and_answers_health() {
+    let d = Daemon::start(WS, &[]);
+    let h = get(&d.url("/v1/health"), None);
+    assert_eq!(h.status, 200);
+    let v = h.json();
+    assert_eq!(v["status"], "ok");
+    assert_eq!(v["daemon_version"], env!("CARGO_PKG_VERSION"));
+    assert!(v["interpreter_ref"]
+        .as_str()
+        .unwrap()
+        .starts_with("sha256:"));
+    let status = d.stop();
+    assert!(status.success(), "{status:?}");
+}
+
+#[test]
+fn non_loopback_bind_is_refused_at_startup() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("db");
+    let (code, out, err) = worldd(
+        &["serve", "--db", path_str(&db), "--bind", "0.0.0.0:7644"],
+        None,
+    );
+    assert_eq!(code, 2, "{out} {err}");
+    assert!(
+        err.contains("daemon startup failed at bind-policy: bind host \"0.0.0.0\" is not loopback"),
+        "{err}"
+    );
+    assert!(out.is_empty());
+    assert!(
+        !db.exists(),
+        "nothing may be created before the bind policy passes"
+    );
+}
+
+#[test]
+fn a2a_write_then_read_through_the_workspace_plugin_and_why_verifies() {
+    let d = Daemon::start(WS, &[]);
+    let token = d.session(
+        "ep1",
+        &["Workspace.Read=worktree:5", "Workspace.Write=worktree:5"],
+    );
+    let w = a2a(
+        &d,
+        &token,
+        "w1",
+        "ailang-write",
+        json!({"path": "notes/hello.txt", "content": "hi there\n"}),
+    );
+    let data = &w["result"]["artifacts"][0]["parts"][0]["data"];
+    assert_eq!(data["ok"], true, "{w}");
+    assert_eq!(data["world"]["effects"][0]["status"], "ok");
+    assert_eq!(w["result"]["metadata"]["invocation_id"], "a2a:ep1:w1");
+    assert_eq!(w["result"]["status"]["state"], "completed");
+    assert_eq!(
+        std::fs::read_to_string(d.root().join("ep1/notes/hello.txt")).unwrap(),
+        "hi there\n"
+    );
+
+    let r = a2a(
+        &d,
+        &token,
+        "r1",
+        "ailang-read",
+        json!({"path": "notes/hello.txt"}),
+    );
+    let data = &r["result"]["artifacts"][0]["parts"][0]["data"];
+    assert_eq!(data["ok"], true);
+    assert_eq!(data["content"], "hi there\n");
+    let entry = r["result"]["metadata"]["entry_index"].as_u64().unwrap();
+
+    // Escapes are refused by the plugin: the effect ran (status ok) and said no.
+    let e = a2a(
+        &d,
+        &token,
+        "r2",
+        "ailang-read",
+        json!({"path": "../../etc/hosts"}),
+    );
+    let data = &e["result"]["artifacts"][0]["parts"][0]["data"];
+    assert_eq!(data["ok"], false);
+    assert!(
+        data["refused"]
+            .as_str()
+            .unwrap()
+            .contains("must be relative"),
+        "{data}"
+    );
+
+    // why against the live daemon's store, by entry index and by invocation id.
+    let db = d.db();
+    let (code, out, err) = worldd(&["why", "--db", path_str(&db), &entry.to_string()], None);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("all 7 link(s) verified"), "{out}");
+    let (code, out, _) = worldd(&["why", "--db", path_str(&db), "a2a:ep1:w1"], None);
+    assert_eq!(code, 0, "{out}");
+    assert!(out.starts_with("why: entry "), "{out}");
+
+    // Resending a committed task id returns the committed result; nothing runs again.
+    let again = a2a(
+        &d,
+        &token,
+        "w1",
+        "ailang-write",
+        json!({"path": "notes/hello.txt", "content": "hi there\n"}),
+    );
+    assert_eq!(
+        again["result"]["metadata"]["entry_index"],
+        w["result"]["metadata"]["entry_index"]
+    );
+    let other = a2a(
+        &d,
+        &token,
+        "w1",
+        "ailang-write",
+        json!({"path": "x", "content": ""}),
+    );
+    assert_eq!(other["error"]["code"], -32602);
+    assert_eq!(
+        other["error"]["message"],
+        "task id already used in this session"
+    );
+}
+
+#[test]
+fn a2a_error_table() {
+    let d = Daemon::start(WS, &[]);
+    let token = d.session("ep1", &["Workspace.Read=worktree:5"]);
+    let send =
+        |t: Option<&str>, body: serde_json::Value| post_json(&d.url("/a2a/"), t, &body).json();
+    let ok_body = json!({"jsonrpc":"2.0","id":1,"method":"tasks/send","params":{"id":"t","metadata":{"skill_id":"ailang-read"},"message":{"role":"user","parts":[{"type":"data","data":{"path":"a"}}]}}});
+    let v = send(None, ok_body.clone());
+    assert_eq!(v["error"]["code"], -32001);
+    let v = post_json(&d.url("/a2a/"), Some("nothex"), &ok_body).json();
+    assert_eq!(v["error"]["code"], -32600);
+    let v = send(Some(&"ab".repeat(32)), ok_body.clone());
+    assert_eq!(
+        (v["error"]["code"].as_i64(), v["error"]["message"].as_str()),
+        (Some(-32001), Some("unknown session credential"))
+    );
+    let v = send(
+        Some(&token),
+        json!({"jsonrpc":"1.0","id":1,"method":"tasks/send"}),
+    );
+    assert_eq!(v["error"]["code"], -32600);
+    let v = send(
+        Some(&token),
+        json!({"jsonrpc":"2.0","id":1,"method":"tasks/get"}),
+    );
+    assert_eq!(
+        (v["error"]["code"].as_i64(), v["error"]["message"].as_str()),
+        (Some(-32601), Some("method not found"))
+    );
+    let mut two_parts = ok_body.clone();
+    two_parts["params"]["message"]["parts"] =
+        json!([{"type":"data","data":{}},{"type":"data","data":{}}]);
+    let v = send(Some(&token), two_parts);
+    assert_eq!(
+        (v["error"]["code"].as_i64(), v["error"]["message"].as_str()),
+        (Some(-32602), Some("invalid params"))
+    );
+    let mut bad_task = ok_body.clone();
+    bad_task["params"]["id"] = json!("has space");
+    assert_eq!(
+        send(Some(&token), bad_task)["error"]["message"],
+        "invalid params"
+    );
+    let mut hidden = ok_body.clone();
+    hidden["params"]["metadata"]["skill_id"] = json!("ailang-write");
+    assert_eq!(
+        send(Some(&token), hidden)["error"]["message"],
+        "not authorized"
+    );
+    let mut pinned = ok_body.clone();
+    pinned["params"]["metadata"]["transition_fn"] = json!(format!("sha256:{}", "0".repeat(64)));
+    assert_eq!(
+        send(Some(&token), pinned)["error"]["message"],
+        "proposal does not match the registered transition"
+    );
+    let v = send(Some(&token), ok_body);
+    assert_eq!(v["result"]["status"]["state"], "completed", "{v}");
+}
+
+#[test]
+fn r8_refuses_tools_whose_handler_is_not_loaded() {
+    // No plugins at all: the se-tools are not even published, so publish them by a
+    // daemon with the workspace plugin, then restart without it.
+    let d = Daemon::start(WS, &[]).restart(&[], &[]);
+    let token = d.session("ep1", &["Workspace.Read=worktree:5"]);
+    let v = a2a(&d, &token, "t1", "ailang-read", json!({"path": "a"}));
+    assert_eq!(v["error"]["code"], -32603);
+    assert_eq!(
+        v["error"]["message"],
+        "transition declares an effect this daemon has no handler for"
+    );
+}
+
+#[test]
+fn reads_need_a_session_unless_open_reads() {
+    let d = Daemon::start(WS, &[]);
+    let token = d.session("ep1", &["Workspace.Read=worktree:5"]);
+    let a = get(&d.url("/v1/head"), None);
+    assert_eq!(a.status, 401);
+    assert_eq!(
+        a.json(),
+        json!({"error":{"class":"SessionAbsent","message":"a session credential is required: no Authorization Bearer header was present"}})
+    );
+    let a = get(&d.url("/v1/head"), Some("xyz"));
+    assert_eq!(a.status, 400);
+    assert_eq!(a.json()["error"]["class"], "InvalidSession");
+    let head = get(&d.url("/v1/head"), Some(&token));
+    assert_eq!(head.status, 200);
+    assert!(head.text().starts_with("sha256:"));
+    let e0 = get(&d.url("/v1/log/0"), Some(&token)).json();
+    assert_eq!(e0["header"]["entryIndex"], 0);
+    assert_eq!(
+        e0["header"]["prevEntryHash"],
+        format!("sha256:{}", "0".repeat(64))
+    );
+    let bad = get(&d.url("/v1/log/x"), Some(&token));
+    assert_eq!(
+        (bad.status, bad.json()["error"]["message"].as_str().unwrap()),
+        (400, "log index must be a non-negative integer")
+    );
+    let missing = get(&d.url("/v1/log/999"), Some(&token));
+    assert_eq!(
+        (
+            missing.status,
+            missing.json()["error"]["message"].as_str().unwrap()
+        ),
+        (404, "log entry not found")
+    );
+    let limit = get(&d.url("/v1/log?from=0&limit=x"), Some(&token));
+    assert_eq!(limit.json()["error"]["message"], "limit must be an integer");
+    let page = get(&d.url("/v1/log?from=0"), Some(&token)).json();
+    assert_eq!(page["items"][0]["header"]["entryIndex"], 0);
+    let badref = get(&d.url("/v1/objects/sha256:xyz"), Some(&token));
+    assert_eq!(badref.status, 400);
+    assert_eq!(
+        badref.json()["error"]["message"],
+        "ref: hashref: digest must be 64 lowercase hex digits: \"sha256:xyz\""
+    );
+    let world = get(&d.url(&format!("/v1/worlds/{}", head.text())), Some(&token)).json();
+    assert_eq!(world["revision"], 0);
+    let obj = get(
+        &d.url(&format!(
+            "/v1/objects/{}?payload=true",
+            world["stateRoot"].as_str().unwrap()
+        )),
+        Some(&token),
+    )
+    .json();
+    assert_eq!(obj["semanticId"], "world/genesis/v1");
+    let receipt = get(&d.url("/v1/receipts/rest:none"), Some(&token)).json();
+    assert_eq!(
+        receipt,
+        json!({"invocationId":"rest:none","state":"not-started","resultRef":""})
+    );
+    let bad_receipt = get(&d.url("/v1/receipts/mcp:x"), Some(&token));
+    assert_eq!(
+        bad_receipt.json()["error"]["message"],
+        "receipt id must be rest:<id>"
+    );
+    let reg = get(&d.url("/v1/registry/tools"), Some(&token)).json();
+    assert!(reg["head"].as_str().unwrap().starts_with("sha256:"));
+    drop(d);
+
+    let d = Daemon::start(WS, &["--open-reads"]);
+    assert_eq!(get(&d.url("/v1/head"), None).status, 200);
+    let metrics = get(&d.url("/v1/metrics"), None);
+    assert!(metrics.text().contains("worldd_commit_batches_total"));
+}
+
+#[test]
+fn agent_card_is_filtered_by_grants() {
+    let d = Daemon::start(WS, &[]);
+    let token = d.session("ep1", &["Workspace.Read=worktree:5"]);
+    let card = get(&d.url("/.well-known/agent.json"), Some(&token));
+    assert_eq!(card.status, 200);
+    let v = card.json();
+    let ids: Vec<&str> = v["skills"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, ["ailang-read"]);
+    assert_eq!(v["capabilities"]["streaming"], false);
+    let absent = get(&d.url("/.well-known/agent.json"), None);
+    assert_eq!(
+        (
+            absent.status,
+            absent.json()["error"]["class"].as_str().unwrap()
+        ),
+        (401, "SessionAbsent")
+    );
+}
+
+#[test]
+fn mcp_call_returns_the_committed_bytes() {
+    let d = Daemon::start(WS, &[]);
+    let token = d.session(
+        "ep1",
+        &["Workspace.Read=worktree:5", "Workspace.Write=worktree:5"],
+    );
+    std::fs::write(d.root().join("ep1/a.txt"), "alpha").unwrap();
+    let a = mcp(
+        &d,
+        &token,
+        "tools/call",
+        json!({"name": "ailang-read", "arguments": {"path": "a.txt"}}),
+    );
+    assert_eq!(a.status, 200, "{}", a.text());
+    assert!(
+        a.content_type.starts_with("text/event-stream"),
+        "{}",
+        a.content_type
+    );
+    let v = a.sse_json();
+    let text = v["result"]["content"][0]["text"].as_str().unwrap();
+    assert_eq!(v["result"]["structuredContent"]["content"], "alpha");
+    // The text is exactly the committed output: `why -` finds it by its sha256.
+    let r = format!(
+        "sha256:{}",
+        hex::encode(sha2::Sha256::digest(text.as_bytes()))
+    );
+    let (code, out, _) = worldd(&["why", "--db", path_str(&d.db()), &r], None);
+    assert_eq!(code, 0, "{out}");
+    let (code, out, err) = worldd(
+        &["why", "--db", path_str(&d.db()), "-"],
+        Some(format!("{text}\n").as_bytes()),
+    );
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(
+        out.contains("matched by output (sha256 of the result)"),
+        "{out}"
+    );
+}
+
+#[test]
+fn handlers_lists_the_workspace_plugin() {
+    let dir = tempfile::tempdir().unwrap();
+    let lib = plugin_library("worldd_workspace");
+    std::fs::copy(&lib, dir.path().join(lib.file_name().unwrap())).unwrap();
+    std::fs::write(dir.path().join("libnot_a_plugin.so"), b"not an elf").unwrap();
+    let (code, out, err) = worldd(&["handlers", "--plugin-dir", path_str(dir.path())], None);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("workspace "), "{out}");
+    assert!(
+        out.contains("effect Workspace.Read [read] ops: read"),
+        "{out}"
+    );
+    assert!(
+        out.contains("effect Workspace.Write [write] ops: write, edit"),
+        "{out}"
+    );
+    assert!(
+        out.contains("tools: ailang-read, ailang-write, ailang-edit"),
+        "{out}"
+    );
+    assert!(
+        out.contains("libnot_a_plugin.so\n  not loadable: "),
+        "{out}"
+    );
+    assert!(
+        out.contains("1 plugin(s), 1 library(ies) not loadable"),
+        "{out}"
+    );
+    // The same broken library stops `serve` with one line naming the file.
+    let (code, _, err) = worldd(
+        &[
+            "serve",
+            "--db",
+            path_str(&dir.path().join("db")),
+            "--workspace-root",
+            path_str(&dir.path().join("wt")),
+            "--bind",
+            "127.0.0.1:0",
+            "--plugin-dir",
+            path_str(dir.path()),
+        ],
+        None,
+    );
+    assert_eq!(code, 2);
+    let line = err
+        .lines()
+        .find(|l| l.contains("daemon startup failed"))
+        .unwrap();
+    assert!(
+        line.contains("at plugins: plugin ") && line.contains("libnot_a_plugin.so"),
+        "{line}"
+    );
+}
+
+#[test]
+fn session_mint_needs_a_terminal_and_works_beside_the_daemon() {
+    let d = Daemon::start(WS, &[]);
+    let db = d.db();
+    // No controlling terminal (setsid detaches it): refused, nothing minted.
+    let out = std::process::Command::new("setsid")
+        .args([
+            WORLDD,
+            "session",
+            "mint",
+            "--db",
+            path_str(&db),
+            "--episode",
+            "ep2",
+            "--grant",
+            "Workspace.Read=worktree:3",
+        ])
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("refusing: no controlling terminal ("), "{err}");
+    assert!(
+        err.contains("minting a session credential requires one human act at a terminal"),
+        "{err}"
+    );
+    // With a terminal (script gives the child a pty), answering y mints while the daemon runs.
+    let token_file = d.dir.path().join("ep2.session");
+    let cmd = format!(
+        "{WORLDD} session mint --db {} --episode ep2 --grant Workspace.Read=worktree:3 --out {}",
+        db.display(),
+        token_file.display()
+    );
+    let mut child = std::process::Command::new("script")
+        .args(["-qec", &cmd, "/dev/null"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    {
+        use std::io::Write;
+        let mut sin = child.stdin.take().unwrap();
+        sin.write_all(b"y\n").unwrap();
+    }
+    let out = child.wait_with_output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    assert!(text.contains("Confirm mint for episode ep2 (1 grant(s), expiry +3600s) with a session credential? [y/N]"), "{text}");
+    assert!(
+        text.contains("minted session credential for episode ep2: 1 grant(s), expires epoch "),
+        "{text}"
+    );
+    let token = std::fs::read_to_string(&token_file)
+        .unwrap()
+        .trim()
+        .to_owned();
+    use std::os::unix::fs::PermissionsExt;
+    assert_eq!(
+        std::fs::metadata(&token_file).unwrap().permissions().mode() & 0o777,
+        0o600
+    );
+    std::fs::create_dir_all(d.root().join("ep2")).unwrap();
+    let v = a2a(&d, &token, "t", "ailang-read", json!({"path": "nope"}));
+    assert_eq!(
+        v["result"]["artifacts"][0]["parts"][0]["data"]["ok"], false,
+        "{v}"
+    );
+    // list and revoke
+    let (code, out, _) = worldd(&["session", "list", "--db", path_str(&db)], None);
+    assert_eq!(code, 0);
+    assert!(out.contains("  ep2  live  expires "), "{out}");
+    assert!(out.trim_end().ends_with("1 session credential(s)"), "{out}");
+    let (code, _, _) = worldd(
+        &[
+            "session",
+            "revoke",
+            "--db",
+            path_str(&db),
+            "--episode",
+            "ep2",
+        ],
+        None,
+    );
+    assert_eq!(code, 0);
+    let v = a2a(&d, &token, "t2", "ailang-read", json!({"path": "nope"}));
+    assert_eq!(v["error"]["message"], "unknown session credential");
+    let (code, _, err) = worldd(
+        &["session", "revoke", "--db", path_str(&db), &"0".repeat(64)],
+        None,
+    );
+    assert_eq!(code, 1);
+    assert!(
+        err.contains("refusing: no session credential 0000"),
+        "{err}"
+    );
+}

@@ -1,0 +1,1231 @@
+//! `POST /mcp/` end to end, without sockets: the real router (`tower::ServiceExt::oneshot`),
+//! a real LMDB store in a temporary directory, the real coordinator, the se-tools registry and
+//! in-process effect handlers. Every status, header and body asserted here is contract.
+
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::http::{HeaderMap, Method, Request, StatusCode};
+use axum::Router;
+use broker_core::coordinator::{
+    Coordinator, CoordinatorConfig, EffectHandler, EffectRequest, HandlerOutcome, Handlers,
+};
+use broker_core::grant::Grant;
+use broker_core::object::{sid, Ref};
+use broker_core::store::Store;
+use broker_core::transition::Transition;
+use broker_core::{log, registry, session, verify};
+use http_body_util::BodyExt;
+use serde_json::{json, Map, Value};
+use sha2::{Digest, Sha256};
+use tower::ServiceExt;
+use worldd::mcp::{self, McpConfig};
+use worldd::state::{AppState, DaemonInfo, MAX_CALLBACKS};
+
+const ACCEPT_BOTH: &str = "application/json, text/event-stream";
+
+// -------------------------------------------------------------------------------------------
+// Handlers.
+
+/// `Workspace.Read`: echoes the path inside text that needs JSON escaping and is not ASCII, so
+/// the "text is exactly the committed bytes" assertions have something to bite on.
+struct Echo;
+
+impl EffectHandler for Echo {
+    fn identity(&self) -> String {
+        "test/echo".into()
+    }
+    fn execute(&self, req: &EffectRequest<'_>) -> HandlerOutcome {
+        let path = req
+            .payload
+            .get("path")
+            .and_then(Value::as_str)
+            .unwrap_or("");
+        let mut out = Map::new();
+        out.insert("ok".into(), json!(true));
+        out.insert(
+            "content".into(),
+            json!(format!(
+                "read {path}: \"quoted\" \\ back\nline two\té ✓ \u{2028} \u{1F600} </script>"
+            )),
+        );
+        HandlerOutcome::Ok(out)
+    }
+}
+
+/// A gate the held handler waits on, so capacity and deadline tests are deterministic.
+#[derive(Default)]
+struct Gate {
+    open: Mutex<bool>,
+    cv: Condvar,
+}
+
+impl Gate {
+    fn wait(&self) {
+        let mut open = self.open.lock().unwrap();
+        // Bounded so a failing test cannot wedge the blocking pool forever.
+        let until = std::time::Instant::now() + Duration::from_secs(60);
+        while !*open {
+            let left = until.saturating_duration_since(std::time::Instant::now());
+            if left.is_zero() {
+                break;
+            }
+            open = self.cv.wait_timeout(open, left).unwrap().0;
+        }
+    }
+    fn release(&self) {
+        *self.open.lock().unwrap() = true;
+        self.cv.notify_all();
+    }
+}
+
+/// `Workspace.Write`: reports that it entered, then waits for the gate.
+struct Held {
+    gate: Arc<Gate>,
+    entered: tokio::sync::mpsc::UnboundedSender<()>,
+}
+
+impl EffectHandler for Held {
+    fn identity(&self) -> String {
+        "test/held".into()
+    }
+    fn execute(&self, _: &EffectRequest<'_>) -> HandlerOutcome {
+        let _ = self.entered.send(());
+        self.gate.wait();
+        let mut out = Map::new();
+        out.insert("ok".into(), json!(true));
+        HandlerOutcome::Ok(out)
+    }
+}
+
+/// `Ailang.Check`: the effect runs, its finish phase fails (→ EffectsUnrecorded).
+struct BadFinish;
+
+impl EffectHandler for BadFinish {
+    fn identity(&self) -> String {
+        "test/bad-finish".into()
+    }
+    fn execute(&self, _: &EffectRequest<'_>) -> HandlerOutcome {
+        let mut out = Map::new();
+        out.insert("ok".into(), json!(true));
+        HandlerOutcome::Ok(out)
+    }
+    fn finish(&self, name: &str, _: &Value) -> Result<Map<String, Value>, String> {
+        Err(format!("finish {name} exploded on purpose"))
+    }
+}
+
+// -------------------------------------------------------------------------------------------
+// The harness.
+
+struct Harness {
+    _dir: tempfile::TempDir,
+    store: Store,
+    state: AppState,
+    router: Router,
+    gate: Arc<Gate>,
+    entered: tokio::sync::mpsc::UnboundedReceiver<()>,
+}
+
+fn se_tool(name: &str) -> Value {
+    let path = format!(
+        "{}/../transitions/se-tools/{name}.json",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap()
+}
+
+/// A copy of `ailang-read` under another id.
+fn read_tool_as(id: &str) -> Transition {
+    let mut doc = se_tool("ailang-read");
+    doc["id"] = json!(id);
+    Transition::from_value(doc).unwrap()
+}
+
+fn harness_with(config: McpConfig) -> Harness {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::create(&dir.path().join("db")).unwrap();
+    let mut docs = Vec::new();
+    for entry in std::fs::read_dir(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../transitions/se-tools"
+    ))
+    .unwrap()
+    {
+        let bytes = std::fs::read(entry.unwrap().path()).unwrap();
+        docs.push(Transition::from_slice(&bytes).unwrap());
+    }
+    // An id that needs escaping: tools.echo → tools_decho.
+    docs.push(read_tool_as("tools.echo"));
+    registry::publish(&store, registry::DEFAULT_REGISTRY, docs, "test").unwrap();
+
+    let gate = Arc::new(Gate::default());
+    let (tx, entered) = tokio::sync::mpsc::unbounded_channel();
+    let mut handlers = Handlers::new();
+    handlers.insert("Workspace.Read", Arc::new(Echo)).unwrap();
+    handlers
+        .insert(
+            "Workspace.Write",
+            Arc::new(Held {
+                gate: gate.clone(),
+                entered: tx,
+            }),
+        )
+        .unwrap();
+    handlers
+        .insert("Ailang.Check", Arc::new(BadFinish))
+        .unwrap();
+    // No handler for Ailang.Run: ailang-run trips rule R8.
+    let coordinator = Coordinator::new(store.clone(), handlers, CoordinatorConfig::default());
+    let state = AppState::new(
+        store.clone(),
+        Arc::new(coordinator),
+        DaemonInfo {
+            db_path: dir.path().join("db").display().to_string(),
+            version: "test",
+            open_reads: false,
+        },
+    );
+    let router = mcp::routes_with(config).with_state(state.clone());
+    Harness {
+        _dir: dir,
+        store,
+        state,
+        router,
+        gate,
+        entered,
+    }
+}
+
+fn harness() -> Harness {
+    harness_with(McpConfig::default())
+}
+
+impl Harness {
+    /// A session of `episode` holding `grants` (e.g. `Workspace.Read=worktree:10`).
+    fn token(&self, episode: &str, grants: &[&str]) -> String {
+        let grants: Vec<Grant> = grants.iter().map(|g| g.parse().unwrap()).collect();
+        let now = self.state.coordinator().now();
+        session::mint(&self.store, episode, grants, 3600, now)
+            .unwrap()
+            .token
+    }
+
+    fn reader(&self) -> String {
+        self.token("ep1", &["Workspace.Read=worktree:10"])
+    }
+
+    /// The world revision (= index of the newest log entry).
+    fn revision(&self) -> u64 {
+        self.store.read(log::head).unwrap().unwrap().world.revision
+    }
+
+    async fn send(&self, req: Request<Body>) -> Reply {
+        send(&self.router, req).await
+    }
+
+    /// A well-formed POST of `body` under `token`.
+    async fn rpc(&self, token: &str, body: &str) -> Reply {
+        self.send(rpc(token, None, body)).await
+    }
+}
+
+struct Reply {
+    status: StatusCode,
+    headers: HeaderMap,
+    body: String,
+}
+
+impl Reply {
+    fn header(&self, name: &str) -> Option<&str> {
+        self.headers.get(name).map(|v| v.to_str().unwrap())
+    }
+
+    /// The JSON of the single SSE event, after checking the framing byte for byte.
+    fn sse(&self) -> Value {
+        assert_eq!(self.status, StatusCode::OK, "body: {}", self.body);
+        assert_eq!(self.header("content-type"), Some("text/event-stream"));
+        let data = self
+            .body
+            .strip_prefix("event: message\ndata: ")
+            .and_then(|rest| rest.strip_suffix("\n\n"))
+            .unwrap_or_else(|| panic!("not one SSE event: {:?}", self.body));
+        assert!(!data.contains('\n') && !data.contains('\r'), "{data:?}");
+        serde_json::from_str(data).unwrap()
+    }
+
+    /// The raw `data:` text of the SSE event.
+    fn sse_data(&self) -> &str {
+        self.sse();
+        &self.body["event: message\ndata: ".len()..self.body.len() - 2]
+    }
+
+    fn assert_text(&self, status: StatusCode, text: &str) {
+        assert_eq!(self.status, status, "body: {}", self.body);
+        assert_eq!(
+            self.header("content-type"),
+            Some("text/plain; charset=utf-8")
+        );
+        assert_eq!(self.body, text);
+    }
+
+    /// The fixed host-failure envelope: plain JSON, HTTP 200, exact bytes.
+    fn assert_envelope(&self, id: &str, message: &str) {
+        assert_eq!(self.status, StatusCode::OK, "body: {}", self.body);
+        assert_eq!(self.header("content-type"), Some("application/json"));
+        assert_eq!(
+            self.body,
+            format!(
+                r#"{{"jsonrpc":"2.0","id":{id},"error":{{"code":-32603,"message":"{message}"}}}}"#
+            )
+        );
+    }
+
+    fn assert_accepted(&self) {
+        assert_eq!(self.status, StatusCode::ACCEPTED);
+        assert_eq!(self.body, "");
+    }
+}
+
+fn request(headers: &[(&str, &str)], body: impl Into<Body>) -> Request<Body> {
+    let mut b = Request::builder().method(Method::POST).uri("/mcp/");
+    for (k, v) in headers {
+        b = b.header(*k, *v);
+    }
+    b.body(body.into()).unwrap()
+}
+
+fn rpc(token: &str, version: Option<&str>, body: &str) -> Request<Body> {
+    let auth = format!("Bearer {token}");
+    let mut headers = vec![
+        ("authorization", auth.as_str()),
+        ("content-type", "application/json"),
+        ("accept", ACCEPT_BOTH),
+    ];
+    if let Some(v) = version {
+        headers.push(("mcp-protocol-version", v));
+    }
+    request(&headers, body.to_owned())
+}
+
+async fn send(router: &Router, req: Request<Body>) -> Reply {
+    let resp = router.clone().oneshot(req).await.unwrap();
+    let status = resp.status();
+    let headers = resp.headers().clone();
+    let bytes = resp.into_body().collect().await.unwrap().to_bytes();
+    Reply {
+        status,
+        headers,
+        body: String::from_utf8(bytes.to_vec()).unwrap(),
+    }
+}
+
+fn call_body(id: Value, name: &str, args: Value) -> String {
+    json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {"name": name, "arguments": args}})
+        .to_string()
+}
+
+// -------------------------------------------------------------------------------------------
+// Authorization.
+
+#[tokio::test]
+async fn every_row_of_the_auth_table_is_401_with_its_text() {
+    let h = harness();
+    let now = h.state.coordinator().now();
+    let expired = session::mint(
+        &h.store,
+        "old",
+        vec!["Workspace.Read=worktree:1".parse().unwrap()],
+        1,
+        now - 1000,
+    )
+    .unwrap()
+    .token;
+    let unknown = "ab".repeat(32);
+    let ping = r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#;
+
+    let absent = "session credential is absent: send Authorization: Bearer <session-credential>";
+    let malformed = "malformed Authorization header: expected Bearer <64-hex-credential>";
+    let cases: Vec<(Option<String>, &str)> = vec![
+        (None, absent),
+        (Some("Bearer".into()), malformed),
+        (Some("Bearer xyz".into()), malformed),
+        (Some(format!("Basic {unknown}")), malformed),
+        (Some(format!("bearer {unknown}")), malformed),
+        (Some(format!("Bearer {unknown} extra")), malformed),
+        (
+            Some(format!("Bearer {unknown}")),
+            "unknown session credential",
+        ),
+        (
+            Some(format!("Bearer {expired}")),
+            "session credential has expired",
+        ),
+    ];
+    for (auth, text) in cases {
+        let mut headers = vec![
+            ("content-type", "application/json"),
+            ("accept", ACCEPT_BOTH),
+        ];
+        if let Some(a) = &auth {
+            headers.push(("authorization", a.as_str()));
+        }
+        let r = h.send(request(&headers, ping)).await;
+        r.assert_text(StatusCode::UNAUTHORIZED, text);
+        assert_eq!(r.header("www-authenticate"), Some("Bearer"), "{auth:?}");
+    }
+}
+
+#[tokio::test]
+async fn authorization_is_checked_before_the_transport() {
+    let h = harness();
+    // Wrong Content-Type, no Accept, unsupported version, a body that is not JSON at all.
+    let headers = [
+        ("content-type", "text/plain"),
+        ("mcp-protocol-version", "1999-01-01"),
+    ];
+    let r = h.send(request(&headers, "not json")).await;
+    r.assert_text(
+        StatusCode::UNAUTHORIZED,
+        "session credential is absent: send Authorization: Bearer <session-credential>",
+    );
+    let mut with_bad_auth = headers.to_vec();
+    with_bad_auth.push(("authorization", "Bearer nope"));
+    let r = h.send(request(&with_bad_auth, "x".repeat(5 << 20))).await;
+    r.assert_text(
+        StatusCode::UNAUTHORIZED,
+        "malformed Authorization header: expected Bearer <64-hex-credential>",
+    );
+}
+
+// -------------------------------------------------------------------------------------------
+// Transport rules.
+
+#[tokio::test]
+async fn content_type_must_be_json() {
+    let h = harness();
+    let auth = format!("Bearer {}", h.reader());
+    let ping = r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#;
+    for ct in [
+        None,
+        Some("text/plain"),
+        Some("application/x-www-form-urlencoded"),
+        Some(""),
+    ] {
+        let mut headers = vec![("authorization", auth.as_str()), ("accept", ACCEPT_BOTH)];
+        if let Some(ct) = ct {
+            headers.push(("content-type", ct));
+        }
+        h.send(request(&headers, ping)).await.assert_text(
+            StatusCode::BAD_REQUEST,
+            "Content-Type must be application/json",
+        );
+    }
+    let headers = [
+        ("authorization", auth.as_str()),
+        ("accept", ACCEPT_BOTH),
+        ("content-type", "application/json; charset=utf-8"),
+    ];
+    assert_eq!(
+        h.send(request(&headers, ping)).await.sse()["result"],
+        json!({})
+    );
+    // Content-Type is checked before Accept.
+    let headers = [
+        ("authorization", auth.as_str()),
+        ("content-type", "text/plain"),
+    ];
+    h.send(request(&headers, ping)).await.assert_text(
+        StatusCode::BAD_REQUEST,
+        "Content-Type must be application/json",
+    );
+}
+
+#[tokio::test]
+async fn accept_must_list_json_and_event_stream() {
+    let h = harness();
+    let auth = format!("Bearer {}", h.reader());
+    let ping = r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#;
+    let text = "Accept must list both application/json and text/event-stream";
+    for accept in [
+        None,
+        Some("*/*"),
+        Some("application/json"),
+        Some("text/event-stream"),
+        Some("application/*, text/*"),
+        Some("application/json, text/event-stream;q=0"),
+    ] {
+        let mut headers = vec![
+            ("authorization", auth.as_str()),
+            ("content-type", "application/json"),
+        ];
+        if let Some(a) = accept {
+            headers.push(("accept", a));
+        }
+        h.send(request(&headers, ping))
+            .await
+            .assert_text(StatusCode::BAD_REQUEST, text);
+    }
+    for accept in [
+        "application/json, text/event-stream",
+        "text/event-stream;q=0.9, application/json",
+        "application/json;q=0.5,*/*;q=0.1,text/event-stream",
+    ] {
+        let headers = [
+            ("authorization", auth.as_str()),
+            ("content-type", "application/json"),
+            ("accept", accept),
+        ];
+        assert_eq!(
+            h.send(request(&headers, ping)).await.sse()["id"],
+            json!(1),
+            "{accept}"
+        );
+    }
+    // Accept is checked before the protocol version.
+    let headers = [
+        ("authorization", auth.as_str()),
+        ("content-type", "application/json"),
+        ("mcp-protocol-version", "bogus"),
+    ];
+    h.send(request(&headers, ping))
+        .await
+        .assert_text(StatusCode::BAD_REQUEST, text);
+}
+
+#[tokio::test]
+async fn protocol_version_header_rules() {
+    let h = harness();
+    let t = h.reader();
+    let ping = r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#;
+    for v in [
+        None,
+        Some("2025-11-25"),
+        Some("2025-06-18"),
+        Some("2025-03-26"),
+        Some(" 2025-06-18 "),
+    ] {
+        assert_eq!(
+            h.send(rpc(&t, v, ping)).await.sse()["result"],
+            json!({}),
+            "{v:?}"
+        );
+    }
+    for v in [
+        "2024-11-05",
+        "2026-07-28",
+        "",
+        "2025-06-18x",
+        "2025-06-18, 2025-03-26",
+    ] {
+        let req = {
+            let mut r = rpc(&t, None, ping);
+            r.headers_mut()
+                .insert("mcp-protocol-version", v.parse().unwrap());
+            r
+        };
+        h.send(req).await.assert_text(
+            StatusCode::BAD_REQUEST,
+            &format!("unsupported MCP-Protocol-Version \"{v}\"; supported: 2025-11-25, 2025-06-18, 2025-03-26"),
+        );
+    }
+}
+
+#[tokio::test]
+async fn bodies_over_4_mib_are_413() {
+    let h = harness();
+    let t = h.reader();
+    let ping = r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#;
+    // Exactly the limit: accepted (JSON allows trailing whitespace).
+    let exact = format!("{ping}{}", " ".repeat(mcp::MAX_BODY_BYTES - ping.len()));
+    assert_eq!(exact.len(), 4_194_304);
+    assert_eq!(h.rpc(&t, &exact).await.sse()["result"], json!({}));
+    // One byte more: refused, with or without a declared length.
+    let over = format!("{exact} ");
+    let text = "request body exceeds the 4 MiB limit (4194304 bytes)";
+    h.rpc(&t, &over)
+        .await
+        .assert_text(StatusCode::PAYLOAD_TOO_LARGE, text);
+    let mut declared = rpc(&t, None, &over);
+    declared
+        .headers_mut()
+        .insert("content-length", over.len().to_string().parse().unwrap());
+    h.send(declared)
+        .await
+        .assert_text(StatusCode::PAYLOAD_TOO_LARGE, text);
+}
+
+#[tokio::test]
+async fn other_http_methods_are_405_and_the_slashless_path_works() {
+    let h = harness();
+    let t = h.reader();
+    for method in [Method::GET, Method::DELETE, Method::PUT] {
+        let req = Request::builder()
+            .method(method.clone())
+            .uri("/mcp/")
+            .header("authorization", format!("Bearer {t}"))
+            .body(Body::empty())
+            .unwrap();
+        assert_eq!(
+            h.send(req).await.status,
+            StatusCode::METHOD_NOT_ALLOWED,
+            "{method}"
+        );
+    }
+    let mut req = rpc(&t, None, r#"{"jsonrpc":"2.0","id":9,"method":"ping"}"#);
+    *req.uri_mut() = "/mcp".parse().unwrap();
+    assert_eq!(h.send(req).await.sse()["id"], json!(9));
+}
+
+// -------------------------------------------------------------------------------------------
+// JSON-RPC framing.
+
+#[tokio::test]
+async fn malformed_json_is_a_parse_error_event() {
+    let h = harness();
+    let t = h.reader();
+    for body in ["{bad", "", "[1,", "\u{feff}{}"] {
+        let r = h.rpc(&t, body).await;
+        assert_eq!(
+            r.sse_data(),
+            r#"{"jsonrpc":"2.0","id":null,"error":{"code":-32700,"message":"Parse error"}}"#,
+            "{body:?}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn invalid_requests_are_32600() {
+    let h = harness();
+    let t = h.reader();
+    let cases = [
+        ("5", "null", "invalid request: expected a JSON-RPC object"),
+        (
+            r#"{"id":1,"method":"ping"}"#,
+            "1",
+            "invalid request: \"jsonrpc\" must be \"2.0\"",
+        ),
+        (
+            r#"{"jsonrpc":"2.0","id":"a"}"#,
+            "\"a\"",
+            "invalid request: a request needs \"method\"",
+        ),
+        (
+            r#"{"jsonrpc":"2.0","id":null,"method":"ping"}"#,
+            "null",
+            "invalid request: \"id\" must be a string or an integer",
+        ),
+        (
+            r#"{"jsonrpc":"2.0","id":1.5,"method":"ping"}"#,
+            "null",
+            "invalid request: \"id\" must be a string or an integer",
+        ),
+        (
+            r#"{"jsonrpc":"2.0","id":3,"method":"ping","params":"x"}"#,
+            "3",
+            "invalid request: \"params\" must be an object or an array",
+        ),
+    ];
+    for (body, id, message) in cases {
+        assert_eq!(
+            h.rpc(&t, body).await.sse_data(),
+            format!(
+                r#"{{"jsonrpc":"2.0","id":{id},"error":{{"code":-32600,"message":"{}"}}}}"#,
+                message.replace('"', "\\\"")
+            ),
+            "{body}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn unknown_methods_are_32601() {
+    let h = harness();
+    let r = h
+        .rpc(
+            &h.reader(),
+            r#"{"jsonrpc":"2.0","id":4,"method":"resources/list"}"#,
+        )
+        .await;
+    assert_eq!(
+        r.sse_data(),
+        r#"{"jsonrpc":"2.0","id":4,"error":{"code":-32601,"message":"method not found: \"resources/list\""}}"#
+    );
+}
+
+#[tokio::test]
+async fn notifications_and_responses_are_202() {
+    let h = harness();
+    let t = h.reader();
+    let before = h.revision();
+    for body in [
+        r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#,
+        r#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":1}}"#,
+        r#"{"jsonrpc":"2.0","id":1,"result":{}}"#,
+        r#"{"jsonrpc":"2.0","id":1,"error":{"code":-1,"message":"no"}}"#,
+        // A tools/call without an id is a notification: ignored, never executed.
+        r#"{"jsonrpc":"2.0","method":"tools/call","params":{"name":"ailang-read","arguments":{"path":"a"}}}"#,
+    ] {
+        h.rpc(&t, body).await.assert_accepted();
+    }
+    assert_eq!(h.revision(), before, "a notification ran a tool");
+}
+
+// -------------------------------------------------------------------------------------------
+// initialize, ping.
+
+#[tokio::test]
+async fn initialize_answers_with_capabilities_and_version() {
+    let h = harness();
+    let t = h.reader();
+    let body = |v: &str| {
+        json!({"jsonrpc":"2.0","id":1,"method":"initialize","params":{
+            "protocolVersion": v, "capabilities": {}, "clientInfo": {"name":"t","version":"0"}}})
+        .to_string()
+    };
+    for (asked, got) in [
+        ("2025-06-18", "2025-06-18"),
+        ("2025-03-26", "2025-03-26"),
+        ("2025-11-25", "2025-11-25"),
+        ("2024-11-05", "2025-11-25"),
+    ] {
+        let r = h.rpc(&t, &body(asked)).await;
+        let v = r.sse();
+        assert_eq!(v["result"]["protocolVersion"], json!(got), "{asked}");
+        assert_eq!(
+            v["result"]["capabilities"],
+            json!({"tools": {"listChanged": false}})
+        );
+        assert_eq!(
+            v["result"]["serverInfo"],
+            json!({"name": "worldd", "version": env!("CARGO_PKG_VERSION")})
+        );
+        assert!(v["result"]["instructions"]
+            .as_str()
+            .unwrap()
+            .contains("fresh random task id"));
+        assert!(r
+            .sse_data()
+            .starts_with(&format!(r#"{{"jsonrpc":"2.0","id":1,"result":{{"protocolVersion":"{got}","capabilities":{{"tools":{{"listChanged":false}}}},"serverInfo":{{"name":"worldd","version":""#)));
+    }
+    // Stateless: no session header.
+    assert!(h
+        .rpc(&t, &body("2025-06-18"))
+        .await
+        .header("mcp-session-id")
+        .is_none());
+}
+
+#[tokio::test]
+async fn ping_is_an_empty_result_event() {
+    let h = harness();
+    let r = h
+        .rpc(
+            &h.reader(),
+            r#"{"jsonrpc":"2.0","id":"p-1","method":"ping"}"#,
+        )
+        .await;
+    assert_eq!(r.status, StatusCode::OK);
+    assert_eq!(r.header("content-type"), Some("text/event-stream"));
+    assert_eq!(
+        r.body,
+        "event: message\ndata: {\"jsonrpc\":\"2.0\",\"id\":\"p-1\",\"result\":{}}\n\n"
+    );
+}
+
+// -------------------------------------------------------------------------------------------
+// tools/list.
+
+fn list_body() -> &'static str {
+    r#"{"jsonrpc":"2.0","id":2,"method":"tools/list"}"#
+}
+
+fn tool_names(v: &Value) -> Vec<String> {
+    v["result"]["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["name"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+#[tokio::test]
+async fn tools_list_follows_the_sessions_grants() {
+    let h = harness();
+    let reader = h.reader();
+    let v = h.rpc(&reader, list_body()).await.sse();
+    assert_eq!(tool_names(&v), ["ailang-read", "tools_decho"]);
+    let read = &v["result"]["tools"][0];
+    let doc = se_tool("ailang-read");
+    assert_eq!(
+        read.as_object().unwrap().keys().collect::<Vec<_>>(),
+        [
+            "description",
+            "inputSchema",
+            "name",
+            "outputSchema",
+            "title"
+        ]
+    );
+    assert_eq!(read["title"], doc["title"]);
+    assert_eq!(read["description"], doc["description"]);
+    assert_eq!(read["inputSchema"], doc["inputSchema"]);
+    assert_eq!(read["outputSchema"], doc["outputSchema"]);
+    assert_eq!(read["inputSchema"]["type"], "object");
+
+    let writer = h.token("ep2", &["Workspace.Write=worktree:5"]);
+    let v = h.rpc(&writer, list_body()).await.sse();
+    assert_eq!(tool_names(&v), ["ailang-edit", "ailang-write"]);
+
+    // A grant for another scope sees nothing.
+    let elsewhere = h.token("ep3", &["Workspace.Read=elsewhere:5"]);
+    let v = h.rpc(&elsewhere, list_body()).await.sse();
+    assert_eq!(v["result"], json!({"tools": []}));
+
+    // The surface is rebuilt per request: a tool published now shows up at once.
+    registry::publish(
+        &h.store,
+        registry::DEFAULT_REGISTRY,
+        vec![read_tool_as("x/y_z")],
+        "test",
+    )
+    .unwrap();
+    let v = h.rpc(&reader, list_body()).await.sse();
+    assert_eq!(tool_names(&v), ["ailang-read", "tools_decho", "x_sy_uz"]);
+}
+
+#[tokio::test]
+async fn a_name_over_64_bytes_refuses_the_whole_surface() {
+    let h = harness();
+    // 61 bytes as an id, 73 once every "." is escaped to "_d": the rule applies to the name.
+    let id = format!("{}x", "long.".repeat(12));
+    assert_eq!(id.len(), 61);
+    registry::publish(
+        &h.store,
+        registry::DEFAULT_REGISTRY,
+        vec![read_tool_as(&id)],
+        "test",
+    )
+    .unwrap();
+    let message = format!(
+        "tool \\\"{id}\\\" has an MCP name longer than 64 bytes; the tool surface is refused"
+    );
+    let reader = h.reader();
+    assert_eq!(
+        h.rpc(&reader, list_body()).await.sse_data(),
+        format!(r#"{{"jsonrpc":"2.0","id":2,"error":{{"code":-32603,"message":"{message}"}}}}"#)
+    );
+    // Calls are refused too: there is no surface to admit them.
+    let r = h
+        .rpc(
+            &reader,
+            &call_body(json!(3), "ailang-read", json!({"path": "a"})),
+        )
+        .await;
+    assert_eq!(
+        r.sse_data(),
+        format!(r#"{{"jsonrpc":"2.0","id":3,"error":{{"code":-32603,"message":"{message}"}}}}"#)
+    );
+    // A session that cannot see the long tool is unaffected.
+    let writer = h.token("ep2", &["Workspace.Write=worktree:5"]);
+    assert_eq!(
+        tool_names(&h.rpc(&writer, list_body()).await.sse()),
+        ["ailang-edit", "ailang-write"]
+    );
+}
+
+// -------------------------------------------------------------------------------------------
+// tools/call.
+
+#[tokio::test]
+async fn tools_call_returns_exactly_the_committed_bytes() {
+    let h = harness();
+    let t = h.reader();
+    let before = h.revision();
+    for (rpc_id, name) in [(json!(3), "ailang-read"), (json!("call-4"), "tools_decho")] {
+        let r = h
+            .rpc(
+                &t,
+                &call_body(rpc_id.clone(), name, json!({"path": "src/main.ail"})),
+            )
+            .await;
+        let v = r.sse();
+        assert_eq!(v["jsonrpc"], "2.0");
+        assert_eq!(v["id"], rpc_id);
+        let result = &v["result"];
+        assert_eq!(
+            result.as_object().unwrap().keys().collect::<Vec<_>>(),
+            ["content", "isError", "structuredContent"]
+        );
+        assert_eq!(result["isError"], json!(false));
+        let content = result["content"].as_array().unwrap();
+        assert_eq!(content.len(), 1);
+        assert_eq!(content[0]["type"], "text");
+        let text = content[0]["text"].as_str().unwrap();
+
+        // The text is the committed output object, byte for byte: its sha256 names a stored
+        // invocation output, and `why` re-verifies the chain from exactly these bytes.
+        let output_ref = Ref::of(text.as_bytes());
+        assert_eq!(
+            format!("sha256:{}", hex::encode(Sha256::digest(text.as_bytes()))),
+            output_ref.to_string()
+        );
+        let stored = h.store.read(|r| r.object(&output_ref)).unwrap().unwrap();
+        assert_eq!(stored.semantic_id, sid::INVOCATION_OUTPUT);
+        assert_eq!(stored.payload, text.as_bytes());
+        let report = verify::why(
+            &h.store,
+            &verify::Handle::Output(text.as_bytes().to_vec()),
+            100,
+        )
+        .unwrap();
+        assert!(report.all_ok());
+
+        let structured: Value = serde_json::from_str(text).unwrap();
+        assert_eq!(result["structuredContent"], structured);
+        assert_eq!(structured["ok"], json!(true));
+        assert!(structured["content"]
+            .as_str()
+            .unwrap()
+            .starts_with("read src/main.ail: \"quoted\""));
+        assert_eq!(structured["world"]["effects"][0]["status"], "ok");
+        assert!(structured["world"]["plan"]
+            .as_str()
+            .unwrap()
+            .starts_with("sha256:"));
+
+        // Member order on the wire: content first, as the contract shows it.
+        let prefix = format!(
+            r#"{{"jsonrpc":"2.0","id":{},"result":{{"content":[{{"type":"text","text":"#,
+            rpc_id
+        );
+        assert!(r.sse_data().starts_with(&prefix), "{}", r.sse_data());
+    }
+    assert_eq!(h.revision(), before + 2);
+}
+
+#[tokio::test]
+async fn plan_refusals_and_denials_are_results() {
+    let h = harness();
+    let t = h.reader();
+    let v = h
+        .rpc(
+            &t,
+            &call_body(json!(5), "ailang-read", json!({"path": "a", "limit": 1})),
+        )
+        .await
+        .sse();
+    let s = &v["result"]["structuredContent"];
+    assert_eq!(s["ok"], json!(false));
+    assert_eq!(
+        s["refused"],
+        "unknown argument \"limit\"; ailang-read admits only: path"
+    );
+    assert_eq!(s["world"]["effects"], json!([]));
+    assert!(s["world"]["plan"].as_str().unwrap().starts_with("sha256:"));
+    assert_eq!(v["result"]["isError"], json!(false));
+    assert_eq!(
+        serde_json::from_str::<Value>(v["result"]["content"][0]["text"].as_str().unwrap()).unwrap(),
+        *s
+    );
+
+    // Missing arguments default to {}: the plan refuses, still a committed result.
+    let body = r#"{"jsonrpc":"2.0","id":6,"method":"tools/call","params":{"name":"ailang-read"}}"#;
+    let v = h.rpc(&t, body).await.sse();
+    assert_eq!(
+        v["result"]["structuredContent"]["refused"],
+        "missing required argument \"path\""
+    );
+
+    // A grant with no budget left: the broker denies, nothing runs, the result is only `world`.
+    let broke = h.token("poor", &["Workspace.Read=worktree:0"]);
+    let v = h
+        .rpc(
+            &broke,
+            &call_body(json!(7), "ailang-read", json!({"path": "a"})),
+        )
+        .await
+        .sse();
+    let s = &v["result"]["structuredContent"];
+    assert_eq!(s.as_object().unwrap().keys().collect::<Vec<_>>(), ["world"]);
+    let effect = &s["world"]["effects"][0];
+    assert_eq!(effect["id"], "e1");
+    assert_eq!(effect["status"], "denied");
+    assert!(effect["record"].as_str().unwrap().starts_with("sha256:"));
+}
+
+#[tokio::test]
+async fn unknown_or_invisible_tools_and_bad_params_are_32602() {
+    let h = harness();
+    let t = h.reader();
+    let before = h.revision();
+    for name in [
+        "nope",
+        "ailang-write",
+        "ailang-run",
+        "tools.echo",
+        "bad_x",
+        "ailang_dread",
+    ] {
+        let r = h
+            .rpc(&t, &call_body(json!(8), name, json!({"path": "a"})))
+            .await;
+        assert_eq!(
+            r.sse_data(),
+            format!(
+                r#"{{"jsonrpc":"2.0","id":8,"error":{{"code":-32602,"message":"unknown tool \"{name}\""}}}}"#
+            )
+        );
+    }
+    let hostile = "a\"b\nc";
+    let v = h
+        .rpc(&t, &call_body(json!(8), hostile, json!({})))
+        .await
+        .sse();
+    assert_eq!(v["error"]["message"], "unknown tool \"a\\\"b\\nc\"");
+
+    let cases = [
+        (json!({"name": "ailang-read", "arguments": "path=a"}), "invalid params: \"arguments\" must be an object"),
+        (json!({"name": "ailang-read", "arguments": [1]}), "invalid params: \"arguments\" must be an object"),
+        (json!({"arguments": {}}), "invalid params: \"name\" is missing"),
+        (json!({"name": 5}), "invalid params: \"name\" must be a string"),
+        (json!(["ailang-read"]), "invalid params: tools/call params must be an object with \"name\" and optional \"arguments\""),
+    ];
+    for (params, message) in cases {
+        let body = json!({"jsonrpc": "2.0", "id": 9, "method": "tools/call", "params": params})
+            .to_string();
+        let v = h.rpc(&t, &body).await.sse();
+        assert_eq!(
+            v["error"],
+            json!({"code": -32602, "message": message}),
+            "{params}"
+        );
+    }
+    assert_eq!(h.revision(), before, "a refused call committed");
+}
+
+#[tokio::test]
+async fn host_failures_answer_with_the_fixed_envelope() {
+    let h = harness();
+    // R8: ailang-run declares effects this daemon has no handler for.
+    let runner = h.token("run", &["Ailang.Run=worktree:5"]);
+    let r = h
+        .rpc(
+            &runner,
+            &call_body(json!(2), "ailang-run", json!({"path": "main.ail"})),
+        )
+        .await;
+    r.assert_envelope("2", "host callback failed");
+
+    // EffectsUnrecorded: the check effect ran, its finish phase failed. The wire says only
+    // "host callback failed"; the id is echoed as sent.
+    let checker = h.token("chk", &["Ailang.Check=worktree:5"]);
+    let before = h.revision();
+    let r = h
+        .rpc(
+            &checker,
+            &call_body(json!("c-1"), "ailang-check", json!({"path": "main.ail"})),
+        )
+        .await;
+    r.assert_envelope("\"c-1\"", "host callback failed");
+    assert_eq!(
+        h.revision(),
+        before,
+        "an unrecorded call committed an entry"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_ninth_concurrent_call_exceeds_capacity() {
+    let mut h = harness();
+    let mut in_flight = Vec::new();
+    for i in 0..MAX_CALLBACKS {
+        // Separate episodes, so every call reaches the handler instead of queueing on the
+        // episode lock (which would hold its slot just the same, but be harder to observe).
+        let t = h.token(&format!("cap{i}"), &["Workspace.Write=worktree:5"]);
+        let router = h.router.clone();
+        in_flight.push(tokio::spawn(async move {
+            send(
+                &router,
+                rpc(
+                    &t,
+                    None,
+                    &call_body(
+                        json!(i),
+                        "ailang-write",
+                        json!({"path": "a.ail", "content": "x"}),
+                    ),
+                ),
+            )
+            .await
+        }));
+    }
+    for _ in 0..MAX_CALLBACKS {
+        tokio::time::timeout(Duration::from_secs(30), h.entered.recv())
+            .await
+            .expect("a held call never reached its handler");
+    }
+    // All eight slots are held inside handlers: the ninth is refused at once.
+    let reader = h.reader();
+    let r = h
+        .rpc(
+            &reader,
+            &call_body(json!(99), "ailang-read", json!({"path": "a"})),
+        )
+        .await;
+    r.assert_envelope("99", "host callback capacity exceeded");
+    // Protocol work that needs no callback still succeeds meanwhile.
+    assert_eq!(h.rpc(&reader, list_body()).await.sse()["id"], json!(2));
+
+    h.gate.release();
+    for (i, call) in in_flight.into_iter().enumerate() {
+        let v = call.await.unwrap().sse();
+        assert_eq!(v["id"], json!(i));
+        assert_eq!(v["result"]["structuredContent"]["ok"], json!(true));
+    }
+    // Slots are free again.
+    let v = h
+        .rpc(
+            &reader,
+            &call_body(json!(100), "ailang-read", json!({"path": "a"})),
+        )
+        .await
+        .sse();
+    assert_eq!(v["result"]["isError"], json!(false));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn past_the_post_deadline_the_call_times_out() {
+    let mut h = harness_with(McpConfig {
+        post_deadline: Duration::from_millis(500),
+    });
+    let t = h.token("slow", &["Workspace.Write=worktree:5"]);
+    let r = h
+        .rpc(
+            &t,
+            &call_body(
+                json!(11),
+                "ailang-write",
+                json!({"path": "a.ail", "content": "x"}),
+            ),
+        )
+        .await;
+    r.assert_envelope("11", "host callback timed out");
+    // The handler really was running (and still is, holding its slot) when the POST gave up.
+    tokio::time::timeout(Duration::from_secs(30), h.entered.recv())
+        .await
+        .expect("the held call never reached its handler");
+    // Released, the call still commits in the background: the caller must check the log.
+    let before = h.revision();
+    h.gate.release();
+    let committed = async {
+        while h.revision() == before {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(30), committed)
+        .await
+        .expect("the timed-out call never committed");
+}
+
+// -------------------------------------------------------------------------------------------
+// Batches.
+
+#[tokio::test]
+async fn batches_run_in_order_under_2025_03_26() {
+    let h = harness();
+    let t = h.reader();
+    let before = h.revision();
+    let batch = json!([
+        {"jsonrpc": "2.0", "id": 1, "method": "ping"},
+        {"jsonrpc": "2.0", "method": "notifications/initialized"},
+        {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "ailang-read", "arguments": {"path": "a"}}},
+        {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "ailang-read", "arguments": {"path": "a"}}},
+        {"jsonrpc": "2.0", "id": 2, "method": "nope"},
+        7,
+        {"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {"name": "ailang-write", "arguments": {}}}
+    ])
+    .to_string();
+    for version in [None, Some("2025-03-26")] {
+        let v = h.send(rpc(&t, version, &batch)).await.sse();
+        let replies = v.as_array().unwrap();
+        assert_eq!(replies.len(), 6, "{v}");
+        assert_eq!(replies[0], json!({"jsonrpc": "2.0", "id": 1, "result": {}}));
+        assert_eq!(replies[1]["id"], json!(1));
+        assert_eq!(replies[1]["result"]["structuredContent"]["ok"], json!(true));
+        assert_eq!(replies[2]["id"], json!(1));
+        assert_eq!(replies[2]["result"]["isError"], json!(false));
+        assert_eq!(
+            replies[3]["error"],
+            json!({"code": -32601, "message": "method not found: \"nope\""})
+        );
+        assert_eq!(
+            replies[4],
+            json!({"jsonrpc": "2.0", "id": null, "error": {"code": -32600, "message": "invalid request: expected a JSON-RPC object"}})
+        );
+        assert_eq!(
+            replies[5]["error"],
+            json!({"code": -32602, "message": "unknown tool \"ailang-write\""})
+        );
+    }
+    // Repeated JSON-RPC ids are still separate invocations: four commits in two batches.
+    assert_eq!(h.revision(), before + 4);
+}
+
+#[tokio::test]
+async fn batches_are_refused_after_2025_03_26() {
+    let h = harness();
+    let t = h.reader();
+    let batch = r#"[{"jsonrpc":"2.0","id":1,"method":"ping"}]"#;
+    for v in ["2025-06-18", "2025-11-25"] {
+        h.send(rpc(&t, Some(v), batch)).await.assert_text(
+            StatusCode::BAD_REQUEST,
+            &format!("JSON-RPC batches are not supported under MCP-Protocol-Version {v}; send one message per POST (batches are accepted only under 2025-03-26)"),
+        );
+        // A single message is fine under the same version.
+        assert_eq!(
+            h.send(rpc(&t, Some(v), &batch[1..batch.len() - 1]))
+                .await
+                .sse()["id"],
+            json!(1)
+        );
+    }
+}
+
+#[tokio::test]
+async fn batch_edge_cases() {
+    let h = harness();
+    let t = h.reader();
+    assert_eq!(
+        h.rpc(&t, "[]").await.sse_data(),
+        r#"{"jsonrpc":"2.0","id":null,"error":{"code":-32600,"message":"invalid request: empty batch"}}"#
+    );
+    h.rpc(
+        &t,
+        r#"[{"jsonrpc":"2.0","method":"notifications/initialized"},{"jsonrpc":"2.0","id":5,"result":{}}]"#,
+    )
+    .await
+    .assert_accepted();
+}
+
+#[tokio::test]
+async fn a_host_failure_in_a_batch_answers_the_whole_post_with_id_null() {
+    let h = harness();
+    let t = h.token(
+        "mix",
+        &["Workspace.Read=worktree:5", "Ailang.Run=worktree:5"],
+    );
+    let before = h.revision();
+    let batch = json!([
+        {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "ailang-read", "arguments": {"path": "a"}}},
+        {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "ailang-run", "arguments": {"path": "m.ail"}}},
+        {"jsonrpc": "2.0", "id": 3, "method": "tools/call", "params": {"name": "ailang-read", "arguments": {"path": "b"}}}
+    ])
+    .to_string();
+    h.rpc(&t, &batch)
+        .await
+        .assert_envelope("null", "host callback failed");
+    // The first item committed before the second failed; the third never ran.
+    assert_eq!(h.revision(), before + 1);
+}
