@@ -60,16 +60,10 @@ pub struct RestCommit {
 }
 
 impl RestCommit {
-    /// What the intent promises: this entry selecting this world on that head.
+    /// What the intent promises: this entry selecting this world. (The observed head is not
+    /// part of it: a commit refused for a stale head may be resent against the new head.)
     fn request_ref(&self) -> Ref {
-        let text = format!(
-            "{}|{}|{}",
-            self.observed_head
-                .map(|r| r.to_string())
-                .unwrap_or_default(),
-            self.entry.entry_hash,
-            self.world_ref
-        );
+        let text = format!("{}|{}", self.entry.entry_hash, self.world_ref);
         Ref::of(text.as_bytes())
     }
 }

@@ -1,4 +1,46 @@
-//! placeholder
+//! `worldd`: the daemon and command line of the World effect broker.
+//!
+//! The binary is a thin shell over [`cli::main`]. Everything it serves is assembled here from
+//! [`broker_core`] (the durable call pipeline) and the plugins found by [`plugins`]:
+//!
+//! | module | what |
+//! |---|---|
+//! | [`cli`] | the clap tree: `serve`, `quickstart`, `session …`, `why`, `handlers`, `publish` and the client verbs |
+//! | [`plugins`] | find, load (abi_stable) and configure effect-handler plugins; adapt them to broker-core |
+//! | [`state`] | the shared state: store, coordinator, authentication, bounded invocation |
+//! | [`server`] | the axum router and graceful shutdown |
+//! | [`mcp`] | `POST /mcp/` |
+//! | [`a2a`] | `POST /a2a/` and the agent card |
+//! | [`rest`] | `/v1/*` |
+//! | [`tools`] | the tool surface a session sees (shared by MCP and A2A) |
+//! | [`metrics`] | Prometheus counters at `/v1/metrics` |
+//!
+//! # Serving a router in a test
+//!
+//! The router can be driven without sockets (the end-to-end tests in `tests/` drive the real
+//! binary instead):
+//!
+//! ```
+//! use std::sync::Arc;
+//! use broker_core::coordinator::{Coordinator, CoordinatorConfig, Handlers};
+//! use broker_core::store::Store;
+//! use tower::ServiceExt;
+//! use worldd::state::{AppState, DaemonInfo};
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let dir = tempfile::tempdir()?;
+//! let store = Store::create(&dir.path().join("db"))?;
+//! let coordinator = Coordinator::new(store.clone(), Handlers::new(), CoordinatorConfig::default());
+//! let info = DaemonInfo { db_path: "db".into(), version: "test", open_reads: false };
+//! let app = worldd::server::router(AppState::new(store, Arc::new(coordinator), info));
+//! let res = app
+//!     .oneshot(axum::http::Request::get("/v1/health").body(axum::body::Body::empty())?)
+//!     .await?;
+//! assert_eq!(res.status(), 200);
+//! # Ok(()) }
+//! ```
+
 pub mod a2a;
 pub mod cli;
 pub mod mcp;

@@ -37,14 +37,56 @@ impl PluginError {
     }
 }
 
+/// The effect whose plugin may publish transition bundles through the host.
+pub const PUBLISH_EFFECT: &str = "Registry.Publish";
+
+/// Publishes a transition bundle on behalf of a plugin; answers JSON text.
+pub type Publisher = Arc<dyn Fn(&str) -> Result<String, String> + Send + Sync>;
+
 /// What the operator chose.
-#[derive(Debug, Clone, Default)]
+#[derive(Clone, Default)]
 pub struct PluginOptions {
     pub dir: PathBuf,
     /// `--handler NAME` (repeatable); empty = every plugin in the directory.
     pub selected: Vec<String>,
     /// One config object per plugin name.
     pub configs: BTreeMap<String, Value>,
+    /// Where plugins that declare a `stateDir` config key keep their files
+    /// (`<state_root>/<plugin name>`).
+    pub state_root: Option<PathBuf>,
+    /// Given to the plugin that handles `Registry.Publish`, and to no other.
+    pub publisher: Option<Publisher>,
+}
+
+impl std::fmt::Debug for PluginOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PluginOptions")
+            .field("dir", &self.dir)
+            .field("selected", &self.selected)
+            .field("configs", &self.configs)
+            .field("state_root", &self.state_root)
+            .finish()
+    }
+}
+
+/// The effective config of one plugin: the operator's table plus `stateDir` when the plugin
+/// declares that key and the operator did not set it.
+pub fn effective_config(opts: &PluginOptions, manifest: &Manifest) -> Value {
+    let mut config = opts
+        .configs
+        .get(&manifest.name)
+        .cloned()
+        .unwrap_or_else(|| Value::Object(Map::new()));
+    let wants_state = manifest
+        .config_schema
+        .get("properties")
+        .and_then(|p| p.get("stateDir"))
+        .is_some();
+    if let (true, Some(root), Some(obj)) = (wants_state, &opts.state_root, config.as_object_mut()) {
+        obj.entry("stateDir")
+            .or_insert_with(|| Value::String(root.join(&manifest.name).display().to_string()));
+    }
+    config
 }
 
 /// A library that loaded and described itself.
@@ -68,6 +110,8 @@ pub struct PluginSet {
     pub handlers: Handlers,
     pub transitions: Vec<Transition>,
     pub plugins: Vec<PluginInfo>,
+    /// Plugins that declined to start; their tools are published and refused by R8.
+    pub declined: Vec<PluginInfo>,
     pub classes: HashMap<String, EffectClass>,
 }
 
@@ -168,13 +212,21 @@ pub fn check_config(schema: &Value, config: &Value) -> Result<(), String> {
     Ok(())
 }
 
-/// Logs plugin messages under the plugin's name; refuses publishing (the registry plugin gets
-/// its own host).
+/// Logs plugin messages under the plugin's name; publishes only for the plugin that handles
+/// `Registry.Publish`.
 struct PluginHost {
     name: String,
+    publisher: Option<Publisher>,
 }
 
 impl HostServices for PluginHost {
+    fn publish(&self, bundle_json: &str) -> Result<String, String> {
+        match &self.publisher {
+            Some(p) => p(bundle_json),
+            None => Err(handler_api::NO_PUBLISH.to_string()),
+        }
+    }
+
     fn log(&self, level: LogLevel, message: &str) {
         match level {
             LogLevel::Error => tracing::error!(plugin = %self.name, "{message}"),
@@ -185,6 +237,20 @@ impl HostServices for PluginHost {
     }
 }
 
+/// A constructor error starting with this means "not started", not "bad config".
+pub const DECLINED: &str = "declined: ";
+
+fn shipped_transitions(info: &PluginInfo) -> Result<Vec<Transition>, PluginError> {
+    info.manifest
+        .transitions
+        .iter()
+        .map(|doc| {
+            Transition::from_value(doc.clone())
+                .map_err(|e| PluginError::new(&info.path, format!("shipped transition: {e}")))
+        })
+        .collect()
+}
+
 /// Load the selected plugins and build their handlers.
 pub fn load(opts: &PluginOptions) -> Result<PluginSet, PluginError> {
     let mut handlers = Handlers::new();
@@ -193,6 +259,7 @@ pub fn load(opts: &PluginOptions) -> Result<PluginSet, PluginError> {
     let mut classes = HashMap::new();
     let mut owners: HashMap<String, PathBuf> = HashMap::new();
     let mut found = Vec::new();
+    let mut declined = Vec::new();
     for scanned in scan(&opts.dir)? {
         let (info, plugin) = match scanned {
             Scanned::Plugin(i, p) => (i, p),
@@ -203,17 +270,40 @@ pub fn load(opts: &PluginOptions) -> Result<PluginSet, PluginError> {
             continue;
         }
         let name = info.manifest.name.clone();
-        let config = opts
-            .configs
-            .get(&name)
-            .cloned()
-            .unwrap_or_else(|| Value::Object(Map::new()));
+        let config = effective_config(opts, &info.manifest);
         check_config(&info.manifest.config_schema, &config)
             .map_err(|e| PluginError::new(&info.path, e))?;
-        let host = handler_api::host_callbacks(Arc::new(PluginHost { name: name.clone() }));
-        let handler = plugin.new_handler(&config, host).map_err(|e| {
-            PluginError::new(&info.path, format!("the plugin rejected its config: {e}"))
-        })?;
+        let publishes = info
+            .manifest
+            .effects
+            .iter()
+            .any(|e| e.name == PUBLISH_EFFECT);
+        let host = handler_api::host_callbacks(Arc::new(PluginHost {
+            name: name.clone(),
+            publisher: if publishes {
+                opts.publisher.clone()
+            } else {
+                None
+            },
+        }));
+        let shipped = shipped_transitions(&info)?;
+        let handler = match plugin.new_handler(&config, host) {
+            Ok(h) => h,
+            // A plugin may decline to start (e.g. a tool binary is not configured): its tools
+            // are still published, and refused by R8 when called.
+            Err(e) if e.starts_with(DECLINED) => {
+                tracing::warn!(plugin = %name, path = %info.path.display(), "plugin {name} not started: {e}");
+                transitions.extend(shipped);
+                declined.push(info);
+                continue;
+            }
+            Err(e) => {
+                return Err(PluginError::new(
+                    &info.path,
+                    format!("the plugin rejected its config: {e}"),
+                ));
+            }
+        };
         let adapter: Arc<dyn EffectHandler> = Arc::new(PluginHandler {
             identity: format!("{}@{} ({})", name, info.manifest.version, info.file_ref),
             handler,
@@ -235,11 +325,7 @@ pub fn load(opts: &PluginOptions) -> Result<PluginSet, PluginError> {
                 .insert(&e.name, adapter.clone())
                 .map_err(|m| PluginError::new(&info.path, m))?;
         }
-        for doc in &info.manifest.transitions {
-            let t = Transition::from_value(doc.clone())
-                .map_err(|e| PluginError::new(&info.path, format!("shipped transition: {e}")))?;
-            transitions.push(t);
-        }
+        transitions.extend(shipped);
         tracing::info!(plugin = %name, version = %info.manifest.version, path = %info.path.display(), "loaded plugin");
         plugins.push(info);
     }
@@ -258,6 +344,7 @@ pub fn load(opts: &PluginOptions) -> Result<PluginSet, PluginError> {
         handlers,
         transitions,
         plugins,
+        declined,
         classes,
     })
 }
@@ -369,11 +456,7 @@ pub fn report(opts: &PluginOptions) -> Result<String, PluginError> {
                 if !m.finish.is_empty() {
                     let _ = writeln!(out, "  finish functions: {}", m.finish.join(", "));
                 }
-                let config = opts
-                    .configs
-                    .get(&m.name)
-                    .cloned()
-                    .unwrap_or_else(|| Value::Object(Map::new()));
+                let config = effective_config(opts, m);
                 let _ = writeln!(out, "  config {}", config);
                 if let Err(e) = check_config(&m.config_schema, &config) {
                     let _ = writeln!(out, "  config problem: {e}");

@@ -501,3 +501,284 @@ fn session_mint_needs_a_terminal_and_works_beside_the_daemon() {
         "{err}"
     );
 }
+
+#[test]
+fn call_json_out_piped_to_why_verifies_and_tampering_exits_3() {
+    let d = Daemon::start(WS, &[]);
+    let token = d.session(
+        "ep1",
+        &["Workspace.Read=worktree:5", "Workspace.Write=worktree:5"],
+    );
+    let token_file = d.dir.path().join("token");
+    std::fs::write(&token_file, &token).unwrap();
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&token_file, std::fs::Permissions::from_mode(0o600)).unwrap();
+    }
+    let addr = format!("http://{}", d.addr);
+    let (code, out, err) = worldd(
+        &[
+            "call",
+            "ailang-write",
+            "--arg",
+            "path=a.txt",
+            "--arg",
+            "content=alpha",
+            "--addr",
+            &addr,
+            "--session",
+            path_str(&token_file),
+        ],
+        None,
+    );
+    assert_eq!(code, 0, "{out}{err}");
+    let (code, result, err) = worldd(
+        &[
+            "call",
+            "ailang-read",
+            "--arg",
+            "path=a.txt",
+            "--json-out",
+            "--addr",
+            &addr,
+            "--session",
+            path_str(&token_file),
+        ],
+        None,
+    );
+    assert_eq!(code, 0, "{err}");
+    let v: serde_json::Value = serde_json::from_str(result.trim_end()).unwrap();
+    assert_eq!(v["content"], "alpha");
+    let (code, out, err) = worldd(
+        &["why", "--db", path_str(&d.db()), "-"],
+        Some(result.as_bytes()),
+    );
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("all 7 link(s) verified"), "{out}");
+    // --strict turns ok:false into exit 3.
+    let (code, _, _) = worldd(
+        &[
+            "call",
+            "ailang-read",
+            "--arg",
+            "path=missing.txt",
+            "--strict",
+            "--addr",
+            &addr,
+            "--session",
+            path_str(&token_file),
+        ],
+        None,
+    );
+    assert_eq!(code, 3);
+
+    // Stop the daemon, flip one byte of the output object, and ask again.
+    let kept = d.halt();
+    let dir = kept.path().join("db");
+    let output_ref = format!(
+        "sha256:{}",
+        hex::encode(sha2::Sha256::digest(result.trim_end().as_bytes()))
+    );
+    {
+        let store = broker_core::store::Store::open(&dir, Default::default()).unwrap();
+        let r: broker_core::object::Ref = output_ref.parse().unwrap();
+        let table = broker_core::store::RawTable::Objects;
+        let mut bytes = store.raw_get(table, r.as_bytes()).unwrap().unwrap();
+        let last = bytes.len() - 1;
+        bytes[last] ^= 1;
+        store
+            .raw_overwrite(table, r.as_bytes().to_vec(), bytes)
+            .unwrap();
+    }
+    let (code, out, err) = worldd(&["why", "--db", path_str(&dir), &output_ref], None);
+    assert_eq!(code, 3, "{out}{err}");
+    assert!(out.contains("✗ output"), "{out}");
+    assert!(err.contains("link(s) broken"), "{err}");
+}
+
+#[test]
+fn budget_zero_grant_is_listed_and_its_call_is_denied_over_mcp() {
+    let d = Daemon::start(WS, &[]);
+    let token = d.session("ep1", &["Workspace.Read=worktree:0"]);
+    let list = mcp(&d, &token, "tools/list", json!({})).sse_json();
+    let names: Vec<&str> = list["result"]["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["ailang-read"]);
+    let call = mcp(
+        &d,
+        &token,
+        "tools/call",
+        json!({"name": "ailang-read", "arguments": {"path": "a"}}),
+    )
+    .sse_json();
+    let out = &call["result"]["structuredContent"];
+    assert_eq!(out.as_object().unwrap().len(), 1, "{out}");
+    assert_eq!(out["world"]["effects"][0]["status"], "denied");
+    let record = out["world"]["effects"][0]["record"].as_str().unwrap();
+    let obj = get(
+        &d.url(&format!("/v1/objects/{record}?payload=true")),
+        Some(&token),
+    )
+    .json();
+    use base64::Engine;
+    let payload = base64::engine::general_purpose::STANDARD
+        .decode(obj["payload"].as_str().unwrap())
+        .unwrap();
+    let rec: serde_json::Value = serde_json::from_slice(&payload).unwrap();
+    assert_eq!(rec["denial"], "denied:budget");
+    assert_eq!(
+        (
+            rec["allowed"].as_bool(),
+            rec["failed"].as_bool(),
+            rec["resultRef"].as_str()
+        ),
+        (Some(false), Some(false), Some(""))
+    );
+    // A plan refusal is a result too, with the contract's text.
+    let refused = mcp(
+        &d,
+        &token,
+        "tools/call",
+        json!({"name": "ailang-read", "arguments": {"path": "a", "limit": 1}}),
+    )
+    .sse_json();
+    assert_eq!(
+        refused["result"]["structuredContent"]["refused"],
+        "unknown argument \"limit\"; ailang-read admits only: path"
+    );
+    // MCP auth rows through the real binary.
+    let absent = request(
+        "POST",
+        &d.url("/mcp/"),
+        None,
+        &[("Content-Type", "application/json")],
+        Some(b"{}"),
+    );
+    assert_eq!(
+        (absent.status, absent.text().as_str()),
+        (
+            401,
+            "session credential is absent: send Authorization: Bearer <session-credential>"
+        )
+    );
+    let unknown = request(
+        "POST",
+        &d.url("/mcp/"),
+        Some(&"cd".repeat(32)),
+        &[("Content-Type", "application/json")],
+        Some(b"{}"),
+    );
+    assert_eq!(
+        (unknown.status, unknown.text().as_str()),
+        (401, "unknown session credential")
+    );
+    // R8 over MCP: the fixed envelope, plain JSON.
+    let d = d.restart(&[], &[]);
+    let r8 = mcp(
+        &d,
+        &token,
+        "tools/call",
+        json!({"name": "ailang-read", "arguments": {"path": "a"}}),
+    );
+    assert!(
+        r8.content_type.starts_with("application/json"),
+        "{}",
+        r8.content_type
+    );
+    assert_eq!(
+        r8.json(),
+        json!({"jsonrpc":"2.0","id":7,"error":{"code":-32603,"message":"host callback failed"}})
+    );
+}
+
+#[test]
+fn an_idempotent_task_id_leaves_one_log_entry() {
+    let d = Daemon::start(WS, &[]);
+    let token = d.session("ep1", &["Workspace.Write=worktree:5"]);
+    let before = get(&d.url("/v1/head"), Some(&token)).text();
+    let args = json!({"path": "x.txt", "content": "once"});
+    let first = a2a(&d, &token, "same-task", "ailang-write", args.clone());
+    let second = a2a(&d, &token, "same-task", "ailang-write", args);
+    assert_eq!(first["result"], second["result"]);
+    let head = get(
+        &d.url(&format!(
+            "/v1/worlds/{}",
+            get(&d.url("/v1/head"), Some(&token)).text()
+        )),
+        Some(&token),
+    )
+    .json();
+    let genesis = get(&d.url(&format!("/v1/worlds/{before}")), Some(&token)).json();
+    assert_eq!(
+        head["revision"].as_u64().unwrap(),
+        genesis["revision"].as_u64().unwrap() + 1
+    );
+}
+
+#[test]
+fn rest_commit_checks_the_head_and_answers_receipts() {
+    use base64::Engine;
+    let d = Daemon::start(WS, &[]);
+    let token = d.session("ep1", &["Workspace.Read=worktree:1"]);
+    let head = get(&d.url("/v1/head"), Some(&token)).text();
+    let world0 = get(&d.url(&format!("/v1/worlds/{head}")), Some(&token)).json();
+    let b64 = |b: &[u8]| base64::engine::general_purpose::STANDARD.encode(b);
+    let sha = |b: &[u8]| format!("sha256:{}", hex::encode(sha2::Sha256::digest(b)));
+    let out = br#"{"rest":true}"#.to_vec();
+    let rec = br#"{"record":"rest"}"#.to_vec();
+    let obj = |p: &[u8], sid: &str| json!({"hash": sha(p), "interfaceHash": sha(sid.as_bytes()), "semanticId": sid, "provenance": "rest:test", "payload": b64(p)});
+    let entry_fields = json!({
+        "entryIndex": 1, "semanticsEpoch": 1, "transitionFn": sha(b"fn"), "interpreter": sha(b"interp"),
+        "prevEntryHash": world0["logHead"], "writtenBy": "rest:test", "transitionRef": sha(&rec),
+    });
+    let entry_hash = sha(&broker_core::canon::to_vec(&entry_fields).unwrap());
+    let world = json!({"revision": 1, "stateRoot": sha(&out), "logHead": entry_hash});
+    let world_ref = sha(&broker_core::canon::to_vec(&world).unwrap());
+    let mut header = entry_fields.clone();
+    header.as_object_mut().unwrap().remove("transitionRef");
+    let body = |observed: &str| {
+        json!({
+            "invocationId": "rest:c1",
+            "observedHead": observed,
+            "objects": [obj(&out, "world/invocation-output/v1"), obj(&rec, "world/invocation-record/v2")],
+            "nextWorld": {"ref": world_ref, "revision": 1, "stateRoot": sha(&out), "logHead": entry_hash},
+            "entry": {"header": header, "entryHash": entry_hash, "transitionRef": sha(&rec)},
+        })
+    };
+    let stale = format!("sha256:{}", "1".repeat(64));
+    let conflict = post_json(&d.url("/v1/commit"), Some(&token), &body(&stale));
+    assert_eq!(conflict.status, 409, "{}", conflict.text());
+    let e = conflict.json();
+    assert_eq!(e["error"]["class"], "HeadConflict");
+    assert_eq!(e["error"]["observedHead"], stale);
+    assert_eq!(e["error"]["selectedHead"], head);
+    assert_eq!(
+        e["error"]["message"],
+        format!("conflict: observed {stale} selected {head}")
+    );
+    let ok = post_json(&d.url("/v1/commit"), Some(&token), &body(&head));
+    assert_eq!(ok.status, 200, "{}", ok.text());
+    assert_eq!(ok.json(), json!({"selectedHead": world_ref}));
+    let receipt = get(&d.url("/v1/receipts/rest:c1"), Some(&token)).json();
+    assert_eq!(
+        receipt,
+        json!({"invocationId": "rest:c1", "state": "resolved", "resultRef": world_ref})
+    );
+    // Unknown fields are refused; so is a commit without a session.
+    let mut extra = body(&world_ref);
+    extra["surprise"] = json!(1);
+    let bad = post_json(&d.url("/v1/commit"), Some(&token), &extra);
+    assert_eq!(bad.status, 400);
+    assert!(bad.json()["error"]["message"]
+        .as_str()
+        .unwrap()
+        .starts_with("invalid commit JSON: "));
+    assert_eq!(
+        post_json(&d.url("/v1/commit"), None, &body(&world_ref)).status,
+        401
+    );
+}

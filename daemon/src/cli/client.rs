@@ -408,3 +408,37 @@ pub fn call(a: CallArgs) -> CliResult {
     }
     Ok(())
 }
+
+#[derive(Args, Debug)]
+pub struct PublishArgs {
+    /// A transition bundle: `{"transitions":[…documents…]}`.
+    pub bundle: std::path::PathBuf,
+    #[command(flatten)]
+    pub client: ClientArgs,
+}
+
+/// Publish a bundle through the broker: the `registry-publish` tool, so the session needs a
+/// `Registry.Publish` grant and the call is journaled and committed like any other.
+pub fn publish(a: PublishArgs) -> CliResult {
+    let text = std::fs::read_to_string(&a.bundle)
+        .map_err(|e| Failure::usage(format!("{}: {e}", a.bundle.display())))?;
+    let bundle: Value = serde_json::from_str(&text)
+        .map_err(|e| Failure::usage(format!("{}: not JSON: {e}", a.bundle.display())))?;
+    let v = mcp(
+        &a.client,
+        "tools/call",
+        json!({"name": "registry-publish", "arguments": {"bundle": bundle}}),
+    )?;
+    let out = &v["result"]["structuredContent"];
+    println!("{}", serde_json::to_string_pretty(out).unwrap_or_default());
+    if out["ok"] == Value::Bool(true) {
+        Ok(())
+    } else {
+        Err(Failure::usage(format!(
+            "publish refused: {}",
+            out["refused"]
+                .as_str()
+                .unwrap_or("the Registry.Publish effect did not succeed")
+        )))
+    }
+}

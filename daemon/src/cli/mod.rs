@@ -9,6 +9,7 @@ use std::path::PathBuf;
 use clap::{Args, Parser, Subcommand};
 
 mod client;
+mod quickstart;
 mod serve;
 mod session;
 mod why;
@@ -60,6 +61,9 @@ pub struct Cli {
 pub enum Command {
     /// Run the daemon.
     Serve(serve::ServeArgs),
+    /// Create ./.world, a demo episode and credential, print the MCP client configuration,
+    /// and serve.
+    Quickstart(quickstart::QuickstartArgs),
     /// Mint, list and revoke session credentials.
     #[command(subcommand)]
     Session(session::SessionCommand),
@@ -82,6 +86,8 @@ pub enum Command {
     Tools(client::ToolsCommand),
     /// Call a tool through a running daemon (MCP).
     Call(client::CallArgs),
+    /// Publish a transition bundle through the broker (needs a Registry.Publish grant).
+    Publish(client::PublishArgs),
 }
 
 /// `--db DIR` shared by store-side verbs.
@@ -105,6 +111,7 @@ pub fn main() -> i32 {
     init_tracing();
     let result = match cli.command {
         Command::Serve(a) => serve::run(a),
+        Command::Quickstart(a) => quickstart::run(a),
         Command::Session(c) => session::run(c),
         Command::Why(a) => why::run(a),
         Command::Handlers(a) => serve::handlers(a),
@@ -114,6 +121,7 @@ pub fn main() -> i32 {
         Command::Object(c) => client::object(c),
         Command::Tools(c) => client::tools(c),
         Command::Call(a) => client::call(a),
+        Command::Publish(a) => client::publish(a),
     };
     match result {
         Ok(()) => 0,

@@ -1,9 +1,9 @@
 //! `worldd serve` and `worldd handlers`.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use broker_core::coordinator::{Coordinator, CoordinatorConfig};
 use broker_core::registry;
@@ -30,6 +30,60 @@ pub struct PluginArgs {
     /// A TOML file: `[serve]` settings and one `[plugins.NAME]` table per plugin.
     #[arg(long)]
     pub config: Option<PathBuf>,
+    /// The `ailang` binary the Ailang plugin runs (its `bin` config key).
+    #[arg(long)]
+    pub tool_ailang_bin: Option<PathBuf>,
+    /// An AILANG examples corpus for examples-search (`examplesDir`).
+    #[arg(long)]
+    pub examples_dir: Option<PathBuf>,
+    /// Capabilities beyond IO and FS that ailang-run may use: Env, Net, Declassify
+    /// (`runAllowCaps`).
+    #[arg(long, value_delimiter = ',')]
+    pub run_allow_caps: Vec<String>,
+    /// A loopback IP:PORT that Net runs may reach (repeatable; `runNetAllow`).
+    #[arg(long)]
+    pub run_net_allow: Vec<String>,
+    /// Allow plain HTTP to the --run-net-allow hosts (`runNetAllowHttp`).
+    #[arg(long)]
+    pub run_net_allow_http: bool,
+    /// The author of Git.Commit commits, "Name <email>" (the git plugin's `author`).
+    #[arg(long)]
+    pub git_author: Option<String>,
+}
+
+impl PluginArgs {
+    /// Flags that set keys of one plugin's config: they override the config file.
+    fn overrides(&self) -> Vec<(&'static str, &'static str, Value)> {
+        let mut out = Vec::new();
+        let path = |p: &PathBuf| Value::String(p.display().to_string());
+        if let Some(b) = &self.tool_ailang_bin {
+            out.push(("ailang", "bin", path(b)));
+        }
+        if let Some(d) = &self.examples_dir {
+            out.push(("ailang", "examplesDir", path(d)));
+        }
+        if !self.run_allow_caps.is_empty() {
+            out.push((
+                "ailang",
+                "runAllowCaps",
+                Value::from(self.run_allow_caps.clone()),
+            ));
+        }
+        if !self.run_net_allow.is_empty() {
+            out.push((
+                "ailang",
+                "runNetAllow",
+                Value::from(self.run_net_allow.clone()),
+            ));
+        }
+        if self.run_net_allow_http {
+            out.push(("ailang", "runNetAllowHttp", Value::Bool(true)));
+        }
+        if let Some(a) = &self.git_author {
+            out.push(("git", "author", Value::String(a.clone())));
+        }
+        out
+    }
 }
 
 #[derive(Args, Debug)]
@@ -113,11 +167,24 @@ pub fn plugin_options(args: &PluginArgs, file: &ConfigFile) -> PluginOptions {
         } else {
             args.handlers.clone()
         },
-        configs: file
-            .plugins
-            .iter()
-            .map(|(k, v)| (k.clone(), toml_to_json(v)))
-            .collect(),
+        configs: {
+            let mut configs: BTreeMap<String, Value> = file
+                .plugins
+                .iter()
+                .map(|(k, v)| (k.clone(), toml_to_json(v)))
+                .collect();
+            for (plugin, key, value) in args.overrides() {
+                let entry = configs
+                    .entry(plugin.to_owned())
+                    .or_insert_with(|| Value::Object(Default::default()));
+                if let Some(obj) = entry.as_object_mut() {
+                    obj.insert(key.to_owned(), value);
+                }
+            }
+            configs
+        },
+        state_root: None,
+        publisher: None,
     }
 }
 
@@ -171,8 +238,17 @@ pub fn run(a: ServeArgs) -> CliResult {
         },
     )
     .map_err(|e| startup("store-open", e))?;
-    let opts = plugin_options(&a.plugins, &file);
+    let mut opts = plugin_options(&a.plugins, &file);
+    opts.state_root = Some(db.join("plugin-state"));
+    let served = Arc::new(OnceLock::new());
+    opts.publisher = Some(publisher(store.clone(), served.clone()));
     let set = plugins::load(&opts).map_err(|e| startup("plugins", e))?;
+    let _ = served.set(
+        set.handlers
+            .effects()
+            .map(str::to_owned)
+            .collect::<BTreeSet<_>>(),
+    );
     if !set.transitions.is_empty() {
         let published = registry::publish(
             &store,
@@ -258,4 +334,63 @@ fn refuse_store_inside_workspace(db: &std::path::Path, root: &std::path::Path) -
         ));
     }
     Ok(())
+}
+
+/// Publishing for the plugin that handles `Registry.Publish`: validate a bundle
+/// (`{"transitions":[…]}`), publish it as a new registry revision, and say which tools need
+/// an effect no loaded plugin serves (they are listed, and refused by R8 when called).
+fn publisher(store: Store, served: Arc<OnceLock<BTreeSet<String>>>) -> plugins::Publisher {
+    Arc::new(move |bundle: &str| {
+        let v = broker_core::canon::parse(bundle.as_bytes())
+            .map_err(|e| format!("bundle is not JSON: {e}"))?;
+        let docs = v
+            .get("transitions")
+            .and_then(Value::as_array)
+            .filter(|a| !a.is_empty())
+            .ok_or_else(|| {
+                "bundle must be {\"transitions\":[…]} with at least one document".to_string()
+            })?;
+        let mut transitions = Vec::with_capacity(docs.len());
+        for (i, d) in docs.iter().enumerate() {
+            let t = broker_core::transition::Transition::from_value(d.clone())
+                .map_err(|e| format!("transitions[{i}]: {e}"))?;
+            let name = crate::tools::mcp_name(&t.id);
+            if name.len() > crate::tools::MAX_MCP_NAME {
+                return Err(format!(
+                    "transitions[{i}]: tool {:?} has an MCP name of {} bytes; the limit is {}",
+                    t.id,
+                    name.len(),
+                    crate::tools::MAX_MCP_NAME
+                ));
+            }
+            transitions.push(t);
+        }
+        let empty = BTreeSet::new();
+        let effects = served.get().unwrap_or(&empty);
+        let unserved: Vec<String> = transitions
+            .iter()
+            .filter(|t| {
+                t.declared_effects
+                    .iter()
+                    .any(|e| !effects.contains(&e.effect))
+            })
+            .map(|t| t.id.clone())
+            .collect();
+        let ids: Vec<String> = transitions.iter().map(|t| t.id.clone()).collect();
+        let published = registry::publish(
+            &store,
+            registry::DEFAULT_REGISTRY,
+            transitions,
+            "worldd:registry-publish",
+        )
+        .map_err(|e| format!("publishing failed: {e}"))?;
+        Ok(serde_json::json!({
+            "registry": published.reference,
+            "revision": published.revision,
+            "changed": published.changed,
+            "published": ids,
+            "unserved": unserved,
+        })
+        .to_string())
+    })
 }

@@ -125,6 +125,13 @@ impl Daemon {
         Daemon::start_in(dir, plugins, extra)
     }
 
+    /// Kill the daemon and keep its directory (store, worktrees).
+    pub fn halt(mut self) -> tempfile::TempDir {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        std::mem::replace(&mut self.dir, tempfile::tempdir().unwrap())
+    }
+
     /// SIGTERM and wait; returns the exit status.
     pub fn stop(mut self) -> std::process::ExitStatus {
         unsafe {

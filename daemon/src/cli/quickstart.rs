@@ -1,0 +1,84 @@
+//! `worldd quickstart`: a working deployment in one command.
+//!
+//! Creates `./.world` (store, worktrees), a `demo` episode with its worktree, mints a demo
+//! credential after confirmation at the terminal, prints the MCP client configuration and
+//! starts serving with the shipped plugins.
+
+use std::path::PathBuf;
+
+use clap::Args;
+
+use super::serve::{self, ServeArgs};
+use super::{CliResult, Failure};
+
+#[derive(Args, Debug)]
+pub struct QuickstartArgs {
+    /// Where to put the store, worktrees and credential.
+    #[arg(long, default_value = ".world")]
+    pub dir: PathBuf,
+    /// The demo episode.
+    #[arg(long, default_value = "demo")]
+    pub episode: String,
+    /// Loopback address to listen on.
+    #[arg(long, default_value = serve::DEFAULT_BIND)]
+    pub bind: String,
+    /// Budget for each se-tools grant.
+    #[arg(long, default_value_t = 50)]
+    pub budget: u64,
+    #[command(flatten)]
+    pub plugins: serve::PluginArgs,
+}
+
+pub fn run(a: QuickstartArgs) -> CliResult {
+    let db = a.dir.join("db");
+    let root = a.dir.join("worktrees");
+    let token_file = a.dir.join(format!("{}.session", a.episode));
+    std::fs::create_dir_all(root.join(&a.episode))
+        .map_err(|e| Failure::usage(format!("{}: {e}", root.display())))?;
+    broker_core::store::Store::create(&db)
+        .map_err(|e| Failure::fatal(format!("cannot create {}: {e}", db.display())))?;
+    if !token_file.exists() {
+        let grants: Vec<String> = super::session::SE_TOOLS_EFFECTS
+            .iter()
+            .map(|e| format!("{e}=worktree:{}", a.budget))
+            .collect();
+        super::session::run(super::session::SessionCommand::Mint(
+            super::session::MintArgs {
+                db: super::DbArg { db: db.clone() },
+                episode: a.episode.clone(),
+                grants,
+                ttl: 7 * 24 * 3600,
+                out: Some(token_file.clone()),
+            },
+        ))?;
+    }
+    let token = std::fs::read_to_string(&token_file)
+        .map_err(|e| Failure::usage(format!("{}: {e}", token_file.display())))?
+        .trim()
+        .to_owned();
+    let config = serde_json::json!({
+        "mcpServers": {
+            "worldd": {
+                "type": "http",
+                "url": format!("http://{}/mcp/", a.bind),
+                "headers": {"Authorization": format!("Bearer {token}")},
+            }
+        }
+    });
+    eprintln!(
+        "worldd quickstart: episode {} with worktree {}; credential in {}\nMCP client configuration:\n{}\nA2A: POST http://{}/a2a/ with the same Authorization header.",
+        a.episode,
+        root.join(&a.episode).display(),
+        token_file.display(),
+        serde_json::to_string_pretty(&config).unwrap_or_default(),
+        a.bind
+    );
+    serve::run(ServeArgs {
+        db: Some(db),
+        workspace_root: Some(root),
+        bind: Some(a.bind),
+        open_reads: false,
+        map_size: None,
+        plugins: a.plugins,
+    })
+}
