@@ -170,6 +170,33 @@ pub struct EffectSummary {
     pub denial: Option<String>,
 }
 
+/// What is known of one call, for an agent asking "did my call land?".
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Reconciliation {
+    pub invocation_id: String,
+    pub skill_id: String,
+    /// `committed` (the result can be fetched again), `indeterminate` (the effect's intent
+    /// is durable, its outcome is not: it may have run) or `unrecorded` (an effect ran but the
+    /// call was not committed).
+    pub state: &'static str,
+    pub entry_index: Option<u64>,
+    pub output_ref: Option<Ref>,
+    pub world_ref: Option<Ref>,
+    pub effects: Vec<EffectSummary>,
+}
+
+/// One grant's budget in the episode.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BudgetLine {
+    pub effect: String,
+    pub scope: String,
+    pub granted: u64,
+    pub spent: u64,
+    pub remaining: u64,
+    /// `now < expiresAt`.
+    pub live: bool,
+}
+
 /// A committed call.
 #[derive(Debug, Clone)]
 pub struct CallOutput {
@@ -508,6 +535,7 @@ impl Coordinator {
                     "committed output {output_ref} is missing or damaged"
                 ))
             })?;
+        let effects = self.summaries(&state.effect_records)?;
         Ok(CallOutput {
             invocation_id: state.invocation_id.clone(),
             output: output.payload,
@@ -515,8 +543,81 @@ impl Coordinator {
             entry_index,
             world_ref,
             replayed: true,
-            effects: Vec::new(),
+            effects,
         })
+    }
+
+    /// Summaries of stored effect records (for replays and reconciliation).
+    fn summaries(&self, records: &[Ref]) -> Result<Vec<EffectSummary>, CallError> {
+        let mut out = Vec::with_capacity(records.len());
+        for r in records {
+            let Some(obj) = self.store.read(|rd| rd.object(r))? else {
+                continue;
+            };
+            let rec: EffectRecord = canon::parse(&obj.payload)
+                .ok()
+                .and_then(|v| serde_json::from_value(v).ok())
+                .ok_or_else(|| CallError::Internal(format!("effect record {r} is unreadable")))?;
+            out.push(summary(&rec, *r));
+        }
+        Ok(out)
+    }
+
+    /// What the journal and the task table know of one call of this session's episode, by
+    /// surface and task id (an A2A task id or an MCP idempotency key). `None`: never seen.
+    pub fn reconcile(
+        &self,
+        session: &Session,
+        surface: Surface,
+        task_id: &str,
+    ) -> Result<Option<Reconciliation>, CallError> {
+        let episode = &session.episode;
+        let key = format!("{}:{task_id}", surface.prefix());
+        let invocation_id = format!("{}:{episode}:{task_id}", surface.prefix());
+        let state = self.store.read(|r| task::get(r, episode, &key))?;
+        let receipt = self.store.read(|r| journal::receipt(r, &invocation_id))?;
+        let Some(state) = state else {
+            return Ok(None);
+        };
+        let phase = match (state.phase, &receipt) {
+            (TaskPhase::Committed, _) => "committed",
+            (TaskPhase::Unrecorded, _) => "unrecorded",
+            (TaskPhase::Pending, _) => "indeterminate",
+        };
+        let effects = self.summaries(&state.effect_records)?;
+        Ok(Some(Reconciliation {
+            invocation_id,
+            skill_id: state.skill_id,
+            state: phase,
+            entry_index: state.entry_index,
+            output_ref: state.output_ref,
+            world_ref: state.world_ref,
+            effects,
+        }))
+    }
+
+    /// The episode's budget per grant: granted, spent (from the journal) and remaining.
+    pub fn budget(&self, session: &Session) -> Result<Vec<BudgetLine>, CallError> {
+        let spent = self.store.read(|r| journal::spent(r, &session.episode))?;
+        let now = self.now();
+        Ok(session
+            .grants
+            .iter()
+            .map(|g| {
+                let used = spent
+                    .get(&(g.effect.clone(), g.scope.clone()))
+                    .copied()
+                    .unwrap_or(0);
+                BudgetLine {
+                    effect: g.effect.clone(),
+                    scope: g.scope.clone(),
+                    granted: g.budget,
+                    spent: used,
+                    remaining: g.budget.saturating_sub(used),
+                    live: now < session.expires_at,
+                }
+            })
+            .collect())
     }
 
     // -- 2. R8 -----------------------------------------------------------------------------

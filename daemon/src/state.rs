@@ -1,6 +1,7 @@
 //! Shared state of a running daemon and the two operations every surface needs:
 //! authenticate a request and invoke a tool.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -8,6 +9,7 @@ use axum::http::HeaderMap;
 use broker_core::coordinator::{Call, CallError, CallOutput, Coordinator};
 use broker_core::session::{self, AuthError, AuthenticateError, Session};
 use broker_core::store::Store;
+use handler_api::EffectClass;
 use tokio::sync::Semaphore;
 
 use crate::metrics::Metrics;
@@ -51,6 +53,8 @@ pub struct DaemonInfo {
 }
 
 struct Inner {
+    /// Effect name → class, from the loaded plugins' manifests.
+    classes: HashMap<String, EffectClass>,
     store: Store,
     coordinator: Arc<Coordinator>,
     callbacks: Arc<Semaphore>,
@@ -68,6 +72,7 @@ impl AppState {
     pub fn new(store: Store, coordinator: Arc<Coordinator>, info: DaemonInfo) -> AppState {
         AppState {
             inner: Arc::new(Inner {
+                classes: HashMap::new(),
                 store,
                 coordinator,
                 callbacks: Arc::new(Semaphore::new(MAX_CALLBACKS)),
@@ -75,6 +80,19 @@ impl AppState {
                 metrics: Metrics::default(),
             }),
         }
+    }
+
+    /// The same state with the effect classes of the loaded plugins (call before sharing).
+    pub fn with_classes(mut self, classes: HashMap<String, EffectClass>) -> AppState {
+        if let Some(inner) = Arc::get_mut(&mut self.inner) {
+            inner.classes = classes;
+        }
+        self
+    }
+
+    /// The class of an effect; `None` when no loaded plugin declares it.
+    pub fn effect_class(&self, effect: &str) -> Option<EffectClass> {
+        self.inner.classes.get(effect).copied()
     }
 
     pub fn store(&self) -> &Store {

@@ -3,6 +3,8 @@
 
 use broker_core::registry::RegistryEntry;
 use broker_core::session::Session;
+use broker_core::transition::Transition;
+use handler_api::EffectClass;
 
 use crate::state::AppState;
 
@@ -40,6 +42,41 @@ pub fn transition_id(name: &str) -> Option<String> {
         }
     }
     Some(out)
+}
+
+/// What a tool may do to the world, from the classes of every effect it may plan: `read`
+/// only if all are reads; `unknown` if any is unknown or served by no loaded plugin.
+pub fn tool_class(state: &AppState, t: &Transition) -> EffectClass {
+    let mut class = EffectClass::Read;
+    for e in &t.declared_effects {
+        match state.effect_class(&e.effect) {
+            None | Some(EffectClass::Unknown) => return EffectClass::Unknown,
+            Some(EffectClass::Write) => class = EffectClass::Write,
+            Some(EffectClass::Read) => {}
+        }
+    }
+    class
+}
+
+/// The lowercase name of a class, as published in tags and docs.
+pub fn class_name(class: EffectClass) -> &'static str {
+    match class {
+        EffectClass::Read => "read",
+        EffectClass::Write => "write",
+        EffectClass::Unknown => "unknown",
+    }
+}
+
+/// MCP tool annotations that tell the truth about a class: only reads are read-only and
+/// idempotent; writes and unknowns may destroy; only unknowns reach beyond the worktree.
+pub fn annotations(class: EffectClass) -> serde_json::Value {
+    let read = class == EffectClass::Read;
+    serde_json::json!({
+        "readOnlyHint": read,
+        "destructiveHint": !read,
+        "idempotentHint": read,
+        "openWorldHint": class == EffectClass::Unknown,
+    })
 }
 
 /// Why the tool surface could not be built.

@@ -263,6 +263,7 @@ pub fn run(a: ServeArgs) -> CliResult {
             "published plugin transitions"
         );
     }
+    let classes = set.classes;
     let coordinator = Coordinator::new(
         store.clone(),
         set.handlers,
@@ -276,7 +277,7 @@ pub fn run(a: ServeArgs) -> CliResult {
         version: env!("CARGO_PKG_VERSION"),
         open_reads,
     };
-    let state = AppState::new(store, Arc::new(coordinator), info);
+    let state = AppState::new(store, Arc::new(coordinator), info).with_classes(classes);
 
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
