@@ -619,3 +619,73 @@ fn verify_genesis(r: &ReadCtx<'_>, entry: &Entry, walk: &mut Walk) {
     };
     verify_world(r, &world, walk);
 }
+
+/// The result of checking a whole store offline (`worldd doctor`).
+#[derive(Debug, Clone, Default)]
+pub struct StoreAudit {
+    /// Entries checked (genesis included).
+    pub entries: u64,
+    /// Entries with at least one broken link, with the first broken link's description.
+    pub broken: Vec<(u64, String)>,
+    /// Journal records read.
+    pub journal_records: u64,
+    /// Spend and journal inconsistencies.
+    pub journal_findings: Vec<String>,
+    /// Intents without an outcome (indeterminate effects; not an inconsistency).
+    pub indeterminate: Vec<String>,
+    /// The head does not select the last entry, or the log has a gap.
+    pub head_findings: Vec<String>,
+}
+
+impl StoreAudit {
+    /// True when nothing is inconsistent (indeterminate intents are allowed).
+    pub fn consistent(&self) -> bool {
+        self.broken.is_empty() && self.journal_findings.is_empty() && self.head_findings.is_empty()
+    }
+}
+
+/// Check every entry's links, every spend counter against the journal, the pending-intent
+/// index and the head.
+pub fn audit_store(store: &Store) -> Result<StoreAudit, VerifyError> {
+    let mut audit = StoreAudit::default();
+    let head = store
+        .read(log::head)?
+        .ok_or_else(|| VerifyError::NotFound("world head".into()))?;
+    let last = store.read(|r| -> Result<Option<u64>, StoreError> {
+        Ok(r.tables
+            .log
+            .last(r.txn)
+            .map_err(crate::store::TxnExt::heed_err(r))?
+            .map(|(k, _)| k))
+    })?;
+    if last != Some(head.world.revision) {
+        audit.head_findings.push(format!(
+            "the head selects revision {} but the last entry is {:?}",
+            head.world.revision, last
+        ));
+    }
+    for i in 0..=last.unwrap_or(0) {
+        let report = store.read(|r| Ok::<_, VerifyError>(verify_in(r, i, "doctor".into())))?;
+        audit.entries += 1;
+        if let Some(l) = report.links.iter().find(|l| !l.ok) {
+            audit.broken.push((i, format!("{}: {}", l.kind, l.detail)));
+        }
+    }
+    let (findings, n) = store
+        .read(crate::journal::audit)
+        .map_err(|e| VerifyError::NotFound(format!("a readable journal ({e})")))?;
+    audit.journal_records = n;
+    audit.journal_findings = findings.into_iter().map(|f| f.0).collect();
+    audit.indeterminate = store
+        .indeterminate()
+        .map_err(|e| VerifyError::NotFound(format!("a readable journal ({e})")))?
+        .into_iter()
+        .map(|s| {
+            format!(
+                "{} ({} {}@{})",
+                s.intent.invocation_id, s.intent.effect, s.intent.scope, s.intent.cost
+            )
+        })
+        .collect();
+    Ok(audit)
+}

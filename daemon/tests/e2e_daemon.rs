@@ -782,3 +782,55 @@ fn rest_commit_checks_the_head_and_answers_receipts() {
         401
     );
 }
+
+#[test]
+fn doctor_passes_a_healthy_store_and_exits_3_on_damage() {
+    let d = Daemon::start(WS, &[]);
+    let token = d.session(
+        "ep1",
+        &["Workspace.Read=worktree:5", "Workspace.Write=worktree:5"],
+    );
+    for i in 0..3 {
+        a2a(
+            &d,
+            &token,
+            &format!("w{i}"),
+            "ailang-write",
+            json!({"path": format!("f{i}.txt"), "content": "x"}),
+        );
+    }
+    a2a(&d, &token, "bad", "ailang-read", json!({"nope": 1}));
+    // Doctor runs beside the live daemon.
+    let (code, out, err) = worldd(&["doctor", "--db", path_str(&d.db())], None);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("✓ 5 entr(ies) checked, 0 broken"), "{out}");
+    assert!(
+        out.contains("spend counters equal the sum of intents"),
+        "{out}"
+    );
+    assert!(out.contains("0 indeterminate intent(s)"), "{out}");
+    let kept = d.halt();
+    let db = kept.path().join("db");
+    {
+        let store = broker_core::store::Store::open(&db, Default::default()).unwrap();
+        let e2 = store
+            .raw_get(broker_core::store::RawTable::Log, &2u64.to_be_bytes())
+            .unwrap()
+            .unwrap();
+        let mut damaged = e2.clone();
+        let at = damaged.len() - 3;
+        damaged[at] ^= 1;
+        store
+            .raw_overwrite(
+                broker_core::store::RawTable::Log,
+                2u64.to_be_bytes().to_vec(),
+                damaged,
+            )
+            .unwrap();
+    }
+    let (code, out, err) = worldd(&["doctor", "--db", path_str(&db)], None);
+    assert_eq!(code, 3, "{out}{err}");
+    assert!(out.contains("1 broken"), "{out}");
+    assert!(out.contains("entry 2: entry"), "{out}");
+    assert!(err.contains("doctor: the store is inconsistent"), "{err}");
+}

@@ -9,6 +9,7 @@ use std::path::PathBuf;
 use clap::{Args, Parser, Subcommand};
 
 mod client;
+mod doctor;
 mod quickstart;
 mod serve;
 mod session;
@@ -69,6 +70,8 @@ pub enum Command {
     Session(session::SessionCommand),
     /// Explain and re-verify one call's provenance.
     Why(why::WhyArgs),
+    /// Check a store offline: every entry's links, spend against the journal, the head.
+    Doctor(doctor::DoctorArgs),
     /// List the plugin libraries, their effects and tools, and why a library would not load.
     Handlers(serve::HandlersArgs),
     /// Ask a running daemon for its health.
@@ -114,6 +117,7 @@ pub fn main() -> i32 {
         Command::Quickstart(a) => quickstart::run(a),
         Command::Session(c) => session::run(c),
         Command::Why(a) => why::run(a),
+        Command::Doctor(a) => doctor::run(a),
         Command::Handlers(a) => serve::handlers(a),
         Command::Health(a) => client::health(a),
         Command::Head(a) => client::head(a),

@@ -1,0 +1,89 @@
+//! `worldd doctor`: check an existing store offline — every entry's links, every spend
+//! counter against the journal, the pending-intent index and the head. Exit 3 on any
+//! inconsistency. Indeterminate intents are listed but are not inconsistencies.
+
+use broker_core::verify;
+use clap::Args;
+
+use super::session::open_existing;
+use super::{CliResult, DbArg, Failure};
+
+#[derive(Args, Debug)]
+pub struct DoctorArgs {
+    #[command(flatten)]
+    pub db: DbArg,
+    /// Print the findings as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+pub fn run(a: DoctorArgs) -> CliResult {
+    let store = open_existing(&a.db.db)?;
+    let started = std::time::Instant::now();
+    let audit = verify::audit_store(&store).map_err(|e| Failure::usage(format!("doctor: {e}")))?;
+    let secs = started.elapsed().as_secs_f64();
+    if a.json {
+        println!(
+            "{}",
+            serde_json::json!({
+                "consistent": audit.consistent(),
+                "entries": audit.entries,
+                "brokenEntries": audit.broken.iter().map(|(i, d)| serde_json::json!({"entry": i, "detail": d})).collect::<Vec<_>>(),
+                "journalRecords": audit.journal_records,
+                "journalFindings": audit.journal_findings,
+                "headFindings": audit.head_findings,
+                "indeterminate": audit.indeterminate,
+                "seconds": secs,
+            })
+        );
+    } else {
+        println!("doctor: {}", a.db.db.display());
+        println!(
+            "  {} {} entr(ies) checked, {} broken ({:.0} entries/s)",
+            mark(audit.broken.is_empty()),
+            audit.entries,
+            audit.broken.len(),
+            audit.entries as f64 / secs.max(1e-9)
+        );
+        for (i, d) in audit.broken.iter().take(20) {
+            println!("      entry {i}: {d}");
+        }
+        println!(
+            "  {} {} journal record(s); spend counters {}",
+            mark(audit.journal_findings.is_empty()),
+            audit.journal_records,
+            if audit.journal_findings.is_empty() {
+                "equal the sum of intents"
+            } else {
+                "DISAGREE with the journal"
+            }
+        );
+        for f in &audit.journal_findings {
+            println!("      {f}");
+        }
+        println!("  {} head", mark(audit.head_findings.is_empty()));
+        for f in &audit.head_findings {
+            println!("      {f}");
+        }
+        println!(
+            "  {} indeterminate intent(s) (never retried; budget stays spent)",
+            audit.indeterminate.len()
+        );
+        for i in audit.indeterminate.iter().take(20) {
+            println!("      {i}");
+        }
+    }
+    if audit.consistent() {
+        Ok(())
+    } else {
+        Err(Failure::integrity("doctor: the store is inconsistent"))
+    }
+}
+
+fn mark(ok: bool) -> &'static str {
+    if ok {
+        "✓"
+    } else {
+        "✗"
+    }
+}
