@@ -260,10 +260,19 @@ pub fn load(opts: &PluginOptions) -> Result<PluginSet, PluginError> {
     let mut owners: HashMap<String, PathBuf> = HashMap::new();
     let mut found = Vec::new();
     let mut declined = Vec::new();
+    let mut broken = Vec::new();
     for scanned in scan(&opts.dir)? {
         let (info, plugin) = match scanned {
             Scanned::Plugin(i, p) => (i, p),
-            Scanned::Broken(e) => return Err(e),
+            // Without --handler every library must load. With it, a broken library that is not
+            // selected is reported and skipped; a selected name it might have carried is then
+            // reported as missing, with the broken libraries named.
+            Scanned::Broken(e) if opts.selected.is_empty() => return Err(e),
+            Scanned::Broken(e) => {
+                tracing::warn!("skipping {e}");
+                broken.push(e.to_string());
+                continue;
+            }
         };
         found.push(info.manifest.name.clone());
         if !opts.selected.is_empty() && !opts.selected.contains(&info.manifest.name) {
@@ -334,8 +343,13 @@ pub fn load(opts: &PluginOptions) -> Result<PluginSet, PluginError> {
             return Err(PluginError::new(
                 &opts.dir,
                 format!(
-                    "--handler {s}: no plugin of that name here (found: {})",
-                    found.join(", ")
+                    "--handler {s}: no plugin of that name here (found: {}){}",
+                    found.join(", "),
+                    if broken.is_empty() {
+                        String::new()
+                    } else {
+                        format!("; not loadable: {}", broken.join("; "))
+                    }
                 ),
             ));
         }

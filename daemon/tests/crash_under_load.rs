@@ -39,7 +39,9 @@ fn send(addr: &str, token: &str, task: &str, path: &str) -> Result<Option<(u64, 
         "params": {"id": task, "metadata": {"skill_id": "ailang-write"},
                    "message": {"role": "user", "parts": [{"type": "data", "data": {"path": path, "content": task}}]}}
     });
-    let agent = ureq::AgentBuilder::new().timeout(Duration::from_secs(10)).build();
+    let agent = ureq::AgentBuilder::new()
+        .timeout(Duration::from_secs(10))
+        .build();
     let res = agent
         .post(&format!("http://{addr}/a2a/"))
         .set("Authorization", &format!("Bearer {token}"))
@@ -55,18 +57,25 @@ fn send(addr: &str, token: &str, task: &str, path: &str) -> Result<Option<(u64, 
     }
     let data = &v["result"]["artifacts"][0]["parts"][0]["data"];
     let bytes = broker_core::canon::to_vec(data).map_err(|e| e.to_string())?;
-    let entry = v["result"]["metadata"]["entry_index"].as_u64().ok_or("no entry index")?;
+    let entry = v["result"]["metadata"]["entry_index"]
+        .as_u64()
+        .ok_or("no entry index")?;
     Ok(Some((entry, Ref::of(&bytes))))
 }
 
 #[test]
 fn sigkill_under_load_loses_no_acknowledged_call_and_runs_no_effect_twice() {
-    let kills: usize = std::env::var("CRASH_KILLS").ok().and_then(|s| s.parse().ok()).unwrap_or(50);
+    let kills: usize = std::env::var("CRASH_KILLS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(50);
     let mut d = Daemon::start(&["worldd_workspace"], &[]);
     let tokens: Vec<String> = (0..CLIENTS)
         .map(|c| d.session(&format!("c{c}"), &["Workspace.Write=worktree:100000"]))
         .collect();
-    let ledgers: Vec<Arc<Mutex<Ledger>>> = (0..CLIENTS).map(|_| Arc::new(Mutex::new(Ledger::default()))).collect();
+    let ledgers: Vec<Arc<Mutex<Ledger>>> = (0..CLIENTS)
+        .map(|_| Arc::new(Mutex::new(Ledger::default())))
+        .collect();
     let mut seq = 0u64;
     let mut rng = 0x9e3779b97f4a7c15u64;
     let mut next = move || {
@@ -82,23 +91,27 @@ fn sigkill_under_load_loses_no_acknowledged_call_and_runs_no_effect_twice() {
         let addr = d.addr.clone();
         let threads: Vec<_> = (0..CLIENTS)
             .map(|c| {
-                let (stop, addr, token, ledger) = (stop.clone(), addr.clone(), tokens[c].clone(), ledgers[c].clone());
+                let (stop, addr, token, ledger) = (
+                    stop.clone(),
+                    addr.clone(),
+                    tokens[c].clone(),
+                    ledgers[c].clone(),
+                );
                 let base = seq + (c as u64) * 1_000_000;
                 std::thread::spawn(move || {
                     // First resend what was not acknowledged before the last kill.
-                    let resend: Vec<String> = ledger.lock().unwrap().unacked.iter().cloned().collect();
+                    let resend: Vec<String> =
+                        ledger.lock().unwrap().unacked.iter().cloned().collect();
                     for task in resend {
                         if stop.load(Ordering::Relaxed) {
                             return;
                         }
-                        match send(&addr, &token, &task, &format!("{task}.txt")) {
-                            Ok(Some(ack)) => {
-                                let mut l = ledger.lock().unwrap();
-                                l.unacked.remove(&task);
-                                l.acked.insert(task, ack);
-                            }
-                            // Refused (e.g. indeterminate: never re-run) or the daemon died.
-                            Ok(None) | Err(_) => {}
+                        // A refusal (e.g. indeterminate: never re-run) or a dead daemon
+                        // leaves the task unacknowledged.
+                        if let Ok(Some(ack)) = send(&addr, &token, &task, &format!("{task}.txt")) {
+                            let mut l = ledger.lock().unwrap();
+                            l.unacked.remove(&task);
+                            l.acked.insert(task, ack);
                         }
                     }
                     let mut n = base;
@@ -144,10 +157,19 @@ fn sigkill_under_load_loses_no_acknowledged_call_and_runs_no_effect_twice() {
                 let l = ledger.lock().unwrap();
                 for (task, (entry, output)) in &l.acked {
                     let e = store.read(|r| broker_core::log::entry(r, *entry)).unwrap();
-                    let e = e.unwrap_or_else(|| panic!("round {round}: acknowledged {task} lost (entry {entry})"));
-                    let rec = store.read(|r| r.object(&e.transition_ref)).unwrap().unwrap();
+                    let e = e.unwrap_or_else(|| {
+                        panic!("round {round}: acknowledged {task} lost (entry {entry})")
+                    });
+                    let rec = store
+                        .read(|r| r.object(&e.transition_ref))
+                        .unwrap()
+                        .unwrap();
                     let rec: Value = serde_json::from_slice(&rec.payload).unwrap();
-                    assert_eq!(rec["invocationId"], format!("a2a:c{c}:{task}"), "round {round}");
+                    assert_eq!(
+                        rec["invocationId"],
+                        format!("a2a:c{c}:{task}"),
+                        "round {round}"
+                    );
                     assert_eq!(rec["output"], output.to_string(), "round {round}: {task}");
                 }
             }
@@ -166,10 +188,15 @@ fn sigkill_under_load_loses_no_acknowledged_call_and_runs_no_effect_twice() {
         let wt = dir.path().join("worktrees").join(format!("c{c}"));
         for entry in std::fs::read_dir(&wt).unwrap() {
             let name = entry.unwrap().file_name().into_string().unwrap();
-            let Some(task) = name.strip_suffix(".txt") else { continue };
+            let Some(task) = name.strip_suffix(".txt") else {
+                continue;
+            };
             let id = format!("a2a:c{c}:{task}");
             let state = store.read(|r| journal::state(r, &id)).unwrap();
-            assert!(state.is_some(), "{name} was written without a journaled intent");
+            assert!(
+                state.is_some(),
+                "{name} was written without a journaled intent"
+            );
         }
         for task in l.acked.keys() {
             let content = std::fs::read_to_string(wt.join(format!("{task}.txt"))).unwrap();
@@ -180,7 +207,10 @@ fn sigkill_under_load_loses_no_acknowledged_call_and_runs_no_effect_twice() {
         let intents = spent.values().sum::<u64>();
         assert!(intents as usize >= l.acked.len());
     }
-    assert!(acked_total > kills, "too little load: {acked_total} acknowledged calls over {kills} kills");
+    assert!(
+        acked_total > kills,
+        "too little load: {acked_total} acknowledged calls over {kills} kills"
+    );
     drop(store);
     let (code, out, err) = worldd(&["doctor", "--db", path_str(&dir.path().join("db"))], None);
     assert_eq!(code, 0, "{out}{err}");

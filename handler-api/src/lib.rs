@@ -28,8 +28,13 @@
 //! crate-type = ["cdylib", "rlib"]
 //!
 //! [dependencies]
-//! # Inside the worldd workspace: { path = "../../handler-api" }.
-//! handler-api = { git = "…", version = "0.1" }
+//! # handler-api is not on crates.io: point at a checkout of the worldd
+//! # repository (inside that tree, e.g. "../../handler-api").
+//! handler-api = { path = "/path/to/worldd/handler-api" }
+//!
+//! # Only if this crate sits inside another Cargo workspace's directory
+//! # but is not a member of it:
+//! [workspace]
 //! ```
 //!
 //! **2. The code.** `src/lib.rs`: a [`Plugin`] (manifest + constructor), an
@@ -184,8 +189,8 @@
 //! - **failed**: the effect did not complete and you know it: a payload the
 //!   plan should never have built, an op outside the effect's allowlist, an
 //!   operator gate, an I/O error part-way. The budget stays debited and the
-//!   agent sees only the effect status; the message goes to the effect
-//!   record and the operator.
+//!   agent sees only the effect status; the message goes to the daemon's
+//!   log (`effect failed: <message>`), not into the effect record.
 //! - **indeterminate**: you cannot tell whether the effect happened (a remote
 //!   call timed out after the request was sent). The daemon fails closed:
 //!   the effect counts as possibly applied and is never retried

@@ -1,0 +1,787 @@
+//! The plugin ABI's acceptance test: plugins built OUTSIDE the worldd workspace, loaded by the
+//! real `worldd` binary over real HTTP.
+//!
+//! - `tests/fixtures/echo-plugin` is a third-party plugin written from the handler-author guide
+//!   (its own `[workspace]`, only `handler-api` as a dependency). It adds the effects
+//!   `Echo.Say` and `Echo.Panic` and the tools `echo-say` and `echo-panic`, which the daemon
+//!   serves with no change to its code.
+//! - `tests/fixtures/incompatible-plugin` is built against a scratch copy of `handler-api` whose
+//!   package version is moved to the next `0.y` minor: the daemon must refuse it with one line.
+//!
+//! The fixtures are built once per test binary (one `OnceLock` each, one build at a time) with
+//! `cargo build --manifest-path … --target-dir <target>/fixtures`: a target directory of their
+//! own, because the `cargo test` running us holds the lock on the main one.
+
+mod common;
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use base64::Engine;
+use common::*;
+use serde_json::{json, Value};
+use sha2::Digest;
+
+const WS: &str = "worldd_workspace";
+const R8: &str = "transition declares an effect this daemon has no handler for";
+
+// -------------------------------------------------------------------------------------------
+// Building the fixtures.
+
+/// The worldd checkout (the parent of `daemon/`).
+fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap()
+        .to_path_buf()
+}
+
+/// `<target>/fixtures`, next to `<target>/debug` (found from this test executable).
+fn fixtures_target() -> PathBuf {
+    target_dir().parent().unwrap().join("fixtures")
+}
+
+fn library_file(lib: &str) -> String {
+    format!(
+        "{}{lib}{}",
+        std::env::consts::DLL_PREFIX,
+        std::env::consts::DLL_SUFFIX
+    )
+}
+
+/// One fixture build at a time (cargo would serialise them on its lock anyway).
+static BUILD: Mutex<()> = Mutex::new(());
+
+/// `cargo build --manifest-path MANIFEST --target-dir <target>/fixtures`; returns the cdylib.
+fn cargo_build(manifest: &Path, lib: &str) -> PathBuf {
+    let _one_at_a_time = BUILD.lock().unwrap_or_else(|p| p.into_inner());
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| env!("CARGO").into());
+    let target = fixtures_target();
+    let started = Instant::now();
+    let out = Command::new(cargo)
+        .arg("build")
+        .arg("--manifest-path")
+        .arg(manifest)
+        .arg("--target-dir")
+        .arg(&target)
+        .env("CARGO_TERM_COLOR", "never")
+        .env_remove("CARGO_TARGET_DIR")
+        .env_remove("CARGO_BUILD_TARGET_DIR")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "cargo build --manifest-path {} failed:\n{}",
+        manifest.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    eprintln!(
+        "built fixture {} in {:.1}s",
+        manifest.display(),
+        started.elapsed().as_secs_f64()
+    );
+    let path = target.join("debug").join(library_file(lib));
+    assert!(path.is_file(), "{} was not built", path.display());
+    path
+}
+
+/// The echo plugin, built in place from `tests/fixtures/echo-plugin`.
+fn echo_library() -> &'static Path {
+    static LIB: OnceLock<PathBuf> = OnceLock::new();
+    LIB.get_or_init(|| {
+        cargo_build(
+            &repo_root().join("tests/fixtures/echo-plugin/Cargo.toml"),
+            "worldd_echo",
+        )
+    })
+}
+
+/// The incompatible plugin and the versions the refusal names.
+struct Incompatible {
+    library: PathBuf,
+    /// handler-api's version, which the daemon is built against.
+    expected: String,
+    /// The version of the copy the plugin is built against.
+    found: String,
+}
+
+/// Build `tests/fixtures/incompatible-plugin` against a copy of `handler-api/` whose package
+/// version is moved to the next `0.y` minor.
+///
+/// Both copies live in `<target>/fixtures/incompatible-src/` (scratch space, never committed),
+/// rewritten only where their content changed so that warm runs rebuild nothing:
+/// - `handler-api/`: every file of `handler-api/` except `Cargo.toml`, which is rewritten with
+///   the workspace-inherited keys resolved from the root manifest, the new version, no
+///   dev-dependencies and an empty `[workspace]` table (it is built on its own);
+/// - `incompatible-plugin/`: the fixture, its `handler-api` dependency pointed at that copy.
+fn incompatible_plugin() -> &'static Incompatible {
+    static LIB: OnceLock<Incompatible> = OnceLock::new();
+    LIB.get_or_init(|| {
+        let root = repo_root();
+        let scratch = fixtures_target().join("incompatible-src");
+        let api_dir = root.join("handler-api");
+
+        let mut api = read_toml(&api_dir.join("Cargo.toml"));
+        let workspace = read_toml(&root.join("Cargo.toml"))
+            .get("workspace")
+            .and_then(toml::Value::as_table)
+            .cloned()
+            .expect("the root Cargo.toml has a [workspace] table");
+        resolve_inherited(&mut api, &workspace, &root, &api_dir);
+        let package = api["package"].as_table_mut().unwrap();
+        let expected = package["version"].as_str().unwrap().to_owned();
+        let found = next_minor(&expected);
+        package.insert("version".into(), toml::Value::String(found.clone()));
+        api.remove("dev-dependencies");
+        api.insert("workspace".into(), toml::Value::Table(toml::Table::new()));
+        let api_copy = scratch.join("handler-api");
+        sync_dir(&api_dir, &api_copy);
+        write_if_changed(
+            &api_copy.join("Cargo.toml"),
+            toml::to_string(&api).unwrap().as_bytes(),
+        );
+
+        let fixture_dir = root.join("tests/fixtures/incompatible-plugin");
+        let mut fixture = read_toml(&fixture_dir.join("Cargo.toml"));
+        fixture["dependencies"]
+            .as_table_mut()
+            .expect("the fixture has [dependencies]")
+            .insert(
+                "handler-api".into(),
+                toml::Value::Table(toml::Table::from_iter([(
+                    "path".to_owned(),
+                    toml::Value::String("../handler-api".into()),
+                )])),
+            );
+        let fixture_copy = scratch.join("incompatible-plugin");
+        sync_dir(&fixture_dir, &fixture_copy);
+        write_if_changed(
+            &fixture_copy.join("Cargo.toml"),
+            toml::to_string(&fixture).unwrap().as_bytes(),
+        );
+        // The echo plugin's lock file, so that both fixtures resolve the same abi_stable,
+        // serde, … and share their compiled artifacts in <target>/fixtures.
+        let lock = fixture_copy.join("Cargo.lock");
+        if !lock.exists() {
+            let echo_lock = root.join("tests/fixtures/echo-plugin/Cargo.lock");
+            let from = if echo_lock.exists() {
+                echo_lock
+            } else {
+                root.join("Cargo.lock")
+            };
+            std::fs::copy(from, &lock).unwrap();
+        }
+        let library = cargo_build(&fixture_copy.join("Cargo.toml"), "worldd_incompatible");
+        Incompatible {
+            library,
+            expected,
+            found,
+        }
+    })
+}
+
+fn read_toml(path: &Path) -> toml::Table {
+    let text = std::fs::read_to_string(path)
+        .unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()));
+    toml::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+fn is_inherited(v: &toml::Value) -> bool {
+    v.get("workspace").and_then(toml::Value::as_bool) == Some(true)
+}
+
+/// Replace `key.workspace = true` in `[package]`, `[dependencies]`, `[build-dependencies]` and
+/// `[lints]` by the workspace's values, and make relative dependency paths absolute, so that
+/// the manifest builds outside the workspace.
+fn resolve_inherited(
+    manifest: &mut toml::Table,
+    workspace: &toml::Table,
+    root: &Path,
+    crate_dir: &Path,
+) {
+    let absolute = |dir: &Path, dep: &mut toml::Table| {
+        if let Some(toml::Value::String(p)) = dep.get("path") {
+            let p = dir.join(p).display().to_string();
+            dep.insert("path".into(), toml::Value::String(p));
+        }
+    };
+    if let Some(package) = manifest
+        .get_mut("package")
+        .and_then(toml::Value::as_table_mut)
+    {
+        for (key, value) in package.iter_mut() {
+            if is_inherited(value) {
+                *value = workspace["package"]
+                    .get(key)
+                    .unwrap_or_else(|| panic!("workspace.package.{key} is missing"))
+                    .clone();
+            }
+        }
+    }
+    for section in ["dependencies", "build-dependencies"] {
+        let Some(deps) = manifest
+            .get_mut(section)
+            .and_then(toml::Value::as_table_mut)
+        else {
+            continue;
+        };
+        for (name, dep) in deps.iter_mut() {
+            if !is_inherited(dep) {
+                if let Some(t) = dep.as_table_mut() {
+                    absolute(crate_dir, t);
+                }
+                continue;
+            }
+            let mut resolved = match workspace["dependencies"].get(name) {
+                Some(toml::Value::String(version)) => toml::Table::from_iter([(
+                    "version".to_owned(),
+                    toml::Value::String(version.clone()),
+                )]),
+                Some(toml::Value::Table(t)) => t.clone(),
+                _ => panic!("workspace.dependencies.{name} is missing"),
+            };
+            absolute(root, &mut resolved);
+            for (k, v) in dep.as_table().unwrap() {
+                match (k.as_str(), resolved.get_mut(k)) {
+                    ("workspace", _) => {}
+                    ("features", Some(toml::Value::Array(features))) => {
+                        features.extend(v.as_array().unwrap().iter().cloned())
+                    }
+                    _ => {
+                        resolved.insert(k.clone(), v.clone());
+                    }
+                }
+            }
+            *dep = toml::Value::Table(resolved);
+        }
+    }
+    if manifest.get("lints").is_some_and(is_inherited) {
+        match workspace.get("lints") {
+            Some(lints) => manifest.insert("lints".into(), lints.clone()),
+            None => manifest.remove("lints"),
+        };
+    }
+}
+
+/// The next incompatible version: `0.y.z` → `0.(y+1).0`, `x.y.z` → `(x+1).0.0`.
+fn next_minor(version: &str) -> String {
+    let mut parts = version.split(['.', '-', '+']).map(|p| p.parse::<u64>());
+    let (Some(Ok(major)), Some(Ok(minor))) = (parts.next(), parts.next()) else {
+        panic!("handler-api version {version:?} is not x.y.z");
+    };
+    if major == 0 {
+        format!("0.{}.0", minor + 1)
+    } else {
+        format!("{}.0.0", major + 1)
+    }
+}
+
+/// Copy `from` into `to` (files whose content changed only; no `Cargo.toml`, `Cargo.lock` or
+/// `target`).
+fn sync_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        let name = entry.file_name();
+        if ["Cargo.toml", "Cargo.lock", "target"].contains(&name.to_str().unwrap_or("")) {
+            continue;
+        }
+        let kind = entry.file_type().unwrap();
+        if kind.is_dir() {
+            sync_dir(&entry.path(), &to.join(&name));
+        } else if kind.is_file() {
+            write_if_changed(&to.join(&name), &std::fs::read(entry.path()).unwrap());
+        }
+    }
+}
+
+/// Cargo rebuilds what is newer than its last build: leave unchanged files alone.
+fn write_if_changed(path: &Path, bytes: &[u8]) {
+    if std::fs::read(path).ok().as_deref() != Some(bytes) {
+        std::fs::write(path, bytes).unwrap();
+    }
+}
+
+// -------------------------------------------------------------------------------------------
+// Daemons with plugin libraries from anywhere.
+
+/// `worldd serve` on `dir` with `libs` copied into `dir/plugins` plus the named libraries from
+/// the main target directory.
+fn start_with(dir: tempfile::TempDir, libs: &[&Path], names: &[&str]) -> Daemon {
+    let plugins = dir.path().join("plugins");
+    std::fs::create_dir_all(&plugins).unwrap();
+    for lib in libs {
+        std::fs::copy(lib, plugins.join(lib.file_name().unwrap())).unwrap();
+    }
+    Daemon::start_in(dir, names, &[])
+}
+
+/// Kill `d` and start another daemon on its store with these plugins only.
+fn restart_with(mut d: Daemon, libs: &[&Path], names: &[&str]) -> Daemon {
+    let _ = d.child.kill();
+    let _ = d.child.wait();
+    let dir = std::mem::replace(&mut d.dir, tempfile::tempdir().unwrap());
+    drop(d);
+    std::fs::remove_dir_all(dir.path().join("plugins")).unwrap();
+    start_with(dir, libs, names)
+}
+
+/// Collect the daemon's stderr (its log) from now on.
+fn capture_stderr(d: &mut Daemon) -> Arc<Mutex<String>> {
+    let log = Arc::new(Mutex::new(String::new()));
+    let mut stderr = d.child.stderr.take().unwrap();
+    let sink = log.clone();
+    std::thread::spawn(move || {
+        let mut buf = [0u8; 4096];
+        while let Ok(n) = stderr.read(&mut buf) {
+            if n == 0 {
+                break;
+            }
+            sink.lock()
+                .unwrap()
+                .push_str(&String::from_utf8_lossy(&buf[..n]));
+        }
+    });
+    log
+}
+
+/// Wait until the captured log contains `needle`.
+fn wait_for_log(log: &Mutex<String>, needle: &str) {
+    let until = Instant::now() + Duration::from_secs(10);
+    while !log.lock().unwrap().contains(needle) {
+        assert!(
+            Instant::now() < until,
+            "the daemon never logged {needle:?}; its log:\n{}",
+            log.lock().unwrap()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// The JSON-RPC reply of an MCP POST, plain JSON or one SSE `message` event.
+fn rpc(a: &Answer) -> Value {
+    assert_eq!(a.status, 200, "{}", a.text());
+    if a.content_type.starts_with("text/event-stream") {
+        a.sse_json()
+    } else {
+        a.json()
+    }
+}
+
+/// The data part of an A2A `tasks/send` result.
+fn a2a_data(v: &Value) -> &Value {
+    assert_eq!(v["result"]["status"]["state"], "completed", "{v}");
+    &v["result"]["artifacts"][0]["parts"][0]["data"]
+}
+
+fn mcp_tool_names(d: &Daemon, token: &str) -> Vec<String> {
+    let v = rpc(&mcp(d, token, "tools/list", json!({})));
+    v["result"]["tools"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{v}"))
+        .iter()
+        .map(|t| t["name"].as_str().unwrap().to_owned())
+        .collect()
+}
+
+/// A stored object's payload, decoded as JSON (`GET /v1/objects/<ref>?payload=true`).
+fn object_payload(d: &Daemon, token: &str, reference: &str) -> (Value, Value) {
+    let a = get(
+        &d.url(&format!("/v1/objects/{reference}?payload=true")),
+        Some(token),
+    );
+    assert_eq!(a.status, 200, "{}", a.text());
+    let object = a.json();
+    let bytes = base64::engine::general_purpose::STANDARD
+        .decode(object["payload"].as_str().unwrap())
+        .unwrap();
+    (object, serde_json::from_slice(&bytes).unwrap())
+}
+
+fn head(d: &Daemon, token: &str) -> String {
+    let a = get(&d.url("/v1/head"), Some(token));
+    assert_eq!(a.status, 200, "{}", a.text());
+    a.text()
+}
+
+fn revision(d: &Daemon, token: &str) -> u64 {
+    let w = get(
+        &d.url(&format!("/v1/worlds/{}", head(d, token))),
+        Some(token),
+    )
+    .json();
+    w["revision"].as_u64().unwrap_or_else(|| panic!("{w}"))
+}
+
+/// Units spent in `episode`, read from the store beside the running daemon.
+fn spent(d: &Daemon, episode: &str) -> Vec<((String, String), u64)> {
+    let store = broker_core::store::Store::open(&d.db(), Default::default()).unwrap();
+    store
+        .read(|r| broker_core::journal::spent(r, episode))
+        .unwrap()
+        .into_iter()
+        .collect()
+}
+
+fn sha256_ref(path: &Path) -> String {
+    format!(
+        "sha256:{}",
+        hex::encode(sha2::Sha256::digest(std::fs::read(path).unwrap()))
+    )
+}
+
+fn fixture_transition(name: &str) -> Value {
+    let path = repo_root()
+        .join("tests/fixtures/echo-plugin/transitions")
+        .join(name);
+    serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap()
+}
+
+// -------------------------------------------------------------------------------------------
+// 1. A third-party plugin loads and serves, with no change to the daemon.
+
+#[test]
+fn a_plugin_built_outside_the_workspace_loads_and_serves_its_tool() {
+    let echo = echo_library();
+
+    // `worldd handlers` describes it.
+    let listing = tempfile::tempdir().unwrap();
+    let lib = listing.path().join(library_file("worldd_echo"));
+    std::fs::copy(echo, &lib).unwrap();
+    let (code, out, err) = worldd(
+        &["handlers", "--plugin-dir", path_str(listing.path())],
+        None,
+    );
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(
+        out,
+        format!(
+            "plugin directory {dir}\n\
+             \n\
+             echo 0.1.0 (abi 1)\n\
+            \x20 file {lib}\n\
+            \x20 library {file_ref}\n\
+            \x20 Echoes a text back (echo-say); panics on request (echo-panic).\n\
+            \x20 effect Echo.Say [read] ops: say\n\
+            \x20 effect Echo.Panic [read] ops: panic\n\
+            \x20 tools: echo-say, echo-panic\n\
+            \x20 config {{}}\n\
+             \n\
+             1 plugin(s), 0 library(ies) not loadable\n",
+            dir = listing.path().display(),
+            lib = lib.display(),
+            file_ref = sha256_ref(&lib),
+        )
+    );
+
+    // `worldd serve` with it and the workspace plugin.
+    let d = start_with(tempfile::tempdir().unwrap(), &[echo], &[WS]);
+    let token = d.session("ep1", &["Echo.Say=any:5"]);
+    let reader = d.session("ep2", &["Workspace.Read=worktree:5"]);
+
+    // A2A.
+    let text = "hello from a plugin built elsewhere: \"quoted\" é ✓";
+    let v = a2a(&d, &token, "s1", "echo-say", json!({"text": text}));
+    let data = a2a_data(&v);
+    assert_eq!(
+        data,
+        &json!({"ok": true, "echo": text, "world": data["world"].clone()}),
+        "{v}"
+    );
+    let world = &data["world"];
+    assert_eq!(world["effects"].as_array().unwrap().len(), 1, "{world}");
+    assert_eq!(world["effects"][0]["id"], "e1");
+    assert_eq!(world["effects"][0]["status"], "ok");
+    assert!(world["effects"][0]["record"]
+        .as_str()
+        .unwrap()
+        .starts_with("sha256:"));
+    assert!(world["plan"].as_str().unwrap().starts_with("sha256:"));
+    assert_eq!(v["result"]["metadata"]["invocation_id"], "a2a:ep1:s1");
+    let entry = v["result"]["metadata"]["entry_index"].as_u64().unwrap();
+
+    // Its effect record: allowed, not failed, one unit spent.
+    let record = world["effects"][0]["record"].as_str().unwrap();
+    let (object, rec) = object_payload(&d, &token, record);
+    assert_eq!(object["semanticId"], "world/effect-record/v1");
+    assert_eq!(
+        rec,
+        json!({"effect": "Echo.Say", "scope": "any", "cost": 1, "budgetBefore": 5,
+               "budgetAfter": 4, "allowed": true, "failed": false, "denial": "",
+               "requestRef": rec["requestRef"].clone(), "resultRef": rec["resultRef"].clone()})
+    );
+    assert!(rec["resultRef"].as_str().unwrap().starts_with("sha256:"));
+
+    // The plugin's plan section refuses bad arguments before any effect.
+    let v = a2a(
+        &d,
+        &token,
+        "s2",
+        "echo-say",
+        json!({"text": "x", "loud": true}),
+    );
+    assert_eq!(
+        a2a_data(&v),
+        &json!({"ok": false,
+                "refused": "unknown argument \"loud\"; echo-say admits only: text",
+                "world": {"effects": [], "plan": a2a_data(&v)["world"]["plan"].clone()}})
+    );
+
+    // `worldd why` re-verifies the echo call's whole chain.
+    let db = d.db();
+    let (code, out, err) = worldd(&["why", "--db", path_str(&db), &entry.to_string()], None);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(
+        out.starts_with(&format!("why: entry {entry} (matched by ")),
+        "{out}"
+    );
+    assert!(out.contains("all 7 link(s) verified"), "{out}");
+
+    // MCP: the Echo.Say grant sees echo-say (and only it); a workspace session does not.
+    assert_eq!(mcp_tool_names(&d, &token), ["echo-say"]);
+    assert_eq!(mcp_tool_names(&d, &reader), ["ailang-read"]);
+    let list = rpc(&mcp(&d, &token, "tools/list", json!({})));
+    let doc = fixture_transition("echo-say.json");
+    let mut tool = list["result"]["tools"][0].clone();
+    // The guide promises the effect class as MCP annotations; the daemon does not publish
+    // them yet. When it does, Echo.Say is a read.
+    if let Some(annotations) = tool.as_object_mut().unwrap().remove("annotations") {
+        assert_eq!(annotations["readOnlyHint"], true, "{annotations}");
+    }
+    assert_eq!(
+        tool,
+        json!({"name": "echo-say", "title": doc["title"], "description": doc["description"],
+               "inputSchema": doc["inputSchema"], "outputSchema": doc["outputSchema"]})
+    );
+    let v = rpc(&mcp(
+        &d,
+        &token,
+        "tools/call",
+        json!({"name": "echo-say", "arguments": {"text": "over MCP"}}),
+    ));
+    let result = &v["result"];
+    assert_eq!(result["isError"], false, "{v}");
+    let structured = &result["structuredContent"];
+    assert_eq!(
+        structured,
+        &json!({"ok": true, "echo": "over MCP", "world": structured["world"].clone()})
+    );
+    assert_eq!(structured["world"]["effects"][0]["status"], "ok");
+    let committed: Value =
+        serde_json::from_str(result["content"][0]["text"].as_str().unwrap()).unwrap();
+    assert_eq!(&committed, structured);
+
+    // The workspace plugin serves beside it.
+    std::fs::write(d.root().join("ep2/a.txt"), "alpha").unwrap();
+    let v = a2a(&d, &reader, "r1", "ailang-read", json!({"path": "a.txt"}));
+    assert_eq!(a2a_data(&v)["content"], "alpha", "{v}");
+
+    assert!(d.stop().success());
+}
+
+// -------------------------------------------------------------------------------------------
+// 2. A panic inside `execute` is a failed effect; the daemon keeps serving.
+
+#[test]
+fn a_panic_inside_execute_is_a_failed_effect_and_the_next_call_works() {
+    let mut d = start_with(tempfile::tempdir().unwrap(), &[echo_library()], &[]);
+    let log = capture_stderr(&mut d);
+    let token = d.session("ep1", &["Echo.Say=any:5", "Echo.Panic=any:2"]);
+
+    let v = a2a(&d, &token, "p1", "echo-panic", json!({"text": "boom"}));
+    let data = a2a_data(&v);
+    // No output but the world block: the agent sees only the effect's status.
+    assert_eq!(
+        data.as_object().unwrap().keys().collect::<Vec<_>>(),
+        ["world"],
+        "{v}"
+    );
+    assert_eq!(data["world"]["effects"][0]["status"], "failed", "{v}");
+    let entry = v["result"]["metadata"]["entry_index"].as_u64().unwrap();
+
+    let record = data["world"]["effects"][0]["record"].as_str().unwrap();
+    let (object, rec) = object_payload(&d, &token, record);
+    assert_eq!(object["semanticId"], "world/effect-record/v1");
+    assert_eq!(
+        rec,
+        json!({"effect": "Echo.Panic", "scope": "any", "cost": 1, "budgetBefore": 2,
+               "budgetAfter": 1, "allowed": true, "failed": true, "denial": "",
+               "requestRef": rec["requestRef"].clone(), "resultRef": ""})
+    );
+    assert!(rec["requestRef"].as_str().unwrap().starts_with("sha256:"));
+
+    // The panic was caught at the plugin boundary and reported to the operator, after the
+    // plugin's own Host::log line.
+    wait_for_log(&log, "panicking on purpose");
+    wait_for_log(
+        &log,
+        "effect failed: handler panicked: echo-panic: asked to panic with \"boom\"",
+    );
+
+    // Still alive, and the next call works.
+    assert!(d.child.try_wait().unwrap().is_none(), "the daemon exited");
+    assert_eq!(get(&d.url("/v1/health"), None).status, 200);
+    let v = a2a(&d, &token, "s1", "echo-say", json!({"text": "still here"}));
+    let data = a2a_data(&v);
+    assert_eq!(data["ok"], true, "{v}");
+    assert_eq!(data["echo"], "still here");
+    assert_eq!(data["world"]["effects"][0]["status"], "ok");
+
+    // Again over MCP: a second panic, then a call on the same handler object.
+    let v = rpc(&mcp(
+        &d,
+        &token,
+        "tools/call",
+        json!({"name": "echo-panic", "arguments": {"text": "again"}}),
+    ));
+    let structured = &v["result"]["structuredContent"];
+    assert_eq!(
+        structured.as_object().unwrap().keys().collect::<Vec<_>>(),
+        ["world"],
+        "{v}"
+    );
+    assert_eq!(structured["world"]["effects"][0]["status"], "failed");
+    wait_for_log(
+        &log,
+        "handler panicked: echo-panic: asked to panic with \"again\"",
+    );
+    let v = rpc(&mcp(
+        &d,
+        &token,
+        "tools/call",
+        json!({"name": "echo-say", "arguments": {"text": "and again"}}),
+    ));
+    assert_eq!(v["result"]["structuredContent"]["echo"], "and again", "{v}");
+
+    // The failed call's entry verifies like any other.
+    let (code, out, err) = worldd(
+        &["why", "--db", path_str(&d.db()), &entry.to_string()],
+        None,
+    );
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("all 7 link(s) verified"), "{out}");
+
+    assert!(d.child.try_wait().unwrap().is_none(), "the daemon exited");
+    assert!(d.stop().success());
+}
+
+// -------------------------------------------------------------------------------------------
+// 3. A plugin built against another handler-api minor is refused with one line.
+
+#[test]
+fn a_plugin_built_against_another_handler_api_minor_is_refused() {
+    let bad = incompatible_plugin();
+    let cause = format!(
+        "incompatible ABI: handler-api {} expected, {} found",
+        bad.expected, bad.found
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let plugins = dir.path().join("plugins");
+    std::fs::create_dir_all(&plugins).unwrap();
+    let lib = plugins.join(library_file("worldd_incompatible"));
+    std::fs::copy(&bad.library, &lib).unwrap();
+    let ws = plugin_library(WS);
+    std::fs::copy(&ws, plugins.join(ws.file_name().unwrap())).unwrap();
+
+    // `worldd handlers`: listed as not loadable, the good plugin beside it still described.
+    let (code, out, err) = worldd(&["handlers", "--plugin-dir", path_str(&plugins)], None);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains(&format!("\n{}\n  not loadable: {cause}\n", lib.display())),
+        "{out}"
+    );
+    assert!(out.contains("\nworkspace "), "{out}");
+    assert!(
+        out.ends_with("\n1 plugin(s), 1 library(ies) not loadable\n"),
+        "{out}"
+    );
+
+    // `worldd serve`: exit 2, one line naming the file and the cause, nothing served.
+    let (code, out, err) = worldd(
+        &[
+            "serve",
+            "--db",
+            path_str(&dir.path().join("db")),
+            "--workspace-root",
+            path_str(&dir.path().join("worktrees")),
+            "--bind",
+            "127.0.0.1:0",
+            "--plugin-dir",
+            path_str(&plugins),
+        ],
+        None,
+    );
+    assert_eq!(code, 2, "{out}{err}");
+    assert_eq!(out, "", "nothing may be served");
+    let failures: Vec<&str> = err
+        .lines()
+        .filter(|l| l.contains("daemon startup failed"))
+        .collect();
+    assert_eq!(
+        failures,
+        [format!(
+            "worldd: daemon startup failed at plugins: plugin {}: {cause}",
+            lib.display()
+        )],
+        "{err}"
+    );
+    assert!(!err.contains("panicked"), "{err}");
+}
+
+// -------------------------------------------------------------------------------------------
+// 4. R8 through real plugins.
+
+#[test]
+fn r8_a_published_tool_whose_effect_no_loaded_plugin_handles_is_refused_without_a_trace() {
+    let echo = echo_library();
+    // The echo plugin publishes echo-say; the next daemon loads only the workspace plugin.
+    let d = start_with(tempfile::tempdir().unwrap(), &[echo], &[WS]);
+    let token = d.session("ep1", &["Echo.Say=any:1"]);
+    let d = d.restart(&[WS], &[]);
+
+    let before = head(&d, &token);
+    let rev = revision(&d, &token);
+    // Still published, so the session sees it and may try it.
+    assert_eq!(mcp_tool_names(&d, &token), ["echo-say"]);
+    let v = a2a(&d, &token, "t1", "echo-say", json!({"text": "anyone?"}));
+    assert_eq!(v["error"], json!({"code": -32603, "message": R8}), "{v}");
+    let a = mcp(
+        &d,
+        &token,
+        "tools/call",
+        json!({"name": "echo-say", "arguments": {"text": "anyone?"}}),
+    );
+    assert_eq!(
+        a.text(),
+        r#"{"jsonrpc":"2.0","id":7,"error":{"code":-32603,"message":"host callback failed"}}"#
+    );
+
+    // No log entry, no spend.
+    assert_eq!(head(&d, &token), before);
+    let next = get(&d.url(&format!("/v1/log/{}", rev + 1)), Some(&token));
+    assert_eq!(next.status, 404, "{}", next.text());
+    assert!(spent(&d, "ep1").is_empty(), "{:?}", spent(&d, "ep1"));
+
+    // With the echo plugin back, the one unit of the grant is still there.
+    let d = restart_with(d, &[echo], &[WS]);
+    let v = a2a(&d, &token, "t2", "echo-say", json!({"text": "here"}));
+    let data = a2a_data(&v);
+    assert_eq!(data["echo"], "here", "{v}");
+    let (_, rec) = object_payload(
+        &d,
+        &token,
+        data["world"]["effects"][0]["record"].as_str().unwrap(),
+    );
+    assert_eq!(
+        (&rec["budgetBefore"], &rec["budgetAfter"]),
+        (&json!(1), &json!(0))
+    );
+    assert_eq!(revision(&d, &token), rev + 1);
+    assert_eq!(
+        spent(&d, "ep1"),
+        vec![(("Echo.Say".to_owned(), "any".to_owned()), 1)]
+    );
+}
