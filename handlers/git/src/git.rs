@@ -1,0 +1,212 @@
+//! Running the system `git`: a scrubbed environment, no hooks, no network, a
+//! deadline.
+
+use std::ffi::{OsStr, OsString};
+use std::io::{self, Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::thread::{self, JoinHandle};
+use std::time::{Duration, Instant};
+
+use crate::config::Author;
+
+/// Most bytes kept of one git run's stdout (and, separately, stderr).
+const MAX_CAPTURE: usize = 8 << 20;
+
+/// Configuration forced on every run with `-c` (command-line config beats the
+/// repository's own): no hooks, no fsmonitor program, no signing program, no
+/// background maintenance, no network, no submodule recursion.
+const FORCED_CONFIG: [&str; 9] = [
+    "core.hooksPath=/dev/null",
+    "core.fsmonitor=false",
+    "commit.gpgSign=false",
+    "gc.auto=0",
+    "maintenance.auto=false",
+    "protocol.allow=never",
+    "submodule.recurse=false",
+    "core.quotePath=false",
+    "advice.detachedHead=false",
+];
+
+/// The finished run of one git command.
+#[derive(Debug)]
+pub struct Output {
+    pub status: ExitStatus,
+    pub stdout: Vec<u8>,
+    pub stderr: Vec<u8>,
+}
+
+/// Why a git run produced no [`Output`].
+#[derive(Debug)]
+pub enum RunError {
+    /// The program could not be started.
+    Spawn(io::Error),
+    /// It did not finish before the deadline and was killed.
+    Timeout,
+    /// Talking to it failed.
+    Io(io::Error),
+}
+
+impl std::fmt::Display for RunError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            RunError::Spawn(e) => write!(f, "cannot start: {}", crate::handler::errno_text(e)),
+            RunError::Timeout => f.write_str("did not finish in time"),
+            RunError::Io(e) => f.write_str(&crate::handler::errno_text(e)),
+        }
+    }
+}
+
+/// How the handler runs git.
+#[derive(Debug)]
+pub struct Git {
+    /// Absolute path of the `git` program.
+    program: PathBuf,
+    /// The daemon's `PATH` (git needs none of its own, but helpers it runs
+    /// from its exec path may).
+    path_var: Option<OsString>,
+    /// An empty directory used as `HOME`.
+    home: PathBuf,
+    author: Author,
+}
+
+/// Find `git` on `PATH`.
+pub fn find_program(path_var: Option<&OsStr>) -> Option<PathBuf> {
+    use std::os::unix::fs::PermissionsExt;
+    let path_var = path_var?;
+    std::env::split_paths(path_var)
+        .filter(|dir| dir.is_absolute())
+        .map(|dir| dir.join("git"))
+        .find(|candidate| {
+            std::fs::metadata(candidate)
+                .map(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+                .unwrap_or(false)
+        })
+}
+
+impl Git {
+    /// A runner for `program`, with `home` as HOME.
+    pub fn new(program: PathBuf, path_var: Option<OsString>, home: PathBuf, author: Author) -> Git {
+        Git {
+            program,
+            path_var,
+            home,
+            author,
+        }
+    }
+
+    /// The empty directory git sees as HOME.
+    pub fn home(&self) -> &Path {
+        &self.home
+    }
+
+    /// The command with the scrubbed environment, forced config and `cwd`.
+    fn command(&self, cwd: &Path, ceiling: Option<&Path>, args: &[&OsStr]) -> Command {
+        let mut cmd = Command::new(&self.program);
+        cmd.env_clear();
+        if let Some(p) = &self.path_var {
+            cmd.env("PATH", p);
+        }
+        cmd.env("HOME", &self.home)
+            .env("XDG_CONFIG_HOME", self.home.join(".config"))
+            .env("GIT_CONFIG_NOSYSTEM", "1")
+            .env("GIT_CONFIG_GLOBAL", "/dev/null")
+            .env("GIT_TERMINAL_PROMPT", "0")
+            .env("GIT_ASKPASS", "/bin/false")
+            .env("SSH_ASKPASS", "/bin/false")
+            .env("GIT_NO_LAZY_FETCH", "1")
+            .env("GIT_OPTIONAL_LOCKS", "0")
+            .env("GIT_PAGER", "cat")
+            .env("GIT_AUTHOR_NAME", &self.author.name)
+            .env("GIT_AUTHOR_EMAIL", &self.author.email)
+            .env("GIT_COMMITTER_NAME", &self.author.name)
+            .env("GIT_COMMITTER_EMAIL", &self.author.email)
+            .env("LC_ALL", "C")
+            .env("LANG", "C");
+        if let Some(c) = ceiling {
+            cmd.env("GIT_CEILING_DIRECTORIES", c);
+        }
+        cmd.arg("--no-pager").arg("--literal-pathspecs");
+        for c in FORCED_CONFIG {
+            cmd.arg("-c").arg(c);
+        }
+        cmd.args(args).current_dir(cwd);
+        cmd
+    }
+
+    /// Run `git <args>` in `cwd`, feeding `stdin`, killed at `deadline`.
+    /// `ceiling` stops repository discovery above the worktree.
+    pub fn run(
+        &self,
+        cwd: &Path,
+        ceiling: Option<&Path>,
+        args: &[&OsStr],
+        stdin: Option<&[u8]>,
+        deadline: Instant,
+    ) -> Result<Output, RunError> {
+        let mut cmd = self.command(cwd, ceiling, args);
+        cmd.stdin(if stdin.is_some() {
+            Stdio::piped()
+        } else {
+            Stdio::null()
+        })
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+        let mut child = cmd.spawn().map_err(RunError::Spawn)?;
+        if let (Some(bytes), Some(mut pipe)) = (stdin, child.stdin.take()) {
+            // A commit message is at most a few KiB, under any pipe buffer, so
+            // this cannot block on a child that does not read.
+            if let Err(e) = pipe.write_all(bytes) {
+                kill(&mut child);
+                return Err(RunError::Io(e));
+            }
+        }
+        let out = child.stdout.take().map(capture);
+        let err = child.stderr.take().map(capture);
+        let status = loop {
+            match child.try_wait() {
+                Ok(Some(status)) => break status,
+                Ok(None) if Instant::now() >= deadline => {
+                    kill(&mut child);
+                    return Err(RunError::Timeout);
+                }
+                Ok(None) => thread::sleep(Duration::from_millis(2)),
+                Err(e) => {
+                    kill(&mut child);
+                    return Err(RunError::Io(e));
+                }
+            }
+        };
+        Ok(Output {
+            status,
+            stdout: join(out),
+            stderr: join(err),
+        })
+    }
+}
+
+fn kill(child: &mut Child) {
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
+fn capture<R: Read + Send + 'static>(mut pipe: R) -> JoinHandle<Vec<u8>> {
+    thread::spawn(move || {
+        let mut kept = Vec::new();
+        let mut buf = [0u8; 8192];
+        loop {
+            match pipe.read(&mut buf) {
+                Ok(0) | Err(_) => break,
+                Ok(n) => {
+                    let room = MAX_CAPTURE.saturating_sub(kept.len());
+                    kept.extend_from_slice(&buf[..n.min(room)]);
+                }
+            }
+        }
+        kept
+    })
+}
+
+fn join(handle: Option<JoinHandle<Vec<u8>>>) -> Vec<u8> {
+    handle.and_then(|h| h.join().ok()).unwrap_or_default()
+}

@@ -1,0 +1,184 @@
+//! worldd plugin `git`: `Git.Commit`, one new commit of the episode's
+//! worktree, authored by the operator's configured identity.
+//!
+//! Serves the tool `git-commit`, whose transition document
+//! (`transitions/git/git-commit.json`) it ships in its manifest.
+//!
+//! # Effect and payload
+//!
+//! | effect | class | op | payload | success output |
+//! |---|---|---|---|---|
+//! | `Git.Commit` | write | `commit` | `{op, message, paths?}` | `{"ok":true,"commit":"<hex id>","files":[…]}` |
+//!
+//! Without `paths` every change of the worktree is staged (`git add -A`) and
+//! committed; with `paths` only those (files or directories, new, changed or
+//! deleted) are staged and committed (`git commit --only`), and anything
+//! else stays as it was. `files` lists the paths the new commit changed
+//! (at most 1000; `more_files` counts the rest). Every output also carries
+//! `tool` (`sha256:` of the plugin library that ran, found with `dladdr`) and
+//! `policy_digest` (hex SHA-256 of the canonical JSON of
+//! `{"author","hooks":false,"policy":"worldd/git-policy/v1","push":false,
+//! "rewrite":false,"sandbox":"worktree","timeoutMs"}`).
+//!
+//! # What it never does
+//!
+//! It never pushes or fetches, never rewrites history (no amend, reset,
+//! rebase, checkout), never runs hooks, and only ever runs git with the
+//! episode's worktree as its working directory, which must be the top level
+//! of a repository or linked worktree of its own.
+//!
+//! # How git runs
+//!
+//! The system `git` (found on the daemon's `PATH` at start-up) runs with a
+//! cleared environment: `PATH`, `HOME` = an empty directory
+//! (`<stateDir>/home`, or a temporary one), `GIT_CONFIG_NOSYSTEM=1`,
+//! `GIT_CONFIG_GLOBAL=/dev/null`, `GIT_TERMINAL_PROMPT=0`,
+//! `GIT_AUTHOR_*`/`GIT_COMMITTER_*` from `author`, `GIT_CEILING_DIRECTORIES`
+//! = the worktree's parent, `LC_ALL=C`; with `--literal-pathspecs` and
+//! `-c core.hooksPath=/dev/null -c core.fsmonitor=false
+//! -c commit.gpgSign=false -c gc.auto=0 -c protocol.allow=never …`; killed
+//! when the commit's time budget (`timeoutMs`, and the daemon's deadline
+//! minus a margin) runs out.
+//!
+//! # Refusals and failures
+//!
+//! A refusal is an `ok` outcome `{"ok":false,"refused":"…"}`:
+//!
+//! - `nothing to commit: the worktree has no changes` (no `paths`), or
+//!   `nothing to commit: the given paths have no changes`
+//! - `commit /etc/passwd: path "/etc/passwd" escapes sandbox "<worktree>"`
+//!   (absolute paths, `..` above the root)
+//! - `commit a/../b: the path has a ".." segment; name the file directly`
+//! - `commit link/x: "link" is a symbolic link; git commits a link itself,
+//!   never what lies beyond it`
+//! - `commit .git/config: .git/ is git's own data, not worktree content`
+//! - `commit: the worktree is not a git repository (the operator must make
+//!   it one, e.g. with git init or git worktree add)`
+//! - `commit: git add refused: fatal: pathspec 'nope' did not match any files`
+//!   (git's first error line, host paths replaced by `<worktree>`)
+//! - an empty or whitespace-only message, one over 4096 bytes or with a NUL,
+//!   an empty `paths` list, more than 256 paths.
+//!
+//! A `failed` outcome means the request itself was wrong and nothing was
+//! touched, in the workspace plugin's words: `broker: Git.Commit refused:
+//! scope "x" is not "worktree"`, `broker: Git.Commit refuses op "push": not
+//! in this effect's op allowlist`, `broker: Git.Commit refused: key
+//! "MESSAGE" aliases "message"`; or git could not run or timed out before
+//! committing. A timeout *during* `git commit` is `indeterminate`.
+//!
+//! # Config
+//!
+//! ```json
+//! {"author": "World Test <world@example.invalid>", "stateDir": "/srv/world/db/plugin-state/git", "timeoutMs": 8000}
+//! ```
+//!
+//! `author` is required: without it the constructor declines (`declined: no
+//! commit author configured (start worldd serve with --git-author "Name
+//! <email>")`) and the daemon starts without the plugin. `stateDir` is
+//! injected by the daemon. Unknown keys are refused.
+
+mod config;
+mod git;
+mod handler;
+mod identity;
+
+use std::ffi::OsStr;
+use std::time::{Duration, Instant};
+
+use handler_api::serde_json::Value;
+use handler_api::{export_plugin, EffectClass, EffectDecl, Host, Manifest, Plugin};
+
+pub use config::{
+    config_schema, Author, Policy, DECLINED, DEFAULT_TIMEOUT_MS, MAX_TIMEOUT_MS, NO_AUTHOR,
+};
+pub use handler::{
+    GitHandler, COMMIT, MAX_LISTED_FILES, MAX_MESSAGE_BYTES, MAX_PATHS, NOTHING_IN_PATHS,
+    NOTHING_TO_COMMIT,
+};
+pub use identity::{tool_ref, ToolSource};
+
+/// The transition document this plugin ships.
+pub const GIT_COMMIT_DOCUMENT: &str = include_str!("../../../transitions/git/git-commit.json");
+
+/// The plugin (see the crate docs).
+pub struct GitPlugin;
+
+impl Plugin for GitPlugin {
+    type Handler = GitHandler;
+
+    fn manifest() -> Result<Manifest, String> {
+        let document = handler_api::serde_json::from_str::<Value>(GIT_COMMIT_DOCUMENT)
+            .map_err(|e| format!("embedded transition git-commit.json is not valid JSON: {e}"))?;
+        Ok(Manifest {
+            name: "git".into(),
+            version: env!("CARGO_PKG_VERSION").into(),
+            abi: handler_api::ABI_VERSION,
+            description:
+                "Commits the episode's worktree with the operator's author; never pushes or rewrites history (git-commit)."
+                    .into(),
+            effects: vec![EffectDecl {
+                name: COMMIT.into(),
+                class: EffectClass::Write,
+                ops: vec!["commit".into()],
+                description: "Stage the worktree's changes (or the given paths) and record one new commit."
+                    .into(),
+            }],
+            transitions: vec![document],
+            finish: Vec::new(),
+            config_schema: config_schema(),
+        })
+    }
+
+    fn new(config: Value, host: Host) -> Result<GitHandler, String> {
+        let policy = Policy::from_config(&config)?;
+        let path_var = std::env::var_os("PATH");
+        let Some(program) = git::find_program(path_var.as_deref()) else {
+            return Err("declined: the git program was not found on the daemon's PATH".into());
+        };
+        let (home, temp) = match &policy.state_dir {
+            Some(dir) => {
+                let home = dir.join("home");
+                create_private_dir(&home)
+                    .map_err(|e| format!("git: cannot create {}: {e}", home.display()))?;
+                (home, None)
+            }
+            None => {
+                let temp = tempfile::Builder::new()
+                    .prefix("worldd-git-home-")
+                    .tempdir()
+                    .map_err(|e| format!("git: cannot create a temporary HOME: {e}"))?;
+                (temp.path().to_path_buf(), Some(temp))
+            }
+        };
+        let runner = git::Git::new(program, path_var, home, policy.author.clone());
+        // One run proves the program works before the daemon advertises it.
+        let version = runner.run(
+            &std::env::temp_dir(),
+            None,
+            &[OsStr::new("--version")],
+            None,
+            Instant::now() + Duration::from_secs(10),
+        );
+        match version {
+            Ok(o) if o.status.success() => {}
+            Ok(o) => {
+                return Err(format!(
+                    "declined: git --version failed: {}",
+                    String::from_utf8_lossy(&o.stderr).trim()
+                ))
+            }
+            Err(e) => return Err(format!("declined: the git program cannot run: {e}")),
+        }
+        Ok(GitHandler::new(policy, runner, temp, host))
+    }
+}
+
+fn create_private_dir(path: &std::path::Path) -> std::io::Result<()> {
+    use std::os::unix::fs::DirBuilderExt;
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(path)
+}
+
+export_plugin!(GitPlugin);

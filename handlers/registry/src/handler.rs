@@ -1,0 +1,322 @@
+//! `Registry.Publish`: request checks, reading the bundle, the host call, and
+//! the output objects.
+
+use std::io::{self, Read};
+use std::path::Path;
+
+use cap_std::ambient_authority;
+use cap_std::fs::{Dir, OpenOptions, OpenOptionsExt};
+use handler_api::serde_json::{json, Map, Value};
+use handler_api::{EffectHandler, Host, JsonObject, LogLevel, Outcome, Request, NO_PUBLISH};
+
+use crate::bundle;
+use crate::config::Policy;
+use crate::identity::tool_ref;
+
+/// The effect this handler serves.
+pub const PUBLISH: &str = "Registry.Publish";
+
+/// The payload keys this handler reads; a key that differs from one of them
+/// only by case is refused.
+const KNOWN_KEYS: [&str; 3] = ["op", "path", "bundle"];
+
+/// Output keys the handler owns; a host answer cannot overwrite them.
+const RESERVED: [&str; 5] = ["ok", "refused", "tool", "policy_digest", "world"];
+
+/// The host's error prefix for a failure of the store (nothing published).
+const HOST_FAILED: &str = "publishing failed: ";
+
+/// The handler object: an effective policy, the host it publishes through,
+/// and the identity it stamps.
+pub struct RegistryHandler {
+    policy: Policy,
+    policy_digest: String,
+    tool: String,
+    host: Host,
+}
+
+/// Go-style lowercase error text without the `(os error N)` suffix.
+pub fn errno_text(e: &io::Error) -> String {
+    let text = e.to_string();
+    let text = match text.find(" (os error ") {
+        Some(i) => text[..i].to_string(),
+        None => text,
+    };
+    let mut chars = text.chars();
+    match chars.next() {
+        Some(first) => first.to_lowercase().chain(chars).collect(),
+        None => text,
+    }
+}
+
+/// Whether `path` climbs above the root lexically (or is absolute).
+fn escapes(path: &str) -> bool {
+    if path.starts_with('/') {
+        return true;
+    }
+    let mut depth: usize = 0;
+    for c in path.split('/') {
+        match c {
+            "" | "." => {}
+            ".." => match depth.checked_sub(1) {
+                Some(d) => depth = d,
+                None => return true,
+            },
+            _ => depth += 1,
+        }
+    }
+    false
+}
+
+impl RegistryHandler {
+    /// A handler enforcing `policy`, publishing through `host`.
+    pub fn new(policy: Policy, host: Host) -> RegistryHandler {
+        RegistryHandler {
+            policy_digest: policy.digest(),
+            policy,
+            tool: tool_ref().0.clone(),
+            host,
+        }
+    }
+
+    /// The effective policy.
+    pub fn policy(&self) -> &Policy {
+        &self.policy
+    }
+
+    /// The `tool` ref every output carries.
+    pub fn tool(&self) -> &str {
+        &self.tool
+    }
+
+    /// The `policy_digest` every output carries.
+    pub fn policy_digest(&self) -> &str {
+        &self.policy_digest
+    }
+
+    fn output(&self, mut fields: JsonObject) -> Outcome {
+        fields.insert("tool".into(), json!(self.tool));
+        fields.insert("policy_digest".into(), json!(self.policy_digest));
+        Outcome::ok(fields)
+    }
+
+    /// `{"ok":false,"refused":…}`: the effect ran and said no.
+    fn refuse(&self, message: impl Into<String>) -> Outcome {
+        let mut fields = Map::new();
+        fields.insert("ok".into(), json!(false));
+        fields.insert("refused".into(), json!(message.into()));
+        self.output(fields)
+    }
+
+    /// Read and parse a bundle file of the worktree, confined to it by a
+    /// cap-std capability (no `..`, absolute path or symlink leads out).
+    fn read_bundle(&self, worktree: &str, path: &str) -> Result<Value, Outcome> {
+        if path.is_empty() {
+            return Err(self.refuse("publish: the path is empty"));
+        }
+        if path.contains('\0') {
+            return Err(self.refuse(format!(
+                "publish {}: the path contains a NUL byte",
+                path.replace('\0', "\\0")
+            )));
+        }
+        let escape = || {
+            self.refuse(format!(
+                "publish {path}: path \"{path}\" escapes sandbox \"<worktree>\""
+            ))
+        };
+        if escapes(path) {
+            return Err(escape());
+        }
+        let root = Dir::open_ambient_dir(worktree, ambient_authority()).map_err(|e| {
+            Outcome::failed(format!(
+                "broker: {PUBLISH} failed: the episode's worktree cannot be opened: {}",
+                errno_text(&e)
+            ))
+        })?;
+        let mut options = OpenOptions::new();
+        // Non-blocking: a FIFO planted in the worktree must not hang the call.
+        options.read(true).custom_flags(libc::O_NONBLOCK);
+        let file = match root.open_with(path, &options) {
+            Ok(f) => f,
+            Err(e)
+                if e.kind() == io::ErrorKind::PermissionDenied
+                    && e.to_string().contains("outside of the filesystem") =>
+            {
+                return Err(escape())
+            }
+            Err(e) => {
+                return Err(
+                    self.refuse(format!("publish {path}: openat {path}: {}", errno_text(&e)))
+                )
+            }
+        };
+        let metadata = file.metadata().map_err(|e| {
+            self.refuse(format!("publish {path}: fstat {path}: {}", errno_text(&e)))
+        })?;
+        if metadata.is_dir() {
+            return Err(self.refuse(format!("publish {path}: {path} is a directory, not a file")));
+        }
+        if !metadata.is_file() {
+            return Err(self.refuse(format!("publish {path}: {path} is not a regular file")));
+        }
+        let limit = self.policy.max_bundle_bytes;
+        if metadata.len() > limit {
+            return Err(self.refuse(format!(
+                "publish {path}: file is {} bytes; the limit is {limit}",
+                metadata.len()
+            )));
+        }
+        let mut bytes = Vec::new();
+        if let Err(e) = file.take(limit + 1).read_to_end(&mut bytes) {
+            return Err(self.refuse(format!("publish {path}: read {path}: {}", errno_text(&e))));
+        }
+        if bytes.len() as u64 > limit {
+            return Err(self.refuse(format!(
+                "publish {path}: file grew past the limit of {limit} bytes while being read"
+            )));
+        }
+        handler_api::serde_json::from_slice(&bytes)
+            .map_err(|e| self.refuse(format!("publish {path}: the file is not JSON: {e}")))
+    }
+
+    fn publish(&self, bundle: &Value) -> Outcome {
+        if let Err(refusal) = bundle::check(bundle, self.policy.max_documents) {
+            return self.refuse(refusal);
+        }
+        let text = match handler_api::serde_json::to_string(bundle) {
+            Ok(t) => t,
+            Err(e) => {
+                return Outcome::failed(format!("publish: the bundle cannot be serialised: {e}"))
+            }
+        };
+        let answer = match self.host.publish(&text) {
+            Ok(answer) => answer,
+            Err(message)
+                if message == NO_PUBLISH
+                    || message.starts_with(HOST_FAILED)
+                    || message.starts_with("host publish panicked") =>
+            {
+                self.host
+                    .log(LogLevel::Error, &format!("registry: {message}"));
+                return Outcome::failed(format!("broker: {PUBLISH} failed: {message}"));
+            }
+            // The host's validator said no: nothing was published.
+            Err(message) => return self.refuse(message),
+        };
+        let mut fields = Map::new();
+        fields.insert("ok".into(), json!(true));
+        match handler_api::serde_json::from_str::<Value>(&answer) {
+            Ok(Value::Object(object)) => {
+                for (k, v) in object {
+                    if !RESERVED.contains(&k.as_str()) {
+                        fields.insert(k, v);
+                    }
+                }
+            }
+            // Published, but the answer is unreadable: say so, keep it.
+            _ => {
+                self.host.log(
+                    LogLevel::Warn,
+                    "registry: the host's publish answer is not a JSON object",
+                );
+                fields.insert("answer".into(), json!(answer));
+            }
+        }
+        self.output(fields)
+    }
+}
+
+impl EffectHandler for RegistryHandler {
+    fn execute(&self, request: Request) -> Outcome {
+        let effect = request.effect.as_str();
+        if effect != PUBLISH {
+            return Outcome::failed(format!(
+                "broker: the registry plugin does not handle effect \"{effect}\""
+            ));
+        }
+        if request.scope != "worktree" {
+            return Outcome::failed(format!(
+                "broker: {effect} refused: scope \"{}\" is not \"worktree\"",
+                request.scope
+            ));
+        }
+        let Some(payload) = request.payload.as_object() else {
+            return Outcome::failed(format!(
+                "broker: {effect} refused: payload is not a JSON object"
+            ));
+        };
+        for key in payload.keys() {
+            let lower = key.to_lowercase();
+            if let Some(known) = KNOWN_KEYS.iter().find(|k| **k != key && **k == lower) {
+                return Outcome::failed(format!(
+                    "broker: {effect} refused: key \"{key}\" aliases \"{known}\""
+                ));
+            }
+        }
+        let op = match payload.get("op") {
+            Some(Value::String(op)) => op.as_str(),
+            Some(_) => {
+                return Outcome::failed(format!(
+                    "broker: {effect} refused: payload key \"op\" must be a string"
+                ))
+            }
+            None => {
+                return Outcome::failed(format!("broker: {effect} refused: payload has no \"op\""))
+            }
+        };
+        if op != "publish" {
+            return Outcome::failed(format!(
+                "broker: {effect} refuses op \"{op}\": not in this effect's op allowlist"
+            ));
+        }
+        if let Some(key) = payload.keys().find(|k| !KNOWN_KEYS.contains(&k.as_str())) {
+            return Outcome::failed(format!(
+                "broker: {effect} refused: op \"publish\" takes no payload key \"{key}\""
+            ));
+        }
+        match (payload.get("path"), payload.get("bundle")) {
+            (Some(Value::String(path)), None) => {
+                let Some(worktree) = request.worktree.as_deref() else {
+                    return Outcome::failed(format!(
+                        "broker: {effect} refused: the request binds no worktree (scope \"worktree\" needs one)"
+                    ));
+                };
+                if !Path::new(worktree).is_absolute() {
+                    return Outcome::failed(format!(
+                        "broker: {effect} refused: the bound worktree is not an absolute path"
+                    ));
+                }
+                match self.read_bundle(worktree, path) {
+                    Ok(bundle) => self.publish(&bundle),
+                    Err(outcome) => outcome,
+                }
+            }
+            (None, Some(bundle @ Value::Object(_))) => self.publish(bundle),
+            (Some(_), None) => Outcome::failed(format!(
+                "broker: {effect} refused: payload key \"path\" of op \"publish\" must be a string"
+            )),
+            (None, Some(_)) => Outcome::failed(format!(
+                "broker: {effect} refused: payload key \"bundle\" of op \"publish\" must be a JSON object"
+            )),
+            _ => Outcome::failed(format!(
+                "broker: {effect} refused: op \"publish\" needs exactly one of payload keys \"path\" and \"bundle\""
+            )),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::escapes;
+
+    #[test]
+    fn lexical_escapes() {
+        assert!(escapes("/etc/x"));
+        assert!(escapes(".."));
+        assert!(escapes("a/../../b"));
+        assert!(!escapes("a/../b"));
+        assert!(!escapes("./a"));
+        assert!(!escapes("..a"));
+    }
+}

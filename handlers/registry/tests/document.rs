@@ -1,0 +1,135 @@
+//! The shipped `registry-publish` document: it loads with the broker's
+//! validator and plans what the handler expects; the manifest and the built
+//! library describe the plugin.
+
+use std::path::PathBuf;
+
+use broker_core::plan::{plan, Plan};
+use broker_core::transition::Transition;
+use handler_api::serde_json::{json, Value};
+use handler_api::{EffectClass, Host, LoadedPlugin, Plugin};
+use worldd_registry::{RegistryPlugin, REGISTRY_PUBLISH_DOCUMENT};
+
+fn document() -> Transition {
+    let bytes = std::fs::read(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../transitions/registry/registry-publish.json"
+    ))
+    .unwrap();
+    assert_eq!(
+        bytes,
+        REGISTRY_PUBLISH_DOCUMENT.as_bytes(),
+        "the embedded copy is current"
+    );
+    Transition::from_slice(&bytes).unwrap_or_else(|e| panic!("{e}"))
+}
+
+fn payload(args: Value) -> Value {
+    match plan(&document(), &args) {
+        Plan::Effect { effect, finish } => {
+            assert!(!finish);
+            assert_eq!(
+                (effect.effect.as_str(), effect.scope.as_str(), effect.cost),
+                ("Registry.Publish", "worktree", 1)
+            );
+            Value::Object(effect.payload)
+        }
+        Plan::Refused { message } => panic!("refused: {message}"),
+    }
+}
+
+fn refusal(args: Value) -> String {
+    plan(&document(), &args)
+        .refusal()
+        .unwrap_or_else(|| panic!("{args} was not refused"))
+        .to_string()
+}
+
+#[test]
+fn the_document_validates_and_declares_registry_publish() {
+    let t = document();
+    assert_eq!(t.id, "registry-publish");
+    assert_eq!(
+        (
+            t.access.effect.as_str(),
+            t.access.scope.as_str(),
+            t.access.cost
+        ),
+        ("Registry.Publish", "worktree", 0)
+    );
+    assert_eq!(t.declared_effects.len(), 1);
+    assert_eq!(t.declared_effects[0].effect, "Registry.Publish");
+    assert_eq!(t.declared_effects[0].cost, 1);
+}
+
+#[test]
+fn plans_take_exactly_one_of_path_and_bundle() {
+    assert_eq!(
+        payload(json!({"path": "tools/b.json"})),
+        json!({"op": "publish", "path": "tools/b.json"})
+    );
+    let bundle = json!({"transitions": [{"id": "x"}]});
+    assert_eq!(
+        payload(json!({"bundle": bundle.clone()})),
+        json!({"op": "publish", "bundle": bundle})
+    );
+    let cases = [
+        (json!({}), "registry-publish needs \"path\" (a bundle file in the worktree) or \"bundle\" (the bundle object)"),
+        (json!({"path": "a.json", "bundle": {}}), "registry-publish takes either \"path\" or \"bundle\", not both"),
+        (json!({"bundle": "{}"}), "argument \"bundle\" must be a JSON object"),
+        (json!({"bundle": null}), "argument \"bundle\" must be a JSON object"),
+        (json!({"path": "../b.json"}), "path \"../b.json\" refused: it must be relative and non-empty, with no \"..\" segment and no leading \"-\""),
+        (json!({"path": 3}), "argument \"path\" must be a string"),
+        (json!({"transitions": []}), "unknown argument \"transitions\"; registry-publish admits only: path, bundle"),
+    ];
+    for (args, text) in cases {
+        assert_eq!(refusal(args.clone()), text, "{args}");
+    }
+}
+
+#[test]
+fn the_manifest_describes_the_plugin() {
+    let m = RegistryPlugin::manifest().unwrap();
+    assert_eq!(m.name, "registry");
+    assert_eq!(m.effects.len(), 1);
+    assert_eq!(m.effects[0].name, "Registry.Publish");
+    assert_eq!(m.effects[0].class, EffectClass::Write);
+    assert_eq!(m.effects[0].ops, ["publish"]);
+    assert_eq!(m.transitions.len(), 1);
+    assert_eq!(m.transitions[0]["id"], "registry-publish");
+    Transition::from_value(m.transitions[0].clone()).unwrap();
+    assert!(m.config_schema["properties"].get("stateDir").is_none());
+}
+
+fn library() -> PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    let deps = exe.parent().unwrap();
+    let name = format!(
+        "{}worldd_registry{}",
+        std::env::consts::DLL_PREFIX,
+        std::env::consts::DLL_SUFFIX
+    );
+    [deps.join(&name), deps.parent().unwrap().join(&name)]
+        .into_iter()
+        .find(|p| p.exists())
+        .unwrap_or_else(|| panic!("{name} not found next to {}", deps.display()))
+}
+
+#[test]
+fn the_built_library_loads() {
+    let plugin = LoadedPlugin::load(&library()).unwrap_or_else(|e| panic!("{e}\n{}", e.detail()));
+    let m = plugin.manifest().unwrap();
+    assert_eq!(m.name, "registry");
+    assert_eq!(m.abi, handler_api::ABI_VERSION);
+    assert!(plugin
+        .new_handler(&json!({}), Host::noop().callbacks())
+        .is_ok());
+    let err = plugin
+        .new_handler(&json!({"bogus": 1}), Host::noop().callbacks())
+        .err()
+        .unwrap();
+    assert_eq!(
+        err,
+        "registry config: unknown key \"bogus\"; registry accepts only: maxBundleBytes, maxDocuments"
+    );
+}
