@@ -276,6 +276,9 @@ pub fn load(opts: &PluginOptions) -> Result<PluginSet, PluginError> {
         };
         found.push(info.manifest.name.clone());
         if !opts.selected.is_empty() && !opts.selected.contains(&info.manifest.name) {
+            // Not enabled here: its tools are still published, so a call to one is refused
+            // by R8 ("not enabled for this daemon") rather than looking like an unknown tool.
+            transitions.extend(shipped_transitions(&info)?);
             continue;
         }
         let name = info.manifest.name.clone();

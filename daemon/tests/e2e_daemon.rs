@@ -703,7 +703,11 @@ fn an_idempotent_task_id_leaves_one_log_entry() {
     let args = json!({"path": "x.txt", "content": "once"});
     let first = a2a(&d, &token, "same-task", "ailang-write", args.clone());
     let second = a2a(&d, &token, "same-task", "ailang-write", args);
-    assert_eq!(first["result"], second["result"]);
+    assert_eq!(first["result"]["artifacts"], second["result"]["artifacts"]);
+    assert_eq!(
+        first["result"]["metadata"]["entry_index"],
+        second["result"]["metadata"]["entry_index"]
+    );
     let head = get(
         &d.url(&format!(
             "/v1/worlds/{}",

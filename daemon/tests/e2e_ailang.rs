@@ -1,0 +1,450 @@
+//! The real `worldd` binary with the real `worldd_workspace` and `worldd_ailang` plugins over
+//! real HTTP, running the `ailang` STAND-IN (`tests/ailang-standin/ailang`, a Python script
+//! that imitates the documented CLI; test code only, never shipped).
+//!
+//! The ailang plugin library must be built: `cargo build -p worldd-handler-ailang` (or
+//! `cargo build --workspace`) before `cargo test -p worldd --test e2e_ailang`.
+
+mod common;
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+
+use common::*;
+use serde_json::{json, Value};
+
+const PLUGINS: &[&str] = &["worldd_workspace", "worldd_ailang"];
+
+const SE_TOOLS: &[&str] = &[
+    "Workspace.Read=worktree:50",
+    "Workspace.Write=worktree:50",
+    "Ailang.Check=worktree:50",
+    "Ailang.Run=worktree:50",
+    "Ailang.RunEnv=worktree:50",
+    "Ailang.RunNet=worktree:50",
+    "Ailang.Discover=worktree:50",
+    "Ailang.CLI=worktree:50",
+];
+
+const HELLO: &str = "module hello\n\nimport std/io (println)\n\nexport func main() -> () ! {IO} {\n  println(\"hello from pi\")\n}\n";
+
+fn standin() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../tests/ailang-standin/ailang")
+        .canonicalize()
+        .expect("tests/ailang-standin/ailang exists")
+}
+
+/// A program with a stand-in mode (see the stand-in's docs) and an effect row.
+fn program(mode: &str, row: &str) -> String {
+    format!("-- standin: {mode}\nmodule m\n\nexport func main() -> () ! {{{row}}} {{\n  ()\n}}\n")
+}
+
+/// A daemon serving both plugins with the stand-in as the tool binary, plus `extra` flags.
+fn start(extra: &[&str]) -> Daemon {
+    let bin = standin();
+    let mut args = vec!["--tool-ailang-bin", path_str(&bin)];
+    args.extend_from_slice(extra);
+    Daemon::start(PLUGINS, &args)
+}
+
+/// The tool output of an A2A call (the artifact's data part).
+fn call(d: &Daemon, token: &str, task: &str, skill: &str, args: Value) -> Value {
+    let v = a2a(d, token, task, skill, args);
+    assert_eq!(v["result"]["status"]["state"], "completed", "{v}");
+    v["result"]["artifacts"][0]["parts"][0]["data"].clone()
+}
+
+/// The tool output of an MCP tools/call (structuredContent).
+fn mcp_call(d: &Daemon, token: &str, tool: &str, args: Value) -> Value {
+    let v = mcp(
+        d,
+        token,
+        "tools/call",
+        json!({"name": tool, "arguments": args}),
+    )
+    .sse_json();
+    v["result"]["structuredContent"].clone()
+}
+
+/// Every stand-in invocation in an episode (its log, kept in the episode's cache directory
+/// `<db>/plugin-state/ailang/cache/<ep>/standin.log`).
+fn standin_log(d: &Daemon, episode: &str) -> Vec<Value> {
+    let file = d
+        .db()
+        .join("plugin-state/ailang/cache")
+        .join(episode)
+        .join("standin.log");
+    std::fs::read_to_string(file)
+        .unwrap_or_default()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+/// Kill the daemon and return everything it wrote to stderr.
+fn daemon_stderr(mut d: Daemon) -> String {
+    let _ = d.child.kill();
+    let _ = d.child.wait();
+    let mut text = String::new();
+    if let Some(mut err) = d.child.stderr.take() {
+        let _ = err.read_to_string(&mut text);
+    }
+    text
+}
+
+fn status(out: &Value) -> &str {
+    out["world"]["effects"][0]["status"].as_str().unwrap_or("?")
+}
+
+#[test]
+fn ailang_run_returns_each_of_the_four_outcome_shapes() {
+    let d = start(&[]);
+    let token = d.session("ep1", SE_TOOLS);
+    let wt = d.root().join("ep1");
+
+    // (a) admitted: the program is written through ailang-write, then run over A2A.
+    let w = call(
+        &d,
+        &token,
+        "w1",
+        "ailang-write",
+        json!({"path": "hello.ail", "content": HELLO}),
+    );
+    assert_eq!(w["ok"], true, "{w}");
+    let a = call(&d, &token, "a", "ailang-run", json!({"path": "hello.ail"}));
+    assert_eq!(status(&a), "ok", "{a}");
+    assert_eq!(a["admitted"], true);
+    assert_eq!(a["exit_code"], 0);
+    assert_eq!(a["limit"], Value::Null);
+    assert_eq!(a["stdout"], "hello from pi\n");
+    assert_eq!(
+        a["decision"],
+        json!({"allowed_caps": ["FS", "IO"], "declared_effects": ["IO"], "function": "main", "ok": true})
+    );
+    assert!(a["stderr"]
+        .as_str()
+        .unwrap()
+        .starts_with("policy: {\"ok\":true"));
+    assert_eq!(a["policy"]["security_mode"], "restricted");
+    assert_eq!(a["policy"]["caps"], json!(["IO", "FS"]));
+    let policy_file = d
+        .db()
+        .join("plugin-state/ailang/policies/ep1.run-IO-FS.toml");
+    let bytes = std::fs::read(&policy_file).unwrap();
+    assert_eq!(
+        a["policy"]["digest"],
+        json!(hex::encode(<sha2::Sha256 as sha2::Digest>::digest(&bytes)))
+    );
+    let text = String::from_utf8(bytes).unwrap();
+    assert!(
+        text.contains(&format!("fs_sandbox = \"{}\"\n", wt.display())),
+        "{text}"
+    );
+
+    // (b) admitted, then refused at runtime: exit 1, the reason before the policy line.
+    std::fs::write(wt.join("escape.ail"), program("escape", "IO, FS")).unwrap();
+    let b = call(&d, &token, "b", "ailang-run", json!({"path": "escape.ail"}));
+    assert_eq!(
+        (b["admitted"].clone(), b["exit_code"].clone()),
+        (json!(true), json!(1))
+    );
+    assert!(b["stderr"]
+        .as_str()
+        .unwrap()
+        .starts_with("Error: execution failed: readFile: path \"/etc/hosts\" escapes sandbox \"<worktree>\"\npolicy: "));
+
+    // (c) refused before execution, over MCP this time.
+    std::fs::write(wt.join("net.ail"), program("plain", "IO, Net")).unwrap();
+    let c = mcp_call(&d, &token, "ailang-run", json!({"path": "net.ail"}));
+    assert_eq!(status(&c), "ok", "{c}");
+    assert_eq!(
+        (c["admitted"].clone(), c["exit_code"].clone()),
+        (json!(false), json!(2))
+    );
+    assert_eq!(c["decision"]["error_kind"], "policy_violation");
+    assert_eq!(c["decision"]["message"], "declared effects exceed policy");
+    assert_eq!(c["decision"]["missing_from_policy"], json!(["Net"]));
+
+    // (d) supervisor limit: exit 3, limit = the parsed policy-result line.
+    std::fs::write(wt.join("slow.ail"), program("limit", "IO")).unwrap();
+    let dd = call(&d, &token, "d", "ailang-run", json!({"path": "slow.ail"}));
+    assert_eq!(
+        (dd["admitted"].clone(), dd["exit_code"].clone()),
+        (json!(true), json!(3))
+    );
+    assert_eq!(dd["stdout"], "tick 1\ntick 2\n");
+    assert_eq!(dd["limit"]["reason"], "timeout");
+    assert_eq!(dd["limit"]["stage"], "execute");
+
+    // Anything else: a failed effect, and the result holds only `world`.
+    std::fs::write(wt.join("garbage.ail"), program("garbage", "IO")).unwrap();
+    let g = call(
+        &d,
+        &token,
+        "g",
+        "ailang-run",
+        json!({"path": "garbage.ail"}),
+    );
+    assert_eq!(status(&g), "failed");
+    assert_eq!(g.as_object().unwrap().len(), 1, "{g}");
+
+    // The run is provenance like any call: `why` verifies every link.
+    let (code, out, err) = worldd(&["why", "--db", path_str(&d.db()), "a2a:ep1:a"], None);
+    assert_eq!(code, 0, "{out}{err}");
+
+    // The garbage run's failure reached the operator's log with the contract's text.
+    let log = daemon_stderr(d);
+    assert!(
+        log.contains("broker: ailang run produced no recognised outcome envelope (rc 0)"),
+        "{log}"
+    );
+}
+
+#[test]
+fn a_capability_the_operator_did_not_enable_fails_the_effect_and_nothing_runs() {
+    let d = start(&[]);
+    let token = d.session("ep1", SE_TOOLS);
+    let wt = d.root().join("ep1");
+    std::fs::write(wt.join("env.ail"), program("plain", "IO, Env")).unwrap();
+    let out = call(
+        &d,
+        &token,
+        "env1",
+        "ailang-run",
+        json!({"path": "env.ail", "caps": ["IO", "Env"]}),
+    );
+    assert_eq!(status(&out), "failed", "{out}");
+    assert_eq!(out.as_object().unwrap().len(), 1, "only world: {out}");
+    // Nothing ran: not the program, not even the policy summary.
+    assert!(standin_log(&d, "ep1").is_empty());
+    // The operator's log has the contract's text.
+    let mut d = d;
+    let mut stderr = d.child.stderr.take().unwrap();
+    let dir = d.halt();
+    let mut log = String::new();
+    stderr.read_to_string(&mut log).unwrap();
+    assert!(
+        log.contains("broker: Ailang.RunEnv refused: capability \"Env\" is not enabled by the operator (serve --run-allow-caps)"),
+        "{log}"
+    );
+
+    // The same call on a deployment started with --run-allow-caps Env runs the program
+    // under a trusted_host variant of the policy.
+    let bin = standin();
+    let d = Daemon::start_in(
+        dir,
+        PLUGINS,
+        &[
+            "--tool-ailang-bin",
+            path_str(&bin),
+            "--run-allow-caps",
+            "Env",
+        ],
+    );
+    let out = call(
+        &d,
+        &token,
+        "env2",
+        "ailang-run",
+        json!({"path": "env.ail", "caps": ["IO", "Env"]}),
+    );
+    assert_eq!(status(&out), "ok", "{out}");
+    assert_eq!(out["admitted"], true);
+    assert_eq!(out["policy"]["security_mode"], "trusted_host");
+    let runs = standin_log(&d, "ep1")
+        .iter()
+        .filter(|l| l["cmd"] == "run")
+        .count();
+    assert_eq!(runs, 1);
+
+    // Net is enabled nowhere: refused, with the contract's text in the operator's log.
+    std::fs::write(wt.join("net.ail"), program("plain", "IO, Net")).unwrap();
+    let out = call(
+        &d,
+        &token,
+        "net1",
+        "ailang-run",
+        json!({"path": "net.ail", "caps": ["Net"]}),
+    );
+    assert_eq!(status(&out), "failed");
+    let log = daemon_stderr(d);
+    assert!(
+        log.contains("broker: Ailang.RunNet refused: capability \"Net\" is not enabled by the operator (serve --run-allow-caps)"),
+        "{log}"
+    );
+}
+
+#[test]
+fn builtins_search_and_ailang_check_are_reshaped_by_their_finish() {
+    let d = start(&[]);
+    let token = d.session("ep1", SE_TOOLS);
+    let wt = d.root().join("ep1");
+
+    let out = call(
+        &d,
+        &token,
+        "b1",
+        "builtins-search",
+        json!({"query": "FILE", "module": "std/fs"}),
+    );
+    assert_eq!(status(&out), "ok");
+    let mut body = out.clone();
+    body.as_object_mut().unwrap().remove("world");
+    assert_eq!(
+        body,
+        json!({"count": 3, "matches": [
+            {"name": "readFile", "module": "std/fs", "effect": "FS"},
+            {"name": "writeFile", "module": "std/fs", "effect": "FS"},
+            {"name": "fileExists", "module": "std/fs", "effect": "FS"}]})
+    );
+    // Over MCP, with the 10-match cap of a query.
+    let out = mcp_call(&d, &token, "builtins-search", json!({"query": "std"}));
+    assert_eq!(out["count"], 10, "{out}");
+
+    // ailang-check: the finish turns ai_check's report into structured diagnostics.
+    std::fs::write(wt.join("hello.ail"), HELLO).unwrap();
+    let out = call(
+        &d,
+        &token,
+        "c1",
+        "ailang-check",
+        json!({"path": "hello.ail"}),
+    );
+    let mut body = out.clone();
+    body.as_object_mut().unwrap().remove("world");
+    assert_eq!(
+        body,
+        json!({"ok": true, "passed": true, "error_count": 0, "errors": []})
+    );
+    std::fs::write(wt.join("bad.ail"), "-- standin: type-error\nmodule bad\n").unwrap();
+    let out = mcp_call(&d, &token, "ailang-check", json!({"path": "bad.ail"}));
+    assert_eq!(out["ok"], true, "{out}");
+    assert_eq!(out["passed"], false);
+    assert_eq!(out["error_count"], 1);
+    assert_eq!(
+        out["errors"][0],
+        json!({"code": "TC_MISMATCH", "file": "bad.ail",
+               "message": "bad.ail:3:5: type mismatch: expected int, found string"})
+    );
+    // The policy layer's refusal passes through the finish.
+    let out = call(
+        &d,
+        &token,
+        "c2",
+        "ailang-check",
+        json!({"path": "nope.ail"}),
+    );
+    assert_eq!(
+        (
+            out["ok"].clone(),
+            out["status"].clone(),
+            out["refused"].clone()
+        ),
+        (
+            json!(false),
+            json!("ok"),
+            json!("ai_check nope.ail: open nope.ail: no such file or directory")
+        )
+    );
+
+    // examples-search without --examples-dir: refused without running, stamped.
+    let before = standin_log(&d, "ep1").len();
+    let out = call(
+        &d,
+        &token,
+        "e1",
+        "examples-search",
+        json!({"query": "match"}),
+    );
+    assert_eq!(status(&out), "ok");
+    assert_eq!(out["ok"], false);
+    assert!(out["refused"]
+        .as_str()
+        .unwrap()
+        .starts_with("no examples corpus configured: start worldd serve with --examples-dir DIR"));
+    let tool = format!(
+        "sha256:{}",
+        hex::encode(<sha2::Sha256 as sha2::Digest>::digest(
+            std::fs::read(standin()).unwrap()
+        ))
+    );
+    assert_eq!(out["tool"], json!(tool));
+    assert!(out["policy_digest"].is_string());
+    assert_eq!(standin_log(&d, "ep1").len(), before);
+
+    // ailang-cli: an allowlisted op runs; the write flag is refused by the plan.
+    let out = call(&d, &token, "v1", "ailang-cli", json!({"op": "version"}));
+    assert_eq!(out["ok"], true, "{out}");
+    assert_eq!(out["tool"], json!(tool));
+    let out = call(
+        &d,
+        &token,
+        "f1",
+        "ailang-cli",
+        json!({"op": "fmt", "path": "hello.ail", "flags": {"write": ""}}),
+    );
+    assert_eq!(
+        out["refused"],
+        "op \"fmt\" flag \"write\" writes the worktree; ailang-cli never writes (fmt without it returns the formatted text; write it with ailang-write)"
+    );
+}
+
+const AILANG_TOOLS: [(&str, &str); 5] = [
+    ("ailang-check", r#"{"path": "a.ail"}"#),
+    ("ailang-run", r#"{"path": "a.ail"}"#),
+    ("builtins-search", r#"{}"#),
+    ("examples-search", r#"{"query": "x"}"#),
+    ("ailang-cli", r#"{"op": "version"}"#),
+];
+
+fn assert_r8(d: &Daemon, token: &str, prefix: &str) {
+    for (tool, args) in AILANG_TOOLS {
+        let args: Value = serde_json::from_str(args).unwrap();
+        let v = a2a(d, token, &format!("{prefix}-{tool}"), tool, args);
+        assert_eq!(v["error"]["code"], -32603, "{tool}: {v}");
+        assert_eq!(
+            v["error"]["message"], "transition declares an effect this daemon has no handler for",
+            "{tool}"
+        );
+    }
+}
+
+#[test]
+fn a_workspace_only_deployment_refuses_every_ailang_tool_by_r8() {
+    // Publish every tool with a full deployment, then restart with --handler workspace.
+    let d = start(&[]).restart(PLUGINS, &["--handler", "workspace"]);
+    let token = d.session("ep1", SE_TOOLS);
+    let w = call(
+        &d,
+        &token,
+        "w1",
+        "ailang-write",
+        json!({"path": "a.ail", "content": HELLO}),
+    );
+    assert_eq!(w["ok"], true, "{w}");
+    let r = call(&d, &token, "r1", "ailang-read", json!({"path": "a.ail"}));
+    assert_eq!(r["content"], HELLO);
+    assert_r8(&d, &token, "ws");
+    assert!(standin_log(&d, "ep1").is_empty());
+}
+
+#[test]
+fn without_tool_ailang_bin_the_plugin_declines_and_its_tools_are_refused_by_r8() {
+    let d = Daemon::start(PLUGINS, &[]);
+    let token = d.session("ep1", SE_TOOLS);
+    let r = call(
+        &d,
+        &token,
+        "w1",
+        "ailang-write",
+        json!({"path": "a.txt", "content": "x"}),
+    );
+    assert_eq!(r["ok"], true);
+    assert_r8(&d, &token, "nobin");
+    let log = daemon_stderr(d);
+    assert!(
+        log.contains("declined: no ailang binary configured (start worldd serve with --tool-ailang-bin PATH)"),
+        "{log}"
+    );
+}

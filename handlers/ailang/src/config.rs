@@ -1,0 +1,243 @@
+//! The operator's config object, validated, and its JSON Schema.
+//!
+//! Validation here is pure (no file system): [`Config::parse`] checks keys, types and values
+//! and decides whether the plugin declines. What needs the file system (the binary exists and
+//! is executable, the corpus is a directory, the state directory can be made) is checked by
+//! the constructor afterwards, see `crate::setup`.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use handler_api::serde_json::{json, Value};
+
+/// The error the constructor returns when no `bin` is configured. It starts with the daemon's
+/// `declined: ` prefix, so the loader skips the plugin with one log line (its tools stay
+/// published and are refused by R8) instead of stopping start-up as for a bad config.
+pub const DECLINE: &str =
+    "declined: no ailang binary configured (start worldd serve with --tool-ailang-bin PATH)";
+
+/// Every capability a run may name, in the canonical order used for policy files, file
+/// names and outputs (the base policy lists `["IO", "FS"]` in this order).
+pub const CAPS: [&str; 5] = ["IO", "FS", "Declassify", "Env", "Net"];
+
+/// Capabilities an operator must enable (`--run-allow-caps`); IO and FS always are.
+pub const OPERATOR_CAPS: [&str; 3] = ["Declassify", "Env", "Net"];
+
+const KEYS: [&str; 6] = [
+    "bin",
+    "examplesDir",
+    "runAllowCaps",
+    "runNetAllow",
+    "runNetAllowHttp",
+    "stateDir",
+];
+
+/// The validated config (paths as given; the constructor resolves them).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Config {
+    /// The operator's `ailang` binary.
+    pub bin: PathBuf,
+    /// An AILANG examples corpus (`AILANG_EXAMPLES`), if any.
+    pub examples_dir: Option<PathBuf>,
+    /// Capabilities beyond IO and FS that runs may use, in canonical order, no duplicates.
+    pub run_allow_caps: Vec<&'static str>,
+    /// Loopback `IP:PORT`s a Net run may reach, in the operator's order, no duplicates.
+    pub run_net_allow: Vec<String>,
+    /// Whether Net runs may use plain HTTP to those hosts.
+    pub run_net_allow_http: bool,
+    /// Where policy files, caches and the archived binary live.
+    pub state_dir: PathBuf,
+}
+
+fn err(message: impl std::fmt::Display) -> String {
+    format!("ailang config: {message}")
+}
+
+fn path_key(object: &handler_api::JsonObject, key: &str) -> Result<Option<PathBuf>, String> {
+    match object.get(key) {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(s)) if s.is_empty() => Err(err(format!("\"{key}\" is empty"))),
+        Some(Value::String(s)) if s.contains('\0') => {
+            Err(err(format!("\"{key}\" contains a NUL byte")))
+        }
+        Some(Value::String(s)) => Ok(Some(PathBuf::from(s))),
+        Some(_) => Err(err(format!("\"{key}\" must be a path string"))),
+    }
+}
+
+fn string_list<'a>(
+    object: &'a handler_api::JsonObject,
+    key: &str,
+    what: &str,
+) -> Result<Vec<&'a str>, String> {
+    match object.get(key) {
+        None | Some(Value::Null) => Ok(Vec::new()),
+        Some(Value::Array(items)) => items
+            .iter()
+            .map(|v| {
+                v.as_str()
+                    .ok_or_else(|| err(format!("\"{key}\" must be an array of {what}")))
+            })
+            .collect(),
+        Some(_) => Err(err(format!("\"{key}\" must be an array of {what}"))),
+    }
+}
+
+/// One `--run-net-allow` entry: a canonical loopback `IP:PORT`, port 1–65535. Canonical means
+/// it reads back exactly as written (`127.0.0.1:8080`, `[::1]:8080`), so the policy file, the
+/// summary check and the operator all see the same text.
+pub fn net_allow_entry(entry: &str) -> Result<String, String> {
+    let bad = || {
+        err(format!(
+            "runNetAllow entry {entry:?} must be a canonical loopback IP:PORT with a port from 1 to 65535 (e.g. 127.0.0.1:8080 or [::1]:8080)"
+        ))
+    };
+    let addr: SocketAddr = entry.parse().map_err(|_| bad())?;
+    if !addr.ip().is_loopback() || addr.port() == 0 || addr.to_string() != entry {
+        return Err(bad());
+    }
+    Ok(entry.to_string())
+}
+
+impl Config {
+    /// Validate the operator's config object (`null` = empty). Unknown keys and bad values
+    /// are errors; a missing `bin` is the [`DECLINE`] (checked after the other keys, so a
+    /// typo elsewhere is still reported as the config error it is).
+    pub fn parse(config: &Value) -> Result<Config, String> {
+        let empty = handler_api::JsonObject::new();
+        let object = match config {
+            Value::Null => &empty,
+            Value::Object(o) => o,
+            _ => return Err(err("the config must be a JSON object")),
+        };
+        if let Some(key) = object.keys().find(|k| !KEYS.contains(&k.as_str())) {
+            return Err(err(format!(
+                "unknown key \"{key}\"; ailang accepts only: {}",
+                KEYS.join(", ")
+            )));
+        }
+        let bin = path_key(object, "bin")?;
+        let examples_dir = path_key(object, "examplesDir")?;
+        let state_dir = path_key(object, "stateDir")?;
+
+        let mut run_allow_caps: Vec<&'static str> = Vec::new();
+        for cap in string_list(object, "runAllowCaps", "capability names")? {
+            let Some(known) = OPERATOR_CAPS.iter().find(|c| **c == cap) else {
+                return Err(err(format!(
+                    "runAllowCaps names {cap:?}; it admits only: {} (IO and FS are always enabled)",
+                    OPERATOR_CAPS.join(", ")
+                )));
+            };
+            if !run_allow_caps.contains(known) {
+                run_allow_caps.push(known);
+            }
+        }
+        run_allow_caps.sort_by_key(|c| CAPS.iter().position(|k| k == c));
+
+        let mut run_net_allow: Vec<String> = Vec::new();
+        for entry in string_list(object, "runNetAllow", "IP:PORT strings")? {
+            let entry = net_allow_entry(entry)?;
+            if !run_net_allow.contains(&entry) {
+                run_net_allow.push(entry);
+            }
+        }
+        let run_net_allow_http = match object.get("runNetAllowHttp") {
+            None | Some(Value::Null) => false,
+            Some(Value::Bool(b)) => *b,
+            Some(_) => return Err(err("\"runNetAllowHttp\" must be true or false")),
+        };
+
+        let Some(bin) = bin else {
+            return Err(DECLINE.to_string());
+        };
+        let Some(state_dir) = state_dir else {
+            return Err(err(
+                "\"stateDir\" is not set; the daemon sets it to <db>/plugin-state/ailang (set it yourself when building the handler outside worldd serve)",
+            ));
+        };
+        Ok(Config {
+            bin,
+            examples_dir,
+            run_allow_caps,
+            run_net_allow,
+            run_net_allow_http,
+            state_dir,
+        })
+    }
+}
+
+/// The JSON Schema of the config object, published in the manifest. `stateDir` is declared
+/// so that `worldd serve` injects `<db>/plugin-state/ailang`.
+pub fn config_schema() -> Value {
+    json!({
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "title": "ailang plugin config",
+        "type": "object",
+        "additionalProperties": false,
+        "properties": {
+            "bin": {
+                "description": "The operator's `ailang` binary (serve --tool-ailang-bin). Without it the plugin declines to start and its tools are refused by R8. It is copied into stateDir/bin/<sha256>/ailang at start-up and runs from there, so the `tool` ref in outputs names exactly the bytes that ran.",
+                "type": "string"
+            },
+            "examplesDir": {
+                "description": "An AILANG examples corpus (manifest.json plus runnable/), passed to every ailang child as AILANG_EXAMPLES (serve --examples-dir). Without it examples-search is refused without running anything.",
+                "type": "string"
+            },
+            "runAllowCaps": {
+                "description": "Capabilities beyond IO and FS that ailang-run may grant a program: Declassify, Env, Net (serve --run-allow-caps).",
+                "type": "array",
+                "items": {"type": "string", "enum": OPERATOR_CAPS},
+                "default": []
+            },
+            "runNetAllow": {
+                "description": "Canonical loopback IP:PORT entries (port 1-65535) a Net run may reach (serve --run-net-allow). A Net run needs at least one.",
+                "type": "array",
+                "items": {"type": "string"},
+                "default": []
+            },
+            "runNetAllowHttp": {
+                "description": "Allow plain HTTP to the runNetAllow hosts (serve --run-net-allow-http).",
+                "type": "boolean",
+                "default": false
+            },
+            "stateDir": {
+                "description": "Where per-episode policy files (policies/), per-episode caches (cache/) and the archived binary (bin/) live. worldd serve sets it to <db>/plugin-state/ailang. It must not lie inside any episode's worktree.",
+                "type": "string"
+            }
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn net_allow_entries_must_be_canonical_loopback() {
+        for ok in ["127.0.0.1:8080", "127.1.2.3:1", "[::1]:65535"] {
+            assert_eq!(net_allow_entry(ok).unwrap(), ok);
+        }
+        for bad in [
+            "127.0.0.1:0",
+            "127.0.0.1:65536",
+            "127.0.0.1:080",
+            "localhost:80",
+            "10.0.0.1:80",
+            "0.0.0.0:80",
+            "127.0.0.1",
+            "[::1]:80 ",
+            "[0:0:0:0:0:0:0:1]:80",
+            "",
+        ] {
+            assert!(net_allow_entry(bad).is_err(), "{bad:?} accepted");
+        }
+    }
+
+    #[test]
+    fn operator_caps_are_sorted_and_deduplicated() {
+        let c = Config::parse(&json!({"bin": "/x", "stateDir": "/s",
+            "runAllowCaps": ["Net", "Declassify", "Net"]}))
+        .unwrap();
+        assert_eq!(c.run_allow_caps, ["Declassify", "Net"]);
+    }
+}

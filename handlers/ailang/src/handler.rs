@@ -1,0 +1,933 @@
+//! The handler object: start-up (archive and probe the binary, make the state directory) and
+//! `execute` (request checks, operator gates, per-episode policies, the ailang child, the
+//! output objects).
+
+use std::collections::HashMap;
+use std::ffi::OsString;
+use std::fs::{self, DirBuilder, File, OpenOptions};
+use std::io::{self, Read, Write};
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use handler_api::serde_json::{self, json, Map, Value};
+use handler_api::{EffectHandler, FinishInput, Host, JsonObject, LogLevel, Outcome, Request};
+use sha2::{Digest, Sha256};
+
+use crate::config::{Config, CAPS};
+use crate::finish;
+use crate::policy::{self, PolicySpec, Verified};
+use crate::process::{self, child_env, excerpt, Spec, OUTPUT_CAP};
+use crate::run;
+
+/// Effect names.
+pub const CHECK: &str = "Ailang.Check";
+/// Effect names.
+pub const RUN: &str = "Ailang.Run";
+/// Effect names.
+pub const RUN_ENV: &str = "Ailang.RunEnv";
+/// Effect names.
+pub const RUN_NET: &str = "Ailang.RunNet";
+/// Effect names.
+pub const DISCOVER: &str = "Ailang.Discover";
+/// Effect names.
+pub const CLI: &str = "Ailang.CLI";
+
+/// The ailang-cli ops this plugin knows. Ailang.CLI's allowlist is this list intersected
+/// with the `cli` list of the policy-tool's summary, so an op a newer `ailang` adds is not
+/// served until this plugin (and its manifest) names it.
+pub const CLI_OPS: [&str; 20] = [
+    "agent_prompt",
+    "ai_check",
+    "axioms",
+    "builtins_list",
+    "builtins_show",
+    "check",
+    "devtools_prompt",
+    "docs_search",
+    "examples_list",
+    "examples_search",
+    "examples_show",
+    "examples_tags",
+    "fmt",
+    "iface",
+    "pkg_docs",
+    "policy_check",
+    "prompt",
+    "test",
+    "tree",
+    "version",
+];
+
+/// The handler's hard cap on one effect (summary check plus the operation); the request's
+/// deadline shortens it.
+pub const HARD_CAP: Duration = Duration::from_secs(10);
+
+/// ailang-run's limits (the plan enforces them first; the handler re-checks, since an
+/// operator may publish another transition for these effects).
+pub const MAX_STDIN: usize = 65536;
+/// See [`MAX_STDIN`].
+pub const MAX_ARGV_ITEMS: usize = 32;
+/// See [`MAX_STDIN`].
+pub const MAX_ARGV_ITEM: usize = 1024;
+
+/// The payload keys this handler reads. A key that differs from one of them only by case is
+/// refused: an alias could smuggle a second value past a plan that checked the first.
+const KNOWN_KEYS: [&str; 10] = [
+    "op",
+    "path",
+    "module",
+    "query",
+    "package",
+    "flags",
+    "args_json",
+    "stdin",
+    "argv",
+    "caps",
+];
+
+/// The examples-search refusal when no corpus is configured (the reference's text, with our
+/// command name).
+pub const NO_CORPUS: &str = "no examples corpus configured: start worldd serve with --examples-dir DIR (an AILANG examples corpus: manifest.json plus runnable/; `ailang examples download` makes one at ~/.ailang/examples)";
+
+/// Which effect family a request belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Check,
+    Discover,
+    Cli,
+    Run,
+}
+
+/// The handler (see the crate docs).
+pub struct AilangHandler {
+    /// The archived copy of the operator's binary: what actually runs.
+    bin: PathBuf,
+    tool: String,
+    version: String,
+    examples_dir: Option<PathBuf>,
+    run_allow_caps: Vec<&'static str>,
+    run_net_allow: Vec<String>,
+    run_net_allow_http: bool,
+    /// Canonical.
+    state_dir: PathBuf,
+    /// Policy files whose summary matched, by path. A file is re-verified when its expected
+    /// text changes or its bytes on disk differ from what was verified.
+    verified: Mutex<HashMap<PathBuf, Verified>>,
+    host: Host,
+}
+
+fn quote(s: &str) -> String {
+    let mut end = s.len().min(256);
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    let mut q = Value::String(s[..end].to_string()).to_string();
+    if end < s.len() {
+        q.insert(q.len() - 1, '…');
+    }
+    q
+}
+
+fn make_dir(path: &Path) -> io::Result<()> {
+    DirBuilder::new().recursive(true).mode(0o700).create(path)?;
+    // An existing directory keeps its mode under DirBuilder: tighten it.
+    fs::set_permissions(path, fs::Permissions::from_mode(0o700))
+}
+
+static TEMP_COUNTER: AtomicU64 = AtomicU64::new(0);
+
+/// Write `bytes` to `path` atomically (temp file in the same directory, fsync, rename,
+/// directory fsync) with `mode`.
+fn write_atomic(path: &Path, bytes: &[u8], mode: u32) -> io::Result<()> {
+    let dir = path
+        .parent()
+        .ok_or_else(|| io::Error::other("no parent directory"))?;
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let tmp = dir.join(format!(
+        ".{name}.tmp-{}-{}",
+        std::process::id(),
+        TEMP_COUNTER.fetch_add(1, Ordering::Relaxed)
+    ));
+    let result = (|| {
+        let mut f = OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&tmp)?;
+        f.write_all(bytes)?;
+        f.set_permissions(fs::Permissions::from_mode(mode))?;
+        f.sync_all()?;
+        drop(f);
+        fs::rename(&tmp, path)?;
+        File::open(dir)?.sync_all()
+    })();
+    if result.is_err() {
+        let _ = fs::remove_file(&tmp);
+    }
+    result
+}
+
+fn hash_file(path: &Path) -> io::Result<String> {
+    let mut file = File::open(path)?;
+    let mut hasher = Sha256::new();
+    let mut buf = vec![0u8; 1 << 16];
+    loop {
+        let n = file.read(&mut buf)?;
+        if n == 0 {
+            return Ok(hex::encode(hasher.finalize()));
+        }
+        hasher.update(&buf[..n]);
+    }
+}
+
+/// Copy the operator's binary to `<bin_dir>/<sha256>/ailang` (mode 0555) unless an intact
+/// copy is there. Runs use the copy, so `tool` names exactly the bytes that run even if the
+/// operator's file changes later.
+fn archive(bin: &Path, bin_dir: &Path) -> Result<(PathBuf, String), String> {
+    let bytes = fs::read(bin).map_err(|e| format!("ailang config: bin {}: {e}", bin.display()))?;
+    let hex = policy::digest(&bytes);
+    let dir = bin_dir.join(&hex);
+    let target = dir.join("ailang");
+    if hash_file(&target).ok().as_deref() == Some(hex.as_str()) {
+        return Ok((target, hex));
+    }
+    make_dir(&dir)
+        .and_then(|()| write_atomic(&target, &bytes, 0o555))
+        .map_err(|e| {
+            format!(
+                "ailang plugin: cannot archive the binary into {}: {e}",
+                dir.display()
+            )
+        })?;
+    Ok((target, hex))
+}
+
+/// Whether one of two canonical paths lies inside the other.
+fn overlaps(a: &Path, b: &Path) -> bool {
+    a.starts_with(b) || b.starts_with(a)
+}
+
+fn valid_episode(ep: &str) -> bool {
+    let b = ep.as_bytes();
+    !b.is_empty()
+        && b.len() <= 64
+        && (b[0].is_ascii_lowercase() || b[0].is_ascii_digit())
+        && b.iter()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-')
+}
+
+/// A JSON object with its keys inserted in sorted order at every level, so the request piped
+/// to the policy-tool is the same bytes whatever map implementation serde_json uses.
+fn sorted(v: &Value) -> Value {
+    match v {
+        Value::Object(m) => {
+            let mut keys: Vec<&String> = m.keys().collect();
+            keys.sort();
+            let mut out = Map::new();
+            for k in keys {
+                out.insert(k.clone(), sorted(&m[k]));
+            }
+            Value::Object(out)
+        }
+        Value::Array(a) => Value::Array(a.iter().map(sorted).collect()),
+        other => other.clone(),
+    }
+}
+
+/// A request that passed every check and is ready to run.
+struct Checked<'a> {
+    effect: &'a str,
+    op: &'a str,
+    payload: &'a JsonObject,
+    episode: &'a str,
+    worktree: &'a str,
+    deadline: Instant,
+    /// The effect's time limit: min(10 s, the request's deadline).
+    limit: Duration,
+}
+
+impl AilangHandler {
+    /// Resolve the config against the file system and start: the binary must be an
+    /// executable regular file (it is archived under `stateDir/bin/` and probed with
+    /// `--version`), the corpus a directory, the state directories creatable.
+    pub fn new(config: Config, host: Host) -> Result<AilangHandler, String> {
+        let bin_text = config.bin.display().to_string();
+        let meta =
+            fs::metadata(&config.bin).map_err(|e| format!("ailang config: bin {bin_text}: {e}"))?;
+        if !meta.is_file() {
+            return Err(format!(
+                "ailang config: bin {bin_text} is not a regular file"
+            ));
+        }
+        if meta.permissions().mode() & 0o111 == 0 {
+            return Err(format!("ailang config: bin {bin_text} is not executable"));
+        }
+        let examples_dir = match &config.examples_dir {
+            None => None,
+            Some(d) => {
+                let canonical = d
+                    .canonicalize()
+                    .map_err(|e| format!("ailang config: examplesDir {}: {e}", d.display()))?;
+                if !canonical.is_dir() {
+                    return Err(format!(
+                        "ailang config: examplesDir {} is not a directory",
+                        d.display()
+                    ));
+                }
+                Some(canonical)
+            }
+        };
+        let state_err = |e: io::Error| {
+            format!(
+                "ailang config: stateDir {}: {e}",
+                config.state_dir.display()
+            )
+        };
+        make_dir(&config.state_dir).map_err(state_err)?;
+        let state_dir = config.state_dir.canonicalize().map_err(state_err)?;
+        for sub in ["policies", "cache", "bin", "cache/_startup"] {
+            make_dir(&state_dir.join(sub)).map_err(state_err)?;
+        }
+        let (bin, hex) = archive(&config.bin, &state_dir.join("bin"))?;
+
+        // Probe: a binary that cannot even report its version would fail every call; say so
+        // once, at start-up. `_startup` cannot collide with an episode (no `_` in episodes).
+        let probe = process::run(Spec {
+            program: bin.clone(),
+            args: vec!["--version".into()],
+            cwd: state_dir.clone(),
+            env: child_env(&state_dir.join("cache/_startup"), examples_dir.as_deref()),
+            stdin: Vec::new(),
+            deadline: Instant::now() + HARD_CAP,
+            limit: HARD_CAP,
+            cap: OUTPUT_CAP,
+        })
+        .map_err(|e| format!("ailang plugin: {bin_text} --version {e}"))?;
+        let stdout = String::from_utf8_lossy(&probe.stdout);
+        let version = stdout
+            .lines()
+            .map(str::trim)
+            .find(|l| !l.is_empty())
+            .map(str::to_string);
+        let version = match (probe.status.success(), version) {
+            (true, Some(v)) => v,
+            _ => {
+                return Err(format!(
+                    "ailang plugin: {bin_text} --version did not print a version ({}; stderr: {})",
+                    probe.rc_text(),
+                    excerpt(&String::from_utf8_lossy(&probe.stderr))
+                ))
+            }
+        };
+        host.log(
+            LogLevel::Info,
+            &format!("ailang: {version}, {bin_text} archived as sha256:{hex}"),
+        );
+        Ok(AilangHandler {
+            bin,
+            tool: format!("sha256:{hex}"),
+            version,
+            examples_dir,
+            run_allow_caps: config.run_allow_caps,
+            run_net_allow: config.run_net_allow,
+            run_net_allow_http: config.run_net_allow_http,
+            state_dir,
+            verified: Mutex::new(HashMap::new()),
+            host,
+        })
+    }
+
+    /// `sha256:` + hex SHA-256 of the binary: the `tool` every policy-tool output carries.
+    pub fn tool(&self) -> &str {
+        &self.tool
+    }
+
+    /// The first line of `ailang --version`.
+    pub fn version(&self) -> &str {
+        &self.version
+    }
+
+    /// The archived binary that runs.
+    pub fn binary(&self) -> &Path {
+        &self.bin
+    }
+
+    /// The canonical state directory.
+    pub fn state_dir(&self) -> &Path {
+        &self.state_dir
+    }
+
+    fn cache_dir(&self, episode: &str) -> PathBuf {
+        self.state_dir.join("cache").join(episode)
+    }
+
+    fn spec(&self, c: &Checked<'_>, args: Vec<OsString>, stdin: Vec<u8>) -> Spec {
+        Spec {
+            program: self.bin.clone(),
+            args,
+            cwd: PathBuf::from(c.worktree),
+            env: child_env(&self.cache_dir(c.episode), self.examples_dir.as_deref()),
+            stdin,
+            deadline: c.deadline,
+            limit: c.limit,
+            cap: OUTPUT_CAP,
+        }
+    }
+
+    /// Run `ailang policy-tool --policy <file>` with one request; the reply object.
+    fn policy_tool(
+        &self,
+        c: &Checked<'_>,
+        policy_file: &Path,
+        request: &Value,
+    ) -> Result<JsonObject, String> {
+        let args = vec![
+            OsString::from("policy-tool"),
+            "--policy".into(),
+            policy_file.as_os_str().to_owned(),
+        ];
+        let stdin = serde_json::to_vec(&sorted(request)).map_err(|e| e.to_string())?;
+        let done = process::run(self.spec(c, args, stdin))
+            .map_err(|e| format!("ailang policy-tool {e}"))?;
+        if !done.status.success() {
+            let stderr = excerpt(&String::from_utf8_lossy(&done.stderr));
+            return Err(format!(
+                "ailang policy-tool exited with {}: {}",
+                done.rc_text(),
+                if stderr.is_empty() {
+                    "(no stderr)"
+                } else {
+                    &stderr
+                }
+            ));
+        }
+        match serde_json::from_slice::<Value>(&done.stdout) {
+            Ok(Value::Object(reply)) => Ok(reply),
+            _ => Err(format!(
+                "ailang policy-tool replied with something that is not one JSON object: {:?}",
+                excerpt(&String::from_utf8_lossy(&done.stdout))
+            )),
+        }
+    }
+
+    /// Write the episode's policy file for `spec` (0600, atomically) and have the
+    /// policy-tool's summary confirm it, unless this exact file was verified before.
+    fn ensure_policy(
+        &self,
+        c: &Checked<'_>,
+        spec: &PolicySpec,
+    ) -> Result<(PathBuf, Verified), Outcome> {
+        let text = spec.text(c.worktree);
+        let digest = policy::digest(text.as_bytes());
+        let path = self
+            .state_dir
+            .join("policies")
+            .join(spec.file_name(c.episode));
+        let known = self
+            .verified
+            .lock()
+            .ok()
+            .and_then(|m| m.get(&path).cloned())
+            .filter(|v| v.digest == digest);
+        if let Some(v) = known {
+            if fs::read(&path).ok().as_deref() == Some(text.as_bytes()) {
+                return Ok((path, v));
+            }
+        }
+        let unavailable = |why: String| {
+            self.host.log(
+                LogLevel::Error,
+                &format!(
+                    "ailang: tools unavailable for episode \"{}\": {why}",
+                    c.episode
+                ),
+            );
+            Outcome::failed(format!("broker: {} failed: {why}; nothing ran", c.effect))
+        };
+        make_dir(&self.cache_dir(c.episode)).map_err(|e| {
+            unavailable(format!("the episode's cache directory cannot be made: {e}"))
+        })?;
+        write_atomic(&path, text.as_bytes(), 0o600).map_err(|e| {
+            unavailable(format!("the episode's policy file cannot be written: {e}"))
+        })?;
+        let reply = self
+            .policy_tool(c, &path, &json!({"op": "summary"}))
+            .map_err(|e| unavailable(format!("the policy summary failed: {e}")))?;
+        let verified = policy::verify_summary(&Value::Object(reply), spec, c.worktree, &digest)
+            .map_err(|e| {
+                unavailable(format!(
+                    "the policy-tool summary does not match the episode's policy: {e}"
+                ))
+            })?;
+        if let Ok(mut m) = self.verified.lock() {
+            m.insert(path.clone(), verified.clone());
+        }
+        Ok((path, verified))
+    }
+
+    fn stamp(&self, mut output: JsonObject, policy_digest: &str) -> Outcome {
+        output.insert("tool".into(), json!(self.tool));
+        output.insert("policy_digest".into(), json!(policy_digest));
+        Outcome::ok(output)
+    }
+
+    /// A policy-tool op: base policy, checked payload on stdin, reply stamped.
+    fn policy_tool_op(&self, c: &Checked<'_>, cli: bool) -> Outcome {
+        let (path, verified) = match self.ensure_policy(c, &PolicySpec::base()) {
+            Ok(p) => p,
+            Err(outcome) => return outcome,
+        };
+        if cli && !verified.cli.iter().any(|o| o == c.op) {
+            return Outcome::failed(format!(
+                "broker: {} refuses op {}: not in this effect's op allowlist",
+                c.effect,
+                quote(c.op)
+            ));
+        }
+        let reply = match self.policy_tool(c, &path, &Value::Object(c.payload.clone())) {
+            Ok(r) => r,
+            Err(e) => return Outcome::failed(format!("broker: {} failed: {e}", c.effect)),
+        };
+        if !matches!(reply.get("ok"), Some(Value::Bool(_))) {
+            return Outcome::failed(format!(
+                "broker: {} failed: the policy-tool reply has no boolean \"ok\"",
+                c.effect
+            ));
+        }
+        if let Some(key) = ["tool", "policy_digest", "world"]
+            .into_iter()
+            .find(|k| reply.contains_key(*k))
+        {
+            return Outcome::failed(format!(
+                "broker: {} failed: the policy-tool reply carries the reserved key \"{key}\"",
+                c.effect
+            ));
+        }
+        self.stamp(reply, &verified.digest)
+    }
+
+    /// The examples refusal: no child runs, the output is still stamped with the base
+    /// policy's digest (computed, not verified: nothing uses the file).
+    fn no_corpus(&self, c: &Checked<'_>) -> Outcome {
+        let digest = policy::digest(PolicySpec::base().text(c.worktree).as_bytes());
+        let mut out = Map::new();
+        out.insert("ok".into(), json!(false));
+        out.insert("refused".into(), json!(NO_CORPUS));
+        self.stamp(out, &digest)
+    }
+
+    fn run(&self, c: &Checked<'_>, run: RunArgs<'_>) -> Outcome {
+        let spec = PolicySpec::for_run(&run.caps, &self.run_net_allow, self.run_net_allow_http);
+        let (path, verified) = match self.ensure_policy(c, &spec) {
+            Ok(p) => p,
+            Err(outcome) => return outcome,
+        };
+        let mut args: Vec<OsString> = vec!["run".into(), "--policy".into(), path.into()];
+        if let Some(j) = run.args_json {
+            args.push("--args-json".into());
+            args.push(j.into());
+        }
+        args.push("--".into());
+        args.push(run.path.into());
+        if !run.argv.is_empty() {
+            args.push("--".into());
+            args.extend(run.argv.iter().map(OsString::from));
+        }
+        let done = match process::run(self.spec(c, args, run.stdin.as_bytes().to_vec())) {
+            Ok(d) => d,
+            Err(e) => {
+                return Outcome::failed(format!("broker: {} failed: ailang run {e}", c.effect))
+            }
+        };
+        let stdout = String::from_utf8_lossy(&done.stdout).into_owned();
+        let stderr = String::from_utf8_lossy(&done.stderr).into_owned();
+        let Some(envelope) = run::parse(done.status.code(), &stdout, &stderr) else {
+            return Outcome::failed(format!(
+                "broker: ailang run produced no recognised outcome envelope ({})",
+                done.rc_text()
+            ));
+        };
+        let mut out = Map::new();
+        out.insert("admitted".into(), json!(envelope.admitted));
+        out.insert("exit_code".into(), json!(envelope.exit_code));
+        out.insert("decision".into(), envelope.decision);
+        out.insert("limit".into(), envelope.limit);
+        out.insert("stdout".into(), json!(stdout));
+        out.insert("stderr".into(), json!(stderr));
+        out.insert(
+            "policy".into(),
+            json!({
+                "digest": verified.digest,
+                "security_mode": spec.security_mode(),
+                "caps": spec.caps,
+                "net_allow": spec.net_allow,
+            }),
+        );
+        Outcome::ok(out)
+    }
+}
+
+/// ailang-run's checked payload.
+struct RunArgs<'a> {
+    path: &'a str,
+    args_json: Option<&'a str>,
+    stdin: &'a str,
+    argv: Vec<&'a str>,
+    caps: Vec<&'a str>,
+}
+
+/// Payload field checks; `Err` is the finished `failed` outcome.
+struct Fields<'a> {
+    effect: &'a str,
+    op: &'a str,
+    payload: &'a JsonObject,
+}
+
+impl<'a> Fields<'a> {
+    fn refused(&self, why: String) -> Outcome {
+        Outcome::failed(format!("broker: {} refused: {why}", self.effect))
+    }
+
+    fn admit(&self, keys: &[&str]) -> Result<(), Outcome> {
+        match self.payload.keys().find(|k| !keys.contains(&k.as_str())) {
+            Some(k) => Err(self.refused(format!(
+                "payload key {} is not admitted by op {}",
+                quote(k),
+                quote(self.op)
+            ))),
+            None => Ok(()),
+        }
+    }
+
+    fn string(&self, key: &str, required: bool) -> Result<Option<&'a str>, Outcome> {
+        match self.payload.get(key) {
+            Some(Value::String(s)) => Ok(Some(s)),
+            None if !required => Ok(None),
+            None => Err(self.refused(format!("op {} needs payload key \"{key}\"", quote(self.op)))),
+            Some(_) => Err(self.refused(format!(
+                "payload key \"{key}\" of op {} must be a string",
+                quote(self.op)
+            ))),
+        }
+    }
+
+    fn strings(&self, key: &str) -> Result<Option<Vec<&'a str>>, Outcome> {
+        let bad = || {
+            self.refused(format!(
+                "payload key \"{key}\" of op {} must be an array of strings",
+                quote(self.op)
+            ))
+        };
+        match self.payload.get(key) {
+            None => Ok(None),
+            Some(Value::Array(items)) => items
+                .iter()
+                .map(|v| v.as_str().ok_or_else(bad))
+                .collect::<Result<Vec<_>, _>>()
+                .map(Some),
+            Some(_) => Err(bad()),
+        }
+    }
+
+    fn string_map(&self, key: &str) -> Result<Option<&'a JsonObject>, Outcome> {
+        match self.payload.get(key) {
+            None => Ok(None),
+            Some(Value::Object(m)) if m.values().all(Value::is_string) => Ok(Some(m)),
+            Some(_) => Err(self.refused(format!(
+                "payload key \"{key}\" of op {} must be an object of string values",
+                quote(self.op)
+            ))),
+        }
+    }
+
+    /// The payload of a policy-tool op (check, discover, cli): admitted keys and their types.
+    fn tool_args(&self, kind: Kind) -> Result<(), Outcome> {
+        match (kind, self.op) {
+            (Kind::Check, _) => {
+                self.admit(&["op", "path"])?;
+                self.string("path", true).map(drop)
+            }
+            (Kind::Discover, "builtins_list") => self.admit(&["op"]),
+            (Kind::Discover, _) => {
+                self.admit(&["op", "query"])?;
+                self.string("query", true).map(drop)
+            }
+            _ => {
+                self.admit(&["op", "path", "module", "query", "package", "flags"])?;
+                for key in ["path", "module", "query", "package"] {
+                    self.string(key, false)?;
+                }
+                // Ailang.CLI never writes: a `write` flag (any case, with or without dashes)
+                // is refused whatever the op, before anything runs.
+                let writes = self.string_map("flags")?.is_some_and(|f| {
+                    f.keys()
+                        .any(|k| k.trim_start_matches('-').eq_ignore_ascii_case("write"))
+                });
+                if writes {
+                    return Err(self.refused(
+                        "flag \"write\" writes the worktree; Ailang.CLI never writes (use Workspace.Write)"
+                            .into(),
+                    ));
+                }
+                Ok(())
+            }
+        }
+    }
+
+    /// ailang-run's arguments, re-checked with the plan's rules and texts.
+    fn run_args(&self) -> Result<RunArgs<'a>, Outcome> {
+        self.admit(&["op", "path", "args_json", "stdin", "argv", "caps"])?;
+        let path = self.string("path", true)?.unwrap_or_default();
+        let args_json = self.string("args_json", false)?;
+        let stdin = self.string("stdin", false)?.unwrap_or("");
+        let argv = self.strings("argv")?.unwrap_or_default();
+        let caps = self.strings("caps")?.unwrap_or_else(|| vec!["IO", "FS"]);
+        if path.is_empty() || path.contains('\0') {
+            return Err(self.refused("payload key \"path\" is empty or contains a NUL byte".into()));
+        }
+        if args_json.is_some_and(|j| serde_json::from_str::<Value>(j).is_err()) {
+            return Err(self.refused("argument \"args_json\" must be a string holding JSON".into()));
+        }
+        if stdin.len() > MAX_STDIN {
+            return Err(self.refused(format!(
+                "argument \"stdin\" is {} bytes; the limit is {MAX_STDIN}",
+                stdin.len()
+            )));
+        }
+        if argv.len() > MAX_ARGV_ITEMS {
+            return Err(self.refused(format!(
+                "argument \"argv\" has {} items; the limit is {MAX_ARGV_ITEMS}",
+                argv.len()
+            )));
+        }
+        for item in &argv {
+            if item.len() > MAX_ARGV_ITEM {
+                return Err(self.refused(format!(
+                    "an argv item is {} bytes; the limit is {MAX_ARGV_ITEM}",
+                    item.len()
+                )));
+            }
+            if item.contains('\0') {
+                return Err(self.refused("an argv item contains a NUL byte".into()));
+            }
+        }
+        for (i, cap) in caps.iter().enumerate() {
+            if !CAPS.contains(cap) {
+                return Err(self.refused(format!(
+                    "unknown capability {}; caps admits only: Declassify, Env, FS, IO, Net",
+                    quote(cap)
+                )));
+            }
+            if caps[..i].contains(cap) {
+                return Err(self.refused(format!("capability {} is listed twice", quote(cap))));
+            }
+        }
+        if caps.is_empty() {
+            return Err(self.refused("argument \"caps\" names no capability".into()));
+        }
+        if caps.contains(&"Env") && caps.contains(&"Net") {
+            return Err(self
+                .refused("caps names both Env and Net; one run takes at most one of them".into()));
+        }
+        // The grant that pays must be the one the caps call for: otherwise a session holding
+        // only Ailang.Run could run Env or Net programs through another transition's plan.
+        let expected = if caps.contains(&"Env") {
+            RUN_ENV
+        } else if caps.contains(&"Net") {
+            RUN_NET
+        } else {
+            RUN
+        };
+        if expected != self.effect {
+            return Err(self.refused(format!(
+                "caps [{}] make this run the {expected} effect",
+                caps.join(", ")
+            )));
+        }
+        Ok(RunArgs {
+            path,
+            args_json,
+            stdin,
+            argv,
+            caps,
+        })
+    }
+}
+
+impl AilangHandler {
+    /// The operator gates for a run's caps (effect failed, nothing runs).
+    fn gate(&self, effect: &str, caps: &[&str]) -> Option<Outcome> {
+        for cap in CAPS.iter().filter(|c| caps.contains(c)) {
+            if !matches!(*cap, "IO" | "FS") && !self.run_allow_caps.contains(cap) {
+                return Some(Outcome::failed(format!(
+                    "broker: {effect} refused: capability \"{cap}\" is not enabled by the operator (serve --run-allow-caps)"
+                )));
+            }
+        }
+        if caps.contains(&"Net") && self.run_net_allow.is_empty() {
+            return Some(Outcome::failed(format!(
+                "broker: {effect} refused: Net names no reachable host:port (serve --run-net-allow)"
+            )));
+        }
+        None
+    }
+}
+
+impl EffectHandler for AilangHandler {
+    fn execute(&self, request: Request) -> Outcome {
+        let started = Instant::now();
+        let effect = request.effect.as_str();
+        let kind = match effect {
+            CHECK => Kind::Check,
+            DISCOVER => Kind::Discover,
+            CLI => Kind::Cli,
+            RUN | RUN_ENV | RUN_NET => Kind::Run,
+            other => {
+                return Outcome::failed(format!(
+                    "broker: the ailang plugin does not handle effect {}",
+                    quote(other)
+                ))
+            }
+        };
+        if request.scope != "worktree" {
+            return Outcome::failed(format!(
+                "broker: {effect} refused: scope {} is not \"worktree\"",
+                quote(&request.scope)
+            ));
+        }
+        let Some(payload) = request.payload.as_object() else {
+            return Outcome::failed(format!(
+                "broker: {effect} refused: payload is not a JSON object"
+            ));
+        };
+        for key in payload.keys() {
+            let lower = key.to_lowercase();
+            if let Some(known) = KNOWN_KEYS.iter().find(|k| **k != key && **k == lower) {
+                return Outcome::failed(format!(
+                    "broker: {effect} refused: key {} aliases \"{known}\"",
+                    quote(key)
+                ));
+            }
+        }
+        let op = match payload.get("op") {
+            Some(Value::String(op)) => op.as_str(),
+            Some(_) => {
+                return Outcome::failed(format!(
+                    "broker: {effect} refused: payload key \"op\" must be a string"
+                ))
+            }
+            None => {
+                return Outcome::failed(format!("broker: {effect} refused: payload has no \"op\""))
+            }
+        };
+        let allowed: &[&str] = match kind {
+            Kind::Check => &["ai_check"],
+            Kind::Discover => &["builtins_list", "examples_search"],
+            Kind::Cli => &CLI_OPS,
+            Kind::Run => &["run"],
+        };
+        if !allowed.contains(&op) {
+            return Outcome::failed(format!(
+                "broker: {effect} refuses op {}: not in this effect's op allowlist",
+                quote(op)
+            ));
+        }
+        let fields = Fields {
+            effect,
+            op,
+            payload,
+        };
+        // Per-op payload checks (a payload the plan should never have built is a failure),
+        // then the operator gates: all before anything runs.
+        let run_args = match kind {
+            Kind::Run => match fields.run_args() {
+                Ok(run) => match self.gate(effect, &run.caps) {
+                    Some(outcome) => return outcome,
+                    None => Some(run),
+                },
+                Err(outcome) => return outcome,
+            },
+            _ => match fields.tool_args(kind) {
+                Ok(()) => None,
+                Err(outcome) => return outcome,
+            },
+        };
+
+        let Some(worktree) = request.worktree.as_deref() else {
+            return Outcome::failed(format!(
+                "broker: {effect} refused: the request binds no worktree (scope \"worktree\" needs one)"
+            ));
+        };
+        if !Path::new(worktree).is_absolute() {
+            return Outcome::failed(format!(
+                "broker: {effect} refused: the bound worktree is not an absolute path"
+            ));
+        }
+        if !valid_episode(&request.episode) {
+            return Outcome::failed(format!(
+                "broker: {effect} refused: episode {} is not a valid episode name",
+                quote(&request.episode)
+            ));
+        }
+        let canonical = match Path::new(worktree).canonicalize() {
+            Ok(p) => p,
+            Err(e) => {
+                return Outcome::failed(format!(
+                    "broker: {effect} failed: the episode's worktree cannot be resolved: {e}"
+                ))
+            }
+        };
+        // An agent can write its worktree: a policy file, cache or corpus inside it would
+        // let the agent rewrite its own rules.
+        if overlaps(&self.state_dir, &canonical) {
+            return Outcome::failed(format!(
+                "broker: {effect} refused: the ailang plugin's stateDir overlaps the episode's worktree; an agent could rewrite its own policy"
+            ));
+        }
+        if self
+            .examples_dir
+            .as_deref()
+            .is_some_and(|d| overlaps(d, &canonical))
+        {
+            return Outcome::failed(format!(
+                "broker: {effect} refused: the examples corpus overlaps the episode's worktree"
+            ));
+        }
+
+        let budget = match request.deadline_ms {
+            0 => HARD_CAP,
+            ms => HARD_CAP.min(Duration::from_millis(ms)),
+        };
+        let c = Checked {
+            effect,
+            op,
+            payload,
+            episode: &request.episode,
+            worktree,
+            deadline: started + budget,
+            limit: budget,
+        };
+        if op.starts_with("examples_") && self.examples_dir.is_none() {
+            return self.no_corpus(&c);
+        }
+        match (kind, run_args) {
+            (Kind::Run, Some(run)) => self.run(&c, run),
+            (Kind::Cli, _) => self.policy_tool_op(&c, true),
+            _ => self.policy_tool_op(&c, false),
+        }
+    }
+
+    fn finish(&self, name: &str, input: FinishInput) -> Result<JsonObject, String> {
+        match name {
+            finish::CHECK_REPORT => Ok(finish::check_report(&input)),
+            finish::BUILTINS_INVENTORY => Ok(finish::builtins_inventory(&input)),
+            other => Err(format!("no finish function {other:?}")),
+        }
+    }
+}

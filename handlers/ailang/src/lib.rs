@@ -1,0 +1,155 @@
+//! worldd plugin `ailang`: `Ailang.Check`, `Ailang.Run`, `Ailang.RunEnv`, `Ailang.RunNet`,
+//! `Ailang.Discover` and `Ailang.CLI`, executed by the operator's `ailang` binary under a
+//! per-episode AILANG policy confined to the episode's worktree.
+//!
+//! Serves the se-tools `ailang-check`, `ailang-run`, `builtins-search`, `examples-search` and
+//! `ailang-cli`, whose transition documents (`transitions/se-tools/<id>.json`) it ships in its
+//! manifest, and the finish functions `check-report` and `builtins-inventory`.
+//! The operator guide is `docs/plugins/ailang.md`.
+//!
+//! # Effects
+//!
+//! | effect | class | ops | how |
+//! |---|---|---|---|
+//! | `Ailang.Check` | read | `ai_check` | `ailang policy-tool`, base policy |
+//! | `Ailang.Discover` | read | `builtins_list`, `examples_search` | `ailang policy-tool`, base policy |
+//! | `Ailang.CLI` | unknown | the summary's `cli` list ∩ [`CLI_OPS`] | `ailang policy-tool`, base policy (`test` runs code) |
+//! | `Ailang.Run` / `RunEnv` / `RunNet` | unknown | `run` | `ailang run`, a run variant of the policy |
+//!
+//! # Outputs
+//!
+//! - policy-tool ops: the policy-tool's reply (an object with a boolean `ok`, e.g.
+//!   `{ok, argv, exit_code, stdout, stderr}` or `{ok:false, refused}`) plus `tool`
+//!   (`sha256:` of the `ailang` binary) and `policy_digest` (hex SHA-256 of the base policy
+//!   file's bytes). A reply that is not such an object, or that carries `tool`,
+//!   `policy_digest` or `world`, is a failed effect.
+//! - examples-search without a corpus: `{ok:false, refused: NO_CORPUS, tool, policy_digest}`
+//!   without running anything.
+//! - runs: `{admitted, exit_code, decision, limit, stdout, stderr, policy:{digest,
+//!   security_mode, caps, net_allow}}`, read from `ailang run` exactly as the `run` module
+//!   describes; anything else is the failed effect
+//!   `broker: ailang run produced no recognised outcome envelope (rc N)`.
+//!
+//! # Failures (effect `failed`, nothing runs)
+//!
+//! `broker: <E> refused: scope "<s>" is not "worktree"`, `broker: <E> refuses op "<op>": not
+//! in this effect's op allowlist`, `broker: <E> refused: key "OP" aliases "op"`, `broker: <E>
+//! refused: payload is not a JSON object`, `broker: Ailang.CLI refused: flag "write" writes the
+//! worktree; Ailang.CLI never writes (use Workspace.Write)`, and the operator gates
+//! `broker: <E> refused: capability "<c>" is not enabled by the operator (serve
+//! --run-allow-caps)` and `broker: Ailang.RunNet refused: Net names no reachable host:port
+//! (serve --run-net-allow)`. Also failed: a policy whose summary does not match, a child that
+//! times out (its whole process group is SIGKILLed) or writes more than 8 MiB to stdout or
+//! stderr.
+//!
+//! # Config
+//!
+//! See [`config_schema`]: `bin` (without it the constructor *declines*: [`DECLINE`]),
+//! `examplesDir`, `runAllowCaps`, `runNetAllow`, `runNetAllowHttp`, `stateDir`.
+//!
+//! # Tests
+//!
+//! The tests run a stand-in for `ailang` (`tests/ailang-standin/ailang`, a Python script that
+//! imitates the documented CLI). It is test code only and is never shipped.
+
+mod config;
+mod finish;
+mod handler;
+mod policy;
+mod process;
+mod run;
+
+use handler_api::serde_json::Value;
+use handler_api::{export_plugin, EffectClass, EffectDecl, Host, Manifest, Plugin};
+
+pub use config::{config_schema, net_allow_entry, Config, CAPS, DECLINE, OPERATOR_CAPS};
+pub use finish::{
+    builtins_inventory, check_report, parse_inventory, Builtin, BUILTINS_INVENTORY, CHECK_REPORT,
+    MAX_QUERY_MATCHES,
+};
+pub use handler::{
+    AilangHandler, CHECK, CLI, CLI_OPS, DISCOVER, HARD_CAP, NO_CORPUS, RUN, RUN_ENV, RUN_NET,
+};
+pub use policy::{toml_string, verify_summary, PolicySpec, Verified, DENY_WRITE};
+pub use process::OUTPUT_CAP;
+pub use run::{parse as parse_run_outcome, Envelope};
+
+/// The transition documents this plugin ships, by file name.
+const TRANSITIONS: [(&str, &str); 5] = [
+    (
+        "ailang-check.json",
+        include_str!("../../../transitions/se-tools/ailang-check.json"),
+    ),
+    (
+        "ailang-run.json",
+        include_str!("../../../transitions/se-tools/ailang-run.json"),
+    ),
+    (
+        "builtins-search.json",
+        include_str!("../../../transitions/se-tools/builtins-search.json"),
+    ),
+    (
+        "examples-search.json",
+        include_str!("../../../transitions/se-tools/examples-search.json"),
+    ),
+    (
+        "ailang-cli.json",
+        include_str!("../../../transitions/se-tools/ailang-cli.json"),
+    ),
+];
+
+fn effect(name: &str, class: EffectClass, ops: &[&str], description: &str) -> EffectDecl {
+    EffectDecl {
+        name: name.into(),
+        class,
+        ops: ops.iter().map(|o| o.to_string()).collect(),
+        description: description.into(),
+    }
+}
+
+/// The plugin (see the crate docs).
+pub struct AilangPlugin;
+
+impl Plugin for AilangPlugin {
+    type Handler = AilangHandler;
+
+    fn manifest() -> Result<Manifest, String> {
+        let transitions = TRANSITIONS
+            .iter()
+            .map(|(file, text)| {
+                handler_api::serde_json::from_str::<Value>(text)
+                    .map_err(|e| format!("embedded transition {file} is not valid JSON: {e}"))
+            })
+            .collect::<Result<Vec<Value>, String>>()?;
+        let run_ops = ["run"];
+        Ok(Manifest {
+            name: "ailang".into(),
+            version: env!("CARGO_PKG_VERSION").into(),
+            abi: handler_api::ABI_VERSION,
+            description: "Type-checks, runs and searches AILANG in the episode's worktree with the operator's ailang binary (ailang-check, ailang-run, builtins-search, examples-search, ailang-cli).".into(),
+            effects: vec![
+                effect(CHECK, EffectClass::Read, &["ai_check"],
+                    "Type-check and verify one AILANG file (ailang policy-tool ai_check)."),
+                effect(RUN, EffectClass::Unknown, &run_ops,
+                    "Run one AILANG program with IO, FS and/or Declassify under the episode's restricted policy."),
+                effect(RUN_ENV, EffectClass::Unknown, &run_ops,
+                    "Run one AILANG program with Env (trusted_host policy); the operator must enable Env."),
+                effect(RUN_NET, EffectClass::Unknown, &run_ops,
+                    "Run one AILANG program with Net to the operator's loopback hosts; the operator must enable Net."),
+                effect(DISCOVER, EffectClass::Read, &["builtins_list", "examples_search"],
+                    "List the binary's builtins or search the operator's examples corpus."),
+                effect(CLI, EffectClass::Unknown, &CLI_OPS,
+                    "One allowlisted ailang CLI operation (some, like test, run code); never writes the worktree."),
+            ],
+            transitions,
+            finish: vec![CHECK_REPORT.into(), BUILTINS_INVENTORY.into()],
+            config_schema: config_schema(),
+        })
+    }
+
+    fn new(config: Value, host: Host) -> Result<AilangHandler, String> {
+        AilangHandler::new(Config::parse(&config)?, host)
+    }
+}
+
+export_plugin!(AilangPlugin);
