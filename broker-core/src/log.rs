@@ -236,6 +236,21 @@ pub fn world(r: &ReadCtx<'_>, world_ref: &Ref) -> Result<Option<World>, LogError
     }
 }
 
+/// The ref of the world entry `index` selected.
+pub fn world_ref_at(r: &ReadCtx<'_>, index: u64) -> Result<Option<Ref>, StoreError> {
+    match r
+        .tables
+        .world_refs
+        .get(r.txn, &index)
+        .map_err(r.heed_err())?
+    {
+        None => Ok(None),
+        Some(b) => Ref::from_slice(b).map(Some).ok_or_else(|| {
+            StoreError::Corrupt(format!("world ref of entry {index} is not 32 bytes"))
+        }),
+    }
+}
+
 /// Raw stored bytes of a world.
 pub fn world_bytes(r: &ReadCtx<'_>, world_ref: &Ref) -> Result<Option<Vec<u8>>, StoreError> {
     Ok(r.tables
@@ -404,6 +419,10 @@ fn commit_checked(
     w.tables
         .worlds
         .put(w.txn, world_ref.as_bytes(), &world.to_bytes())
+        .map_err(e)?;
+    w.tables
+        .world_refs
+        .put(w.txn, &h.entry_index, world_ref.as_bytes())
         .map_err(e)?;
     w.tables
         .heads

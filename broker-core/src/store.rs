@@ -71,6 +71,8 @@ pub struct Tables {
     pub log: Database<'static, U64<BigEndian>, Bytes>,
     /// entry hash(32) → entry index (u64 BE).
     pub entry_hashes: Database<'static, Bytes, U64<BigEndian>>,
+    /// entry index (u64 BE) → the ref of the world that entry selected.
+    pub world_refs: Database<'static, U64<BigEndian>, Bytes>,
     /// head name → world ref(32).
     pub heads: Database<'static, Str, Bytes>,
     /// journal sequence (u64 BE) → canonical journal record JSON.
@@ -224,6 +226,7 @@ impl Store {
                         dbo.create_database(wtxn, Some("journal_by_invocation"))?,
                     ),
                     (
+                        dbo.create_database(wtxn, Some("world_refs"))?,
                         dbo.create_database(wtxn, Some("pending"))?,
                         dbo.create_database(wtxn, Some("journal_by_episode"))?,
                         dbo.create_database(wtxn, Some("spend"))?,
@@ -248,7 +251,7 @@ impl Store {
                 journal,
                 journal_by_invocation,
             ),
-            (pending, journal_by_episode, spend, sessions, tasks, registry_heads, meta),
+            (world_refs, pending, journal_by_episode, spend, sessions, tasks, registry_heads, meta),
         ) = tables;
         let tables = Tables {
             objects,
@@ -256,6 +259,7 @@ impl Store {
             worlds,
             log,
             entry_hashes,
+            world_refs,
             heads,
             journal,
             journal_by_invocation,
@@ -350,20 +354,28 @@ impl Store {
     /// Intents without an outcome are indeterminate: report each one when the store opens.
     /// They are never retried; their budget stays spent.
     fn report_indeterminate(&self) {
-        match self
-            .read(|r| crate::journal::pending(r).map_err(|e| StoreError::Corrupt(e.to_string())))
-        {
-            Ok(pending) => {
-                for p in &pending {
-                    tracing::warn!(
-                        invocation = %p.intent.invocation_id,
-                        episode = %p.intent.episode,
-                        effect = %p.intent.effect,
-                        "indeterminate effect: intent journaled, no outcome; it will not be retried"
-                    );
-                }
-            }
+        match self.indeterminate() {
+            // One line on open; `report_indeterminate_each` lists them (the daemon does).
+            Ok(pending) if !pending.is_empty() => tracing::warn!(
+                "{} indeterminate effect(s): intent journaled, no outcome; they are never retried",
+                pending.len()
+            ),
+            Ok(_) => {}
             Err(e) => tracing::error!("cannot read pending intents: {e}"),
+        }
+    }
+
+    /// Log every indeterminate effect, one line each.
+    pub fn report_indeterminate_each(&self) {
+        if let Ok(pending) = self.indeterminate() {
+            for p in &pending {
+                tracing::warn!(
+                    invocation = %p.intent.invocation_id,
+                    episode = %p.intent.episode,
+                    effect = %p.intent.effect,
+                    "indeterminate effect: intent journaled, no outcome; it will not be retried"
+                );
+            }
         }
     }
 

@@ -312,6 +312,10 @@ fn verify_in(r: &ReadCtx<'_>, index: u64, matched_by: String) -> Report {
         verify_genesis(r, &entry, &mut walk);
         return finish(walk, index, matched_by);
     }
+    if !entry.header.written_by.starts_with("coordinator:") {
+        verify_client_commit(r, &entry, &mut walk);
+        return finish(walk, index, matched_by);
+    }
 
     // Invocation record.
     let record = checked_object(r, &entry.transition_ref, sid::INVOCATION_RECORD).and_then(|o| {
@@ -688,4 +692,93 @@ pub fn audit_store(store: &Store) -> Result<StoreAudit, VerifyError> {
         })
         .collect();
     Ok(audit)
+}
+
+/// An entry committed by a client (`POST /v1/commit`): its record and output are whatever the
+/// client stored, so check what the log promises — both objects exist and hash to their
+/// addresses, and the stored world selects them.
+fn verify_client_commit(r: &ReadCtx<'_>, entry: &Entry, walk: &mut Walk) {
+    let any_object = |reference: &Ref| -> Result<Object, String> {
+        let obj = r
+            .object(reference)
+            .map_err(|e| e.to_string())?
+            .ok_or_else(|| "missing from the store".to_string())?;
+        if !obj.verify() {
+            return Err(format!(
+                "stored bytes hash to {}, not to their address",
+                Ref::of(&obj.payload)
+            ));
+        }
+        Ok(obj)
+    };
+    walk.push(
+        "record",
+        Some(entry.transition_ref),
+        any_object(&entry.transition_ref).map(|o| {
+            format!(
+                "client commit by {}: {} ({} B)",
+                entry.header.written_by,
+                o.semantic_id,
+                o.payload.len()
+            )
+        }),
+    );
+    let index = entry.header.entry_index;
+    let world_ref = match log::world_ref_at(r, index) {
+        Ok(Some(w)) => w,
+        Ok(None) => {
+            walk.push(
+                "world",
+                None,
+                Err("no stored world selects this entry".into()),
+            );
+            return;
+        }
+        Err(e) => {
+            walk.push("world", None, Err(e.to_string()));
+            return;
+        }
+    };
+    let world = log::world_bytes(r, &world_ref)
+        .map_err(|e| e.to_string())
+        .and_then(|b| b.ok_or_else(|| "missing".to_string()))
+        .and_then(|b| {
+            let w = World::from_bytes(&b).map_err(|e| e.to_string())?;
+            if w.to_bytes() != b || w.reference() != world_ref {
+                return Err(format!(
+                    "stored world bytes hash to {}, not to its ref",
+                    Ref::of(&b)
+                ));
+            }
+            if w.revision != index || w.log_head != entry.entry_hash {
+                return Err("the world does not select this entry".into());
+            }
+            Ok(w)
+        });
+    match world {
+        Ok(w) => {
+            walk.push(
+                "world",
+                Some(world_ref),
+                Ok(format!(
+                    "revision {}, stateRoot {}, logHead {} (recomputed)",
+                    w.revision,
+                    w.state_root.short(8),
+                    w.log_head.short(8)
+                )),
+            );
+            walk.push(
+                "output",
+                Some(w.state_root),
+                any_object(&w.state_root).map(|o| {
+                    format!(
+                        "{} B = world.stateRoot ({})",
+                        o.payload.len(),
+                        o.semantic_id
+                    )
+                }),
+            );
+        }
+        Err(e) => walk.push("world", Some(world_ref), Err(e)),
+    }
 }

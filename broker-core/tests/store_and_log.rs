@@ -401,6 +401,7 @@ mod rest {
             other => panic!("{other:?}"),
         }
         // Same id, same commit: a no-op that answers the same world.
+        let c_again = c.clone();
         assert_eq!(commit::rest_commit(&w.store, c).unwrap(), selected);
         // Same id, another commit: refused.
         let other = next_commit(&w.store, Some("rest:c1"), "two");
@@ -408,16 +409,29 @@ mod rest {
             commit::rest_commit(&w.store, other),
             Err(CommitError::Reused(_))
         ));
-        // A stale observed head is a conflict and leaves the receipt indeterminate, never
-        // not-started, because its intent is durable.
+        // A stale observed head is a conflict that leaves no trace: the receipt still says
+        // not-started, and the same id works for the commit rebuilt on the current head.
         let mut stale = next_commit(&w.store, Some("rest:c2"), "three");
         stale.observed_head = Some(rep('7'));
         let e = commit::rest_commit(&w.store, stale).unwrap_err();
         assert!(e.to_string().starts_with("conflict: observed"), "{e}");
         assert_eq!(
             commit::receipt(&w.store, "rest:c2").unwrap(),
-            Receipt::Indeterminate
+            Receipt::NotStarted
         );
+        let rebuilt = next_commit(&w.store, Some("rest:c2"), "three");
+        commit::rest_commit(&w.store, rebuilt).unwrap();
+        assert!(matches!(
+            commit::receipt(&w.store, "rest:c2").unwrap(),
+            Receipt::Resolved { .. }
+        ));
+        // A resend must be self-consistent: a forged header under a committed id is refused.
+        let mut forged = c_again.clone();
+        forged.entry.header.written_by = "someone else".into();
+        assert!(matches!(
+            commit::rest_commit(&w.store, forged),
+            Err(CommitError::Log(_))
+        ));
         let bad = next_commit(&w.store, Some("c3"), "four");
         assert!(matches!(
             commit::rest_commit(&w.store, bad),
@@ -432,7 +446,7 @@ mod rest {
         let s = w.mint("ep1", &["Workspace.Read=worktree:5"]);
         let out = w.call(&s, "ailang-read", json!({"path": "a"})).unwrap();
         assert_eq!(out.entry_index, 2);
-        for i in [0, 2] {
+        for i in [0, 1, 2] {
             assert!(verify::verify_entry(&w.store, i).unwrap().all_ok());
         }
     }

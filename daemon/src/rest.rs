@@ -7,7 +7,6 @@
 
 use std::collections::HashMap;
 
-use axum::body::Bytes;
 use axum::extract::{Path, Query, State};
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -144,6 +143,8 @@ pub fn routes() -> Router<AppState> {
         .route("/v1/registry/{*name}", get(registry_head))
         .route("/v1/receipts/{id}", get(receipt))
         .route("/v1/commit", post(commit_route))
+        // Reconciliation and budget (session required, own episode only).
+        .merge(crate::reconcile::routes())
 }
 
 /// Reads need a valid session unless `--open-reads`.
@@ -478,18 +479,25 @@ fn parse_commit(body: &[u8]) -> Result<RestCommit, ApiError> {
 async fn commit_route(
     State(state): State<AppState>,
     headers: HeaderMap,
-    body: Bytes,
+    body: axum::body::Body,
 ) -> Result<Json<Value>, ApiError> {
     state
         .authenticate(&headers)
         .await
         .map_err(ApiError::from_auth)?;
-    if body.len() > MAX_COMMIT_BYTES {
-        return Err(ApiError::new(
+    // Read the body only after authentication, and never more than the limit.
+    let too_large = || {
+        ApiError::new(
             StatusCode::PAYLOAD_TOO_LARGE,
             "PayloadTooLarge",
             format!("commit body exceeds {MAX_COMMIT_BYTES} bytes"),
-        ));
+        )
+    };
+    let body = axum::body::to_bytes(body, MAX_COMMIT_BYTES + 1)
+        .await
+        .map_err(|_| too_large())?;
+    if body.len() > MAX_COMMIT_BYTES {
+        return Err(too_large());
     }
     let c = parse_commit(&body)?;
     if let Some(id) = &c.invocation_id {

@@ -376,6 +376,7 @@ pub fn call(a: CallArgs) -> CliResult {
         json!({"name": name, "arguments": args}),
     ) {
         Ok(v) => v,
+        Err(f) if !f.message.contains("error -32603") => return Err(f),
         Err(f) => {
             // A host failure: the effect may have run. Say what the log shows.
             let probe = get(&a.client, "/v1/head").ok();
@@ -402,9 +403,23 @@ pub fn call(a: CallArgs) -> CliResult {
             .unwrap_or(text.clone());
         println!("{pretty}");
     }
-    let ok = v["result"]["structuredContent"]["ok"].as_bool();
-    if a.strict && ok == Some(false) {
-        return Err(Failure::integrity("the tool answered ok:false"));
+    if a.strict {
+        let out = &v["result"]["structuredContent"];
+        if out["ok"] == Value::Bool(false) {
+            return Err(Failure::integrity("the tool answered ok:false"));
+        }
+        // Denied and failed effects of tools without a finish phase carry no `ok`.
+        if let Some(bad) = out["world"]["effects"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|e| e["status"] != "ok")
+        {
+            return Err(Failure::integrity(format!(
+                "the effect ended {}",
+                bad["status"].as_str().unwrap_or("badly")
+            )));
+        }
     }
     Ok(())
 }

@@ -30,6 +30,11 @@ pub struct QuickstartArgs {
 }
 
 pub fn run(a: QuickstartArgs) -> CliResult {
+    if a.bind.ends_with(":0") {
+        return Err(Failure::usage(
+            "quickstart prints a client configuration, so it needs a fixed port (not :0)",
+        ));
+    }
     let db = a.dir.join("db");
     let root = a.dir.join("worktrees");
     let token_file = a.dir.join(format!("{}.session", a.episode));
@@ -37,7 +42,7 @@ pub fn run(a: QuickstartArgs) -> CliResult {
         .map_err(|e| Failure::usage(format!("{}: {e}", root.display())))?;
     broker_core::store::Store::create(&db)
         .map_err(|e| Failure::fatal(format!("cannot create {}: {e}", db.display())))?;
-    if !token_file.exists() {
+    if !credential_is_live(&db, &token_file) {
         let grants: Vec<String> = super::session::SE_TOOLS_EFFECTS
             .iter()
             .map(|e| format!("{e}=worktree:{}", a.budget))
@@ -81,4 +86,19 @@ pub fn run(a: QuickstartArgs) -> CliResult {
         map_size: None,
         plugins: a.plugins,
     })
+}
+
+/// True when the credential file holds a session that exists and has not expired.
+fn credential_is_live(db: &std::path::Path, token_file: &std::path::Path) -> bool {
+    let Ok(token) = std::fs::read_to_string(token_file) else {
+        return false;
+    };
+    let Ok(store) = broker_core::store::Store::open(db, Default::default()) else {
+        return false;
+    };
+    let id = broker_core::session::credential_id(token.trim());
+    matches!(
+        broker_core::session::lookup(&store, &id),
+        Ok(Some(s)) if s.is_valid(super::now())
+    )
 }

@@ -97,7 +97,7 @@ pub struct ServeArgs {
     /// Loopback address to listen on; port 0 picks a free port.
     #[arg(long)]
     pub bind: Option<String>,
-    /// Serve GET /v1/* without a session, as the reference does.
+    /// Serve GET /v1/* without a session (by default reads need one).
     #[arg(long)]
     pub open_reads: bool,
     /// LMDB map size in bytes.
@@ -238,8 +238,14 @@ pub fn run(a: ServeArgs) -> CliResult {
         },
     )
     .map_err(|e| startup("store-open", e))?;
+    // One daemon per store: the per-episode ordering of calls lives in its memory.
+    let _lock = writer_lock(&db)?;
+    store.report_indeterminate_each();
     let mut opts = plugin_options(&a.plugins, &file);
-    opts.state_root = Some(db.join("plugin-state"));
+    // Plugins get absolute paths: they run with the worktree as their working directory.
+    let state_root =
+        std::path::absolute(db.join("plugin-state")).unwrap_or_else(|_| db.join("plugin-state"));
+    opts.state_root = Some(state_root);
     let served = Arc::new(OnceLock::new());
     opts.publisher = Some(publisher(store.clone(), served.clone()));
     let set = plugins::load(&opts).map_err(|e| startup("plugins", e))?;
@@ -394,4 +400,29 @@ fn publisher(store: Store, served: Arc<OnceLock<BTreeSet<String>>>) -> plugins::
         })
         .to_string())
     })
+}
+
+/// Hold an exclusive, non-blocking lock on `<db>/worldd.lock` for the daemon's lifetime.
+/// Other verbs (session mint, why, doctor) do not take it: LMDB serialises their writes.
+fn writer_lock(db: &std::path::Path) -> Result<std::fs::File, Failure> {
+    use std::os::fd::AsRawFd;
+    let path = db.join("worldd.lock");
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .map_err(|e| startup("store-open", format!("{}: {e}", path.display())))?;
+    // SAFETY: flock on a file descriptor we own; no memory is shared.
+    let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
+    if rc != 0 {
+        return Err(startup(
+            "store-open",
+            format!(
+                "another worldd already serves {} (one daemon per store: it orders each episode's calls)",
+                db.display()
+            ),
+        ));
+    }
+    Ok(file)
 }
