@@ -1,8 +1,24 @@
-//! A2A: `POST /a2a/` (`tasks/send`) and the agent card at `GET /.well-known/agent.json`.
+//! A2A: `POST /a2a/` and the agent card at `GET /.well-known/agent-card.json` (and the older
+//! `/.well-known/agent.json`).
 //!
-//! Errors are JSON-RPC errors in an HTTP 200, with the fixed messages of the contract. The
-//! task id is the idempotency key within the episode: resending a committed task id returns
-//! the committed result without running the tool again.
+//! Three methods reach the same invocation path, each answering in its own version's shape:
+//!
+//! | method | version | params | result |
+//! |---|---|---|---|
+//! | `tasks/send` | the contract (pre-0.2) | `id`, `metadata.skill_id`, one `{"type":"data"}` part | a task, `status.state: "completed"` |
+//! | `message/send` | 0.3 | `message` with one `{"kind":"data"}` part | a task with `"kind":"task"`, states like `completed` |
+//! | `SendMessage` | 1.0 (`A2A-Version: 1.x`) | `message` with one `{"data":…}` part | `{"task": …}`, states like `TASK_STATE_COMPLETED` |
+//!
+//! For the message methods the skill is named by `skill_id` (or `skillId`) in the request's
+//! `metadata` or in `message.metadata`, and the idempotency key is `message.taskId` when
+//! present, else `message.messageId`; the task id of the answer is that key. A committed
+//! task's state follows the outcome classification ([`crate::outcome`]): `ok` → completed,
+//! `refused`/`denied` → rejected, `failed` → failed (`tasks/send` keeps `completed`).
+//!
+//! Errors are JSON-RPC errors in an HTTP 200, with the fixed messages of the contract; the
+//! message methods add `data` with the outcome classification where the question "did it
+//! run?" has an answer. The task id is the idempotency key within the episode: resending a
+//! committed task id returns the committed result without running the tool again.
 
 use std::time::{Duration, Instant};
 
@@ -12,12 +28,15 @@ use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use broker_core::coordinator::{Call, CallError, Surface};
+use broker_core::coordinator::{Call, CallError, CallOutput, Surface};
 use broker_core::object::Ref;
+use broker_core::registry::RegistryEntry;
 use broker_core::session::AuthError;
+use handler_api::EffectClass;
 use serde_json::value::RawValue;
 use serde_json::{json, Value};
 
+use crate::outcome::{self, Kind, Outcome};
 use crate::rest::ApiError;
 use crate::state::{AppState, AuthFailure, InvokeFailure, INVOKE_DEADLINE};
 use crate::tools;
@@ -25,10 +44,20 @@ use crate::tools;
 /// Largest `POST /a2a/` body.
 pub const MAX_A2A_BYTES: usize = 1 << 20;
 
+/// The protocol versions the card advertises for the JSON-RPC binding at `/a2a/`.
+pub const A2A_VERSIONS: [&str; 2] = ["1.0", "0.3"];
+
+/// The header naming the client's A2A protocol version (absent means 0.3).
+const VERSION_HEADER: &str = "a2a-version";
+
+/// The A2A code for a protocol version a method does not serve.
+const VERSION_NOT_SUPPORTED: i64 = -32009;
+
 pub fn routes() -> Router<AppState> {
     Router::new()
         .route("/a2a/", post(a2a))
         .route("/a2a", post(a2a))
+        .route("/.well-known/agent-card.json", get(agent_card))
         .route("/.well-known/agent.json", get(agent_card))
 }
 
@@ -37,6 +66,24 @@ fn rpc_error(id: &Value, code: i64, message: impl Into<String>) -> Response {
     let body =
         json!({"jsonrpc": "2.0", "id": id, "error": {"code": code, "message": message.into()}});
     (StatusCode::OK, Json(body)).into_response()
+}
+
+/// A JSON-RPC error reply with `data`, in an HTTP 200.
+fn rpc_error_with_data(id: &Value, code: i64, message: String, data: Value) -> Response {
+    let body = json!({"jsonrpc": "2.0", "id": id,
+                      "error": {"code": code, "message": message, "data": data}});
+    (StatusCode::OK, Json(body)).into_response()
+}
+
+/// Which method, hence which version's shapes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Method {
+    /// `tasks/send`, the contract's method.
+    TasksSend,
+    /// `message/send`, A2A 0.3.
+    MessageSend,
+    /// `SendMessage`, A2A 1.0.
+    SendMessage,
 }
 
 fn auth_error(id: &Value, f: AuthFailure) -> Response {
@@ -65,12 +112,15 @@ fn auth_error(id: &Value, f: AuthFailure) -> Response {
     }
 }
 
-/// The parsed `tasks/send` params.
+/// The parsed params of any of the three methods.
 struct TaskSend {
+    /// The idempotency key: the task id of the call and of the answer.
     task_id: String,
     skill_id: String,
     args: Value,
     transition_fn: Option<Ref>,
+    /// The message's `contextId`, echoed back (message methods only).
+    context_id: Option<String>,
 }
 
 fn parse_params(params: &Value) -> Option<Result<TaskSend, Response>> {
@@ -97,7 +147,88 @@ fn parse_params(params: &Value) -> Option<Result<TaskSend, Response>> {
         skill_id,
         args,
         transition_fn,
+        context_id: None,
     }))
+}
+
+/// One string member of the request's or the message's `metadata`, under either spelling;
+/// `Err` when the two places disagree or the value is not a string.
+fn metadata_string(params: &Value, names: [&str; 2]) -> Result<Option<String>, ()> {
+    let mut found: Option<String> = None;
+    for place in [
+        params.get("metadata"),
+        params.get("message").and_then(|m| m.get("metadata")),
+    ]
+    .into_iter()
+    .flatten()
+    {
+        let Some(m) = place.as_object() else {
+            return Err(());
+        };
+        for name in names {
+            match m.get(name) {
+                None | Some(Value::Null) => {}
+                Some(Value::String(s)) => match &found {
+                    Some(f) if f != s => return Err(()),
+                    _ => found = Some(s.clone()),
+                },
+                Some(_) => return Err(()),
+            }
+        }
+    }
+    Ok(found)
+}
+
+/// `message/send` (0.3: parts carry `kind`) and `SendMessage` (1.0: parts are unified, a data
+/// part is `{"data": …}`).
+fn parse_message_params(method: Method, params: &Value) -> Option<TaskSend> {
+    let message = params.get("message")?.as_object()?;
+    let parts = message.get("parts")?.as_array()?;
+    let [part] = parts.as_slice() else {
+        return None;
+    };
+    let part = part.as_object()?;
+    if method == Method::MessageSend && part.get("kind")?.as_str()? != "data" {
+        return None;
+    }
+    let args = part.get("data")?.clone();
+    if !args.is_object() {
+        return None;
+    }
+    let skill_id = metadata_string(params, ["skill_id", "skillId"]).ok()??;
+    let transition_fn = match metadata_string(params, ["transition_fn", "transitionFn"]).ok()? {
+        None => None,
+        Some(pin) => Some(pin.parse::<Ref>().ok()?),
+    };
+    let text = |name: &str| match message.get(name) {
+        None | Some(Value::Null) => Some(None),
+        Some(Value::String(s)) if !s.is_empty() => Some(Some(s.clone())),
+        Some(_) => None,
+    };
+    let task_id = match (text("taskId")?, text("messageId")?) {
+        (Some(t), _) => t,
+        (None, Some(m)) => m,
+        (None, None) => return None,
+    };
+    Some(TaskSend {
+        task_id,
+        skill_id,
+        args,
+        transition_fn,
+        context_id: text("contextId")?,
+    })
+}
+
+/// The major version of the `A2A-Version` header; absent means 0.3.
+fn requested_major(headers: &HeaderMap) -> Option<u64> {
+    let v = match headers.get(VERSION_HEADER) {
+        None => return Some(0),
+        Some(v) => v.to_str().ok()?.trim(),
+    };
+    if v.is_empty() {
+        return Some(0);
+    }
+    v.split('.').next()?.parse().ok()
 }
 
 async fn a2a(State(state): State<AppState>, headers: HeaderMap, body: Bytes) -> Response {
@@ -128,12 +259,32 @@ async fn a2a(State(state): State<AppState>, headers: HeaderMap, body: Bytes) -> 
     if req.get("jsonrpc").and_then(Value::as_str) != Some("2.0") || !req.is_object() {
         return rpc_error(&id, -32600, "invalid JSON-RPC request");
     }
-    match req.get("method").and_then(Value::as_str) {
-        Some("tasks/send") => {}
+    let method = match req.get("method").and_then(Value::as_str) {
+        Some("tasks/send") => Method::TasksSend,
+        Some("message/send") => Method::MessageSend,
+        Some("SendMessage") => Method::SendMessage,
         _ => return rpc_error(&id, -32601, "method not found"),
+    };
+    if method == Method::SendMessage && requested_major(&headers) != Some(1) {
+        let asked = headers
+            .get(VERSION_HEADER)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("0.3");
+        return rpc_error(
+            &id,
+            VERSION_NOT_SUPPORTED,
+            format!(
+                "A2A version {} is not supported by SendMessage; send A2A-Version: 1.0 (or use message/send for 0.3)",
+                serde_json::to_string(asked).unwrap_or_default()
+            ),
+        );
     }
     let params = req.get("params").cloned().unwrap_or(Value::Null);
-    let send = match parse_params(&params) {
+    let parsed = match method {
+        Method::TasksSend => parse_params(&params),
+        _ => parse_message_params(method, &params).map(Ok),
+    };
+    let send = match parsed {
         Some(Ok(s)) => s,
         Some(Err(r)) => return r,
         None => return rpc_error(&id, -32602, "invalid params"),
@@ -142,9 +293,11 @@ async fn a2a(State(state): State<AppState>, headers: HeaderMap, body: Bytes) -> 
         return rpc_error(&id, -32602, "invalid params");
     }
     // Visibility is rebuilt for this request: having seen a skill conveys no authority.
-    match tools::visible(&state, &session).await {
-        Ok(v) if v.iter().any(|e| e.transition.id == send.skill_id) => {}
-        Ok(_) => return rpc_error(&id, -32602, "not authorized"),
+    let class = match tools::visible(&state, &session).await {
+        Ok(v) => match v.iter().find(|e| e.transition.id == send.skill_id) {
+            Some(e) => tools::tool_class(&state, &e.transition),
+            None => return rpc_error(&id, -32602, "not authorized"),
+        },
         Err(e) => {
             tracing::error!("a2a refusal: {e}");
             return rpc_error(
@@ -153,13 +306,18 @@ async fn a2a(State(state): State<AppState>, headers: HeaderMap, body: Bytes) -> 
                 "transition invocation is not available in this daemon",
             );
         }
-    }
+    };
+    let context_id = send
+        .context_id
+        .clone()
+        .unwrap_or_else(|| session.episode.clone());
+    let call_session = session.clone();
     let call = Call {
         surface: Surface::A2a,
         session,
-        skill_id: send.skill_id,
+        skill_id: send.skill_id.clone(),
         task_id: Some(send.task_id.clone()),
-        args: send.args,
+        args: send.args.clone(),
         transition_fn: send.transition_fn,
     };
     let remaining = INVOKE_DEADLINE.saturating_sub(started.elapsed());
@@ -167,12 +325,71 @@ async fn a2a(State(state): State<AppState>, headers: HeaderMap, body: Bytes) -> 
         .invoke(call, remaining.max(Duration::from_millis(1)))
         .await
     {
-        Ok(out) => success(&id, &send.task_id, &out),
-        Err(f) => invoke_error(&id, f),
+        Ok(out) => {
+            let outcome = outcome::of_output(&out, class);
+            success(&id, method, &send.task_id, &context_id, &out, &outcome)
+        }
+        Err(f) if method == Method::TasksSend => invoke_error(&id, f),
+        Err(f) => {
+            let mut o = outcome::of_failure(&f);
+            if matches!(f, InvokeFailure::Call(CallError::TaskIdReused)) {
+                o = Some(
+                    outcome::reuse(
+                        &state,
+                        &call_session,
+                        Surface::A2a,
+                        &send.task_id,
+                        &send.skill_id,
+                        &send.args,
+                    )
+                    .await,
+                );
+            }
+            let records = match &f {
+                InvokeFailure::Call(CallError::EffectsUnrecorded { records }) => {
+                    Some(records.clone())
+                }
+                _ => None,
+            };
+            let (code, message) = error_text(f);
+            match o {
+                None => rpc_error(&id, code, message),
+                Some(o) => {
+                    let mut data = o.to_json();
+                    data["taskId"] = json!(send.task_id);
+                    if let Some(r) = records {
+                        data["records"] = json!(r);
+                    }
+                    rpc_error_with_data(&id, code, message, data)
+                }
+            }
+        }
     }
 }
 
-fn success(id: &Value, task_id: &str, out: &broker_core::coordinator::CallOutput) -> Response {
+/// The A2A task state of a committed call.
+fn task_state(method: Method, outcome: &Outcome) -> &'static str {
+    let (v03, v10) = match outcome.kind {
+        Kind::Ok => ("completed", "TASK_STATE_COMPLETED"),
+        Kind::Refused | Kind::Denied => ("rejected", "TASK_STATE_REJECTED"),
+        Kind::Failed | Kind::Indeterminate => ("failed", "TASK_STATE_FAILED"),
+    };
+    match method {
+        // The contract: every committed result is a completed task.
+        Method::TasksSend => "completed",
+        Method::MessageSend => v03,
+        Method::SendMessage => v10,
+    }
+}
+
+fn success(
+    id: &Value,
+    method: Method,
+    task_id: &str,
+    context_id: &str,
+    out: &CallOutput,
+    outcome: &Outcome,
+) -> Response {
     // Embed the committed output bytes verbatim.
     let Ok(text) = std::str::from_utf8(&out.output) else {
         return rpc_error(id, -32603, "transition output is not a JSON object");
@@ -180,24 +397,44 @@ fn success(id: &Value, task_id: &str, out: &broker_core::coordinator::CallOutput
     let Ok(raw) = RawValue::from_string(text.to_owned()) else {
         return rpc_error(id, -32603, "transition output is not a JSON object");
     };
-    let body = json!({
-        "jsonrpc": "2.0",
-        "id": id,
-        "result": {
+    let metadata = outcome::a2a_metadata(out, outcome);
+    let state = task_state(method, outcome);
+    let result = match method {
+        Method::TasksSend => json!({
             "id": task_id,
-            "status": {"state": "completed"},
+            "status": {"state": state},
             "artifacts": [{"parts": [{"type": "data", "data": raw}]}],
-            "metadata": {
-                "invocation_id": out.invocation_id,
-                "world_ref": out.world_ref,
-                "entry_index": out.entry_index,
-            },
-        },
-    });
+            "metadata": metadata,
+        }),
+        Method::MessageSend => json!({
+            "kind": "task",
+            "id": task_id,
+            "contextId": context_id,
+            "status": {"state": state},
+            "artifacts": [{"artifactId": "output", "name": "output",
+                           "parts": [{"kind": "data", "data": raw}]}],
+            "metadata": metadata,
+        }),
+        Method::SendMessage => json!({"task": {
+            "id": task_id,
+            "contextId": context_id,
+            "status": {"state": state},
+            "artifacts": [{"artifactId": "output", "name": "output",
+                           "parts": [{"data": raw, "mediaType": "application/json"}]}],
+            "metadata": metadata,
+        }}),
+    };
+    let body = json!({"jsonrpc": "2.0", "id": id, "result": result});
     (StatusCode::OK, Json(body)).into_response()
 }
 
 fn invoke_error(id: &Value, f: InvokeFailure) -> Response {
+    let (code, message) = error_text(f);
+    rpc_error(id, code, message)
+}
+
+/// The contract's code and message for a failed invocation.
+fn error_text(f: InvokeFailure) -> (i64, String) {
     let (code, message) = match f {
         InvokeFailure::Call(e) => {
             let code = match e {
@@ -226,7 +463,7 @@ fn invoke_error(id: &Value, f: InvokeFailure) -> Response {
             "invocation outcome is not confirmed; resend the same task id".to_owned(),
         ),
     };
-    rpc_error(id, code, message)
+    (code, message)
 }
 
 async fn agent_card(
@@ -245,30 +482,50 @@ async fn agent_card(
     let tools = tools::visible(&state, &session)
         .await
         .map_err(|e| ApiError::internal("agent card", e))?;
-    Ok(Json(card(&host, &tools)).into_response())
+    let skills: Vec<(&RegistryEntry, EffectClass)> = tools
+        .iter()
+        .map(|e| (e, tools::tool_class(&state, &e.transition)))
+        .collect();
+    Ok(Json(card(&host, &skills)).into_response())
 }
 
-/// The agent card for these tools.
-pub fn card(host: &str, tools: &[broker_core::registry::RegistryEntry]) -> Value {
+/// The agent card for these tools, each with its effect class. One document serves both
+/// client generations: the 0.3 fields (`url`, `protocolVersion`, `preferredTransport`, the
+/// `securitySchemes` with `type`, `security`) and the 1.0 `supportedInterfaces`, which 1.0
+/// clients prefer (the 0.3 members are then ignored). Each skill's `tags` hold its effect
+/// class: `read`, `write` or `unknown`.
+pub fn card(host: &str, tools: &[(&RegistryEntry, EffectClass)]) -> Value {
     let skills: Vec<Value> = tools
         .iter()
-        .map(|e| {
+        .map(|(e, class)| {
             let t = &e.transition;
             json!({
                 "id": t.id,
                 "name": t.title,
                 "description": t.description,
-                "tags": [],
+                "tags": [tools::class_name(*class)],
                 "examples": [],
+                "inputModes": ["application/json"],
+                "outputModes": ["application/json"],
             })
         })
+        .collect();
+    let url = format!("http://{host}/a2a/");
+    let interfaces: Vec<Value> = A2A_VERSIONS
+        .iter()
+        .map(|v| json!({"url": url, "protocolBinding": "JSONRPC", "protocolVersion": v}))
         .collect();
     json!({
         "name": "worldd",
         "description": "World effect broker: every tool call is planned, admitted against capability grants, executed by a plugin and committed to a verifiable log.",
-        "url": format!("http://{host}/a2a/"),
+        "url": url,
         "version": env!("CARGO_PKG_VERSION"),
-        "capabilities": {"streaming": false, "pushNotifications": false, "stateTransitionHistory": false},
+        "protocolVersion": "0.3.0",
+        "preferredTransport": "JSONRPC",
+        "supportedInterfaces": interfaces,
+        "capabilities": {"streaming": false, "pushNotifications": false, "stateTransitionHistory": false, "extendedAgentCard": false},
+        "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer", "description": "the worldd session credential (worldd session new)"}},
+        "security": [{"bearer": []}],
         "defaultInputModes": ["application/json"],
         "defaultOutputModes": ["application/json"],
         "skills": skills,

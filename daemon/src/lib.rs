@@ -13,6 +13,8 @@
 //! | [`a2a`] | `POST /a2a/` and the agent card |
 //! | [`rest`] | `/v1/*` |
 //! | [`tools`] | the tool surface a session sees (shared by MCP and A2A) |
+//! | [`outcome`] | the closed outcome classification of a call (shared by MCP, A2A and reconciliation) |
+//! | [`reconcile`] | `/v1/calls/…`, `/v1/invocations/…` and `/v1/budget`: did my call land, what is left |
 //! | [`metrics`] | Prometheus counters at `/v1/metrics` |
 //!
 //! # Serving a router in a test
@@ -45,7 +47,9 @@ pub mod a2a;
 pub mod cli;
 pub mod mcp;
 pub mod metrics;
+pub mod outcome;
 pub mod plugins;
+pub mod reconcile;
 pub mod rest;
 pub mod server;
 pub mod state;

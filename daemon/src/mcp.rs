@@ -13,7 +13,8 @@
 //!    as `charset` allowed); `Accept` must list both `application/json` and
 //!    `text/event-stream` (wildcards do not count); the optional `MCP-Protocol-Version` must be
 //!    one of [`SUPPORTED_VERSIONS`] (absent means [`DEFAULT_VERSION`]). Each failure is a 400
-//!    with a plain-text body.
+//!    with a plain-text body. `2026-07-28` ([`MODERN_VERSION`]) selects the stateless revision,
+//!    served by [`modern`]; the rest of this list describes the handshake revisions.
 //! 3. **Body**: at most [`MAX_BODY_BYTES`], else 413.
 //! 4. **JSON-RPC** ([`jsonrpc`]): malformed JSON is answered `-32700 Parse error` (id null) and
 //!    a malformed message `-32600`, both as an SSE event with HTTP 200 like any other JSON-RPC
@@ -34,6 +35,12 @@
 //! fresh view of the session's tools and a fresh random task id. A host failure in any item
 //! answers the whole POST with the fixed envelope and id null; earlier items may already have
 //! committed.
+//!
+//! Every `tools/call` result carries `_meta` (the invocation id, entry index, world ref,
+//! output ref, each effect's `budgetAfter`, and the outcome classification of
+//! [`crate::outcome`]). A call may carry an idempotency key in `params._meta`
+//! ([`IDEMPOTENCY_KEY`]): the key becomes the call's task id, so the same key with the same
+//! arguments returns the committed result without running again, durably across restarts.
 //!
 //! The aggregate deadline of a POST is [`POST_DEADLINE`] from arrival, credential resolution
 //! included; every invocation gets what remains of it, and building the tool surface is
@@ -56,6 +63,7 @@ use crate::state::AppState;
 
 mod jsonrpc;
 mod methods;
+mod modern;
 mod transport;
 
 use jsonrpc::{Message, Reply};
@@ -71,8 +79,20 @@ pub const POST_DEADLINE: Duration = Duration::from_secs(20);
 /// Bound on building the session's tool surface (the registry read behind admission).
 pub const ADMISSION_DEADLINE: Duration = Duration::from_secs(10);
 
-/// The MCP revisions this endpoint speaks, newest first.
-pub const SUPPORTED_VERSIONS: [&str; 3] = ["2025-11-25", "2025-06-18", "2025-03-26"];
+/// The MCP revisions this endpoint speaks, newest first: the stateless revision, then the
+/// three handshake revisions.
+pub const SUPPORTED_VERSIONS: [&str; 4] = ["2026-07-28", "2025-11-25", "2025-06-18", "2025-03-26"];
+
+/// The stateless revision: `server/discover` instead of `initialize`, a `_meta` envelope on
+/// every request, `resultType` on every result.
+pub const MODERN_VERSION: &str = "2026-07-28";
+
+/// The revisions `initialize` negotiates, newest first.
+pub const HANDSHAKE_VERSIONS: [&str; 3] = ["2025-11-25", "2025-06-18", "2025-03-26"];
+
+/// The `params._meta` member of a `tools/call` that carries an idempotency key (1-128 of
+/// `A-Z a-z 0-9 . _ -`, like an A2A task id).
+pub const IDEMPOTENCY_KEY: &str = "world/idempotencyKey";
 
 /// The revision assumed when the request has no `MCP-Protocol-Version` header.
 pub const DEFAULT_VERSION: &str = "2025-03-26";
@@ -145,15 +165,19 @@ async fn serve_post(
         Ok(Err(BodyError::Unreadable)) => return transport::body_unreadable(),
         Ok(Ok(b)) => b,
     };
-    let message: Value = match serde_json::from_slice(&bytes) {
-        Ok(v) => v,
-        Err(_) => return transport::sse(&Reply::parse_error()),
-    };
 
     let ctx = Ctx {
         state: &state,
         session: &session,
         deadline,
+        version,
+    };
+    if ctx.modern() {
+        return modern::serve(&ctx, &headers, &bytes).await;
+    }
+    let message: Value = match serde_json::from_slice(&bytes) {
+        Ok(v) => v,
+        Err(_) => return transport::sse(&Reply::parse_error()),
     };
     match message {
         Value::Array(items) => serve_batch(&ctx, version, items).await,

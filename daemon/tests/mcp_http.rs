@@ -16,6 +16,7 @@ use broker_core::object::{sid, Ref};
 use broker_core::store::Store;
 use broker_core::transition::Transition;
 use broker_core::{log, registry, session, verify};
+use handler_api::EffectClass;
 use http_body_util::BodyExt;
 use serde_json::{json, Map, Value};
 use sha2::{Digest, Sha256};
@@ -43,6 +44,15 @@ impl EffectHandler for Echo {
             .and_then(Value::as_str)
             .unwrap_or("");
         let mut out = Map::new();
+        // Two paths script the other outcomes of a read: its policy says no, or it fails.
+        if path == "refuse-me" {
+            out.insert("ok".into(), json!(false));
+            out.insert("refused".into(), json!("read refuse-me: refused by policy"));
+            return HandlerOutcome::Ok(out);
+        }
+        if path == "break-me" {
+            return HandlerOutcome::Failed("the disk is on fire".into());
+        }
         out.insert("ok".into(), json!(true));
         out.insert(
             "content".into(),
@@ -124,6 +134,8 @@ struct Harness {
     store: Store,
     state: AppState,
     router: Router,
+    /// The whole HTTP surface (MCP, A2A, REST) over the same state.
+    full: Router,
     gate: Arc<Gate>,
     entered: tokio::sync::mpsc::UnboundedReceiver<()>,
 }
@@ -178,6 +190,13 @@ fn harness_with(config: McpConfig) -> Harness {
         .unwrap();
     // No handler for Ailang.Run: ailang-run trips rule R8.
     let coordinator = Coordinator::new(store.clone(), handlers, CoordinatorConfig::default());
+    // The classes a plugin manifest would declare; Ailang.* stays unknown (no plugin here).
+    let classes = [
+        ("Workspace.Read".to_owned(), EffectClass::Read),
+        ("Workspace.Write".to_owned(), EffectClass::Write),
+    ]
+    .into_iter()
+    .collect();
     let state = AppState::new(
         store.clone(),
         Arc::new(coordinator),
@@ -186,13 +205,16 @@ fn harness_with(config: McpConfig) -> Harness {
             version: "test",
             open_reads: false,
         },
-    );
+    )
+    .with_classes(classes);
     let router = mcp::routes_with(config).with_state(state.clone());
+    let full = worldd::server::router(state.clone());
     Harness {
         _dir: dir,
         store,
         state,
         router,
+        full,
         gate,
         entered,
     }
@@ -514,7 +536,7 @@ async fn protocol_version_header_rules() {
     }
     for v in [
         "2024-11-05",
-        "2026-07-28",
+        "2026-07-29",
         "",
         "2025-06-18x",
         "2025-06-18, 2025-03-26",
@@ -527,7 +549,7 @@ async fn protocol_version_header_rules() {
         };
         h.send(req).await.assert_text(
             StatusCode::BAD_REQUEST,
-            &format!("unsupported MCP-Protocol-Version \"{v}\"; supported: 2025-11-25, 2025-06-18, 2025-03-26"),
+            &format!("unsupported MCP-Protocol-Version \"{v}\"; supported: 2026-07-28, 2025-11-25, 2025-06-18, 2025-03-26"),
         );
     }
 }
@@ -761,12 +783,17 @@ async fn tools_list_follows_the_sessions_grants() {
     assert_eq!(
         read.as_object().unwrap().keys().collect::<Vec<_>>(),
         [
+            "annotations",
             "description",
             "inputSchema",
             "name",
             "outputSchema",
             "title"
         ]
+    );
+    assert_eq!(
+        read["annotations"],
+        json!({"readOnlyHint": true, "destructiveHint": false, "idempotentHint": true, "openWorldHint": false})
     );
     assert_eq!(read["title"], doc["title"]);
     assert_eq!(read["description"], doc["description"]);
@@ -777,6 +804,22 @@ async fn tools_list_follows_the_sessions_grants() {
     let writer = h.token("ep2", &["Workspace.Write=worktree:5"]);
     let v = h.rpc(&writer, list_body()).await.sse();
     assert_eq!(tool_names(&v), ["ailang-edit", "ailang-write"]);
+    for tool in v["result"]["tools"].as_array().unwrap() {
+        assert_eq!(
+            tool["annotations"],
+            json!({"readOnlyHint": false, "destructiveHint": true, "idempotentHint": false, "openWorldHint": false}),
+            "{}",
+            tool["name"]
+        );
+    }
+    // An effect no loaded plugin declares is unknown: not read-only, may reach anywhere.
+    let runner = h.token("ep4", &["Ailang.Run=worktree:5"]);
+    let v = h.rpc(&runner, list_body()).await.sse();
+    assert_eq!(tool_names(&v), ["ailang-run"]);
+    assert_eq!(
+        v["result"]["tools"][0]["annotations"],
+        json!({"readOnlyHint": false, "destructiveHint": true, "idempotentHint": false, "openWorldHint": true})
+    );
 
     // A grant for another scope sees nothing.
     let elsewhere = h.token("ep3", &["Workspace.Read=elsewhere:5"]);
@@ -856,7 +899,7 @@ async fn tools_call_returns_exactly_the_committed_bytes() {
         let result = &v["result"];
         assert_eq!(
             result.as_object().unwrap().keys().collect::<Vec<_>>(),
-            ["content", "isError", "structuredContent"]
+            ["_meta", "content", "isError", "structuredContent"]
         );
         assert_eq!(result["isError"], json!(false));
         let content = result["content"].as_array().unwrap();
@@ -882,8 +925,47 @@ async fn tools_call_returns_exactly_the_committed_bytes() {
         .unwrap();
         assert!(report.all_ok());
 
+        // _meta: the handles to reconcile and verify this call, and its classification.
+        let head = h.store.read(log::head).unwrap().unwrap();
+        let meta = &result["_meta"];
+        assert_eq!(
+            meta.as_object().unwrap().keys().collect::<Vec<_>>(),
+            [
+                "world/effects",
+                "world/entryIndex",
+                "world/invocationId",
+                "world/outcome",
+                "world/outputRef",
+                "world/replayed",
+                "world/worldRef"
+            ]
+        );
+        assert!(meta["world/invocationId"]
+            .as_str()
+            .unwrap()
+            .starts_with("mcp:ep1:"));
+        assert_eq!(meta["world/entryIndex"], json!(head.world.revision));
+        assert_eq!(meta["world/worldRef"], json!(head.world_ref.to_string()));
+        assert_eq!(meta["world/outputRef"], json!(output_ref.to_string()));
+        assert_eq!(meta["world/replayed"], json!(false));
+        assert_eq!(
+            meta["world/outcome"],
+            json!({"kind": "ok", "retryable": true})
+        );
+        let effect = &meta["world/effects"][0];
+        assert_eq!(effect["effect"], "Workspace.Read");
+        assert_eq!(effect["status"], "ok");
+        assert_eq!(
+            effect["budgetAfter"],
+            json!(if rpc_id == json!(3) { 9 } else { 8 })
+        );
+
         let structured: Value = serde_json::from_str(text).unwrap();
         assert_eq!(result["structuredContent"], structured);
+        assert_eq!(
+            effect["record"],
+            structured["world"]["effects"][0]["record"]
+        );
         assert_eq!(structured["ok"], json!(true));
         assert!(structured["content"]
             .as_str()
@@ -1228,4 +1310,958 @@ async fn a_host_failure_in_a_batch_answers_the_whole_post_with_id_null() {
         .assert_envelope("null", "host callback failed");
     // The first item committed before the second failed; the third never ran.
     assert_eq!(h.revision(), before + 1);
+}
+
+// -------------------------------------------------------------------------------------------
+// Outcome classification in `_meta`.
+
+impl Harness {
+    /// GET a route of the whole surface; the status and the JSON body.
+    async fn get_json(&self, token: &str, path: &str) -> (StatusCode, Value) {
+        let req = Request::get(path)
+            .header("authorization", format!("Bearer {token}"))
+            .body(Body::empty())
+            .unwrap();
+        let r = send(&self.full, req).await;
+        (r.status, serde_json::from_str(&r.body).unwrap())
+    }
+
+    /// How many times the write handler ran (it reports each entry).
+    fn writes_run(&mut self) -> usize {
+        let mut n = 0;
+        while self.entered.try_recv().is_ok() {
+            n += 1;
+        }
+        n
+    }
+}
+
+fn keyed_body(id: Value, name: &str, args: Value, key: &str) -> String {
+    json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+           "params": {"name": name, "arguments": args, "_meta": {"world/idempotencyKey": key}}})
+    .to_string()
+}
+
+#[tokio::test]
+async fn every_outcome_is_a_result_with_its_classification() {
+    let h = harness();
+    let t = h.token("cls", &["Workspace.Read=worktree:3"]);
+    let outcome = |v: &Value| v["result"]["_meta"]["world/outcome"].clone();
+    let cases = [
+        (
+            json!({"path": "a", "limit": 1}),
+            json!({"kind": "refused", "reason": "plan", "retryable": false}),
+        ),
+        (
+            json!({"path": "refuse-me"}),
+            json!({"kind": "refused", "reason": "policy", "retryable": false}),
+        ),
+        (
+            json!({"path": "break-me"}),
+            json!({"kind": "failed", "reason": "handler", "retryable": true}),
+        ),
+        (
+            json!({"path": "fine"}),
+            json!({"kind": "ok", "retryable": true}),
+        ),
+        (
+            json!({"path": "one-too-many"}),
+            json!({"kind": "denied", "reason": "denied:budget", "retryable": false, "remaining": 0}),
+        ),
+    ];
+    for (i, (args, want)) in cases.into_iter().enumerate() {
+        let v = h
+            .rpc(&t, &call_body(json!(i), "ailang-read", args.clone()))
+            .await
+            .sse();
+        // Legacy revisions keep the contract: a committed result is never an error.
+        assert_eq!(v["result"]["isError"], json!(false), "{args}");
+        assert_eq!(outcome(&v), want, "{args}");
+    }
+    // The plan refusal has no effects; the denial reports its record and budgetAfter 0.
+    let v = h
+        .rpc(
+            &t,
+            &call_body(json!(9), "ailang-read", json!({"path": "x"})),
+        )
+        .await
+        .sse();
+    let effect = &v["result"]["_meta"]["world/effects"][0];
+    assert_eq!(effect["status"], "denied");
+    assert_eq!(effect["denial"], "denied:budget");
+    assert_eq!(effect["budgetAfter"], json!(0));
+}
+
+#[tokio::test]
+async fn a_keyed_write_runs_once_and_replays_the_committed_bytes() {
+    let mut h = harness();
+    h.gate.release();
+    let t = h.token("once", &["Workspace.Write=worktree:5"]);
+    let args = json!({"path": "a.ail", "content": "x"});
+    let before = h.revision();
+    let first = h
+        .rpc(
+            &t,
+            &keyed_body(json!(1), "ailang-write", args.clone(), "w-1"),
+        )
+        .await;
+    let v1 = first.sse();
+    let m1 = &v1["result"]["_meta"];
+    assert_eq!(m1["world/invocationId"], "mcp:once:w-1");
+    assert_eq!(m1["world/idempotencyKey"], "w-1");
+    assert_eq!(m1["world/replayed"], json!(false));
+    assert_eq!(
+        m1["world/outcome"],
+        json!({"kind": "ok", "retryable": false})
+    );
+
+    let second = h
+        .rpc(
+            &t,
+            &keyed_body(json!(2), "ailang-write", args.clone(), "w-1"),
+        )
+        .await;
+    let v2 = second.sse();
+    assert_eq!(v2["result"]["_meta"]["world/replayed"], json!(true));
+    // The same committed bytes, the same entry: nothing ran again.
+    assert_eq!(
+        v2["result"]["content"][0]["text"],
+        v1["result"]["content"][0]["text"]
+    );
+    assert_eq!(
+        v2["result"]["_meta"]["world/entryIndex"],
+        m1["world/entryIndex"]
+    );
+    assert_eq!(h.revision(), before + 1);
+    assert_eq!(h.writes_run(), 1);
+    // One intent in the journal: the budget was spent once.
+    let (status, budget) = h.get_json(&t, "/v1/budget").await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(
+        budget["grants"],
+        json!([{"effect": "Workspace.Write", "scope": "worktree", "granted": 5, "spent": 1, "remaining": 4, "live": true}])
+    );
+
+    // Other arguments under the same key: a named conflict, nothing runs.
+    let r = h
+        .rpc(
+            &t,
+            &keyed_body(
+                json!(3),
+                "ailang-write",
+                json!({"path": "b.ail", "content": "y"}),
+                "w-1",
+            ),
+        )
+        .await;
+    assert_eq!(
+        r.sse()["error"],
+        json!({"code": -32602,
+               "message": "idempotency key \"w-1\" was already used with other arguments in this episode",
+               "data": {"kind": "refused", "reason": "key-conflict", "retryable": false,
+                        "idempotencyKey": "w-1", "invocationId": "mcp:once:w-1"}})
+    );
+    // So is another tool under the same key.
+    let r = h
+        .rpc(
+            &t,
+            &keyed_body(
+                json!(4),
+                "ailang-edit",
+                json!({"path": "a.ail", "old_text": "x", "new_text": "z"}),
+                "w-1",
+            ),
+        )
+        .await;
+    assert_eq!(r.sse()["error"]["code"], json!(-32602));
+    assert_eq!(h.revision(), before + 1);
+    assert_eq!(h.writes_run(), 0);
+
+    // The same key in another episode is another call.
+    let other = h.token("other", &["Workspace.Write=worktree:5"]);
+    let v = h
+        .rpc(&other, &keyed_body(json!(5), "ailang-write", args, "w-1"))
+        .await
+        .sse();
+    assert_eq!(v["result"]["_meta"]["world/invocationId"], "mcp:other:w-1");
+    assert_eq!(h.writes_run(), 1);
+
+    // Malformed keys are refused before anything runs.
+    for bad in [json!(""), json!("a/b"), json!(12)] {
+        let body = json!({"jsonrpc": "2.0", "id": 6, "method": "tools/call",
+            "params": {"name": "ailang-write", "arguments": {}, "_meta": {"world/idempotencyKey": bad}}});
+        assert_eq!(
+            h.rpc(&t, &body.to_string()).await.sse()["error"],
+            json!({"code": -32602, "message": "invalid params: _meta \"world/idempotencyKey\" must be 1-128 characters of A-Z a-z 0-9 . _ -"})
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_keyed_call_still_running_is_named_not_repeated() {
+    let mut h = harness_with(McpConfig {
+        post_deadline: Duration::from_millis(500),
+    });
+    let t = h.token("busy", &["Workspace.Write=worktree:5"]);
+    let args = json!({"path": "a.ail", "content": "x"});
+    // The first send times out while its handler is held.
+    h.rpc(&t, &keyed_body(json!(1), "ailang-write", args.clone(), "k"))
+        .await
+        .assert_envelope("1", "host callback timed out");
+    tokio::time::timeout(Duration::from_secs(30), h.entered.recv())
+        .await
+        .expect("the held call never reached its handler");
+    // Resending the key while it runs: named, and nothing runs twice.
+    let r = h
+        .rpc(&t, &keyed_body(json!(2), "ailang-write", args.clone(), "k"))
+        .await;
+    assert_eq!(
+        r.sse()["error"],
+        json!({"code": -32603,
+               "message": "idempotency key \"k\" is held by a call that has not finished; do not resend yet: reconcile with GET /v1/calls/mcp/k (worldd calls get k) instead of retrying",
+               "data": {"kind": "indeterminate", "reason": "in-flight", "retryable": false,
+                        "idempotencyKey": "k", "invocationId": "mcp:busy:k"}})
+    );
+    let (status, v) = h.get_json(&t, "/v1/calls/mcp/k").await;
+    assert_eq!(
+        (status, v["state"].clone()),
+        (StatusCode::OK, json!("indeterminate"))
+    );
+    assert_eq!(
+        v["outcome"],
+        json!({"kind": "indeterminate", "reason": "pending", "retryable": false})
+    );
+    // Once it commits, the key returns its result.
+    h.gate.release();
+    let committed = async {
+        loop {
+            let (_, v) = h.get_json(&t, "/v1/calls/mcp/k").await;
+            if v["state"] == "committed" {
+                return v;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    };
+    let rec = tokio::time::timeout(Duration::from_secs(30), committed)
+        .await
+        .expect("the timed-out call never committed");
+    let v = h
+        .rpc(&t, &keyed_body(json!(3), "ailang-write", args, "k"))
+        .await
+        .sse();
+    assert_eq!(v["result"]["_meta"]["world/replayed"], json!(true));
+    assert_eq!(v["result"]["_meta"]["world/entryIndex"], rec["entryIndex"]);
+    assert_eq!(h.writes_run(), 0);
+}
+
+#[tokio::test]
+async fn a_keyed_call_that_is_not_confirmed_committed_says_so() {
+    use broker_core::task::{self, TaskPhase, TaskState};
+    let h = harness();
+    let t = h.token("crash", &["Workspace.Write=worktree:5"]);
+    let args = json!({"path": "a.ail", "content": "x"});
+    // What a crash after the intent leaves behind: a pending task under the key.
+    let state = TaskState {
+        invocation_id: "mcp:crash:k1".into(),
+        skill_id: "ailang-write".into(),
+        input_ref: Ref::of_json(&args).unwrap(),
+        phase: TaskPhase::Pending,
+        output_ref: None,
+        entry_index: None,
+        world_ref: None,
+        effect_records: vec![],
+    };
+    h.store
+        .write(move |w| task::put(w, "crash", "mcp:k1", &state))
+        .unwrap();
+    let r = h
+        .rpc(&t, &keyed_body(json!(1), "ailang-write", args, "k1"))
+        .await;
+    assert_eq!(
+        r.sse()["error"],
+        json!({"code": -32603,
+               "message": "idempotency key \"k1\": the first call with this key was not confirmed committed and its effect may have run; reconcile with GET /v1/calls/mcp/k1 (worldd calls get k1) instead of retrying",
+               "data": {"kind": "indeterminate", "reason": "pending", "retryable": false,
+                        "idempotencyKey": "k1", "invocationId": "mcp:crash:k1"}})
+    );
+
+    // EffectsUnrecorded under a key: the records are named, and resending says the same.
+    let checker = h.token("chk", &["Ailang.Check=worktree:5"]);
+    for id in [2, 3] {
+        let v = h
+            .rpc(
+                &checker,
+                &keyed_body(json!(id), "ailang-check", json!({"path": "m.ail"}), "c1"),
+            )
+            .await
+            .sse();
+        let e = &v["error"];
+        assert_eq!(e["code"], json!(-32603));
+        assert_eq!(
+            e["message"],
+            "idempotency key \"c1\": an effect ran but the call was not committed; reconcile with GET /v1/calls/mcp/c1 (worldd calls get c1) instead of retrying"
+        );
+        assert_eq!(e["data"]["reason"], "unrecorded");
+        assert_eq!(e["data"]["records"].as_array().unwrap().len(), 1);
+    }
+    let (status, v) = h.get_json(&checker, "/v1/calls/mcp/c1").await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(v["state"], "unrecorded");
+    assert_eq!(v["effects"][0]["effect"], "Ailang.Check");
+    assert_eq!(v["effects"][0]["status"], "ok");
+    assert_eq!(v["entryIndex"], Value::Null);
+}
+
+#[tokio::test]
+async fn reconciliation_and_budget_after_denials_and_failures() {
+    let h = harness();
+    let t = h.token(
+        "rec",
+        &["Workspace.Read=worktree:2", "Workspace.Write=worktree:1"],
+    );
+    let send = |body: String| {
+        let h = &h;
+        let t = t.clone();
+        async move { h.rpc(&t, &body).await.sse() }
+    };
+    let ok = send(keyed_body(
+        json!(1),
+        "ailang-read",
+        json!({"path": "a"}),
+        "r1",
+    ))
+    .await;
+    let failed = send(keyed_body(
+        json!(2),
+        "ailang-read",
+        json!({"path": "break-me"}),
+        "r2",
+    ))
+    .await;
+    let denied = send(keyed_body(
+        json!(3),
+        "ailang-read",
+        json!({"path": "a"}),
+        "r3",
+    ))
+    .await;
+    assert_eq!(ok["result"]["_meta"]["world/outcome"]["kind"], "ok");
+    assert_eq!(failed["result"]["_meta"]["world/outcome"]["kind"], "failed");
+    assert_eq!(denied["result"]["_meta"]["world/outcome"]["kind"], "denied");
+
+    let (status, b) = h.get_json(&t, "/v1/budget").await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(b["episode"], "rec");
+    assert_eq!(
+        b["grants"],
+        json!([
+            {"effect": "Workspace.Read", "scope": "worktree", "granted": 2, "spent": 2, "remaining": 0, "live": true},
+            {"effect": "Workspace.Write", "scope": "worktree", "granted": 1, "spent": 0, "remaining": 1, "live": true}
+        ])
+    );
+
+    for (key, reply, kind) in [
+        ("r1", &ok, "ok"),
+        ("r2", &failed, "failed"),
+        ("r3", &denied, "denied"),
+    ] {
+        let meta = &reply["result"]["_meta"];
+        let (status, v) = h.get_json(&t, &format!("/v1/calls/mcp/{key}")).await;
+        assert_eq!(status, StatusCode::OK, "{v}");
+        assert_eq!(v["state"], "committed");
+        assert_eq!(v["invocationId"], format!("mcp:rec:{key}"));
+        assert_eq!(v["skillId"], "ailang-read");
+        assert_eq!(v["entryIndex"], meta["world/entryIndex"]);
+        assert_eq!(v["outputRef"], meta["world/outputRef"]);
+        assert_eq!(v["worldRef"], meta["world/worldRef"]);
+        assert_eq!(v["effects"], meta["world/effects"]);
+        assert_eq!(v["outcome"], meta["world/outcome"]);
+        assert_eq!(v["outcome"]["kind"], kind);
+        // The same answer by invocation id.
+        let (_, by_id) = h
+            .get_json(&t, &format!("/v1/invocations/mcp:rec:{key}"))
+            .await;
+        assert_eq!(by_id, v);
+    }
+    // An unkeyed call is found by the invocation id its _meta names.
+    let plain = send(call_body(
+        json!(4),
+        "ailang-read",
+        json!({"path": "z", "x": 1}),
+    ))
+    .await;
+    let id = plain["result"]["_meta"]["world/invocationId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let (_, v) = h.get_json(&t, &format!("/v1/invocations/{id}")).await;
+    assert_eq!(
+        v["outcome"],
+        json!({"kind": "refused", "reason": "plan", "retryable": false})
+    );
+
+    // Unknown keys, other surfaces and other episodes are all "not found".
+    let (status, v) = h.get_json(&t, "/v1/calls/mcp/never").await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    assert_eq!(
+        v,
+        json!({"state": "not-found", "surface": "mcp", "taskId": "never", "invocationId": "mcp:rec:never",
+               "error": {"class": "NotFound", "message": "no call with task id \"never\" on surface mcp in this session's episode"}})
+    );
+    assert_eq!(
+        h.get_json(&t, "/v1/calls/a2a/r1").await.0,
+        StatusCode::NOT_FOUND
+    );
+    let stranger = h.token("stranger", &["Workspace.Read=worktree:2"]);
+    assert_eq!(
+        h.get_json(&stranger, "/v1/calls/mcp/r1").await.0,
+        StatusCode::NOT_FOUND
+    );
+    let (status, v) = h.get_json(&stranger, "/v1/invocations/mcp:rec:r1").await;
+    assert_eq!(
+        (status, v["state"].clone()),
+        (StatusCode::NOT_FOUND, json!("not-found"))
+    );
+    assert_eq!(v["invocationId"], "mcp:stranger:r1");
+    // Malformed handles and a missing session.
+    assert_eq!(
+        h.get_json(&t, "/v1/calls/rest/r1").await,
+        (
+            StatusCode::BAD_REQUEST,
+            json!({"error": {"class": "BadRequest", "message": "surface must be mcp or a2a"}})
+        )
+    );
+    assert_eq!(
+        h.get_json(&t, "/v1/invocations/nope").await.0,
+        StatusCode::BAD_REQUEST
+    );
+    let r = send_anon(&h.full, "/v1/budget").await;
+    assert_eq!(r.status, StatusCode::UNAUTHORIZED);
+}
+
+async fn send_anon(router: &Router, path: &str) -> Reply {
+    send(router, Request::get(path).body(Body::empty()).unwrap()).await
+}
+
+// -------------------------------------------------------------------------------------------
+// 2026-07-28.
+
+const MODERN: &str = "2026-07-28";
+
+/// A well-formed 2026-07-28 request: the `_meta` envelope and the routing headers.
+fn modern(token: &str, id: Value, method: &str, mut params: Value) -> Request<Body> {
+    params["_meta"]["io.modelcontextprotocol/protocolVersion"] = json!(MODERN);
+    params["_meta"]["io.modelcontextprotocol/clientCapabilities"] = json!({});
+    params["_meta"]["io.modelcontextprotocol/clientInfo"] = json!({"name": "t", "version": "0"});
+    let name = params["name"].as_str().map(str::to_owned);
+    let body = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}).to_string();
+    let auth = format!("Bearer {token}");
+    let mut headers = vec![
+        ("authorization", auth.as_str()),
+        ("content-type", "application/json"),
+        ("accept", ACCEPT_BOTH),
+        ("mcp-protocol-version", MODERN),
+        ("mcp-method", method),
+    ];
+    if let Some(n) = &name {
+        headers.push(("mcp-name", n.as_str()));
+    }
+    request(&headers, body)
+}
+
+impl Reply {
+    /// A 2026-07-28 answer: plain JSON with the given status.
+    fn json(&self, status: StatusCode) -> Value {
+        assert_eq!(self.status, status, "body: {}", self.body);
+        assert_eq!(self.header("content-type"), Some("application/json"));
+        serde_json::from_str(&self.body).unwrap()
+    }
+}
+
+const STAMP: &str = "io.modelcontextprotocol/serverInfo";
+
+#[tokio::test]
+async fn modern_discover_list_and_call() {
+    let h = harness();
+    let t = h.token("m", &["Workspace.Read=worktree:2"]);
+    let v = h
+        .send(modern(&t, json!(1), "server/discover", json!({})))
+        .await
+        .json(StatusCode::OK);
+    let r = &v["result"];
+    assert_eq!(r["supportedVersions"], json!(["2026-07-28"]));
+    assert_eq!(r["capabilities"], json!({"tools": {"listChanged": false}}));
+    assert_eq!(
+        (
+            r["resultType"].clone(),
+            r["ttlMs"].clone(),
+            r["cacheScope"].clone()
+        ),
+        (json!("complete"), json!(0), json!("private"))
+    );
+    assert_eq!(
+        r["_meta"][STAMP],
+        json!({"name": "worldd", "version": env!("CARGO_PKG_VERSION")})
+    );
+    assert!(r["instructions"]
+        .as_str()
+        .unwrap()
+        .contains("world/idempotencyKey"));
+
+    let v = h
+        .send(modern(&t, json!(2), "tools/list", json!({})))
+        .await
+        .json(StatusCode::OK);
+    let r = &v["result"];
+    assert_eq!(tool_names(&v), ["ailang-read", "tools_decho"]);
+    assert_eq!(r["resultType"], "complete");
+    assert_eq!(r["ttlMs"], json!(0));
+    assert_eq!(r["cacheScope"], "private");
+    assert_eq!(r["tools"][0]["annotations"]["readOnlyHint"], json!(true));
+
+    let before = h.revision();
+    let v = h
+        .send(modern(
+            &t,
+            json!(3),
+            "tools/call",
+            json!({"name": "ailang-read", "arguments": {"path": "a"}}),
+        ))
+        .await
+        .json(StatusCode::OK);
+    let r = &v["result"];
+    assert_eq!(r["resultType"], "complete");
+    assert_eq!(r["isError"], json!(false));
+    assert_eq!(r["_meta"][STAMP]["name"], "worldd");
+    assert_eq!(r["_meta"]["world/outcome"]["kind"], "ok");
+    assert_eq!(
+        serde_json::from_str::<Value>(r["content"][0]["text"].as_str().unwrap()).unwrap(),
+        r["structuredContent"]
+    );
+    // Under 2026-07-28 every outcome that is not ok is flagged isError (still a result).
+    let v = h
+        .send(modern(
+            &t,
+            json!(4),
+            "tools/call",
+            json!({"name": "ailang-read", "arguments": {"path": "a", "n": 1}}),
+        ))
+        .await
+        .json(StatusCode::OK);
+    assert_eq!(v["result"]["isError"], json!(true));
+    assert_eq!(v["result"]["structuredContent"]["ok"], json!(false));
+    assert_eq!(v["result"]["_meta"]["world/outcome"]["reason"], "plan");
+    assert_eq!(h.revision(), before + 2);
+
+    // A keyed conflict is a 400 with the named error.
+    for (id, path) in [(5, "a"), (6, "b")] {
+        let mut req = modern(
+            &t,
+            json!(id),
+            "tools/call",
+            json!({"name": "ailang-read", "arguments": {"path": path}}),
+        );
+        let body = {
+            let bytes = std::mem::take(req.body_mut())
+                .collect()
+                .await
+                .unwrap()
+                .to_bytes();
+            let mut v: Value = serde_json::from_slice(&bytes).unwrap();
+            v["params"]["_meta"]["world/idempotencyKey"] = json!("m-1");
+            v.to_string()
+        };
+        *req.body_mut() = Body::from(body);
+        let r = h.send(req).await;
+        if id == 5 {
+            assert_eq!(
+                r.json(StatusCode::OK)["result"]["_meta"]["world/idempotencyKey"],
+                "m-1"
+            );
+        } else {
+            assert_eq!(
+                r.json(StatusCode::BAD_REQUEST)["error"]["message"],
+                "idempotency key \"m-1\" was already used with other arguments in this episode"
+            );
+        }
+    }
+}
+
+#[tokio::test]
+async fn modern_request_rules() {
+    let h = harness();
+    let t = h.reader();
+    let post = |headers: Vec<(&'static str, String)>, body: Value| {
+        let auth = format!("Bearer {t}");
+        let mut hs: Vec<(&str, &str)> = vec![
+            ("authorization", auth.as_str()),
+            ("content-type", "application/json"),
+            ("accept", ACCEPT_BOTH),
+            ("mcp-protocol-version", MODERN),
+        ];
+        let owned: Vec<(&str, String)> = headers;
+        for (k, v) in &owned {
+            hs.push((k, v.as_str()));
+        }
+        request(&hs, body.to_string())
+    };
+    let envelope = json!({"io.modelcontextprotocol/protocolVersion": MODERN,
+                          "io.modelcontextprotocol/clientCapabilities": {}});
+
+    // No envelope.
+    let v = h
+        .send(post(
+            vec![("mcp-method", "tools/list".into())],
+            json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"}),
+        ))
+        .await
+        .json(StatusCode::BAD_REQUEST);
+    assert_eq!(
+        v,
+        json!({"jsonrpc": "2.0", "id": 1, "error": {"code": -32602,
+        "message": "params._meta must be an object carrying the required 'io.modelcontextprotocol/protocolVersion' and 'io.modelcontextprotocol/clientCapabilities' envelope keys"}})
+    );
+    // Headers that disagree with the body.
+    let body =
+        json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list", "params": {"_meta": envelope}});
+    let v = h
+        .send(post(
+            vec![("mcp-method", "tools/call".into())],
+            body.clone(),
+        ))
+        .await
+        .json(StatusCode::BAD_REQUEST);
+    assert_eq!(
+        v["error"],
+        json!({"code": -32020, "message": "mcp-method header does not match the request body's method"})
+    );
+    let v = h
+        .send(post(vec![], body.clone()))
+        .await
+        .json(StatusCode::BAD_REQUEST);
+    assert_eq!(v["error"]["code"], json!(-32020));
+    let call = json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call",
+                      "params": {"name": "ailang-read", "arguments": {"path": "a"}, "_meta": envelope}});
+    let v = h
+        .send(post(
+            vec![
+                ("mcp-method", "tools/call".into()),
+                ("mcp-name", "tools_decho".into()),
+            ],
+            call.clone(),
+        ))
+        .await
+        .json(StatusCode::BAD_REQUEST);
+    assert_eq!(
+        v["error"]["message"],
+        "mcp-name header does not match the request body's 'name' parameter"
+    );
+    // The base64 form of Mcp-Name is decoded.
+    let v = h
+        .send(post(
+            vec![
+                ("mcp-method", "tools/call".into()),
+                ("mcp-name", "=?base64?YWlsYW5nLXJlYWQ=?=".into()),
+            ],
+            call,
+        ))
+        .await
+        .json(StatusCode::OK);
+    assert_eq!(v["result"]["_meta"]["world/outcome"]["kind"], "ok");
+    // Methods of the handshake era are not methods of this revision.
+    for method in ["initialize", "ping"] {
+        let v = h
+            .send(post(
+                vec![("mcp-method", method.into())],
+                json!({"jsonrpc": "2.0", "id": 4, "method": method, "params": {"_meta": envelope}}),
+            ))
+            .await
+            .json(StatusCode::NOT_FOUND);
+        assert_eq!(
+            v["error"],
+            json!({"code": -32601, "message": format!("method not found: \"{method}\"")})
+        );
+    }
+    // One request per POST; notifications are acknowledged.
+    let v = h
+        .send(post(
+            vec![],
+            json!([{"jsonrpc": "2.0", "id": 5, "method": "tools/list"}]),
+        ))
+        .await
+        .json(StatusCode::BAD_REQUEST);
+    assert_eq!(
+        v,
+        json!({"jsonrpc": "2.0", "id": null, "error": {"code": -32600,
+        "message": "invalid request: the body must be a single JSON-RPC request or notification object under MCP-Protocol-Version 2026-07-28"}})
+    );
+    h.send(post(
+        vec![],
+        json!({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": 1}}),
+    ))
+    .await
+    .assert_accepted();
+    let r = h.send(post(vec![], json!(null))).await;
+    assert_eq!(
+        r.json(StatusCode::BAD_REQUEST)["error"]["code"],
+        json!(-32600)
+    );
+    let mut r = post(vec![], json!({}));
+    *r.body_mut() = Body::from("{nope");
+    assert_eq!(
+        h.send(r).await.json(StatusCode::BAD_REQUEST),
+        json!({"jsonrpc": "2.0", "id": null, "error": {"code": -32700, "message": "Parse error"}})
+    );
+    // A routing header sent twice.
+    let v = h
+        .send(post(
+            vec![("mcp-method", "tools/list".into()), ("mcp-method", "tools/list".into())],
+            json!({"jsonrpc": "2.0", "id": 6, "method": "tools/list", "params": {"_meta": envelope}}),
+        ))
+        .await
+        .json(StatusCode::BAD_REQUEST);
+    assert_eq!(
+        v["error"],
+        json!({"code": -32020, "message": "mcp-method header appears more than once"})
+    );
+    // The handshake-era header rules still come first.
+    let mut bad = post(vec![], json!({}));
+    bad.headers_mut()
+        .insert("accept", "application/json".parse().unwrap());
+    h.send(bad).await.assert_text(
+        StatusCode::BAD_REQUEST,
+        "Accept must list both application/json and text/event-stream",
+    );
+}
+
+#[tokio::test]
+async fn modern_host_failures_are_500_with_their_classification() {
+    let h = harness();
+    let runner = h.token("run", &["Ailang.Run=worktree:5"]);
+    let r = h
+        .send(modern(
+            &runner,
+            json!(2),
+            "tools/call",
+            json!({"name": "ailang-run", "arguments": {"path": "m.ail"}}),
+        ))
+        .await;
+    assert_eq!(r.status, StatusCode::INTERNAL_SERVER_ERROR);
+    assert_eq!(
+        r.body,
+        r#"{"jsonrpc":"2.0","id":2,"error":{"code":-32603,"message":"host callback failed","data":{"kind":"indeterminate","reason":"host","retryable":false}}}"#
+    );
+}
+
+// -------------------------------------------------------------------------------------------
+// A2A: message/send (0.3), SendMessage (1.0) and the card.
+
+impl Harness {
+    async fn a2a(&self, token: &str, version: Option<&str>, body: Value) -> Value {
+        let auth = format!("Bearer {token}");
+        let mut hs = vec![
+            ("authorization", auth.as_str()),
+            ("content-type", "application/json"),
+        ];
+        if let Some(v) = version {
+            hs.push(("a2a-version", v));
+        }
+        let mut req = request(&hs, body.to_string());
+        *req.uri_mut() = "/a2a/".parse().unwrap();
+        let r = send(&self.full, req).await;
+        assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+        serde_json::from_str(&r.body).unwrap()
+    }
+}
+
+fn v03_send(message_id: &str, skill: &str, args: Value) -> Value {
+    json!({"jsonrpc": "2.0", "id": "r1", "method": "message/send", "params": {
+        "message": {"kind": "message", "messageId": message_id, "role": "user",
+                    "parts": [{"kind": "data", "data": args}]},
+        "metadata": {"skill_id": skill}, "configuration": {"blocking": true}}})
+}
+
+fn v10_send(message_id: &str, skill: &str, args: Value) -> Value {
+    json!({"jsonrpc": "2.0", "id": "r2", "method": "SendMessage", "params": {
+        "message": {"messageId": message_id, "role": "ROLE_USER", "parts": [{"data": args}],
+                    "metadata": {"skillId": skill}},
+        "configuration": {}}})
+}
+
+#[tokio::test]
+async fn a2a_message_send_and_send_message_share_the_invocation_path() {
+    let h = harness();
+    let t = h.token("a2", &["Workspace.Read=worktree:5"]);
+    let before = h.revision();
+
+    let v = h
+        .a2a(
+            &t,
+            Some("0.3"),
+            v03_send("m-1", "ailang-read", json!({"path": "a"})),
+        )
+        .await;
+    let task = &v["result"];
+    assert_eq!(task["kind"], "task");
+    assert_eq!(task["id"], "m-1");
+    assert_eq!(task["contextId"], "a2");
+    assert_eq!(task["status"], json!({"state": "completed"}));
+    let part = &task["artifacts"][0]["parts"][0];
+    assert_eq!(part["kind"], "data");
+    assert_eq!(part["data"]["ok"], json!(true));
+    assert_eq!(task["metadata"]["invocation_id"], "a2a:a2:m-1");
+    assert_eq!(
+        task["metadata"]["outcome"],
+        json!({"kind": "ok", "retryable": true})
+    );
+    assert_eq!(task["metadata"]["effects"][0]["budgetAfter"], json!(4));
+
+    let v = h
+        .a2a(
+            &t,
+            Some("1.0"),
+            v10_send("m-2", "ailang-read", json!({"path": "a"})),
+        )
+        .await;
+    let task = &v["result"]["task"];
+    assert_eq!(task["id"], "m-2");
+    assert_eq!(task["status"], json!({"state": "TASK_STATE_COMPLETED"}));
+    let part = &task["artifacts"][0]["parts"][0];
+    assert_eq!(part["mediaType"], "application/json");
+    assert_eq!(part["data"]["ok"], json!(true));
+    assert_eq!(task["metadata"]["replayed"], json!(false));
+
+    // The message id is the idempotency key: a resend replays.
+    let again = h
+        .a2a(
+            &t,
+            Some("1.0"),
+            v10_send("m-2", "ailang-read", json!({"path": "a"})),
+        )
+        .await;
+    assert_eq!(again["result"]["task"]["metadata"]["replayed"], json!(true));
+    assert_eq!(again["result"]["task"]["artifacts"], task["artifacts"]);
+    assert_eq!(h.revision(), before + 2);
+    // A conflicting resend is the contract's error, with its classification.
+    let v = h
+        .a2a(
+            &t,
+            Some("1.0"),
+            v10_send("m-2", "ailang-read", json!({"path": "b"})),
+        )
+        .await;
+    assert_eq!(
+        v["error"],
+        json!({"code": -32602, "message": "task id already used in this session",
+               "data": {"kind": "refused", "reason": "key-conflict", "retryable": false, "taskId": "m-2"}})
+    );
+
+    // Refusals are rejected tasks in both shapes.
+    let v = h
+        .a2a(
+            &t,
+            None,
+            v03_send("m-3", "ailang-read", json!({"path": "a", "x": 1})),
+        )
+        .await;
+    assert_eq!(v["result"]["status"]["state"], "rejected");
+    assert_eq!(v["result"]["metadata"]["outcome"]["reason"], "plan");
+    let v = h
+        .a2a(
+            &t,
+            Some("1.0"),
+            v10_send("m-4", "ailang-read", json!({"path": "refuse-me"})),
+        )
+        .await;
+    assert_eq!(
+        v["result"]["task"]["status"]["state"],
+        "TASK_STATE_REJECTED"
+    );
+
+    // SendMessage needs A2A-Version 1.x.
+    for version in [None, Some("0.3")] {
+        let v = h
+            .a2a(
+                &t,
+                version,
+                v10_send("m-5", "ailang-read", json!({"path": "a"})),
+            )
+            .await;
+        assert_eq!(v["error"]["code"], json!(-32009), "{version:?}");
+    }
+    assert_eq!(
+        h.a2a(&t, None, v10_send("m-5", "ailang-read", json!({"path": "a"}))).await["error"]["message"],
+        "A2A version \"0.3\" is not supported by SendMessage; send A2A-Version: 1.0 (or use message/send for 0.3)"
+    );
+    // Bad shapes and invisible skills.
+    let mut two_parts = v03_send("m-6", "ailang-read", json!({}));
+    two_parts["params"]["message"]["parts"] =
+        json!([{"kind": "data", "data": {}}, {"kind": "text", "text": "x"}]);
+    assert_eq!(
+        h.a2a(&t, None, two_parts).await["error"],
+        json!({"code": -32602, "message": "invalid params"})
+    );
+    let v = h
+        .a2a(&t, None, v03_send("m-7", "ailang-write", json!({})))
+        .await;
+    assert_eq!(
+        v["error"],
+        json!({"code": -32602, "message": "not authorized"})
+    );
+    // The old method still answers in its own shape, now with the classification too.
+    let v = h
+        .a2a(
+            &t,
+            None,
+            json!({"jsonrpc": "2.0", "id": 1, "method": "tasks/send", "params": {
+        "id": "t-1", "metadata": {"skill_id": "ailang-read"},
+        "message": {"role": "user", "parts": [{"type": "data", "data": {"path": "a", "x": 1}}]}}}),
+        )
+        .await;
+    assert_eq!(v["result"]["status"], json!({"state": "completed"}));
+    assert_eq!(v["result"]["artifacts"][0]["parts"][0]["type"], "data");
+    assert_eq!(v["result"]["metadata"]["outcome"]["kind"], "refused");
+}
+
+#[tokio::test]
+async fn the_agent_card_tags_skills_with_their_class_at_both_paths() {
+    let h = harness();
+    let t = h.token(
+        "card",
+        &[
+            "Workspace.Read=worktree:5",
+            "Workspace.Write=worktree:5",
+            "Ailang.Run=worktree:1",
+        ],
+    );
+    for path in ["/.well-known/agent-card.json", "/.well-known/agent.json"] {
+        let (status, v) = h.get_json(&t, path).await;
+        assert_eq!(status, StatusCode::OK);
+        let tags: Vec<(String, Value)> = v["skills"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| (s["id"].as_str().unwrap().to_owned(), s["tags"].clone()))
+            .collect();
+        assert_eq!(
+            tags,
+            [
+                ("ailang-edit".to_owned(), json!(["write"])),
+                ("ailang-read".to_owned(), json!(["read"])),
+                ("ailang-run".to_owned(), json!(["unknown"])),
+                ("ailang-write".to_owned(), json!(["write"])),
+                ("tools.echo".to_owned(), json!(["read"])),
+            ]
+        );
+        assert_eq!(v["protocolVersion"], "0.3.0");
+        assert_eq!(v["preferredTransport"], "JSONRPC");
+        assert_eq!(
+            v["supportedInterfaces"],
+            json!([{"url": "http://127.0.0.1:7644/a2a/", "protocolBinding": "JSONRPC", "protocolVersion": "1.0"},
+                   {"url": "http://127.0.0.1:7644/a2a/", "protocolBinding": "JSONRPC", "protocolVersion": "0.3"}])
+        );
+        assert_eq!(v["securitySchemes"]["bearer"]["scheme"], "bearer");
+        assert_eq!(v["security"], json!([{"bearer": []}]));
+        assert_eq!(v["capabilities"]["streaming"], json!(false));
+    }
 }

@@ -11,6 +11,7 @@ use clap::{Args, Parser, Subcommand};
 mod client;
 mod doctor;
 mod quickstart;
+mod reconcile;
 mod serve;
 mod session;
 mod why;
@@ -91,6 +92,11 @@ pub enum Command {
     Call(client::CallArgs),
     /// Publish a transition bundle through the broker (needs a Registry.Publish grant).
     Publish(client::PublishArgs),
+    /// Did my call land? Reconcile one call by idempotency key or invocation id.
+    #[command(subcommand)]
+    Calls(reconcile::CallsCommand),
+    /// Your episode's budget per grant: granted, spent, remaining.
+    Budget(reconcile::BudgetArgs),
 }
 
 /// `--db DIR` shared by store-side verbs.
@@ -111,7 +117,11 @@ pub fn main() -> i32 {
             return code;
         }
     };
-    init_tracing();
+    // The daemon logs at info; one-shot verbs only say what went wrong.
+    init_tracing(matches!(
+        cli.command,
+        Command::Serve(_) | Command::Quickstart(_)
+    ));
     let result = match cli.command {
         Command::Serve(a) => serve::run(a),
         Command::Quickstart(a) => quickstart::run(a),
@@ -126,6 +136,8 @@ pub fn main() -> i32 {
         Command::Tools(c) => client::tools(c),
         Command::Call(a) => client::call(a),
         Command::Publish(a) => client::publish(a),
+        Command::Calls(c) => reconcile::calls(c),
+        Command::Budget(a) => reconcile::budget(a),
     };
     match result {
         Ok(()) => 0,
@@ -138,9 +150,10 @@ pub fn main() -> i32 {
     }
 }
 
-fn init_tracing() {
+fn init_tracing(daemon: bool) {
     use tracing_subscriber::EnvFilter;
-    let filter = EnvFilter::try_from_env("WORLDD_LOG").unwrap_or_else(|_| EnvFilter::new("info"));
+    let default = if daemon { "info" } else { "warn" };
+    let filter = EnvFilter::try_from_env("WORLDD_LOG").unwrap_or_else(|_| EnvFilter::new(default));
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)

@@ -14,6 +14,10 @@ pub(super) const INVALID_REQUEST: i64 = -32600;
 pub(super) const METHOD_NOT_FOUND: i64 = -32601;
 pub(super) const INVALID_PARAMS: i64 = -32602;
 pub(super) const INTERNAL_ERROR: i64 = -32603;
+/// 2026-07-28: HTTP headers disagree with the body, or a routing header is missing.
+pub(super) const HEADER_MISMATCH: i64 = -32020;
+/// 2026-07-28: the envelope names a protocol version this server does not serve.
+pub(super) const UNSUPPORTED_PROTOCOL_VERSION: i64 = -32022;
 
 /// One incoming JSON-RPC message, classified.
 #[derive(Debug)]
@@ -107,6 +111,9 @@ pub(super) enum Reply {
 pub(super) struct ErrorObject {
     pub code: i64,
     pub message: String,
+    /// Machine-readable detail; absent from every reply whose bytes the contract fixes.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub data: Option<Value>,
 }
 
 impl Reply {
@@ -125,7 +132,30 @@ impl Reply {
             error: ErrorObject {
                 code,
                 message: message.into(),
+                data: None,
             },
+        }
+    }
+
+    /// An error reply with a `data` member.
+    pub(super) fn error_with_data(
+        id: &Value,
+        code: i64,
+        message: impl Into<String>,
+        data: Value,
+    ) -> Reply {
+        let mut reply = Reply::error(id, code, message);
+        if let Reply::Error { error, .. } = &mut reply {
+            error.data = Some(data);
+        }
+        reply
+    }
+
+    /// The error code, for an error reply.
+    pub(super) fn error_code(&self) -> Option<i64> {
+        match self {
+            Reply::Error { error, .. } => Some(error.code),
+            Reply::Result { .. } => None,
         }
     }
 

@@ -1,20 +1,29 @@
-//! The four MCP methods: `initialize`, `ping`, `tools/list` and `tools/call`.
+//! The MCP methods: `initialize` and `ping` (handshake revisions), `server/discover`
+//! (2026-07-28), `tools/list` and `tools/call` (every revision).
 //!
 //! Protocol problems are JSON-RPC errors inside a normal reply; failures of the host (the
 //! coordinator, deadlines, callback slots, the registry underneath) are a [`HostFailure`],
-//! which the transport turns into the fixed envelope for the whole POST.
+//! which the transport turns into the fixed envelope for the whole POST. A `tools/call` that
+//! carries an idempotency key (`params._meta["world/idempotencyKey"]`) gets named errors
+//! instead for the outcomes only a key can have: a conflicting reuse, a call still in flight,
+//! a first call that is not confirmed committed.
 
-use broker_core::coordinator::{Call, CallOutput, Surface};
+use broker_core::coordinator::{Call, CallError, CallOutput, Surface};
 use broker_core::registry::RegistryEntry;
 use broker_core::session::Session;
+use broker_core::task;
 use serde::Serialize;
-use serde_json::{Map, Value};
+use serde_json::{json, Map, Value};
 use tokio::time::Instant;
 
 use super::jsonrpc::{quote, Reply, INTERNAL_ERROR, INVALID_PARAMS, METHOD_NOT_FOUND};
-use super::{ADMISSION_DEADLINE, SUPPORTED_VERSIONS};
+use super::{ADMISSION_DEADLINE, HANDSHAKE_VERSIONS, IDEMPOTENCY_KEY, MODERN_VERSION};
+use crate::outcome::{self, Outcome};
 use crate::state::{AppState, InvokeFailure};
 use crate::tools::{self, SurfaceError};
+
+/// The `_meta` key of the 2026-07-28 server identity stamp.
+pub(super) const SERVER_INFO_META_KEY: &str = "io.modelcontextprotocol/serverInfo";
 
 /// What one request runs with.
 pub(super) struct Ctx<'a> {
@@ -22,6 +31,15 @@ pub(super) struct Ctx<'a> {
     pub session: &'a Session,
     /// The aggregate deadline of the POST.
     pub deadline: Instant,
+    /// The protocol revision in force for this POST.
+    pub version: &'static str,
+}
+
+impl Ctx<'_> {
+    /// True under the stateless 2026-07-28 revision.
+    pub(super) fn modern(&self) -> bool {
+        self.version == MODERN_VERSION
+    }
 }
 
 /// A failure of the host; the caller sees only [`HostFailure::message`].
@@ -42,6 +60,16 @@ impl HostFailure {
             HostFailure::Capacity => "host callback capacity exceeded",
         }
     }
+
+    /// The classification of the failure: nothing ran only when the slots were full.
+    pub(super) fn outcome(self) -> Outcome {
+        match self {
+            HostFailure::Failed => Outcome::indeterminate("host"),
+            HostFailure::TimedOut => Outcome::indeterminate("timeout"),
+            HostFailure::Canceled => Outcome::indeterminate("canceled"),
+            HostFailure::Capacity => Outcome::capacity(),
+        }
+    }
 }
 
 /// Run one request.
@@ -51,12 +79,13 @@ pub(super) async fn dispatch(
     method: &str,
     params: Option<Value>,
 ) -> Result<Reply, HostFailure> {
-    match method {
-        "initialize" => Ok(initialize(id, params.as_ref())),
-        "ping" => Ok(Reply::result(id, MethodResult::Empty(Empty {}))),
-        "tools/list" => tools_list(ctx, id).await,
-        "tools/call" => tools_call(ctx, id, params).await,
-        other => Ok(Reply::error(
+    match (method, ctx.modern()) {
+        ("initialize", false) => Ok(initialize(id, params.as_ref())),
+        ("ping", false) => Ok(Reply::result(id, MethodResult::Empty(Empty {}))),
+        ("server/discover", true) => Ok(discover(id)),
+        ("tools/list", _) => tools_list(ctx, id).await,
+        ("tools/call", _) => tools_call(ctx, id, params).await,
+        (other, _) => Ok(Reply::error(
             id,
             METHOD_NOT_FOUND,
             format!("method not found: {}", quote(other)),
@@ -69,6 +98,7 @@ pub(super) async fn dispatch(
 #[serde(untagged)]
 pub(super) enum MethodResult {
     Initialize(InitializeResult),
+    Discover(DiscoverResult),
     Empty(Empty),
     Tools(ToolsList),
     Call(CallToolResult),
@@ -106,19 +136,20 @@ struct ServerInfo {
     version: &'static str,
 }
 
-const INSTRUCTIONS: &str = "worldd serves World tools. Every tools/call is a new invocation with a fresh random task id: JSON-RPC ids give no idempotency, so a retry may repeat an effect. Every call, refusals and denials included, is committed to the World log; each result carries a `world` block with the plan ref and each effect's status and record ref. If a call fails with a host callback error, the effect may have run: inspect the log before retrying.";
+const INSTRUCTIONS: &str = "worldd serves World tools. Without an idempotency key every tools/call is a new invocation with a fresh random task id: JSON-RPC ids give no idempotency, so a retry may repeat an effect. To make a write exactly-once, send a key in params._meta[\"world/idempotencyKey\"] (1-128 of A-Z a-z 0-9 . _ -): resending the same key with the same arguments returns the committed result without running again. Every call, refusals and denials included, is committed to the World log; each result carries a `world` block with the plan ref and each effect's status and record ref, and a _meta block with the invocation id, entry index, world ref, budgetAfter and an outcome classification {kind, reason, retryable}. If a call fails with a host callback error, the effect may have run: reconcile (GET /v1/calls/mcp/<key> or /v1/invocations/<id>) or inspect the log before retrying.";
 
-/// The client's requested revision when we speak it, else our newest (the client then
-/// decides whether it can continue, as the MCP lifecycle prescribes).
+/// The client's requested revision when the handshake speaks it, else its newest (the client
+/// then decides whether it can continue, as the MCP lifecycle prescribes). 2026-07-28 has no
+/// handshake: it is never the answer to `initialize`.
 fn initialize(id: &Value, params: Option<&Value>) -> Reply {
     let requested = params
         .and_then(|p| p.get("protocolVersion"))
         .and_then(Value::as_str);
-    let protocol_version = SUPPORTED_VERSIONS
+    let protocol_version = HANDSHAKE_VERSIONS
         .iter()
         .copied()
         .find(|v| Some(*v) == requested)
-        .unwrap_or(SUPPORTED_VERSIONS[0]);
+        .unwrap_or(HANDSHAKE_VERSIONS[0]);
     Reply::result(
         id,
         MethodResult::Initialize(InitializeResult {
@@ -137,11 +168,90 @@ fn initialize(id: &Value, params: Option<&Value>) -> Reply {
     )
 }
 
+// -- server/discover (2026-07-28) ---------------------------------------------------------
+
+/// The stateless revision's replacement for `initialize`.
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub(super) struct DiscoverResult {
+    supported_versions: [&'static str; 1],
+    capabilities: Capabilities,
+    instructions: &'static str,
+    #[serde(flatten)]
+    modern: ModernFields,
+    #[serde(rename = "_meta")]
+    meta: Map<String, Value>,
+}
+
+/// The members every 2026-07-28 result carries: `resultType`, the cache hints of cacheable
+/// results, and the `_meta` server identity stamp (plus any of our own `_meta` members).
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "camelCase")]
+struct ModernFields {
+    result_type: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    ttl_ms: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    cache_scope: Option<&'static str>,
+}
+
+impl ModernFields {
+    /// A cacheable result. Every answer depends on the caller's credential (its grants pick
+    /// the tools), so the scope is `private`; the registry can change at any publish, so the
+    /// time-to-live is 0.
+    fn cacheable() -> ModernFields {
+        ModernFields {
+            result_type: "complete",
+            ttl_ms: Some(0),
+            cache_scope: Some("private"),
+        }
+    }
+
+    fn complete() -> ModernFields {
+        ModernFields {
+            result_type: "complete",
+            ttl_ms: None,
+            cache_scope: None,
+        }
+    }
+}
+
+/// A 2026-07-28 `_meta` holding only the server identity stamp.
+fn server_info_meta() -> Map<String, Value> {
+    let mut m = Map::new();
+    m.insert(
+        SERVER_INFO_META_KEY.into(),
+        json!({"name": "worldd", "version": env!("CARGO_PKG_VERSION")}),
+    );
+    m
+}
+
+fn discover(id: &Value) -> Reply {
+    Reply::result(
+        id,
+        MethodResult::Discover(DiscoverResult {
+            supported_versions: [MODERN_VERSION],
+            capabilities: Capabilities {
+                tools: ToolsCapability {
+                    list_changed: false,
+                },
+            },
+            instructions: INSTRUCTIONS,
+            modern: ModernFields::cacheable(),
+            meta: server_info_meta(),
+        }),
+    )
+}
+
 // -- tools/list ---------------------------------------------------------------------------
 
 #[derive(Debug, Serialize)]
 pub(super) struct ToolsList {
     tools: Vec<Tool>,
+    #[serde(flatten, skip_serializing_if = "Option::is_none")]
+    modern: Option<ModernFields>,
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
+    meta: Option<Map<String, Value>>,
 }
 
 #[derive(Debug, Serialize)]
@@ -152,6 +262,8 @@ struct Tool {
     description: String,
     input_schema: Value,
     output_schema: Value,
+    /// The truth about the tool's effect class ([`tools::annotations`]).
+    annotations: Value,
 }
 
 async fn tools_list(ctx: &Ctx<'_>, id: &Value) -> Result<Reply, HostFailure> {
@@ -169,10 +281,18 @@ async fn tools_list(ctx: &Ctx<'_>, id: &Value) -> Result<Reply, HostFailure> {
                 description: t.description.clone(),
                 input_schema: published_schema(&t.input_schema),
                 output_schema: published_schema(&t.output_schema),
+                annotations: tools::annotations(tools::tool_class(ctx.state, t)),
             }
         })
         .collect();
-    Ok(Reply::result(id, MethodResult::Tools(ToolsList { tools })))
+    Ok(Reply::result(
+        id,
+        MethodResult::Tools(ToolsList {
+            tools,
+            modern: ctx.modern().then(ModernFields::cacheable),
+            meta: ctx.modern().then(server_info_meta),
+        }),
+    ))
 }
 
 /// MCP requires tool schemas with a top-level `type`; a schema without one gains
@@ -215,13 +335,17 @@ async fn surface(ctx: &Ctx<'_>) -> Result<Result<Vec<RegistryEntry>, String>, Ho
 
 // -- tools/call ---------------------------------------------------------------------------
 
-/// The result of a committed call. A later revision adds `_meta`; it is one more field here.
+/// The result of a committed call: the committed output twice, then `_meta`.
 #[derive(Debug, Serialize)]
 #[serde(rename_all = "camelCase")]
 pub(super) struct CallToolResult {
     content: Vec<TextContent>,
     structured_content: Value,
     is_error: bool,
+    #[serde(flatten, skip_serializing_if = "Option::is_none")]
+    modern: Option<ModernFields>,
+    #[serde(rename = "_meta")]
+    meta: Map<String, Value>,
 }
 
 #[derive(Debug, Serialize)]
@@ -231,8 +355,18 @@ struct TextContent {
     text: String,
 }
 
-/// `name` and `arguments` of a `tools/call`; the error is the `-32602` text.
-fn call_params(params: Option<Value>) -> Result<(String, Value), String> {
+/// The parsed params of a `tools/call`.
+#[derive(Debug, PartialEq)]
+struct CallParams {
+    name: String,
+    arguments: Value,
+    /// `_meta["world/idempotencyKey"]`, validated.
+    key: Option<String>,
+}
+
+/// `name`, `arguments` and the optional idempotency key of a `tools/call`; the error is the
+/// `-32602` text.
+fn call_params(params: Option<Value>) -> Result<CallParams, String> {
     let Some(Value::Object(mut p)) = params else {
         return Err(
             "invalid params: tools/call params must be an object with \"name\" and optional \"arguments\""
@@ -250,7 +384,21 @@ fn call_params(params: Option<Value>) -> Result<(String, Value), String> {
         Some(v @ Value::Object(_)) => v,
         Some(_) => return Err("invalid params: \"arguments\" must be an object".into()),
     };
-    Ok((name, arguments))
+    let key = match p.get("_meta").and_then(|m| m.get(IDEMPOTENCY_KEY)) {
+        None | Some(Value::Null) => None,
+        Some(Value::String(k)) if task::valid_task_id(k) => Some(k.clone()),
+        Some(_) => {
+            return Err(format!(
+                "invalid params: _meta {} must be 1-128 characters of A-Z a-z 0-9 . _ -",
+                quote(IDEMPOTENCY_KEY)
+            ))
+        }
+    };
+    Ok(CallParams {
+        name,
+        arguments,
+        key,
+    })
 }
 
 async fn tools_call(
@@ -258,7 +406,11 @@ async fn tools_call(
     id: &Value,
     params: Option<Value>,
 ) -> Result<Reply, HostFailure> {
-    let (name, args) = match call_params(params) {
+    let CallParams {
+        name,
+        arguments: args,
+        key,
+    } = match call_params(params) {
         Ok(p) => p,
         Err(text) => return Ok(Reply::error(id, INVALID_PARAMS, text)),
     };
@@ -284,20 +436,34 @@ async fn tools_call(
         tracing::warn!(episode = %ctx.session.episode, tool = %name, "mcp: POST deadline passed before the call started");
         return Err(HostFailure::TimedOut);
     }
+    let class = tools::tool_class(ctx.state, &entry.transition);
+    let keyed_args = key.as_ref().map(|_| args.clone());
     let call = Call {
         surface: Surface::Mcp,
         session: ctx.session.clone(),
         skill_id: entry.transition.id.clone(),
-        // MCP ids give no idempotency: the coordinator mints a fresh random task id.
-        task_id: None,
+        // Without a key, MCP ids give no idempotency: the coordinator mints a fresh random
+        // task id. With one, the key is the task id, and the journal makes the call
+        // exactly-once within the episode.
+        task_id: key.clone(),
         args,
         transition_fn: None,
     };
     let tool = entry.transition.id.as_str();
     let episode = ctx.session.episode.as_str();
     match ctx.state.invoke(call, remaining).await {
-        Ok(out) => call_result(id, tool, episode, out),
+        Ok(out) => {
+            let outcome = outcome::of_output(&out, class);
+            call_result(ctx, id, tool, out, outcome, key.as_deref())
+        }
         Err(failure) => {
+            if let (Some(k), Some(a), InvokeFailure::Call(e)) =
+                (key.as_deref(), keyed_args.as_ref(), &failure)
+            {
+                if let Some(reply) = keyed_error(ctx, id, k, tool, a, e).await {
+                    return Ok(reply);
+                }
+            }
             let (host, cause) = match failure {
                 InvokeFailure::Call(e) => (HostFailure::Failed, e.to_string()),
                 InvokeFailure::Capacity => (
@@ -330,15 +496,88 @@ async fn tools_call(
     }
 }
 
+/// The named errors of a keyed call, for the coordinator outcomes only a key can have;
+/// `None` leaves the error to the generic host-failure envelope.
+async fn keyed_error(
+    ctx: &Ctx<'_>,
+    id: &Value,
+    key: &str,
+    tool: &str,
+    args: &Value,
+    error: &CallError,
+) -> Option<Reply> {
+    let episode = &ctx.session.episode;
+    let reconcile = format!(
+        "reconcile with GET /v1/calls/mcp/{key} (worldd calls get {key}) instead of retrying"
+    );
+    let q = quote(key);
+    let (code, message, outcome, records) = match error {
+        CallError::TaskIdReused => {
+            // The coordinator says "reused" both for a key stored with other arguments and for
+            // a key whose call is still running: the task table tells them apart.
+            let o = outcome::reuse(ctx.state, ctx.session, Surface::Mcp, key, tool, args).await;
+            if o.kind == outcome::Kind::Refused {
+                (
+                    INVALID_PARAMS,
+                    format!("idempotency key {q} was already used with other arguments in this episode"),
+                    o,
+                    None,
+                )
+            } else {
+                (
+                    INTERNAL_ERROR,
+                    format!("idempotency key {q} is held by a call that has not finished; do not resend yet: {reconcile}"),
+                    o,
+                    None,
+                )
+            }
+        }
+        CallError::NotCommitted => (
+            INTERNAL_ERROR,
+            format!("idempotency key {q}: the first call with this key was not confirmed committed and its effect may have run; {reconcile}"),
+            Outcome::indeterminate("pending"),
+            None,
+        ),
+        CallError::EffectsUnrecorded { records } => (
+            INTERNAL_ERROR,
+            format!("idempotency key {q}: an effect ran but the call was not committed; {reconcile}"),
+            Outcome::indeterminate("unrecorded"),
+            Some(json!(records)),
+        ),
+        _ => return None,
+    };
+    let mut data = match outcome.to_json() {
+        Value::Object(m) => m,
+        _ => Map::new(),
+    };
+    data.insert("idempotencyKey".into(), json!(key));
+    data.insert("invocationId".into(), json!(format!("mcp:{episode}:{key}")));
+    if let Some(r) = records {
+        data.insert("records".into(), r);
+    }
+    tracing::warn!(%episode, %tool, rpc_id = %id, "mcp tools/call with key {key}: {error}");
+    Some(Reply::error_with_data(
+        id,
+        code,
+        message,
+        Value::Object(data),
+    ))
+}
+
 /// The committed output, twice: as text holding exactly the committed bytes (so the text's
-/// sha256 is the output ref) and as `structuredContent`.
+/// sha256 is the output ref) and as `structuredContent`; then `_meta` with the provenance
+/// handles and the outcome classification.
 fn call_result(
+    ctx: &Ctx<'_>,
     id: &Value,
     tool: &str,
-    episode: &str,
     out: CallOutput,
+    outcome: Outcome,
+    key: Option<&str>,
 ) -> Result<Reply, HostFailure> {
-    let invocation = out.invocation_id;
+    let episode = ctx.session.episode.as_str();
+    let invocation = out.invocation_id.clone();
+    let mut meta = outcome::mcp_meta(&out, &outcome, key);
     let text = String::from_utf8(out.output).map_err(|_| {
         tracing::error!(%episode, %tool, %invocation, output = %out.output_ref, "mcp: committed output is not UTF-8");
         HostFailure::Failed
@@ -350,13 +589,22 @@ fn call_result(
             return Err(HostFailure::Failed);
         }
     };
-    tracing::debug!(%episode, %tool, %invocation, entry = out.entry_index, "mcp tools/call committed");
+    tracing::debug!(%episode, %tool, %invocation, entry = out.entry_index, replayed = out.replayed, "mcp tools/call committed");
+    let modern = ctx.modern();
+    if modern {
+        meta.extend(server_info_meta());
+    }
     Ok(Reply::result(
         id,
         MethodResult::Call(CallToolResult {
             content: vec![TextContent { kind: "text", text }],
             structured_content: structured,
-            is_error: false,
+            // The handshake revisions keep the contract (a committed result is never an
+            // error); 2026-07-28 flags every outcome that is not `ok`, so a client that reads
+            // only `isError` cannot mistake a refusal or a denial for success.
+            is_error: modern && outcome.kind != outcome::Kind::Ok,
+            modern: modern.then(ModernFields::complete),
+            meta,
         }),
     ))
 }
@@ -379,22 +627,46 @@ mod tests {
         assert_eq!(published_schema(&json!(false)), json!(false));
     }
 
+    fn plain(name: &str, arguments: Value) -> Result<CallParams, String> {
+        Ok(CallParams {
+            name: name.into(),
+            arguments,
+            key: None,
+        })
+    }
+
     #[test]
     fn call_params_shapes() {
         assert_eq!(
             call_params(Some(json!({"name": "t"}))),
-            Ok(("t".into(), json!({})))
+            plain("t", json!({}))
         );
         assert_eq!(
             call_params(Some(json!({"name": "t", "arguments": null}))),
-            Ok(("t".into(), json!({})))
+            plain("t", json!({}))
         );
         assert_eq!(
             call_params(Some(
                 json!({"name": "t", "arguments": {"a": 1}, "_meta": {}})
             )),
-            Ok(("t".into(), json!({"a": 1})))
+            plain("t", json!({"a": 1}))
         );
+        assert_eq!(
+            call_params(Some(
+                json!({"name": "t", "_meta": {"world/idempotencyKey": "k-1.x_y"}})
+            )),
+            Ok(CallParams {
+                name: "t".into(),
+                arguments: json!({}),
+                key: Some("k-1.x_y".into())
+            })
+        );
+        for bad in [json!(""), json!("a b"), json!(7), json!("x".repeat(129))] {
+            assert_eq!(
+                call_params(Some(json!({"name": "t", "_meta": {"world/idempotencyKey": bad}}))),
+                Err("invalid params: _meta \"world/idempotencyKey\" must be 1-128 characters of A-Z a-z 0-9 . _ -".into())
+            );
+        }
         assert_eq!(
             call_params(Some(json!({"name": "t", "arguments": [1]}))),
             Err("invalid params: \"arguments\" must be an object".into())
@@ -433,5 +705,10 @@ mod tests {
             "2025-11-25"
         );
         assert_eq!(v(None), "2025-11-25");
+        // The stateless revision has no handshake.
+        assert_eq!(
+            v(Some(json!({"protocolVersion": "2026-07-28"}))),
+            "2025-11-25"
+        );
     }
 }

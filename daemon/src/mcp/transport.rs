@@ -319,7 +319,7 @@ mod tests {
         );
         assert_eq!(
             protocol_version(&headers(&[("mcp-protocol-version", "2024-11-05")])),
-            Err("unsupported MCP-Protocol-Version \"2024-11-05\"; supported: 2025-11-25, 2025-06-18, 2025-03-26".to_owned())
+            Err("unsupported MCP-Protocol-Version \"2024-11-05\"; supported: 2026-07-28, 2025-11-25, 2025-06-18, 2025-03-26".to_owned())
         );
     }
 }

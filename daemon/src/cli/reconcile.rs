@@ -1,0 +1,209 @@
+//! `worldd calls get` and `worldd budget`: ask a running daemon whether a call landed and
+//! what budget is left (the `/v1/calls`, `/v1/invocations` and `/v1/budget` routes).
+
+use std::io::Read;
+use std::path::Path;
+
+use clap::{Args, Subcommand};
+use serde_json::Value;
+
+use super::client::ClientArgs;
+use super::{CliResult, Failure};
+
+#[derive(Subcommand, Debug)]
+pub enum CallsCommand {
+    /// What the daemon knows of one of your calls: committed, indeterminate, unrecorded or
+    /// not found (exit 1).
+    Get(CallsGetArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct CallsGetArgs {
+    /// An idempotency key / task id (e.g. `write-7`), or an invocation id
+    /// (`mcp:<episode>:<task>`, `a2a:<episode>:<task>`) as a result's `_meta` names it.
+    pub handle: String,
+    /// The surface a bare key was sent on.
+    #[arg(long, default_value = "mcp", value_parser = ["mcp", "a2a"])]
+    pub surface: String,
+    /// Print the daemon's JSON answer.
+    #[arg(long)]
+    pub json: bool,
+    #[command(flatten)]
+    pub client: ClientArgs,
+}
+
+#[derive(Args, Debug)]
+pub struct BudgetArgs {
+    /// Print the daemon's JSON answer.
+    #[arg(long)]
+    pub json: bool,
+    #[command(flatten)]
+    pub client: ClientArgs,
+}
+
+pub fn calls(cmd: CallsCommand) -> CliResult {
+    let CallsCommand::Get(a) = cmd;
+    let path = if a.handle.contains(':') {
+        format!("/v1/invocations/{}", a.handle)
+    } else {
+        format!("/v1/calls/{}/{}", a.surface, a.handle)
+    };
+    let (status, body) = get(&a.client, &path)?;
+    let v: Value = serde_json::from_slice(&body).map_err(|_| {
+        Failure::usage(format!(
+            "{path} returned HTTP {status}: {}",
+            String::from_utf8_lossy(&body).trim()
+        ))
+    })?;
+    if status == 404 && v["state"] == "not-found" {
+        if a.json {
+            println!("{v}");
+        }
+        return Err(Failure::usage(format!(
+            "calls get: not found: {} (nothing was journaled under it in your episode; it is safe to send)",
+            v["invocationId"].as_str().unwrap_or(&a.handle)
+        )));
+    }
+    if !(200..300).contains(&status) {
+        return Err(Failure::usage(format!(
+            "{path} returned HTTP {status} {}: {}",
+            v["error"]["class"].as_str().unwrap_or("Error"),
+            v["error"]["message"].as_str().unwrap_or("")
+        )));
+    }
+    if a.json {
+        println!("{v}");
+        return Ok(());
+    }
+    let state = v["state"].as_str().unwrap_or("?");
+    println!(
+        "{}  {}  {state}",
+        v["invocationId"].as_str().unwrap_or("?"),
+        v["skillId"].as_str().unwrap_or("?")
+    );
+    let outcome = &v["outcome"];
+    println!(
+        "  outcome   {}{}  retryable: {}",
+        outcome["kind"].as_str().unwrap_or("?"),
+        outcome["reason"]
+            .as_str()
+            .map(|r| format!(" ({r})"))
+            .unwrap_or_default(),
+        outcome["retryable"]
+    );
+    if let Some(i) = v["entryIndex"].as_u64() {
+        println!("  entry     {i}");
+    }
+    for (label, key) in [("output", "outputRef"), ("world", "worldRef")] {
+        if let Some(r) = v[key].as_str() {
+            println!("  {label:<9} {r}");
+        }
+    }
+    for e in v["effects"].as_array().into_iter().flatten() {
+        println!(
+            "  effect    {} {} {} budgetAfter {}{}  record {}",
+            e["id"].as_str().unwrap_or("?"),
+            e["effect"].as_str().unwrap_or("?"),
+            e["status"].as_str().unwrap_or("?"),
+            e["budgetAfter"],
+            e["denial"]
+                .as_str()
+                .map(|d| format!(" ({d})"))
+                .unwrap_or_default(),
+            e["record"].as_str().unwrap_or("-"),
+        );
+    }
+    match state {
+        "committed" => println!("committed: resending the same key returns this result; nothing runs again"),
+        "indeterminate" => println!("indeterminate: the effect may have run; do not retry, inspect the worktree"),
+        "unrecorded" => println!("unrecorded: the effect ran but the call was not committed; do not retry, read the effect records"),
+        _ => {}
+    }
+    Ok(())
+}
+
+pub fn budget(a: BudgetArgs) -> CliResult {
+    let (status, body) = get(&a.client, "/v1/budget")?;
+    let v: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+    if !(200..300).contains(&status) {
+        return Err(Failure::usage(format!(
+            "/v1/budget returned HTTP {status} {}: {}",
+            v["error"]["class"].as_str().unwrap_or("Error"),
+            v["error"]["message"]
+                .as_str()
+                .map(str::to_owned)
+                .unwrap_or_else(|| String::from_utf8_lossy(&body).trim().to_owned())
+        )));
+    }
+    if a.json {
+        println!("{v}");
+        return Ok(());
+    }
+    println!(
+        "{:<24} {:<12} {:>8} {:>8} {:>10}  live",
+        "effect", "scope", "granted", "spent", "remaining"
+    );
+    for g in v["grants"].as_array().into_iter().flatten() {
+        println!(
+            "{:<24} {:<12} {:>8} {:>8} {:>10}  {}",
+            g["effect"].as_str().unwrap_or("?"),
+            g["scope"].as_str().unwrap_or("?"),
+            g["granted"].as_u64().unwrap_or(0),
+            g["spent"].as_u64().unwrap_or(0),
+            g["remaining"].as_u64().unwrap_or(0),
+            if g["live"] == Value::Bool(true) {
+                "yes"
+            } else {
+                "no"
+            }
+        );
+    }
+    Ok(())
+}
+
+/// The session credential: `--session` or `$WORLD_SESSION`, the credential itself or a file
+/// holding it (as the other client verbs read it).
+fn credential(arg: &Option<String>) -> Result<Option<String>, Failure> {
+    let Some(raw) = arg.clone().or_else(|| std::env::var("WORLD_SESSION").ok()) else {
+        return Ok(None);
+    };
+    let raw = raw.trim().to_owned();
+    if raw.len() == 64 && raw.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return Ok(Some(raw));
+    }
+    let path = Path::new(&raw);
+    let meta =
+        std::fs::metadata(path).map_err(|e| Failure::usage(format!("session file {raw}: {e}")))?;
+    if meta.len() > 256 {
+        return Err(Failure::usage(format!(
+            "session file {raw} is larger than 256 bytes"
+        )));
+    }
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| Failure::usage(format!("session file {raw}: {e}")))?;
+    Ok(Some(text.trim().to_owned()))
+}
+
+/// GET a route; `Ok((status, body))` for any HTTP answer.
+fn get(c: &ClientArgs, path: &str) -> Result<(u16, Vec<u8>), Failure> {
+    let url = format!("{}{}", c.addr.trim_end_matches('/'), path);
+    let agent = ureq::AgentBuilder::new()
+        .timeout(std::time::Duration::from_secs(30))
+        .build();
+    let mut req = agent.get(&url);
+    if let Some(token) = credential(&c.session)? {
+        req = req.set("Authorization", &format!("Bearer {token}"));
+    }
+    let res = match req.call() {
+        Ok(r) => r,
+        Err(ureq::Error::Status(_, r)) => r,
+        Err(e) => return Err(Failure::usage(format!("{path}: {e}"))),
+    };
+    let status = res.status();
+    let mut out = Vec::new();
+    res.into_reader()
+        .take(16 << 20)
+        .read_to_end(&mut out)
+        .map_err(|e| Failure::usage(format!("{path}: {e}")))?;
+    Ok((status, out))
+}

@@ -1,0 +1,342 @@
+//! The stateless revision, `2026-07-28`: one self-contained JSON-RPC request per POST, no
+//! `initialize`, no session. Followed here as the reference SDK's server does (python `mcp`
+//! 2.3.0, `server/_streamable_http_modern.py` and `shared/inbound.py`):
+//!
+//! 1. The handshake-era header rules of the transport still apply first (authorization,
+//!    `Content-Type`, `Accept` listing both media types, the 4 MiB body limit).
+//! 2. Malformed JSON is `-32700`; a body that is not one JSON-RPC object (a batch, a posted
+//!    response, a malformed envelope) is `-32600`. A notification is acknowledged `202` and
+//!    dropped: the revision defines no client-to-server notification over HTTP.
+//! 3. The request ladder, first failure wins: a routing header (`MCP-Protocol-Version`,
+//!    `Mcp-Method`, `Mcp-Name`) sent twice is `-32020`; `params._meta` must carry
+//!    `io.modelcontextprotocol/protocolVersion` and `io.modelcontextprotocol/clientCapabilities`
+//!    (`-32602`); the headers must agree with the body — `MCP-Protocol-Version` with the
+//!    envelope's version, `Mcp-Method` with `method`, `Mcp-Name` (with its `=?base64?…?=`
+//!    form decoded) with a `tools/call`'s `name` (`-32020`); the envelope's version must be one
+//!    this server serves (`-32022` with `data: {supported, requested}`).
+//! 4. Methods: `server/discover`, `tools/list`, `tools/call`; anything else (`initialize` and
+//!    `ping` included) is `-32601`.
+//!
+//! Every reply is plain `application/json` (the revision lets a server answer a request that
+//! emits no notification with JSON). Errors carry the status of the revision's table:
+//! `-32700`, `-32600`, `-32602`, `-32020`, `-32021`, `-32022` → 400; `-32601` → 404. The
+//! table leaves `-32603` open; here it is 500, because every `-32603` of a `tools/call`
+//! means the outcome is not confirmed, and a transport status is how an agent loop that
+//! treats a complete JSON-RPC answer as "outcome known" learns the truth. Host failures keep
+//! their fixed messages and add `data` with the outcome classification.
+
+use axum::http::header::CONTENT_TYPE;
+use axum::http::{HeaderMap, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use base64::Engine;
+use serde_json::{json, Value};
+
+use super::jsonrpc::{
+    self, Message, Reply, HEADER_MISMATCH, INTERNAL_ERROR, INVALID_PARAMS, INVALID_REQUEST,
+    METHOD_NOT_FOUND, PARSE_ERROR, UNSUPPORTED_PROTOCOL_VERSION,
+};
+use super::methods::{Ctx, HostFailure};
+use super::MODERN_VERSION;
+
+/// The envelope key naming the request's protocol version.
+pub(super) const PROTOCOL_VERSION_META_KEY: &str = "io.modelcontextprotocol/protocolVersion";
+/// The envelope key carrying the client's capabilities for this request.
+pub(super) const CLIENT_CAPABILITIES_META_KEY: &str = "io.modelcontextprotocol/clientCapabilities";
+
+const VERSION_HEADER: &str = "mcp-protocol-version";
+const METHOD_HEADER: &str = "mcp-method";
+const NAME_HEADER: &str = "mcp-name";
+
+/// One POST under 2026-07-28, after the transport's header checks and the body limit.
+pub(super) async fn serve(ctx: &Ctx<'_>, headers: &HeaderMap, bytes: &[u8]) -> Response {
+    let message: Value = match serde_json::from_slice(bytes) {
+        Ok(v) => v,
+        Err(_) => return json_reply(&Reply::error(&Value::Null, PARSE_ERROR, "Parse error")),
+    };
+    let not_one_request = || {
+        json_reply(&Reply::invalid_request(
+            Value::Null,
+            "the body must be a single JSON-RPC request or notification object under MCP-Protocol-Version 2026-07-28",
+        ))
+    };
+    let Value::Object(object) = &message else {
+        return not_one_request();
+    };
+    if !object.contains_key("id") {
+        // A notification: accepted and dropped, as the revision's transport prescribes.
+        let well_formed = object.get("jsonrpc").and_then(Value::as_str) == Some("2.0")
+            && object.get("method").is_some_and(Value::is_string);
+        return if well_formed {
+            StatusCode::ACCEPTED.into_response()
+        } else {
+            not_one_request()
+        };
+    }
+    let (id, method, params) = match jsonrpc::classify(message) {
+        // A posted response: clients must not send one on this revision.
+        Message::Ignored => return not_one_request(),
+        Message::Invalid { id, why } => return json_reply(&Reply::invalid_request(id, why)),
+        Message::Request { id, method, params } => (id, method, params),
+    };
+    if let Err((code, text, data)) = ladder(headers, &method, params.as_ref()) {
+        let reply = match data {
+            Some(d) => Reply::error_with_data(&id, code, text, d),
+            None => Reply::error(&id, code, text),
+        };
+        return json_reply(&reply);
+    }
+    match super::run(ctx, &id, &method, params).await {
+        Ok(reply) => json_reply(&reply),
+        Err(failure) => host_failure(&id, failure),
+    }
+}
+
+type Rejection = (i64, String, Option<Value>);
+
+/// The request ladder of the revision; `Err` is the first rung that failed.
+fn ladder(headers: &HeaderMap, method: &str, params: Option<&Value>) -> Result<(), Rejection> {
+    for name in [VERSION_HEADER, METHOD_HEADER, NAME_HEADER] {
+        if headers.get_all(name).iter().count() > 1 {
+            return Err((
+                HEADER_MISMATCH,
+                format!("{name} header appears more than once"),
+                None,
+            ));
+        }
+    }
+    let Some(meta) = params
+        .and_then(|p| p.get("_meta"))
+        .and_then(Value::as_object)
+    else {
+        return Err((
+            INVALID_PARAMS,
+            format!("params._meta must be an object carrying the required '{PROTOCOL_VERSION_META_KEY}' and '{CLIENT_CAPABILITIES_META_KEY}' envelope keys"),
+            None,
+        ));
+    };
+    let missing: Vec<&str> = [PROTOCOL_VERSION_META_KEY, CLIENT_CAPABILITIES_META_KEY]
+        .into_iter()
+        .filter(|k| !meta.contains_key(*k))
+        .collect();
+    if !missing.is_empty() {
+        return Err((
+            INVALID_PARAMS,
+            format!(
+                "params._meta is missing the required envelope key(s): {}",
+                missing.join(", ")
+            ),
+            None,
+        ));
+    }
+    let version = &meta[PROTOCOL_VERSION_META_KEY];
+    let header = |name: &str| {
+        headers
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .map(|v| v.trim_matches([' ', '\t']))
+    };
+    if header(VERSION_HEADER) != version.as_str() {
+        return Err((
+            HEADER_MISMATCH,
+            format!(
+                "{VERSION_HEADER} header does not match the request envelope's protocol version"
+            ),
+            None,
+        ));
+    }
+    if header(METHOD_HEADER) != Some(method) {
+        return Err((
+            HEADER_MISMATCH,
+            format!("{METHOD_HEADER} header does not match the request body's method"),
+            None,
+        ));
+    }
+    if method == "tools/call" {
+        if let Some(name) = params.and_then(|p| p.get("name")).and_then(Value::as_str) {
+            if header(NAME_HEADER).and_then(decode_header_value).as_deref() != Some(name) {
+                return Err((
+                    HEADER_MISMATCH,
+                    format!(
+                        "{NAME_HEADER} header does not match the request body's 'name' parameter"
+                    ),
+                    None,
+                ));
+            }
+        }
+    }
+    match version.as_str() {
+        Some(MODERN_VERSION) => Ok(()),
+        Some(other) => Err((
+            UNSUPPORTED_PROTOCOL_VERSION,
+            "Unsupported protocol version".into(),
+            Some(json!({"supported": [MODERN_VERSION], "requested": other})),
+        )),
+        None => Err((
+            INVALID_PARAMS,
+            "the protocol-version envelope value must be a string".into(),
+            None,
+        )),
+    }
+}
+
+/// A header value, with the revision's `=?base64?…?=` form for values that are not plain
+/// printable ASCII decoded; `None` for a malformed encoding.
+fn decode_header_value(value: &str) -> Option<String> {
+    let Some(payload) = value
+        .strip_prefix("=?base64?")
+        .and_then(|v| v.strip_suffix("?="))
+    else {
+        return Some(value.to_owned());
+    };
+    let bytes = base64::engine::general_purpose::STANDARD
+        .decode(payload)
+        .ok()?;
+    // Only the canonical encoding names a value.
+    if base64::engine::general_purpose::STANDARD.encode(&bytes) != payload {
+        return None;
+    }
+    String::from_utf8(bytes).ok()
+}
+
+/// The HTTP status of a JSON-RPC error code under this revision.
+fn status_of(code: i64) -> StatusCode {
+    match code {
+        PARSE_ERROR
+        | INVALID_REQUEST
+        | INVALID_PARAMS
+        | HEADER_MISMATCH
+        | UNSUPPORTED_PROTOCOL_VERSION => StatusCode::BAD_REQUEST,
+        // -32021: a required client capability is missing (never raised here today).
+        -32021 => StatusCode::BAD_REQUEST,
+        METHOD_NOT_FOUND => StatusCode::NOT_FOUND,
+        INTERNAL_ERROR => StatusCode::INTERNAL_SERVER_ERROR,
+        _ => StatusCode::OK,
+    }
+}
+
+/// A reply as plain JSON with the status of its error code (200 for results).
+fn json_reply(reply: &Reply) -> Response {
+    let status = reply.error_code().map(status_of).unwrap_or(StatusCode::OK);
+    match serde_json::to_string(reply) {
+        Ok(body) => (
+            status,
+            [(CONTENT_TYPE, HeaderValue::from_static("application/json"))],
+            body,
+        )
+            .into_response(),
+        Err(e) => {
+            tracing::error!("mcp: reply could not be serialized: {e}");
+            host_failure(&Value::Null, HostFailure::Failed)
+        }
+    }
+}
+
+/// The host-failure envelope of this revision: the fixed message, `data` with the outcome
+/// classification, HTTP 500.
+fn host_failure(id: &Value, failure: HostFailure) -> Response {
+    let reply = Reply::error_with_data(
+        id,
+        INTERNAL_ERROR,
+        failure.message(),
+        failure.outcome().to_json(),
+    );
+    let body = serde_json::to_string(&reply).unwrap_or_else(|_| {
+        format!(
+            r#"{{"jsonrpc":"2.0","id":null,"error":{{"code":-32603,"message":"{}"}}}}"#,
+            failure.message()
+        )
+    });
+    (
+        StatusCode::INTERNAL_SERVER_ERROR,
+        [(CONTENT_TYPE, HeaderValue::from_static("application/json"))],
+        body,
+    )
+        .into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn headers(pairs: &[(&'static str, &'static str)]) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        for (k, v) in pairs {
+            h.append(*k, HeaderValue::from_static(v));
+        }
+        h
+    }
+
+    fn envelope(extra: Value) -> Value {
+        let mut p = json!({"_meta": {
+            "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+            "io.modelcontextprotocol/clientCapabilities": {}
+        }});
+        if let (Value::Object(p), Value::Object(e)) = (&mut p, extra) {
+            p.extend(e);
+        }
+        p
+    }
+
+    #[test]
+    fn base64_header_values() {
+        assert_eq!(decode_header_value("echo-say").as_deref(), Some("echo-say"));
+        assert_eq!(decode_header_value("=?base64?w6k=?=").as_deref(), Some("é"));
+        assert_eq!(decode_header_value("=?base64?w6k?="), None);
+        assert_eq!(decode_header_value("=?base64?!!?="), None);
+    }
+
+    #[test]
+    fn the_ladder_in_order() {
+        let ok = headers(&[
+            ("mcp-protocol-version", "2026-07-28"),
+            ("mcp-method", "tools/call"),
+            ("mcp-name", "ailang-read"),
+        ]);
+        let call = envelope(json!({"name": "ailang-read"}));
+        assert!(ladder(&ok, "tools/call", Some(&call)).is_ok());
+
+        let code = |h: &HeaderMap, m: &str, p: Option<&Value>| ladder(h, m, p).unwrap_err();
+        let twice = headers(&[
+            ("mcp-protocol-version", "2026-07-28"),
+            ("mcp-method", "tools/list"),
+            ("mcp-method", "tools/list"),
+        ]);
+        assert_eq!(
+            code(&twice, "tools/list", Some(&envelope(json!({})))),
+            (
+                -32020,
+                "mcp-method header appears more than once".into(),
+                None
+            )
+        );
+        assert_eq!(code(&ok, "tools/call", None).0, -32602);
+        let half = json!({"_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28"}});
+        assert_eq!(
+            code(&ok, "tools/call", Some(&half)).1,
+            "params._meta is missing the required envelope key(s): io.modelcontextprotocol/clientCapabilities"
+        );
+        assert_eq!(
+            code(&ok, "tools/list", Some(&envelope(json!({})))).1,
+            "mcp-method header does not match the request body's method"
+        );
+        let other = envelope(json!({"name": "ailang-write"}));
+        assert_eq!(
+            code(&ok, "tools/call", Some(&other)).1,
+            "mcp-name header does not match the request body's 'name' parameter"
+        );
+        let mut old = envelope(json!({"name": "ailang-read"}));
+        old["_meta"]["io.modelcontextprotocol/protocolVersion"] = json!("2025-11-25");
+        assert_eq!(
+            code(&ok, "tools/call", Some(&old)).1,
+            "mcp-protocol-version header does not match the request envelope's protocol version"
+        );
+    }
+
+    #[test]
+    fn statuses() {
+        assert_eq!(status_of(-32602), StatusCode::BAD_REQUEST);
+        assert_eq!(status_of(-32020), StatusCode::BAD_REQUEST);
+        assert_eq!(status_of(-32601), StatusCode::NOT_FOUND);
+        assert_eq!(status_of(-32603), StatusCode::INTERNAL_SERVER_ERROR);
+    }
+}

@@ -1,0 +1,372 @@
+//! What a call's outcome means for an agent deciding its next step: one closed,
+//! machine-readable classification shared by MCP (`_meta`), A2A (`metadata`) and the
+//! reconciliation route.
+//!
+//! The committed output object is never touched: its bytes are the contract and are hashed
+//! into the log. The classification travels *beside* it.
+//!
+//! | `kind` | `reason` | meaning | `retryable` |
+//! |---|---|---|---|
+//! | `ok` | — | the effect ran and the tool did what was asked | `true` only for reads |
+//! | `refused` | `plan` | the arguments were refused by the plan; nothing ran, no budget spent | `false` |
+//! | `refused` | `policy` | the effect ran and its policy said no (`"ok": false`); one unit spent | `false` |
+//! | `refused` | `capacity` | every host callback slot was busy; nothing ran | `true` |
+//! | `refused` | `key-conflict` | the idempotency key (task id) was used with other arguments | `false` |
+//! | `refused` | `unavailable` | this daemon cannot run the tool (no handler, no world); nothing ran | `false` |
+//! | `denied` | `denied:budget`, `denied:scope`, `denied:expired`, `denied:effect-name` | the broker refused the effect; nothing ran, nothing spent (`remaining` for budget) | `false` |
+//! | `failed` | `handler` | the handler itself failed; a write may have partly run | `true` only for reads |
+//! | `indeterminate` | `pending`, `unrecorded`, `in-flight`, `timeout`, `canceled`, `host` | the effect may have run and the call is not confirmed committed | `false` |
+//!
+//! `retryable` is `true` only when sending the identical call again is safe (it can repeat no
+//! write) and might produce something new; it is `false` whenever a write may have run.
+
+use broker_core::broker::Denial;
+use broker_core::coordinator::{CallError, CallOutput, EffectSummary, Surface};
+use broker_core::object::Ref;
+use broker_core::session::Session;
+use broker_core::task;
+use handler_api::EffectClass;
+use serde_json::{json, Map, Value};
+
+use crate::state::{AppState, InvokeFailure};
+
+/// The closed set of `kind` values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Ok,
+    Refused,
+    Denied,
+    Failed,
+    Indeterminate,
+}
+
+impl Kind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Kind::Ok => "ok",
+            Kind::Refused => "refused",
+            Kind::Denied => "denied",
+            Kind::Failed => "failed",
+            Kind::Indeterminate => "indeterminate",
+        }
+    }
+}
+
+/// Every `reason` this module can produce (documented in `docs/agents.md`).
+pub const REASONS: &[&str] = &[
+    "plan",
+    "policy",
+    "capacity",
+    "key-conflict",
+    "unavailable",
+    "denied:budget",
+    "denied:scope",
+    "denied:expired",
+    "denied:effect-name",
+    "handler",
+    "pending",
+    "unrecorded",
+    "in-flight",
+    "timeout",
+    "canceled",
+    "host",
+];
+
+/// One classification.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Outcome {
+    pub kind: Kind,
+    /// One of [`REASONS`]; `None` only for `ok`.
+    pub reason: Option<&'static str>,
+    pub retryable: bool,
+    /// Units left on the denied grant, for `denied:budget`.
+    pub remaining: Option<u64>,
+}
+
+impl Outcome {
+    fn new(kind: Kind, reason: &'static str, retryable: bool) -> Outcome {
+        Outcome {
+            kind,
+            reason: Some(reason),
+            retryable,
+            remaining: None,
+        }
+    }
+
+    /// An outcome whose effect may have run and whose commit is not confirmed.
+    pub fn indeterminate(reason: &'static str) -> Outcome {
+        Outcome::new(Kind::Indeterminate, reason, false)
+    }
+
+    /// Nothing ran: every callback slot was busy.
+    pub fn capacity() -> Outcome {
+        Outcome::new(Kind::Refused, "capacity", true)
+    }
+
+    /// The idempotency key names another call.
+    pub fn key_conflict() -> Outcome {
+        Outcome::new(Kind::Refused, "key-conflict", false)
+    }
+
+    /// `{"kind", "reason"?, "retryable", "remaining"?}`.
+    pub fn to_json(&self) -> Value {
+        let mut m = Map::new();
+        m.insert("kind".into(), json!(self.kind.as_str()));
+        if let Some(r) = self.reason {
+            m.insert("reason".into(), json!(r));
+        }
+        m.insert("retryable".into(), json!(self.retryable));
+        if let Some(n) = self.remaining {
+            m.insert("remaining".into(), json!(n));
+        }
+        Value::Object(m)
+    }
+}
+
+/// The classification of a call that produced no committed result; `None` for refusals of
+/// the request itself (bad params, not authorized, pin mismatch), where nothing ran and the
+/// error text says what to fix. A reused task id is classified as a conflict here; see
+/// [`reuse`] to tell a conflict from a call still in flight.
+pub fn of_failure(f: &InvokeFailure) -> Option<Outcome> {
+    Some(match f {
+        InvokeFailure::Capacity => Outcome::capacity(),
+        InvokeFailure::TimedOut => Outcome::indeterminate("timeout"),
+        InvokeFailure::Canceled => Outcome::indeterminate("canceled"),
+        InvokeFailure::Call(e) => match e {
+            CallError::InvalidTaskId
+            | CallError::InvalidArguments(_)
+            | CallError::NotAuthorized
+            | CallError::PinMismatch => return None,
+            CallError::TaskIdReused => Outcome::key_conflict(),
+            CallError::NotCommitted => Outcome::indeterminate("pending"),
+            CallError::EffectsUnrecorded { .. } => Outcome::indeterminate("unrecorded"),
+            CallError::NoHandler | CallError::NoWorld => {
+                Outcome::new(Kind::Refused, "unavailable", false)
+            }
+            CallError::Store(_) | CallError::Registry(_) | CallError::Internal(_) => {
+                Outcome::indeterminate("host")
+            }
+        },
+    })
+}
+
+/// A reused task id (or idempotency key): a conflict when the task table holds another
+/// call (other tool or other arguments) under it, else a call with the same arguments that
+/// is still running (`in-flight`).
+pub async fn reuse(
+    state: &AppState,
+    session: &Session,
+    surface: Surface,
+    key: &str,
+    skill_id: &str,
+    args: &Value,
+) -> Outcome {
+    let store = state.store().clone();
+    let episode = session.episode.clone();
+    let task_key = format!("{}:{key}", surface.prefix());
+    let stored =
+        tokio::task::spawn_blocking(move || store.read(|r| task::get(r, &episode, &task_key)))
+            .await
+            .ok()
+            .and_then(Result::ok)
+            .flatten();
+    let input = Ref::of_json(args).ok();
+    match stored {
+        Some(s) if s.skill_id != skill_id || Some(s.input_ref) != input => Outcome::key_conflict(),
+        _ => Outcome::indeterminate("in-flight"),
+    }
+}
+
+/// Classify a committed call from its effects and its output object. `class` is the tool's
+/// effect class ([`crate::tools::tool_class`]): only reads are ever retryable.
+pub fn of_committed(effects: &[EffectSummary], output: &Value, class: EffectClass) -> Outcome {
+    let read = class == EffectClass::Read;
+    let Some(effect) = effects.first() else {
+        // Zero effects: the plan refused (the only zero-effect commit).
+        return Outcome::new(Kind::Refused, "plan", false);
+    };
+    match effect.status.as_str() {
+        "denied" => {
+            let label = effect
+                .denial
+                .as_deref()
+                .and_then(Denial::from_label)
+                .map(Denial::label)
+                .unwrap_or("denied:effect-name");
+            let mut o = Outcome::new(Kind::Denied, label, false);
+            if label == Denial::Budget.label() {
+                o.remaining = Some(effect.budget_after);
+            }
+            o
+        }
+        "ok" if output.get("ok") == Some(&Value::Bool(false)) => {
+            Outcome::new(Kind::Refused, "policy", false)
+        }
+        "ok" => Outcome {
+            kind: Kind::Ok,
+            reason: None,
+            retryable: read,
+            remaining: None,
+        },
+        // "failed", and anything this daemon does not know: the handler may have partly run.
+        _ => Outcome::new(Kind::Failed, "handler", read),
+    }
+}
+
+/// [`of_committed`] for a [`CallOutput`] whose output bytes are the committed JSON object.
+pub fn of_output(out: &CallOutput, class: EffectClass) -> Outcome {
+    let output: Value = serde_json::from_slice(&out.output).unwrap_or(Value::Null);
+    of_committed(&out.effects, &output, class)
+}
+
+/// The effects of a call as agents see them: `[{"id","effect","status","record",
+/// "budgetAfter","denial"?}]`.
+pub fn effects_json(effects: &[EffectSummary]) -> Value {
+    Value::Array(
+        effects
+            .iter()
+            .map(|e| {
+                let mut m = Map::new();
+                m.insert("id".into(), json!(e.id));
+                m.insert("effect".into(), json!(e.effect));
+                m.insert("status".into(), json!(e.status));
+                m.insert("record".into(), json!(e.record));
+                m.insert("budgetAfter".into(), json!(e.budget_after));
+                if let Some(d) = &e.denial {
+                    m.insert("denial".into(), json!(d));
+                }
+                Value::Object(m)
+            })
+            .collect(),
+    )
+}
+
+/// The prefix of every `_meta` key this daemon writes or reads on MCP.
+pub const MCP_META_PREFIX: &str = "world/";
+
+/// The `_meta` members of an MCP `tools/call` result:
+/// `world/invocationId`, `world/entryIndex`, `world/worldRef`, `world/outputRef`,
+/// `world/replayed`, `world/effects`, `world/outcome` and, for a keyed call,
+/// `world/idempotencyKey`.
+pub fn mcp_meta(out: &CallOutput, outcome: &Outcome, key: Option<&str>) -> Map<String, Value> {
+    let mut m = Map::new();
+    m.insert("world/invocationId".into(), json!(out.invocation_id));
+    m.insert("world/entryIndex".into(), json!(out.entry_index));
+    m.insert("world/worldRef".into(), json!(out.world_ref));
+    m.insert("world/outputRef".into(), json!(out.output_ref));
+    m.insert("world/replayed".into(), json!(out.replayed));
+    m.insert("world/effects".into(), effects_json(&out.effects));
+    m.insert("world/outcome".into(), outcome.to_json());
+    if let Some(k) = key {
+        m.insert("world/idempotencyKey".into(), json!(k));
+    }
+    m
+}
+
+/// The `metadata` of an A2A task: the contract's `invocation_id`, `world_ref` and
+/// `entry_index`, plus `output_ref`, `replayed`, `effects` and `outcome`.
+pub fn a2a_metadata(out: &CallOutput, outcome: &Outcome) -> Value {
+    json!({
+        "invocation_id": out.invocation_id,
+        "world_ref": out.world_ref,
+        "entry_index": out.entry_index,
+        "output_ref": out.output_ref,
+        "replayed": out.replayed,
+        "effects": effects_json(&out.effects),
+        "outcome": outcome.to_json(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use broker_core::object::Ref;
+
+    fn effect(status: &str, denial: Option<&str>, budget_after: u64) -> EffectSummary {
+        EffectSummary {
+            id: "e1".into(),
+            effect: "Workspace.Write".into(),
+            status: status.into(),
+            record: Ref::of(b"r"),
+            budget_after,
+            denial: denial.map(str::to_owned),
+        }
+    }
+
+    #[test]
+    fn the_table() {
+        let w = EffectClass::Write;
+        let r = EffectClass::Read;
+        let ok = json!({"ok": true});
+        let no = json!({"ok": false, "refused": "x"});
+        let j = |o: Outcome| o.to_json();
+        assert_eq!(
+            j(of_committed(&[], &no, w)),
+            json!({"kind": "refused", "reason": "plan", "retryable": false})
+        );
+        assert_eq!(
+            j(of_committed(&[effect("ok", None, 3)], &no, r)),
+            json!({"kind": "refused", "reason": "policy", "retryable": false})
+        );
+        assert_eq!(
+            j(of_committed(&[effect("ok", None, 3)], &ok, r)),
+            json!({"kind": "ok", "retryable": true})
+        );
+        assert_eq!(
+            j(of_committed(&[effect("ok", None, 3)], &ok, w)),
+            json!({"kind": "ok", "retryable": false})
+        );
+        assert_eq!(
+            j(of_committed(
+                &[effect("denied", Some("denied:budget"), 0)],
+                &json!({}),
+                r
+            )),
+            json!({"kind": "denied", "reason": "denied:budget", "retryable": false, "remaining": 0})
+        );
+        assert_eq!(
+            j(of_committed(
+                &[effect("denied", Some("denied:expired"), 4)],
+                &json!({}),
+                r
+            )),
+            json!({"kind": "denied", "reason": "denied:expired", "retryable": false})
+        );
+        assert_eq!(
+            j(of_committed(&[effect("failed", None, 2)], &json!({}), w)),
+            json!({"kind": "failed", "reason": "handler", "retryable": false})
+        );
+        assert_eq!(
+            j(of_committed(&[effect("failed", None, 2)], &json!({}), r)),
+            json!({"kind": "failed", "reason": "handler", "retryable": true})
+        );
+        assert_eq!(
+            j(of_committed(
+                &[effect("failed", None, 2)],
+                &json!({}),
+                EffectClass::Unknown
+            )),
+            json!({"kind": "failed", "reason": "handler", "retryable": false})
+        );
+        assert_eq!(
+            j(Outcome::indeterminate("pending")),
+            json!({"kind": "indeterminate", "reason": "pending", "retryable": false})
+        );
+        for o in [
+            Outcome::capacity(),
+            Outcome::key_conflict(),
+            Outcome::indeterminate("host"),
+        ] {
+            assert!(REASONS.contains(&o.reason.unwrap()));
+        }
+    }
+
+    #[test]
+    fn effects_carry_budget_after_and_denial() {
+        assert_eq!(
+            effects_json(&[effect("denied", Some("denied:budget"), 0)]),
+            json!([{"id": "e1", "effect": "Workspace.Write", "status": "denied",
+                    "record": Ref::of(b"r"), "budgetAfter": 0, "denial": "denied:budget"}])
+        );
+    }
+}

@@ -1,0 +1,210 @@
+//! Reconciliation and budget, for an agent that lost a response or wants to know what is
+//! left: `GET /v1/calls/{surface}/{task_id}`, `GET /v1/invocations/{id}` and `GET /v1/budget`.
+//!
+//! Every route needs a valid session (even under `--open-reads`) and answers only about the
+//! caller's own episode: a task id or invocation id of another episode is reported exactly
+//! like one that never existed.
+//!
+//! A call is in one of four states:
+//!
+//! | `state` | HTTP | meaning | what to do |
+//! |---|---|---|---|
+//! | `committed` | 200 | the result is in the log (`entryIndex`, `outputRef`, `worldRef`); resending the same key returns it | read it; never resend with another key |
+//! | `indeterminate` | 200 | the effect's intent is durable, its outcome is not: it may have run | do not retry; inspect the worktree |
+//! | `unrecorded` | 200 | an effect ran and was recorded (`effects`), the call was not committed | do not retry; read the records |
+//! | `not-found` | 404 | nothing was journaled under this key in your episode | safe to send |
+
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::{Json, Router};
+use broker_core::coordinator::{Reconciliation, Surface};
+use broker_core::object::Object;
+use broker_core::session::Session;
+use broker_core::task;
+use handler_api::EffectClass;
+use serde_json::{json, Value};
+
+use crate::outcome::{self, Outcome};
+use crate::rest::ApiError;
+use crate::state::AppState;
+use crate::tools;
+
+pub fn routes() -> Router<AppState> {
+    Router::new()
+        .route("/v1/calls/{surface}/{task_id}", get(call_by_task))
+        .route("/v1/invocations/{id}", get(call_by_invocation))
+        .route("/v1/budget", get(budget))
+}
+
+async fn session(state: &AppState, headers: &HeaderMap) -> Result<Session, ApiError> {
+    state
+        .authenticate(headers)
+        .await
+        .map_err(ApiError::from_auth)
+}
+
+fn parse_surface(s: &str) -> Option<Surface> {
+    match s {
+        "mcp" => Some(Surface::Mcp),
+        "a2a" => Some(Surface::A2a),
+        _ => None,
+    }
+}
+
+async fn call_by_task(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Path((surface, task_id)): Path<(String, String)>,
+) -> Result<Response, ApiError> {
+    let session = session(&state, &headers).await?;
+    let surface = parse_surface(&surface)
+        .ok_or_else(|| ApiError::bad_request("surface must be mcp or a2a"))?;
+    if !task::valid_task_id(&task_id) {
+        return Err(ApiError::bad_request(
+            "task id must be 1-128 characters of A-Z a-z 0-9 . _ -",
+        ));
+    }
+    reconcile(state, session, surface, task_id).await
+}
+
+async fn call_by_invocation(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    let session = session(&state, &headers).await?;
+    let bad = || {
+        ApiError::bad_request(
+            "invocation id must be mcp:<episode>:<task id> or a2a:<episode>:<task id>",
+        )
+    };
+    let (surface, episode, task_id) = task::split_invocation_id(&id).ok_or_else(bad)?;
+    let surface = parse_surface(surface).ok_or_else(bad)?;
+    if !task::valid_task_id(task_id) {
+        return Err(bad());
+    }
+    if episode != session.episode {
+        // Another episode's calls are not the caller's to see, nor to learn of.
+        return Ok(not_found(surface, &session.episode, task_id));
+    }
+    let task_id = task_id.to_owned();
+    reconcile(state, session, surface, task_id).await
+}
+
+fn not_found(surface: Surface, episode: &str, task_id: &str) -> Response {
+    (
+        StatusCode::NOT_FOUND,
+        Json(json!({
+            "state": "not-found",
+            "surface": surface.prefix(),
+            "taskId": task_id,
+            "invocationId": format!("{}:{episode}:{task_id}", surface.prefix()),
+            "error": {
+                "class": "NotFound",
+                "message": format!(
+                    "no call with task id {task_id:?} on surface {} in this session's episode",
+                    surface.prefix()
+                ),
+            },
+        })),
+    )
+        .into_response()
+}
+
+async fn reconcile(
+    state: AppState,
+    session: Session,
+    surface: Surface,
+    task_id: String,
+) -> Result<Response, ApiError> {
+    let s = state.clone();
+    let episode = session.episode.clone();
+    let t = task_id.clone();
+    let found = tokio::task::spawn_blocking(move || -> Result<_, ApiError> {
+        let coordinator = s.coordinator();
+        let Some(r) = coordinator
+            .reconcile(&session, surface, &t)
+            .map_err(|e| ApiError::internal("reconcile", e))?
+        else {
+            return Ok(None);
+        };
+        let outcome = classify(&s, &r)?;
+        Ok(Some((r, outcome)))
+    })
+    .await
+    .map_err(|e| ApiError::internal("reconcile task", e))??;
+    let Some((r, outcome)) = found else {
+        return Ok(not_found(surface, &episode, &task_id));
+    };
+    Ok(Json(json!({
+        "state": r.state,
+        "surface": surface.prefix(),
+        "taskId": task_id,
+        "invocationId": r.invocation_id,
+        "skillId": r.skill_id,
+        "entryIndex": r.entry_index,
+        "outputRef": r.output_ref,
+        "worldRef": r.world_ref,
+        "effects": outcome::effects_json(&r.effects),
+        "outcome": outcome.to_json(),
+    }))
+    .into_response())
+}
+
+/// The outcome of a reconciled call: a committed one is classified from its stored output
+/// exactly as its result was; the others are indeterminate.
+fn classify(state: &AppState, r: &Reconciliation) -> Result<Outcome, ApiError> {
+    match (r.state, r.output_ref) {
+        ("committed", Some(output_ref)) => {
+            let output = state
+                .store()
+                .read(|rd| rd.object(&output_ref))
+                .map_err(|e| ApiError::internal("reconcile output", e))?
+                .filter(Object::verify)
+                .and_then(|o| o.payload_json().ok())
+                .unwrap_or(Value::Null);
+            let class = state
+                .coordinator()
+                .registry()
+                .ok()
+                .and_then(|reg| {
+                    reg.get(&r.skill_id)
+                        .map(|e| tools::tool_class(state, &e.transition))
+                })
+                .unwrap_or(EffectClass::Unknown);
+            Ok(outcome::of_committed(&r.effects, &output, class))
+        }
+        ("unrecorded", _) => Ok(Outcome::indeterminate("unrecorded")),
+        _ => Ok(Outcome::indeterminate("pending")),
+    }
+}
+
+async fn budget(State(state): State<AppState>, headers: HeaderMap) -> Result<Response, ApiError> {
+    let session = session(&state, &headers).await?;
+    let s = state.clone();
+    let episode = session.episode.clone();
+    let expires_at = session.expires_at;
+    let lines = tokio::task::spawn_blocking(move || s.coordinator().budget(&session))
+        .await
+        .map_err(|e| ApiError::internal("budget task", e))?
+        .map_err(|e| ApiError::internal("budget", e))?;
+    let grants: Vec<Value> = lines
+        .iter()
+        .map(|l| {
+            json!({
+                "effect": l.effect,
+                "scope": l.scope,
+                "granted": l.granted,
+                "spent": l.spent,
+                "remaining": l.remaining,
+                "live": l.live,
+            })
+        })
+        .collect();
+    Ok(
+        Json(json!({"episode": episode, "expiresAt": expires_at, "grants": grants}))
+            .into_response(),
+    )
+}
