@@ -22,7 +22,6 @@
 
 use std::time::{Duration, Instant};
 
-use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -231,9 +230,19 @@ fn requested_major(headers: &HeaderMap) -> Option<u64> {
     v.split('.').next()?.parse().ok()
 }
 
-async fn a2a(State(state): State<AppState>, headers: HeaderMap, body: Bytes) -> Response {
+async fn a2a(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    body: axum::body::Body,
+) -> Response {
     let started = Instant::now();
     let null = Value::Null;
+    // Read up to four times the limit so that a client sending a somewhat large body can still
+    // read the answer (past that the connection is dropped unread). A body that is too large or
+    // unreadable is answered after authorization, like every transport error.
+    let body = axum::body::to_bytes(body, 4 * MAX_A2A_BYTES).await.ok();
+    let oversized = body.as_ref().is_none_or(|b| b.len() > MAX_A2A_BYTES);
+    let body = body.unwrap_or_default();
     // Authorization first: an unauthorized caller learns nothing about the transport.
     let session = match state.authenticate(&headers).await {
         Ok(s) => s,
@@ -245,7 +254,7 @@ async fn a2a(State(state): State<AppState>, headers: HeaderMap, body: Bytes) -> 
             return auth_error(&id, f);
         }
     };
-    if body.len() > MAX_A2A_BYTES {
+    if oversized {
         return rpc_error(
             &null,
             -32600,

@@ -190,6 +190,30 @@ fn a2a_error_table() {
     );
     let v = send(Some(&token), ok_body);
     assert_eq!(v["result"]["status"]["state"], "completed", "{v}");
+    // An oversized body: authorization is still answered first, then the size.
+    let huge = vec![b' '; 2_500_000];
+    let a = request(
+        "POST",
+        &d.url("/a2a/"),
+        None,
+        &[("Content-Type", "application/json")],
+        Some(&huge),
+    );
+    assert_eq!(
+        (a.status, a.json()["error"]["code"].as_i64()),
+        (200, Some(-32001))
+    );
+    let a = request(
+        "POST",
+        &d.url("/a2a/"),
+        Some(&token),
+        &[("Content-Type", "application/json")],
+        Some(&huge),
+    );
+    assert_eq!(
+        a.json()["error"]["message"],
+        "invalid JSON-RPC request: body exceeds 1048576 bytes"
+    );
 }
 
 #[test]
