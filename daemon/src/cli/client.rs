@@ -134,7 +134,7 @@ fn agent() -> ureq::Agent {
 }
 
 /// Send a request; `Ok((status, body))` for any HTTP answer.
-fn send(
+pub(super) fn send(
     c: &ClientArgs,
     method: &str,
     path: &str,

@@ -1,9 +1,6 @@
 //! `worldd calls get` and `worldd budget`: ask a running daemon whether a call landed and
 //! what budget is left (the `/v1/calls`, `/v1/invocations` and `/v1/budget` routes).
 
-use std::io::Read;
-use std::path::Path;
-
 use clap::{Args, Subcommand};
 use serde_json::Value;
 
@@ -161,49 +158,7 @@ pub fn budget(a: BudgetArgs) -> CliResult {
     Ok(())
 }
 
-/// The session credential: `--session` or `$WORLD_SESSION`, the credential itself or a file
-/// holding it (as the other client verbs read it).
-fn credential(arg: &Option<String>) -> Result<Option<String>, Failure> {
-    let Some(raw) = arg.clone().or_else(|| std::env::var("WORLD_SESSION").ok()) else {
-        return Ok(None);
-    };
-    let raw = raw.trim().to_owned();
-    if raw.len() == 64 && raw.bytes().all(|b| b.is_ascii_hexdigit()) {
-        return Ok(Some(raw));
-    }
-    let path = Path::new(&raw);
-    let meta =
-        std::fs::metadata(path).map_err(|e| Failure::usage(format!("session file {raw}: {e}")))?;
-    if meta.len() > 256 {
-        return Err(Failure::usage(format!(
-            "session file {raw} is larger than 256 bytes"
-        )));
-    }
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| Failure::usage(format!("session file {raw}: {e}")))?;
-    Ok(Some(text.trim().to_owned()))
-}
-
 /// GET a route; `Ok((status, body))` for any HTTP answer.
 fn get(c: &ClientArgs, path: &str) -> Result<(u16, Vec<u8>), Failure> {
-    let url = format!("{}{}", c.addr.trim_end_matches('/'), path);
-    let agent = ureq::AgentBuilder::new()
-        .timeout(std::time::Duration::from_secs(30))
-        .build();
-    let mut req = agent.get(&url);
-    if let Some(token) = credential(&c.session)? {
-        req = req.set("Authorization", &format!("Bearer {token}"));
-    }
-    let res = match req.call() {
-        Ok(r) => r,
-        Err(ureq::Error::Status(_, r)) => r,
-        Err(e) => return Err(Failure::usage(format!("{path}: {e}"))),
-    };
-    let status = res.status();
-    let mut out = Vec::new();
-    res.into_reader()
-        .take(16 << 20)
-        .read_to_end(&mut out)
-        .map_err(|e| Failure::usage(format!("{path}: {e}")))?;
-    Ok((status, out))
+    super::client::send(c, "GET", path, None, &[])
 }
