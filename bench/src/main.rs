@@ -1,0 +1,804 @@
+//! `worldd-bench`: end-to-end benchmark of the release `worldd` daemon.
+//!
+//! Run from the workspace root: `cargo run --release -p worldd-bench -- [--quick]`. It builds
+//! the release daemon and the workspace plugin, starts the daemon on a store under
+//! `target/bench-tmp/`, drives real MCP `tools/call` requests over loopback HTTP, measures the
+//! baselines (`GET /v1/health` with the same load generator, raw fsync of the same disk) in
+//! the same run, fills a second store with 100,000 calls, times `worldd doctor` on it and
+//! measures its size. Prints one table and writes `target/bench/results.json`.
+//! See `docs/benchmarks.md`.
+
+mod daemon;
+mod load;
+mod stats;
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use clap::Parser;
+use serde_json::{json, Value};
+
+use daemon::{Client, Daemon};
+use load::{Kind, Stop};
+use stats::{Row, Summary};
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "worldd-bench",
+    about = "End-to-end benchmark of the release worldd daemon"
+)]
+struct Args {
+    /// Short smoke run: 1 s per row after 0.3 s warm-up, 10,000-call store.
+    #[arg(long)]
+    quick: bool,
+    /// Measured seconds per row (default 8; 1 with --quick).
+    #[arg(long)]
+    seconds: Option<f64>,
+    /// Warm-up seconds per row, not recorded (default 2; 0.3 with --quick).
+    #[arg(long)]
+    warmup: Option<f64>,
+    /// Calls made to fill the store that doctor verifies and that is measured for bytes per
+    /// call (default 100000; 10000 with --quick).
+    #[arg(long)]
+    calls: Option<u64>,
+    /// Concurrencies of the read, write and health rows.
+    #[arg(long, value_delimiter = ',', default_value = "1,8,32,128")]
+    concurrency: Vec<usize>,
+    /// Concurrency of the plan-refusal row.
+    #[arg(long, default_value_t = 32)]
+    refusal_concurrency: usize,
+    /// Clients filling the store (the daemon runs at most 8 calls at once).
+    #[arg(long, default_value_t = 8)]
+    fill_concurrency: usize,
+    /// Wait this long after a `capacity exceeded` answer before the next request, ms.
+    #[arg(long, default_value_t = 1.0)]
+    backoff_ms: f64,
+    /// `WORLDD_LOG` for the daemon (e.g. `off`); default: the daemon's own (`info`).
+    #[arg(long)]
+    daemon_log: Option<String>,
+    /// Do not run `cargo build --release -p worldd -p worldd-handler-workspace` first.
+    #[arg(long)]
+    no_build: bool,
+    /// Keep the stores and daemon logs under target/bench-tmp/.
+    #[arg(long)]
+    keep: bool,
+    /// Where to write the JSON results (default target/bench/results.json).
+    #[arg(long)]
+    out: Option<PathBuf>,
+}
+
+fn main() {
+    let args = Args::parse();
+    if let Err(e) = run(args) {
+        eprintln!("worldd-bench: {e}");
+        std::process::exit(1);
+    }
+}
+
+fn secs(s: f64) -> Duration {
+    Duration::from_secs_f64(s)
+}
+
+fn ms(ns: u64) -> f64 {
+    ns as f64 / 1e6
+}
+
+fn run(args: Args) -> Result<(), String> {
+    if cfg!(debug_assertions) {
+        eprintln!("worldd-bench: warning: this is a debug build of the load generator; run with --release");
+    }
+    let workspace = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .ok_or("no workspace root")?
+        .to_path_buf();
+    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+    let target = exe
+        .parent()
+        .and_then(Path::parent)
+        .ok_or("cannot locate the target directory")?
+        .to_path_buf();
+    let release = target.join("release");
+    if !args.no_build {
+        build(&workspace)?;
+    }
+    let worldd = release.join("worldd");
+    if !worldd.exists() || !release.join("libworldd_workspace.so").exists() {
+        return Err(format!(
+            "{} or libworldd_workspace.so missing: run `cargo build --release -p worldd -p worldd-handler-workspace`",
+            worldd.display()
+        ));
+    }
+
+    let warmup = secs(args.warmup.unwrap_or(if args.quick { 0.3 } else { 2.0 }));
+    let measure = secs(args.seconds.unwrap_or(if args.quick { 1.0 } else { 8.0 }));
+    let fill_calls = args
+        .calls
+        .unwrap_or(if args.quick { 10_000 } else { 100_000 });
+    let backoff = secs(args.backoff_ms / 1000.0);
+    let timed = Stop::Timed { warmup, measure };
+
+    let tmp_root = target.join("bench-tmp");
+    let run_dir = tmp_root.join(format!("run-{}", std::process::id()));
+    std::fs::create_dir_all(&run_dir).map_err(|e| format!("{}: {e}", run_dir.display()))?;
+    let fs = fs_type(&run_dir);
+    if fs == "tmpfs" {
+        eprintln!(
+            "worldd-bench: warning: {} is on tmpfs; fsync figures mean nothing",
+            run_dir.display()
+        );
+    }
+    let load_before = loadavg();
+    let started = Instant::now();
+    eprintln!(
+        "worldd-bench: {} ({}), {} CPUs, load {}; {:.1}s warm-up + {:.1}s per row",
+        run_dir.display(),
+        fs,
+        cpus(),
+        load_before,
+        warmup.as_secs_f64(),
+        measure.as_secs_f64()
+    );
+
+    // Baseline 1: the raw fsync rate of the disk the stores live on.
+    // Probed at the start and again after the request rows: shared disks drift.
+    let probe = if args.quick { secs(1.0) } else { secs(3.0) };
+    let mut fsync_samples = Vec::new();
+    let fsync_start = fsync_probe(&run_dir, probe, &mut fsync_samples)?;
+    eprintln!(
+        "  raw fsync: {:.0}/s, p50 {:.3} ms",
+        fsync_start.per_second(),
+        ms(fsync_start.p50_ns)
+    );
+
+    // The request rows, on one daemon.
+    let max_c = args
+        .concurrency
+        .iter()
+        .copied()
+        .chain([args.refusal_concurrency])
+        .max()
+        .unwrap_or(1);
+    let main_dir = run_dir.join("main");
+    let d = Daemon::start(&worldd, &main_dir, &release, args.daemon_log.as_deref())?;
+    let clients = d.mint("bench-", max_c, 1024)?;
+    sanity_check(&d, &clients[0])?;
+    let mut errors: Vec<(String, usize, String)> = Vec::new();
+    let mut ctx = RowCtx {
+        d: &d,
+        stop: timed,
+        backoff,
+        probe_dir: &run_dir,
+        errors: &mut errors,
+    };
+    let mut rows: Vec<Row> = Vec::new();
+    for &c in &args.concurrency {
+        let health = ctx.measure("health", Kind::Health, &clients[..c], None);
+        rows.push(health.clone());
+        for (name, kind) in [("ailang-read", Kind::Read), ("ailang-write", Kind::Write)] {
+            rows.push(ctx.measure(name, kind, &clients[..c], Some(&health)));
+        }
+    }
+    let rc = args.refusal_concurrency;
+    let health_rc = rows
+        .iter()
+        .find(|r| r.scenario == "health" && r.concurrency == rc)
+        .cloned();
+    let health_rc = match health_rc {
+        Some(h) => h,
+        None => {
+            let h = ctx.measure("health", Kind::Health, &clients[..rc], None);
+            rows.push(h.clone());
+            h
+        }
+    };
+    rows.push(ctx.measure(
+        "plan-refusal",
+        Kind::Refusal,
+        &clients[..rc],
+        Some(&health_rc),
+    ));
+    d.stop()?;
+
+    let fsync_end = fsync_probe(&run_dir, probe, &mut fsync_samples)?;
+    eprintln!(
+        "  raw fsync again: {:.0}/s, p50 {:.3} ms",
+        fsync_end.per_second(),
+        ms(fsync_end.p50_ns)
+    );
+    let fsync = Summary::from_latencies(
+        &mut fsync_samples,
+        0,
+        0,
+        fsync_start.seconds + fsync_end.seconds,
+    );
+
+    // The 1-episode read against its floor: health p50 + 2 fsyncs (intent and outcome).
+    let floor = rows
+        .iter()
+        .find(|r| r.scenario == "health" && r.concurrency == 1)
+        .zip(
+            rows.iter()
+                .find(|r| r.scenario == "ailang-read" && r.concurrency == 1),
+        )
+        .map(|(h, r)| {
+            let floor_ns = h.summary.p50_ns + 2 * fsync.p50_ns;
+            (r.summary.p50_ns, h.summary.p50_ns, floor_ns)
+        });
+
+    // Fill a fresh store through the daemon, measure it, verify it with doctor.
+    eprintln!(
+        "  filling a fresh store with {fill_calls} calls ({} clients, write+read mix)…",
+        args.fill_concurrency
+    );
+    let fill_dir = run_dir.join("fill");
+    let d = Daemon::start(&worldd, &fill_dir, &release, args.daemon_log.as_deref())?;
+    let fill_clients = d.mint("fill-", args.fill_concurrency, 1024)?;
+    let before = daemon::store_size(&d.db)?;
+    let fill_cpu0 = daemon_cpu_seconds(d.pid());
+    d.reset_peak_rss();
+    let fill_anon = daemon::AnonSampler::start(d.pid());
+    let fill_m0 = Metrics::scrape(&d.addr);
+    let fill_io0 = daemon_write_bytes(d.pid());
+    let fill = load::run(
+        &d.addr,
+        Kind::Mix,
+        &fill_clients,
+        Stop::Count(fill_calls),
+        backoff,
+    );
+    let fill_m = Metrics::scrape(&d.addr)
+        .zip(fill_m0)
+        .map(|(a, b)| a.since(&b));
+    let fill_io = daemon_write_bytes(d.pid())
+        .zip(fill_io0)
+        .map(|(a, b)| a.saturating_sub(b));
+    let fill_cpu = daemon_cpu_seconds(d.pid())
+        .zip(fill_cpu0)
+        .map(|(a, b)| a - b);
+    let fill_rss = d.peak_rss_kib();
+    let fill_anon = fill_anon.finish();
+    let fill_db = d.db.clone();
+    d.stop()?;
+    if let Some(e) = &fill.first_error {
+        errors.push(("fill".into(), args.fill_concurrency, e.clone()));
+    }
+    let (server_mean_ns, ops_per_batch, commits_per_call) =
+        fill_m.map(|m| m.per_call()).unwrap_or((None, None, None));
+    let fill_row = Row {
+        scenario: "fill-mix".into(),
+        concurrency: args.fill_concurrency,
+        daemon_cpu_us_per_call: fill_cpu.map(|c| c * 1e6 / fill.summary.ok.max(1) as f64),
+        summary: fill.summary.clone(),
+        attempts: Some(fill.attempts.clone()),
+        peak_rss_kib: fill_rss,
+        peak_anon_kib: fill_anon,
+        server_mean_ns,
+        ops_per_batch,
+        commits_per_call,
+        write_kib_per_call: fill_io.map(|b| b as f64 / 1024.0 / fill.summary.ok.max(1) as f64),
+        ..Row::default()
+    };
+    let after = daemon::store_size(&fill_db)?;
+    let calls = fill.summary.ok;
+    let per_call = |a: u64, b: u64| (a.saturating_sub(b)) as f64 / calls.max(1) as f64;
+    let doctor = run_doctor(&worldd, &fill_db)?;
+
+    // Report.
+    let mut table_rows = rows.clone();
+    table_rows.push(fill_row.clone());
+    let table = stats::table(&table_rows);
+    let load_after = loadavg();
+    let mut report = String::new();
+    report.push_str(&format!(
+        "worldd-bench: {} CPUs, {} ({}), load before {} / after {}, {:.1}s warm-up + {:.1}s per row, total {:.0}s\n",
+        cpus(),
+        tmp_root.display(),
+        fs,
+        load_before,
+        load_after,
+        warmup.as_secs_f64(),
+        measure.as_secs_f64(),
+        started.elapsed().as_secs_f64()
+    ));
+    report.push_str(&table);
+    report.push_str(&format!(
+        "raw fsync (4 KiB write + fdatasync): {:.0}/s, p50 {:.3} ms, p99 {:.3} ms (start of run {:.0}/s p50 {:.3} ms; after the request rows {:.0}/s p50 {:.3} ms)\n",
+        fsync.per_second(),
+        ms(fsync.p50_ns),
+        ms(fsync.p99_ns),
+        fsync_start.per_second(),
+        ms(fsync_start.p50_ns),
+        fsync_end.per_second(),
+        ms(fsync_end.p50_ns),
+    ));
+    if let Some((read, health, floor)) = floor {
+        report.push_str(&format!(
+            "ailang-read @1: p50 {:.3} ms vs floor {:.3} ms (health p50 {:.3} + 2 x fsync p50 {:.3}) = {:.2}x; vs {:.3} ms with 4 syncs (LMDB syncs data, then meta, per commit) = {:.2}x\n",
+            ms(read),
+            ms(floor),
+            ms(health),
+            ms(fsync.p50_ns),
+            read as f64 / floor.max(1) as f64,
+            ms(floor + 2 * fsync.p50_ns),
+            read as f64 / (floor + 2 * fsync.p50_ns).max(1) as f64,
+        ));
+    }
+    report.push_str(&format!(
+        "doctor over {} entries: {:.0} entries/s wall ({:.2} s incl. process start and store open); {:.0} entries/s as doctor reports its verification\n",
+        doctor.entries,
+        doctor.entries as f64 / doctor.wall_seconds,
+        doctor.wall_seconds,
+        doctor.entries as f64 / doctor.verify_seconds.max(1e-9)
+    ));
+    let live = |z: &daemon::StoreSize| z.table_pages() * z.page_size;
+    report.push_str(&format!(
+        "store after {calls} calls: {:.0} bytes/call by LMDB high-water mark ((last_pgno+1) x {} B page: {:.1} MiB; du-allocated the same: {:.0} bytes/call), {:.0} bytes/call in live B-tree pages (free list excluded)\n",
+        per_call(after.lmdb_bytes, before.lmdb_bytes),
+        after.page_size,
+        after.lmdb_bytes as f64 / (1 << 20) as f64,
+        per_call(after.allocated_bytes, before.allocated_bytes),
+        per_call(live(&after), live(&before)),
+    ));
+    let mut by_table: Vec<(String, f64, f64)> = after
+        .tables
+        .iter()
+        .map(|t| {
+            let b = before.tables.iter().find(|b| b.name == t.name);
+            let pages = t.pages - b.map_or(0, |b| b.pages.min(t.pages));
+            let entries = t.entries - b.map_or(0, |b| b.entries.min(t.entries));
+            (
+                t.name.clone(),
+                (pages * after.page_size) as f64 / calls.max(1) as f64,
+                entries as f64 / calls.max(1) as f64,
+            )
+        })
+        .collect();
+    by_table.sort_by(|a, b| b.1.total_cmp(&a.1));
+    report.push_str("  per call by table (bytes, entries):");
+    for (name, bytes, entries) in by_table.iter().filter(|t| t.1 >= 1.0) {
+        report.push_str(&format!(" {name} {bytes:.0} B/{entries:.2}"));
+    }
+    report.push('\n');
+    for (scenario, c, e) in &errors {
+        report.push_str(&format!(
+            "note: {scenario} @{c}: first unexpected answer: {e}\n"
+        ));
+    }
+    print!("{report}");
+    let _ = std::io::stdout().flush();
+
+    let results = json!({
+        "version": 1,
+        "command": std::env::args().collect::<Vec<_>>(),
+        "commit": git_head(&workspace),
+        "unix_time": std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0),
+        "machine": {
+            "cpus": cpus(), "fs_type": fs, "loadavg_before": load_before, "loadavg_after": load_after,
+            "psi_cpu_some_avg10_after": pressure_some_avg10("cpu"), "psi_io_some_avg10_after": pressure_some_avg10("io"),
+        },
+        "config": {
+            "quick": args.quick, "warmup_s": warmup.as_secs_f64(), "measure_s": measure.as_secs_f64(),
+            "fill_calls": fill_calls, "backoff_ms": args.backoff_ms,
+            "daemon_log": args.daemon_log, "daemon_max_concurrent_calls_note": "the daemon answers `host callback capacity exceeded` beyond 8 calls in flight",
+        },
+        "fsync": {
+            "per_second": fsync.per_second(), "p50_ms": ms(fsync.p50_ns), "p99_ms": ms(fsync.p99_ns),
+            "max_ms": ms(fsync.max_ns), "mean_ms": ms(fsync.mean_ns), "ops": fsync.ok,
+            "start": {"per_second": fsync_start.per_second(), "p50_ms": ms(fsync_start.p50_ns), "p99_ms": ms(fsync_start.p99_ns)},
+            "end": {"per_second": fsync_end.per_second(), "p50_ms": ms(fsync_end.p50_ns), "p99_ms": ms(fsync_end.p99_ns)},
+        },
+        "rows": table_rows.iter().map(|r| row_json(r, &errors)).collect::<Vec<_>>(),
+        "read_1_vs_floor": floor.map(|(read, health, floor)| json!({
+            "read_p50_ms": ms(read), "health_p50_ms": ms(health), "fsync_p50_ms": ms(fsync.p50_ns),
+            "floor_ms": ms(floor), "ratio": read as f64 / floor.max(1) as f64,
+            "floor_4_syncs_ms": ms(floor + 2 * fsync.p50_ns),
+            "ratio_4_syncs": read as f64 / (floor + 2 * fsync.p50_ns).max(1) as f64,
+        })),
+        "doctor": {
+            "entries": doctor.entries, "wall_seconds": doctor.wall_seconds,
+            "entries_per_second_wall": doctor.entries as f64 / doctor.wall_seconds,
+            "verify_seconds": doctor.verify_seconds,
+            "entries_per_second_verify": doctor.entries as f64 / doctor.verify_seconds.max(1e-9),
+            "log_built_by": "the release daemon over MCP (fill-mix row): alternating ailang-write of unique 1 KiB and ailang-read of it back",
+        },
+        "store": {
+            "calls": calls,
+            "lmdb_bytes_before": before.lmdb_bytes, "lmdb_bytes_after": after.lmdb_bytes,
+            "allocated_bytes_before": before.allocated_bytes, "allocated_bytes_after": after.allocated_bytes,
+            "file_bytes_after": after.file_bytes,
+            "bytes_per_call_lmdb_pages": per_call(after.lmdb_bytes, before.lmdb_bytes),
+            "bytes_per_call_allocated": per_call(after.allocated_bytes, before.allocated_bytes),
+            "bytes_per_call_live_btree_pages": per_call(live(&after), live(&before)),
+            "page_size": after.page_size,
+            "per_call_by_table": by_table.iter().map(|(n, b, e)| json!({"table": n, "bytes_per_call": b, "entries_per_call": e})).collect::<Vec<_>>(),
+            "tables_after": after.tables.iter().map(|t| json!({"table": t.name, "entries": t.entries, "pages": t.pages, "overflow_pages": t.overflow_pages})).collect::<Vec<_>>(),
+            "method": "lmdb: (mdb_env_info last_pgno + 1) x page size, the high-water mark of used pages including free-list pages; allocated: st_blocks x 512 of data.mdb (du); live: branch+leaf+overflow pages of every named database (mdb_stat) x page size",
+        },
+    });
+    let out = args
+        .out
+        .clone()
+        .unwrap_or_else(|| target.join("bench").join("results.json"));
+    if let Some(dir) = out.parent() {
+        std::fs::create_dir_all(dir).map_err(|e| e.to_string())?;
+    }
+    let text = serde_json::to_string_pretty(&results).map_err(|e| e.to_string())?;
+    std::fs::write(&out, text + "\n").map_err(|e| format!("{}: {e}", out.display()))?;
+    println!("results: {}", out.display());
+
+    if args.keep {
+        println!("kept: {}", run_dir.display());
+    } else {
+        let _ = std::fs::remove_dir_all(&run_dir);
+    }
+    if doctor.consistent {
+        Ok(())
+    } else {
+        Err("doctor found the filled store inconsistent".into())
+    }
+}
+
+fn build(workspace: &Path) -> Result<(), String> {
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    eprintln!("worldd-bench: cargo build --release -p worldd -p worldd-handler-workspace");
+    let status = Command::new(cargo)
+        .current_dir(workspace)
+        .args([
+            "build",
+            "--release",
+            "-p",
+            "worldd",
+            "-p",
+            "worldd-handler-workspace",
+        ])
+        .status()
+        .map_err(|e| format!("cargo: {e}"))?;
+    if status.success() {
+        Ok(())
+    } else {
+        Err(format!("cargo build failed: {status}"))
+    }
+}
+
+/// One read with a full parse: the reply is the SSE event with the file's content.
+fn sanity_check(d: &Daemon, client: &Client) -> Result<(), String> {
+    let body = r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"ailang-read","arguments":{"path":"f.txt"}}}"#;
+    let text = ureq::post(&format!("http://{}/mcp/", d.addr))
+        .set("Content-Type", "application/json")
+        .set("Accept", "application/json, text/event-stream")
+        .set("MCP-Protocol-Version", "2025-11-25")
+        .set("Authorization", &format!("Bearer {}", client.token))
+        .send_string(body)
+        .map_err(|e| format!("sanity read: {e}"))?
+        .into_string()
+        .map_err(|e| e.to_string())?;
+    let data = text
+        .strip_prefix("event: message\ndata: ")
+        .ok_or_else(|| format!("sanity read: not one SSE event: {text}"))?;
+    let v: Value =
+        serde_json::from_str(data.trim_end()).map_err(|e| format!("sanity read: {e}: {text}"))?;
+    let content = v["result"]["structuredContent"]["content"]
+        .as_str()
+        .unwrap_or("");
+    if v["result"]["structuredContent"]["ok"] != true || content.len() != 1024 {
+        return Err(format!("sanity read: unexpected result {v}"));
+    }
+    Ok(())
+}
+
+/// What every request row shares.
+struct RowCtx<'a> {
+    d: &'a Daemon,
+    stop: Stop,
+    backoff: Duration,
+    /// Where the short fsync probe before each row runs.
+    probe_dir: &'a Path,
+    errors: &'a mut Vec<(String, usize, String)>,
+}
+
+impl RowCtx<'_> {
+    fn measure(
+        &mut self,
+        scenario: &str,
+        kind: Kind,
+        clients: &[Client],
+        health: Option<&Row>,
+    ) -> Row {
+        let mut no_samples = Vec::new();
+        let fsync_before = fsync_probe(self.probe_dir, secs(0.25), &mut no_samples).ok();
+        let mut row = measure_row(
+            self.d,
+            scenario,
+            kind,
+            clients,
+            self.stop,
+            self.backoff,
+            health,
+            self.errors,
+        );
+        if let Some(f) = fsync_before {
+            row.extra
+                .push(("fsync_p50_ms_just_before".into(), ms(f.p50_ns)));
+        }
+        for (name, file) in [("psi_cpu_some_avg10", "cpu"), ("psi_io_some_avg10", "io")] {
+            if let Some(v) = pressure_some_avg10(file) {
+                row.extra.push((name.into(), v));
+            }
+        }
+        row
+    }
+}
+
+/// `some avg10` of `/proc/pressure/<file>`: the share of the last 10 s (percent) in which
+/// some task waited for that resource; other work on the machine shows here.
+fn pressure_some_avg10(file: &str) -> Option<f64> {
+    let text = std::fs::read_to_string(format!("/proc/pressure/{file}")).ok()?;
+    text.lines()
+        .find(|l| l.starts_with("some "))?
+        .split_whitespace()
+        .find_map(|kv| kv.strip_prefix("avg10="))?
+        .parse()
+        .ok()
+}
+
+#[allow(clippy::too_many_arguments)]
+fn measure_row(
+    d: &Daemon,
+    scenario: &str,
+    kind: Kind,
+    clients: &[Client],
+    stop: Stop,
+    backoff: Duration,
+    health: Option<&Row>,
+    errors: &mut Vec<(String, usize, String)>,
+) -> Row {
+    let c = clients.len();
+    eprint!("  {scenario} @{c} … ");
+    let _ = std::io::stderr().flush();
+    d.reset_peak_rss();
+    let anon = daemon::AnonSampler::start(d.pid());
+    // CPU is sampled around the whole run; scaled to the measured window below.
+    let m0 = Metrics::scrape(&d.addr);
+    let cpu0 = daemon_cpu_seconds(d.pid());
+    let io0 = daemon_write_bytes(d.pid());
+    let t0 = Instant::now();
+    let out = load::run(&d.addr, kind, clients, stop, backoff);
+    let total = t0.elapsed().as_secs_f64();
+    let cpu = daemon_cpu_seconds(d.pid()).zip(cpu0).map(|(a, b)| a - b);
+    let m = Metrics::scrape(&d.addr).zip(m0).map(|(a, b)| a.since(&b));
+    let io = daemon_write_bytes(d.pid())
+        .zip(io0)
+        .map(|(a, b)| a.saturating_sub(b));
+    let peak_anon_kib = anon.finish();
+    let s = out.summary;
+    let window_share = s.seconds / total.max(1e-9);
+    let cpu_per_call = cpu.map(|cpu| cpu * window_share * 1e6 / s.ok.max(1) as f64);
+    let write_kib_per_call = io.map(|b| b as f64 * window_share / 1024.0 / s.ok.max(1) as f64);
+    if let Some(e) = out.first_error {
+        errors.push((scenario.into(), c, e));
+    }
+    eprintln!(
+        "{:.0}/s p50 {:.3} ms p99 {:.3} ms, {} rejected, {} errors",
+        s.per_second(),
+        ms(s.p50_ns),
+        ms(s.p99_ns),
+        s.rejected,
+        s.errors
+    );
+    let (server_mean_ns, ops_per_batch, commits_per_call) = match (kind, m) {
+        (Kind::Health, _) | (_, None) => (None, None, None),
+        (_, Some(m)) => m.per_call(),
+    };
+    Row {
+        scenario: scenario.into(),
+        concurrency: c,
+        peak_rss_kib: d.peak_rss_kib(),
+        peak_anon_kib,
+        vs_health_rate: health.map(|h| s.per_second() / h.summary.per_second().max(1e-9)),
+        vs_health_p50: health.map(|h| s.p50_ns as f64 / h.summary.p50_ns.max(1) as f64),
+        daemon_cpu_us_per_call: cpu_per_call,
+        attempts: Some(out.attempts),
+        server_mean_ns,
+        ops_per_batch,
+        commits_per_call,
+        write_kib_per_call,
+        summary: s,
+        extra: Vec::new(),
+    }
+}
+
+fn row_json(r: &Row, errors: &[(String, usize, String)]) -> Value {
+    let s = &r.summary;
+    let mut v = json!({
+        "scenario": r.scenario,
+        "concurrency": r.concurrency,
+        "calls_per_second": s.per_second(),
+        "p50_ms": ms(s.p50_ns), "p99_ms": ms(s.p99_ns), "max_ms": ms(s.max_ns), "mean_ms": ms(s.mean_ns),
+        "ok": s.ok, "rejected": s.rejected, "errors": s.errors, "seconds": s.seconds,
+        "peak_rss_kib": r.peak_rss_kib, "peak_anon_kib": r.peak_anon_kib,
+        "daemon_cpu_us_per_call": r.daemon_cpu_us_per_call,
+        "server_mean_call_ms": r.server_mean_ns.map(ms),
+        "store_ops_per_group_commit": r.ops_per_batch,
+        "group_commits_per_call": r.commits_per_call,
+        "daemon_write_syscall_kib_per_call": r.write_kib_per_call,
+        "attempt_p50_ms": r.attempts.as_ref().map(|a| ms(a.p50_ns)),
+        "attempt_p99_ms": r.attempts.as_ref().map(|a| ms(a.p99_ns)),
+        "attempt_max_ms": r.attempts.as_ref().map(|a| ms(a.max_ns)),
+        "ratio_to_health_calls_per_second": r.vs_health_rate,
+        "ratio_to_health_p50": r.vs_health_p50,
+        "first_error": errors.iter().find(|(n, c, _)| *n == r.scenario && *c == r.concurrency).map(|e| &e.2),
+    });
+    for (k, x) in &r.extra {
+        v[k.as_str()] = json!(x);
+    }
+    v
+}
+
+/// 4 KiB write + fdatasync in a loop for `duration`, each timed.
+/// The samples are also appended to `all`.
+fn fsync_probe(dir: &Path, duration: Duration, all: &mut Vec<u64>) -> Result<Summary, String> {
+    let path = dir.join("fsync.probe");
+    let mut f = std::fs::File::create(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let block = [0x5au8; 4096];
+    let mut lat = Vec::new();
+    let start = Instant::now();
+    while start.elapsed() < duration {
+        let t = Instant::now();
+        f.write_all(&block).map_err(|e| e.to_string())?;
+        f.sync_data().map_err(|e| e.to_string())?;
+        lat.push(t.elapsed().as_nanos() as u64);
+    }
+    let seconds = start.elapsed().as_secs_f64();
+    let _ = std::fs::remove_file(path);
+    all.extend_from_slice(&lat);
+    Ok(Summary::from_latencies(&mut lat, 0, 0, seconds))
+}
+
+struct Doctor {
+    entries: u64,
+    wall_seconds: f64,
+    verify_seconds: f64,
+    consistent: bool,
+}
+
+/// `worldd doctor --db <db> --json` on the stopped store: wall time and its own figures.
+fn run_doctor(worldd: &Path, db: &Path) -> Result<Doctor, String> {
+    eprintln!("  worldd doctor --db {} …", db.display());
+    let t = Instant::now();
+    let out = Command::new(worldd)
+        .arg("doctor")
+        .arg("--db")
+        .arg(db)
+        .arg("--json")
+        .output()
+        .map_err(|e| format!("doctor: {e}"))?;
+    let wall_seconds = t.elapsed().as_secs_f64();
+    let text = String::from_utf8_lossy(&out.stdout);
+    let v: Value = serde_json::from_str(text.trim()).map_err(|e| {
+        format!(
+            "doctor output is not JSON ({e}): {text} {}",
+            String::from_utf8_lossy(&out.stderr)
+        )
+    })?;
+    Ok(Doctor {
+        entries: v["entries"].as_u64().unwrap_or(0),
+        wall_seconds,
+        verify_seconds: v["seconds"].as_f64().unwrap_or(0.0),
+        consistent: v["consistent"] == true && out.status.success(),
+    })
+}
+
+/// The daemon's own counters, from `GET /v1/metrics`.
+#[derive(Debug, Clone, Copy)]
+struct Metrics {
+    batches: f64,
+    operations: f64,
+    call_seconds_sum: f64,
+    call_count: f64,
+}
+
+impl Metrics {
+    fn scrape(addr: &str) -> Option<Metrics> {
+        let text = ureq::get(&format!("http://{addr}/v1/metrics"))
+            .call()
+            .ok()?
+            .into_string()
+            .ok()?;
+        let value = |name: &str| -> Option<f64> {
+            text.lines()
+                .find_map(|l| l.strip_prefix(name)?.strip_prefix(' '))
+                .and_then(|v| v.trim().parse().ok())
+        };
+        Some(Metrics {
+            batches: value("worldd_commit_batches_total")?,
+            operations: value("worldd_commit_operations_total")?,
+            call_seconds_sum: value("worldd_call_seconds_sum").unwrap_or(0.0),
+            call_count: value("worldd_call_seconds_count").unwrap_or(0.0),
+        })
+    }
+
+    fn since(&self, before: &Metrics) -> Metrics {
+        Metrics {
+            batches: self.batches - before.batches,
+            operations: self.operations - before.operations,
+            call_seconds_sum: self.call_seconds_sum - before.call_seconds_sum,
+            call_count: self.call_count - before.call_count,
+        }
+    }
+
+    /// (mean server-side call ns, store operations per group commit, group commits per call).
+    fn per_call(&self) -> (Option<u64>, Option<f64>, Option<f64>) {
+        let mean =
+            (self.call_count > 0.0).then(|| (self.call_seconds_sum / self.call_count * 1e9) as u64);
+        let per_batch = (self.batches > 0.0).then(|| self.operations / self.batches);
+        let commits = (self.call_count > 0.0).then(|| self.batches / self.call_count);
+        (mean, per_batch, commits)
+    }
+}
+
+/// Bytes a process passed to write system calls (`/proc/PID/io` `wchar`): LMDB's page and
+/// meta writes, worktree files, HTTP answers and logs. (`write_bytes` is not used: with large
+/// page-cache folios it counts whole folios per dirtied 4 KiB page, ~10x too much here.)
+fn daemon_write_bytes(pid: u32) -> Option<u64> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/io")).ok()?;
+    text.lines()
+        .find_map(|l| l.strip_prefix("wchar: "))
+        .and_then(|v| v.trim().parse().ok())
+}
+
+/// User + system CPU seconds of a process, from `/proc/<pid>/stat`.
+fn daemon_cpu_seconds(pid: u32) -> Option<f64> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // Fields after the parenthesised command name; utime and stime are fields 14 and 15.
+    let rest = &text[text.rfind(')')? + 2..];
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let utime: f64 = f.get(11)?.parse().ok()?;
+    let stime: f64 = f.get(12)?.parse().ok()?;
+    let tick = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
+    Some((utime + stime) / tick.max(1.0))
+}
+
+fn cpus() -> usize {
+    std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1)
+}
+
+fn loadavg() -> String {
+    std::fs::read_to_string("/proc/loadavg")
+        .map(|s| s.split_whitespace().take(3).collect::<Vec<_>>().join(" "))
+        .unwrap_or_default()
+}
+
+fn git_head(workspace: &Path) -> Option<String> {
+    let out = Command::new("git")
+        .current_dir(workspace)
+        .args(["rev-parse", "--short", "HEAD"])
+        .output()
+        .ok()?;
+    out.status
+        .success()
+        .then(|| String::from_utf8_lossy(&out.stdout).trim().to_owned())
+}
+
+/// The filesystem type of `dir` (statfs magic), for the report.
+fn fs_type(dir: &Path) -> String {
+    use std::os::unix::ffi::OsStrExt;
+    let Ok(c) = std::ffi::CString::new(dir.as_os_str().as_bytes()) else {
+        return "unknown".into();
+    };
+    let mut s: libc::statfs = unsafe { std::mem::zeroed() };
+    if unsafe { libc::statfs(c.as_ptr(), &mut s) } != 0 {
+        return "unknown".into();
+    }
+    match s.f_type as i64 {
+        0x01021994 => "tmpfs".into(),
+        0xEF53 => "ext4".into(),
+        0x58465342 => "xfs".into(),
+        0x9123683E => "btrfs".into(),
+        0x794c7630 => "overlayfs".into(),
+        other => format!("0x{other:x}"),
+    }
+}
