@@ -117,14 +117,6 @@ fn spend_key(episode: &str, effect: &str, scope: &str) -> Vec<u8> {
     k
 }
 
-fn episode_key(episode: &str, seq: u64) -> Vec<u8> {
-    let mut k = Vec::with_capacity(episode.len() + 9);
-    k.extend_from_slice(episode.as_bytes());
-    k.push(0);
-    k.extend_from_slice(&seq.to_be_bytes());
-    k
-}
-
 fn to_json<T: Serialize>(v: &T) -> Result<Vec<u8>, JournalError> {
     let value = serde_json::to_value(v).map_err(|e| JournalError::Corrupt(e.to_string()))?;
     canon::to_vec(&value).map_err(|e| JournalError::Corrupt(e.to_string()))
@@ -205,10 +197,6 @@ pub fn append_intent(
         .put(w.txn, &intent.invocation_id, &seq)
         .map_err(e)?;
     w.tables
-        .journal_by_episode
-        .put(w.txn, &episode_key(&intent.episode, seq), &[])
-        .map_err(e)?;
-    w.tables
         .spend
         .put(w.txn, &key, &(spent + intent.cost))
         .map_err(e)?;
@@ -238,10 +226,6 @@ pub fn append_outcome(
     w.tables
         .journal
         .put(w.txn, &seq, &to_json(&record)?)
-        .map_err(e)?;
-    w.tables
-        .journal_by_episode
-        .put(w.txn, &episode_key(&state.intent.episode, seq), &[])
         .map_err(e)?;
     state.outcome_seq = Some(seq);
     state.status = Some(status);

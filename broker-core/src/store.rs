@@ -81,8 +81,6 @@ pub struct Tables {
     pub journal_by_invocation: Database<'static, Str, Bytes>,
     /// invocation id → intent sequence, for intents that have no outcome yet.
     pub pending: Database<'static, Str, U64<BigEndian>>,
-    /// episode \0 seq(u64 BE) → (): the journal index by episode.
-    pub journal_by_episode: Database<'static, Bytes, Bytes>,
     /// episode \0 effect \0 scope → units spent (u64 BE).
     pub spend: Database<'static, Bytes, U64<BigEndian>>,
     /// credential id (64 hex) → canonical session JSON.
@@ -228,7 +226,6 @@ impl Store {
                     (
                         dbo.create_database(wtxn, Some("world_refs"))?,
                         dbo.create_database(wtxn, Some("pending"))?,
-                        dbo.create_database(wtxn, Some("journal_by_episode"))?,
                         dbo.create_database(wtxn, Some("spend"))?,
                         dbo.create_database(wtxn, Some("sessions"))?,
                         dbo.create_database(wtxn, Some("tasks"))?,
@@ -251,7 +248,7 @@ impl Store {
                 journal,
                 journal_by_invocation,
             ),
-            (world_refs, pending, journal_by_episode, spend, sessions, tasks, registry_heads, meta),
+            (world_refs, pending, spend, sessions, tasks, registry_heads, meta),
         ) = tables;
         let tables = Tables {
             objects,
@@ -264,7 +261,6 @@ impl Store {
             journal,
             journal_by_invocation,
             pending,
-            journal_by_episode,
             spend,
             sessions,
             tasks,

@@ -14,12 +14,14 @@ use tokio::sync::Semaphore;
 
 use crate::metrics::Metrics;
 
-/// Credential lookups are bounded (a wedged store must not hang a request forever).
-pub const CREDENTIAL_DEADLINE: Duration = Duration::from_secs(3);
 /// One invocation (host callback), including admission, plan, effect and commit.
 pub const INVOKE_DEADLINE: Duration = Duration::from_secs(20);
-/// Host callbacks that may run at once; more are refused, not queued.
+/// Host callbacks that may run at once.
 pub const MAX_CALLBACKS: usize = 8;
+/// How long a call waits for a free callback slot before it is refused with
+/// `host callback capacity exceeded` (within its own deadline). A short queue turns bursts
+/// into batches for the store's group commit instead of into client retries.
+pub const CAPACITY_WAIT: Duration = Duration::from_millis(500);
 
 /// Why authentication did not produce a session.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -111,8 +113,7 @@ impl AppState {
         &self.inner.metrics
     }
 
-    /// Resolve the `Authorization` header to a valid session (bounded by
-    /// [`CREDENTIAL_DEADLINE`]).
+    /// Resolve the `Authorization` header to a valid session.
     pub async fn authenticate(&self, headers: &HeaderMap) -> Result<Session, AuthFailure> {
         let header = match headers.get(axum::http::header::AUTHORIZATION) {
             None => None,
@@ -123,17 +124,13 @@ impl AppState {
         };
         // Shape errors need no store access.
         session::parse_authorization(header.as_deref()).map_err(AuthFailure::Denied)?;
-        let store = self.inner.store.clone();
+        // An LMDB read never waits for writers and touches a few mapped pages: doing it here
+        // saves a hop to the blocking pool on every request.
         let now = self.inner.coordinator.now();
-        let lookup = tokio::task::spawn_blocking(move || {
-            session::authenticate(&store, header.as_deref(), now)
-        });
-        match tokio::time::timeout(CREDENTIAL_DEADLINE, lookup).await {
-            Err(_) => Err(AuthFailure::Timeout),
-            Ok(Err(_)) => Err(AuthFailure::Internal),
-            Ok(Ok(Ok(s))) => Ok(s),
-            Ok(Ok(Err(AuthenticateError::Denied(d)))) => Err(AuthFailure::Denied(d)),
-            Ok(Ok(Err(AuthenticateError::Store(e)))) => {
+        match session::authenticate(&self.inner.store, header.as_deref(), now) {
+            Ok(s) => Ok(s),
+            Err(AuthenticateError::Denied(d)) => Err(AuthFailure::Denied(d)),
+            Err(AuthenticateError::Store(e)) => {
                 tracing::error!("credential lookup failed: {e}");
                 Err(AuthFailure::Internal)
             }
@@ -147,11 +144,18 @@ impl AppState {
         call: Call,
         deadline: Duration,
     ) -> Result<CallOutput, InvokeFailure> {
+        let wait = CAPACITY_WAIT.min(deadline);
         let permit = match self.inner.callbacks.clone().try_acquire_owned() {
             Ok(p) => p,
             Err(_) => {
-                self.inner.metrics.callback_rejected();
-                return Err(InvokeFailure::Capacity);
+                match tokio::time::timeout(wait, self.inner.callbacks.clone().acquire_owned()).await
+                {
+                    Ok(Ok(p)) => p,
+                    _ => {
+                        self.inner.metrics.callback_rejected();
+                        return Err(InvokeFailure::Capacity);
+                    }
+                }
             }
         };
         let coordinator = self.inner.coordinator.clone();

@@ -484,7 +484,12 @@ async fn tools_call(
             // the effect record refs of an EffectsUnrecorded failure.
             match host {
                 // Load and slow calls are operational, not faults.
-                HostFailure::Capacity | HostFailure::TimedOut => {
+                // Capacity refusals are counted in /v1/metrics; a log line each would flood
+                // stderr exactly when the daemon is busiest.
+                HostFailure::Capacity => {
+                    tracing::debug!(%episode, %tool, rpc_id = %id, "mcp tools/call: {}: {cause}", host.message())
+                }
+                HostFailure::TimedOut => {
                     tracing::warn!(%episode, %tool, rpc_id = %id, "mcp tools/call: {}: {cause}", host.message())
                 }
                 HostFailure::Failed | HostFailure::Canceled => {
