@@ -232,6 +232,18 @@
 //! - Plugins are trusted code: abi_stable checks layouts, not behaviour, and a
 //!   plugin is never unloaded.
 //!
+//! # Authoring helpers (not part of the ABI)
+//!
+//! [`support`] holds what worldd's own plugins share beyond the ABI: the
+//! request checks with their texts (`broker: <E> refused: scope "<s>" is not
+//! "worktree"`, the op allowlist, case-variant key aliases, the bound
+//! worktree), outputs stamped with `tool` and `policy_digest`, config-object
+//! parsing, and (cargo feature `identity`, off by default) the `tool` ref of
+//! a plugin's own library via `dladdr` (`tool_ref!`) and SHA-256 helpers.
+//! It is a convenience compiled into your plugin, outside the stability
+//! promise below: nothing in it crosses the boundary, adding or changing it
+//! changes no layout, and [`ABI_VERSION`] does not move with it.
+//!
 //! # For the daemon
 //!
 //! [`load_plugin`] / [`LoadedPlugin::load`] load one library (never
@@ -244,6 +256,8 @@ mod abi;
 mod host;
 mod plugin;
 mod types;
+
+pub mod support;
 
 pub use abi::{
     Handler, HandlerBox, Handler_TO, HostCallbacks, HostCallbacksRef, PluginMod, PluginModRef,

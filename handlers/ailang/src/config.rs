@@ -9,6 +9,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 
 use handler_api::serde_json::{json, Value};
+use handler_api::support::config::object as config_object;
 
 /// The error the constructor returns when no `bin` is configured. It starts with the daemon's
 /// `declined: ` prefix, so the loader skips the plugin with one log line (its tools stay
@@ -104,18 +105,10 @@ impl Config {
     /// are errors; a missing `bin` is the [`DECLINE`] (checked after the other keys, so a
     /// typo elsewhere is still reported as the config error it is).
     pub fn parse(config: &Value) -> Result<Config, String> {
-        let empty = handler_api::JsonObject::new();
-        let object = match config {
-            Value::Null => &empty,
-            Value::Object(o) => o,
-            _ => return Err(err("the config must be a JSON object")),
-        };
-        if let Some(key) = object.keys().find(|k| !KEYS.contains(&k.as_str())) {
-            return Err(err(format!(
-                "unknown key \"{key}\"; ailang accepts only: {}",
-                KEYS.join(", ")
-            )));
+        if !matches!(config, Value::Null | Value::Object(_)) {
+            return Err(err("the config must be a JSON object"));
         }
+        let object = config_object(config, "ailang", &KEYS)?;
         let bin = path_key(object, "bin")?;
         let examples_dir = path_key(object, "examplesDir")?;
         let state_dir = path_key(object, "stateDir")?;

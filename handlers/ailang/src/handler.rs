@@ -5,7 +5,7 @@
 use std::collections::HashMap;
 use std::ffi::OsString;
 use std::fs::{self, DirBuilder, File, OpenOptions};
-use std::io::{self, Read, Write};
+use std::io::{self, Write};
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -13,8 +13,12 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use handler_api::serde_json::{self, json, Map, Value};
+use handler_api::support::identity::sha256_file;
+use handler_api::support::output::stamped;
+use handler_api::support::request::{
+    check, json_quote as quote, op_not_allowed, Checked as CheckedRequest, Quote, Rules,
+};
 use handler_api::{EffectHandler, FinishInput, Host, JsonObject, LogLevel, Outcome, Request};
-use sha2::{Digest, Sha256};
 
 use crate::config::{Config, CAPS};
 use crate::finish;
@@ -119,18 +123,6 @@ pub struct AilangHandler {
     host: Host,
 }
 
-fn quote(s: &str) -> String {
-    let mut end = s.len().min(256);
-    while !s.is_char_boundary(end) {
-        end -= 1;
-    }
-    let mut q = Value::String(s[..end].to_string()).to_string();
-    if end < s.len() {
-        q.insert(q.len() - 1, '…');
-    }
-    q
-}
-
 fn make_dir(path: &Path) -> io::Result<()> {
     DirBuilder::new().recursive(true).mode(0o700).create(path)?;
     // An existing directory keeps its mode under DirBuilder: tighten it.
@@ -173,19 +165,6 @@ fn write_atomic(path: &Path, bytes: &[u8], mode: u32) -> io::Result<()> {
     result
 }
 
-fn hash_file(path: &Path) -> io::Result<String> {
-    let mut file = File::open(path)?;
-    let mut hasher = Sha256::new();
-    let mut buf = vec![0u8; 1 << 16];
-    loop {
-        let n = file.read(&mut buf)?;
-        if n == 0 {
-            return Ok(hex::encode(hasher.finalize()));
-        }
-        hasher.update(&buf[..n]);
-    }
-}
-
 /// Copy the operator's binary to `<bin_dir>/<sha256>/ailang` (mode 0555) unless an intact
 /// copy is there. Runs use the copy, so `tool` names exactly the bytes that run even if the
 /// operator's file changes later.
@@ -194,7 +173,7 @@ fn archive(bin: &Path, bin_dir: &Path) -> Result<(PathBuf, String), String> {
     let hex = policy::digest(&bytes);
     let dir = bin_dir.join(&hex);
     let target = dir.join("ailang");
-    if hash_file(&target).ok().as_deref() == Some(hex.as_str()) {
+    if sha256_file(&target).ok().as_deref() == Some(hex.as_str()) {
         return Ok((target, hex));
     }
     make_dir(&dir)
@@ -471,10 +450,8 @@ impl AilangHandler {
         Ok((path, verified))
     }
 
-    fn stamp(&self, mut output: JsonObject, policy_digest: &str) -> Outcome {
-        output.insert("tool".into(), json!(self.tool));
-        output.insert("policy_digest".into(), json!(policy_digest));
-        Outcome::ok(output)
+    fn stamp(&self, output: JsonObject, policy_digest: &str) -> Outcome {
+        stamped(output, &self.tool, policy_digest)
     }
 
     /// A policy-tool op: base policy, checked payload on stdin, reply stamped.
@@ -484,11 +461,7 @@ impl AilangHandler {
             Err(outcome) => return outcome,
         };
         if cli && !verified.cli.iter().any(|o| o == c.op) {
-            return Outcome::failed(format!(
-                "broker: {} refuses op {}: not in this effect's op allowlist",
-                c.effect,
-                quote(c.op)
-            ));
+            return op_not_allowed(c.effect, c.op, Quote::Json);
         }
         let reply = match self.policy_tool(c, &path, &Value::Object(c.payload.clone())) {
             Ok(r) => r,
@@ -584,36 +557,35 @@ struct RunArgs<'a> {
 
 /// Payload field checks; `Err` is the finished `failed` outcome.
 struct Fields<'a> {
-    effect: &'a str,
-    op: &'a str,
-    payload: &'a JsonObject,
+    request: CheckedRequest<'a>,
 }
 
 impl<'a> Fields<'a> {
     fn refused(&self, why: String) -> Outcome {
-        Outcome::failed(format!("broker: {} refused: {why}", self.effect))
+        self.request.refused(why)
     }
 
     fn admit(&self, keys: &[&str]) -> Result<(), Outcome> {
-        match self.payload.keys().find(|k| !keys.contains(&k.as_str())) {
+        match self
+            .request
+            .payload
+            .keys()
+            .find(|k| !keys.contains(&k.as_str()))
+        {
             Some(k) => Err(self.refused(format!(
                 "payload key {} is not admitted by op {}",
                 quote(k),
-                quote(self.op)
+                quote(self.request.op)
             ))),
             None => Ok(()),
         }
     }
 
     fn string(&self, key: &str, required: bool) -> Result<Option<&'a str>, Outcome> {
-        match self.payload.get(key) {
-            Some(Value::String(s)) => Ok(Some(s)),
-            None if !required => Ok(None),
-            None => Err(self.refused(format!("op {} needs payload key \"{key}\"", quote(self.op)))),
-            Some(_) => Err(self.refused(format!(
-                "payload key \"{key}\" of op {} must be a string",
-                quote(self.op)
-            ))),
+        if required {
+            self.request.string(key).map(Some)
+        } else {
+            self.request.optional_string(key)
         }
     }
 
@@ -621,10 +593,10 @@ impl<'a> Fields<'a> {
         let bad = || {
             self.refused(format!(
                 "payload key \"{key}\" of op {} must be an array of strings",
-                quote(self.op)
+                quote(self.request.op)
             ))
         };
-        match self.payload.get(key) {
+        match self.request.payload.get(key) {
             None => Ok(None),
             Some(Value::Array(items)) => items
                 .iter()
@@ -636,19 +608,19 @@ impl<'a> Fields<'a> {
     }
 
     fn string_map(&self, key: &str) -> Result<Option<&'a JsonObject>, Outcome> {
-        match self.payload.get(key) {
+        match self.request.payload.get(key) {
             None => Ok(None),
             Some(Value::Object(m)) if m.values().all(Value::is_string) => Ok(Some(m)),
             Some(_) => Err(self.refused(format!(
                 "payload key \"{key}\" of op {} must be an object of string values",
-                quote(self.op)
+                quote(self.request.op)
             ))),
         }
     }
 
     /// The payload of a policy-tool op (check, discover, cli): admitted keys and their types.
     fn tool_args(&self, kind: Kind) -> Result<(), Outcome> {
-        match (kind, self.op) {
+        match (kind, self.request.op) {
             (Kind::Check, _) => {
                 self.admit(&["op", "path"])?;
                 self.string("path", true).map(drop)
@@ -744,7 +716,7 @@ impl<'a> Fields<'a> {
         } else {
             RUN
         };
-        if expected != self.effect {
+        if expected != self.request.effect {
             return Err(self.refused(format!(
                 "caps [{}] make this run the {expected} effect",
                 caps.join(", ")
@@ -795,54 +767,25 @@ impl EffectHandler for AilangHandler {
                 ))
             }
         };
-        if request.scope != "worktree" {
-            return Outcome::failed(format!(
-                "broker: {effect} refused: scope {} is not \"worktree\"",
-                quote(&request.scope)
-            ));
-        }
-        let Some(payload) = request.payload.as_object() else {
-            return Outcome::failed(format!(
-                "broker: {effect} refused: payload is not a JSON object"
-            ));
-        };
-        for key in payload.keys() {
-            let lower = key.to_lowercase();
-            if let Some(known) = KNOWN_KEYS.iter().find(|k| **k != key && **k == lower) {
-                return Outcome::failed(format!(
-                    "broker: {effect} refused: key {} aliases \"{known}\"",
-                    quote(key)
-                ));
-            }
-        }
-        let op = match payload.get("op") {
-            Some(Value::String(op)) => op.as_str(),
-            Some(_) => {
-                return Outcome::failed(format!(
-                    "broker: {effect} refused: payload key \"op\" must be a string"
-                ))
-            }
-            None => {
-                return Outcome::failed(format!("broker: {effect} refused: payload has no \"op\""))
-            }
-        };
         let allowed: &[&str] = match kind {
             Kind::Check => &["ai_check"],
             Kind::Discover => &["builtins_list", "examples_search"],
             Kind::Cli => &CLI_OPS,
             Kind::Run => &["run"],
         };
-        if !allowed.contains(&op) {
-            return Outcome::failed(format!(
-                "broker: {effect} refuses op {}: not in this effect's op allowlist",
-                quote(op)
-            ));
-        }
-        let fields = Fields {
-            effect,
-            op,
-            payload,
+        let checked = match check(
+            &request,
+            &Rules {
+                ops: allowed,
+                known_keys: &KNOWN_KEYS,
+                quote: Quote::Json,
+            },
+        ) {
+            Ok(checked) => checked,
+            Err(outcome) => return outcome,
         };
+        let (op, payload) = (checked.op, checked.payload);
+        let fields = Fields { request: checked };
         // Per-op payload checks (a payload the plan should never have built is a failure),
         // then the operator gates: all before anything runs.
         let run_args = match kind {
@@ -859,16 +802,10 @@ impl EffectHandler for AilangHandler {
             },
         };
 
-        let Some(worktree) = request.worktree.as_deref() else {
-            return Outcome::failed(format!(
-                "broker: {effect} refused: the request binds no worktree (scope \"worktree\" needs one)"
-            ));
+        let worktree = match checked.worktree() {
+            Ok(w) => w,
+            Err(outcome) => return outcome,
         };
-        if !Path::new(worktree).is_absolute() {
-            return Outcome::failed(format!(
-                "broker: {effect} refused: the bound worktree is not an absolute path"
-            ));
-        }
         if !valid_episode(&request.episode) {
             return Outcome::failed(format!(
                 "broker: {effect} refused: episode {} is not a valid episode name",

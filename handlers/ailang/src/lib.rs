@@ -60,6 +60,7 @@ mod process;
 mod run;
 
 use handler_api::serde_json::Value;
+use handler_api::support::manifest::embedded_transitions;
 use handler_api::{export_plugin, EffectClass, EffectDecl, Host, Manifest, Plugin};
 
 pub use config::{config_schema, net_allow_entry, Config, CAPS, DECLINE, OPERATOR_CAPS};
@@ -114,13 +115,7 @@ impl Plugin for AilangPlugin {
     type Handler = AilangHandler;
 
     fn manifest() -> Result<Manifest, String> {
-        let transitions = TRANSITIONS
-            .iter()
-            .map(|(file, text)| {
-                handler_api::serde_json::from_str::<Value>(text)
-                    .map_err(|e| format!("embedded transition {file} is not valid JSON: {e}"))
-            })
-            .collect::<Result<Vec<Value>, String>>()?;
+        let transitions = embedded_transitions(&TRANSITIONS)?;
         let run_ops = ["run"];
         Ok(Manifest {
             name: "ailang".into(),

@@ -10,7 +10,7 @@
 use std::path::Path;
 
 use handler_api::serde_json::Value;
-use sha2::{Digest, Sha256};
+use handler_api::support::identity::sha256_hex;
 
 use crate::config::CAPS;
 
@@ -139,7 +139,7 @@ impl PolicySpec {
 
 /// Lowercase hex SHA-256.
 pub fn digest(bytes: &[u8]) -> String {
-    hex::encode(Sha256::digest(bytes))
+    sha256_hex(bytes)
 }
 
 /// A TOML basic string. The escapes used (`\"`, `\\`, `\b`, `\t`, `\n`, `\f`, `\r`,

@@ -8,20 +8,9 @@ use common::*;
 use handler_api::serde_json::json;
 use handler_api::{FinishInput, Host, LoadedPlugin, Outcome, Request};
 
-/// `target/<profile>/libworldd_ailang.so`, found from this test binary. Cargo builds the
-/// cdylib with the rlib the tests link, so it is always there and current.
+/// `target/<profile>/libworldd_ailang.so`, found from this test binary.
 fn library() -> PathBuf {
-    let exe = std::env::current_exe().unwrap();
-    let deps = exe.parent().unwrap();
-    let name = format!(
-        "{}worldd_ailang{}",
-        std::env::consts::DLL_PREFIX,
-        std::env::consts::DLL_SUFFIX
-    );
-    [deps.join(&name), deps.parent().unwrap().join(&name)]
-        .into_iter()
-        .find(|p| p.exists())
-        .unwrap_or_else(|| panic!("{name} not found next to {}", deps.display()))
+    handler_test_support::built_library("worldd_ailang")
 }
 
 #[test]

@@ -4,7 +4,8 @@
 use std::path::PathBuf;
 
 use handler_api::serde_json::{json, Value};
-use sha2::{Digest, Sha256};
+use handler_api::support::config::{json_string, object as config_object};
+use handler_api::support::identity::sha256_hex;
 
 /// The prefix of a constructor error that means "not started" (the daemon
 /// skips the plugin with one log line) rather than "bad config".
@@ -103,18 +104,7 @@ impl Policy {
     /// gives [`NO_AUTHOR`], an error starting with [`DECLINED`]; every other
     /// problem is a plain one-line error.
     pub fn from_config(config: &Value) -> Result<Policy, String> {
-        let empty = handler_api::JsonObject::new();
-        let object = match config {
-            Value::Null => &empty,
-            Value::Object(o) => o,
-            _ => return Err("git config must be a JSON object".to_string()),
-        };
-        if let Some(key) = object.keys().find(|k| !KEYS.contains(&k.as_str())) {
-            return Err(format!(
-                "git config: unknown key \"{key}\"; git accepts only: {}",
-                KEYS.join(", ")
-            ));
-        }
+        let object = config_object(config, "git", &KEYS)?;
         let author = match object.get("author") {
             None | Some(Value::Null) => return Err(NO_AUTHOR.to_string()),
             Some(Value::String(s)) if s.trim().is_empty() => return Err(NO_AUTHOR.to_string()),
@@ -168,14 +158,8 @@ impl Policy {
 
     /// Lowercase hex SHA-256 of [`Policy::canonical_json`].
     pub fn digest(&self) -> String {
-        hex::encode(Sha256::digest(self.canonical_json().as_bytes()))
+        sha256_hex(self.canonical_json())
     }
-}
-
-/// A JSON string literal. serde_json's escaping (only `"`, `\` and control
-/// characters, lowercase `\u00xx`) is exactly RFC 8785's for strings.
-fn json_string(s: &str) -> String {
-    Value::String(s.to_string()).to_string()
 }
 
 /// The JSON Schema of the config object (the manifest's `configSchema`).

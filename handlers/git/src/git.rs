@@ -8,6 +8,8 @@ use std::process::{Child, Command, ExitStatus, Stdio};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
+use handler_api::support::output::errno_text;
+
 use crate::config::Author;
 
 /// Most bytes kept of one git run's stdout (and, separately, stderr).
@@ -50,9 +52,9 @@ pub enum RunError {
 impl std::fmt::Display for RunError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            RunError::Spawn(e) => write!(f, "cannot start: {}", crate::handler::errno_text(e)),
+            RunError::Spawn(e) => write!(f, "cannot start: {}", errno_text(e)),
             RunError::Timeout => f.write_str("did not finish in time"),
-            RunError::Io(e) => f.write_str(&crate::handler::errno_text(e)),
+            RunError::Io(e) => f.write_str(&errno_text(e)),
         }
     }
 }

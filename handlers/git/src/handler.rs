@@ -8,11 +8,14 @@ use std::time::{Duration, Instant};
 use cap_std::ambient_authority;
 use cap_std::fs::Dir;
 use handler_api::serde_json::{json, Map, Value};
-use handler_api::{EffectHandler, Host, JsonObject, LogLevel, Outcome, Request};
+use handler_api::support::output::errno_text;
+use handler_api::support::output::Stamp;
+use handler_api::support::request::{check, Quote, Rules};
+use handler_api::{EffectHandler, Host, LogLevel, Outcome, Request};
 
 use crate::config::Policy;
 use crate::git::{Git, Output, RunError};
-use crate::identity::tool_ref;
+use crate::tool_ref;
 
 /// The effect this handler serves.
 pub const COMMIT: &str = "Git.Commit";
@@ -43,12 +46,18 @@ const DEADLINE_MARGIN: Duration = Duration::from_millis(750);
 /// only by case is refused.
 const KNOWN_KEYS: [&str; 3] = ["op", "message", "paths"];
 
+/// The request checks of [`check`].
+const RULES: Rules<'static> = Rules {
+    ops: &["commit"],
+    known_keys: &KNOWN_KEYS,
+    quote: Quote::Plain,
+};
+
 /// The handler object: the effective policy, the git runner and the identity
 /// it stamps.
 pub struct GitHandler {
     policy: Policy,
-    policy_digest: String,
-    tool: String,
+    stamp: Stamp,
     git: Git,
     host: Host,
     /// Keeps a temporary HOME alive (when no `stateDir` was configured).
@@ -59,9 +68,8 @@ impl GitHandler {
     /// A handler committing with `policy` through `git`.
     pub fn new(policy: Policy, git: Git, home: Option<tempfile::TempDir>, host: Host) -> Self {
         GitHandler {
-            policy_digest: policy.digest(),
+            stamp: Stamp::new(tool_ref().0.clone(), policy.digest()),
             policy,
-            tool: tool_ref().0.clone(),
             git,
             host,
             _home: home,
@@ -75,12 +83,12 @@ impl GitHandler {
 
     /// The `tool` ref every output carries.
     pub fn tool(&self) -> &str {
-        &self.tool
+        self.stamp.tool()
     }
 
     /// The `policy_digest` every output carries.
     pub fn policy_digest(&self) -> &str {
-        &self.policy_digest
+        self.stamp.policy_digest()
     }
 
     /// The empty directory git runs with as `HOME`.
@@ -88,18 +96,9 @@ impl GitHandler {
         self.git.home()
     }
 
-    fn output(&self, mut fields: JsonObject) -> Outcome {
-        fields.insert("tool".into(), json!(self.tool));
-        fields.insert("policy_digest".into(), json!(self.policy_digest));
-        Outcome::ok(fields)
-    }
-
     /// `{"ok":false,"refused":…}`: the effect ran and said no.
     fn refuse(&self, message: impl Into<String>) -> Outcome {
-        let mut fields = Map::new();
-        fields.insert("ok".into(), json!(false));
-        fields.insert("refused".into(), json!(message.into()));
-        self.output(fields)
+        self.stamp.refuse(message)
     }
 }
 
@@ -161,20 +160,6 @@ fn check_components(root: &Dir, path: &str, parts: &[&str]) -> Result<(), String
         }
     }
     Ok(())
-}
-
-/// Go-style lowercase error text without the `(os error N)` suffix.
-pub fn errno_text(e: &io::Error) -> String {
-    let text = e.to_string();
-    let text = match text.find(" (os error ") {
-        Some(i) => text[..i].to_string(),
-        None => text,
-    };
-    let mut chars = text.chars();
-    match chars.next() {
-        Some(first) => first.to_lowercase().chain(chars).collect(),
-        None => text,
-    }
 }
 
 impl GitHandler {
@@ -400,7 +385,7 @@ impl GitHandler {
             LogLevel::Debug,
             &format!("git: committed {head} ({total} file(s))"),
         );
-        self.output(fields)
+        self.stamp.ok(fields)
     }
 
     fn after_commit(&self, step: &str, error: RunError) -> Outcome {
@@ -414,18 +399,6 @@ impl GitHandler {
     }
 }
 
-fn alias_check(payload: &JsonObject) -> Option<Outcome> {
-    for key in payload.keys() {
-        let lower = key.to_lowercase();
-        if let Some(known) = KNOWN_KEYS.iter().find(|k| **k != key && **k == lower) {
-            return Some(Outcome::failed(format!(
-                "broker: {COMMIT} refused: key \"{key}\" aliases \"{known}\""
-            )));
-        }
-    }
-    None
-}
-
 impl EffectHandler for GitHandler {
     fn execute(&self, request: Request) -> Outcome {
         let started = Instant::now();
@@ -435,64 +408,22 @@ impl EffectHandler for GitHandler {
                 "broker: the git plugin does not handle effect \"{effect}\""
             ));
         }
-        if request.scope != "worktree" {
-            return Outcome::failed(format!(
-                "broker: {effect} refused: scope \"{}\" is not \"worktree\"",
-                request.scope
-            ));
-        }
-        let Some(payload) = request.payload.as_object() else {
-            return Outcome::failed(format!(
-                "broker: {effect} refused: payload is not a JSON object"
-            ));
+        let checked = match check(&request, &RULES) {
+            Ok(checked) => checked,
+            Err(outcome) => return outcome,
         };
-        if let Some(outcome) = alias_check(payload) {
+        if let Err(outcome) = checked.only_keys(&KNOWN_KEYS) {
             return outcome;
         }
-        let op = match payload.get("op") {
-            Some(Value::String(op)) => op.as_str(),
-            Some(_) => {
-                return Outcome::failed(format!(
-                    "broker: {effect} refused: payload key \"op\" must be a string"
-                ))
-            }
-            None => {
-                return Outcome::failed(format!("broker: {effect} refused: payload has no \"op\""))
-            }
+        let worktree = match checked.worktree() {
+            Ok(w) => w,
+            Err(outcome) => return outcome,
         };
-        if op != "commit" {
-            return Outcome::failed(format!(
-                "broker: {effect} refuses op \"{op}\": not in this effect's op allowlist"
-            ));
-        }
-        if let Some(key) = payload.keys().find(|k| !KNOWN_KEYS.contains(&k.as_str())) {
-            return Outcome::failed(format!(
-                "broker: {effect} refused: op \"commit\" takes no payload key \"{key}\""
-            ));
-        }
-        let Some(worktree) = request.worktree.as_deref() else {
-            return Outcome::failed(format!(
-                "broker: {effect} refused: the request binds no worktree (scope \"worktree\" needs one)"
-            ));
+        let message = match checked.string("message") {
+            Ok(m) => m,
+            Err(outcome) => return outcome,
         };
-        if !Path::new(worktree).is_absolute() {
-            return Outcome::failed(format!(
-                "broker: {effect} refused: the bound worktree is not an absolute path"
-            ));
-        }
-        let message = match payload.get("message") {
-            Some(Value::String(s)) => s.as_str(),
-            Some(_) => {
-                return Outcome::failed(format!(
-                    "broker: {effect} refused: payload key \"message\" of op \"commit\" must be a string"
-                ))
-            }
-            None => {
-                return Outcome::failed(format!(
-                    "broker: {effect} refused: op \"commit\" needs payload key \"message\""
-                ))
-            }
-        };
+        let payload = checked.payload;
         let paths: Option<Vec<&str>> = match payload.get("paths") {
             None => None,
             Some(Value::Array(items)) => {
@@ -529,12 +460,7 @@ impl EffectHandler for GitHandler {
         let mut normalised: Option<Vec<String>> = None;
         let root = match Dir::open_ambient_dir(worktree, ambient_authority()) {
             Ok(d) => d,
-            Err(e) => {
-                return Outcome::failed(format!(
-                    "broker: {effect} failed: the episode's worktree cannot be opened: {}",
-                    errno_text(&e)
-                ))
-            }
+            Err(e) => return checked.worktree_unopenable(&e),
         };
         if let Some(paths) = paths {
             if paths.is_empty() {

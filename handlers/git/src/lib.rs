@@ -80,12 +80,12 @@
 mod config;
 mod git;
 mod handler;
-mod identity;
 
 use std::ffi::OsStr;
 use std::time::{Duration, Instant};
 
 use handler_api::serde_json::Value;
+use handler_api::support::manifest::embedded_transitions;
 use handler_api::{export_plugin, EffectClass, EffectDecl, Host, Manifest, Plugin};
 
 pub use config::{
@@ -95,7 +95,13 @@ pub use handler::{
     GitHandler, COMMIT, MAX_LISTED_FILES, MAX_MESSAGE_BYTES, MAX_PATHS, NOTHING_IN_PATHS,
     NOTHING_TO_COMMIT,
 };
-pub use identity::{tool_ref, ToolSource};
+pub use handler_api::support::identity::ToolSource;
+
+/// `sha256:` + 64 hex identifying this handler build (the plugin library
+/// that ran, found with `dladdr`), and its source. Computed once per process.
+pub fn tool_ref() -> &'static (String, ToolSource) {
+    handler_api::tool_ref!()
+}
 
 /// The transition document this plugin ships.
 pub const GIT_COMMIT_DOCUMENT: &str = include_str!("../../../transitions/git/git-commit.json");
@@ -107,8 +113,7 @@ impl Plugin for GitPlugin {
     type Handler = GitHandler;
 
     fn manifest() -> Result<Manifest, String> {
-        let document = handler_api::serde_json::from_str::<Value>(GIT_COMMIT_DOCUMENT)
-            .map_err(|e| format!("embedded transition git-commit.json is not valid JSON: {e}"))?;
+        let transitions = embedded_transitions(&[("git-commit.json", GIT_COMMIT_DOCUMENT)])?;
         Ok(Manifest {
             name: "git".into(),
             version: env!("CARGO_PKG_VERSION").into(),
@@ -123,7 +128,7 @@ impl Plugin for GitPlugin {
                 description: "Stage the worktree's changes (or the given paths) and record one new commit."
                     .into(),
             }],
-            transitions: vec![document],
+            transitions,
             finish: Vec::new(),
             config_schema: config_schema(),
         })

@@ -7,20 +7,11 @@ use std::path::PathBuf;
 use common::*;
 use handler_api::serde_json::json;
 use handler_api::{LoadedPlugin, Outcome};
+use handler_test_support::{built_library, file_tool_ref};
 
 /// `target/<profile>/libworldd_git.so`, found from this test binary.
 fn library() -> PathBuf {
-    let exe = std::env::current_exe().unwrap();
-    let deps = exe.parent().unwrap();
-    let name = format!(
-        "{}worldd_git{}",
-        std::env::consts::DLL_PREFIX,
-        std::env::consts::DLL_SUFFIX
-    );
-    [deps.join(&name), deps.parent().unwrap().join(&name)]
-        .into_iter()
-        .find(|p| p.exists())
-        .unwrap_or_else(|| panic!("{name} not found next to {}", deps.display()))
+    built_library("worldd_git")
 }
 
 #[test]
@@ -48,13 +39,5 @@ fn the_built_library_loads_and_commits() {
     assert_eq!(output["files"], json!(["lib.txt"]));
     assert_eq!(output["commit"].as_str().unwrap(), f.head());
     // The tool ref is the library file's own sha256.
-    let bytes = std::fs::read(library()).unwrap();
-    use sha2::Digest;
-    assert_eq!(
-        output["tool"],
-        json!(format!(
-            "sha256:{}",
-            hex::encode(sha2::Sha256::digest(bytes))
-        ))
-    );
+    assert_eq!(output["tool"], json!(file_tool_ref(&library())));
 }

@@ -1,45 +1,22 @@
 //! The shipped `git-commit` document: it loads with the broker's validator
 //! and plans what the handler expects; the manifest describes the plugin.
 
-use broker_core::plan::{plan, Plan};
 use broker_core::transition::Transition;
 use handler_api::serde_json::{json, Value};
 use handler_api::{EffectClass, Host, LoadedPlugin, Plugin};
+use handler_test_support::{planned_payload, planned_refusal, shipped_document};
 use worldd_git::{GitPlugin, GIT_COMMIT_DOCUMENT};
 
 fn document() -> Transition {
-    let bytes = std::fs::read(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../../transitions/git/git-commit.json"
-    ))
-    .unwrap();
-    assert_eq!(
-        bytes,
-        GIT_COMMIT_DOCUMENT.as_bytes(),
-        "the embedded copy is current"
-    );
-    Transition::from_slice(&bytes).unwrap_or_else(|e| panic!("{e}"))
+    shipped_document("git/git-commit.json", GIT_COMMIT_DOCUMENT)
 }
 
 fn payload(args: Value) -> Value {
-    match plan(&document(), &args) {
-        Plan::Effect { effect, finish } => {
-            assert!(!finish);
-            assert_eq!(
-                (effect.effect.as_str(), effect.scope.as_str(), effect.cost),
-                ("Git.Commit", "worktree", 1)
-            );
-            Value::Object(effect.payload)
-        }
-        Plan::Refused { message } => panic!("refused: {message}"),
-    }
+    planned_payload(&document(), &args, "Git.Commit")
 }
 
 fn refusal(args: Value) -> String {
-    plan(&document(), &args)
-        .refusal()
-        .unwrap_or_else(|| panic!("{args} was not refused"))
-        .to_string()
+    planned_refusal(&document(), &args)
 }
 
 #[test]

@@ -2,7 +2,8 @@
 //! policy's digest.
 
 use handler_api::serde_json::{json, Value};
-use sha2::{Digest, Sha256};
+use handler_api::support::config::object as config_object;
+use handler_api::support::identity::sha256_hex;
 
 /// Default largest bundle file read from the worktree: 1 MiB.
 pub const DEFAULT_MAX_BUNDLE_BYTES: u64 = 1 << 20;
@@ -40,18 +41,7 @@ impl Policy {
     /// Validate the operator's config object (`null` = all defaults).
     /// Errors are one line, for the daemon to print before refusing to start.
     pub fn from_config(config: &Value) -> Result<Policy, String> {
-        let empty = handler_api::JsonObject::new();
-        let object = match config {
-            Value::Null => &empty,
-            Value::Object(o) => o,
-            _ => return Err("registry config must be a JSON object".to_string()),
-        };
-        if let Some(key) = object.keys().find(|k| !KEYS.contains(&k.as_str())) {
-            return Err(format!(
-                "registry config: unknown key \"{key}\"; registry accepts only: {}",
-                KEYS.join(", ")
-            ));
-        }
+        let object = config_object(config, "registry", &KEYS)?;
         Ok(Policy {
             max_bundle_bytes: limit(
                 object.get("maxBundleBytes"),
@@ -80,7 +70,7 @@ impl Policy {
 
     /// Lowercase hex SHA-256 of [`Policy::canonical_json`].
     pub fn digest(&self) -> String {
-        hex::encode(Sha256::digest(self.canonical_json().as_bytes()))
+        sha256_hex(self.canonical_json())
     }
 }
 

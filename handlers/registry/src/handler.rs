@@ -2,16 +2,17 @@
 //! the output objects.
 
 use std::io::{self, Read};
-use std::path::Path;
 
 use cap_std::ambient_authority;
 use cap_std::fs::{Dir, OpenOptions, OpenOptionsExt};
 use handler_api::serde_json::{json, Map, Value};
-use handler_api::{EffectHandler, Host, JsonObject, LogLevel, Outcome, Request, NO_PUBLISH};
+use handler_api::support::output::{errno_text, Stamp};
+use handler_api::support::request::{check, Checked, Quote, Rules};
+use handler_api::{EffectHandler, Host, LogLevel, Outcome, Request, NO_PUBLISH};
 
 use crate::bundle;
 use crate::config::Policy;
-use crate::identity::tool_ref;
+use crate::tool_ref;
 
 /// The effect this handler serves.
 pub const PUBLISH: &str = "Registry.Publish";
@@ -19,6 +20,13 @@ pub const PUBLISH: &str = "Registry.Publish";
 /// The payload keys this handler reads; a key that differs from one of them
 /// only by case is refused.
 const KNOWN_KEYS: [&str; 3] = ["op", "path", "bundle"];
+
+/// The request checks of [`check`].
+const RULES: Rules<'static> = Rules {
+    ops: &["publish"],
+    known_keys: &KNOWN_KEYS,
+    quote: Quote::Plain,
+};
 
 /// Output keys the handler owns; a host answer cannot overwrite them.
 const RESERVED: [&str; 5] = ["ok", "refused", "tool", "policy_digest", "world"];
@@ -30,23 +38,8 @@ const HOST_FAILED: &str = "publishing failed: ";
 /// and the identity it stamps.
 pub struct RegistryHandler {
     policy: Policy,
-    policy_digest: String,
-    tool: String,
+    stamp: Stamp,
     host: Host,
-}
-
-/// Go-style lowercase error text without the `(os error N)` suffix.
-pub fn errno_text(e: &io::Error) -> String {
-    let text = e.to_string();
-    let text = match text.find(" (os error ") {
-        Some(i) => text[..i].to_string(),
-        None => text,
-    };
-    let mut chars = text.chars();
-    match chars.next() {
-        Some(first) => first.to_lowercase().chain(chars).collect(),
-        None => text,
-    }
 }
 
 /// Whether `path` climbs above the root lexically (or is absolute).
@@ -72,9 +65,8 @@ impl RegistryHandler {
     /// A handler enforcing `policy`, publishing through `host`.
     pub fn new(policy: Policy, host: Host) -> RegistryHandler {
         RegistryHandler {
-            policy_digest: policy.digest(),
+            stamp: Stamp::new(tool_ref().0.clone(), policy.digest()),
             policy,
-            tool: tool_ref().0.clone(),
             host,
         }
     }
@@ -86,31 +78,27 @@ impl RegistryHandler {
 
     /// The `tool` ref every output carries.
     pub fn tool(&self) -> &str {
-        &self.tool
+        self.stamp.tool()
     }
 
     /// The `policy_digest` every output carries.
     pub fn policy_digest(&self) -> &str {
-        &self.policy_digest
-    }
-
-    fn output(&self, mut fields: JsonObject) -> Outcome {
-        fields.insert("tool".into(), json!(self.tool));
-        fields.insert("policy_digest".into(), json!(self.policy_digest));
-        Outcome::ok(fields)
+        self.stamp.policy_digest()
     }
 
     /// `{"ok":false,"refused":…}`: the effect ran and said no.
     fn refuse(&self, message: impl Into<String>) -> Outcome {
-        let mut fields = Map::new();
-        fields.insert("ok".into(), json!(false));
-        fields.insert("refused".into(), json!(message.into()));
-        self.output(fields)
+        self.stamp.refuse(message)
     }
 
     /// Read and parse a bundle file of the worktree, confined to it by a
     /// cap-std capability (no `..`, absolute path or symlink leads out).
-    fn read_bundle(&self, worktree: &str, path: &str) -> Result<Value, Outcome> {
+    fn read_bundle(
+        &self,
+        request: &Checked<'_>,
+        worktree: &str,
+        path: &str,
+    ) -> Result<Value, Outcome> {
         if path.is_empty() {
             return Err(self.refuse("publish: the path is empty"));
         }
@@ -128,12 +116,8 @@ impl RegistryHandler {
         if escapes(path) {
             return Err(escape());
         }
-        let root = Dir::open_ambient_dir(worktree, ambient_authority()).map_err(|e| {
-            Outcome::failed(format!(
-                "broker: {PUBLISH} failed: the episode's worktree cannot be opened: {}",
-                errno_text(&e)
-            ))
-        })?;
+        let root = Dir::open_ambient_dir(worktree, ambient_authority())
+            .map_err(|e| request.worktree_unopenable(&e))?;
         let mut options = OpenOptions::new();
         // Non-blocking: a FIFO planted in the worktree must not hang the call.
         options.read(true).custom_flags(libc::O_NONBLOCK);
@@ -223,7 +207,7 @@ impl RegistryHandler {
                 fields.insert("answer".into(), json!(answer));
             }
         }
-        self.output(fields)
+        self.stamp.ok(fields)
     }
 }
 
@@ -235,73 +219,35 @@ impl EffectHandler for RegistryHandler {
                 "broker: the registry plugin does not handle effect \"{effect}\""
             ));
         }
-        if request.scope != "worktree" {
-            return Outcome::failed(format!(
-                "broker: {effect} refused: scope \"{}\" is not \"worktree\"",
-                request.scope
-            ));
-        }
-        let Some(payload) = request.payload.as_object() else {
-            return Outcome::failed(format!(
-                "broker: {effect} refused: payload is not a JSON object"
-            ));
+        let checked = match check(&request, &RULES) {
+            Ok(checked) => checked,
+            Err(outcome) => return outcome,
         };
-        for key in payload.keys() {
-            let lower = key.to_lowercase();
-            if let Some(known) = KNOWN_KEYS.iter().find(|k| **k != key && **k == lower) {
-                return Outcome::failed(format!(
-                    "broker: {effect} refused: key \"{key}\" aliases \"{known}\""
-                ));
-            }
+        if let Err(outcome) = checked.only_keys(&KNOWN_KEYS) {
+            return outcome;
         }
-        let op = match payload.get("op") {
-            Some(Value::String(op)) => op.as_str(),
-            Some(_) => {
-                return Outcome::failed(format!(
-                    "broker: {effect} refused: payload key \"op\" must be a string"
-                ))
-            }
-            None => {
-                return Outcome::failed(format!("broker: {effect} refused: payload has no \"op\""))
-            }
-        };
-        if op != "publish" {
-            return Outcome::failed(format!(
-                "broker: {effect} refuses op \"{op}\": not in this effect's op allowlist"
-            ));
-        }
-        if let Some(key) = payload.keys().find(|k| !KNOWN_KEYS.contains(&k.as_str())) {
-            return Outcome::failed(format!(
-                "broker: {effect} refused: op \"publish\" takes no payload key \"{key}\""
-            ));
-        }
+        let payload = checked.payload;
         match (payload.get("path"), payload.get("bundle")) {
             (Some(Value::String(path)), None) => {
-                let Some(worktree) = request.worktree.as_deref() else {
-                    return Outcome::failed(format!(
-                        "broker: {effect} refused: the request binds no worktree (scope \"worktree\" needs one)"
-                    ));
+                let worktree = match checked.worktree() {
+                    Ok(w) => w,
+                    Err(outcome) => return outcome,
                 };
-                if !Path::new(worktree).is_absolute() {
-                    return Outcome::failed(format!(
-                        "broker: {effect} refused: the bound worktree is not an absolute path"
-                    ));
-                }
-                match self.read_bundle(worktree, path) {
+                match self.read_bundle(&checked, worktree, path) {
                     Ok(bundle) => self.publish(&bundle),
                     Err(outcome) => outcome,
                 }
             }
             (None, Some(bundle @ Value::Object(_))) => self.publish(bundle),
-            (Some(_), None) => Outcome::failed(format!(
-                "broker: {effect} refused: payload key \"path\" of op \"publish\" must be a string"
-            )),
-            (None, Some(_)) => Outcome::failed(format!(
-                "broker: {effect} refused: payload key \"bundle\" of op \"publish\" must be a JSON object"
-            )),
-            _ => Outcome::failed(format!(
-                "broker: {effect} refused: op \"publish\" needs exactly one of payload keys \"path\" and \"bundle\""
-            )),
+            (Some(_), None) => {
+                checked.refused("payload key \"path\" of op \"publish\" must be a string")
+            }
+            (None, Some(_)) => {
+                checked.refused("payload key \"bundle\" of op \"publish\" must be a JSON object")
+            }
+            _ => checked.refused(
+                "op \"publish\" needs exactly one of payload keys \"path\" and \"bundle\"",
+            ),
         }
     }
 }

@@ -63,9 +63,9 @@
 mod bundle;
 mod config;
 mod handler;
-mod identity;
 
 use handler_api::serde_json::Value;
+use handler_api::support::manifest::embedded_transitions;
 use handler_api::{export_plugin, EffectClass, EffectDecl, Host, Manifest, Plugin};
 
 pub use bundle::{check as check_bundle, mcp_name, valid_id, MAX_MCP_NAME};
@@ -74,7 +74,13 @@ pub use config::{
     MAX_BUNDLE_BYTES_CEILING, MAX_DOCUMENTS_CEILING,
 };
 pub use handler::{RegistryHandler, PUBLISH};
-pub use identity::{tool_ref, ToolSource};
+pub use handler_api::support::identity::ToolSource;
+
+/// `sha256:` + 64 hex identifying this handler build (the plugin library
+/// that ran, found with `dladdr`), and its source. Computed once per process.
+pub fn tool_ref() -> &'static (String, ToolSource) {
+    handler_api::tool_ref!()
+}
 
 /// The transition document this plugin ships.
 pub const REGISTRY_PUBLISH_DOCUMENT: &str =
@@ -87,10 +93,8 @@ impl Plugin for RegistryPlugin {
     type Handler = RegistryHandler;
 
     fn manifest() -> Result<Manifest, String> {
-        let document = handler_api::serde_json::from_str::<Value>(REGISTRY_PUBLISH_DOCUMENT)
-            .map_err(|e| {
-                format!("embedded transition registry-publish.json is not valid JSON: {e}")
-            })?;
+        let transitions =
+            embedded_transitions(&[("registry-publish.json", REGISTRY_PUBLISH_DOCUMENT)])?;
         Ok(Manifest {
             name: "registry".into(),
             version: env!("CARGO_PKG_VERSION").into(),
@@ -106,7 +110,7 @@ impl Plugin for RegistryPlugin {
                     "Validate a bundle of transition documents and publish it as a new registry revision."
                         .into(),
             }],
-            transitions: vec![document],
+            transitions,
             finish: Vec::new(),
             config_schema: config_schema(),
         })

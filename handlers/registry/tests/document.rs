@@ -4,45 +4,24 @@
 
 use std::path::PathBuf;
 
-use broker_core::plan::{plan, Plan};
 use broker_core::transition::Transition;
 use handler_api::serde_json::{json, Value};
-use handler_api::{EffectClass, Host, LoadedPlugin, Plugin};
+use handler_api::{EffectClass, Host, LoadedPlugin, Outcome, Plugin, Request};
+use handler_test_support::{
+    built_library, file_tool_ref, planned_payload, planned_refusal, shipped_document,
+};
 use worldd_registry::{RegistryPlugin, REGISTRY_PUBLISH_DOCUMENT};
 
 fn document() -> Transition {
-    let bytes = std::fs::read(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../../transitions/registry/registry-publish.json"
-    ))
-    .unwrap();
-    assert_eq!(
-        bytes,
-        REGISTRY_PUBLISH_DOCUMENT.as_bytes(),
-        "the embedded copy is current"
-    );
-    Transition::from_slice(&bytes).unwrap_or_else(|e| panic!("{e}"))
+    shipped_document("registry/registry-publish.json", REGISTRY_PUBLISH_DOCUMENT)
 }
 
 fn payload(args: Value) -> Value {
-    match plan(&document(), &args) {
-        Plan::Effect { effect, finish } => {
-            assert!(!finish);
-            assert_eq!(
-                (effect.effect.as_str(), effect.scope.as_str(), effect.cost),
-                ("Registry.Publish", "worktree", 1)
-            );
-            Value::Object(effect.payload)
-        }
-        Plan::Refused { message } => panic!("refused: {message}"),
-    }
+    planned_payload(&document(), &args, "Registry.Publish")
 }
 
 fn refusal(args: Value) -> String {
-    plan(&document(), &args)
-        .refusal()
-        .unwrap_or_else(|| panic!("{args} was not refused"))
-        .to_string()
+    planned_refusal(&document(), &args)
 }
 
 #[test]
@@ -101,18 +80,9 @@ fn the_manifest_describes_the_plugin() {
     assert!(m.config_schema["properties"].get("stateDir").is_none());
 }
 
+/// `target/<profile>/libworldd_registry.so`, found from this test binary.
 fn library() -> PathBuf {
-    let exe = std::env::current_exe().unwrap();
-    let deps = exe.parent().unwrap();
-    let name = format!(
-        "{}worldd_registry{}",
-        std::env::consts::DLL_PREFIX,
-        std::env::consts::DLL_SUFFIX
-    );
-    [deps.join(&name), deps.parent().unwrap().join(&name)]
-        .into_iter()
-        .find(|p| p.exists())
-        .unwrap_or_else(|| panic!("{name} not found next to {}", deps.display()))
+    built_library("worldd_registry")
 }
 
 #[test]
@@ -132,4 +102,30 @@ fn the_built_library_loads() {
         err,
         "registry config: unknown key \"bogus\"; registry accepts only: maxBundleBytes, maxDocuments"
     );
+}
+
+#[test]
+fn the_built_library_stamps_its_own_sha256() {
+    let library = library();
+    let plugin = LoadedPlugin::load(&library).unwrap_or_else(|e| panic!("{e}\n{}", e.detail()));
+    let handler = plugin
+        .new_handler(&json!({}), Host::noop().callbacks())
+        .unwrap();
+    // A bundle the handler itself refuses: stamped, and no host call needed.
+    let request = Request {
+        invocation_id: "inv-1".into(),
+        episode: "ep".into(),
+        worktree: None,
+        effect: "Registry.Publish".into(),
+        scope: "worktree".into(),
+        cost: 1,
+        payload: json!({"op": "publish", "bundle": {"transitions": []}}),
+        deadline_ms: 10_000,
+    };
+    let Outcome::Ok { output } = handler.execute(&request) else {
+        panic!("publish did not answer ok")
+    };
+    assert_eq!(output["ok"], json!(false), "{output:?}");
+    // Inside the real plugin, `tool` is the SHA-256 of the library file.
+    assert_eq!(output["tool"], json!(file_tool_ref(&library)));
 }

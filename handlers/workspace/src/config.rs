@@ -3,7 +3,8 @@
 
 use globset::{Glob, GlobBuilder, GlobSet, GlobSetBuilder};
 use handler_api::serde_json::{json, Value};
-use sha2::{Digest, Sha256};
+use handler_api::support::config::{json_string, object as config_object};
+use handler_api::support::identity::sha256_hex;
 
 /// The reference daemon's `fs_deny_write` list: paths an agent may read but
 /// never write (CI config, agent settings, git plumbing files, the AILANG
@@ -50,18 +51,7 @@ impl Policy {
     /// Validate the operator's config object. `null` means "all defaults".
     /// Errors are one line, for the daemon to print before refusing to start.
     pub fn from_config(config: &Value) -> Result<Policy, String> {
-        let empty = handler_api::JsonObject::new();
-        let object = match config {
-            Value::Null => &empty,
-            Value::Object(o) => o,
-            _ => return Err("workspace config must be a JSON object".to_string()),
-        };
-        if let Some(key) = object.keys().find(|k| !KEYS.contains(&k.as_str())) {
-            return Err(format!(
-                "workspace config: unknown key \"{key}\"; workspace accepts only: {}",
-                KEYS.join(", ")
-            ));
-        }
+        let object = config_object(config, "workspace", &KEYS)?;
         let deny_write = match object.get("denyWrite") {
             None => DEFAULT_DENY_WRITE.iter().map(|s| s.to_string()).collect(),
             Some(Value::Array(items)) => items
@@ -146,14 +136,8 @@ impl Policy {
 
     /// Lowercase hex SHA-256 of [`Policy::canonical_json`].
     pub fn digest(&self) -> String {
-        hex::encode(Sha256::digest(self.canonical_json().as_bytes()))
+        sha256_hex(self.canonical_json())
     }
-}
-
-/// A JSON string literal. serde_json's escaping (only `"`, `\` and control
-/// characters, lowercase `\u00xx`) is exactly RFC 8785's for strings.
-fn json_string(s: &str) -> String {
-    Value::String(s.to_string()).to_string()
 }
 
 fn compile(pattern: &str) -> Result<Glob, String> {

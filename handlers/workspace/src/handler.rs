@@ -4,11 +4,13 @@
 use std::path::Path;
 
 use handler_api::serde_json::{json, Map, Value};
-use handler_api::{EffectHandler, Host, JsonObject, LogLevel, Outcome, Request};
+use handler_api::support::output::Stamp;
+use handler_api::support::request::{check, Quote, Rules};
+use handler_api::{EffectHandler, Host, LogLevel, Outcome, Request};
 
 use crate::config::Policy;
-use crate::identity::tool_ref;
 use crate::sandbox::{errno_text, lexical, PathError, Sandbox, Target, WriteError};
+use crate::tool_ref;
 
 /// Effect names.
 pub const READ: &str = "Workspace.Read";
@@ -26,8 +28,7 @@ const ATTEMPTS: usize = 3;
 /// The handler object: an effective policy and the identity it stamps.
 pub struct WorkspaceHandler {
     policy: Policy,
-    policy_digest: String,
-    tool: String,
+    stamp: Stamp,
     host: Host,
 }
 
@@ -35,9 +36,8 @@ impl WorkspaceHandler {
     /// A handler enforcing `policy`.
     pub fn new(policy: Policy, host: Host) -> WorkspaceHandler {
         WorkspaceHandler {
-            policy_digest: policy.digest(),
+            stamp: Stamp::new(tool_ref().0.clone(), policy.digest()),
             policy,
-            tool: tool_ref().0.clone(),
             host,
         }
     }
@@ -49,26 +49,17 @@ impl WorkspaceHandler {
 
     /// The `tool` ref every output carries.
     pub fn tool(&self) -> &str {
-        &self.tool
+        self.stamp.tool()
     }
 
     /// The `policy_digest` every output carries.
     pub fn policy_digest(&self) -> &str {
-        &self.policy_digest
-    }
-
-    fn output(&self, mut fields: JsonObject) -> Outcome {
-        fields.insert("tool".into(), json!(self.tool));
-        fields.insert("policy_digest".into(), json!(self.policy_digest));
-        Outcome::ok(fields)
+        self.stamp.policy_digest()
     }
 
     /// `{"ok":false,"refused":…}`: the effect ran and said no.
     fn refuse(&self, message: String) -> Outcome {
-        let mut fields = Map::new();
-        fields.insert("ok".into(), json!(false));
-        fields.insert("refused".into(), json!(message));
-        self.output(fields)
+        self.stamp.refuse(message)
     }
 
     fn success(&self, extra: &[(&str, Value)]) -> Outcome {
@@ -77,7 +68,7 @@ impl WorkspaceHandler {
         for (k, v) in extra {
             fields.insert((*k).to_string(), v.clone());
         }
-        self.output(fields)
+        self.stamp.ok(fields)
     }
 
     /// The refusal for a path problem, in the reference's words.
@@ -266,20 +257,6 @@ fn overlaps(haystack: &str, needle: &str) -> bool {
         .is_some_and(|next| at + step + next < at + needle.len())
 }
 
-/// A string argument of the payload, or the `failed` outcome for a payload
-/// the plan should never have built.
-fn arg<'a>(effect: &str, op: &str, payload: &'a JsonObject, key: &str) -> Result<&'a str, Outcome> {
-    match payload.get(key) {
-        Some(Value::String(s)) => Ok(s),
-        Some(_) => Err(Outcome::failed(format!(
-            "broker: {effect} refused: payload key \"{key}\" of op \"{op}\" must be a string"
-        ))),
-        None => Err(Outcome::failed(format!(
-            "broker: {effect} refused: op \"{op}\" needs payload key \"{key}\""
-        ))),
-    }
-}
-
 impl EffectHandler for WorkspaceHandler {
     fn execute(&self, request: Request) -> Outcome {
         let effect = request.effect.as_str();
@@ -292,52 +269,23 @@ impl EffectHandler for WorkspaceHandler {
                 ))
             }
         };
-        if request.scope != "worktree" {
-            return Outcome::failed(format!(
-                "broker: {effect} refused: scope \"{}\" is not \"worktree\"",
-                request.scope
-            ));
-        }
-        let Some(payload) = request.payload.as_object() else {
-            return Outcome::failed(format!(
-                "broker: {effect} refused: payload is not a JSON object"
-            ));
+        let checked = match check(
+            &request,
+            &Rules {
+                ops,
+                known_keys: &KNOWN_KEYS,
+                quote: Quote::Plain,
+            },
+        ) {
+            Ok(checked) => checked,
+            Err(outcome) => return outcome,
         };
-        for key in payload.keys() {
-            let lower = key.to_lowercase();
-            if let Some(known) = KNOWN_KEYS.iter().find(|k| **k != key && **k == lower) {
-                return Outcome::failed(format!(
-                    "broker: {effect} refused: key \"{key}\" aliases \"{known}\""
-                ));
-            }
-        }
-        let op = match payload.get("op") {
-            Some(Value::String(op)) => op.as_str(),
-            Some(_) => {
-                return Outcome::failed(format!(
-                    "broker: {effect} refused: payload key \"op\" must be a string"
-                ))
-            }
-            None => {
-                return Outcome::failed(format!("broker: {effect} refused: payload has no \"op\""))
-            }
+        let op = checked.op;
+        let worktree = match checked.worktree() {
+            Ok(w) => w,
+            Err(outcome) => return outcome,
         };
-        if !ops.contains(&op) {
-            return Outcome::failed(format!(
-                "broker: {effect} refuses op \"{op}\": not in this effect's op allowlist"
-            ));
-        }
-        let Some(worktree) = request.worktree.as_deref() else {
-            return Outcome::failed(format!(
-                "broker: {effect} refused: the request binds no worktree (scope \"worktree\" needs one)"
-            ));
-        };
-        if !Path::new(worktree).is_absolute() {
-            return Outcome::failed(format!(
-                "broker: {effect} refused: the bound worktree is not an absolute path"
-            ));
-        }
-        let path = match arg(effect, op, payload, "path") {
+        let path = match checked.string("path") {
             Ok(p) => p,
             Err(outcome) => return outcome,
         };
@@ -352,26 +300,21 @@ impl EffectHandler for WorkspaceHandler {
             Ok(s) => s,
             // The daemon checked the worktree when it bound it; if it is gone
             // now, the effect could not run at all. No host path in the text.
-            Err(e) => {
-                return Outcome::failed(format!(
-                    "broker: {effect} failed: the episode's worktree cannot be opened: {}",
-                    errno_text(&e)
-                ))
-            }
+            Err(e) => return checked.worktree_unopenable(&e),
         };
         match op {
             "read" => self.read(&sandbox, path),
-            "write" => match arg(effect, op, payload, "content") {
+            "write" => match checked.string("content") {
                 Ok(content) => self.write(&sandbox, path, content),
                 Err(outcome) => outcome,
             },
             // The only op left after the allowlist check.
             _ => {
-                let old_text = match arg(effect, op, payload, "old_text") {
+                let old_text = match checked.string("old_text") {
                     Ok(s) => s,
                     Err(outcome) => return outcome,
                 };
-                let new_text = match arg(effect, op, payload, "new_text") {
+                let new_text = match checked.string("new_text") {
                     Ok(s) => s,
                     Err(outcome) => return outcome,
                 };

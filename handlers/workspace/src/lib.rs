@@ -96,10 +96,10 @@
 
 mod config;
 mod handler;
-mod identity;
 mod sandbox;
 
 use handler_api::serde_json::Value;
+use handler_api::support::manifest::embedded_transitions;
 use handler_api::{export_plugin, EffectClass, EffectDecl, Host, Manifest, Plugin};
 
 pub use config::{
@@ -107,7 +107,14 @@ pub use config::{
     LIMIT_CEILING,
 };
 pub use handler::{WorkspaceHandler, READ, WRITE};
-pub use identity::{tool_ref, ToolSource};
+pub use handler_api::support::identity::ToolSource;
+
+/// `sha256:` + 64 hex identifying this handler build (the library the code
+/// was loaded from, see the crate docs), and its source. Computed once per
+/// process.
+pub fn tool_ref() -> &'static (String, ToolSource) {
+    handler_api::tool_ref!()
+}
 
 /// The transition documents this plugin ships, by file name.
 const TRANSITIONS: [(&str, &str); 3] = [
@@ -132,13 +139,7 @@ impl Plugin for WorkspacePlugin {
     type Handler = WorkspaceHandler;
 
     fn manifest() -> Result<Manifest, String> {
-        let transitions = TRANSITIONS
-            .iter()
-            .map(|(file, text)| {
-                handler_api::serde_json::from_str::<Value>(text)
-                    .map_err(|e| format!("embedded transition {file} is not valid JSON: {e}"))
-            })
-            .collect::<Result<Vec<Value>, String>>()?;
+        let transitions = embedded_transitions(&TRANSITIONS)?;
         Ok(Manifest {
             name: "workspace".into(),
             version: env!("CARGO_PKG_VERSION").into(),

@@ -40,6 +40,8 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use cap_fs_ext::{DirExt, FollowSymlinks, OpenOptionsFollowExt, OpenOptionsMaybeDirExt};
 use cap_std::ambient_authority;
 use cap_std::fs::{Dir, File, OpenOptions, OpenOptionsExt, Permissions};
+/// An errno-style text as Go prints it: `no such file or directory`.
+pub use handler_api::support::output::errno_text;
 
 /// Symlinks followed in one resolution before giving up (Linux's limit).
 const MAX_SYMLINK_HOPS: usize = 40;
@@ -75,20 +77,6 @@ impl From<io::Error> for PathError {
             return PathError::Escape;
         }
         PathError::Io(e)
-    }
-}
-
-/// An errno-style text as Go prints it: `no such file or directory`.
-pub fn errno_text(e: &io::Error) -> String {
-    let text = e.to_string();
-    let text = match text.find(" (os error ") {
-        Some(i) => text[..i].to_string(),
-        None => text,
-    };
-    let mut chars = text.chars();
-    match chars.next() {
-        Some(first) => first.to_lowercase().chain(chars).collect(),
-        None => text,
     }
 }
 

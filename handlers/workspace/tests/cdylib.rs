@@ -6,23 +6,11 @@ use std::sync::{Arc, Mutex};
 
 use handler_api::serde_json::json;
 use handler_api::{host_callbacks, HostServices, LoadedPlugin, LogLevel, Outcome, Request};
-use sha2::{Digest, Sha256};
+use handler_test_support::{built_library, file_tool_ref};
 
-/// `target/<profile>/libworldd_workspace.so`, found from this test binary
-/// (`target/<profile>/deps/cdylib-<hash>`). Cargo builds the cdylib with the
-/// rlib the tests link, so it is always there and current.
+/// `target/<profile>/libworldd_workspace.so`, found from this test binary.
 fn library() -> PathBuf {
-    let exe = std::env::current_exe().unwrap();
-    let deps = exe.parent().unwrap();
-    let name = format!(
-        "{}worldd_workspace{}",
-        std::env::consts::DLL_PREFIX,
-        std::env::consts::DLL_SUFFIX
-    );
-    [deps.join(&name), deps.parent().unwrap().join(&name)]
-        .into_iter()
-        .find(|p| p.exists())
-        .unwrap_or_else(|| panic!("{name} not found next to {}", deps.display()))
+    built_library("worldd_workspace")
 }
 
 #[derive(Default)]
@@ -68,11 +56,7 @@ fn the_built_library_loads_and_serves_a_read() {
     assert_eq!(output["ok"], json!(true));
     assert_eq!(output["content"], json!("module hello\n"));
     // Inside the real plugin, `tool` is the SHA-256 of the library file.
-    let bytes = fs::read(&path).unwrap();
-    assert_eq!(
-        output["tool"],
-        json!(format!("sha256:{}", hex::encode(Sha256::digest(&bytes))))
-    );
+    assert_eq!(output["tool"], json!(file_tool_ref(&path)));
 
     // A second load of the same file gives a working module too (no
     // per-type caching in the loader).

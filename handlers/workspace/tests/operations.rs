@@ -8,7 +8,7 @@ use std::os::unix::fs::PermissionsExt;
 use common::*;
 use handler_api::serde_json::{json, Value};
 use handler_api::{EffectClass, Host, Outcome, Plugin};
-use sha2::{Digest, Sha256};
+use handler_test_support::sha256_hex;
 use worldd_workspace::{Policy, WorkspacePlugin, DEFAULT_MAX_READ_BYTES};
 
 fn is_sha256_ref(s: &str) -> bool {
@@ -597,10 +597,7 @@ fn policy_digest_is_sha256_of_the_canonical_policy() {
          \"maxReadBytes\":786432,\"maxWriteBytes\":8388608,\"policy\":\"worldd/workspace-policy/v1\",\
          \"readOnly\":[\".git/\"],\"sandbox\":\"worktree\"}"
     );
-    assert_eq!(
-        policy.digest(),
-        hex::encode(Sha256::digest(canonical.as_bytes()))
-    );
+    assert_eq!(policy.digest(), sha256_hex(canonical.as_bytes()));
     // The canonical form is valid JSON with sorted keys.
     let parsed: Value = handler_api::serde_json::from_str(&canonical).unwrap();
     assert_eq!(parsed["maxReadBytes"], json!(786432));

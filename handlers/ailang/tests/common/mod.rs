@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 
 use handler_api::serde_json::{json, Value};
 use handler_api::{EffectHandler, Host, JsonObject, Outcome, Plugin, Request};
-use sha2::{Digest, Sha256};
+pub use handler_test_support::sha256_hex;
 use worldd_ailang::{AilangHandler, AilangPlugin};
 
 /// The stand-in script (never shipped).
@@ -17,10 +17,6 @@ pub fn standin() -> PathBuf {
         .join("../../tests/ailang-standin/ailang")
         .canonicalize()
         .expect("tests/ailang-standin/ailang exists")
-}
-
-pub fn sha256_hex(bytes: &[u8]) -> String {
-    hex::encode(Sha256::digest(bytes))
 }
 
 /// A program printing one line with IO.
