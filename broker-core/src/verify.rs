@@ -668,13 +668,44 @@ pub fn audit_store(store: &Store) -> Result<StoreAudit, VerifyError> {
             head.world.revision, last
         ));
     }
-    for i in 0..=last.unwrap_or(0) {
-        let report = store.read(|r| Ok::<_, VerifyError>(verify_in(r, i, "doctor".into())))?;
-        audit.entries += 1;
-        if let Some(l) = report.links.iter().find(|l| !l.ok) {
-            audit.broken.push((i, format!("{}: {}", l.kind, l.detail)));
-        }
+    // Entries verify independently: split the log across the cores, one read transaction per
+    // chunk (LMDB readers never block each other or the writer).
+    let total = last.map_or(0, |l| l + 1);
+    let workers = std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .clamp(1, 16) as u64;
+    let chunk = total.div_ceil(workers).max(1);
+    let results: Vec<Result<Vec<(u64, String)>, VerifyError>> = std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..workers)
+            .map(|w| {
+                let (from, to) = (w * chunk, ((w + 1) * chunk).min(total));
+                scope.spawn(move || {
+                    store.read(|r| {
+                        let mut broken = Vec::new();
+                        for i in from..to {
+                            let report = verify_in(r, i, String::new());
+                            if let Some(l) = report.links.iter().find(|l| !l.ok) {
+                                broken.push((i, format!("{}: {}", l.kind, l.detail)));
+                            }
+                        }
+                        Ok::<_, VerifyError>(broken)
+                    })
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| {
+                h.join()
+                    .unwrap_or_else(|_| Err(VerifyError::NotFound("a verifier thread".into())))
+            })
+            .collect()
+    });
+    audit.entries = total;
+    for r in results {
+        audit.broken.extend(r?);
     }
+    audit.broken.sort_by_key(|(i, _)| *i);
     let (findings, n) = store
         .read(crate::journal::audit)
         .map_err(|e| VerifyError::NotFound(format!("a readable journal ({e})")))?;

@@ -845,8 +845,12 @@ fn doctor_passes_a_healthy_store_and_exits_3_on_damage() {
             .raw_get(broker_core::store::RawTable::Log, &2u64.to_be_bytes())
             .unwrap()
             .unwrap();
+        // Flip one letter of `writtenBy`: still valid JSON, so exactly this entry's hash breaks.
         let mut damaged = e2.clone();
-        let at = damaged.len() - 3;
+        let at = damaged
+            .windows(11)
+            .position(|w| w == b"coordinator")
+            .unwrap();
         damaged[at] ^= 1;
         store
             .raw_overwrite(
