@@ -511,17 +511,16 @@ fn check_entry(r: &ReadCtx<'_>, index: u64, bytes: &[u8]) -> Result<(Entry, Stri
             Entry::compute_hash(&entry.header, &entry.transition_ref)
         ));
     }
-    let expected_prev = if index == 0 {
-        Ref::ZERO
+    // The link: entry i-1 is the one whose hash this entry names. The entry-hash index answers
+    // that without parsing entry i-1 again (its own bytes are checked when it is verified).
+    let linked = if index == 0 {
+        entry.header.prev_entry_hash == Ref::ZERO
     } else {
-        match log::entry(r, index - 1) {
-            Ok(Some(prev)) => prev.entry_hash,
-            _ => return Err(format!("entry {} is missing or unreadable", index - 1)),
-        }
+        matches!(log::index_of_entry_hash(r, &entry.header.prev_entry_hash), Ok(Some(i)) if i == index - 1)
     };
-    if entry.header.prev_entry_hash != expected_prev {
+    if !linked {
         return Err(format!(
-            "prevEntryHash {} is not entry {}'s hash {expected_prev}",
+            "prevEntryHash {} is not the hash of entry {}",
             entry.header.prev_entry_hash,
             index.saturating_sub(1)
         ));
