@@ -866,3 +866,165 @@ fn doctor_passes_a_healthy_store_and_exits_3_on_damage() {
     assert!(out.contains("entry 2: entry"), "{out}");
     assert!(err.contains("doctor: the store is inconsistent"), "{err}");
 }
+
+#[test]
+fn authentication_and_transport_rows_through_the_real_binary() {
+    let d = Daemon::start(WS, &[]);
+    let token = d.session("ep1", &["Workspace.Read=worktree:5"]);
+    let expired = {
+        let store = broker_core::store::Store::open(&d.db(), Default::default()).unwrap();
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs() as i64;
+        let g = vec!["Workspace.Read=worktree:5".parse().unwrap()];
+        broker_core::session::mint(&store, "ep1", g, 1, now - 60)
+            .unwrap()
+            .token
+    };
+    let unknown = "ef".repeat(32);
+    let mcp_headers = [
+        ("Content-Type", "application/json"),
+        ("Accept", "application/json, text/event-stream"),
+    ];
+    let ping = br#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#;
+    // MCP: plain-text 401s, before any transport check.
+    for (t, text) in [
+        (
+            None,
+            "session credential is absent: send Authorization: Bearer <session-credential>",
+        ),
+        (
+            Some("not-a-token"),
+            "malformed Authorization header: expected Bearer <64-hex-credential>",
+        ),
+        (Some(unknown.as_str()), "unknown session credential"),
+        (Some(expired.as_str()), "session credential has expired"),
+    ] {
+        let a = request(
+            "POST",
+            &d.url("/mcp/"),
+            t,
+            &[("Content-Type", "text/plain")],
+            Some(ping),
+        );
+        assert_eq!((a.status, a.text().as_str()), (401, text));
+    }
+    // A2A: JSON-RPC errors in HTTP 200.
+    let a2a_body = br#"{"jsonrpc":"2.0","id":9,"method":"tasks/send","params":{}}"#;
+    for (t, code, text) in [
+        (
+            None,
+            -32001,
+            "session credential is absent: send Authorization: Bearer <session-credential>",
+        ),
+        (
+            Some("not-a-token"),
+            -32600,
+            "malformed Authorization header: expected Bearer <64-hex-credential>",
+        ),
+        (Some(unknown.as_str()), -32001, "unknown session credential"),
+        (
+            Some(expired.as_str()),
+            -32001,
+            "session credential has expired",
+        ),
+    ] {
+        let a = request(
+            "POST",
+            &d.url("/a2a/"),
+            t,
+            &[("Content-Type", "application/json")],
+            Some(a2a_body),
+        );
+        assert_eq!(a.status, 200);
+        assert_eq!(
+            a.json(),
+            json!({"jsonrpc":"2.0","id":9,"error":{"code":code,"message":text}})
+        );
+    }
+    // The agent card: the REST envelope.
+    for (t, status, class) in [
+        (None, 401, "SessionAbsent"),
+        (Some("not-a-token"), 400, "InvalidSession"),
+        (Some(unknown.as_str()), 401, "SessionUnknown"),
+        (Some(expired.as_str()), 401, "SessionExpired"),
+    ] {
+        let a = get(&d.url("/.well-known/agent.json"), t);
+        assert_eq!(
+            (a.status, a.json()["error"]["class"].as_str().unwrap()),
+            (status, class)
+        );
+    }
+    // MCP header rules, notifications and batches.
+    let a = request(
+        "POST",
+        &d.url("/mcp/"),
+        Some(&token),
+        &[("Content-Type", "text/plain")],
+        Some(ping),
+    );
+    assert_eq!(
+        (a.status, a.text().as_str()),
+        (400, "Content-Type must be application/json")
+    );
+    let a = request(
+        "POST",
+        &d.url("/mcp/"),
+        Some(&token),
+        &[
+            ("Content-Type", "application/json"),
+            ("Accept", "application/json"),
+        ],
+        Some(ping),
+    );
+    assert_eq!(
+        (a.status, a.text().as_str()),
+        (
+            400,
+            "Accept must list both application/json and text/event-stream"
+        )
+    );
+    let mut with_version = mcp_headers.to_vec();
+    with_version.push(("MCP-Protocol-Version", "1999-01-01"));
+    let a = request(
+        "POST",
+        &d.url("/mcp/"),
+        Some(&token),
+        &with_version,
+        Some(ping),
+    );
+    assert_eq!(a.status, 400);
+    assert!(
+        a.text()
+            .starts_with("unsupported MCP-Protocol-Version \"1999-01-01\""),
+        "{}",
+        a.text()
+    );
+    let a = request(
+        "POST",
+        &d.url("/mcp/"),
+        Some(&token),
+        &mcp_headers,
+        Some(br#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#),
+    );
+    assert_eq!((a.status, a.body.len()), (202, 0));
+    let batch =
+        br#"[{"jsonrpc":"2.0","id":1,"method":"ping"},{"jsonrpc":"2.0","id":2,"method":"ping"}]"#;
+    let a = request(
+        "POST",
+        &d.url("/mcp/"),
+        Some(&token),
+        &mcp_headers,
+        Some(batch),
+    );
+    assert_eq!(a.status, 200);
+    assert_eq!(
+        a.sse_json(),
+        json!([{"jsonrpc":"2.0","id":1,"result":{}},{"jsonrpc":"2.0","id":2,"result":{}}])
+    );
+    let mut newer = mcp_headers.to_vec();
+    newer.push(("MCP-Protocol-Version", "2025-06-18"));
+    let a = request("POST", &d.url("/mcp/"), Some(&token), &newer, Some(batch));
+    assert_eq!(a.status, 400);
+}
