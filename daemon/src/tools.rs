@@ -8,41 +8,7 @@ use handler_api::EffectClass;
 
 use crate::state::AppState;
 
-/// Longest MCP tool name, in bytes. A longer one refuses the whole tool surface.
-pub const MAX_MCP_NAME: usize = 64;
-
-/// The MCP name of a transition id: `_` → `_u`, `.` → `_d`, `/` → `_s` (reversible).
-pub fn mcp_name(id: &str) -> String {
-    let mut out = String::with_capacity(id.len());
-    for c in id.chars() {
-        match c {
-            '_' => out.push_str("_u"),
-            '.' => out.push_str("_d"),
-            '/' => out.push_str("_s"),
-            c => out.push(c),
-        }
-    }
-    out
-}
-
-/// The transition id of an MCP name; `None` when the name is not a valid escape.
-pub fn transition_id(name: &str) -> Option<String> {
-    let mut out = String::with_capacity(name.len());
-    let mut chars = name.chars();
-    while let Some(c) = chars.next() {
-        if c == '_' {
-            match chars.next()? {
-                'u' => out.push('_'),
-                'd' => out.push('.'),
-                's' => out.push('/'),
-                _ => return None,
-            }
-        } else {
-            out.push(c);
-        }
-    }
-    Some(out)
-}
+pub use handler_api::support::names::{mcp_name, transition_id, MAX_MCP_NAME};
 
 /// What a tool may do to the world, from the classes of every effect it may plan: `read`
 /// only if all are reads; `unknown` if any is unknown or served by no loaded plugin.

@@ -19,6 +19,7 @@
 //! - [`config`]: the operator's config object (`null` = `{}`, unknown keys
 //!   refused) and JSON string literals for a policy's canonical JSON.
 //! - [`manifest`]: embedded transition documents, parsed.
+//! - [`names`]: the MCP name of a transition id and the 64-byte rule.
 //! - `identity` (cargo feature `identity`, off by default because it adds
 //!   the `sha2` and `libc` dependencies): the `tool` ref, the SHA-256 of the
 //!   plugin's own library found with `dladdr` (`tool_ref!`),
@@ -31,6 +32,7 @@ pub mod config;
 #[cfg(feature = "identity")]
 pub mod identity;
 pub mod manifest;
+pub mod names;
 pub mod output;
 pub mod request;
 

@@ -9,25 +9,10 @@ use std::collections::HashMap;
 
 use handler_api::serde_json::Value;
 
-/// Longest MCP tool name, in bytes.
-pub const MAX_MCP_NAME: usize = 64;
+pub use handler_api::support::names::{mcp_name, MAX_MCP_NAME};
 
 /// Longest quoted id in a refusal, in bytes.
 const QUOTE_LIMIT: usize = 256;
-
-/// The MCP name of a transition id: `_` → `_u`, `.` → `_d`, `/` → `_s`.
-pub fn mcp_name(id: &str) -> String {
-    let mut out = String::with_capacity(id.len());
-    for c in id.chars() {
-        match c {
-            '_' => out.push_str("_u"),
-            '.' => out.push_str("_d"),
-            '/' => out.push_str("_s"),
-            c => out.push(c),
-        }
-    }
-    out
-}
 
 /// `^[A-Za-z0-9][A-Za-z0-9._/-]{0,127}$`.
 pub fn valid_id(id: &str) -> bool {
