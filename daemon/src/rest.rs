@@ -25,6 +25,8 @@ use serde_json::{json, Value};
 
 use crate::state::{AppState, AuthFailure};
 
+/// Longest `semanticId` or `provenance` of a committed object, in bytes.
+pub const MAX_LABEL_BYTES: usize = 1024;
 /// Largest `POST /v1/commit` body.
 pub const MAX_COMMIT_BYTES: usize = 8_388_608;
 const DEFAULT_PAGE: usize = 100;
@@ -446,6 +448,17 @@ fn parse_commit(body: &[u8]) -> Result<RestCommit, ApiError> {
                 "objects[{i}].hash: payload hashes to {}, not {hash}",
                 Ref::of(&payload)
             )));
+        }
+        for (field, text) in [
+            ("semanticId", &o.semantic_id),
+            ("provenance", &o.provenance),
+        ] {
+            if text.len() > MAX_LABEL_BYTES {
+                return Err(ApiError::bad_request(format!(
+                    "objects[{i}].{field}: {} bytes; the limit is {MAX_LABEL_BYTES}",
+                    text.len()
+                )));
+            }
         }
         if interface_hash != Ref::of(o.semantic_id.as_bytes()) {
             return Err(ApiError::bad_request(format!(
