@@ -59,11 +59,11 @@ pub async fn visible(
     state: &AppState,
     session: &Session,
 ) -> Result<Vec<RegistryEntry>, SurfaceError> {
-    let coordinator = state.coordinator().clone();
-    let session = session.clone();
-    tokio::task::spawn_blocking(move || coordinator.visible(&session))
-        .await
-        .map_err(|e| SurfaceError::Registry(e.to_string()))?
+    // One LMDB read of the registry head (the parsed registry is cached until it moves):
+    // cheaper inline than a hop to the blocking pool on every request.
+    state
+        .coordinator()
+        .visible(session)
         .map_err(|e| SurfaceError::Registry(e.to_string()))
 }
 
