@@ -442,10 +442,14 @@ fn running_out_of_time_before_the_commit_fails_and_commits_nothing() {
     let mut r = request(&f.repo(), json!({"op": "commit", "message": "m"}));
     r.deadline_ms = 1; // less than the handler's margin: no time at all
     let message = failed(f.handler.execute(r));
-    assert_eq!(
-        message,
-        "commit: git rev-parse did not finish within the time limit (8000 ms); nothing was committed"
-    );
+    // Which git step runs out of time first depends on scheduling; the promise is the same.
+    let step = message
+        .strip_prefix("commit: git ")
+        .and_then(|m| {
+            m.strip_suffix(" did not finish within the time limit (8000 ms); nothing was committed")
+        })
+        .unwrap_or_else(|| panic!("unexpected message: {message}"));
+    assert!(["rev-parse", "add", "diff"].contains(&step), "{message}");
     assert_eq!(f.head(), before);
 }
 
