@@ -260,7 +260,8 @@ fn the_timeout_kills_the_whole_process_group() {
         message,
         "broker: Ailang.Run failed: ailang run did not finish within the effect's time limit of 1500 ms; its process group was killed"
     );
-    assert!(elapsed < Duration::from_secs(4), "{elapsed:?}");
+    // Killed at the limit, not after the child's 300 s sleep (a loose bound: CI machines vary).
+    assert!(elapsed < Duration::from_secs(30), "{elapsed:?}");
     let pids = fs::read_to_string(f.root.join("hang.pids")).unwrap();
     let pids: Vec<i32> = pids
         .split_whitespace()
