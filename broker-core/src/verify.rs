@@ -252,8 +252,8 @@ impl Walk {
     }
 }
 
-/// Load an object and check it hashes to its address and has the expected semantic id.
-fn checked_object(r: &ReadCtx<'_>, reference: &Ref, semantic_id: &str) -> Result<Object, String> {
+/// Load an object and check it hashes to its address.
+fn hashed_object(r: &ReadCtx<'_>, reference: &Ref) -> Result<Object, String> {
     let obj = r
         .object(reference)
         .map_err(|e| e.to_string())?
@@ -264,6 +264,12 @@ fn checked_object(r: &ReadCtx<'_>, reference: &Ref, semantic_id: &str) -> Result
             Ref::of(&obj.payload)
         ));
     }
+    Ok(obj)
+}
+
+/// Load an object and check it hashes to its address and has the expected semantic id.
+fn checked_object(r: &ReadCtx<'_>, reference: &Ref, semantic_id: &str) -> Result<Object, String> {
+    let obj = hashed_object(r, reference)?;
     if obj.semantic_id != semantic_id {
         return Err(format!(
             "semantic id is {}, expected {semantic_id}",
@@ -728,19 +734,7 @@ pub fn audit_store(store: &Store) -> Result<StoreAudit, VerifyError> {
 /// client stored, so check what the log promises — both objects exist and hash to their
 /// addresses, and the stored world selects them.
 fn verify_client_commit(r: &ReadCtx<'_>, entry: &Entry, walk: &mut Walk) {
-    let any_object = |reference: &Ref| -> Result<Object, String> {
-        let obj = r
-            .object(reference)
-            .map_err(|e| e.to_string())?
-            .ok_or_else(|| "missing from the store".to_string())?;
-        if !obj.verify() {
-            return Err(format!(
-                "stored bytes hash to {}, not to their address",
-                Ref::of(&obj.payload)
-            ));
-        }
-        Ok(obj)
-    };
+    let any_object = |reference: &Ref| hashed_object(r, reference);
     walk.push(
         "record",
         Some(entry.transition_ref),
