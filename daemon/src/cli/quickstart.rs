@@ -52,8 +52,10 @@ pub fn run(a: QuickstartArgs) -> CliResult {
                 db: super::DbArg { db: db.clone() },
                 episode: a.episode.clone(),
                 grants,
-                ttl: 7 * 24 * 3600,
-                out: Some(token_file.clone()),
+                credential: super::session::CredentialArgs {
+                    ttl: 7 * 24 * 3600,
+                    out: Some(token_file.clone()),
+                },
             },
         ))?;
     }

@@ -48,6 +48,13 @@ pub struct MintArgs {
     /// EFFECT=SCOPE:BUDGET (repeatable).
     #[arg(long = "grant")]
     pub grants: Vec<String>,
+    #[command(flatten)]
+    pub credential: CredentialArgs,
+}
+
+/// Where a minted credential goes and how long it lives (`mint` and `new`).
+#[derive(Args, Debug, Clone)]
+pub struct CredentialArgs {
     /// Lifetime in seconds.
     #[arg(long, default_value_t = 3600)]
     pub ttl: i64,
@@ -77,10 +84,8 @@ pub struct NewArgs {
     /// Extra or overriding grants, EFFECT=SCOPE:BUDGET.
     #[arg(long = "grant")]
     pub grants: Vec<String>,
-    #[arg(long, default_value_t = 3600)]
-    pub ttl: i64,
-    #[arg(long)]
-    pub out: Option<PathBuf>,
+    #[command(flatten)]
+    pub credential: CredentialArgs,
 }
 
 #[derive(Args, Debug)]
@@ -106,7 +111,13 @@ pub fn run(cmd: SessionCommand) -> CliResult {
     match cmd {
         SessionCommand::Mint(a) => {
             let grants = parse_grants(&a.grants)?;
-            mint(&a.db.db, &a.episode, grants, a.ttl, a.out.as_deref())
+            mint(
+                &a.db.db,
+                &a.episode,
+                grants,
+                a.credential.ttl,
+                a.credential.out.as_deref(),
+            )
         }
         SessionCommand::New(a) => new(a),
         SessionCommand::List(a) => list(a),
@@ -244,7 +255,13 @@ fn new(a: NewArgs) -> CliResult {
         )));
     }
     create_worktree(&worktree, a.repo.as_deref())?;
-    let result = mint(&a.db.db, &a.episode, grants, a.ttl, a.out.as_deref());
+    let result = mint(
+        &a.db.db,
+        &a.episode,
+        grants,
+        a.credential.ttl,
+        a.credential.out.as_deref(),
+    );
     if result.is_err() {
         // Leave nothing half-made behind.
         remove_worktree(&worktree, a.repo.as_deref());

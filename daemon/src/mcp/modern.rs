@@ -259,11 +259,7 @@ mod tests {
     use super::*;
 
     fn headers(pairs: &[(&'static str, &'static str)]) -> HeaderMap {
-        let mut h = HeaderMap::new();
-        for (k, v) in pairs {
-            h.append(*k, HeaderValue::from_static(v));
-        }
-        h
+        super::super::transport::test_headers(pairs)
     }
 
     fn envelope(extra: Value) -> Value {

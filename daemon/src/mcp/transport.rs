@@ -248,16 +248,22 @@ fn text(status: StatusCode, message: String) -> Response {
         .into_response()
 }
 
+/// A header map for unit tests of the MCP modules.
+#[cfg(test)]
+pub(super) fn test_headers(pairs: &[(&'static str, &'static str)]) -> HeaderMap {
+    let mut h = HeaderMap::new();
+    for (k, v) in pairs {
+        h.append(*k, HeaderValue::from_static(v));
+    }
+    h
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     fn headers(pairs: &[(&'static str, &'static str)]) -> HeaderMap {
-        let mut h = HeaderMap::new();
-        for (k, v) in pairs {
-            h.append(*k, HeaderValue::from_static(v));
-        }
-        h
+        test_headers(pairs)
     }
 
     #[test]
