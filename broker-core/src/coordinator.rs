@@ -862,45 +862,41 @@ impl Coordinator {
         outcome: HandlerOutcome,
     ) -> Result<CallOutput, CallError> {
         let (e, s, c) = (&effect.effect, &effect.scope, effect.cost);
-        // An output without a canonical form (e.g. an integer beyond 2^53) is the handler's
-        // failure: the intent must still be closed with an outcome.
+        // Serialise the output once. One without a canonical form (e.g. an integer beyond 2^53)
+        // is the handler's failure: the intent must still be closed with an outcome.
         let outcome = match outcome {
-            HandlerOutcome::Ok(out) => match canon::to_vec(&Value::Object(out.clone())) {
-                Ok(_) => HandlerOutcome::Ok(out),
-                Err(err) => {
-                    HandlerOutcome::Failed(format!("handler output has no canonical form: {err}"))
+            HandlerOutcome::Ok(out) => {
+                let value = Value::Object(out);
+                match Object::json(sid::EFFECT_RESULT, "host/broker", &value) {
+                    Ok(result) => Ok((value, result)),
+                    Err(err) => Err((
+                        OutcomeStatus::Failed,
+                        format!("handler output has no canonical form: {err}"),
+                    )),
                 }
-            },
-            other => other,
+            }
+            HandlerOutcome::Failed(msg) => Err((OutcomeStatus::Failed, msg)),
+            HandlerOutcome::Indeterminate(msg) => Err((OutcomeStatus::Indeterminate, msg)),
         };
         let (record, result_obj, status, handler_output) = match outcome {
-            HandlerOutcome::Ok(out) => {
-                let result = Object::json(
-                    sid::EFFECT_RESULT,
-                    "host/broker",
-                    &Value::Object(out.clone()),
-                )?;
+            Ok((value, result)) => {
                 let record =
                     EffectRecord::succeeded(e, s, c, budget_before, request.hash, result.hash);
+                let out = match value {
+                    Value::Object(m) => m,
+                    _ => Map::new(),
+                };
                 (record, Some(result), OutcomeStatus::Succeeded, Some(out))
             }
-            HandlerOutcome::Failed(msg) => {
-                tracing::warn!(invocation = %p.invocation_id, effect = %e, "effect failed: {msg}");
-                (
-                    EffectRecord::failed(e, s, c, budget_before, request.hash),
-                    None,
-                    OutcomeStatus::Failed,
-                    None,
-                )
-            }
-            HandlerOutcome::Indeterminate(msg) => {
-                tracing::warn!(invocation = %p.invocation_id, effect = %e, "effect indeterminate: {msg}");
-                (
-                    EffectRecord::failed(e, s, c, budget_before, request.hash),
-                    None,
-                    OutcomeStatus::Indeterminate,
-                    None,
-                )
+            Err((status, msg)) => {
+                let how = if status == OutcomeStatus::Indeterminate {
+                    "indeterminate"
+                } else {
+                    "failed"
+                };
+                tracing::warn!(invocation = %p.invocation_id, effect = %e, "effect {how}: {msg}");
+                let record = EffectRecord::failed(e, s, c, budget_before, request.hash);
+                (record, None, status, None)
             }
         };
         let record_obj = Object::json(sid::EFFECT_RECORD, "host/broker", &record.to_value())?;
