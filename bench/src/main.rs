@@ -46,6 +46,9 @@ struct Args {
     /// Concurrencies of the read, write and health rows.
     #[arg(long, value_delimiter = ',', default_value = "1,8,32,128")]
     concurrency: Vec<usize>,
+    /// Which request rows to run besides health (`read`, `write`, `refusal`); for profiling one.
+    #[arg(long, value_delimiter = ',', default_value = "read,write,refusal")]
+    rows: Vec<String>,
     /// Concurrency of the plan-refusal row.
     #[arg(long, default_value_t = 32)]
     refusal_concurrency: usize,
@@ -176,29 +179,39 @@ fn run(args: Args) -> Result<(), String> {
     for &c in &args.concurrency {
         let health = ctx.measure("health", Kind::Health, &clients[..c], None);
         rows.push(health.clone());
-        for (name, kind) in [("ailang-read", Kind::Read), ("ailang-write", Kind::Write)] {
+        for (row, name, kind) in [
+            ("read", "ailang-read", Kind::Read),
+            ("write", "ailang-write", Kind::Write),
+        ] {
+            if !args.rows.iter().any(|r| r == row) {
+                continue;
+            }
             rows.push(ctx.measure(name, kind, &clients[..c], Some(&health)));
         }
     }
     let rc = args.refusal_concurrency;
+    let refusal = args.rows.iter().any(|r| r == "refusal");
     let health_rc = rows
         .iter()
         .find(|r| r.scenario == "health" && r.concurrency == rc)
         .cloned();
     let health_rc = match health_rc {
         Some(h) => h,
+        None if !refusal => Row::default(),
         None => {
             let h = ctx.measure("health", Kind::Health, &clients[..rc], None);
             rows.push(h.clone());
             h
         }
     };
-    rows.push(ctx.measure(
-        "plan-refusal",
-        Kind::Refusal,
-        &clients[..rc],
-        Some(&health_rc),
-    ));
+    if refusal {
+        rows.push(ctx.measure(
+            "plan-refusal",
+            Kind::Refusal,
+            &clients[..rc],
+            Some(&health_rc),
+        ));
+    }
     d.stop()?;
 
     let fsync_end = fsync_probe(&run_dir, probe, &mut fsync_samples)?;

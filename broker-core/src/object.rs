@@ -68,7 +68,19 @@ impl Ref {
 
     /// The 64 lowercase hex digits, without the `sha256:` prefix.
     pub fn hex(&self) -> String {
-        hex::encode(self.0)
+        self.text().as_str()[PREFIX.len()..].to_owned()
+    }
+
+    /// `sha256:` + the digest in hex, without allocating (refs are printed on every hot path:
+    /// JSON fields, log lines, verification).
+    fn text(&self) -> RefText {
+        let mut buf = [0u8; PREFIX.len() + 64];
+        buf[..PREFIX.len()].copy_from_slice(PREFIX.as_bytes());
+        for (i, b) in self.0.iter().enumerate() {
+            buf[PREFIX.len() + 2 * i] = HEX[usize::from(b >> 4)];
+            buf[PREFIX.len() + 2 * i + 1] = HEX[usize::from(b & 0xf)];
+        }
+        RefText(buf)
     }
 
     /// `sha256:` + the first `n` hex digits, for human-readable output.
@@ -78,9 +90,22 @@ impl Ref {
     }
 }
 
+const PREFIX: &str = "sha256:";
+const HEX: &[u8; 16] = b"0123456789abcdef";
+
+/// A ref's text form on the stack.
+struct RefText([u8; PREFIX.len() + 64]);
+
+impl RefText {
+    fn as_str(&self) -> &str {
+        // Only ASCII is ever written into the buffer.
+        std::str::from_utf8(&self.0).unwrap_or_default()
+    }
+}
+
 impl fmt::Display for Ref {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "sha256:{}", hex::encode(self.0))
+        f.write_str(self.text().as_str())
     }
 }
 
@@ -107,16 +132,25 @@ impl FromStr for Ref {
         if algo != "sha256" {
             return Err(err("unsupported algorithm"));
         }
-        if digest.len() != 64
-            || !digest
-                .bytes()
-                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
-        {
-            return Err(err("digest must be 64 lowercase hex digits"));
+        let digest = digest.as_bytes();
+        let bad = || err("digest must be 64 lowercase hex digits");
+        if digest.len() != 64 {
+            return Err(bad());
         }
         let mut out = [0u8; 32];
-        hex::decode_to_slice(digest, &mut out).map_err(|_| err("invalid hex"))?;
+        for (o, pair) in out.iter_mut().zip(digest.chunks_exact(2)) {
+            *o = (nibble(pair[0]).ok_or_else(bad)? << 4) | nibble(pair[1]).ok_or_else(bad)?;
+        }
         Ok(Ref(out))
+    }
+}
+
+/// One lowercase hex digit's value (refs are canonical: no upper case).
+fn nibble(b: u8) -> Option<u8> {
+    match b {
+        b'0'..=b'9' => Some(b - b'0'),
+        b'a'..=b'f' => Some(b - b'a' + 10),
+        _ => None,
     }
 }
 
@@ -191,23 +225,52 @@ impl Object {
 
     /// Inverse of [`Object::encode_value`]; `None` when the stored bytes are damaged.
     pub(crate) fn decode_value(hash: Ref, bytes: &[u8]) -> Option<Object> {
+        let v = ObjectView::decode(hash, bytes)?;
+        Some(Object {
+            hash,
+            interface_hash: v.interface_hash,
+            semantic_id: v.semantic_id.to_owned(),
+            provenance: v.provenance.to_owned(),
+            payload: v.payload.to_vec(),
+        })
+    }
+}
+
+/// A stored object borrowed from a read transaction: no copy of the payload (verification
+/// hashes and parses hundreds of thousands of them).
+#[derive(Debug, Clone, Copy)]
+pub struct ObjectView<'a> {
+    pub hash: Ref,
+    pub interface_hash: Ref,
+    pub semantic_id: &'a str,
+    pub provenance: &'a str,
+    pub payload: &'a [u8],
+}
+
+impl<'a> ObjectView<'a> {
+    pub(crate) fn decode(hash: Ref, bytes: &'a [u8]) -> Option<ObjectView<'a>> {
         let interface_hash = Ref::from_slice(bytes.get(..32)?)?;
         let mut rest = bytes.get(32..)?;
-        let take_str = |rest: &mut &[u8]| -> Option<String> {
+        let mut take_str = || -> Option<&'a str> {
             let len = u16::from_be_bytes(rest.get(..2)?.try_into().ok()?) as usize;
-            let s = std::str::from_utf8(rest.get(2..2 + len)?).ok()?.to_owned();
-            *rest = rest.get(2 + len..)?;
+            let s = std::str::from_utf8(rest.get(2..2 + len)?).ok()?;
+            rest = rest.get(2 + len..)?;
             Some(s)
         };
-        let semantic_id = take_str(&mut rest)?;
-        let provenance = take_str(&mut rest)?;
-        Some(Object {
+        let semantic_id = take_str()?;
+        let provenance = take_str()?;
+        Some(ObjectView {
             hash,
             interface_hash,
             semantic_id,
             provenance,
-            payload: rest.to_vec(),
+            payload: rest,
         })
+    }
+
+    /// The payload hashes to the object's address.
+    pub fn verify(&self) -> bool {
+        Ref::of(self.payload) == self.hash
     }
 }
 
@@ -255,6 +318,20 @@ mod tests {
         }
         let r = Ref::of(b"x");
         assert_eq!(r.to_string().parse::<Ref>().unwrap(), r);
+        // Every byte value prints as two lowercase digits and parses back.
+        for b in 0..=255u8 {
+            let r = Ref([b; 32]);
+            assert_eq!(r.hex(), format!("{b:02x}").repeat(32));
+            assert_eq!(r.to_string().parse::<Ref>().unwrap(), r);
+        }
+        let bad_digit = format!("sha256:{}g", "0".repeat(63));
+        let multibyte = format!("sha256:{}é", "0".repeat(62));
+        for text in [bad_digit, multibyte] {
+            assert_eq!(
+                text.parse::<Ref>().unwrap_err().reason,
+                "digest must be 64 lowercase hex digits"
+            );
+        }
         assert_eq!(
             "x".parse::<Ref>().unwrap_err().to_string(),
             "hashref: missing algorithm prefix: \"x\""

@@ -18,7 +18,7 @@ use heed::types::{Bytes, Str, U64};
 use heed::{CommitOrAbort, Database, Env, EnvOpenOptions, RoTxn, RwTxn, WithoutTls};
 
 use crate::log::{self, LogError};
-use crate::object::{Object, Ref};
+use crate::object::{Object, ObjectView, Ref};
 
 /// The schema this build reads and writes. An store with another version is refused unmodified.
 pub const SCHEMA_VERSION: u32 = 1;
@@ -620,9 +620,24 @@ impl TxnExt for WriteCtx<'_, '_> {
     }
 }
 
-impl ReadCtx<'_> {
+impl<'t> ReadCtx<'t> {
     pub fn object(&self, r: &Ref) -> Result<Option<Object>, StoreError> {
         get_object(self.txn, self.tables, r)
+    }
+
+    /// An object borrowed from this read transaction, without copying its payload.
+    pub fn object_view(&self, r: &Ref) -> Result<Option<ObjectView<'t>>, StoreError> {
+        match self
+            .tables
+            .objects
+            .get(self.txn, r.as_bytes())
+            .map_err(self.heed_err())?
+        {
+            None => Ok(None),
+            Some(bytes) => ObjectView::decode(*r, bytes)
+                .map(Some)
+                .ok_or_else(|| StoreError::Corrupt(format!("object {r} has a damaged envelope"))),
+        }
     }
 }
 
