@@ -331,7 +331,7 @@ fn verify_in(r: &ReadCtx<'_>, index: u64, matched_by: String) -> Report {
 
     // Invocation record.
     let record = checked_object(r, &entry.transition_ref, sid::INVOCATION_RECORD).and_then(|o| {
-        let v = canon::parse(&o.payload).map_err(|e| format!("unreadable: {e}"))?;
+        let v = canon::parse(o.payload).map_err(|e| format!("unreadable: {e}"))?;
         if v["transitionFn"] != entry.header.transition_fn.to_string().as_str()
             || v["interpreter"] != entry.header.interpreter.to_string().as_str()
         {
@@ -366,7 +366,7 @@ fn verify_in(r: &ReadCtx<'_>, index: u64, matched_by: String) -> Report {
             "input",
             Some(input),
             checked_object(r, &input, sid::INVOCATION_INPUT).map(|o| {
-                String::from_utf8_lossy(&o.payload)
+                String::from_utf8_lossy(o.payload)
                     .chars()
                     .take(120)
                     .collect()
@@ -379,7 +379,7 @@ fn verify_in(r: &ReadCtx<'_>, index: u64, matched_by: String) -> Report {
     let plan_ref = ref_field(&record, "plan");
     let plan = plan_ref.clone().and_then(|p| {
         let o = checked_object(r, &p, sid::EFFECT_PLAN)?;
-        canon::parse(&o.payload).map_err(|e| format!("unreadable: {e}"))
+        canon::parse(o.payload).map_err(|e| format!("unreadable: {e}"))
     });
     match (&plan_ref, &plan) {
         (Ok(p), Ok(v)) => {
@@ -452,7 +452,7 @@ fn verify_in(r: &ReadCtx<'_>, index: u64, matched_by: String) -> Report {
     match &output_ref {
         Ok(out) => {
             let res = checked_object(r, out, sid::INVOCATION_OUTPUT).and_then(|o| {
-                let v = canon::parse(&o.payload).map_err(|e| format!("unreadable: {e}"))?;
+                let v = canon::parse(o.payload).map_err(|e| format!("unreadable: {e}"))?;
                 let world = &v["world"];
                 if let Ok(p) = &plan_ref {
                     if world["plan"] != p.to_string().as_str() {
