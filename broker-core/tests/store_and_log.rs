@@ -331,6 +331,60 @@ fn tampering_with_any_stored_object_entry_or_world_breaks_a_link() {
     assert!(verify::verify_entry(&w.store, index).unwrap().all_ok());
 }
 
+/// The offline audit splits the log into blocks claimed by worker threads: damage in the first,
+/// a middle and the last block is each reported once, under its own index, and nothing else.
+#[test]
+fn the_store_audit_names_every_damaged_entry_across_worker_blocks() {
+    let w = World::new();
+    let episodes: Vec<String> = (0..4).map(|i| format!("ep{i}")).collect();
+    std::thread::scope(|scope| {
+        for ep in &episodes {
+            let w = &w;
+            scope.spawn(move || {
+                let s = w.mint(ep, &["Workspace.Read=worktree:1000"]);
+                for _ in 0..150 {
+                    w.call(&s, "ailang-read", json!({"path": "x"})).unwrap();
+                }
+            });
+        }
+    });
+    let audit = verify::audit_store(&w.store).unwrap();
+    assert!(audit.consistent(), "{:?}", audit.broken);
+    let total = audit.entries;
+    assert!(total > 600, "{total} entries");
+
+    let damaged = [3, total / 2, total - 1];
+    let mut originals = Vec::new();
+    for index in damaged {
+        let key = index.to_be_bytes().to_vec();
+        let original = w.store.raw_get(RawTable::Log, &key).unwrap().unwrap();
+        let mut bytes = original.clone();
+        flip(&mut bytes, original.len() / 2);
+        w.store
+            .raw_overwrite(RawTable::Log, key.clone(), bytes)
+            .unwrap();
+        originals.push((key, original));
+    }
+    let audit = verify::audit_store(&w.store).unwrap();
+    assert!(!audit.consistent());
+    assert_eq!(audit.entries, total);
+    let broken: Vec<u64> = audit.broken.iter().map(|(i, _)| *i).collect();
+    assert_eq!(broken, damaged.to_vec(), "{:?}", audit.broken);
+    assert!(
+        audit
+            .broken
+            .iter()
+            .all(|(_, why)| why.starts_with("entry: ")),
+        "{:?}",
+        audit.broken
+    );
+
+    for (key, original) in originals {
+        w.store.raw_overwrite(RawTable::Log, key, original).unwrap();
+    }
+    assert!(verify::audit_store(&w.store).unwrap().consistent());
+}
+
 #[test]
 fn handles_parse() {
     assert_eq!(Handle::parse("head").unwrap(), Handle::Head);
