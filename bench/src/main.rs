@@ -604,6 +604,10 @@ fn measure_row(
         (Kind::Health, _) | (_, None) => (None, None, None),
         (_, Some(m)) => m.per_call(),
     };
+    let (writer_busy, build_us_per_commit, sync_us_per_commit) = match (kind, m) {
+        (Kind::Health, _) | (_, None) => (None, None, None),
+        (_, Some(m)) => m.writer(total),
+    };
     Row {
         scenario: scenario.into(),
         concurrency: c,
@@ -616,6 +620,9 @@ fn measure_row(
         server_mean_ns,
         ops_per_batch,
         commits_per_call,
+        writer_busy,
+        build_us_per_commit,
+        sync_us_per_commit,
         write_kib_per_call,
         summary: s,
         extra: Vec::new(),
@@ -635,6 +642,9 @@ fn row_json(r: &Row, errors: &[(String, usize, String)]) -> Value {
         "server_mean_call_ms": r.server_mean_ns.map(ms),
         "store_ops_per_group_commit": r.ops_per_batch,
         "group_commits_per_call": r.commits_per_call,
+        "store_writer_busy_share": r.writer_busy,
+        "store_build_us_per_group_commit": r.build_us_per_commit,
+        "store_lmdb_commit_us_per_group_commit": r.sync_us_per_commit,
         "daemon_write_syscall_kib_per_call": r.write_kib_per_call,
         "attempt_p50_ms": r.attempts.as_ref().map(|a| ms(a.p50_ns)),
         "attempt_p99_ms": r.attempts.as_ref().map(|a| ms(a.p99_ns)),
@@ -708,6 +718,8 @@ fn run_doctor(worldd: &Path, db: &Path) -> Result<Doctor, String> {
 struct Metrics {
     batches: f64,
     operations: f64,
+    build_seconds: f64,
+    sync_seconds: f64,
     call_seconds_sum: f64,
     call_count: f64,
 }
@@ -727,6 +739,8 @@ impl Metrics {
         Some(Metrics {
             batches: value("worldd_commit_batches_total")?,
             operations: value("worldd_commit_operations_total")?,
+            build_seconds: value("worldd_commit_build_seconds_total").unwrap_or(0.0),
+            sync_seconds: value("worldd_commit_sync_seconds_total").unwrap_or(0.0),
             call_seconds_sum: value("worldd_call_seconds_sum").unwrap_or(0.0),
             call_count: value("worldd_call_seconds_count").unwrap_or(0.0),
         })
@@ -736,6 +750,8 @@ impl Metrics {
         Metrics {
             batches: self.batches - before.batches,
             operations: self.operations - before.operations,
+            build_seconds: self.build_seconds - before.build_seconds,
+            sync_seconds: self.sync_seconds - before.sync_seconds,
             call_seconds_sum: self.call_seconds_sum - before.call_seconds_sum,
             call_count: self.call_count - before.call_count,
         }
@@ -748,6 +764,19 @@ impl Metrics {
         let per_batch = (self.batches > 0.0).then(|| self.operations / self.batches);
         let commits = (self.call_count > 0.0).then(|| self.batches / self.call_count);
         (mean, per_batch, commits)
+    }
+
+    /// (share of `elapsed` the store writer was busy, mean µs per group commit building it,
+    /// mean µs per group commit inside LMDB's commit).
+    fn writer(&self, elapsed: f64) -> (Option<f64>, Option<f64>, Option<f64>) {
+        if self.batches <= 0.0 {
+            return (None, None, None);
+        }
+        (
+            Some((self.build_seconds + self.sync_seconds) / elapsed.max(1e-9)),
+            Some(self.build_seconds / self.batches * 1e6),
+            Some(self.sync_seconds / self.batches * 1e6),
+        )
     }
 }
 

@@ -100,6 +100,12 @@ pub struct Row {
     pub ops_per_batch: Option<f64>,
     /// Group commits per call.
     pub commits_per_call: Option<f64>,
+    /// Share of the row's wall time the store writer spent building or committing batches.
+    pub writer_busy: Option<f64>,
+    /// Mean µs per group commit running its operations.
+    pub build_us_per_commit: Option<f64>,
+    /// Mean µs per group commit inside LMDB's commit (page writes and both syncs).
+    pub sync_us_per_commit: Option<f64>,
     /// Bytes the daemon passed to write system calls (`/proc/PID/io` `wchar`) ÷ calls, KiB.
     pub write_kib_per_call: Option<f64>,
     /// calls/s of this row ÷ calls/s of the health baseline at the same concurrency.
@@ -142,18 +148,18 @@ fn ratio(r: Option<f64>) -> String {
 /// The table of request rows, fixed-width, one header line.
 pub fn table(rows: &[Row]) -> String {
     let mut out = String::new();
-    let line = |out: &mut String, c: [&str; 15]| {
+    let line = |out: &mut String, c: [&str; 17]| {
         let _ = writeln!(
             out,
-            "{:<13} {:>4} {:>8} {:>8} {:>8} {:>8} {:>7} {:>7} {:>5} {:>6} {:>6} {:>6} {:>5} {:>8} {:>8}",
-            c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7], c[8], c[9], c[10], c[11], c[12], c[13], c[14]
+            "{:<13} {:>4} {:>8} {:>8} {:>8} {:>8} {:>7} {:>7} {:>5} {:>5} {:>6} {:>6} {:>6} {:>6} {:>5} {:>8} {:>8}",
+            c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7], c[8], c[9], c[10], c[11], c[12], c[13], c[14], c[15], c[16]
         );
     };
     line(
         &mut out,
         [
             "scenario", "conc", "calls/s", "p50 ms", "p99 ms", "max ms", "rejectd", "srv ms",
-            "batch", "cpu us", "wr KiB", "RSS M", "anonM", "rate/hl", "p50/hl",
+            "batch", "wrtr", "lmdbus", "cpu us", "wr KiB", "RSS M", "anonM", "rate/hl", "p50/hl",
         ],
     );
     for r in rows {
@@ -175,6 +181,8 @@ pub fn table(rows: &[Row]) -> String {
             rejected,
             opt(r.server_mean_ns, ms),
             opt(r.ops_per_batch, |b| format!("{b:.1}")),
+            opt(r.writer_busy, |w| format!("{:.0}%", w * 100.0)),
+            opt(r.sync_us_per_commit, |u| format!("{u:.0}")),
             opt(r.daemon_cpu_us_per_call, |c| format!("{c:.0}")),
             opt(r.write_kib_per_call, |k| format!("{k:.1}")),
             mib(r.peak_rss_kib),
@@ -243,6 +251,8 @@ mod tests {
                 summary: s,
                 server_mean_ns: Some(2_500_000),
                 ops_per_batch: Some(1.34),
+                writer_busy: Some(0.716),
+                sync_us_per_commit: Some(498.3),
                 vs_health_rate: Some(0.00125),
                 vs_health_p50: Some(30.0),
                 ..Row::default()
@@ -256,8 +266,8 @@ mod tests {
         assert_eq!(
             health,
             [
-                "health", "1", "2000", "0.100", "0.250", "12.3", "0", "-", "-", "42", "0.0",
-                "10.0", "2.5", "-", "-"
+                "health", "1", "2000", "0.100", "0.250", "12.3", "0", "-", "-", "-", "-", "42",
+                "0.0", "10.0", "2.5", "-", "-"
             ]
         );
         let read: Vec<&str> = lines[2].split_whitespace().collect();
@@ -273,6 +283,8 @@ mod tests {
                 "50%",
                 "2.500",
                 "1.3",
+                "72%",
+                "498",
                 "-",
                 "-",
                 "-",

@@ -12,6 +12,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{self, Receiver, Sender, SyncSender};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
+use std::time::Instant;
 
 use heed::byteorder::BigEndian;
 use heed::types::{Bytes, Str, U64};
@@ -113,12 +114,16 @@ type Job = Box<
     dyn for<'a, 'b, 't> FnOnce(Result<&'b mut WriteCtx<'a, 't>, StoreError>) -> Completion + Send,
 >;
 
-/// Counters for operators (group-commit batch sizes).
+/// Counters for operators: group-commit batch sizes, and where the writer's time goes.
 #[derive(Debug, Default)]
 pub struct WriterStats {
     pub batches: AtomicU64,
     pub operations: AtomicU64,
     pub largest_batch: AtomicU64,
+    /// Time spent running the batches' operations (B-tree updates, hashing), ns.
+    pub build_nanos: AtomicU64,
+    /// Time spent in LMDB's commit (page writes, data sync, meta sync), ns.
+    pub commit_nanos: AtomicU64,
 }
 
 struct Inner {
@@ -558,6 +563,7 @@ fn writer_loop(
     stats: Arc<WriterStats>,
 ) {
     while let Ok(first) = receiver.recv() {
+        let started = Instant::now();
         let mut batch = vec![first];
         while batch.len() < MAX_BATCH {
             match receiver.try_recv() {
@@ -590,7 +596,16 @@ fn writer_loop(
             };
             completions.push(job(Ok(&mut ctx)));
         }
+        let built = Instant::now();
         let outcome = txn.commit().map_err(|e| StoreError::from_heed(e, map_size));
+        let committed = Instant::now();
+        let nanos = |d: std::time::Duration| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
+        stats
+            .build_nanos
+            .fetch_add(nanos(built - started), Ordering::Relaxed);
+        stats
+            .commit_nanos
+            .fetch_add(nanos(committed - built), Ordering::Relaxed);
         let err = outcome.err();
         for done in completions {
             done(err.as_ref());

@@ -150,6 +150,17 @@ impl Metrics {
             "# HELP worldd_commit_batch_max Largest group commit so far.\n# TYPE worldd_commit_batch_max gauge\nworldd_commit_batch_max {}",
             stats.largest_batch.load(Ordering::Relaxed)
         );
+        let secs = |n: &AtomicU64| n.load(Ordering::Relaxed) as f64 / 1e9;
+        let _ = writeln!(
+            out,
+            "# HELP worldd_commit_build_seconds_total Store writer time running the operations of its batches.\n# TYPE worldd_commit_build_seconds_total counter\nworldd_commit_build_seconds_total {}",
+            secs(&stats.build_nanos)
+        );
+        let _ = writeln!(
+            out,
+            "# HELP worldd_commit_sync_seconds_total Store writer time inside LMDB commits: page writes, data sync and meta sync.\n# TYPE worldd_commit_sync_seconds_total counter\nworldd_commit_sync_seconds_total {}",
+            secs(&stats.commit_nanos)
+        );
         let _ = writeln!(
             out,
             "# HELP worldd_callbacks_rejected_total Calls refused because all host callback slots were busy.\n# TYPE worldd_callbacks_rejected_total counter\nworldd_callbacks_rejected_total {}",
