@@ -338,6 +338,7 @@ fn run(args: Args) -> Result<(), String> {
             read as f64 / (floor + 2 * fsync.p50_ns).max(1) as f64,
         ));
     }
+    report.push_str(&ceilings(&mut table_rows, &rows, fsync.p50_ns));
     report.push_str(&format!(
         "doctor over {} entries: {:.0} entries/s wall ({:.2} s incl. process start and store open); {:.0} entries/s as doctor reports its verification\n",
         doctor.entries,
@@ -711,6 +712,51 @@ fn run_doctor(worldd: &Path, db: &Path) -> Result<Doctor, String> {
         verify_seconds: v["seconds"].as_f64().unwrap_or(0.0),
         consistent: v["consistent"] == true && out.status.success(),
     })
+}
+
+/// Host callbacks the daemon runs at once (the MCP contract); more calls wait for a slot.
+const CALLBACK_SLOTS: usize = 8;
+
+/// The most a durable row could reach on this disk if CPU, page writes and HTTP were free:
+/// every call in flight shares every group commit, and each commit costs LMDB's two syncs.
+/// A read or write is two commits (intent, then outcome); a refusal is one. Recorded in each
+/// row's JSON and printed for the rows at or above the slot count.
+fn ceilings(table_rows: &mut [Row], rows: &[Row], fsync_p50_ns: u64) -> String {
+    let mut out = String::new();
+    for row in table_rows.iter_mut() {
+        let commits = match row.scenario.as_str() {
+            "ailang-read" | "ailang-write" => 2.0,
+            "plan-refusal" => 1.0,
+            _ => continue,
+        };
+        let Some(health) = rows
+            .iter()
+            .find(|h| h.scenario == "health" && h.concurrency == row.concurrency)
+        else {
+            continue;
+        };
+        let slots = row.concurrency.min(CALLBACK_SLOTS) as f64;
+        let ceiling = slots / (commits * 2.0 * fsync_p50_ns.max(1) as f64 / 1e9);
+        let health_rate = health.summary.per_second().max(1e-9);
+        row.extra.push(("ceiling_calls_per_second".into(), ceiling));
+        row.extra
+            .push(("ceiling_ratio_to_health".into(), ceiling / health_rate));
+        if row.concurrency >= CALLBACK_SLOTS {
+            out.push_str(&format!(
+                "{} @{}: {:.0}/s = {:.3}x health; ceiling {} slots / ({} commit(s) x 2 syncs x fsync p50 {:.3} ms) = {:.0}/s = {:.3}x health\n",
+                row.scenario,
+                row.concurrency,
+                row.summary.per_second(),
+                row.summary.per_second() / health_rate,
+                slots,
+                commits,
+                ms(fsync_p50_ns),
+                ceiling,
+                ceiling / health_rate,
+            ));
+        }
+    }
+    out
 }
 
 /// The daemon's own counters, from `GET /v1/metrics`.
