@@ -162,8 +162,19 @@ impl Serialize for Ref {
 
 impl<'de> Deserialize<'de> for Ref {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Ref, D::Error> {
-        let text = String::deserialize(d)?;
-        text.parse().map_err(serde::de::Error::custom)
+        // Parse from the borrowed text where the format allows it: refs are read by the
+        // hundred thousand when a store is verified.
+        struct RefVisitor;
+        impl serde::de::Visitor<'_> for RefVisitor {
+            type Value = Ref;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a sha256:<64 hex digits> reference")
+            }
+            fn visit_str<E: serde::de::Error>(self, text: &str) -> Result<Ref, E> {
+                text.parse().map_err(E::custom)
+            }
+        }
+        d.deserialize_str(RefVisitor)
     }
 }
 

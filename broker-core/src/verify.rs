@@ -8,6 +8,9 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use std::borrow::Cow;
+
+use serde::Deserialize;
 use serde_json::Value;
 
 use crate::broker::EffectRecord;
@@ -254,6 +257,52 @@ impl Walk {
     }
 }
 
+/// The fields of an invocation record `why` follows, borrowed from its bytes. Absent fields are
+/// reported on the link that needs them.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct RecordFields<'a> {
+    #[serde(borrow, default)]
+    invocation_id: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    episode_id: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    skill_id: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    transition_fn: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    interpreter: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    input: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    plan: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    output: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    effects: Option<Vec<Cow<'a, str>>>,
+}
+
+/// The part of a call's output `why` checks: the reserved `world` block.
+#[derive(Deserialize)]
+struct OutputWorld<'a> {
+    #[serde(borrow, default)]
+    world: Option<WorldBlock<'a>>,
+}
+
+#[derive(Deserialize, Default)]
+struct WorldBlock<'a> {
+    #[serde(borrow, default)]
+    plan: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    effects: Vec<WorldEffect<'a>>,
+}
+
+#[derive(Deserialize)]
+struct WorldEffect<'a> {
+    #[serde(borrow, default)]
+    record: Option<Cow<'a, str>>,
+}
+
 /// Load an object and check it hashes to its address.
 fn hashed_object<'t>(r: &ReadCtx<'t>, reference: &Ref) -> Result<ObjectView<'t>, String> {
     let obj = r
@@ -285,9 +334,9 @@ fn checked_object<'t>(
     Ok(obj)
 }
 
-fn ref_field(v: &Value, key: &str) -> Result<Ref, String> {
-    v[key]
-        .as_str()
+fn ref_field(value: &Option<Cow<'_, str>>, key: &str) -> Result<Ref, String> {
+    value
+        .as_deref()
         .ok_or_else(|| format!("{key} is missing"))?
         .parse()
         .map_err(|e: crate::object::RefError| format!("{key}: {e}"))
@@ -331,9 +380,10 @@ fn verify_in(r: &ReadCtx<'_>, index: u64, matched_by: String) -> Report {
 
     // Invocation record.
     let record = checked_object(r, &entry.transition_ref, sid::INVOCATION_RECORD).and_then(|o| {
-        let v = canon::parse(o.payload).map_err(|e| format!("unreadable: {e}"))?;
-        if v["transitionFn"] != entry.header.transition_fn.to_string().as_str()
-            || v["interpreter"] != entry.header.interpreter.to_string().as_str()
+        let v: RecordFields<'_> =
+            serde_json::from_slice(o.payload).map_err(|e| format!("unreadable: {e}"))?;
+        if v.transition_fn.as_deref() != Some(entry.header.transition_fn.to_string().as_str())
+            || v.interpreter.as_deref() != Some(entry.header.interpreter.to_string().as_str())
         {
             return Err("transitionFn or interpreter differ from the entry's".into());
         }
@@ -346,9 +396,9 @@ fn verify_in(r: &ReadCtx<'_>, index: u64, matched_by: String) -> Report {
                 Some(entry.transition_ref),
                 Ok(format!(
                     "world/invocation-record/v2 invocation {} episode {} skill {}",
-                    v["invocationId"].as_str().unwrap_or("?"),
-                    v["episodeId"].as_str().unwrap_or("?"),
-                    v["skillId"].as_str().unwrap_or("?")
+                    v.invocation_id.as_deref().unwrap_or("?"),
+                    v.episode_id.as_deref().unwrap_or("?"),
+                    v.skill_id.as_deref().unwrap_or("?")
                 )),
             );
             v
@@ -361,7 +411,7 @@ fn verify_in(r: &ReadCtx<'_>, index: u64, matched_by: String) -> Report {
     };
 
     // Input.
-    match ref_field(&record, "input") {
+    match ref_field(&record.input, "input") {
         Ok(input) => walk.push(
             "input",
             Some(input),
@@ -376,7 +426,7 @@ fn verify_in(r: &ReadCtx<'_>, index: u64, matched_by: String) -> Report {
     }
 
     // Plan.
-    let plan_ref = ref_field(&record, "plan");
+    let plan_ref = ref_field(&record.plan, "plan");
     let plan = plan_ref.clone().and_then(|p| {
         let o = checked_object(r, &p, sid::EFFECT_PLAN)?;
         canon::parse(o.payload).map_err(|e| format!("unreadable: {e}"))
@@ -412,14 +462,12 @@ fn verify_in(r: &ReadCtx<'_>, index: u64, matched_by: String) -> Report {
     }
 
     // Effects.
-    let effect_refs: Vec<Result<Ref, String>> = match record["effects"].as_array() {
+    let effect_refs: Vec<Result<Ref, String>> = match &record.effects {
         Some(a) => a
             .iter()
-            .map(|e| {
-                e.as_str().ok_or("not a string".to_string()).and_then(|s| {
-                    s.parse()
-                        .map_err(|e: crate::object::RefError| e.to_string())
-                })
+            .map(|s| {
+                s.parse()
+                    .map_err(|e: crate::object::RefError| e.to_string())
             })
             .collect(),
         None => vec![Err("effects is not a list".into())],
@@ -448,27 +496,31 @@ fn verify_in(r: &ReadCtx<'_>, index: u64, matched_by: String) -> Report {
     }
 
     // Output, and the world that selects it.
-    let output_ref = ref_field(&record, "output");
+    let output_ref = ref_field(&record.output, "output");
     match &output_ref {
         Ok(out) => {
             let res = checked_object(r, out, sid::INVOCATION_OUTPUT).and_then(|o| {
-                let v = canon::parse(o.payload).map_err(|e| format!("unreadable: {e}"))?;
-                let world = &v["world"];
+                // Only the `world` block is checked; the rest (the tool's output, often the
+                // bulk of the bytes) is skipped rather than built into values.
+                let v: OutputWorld<'_> =
+                    serde_json::from_slice(o.payload).map_err(|e| format!("unreadable: {e}"))?;
+                let world = v.world.unwrap_or_default();
                 if let Ok(p) = &plan_ref {
-                    if world["plan"] != p.to_string().as_str() {
+                    if world.plan.as_deref() != Some(p.to_string().as_str()) {
                         return Err("the result's world.plan is not the record's plan".into());
                     }
                 }
-                let listed: Vec<&Value> = world["effects"]
-                    .as_array()
-                    .map(|a| a.iter().map(|e| &e["record"]).collect())
-                    .unwrap_or_default();
+                let listed: Vec<Option<&str>> =
+                    world.effects.iter().map(|e| e.record.as_deref()).collect();
                 let recorded: Vec<String> = effect_refs
                     .iter()
                     .filter_map(|e| e.as_ref().ok().map(Ref::to_string))
                     .collect();
                 if listed.len() != recorded.len()
-                    || listed.iter().zip(&recorded).any(|(a, b)| *a != b.as_str())
+                    || listed
+                        .iter()
+                        .zip(&recorded)
+                        .any(|(a, b)| *a != Some(b.as_str()))
                 {
                     return Err(
                         "the result's world.effects do not name the record's effects".into(),
