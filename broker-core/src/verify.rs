@@ -6,9 +6,8 @@
 //! stored bytes. Each link is reported as verified or broken; nothing is trusted because it
 //! was stored.
 
-use std::sync::atomic::{AtomicU64, Ordering};
-
 use std::borrow::Cow;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use serde::Deserialize;
 use serde_json::Value;
