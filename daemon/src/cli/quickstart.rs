@@ -52,6 +52,7 @@ pub fn run(a: QuickstartArgs) -> CliResult {
                 db: super::DbArg { db: db.clone() },
                 episode: a.episode.clone(),
                 grants,
+                operator: false,
                 credential: super::session::CredentialArgs {
                     ttl: 7 * 24 * 3600,
                     out: Some(token_file.clone()),

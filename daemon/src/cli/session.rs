@@ -48,6 +48,10 @@ pub struct MintArgs {
     /// EFFECT=SCOPE:BUDGET (repeatable).
     #[arg(long = "grant")]
     pub grants: Vec<String>,
+    /// Mint an operator credential: it reads every episode and, with a World.Commit grant,
+    /// may commit through POST /v1/commit. Grants are optional for operators.
+    #[arg(long)]
+    pub operator: bool,
     #[command(flatten)]
     pub credential: CredentialArgs,
 }
@@ -115,6 +119,7 @@ pub fn run(cmd: SessionCommand) -> CliResult {
                 &a.db.db,
                 &a.episode,
                 grants,
+                a.operator,
                 a.credential.ttl,
                 a.credential.out.as_deref(),
             )
@@ -171,9 +176,16 @@ fn confirm(question: &str) -> CliResult {
     }
 }
 
-fn mint(db: &Path, episode: &str, grants: Vec<Grant>, ttl: i64, out: Option<&Path>) -> CliResult {
+fn mint(
+    db: &Path,
+    episode: &str,
+    grants: Vec<Grant>,
+    operator: bool,
+    ttl: i64,
+    out: Option<&Path>,
+) -> CliResult {
     session::validate_episode(episode).map_err(|e| Failure::usage(e.to_string()))?;
-    if grants.is_empty() {
+    if grants.is_empty() && !operator {
         return Err(Failure::usage(
             "at least one --grant EFFECT=SCOPE:BUDGET is required",
         ));
@@ -182,13 +194,22 @@ fn mint(db: &Path, episode: &str, grants: Vec<Grant>, ttl: i64, out: Option<&Pat
         return Err(Failure::usage("--ttl must be at least 1 second"));
     }
     let store = open_existing(db)?;
+    let kind = if operator {
+        "an OPERATOR credential (reads every episode)"
+    } else {
+        "a session credential"
+    };
     confirm(&format!(
-        "Confirm mint for episode {episode} ({} grant(s), expiry +{ttl}s) with a session credential? [y/N] ",
+        "Confirm mint for episode {episode} ({} grant(s), expiry +{ttl}s) with {kind}? [y/N] ",
         grants.len()
     ))?;
     let n = grants.len();
-    let minted = session::mint(&store, episode, grants, ttl, now())
-        .map_err(|e| Failure::fatal(e.to_string()))?;
+    let minted = if operator {
+        session::mint_operator(&store, episode, grants, ttl, now())
+    } else {
+        session::mint(&store, episode, grants, ttl, now())
+    }
+    .map_err(|e| Failure::fatal(e.to_string()))?;
     let s = &minted.session;
     eprintln!(
         "worldd session mint: credential_id={} (episode {episode}, {n} grant(s), expires {})",
@@ -259,6 +280,7 @@ fn new(a: NewArgs) -> CliResult {
         &a.db.db,
         &a.episode,
         grants,
+        false,
         a.credential.ttl,
         a.credential.out.as_deref(),
     );
@@ -340,12 +362,13 @@ fn list(a: ListArgs) -> CliResult {
     for s in &sessions {
         let grants: Vec<String> = s.grants.iter().map(Grant::to_string).collect();
         println!(
-            "{}  {}  {}  expires {}  {}",
+            "{}  {}  {}  expires {}  {}{}",
             s.credential_id,
             s.episode,
             if s.is_valid(t) { "live" } else { "expired" },
             rfc3339(s.expires_at),
-            grants.join(",")
+            grants.join(","),
+            if s.operator { "  operator" } else { "" }
         );
     }
     println!("{} session credential(s)", sessions.len());
@@ -360,6 +383,7 @@ fn session_json(s: &Session, now: i64) -> serde_json::Value {
         "createdAt": rfc3339(s.created_at),
         "expiresAt": rfc3339(s.expires_at),
         "grants": s.grants.iter().map(Grant::to_string).collect::<Vec<_>>(),
+        "operator": s.operator,
     })
 }
 
