@@ -664,6 +664,16 @@ impl Coordinator {
         }
     }
 
+    /// True while a call with this surface and task id runs in the episode (an overrunning
+    /// handler included): a resend would be refused [`CallError::TaskIdReused`].
+    pub fn in_flight(&self, surface: Surface, episode: &str, task_id: &str) -> bool {
+        let id = format!("{}:{episode}:{task_id}", surface.prefix());
+        self.in_flight
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .contains(&id)
+    }
+
     /// Handlers that overran their deadline.
     pub fn overruns(&self) -> &Overruns {
         &self.overruns

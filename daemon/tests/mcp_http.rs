@@ -21,8 +21,12 @@ use http_body_util::BodyExt;
 use serde_json::{json, Map, Value};
 use sha2::{Digest, Sha256};
 use tower::ServiceExt;
-use worldd::mcp::{self, McpConfig};
-use worldd::state::{AppState, DaemonInfo, MAX_CALLBACKS};
+use worldd::limits::Limits;
+use worldd::mcp;
+use worldd::state::{AppState, DaemonInfo};
+
+/// The execution slots of the capacity test's daemon.
+const SLOTS: usize = 8;
 
 const ACCEPT_BOTH: &str = "application/json, text/event-stream";
 
@@ -155,7 +159,7 @@ fn read_tool_as(id: &str) -> Transition {
     Transition::from_value(doc).unwrap()
 }
 
-fn harness_with(config: McpConfig) -> Harness {
+fn harness_with(limits: Limits) -> Harness {
     let dir = tempfile::tempdir().unwrap();
     let store = Store::create(&dir.path().join("db")).unwrap();
     let mut docs = Vec::new();
@@ -189,7 +193,14 @@ fn harness_with(config: McpConfig) -> Harness {
         .insert("Ailang.Check", Arc::new(BadFinish))
         .unwrap();
     // No handler for Ailang.Run: ailang-run trips rule R8.
-    let coordinator = Coordinator::new(store.clone(), handlers, CoordinatorConfig::default());
+    let coordinator = Coordinator::new(
+        store.clone(),
+        handlers,
+        CoordinatorConfig {
+            handler_deadline: limits.handler_deadline,
+            ..CoordinatorConfig::default()
+        },
+    );
     // The classes a plugin manifest would declare; Ailang.* stays unknown (no plugin here).
     let classes = [
         ("Workspace.Read".to_owned(), EffectClass::Read),
@@ -206,8 +217,9 @@ fn harness_with(config: McpConfig) -> Harness {
             open_reads: false,
         },
     )
-    .with_classes(classes);
-    let router = mcp::routes_with(config).with_state(state.clone());
+    .with_classes(classes)
+    .with_limits(limits);
+    let router = mcp::routes().with_state(state.clone());
     let full = worldd::server::router(state.clone());
     Harness {
         _dir: dir,
@@ -221,7 +233,7 @@ fn harness_with(config: McpConfig) -> Harness {
 }
 
 fn harness() -> Harness {
-    harness_with(McpConfig::default())
+    harness_with(Limits::default())
 }
 
 impl Harness {
@@ -560,7 +572,10 @@ async fn bodies_over_4_mib_are_413() {
     let t = h.reader();
     let ping = r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#;
     // Exactly the limit: accepted (JSON allows trailing whitespace).
-    let exact = format!("{ping}{}", " ".repeat(mcp::MAX_BODY_BYTES - ping.len()));
+    let exact = format!(
+        "{ping}{}",
+        " ".repeat(Limits::default().mcp_body_bytes - ping.len())
+    );
     assert_eq!(exact.len(), 4_194_304);
     assert_eq!(h.rpc(&t, &exact).await.sse()["result"], json!({}));
     // One byte more: refused, with or without a declared length.
@@ -1120,9 +1135,12 @@ async fn host_failures_answer_with_the_fixed_envelope() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_ninth_concurrent_call_exceeds_capacity() {
-    let mut h = harness();
+    let mut h = harness_with(Limits {
+        execution_slots: SLOTS,
+        ..Limits::default()
+    });
     let mut in_flight = Vec::new();
-    for i in 0..MAX_CALLBACKS {
+    for i in 0..SLOTS {
         // Separate episodes, so every call reaches the handler instead of queueing on the
         // episode lock (which would hold its slot just the same, but be harder to observe).
         let t = h.token(&format!("cap{i}"), &["Workspace.Write=worktree:5"]);
@@ -1143,7 +1161,7 @@ async fn the_ninth_concurrent_call_exceeds_capacity() {
             .await
         }));
     }
-    for _ in 0..MAX_CALLBACKS {
+    for _ in 0..SLOTS {
         tokio::time::timeout(Duration::from_secs(30), h.entered.recv())
             .await
             .expect("a held call never reached its handler");
@@ -1177,38 +1195,74 @@ async fn the_ninth_concurrent_call_exceeds_capacity() {
     assert_eq!(v["result"]["isError"], json!(false));
 }
 
+/// A handler that hangs is answered `host callback timed out` at its deadline; its one slot
+/// is freed for other episodes at once, its own episode waits for it, and when it returns its
+/// outcome is journaled but never committed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn past_the_post_deadline_the_call_times_out() {
-    let mut h = harness_with(McpConfig {
-        post_deadline: Duration::from_millis(500),
+async fn hung_handler_times_out_frees_its_slot_and_is_never_committed() {
+    let mut h = harness_with(Limits {
+        execution_slots: 1,
+        handler_deadline: Duration::from_millis(300),
+        ..Limits::default()
     });
-    let t = h.token("slow", &["Workspace.Write=worktree:5"]);
-    let r = h
-        .rpc(
-            &t,
-            &call_body(
-                json!(11),
-                "ailang-write",
-                json!({"path": "a.ail", "content": "x"}),
-            ),
-        )
-        .await;
-    r.assert_envelope("11", "host callback timed out");
-    // The handler really was running (and still is, holding its slot) when the POST gave up.
+    let t = h.token(
+        "slow",
+        &["Workspace.Write=worktree:5", "Workspace.Read=worktree:5"],
+    );
+    let args = json!({"path": "a.ail", "content": "x"});
+    h.rpc(
+        &t,
+        &keyed_body(json!(11), "ailang-write", args.clone(), "w"),
+    )
+    .await
+    .assert_envelope("11", "host callback timed out");
     tokio::time::timeout(Duration::from_secs(30), h.entered.recv())
         .await
         .expect("the held call never reached its handler");
-    // Released, the call still commits in the background: the caller must check the log.
+    // The only slot is free again although the handler still runs: another episode is served.
     let before = h.revision();
-    h.gate.release();
-    let committed = async {
-        while h.revision() == before {
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-    };
-    tokio::time::timeout(Duration::from_secs(30), committed)
+    let reader = h.reader();
+    let v = h
+        .rpc(
+            &reader,
+            &call_body(json!(12), "ailang-read", json!({"path": "a"})),
+        )
         .await
-        .expect("the timed-out call never committed");
+        .sse();
+    assert_eq!(v["result"]["structuredContent"]["ok"], json!(true));
+    assert_eq!(h.revision(), before + 1);
+    let (_, m) = h.get_text("/v1/metrics").await;
+    assert!(m.contains("worldd_handlers_overrunning 1\n"), "{m}");
+    assert!(m.contains("worldd_handler_overruns_total 1\n"), "{m}");
+
+    // The episode's next call waits for the hung handler; released, the handler's outcome is
+    // journaled first, then the next call runs.
+    let router = h.router.clone();
+    let next = tokio::spawn({
+        let t = t.clone();
+        async move {
+            send(
+                &router,
+                rpc(
+                    &t,
+                    None,
+                    &call_body(json!(13), "ailang-read", json!({"path": "b"})),
+                ),
+            )
+            .await
+        }
+    });
+    h.gate.release();
+    let v = next.await.unwrap().sse();
+    assert_eq!(v["result"]["structuredContent"]["ok"], json!(true));
+    let (status, rec) = h.get_json(&t, "/v1/calls/mcp/w").await;
+    assert_eq!(
+        (status, rec["state"].clone()),
+        (StatusCode::OK, json!("unrecorded"))
+    );
+    assert_eq!(rec["effects"][0]["status"], json!("ok"));
+    // Only the two reads were committed.
+    assert_eq!(h.revision(), before + 2);
 }
 
 // -------------------------------------------------------------------------------------------
@@ -1324,6 +1378,12 @@ impl Harness {
             .unwrap();
         let r = send(&self.full, req).await;
         (r.status, serde_json::from_str(&r.body).unwrap())
+    }
+
+    /// GET an open route of the whole surface; the status and the text body.
+    async fn get_text(&self, path: &str) -> (StatusCode, String) {
+        let r = send(&self.full, Request::get(path).body(Body::empty()).unwrap()).await;
+        (r.status, r.body)
     }
 
     /// How many times the write handler ran (it reports each entry).
@@ -1499,8 +1559,9 @@ async fn a_keyed_write_runs_once_and_replays_the_committed_bytes() {
 
 #[tokio::test]
 async fn a_keyed_call_still_running_is_named_not_repeated() {
-    let mut h = harness_with(McpConfig {
-        post_deadline: Duration::from_millis(500),
+    let mut h = harness_with(Limits {
+        handler_deadline: Duration::from_millis(500),
+        ..Limits::default()
     });
     let t = h.token("busy", &["Workspace.Write=worktree:5"]);
     let args = json!({"path": "a.ail", "content": "x"});
@@ -1531,26 +1592,30 @@ async fn a_keyed_call_still_running_is_named_not_repeated() {
         v["outcome"],
         json!({"kind": "indeterminate", "reason": "pending", "retryable": false})
     );
-    // Once it commits, the key returns its result.
+    // Once the handler returns, its outcome is journaled, never committed: the key says so.
     h.gate.release();
-    let committed = async {
+    let settled = async {
         loop {
             let (_, v) = h.get_json(&t, "/v1/calls/mcp/k").await;
-            if v["state"] == "committed" {
+            if v["state"] == "unrecorded" {
                 return v;
             }
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
     };
-    let rec = tokio::time::timeout(Duration::from_secs(30), committed)
+    let rec = tokio::time::timeout(Duration::from_secs(30), settled)
         .await
-        .expect("the timed-out call never committed");
+        .expect("the timed-out call's outcome was never journaled");
     let v = h
         .rpc(&t, &keyed_body(json!(3), "ailang-write", args, "k"))
         .await
         .sse();
-    assert_eq!(v["result"]["_meta"]["world/replayed"], json!(true));
-    assert_eq!(v["result"]["_meta"]["world/entryIndex"], rec["entryIndex"]);
+    assert_eq!(v["error"]["code"], json!(-32603));
+    assert_eq!(v["error"]["data"]["reason"], json!("unrecorded"));
+    assert_eq!(
+        v["error"]["data"]["records"],
+        json!([rec["effects"][0]["record"]])
+    );
     assert_eq!(h.writes_run(), 0);
 }
 

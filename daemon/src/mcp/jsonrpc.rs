@@ -166,6 +166,32 @@ impl Reply {
     pub(super) fn invalid_request(id: Value, why: &str) -> Reply {
         Reply::error(&id, INVALID_REQUEST, format!("invalid request: {why}"))
     }
+
+    /// A batch item left unrun because the replies before it reached `limit` bytes.
+    pub(super) fn not_run(id: Value, limit: usize) -> Reply {
+        Reply::error(
+            &id,
+            INVALID_REQUEST,
+            format!("invalid request: not run: the replies to this batch reached the {limit}-byte limit ([limits] reply_bytes); send it again in another POST"),
+        )
+    }
+
+    /// The length of this reply as compact JSON.
+    pub(super) fn encoded_len(&self) -> usize {
+        struct Count(usize);
+        impl std::io::Write for Count {
+            fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+                self.0 += b.len();
+                Ok(b.len())
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        let mut n = Count(0);
+        let _ = serde_json::to_writer(&mut n, self);
+        n.0
+    }
 }
 
 /// `s` as a JSON string literal, for names quoted in error texts (`unknown tool "x"`): quotes
