@@ -142,6 +142,25 @@ struct Harness {
     full: Router,
     gate: Arc<Gate>,
     entered: tokio::sync::mpsc::UnboundedReceiver<()>,
+    /// When armed, the coordinator stalls after a handler returned (like a store that does
+    /// not answer) until the gate opens.
+    stall: Arc<StallAfterHandler>,
+}
+
+#[derive(Default)]
+struct StallAfterHandler {
+    armed: std::sync::atomic::AtomicBool,
+    gate: Gate,
+}
+
+impl broker_core::coordinator::Hooks for StallAfterHandler {
+    fn reached(&self, point: broker_core::coordinator::CrashPoint) {
+        if point == broker_core::coordinator::CrashPoint::AfterHandler
+            && self.armed.load(std::sync::atomic::Ordering::SeqCst)
+        {
+            self.gate.wait();
+        }
+    }
 }
 
 fn se_tool(name: &str) -> Value {
@@ -177,6 +196,7 @@ fn harness_with(limits: Limits) -> Harness {
     registry::publish(&store, registry::DEFAULT_REGISTRY, docs, "test").unwrap();
 
     let gate = Arc::new(Gate::default());
+    let stall = Arc::new(StallAfterHandler::default());
     let (tx, entered) = tokio::sync::mpsc::unbounded_channel();
     let mut handlers = Handlers::new();
     handlers.insert("Workspace.Read", Arc::new(Echo)).unwrap();
@@ -198,6 +218,7 @@ fn harness_with(limits: Limits) -> Harness {
         handlers,
         CoordinatorConfig {
             handler_deadline: limits.handler_deadline,
+            hooks: stall.clone(),
             ..CoordinatorConfig::default()
         },
     );
@@ -229,6 +250,7 @@ fn harness_with(limits: Limits) -> Harness {
         full,
         gate,
         entered,
+        stall,
     }
 }
 
@@ -1265,6 +1287,39 @@ async fn hung_handler_times_out_frees_its_slot_and_is_never_committed() {
     assert_eq!(h.revision(), before + 2);
 }
 
+/// A call whose handler finished in time but whose commit does not come back (a stalled
+/// store) is answered at the call deadline; it may still commit afterwards.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stalled_commit_is_answered_at_the_call_deadline() {
+    let h = harness_with(Limits {
+        call_deadline: Duration::from_millis(300),
+        ..Limits::default()
+    });
+    h.stall
+        .armed
+        .store(true, std::sync::atomic::Ordering::SeqCst);
+    let t = h.reader();
+    let before = h.revision();
+    h.rpc(
+        &t,
+        &call_body(json!(5), "ailang-read", json!({"path": "a"})),
+    )
+    .await
+    .assert_envelope("5", "host callback timed out");
+    h.stall
+        .armed
+        .store(false, std::sync::atomic::Ordering::SeqCst);
+    h.stall.gate.release();
+    let committed = async {
+        while h.revision() == before {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(30), committed)
+        .await
+        .expect("the stalled call never committed");
+}
+
 // -------------------------------------------------------------------------------------------
 // Batches.
 
@@ -1343,6 +1398,59 @@ async fn batch_edge_cases() {
     )
     .await
     .assert_accepted();
+}
+
+/// 80,000 `tools/list` items in one POST once produced an 800 MB reply: a batch over
+/// `[limits] batch_items` is refused whole, and nothing in it runs.
+#[tokio::test]
+async fn a_huge_mcp_batch_is_refused_whole_and_runs_nothing() {
+    let h = harness();
+    let t = h.reader();
+    let before = h.revision();
+    let mut items = vec![
+        json!({"jsonrpc": "2.0", "id": 0, "method": "tools/call", "params": {"name": "ailang-read", "arguments": {"path": "a"}}}),
+    ];
+    items.extend((1..80_000).map(|i| json!({"jsonrpc": "2.0", "id": i, "method": "tools/list"})));
+    let body = Value::Array(items).to_string();
+    assert!(body.len() < Limits::default().mcp_body_bytes);
+    assert_eq!(
+        h.rpc(&t, &body).await.sse_data(),
+        r#"{"jsonrpc":"2.0","id":null,"error":{"code":-32600,"message":"invalid request: a batch of 80000 messages; the limit is 64 ([limits] batch_items); nothing was run"}}"#
+    );
+    assert_eq!(h.revision(), before);
+    // At the limit it runs.
+    let list: Vec<Value> = (0..64)
+        .map(|i| json!({"jsonrpc": "2.0", "id": i, "method": "tools/list"}))
+        .collect();
+    let v = h.rpc(&t, &Value::Array(list).to_string()).await.sse();
+    assert_eq!(v.as_array().unwrap().len(), 64);
+}
+
+/// Once a batch's replies reach `[limits] reply_bytes`, no further item runs; each request
+/// left is answered "not run" by its own id.
+#[tokio::test]
+async fn a_batch_stops_running_at_the_reply_limit() {
+    let h = harness_with(Limits {
+        reply_bytes: 2500,
+        ..Limits::default()
+    });
+    let t = h.reader();
+    let before = h.revision();
+    let items: Vec<Value> = (0..6)
+        .map(|i| json!({"jsonrpc": "2.0", "id": i, "method": "tools/call", "params": {"name": "ailang-read", "arguments": {"path": "a"}}}))
+        .collect();
+    let v = h.rpc(&t, &Value::Array(items).to_string()).await.sse();
+    let replies = v.as_array().unwrap();
+    assert_eq!(replies.len(), 6);
+    let ran = replies.iter().filter(|r| r.get("result").is_some()).count();
+    assert!((1..6).contains(&ran), "{v}");
+    for (i, r) in replies.iter().enumerate().skip(ran) {
+        assert_eq!(
+            r,
+            &json!({"jsonrpc": "2.0", "id": i, "error": {"code": -32600, "message": "invalid request: not run: the replies to this batch reached the 2500-byte limit ([limits] reply_bytes); send it again in another POST"}})
+        );
+    }
+    assert_eq!(h.revision(), before + ran as u64);
 }
 
 #[tokio::test]

@@ -320,7 +320,8 @@ pub fn raw_exchange(addr: &str, bytes: &[u8]) -> Answer {
                     .lines()
                     .find_map(|l| {
                         let (k, v) = l.split_once(':')?;
-                        k.eq_ignore_ascii_case("content-type").then(|| v.trim().to_owned())
+                        k.eq_ignore_ascii_case("content-type")
+                            .then(|| v.trim().to_owned())
                     })
                     .unwrap_or_default();
                 return Answer {
@@ -331,7 +332,11 @@ pub fn raw_exchange(addr: &str, bytes: &[u8]) -> Answer {
             }
         }
         let n = s.read(&mut chunk).unwrap();
-        assert!(n > 0, "connection closed before a full response: {:?}", String::from_utf8_lossy(&buf));
+        assert!(
+            n > 0,
+            "connection closed before a full response: {:?}",
+            String::from_utf8_lossy(&buf)
+        );
         buf.extend_from_slice(&chunk[..n]);
     }
 }
