@@ -35,7 +35,7 @@ use serde_json::{json, Value};
 
 use tokio::time::Instant;
 
-use crate::edge::body::{self, BodyError};
+use crate::edge::body::BodyError;
 use crate::outcome::{self, Kind, Outcome};
 use crate::rest::ApiError;
 use crate::state::{AppState, AuthFailure, InvokeFailure};
@@ -243,8 +243,10 @@ async fn a2a(
     };
     let limit = state.limits().a2a_body_bytes;
     let read_by = deadline.min(Instant::now() + state.server().body_timeout);
-    let body = match body::read(&headers, body, limit, read_by, state.metrics()).await {
+    let read = state.bodies().read(&headers, body, limit, read_by).await;
+    let body = match read {
         Ok(b) => b,
+        Err(BodyError::Busy) => return rpc_error(&null, -32603, crate::edge::body::BUSY_TEXT),
         Err(BodyError::TooLarge) => {
             return rpc_error(
                 &null,
@@ -261,7 +263,7 @@ async fn a2a(
         }
         Err(BodyError::Unreadable) => return rpc_error(&null, -32600, "invalid JSON-RPC request"),
     };
-    let Ok(req) = broker_core::canon::parse(&body) else {
+    let Ok(req) = broker_core::canon::parse(&body.bytes) else {
         return rpc_error(&null, -32600, "invalid JSON-RPC request");
     };
     let id = req.get("id").cloned().unwrap_or(Value::Null);

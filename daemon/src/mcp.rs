@@ -58,7 +58,7 @@ use axum::Router;
 use serde_json::Value;
 use tokio::time::Instant;
 
-use crate::edge::body::{self, BodyError};
+use crate::edge::body::BodyError;
 use crate::state::AppState;
 
 mod jsonrpc;
@@ -115,9 +115,11 @@ async fn serve_post(state: AppState, headers: HeaderMap, body: Body) -> Response
     };
     let limit = state.limits().mcp_body_bytes;
     let read_by = deadline.min(Instant::now() + state.server().body_timeout);
-    let bytes = match body::read(&headers, body, limit, read_by, state.metrics()).await {
+    let read = state.bodies().read(&headers, body, limit, read_by).await;
+    let body = match read {
         Ok(b) => b,
         Err(BodyError::TooLarge) => return transport::body_too_large(limit),
+        Err(BodyError::Busy) => return transport::body_busy(),
         Err(BodyError::TimedOut) => {
             tracing::warn!(episode = %session.episode, "mcp: request body not received in time");
             return transport::body_timed_out();
@@ -131,10 +133,11 @@ async fn serve_post(state: AppState, headers: HeaderMap, body: Body) -> Response
         deadline,
         version,
     };
+    let bytes = &body.bytes;
     if ctx.modern() {
-        return modern::serve(&ctx, &headers, &bytes).await;
+        return modern::serve(&ctx, &headers, bytes).await;
     }
-    let message: Value = match serde_json::from_slice(&bytes) {
+    let message: Value = match serde_json::from_slice(bytes) {
         Ok(v) => v,
         Err(_) => return transport::sse(&Reply::parse_error()),
     };

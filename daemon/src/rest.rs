@@ -496,10 +496,12 @@ async fn commit_route(
     // Read the body only after authentication, never more than the limit, and in time.
     let limit = state.limits().commit_body_bytes;
     let deadline = tokio::time::Instant::now() + state.server().body_timeout;
-    let body = crate::edge::body::read(&headers, body, limit, deadline, state.metrics())
+    let body = state
+        .bodies()
+        .read(&headers, body, limit, deadline)
         .await
         .map_err(|e| crate::edge::body::rest_error(e, limit))?;
-    let c = parse_commit(&body)?;
+    let c = parse_commit(&body.bytes)?;
     if let Some(id) = &c.invocation_id {
         if !id.starts_with("rest:") {
             return Err(ApiError::bad_request(

@@ -12,6 +12,7 @@ use handler_api::EffectClass;
 use tokio::time::Instant;
 
 use crate::admission::{Admission, Refusal, Ticket};
+use crate::edge::body::Bodies;
 use crate::edge::host::HostPolicy;
 use crate::edge::ServerConfig;
 use crate::limits::Limits;
@@ -59,6 +60,7 @@ struct Inner {
     limits: Limits,
     server: ServerConfig,
     host_policy: HostPolicy,
+    bodies: Bodies,
     info: DaemonInfo,
     metrics: Metrics,
 }
@@ -71,6 +73,7 @@ pub struct AppState {
 
 impl AppState {
     pub fn new(store: Store, coordinator: Arc<Coordinator>, info: DaemonInfo) -> AppState {
+        let metrics = Metrics::default();
         AppState {
             inner: Arc::new(Inner {
                 classes: HashMap::new(),
@@ -80,8 +83,9 @@ impl AppState {
                 limits: Limits::default(),
                 server: ServerConfig::default(),
                 host_policy: HostPolicy::default(),
+                bodies: Bodies::new(ServerConfig::default().body_budget_bytes, metrics.clone()),
                 info,
-                metrics: Metrics::default(),
+                metrics,
             }),
         }
     }
@@ -99,6 +103,7 @@ impl AppState {
     pub fn with_server(mut self, server: ServerConfig) -> AppState {
         if let Some(inner) = Arc::get_mut(&mut self.inner) {
             inner.host_policy = HostPolicy::new(&server);
+            inner.bodies = Bodies::new(server.body_budget_bytes, inner.metrics.clone());
             inner.server = server;
         }
         self
@@ -106,6 +111,11 @@ impl AppState {
 
     pub fn server(&self) -> &ServerConfig {
         &self.inner.server
+    }
+
+    /// Request bodies, read within the shared budget ([`crate::edge::body`]).
+    pub fn bodies(&self) -> &Bodies {
+        &self.inner.bodies
     }
 
     pub fn host_policy(&self) -> &HostPolicy {

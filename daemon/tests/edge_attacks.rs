@@ -198,6 +198,43 @@ fn held_4mib_bodies_without_credentials_are_answered_without_reading_them() {
 }
 
 #[test]
+fn held_4mib_bodies_with_credentials_stay_within_the_body_budget() {
+    let (d, _c) = start_with(WS, "[server]\nbody_budget_bytes = 16777216\n", &[]);
+    let token = d.session("ep1", &["Workspace.Read=worktree:5"]);
+    let head = format!(
+        "POST /mcp/ HTTP/1.1\r\nHost: {}\r\nAuthorization: Bearer {token}\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nContent-Length: 4194304\r\n\r\n",
+        d.addr
+    );
+    // Four 4 MiB uploads fill the 16 MiB budget and are held open; the rest are refused at
+    // once, before a byte of their body is buffered.
+    let mut held = Vec::new();
+    for _ in 0..4 {
+        let mut s = connect(&d);
+        s.write_all(head.as_bytes()).unwrap();
+        s.write_all(&vec![b' '; 1 << 20]).unwrap();
+        held.push(s);
+    }
+    // The daemon has taken the four declared lengths once it reads their first bytes.
+    let refused = (0..200).find_map(|_| {
+        let a = raw_exchange(&d.addr, head.as_bytes());
+        if a.status == 503 {
+            return Some(a);
+        }
+        std::thread::sleep(Duration::from_millis(20));
+        None
+    });
+    let a = refused.expect("a fifth held upload was not refused");
+    assert_eq!(
+        a.text(),
+        "too many request bodies in flight ([server] body_budget_bytes); retry shortly"
+    );
+    assert!(trips(&d, "body_budget") >= 1);
+    let rss = rss_kib(d.child.id());
+    assert!(rss < 256 * 1024, "daemon RSS {rss} KiB");
+    drop(held);
+}
+
+#[test]
 fn a_body_that_never_arrives_is_cut_at_the_body_deadline() {
     let (d, _c) = start_with(WS, "[server]\nbody_timeout_ms = 300\n", &[]);
     let token = d.session("ep1", &["Workspace.Read=worktree:5"]);

@@ -7,7 +7,7 @@
 //! | request head | hyper's header-read timeout: a complete request head within [`ServerConfig::header_timeout`] of the connection being accepted or finishing its previous response (so it is also the idle keep-alive timeout); heads over 64 KiB are refused | [`listener`] |
 //! | Host and Origin | loopback names and the operator's lists only, on every route, before anything else (403) | [`host`] |
 //! | authentication | every route that reads a body authenticates from its headers first | the routes |
-//! | request body | a per-route size limit and a whole-body deadline ([`ServerConfig::body_timeout`]) | [`body`] |
+//! | request body | a per-route size limit, a whole-body deadline ([`ServerConfig::body_timeout`]) and one byte budget for all bodies in flight ([`ServerConfig::body_budget_bytes`]) | [`body`] |
 //!
 //! Limits of calls (admission, handler deadlines, batch sizes) are in [`crate::limits`].
 
@@ -38,6 +38,9 @@ pub struct ServerConfig {
     pub header_timeout: Duration,
     /// A request body must arrive within this long of its head (`body_timeout_ms`).
     pub body_timeout: Duration,
+    /// Bytes of request bodies that may be held at once, across connections
+    /// (`body_budget_bytes`).
+    pub body_budget_bytes: usize,
 }
 
 impl Default for ServerConfig {
@@ -49,6 +52,7 @@ impl Default for ServerConfig {
             max_connections: DEFAULT_MAX_CONNECTIONS,
             header_timeout: Duration::from_secs(10),
             body_timeout: Duration::from_secs(10),
+            body_budget_bytes: 64 * 1024 * 1024,
         }
     }
 }
@@ -65,6 +69,7 @@ pub struct ServerSection {
     pub max_connections: Option<usize>,
     pub header_timeout_ms: Option<u64>,
     pub body_timeout_ms: Option<u64>,
+    pub body_budget_bytes: Option<usize>,
 }
 
 impl ServerSection {
@@ -80,6 +85,7 @@ impl ServerSection {
             max_connections: self.max_connections.unwrap_or(d.max_connections),
             header_timeout: ms(self.header_timeout_ms, d.header_timeout),
             body_timeout: ms(self.body_timeout_ms, d.body_timeout),
+            body_budget_bytes: self.body_budget_bytes.unwrap_or(d.body_budget_bytes),
         };
         config.check()?;
         Ok(config)
@@ -89,6 +95,9 @@ impl ServerSection {
 impl ServerConfig {
     /// Refuse values the edge cannot work with.
     pub fn check(&self) -> Result<(), String> {
+        if self.body_budget_bytes == 0 {
+            return Err("[server] body_budget_bytes must be at least 1".into());
+        }
         if self.max_connections == 0 {
             return Err("[server] max_connections must be at least 1".into());
         }

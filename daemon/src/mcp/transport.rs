@@ -142,6 +142,13 @@ pub(super) fn body_too_large(limit: usize) -> Response {
     )
 }
 
+pub(super) fn body_busy() -> Response {
+    text(
+        StatusCode::SERVICE_UNAVAILABLE,
+        crate::edge::body::BUSY_TEXT.to_owned(),
+    )
+}
+
 pub(super) fn body_timed_out() -> Response {
     text(
         StatusCode::REQUEST_TIMEOUT,
