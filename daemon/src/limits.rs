@@ -139,4 +139,18 @@ mod tests {
         );
         assert!(toml::from_str::<LimitsSection>("nope = 1").is_err());
     }
+
+    #[test]
+    fn the_example_config_states_the_defaults() {
+        #[derive(Deserialize)]
+        struct Example {
+            server: crate::edge::ServerSection,
+            limits: LimitsSection,
+        }
+        let text = include_str!("../../docs/world.example.toml");
+        let e: Example = toml::from_str(text).unwrap();
+        assert_eq!(e.limits.resolve().unwrap(), Limits::default());
+        let server = e.server.resolve().unwrap();
+        assert_eq!(server, crate::edge::ServerConfig::default());
+    }
 }
