@@ -72,6 +72,10 @@ struct Args {
     /// target/bench/attacks.json with --attacks).
     #[arg(long)]
     out: Option<PathBuf>,
+    /// An extra `worldd serve` flag for the benchmark daemons (repeatable), e.g.
+    /// `--serve-arg=--execution-slots=32`.
+    #[arg(long = "serve-arg", allow_hyphen_values = true)]
+    serve_args: Vec<String>,
     /// Run the attacks instead (held bodies, huge batches, idle and half-sent connections,
     /// Host/Origin rebinding, one episode looping a slow tool, hung plugins), each against a
     /// fresh daemon, measuring a legitimate client of another episode meanwhile.
@@ -174,7 +178,14 @@ fn run(args: Args) -> Result<(), String> {
         .max()
         .unwrap_or(1);
     let main_dir = run_dir.join("main");
-    let d = Daemon::start(&worldd, &main_dir, &release, args.daemon_log.as_deref())?;
+    let d = Daemon::start_with(
+        &worldd,
+        &main_dir,
+        &release,
+        args.daemon_log.as_deref(),
+        &["workspace"],
+        &args.serve_args,
+    )?;
     let clients = d.mint("bench-", max_c, 1024)?;
     sanity_check(&d, &clients[0])?;
     let mut errors: Vec<(String, usize, String)> = Vec::new();

@@ -137,6 +137,20 @@ async fn serve_post(state: AppState, headers: HeaderMap, body: Body) -> Response
     if ctx.modern() {
         return modern::serve(&ctx, &headers, bytes).await;
     }
+    // A batch is sized up before it is built: one over the limit costs no memory.
+    if let Some(items) = jsonrpc::batch_len(bytes) {
+        if version != BATCH_VERSION {
+            return transport::batch_refused(version);
+        }
+        let limit = state.limits().batch_items;
+        if items > limit {
+            state.metrics().limit_tripped("batch_items");
+            let why = format!(
+                "a batch of {items} messages; the limit is {limit} ([limits] batch_items); nothing was run"
+            );
+            return transport::sse(&Reply::invalid_request(Value::Null, &why));
+        }
+    }
     let message: Value = match serde_json::from_slice(bytes) {
         Ok(v) => v,
         Err(_) => return transport::sse(&Reply::parse_error()),
@@ -168,16 +182,8 @@ async fn serve_batch(ctx: &Ctx<'_>, version: &'static str, items: Vec<Value>) ->
         // JSON-RPC 2.0: an empty array is answered with one error, not an array.
         return transport::sse(&Reply::invalid_request(Value::Null, "empty batch"));
     }
+    // The item count was checked before the batch was built (`serve_post`).
     let limits = ctx.state.limits();
-    if items.len() > limits.batch_items {
-        ctx.state.metrics().limit_tripped("batch_items");
-        let why = format!(
-            "a batch of {} messages; the limit is {} ([limits] batch_items); nothing was run",
-            items.len(),
-            limits.batch_items
-        );
-        return transport::sse(&Reply::invalid_request(Value::Null, &why));
-    }
     let mut replies = Vec::with_capacity(items.len());
     let mut reply_bytes = 0usize;
     for item in items {

@@ -336,7 +336,9 @@ pub fn run(a: ServeArgs) -> CliResult {
         Err(e) => tracing::warn!("could not read the file descriptor limit: {e}"),
     }
 
-    runtime.block_on(async move {
+    let coordinator = Arc::new(coordinator);
+    let overruns = coordinator.clone();
+    let served = runtime.block_on(async move {
         let listener = tokio::net::TcpListener::bind(addr)
             .await
             .map_err(|e| startup("listen", format!("{addr}: {e}")))?;
@@ -344,7 +346,7 @@ pub fn run(a: ServeArgs) -> CliResult {
         if server_config.public_url.is_none() {
             server_config.public_url = Some(format!("http://{local}"));
         }
-        let state = AppState::new(store, Arc::new(coordinator), info)
+        let state = AppState::new(store, coordinator, info)
             .with_classes(classes)
             .with_limits(limits)
             .with_server(server_config);
@@ -355,7 +357,18 @@ pub fn run(a: ServeArgs) -> CliResult {
         server::serve(listener, state)
             .await
             .map_err(|e| Failure::fatal(format!("server error: {e}")))
-    })
+    });
+    // Every request was answered; what may still run are handlers past their deadline. Give
+    // them a moment to return and journal their outcome, then leave them: their intents stay
+    // indeterminate and are reported at the next start.
+    let hung = overruns.overruns().running();
+    if hung > 0 {
+        tracing::warn!(
+            "{hung} handler(s) past their deadline still run; waiting up to 5 s for them"
+        );
+    }
+    runtime.shutdown_timeout(std::time::Duration::from_secs(5));
+    served
 }
 
 /// `[server]` and `[limits]` from the file, with the flags over them.

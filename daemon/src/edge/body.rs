@@ -10,7 +10,9 @@
 //! All bodies being read or processed at once share one budget of bytes
 //! ([`ServerConfig::body_budget_bytes`](super::ServerConfig::body_budget_bytes)): a body that
 //! would take the total past it is refused at once (503) instead of being buffered, so
-//! authenticated clients holding many large uploads open cannot exhaust memory either.
+//! authenticated clients holding many large uploads open cannot exhaust memory either. The
+//! first [`UNCOUNTED_BYTES`] of each body are not counted, so that ordinary small calls are
+//! never refused while someone holds the budget with large uploads.
 
 use std::sync::Arc;
 
@@ -24,6 +26,11 @@ use crate::metrics::Metrics;
 
 /// The unit of the body budget.
 const KIB: usize = 1024;
+
+/// The first bytes of every body are not counted against the budget, so small requests (the
+/// common tool call) are never refused for it while large uploads fill it. Bounded all the
+/// same: at most `max_connections` × this.
+pub const UNCOUNTED_BYTES: usize = 16 * KIB;
 
 /// Reads request bodies within one shared budget of bytes.
 #[derive(Clone)]
@@ -117,8 +124,8 @@ impl Bodies {
         let mut held = None;
         // A declared length is taken from the budget whole, before anything is read.
         let declared = declared.unwrap_or(0) as usize;
-        self.take(&mut held, declared)?;
-        let mut taken = declared.div_ceil(KIB) * KIB;
+        self.take(&mut held, declared.saturating_sub(UNCOUNTED_BYTES))?;
+        let mut taken = UNCOUNTED_BYTES.max(declared.div_ceil(KIB) * KIB);
         let mut body = std::pin::pin!(body);
         let mut buf: Vec<u8> = Vec::with_capacity(declared);
         while let Some(frame) = std::future::poll_fn(|cx| body.as_mut().poll_frame(cx)).await {
@@ -247,45 +254,31 @@ mod tests {
     async fn bodies_past_the_shared_budget_are_refused_at_once() {
         let b = bodies(8 * KIB);
         let far = Instant::now() + Duration::from_secs(60);
+        let big = |n: usize| UNCOUNTED_BYTES + n * KIB;
+        let body = |n: usize| Body::from(vec![b'x'; n]);
         let first = b
-            .read(
-                &length(6 * KIB),
-                Body::from(vec![b'x'; 6 * KIB]),
-                1 << 20,
-                far,
-            )
+            .read(&length(big(6)), body(big(6)), 1 << 20, far)
             .await
             .unwrap();
         // Declared: refused before reading.
-        let r = b
-            .read(
-                &length(4 * KIB),
-                Body::from(vec![b'x'; 4 * KIB]),
-                1 << 20,
-                far,
-            )
-            .await;
+        let r = b.read(&length(big(4)), body(big(4)), 1 << 20, far).await;
         assert_eq!(r.err(), Some(BodyError::Busy));
         // Undeclared: refused as it grows.
-        let r = b
-            .read(
-                &HeaderMap::new(),
-                Body::from(vec![b'x'; 4 * KIB]),
-                1 << 20,
-                far,
-            )
-            .await;
+        let r = b.read(&HeaderMap::new(), body(big(4)), 1 << 20, far).await;
         assert_eq!(r.err(), Some(BodyError::Busy));
         assert_eq!(b.metrics.trips("body_budget"), 2);
-        drop(first);
+        // Small bodies are never refused for the budget.
         let r = b
             .read(
-                &HeaderMap::new(),
-                Body::from(vec![b'x'; 8 * KIB]),
+                &length(UNCOUNTED_BYTES),
+                body(UNCOUNTED_BYTES),
                 1 << 20,
                 far,
             )
             .await;
-        assert_eq!(r.unwrap().bytes.len(), 8 * KIB);
+        assert_eq!(r.unwrap().bytes.len(), UNCOUNTED_BYTES);
+        drop(first);
+        let r = b.read(&HeaderMap::new(), body(big(8)), 1 << 20, far).await;
+        assert_eq!(r.unwrap().bytes.len(), big(8));
     }
 }
