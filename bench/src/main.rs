@@ -53,7 +53,7 @@ struct Args {
     /// Concurrency of the plan-refusal row.
     #[arg(long, default_value_t = 32)]
     refusal_concurrency: usize,
-    /// Clients filling the store (the daemon runs at most 8 calls at once).
+    /// Clients filling the store.
     #[arg(long, default_value_t = 8)]
     fill_concurrency: usize,
     /// Wait this long after a `capacity exceeded` answer before the next request, ms.
@@ -416,7 +416,7 @@ fn run(args: Args) -> Result<(), String> {
         "config": {
             "quick": args.quick, "warmup_s": warmup.as_secs_f64(), "measure_s": measure.as_secs_f64(),
             "fill_calls": fill_calls, "backoff_ms": args.backoff_ms,
-            "daemon_log": args.daemon_log, "daemon_max_concurrent_calls_note": "the daemon answers `host callback capacity exceeded` beyond 8 calls in flight",
+            "daemon_log": args.daemon_log, "daemon_max_concurrent_calls_note": "by default the daemon runs 128 calls at once ([limits] execution_slots), one per episode",
         },
         "fsync": {
             "per_second": fsync.per_second(), "p50_ms": ms(fsync.p50_ns), "p99_ms": ms(fsync.p99_ns),
@@ -774,8 +774,8 @@ fn run_doctor(worldd: &Path, db: &Path) -> Result<Doctor, String> {
     })
 }
 
-/// Host callbacks the daemon runs at once (the MCP contract); more calls wait for a slot.
-const CALLBACK_SLOTS: usize = 8;
+/// Execution slots of the daemon by default (`[limits] execution_slots`); more calls wait.
+const CALLBACK_SLOTS: usize = 128;
 
 /// The most a durable row could reach on this disk if CPU, page writes and HTTP were free:
 /// every call in flight shares every group commit, and each commit costs LMDB's two syncs.
