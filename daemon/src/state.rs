@@ -224,7 +224,10 @@ impl AppState {
         // The handler's deadline is the coordinator's to enforce; this one bounds the rest of
         // the call (a store that does not answer), which may then still commit.
         match tokio::time::timeout_at(until, task).await {
-            Err(_) => Err(InvokeFailure::TimedOut),
+            Err(_) => {
+                self.inner.metrics.limit_tripped("call_deadline");
+                Err(InvokeFailure::TimedOut)
+            }
             Ok(Err(_)) => Err(InvokeFailure::Canceled),
             Ok(Ok(Ok(out))) => Ok(out),
             Ok(Ok(Err(CallError::HandlerTimedOut))) => Err(InvokeFailure::TimedOut),
