@@ -53,6 +53,7 @@ struct Inner {
     admission_refused: Mutex<BTreeMap<&'static str, u64>>,
     limit_trips: Mutex<BTreeMap<&'static str, u64>>,
     connections_open: AtomicI64,
+    body_bytes_held: AtomicI64,
     plugin_failures: AtomicU64,
 }
 
@@ -139,6 +140,18 @@ impl Metrics {
             .unwrap_or(0)
     }
 
+    /// Bytes of the request-body budget taken (`+`) or given back (`-`).
+    pub fn body_bytes_held(&self, delta: i64) {
+        self.inner
+            .body_bytes_held
+            .fetch_add(delta, Ordering::Relaxed);
+    }
+
+    /// Bytes of the request-body budget held now.
+    pub fn body_bytes_in_flight(&self) -> u64 {
+        self.inner.body_bytes_held.load(Ordering::Relaxed).max(0) as u64
+    }
+
     /// A connection was accepted (`+1`) or closed (`-1`).
     pub fn connections(&self, delta: i64) {
         self.inner
@@ -216,6 +229,11 @@ impl Metrics {
                 let _ = writeln!(out, "worldd_limit_trips_total{{limit=\"{limit}\"}} {n}");
             }
         }
+        let _ = writeln!(
+            out,
+            "# HELP worldd_body_budget_bytes_held Bytes of request bodies counted against [server] body_budget_bytes now.\n# TYPE worldd_body_budget_bytes_held gauge\nworldd_body_budget_bytes_held {}",
+            self.body_bytes_in_flight()
+        );
         let _ = writeln!(
             out,
             "# HELP worldd_connections_open Connections open now.\n# TYPE worldd_connections_open gauge\nworldd_connections_open {}",

@@ -43,7 +43,25 @@ pub struct Bodies {
 /// it) is in use.
 pub struct ReadBody {
     pub bytes: Bytes,
-    _budget: Option<OwnedSemaphorePermit>,
+    _budget: Option<Share>,
+}
+
+/// Part of the budget, counted in `worldd_body_budget_bytes_held` while it is held.
+struct Share {
+    permit: OwnedSemaphorePermit,
+    metrics: Metrics,
+}
+
+impl Share {
+    fn bytes(&self) -> i64 {
+        (self.permit.num_permits() * KIB) as i64
+    }
+}
+
+impl Drop for Share {
+    fn drop(&mut self) {
+        self.metrics.body_bytes_held(-self.bytes());
+    }
 }
 
 /// Why a body was not read.
@@ -91,7 +109,7 @@ impl Bodies {
     }
 
     /// Take `bytes` more of the budget, now or never.
-    fn take(&self, held: &mut Option<OwnedSemaphorePermit>, bytes: usize) -> Result<(), BodyError> {
+    fn take(&self, held: &mut Option<Share>, bytes: usize) -> Result<(), BodyError> {
         let units = u32::try_from(bytes.div_ceil(KIB)).map_err(|_| BodyError::Busy)?;
         if units == 0 {
             return Ok(());
@@ -101,9 +119,16 @@ impl Bodies {
             .clone()
             .try_acquire_many_owned(units)
             .map_err(|_| BodyError::Busy)?;
+        self.metrics
+            .body_bytes_held((more.num_permits() * KIB) as i64);
         match held {
-            Some(p) => p.merge(more),
-            None => *held = Some(more),
+            Some(share) => share.permit.merge(more),
+            None => {
+                *held = Some(Share {
+                    permit: more,
+                    metrics: self.metrics.clone(),
+                })
+            }
         }
         Ok(())
     }
