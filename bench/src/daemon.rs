@@ -35,6 +35,18 @@ impl Daemon {
         plugin_dir: &Path,
         log_filter: Option<&str>,
     ) -> Result<Daemon, String> {
+        Daemon::start_with(worldd, dir, plugin_dir, log_filter, &["workspace"], &[])
+    }
+
+    /// The same with these plugins enabled and extra `serve` flags.
+    pub fn start_with(
+        worldd: &Path,
+        dir: &Path,
+        plugin_dir: &Path,
+        log_filter: Option<&str>,
+        handlers: &[&str],
+        extra: &[String],
+    ) -> Result<Daemon, String> {
         let db = dir.join("db");
         let root = dir.join("wt");
         std::fs::create_dir_all(&root).map_err(|e| format!("{}: {e}", root.display()))?;
@@ -49,8 +61,8 @@ impl Daemon {
             .arg("127.0.0.1:0")
             .arg("--plugin-dir")
             .arg(plugin_dir)
-            .arg("--handler")
-            .arg("workspace")
+            .args(handlers.iter().flat_map(|h| ["--handler", h]))
+            .args(extra)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::from(log));

@@ -7,7 +7,10 @@
 //! |---|---|
 //! | [`cli`] | the clap tree: `serve`, `quickstart`, `session …`, `why`, `handlers`, `publish` and the client verbs |
 //! | [`plugins`] | find, load (abi_stable) and configure effect-handler plugins; adapt them to broker-core |
-//! | [`state`] | the shared state: store, coordinator, authentication, bounded invocation |
+//! | [`state`] | the shared state: store, coordinator, authentication, invocation |
+//! | [`admission`] | per-episode queues, then global execution slots |
+//! | [`limits`] | the operator's sizes, counts and deadlines (`[limits]`) |
+//! | [`edge`] | the HTTP edge: connections, timeouts, Host and Origin, body reads (`[server]`) |
 //! | [`server`] | the axum router and graceful shutdown |
 //! | [`mcp`] | `POST /mcp/` |
 //! | [`a2a`] | `POST /a2a/` and the agent card |
@@ -44,7 +47,10 @@
 //! ```
 
 pub mod a2a;
+pub mod admission;
 pub mod cli;
+pub mod edge;
+pub mod limits;
 pub mod mcp;
 pub mod metrics;
 pub mod outcome;

@@ -2,12 +2,14 @@
 
 use std::collections::BTreeMap;
 use std::fmt::Write;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use broker_core::coordinator::{CallError, CallOutput};
+use broker_core::coordinator::{CallError, CallOutput, Overruns};
 use broker_core::store::Store;
+
+use crate::admission::Refusal;
 
 /// Latency buckets, in seconds.
 const BUCKETS: [f64; 10] = [
@@ -48,6 +50,10 @@ struct Inner {
     denials: Mutex<BTreeMap<String, u64>>,
     latency: Mutex<Histogram>,
     callbacks_rejected: AtomicU64,
+    admission_refused: Mutex<BTreeMap<&'static str, u64>>,
+    limit_trips: Mutex<BTreeMap<&'static str, u64>>,
+    connections_open: AtomicI64,
+    body_bytes_held: AtomicI64,
     plugin_failures: AtomicU64,
 }
 
@@ -70,6 +76,7 @@ pub fn outcome_label(result: &Result<CallOutput, CallError>) -> &'static str {
             },
         },
         Err(CallError::EffectsUnrecorded { .. }) => "unrecorded",
+        Err(CallError::HandlerTimedOut) => "timed_out",
         Err(CallError::NoHandler) => "no_handler",
         Err(_) => "error",
     }
@@ -105,14 +112,55 @@ impl Metrics {
         }
     }
 
-    pub fn callback_rejected(&self) {
+    /// A call admission refused ([`crate::admission`]).
+    pub fn admission_refused(&self, refusal: Refusal) {
+        if refusal == Refusal::NoSlot {
+            self.inner
+                .callbacks_rejected
+                .fetch_add(1, Ordering::Relaxed);
+        }
+        if let Ok(mut m) = self.inner.admission_refused.lock() {
+            *m.entry(refusal.label()).or_default() += 1;
+        }
+    }
+
+    /// A limit of the edge or of a protocol tripped (`limit` names it, as in the docs).
+    pub fn limit_tripped(&self, limit: &'static str) {
+        if let Ok(mut m) = self.inner.limit_trips.lock() {
+            *m.entry(limit).or_default() += 1;
+        }
+    }
+
+    /// How often `limit` tripped so far.
+    pub fn trips(&self, limit: &str) -> u64 {
         self.inner
-            .callbacks_rejected
-            .fetch_add(1, Ordering::Relaxed);
+            .limit_trips
+            .lock()
+            .map(|m| m.get(limit).copied().unwrap_or(0))
+            .unwrap_or(0)
+    }
+
+    /// Bytes of the request-body budget taken (`+`) or given back (`-`).
+    pub fn body_bytes_held(&self, delta: i64) {
+        self.inner
+            .body_bytes_held
+            .fetch_add(delta, Ordering::Relaxed);
+    }
+
+    /// Bytes of the request-body budget held now.
+    pub fn body_bytes_in_flight(&self) -> u64 {
+        self.inner.body_bytes_held.load(Ordering::Relaxed).max(0) as u64
+    }
+
+    /// A connection was accepted (`+1`) or closed (`-1`).
+    pub fn connections(&self, delta: i64) {
+        self.inner
+            .connections_open
+            .fetch_add(delta, Ordering::Relaxed);
     }
 
     /// The Prometheus text exposition.
-    pub fn render(&self, store: &Store) -> String {
+    pub fn render(&self, store: &Store, overruns: &Overruns) -> String {
         let mut out = String::new();
         out.push_str("# HELP worldd_calls_total Tool calls by tool and outcome.\n# TYPE worldd_calls_total counter\n");
         if let Ok(calls) = self.inner.calls.lock() {
@@ -165,6 +213,41 @@ impl Metrics {
             out,
             "# HELP worldd_callbacks_rejected_total Calls refused because all host callback slots were busy.\n# TYPE worldd_callbacks_rejected_total counter\nworldd_callbacks_rejected_total {}",
             self.inner.callbacks_rejected.load(Ordering::Relaxed)
+        );
+        out.push_str("# HELP worldd_admission_refused_total Calls refused by admission, by reason: episode_queue_full, episode_busy, no_execution_slot. Nothing ran.\n# TYPE worldd_admission_refused_total counter\n");
+        if let Ok(m) = self.inner.admission_refused.lock() {
+            for (reason, n) in m.iter() {
+                let _ = writeln!(
+                    out,
+                    "worldd_admission_refused_total{{reason=\"{reason}\"}} {n}"
+                );
+            }
+        }
+        out.push_str("# HELP worldd_limit_trips_total Requests and connections stopped by a limit, by limit.\n# TYPE worldd_limit_trips_total counter\n");
+        if let Ok(m) = self.inner.limit_trips.lock() {
+            for (limit, n) in m.iter() {
+                let _ = writeln!(out, "worldd_limit_trips_total{{limit=\"{limit}\"}} {n}");
+            }
+        }
+        let _ = writeln!(
+            out,
+            "# HELP worldd_body_budget_bytes_held Bytes of request bodies counted against [server] body_budget_bytes now.\n# TYPE worldd_body_budget_bytes_held gauge\nworldd_body_budget_bytes_held {}",
+            self.body_bytes_in_flight()
+        );
+        let _ = writeln!(
+            out,
+            "# HELP worldd_connections_open Connections open now.\n# TYPE worldd_connections_open gauge\nworldd_connections_open {}",
+            self.inner.connections_open.load(Ordering::Relaxed).max(0)
+        );
+        let _ = writeln!(
+            out,
+            "# HELP worldd_handler_overruns_total Handlers that overran their deadline (their callers were answered timed out).\n# TYPE worldd_handler_overruns_total counter\nworldd_handler_overruns_total {}",
+            overruns.total()
+        );
+        let _ = writeln!(
+            out,
+            "# HELP worldd_handlers_overrunning Handlers past their deadline that have not returned yet; each keeps its episode busy.\n# TYPE worldd_handlers_overrunning gauge\nworldd_handlers_overrunning {}",
+            overruns.running()
         );
         let _ = writeln!(
             out,

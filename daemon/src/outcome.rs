@@ -10,7 +10,8 @@
 //! | `ok` | — | the effect ran and the tool did what was asked | `true` only for reads |
 //! | `refused` | `plan` | the arguments were refused by the plan; nothing ran, no budget spent | `false` |
 //! | `refused` | `policy` | the effect ran and its policy said no (`"ok": false`); one unit spent | `false` |
-//! | `refused` | `capacity` | every host callback slot was busy; nothing ran | `true` |
+//! | `refused` | `capacity` | every execution slot stayed busy; nothing ran | `true` |
+//! | `refused` | `busy` | an earlier call of the episode was still running (its queue was full, or it outlasted this call's deadline); nothing ran | `true` |
 //! | `refused` | `key-conflict` | the idempotency key (task id) was used with other arguments | `false` |
 //! | `refused` | `unavailable` | this daemon cannot run the tool (no handler, no world); nothing ran | `false` |
 //! | `denied` | `denied:budget`, `denied:scope`, `denied:expired`, `denied:effect-name` | the broker refused the effect; nothing ran, nothing spent (`remaining` for budget) | `false` |
@@ -57,6 +58,7 @@ pub const REASONS: &[&str] = &[
     "plan",
     "policy",
     "capacity",
+    "busy",
     "key-conflict",
     "unavailable",
     "denied:budget",
@@ -103,6 +105,11 @@ impl Outcome {
         Outcome::new(Kind::Refused, "capacity", true)
     }
 
+    /// Nothing ran: the episode was busy with an earlier call.
+    pub fn busy() -> Outcome {
+        Outcome::new(Kind::Refused, "busy", true)
+    }
+
     /// The idempotency key names another call.
     pub fn key_conflict() -> Outcome {
         Outcome::new(Kind::Refused, "key-conflict", false)
@@ -130,6 +137,7 @@ impl Outcome {
 pub fn of_failure(f: &InvokeFailure) -> Option<Outcome> {
     Some(match f {
         InvokeFailure::Capacity => Outcome::capacity(),
+        InvokeFailure::Busy => Outcome::busy(),
         InvokeFailure::TimedOut => Outcome::indeterminate("timeout"),
         InvokeFailure::Canceled => Outcome::indeterminate("canceled"),
         InvokeFailure::Call(e) => match e {
@@ -140,6 +148,7 @@ pub fn of_failure(f: &InvokeFailure) -> Option<Outcome> {
             CallError::TaskIdReused => Outcome::key_conflict(),
             CallError::NotCommitted => Outcome::indeterminate("pending"),
             CallError::EffectsUnrecorded { .. } => Outcome::indeterminate("unrecorded"),
+            CallError::HandlerTimedOut => Outcome::indeterminate("timeout"),
             CallError::NoHandler | CallError::NoWorld => {
                 Outcome::new(Kind::Refused, "unavailable", false)
             }

@@ -27,8 +27,6 @@ use crate::state::{AppState, AuthFailure};
 
 /// Longest `semanticId` or `provenance` of a committed object, in bytes.
 pub const MAX_LABEL_BYTES: usize = 1024;
-/// Largest `POST /v1/commit` body.
-pub const MAX_COMMIT_BYTES: usize = 8_388_608;
 const DEFAULT_PAGE: usize = 100;
 const MAX_PAGE: usize = 500;
 
@@ -91,11 +89,6 @@ impl ApiError {
                 StatusCode::UNAUTHORIZED,
                 "SessionExpired",
                 "session credential has expired",
-            ),
-            AuthFailure::Timeout => ApiError::new(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "Timeout",
-                "the credential lookup did not finish in time",
             ),
             AuthFailure::Internal => ApiError::new(
                 StatusCode::INTERNAL_SERVER_ERROR,
@@ -187,7 +180,9 @@ async fn health(State(state): State<AppState>) -> Json<Value> {
 }
 
 async fn metrics(State(state): State<AppState>) -> Response {
-    let body = state.metrics().render(state.store());
+    let body = state
+        .metrics()
+        .render(state.store(), state.coordinator().overruns());
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], body).into_response()
 }
 
@@ -498,21 +493,15 @@ async fn commit_route(
         .authenticate(&headers)
         .await
         .map_err(ApiError::from_auth)?;
-    // Read the body only after authentication, and never more than the limit.
-    let too_large = || {
-        ApiError::new(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            "PayloadTooLarge",
-            format!("commit body exceeds {MAX_COMMIT_BYTES} bytes"),
-        )
-    };
-    let body = axum::body::to_bytes(body, MAX_COMMIT_BYTES + 1)
+    // Read the body only after authentication, never more than the limit, and in time.
+    let limit = state.limits().commit_body_bytes;
+    let deadline = tokio::time::Instant::now() + state.server().body_timeout;
+    let body = state
+        .bodies()
+        .read(&headers, body, limit, deadline)
         .await
-        .map_err(|_| too_large())?;
-    if body.len() > MAX_COMMIT_BYTES {
-        return Err(too_large());
-    }
-    let c = parse_commit(&body)?;
+        .map_err(|e| crate::edge::body::rest_error(e, limit))?;
+    let c = parse_commit(&body.bytes)?;
     if let Some(id) = &c.invocation_id {
         if !id.starts_with("rest:") {
             return Err(ApiError::bad_request(

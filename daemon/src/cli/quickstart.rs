@@ -88,6 +88,7 @@ pub fn run(a: QuickstartArgs) -> CliResult {
         open_reads: false,
         map_size: None,
         plugins: a.plugins,
+        ..ServeArgs::default()
     })
 }
 

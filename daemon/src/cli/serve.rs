@@ -13,6 +13,8 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use super::{CliResult, Failure};
+use crate::edge::{self, ServerSection};
+use crate::limits::LimitsSection;
 use crate::plugins::{self, PluginOptions};
 use crate::server;
 use crate::state::{AppState, DaemonInfo};
@@ -86,7 +88,7 @@ impl PluginArgs {
     }
 }
 
-#[derive(Args, Debug)]
+#[derive(Args, Debug, Default)]
 pub struct ServeArgs {
     /// The store directory (created with its genesis if absent).
     #[arg(long)]
@@ -103,6 +105,24 @@ pub struct ServeArgs {
     /// LMDB map size in bytes.
     #[arg(long)]
     pub map_size: Option<usize>,
+    /// A Host name to answer besides the loopback names (repeatable; `server.allowed_hosts`).
+    #[arg(long = "allowed-host")]
+    pub allowed_hosts: Vec<String>,
+    /// An Origin to answer besides loopback origins (repeatable; `server.allowed_origins`).
+    #[arg(long = "allowed-origin")]
+    pub allowed_origins: Vec<String>,
+    /// The URL the agent card advertises (`server.public_url`; default: the bound address).
+    #[arg(long)]
+    pub public_url: Option<String>,
+    /// Most connections open at once (`server.max_connections`).
+    #[arg(long)]
+    pub max_connections: Option<usize>,
+    /// Calls that may execute at once across episodes (`limits.execution_slots`).
+    #[arg(long)]
+    pub execution_slots: Option<usize>,
+    /// How long a handler may run, in milliseconds (`limits.handler_deadline_ms`).
+    #[arg(long)]
+    pub handler_deadline_ms: Option<u64>,
     #[command(flatten)]
     pub plugins: PluginArgs,
 }
@@ -119,6 +139,12 @@ pub struct HandlersArgs {
 pub struct ConfigFile {
     #[serde(default)]
     pub serve: ServeSection,
+    /// The edge: Host and Origin lists, connections, request timeouts.
+    #[serde(default)]
+    pub server: ServerSection,
+    /// Sizes, counts and deadlines of calls.
+    #[serde(default)]
+    pub limits: LimitsSection,
     #[serde(default)]
     pub plugins: BTreeMap<String, toml::Table>,
 }
@@ -217,6 +243,7 @@ pub fn run(a: ServeArgs) -> CliResult {
         .map_size
         .or(file.serve.map_size)
         .unwrap_or(broker_core::store::DEFAULT_MAP_SIZE);
+    let (mut server_config, limits) = edge_settings(&a, &file)?;
 
     // Bind policy first: nothing else happens for a non-loopback address.
     let addr = resolve_bind(&bind)?;
@@ -270,11 +297,23 @@ pub fn run(a: ServeArgs) -> CliResult {
         );
     }
     let classes = set.classes;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| startup("listen", e))?;
+    // Handlers run on the runtime's blocking pool: threads are reused, and one that a hung
+    // handler keeps is replaced by a new one.
+    let pool = runtime.handle().clone();
+    let spawn: broker_core::deadline::Spawner = Arc::new(move |job| {
+        pool.spawn_blocking(job);
+    });
     let coordinator = Coordinator::new(
         store.clone(),
         set.handlers,
         CoordinatorConfig {
             workspace_root: Some(workspace_root.clone()),
+            handler_deadline: limits.handler_deadline,
+            spawn,
             ..CoordinatorConfig::default()
         },
     );
@@ -283,17 +322,34 @@ pub fn run(a: ServeArgs) -> CliResult {
         version: env!("CARGO_PKG_VERSION"),
         open_reads,
     };
-    let state = AppState::new(store, Arc::new(coordinator), info).with_classes(classes);
+    match edge::listener::raise_fd_limit() {
+        Ok(fds) => {
+            let allowed = edge::listener::connection_limit(server_config.max_connections, fds);
+            if allowed < server_config.max_connections {
+                tracing::warn!(
+                    "max_connections lowered from {} to {allowed} to stay below the file descriptor limit ({fds})",
+                    server_config.max_connections
+                );
+                server_config.max_connections = allowed;
+            }
+        }
+        Err(e) => tracing::warn!("could not read the file descriptor limit: {e}"),
+    }
 
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| startup("listen", e))?;
-    runtime.block_on(async move {
+    let coordinator = Arc::new(coordinator);
+    let overruns = coordinator.clone();
+    let served = runtime.block_on(async move {
         let listener = tokio::net::TcpListener::bind(addr)
             .await
             .map_err(|e| startup("listen", format!("{addr}: {e}")))?;
         let local = listener.local_addr().map_err(|e| startup("listen", e))?;
+        if server_config.public_url.is_none() {
+            server_config.public_url = Some(format!("http://{local}"));
+        }
+        let state = AppState::new(store, coordinator, info)
+            .with_classes(classes)
+            .with_limits(limits)
+            .with_server(server_config);
         // Exactly one line on stdout when ready; everything else goes to stderr.
         println!("worldd listening on http://{local}");
         use std::io::Write;
@@ -301,7 +357,46 @@ pub fn run(a: ServeArgs) -> CliResult {
         server::serve(listener, state)
             .await
             .map_err(|e| Failure::fatal(format!("server error: {e}")))
-    })
+    });
+    // Every request was answered; what may still run are handlers past their deadline. Give
+    // them a moment to return and journal their outcome, then leave them: their intents stay
+    // indeterminate and are reported at the next start.
+    let hung = overruns.overruns().running();
+    if hung > 0 {
+        tracing::warn!(
+            "{hung} handler(s) past their deadline still run; waiting up to 5 s for them"
+        );
+    }
+    runtime.shutdown_timeout(std::time::Duration::from_secs(5));
+    served
+}
+
+/// `[server]` and `[limits]` from the file, with the flags over them.
+fn edge_settings(
+    a: &ServeArgs,
+    file: &ConfigFile,
+) -> Result<(edge::ServerConfig, crate::limits::Limits), Failure> {
+    let mut server = file.server.resolve().map_err(|e| startup("config", e))?;
+    server.allowed_hosts.extend(a.allowed_hosts.iter().cloned());
+    server
+        .allowed_origins
+        .extend(a.allowed_origins.iter().cloned());
+    if let Some(u) = &a.public_url {
+        server.public_url = Some(u.clone());
+    }
+    if let Some(n) = a.max_connections {
+        server.max_connections = n;
+    }
+    server.check().map_err(|e| startup("config", e))?;
+    let mut limits = file.limits.resolve().map_err(|e| startup("config", e))?;
+    if let Some(n) = a.execution_slots {
+        limits.execution_slots = n;
+    }
+    if let Some(ms) = a.handler_deadline_ms {
+        limits.handler_deadline = std::time::Duration::from_millis(ms);
+    }
+    limits.check().map_err(|e| startup("config", e))?;
+    Ok((server, limits))
 }
 
 fn resolve_bind(bind: &str) -> Result<SocketAddr, Failure> {

@@ -289,3 +289,54 @@ pub fn worldd(args: &[&str], stdin: Option<&[u8]>) -> (i32, String, String) {
 pub fn path_str(p: &Path) -> &str {
     p.to_str().unwrap()
 }
+
+/// Send raw bytes on a fresh connection and read one HTTP response (head and a body of its
+/// `Content-Length`), without sending anything more: for requests whose body is held back.
+pub fn raw_exchange(addr: &str, bytes: &[u8]) -> Answer {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    s.write_all(bytes).unwrap();
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 8192];
+    loop {
+        if let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+            let head = String::from_utf8_lossy(&buf[..end]).to_string();
+            let length = head
+                .lines()
+                .find_map(|l| {
+                    let (k, v) = l.split_once(':')?;
+                    k.eq_ignore_ascii_case("content-length")
+                        .then(|| v.trim().parse::<usize>().ok())?
+                })
+                .unwrap_or(0);
+            if buf.len() >= end + 4 + length {
+                let status = head
+                    .split_whitespace()
+                    .nth(1)
+                    .and_then(|c| c.parse().ok())
+                    .unwrap_or(0);
+                let content_type = head
+                    .lines()
+                    .find_map(|l| {
+                        let (k, v) = l.split_once(':')?;
+                        k.eq_ignore_ascii_case("content-type")
+                            .then(|| v.trim().to_owned())
+                    })
+                    .unwrap_or_default();
+                return Answer {
+                    status,
+                    content_type,
+                    body: buf[end + 4..end + 4 + length].to_vec(),
+                };
+            }
+        }
+        let n = s.read(&mut chunk).unwrap();
+        assert!(
+            n > 0,
+            "connection closed before a full response: {:?}",
+            String::from_utf8_lossy(&buf)
+        );
+        buf.extend_from_slice(&chunk[..n]);
+    }
+}
