@@ -26,7 +26,7 @@ use std::time::Duration;
 
 use serde_json::{json, Map, Value};
 
-use crate::broker::{self, Capability, Decision, Denial, EffectRecord};
+use crate::broker::{self, Capability, Decision, Denial, EffectRecord, HandlerIdentity};
 use crate::canon::{self, CanonError};
 use crate::journal::{self, Intent, JournalError, OutcomeStatus};
 use crate::log::{self, Append, HeadBinding, LogError};
@@ -76,8 +76,10 @@ pub enum HandlerOutcome {
 
 /// An effect handler: in-process for tests, or a plugin behind the ABI in the daemon.
 pub trait EffectHandler: Send + Sync {
-    /// Identity for logs and provenance (plugin name, version, library ref).
-    fn identity(&self) -> String;
+    /// Which plugin build this is: its name, version and the sha256 of the library bytes that
+    /// were loaded. Every succeeded and failed effect record names it. A handler compiled into
+    /// the executable (tests, tools) uses [`HandlerIdentity::in_process`].
+    fn identity(&self) -> HandlerIdentity;
     /// Run one effect. Must not panic; if it does, the coordinator records a failed effect.
     fn execute(&self, request: &EffectRequest<'_>) -> HandlerOutcome;
     /// A pure, deterministic reshaping of an effect's output, named by a transition's `finish`.
@@ -138,11 +140,10 @@ impl Surface {
         }
     }
 
+    /// `coordinator:a2a` for both surfaces, as seed 004 says: the invocation id tells them
+    /// apart.
     pub fn written_by(self) -> &'static str {
-        match self {
-            Surface::Mcp => "coordinator:mcp",
-            Surface::A2a => "coordinator:a2a",
-        }
+        log::COORDINATOR_WRITER
     }
 }
 
@@ -727,7 +728,7 @@ impl Coordinator {
         }
         self.config.hooks.reached(CrashPoint::AfterIntent);
 
-        let outcome = self.execute(p, &effect);
+        let (outcome, ran_by) = self.execute(p, &effect);
         self.config.hooks.reached(CrashPoint::AfterHandler);
 
         self.finish_and_commit(
@@ -737,7 +738,7 @@ impl Coordinator {
             &effect,
             finish,
             budget_before,
-            outcome,
+            (outcome, ran_by),
         )
     }
 
@@ -824,10 +825,17 @@ impl Coordinator {
         })
     }
 
-    fn execute(&self, p: &Prepared<'_>, effect: &PlannedEffect) -> HandlerOutcome {
+    /// Run the handler; returns its outcome and the identity of the plugin that ran it (`None`
+    /// when no handler ran).
+    fn execute(
+        &self,
+        p: &Prepared<'_>,
+        effect: &PlannedEffect,
+    ) -> (HandlerOutcome, Option<HandlerIdentity>) {
         let Some(handler) = self.handlers.get(&effect.effect) else {
-            return HandlerOutcome::Failed(R8_MESSAGE.into());
+            return (HandlerOutcome::Failed(R8_MESSAGE.into()), None);
         };
+        let identity = catch_unwind(AssertUnwindSafe(|| handler.identity())).ok();
         let request = EffectRequest {
             invocation_id: &p.invocation_id,
             episode: &p.call.session.episode,
@@ -839,7 +847,7 @@ impl Coordinator {
             deadline: HANDLER_DEADLINE,
         };
         // An in-process handler that panics must not take the daemon or the episode lock down.
-        match catch_unwind(AssertUnwindSafe(|| handler.execute(&request))) {
+        let outcome = match catch_unwind(AssertUnwindSafe(|| handler.execute(&request))) {
             Ok(HandlerOutcome::Ok(out)) if out.contains_key("world") => {
                 HandlerOutcome::Failed("handler output carries the reserved key \"world\"".into())
             }
@@ -847,7 +855,8 @@ impl Coordinator {
             Err(panic) => {
                 HandlerOutcome::Failed(format!("handler panicked: {}", panic_text(&panic)))
             }
-        }
+        };
+        (outcome, identity)
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -859,7 +868,7 @@ impl Coordinator {
         effect: &PlannedEffect,
         finish: bool,
         budget_before: u64,
-        outcome: HandlerOutcome,
+        (outcome, ran_by): (HandlerOutcome, Option<HandlerIdentity>),
     ) -> Result<CallOutput, CallError> {
         let (e, s, c) = (&effect.effect, &effect.scope, effect.cost);
         // Serialise the output once. One without a canonical form (e.g. an integer beyond 2^53)
@@ -881,7 +890,8 @@ impl Coordinator {
         let (record, result_obj, status, handler_output) = match outcome {
             Ok((value, result)) => {
                 let record =
-                    EffectRecord::succeeded(e, s, c, budget_before, request.hash, result.hash);
+                    EffectRecord::succeeded(e, s, c, budget_before, request.hash, result.hash)
+                        .ran_by(ran_by);
                 let out = match value {
                     Value::Object(m) => m,
                     _ => Map::new(),
@@ -895,7 +905,8 @@ impl Coordinator {
                     "failed"
                 };
                 tracing::warn!(invocation = %p.invocation_id, effect = %e, "effect {how}: {msg}");
-                let record = EffectRecord::failed(e, s, c, budget_before, request.hash);
+                let record =
+                    EffectRecord::failed(e, s, c, budget_before, request.hash).ran_by(ran_by);
                 (record, None, status, None)
             }
         };

@@ -507,11 +507,13 @@ fn a_plugin_built_outside_the_workspace_loads_and_serves_its_tool() {
     let record = world["effects"][0]["record"].as_str().unwrap();
     let (object, rec) = object_payload(&d, &token, record);
     assert_eq!(object["semanticId"], "world/effect-record/v1");
+    // It names the plugin that ran it: name, version and the sha256 of the library loaded.
     assert_eq!(
         rec,
         json!({"effect": "Echo.Say", "scope": "any", "cost": 1, "budgetBefore": 5,
                "budgetAfter": 4, "allowed": true, "failed": false, "denial": "",
-               "requestRef": rec["requestRef"].clone(), "resultRef": rec["resultRef"].clone()})
+               "requestRef": rec["requestRef"].clone(), "resultRef": rec["resultRef"].clone(),
+               "handler": {"plugin": "echo", "version": "0.1.0", "library": sha256_ref(echo)}})
     );
     assert!(rec["resultRef"].as_str().unwrap().starts_with("sha256:"));
 
@@ -609,7 +611,9 @@ fn a_panic_inside_execute_is_a_failed_effect_and_the_next_call_works() {
         rec,
         json!({"effect": "Echo.Panic", "scope": "any", "cost": 1, "budgetBefore": 2,
                "budgetAfter": 1, "allowed": true, "failed": true, "denial": "",
-               "requestRef": rec["requestRef"].clone(), "resultRef": ""})
+               "requestRef": rec["requestRef"].clone(), "resultRef": "",
+               "handler": {"plugin": "echo", "version": "0.1.0",
+                           "library": sha256_ref(echo_library())}})
     );
     assert!(rec["requestRef"].as_str().unwrap().starts_with("sha256:"));
 
