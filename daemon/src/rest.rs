@@ -13,7 +13,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use base64::Engine;
-use broker_core::commit::{self, CommitError, RestCommit};
+use broker_core::commit::{self, RestCommit};
 use broker_core::journal::Receipt;
 use broker_core::log::{self, Entry, LogError, World};
 use broker_core::object::{Object, Ref};
@@ -27,7 +27,7 @@ use crate::state::{AppState, AuthFailure};
 
 /// Longest `semanticId` or `provenance` of a committed object, in bytes.
 pub const MAX_LABEL_BYTES: usize = 1024;
-/// Largest `POST /v1/commit` body.
+/// The largest commit size limit an operator may configure (the reference's only limit).
 pub const MAX_COMMIT_BYTES: usize = 8_388_608;
 const DEFAULT_PAGE: usize = 100;
 const MAX_PAGE: usize = 500;
@@ -144,7 +144,7 @@ pub fn routes() -> Router<AppState> {
         .route("/v1/log", get(log_range))
         .route("/v1/registry/{*name}", get(registry_head))
         .route("/v1/receipts/{id}", get(receipt))
-        .route("/v1/commit", post(commit_route))
+        .route("/v1/commit", post(crate::operator_commit::route))
         // Reconciliation and budget (session required, own episode only).
         .merge(crate::reconcile::routes())
 }
@@ -424,7 +424,8 @@ struct NextWorld {
     log_head: String,
 }
 
-fn parse_commit(body: &[u8]) -> Result<RestCommit, ApiError> {
+/// Parse a `POST /v1/commit` body (strict JSON, every ref and object checked).
+pub(crate) fn parse_commit(body: &[u8]) -> Result<RestCommit, ApiError> {
     let v = broker_core::canon::parse(body)
         .map_err(|e| ApiError::bad_request(format!("invalid commit JSON: {e}")))?;
     let c: CommitBody = serde_json::from_value(v)
@@ -487,55 +488,4 @@ fn parse_commit(body: &[u8]) -> Result<RestCommit, ApiError> {
         world,
         entry: c.entry,
     })
-}
-
-async fn commit_route(
-    State(state): State<AppState>,
-    headers: HeaderMap,
-    body: axum::body::Body,
-) -> Result<Json<Value>, ApiError> {
-    state
-        .authenticate(&headers)
-        .await
-        .map_err(ApiError::from_auth)?;
-    // Read the body only after authentication, and never more than the limit.
-    let too_large = || {
-        ApiError::new(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            "PayloadTooLarge",
-            format!("commit body exceeds {MAX_COMMIT_BYTES} bytes"),
-        )
-    };
-    let body = axum::body::to_bytes(body, MAX_COMMIT_BYTES + 1)
-        .await
-        .map_err(|_| too_large())?;
-    if body.len() > MAX_COMMIT_BYTES {
-        return Err(too_large());
-    }
-    let c = parse_commit(&body)?;
-    if let Some(id) = &c.invocation_id {
-        if !id.starts_with("rest:") {
-            return Err(ApiError::bad_request(
-                "invocationId must start with \"rest:\"",
-            ));
-        }
-    }
-    let store = state.store().clone();
-    let selected = tokio::task::spawn_blocking(move || commit::rest_commit(&store, c))
-        .await
-        .map_err(|e| ApiError::internal("commit task", e))?;
-    match selected {
-        Ok(r) => Ok(Json(json!({"selectedHead": r}))),
-        Err(CommitError::Log(LogError::HeadConflict { observed, selected })) => Err(ApiError {
-            status: StatusCode::CONFLICT,
-            class: "HeadConflict",
-            message: format!("conflict: observed {observed} selected {selected}"),
-            extra: Some((observed, selected)),
-        }),
-        Err(CommitError::Log(e)) => Err(ApiError::bad_request(e.to_string())),
-        Err(e @ (CommitError::BadInvocationId | CommitError::Reused(_))) => {
-            Err(ApiError::bad_request(e.to_string()))
-        }
-        Err(e) => Err(ApiError::internal("commit", e)),
-    }
 }

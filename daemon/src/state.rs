@@ -62,6 +62,8 @@ struct Inner {
     callbacks: Arc<Semaphore>,
     info: DaemonInfo,
     metrics: Metrics,
+    /// Largest `POST /v1/commit` body this daemon accepts.
+    commit_limit: usize,
 }
 
 /// Cheap to clone; one per daemon.
@@ -80,8 +82,22 @@ impl AppState {
                 callbacks: Arc::new(Semaphore::new(MAX_CALLBACKS)),
                 info,
                 metrics: Metrics::default(),
+                commit_limit: crate::operator_commit::DEFAULT_COMMIT_BYTES,
             }),
         }
+    }
+
+    /// The same state with another commit size limit (call before sharing).
+    pub fn with_commit_limit(mut self, bytes: usize) -> AppState {
+        if let Some(inner) = Arc::get_mut(&mut self.inner) {
+            inner.commit_limit = bytes;
+        }
+        self
+    }
+
+    /// Largest `POST /v1/commit` body this daemon accepts.
+    pub fn commit_limit(&self) -> usize {
+        self.inner.commit_limit
     }
 
     /// The same state with the effect classes of the loaded plugins (call before sharing).

@@ -763,7 +763,7 @@ fn an_idempotent_task_id_leaves_one_log_entry() {
 fn rest_commit_checks_the_head_and_answers_receipts() {
     use base64::Engine;
     let d = Daemon::start(WS, &[]);
-    let token = d.session("ep1", &["Workspace.Read=worktree:1"]);
+    let token = d.operator_session("ops", &["World.Commit=log:5"]);
     let head = get(&d.url("/v1/head"), Some(&token)).text();
     let world0 = get(&d.url(&format!("/v1/worlds/{head}")), Some(&token)).json();
     let b64 = |b: &[u8]| base64::engine::general_purpose::STANDARD.encode(b);

@@ -103,6 +103,9 @@ pub struct ServeArgs {
     /// LMDB map size in bytes.
     #[arg(long)]
     pub map_size: Option<usize>,
+    /// Largest POST /v1/commit body, in bytes (1 to 8388608; default 1048576).
+    #[arg(long)]
+    pub max_commit_bytes: Option<usize>,
     #[command(flatten)]
     pub plugins: PluginArgs,
 }
@@ -121,6 +124,16 @@ pub struct ConfigFile {
     pub serve: ServeSection,
     #[serde(default)]
     pub plugins: BTreeMap<String, toml::Table>,
+    #[serde(default)]
+    pub limits: LimitsSection,
+}
+
+/// `[limits]`: the daemon's own rules on what a request may ask of it.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LimitsSection {
+    /// Largest `POST /v1/commit` body, in bytes.
+    pub max_commit_bytes: Option<usize>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -222,6 +235,20 @@ pub fn run(a: ServeArgs) -> CliResult {
     let addr = resolve_bind(&bind)?;
     server::check_loopback(&addr).map_err(|e| startup("bind-policy", e))?;
 
+    let max_commit_bytes = a
+        .max_commit_bytes
+        .or(file.limits.max_commit_bytes)
+        .unwrap_or(crate::operator_commit::DEFAULT_COMMIT_BYTES);
+    if !(1..=crate::rest::MAX_COMMIT_BYTES).contains(&max_commit_bytes) {
+        return Err(startup(
+            "config",
+            format!(
+                "max_commit_bytes {max_commit_bytes} is out of range (1 to {})",
+                crate::rest::MAX_COMMIT_BYTES
+            ),
+        ));
+    }
+
     std::fs::create_dir_all(&workspace_root).map_err(|e| {
         startup(
             "config",
@@ -283,7 +310,9 @@ pub fn run(a: ServeArgs) -> CliResult {
         version: env!("CARGO_PKG_VERSION"),
         open_reads,
     };
-    let state = AppState::new(store, Arc::new(coordinator), info).with_classes(classes);
+    let state = AppState::new(store, Arc::new(coordinator), info)
+        .with_classes(classes)
+        .with_commit_limit(max_commit_bytes);
 
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
