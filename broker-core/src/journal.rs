@@ -243,6 +243,66 @@ pub fn state(r: &ReadCtx<'_>, invocation_id: &str) -> Result<Option<JournalState
     read_state(r.txn, r.tables, invocation_id)
 }
 
+/// The journal state of one invocation, checked against the journal rows it summarises: the
+/// intent row at `intentSeq` must be this intent, and the outcome row at `outcomeSeq` this
+/// status and result. A disagreement (a damaged or rewritten row) is [`JournalError::Corrupt`].
+pub fn verified_state(
+    r: &ReadCtx<'_>,
+    invocation_id: &str,
+) -> Result<Option<JournalState>, JournalError> {
+    let Some(state) = state(r, invocation_id)? else {
+        return Ok(None);
+    };
+    let row = |seq: u64| -> Result<Record, JournalError> {
+        let bytes = r
+            .tables
+            .journal
+            .get(r.txn, &seq)
+            .map_err(r.heed_err())?
+            .ok_or_else(|| {
+                JournalError::Corrupt(format!("journal row #{seq} of {invocation_id} is missing"))
+            })?;
+        let v = canon::parse(bytes)
+            .map_err(|e| JournalError::Corrupt(format!("journal row #{seq}: {e}")))?;
+        serde_json::from_value(v)
+            .map_err(|e| JournalError::Corrupt(format!("journal row #{seq}: {e}")))
+    };
+    match row(state.intent_seq)? {
+        Record::Intent { seq, intent } if seq == state.intent_seq && intent == state.intent => {}
+        _ => {
+            return Err(JournalError::Corrupt(format!(
+                "journal row #{} is not the intent the index records for {invocation_id}",
+                state.intent_seq
+            )))
+        }
+    }
+    match (state.outcome_seq, state.status) {
+        (None, None) => {}
+        (Some(at), Some(status)) => match row(at)? {
+            Record::Outcome {
+                seq,
+                invocation_id: id,
+                status: s,
+                result_ref,
+            } if seq == at
+                && id == invocation_id
+                && s == status
+                && result_ref == state.result_ref => {}
+            _ => {
+                return Err(JournalError::Corrupt(format!(
+                    "journal row #{at} is not the outcome the index records for {invocation_id}"
+                )))
+            }
+        },
+        _ => {
+            return Err(JournalError::Corrupt(format!(
+                "the journal index of {invocation_id} has an outcome sequence without a status, or the reverse"
+            )))
+        }
+    }
+    Ok(Some(state))
+}
+
 /// Same, inside a write transaction.
 pub fn state_in(
     w: &WriteCtx<'_, '_>,
@@ -316,7 +376,14 @@ pub fn audit(r: &ReadCtx<'_>) -> Result<(Vec<AuditFinding>, u64), JournalError> 
     for item in r.tables.journal.iter(r.txn).map_err(r.heed_err())? {
         let (seq, bytes) = item.map_err(r.heed_err())?;
         n += 1;
-        let v = canon::parse(bytes).map_err(|e| JournalError::Corrupt(e.to_string()))?;
+        // A damaged row is a finding like any other, not a reason to stop auditing.
+        let v = match canon::parse(bytes) {
+            Ok(v) => v,
+            Err(e) => {
+                findings.push(AuditFinding(format!("journal #{seq}: unreadable: {e}")));
+                continue;
+            }
+        };
         match serde_json::from_value::<Record>(v) {
             Ok(Record::Intent { intent, .. }) => {
                 *sums

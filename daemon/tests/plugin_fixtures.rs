@@ -540,7 +540,14 @@ fn a_plugin_built_outside_the_workspace_loads_and_serves_its_tool() {
         out.starts_with(&format!("why: entry {entry} (matched by ")),
         "{out}"
     );
-    assert!(out.contains("all 7 link(s) verified"), "{out}");
+    assert!(out.contains("all 10 link(s) verified"), "{out}");
+    assert!(
+        out.contains(&format!(
+            "\n  ✓ plugin  {}…  echo 0.1.0 ran e1\n",
+            &sha256_ref(echo)[..15]
+        )),
+        "{out}"
+    );
 
     // MCP: the Echo.Say grant sees echo-say (and only it); a workspace session does not.
     assert_eq!(mcp_tool_names(&d, &token), ["echo-say"]);
@@ -666,7 +673,11 @@ fn a_panic_inside_execute_is_a_failed_effect_and_the_next_call_works() {
         None,
     );
     assert_eq!(code, 0, "{out}{err}");
-    assert!(out.contains("all 7 link(s) verified"), "{out}");
+    assert!(out.contains("all 10 link(s) verified"), "{out}");
+    assert!(
+        out.contains("; journal: intent e1 Echo.Panic@any cost 1, outcome failed\n"),
+        "{out}"
+    );
 
     assert!(d.child.try_wait().unwrap().is_none(), "the daemon exited");
     assert!(d.stop().success());

@@ -301,3 +301,308 @@ fn an_oversized_commit_is_refused_before_it_spends() {
         "{err}"
     );
 }
+
+// -------------------------------------------------------------------------------------------
+// `why` and `doctor` check what only the coordinator writes, and replay plans.
+
+#[test]
+fn hand_made_client_entry_whose_plan_does_not_match_its_input_fails_why_and_doctor() {
+    let d = Daemon::start(WS, &[]);
+    let agent = d.session("ep1", &["Workspace.Read=worktree:5"]);
+    let ops = d.operator_session("ops", &["World.Commit=log:5"]);
+    let (_, entry, _) = genuine_read(&d, &agent, "r1");
+    // A refused call leaves a genuine refusal plan in the store.
+    let refused = a2a(&d, &agent, "r2", "ailang-read", json!({"nope": 1}));
+    let plan_ref = refused["result"]["artifacts"][0]["parts"][0]["data"]["world"]["plan"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+
+    // By hand: an input that reads secret.txt, and that refusal as its "plan".
+    let input = canon(&json!({"path": "secret.txt"}));
+    let output = canon(&json!({"ok": false, "refused": "nothing to see",
+                               "world": {"effects": [], "plan": plan_ref}}));
+    let transition_fn = entry["header"]["transitionFn"].as_str().unwrap();
+    let interpreter = entry["header"]["interpreter"].as_str().unwrap();
+    let record = canon(&json!({
+        "invocationId": "rest:by-hand", "episodeId": "ops", "skillId": "ailang-read",
+        "transitionFn": transition_fn, "interpreter": interpreter, "semanticsEpoch": 1,
+        "input": sha(&input), "output": sha(&output), "plan": plan_ref, "effects": []}));
+    let claim = Claim {
+        written_by: "rest:ops",
+        transition_fn,
+        interpreter,
+        record_ref: &sha(&record),
+        output_ref: &sha(&output),
+    };
+    let body = commit_body(
+        &d,
+        &ops,
+        &claim,
+        &[
+            (input, "world/invocation-input/v1"),
+            (output, "world/invocation-output/v1"),
+            (record.clone(), "world/invocation-record/v2"),
+        ],
+    );
+    let a = commit(&d, &ops, &body);
+    assert_eq!(a.status, 200, "{}", a.text());
+    let index = body["entry"]["header"]["entryIndex"].as_u64().unwrap();
+
+    let db = d.db();
+    let (code, out, err) = worldd(&["why", "--db", path_str(&db), &index.to_string()], None);
+    assert_eq!(code, 3, "{out}{err}");
+    assert!(
+        out.contains(&format!(
+            "\n  ✓ record  {}…  client commit by rest:ops: world/invocation-record/v2 invocation rest:by-hand",
+            &sha(&record)[..15]
+        )),
+        "{out}"
+    );
+    assert!(
+        out.contains(&format!(
+            "\n  ✗ replay  {}…  the stored plan is not what ailang-read plans for this input (recomputed sha256:",
+            &plan_ref[..15]
+        )),
+        "{out}"
+    );
+    assert_eq!(out.matches('✗').count(), 1, "{out}");
+    assert!(err.contains("why: 1 of 7 link(s) broken"), "{err}");
+    let (code, out, err) = worldd(&["doctor", "--db", path_str(&db)], None);
+    assert_eq!(code, 3, "{out}{err}");
+    assert!(out.contains(", 1 broken ("), "{out}");
+    assert!(
+        out.contains(&format!(
+            "      entry {index}: replay: the stored plan is not what ailang-read plans"
+        )),
+        "{out}"
+    );
+}
+
+#[test]
+fn why_of_a_genuine_output_that_a_forged_entry_duplicates_lists_both_and_flags_the_forged_one() {
+    let d = Daemon::start(WS, &[]);
+    let agent = d.session("ep1", &["Workspace.Read=worktree:5"]);
+    let (v, entry, record) = genuine_read(&d, &agent, "r1");
+    let genuine_at = entry["header"]["entryIndex"].as_u64().unwrap();
+    let output = v["result"]["artifacts"][0]["parts"][0]["data"].clone();
+    let output_ref = sha(&canon(&output));
+
+    // What an earlier build let any session commit: the coordinator's label, an invented
+    // invocation, the real plan, effect and output. Written into the store directly.
+    let kept = d.halt();
+    let db = kept.path().join("db");
+    let forged_at = {
+        use broker_core::log::{self, Append, HeadBinding};
+        use broker_core::object::{sid, Object};
+        let store = broker_core::store::Store::open(&db, Default::default()).unwrap();
+        let mut forged = record.clone();
+        forged["invocationId"] = json!("a2a:ep1:never-happened");
+        let rec = Object::json(sid::INVOCATION_RECORD, "coordinator:a2a", &forged).unwrap();
+        let a = Append {
+            objects: vec![rec.clone()],
+            transition_fn: entry["header"]["transitionFn"]
+                .as_str()
+                .unwrap()
+                .parse()
+                .unwrap(),
+            interpreter: entry["header"]["interpreter"]
+                .as_str()
+                .unwrap()
+                .parse()
+                .unwrap(),
+            written_by: "coordinator:a2a".into(),
+            transition_ref: rec.hash,
+            state_root: output_ref.parse().unwrap(),
+            binding: HeadBinding::AtHead,
+        };
+        let c = store.write(move |w| log::append(w, &a)).unwrap();
+        c.entry.header.entry_index
+    };
+
+    let (code, out, err) = worldd(&["why", "--db", path_str(&db), &output_ref], None);
+    assert_eq!(code, 3, "{out}{err}");
+    assert!(
+        out.starts_with("why: 2 entries carry this handle; each is verified on its own\n"),
+        "{out}"
+    );
+    let genuine = format!("why: entry {genuine_at} (matched by output)\n");
+    let forged = format!("why: entry {forged_at} (matched by output)\n");
+    let (g, f) = (out.find(&genuine).unwrap(), out.find(&forged).unwrap());
+    assert!(g < f, "{out}");
+    assert!(out[g..f].ends_with("all 10 link(s) verified\n"), "{out}");
+    assert!(
+        out[f..].contains("\n  ✗ journal -  no task state for a2a:ep1:never-happened: the coordinator never committed this invocation\n"),
+        "{out}"
+    );
+    assert!(
+        out.ends_with(&format!(
+            "✗ entry {forged_at}: 1 of 10 link(s) broken: it is not what it claims\n"
+        )),
+        "{out}"
+    );
+    assert!(
+        err.contains(&format!(
+            "why: 1 of 2 entries carrying this handle do not verify (entry {forged_at}): do not trust them"
+        )),
+        "{err}"
+    );
+    // --json: both, each with its verdict.
+    let (code, out, _) = worldd(&["why", "--db", path_str(&db), "--json", &output_ref], None);
+    assert_eq!(code, 3);
+    let v: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(
+        (v["matches"].clone(), v["verified"].clone()),
+        (json!(2), json!(false))
+    );
+    assert_eq!(v["entries"][0]["verified"], true);
+    assert_eq!(v["entries"][1]["entryIndex"], forged_at);
+    assert_eq!(v["entries"][1]["verified"], false);
+
+    let (code, out, err) = worldd(&["doctor", "--db", path_str(&db)], None);
+    assert_eq!(code, 3, "{out}{err}");
+    assert!(
+        out.contains(&format!(
+            "      entry {forged_at}: journal: no task state for a2a:ep1:never-happened"
+        )),
+        "{out}"
+    );
+}
+
+#[test]
+fn a_tampered_plan_or_journal_row_makes_why_and_doctor_exit_3() {
+    use broker_core::store::{RawTable, Store};
+    let d = Daemon::start(WS, &[]);
+    let agent = d.session("ep1", &["Workspace.Read=worktree:5"]);
+    let (_, entry, record) = genuine_read(&d, &agent, "r1");
+    let index = entry["header"]["entryIndex"].as_u64().unwrap().to_string();
+    let kept = d.halt();
+    let db = kept.path().join("db");
+    let run = |verb: &str| {
+        let mut args = vec![verb, "--db", path_str(&db)];
+        if verb == "why" {
+            args.push(&index);
+        }
+        worldd(&args, None)
+    };
+    assert_eq!(run("why").0, 0);
+    assert_eq!(run("doctor").0, 0);
+
+    // One byte of the stored plan.
+    let plan: broker_core::object::Ref = record["plan"].as_str().unwrap().parse().unwrap();
+    let original = {
+        let store = Store::open(&db, Default::default()).unwrap();
+        let original = store
+            .raw_get(RawTable::Objects, plan.as_bytes())
+            .unwrap()
+            .unwrap();
+        let mut bytes = original.clone();
+        let last = bytes.len() - 1;
+        bytes[last] ^= 1;
+        store
+            .raw_overwrite(RawTable::Objects, plan.as_bytes().to_vec(), bytes)
+            .unwrap();
+        original
+    };
+    let (code, out, err) = run("why");
+    assert_eq!(code, 3, "{out}{err}");
+    assert!(out.contains("\n  ✗ plan    "), "{out}");
+    // The ref the record names is still what the interpreter computes; the bytes are not it.
+    assert!(out.contains("\n  ✓ replay  "), "{out}");
+    assert_eq!(out.matches('✗').count(), 1, "{out}");
+    let (code, out, _) = run("doctor");
+    assert_eq!(code, 3, "{out}");
+    assert!(
+        out.contains(&format!("      entry {index}: plan: stored bytes hash to")),
+        "{out}"
+    );
+
+    // The journal's intent row of the call, its cost rewritten (still valid JSON).
+    {
+        let store = Store::open(&db, Default::default()).unwrap();
+        store
+            .raw_overwrite(RawTable::Objects, plan.as_bytes().to_vec(), original)
+            .unwrap();
+        let key = 1u64.to_be_bytes().to_vec();
+        let mut row: Value =
+            serde_json::from_slice(&store.raw_get(RawTable::Journal, &key).unwrap().unwrap())
+                .unwrap();
+        assert_eq!(row["invocationId"], "a2a:ep1:r1");
+        row["cost"] = json!(0);
+        store
+            .raw_overwrite(RawTable::Journal, key, canon(&row))
+            .unwrap();
+    }
+    let (code, out, err) = run("why");
+    assert_eq!(code, 3, "{out}{err}");
+    assert!(
+        out.contains("\n  ✗ journal -  journal of a2a:ep1:r1: journal is damaged: journal row #1 is not the intent the index records for a2a:ep1:r1\n"),
+        "{out}"
+    );
+    let (code, out, _) = run("doctor");
+    assert_eq!(code, 3, "{out}");
+    assert!(
+        out.contains("spend counters DISAGREE with the journal"),
+        "{out}"
+    );
+    assert!(
+        out.contains(&format!("      entry {index}: journal: ")),
+        "{out}"
+    );
+}
+
+#[test]
+fn an_mcp_call_is_written_by_coordinator_a2a() {
+    let d = Daemon::start(WS, &[]);
+    let agent = d.session("ep1", &["Workspace.Read=worktree:5"]);
+    let a = mcp(
+        &d,
+        &agent,
+        "tools/call",
+        json!({"name": "ailang-read", "arguments": {"nope": 1}}),
+    );
+    assert_eq!(a.status, 200, "{}", a.text());
+    let head = get(&d.url("/v1/head"), Some(&agent)).text();
+    let world = get(&d.url(&format!("/v1/worlds/{head}")), Some(&agent)).json();
+    let entry = get(
+        &d.url(&format!("/v1/log/{}", world["revision"])),
+        Some(&agent),
+    )
+    .json();
+    assert_eq!(entry["header"]["writtenBy"], "coordinator:a2a");
+    let record = payload(&d, &agent, entry["transitionRef"].as_str().unwrap());
+    assert!(
+        record["invocationId"]
+            .as_str()
+            .unwrap()
+            .starts_with("mcp:ep1:"),
+        "{record}"
+    );
+}
+
+// -------------------------------------------------------------------------------------------
+// The plugin named in provenance is the code that was loaded.
+
+#[cfg(target_os = "linux")]
+#[test]
+fn a_library_replaced_after_it_was_hashed_is_not_what_loads() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("libworldd_plugin.so");
+    let workspace = plugin_library("worldd_workspace");
+    std::fs::copy(&workspace, &path).unwrap();
+    let opened = worldd::plugins::OpenedLibrary::open(&path).unwrap();
+    assert_eq!(
+        opened.file_ref().to_string(),
+        sha(&std::fs::read(&workspace).unwrap())
+    );
+    // Between the hash and the load, another plugin takes the path.
+    let swap = dir.path().join("swap.so");
+    std::fs::copy(plugin_library("worldd_registry"), &swap).unwrap();
+    std::fs::rename(&swap, &path).unwrap();
+    let (file_ref, plugin) = opened.load().unwrap();
+    assert_eq!(
+        file_ref.to_string(),
+        sha(&std::fs::read(&workspace).unwrap())
+    );
+    assert_eq!(plugin.manifest().unwrap().name, "workspace");
+}
