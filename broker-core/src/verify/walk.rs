@@ -415,16 +415,21 @@ impl<'s, S: Source + ?Sized> Verifier<'s, S> {
             }],
         };
         let output_ref = ref_field(&record.output, "output");
+        // The world that selects this entry, serialised once for the journal and world links.
+        let world = output_ref.clone().map(|out| {
+            let world = World {
+                revision: index,
+                state_root: out,
+                log_head: entry.entry_hash,
+            };
+            let bytes = world.to_bytes();
+            (Ref::of(&bytes), bytes, world)
+        });
 
         // What only the coordinator writes.
         if coordinator {
-            let res = output_ref.clone().and_then(|out| {
-                let world = World {
-                    revision: index,
-                    state_root: out,
-                    log_head: entry.entry_hash,
-                };
-                self.coordinator_state(entry, &record, &effects, &world)
+            let res = world.as_ref().map_err(Clone::clone).and_then(|(r, _, w)| {
+                self.coordinator_state(entry, &record, &effects, w.state_root, *r)
             });
             walk.push("journal", None, res);
         }
@@ -526,20 +531,15 @@ impl<'s, S: Source + ?Sized> Verifier<'s, S> {
         }
 
         // Output, and the world that selects it.
-        match &output_ref {
-            Ok(out) => {
+        match (&output_ref, &world) {
+            (Ok(out), Ok((reference, bytes, world))) => {
                 let res = self
                     .checked(out, sid::INVOCATION_OUTPUT)
                     .and_then(|o| self.check_output(&o.payload, &plan_ref, &effects));
                 walk.push("output", Some(*out), res);
-                let world = World {
-                    revision: index,
-                    state_root: *out,
-                    log_head: entry.entry_hash,
-                };
-                self.world(&world, walk);
+                self.world_known(world, *reference, bytes, walk);
             }
-            Err(e) => {
+            (Err(e), _) | (_, Err(e)) => {
                 walk.push("output", None, Err(e.clone()));
                 self.world_from_head(entry, walk);
             }
@@ -564,7 +564,8 @@ impl<'s, S: Source + ?Sized> Verifier<'s, S> {
         entry: &Entry,
         record: &RecordFields<'_>,
         effects: &[EffectRow],
-        world: &World,
+        output: Ref,
+        world_ref: Ref,
     ) -> Result<String, String> {
         let index = entry.header.entry_index;
         let id = record
@@ -607,13 +608,13 @@ impl<'s, S: Source + ?Sized> Verifier<'s, S> {
         if record.skill_id.as_deref() != Some(state.skill_id.as_str()) {
             differ.push("skill");
         }
-        if record.input.as_deref() != Some(state.input_ref.to_string().as_str()) {
+        if ref_field(&record.input, "input").ok() != Some(state.input_ref) {
             differ.push("input");
         }
-        if state.output_ref != Some(world.state_root) {
+        if state.output_ref != Some(output) {
             differ.push("output");
         }
-        if state.world_ref != Some(world.reference()) {
+        if state.world_ref != Some(world_ref) {
             differ.push("world");
         }
         let listed: Vec<Option<Ref>> = effects.iter().map(|e| e.reference).collect();
@@ -863,9 +864,14 @@ impl<'s, S: Source + ?Sized> Verifier<'s, S> {
     }
 
     fn world(&self, world: &World, walk: &mut Walk) {
-        let reference = world.reference();
+        let bytes = world.to_bytes();
+        self.world_known(world, Ref::of(&bytes), &bytes, walk);
+    }
+
+    /// The world link, for a world whose canonical bytes and ref are already known.
+    fn world_known(&self, world: &World, reference: Ref, expected: &[u8], walk: &mut Walk) {
         let res = match self.src.world(&reference) {
-            Ok(Some(bytes)) if *bytes == *world.to_bytes() => Ok(format!(
+            Ok(Some(bytes)) if *bytes == *expected => Ok(format!(
                 "revision {}, stateRoot {}, logHead {} (recomputed)",
                 world.revision,
                 world.state_root.short(8),
