@@ -31,7 +31,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Map, Value};
 
-use crate::broker::{self, Capability, Decision, Denial, EffectRecord};
+use crate::broker::{self, Capability, Decision, Denial, EffectRecord, HandlerIdentity};
 use crate::canon::{self, CanonError};
 use crate::deadline::{self, Spawner};
 use crate::journal::{self, Intent, JournalError, OutcomeStatus};
@@ -83,8 +83,10 @@ pub enum HandlerOutcome {
 
 /// An effect handler: in-process for tests, or a plugin behind the ABI in the daemon.
 pub trait EffectHandler: Send + Sync {
-    /// Identity for logs and provenance (plugin name, version, library ref).
-    fn identity(&self) -> String;
+    /// Which plugin build this is: its name, version and the sha256 of the library bytes that
+    /// were loaded. Every succeeded and failed effect record names it. A handler compiled into
+    /// the executable (tests, tools) uses [`HandlerIdentity::in_process`].
+    fn identity(&self) -> HandlerIdentity;
     /// Run one effect. Must not panic; if it does, the coordinator records a failed effect.
     fn execute(&self, request: &EffectRequest<'_>) -> HandlerOutcome;
     /// A pure, deterministic reshaping of an effect's output, named by a transition's `finish`.
@@ -145,11 +147,10 @@ impl Surface {
         }
     }
 
+    /// `coordinator:a2a` for both surfaces, as seed 004 says: the invocation id tells them
+    /// apart.
     pub fn written_by(self) -> &'static str {
-        match self {
-            Surface::Mcp => "coordinator:mcp",
-            Surface::A2a => "coordinator:a2a",
-        }
+        log::COORDINATOR_WRITER
     }
 }
 
@@ -519,18 +520,15 @@ struct LateCall {
     overruns: Arc<Overruns>,
 }
 
+/// A handler's outcome and the identity of the plugin that ran it (`None`: no handler ran).
+type Ran = (HandlerOutcome, Option<HandlerIdentity>);
+
 impl LateCall {
     /// The handler returned after its caller was answered: journal its outcome and record
     /// (the call stays uncommitted, as after any post-effect failure), then free the episode.
-    fn record(self, outcome: HandlerOutcome, busy: Busy) {
+    fn record(self, ran: Ran, busy: Busy) {
         let id = &self.ids.invocation_id;
-        match settle(
-            id,
-            &self.effect,
-            self.budget_before,
-            self.request_ref,
-            outcome,
-        ) {
+        match settle(id, &self.effect, self.budget_before, self.request_ref, ran) {
             Ok(s) => {
                 let objects = std::iter::once(s.record_obj.clone())
                     .chain(s.result_obj)
@@ -564,7 +562,7 @@ fn settle(
     effect: &PlannedEffect,
     budget_before: u64,
     request_ref: Ref,
-    outcome: HandlerOutcome,
+    (outcome, ran_by): Ran,
 ) -> Result<Settled, CallError> {
     let (e, s, c) = (&effect.effect, &effect.scope, effect.cost);
     let outcome = match outcome {
@@ -584,7 +582,8 @@ fn settle(
     };
     let (record, result_obj, status, output) = match outcome {
         Ok((value, result)) => {
-            let record = EffectRecord::succeeded(e, s, c, budget_before, request_ref, result.hash);
+            let record = EffectRecord::succeeded(e, s, c, budget_before, request_ref, result.hash)
+                .ran_by(ran_by);
             let out = match value {
                 Value::Object(m) => m,
                 _ => Map::new(),
@@ -598,7 +597,7 @@ fn settle(
                 "failed"
             };
             tracing::warn!(invocation = %invocation_id, effect = %e, "effect {how}: {msg}");
-            let record = EffectRecord::failed(e, s, c, budget_before, request_ref);
+            let record = EffectRecord::failed(e, s, c, budget_before, request_ref).ran_by(ran_by);
             (record, None, status, None)
         }
     };
@@ -1146,10 +1145,12 @@ impl Coordinator {
         budget_before: u64,
         busy: Busy,
         until: Option<Instant>,
-    ) -> Result<(HandlerOutcome, Busy), CallError> {
+    ) -> Result<(Ran, Busy), CallError> {
         let Some(handler) = self.handlers.get(&effect.effect).cloned() else {
-            return Ok((HandlerOutcome::Failed(R8_MESSAGE.into()), busy));
+            return Ok(((HandlerOutcome::Failed(R8_MESSAGE.into()), None), busy));
         };
+        // Provenance names the plugin that ran the effect.
+        let ran_by = catch_unwind(AssertUnwindSafe(|| handler.identity())).ok();
         let now = Instant::now();
         let own = now + self.config.handler_deadline;
         let deadline = until.map_or(own, |u| u.min(own));
@@ -1173,7 +1174,7 @@ impl Coordinator {
             &self.config.spawn,
             deadline,
             busy,
-            move || job.run(),
+            move || (job.run(), ran_by),
             move |outcome, busy| late.record(outcome, busy),
         ) {
             Ok(done) => Ok(done),
@@ -1196,7 +1197,7 @@ impl Coordinator {
         effect: &PlannedEffect,
         finish: bool,
         budget_before: u64,
-        outcome: HandlerOutcome,
+        ran: Ran,
     ) -> Result<CallOutput, CallError> {
         let Settled {
             record,
@@ -1204,13 +1205,7 @@ impl Coordinator {
             result_obj,
             status,
             output: handler_output,
-        } = settle(
-            &p.invocation_id,
-            effect,
-            budget_before,
-            request.hash,
-            outcome,
-        )?;
+        } = settle(&p.invocation_id, effect, budget_before, request.hash, ran)?;
         let effect_objects: Vec<Object> = std::iter::once(record_obj.clone())
             .chain(result_obj)
             .collect();

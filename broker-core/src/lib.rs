@@ -24,13 +24,14 @@
 //!
 //! ```
 //! use std::sync::Arc;
+//! use broker_core::broker::HandlerIdentity;
 //! use broker_core::coordinator::*;
 //! use broker_core::{registry, session, store::Store, transition::Transition, verify};
 //! use serde_json::{json, Map, Value};
 //!
 //! struct Echo;
 //! impl EffectHandler for Echo {
-//!     fn identity(&self) -> String { "echo".into() }
+//!     fn identity(&self) -> HandlerIdentity { HandlerIdentity::in_process("echo", "0.1.0") }
 //!     fn execute(&self, req: &EffectRequest<'_>) -> HandlerOutcome {
 //!         let mut out = Map::new();
 //!         out.insert("ok".into(), json!(true));

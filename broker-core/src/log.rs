@@ -20,6 +20,20 @@ use crate::store::{ReadCtx, StoreError, TxnExt, WriteCtx};
 pub const SEMANTICS_EPOCH: u64 = 1;
 /// `writtenBy` of the genesis entry.
 pub const GENESIS_WRITER: &str = "world:genesis";
+/// `writtenBy` of every entry the coordinator commits, whichever surface (MCP or A2A) the call
+/// came through: they share one invocation path, and the invocation id names the surface
+/// (seed 004).
+pub const COORDINATOR_WRITER: &str = "coordinator:a2a";
+/// `writtenBy` of MCP calls committed by earlier builds; still verified as coordinator entries.
+pub const LEGACY_MCP_WRITER: &str = "coordinator:mcp";
+/// `writtenBy` values with this prefix are written only by the coordinator.
+pub const COORDINATOR_PREFIX: &str = "coordinator:";
+
+/// True for `writtenBy` values no client commit may carry: the coordinator's (`coordinator:…`)
+/// and the store's own (`world:…`, the genesis).
+pub fn is_reserved_writer(written_by: &str) -> bool {
+    written_by.starts_with(COORDINATOR_PREFIX) || written_by.starts_with("world:")
+}
 const HEAD_KEY: &str = "selected";
 
 #[derive(Debug, thiserror::Error)]

@@ -475,6 +475,17 @@ impl Store {
                     );
                     w.tables.log.put(w.txn, &idx, &value).map_err(e)
                 }
+                RawTable::Journal => w
+                    .tables
+                    .journal
+                    .put(w.txn, &u64_key(&key)?, &value)
+                    .map_err(e),
+                RawTable::JournalIndex => w
+                    .tables
+                    .journal_by_invocation
+                    .put(w.txn, str_key(&key)?, &value)
+                    .map_err(e),
+                RawTable::Tasks => w.tables.tasks.put(w.txn, &key, &value).map_err(e),
             }
         })
     }
@@ -508,9 +519,37 @@ impl Store {
                         .map_err(e)?
                         .map(<[u8]>::to_vec)
                 }
+                RawTable::Journal => r
+                    .tables
+                    .journal
+                    .get(r.txn, &u64_key(key)?)
+                    .map_err(e)?
+                    .map(<[u8]>::to_vec),
+                RawTable::JournalIndex => r
+                    .tables
+                    .journal_by_invocation
+                    .get(r.txn, str_key(key)?)
+                    .map_err(e)?
+                    .map(<[u8]>::to_vec),
+                RawTable::Tasks => r
+                    .tables
+                    .tasks
+                    .get(r.txn, key)
+                    .map_err(e)?
+                    .map(<[u8]>::to_vec),
             })
         })
     }
+}
+
+fn u64_key(key: &[u8]) -> Result<u64, StoreError> {
+    Ok(u64::from_be_bytes(key.try_into().map_err(|_| {
+        StoreError::Corrupt("a u64 key must be 8 bytes".into())
+    })?))
+}
+
+fn str_key(key: &[u8]) -> Result<&str, StoreError> {
+    std::str::from_utf8(key).map_err(|_| StoreError::Corrupt("key is not UTF-8".into()))
 }
 
 /// Tables reachable through the raw maintenance accessors.
@@ -520,6 +559,12 @@ pub enum RawTable {
     Objects,
     Worlds,
     Log,
+    /// Journal rows by sequence (u64 big-endian key).
+    Journal,
+    /// Journal state by invocation id (UTF-8 key).
+    JournalIndex,
+    /// Task states by `episode \0 task`.
+    Tasks,
 }
 
 fn run_nested<R, E>(

@@ -8,6 +8,7 @@ use std::sync::mpsc;
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
+use broker_core::broker::HandlerIdentity;
 use broker_core::coordinator::{
     Call, CallError, Coordinator, CoordinatorConfig, EffectHandler, EffectRequest, HandlerOutcome,
     Handlers, Surface,
@@ -33,8 +34,8 @@ impl Hanging {
 }
 
 impl EffectHandler for Hanging {
-    fn identity(&self) -> String {
-        "test/hanging".into()
+    fn identity(&self) -> HandlerIdentity {
+        HandlerIdentity::in_process("test/hanging", "0")
     }
     fn execute(&self, req: &EffectRequest<'_>) -> HandlerOutcome {
         let mut out = Map::new();

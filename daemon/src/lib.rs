@@ -15,6 +15,7 @@
 //! | [`mcp`] | `POST /mcp/` |
 //! | [`a2a`] | `POST /a2a/` and the agent card |
 //! | [`rest`] | `/v1/*` |
+//! | [`operator_commit`] | `POST /v1/commit`: an operator's act, with a commit grant and a size limit |
 //! | [`tools`] | the tool surface a session sees (shared by MCP and A2A) |
 //! | [`outcome`] | the closed outcome classification of a call (shared by MCP, A2A and reconciliation) |
 //! | [`reconcile`] | `/v1/calls/…`, `/v1/invocations/…` and `/v1/budget`: did my call land, what is left |
@@ -53,6 +54,7 @@ pub mod edge;
 pub mod limits;
 pub mod mcp;
 pub mod metrics;
+pub mod operator_commit;
 pub mod outcome;
 pub mod plugins;
 pub mod reconcile;

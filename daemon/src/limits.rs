@@ -13,6 +13,9 @@ use serde::Deserialize;
 /// refusing any; more slots only add threads (see `docs/benchmarks.md`).
 pub const DEFAULT_EXECUTION_SLOTS: usize = 128;
 
+/// The largest `commit_body_bytes` an operator may configure (the reference's only limit).
+pub const MAX_COMMIT_BODY_BYTES: usize = 8 * 1024 * 1024;
+
 /// The limits in force.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Limits {
@@ -49,7 +52,8 @@ impl Default for Limits {
             call_deadline: Duration::from_secs(20),
             mcp_body_bytes: 4 * 1024 * 1024,
             a2a_body_bytes: 1024 * 1024,
-            commit_body_bytes: 8 * 1024 * 1024,
+            // An operator's commit carries a few records, not bulk data.
+            commit_body_bytes: 1024 * 1024,
             batch_items: 64,
             reply_bytes: 16 * 1024 * 1024,
         }
@@ -112,6 +116,12 @@ impl Limits {
             if v == 0 {
                 return Err(format!("[limits] {key} must be at least 1"));
             }
+        }
+        if self.commit_body_bytes > MAX_COMMIT_BODY_BYTES {
+            return Err(format!(
+                "[limits] commit_body_bytes {} is out of range (1 to {MAX_COMMIT_BODY_BYTES})",
+                self.commit_body_bytes
+            ));
         }
         // Tokio's semaphore holds at most this many permits.
         if self.execution_slots > tokio::sync::Semaphore::MAX_PERMITS {

@@ -55,6 +55,8 @@ struct Inner {
     connections_open: AtomicI64,
     body_bytes_held: AtomicI64,
     plugin_failures: AtomicU64,
+    /// `POST /v1/commit` answers by result (`accepted` or the refusal's reason).
+    commits: Mutex<BTreeMap<&'static str, u64>>,
 }
 
 /// Shared counters; cheap to clone.
@@ -109,6 +111,13 @@ impl Metrics {
         }
         if let Ok(mut h) = self.inner.latency.lock() {
             h.observe(elapsed.as_secs_f64());
+        }
+    }
+
+    /// One `POST /v1/commit` answer: `accepted`, or why it was refused.
+    pub fn observe_commit(&self, result: &'static str) {
+        if let Ok(mut commits) = self.inner.commits.lock() {
+            *commits.entry(result).or_default() += 1;
         }
     }
 
@@ -254,6 +263,12 @@ impl Metrics {
             "# HELP worldd_effect_failures_total Effects whose handler failed.\n# TYPE worldd_effect_failures_total counter\nworldd_effect_failures_total {}",
             self.inner.plugin_failures.load(Ordering::Relaxed)
         );
+        out.push_str("# HELP worldd_commits_total POST /v1/commit answers: accepted, or refused by reason.\n# TYPE worldd_commits_total counter\n");
+        if let Ok(commits) = self.inner.commits.lock() {
+            for (result, n) in commits.iter() {
+                let _ = writeln!(out, "worldd_commits_total{{result=\"{result}\"}} {n}");
+            }
+        }
         out
     }
 }

@@ -13,7 +13,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use base64::Engine;
-use broker_core::commit::{self, CommitError, RestCommit};
+use broker_core::commit::{self, RestCommit};
 use broker_core::journal::Receipt;
 use broker_core::log::{self, Entry, LogError, World};
 use broker_core::object::{Object, Ref};
@@ -137,7 +137,7 @@ pub fn routes() -> Router<AppState> {
         .route("/v1/log", get(log_range))
         .route("/v1/registry/{*name}", get(registry_head))
         .route("/v1/receipts/{id}", get(receipt))
-        .route("/v1/commit", post(commit_route))
+        .route("/v1/commit", post(crate::operator_commit::route))
         // Reconciliation and budget (session required, own episode only).
         .merge(crate::reconcile::routes())
 }
@@ -419,7 +419,8 @@ struct NextWorld {
     log_head: String,
 }
 
-fn parse_commit(body: &[u8]) -> Result<RestCommit, ApiError> {
+/// Parse a `POST /v1/commit` body (strict JSON, every ref and object checked).
+pub(crate) fn parse_commit(body: &[u8]) -> Result<RestCommit, ApiError> {
     let v = broker_core::canon::parse(body)
         .map_err(|e| ApiError::bad_request(format!("invalid commit JSON: {e}")))?;
     let c: CommitBody = serde_json::from_value(v)
@@ -482,49 +483,4 @@ fn parse_commit(body: &[u8]) -> Result<RestCommit, ApiError> {
         world,
         entry: c.entry,
     })
-}
-
-async fn commit_route(
-    State(state): State<AppState>,
-    headers: HeaderMap,
-    body: axum::body::Body,
-) -> Result<Json<Value>, ApiError> {
-    state
-        .authenticate(&headers)
-        .await
-        .map_err(ApiError::from_auth)?;
-    // Read the body only after authentication, never more than the limit, and in time.
-    let limit = state.limits().commit_body_bytes;
-    let deadline = tokio::time::Instant::now() + state.server().body_timeout;
-    let body = state
-        .bodies()
-        .read(&headers, body, limit, deadline)
-        .await
-        .map_err(|e| crate::edge::body::rest_error(e, limit))?;
-    let c = parse_commit(&body.bytes)?;
-    if let Some(id) = &c.invocation_id {
-        if !id.starts_with("rest:") {
-            return Err(ApiError::bad_request(
-                "invocationId must start with \"rest:\"",
-            ));
-        }
-    }
-    let store = state.store().clone();
-    let selected = tokio::task::spawn_blocking(move || commit::rest_commit(&store, c))
-        .await
-        .map_err(|e| ApiError::internal("commit task", e))?;
-    match selected {
-        Ok(r) => Ok(Json(json!({"selectedHead": r}))),
-        Err(CommitError::Log(LogError::HeadConflict { observed, selected })) => Err(ApiError {
-            status: StatusCode::CONFLICT,
-            class: "HeadConflict",
-            message: format!("conflict: observed {observed} selected {selected}"),
-            extra: Some((observed, selected)),
-        }),
-        Err(CommitError::Log(e)) => Err(ApiError::bad_request(e.to_string())),
-        Err(e @ (CommitError::BadInvocationId | CommitError::Reused(_))) => {
-            Err(ApiError::bad_request(e.to_string()))
-        }
-        Err(e) => Err(ApiError::internal("commit", e)),
-    }
 }

@@ -102,7 +102,35 @@ fn a2a_write_then_read_through_the_workspace_plugin_and_why_verifies() {
     let db = d.db();
     let (code, out, err) = worldd(&["why", "--db", path_str(&db), &entry.to_string()], None);
     assert_eq!(code, 0, "{out}{err}");
-    assert!(out.contains("all 7 link(s) verified"), "{out}");
+    assert!(out.contains("all 10 link(s) verified"), "{out}");
+    // The coordinator's journal, the plan's replay and the plugin that ran the effect.
+    assert!(
+        out.contains("\n  ✓ journal -  a2a:ep1:r1: committed at #"),
+        "{out}"
+    );
+    assert!(
+        out.contains("; journal: intent e1 Workspace.Read@worktree cost 1, outcome succeeded\n"),
+        "{out}"
+    );
+    assert!(
+        out.contains("recomputed from ailang-read (")
+            && out.contains("by this build's interpreter: e1 Workspace.Read@worktree cost 1\n"),
+        "{out}"
+    );
+    let library = format!(
+        "sha256:{}",
+        hex::encode(sha2::Sha256::digest(
+            std::fs::read(plugin_library("worldd_workspace")).unwrap()
+        ))
+    );
+    assert!(
+        out.contains(&format!(
+            "\n  ✓ plugin  {}…  workspace {} ran e1\n",
+            &library[..15],
+            env!("CARGO_PKG_VERSION")
+        )),
+        "{out}"
+    );
     let (code, out, _) = worldd(&["why", "--db", path_str(&db), "a2a:ep1:w1"], None);
     assert_eq!(code, 0, "{out}");
     assert!(out.starts_with("why: entry "), "{out}");
@@ -584,7 +612,7 @@ fn call_json_out_piped_to_why_verifies_and_tampering_exits_3() {
         Some(result.as_bytes()),
     );
     assert_eq!(code, 0, "{out}{err}");
-    assert!(out.contains("all 7 link(s) verified"), "{out}");
+    assert!(out.contains("all 10 link(s) verified"), "{out}");
     // --strict turns ok:false into exit 3.
     let (code, _, _) = worldd(
         &[
@@ -757,7 +785,7 @@ fn an_idempotent_task_id_leaves_one_log_entry() {
 fn rest_commit_checks_the_head_and_answers_receipts() {
     use base64::Engine;
     let d = Daemon::start(WS, &[]);
-    let token = d.session("ep1", &["Workspace.Read=worktree:1"]);
+    let token = d.operator_session("ops", &["World.Commit=log:5"]);
     let head = get(&d.url("/v1/head"), Some(&token)).text();
     let world0 = get(&d.url(&format!("/v1/worlds/{head}")), Some(&token)).json();
     let b64 = |b: &[u8]| base64::engine::general_purpose::STANDARD.encode(b);

@@ -239,12 +239,15 @@ fn held_4mib_bodies_with_credentials_stay_within_the_body_budget() {
 #[test]
 fn a_body_that_never_arrives_is_cut_at_the_body_deadline() {
     let (d, _c) = start_with(WS, "[server]\nbody_timeout_ms = 300\n", &[]);
-    let token = d.session("ep1", &["Workspace.Read=worktree:5"]);
+    let agent = d.session("ep1", &["Workspace.Read=worktree:5"]);
+    // Commits are an operator's act: only an operator's body reaches the deadline.
+    let operator = d.operator_session("ops", &["World.Commit=log:5"]);
     for (path, expect) in [
         ("/mcp/", "HTTP/1.1 408"),
         ("/a2a/", "HTTP/1.1 200"),
         ("/v1/commit", "HTTP/1.1 408"),
     ] {
+        let token = if path == "/v1/commit" { &operator } else { &agent };
         let head = format!(
             "POST {path} HTTP/1.1\r\nHost: {}\r\nAuthorization: Bearer {token}\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nContent-Length: 1000\r\n\r\n{{\"jsonrpc\"",
             d.addr

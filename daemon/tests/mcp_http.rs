@@ -8,6 +8,7 @@ use std::time::Duration;
 use axum::body::Body;
 use axum::http::{HeaderMap, Method, Request, StatusCode};
 use axum::Router;
+use broker_core::broker::HandlerIdentity;
 use broker_core::coordinator::{
     Coordinator, CoordinatorConfig, EffectHandler, EffectRequest, HandlerOutcome, Handlers,
 };
@@ -38,8 +39,8 @@ const ACCEPT_BOTH: &str = "application/json, text/event-stream";
 struct Echo;
 
 impl EffectHandler for Echo {
-    fn identity(&self) -> String {
-        "test/echo".into()
+    fn identity(&self) -> HandlerIdentity {
+        HandlerIdentity::in_process("test/echo", "0.0.0")
     }
     fn execute(&self, req: &EffectRequest<'_>) -> HandlerOutcome {
         let path = req
@@ -101,8 +102,8 @@ struct Held {
 }
 
 impl EffectHandler for Held {
-    fn identity(&self) -> String {
-        "test/held".into()
+    fn identity(&self) -> HandlerIdentity {
+        HandlerIdentity::in_process("test/held", "0.0.0")
     }
     fn execute(&self, _: &EffectRequest<'_>) -> HandlerOutcome {
         let _ = self.entered.send(());
@@ -117,8 +118,8 @@ impl EffectHandler for Held {
 struct BadFinish;
 
 impl EffectHandler for BadFinish {
-    fn identity(&self) -> String {
-        "test/bad-finish".into()
+    fn identity(&self) -> HandlerIdentity {
+        HandlerIdentity::in_process("test/bad-finish", "0.0.0")
     }
     fn execute(&self, _: &EffectRequest<'_>) -> HandlerOutcome {
         let mut out = Map::new();

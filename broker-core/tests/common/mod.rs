@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicI64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
+use broker_core::broker::HandlerIdentity;
 use broker_core::coordinator::{
     Call, CallError, CallOutput, Clock, Coordinator, CoordinatorConfig, EffectHandler,
     EffectRequest, HandlerOutcome, Handlers, Hooks, Surface,
@@ -110,8 +111,8 @@ impl TestHandler {
 }
 
 impl EffectHandler for TestHandler {
-    fn identity(&self) -> String {
-        "test-handler".into()
+    fn identity(&self) -> HandlerIdentity {
+        HandlerIdentity::in_process("test-handler", "0.0.0")
     }
 
     fn execute(&self, req: &EffectRequest<'_>) -> HandlerOutcome {

@@ -87,6 +87,7 @@ pub fn run(a: QuickstartArgs) -> CliResult {
         bind: Some(a.bind),
         open_reads: false,
         map_size: None,
+        commit_body_bytes: None,
         plugins: a.plugins,
         ..ServeArgs::default()
     })

@@ -123,6 +123,9 @@ pub struct ServeArgs {
     /// How long a handler may run, in milliseconds (`limits.handler_deadline_ms`).
     #[arg(long)]
     pub handler_deadline_ms: Option<u64>,
+    /// Largest POST /v1/commit body, in bytes (`limits.commit_body_bytes`; 1 to 8388608).
+    #[arg(long, alias = "max-commit-bytes")]
+    pub commit_body_bytes: Option<usize>,
     #[command(flatten)]
     pub plugins: PluginArgs,
 }
@@ -394,6 +397,9 @@ fn edge_settings(
     }
     if let Some(ms) = a.handler_deadline_ms {
         limits.handler_deadline = std::time::Duration::from_millis(ms);
+    }
+    if let Some(n) = a.commit_body_bytes {
+        limits.commit_body_bytes = n;
     }
     limits.check().map_err(|e| startup("config", e))?;
     Ok((server, limits))
