@@ -28,7 +28,8 @@ pub struct Client {
 
 impl Daemon {
     /// `worldd serve --db <dir>/db --workspace-root <dir>/wt --bind 127.0.0.1:0
-    /// --plugin-dir <plugin_dir> --handler workspace`; stderr goes to `<dir>/daemon.log`.
+    /// --plugin-dir <plugin_dir> --handler workspace --refusals-per-minute 0`; stderr goes to
+    /// `<dir>/daemon.log`.
     pub fn start(
         worldd: &Path,
         dir: &Path,
@@ -51,6 +52,9 @@ impl Daemon {
             .arg(plugin_dir)
             .arg("--handler")
             .arg("workspace")
+            // The plan-refusal row measures committed refusals, not their rate limit.
+            .arg("--refusals-per-minute")
+            .arg("0")
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::from(log));

@@ -26,12 +26,14 @@ use std::time::Duration;
 
 use serde_json::{json, Map, Value};
 
+use crate::access;
 use crate::broker::{self, Capability, Decision, Denial, EffectRecord};
 use crate::canon::{self, CanonError};
 use crate::journal::{self, Intent, JournalError, OutcomeStatus};
 use crate::log::{self, Append, HeadBinding, LogError};
 use crate::object::{sid, Object, Ref};
 use crate::plan::{self, Plan, PlannedEffect};
+use crate::refusal_rate::{RefusalLimiter, RefusalRate};
 use crate::registry::{self, Registry, RegistryEntry, RegistryError};
 use crate::session::Session;
 use crate::store::{Store, StoreError, WriteCtx};
@@ -229,6 +231,12 @@ pub enum CallError {
     NoHandler,
     #[error("no world is selected; commit a genesis world first")]
     NoWorld,
+    /// The credential's refusals and denials outran its rate ([`crate::refusal_rate`]).
+    #[error("host callback capacity exceeded")]
+    RefusalRate,
+    /// The store is past its reserve: new calls are refused before anything is written.
+    #[error("{}", crate::capacity::Full::AGENT_MESSAGE)]
+    StoreFull(crate::capacity::Full),
     #[error("effects were requested but the invocation was not confirmed committed; effect records: {}", join_refs(.records))]
     EffectsUnrecorded { records: Vec<Ref> },
     #[error("store failure: {0}")]
@@ -334,6 +342,8 @@ pub struct CoordinatorConfig {
     pub workspace_root: Option<PathBuf>,
     pub clock: Arc<dyn Clock>,
     pub hooks: Arc<dyn Hooks>,
+    /// What committed refusals and denials cost each credential.
+    pub refusal_rate: RefusalRate,
 }
 
 impl Default for CoordinatorConfig {
@@ -343,6 +353,7 @@ impl Default for CoordinatorConfig {
             workspace_root: None,
             clock: Arc::new(SystemClock),
             hooks: Arc::new(NoHooks),
+            refusal_rate: RefusalRate::default(),
         }
     }
 }
@@ -355,6 +366,7 @@ pub struct Coordinator {
     episode_locks: Mutex<HashMap<String, Arc<Mutex<()>>>>,
     in_flight: Mutex<HashSet<String>>,
     registry_cache: Mutex<Arc<Registry>>,
+    refusals: RefusalLimiter,
 }
 
 /// Everything decided before the effect: carried through the pipeline.
@@ -372,11 +384,12 @@ impl Coordinator {
         Coordinator {
             store,
             handlers,
-            config,
             interpreter: log::interpreter_ref(),
             episode_locks: Mutex::new(HashMap::new()),
             in_flight: Mutex::new(HashSet::new()),
             registry_cache: Mutex::new(Arc::new(Registry::default())),
+            refusals: RefusalLimiter::new(config.refusal_rate),
+            config,
         }
     }
 
@@ -430,6 +443,10 @@ impl Coordinator {
         if let Some(done) = self.previous_attempt(&prepared)? {
             return Ok(done);
         }
+        // New work, and nothing written yet: past the store's reserve it stops here.
+        self.store
+            .admits_client_work()
+            .map_err(CallError::StoreFull)?;
         let prepared = self.check_handlers(prepared)?;
         match plan::plan(&prepared.entry.transition, &call.args) {
             Plan::Refused { message } => self.commit_refusal(&prepared, message),
@@ -819,6 +836,7 @@ impl Coordinator {
             for o in &objects {
                 w.put_object(o)?;
             }
+            access::grant(w, &episode, objects.iter().map(|o| o.hash))?;
             task::put(w, &episode, &task, &task_state)?;
             Ok(true)
         })
@@ -1026,6 +1044,7 @@ impl Coordinator {
             for o in &objects {
                 w.put_object(o)?;
             }
+            access::grant(w, &episode, objects.iter().map(|o| o.hash))?;
             if journal::state_in(w, &id)?.and_then(|s| s.status).is_none() {
                 journal::append_outcome(w, &id, status, Some(record))?;
             }
@@ -1054,6 +1073,15 @@ impl Coordinator {
         output: Value,
         journal_outcome: Option<(OutcomeStatus, Ref)>,
     ) -> Result<CallOutput, CallError> {
+        // No effect ran (a plan refusal or a broker denial): the entry costs the caller one
+        // token of its refusal rate, and without one nothing is committed.
+        if journal_outcome.is_none()
+            && !self
+                .refusals
+                .take(&p.call.session.credential_id, std::time::Instant::now())
+        {
+            return Err(CallError::RefusalRate);
+        }
         let surface = p.call.surface;
         let output_obj = Object::json(sid::INVOCATION_OUTPUT, surface.written_by(), &output)?;
         let record = json!({
@@ -1072,6 +1100,7 @@ impl Coordinator {
         objects.push(p.input.clone());
         objects.push(output_obj.clone());
         objects.push(record_obj.clone());
+        let readable: Vec<Ref> = objects.iter().map(|o| o.hash).collect();
         let append = Append {
             objects,
             transition_fn: p.entry.transition_fn,
@@ -1103,6 +1132,7 @@ impl Coordinator {
                     journal::append_outcome(w, &id, status, Some(record))?;
                 }
                 let committed = log::append(w, &append)?;
+                access::grant(w, &episode, readable.iter().copied())?;
                 task_state.entry_index = Some(committed.entry.header.entry_index);
                 task_state.world_ref = Some(committed.world_ref);
                 task::put(w, &episode, &task, &task_state)?;

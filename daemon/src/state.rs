@@ -173,6 +173,8 @@ impl AppState {
             Err(_) => Err(InvokeFailure::TimedOut),
             Ok(Err(_)) => Err(InvokeFailure::Canceled),
             Ok(Ok(Ok(out))) => Ok(out),
+            // A refusal or denial over the session's rate is answered as the capacity error.
+            Ok(Ok(Err(CallError::RefusalRate))) => Err(InvokeFailure::Capacity),
             Ok(Ok(Err(e))) => Err(InvokeFailure::Call(e)),
         }
     }

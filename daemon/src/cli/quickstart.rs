@@ -86,7 +86,7 @@ pub fn run(a: QuickstartArgs) -> CliResult {
         workspace_root: Some(root),
         bind: Some(a.bind),
         open_reads: false,
-        map_size: None,
+        limits: Default::default(),
         plugins: a.plugins,
     })
 }

@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, OnceLock};
 
 use broker_core::coordinator::{Coordinator, CoordinatorConfig};
+use broker_core::refusal_rate::RefusalRate;
 use broker_core::registry;
 use broker_core::store::{Store, StoreOptions};
 use clap::Args;
@@ -100,11 +101,31 @@ pub struct ServeArgs {
     /// Serve GET /v1/* without a session (by default reads need one).
     #[arg(long)]
     pub open_reads: bool,
-    /// LMDB map size in bytes.
-    #[arg(long)]
-    pub map_size: Option<usize>,
+    #[command(flatten)]
+    pub limits: LimitArgs,
     #[command(flatten)]
     pub plugins: PluginArgs,
+}
+
+/// How large the store may grow and what refused calls cost (`[serve]` keys of the same
+/// names, in snake case).
+#[derive(Args, Debug, Clone, Default)]
+pub struct LimitArgs {
+    /// The most the store may occupy, in bytes; it grows by itself up to this ceiling
+    /// (`--map-size` is the old name).
+    #[arg(long, alias = "map-size")]
+    pub store_ceiling: Option<u64>,
+    /// Bytes kept below the ceiling for calls in flight and the operator's verbs; past it,
+    /// new calls are refused (default: 256 MiB, or an eighth of a smaller ceiling).
+    #[arg(long)]
+    pub store_reserve: Option<u64>,
+    /// Plan refusals and broker denials each credential may have committed per minute,
+    /// sustained; 0 turns the limit off (default 60).
+    #[arg(long)]
+    pub refusals_per_minute: Option<f64>,
+    /// How many refusals and denials a credential may have committed in a burst (default 60).
+    #[arg(long)]
+    pub refusal_burst: Option<u32>,
 }
 
 #[derive(Args, Debug)]
@@ -134,7 +155,11 @@ pub struct ServeSection {
     pub handlers: Vec<String>,
     #[serde(default)]
     pub open_reads: bool,
-    pub map_size: Option<usize>,
+    #[serde(alias = "map_size")]
+    pub store_ceiling: Option<u64>,
+    pub store_reserve: Option<u64>,
+    pub refusals_per_minute: Option<f64>,
+    pub refusal_burst: Option<u32>,
 }
 
 fn startup(stage: &str, detail: impl std::fmt::Display) -> Failure {
@@ -213,10 +238,24 @@ pub fn run(a: ServeArgs) -> CliResult {
         .or_else(|| file.serve.bind.clone())
         .unwrap_or_else(|| DEFAULT_BIND.into());
     let open_reads = a.open_reads || file.serve.open_reads;
-    let map_size = a
-        .map_size
-        .or(file.serve.map_size)
-        .unwrap_or(broker_core::store::DEFAULT_MAP_SIZE);
+    let limits = &a.limits;
+    let ceiling = limits
+        .store_ceiling
+        .or(file.serve.store_ceiling)
+        .unwrap_or(broker_core::capacity::DEFAULT_CEILING);
+    let reserve = limits.store_reserve.or(file.serve.store_reserve);
+    broker_core::capacity::Limits::new(ceiling, reserve).map_err(|e| startup("config", e))?;
+    let refusal_rate = RefusalRate::new(
+        limits
+            .refusals_per_minute
+            .or(file.serve.refusals_per_minute)
+            .unwrap_or(broker_core::refusal_rate::DEFAULT_PER_MINUTE),
+        limits
+            .refusal_burst
+            .or(file.serve.refusal_burst)
+            .unwrap_or(broker_core::refusal_rate::DEFAULT_BURST),
+    )
+    .map_err(|e| startup("config", e))?;
 
     // Bind policy first: nothing else happens for a non-loopback address.
     let addr = resolve_bind(&bind)?;
@@ -233,7 +272,8 @@ pub fn run(a: ServeArgs) -> CliResult {
     let store = Store::open(
         &db,
         StoreOptions {
-            map_size,
+            ceiling: Some(ceiling),
+            reserve,
             create: true,
         },
     )
@@ -275,6 +315,7 @@ pub fn run(a: ServeArgs) -> CliResult {
         set.handlers,
         CoordinatorConfig {
             workspace_root: Some(workspace_root.clone()),
+            refusal_rate,
             ..CoordinatorConfig::default()
         },
     );
@@ -412,7 +453,11 @@ fn writer_lock(db: &std::path::Path) -> Result<std::fs::File, Failure> {
         .truncate(false)
         .write(true)
         .open(&path)
-        .map_err(|e| startup("store-open", format!("{}: {e}", path.display())))?;
+        .map_err(|e| {
+            // "disk full", not an I/O fault, when that is what it is.
+            let e = broker_core::store::StoreError::from_io(e);
+            startup("store-open", format!("{}: {e}", path.display()))
+        })?;
     // SAFETY: flock on a file descriptor we own; no memory is shared.
     let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
     if rc != 0 {

@@ -49,6 +49,8 @@ pub(super) enum HostFailure {
     TimedOut,
     Canceled,
     Capacity,
+    /// The store is past its reserve: the capacity message, classified `store-full`.
+    StoreFull,
 }
 
 impl HostFailure {
@@ -57,7 +59,7 @@ impl HostFailure {
             HostFailure::Failed => "host callback failed",
             HostFailure::TimedOut => "host callback timed out",
             HostFailure::Canceled => "host callback canceled",
-            HostFailure::Capacity => "host callback capacity exceeded",
+            HostFailure::Capacity | HostFailure::StoreFull => "host callback capacity exceeded",
         }
     }
 
@@ -68,6 +70,7 @@ impl HostFailure {
             HostFailure::TimedOut => Outcome::indeterminate("timeout"),
             HostFailure::Canceled => Outcome::indeterminate("canceled"),
             HostFailure::Capacity => Outcome::capacity(),
+            HostFailure::StoreFull => Outcome::store_full(),
         }
     }
 }
@@ -465,6 +468,10 @@ async fn tools_call(
                 }
             }
             let (host, cause) = match failure {
+                // Nothing ran: the store is past its reserve (the operator's log says why).
+                InvokeFailure::Call(e @ CallError::StoreFull(_)) => {
+                    (HostFailure::StoreFull, e.to_string())
+                }
                 InvokeFailure::Call(e) => (HostFailure::Failed, e.to_string()),
                 InvokeFailure::Capacity => (
                     HostFailure::Capacity,
@@ -486,7 +493,7 @@ async fn tools_call(
                 // Load and slow calls are operational, not faults.
                 // Capacity refusals are counted in /v1/metrics; a log line each would flood
                 // stderr exactly when the daemon is busiest.
-                HostFailure::Capacity => {
+                HostFailure::Capacity | HostFailure::StoreFull => {
                     tracing::debug!(%episode, %tool, rpc_id = %id, "mcp tools/call: {}: {cause}", host.message())
                 }
                 HostFailure::TimedOut => {

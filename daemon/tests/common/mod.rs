@@ -116,6 +116,19 @@ impl Daemon {
             .token
     }
 
+    /// Mint an operator credential (reads every episode) directly in the store.
+    pub fn operator(&self, episode: &str, grants: &[&str]) -> String {
+        let store = broker_core::store::Store::open(&self.db(), Default::default()).unwrap();
+        let grants = grants.iter().map(|g| g.parse().unwrap()).collect();
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs() as i64;
+        broker_core::session::mint_operator(&store, episode, grants, 3600, now)
+            .unwrap()
+            .token
+    }
+
     /// Kill this daemon and start another on the same directory (store, worktrees).
     pub fn restart(mut self, plugins: &[&str], extra: &[&str]) -> Daemon {
         let _ = self.child.kill();
