@@ -31,6 +31,8 @@
 //! says where to continue (`next`). Their headers stay readable one by one at `/v1/log/{i}`,
 //! so a chain can be followed through them.
 
+use std::ops::Bound;
+
 use crate::broker::EffectRecord;
 use crate::canon;
 use crate::log::{Entry, LogError};
@@ -191,15 +193,25 @@ pub fn by_semantic_id<'t>(
             (r.tables.by_semantic_id, p)
         }
     };
+    // Start right after `after` instead of walking the pages before it.
+    let start = match after {
+        Some(a) => {
+            let mut k = prefix.clone();
+            k.extend_from_slice(a.as_bytes());
+            Bound::Excluded(k)
+        }
+        None => Bound::Included(prefix.clone()),
+    };
+    let bounds = (start.as_ref().map(Vec::as_slice), Bound::Unbounded);
     let mut out = Vec::new();
-    for item in table.prefix_iter(r.txn, &prefix).map_err(r.heed_err())? {
+    for item in table.range(r.txn, &bounds).map_err(r.heed_err())? {
         let (k, _) = item.map_err(r.heed_err())?;
-        let Some(reference) = Ref::from_slice(&k[prefix.len()..]) else {
+        let Some(rest) = k.strip_prefix(prefix.as_slice()) else {
+            break;
+        };
+        let Some(reference) = Ref::from_slice(rest) else {
             continue;
         };
-        if after.is_some_and(|a| reference <= a) {
-            continue;
-        }
         // Checked again through the one rule: the key's kind must be the stored kind.
         if let Some(o) = object(r, reader, &reference)? {
             if o.semantic_id == semantic_id {
