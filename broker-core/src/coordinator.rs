@@ -4,16 +4,21 @@
 //!
 //! 1. **admit** the call: the session must see the tool (a live grant for its `access`), the
 //!    `transitionFn` pin must match, the task id must be unused (or committed with the same
-//!    arguments, which returns the committed result without running anything);
+//!    arguments, which returns the committed result without running anything), and new work
+//!    is refused while the store is past its reserve ([`crate::capacity`]);
 //! 2. **R8**: every declared effect needs a loaded handler (and a bound worktree);
 //! 3. **plan** with the pure interpreter: a refusal is committed as a zero-effect entry;
 //! 4. **decide** with the broker against the grants, budgets reseeded from the journal: a
-//!    denial is committed with its record and spends nothing;
+//!    denial is committed with its record and spends nothing. Refusals and denials each cost
+//!    the credential a token of its refusal rate ([`crate::refusal_rate`]);
 //! 5. **journal the intent** (spend raised in the same transaction), **execute** the handler,
 //!    **finish** (a pure reshaping by the plugin), and **commit** outcome, records, output,
 //!    invocation record, entry, world and task state in one transaction. If anything after the
 //!    effect fails, the outcome and record are written alone and the caller gets
 //!    [`CallError::EffectsUnrecorded`] with the record refs.
+//!
+//! Every transaction that writes a call's objects also lets the call's episode read them
+//! ([`crate::access`]).
 //!
 //! Calls in one episode run one at a time; calls in different episodes proceed in parallel and
 //! never conflict at the head, because the writer binds index and link at commit time.
