@@ -28,7 +28,8 @@ pub struct Client {
 
 impl Daemon {
     /// `worldd serve --db <dir>/db --workspace-root <dir>/wt --bind 127.0.0.1:0
-    /// --plugin-dir <plugin_dir> --handler workspace`; stderr goes to `<dir>/daemon.log`.
+    /// --plugin-dir <plugin_dir> --handler workspace --refusals-per-minute 0`; stderr goes to
+    /// `<dir>/daemon.log`.
     pub fn start(
         worldd: &Path,
         dir: &Path,
@@ -62,6 +63,9 @@ impl Daemon {
             .arg("--plugin-dir")
             .arg(plugin_dir)
             .args(handlers.iter().flat_map(|h| ["--handler", h]))
+            // The plan-refusal row measures committed refusals, not their rate limit.
+            .arg("--refusals-per-minute")
+            .arg("0")
             .args(extra)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())

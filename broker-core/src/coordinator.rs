@@ -4,11 +4,13 @@
 //!
 //! 1. **admit** the call: the session must see the tool (a live grant for its `access`), the
 //!    `transitionFn` pin must match, the task id must be unused (or committed with the same
-//!    arguments, which returns the committed result without running anything);
+//!    arguments, which returns the committed result without running anything), and new work
+//!    is refused while the store is past its reserve ([`crate::capacity`]);
 //! 2. **R8**: every declared effect needs a loaded handler (and a bound worktree);
 //! 3. **plan** with the pure interpreter: a refusal is committed as a zero-effect entry;
 //! 4. **decide** with the broker against the grants, budgets reseeded from the journal: a
-//!    denial is committed with its record and spends nothing;
+//!    denial is committed with its record and spends nothing. Refusals and denials each cost
+//!    the credential a token of its refusal rate ([`crate::refusal_rate`]);
 //! 5. **journal the intent** (spend raised in the same transaction), **execute** the handler
 //!    under its deadline ([`crate::deadline`]), **finish** (a pure reshaping by the plugin),
 //!    and **commit** outcome, records, output, invocation record, entry, world and task state in
@@ -18,6 +20,9 @@
 //!    intent stays indeterminate until the handler really returns, then its outcome and record
 //!    are journaled the same way (never committed to the log), and only then is the episode
 //!    free for its next call.
+//!
+//! Every transaction that writes a call's objects also lets the call's episode read them
+//! ([`crate::access`]).
 //!
 //! Calls in one episode run one at a time; calls in different episodes proceed in parallel and
 //! never conflict at the head, because the writer binds index and link at commit time.
@@ -31,6 +36,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Map, Value};
 
+use crate::access;
 use crate::broker::{self, Capability, Decision, Denial, EffectRecord, HandlerIdentity};
 use crate::canon::{self, CanonError};
 use crate::deadline::{self, Spawner};
@@ -38,6 +44,7 @@ use crate::journal::{self, Intent, JournalError, OutcomeStatus};
 use crate::log::{self, Append, HeadBinding, LogError};
 use crate::object::{sid, Object, Ref};
 use crate::plan::{self, Plan, PlannedEffect};
+use crate::refusal_rate::{RefusalLimiter, RefusalRate};
 use crate::registry::{self, Registry, RegistryEntry, RegistryError};
 use crate::session::Session;
 use crate::store::{Store, StoreError, WriteCtx};
@@ -237,6 +244,12 @@ pub enum CallError {
     NoHandler,
     #[error("no world is selected; commit a genesis world first")]
     NoWorld,
+    /// The credential's refusals and denials outran its rate ([`crate::refusal_rate`]).
+    #[error("host callback capacity exceeded")]
+    RefusalRate,
+    /// The store is past its reserve: new calls are refused before anything is written.
+    #[error("{}", crate::capacity::Full::AGENT_MESSAGE)]
+    StoreFull(crate::capacity::Full),
     #[error("effects were requested but the invocation was not confirmed committed; effect records: {}", join_refs(.records))]
     EffectsUnrecorded { records: Vec<Ref> },
     /// The handler overran its deadline. Its intent is journaled; its outcome and record are
@@ -351,6 +364,8 @@ pub struct CoordinatorConfig {
     pub handler_deadline: Duration,
     /// Where handlers run (one thread each by default; the daemon passes its blocking pool).
     pub spawn: Spawner,
+    /// What committed refusals and denials cost each credential.
+    pub refusal_rate: RefusalRate,
 }
 
 impl Default for CoordinatorConfig {
@@ -362,6 +377,7 @@ impl Default for CoordinatorConfig {
             hooks: Arc::new(NoHooks),
             handler_deadline: HANDLER_DEADLINE,
             spawn: deadline::thread_spawner(),
+            refusal_rate: RefusalRate::default(),
         }
     }
 }
@@ -374,6 +390,7 @@ pub struct Coordinator {
     episodes: Arc<EpisodeTurns>,
     in_flight: Arc<Mutex<HashSet<String>>>,
     registry_cache: Mutex<Arc<Registry>>,
+    refusals: RefusalLimiter,
     overruns: Arc<Overruns>,
 }
 
@@ -638,6 +655,7 @@ fn write_unrecorded(
         for o in &objects {
             w.put_object(o)?;
         }
+        access::grant(w, &episode, objects.iter().map(|o| o.hash))?;
         if journal::state_in(w, &id)?.and_then(|s| s.status).is_none() {
             journal::append_outcome(w, &id, status, Some(record))?;
         }
@@ -654,12 +672,13 @@ impl Coordinator {
         Coordinator {
             store,
             handlers,
-            config,
             interpreter: log::interpreter_ref(),
             episodes: Arc::default(),
             in_flight: Arc::default(),
             registry_cache: Mutex::new(Arc::new(Registry::default())),
             overruns: Arc::default(),
+            refusals: RefusalLimiter::new(config.refusal_rate),
+            config,
         }
     }
 
@@ -740,6 +759,10 @@ impl Coordinator {
         if let Some(done) = self.previous_attempt(&prepared)? {
             return Ok(done);
         }
+        // New work, and nothing written yet: past the store's reserve it stops here.
+        self.store
+            .admits_client_work()
+            .map_err(CallError::StoreFull)?;
         let prepared = self.check_handlers(prepared)?;
         match plan::plan(&prepared.entry.transition, &call.args) {
             Plan::Refused { message } => self.commit_refusal(&prepared, message),
@@ -1126,6 +1149,7 @@ impl Coordinator {
             for o in &objects {
                 w.put_object(o)?;
             }
+            access::grant(w, &episode, objects.iter().map(|o| o.hash))?;
             task::put(w, &episode, &task, &task_state)?;
             Ok(true)
         })
@@ -1334,6 +1358,15 @@ impl Coordinator {
         output: Value,
         journal_outcome: Option<(OutcomeStatus, Ref)>,
     ) -> Result<CallOutput, CallError> {
+        // No effect ran (a plan refusal or a broker denial): the entry costs the caller one
+        // token of its refusal rate, and without one nothing is committed.
+        if journal_outcome.is_none()
+            && !self
+                .refusals
+                .take(&p.call.session.credential_id, std::time::Instant::now())
+        {
+            return Err(CallError::RefusalRate);
+        }
         let surface = p.call.surface;
         let output_obj = Object::json(sid::INVOCATION_OUTPUT, surface.written_by(), &output)?;
         let record = json!({
@@ -1352,6 +1385,7 @@ impl Coordinator {
         objects.push(p.input.clone());
         objects.push(output_obj.clone());
         objects.push(record_obj.clone());
+        let readable: Vec<Ref> = objects.iter().map(|o| o.hash).collect();
         let append = Append {
             objects,
             transition_fn: p.entry.transition_fn,
@@ -1383,6 +1417,7 @@ impl Coordinator {
                     journal::append_outcome(w, &id, status, Some(record))?;
                 }
                 let committed = log::append(w, &append)?;
+                access::grant(w, &episode, readable.iter().copied())?;
                 task_state.entry_index = Some(committed.entry.header.entry_index);
                 task_state.world_ref = Some(committed.world_ref);
                 task::put(w, &episode, &task, &task_state)?;

@@ -13,6 +13,7 @@
 //! | sessions, grants, the broker's decision | [`session`], [`grant`], [`broker`] |
 //! | durable intents and outcomes, task ids | [`journal`], [`task`] |
 //! | LMDB with one group-committing writer, the hash-chained log | [`store`], [`log`] |
+//! | how full the store may get; what refusals cost; who reads what | [`capacity`], [`refusal_rate`], [`access`] |
 //! | plan → admit → execute → finish → commit | [`coordinator`] |
 //! | client-built commits and `rest:` receipts | [`commit`] |
 //! | re-verify any call's provenance (`worldd why`) | [`verify`] |
@@ -79,8 +80,10 @@
 //!   re-run ([`journal`]).
 //! - Bad input anywhere in the public API is a typed error, never a panic.
 
+pub mod access;
 pub mod broker;
 pub mod canon;
+pub mod capacity;
 pub mod commit;
 pub mod coordinator;
 pub mod deadline;
@@ -89,6 +92,7 @@ pub mod journal;
 pub mod log;
 pub mod object;
 pub mod plan;
+pub mod refusal_rate;
 pub mod registry;
 pub mod session;
 pub mod store;

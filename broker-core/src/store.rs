@@ -6,34 +6,54 @@
 //! parent once (LMDB's default full sync: durable when acknowledged) and then answers every
 //! caller. Throughput under concurrency comes from that batching, never from weaker syncing.
 //! A failing operation aborts only its own nested transaction; a failing commit fails the batch.
+//!
+//! The LMDB map is reserved (sparse) at the operator's ceiling and the store grows into it by
+//! itself; [`crate::capacity`] says why, and how client work is refused before the ceiling.
+//! Every transaction of this process holds the map lock shared, so the one remap left
+//! (another process grew the store past this map: `MDB_MAP_RESIZED`) happens only when none
+//! is active, as LMDB requires.
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{self, Receiver, Sender, SyncSender};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard};
 use std::thread::JoinHandle;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use heed::byteorder::BigEndian;
 use heed::types::{Bytes, Str, U64};
 use heed::{CommitOrAbort, Database, Env, EnvOpenOptions, RoTxn, RwTxn, WithoutTls};
 
+use crate::capacity::{self, BadLimits, Full, Gauge, Limits, Usage};
 use crate::log::{self, LogError};
 use crate::object::{Object, ObjectView, Ref};
 
 /// The schema this build reads and writes. An store with another version is refused unmodified.
 pub const SCHEMA_VERSION: u32 = 1;
-/// Default LMDB map size: sparse on Linux, so a large reservation costs nothing until used.
-pub const DEFAULT_MAP_SIZE: usize = 16 << 30;
+/// Default LMDB map size (the default ceiling): sparse on Linux, so a large reservation costs
+/// nothing until used.
+pub const DEFAULT_MAP_SIZE: usize = capacity::DEFAULT_CEILING as usize;
 const MAX_BATCH: usize = 256;
+/// Free space under which a short write (EIO) is taken for a full disk.
+const SHORT_WRITE_SLACK: u64 = 1 << 20;
+/// How often, and how long apart, a remap after `MDB_MAP_RESIZED` waits for this process's
+/// open transactions to end before it gives up.
+const REMAP_ATTEMPTS: u32 = 200;
+const REMAP_PAUSE: Duration = Duration::from_millis(5);
 
 /// Store failures. `Clone` because one failed group commit answers every caller in it.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum StoreError {
     #[error("world store {0} does not exist")]
     NotFound(PathBuf),
-    #[error("the store is full: LMDB map size {map_size} bytes reached; restart with a larger --map-size")]
+    #[error("the store is full: LMDB map size {map_size} bytes reached (its ceiling); restart with a larger --store-ceiling")]
     MapFull { map_size: usize },
+    #[error("disk full: the store's filesystem has no space left ({0})")]
+    DiskFull(String),
+    #[error("another process grew the store beyond this process's map, and this process could not adopt the new size while its own transactions were open; retry, or restart it")]
+    MapResized,
+    #[error(transparent)]
+    Limits(#[from] BadLimits),
     #[error("store schema version {found} is not the version this build uses ({expected}); refusing to open it")]
     SchemaMismatch { found: String, expected: u32 },
     #[error("store {0} is already open in this process")]
@@ -52,11 +72,30 @@ impl StoreError {
     pub(crate) fn from_heed(err: heed::Error, map_size: usize) -> StoreError {
         match err {
             heed::Error::Mdb(heed::MdbError::MapFull) => StoreError::MapFull { map_size },
-            heed::Error::Io(e) => StoreError::Io(e.to_string()),
+            heed::Error::Mdb(heed::MdbError::MapResized) => StoreError::MapResized,
+            // heed turns LMDB's errno values into I/O errors: ENOSPC is one of them.
+            heed::Error::Io(e) => StoreError::from_io(e),
             heed::Error::EnvAlreadyOpened => StoreError::AlreadyOpen(PathBuf::new()),
             other => StoreError::Lmdb(other.to_string()),
         }
     }
+
+    /// An I/O error, with "disk full" told apart from other faults.
+    pub fn from_io(e: std::io::Error) -> StoreError {
+        match e.raw_os_error() {
+            Some(code) if is_disk_full(code) => StoreError::DiskFull(e.to_string()),
+            _ => StoreError::Io(e.to_string()),
+        }
+    }
+
+    /// True for the "no space" failures (ENOSPC, and EDQUOT: a quota is a full disk too).
+    pub fn is_disk_full(&self) -> bool {
+        matches!(self, StoreError::DiskFull(_))
+    }
+}
+
+fn is_disk_full(code: i32) -> bool {
+    code == libc::ENOSPC || code == libc::EDQUOT
 }
 
 /// The named databases (DESIGN §4).
@@ -92,6 +131,9 @@ pub struct Tables {
     pub registry_heads: Database<'static, Str, Bytes>,
     /// meta key → value (schema version).
     pub meta: Database<'static, Str, Bytes>,
+    /// episode \0 semanticId \0 ref(32) → (): which episode may read which object
+    /// ([`crate::access`]).
+    pub readers: Database<'static, Bytes, Bytes>,
     /// The environment's map size, for error reports.
     pub map_size: usize,
 }
@@ -134,6 +176,7 @@ struct Inner {
     sender: Mutex<Option<Sender<Job>>>,
     writer: Mutex<Option<JoinHandle<()>>>,
     stats: Arc<WriterStats>,
+    map: Arc<MapLock>,
 }
 
 impl Drop for Inner {
@@ -152,20 +195,17 @@ impl Drop for Inner {
 }
 
 /// Options for [`Store::open`].
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub struct StoreOptions {
-    pub map_size: usize,
+    /// The most the store may occupy, in bytes: the LMDB map is reserved at this size.
+    /// `None` adopts the size the store records (the daemon's), or [`DEFAULT_MAP_SIZE`] for a
+    /// new store: tools that open a store beside the daemon pass `None`.
+    pub ceiling: Option<u64>,
+    /// Room kept below the ceiling for calls in flight and the operator's verbs; past it, new
+    /// client work is refused. `None`: [`capacity::Limits::new`]'s default.
+    pub reserve: Option<u64>,
     /// Create the directory and the genesis when absent.
     pub create: bool,
-}
-
-impl Default for StoreOptions {
-    fn default() -> Self {
-        StoreOptions {
-            map_size: DEFAULT_MAP_SIZE,
-            create: false,
-        }
-    }
 }
 
 /// A handle to the store; cheap to clone and usable from any thread.
@@ -192,25 +232,34 @@ impl Store {
             if !options.create {
                 return Err(StoreError::NotFound(dir.to_path_buf()));
             }
-            std::fs::create_dir_all(dir).map_err(|e| StoreError::Io(e.to_string()))?;
+            std::fs::create_dir_all(dir).map_err(StoreError::from_io)?;
         }
-        let map_size = options.map_size;
-        let heed_err = |e| StoreError::from_heed(e, map_size);
+        // A given ceiling is the map size; none adopts the store's own (LMDB keeps it in the
+        // meta page), or the default for a new store.
+        let wanted = options
+            .ceiling
+            .or((!exists).then_some(capacity::DEFAULT_CEILING))
+            .map(page_multiple);
+        if let Some(ceiling) = options.ceiling {
+            Limits::new(ceiling, options.reserve)?;
+        }
         let env = unsafe {
             // SAFETY: heed requires that the environment is not opened twice in one process
             // (it checks and reports EnvAlreadyOpened) and that the files are not modified by
             // other means; every process uses the same flags.
-            EnvOpenOptions::new()
-                .read_txn_without_tls()
-                .map_size(map_size)
-                .max_dbs(32)
-                .max_readers(512)
-                .open(dir)
+            let mut o = EnvOpenOptions::new().read_txn_without_tls();
+            if let Some(size) = wanted {
+                o.map_size(size);
+            }
+            o.max_dbs(32).max_readers(512).open(dir)
         }
         .map_err(|e| match e {
             heed::Error::EnvAlreadyOpened => StoreError::AlreadyOpen(dir.to_path_buf()),
-            other => heed_err(other),
+            other => StoreError::from_heed(other, wanted.unwrap_or(0)),
         })?;
+        let map_size = env.info().map_size;
+        let heed_err = |e| StoreError::from_heed(e, map_size);
+        let limits = Limits::new(options.ceiling.unwrap_or(map_size as u64), options.reserve)?;
         // Reader slots of crashed processes would otherwise leak.
         let _ = env.clear_stale_readers();
 
@@ -236,6 +285,7 @@ impl Store {
                         dbo.create_database(wtxn, Some("tasks"))?,
                         dbo.create_database(wtxn, Some("registry_heads"))?,
                         dbo.create_database(wtxn, Some("meta"))?,
+                        dbo.create_database(wtxn, Some("readers"))?,
                     ),
                 )))
             })
@@ -253,7 +303,7 @@ impl Store {
                 journal,
                 journal_by_invocation,
             ),
-            (world_refs, pending, spend, sessions, tasks, registry_heads, meta),
+            (world_refs, pending, spend, sessions, tasks, registry_heads, meta, readers),
         ) = tables;
         let tables = Tables {
             objects,
@@ -271,6 +321,7 @@ impl Store {
             tasks,
             registry_heads,
             meta,
+            readers,
             map_size,
         };
 
@@ -300,13 +351,21 @@ impl Store {
 
         let (sender, receiver) = mpsc::channel::<Job>();
         let stats = Arc::new(WriterStats::default());
+        let map = Arc::new(MapLock {
+            lock: RwLock::new(()),
+            gauge: Gauge::new(limits),
+            page_size: env.unnamed_database_stat().page_size as u64,
+            dir: dir.to_path_buf(),
+        });
+        map.measure(&env);
         let writer = {
             let env = env.clone();
             let stats = stats.clone();
+            let map = map.clone();
             std::thread::Builder::new()
                 .name("worldd-store-writer".into())
-                .spawn(move || writer_loop(env, tables, receiver, map_size, stats))
-                .map_err(|e| StoreError::Io(e.to_string()))?
+                .spawn(move || writer_loop(env, tables, receiver, map_size, stats, map))
+                .map_err(StoreError::from_io)?
         };
         let store = Store {
             inner: Arc::new(Inner {
@@ -317,9 +376,11 @@ impl Store {
                 sender: Mutex::new(Some(sender)),
                 writer: Mutex::new(Some(writer)),
                 stats,
+                map,
             }),
         };
         store.ensure_genesis()?;
+        crate::access::ensure_readers_index(&store)?;
         store.report_indeterminate();
         Ok(store)
     }
@@ -336,7 +397,7 @@ impl Store {
     }
 
     fn ensure_genesis(&self) -> Result<(), StoreError> {
-        let has_head = self.read(|r| Ok(log::head(r)?.is_some()))?;
+        let has_head = self.read(|r| Ok::<_, StoreError>(log::head(r)?.is_some()))?;
         if has_head {
             return Ok(());
         }
@@ -391,8 +452,24 @@ impl Store {
         &self.inner.path
     }
 
+    /// The LMDB map size now (it changes only when another process grew the store).
     pub fn map_size(&self) -> usize {
-        self.inner.map_size
+        self.inner.env.info().map_size
+    }
+
+    /// The latest reading of the store's size against its ceiling (taken after every group
+    /// commit of this process).
+    pub fn usage(&self) -> Usage {
+        self.inner.map.gauge.usage()
+    }
+
+    /// `Err` when new client work must be refused: past the reserve, or the disk is short.
+    /// Operator verbs and calls already admitted are not asked.
+    pub fn admits_client_work(&self) -> Result<(), Full> {
+        match self.usage().refusal() {
+            Some(full) => Err(full),
+            None => Ok(()),
+        }
     }
 
     pub fn stats(&self) -> &WriterStats {
@@ -404,13 +481,12 @@ impl Store {
     where
         E: From<StoreError>,
     {
-        let txn = self
+        let held = self
             .inner
-            .env
-            .read_txn()
-            .map_err(|e| StoreError::from_heed(e, self.inner.map_size))?;
+            .map
+            .begin(&self.inner.env, |env| env.read_txn())?;
         let ctx = ReadCtx {
-            txn: &txn,
+            txn: &held.txn,
             tables: &self.inner.tables,
         };
         op(&ctx)
@@ -600,12 +676,104 @@ where
     }
 }
 
+/// The lock every transaction of this process holds shared, and the size gauge.
+struct MapLock {
+    lock: RwLock<()>,
+    gauge: Gauge,
+    page_size: u64,
+    dir: PathBuf,
+}
+
+/// A transaction and the shared hold on the map lock it needs (dropped after the transaction:
+/// fields drop in declaration order).
+struct Held<'m, T> {
+    txn: T,
+    _shared: RwLockReadGuard<'m, ()>,
+}
+
+impl MapLock {
+    fn shared(&self) -> RwLockReadGuard<'_, ()> {
+        self.lock.read().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Begin a transaction under a shared hold. When another process has grown the store past
+    /// this map (`MDB_MAP_RESIZED`), adopt the size it recorded and begin again.
+    fn begin<'e, T>(
+        &self,
+        env: &'e Env<WithoutTls>,
+        begin: impl Fn(&'e Env<WithoutTls>) -> heed::Result<T>,
+    ) -> Result<Held<'_, T>, StoreError> {
+        let shared = self.shared();
+        match begin(env) {
+            Ok(txn) => {
+                return Ok(Held {
+                    txn,
+                    _shared: shared,
+                })
+            }
+            Err(heed::Error::Mdb(heed::MdbError::MapResized)) => drop(shared),
+            Err(e) => return Err(StoreError::from_heed(e, env.info().map_size)),
+        }
+        self.adopt_grown_map(env)?;
+        let shared = self.shared();
+        let txn = begin(env).map_err(|e| StoreError::from_heed(e, env.info().map_size))?;
+        Ok(Held {
+            txn,
+            _shared: shared,
+        })
+    }
+
+    /// `mdb_env_set_mapsize(0)`: take the map size another process recorded. Waits a bounded
+    /// time for this process's open transactions to end; never blocks new readers while it
+    /// waits (it only tries the exclusive hold), so a thread that holds a transaction while
+    /// it asks for another cannot deadlock here: it gets [`StoreError::MapResized`].
+    fn adopt_grown_map(&self, env: &Env<WithoutTls>) -> Result<(), StoreError> {
+        for _ in 0..REMAP_ATTEMPTS {
+            if let Ok(_exclusive) = self.lock.try_write() {
+                // SAFETY: every transaction of this process is begun under a shared hold of
+                // `lock` and ends before that hold is released; holding it exclusively means
+                // no transaction is active, which is what mdb_env_set_mapsize requires.
+                unsafe { env.resize(0) }.map_err(|e| StoreError::from_heed(e, 0))?;
+                tracing::info!(
+                    map_size = env.info().map_size,
+                    "another process grew the store; adopted its map size"
+                );
+                return Ok(());
+            }
+            std::thread::sleep(REMAP_PAUSE);
+        }
+        Err(StoreError::MapResized)
+    }
+
+    /// A failed commit. LMDB reports a write that stopped short as EIO, which is what a disk
+    /// that fills up mid-write produces: with (almost) nothing left on the filesystem, that is
+    /// "disk full", not an I/O fault.
+    fn write_error(&self, e: heed::Error, map_size: usize) -> StoreError {
+        match e {
+            heed::Error::Io(io)
+                if io.raw_os_error() == Some(libc::EIO)
+                    && capacity::disk_free(&self.dir).is_some_and(|f| f < SHORT_WRITE_SLACK) =>
+            {
+                StoreError::DiskFull(format!("a write stopped short: {io}"))
+            }
+            other => StoreError::from_heed(other, map_size),
+        }
+    }
+
+    /// Read the high-water mark and the free disk space into the gauge.
+    fn measure(&self, env: &Env<WithoutTls>) {
+        let used = (env.info().last_page_number as u64 + 1).saturating_mul(self.page_size);
+        self.gauge.observe(used, capacity::disk_free(&self.dir));
+    }
+}
+
 fn writer_loop(
     env: Env<WithoutTls>,
     tables: Tables,
     receiver: Receiver<Job>,
     map_size: usize,
     stats: Arc<WriterStats>,
+    map: Arc<MapLock>,
 ) {
     while let Ok(first) = receiver.recv() {
         let started = Instant::now();
@@ -620,10 +788,12 @@ fn writer_loop(
         stats.batches.fetch_add(1, Ordering::Relaxed);
         stats.operations.fetch_add(n, Ordering::Relaxed);
         stats.largest_batch.fetch_max(n, Ordering::Relaxed);
-        let mut txn = match env.write_txn() {
-            Ok(t) => t,
-            Err(e) => {
-                let err = StoreError::from_heed(e, map_size);
+        let Held {
+            mut txn,
+            _shared: shared,
+        } = match map.begin(&env, |env| env.write_txn()) {
+            Ok(held) => held,
+            Err(err) => {
                 // Each job must still answer: run it against nothing is impossible, so report.
                 tracing::error!(error = %err, "store writer could not begin a transaction");
                 for job in batch {
@@ -642,7 +812,9 @@ fn writer_loop(
             completions.push(job(Ok(&mut ctx)));
         }
         let built = Instant::now();
-        let outcome = txn.commit().map_err(|e| StoreError::from_heed(e, map_size));
+        let outcome = txn.commit().map_err(|e| map.write_error(e, map_size));
+        drop(shared);
+        map.measure(&env);
         let committed = Instant::now();
         let nanos = |d: std::time::Duration| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
         stats
@@ -656,6 +828,15 @@ fn writer_loop(
             done(err.as_ref());
         }
     }
+}
+
+/// `size` rounded up to the OS page size (LMDB map sizes must be multiples of it).
+fn page_multiple(size: u64) -> usize {
+    // SAFETY: sysconf has no preconditions.
+    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    let page = u64::try_from(page).ok().filter(|p| *p > 0).unwrap_or(4096);
+    let size = size.max(page).div_ceil(page).saturating_mul(page);
+    usize::try_from(size).unwrap_or(usize::MAX / 2)
 }
 
 /// Helpers shared by read and write contexts.
@@ -751,5 +932,31 @@ fn get_object(txn: &RoTxn<'_>, tables: &Tables, r: &Ref) -> Result<Option<Object
         Some(bytes) => Object::decode_value(*r, bytes)
             .map(Some)
             .ok_or_else(|| StoreError::Corrupt(format!("object {r} has a damaged envelope"))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn enospc_and_edquot_read_disk_full_other_io_errors_do_not() {
+        let io = |code| heed::Error::Io(std::io::Error::from_raw_os_error(code));
+        assert_eq!(
+            StoreError::from_heed(io(libc::ENOSPC), 0).to_string(),
+            "disk full: the store's filesystem has no space left (No space left on device (os error 28))"
+        );
+        assert!(StoreError::from_heed(io(libc::EDQUOT), 0).is_disk_full());
+        assert_eq!(
+            StoreError::from_heed(io(libc::EACCES), 0),
+            StoreError::Io("Permission denied (os error 13)".into())
+        );
+        assert!(
+            StoreError::from_io(std::io::Error::from_raw_os_error(libc::ENOSPC)).is_disk_full()
+        );
+        assert_eq!(
+            StoreError::from_heed(heed::Error::Mdb(heed::MdbError::MapResized), 0),
+            StoreError::MapResized
+        );
     }
 }

@@ -95,8 +95,9 @@ fn a_full_map_is_a_typed_error_not_a_panic() {
     let store = Store::open(
         &dir.path().join("db"),
         StoreOptions {
-            map_size: 1 << 20,
+            ceiling: Some(1 << 20),
             create: true,
+            ..StoreOptions::default()
         },
     )
     .unwrap();
@@ -107,6 +108,9 @@ fn a_full_map_is_a_typed_error_not_a_panic() {
         if let Err(e) = res {
             assert!(matches!(e, StoreError::MapFull { .. }), "{e}");
             assert!(e.to_string().contains("map size"));
+            assert!(e
+                .to_string()
+                .ends_with("restart with a larger --store-ceiling"));
             saw_full = true;
             break;
         }

@@ -29,6 +29,7 @@ use broker_core::coordinator::{Call, CallError, CallOutput, Surface};
 use broker_core::object::Ref;
 use broker_core::registry::RegistryEntry;
 use broker_core::session::AuthError;
+use broker_core::store::StoreError;
 use handler_api::EffectClass;
 use serde_json::value::RawValue;
 use serde_json::{json, Value};
@@ -454,6 +455,13 @@ fn error_text(f: InvokeFailure) -> (i64, String) {
             let message = match &e {
                 CallError::InvalidTaskId | CallError::InvalidArguments(_) => {
                     "invalid params".to_owned()
+                }
+                // No room to write: the store-full text; the log says "disk full" or the map size.
+                CallError::Store(s)
+                    if s.is_disk_full() || matches!(s, StoreError::MapFull { .. }) =>
+                {
+                    tracing::error!("a2a refusal: {e}");
+                    broker_core::capacity::Full::AGENT_MESSAGE.to_owned()
                 }
                 CallError::Store(_) | CallError::Registry(_) | CallError::Internal(_) => {
                     tracing::error!("a2a refusal: {e}");

@@ -6,6 +6,7 @@ use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use broker_core::capacity::{Usage, WARN_PERCENT};
 use broker_core::coordinator::{CallError, CallOutput, Overruns};
 use broker_core::store::Store;
 
@@ -80,6 +81,8 @@ pub fn outcome_label(result: &Result<CallOutput, CallError>) -> &'static str {
         Err(CallError::EffectsUnrecorded { .. }) => "unrecorded",
         Err(CallError::HandlerTimedOut) => "timed_out",
         Err(CallError::NoHandler) => "no_handler",
+        Err(CallError::RefusalRate) => "refusal_rate",
+        Err(CallError::StoreFull(_)) => "store_full",
         Err(_) => "error",
     }
 }
@@ -218,6 +221,7 @@ impl Metrics {
             "# HELP worldd_commit_sync_seconds_total Store writer time inside LMDB commits: page writes, data sync and meta sync.\n# TYPE worldd_commit_sync_seconds_total counter\nworldd_commit_sync_seconds_total {}",
             secs(&stats.commit_nanos)
         );
+        render_store_usage(&mut out, &store.usage());
         let _ = writeln!(
             out,
             "# HELP worldd_callbacks_rejected_total Calls refused because all host callback slots were busy.\n# TYPE worldd_callbacks_rejected_total counter\nworldd_callbacks_rejected_total {}",
@@ -271,6 +275,66 @@ impl Metrics {
         }
         out
     }
+}
+
+/// The store's size against its ceiling: gauges, and the warnings at 80 % and 95 %.
+fn render_store_usage(out: &mut String, u: &Usage) {
+    let gauge = |out: &mut String, name: &str, help: &str, value: String| {
+        let _ = writeln!(
+            out,
+            "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {value}"
+        );
+    };
+    gauge(
+        out,
+        "worldd_store_used_bytes",
+        "Bytes the store occupies (LMDB high-water mark).",
+        u.used.to_string(),
+    );
+    gauge(
+        out,
+        "worldd_store_ceiling_bytes",
+        "The most the store may occupy (serve --store-ceiling).",
+        u.limits.ceiling.to_string(),
+    );
+    gauge(
+        out,
+        "worldd_store_reserve_bytes",
+        "Room kept below the ceiling; past it new calls are refused.",
+        u.limits.reserve.to_string(),
+    );
+    if let Some(free) = u.disk_free {
+        gauge(
+            out,
+            "worldd_store_disk_free_bytes",
+            "Bytes free on the store's filesystem.",
+            free.to_string(),
+        );
+    }
+    gauge(
+        out,
+        "worldd_store_used_ratio",
+        "Used bytes over the ceiling.",
+        format!("{:.4}", u.ratio()),
+    );
+    let _ = writeln!(
+        out,
+        "# HELP worldd_store_warning 1 when the store has reached this percentage of its ceiling.\n# TYPE worldd_store_warning gauge"
+    );
+    for p in WARN_PERCENT {
+        let on = u.warning().is_some_and(|w| w >= p);
+        let _ = writeln!(
+            out,
+            "worldd_store_warning{{threshold=\"{p}\"}} {}",
+            u8::from(on)
+        );
+    }
+    gauge(
+        out,
+        "worldd_store_refusing",
+        "1 while new client calls are refused (past the reserve, or the disk is short).",
+        u8::from(u.refusal().is_some()).to_string(),
+    );
 }
 
 fn escape(s: &str) -> String {

@@ -79,6 +79,9 @@ async fn commit_checked(
         .await
         .map_err(|f| Refusal::new("unauthenticated", ApiError::from_auth(f)))?;
     let grant = commit_grant(state, &session)?;
+    if state.store().admits_client_work().is_err() {
+        return Err(Refusal::new("store_full", ApiError::store_full()));
+    }
 
     // Read the body only now, never more than the limit, and in time.
     let limit = state.limits().commit_body_bytes;
@@ -130,6 +133,10 @@ async fn commit_checked(
             ApiError::bad_request(e.to_string()),
         )),
         Err(e @ CommitError::Budget { .. }) => Err(Refusal::forbidden("budget", e.to_string())),
+        Err(CommitError::Store(e)) => Err(Refusal::new(
+            "store",
+            ApiError::from_store_write("commit", e),
+        )),
         Err(e) => Err(Refusal::new("error", ApiError::internal("commit", e))),
     }
 }

@@ -10,8 +10,9 @@
 //! | `ok` | — | the effect ran and the tool did what was asked | `true` only for reads |
 //! | `refused` | `plan` | the arguments were refused by the plan; nothing ran, no budget spent | `false` |
 //! | `refused` | `policy` | the effect ran and its policy said no (`"ok": false`); one unit spent | `false` |
-//! | `refused` | `capacity` | every execution slot stayed busy; nothing ran | `true` |
+//! | `refused` | `capacity` | every execution slot stayed busy, or the session's refusals and denials outran their rate; nothing ran | `true` |
 //! | `refused` | `busy` | an earlier call of the episode was still running (its queue was full, or it outlasted this call's deadline); nothing ran | `true` |
+//! | `refused` | `store-full` | the world store is past its reserve; nothing ran, nothing spent, until an operator makes room | `false` |
 //! | `refused` | `key-conflict` | the idempotency key (task id) was used with other arguments | `false` |
 //! | `refused` | `unavailable` | this daemon cannot run the tool (no handler, no world); nothing ran | `false` |
 //! | `denied` | `denied:budget`, `denied:scope`, `denied:expired`, `denied:effect-name` | the broker refused the effect; nothing ran, nothing spent (`remaining` for budget) | `false` |
@@ -59,6 +60,7 @@ pub const REASONS: &[&str] = &[
     "policy",
     "capacity",
     "busy",
+    "store-full",
     "key-conflict",
     "unavailable",
     "denied:budget",
@@ -110,6 +112,11 @@ impl Outcome {
         Outcome::new(Kind::Refused, "busy", true)
     }
 
+    /// Nothing ran: the store is past its reserve until an operator makes room.
+    pub fn store_full() -> Outcome {
+        Outcome::new(Kind::Refused, "store-full", false)
+    }
+
     /// The idempotency key names another call.
     pub fn key_conflict() -> Outcome {
         Outcome::new(Kind::Refused, "key-conflict", false)
@@ -146,6 +153,8 @@ pub fn of_failure(f: &InvokeFailure) -> Option<Outcome> {
             | CallError::NotAuthorized
             | CallError::PinMismatch => return None,
             CallError::TaskIdReused => Outcome::key_conflict(),
+            CallError::RefusalRate => Outcome::capacity(),
+            CallError::StoreFull(_) => Outcome::store_full(),
             CallError::NotCommitted => Outcome::indeterminate("pending"),
             CallError::EffectsUnrecorded { .. } => Outcome::indeterminate("unrecorded"),
             CallError::HandlerTimedOut => Outcome::indeterminate("timeout"),
@@ -363,6 +372,7 @@ mod tests {
         );
         for o in [
             Outcome::capacity(),
+            Outcome::store_full(),
             Outcome::key_conflict(),
             Outcome::indeterminate("host"),
         ] {

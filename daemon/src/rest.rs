@@ -3,7 +3,9 @@
 //!
 //! Reads require a valid session unless the daemon runs with `--open-reads` (then they are
 //! open, as in the reference). `/v1/health` and `/v1/metrics` are always open: they say
-//! nothing about the log's content.
+//! nothing about the log's content. What a session may read is [`broker_core::access`]'s
+//! model: its episode's objects and the public ones; an operator reads everything. Another
+//! episode's object is answered exactly as an absent one.
 
 use std::collections::HashMap;
 
@@ -13,13 +15,14 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use base64::Engine;
+use broker_core::access::{self, Reader};
 use broker_core::commit::{self, RestCommit};
 use broker_core::journal::Receipt;
 use broker_core::log::{self, Entry, LogError, World};
-use broker_core::object::{Object, Ref};
+use broker_core::object::{Object, ObjectView, Ref};
 use broker_core::registry;
 use broker_core::session::AuthError;
-use broker_core::store::{StoreError, TxnExt};
+use broker_core::store::StoreError;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
@@ -99,6 +102,32 @@ impl ApiError {
     }
 }
 
+impl ApiError {
+    /// New client work refused: the store is past its reserve (507, nothing written).
+    pub fn store_full() -> ApiError {
+        ApiError::new(
+            StatusCode::INSUFFICIENT_STORAGE,
+            "StoreFull",
+            broker_core::capacity::Full::AGENT_MESSAGE,
+        )
+    }
+
+    /// A write that failed in the store: "disk full" and a full map are 507, the rest 500.
+    pub fn from_store_write(context: &str, e: StoreError) -> ApiError {
+        match e {
+            StoreError::DiskFull(_) => {
+                tracing::error!("{context}: {e}");
+                ApiError::new(StatusCode::INSUFFICIENT_STORAGE, "DiskFull", e.to_string())
+            }
+            StoreError::MapFull { .. } => {
+                tracing::error!("{context}: {e}");
+                ApiError::store_full()
+            }
+            other => ApiError::internal(context, other),
+        }
+    }
+}
+
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let mut body = json!({"error": {"class": self.class, "message": self.message}});
@@ -142,15 +171,15 @@ pub fn routes() -> Router<AppState> {
         .merge(crate::reconcile::routes())
 }
 
-/// Reads need a valid session unless `--open-reads`.
-async fn read_access(state: &AppState, headers: &HeaderMap) -> Result<(), ApiError> {
+/// Reads need a valid session unless `--open-reads`; the answer is who reads.
+async fn read_access(state: &AppState, headers: &HeaderMap) -> Result<Reader, ApiError> {
     if state.info().open_reads {
-        return Ok(());
+        return Ok(Reader::Everyone);
     }
     state
         .authenticate(headers)
         .await
-        .map(|_| ())
+        .map(|s| Reader::of(&s))
         .map_err(ApiError::from_auth)
 }
 
@@ -218,7 +247,7 @@ async fn world(
     })))
 }
 
-fn object_json(o: &Object, with_payload: bool) -> Value {
+fn object_json(o: &ObjectView<'_>, with_payload: bool) -> Value {
     let mut v = json!({
         "hash": o.hash,
         "interfaceHash": o.interface_hash,
@@ -226,7 +255,7 @@ fn object_json(o: &Object, with_payload: bool) -> Value {
         "provenance": o.provenance,
     });
     if with_payload {
-        v["payload"] = json!(base64::engine::general_purpose::STANDARD.encode(&o.payload));
+        v["payload"] = json!(base64::engine::general_purpose::STANDARD.encode(o.payload));
     }
     v
 }
@@ -237,7 +266,7 @@ async fn object(
     Path(reference): Path<String>,
     Query(q): Query<HashMap<String, String>>,
 ) -> Result<Json<Value>, ApiError> {
-    read_access(&state, &headers).await?;
+    let reader = read_access(&state, &headers).await?;
     let r = parse_ref("ref", &reference)?;
     let with_payload = match q.get("payload").map(String::as_str) {
         None | Some("false") => false,
@@ -249,9 +278,16 @@ async fn object(
         }
     };
     let store = state.store().clone();
-    let o = blocking(move || Ok(store.read(|rd| rd.object(&r))?)).await?;
-    let o = o.ok_or_else(|| ApiError::not_found("object not found"))?;
-    Ok(Json(object_json(&o, with_payload)))
+    let o = blocking(move || {
+        Ok(store.read(|rd| -> Result<_, StoreError> {
+            Ok(access::object(rd, &reader, &r)?.map(|o| object_json(&o, with_payload)))
+        })?)
+    })
+    .await?;
+    // Absent and another episode's: one answer, so it says nothing about existence.
+    Ok(Json(
+        o.ok_or_else(|| ApiError::not_found("object not found"))?,
+    ))
 }
 
 fn page_limit(q: &HashMap<String, String>) -> Result<usize, ApiError> {
@@ -276,7 +312,7 @@ async fn objects_by_semantic_id(
     Path(id): Path<String>,
     Query(q): Query<HashMap<String, String>>,
 ) -> Result<Json<Value>, ApiError> {
-    read_access(&state, &headers).await?;
+    let reader = read_access(&state, &headers).await?;
     let limit = page_limit(&q)?;
     let after = match q.get("after") {
         Some(a) => Some(parse_ref("after", a)?),
@@ -285,30 +321,10 @@ async fn objects_by_semantic_id(
     let store = state.store().clone();
     let items = blocking(move || {
         Ok(store.read(|rd| -> Result<Vec<Value>, StoreError> {
-            let mut prefix = id.as_bytes().to_vec();
-            prefix.push(0);
-            let mut out = Vec::new();
-            for item in rd
-                .tables
-                .by_semantic_id
-                .prefix_iter(rd.txn, &prefix)
-                .map_err(rd.heed_err())?
-            {
-                let (k, _) = item.map_err(rd.heed_err())?;
-                let Some(r) = Ref::from_slice(&k[prefix.len()..]) else {
-                    continue;
-                };
-                if after.is_some_and(|a| r <= a) {
-                    continue;
-                }
-                if let Some(o) = rd.object(&r)? {
-                    out.push(object_json(&o, false));
-                }
-                if out.len() >= limit {
-                    break;
-                }
-            }
-            Ok(out)
+            Ok(access::by_semantic_id(rd, &reader, &id, after, limit)?
+                .iter()
+                .map(|o| object_json(o, false))
+                .collect())
         })?)
     })
     .await?;
@@ -335,7 +351,7 @@ async fn log_range(
     headers: HeaderMap,
     Query(q): Query<HashMap<String, String>>,
 ) -> Result<Json<Value>, ApiError> {
-    read_access(&state, &headers).await?;
+    let reader = read_access(&state, &headers).await?;
     let from: u64 = match q.get("from") {
         None => 0,
         Some(s) => s
@@ -344,10 +360,14 @@ async fn log_range(
     };
     let limit = page_limit(&q)?;
     let store = state.store().clone();
-    let items = blocking(move || Ok(store.read(|rd| log::range(rd, from, limit))?)).await?;
-    Ok(Json(
-        json!({"items": items.iter().map(Entry::to_value).collect::<Vec<_>>()}),
-    ))
+    let page = blocking(move || {
+        Ok(store.read(|rd| access::log_page(rd, &reader, from, limit, access::MAX_LOG_SCAN))?)
+    })
+    .await?;
+    Ok(Json(json!({
+        "items": page.items.iter().map(Entry::to_value).collect::<Vec<_>>(),
+        "next": page.next,
+    })))
 }
 
 async fn registry_head(
@@ -368,9 +388,13 @@ async fn receipt(
     headers: HeaderMap,
     Path(id): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
-    read_access(&state, &headers).await?;
+    let reader = read_access(&state, &headers).await?;
     if !id.starts_with("rest:") {
         return Err(ApiError::bad_request("receipt id must be rest:<id>"));
+    }
+    // `rest:` commits belong to no episode: their receipts are the operator's.
+    if !reader.sees_everything() {
+        return Err(ApiError::not_found("receipt not found"));
     }
     let store = state.store().clone();
     let i = id.clone();

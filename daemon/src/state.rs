@@ -231,6 +231,8 @@ impl AppState {
             Ok(Err(_)) => Err(InvokeFailure::Canceled),
             Ok(Ok(Ok(out))) => Ok(out),
             Ok(Ok(Err(CallError::HandlerTimedOut))) => Err(InvokeFailure::TimedOut),
+            // A refusal or denial over the session's rate is answered as the capacity error.
+            Ok(Ok(Err(CallError::RefusalRate))) => Err(InvokeFailure::Capacity),
             Ok(Ok(Err(e))) => Err(InvokeFailure::Call(e)),
         }
     }

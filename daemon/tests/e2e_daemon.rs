@@ -308,10 +308,20 @@ fn reads_need_a_session_unless_open_reads() {
     )
     .json();
     assert_eq!(obj["semanticId"], "world/genesis/v1");
-    let receipt = get(&d.url("/v1/receipts/rest:none"), Some(&token)).json();
+    // Receipts of `rest:` commits are the operator's; an agent session reads none of them.
+    let operator = d.operator_session("ops", &[]);
+    let receipt = get(&d.url("/v1/receipts/rest:none"), Some(&operator)).json();
     assert_eq!(
         receipt,
         json!({"invocationId":"rest:none","state":"not-started","resultRef":""})
+    );
+    let agent_receipt = get(&d.url("/v1/receipts/rest:none"), Some(&token));
+    assert_eq!(
+        (agent_receipt.status, agent_receipt.json()),
+        (
+            404,
+            json!({"error":{"class":"NotFound","message":"receipt not found"}})
+        )
     );
     let bad_receipt = get(&d.url("/v1/receipts/mcp:x"), Some(&token));
     assert_eq!(
@@ -825,11 +835,21 @@ fn rest_commit_checks_the_head_and_answers_receipts() {
     let ok = post_json(&d.url("/v1/commit"), Some(&token), &body(&head));
     assert_eq!(ok.status, 200, "{}", ok.text());
     assert_eq!(ok.json(), json!({"selectedHead": world_ref}));
-    let receipt = get(&d.url("/v1/receipts/rest:c1"), Some(&token)).json();
+    let operator = d.operator_session("ops", &[]);
+    let receipt = get(&d.url("/v1/receipts/rest:c1"), Some(&operator)).json();
     assert_eq!(
         receipt,
         json!({"invocationId": "rest:c1", "state": "resolved", "resultRef": world_ref})
     );
+    // An agent session learns nothing of it, exactly as of an id never used.
+    let agent = d.session("ep1", &["Workspace.Read=worktree:1"]);
+    for id in ["rest:c1", "rest:never"] {
+        let a = get(&d.url(&format!("/v1/receipts/{id}")), Some(&agent));
+        assert_eq!(
+            (a.status, a.json()["error"]["class"].clone()),
+            (404, json!("NotFound"))
+        );
+    }
     // Unknown fields are refused; so is a commit without a session.
     let mut extra = body(&world_ref);
     extra["surprise"] = json!(1);

@@ -247,7 +247,11 @@ fn a_body_that_never_arrives_is_cut_at_the_body_deadline() {
         ("/a2a/", "HTTP/1.1 200"),
         ("/v1/commit", "HTTP/1.1 408"),
     ] {
-        let token = if path == "/v1/commit" { &operator } else { &agent };
+        let token = if path == "/v1/commit" {
+            &operator
+        } else {
+            &agent
+        };
         let head = format!(
             "POST {path} HTTP/1.1\r\nHost: {}\r\nAuthorization: Bearer {token}\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nContent-Length: 1000\r\n\r\n{{\"jsonrpc\"",
             d.addr

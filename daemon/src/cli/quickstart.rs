@@ -86,8 +86,6 @@ pub fn run(a: QuickstartArgs) -> CliResult {
         workspace_root: Some(root),
         bind: Some(a.bind),
         open_reads: false,
-        map_size: None,
-        commit_body_bytes: None,
         plugins: a.plugins,
         ..ServeArgs::default()
     })

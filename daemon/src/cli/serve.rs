@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, OnceLock};
 
 use broker_core::coordinator::{Coordinator, CoordinatorConfig};
+use broker_core::refusal_rate::RefusalRate;
 use broker_core::registry;
 use broker_core::store::{Store, StoreOptions};
 use clap::Args;
@@ -102,9 +103,8 @@ pub struct ServeArgs {
     /// Serve GET /v1/* without a session (by default reads need one).
     #[arg(long)]
     pub open_reads: bool,
-    /// LMDB map size in bytes.
-    #[arg(long)]
-    pub map_size: Option<usize>,
+    #[command(flatten)]
+    pub limits: LimitArgs,
     /// A Host name to answer besides the loopback names (repeatable; `server.allowed_hosts`).
     #[arg(long = "allowed-host")]
     pub allowed_hosts: Vec<String>,
@@ -128,6 +128,27 @@ pub struct ServeArgs {
     pub commit_body_bytes: Option<usize>,
     #[command(flatten)]
     pub plugins: PluginArgs,
+}
+
+/// How large the store may grow and what refused calls cost (`[serve]` keys of the same
+/// names, in snake case).
+#[derive(Args, Debug, Clone, Default)]
+pub struct LimitArgs {
+    /// The most the store may occupy, in bytes; it grows by itself up to this ceiling
+    /// (`--map-size` is the old name).
+    #[arg(long, alias = "map-size")]
+    pub store_ceiling: Option<u64>,
+    /// Bytes kept below the ceiling for calls in flight and the operator's verbs; past it,
+    /// new calls are refused (default: 256 MiB, or an eighth of a smaller ceiling).
+    #[arg(long)]
+    pub store_reserve: Option<u64>,
+    /// Plan refusals and broker denials each credential may have committed per minute,
+    /// sustained; 0 turns the limit off (default 60).
+    #[arg(long)]
+    pub refusals_per_minute: Option<f64>,
+    /// How many refusals and denials a credential may have committed in a burst (default 60).
+    #[arg(long)]
+    pub refusal_burst: Option<u32>,
 }
 
 #[derive(Args, Debug)]
@@ -163,7 +184,11 @@ pub struct ServeSection {
     pub handlers: Vec<String>,
     #[serde(default)]
     pub open_reads: bool,
-    pub map_size: Option<usize>,
+    #[serde(alias = "map_size")]
+    pub store_ceiling: Option<u64>,
+    pub store_reserve: Option<u64>,
+    pub refusals_per_minute: Option<f64>,
+    pub refusal_burst: Option<u32>,
 }
 
 fn startup(stage: &str, detail: impl std::fmt::Display) -> Failure {
@@ -242,11 +267,25 @@ pub fn run(a: ServeArgs) -> CliResult {
         .or_else(|| file.serve.bind.clone())
         .unwrap_or_else(|| DEFAULT_BIND.into());
     let open_reads = a.open_reads || file.serve.open_reads;
-    let map_size = a
-        .map_size
-        .or(file.serve.map_size)
-        .unwrap_or(broker_core::store::DEFAULT_MAP_SIZE);
     let (mut server_config, limits) = edge_settings(&a, &file)?;
+    let store_limits = &a.limits;
+    let ceiling = store_limits
+        .store_ceiling
+        .or(file.serve.store_ceiling)
+        .unwrap_or(broker_core::capacity::DEFAULT_CEILING);
+    let reserve = store_limits.store_reserve.or(file.serve.store_reserve);
+    broker_core::capacity::Limits::new(ceiling, reserve).map_err(|e| startup("config", e))?;
+    let refusal_rate = RefusalRate::new(
+        store_limits
+            .refusals_per_minute
+            .or(file.serve.refusals_per_minute)
+            .unwrap_or(broker_core::refusal_rate::DEFAULT_PER_MINUTE),
+        store_limits
+            .refusal_burst
+            .or(file.serve.refusal_burst)
+            .unwrap_or(broker_core::refusal_rate::DEFAULT_BURST),
+    )
+    .map_err(|e| startup("config", e))?;
 
     // Bind policy first: nothing else happens for a non-loopback address.
     let addr = resolve_bind(&bind)?;
@@ -263,7 +302,8 @@ pub fn run(a: ServeArgs) -> CliResult {
     let store = Store::open(
         &db,
         StoreOptions {
-            map_size,
+            ceiling: Some(ceiling),
+            reserve,
             create: true,
         },
     )
@@ -317,6 +357,7 @@ pub fn run(a: ServeArgs) -> CliResult {
             workspace_root: Some(workspace_root.clone()),
             handler_deadline: limits.handler_deadline,
             spawn,
+            refusal_rate,
             ..CoordinatorConfig::default()
         },
     );
@@ -513,7 +554,11 @@ fn writer_lock(db: &std::path::Path) -> Result<std::fs::File, Failure> {
         .truncate(false)
         .write(true)
         .open(&path)
-        .map_err(|e| startup("store-open", format!("{}: {e}", path.display())))?;
+        .map_err(|e| {
+            // "disk full", not an I/O fault, when that is what it is.
+            let e = broker_core::store::StoreError::from_io(e);
+            startup("store-open", format!("{}: {e}", path.display()))
+        })?;
     // SAFETY: flock on a file descriptor we own; no memory is shared.
     let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
     if rc != 0 {

@@ -52,6 +52,8 @@ pub(super) enum HostFailure {
     /// The episode's queue was full or stayed busy past the deadline: the capacity envelope,
     /// classified `busy`.
     Busy,
+    /// The store is past its reserve: the capacity message, classified `store-full`.
+    StoreFull,
 }
 
 impl HostFailure {
@@ -60,7 +62,9 @@ impl HostFailure {
             HostFailure::Failed => "host callback failed",
             HostFailure::TimedOut => "host callback timed out",
             HostFailure::Canceled => "host callback canceled",
-            HostFailure::Capacity | HostFailure::Busy => "host callback capacity exceeded",
+            HostFailure::Capacity | HostFailure::Busy | HostFailure::StoreFull => {
+                "host callback capacity exceeded"
+            }
         }
     }
 
@@ -72,6 +76,7 @@ impl HostFailure {
             HostFailure::Canceled => Outcome::indeterminate("canceled"),
             HostFailure::Capacity => Outcome::capacity(),
             HostFailure::Busy => Outcome::busy(),
+            HostFailure::StoreFull => Outcome::store_full(),
         }
     }
 }
@@ -465,6 +470,10 @@ async fn tools_call(
                 }
             }
             let (host, cause) = match failure {
+                // Nothing ran: the store is past its reserve (the operator's log says why).
+                InvokeFailure::Call(e @ CallError::StoreFull(_)) => {
+                    (HostFailure::StoreFull, e.to_string())
+                }
                 InvokeFailure::Call(e) => (HostFailure::Failed, e.to_string()),
                 InvokeFailure::Capacity => (
                     HostFailure::Capacity,
@@ -490,7 +499,7 @@ async fn tools_call(
                 // Load and slow calls are operational, not faults.
                 // Capacity refusals are counted in /v1/metrics; a log line each would flood
                 // stderr exactly when the daemon is busiest.
-                HostFailure::Capacity | HostFailure::Busy => {
+                HostFailure::Capacity | HostFailure::Busy | HostFailure::StoreFull => {
                     tracing::debug!(%episode, %tool, rpc_id = %id, "mcp tools/call: {}: {cause}", host.message())
                 }
                 HostFailure::TimedOut => {

@@ -161,6 +161,70 @@ impl Daemon {
     }
 }
 
+impl Daemon {
+    /// Kill the daemon; keep its directory and return everything it wrote to stderr (its
+    /// log).
+    pub fn halt_with_log(mut self) -> (tempfile::TempDir, String) {
+        let mut err = self.child.stderr.take().unwrap();
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let mut text = String::new();
+        std::io::Read::read_to_string(&mut err, &mut text).unwrap();
+        let dir = std::mem::replace(&mut self.dir, tempfile::tempdir().unwrap());
+        (dir, text)
+    }
+}
+
+/// A small tmpfs mounted on a temporary directory, unmounted on drop: a real filesystem that
+/// runs out of space. `None` when this process may not mount (not root).
+pub struct Tmpfs {
+    pub dir: tempfile::TempDir,
+}
+
+impl Tmpfs {
+    pub fn mount(bytes: u64) -> Option<Tmpfs> {
+        let dir = tempfile::tempdir().ok()?;
+        let ok = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={bytes}"), "tmpfs"])
+            .arg(dir.path())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success());
+        ok.then_some(Tmpfs { dir })
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = Command::new("umount")
+            .arg("-l")
+            .arg(self.dir.path())
+            .status();
+    }
+}
+
+/// Mint a session with `worldd session mint` at a pseudo-terminal (`script`), answering `y`.
+/// Returns (exit code, what the terminal showed).
+pub fn mint_at_terminal(db: &Path, args: &str) -> (i32, String) {
+    let cmd = format!("{WORLDD} session mint --db {} {args}", db.display());
+    let mut child = Command::new("script")
+        .args(["-qec", &cmd, "/dev/null"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    {
+        use std::io::Write;
+        child.stdin.take().unwrap().write_all(b"y\n").unwrap();
+    }
+    let out = child.wait_with_output().unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+    )
+}
+
 impl Drop for Daemon {
     fn drop(&mut self) {
         let _ = self.child.kill();
