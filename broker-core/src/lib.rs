@@ -82,6 +82,7 @@ pub mod broker;
 pub mod canon;
 pub mod commit;
 pub mod coordinator;
+pub mod glob;
 pub mod grant;
 pub mod journal;
 pub mod log;
