@@ -45,6 +45,7 @@
 
 pub mod a2a;
 pub mod cli;
+pub mod invalid_params;
 pub mod mcp;
 pub mod metrics;
 pub mod outcome;
