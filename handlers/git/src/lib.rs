@@ -34,11 +34,17 @@
 //! (`<stateDir>/home`, or a temporary one), `GIT_CONFIG_NOSYSTEM=1`,
 //! `GIT_CONFIG_GLOBAL=/dev/null`, `GIT_TERMINAL_PROMPT=0`,
 //! `GIT_AUTHOR_*`/`GIT_COMMITTER_*` from `author`, `GIT_CEILING_DIRECTORIES`
-//! = the worktree's parent, `LC_ALL=C`; with `--literal-pathspecs` and
+//! = the worktree's parent, then `GIT_DIR`/`GIT_WORK_TREE` pinned to the
+//! repository the first run found and `GIT_INDEX_FILE` = a private copy of
+//! the index, `LC_ALL=C`; with `--literal-pathspecs` and
 //! `-c core.hooksPath=/dev/null -c core.fsmonitor=false
 //! -c commit.gpgSign=false -c gc.auto=0 -c protocol.allow=never …`; killed
 //! when the commit's time budget (`timeoutMs`, and the daemon's deadline
-//! minus a margin) runs out.
+//! minus a margin) runs out, as a whole process group that also dies with
+//! the daemon (`handler_api::support::child`). Before git runs, the worktree
+//! is searched for other repositories (entries named like `.git`, see
+//! `handler_api::support::protect`) on the way to and below what is
+//! committed; any is refused, as is a staged gitlink.
 //!
 //! # Refusals and failures
 //!
