@@ -290,9 +290,13 @@ impl From<JournalError> for CallError {
     }
 }
 
+/// A document the coordinator builds itself has no canonical form: the host's fault. (The
+/// arguments are canonicalised first, in admission, where a failure is `InvalidArguments`;
+/// later canonical-form failures must never look like a bad request, which promises that
+/// nothing ran.)
 impl From<CanonError> for CallError {
     fn from(e: CanonError) -> Self {
-        CallError::InvalidArguments(e.to_string())
+        CallError::Internal(format!("no canonical form: {e}"))
     }
 }
 
@@ -795,7 +799,8 @@ impl Coordinator {
                 return Err(CallError::PinMismatch);
             }
         }
-        let input = Object::json(sid::INVOCATION_INPUT, call.surface.written_by(), &call.args)?;
+        let input = Object::json(sid::INVOCATION_INPUT, call.surface.written_by(), &call.args)
+            .map_err(|e| CallError::InvalidArguments(e.to_string()))?;
         if input.payload.len() > MAX_IO_BYTES {
             return Err(CallError::InvalidArguments(format!(
                 "arguments are {} bytes; the limit is {MAX_IO_BYTES}",

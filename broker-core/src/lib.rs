@@ -87,6 +87,7 @@ pub mod capacity;
 pub mod commit;
 pub mod coordinator;
 pub mod deadline;
+pub mod glob;
 pub mod grant;
 pub mod journal;
 pub mod log;

@@ -264,8 +264,12 @@ async fn a2a(
         }
         Err(BodyError::Unreadable) => return rpc_error(&null, -32600, "invalid JSON-RPC request"),
     };
-    let Ok(req) = broker_core::canon::parse(&body.bytes) else {
-        return rpc_error(&null, -32600, "invalid JSON-RPC request");
+    let req = match broker_core::canon::parse(&body.bytes) {
+        Ok(req) => req,
+        Err(e) => match crate::invalid_params::a2a_params_error(&body.bytes, &e) {
+            Some(id) => return rpc_error(&id, -32602, "invalid params"),
+            None => return rpc_error(&null, -32600, "invalid JSON-RPC request"),
+        },
     };
     let id = req.get("id").cloned().unwrap_or(Value::Null);
     if req.get("jsonrpc").and_then(Value::as_str) != Some("2.0") || !req.is_object() {

@@ -51,6 +51,7 @@ pub mod a2a;
 pub mod admission;
 pub mod cli;
 pub mod edge;
+pub mod invalid_params;
 pub mod limits;
 pub mod mcp;
 pub mod metrics;

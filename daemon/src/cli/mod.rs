@@ -12,6 +12,7 @@ mod client;
 mod doctor;
 mod quickstart;
 mod reconcile;
+mod secret_file;
 mod serve;
 mod session;
 mod why;

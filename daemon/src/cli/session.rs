@@ -4,7 +4,6 @@
 //! daemon runs (LMDB serialises writers across processes).
 
 use std::io::{BufRead, Write};
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
 use broker_core::grant::Grant;
@@ -12,6 +11,7 @@ use broker_core::session::{self, Session};
 use broker_core::store::{Store, StoreOptions};
 use clap::{Args, Subcommand};
 
+use super::secret_file::SecretFile;
 use super::{now, CliResult, DbArg, Failure};
 
 /// The eight se-tools effects granted by `--preset se-tools`.
@@ -62,7 +62,8 @@ pub struct CredentialArgs {
     /// Lifetime in seconds.
     #[arg(long, default_value_t = 3600)]
     pub ttl: i64,
-    /// Write the credential to this file (mode 0600) instead of stdout.
+    /// Write the credential to this file instead of stdout: created (or atomically replaced)
+    /// with mode 0600, never through a symbolic link.
     #[arg(long)]
     pub out: Option<PathBuf>,
 }
@@ -199,6 +200,11 @@ fn mint(
     } else {
         "a session credential"
     };
+    // Check and create the output before anything is minted: a refusal mints nothing.
+    let file = out
+        .map(SecretFile::prepare)
+        .transpose()
+        .map_err(|e| Failure::usage(e.to_string()))?;
     confirm(&format!(
         "Confirm mint for episode {episode} ({} grant(s), expiry +{ttl}s) with {kind}? [y/N] ",
         grants.len()
@@ -215,23 +221,21 @@ fn mint(
         "worldd session mint: credential_id={} (episode {episode}, {n} grant(s), expires {})",
         s.credential_id, s.expires_at
     );
-    match out {
-        Some(path) => {
-            let mut f = std::fs::OpenOptions::new()
-                .write(true)
-                .create(true)
-                .truncate(true)
-                .mode(0o600)
-                .open(path)
-                .map_err(|e| Failure::usage(format!("cannot write {}: {e}", path.display())))?;
-            writeln!(f, "{}", minted.token).map_err(|e| Failure::usage(e.to_string()))?;
+    match (out, file) {
+        (Some(path), Some(file)) => {
+            if let Err(e) = file.commit(format!("{}\n", minted.token).as_bytes()) {
+                // Undelivered, so unusable: revoke it rather than leave a live credential
+                // nobody holds.
+                let _ = session::revoke(&store, &s.credential_id);
+                return Err(Failure::usage(format!("{e}; the credential was revoked")));
+            }
             println!(
                 "minted session credential for episode {episode}: {n} grant(s), expires epoch {}, written to {}",
                 s.expires_at,
                 path.display()
             );
         }
-        None => println!("{}", minted.token),
+        _ => println!("{}", minted.token),
     }
     Ok(())
 }

@@ -461,6 +461,14 @@ async fn tools_call(
             let outcome = outcome::of_output(&out, class);
             call_result(ctx, id, tool, out, outcome, key.as_deref())
         }
+        Err(InvokeFailure::Call(
+            e @ (CallError::InvalidArguments(_) | CallError::InvalidTaskId),
+        )) => {
+            // Refused in admission, before anything was journaled: a protocol error that
+            // promises nothing ran, never the host-failure envelope.
+            tracing::info!(%episode, %tool, rpc_id = %id, "mcp tools/call: {e}");
+            Ok(Reply::error(id, INVALID_PARAMS, e.to_string()))
+        }
         Err(failure) => {
             if let (Some(k), Some(a), InvokeFailure::Call(e)) =
                 (key.as_deref(), keyed_args.as_ref(), &failure)
