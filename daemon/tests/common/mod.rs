@@ -9,6 +9,8 @@ use std::time::Duration;
 
 use serde_json::Value;
 
+pub mod clients;
+
 pub const WORLDD: &str = env!("CARGO_BIN_EXE_worldd");
 
 /// The cargo target profile directory (…/target/debug).
