@@ -12,6 +12,8 @@
 //! | [`mcp`] | `POST /mcp/` |
 //! | [`a2a`] | `POST /a2a/` and the agent card |
 //! | [`rest`] | `/v1/*` |
+//! | [`catalog`] | `/v1/handlers`: the loaded plugins, and whether each of a session's tools can run (rule R8) |
+//! | [`fallback`] | JSON 404 / 405 answers that point to the real endpoints |
 //! | [`tools`] | the tool surface a session sees (shared by MCP and A2A) |
 //! | [`outcome`] | the closed outcome classification of a call (shared by MCP, A2A and reconciliation) |
 //! | [`reconcile`] | `/v1/calls/…`, `/v1/invocations/…` and `/v1/budget`: did my call land, what is left |
@@ -44,6 +46,8 @@
 //! ```
 
 pub mod a2a;
+pub mod catalog;
+pub mod fallback;
 pub mod cli;
 pub mod mcp;
 pub mod metrics;

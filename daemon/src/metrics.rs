@@ -7,6 +7,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use broker_core::coordinator::{CallError, CallOutput};
+use broker_core::session::AuthError;
 use broker_core::store::Store;
 
 /// Latency buckets, in seconds.
@@ -76,13 +77,21 @@ pub fn outcome_label(result: &Result<CallOutput, CallError>) -> &'static str {
 }
 
 impl Metrics {
+    /// Count one finished call and log it: one info line per call, so an operator sees the
+    /// daemon working at the default level (`call tool=… episode=… outcome=… ms=…`).
     pub fn observe_call(
         &self,
         tool: &str,
+        episode: &str,
         result: &Result<CallOutput, CallError>,
         elapsed: Duration,
     ) {
         let label = outcome_label(result);
+        let ms = elapsed.as_millis() as u64;
+        match result {
+            Err(e) => tracing::info!(%tool, %episode, outcome = label, ms, "call: {e}"),
+            Ok(_) => tracing::info!(%tool, %episode, outcome = label, ms, "call"),
+        }
         if let Ok(mut calls) = self.inner.calls.lock() {
             *calls
                 .entry((tool.to_owned(), label.to_owned()))
@@ -103,6 +112,11 @@ impl Metrics {
         if let Ok(mut h) = self.inner.latency.lock() {
             h.observe(elapsed.as_secs_f64());
         }
+    }
+
+    /// Log a request refused for its credential (the credential itself is never logged).
+    pub fn credential_refused(&self, denial: &AuthError) {
+        tracing::warn!("refused a request: {denial}");
     }
 
     pub fn callback_rejected(&self) {

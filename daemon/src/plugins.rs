@@ -110,8 +110,9 @@ pub struct PluginSet {
     pub handlers: Handlers,
     pub transitions: Vec<Transition>,
     pub plugins: Vec<PluginInfo>,
-    /// Plugins that declined to start; their tools are published and refused by R8.
-    pub declined: Vec<PluginInfo>,
+    /// Plugins that declined to start, with their reason; their tools are published and
+    /// refused by R8.
+    pub declined: Vec<(PluginInfo, String)>,
     pub classes: HashMap<String, EffectClass>,
 }
 
@@ -306,7 +307,7 @@ pub fn load(opts: &PluginOptions) -> Result<PluginSet, PluginError> {
             Err(e) if e.starts_with(DECLINED) => {
                 tracing::warn!(plugin = %name, path = %info.path.display(), "plugin {name} not started: {e}");
                 transitions.extend(shipped);
-                declined.push(info);
+                declined.push((info, e));
                 continue;
             }
             Err(e) => {

@@ -147,6 +147,7 @@ pub fn routes() -> Router<AppState> {
         .route("/v1/commit", post(commit_route))
         // Reconciliation and budget (session required, own episode only).
         .merge(crate::reconcile::routes())
+        .merge(crate::catalog::routes())
 }
 
 /// Reads need a valid session unless `--open-reads`.

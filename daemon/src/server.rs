@@ -7,7 +7,7 @@ use axum::Router;
 use tokio::net::TcpListener;
 
 use crate::state::AppState;
-use crate::{a2a, mcp, rest};
+use crate::{a2a, fallback, mcp, rest};
 
 /// The whole HTTP surface of the daemon.
 pub fn router(state: AppState) -> Router {
@@ -15,6 +15,8 @@ pub fn router(state: AppState) -> Router {
         .merge(mcp::routes())
         .merge(a2a::routes())
         .merge(rest::routes())
+        .method_not_allowed_fallback(fallback::method_not_allowed)
+        .fallback(fallback::not_found)
         .with_state(state)
 }
 

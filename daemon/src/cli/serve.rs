@@ -249,6 +249,8 @@ pub fn run(a: ServeArgs) -> CliResult {
     let served = Arc::new(OnceLock::new());
     opts.publisher = Some(publisher(store.clone(), served.clone()));
     let set = plugins::load(&opts).map_err(|e| startup("plugins", e))?;
+    warn_when_nothing_serves(&opts.dir, &set);
+    let catalog = catalog_of(&set);
     let _ = served.set(
         set.handlers
             .effects()
@@ -283,7 +285,9 @@ pub fn run(a: ServeArgs) -> CliResult {
         version: env!("CARGO_PKG_VERSION"),
         open_reads,
     };
-    let state = AppState::new(store, Arc::new(coordinator), info).with_classes(classes);
+    let state = AppState::new(store, Arc::new(coordinator), info)
+        .with_classes(classes)
+        .with_catalog(catalog);
 
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -302,6 +306,65 @@ pub fn run(a: ServeArgs) -> CliResult {
             .await
             .map_err(|e| Failure::fatal(format!("server error: {e}")))
     })
+}
+
+/// A daemon with no plugin serves tools that all fail by rule R8: say so once, loudly.
+fn warn_when_nothing_serves(dir: &std::path::Path, set: &plugins::PluginSet) {
+    if set.plugins.is_empty() {
+        tracing::warn!(
+            "no plugin loaded from {}: every tool call will be refused (rule R8). Build the plugins \
+             (`cargo build --release` puts them beside worldd) or pass --plugin-dir DIR; \
+             `worldd handlers --plugin-dir DIR` shows what a directory holds",
+            dir.display()
+        );
+    }
+}
+
+/// What `GET /v1/handlers` reports: the plugins that loaded and those that declined.
+fn catalog_of(set: &plugins::PluginSet) -> crate::catalog::Catalog {
+    use crate::catalog::{Catalog, DeclinedPlugin, LoadedPlugin, PluginEffect};
+    let abs = |p: &std::path::Path| {
+        std::path::absolute(p)
+            .unwrap_or_else(|_| p.to_path_buf())
+            .display()
+            .to_string()
+    };
+    Catalog {
+        plugins: set
+            .plugins
+            .iter()
+            .map(|info| LoadedPlugin {
+                name: info.manifest.name.clone(),
+                version: info.manifest.version.clone(),
+                identity: info
+                    .manifest
+                    .effects
+                    .first()
+                    .and_then(|e| set.handlers.get(&e.name))
+                    .map(|h| h.identity())
+                    .unwrap_or_default(),
+                path: abs(&info.path),
+                effects: info
+                    .manifest
+                    .effects
+                    .iter()
+                    .map(|e| PluginEffect {
+                        effect: e.name.clone(),
+                        class: e.class,
+                    })
+                    .collect(),
+            })
+            .collect(),
+        declined: set
+            .declined
+            .iter()
+            .map(|(info, reason)| DeclinedPlugin {
+                name: info.manifest.name.clone(),
+                path: abs(&info.path),
+                reason: reason.clone(),
+            })
+            .collect(),
+    }
 }
 
 fn resolve_bind(bind: &str) -> Result<SocketAddr, Failure> {
