@@ -104,7 +104,10 @@ pub fn routes() -> Router<AppState> {
     Router::new().route("/v1/handlers", get(handlers))
 }
 
-async fn handlers(State(state): State<AppState>, headers: HeaderMap) -> Result<Json<Value>, ApiError> {
+async fn handlers(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+) -> Result<Json<Value>, ApiError> {
     let session = state
         .authenticate(&headers)
         .await

@@ -47,8 +47,8 @@
 
 pub mod a2a;
 pub mod catalog;
-pub mod fallback;
 pub mod cli;
+pub mod fallback;
 pub mod mcp;
 pub mod metrics;
 pub mod outcome;

@@ -89,8 +89,8 @@ impl Metrics {
         let label = outcome_label(result);
         let ms = elapsed.as_millis() as u64;
         match result {
-            Err(e) => tracing::info!(%tool, %episode, outcome = label, ms, "call: {e}"),
-            Ok(_) => tracing::info!(%tool, %episode, outcome = label, ms, "call"),
+            Err(e) => tracing::info!(%tool, %episode, outcome = %label, ms, "call: {e}"),
+            Ok(_) => tracing::info!(%tool, %episode, outcome = %label, ms, "call"),
         }
         if let Ok(mut calls) = self.inner.calls.lock() {
             *calls

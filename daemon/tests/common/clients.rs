@@ -29,10 +29,7 @@ fn repo_root() -> PathBuf {
 }
 
 fn cache_root() -> PathBuf {
-    super::target_dir()
-        .parent()
-        .unwrap()
-        .join("test-clients")
+    super::target_dir().parent().unwrap().join("test-clients")
 }
 
 fn short_hash(parts: &[&[u8]]) -> String {
@@ -149,8 +146,8 @@ pub fn python_bin() -> PathBuf {
     static BIN: OnceLock<Result<PathBuf, String>> = OnceLock::new();
     BIN.get_or_init(|| {
         let requirements = repo_root().join("tests/python/requirements.txt");
-        let pinned = std::fs::read(&requirements)
-            .map_err(|e| format!("{}: {e}", requirements.display()))?;
+        let pinned =
+            std::fs::read(&requirements).map_err(|e| format!("{}: {e}", requirements.display()))?;
         let mut failures = Vec::new();
         for python in interpreters() {
             let Some(identity) = identify(&python) else {
