@@ -448,12 +448,7 @@ pub fn tools(cmd: ToolsCommand) -> CliResult {
         println!(
             "{}  {}{}{}",
             name,
-            t["description"]
-                .as_str()
-                .unwrap_or("")
-                .lines()
-                .next()
-                .unwrap_or(""),
+            summary(t["description"].as_str().unwrap_or("")),
             if required.is_empty() {
                 String::new()
             } else {
@@ -478,6 +473,20 @@ pub fn tools(cmd: ToolsCommand) -> CliResult {
         }
     }
     Ok(())
+}
+
+/// The first sentence of a description, at most 100 characters.
+fn summary(description: &str) -> String {
+    let line = description.lines().next().unwrap_or("");
+    let sentence = match line.find(". ") {
+        Some(end) => &line[..=end],
+        None => line,
+    };
+    if sentence.chars().count() <= 100 {
+        return sentence.to_owned();
+    }
+    let cut: String = sentence.chars().take(99).collect();
+    format!("{}…", cut.trim_end())
 }
 
 /// After a host failure: when the daemon says the tool cannot run here (rule R8, checked

@@ -67,8 +67,8 @@ impl Daemon {
             let lib = plugin_library(p);
             std::fs::copy(&lib, plugin_dir.join(lib.file_name().unwrap())).unwrap();
         }
-        let mut child = Command::new(WORLDD)
-            .arg("serve")
+        let mut cmd = Command::new(WORLDD);
+        cmd.arg("serve")
             .arg("--db")
             .arg(dir.path().join("db"))
             .arg("--workspace-root")
@@ -79,9 +79,13 @@ impl Daemon {
             .arg(&plugin_dir)
             .args(extra)
             .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
+            .stderr(Stdio::piped());
+        Daemon::spawn(dir, cmd)
+    }
+
+    /// Spawn a prepared `worldd serve` command (stdout piped) and wait for its ready line.
+    pub fn spawn(dir: tempfile::TempDir, mut cmd: Command) -> Daemon {
+        let mut child = cmd.spawn().unwrap();
         let stdout = child.stdout.take().unwrap();
         let mut line = String::new();
         BufReader::new(stdout).read_line(&mut line).unwrap();
