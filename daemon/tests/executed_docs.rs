@@ -167,6 +167,10 @@ impl Stage {
                 let (code, shown) = transcript::run_on_terminal(&command, &self.cwd, &self.env);
                 let shown = shown.replace(real, "127.0.0.1:7644");
                 let lines: Vec<&str> = shown.trim_end().lines().collect();
+                // For page authors: see what every command printed.
+                if std::env::var_os("WORLDD_DOCS_SHOW").is_some() {
+                    eprintln!("{page}:{}\n$ {}\n{}\n[exit {code}]\n", step.line, step.command, shown.trim_end());
+                }
                 if code != step.exit || !transcript::matches(&step.expected, &lines) {
                     panic!(
                         "{page}:{}: the example does not do what the page says.\n$ {}\n--- the page expects (exit {}):\n{}\n--- the command printed (exit {code}):\n{}\n",
