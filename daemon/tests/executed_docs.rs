@@ -158,8 +158,20 @@ impl Stage {
                     .strip_prefix("export ")
                     .and_then(|a| a.split_once('='))
                 {
+                    // The shell expands the value (`$(cat FILE)`), as it would at a terminal.
+                    let quoted = if value.starts_with(['\'', '"']) {
+                        value.to_owned()
+                    } else {
+                        format!("\"{value}\"")
+                    };
+                    let (code, value) = transcript::run_on_terminal(
+                        &format!("printf '%s' {quoted}"),
+                        &self.cwd,
+                        &self.env,
+                    );
+                    assert_eq!(code, 0, "{page}:{}: {value}", step.line);
                     self.env.retain(|(k, _)| k != name);
-                    self.env.push((name.to_owned(), value.to_owned()));
+                    self.env.push((name.to_owned(), value));
                     ran += 1;
                     continue;
                 }
@@ -169,7 +181,12 @@ impl Stage {
                 let lines: Vec<&str> = shown.trim_end().lines().collect();
                 // For page authors: see what every command printed.
                 if std::env::var_os("WORLDD_DOCS_SHOW").is_some() {
-                    eprintln!("{page}:{}\n$ {}\n{}\n[exit {code}]\n", step.line, step.command, shown.trim_end());
+                    eprintln!(
+                        "{page}:{}\n$ {}\n{}\n[exit {code}]\n",
+                        step.line,
+                        step.command,
+                        shown.trim_end()
+                    );
                 }
                 if code != step.exit || !transcript::matches(&step.expected, &lines) {
                     panic!(

@@ -6,7 +6,7 @@
 //! - a fenced block whose info string holds `file=NAME` (e.g. ```` ```python file=agent.py ````)
 //!   is written to `NAME` in the working directory, so a later command can run it;
 //! - a ```` ```console ```` block is a transcript: each `$ ` line is a command (a line ending in
-//!   `\` continues on the next), run by `sh -c` on a pseudo-terminal exactly as a person at a
+//!   `\`, or inside an open single quote, continues on the next), run by `sh -c` on a pseudo-terminal exactly as a person at a
 //!   terminal would see it (stdout and stderr interleaved; `[y/N]` prompts are answered `y`,
 //!   and the typed `y` shows). The lines up to the next `$ ` line are its expected output.
 //!   `$ export NAME=VALUE` sets `NAME` for the rest of the page, as in one terminal;
@@ -72,13 +72,13 @@ pub fn steps(block: &Block) -> Vec<Step> {
     for (i, line) in block.body.iter().enumerate() {
         if continuing {
             let step = out.last_mut().unwrap();
-            continuing = line.ends_with('\\');
             step.command.push('\n');
             step.command.push_str(line);
+            continuing = continues(&step.command);
             continue;
         }
         if let Some(cmd) = line.strip_prefix("$ ") {
-            continuing = cmd.ends_with('\\');
+            continuing = continues(cmd);
             out.push(Step {
                 line: block.line + 1 + i,
                 command: cmd.to_owned(),
@@ -105,6 +105,11 @@ pub fn steps(block: &Block) -> Vec<Step> {
         }
     }
     out
+}
+
+/// A command goes on after a trailing `\` or inside an open single quote.
+fn continues(command: &str) -> bool {
+    command.ends_with('\\') || command.matches('\'').count() % 2 == 1
 }
 
 /// `…` in `pattern` matches any text of `line`.
