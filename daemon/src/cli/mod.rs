@@ -196,7 +196,10 @@ fn init_tracing(daemon: bool) {
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
         // Colours only for a person at a terminal, not for log files and collectors.
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .with_ansi(
+            std::io::IsTerminal::is_terminal(&std::io::stderr())
+                && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty()),
+        )
         .with_target(false)
         .try_init();
 }
