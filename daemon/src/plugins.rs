@@ -471,6 +471,12 @@ pub fn report(opts: &PluginOptions) -> Result<String, PluginError> {
                         ids.join(", ")
                     }
                 );
+                // The same check `serve` makes before it publishes them.
+                for doc in &m.transitions {
+                    if let Err(e) = Transition::from_value(doc.clone()) {
+                        let _ = writeln!(out, "  transition problem: {e}");
+                    }
+                }
                 if !m.finish.is_empty() {
                     let _ = writeln!(out, "  finish functions: {}", m.finish.join(", "));
                 }

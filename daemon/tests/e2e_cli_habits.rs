@@ -526,3 +526,45 @@ fn the_git_plugin_defaults_to_the_repositorys_configured_identity() {
         r#"{"author":"Ada Lovelace <ada@example.com>"}"#
     );
 }
+
+#[test]
+fn the_example_config_serves_as_documented_for_a_normal_user() {
+    let example = Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/world.example.toml");
+    let dir = tempfile::tempdir().unwrap();
+    let cwd = dir.path().join("project");
+    let plugins = dir.path().join("plugins");
+    std::fs::create_dir_all(&cwd).unwrap();
+    std::fs::create_dir_all(&plugins).unwrap();
+    for p in ["worldd_workspace", "worldd_git", "worldd_registry"] {
+        let lib = plugin_library(p);
+        std::fs::copy(&lib, plugins.join(lib.file_name().unwrap())).unwrap();
+    }
+    let out = Command::new(WORLDD)
+        .arg("handlers")
+        .arg("--config")
+        .arg(&example)
+        .arg("--plugin-dir")
+        .arg(&plugins)
+        .current_dir(&cwd)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    assert!(!text.contains("problem"), "{text}");
+    let mut cmd = Command::new(WORLDD);
+    cmd.arg("serve")
+        .arg("--config")
+        .arg(&example)
+        .args(["--bind", "127.0.0.1:0", "--plugin-dir"])
+        .arg(&plugins)
+        .current_dir(&cwd)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut d = Daemon::spawn(dir, cmd);
+    let rx = stderr_lines(&mut d);
+    // The file's author starts the git plugin; the store is where the file says.
+    expect_line(&rx, &["loaded plugin plugin=git"]);
+    assert!(cwd.join(".world/db/data.mdb").is_file());
+    assert!(cwd.join(".world/db/plugin-state/git").is_dir());
+    assert_eq!(get(&d.url("/v1/health"), None).status, 200);
+}
