@@ -60,7 +60,22 @@ impl Daemon {
         Daemon::start_in(dir, plugins, extra)
     }
 
+    /// Start with extra environment variables for the daemon.
+    pub fn start_env(plugins: &[&str], extra: &[&str], env: &[(&str, &str)]) -> Daemon {
+        let dir = tempfile::tempdir().unwrap();
+        Daemon::start_in_env(dir, plugins, extra, env)
+    }
+
     pub fn start_in(dir: tempfile::TempDir, plugins: &[&str], extra: &[&str]) -> Daemon {
+        Daemon::start_in_env(dir, plugins, extra, &[])
+    }
+
+    fn start_in_env(
+        dir: tempfile::TempDir,
+        plugins: &[&str],
+        extra: &[&str],
+        env: &[(&str, &str)],
+    ) -> Daemon {
         let plugin_dir = dir.path().join("plugins");
         std::fs::create_dir_all(&plugin_dir).unwrap();
         for p in plugins {
@@ -78,6 +93,7 @@ impl Daemon {
             .arg("--plugin-dir")
             .arg(&plugin_dir)
             .args(extra)
+            .envs(env.iter().copied())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
         Daemon::spawn(dir, cmd)
