@@ -709,6 +709,11 @@ impl Coordinator {
         &self.handlers
     }
 
+    /// The root that scope `worktree` binds episodes under, when the daemon has one.
+    pub fn workspace_root(&self) -> Option<&std::path::Path> {
+        self.config.workspace_root.as_deref()
+    }
+
     pub fn now(&self) -> i64 {
         self.config.clock.now()
     }

@@ -16,6 +16,8 @@
 //! | [`a2a`] | `POST /a2a/` and the agent card |
 //! | [`rest`] | `/v1/*` |
 //! | [`operator_commit`] | `POST /v1/commit`: an operator's act, with a commit grant and a size limit |
+//! | [`catalog`] | `/v1/handlers`: the loaded plugins, and whether each of a session's tools can run (rule R8) |
+//! | [`fallback`] | JSON 404 / 405 answers that point to the real endpoints |
 //! | [`tools`] | the tool surface a session sees (shared by MCP and A2A) |
 //! | [`outcome`] | the closed outcome classification of a call (shared by MCP, A2A and reconciliation) |
 //! | [`reconcile`] | `/v1/calls/…`, `/v1/invocations/…` and `/v1/budget`: did my call land, what is left |
@@ -49,8 +51,10 @@
 
 pub mod a2a;
 pub mod admission;
+pub mod catalog;
 pub mod cli;
 pub mod edge;
+pub mod fallback;
 pub mod invalid_params;
 pub mod limits;
 pub mod mcp;

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use broker_core::capacity::{Usage, WARN_PERCENT};
 use broker_core::coordinator::{CallError, CallOutput, Overruns};
+use broker_core::session::AuthError;
 use broker_core::store::Store;
 
 use crate::admission::Refusal;
@@ -88,13 +89,21 @@ pub fn outcome_label(result: &Result<CallOutput, CallError>) -> &'static str {
 }
 
 impl Metrics {
+    /// Count one finished call and log it: one info line per call, so an operator sees the
+    /// daemon working at the default level (`call tool=… episode=… outcome=… ms=…`).
     pub fn observe_call(
         &self,
         tool: &str,
+        episode: &str,
         result: &Result<CallOutput, CallError>,
         elapsed: Duration,
     ) {
         let label = outcome_label(result);
+        let ms = elapsed.as_millis() as u64;
+        match result {
+            Err(e) => tracing::info!(%tool, %episode, outcome = %label, ms, "call: {e}"),
+            Ok(_) => tracing::info!(%tool, %episode, outcome = %label, ms, "call"),
+        }
         if let Ok(mut calls) = self.inner.calls.lock() {
             *calls
                 .entry((tool.to_owned(), label.to_owned()))
@@ -115,6 +124,11 @@ impl Metrics {
         if let Ok(mut h) = self.inner.latency.lock() {
             h.observe(elapsed.as_secs_f64());
         }
+    }
+
+    /// Log a request refused for its credential (the credential itself is never logged).
+    pub fn credential_refused(&self, denial: &AuthError) {
+        tracing::warn!("refused a request: {denial}");
     }
 
     /// One `POST /v1/commit` answer: `accepted`, or why it was refused.

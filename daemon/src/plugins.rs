@@ -127,8 +127,9 @@ pub struct PluginSet {
     pub handlers: Handlers,
     pub transitions: Vec<Transition>,
     pub plugins: Vec<PluginInfo>,
-    /// Plugins that declined to start; their tools are published and refused by R8.
-    pub declined: Vec<PluginInfo>,
+    /// Plugins that declined to start, with their reason; their tools are published and
+    /// refused by R8.
+    pub declined: Vec<(PluginInfo, String)>,
     pub classes: HashMap<String, EffectClass>,
 }
 
@@ -377,7 +378,7 @@ pub fn load(opts: &PluginOptions) -> Result<PluginSet, PluginError> {
             Err(e) if e.starts_with(DECLINED) => {
                 tracing::warn!(plugin = %name, path = %info.path.display(), "plugin {name} not started: {e}");
                 transitions.extend(shipped);
-                declined.push(info);
+                declined.push((info, e));
                 continue;
             }
             Err(e) => {
@@ -541,6 +542,12 @@ pub fn report(opts: &PluginOptions) -> Result<String, PluginError> {
                         ids.join(", ")
                     }
                 );
+                // The same check `serve` makes before it publishes them.
+                for doc in &m.transitions {
+                    if let Err(e) = Transition::from_value(doc.clone()) {
+                        let _ = writeln!(out, "  transition problem: {e}");
+                    }
+                }
                 if !m.finish.is_empty() {
                     let _ = writeln!(out, "  finish functions: {}", m.finish.join(", "));
                 }

@@ -169,6 +169,7 @@ pub fn routes() -> Router<AppState> {
         .route("/v1/commit", post(crate::operator_commit::route))
         // Reconciliation and budget (session required, own episode only).
         .merge(crate::reconcile::routes())
+        .merge(crate::catalog::routes())
 }
 
 /// Reads need a valid session unless `--open-reads`; the answer is who reads.

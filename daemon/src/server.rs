@@ -7,7 +7,7 @@ use axum::Router;
 use tokio::net::TcpListener;
 
 use crate::state::AppState;
-use crate::{a2a, edge, mcp, rest};
+use crate::{a2a, edge, fallback, mcp, rest};
 
 /// The whole HTTP surface of the daemon, Host and Origin checked first on every route.
 pub fn router(state: AppState) -> Router {
@@ -15,6 +15,8 @@ pub fn router(state: AppState) -> Router {
         .merge(mcp::routes())
         .merge(a2a::routes())
         .merge(rest::routes())
+        .method_not_allowed_fallback(fallback::method_not_allowed)
+        .fallback(fallback::not_found)
         .layer(axum::middleware::from_fn_with_state(
             state.clone(),
             edge::host::guard,

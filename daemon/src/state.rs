@@ -63,6 +63,7 @@ struct Inner {
     bodies: Bodies,
     info: DaemonInfo,
     metrics: Metrics,
+    catalog: crate::catalog::Catalog,
 }
 
 /// Cheap to clone; one per daemon.
@@ -86,6 +87,7 @@ impl AppState {
                 bodies: Bodies::new(ServerConfig::default().body_budget_bytes, metrics.clone()),
                 info,
                 metrics,
+                catalog: Default::default(),
             }),
         }
     }
@@ -138,6 +140,18 @@ impl AppState {
         self
     }
 
+    /// The same state with the plugins the daemon loaded (call before sharing).
+    pub fn with_catalog(mut self, catalog: crate::catalog::Catalog) -> AppState {
+        if let Some(inner) = Arc::get_mut(&mut self.inner) {
+            inner.catalog = catalog;
+        }
+        self
+    }
+
+    pub fn catalog(&self) -> &crate::catalog::Catalog {
+        &self.inner.catalog
+    }
+
     /// The class of an effect; `None` when no loaded plugin declares it.
     pub fn effect_class(&self, effect: &str) -> Option<EffectClass> {
         self.inner.classes.get(effect).copied()
@@ -165,17 +179,26 @@ impl AppState {
             None => None,
             Some(v) => match v.to_str() {
                 Ok(s) => Some(s.to_owned()),
-                Err(_) => return Err(AuthFailure::Denied(AuthError::Malformed)),
+                Err(_) => {
+                    self.inner.metrics.credential_refused(&AuthError::Malformed);
+                    return Err(AuthFailure::Denied(AuthError::Malformed));
+                }
             },
         };
         // Shape errors need no store access.
-        session::parse_authorization(header.as_deref()).map_err(AuthFailure::Denied)?;
+        if let Err(d) = session::parse_authorization(header.as_deref()) {
+            self.inner.metrics.credential_refused(&d);
+            return Err(AuthFailure::Denied(d));
+        }
         // An LMDB read never waits for writers and touches a few mapped pages: doing it here
         // saves a hop to the blocking pool on every request.
         let now = self.inner.coordinator.now();
         match session::authenticate(&self.inner.store, header.as_deref(), now) {
             Ok(s) => Ok(s),
-            Err(AuthenticateError::Denied(d)) => Err(AuthFailure::Denied(d)),
+            Err(AuthenticateError::Denied(d)) => {
+                self.inner.metrics.credential_refused(&d);
+                Err(AuthFailure::Denied(d))
+            }
             Err(AuthenticateError::Store(e)) => {
                 tracing::error!("credential lookup failed: {e}");
                 Err(AuthFailure::Internal)
@@ -213,12 +236,13 @@ impl AppState {
         let coordinator = self.inner.coordinator.clone();
         let metrics = self.inner.metrics.clone();
         let tool = call.skill_id.clone();
+        let episode = call.session.episode.clone();
         let started = std::time::Instant::now();
         let until_std = until.into_std();
         let task = tokio::task::spawn_blocking(move || {
             let _slot = slot;
             let result = coordinator.invoke_until(&call, Some(until_std), turn);
-            metrics.observe_call(&tool, &result, started.elapsed());
+            metrics.observe_call(&tool, &episode, &result, started.elapsed());
             result
         });
         // The handler's deadline is the coordinator's to enforce; this one bounds the rest of

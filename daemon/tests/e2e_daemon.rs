@@ -520,7 +520,7 @@ fn session_mint_needs_a_terminal_and_works_beside_the_daemon() {
     let out = child.wait_with_output().unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{text}");
-    assert!(text.contains("Confirm mint for episode ep2 (1 grant(s), expiry +3600s) with a session credential? [y/N]"), "{text}");
+    assert!(text.contains("Confirm mint for episode ep2 (1 grant(s), expiry +86400s) with a session credential? [y/N]"), "{text}");
     assert!(
         text.contains("minted session credential for episode ep2: 1 grant(s), expires epoch "),
         "{text}"

@@ -11,6 +11,9 @@ use super::{CliResult, Failure};
 pub enum CallsCommand {
     /// What the daemon knows of one of your calls: committed, indeterminate, unrecorded or
     /// not found (exit 1).
+    #[command(
+        after_help = "Examples:\n  worldd calls get write-7\n  worldd calls get t-2 --surface a2a\n  worldd calls get mcp:demo:write-7 --json"
+    )]
     Get(CallsGetArgs),
 }
 

@@ -235,6 +235,7 @@ pub fn plugin_options(args: &PluginArgs, file: &ConfigFile) -> PluginOptions {
                     obj.insert(key.to_owned(), value);
                 }
             }
+            super::git_author::fill_default(&mut configs);
             configs
         },
         state_root: None,
@@ -250,7 +251,26 @@ pub fn handlers(a: HandlersArgs) -> CliResult {
     Ok(())
 }
 
+/// How `serve` gets its socket and where it announces readiness.
+#[derive(Debug, Default)]
+pub struct Launch {
+    /// A listener bound beforehand (quickstart binds before it creates anything).
+    pub listener: Option<std::net::TcpListener>,
+    /// Announce `worldd listening on …` on stderr instead of stdout (quickstart keeps stdout
+    /// for the client configuration).
+    pub ready_on_stderr: bool,
+}
+
 pub fn run(a: ServeArgs) -> CliResult {
+    run_with(a, Launch::default())
+}
+
+/// Bind `addr` now, with the same failure text as `serve`.
+pub fn bind_now(addr: SocketAddr) -> Result<std::net::TcpListener, Failure> {
+    std::net::TcpListener::bind(addr).map_err(|e| startup("listen", format!("{addr}: {e}")))
+}
+
+pub fn run_with(a: ServeArgs, launch: Launch) -> CliResult {
     let file = read_config(&a.plugins.config)?;
     let db =
         a.db.clone()
@@ -319,6 +339,18 @@ pub fn run(a: ServeArgs) -> CliResult {
     let served = Arc::new(OnceLock::new());
     opts.publisher = Some(publisher(store.clone(), served.clone()));
     let set = plugins::load(&opts).map_err(|e| startup("plugins", e))?;
+    warn_when_nothing_serves(&opts.dir, &set);
+    let author_given = a.plugins.git_author.is_some()
+        || file
+            .plugins
+            .get("git")
+            .is_some_and(|t| t.contains_key("author"));
+    if !author_given && set.plugins.iter().any(|p| p.manifest.name == "git") {
+        if let Some(author) = opts.configs.get("git").and_then(|c| c["author"].as_str()) {
+            tracing::info!("git plugin: commits are authored by {author}, the identity `git config user.name` / `user.email` gives here (--git-author or [plugins.git] author chooses another)");
+        }
+    }
+    let catalog = catalog_of(&set);
     let _ = served.set(
         set.handlers
             .effects()
@@ -383,9 +415,15 @@ pub fn run(a: ServeArgs) -> CliResult {
     let coordinator = Arc::new(coordinator);
     let overruns = coordinator.clone();
     let served = runtime.block_on(async move {
-        let listener = tokio::net::TcpListener::bind(addr)
-            .await
-            .map_err(|e| startup("listen", format!("{addr}: {e}")))?;
+        let listener = match launch.listener {
+            Some(l) => {
+                l.set_nonblocking(true).map_err(|e| startup("listen", e))?;
+                tokio::net::TcpListener::from_std(l).map_err(|e| startup("listen", e))?
+            }
+            None => tokio::net::TcpListener::bind(addr)
+                .await
+                .map_err(|e| startup("listen", format!("{addr}: {e}")))?,
+        };
         let local = listener.local_addr().map_err(|e| startup("listen", e))?;
         if server_config.public_url.is_none() {
             server_config.public_url = Some(format!("http://{local}"));
@@ -393,11 +431,16 @@ pub fn run(a: ServeArgs) -> CliResult {
         let state = AppState::new(store, coordinator, info)
             .with_classes(classes)
             .with_limits(limits)
-            .with_server(server_config);
+            .with_server(server_config)
+            .with_catalog(catalog);
         // Exactly one line on stdout when ready; everything else goes to stderr.
-        println!("worldd listening on http://{local}");
-        use std::io::Write;
-        let _ = std::io::stdout().flush();
+        if launch.ready_on_stderr {
+            eprintln!("worldd listening on http://{local}");
+        } else {
+            println!("worldd listening on http://{local}");
+            use std::io::Write;
+            let _ = std::io::stdout().flush();
+        }
         server::serve(listener, state)
             .await
             .map_err(|e| Failure::fatal(format!("server error: {e}")))
@@ -446,7 +489,61 @@ fn edge_settings(
     Ok((server, limits))
 }
 
-fn resolve_bind(bind: &str) -> Result<SocketAddr, Failure> {
+/// A daemon with no plugin serves tools that all fail by rule R8: say so once, loudly.
+fn warn_when_nothing_serves(dir: &std::path::Path, set: &plugins::PluginSet) {
+    if set.plugins.is_empty() {
+        tracing::warn!(
+            "no plugin loaded from {}: every tool call will be refused (rule R8). Build the plugins \
+             (`cargo build --release` puts them beside worldd) or pass --plugin-dir DIR; \
+             `worldd handlers --plugin-dir DIR` shows what a directory holds",
+            dir.display()
+        );
+    }
+}
+
+/// What `GET /v1/handlers` reports: the plugins that loaded and those that declined.
+fn catalog_of(set: &plugins::PluginSet) -> crate::catalog::Catalog {
+    use crate::catalog::{Catalog, DeclinedPlugin, LoadedPlugin, PluginEffect};
+    let abs = |p: &std::path::Path| {
+        std::path::absolute(p)
+            .unwrap_or_else(|_| p.to_path_buf())
+            .display()
+            .to_string()
+    };
+    Catalog {
+        plugins: set
+            .plugins
+            .iter()
+            .map(|info| LoadedPlugin {
+                name: info.manifest.name.clone(),
+                version: info.manifest.version.clone(),
+                identity: info.identity().to_string(),
+                library: info.identity().library.to_string(),
+                path: abs(&info.path),
+                effects: info
+                    .manifest
+                    .effects
+                    .iter()
+                    .map(|e| PluginEffect {
+                        effect: e.name.clone(),
+                        class: e.class,
+                    })
+                    .collect(),
+            })
+            .collect(),
+        declined: set
+            .declined
+            .iter()
+            .map(|(info, reason)| DeclinedPlugin {
+                name: info.manifest.name.clone(),
+                path: abs(&info.path),
+                reason: reason.clone(),
+            })
+            .collect(),
+    }
+}
+
+pub fn resolve_bind(bind: &str) -> Result<SocketAddr, Failure> {
     if let Ok(a) = bind.parse::<SocketAddr>() {
         return Ok(a);
     }

@@ -29,12 +29,22 @@ pub const SE_TOOLS_EFFECTS: [&str; 8] = [
 #[derive(Subcommand, Debug)]
 pub enum SessionCommand {
     /// Mint a session credential (asks for confirmation on the terminal).
+    #[command(
+        after_help = "Examples:\n  worldd session mint --episode demo --grant Workspace.Read=worktree:20 --grant Workspace.Write=worktree:5 --out .world/demo.session\n  worldd session mint --episode ci --grant Workspace.Read=worktree:100 --ttl 600"
+    )]
     Mint(MintArgs),
     /// Create an episode's worktree and mint a credential for it.
+    #[command(
+        after_help = "Examples:\n  worldd session new demo --preset se-tools --out .world/demo.session\n  worldd session new feat-1 --repo ~/src/project --preset se-tools --grant Git.Commit=worktree:5 --out .world/feat-1.session"
+    )]
     New(NewArgs),
     /// List session credentials (never the tokens).
+    #[command(after_help = "Examples:\n  worldd session list\n  worldd session list --json")]
     List(ListArgs),
     /// Revoke a credential by id, or every credential of an episode.
+    #[command(
+        after_help = "Examples:\n  worldd session revoke 9b61e1df1743e50ede6511a82ddd3fae574318612d8a82850901b7c0f65bee51\n  worldd session revoke --episode demo"
+    )]
     Revoke(RevokeArgs),
 }
 
@@ -56,11 +66,15 @@ pub struct MintArgs {
     pub credential: CredentialArgs,
 }
 
+/// The lifetime of a credential minted without `--ttl`, by `session mint`, `session new` and
+/// `quickstart` alike: a working day and night, so a demo set up in the morning still works.
+pub const DEFAULT_TTL: i64 = 24 * 3600;
+
 /// Where a minted credential goes and how long it lives (`mint` and `new`).
 #[derive(Args, Debug, Clone)]
 pub struct CredentialArgs {
-    /// Lifetime in seconds.
-    #[arg(long, default_value_t = 3600)]
+    /// Lifetime in seconds (default: 24 hours).
+    #[arg(long, default_value_t = DEFAULT_TTL)]
     pub ttl: i64,
     /// Write the credential to this file instead of stdout: created (or atomically replaced)
     /// with mode 0600, never through a symbolic link.

@@ -9,6 +9,8 @@ use std::time::Duration;
 
 use serde_json::Value;
 
+pub mod clients;
+
 pub const WORLDD: &str = env!("CARGO_BIN_EXE_worldd");
 
 /// The cargo target profile directory (…/target/debug).
@@ -58,15 +60,30 @@ impl Daemon {
         Daemon::start_in(dir, plugins, extra)
     }
 
+    /// Start with extra environment variables for the daemon.
+    pub fn start_env(plugins: &[&str], extra: &[&str], env: &[(&str, &str)]) -> Daemon {
+        let dir = tempfile::tempdir().unwrap();
+        Daemon::start_in_env(dir, plugins, extra, env)
+    }
+
     pub fn start_in(dir: tempfile::TempDir, plugins: &[&str], extra: &[&str]) -> Daemon {
+        Daemon::start_in_env(dir, plugins, extra, &[])
+    }
+
+    fn start_in_env(
+        dir: tempfile::TempDir,
+        plugins: &[&str],
+        extra: &[&str],
+        env: &[(&str, &str)],
+    ) -> Daemon {
         let plugin_dir = dir.path().join("plugins");
         std::fs::create_dir_all(&plugin_dir).unwrap();
         for p in plugins {
             let lib = plugin_library(p);
             std::fs::copy(&lib, plugin_dir.join(lib.file_name().unwrap())).unwrap();
         }
-        let mut child = Command::new(WORLDD)
-            .arg("serve")
+        let mut cmd = Command::new(WORLDD);
+        cmd.arg("serve")
             .arg("--db")
             .arg(dir.path().join("db"))
             .arg("--workspace-root")
@@ -76,10 +93,15 @@ impl Daemon {
             .arg("--plugin-dir")
             .arg(&plugin_dir)
             .args(extra)
+            .envs(env.iter().copied())
             .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
+            .stderr(Stdio::piped());
+        Daemon::spawn(dir, cmd)
+    }
+
+    /// Spawn a prepared `worldd serve` command (stdout piped) and wait for its ready line.
+    pub fn spawn(dir: tempfile::TempDir, mut cmd: Command) -> Daemon {
+        let mut child = cmd.spawn().unwrap();
         let stdout = child.stdout.take().unwrap();
         let mut line = String::new();
         BufReader::new(stdout).read_line(&mut line).unwrap();
