@@ -13,6 +13,7 @@
 //! | sessions, grants, the broker's decision | [`session`], [`grant`], [`broker`] |
 //! | durable intents and outcomes, task ids | [`journal`], [`task`] |
 //! | LMDB with one group-committing writer, the hash-chained log | [`store`], [`log`] |
+//! | following the log live: a signal after each durable commit | [`commit_signal`] |
 //! | plan → admit → execute → finish → commit | [`coordinator`] |
 //! | client-built commits and `rest:` receipts | [`commit`] |
 //! | re-verify any call's provenance (`worldd why`) | [`verify`] |
@@ -81,6 +82,7 @@
 pub mod broker;
 pub mod canon;
 pub mod commit;
+pub mod commit_signal;
 pub mod coordinator;
 pub mod grant;
 pub mod journal;

@@ -18,6 +18,7 @@ use heed::byteorder::BigEndian;
 use heed::types::{Bytes, Str, U64};
 use heed::{CommitOrAbort, Database, Env, EnvOpenOptions, RoTxn, RwTxn, WithoutTls};
 
+use crate::commit_signal::CommitSignal;
 use crate::log::{self, LogError};
 use crate::object::{Object, ObjectView, Ref};
 
@@ -134,6 +135,7 @@ struct Inner {
     sender: Mutex<Option<Sender<Job>>>,
     writer: Mutex<Option<JoinHandle<()>>>,
     stats: Arc<WriterStats>,
+    committed: Arc<CommitSignal>,
 }
 
 impl Drop for Inner {
@@ -300,12 +302,14 @@ impl Store {
 
         let (sender, receiver) = mpsc::channel::<Job>();
         let stats = Arc::new(WriterStats::default());
+        let committed = Arc::new(CommitSignal::default());
         let writer = {
             let env = env.clone();
             let stats = stats.clone();
+            let committed = committed.clone();
             std::thread::Builder::new()
                 .name("worldd-store-writer".into())
-                .spawn(move || writer_loop(env, tables, receiver, map_size, stats))
+                .spawn(move || writer_loop(env, tables, receiver, map_size, stats, committed))
                 .map_err(|e| StoreError::Io(e.to_string()))?
         };
         let store = Store {
@@ -317,6 +321,7 @@ impl Store {
                 sender: Mutex::new(Some(sender)),
                 writer: Mutex::new(Some(writer)),
                 stats,
+                committed,
             }),
         };
         store.ensure_genesis()?;
@@ -397,6 +402,11 @@ impl Store {
 
     pub fn stats(&self) -> &WriterStats {
         &self.inner.stats
+    }
+
+    /// Raised after every durable group commit of this handle's writer.
+    pub fn commit_signal(&self) -> &CommitSignal {
+        &self.inner.committed
     }
 
     /// Run `op` in a read transaction on this thread.
@@ -561,6 +571,7 @@ fn writer_loop(
     receiver: Receiver<Job>,
     map_size: usize,
     stats: Arc<WriterStats>,
+    signal: Arc<CommitSignal>,
 ) {
     while let Ok(first) = receiver.recv() {
         let started = Instant::now();
@@ -607,6 +618,9 @@ fn writer_loop(
             .commit_nanos
             .fetch_add(nanos(committed - built), Ordering::Relaxed);
         let err = outcome.err();
+        if err.is_none() {
+            signal.raise();
+        }
         for done in completions {
             done(err.as_ref());
         }
