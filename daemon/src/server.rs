@@ -7,7 +7,7 @@ use axum::Router;
 use tokio::net::TcpListener;
 
 use crate::state::AppState;
-use crate::{a2a, mcp, rest};
+use crate::{a2a, log_stream, mcp, rest, workbench};
 
 /// The whole HTTP surface of the daemon.
 pub fn router(state: AppState) -> Router {
@@ -15,6 +15,8 @@ pub fn router(state: AppState) -> Router {
         .merge(mcp::routes())
         .merge(a2a::routes())
         .merge(rest::routes())
+        .merge(log_stream::routes())
+        .merge(workbench::routes())
         .with_state(state)
 }
 
@@ -29,8 +31,13 @@ pub fn check_loopback(addr: &SocketAddr) -> Result<(), String> {
 
 /// Serve until SIGINT or SIGTERM; in-flight requests drain before this returns.
 pub async fn serve(listener: TcpListener, state: AppState) -> std::io::Result<()> {
+    let streams = state.log_stream().clone();
     axum::serve(listener, router(state))
-        .with_graceful_shutdown(shutdown_signal())
+        .with_graceful_shutdown(async move {
+            shutdown_signal().await;
+            // Open log streams never end by themselves; end them so the drain can finish.
+            streams.close();
+        })
         .await
 }
 

@@ -12,6 +12,7 @@ use broker_core::store::Store;
 use handler_api::EffectClass;
 use tokio::sync::Semaphore;
 
+use crate::log_stream::LogStreamHub;
 use crate::metrics::Metrics;
 
 /// One invocation (host callback), including admission, plan, effect and commit.
@@ -62,6 +63,7 @@ struct Inner {
     callbacks: Arc<Semaphore>,
     info: DaemonInfo,
     metrics: Metrics,
+    log_stream: LogStreamHub,
 }
 
 /// Cheap to clone; one per daemon.
@@ -75,6 +77,7 @@ impl AppState {
         AppState {
             inner: Arc::new(Inner {
                 classes: HashMap::new(),
+                log_stream: LogStreamHub::new(&store),
                 store,
                 coordinator,
                 callbacks: Arc::new(Semaphore::new(MAX_CALLBACKS)),
@@ -111,6 +114,11 @@ impl AppState {
 
     pub fn metrics(&self) -> &Metrics {
         &self.inner.metrics
+    }
+
+    /// What the open `GET /v1/log/stream` streams share.
+    pub fn log_stream(&self) -> &LogStreamHub {
+        &self.inner.log_stream
     }
 
     /// Resolve the `Authorization` header to a valid session.

@@ -40,6 +40,8 @@ pub enum LogCommand {
         #[command(flatten)]
         client: ClientArgs,
     },
+    /// The newest entries, one line each; `--follow` prints new ones as they are committed.
+    Tail(super::tail::TailArgs),
 }
 
 #[derive(Subcommand, Debug)]
@@ -99,7 +101,7 @@ pub struct CallArgs {
 }
 
 /// Resolve the session credential text.
-fn credential(arg: &Option<String>) -> Result<Option<String>, Failure> {
+pub(super) fn credential(arg: &Option<String>) -> Result<Option<String>, Failure> {
     let Some(raw) = arg.clone().or_else(|| std::env::var("WORLD_SESSION").ok()) else {
         return Ok(None);
     };
@@ -168,7 +170,7 @@ pub(super) fn send(
 }
 
 /// GET a REST route and fail with the daemon's error envelope on non-2xx.
-fn get(c: &ClientArgs, path: &str) -> Result<Vec<u8>, Failure> {
+pub(super) fn get(c: &ClientArgs, path: &str) -> Result<Vec<u8>, Failure> {
     let (status, body) = send(c, "GET", path, None, &[])?;
     if (200..300).contains(&status) {
         return Ok(body);
@@ -217,6 +219,7 @@ pub fn log(cmd: LogCommand) -> CliResult {
             }
             print_body(&get(&client, &path)?)
         }
+        LogCommand::Tail(a) => return super::tail::run(a),
     }
     Ok(())
 }

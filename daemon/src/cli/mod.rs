@@ -14,6 +14,7 @@ mod quickstart;
 mod reconcile;
 mod serve;
 mod session;
+mod tail;
 mod why;
 
 /// A failure at the CLI edge: the message printed on stderr and the exit code.
