@@ -43,8 +43,10 @@ fn line(v: &Value, json: bool) -> String {
     };
     let hash = s("entryHash");
     format!(
-        "{:>6}  {:<13} {:<20} {:<12} {:<30} {}",
-        v["header"]["entryIndex"],
+        "{:>6}  {:<13} {:<20} {:<12} {:<40} {}",
+        v["header"]["entryIndex"]
+            .as_u64()
+            .map_or("?".to_owned(), |i| i.to_string()),
         s("outcome"),
         tool,
         s("episode"),

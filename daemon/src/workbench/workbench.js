@@ -25,7 +25,7 @@ function h(tag, attrs = {}, ...children) {
     else if (k.startsWith("on")) el.addEventListener(k.slice(2), v);
     else el.setAttribute(k, v === true ? "" : String(v));
   }
-  for (const c of children.flat()) {
+  for (const c of children.flat(Infinity)) {
     if (c === null || c === undefined || c === false) continue;
     el.append(c instanceof Node ? c : document.createTextNode(String(c)));
   }
@@ -96,7 +96,8 @@ function stringNode(s) {
 }
 
 function badge(outcome, reason) {
-  const text = outcome || "—";
+  if (!outcome) return h("span", { class: "badge none", title: "not a call" });
+  const text = outcome;
   return h("span", { class: `badge ${outcome || ""}`, title: reason ? `${text}: ${reason}` : text }, text);
 }
 
@@ -159,12 +160,14 @@ const state = {
   stream: null, // AbortController of the open stream
   retry: 0,
   verifying: 0, // generation of the detail pane, so a stale verification does not paint
+  started: false, // signed in and showing the app
 };
 
 // ---------------------------------------------------------------------------------------
 // Sign in and out.
 
 function showLogin(message) {
+  state.started = false;
   $("login").hidden = false;
   document.querySelectorAll(".view").forEach((v) => { v.hidden = true; });
   $("signout").hidden = true;
@@ -552,7 +555,7 @@ async function showEpisode() {
   view.replaceChildren(
     h("h1", {}, `Episode ${b.episode}`),
     h("div", { class: "grid2" },
-      h("section", { class: "card" }, h("h2", {}, "Budget"),
+      h("section", { class: "card wide" }, h("h2", {}, "Budget"),
         h("p", { class: "muted" }, `Credential expires ${expires}. Budgets belong to the episode: a new credential does not refill them.`),
         grants.length ? table(["effect", "scope", "granted", "spent", "remaining", "live"], grants, [2, 3, 4])
           : h("p", { class: "empty" }, "This credential holds no grants.")),
@@ -572,8 +575,9 @@ async function showPlugins() {
     if (e instanceof ApiError && e.status === 404) {
       view.replaceChildren(h("h1", {}, "Plugins"),
         h("p", { class: "notice", id: "plugins-unavailable" },
-          "Not available: this daemon does not serve GET /v1/handlers, so its plugins cannot be listed here. ",
-          "`worldd handlers` lists them on the daemon's machine."));
+          "Not available: this daemon does not serve ", h("code", {}, "GET /v1/handlers"),
+          ", so its plugins cannot be listed here. ", h("code", {}, "worldd handlers"),
+          " lists them on the daemon's machine."));
       return;
     }
     view.replaceChildren(h("p", { class: "error" }, `Could not list the plugins: ${e.message}`));
@@ -636,14 +640,15 @@ async function showMetrics() {
   const tile = (value, label) => h("div", { class: "tile" }, h("div", { class: "v" }, value), h("div", { class: "l" }, label));
   const outcomes = [...byOutcome.keys()].sort();
   view.replaceChildren(
-    h("h1", {}, "Metrics ", h("button", { type: "button", onclick: showMetrics }, "Refresh")),
+    h("div", { class: "title-row" }, h("h1", {}, "Metrics"),
+      h("button", { type: "button", id: "metrics-refresh", onclick: showMetrics }, "Refresh")),
     h("div", { class: "tiles" },
       tile(String(calls), "calls since start"),
       tile(meanMs === null ? "—" : `${meanMs.toFixed(1)} ms`, "mean call latency"),
       tile(String(sum("worldd_denials_total")), "broker denials"),
       tile(String(sum("worldd_effect_failures_total")), "effect failures"),
       tile(String(sum("worldd_callbacks_rejected_total")), "refused for capacity"),
-      tile(batches ? (ops / batches).toFixed(1) : "—", `mean group commit (${batches} commits)`)),
+      tile(batches ? (ops / batches).toFixed(1) : "—", `operations per group commit (${batches} commit${batches === 1 ? "" : "s"})`)),
     h("section", { class: "card" }, h("h2", {}, "Calls by tool and outcome"),
       byTool.size ? table(["tool", ...outcomes], [...byTool].sort().map(([tool, o]) =>
         [h("code", {}, tool), ...outcomes.map((k) => String(o[k] || 0))]), outcomes.map((_, i) => i + 1))
@@ -655,7 +660,7 @@ async function showMetrics() {
 // Routing (the hash is the permalink) and keyboard.
 
 function route() {
-  if (!credential()) return;
+  if (!state.started) return;
   const hash = location.hash.slice(1);
   const m = /^entry\/(\d+)$/.exec(hash);
   const view = m ? "log" : ["episode", "plugins", "metrics"].includes(hash) ? hash : "log";
@@ -694,7 +699,7 @@ function onKey(ev) {
   if (ev.ctrlKey || ev.metaKey || ev.altKey) return;
   const t = ev.target;
   if (t instanceof HTMLInputElement || t instanceof HTMLSelectElement || t instanceof HTMLTextAreaElement) return;
-  if (!credential()) return;
+  if (!state.started) return;
   const help = $("help");
   switch (ev.key) {
     case "j": case "ArrowDown":
@@ -726,6 +731,7 @@ async function start() {
   $("nav").hidden = false;
   setLive("connecting…", "wait");
   await loadNewest();
+  state.started = true;
   route();
   follow();
 }
