@@ -22,7 +22,9 @@ pub struct CommitSignal {
 impl std::fmt::Debug for CommitSignal {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let n = self.listeners.read().map(|l| l.len()).unwrap_or(0);
-        f.debug_struct("CommitSignal").field("listeners", &n).finish()
+        f.debug_struct("CommitSignal")
+            .field("listeners", &n)
+            .finish()
     }
 }
 

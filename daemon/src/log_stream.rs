@@ -141,10 +141,7 @@ async fn summaries(
     Query(q): Query<HashMap<String, String>>,
 ) -> Result<Json<Value>, ApiError> {
     let reader = Reader::of_request(&state, &headers).await?;
-    let from = q
-        .get("from")
-        .map(|s| parse_index(s, "from"))
-        .transpose()?;
+    let from = q.get("from").map(|s| parse_index(s, "from")).transpose()?;
     let limit = page_limit(&q)?;
     let store = state.store().clone();
     let page = tokio::task::spawn_blocking(move || {

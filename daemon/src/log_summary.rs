@@ -234,7 +234,10 @@ pub fn page(
     let head = log::head(r)?.map(|h| h.world.revision).unwrap_or(0);
     let limit = limit.clamp(1, MAX_PAGE) as u64;
     let from = from.unwrap_or_else(|| (head + 1).saturating_sub(limit));
-    let end = from.saturating_add(limit).min(head.saturating_add(1)).max(from);
+    let end = from
+        .saturating_add(limit)
+        .min(head.saturating_add(1))
+        .max(from);
     let mut items = Vec::new();
     for i in from..end {
         if let Some(s) = summarise(r, i, reader)? {

@@ -47,7 +47,11 @@ const ASSETS: &[(&str, &str, &str)] = &[
         "text/css; charset=utf-8",
         include_str!("workbench/workbench.css"),
     ),
-    ("icon.svg", "image/svg+xml", include_str!("workbench/icon.svg")),
+    (
+        "icon.svg",
+        "image/svg+xml",
+        include_str!("workbench/icon.svg"),
+    ),
 ];
 
 const INDEX: &str = include_str!("workbench/index.html");

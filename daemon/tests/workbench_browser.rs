@@ -214,7 +214,9 @@ fn the_workbench_follows_the_log_live_and_verifies_a_chain_in_the_browser() {
         ["world", "entry", "record", "input", "plan", "effect", "output"]
     );
     assert!(shown.iter().all(|(_, ok, _)| *ok), "{shown:?}");
-    assert!(shown[5].2.contains("e1 allowed Workspace.Read@worktree cost 1 budget 10→9"));
+    assert!(shown[5]
+        .2
+        .contains("e1 allowed Workspace.Read@worktree cost 1 budget 10→9"));
     // The permalink is the fragment.
     let url = b.exec("return location.hash", json!([]));
     assert_eq!(url, "#entry/1");
@@ -273,7 +275,10 @@ fn the_workbench_follows_the_log_live_and_verifies_a_chain_in_the_browser() {
     b.wait_for_element("#view-plugins table");
     let text = b.text(&b.find("#view-plugins"));
     assert!(text.contains("workspace 0.1.0"), "{text}");
-    assert!(text.contains("worldd-workspace/0.1.0 sha256:5f1e2d3c"), "{text}");
+    assert!(
+        text.contains("worldd-workspace/0.1.0 sha256:5f1e2d3c"),
+        "{text}"
+    );
     assert!(text.contains("Workspace.Write"), "{text}");
     assert!(
         text.contains(
@@ -295,7 +300,8 @@ fn hostile_tool_input_renders_as_text_in_the_workbench() {
     };
     let d = Daemon::start(WS, &[]);
     let token = d.session("ep1", &["Workspace.Read=worktree:10"]);
-    let hostile = "<img src=x onerror=\"document.title='pwned'\"><script>document.title='pwned'</script>";
+    let hostile =
+        "<img src=x onerror=\"document.title='pwned'\"><script>document.title='pwned'</script>";
     call_read(&d, &token, hostile);
     let base = format!("http://{}", d.addr);
     sign_in(&b, &base, &token, "#entry/1");

@@ -38,7 +38,9 @@ fn binaries() -> Option<(PathBuf, PathBuf)> {
     let driver = std::env::var_os("WORLD_CHROMEDRIVER")
         .map(PathBuf::from)
         .or_else(|| which("chromedriver"))
-        .or_else(|| Some(PathBuf::from("/usr/lib/chromium/chromedriver")).filter(|p| p.is_file()))?;
+        .or_else(|| {
+            Some(PathBuf::from("/usr/lib/chromium/chromedriver")).filter(|p| p.is_file())
+        })?;
     Some((browser, driver))
 }
 
@@ -268,9 +270,11 @@ impl Browser {
         self.cmd(
             "POST",
             "/goog/cdp/execute",
-            Some(json!({"cmd": "Emulation.setDeviceMetricsOverride", "params": {
-                "width": width, "height": height, "deviceScaleFactor": 1, "mobile": false,
-            }})),
+            Some(
+                json!({"cmd": "Emulation.setDeviceMetricsOverride", "params": {
+                    "width": width, "height": height, "deviceScaleFactor": 1, "mobile": false,
+                }}),
+            ),
         );
     }
 
@@ -296,7 +300,10 @@ impl Browser {
             }
             if Instant::now() > until {
                 let body = self.exec("return document.body.innerText", json!([]));
-                panic!("timed out waiting for {what}; the page says:\n{}", body.as_str().unwrap_or(""));
+                panic!(
+                    "timed out waiting for {what}; the page says:\n{}",
+                    body.as_str().unwrap_or("")
+                );
             }
             std::thread::sleep(Duration::from_millis(50));
         }
