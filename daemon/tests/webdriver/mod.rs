@@ -6,6 +6,7 @@
 //! `WORLD_REQUIRE_BROWSER` is set (CI sets it): then they fail.
 #![allow(dead_code)]
 
+use std::io::Write;
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -29,8 +30,19 @@ fn which(name: &str) -> Option<PathBuf> {
 
 /// The browser and driver binaries: `$WORLD_CHROMIUM` / `$WORLD_CHROMEDRIVER`, else Debian's.
 fn binaries() -> Option<(PathBuf, PathBuf)> {
-    let browser = std::env::var_os("WORLD_CHROMIUM")
-        .map(PathBuf::from)
+    // A variable that is set names the only candidate: a wrong path means "not installed".
+    if let Some(p) = std::env::var_os("WORLD_CHROMIUM") {
+        let d = std::env::var_os("WORLD_CHROMEDRIVER").map(PathBuf::from);
+        let (b, d) = (PathBuf::from(p), d.or_else(|| which("chromedriver"))?);
+        return (b.is_file() && d.is_file()).then_some((b, d));
+    }
+    if let Some(d) = std::env::var_os("WORLD_CHROMEDRIVER") {
+        let d = PathBuf::from(d);
+        if !d.is_file() {
+            return None;
+        }
+    }
+    let browser = None
         // The real binary, not the launcher script (which adds flags and warnings of its own).
         .or_else(|| Some(PathBuf::from("/usr/lib/chromium/chromium")).filter(|p| p.is_file()))
         .or_else(|| which("chromium"))
@@ -64,7 +76,11 @@ impl Browser {
             if std::env::var_os("WORLD_REQUIRE_BROWSER").is_some() {
                 panic!("{test}: WORLD_REQUIRE_BROWSER is set but chromium or chromedriver is not installed (apt-get install chromium chromium-driver)");
             }
-            eprintln!("\n*** SKIPPED {test}: chromium and chromedriver are not installed (apt-get install chromium chromium-driver); set WORLD_REQUIRE_BROWSER=1 to make this a failure ***\n");
+            // Straight to the process's stderr: the test harness captures `eprintln!`.
+            let _ = writeln!(
+                std::io::stderr(),
+                "\n*** SKIPPED {test}: chromium and chromedriver are not installed (apt-get install chromium chromium-driver); set WORLD_REQUIRE_BROWSER=1 to make this a failure ***\n"
+            );
             return None;
         };
         Some(Browser::start(&browser, &driver, width, height))
