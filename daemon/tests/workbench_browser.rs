@@ -315,6 +315,20 @@ fn hostile_tool_input_renders_as_text_in_the_workbench() {
         json!([]),
     );
     assert_eq!(found, json!([0, "worldd workbench"]));
+
+    // The keyboard: Esc closes the entry, j selects the newest row, Enter opens it, 2 shows
+    // the episode.
+    let hash = |b: &Browser| b.exec("return location.hash", json!([]));
+    b.keys("\u{E00C}");
+    b.wait_for("#log after Esc", |b| (hash(b) == "#log").then_some(()));
+    b.keys("j");
+    let focused = b.exec("return document.activeElement.dataset.index", json!([]));
+    assert_eq!(focused, "1");
+    b.keys("\u{E007}");
+    b.wait_for("#entry/1 after Enter", |b| (hash(b) == "#entry/1").then_some(()));
+    assert!(verdict(&b).starts_with('✓'));
+    b.keys("2");
+    b.wait_for("#episode after 2", |b| (hash(b) == "#episode").then_some(()));
 }
 
 #[test]
