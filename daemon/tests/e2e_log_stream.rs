@@ -178,6 +178,9 @@ fn log_tail_follow_reports_a_revoked_credential_and_exits_1() {
         .unwrap();
     let rx = lines_of(child.stdout.take().unwrap());
     assert!(next_line(&rx, "the genesis").contains("genesis"));
+    // An entry that can only come through the stream: the stream is open.
+    read_file(&d, &token, "x.txt");
+    assert!(next_line(&rx, "entry 1").trim_start().starts_with("1 "));
     let store = broker_core::store::Store::open(&d.db(), Default::default()).unwrap();
     broker_core::session::revoke(&store, &broker_core::session::credential_id(&token)).unwrap();
     drop(store);

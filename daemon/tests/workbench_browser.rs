@@ -33,15 +33,15 @@ fn sign_in(b: &Browser, base: &str, token: &str, fragment: &str) {
     b.click(&b.find("#login-submit"));
     b.wait_for_element("#entries li[data-index='0']");
     b.wait_for("the live indicator", |b| {
-        (b.text(&b.find("#live")) == "live").then_some(())
+        (b.text_of("#live").as_deref() == Some("live")).then_some(())
     });
 }
 
 /// The verdict of the open entry, once verification has finished.
 fn verdict(b: &Browser) -> String {
     b.wait_for("the verdict", |b| {
-        let t = b.text(&b.find("#verdict"));
-        (t.starts_with('✓') || t.starts_with('✗')).then_some(t)
+        b.text_of("#verdict")
+            .filter(|t| t.starts_with('✓') || t.starts_with('✗'))
     })
 }
 
@@ -325,10 +325,14 @@ fn hostile_tool_input_renders_as_text_in_the_workbench() {
     let focused = b.exec("return document.activeElement.dataset.index", json!([]));
     assert_eq!(focused, "1");
     b.keys("\u{E007}");
-    b.wait_for("#entry/1 after Enter", |b| (hash(b) == "#entry/1").then_some(()));
+    b.wait_for("#entry/1 after Enter", |b| {
+        (hash(b) == "#entry/1").then_some(())
+    });
     assert!(verdict(&b).starts_with('✓'));
     b.keys("2");
-    b.wait_for("#episode after 2", |b| (hash(b) == "#episode").then_some(()));
+    b.wait_for("#episode after 2", |b| {
+        (hash(b) == "#episode").then_some(())
+    });
 }
 
 #[test]

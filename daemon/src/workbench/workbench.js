@@ -241,7 +241,12 @@ function row(s, fresh) {
     h("span", { class: "tool" }, toolLabel(s)),
     h("span", { class: "sub", title: s.invocationId || s.entryHash },
       [s.episode, s.invocationId || short(s.entryHash)].filter(Boolean).join(" · ")));
-  return h("li", { class: fresh ? "fresh" : "", "data-index": i }, a);
+  const li = h("li", { class: fresh ? "fresh" : "", "data-index": i }, a);
+  // Once only: a hidden timeline shown again would otherwise replay the highlight.
+  const settle = () => li.classList.remove("fresh");
+  li.addEventListener("animationend", settle, { once: true });
+  li.addEventListener("animationcancel", settle, { once: true });
+  return li;
 }
 
 function addOption(select, value) {

@@ -238,6 +238,17 @@ impl Browser {
             .to_owned()
     }
 
+    /// The rendered text of the first element matching `css`, if any (read in the page, so an
+    /// element replaced meanwhile is never a stale reference).
+    pub fn text_of(&self, css: &str) -> Option<String> {
+        self.exec(
+            "const e = document.querySelector(arguments[0]); return e ? e.innerText : null;",
+            json!([css]),
+        )
+        .as_str()
+        .map(str::to_owned)
+    }
+
     pub fn attr(&self, e: &Element, name: &str) -> Option<String> {
         self.cmd("GET", &format!("/element/{}/attribute/{name}", e.0), None)
             .as_str()
