@@ -14,6 +14,7 @@
 //! | durable intents and outcomes, task ids | [`journal`], [`task`] |
 //! | LMDB with one group-committing writer, the hash-chained log | [`store`], [`log`] |
 //! | how full the store may get; what refusals cost; who reads what | [`capacity`], [`refusal_rate`], [`access`] |
+//! | following the log live: a signal after each durable commit | [`commit_signal`] |
 //! | plan → admit → execute → finish → commit | [`coordinator`] |
 //! | client-built commits and `rest:` receipts | [`commit`] |
 //! | re-verify any call's provenance (`worldd why`) | [`verify`] |
@@ -85,6 +86,7 @@ pub mod broker;
 pub mod canon;
 pub mod capacity;
 pub mod commit;
+pub mod commit_signal;
 pub mod coordinator;
 pub mod deadline;
 pub mod glob;

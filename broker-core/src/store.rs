@@ -25,6 +25,7 @@ use heed::types::{Bytes, Str, U64};
 use heed::{CommitOrAbort, Database, Env, EnvOpenOptions, RoTxn, RwTxn, WithoutTls};
 
 use crate::capacity::{self, BadLimits, Full, Gauge, Limits, Usage};
+use crate::commit_signal::CommitSignal;
 use crate::log::{self, LogError};
 use crate::object::{Object, ObjectView, Ref};
 
@@ -177,6 +178,7 @@ struct Inner {
     writer: Mutex<Option<JoinHandle<()>>>,
     stats: Arc<WriterStats>,
     map: Arc<MapLock>,
+    committed: Arc<CommitSignal>,
 }
 
 impl Drop for Inner {
@@ -358,13 +360,15 @@ impl Store {
             dir: dir.to_path_buf(),
         });
         map.measure(&env);
+        let committed = Arc::new(CommitSignal::default());
         let writer = {
             let env = env.clone();
             let stats = stats.clone();
             let map = map.clone();
+            let committed = committed.clone();
             std::thread::Builder::new()
                 .name("worldd-store-writer".into())
-                .spawn(move || writer_loop(env, tables, receiver, map_size, stats, map))
+                .spawn(move || writer_loop(env, tables, receiver, map_size, stats, map, committed))
                 .map_err(StoreError::from_io)?
         };
         let store = Store {
@@ -377,6 +381,7 @@ impl Store {
                 writer: Mutex::new(Some(writer)),
                 stats,
                 map,
+                committed,
             }),
         };
         store.ensure_genesis()?;
@@ -474,6 +479,11 @@ impl Store {
 
     pub fn stats(&self) -> &WriterStats {
         &self.inner.stats
+    }
+
+    /// Raised after every durable group commit of this handle's writer.
+    pub fn commit_signal(&self) -> &CommitSignal {
+        &self.inner.committed
     }
 
     /// Run `op` in a read transaction on this thread.
@@ -774,6 +784,7 @@ fn writer_loop(
     map_size: usize,
     stats: Arc<WriterStats>,
     map: Arc<MapLock>,
+    signal: Arc<CommitSignal>,
 ) {
     while let Ok(first) = receiver.recv() {
         let started = Instant::now();
@@ -824,6 +835,9 @@ fn writer_loop(
             .commit_nanos
             .fetch_add(nanos(committed - built), Ordering::Relaxed);
         let err = outcome.err();
+        if err.is_none() {
+            signal.raise();
+        }
         for done in completions {
             done(err.as_ref());
         }

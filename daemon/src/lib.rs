@@ -22,6 +22,8 @@
 //! | [`outcome`] | the closed outcome classification of a call (shared by MCP, A2A and reconciliation) |
 //! | [`reconcile`] | `/v1/calls/…`, `/v1/invocations/…` and `/v1/budget`: did my call land, what is left |
 //! | [`metrics`] | Prometheus counters at `/v1/metrics` |
+//! | [`log_stream`], [`log_summary`], [`visibility`] | the log live: `/v1/log/stream` (SSE) and `/v1/log/summaries`, filtered by who reads |
+//! | [`workbench`] | the provenance explorer at `/workbench` (embedded HTML, CSS and JS) |
 //!
 //! # Serving a router in a test
 //!
@@ -57,6 +59,8 @@ pub mod edge;
 pub mod fallback;
 pub mod invalid_params;
 pub mod limits;
+pub mod log_stream;
+pub mod log_summary;
 pub mod mcp;
 pub mod metrics;
 pub mod operator_commit;
@@ -67,3 +71,5 @@ pub mod rest;
 pub mod server;
 pub mod state;
 pub mod tools;
+pub mod visibility;
+pub mod workbench;

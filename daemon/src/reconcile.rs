@@ -196,10 +196,24 @@ async fn budget(State(state): State<AppState>, headers: HeaderMap) -> Result<Res
     let s = state.clone();
     let episode = session.episode.clone();
     let expires_at = session.expires_at;
-    let lines = tokio::task::spawn_blocking(move || s.coordinator().budget(&session))
-        .await
-        .map_err(|e| ApiError::internal("budget task", e))?
-        .map_err(|e| ApiError::internal("budget", e))?;
+    let own = episode.clone();
+    let (lines, pending) = tokio::task::spawn_blocking(move || {
+        let lines = s
+            .coordinator()
+            .budget(&session)
+            .map_err(|e| ApiError::internal("budget", e))?;
+        // Intents of this episode without an outcome: spent, and maybe run.
+        let pending = s
+            .store()
+            .indeterminate()
+            .map_err(|e| ApiError::internal("indeterminate intents", e))?
+            .into_iter()
+            .filter(|p| p.intent.episode == own)
+            .collect::<Vec<_>>();
+        Ok::<_, ApiError>((lines, pending))
+    })
+    .await
+    .map_err(|e| ApiError::internal("budget task", e))??;
     let grants: Vec<Value> = lines
         .iter()
         .map(|l| {
@@ -213,8 +227,23 @@ async fn budget(State(state): State<AppState>, headers: HeaderMap) -> Result<Res
             })
         })
         .collect();
-    Ok(
-        Json(json!({"episode": episode, "expiresAt": expires_at, "grants": grants}))
-            .into_response(),
-    )
+    let indeterminate: Vec<Value> = pending
+        .iter()
+        .map(|p| {
+            json!({
+                "invocationId": p.intent.invocation_id,
+                "effect": p.intent.effect,
+                "scope": p.intent.scope,
+                "cost": p.intent.cost,
+                "requestRef": p.intent.request_ref,
+            })
+        })
+        .collect();
+    Ok(Json(json!({
+        "episode": episode,
+        "expiresAt": expires_at,
+        "grants": grants,
+        "indeterminate": indeterminate,
+    }))
+    .into_response())
 }

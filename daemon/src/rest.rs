@@ -174,14 +174,7 @@ pub fn routes() -> Router<AppState> {
 
 /// Reads need a valid session unless `--open-reads`; the answer is who reads.
 async fn read_access(state: &AppState, headers: &HeaderMap) -> Result<Reader, ApiError> {
-    if state.info().open_reads {
-        return Ok(Reader::Everyone);
-    }
-    state
-        .authenticate(headers)
-        .await
-        .map(|s| Reader::of(&s))
-        .map_err(ApiError::from_auth)
+    crate::visibility::reader_of_request(state, headers).await
 }
 
 /// Run a read on the blocking pool.

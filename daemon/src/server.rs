@@ -7,7 +7,7 @@ use axum::Router;
 use tokio::net::TcpListener;
 
 use crate::state::AppState;
-use crate::{a2a, edge, fallback, mcp, rest};
+use crate::{a2a, edge, fallback, log_stream, mcp, rest, workbench};
 
 /// The whole HTTP surface of the daemon, Host and Origin checked first on every route.
 pub fn router(state: AppState) -> Router {
@@ -15,6 +15,8 @@ pub fn router(state: AppState) -> Router {
         .merge(mcp::routes())
         .merge(a2a::routes())
         .merge(rest::routes())
+        .merge(log_stream::routes())
+        .merge(workbench::routes())
         .method_not_allowed_fallback(fallback::method_not_allowed)
         .fallback(fallback::not_found)
         .layer(axum::middleware::from_fn_with_state(
@@ -37,7 +39,13 @@ pub fn check_loopback(addr: &SocketAddr) -> Result<(), String> {
 pub async fn serve(listener: TcpListener, state: AppState) -> std::io::Result<()> {
     let config = state.server().clone();
     let metrics = state.metrics().clone();
-    edge::listener::serve(listener, router(state), &config, metrics, shutdown_signal()).await
+    let streams = state.log_stream().clone();
+    let shutdown = async move {
+        shutdown_signal().await;
+        // Open log streams never end by themselves; end them so the drain can finish.
+        streams.close();
+    };
+    edge::listener::serve(listener, router(state), &config, metrics, shutdown).await
 }
 
 async fn shutdown_signal() {

@@ -16,6 +16,7 @@ use crate::edge::body::Bodies;
 use crate::edge::host::HostPolicy;
 use crate::edge::ServerConfig;
 use crate::limits::Limits;
+use crate::log_stream::LogStreamHub;
 use crate::metrics::Metrics;
 
 /// Why authentication did not produce a session.
@@ -64,6 +65,7 @@ struct Inner {
     info: DaemonInfo,
     metrics: Metrics,
     catalog: crate::catalog::Catalog,
+    log_stream: LogStreamHub,
 }
 
 /// Cheap to clone; one per daemon.
@@ -78,6 +80,7 @@ impl AppState {
         AppState {
             inner: Arc::new(Inner {
                 classes: HashMap::new(),
+                log_stream: LogStreamHub::new(&store),
                 store,
                 coordinator,
                 admission: Admission::new(Limits::default()),
@@ -171,6 +174,11 @@ impl AppState {
 
     pub fn metrics(&self) -> &Metrics {
         &self.inner.metrics
+    }
+
+    /// What the open `GET /v1/log/stream` streams share.
+    pub fn log_stream(&self) -> &LogStreamHub {
+        &self.inner.log_stream
     }
 
     /// Resolve the `Authorization` header to a valid session.

@@ -45,6 +45,8 @@ pub enum LogCommand {
         #[command(flatten)]
         client: ClientArgs,
     },
+    /// The newest entries, one line each; `--follow` prints new ones as they are committed.
+    Tail(super::tail::TailArgs),
 }
 
 #[derive(Subcommand, Debug)]
@@ -116,7 +118,7 @@ fn is_credential(text: &str) -> bool {
 
 /// Resolve the session credential text from `--session`, else `$WORLD_SESSION`: the 64-hex
 /// credential itself, or a file holding it. Each mistake gets its own sentence.
-fn credential(arg: &Option<String>) -> Result<Option<String>, Failure> {
+pub(super) fn credential(arg: &Option<String>) -> Result<Option<String>, Failure> {
     let (raw, source) = match arg {
         Some(v) => (v.clone(), "--session"),
         None => match std::env::var("WORLD_SESSION") {
@@ -257,7 +259,7 @@ pub(super) fn send(
 }
 
 /// GET a REST route and fail with the daemon's error envelope on non-2xx.
-fn get(c: &ClientArgs, path: &str) -> Result<Vec<u8>, Failure> {
+pub(super) fn get(c: &ClientArgs, path: &str) -> Result<Vec<u8>, Failure> {
     let (status, body) = send(c, "GET", path, None, &[])?;
     if (200..300).contains(&status) {
         return Ok(body);
@@ -306,6 +308,7 @@ pub fn log(cmd: LogCommand) -> CliResult {
             }
             print_body(&get(&client, &path)?)
         }
+        LogCommand::Tail(a) => return super::tail::run(a),
     }
     Ok(())
 }

@@ -17,6 +17,7 @@ mod reconcile;
 mod secret_file;
 mod serve;
 mod session;
+mod tail;
 mod why;
 
 /// A failure at the CLI edge: the message printed on stderr and the exit code.

@@ -158,6 +158,15 @@ pub fn budget(a: BudgetArgs) -> CliResult {
             }
         );
     }
+    for p in v["indeterminate"].as_array().into_iter().flatten() {
+        println!(
+            "indeterminate: {} {}@{} cost {} (intent without outcome: it may have run; never retried)",
+            p["invocationId"].as_str().unwrap_or("?"),
+            p["effect"].as_str().unwrap_or("?"),
+            p["scope"].as_str().unwrap_or("?"),
+            p["cost"].as_u64().unwrap_or(0)
+        );
+    }
     Ok(())
 }
 
