@@ -89,7 +89,6 @@ pub mod commit;
 pub mod commit_signal;
 pub mod coordinator;
 pub mod deadline;
-pub mod glob;
 pub mod grant;
 pub mod journal;
 pub mod log;
@@ -102,3 +101,7 @@ pub mod store;
 pub mod task;
 pub mod transition;
 pub mod verify;
+
+/// worldd's one glob dialect (the plan language's `path-glob`, the workspace plugin's deny
+/// globs): [`dialect::glob`], re-exported.
+pub use dialect::glob;

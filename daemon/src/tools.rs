@@ -8,7 +8,7 @@ use handler_api::EffectClass;
 
 use crate::state::AppState;
 
-pub use handler_api::support::names::{mcp_name, transition_id, MAX_MCP_NAME};
+pub use dialect::names::{mcp_name, transition_id, MAX_MCP_NAME};
 
 /// What a tool may do to the world, from the classes of every effect it may plan: `read`
 /// only if all are reads; `unknown` if any is unknown or served by no loaded plugin.
@@ -80,21 +80,4 @@ pub async fn visible_for_mcp(
         return Err(SurfaceError::NameTooLong(t.transition.id.clone()));
     }
     Ok(tools)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn names_escape_reversibly() {
-        assert_eq!(mcp_name("tools.echo"), "tools_decho");
-        assert_eq!(mcp_name("ailang-read"), "ailang-read");
-        assert_eq!(mcp_name("a_b/c.d"), "a_ub_sc_dd");
-        for id in ["tools.echo", "a_b/c.d", "x__y", "_._/"] {
-            assert_eq!(transition_id(&mcp_name(id)).as_deref(), Some(id));
-        }
-        assert_eq!(transition_id("bad_x"), None);
-        assert_eq!(transition_id("trailing_"), None);
-    }
 }

@@ -8,51 +8,24 @@
 //! everything domain-shaped, a safe trait to implement, and a macro that
 //! exports it with every entry point guarded against panics.
 //!
-//! # Write your first handler
+//! This crate is the ABI and nothing else. Plugin authors normally depend on **`handler-kit`**
+//! instead, which re-exports this crate and adds what worldd's own plugins share beyond the
+//! ABI: effects declared once next to their code and collected into the manifest, request
+//! checks, output stamps, config parsing and identity. Its crate docs hold the "write your
+//! first handler" guide.
 //!
-//! A plugin that serves one effect, `Hello.Greet`, answering
-//! `{"ok":true,"greeting":"hello, <name>"}`.
-//!
-//! **1. A crate.** `Cargo.toml`:
-//!
-//! ```toml
-//! [package]
-//! name = "worldd-handler-hello"
-//! version = "0.1.0"
-//! edition = "2021"
-//!
-//! [lib]
-//! name = "worldd_hello"
-//! # cdylib: the file the daemon loads. rlib: lets your tests call the
-//! # handler directly.
-//! crate-type = ["cdylib", "rlib"]
-//!
-//! [dependencies]
-//! # handler-api is not on crates.io: point at a checkout of the worldd
-//! # repository (inside that tree, e.g. "../../handler-api").
-//! handler-api = { path = "/path/to/worldd/handler-api" }
-//!
-//! # Only if this crate sits inside another Cargo workspace's directory
-//! # but is not a member of it:
-//! [workspace]
-//! ```
-//!
-//! **2. The code.** `src/lib.rs`: a [`Plugin`] (manifest + constructor), an
-//! [`EffectHandler`] (what the effect does), and [`export_plugin!`]:
+//! A plugin on the ABI alone: a [`Plugin`] (manifest + constructor), an [`EffectHandler`]
+//! (what the effect does), and [`export_plugin!`]:
 //!
 //! ```rust
 //! use handler_api::serde_json::{json, Value};
 //! use handler_api::{
-//!     export_plugin, EffectClass, EffectDecl, EffectHandler, Host, JsonObject, LogLevel,
-//!     Manifest, Outcome, Plugin, Request,
+//!     export_plugin, EffectClass, EffectDecl, EffectHandler, Host, JsonObject, Manifest,
+//!     Outcome, Plugin, Request,
 //! };
 //!
 //! pub struct HelloPlugin;
-//!
-//! pub struct Greeter {
-//!     greeting: String,
-//!     host: Host,
-//! }
+//! pub struct Greeter;
 //!
 //! impl Plugin for HelloPlugin {
 //!     type Handler = Greeter;
@@ -61,56 +34,33 @@
 //!         Ok(Manifest {
 //!             name: "hello".into(),
 //!             version: env!("CARGO_PKG_VERSION").into(),
-//!             description: "Greets people.".into(),
 //!             effects: vec![EffectDecl {
 //!                 name: "Hello.Greet".into(),
 //!                 class: EffectClass::Read,
 //!                 ops: vec!["greet".into()],
 //!                 description: "Return a greeting.".into(),
 //!             }],
-//!             config_schema: json!({
-//!                 "type": "object",
-//!                 "additionalProperties": false,
-//!                 "properties": {"greeting": {"type": "string", "default": "hello"}}
-//!             }),
+//!             config_schema: json!({"type": "object", "additionalProperties": false}),
 //!             ..Manifest::default()
 //!         })
 //!     }
 //!
-//!     fn new(config: Value, host: Host) -> Result<Greeter, String> {
-//!         // Validate the operator's config yourself, refusing unknown keys.
-//!         let config = config.as_object().ok_or("config must be an object")?;
-//!         if let Some(key) = config.keys().find(|k| *k != "greeting") {
-//!             return Err(format!("unknown config key {key:?}; hello accepts only: greeting"));
+//!     fn new(config: Value, _host: Host) -> Result<Greeter, String> {
+//!         match config.as_object() {
+//!             Some(c) if c.is_empty() => Ok(Greeter),
+//!             _ => Err("hello takes no config".into()),
 //!         }
-//!         let greeting = match config.get("greeting") {
-//!             None => "hello".to_string(),
-//!             Some(Value::String(s)) => s.clone(),
-//!             Some(_) => return Err("config key \"greeting\" must be a string".into()),
-//!         };
-//!         Ok(Greeter { greeting, host })
 //!     }
 //! }
 //!
 //! impl EffectHandler for Greeter {
 //!     fn execute(&self, request: Request) -> Outcome {
-//!         if request.payload.get("op") != Some(&json!("greet")) {
-//!             // The plan sent something this effect never accepts: failed.
-//!             return Outcome::failed("broker: Hello.Greet refuses this op");
-//!         }
 //!         let Some(name) = request.payload.get("name").and_then(Value::as_str) else {
 //!             return Outcome::failed("payload lacks string \"name\"");
 //!         };
 //!         let mut output = JsonObject::new();
-//!         if name.is_empty() {
-//!             // A policy refusal: the effect ran and said no. Still `ok`.
-//!             output.insert("ok".into(), json!(false));
-//!             output.insert("refused".into(), json!("greet: the name is empty"));
-//!             return Outcome::ok(output);
-//!         }
-//!         self.host.log(LogLevel::Debug, "greeting someone");
 //!         output.insert("ok".into(), json!(true));
-//!         output.insert("greeting".into(), json!(format!("{}, {name}", self.greeting)));
+//!         output.insert("greeting".into(), json!(format!("hello, {name}")));
 //!         Outcome::ok(output)
 //!     }
 //! }
@@ -132,25 +82,6 @@
 //! #     assert!(plugin.new_handler(&json!({"greting": "hi"}), Host::noop().callbacks()).is_err());
 //! # }
 //! ```
-//!
-//! **3. Build it.** `cargo build --release` writes
-//! `target/release/libworldd_hello.so` (`.dylib` on macOS; the name is `lib` +
-//! the `[lib] name` + the platform suffix). Inside the worldd workspace a plain
-//! `cargo build` builds every plugin next to the `worldd` binary.
-//!
-//! **4. Load it.** The daemon scans `--plugin-dir` (default: the directory
-//! holding the `worldd` executable) and loads every plugin library there;
-//! `--handler NAME` (repeatable, NAME = [`Manifest::name`]) selects which
-//! ones a deployment enables. The operator's config for your plugin is the
-//! `[plugins.NAME]` table of the daemon's TOML file (`worldd serve --config world.toml`; see the operator
-//! guide); it reaches [`Plugin::new`] as a JSON object. `worldd handlers`
-//! lists what would load, with the effective config, and why not.
-//!
-//! **5. Test it.** Call your handler directly (the rlib), or go through the
-//! exact FFI entry points without `dlopen`:
-//! `LoadedPlugin::from_module(plugin_module::<HelloPlugin>())` (as the hidden
-//! `main` of the example above does). To test the real library, load the
-//! built file with [`LoadedPlugin::load`].
 //!
 //! # The JSON documents
 //!
@@ -238,18 +169,6 @@
 //!   names them: every effect record a plugin ran carries the plugin's name,
 //!   version and the sha256 of the library bytes the daemon loaded.
 //!
-//! # Authoring helpers (not part of the ABI)
-//!
-//! [`support`] holds what worldd's own plugins share beyond the ABI: the
-//! request checks with their texts (`broker: <E> refused: scope "<s>" is not
-//! "worktree"`, the op allowlist, case-variant key aliases, the bound
-//! worktree), outputs stamped with `tool` and `policy_digest`, config-object
-//! parsing, and (cargo feature `identity`, off by default) the `tool` ref of
-//! a plugin's own library via `dladdr` (`tool_ref!`) and SHA-256 helpers.
-//! It is a convenience compiled into your plugin, outside the stability
-//! promise below: nothing in it crosses the boundary, adding or changing it
-//! changes no layout, and [`ABI_VERSION`] does not move with it.
-//!
 //! # For the daemon
 //!
 //! [`load_plugin`] / [`LoadedPlugin::load`] load one library (never
@@ -262,8 +181,6 @@ mod abi;
 mod host;
 mod plugin;
 mod types;
-
-pub mod support;
 
 pub use abi::{
     Handler, HandlerBox, Handler_TO, HostCallbacks, HostCallbacksRef, PluginMod, PluginModRef,

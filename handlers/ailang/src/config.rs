@@ -8,8 +8,8 @@
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
-use handler_api::serde_json::{json, Value};
-use handler_api::support::config::object as config_object;
+use handler_kit::config::object as config_object;
+use handler_kit::serde_json::{json, Value};
 
 /// The error the constructor returns when no `bin` is configured. It starts with the daemon's
 /// `declined: ` prefix, so the loader skips the plugin with one log line (its tools stay
@@ -54,7 +54,7 @@ fn err(message: impl std::fmt::Display) -> String {
     format!("ailang config: {message}")
 }
 
-fn path_key(object: &handler_api::JsonObject, key: &str) -> Result<Option<PathBuf>, String> {
+fn path_key(object: &handler_kit::JsonObject, key: &str) -> Result<Option<PathBuf>, String> {
     match object.get(key) {
         None | Some(Value::Null) => Ok(None),
         Some(Value::String(s)) if s.is_empty() => Err(err(format!("\"{key}\" is empty"))),
@@ -67,7 +67,7 @@ fn path_key(object: &handler_api::JsonObject, key: &str) -> Result<Option<PathBu
 }
 
 fn string_list<'a>(
-    object: &'a handler_api::JsonObject,
+    object: &'a handler_kit::JsonObject,
     key: &str,
     what: &str,
 ) -> Result<Vec<&'a str>, String> {

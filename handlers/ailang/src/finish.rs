@@ -6,8 +6,8 @@
 //! refusal they produce carries `"status": "ok"`. They never return an empty success for
 //! output they cannot read.
 
-use handler_api::serde_json::{self, json, Map, Value};
-use handler_api::{FinishInput, JsonObject};
+use handler_kit::serde_json::{self, json, Map, Value};
+use handler_kit::{FinishInput, JsonObject};
 
 /// `check-report`.
 pub const CHECK_REPORT: &str = "check-report";

@@ -12,13 +12,13 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use handler_api::serde_json::{self, json, Map, Value};
-use handler_api::support::identity::sha256_file;
-use handler_api::support::output::stamped;
-use handler_api::support::request::{
+use handler_kit::identity::sha256_file;
+use handler_kit::output::stamped;
+use handler_kit::request::{
     check, json_quote as quote, op_not_allowed, Checked as CheckedRequest, Quote, Rules,
 };
-use handler_api::{EffectHandler, FinishInput, Host, JsonObject, LogLevel, Outcome, Request};
+use handler_kit::serde_json::{self, json, Map, Value};
+use handler_kit::{EffectHandler, FinishInput, Host, JsonObject, LogLevel, Outcome, Request};
 
 use crate::config::{Config, CAPS};
 use crate::finish;
@@ -26,18 +26,26 @@ use crate::policy::{self, PolicySpec, Verified};
 use crate::process::{self, child_env, excerpt, Spec, OUTPUT_CAP};
 use crate::run;
 
-/// Effect names.
-pub const CHECK: &str = "Ailang.Check";
-/// Effect names.
-pub const RUN: &str = "Ailang.Run";
-/// Effect names.
-pub const RUN_ENV: &str = "Ailang.RunEnv";
-/// Effect names.
-pub const RUN_NET: &str = "Ailang.RunNet";
-/// Effect names.
-pub const DISCOVER: &str = "Ailang.Discover";
-/// Effect names.
-pub const CLI: &str = "Ailang.CLI";
+/// The op of the three run effects.
+const RUN_OPS: &[&str] = &["run"];
+
+handler_kit::effect! {
+    /// Type-check and verify one AILANG file (ailang policy-tool ai_check).
+    pub const CHECK = "Ailang.Check" { class: Read, ops: &["ai_check"] }
+    /// Run one AILANG program with IO, FS and/or Declassify under the episode's restricted
+    /// policy.
+    pub const RUN = "Ailang.Run" { class: Unknown, ops: RUN_OPS }
+    /// Run one AILANG program with Env (trusted_host policy); the operator must enable Env.
+    pub const RUN_ENV = "Ailang.RunEnv" { class: Unknown, ops: RUN_OPS }
+    /// Run one AILANG program with Net to the operator's loopback hosts; the operator must
+    /// enable Net.
+    pub const RUN_NET = "Ailang.RunNet" { class: Unknown, ops: RUN_OPS }
+    /// List the binary's builtins or search the operator's examples corpus.
+    pub const DISCOVER = "Ailang.Discover" { class: Read, ops: &["builtins_list", "examples_search"] }
+    /// One allowlisted ailang CLI operation (some, like test, run code); never writes the
+    /// worktree.
+    pub const CLI = "Ailang.CLI" { class: Unknown, ops: &CLI_OPS }
+}
 
 /// The ailang-cli ops this plugin knows. Ailang.CLI's allowlist is this list intersected
 /// with the `cli` list of the policy-tool's summary, so an op a newer `ailang` adds is not
@@ -767,16 +775,16 @@ impl EffectHandler for AilangHandler {
                 ))
             }
         };
-        let allowed: &[&str] = match kind {
-            Kind::Check => &["ai_check"],
-            Kind::Discover => &["builtins_list", "examples_search"],
-            Kind::Cli => &CLI_OPS,
-            Kind::Run => &["run"],
+        let Some(declared) = handler_kit::declared!(effect) else {
+            return Outcome::failed(format!(
+                "broker: the ailang plugin does not handle effect {}",
+                quote(effect)
+            ));
         };
         let checked = match check(
             &request,
             &Rules {
-                ops: allowed,
+                ops: declared.ops,
                 known_keys: &KNOWN_KEYS,
                 quote: Quote::Json,
             },

@@ -59,9 +59,9 @@ mod policy;
 mod process;
 mod run;
 
-use handler_api::serde_json::Value;
-use handler_api::support::manifest::embedded_transitions;
-use handler_api::{export_plugin, EffectClass, EffectDecl, Host, Manifest, Plugin};
+use handler_kit::manifest::embedded_transitions;
+use handler_kit::serde_json::Value;
+use handler_kit::{export_plugin, Host, Manifest, Plugin};
 
 pub use config::{config_schema, net_allow_entry, Config, CAPS, DECLINE, OPERATOR_CAPS};
 pub use finish::{
@@ -99,15 +99,6 @@ const TRANSITIONS: [(&str, &str); 5] = [
     ),
 ];
 
-fn effect(name: &str, class: EffectClass, ops: &[&str], description: &str) -> EffectDecl {
-    EffectDecl {
-        name: name.into(),
-        class,
-        ops: ops.iter().map(|o| o.to_string()).collect(),
-        description: description.into(),
-    }
-}
-
 /// The plugin (see the crate docs).
 pub struct AilangPlugin;
 
@@ -116,26 +107,12 @@ impl Plugin for AilangPlugin {
 
     fn manifest() -> Result<Manifest, String> {
         let transitions = embedded_transitions(&TRANSITIONS)?;
-        let run_ops = ["run"];
         Ok(Manifest {
             name: "ailang".into(),
             version: env!("CARGO_PKG_VERSION").into(),
-            abi: handler_api::ABI_VERSION,
+            abi: handler_kit::ABI_VERSION,
             description: "Type-checks, runs and searches AILANG in the episode's worktree with the operator's ailang binary (ailang-check, ailang-run, builtins-search, examples-search, ailang-cli).".into(),
-            effects: vec![
-                effect(CHECK, EffectClass::Read, &["ai_check"],
-                    "Type-check and verify one AILANG file (ailang policy-tool ai_check)."),
-                effect(RUN, EffectClass::Unknown, &run_ops,
-                    "Run one AILANG program with IO, FS and/or Declassify under the episode's restricted policy."),
-                effect(RUN_ENV, EffectClass::Unknown, &run_ops,
-                    "Run one AILANG program with Env (trusted_host policy); the operator must enable Env."),
-                effect(RUN_NET, EffectClass::Unknown, &run_ops,
-                    "Run one AILANG program with Net to the operator's loopback hosts; the operator must enable Net."),
-                effect(DISCOVER, EffectClass::Read, &["builtins_list", "examples_search"],
-                    "List the binary's builtins or search the operator's examples corpus."),
-                effect(CLI, EffectClass::Unknown, &CLI_OPS,
-                    "One allowlisted ailang CLI operation (some, like test, run code); never writes the worktree."),
-            ],
+            effects: handler_kit::declared_effects!(),
             transitions,
             finish: vec![CHECK_REPORT.into(), BUILTINS_INVENTORY.into()],
             config_schema: config_schema(),

@@ -9,8 +9,8 @@
 
 use std::path::Path;
 
-use handler_api::serde_json::Value;
-use handler_api::support::identity::sha256_hex;
+use handler_kit::identity::sha256_hex;
+use handler_kit::serde_json::Value;
 
 use crate::config::CAPS;
 

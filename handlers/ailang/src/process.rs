@@ -2,7 +2,7 @@
 //! group-wide SIGKILL, and a hard cap on each output stream.
 //!
 //! The child runs in a process group of its own, led by a watchdog
-//! (`handler_api::support::child::Group`), so everything it starts can be killed with one
+//! (`handler_kit::child::Group`), so everything it starts can be killed with one
 //! `kill(-pgid, SIGKILL)`, and the child (parent-death signal) and the whole group (the
 //! watchdog) die with the daemon, however the daemon dies. The group is killed on timeout, on
 //! overflow, and also after a normal exit (stragglers must not outlive the effect or hold the
@@ -20,7 +20,7 @@ use std::sync::{mpsc, Arc};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use handler_api::support::child::Group;
+use handler_kit::child::Group;
 
 /// Each of stdout and stderr may hold at most this much (8 MiB); more is a failure, never a
 /// silent truncation.

@@ -10,7 +10,7 @@
 //!   code, empty stderr, and stdout is one JSON object whose `decision` is an object with
 //!   `"ok": false` (error_kind, message, missing_from_policy…).
 
-use handler_api::serde_json::{self, Value};
+use handler_kit::serde_json::{self, Value};
 
 /// A recognised outcome.
 #[derive(Debug, Clone, PartialEq)]
@@ -86,7 +86,7 @@ pub fn parse(rc: Option<i32>, stdout: &str, stderr: &str) -> Option<Envelope> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use handler_api::serde_json::json;
+    use handler_kit::serde_json::json;
 
     const OK: &str = r#"policy: {"ok":true,"decision":{"ok":true,"function":"main"},"security_mode":"restricted"}"#;
 

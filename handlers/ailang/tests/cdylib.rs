@@ -5,8 +5,8 @@ mod common;
 use std::path::PathBuf;
 
 use common::*;
-use handler_api::serde_json::json;
-use handler_api::{FinishInput, Host, LoadedPlugin, Outcome, Request};
+use handler_kit::serde_json::json;
+use handler_kit::{FinishInput, Host, LoadedPlugin, Outcome, Request};
 
 /// `target/<profile>/libworldd_ailang.so`, found from this test binary.
 fn library() -> PathBuf {
@@ -18,7 +18,7 @@ fn the_built_library_loads_declines_without_bin_and_serves_a_check() {
     let plugin = LoadedPlugin::load(&library()).unwrap_or_else(|e| panic!("{e}\n{}", e.detail()));
     let manifest = plugin.manifest().unwrap();
     assert_eq!(manifest.name, "ailang");
-    assert_eq!(manifest.abi, handler_api::ABI_VERSION);
+    assert_eq!(manifest.abi, handler_kit::ABI_VERSION);
     assert_eq!(manifest.transitions.len(), 5);
 
     let host = Host::noop().callbacks();

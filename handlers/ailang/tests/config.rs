@@ -7,8 +7,8 @@ use std::fs;
 use std::os::unix::fs::PermissionsExt;
 
 use common::*;
-use handler_api::serde_json::{json, Value};
-use handler_api::{EffectClass, Host, LoadedPlugin, Plugin};
+use handler_kit::serde_json::{json, Value};
+use handler_kit::{EffectClass, Host, LoadedPlugin, Plugin};
 use worldd_ailang::{AilangPlugin, DECLINE};
 
 fn new(config: Value) -> Result<(), String> {
@@ -30,7 +30,7 @@ fn without_bin_the_plugin_declines_with_one_clear_line() {
         assert_eq!(new(config).unwrap_err(), DECLINE);
     }
     // Through the FFI entry the daemon calls, too.
-    let plugin = LoadedPlugin::from_module(handler_api::plugin_module::<AilangPlugin>());
+    let plugin = LoadedPlugin::from_module(handler_kit::plugin_module::<AilangPlugin>());
     let err = plugin
         .new_handler(&json!({}), Host::noop().callbacks())
         .unwrap_err();
@@ -149,7 +149,7 @@ fn the_manifest_declares_effects_classes_tools_and_finish_functions() {
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../transitions/se-tools");
     for (id, doc) in ids.iter().zip(&m.transitions) {
         let file: Value =
-            handler_api::serde_json::from_slice(&fs::read(dir.join(format!("{id}.json"))).unwrap())
+            handler_kit::serde_json::from_slice(&fs::read(dir.join(format!("{id}.json"))).unwrap())
                 .unwrap();
         assert_eq!(&file, doc);
     }

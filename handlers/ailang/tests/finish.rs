@@ -4,8 +4,8 @@
 mod common;
 
 use common::*;
-use handler_api::serde_json::{json, Value};
-use handler_api::{EffectHandler, FinishInput, JsonObject};
+use handler_kit::serde_json::{json, Value};
+use handler_kit::{EffectHandler, FinishInput, JsonObject};
 use worldd_ailang::{BUILTINS_INVENTORY, CHECK, CHECK_REPORT, DISCOVER};
 
 fn input(args: Value, output: Value) -> FinishInput {

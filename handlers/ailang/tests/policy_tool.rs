@@ -6,8 +6,8 @@ mod common;
 use std::fs;
 
 use common::*;
-use handler_api::serde_json::{json, Value};
-use handler_api::{EffectHandler, Outcome};
+use handler_kit::serde_json::{json, Value};
+use handler_kit::{EffectHandler, Outcome};
 use worldd_ailang::{PolicySpec, CHECK, CLI, DISCOVER, NO_CORPUS, RUN};
 
 #[test]
@@ -21,7 +21,7 @@ fn ai_check_returns_the_policy_tool_reply_stamped_with_tool_and_policy_digest() 
         out["argv"],
         json!(["ailang", "check", "--json", "hello.ail"])
     );
-    let report: Value = handler_api::serde_json::from_str(out["stdout"].as_str().unwrap()).unwrap();
+    let report: Value = handler_kit::serde_json::from_str(out["stdout"].as_str().unwrap()).unwrap();
     assert_eq!(report["check"]["passed"], true);
     // tool = sha256 of the binary as configured; policy_digest = sha256 of the base policy.
     assert_eq!(out["tool"], json!(f.tool()));
@@ -134,7 +134,7 @@ fn cli_ops_run_through_the_policy_tool() {
 fn cli_never_writes() {
     let f = Fixture::new();
     for flag in ["write", "Write", "--write"] {
-        let mut flags = handler_api::JsonObject::new();
+        let mut flags = handler_kit::JsonObject::new();
         flags.insert(flag.into(), json!(""));
         assert_eq!(
             f.failed(CLI, json!({"op": "fmt", "path": "a.ail", "flags": flags})),
@@ -236,13 +236,13 @@ fn a_state_dir_inside_the_worktree_is_refused() {
     let tmp = tempfile::tempdir().unwrap();
     let root = tmp.path().join("wt");
     fs::create_dir(&root).unwrap();
-    let handler = <worldd_ailang::AilangPlugin as handler_api::Plugin>::new(
+    let handler = <worldd_ailang::AilangPlugin as handler_kit::Plugin>::new(
         Fixture::config(&root.join(".state"), json!({})),
-        handler_api::Host::noop(),
+        handler_kit::Host::noop(),
     )
     .unwrap();
     for effect in [CHECK, RUN] {
-        let request = handler_api::Request {
+        let request = handler_kit::Request {
             invocation_id: "i".into(),
             episode: "ep".into(),
             worktree: Some(root.display().to_string()),

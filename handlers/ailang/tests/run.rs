@@ -9,8 +9,8 @@ use std::os::unix::fs::PermissionsExt;
 use std::time::{Duration, Instant};
 
 use common::*;
-use handler_api::serde_json::{self, json, Value};
-use handler_api::{EffectHandler, Outcome};
+use handler_kit::serde_json::{self, json, Value};
+use handler_kit::{EffectHandler, Outcome};
 use worldd_ailang::{PolicySpec, RUN, RUN_ENV, RUN_NET};
 
 fn run(path: &str) -> Value {

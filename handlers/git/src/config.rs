@@ -3,9 +3,9 @@
 
 use std::path::PathBuf;
 
-use handler_api::serde_json::{json, Value};
-use handler_api::support::config::{json_string, object as config_object};
-use handler_api::support::identity::sha256_hex;
+use handler_kit::config::{json_string, object as config_object};
+use handler_kit::identity::sha256_hex;
+use handler_kit::serde_json::{json, Value};
 
 /// The prefix of a constructor error that means "not started" (the daemon
 /// skips the plugin with one log line) rather than "bad config".

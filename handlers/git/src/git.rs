@@ -1,6 +1,6 @@
 //! Running the system `git`: a scrubbed environment, no hooks, no network, a
 //! deadline, and a process group of its own that dies with the call and with
-//! the daemon (`handler_api::support::child`).
+//! the daemon (`handler_kit::child`).
 
 use std::ffi::{OsStr, OsString};
 use std::io::{self, Read, Write};
@@ -9,8 +9,8 @@ use std::process::{Command, ExitStatus, Stdio};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
-use handler_api::support::child::Group;
-use handler_api::support::output::errno_text;
+use handler_kit::child::Group;
+use handler_kit::output::errno_text;
 
 use crate::config::Author;
 

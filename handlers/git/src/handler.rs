@@ -7,12 +7,12 @@ use std::time::{Duration, Instant};
 
 use cap_std::ambient_authority;
 use cap_std::fs::Dir;
-use handler_api::serde_json::{json, Map, Value};
-use handler_api::support::output::errno_text;
-use handler_api::support::output::Stamp;
-use handler_api::support::protect::git_component;
-use handler_api::support::request::{check, Quote, Rules};
-use handler_api::{EffectHandler, Host, LogLevel, Outcome, Request};
+use handler_kit::output::errno_text;
+use handler_kit::output::Stamp;
+use handler_kit::protect::git_component;
+use handler_kit::request::{check, Quote, Rules};
+use handler_kit::serde_json::{json, Map, Value};
+use handler_kit::{EffectHandler, Host, LogLevel, Outcome, Request};
 
 use crate::config::Policy;
 use crate::git::{Git, Output, Place, RunError};
@@ -20,8 +20,13 @@ use crate::locks::Locks;
 use crate::nested::{self, ScanError};
 use crate::tool_ref;
 
-/// The effect this handler serves.
-pub const COMMIT: &str = "Git.Commit";
+/// The ops `Git.Commit` accepts.
+const OPS: &[&str] = &["commit"];
+
+handler_kit::effect! {
+    /// Stage the worktree's changes (or the given paths) and record one new commit.
+    pub const COMMIT = "Git.Commit" { class: Write, ops: OPS }
+}
 
 /// The refusal of a commit with no change.
 pub const NOTHING_TO_COMMIT: &str = "nothing to commit: the worktree has no changes";
@@ -51,7 +56,7 @@ const KNOWN_KEYS: [&str; 3] = ["op", "message", "paths"];
 
 /// The request checks of [`check`].
 const RULES: Rules<'static> = Rules {
-    ops: &["commit"],
+    ops: OPS,
     known_keys: &KNOWN_KEYS,
     quote: Quote::Plain,
 };

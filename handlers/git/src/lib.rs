@@ -41,9 +41,9 @@
 //! -c commit.gpgSign=false -c gc.auto=0 -c protocol.allow=never …`; killed
 //! when the commit's time budget (`timeoutMs`, and the daemon's deadline
 //! minus a margin) runs out, as a whole process group that also dies with
-//! the daemon (`handler_api::support::child`). Before git runs, the worktree
+//! the daemon (`handler_kit::child`). Before git runs, the worktree
 //! is searched for other repositories (entries named like `.git`, see
-//! `handler_api::support::protect`) on the way to and below what is
+//! `handler_kit::protect`) on the way to and below what is
 //! committed; any is refused, as is a staged gitlink.
 //!
 //! # Refusals and failures
@@ -92,9 +92,9 @@ mod nested;
 use std::ffi::OsStr;
 use std::time::{Duration, Instant};
 
-use handler_api::serde_json::Value;
-use handler_api::support::manifest::embedded_transitions;
-use handler_api::{export_plugin, EffectClass, EffectDecl, Host, Manifest, Plugin};
+use handler_kit::manifest::embedded_transitions;
+use handler_kit::serde_json::Value;
+use handler_kit::{export_plugin, Host, Manifest, Plugin};
 
 pub use config::{
     config_schema, Author, Policy, DECLINED, DEFAULT_TIMEOUT_MS, MAX_TIMEOUT_MS, NO_AUTHOR,
@@ -103,12 +103,12 @@ pub use handler::{
     GitHandler, COMMIT, MAX_LISTED_FILES, MAX_MESSAGE_BYTES, MAX_PATHS, NOTHING_IN_PATHS,
     NOTHING_TO_COMMIT,
 };
-pub use handler_api::support::identity::ToolSource;
+pub use handler_kit::identity::ToolSource;
 
 /// `sha256:` + 64 hex identifying this handler build (the plugin library
 /// that ran, found with `dladdr`), and its source. Computed once per process.
 pub fn tool_ref() -> &'static (String, ToolSource) {
-    handler_api::tool_ref!()
+    handler_kit::tool_ref!()
 }
 
 /// The transition document this plugin ships.
@@ -125,17 +125,11 @@ impl Plugin for GitPlugin {
         Ok(Manifest {
             name: "git".into(),
             version: env!("CARGO_PKG_VERSION").into(),
-            abi: handler_api::ABI_VERSION,
+            abi: handler_kit::ABI_VERSION,
             description:
                 "Commits the episode's worktree with the operator's author; never pushes or rewrites history (git-commit)."
                     .into(),
-            effects: vec![EffectDecl {
-                name: COMMIT.into(),
-                class: EffectClass::Write,
-                ops: vec!["commit".into()],
-                description: "Stage the worktree's changes (or the given paths) and record one new commit."
-                    .into(),
-            }],
+            effects: handler_kit::declared_effects!(),
             transitions,
             finish: Vec::new(),
             config_schema: config_schema(),

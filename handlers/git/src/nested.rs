@@ -18,7 +18,7 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use cap_std::fs::Dir;
-use handler_api::support::protect::is_git_name;
+use handler_kit::protect::is_git_name;
 
 /// Why the scan did not finish.
 #[derive(Debug)]

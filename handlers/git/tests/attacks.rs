@@ -8,8 +8,8 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use common::*;
-use handler_api::serde_json::json;
-use handler_api::Outcome;
+use handler_kit::serde_json::json;
+use handler_kit::Outcome;
 
 /// `nothing to commit` against a commit would tell an agent whether a repository exists at
 /// any host path; the refusal must be the same wherever the gitfile points.

@@ -5,8 +5,8 @@ mod common;
 use std::path::PathBuf;
 
 use common::*;
-use handler_api::serde_json::json;
-use handler_api::{LoadedPlugin, Outcome};
+use handler_kit::serde_json::json;
+use handler_kit::{LoadedPlugin, Outcome};
 use handler_test_support::{built_library, file_tool_ref};
 
 /// `target/<profile>/libworldd_git.so`, found from this test binary.
@@ -24,7 +24,7 @@ fn the_built_library_loads_and_commits() {
     let handler = plugin
         .new_handler(
             &json!({"author": AUTHOR}),
-            handler_api::Host::noop().callbacks(),
+            handler_kit::Host::noop().callbacks(),
         )
         .unwrap();
     f.put("lib.txt", "from the library\n");

@@ -6,11 +6,11 @@ use std::fs;
 use std::os::unix::fs::PermissionsExt;
 
 use common::*;
-use handler_api::serde_json::{json, Value};
-use handler_api::{EffectHandler, Host, Outcome, Plugin};
+use handler_kit::serde_json::{json, Value};
+use handler_kit::{EffectHandler, Host, Outcome, Plugin};
 use worldd_git::{GitPlugin, NOTHING_IN_PATHS, NOTHING_TO_COMMIT};
 
-fn files(out: &handler_api::JsonObject) -> Vec<String> {
+fn files(out: &handler_kit::JsonObject) -> Vec<String> {
     let mut f: Vec<String> = out["files"]
         .as_array()
         .unwrap()

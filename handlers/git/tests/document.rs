@@ -2,8 +2,8 @@
 //! and plans what the handler expects; the manifest describes the plugin.
 
 use broker_core::transition::Transition;
-use handler_api::serde_json::{json, Value};
-use handler_api::{EffectClass, Host, LoadedPlugin, Plugin};
+use handler_kit::serde_json::{json, Value};
+use handler_kit::{EffectClass, Host, LoadedPlugin, Plugin};
 use handler_test_support::{planned_payload, planned_refusal, shipped_document};
 use worldd_git::{GitPlugin, GIT_COMMIT_DOCUMENT};
 
@@ -95,8 +95,8 @@ fn the_manifest_describes_the_plugin() {
 
 #[test]
 fn through_the_ffi_entry_points_a_missing_author_declines() {
-    let plugin = LoadedPlugin::from_module(handler_api::plugin_module::<GitPlugin>());
-    assert_eq!(plugin.manifest().unwrap().abi, handler_api::ABI_VERSION);
+    let plugin = LoadedPlugin::from_module(handler_kit::plugin_module::<GitPlugin>());
+    assert_eq!(plugin.manifest().unwrap().abi, handler_kit::ABI_VERSION);
     let err = plugin
         .new_handler(&json!({}), Host::noop().callbacks())
         .err()

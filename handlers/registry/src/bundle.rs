@@ -7,9 +7,9 @@
 
 use std::collections::HashMap;
 
-use handler_api::serde_json::Value;
+use handler_kit::serde_json::Value;
 
-pub use handler_api::support::names::{mcp_name, MAX_MCP_NAME};
+pub use handler_kit::dialect::names::{mcp_name, MAX_MCP_NAME};
 
 /// Longest quoted id in a refusal, in bytes.
 const QUOTE_LIMIT: usize = 256;

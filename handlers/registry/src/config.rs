@@ -1,9 +1,9 @@
 //! The operator's config, validated into the effective [`Policy`], and the
 //! policy's digest.
 
-use handler_api::serde_json::{json, Value};
-use handler_api::support::config::object as config_object;
-use handler_api::support::identity::sha256_hex;
+use handler_kit::config::object as config_object;
+use handler_kit::identity::sha256_hex;
+use handler_kit::serde_json::{json, Value};
 
 /// Default largest bundle file read from the worktree: 1 MiB.
 pub const DEFAULT_MAX_BUNDLE_BYTES: u64 = 1 << 20;

@@ -5,17 +5,22 @@ use std::io::{self, Read};
 
 use cap_std::ambient_authority;
 use cap_std::fs::{Dir, OpenOptions, OpenOptionsExt};
-use handler_api::serde_json::{json, Map, Value};
-use handler_api::support::output::{errno_text, Stamp};
-use handler_api::support::request::{check, Checked, Quote, Rules};
-use handler_api::{EffectHandler, Host, LogLevel, Outcome, Request, NO_PUBLISH};
+use handler_kit::output::{errno_text, Stamp};
+use handler_kit::request::{check, Checked, Quote, Rules};
+use handler_kit::serde_json::{json, Map, Value};
+use handler_kit::{EffectHandler, Host, LogLevel, Outcome, Request, NO_PUBLISH};
 
 use crate::bundle;
 use crate::config::Policy;
 use crate::tool_ref;
 
-/// The effect this handler serves.
-pub const PUBLISH: &str = "Registry.Publish";
+/// The ops `Registry.Publish` accepts.
+const OPS: &[&str] = &["publish"];
+
+handler_kit::effect! {
+    /// Validate a bundle of transition documents and publish it as a new registry revision.
+    pub const PUBLISH = "Registry.Publish" { class: Write, ops: OPS }
+}
 
 /// The payload keys this handler reads; a key that differs from one of them
 /// only by case is refused.
@@ -23,7 +28,7 @@ const KNOWN_KEYS: [&str; 3] = ["op", "path", "bundle"];
 
 /// The request checks of [`check`].
 const RULES: Rules<'static> = Rules {
-    ops: &["publish"],
+    ops: OPS,
     known_keys: &KNOWN_KEYS,
     quote: Quote::Plain,
 };
@@ -160,7 +165,7 @@ impl RegistryHandler {
                 "publish {path}: file grew past the limit of {limit} bytes while being read"
             )));
         }
-        handler_api::serde_json::from_slice(&bytes)
+        handler_kit::serde_json::from_slice(&bytes)
             .map_err(|e| self.refuse(format!("publish {path}: the file is not JSON: {e}")))
     }
 
@@ -168,7 +173,7 @@ impl RegistryHandler {
         if let Err(refusal) = bundle::check(bundle, self.policy.max_documents) {
             return self.refuse(refusal);
         }
-        let text = match handler_api::serde_json::to_string(bundle) {
+        let text = match handler_kit::serde_json::to_string(bundle) {
             Ok(t) => t,
             Err(e) => {
                 return Outcome::failed(format!("publish: the bundle cannot be serialised: {e}"))
@@ -190,7 +195,7 @@ impl RegistryHandler {
         };
         let mut fields = Map::new();
         fields.insert("ok".into(), json!(true));
-        match handler_api::serde_json::from_str::<Value>(&answer) {
+        match handler_kit::serde_json::from_str::<Value>(&answer) {
             Ok(Value::Object(object)) => {
                 for (k, v) in object {
                     if !RESERVED.contains(&k.as_str()) {

@@ -64,9 +64,9 @@ mod bundle;
 mod config;
 mod handler;
 
-use handler_api::serde_json::Value;
-use handler_api::support::manifest::embedded_transitions;
-use handler_api::{export_plugin, EffectClass, EffectDecl, Host, Manifest, Plugin};
+use handler_kit::manifest::embedded_transitions;
+use handler_kit::serde_json::Value;
+use handler_kit::{export_plugin, Host, Manifest, Plugin};
 
 pub use bundle::{check as check_bundle, mcp_name, valid_id, MAX_MCP_NAME};
 pub use config::{
@@ -74,12 +74,12 @@ pub use config::{
     MAX_BUNDLE_BYTES_CEILING, MAX_DOCUMENTS_CEILING,
 };
 pub use handler::{RegistryHandler, PUBLISH};
-pub use handler_api::support::identity::ToolSource;
+pub use handler_kit::identity::ToolSource;
 
 /// `sha256:` + 64 hex identifying this handler build (the plugin library
 /// that ran, found with `dladdr`), and its source. Computed once per process.
 pub fn tool_ref() -> &'static (String, ToolSource) {
-    handler_api::tool_ref!()
+    handler_kit::tool_ref!()
 }
 
 /// The transition document this plugin ships.
@@ -98,18 +98,11 @@ impl Plugin for RegistryPlugin {
         Ok(Manifest {
             name: "registry".into(),
             version: env!("CARGO_PKG_VERSION").into(),
-            abi: handler_api::ABI_VERSION,
+            abi: handler_kit::ABI_VERSION,
             description:
                 "Publishes transition bundles (tools as data) into the daemon's registry (registry-publish)."
                     .into(),
-            effects: vec![EffectDecl {
-                name: PUBLISH.into(),
-                class: EffectClass::Write,
-                ops: vec!["publish".into()],
-                description:
-                    "Validate a bundle of transition documents and publish it as a new registry revision."
-                        .into(),
-            }],
+            effects: handler_kit::declared_effects!(),
             transitions,
             finish: Vec::new(),
             config_schema: config_schema(),

@@ -5,8 +5,8 @@
 use std::path::PathBuf;
 
 use broker_core::transition::Transition;
-use handler_api::serde_json::{json, Value};
-use handler_api::{EffectClass, Host, LoadedPlugin, Outcome, Plugin, Request};
+use handler_kit::serde_json::{json, Value};
+use handler_kit::{EffectClass, Host, LoadedPlugin, Outcome, Plugin, Request};
 use handler_test_support::{
     built_library, file_tool_ref, planned_payload, planned_refusal, shipped_document,
 };
@@ -90,7 +90,7 @@ fn the_built_library_loads() {
     let plugin = LoadedPlugin::load(&library()).unwrap_or_else(|e| panic!("{e}\n{}", e.detail()));
     let m = plugin.manifest().unwrap();
     assert_eq!(m.name, "registry");
-    assert_eq!(m.abi, handler_api::ABI_VERSION);
+    assert_eq!(m.abi, handler_kit::ABI_VERSION);
     assert!(plugin
         .new_handler(&json!({}), Host::noop().callbacks())
         .is_ok());

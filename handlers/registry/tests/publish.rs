@@ -7,8 +7,8 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 
 use broker_core::transition::Transition;
-use handler_api::serde_json::{json, Value};
-use handler_api::{
+use handler_kit::serde_json::{json, Value};
+use handler_kit::{
     EffectHandler, Host, HostServices, JsonObject, LogLevel, Outcome, Plugin, Request,
 };
 use worldd_registry::{RegistryHandler, RegistryPlugin};
@@ -51,7 +51,7 @@ impl HostServices for TestRegistry {
         if let Some(answer) = &self.answer {
             return answer.clone();
         }
-        let bundle: Value = handler_api::serde_json::from_str(bundle_json)
+        let bundle: Value = handler_kit::serde_json::from_str(bundle_json)
             .map_err(|e| format!("bundle is not JSON: {e}"))?;
         let docs = bundle["transitions"]
             .as_array()
@@ -179,7 +179,7 @@ fn an_inline_bundle_is_published_and_the_host_answer_returned() {
     assert_eq!(out.len(), 8, "{out:?}");
     let calls = host.calls();
     assert_eq!(calls.len(), 1);
-    let sent: Value = handler_api::serde_json::from_str(&calls[0]).unwrap();
+    let sent: Value = handler_kit::serde_json::from_str(&calls[0]).unwrap();
     assert_eq!(sent, bundle, "the host gets the bundle as given");
 }
 
@@ -192,7 +192,7 @@ fn a_bundle_file_in_the_worktree_is_published() {
     let bundle = json!({"transitions": [docs_read()]});
     fs::write(
         tmp.path().join("tools/docs.bundle.json"),
-        handler_api::serde_json::to_string_pretty(&bundle).unwrap(),
+        handler_kit::serde_json::to_string_pretty(&bundle).unwrap(),
     )
     .unwrap();
     let out = ok_output(h.execute(request(
@@ -202,7 +202,7 @@ fn a_bundle_file_in_the_worktree_is_published() {
     assert_eq!(out["ok"], json!(true), "{out:?}");
     assert_eq!(out["published"], json!(["docs-read"]));
     assert_eq!(out["unserved"], json!([]));
-    let sent: Value = handler_api::serde_json::from_str(&host.calls()[0]).unwrap();
+    let sent: Value = handler_kit::serde_json::from_str(&host.calls()[0]).unwrap();
     assert_eq!(sent, bundle);
     // A symlink that stays inside the worktree is followed.
     symlink("tools/docs.bundle.json", tmp.path().join("link.json")).unwrap();

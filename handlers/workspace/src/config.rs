@@ -1,11 +1,11 @@
 //! The operator's config, validated into the effective [`Policy`], and the
 //! policy's digest.
 
-use globset::{Glob, GlobBuilder, GlobSet, GlobSetBuilder};
-use handler_api::serde_json::{json, Value};
-use handler_api::support::config::{json_string, object as config_object};
-use handler_api::support::identity::sha256_hex;
-use handler_api::support::protect::fold_path;
+use handler_kit::config::{json_string, object as config_object};
+use handler_kit::dialect::glob::Glob;
+use handler_kit::identity::sha256_hex;
+use handler_kit::protect::fold_path;
+use handler_kit::serde_json::{json, Value};
 
 /// The reference daemon's `fs_deny_write` list: paths an agent may read but
 /// never write (CI config, agent settings, git plumbing files, the AILANG
@@ -49,7 +49,7 @@ pub struct Policy {
     /// Deny-write globs, as configured (reported in refusals).
     pub deny_write: Vec<String>,
     /// The globs folded and applied at every depth (`**/` + glob), index for index.
-    deny_set: GlobSet,
+    deny_globs: Vec<Glob>,
     /// Largest result `read` produces (canonical JSON bytes, `world` block included).
     pub max_read_bytes: u64,
     /// Largest content `write` stores (and largest file `edit` touches).
@@ -112,16 +112,13 @@ impl Policy {
         max_read_bytes: u64,
         max_write_bytes: u64,
     ) -> Result<Policy, String> {
-        let mut builder = GlobSetBuilder::new();
-        for pattern in &deny_write {
-            builder.add(compile(pattern)?);
-        }
-        let deny_set = builder
-            .build()
-            .map_err(|e| format!("workspace config: denyWrite cannot be compiled: {e}"))?;
+        let deny_globs = deny_write
+            .iter()
+            .map(|pattern| compile(pattern))
+            .collect::<Result<Vec<_>, _>>()?;
         Ok(Policy {
             deny_write,
-            deny_set,
+            deny_globs,
             max_read_bytes,
             max_write_bytes,
             allow_hard_links: false,
@@ -132,14 +129,10 @@ impl Policy {
     /// relative, `/`-separated), at any depth and after folding (see
     /// [`compile`]).
     pub fn denied_by(&self, paths: &[&str]) -> Option<&str> {
-        let mut first: Option<usize> = None;
-        for path in paths {
-            let folded = fold_path(path);
-            if let Some(&i) = self.deny_set.matches(folded.as_str()).iter().min() {
-                first = Some(first.map_or(i, |f| f.min(i)));
-            }
-        }
-        first
+        let folded: Vec<String> = paths.iter().map(|p| fold_path(p)).collect();
+        self.deny_globs
+            .iter()
+            .position(|glob| folded.iter().any(|path| glob.is_match(path)))
             .and_then(|i| self.deny_write.get(i))
             .map(String::as_str)
     }
@@ -167,19 +160,17 @@ impl Policy {
     }
 }
 
-/// Compile one deny glob: worldd's glob dialect (broker-core's `glob` module; `*` and `?`
-/// stay inside one component, `**` crosses them; `[ ] { } \\` reserved), folded like the paths
-/// it is matched against, and applied at every depth: `G` refuses a path when it matches the
-/// whole path or any tail of it that starts at a component (globset's `**/G`).
+/// Compile one deny glob: worldd's glob dialect ([`handler_kit::dialect::glob`], the code the
+/// plan language's `path-glob` rule runs; `*` and `?` stay inside one component, `**` crosses
+/// them; `[ ] { } \\` reserved), folded like the paths it is matched against, and applied at every
+/// depth: `G` refuses a path when it matches the whole path or any tail of it that starts at a
+/// component (`**/G`).
 pub fn compile(pattern: &str) -> Result<Glob, String> {
     if pattern.is_empty() {
         return Err("workspace config: denyWrite holds an empty glob".to_string());
     }
-    if let Some(c) = pattern.chars().find(|c| RESERVED.contains(c)) {
-        return Err(format!(
-            "workspace config: denyWrite glob \"{pattern}\" uses the reserved character \"{c}\"; worldd globs have only *, ** and ? (no classes, alternatives or escapes)"
-        ));
-    }
+    let reserved = |why: String| format!("workspace config: denyWrite glob \"{pattern}\" {why}");
+    handler_kit::dialect::glob::check(pattern).map_err(reserved)?;
     if pattern.starts_with('/') {
         return Err(format!(
             "workspace config: denyWrite glob \"{pattern}\" starts with \"/\"; globs are relative to the worktree and apply at every depth"
@@ -191,15 +182,9 @@ pub fn compile(pattern: &str) -> Result<Glob, String> {
     } else {
         format!("**/{folded}")
     };
-    GlobBuilder::new(&anywhere)
-        .literal_separator(true)
-        .backslash_escape(true)
-        .build()
-        .map_err(|e| format!("workspace config: denyWrite glob \"{pattern}\" is invalid: {e}"))
+    // Folding can turn a look-alike (`［`) into a reserved character: checked again.
+    Glob::new(&anywhere).map_err(reserved)
 }
-
-/// Characters reserved by worldd's glob dialect.
-const RESERVED: [char; 5] = ['[', ']', '{', '}', '\\'];
 
 fn limit(value: Option<&Value>, key: &str, default: u64, ceiling: u64) -> Result<u64, String> {
     match value {

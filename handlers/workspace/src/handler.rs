@@ -3,20 +3,22 @@
 
 use std::path::Path;
 
-use handler_api::serde_json::{json, Map, Value};
-use handler_api::support::output::Stamp;
-use handler_api::support::protect::git_component;
-use handler_api::support::request::{check, Quote, Rules};
-use handler_api::{EffectHandler, Host, LogLevel, Outcome, Request};
+use handler_kit::output::Stamp;
+use handler_kit::protect::git_component;
+use handler_kit::request::{check, Quote, Rules};
+use handler_kit::serde_json::{json, Map, Value};
+use handler_kit::{EffectHandler, Host, LogLevel, Outcome, Request};
 
 use crate::config::Policy;
 use crate::sandbox::{errno_text, lexical, PathError, ReadRules, Sandbox, Target, WriteError};
 use crate::tool_ref;
 
-/// Effect names.
-pub const READ: &str = "Workspace.Read";
-/// Effect names.
-pub const WRITE: &str = "Workspace.Write";
+handler_kit::effect! {
+    /// Read one UTF-8 file of the worktree.
+    pub const READ = "Workspace.Read" { class: Read, ops: &["read"] }
+    /// Atomically write a file, or replace one unique occurrence of a text in it.
+    pub const WRITE = "Workspace.Write" { class: Write, ops: &["write", "edit"] }
+}
 
 /// The payload keys this handler reads; a key that differs from one of them
 /// only by case is refused (an alias could otherwise smuggle a second value
@@ -328,20 +330,16 @@ fn overlaps(haystack: &str, needle: &str) -> bool {
 
 impl EffectHandler for WorkspaceHandler {
     fn execute(&self, request: Request) -> Outcome {
-        let effect = request.effect.as_str();
-        let ops: &[&str] = match effect {
-            READ => &["read"],
-            WRITE => &["write", "edit"],
-            other => {
-                return Outcome::failed(format!(
-                    "broker: the workspace plugin does not handle effect \"{other}\""
-                ))
-            }
+        let Some(effect) = handler_kit::declared!(&request.effect) else {
+            return Outcome::failed(format!(
+                "broker: the workspace plugin does not handle effect \"{}\"",
+                request.effect
+            ));
         };
         let checked = match check(
             &request,
             &Rules {
-                ops,
+                ops: effect.ops,
                 known_keys: &KNOWN_KEYS,
                 quote: Quote::Plain,
             },

@@ -75,7 +75,7 @@
 //!   open fail and the operation start again; it is never followed.
 //! - Names like `.git` are read-only at every depth: a component whose folded
 //!   form (NFKC, full case folding, NFKC, default-ignorable characters
-//!   dropped; `handler_api::support::protect`) is `.git` after trailing dots
+//!   dropped; `handler_kit::protect`) is `.git` after trailing dots
 //!   and spaces, or `git~1`. So `.GIT/x`, `．git/x` (U+FF0E), `sub/.git` (a
 //!   nested repository or gitfile) and `.git./x` are refused; reads are not.
 //! - Deny globs (worldd's glob dialect: `*`, `?`, `**`; `[ ] { } \` reserved)
@@ -110,22 +110,22 @@ mod config;
 mod handler;
 mod sandbox;
 
-use handler_api::serde_json::Value;
-use handler_api::support::manifest::embedded_transitions;
-use handler_api::{export_plugin, EffectClass, EffectDecl, Host, Manifest, Plugin};
+use handler_kit::manifest::embedded_transitions;
+use handler_kit::serde_json::Value;
+use handler_kit::{export_plugin, Host, Manifest, Plugin};
 
 pub use config::{
     compile as compile_deny_glob, config_schema, Policy, DEFAULT_DENY_WRITE,
     DEFAULT_MAX_READ_BYTES, DEFAULT_MAX_WRITE_BYTES, LIMIT_CEILING, RESULT_CAP,
 };
 pub use handler::{WorkspaceHandler, READ, WRITE};
-pub use handler_api::support::identity::ToolSource;
+pub use handler_kit::identity::ToolSource;
 
 /// `sha256:` + 64 hex identifying this handler build (the library the code
 /// was loaded from, see the crate docs), and its source. Computed once per
 /// process.
 pub fn tool_ref() -> &'static (String, ToolSource) {
-    handler_api::tool_ref!()
+    handler_kit::tool_ref!()
 }
 
 /// The transition documents this plugin ships, by file name.
@@ -155,24 +155,10 @@ impl Plugin for WorkspacePlugin {
         Ok(Manifest {
             name: "workspace".into(),
             version: env!("CARGO_PKG_VERSION").into(),
-            abi: handler_api::ABI_VERSION,
+            abi: handler_kit::ABI_VERSION,
             description: "Reads and writes files inside the episode's worktree (ailang-read, ailang-write, ailang-edit)."
                 .into(),
-            effects: vec![
-                EffectDecl {
-                    name: READ.into(),
-                    class: EffectClass::Read,
-                    ops: vec!["read".into()],
-                    description: "Read one UTF-8 file of the worktree.".into(),
-                },
-                EffectDecl {
-                    name: WRITE.into(),
-                    class: EffectClass::Write,
-                    ops: vec!["write".into(), "edit".into()],
-                    description: "Atomically write a file, or replace one unique occurrence of a text in it."
-                        .into(),
-                },
-            ],
+            effects: handler_kit::declared_effects!(),
             transitions,
             finish: Vec::new(),
             config_schema: config_schema(),

@@ -41,7 +41,7 @@ use cap_fs_ext::{DirExt, FollowSymlinks, OpenOptionsFollowExt, OpenOptionsMaybeD
 use cap_std::ambient_authority;
 use cap_std::fs::{Dir, File, MetadataExt, OpenOptions, OpenOptionsExt, Permissions};
 /// An errno-style text as Go prints it: `no such file or directory`.
-pub use handler_api::support::output::errno_text;
+pub use handler_kit::output::errno_text;
 
 /// Symlinks followed in one resolution before giving up (Linux's limit).
 const MAX_SYMLINK_HOPS: usize = 40;

@@ -8,8 +8,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use handler_api::serde_json::json;
-use handler_api::{EffectHandler, Host, Outcome, Plugin, Request};
+use handler_kit::serde_json::json;
+use handler_kit::{EffectHandler, Host, Outcome, Plugin, Request};
 use worldd_workspace::WorkspacePlugin;
 
 const CHILD_ENV: &str = "WORLDD_WORKSPACE_ATOMIC_CHILD";

@@ -4,8 +4,8 @@ use std::fs;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
-use handler_api::serde_json::json;
-use handler_api::{host_callbacks, HostServices, LoadedPlugin, LogLevel, Outcome, Request};
+use handler_kit::serde_json::json;
+use handler_kit::{host_callbacks, HostServices, LoadedPlugin, LogLevel, Outcome, Request};
 use handler_test_support::{built_library, file_tool_ref};
 
 /// `target/<profile>/libworldd_workspace.so`, found from this test binary.
@@ -31,7 +31,7 @@ fn the_built_library_loads_and_serves_a_read() {
     let plugin = LoadedPlugin::load(&path).unwrap_or_else(|e| panic!("{e}\n{}", e.detail()));
     let manifest = plugin.manifest().unwrap();
     assert_eq!(manifest.name, "workspace");
-    assert_eq!(manifest.abi, handler_api::ABI_VERSION);
+    assert_eq!(manifest.abi, handler_kit::ABI_VERSION);
     assert_eq!(manifest.transitions.len(), 3);
 
     let host = host_callbacks(Arc::new(Logs::default()));

@@ -11,8 +11,8 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use common::*;
-use handler_api::serde_json::{json, Value};
-use handler_api::{JsonObject, Outcome};
+use handler_kit::serde_json::{json, Value};
+use handler_kit::{JsonObject, Outcome};
 
 /// What a case must produce.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -368,7 +368,7 @@ fn escape_corpus_has_zero_escapes() {
     );
     for case in &cases {
         let out = output_of(&f, case);
-        let text = handler_api::serde_json::to_string(&out).unwrap();
+        let text = handler_kit::serde_json::to_string(&out).unwrap();
         let path = case.payload["path"].as_str().unwrap();
         assert!(
             !text.contains(CANARY),
@@ -376,7 +376,7 @@ fn escape_corpus_has_zero_escapes() {
             case.name
         );
         // The requested path is echoed; nothing else may name a host path.
-        let quoted = handler_api::serde_json::to_string(path).unwrap();
+        let quoted = handler_kit::serde_json::to_string(path).unwrap();
         let without_request = text.replace(&quoted[1..quoted.len() - 1], "");
         assert!(
             !without_request.contains(&host_path),
@@ -522,7 +522,7 @@ fn racing_symlink_swaps_never_escape() {
             let Outcome::Ok { output } = f.run(effect, payload.clone()) else {
                 panic!("{payload}: not an ok outcome")
             };
-            let text = handler_api::serde_json::to_string(&output).unwrap();
+            let text = handler_kit::serde_json::to_string(&output).unwrap();
             assert!(
                 !text.contains(CANARY),
                 "iteration {i}: {payload} read the canary: {text}"

@@ -6,8 +6,8 @@ use std::fs;
 use std::os::unix::fs::PermissionsExt;
 
 use common::*;
-use handler_api::serde_json::{json, Value};
-use handler_api::{EffectClass, Host, Outcome, Plugin};
+use handler_kit::serde_json::{json, Value};
+use handler_kit::{EffectClass, Host, Outcome, Plugin};
 use handler_test_support::sha256_hex;
 use worldd_workspace::{Policy, WorkspacePlugin, DEFAULT_MAX_READ_BYTES};
 
@@ -94,7 +94,7 @@ const WORLD_BLOCK: &str = r#","world":{"effects":[{"id":"e1","record":"sha256:00
 fn result_size(f: &Fixture, content: &str) -> usize {
     let body = json!({"content": content, "ok": true,
                       "policy_digest": f.handler.policy_digest(), "tool": f.handler.tool()});
-    handler_api::serde_json::to_string(&body).unwrap().len() + WORLD_BLOCK.len()
+    handler_kit::serde_json::to_string(&body).unwrap().len() + WORLD_BLOCK.len()
 }
 
 #[test]
@@ -506,7 +506,7 @@ fn scope_must_be_worktree() {
     let mut r = f.request("Workspace.Read", json!({"op": "read", "path": "a"}));
     r.scope = "repo".into();
     assert_eq!(
-        failed(handler_api::EffectHandler::execute(&f.handler, r)),
+        failed(handler_kit::EffectHandler::execute(&f.handler, r)),
         "broker: Workspace.Read refused: scope \"repo\" is not \"worktree\""
     );
 }
@@ -609,16 +609,16 @@ fn a_missing_or_relative_worktree_fails() {
     let mut r = f.request("Workspace.Read", json!({"op": "read", "path": "a"}));
     r.worktree = None;
     assert_eq!(
-        failed(handler_api::EffectHandler::execute(&f.handler, r.clone())),
+        failed(handler_kit::EffectHandler::execute(&f.handler, r.clone())),
         "broker: Workspace.Read refused: the request binds no worktree (scope \"worktree\" needs one)"
     );
     r.worktree = Some("relative/wt".into());
     assert_eq!(
-        failed(handler_api::EffectHandler::execute(&f.handler, r.clone())),
+        failed(handler_kit::EffectHandler::execute(&f.handler, r.clone())),
         "broker: Workspace.Read refused: the bound worktree is not an absolute path"
     );
     r.worktree = Some(f.tmp.path().join("gone").to_string_lossy().into_owned());
-    let message = failed(handler_api::EffectHandler::execute(&f.handler, r));
+    let message = failed(handler_kit::EffectHandler::execute(&f.handler, r));
     assert_eq!(
         message,
         "broker: Workspace.Read failed: the episode's worktree cannot be opened: no such file or directory"
@@ -690,7 +690,7 @@ fn policy_digest_is_sha256_of_the_canonical_policy() {
     );
     assert_eq!(policy.digest(), sha256_hex(canonical.as_bytes()));
     // The canonical form is valid JSON with sorted keys.
-    let parsed: Value = handler_api::serde_json::from_str(&canonical).unwrap();
+    let parsed: Value = handler_kit::serde_json::from_str(&canonical).unwrap();
     assert_eq!(parsed["maxReadBytes"], json!(1048576));
     // Any policy change changes the digest; the same policy gives the same one.
     let other = Policy::from_config(&json!({"maxReadBytes": 1})).unwrap();
@@ -716,7 +716,7 @@ fn policy_digest_is_sha256_of_the_canonical_policy() {
 fn manifest_declares_effects_transitions_and_schema() {
     let m = WorkspacePlugin::manifest().unwrap();
     assert_eq!(m.name, "workspace");
-    assert_eq!(m.abi, handler_api::ABI_VERSION);
+    assert_eq!(m.abi, handler_kit::ABI_VERSION);
     assert_eq!(m.effects.len(), 2);
     assert_eq!(m.effects[0].name, "Workspace.Read");
     assert_eq!(m.effects[0].class, EffectClass::Read);

@@ -6,17 +6,22 @@
 //!
 //! It ships the tool `stall-wait` (argument `ms`, a decimal string up to 600000). The handler
 //! deliberately ignores the deadline in its request: it stands for a plugin that hangs.
+//!
+//! It also ships `stall-wrong-op`, whose plan sends `Stall.Wait` the op `sleep`, which the
+//! effect's allowlist does not hold. The handler reads no op at all (it would sleep and answer
+//! `ok`): only the daemon's own check of the manifest's `ops`, before `execute`, refuses it.
 
 use std::time::Duration;
 
-use handler_api::serde_json::{self, json, Value};
-use handler_api::{
-    export_plugin, EffectClass, EffectDecl, EffectHandler, Host, JsonObject, Manifest, Outcome,
-    Plugin, Request,
+use handler_kit::serde_json::{self, json, Value};
+use handler_kit::{
+    export_plugin, EffectHandler, Host, JsonObject, Manifest, Outcome, Plugin, Request,
 };
 
-/// The effect that sleeps.
-pub const WAIT: &str = "Stall.Wait";
+handler_kit::effect! {
+    /// Sleep for the asked milliseconds.
+    pub const WAIT = "Stall.Wait" { class: Read, ops: &["wait"] }
+}
 
 /// Longest sleep a call may ask for.
 const MAX_MS: u64 = 600_000;
@@ -44,6 +49,30 @@ const TRANSITION: &str = r#"{
   }
 }"#;
 
+/// A tool whose plan sends an op outside `Stall.Wait`'s allowlist.
+const WRONG_OP: &str = r#"{
+  "id": "stall-wrong-op",
+  "title": "Send Stall.Wait an op it does not accept",
+  "description": "TEST TOOL. Plans Stall.Wait with op \"sleep\", which the effect's op allowlist does not hold: the daemon refuses it before the handler runs.",
+  "inputSchema": {
+    "type": "object",
+    "properties": {"ms": {"type": "string", "description": "Milliseconds the handler would sleep"}},
+    "required": ["ms"],
+    "additionalProperties": false
+  },
+  "outputSchema": {"type": "object", "required": ["world"]},
+  "access": {"effect": "Stall.Wait", "scope": "any", "cost": 0},
+  "declaredEffects": [{"effect": "Stall.Wait", "scope": "any", "cost": 1}],
+  "plan": {
+    "language": "world/plan-language/v1",
+    "arguments": [
+      {"name": "ms", "type": "string", "required": true, "rules": [{"rule": "max-bytes", "limit": 16}]}
+    ],
+    "effect": {"effect": "Stall.Wait", "scope": "any", "cost": 1},
+    "payload": {"fields": {"op": {"const": "sleep"}, "ms": {"argument": "ms"}}}
+  }
+}"#;
+
 pub struct StallPlugin;
 
 pub struct Stall;
@@ -52,20 +81,19 @@ impl Plugin for StallPlugin {
     type Handler = Stall;
 
     fn manifest() -> Result<Manifest, String> {
-        let transition: Value = serde_json::from_str(TRANSITION)
+        let transitions = [TRANSITION, WRONG_OP]
+            .iter()
+            .map(|text| serde_json::from_str::<Value>(text))
+            .collect::<Result<Vec<Value>, _>>()
             .map_err(|e| format!("shipped transition is not valid JSON: {e}"))?;
         Ok(Manifest {
             name: "stall".into(),
             version: env!("CARGO_PKG_VERSION").into(),
-            description: "TEST PLUGIN: sleeps on request, ignoring its deadline (stall-wait)."
-                .into(),
-            effects: vec![EffectDecl {
-                name: WAIT.into(),
-                class: EffectClass::Read,
-                ops: vec!["wait".into()],
-                description: "Sleep for the asked milliseconds.".into(),
-            }],
-            transitions: vec![transition],
+            description:
+                "TEST PLUGIN: sleeps on request, ignoring its deadline (stall-wait, stall-wrong-op)."
+                    .into(),
+            effects: handler_kit::declared_effects!(),
+            transitions,
             config_schema: json!({"type": "object", "additionalProperties": false, "properties": {}}),
             ..Manifest::default()
         })

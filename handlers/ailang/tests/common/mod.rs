@@ -6,8 +6,8 @@
 use std::fs;
 use std::path::{Path, PathBuf};
 
-use handler_api::serde_json::{json, Value};
-use handler_api::{EffectHandler, Host, JsonObject, Outcome, Plugin, Request};
+use handler_kit::serde_json::{json, Value};
+use handler_kit::{EffectHandler, Host, JsonObject, Outcome, Plugin, Request};
 pub use handler_test_support::sha256_hex;
 use worldd_ailang::{AilangHandler, AilangPlugin};
 
@@ -133,7 +133,7 @@ impl Fixture {
         fs::read_to_string(self.cache().join("standin.log"))
             .unwrap_or_default()
             .lines()
-            .map(|l| handler_api::serde_json::from_str(l).unwrap())
+            .map(|l| handler_kit::serde_json::from_str(l).unwrap())
             .collect()
     }
 

@@ -6,8 +6,8 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use handler_api::serde_json::{json, Value};
-use handler_api::{EffectHandler, Host, JsonObject, Outcome, Plugin, Request};
+use handler_kit::serde_json::{json, Value};
+use handler_kit::{EffectHandler, Host, JsonObject, Outcome, Plugin, Request};
 use worldd_git::{GitHandler, GitPlugin};
 
 pub const AUTHOR: &str = "World Test <world@example.invalid>";

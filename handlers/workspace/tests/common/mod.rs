@@ -5,8 +5,8 @@
 use std::fs;
 use std::path::{Path, PathBuf};
 
-use handler_api::serde_json::{json, Value};
-use handler_api::{EffectHandler, Host, JsonObject, Outcome, Plugin, Request};
+use handler_kit::serde_json::{json, Value};
+use handler_kit::{EffectHandler, Host, JsonObject, Outcome, Plugin, Request};
 use worldd_workspace::{WorkspaceHandler, WorkspacePlugin};
 
 /// The canary file's content: must never show up in any output.

@@ -150,20 +150,24 @@ fn reap_now(pid: libc::pid_t) {
 ///
 /// Only to be called in the child of `fork`; uses async-signal-safe calls only.
 unsafe fn watchdog(lifeline: libc::c_int) -> ! {
-    libc::setpgid(0, 0);
-    close_all_but(lifeline);
-    let mut byte = 0u8;
-    loop {
-        let n = libc::read(lifeline, (&mut byte as *mut u8).cast(), 1);
-        if n == 0 {
-            break;
+    // SAFETY: plain syscalls on our own process and descriptors, all async-signal-safe (the
+    // caller's contract: we are the child of `fork`); `byte` is a valid one-byte buffer.
+    unsafe {
+        libc::setpgid(0, 0);
+        close_all_but(lifeline);
+        let mut byte = 0u8;
+        loop {
+            let n = libc::read(lifeline, (&mut byte as *mut u8).cast(), 1);
+            if n == 0 {
+                break;
+            }
+            if n < 0 && *libc::__errno_location() != libc::EINTR {
+                break;
+            }
         }
-        if n < 0 && *libc::__errno_location() != libc::EINTR {
-            break;
-        }
+        libc::kill(0, libc::SIGKILL);
+        libc::_exit(0)
     }
-    libc::kill(0, libc::SIGKILL);
-    libc::_exit(0)
 }
 
 /// Close every descriptor except `keep`: the watchdog must hold no copy of the daemon's pipes
@@ -175,21 +179,26 @@ unsafe fn watchdog(lifeline: libc::c_int) -> ! {
 /// Only to be called in the child of `fork`.
 unsafe fn close_all_but(keep: libc::c_int) {
     let keep = keep as libc::c_uint;
-    let below = keep == 0 || libc::syscall(libc::SYS_close_range, 0u32, keep - 1, 0u32) == 0;
-    let above = libc::syscall(libc::SYS_close_range, keep + 1, u32::MAX, 0u32) == 0;
-    if below && above {
-        return;
-    }
-    // Kernels before 5.9 have no close_range: close one by one up to the descriptor limit.
-    let mut limit: libc::rlimit = std::mem::zeroed();
-    let max = if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) == 0 {
-        limit.rlim_cur.min(1 << 20) as libc::c_uint
-    } else {
-        4096
-    };
-    for fd in 0..max {
-        if fd != keep {
-            libc::close(fd as libc::c_int);
+    // SAFETY: close_range, getrlimit and close are async-signal-safe syscalls on our own
+    // descriptor table (the caller's contract: we are the child of `fork`); `limit` is plain
+    // old data for getrlimit to fill, so all-zero is a valid value.
+    unsafe {
+        let below = keep == 0 || libc::syscall(libc::SYS_close_range, 0u32, keep - 1, 0u32) == 0;
+        let above = libc::syscall(libc::SYS_close_range, keep + 1, u32::MAX, 0u32) == 0;
+        if below && above {
+            return;
+        }
+        // Kernels before 5.9 have no close_range: close one by one up to the descriptor limit.
+        let mut limit: libc::rlimit = std::mem::zeroed();
+        let max = if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) == 0 {
+            limit.rlim_cur.min(1 << 20) as libc::c_uint
+        } else {
+            4096
+        };
+        for fd in 0..max {
+            if fd != keep {
+                libc::close(fd as libc::c_int);
+            }
         }
     }
 }

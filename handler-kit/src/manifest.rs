@@ -1,6 +1,6 @@
 //! Pieces of a [`Manifest`](crate::Manifest).
 
-use serde_json::Value;
+use handler_api::serde_json::Value;
 
 /// Parse transition documents embedded in the plugin (`(file name, text)`,
 /// usually `include_str!`), in order, for [`Manifest::transitions`](crate::Manifest::transitions).

@@ -1,9 +1,9 @@
 //! worldd's one glob dialect: the plan language's `path-glob` rule and the workspace plugin's
-//! deny globs match paths the same way.
+//! deny globs are both this code.
 //!
-//! The deny globs are compiled by the `globset` crate (`literal_separator(true)`,
-//! `backslash_escape(true)`); this module matches exactly as globset does on every glob the
-//! dialect admits, and a differential test (`tests/glob_dialect.rs`) holds the two to it.
+//! The dialect is globset's reading of a glob with `literal_separator(true)` and
+//! `backslash_escape(true)`, restricted to the syntax below; a differential test
+//! (`tests/glob_agreement.rs`) holds this matcher to globset on a corpus and on random globs.
 //!
 //! The dialect, matched against the whole path, byte by byte:
 //!
@@ -19,7 +19,17 @@
 //! | `**` anywhere else (`a**`, `**a`, `a/**b`) | the same as `*` |
 //!
 //! `[`, `]`, `{`, `}` and `\` are reserved (globset's classes, alternatives and escapes) and
-//! refused in every glob ([`check`]), so the dialect has no syntax errors beyond them.
+//! refused in every glob ([`check`], [`Glob::new`]), so the dialect has no syntax errors beyond
+//! them.
+//!
+//! ```
+//! use dialect::glob::{matches, Glob};
+//!
+//! assert!(matches("docs/**/*.md", "docs/a.md"));
+//! let deny = Glob::new("**/.github/**").unwrap();
+//! assert!(deny.is_match("sub/.github/workflows/ci.yml"));
+//! assert!(Glob::new("[ab]").is_err());
+//! ```
 
 /// The reserved characters.
 pub const RESERVED: [char; 5] = ['[', ']', '{', '}', '\\'];
@@ -32,6 +42,27 @@ pub fn check(pattern: &str) -> Result<(), String> {
             c.to_string()
         )),
         None => Ok(()),
+    }
+}
+
+/// A glob checked and tokenised once, for matching many paths.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Glob {
+    toks: Vec<Tok>,
+}
+
+impl Glob {
+    /// Check `pattern` ([`check`]) and tokenise it.
+    pub fn new(pattern: &str) -> Result<Glob, String> {
+        check(pattern)?;
+        Ok(Glob {
+            toks: tokens(pattern),
+        })
+    }
+
+    /// Whether this glob matches the whole of `text`.
+    pub fn is_match(&self, text: &str) -> bool {
+        run(&self.toks, text)
     }
 }
 
@@ -114,7 +145,10 @@ fn tokens(pattern: &str) -> Vec<Tok> {
 /// Whether `pattern` matches the whole of `text` (see the module docs), in
 /// O(pattern × text).
 pub fn matches(pattern: &str, text: &str) -> bool {
-    let toks = tokens(pattern);
+    run(&tokens(pattern), text)
+}
+
+fn run(toks: &[Tok], text: &str) -> bool {
     let text = text.as_bytes();
     if toks == [Tok::Prefix] {
         return true;
@@ -123,7 +157,7 @@ pub fn matches(pattern: &str, text: &str) -> bool {
     // cur[i]: the tokens so far match text[..i].
     let mut cur = vec![false; n + 1];
     cur[0] = true;
-    for tok in &toks {
+    for tok in toks {
         let mut next = vec![false; n + 1];
         match *tok {
             Tok::Lit(c) => {

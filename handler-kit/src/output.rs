@@ -3,13 +3,13 @@
 //!
 //! worldd's plugins put two keys on every `ok` output, successes and
 //! refusals alike: `tool` (which build of the handler ran, e.g. the
-//! `sha256:` of its library, see `support::identity`) and
+//! `sha256:` of its library, see `identity`) and
 //! `policy_digest` (hex SHA-256 of the canonical JSON of the effective
 //! policy). [`Stamp`] holds both and builds those outputs.
 
 use std::io;
 
-use serde_json::json;
+use handler_api::serde_json::json;
 
 use crate::{JsonObject, Outcome};
 

@@ -40,3 +40,20 @@ pub fn transition_id(name: &str) -> Option<String> {
     }
     Some(out)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_escape_reversibly() {
+        assert_eq!(mcp_name("tools.echo"), "tools_decho");
+        assert_eq!(mcp_name("ailang-read"), "ailang-read");
+        assert_eq!(mcp_name("a_b/c.d"), "a_ub_sc_dd");
+        for id in ["tools.echo", "a_b/c.d", "x__y", "_._/"] {
+            assert_eq!(transition_id(&mcp_name(id)).as_deref(), Some(id));
+        }
+        assert_eq!(transition_id("bad_x"), None);
+        assert_eq!(transition_id("trailing_"), None);
+    }
+}

@@ -1,6 +1,6 @@
 //! Unit tests of the authoring helpers: every text, in the plugins' words.
 
-use serde_json::{json, Value};
+use handler_api::serde_json::{json, Value};
 
 use super::config;
 use super::manifest::embedded_transitions;
@@ -242,9 +242,7 @@ fn embedded_transitions_parse_in_order_and_name_the_bad_file() {
 
 #[cfg(feature = "identity")]
 mod identity {
-    use crate::support::identity::{
-        library_path, sha256_file, sha256_hex, tool_ref_at, ToolSource,
-    };
+    use crate::identity::{library_path, sha256_file, sha256_hex, tool_ref_at, ToolSource};
 
     #[test]
     fn sha256_helpers() {

@@ -18,9 +18,9 @@
 //! string arguments) with the same wording.
 //!
 //! ```
-//! use handler_api::serde_json::json;
-//! use handler_api::support::request::{check, Quote, Rules};
-//! use handler_api::{Outcome, Request};
+//! use handler_kit::serde_json::json;
+//! use handler_kit::request::{check, Quote, Rules};
+//! use handler_kit::{Outcome, Request};
 //!
 //! const RULES: Rules<'static> = Rules {
 //!     ops: &["read"],
@@ -44,7 +44,7 @@
 
 use std::path::Path;
 
-use serde_json::Value;
+use handler_api::serde_json::Value;
 
 use crate::{JsonObject, Outcome, Request};
 
@@ -71,18 +71,9 @@ impl Quote {
 }
 
 /// `s` as a JSON string literal, cut at the last character boundary at or
-/// below 256 bytes, with `…` before the closing quote when it was cut.
-pub fn json_quote(s: &str) -> String {
-    let mut end = s.len().min(256);
-    while !s.is_char_boundary(end) {
-        end -= 1;
-    }
-    let mut q = Value::String(s[..end].to_string()).to_string();
-    if end < s.len() {
-        q.insert(q.len() - 1, '…');
-    }
-    q
-}
+/// below 256 bytes, with `…` before the closing quote when it was cut
+/// ([`dialect::quote::quote`]).
+pub use dialect::quote::quote as json_quote;
 
 /// `failed("broker: <effect> refused: <why>")`.
 pub fn refused(effect: &str, why: impl std::fmt::Display) -> Outcome {

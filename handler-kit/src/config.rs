@@ -3,7 +3,7 @@
 
 use std::sync::OnceLock;
 
-use serde_json::Value;
+use handler_api::serde_json::Value;
 
 use crate::JsonObject;
 
@@ -33,9 +33,6 @@ pub fn object<'a>(
     Ok(object)
 }
 
-/// `s` as a JSON string literal, for a policy's canonical JSON (RFC 8785).
-/// serde_json's escaping (only `"`, `\` and control characters, lowercase
-/// `\u00xx`) is exactly RFC 8785's for strings.
-pub fn json_string(s: &str) -> String {
-    Value::String(s.to_string()).to_string()
-}
+/// `s` as a JSON string literal, for a policy's canonical JSON (RFC 8785):
+/// [`dialect::quote::json_string`].
+pub use dialect::quote::json_string;

@@ -5,7 +5,7 @@
 //! `libc` dependencies):
 //!
 //! ```toml
-//! handler-api = { path = "…/handler-api", features = ["identity"] }
+//! handler-kit = { path = "…/handler-kit", features = ["identity"] }
 //! ```
 //!
 //! The `tool` ref of a plugin is `sha256:` + the hex SHA-256 of the file its
@@ -16,11 +16,11 @@
 //! plugin crate (its own anchor function, its own package name and version):
 //!
 //! ```
-//! use handler_api::support::identity::ToolSource;
+//! use handler_kit::identity::ToolSource;
 //!
 //! /// `sha256:` + 64 hex identifying this handler build, and its source.
 //! pub fn tool_ref() -> &'static (String, ToolSource) {
-//!     handler_api::tool_ref!()
+//!     handler_kit::tool_ref!()
 //! }
 //!
 //! let (tool, source) = tool_ref();
@@ -118,20 +118,18 @@ pub fn library_path(_anchor: *const ()) -> Option<PathBuf> {
 /// library takes milliseconds; there is no reason to do it twice).
 ///
 /// Expands in the calling crate, so `dladdr` looks up a function of *that*
-/// crate (the plugin library, not wherever handler-api's code would live)
+/// crate (the plugin library, not wherever handler-kit's code would live)
 /// and the fallback names *its* `CARGO_PKG_NAME@CARGO_PKG_VERSION`. Needs the
-/// `identity` feature. See [`support::identity`](crate::support::identity).
+/// `identity` feature. See [`identity`](crate::identity).
 #[macro_export]
 macro_rules! tool_ref {
     () => {{
         // An address in the calling crate's code, for `dladdr`.
         fn __worldd_tool_ref_anchor() {}
-        static TOOL: ::std::sync::OnceLock<(
-            ::std::string::String,
-            $crate::support::identity::ToolSource,
-        )> = ::std::sync::OnceLock::new();
+        static TOOL: ::std::sync::OnceLock<(::std::string::String, $crate::identity::ToolSource)> =
+            ::std::sync::OnceLock::new();
         TOOL.get_or_init(|| {
-            $crate::support::identity::tool_ref_at(
+            $crate::identity::tool_ref_at(
                 __worldd_tool_ref_anchor as fn() as *const (),
                 ::std::concat!(
                     ::std::env!("CARGO_PKG_NAME"),

@@ -1,0 +1,23 @@
+//! worldd's dialect: the few textual conventions that every layer must read and write the
+//! same way, whichever side of the plugin boundary it sits on.
+//!
+//! | module | convention | used by |
+//! |---|---|---|
+//! | [`glob`] | the one glob dialect (`*`, `?`, `**`; `[ ] { } \` reserved) | the plan language's `path-glob` rule, the workspace plugin's deny globs |
+//! | [`quote`] | JSON string literals, and values quoted in refusals (escaped, cut at 256 bytes) | refusal texts of plans, plugins and the daemon; policy digests |
+//! | [`names`] | a transition id's MCP tool name and the 64-byte rule | the daemon's MCP surface, the registry plugin's bundle check |
+//!
+//! It is a crate of its own, with no dependencies, because its users cannot share any other:
+//! plugins never depend on broker-core or the daemon, the daemon should not depend on a plugin
+//! authoring kit for one function, and the ABI crate holds the ABI only. Two copies of a
+//! convention drift; one crate cannot.
+//!
+//! ```
+//! assert!(dialect::glob::matches("docs/**/*.md", "docs/a/b.md"));
+//! assert_eq!(dialect::quote::quote("say \"hi\"\n"), r#""say \"hi\"\n""#);
+//! assert_eq!(dialect::names::mcp_name("tools.echo"), "tools_decho");
+//! ```
+
+pub mod glob;
+pub mod names;
+pub mod quote;

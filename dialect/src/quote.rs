@@ -1,0 +1,138 @@
+//! JSON string literals, written one way everywhere.
+//!
+//! The escaping is RFC 8785's (and serde_json's): `"` and `\` get a backslash, `\b \t \n \f \r`
+//! their short forms, every other control character below U+0020 `\u00xx` (lowercase hex);
+//! everything else, U+007F and non-ASCII included, is written as it is. So a literal from
+//! [`json_string`] can be pasted into canonical JSON, and a value quoted into a message with
+//! [`quote`] can never break the message (no raw quote, newline or control character).
+//!
+//! | function | gives | for |
+//! |---|---|---|
+//! | [`json_string`] | the whole string as a JSON literal, quotes included | canonical JSON built by hand (policy digests), names in protocol errors |
+//! | [`quote`] | a JSON literal of at most [`MAX_QUOTED_BYTES`] bytes of the value, `…` before the closing quote when cut | values a caller controls, quoted into a refusal |
+//! | [`escape`] | the inside of [`quote`], without the quotes | refusal templates that write the quotes themselves (`path "{value}" refused`) |
+//! | [`json_string_len`] | the bytes [`json_string`] would produce, without building it | sizing a result before it exists |
+
+/// Longest part of a value (in bytes of the value, before escaping) that [`quote`] and
+/// [`escape`] write; a longer value is cut at the last character boundary at or below it.
+pub const MAX_QUOTED_BYTES: usize = 256;
+
+/// The escape of one character inside a JSON string, or `None` when it stands for itself.
+fn escape_of(c: char) -> Option<&'static str> {
+    Some(match c {
+        '"' => "\\\"",
+        '\\' => "\\\\",
+        '\n' => "\\n",
+        '\r' => "\\r",
+        '\t' => "\\t",
+        '\u{8}' => "\\b",
+        '\u{c}' => "\\f",
+        _ => return None,
+    })
+}
+
+fn push_escaped(out: &mut String, s: &str) {
+    for c in s.chars() {
+        match escape_of(c) {
+            Some(e) => out.push_str(e),
+            None if (c as u32) < 0x20 => {
+                const HEX: &[u8; 16] = b"0123456789abcdef";
+                let n = c as usize;
+                out.push_str("\\u00");
+                out.push(HEX[n >> 4] as char);
+                out.push(HEX[n & 0xf] as char);
+            }
+            None => out.push(c),
+        }
+    }
+}
+
+/// `s` cut at the last character boundary at or below [`MAX_QUOTED_BYTES`], and whether it was
+/// cut.
+fn bounded(s: &str) -> (&str, bool) {
+    if s.len() <= MAX_QUOTED_BYTES {
+        return (s, false);
+    }
+    let mut end = MAX_QUOTED_BYTES;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    (&s[..end], true)
+}
+
+/// The whole of `s` as a JSON string literal, quotes included.
+pub fn json_string(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() + 2);
+    out.push('"');
+    push_escaped(&mut out, s);
+    out.push('"');
+    out
+}
+
+/// `s` escaped as inside a JSON string (no quotes), cut after [`MAX_QUOTED_BYTES`] bytes of
+/// `s` with `…` appended when it was cut.
+pub fn escape(s: &str) -> String {
+    let (part, cut) = bounded(s);
+    let mut out = String::with_capacity(part.len() + 4);
+    push_escaped(&mut out, part);
+    if cut {
+        out.push('…');
+    }
+    out
+}
+
+/// `s` as a JSON string literal for a message: [`escape`] between double quotes, so at most
+/// [`MAX_QUOTED_BYTES`] bytes of `s` and `…` before the closing quote when it was cut.
+pub fn quote(s: &str) -> String {
+    format!("\"{}\"", escape(s))
+}
+
+/// The length in bytes of [`json_string`]`(s)`, computed without building it.
+pub fn json_string_len(s: &str) -> u64 {
+    let escapes: u64 = s
+        .bytes()
+        .map(|b| match b {
+            b'"' | b'\\' | 0x08 | b'\t' | b'\n' | 0x0c | b'\r' => 1,
+            b if b < 0x20 => 5,
+            _ => 0,
+        })
+        .sum();
+    s.len() as u64 + escapes + 2
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_character_below_0x80_is_escaped_as_serde_json_does() {
+        for n in 0u32..0x80 {
+            let c = char::from_u32(n).unwrap_or('?');
+            let s = format!("a{c}b");
+            let expected = serde_json::to_string(&s).unwrap_or_default();
+            assert_eq!(json_string(&s), expected, "U+{n:04X}");
+            assert_eq!(json_string_len(&s), expected.len() as u64, "U+{n:04X}");
+        }
+        let s = "é\u{7f}\u{2028}😀";
+        assert_eq!(json_string(s), serde_json::to_string(s).unwrap_or_default());
+    }
+
+    #[test]
+    fn quoted_values_are_cut_at_a_character_boundary() {
+        assert_eq!(quote("a\"b\\c\nd\u{1}"), r#""a\"b\\c\nd\u0001""#);
+        assert_eq!(escape("a\"b"), r#"a\"b"#);
+        let exact = "x".repeat(MAX_QUOTED_BYTES);
+        assert_eq!(quote(&exact), format!("\"{exact}\""));
+        let long = format!("{}é", "x".repeat(MAX_QUOTED_BYTES - 1));
+        assert_eq!(
+            quote(&long),
+            format!("\"{}…\"", "x".repeat(MAX_QUOTED_BYTES - 1))
+        );
+        // Escapes do not count against the bound: it is the value's bytes that are cut.
+        let quotes = "\"".repeat(MAX_QUOTED_BYTES + 1);
+        assert_eq!(
+            escape(&quotes),
+            format!("{}…", "\\\"".repeat(MAX_QUOTED_BYTES))
+        );
+    }
+}
