@@ -64,6 +64,13 @@ pub struct PluginOptions {
     pub publisher: Option<Publisher>,
 }
 
+impl PluginOptions {
+    /// Whether the plugin `name` is enabled: every plugin when no `--handler` was given.
+    pub fn is_selected(&self, name: &str) -> bool {
+        self.selected.is_empty() || self.selected.iter().any(|s| s == name)
+    }
+}
+
 impl std::fmt::Debug for PluginOptions {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("PluginOptions")
@@ -323,13 +330,88 @@ fn shipped_transitions(info: &PluginInfo) -> Result<Vec<Transition>, PluginError
         .collect()
 }
 
+/// What `serve` checks of one plugin before it runs any of the plugin's code beyond the
+/// manifest, and what `worldd handlers` reports: the transitions it ships are valid documents;
+/// and, when it is selected, its effective config passes the top level of its schema and no
+/// plugin selected before it claims one of its effects. `claimed` collects the effects of the
+/// selected plugins, in scan order. (The plugin's constructor then validates its config fully
+/// and may decline; only `serve` runs it.)
+pub fn check(
+    info: &PluginInfo,
+    opts: &PluginOptions,
+    claimed: &mut HashMap<String, PathBuf>,
+) -> Result<Checked, PluginError> {
+    let transitions = shipped_transitions(info)?;
+    let config = effective_config(opts, &info.manifest);
+    let selected = opts.is_selected(&info.manifest.name);
+    if selected {
+        check_config(&info.manifest.config_schema, &config)
+            .map_err(|e| PluginError::new(&info.path, e))?;
+        for e in &info.manifest.effects {
+            if let Some(other) = claimed.get(&e.name) {
+                return Err(PluginError::new(
+                    &info.path,
+                    format!(
+                        "effect {} is already claimed by {}",
+                        e.name,
+                        other.display()
+                    ),
+                ));
+            }
+        }
+        for e in &info.manifest.effects {
+            claimed.insert(e.name.clone(), info.path.clone());
+        }
+    }
+    Ok(Checked {
+        config,
+        transitions,
+        selected,
+    })
+}
+
+/// One plugin that passed [`check`].
+#[derive(Debug)]
+pub struct Checked {
+    /// Its effective config.
+    pub config: Value,
+    /// The transitions it ships, validated.
+    pub transitions: Vec<Transition>,
+    /// Whether it is enabled here (`--handler`).
+    pub selected: bool,
+}
+
+/// Every `--handler NAME` names a plugin that was found; else the error lists what was found
+/// and the libraries that would not load.
+fn check_selected(
+    opts: &PluginOptions,
+    found: &[String],
+    broken: &[String],
+) -> Result<(), PluginError> {
+    match opts.selected.iter().find(|s| !found.contains(s)) {
+        None => Ok(()),
+        Some(s) => Err(PluginError::new(
+            &opts.dir,
+            format!(
+                "--handler {s}: no plugin of that name here (found: {}){}",
+                found.join(", "),
+                if broken.is_empty() {
+                    String::new()
+                } else {
+                    format!("; not loadable: {}", broken.join("; "))
+                }
+            ),
+        )),
+    }
+}
+
 /// Load the selected plugins and build their handlers.
 pub fn load(opts: &PluginOptions) -> Result<PluginSet, PluginError> {
     let mut handlers = Handlers::new();
     let mut transitions = Vec::new();
     let mut plugins = Vec::new();
     let mut classes = HashMap::new();
-    let mut owners: HashMap<String, PathBuf> = HashMap::new();
+    let mut claimed: HashMap<String, PathBuf> = HashMap::new();
     let mut found = Vec::new();
     let mut declined = Vec::new();
     let mut broken = Vec::new();
@@ -347,16 +429,14 @@ pub fn load(opts: &PluginOptions) -> Result<PluginSet, PluginError> {
             }
         };
         found.push(info.manifest.name.clone());
-        if !opts.selected.is_empty() && !opts.selected.contains(&info.manifest.name) {
+        let checked = check(&info, opts, &mut claimed)?;
+        if !checked.selected {
             // Not enabled here: its tools are still published, so a call to one is refused
             // by R8 ("not enabled for this daemon") rather than looking like an unknown tool.
-            transitions.extend(shipped_transitions(&info)?);
+            transitions.extend(checked.transitions);
             continue;
         }
         let name = info.manifest.name.clone();
-        let config = effective_config(opts, &info.manifest);
-        check_config(&info.manifest.config_schema, &config)
-            .map_err(|e| PluginError::new(&info.path, e))?;
         let publishes = info
             .manifest
             .effects
@@ -370,14 +450,13 @@ pub fn load(opts: &PluginOptions) -> Result<PluginSet, PluginError> {
                 None
             },
         }));
-        let shipped = shipped_transitions(&info)?;
-        let handler = match plugin.new_handler(&config, host) {
+        let handler = match plugin.new_handler(&checked.config, host) {
             Ok(h) => h,
             // A plugin may decline to start (e.g. a tool binary is not configured): its tools
             // are still published, and refused by R8 when called.
             Err(e) if e.starts_with(DECLINED) => {
                 tracing::warn!(plugin = %name, path = %info.path.display(), "plugin {name} not started: {e}");
-                transitions.extend(shipped);
+                transitions.extend(checked.transitions);
                 declined.push((info, e));
                 continue;
             }
@@ -390,45 +469,26 @@ pub fn load(opts: &PluginOptions) -> Result<PluginSet, PluginError> {
         };
         let adapter: Arc<dyn EffectHandler> = Arc::new(PluginHandler {
             identity: info.identity(),
+            plugin: name.clone(),
+            ops: info
+                .manifest
+                .effects
+                .iter()
+                .map(|e| (e.name.clone(), e.ops.clone()))
+                .collect(),
             handler,
         });
         for e in &info.manifest.effects {
-            if let Some(other) = owners.get(&e.name) {
-                return Err(PluginError::new(
-                    &info.path,
-                    format!(
-                        "effect {} is already claimed by {}",
-                        e.name,
-                        other.display()
-                    ),
-                ));
-            }
-            owners.insert(e.name.clone(), info.path.clone());
             classes.insert(e.name.clone(), e.class);
             handlers
                 .insert(&e.name, adapter.clone())
                 .map_err(|m| PluginError::new(&info.path, m))?;
         }
-        transitions.extend(shipped);
+        transitions.extend(checked.transitions);
         tracing::info!(plugin = %name, version = %info.manifest.version, path = %info.path.display(), "loaded plugin");
         plugins.push(info);
     }
-    for s in &opts.selected {
-        if !found.contains(s) {
-            return Err(PluginError::new(
-                &opts.dir,
-                format!(
-                    "--handler {s}: no plugin of that name here (found: {}){}",
-                    found.join(", "),
-                    if broken.is_empty() {
-                        String::new()
-                    } else {
-                        format!("; not loadable: {}", broken.join("; "))
-                    }
-                ),
-            ));
-        }
-    }
+    check_selected(opts, &found, &broken)?;
     Ok(PluginSet {
         handlers,
         transitions,
@@ -441,7 +501,37 @@ pub fn load(opts: &PluginOptions) -> Result<PluginSet, PluginError> {
 /// A plugin's handler as broker-core sees it.
 struct PluginHandler {
     identity: HandlerIdentity,
+    /// The plugin's manifest name, for messages.
+    plugin: String,
+    /// Each effect's op allowlist, from the manifest.
+    ops: HashMap<String, Vec<String>>,
     handler: LoadedHandler,
+}
+
+impl PluginHandler {
+    /// The manifest's op allowlist, enforced before the plugin runs: a payload whose `op` is
+    /// not one of the effect's `ops` (or that has an `op` where the effect declares none) is a
+    /// failed effect, and the plugin is never called.
+    fn refuse_op(&self, effect: &str, payload: &Map<String, Value>) -> Option<String> {
+        let allowed = self.ops.get(effect).map(Vec::as_slice).unwrap_or_default();
+        let why = match (payload.get("op"), allowed.is_empty()) {
+            (None, true) => return None,
+            (Some(Value::String(op)), false) if allowed.iter().any(|a| a == op) => return None,
+            (Some(Value::String(op)), false) => format!(
+                "refuses op {}: not in the op allowlist of plugin {}'s manifest ({})",
+                dialect::quote::quote(op),
+                self.plugin,
+                allowed.join(", ")
+            ),
+            (Some(_), true) => format!(
+                "refuses the payload key \"op\": plugin {}'s manifest declares no ops for it",
+                self.plugin
+            ),
+            (None, false) => "refused: payload has no \"op\"".to_string(),
+            (Some(_), false) => "refused: payload key \"op\" must be a string".to_string(),
+        };
+        Some(format!("broker: {effect} {why}"))
+    }
 }
 
 impl EffectHandler for PluginHandler {
@@ -450,6 +540,9 @@ impl EffectHandler for PluginHandler {
     }
 
     fn execute(&self, req: &EffectRequest<'_>) -> HandlerOutcome {
+        if let Some(message) = self.refuse_op(req.effect, req.payload) {
+            return HandlerOutcome::Failed(message);
+        }
         let request = Request {
             invocation_id: req.invocation_id.to_owned(),
             episode: req.episode.to_owned(),
@@ -488,15 +581,20 @@ pub fn report(opts: &PluginOptions) -> Result<String, PluginError> {
     let scanned = scan(&opts.dir)?;
     let _ = writeln!(out, "plugin directory {}", opts.dir.display());
     let mut n = 0;
+    let mut claimed = HashMap::new();
+    let mut found = Vec::new();
+    let mut broken = Vec::new();
     for s in &scanned {
         match s {
             Scanned::Broken(e) => {
                 let _ = writeln!(out, "\n{}\n  not loadable: {}", e.path, e.cause);
+                broken.push(e.to_string());
             }
             Scanned::Plugin(info, _) => {
                 n += 1;
                 let m = &info.manifest;
-                let selected = opts.selected.is_empty() || opts.selected.contains(&m.name);
+                found.push(m.name.clone());
+                let selected = opts.is_selected(&m.name);
                 let _ = writeln!(
                     out,
                     "\n{} {} (abi {}){}\n  file {}\n  library {}",
@@ -542,24 +640,24 @@ pub fn report(opts: &PluginOptions) -> Result<String, PluginError> {
                         ids.join(", ")
                     }
                 );
-                // The same check `serve` makes before it publishes them.
-                for doc in &m.transitions {
-                    if let Err(e) = Transition::from_value(doc.clone()) {
-                        let _ = writeln!(out, "  transition problem: {e}");
-                    }
-                }
                 if !m.finish.is_empty() {
                     let _ = writeln!(out, "  finish functions: {}", m.finish.join(", "));
                 }
-                let config = effective_config(opts, m);
-                let _ = writeln!(out, "  config {}", config);
-                if let Err(e) = check_config(&m.config_schema, &config) {
-                    let _ = writeln!(out, "  config problem: {e}");
+                let _ = writeln!(out, "  config {}", effective_config(opts, m));
+                // Exactly the checks `serve` makes before it builds the handler.
+                if let Err(e) = check(info, opts, &mut claimed) {
+                    let _ = writeln!(out, "  problem: {}", e.cause);
                 }
             }
         }
     }
-    let broken = scanned.len() - n;
-    let _ = writeln!(out, "\n{n} plugin(s), {broken} library(ies) not loadable");
+    if let Err(e) = check_selected(opts, &found, &broken) {
+        let _ = writeln!(out, "\nproblem: {}", e.cause);
+    }
+    let _ = writeln!(
+        out,
+        "\n{n} plugin(s), {} library(ies) not loadable",
+        broken.len()
+    );
     Ok(out)
 }

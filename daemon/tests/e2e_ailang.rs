@@ -42,8 +42,8 @@ fn program(mode: &str, row: &str) -> String {
 
 /// A daemon serving both plugins with the stand-in as the tool binary, plus `extra` flags.
 fn start(extra: &[&str]) -> Daemon {
-    let bin = standin();
-    let mut args = vec!["--tool-ailang-bin", path_str(&bin)];
+    let bin = format!("ailang.bin={}", path_str(&standin()));
+    let mut args = vec!["--plugin-config", bin.as_str()];
     args.extend_from_slice(extra);
     Daemon::start(PLUGINS, &args)
 }
@@ -225,21 +225,21 @@ fn a_capability_the_operator_did_not_enable_fails_the_effect_and_nothing_runs() 
     let mut log = String::new();
     stderr.read_to_string(&mut log).unwrap();
     assert!(
-        log.contains("broker: Ailang.RunEnv refused: capability \"Env\" is not enabled by the operator (serve --run-allow-caps)"),
+        log.contains("broker: Ailang.RunEnv refused: capability \"Env\" is not enabled by the operator (ailang config runAllowCaps)"),
         "{log}"
     );
 
-    // The same call on a deployment started with --run-allow-caps Env runs the program
+    // The same call on a deployment started with runAllowCaps ["Env"] runs the program
     // under a trusted_host variant of the policy.
     let bin = standin();
     let d = Daemon::start_in(
         dir,
         PLUGINS,
         &[
-            "--tool-ailang-bin",
-            path_str(&bin),
-            "--run-allow-caps",
-            "Env",
+            "--plugin-config",
+            &format!("ailang.bin={}", path_str(&bin)),
+            "--plugin-config",
+            r#"ailang.runAllowCaps=["Env"]"#,
         ],
     );
     let out = call(
@@ -270,7 +270,7 @@ fn a_capability_the_operator_did_not_enable_fails_the_effect_and_nothing_runs() 
     assert_eq!(status(&out), "failed");
     let log = daemon_stderr(d);
     assert!(
-        log.contains("broker: Ailang.RunNet refused: capability \"Net\" is not enabled by the operator (serve --run-allow-caps)"),
+        log.contains("broker: Ailang.RunNet refused: capability \"Net\" is not enabled by the operator (ailang config runAllowCaps)"),
         "{log}"
     );
 }
@@ -348,7 +348,7 @@ fn builtins_search_and_ailang_check_are_reshaped_by_their_finish() {
         )
     );
 
-    // examples-search without --examples-dir: refused without running, stamped.
+    // examples-search without an examplesDir: refused without running, stamped.
     let before = standin_log(&d, "ep1").len();
     let out = call(
         &d,
@@ -362,7 +362,7 @@ fn builtins_search_and_ailang_check_are_reshaped_by_their_finish() {
     assert!(out["refused"]
         .as_str()
         .unwrap()
-        .starts_with("no examples corpus configured: start worldd serve with --examples-dir DIR"));
+        .starts_with("no examples corpus configured: start worldd serve with --plugin-config ailang.examplesDir=DIR"));
     let tool = format!(
         "sha256:{}",
         hex::encode(<sha2::Sha256 as sha2::Digest>::digest(
@@ -444,7 +444,7 @@ fn without_tool_ailang_bin_the_plugin_declines_and_its_tools_are_refused_by_r8()
     assert_r8(&d, &token, "nobin");
     let log = daemon_stderr(d);
     assert!(
-        log.contains("declined: no ailang binary configured (start worldd serve with --tool-ailang-bin PATH)"),
+        log.contains("declined: no ailang binary configured (start worldd serve with --plugin-config ailang.bin=PATH)"),
         "{log}"
     );
 }

@@ -16,7 +16,7 @@ use serde_json::{json, Value};
 
 const WS_AILANG: &[&str] = &["worldd_workspace", "worldd_ailang"];
 const DECLINED: &str =
-    "declined: no ailang binary configured (start worldd serve with --tool-ailang-bin PATH)";
+    "declined: no ailang binary configured (start worldd serve with --plugin-config ailang.bin=PATH)";
 const R8_RUN: &str =
     "transition declares an effect this daemon has no handler for (Ailang.Run, Ailang.RunEnv, Ailang.RunNet)";
 

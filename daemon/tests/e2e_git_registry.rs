@@ -17,7 +17,10 @@ const AUTHOR: &str = "World Test <world@example.invalid>";
 const R8: &str = "transition declares an effect this daemon has no handler for";
 
 fn start() -> Daemon {
-    Daemon::start(PLUGINS, &["--git-author", AUTHOR])
+    Daemon::start(
+        PLUGINS,
+        &["--plugin-config", &format!("git.author={AUTHOR}")],
+    )
 }
 
 // ------------------------------------------------------------------ helpers
@@ -233,7 +236,7 @@ fn git_commit_in_a_worktree_that_is_not_a_repository_is_refused() {
 
 #[test]
 fn without_an_author_the_git_plugin_declines_and_git_commit_is_r8() {
-    // No --git-author and no identity in git's configuration either.
+    // No git.author and no identity in git's configuration either.
     let d = Daemon::start_env(
         PLUGINS,
         &[],
@@ -250,6 +253,75 @@ fn without_an_author_the_git_plugin_declines_and_git_commit_is_r8() {
     assert_eq!(
         git(&d.root().join("ep1"), &["rev-list", "--count", "HEAD"]).trim(),
         "1"
+    );
+}
+
+#[test]
+fn the_deprecated_git_author_flag_still_sets_the_author_and_warns() {
+    let d = Daemon::start(PLUGINS, &["--git-author", "Old Flag <old@example.invalid>"]);
+    let token = d.session("ep1", &["Git.Commit=worktree:3"]);
+    let wt = d.root().join("ep1");
+    init_repo(&wt);
+    std::fs::write(wt.join("a.txt"), "a\n").unwrap();
+    let out = mcp_call(&d, &token, "git-commit", json!({"message": "m"}));
+    assert_eq!(out["ok"], true, "{out}");
+    assert_eq!(
+        git(&wt, &["log", "-1", "--format=%an <%ae>"]).trim(),
+        "Old Flag <old@example.invalid>"
+    );
+    let (_dir, log) = d.halt_with_log();
+    assert!(
+        log.contains("--git-author is deprecated and will be removed in the next release: use --plugin-config git.author=VALUE"),
+        "{log}"
+    );
+}
+
+#[test]
+fn without_an_author_the_git_plugin_takes_the_identity_git_config_gives_and_says_so() {
+    // The daemon starts in a repository whose own config names an identity; the global one is
+    // hidden, so that identity is the only one there is.
+    let here = tempfile::tempdir().unwrap();
+    git(here.path(), &["init", "-q"]);
+    git(here.path(), &["config", "user.name", "Local Identity"]);
+    git(
+        here.path(),
+        &["config", "user.email", "local@example.invalid"],
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let plugin_dir = dir.path().join("plugins");
+    std::fs::create_dir_all(&plugin_dir).unwrap();
+    for p in PLUGINS {
+        let lib = plugin_library(p);
+        std::fs::copy(&lib, plugin_dir.join(lib.file_name().unwrap())).unwrap();
+    }
+    let mut cmd = Command::new(WORLDD);
+    cmd.arg("serve")
+        .arg("--db")
+        .arg(dir.path().join("db"))
+        .arg("--workspace-root")
+        .arg(dir.path().join("worktrees"))
+        .args(["--bind", "127.0.0.1:0", "--plugin-dir"])
+        .arg(&plugin_dir)
+        .current_dir(here.path())
+        .env("GIT_CONFIG_GLOBAL", "/dev/null")
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    let d = Daemon::spawn(dir, cmd);
+    let token = d.session("ep1", &["Git.Commit=worktree:3"]);
+    let wt = d.root().join("ep1");
+    init_repo(&wt);
+    std::fs::write(wt.join("a.txt"), "a\n").unwrap();
+    let out = mcp_call(&d, &token, "git-commit", json!({"message": "m"}));
+    assert_eq!(out["ok"], true, "{out}");
+    assert_eq!(
+        git(&wt, &["log", "-1", "--format=%an <%ae>"]).trim(),
+        "Local Identity <local@example.invalid>"
+    );
+    let (_dir, log) = d.halt_with_log();
+    assert!(
+        log.contains("git plugin: commits are authored by Local Identity <local@example.invalid>, the identity `git config user.name` / `user.email` gives here"),
+        "{log}"
     );
 }
 

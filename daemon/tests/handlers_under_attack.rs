@@ -274,3 +274,30 @@ fn killed_daemon_leaves_no_git_child_or_filter() {
     // The repository's own index was never locked: git staged into a private copy.
     assert!(!wt.join(".git/index.lock").exists());
 }
+
+#[test]
+fn plan_sending_an_op_outside_the_manifest_allowlist_never_reaches_the_plugin() {
+    // `stall-wrong-op` plans Stall.Wait with op "sleep"; the stall plugin's manifest allows only
+    // "wait", and its handler reads no op at all: had it been called, it would answer ok.
+    let d = Daemon::start(&["worldd_stall"], &[]);
+    let token = d.session("ep1", &["Stall.Wait=any:5"]);
+    let a = mcp(
+        &d,
+        &token,
+        "tools/call",
+        json!({"name": "stall-wrong-op", "arguments": {"ms": "0"}}),
+    );
+    assert_eq!(a.status, 200, "{}", a.text());
+    let v = a.sse_json();
+    let out = &v["result"]["structuredContent"];
+    assert_eq!(out["world"]["effects"][0]["status"], "failed", "{v}");
+    assert!(out.get("slept_ms").is_none(), "{v}");
+    // The budget unit is spent, as for any failed effect.
+    let b = get(&d.url("/v1/budget"), Some(&token)).json();
+    assert_eq!(b["grants"][0]["spent"], 1, "{b}");
+    let (_dir, log) = d.halt_with_log();
+    assert!(
+        log.contains("effect failed: broker: Stall.Wait refuses op \"sleep\": not in the op allowlist of plugin stall's manifest (wait)"),
+        "{log}"
+    );
+}

@@ -10,8 +10,8 @@ use clap::{Args, Parser, Subcommand};
 
 mod client;
 mod doctor;
-mod git_author;
 mod manual;
+mod plugin_config;
 mod quickstart;
 mod reconcile;
 mod secret_file;
@@ -67,7 +67,7 @@ pub struct Cli {
 pub enum Command {
     /// Run the daemon.
     #[command(
-        after_help = "Examples:\n  worldd serve\n  worldd serve --db /srv/world/db --workspace-root /srv/world/wt --handler workspace\n  worldd serve --config world.toml --bind 127.0.0.1:0\n  worldd serve --tool-ailang-bin /usr/local/bin/ailang --git-author \"Ada <ada@example.com>\""
+        after_help = "Examples:\n  worldd serve\n  worldd serve --db /srv/world/db --workspace-root /srv/world/wt --handler workspace\n  worldd serve --config world.toml --bind 127.0.0.1:0\n  worldd serve --plugin-config hello.greeting=hi --plugin-config hello.limits='[1,2]'"
     )]
     Serve(serve::ServeArgs),
     /// Create ./.world, a demo episode and credential, print the MCP client configuration,

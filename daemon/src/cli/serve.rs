@@ -13,6 +13,7 @@ use clap::Args;
 use serde::Deserialize;
 use serde_json::Value;
 
+use super::plugin_config::{self, DeprecatedFlags, Override};
 use super::{CliResult, Failure};
 use crate::edge::{self, ServerSection};
 use crate::limits::LimitsSection;
@@ -33,59 +34,23 @@ pub struct PluginArgs {
     /// A TOML file: `[serve]` settings and one `[plugins.NAME]` table per plugin.
     #[arg(long)]
     pub config: Option<PathBuf>,
-    /// The `ailang` binary the Ailang plugin runs (its `bin` config key).
-    #[arg(long)]
-    pub tool_ailang_bin: Option<PathBuf>,
-    /// An AILANG examples corpus for examples-search (`examplesDir`).
-    #[arg(long)]
-    pub examples_dir: Option<PathBuf>,
-    /// Capabilities beyond IO and FS that ailang-run may use: Env, Net, Declassify
-    /// (`runAllowCaps`).
-    #[arg(long, value_delimiter = ',')]
-    pub run_allow_caps: Vec<String>,
-    /// A loopback IP:PORT that Net runs may reach (repeatable; `runNetAllow`).
-    #[arg(long)]
-    pub run_net_allow: Vec<String>,
-    /// Allow plain HTTP to the --run-net-allow hosts (`runNetAllowHttp`).
-    #[arg(long)]
-    pub run_net_allow_http: bool,
-    /// The author of Git.Commit commits, "Name <email>" (the git plugin's `author`).
-    #[arg(long)]
-    pub git_author: Option<String>,
+    /// Set one key of a plugin's config over its `[plugins.NAME]` table (repeatable); VALUE is
+    /// read as JSON when it parses, else as a string.
+    #[arg(long = "plugin-config", value_name = "NAME.KEY=VALUE")]
+    pub plugin_config: Vec<String>,
+    #[command(flatten)]
+    pub deprecated: DeprecatedFlags,
 }
 
 impl PluginArgs {
-    /// Flags that set keys of one plugin's config: they override the config file.
-    fn overrides(&self) -> Vec<(&'static str, &'static str, Value)> {
-        let mut out = Vec::new();
-        let path = |p: &PathBuf| Value::String(p.display().to_string());
-        if let Some(b) = &self.tool_ailang_bin {
-            out.push(("ailang", "bin", path(b)));
+    /// `--plugin-config` and the deprecated flags, in the order they apply (the deprecated
+    /// flags first, so an explicit `--plugin-config` of the same key wins).
+    fn overrides(&self) -> Result<Vec<Override>, String> {
+        let mut out = self.deprecated.overrides();
+        for text in &self.plugin_config {
+            out.push(Override::parse(text).map_err(|e| e.to_string())?);
         }
-        if let Some(d) = &self.examples_dir {
-            out.push(("ailang", "examplesDir", path(d)));
-        }
-        if !self.run_allow_caps.is_empty() {
-            out.push((
-                "ailang",
-                "runAllowCaps",
-                Value::from(self.run_allow_caps.clone()),
-            ));
-        }
-        if !self.run_net_allow.is_empty() {
-            out.push((
-                "ailang",
-                "runNetAllow",
-                Value::from(self.run_net_allow.clone()),
-            ));
-        }
-        if self.run_net_allow_http {
-            out.push(("ailang", "runNetAllowHttp", Value::Bool(true)));
-        }
-        if let Some(a) = &self.git_author {
-            out.push(("git", "author", Value::String(a.clone())));
-        }
-        out
+        Ok(out)
     }
 }
 
@@ -204,13 +169,16 @@ fn read_config(path: &Option<PathBuf>) -> Result<ConfigFile, Failure> {
     toml::from_str(&text).map_err(|e| startup("config", format!("{}: {e}", path.display())))
 }
 
-fn toml_to_json(t: &toml::Table) -> Value {
-    serde_json::to_value(t).unwrap_or(Value::Null)
-}
-
-/// Plugin options from flags over the config file.
-pub fn plugin_options(args: &PluginArgs, file: &ConfigFile) -> PluginOptions {
-    PluginOptions {
+/// Plugin options from the flags over the config file. `Err` names the table or flag that
+/// cannot be read.
+pub fn plugin_options(args: &PluginArgs, file: &ConfigFile) -> Result<PluginOptions, String> {
+    let mut configs = BTreeMap::new();
+    for (name, table) in &file.plugins {
+        let value = serde_json::to_value(table).map_err(|e| format!("[plugins.{name}]: {e}"))?;
+        configs.insert(name.clone(), value);
+    }
+    plugin_config::apply(&mut configs, args.overrides()?);
+    Ok(PluginOptions {
         dir: args
             .plugin_dir
             .clone()
@@ -221,31 +189,15 @@ pub fn plugin_options(args: &PluginArgs, file: &ConfigFile) -> PluginOptions {
         } else {
             args.handlers.clone()
         },
-        configs: {
-            let mut configs: BTreeMap<String, Value> = file
-                .plugins
-                .iter()
-                .map(|(k, v)| (k.clone(), toml_to_json(v)))
-                .collect();
-            for (plugin, key, value) in args.overrides() {
-                let entry = configs
-                    .entry(plugin.to_owned())
-                    .or_insert_with(|| Value::Object(Default::default()));
-                if let Some(obj) = entry.as_object_mut() {
-                    obj.insert(key.to_owned(), value);
-                }
-            }
-            super::git_author::fill_default(&mut configs);
-            configs
-        },
+        configs,
         state_root: None,
         publisher: None,
-    }
+    })
 }
 
 pub fn handlers(a: HandlersArgs) -> CliResult {
     let file = read_config(&a.plugins.config)?;
-    let opts = plugin_options(&a.plugins, &file);
+    let opts = plugin_options(&a.plugins, &file).map_err(Failure::usage)?;
     let text = plugins::report(&opts).map_err(|e| Failure::usage(e.to_string()))?;
     print!("{text}");
     Ok(())
@@ -272,6 +224,8 @@ pub fn bind_now(addr: SocketAddr) -> Result<std::net::TcpListener, Failure> {
 
 pub fn run_with(a: ServeArgs, launch: Launch) -> CliResult {
     let file = read_config(&a.plugins.config)?;
+    // Before anything is created: a setting that cannot be read stops here.
+    let mut opts = plugin_options(&a.plugins, &file).map_err(|e| startup("config", e))?;
     let db =
         a.db.clone()
             .or_else(|| file.serve.db.clone())
@@ -331,7 +285,6 @@ pub fn run_with(a: ServeArgs, launch: Launch) -> CliResult {
     // One daemon per store: the per-episode ordering of calls lives in its memory.
     let _lock = writer_lock(&db)?;
     store.report_indeterminate_each();
-    let mut opts = plugin_options(&a.plugins, &file);
     // Plugins get absolute paths: they run with the worktree as their working directory.
     let state_root =
         std::path::absolute(db.join("plugin-state")).unwrap_or_else(|_| db.join("plugin-state"));
@@ -340,16 +293,6 @@ pub fn run_with(a: ServeArgs, launch: Launch) -> CliResult {
     opts.publisher = Some(publisher(store.clone(), served.clone()));
     let set = plugins::load(&opts).map_err(|e| startup("plugins", e))?;
     warn_when_nothing_serves(&opts.dir, &set);
-    let author_given = a.plugins.git_author.is_some()
-        || file
-            .plugins
-            .get("git")
-            .is_some_and(|t| t.contains_key("author"));
-    if !author_given && set.plugins.iter().any(|p| p.manifest.name == "git") {
-        if let Some(author) = opts.configs.get("git").and_then(|c| c["author"].as_str()) {
-            tracing::info!("git plugin: commits are authored by {author}, the identity `git config user.name` / `user.email` gives here (--git-author or [plugins.git] author chooses another)");
-        }
-    }
     let catalog = catalog_of(&set);
     let _ = served.set(
         set.handlers

@@ -15,13 +15,13 @@ use handler_kit::serde_json::{json, Value};
 /// `declined: ` prefix, so the loader skips the plugin with one log line (its tools stay
 /// published and are refused by R8) instead of stopping start-up as for a bad config.
 pub const DECLINE: &str =
-    "declined: no ailang binary configured (start worldd serve with --tool-ailang-bin PATH)";
+    "declined: no ailang binary configured (start worldd serve with --plugin-config ailang.bin=PATH)";
 
 /// Every capability a run may name, in the canonical order used for policy files, file
 /// names and outputs (the base policy lists `["IO", "FS"]` in this order).
 pub const CAPS: [&str; 5] = ["IO", "FS", "Declassify", "Env", "Net"];
 
-/// Capabilities an operator must enable (`--run-allow-caps`); IO and FS always are.
+/// Capabilities an operator must enable (`runAllowCaps`); IO and FS always are.
 pub const OPERATOR_CAPS: [&str; 3] = ["Declassify", "Env", "Net"];
 
 const KEYS: [&str; 6] = [
@@ -84,7 +84,7 @@ fn string_list<'a>(
     }
 }
 
-/// One `--run-net-allow` entry: a canonical loopback `IP:PORT`, port 1–65535. Canonical means
+/// One `runNetAllow` entry: a canonical loopback `IP:PORT`, port 1–65535. Canonical means
 /// it reads back exactly as written (`127.0.0.1:8080`, `[::1]:8080`), so the policy file, the
 /// summary check and the operator all see the same text.
 pub fn net_allow_entry(entry: &str) -> Result<String, String> {
@@ -169,27 +169,27 @@ pub fn config_schema() -> Value {
         "additionalProperties": false,
         "properties": {
             "bin": {
-                "description": "The operator's `ailang` binary (serve --tool-ailang-bin). Without it the plugin declines to start and its tools are refused by R8. It is copied into stateDir/bin/<sha256>/ailang at start-up and runs from there, so the `tool` ref in outputs names exactly the bytes that ran.",
+                "description": "The operator's `ailang` binary (--plugin-config ailang.bin=PATH). Without it the plugin declines to start and its tools are refused by R8. It is copied into stateDir/bin/<sha256>/ailang at start-up and runs from there, so the `tool` ref in outputs names exactly the bytes that ran.",
                 "type": "string"
             },
             "examplesDir": {
-                "description": "An AILANG examples corpus (manifest.json plus runnable/), passed to every ailang child as AILANG_EXAMPLES (serve --examples-dir). Without it examples-search is refused without running anything.",
+                "description": "An AILANG examples corpus (manifest.json plus runnable/), passed to every ailang child as AILANG_EXAMPLES (--plugin-config ailang.examplesDir=DIR). Without it examples-search is refused without running anything.",
                 "type": "string"
             },
             "runAllowCaps": {
-                "description": "Capabilities beyond IO and FS that ailang-run may grant a program: Declassify, Env, Net (serve --run-allow-caps).",
+                "description": "Capabilities beyond IO and FS that ailang-run may grant a program: Declassify, Env, Net (ailang config runAllowCaps).",
                 "type": "array",
                 "items": {"type": "string", "enum": OPERATOR_CAPS},
                 "default": []
             },
             "runNetAllow": {
-                "description": "Canonical loopback IP:PORT entries (port 1-65535) a Net run may reach (serve --run-net-allow). A Net run needs at least one.",
+                "description": "Canonical loopback IP:PORT entries (port 1-65535) a Net run may reach (ailang config runNetAllow). A Net run needs at least one.",
                 "type": "array",
                 "items": {"type": "string"},
                 "default": []
             },
             "runNetAllowHttp": {
-                "description": "Allow plain HTTP to the runNetAllow hosts (serve --run-net-allow-http).",
+                "description": "Allow plain HTTP to the runNetAllow hosts (--plugin-config ailang.runNetAllowHttp=true).",
                 "type": "boolean",
                 "default": false
             },

@@ -102,7 +102,7 @@ const KNOWN_KEYS: [&str; 10] = [
 
 /// The examples-search refusal when no corpus is configured (the reference's text, with our
 /// command name).
-pub const NO_CORPUS: &str = "no examples corpus configured: start worldd serve with --examples-dir DIR (an AILANG examples corpus: manifest.json plus runnable/; `ailang examples download` makes one at ~/.ailang/examples)";
+pub const NO_CORPUS: &str = "no examples corpus configured: start worldd serve with --plugin-config ailang.examplesDir=DIR (an AILANG examples corpus: manifest.json plus runnable/; `ailang examples download` makes one at ~/.ailang/examples)";
 
 /// Which effect family a request belongs to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -746,13 +746,13 @@ impl AilangHandler {
         for cap in CAPS.iter().filter(|c| caps.contains(c)) {
             if !matches!(*cap, "IO" | "FS") && !self.run_allow_caps.contains(cap) {
                 return Some(Outcome::failed(format!(
-                    "broker: {effect} refused: capability \"{cap}\" is not enabled by the operator (serve --run-allow-caps)"
+                    "broker: {effect} refused: capability \"{cap}\" is not enabled by the operator (ailang config runAllowCaps)"
                 )));
             }
         }
         if caps.contains(&"Net") && self.run_net_allow.is_empty() {
             return Some(Outcome::failed(format!(
-                "broker: {effect} refused: Net names no reachable host:port (serve --run-net-allow)"
+                "broker: {effect} refused: Net names no reachable host:port (ailang config runNetAllow)"
             )));
         }
         None

@@ -36,9 +36,9 @@
 //! in this effect's op allowlist`, `broker: <E> refused: key "OP" aliases "op"`, `broker: <E>
 //! refused: payload is not a JSON object`, `broker: Ailang.CLI refused: flag "write" writes the
 //! worktree; Ailang.CLI never writes (use Workspace.Write)`, and the operator gates
-//! `broker: <E> refused: capability "<c>" is not enabled by the operator (serve
-//! --run-allow-caps)` and `broker: Ailang.RunNet refused: Net names no reachable host:port
-//! (serve --run-net-allow)`. Also failed: a policy whose summary does not match, a child that
+//! `broker: <E> refused: capability "<c>" is not enabled by the operator
+//! (ailang config runAllowCaps)` and `broker: Ailang.RunNet refused: Net names no reachable host:port
+//! (ailang config runNetAllow)`. Also failed: a policy whose summary does not match, a child that
 //! times out (its whole process group is SIGKILLed) or writes more than 8 MiB to stdout or
 //! stderr.
 //!

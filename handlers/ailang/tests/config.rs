@@ -19,7 +19,7 @@ fn new(config: Value) -> Result<(), String> {
 fn without_bin_the_plugin_declines_with_one_clear_line() {
     assert_eq!(
         DECLINE,
-        "declined: no ailang binary configured (start worldd serve with --tool-ailang-bin PATH)"
+        "declined: no ailang binary configured (start worldd serve with --plugin-config ailang.bin=PATH)"
     );
     for config in [
         json!({}),

@@ -71,7 +71,7 @@ fn examples_search_without_a_corpus_refuses_without_running_anything() {
         json!({"ok": false, "refused": NO_CORPUS, "tool": f.tool(), "policy_digest": digest})
     );
     assert!(NO_CORPUS.starts_with(
-        "no examples corpus configured: start worldd serve with --examples-dir DIR (an AILANG examples corpus: manifest.json plus runnable/;"
+        "no examples corpus configured: start worldd serve with --plugin-config ailang.examplesDir=DIR (an AILANG examples corpus: manifest.json plus runnable/;"
     ));
     // The same for ailang-cli's examples ops.
     let out = f.ok(CLI, json!({"op": "examples_list"}));

@@ -309,9 +309,9 @@ fn operator_gates_fail_the_effect_and_nothing_runs() {
     let f = Fixture::new();
     f.put("p.ail", &program("plain", "IO"));
     let cases = [
-        (RUN_ENV, json!(["IO", "Env"]), "broker: Ailang.RunEnv refused: capability \"Env\" is not enabled by the operator (serve --run-allow-caps)"),
-        (RUN_NET, json!(["Net"]), "broker: Ailang.RunNet refused: capability \"Net\" is not enabled by the operator (serve --run-allow-caps)"),
-        (RUN, json!(["IO", "Declassify"]), "broker: Ailang.Run refused: capability \"Declassify\" is not enabled by the operator (serve --run-allow-caps)"),
+        (RUN_ENV, json!(["IO", "Env"]), "broker: Ailang.RunEnv refused: capability \"Env\" is not enabled by the operator (ailang config runAllowCaps)"),
+        (RUN_NET, json!(["Net"]), "broker: Ailang.RunNet refused: capability \"Net\" is not enabled by the operator (ailang config runAllowCaps)"),
+        (RUN, json!(["IO", "Declassify"]), "broker: Ailang.Run refused: capability \"Declassify\" is not enabled by the operator (ailang config runAllowCaps)"),
     ];
     for (effect, caps, message) in cases {
         assert_eq!(
@@ -326,7 +326,7 @@ fn operator_gates_fail_the_effect_and_nothing_runs() {
             RUN_NET,
             json!({"op": "run", "path": "p.ail", "caps": ["IO", "Net"]})
         ),
-        "broker: Ailang.RunNet refused: Net names no reachable host:port (serve --run-net-allow)"
+        "broker: Ailang.RunNet refused: Net names no reachable host:port (ailang config runNetAllow)"
     );
     // Nothing ran: no child at all, not even the policy summary, and no policy file.
     assert!(f.log().is_empty() && g.log().is_empty());

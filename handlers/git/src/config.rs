@@ -13,7 +13,7 @@ pub const DECLINED: &str = "declined: ";
 
 /// The constructor's answer when no author is configured.
 pub const NO_AUTHOR: &str =
-    "declined: no commit author configured (start worldd serve with --git-author \"Name <email>\")";
+    "declined: no commit author configured (start worldd serve with --plugin-config git.author=\"Name <email>\")";
 
 /// Default time one commit (all its git runs together) may take: under the
 /// daemon's 10 s handler deadline, so a slow repository is a clear `failed`
@@ -169,7 +169,7 @@ pub fn config_schema() -> Value {
         "additionalProperties": false,
         "properties": {
             "author": {
-                "description": "Author and committer of every Git.Commit commit, \"Name <email>\" (worldd serve --git-author). Required: without it the plugin does not start and git-commit is refused (R8).",
+                "description": "Author and committer of every Git.Commit commit, \"Name <email>\" (worldd serve --plugin-config git.author=\"Name <email>\"). Without it, the identity `git config user.name` / `user.email` gives where the daemon starts; with neither, the plugin does not start and git-commit is refused (R8).",
                 "type": "string",
                 "minLength": 1,
                 "maxLength": MAX_AUTHOR_BYTES

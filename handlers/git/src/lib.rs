@@ -78,14 +78,16 @@
 //! {"author": "World Test <world@example.invalid>", "stateDir": "/srv/world/db/plugin-state/git", "timeoutMs": 8000}
 //! ```
 //!
-//! `author` is required: without it the constructor declines (`declined: no
-//! commit author configured (start worldd serve with --git-author "Name
-//! <email>")`) and the daemon starts without the plugin. `stateDir` is
-//! injected by the daemon. Unknown keys are refused.
+//! Without an `author` key the plugin takes the identity `git config user.name` /
+//! `user.email` gives in the directory the daemon started in, and says so in the daemon's log.
+//! With neither, the constructor declines (`declined: no commit author configured (start
+//! worldd serve with --plugin-config git.author="Name <email>")`) and the daemon starts
+//! without the plugin. `stateDir` is injected by the daemon. Unknown keys are refused.
 
 mod config;
 mod git;
 mod handler;
+mod identity;
 mod locks;
 mod nested;
 
@@ -94,7 +96,7 @@ use std::time::{Duration, Instant};
 
 use handler_kit::manifest::embedded_transitions;
 use handler_kit::serde_json::Value;
-use handler_kit::{export_plugin, Host, Manifest, Plugin};
+use handler_kit::{export_plugin, Host, LogLevel, Manifest, Plugin};
 
 pub use config::{
     config_schema, Author, Policy, DECLINED, DEFAULT_TIMEOUT_MS, MAX_TIMEOUT_MS, NO_AUTHOR,
@@ -137,6 +139,23 @@ impl Plugin for GitPlugin {
     }
 
     fn new(config: Value, host: Host) -> Result<GitHandler, String> {
+        let program = git::find_program(std::env::var_os("PATH").as_deref());
+        GitPlugin::build(config, host, || {
+            identity::configured(program.as_deref()?, std::path::Path::new("."))
+        })
+    }
+}
+
+impl GitPlugin {
+    /// [`Plugin::new`] with the default author taken from `default_author` instead of git's
+    /// configuration where the daemon runs: called only when the config has no `author` key,
+    /// and the author it gives is logged.
+    pub fn build(
+        config: Value,
+        host: Host,
+        default_author: impl FnOnce() -> Option<String>,
+    ) -> Result<GitHandler, String> {
+        let config = with_default_author(config, default_author, &host);
         let policy = Policy::from_config(&config)?;
         let path_var = std::env::var_os("PATH");
         let Some(program) = git::find_program(path_var.as_deref()) else {
@@ -186,6 +205,31 @@ impl Plugin for GitPlugin {
         }
         Ok(GitHandler::new(policy, runner, temp, host))
     }
+}
+
+/// `config` with an `author` from `default_author` when it has no `author` key; says so in the
+/// daemon's log.
+fn with_default_author(
+    config: Value,
+    default_author: impl FnOnce() -> Option<String>,
+    host: &Host,
+) -> Value {
+    let mut object = match config {
+        Value::Null => handler_kit::JsonObject::new(),
+        Value::Object(o) if !o.contains_key("author") => o,
+        other => return other,
+    };
+    let Some(author) = default_author() else {
+        return Value::Object(object);
+    };
+    host.log(
+        LogLevel::Info,
+        &format!(
+            "git plugin: commits are authored by {author}, the identity `git config user.name` / `user.email` gives here (--plugin-config git.author=\"Name <email>\" or [plugins.git] author chooses another)"
+        ),
+    );
+    object.insert("author".into(), Value::String(author));
+    Value::Object(object)
 }
 
 fn create_private_dir(path: &std::path::Path) -> std::io::Result<()> {

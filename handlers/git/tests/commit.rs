@@ -463,14 +463,47 @@ fn without_an_author_the_plugin_declines() {
         json!({"author": ""}),
         json!({"stateDir": "/tmp/x"}),
     ] {
-        let err = GitPlugin::new(config.clone(), Host::noop()).err().unwrap();
+        // No author in the config, and none in git's configuration where the daemon runs.
+        let err = GitPlugin::build(config.clone(), Host::noop(), || None)
+            .err()
+            .unwrap();
         assert_eq!(
             err,
-            "declined: no commit author configured (start worldd serve with --git-author \"Name <email>\")",
+            "declined: no commit author configured (start worldd serve with --plugin-config git.author=\"Name <email>\")",
             "{config}"
         );
         assert!(err.starts_with(worldd_git::DECLINED));
     }
+}
+
+#[test]
+fn without_an_author_key_the_identity_from_git_config_is_taken_and_logged() {
+    struct Log(std::sync::Mutex<Vec<String>>);
+    impl handler_kit::HostServices for Log {
+        fn log(&self, _level: handler_kit::LogLevel, message: &str) {
+            self.0.lock().unwrap().push(message.to_owned());
+        }
+    }
+    let log = std::sync::Arc::new(Log(Default::default()));
+    let host = Host::from_services(log.clone());
+    let handler = GitPlugin::build(json!({"timeoutMs": 5000}), host, || {
+        Some("Ada Lovelace <ada@example.com>".into())
+    })
+    .unwrap();
+    assert_eq!(
+        handler.policy().author.display(),
+        "Ada Lovelace <ada@example.com>"
+    );
+    assert_eq!(
+        *log.0.lock().unwrap(),
+        ["git plugin: commits are authored by Ada Lovelace <ada@example.com>, the identity `git config user.name` / `user.email` gives here (--plugin-config git.author=\"Name <email>\" or [plugins.git] author chooses another)"]
+    );
+    // An author in the config wins, and the identity is never looked up.
+    let handler = GitPlugin::build(json!({"author": AUTHOR}), Host::noop(), || {
+        panic!("looked up")
+    })
+    .unwrap();
+    assert_eq!(handler.policy().author.display(), AUTHOR);
 }
 
 #[test]
@@ -491,7 +524,10 @@ fn bad_config_is_refused_in_one_line() {
         (json!([1]), "git config must be a JSON object"),
     ];
     for (config, text) in cases {
-        let err = GitPlugin::new(config.clone(), Host::noop()).err().unwrap();
+        // No author in the config, and none in git's configuration where the daemon runs.
+        let err = GitPlugin::build(config.clone(), Host::noop(), || None)
+            .err()
+            .unwrap();
         assert_eq!(err, text, "{config}");
         assert!(!err.starts_with("declined: "));
     }
