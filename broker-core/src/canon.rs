@@ -356,38 +356,10 @@ fn decimal_increment(digits: &str) -> Option<String> {
     None
 }
 
-/// Writes `s` as a JSON string with RFC 8785 §3.2.2.2 minimal escaping.
+/// Writes `s` as a JSON string with RFC 8785 §3.2.2.2 minimal escaping: worldd's one JSON
+/// string writer, [`dialect::quote::push_json_string`].
 fn write_string(out: &mut String, s: &str) {
-    out.push('"');
-    // Copy runs of unescaped characters in one go.
-    let mut run_start = 0;
-    for (i, c) in s.char_indices() {
-        let escape: Option<&str> = match c {
-            '"' => Some("\\\""),
-            '\\' => Some("\\\\"),
-            '\u{08}' => Some("\\b"),
-            '\t' => Some("\\t"),
-            '\n' => Some("\\n"),
-            '\u{0c}' => Some("\\f"),
-            '\r' => Some("\\r"),
-            c if c < '\u{20}' => Some(""),
-            _ => None,
-        };
-        let Some(escape) = escape else { continue };
-        out.push_str(s.get(run_start..i).unwrap_or_default());
-        run_start = i + c.len_utf8();
-        if escape.is_empty() {
-            // Remaining control characters: \u00xx with lowercase hex.
-            let b = c as u32;
-            out.push_str("\\u00");
-            out.push(char::from_digit((b >> 4) & 0xf, 16).unwrap_or('0'));
-            out.push(char::from_digit(b & 0xf, 16).unwrap_or('0'));
-        } else {
-            out.push_str(escape);
-        }
-    }
-    out.push_str(s.get(run_start..).unwrap_or_default());
-    out.push('"');
+    dialect::quote::push_json_string(out, s);
 }
 
 // ---------------------------------------------------------------------------

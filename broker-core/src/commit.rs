@@ -122,18 +122,22 @@ pub fn rest_commit(
         ));
     }
     // The commit must be self-consistent before anything else, including an idempotent resend.
-    if !commit.entry.hash_is_valid() {
+    let recomputed = Entry::compute_hash(&commit.entry.header, &commit.entry.transition_ref)
+        .map_err(|e| CommitError::Log(e.into()))?;
+    if recomputed != commit.entry.entry_hash {
         return Err(CommitError::Log(LogError::Invalid(format!(
-            "entryHash {} does not match the recomputed {}",
-            commit.entry.entry_hash,
-            Entry::compute_hash(&commit.entry.header, &commit.entry.transition_ref)
+            "entryHash {} does not match the recomputed {recomputed}",
+            commit.entry.entry_hash
         ))));
     }
-    if commit.world.reference() != commit.world_ref {
+    let recomputed = commit
+        .world
+        .reference()
+        .map_err(|e| CommitError::Log(e.into()))?;
+    if recomputed != commit.world_ref {
         return Err(CommitError::Log(LogError::Invalid(format!(
-            "world ref {} does not match the recomputed {}",
-            commit.world_ref,
-            commit.world.reference()
+            "world ref {} does not match the recomputed {recomputed}",
+            commit.world_ref
         ))));
     }
     if let Some(id) = &commit.invocation_id {

@@ -390,7 +390,6 @@ pub struct Coordinator {
     store: Store,
     handlers: Handlers,
     config: CoordinatorConfig,
-    interpreter: Ref,
     episodes: Arc<EpisodeTurns>,
     in_flight: Arc<Mutex<HashSet<String>>>,
     registry_cache: Mutex<Arc<Registry>>,
@@ -676,7 +675,6 @@ impl Coordinator {
         Coordinator {
             store,
             handlers,
-            interpreter: log::interpreter_ref(),
             episodes: Arc::default(),
             in_flight: Arc::default(),
             registry_cache: Mutex::new(Arc::new(Registry::default())),
@@ -1379,12 +1377,13 @@ impl Coordinator {
         }
         let surface = p.call.surface;
         let output_obj = Object::json(sid::INVOCATION_OUTPUT, surface.written_by(), &output)?;
+        let interpreter = log::interpreter_ref()?;
         let record = json!({
             "invocationId": p.invocation_id,
             "episodeId": p.call.session.episode,
             "skillId": p.call.skill_id,
             "transitionFn": p.entry.transition_fn,
-            "interpreter": self.interpreter,
+            "interpreter": interpreter,
             "semanticsEpoch": log::SEMANTICS_EPOCH,
             "input": p.input.hash,
             "output": output_obj.hash,
@@ -1399,7 +1398,7 @@ impl Coordinator {
         let append = Append {
             objects,
             transition_fn: p.entry.transition_fn,
-            interpreter: self.interpreter,
+            interpreter,
             written_by: surface.written_by().into(),
             transition_ref: record_obj.hash,
             state_root: output_obj.hash,

@@ -10,14 +10,15 @@
 //! `prevEntryHash` link, whoever supplied them.
 
 use serde::{Deserialize, Serialize};
-use serde_json::json;
+use serde_json::{json, Map, Value};
 
 use crate::canon::{self, CanonError};
 use crate::object::{sid, Object, Ref};
 use crate::store::{ReadCtx, StoreError, TxnExt, WriteCtx};
 
-/// The semantics epoch written into every entry.
-pub const SEMANTICS_EPOCH: u64 = 1;
+/// The semantics epoch written into every entry: the plan interpreter's
+/// ([`crate::plan::SEMANTICS_EPOCH`], the one definition).
+pub use crate::plan::SEMANTICS_EPOCH;
 /// `writtenBy` of the genesis entry.
 pub const GENESIS_WRITER: &str = "world:genesis";
 /// `writtenBy` of every entry the coordinator commits, whichever surface (MCP or A2A) the call
@@ -76,38 +77,54 @@ pub struct Entry {
 }
 
 impl Entry {
-    /// The entry hash for `header` and `transition_ref`.
-    pub fn compute_hash(header: &EntryHeader, transition_ref: &Ref) -> Ref {
+    /// The entry hash for `header` and `transition_ref`: the sha256 of the canonical JSON of
+    /// the seven fields. `Err` when they have no canonical form (an `entryIndex` beyond
+    /// 2^53−1), never the hash of something else.
+    pub fn compute_hash(header: &EntryHeader, transition_ref: &Ref) -> Result<Ref, CanonError> {
         let v = json!({
             "entryIndex": header.entry_index,
             "semanticsEpoch": header.semantics_epoch,
-            "transitionFn": header.transition_fn,
-            "interpreter": header.interpreter,
-            "prevEntryHash": header.prev_entry_hash,
+            "transitionFn": header.transition_fn.to_string(),
+            "interpreter": header.interpreter.to_string(),
+            "prevEntryHash": header.prev_entry_hash.to_string(),
             "writtenBy": header.written_by,
-            "transitionRef": transition_ref,
+            "transitionRef": transition_ref.to_string(),
         });
-        // Only strings and small integers: canonicalisation cannot fail.
-        Ref::of(&canon::to_vec(&v).unwrap_or_default())
+        Ref::of_json(&v)
     }
 
     /// Build an entry with its hash computed.
-    pub fn new(header: EntryHeader, transition_ref: Ref) -> Entry {
-        let entry_hash = Entry::compute_hash(&header, &transition_ref);
-        Entry {
+    pub fn new(header: EntryHeader, transition_ref: Ref) -> Result<Entry, CanonError> {
+        let entry_hash = Entry::compute_hash(&header, &transition_ref)?;
+        Ok(Entry {
             header,
             entry_hash,
             transition_ref,
-        }
+        })
     }
 
-    pub fn to_value(&self) -> serde_json::Value {
-        serde_json::to_value(self).unwrap_or(serde_json::Value::Null)
+    /// `{header:{entryIndex, semanticsEpoch, transitionFn, interpreter, prevEntryHash,
+    /// writtenBy}, entryHash, transitionRef}`.
+    pub fn to_value(&self) -> Value {
+        let h = &self.header;
+        let header = Map::from_iter([
+            ("entryIndex".to_owned(), Value::from(h.entry_index)),
+            ("semanticsEpoch".to_owned(), Value::from(h.semantics_epoch)),
+            ("transitionFn".to_owned(), ref_value(&h.transition_fn)),
+            ("interpreter".to_owned(), ref_value(&h.interpreter)),
+            ("prevEntryHash".to_owned(), ref_value(&h.prev_entry_hash)),
+            ("writtenBy".to_owned(), Value::String(h.written_by.clone())),
+        ]);
+        Value::Object(Map::from_iter([
+            ("header".to_owned(), Value::Object(header)),
+            ("entryHash".to_owned(), ref_value(&self.entry_hash)),
+            ("transitionRef".to_owned(), ref_value(&self.transition_ref)),
+        ]))
     }
 
-    /// Canonical bytes, as stored.
-    pub fn to_bytes(&self) -> Vec<u8> {
-        canon::to_vec(&self.to_value()).unwrap_or_default()
+    /// Canonical bytes, as stored. `Err` when the entry has no canonical form.
+    pub fn to_bytes(&self) -> Result<Vec<u8>, CanonError> {
+        canon::to_vec(&self.to_value())
     }
 
     pub fn from_bytes(bytes: &[u8]) -> Result<Entry, LogError> {
@@ -115,9 +132,15 @@ impl Entry {
         serde_json::from_value(v).map_err(|e| LogError::Corrupt(e.to_string()))
     }
 
+    /// Whether `entryHash` is the hash of the other fields. An entry whose fields have no
+    /// canonical form has no valid hash.
     pub fn hash_is_valid(&self) -> bool {
-        Entry::compute_hash(&self.header, &self.transition_ref) == self.entry_hash
+        Entry::compute_hash(&self.header, &self.transition_ref).is_ok_and(|h| h == self.entry_hash)
     }
+}
+
+fn ref_value(r: &Ref) -> Value {
+    Value::String(r.to_string())
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -129,18 +152,24 @@ pub struct World {
 }
 
 impl World {
-    pub fn to_value(&self) -> serde_json::Value {
-        serde_json::to_value(self).unwrap_or(serde_json::Value::Null)
+    /// `{revision, stateRoot, logHead}`.
+    pub fn to_value(&self) -> Value {
+        Value::Object(Map::from_iter([
+            ("revision".to_owned(), Value::from(self.revision)),
+            ("stateRoot".to_owned(), ref_value(&self.state_root)),
+            ("logHead".to_owned(), ref_value(&self.log_head)),
+        ]))
     }
 
-    /// Canonical bytes, as stored and hashed.
-    pub fn to_bytes(&self) -> Vec<u8> {
-        canon::to_vec(&self.to_value()).unwrap_or_default()
+    /// Canonical bytes, as stored and hashed. `Err` when the world has no canonical form (a
+    /// revision beyond 2^53−1).
+    pub fn to_bytes(&self) -> Result<Vec<u8>, CanonError> {
+        canon::to_vec(&self.to_value())
     }
 
     /// The world ref: sha256 of the canonical bytes.
-    pub fn reference(&self) -> Ref {
-        Ref::of(&self.to_bytes())
+    pub fn reference(&self) -> Result<Ref, CanonError> {
+        Ok(Ref::of(&self.to_bytes()?))
     }
 
     pub fn from_bytes(bytes: &[u8]) -> Result<World, LogError> {
@@ -174,8 +203,8 @@ pub fn genesis_document() -> serde_json::Value {
 }
 
 /// The ref of the plan interpreter's identity document (`interpreter` in every entry).
-pub fn interpreter_ref() -> Ref {
-    Ref::of_json(&crate::plan::interpreter_document()).unwrap_or(Ref::ZERO)
+pub fn interpreter_ref() -> Result<Ref, CanonError> {
+    Ref::of_json(&crate::plan::interpreter_document())
 }
 
 /// Read the selected head, if any.
@@ -312,13 +341,13 @@ pub fn append(w: &mut WriteCtx<'_, '_>, a: &Append) -> Result<Committed, LogErro
         prev_entry_hash: head.world.log_head,
         written_by: a.written_by.clone(),
     };
-    let entry = Entry::new(header, a.transition_ref);
+    let entry = Entry::new(header, a.transition_ref)?;
     let world = World {
         revision: entry.header.entry_index,
         state_root: a.state_root,
         log_head: entry.entry_hash,
     };
-    let world_ref = world.reference();
+    let world_ref = world.reference()?;
     commit_checked(w, &a.objects, Some(&head), &entry, &world, &world_ref)?;
     Ok(Committed {
         entry,
@@ -384,11 +413,11 @@ fn commit_checked(
             h.prev_entry_hash
         )));
     }
-    if !entry.hash_is_valid() {
+    let recomputed = Entry::compute_hash(h, &entry.transition_ref)?;
+    if recomputed != entry.entry_hash {
         return Err(LogError::Invalid(format!(
-            "entryHash {} does not match the recomputed {}",
-            entry.entry_hash,
-            Entry::compute_hash(h, &entry.transition_ref)
+            "entryHash {} does not match the recomputed {recomputed}",
+            entry.entry_hash
         )));
     }
     if world.revision != h.entry_index || world.log_head != entry.entry_hash {
@@ -396,12 +425,14 @@ fn commit_checked(
             "nextWorld must have revision = entryIndex and logHead = entryHash".into(),
         ));
     }
-    if world.reference() != *world_ref {
+    let world_bytes = world.to_bytes()?;
+    let recomputed = Ref::of(&world_bytes);
+    if recomputed != *world_ref {
         return Err(LogError::Invalid(format!(
-            "world ref {world_ref} does not match the recomputed {}",
-            world.reference()
+            "world ref {world_ref} does not match the recomputed {recomputed}"
         )));
     }
+    let entry_bytes = entry.to_bytes()?;
     for o in objects {
         if !o.verify() {
             return Err(LogError::Invalid(format!(
@@ -424,7 +455,7 @@ fn commit_checked(
     let e = w.heed_err();
     w.tables
         .log
-        .put(w.txn, &h.entry_index, &entry.to_bytes())
+        .put(w.txn, &h.entry_index, &entry_bytes)
         .map_err(e)?;
     w.tables
         .entry_hashes
@@ -432,7 +463,7 @@ fn commit_checked(
         .map_err(e)?;
     w.tables
         .worlds
-        .put(w.txn, world_ref.as_bytes(), &world.to_bytes())
+        .put(w.txn, world_ref.as_bytes(), &world_bytes)
         .map_err(e)?;
     w.tables
         .world_refs
@@ -448,7 +479,7 @@ fn commit_checked(
 /// Write entry 0 and world 0. Called once, when the store is created.
 pub(crate) fn write_genesis(w: &mut WriteCtx<'_, '_>) -> Result<Committed, LogError> {
     let doc = Object::json(sid::GENESIS, GENESIS_WRITER, &genesis_document())?;
-    let interpreter = interpreter_ref();
+    let interpreter = interpreter_ref()?;
     let header = EntryHeader {
         entry_index: 0,
         semantics_epoch: SEMANTICS_EPOCH,
@@ -457,13 +488,13 @@ pub(crate) fn write_genesis(w: &mut WriteCtx<'_, '_>) -> Result<Committed, LogEr
         prev_entry_hash: Ref::ZERO,
         written_by: GENESIS_WRITER.into(),
     };
-    let entry = Entry::new(header, doc.hash);
+    let entry = Entry::new(header, doc.hash)?;
     let world = World {
         revision: 0,
         state_root: doc.hash,
         log_head: entry.entry_hash,
     };
-    let world_ref = world.reference();
+    let world_ref = world.reference()?;
     // The interpreter's identity document, so the `interpreter` ref of every entry resolves.
     let identity = Object::json(
         sid::INTERPRETER,

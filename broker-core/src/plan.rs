@@ -90,12 +90,13 @@ pub const PLAN_SEMANTIC_ID: &str = "world/effect-plan/v1";
 pub const LANGUAGE_ID: &str = "world/plan-language/v1";
 /// Version of this interpreter; bump when any plan for any document could change.
 pub const INTERPRETER_VERSION: u32 = 1;
-/// The semantics epoch recorded in every log entry.
-pub const SEMANTICS_EPOCH: u32 = 1;
+/// The semantics epoch of this interpreter, recorded in its identity document and in every
+/// log entry (the one definition; `log::SEMANTICS_EPOCH` is this).
+pub const SEMANTICS_EPOCH: u64 = 1;
 /// The id of the (only) effect of a plan.
 pub const EFFECT_ID: &str = "e1";
 /// Values quoted in refusal messages are cut to this many bytes.
-pub const MAX_QUOTED_BYTES: usize = 256;
+pub const MAX_QUOTED_BYTES: usize = dialect::quote::MAX_QUOTED_BYTES;
 
 /// The identity document of this interpreter; its canonical-JSON sha256 is the `interpreter`
 /// ref stored in every log entry.
@@ -573,29 +574,11 @@ impl Template {
     }
 }
 
-/// Renders a caller-supplied text for quoting inside a refusal: JSON-style escapes for `"`, `\`
+/// Renders a caller-supplied text for quoting inside a refusal: JSON-style escapes for `"`, `\\`
 /// and control characters; texts over [`MAX_QUOTED_BYTES`] bytes are cut at a character
-/// boundary and end with `…`.
+/// boundary and end with `…` ([`dialect::quote::escape`], the quoting every layer shares).
 pub fn escape_for_message(s: &str) -> String {
-    let mut out = String::with_capacity(s.len().min(MAX_QUOTED_BYTES) + 2);
-    for (i, c) in s.char_indices() {
-        if i + c.len_utf8() > MAX_QUOTED_BYTES {
-            out.push('…');
-            break;
-        }
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            '\t' => out.push_str("\\t"),
-            '\u{8}' => out.push_str("\\b"),
-            '\u{c}' => out.push_str("\\f"),
-            c if (c as u32) < 0x20 => out.push_str(&format!("\\u{:04x}", c as u32)),
-            c => out.push(c),
-        }
-    }
-    out
+    dialect::quote::escape(s)
 }
 
 // ───────────────────────────── parsing the plan section ─────────────────────────────

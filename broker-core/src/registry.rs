@@ -215,7 +215,7 @@ fn publish_in(
     parts: Vec<Part>,
     provenance: &str,
 ) -> Result<Published, RegistryError> {
-    let interpreter = interpreter_ref();
+    let interpreter = interpreter_ref()?;
     let parent = head_in(w.txn, w.tables, name)?;
     // Current entries, by id, as stored in the parent revision.
     let mut entries: BTreeMap<String, Value> = BTreeMap::new();
@@ -240,9 +240,9 @@ fn publish_in(
         w.put_object(&obj)?;
         entries.insert(id, desc);
     }
-    if parent.is_some() && entries == before {
+    if let Some(parent) = parent.filter(|_| entries == before) {
         return Ok(Published {
-            reference: parent.unwrap_or(Ref::ZERO),
+            reference: parent,
             revision,
             changed: false,
         });

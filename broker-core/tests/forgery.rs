@@ -154,7 +154,7 @@ fn client_invocation(w: &World, args: Value, planned_for: Value) -> u64 {
         sid::INVOCATION_RECORD,
         "rest:ops",
         &json!({"invocationId": "rest:hand-1", "episodeId": "ops", "skillId": "ailang-read",
-                "transitionFn": transition_fn, "interpreter": log::interpreter_ref(),
+                "transitionFn": transition_fn, "interpreter": log::interpreter_ref().unwrap(),
                 "semanticsEpoch": 1, "input": input.hash, "output": output.hash,
                 "plan": plan_obj.hash, "effects": []}),
     )
@@ -165,12 +165,13 @@ fn client_invocation(w: &World, args: Value, planned_for: Value) -> u64 {
             entry_index: head.world.revision + 1,
             semantics_epoch: 1,
             transition_fn,
-            interpreter: log::interpreter_ref(),
+            interpreter: log::interpreter_ref().unwrap(),
             prev_entry_hash: head.world.log_head,
             written_by: "rest:ops".into(),
         },
         record.hash,
-    );
+    )
+    .unwrap();
     let world = WorldDoc {
         revision: entry.header.entry_index,
         state_root: output.hash,
@@ -180,7 +181,7 @@ fn client_invocation(w: &World, args: Value, planned_for: Value) -> u64 {
         invocation_id: None,
         observed_head: Some(head.world_ref),
         objects: vec![input, plan_obj, output, record],
-        world_ref: world.reference(),
+        world_ref: world.reference().unwrap(),
         entry,
         world,
     };
@@ -250,7 +251,7 @@ fn an_entry_naming_another_interpreter_cannot_be_replayed() {
             format!(
                 "the entry names interpreter {}, this build's is {}: its plan cannot be replayed",
                 elsewhere.short(8),
-                log::interpreter_ref().short(8)
+                log::interpreter_ref().unwrap().short(8)
             )
         )]
     );
@@ -397,7 +398,7 @@ fn legacy_mcp_refusal(w: &World, invocation: &str) -> u64 {
         sid::INVOCATION_RECORD,
         writer,
         &json!({"invocationId": invocation, "episodeId": episode, "skillId": "ailang-read",
-                "transitionFn": transition_fn, "interpreter": log::interpreter_ref(),
+                "transitionFn": transition_fn, "interpreter": log::interpreter_ref().unwrap(),
                 "semanticsEpoch": 1, "input": input.hash, "output": output.hash,
                 "plan": plan_obj.hash, "effects": []}),
     )
@@ -406,7 +407,7 @@ fn legacy_mcp_refusal(w: &World, invocation: &str) -> u64 {
     let a = Append {
         objects: vec![input, plan_obj, output, record],
         transition_fn,
-        interpreter: log::interpreter_ref(),
+        interpreter: log::interpreter_ref().unwrap(),
         written_by: writer.into(),
         transition_ref: record_ref,
         state_root: output_ref,

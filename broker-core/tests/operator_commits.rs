@@ -45,12 +45,13 @@ fn commit_on_head(
             entry_index: head.world.revision + 1,
             semantics_epoch: 1,
             transition_fn: Ref::of(b"fn"),
-            interpreter: log::interpreter_ref(),
+            interpreter: log::interpreter_ref().unwrap(),
             prev_entry_hash: head.world.log_head,
             written_by: written_by.into(),
         },
         transition_ref,
-    );
+    )
+    .unwrap();
     let world = WorldDoc {
         revision: entry.header.entry_index,
         state_root: out.hash,
@@ -60,7 +61,7 @@ fn commit_on_head(
         invocation_id: None,
         observed_head: Some(head.world_ref),
         objects: vec![out, rec],
-        world_ref: world.reference(),
+        world_ref: world.reference().unwrap(),
         entry,
         world,
     }

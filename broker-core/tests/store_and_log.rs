@@ -31,7 +31,7 @@ fn entry_and_world_hash_vectors() {
         prev_entry_hash: Ref::ZERO,
         written_by: "coordinator:mcp".into(),
     };
-    let entry = Entry::new(header, rep('c'));
+    let entry = Entry::new(header, rep('c')).unwrap();
     assert_eq!(
         entry.entry_hash.to_string(),
         "sha256:01c343aec5c91c9e68994c3f7cf295988367ce1ecae38a42470f3bdbf275973e"
@@ -42,11 +42,11 @@ fn entry_and_world_hash_vectors() {
         log_head: entry.entry_hash,
     };
     assert_eq!(
-        String::from_utf8(world.to_bytes()).unwrap(),
+        String::from_utf8(world.to_bytes().unwrap()).unwrap(),
         r#"{"logHead":"sha256:01c343aec5c91c9e68994c3f7cf295988367ce1ecae38a42470f3bdbf275973e","revision":1,"stateRoot":"sha256:dddddddddddddddddddddddddddddddddddddddddddddddddddddddddddddddd"}"#
     );
     assert_eq!(
-        world.reference().to_string(),
+        world.reference().unwrap().to_string(),
         "sha256:2f5f79fbb80e5469222103cbe8ee760907675d50645a526daaea7141ee04ac37"
     );
 }
@@ -137,7 +137,7 @@ fn commits_are_checked_hash_index_link_and_cas() {
         prev_entry_hash: head.world.log_head,
         written_by: "rest".into(),
     };
-    let good = Entry::new(header.clone(), rec.hash);
+    let good = Entry::new(header.clone(), rec.hash).unwrap();
     let world = WorldDoc {
         revision: 1,
         state_root: out.hash,
@@ -154,7 +154,7 @@ fn commits_are_checked_hash_index_link_and_cas() {
         Some(rep('e')),
         good.clone(),
         world.clone(),
-        world.reference(),
+        world.reference().unwrap(),
     )
     .unwrap_err();
     assert!(matches!(e, LogError::HeadConflict { .. }), "{e}");
@@ -166,7 +166,7 @@ fn commits_are_checked_hash_index_link_and_cas() {
         Some(head.world_ref),
         forged,
         world.clone(),
-        world.reference(),
+        world.reference().unwrap(),
     )
     .unwrap_err();
     assert!(
@@ -179,26 +179,38 @@ fn commits_are_checked_hash_index_link_and_cas() {
     // Index gap.
     let mut gap = header.clone();
     gap.entry_index = 5;
-    let gap = Entry::new(gap, rec.hash);
-    let e = try_commit(Some(head.world_ref), gap, world.clone(), world.reference()).unwrap_err();
+    let gap = Entry::new(gap, rec.hash).unwrap();
+    let e = try_commit(
+        Some(head.world_ref),
+        gap,
+        world.clone(),
+        world.reference().unwrap(),
+    )
+    .unwrap_err();
     assert!(e.to_string().contains("does not continue the log"), "{e}");
     // Broken link.
     let mut bad_prev = header.clone();
     bad_prev.prev_entry_hash = rep('1');
-    let bad_prev = Entry::new(bad_prev, rec.hash);
+    let bad_prev = Entry::new(bad_prev, rec.hash).unwrap();
     let e = try_commit(
         Some(head.world_ref),
         bad_prev,
         world.clone(),
-        world.reference(),
+        world.reference().unwrap(),
     )
     .unwrap_err();
     assert!(e.to_string().contains("prevEntryHash"), "{e}");
     // Nothing landed so far.
     assert_eq!(w.store.read(log::head).unwrap().unwrap(), head);
     // The honest commit lands.
-    let c = try_commit(Some(head.world_ref), good, world.clone(), world.reference()).unwrap();
-    assert_eq!(c.world_ref, world.reference());
+    let c = try_commit(
+        Some(head.world_ref),
+        good,
+        world.clone(),
+        world.reference().unwrap(),
+    )
+    .unwrap();
+    assert_eq!(c.world_ref, world.reference().unwrap());
     // An append bound at the head continues from it.
     let a = Append {
         objects: vec![out.clone(), rec.clone()],
@@ -435,7 +447,8 @@ mod rest {
                 written_by: "rest".into(),
             },
             rec.hash,
-        );
+        )
+        .unwrap();
         let world = WorldDoc {
             revision: entry.header.entry_index,
             state_root: out.hash,
@@ -445,7 +458,7 @@ mod rest {
             invocation_id: id.map(str::to_owned),
             observed_head: Some(head.world_ref),
             objects: vec![out, rec],
-            world_ref: world.reference(),
+            world_ref: world.reference().unwrap(),
             entry,
             world,
         }

@@ -191,15 +191,16 @@ fn parse_ref(field: &str, text: &str) -> Result<Ref, ApiError> {
         .map_err(|e| ApiError::bad_request(format!("{field}: {e}")))
 }
 
-async fn health(State(state): State<AppState>) -> Json<Value> {
+async fn health(State(state): State<AppState>) -> Result<Json<Value>, ApiError> {
     let info = state.info();
-    Json(json!({
+    let interpreter = log::interpreter_ref().map_err(|e| ApiError::internal("interpreter", e))?;
+    Ok(Json(json!({
         "status": "ok",
         "daemon_version": info.version,
         "db_path": info.db_path,
-        "interpreter_ref": log::interpreter_ref(),
+        "interpreter_ref": interpreter,
         "interpreter_version": format!("worldd-plan/{}", broker_core::plan::INTERPRETER_VERSION),
-    }))
+    })))
 }
 
 async fn metrics(State(state): State<AppState>) -> Response {

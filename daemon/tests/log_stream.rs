@@ -190,7 +190,7 @@ impl Harness {
                         &Append {
                             objects: vec![doc.clone()],
                             transition_fn: doc.hash,
-                            interpreter: log::interpreter_ref(),
+                            interpreter: log::interpreter_ref().unwrap(),
                             written_by: "test:bulk".into(),
                             transition_ref: doc.hash,
                             state_root: doc.hash,

@@ -12,39 +12,50 @@
 //! | [`quote`] | a JSON literal of at most [`MAX_QUOTED_BYTES`] bytes of the value, `…` before the closing quote when cut | values a caller controls, quoted into a refusal |
 //! | [`escape`] | the inside of [`quote`], without the quotes | refusal templates that write the quotes themselves (`path "{value}" refused`) |
 //! | [`json_string_len`] | the bytes [`json_string`] would produce, without building it | sizing a result before it exists |
+//! | [`push_json_string`], [`push_escaped`] | the same, appended to a buffer | canonical JSON (broker-core's `canon`) |
 
 /// Longest part of a value (in bytes of the value, before escaping) that [`quote`] and
 /// [`escape`] write; a longer value is cut at the last character boundary at or below it.
 pub const MAX_QUOTED_BYTES: usize = 256;
 
-/// The escape of one character inside a JSON string, or `None` when it stands for itself.
-fn escape_of(c: char) -> Option<&'static str> {
-    Some(match c {
-        '"' => "\\\"",
-        '\\' => "\\\\",
-        '\n' => "\\n",
-        '\r' => "\\r",
-        '\t' => "\\t",
-        '\u{8}' => "\\b",
-        '\u{c}' => "\\f",
-        _ => return None,
-    })
-}
-
-fn push_escaped(out: &mut String, s: &str) {
-    for c in s.chars() {
-        match escape_of(c) {
-            Some(e) => out.push_str(e),
-            None if (c as u32) < 0x20 => {
-                const HEX: &[u8; 16] = b"0123456789abcdef";
-                let n = c as usize;
-                out.push_str("\\u00");
-                out.push(HEX[n >> 4] as char);
-                out.push(HEX[n & 0xf] as char);
-            }
-            None => out.push(c),
+/// Append `s` to `out` escaped as inside a JSON string (no quotes). Runs of characters that
+/// need no escape are copied in one go: canonical JSON writes every string through here.
+pub fn push_escaped(out: &mut String, s: &str) {
+    let mut run_start = 0;
+    for (i, c) in s.char_indices() {
+        let escape: Option<&str> = match c {
+            '"' => Some("\\\""),
+            '\\' => Some("\\\\"),
+            '\u{08}' => Some("\\b"),
+            '\t' => Some("\\t"),
+            '\n' => Some("\\n"),
+            '\u{0c}' => Some("\\f"),
+            '\r' => Some("\\r"),
+            c if c < '\u{20}' => Some(""),
+            _ => None,
+        };
+        let Some(escape) = escape else { continue };
+        out.push_str(&s[run_start..i]);
+        run_start = i + c.len_utf8();
+        if escape.is_empty() {
+            // Remaining control characters: \u00xx with lowercase hex.
+            const HEX: &[u8; 16] = b"0123456789abcdef";
+            let n = c as usize;
+            out.push_str("\\u00");
+            out.push(HEX[n >> 4] as char);
+            out.push(HEX[n & 0xf] as char);
+        } else {
+            out.push_str(escape);
         }
     }
+    out.push_str(&s[run_start..]);
+}
+
+/// Append `s` to `out` as a JSON string literal, quotes included.
+pub fn push_json_string(out: &mut String, s: &str) {
+    out.push('"');
+    push_escaped(out, s);
+    out.push('"');
 }
 
 /// `s` cut at the last character boundary at or below [`MAX_QUOTED_BYTES`], and whether it was
@@ -63,9 +74,7 @@ fn bounded(s: &str) -> (&str, bool) {
 /// The whole of `s` as a JSON string literal, quotes included.
 pub fn json_string(s: &str) -> String {
     let mut out = String::with_capacity(s.len() + 2);
-    out.push('"');
-    push_escaped(&mut out, s);
-    out.push('"');
+    push_json_string(&mut out, s);
     out
 }
 

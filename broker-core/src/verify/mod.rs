@@ -289,7 +289,7 @@ fn find_ref<S: Source + ?Sized>(
             state_root: output,
             log_head: entry.entry_hash,
         };
-        (world.reference() == *target).then(|| "world".into())
+        (world.reference().ok()? == *target).then(|| "world".into())
     })
 }
 

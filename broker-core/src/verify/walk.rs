@@ -41,7 +41,9 @@ use crate::transition::Transition;
 /// share a few tools).
 pub(crate) struct Verifier<'s, S: Source + ?Sized> {
     src: &'s S,
-    interpreter: Ref,
+    /// This build's interpreter ref, or why it has none (its identity document has no
+    /// canonical form): then no entry is pinned to it and no plan is replayed.
+    interpreter: Result<Ref, String>,
     transitions: RefCell<HashMap<Ref, Result<Arc<Transition>, String>>>,
 }
 
@@ -154,7 +156,7 @@ impl<'s, S: Source + ?Sized> Verifier<'s, S> {
     pub(crate) fn new(src: &'s S) -> Self {
         Verifier {
             src,
-            interpreter: log::interpreter_ref(),
+            interpreter: log::interpreter_ref().map_err(|e| e.to_string()),
             transitions: RefCell::new(HashMap::new()),
         }
     }
@@ -256,11 +258,12 @@ impl<'s, S: Source + ?Sized> Verifier<'s, S> {
                 entry.header.entry_index
             ));
         }
-        if !entry.hash_is_valid() {
+        let recomputed = Entry::compute_hash(&entry.header, &entry.transition_ref)
+            .map_err(|e| format!("the entry has no canonical form: {e}"))?;
+        if recomputed != entry.entry_hash {
             return Err(format!(
-                "entryHash {} does not match the recomputed {}",
-                entry.entry_hash,
-                Entry::compute_hash(&entry.header, &entry.transition_ref)
+                "entryHash {} does not match the recomputed {recomputed}",
+                entry.entry_hash
             ));
         }
         let linked = if index == 0 {
@@ -278,7 +281,7 @@ impl<'s, S: Source + ?Sized> Verifier<'s, S> {
                 index.saturating_sub(1)
             ));
         }
-        let pin = if entry.header.interpreter == self.interpreter {
+        let pin = if self.interpreter.as_ref() == Ok(&entry.header.interpreter) {
             " (this build's interpreter)"
         } else {
             ""
@@ -416,14 +419,16 @@ impl<'s, S: Source + ?Sized> Verifier<'s, S> {
         };
         let output_ref = ref_field(&record.output, "output");
         // The world that selects this entry, serialised once for the journal and world links.
-        let world = output_ref.clone().map(|out| {
+        let world = output_ref.clone().and_then(|out| {
             let world = World {
                 revision: index,
                 state_root: out,
                 log_head: entry.entry_hash,
             };
-            let bytes = world.to_bytes();
-            (Ref::of(&bytes), bytes, world)
+            let bytes = world
+                .to_bytes()
+                .map_err(|e| format!("the world has no canonical form: {e}"))?;
+            Ok((Ref::of(&bytes), bytes, world))
         });
 
         // What only the coordinator writes.
@@ -722,11 +727,14 @@ impl<'s, S: Source + ?Sized> Verifier<'s, S> {
         input: &[u8],
         plan_ref: &Ref,
     ) -> Result<String, String> {
-        if entry.header.interpreter != self.interpreter {
+        let ours = self.interpreter.as_ref().map_err(|e| {
+            format!("this build's interpreter has no ref ({e}): no plan can be replayed")
+        })?;
+        if entry.header.interpreter != *ours {
             return Err(format!(
                 "the entry names interpreter {}, this build's is {}: its plan cannot be replayed",
                 entry.header.interpreter.short(8),
-                self.interpreter.short(8)
+                ours.short(8)
             ));
         }
         let t = self.transition(&entry.header.transition_fn)?;
@@ -864,8 +872,14 @@ impl<'s, S: Source + ?Sized> Verifier<'s, S> {
     }
 
     fn world(&self, world: &World, walk: &mut Walk) {
-        let bytes = world.to_bytes();
-        self.world_known(world, Ref::of(&bytes), &bytes, walk);
+        match world.to_bytes() {
+            Ok(bytes) => self.world_known(world, Ref::of(&bytes), &bytes, walk),
+            Err(e) => walk.push(
+                "world",
+                None,
+                Err(format!("the world has no canonical form: {e}")),
+            ),
+        }
     }
 
     /// The world link, for a world whose canonical bytes and ref are already known.
@@ -941,7 +955,7 @@ impl<'s, S: Source + ?Sized> Verifier<'s, S> {
             .and_then(|b| b.ok_or_else(|| "missing".to_string()))
             .and_then(|b| {
                 let w = World::from_bytes(&b).map_err(|e| e.to_string())?;
-                if *w.to_bytes() != *b || w.reference() != world_ref {
+                if w.to_bytes().ok().as_deref() != Some(&b[..]) || Ref::of(&b) != world_ref {
                     return Err(format!(
                         "stored world bytes hash to {}, not to its ref",
                         Ref::of(&b)

@@ -61,9 +61,7 @@ impl Refused {
     }
 }
 
-fn quote(s: &str) -> String {
-    serde_json::to_string(s).unwrap_or_else(|_| "\"\"".into())
-}
+use dialect::quote::json_string as quote;
 
 impl HostPolicy {
     pub fn new(config: &ServerConfig) -> HostPolicy {

@@ -224,9 +224,7 @@ pub(super) fn batch_len(bytes: &[u8]) -> Option<usize> {
 
 /// `s` as a JSON string literal, for names quoted in error texts (`unknown tool "x"`): quotes
 /// and control characters come out escaped, so a hostile name cannot break the message.
-pub(super) fn quote(s: &str) -> String {
-    serde_json::to_string(s).unwrap_or_else(|_| "\"\"".to_owned())
-}
+pub(super) use dialect::quote::json_string as quote;
 
 #[cfg(test)]
 mod tests {

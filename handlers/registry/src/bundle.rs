@@ -11,9 +11,6 @@ use handler_kit::serde_json::Value;
 
 pub use handler_kit::dialect::names::{mcp_name, MAX_MCP_NAME};
 
-/// Longest quoted id in a refusal, in bytes.
-const QUOTE_LIMIT: usize = 256;
-
 /// `^[A-Za-z0-9][A-Za-z0-9._/-]{0,127}$`.
 pub fn valid_id(id: &str) -> bool {
     let bytes = id.as_bytes();
@@ -26,19 +23,8 @@ pub fn valid_id(id: &str) -> bool {
 }
 
 /// Caller text quoted JSON-style and cut after 256 bytes (then `…`), as the
-/// plan language quotes values.
-pub fn quote(s: &str) -> String {
-    let mut cut = s.len().min(QUOTE_LIMIT);
-    while !s.is_char_boundary(cut) {
-        cut -= 1;
-    }
-    let quoted = Value::String(s[..cut].to_string()).to_string();
-    if cut < s.len() {
-        format!("{}…\"", &quoted[..quoted.len() - 1])
-    } else {
-        quoted
-    }
-}
+/// plan language quotes values ([`handler_kit::dialect::quote::quote`]).
+pub use handler_kit::dialect::quote::quote;
 
 /// Check a bundle. `Ok(n)` = the number of documents; `Err` = the refusal.
 pub fn check(bundle: &Value, max_documents: u64) -> Result<usize, String> {

@@ -38,20 +38,8 @@ const WORLD_BLOCK: &str = concat!(
     r#""}"#
 );
 
-/// Bytes `text` takes as a JSON string in canonical JSON (RFC 8785: `"` and `\` escaped,
-/// `\b \t \n \f \r` short, other control characters `\u00xx`, everything else verbatim),
-/// quotes included.
-fn json_string_len(text: &str) -> u64 {
-    let escapes: u64 = text
-        .bytes()
-        .map(|b| match b {
-            b'"' | b'\\' | 0x08 | b'\t' | b'\n' | 0x0c | b'\r' => 1,
-            b if b < 0x20 => 5,
-            _ => 0,
-        })
-        .sum();
-    text.len() as u64 + escapes + 2
-}
+// Bytes a text takes as a JSON string in canonical JSON, quotes included.
+use handler_kit::dialect::quote::json_string_len;
 
 /// The handler object: an effective policy and the identity it stamps.
 pub struct WorkspaceHandler {
