@@ -909,15 +909,17 @@ impl Coordinator {
         let episode = &session.episode;
         let key = format!("{}:{task_id}", surface.prefix());
         let invocation_id = format!("{}:{episode}:{task_id}", surface.prefix());
-        let state = self.store.read(|r| task::get(r, episode, &key))?;
-        let receipt = self.store.read(|r| journal::receipt(r, &invocation_id))?;
-        let Some(state) = state else {
+        // The task state alone answers: its phase is written in the same transactions as the
+        // call's journal records (pending with the intent; committed or unrecorded with the
+        // outcome), so one read of it is consistent; the journal's own receipt is what
+        // `/v1/receipts` serves.
+        let Some(state) = self.store.read(|r| task::get(r, episode, &key))? else {
             return Ok(None);
         };
-        let phase = match (state.phase, &receipt) {
-            (TaskPhase::Committed, _) => "committed",
-            (TaskPhase::Unrecorded, _) => "unrecorded",
-            (TaskPhase::Pending, _) => "indeterminate",
+        let phase = match state.phase {
+            TaskPhase::Committed => "committed",
+            TaskPhase::Unrecorded => "unrecorded",
+            TaskPhase::Pending => "indeterminate",
         };
         let effects = self.summaries(&state.effect_records)?;
         Ok(Some(Reconciliation {

@@ -74,44 +74,85 @@ pub struct AppState {
     inner: Arc<Inner>,
 }
 
-impl AppState {
-    pub fn new(store: Store, coordinator: Arc<Coordinator>, info: DaemonInfo) -> AppState {
+/// Builds an [`AppState`]: every setting is given before the state exists, so none can be
+/// lost on a state already shared (as a `with_*` on a cloned `Arc` once silently was).
+pub struct AppStateBuilder {
+    store: Store,
+    coordinator: Arc<Coordinator>,
+    info: DaemonInfo,
+    classes: HashMap<String, EffectClass>,
+    limits: Limits,
+    server: ServerConfig,
+    catalog: crate::catalog::Catalog,
+}
+
+impl AppStateBuilder {
+    /// The effect classes of the loaded plugins (default: none).
+    pub fn classes(mut self, classes: HashMap<String, EffectClass>) -> Self {
+        self.classes = classes;
+        self
+    }
+
+    /// The sizes, counts and deadlines of calls (default: [`Limits::default`]).
+    pub fn limits(mut self, limits: Limits) -> Self {
+        self.limits = limits;
+        self
+    }
+
+    /// The edge settings (default: [`ServerConfig::default`]).
+    pub fn server(mut self, server: ServerConfig) -> Self {
+        self.server = server;
+        self
+    }
+
+    /// The plugins the daemon loaded (default: none).
+    pub fn catalog(mut self, catalog: crate::catalog::Catalog) -> Self {
+        self.catalog = catalog;
+        self
+    }
+
+    pub fn build(self) -> AppState {
         let metrics = Metrics::default();
         AppState {
             inner: Arc::new(Inner {
-                classes: HashMap::new(),
-                log_stream: LogStreamHub::new(&store),
-                store,
-                coordinator,
-                admission: Admission::new(Limits::default()),
-                limits: Limits::default(),
-                server: ServerConfig::default(),
-                host_policy: HostPolicy::default(),
-                bodies: Bodies::new(ServerConfig::default().body_budget_bytes, metrics.clone()),
-                info,
+                classes: self.classes,
+                log_stream: LogStreamHub::new(&self.store),
+                store: self.store,
+                coordinator: self.coordinator,
+                admission: Admission::new(self.limits.clone()),
+                limits: self.limits,
+                host_policy: HostPolicy::new(&self.server),
+                bodies: Bodies::new(self.server.body_budget_bytes, metrics.clone()),
+                server: self.server,
+                info: self.info,
                 metrics,
-                catalog: Default::default(),
+                catalog: self.catalog,
             }),
         }
     }
+}
 
-    /// The same state with these limits (call before sharing).
-    pub fn with_limits(mut self, limits: Limits) -> AppState {
-        if let Some(inner) = Arc::get_mut(&mut self.inner) {
-            inner.admission = Admission::new(limits.clone());
-            inner.limits = limits;
-        }
-        self
+impl AppState {
+    /// A state with every setting at its default: `AppState::builder(…).build()`.
+    pub fn new(store: Store, coordinator: Arc<Coordinator>, info: DaemonInfo) -> AppState {
+        AppState::builder(store, coordinator, info).build()
     }
 
-    /// The same state with these edge settings (call before sharing).
-    pub fn with_server(mut self, server: ServerConfig) -> AppState {
-        if let Some(inner) = Arc::get_mut(&mut self.inner) {
-            inner.host_policy = HostPolicy::new(&server);
-            inner.bodies = Bodies::new(server.body_budget_bytes, inner.metrics.clone());
-            inner.server = server;
+    /// Start building a state; set what differs from the defaults, then `build`.
+    pub fn builder(
+        store: Store,
+        coordinator: Arc<Coordinator>,
+        info: DaemonInfo,
+    ) -> AppStateBuilder {
+        AppStateBuilder {
+            store,
+            coordinator,
+            info,
+            classes: HashMap::new(),
+            limits: Limits::default(),
+            server: ServerConfig::default(),
+            catalog: Default::default(),
         }
-        self
     }
 
     pub fn server(&self) -> &ServerConfig {
@@ -133,22 +174,6 @@ impl AppState {
 
     pub fn admission(&self) -> &Admission {
         &self.inner.admission
-    }
-
-    /// The same state with the effect classes of the loaded plugins (call before sharing).
-    pub fn with_classes(mut self, classes: HashMap<String, EffectClass>) -> AppState {
-        if let Some(inner) = Arc::get_mut(&mut self.inner) {
-            inner.classes = classes;
-        }
-        self
-    }
-
-    /// The same state with the plugins the daemon loaded (call before sharing).
-    pub fn with_catalog(mut self, catalog: crate::catalog::Catalog) -> AppState {
-        if let Some(inner) = Arc::get_mut(&mut self.inner) {
-            inner.catalog = catalog;
-        }
-        self
     }
 
     pub fn catalog(&self) -> &crate::catalog::Catalog {

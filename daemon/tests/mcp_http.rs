@@ -230,7 +230,7 @@ fn harness_with(limits: Limits) -> Harness {
     ]
     .into_iter()
     .collect();
-    let state = AppState::new(
+    let state = AppState::builder(
         store.clone(),
         Arc::new(coordinator),
         DaemonInfo {
@@ -239,8 +239,9 @@ fn harness_with(limits: Limits) -> Harness {
             open_reads: false,
         },
     )
-    .with_classes(classes)
-    .with_limits(limits);
+    .classes(classes)
+    .limits(limits)
+    .build();
     let router = mcp::routes().with_state(state.clone());
     let full = worldd::server::router(state.clone());
     Harness {

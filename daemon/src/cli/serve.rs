@@ -371,11 +371,12 @@ pub fn run_with(a: ServeArgs, launch: Launch) -> CliResult {
         if server_config.public_url.is_none() {
             server_config.public_url = Some(format!("http://{local}"));
         }
-        let state = AppState::new(store, coordinator, info)
-            .with_classes(classes)
-            .with_limits(limits)
-            .with_server(server_config)
-            .with_catalog(catalog);
+        let state = AppState::builder(store, coordinator, info)
+            .classes(classes)
+            .limits(limits)
+            .server(server_config)
+            .catalog(catalog)
+            .build();
         // Exactly one line on stdout when ready; everything else goes to stderr.
         if launch.ready_on_stderr {
             eprintln!("worldd listening on http://{local}");
