@@ -152,6 +152,7 @@ impl Daemon {
 
     /// SIGTERM, then wait (graceful drain); SIGKILL after 30 s.
     pub fn stop(mut self) -> Result<(), String> {
+        // SAFETY: a plain kill(2) of our own child; no memory is involved.
         unsafe {
             libc::kill(self.child.id() as i32, libc::SIGTERM);
         }

@@ -904,6 +904,7 @@ fn daemon_cpu_seconds(pid: u32) -> Option<f64> {
     let f: Vec<&str> = rest.split_whitespace().collect();
     let utime: f64 = f.get(11)?.parse().ok()?;
     let stime: f64 = f.get(12)?.parse().ok()?;
+    // SAFETY: sysconf only reads a system constant.
     let tick = unsafe { libc::sysconf(libc::_SC_CLK_TCK) } as f64;
     Some((utime + stime) / tick.max(1.0))
 }
@@ -937,7 +938,9 @@ fn fs_type(dir: &Path) -> String {
     let Ok(c) = std::ffi::CString::new(dir.as_os_str().as_bytes()) else {
         return "unknown".into();
     };
+    // SAFETY: `statfs` is plain old data; all-zero is a valid value for statfs(2) to fill.
     let mut s: libc::statfs = unsafe { std::mem::zeroed() };
+    // SAFETY: `c` is a NUL-terminated path and `s` a valid out-pointer.
     if unsafe { libc::statfs(c.as_ptr(), &mut s) } != 0 {
         return "unknown".into();
     }

@@ -81,6 +81,9 @@
 //!   re-run ([`journal`]).
 //! - Bad input anywhere in the public API is a typed error, never a panic.
 
+// No unwrap or expect outside tests: a panic here is a bug, never an answer.
+#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
+
 pub mod access;
 pub mod broker;
 pub mod canon;

@@ -66,6 +66,7 @@ fn a_store_of_another_schema_version_is_refused_unmodified() {
     drop(Store::create(&db).unwrap());
     // Rewrite the schema version with heed directly, as a future build would.
     {
+        // SAFETY: the store is closed; nothing else maps this environment.
         let env = unsafe { heed::EnvOpenOptions::new().max_dbs(32).open(&db).unwrap() };
         let wtxn = env.write_txn().unwrap();
         let meta: heed::Database<heed::types::Str, heed::types::Bytes> = env

@@ -51,6 +51,9 @@
 //! # Ok(()) }
 //! ```
 
+// No unwrap or expect outside tests: a panic here is a bug, never an answer.
+#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
+
 pub mod a2a;
 pub mod admission;
 pub mod catalog;

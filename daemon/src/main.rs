@@ -1,5 +1,8 @@
 //! `worldd`: see the `worldd` library crate for everything; this binary only reports exits.
 
+// No unwrap or expect outside tests: a panic here is a bug, never an answer.
+#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
+
 fn main() {
     std::process::exit(worldd::cli::main());
 }

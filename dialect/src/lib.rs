@@ -18,6 +18,11 @@
 //! assert_eq!(dialect::names::mcp_name("tools.echo"), "tools_decho");
 //! ```
 
+// No unwrap or expect outside tests: a panic here is a bug, never an answer.
+#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
+// A crate third-party plugin authors build on: every public item is documented.
+#![deny(missing_docs)]
+
 pub mod glob;
 pub mod names;
 pub mod quote;

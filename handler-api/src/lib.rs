@@ -177,6 +177,11 @@
 //! entries; [`host_callbacks`] turns a [`HostServices`] implementation into the
 //! callback table handed to [`LoadedPlugin::new_handler`].
 
+// No unwrap or expect outside tests: a panic here is a bug, never an answer.
+#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
+// A crate third-party plugin authors build on: every public item is documented.
+#![deny(missing_docs)]
+
 mod abi;
 mod host;
 mod plugin;

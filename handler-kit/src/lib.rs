@@ -178,6 +178,11 @@
 //! The ABI itself, the JSON documents, outcomes, panics and the stability promise are documented
 //! in [`handler_api`].
 
+// No unwrap or expect outside tests: a panic here is a bug, never an answer.
+#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
+// A crate third-party plugin authors build on: every public item is documented.
+#![deny(missing_docs)]
+
 pub mod config;
 pub mod effect;
 pub mod manifest;

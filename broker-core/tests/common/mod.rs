@@ -170,6 +170,7 @@ pub struct KillAt(pub broker_core::coordinator::CrashPoint);
 impl Hooks for KillAt {
     fn reached(&self, point: broker_core::coordinator::CrashPoint) {
         if point == self.0 {
+            // SAFETY: plain getpid(2) and kill(2) of this very process; no memory is involved.
             unsafe {
                 libc::kill(libc::getpid(), libc::SIGKILL);
             }

@@ -169,6 +169,7 @@ impl Daemon {
 
     /// SIGTERM and wait; returns the exit status.
     pub fn stop(mut self) -> std::process::ExitStatus {
+        // SAFETY: a plain kill(2) of our own child; no memory is involved.
         unsafe {
             libc::kill(self.child.id() as i32, libc::SIGTERM);
         }

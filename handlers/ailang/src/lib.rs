@@ -52,6 +52,9 @@
 //! The tests run a stand-in for `ailang` (`tests/ailang-standin/ailang`, a Python script that
 //! imitates the documented CLI). It is test code only and is never shipped.
 
+// No unwrap or expect outside tests: a panic here is a bug, never an answer.
+#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
+
 mod config;
 mod finish;
 mod handler;

@@ -84,6 +84,9 @@
 //! worldd serve with --plugin-config git.author="Name <email>")`) and the daemon starts
 //! without the plugin. `stateDir` is injected by the daemon. Unknown keys are refused.
 
+// No unwrap or expect outside tests: a panic here is a bug, never an answer.
+#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
+
 mod config;
 mod git;
 mod handler;

@@ -60,6 +60,9 @@
 //!
 //! All keys optional; unknown keys are refused.
 
+// No unwrap or expect outside tests: a panic here is a bug, never an answer.
+#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
+
 mod bundle;
 mod config;
 mod handler;

@@ -331,6 +331,7 @@ fn bundle_files_are_confined_to_the_worktree() {
     fs::write(wt.join("bad.json"), "{\"transitions\": [").unwrap();
     fs::write(wt.join("list.json"), "[1, 2]").unwrap();
     let fifo = std::ffi::CString::new(wt.join("fifo.json").to_str().unwrap()).unwrap();
+    // SAFETY: `fifo` is a NUL-terminated path.
     assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o644) }, 0);
     let cases = [
         ("/etc/passwd", "publish /etc/passwd: path \"/etc/passwd\" escapes sandbox \"<worktree>\""),

@@ -106,6 +106,9 @@
 //! returned, rather than dropped by the coordinator after the effect.
 //! `maxWriteBytes` is at most 1 GiB.
 
+// No unwrap or expect outside tests: a panic here is a bug, never an answer.
+#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
+
 mod config;
 mod handler;
 mod sandbox;

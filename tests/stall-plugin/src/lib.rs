@@ -11,6 +11,9 @@
 //! effect's allowlist does not hold. The handler reads no op at all (it would sleep and answer
 //! `ok`): only the daemon's own check of the manifest's `ops`, before `execute`, refuses it.
 
+// No unwrap or expect outside tests: a panic here is a bug, never an answer.
+#![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
+
 use std::time::Duration;
 
 use handler_kit::serde_json::{self, json, Value};
