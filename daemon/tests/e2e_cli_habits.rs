@@ -497,8 +497,11 @@ fn git_handlers_config(cwd: &Path, plugins: &Path) -> String {
         .to_owned()
 }
 
+/// The daemon fills in no plugin's settings: the git plugin takes its default author from git's
+/// configuration itself when it starts (`e2e_git_registry.rs` shows it does), so `worldd
+/// handlers` shows the operator's table as given, identity or not.
 #[test]
-fn the_git_plugin_defaults_to_the_repositorys_configured_identity() {
+fn handlers_shows_the_git_table_as_given_whatever_identity_git_config_has() {
     let dir = tempfile::tempdir().unwrap();
     let plugins = dir.path().join("plugins");
     std::fs::create_dir_all(&plugins).unwrap();
@@ -521,10 +524,7 @@ fn the_git_plugin_defaults_to_the_repositorys_configured_identity() {
     assert_eq!(git_handlers_config(&repo, &plugins), "{}");
     git(&["config", "user.name", "Ada Lovelace"]);
     git(&["config", "user.email", "ada@example.com"]);
-    assert_eq!(
-        git_handlers_config(&repo, &plugins),
-        r#"{"author":"Ada Lovelace <ada@example.com>"}"#
-    );
+    assert_eq!(git_handlers_config(&repo, &plugins), "{}");
 }
 
 #[test]

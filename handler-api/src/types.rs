@@ -60,7 +60,9 @@ pub struct EffectDecl {
     /// annotations, so it must be truthful.
     pub class: EffectClass,
     /// The values of the payload's `op` key the effect accepts (its op
-    /// allowlist). Empty when the effect has no `op` key.
+    /// allowlist). Empty when the effect has no `op` key. The daemon enforces
+    /// it before `execute`: a request with another `op` (or with an `op` when
+    /// the list is empty) is a failed effect and never reaches the handler.
     #[serde(default)]
     pub ops: Vec<String>,
     /// One sentence for `worldd handlers`.
