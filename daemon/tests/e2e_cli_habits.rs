@@ -568,3 +568,118 @@ fn the_example_config_serves_as_documented_for_a_normal_user() {
     assert!(cwd.join(".world/db/plugin-state/git").is_dir());
     assert_eq!(get(&d.url("/v1/health"), None).status, 200);
 }
+
+/// A plugin directory holding copies of `libs`.
+fn plugin_dir_with(dir: &Path, libs: &[&str]) -> std::path::PathBuf {
+    let plugins = dir.join("plugins");
+    std::fs::create_dir_all(&plugins).unwrap();
+    for p in libs {
+        let lib = plugin_library(p);
+        std::fs::copy(&lib, plugins.join(lib.file_name().unwrap())).unwrap();
+    }
+    plugins
+}
+
+#[test]
+fn handlers_reports_exactly_what_stops_serve() {
+    let dir = tempfile::tempdir().unwrap();
+    let plugins = plugin_dir_with(dir.path(), &["worldd_workspace"]);
+    let lib = plugins.join(plugin_library("worldd_workspace").file_name().unwrap());
+    let known = "known: allowHardLinks, denyWrite, maxReadBytes, maxWriteBytes";
+    for (args, problem) in [
+        (
+            vec!["--plugin-config", "workspace.nope=1"],
+            format!("unknown config key \"nope\" ({known})"),
+        ),
+        (
+            vec!["--plugin-config", "workspace.maxReadBytes=many"],
+            "config key \"maxReadBytes\" must be of type integer".to_owned(),
+        ),
+    ] {
+        let (code, out, err) = worldd(
+            &[&["handlers", "--plugin-dir", path_str(&plugins)], &args[..]].concat(),
+            None,
+        );
+        assert_eq!(code, 0, "{err}");
+        assert!(out.contains(&format!("  problem: {problem}\n")), "{out}");
+        // `serve` stops on the same check, with the same words.
+        let db = dir.path().join("db");
+        let (code, _, err) = worldd(
+            &[
+                &[
+                    "serve",
+                    "--db",
+                    path_str(&db),
+                    "--workspace-root",
+                    path_str(&dir.path().join("wt")),
+                    "--bind",
+                    "127.0.0.1:0",
+                    "--plugin-dir",
+                    path_str(&plugins),
+                ],
+                &args[..],
+            ]
+            .concat(),
+            None,
+        );
+        assert_eq!(code, 2, "{err}");
+        assert_eq!(
+            err.lines().last(),
+            Some(
+                format!(
+                    "worldd: daemon startup failed at plugins: plugin {}: {problem}",
+                    lib.display()
+                )
+                .as_str()
+            ),
+            "{err}"
+        );
+    }
+    // A --handler name no plugin carries: listed last by `handlers`, fatal to `serve`.
+    let (code, out, _) = worldd(
+        &[
+            "handlers",
+            "--plugin-dir",
+            path_str(&plugins),
+            "--handler",
+            "git",
+        ],
+        None,
+    );
+    assert_eq!(code, 0);
+    assert!(
+        out.contains("\nproblem: --handler git: no plugin of that name here (found: workspace)\n"),
+        "{out}"
+    );
+}
+
+#[test]
+fn malformed_plugin_config_stops_serve_before_anything_is_created() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("db");
+    let (code, out, err) = worldd(
+        &[
+            "serve",
+            "--db",
+            path_str(&db),
+            "--workspace-root",
+            path_str(&dir.path().join("wt")),
+            "--plugin-config",
+            "ailang.bin",
+        ],
+        None,
+    );
+    assert_eq!((code, out.as_str()), (2, ""));
+    assert_eq!(
+        err.trim_end(),
+        "worldd: daemon startup failed at config: --plugin-config \"ailang.bin\": no \"=\"; write NAME.KEY=VALUE, e.g. --plugin-config hello.greeting=hi"
+    );
+    assert!(!db.exists() && !dir.path().join("wt").exists());
+    // `worldd handlers` refuses it as a usage error.
+    let (code, _, err) = worldd(&["handlers", "--plugin-config", "=x"], None);
+    assert_eq!(code, 1);
+    assert!(
+        err.contains("--plugin-config \"=x\": no \".\" between the plugin's name and the key"),
+        "{err}"
+    );
+}

@@ -2,7 +2,7 @@
 //! real `worldd` binary over real HTTP.
 //!
 //! - `tests/fixtures/echo-plugin` is a third-party plugin written from the handler-author guide
-//!   (its own `[workspace]`, only `handler-api` as a dependency). It adds the effects
+//!   (its own `[workspace]`, only `handler-kit` as a dependency). It adds the effects
 //!   `Echo.Say` and `Echo.Panic` and the tools `echo-say` and `echo-panic`, which the daemon
 //!   serves with no change to its code.
 //! - `tests/fixtures/incompatible-plugin` is built against a scratch copy of `handler-api` whose

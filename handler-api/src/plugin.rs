@@ -1,5 +1,6 @@
-//! The safe authoring layer: the traits a plugin implements and the adapter
-//! that turns them into the FFI root module.
+//! The ABI's safe side for plugins: the traits a plugin implements, the host
+//! callbacks as a safe [`Host`], and the adapter that turns them into the FFI
+//! root module. (Authoring conveniences beyond the ABI live in `handler-kit`.)
 //!
 //! Every entry point the daemon can call is wrapped in
 //! [`std::panic::catch_unwind`]: a panic must never unwind across the

@@ -1,7 +1,7 @@
 //! Effects declared once, next to the code that executes them, and collected into the
 //! manifest.
 //!
-//! [`effect!`](crate::effect) declares an effect's name as a constant (for the handler's
+//! [`effect!`](macro@crate::effect) declares an effect's name as a constant (for the handler's
 //! `match`) and registers its class, op allowlist and description (its doc comment) with
 //! [`inventory`]. [`declared_effects!`](crate::declared_effects) collects the calling crate's
 //! registrations into [`Manifest::effects`](crate::Manifest::effects), and
@@ -30,12 +30,12 @@
 
 use handler_api::{EffectClass, EffectDecl};
 
-/// One registered effect (built by [`effect!`](crate::effect); not constructed by hand).
+/// One registered effect (built by [`effect!`](macro@crate::effect); not constructed by hand).
 #[derive(Debug)]
 pub struct Effect {
     /// `module_path!()` where the effect was declared; its first segment names the crate.
     pub module: &'static str,
-    /// `file!()` and `line!()` of the [`effect!`](crate::effect) invocation, and the
+    /// `file!()` and `line!()` of the [`effect!`](macro@crate::effect) invocation, and the
     /// declaration's place in it: the manifest lists effects in this order.
     pub file: &'static str,
     /// See [`Effect::file`].
@@ -153,7 +153,7 @@ macro_rules! effect {
 }
 
 /// The [`EffectDecl`]s of every effect the calling crate declared with
-/// [`effect!`](crate::effect), in declaration order: the manifest's `effects`.
+/// [`effect!`](macro@crate::effect), in declaration order: the manifest's `effects`.
 #[macro_export]
 macro_rules! declared_effects {
     () => {

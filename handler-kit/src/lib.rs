@@ -9,12 +9,12 @@
 //!
 //! | module | what |
 //! |---|---|
-//! | [`effect`] | effects declared once next to their code ([`effect!`]), collected into the manifest ([`declared_effects!`]) with `inventory` |
+//! | [`effect`](mod@effect) | effects declared once next to their code ([`effect!`]), collected into the manifest ([`declared_effects!`]) with `inventory` |
 //! | [`request`] | the checks a worktree-scoped request goes through before anything runs, with worldd's texts |
 //! | [`output`] | outputs stamped with `tool` and `policy_digest`, `{"ok":false,"refused":…}`, Go-style errno texts |
 //! | [`config`] | the operator's config object (`null` = `{}`, unknown keys refused) |
 //! | [`manifest`] | embedded transition documents, parsed |
-//! | `identity` (feature `identity`) | the `tool` ref of the plugin's own library via `dladdr` ([`tool_ref!`]), SHA-256 helpers |
+//! | `identity` (feature `identity`) | the `tool` ref of the plugin's own library via `dladdr` (`tool_ref!`), SHA-256 helpers |
 //! | `protect` (feature `protect`) | when two path names count as the same name (NFKC, case folding) |
 //! | `child` (feature `child`, Linux) | child processes in a process group that die with the call and with the daemon |
 //!

@@ -94,11 +94,13 @@ fn the_manifest_describes_the_plugin() {
 }
 
 #[test]
-fn through_the_ffi_entry_points_a_missing_author_declines() {
+fn through_the_ffi_entry_points_an_empty_author_declines() {
     let plugin = LoadedPlugin::from_module(handler_kit::plugin_module::<GitPlugin>());
     assert_eq!(plugin.manifest().unwrap().abi, handler_kit::ABI_VERSION);
+    // An `author` key that is empty declines, whatever identity git's configuration has here
+    // (only an absent key is filled from it; `commit.rs` and the daemon's tests cover that).
     let err = plugin
-        .new_handler(&json!({}), Host::noop().callbacks())
+        .new_handler(&json!({"author": ""}), Host::noop().callbacks())
         .err()
         .unwrap();
     assert!(
