@@ -86,6 +86,7 @@ pub mod grant;
 pub mod journal;
 pub mod log;
 pub mod object;
+pub mod pages;
 pub mod plan;
 pub mod registry;
 pub mod session;

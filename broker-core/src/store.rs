@@ -110,6 +110,12 @@ pub struct ReadCtx<'a> {
 }
 
 type Completion = Box<dyn FnOnce(Option<&StoreError>) + Send>;
+/// Called on the writer thread after each group commit, before its callers are answered, with
+/// the batch's operation count and whether the commit succeeded (profiling tools: the page
+/// census of `benches/store_pages.rs`).
+#[doc(hidden)]
+pub type CommitObserver = Box<dyn FnMut(usize, bool) + Send>;
+type ObserverSlot = Arc<Mutex<Option<CommitObserver>>>;
 type Job = Box<
     dyn for<'a, 'b, 't> FnOnce(Result<&'b mut WriteCtx<'a, 't>, StoreError>) -> Completion + Send,
 >;
@@ -134,6 +140,7 @@ struct Inner {
     sender: Mutex<Option<Sender<Job>>>,
     writer: Mutex<Option<JoinHandle<()>>>,
     stats: Arc<WriterStats>,
+    observer: ObserverSlot,
 }
 
 impl Drop for Inner {
@@ -300,12 +307,14 @@ impl Store {
 
         let (sender, receiver) = mpsc::channel::<Job>();
         let stats = Arc::new(WriterStats::default());
+        let observer = ObserverSlot::default();
         let writer = {
             let env = env.clone();
             let stats = stats.clone();
+            let observer = observer.clone();
             std::thread::Builder::new()
                 .name("worldd-store-writer".into())
-                .spawn(move || writer_loop(env, tables, receiver, map_size, stats))
+                .spawn(move || writer_loop(env, tables, receiver, map_size, stats, observer))
                 .map_err(|e| StoreError::Io(e.to_string()))?
         };
         let store = Store {
@@ -317,6 +326,7 @@ impl Store {
                 sender: Mutex::new(Some(sender)),
                 writer: Mutex::new(Some(writer)),
                 stats,
+                observer,
             }),
         };
         store.ensure_genesis()?;
@@ -397,6 +407,14 @@ impl Store {
 
     pub fn stats(&self) -> &WriterStats {
         &self.inner.stats
+    }
+
+    /// Install (or with `None`, remove) the observer called after every group commit.
+    #[doc(hidden)]
+    pub fn observe_commits(&self, observer: Option<CommitObserver>) {
+        if let Ok(mut slot) = self.inner.observer.lock() {
+            *slot = observer;
+        }
     }
 
     /// Run `op` in a read transaction on this thread.
@@ -561,6 +579,7 @@ fn writer_loop(
     receiver: Receiver<Job>,
     map_size: usize,
     stats: Arc<WriterStats>,
+    observer: ObserverSlot,
 ) {
     while let Ok(first) = receiver.recv() {
         let started = Instant::now();
@@ -607,6 +626,11 @@ fn writer_loop(
             .commit_nanos
             .fetch_add(nanos(committed - built), Ordering::Relaxed);
         let err = outcome.err();
+        if let Ok(mut slot) = observer.lock() {
+            if let Some(observe) = slot.as_mut() {
+                observe(completions.len(), err.is_none());
+            }
+        }
         for done in completions {
             done(err.as_ref());
         }
