@@ -21,8 +21,9 @@ use heed::{CommitOrAbort, Database, Env, EnvOpenOptions, RoTxn, RwTxn, WithoutTl
 use crate::log::{self, LogError};
 use crate::object::{Object, ObjectView, Ref};
 
-/// The schema this build reads and writes. An store with another version is refused unmodified.
-pub const SCHEMA_VERSION: u32 = 1;
+/// The schema this build reads and writes. A schema-1 store is migrated when it is opened
+/// ([`crate::migrate`]); any other version is refused unmodified.
+pub const SCHEMA_VERSION: u32 = 2;
 /// Default LMDB map size: sparse on Linux, so a large reservation costs nothing until used.
 pub const DEFAULT_MAP_SIZE: usize = 16 << 30;
 const MAX_BATCH: usize = 256;
@@ -59,35 +60,29 @@ impl StoreError {
     }
 }
 
-/// The named databases (DESIGN §4).
+/// The named databases (schema 2; `docs/data-model.md` §8.2).
 #[derive(Clone, Copy)]
 pub struct Tables {
-    /// ref(32) → object encoding.
+    /// ref(32) → object envelope (with the object's position under its semantic id).
     pub objects: Database<'static, Bytes, Bytes>,
-    /// semanticId \0 ref(32) → (): the semantic-id index.
-    pub by_semantic_id: Database<'static, Bytes, Bytes>,
-    /// world ref(32) → canonical world JSON.
-    pub worlds: Database<'static, Bytes, Bytes>,
-    /// entry index (u64 BE) → canonical entry JSON.
+    /// u16 BE length ‖ semanticId ‖ position (u64 BE) → ref(32): the semantic-id index, in
+    /// insertion order (database `semantic_ids`).
+    pub semantic_ids: Database<'static, Bytes, Bytes>,
+    /// entry index (u64 BE) → log row: world ref, entry JSON and world JSON (database
+    /// `entries`; see [`crate::log`]).
     pub log: Database<'static, U64<BigEndian>, Bytes>,
-    /// entry hash(32) → entry index (u64 BE).
-    pub entry_hashes: Database<'static, Bytes, U64<BigEndian>>,
-    /// entry index (u64 BE) → the ref of the world that entry selected.
-    pub world_refs: Database<'static, U64<BigEndian>, Bytes>,
-    /// head name → world ref(32).
-    pub heads: Database<'static, Str, Bytes>,
+    /// entry hash or world ref (32) ‖ `e` or `w` → entry index (u64 BE).
+    pub log_refs: Database<'static, Bytes, U64<BigEndian>>,
     /// journal sequence (u64 BE) → canonical journal record JSON.
     pub journal: Database<'static, U64<BigEndian>, Bytes>,
-    /// invocation id → canonical journal state JSON.
-    pub journal_by_invocation: Database<'static, Str, Bytes>,
+    /// invocation id → journal state and task state ([`crate::invocations`]).
+    pub invocations: Database<'static, Str, Bytes>,
     /// invocation id → intent sequence, for intents that have no outcome yet.
     pub pending: Database<'static, Str, U64<BigEndian>>,
     /// episode \0 effect \0 scope → units spent (u64 BE).
     pub spend: Database<'static, Bytes, U64<BigEndian>>,
     /// credential id (64 hex) → canonical session JSON.
     pub sessions: Database<'static, Str, Bytes>,
-    /// episode \0 task id → canonical task state JSON (task ids and idempotency keys).
-    pub tasks: Database<'static, Bytes, Bytes>,
     /// registry name → registry revision ref(32).
     pub registry_heads: Database<'static, Str, Bytes>,
     /// meta key → value (schema version).
@@ -189,7 +184,55 @@ impl std::fmt::Debug for Store {
     }
 }
 
-const META_SCHEMA: &str = "schema_version";
+pub(crate) const META_SCHEMA: &str = "schema_version";
+
+/// What the store's `meta` says about its schema.
+enum Schema {
+    /// This build's version.
+    Current,
+    /// Version 1: migrated on open.
+    Version1,
+    /// No version and no log: a store being created.
+    New,
+    /// Another version, or none beside a non-empty log: refused.
+    Other(String),
+}
+
+/// Read the schema version in a read transaction (creating nothing).
+fn read_schema(env: &Env<WithoutTls>) -> heed::Result<Schema> {
+    let rtxn = env.read_txn()?;
+    let mut schema = Schema::New;
+    env.open_databases_and_commit(rtxn, |dbo, rtxn| -> heed::Result<_> {
+        let meta = dbo.open_database::<Str, Bytes>(rtxn, Some("meta"))?;
+        let version = match meta {
+            Some(meta) => meta
+                .get(rtxn, META_SCHEMA)?
+                .map(|v| String::from_utf8_lossy(v).into_owned()),
+            None => None,
+        };
+        schema = match version.as_deref() {
+            Some(v) if v == SCHEMA_VERSION.to_string() => Schema::Current,
+            Some("1") => Schema::Version1,
+            Some(other) => Schema::Other(other.to_owned()),
+            None => {
+                // Either schema's log: a store with entries but no version is not ours.
+                let mut entries = 0;
+                for name in ["log", "entries"] {
+                    if let Some(t) = dbo.open_database::<Bytes, Bytes>(rtxn, Some(name))? {
+                        entries += t.len(rtxn)?;
+                    }
+                }
+                if entries == 0 {
+                    Schema::New
+                } else {
+                    Schema::Other("none".into())
+                }
+            }
+        };
+        Ok(CommitOrAbort::<(), ()>::Commit(()))
+    })?;
+    Ok(schema)
+}
 
 impl Store {
     /// Open (or with `create`, create) the store in `dir`. A new store gets its genesis entry.
@@ -221,26 +264,36 @@ impl Store {
         // Reader slots of crashed processes would otherwise leak.
         let _ = env.clear_stale_readers();
 
+        // Schema: refuse an unknown version without touching anything; migrate schema 1.
+        match read_schema(&env).map_err(heed_err)? {
+            Schema::Current | Schema::New => {}
+            Schema::Version1 => {
+                crate::migrate::schema_1_to_2(&env, map_size)?;
+            }
+            Schema::Other(found) => {
+                return Err(StoreError::SchemaMismatch {
+                    found,
+                    expected: SCHEMA_VERSION,
+                })
+            }
+        }
+
         let wtxn = env.write_txn().map_err(heed_err)?;
         let tables = env
             .create_databases_and_commit(wtxn, |dbo, wtxn| -> heed::Result<_> {
                 Ok(CommitOrAbort::<_, ()>::Commit((
                     (
                         dbo.create_database(wtxn, Some("objects"))?,
-                        dbo.create_database(wtxn, Some("by_semantic_id"))?,
-                        dbo.create_database(wtxn, Some("worlds"))?,
-                        dbo.create_database(wtxn, Some("log"))?,
-                        dbo.create_database(wtxn, Some("entry_hashes"))?,
-                        dbo.create_database(wtxn, Some("heads"))?,
+                        dbo.create_database(wtxn, Some("semantic_ids"))?,
+                        dbo.create_database(wtxn, Some("entries"))?,
+                        dbo.create_database(wtxn, Some("log_refs"))?,
                         dbo.create_database(wtxn, Some("journal"))?,
-                        dbo.create_database(wtxn, Some("journal_by_invocation"))?,
+                        dbo.create_database(wtxn, Some("invocations"))?,
                     ),
                     (
-                        dbo.create_database(wtxn, Some("world_refs"))?,
                         dbo.create_database(wtxn, Some("pending"))?,
                         dbo.create_database(wtxn, Some("spend"))?,
                         dbo.create_database(wtxn, Some("sessions"))?,
-                        dbo.create_database(wtxn, Some("tasks"))?,
                         dbo.create_database(wtxn, Some("registry_heads"))?,
                         dbo.create_database(wtxn, Some("meta"))?,
                     ),
@@ -250,60 +303,23 @@ impl Store {
             .commit()
             .ok_or_else(|| StoreError::Lmdb("database creation aborted".into()))?;
         let (
-            (
-                objects,
-                by_semantic_id,
-                worlds,
-                log,
-                entry_hashes,
-                heads,
-                journal,
-                journal_by_invocation,
-            ),
-            (world_refs, pending, spend, sessions, tasks, registry_heads, meta),
+            (objects, semantic_ids, log, log_refs, journal, invocations),
+            (pending, spend, sessions, registry_heads, meta),
         ) = tables;
         let tables = Tables {
             objects,
-            by_semantic_id,
-            worlds,
+            semantic_ids,
             log,
-            entry_hashes,
-            world_refs,
-            heads,
+            log_refs,
             journal,
-            journal_by_invocation,
+            invocations,
             pending,
             spend,
             sessions,
-            tasks,
             registry_heads,
             meta,
             map_size,
         };
-
-        // Schema: refuse an unknown version without touching anything.
-        {
-            let rtxn = env.read_txn().map_err(heed_err)?;
-            match tables.meta.get(&rtxn, META_SCHEMA).map_err(heed_err)? {
-                Some(v) => {
-                    let found = String::from_utf8_lossy(v).into_owned();
-                    if found != SCHEMA_VERSION.to_string() {
-                        return Err(StoreError::SchemaMismatch {
-                            found,
-                            expected: SCHEMA_VERSION,
-                        });
-                    }
-                }
-                None => {
-                    if tables.log.len(&rtxn).map_err(heed_err)? != 0 {
-                        return Err(StoreError::SchemaMismatch {
-                            found: "none".into(),
-                            expected: SCHEMA_VERSION,
-                        });
-                    }
-                }
-            }
-        }
 
         let (sender, receiver) = mpsc::channel::<Job>();
         let stats = Arc::new(WriterStats::default());
@@ -472,7 +488,9 @@ impl Store {
         rx.recv().map_err(|_| E::from(StoreError::WriterGone))?
     }
 
-    /// Maintenance access to a raw table, for `doctor`-style tools and tamper tests.
+    /// Maintenance access to stored bytes, for `doctor`-style tools and tamper tests: an
+    /// object's envelope (by ref), an entry's JSON (by index, u64 BE) or a world's JSON (by
+    /// world ref). The rest of the row is kept.
     #[doc(hidden)]
     pub fn raw_overwrite(
         &self,
@@ -484,51 +502,43 @@ impl Store {
             let e = w.heed_err();
             match table {
                 RawTable::Objects => w.tables.objects.put(w.txn, &key, &value).map_err(e),
-                RawTable::Worlds => w.tables.worlds.put(w.txn, &key, &value).map_err(e),
-                RawTable::Log => {
-                    let idx = u64::from_be_bytes(
-                        key.as_slice()
-                            .try_into()
-                            .map_err(|_| StoreError::Corrupt("log key must be 8 bytes".into()))?,
-                    );
-                    w.tables.log.put(w.txn, &idx, &value).map_err(e)
+                RawTable::Worlds => {
+                    let world_ref = raw_ref(&key)?;
+                    let index = log::index_of_world(w.txn, w.tables, &world_ref)?
+                        .ok_or_else(|| StoreError::Corrupt(format!("no world {world_ref}")))?;
+                    log::overwrite_row(w, index, None, Some(&value))
                 }
+                RawTable::Log => log::overwrite_row(w, raw_index(&key)?, Some(&value), None),
             }
         })
     }
 
-    /// Raw bytes of a table row, for maintenance tools and tamper tests.
+    /// Raw stored bytes (see [`Store::raw_overwrite`]).
     #[doc(hidden)]
     pub fn raw_get(&self, table: RawTable, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
         self.read(|r| {
-            let e = r.heed_err();
             Ok(match table {
                 RawTable::Objects => r
                     .tables
                     .objects
                     .get(r.txn, key)
-                    .map_err(e)?
+                    .map_err(r.heed_err())?
                     .map(<[u8]>::to_vec),
-                RawTable::Worlds => r
-                    .tables
-                    .worlds
-                    .get(r.txn, key)
-                    .map_err(e)?
-                    .map(<[u8]>::to_vec),
-                RawTable::Log => {
-                    let idx = u64::from_be_bytes(
-                        key.try_into()
-                            .map_err(|_| StoreError::Corrupt("log key must be 8 bytes".into()))?,
-                    );
-                    r.tables
-                        .log
-                        .get(r.txn, &idx)
-                        .map_err(e)?
-                        .map(<[u8]>::to_vec)
-                }
+                RawTable::Worlds => log::world_bytes(r, &raw_ref(key)?)?,
+                RawTable::Log => log::entry_bytes(r, raw_index(key)?)?,
             })
         })
     }
+}
+
+fn raw_ref(key: &[u8]) -> Result<Ref, StoreError> {
+    Ref::from_slice(key).ok_or_else(|| StoreError::Corrupt("a world key must be 32 bytes".into()))
+}
+
+fn raw_index(key: &[u8]) -> Result<u64, StoreError> {
+    key.try_into()
+        .map(u64::from_be_bytes)
+        .map_err(|_| StoreError::Corrupt("log key must be 8 bytes".into()))
 }
 
 /// Tables reachable through the raw maintenance accessors.
@@ -686,7 +696,7 @@ impl WriteCtx<'_, '_> {
     }
 
     /// Insert an object unless present (first writer's provenance wins). The payload must hash
-    /// to the object's address.
+    /// to the object's address. The object takes the next position under its semantic id.
     pub fn put_object(&mut self, object: &Object) -> Result<(), StoreError> {
         if !object.verify() {
             return Err(StoreError::Corrupt(format!(
@@ -704,19 +714,99 @@ impl WriteCtx<'_, '_> {
         {
             return Ok(());
         }
+        let prefix = semantic_prefix(&object.semantic_id)?;
+        // The last position taken under this semantic id: the tail of its key range.
+        let position = match self
+            .tables
+            .semantic_ids
+            .rev_prefix_iter(self.txn, &prefix)
+            .map_err(e)?
+            .next()
+        {
+            None => 0,
+            Some(item) => position_of(&prefix, item.map_err(e)?.0)? + 1,
+        };
         self.tables
             .objects
-            .put(self.txn, object.hash.as_bytes(), &object.encode_value())
+            .put(
+                self.txn,
+                object.hash.as_bytes(),
+                &object.encode_value(position),
+            )
             .map_err(e)?;
-        let mut key = Vec::with_capacity(object.semantic_id.len() + 33);
-        key.extend_from_slice(object.semantic_id.as_bytes());
-        key.push(0);
-        key.extend_from_slice(object.hash.as_bytes());
+        let mut key = prefix;
+        key.extend_from_slice(&position.to_be_bytes());
         self.tables
-            .by_semantic_id
-            .put(self.txn, &key, &[])
+            .semantic_ids
+            .put(self.txn, &key, object.hash.as_bytes())
             .map_err(e)?;
         Ok(())
+    }
+}
+
+/// The key prefix of a semantic id in `semantic_ids`: its length (u16 BE) then its bytes, so
+/// that no semantic id's range contains another's.
+pub(crate) fn semantic_prefix(semantic_id: &str) -> Result<Vec<u8>, StoreError> {
+    let len = u16::try_from(semantic_id.len()).map_err(|_| {
+        StoreError::Corrupt(format!(
+            "a semantic id of {} bytes is longer than the store keeps",
+            semantic_id.len()
+        ))
+    })?;
+    let mut key = Vec::with_capacity(semantic_id.len() + 10);
+    key.extend_from_slice(&len.to_be_bytes());
+    key.extend_from_slice(semantic_id.as_bytes());
+    Ok(key)
+}
+
+fn position_of(prefix: &[u8], key: &[u8]) -> Result<u64, StoreError> {
+    key.strip_prefix(prefix)
+        .and_then(|rest| <[u8; 8]>::try_from(rest).ok())
+        .map(u64::from_be_bytes)
+        .ok_or_else(|| StoreError::Corrupt("a semantic-id index key is damaged".into()))
+}
+
+/// Refs read lazily from a read transaction.
+pub type Refs<'t> = Box<dyn Iterator<Item = Result<Ref, StoreError>> + 't>;
+
+impl<'t> ReadCtx<'t> {
+    /// The refs of the objects with `semantic_id`, in the order the store first stored them,
+    /// starting after the object `after`. `None` when `after` is not an object with this
+    /// semantic id.
+    pub fn semantic_id_refs(
+        &self,
+        semantic_id: &str,
+        after: Option<&Ref>,
+    ) -> Result<Option<Refs<'t>>, StoreError> {
+        let e = self.heed_err();
+        let prefix = semantic_prefix(semantic_id)?;
+        let start = match after {
+            None => 0,
+            Some(r) => match self.object_view(r)? {
+                Some(v) if v.semantic_id == semantic_id => v.position + 1,
+                _ => return Ok(None),
+            },
+        };
+        let mut from = prefix.clone();
+        from.extend_from_slice(&start.to_be_bytes());
+        let mut to = prefix.clone();
+        to.extend_from_slice(&u64::MAX.to_be_bytes());
+        let range = (
+            std::ops::Bound::Included(from.as_slice()),
+            std::ops::Bound::Included(to.as_slice()),
+        );
+        let iter = self
+            .tables
+            .semantic_ids
+            .range(self.txn, &range)
+            .map_err(e)?
+            .map(move |item| {
+                let (_, value) = item.map_err(e)?;
+                Ref::from_slice(value).ok_or_else(|| {
+                    StoreError::Corrupt("a semantic-id index value is not a ref".into())
+                })
+            });
+        Ok(Some(Box::new(iter)))
     }
 }
 

@@ -19,7 +19,7 @@ use broker_core::log::{self, Entry, LogError, World};
 use broker_core::object::{Object, Ref};
 use broker_core::registry;
 use broker_core::session::AuthError;
-use broker_core::store::{StoreError, TxnExt};
+use broker_core::store::StoreError;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
@@ -289,34 +289,25 @@ async fn objects_by_semantic_id(
     };
     let store = state.store().clone();
     let items = blocking(move || {
-        Ok(store.read(|rd| -> Result<Vec<Value>, StoreError> {
-            let mut prefix = id.as_bytes().to_vec();
-            prefix.push(0);
+        Ok(store.read(|rd| -> Result<Option<Vec<Value>>, StoreError> {
+            // Insertion order; `after` names the last object of the previous page.
+            let Some(refs) = rd.semantic_id_refs(&id, after.as_ref())? else {
+                return Ok(None);
+            };
             let mut out = Vec::new();
-            for item in rd
-                .tables
-                .by_semantic_id
-                .prefix_iter(rd.txn, &prefix)
-                .map_err(rd.heed_err())?
-            {
-                let (k, _) = item.map_err(rd.heed_err())?;
-                let Some(r) = Ref::from_slice(&k[prefix.len()..]) else {
-                    continue;
-                };
-                if after.is_some_and(|a| r <= a) {
-                    continue;
-                }
-                if let Some(o) = rd.object(&r)? {
+            for r in refs {
+                if let Some(o) = rd.object(&r?)? {
                     out.push(object_json(&o, false));
                 }
                 if out.len() >= limit {
                     break;
                 }
             }
-            Ok(out)
+            Ok(Some(out))
         })?)
     })
-    .await?;
+    .await?
+    .ok_or_else(|| ApiError::bad_request("after: not an object with this semantic id"))?;
     Ok(Json(json!({ "items": items })))
 }
 

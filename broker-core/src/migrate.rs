@@ -1,0 +1,353 @@
+//! Schema 1 → schema 2, in one write transaction when a schema-1 store is opened.
+//!
+//! Schema 2 cuts the pages a call's commits write (`docs/benchmarks.md`): the semantic-id
+//! index is kept in insertion order, an entry and its world share one log row, entry hashes and
+//! world refs share one index, and an invocation's journal state and task state share one row.
+//! What each table holds is unchanged; only where it is kept moves:
+//!
+//! | schema 1 | schema 2 |
+//! |---|---|
+//! | `objects` (envelope without position) | `objects` (envelope with its position under its semantic id) |
+//! | `by_semantic_id` (semanticId ‖ 0 ‖ ref) | `semantic_ids` (len ‖ semanticId ‖ position → ref) |
+//! | `log`, `world_refs`, `worlds` | `entries` (one row per index) |
+//! | `entry_hashes`, the world refs | `log_refs` |
+//! | `journal_by_invocation`, `tasks` | `invocations` |
+//! | `heads` | the newest row of `entries` |
+//!
+//! Every stored byte of objects, entries, worlds, journal records and states is carried over
+//! unchanged (damage included: `worldd doctor` judges the migrated store as it would have
+//! judged the old one). Objects are numbered in their schema-1 order (by ref) within each
+//! semantic id, so `by-semantic-id` pages list them as schema 1 did, and newer objects follow.
+//! The migration either commits whole, with the schema version set to 2, or leaves the file as
+//! it was; two processes opening the same store race safely (the second finds version 2).
+
+use std::collections::HashMap;
+use std::ops::Bound;
+use std::time::Instant;
+
+use heed::byteorder::BigEndian;
+use heed::types::{Bytes, Str, U64};
+use heed::{CommitOrAbort, Database, Env, RwTxn, WithoutTls};
+
+use crate::invocations::Row as InvocationRow;
+use crate::log::{self, Row as LogRow};
+use crate::object::Ref;
+use crate::store::{semantic_prefix, StoreError, META_SCHEMA, SCHEMA_VERSION};
+use crate::task;
+
+/// Rows copied per pass over a table: bounds the memory a migration holds at once.
+const CHUNK: usize = 512;
+
+/// What a migration moved.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Migrated {
+    pub objects: u64,
+    pub entries: u64,
+    pub invocations: u64,
+}
+
+type Raw<'e> = Database<'e, Bytes, Bytes>;
+/// Keys and values copied out of a table.
+type Rows = Vec<(Vec<u8>, Vec<u8>)>;
+
+/// Migrate the schema-1 store in `env` to schema 2. A no-op if another process already did.
+pub(crate) fn schema_1_to_2(
+    env: &Env<WithoutTls>,
+    map_size: usize,
+) -> Result<Migrated, StoreError> {
+    let started = Instant::now();
+    let heed_err = |e| StoreError::from_heed(e, map_size);
+    let wtxn = env.write_txn().map_err(heed_err)?;
+    let mut done = Migrated::default();
+    let outcome = env
+        .create_databases_and_commit(wtxn, |dbo, wtxn| -> Result<_, MigrateError> {
+            let meta: Database<Str, Bytes> = dbo.create_database(wtxn, Some("meta"))?;
+            match meta.get(wtxn, META_SCHEMA)? {
+                Some(v) if v == SCHEMA_VERSION.to_string().as_bytes() => {
+                    return Ok(CommitOrAbort::Abort(()));
+                }
+                Some(b"1") => {}
+                other => {
+                    return Err(MigrateError::Store(StoreError::SchemaMismatch {
+                        found: other
+                            .map_or("none".into(), |v| String::from_utf8_lossy(v).into_owned()),
+                        expected: SCHEMA_VERSION,
+                    }))
+                }
+            }
+            macro_rules! open {
+                ($wtxn:expr, $name:literal) => {
+                    dbo.open_database::<Bytes, Bytes>($wtxn, Some($name))?
+                        .ok_or_else(|| corrupt(format!("schema-1 table {} is missing", $name)))?
+                };
+            }
+            let old = Old {
+                objects: open!(wtxn, "objects"),
+                log: open!(wtxn, "log"),
+                world_refs: open!(wtxn, "world_refs"),
+                worlds: open!(wtxn, "worlds"),
+                entry_hashes: open!(wtxn, "entry_hashes"),
+                heads: open!(wtxn, "heads"),
+                journal_by_invocation: open!(wtxn, "journal_by_invocation"),
+                tasks: open!(wtxn, "tasks"),
+                by_semantic_id: open!(wtxn, "by_semantic_id"),
+            };
+            let new = New {
+                semantic_ids: dbo.create_database(wtxn, Some("semantic_ids"))?,
+                entries: dbo.create_database(wtxn, Some("entries"))?,
+                log_refs: dbo.create_database(wtxn, Some("log_refs"))?,
+                invocations: dbo.create_database(wtxn, Some("invocations"))?,
+            };
+            done = Migrated {
+                objects: objects(wtxn, &old, &new)?,
+                entries: entries(wtxn, &old, &new)?,
+                invocations: invocations(wtxn, &old, &new)?,
+            };
+            for t in [
+                old.log,
+                old.world_refs,
+                old.worlds,
+                old.entry_hashes,
+                old.heads,
+                old.journal_by_invocation,
+                old.tasks,
+                old.by_semantic_id,
+            ] {
+                // SAFETY: these handles were opened in this transaction and only read in it;
+                // this process holds no other handle on them (the store opens only schema-2
+                // tables), and they are never opened again.
+                unsafe { t.remove(wtxn)? };
+            }
+            meta.put(wtxn, META_SCHEMA, SCHEMA_VERSION.to_string().as_bytes())?;
+            Ok(CommitOrAbort::<(), ()>::Commit(()))
+        })
+        .map_err(|e| match e {
+            MigrateError::Store(s) => s,
+            MigrateError::Heed(h) => heed_err(h),
+        })?;
+    if let CommitOrAbort::Abort(()) = outcome {
+        // Another process migrated the store between our look and our write transaction.
+        return Ok(Migrated::default());
+    }
+    // A warning, so that one-shot verbs (which log warnings only) say it too: builds of
+    // schema 1 cannot open the store any more.
+    tracing::warn!(
+        objects = done.objects,
+        entries = done.entries,
+        invocations = done.invocations,
+        "migrated the store from schema 1 to schema 2 in {:.1}s; builds that know only schema 1 can no longer open it",
+        started.elapsed().as_secs_f64()
+    );
+    Ok(done)
+}
+
+#[derive(Debug)]
+enum MigrateError {
+    Store(StoreError),
+    Heed(heed::Error),
+}
+
+impl From<heed::Error> for MigrateError {
+    fn from(e: heed::Error) -> Self {
+        MigrateError::Heed(e)
+    }
+}
+
+impl From<StoreError> for MigrateError {
+    fn from(e: StoreError) -> Self {
+        MigrateError::Store(e)
+    }
+}
+
+fn corrupt(why: String) -> MigrateError {
+    MigrateError::Store(StoreError::Corrupt(format!(
+        "cannot migrate this schema-1 store: {why}"
+    )))
+}
+
+struct Old<'e> {
+    objects: Raw<'e>,
+    log: Raw<'e>,
+    world_refs: Raw<'e>,
+    worlds: Raw<'e>,
+    entry_hashes: Raw<'e>,
+    heads: Raw<'e>,
+    journal_by_invocation: Raw<'e>,
+    tasks: Raw<'e>,
+    by_semantic_id: Raw<'e>,
+}
+
+struct New<'e> {
+    semantic_ids: Raw<'e>,
+    entries: Database<'e, U64<BigEndian>, Bytes>,
+    log_refs: Database<'e, Bytes, U64<BigEndian>>,
+    invocations: Database<'e, Str, Bytes>,
+}
+
+/// Up to [`CHUNK`] rows of `table` after `after`, copied out of the transaction.
+fn chunk(wtxn: &RwTxn<'_>, table: Raw<'_>, after: Option<&[u8]>) -> Result<Rows, MigrateError> {
+    let range = (
+        after.map_or(Bound::Unbounded, Bound::Excluded),
+        Bound::<&[u8]>::Unbounded,
+    );
+    let mut rows = Vec::with_capacity(CHUNK);
+    for item in table.range(wtxn, &range)?.take(CHUNK) {
+        let (k, v) = item?;
+        rows.push((k.to_vec(), v.to_vec()));
+    }
+    Ok(rows)
+}
+
+/// Every row of `table`, in key order, a chunk at a time.
+fn each_row(
+    wtxn: &mut RwTxn<'_>,
+    table: Raw<'_>,
+    mut f: impl FnMut(&mut RwTxn<'_>, &[u8], &[u8]) -> Result<(), MigrateError>,
+) -> Result<u64, MigrateError> {
+    let mut last: Option<Vec<u8>> = None;
+    let mut n = 0;
+    loop {
+        let rows = chunk(wtxn, table, last.as_deref())?;
+        let Some((k, _)) = rows.last() else {
+            return Ok(n);
+        };
+        last = Some(k.clone());
+        for (k, v) in &rows {
+            f(wtxn, k, v)?;
+            n += 1;
+        }
+    }
+}
+
+/// A schema-1 envelope: `interfaceHash(32) | u16 len | semanticId | …`; returns where the
+/// semantic id ends, and the semantic id.
+fn v1_semantic_id(bytes: &[u8]) -> Option<(usize, &str)> {
+    let len = u16::from_be_bytes(bytes.get(32..34)?.try_into().ok()?) as usize;
+    let sid = std::str::from_utf8(bytes.get(34..34 + len)?).ok()?;
+    Some((34 + len, sid))
+}
+
+fn objects(wtxn: &mut RwTxn<'_>, old: &Old<'_>, new: &New<'_>) -> Result<u64, MigrateError> {
+    let mut next: HashMap<String, u64> = HashMap::new();
+    let n = each_row(wtxn, old.objects, |wtxn, key, value| {
+        let r = Ref::from_slice(key).ok_or_else(|| corrupt("an object key is not a ref".into()))?;
+        let (_, sid) = v1_semantic_id(value)
+            .ok_or_else(|| corrupt(format!("object {r} has a damaged envelope")))?;
+        let position = next.entry(sid.to_owned()).or_default();
+        // Schema 2 inserts the position after the interface hash; the rest is unchanged.
+        let mut envelope = Vec::with_capacity(value.len() + 8);
+        envelope.extend_from_slice(&value[..32]);
+        envelope.extend_from_slice(&position.to_be_bytes());
+        envelope.extend_from_slice(&value[32..]);
+        let mut index_key = semantic_prefix(sid)?;
+        index_key.extend_from_slice(&position.to_be_bytes());
+        *position += 1;
+        old.objects.put(wtxn, key, &envelope)?;
+        new.semantic_ids.put(wtxn, &index_key, key)?;
+        Ok(())
+    })?;
+    let indexed = old.by_semantic_id.len(wtxn)?;
+    if indexed != n {
+        return Err(corrupt(format!(
+            "{n} objects but {indexed} semantic-id index entries"
+        )));
+    }
+    Ok(n)
+}
+
+fn entries(wtxn: &mut RwTxn<'_>, old: &Old<'_>, new: &New<'_>) -> Result<u64, MigrateError> {
+    let mut last_world = None;
+    let n = each_row(wtxn, old.log, |wtxn, key, entry| {
+        let index = <[u8; 8]>::try_from(key)
+            .map(u64::from_be_bytes)
+            .map_err(|_| corrupt("a log key is not 8 bytes".into()))?;
+        let world_ref = old
+            .world_refs
+            .get(wtxn, key)?
+            .and_then(Ref::from_slice)
+            .ok_or_else(|| corrupt(format!("entry {index} has no world ref")))?;
+        let world = old
+            .worlds
+            .get(wtxn, world_ref.as_bytes())?
+            .ok_or_else(|| corrupt(format!("the world of entry {index} is missing")))?
+            .to_vec();
+        let row = LogRow {
+            world_ref,
+            entry,
+            world: &world,
+        }
+        .encode();
+        new.entries.put(wtxn, &index, &row)?;
+        new.log_refs
+            .put(wtxn, &log::ref_key(&world_ref, log::WORLD_REF), &index)?;
+        last_world = Some(world_ref);
+        Ok(())
+    })?;
+    each_row(wtxn, old.entry_hashes, |wtxn, key, index| {
+        let hash =
+            Ref::from_slice(key).ok_or_else(|| corrupt("an entry hash is not 32 bytes".into()))?;
+        let index = <[u8; 8]>::try_from(index)
+            .map(u64::from_be_bytes)
+            .map_err(|_| corrupt("an entry-hash index value is not 8 bytes".into()))?;
+        new.log_refs
+            .put(wtxn, &log::ref_key(&hash, log::ENTRY_HASH), &index)?;
+        Ok(())
+    })?;
+    // Schema 2 has no head pointer: the newest entry selects the head. Schema 1's must agree.
+    let head = old.heads.get(wtxn, b"selected")?.and_then(Ref::from_slice);
+    if head != last_world {
+        return Err(corrupt(format!(
+            "the head ({}) is not the world of the last entry ({})",
+            head.map_or("none".into(), |r| r.to_string()),
+            last_world.map_or("none".into(), |r| r.to_string())
+        )));
+    }
+    Ok(n)
+}
+
+fn invocations(wtxn: &mut RwTxn<'_>, old: &Old<'_>, new: &New<'_>) -> Result<u64, MigrateError> {
+    let n = each_row(wtxn, old.journal_by_invocation, |wtxn, key, state| {
+        let id = std::str::from_utf8(key)
+            .map_err(|_| corrupt("an invocation id is not UTF-8".into()))?;
+        let row = InvocationRow {
+            journal: Some(state),
+            task: None,
+        };
+        new.invocations.put(wtxn, id, &row.encode())?;
+        Ok(())
+    })?;
+    let mut tasks_only = 0;
+    each_row(wtxn, old.tasks, |wtxn, key, state| {
+        let split = key
+            .iter()
+            .position(|b| *b == 0)
+            .ok_or_else(|| corrupt("a task key has no episode".into()))?;
+        let (episode, task_key) = match (
+            std::str::from_utf8(&key[..split]),
+            std::str::from_utf8(&key[split + 1..]),
+        ) {
+            (Ok(e), Ok(t)) => (e, t),
+            _ => return Err(corrupt("a task key is not UTF-8".into())),
+        };
+        let id = task::invocation_key(episode, task_key)?;
+        let journal = new
+            .invocations
+            .get(wtxn, &id)?
+            .map(|bytes| {
+                InvocationRow::decode(bytes)
+                    .and_then(|r| r.journal.map(<[u8]>::to_vec))
+                    .ok_or_else(|| corrupt(format!("invocation row {id} is damaged")))
+            })
+            .transpose()?;
+        if journal.is_none() {
+            tasks_only += 1;
+        }
+        let row = InvocationRow {
+            journal: journal.as_deref(),
+            task: Some(state),
+        };
+        new.invocations.put(wtxn, &id, &row.encode())?;
+        Ok(())
+    })?;
+    Ok(n + tasks_only)
+}
