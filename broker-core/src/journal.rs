@@ -185,7 +185,13 @@ pub fn append_intent(
         status: None,
         result_ref: None,
     };
-    invocations::put(w, &intent.invocation_id, Part::Journal, &to_json(&state)?)?;
+    invocations::put_initial(
+        w,
+        &intent.invocation_id,
+        Part::Journal,
+        &to_json(&state)?,
+        Some(seq),
+    )?;
     w.tables
         .pending
         .put(w.txn, &intent.invocation_id, &seq)
@@ -224,7 +230,7 @@ pub fn append_outcome(
     state.outcome_seq = Some(seq);
     state.status = Some(status);
     state.result_ref = result_ref;
-    invocations::put(w, invocation_id, Part::Journal, &to_json(&state)?)?;
+    invocations::put_resolution(w, invocation_id, Part::Journal, &to_json(&state)?)?;
     w.tables.pending.delete(w.txn, invocation_id).map_err(e)?;
     Ok(seq)
 }

@@ -14,7 +14,7 @@ use serde_json::json;
 
 use crate::canon::{self, CanonError};
 use crate::object::{sid, Object, Ref};
-use crate::store::{ReadCtx, StoreError, TxnExt, WriteCtx};
+use crate::store::{ref_key, ReadCtx, StoreError, TxnExt, WriteCtx, ENTRY_HASH, WORLD_REF};
 
 /// The semantics epoch written into every entry.
 pub const SEMANTICS_EPOCH: u64 = 1;
@@ -166,7 +166,7 @@ pub fn interpreter_ref() -> Ref {
 /// One log row (schema 2): an entry and the world it selects, stored together under the
 /// entry's index: `world ref (32) | u32 BE entry length | entry JSON | world JSON`. Appending
 /// an entry then writes the tail of one B-tree; the two lookups by hash go through
-/// `log_refs`.
+/// the store's `refs` index.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Row<'a> {
     pub world_ref: Ref,
@@ -196,18 +196,6 @@ impl<'a> Row<'a> {
     }
 }
 
-/// `log_refs` key kinds: an entry hash or a world ref.
-pub(crate) const ENTRY_HASH: u8 = b'e';
-pub(crate) const WORLD_REF: u8 = b'w';
-
-/// The `log_refs` key of `r` as an entry hash or a world ref.
-pub(crate) fn ref_key(r: &Ref, kind: u8) -> [u8; 33] {
-    let mut key = [0u8; 33];
-    key[..32].copy_from_slice(r.as_bytes());
-    key[32] = kind;
-    key
-}
-
 fn row_at<'t>(
     txn: &'t heed::RoTxn<'_>,
     t: &crate::store::Tables,
@@ -232,11 +220,7 @@ fn world_row<'t>(
     world_ref: &Ref,
 ) -> Result<Option<Row<'t>>, StoreError> {
     let e = |e| StoreError::from_heed(e, t.map_size);
-    let Some(index) = t
-        .log_refs
-        .get(txn, &ref_key(world_ref, WORLD_REF))
-        .map_err(e)?
-    else {
+    let Some(index) = t.refs.get(txn, &ref_key(world_ref, WORLD_REF)).map_err(e)? else {
         return Ok(None);
     };
     Ok(row_at(txn, t, index)?.filter(|row| row.world_ref == *world_ref))
@@ -295,7 +279,7 @@ pub fn range(r: &ReadCtx<'_>, from: u64, limit: usize) -> Result<Vec<Entry>, Log
 /// Index of the entry with this hash.
 pub fn index_of_entry_hash(r: &ReadCtx<'_>, hash: &Ref) -> Result<Option<u64>, StoreError> {
     r.tables
-        .log_refs
+        .refs
         .get(r.txn, &ref_key(hash, ENTRY_HASH))
         .map_err(r.heed_err())
 }
@@ -346,7 +330,7 @@ pub(crate) fn index_of_world(
     t: &crate::store::Tables,
     world_ref: &Ref,
 ) -> Result<Option<u64>, StoreError> {
-    t.log_refs
+    t.refs
         .get(txn, &ref_key(world_ref, WORLD_REF))
         .map_err(|e| StoreError::from_heed(e, t.map_size))
 }
@@ -507,7 +491,7 @@ fn commit_checked(
     .encode();
     w.tables.log.put(w.txn, &h.entry_index, &row).map_err(e)?;
     w.tables
-        .log_refs
+        .refs
         .put(
             w.txn,
             &ref_key(&entry.entry_hash, ENTRY_HASH),
@@ -515,7 +499,7 @@ fn commit_checked(
         )
         .map_err(e)?;
     w.tables
-        .log_refs
+        .refs
         .put(w.txn, &ref_key(world_ref, WORLD_REF), &h.entry_index)
         .map_err(e)?;
     Ok(())

@@ -1,38 +1,41 @@
 //! Schema 1 → schema 2, in one write transaction when a schema-1 store is opened.
 //!
-//! Schema 2 cuts the pages a call's commits write (`docs/benchmarks.md`): the semantic-id
-//! index is kept in insertion order, an entry and its world share one log row, entry hashes and
-//! world refs share one index, and an invocation's journal state and task state share one row.
-//! What each table holds is unchanged; only where it is kept moves:
+//! Schema 2 cuts the pages a call's commits write (`docs/benchmarks.md`): objects are stored in
+//! arrival order and found through one index of refs (which also finds entries by hash and
+//! worlds by ref), the semantic-id index is kept in insertion order, an entry and its world
+//! share one log row, and an invocation's journal state and task state share one row. What each
+//! table holds is unchanged; only where it is kept moves:
 //!
 //! | schema 1 | schema 2 |
 //! |---|---|
-//! | `objects` (envelope without position) | `objects` (envelope with its position under its semantic id) |
-//! | `by_semantic_id` (semanticId ‖ 0 ‖ ref) | `semantic_ids` (len ‖ semanticId ‖ position → ref) |
+//! | `objects` (ref → envelope) | `object_rows` (sequence → ref ‖ envelope) and `refs` (ref ‖ `o` → sequence) |
+//! | `by_semantic_id` (semanticId ‖ 0 ‖ ref) | `semantic_ids` (len ‖ semanticId ‖ sequence) |
 //! | `log`, `world_refs`, `worlds` | `entries` (one row per index) |
-//! | `entry_hashes`, the world refs | `log_refs` |
-//! | `journal_by_invocation`, `tasks` | `invocations` |
+//! | `entry_hashes`, the world refs | `refs` (hash ‖ `e`, ref ‖ `w` → index) |
+//! | `journal_by_invocation`, `tasks` | `invocations` (`resolutions` starts empty) |
 //! | `heads` | the newest row of `entries` |
 //!
 //! Every stored byte of objects, entries, worlds, journal records and states is carried over
 //! unchanged (damage included: `worldd doctor` judges the migrated store as it would have
-//! judged the old one). Objects are numbered in their schema-1 order (by ref) within each
-//! semantic id, so `by-semantic-id` pages list them as schema 1 did, and newer objects follow.
+//! judged the old one). Objects are numbered in their schema-1 order (by ref), so
+//! `by-semantic-id` pages list them as schema 1 did, and newer objects follow.
 //! The migration either commits whole, with the schema version set to 2, or leaves the file as
 //! it was; two processes opening the same store race safely (the second finds version 2).
 
-use std::collections::HashMap;
 use std::ops::Bound;
 use std::time::Instant;
 
 use heed::byteorder::BigEndian;
 use heed::types::{Bytes, Str, U64};
-use heed::{CommitOrAbort, Database, Env, RwTxn, WithoutTls};
+use heed::{CommitOrAbort, Database, Env, PutFlags, RwTxn, WithoutTls};
 
 use crate::invocations::Row as InvocationRow;
-use crate::log::{self, Row as LogRow};
+use crate::log::Row as LogRow;
 use crate::object::Ref;
-use crate::store::{semantic_prefix, StoreError, META_SCHEMA, SCHEMA_VERSION};
+use crate::store::{
+    ref_key, semantic_prefix, StoreError, ENTRY_HASH, META_SCHEMA, OBJECT, SCHEMA_VERSION,
+    WORLD_REF,
+};
 use crate::task;
 
 /// Rows copied per pass over a table: bounds the memory a migration holds at once.
@@ -93,9 +96,10 @@ pub(crate) fn schema_1_to_2(
                 by_semantic_id: open!(wtxn, "by_semantic_id"),
             };
             let new = New {
+                objects: dbo.create_database(wtxn, Some("object_rows"))?,
+                refs: dbo.create_database(wtxn, Some("refs"))?,
                 semantic_ids: dbo.create_database(wtxn, Some("semantic_ids"))?,
                 entries: dbo.create_database(wtxn, Some("entries"))?,
-                log_refs: dbo.create_database(wtxn, Some("log_refs"))?,
                 invocations: dbo.create_database(wtxn, Some("invocations"))?,
             };
             done = Migrated {
@@ -104,6 +108,7 @@ pub(crate) fn schema_1_to_2(
                 invocations: invocations(wtxn, &old, &new)?,
             };
             for t in [
+                old.objects,
                 old.log,
                 old.world_refs,
                 old.worlds,
@@ -178,9 +183,10 @@ struct Old<'e> {
 }
 
 struct New<'e> {
+    objects: Database<'e, U64<BigEndian>, Bytes>,
+    refs: Database<'e, Bytes, U64<BigEndian>>,
     semantic_ids: Raw<'e>,
     entries: Database<'e, U64<BigEndian>, Bytes>,
-    log_refs: Database<'e, Bytes, U64<BigEndian>>,
     invocations: Database<'e, Str, Bytes>,
 }
 
@@ -219,31 +225,29 @@ fn each_row(
     }
 }
 
-/// A schema-1 envelope: `interfaceHash(32) | u16 len | semanticId | …`; returns where the
-/// semantic id ends, and the semantic id.
-fn v1_semantic_id(bytes: &[u8]) -> Option<(usize, &str)> {
-    let len = u16::from_be_bytes(bytes.get(32..34)?.try_into().ok()?) as usize;
-    let sid = std::str::from_utf8(bytes.get(34..34 + len)?).ok()?;
-    Some((34 + len, sid))
+/// The semantic id of a schema-1 object envelope: `interfaceHash(32) | u16 len | semanticId | …`
+/// (schema 2 keeps the envelope as it is).
+fn semantic_id(envelope: &[u8]) -> Option<&str> {
+    let len = u16::from_be_bytes(envelope.get(32..34)?.try_into().ok()?) as usize;
+    std::str::from_utf8(envelope.get(34..34 + len)?).ok()
 }
 
 fn objects(wtxn: &mut RwTxn<'_>, old: &Old<'_>, new: &New<'_>) -> Result<u64, MigrateError> {
-    let mut next: HashMap<String, u64> = HashMap::new();
-    let n = each_row(wtxn, old.objects, |wtxn, key, value| {
+    let mut seq = 0u64;
+    let n = each_row(wtxn, old.objects, |wtxn, key, envelope| {
         let r = Ref::from_slice(key).ok_or_else(|| corrupt("an object key is not a ref".into()))?;
-        let (_, sid) = v1_semantic_id(value)
+        let sid = semantic_id(envelope)
             .ok_or_else(|| corrupt(format!("object {r} has a damaged envelope")))?;
-        let position = next.entry(sid.to_owned()).or_default();
-        // Schema 2 inserts the position after the interface hash; the rest is unchanged.
-        let mut envelope = Vec::with_capacity(value.len() + 8);
-        envelope.extend_from_slice(&value[..32]);
-        envelope.extend_from_slice(&position.to_be_bytes());
-        envelope.extend_from_slice(&value[32..]);
+        let mut row = Vec::with_capacity(32 + envelope.len());
+        row.extend_from_slice(key);
+        row.extend_from_slice(envelope);
+        new.objects
+            .put_with_flags(wtxn, PutFlags::APPEND, &seq, &row)?;
+        new.refs.put(wtxn, &ref_key(&r, OBJECT), &seq)?;
         let mut index_key = semantic_prefix(sid)?;
-        index_key.extend_from_slice(&position.to_be_bytes());
-        *position += 1;
-        old.objects.put(wtxn, key, &envelope)?;
-        new.semantic_ids.put(wtxn, &index_key, key)?;
+        index_key.extend_from_slice(&seq.to_be_bytes());
+        new.semantic_ids.put(wtxn, &index_key, &[])?;
+        seq += 1;
         Ok(())
     })?;
     let indexed = old.by_semantic_id.len(wtxn)?;
@@ -278,8 +282,8 @@ fn entries(wtxn: &mut RwTxn<'_>, old: &Old<'_>, new: &New<'_>) -> Result<u64, Mi
         }
         .encode();
         new.entries.put(wtxn, &index, &row)?;
-        new.log_refs
-            .put(wtxn, &log::ref_key(&world_ref, log::WORLD_REF), &index)?;
+        new.refs
+            .put(wtxn, &ref_key(&world_ref, WORLD_REF), &index)?;
         last_world = Some(world_ref);
         Ok(())
     })?;
@@ -289,8 +293,7 @@ fn entries(wtxn: &mut RwTxn<'_>, old: &Old<'_>, new: &New<'_>) -> Result<u64, Mi
         let index = <[u8; 8]>::try_from(index)
             .map(u64::from_be_bytes)
             .map_err(|_| corrupt("an entry-hash index value is not 8 bytes".into()))?;
-        new.log_refs
-            .put(wtxn, &log::ref_key(&hash, log::ENTRY_HASH), &index)?;
+        new.refs.put(wtxn, &ref_key(&hash, ENTRY_HASH), &index)?;
         Ok(())
     })?;
     // Schema 2 has no head pointer: the newest entry selects the head. Schema 1's must agree.
@@ -309,7 +312,10 @@ fn invocations(wtxn: &mut RwTxn<'_>, old: &Old<'_>, new: &New<'_>) -> Result<u64
     let n = each_row(wtxn, old.journal_by_invocation, |wtxn, key, state| {
         let id = std::str::from_utf8(key)
             .map_err(|_| corrupt("an invocation id is not UTF-8".into()))?;
+        // Schema 1 kept only each invocation's current state: it is the row, with nothing to
+        // resolve it later (an intent left indeterminate is never retried).
         let row = InvocationRow {
+            intent: None,
             journal: Some(state),
             task: None,
         };
@@ -343,6 +349,7 @@ fn invocations(wtxn: &mut RwTxn<'_>, old: &Old<'_>, new: &New<'_>) -> Result<u64
             tasks_only += 1;
         }
         let row = InvocationRow {
+            intent: None,
             journal: journal.as_deref(),
             task: Some(state),
         };

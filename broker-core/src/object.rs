@@ -219,15 +219,13 @@ impl Object {
         canon::parse(&self.payload)
     }
 
-    /// Storage encoding of everything but the hash (the key), with the object's position under
-    /// its semantic id (insertion order):
-    /// `interfaceHash(32) | position u64 | u16 len | semanticId | u16 len | provenance | payload`.
-    pub(crate) fn encode_value(&self, position: u64) -> Vec<u8> {
+    /// Storage encoding of everything but the hash (the key):
+    /// `interfaceHash(32) | u16 len | semanticId | u16 len | provenance | payload`.
+    pub(crate) fn encode_value(&self) -> Vec<u8> {
         let sid = self.semantic_id.as_bytes();
         let prov = self.provenance.as_bytes();
-        let mut out = Vec::with_capacity(44 + sid.len() + prov.len() + self.payload.len());
+        let mut out = Vec::with_capacity(36 + sid.len() + prov.len() + self.payload.len());
         out.extend_from_slice(self.interface_hash.as_bytes());
-        out.extend_from_slice(&position.to_be_bytes());
         out.extend_from_slice(&(sid.len().min(u16::MAX as usize) as u16).to_be_bytes());
         out.extend_from_slice(&sid[..sid.len().min(u16::MAX as usize)]);
         out.extend_from_slice(&(prov.len().min(u16::MAX as usize) as u16).to_be_bytes());
@@ -255,8 +253,6 @@ impl Object {
 pub struct ObjectView<'a> {
     pub hash: Ref,
     pub interface_hash: Ref,
-    /// Where the object stands among the objects of its semantic id (0 = stored first).
-    pub position: u64,
     pub semantic_id: &'a str,
     pub provenance: &'a str,
     pub payload: &'a [u8],
@@ -265,8 +261,7 @@ pub struct ObjectView<'a> {
 impl<'a> ObjectView<'a> {
     pub(crate) fn decode(hash: Ref, bytes: &'a [u8]) -> Option<ObjectView<'a>> {
         let interface_hash = Ref::from_slice(bytes.get(..32)?)?;
-        let position = u64::from_be_bytes(bytes.get(32..40)?.try_into().ok()?);
-        let mut rest = bytes.get(40..)?;
+        let mut rest = bytes.get(32..)?;
         let mut take_str = || -> Option<&'a str> {
             let len = u16::from_be_bytes(rest.get(..2)?.try_into().ok()?) as usize;
             let s = std::str::from_utf8(rest.get(2..2 + len)?).ok()?;
@@ -278,7 +273,6 @@ impl<'a> ObjectView<'a> {
         Some(ObjectView {
             hash,
             interface_hash,
-            position,
             semantic_id,
             provenance,
             payload: rest,
@@ -359,10 +353,9 @@ mod tests {
     fn object_encoding_round_trips_and_detects_damage() {
         let o = Object::new("world/x/v1", "test", b"payload".to_vec());
         assert_eq!(o.interface_hash, Ref::of(b"world/x/v1"));
-        let enc = o.encode_value(7);
+        let enc = o.encode_value();
         let back = Object::decode_value(o.hash, &enc).unwrap();
         assert_eq!(back, o);
-        assert_eq!(ObjectView::decode(o.hash, &enc).unwrap().position, 7);
         assert!(back.verify());
         assert!(Object::decode_value(o.hash, &enc[..10]).is_none());
         let mut damaged = enc.clone();

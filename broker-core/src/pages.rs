@@ -396,7 +396,7 @@ mod tests {
             c.last_pgno + 1,
             "every page is used, free-listed or a meta page"
         );
-        let objects = &c.tables["objects"];
+        let objects = &c.tables["object_rows"];
         assert!(
             !objects.overflow.is_empty(),
             "large objects use overflow pages"
@@ -498,7 +498,7 @@ mod tests {
             assert_eq!(counted, changed.len() as u64, "commit {i}");
             let written = after.written_since(&before);
             assert!(
-                written.contains_key("objects") && written.contains_key(MAIN),
+                written.contains_key("object_rows") && written.contains_key(MAIN),
                 "{written:?}"
             );
             assert!(

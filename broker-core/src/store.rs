@@ -16,7 +16,7 @@ use std::time::Instant;
 
 use heed::byteorder::BigEndian;
 use heed::types::{Bytes, Str, U64};
-use heed::{CommitOrAbort, Database, Env, EnvOpenOptions, RoTxn, RwTxn, WithoutTls};
+use heed::{CommitOrAbort, Database, Env, EnvOpenOptions, PutFlags, RoTxn, RwTxn, WithoutTls};
 
 use crate::log::{self, LogError};
 use crate::object::{Object, ObjectView, Ref};
@@ -63,20 +63,25 @@ impl StoreError {
 /// The named databases (schema 2; `docs/data-model.md` §8.2).
 #[derive(Clone, Copy)]
 pub struct Tables {
-    /// ref(32) → object envelope (with the object's position under its semantic id).
-    pub objects: Database<'static, Bytes, Bytes>,
-    /// u16 BE length ‖ semanticId ‖ position (u64 BE) → ref(32): the semantic-id index, in
-    /// insertion order (database `semantic_ids`).
+    /// object sequence (u64 BE, insertion order) → ref(32) ‖ object envelope (database
+    /// `object_rows`).
+    pub objects: Database<'static, U64<BigEndian>, Bytes>,
+    /// ref(32) ‖ kind → u64 BE: an object's sequence (`o`), an entry's index by its hash (`e`)
+    /// or by the ref of the world it selected (`w`).
+    pub refs: Database<'static, Bytes, U64<BigEndian>>,
+    /// u16 BE length ‖ semanticId ‖ object sequence (u64 BE) → (): the semantic-id index, in
+    /// insertion order.
     pub semantic_ids: Database<'static, Bytes, Bytes>,
     /// entry index (u64 BE) → log row: world ref, entry JSON and world JSON (database
     /// `entries`; see [`crate::log`]).
     pub log: Database<'static, U64<BigEndian>, Bytes>,
-    /// entry hash or world ref (32) ‖ `e` or `w` → entry index (u64 BE).
-    pub log_refs: Database<'static, Bytes, U64<BigEndian>>,
     /// journal sequence (u64 BE) → canonical journal record JSON.
     pub journal: Database<'static, U64<BigEndian>, Bytes>,
-    /// invocation id → journal state and task state ([`crate::invocations`]).
+    /// invocation id → journal state and task state of its first durable point
+    /// (module `invocations`; `docs/data-model.md` §8.2).
     pub invocations: Database<'static, Str, Bytes>,
+    /// intent sequence (u64 BE) → the journal state and task state that resolved that intent.
+    pub resolutions: Database<'static, U64<BigEndian>, Bytes>,
     /// invocation id → intent sequence, for intents that have no outcome yet.
     pub pending: Database<'static, Str, U64<BigEndian>>,
     /// episode \0 effect \0 scope → units spent (u64 BE).
@@ -283,12 +288,13 @@ impl Store {
             .create_databases_and_commit(wtxn, |dbo, wtxn| -> heed::Result<_> {
                 Ok(CommitOrAbort::<_, ()>::Commit((
                     (
-                        dbo.create_database(wtxn, Some("objects"))?,
+                        dbo.create_database(wtxn, Some("object_rows"))?,
                         dbo.create_database(wtxn, Some("semantic_ids"))?,
                         dbo.create_database(wtxn, Some("entries"))?,
-                        dbo.create_database(wtxn, Some("log_refs"))?,
+                        dbo.create_database(wtxn, Some("refs"))?,
                         dbo.create_database(wtxn, Some("journal"))?,
                         dbo.create_database(wtxn, Some("invocations"))?,
+                        dbo.create_database(wtxn, Some("resolutions"))?,
                     ),
                     (
                         dbo.create_database(wtxn, Some("pending"))?,
@@ -303,16 +309,17 @@ impl Store {
             .commit()
             .ok_or_else(|| StoreError::Lmdb("database creation aborted".into()))?;
         let (
-            (objects, semantic_ids, log, log_refs, journal, invocations),
+            (objects, semantic_ids, log, refs, journal, invocations, resolutions),
             (pending, spend, sessions, registry_heads, meta),
         ) = tables;
         let tables = Tables {
             objects,
+            refs,
             semantic_ids,
             log,
-            log_refs,
             journal,
             invocations,
+            resolutions,
             pending,
             spend,
             sessions,
@@ -501,7 +508,14 @@ impl Store {
         self.write(move |w| -> Result<(), StoreError> {
             let e = w.heed_err();
             match table {
-                RawTable::Objects => w.tables.objects.put(w.txn, &key, &value).map_err(e),
+                RawTable::Objects => {
+                    let r = raw_ref(&key)?;
+                    let (seq, _) = object_row(w.txn, w.tables, &r)?
+                        .ok_or_else(|| StoreError::Corrupt(format!("no object {r}")))?;
+                    let mut row = key.clone();
+                    row.extend_from_slice(&value);
+                    w.tables.objects.put(w.txn, &seq, &row).map_err(e)
+                }
                 RawTable::Worlds => {
                     let world_ref = raw_ref(&key)?;
                     let index = log::index_of_world(w.txn, w.tables, &world_ref)?
@@ -518,12 +532,9 @@ impl Store {
     pub fn raw_get(&self, table: RawTable, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
         self.read(|r| {
             Ok(match table {
-                RawTable::Objects => r
-                    .tables
-                    .objects
-                    .get(r.txn, key)
-                    .map_err(r.heed_err())?
-                    .map(<[u8]>::to_vec),
+                RawTable::Objects => {
+                    object_row(r.txn, r.tables, &raw_ref(key)?)?.map(|(_, v)| v.to_vec())
+                }
                 RawTable::Worlds => log::world_bytes(r, &raw_ref(key)?)?,
                 RawTable::Log => log::entry_bytes(r, raw_index(key)?)?,
             })
@@ -532,7 +543,7 @@ impl Store {
 }
 
 fn raw_ref(key: &[u8]) -> Result<Ref, StoreError> {
-    Ref::from_slice(key).ok_or_else(|| StoreError::Corrupt("a world key must be 32 bytes".into()))
+    Ref::from_slice(key).ok_or_else(|| StoreError::Corrupt("a ref key must be 32 bytes".into()))
 }
 
 fn raw_index(key: &[u8]) -> Result<u64, StoreError> {
@@ -676,14 +687,9 @@ impl<'t> ReadCtx<'t> {
 
     /// An object borrowed from this read transaction, without copying its payload.
     pub fn object_view(&self, r: &Ref) -> Result<Option<ObjectView<'t>>, StoreError> {
-        match self
-            .tables
-            .objects
-            .get(self.txn, r.as_bytes())
-            .map_err(self.heed_err())?
-        {
+        match object_row(self.txn, self.tables, r)? {
             None => Ok(None),
-            Some(bytes) => ObjectView::decode(*r, bytes)
+            Some((_, envelope)) => ObjectView::decode(*r, envelope)
                 .map(Some)
                 .ok_or_else(|| StoreError::Corrupt(format!("object {r} has a damaged envelope"))),
         }
@@ -696,7 +702,8 @@ impl WriteCtx<'_, '_> {
     }
 
     /// Insert an object unless present (first writer's provenance wins). The payload must hash
-    /// to the object's address. The object takes the next position under its semantic id.
+    /// to the object's address. Objects are stored in the order they arrive (the next sequence
+    /// number), so a group commit's new objects fill the same pages at the end of the table.
     pub fn put_object(&mut self, object: &Object) -> Result<(), StoreError> {
         if !object.verify() {
             return Err(StoreError::Corrupt(format!(
@@ -705,43 +712,44 @@ impl WriteCtx<'_, '_> {
             )));
         }
         let e = self.heed_err();
-        if self
-            .tables
-            .objects
-            .get(self.txn, object.hash.as_bytes())
-            .map_err(e)?
-            .is_some()
-        {
+        let key = ref_key(&object.hash, OBJECT);
+        if self.tables.refs.get(self.txn, &key).map_err(e)?.is_some() {
             return Ok(());
         }
-        let prefix = semantic_prefix(&object.semantic_id)?;
-        // The last position taken under this semantic id: the tail of its key range.
-        let position = match self
-            .tables
-            .semantic_ids
-            .rev_prefix_iter(self.txn, &prefix)
-            .map_err(e)?
-            .next()
-        {
+        let mut index_key = semantic_prefix(&object.semantic_id)?;
+        let seq = match self.tables.objects.last(self.txn).map_err(e)? {
+            Some((last, _)) => last + 1,
             None => 0,
-            Some(item) => position_of(&prefix, item.map_err(e)?.0)? + 1,
         };
+        let envelope = object.encode_value();
+        let mut row = Vec::with_capacity(32 + envelope.len());
+        row.extend_from_slice(object.hash.as_bytes());
+        row.extend_from_slice(&envelope);
         self.tables
             .objects
-            .put(
-                self.txn,
-                object.hash.as_bytes(),
-                &object.encode_value(position),
-            )
+            .put_with_flags(self.txn, PutFlags::APPEND, &seq, &row)
             .map_err(e)?;
-        let mut key = prefix;
-        key.extend_from_slice(&position.to_be_bytes());
+        self.tables.refs.put(self.txn, &key, &seq).map_err(e)?;
+        index_key.extend_from_slice(&seq.to_be_bytes());
         self.tables
             .semantic_ids
-            .put(self.txn, &key, object.hash.as_bytes())
+            .put(self.txn, &index_key, &[])
             .map_err(e)?;
         Ok(())
     }
+}
+
+/// `refs` key kinds: the same digest may name an object, an entry and a world at once.
+pub(crate) const OBJECT: u8 = b'o';
+pub(crate) const ENTRY_HASH: u8 = b'e';
+pub(crate) const WORLD_REF: u8 = b'w';
+
+/// The `refs` key of `r` as a `kind`.
+pub(crate) fn ref_key(r: &Ref, kind: u8) -> [u8; 33] {
+    let mut key = [0u8; 33];
+    key[..32].copy_from_slice(r.as_bytes());
+    key[32] = kind;
+    key
 }
 
 /// The key prefix of a semantic id in `semantic_ids`: its length (u16 BE) then its bytes, so
@@ -757,13 +765,6 @@ pub(crate) fn semantic_prefix(semantic_id: &str) -> Result<Vec<u8>, StoreError> 
     key.extend_from_slice(&len.to_be_bytes());
     key.extend_from_slice(semantic_id.as_bytes());
     Ok(key)
-}
-
-fn position_of(prefix: &[u8], key: &[u8]) -> Result<u64, StoreError> {
-    key.strip_prefix(prefix)
-        .and_then(|rest| <[u8; 8]>::try_from(rest).ok())
-        .map(u64::from_be_bytes)
-        .ok_or_else(|| StoreError::Corrupt("a semantic-id index key is damaged".into()))
 }
 
 /// Refs read lazily from a read transaction.
@@ -782,8 +783,13 @@ impl<'t> ReadCtx<'t> {
         let prefix = semantic_prefix(semantic_id)?;
         let start = match after {
             None => 0,
-            Some(r) => match self.object_view(r)? {
-                Some(v) if v.semantic_id == semantic_id => v.position + 1,
+            Some(r) => match object_row(self.txn, self.tables, r)? {
+                Some((seq, envelope))
+                    if ObjectView::decode(*r, envelope)
+                        .is_some_and(|v| v.semantic_id == semantic_id) =>
+                {
+                    seq + 1
+                }
                 _ => return Ok(None),
             },
         };
@@ -795,29 +801,62 @@ impl<'t> ReadCtx<'t> {
             std::ops::Bound::Included(from.as_slice()),
             std::ops::Bound::Included(to.as_slice()),
         );
-        let iter = self
-            .tables
+        let (txn, tables) = (self.txn, self.tables);
+        let iter = tables
             .semantic_ids
-            .range(self.txn, &range)
+            .range(txn, &range)
             .map_err(e)?
             .map(move |item| {
-                let (_, value) = item.map_err(e)?;
-                Ref::from_slice(value).ok_or_else(|| {
-                    StoreError::Corrupt("a semantic-id index value is not a ref".into())
-                })
+                let (key, _) = item.map_err(e)?;
+                let seq = key
+                    .get(prefix.len()..)
+                    .and_then(|k| <[u8; 8]>::try_from(k).ok())
+                    .map(u64::from_be_bytes)
+                    .ok_or_else(|| {
+                        StoreError::Corrupt("a semantic-id index key is damaged".into())
+                    })?;
+                tables
+                    .objects
+                    .get(txn, &seq)
+                    .map_err(e)?
+                    .and_then(|row| row.get(..32))
+                    .and_then(Ref::from_slice)
+                    .ok_or_else(|| {
+                        StoreError::Corrupt(format!("the semantic-id index names no object {seq}"))
+                    })
             });
         Ok(Some(Box::new(iter)))
     }
 }
 
-fn get_object(txn: &RoTxn<'_>, tables: &Tables, r: &Ref) -> Result<Option<Object>, StoreError> {
-    match tables
+/// The sequence number and envelope of the object `r`. The row must hold `r` itself: an
+/// index pointing elsewhere is damage, never another object.
+fn object_row<'t>(
+    txn: &'t RoTxn<'_>,
+    tables: &Tables,
+    r: &Ref,
+) -> Result<Option<(u64, &'t [u8])>, StoreError> {
+    let e = |e| StoreError::from_heed(e, tables.map_size);
+    let Some(seq) = tables.refs.get(txn, &ref_key(r, OBJECT)).map_err(e)? else {
+        return Ok(None);
+    };
+    let row = tables
         .objects
-        .get(txn, r.as_bytes())
-        .map_err(|e| StoreError::from_heed(e, DEFAULT_MAP_SIZE))?
-    {
+        .get(txn, &seq)
+        .map_err(e)?
+        .ok_or_else(|| StoreError::Corrupt(format!("object {r} is indexed but missing")))?;
+    match row.split_at_checked(32) {
+        Some((stored, envelope)) if stored == r.as_bytes() => Ok(Some((seq, envelope))),
+        _ => Err(StoreError::Corrupt(format!(
+            "object {r} is indexed at a row of another object"
+        ))),
+    }
+}
+
+fn get_object(txn: &RoTxn<'_>, tables: &Tables, r: &Ref) -> Result<Option<Object>, StoreError> {
+    match object_row(txn, tables, r)? {
         None => Ok(None),
-        Some(bytes) => Object::decode_value(*r, bytes)
+        Some((_, envelope)) => Object::decode_value(*r, envelope)
             .map(Some)
             .ok_or_else(|| StoreError::Corrupt(format!("object {r} has a damaged envelope"))),
     }

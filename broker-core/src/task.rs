@@ -94,7 +94,12 @@ pub fn put(
 ) -> Result<(), StoreError> {
     let v = serde_json::to_value(state).map_err(|e| StoreError::Corrupt(e.to_string()))?;
     let bytes = canon::to_vec(&v).map_err(|e| StoreError::Corrupt(e.to_string()))?;
-    invocations::put(w, &invocation_key(episode, task)?, Part::Task, &bytes)
+    let id = invocation_key(episode, task)?;
+    // A pending task is written with its intent; any later phase resolves the invocation.
+    match state.phase {
+        TaskPhase::Pending => invocations::put_initial(w, &id, Part::Task, &bytes, None),
+        _ => invocations::put_resolution(w, &id, Part::Task, &bytes),
+    }
 }
 
 /// Split an invocation id `<surface>:<episode>:<task>`.
