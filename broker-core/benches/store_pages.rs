@@ -17,7 +17,8 @@
 //!
 //! Options: `--fill N` (20000), `--calls N` (400 per pass), `--threads LIST` (1,8,32),
 //! `--rows LIST` (read,write,refusal), `--dir PATH` (where the store goes; default the
-//! target directory, on the repository's disk).
+//! target directory, on the repository's disk), `--no-census` (timed passes only, e.g. under
+//! a profiler).
 //!
 //! The handler is in-process (no plugin, no file I/O), so every figure is the store's.
 
@@ -47,6 +48,7 @@ struct Args {
     threads: Vec<usize>,
     rows: Vec<String>,
     dir: Option<PathBuf>,
+    census: bool,
 }
 
 fn args() -> Args {
@@ -56,6 +58,7 @@ fn args() -> Args {
         threads: vec![1, 8, 32],
         rows: vec!["read".into(), "write".into(), "refusal".into()],
         dir: None,
+        census: true,
     };
     let argv: Vec<String> = std::env::args().collect();
     let mut i = 1;
@@ -72,6 +75,11 @@ fn args() -> Args {
             }
             "--rows" => a.rows = value.split(',').map(str::to_owned).collect(),
             "--dir" => a.dir = Some(PathBuf::from(value)),
+            "--no-census" => {
+                a.census = false;
+                i += 1;
+                continue;
+            }
             _ => {
                 i += 1; // cargo bench passes --bench
                 continue;
@@ -278,6 +286,20 @@ fn main() {
             let build_us = (c1.build - c0.build) as f64 / 1e3;
             let lmdb_us = (c1.commit - c0.commit) as f64 / 1e3;
 
+            if !a.census {
+                println!(
+                    "{:<8} {:>3} | {:>6.2} {:>7.1} {:>7.2} {:>7.1} {:>7.1} {:>7.1} |",
+                    row,
+                    threads,
+                    ops / commits,
+                    pages / commits,
+                    pages / ops,
+                    build_us / ops,
+                    lmdb_us / ops,
+                    (build_us + lmdb_us) / ops
+                );
+                continue;
+            }
             // Census pass.
             {
                 let mut slot = census_slot.lock().expect("census");

@@ -457,10 +457,12 @@ fn commit_checked(
             "nextWorld must have revision = entryIndex and logHead = entryHash".into(),
         ));
     }
-    if world.reference() != *world_ref {
+    // The bytes hashed are the bytes stored.
+    let world_bytes = world.to_bytes();
+    let recomputed = Ref::of(&world_bytes);
+    if recomputed != *world_ref {
         return Err(LogError::Invalid(format!(
-            "world ref {world_ref} does not match the recomputed {}",
-            world.reference()
+            "world ref {world_ref} does not match the recomputed {recomputed}"
         )));
     }
     for o in objects {
@@ -470,13 +472,13 @@ fn commit_checked(
                 o.hash
             )));
         }
-        w.put_object(o)?;
+        w.put_verified_object(o)?;
     }
     for (what, r) in [
         ("transitionRef", &entry.transition_ref),
         ("stateRoot", &world.state_root),
     ] {
-        if w.object(r)?.is_none() {
+        if !w.has_object(r)? {
             return Err(LogError::Invalid(format!(
                 "{what} {r} names no stored object"
             )));
@@ -486,7 +488,7 @@ fn commit_checked(
     let row = Row {
         world_ref: *world_ref,
         entry: &entry.to_bytes(),
-        world: &world.to_bytes(),
+        world: &world_bytes,
     }
     .encode();
     w.tables.log.put(w.txn, &h.entry_index, &row).map_err(e)?;

@@ -711,6 +711,21 @@ impl WriteCtx<'_, '_> {
                 object.hash
             )));
         }
+        self.put_verified_object(object)
+    }
+
+    /// Whether an object with this ref is stored (without reading it).
+    pub fn has_object(&self, r: &Ref) -> Result<bool, StoreError> {
+        Ok(self
+            .tables
+            .refs
+            .get(self.txn, &ref_key(r, OBJECT))
+            .map_err(self.heed_err())?
+            .is_some())
+    }
+
+    /// [`WriteCtx::put_object`] for an object whose payload the caller has just hashed.
+    pub(crate) fn put_verified_object(&mut self, object: &Object) -> Result<(), StoreError> {
         let e = self.heed_err();
         let key = ref_key(&object.hash, OBJECT);
         if self.tables.refs.get(self.txn, &key).map_err(e)?.is_some() {
