@@ -39,6 +39,8 @@ pub enum StoreError {
     SchemaMismatch { found: String, expected: u32 },
     #[error("store {0} is already open in this process")]
     AlreadyOpen(PathBuf),
+    #[error("store {0} uses schema 1 and another process has it open; stop that process (a worldd of an older build?) so that this build can migrate the store to schema 2")]
+    MigrationBusy(PathBuf),
     #[error("store I/O error: {0}")]
     Io(String),
     #[error("LMDB error: {0}")]
@@ -251,6 +253,8 @@ impl Store {
         }
         let map_size = options.map_size;
         let heed_err = |e| StoreError::from_heed(e, map_size);
+        // Asked before this process opens the environment (see `open_elsewhere`).
+        let shared = exists && crate::migrate::open_elsewhere(dir);
         let env = unsafe {
             // SAFETY: heed requires that the environment is not opened twice in one process
             // (it checks and reports EnvAlreadyOpened) and that the files are not modified by
@@ -272,6 +276,8 @@ impl Store {
         // Schema: refuse an unknown version without touching anything; migrate schema 1.
         match read_schema(&env).map_err(heed_err)? {
             Schema::Current | Schema::New => {}
+            // A process of an older build would lose its tables under its feet.
+            Schema::Version1 if shared => return Err(StoreError::MigrationBusy(dir.to_path_buf())),
             Schema::Version1 => {
                 crate::migrate::schema_1_to_2(&env, map_size)?;
             }
