@@ -100,7 +100,7 @@ pub fn rest_commit(store: &Store, commit: RestCommit) -> Result<Ref, CommitError
     }
     let request_ref = commit.request_ref();
     store.write(move |w| -> Result<Ref, CommitError> {
-        let c = commit;
+        let c = &commit;
         if let Some(id) = &c.invocation_id {
             if let Some(state) = journal::state_in(w, id)? {
                 if state.intent.request_ref != request_ref {

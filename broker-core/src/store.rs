@@ -2,10 +2,11 @@
 //!
 //! Reads run on the caller's thread in their own read transaction. Every write goes through
 //! [`Store::write`]: the operation is sent to the single writer thread, which drains whatever is
-//! queued, runs each operation in a nested transaction of one parent transaction, commits the
-//! parent once (LMDB's default full sync: durable when acknowledged) and then answers every
-//! caller. Throughput under concurrency comes from that batching, never from weaker syncing.
-//! A failing operation aborts only its own nested transaction; a failing commit fails the batch.
+//! queued, runs the operations in one transaction, commits it once (LMDB's default full sync:
+//! durable when acknowledged) and then answers every caller. Throughput under concurrency comes
+//! from that batching, never from weaker syncing. A failing operation's writes are undone alone
+//! (the batch is built again with each operation in a nested transaction); a failing commit
+//! fails the batch.
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -111,16 +112,65 @@ pub struct ReadCtx<'a> {
     pub tables: &'a Tables,
 }
 
-type Completion = Box<dyn FnOnce(Option<&StoreError>) + Send>;
 /// Called on the writer thread after each group commit, before its callers are answered, with
 /// the batch's operation count and whether the commit succeeded (profiling tools: the page
 /// census of `benches/store_pages.rs`).
 #[doc(hidden)]
 pub type CommitObserver = Box<dyn FnMut(usize, bool) + Send>;
 type ObserverSlot = Arc<Mutex<Option<CommitObserver>>>;
-type Job = Box<
-    dyn for<'a, 'b, 't> FnOnce(Result<&'b mut WriteCtx<'a, 't>, StoreError>) -> Completion + Send,
->;
+type Job = Box<dyn Operation>;
+
+/// One queued write: the caller's operation, which the writer may run more than once (a batch
+/// is built again after one of its operations fails), and the caller waiting for its result.
+trait Operation: Send {
+    /// Run in the batch's transaction itself; `true` when it succeeded.
+    fn run(&mut self, ctx: &mut WriteCtx<'_, '_>) -> bool;
+    /// Run in a nested transaction of the batch's, so that a failure undoes only its writes.
+    fn run_nested(&mut self, ctx: &mut WriteCtx<'_, '_>);
+    /// The batch's transaction could not begin: fail without running.
+    fn fail(&mut self, err: &StoreError);
+    /// Answer the caller once the batch's commit is known.
+    fn answer(self: Box<Self>, commit_error: Option<&StoreError>);
+}
+
+/// A [`Store::write`] in the writer's queue.
+struct Write<F, R, E> {
+    op: F,
+    result: Option<Result<R, E>>,
+    reply: SyncSender<Result<R, E>>,
+    map_size: usize,
+}
+
+impl<F, R, E> Operation for Write<F, R, E>
+where
+    F: for<'a, 't> FnMut(&mut WriteCtx<'a, 't>) -> Result<R, E> + Send,
+    R: Send,
+    E: From<StoreError> + Send,
+{
+    fn run(&mut self, ctx: &mut WriteCtx<'_, '_>) -> bool {
+        let result = (self.op)(ctx);
+        let ok = result.is_ok();
+        self.result = Some(result);
+        ok
+    }
+
+    fn run_nested(&mut self, ctx: &mut WriteCtx<'_, '_>) {
+        self.result = Some(run_nested(ctx, &mut self.op, self.map_size));
+    }
+
+    fn fail(&mut self, err: &StoreError) {
+        self.result = Some(Err(E::from(err.clone())));
+    }
+
+    fn answer(self: Box<Self>, commit_error: Option<&StoreError>) {
+        let answer = match (commit_error, self.result) {
+            (Some(e), Some(Ok(_))) => Err(E::from(e.clone())),
+            (_, Some(r)) => r,
+            (_, None) => Err(E::from(StoreError::WriterGone)),
+        };
+        let _ = self.reply.send(answer);
+    }
+}
 
 /// Counters for operators: group-commit batch sizes, and where the writer's time goes.
 #[derive(Debug, Default)]
@@ -132,6 +182,9 @@ pub struct WriterStats {
     pub build_nanos: AtomicU64,
     /// Time spent in LMDB's commit (page writes, data sync, meta sync), ns.
     pub commit_nanos: AtomicU64,
+    /// Batches built a second time, each operation in a nested transaction, because one of
+    /// them failed in the first.
+    pub rebuilt_batches: AtomicU64,
 }
 
 struct Inner {
@@ -465,29 +518,24 @@ impl Store {
 
     /// Run `op` on the writer thread inside the next group commit and wait until that commit is
     /// durable. `op`'s writes are discarded when it returns an error; other operations of the
-    /// same batch are unaffected. Blocks the calling thread.
+    /// same batch are unaffected. `op` may run more than once (when another operation of its
+    /// batch fails, the batch is built again; only the last run's writes and result count), so
+    /// it must not consume what it captures or act outside the transaction. Blocks the calling
+    /// thread.
     pub fn write<R, E>(
         &self,
-        op: impl for<'a, 't> FnOnce(&mut WriteCtx<'a, 't>) -> Result<R, E> + Send + 'static,
+        op: impl for<'a, 't> FnMut(&mut WriteCtx<'a, 't>) -> Result<R, E> + Send + 'static,
     ) -> Result<R, E>
     where
         R: Send + 'static,
         E: From<StoreError> + Send + 'static,
     {
-        let (tx, rx): (SyncSender<Result<R, E>>, _) = mpsc::sync_channel(1);
-        let map_size = self.inner.map_size;
-        let job: Job = Box::new(move |ctx: Result<&mut WriteCtx<'_, '_>, StoreError>| {
-            let result = match ctx {
-                Ok(ctx) => run_nested(ctx, op, map_size),
-                Err(e) => Err(E::from(e)),
-            };
-            Box::new(move |commit_error: Option<&StoreError>| {
-                let answer = match (commit_error, result) {
-                    (Some(e), Ok(_)) => Err(E::from(e.clone())),
-                    (_, r) => r,
-                };
-                let _ = tx.send(answer);
-            }) as Completion
+        let (reply, rx): (SyncSender<Result<R, E>>, _) = mpsc::sync_channel(1);
+        let job: Job = Box::new(Write {
+            op,
+            result: None,
+            reply,
+            map_size: self.inner.map_size,
         });
         {
             let guard = self
@@ -569,7 +617,7 @@ pub enum RawTable {
 
 fn run_nested<R, E>(
     ctx: &mut WriteCtx<'_, '_>,
-    op: impl for<'a, 't> FnOnce(&mut WriteCtx<'a, 't>) -> Result<R, E>,
+    op: &mut impl for<'a, 't> FnMut(&mut WriteCtx<'a, 't>) -> Result<R, E>,
     map_size: usize,
 ) -> Result<R, E>
 where
@@ -621,47 +669,99 @@ fn writer_loop(
         stats.batches.fetch_add(1, Ordering::Relaxed);
         stats.operations.fetch_add(n, Ordering::Relaxed);
         stats.largest_batch.fetch_max(n, Ordering::Relaxed);
-        let mut txn = match env.write_txn() {
-            Ok(t) => t,
-            Err(e) => {
-                let err = StoreError::from_heed(e, map_size);
-                // Each job must still answer: run it against nothing is impossible, so report.
-                tracing::error!(error = %err, "store writer could not begin a transaction");
-                for job in batch {
-                    job(Err(err.clone()))(None);
-                }
-                continue;
-            }
-        };
-        let mut completions = Vec::with_capacity(batch.len());
-        for job in batch {
-            let mut ctx = WriteCtx {
-                txn: &mut txn,
-                tables: &tables,
-                env: &env,
-            };
-            completions.push(job(Ok(&mut ctx)));
-        }
-        let built = Instant::now();
-        let outcome = txn.commit().map_err(|e| StoreError::from_heed(e, map_size));
-        let committed = Instant::now();
-        let nanos = |d: std::time::Duration| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
-        stats
-            .build_nanos
-            .fetch_add(nanos(built - started), Ordering::Relaxed);
-        stats
-            .commit_nanos
-            .fetch_add(nanos(committed - built), Ordering::Relaxed);
+        let outcome = build_and_commit(&env, &tables, &mut batch, map_size, &stats, started);
+        let committed = matches!(outcome, Ok(true));
         let err = outcome.err();
         if let Ok(mut slot) = observer.lock() {
             if let Some(observe) = slot.as_mut() {
-                observe(completions.len(), err.is_none());
+                observe(batch.len(), committed);
             }
         }
-        for done in completions {
-            done(err.as_ref());
+        for job in batch {
+            job.answer(err.as_ref());
         }
     }
+}
+
+/// Build one group commit from `batch` and commit it (LMDB's full sync); `Ok(false)` when no
+/// transaction could begin (every operation then holds that error).
+///
+/// Every operation first runs straight in the batch's transaction: nested transactions cost
+/// each operation a copy of every page it touches that the batch has already touched. If one
+/// fails, its partial writes are in that transaction, so it is aborted and the batch is built
+/// again with every other operation in its own nested transaction (as if each had been alone),
+/// the failed one keeping its error. Operations before it run twice; none runs more than
+/// twice.
+fn build_and_commit(
+    env: &Env<WithoutTls>,
+    tables: &Tables,
+    batch: &mut [Job],
+    map_size: usize,
+    stats: &WriterStats,
+    started: Instant,
+) -> Result<bool, StoreError> {
+    let heed_err = |e| StoreError::from_heed(e, map_size);
+    let begin = || {
+        env.write_txn().map_err(heed_err).inspect_err(|err| {
+            tracing::error!(error = %err, "store writer could not begin a transaction");
+        })
+    };
+    let mut txn = match begin() {
+        Ok(t) => t,
+        Err(err) => {
+            // Each job must still answer: nothing ran, nothing was committed.
+            batch.iter_mut().for_each(|job| job.fail(&err));
+            return Ok(false);
+        }
+    };
+    let mut failed = None;
+    for (i, job) in batch.iter_mut().enumerate() {
+        let mut ctx = WriteCtx {
+            txn: &mut txn,
+            tables,
+            env,
+        };
+        if !job.run(&mut ctx) {
+            failed = Some(i);
+            break;
+        }
+    }
+    if let Some(failed) = failed {
+        txn.abort();
+        stats.rebuilt_batches.fetch_add(1, Ordering::Relaxed);
+        txn = match begin() {
+            Ok(t) => t,
+            Err(err) => {
+                for (i, job) in batch.iter_mut().enumerate() {
+                    if i != failed {
+                        job.fail(&err);
+                    }
+                }
+                return Ok(false);
+            }
+        };
+        for (i, job) in batch.iter_mut().enumerate() {
+            if i != failed {
+                let mut ctx = WriteCtx {
+                    txn: &mut txn,
+                    tables,
+                    env,
+                };
+                job.run_nested(&mut ctx);
+            }
+        }
+    }
+    let built = Instant::now();
+    let outcome = txn.commit().map_err(heed_err);
+    let committed = Instant::now();
+    let nanos = |d: std::time::Duration| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
+    stats
+        .build_nanos
+        .fetch_add(nanos(built - started), Ordering::Relaxed);
+    stats
+        .commit_nanos
+        .fetch_add(nanos(committed - built), Ordering::Relaxed);
+    outcome.map(|()| true)
 }
 
 /// Helpers shared by read and write contexts.
@@ -880,5 +980,97 @@ fn get_object(txn: &RoTxn<'_>, tables: &Tables, r: &Ref) -> Result<Option<Object
         Some((_, envelope)) => Object::decode_value(*r, envelope)
             .map(Some)
             .ok_or_else(|| StoreError::Corrupt(format!("object {r} has a damaged envelope"))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::AtomicUsize;
+
+    type Reply = Receiver<Result<(), StoreError>>;
+
+    /// A queued write that stores `object`, then fails when `fail` is set; counts its runs.
+    fn job(object: Object, fail: bool, runs: Arc<AtomicUsize>, map_size: usize) -> (Job, Reply) {
+        let (reply, rx) = mpsc::sync_channel(1);
+        let op = move |w: &mut WriteCtx<'_, '_>| -> Result<(), StoreError> {
+            runs.fetch_add(1, Ordering::SeqCst);
+            w.put_object(&object)?;
+            if fail {
+                return Err(StoreError::Corrupt("failed after writing".into()));
+            }
+            Ok(())
+        };
+        let job: Job = Box::new(Write {
+            op,
+            result: None,
+            reply,
+            map_size,
+        });
+        (job, rx)
+    }
+
+    fn run_batch(
+        store: &Store,
+        fails: &[bool],
+    ) -> (Vec<Result<(), StoreError>>, Vec<usize>, Vec<Ref>) {
+        let inner = &store.inner;
+        let objects: Vec<Object> = (0..fails.len())
+            .map(|i| Object::new("world/test/v1", "t", format!("{fails:?} {i}").into_bytes()))
+            .collect();
+        let refs = objects.iter().map(|o| o.hash).collect();
+        let runs: Vec<Arc<AtomicUsize>> = fails.iter().map(|_| Arc::default()).collect();
+        let (mut batch, replies): (Vec<Job>, Vec<Reply>) = objects
+            .into_iter()
+            .zip(fails)
+            .zip(&runs)
+            .map(|((o, f), r)| job(o, *f, r.clone(), inner.map_size))
+            .unzip();
+        let outcome = build_and_commit(
+            &inner.env,
+            &inner.tables,
+            &mut batch,
+            inner.map_size,
+            &inner.stats,
+            Instant::now(),
+        );
+        assert!(matches!(outcome, Ok(true)), "{outcome:?}");
+        for j in batch {
+            j.answer(None);
+        }
+        let results = replies.iter().map(|r| r.recv().unwrap()).collect();
+        let runs = runs.iter().map(|r| r.load(Ordering::SeqCst)).collect();
+        (results, runs, refs)
+    }
+
+    /// Operations run straight in the batch's transaction; when one fails after writing, the
+    /// batch is built again with the others in nested transactions: its writes are gone, the
+    /// others' are committed, and nobody runs more than twice.
+    #[test]
+    fn an_operation_that_fails_after_writing_leaves_nothing_and_its_batch_commits_the_rest() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::create(&dir.path().join("db")).unwrap();
+
+        let (results, runs, _) = run_batch(&store, &[false, false, false]);
+        assert!(results.iter().all(Result::is_ok));
+        assert_eq!(runs, [1, 1, 1], "no failure: one run each");
+        assert_eq!(store.stats().rebuilt_batches.load(Ordering::SeqCst), 0);
+
+        let (results, runs, refs) = run_batch(&store, &[false, true, false, true, false]);
+        let ok: Vec<bool> = results.iter().map(Result::is_ok).collect();
+        assert_eq!(ok, [true, false, true, false, true]);
+        assert_eq!(
+            results[1].as_ref().unwrap_err().to_string(),
+            "store is damaged: failed after writing"
+        );
+        // The first failure stops the straight pass; the rebuilt pass runs every other one
+        // once more, nested, and the second failure undoes only its own writes.
+        assert_eq!(runs, [2, 1, 1, 1, 1]);
+        assert_eq!(store.stats().rebuilt_batches.load(Ordering::SeqCst), 1);
+        let stored: Vec<bool> = refs
+            .iter()
+            .map(|r| store.read(|rd| rd.object(r)).unwrap().is_some())
+            .collect();
+        assert_eq!(stored, ok);
     }
 }

@@ -112,6 +112,12 @@ fn by_semantic_id_pages_list_objects_in_the_order_they_were_stored() {
             .collect::<Vec<_>>()
     };
     assert_eq!(page(""), records);
+    // Nothing failed in the writer: no group commit was built twice.
+    let metrics = get(&d.url("/v1/metrics"), Some(&token)).text();
+    assert!(
+        metrics.contains("\nworldd_commit_rebuilt_batches_total 0\n"),
+        "{metrics}"
+    );
     assert_eq!(page("?limit=2"), records[..2]);
     assert_eq!(
         page(&format!("?limit=2&after={}", records[1])),
