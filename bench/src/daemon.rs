@@ -28,12 +28,25 @@ pub struct Client {
 
 impl Daemon {
     /// `worldd serve --db <dir>/db --workspace-root <dir>/wt --bind 127.0.0.1:0
-    /// --plugin-dir <plugin_dir> --handler workspace`; stderr goes to `<dir>/daemon.log`.
+    /// --plugin-dir <plugin_dir> --handler workspace --refusals-per-minute 0`; stderr goes to
+    /// `<dir>/daemon.log`.
     pub fn start(
         worldd: &Path,
         dir: &Path,
         plugin_dir: &Path,
         log_filter: Option<&str>,
+    ) -> Result<Daemon, String> {
+        Daemon::start_with(worldd, dir, plugin_dir, log_filter, &["workspace"], &[])
+    }
+
+    /// The same with these plugins enabled and extra `serve` flags.
+    pub fn start_with(
+        worldd: &Path,
+        dir: &Path,
+        plugin_dir: &Path,
+        log_filter: Option<&str>,
+        handlers: &[&str],
+        extra: &[String],
     ) -> Result<Daemon, String> {
         let db = dir.join("db");
         let root = dir.join("wt");
@@ -49,8 +62,11 @@ impl Daemon {
             .arg("127.0.0.1:0")
             .arg("--plugin-dir")
             .arg(plugin_dir)
-            .arg("--handler")
-            .arg("workspace")
+            .args(handlers.iter().flat_map(|h| ["--handler", h]))
+            // The plan-refusal row measures committed refusals, not their rate limit.
+            .arg("--refusals-per-minute")
+            .arg("0")
+            .args(extra)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::from(log));

@@ -8,6 +8,7 @@
 //! measures its size. Prints one table and writes `target/bench/results.json`.
 //! See `docs/benchmarks.md`.
 
+mod attacks;
 mod daemon;
 mod load;
 mod stats;
@@ -52,7 +53,7 @@ struct Args {
     /// Concurrency of the plan-refusal row.
     #[arg(long, default_value_t = 32)]
     refusal_concurrency: usize,
-    /// Clients filling the store (the daemon runs at most 8 calls at once).
+    /// Clients filling the store.
     #[arg(long, default_value_t = 8)]
     fill_concurrency: usize,
     /// Wait this long after a `capacity exceeded` answer before the next request, ms.
@@ -67,9 +68,19 @@ struct Args {
     /// Keep the stores and daemon logs under target/bench-tmp/.
     #[arg(long)]
     keep: bool,
-    /// Where to write the JSON results (default target/bench/results.json).
+    /// Where to write the JSON results (default target/bench/results.json, or
+    /// target/bench/attacks.json with --attacks).
     #[arg(long)]
     out: Option<PathBuf>,
+    /// An extra `worldd serve` flag for the benchmark daemons (repeatable), e.g.
+    /// `--serve-arg=--execution-slots=32`.
+    #[arg(long = "serve-arg", allow_hyphen_values = true)]
+    serve_args: Vec<String>,
+    /// Run the attacks instead (held bodies, huge batches, idle and half-sent connections,
+    /// Host/Origin rebinding, one episode looping a slow tool, hung plugins), each against a
+    /// fresh daemon, measuring a legitimate client of another episode meanwhile.
+    #[arg(long)]
+    attacks: bool,
 }
 
 fn main() {
@@ -104,7 +115,10 @@ fn run(args: Args) -> Result<(), String> {
         .to_path_buf();
     let release = target.join("release");
     if !args.no_build {
-        build(&workspace)?;
+        build(&workspace, args.attacks)?;
+    }
+    if args.attacks {
+        return run_attacks(&args, &release, &target);
     }
     let worldd = release.join("worldd");
     if !worldd.exists() || !release.join("libworldd_workspace.so").exists() {
@@ -164,7 +178,14 @@ fn run(args: Args) -> Result<(), String> {
         .max()
         .unwrap_or(1);
     let main_dir = run_dir.join("main");
-    let d = Daemon::start(&worldd, &main_dir, &release, args.daemon_log.as_deref())?;
+    let d = Daemon::start_with(
+        &worldd,
+        &main_dir,
+        &release,
+        args.daemon_log.as_deref(),
+        &["workspace"],
+        &args.serve_args,
+    )?;
     let clients = d.mint("bench-", max_c, 1024)?;
     sanity_check(&d, &clients[0])?;
     let mut errors: Vec<(String, usize, String)> = Vec::new();
@@ -395,7 +416,7 @@ fn run(args: Args) -> Result<(), String> {
         "config": {
             "quick": args.quick, "warmup_s": warmup.as_secs_f64(), "measure_s": measure.as_secs_f64(),
             "fill_calls": fill_calls, "backoff_ms": args.backoff_ms,
-            "daemon_log": args.daemon_log, "daemon_max_concurrent_calls_note": "the daemon answers `host callback capacity exceeded` beyond 8 calls in flight",
+            "daemon_log": args.daemon_log, "daemon_max_concurrent_calls_note": "by default the daemon runs 128 calls at once ([limits] execution_slots), one per episode",
         },
         "fsync": {
             "per_second": fsync.per_second(), "p50_ms": ms(fsync.p50_ns), "p99_ms": ms(fsync.p99_ns),
@@ -454,19 +475,58 @@ fn run(args: Args) -> Result<(), String> {
     }
 }
 
-fn build(workspace: &Path) -> Result<(), String> {
+/// `--attacks`: every attack on a fresh daemon; prints the table, writes the JSON.
+fn run_attacks(args: &Args, release: &Path, target: &Path) -> Result<(), String> {
+    let worldd = release.join("worldd");
+    if !release.join("libworldd_stall.so").exists() {
+        return Err(
+            "libworldd_stall.so missing: run `cargo build --release -p worldd-stall-plugin`".into(),
+        );
+    }
+    let dir = target
+        .join("bench-tmp")
+        .join(format!("attacks-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let measure = secs(args.seconds.unwrap_or(if args.quick { 2.0 } else { 8.0 }));
+    eprintln!(
+        "worldd-bench --attacks: {} CPUs, load {}; {:.1}s of legitimate calls per attack",
+        cpus(),
+        loadavg(),
+        measure.as_secs_f64()
+    );
+    let log = args.daemon_log.as_deref().or(Some("warn"));
+    let rows = attacks::run_all(&worldd, release, &dir, log, measure)?;
+    print!("{}", attacks::table(&rows));
+    let out = args
+        .out
+        .clone()
+        .unwrap_or_else(|| target.join("bench").join("attacks.json"));
+    if let Some(parent) = out.parent() {
+        std::fs::create_dir_all(parent).map_err(|e| e.to_string())?;
+    }
+    std::fs::write(
+        &out,
+        serde_json::to_string_pretty(&attacks::to_json(&rows)).map_err(|e| e.to_string())?,
+    )
+    .map_err(|e| format!("{}: {e}", out.display()))?;
+    if !args.keep {
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+    Ok(())
+}
+
+fn build(workspace: &Path, attacks: bool) -> Result<(), String> {
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-    eprintln!("worldd-bench: cargo build --release -p worldd -p worldd-handler-workspace");
+    let mut packages = vec!["-p", "worldd", "-p", "worldd-handler-workspace"];
+    if attacks {
+        packages.extend(["-p", "worldd-stall-plugin"]);
+    }
+    eprintln!("worldd-bench: cargo build --release {}", packages.join(" "));
     let status = Command::new(cargo)
         .current_dir(workspace)
-        .args([
-            "build",
-            "--release",
-            "-p",
-            "worldd",
-            "-p",
-            "worldd-handler-workspace",
-        ])
+        .arg("build")
+        .arg("--release")
+        .args(&packages)
         .status()
         .map_err(|e| format!("cargo: {e}"))?;
     if status.success() {
@@ -725,8 +785,8 @@ fn run_doctor(worldd: &Path, db: &Path) -> Result<Doctor, String> {
     })
 }
 
-/// Host callbacks the daemon runs at once (the MCP contract); more calls wait for a slot.
-const CALLBACK_SLOTS: usize = 8;
+/// Execution slots of the daemon by default (`[limits] execution_slots`); more calls wait.
+const CALLBACK_SLOTS: usize = 128;
 
 /// The most a durable row could reach on this disk if CPU, page writes and HTTP were free:
 /// every call in flight shares every group commit, and each commit costs LMDB's two syncs.

@@ -28,11 +28,13 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
+use broker_core::broker::HandlerIdentity;
 use broker_core::coordinator::{
     Call, Coordinator, CoordinatorConfig, EffectHandler, EffectRequest, HandlerOutcome, Handlers,
     Surface,
 };
 use broker_core::pages::{self, Census, PageCount};
+use broker_core::refusal_rate::RefusalRate;
 use broker_core::registry;
 use broker_core::session::{self, Session};
 use broker_core::store::Store;
@@ -95,8 +97,8 @@ fn args() -> Args {
 struct Handler;
 
 impl EffectHandler for Handler {
-    fn identity(&self) -> String {
-        "store-pages-bench".into()
+    fn identity(&self) -> HandlerIdentity {
+        HandlerIdentity::in_process("store-pages-bench", "0.0.0")
     }
 
     fn execute(&self, req: &EffectRequest<'_>) -> HandlerOutcome {
@@ -224,7 +226,12 @@ fn main() {
     for effect in ["Workspace.Read", "Workspace.Write"] {
         handlers.insert(effect, Arc::new(Handler)).expect("handler");
     }
-    let coordinator = Coordinator::new(store.clone(), handlers, CoordinatorConfig::default());
+    // The refusal row measures committed refusals, not their rate limit.
+    let config = CoordinatorConfig {
+        refusal_rate: RefusalRate::new(0.0, 1).expect("rate off"),
+        ..CoordinatorConfig::default()
+    };
+    let coordinator = Coordinator::new(store.clone(), handlers, config);
     let most = a.threads.iter().copied().max().unwrap_or(1).max(8);
     let sessions: Vec<Session> = (0..most)
         .map(|i| {

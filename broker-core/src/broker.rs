@@ -105,8 +105,71 @@ pub fn encode_request(effect: &str, scope: &str, cost: u64, now: i64, payload: &
     out
 }
 
+/// The inverse of [`encode_request`]: `(effect, scope, cost, now, payload)`, or `None` when the
+/// bytes are not one request.
+pub fn decode_request(bytes: &[u8]) -> Option<(&str, &str, u64, i64, &[u8])> {
+    fn field(rest: &[u8]) -> Option<(&str, &[u8])> {
+        let colon = rest.iter().position(|b| *b == b':')?;
+        let len: usize = std::str::from_utf8(&rest[..colon]).ok()?.parse().ok()?;
+        let text = rest.get(colon + 1..colon + 1 + len)?;
+        Some((std::str::from_utf8(text).ok()?, &rest[colon + 1 + len..]))
+    }
+    fn number<T: std::str::FromStr>(rest: &[u8]) -> Option<(T, &[u8])> {
+        let colon = rest.iter().position(|b| *b == b':')?;
+        let n = std::str::from_utf8(&rest[..colon]).ok()?.parse().ok()?;
+        Some((n, &rest[colon + 1..]))
+    }
+    let (effect, rest) = field(bytes)?;
+    let (scope, rest) = field(rest)?;
+    let (cost, rest) = number(rest)?;
+    let (now, payload) = number(rest)?;
+    Some((effect, scope, cost, now, payload))
+}
+
+/// The plugin that ran an effect: its manifest name and version, and the sha256 of the library
+/// bytes the daemon actually loaded (for a handler compiled into the executable, the
+/// executable's). Named in every succeeded and failed effect record; a denied record ran
+/// nothing and names none.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct HandlerIdentity {
+    pub plugin: String,
+    pub version: String,
+    pub library: Ref,
+}
+
+impl HandlerIdentity {
+    /// An identity for a handler linked into the running executable (tests, tools):
+    /// `library` is the sha256 of the executable file, read once per process, or, when it
+    /// cannot be read, of the text `in-process:<plugin>@<version>`.
+    pub fn in_process(plugin: &str, version: &str) -> HandlerIdentity {
+        static EXE: std::sync::OnceLock<Option<Ref>> = std::sync::OnceLock::new();
+        let exe = EXE.get_or_init(|| {
+            let path = std::env::current_exe().ok()?;
+            let mut file = std::fs::File::open(path).ok()?;
+            let mut hasher = <sha2::Sha256 as sha2::Digest>::new();
+            std::io::copy(&mut file, &mut hasher).ok()?;
+            Some(Ref::from_bytes(sha2::Digest::finalize(hasher).into()))
+        });
+        HandlerIdentity {
+            plugin: plugin.to_owned(),
+            version: version.to_owned(),
+            library: exe
+                .unwrap_or_else(|| Ref::of(format!("in-process:{plugin}@{version}").as_bytes())),
+        }
+    }
+}
+
+impl std::fmt::Display for HandlerIdentity {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} {} ({})", self.plugin, self.version, self.library)
+    }
+}
+
 /// `world/effect-record/v1`. Three shapes only: denied (allowed false, failed false, no
-/// result), succeeded (true, false, result) and failed (true, true, no result).
+/// result), succeeded (true, false, result) and failed (true, true, no result). Succeeded and
+/// failed records name the plugin that ran the effect (`handler`); records written before
+/// plugins were named have none.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct EffectRecord {
@@ -123,6 +186,10 @@ pub struct EffectRecord {
     /// The result object's ref, or `""` when there is none.
     #[serde(with = "optional_ref")]
     pub result_ref: Option<Ref>,
+    /// The plugin that ran the effect; `None` on denied records (and on records of builds that
+    /// did not name it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub handler: Option<HandlerIdentity>,
 }
 
 impl EffectRecord {
@@ -145,6 +212,7 @@ impl EffectRecord {
             denial: denial.label().into(),
             request_ref,
             result_ref: None,
+            handler: None,
         }
     }
 
@@ -167,6 +235,7 @@ impl EffectRecord {
             denial: String::new(),
             request_ref,
             result_ref: Some(result_ref),
+            handler: None,
         }
     }
 
@@ -188,13 +257,22 @@ impl EffectRecord {
             denial: String::new(),
             request_ref,
             result_ref: None,
+            handler: None,
         }
+    }
+
+    /// The same record, naming the plugin that ran the effect.
+    pub fn ran_by(mut self, handler: Option<HandlerIdentity>) -> Self {
+        self.handler = handler;
+        self
     }
 
     /// True when the record is one of the three lawful shapes.
     pub fn is_lawful(&self) -> bool {
         match (self.allowed, self.failed, self.result_ref.is_some()) {
-            (false, false, false) => Denial::from_label(&self.denial).is_some(),
+            (false, false, false) => {
+                Denial::from_label(&self.denial).is_some() && self.handler.is_none()
+            }
             (true, false, true) | (true, true, false) => self.denial.is_empty(),
             _ => false,
         }
@@ -210,7 +288,7 @@ impl EffectRecord {
     }
 
     pub fn to_value(&self) -> serde_json::Value {
-        json!({
+        let mut v = json!({
             "effect": self.effect,
             "scope": self.scope,
             "cost": self.cost,
@@ -221,7 +299,11 @@ impl EffectRecord {
             "denial": self.denial,
             "requestRef": self.request_ref,
             "resultRef": self.result_ref.map(|r| r.to_string()).unwrap_or_default(),
-        })
+        });
+        if let Some(h) = &self.handler {
+            v["handler"] = json!({"plugin": h.plugin, "version": h.version, "library": h.library});
+        }
+        v
     }
 }
 
@@ -357,5 +439,38 @@ mod tests {
         assert_eq!(v["denial"], "denied:budget");
         let back: EffectRecord = serde_json::from_value(v).unwrap();
         assert_eq!(back, d);
+        // A denied record that names a plugin is not lawful: nothing ran.
+        let id = HandlerIdentity {
+            plugin: "p".into(),
+            version: "1".into(),
+            library: Ref::of(b"lib"),
+        };
+        assert!(!d.clone().ran_by(Some(id.clone())).is_lawful());
+        let named = s.clone().ran_by(Some(id.clone()));
+        assert!(named.is_lawful());
+        let v = named.to_value();
+        assert_eq!(
+            v["handler"],
+            json!({"plugin": "p", "version": "1", "library": id.library})
+        );
+        let back: EffectRecord = serde_json::from_value(v).unwrap();
+        assert_eq!(back, named);
+        // Records without the field (older builds) still parse.
+        assert_eq!(
+            serde_json::from_value::<EffectRecord>(s.to_value()).unwrap(),
+            s
+        );
+    }
+
+    #[test]
+    fn requests_decode_what_they_encode() {
+        let b = encode_request("Workspace.Read", "worktree", 1, -5, br#"{"a":"1:2"}"#);
+        assert_eq!(
+            decode_request(&b),
+            Some(("Workspace.Read", "worktree", 1, -5, &br#"{"a":"1:2"}"#[..]))
+        );
+        assert_eq!(decode_request(b"99:short"), None);
+        assert_eq!(decode_request(b"x:y"), None);
+        assert_eq!(decode_request(b""), None);
     }
 }

@@ -1,23 +1,50 @@
 //! Client-built commits (`POST /v1/commit`) and their receipts.
 //!
-//! A REST commit carries the whole entry, the next world and the objects it names. Unlike the
-//! reference, the store recomputes and checks every hash and link ([`crate::log::commit_exact`])
-//! and the head must be the client's `observedHead` (compare-and-swap). A commit that names an
-//! invocation id (`rest:<id>`) journals its intent first and its outcome in the commit's own
-//! transaction, so `GET /v1/receipts/rest:<id>` answers `resolved` exactly when it landed,
-//! and `not-started` otherwise (intent, commit and outcome share one transaction, so a
-//! refused commit leaves no trace). Resending the same id with the same commit is an
-//! idempotent no-op.
+//! A REST commit is an operator's act, not an agent's (seed 004: agents "never call POST
+//! /v1/commit"). It carries the whole entry, the next world and the objects it names. Unlike
+//! the reference, the store recomputes and checks every hash and link
+//! ([`crate::log::commit_exact`]) and the head must be the client's `observedHead`
+//! (compare-and-swap).
+//!
+//! What a client may not claim: a `writtenBy` of the coordinator (`coordinator:…`) or of the
+//! store (`world:…`), or an invocation record in the coordinator's namespaces (`a2a:…`,
+//! `mcp:…`). Those are written only by the coordinator, and `worldd why` checks them against
+//! the journal and task state only the coordinator writes.
+//!
+//! Every commit spends one unit of the operator's `World.Commit=log:N` grant, journaled like
+//! any effect (an intent under the operator's episode, raising its spend counter, checked
+//! inside the single writer): budgets hold across restarts and two concurrent commits never
+//! both spend the last unit. The intent, the commit and its outcome share ONE transaction, so
+//! a refused commit spends nothing and leaves no trace. A commit that names an invocation id
+//! (`rest:<id>`) is journaled under that id, so `GET /v1/receipts/rest:<id>` answers
+//! `resolved` exactly when it landed and `not-started` otherwise; resending the same id with
+//! the same commit is an idempotent no-op that spends nothing. Without an id the journal key is
+//! `commit:<episode>:<entry hash hex>`.
 
+use crate::canon;
 use crate::journal::{self, Intent, JournalError, OutcomeStatus, Receipt};
 use crate::log::{self, Committed, Entry, LogError, World};
 use crate::object::{Object, Ref};
-use crate::store::{Store, StoreError};
+use crate::store::{Store, StoreError, WriteCtx};
 
-/// The effect name REST intents are journaled under (cost 0: commits spend no budget).
+/// The effect a commit spends: a grant `World.Commit=log:N` allows N commits.
 pub const REST_EFFECT: &str = "World.Commit";
-/// The journal "episode" of REST commits: not a valid episode name, so it never collides.
+/// The scope of the commit grant.
+pub const COMMIT_SCOPE: &str = "log";
+/// Units one commit spends.
+pub const COMMIT_COST: u64 = 1;
+/// The journal "episode" of REST commits journaled by earlier builds (cost 0).
 pub const REST_EPISODE: &str = "<rest>";
+/// Invocation-id namespaces of the coordinator: a client commit may not carry their records.
+pub const COORDINATOR_NAMESPACES: [&str; 2] = ["a2a:", "mcp:"];
+
+/// Whose budget a commit spends: the operator's episode and its `World.Commit=log` grant.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CommitGrant {
+    pub episode: String,
+    /// The grant's whole budget (the journal knows how much of it is spent).
+    pub budget: u64,
+}
 
 #[derive(Debug, thiserror::Error)]
 pub enum CommitError {
@@ -25,6 +52,12 @@ pub enum CommitError {
     BadInvocationId,
     #[error("invocation id {0} was already used for another commit")]
     Reused(String),
+    #[error("invalid commit: writtenBy {0:?} is reserved: coordinator:* and world:* entries are written only by the daemon itself")]
+    ReservedWriter(String),
+    #[error("invalid commit: transitionRef is an invocation record of the coordinator ({0}); only the coordinator commits those")]
+    ReservedInvocation(String),
+    #[error("denied:budget: the World.Commit=log grant has {remaining} commit(s) left")]
+    Budget { remaining: u64 },
     #[error(transparent)]
     Log(LogError),
     #[error(transparent)]
@@ -71,13 +104,23 @@ impl RestCommit {
     }
 }
 
-/// Apply a REST commit; returns the selected world ref.
+/// Apply a REST commit, spending one unit of `grant`; returns the selected world ref.
 ///
-/// With an invocation id, the intent, the commit and the outcome are written in ONE
-/// transaction: the receipt says `resolved` exactly when the commit landed, and a commit that
-/// was refused (a stale head, a bad hash) leaves nothing behind, so the id can be used again
-/// for a commit rebuilt on the new head.
-pub fn rest_commit(store: &Store, commit: RestCommit) -> Result<Ref, CommitError> {
+/// The intent (with its spend), the commit and the outcome are written in ONE transaction:
+/// a receipt says `resolved` exactly when the commit landed, and a commit that was refused (a
+/// stale head, a bad hash, a reserved claim, an exhausted budget) leaves nothing behind, so its
+/// id can be used again for a commit rebuilt on the new head.
+pub fn rest_commit(
+    store: &Store,
+    commit: RestCommit,
+    grant: &CommitGrant,
+) -> Result<Ref, CommitError> {
+    // Only the daemon writes as the coordinator or the store.
+    if log::is_reserved_writer(&commit.entry.header.written_by) {
+        return Err(CommitError::ReservedWriter(
+            commit.entry.header.written_by.clone(),
+        ));
+    }
     // The commit must be self-consistent before anything else, including an idempotent resend.
     if !commit.entry.hash_is_valid() {
         return Err(CommitError::Log(LogError::Invalid(format!(
@@ -99,6 +142,7 @@ pub fn rest_commit(store: &Store, commit: RestCommit) -> Result<Ref, CommitError
         }
     }
     let request_ref = commit.request_ref();
+    let grant = grant.clone();
     store.write(move |w| -> Result<Ref, CommitError> {
         let c = &commit;
         if let Some(id) = &c.invocation_id {
@@ -111,6 +155,9 @@ pub fn rest_commit(store: &Store, commit: RestCommit) -> Result<Ref, CommitError
                 }
             }
         }
+        if let Some(id) = coordinator_invocation(w, c)? {
+            return Err(CommitError::ReservedInvocation(id));
+        }
         let committed: Committed = log::commit_exact(
             w,
             &c.objects,
@@ -119,23 +166,61 @@ pub fn rest_commit(store: &Store, commit: RestCommit) -> Result<Ref, CommitError
             &c.world,
             &c.world_ref,
         )?;
-        if let Some(id) = &c.invocation_id {
-            if journal::state_in(w, id)?.is_none() {
-                let intent = Intent {
-                    invocation_id: id.clone(),
-                    // REST commits belong to no episode; cost 0 keeps every counter unchanged.
-                    episode: REST_EPISODE.into(),
-                    effect: REST_EFFECT.into(),
-                    scope: "rest".into(),
-                    cost: 0,
-                    request_ref,
-                };
-                journal::append_intent(w, &intent, 0)?;
+        let id = c
+            .invocation_id
+            .clone()
+            .unwrap_or_else(|| format!("commit:{}:{}", grant.episode, c.entry.entry_hash.hex()));
+        if journal::state_in(w, &id)?.is_none() {
+            let intent = Intent {
+                invocation_id: id.clone(),
+                episode: grant.episode.clone(),
+                effect: REST_EFFECT.into(),
+                scope: COMMIT_SCOPE.into(),
+                cost: COMMIT_COST,
+                request_ref,
+            };
+            // The spend check runs here, inside the single writer: two commits racing for the
+            // last unit cannot both pass it.
+            match journal::append_intent(w, &intent, grant.budget) {
+                Ok(_) => {}
+                Err(JournalError::BudgetExhausted { remaining, .. }) => {
+                    return Err(CommitError::Budget { remaining })
+                }
+                Err(e) => return Err(e.into()),
             }
-            journal::append_outcome(w, id, OutcomeStatus::Committed, Some(committed.world_ref))?;
         }
+        journal::append_outcome(w, &id, OutcomeStatus::Committed, Some(committed.world_ref))?;
         Ok(committed.world_ref)
     })
+}
+
+/// The invocation id of the commit's record, when that record is one of the coordinator's
+/// (its `invocationId` is in the `a2a:` or `mcp:` namespace). The record is looked up among
+/// the commit's objects, then in the store (a forger may reuse a genuine record's ref).
+fn coordinator_invocation(
+    w: &WriteCtx<'_, '_>,
+    c: &RestCommit,
+) -> Result<Option<String>, CommitError> {
+    let target = c.entry.transition_ref;
+    let stored;
+    let payload = match c.objects.iter().find(|o| o.hash == target) {
+        Some(o) => &o.payload,
+        None => match w.object(&target)? {
+            Some(o) => {
+                stored = o;
+                &stored.payload
+            }
+            None => return Ok(None),
+        },
+    };
+    let Ok(value) = canon::parse(payload) else {
+        return Ok(None);
+    };
+    Ok(value
+        .get("invocationId")
+        .and_then(serde_json::Value::as_str)
+        .filter(|id| COORDINATOR_NAMESPACES.iter().any(|ns| id.starts_with(ns)))
+        .map(str::to_owned))
 }
 
 /// The receipt of a `rest:` invocation id.

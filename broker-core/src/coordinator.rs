@@ -4,16 +4,25 @@
 //!
 //! 1. **admit** the call: the session must see the tool (a live grant for its `access`), the
 //!    `transitionFn` pin must match, the task id must be unused (or committed with the same
-//!    arguments, which returns the committed result without running anything);
+//!    arguments, which returns the committed result without running anything), and new work
+//!    is refused while the store is past its reserve ([`crate::capacity`]);
 //! 2. **R8**: every declared effect needs a loaded handler (and a bound worktree);
 //! 3. **plan** with the pure interpreter: a refusal is committed as a zero-effect entry;
 //! 4. **decide** with the broker against the grants, budgets reseeded from the journal: a
-//!    denial is committed with its record and spends nothing;
-//! 5. **journal the intent** (spend raised in the same transaction), **execute** the handler,
-//!    **finish** (a pure reshaping by the plugin), and **commit** outcome, records, output,
-//!    invocation record, entry, world and task state in one transaction. If anything after the
-//!    effect fails, the outcome and record are written alone and the caller gets
-//!    [`CallError::EffectsUnrecorded`] with the record refs.
+//!    denial is committed with its record and spends nothing. Refusals and denials each cost
+//!    the credential a token of its refusal rate ([`crate::refusal_rate`]);
+//! 5. **journal the intent** (spend raised in the same transaction), **execute** the handler
+//!    under its deadline ([`crate::deadline`]), **finish** (a pure reshaping by the plugin),
+//!    and **commit** outcome, records, output, invocation record, entry, world and task state in
+//!    one transaction. If anything after the effect fails, the outcome and record are written
+//!    alone and the caller gets [`CallError::EffectsUnrecorded`] with the record refs. If the
+//!    handler overruns its deadline the caller gets [`CallError::HandlerTimedOut`] at once; the
+//!    intent stays indeterminate until the handler really returns, then its outcome and record
+//!    are journaled the same way (never committed to the log), and only then is the episode
+//!    free for its next call.
+//!
+//! Every transaction that writes a call's objects also lets the call's episode read them
+//! ([`crate::access`]).
 //!
 //! Calls in one episode run one at a time; calls in different episodes proceed in parallel and
 //! never conflict at the head, because the writer binds index and link at commit time.
@@ -21,17 +30,21 @@
 use std::collections::{HashMap, HashSet};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, PoisonError};
+use std::time::{Duration, Instant};
 
 use serde_json::{json, Map, Value};
 
-use crate::broker::{self, Capability, Decision, Denial, EffectRecord};
+use crate::access;
+use crate::broker::{self, Capability, Decision, Denial, EffectRecord, HandlerIdentity};
 use crate::canon::{self, CanonError};
+use crate::deadline::{self, Spawner};
 use crate::journal::{self, Intent, JournalError, OutcomeStatus};
 use crate::log::{self, Append, HeadBinding, LogError};
 use crate::object::{sid, Object, Ref};
 use crate::plan::{self, Plan, PlannedEffect};
+use crate::refusal_rate::{RefusalLimiter, RefusalRate};
 use crate::registry::{self, Registry, RegistryEntry, RegistryError};
 use crate::session::Session;
 use crate::store::{Store, StoreError, WriteCtx};
@@ -40,7 +53,8 @@ use crate::transition::Transition;
 
 /// Largest canonical input and output object, in bytes.
 pub const MAX_IO_BYTES: usize = 1 << 20;
-/// Deadline handed to handlers.
+/// How long a handler may run by default: its request carries the deadline and the execute
+/// step enforces it.
 pub const HANDLER_DEADLINE: Duration = Duration::from_secs(10);
 
 /// The text of rule R8.
@@ -76,8 +90,10 @@ pub enum HandlerOutcome {
 
 /// An effect handler: in-process for tests, or a plugin behind the ABI in the daemon.
 pub trait EffectHandler: Send + Sync {
-    /// Identity for logs and provenance (plugin name, version, library ref).
-    fn identity(&self) -> String;
+    /// Which plugin build this is: its name, version and the sha256 of the library bytes that
+    /// were loaded. Every succeeded and failed effect record names it. A handler compiled into
+    /// the executable (tests, tools) uses [`HandlerIdentity::in_process`].
+    fn identity(&self) -> HandlerIdentity;
     /// Run one effect. Must not panic; if it does, the coordinator records a failed effect.
     fn execute(&self, request: &EffectRequest<'_>) -> HandlerOutcome;
     /// A pure, deterministic reshaping of an effect's output, named by a transition's `finish`.
@@ -138,11 +154,10 @@ impl Surface {
         }
     }
 
+    /// `coordinator:a2a` for both surfaces, as seed 004 says: the invocation id tells them
+    /// apart.
     pub fn written_by(self) -> &'static str {
-        match self {
-            Surface::Mcp => "coordinator:mcp",
-            Surface::A2a => "coordinator:a2a",
-        }
+        log::COORDINATOR_WRITER
     }
 }
 
@@ -229,8 +244,18 @@ pub enum CallError {
     NoHandler,
     #[error("no world is selected; commit a genesis world first")]
     NoWorld,
+    /// The credential's refusals and denials outran its rate ([`crate::refusal_rate`]).
+    #[error("host callback capacity exceeded")]
+    RefusalRate,
+    /// The store is past its reserve: new calls are refused before anything is written.
+    #[error("{}", crate::capacity::Full::AGENT_MESSAGE)]
+    StoreFull(crate::capacity::Full),
     #[error("effects were requested but the invocation was not confirmed committed; effect records: {}", join_refs(.records))]
     EffectsUnrecorded { records: Vec<Ref> },
+    /// The handler overran its deadline. Its intent is journaled; its outcome and record are
+    /// journaled when it returns, and the call is never committed to the log.
+    #[error("the handler did not finish before its deadline; its outcome is journaled when it returns and the call is not committed")]
+    HandlerTimedOut,
     #[error("store failure: {0}")]
     Store(#[from] StoreError),
     #[error("transition registry is unreadable: {0}")]
@@ -265,9 +290,13 @@ impl From<JournalError> for CallError {
     }
 }
 
+/// A document the coordinator builds itself has no canonical form: the host's fault. (The
+/// arguments are canonicalised first, in admission, where a failure is `InvalidArguments`;
+/// later canonical-form failures must never look like a bad request, which promises that
+/// nothing ran.)
 impl From<CanonError> for CallError {
     fn from(e: CanonError) -> Self {
-        CallError::InvalidArguments(e.to_string())
+        CallError::Internal(format!("no canonical form: {e}"))
     }
 }
 
@@ -334,6 +363,13 @@ pub struct CoordinatorConfig {
     pub workspace_root: Option<PathBuf>,
     pub clock: Arc<dyn Clock>,
     pub hooks: Arc<dyn Hooks>,
+    /// How long a handler may run ([`HANDLER_DEADLINE`] by default); a caller's own earlier
+    /// deadline ([`Coordinator::invoke_until`]) shortens it.
+    pub handler_deadline: Duration,
+    /// Where handlers run (one thread each by default; the daemon passes its blocking pool).
+    pub spawn: Spawner,
+    /// What committed refusals and denials cost each credential.
+    pub refusal_rate: RefusalRate,
 }
 
 impl Default for CoordinatorConfig {
@@ -343,6 +379,9 @@ impl Default for CoordinatorConfig {
             workspace_root: None,
             clock: Arc::new(SystemClock),
             hooks: Arc::new(NoHooks),
+            handler_deadline: HANDLER_DEADLINE,
+            spawn: deadline::thread_spawner(),
+            refusal_rate: RefusalRate::default(),
         }
     }
 }
@@ -352,9 +391,31 @@ pub struct Coordinator {
     handlers: Handlers,
     config: CoordinatorConfig,
     interpreter: Ref,
-    episode_locks: Mutex<HashMap<String, Arc<Mutex<()>>>>,
-    in_flight: Mutex<HashSet<String>>,
+    episodes: Arc<EpisodeTurns>,
+    in_flight: Arc<Mutex<HashSet<String>>>,
     registry_cache: Mutex<Arc<Registry>>,
+    refusals: RefusalLimiter,
+    overruns: Arc<Overruns>,
+}
+
+/// Handlers that overran their deadline: how many ever did, how many still run.
+#[derive(Debug, Default)]
+pub struct Overruns {
+    total: AtomicU64,
+    /// Signed: a late handler may report back before its overrun is counted.
+    running: AtomicI64,
+}
+
+impl Overruns {
+    /// Handlers that ever overran their deadline.
+    pub fn total(&self) -> u64 {
+        self.total.load(Ordering::Relaxed)
+    }
+
+    /// Handlers past their deadline that have not returned yet.
+    pub fn running(&self) -> u64 {
+        self.running.load(Ordering::Relaxed).max(0) as u64
+    }
 }
 
 /// Everything decided before the effect: carried through the pipeline.
@@ -367,17 +428,277 @@ struct Prepared<'c> {
     worktree: Option<PathBuf>,
 }
 
+impl Prepared<'_> {
+    fn ids(&self) -> CallIds {
+        CallIds {
+            invocation_id: self.invocation_id.clone(),
+            episode: self.call.session.episode.clone(),
+            task: self.task.clone(),
+            skill_id: self.call.skill_id.clone(),
+            input_ref: self.input.hash,
+        }
+    }
+}
+
+/// What names one call in the journal and the task table.
+struct CallIds {
+    invocation_id: String,
+    episode: String,
+    task: String,
+    skill_id: String,
+    input_ref: Ref,
+}
+
+/// Everything that keeps an episode busy with one call: its turn, the in-flight claim of its
+/// invocation id and the caller's hold. Dropped when the episode is free again.
+struct Busy(#[allow(dead_code)] Box<dyn Send>);
+
+/// One call at a time per episode. A turn is an owned guard, so a handler that overran its
+/// deadline can keep its episode's turn on the runner thread until it returns.
+#[derive(Default)]
+struct EpisodeTurns {
+    busy: Mutex<HashSet<String>>,
+    freed: Condvar,
+}
+
+impl EpisodeTurns {
+    /// Wait for the episode's turn.
+    fn enter(self: &Arc<Self>, episode: &str) -> EpisodeTurn {
+        let mut busy = self.busy.lock().unwrap_or_else(PoisonError::into_inner);
+        while busy.contains(episode) {
+            busy = self
+                .freed
+                .wait(busy)
+                .unwrap_or_else(PoisonError::into_inner);
+        }
+        busy.insert(episode.to_owned());
+        EpisodeTurn {
+            turns: self.clone(),
+            episode: episode.to_owned(),
+        }
+    }
+}
+
+struct EpisodeTurn {
+    turns: Arc<EpisodeTurns>,
+    episode: String,
+}
+
+impl Drop for EpisodeTurn {
+    fn drop(&mut self) {
+        let mut busy = self
+            .turns
+            .busy
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        busy.remove(&self.episode);
+        self.turns.freed.notify_all();
+    }
+}
+
+/// One handler call, owned, so that it can outlive the caller's wait.
+struct HandlerJob {
+    handler: Arc<dyn EffectHandler>,
+    invocation_id: String,
+    episode: String,
+    worktree: Option<PathBuf>,
+    effect: Arc<PlannedEffect>,
+    deadline: Duration,
+}
+
+impl HandlerJob {
+    fn run(self) -> HandlerOutcome {
+        let request = EffectRequest {
+            invocation_id: &self.invocation_id,
+            episode: &self.episode,
+            worktree: self.worktree.as_deref(),
+            effect: &self.effect.effect,
+            scope: &self.effect.scope,
+            cost: self.effect.cost,
+            payload: &self.effect.payload,
+            deadline: self.deadline,
+        };
+        // An in-process handler that panics must not take the daemon or the episode down.
+        match catch_unwind(AssertUnwindSafe(|| self.handler.execute(&request))) {
+            Ok(HandlerOutcome::Ok(out)) if out.contains_key("world") => {
+                HandlerOutcome::Failed("handler output carries the reserved key \"world\"".into())
+            }
+            Ok(o) => o,
+            Err(panic) => {
+                HandlerOutcome::Failed(format!("handler panicked: {}", panic_text(&panic)))
+            }
+        }
+    }
+}
+
+/// What the runner needs to journal the outcome of a handler that overran its deadline.
+struct LateCall {
+    store: Store,
+    ids: CallIds,
+    effect: Arc<PlannedEffect>,
+    budget_before: u64,
+    request_ref: Ref,
+    overruns: Arc<Overruns>,
+}
+
+/// A handler's outcome and the identity of the plugin that ran it (`None`: no handler ran).
+type Ran = (HandlerOutcome, Option<HandlerIdentity>);
+
+impl LateCall {
+    /// The handler returned after its caller was answered: journal its outcome and record
+    /// (the call stays uncommitted, as after any post-effect failure), then free the episode.
+    fn record(self, ran: Ran, busy: Busy) {
+        let id = &self.ids.invocation_id;
+        match settle(id, &self.effect, self.budget_before, self.request_ref, ran) {
+            Ok(s) => {
+                let objects = std::iter::once(s.record_obj.clone())
+                    .chain(s.result_obj)
+                    .collect();
+                write_unrecorded(&self.store, &self.ids, s.status, objects, s.record_obj.hash);
+                tracing::warn!(invocation = %id, record = %s.record_obj.hash,
+                    "a handler that overran its deadline returned; its outcome is journaled and the call is not committed");
+            }
+            Err(e) => tracing::error!(invocation = %id, "late handler outcome not recorded: {e}"),
+        }
+        self.overruns.running.fetch_sub(1, Ordering::Relaxed);
+        drop(busy);
+    }
+}
+
+/// One handler outcome as the broker records it.
+struct Settled {
+    record: EffectRecord,
+    record_obj: Object,
+    result_obj: Option<Object>,
+    status: OutcomeStatus,
+    /// The handler's output object, when it succeeded.
+    output: Option<Map<String, Value>>,
+}
+
+/// The effect record, the result object and the journal status of a handler outcome. An
+/// output without a canonical form (e.g. an integer beyond 2^53) is the handler's failure: the
+/// intent must still be closed with an outcome.
+fn settle(
+    invocation_id: &str,
+    effect: &PlannedEffect,
+    budget_before: u64,
+    request_ref: Ref,
+    (outcome, ran_by): Ran,
+) -> Result<Settled, CallError> {
+    let (e, s, c) = (&effect.effect, &effect.scope, effect.cost);
+    let outcome = match outcome {
+        HandlerOutcome::Ok(out) => {
+            let value = Value::Object(out);
+            // Serialise the output once.
+            match Object::json(sid::EFFECT_RESULT, "host/broker", &value) {
+                Ok(result) => Ok((value, result)),
+                Err(err) => Err((
+                    OutcomeStatus::Failed,
+                    format!("handler output has no canonical form: {err}"),
+                )),
+            }
+        }
+        HandlerOutcome::Failed(msg) => Err((OutcomeStatus::Failed, msg)),
+        HandlerOutcome::Indeterminate(msg) => Err((OutcomeStatus::Indeterminate, msg)),
+    };
+    let (record, result_obj, status, output) = match outcome {
+        Ok((value, result)) => {
+            let record = EffectRecord::succeeded(e, s, c, budget_before, request_ref, result.hash)
+                .ran_by(ran_by);
+            let out = match value {
+                Value::Object(m) => m,
+                _ => Map::new(),
+            };
+            (record, Some(result), OutcomeStatus::Succeeded, Some(out))
+        }
+        Err((status, msg)) => {
+            let how = if status == OutcomeStatus::Indeterminate {
+                "indeterminate"
+            } else {
+                "failed"
+            };
+            tracing::warn!(invocation = %invocation_id, effect = %e, "effect {how}: {msg}");
+            let record = EffectRecord::failed(e, s, c, budget_before, request_ref).ran_by(ran_by);
+            (record, None, status, None)
+        }
+    };
+    let record_obj = Object::json(sid::EFFECT_RECORD, "host/broker", &record.to_value())?;
+    Ok(Settled {
+        record,
+        record_obj,
+        result_obj,
+        status,
+        output,
+    })
+}
+
+/// Make an effect's outcome and record durable without committing the call: the task state
+/// says `unrecorded`. If even that fails, the intent stays open and its receipt says
+/// indeterminate, which is the truth.
+fn write_unrecorded(
+    store: &Store,
+    ids: &CallIds,
+    status: OutcomeStatus,
+    objects: Vec<Object>,
+    record: Ref,
+) {
+    let id = ids.invocation_id.clone();
+    let episode = ids.episode.clone();
+    let task = ids.task.clone();
+    let state = TaskState {
+        invocation_id: id.clone(),
+        skill_id: ids.skill_id.clone(),
+        input_ref: ids.input_ref,
+        phase: TaskPhase::Unrecorded,
+        output_ref: None,
+        entry_index: None,
+        world_ref: None,
+        effect_records: vec![record],
+    };
+    let written = store.write(move |w| -> Result<(), CallError> {
+        for o in &objects {
+            w.put_object(o)?;
+        }
+        access::grant(w, &episode, objects.iter().map(|o| o.hash))?;
+        if journal::state_in(w, &id)?.and_then(|s| s.status).is_none() {
+            journal::append_outcome(w, &id, status, Some(record))?;
+        }
+        task::put(w, &episode, &task, &state)?;
+        Ok(())
+    });
+    if let Err(e) = written {
+        tracing::error!(invocation = %ids.invocation_id, "could not record the outcome: {e}");
+    }
+}
+
 impl Coordinator {
     pub fn new(store: Store, handlers: Handlers, config: CoordinatorConfig) -> Coordinator {
         Coordinator {
             store,
             handlers,
-            config,
             interpreter: log::interpreter_ref(),
-            episode_locks: Mutex::new(HashMap::new()),
-            in_flight: Mutex::new(HashSet::new()),
+            episodes: Arc::default(),
+            in_flight: Arc::default(),
             registry_cache: Mutex::new(Arc::new(Registry::default())),
+            overruns: Arc::default(),
+            refusals: RefusalLimiter::new(config.refusal_rate),
+            config,
         }
+    }
+
+    /// True while a call with this surface and task id runs in the episode (an overrunning
+    /// handler included): a resend would be refused [`CallError::TaskIdReused`].
+    pub fn in_flight(&self, surface: Surface, episode: &str, task_id: &str) -> bool {
+        let id = format!("{}:{episode}:{task_id}", surface.prefix());
+        self.in_flight
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .contains(&id)
+    }
+
+    /// Handlers that overran their deadline.
+    pub fn overruns(&self) -> &Overruns {
+        &self.overruns
     }
 
     pub fn store(&self) -> &Store {
@@ -386,6 +707,11 @@ impl Coordinator {
 
     pub fn handlers(&self) -> &Handlers {
         &self.handlers
+    }
+
+    /// The root that scope `worktree` binds episodes under, when the daemon has one.
+    pub fn workspace_root(&self) -> Option<&std::path::Path> {
+        self.config.workspace_root.as_deref()
     }
 
     pub fn now(&self) -> i64 {
@@ -418,22 +744,40 @@ impl Coordinator {
             .collect())
     }
 
-    /// Run one call to completion. See the module docs for the pipeline.
+    /// Run one call to completion under the configured handler deadline. See the module docs
+    /// for the pipeline.
     pub fn invoke(&self, call: &Call) -> Result<CallOutput, CallError> {
+        self.invoke_until(call, None, ())
+    }
+
+    /// Run one call; its handler gets the configured handler deadline, cut short by the
+    /// caller's own deadline `until` when that comes first. `hold` is kept as long as the episode is busy with this
+    /// call: dropped when the call returns or, when its handler overran, once the handler
+    /// really returned and its outcome was journaled.
+    pub fn invoke_until(
+        &self,
+        call: &Call,
+        until: Option<Instant>,
+        hold: impl Send + 'static,
+    ) -> Result<CallOutput, CallError> {
         let prepared = self.admit(call)?;
-        let _flight = self.claim_in_flight(&prepared.invocation_id)?;
-        let lock = self.episode_lock(&call.session.episode);
-        let _serial = lock
-            .lock()
-            .map_err(|_| CallError::Internal("episode lock poisoned".into()))?;
+        let flight = self.claim_in_flight(&prepared.invocation_id)?;
+        let turn = self.episodes.enter(&call.session.episode);
+        let busy = Busy(Box::new((flight, turn, hold)));
 
         if let Some(done) = self.previous_attempt(&prepared)? {
             return Ok(done);
         }
+        // New work, and nothing written yet: past the store's reserve it stops here.
+        self.store
+            .admits_client_work()
+            .map_err(CallError::StoreFull)?;
         let prepared = self.check_handlers(prepared)?;
         match plan::plan(&prepared.entry.transition, &call.args) {
             Plan::Refused { message } => self.commit_refusal(&prepared, message),
-            Plan::Effect { effect, finish } => self.run_effect(&prepared, effect, finish),
+            Plan::Effect { effect, finish } => {
+                self.run_effect(&prepared, effect, finish, busy, until)
+            }
         }
     }
 
@@ -460,7 +804,8 @@ impl Coordinator {
                 return Err(CallError::PinMismatch);
             }
         }
-        let input = Object::json(sid::INVOCATION_INPUT, call.surface.written_by(), &call.args)?;
+        let input = Object::json(sid::INVOCATION_INPUT, call.surface.written_by(), &call.args)
+            .map_err(|e| CallError::InvalidArguments(e.to_string()))?;
         if input.payload.len() > MAX_IO_BYTES {
             return Err(CallError::InvalidArguments(format!(
                 "arguments are {} bytes; the limit is {MAX_IO_BYTES}",
@@ -478,7 +823,7 @@ impl Coordinator {
         })
     }
 
-    fn claim_in_flight(&self, id: &str) -> Result<InFlight<'_>, CallError> {
+    fn claim_in_flight(&self, id: &str) -> Result<InFlight, CallError> {
         let mut set = self
             .in_flight
             .lock()
@@ -487,17 +832,9 @@ impl Coordinator {
             return Err(CallError::TaskIdReused);
         }
         Ok(InFlight {
-            set: &self.in_flight,
+            set: self.in_flight.clone(),
             id: id.to_owned(),
         })
-    }
-
-    fn episode_lock(&self, episode: &str) -> Arc<Mutex<()>> {
-        let mut locks = match self.episode_locks.lock() {
-            Ok(l) => l,
-            Err(p) => p.into_inner(),
-        };
-        locks.entry(episode.to_owned()).or_default().clone()
     }
 
     /// A resent task id: the committed result again, or a refusal; never a second run.
@@ -671,6 +1008,8 @@ impl Coordinator {
         p: &Prepared<'_>,
         effect: PlannedEffect,
         finish: bool,
+        busy: Busy,
+        until: Option<Instant>,
     ) -> Result<CallOutput, CallError> {
         let t = &p.entry.transition;
         let plan_obj = self.plan_object(
@@ -727,7 +1066,8 @@ impl Coordinator {
         }
         self.config.hooks.reached(CrashPoint::AfterIntent);
 
-        let outcome = self.execute(p, &effect);
+        let effect = Arc::new(effect);
+        let (outcome, _busy) = self.execute(p, &effect, &request, budget_before, busy, until)?;
         self.config.hooks.reached(CrashPoint::AfterHandler);
 
         self.finish_and_commit(
@@ -819,33 +1159,65 @@ impl Coordinator {
             for o in &objects {
                 w.put_object(o)?;
             }
+            access::grant(w, &episode, objects.iter().map(|o| o.hash))?;
             task::put(w, &episode, &task, &task_state)?;
             Ok(true)
         })
     }
 
-    fn execute(&self, p: &Prepared<'_>, effect: &PlannedEffect) -> HandlerOutcome {
-        let Some(handler) = self.handlers.get(&effect.effect) else {
-            return HandlerOutcome::Failed(R8_MESSAGE.into());
+    // -- 5. execute, under the handler's deadline --------------------------------------------
+
+    /// Run the handler on a runner thread until its deadline: the configured handler deadline,
+    /// or the caller's own if that comes first. Past it the caller is answered at once
+    /// ([`CallError::HandlerTimedOut`]); the runner keeps the episode busy until the handler
+    /// really returns, then journals the late outcome and record ([`LateCall::record`]).
+    fn execute(
+        &self,
+        p: &Prepared<'_>,
+        effect: &Arc<PlannedEffect>,
+        request: &Object,
+        budget_before: u64,
+        busy: Busy,
+        until: Option<Instant>,
+    ) -> Result<(Ran, Busy), CallError> {
+        let Some(handler) = self.handlers.get(&effect.effect).cloned() else {
+            return Ok(((HandlerOutcome::Failed(R8_MESSAGE.into()), None), busy));
         };
-        let request = EffectRequest {
-            invocation_id: &p.invocation_id,
-            episode: &p.call.session.episode,
-            worktree: p.worktree.as_deref(),
-            effect: &effect.effect,
-            scope: &effect.scope,
-            cost: effect.cost,
-            payload: &effect.payload,
-            deadline: HANDLER_DEADLINE,
+        // Provenance names the plugin that ran the effect.
+        let ran_by = catch_unwind(AssertUnwindSafe(|| handler.identity())).ok();
+        let now = Instant::now();
+        let own = now + self.config.handler_deadline;
+        let deadline = until.map_or(own, |u| u.min(own));
+        let job = HandlerJob {
+            handler,
+            invocation_id: p.invocation_id.clone(),
+            episode: p.call.session.episode.clone(),
+            worktree: p.worktree.clone(),
+            effect: effect.clone(),
+            deadline: deadline.saturating_duration_since(now),
         };
-        // An in-process handler that panics must not take the daemon or the episode lock down.
-        match catch_unwind(AssertUnwindSafe(|| handler.execute(&request))) {
-            Ok(HandlerOutcome::Ok(out)) if out.contains_key("world") => {
-                HandlerOutcome::Failed("handler output carries the reserved key \"world\"".into())
-            }
-            Ok(o) => o,
-            Err(panic) => {
-                HandlerOutcome::Failed(format!("handler panicked: {}", panic_text(&panic)))
+        let late = LateCall {
+            store: self.store.clone(),
+            ids: p.ids(),
+            effect: effect.clone(),
+            budget_before,
+            request_ref: request.hash,
+            overruns: self.overruns.clone(),
+        };
+        match deadline::run_within(
+            &self.config.spawn,
+            deadline,
+            busy,
+            move || (job.run(), ran_by),
+            move |outcome, busy| late.record(outcome, busy),
+        ) {
+            Ok(done) => Ok(done),
+            Err(deadline::Overran) => {
+                self.overruns.total.fetch_add(1, Ordering::Relaxed);
+                self.overruns.running.fetch_add(1, Ordering::Relaxed);
+                tracing::warn!(invocation = %p.invocation_id, effect = %effect.effect,
+                    "handler overran its deadline; the call is answered as timed out and its outcome will be journaled when the handler returns");
+                Err(CallError::HandlerTimedOut)
             }
         }
     }
@@ -859,47 +1231,15 @@ impl Coordinator {
         effect: &PlannedEffect,
         finish: bool,
         budget_before: u64,
-        outcome: HandlerOutcome,
+        ran: Ran,
     ) -> Result<CallOutput, CallError> {
-        let (e, s, c) = (&effect.effect, &effect.scope, effect.cost);
-        // Serialise the output once. One without a canonical form (e.g. an integer beyond 2^53)
-        // is the handler's failure: the intent must still be closed with an outcome.
-        let outcome = match outcome {
-            HandlerOutcome::Ok(out) => {
-                let value = Value::Object(out);
-                match Object::json(sid::EFFECT_RESULT, "host/broker", &value) {
-                    Ok(result) => Ok((value, result)),
-                    Err(err) => Err((
-                        OutcomeStatus::Failed,
-                        format!("handler output has no canonical form: {err}"),
-                    )),
-                }
-            }
-            HandlerOutcome::Failed(msg) => Err((OutcomeStatus::Failed, msg)),
-            HandlerOutcome::Indeterminate(msg) => Err((OutcomeStatus::Indeterminate, msg)),
-        };
-        let (record, result_obj, status, handler_output) = match outcome {
-            Ok((value, result)) => {
-                let record =
-                    EffectRecord::succeeded(e, s, c, budget_before, request.hash, result.hash);
-                let out = match value {
-                    Value::Object(m) => m,
-                    _ => Map::new(),
-                };
-                (record, Some(result), OutcomeStatus::Succeeded, Some(out))
-            }
-            Err((status, msg)) => {
-                let how = if status == OutcomeStatus::Indeterminate {
-                    "indeterminate"
-                } else {
-                    "failed"
-                };
-                tracing::warn!(invocation = %p.invocation_id, effect = %e, "effect {how}: {msg}");
-                let record = EffectRecord::failed(e, s, c, budget_before, request.hash);
-                (record, None, status, None)
-            }
-        };
-        let record_obj = Object::json(sid::EFFECT_RECORD, "host/broker", &record.to_value())?;
+        let Settled {
+            record,
+            record_obj,
+            result_obj,
+            status,
+            output: handler_output,
+        } = settle(&p.invocation_id, effect, budget_before, request.hash, ran)?;
         let effect_objects: Vec<Object> = std::iter::once(record_obj.clone())
             .chain(result_obj)
             .collect();
@@ -1009,33 +1349,7 @@ impl Coordinator {
         objects: Vec<Object>,
         record: Ref,
     ) -> CallError {
-        let id = p.invocation_id.clone();
-        let episode = p.call.session.episode.clone();
-        let task = p.task.clone();
-        let state = TaskState {
-            invocation_id: id.clone(),
-            skill_id: p.call.skill_id.clone(),
-            input_ref: p.input.hash,
-            phase: TaskPhase::Unrecorded,
-            output_ref: None,
-            entry_index: None,
-            world_ref: None,
-            effect_records: vec![record],
-        };
-        let written = self.store.write(move |w| -> Result<(), CallError> {
-            for o in &objects {
-                w.put_object(o)?;
-            }
-            if journal::state_in(w, &id)?.and_then(|s| s.status).is_none() {
-                journal::append_outcome(w, &id, status, Some(record))?;
-            }
-            task::put(w, &episode, &task, &state)?;
-            Ok(())
-        });
-        if let Err(e) = written {
-            // The intent stays open: the receipt says indeterminate, which is the truth.
-            tracing::error!(invocation = %p.invocation_id, "could not record the outcome: {e}");
-        }
+        write_unrecorded(&self.store, &p.ids(), status, objects, record);
         CallError::EffectsUnrecorded {
             records: vec![record],
         }
@@ -1054,6 +1368,15 @@ impl Coordinator {
         output: Value,
         journal_outcome: Option<(OutcomeStatus, Ref)>,
     ) -> Result<CallOutput, CallError> {
+        // No effect ran (a plan refusal or a broker denial): the entry costs the caller one
+        // token of its refusal rate, and without one nothing is committed.
+        if journal_outcome.is_none()
+            && !self
+                .refusals
+                .take(&p.call.session.credential_id, std::time::Instant::now())
+        {
+            return Err(CallError::RefusalRate);
+        }
         let surface = p.call.surface;
         let output_obj = Object::json(sid::INVOCATION_OUTPUT, surface.written_by(), &output)?;
         let record = json!({
@@ -1072,6 +1395,7 @@ impl Coordinator {
         objects.push(p.input.clone());
         objects.push(output_obj.clone());
         objects.push(record_obj.clone());
+        let readable: Vec<Ref> = objects.iter().map(|o| o.hash).collect();
         let append = Append {
             objects,
             transition_fn: p.entry.transition_fn,
@@ -1103,6 +1427,7 @@ impl Coordinator {
                     journal::append_outcome(w, &id, status, Some(record))?;
                 }
                 let committed = log::append(w, &append)?;
+                access::grant(w, &episode, readable.iter().copied())?;
                 task_state.entry_index = Some(committed.entry.header.entry_index);
                 task_state.world_ref = Some(committed.world_ref);
                 task::put(w, &episode, &task, &task_state)?;
@@ -1125,12 +1450,12 @@ impl Coordinator {
 }
 
 /// Releases an invocation id from the in-flight set.
-struct InFlight<'a> {
-    set: &'a Mutex<HashSet<String>>,
+struct InFlight {
+    set: Arc<Mutex<HashSet<String>>>,
     id: String,
 }
 
-impl Drop for InFlight<'_> {
+impl Drop for InFlight {
     fn drop(&mut self) {
         let mut set = match self.set.lock() {
             Ok(s) => s,

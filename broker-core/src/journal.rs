@@ -139,12 +139,11 @@ fn read_state(
 ) -> Result<Option<JournalState>, JournalError> {
     match invocations::get(txn, t, id)?.and_then(|row| row.journal) {
         None => Ok(None),
-        Some(b) => {
-            let v = canon::parse(b).map_err(|e| JournalError::Corrupt(e.to_string()))?;
-            serde_json::from_value(v)
-                .map(Some)
-                .map_err(|e| JournalError::Corrupt(e.to_string()))
-        }
+        // Written canonical by this module; a typed parse straight from the bytes is all a
+        // read needs (and the verifier reads one per entry).
+        Some(b) => serde_json::from_slice(b)
+            .map(Some)
+            .map_err(|e| JournalError::Corrupt(e.to_string())),
     }
 }
 
@@ -240,6 +239,93 @@ pub fn state(r: &ReadCtx<'_>, invocation_id: &str) -> Result<Option<JournalState
     read_state(r.txn, r.tables, invocation_id)
 }
 
+/// One journal row, either kind, read flat (the tagged [`Record`] buffers its content).
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Row<'a> {
+    #[serde(borrow)]
+    kind: std::borrow::Cow<'a, str>,
+    seq: u64,
+    #[serde(borrow)]
+    invocation_id: std::borrow::Cow<'a, str>,
+    #[serde(default)]
+    episode: Option<String>,
+    #[serde(default)]
+    effect: Option<String>,
+    #[serde(default)]
+    scope: Option<String>,
+    #[serde(default)]
+    cost: Option<u64>,
+    #[serde(default)]
+    request_ref: Option<Ref>,
+    #[serde(default)]
+    status: Option<OutcomeStatus>,
+    #[serde(default)]
+    result_ref: Option<Ref>,
+}
+
+/// The journal state of one invocation, checked against the journal rows it summarises: the
+/// intent row at `intentSeq` must be this intent, and the outcome row at `outcomeSeq` this
+/// status and result. A disagreement (a damaged or rewritten row) is [`JournalError::Corrupt`].
+pub fn verified_state(
+    r: &ReadCtx<'_>,
+    invocation_id: &str,
+) -> Result<Option<JournalState>, JournalError> {
+    let Some(state) = state(r, invocation_id)? else {
+        return Ok(None);
+    };
+    let row = |seq: u64| -> Result<Row<'_>, JournalError> {
+        let bytes = r
+            .tables
+            .journal
+            .get(r.txn, &seq)
+            .map_err(r.heed_err())?
+            .ok_or_else(|| {
+                JournalError::Corrupt(format!("journal row #{seq} of {invocation_id} is missing"))
+            })?;
+        serde_json::from_slice(bytes)
+            .map_err(|e| JournalError::Corrupt(format!("journal row #{seq}: {e}")))
+    };
+    let i = &state.intent;
+    let intent = row(state.intent_seq)?;
+    if !(intent.kind == "intent"
+        && intent.seq == state.intent_seq
+        && intent.invocation_id == i.invocation_id
+        && intent.episode.as_deref() == Some(i.episode.as_str())
+        && intent.effect.as_deref() == Some(i.effect.as_str())
+        && intent.scope.as_deref() == Some(i.scope.as_str())
+        && intent.cost == Some(i.cost)
+        && intent.request_ref == Some(i.request_ref))
+    {
+        return Err(JournalError::Corrupt(format!(
+            "journal row #{} is not the intent the index records for {invocation_id}",
+            state.intent_seq
+        )));
+    }
+    match (state.outcome_seq, state.status) {
+        (None, None) => {}
+        (Some(at), Some(status)) => {
+            let outcome = row(at)?;
+            if !(outcome.kind == "outcome"
+                && outcome.seq == at
+                && outcome.invocation_id == invocation_id
+                && outcome.status == Some(status)
+                && outcome.result_ref == state.result_ref)
+            {
+                return Err(JournalError::Corrupt(format!(
+                    "journal row #{at} is not the outcome the index records for {invocation_id}"
+                )));
+            }
+        }
+        _ => {
+            return Err(JournalError::Corrupt(format!(
+                "the journal index of {invocation_id} has an outcome sequence without a status, or the reverse"
+            )))
+        }
+    }
+    Ok(Some(state))
+}
+
 /// Same, inside a write transaction.
 pub fn state_in(
     w: &WriteCtx<'_, '_>,
@@ -313,22 +399,31 @@ pub fn audit(r: &ReadCtx<'_>) -> Result<(Vec<AuditFinding>, u64), JournalError> 
     for item in r.tables.journal.iter(r.txn).map_err(r.heed_err())? {
         let (seq, bytes) = item.map_err(r.heed_err())?;
         n += 1;
-        let v = canon::parse(bytes).map_err(|e| JournalError::Corrupt(e.to_string()))?;
-        match serde_json::from_value::<Record>(v) {
-            Ok(Record::Intent { intent, .. }) => {
-                *sums
-                    .entry(spend_key(&intent.episode, &intent.effect, &intent.scope))
-                    .or_default() += intent.cost;
-                open.insert(intent.invocation_id, seq);
+        // A damaged row is a finding like any other, not a reason to stop auditing. Rows are
+        // read flat (typed, from the bytes): the audit reads every one of them.
+        let row = match serde_json::from_slice::<Row<'_>>(bytes) {
+            Ok(row) => row,
+            Err(e) => {
+                findings.push(AuditFinding(format!("journal #{seq}: unreadable: {e}")));
+                continue;
             }
-            Ok(Record::Outcome { invocation_id, .. }) => {
-                if open.remove(&invocation_id).is_none() {
+        };
+        match (&*row.kind, &row.episode, &row.effect, &row.scope, row.cost) {
+            ("intent", Some(episode), Some(effect), Some(scope), Some(cost)) => {
+                *sums.entry(spend_key(episode, effect, scope)).or_default() += cost;
+                open.insert(row.invocation_id.into_owned(), seq);
+            }
+            ("outcome", ..) if row.status.is_some() => {
+                if open.remove(&*row.invocation_id).is_none() {
                     findings.push(AuditFinding(format!(
-                        "journal #{seq}: outcome for {invocation_id} without an open intent"
+                        "journal #{seq}: outcome for {} without an open intent",
+                        row.invocation_id
                     )));
                 }
             }
-            Err(e) => findings.push(AuditFinding(format!("journal #{seq}: unreadable: {e}"))),
+            _ => findings.push(AuditFinding(format!(
+                "journal #{seq}: unreadable: not an intent or an outcome"
+            ))),
         }
     }
     let mut counters: BTreeMap<Vec<u8>, u64> = BTreeMap::new();

@@ -14,6 +14,8 @@
 //! | durable intents and outcomes, task ids | [`journal`], [`task`] |
 //! | LMDB with one group-committing writer, the hash-chained log | [`store`], [`log`] |
 //! | the store's schema-1 → schema-2 migration, a page census for profiling the writer | [`migrate`], [`pages`] |
+//! | how full the store may get; what refusals cost; who reads what | [`capacity`], [`refusal_rate`], [`access`] |
+//! | following the log live: a signal after each durable commit | [`commit_signal`] |
 //! | plan → admit → execute → finish → commit | [`coordinator`] |
 //! | client-built commits and `rest:` receipts | [`commit`] |
 //! | re-verify any call's provenance (`worldd why`) | [`verify`] |
@@ -25,13 +27,14 @@
 //!
 //! ```
 //! use std::sync::Arc;
+//! use broker_core::broker::HandlerIdentity;
 //! use broker_core::coordinator::*;
 //! use broker_core::{registry, session, store::Store, transition::Transition, verify};
 //! use serde_json::{json, Map, Value};
 //!
 //! struct Echo;
 //! impl EffectHandler for Echo {
-//!     fn identity(&self) -> String { "echo".into() }
+//!     fn identity(&self) -> HandlerIdentity { HandlerIdentity::in_process("echo", "0.1.0") }
 //!     fn execute(&self, req: &EffectRequest<'_>) -> HandlerOutcome {
 //!         let mut out = Map::new();
 //!         out.insert("ok".into(), json!(true));
@@ -79,10 +82,15 @@
 //!   re-run ([`journal`]).
 //! - Bad input anywhere in the public API is a typed error, never a panic.
 
+pub mod access;
 pub mod broker;
 pub mod canon;
+pub mod capacity;
 pub mod commit;
+pub mod commit_signal;
 pub mod coordinator;
+pub mod deadline;
+pub mod glob;
 pub mod grant;
 mod invocations;
 pub mod journal;
@@ -91,6 +99,7 @@ pub mod migrate;
 pub mod object;
 pub mod pages;
 pub mod plan;
+pub mod refusal_rate;
 pub mod registry;
 pub mod session;
 pub mod store;

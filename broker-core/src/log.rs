@@ -20,6 +20,20 @@ use crate::store::{ref_key, ReadCtx, StoreError, TxnExt, WriteCtx, ENTRY_HASH, W
 pub const SEMANTICS_EPOCH: u64 = 1;
 /// `writtenBy` of the genesis entry.
 pub const GENESIS_WRITER: &str = "world:genesis";
+/// `writtenBy` of every entry the coordinator commits, whichever surface (MCP or A2A) the call
+/// came through: they share one invocation path, and the invocation id names the surface
+/// (seed 004).
+pub const COORDINATOR_WRITER: &str = "coordinator:a2a";
+/// `writtenBy` of MCP calls committed by earlier builds; still verified as coordinator entries.
+pub const LEGACY_MCP_WRITER: &str = "coordinator:mcp";
+/// `writtenBy` values with this prefix are written only by the coordinator.
+pub const COORDINATOR_PREFIX: &str = "coordinator:";
+
+/// True for `writtenBy` values no client commit may carry: the coordinator's (`coordinator:…`)
+/// and the store's own (`world:…`, the genesis).
+pub fn is_reserved_writer(written_by: &str) -> bool {
+    written_by.starts_with(COORDINATOR_PREFIX) || written_by.starts_with("world:")
+}
 
 #[derive(Debug, thiserror::Error)]
 pub enum LogError {
@@ -256,9 +270,45 @@ pub fn entry(r: &ReadCtx<'_>, index: u64) -> Result<Option<Entry>, LogError> {
     }
 }
 
+/// The stored bytes of entry `index`, borrowed from the read transaction.
+pub(crate) fn stored_entry<'t>(
+    r: &ReadCtx<'t>,
+    index: u64,
+) -> Result<Option<&'t [u8]>, StoreError> {
+    Ok(row_at(r.txn, r.tables, index)?.map(|row| row.entry))
+}
+
+/// The stored bytes of world `world_ref`, borrowed from the read transaction.
+pub(crate) fn stored_world<'t>(
+    r: &ReadCtx<'t>,
+    world_ref: &Ref,
+) -> Result<Option<&'t [u8]>, StoreError> {
+    Ok(world_row(r.txn, r.tables, world_ref)?.map(|row| row.world))
+}
+
 /// Raw stored bytes of entry `index`.
 pub fn entry_bytes(r: &ReadCtx<'_>, index: u64) -> Result<Option<Vec<u8>>, StoreError> {
     Ok(row_at(r.txn, r.tables, index)?.map(|row| row.entry.to_vec()))
+}
+
+/// The stored entries from index `from` on, in index order, borrowed from the read
+/// transaction: `(index, entry JSON)`.
+pub(crate) fn entries<'t>(
+    r: &ReadCtx<'t>,
+    from: u64,
+) -> Result<impl Iterator<Item = Result<(u64, &'t [u8]), StoreError>> + 't, StoreError> {
+    let map_size = r.tables.map_size;
+    let e = move |e| StoreError::from_heed(e, map_size);
+    Ok(r.tables
+        .log
+        .range(r.txn, &(from..))
+        .map_err(e)?
+        .map(move |item| {
+            let (index, bytes) = item.map_err(e)?;
+            let row = Row::decode(bytes)
+                .ok_or_else(|| StoreError::Corrupt(format!("log row {index} is damaged")))?;
+            Ok((index, row.entry))
+        }))
 }
 
 /// Up to `limit` consecutive entries from `from`, stopping at the first gap.

@@ -14,11 +14,20 @@
 //! | `entry_hashes`, the world refs | `refs` (hash ‖ `e`, ref ‖ `w` → index) |
 //! | `journal_by_invocation`, `tasks` | `invocations` (`resolutions` starts empty) |
 //! | `heads` | the newest row of `entries` |
+//! | `readers` (episode ‖ semanticId ‖ ref), if any | `readers` (episode ‖ object sequence), rebuilt |
 //!
 //! Every stored byte of objects, entries, worlds, journal records and states is carried over
 //! unchanged (damage included: `worldd doctor` judges the migrated store as it would have
 //! judged the old one). Objects are numbered in their schema-1 order (by ref), so
 //! `by-semantic-id` pages list them as schema 1 did, and newer objects follow.
+//!
+//! Who may read which object (`readers`, [`crate::access`]) is rebuilt, not converted: every
+//! object of a call the coordinator committed becomes readable by that call's episode, and so
+//! do the input, request, effect records and results of calls journaled but not committed.
+//! Only entries that the coordinator's own task state places at their index count, so a
+//! record that a client commit once slipped into the log grants nothing, whatever a build
+//! that indexed it may have granted.
+//!
 //! The migration either commits whole, with the schema version set to 2, or leaves the file as
 //! it was; two processes opening the same store race safely (the second finds version 2).
 
@@ -30,14 +39,16 @@ use heed::byteorder::BigEndian;
 use heed::types::{Bytes, Str, U64};
 use heed::{CommitOrAbort, Database, Env, PutFlags, RwTxn, WithoutTls};
 
+use crate::access;
+use crate::broker::EffectRecord;
 use crate::invocations::Row as InvocationRow;
-use crate::log::Row as LogRow;
-use crate::object::Ref;
+use crate::log::{self, Entry, Row as LogRow};
+use crate::object::{sid, ObjectView, Ref};
 use crate::store::{
     ref_key, semantic_prefix, StoreError, ENTRY_HASH, META_SCHEMA, OBJECT, SCHEMA_VERSION,
     WORLD_REF,
 };
-use crate::task;
+use crate::task::{self, TaskPhase, TaskState};
 
 /// Rows copied per pass over a table: bounds the memory a migration holds at once.
 const CHUNK: usize = 512;
@@ -48,6 +59,8 @@ pub struct Migrated {
     pub objects: u64,
     pub entries: u64,
     pub invocations: u64,
+    /// Keys of the rebuilt `readers` table.
+    pub readers: u64,
 }
 
 type Raw<'e> = Database<'e, Bytes, Bytes>;
@@ -102,11 +115,14 @@ pub(crate) fn schema_1_to_2(
                 semantic_ids: dbo.create_database(wtxn, Some("semantic_ids"))?,
                 entries: dbo.create_database(wtxn, Some("entries"))?,
                 invocations: dbo.create_database(wtxn, Some("invocations"))?,
+                // The same name as the last schema-1 builds' table, whose keys it replaces.
+                readers: dbo.create_database(wtxn, Some("readers"))?,
             };
             done = Migrated {
                 objects: objects(wtxn, &old, &new)?,
                 entries: entries(wtxn, &old, &new)?,
                 invocations: invocations(wtxn, &old, &new)?,
+                readers: readers(wtxn, &new)?,
             };
             for t in [
                 old.objects,
@@ -124,6 +140,8 @@ pub(crate) fn schema_1_to_2(
                 // tables), and they are never opened again.
                 unsafe { t.remove(wtxn)? };
             }
+            // Schema-1 builds marked their readers index built; schema 2 always keeps it.
+            meta.delete(wtxn, "readers_index")?;
             meta.put(wtxn, META_SCHEMA, SCHEMA_VERSION.to_string().as_bytes())?;
             Ok(CommitOrAbort::<(), ()>::Commit(()))
         })
@@ -141,6 +159,7 @@ pub(crate) fn schema_1_to_2(
         objects = done.objects,
         entries = done.entries,
         invocations = done.invocations,
+        readers = done.readers,
         "migrated the store from schema 1 to schema 2 in {:.1}s; builds that know only schema 1 can no longer open it",
         started.elapsed().as_secs_f64()
     );
@@ -210,6 +229,7 @@ struct New<'e> {
     semantic_ids: Raw<'e>,
     entries: Database<'e, U64<BigEndian>, Bytes>,
     invocations: Database<'e, Str, Bytes>,
+    readers: Raw<'e>,
 }
 
 /// Up to [`CHUNK`] rows of `table` after `after`, copied out of the transaction.
@@ -379,4 +399,199 @@ fn invocations(wtxn: &mut RwTxn<'_>, old: &Old<'_>, new: &New<'_>) -> Result<u64
         Ok(())
     })?;
     Ok(n + tasks_only)
+}
+
+/// The refs an invocation record names.
+#[derive(serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct RecordRefs {
+    invocation_id: String,
+    episode_id: String,
+    input: Ref,
+    output: Ref,
+    plan: Ref,
+    #[serde(default)]
+    effects: Vec<Ref>,
+}
+
+/// The sequence and semantic id of a migrated object.
+fn object_kind(
+    wtxn: &RwTxn<'_>,
+    new: &New<'_>,
+    r: &Ref,
+) -> Result<Option<(u64, String)>, MigrateError> {
+    let Some(seq) = new.refs.get(wtxn, &ref_key(r, OBJECT))? else {
+        return Ok(None);
+    };
+    let view = new
+        .objects
+        .get(wtxn, &seq)?
+        .and_then(|row| ObjectView::decode(*r, row.get(32..)?));
+    Ok(view.map(|v| (seq, v.semantic_id.to_owned())))
+}
+
+/// A migrated object's payload, when it is of kind `semantic_id`.
+fn payload_of(
+    wtxn: &RwTxn<'_>,
+    new: &New<'_>,
+    r: &Ref,
+    semantic_id: &str,
+) -> Result<Option<Vec<u8>>, MigrateError> {
+    let Some(seq) = new.refs.get(wtxn, &ref_key(r, OBJECT))? else {
+        return Ok(None);
+    };
+    Ok(new
+        .objects
+        .get(wtxn, &seq)?
+        .and_then(|row| ObjectView::decode(*r, row.get(32..)?))
+        .filter(|v| v.semantic_id == semantic_id)
+        .map(|v| v.payload.to_vec()))
+}
+
+/// The task state in a migrated invocation row.
+fn task_state(
+    wtxn: &RwTxn<'_>,
+    new: &New<'_>,
+    id: &str,
+) -> Result<Option<TaskState>, MigrateError> {
+    Ok(new
+        .invocations
+        .get(wtxn, id)?
+        .and_then(InvocationRow::decode)
+        .and_then(|row| row.task)
+        .and_then(|t| serde_json::from_slice(t).ok()))
+}
+
+/// `records` and the request and result each names.
+fn with_effects(
+    wtxn: &RwTxn<'_>,
+    new: &New<'_>,
+    records: &[Ref],
+) -> Result<Vec<Ref>, MigrateError> {
+    let mut out = Vec::with_capacity(records.len() * 3);
+    for record in records {
+        out.push(*record);
+        let rec = payload_of(wtxn, new, record, sid::EFFECT_RECORD)?
+            .and_then(|p| serde_json::from_slice::<EffectRecord>(&p).ok());
+        if let Some(rec) = rec {
+            out.push(rec.request_ref);
+            out.extend(rec.result_ref);
+        }
+    }
+    Ok(out)
+}
+
+/// Let `episode` read `refs` (as [`access::grant`] does for live calls).
+fn grant(
+    wtxn: &mut RwTxn<'_>,
+    new: &New<'_>,
+    episode: &str,
+    refs: &[Ref],
+) -> Result<u64, MigrateError> {
+    let mut n = 0;
+    for r in refs {
+        let Some((seq, kind)) = object_kind(wtxn, new, r)? else {
+            continue;
+        };
+        if access::is_public(&kind) {
+            continue;
+        }
+        let key = access::key(episode, seq);
+        if new.readers.get(wtxn, &key)?.is_none() {
+            new.readers.put(wtxn, &key, &[])?;
+            n += 1;
+        }
+    }
+    Ok(n)
+}
+
+/// What entry `index` lets its episode read: every object of a call the coordinator committed
+/// there (its task state says so), else nothing.
+fn committed_call(
+    wtxn: &RwTxn<'_>,
+    new: &New<'_>,
+    index: u64,
+    entry: &[u8],
+) -> Result<Option<(String, Vec<Ref>)>, MigrateError> {
+    let Ok(entry) = Entry::from_bytes(entry) else {
+        return Ok(None);
+    };
+    if !entry.header.written_by.starts_with(log::COORDINATOR_PREFIX) {
+        return Ok(None);
+    }
+    let record = entry.transition_ref;
+    let Some(refs) = payload_of(wtxn, new, &record, sid::INVOCATION_RECORD)?
+        .and_then(|p| serde_json::from_slice::<RecordRefs>(&p).ok())
+    else {
+        return Ok(None);
+    };
+    let Some((surface, episode, _)) = task::split_invocation_id(&refs.invocation_id) else {
+        return Ok(None);
+    };
+    let state = task_state(wtxn, new, &refs.invocation_id)?;
+    let ours = matches!(surface, "mcp" | "a2a")
+        && episode == refs.episode_id
+        && state.is_some_and(|s| {
+            s.phase == TaskPhase::Committed
+                && s.entry_index == Some(index)
+                && s.invocation_id == refs.invocation_id
+        });
+    if !ours {
+        return Ok(None);
+    }
+    let mut all = vec![record, refs.input, refs.output, refs.plan];
+    all.extend(with_effects(wtxn, new, &refs.effects)?);
+    Ok(Some((refs.episode_id, all)))
+}
+
+/// Rebuild `readers` from the migrated log and invocation rows (see the module doc).
+fn readers(wtxn: &mut RwTxn<'_>, new: &New<'_>) -> Result<u64, MigrateError> {
+    new.readers.clear(wtxn)?;
+    let mut n = 0;
+    let entries = new.entries.remap_types::<Bytes, Bytes>();
+    each_row(wtxn, entries, |wtxn, key, row| {
+        let index = <[u8; 8]>::try_from(key)
+            .map(u64::from_be_bytes)
+            .map_err(|_| corrupt("a log key is not 8 bytes".into()))?;
+        let entry = LogRow::decode(row)
+            .ok_or_else(|| corrupt(format!("log row {index} is damaged")))?
+            .entry;
+        if let Some((episode, refs)) = committed_call(wtxn, new, index, entry)? {
+            n += grant(wtxn, new, &episode, &refs)?;
+        }
+        Ok(())
+    })?;
+    // Calls journaled but never committed: pending, or their effect ran and was not recorded.
+    let rows = new.invocations.remap_types::<Bytes, Bytes>();
+    each_row(wtxn, rows, |wtxn, key, row| {
+        let Ok(id) = std::str::from_utf8(key) else {
+            return Ok(());
+        };
+        let Some(row) = InvocationRow::decode(row) else {
+            return Ok(());
+        };
+        let Some(state) = row
+            .task
+            .and_then(|t| serde_json::from_slice::<TaskState>(t).ok())
+        else {
+            return Ok(());
+        };
+        let Some((_, episode, _)) = task::split_invocation_id(id) else {
+            return Ok(());
+        };
+        if state.phase == TaskPhase::Committed || state.invocation_id != id {
+            return Ok(());
+        }
+        let request = row
+            .journal
+            .and_then(|j| serde_json::from_slice::<crate::journal::JournalState>(j).ok())
+            .map(|j| j.intent.request_ref);
+        let mut all = vec![state.input_ref];
+        all.extend(request);
+        let episode = episode.to_owned();
+        all.extend(with_effects(wtxn, new, &state.effect_records)?);
+        n += grant(wtxn, new, &episode, &all)?;
+        Ok(())
+    })?;
+    Ok(n)
 }

@@ -1241,6 +1241,9 @@ fn parse_str_rule(
                 if g.len() > 256 {
                     return bad(&format!("{f}.globs[{i}]"), "is longer than 256 bytes");
                 }
+                if let Err(why) = crate::glob::check(g) {
+                    return bad(&format!("{f}.globs[{i}]"), why);
+                }
             }
             (
                 StrCheck::PathGlob(globs),
@@ -1790,61 +1793,10 @@ pub fn relative_path_ok(p: &str) -> bool {
         && !p.contains("/../")
 }
 
-/// Glob matching over characters: `**` matches any run of characters including `/`, `*` any run
-/// without `/`, `?` one character other than `/`; everything else matches itself. The whole
-/// text must match. Runs in O(pattern × text).
+/// Whether `pattern` matches the whole of `text`, in worldd's one glob dialect (the workspace
+/// plugin's deny globs match the same way): see [`crate::glob`].
 pub fn glob_match(pattern: &str, text: &str) -> bool {
-    enum Tok {
-        Lit(char),
-        One,
-        Star,
-        Stars,
-    }
-    let mut toks = Vec::new();
-    let mut chars = pattern.chars().peekable();
-    while let Some(c) = chars.next() {
-        match c {
-            '*' => {
-                let mut double = false;
-                while chars.peek() == Some(&'*') {
-                    chars.next();
-                    double = true;
-                }
-                toks.push(if double { Tok::Stars } else { Tok::Star });
-            }
-            '?' => toks.push(Tok::One),
-            c => toks.push(Tok::Lit(c)),
-        }
-    }
-    let text: Vec<char> = text.chars().collect();
-    // cur[i]: the tokens so far match text[..i].
-    let mut cur: Vec<bool> = std::iter::once(true)
-        .chain(text.iter().map(|_| false))
-        .collect();
-    for tok in &toks {
-        let mut next = Vec::with_capacity(cur.len());
-        match tok {
-            Tok::Lit(c) => {
-                next.push(false);
-                next.extend(cur.iter().zip(&text).map(|(m, t)| *m && t == c));
-            }
-            Tok::One => {
-                next.push(false);
-                next.extend(cur.iter().zip(&text).map(|(m, t)| *m && *t != '/'));
-            }
-            Tok::Star | Tok::Stars => {
-                let crosses = matches!(tok, Tok::Stars);
-                let mut prev = cur.first().copied().unwrap_or(false);
-                next.push(prev);
-                for (m, t) in cur.iter().skip(1).zip(&text) {
-                    prev = *m || (prev && (crosses || *t != '/'));
-                    next.push(prev);
-                }
-            }
-        }
-        cur = next;
-    }
-    cur.last().copied().unwrap_or(false)
+    crate::glob::matches(pattern, text)
 }
 
 #[cfg(test)]
@@ -1860,12 +1812,16 @@ mod tests {
         assert!(glob_match("docs/*.md", "docs/a.md"));
         assert!(!glob_match("docs/*.md", "docs/x/a.md"));
         assert!(glob_match("docs/**/*.md", "docs/x/y/a.md"));
+        // `/**/` matches zero or more directories, as the workspace's deny globs do.
+        assert!(glob_match("docs/**/*.md", "docs/a.md"));
         assert!(glob_match("a?c", "abc"));
         assert!(!glob_match("a?c", "a/c"));
         assert!(glob_match("", ""));
         assert!(!glob_match("", "a"));
         assert!(glob_match("**", ""));
         assert!(glob_match("é*", "été"));
+        // `?` is one byte, as in globset: one ASCII character.
+        assert!(!glob_match("?t\u{e9}", "\u{e9}t\u{e9}"));
     }
 
     #[test]

@@ -54,6 +54,10 @@ pub struct Session {
     pub grants: Vec<Grant>,
     pub created_at: i64,
     pub expires_at: i64,
+    /// An operator credential reads every episode's objects and is the only kind that may
+    /// commit through `POST /v1/commit`. Absent (false) in agents' session records.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub operator: bool,
 }
 
 impl Session {
@@ -129,10 +133,34 @@ pub fn mint(
     ttl_secs: i64,
     now: i64,
 ) -> Result<Minted, SessionError> {
-    validate_episode(episode)?;
     if grants.is_empty() {
         return Err(SessionError::NoGrants);
     }
+    mint_as(store, episode, grants, ttl_secs, now, false)
+}
+
+/// Mint an operator credential: it reads everything and, with a `World.Commit` grant, may
+/// commit. `episode` names the operator's own episode (its spend is counted there); grants
+/// may be empty for a read-only operator.
+pub fn mint_operator(
+    store: &Store,
+    episode: &str,
+    grants: Vec<Grant>,
+    ttl_secs: i64,
+    now: i64,
+) -> Result<Minted, SessionError> {
+    mint_as(store, episode, grants, ttl_secs, now, true)
+}
+
+fn mint_as(
+    store: &Store,
+    episode: &str,
+    grants: Vec<Grant>,
+    ttl_secs: i64,
+    now: i64,
+    operator: bool,
+) -> Result<Minted, SessionError> {
+    validate_episode(episode)?;
     if ttl_secs < 1 {
         return Err(SessionError::InvalidTtl);
     }
@@ -145,6 +173,7 @@ pub fn mint(
         grants,
         created_at: now,
         expires_at: now.saturating_add(ttl_secs),
+        operator,
     };
     let bytes = encode(&session)?;
     let id = session.credential_id.clone();
@@ -326,6 +355,41 @@ mod tests {
                 "{bad:?}"
             );
         }
+    }
+
+    #[test]
+    fn operator_flag_round_trips_and_is_absent_from_agent_records() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::create(&dir.path().join("db")).unwrap();
+        let agent = mint(
+            &store,
+            "ep1",
+            vec!["Workspace.Read=worktree:1".parse().unwrap()],
+            60,
+            0,
+        )
+        .unwrap();
+        let op = mint_operator(&store, "ops", Vec::new(), 60, 0).unwrap();
+        assert!(
+            !lookup(&store, &agent.session.credential_id)
+                .unwrap()
+                .unwrap()
+                .operator
+        );
+        assert!(
+            lookup(&store, &op.session.credential_id)
+                .unwrap()
+                .unwrap()
+                .operator
+        );
+        // Agent records keep the shape they had before the flag existed.
+        assert!(!String::from_utf8(encode(&agent.session).unwrap())
+            .unwrap()
+            .contains("operator"));
+        assert!(matches!(
+            mint(&store, "ep1", Vec::new(), 60, 0),
+            Err(SessionError::NoGrants)
+        ));
     }
 
     #[test]

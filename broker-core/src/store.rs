@@ -7,35 +7,57 @@
 //! from that batching, never from weaker syncing. A failing operation's writes are undone alone
 //! (the batch is built again with each operation in a nested transaction); a failing commit
 //! fails the batch.
+//!
+//! The LMDB map is reserved (sparse) at the operator's ceiling and the store grows into it by
+//! itself; [`crate::capacity`] says why, and how client work is refused before the ceiling.
+//! Every transaction of this process holds the map lock shared, so the one remap left
+//! (another process grew the store past this map: `MDB_MAP_RESIZED`) happens only when none
+//! is active, as LMDB requires.
 
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{self, Receiver, Sender, SyncSender};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, RwLock, RwLockReadGuard};
 use std::thread::JoinHandle;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use heed::byteorder::BigEndian;
 use heed::types::{Bytes, Str, U64};
 use heed::{CommitOrAbort, Database, Env, EnvOpenOptions, PutFlags, RoTxn, RwTxn, WithoutTls};
 
+use crate::capacity::{self, BadLimits, Full, Gauge, Limits, Usage};
+use crate::commit_signal::CommitSignal;
+use crate::invocations::{self, Part};
 use crate::log::{self, LogError};
 use crate::object::{Object, ObjectView, Ref};
 
 /// The schema this build reads and writes. A schema-1 store is migrated when it is opened
 /// ([`crate::migrate`]); any other version is refused unmodified.
 pub const SCHEMA_VERSION: u32 = 2;
-/// Default LMDB map size: sparse on Linux, so a large reservation costs nothing until used.
-pub const DEFAULT_MAP_SIZE: usize = 16 << 30;
+/// Default LMDB map size (the default ceiling): sparse on Linux, so a large reservation costs
+/// nothing until used.
+pub const DEFAULT_MAP_SIZE: usize = capacity::DEFAULT_CEILING as usize;
 const MAX_BATCH: usize = 256;
+/// Free space under which a short write (EIO) is taken for a full disk.
+const SHORT_WRITE_SLACK: u64 = 1 << 20;
+/// How often, and how long apart, a remap after `MDB_MAP_RESIZED` waits for this process's
+/// open transactions to end before it gives up.
+const REMAP_ATTEMPTS: u32 = 200;
+const REMAP_PAUSE: Duration = Duration::from_millis(5);
 
 /// Store failures. `Clone` because one failed group commit answers every caller in it.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum StoreError {
     #[error("world store {0} does not exist")]
     NotFound(PathBuf),
-    #[error("the store is full: LMDB map size {map_size} bytes reached; restart with a larger --map-size")]
+    #[error("the store is full: LMDB map size {map_size} bytes reached (its ceiling); restart with a larger --store-ceiling")]
     MapFull { map_size: usize },
+    #[error("disk full: the store's filesystem has no space left ({0})")]
+    DiskFull(String),
+    #[error("another process grew the store beyond this process's map, and this process could not adopt the new size while its own transactions were open; retry, or restart it")]
+    MapResized,
+    #[error(transparent)]
+    Limits(#[from] BadLimits),
     #[error("store schema version {found} is not the version this build uses ({expected}); refusing to open it")]
     SchemaMismatch { found: String, expected: u32 },
     #[error("store {0} is already open in this process")]
@@ -56,11 +78,30 @@ impl StoreError {
     pub(crate) fn from_heed(err: heed::Error, map_size: usize) -> StoreError {
         match err {
             heed::Error::Mdb(heed::MdbError::MapFull) => StoreError::MapFull { map_size },
-            heed::Error::Io(e) => StoreError::Io(e.to_string()),
+            heed::Error::Mdb(heed::MdbError::MapResized) => StoreError::MapResized,
+            // heed turns LMDB's errno values into I/O errors: ENOSPC is one of them.
+            heed::Error::Io(e) => StoreError::from_io(e),
             heed::Error::EnvAlreadyOpened => StoreError::AlreadyOpen(PathBuf::new()),
             other => StoreError::Lmdb(other.to_string()),
         }
     }
+
+    /// An I/O error, with "disk full" told apart from other faults.
+    pub fn from_io(e: std::io::Error) -> StoreError {
+        match e.raw_os_error() {
+            Some(code) if is_disk_full(code) => StoreError::DiskFull(e.to_string()),
+            _ => StoreError::Io(e.to_string()),
+        }
+    }
+
+    /// True for the "no space" failures (ENOSPC, and EDQUOT: a quota is a full disk too).
+    pub fn is_disk_full(&self) -> bool {
+        matches!(self, StoreError::DiskFull(_))
+    }
+}
+
+fn is_disk_full(code: i32) -> bool {
+    code == libc::ENOSPC || code == libc::EDQUOT
 }
 
 /// The named databases (schema 2; `docs/data-model.md` §8.2).
@@ -95,6 +136,9 @@ pub struct Tables {
     pub registry_heads: Database<'static, Str, Bytes>,
     /// meta key → value (schema version).
     pub meta: Database<'static, Str, Bytes>,
+    /// episode \0 semanticId \0 ref(32) → (): which episode may read which object
+    /// ([`crate::access`]).
+    pub readers: Database<'static, Bytes, Bytes>,
     /// The environment's map size, for error reports.
     pub map_size: usize,
 }
@@ -196,6 +240,8 @@ struct Inner {
     writer: Mutex<Option<JoinHandle<()>>>,
     stats: Arc<WriterStats>,
     observer: ObserverSlot,
+    map: Arc<MapLock>,
+    committed: Arc<CommitSignal>,
 }
 
 impl Drop for Inner {
@@ -214,20 +260,17 @@ impl Drop for Inner {
 }
 
 /// Options for [`Store::open`].
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Default)]
 pub struct StoreOptions {
-    pub map_size: usize,
+    /// The most the store may occupy, in bytes: the LMDB map is reserved at this size.
+    /// `None` adopts the size the store records (the daemon's), or [`DEFAULT_MAP_SIZE`] for a
+    /// new store: tools that open a store beside the daemon pass `None`.
+    pub ceiling: Option<u64>,
+    /// Room kept below the ceiling for calls in flight and the operator's verbs; past it, new
+    /// client work is refused. `None`: [`capacity::Limits::new`]'s default.
+    pub reserve: Option<u64>,
     /// Create the directory and the genesis when absent.
     pub create: bool,
-}
-
-impl Default for StoreOptions {
-    fn default() -> Self {
-        StoreOptions {
-            map_size: DEFAULT_MAP_SIZE,
-            create: false,
-        }
-    }
 }
 
 /// A handle to the store; cheap to clone and usable from any thread.
@@ -302,27 +345,36 @@ impl Store {
             if !options.create {
                 return Err(StoreError::NotFound(dir.to_path_buf()));
             }
-            std::fs::create_dir_all(dir).map_err(|e| StoreError::Io(e.to_string()))?;
+            std::fs::create_dir_all(dir).map_err(StoreError::from_io)?;
         }
-        let map_size = options.map_size;
-        let heed_err = |e| StoreError::from_heed(e, map_size);
+        // A given ceiling is the map size; none adopts the store's own (LMDB keeps it in the
+        // meta page), or the default for a new store.
+        let wanted = options
+            .ceiling
+            .or((!exists).then_some(capacity::DEFAULT_CEILING))
+            .map(page_multiple);
+        if let Some(ceiling) = options.ceiling {
+            Limits::new(ceiling, options.reserve)?;
+        }
         // Asked before this process opens the environment (see `open_elsewhere`).
         let shared = exists && crate::migrate::open_elsewhere(dir);
         let env = unsafe {
             // SAFETY: heed requires that the environment is not opened twice in one process
             // (it checks and reports EnvAlreadyOpened) and that the files are not modified by
             // other means; every process uses the same flags.
-            EnvOpenOptions::new()
-                .read_txn_without_tls()
-                .map_size(map_size)
-                .max_dbs(32)
-                .max_readers(512)
-                .open(dir)
+            let mut o = EnvOpenOptions::new().read_txn_without_tls();
+            if let Some(size) = wanted {
+                o.map_size(size);
+            }
+            o.max_dbs(32).max_readers(512).open(dir)
         }
         .map_err(|e| match e {
             heed::Error::EnvAlreadyOpened => StoreError::AlreadyOpen(dir.to_path_buf()),
-            other => heed_err(other),
+            other => StoreError::from_heed(other, wanted.unwrap_or(0)),
         })?;
+        let map_size = env.info().map_size;
+        let heed_err = |e| StoreError::from_heed(e, map_size);
+        let limits = Limits::new(options.ceiling.unwrap_or(map_size as u64), options.reserve)?;
         // Reader slots of crashed processes would otherwise leak.
         let _ = env.clear_stale_readers();
 
@@ -361,6 +413,7 @@ impl Store {
                         dbo.create_database(wtxn, Some("sessions"))?,
                         dbo.create_database(wtxn, Some("registry_heads"))?,
                         dbo.create_database(wtxn, Some("meta"))?,
+                        dbo.create_database(wtxn, Some("readers"))?,
                     ),
                 )))
             })
@@ -369,7 +422,7 @@ impl Store {
             .ok_or_else(|| StoreError::Lmdb("database creation aborted".into()))?;
         let (
             (objects, semantic_ids, log, refs, journal, invocations, resolutions),
-            (pending, spend, sessions, registry_heads, meta),
+            (pending, spend, sessions, registry_heads, meta, readers),
         ) = tables;
         let tables = Tables {
             objects,
@@ -384,20 +437,35 @@ impl Store {
             sessions,
             registry_heads,
             meta,
+            readers,
             map_size,
         };
 
         let (sender, receiver) = mpsc::channel::<Job>();
         let stats = Arc::new(WriterStats::default());
         let observer = ObserverSlot::default();
+        let map = Arc::new(MapLock {
+            lock: RwLock::new(()),
+            gauge: Gauge::new(limits),
+            page_size: env.unnamed_database_stat().page_size as u64,
+            dir: dir.to_path_buf(),
+        });
+        map.measure(&env);
+        let committed = Arc::new(CommitSignal::default());
         let writer = {
-            let env = env.clone();
-            let stats = stats.clone();
-            let observer = observer.clone();
+            let writer = Writer {
+                env: env.clone(),
+                tables,
+                map_size,
+                stats: stats.clone(),
+                map: map.clone(),
+                signal: committed.clone(),
+                observer: observer.clone(),
+            };
             std::thread::Builder::new()
                 .name("worldd-store-writer".into())
-                .spawn(move || writer_loop(env, tables, receiver, map_size, stats, observer))
-                .map_err(|e| StoreError::Io(e.to_string()))?
+                .spawn(move || writer.run(receiver))
+                .map_err(StoreError::from_io)?
         };
         let store = Store {
             inner: Arc::new(Inner {
@@ -409,6 +477,8 @@ impl Store {
                 writer: Mutex::new(Some(writer)),
                 stats,
                 observer,
+                map,
+                committed,
             }),
         };
         store.ensure_genesis()?;
@@ -428,7 +498,7 @@ impl Store {
     }
 
     fn ensure_genesis(&self) -> Result<(), StoreError> {
-        let has_head = self.read(|r| Ok(log::head(r)?.is_some()))?;
+        let has_head = self.read(|r| Ok::<_, StoreError>(log::head(r)?.is_some()))?;
         if has_head {
             return Ok(());
         }
@@ -483,8 +553,24 @@ impl Store {
         &self.inner.path
     }
 
+    /// The LMDB map size now (it changes only when another process grew the store).
     pub fn map_size(&self) -> usize {
-        self.inner.map_size
+        self.inner.env.info().map_size
+    }
+
+    /// The latest reading of the store's size against its ceiling (taken after every group
+    /// commit of this process).
+    pub fn usage(&self) -> Usage {
+        self.inner.map.gauge.usage()
+    }
+
+    /// `Err` when new client work must be refused: past the reserve, or the disk is short.
+    /// Operator verbs and calls already admitted are not asked.
+    pub fn admits_client_work(&self) -> Result<(), Full> {
+        match self.usage().refusal() {
+            Some(full) => Err(full),
+            None => Ok(()),
+        }
     }
 
     pub fn stats(&self) -> &WriterStats {
@@ -499,18 +585,22 @@ impl Store {
         }
     }
 
+    /// Raised after every durable group commit of this handle's writer.
+    pub fn commit_signal(&self) -> &CommitSignal {
+        &self.inner.committed
+    }
+
     /// Run `op` in a read transaction on this thread.
     pub fn read<R, E>(&self, op: impl FnOnce(&ReadCtx<'_>) -> Result<R, E>) -> Result<R, E>
     where
         E: From<StoreError>,
     {
-        let txn = self
+        let held = self
             .inner
-            .env
-            .read_txn()
-            .map_err(|e| StoreError::from_heed(e, self.inner.map_size))?;
+            .map
+            .begin(&self.inner.env, |env| env.read_txn())?;
         let ctx = ReadCtx {
-            txn: &txn,
+            txn: &held.txn,
             tables: &self.inner.tables,
         };
         op(&ctx)
@@ -550,8 +640,9 @@ impl Store {
     }
 
     /// Maintenance access to stored bytes, for `doctor`-style tools and tamper tests: an
-    /// object's envelope (by ref), an entry's JSON (by index, u64 BE) or a world's JSON (by
-    /// world ref). The rest of the row is kept.
+    /// object's envelope (by ref), an entry's JSON (by index, u64 BE), a world's JSON (by
+    /// world ref), a journal record (by seq, u64 BE), or the journal or task state of an
+    /// invocation (see [`RawTable`]). The rest of the row is kept.
     #[doc(hidden)]
     pub fn raw_overwrite(
         &self,
@@ -577,6 +668,18 @@ impl Store {
                     log::overwrite_row(w, index, None, Some(&value))
                 }
                 RawTable::Log => log::overwrite_row(w, raw_index(&key)?, Some(&value), None),
+                RawTable::Journal => w
+                    .tables
+                    .journal
+                    .put(w.txn, &raw_index(&key)?, &value)
+                    .map_err(e),
+                RawTable::JournalIndex => {
+                    invocations::overwrite_visible(w, str_key(&key)?, Part::Journal, &value)
+                }
+                RawTable::Tasks => {
+                    let id = task_invocation(&key)?;
+                    invocations::overwrite_visible(w, &id, Part::Task, &value)
+                }
             }
         })
     }
@@ -591,6 +694,18 @@ impl Store {
                 }
                 RawTable::Worlds => log::world_bytes(r, &raw_ref(key)?)?,
                 RawTable::Log => log::entry_bytes(r, raw_index(key)?)?,
+                RawTable::Journal => r
+                    .tables
+                    .journal
+                    .get(r.txn, &raw_index(key)?)
+                    .map_err(r.heed_err())?
+                    .map(<[u8]>::to_vec),
+                RawTable::JournalIndex => invocations::get(r.txn, r.tables, str_key(key)?)?
+                    .and_then(|row| row.journal)
+                    .map(<[u8]>::to_vec),
+                RawTable::Tasks => invocations::get(r.txn, r.tables, &task_invocation(key)?)?
+                    .and_then(|row| row.task)
+                    .map(<[u8]>::to_vec),
             })
         })
     }
@@ -603,7 +718,19 @@ fn raw_ref(key: &[u8]) -> Result<Ref, StoreError> {
 fn raw_index(key: &[u8]) -> Result<u64, StoreError> {
     key.try_into()
         .map(u64::from_be_bytes)
-        .map_err(|_| StoreError::Corrupt("log key must be 8 bytes".into()))
+        .map_err(|_| StoreError::Corrupt("a u64 key must be 8 bytes".into()))
+}
+
+/// The invocation a task key (`episode \0 task`) belongs to.
+fn task_invocation(key: &[u8]) -> Result<String, StoreError> {
+    let (episode, task) = str_key(key)?
+        .split_once('\0')
+        .ok_or_else(|| StoreError::Corrupt("a task key is `episode \\0 task`".into()))?;
+    crate::task::invocation_key(episode, task)
+}
+
+fn str_key(key: &[u8]) -> Result<&str, StoreError> {
+    std::str::from_utf8(key).map_err(|_| StoreError::Corrupt("key is not UTF-8".into()))
 }
 
 /// Tables reachable through the raw maintenance accessors.
@@ -613,6 +740,14 @@ pub enum RawTable {
     Objects,
     Worlds,
     Log,
+    /// Journal rows by sequence (u64 big-endian key).
+    Journal,
+    /// An invocation's journal state as readers see it, by invocation id (UTF-8 key): the
+    /// part of its resolution, else of its row (`docs/data-model.md` §8.2).
+    JournalIndex,
+    /// A task's state as readers see it, by `episode \0 task`: also a part of its
+    /// invocation's resolution or row.
+    Tasks,
 }
 
 fn run_nested<R, E>(
@@ -648,120 +783,239 @@ where
     }
 }
 
-fn writer_loop(
-    env: Env<WithoutTls>,
-    tables: Tables,
-    receiver: Receiver<Job>,
-    map_size: usize,
-    stats: Arc<WriterStats>,
-    observer: ObserverSlot,
-) {
-    while let Ok(first) = receiver.recv() {
-        let started = Instant::now();
-        let mut batch = vec![first];
-        while batch.len() < MAX_BATCH {
-            match receiver.try_recv() {
-                Ok(job) => batch.push(job),
-                Err(_) => break,
+/// The lock every transaction of this process holds shared, and the size gauge.
+struct MapLock {
+    lock: RwLock<()>,
+    gauge: Gauge,
+    page_size: u64,
+    dir: PathBuf,
+}
+
+/// A transaction and the shared hold on the map lock it needs (dropped after the transaction:
+/// fields drop in declaration order).
+struct Held<'m, T> {
+    txn: T,
+    _shared: RwLockReadGuard<'m, ()>,
+}
+
+impl MapLock {
+    fn shared(&self) -> RwLockReadGuard<'_, ()> {
+        self.lock.read().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Begin a transaction under a shared hold. When another process has grown the store past
+    /// this map (`MDB_MAP_RESIZED`), adopt the size it recorded and begin again.
+    fn begin<'e, T>(
+        &self,
+        env: &'e Env<WithoutTls>,
+        begin: impl Fn(&'e Env<WithoutTls>) -> heed::Result<T>,
+    ) -> Result<Held<'_, T>, StoreError> {
+        let shared = self.shared();
+        match begin(env) {
+            Ok(txn) => {
+                return Ok(Held {
+                    txn,
+                    _shared: shared,
+                })
             }
+            Err(heed::Error::Mdb(heed::MdbError::MapResized)) => drop(shared),
+            Err(e) => return Err(StoreError::from_heed(e, env.info().map_size)),
         }
-        let n = batch.len() as u64;
-        stats.batches.fetch_add(1, Ordering::Relaxed);
-        stats.operations.fetch_add(n, Ordering::Relaxed);
-        stats.largest_batch.fetch_max(n, Ordering::Relaxed);
-        let outcome = build_and_commit(&env, &tables, &mut batch, map_size, &stats, started);
-        let committed = matches!(outcome, Ok(true));
-        let err = outcome.err();
-        if let Ok(mut slot) = observer.lock() {
-            if let Some(observe) = slot.as_mut() {
-                observe(batch.len(), committed);
+        self.adopt_grown_map(env)?;
+        let shared = self.shared();
+        let txn = begin(env).map_err(|e| StoreError::from_heed(e, env.info().map_size))?;
+        Ok(Held {
+            txn,
+            _shared: shared,
+        })
+    }
+
+    /// `mdb_env_set_mapsize(0)`: take the map size another process recorded. Waits a bounded
+    /// time for this process's open transactions to end; never blocks new readers while it
+    /// waits (it only tries the exclusive hold), so a thread that holds a transaction while
+    /// it asks for another cannot deadlock here: it gets [`StoreError::MapResized`].
+    fn adopt_grown_map(&self, env: &Env<WithoutTls>) -> Result<(), StoreError> {
+        for _ in 0..REMAP_ATTEMPTS {
+            if let Ok(_exclusive) = self.lock.try_write() {
+                // SAFETY: every transaction of this process is begun under a shared hold of
+                // `lock` and ends before that hold is released; holding it exclusively means
+                // no transaction is active, which is what mdb_env_set_mapsize requires.
+                unsafe { env.resize(0) }.map_err(|e| StoreError::from_heed(e, 0))?;
+                tracing::info!(
+                    map_size = env.info().map_size,
+                    "another process grew the store; adopted its map size"
+                );
+                return Ok(());
             }
+            std::thread::sleep(REMAP_PAUSE);
         }
-        for job in batch {
-            job.answer(err.as_ref());
+        Err(StoreError::MapResized)
+    }
+
+    /// A failed commit. LMDB reports a write that stopped short as EIO, which is what a disk
+    /// that fills up mid-write produces: with (almost) nothing left on the filesystem, that is
+    /// "disk full", not an I/O fault.
+    fn write_error(&self, e: heed::Error, map_size: usize) -> StoreError {
+        match e {
+            heed::Error::Io(io)
+                if io.raw_os_error() == Some(libc::EIO)
+                    && capacity::disk_free(&self.dir).is_some_and(|f| f < SHORT_WRITE_SLACK) =>
+            {
+                StoreError::DiskFull(format!("a write stopped short: {io}"))
+            }
+            other => StoreError::from_heed(other, map_size),
         }
+    }
+
+    /// Read the high-water mark and the free disk space into the gauge.
+    fn measure(&self, env: &Env<WithoutTls>) {
+        let used = (env.info().last_page_number as u64 + 1).saturating_mul(self.page_size);
+        self.gauge.observe(used, capacity::disk_free(&self.dir));
     }
 }
 
-/// Build one group commit from `batch` and commit it (LMDB's full sync); `Ok(false)` when no
-/// transaction could begin (every operation then holds that error).
-///
-/// Every operation first runs straight in the batch's transaction: nested transactions cost
-/// each operation a copy of every page it touches that the batch has already touched. If one
-/// fails, its partial writes are in that transaction, so it is aborted and the batch is built
-/// again with every other operation in its own nested transaction (as if each had been alone),
-/// the failed one keeping its error. Operations before it run twice; none runs more than
-/// twice.
-fn build_and_commit(
-    env: &Env<WithoutTls>,
-    tables: &Tables,
-    batch: &mut [Job],
+/// The writer thread's state: everything a group commit needs besides its operations.
+struct Writer {
+    env: Env<WithoutTls>,
+    tables: Tables,
     map_size: usize,
-    stats: &WriterStats,
-    started: Instant,
-) -> Result<bool, StoreError> {
-    let heed_err = |e| StoreError::from_heed(e, map_size);
-    let begin = || {
-        env.write_txn().map_err(heed_err).inspect_err(|err| {
-            tracing::error!(error = %err, "store writer could not begin a transaction");
-        })
-    };
-    let mut txn = match begin() {
-        Ok(t) => t,
-        Err(err) => {
-            // Each job must still answer: nothing ran, nothing was committed.
-            batch.iter_mut().for_each(|job| job.fail(&err));
-            return Ok(false);
-        }
-    };
-    let mut failed = None;
-    for (i, job) in batch.iter_mut().enumerate() {
-        let mut ctx = WriteCtx {
-            txn: &mut txn,
-            tables,
-            env,
-        };
-        if !job.run(&mut ctx) {
-            failed = Some(i);
-            break;
+    stats: Arc<WriterStats>,
+    map: Arc<MapLock>,
+    signal: Arc<CommitSignal>,
+    observer: ObserverSlot,
+}
+
+impl Writer {
+    /// Drain the queue into group commits until every sender is gone.
+    fn run(self, receiver: Receiver<Job>) {
+        while let Ok(first) = receiver.recv() {
+            let started = Instant::now();
+            let mut batch = vec![first];
+            while batch.len() < MAX_BATCH {
+                match receiver.try_recv() {
+                    Ok(job) => batch.push(job),
+                    Err(_) => break,
+                }
+            }
+            let n = batch.len() as u64;
+            let stats = &self.stats;
+            stats.batches.fetch_add(1, Ordering::Relaxed);
+            stats.operations.fetch_add(n, Ordering::Relaxed);
+            stats.largest_batch.fetch_max(n, Ordering::Relaxed);
+            let outcome = self.build_and_commit(&mut batch, started);
+            let committed = matches!(outcome, Ok(true));
+            // Once per durable commit, never for a rebuilt pass or a failed commit: followers
+            // of the log wake once for everything this batch made durable.
+            if committed {
+                self.signal.raise();
+            }
+            let err = outcome.err();
+            if let Ok(mut slot) = self.observer.lock() {
+                if let Some(observe) = slot.as_mut() {
+                    observe(batch.len(), committed);
+                }
+            }
+            for job in batch {
+                job.answer(err.as_ref());
+            }
         }
     }
-    if let Some(failed) = failed {
-        txn.abort();
-        stats.rebuilt_batches.fetch_add(1, Ordering::Relaxed);
-        txn = match begin() {
-            Ok(t) => t,
+
+    /// Begin the batch's write transaction under the map lock.
+    fn begin(&self) -> Result<Held<'_, RwTxn<'_>>, StoreError> {
+        self.map
+            .begin(&self.env, |env| env.write_txn())
+            .inspect_err(|err| {
+                tracing::error!(error = %err, "store writer could not begin a transaction");
+            })
+    }
+
+    /// Build one group commit from `batch` and commit it (LMDB's full sync); `Ok(false)` when
+    /// no transaction could begin (every operation then holds that error).
+    ///
+    /// Every operation first runs straight in the batch's transaction: nested transactions cost
+    /// each operation a copy of every page it touches that the batch has already touched. If
+    /// one fails, its partial writes are in that transaction, so it is aborted and the batch is
+    /// built again with every other operation in its own nested transaction (as if each had
+    /// been alone), the failed one keeping its error. Operations before it run twice; none
+    /// runs more than twice. The map lock is held shared from each transaction's beginning to
+    /// its end, and the size gauge is read after the commit.
+    fn build_and_commit(&self, batch: &mut [Job], started: Instant) -> Result<bool, StoreError> {
+        let (env, tables) = (&self.env, &self.tables);
+        let mut held = match self.begin() {
+            Ok(held) => held,
             Err(err) => {
-                for (i, job) in batch.iter_mut().enumerate() {
-                    if i != failed {
-                        job.fail(&err);
-                    }
-                }
+                // Each job must still answer: nothing ran, nothing was committed.
+                batch.iter_mut().for_each(|job| job.fail(&err));
                 return Ok(false);
             }
         };
+        let mut failed = None;
         for (i, job) in batch.iter_mut().enumerate() {
-            if i != failed {
-                let mut ctx = WriteCtx {
-                    txn: &mut txn,
-                    tables,
-                    env,
-                };
-                job.run_nested(&mut ctx);
+            let mut ctx = WriteCtx {
+                txn: &mut held.txn,
+                tables,
+                env,
+            };
+            if !job.run(&mut ctx) {
+                failed = Some(i);
+                break;
             }
         }
+        if let Some(failed) = failed {
+            // The aborted transaction's shared hold ends before the next one is taken.
+            let Held { txn, _shared } = held;
+            txn.abort();
+            drop(_shared);
+            self.stats.rebuilt_batches.fetch_add(1, Ordering::Relaxed);
+            held = match self.begin() {
+                Ok(held) => held,
+                Err(err) => {
+                    for (i, job) in batch.iter_mut().enumerate() {
+                        if i != failed {
+                            job.fail(&err);
+                        }
+                    }
+                    return Ok(false);
+                }
+            };
+            for (i, job) in batch.iter_mut().enumerate() {
+                if i != failed {
+                    let mut ctx = WriteCtx {
+                        txn: &mut held.txn,
+                        tables,
+                        env,
+                    };
+                    job.run_nested(&mut ctx);
+                }
+            }
+        }
+        let built = Instant::now();
+        let Held { txn, _shared } = held;
+        let outcome = txn
+            .commit()
+            .map_err(|e| self.map.write_error(e, self.map_size));
+        drop(_shared);
+        self.map.measure(env);
+        let committed = Instant::now();
+        let nanos = |d: std::time::Duration| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
+        self.stats
+            .build_nanos
+            .fetch_add(nanos(built - started), Ordering::Relaxed);
+        self.stats
+            .commit_nanos
+            .fetch_add(nanos(committed - built), Ordering::Relaxed);
+        outcome.map(|()| true)
     }
-    let built = Instant::now();
-    let outcome = txn.commit().map_err(heed_err);
-    let committed = Instant::now();
-    let nanos = |d: std::time::Duration| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
-    stats
-        .build_nanos
-        .fetch_add(nanos(built - started), Ordering::Relaxed);
-    stats
-        .commit_nanos
-        .fetch_add(nanos(committed - built), Ordering::Relaxed);
-    outcome.map(|()| true)
+}
+
+/// `size` rounded up to the OS page size (LMDB map sizes must be multiples of it).
+fn page_multiple(size: u64) -> usize {
+    // SAFETY: sysconf has no preconditions.
+    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    let page = u64::try_from(page).ok().filter(|p| *p > 0).unwrap_or(4096);
+    let size = size.max(page).div_ceil(page).saturating_mul(page);
+    usize::try_from(size).unwrap_or(usize::MAX / 2)
 }
 
 /// Helpers shared by read and write contexts.
@@ -793,18 +1047,39 @@ impl<'t> ReadCtx<'t> {
 
     /// An object borrowed from this read transaction, without copying its payload.
     pub fn object_view(&self, r: &Ref) -> Result<Option<ObjectView<'t>>, StoreError> {
-        match object_row(self.txn, self.tables, r)? {
-            None => Ok(None),
-            Some((_, envelope)) => ObjectView::decode(*r, envelope)
-                .map(Some)
-                .ok_or_else(|| StoreError::Corrupt(format!("object {r} has a damaged envelope"))),
-        }
+        Ok(self.sequenced(r)?.map(|(_, view)| view))
+    }
+
+    /// An object and its sequence number (its place in arrival order).
+    pub(crate) fn sequenced(&self, r: &Ref) -> Result<Option<(u64, ObjectView<'t>)>, StoreError> {
+        sequenced(self.txn, self.tables, r)
+    }
+
+    /// The object stored at sequence number `seq`.
+    pub(crate) fn object_at(&self, seq: u64) -> Result<Option<ObjectView<'t>>, StoreError> {
+        let Some(row) = self
+            .tables
+            .objects
+            .get(self.txn, &seq)
+            .map_err(self.heed_err())?
+        else {
+            return Ok(None);
+        };
+        row.split_at_checked(32)
+            .and_then(|(r, envelope)| ObjectView::decode(Ref::from_slice(r)?, envelope))
+            .map(Some)
+            .ok_or_else(|| StoreError::Corrupt(format!("object row {seq} is damaged")))
     }
 }
 
 impl WriteCtx<'_, '_> {
     pub fn object(&self, r: &Ref) -> Result<Option<Object>, StoreError> {
         get_object(self.txn, self.tables, r)
+    }
+
+    /// An object, borrowed, and its sequence number.
+    pub(crate) fn sequenced(&self, r: &Ref) -> Result<Option<(u64, ObjectView<'_>)>, StoreError> {
+        sequenced(self.txn, self.tables, r)
     }
 
     /// Insert an object unless present (first writer's provenance wins). The payload must hash
@@ -890,6 +1165,8 @@ pub(crate) fn semantic_prefix(semantic_id: &str) -> Result<Vec<u8>, StoreError> 
 
 /// Refs read lazily from a read transaction.
 pub type Refs<'t> = Box<dyn Iterator<Item = Result<Ref, StoreError>> + 't>;
+/// Objects read lazily from a read transaction.
+pub type Objects<'t> = Box<dyn Iterator<Item = Result<ObjectView<'t>, StoreError>> + 't>;
 
 impl<'t> ReadCtx<'t> {
     /// The refs of the objects with `semantic_id`, in the order the store first stored them,
@@ -900,17 +1177,23 @@ impl<'t> ReadCtx<'t> {
         semantic_id: &str,
         after: Option<&Ref>,
     ) -> Result<Option<Refs<'t>>, StoreError> {
+        Ok(self
+            .semantic_id_objects(semantic_id, after)?
+            .map(|objects| Box::new(objects.map(|o| o.map(|o| o.hash))) as Refs<'t>))
+    }
+
+    /// [`ReadCtx::semantic_id_refs`], yielding the objects themselves (borrowed).
+    pub fn semantic_id_objects(
+        &self,
+        semantic_id: &str,
+        after: Option<&Ref>,
+    ) -> Result<Option<Objects<'t>>, StoreError> {
         let e = self.heed_err();
         let prefix = semantic_prefix(semantic_id)?;
         let start = match after {
             None => 0,
-            Some(r) => match object_row(self.txn, self.tables, r)? {
-                Some((seq, envelope))
-                    if ObjectView::decode(*r, envelope)
-                        .is_some_and(|v| v.semantic_id == semantic_id) =>
-                {
-                    seq + 1
-                }
+            Some(r) => match self.sequenced(r)? {
+                Some((seq, view)) if view.semantic_id == semantic_id => seq + 1,
                 _ => return Ok(None),
             },
         };
@@ -922,10 +1205,15 @@ impl<'t> ReadCtx<'t> {
             std::ops::Bound::Included(from.as_slice()),
             std::ops::Bound::Included(to.as_slice()),
         );
-        let (txn, tables) = (self.txn, self.tables);
-        let iter = tables
+        let reader = ReadCtx {
+            txn: self.txn,
+            tables: self.tables,
+        };
+        let wanted = semantic_id.to_owned();
+        let iter = self
+            .tables
             .semantic_ids
-            .range(txn, &range)
+            .range(self.txn, &range)
             .map_err(e)?
             .map(move |item| {
                 let (key, _) = item.map_err(e)?;
@@ -936,16 +1224,13 @@ impl<'t> ReadCtx<'t> {
                     .ok_or_else(|| {
                         StoreError::Corrupt("a semantic-id index key is damaged".into())
                     })?;
-                tables
-                    .objects
-                    .get(txn, &seq)
-                    .map_err(e)?
-                    .and_then(|row| row.get(..32))
-                    .and_then(Ref::from_slice)
-                    .ok_or_else(|| {
-                        StoreError::Corrupt(format!("the semantic-id index names no object {seq}"))
-                    })
-            });
+                let object = reader.object_at(seq)?.ok_or_else(|| {
+                    StoreError::Corrupt(format!("the semantic-id index names no object {seq}"))
+                })?;
+                // A damaged envelope may name another kind: it is not listed as this one.
+                Ok((object.semantic_id == wanted).then_some(object))
+            })
+            .filter_map(Result::transpose);
         Ok(Some(Box::new(iter)))
     }
 }
@@ -971,6 +1256,20 @@ fn object_row<'t>(
         _ => Err(StoreError::Corrupt(format!(
             "object {r} is indexed at a row of another object"
         ))),
+    }
+}
+
+/// The sequence number of object `r` and its envelope, decoded.
+fn sequenced<'t>(
+    txn: &'t RoTxn<'_>,
+    tables: &Tables,
+    r: &Ref,
+) -> Result<Option<(u64, ObjectView<'t>)>, StoreError> {
+    match object_row(txn, tables, r)? {
+        None => Ok(None),
+        Some((seq, envelope)) => ObjectView::decode(*r, envelope)
+            .map(|view| Some((seq, view)))
+            .ok_or_else(|| StoreError::Corrupt(format!("object {r} has a damaged envelope"))),
     }
 }
 
@@ -1026,14 +1325,16 @@ mod tests {
             .zip(&runs)
             .map(|((o, f), r)| job(o, *f, r.clone(), inner.map_size))
             .unzip();
-        let outcome = build_and_commit(
-            &inner.env,
-            &inner.tables,
-            &mut batch,
-            inner.map_size,
-            &inner.stats,
-            Instant::now(),
-        );
+        let writer = Writer {
+            env: inner.env.clone(),
+            tables: inner.tables,
+            map_size: inner.map_size,
+            stats: inner.stats.clone(),
+            map: inner.map.clone(),
+            signal: inner.committed.clone(),
+            observer: inner.observer.clone(),
+        };
+        let outcome = writer.build_and_commit(&mut batch, Instant::now());
         assert!(matches!(outcome, Ok(true)), "{outcome:?}");
         for j in batch {
             j.answer(None);
@@ -1072,5 +1373,26 @@ mod tests {
             .map(|r| store.read(|rd| rd.object(r)).unwrap().is_some())
             .collect();
         assert_eq!(stored, ok);
+    }
+
+    #[test]
+    fn enospc_and_edquot_read_disk_full_other_io_errors_do_not() {
+        let io = |code| heed::Error::Io(std::io::Error::from_raw_os_error(code));
+        assert_eq!(
+            StoreError::from_heed(io(libc::ENOSPC), 0).to_string(),
+            "disk full: the store's filesystem has no space left (No space left on device (os error 28))"
+        );
+        assert!(StoreError::from_heed(io(libc::EDQUOT), 0).is_disk_full());
+        assert_eq!(
+            StoreError::from_heed(io(libc::EACCES), 0),
+            StoreError::Io("Permission denied (os error 13)".into())
+        );
+        assert!(
+            StoreError::from_io(std::io::Error::from_raw_os_error(libc::ENOSPC)).is_disk_full()
+        );
+        assert_eq!(
+            StoreError::from_heed(heed::Error::Mdb(heed::MdbError::MapResized), 0),
+            StoreError::MapResized
+        );
     }
 }

@@ -87,6 +87,17 @@ fn subject(id: &Option<String>) -> String {
     }
 }
 
+/// Longest `title`, in bytes.
+pub const MAX_TITLE_BYTES: usize = 256;
+/// Longest `description`, in bytes.
+pub const MAX_DESCRIPTION_BYTES: usize = 8 * 1024;
+/// Largest `inputSchema` or `outputSchema`, as compact JSON, in bytes.
+pub const MAX_SCHEMA_BYTES: usize = 64 * 1024;
+
+fn json_len(v: &Value) -> usize {
+    serde_json::to_vec(v).map_or(usize::MAX, |b| b.len())
+}
+
 const TOP_KEYS: [&str; 9] = [
     "id",
     "title",
@@ -130,6 +141,17 @@ impl Transition {
         let description = non_empty_string(obj, "description").map_err(lift)?;
         let input_schema = schema(obj, "inputSchema").map_err(lift)?;
         let output_schema = schema(obj, "outputSchema").map_err(lift)?;
+        // Every session's tools/list and agent card carry these: bound them at publishing.
+        for (field, len, limit) in [
+            ("title", title.len(), MAX_TITLE_BYTES),
+            ("description", description.len(), MAX_DESCRIPTION_BYTES),
+            ("inputSchema", json_len(&input_schema), MAX_SCHEMA_BYTES),
+            ("outputSchema", json_len(&output_schema), MAX_SCHEMA_BYTES),
+        ] {
+            if len > limit {
+                return Err(fail(field, format!("is {len} bytes; the limit is {limit}")));
+            }
+        }
         let access = match obj.get("access") {
             None => return Err(fail("access", "is missing".into())),
             Some(v) => parse_effect_spec(v, "access").map_err(lift)?,

@@ -73,9 +73,16 @@ fn plan_refusal_is_committed_with_zero_effects_and_spends_nothing() {
     // Exactly the keys the seed shows.
     let keys: Vec<&String> = v.as_object().unwrap().keys().collect();
     assert_eq!(keys, ["ok", "refused", "world"]);
-    let report = verify::why(&w.store, &Handle::Output(out.output.clone()), 10).unwrap();
+    let why = verify::why(&w.store, &Handle::Output(out.output.clone()), 10).unwrap();
+    assert_eq!(why.reports.len(), 1, "{why:?}");
+    let report = &why.reports[0];
     assert!(report.all_ok(), "{report:?}");
     assert_eq!(report.matched_by, "output (sha256 of the result)");
+    let kinds: Vec<&str> = report.links.iter().map(|l| l.kind).collect();
+    assert_eq!(
+        kinds,
+        ["world", "entry", "record", "journal", "input", "plan", "replay", "output"]
+    );
 }
 
 #[test]
@@ -121,13 +128,18 @@ fn success_commits_handler_output_plus_world_and_debits_once() {
         Handle::Invocation(out.invocation_id.clone()),
         Handle::Output(out.output.clone()),
     ] {
-        let report = verify::why(&w.store, &handle, 10).unwrap();
+        let why = verify::why(&w.store, &handle, 10).unwrap();
+        assert_eq!(why.reports.len(), 1, "{handle:?}: {why:?}");
+        let report = &why.reports[0];
         assert_eq!(report.entry_index, out.entry_index, "{handle:?}");
         assert!(report.all_ok(), "{handle:?}: {report:?}");
         let kinds: Vec<&str> = report.links.iter().map(|l| l.kind).collect();
         assert_eq!(
             kinds,
-            ["world", "entry", "record", "input", "plan", "effect", "output"]
+            [
+                "world", "entry", "record", "journal", "input", "plan", "replay", "effect",
+                "plugin", "output"
+            ]
         );
     }
 }

@@ -10,10 +10,11 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::AtomicI64;
 use std::sync::Arc;
 
+use broker_core::access::{self, Reader};
 use broker_core::coordinator::{Call, Coordinator, CoordinatorConfig, Surface};
 use broker_core::journal;
 use broker_core::log;
-use broker_core::object::{Object, Ref};
+use broker_core::object::{sid, Object, Ref};
 use broker_core::registry;
 use broker_core::session;
 use broker_core::store::{Store, StoreError, StoreOptions};
@@ -445,4 +446,356 @@ fn a_schema_1_store_open_in_another_process_is_not_migrated_under_it() {
     assert!(verify::audit_store(&store).unwrap().consistent());
     drop(store);
     assert_eq!(meta_schema(&db).as_deref(), Some("2"));
+}
+
+// -------------------------------------------------------------------------------------------
+// Who reads what, rebuilt by the migration.
+
+fn ep(name: &str) -> Reader {
+    Reader::Episode(name.into())
+}
+
+fn readable(store: &Store, reader: &Reader, r: &Ref) -> bool {
+    store
+        .read(|rd| access::object(rd, reader, r).map(|o| o.is_some()))
+        .unwrap()
+}
+
+/// The refs a call's invocation record names, with its effects' requests and results.
+fn call_refs(store: &Store, record: &Ref) -> (String, Vec<Ref>) {
+    let rec: Value =
+        serde_json::from_slice(&store.read(|r| r.object(record)).unwrap().unwrap().payload)
+            .unwrap();
+    let r = |v: &Value| v.as_str().unwrap().parse::<Ref>().unwrap();
+    let mut refs = vec![
+        *record,
+        r(&rec["input"]),
+        r(&rec["output"]),
+        r(&rec["plan"]),
+    ];
+    for e in rec["effects"].as_array().unwrap() {
+        refs.extend(effect_refs(store, &r(e)));
+    }
+    (rec["episodeId"].as_str().unwrap().to_owned(), refs)
+}
+
+fn effect_refs(store: &Store, record: &Ref) -> Vec<Ref> {
+    let o = store.read(|r| r.object(record)).unwrap().unwrap();
+    let ev: Value = serde_json::from_slice(&o.payload).unwrap();
+    let mut refs = vec![*record, ev["requestRef"].as_str().unwrap().parse().unwrap()];
+    if ev["resultRef"] != "" {
+        refs.push(ev["resultRef"].as_str().unwrap().parse().unwrap());
+    }
+    refs
+}
+
+#[test]
+fn a_migrated_store_lets_each_episode_read_its_own_calls_and_nothing_else() {
+    let (_dir, db) = v1_copy();
+    let store = Store::open(&db, StoreOptions::default()).unwrap();
+    let want = expected();
+    let mut calls: BTreeMap<String, Vec<Ref>> = BTreeMap::new();
+    let mut client = Vec::new();
+    for e in want["entries"].as_array().unwrap().iter().skip(1) {
+        let entry: Value = parsed(&e["entry"]);
+        let record: Ref = entry["transitionRef"].as_str().unwrap().parse().unwrap();
+        if entry["header"]["writtenBy"]
+            .as_str()
+            .unwrap()
+            .starts_with("coordinator:")
+        {
+            let (episode, refs) = call_refs(&store, &record);
+            calls.entry(episode).or_default().extend(refs);
+        } else {
+            client.push(record);
+        }
+    }
+    // The call whose effect ran and whose finish failed: never committed, its record is its
+    // episode's all the same.
+    let unrecorded = want["tasks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| parsed(&t["state"]))
+        .find(|s| s["phase"] == "unrecorded")
+        .unwrap();
+    let record: Ref = unrecorded["effectRecords"][0]
+        .as_str()
+        .unwrap()
+        .parse()
+        .unwrap();
+    calls
+        .get_mut("ep1")
+        .unwrap()
+        .extend(effect_refs(&store, &record));
+    assert_eq!(calls.len(), 2);
+    for (episode, refs) in &calls {
+        let other = if episode == "ep1" { "ep2" } else { "ep1" };
+        for r in refs {
+            assert!(readable(&store, &ep(episode), r), "{episode} reads {r}");
+            if !calls[other].contains(r) {
+                assert!(
+                    !readable(&store, &ep(other), r),
+                    "{other} must not read {r}"
+                );
+            }
+        }
+    }
+    // A client commit's objects belong to no episode.
+    assert_eq!(client.len(), 1);
+    for reader in [ep("ep1"), ep("ep2")] {
+        assert!(!readable(&store, &reader, &client[0]));
+    }
+    assert!(readable(&store, &Reader::Operator, &client[0]));
+    // Listings come from the rebuilt keys too, in arrival order.
+    let inputs = store
+        .read(|r| -> Result<_, StoreError> {
+            Ok(
+                access::by_semantic_id(r, &ep("ep2"), sid::INVOCATION_INPUT, None, 100)?
+                    .unwrap()
+                    .len(),
+            )
+        })
+        .unwrap();
+    assert_eq!(inputs, 2);
+}
+
+/// Builds of schema 1 let any session commit, a client commit could claim `coordinator:` as
+/// its writer, and the last of them indexed readers from any entry whose `transitionRef` is an
+/// invocation record. An episode could so commit a record of its own that names another
+/// episode's objects, and be let read them. The migration grants only what the coordinator's
+/// task state places at the entry, and drops whatever such a build had indexed.
+#[test]
+fn forged_invocation_record_in_a_schema_1_store_grants_no_reads_when_migrated() {
+    let (_dir, db) = v1_copy();
+    let want = expected();
+    let entries = want["entries"].as_array().unwrap();
+    let entry_1: Value = parsed(&entries[1]["entry"]);
+    let victim: Ref = entry_1["transitionRef"].as_str().unwrap().parse().unwrap();
+    // The victim's objects, and a genuine invocation id of the thief's (entry 8 is ep2's).
+    let (victims, thief_id) = {
+        let (_d, copy) = v1_copy();
+        let store = Store::open(&copy, StoreOptions::default()).unwrap();
+        let (owner, refs) = call_refs(&store, &victim);
+        assert_eq!(owner, "ep1");
+        let entry_8: Value = parsed(&entries[8]["entry"]);
+        let rec = store
+            .read(|r| r.object(&entry_8["transitionRef"].as_str().unwrap().parse().unwrap()))
+            .unwrap()
+            .unwrap();
+        let rec: Value = serde_json::from_slice(&rec.payload).unwrap();
+        assert_eq!(rec["episodeId"], "ep2");
+        (refs, rec["invocationId"].as_str().unwrap().to_owned())
+    };
+    let victim_rec = {
+        let (_d, copy) = v1_copy();
+        let store = Store::open(&copy, StoreOptions::default()).unwrap();
+        let o = store.read(|r| r.object(&victim)).unwrap().unwrap();
+        serde_json::from_slice::<Value>(&o.payload).unwrap()
+    };
+    let forged = |invocation: &str, writer: &str| {
+        let mut rec = victim_rec.clone();
+        rec["invocationId"] = json!(invocation);
+        rec["episodeId"] = json!("ep2");
+        (
+            Object::new(sid::INVOCATION_RECORD, writer, canon(&rec)),
+            writer.to_owned(),
+        )
+    };
+    {
+        let mut v1 = V1::open(&db);
+        // An invented invocation, a genuine one of the thief's reused, a plain client commit.
+        for (record, writer) in [
+            forged("a2a:ep2:forged", "coordinator:a2a"),
+            forged(&thief_id, "coordinator:a2a"),
+            forged("rest:forged", "client:ep2"),
+        ] {
+            v1.append(&record, &writer, victims[2]);
+        }
+        // What a schema-1 build that indexed readers would have granted the thief: every
+        // object of the victim's call, under the old key.
+        v1.old_readers("ep2", &victims);
+        v1.close();
+    }
+    let store = Store::open(&db, StoreOptions::default()).unwrap();
+    for r in &victims {
+        assert!(readable(&store, &ep("ep1"), r), "the owner reads {r}");
+        assert!(
+            !readable(&store, &ep("ep2"), r),
+            "the thief must not read {r}"
+        );
+    }
+    let listed = store
+        .read(|r| -> Result<_, StoreError> {
+            Ok(
+                access::by_semantic_id(r, &ep("ep2"), sid::INVOCATION_OUTPUT, None, 100)?
+                    .unwrap()
+                    .iter()
+                    .map(|o| o.hash)
+                    .collect::<Vec<_>>(),
+            )
+        })
+        .unwrap();
+    assert!(!listed.contains(&victims[2]), "{listed:?}");
+    // Only keys of schema 2's layout are left: `episode \0` and an 8-byte sequence.
+    let old_layout = store
+        .read(|r| -> Result<_, StoreError> {
+            let mut n = 0;
+            for item in r.tables.readers.iter(r.txn).unwrap() {
+                let (k, _) = item.unwrap();
+                let at = k.iter().position(|b| *b == 0).unwrap();
+                n += usize::from(k.len() != at + 9);
+            }
+            Ok(n)
+        })
+        .unwrap();
+    assert_eq!(old_layout, 0);
+    // The forged entries are what `doctor` reports; the genuine ones still verify.
+    let audit = verify::audit_store(&store).unwrap();
+    assert_eq!(audit.entries, 17);
+    assert_eq!(
+        audit.broken.iter().map(|b| b.0).collect::<Vec<_>>(),
+        [14, 15, 16]
+    );
+    drop(store);
+    // The schema-1 marker of the readers index is gone.
+    assert_eq!(meta_key(&db, "readers_index"), None);
+}
+
+fn canon(v: &Value) -> Vec<u8> {
+    broker_core::canon::to_vec(v).unwrap()
+}
+
+fn meta_key(db: &Path, key: &str) -> Option<Vec<u8>> {
+    // SAFETY: no store handle is open on `db` in this process while this one is.
+    let env = unsafe { heed::EnvOpenOptions::new().max_dbs(32).open(db).unwrap() };
+    let rtxn = env.read_txn().unwrap();
+    let mut value = None;
+    env.open_databases_and_commit(rtxn, |dbo, rtxn| -> heed::Result<_> {
+        let meta = dbo
+            .open_database::<heed::types::Str, heed::types::Bytes>(rtxn, Some("meta"))?
+            .unwrap();
+        value = meta.get(rtxn, key)?.map(<[u8]>::to_vec);
+        Ok(heed::CommitOrAbort::<(), ()>::Commit(()))
+    })
+    .unwrap();
+    env.prepare_for_closing().wait();
+    value
+}
+
+/// Raw writes into a schema-1 store, the way a build of schema 1 laid its tables out.
+struct V1 {
+    env: heed::Env,
+}
+
+type RawDb = heed::Database<'static, heed::types::Bytes, heed::types::Bytes>;
+
+impl V1 {
+    fn open(db: &Path) -> V1 {
+        // SAFETY: no store handle is open on `db` in this process while this one is.
+        let env = unsafe { heed::EnvOpenOptions::new().max_dbs(32).open(db).unwrap() };
+        V1 { env }
+    }
+
+    fn table(&self, name: &str) -> RawDb {
+        let wtxn = self.env.write_txn().unwrap();
+        self.env
+            .create_databases_and_commit(wtxn, |dbo, wtxn| {
+                dbo.create_database(wtxn, Some(name))
+                    .map(heed::CommitOrAbort::<_, ()>::Commit)
+            })
+            .unwrap()
+            .unwrap_commit()
+    }
+
+    /// Append an entry whose record is `record`, selecting a world with `state_root`.
+    fn append(&mut self, record: &Object, writer: &str, state_root: Ref) {
+        let t = |n: &str| self.table(n);
+        let (objects, by_sid, log_t, world_refs, worlds, hashes, heads) = (
+            t("objects"),
+            t("by_semantic_id"),
+            t("log"),
+            t("world_refs"),
+            t("worlds"),
+            t("entry_hashes"),
+            t("heads"),
+        );
+        let mut wtxn = self.env.write_txn().unwrap();
+        let (last, bytes) = log_t.last(&wtxn).unwrap().unwrap();
+        let last = u64::from_be_bytes(last.try_into().unwrap());
+        let prev = log::Entry::from_bytes(bytes).unwrap();
+        let header = log::EntryHeader {
+            entry_index: last + 1,
+            semantics_epoch: 1,
+            transition_fn: prev.header.transition_fn,
+            interpreter: log::interpreter_ref(),
+            prev_entry_hash: prev.entry_hash,
+            written_by: writer.into(),
+        };
+        let entry = log::Entry::new(header, record.hash);
+        let world = log::World {
+            revision: last + 1,
+            state_root,
+            log_head: entry.entry_hash,
+        };
+        let world_ref = world.reference();
+        let index = (last + 1).to_be_bytes();
+        // The schema-1 envelope: interfaceHash, then length-prefixed semantic id and
+        // provenance, then the payload.
+        let mut envelope = record.interface_hash.as_bytes().to_vec();
+        for text in [&record.semantic_id, &record.provenance] {
+            envelope.extend_from_slice(&(text.len() as u16).to_be_bytes());
+            envelope.extend_from_slice(text.as_bytes());
+        }
+        envelope.extend_from_slice(&record.payload);
+        objects
+            .put(&mut wtxn, record.hash.as_bytes(), &envelope)
+            .unwrap();
+        let mut k = record.semantic_id.as_bytes().to_vec();
+        k.push(0);
+        k.extend_from_slice(record.hash.as_bytes());
+        by_sid.put(&mut wtxn, &k, &[]).unwrap();
+        log_t.put(&mut wtxn, &index, &entry.to_bytes()).unwrap();
+        world_refs
+            .put(&mut wtxn, &index, world_ref.as_bytes())
+            .unwrap();
+        worlds
+            .put(&mut wtxn, world_ref.as_bytes(), &world.to_bytes())
+            .unwrap();
+        hashes
+            .put(&mut wtxn, entry.entry_hash.as_bytes(), &index)
+            .unwrap();
+        heads
+            .put(&mut wtxn, b"selected", world_ref.as_bytes())
+            .unwrap();
+        wtxn.commit().unwrap();
+    }
+
+    /// Keys of the last schema-1 builds' `readers` table (`episode \0 semanticId \0 ref`), and
+    /// their mark that it was built.
+    fn old_readers(&mut self, episode: &str, refs: &[Ref]) {
+        let (readers, meta, objects) = (
+            self.table("readers"),
+            self.table("meta"),
+            self.table("objects"),
+        );
+        let mut wtxn = self.env.write_txn().unwrap();
+        for r in refs {
+            let envelope = objects.get(&wtxn, r.as_bytes()).unwrap().unwrap();
+            let len = u16::from_be_bytes(envelope[32..34].try_into().unwrap()) as usize;
+            let sid = envelope[34..34 + len].to_vec();
+            let mut k = episode.as_bytes().to_vec();
+            k.push(0);
+            k.extend_from_slice(&sid);
+            k.push(0);
+            k.extend_from_slice(r.as_bytes());
+            readers.put(&mut wtxn, &k, &[]).unwrap();
+        }
+        meta.put(&mut wtxn, b"readers_index", b"1").unwrap();
+        wtxn.commit().unwrap();
+    }
+
+    fn close(self) {
+        self.env.prepare_for_closing().wait();
+    }
 }

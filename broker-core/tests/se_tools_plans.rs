@@ -1069,6 +1069,33 @@ fn docs_only_read_tool() {
     );
 }
 
+#[test]
+fn a_path_glob_with_zero_directories_between_matches_as_the_deny_globs_do() {
+    let mut doc = docs_read().to_value().clone();
+    *doc.pointer_mut("/plan/arguments/0/rules/1/globs").unwrap() = json!(["docs/**/*.md"]);
+    let t = Transition::from_value(doc).unwrap();
+    for path in ["docs/a.md", "docs/x/y/a.md"] {
+        assert!(
+            matches!(plan(&t, &json!({"path": path})), Plan::Effect { .. }),
+            "{path}"
+        );
+    }
+    assert_eq!(
+        plan(&t, &json!({"path": "docs/a.txt"})).refusal(),
+        Some("path \"docs/a.txt\" refused: it must match one of: docs/**/*.md")
+    );
+}
+
+#[test]
+fn path_glob_with_a_reserved_character_is_refused_at_load() {
+    let mut doc = docs_read().to_value().clone();
+    *doc.pointer_mut("/plan/arguments/0/rules/1/globs").unwrap() = json!(["docs/**", "*.{md,txt}"]);
+    assert_eq!(
+        load_err(doc),
+        "transition \"docs-read\": plan.arguments[0].rules[1].globs[1] uses the reserved character \"{\"; worldd globs have only *, ** and ? (no classes, alternatives or escapes)"
+    );
+}
+
 // ───────────────────────────── never panics ─────────────────────────────
 
 /// A small deterministic generator (xorshift64*), so the loop needs no extra crates.

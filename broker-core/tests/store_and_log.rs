@@ -95,8 +95,9 @@ fn a_full_map_is_a_typed_error_not_a_panic() {
     let store = Store::open(
         &dir.path().join("db"),
         StoreOptions {
-            map_size: 1 << 20,
+            ceiling: Some(1 << 20),
             create: true,
+            ..StoreOptions::default()
         },
     )
     .unwrap();
@@ -107,6 +108,9 @@ fn a_full_map_is_a_typed_error_not_a_panic() {
         if let Err(e) = res {
             assert!(matches!(e, StoreError::MapFull { .. }), "{e}");
             assert!(e.to_string().contains("map size"));
+            assert!(e
+                .to_string()
+                .ends_with("restart with a larger --store-ceiling"));
             saw_full = true;
             break;
         }
@@ -262,7 +266,10 @@ fn tampering_with_any_stored_object_entry_or_world_breaks_a_link() {
             w.store
                 .raw_overwrite(RawTable::Objects, target.as_bytes().to_vec(), damaged)
                 .unwrap();
-            let report = verify::why(&w.store, &Handle::Index(index), 10).unwrap();
+            let report = verify::why(&w.store, &Handle::Index(index), 10)
+                .unwrap()
+                .reports
+                .remove(0);
             if at == 3 {
                 // The interface hash is not part of the address: the payload still verifies.
                 assert!(
@@ -403,8 +410,16 @@ fn handles_parse() {
 
 mod rest {
     use super::*;
-    use broker_core::commit::{self, CommitError, RestCommit};
+    use broker_core::commit::{self, CommitError, CommitGrant, RestCommit};
     use broker_core::journal::Receipt;
+
+    /// An operator's commit grant with room for every commit of these tests.
+    fn ops() -> CommitGrant {
+        CommitGrant {
+            episode: "ops".into(),
+            budget: 100,
+        }
+    }
 
     fn next_commit(store: &Store, id: Option<&str>, tag: &str) -> RestCommit {
         let head = store.read(log::head).unwrap().unwrap();
@@ -448,7 +463,7 @@ mod rest {
             Err(CommitError::BadInvocationId)
         ));
         let c = next_commit(&w.store, Some("rest:c1"), "one");
-        let selected = commit::rest_commit(&w.store, c.clone()).unwrap();
+        let selected = commit::rest_commit(&w.store, c.clone(), &ops()).unwrap();
         assert_eq!(selected, c.world_ref);
         match commit::receipt(&w.store, "rest:c1").unwrap() {
             Receipt::Resolved { result_ref, .. } => assert_eq!(result_ref, Some(selected)),
@@ -456,25 +471,25 @@ mod rest {
         }
         // Same id, same commit: a no-op that answers the same world.
         let c_again = c.clone();
-        assert_eq!(commit::rest_commit(&w.store, c).unwrap(), selected);
+        assert_eq!(commit::rest_commit(&w.store, c, &ops()).unwrap(), selected);
         // Same id, another commit: refused.
         let other = next_commit(&w.store, Some("rest:c1"), "two");
         assert!(matches!(
-            commit::rest_commit(&w.store, other),
+            commit::rest_commit(&w.store, other, &ops()),
             Err(CommitError::Reused(_))
         ));
         // A stale observed head is a conflict that leaves no trace: the receipt still says
         // not-started, and the same id works for the commit rebuilt on the current head.
         let mut stale = next_commit(&w.store, Some("rest:c2"), "three");
         stale.observed_head = Some(rep('7'));
-        let e = commit::rest_commit(&w.store, stale).unwrap_err();
+        let e = commit::rest_commit(&w.store, stale, &ops()).unwrap_err();
         assert!(e.to_string().starts_with("conflict: observed"), "{e}");
         assert_eq!(
             commit::receipt(&w.store, "rest:c2").unwrap(),
             Receipt::NotStarted
         );
         let rebuilt = next_commit(&w.store, Some("rest:c2"), "three");
-        commit::rest_commit(&w.store, rebuilt).unwrap();
+        commit::rest_commit(&w.store, rebuilt, &ops()).unwrap();
         assert!(matches!(
             commit::receipt(&w.store, "rest:c2").unwrap(),
             Receipt::Resolved { .. }
@@ -483,12 +498,12 @@ mod rest {
         let mut forged = c_again.clone();
         forged.entry.header.written_by = "someone else".into();
         assert!(matches!(
-            commit::rest_commit(&w.store, forged),
+            commit::rest_commit(&w.store, forged, &ops()),
             Err(CommitError::Log(_))
         ));
         let bad = next_commit(&w.store, Some("c3"), "four");
         assert!(matches!(
-            commit::rest_commit(&w.store, bad),
+            commit::rest_commit(&w.store, bad, &ops()),
             Err(CommitError::BadInvocationId)
         ));
     }
@@ -496,7 +511,7 @@ mod rest {
     #[test]
     fn a_coordinator_call_after_a_rest_commit_continues_the_chain() {
         let w = World::new();
-        commit::rest_commit(&w.store, next_commit(&w.store, None, "x")).unwrap();
+        commit::rest_commit(&w.store, next_commit(&w.store, None, "x"), &ops()).unwrap();
         let s = w.mint("ep1", &["Workspace.Read=worktree:5"]);
         let out = w.call(&s, "ailang-read", json!({"path": "a"})).unwrap();
         assert_eq!(out.entry_index, 2);

@@ -20,10 +20,8 @@
 //! run?" has an answer. The task id is the idempotency key within the episode: resending a
 //! committed task id returns the committed result without running the tool again.
 
-use std::time::{Duration, Instant};
-
 use axum::extract::State;
-use axum::http::{header, HeaderMap, StatusCode};
+use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
@@ -31,17 +29,18 @@ use broker_core::coordinator::{Call, CallError, CallOutput, Surface};
 use broker_core::object::Ref;
 use broker_core::registry::RegistryEntry;
 use broker_core::session::AuthError;
+use broker_core::store::StoreError;
 use handler_api::EffectClass;
 use serde_json::value::RawValue;
 use serde_json::{json, Value};
 
+use tokio::time::Instant;
+
+use crate::edge::body::BodyError;
 use crate::outcome::{self, Kind, Outcome};
 use crate::rest::ApiError;
-use crate::state::{AppState, AuthFailure, InvokeFailure, INVOKE_DEADLINE};
+use crate::state::{AppState, AuthFailure, InvokeFailure};
 use crate::tools;
-
-/// Largest `POST /a2a/` body.
-pub const MAX_A2A_BYTES: usize = 1 << 20;
 
 /// The protocol versions the card advertises for the JSON-RPC binding at `/a2a/`.
 pub const A2A_VERSIONS: [&str; 2] = ["1.0", "0.3"];
@@ -103,7 +102,7 @@ fn auth_error(id: &Value, f: AuthFailure) -> Response {
         AuthFailure::Denied(AuthError::Expired) => {
             rpc_error(id, -32001, "session credential has expired")
         }
-        AuthFailure::Timeout | AuthFailure::Internal => rpc_error(
+        AuthFailure::Internal => rpc_error(
             id,
             -32603,
             "transition invocation is not available in this daemon",
@@ -235,34 +234,42 @@ async fn a2a(
     headers: HeaderMap,
     body: axum::body::Body,
 ) -> Response {
-    let started = Instant::now();
+    let deadline = Instant::now() + state.limits().call_deadline;
     let null = Value::Null;
-    // Read up to four times the limit so that a client sending a somewhat large body can still
-    // read the answer (past that the connection is dropped unread). A body that is too large or
-    // unreadable is answered after authorization, like every transport error.
-    let body = axum::body::to_bytes(body, 4 * MAX_A2A_BYTES).await.ok();
-    let oversized = body.as_ref().is_none_or(|b| b.len() > MAX_A2A_BYTES);
-    let body = body.unwrap_or_default();
-    // Authorization first: an unauthorized caller learns nothing about the transport.
+    // Authorization first, from the headers alone: an unauthorized caller learns nothing about
+    // the transport, and no body is read for it (its id is unknown, so errors carry null).
     let session = match state.authenticate(&headers).await {
         Ok(s) => s,
-        Err(f) => {
-            let id = serde_json::from_slice::<Value>(&body)
-                .ok()
-                .and_then(|v| v.get("id").cloned())
-                .unwrap_or(Value::Null);
-            return auth_error(&id, f);
-        }
+        Err(f) => return auth_error(&null, f),
     };
-    if oversized {
-        return rpc_error(
-            &null,
-            -32600,
-            format!("invalid JSON-RPC request: body exceeds {MAX_A2A_BYTES} bytes"),
-        );
-    }
-    let Ok(req) = broker_core::canon::parse(&body) else {
-        return rpc_error(&null, -32600, "invalid JSON-RPC request");
+    let limit = state.limits().a2a_body_bytes;
+    let read_by = deadline.min(Instant::now() + state.server().body_timeout);
+    let read = state.bodies().read(&headers, body, limit, read_by).await;
+    let body = match read {
+        Ok(b) => b,
+        Err(BodyError::Busy) => return rpc_error(&null, -32603, crate::edge::body::BUSY_TEXT),
+        Err(BodyError::TooLarge) => {
+            return rpc_error(
+                &null,
+                -32600,
+                format!("invalid JSON-RPC request: body exceeds {limit} bytes"),
+            )
+        }
+        Err(BodyError::TimedOut) => {
+            return rpc_error(
+                &null,
+                -32600,
+                "invalid JSON-RPC request: body not received in time",
+            )
+        }
+        Err(BodyError::Unreadable) => return rpc_error(&null, -32600, "invalid JSON-RPC request"),
+    };
+    let req = match broker_core::canon::parse(&body.bytes) {
+        Ok(req) => req,
+        Err(e) => match crate::invalid_params::a2a_params_error(&body.bytes, &e) {
+            Some(id) => return rpc_error(&id, -32602, "invalid params"),
+            None => return rpc_error(&null, -32600, "invalid JSON-RPC request"),
+        },
     };
     let id = req.get("id").cloned().unwrap_or(Value::Null);
     if req.get("jsonrpc").and_then(Value::as_str) != Some("2.0") || !req.is_object() {
@@ -329,11 +336,7 @@ async fn a2a(
         args: send.args.clone(),
         transition_fn: send.transition_fn,
     };
-    let remaining = INVOKE_DEADLINE.saturating_sub(started.elapsed());
-    match state
-        .invoke(call, remaining.max(Duration::from_millis(1)))
-        .await
-    {
+    match state.invoke(call, deadline).await {
         Ok(out) => {
             let outcome = outcome::of_output(&out, class);
             success(&id, method, &send.task_id, &context_id, &out, &outcome)
@@ -457,6 +460,13 @@ fn error_text(f: InvokeFailure) -> (i64, String) {
                 CallError::InvalidTaskId | CallError::InvalidArguments(_) => {
                     "invalid params".to_owned()
                 }
+                // No room to write: the store-full text; the log says "disk full" or the map size.
+                CallError::Store(s)
+                    if s.is_disk_full() || matches!(s, StoreError::MapFull { .. }) =>
+                {
+                    tracing::error!("a2a refusal: {e}");
+                    broker_core::capacity::Full::AGENT_MESSAGE.to_owned()
+                }
                 CallError::Store(_) | CallError::Registry(_) | CallError::Internal(_) => {
                     tracing::error!("a2a refusal: {e}");
                     "transition invocation is not available in this daemon".to_owned()
@@ -466,6 +476,11 @@ fn error_text(f: InvokeFailure) -> (i64, String) {
             (code, message)
         }
         InvokeFailure::Capacity => (-32603, "host callback capacity exceeded".to_owned()),
+        InvokeFailure::Busy => (
+            -32603,
+            "episode busy: an earlier call of this episode has not finished; nothing ran; retry later"
+                .to_owned(),
+        ),
         InvokeFailure::TimedOut => (-32603, "invocation exceeded its deadline".to_owned()),
         InvokeFailure::Canceled => (
             -32603,
@@ -483,11 +498,8 @@ async fn agent_card(
         .authenticate(&headers)
         .await
         .map_err(ApiError::from_auth)?;
-    let host = headers
-        .get(header::HOST)
-        .and_then(|h| h.to_str().ok())
-        .unwrap_or("127.0.0.1:7644")
-        .to_owned();
+    // Never built from the request: its Host header is the attacker's to choose.
+    let base = state.server().public_base();
     let tools = tools::visible(&state, &session)
         .await
         .map_err(|e| ApiError::internal("agent card", e))?;
@@ -495,7 +507,7 @@ async fn agent_card(
         .iter()
         .map(|e| (e, tools::tool_class(&state, &e.transition)))
         .collect();
-    Ok(Json(card(&host, &skills)).into_response())
+    Ok(Json(card(&base, &skills)).into_response())
 }
 
 /// The agent card for these tools, each with its effect class. One document serves both
@@ -503,7 +515,7 @@ async fn agent_card(
 /// `securitySchemes` with `type`, `security`) and the 1.0 `supportedInterfaces`, which 1.0
 /// clients prefer (the 0.3 members are then ignored). Each skill's `tags` hold its effect
 /// class: `read`, `write` or `unknown`.
-pub fn card(host: &str, tools: &[(&RegistryEntry, EffectClass)]) -> Value {
+pub fn card(base: &str, tools: &[(&RegistryEntry, EffectClass)]) -> Value {
     let skills: Vec<Value> = tools
         .iter()
         .map(|(e, class)| {
@@ -519,7 +531,7 @@ pub fn card(host: &str, tools: &[(&RegistryEntry, EffectClass)]) -> Value {
             })
         })
         .collect();
-    let url = format!("http://{host}/a2a/");
+    let url = format!("{base}/a2a/");
     let interfaces: Vec<Value> = A2A_VERSIONS
         .iter()
         .map(|v| json!({"url": url, "protocolBinding": "JSONRPC", "protocolVersion": v}))

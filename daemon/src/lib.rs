@@ -7,15 +7,23 @@
 //! |---|---|
 //! | [`cli`] | the clap tree: `serve`, `quickstart`, `session …`, `why`, `handlers`, `publish` and the client verbs |
 //! | [`plugins`] | find, load (abi_stable) and configure effect-handler plugins; adapt them to broker-core |
-//! | [`state`] | the shared state: store, coordinator, authentication, bounded invocation |
+//! | [`state`] | the shared state: store, coordinator, authentication, invocation |
+//! | [`admission`] | per-episode queues, then global execution slots |
+//! | [`limits`] | the operator's sizes, counts and deadlines (`[limits]`) |
+//! | [`edge`] | the HTTP edge: connections, timeouts, Host and Origin, body reads (`[server]`) |
 //! | [`server`] | the axum router and graceful shutdown |
 //! | [`mcp`] | `POST /mcp/` |
 //! | [`a2a`] | `POST /a2a/` and the agent card |
 //! | [`rest`] | `/v1/*` |
+//! | [`operator_commit`] | `POST /v1/commit`: an operator's act, with a commit grant and a size limit |
+//! | [`catalog`] | `/v1/handlers`: the loaded plugins, and whether each of a session's tools can run (rule R8) |
+//! | [`fallback`] | JSON 404 / 405 answers that point to the real endpoints |
 //! | [`tools`] | the tool surface a session sees (shared by MCP and A2A) |
 //! | [`outcome`] | the closed outcome classification of a call (shared by MCP, A2A and reconciliation) |
 //! | [`reconcile`] | `/v1/calls/…`, `/v1/invocations/…` and `/v1/budget`: did my call land, what is left |
 //! | [`metrics`] | Prometheus counters at `/v1/metrics` |
+//! | [`log_stream`], [`log_summary`], [`visibility`] | the log live: `/v1/log/stream` (SSE) and `/v1/log/summaries`, filtered by who reads |
+//! | [`workbench`] | the provenance explorer at `/workbench` (embedded HTML, CSS and JS) |
 //!
 //! # Serving a router in a test
 //!
@@ -44,9 +52,18 @@
 //! ```
 
 pub mod a2a;
+pub mod admission;
+pub mod catalog;
 pub mod cli;
+pub mod edge;
+pub mod fallback;
+pub mod invalid_params;
+pub mod limits;
+pub mod log_stream;
+pub mod log_summary;
 pub mod mcp;
 pub mod metrics;
+pub mod operator_commit;
 pub mod outcome;
 pub mod plugins;
 pub mod reconcile;
@@ -54,3 +71,5 @@ pub mod rest;
 pub mod server;
 pub mod state;
 pub mod tools;
+pub mod visibility;
+pub mod workbench;

@@ -7,15 +7,15 @@
 //!
 //! 1. **Authorization**, before anything about the transport is checked, so an unauthorized
 //!    caller learns nothing about it: 401 with one of four fixed texts and
-//!    `WWW-Authenticate: Bearer`; 503 when the credential lookup timed out, 500 when the store
-//!    failed underneath.
+//!    `WWW-Authenticate: Bearer`; 500 when the store failed underneath.
 //! 2. **Headers** ([`transport`]): `Content-Type` must be `application/json` (parameters such
 //!    as `charset` allowed); `Accept` must list both `application/json` and
 //!    `text/event-stream` (wildcards do not count); the optional `MCP-Protocol-Version` must be
 //!    one of [`SUPPORTED_VERSIONS`] (absent means [`DEFAULT_VERSION`]). Each failure is a 400
 //!    with a plain-text body. `2026-07-28` ([`MODERN_VERSION`]) selects the stateless revision,
 //!    served by [`modern`]; the rest of this list describes the handshake revisions.
-//! 3. **Body**: at most [`MAX_BODY_BYTES`], else 413.
+//! 3. **Body**: at most `[limits] mcp_body_bytes` (4 MiB), else 413; complete within
+//!    `[server] body_timeout_ms`, else 408 ([`crate::edge::body`]).
 //! 4. **JSON-RPC** ([`jsonrpc`]): malformed JSON is answered `-32700 Parse error` (id null) and
 //!    a malformed message `-32600`, both as an SSE event with HTTP 200 like any other JSON-RPC
 //!    reply: once the request is authorized and well-formed HTTP, the client reads every
@@ -34,7 +34,9 @@
 //! is absent); later versions get a 400. Items run one after another, each re-admitted with a
 //! fresh view of the session's tools and a fresh random task id. A host failure in any item
 //! answers the whole POST with the fixed envelope and id null; earlier items may already have
-//! committed.
+//! committed. A batch of more than `[limits] batch_items` messages is refused whole (`-32600`,
+//! nothing runs); once the replies gathered reach `[limits] reply_bytes`, no further item runs
+//! and each request left gets its own `-32600` "not run" error.
 //!
 //! Every `tools/call` result carries `_meta` (the invocation id, entry index, world ref,
 //! output ref, each effect's `budgetAfter`, and the outcome classification of
@@ -42,13 +44,10 @@
 //! ([`IDEMPOTENCY_KEY`]): the key becomes the call's task id, so the same key with the same
 //! arguments returns the committed result without running again, durably across restarts.
 //!
-//! The aggregate deadline of a POST is [`POST_DEADLINE`] from arrival, credential resolution
-//! included; every invocation gets what remains of it, and building the tool surface is
-//! bounded by [`ADMISSION_DEADLINE`] as well. Past the deadline the POST is answered with the
-//! `host callback timed out` envelope.
-
-use std::sync::Arc;
-use std::time::Duration;
+//! The aggregate deadline of a POST is `[limits] call_deadline_ms` (20 s) from arrival,
+//! credential resolution included; every invocation gets what remains of it (its handler at
+//! most `[limits] handler_deadline_ms`). Past either, the POST is answered with the `host
+//! callback timed out` envelope.
 
 use axum::body::Body;
 use axum::extract::State;
@@ -59,6 +58,7 @@ use axum::Router;
 use serde_json::Value;
 use tokio::time::Instant;
 
+use crate::edge::body::BodyError;
 use crate::state::AppState;
 
 mod jsonrpc;
@@ -68,16 +68,6 @@ mod transport;
 
 use jsonrpc::{Message, Reply};
 use methods::{Ctx, HostFailure};
-use transport::BodyError;
-
-/// Largest request body, in bytes (4 MiB); a larger one is answered 413.
-pub const MAX_BODY_BYTES: usize = 4 * 1024 * 1024;
-
-/// The aggregate deadline of one POST, including credential resolution.
-pub const POST_DEADLINE: Duration = Duration::from_secs(20);
-
-/// Bound on building the session's tool surface (the registry read behind admission).
-pub const ADMISSION_DEADLINE: Duration = Duration::from_secs(10);
 
 /// The MCP revisions this endpoint speaks, newest first: the stateless revision, then the
 /// three handshake revisions.
@@ -100,48 +90,20 @@ pub const DEFAULT_VERSION: &str = "2025-03-26";
 /// The only revision under which JSON-RPC batches are accepted.
 const BATCH_VERSION: &str = "2025-03-26";
 
-/// Tunables of the endpoint. The daemon uses [`McpConfig::default`]; tests shorten the
-/// deadline to exercise it without waiting 20 seconds.
-#[derive(Debug, Clone)]
-pub struct McpConfig {
-    /// The aggregate deadline of one POST ([`POST_DEADLINE`] by default).
-    pub post_deadline: Duration,
-}
-
-impl Default for McpConfig {
-    fn default() -> Self {
-        McpConfig {
-            post_deadline: POST_DEADLINE,
-        }
-    }
-}
-
-/// `POST /mcp/` and `POST /mcp` with the default configuration. Other methods get 405.
+/// `POST /mcp/` and `POST /mcp`, with the daemon's limits. Other methods get 405.
 pub fn routes() -> Router<AppState> {
-    routes_with(McpConfig::default())
-}
-
-/// The same routes with an explicit configuration.
-pub fn routes_with(config: McpConfig) -> Router<AppState> {
-    let config = Arc::new(config);
-    let handler = move |State(state): State<AppState>, headers: HeaderMap, body: Body| {
-        let config = config.clone();
-        async move { serve_post(state, &config, headers, body).await }
+    let handler = |State(state): State<AppState>, headers: HeaderMap, body: Body| async move {
+        serve_post(state, headers, body).await
     };
     // Clients differ on the trailing slash; both spellings are one endpoint.
     Router::new()
-        .route("/mcp/", post(handler.clone()))
+        .route("/mcp/", post(handler))
         .route("/mcp", post(handler))
 }
 
 /// One POST, from credential to reply.
-async fn serve_post(
-    state: AppState,
-    config: &McpConfig,
-    headers: HeaderMap,
-    body: Body,
-) -> Response {
-    let deadline = Instant::now() + config.post_deadline;
+async fn serve_post(state: AppState, headers: HeaderMap, body: Body) -> Response {
+    let deadline = Instant::now() + state.limits().call_deadline;
 
     let session = match state.authenticate(&headers).await {
         Ok(s) => s,
@@ -151,19 +113,18 @@ async fn serve_post(
         Ok(v) => v,
         Err(refusal) => return transport::bad_request(refusal),
     };
-    let bytes = match tokio::time::timeout_at(
-        deadline,
-        transport::read_body(&headers, body, MAX_BODY_BYTES),
-    )
-    .await
-    {
-        Err(_) => {
-            tracing::warn!(episode = %session.episode, "mcp: request body not received before the POST deadline");
-            return transport::host_failure(&Value::Null, HostFailure::TimedOut);
+    let limit = state.limits().mcp_body_bytes;
+    let read_by = deadline.min(Instant::now() + state.server().body_timeout);
+    let read = state.bodies().read(&headers, body, limit, read_by).await;
+    let body = match read {
+        Ok(b) => b,
+        Err(BodyError::TooLarge) => return transport::body_too_large(limit),
+        Err(BodyError::Busy) => return transport::body_busy(),
+        Err(BodyError::TimedOut) => {
+            tracing::warn!(episode = %session.episode, "mcp: request body not received in time");
+            return transport::body_timed_out();
         }
-        Ok(Err(BodyError::TooLarge)) => return transport::body_too_large(),
-        Ok(Err(BodyError::Unreadable)) => return transport::body_unreadable(),
-        Ok(Ok(b)) => b,
+        Err(BodyError::Unreadable) => return transport::body_unreadable(),
     };
 
     let ctx = Ctx {
@@ -172,10 +133,25 @@ async fn serve_post(
         deadline,
         version,
     };
+    let bytes = &body.bytes;
     if ctx.modern() {
-        return modern::serve(&ctx, &headers, &bytes).await;
+        return modern::serve(&ctx, &headers, bytes).await;
     }
-    let message: Value = match serde_json::from_slice(&bytes) {
+    // A batch is sized up before it is built: one over the limit costs no memory.
+    if let Some(items) = jsonrpc::batch_len(bytes) {
+        if version != BATCH_VERSION {
+            return transport::batch_refused(version);
+        }
+        let limit = state.limits().batch_items;
+        if items > limit {
+            state.metrics().limit_tripped("batch_items");
+            let why = format!(
+                "a batch of {items} messages; the limit is {limit} ([limits] batch_items); nothing was run"
+            );
+            return transport::sse(&Reply::invalid_request(Value::Null, &why));
+        }
+    }
+    let message: Value = match serde_json::from_slice(bytes) {
         Ok(v) => v,
         Err(_) => return transport::sse(&Reply::parse_error()),
     };
@@ -197,7 +173,7 @@ async fn serve_single(ctx: &Ctx<'_>, message: Value) -> Response {
     }
 }
 
-/// A JSON-RPC batch: sequential, all-or-envelope.
+/// A JSON-RPC batch: sequential, all-or-envelope, bounded in items and in reply bytes.
 async fn serve_batch(ctx: &Ctx<'_>, version: &'static str, items: Vec<Value>) -> Response {
     if version != BATCH_VERSION {
         return transport::batch_refused(version);
@@ -206,17 +182,32 @@ async fn serve_batch(ctx: &Ctx<'_>, version: &'static str, items: Vec<Value>) ->
         // JSON-RPC 2.0: an empty array is answered with one error, not an array.
         return transport::sse(&Reply::invalid_request(Value::Null, "empty batch"));
     }
+    // The item count was checked before the batch was built (`serve_post`).
+    let limits = ctx.state.limits();
     let mut replies = Vec::with_capacity(items.len());
+    let mut reply_bytes = 0usize;
     for item in items {
-        match jsonrpc::classify(item) {
-            Message::Ignored => {}
-            Message::Invalid { id, why } => replies.push(Reply::invalid_request(id, why)),
+        if reply_bytes >= limits.reply_bytes {
+            // Nothing runs past the limit; each request left is told so by its id.
+            if let Message::Request { id, .. } = jsonrpc::classify(item) {
+                replies.push(Reply::not_run(id, limits.reply_bytes));
+            }
+            continue;
+        }
+        let reply = match jsonrpc::classify(item) {
+            Message::Ignored => continue,
+            Message::Invalid { id, why } => Reply::invalid_request(id, why),
             Message::Request { id, method, params } => match run(ctx, &id, &method, params).await {
-                Ok(reply) => replies.push(reply),
+                Ok(reply) => reply,
                 // Earlier items may have committed; the envelope cannot name one request.
                 Err(failure) => return transport::host_failure(&Value::Null, failure),
             },
+        };
+        reply_bytes += reply.encoded_len();
+        if reply_bytes >= limits.reply_bytes {
+            ctx.state.metrics().limit_tripped("reply_bytes");
         }
+        replies.push(reply);
     }
     if replies.is_empty() {
         transport::accepted()
@@ -225,19 +216,13 @@ async fn serve_batch(ctx: &Ctx<'_>, version: &'static str, items: Vec<Value>) ->
     }
 }
 
-/// Dispatch one request under the POST deadline. The methods pass the remaining time to each
-/// invocation themselves; this bound is the backstop for everything else they await.
+/// Dispatch one request. The POST deadline reaches every invocation through [`Ctx`]; nothing
+/// else awaited here can outlast it.
 async fn run(
     ctx: &Ctx<'_>,
     id: &Value,
     method: &str,
     params: Option<Value>,
 ) -> Result<Reply, HostFailure> {
-    match tokio::time::timeout_at(ctx.deadline, methods::dispatch(ctx, id, method, params)).await {
-        Ok(result) => result,
-        Err(_) => {
-            tracing::warn!(episode = %ctx.session.episode, %method, rpc_id = %id, "mcp: POST deadline passed");
-            Err(HostFailure::TimedOut)
-        }
-    }
+    methods::dispatch(ctx, id, method, params).await
 }

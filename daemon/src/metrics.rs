@@ -2,12 +2,16 @@
 
 use std::collections::BTreeMap;
 use std::fmt::Write;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use broker_core::coordinator::{CallError, CallOutput};
+use broker_core::capacity::{Usage, WARN_PERCENT};
+use broker_core::coordinator::{CallError, CallOutput, Overruns};
+use broker_core::session::AuthError;
 use broker_core::store::Store;
+
+use crate::admission::Refusal;
 
 /// Latency buckets, in seconds.
 const BUCKETS: [f64; 10] = [
@@ -48,7 +52,13 @@ struct Inner {
     denials: Mutex<BTreeMap<String, u64>>,
     latency: Mutex<Histogram>,
     callbacks_rejected: AtomicU64,
+    admission_refused: Mutex<BTreeMap<&'static str, u64>>,
+    limit_trips: Mutex<BTreeMap<&'static str, u64>>,
+    connections_open: AtomicI64,
+    body_bytes_held: AtomicI64,
     plugin_failures: AtomicU64,
+    /// `POST /v1/commit` answers by result (`accepted` or the refusal's reason).
+    commits: Mutex<BTreeMap<&'static str, u64>>,
 }
 
 /// Shared counters; cheap to clone.
@@ -70,19 +80,30 @@ pub fn outcome_label(result: &Result<CallOutput, CallError>) -> &'static str {
             },
         },
         Err(CallError::EffectsUnrecorded { .. }) => "unrecorded",
+        Err(CallError::HandlerTimedOut) => "timed_out",
         Err(CallError::NoHandler) => "no_handler",
+        Err(CallError::RefusalRate) => "refusal_rate",
+        Err(CallError::StoreFull(_)) => "store_full",
         Err(_) => "error",
     }
 }
 
 impl Metrics {
+    /// Count one finished call and log it: one info line per call, so an operator sees the
+    /// daemon working at the default level (`call tool=… episode=… outcome=… ms=…`).
     pub fn observe_call(
         &self,
         tool: &str,
+        episode: &str,
         result: &Result<CallOutput, CallError>,
         elapsed: Duration,
     ) {
         let label = outcome_label(result);
+        let ms = elapsed.as_millis() as u64;
+        match result {
+            Err(e) => tracing::info!(%tool, %episode, outcome = %label, ms, "call: {e}"),
+            Ok(_) => tracing::info!(%tool, %episode, outcome = %label, ms, "call"),
+        }
         if let Ok(mut calls) = self.inner.calls.lock() {
             *calls
                 .entry((tool.to_owned(), label.to_owned()))
@@ -105,14 +126,67 @@ impl Metrics {
         }
     }
 
-    pub fn callback_rejected(&self) {
+    /// Log a request refused for its credential (the credential itself is never logged).
+    pub fn credential_refused(&self, denial: &AuthError) {
+        tracing::warn!("refused a request: {denial}");
+    }
+
+    /// One `POST /v1/commit` answer: `accepted`, or why it was refused.
+    pub fn observe_commit(&self, result: &'static str) {
+        if let Ok(mut commits) = self.inner.commits.lock() {
+            *commits.entry(result).or_default() += 1;
+        }
+    }
+
+    /// A call admission refused ([`crate::admission`]).
+    pub fn admission_refused(&self, refusal: Refusal) {
+        if refusal == Refusal::NoSlot {
+            self.inner
+                .callbacks_rejected
+                .fetch_add(1, Ordering::Relaxed);
+        }
+        if let Ok(mut m) = self.inner.admission_refused.lock() {
+            *m.entry(refusal.label()).or_default() += 1;
+        }
+    }
+
+    /// A limit of the edge or of a protocol tripped (`limit` names it, as in the docs).
+    pub fn limit_tripped(&self, limit: &'static str) {
+        if let Ok(mut m) = self.inner.limit_trips.lock() {
+            *m.entry(limit).or_default() += 1;
+        }
+    }
+
+    /// How often `limit` tripped so far.
+    pub fn trips(&self, limit: &str) -> u64 {
         self.inner
-            .callbacks_rejected
-            .fetch_add(1, Ordering::Relaxed);
+            .limit_trips
+            .lock()
+            .map(|m| m.get(limit).copied().unwrap_or(0))
+            .unwrap_or(0)
+    }
+
+    /// Bytes of the request-body budget taken (`+`) or given back (`-`).
+    pub fn body_bytes_held(&self, delta: i64) {
+        self.inner
+            .body_bytes_held
+            .fetch_add(delta, Ordering::Relaxed);
+    }
+
+    /// Bytes of the request-body budget held now.
+    pub fn body_bytes_in_flight(&self) -> u64 {
+        self.inner.body_bytes_held.load(Ordering::Relaxed).max(0) as u64
+    }
+
+    /// A connection was accepted (`+1`) or closed (`-1`).
+    pub fn connections(&self, delta: i64) {
+        self.inner
+            .connections_open
+            .fetch_add(delta, Ordering::Relaxed);
     }
 
     /// The Prometheus text exposition.
-    pub fn render(&self, store: &Store) -> String {
+    pub fn render(&self, store: &Store, overruns: &Overruns) -> String {
         let mut out = String::new();
         out.push_str("# HELP worldd_calls_total Tool calls by tool and outcome.\n# TYPE worldd_calls_total counter\n");
         if let Ok(calls) = self.inner.calls.lock() {
@@ -161,6 +235,7 @@ impl Metrics {
             "# HELP worldd_commit_sync_seconds_total Store writer time inside LMDB commits: page writes, data sync and meta sync.\n# TYPE worldd_commit_sync_seconds_total counter\nworldd_commit_sync_seconds_total {}",
             secs(&stats.commit_nanos)
         );
+        render_store_usage(&mut out, &store.usage());
         let _ = writeln!(
             out,
             "# HELP worldd_commit_rebuilt_batches_total Group commits built a second time because one of their operations failed.\n# TYPE worldd_commit_rebuilt_batches_total counter\nworldd_commit_rebuilt_batches_total {}",
@@ -171,13 +246,114 @@ impl Metrics {
             "# HELP worldd_callbacks_rejected_total Calls refused because all host callback slots were busy.\n# TYPE worldd_callbacks_rejected_total counter\nworldd_callbacks_rejected_total {}",
             self.inner.callbacks_rejected.load(Ordering::Relaxed)
         );
+        out.push_str("# HELP worldd_admission_refused_total Calls refused by admission, by reason: episode_queue_full, episode_busy, no_execution_slot. Nothing ran.\n# TYPE worldd_admission_refused_total counter\n");
+        if let Ok(m) = self.inner.admission_refused.lock() {
+            for (reason, n) in m.iter() {
+                let _ = writeln!(
+                    out,
+                    "worldd_admission_refused_total{{reason=\"{reason}\"}} {n}"
+                );
+            }
+        }
+        out.push_str("# HELP worldd_limit_trips_total Requests and connections stopped by a limit, by limit.\n# TYPE worldd_limit_trips_total counter\n");
+        if let Ok(m) = self.inner.limit_trips.lock() {
+            for (limit, n) in m.iter() {
+                let _ = writeln!(out, "worldd_limit_trips_total{{limit=\"{limit}\"}} {n}");
+            }
+        }
+        let _ = writeln!(
+            out,
+            "# HELP worldd_body_budget_bytes_held Bytes of request bodies counted against [server] body_budget_bytes now.\n# TYPE worldd_body_budget_bytes_held gauge\nworldd_body_budget_bytes_held {}",
+            self.body_bytes_in_flight()
+        );
+        let _ = writeln!(
+            out,
+            "# HELP worldd_connections_open Connections open now.\n# TYPE worldd_connections_open gauge\nworldd_connections_open {}",
+            self.inner.connections_open.load(Ordering::Relaxed).max(0)
+        );
+        let _ = writeln!(
+            out,
+            "# HELP worldd_handler_overruns_total Handlers that overran their deadline (their callers were answered timed out).\n# TYPE worldd_handler_overruns_total counter\nworldd_handler_overruns_total {}",
+            overruns.total()
+        );
+        let _ = writeln!(
+            out,
+            "# HELP worldd_handlers_overrunning Handlers past their deadline that have not returned yet; each keeps its episode busy.\n# TYPE worldd_handlers_overrunning gauge\nworldd_handlers_overrunning {}",
+            overruns.running()
+        );
         let _ = writeln!(
             out,
             "# HELP worldd_effect_failures_total Effects whose handler failed.\n# TYPE worldd_effect_failures_total counter\nworldd_effect_failures_total {}",
             self.inner.plugin_failures.load(Ordering::Relaxed)
         );
+        out.push_str("# HELP worldd_commits_total POST /v1/commit answers: accepted, or refused by reason.\n# TYPE worldd_commits_total counter\n");
+        if let Ok(commits) = self.inner.commits.lock() {
+            for (result, n) in commits.iter() {
+                let _ = writeln!(out, "worldd_commits_total{{result=\"{result}\"}} {n}");
+            }
+        }
         out
     }
+}
+
+/// The store's size against its ceiling: gauges, and the warnings at 80 % and 95 %.
+fn render_store_usage(out: &mut String, u: &Usage) {
+    let gauge = |out: &mut String, name: &str, help: &str, value: String| {
+        let _ = writeln!(
+            out,
+            "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {value}"
+        );
+    };
+    gauge(
+        out,
+        "worldd_store_used_bytes",
+        "Bytes the store occupies (LMDB high-water mark).",
+        u.used.to_string(),
+    );
+    gauge(
+        out,
+        "worldd_store_ceiling_bytes",
+        "The most the store may occupy (serve --store-ceiling).",
+        u.limits.ceiling.to_string(),
+    );
+    gauge(
+        out,
+        "worldd_store_reserve_bytes",
+        "Room kept below the ceiling; past it new calls are refused.",
+        u.limits.reserve.to_string(),
+    );
+    if let Some(free) = u.disk_free {
+        gauge(
+            out,
+            "worldd_store_disk_free_bytes",
+            "Bytes free on the store's filesystem.",
+            free.to_string(),
+        );
+    }
+    gauge(
+        out,
+        "worldd_store_used_ratio",
+        "Used bytes over the ceiling.",
+        format!("{:.4}", u.ratio()),
+    );
+    let _ = writeln!(
+        out,
+        "# HELP worldd_store_warning 1 when the store has reached this percentage of its ceiling.\n# TYPE worldd_store_warning gauge"
+    );
+    for p in WARN_PERCENT {
+        let on = u.warning().is_some_and(|w| w >= p);
+        let _ = writeln!(
+            out,
+            "worldd_store_warning{{threshold=\"{p}\"}} {}",
+            u8::from(on)
+        );
+    }
+    gauge(
+        out,
+        "worldd_store_refusing",
+        "1 while new client calls are refused (past the reserve, or the disk is short).",
+        u8::from(u.refusal().is_some()).to_string(),
+    );
 }
 
 fn escape(s: &str) -> String {

@@ -10,7 +10,9 @@
 //! | `ok` | — | the effect ran and the tool did what was asked | `true` only for reads |
 //! | `refused` | `plan` | the arguments were refused by the plan; nothing ran, no budget spent | `false` |
 //! | `refused` | `policy` | the effect ran and its policy said no (`"ok": false`); one unit spent | `false` |
-//! | `refused` | `capacity` | every host callback slot was busy; nothing ran | `true` |
+//! | `refused` | `capacity` | every execution slot stayed busy, or the session's refusals and denials outran their rate; nothing ran | `true` |
+//! | `refused` | `busy` | an earlier call of the episode was still running (its queue was full, or it outlasted this call's deadline); nothing ran | `true` |
+//! | `refused` | `store-full` | the world store is past its reserve; nothing ran, nothing spent, until an operator makes room | `false` |
 //! | `refused` | `key-conflict` | the idempotency key (task id) was used with other arguments | `false` |
 //! | `refused` | `unavailable` | this daemon cannot run the tool (no handler, no world); nothing ran | `false` |
 //! | `denied` | `denied:budget`, `denied:scope`, `denied:expired`, `denied:effect-name` | the broker refused the effect; nothing ran, nothing spent (`remaining` for budget) | `false` |
@@ -57,6 +59,8 @@ pub const REASONS: &[&str] = &[
     "plan",
     "policy",
     "capacity",
+    "busy",
+    "store-full",
     "key-conflict",
     "unavailable",
     "denied:budget",
@@ -103,6 +107,16 @@ impl Outcome {
         Outcome::new(Kind::Refused, "capacity", true)
     }
 
+    /// Nothing ran: the episode was busy with an earlier call.
+    pub fn busy() -> Outcome {
+        Outcome::new(Kind::Refused, "busy", true)
+    }
+
+    /// Nothing ran: the store is past its reserve until an operator makes room.
+    pub fn store_full() -> Outcome {
+        Outcome::new(Kind::Refused, "store-full", false)
+    }
+
     /// The idempotency key names another call.
     pub fn key_conflict() -> Outcome {
         Outcome::new(Kind::Refused, "key-conflict", false)
@@ -130,6 +144,7 @@ impl Outcome {
 pub fn of_failure(f: &InvokeFailure) -> Option<Outcome> {
     Some(match f {
         InvokeFailure::Capacity => Outcome::capacity(),
+        InvokeFailure::Busy => Outcome::busy(),
         InvokeFailure::TimedOut => Outcome::indeterminate("timeout"),
         InvokeFailure::Canceled => Outcome::indeterminate("canceled"),
         InvokeFailure::Call(e) => match e {
@@ -138,8 +153,11 @@ pub fn of_failure(f: &InvokeFailure) -> Option<Outcome> {
             | CallError::NotAuthorized
             | CallError::PinMismatch => return None,
             CallError::TaskIdReused => Outcome::key_conflict(),
+            CallError::RefusalRate => Outcome::capacity(),
+            CallError::StoreFull(_) => Outcome::store_full(),
             CallError::NotCommitted => Outcome::indeterminate("pending"),
             CallError::EffectsUnrecorded { .. } => Outcome::indeterminate("unrecorded"),
+            CallError::HandlerTimedOut => Outcome::indeterminate("timeout"),
             CallError::NoHandler | CallError::NoWorld => {
                 Outcome::new(Kind::Refused, "unavailable", false)
             }
@@ -354,6 +372,7 @@ mod tests {
         );
         for o in [
             Outcome::capacity(),
+            Outcome::store_full(),
             Outcome::key_conflict(),
             Outcome::indeterminate("host"),
         ] {

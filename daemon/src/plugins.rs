@@ -6,11 +6,17 @@
 //! problem — not a plugin, a wrong ABI or layout, two plugins claiming one effect, a config the
 //! plugin rejects, a transition document that does not validate — stops start-up with one line
 //! naming the file and the cause.
+//!
+//! Provenance names the exact build that ran an effect: each library is opened once, the
+//! sha256 is taken of the bytes read from that open file, and the dynamic loader is handed
+//! that same open file (`/proc/self/fd/N` on Linux), never the path again. Replacing the file
+//! at the path after it was hashed cannot swap the code that runs under the hash.
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use broker_core::broker::HandlerIdentity;
 use broker_core::coordinator::{EffectHandler, EffectRequest, HandlerOutcome, Handlers};
 use broker_core::object::Ref;
 use broker_core::transition::Transition;
@@ -93,9 +99,20 @@ pub fn effective_config(opts: &PluginOptions, manifest: &Manifest) -> Value {
 #[derive(Debug, Clone)]
 pub struct PluginInfo {
     pub path: PathBuf,
-    /// sha256 of the library file: provenance names the exact handler build.
+    /// sha256 of the library bytes that were loaded: provenance names the exact handler build.
     pub file_ref: Ref,
     pub manifest: Manifest,
+}
+
+impl PluginInfo {
+    /// The identity every effect record this plugin runs carries.
+    pub fn identity(&self) -> HandlerIdentity {
+        HandlerIdentity {
+            plugin: self.manifest.name.clone(),
+            version: self.manifest.version.clone(),
+            library: self.file_ref,
+        }
+    }
 }
 
 /// The result of scanning one library.
@@ -110,8 +127,9 @@ pub struct PluginSet {
     pub handlers: Handlers,
     pub transitions: Vec<Transition>,
     pub plugins: Vec<PluginInfo>,
-    /// Plugins that declined to start; their tools are published and refused by R8.
-    pub declined: Vec<PluginInfo>,
+    /// Plugins that declined to start, with their reason; their tools are published and
+    /// refused by R8.
+    pub declined: Vec<(PluginInfo, String)>,
     pub classes: HashMap<String, EffectClass>,
 }
 
@@ -141,25 +159,13 @@ pub fn scan(dir: &Path) -> Result<Vec<Scanned>, PluginError> {
 }
 
 fn scan_one(path: &Path) -> Scanned {
-    let plugin = match LoadedPlugin::load(path) {
-        Ok(p) => p,
-        Err(e) => {
-            tracing::debug!(path = %path.display(), "plugin load detail: {}", e.detail());
-            return Scanned::Broken(PluginError::new(path, e.summary()));
-        }
+    let (file_ref, plugin) = match load_hashed(path) {
+        Ok(loaded) => loaded,
+        Err(e) => return Scanned::Broken(e),
     };
     let manifest = match plugin.manifest() {
         Ok(m) => m,
         Err(e) => return Scanned::Broken(PluginError::new(path, e)),
-    };
-    let file_ref = match std::fs::read(path) {
-        Ok(bytes) => Ref::of(&bytes),
-        Err(e) => {
-            return Scanned::Broken(PluginError::new(
-                path,
-                format!("cannot read the library: {e}"),
-            ))
-        }
     };
     Scanned::Plugin(
         PluginInfo {
@@ -169,6 +175,72 @@ fn scan_one(path: &Path) -> Scanned {
         },
         plugin,
     )
+}
+
+/// A plugin library opened and hashed, not loaded yet: [`OpenedLibrary::load`] loads exactly
+/// the bytes that were hashed.
+pub struct OpenedLibrary {
+    path: PathBuf,
+    file: std::fs::File,
+    file_ref: Ref,
+}
+
+impl OpenedLibrary {
+    /// Open `path` and hash the bytes read from the open file.
+    pub fn open(path: &Path) -> Result<OpenedLibrary, PluginError> {
+        use sha2::Digest;
+        let unreadable =
+            |e: std::io::Error| PluginError::new(path, format!("cannot read the library: {e}"));
+        let mut file = std::fs::File::open(path).map_err(unreadable)?;
+        let mut hasher = sha2::Sha256::new();
+        std::io::copy(&mut file, &mut hasher).map_err(unreadable)?;
+        Ok(OpenedLibrary {
+            path: path.to_path_buf(),
+            file,
+            file_ref: Ref::from_bytes(hasher.finalize().into()),
+        })
+    }
+
+    /// The sha256 of the bytes read.
+    pub fn file_ref(&self) -> Ref {
+        self.file_ref
+    }
+
+    /// Load the file that was hashed.
+    ///
+    /// On Linux the loader opens `/proc/self/fd/N` of the descriptor that was hashed, so the
+    /// code mapped is the inode that was read, whatever happens to the path meanwhile. The
+    /// descriptor is then kept open for the life of the process: plugins are never unloaded, a
+    /// plugin that looks up its own file (`dladdr`, e.g. for its `tool` ref) is told that path,
+    /// and the loader must never see one `/proc/self/fd/N` name stand for two files. Elsewhere
+    /// the path is loaded after hashing (there is no equivalent of `/proc/self/fd`).
+    pub fn load(self) -> Result<(Ref, LoadedPlugin), PluginError> {
+        #[cfg(target_os = "linux")]
+        let load_from = {
+            use std::os::fd::AsRawFd;
+            PathBuf::from(format!("/proc/self/fd/{}", self.file.as_raw_fd()))
+        };
+        #[cfg(not(target_os = "linux"))]
+        let load_from = self.path.clone();
+        let loaded = LoadedPlugin::load(&load_from);
+        // Kept open until the process exits, loaded or not: the loader knows a library it
+        // mapped by this `/proc/self/fd/N` name (even one refused after mapping, whose code
+        // stays mapped), and would hand that library back for a later file opened under a
+        // reused N.
+        std::mem::forget(self.file);
+        match loaded {
+            Ok(plugin) => Ok((self.file_ref, plugin)),
+            Err(e) => {
+                tracing::debug!(path = %self.path.display(), "plugin load detail: {}", e.detail());
+                Err(PluginError::new(&self.path, e.summary()))
+            }
+        }
+    }
+}
+
+/// Open `path`, hash the bytes read from the open file, and load that same file.
+fn load_hashed(path: &Path) -> Result<(Ref, LoadedPlugin), PluginError> {
+    OpenedLibrary::open(path)?.load()
 }
 
 /// Check the operator's config object against the top level of the plugin's schema (unknown
@@ -306,7 +378,7 @@ pub fn load(opts: &PluginOptions) -> Result<PluginSet, PluginError> {
             Err(e) if e.starts_with(DECLINED) => {
                 tracing::warn!(plugin = %name, path = %info.path.display(), "plugin {name} not started: {e}");
                 transitions.extend(shipped);
-                declined.push(info);
+                declined.push((info, e));
                 continue;
             }
             Err(e) => {
@@ -317,7 +389,7 @@ pub fn load(opts: &PluginOptions) -> Result<PluginSet, PluginError> {
             }
         };
         let adapter: Arc<dyn EffectHandler> = Arc::new(PluginHandler {
-            identity: format!("{}@{} ({})", name, info.manifest.version, info.file_ref),
+            identity: info.identity(),
             handler,
         });
         for e in &info.manifest.effects {
@@ -368,12 +440,12 @@ pub fn load(opts: &PluginOptions) -> Result<PluginSet, PluginError> {
 
 /// A plugin's handler as broker-core sees it.
 struct PluginHandler {
-    identity: String,
+    identity: HandlerIdentity,
     handler: LoadedHandler,
 }
 
 impl EffectHandler for PluginHandler {
-    fn identity(&self) -> String {
+    fn identity(&self) -> HandlerIdentity {
         self.identity.clone()
     }
 
@@ -470,6 +542,12 @@ pub fn report(opts: &PluginOptions) -> Result<String, PluginError> {
                         ids.join(", ")
                     }
                 );
+                // The same check `serve` makes before it publishes them.
+                for doc in &m.transitions {
+                    if let Err(e) = Transition::from_value(doc.clone()) {
+                        let _ = writeln!(out, "  transition problem: {e}");
+                    }
+                }
                 if !m.finish.is_empty() {
                     let _ = writeln!(out, "  finish functions: {}", m.finish.join(", "));
                 }

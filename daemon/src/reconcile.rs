@@ -3,7 +3,9 @@
 //!
 //! Every route needs a valid session (even under `--open-reads`) and answers only about the
 //! caller's own episode: a task id or invocation id of another episode is reported exactly
-//! like one that never existed.
+//! like one that never existed. An operator credential may name any episode's invocation id
+//! (`/v1/invocations/{id}`); `/v1/calls/…` and `/v1/budget` name no episode, so they are
+//! always about the caller's own.
 //!
 //! A call is in one of four states:
 //!
@@ -85,10 +87,18 @@ async fn call_by_invocation(
     if !task::valid_task_id(task_id) {
         return Err(bad());
     }
-    if episode != session.episode {
+    let session = if episode == session.episode {
+        session
+    } else if session.operator {
+        // Operators read every episode (the access model); reconcile in the id's episode.
+        Session {
+            episode: episode.to_owned(),
+            ..session
+        }
+    } else {
         // Another episode's calls are not the caller's to see, nor to learn of.
         return Ok(not_found(surface, &session.episode, task_id));
-    }
+    };
     let task_id = task_id.to_owned();
     reconcile(state, session, surface, task_id).await
 }
@@ -186,10 +196,24 @@ async fn budget(State(state): State<AppState>, headers: HeaderMap) -> Result<Res
     let s = state.clone();
     let episode = session.episode.clone();
     let expires_at = session.expires_at;
-    let lines = tokio::task::spawn_blocking(move || s.coordinator().budget(&session))
-        .await
-        .map_err(|e| ApiError::internal("budget task", e))?
-        .map_err(|e| ApiError::internal("budget", e))?;
+    let own = episode.clone();
+    let (lines, pending) = tokio::task::spawn_blocking(move || {
+        let lines = s
+            .coordinator()
+            .budget(&session)
+            .map_err(|e| ApiError::internal("budget", e))?;
+        // Intents of this episode without an outcome: spent, and maybe run.
+        let pending = s
+            .store()
+            .indeterminate()
+            .map_err(|e| ApiError::internal("indeterminate intents", e))?
+            .into_iter()
+            .filter(|p| p.intent.episode == own)
+            .collect::<Vec<_>>();
+        Ok::<_, ApiError>((lines, pending))
+    })
+    .await
+    .map_err(|e| ApiError::internal("budget task", e))??;
     let grants: Vec<Value> = lines
         .iter()
         .map(|l| {
@@ -203,8 +227,23 @@ async fn budget(State(state): State<AppState>, headers: HeaderMap) -> Result<Res
             })
         })
         .collect();
-    Ok(
-        Json(json!({"episode": episode, "expiresAt": expires_at, "grants": grants}))
-            .into_response(),
-    )
+    let indeterminate: Vec<Value> = pending
+        .iter()
+        .map(|p| {
+            json!({
+                "invocationId": p.intent.invocation_id,
+                "effect": p.intent.effect,
+                "scope": p.intent.scope,
+                "cost": p.intent.cost,
+                "requestRef": p.intent.request_ref,
+            })
+        })
+        .collect();
+    Ok(Json(json!({
+        "episode": episode,
+        "expiresAt": expires_at,
+        "grants": grants,
+        "indeterminate": indeterminate,
+    }))
+    .into_response())
 }

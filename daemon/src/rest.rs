@@ -3,7 +3,9 @@
 //!
 //! Reads require a valid session unless the daemon runs with `--open-reads` (then they are
 //! open, as in the reference). `/v1/health` and `/v1/metrics` are always open: they say
-//! nothing about the log's content.
+//! nothing about the log's content. What a session may read is [`broker_core::access`]'s
+//! model: its episode's objects and the public ones; an operator reads everything. Another
+//! episode's object is answered exactly as an absent one.
 
 use std::collections::HashMap;
 
@@ -13,10 +15,11 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use base64::Engine;
-use broker_core::commit::{self, CommitError, RestCommit};
+use broker_core::access::{self, Reader};
+use broker_core::commit::{self, RestCommit};
 use broker_core::journal::Receipt;
 use broker_core::log::{self, Entry, LogError, World};
-use broker_core::object::{Object, Ref};
+use broker_core::object::{Object, ObjectView, Ref};
 use broker_core::registry;
 use broker_core::session::AuthError;
 use broker_core::store::StoreError;
@@ -27,8 +30,6 @@ use crate::state::{AppState, AuthFailure};
 
 /// Longest `semanticId` or `provenance` of a committed object, in bytes.
 pub const MAX_LABEL_BYTES: usize = 1024;
-/// Largest `POST /v1/commit` body.
-pub const MAX_COMMIT_BYTES: usize = 8_388_608;
 const DEFAULT_PAGE: usize = 100;
 const MAX_PAGE: usize = 500;
 
@@ -92,16 +93,37 @@ impl ApiError {
                 "SessionExpired",
                 "session credential has expired",
             ),
-            AuthFailure::Timeout => ApiError::new(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "Timeout",
-                "the credential lookup did not finish in time",
-            ),
             AuthFailure::Internal => ApiError::new(
                 StatusCode::INTERNAL_SERVER_ERROR,
                 "Internal",
                 "internal store failure",
             ),
+        }
+    }
+}
+
+impl ApiError {
+    /// New client work refused: the store is past its reserve (507, nothing written).
+    pub fn store_full() -> ApiError {
+        ApiError::new(
+            StatusCode::INSUFFICIENT_STORAGE,
+            "StoreFull",
+            broker_core::capacity::Full::AGENT_MESSAGE,
+        )
+    }
+
+    /// A write that failed in the store: "disk full" and a full map are 507, the rest 500.
+    pub fn from_store_write(context: &str, e: StoreError) -> ApiError {
+        match e {
+            StoreError::DiskFull(_) => {
+                tracing::error!("{context}: {e}");
+                ApiError::new(StatusCode::INSUFFICIENT_STORAGE, "DiskFull", e.to_string())
+            }
+            StoreError::MapFull { .. } => {
+                tracing::error!("{context}: {e}");
+                ApiError::store_full()
+            }
+            other => ApiError::internal(context, other),
         }
     }
 }
@@ -144,21 +166,15 @@ pub fn routes() -> Router<AppState> {
         .route("/v1/log", get(log_range))
         .route("/v1/registry/{*name}", get(registry_head))
         .route("/v1/receipts/{id}", get(receipt))
-        .route("/v1/commit", post(commit_route))
+        .route("/v1/commit", post(crate::operator_commit::route))
         // Reconciliation and budget (session required, own episode only).
         .merge(crate::reconcile::routes())
+        .merge(crate::catalog::routes())
 }
 
-/// Reads need a valid session unless `--open-reads`.
-async fn read_access(state: &AppState, headers: &HeaderMap) -> Result<(), ApiError> {
-    if state.info().open_reads {
-        return Ok(());
-    }
-    state
-        .authenticate(headers)
-        .await
-        .map(|_| ())
-        .map_err(ApiError::from_auth)
+/// Reads need a valid session unless `--open-reads`; the answer is who reads.
+async fn read_access(state: &AppState, headers: &HeaderMap) -> Result<Reader, ApiError> {
+    crate::visibility::reader_of_request(state, headers).await
 }
 
 /// Run a read on the blocking pool.
@@ -187,7 +203,9 @@ async fn health(State(state): State<AppState>) -> Json<Value> {
 }
 
 async fn metrics(State(state): State<AppState>) -> Response {
-    let body = state.metrics().render(state.store());
+    let body = state
+        .metrics()
+        .render(state.store(), state.coordinator().overruns());
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], body).into_response()
 }
 
@@ -223,7 +241,7 @@ async fn world(
     })))
 }
 
-fn object_json(o: &Object, with_payload: bool) -> Value {
+fn object_json(o: &ObjectView<'_>, with_payload: bool) -> Value {
     let mut v = json!({
         "hash": o.hash,
         "interfaceHash": o.interface_hash,
@@ -231,7 +249,7 @@ fn object_json(o: &Object, with_payload: bool) -> Value {
         "provenance": o.provenance,
     });
     if with_payload {
-        v["payload"] = json!(base64::engine::general_purpose::STANDARD.encode(&o.payload));
+        v["payload"] = json!(base64::engine::general_purpose::STANDARD.encode(o.payload));
     }
     v
 }
@@ -242,7 +260,7 @@ async fn object(
     Path(reference): Path<String>,
     Query(q): Query<HashMap<String, String>>,
 ) -> Result<Json<Value>, ApiError> {
-    read_access(&state, &headers).await?;
+    let reader = read_access(&state, &headers).await?;
     let r = parse_ref("ref", &reference)?;
     let with_payload = match q.get("payload").map(String::as_str) {
         None | Some("false") => false,
@@ -254,9 +272,16 @@ async fn object(
         }
     };
     let store = state.store().clone();
-    let o = blocking(move || Ok(store.read(|rd| rd.object(&r))?)).await?;
-    let o = o.ok_or_else(|| ApiError::not_found("object not found"))?;
-    Ok(Json(object_json(&o, with_payload)))
+    let o = blocking(move || {
+        Ok(store.read(|rd| -> Result<_, StoreError> {
+            Ok(access::object(rd, &reader, &r)?.map(|o| object_json(&o, with_payload)))
+        })?)
+    })
+    .await?;
+    // Absent and another episode's: one answer, so it says nothing about existence.
+    Ok(Json(
+        o.ok_or_else(|| ApiError::not_found("object not found"))?,
+    ))
 }
 
 fn page_limit(q: &HashMap<String, String>) -> Result<usize, ApiError> {
@@ -281,7 +306,7 @@ async fn objects_by_semantic_id(
     Path(id): Path<String>,
     Query(q): Query<HashMap<String, String>>,
 ) -> Result<Json<Value>, ApiError> {
-    read_access(&state, &headers).await?;
+    let reader = read_access(&state, &headers).await?;
     let limit = page_limit(&q)?;
     let after = match q.get("after") {
         Some(a) => Some(parse_ref("after", a)?),
@@ -290,20 +315,10 @@ async fn objects_by_semantic_id(
     let store = state.store().clone();
     let items = blocking(move || {
         Ok(store.read(|rd| -> Result<Option<Vec<Value>>, StoreError> {
-            // Insertion order; `after` names the last object of the previous page.
-            let Some(refs) = rd.semantic_id_refs(&id, after.as_ref())? else {
-                return Ok(None);
-            };
-            let mut out = Vec::new();
-            for r in refs {
-                if let Some(o) = rd.object(&r?)? {
-                    out.push(object_json(&o, false));
-                }
-                if out.len() >= limit {
-                    break;
-                }
-            }
-            Ok(Some(out))
+            // Arrival order; `after` names the last object of the previous page, and one the
+            // reader may not read is answered as an unknown one.
+            Ok(access::by_semantic_id(rd, &reader, &id, after, limit)?
+                .map(|objects| objects.iter().map(|o| object_json(o, false)).collect()))
         })?)
     })
     .await?
@@ -331,7 +346,7 @@ async fn log_range(
     headers: HeaderMap,
     Query(q): Query<HashMap<String, String>>,
 ) -> Result<Json<Value>, ApiError> {
-    read_access(&state, &headers).await?;
+    let reader = read_access(&state, &headers).await?;
     let from: u64 = match q.get("from") {
         None => 0,
         Some(s) => s
@@ -340,10 +355,14 @@ async fn log_range(
     };
     let limit = page_limit(&q)?;
     let store = state.store().clone();
-    let items = blocking(move || Ok(store.read(|rd| log::range(rd, from, limit))?)).await?;
-    Ok(Json(
-        json!({"items": items.iter().map(Entry::to_value).collect::<Vec<_>>()}),
-    ))
+    let page = blocking(move || {
+        Ok(store.read(|rd| access::log_page(rd, &reader, from, limit, access::MAX_LOG_SCAN))?)
+    })
+    .await?;
+    Ok(Json(json!({
+        "items": page.items.iter().map(Entry::to_value).collect::<Vec<_>>(),
+        "next": page.next,
+    })))
 }
 
 async fn registry_head(
@@ -364,9 +383,13 @@ async fn receipt(
     headers: HeaderMap,
     Path(id): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
-    read_access(&state, &headers).await?;
+    let reader = read_access(&state, &headers).await?;
     if !id.starts_with("rest:") {
         return Err(ApiError::bad_request("receipt id must be rest:<id>"));
+    }
+    // `rest:` commits belong to no episode: their receipts are the operator's.
+    if !reader.sees_everything() {
+        return Err(ApiError::not_found("receipt not found"));
     }
     let store = state.store().clone();
     let i = id.clone();
@@ -415,7 +438,8 @@ struct NextWorld {
     log_head: String,
 }
 
-fn parse_commit(body: &[u8]) -> Result<RestCommit, ApiError> {
+/// Parse a `POST /v1/commit` body (strict JSON, every ref and object checked).
+pub(crate) fn parse_commit(body: &[u8]) -> Result<RestCommit, ApiError> {
     let v = broker_core::canon::parse(body)
         .map_err(|e| ApiError::bad_request(format!("invalid commit JSON: {e}")))?;
     let c: CommitBody = serde_json::from_value(v)
@@ -478,55 +502,4 @@ fn parse_commit(body: &[u8]) -> Result<RestCommit, ApiError> {
         world,
         entry: c.entry,
     })
-}
-
-async fn commit_route(
-    State(state): State<AppState>,
-    headers: HeaderMap,
-    body: axum::body::Body,
-) -> Result<Json<Value>, ApiError> {
-    state
-        .authenticate(&headers)
-        .await
-        .map_err(ApiError::from_auth)?;
-    // Read the body only after authentication, and never more than the limit.
-    let too_large = || {
-        ApiError::new(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            "PayloadTooLarge",
-            format!("commit body exceeds {MAX_COMMIT_BYTES} bytes"),
-        )
-    };
-    let body = axum::body::to_bytes(body, MAX_COMMIT_BYTES + 1)
-        .await
-        .map_err(|_| too_large())?;
-    if body.len() > MAX_COMMIT_BYTES {
-        return Err(too_large());
-    }
-    let c = parse_commit(&body)?;
-    if let Some(id) = &c.invocation_id {
-        if !id.starts_with("rest:") {
-            return Err(ApiError::bad_request(
-                "invocationId must start with \"rest:\"",
-            ));
-        }
-    }
-    let store = state.store().clone();
-    let selected = tokio::task::spawn_blocking(move || commit::rest_commit(&store, c))
-        .await
-        .map_err(|e| ApiError::internal("commit task", e))?;
-    match selected {
-        Ok(r) => Ok(Json(json!({"selectedHead": r}))),
-        Err(CommitError::Log(LogError::HeadConflict { observed, selected })) => Err(ApiError {
-            status: StatusCode::CONFLICT,
-            class: "HeadConflict",
-            message: format!("conflict: observed {observed} selected {selected}"),
-            extra: Some((observed, selected)),
-        }),
-        Err(CommitError::Log(e)) => Err(ApiError::bad_request(e.to_string())),
-        Err(e @ (CommitError::BadInvocationId | CommitError::Reused(_))) => {
-            Err(ApiError::bad_request(e.to_string()))
-        }
-        Err(e) => Err(ApiError::internal("commit", e)),
-    }
 }

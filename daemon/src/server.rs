@@ -1,5 +1,5 @@
-//! The HTTP server: one axum router with the MCP, A2A and REST surfaces, bound to loopback,
-//! with graceful shutdown on SIGINT/SIGTERM.
+//! The HTTP server: one axum router with the MCP, A2A and REST surfaces behind the edge
+//! ([`crate::edge`]), bound to loopback, with graceful shutdown on SIGINT/SIGTERM.
 
 use std::net::SocketAddr;
 
@@ -7,14 +7,22 @@ use axum::Router;
 use tokio::net::TcpListener;
 
 use crate::state::AppState;
-use crate::{a2a, mcp, rest};
+use crate::{a2a, edge, fallback, log_stream, mcp, rest, workbench};
 
-/// The whole HTTP surface of the daemon.
+/// The whole HTTP surface of the daemon, Host and Origin checked first on every route.
 pub fn router(state: AppState) -> Router {
     Router::new()
         .merge(mcp::routes())
         .merge(a2a::routes())
         .merge(rest::routes())
+        .merge(log_stream::routes())
+        .merge(workbench::routes())
+        .method_not_allowed_fallback(fallback::method_not_allowed)
+        .fallback(fallback::not_found)
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            edge::host::guard,
+        ))
         .with_state(state)
 }
 
@@ -29,9 +37,15 @@ pub fn check_loopback(addr: &SocketAddr) -> Result<(), String> {
 
 /// Serve until SIGINT or SIGTERM; in-flight requests drain before this returns.
 pub async fn serve(listener: TcpListener, state: AppState) -> std::io::Result<()> {
-    axum::serve(listener, router(state))
-        .with_graceful_shutdown(shutdown_signal())
-        .await
+    let config = state.server().clone();
+    let metrics = state.metrics().clone();
+    let streams = state.log_stream().clone();
+    let shutdown = async move {
+        shutdown_signal().await;
+        // Open log streams never end by themselves; end them so the drain can finish.
+        streams.close();
+    };
+    edge::listener::serve(listener, router(state), &config, metrics, shutdown).await
 }
 
 async fn shutdown_signal() {

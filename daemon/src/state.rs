@@ -3,32 +3,26 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::Duration;
 
 use axum::http::HeaderMap;
 use broker_core::coordinator::{Call, CallError, CallOutput, Coordinator};
 use broker_core::session::{self, AuthError, AuthenticateError, Session};
 use broker_core::store::Store;
 use handler_api::EffectClass;
-use tokio::sync::Semaphore;
+use tokio::time::Instant;
 
+use crate::admission::{Admission, Refusal, Ticket};
+use crate::edge::body::Bodies;
+use crate::edge::host::HostPolicy;
+use crate::edge::ServerConfig;
+use crate::limits::Limits;
+use crate::log_stream::LogStreamHub;
 use crate::metrics::Metrics;
-
-/// One invocation (host callback), including admission, plan, effect and commit.
-pub const INVOKE_DEADLINE: Duration = Duration::from_secs(20);
-/// Host callbacks that may run at once.
-pub const MAX_CALLBACKS: usize = 8;
-/// How long a call waits for a free callback slot before it is refused with
-/// `host callback capacity exceeded` (within its own deadline). A short queue turns bursts
-/// into batches for the store's group commit instead of into client retries.
-pub const CAPACITY_WAIT: Duration = Duration::from_millis(500);
 
 /// Why authentication did not produce a session.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum AuthFailure {
     Denied(AuthError),
-    /// The store could not answer in time.
-    Timeout,
     /// The store failed underneath; logged.
     Internal,
 }
@@ -38,9 +32,13 @@ pub enum AuthFailure {
 pub enum InvokeFailure {
     /// The coordinator refused or failed the call.
     Call(CallError),
-    /// All callback slots are busy.
+    /// Every global execution slot stayed busy; nothing ran.
     Capacity,
-    /// The deadline passed; the call may still complete in the background.
+    /// The episode's queue was full, or the call's deadline passed while an earlier call of
+    /// its episode was still running; nothing ran.
+    Busy,
+    /// The deadline passed: the handler overran its own (its outcome is journaled when it
+    /// returns, never committed), or the call as a whole did (it may still commit).
     TimedOut,
     /// The task running the call was cancelled or panicked.
     Canceled,
@@ -59,9 +57,15 @@ struct Inner {
     classes: HashMap<String, EffectClass>,
     store: Store,
     coordinator: Arc<Coordinator>,
-    callbacks: Arc<Semaphore>,
+    admission: Admission,
+    limits: Limits,
+    server: ServerConfig,
+    host_policy: HostPolicy,
+    bodies: Bodies,
     info: DaemonInfo,
     metrics: Metrics,
+    catalog: crate::catalog::Catalog,
+    log_stream: LogStreamHub,
 }
 
 /// Cheap to clone; one per daemon.
@@ -72,16 +76,63 @@ pub struct AppState {
 
 impl AppState {
     pub fn new(store: Store, coordinator: Arc<Coordinator>, info: DaemonInfo) -> AppState {
+        let metrics = Metrics::default();
         AppState {
             inner: Arc::new(Inner {
                 classes: HashMap::new(),
+                log_stream: LogStreamHub::new(&store),
                 store,
                 coordinator,
-                callbacks: Arc::new(Semaphore::new(MAX_CALLBACKS)),
+                admission: Admission::new(Limits::default()),
+                limits: Limits::default(),
+                server: ServerConfig::default(),
+                host_policy: HostPolicy::default(),
+                bodies: Bodies::new(ServerConfig::default().body_budget_bytes, metrics.clone()),
                 info,
-                metrics: Metrics::default(),
+                metrics,
+                catalog: Default::default(),
             }),
         }
+    }
+
+    /// The same state with these limits (call before sharing).
+    pub fn with_limits(mut self, limits: Limits) -> AppState {
+        if let Some(inner) = Arc::get_mut(&mut self.inner) {
+            inner.admission = Admission::new(limits.clone());
+            inner.limits = limits;
+        }
+        self
+    }
+
+    /// The same state with these edge settings (call before sharing).
+    pub fn with_server(mut self, server: ServerConfig) -> AppState {
+        if let Some(inner) = Arc::get_mut(&mut self.inner) {
+            inner.host_policy = HostPolicy::new(&server);
+            inner.bodies = Bodies::new(server.body_budget_bytes, inner.metrics.clone());
+            inner.server = server;
+        }
+        self
+    }
+
+    pub fn server(&self) -> &ServerConfig {
+        &self.inner.server
+    }
+
+    /// Request bodies, read within the shared budget ([`crate::edge::body`]).
+    pub fn bodies(&self) -> &Bodies {
+        &self.inner.bodies
+    }
+
+    pub fn host_policy(&self) -> &HostPolicy {
+        &self.inner.host_policy
+    }
+
+    pub fn limits(&self) -> &Limits {
+        &self.inner.limits
+    }
+
+    pub fn admission(&self) -> &Admission {
+        &self.inner.admission
     }
 
     /// The same state with the effect classes of the loaded plugins (call before sharing).
@@ -90,6 +141,18 @@ impl AppState {
             inner.classes = classes;
         }
         self
+    }
+
+    /// The same state with the plugins the daemon loaded (call before sharing).
+    pub fn with_catalog(mut self, catalog: crate::catalog::Catalog) -> AppState {
+        if let Some(inner) = Arc::get_mut(&mut self.inner) {
+            inner.catalog = catalog;
+        }
+        self
+    }
+
+    pub fn catalog(&self) -> &crate::catalog::Catalog {
+        &self.inner.catalog
     }
 
     /// The class of an effect; `None` when no loaded plugin declares it.
@@ -113,23 +176,37 @@ impl AppState {
         &self.inner.metrics
     }
 
+    /// What the open `GET /v1/log/stream` streams share.
+    pub fn log_stream(&self) -> &LogStreamHub {
+        &self.inner.log_stream
+    }
+
     /// Resolve the `Authorization` header to a valid session.
     pub async fn authenticate(&self, headers: &HeaderMap) -> Result<Session, AuthFailure> {
         let header = match headers.get(axum::http::header::AUTHORIZATION) {
             None => None,
             Some(v) => match v.to_str() {
                 Ok(s) => Some(s.to_owned()),
-                Err(_) => return Err(AuthFailure::Denied(AuthError::Malformed)),
+                Err(_) => {
+                    self.inner.metrics.credential_refused(&AuthError::Malformed);
+                    return Err(AuthFailure::Denied(AuthError::Malformed));
+                }
             },
         };
         // Shape errors need no store access.
-        session::parse_authorization(header.as_deref()).map_err(AuthFailure::Denied)?;
+        if let Err(d) = session::parse_authorization(header.as_deref()) {
+            self.inner.metrics.credential_refused(&d);
+            return Err(AuthFailure::Denied(d));
+        }
         // An LMDB read never waits for writers and touches a few mapped pages: doing it here
         // saves a hop to the blocking pool on every request.
         let now = self.inner.coordinator.now();
         match session::authenticate(&self.inner.store, header.as_deref(), now) {
             Ok(s) => Ok(s),
-            Err(AuthenticateError::Denied(d)) => Err(AuthFailure::Denied(d)),
+            Err(AuthenticateError::Denied(d)) => {
+                self.inner.metrics.credential_refused(&d);
+                Err(AuthFailure::Denied(d))
+            }
             Err(AuthenticateError::Store(e)) => {
                 tracing::error!("credential lookup failed: {e}");
                 Err(AuthFailure::Internal)
@@ -137,42 +214,57 @@ impl AppState {
         }
     }
 
-    /// Run one call on the blocking pool, holding one of [`MAX_CALLBACKS`] slots, within
-    /// `deadline` (at most [`INVOKE_DEADLINE`]).
-    pub async fn invoke(
-        &self,
-        call: Call,
-        deadline: Duration,
-    ) -> Result<CallOutput, InvokeFailure> {
-        let wait = CAPACITY_WAIT.min(deadline);
-        let permit = match self.inner.callbacks.clone().try_acquire_owned() {
-            Ok(p) => p,
-            Err(_) => {
-                match tokio::time::timeout(wait, self.inner.callbacks.clone().acquire_owned()).await
-                {
-                    Ok(Ok(p)) => p,
-                    _ => {
-                        self.inner.metrics.callback_rejected();
-                        return Err(InvokeFailure::Capacity);
-                    }
-                }
+    /// Admit one call ([`crate::admission`]) and run it on the blocking pool, answering by
+    /// `until` at the latest. The global slot is freed when the coordinator returns, which is
+    /// at the handler's deadline even when the handler hangs; the episode stays busy until the
+    /// handler really returns.
+    pub async fn invoke(&self, call: Call, until: Instant) -> Result<CallOutput, InvokeFailure> {
+        // A resent task id whose call is still running is named now, not queued behind it.
+        if let Some(task) = &call.task_id {
+            let coordinator = &self.inner.coordinator;
+            if coordinator.in_flight(call.surface, &call.session.episode, task) {
+                return Err(InvokeFailure::Call(CallError::TaskIdReused));
+            }
+        }
+        let Ticket { turn, slot } = match self
+            .inner
+            .admission
+            .admit(&call.session.episode, until)
+            .await
+        {
+            Ok(t) => t,
+            Err(refusal) => {
+                self.inner.metrics.admission_refused(refusal);
+                return Err(match refusal {
+                    Refusal::NoSlot => InvokeFailure::Capacity,
+                    Refusal::QueueFull | Refusal::EpisodeBusy => InvokeFailure::Busy,
+                });
             }
         };
         let coordinator = self.inner.coordinator.clone();
         let metrics = self.inner.metrics.clone();
         let tool = call.skill_id.clone();
+        let episode = call.session.episode.clone();
         let started = std::time::Instant::now();
+        let until_std = until.into_std();
         let task = tokio::task::spawn_blocking(move || {
-            // The permit is released when the call really ends, even after a timeout.
-            let _permit = permit;
-            let result = coordinator.invoke(&call);
-            metrics.observe_call(&tool, &result, started.elapsed());
+            let _slot = slot;
+            let result = coordinator.invoke_until(&call, Some(until_std), turn);
+            metrics.observe_call(&tool, &episode, &result, started.elapsed());
             result
         });
-        match tokio::time::timeout(deadline.min(INVOKE_DEADLINE), task).await {
-            Err(_) => Err(InvokeFailure::TimedOut),
+        // The handler's deadline is the coordinator's to enforce; this one bounds the rest of
+        // the call (a store that does not answer), which may then still commit.
+        match tokio::time::timeout_at(until, task).await {
+            Err(_) => {
+                self.inner.metrics.limit_tripped("call_deadline");
+                Err(InvokeFailure::TimedOut)
+            }
             Ok(Err(_)) => Err(InvokeFailure::Canceled),
             Ok(Ok(Ok(out))) => Ok(out),
+            Ok(Ok(Err(CallError::HandlerTimedOut))) => Err(InvokeFailure::TimedOut),
+            // A refusal or denial over the session's rate is answered as the capacity error.
+            Ok(Ok(Err(CallError::RefusalRate))) => Err(InvokeFailure::Capacity),
             Ok(Ok(Err(e))) => Err(InvokeFailure::Call(e)),
         }
     }

@@ -102,7 +102,35 @@ fn a2a_write_then_read_through_the_workspace_plugin_and_why_verifies() {
     let db = d.db();
     let (code, out, err) = worldd(&["why", "--db", path_str(&db), &entry.to_string()], None);
     assert_eq!(code, 0, "{out}{err}");
-    assert!(out.contains("all 7 link(s) verified"), "{out}");
+    assert!(out.contains("all 10 link(s) verified"), "{out}");
+    // The coordinator's journal, the plan's replay and the plugin that ran the effect.
+    assert!(
+        out.contains("\n  ✓ journal -  a2a:ep1:r1: committed at #"),
+        "{out}"
+    );
+    assert!(
+        out.contains("; journal: intent e1 Workspace.Read@worktree cost 1, outcome succeeded\n"),
+        "{out}"
+    );
+    assert!(
+        out.contains("recomputed from ailang-read (")
+            && out.contains("by this build's interpreter: e1 Workspace.Read@worktree cost 1\n"),
+        "{out}"
+    );
+    let library = format!(
+        "sha256:{}",
+        hex::encode(sha2::Sha256::digest(
+            std::fs::read(plugin_library("worldd_workspace")).unwrap()
+        ))
+    );
+    assert!(
+        out.contains(&format!(
+            "\n  ✓ plugin  {}…  workspace {} ran e1\n",
+            &library[..15],
+            env!("CARGO_PKG_VERSION")
+        )),
+        "{out}"
+    );
     let (code, out, _) = worldd(&["why", "--db", path_str(&db), "a2a:ep1:w1"], None);
     assert_eq!(code, 0, "{out}");
     assert!(out.starts_with("why: entry "), "{out}");
@@ -190,25 +218,19 @@ fn a2a_error_table() {
     );
     let v = send(Some(&token), ok_body);
     assert_eq!(v["result"]["status"]["state"], "completed", "{v}");
-    // An oversized body: authorization is still answered first, then the size.
-    let huge = vec![b' '; 2_500_000];
-    let a = request(
-        "POST",
-        &d.url("/a2a/"),
-        None,
-        &[("Content-Type", "application/json")],
-        Some(&huge),
-    );
+    // An oversized body: authorization is answered first, from the headers alone, then the
+    // declared size; neither waits for a byte of the body.
+    let head = |auth: &str| {
+        format!("POST /a2a/ HTTP/1.1\r\nHost: {}\r\nContent-Type: application/json\r\n{auth}Content-Length: 2500000\r\n\r\n", d.addr)
+    };
+    let a = raw_exchange(&d.addr, head("").as_bytes());
     assert_eq!(
         (a.status, a.json()["error"]["code"].as_i64()),
         (200, Some(-32001))
     );
-    let a = request(
-        "POST",
-        &d.url("/a2a/"),
-        Some(&token),
-        &[("Content-Type", "application/json")],
-        Some(&huge),
+    let a = raw_exchange(
+        &d.addr,
+        head(&format!("Authorization: Bearer {token}\r\n")).as_bytes(),
     );
     assert_eq!(
         a.json()["error"]["message"],
@@ -286,10 +308,20 @@ fn reads_need_a_session_unless_open_reads() {
     )
     .json();
     assert_eq!(obj["semanticId"], "world/genesis/v1");
-    let receipt = get(&d.url("/v1/receipts/rest:none"), Some(&token)).json();
+    // Receipts of `rest:` commits are the operator's; an agent session reads none of them.
+    let operator = d.operator_session("ops", &[]);
+    let receipt = get(&d.url("/v1/receipts/rest:none"), Some(&operator)).json();
     assert_eq!(
         receipt,
         json!({"invocationId":"rest:none","state":"not-started","resultRef":""})
+    );
+    let agent_receipt = get(&d.url("/v1/receipts/rest:none"), Some(&token));
+    assert_eq!(
+        (agent_receipt.status, agent_receipt.json()),
+        (
+            404,
+            json!({"error":{"class":"NotFound","message":"receipt not found"}})
+        )
     );
     let bad_receipt = get(&d.url("/v1/receipts/mcp:x"), Some(&token));
     assert_eq!(
@@ -488,7 +520,7 @@ fn session_mint_needs_a_terminal_and_works_beside_the_daemon() {
     let out = child.wait_with_output().unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "{text}");
-    assert!(text.contains("Confirm mint for episode ep2 (1 grant(s), expiry +3600s) with a session credential? [y/N]"), "{text}");
+    assert!(text.contains("Confirm mint for episode ep2 (1 grant(s), expiry +86400s) with a session credential? [y/N]"), "{text}");
     assert!(
         text.contains("minted session credential for episode ep2: 1 grant(s), expires epoch "),
         "{text}"
@@ -590,7 +622,7 @@ fn call_json_out_piped_to_why_verifies_and_tampering_exits_3() {
         Some(result.as_bytes()),
     );
     assert_eq!(code, 0, "{out}{err}");
-    assert!(out.contains("all 7 link(s) verified"), "{out}");
+    assert!(out.contains("all 10 link(s) verified"), "{out}");
     // --strict turns ok:false into exit 3.
     let (code, _, _) = worldd(
         &[
@@ -763,7 +795,7 @@ fn an_idempotent_task_id_leaves_one_log_entry() {
 fn rest_commit_checks_the_head_and_answers_receipts() {
     use base64::Engine;
     let d = Daemon::start(WS, &[]);
-    let token = d.session("ep1", &["Workspace.Read=worktree:1"]);
+    let token = d.operator_session("ops", &["World.Commit=log:5"]);
     let head = get(&d.url("/v1/head"), Some(&token)).text();
     let world0 = get(&d.url(&format!("/v1/worlds/{head}")), Some(&token)).json();
     let b64 = |b: &[u8]| base64::engine::general_purpose::STANDARD.encode(b);
@@ -803,11 +835,21 @@ fn rest_commit_checks_the_head_and_answers_receipts() {
     let ok = post_json(&d.url("/v1/commit"), Some(&token), &body(&head));
     assert_eq!(ok.status, 200, "{}", ok.text());
     assert_eq!(ok.json(), json!({"selectedHead": world_ref}));
-    let receipt = get(&d.url("/v1/receipts/rest:c1"), Some(&token)).json();
+    let operator = d.operator_session("ops", &[]);
+    let receipt = get(&d.url("/v1/receipts/rest:c1"), Some(&operator)).json();
     assert_eq!(
         receipt,
         json!({"invocationId": "rest:c1", "state": "resolved", "resultRef": world_ref})
     );
+    // An agent session learns nothing of it, exactly as of an id never used.
+    let agent = d.session("ep1", &["Workspace.Read=worktree:1"]);
+    for id in ["rest:c1", "rest:never"] {
+        let a = get(&d.url(&format!("/v1/receipts/{id}")), Some(&agent));
+        assert_eq!(
+            (a.status, a.json()["error"]["class"].clone()),
+            (404, json!("NotFound"))
+        );
+    }
     // Unknown fields are refused; so is a commit without a session.
     let mut extra = body(&world_ref);
     extra["surprise"] = json!(1);
@@ -950,9 +992,10 @@ fn authentication_and_transport_rows_through_the_real_binary() {
             Some(a2a_body),
         );
         assert_eq!(a.status, 200);
+        // The body is never read for an unauthorized caller, so its id is unknown.
         assert_eq!(
             a.json(),
-            json!({"jsonrpc":"2.0","id":9,"error":{"code":code,"message":text}})
+            json!({"jsonrpc":"2.0","id":null,"error":{"code":code,"message":text}})
         );
     }
     // The agent card: the REST envelope.

@@ -233,7 +233,15 @@ fn git_commit_in_a_worktree_that_is_not_a_repository_is_refused() {
 
 #[test]
 fn without_an_author_the_git_plugin_declines_and_git_commit_is_r8() {
-    let d = Daemon::start(PLUGINS, &[]);
+    // No --git-author and no identity in git's configuration either.
+    let d = Daemon::start_env(
+        PLUGINS,
+        &[],
+        &[
+            ("GIT_CONFIG_GLOBAL", "/dev/null"),
+            ("GIT_CONFIG_NOSYSTEM", "1"),
+        ],
+    );
     let token = d.session("ep1", &["Git.Commit=worktree:3"]);
     init_repo(&d.root().join("ep1"));
     let v = a2a(&d, &token, "t1", "git-commit", json!({"message": "m"}));

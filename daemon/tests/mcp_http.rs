@@ -8,6 +8,7 @@ use std::time::Duration;
 use axum::body::Body;
 use axum::http::{HeaderMap, Method, Request, StatusCode};
 use axum::Router;
+use broker_core::broker::HandlerIdentity;
 use broker_core::coordinator::{
     Coordinator, CoordinatorConfig, EffectHandler, EffectRequest, HandlerOutcome, Handlers,
 };
@@ -21,8 +22,12 @@ use http_body_util::BodyExt;
 use serde_json::{json, Map, Value};
 use sha2::{Digest, Sha256};
 use tower::ServiceExt;
-use worldd::mcp::{self, McpConfig};
-use worldd::state::{AppState, DaemonInfo, MAX_CALLBACKS};
+use worldd::limits::Limits;
+use worldd::mcp;
+use worldd::state::{AppState, DaemonInfo};
+
+/// The execution slots of the capacity test's daemon.
+const SLOTS: usize = 8;
 
 const ACCEPT_BOTH: &str = "application/json, text/event-stream";
 
@@ -34,8 +39,8 @@ const ACCEPT_BOTH: &str = "application/json, text/event-stream";
 struct Echo;
 
 impl EffectHandler for Echo {
-    fn identity(&self) -> String {
-        "test/echo".into()
+    fn identity(&self) -> HandlerIdentity {
+        HandlerIdentity::in_process("test/echo", "0.0.0")
     }
     fn execute(&self, req: &EffectRequest<'_>) -> HandlerOutcome {
         let path = req
@@ -97,8 +102,8 @@ struct Held {
 }
 
 impl EffectHandler for Held {
-    fn identity(&self) -> String {
-        "test/held".into()
+    fn identity(&self) -> HandlerIdentity {
+        HandlerIdentity::in_process("test/held", "0.0.0")
     }
     fn execute(&self, _: &EffectRequest<'_>) -> HandlerOutcome {
         let _ = self.entered.send(());
@@ -113,8 +118,8 @@ impl EffectHandler for Held {
 struct BadFinish;
 
 impl EffectHandler for BadFinish {
-    fn identity(&self) -> String {
-        "test/bad-finish".into()
+    fn identity(&self) -> HandlerIdentity {
+        HandlerIdentity::in_process("test/bad-finish", "0.0.0")
     }
     fn execute(&self, _: &EffectRequest<'_>) -> HandlerOutcome {
         let mut out = Map::new();
@@ -138,6 +143,25 @@ struct Harness {
     full: Router,
     gate: Arc<Gate>,
     entered: tokio::sync::mpsc::UnboundedReceiver<()>,
+    /// When armed, the coordinator stalls after a handler returned (like a store that does
+    /// not answer) until the gate opens.
+    stall: Arc<StallAfterHandler>,
+}
+
+#[derive(Default)]
+struct StallAfterHandler {
+    armed: std::sync::atomic::AtomicBool,
+    gate: Gate,
+}
+
+impl broker_core::coordinator::Hooks for StallAfterHandler {
+    fn reached(&self, point: broker_core::coordinator::CrashPoint) {
+        if point == broker_core::coordinator::CrashPoint::AfterHandler
+            && self.armed.load(std::sync::atomic::Ordering::SeqCst)
+        {
+            self.gate.wait();
+        }
+    }
 }
 
 fn se_tool(name: &str) -> Value {
@@ -155,7 +179,7 @@ fn read_tool_as(id: &str) -> Transition {
     Transition::from_value(doc).unwrap()
 }
 
-fn harness_with(config: McpConfig) -> Harness {
+fn harness_with(limits: Limits) -> Harness {
     let dir = tempfile::tempdir().unwrap();
     let store = Store::create(&dir.path().join("db")).unwrap();
     let mut docs = Vec::new();
@@ -173,6 +197,7 @@ fn harness_with(config: McpConfig) -> Harness {
     registry::publish(&store, registry::DEFAULT_REGISTRY, docs, "test").unwrap();
 
     let gate = Arc::new(Gate::default());
+    let stall = Arc::new(StallAfterHandler::default());
     let (tx, entered) = tokio::sync::mpsc::unbounded_channel();
     let mut handlers = Handlers::new();
     handlers.insert("Workspace.Read", Arc::new(Echo)).unwrap();
@@ -189,7 +214,15 @@ fn harness_with(config: McpConfig) -> Harness {
         .insert("Ailang.Check", Arc::new(BadFinish))
         .unwrap();
     // No handler for Ailang.Run: ailang-run trips rule R8.
-    let coordinator = Coordinator::new(store.clone(), handlers, CoordinatorConfig::default());
+    let coordinator = Coordinator::new(
+        store.clone(),
+        handlers,
+        CoordinatorConfig {
+            handler_deadline: limits.handler_deadline,
+            hooks: stall.clone(),
+            ..CoordinatorConfig::default()
+        },
+    );
     // The classes a plugin manifest would declare; Ailang.* stays unknown (no plugin here).
     let classes = [
         ("Workspace.Read".to_owned(), EffectClass::Read),
@@ -206,8 +239,9 @@ fn harness_with(config: McpConfig) -> Harness {
             open_reads: false,
         },
     )
-    .with_classes(classes);
-    let router = mcp::routes_with(config).with_state(state.clone());
+    .with_classes(classes)
+    .with_limits(limits);
+    let router = mcp::routes().with_state(state.clone());
     let full = worldd::server::router(state.clone());
     Harness {
         _dir: dir,
@@ -217,11 +251,12 @@ fn harness_with(config: McpConfig) -> Harness {
         full,
         gate,
         entered,
+        stall,
     }
 }
 
 fn harness() -> Harness {
-    harness_with(McpConfig::default())
+    harness_with(Limits::default())
 }
 
 impl Harness {
@@ -560,7 +595,10 @@ async fn bodies_over_4_mib_are_413() {
     let t = h.reader();
     let ping = r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#;
     // Exactly the limit: accepted (JSON allows trailing whitespace).
-    let exact = format!("{ping}{}", " ".repeat(mcp::MAX_BODY_BYTES - ping.len()));
+    let exact = format!(
+        "{ping}{}",
+        " ".repeat(Limits::default().mcp_body_bytes - ping.len())
+    );
     assert_eq!(exact.len(), 4_194_304);
     assert_eq!(h.rpc(&t, &exact).await.sse()["result"], json!({}));
     // One byte more: refused, with or without a declared length.
@@ -1120,9 +1158,12 @@ async fn host_failures_answer_with_the_fixed_envelope() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_ninth_concurrent_call_exceeds_capacity() {
-    let mut h = harness();
+    let mut h = harness_with(Limits {
+        execution_slots: SLOTS,
+        ..Limits::default()
+    });
     let mut in_flight = Vec::new();
-    for i in 0..MAX_CALLBACKS {
+    for i in 0..SLOTS {
         // Separate episodes, so every call reaches the handler instead of queueing on the
         // episode lock (which would hold its slot just the same, but be harder to observe).
         let t = h.token(&format!("cap{i}"), &["Workspace.Write=worktree:5"]);
@@ -1143,7 +1184,7 @@ async fn the_ninth_concurrent_call_exceeds_capacity() {
             .await
         }));
     }
-    for _ in 0..MAX_CALLBACKS {
+    for _ in 0..SLOTS {
         tokio::time::timeout(Duration::from_secs(30), h.entered.recv())
             .await
             .expect("a held call never reached its handler");
@@ -1177,30 +1218,99 @@ async fn the_ninth_concurrent_call_exceeds_capacity() {
     assert_eq!(v["result"]["isError"], json!(false));
 }
 
+/// A handler that hangs is answered `host callback timed out` at its deadline; its one slot
+/// is freed for other episodes at once, its own episode waits for it, and when it returns its
+/// outcome is journaled but never committed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn past_the_post_deadline_the_call_times_out() {
-    let mut h = harness_with(McpConfig {
-        post_deadline: Duration::from_millis(500),
+async fn hung_handler_times_out_frees_its_slot_and_is_never_committed() {
+    let mut h = harness_with(Limits {
+        execution_slots: 1,
+        handler_deadline: Duration::from_millis(300),
+        ..Limits::default()
     });
-    let t = h.token("slow", &["Workspace.Write=worktree:5"]);
-    let r = h
-        .rpc(
-            &t,
-            &call_body(
-                json!(11),
-                "ailang-write",
-                json!({"path": "a.ail", "content": "x"}),
-            ),
-        )
-        .await;
-    r.assert_envelope("11", "host callback timed out");
-    // The handler really was running (and still is, holding its slot) when the POST gave up.
+    let t = h.token(
+        "slow",
+        &["Workspace.Write=worktree:5", "Workspace.Read=worktree:5"],
+    );
+    let args = json!({"path": "a.ail", "content": "x"});
+    h.rpc(
+        &t,
+        &keyed_body(json!(11), "ailang-write", args.clone(), "w"),
+    )
+    .await
+    .assert_envelope("11", "host callback timed out");
     tokio::time::timeout(Duration::from_secs(30), h.entered.recv())
         .await
         .expect("the held call never reached its handler");
-    // Released, the call still commits in the background: the caller must check the log.
+    // The only slot is free again although the handler still runs: another episode is served.
     let before = h.revision();
+    let reader = h.reader();
+    let v = h
+        .rpc(
+            &reader,
+            &call_body(json!(12), "ailang-read", json!({"path": "a"})),
+        )
+        .await
+        .sse();
+    assert_eq!(v["result"]["structuredContent"]["ok"], json!(true));
+    assert_eq!(h.revision(), before + 1);
+    let (_, m) = h.get_text("/v1/metrics").await;
+    assert!(m.contains("worldd_handlers_overrunning 1\n"), "{m}");
+    assert!(m.contains("worldd_handler_overruns_total 1\n"), "{m}");
+
+    // The episode's next call waits for the hung handler; released, the handler's outcome is
+    // journaled first, then the next call runs.
+    let router = h.router.clone();
+    let next = tokio::spawn({
+        let t = t.clone();
+        async move {
+            send(
+                &router,
+                rpc(
+                    &t,
+                    None,
+                    &call_body(json!(13), "ailang-read", json!({"path": "b"})),
+                ),
+            )
+            .await
+        }
+    });
     h.gate.release();
+    let v = next.await.unwrap().sse();
+    assert_eq!(v["result"]["structuredContent"]["ok"], json!(true));
+    let (status, rec) = h.get_json(&t, "/v1/calls/mcp/w").await;
+    assert_eq!(
+        (status, rec["state"].clone()),
+        (StatusCode::OK, json!("unrecorded"))
+    );
+    assert_eq!(rec["effects"][0]["status"], json!("ok"));
+    // Only the two reads were committed.
+    assert_eq!(h.revision(), before + 2);
+}
+
+/// A call whose handler finished in time but whose commit does not come back (a stalled
+/// store) is answered at the call deadline; it may still commit afterwards.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stalled_commit_is_answered_at_the_call_deadline() {
+    let h = harness_with(Limits {
+        call_deadline: Duration::from_millis(300),
+        ..Limits::default()
+    });
+    h.stall
+        .armed
+        .store(true, std::sync::atomic::Ordering::SeqCst);
+    let t = h.reader();
+    let before = h.revision();
+    h.rpc(
+        &t,
+        &call_body(json!(5), "ailang-read", json!({"path": "a"})),
+    )
+    .await
+    .assert_envelope("5", "host callback timed out");
+    h.stall
+        .armed
+        .store(false, std::sync::atomic::Ordering::SeqCst);
+    h.stall.gate.release();
     let committed = async {
         while h.revision() == before {
             tokio::time::sleep(Duration::from_millis(10)).await;
@@ -1208,7 +1318,7 @@ async fn past_the_post_deadline_the_call_times_out() {
     };
     tokio::time::timeout(Duration::from_secs(30), committed)
         .await
-        .expect("the timed-out call never committed");
+        .expect("the stalled call never committed");
 }
 
 // -------------------------------------------------------------------------------------------
@@ -1291,6 +1401,59 @@ async fn batch_edge_cases() {
     .assert_accepted();
 }
 
+/// 80,000 `tools/list` items in one POST once produced an 800 MB reply: a batch over
+/// `[limits] batch_items` is refused whole, and nothing in it runs.
+#[tokio::test]
+async fn a_huge_mcp_batch_is_refused_whole_and_runs_nothing() {
+    let h = harness();
+    let t = h.reader();
+    let before = h.revision();
+    let mut items = vec![
+        json!({"jsonrpc": "2.0", "id": 0, "method": "tools/call", "params": {"name": "ailang-read", "arguments": {"path": "a"}}}),
+    ];
+    items.extend((1..80_000).map(|i| json!({"jsonrpc": "2.0", "id": i, "method": "tools/list"})));
+    let body = Value::Array(items).to_string();
+    assert!(body.len() < Limits::default().mcp_body_bytes);
+    assert_eq!(
+        h.rpc(&t, &body).await.sse_data(),
+        r#"{"jsonrpc":"2.0","id":null,"error":{"code":-32600,"message":"invalid request: a batch of 80000 messages; the limit is 64 ([limits] batch_items); nothing was run"}}"#
+    );
+    assert_eq!(h.revision(), before);
+    // At the limit it runs.
+    let list: Vec<Value> = (0..64)
+        .map(|i| json!({"jsonrpc": "2.0", "id": i, "method": "tools/list"}))
+        .collect();
+    let v = h.rpc(&t, &Value::Array(list).to_string()).await.sse();
+    assert_eq!(v.as_array().unwrap().len(), 64);
+}
+
+/// Once a batch's replies reach `[limits] reply_bytes`, no further item runs; each request
+/// left is answered "not run" by its own id.
+#[tokio::test]
+async fn a_batch_stops_running_at_the_reply_limit() {
+    let h = harness_with(Limits {
+        reply_bytes: 2500,
+        ..Limits::default()
+    });
+    let t = h.reader();
+    let before = h.revision();
+    let items: Vec<Value> = (0..6)
+        .map(|i| json!({"jsonrpc": "2.0", "id": i, "method": "tools/call", "params": {"name": "ailang-read", "arguments": {"path": "a"}}}))
+        .collect();
+    let v = h.rpc(&t, &Value::Array(items).to_string()).await.sse();
+    let replies = v.as_array().unwrap();
+    assert_eq!(replies.len(), 6);
+    let ran = replies.iter().filter(|r| r.get("result").is_some()).count();
+    assert!((1..6).contains(&ran), "{v}");
+    for (i, r) in replies.iter().enumerate().skip(ran) {
+        assert_eq!(
+            r,
+            &json!({"jsonrpc": "2.0", "id": i, "error": {"code": -32600, "message": "invalid request: not run: the replies to this batch reached the 2500-byte limit ([limits] reply_bytes); send it again in another POST"}})
+        );
+    }
+    assert_eq!(h.revision(), before + ran as u64);
+}
+
 #[tokio::test]
 async fn a_host_failure_in_a_batch_answers_the_whole_post_with_id_null() {
     let h = harness();
@@ -1324,6 +1487,12 @@ impl Harness {
             .unwrap();
         let r = send(&self.full, req).await;
         (r.status, serde_json::from_str(&r.body).unwrap())
+    }
+
+    /// GET an open route of the whole surface; the status and the text body.
+    async fn get_text(&self, path: &str) -> (StatusCode, String) {
+        let r = send(&self.full, Request::get(path).body(Body::empty()).unwrap()).await;
+        (r.status, r.body)
     }
 
     /// How many times the write handler ran (it reports each entry).
@@ -1499,8 +1668,9 @@ async fn a_keyed_write_runs_once_and_replays_the_committed_bytes() {
 
 #[tokio::test]
 async fn a_keyed_call_still_running_is_named_not_repeated() {
-    let mut h = harness_with(McpConfig {
-        post_deadline: Duration::from_millis(500),
+    let mut h = harness_with(Limits {
+        handler_deadline: Duration::from_millis(500),
+        ..Limits::default()
     });
     let t = h.token("busy", &["Workspace.Write=worktree:5"]);
     let args = json!({"path": "a.ail", "content": "x"});
@@ -1531,26 +1701,30 @@ async fn a_keyed_call_still_running_is_named_not_repeated() {
         v["outcome"],
         json!({"kind": "indeterminate", "reason": "pending", "retryable": false})
     );
-    // Once it commits, the key returns its result.
+    // Once the handler returns, its outcome is journaled, never committed: the key says so.
     h.gate.release();
-    let committed = async {
+    let settled = async {
         loop {
             let (_, v) = h.get_json(&t, "/v1/calls/mcp/k").await;
-            if v["state"] == "committed" {
+            if v["state"] == "unrecorded" {
                 return v;
             }
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
     };
-    let rec = tokio::time::timeout(Duration::from_secs(30), committed)
+    let rec = tokio::time::timeout(Duration::from_secs(30), settled)
         .await
-        .expect("the timed-out call never committed");
+        .expect("the timed-out call's outcome was never journaled");
     let v = h
         .rpc(&t, &keyed_body(json!(3), "ailang-write", args, "k"))
         .await
         .sse();
-    assert_eq!(v["result"]["_meta"]["world/replayed"], json!(true));
-    assert_eq!(v["result"]["_meta"]["world/entryIndex"], rec["entryIndex"]);
+    assert_eq!(v["error"]["code"], json!(-32603));
+    assert_eq!(v["error"]["data"]["reason"], json!("unrecorded"));
+    assert_eq!(
+        v["error"]["data"]["records"],
+        json!([rec["effects"][0]["record"]])
+    );
     assert_eq!(h.writes_run(), 0);
 }
 

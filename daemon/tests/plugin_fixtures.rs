@@ -461,7 +461,7 @@ fn a_plugin_built_outside_the_workspace_loads_and_serves_its_tool() {
         format!(
             "plugin directory {dir}\n\
              \n\
-             echo 0.1.0 (abi 1)\n\
+             echo 0.1.0 (abi 2)\n\
             \x20 file {lib}\n\
             \x20 library {file_ref}\n\
             \x20 Echoes a text back (echo-say); panics on request (echo-panic).\n\
@@ -507,11 +507,13 @@ fn a_plugin_built_outside_the_workspace_loads_and_serves_its_tool() {
     let record = world["effects"][0]["record"].as_str().unwrap();
     let (object, rec) = object_payload(&d, &token, record);
     assert_eq!(object["semanticId"], "world/effect-record/v1");
+    // It names the plugin that ran it: name, version and the sha256 of the library loaded.
     assert_eq!(
         rec,
         json!({"effect": "Echo.Say", "scope": "any", "cost": 1, "budgetBefore": 5,
                "budgetAfter": 4, "allowed": true, "failed": false, "denial": "",
-               "requestRef": rec["requestRef"].clone(), "resultRef": rec["resultRef"].clone()})
+               "requestRef": rec["requestRef"].clone(), "resultRef": rec["resultRef"].clone(),
+               "handler": {"plugin": "echo", "version": "0.1.0", "library": sha256_ref(echo)}})
     );
     assert!(rec["resultRef"].as_str().unwrap().starts_with("sha256:"));
 
@@ -538,7 +540,14 @@ fn a_plugin_built_outside_the_workspace_loads_and_serves_its_tool() {
         out.starts_with(&format!("why: entry {entry} (matched by ")),
         "{out}"
     );
-    assert!(out.contains("all 7 link(s) verified"), "{out}");
+    assert!(out.contains("all 10 link(s) verified"), "{out}");
+    assert!(
+        out.contains(&format!(
+            "\n  ✓ plugin  {}…  echo 0.1.0 ran e1\n",
+            &sha256_ref(echo)[..15]
+        )),
+        "{out}"
+    );
 
     // MCP: the Echo.Say grant sees echo-say (and only it); a workspace session does not.
     assert_eq!(mcp_tool_names(&d, &token), ["echo-say"]);
@@ -609,7 +618,9 @@ fn a_panic_inside_execute_is_a_failed_effect_and_the_next_call_works() {
         rec,
         json!({"effect": "Echo.Panic", "scope": "any", "cost": 1, "budgetBefore": 2,
                "budgetAfter": 1, "allowed": true, "failed": true, "denial": "",
-               "requestRef": rec["requestRef"].clone(), "resultRef": ""})
+               "requestRef": rec["requestRef"].clone(), "resultRef": "",
+               "handler": {"plugin": "echo", "version": "0.1.0",
+                           "library": sha256_ref(echo_library())}})
     );
     assert!(rec["requestRef"].as_str().unwrap().starts_with("sha256:"));
 
@@ -662,7 +673,11 @@ fn a_panic_inside_execute_is_a_failed_effect_and_the_next_call_works() {
         None,
     );
     assert_eq!(code, 0, "{out}{err}");
-    assert!(out.contains("all 7 link(s) verified"), "{out}");
+    assert!(out.contains("all 10 link(s) verified"), "{out}");
+    assert!(
+        out.contains("; journal: intent e1 Echo.Panic@any cost 1, outcome failed\n"),
+        "{out}"
+    );
 
     assert!(d.child.try_wait().unwrap().is_none(), "the daemon exited");
     assert!(d.stop().success());

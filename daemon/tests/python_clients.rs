@@ -1,6 +1,7 @@
 //! Real agent clients against the real daemon: the official Python MCP SDK 2.x (in its default
 //! 2026-07-28 mode and forced to the legacy handshake) and the A2A Python SDK 1.x, pinned in
-//! `tests/python/requirements.txt` and installed by `.ci/run`; and, over raw HTTP, what an
+//! `tests/python/requirements.txt` and installed by the tests into a virtual environment under
+//! `target/` (see `common::clients`); and, over raw HTTP, what an
 //! agent loop relies on across a daemon restart: exactly-once keyed writes, reconciliation,
 //! budget, and truthful effect classes for every tool that loads.
 
@@ -23,21 +24,9 @@ fn python_script(name: &str) -> String {
         .to_string()
 }
 
-fn require_module(module: &str) {
-    let ok = Command::new("python3")
-        .args(["-c", &format!("import {module}")])
-        .status()
-        .map(|s| s.success())
-        .unwrap_or(false);
-    assert!(
-        ok,
-        "python3 cannot import {module}: run `pip install -r tests/python/requirements.txt` (.ci/run does)"
-    );
-}
-
 /// Run one client script against `url`; its last stdout line is its findings.
 fn run_script(script: &str, url: &str, token: &str, worktree: &Path) -> Value {
-    let out = Command::new("python3")
+    let out = Command::new(clients::python())
         .arg(python_script(script))
         .arg(url)
         .arg(token)
@@ -61,7 +50,6 @@ fn writer_session(d: &Daemon, episode: &str) -> String {
 
 #[test]
 fn python_mcp_sdk_lists_reads_writes_edits_and_sees_refusals() {
-    require_module("mcp");
     let d = Daemon::start(WS, &[]);
     let token = writer_session(&d, "py");
     let worktree = d.root().join("py");
@@ -77,7 +65,6 @@ fn python_mcp_sdk_lists_reads_writes_edits_and_sees_refusals() {
 
 #[test]
 fn python_mcp_sdk_default_mode_negotiates_2026_07_28_and_writes_exactly_once() {
-    require_module("mcp");
     let d = Daemon::start(WS, &[]);
     let token = writer_session(&d, "modern");
     let worktree = d.root().join("modern");
@@ -114,7 +101,6 @@ fn python_mcp_sdk_default_mode_negotiates_2026_07_28_and_writes_exactly_once() {
 
 #[test]
 fn python_mcp_sdk_forced_to_the_legacy_handshake_still_works() {
-    require_module("mcp");
     let d = Daemon::start(WS, &[]);
     let token = writer_session(&d, "legacy");
     let worktree = d.root().join("legacy");
@@ -130,7 +116,6 @@ fn python_mcp_sdk_forced_to_the_legacy_handshake_still_works() {
 
 #[test]
 fn python_a2a_sdk_sends_a_message_that_runs_a_tool() {
-    require_module("a2a");
     let d = Daemon::start(WS, &[]);
     let token = writer_session(&d, "agent");
     let worktree = d.root().join("agent");

@@ -11,8 +11,8 @@ use worldd::state::{AppState, DaemonInfo};
 struct Echo;
 
 impl EffectHandler for Echo {
-    fn identity(&self) -> String {
-        "fuzz-echo".into()
+    fn identity(&self) -> broker_core::broker::HandlerIdentity {
+        broker_core::broker::HandlerIdentity::in_process("fuzz-echo", "0.0.0")
     }
 
     fn execute(&self, req: &EffectRequest<'_>) -> HandlerOutcome {

@@ -24,7 +24,10 @@ use abi_stable::{
 /// Version of the handler ABI (the meaning of the JSON documents and of the
 /// entries below). A plugin whose `abi_version()` differs is refused at load
 /// time, in addition to abi_stable's own layout check.
-pub const ABI_VERSION: u32 = 1;
+///
+/// 2: the host callbacks are `unsafe extern "C" fn` (calling one with a context that is not
+/// the table's own is undefined behaviour, so safe plugin code can no longer do it).
+pub const ABI_VERSION: u32 = 2;
 
 /// The root module every plugin exports (through [`crate::export_plugin!`]).
 ///
@@ -64,6 +67,10 @@ impl RootModule for PluginModRef {
 /// are never unloaded, so in practice the table is created once at start-up
 /// and leaked). Plugins use the safe [`crate::Host`] wrapper; hosts build the
 /// table with [`crate::host_callbacks`].
+///
+/// The callbacks are `unsafe`: the host dereferences `context`, so calling one
+/// with anything but the `context` of the same table is undefined behaviour.
+/// Only [`crate::Host`] calls them, always with the table's own context.
 #[repr(C)]
 #[derive(StableAbi)]
 #[sabi(kind(Prefix(prefix_ref = HostCallbacksRef)))]
@@ -71,15 +78,52 @@ pub struct HostCallbacks {
     /// Opaque host data passed to every callback.
     pub context: *const (),
     /// Log one message at a [`crate::LogLevel`] (as `u8`).
-    pub log: extern "C" fn(context: *const (), level: u8, message: RStr<'_>),
+    pub log: unsafe extern "C" fn(context: *const (), level: u8, message: RStr<'_>),
     /// Publish a transition bundle (JSON text) into the registry; returns the
     /// host's answer (JSON text) or an error message. Only the plugin that
     /// handles `Registry.Publish` gets a host that accepts this; every other
     /// plugin gets an error saying publishing is not available to it.
     #[sabi(last_prefix_field)]
-    pub publish:
-        extern "C" fn(context: *const (), bundle_json: RStr<'_>) -> RResult<RString, RString>,
+    pub publish: unsafe extern "C" fn(
+        context: *const (),
+        bundle_json: RStr<'_>,
+    ) -> RResult<RString, RString>,
 }
+
+/// Regression tests: safe plugin code cannot call a host callback with a context of its own
+/// making (before ABI 2 it could, and the daemon dereferenced whatever it was given).
+///
+/// Calling a callback needs `unsafe`:
+///
+/// ```compile_fail,E0133
+/// fn forge(host: handler_api::HostCallbacksRef) {
+///     let bogus = 16 as *const ();
+///     (host.log())(bogus, 0, handler_api::abi_stable::std_types::RStr::from_str("x"));
+/// }
+/// ```
+///
+/// and so does wrapping a table in a [`crate::Host`], whose safe methods call them:
+///
+/// ```compile_fail,E0133
+/// fn forge(table: handler_api::HostCallbacksRef) -> handler_api::Host {
+///     handler_api::Host::from_callbacks(table)
+/// }
+/// ```
+///
+/// (the same code compiles inside `unsafe`, so these fail for the reason they name):
+///
+/// ```
+/// fn forge(table: handler_api::HostCallbacksRef) -> handler_api::Host {
+///     // SAFETY: not called; this only shows what compiles.
+///     unsafe { handler_api::Host::from_callbacks(table) }
+/// }
+/// fn call(host: handler_api::HostCallbacksRef) {
+///     // SAFETY: not called; this only shows what compiles.
+///     unsafe { (host.log())(host.context(), 0, handler_api::abi_stable::std_types::RStr::from_str("x")) };
+/// }
+/// ```
+#[cfg(doctest)]
+pub struct SafeCodeCannotForgeAHostCallbackContext;
 
 /// The handler object a plugin constructs; requests and outputs are JSON text.
 ///

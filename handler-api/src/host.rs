@@ -398,14 +398,23 @@ pub trait HostServices: Send + Sync + 'static {
     }
 }
 
-fn services(context: *const ()) -> Option<&'static Arc<dyn HostServices>> {
-    // SAFETY: `context` is either null or the pointer `host_callbacks` leaked
-    // from a `Box<Arc<dyn HostServices>>`, which is never freed.
+/// # Safety
+///
+/// `context` must be null or the context of a table built by [`host_callbacks`].
+unsafe fn services(context: *const ()) -> Option<&'static Arc<dyn HostServices>> {
+    // SAFETY: by this function's contract `context` is either null or the
+    // pointer `host_callbacks` leaked from a `Box<Arc<dyn HostServices>>`,
+    // which is never freed.
     unsafe { context.cast::<Arc<dyn HostServices>>().as_ref() }
 }
 
-extern "C" fn services_log(context: *const (), level: u8, message: RStr<'_>) {
-    if let Some(s) = services(context) {
+/// # Safety
+///
+/// `context` must be the context of the table this function came in.
+unsafe extern "C" fn services_log(context: *const (), level: u8, message: RStr<'_>) {
+    // SAFETY: the caller passes this table's own context (the `HostCallbacks`
+    // contract), which `host_callbacks` made.
+    if let Some(s) = unsafe { services(context) } {
         // A panicking logger must not unwind into the plugin (abort).
         let _ = catch_unwind(AssertUnwindSafe(|| {
             s.log(LogLevel::from_u8(level), message.as_str())
@@ -413,8 +422,16 @@ extern "C" fn services_log(context: *const (), level: u8, message: RStr<'_>) {
     }
 }
 
-extern "C" fn services_publish(context: *const (), bundle: RStr<'_>) -> RResult<RString, RString> {
-    let Some(s) = services(context) else {
+/// # Safety
+///
+/// `context` must be the context of the table this function came in.
+unsafe extern "C" fn services_publish(
+    context: *const (),
+    bundle: RStr<'_>,
+) -> RResult<RString, RString> {
+    // SAFETY: the caller passes this table's own context (the `HostCallbacks`
+    // contract), which `host_callbacks` made.
+    let Some(s) = (unsafe { services(context) }) else {
         return RErr(RString::from(NO_PUBLISH));
     };
     match catch_unwind(AssertUnwindSafe(|| s.publish(bundle.as_str()))) {

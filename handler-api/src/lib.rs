@@ -217,20 +217,26 @@
 //!
 //! # Stability promise
 //!
-//! - [`ABI_VERSION`] (now 1) names the meaning of the entry points and the
+//! - [`ABI_VERSION`] (now 2) names the meaning of the entry points and the
 //!   JSON documents. The daemon refuses a plugin reporting another one.
+//!   Version 2 (handler-api 0.2) made the host callbacks `unsafe extern "C"
+//!   fn`: safe plugin code can no longer call one with a forged context and
+//!   crash the daemon. Rebuild plugins of 0.1 against 0.2; nothing else in the
+//!   JSON documents changed.
 //! - abi_stable checks at load time, before any plugin code runs, that the
 //!   plugin's handler-api version is compatible (same `0.y` minor) and that
 //!   the layout of every type reachable from [`PluginMod`] matches. A mismatch
 //!   stops start-up with one line naming the file and the cause, e.g.
-//!   `plugin /x/libfoo.so: incompatible ABI: handler-api 0.1.0 expected, 0.2.0 found`.
+//!   `plugin /x/libfoo.so: incompatible ABI: handler-api 0.2.0 expected, 0.1.0 found`.
 //! - The FFI tables ([`PluginMod`], [`HostCallbacks`], [`Handler`]) only ever
 //!   grow by *appending* entries after their last prefix field; the JSON
 //!   documents only ever gain optional fields. A plugin built against
-//!   handler-api 0.1.x therefore loads in every daemon built against 0.1.y.
+//!   handler-api 0.2.x therefore loads in every daemon built against 0.2.y.
 //! - handler-api's version is its own (it versions the ABI, not the daemon).
 //! - Plugins are trusted code: abi_stable checks layouts, not behaviour, and a
-//!   plugin is never unloaded.
+//!   plugin is never unloaded. What the daemon can promise is that provenance
+//!   names them: every effect record a plugin ran carries the plugin's name,
+//!   version and the sha256 of the library bytes the daemon loaded.
 //!
 //! # Authoring helpers (not part of the ABI)
 //!

@@ -75,9 +75,18 @@ unsafe impl Send for Host {}
 // SAFETY: see the `Send` impl above.
 unsafe impl Sync for Host {}
 
-extern "C" fn noop_log(_context: *const (), _level: u8, _message: RStr<'_>) {}
+/// # Safety
+///
+/// None needed: the context is ignored. `unsafe` only to fit the table.
+unsafe extern "C" fn noop_log(_context: *const (), _level: u8, _message: RStr<'_>) {}
 
-extern "C" fn noop_publish(_context: *const (), _bundle: RStr<'_>) -> RResult<RString, RString> {
+/// # Safety
+///
+/// None needed: the context is ignored. `unsafe` only to fit the table.
+unsafe extern "C" fn noop_publish(
+    _context: *const (),
+    _bundle: RStr<'_>,
+) -> RResult<RString, RString> {
     RErr(RString::from(NO_PUBLISH))
 }
 
@@ -98,8 +107,23 @@ impl NoopHost {
 
 impl Host {
     /// Wrap a callback table received from the daemon.
-    pub fn from_callbacks(callbacks: HostCallbacksRef) -> Host {
+    ///
+    /// # Safety
+    ///
+    /// `callbacks` must be a table whose functions accept its own `context`: one the daemon
+    /// handed to `new_handler`, or one built by [`crate::host_callbacks`] or
+    /// [`Host::noop`]. [`Host::log`] and [`Host::publish`] call its functions with that
+    /// context, so a table pairing a host's functions with another context is undefined
+    /// behaviour.
+    pub unsafe fn from_callbacks(callbacks: HostCallbacksRef) -> Host {
         Host { callbacks }
+    }
+
+    /// A host backed by `services` (tests, and tools that build handlers outside the daemon).
+    pub fn from_services(services: std::sync::Arc<dyn crate::HostServices>) -> Host {
+        Host {
+            callbacks: crate::host_callbacks(services),
+        }
     }
 
     /// A host that discards log messages and refuses to publish. For tests,
@@ -117,17 +141,26 @@ impl Host {
 
     /// Log `message` at `level` through the daemon's logger.
     pub fn log(&self, level: LogLevel, message: &str) {
-        (self.callbacks.log())(
-            self.callbacks.context(),
-            level as u8,
-            RStr::from_str(message),
-        );
+        // SAFETY: `self.callbacks` is a table whose functions accept its own context (the
+        // contract of `Host::from_callbacks`, or a table `Host::noop`/`from_services` built),
+        // and that context is what is passed.
+        unsafe {
+            (self.callbacks.log())(
+                self.callbacks.context(),
+                level as u8,
+                RStr::from_str(message),
+            )
+        };
     }
 
     /// Publish a transition bundle (JSON text) into the registry. Returns the
     /// host's answer (JSON text), or an error such as [`NO_PUBLISH`].
     pub fn publish(&self, bundle_json: &str) -> Result<String, String> {
-        match (self.callbacks.publish())(self.callbacks.context(), RStr::from_str(bundle_json)) {
+        // SAFETY: as in `Host::log`: the table's own context goes to the table's function.
+        let answer = unsafe {
+            (self.callbacks.publish())(self.callbacks.context(), RStr::from_str(bundle_json))
+        };
+        match answer {
             ROk(answer) => Ok(answer.into_string()),
             RErr(message) => Err(message.into_string()),
         }
@@ -248,7 +281,10 @@ extern "C" fn new_handler_entry<P: Plugin>(
     // new_handler_boxed already catches panics from the plugin's code; this
     // outer guard covers the adapter itself (it must not unwind either).
     let result = catch_unwind(AssertUnwindSafe(|| {
-        new_handler_boxed::<P>(config.as_str(), Host::from_callbacks(host))
+        // SAFETY: `host` is the table the daemon passed to this entry: by the
+        // `HostCallbacks` contract its functions accept its own context.
+        let host = unsafe { Host::from_callbacks(host) };
+        new_handler_boxed::<P>(config.as_str(), host)
     }))
     .unwrap_or_else(|payload| {
         Err(format!(

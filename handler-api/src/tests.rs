@@ -428,7 +428,7 @@ fn host_callbacks_forward_to_services() {
         accept_publish: true,
         ..Recorder::default()
     });
-    let host = Host::from_callbacks(host_callbacks(recorder.clone()));
+    let host = Host::from_services(recorder.clone());
     host.log(LogLevel::Warn, "careful");
     host.log(LogLevel::Info, "panic"); // must not unwind into the plugin
     assert_eq!(
@@ -441,7 +441,7 @@ fn host_callbacks_forward_to_services() {
         "host publish panicked: publish boom"
     );
 
-    let refusing = Host::from_callbacks(host_callbacks(Arc::new(Recorder::default())));
+    let refusing = Host::from_services(Arc::new(Recorder::default()));
     assert_eq!(refusing.publish("{}").unwrap_err(), NO_PUBLISH);
     assert_eq!(Host::noop().publish("{}").unwrap_err(), NO_PUBLISH);
     Host::noop().log(LogLevel::Error, "discarded");

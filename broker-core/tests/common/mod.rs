@@ -7,11 +7,13 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicI64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
+use broker_core::broker::HandlerIdentity;
 use broker_core::coordinator::{
     Call, CallError, CallOutput, Clock, Coordinator, CoordinatorConfig, EffectHandler,
     EffectRequest, HandlerOutcome, Handlers, Hooks, Surface,
 };
 use broker_core::grant::Grant;
+use broker_core::refusal_rate::RefusalRate;
 use broker_core::registry;
 use broker_core::session::{self, Session};
 use broker_core::store::Store;
@@ -110,8 +112,8 @@ impl TestHandler {
 }
 
 impl EffectHandler for TestHandler {
-    fn identity(&self) -> String {
-        "test-handler".into()
+    fn identity(&self) -> HandlerIdentity {
+        HandlerIdentity::in_process("test-handler", "0.0.0")
     }
 
     fn execute(&self, req: &EffectRequest<'_>) -> HandlerOutcome {
@@ -214,11 +216,26 @@ impl World {
         handler: Arc<TestHandler>,
         hooks: Option<Arc<dyn Hooks>>,
     ) -> World {
+        World::configured(dir, handler, hooks, RefusalRate::default())
+    }
+
+    /// A world whose coordinator charges refusals and denials at `rate`.
+    pub fn with_refusal_rate(rate: RefusalRate) -> World {
+        World::configured(tempfile::tempdir().unwrap(), TestHandler::new(), None, rate)
+    }
+
+    fn configured(
+        dir: tempfile::TempDir,
+        handler: Arc<TestHandler>,
+        hooks: Option<Arc<dyn Hooks>>,
+        refusal_rate: RefusalRate,
+    ) -> World {
         let store = Store::create(&dir.path().join("db")).unwrap();
         publish_se_tools(&store);
         let clock = Arc::new(TestClock(AtomicI64::new(T0)));
         let mut config = CoordinatorConfig {
             clock: clock.clone(),
+            refusal_rate,
             ..CoordinatorConfig::default()
         };
         if let Some(h) = hooks {
@@ -270,4 +287,32 @@ impl World {
 
 pub fn output_json(out: &CallOutput) -> Value {
     serde_json::from_slice(&out.output).unwrap()
+}
+
+/// A small tmpfs mounted on a temporary directory, unmounted on drop: a real filesystem that
+/// runs out of space. `None` when this process may not mount (not root).
+pub struct Tmpfs {
+    pub dir: tempfile::TempDir,
+}
+
+impl Tmpfs {
+    pub fn mount(bytes: u64) -> Option<Tmpfs> {
+        let dir = tempfile::tempdir().ok()?;
+        let ok = std::process::Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={bytes}"), "tmpfs"])
+            .arg(dir.path())
+            .stderr(std::process::Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success());
+        ok.then_some(Tmpfs { dir })
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount")
+            .arg("-l")
+            .arg(self.dir.path())
+            .status();
+    }
 }

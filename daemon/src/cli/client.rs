@@ -3,6 +3,7 @@
 //! The session comes from `--session` or `$WORLD_SESSION`: either the 64-hex credential itself
 //! (discouraged: it lands in shell history) or a file holding it.
 
+use std::collections::BTreeMap;
 use std::io::Read;
 use std::path::Path;
 
@@ -15,8 +16,8 @@ pub const DEFAULT_ADDR: &str = "http://127.0.0.1:7644";
 
 #[derive(Args, Debug, Clone)]
 pub struct ClientArgs {
-    /// The daemon's address.
-    #[arg(long, default_value = DEFAULT_ADDR)]
+    /// The daemon's address, http://HOST:PORT.
+    #[arg(long, env = "WORLD_ADDR", default_value = DEFAULT_ADDR)]
     pub addr: String,
     /// Session credential, or a file holding it (default: $WORLD_SESSION).
     #[arg(long)]
@@ -26,12 +27,16 @@ pub struct ClientArgs {
 #[derive(Subcommand, Debug)]
 pub enum LogCommand {
     /// One log entry.
+    #[command(
+        after_help = "Examples:\n  worldd log get 2\n  worldd log get 0 --session .world/demo.session"
+    )]
     Get {
         index: u64,
         #[command(flatten)]
         client: ClientArgs,
     },
     /// Consecutive entries.
+    #[command(after_help = "Examples:\n  worldd log range --from 10 --limit 5")]
     Range {
         #[arg(long, default_value_t = 0)]
         from: u64,
@@ -40,11 +45,16 @@ pub enum LogCommand {
         #[command(flatten)]
         client: ClientArgs,
     },
+    /// The newest entries, one line each; `--follow` prints new ones as they are committed.
+    Tail(super::tail::TailArgs),
 }
 
 #[derive(Subcommand, Debug)]
 pub enum ObjectCommand {
     /// One object's metadata (and payload with --payload).
+    #[command(
+        after_help = "Examples:\n  worldd object get sha256:ed302aa6e4b6d3cc1cc7bfae4c3ef6a2c4b0b8e7b7bcd5d5f7c4b8a0e1d2c3b4\n  worldd object get sha256:ed302aa6e4b6d3cc1cc7bfae4c3ef6a2c4b0b8e7b7bcd5d5f7c4b8a0e1d2c3b4 --payload"
+    )]
     Get {
         reference: String,
         #[arg(long)]
@@ -53,6 +63,7 @@ pub enum ObjectCommand {
         client: ClientArgs,
     },
     /// Objects with a semantic id.
+    #[command(after_help = "Examples:\n  worldd object find world/effect-record/v1 --limit 10")]
     Find {
         semantic_id: String,
         #[arg(long)]
@@ -67,6 +78,9 @@ pub enum ObjectCommand {
 #[derive(Subcommand, Debug)]
 pub enum ToolsCommand {
     /// The tools your session sees.
+    #[command(
+        after_help = "Examples:\n  worldd tools list\n  worldd tools list --json --session .world/demo.session"
+    )]
     List {
         #[arg(long)]
         json: bool,
@@ -98,19 +112,53 @@ pub struct CallArgs {
     pub client: ClientArgs,
 }
 
-/// Resolve the session credential text.
-fn credential(arg: &Option<String>) -> Result<Option<String>, Failure> {
-    let Some(raw) = arg.clone().or_else(|| std::env::var("WORLD_SESSION").ok()) else {
-        return Ok(None);
+fn is_credential(text: &str) -> bool {
+    text.len() == 64 && text.bytes().all(|b| b.is_ascii_hexdigit())
+}
+
+/// Resolve the session credential text from `--session`, else `$WORLD_SESSION`: the 64-hex
+/// credential itself, or a file holding it. Each mistake gets its own sentence.
+pub(super) fn credential(arg: &Option<String>) -> Result<Option<String>, Failure> {
+    let (raw, source) = match arg {
+        Some(v) => (v.clone(), "--session"),
+        None => match std::env::var("WORLD_SESSION") {
+            Ok(v) => (v, "$WORLD_SESSION"),
+            Err(_) => return Ok(None),
+        },
     };
     let raw = raw.trim().to_owned();
-    if raw.len() == 64 && raw.bytes().all(|b| b.is_ascii_hexdigit()) {
+    const MAKE_ONE: &str =
+        "`worldd session new EPISODE --preset se-tools --out FILE` writes a session file";
+    if raw.is_empty() {
+        return Err(Failure::usage(format!(
+            "{source} is empty: give a session file or the 64-hex credential ({MAKE_ONE})"
+        )));
+    }
+    if is_credential(&raw) {
         eprintln!("worldd: warning: a credential on the command line or in the environment is visible to other processes; prefer a file");
         return Ok(Some(raw));
     }
     let path = Path::new(&raw);
-    let meta =
-        std::fs::metadata(path).map_err(|e| Failure::usage(format!("session file {raw}: {e}")))?;
+    let meta = match std::fs::metadata(path) {
+        Ok(m) => m,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            let looks_hex = raw.bytes().all(|b| b.is_ascii_hexdigit());
+            return Err(Failure::usage(if looks_hex {
+                format!(
+                    "{source} {raw}: not a credential (a credential is 64 hex digits; this has {}) and no file of that name exists",
+                    raw.len()
+                )
+            } else {
+                format!("{source} {raw}: no such session file ({MAKE_ONE})")
+            }));
+        }
+        Err(e) => return Err(Failure::usage(format!("session file {raw}: {e}"))),
+    };
+    if meta.is_dir() {
+        return Err(Failure::usage(format!(
+            "{source} {raw} is a directory, not a session file ({MAKE_ONE})"
+        )));
+    }
     if meta.len() > 256 {
         return Err(Failure::usage(format!(
             "session file {raw} is larger than 256 bytes"
@@ -124,7 +172,39 @@ fn credential(arg: &Option<String>) -> Result<Option<String>, Failure> {
     }
     let text = std::fs::read_to_string(path)
         .map_err(|e| Failure::usage(format!("session file {raw}: {e}")))?;
-    Ok(Some(text.trim().to_owned()))
+    let token = text.trim();
+    if !is_credential(token) {
+        return Err(Failure::usage(format!(
+            "session file {raw} does not hold a session credential (64 hex digits)"
+        )));
+    }
+    Ok(Some(token.to_owned()))
+}
+
+/// The daemon's base URL from `--addr`: `http://HOST:PORT` (the scheme may be left out), with
+/// no path: the verbs add `/v1/…` and `/mcp/` themselves.
+pub(super) fn base_url(addr: &str) -> Result<String, Failure> {
+    let trimmed = addr.trim().trim_end_matches('/');
+    let rest = if let Some(r) = trimmed.strip_prefix("http://") {
+        r
+    } else if trimmed.contains("://") {
+        return Err(Failure::usage(format!(
+            "--addr {addr}: worldd serves plain HTTP on loopback; give http://HOST:PORT"
+        )));
+    } else {
+        trimmed
+    };
+    if let Some((host, _)) = rest.split_once('/') {
+        return Err(Failure::usage(format!(
+            "--addr {addr}: give the daemon's base address without a path, e.g. http://{host} (the verbs add /v1/… and /mcp/ themselves)"
+        )));
+    }
+    if rest.is_empty() {
+        return Err(Failure::usage(format!(
+            "--addr {addr:?}: want http://HOST:PORT, e.g. {DEFAULT_ADDR}"
+        )));
+    }
+    Ok(format!("http://{rest}"))
 }
 
 fn agent() -> ureq::Agent {
@@ -141,9 +221,11 @@ pub(super) fn send(
     body: Option<(&str, &[u8])>,
     extra: &[(&str, &str)],
 ) -> Result<(u16, Vec<u8>), Failure> {
-    let url = format!("{}{}", c.addr.trim_end_matches('/'), path);
+    let base = base_url(&c.addr)?;
+    let url = format!("{base}{path}");
     let mut req = agent().request(method, &url);
-    if let Some(token) = credential(&c.session)? {
+    let token = credential(&c.session)?;
+    if let Some(token) = &token {
         req = req.set("Authorization", &format!("Bearer {token}"));
     }
     for (k, v) in extra {
@@ -156,9 +238,18 @@ pub(super) fn send(
     let res = match res {
         Ok(r) => r,
         Err(ureq::Error::Status(_, r)) => r,
-        Err(e) => return Err(Failure::usage(format!("{path}: {e}"))),
+        Err(ureq::Error::Transport(t)) => {
+            return Err(Failure::usage(format!(
+                "cannot reach the daemon at {base} ({t}); is `worldd serve` running there? (--addr or $WORLD_ADDR names another address)"
+            )))
+        }
     };
     let status = res.status();
+    if status == 401 && token.is_none() {
+        return Err(Failure::usage(format!(
+            "{path} needs a session credential and none was given: pass --session FILE (or set $WORLD_SESSION); `worldd session new EPISODE --preset se-tools --out FILE` makes one"
+        )));
+    }
     let mut out = Vec::new();
     res.into_reader()
         .take(64 << 20)
@@ -168,7 +259,7 @@ pub(super) fn send(
 }
 
 /// GET a REST route and fail with the daemon's error envelope on non-2xx.
-fn get(c: &ClientArgs, path: &str) -> Result<Vec<u8>, Failure> {
+pub(super) fn get(c: &ClientArgs, path: &str) -> Result<Vec<u8>, Failure> {
     let (status, body) = send(c, "GET", path, None, &[])?;
     if (200..300).contains(&status) {
         return Ok(body);
@@ -217,6 +308,7 @@ pub fn log(cmd: LogCommand) -> CliResult {
             }
             print_body(&get(&client, &path)?)
         }
+        LogCommand::Tail(a) => return super::tail::run(a),
     }
     Ok(())
 }
@@ -296,6 +388,44 @@ fn mcp(c: &ClientArgs, method: &str, params: Value) -> Result<Value, Failure> {
     Ok(v)
 }
 
+/// `GET /v1/handlers`, or `None` when the daemon does not answer it (an older daemon).
+fn handlers_report(c: &ClientArgs) -> Option<Value> {
+    let body = get(c, "/v1/handlers").ok()?;
+    serde_json::from_slice(&body).ok()
+}
+
+/// Tool id → why it cannot run, from a `/v1/handlers` answer.
+fn cannot_run(report: &Value) -> BTreeMap<String, String> {
+    report["tools"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|t| t["canRun"] == Value::Bool(false))
+        .filter_map(|t| {
+            Some((
+                t["name"].as_str()?.to_owned(),
+                t["reason"].as_str().unwrap_or("").to_owned(),
+            ))
+        })
+        .collect()
+}
+
+/// One line per plugin that declined to start, in its own words.
+fn declined_lines(report: &Value) -> Vec<String> {
+    report["declined"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|d| {
+            format!(
+                "plugin {} did not start: {}",
+                d["name"].as_str().unwrap_or("?"),
+                d["reason"].as_str().unwrap_or("")
+            )
+        })
+        .collect()
+}
+
 pub fn tools(cmd: ToolsCommand) -> CliResult {
     let ToolsCommand::List { json, client } = cmd;
     let v = mcp(&client, "tools/list", json!({}))?;
@@ -304,29 +434,78 @@ pub fn tools(cmd: ToolsCommand) -> CliResult {
         println!("{}", Value::Array(tools));
         return Ok(());
     }
+    let report = handlers_report(&client);
+    let blocked: BTreeMap<String, String> = report
+        .as_ref()
+        .map(cannot_run)
+        .unwrap_or_default()
+        .into_iter()
+        .map(|(id, why)| (crate::tools::mcp_name(&id), why))
+        .collect();
     for t in &tools {
+        let name = t["name"].as_str().unwrap_or("?");
         let required: Vec<&str> = t["inputSchema"]["required"]
             .as_array()
             .map(|a| a.iter().filter_map(Value::as_str).collect())
             .unwrap_or_default();
         println!(
-            "{}  {}{}",
-            t["name"].as_str().unwrap_or("?"),
-            t["description"]
-                .as_str()
-                .unwrap_or("")
-                .lines()
-                .next()
-                .unwrap_or(""),
+            "{}  {}{}{}",
+            name,
+            summary(t["description"].as_str().unwrap_or("")),
             if required.is_empty() {
                 String::new()
             } else {
                 format!("  (required: {})", required.join(", "))
+            },
+            match blocked.get(name) {
+                Some(why) => format!("\n    cannot run here: {why}"),
+                None => String::new(),
             }
         );
     }
-    println!("{} tool(s)", tools.len());
+    let stuck = tools
+        .iter()
+        .filter(|t| blocked.contains_key(t["name"].as_str().unwrap_or("")))
+        .count();
+    if stuck == 0 {
+        println!("{} tool(s)", tools.len());
+    } else {
+        println!("{} tool(s), {stuck} cannot run here", tools.len());
+        for line in report.as_ref().map(declined_lines).unwrap_or_default() {
+            println!("{line}");
+        }
+    }
     Ok(())
+}
+
+/// The first sentence of a description, at most 100 characters.
+fn summary(description: &str) -> String {
+    let line = description.lines().next().unwrap_or("");
+    let sentence = match line.find(". ") {
+        Some(end) => &line[..=end],
+        None => line,
+    };
+    if sentence.chars().count() <= 100 {
+        return sentence.to_owned();
+    }
+    let cut: String = sentence.chars().take(99).collect();
+    format!("{}…", cut.trim_end())
+}
+
+/// After a host failure: when the daemon says the tool cannot run here (rule R8, checked
+/// before anything runs), the real cause; `None` when the tool could run, so the effect may
+/// have run.
+fn r8_cause(c: &ClientArgs, tool: &str) -> Option<String> {
+    let report = handlers_report(c)?;
+    let why = cannot_run(&report).remove(tool)?;
+    let mut text = format!(
+        "{tool} cannot run in this daemon: {why}; nothing ran and nothing was spent (rule R8)"
+    );
+    for line in declined_lines(&report) {
+        text.push_str("\n  ");
+        text.push_str(&line);
+    }
+    Some(text)
 }
 
 fn call_arguments(a: &CallArgs) -> Result<Value, Failure> {
@@ -378,7 +557,11 @@ pub fn call(a: CallArgs) -> CliResult {
         Ok(v) => v,
         Err(f) if !f.message.contains("error -32603") => return Err(f),
         Err(f) => {
-            // A host failure: the effect may have run. Say what the log shows.
+            // A host failure. Rule R8 refuses before anything runs, and the daemon can say so.
+            if let Some(cause) = r8_cause(&a.client, &a.tool) {
+                return Err(Failure::usage(cause));
+            }
+            // Otherwise the effect may have run. Say what the log shows.
             let probe = get(&a.client, "/v1/head").ok();
             let hint = match probe {
                 Some(h) => format!(

@@ -10,10 +10,14 @@ use clap::{Args, Parser, Subcommand};
 
 mod client;
 mod doctor;
+mod git_author;
+mod manual;
 mod quickstart;
 mod reconcile;
+mod secret_file;
 mod serve;
 mod session;
+mod tail;
 mod why;
 
 /// A failure at the CLI edge: the message printed on stderr and the exit code.
@@ -62,22 +66,41 @@ pub struct Cli {
 #[derive(Subcommand, Debug)]
 pub enum Command {
     /// Run the daemon.
+    #[command(
+        after_help = "Examples:\n  worldd serve\n  worldd serve --db /srv/world/db --workspace-root /srv/world/wt --handler workspace\n  worldd serve --config world.toml --bind 127.0.0.1:0\n  worldd serve --tool-ailang-bin /usr/local/bin/ailang --git-author \"Ada <ada@example.com>\""
+    )]
     Serve(serve::ServeArgs),
     /// Create ./.world, a demo episode and credential, print the MCP client configuration,
     /// and serve.
+    #[command(
+        after_help = "Examples:\n  worldd quickstart\n  worldd quickstart > mcp.json            # the client configuration alone on stdout\n  worldd quickstart --print-only          # set up and print, do not serve\n  worldd quickstart --bind 127.0.0.1:7700"
+    )]
     Quickstart(quickstart::QuickstartArgs),
     /// Mint, list and revoke session credentials.
     #[command(subcommand)]
     Session(session::SessionCommand),
     /// Explain and re-verify one call's provenance.
+    #[command(
+        after_help = "Examples:\n  worldd call ailang-read --arg path=hello.txt --json-out | worldd why -\n  worldd why head\n  worldd why 42 --json\n  worldd why mcp:demo:write-7"
+    )]
     Why(why::WhyArgs),
     /// Check a store offline: every entry's links, spend against the journal, the head.
+    #[command(
+        after_help = "Examples:\n  worldd doctor\n  worldd doctor --db /srv/world/db --json"
+    )]
     Doctor(doctor::DoctorArgs),
     /// List the plugin libraries, their effects and tools, and why a library would not load.
+    #[command(
+        after_help = "Examples:\n  worldd handlers\n  worldd handlers --plugin-dir target/release --handler workspace\n  worldd handlers --config world.toml"
+    )]
     Handlers(serve::HandlersArgs),
     /// Ask a running daemon for its health.
+    #[command(
+        after_help = "Examples:\n  worldd health\n  worldd health --addr http://127.0.0.1:7700"
+    )]
     Health(client::ClientArgs),
     /// Print the selected world head of a running daemon.
+    #[command(after_help = "Examples:\n  worldd head --session .world/demo.session")]
     Head(client::ClientArgs),
     /// Read log entries from a running daemon.
     #[command(subcommand)]
@@ -89,14 +112,29 @@ pub enum Command {
     #[command(subcommand)]
     Tools(client::ToolsCommand),
     /// Call a tool through a running daemon (MCP).
+    #[command(
+        after_help = "Examples:\n  worldd call ailang-write --arg path=hello.txt --arg content='hi there'\n  worldd call ailang-read --json '{\"path\":\"hello.txt\"}'\n  worldd call ailang-run --arg path=main.ail --arg args_json='{\"n\": 3}' --strict\n  worldd call ailang-read --arg path=hello.txt --json-out | worldd why -"
+    )]
     Call(client::CallArgs),
     /// Publish a transition bundle through the broker (needs a Registry.Publish grant).
+    #[command(
+        after_help = "Examples:\n  worldd publish docs-read.bundle.json --session .world/publisher.session"
+    )]
     Publish(client::PublishArgs),
     /// Did my call land? Reconcile one call by idempotency key or invocation id.
     #[command(subcommand)]
     Calls(reconcile::CallsCommand),
     /// Your episode's budget per grant: granted, spent, remaining.
+    #[command(after_help = "Examples:\n  worldd budget\n  worldd budget --json")]
     Budget(reconcile::BudgetArgs),
+    /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
+    #[command(
+        after_help = "Examples:\n  worldd completions bash > ~/.local/share/bash-completion/completions/worldd\n  worldd completions zsh > ~/.zfunc/_worldd\n  worldd completions fish > ~/.config/fish/completions/worldd.fish"
+    )]
+    Completions(manual::CompletionsArgs),
+    /// Print the man page (roff), or write one page per verb with --out DIR.
+    #[command(after_help = "Examples:\n  worldd man | man -l -\n  worldd man --out target/man")]
+    Man(manual::ManArgs),
 }
 
 /// `--db DIR` shared by store-side verbs.
@@ -138,6 +176,8 @@ pub fn main() -> i32 {
         Command::Publish(a) => client::publish(a),
         Command::Calls(c) => reconcile::calls(c),
         Command::Budget(a) => reconcile::budget(a),
+        Command::Completions(a) => manual::completions(a),
+        Command::Man(a) => manual::man(a),
     };
     match result {
         Ok(()) => 0,
@@ -158,7 +198,10 @@ fn init_tracing(daemon: bool) {
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
         // Colours only for a person at a terminal, not for log files and collectors.
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .with_ansi(
+            std::io::IsTerminal::is_terminal(&std::io::stderr())
+                && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty()),
+        )
         .with_target(false)
         .try_init();
 }

@@ -1,8 +1,10 @@
 //! `worldd quickstart`: a working deployment in one command.
 //!
-//! Creates `./.world` (store, worktrees), a `demo` episode with its worktree, mints a demo
-//! credential after confirmation at the terminal, prints the MCP client configuration and
-//! starts serving with the shipped plugins.
+//! Checks that it can listen before it touches anything, then creates `./.world` (store,
+//! worktrees), a `demo` episode with its worktree, mints a demo credential after confirmation
+//! at the terminal, prints the MCP client configuration on stdout (everything else goes to
+//! stderr, so `worldd quickstart > mcp.json` captures just the configuration) and serves with
+//! the shipped plugins. `--print-only` does the same without serving.
 
 use std::path::PathBuf;
 
@@ -25,6 +27,10 @@ pub struct QuickstartArgs {
     /// Budget for each se-tools grant.
     #[arg(long, default_value_t = 50)]
     pub budget: u64,
+    /// Set up (store, episode, credential) and print the client configuration, without
+    /// serving.
+    #[arg(long)]
+    pub print_only: bool,
     #[command(flatten)]
     pub plugins: serve::PluginArgs,
 }
@@ -35,6 +41,20 @@ pub fn run(a: QuickstartArgs) -> CliResult {
             "quickstart prints a client configuration, so it needs a fixed port (not :0)",
         ));
     }
+    // The port first: a taken port must not leave a store and a credential behind.
+    let listener = if a.print_only {
+        None
+    } else {
+        let addr = serve::resolve_bind(&a.bind)?;
+        crate::server::check_loopback(&addr)
+            .map_err(|e| Failure::fatal(format!("daemon startup failed at bind-policy: {e}")))?;
+        Some(serve::bind_now(addr).map_err(|f| {
+            Failure::fatal(format!(
+                "{}; is another worldd already serving here? Stop it, or pick a free port with --bind 127.0.0.1:PORT (nothing was created)",
+                f.message
+            ))
+        })?)
+    };
     let db = a.dir.join("db");
     let root = a.dir.join("worktrees");
     let token_file = a.dir.join(format!("{}.session", a.episode));
@@ -52,8 +72,9 @@ pub fn run(a: QuickstartArgs) -> CliResult {
                 db: super::DbArg { db: db.clone() },
                 episode: a.episode.clone(),
                 grants,
+                operator: false,
                 credential: super::session::CredentialArgs {
-                    ttl: 7 * 24 * 3600,
+                    ttl: super::session::DEFAULT_TTL,
                     out: Some(token_file.clone()),
                 },
             },
@@ -73,21 +94,38 @@ pub fn run(a: QuickstartArgs) -> CliResult {
         }
     });
     eprintln!(
-        "worldd quickstart: episode {} with worktree {}; credential in {}\nMCP client configuration:\n{}\nA2A: POST http://{}/a2a/ with the same Authorization header.",
+        "worldd quickstart: episode {} with worktree {}; credential in {}\nworldd quickstart: the MCP client configuration follows on stdout; A2A clients POST http://{}/a2a/ with the same Authorization header",
         a.episode,
         root.join(&a.episode).display(),
         token_file.display(),
-        serde_json::to_string_pretty(&config).unwrap_or_default(),
         a.bind
     );
-    serve::run(ServeArgs {
-        db: Some(db),
-        workspace_root: Some(root),
-        bind: Some(a.bind),
-        open_reads: false,
-        map_size: None,
-        plugins: a.plugins,
-    })
+    println!(
+        "{}",
+        serde_json::to_string_pretty(&config).unwrap_or_default()
+    );
+    {
+        use std::io::Write;
+        let _ = std::io::stdout().flush();
+    }
+    if a.print_only {
+        return Ok(());
+    }
+    let launch = serve::Launch {
+        listener,
+        ready_on_stderr: true,
+    };
+    serve::run_with(
+        ServeArgs {
+            db: Some(db),
+            workspace_root: Some(root),
+            bind: Some(a.bind),
+            open_reads: false,
+            plugins: a.plugins,
+            ..ServeArgs::default()
+        },
+        launch,
+    )
 }
 
 /// True when the credential file holds a session that exists and has not expired.

@@ -11,6 +11,9 @@ use super::{CliResult, Failure};
 pub enum CallsCommand {
     /// What the daemon knows of one of your calls: committed, indeterminate, unrecorded or
     /// not found (exit 1).
+    #[command(
+        after_help = "Examples:\n  worldd calls get write-7\n  worldd calls get t-2 --surface a2a\n  worldd calls get mcp:demo:write-7 --json"
+    )]
     Get(CallsGetArgs),
 }
 
@@ -153,6 +156,15 @@ pub fn budget(a: BudgetArgs) -> CliResult {
             } else {
                 "no"
             }
+        );
+    }
+    for p in v["indeterminate"].as_array().into_iter().flatten() {
+        println!(
+            "indeterminate: {} {}@{} cost {} (intent without outcome: it may have run; never retried)",
+            p["invocationId"].as_str().unwrap_or("?"),
+            p["effect"].as_str().unwrap_or("?"),
+            p["scope"].as_str().unwrap_or("?"),
+            p["cost"].as_u64().unwrap_or(0)
         );
     }
     Ok(())

@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, OnceLock};
 
 use broker_core::coordinator::{Coordinator, CoordinatorConfig};
+use broker_core::refusal_rate::RefusalRate;
 use broker_core::registry;
 use broker_core::store::{Store, StoreOptions};
 use clap::Args;
@@ -13,6 +14,8 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use super::{CliResult, Failure};
+use crate::edge::{self, ServerSection};
+use crate::limits::LimitsSection;
 use crate::plugins::{self, PluginOptions};
 use crate::server;
 use crate::state::{AppState, DaemonInfo};
@@ -86,7 +89,7 @@ impl PluginArgs {
     }
 }
 
-#[derive(Args, Debug)]
+#[derive(Args, Debug, Default)]
 pub struct ServeArgs {
     /// The store directory (created with its genesis if absent).
     #[arg(long)]
@@ -100,11 +103,52 @@ pub struct ServeArgs {
     /// Serve GET /v1/* without a session (by default reads need one).
     #[arg(long)]
     pub open_reads: bool,
-    /// LMDB map size in bytes.
+    #[command(flatten)]
+    pub limits: LimitArgs,
+    /// A Host name to answer besides the loopback names (repeatable; `server.allowed_hosts`).
+    #[arg(long = "allowed-host")]
+    pub allowed_hosts: Vec<String>,
+    /// An Origin to answer besides loopback origins (repeatable; `server.allowed_origins`).
+    #[arg(long = "allowed-origin")]
+    pub allowed_origins: Vec<String>,
+    /// The URL the agent card advertises (`server.public_url`; default: the bound address).
     #[arg(long)]
-    pub map_size: Option<usize>,
+    pub public_url: Option<String>,
+    /// Most connections open at once (`server.max_connections`).
+    #[arg(long)]
+    pub max_connections: Option<usize>,
+    /// Calls that may execute at once across episodes (`limits.execution_slots`).
+    #[arg(long)]
+    pub execution_slots: Option<usize>,
+    /// How long a handler may run, in milliseconds (`limits.handler_deadline_ms`).
+    #[arg(long)]
+    pub handler_deadline_ms: Option<u64>,
+    /// Largest POST /v1/commit body, in bytes (`limits.commit_body_bytes`; 1 to 8388608).
+    #[arg(long, alias = "max-commit-bytes")]
+    pub commit_body_bytes: Option<usize>,
     #[command(flatten)]
     pub plugins: PluginArgs,
+}
+
+/// How large the store may grow and what refused calls cost (`[serve]` keys of the same
+/// names, in snake case).
+#[derive(Args, Debug, Clone, Default)]
+pub struct LimitArgs {
+    /// The most the store may occupy, in bytes; it grows by itself up to this ceiling
+    /// (`--map-size` is the old name).
+    #[arg(long, alias = "map-size")]
+    pub store_ceiling: Option<u64>,
+    /// Bytes kept below the ceiling for calls in flight and the operator's verbs; past it,
+    /// new calls are refused (default: 256 MiB, or an eighth of a smaller ceiling).
+    #[arg(long)]
+    pub store_reserve: Option<u64>,
+    /// Plan refusals and broker denials each credential may have committed per minute,
+    /// sustained; 0 turns the limit off (default 60).
+    #[arg(long)]
+    pub refusals_per_minute: Option<f64>,
+    /// How many refusals and denials a credential may have committed in a burst (default 60).
+    #[arg(long)]
+    pub refusal_burst: Option<u32>,
 }
 
 #[derive(Args, Debug)]
@@ -119,6 +163,12 @@ pub struct HandlersArgs {
 pub struct ConfigFile {
     #[serde(default)]
     pub serve: ServeSection,
+    /// The edge: Host and Origin lists, connections, request timeouts.
+    #[serde(default)]
+    pub server: ServerSection,
+    /// Sizes, counts and deadlines of calls.
+    #[serde(default)]
+    pub limits: LimitsSection,
     #[serde(default)]
     pub plugins: BTreeMap<String, toml::Table>,
 }
@@ -134,7 +184,11 @@ pub struct ServeSection {
     pub handlers: Vec<String>,
     #[serde(default)]
     pub open_reads: bool,
-    pub map_size: Option<usize>,
+    #[serde(alias = "map_size")]
+    pub store_ceiling: Option<u64>,
+    pub store_reserve: Option<u64>,
+    pub refusals_per_minute: Option<f64>,
+    pub refusal_burst: Option<u32>,
 }
 
 fn startup(stage: &str, detail: impl std::fmt::Display) -> Failure {
@@ -181,6 +235,7 @@ pub fn plugin_options(args: &PluginArgs, file: &ConfigFile) -> PluginOptions {
                     obj.insert(key.to_owned(), value);
                 }
             }
+            super::git_author::fill_default(&mut configs);
             configs
         },
         state_root: None,
@@ -196,7 +251,26 @@ pub fn handlers(a: HandlersArgs) -> CliResult {
     Ok(())
 }
 
+/// How `serve` gets its socket and where it announces readiness.
+#[derive(Debug, Default)]
+pub struct Launch {
+    /// A listener bound beforehand (quickstart binds before it creates anything).
+    pub listener: Option<std::net::TcpListener>,
+    /// Announce `worldd listening on …` on stderr instead of stdout (quickstart keeps stdout
+    /// for the client configuration).
+    pub ready_on_stderr: bool,
+}
+
 pub fn run(a: ServeArgs) -> CliResult {
+    run_with(a, Launch::default())
+}
+
+/// Bind `addr` now, with the same failure text as `serve`.
+pub fn bind_now(addr: SocketAddr) -> Result<std::net::TcpListener, Failure> {
+    std::net::TcpListener::bind(addr).map_err(|e| startup("listen", format!("{addr}: {e}")))
+}
+
+pub fn run_with(a: ServeArgs, launch: Launch) -> CliResult {
     let file = read_config(&a.plugins.config)?;
     let db =
         a.db.clone()
@@ -213,10 +287,25 @@ pub fn run(a: ServeArgs) -> CliResult {
         .or_else(|| file.serve.bind.clone())
         .unwrap_or_else(|| DEFAULT_BIND.into());
     let open_reads = a.open_reads || file.serve.open_reads;
-    let map_size = a
-        .map_size
-        .or(file.serve.map_size)
-        .unwrap_or(broker_core::store::DEFAULT_MAP_SIZE);
+    let (mut server_config, limits) = edge_settings(&a, &file)?;
+    let store_limits = &a.limits;
+    let ceiling = store_limits
+        .store_ceiling
+        .or(file.serve.store_ceiling)
+        .unwrap_or(broker_core::capacity::DEFAULT_CEILING);
+    let reserve = store_limits.store_reserve.or(file.serve.store_reserve);
+    broker_core::capacity::Limits::new(ceiling, reserve).map_err(|e| startup("config", e))?;
+    let refusal_rate = RefusalRate::new(
+        store_limits
+            .refusals_per_minute
+            .or(file.serve.refusals_per_minute)
+            .unwrap_or(broker_core::refusal_rate::DEFAULT_PER_MINUTE),
+        store_limits
+            .refusal_burst
+            .or(file.serve.refusal_burst)
+            .unwrap_or(broker_core::refusal_rate::DEFAULT_BURST),
+    )
+    .map_err(|e| startup("config", e))?;
 
     // Bind policy first: nothing else happens for a non-loopback address.
     let addr = resolve_bind(&bind)?;
@@ -233,7 +322,8 @@ pub fn run(a: ServeArgs) -> CliResult {
     let store = Store::open(
         &db,
         StoreOptions {
-            map_size,
+            ceiling: Some(ceiling),
+            reserve,
             create: true,
         },
     )
@@ -249,6 +339,18 @@ pub fn run(a: ServeArgs) -> CliResult {
     let served = Arc::new(OnceLock::new());
     opts.publisher = Some(publisher(store.clone(), served.clone()));
     let set = plugins::load(&opts).map_err(|e| startup("plugins", e))?;
+    warn_when_nothing_serves(&opts.dir, &set);
+    let author_given = a.plugins.git_author.is_some()
+        || file
+            .plugins
+            .get("git")
+            .is_some_and(|t| t.contains_key("author"));
+    if !author_given && set.plugins.iter().any(|p| p.manifest.name == "git") {
+        if let Some(author) = opts.configs.get("git").and_then(|c| c["author"].as_str()) {
+            tracing::info!("git plugin: commits are authored by {author}, the identity `git config user.name` / `user.email` gives here (--git-author or [plugins.git] author chooses another)");
+        }
+    }
+    let catalog = catalog_of(&set);
     let _ = served.set(
         set.handlers
             .effects()
@@ -270,11 +372,24 @@ pub fn run(a: ServeArgs) -> CliResult {
         );
     }
     let classes = set.classes;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(|e| startup("listen", e))?;
+    // Handlers run on the runtime's blocking pool: threads are reused, and one that a hung
+    // handler keeps is replaced by a new one.
+    let pool = runtime.handle().clone();
+    let spawn: broker_core::deadline::Spawner = Arc::new(move |job| {
+        pool.spawn_blocking(job);
+    });
     let coordinator = Coordinator::new(
         store.clone(),
         set.handlers,
         CoordinatorConfig {
             workspace_root: Some(workspace_root.clone()),
+            handler_deadline: limits.handler_deadline,
+            spawn,
+            refusal_rate,
             ..CoordinatorConfig::default()
         },
     );
@@ -283,28 +398,152 @@ pub fn run(a: ServeArgs) -> CliResult {
         version: env!("CARGO_PKG_VERSION"),
         open_reads,
     };
-    let state = AppState::new(store, Arc::new(coordinator), info).with_classes(classes);
+    match edge::listener::raise_fd_limit() {
+        Ok(fds) => {
+            let allowed = edge::listener::connection_limit(server_config.max_connections, fds);
+            if allowed < server_config.max_connections {
+                tracing::warn!(
+                    "max_connections lowered from {} to {allowed} to stay below the file descriptor limit ({fds})",
+                    server_config.max_connections
+                );
+                server_config.max_connections = allowed;
+            }
+        }
+        Err(e) => tracing::warn!("could not read the file descriptor limit: {e}"),
+    }
 
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .map_err(|e| startup("listen", e))?;
-    runtime.block_on(async move {
-        let listener = tokio::net::TcpListener::bind(addr)
-            .await
-            .map_err(|e| startup("listen", format!("{addr}: {e}")))?;
+    let coordinator = Arc::new(coordinator);
+    let overruns = coordinator.clone();
+    let served = runtime.block_on(async move {
+        let listener = match launch.listener {
+            Some(l) => {
+                l.set_nonblocking(true).map_err(|e| startup("listen", e))?;
+                tokio::net::TcpListener::from_std(l).map_err(|e| startup("listen", e))?
+            }
+            None => tokio::net::TcpListener::bind(addr)
+                .await
+                .map_err(|e| startup("listen", format!("{addr}: {e}")))?,
+        };
         let local = listener.local_addr().map_err(|e| startup("listen", e))?;
+        if server_config.public_url.is_none() {
+            server_config.public_url = Some(format!("http://{local}"));
+        }
+        let state = AppState::new(store, coordinator, info)
+            .with_classes(classes)
+            .with_limits(limits)
+            .with_server(server_config)
+            .with_catalog(catalog);
         // Exactly one line on stdout when ready; everything else goes to stderr.
-        println!("worldd listening on http://{local}");
-        use std::io::Write;
-        let _ = std::io::stdout().flush();
+        if launch.ready_on_stderr {
+            eprintln!("worldd listening on http://{local}");
+        } else {
+            println!("worldd listening on http://{local}");
+            use std::io::Write;
+            let _ = std::io::stdout().flush();
+        }
         server::serve(listener, state)
             .await
             .map_err(|e| Failure::fatal(format!("server error: {e}")))
-    })
+    });
+    // Every request was answered; what may still run are handlers past their deadline. Give
+    // them a moment to return and journal their outcome, then leave them: their intents stay
+    // indeterminate and are reported at the next start.
+    let hung = overruns.overruns().running();
+    if hung > 0 {
+        tracing::warn!(
+            "{hung} handler(s) past their deadline still run; waiting up to 5 s for them"
+        );
+    }
+    runtime.shutdown_timeout(std::time::Duration::from_secs(5));
+    served
 }
 
-fn resolve_bind(bind: &str) -> Result<SocketAddr, Failure> {
+/// `[server]` and `[limits]` from the file, with the flags over them.
+fn edge_settings(
+    a: &ServeArgs,
+    file: &ConfigFile,
+) -> Result<(edge::ServerConfig, crate::limits::Limits), Failure> {
+    let mut server = file.server.resolve().map_err(|e| startup("config", e))?;
+    server.allowed_hosts.extend(a.allowed_hosts.iter().cloned());
+    server
+        .allowed_origins
+        .extend(a.allowed_origins.iter().cloned());
+    if let Some(u) = &a.public_url {
+        server.public_url = Some(u.clone());
+    }
+    if let Some(n) = a.max_connections {
+        server.max_connections = n;
+    }
+    server.check().map_err(|e| startup("config", e))?;
+    let mut limits = file.limits.resolve().map_err(|e| startup("config", e))?;
+    if let Some(n) = a.execution_slots {
+        limits.execution_slots = n;
+    }
+    if let Some(ms) = a.handler_deadline_ms {
+        limits.handler_deadline = std::time::Duration::from_millis(ms);
+    }
+    if let Some(n) = a.commit_body_bytes {
+        limits.commit_body_bytes = n;
+    }
+    limits.check().map_err(|e| startup("config", e))?;
+    Ok((server, limits))
+}
+
+/// A daemon with no plugin serves tools that all fail by rule R8: say so once, loudly.
+fn warn_when_nothing_serves(dir: &std::path::Path, set: &plugins::PluginSet) {
+    if set.plugins.is_empty() {
+        tracing::warn!(
+            "no plugin loaded from {}: every tool call will be refused (rule R8). Build the plugins \
+             (`cargo build --release` puts them beside worldd) or pass --plugin-dir DIR; \
+             `worldd handlers --plugin-dir DIR` shows what a directory holds",
+            dir.display()
+        );
+    }
+}
+
+/// What `GET /v1/handlers` reports: the plugins that loaded and those that declined.
+fn catalog_of(set: &plugins::PluginSet) -> crate::catalog::Catalog {
+    use crate::catalog::{Catalog, DeclinedPlugin, LoadedPlugin, PluginEffect};
+    let abs = |p: &std::path::Path| {
+        std::path::absolute(p)
+            .unwrap_or_else(|_| p.to_path_buf())
+            .display()
+            .to_string()
+    };
+    Catalog {
+        plugins: set
+            .plugins
+            .iter()
+            .map(|info| LoadedPlugin {
+                name: info.manifest.name.clone(),
+                version: info.manifest.version.clone(),
+                identity: info.identity().to_string(),
+                library: info.identity().library.to_string(),
+                path: abs(&info.path),
+                effects: info
+                    .manifest
+                    .effects
+                    .iter()
+                    .map(|e| PluginEffect {
+                        effect: e.name.clone(),
+                        class: e.class,
+                    })
+                    .collect(),
+            })
+            .collect(),
+        declined: set
+            .declined
+            .iter()
+            .map(|(info, reason)| DeclinedPlugin {
+                name: info.manifest.name.clone(),
+                path: abs(&info.path),
+                reason: reason.clone(),
+            })
+            .collect(),
+    }
+}
+
+pub fn resolve_bind(bind: &str) -> Result<SocketAddr, Failure> {
     if let Ok(a) = bind.parse::<SocketAddr>() {
         return Ok(a);
     }
@@ -412,7 +651,11 @@ fn writer_lock(db: &std::path::Path) -> Result<std::fs::File, Failure> {
         .truncate(false)
         .write(true)
         .open(&path)
-        .map_err(|e| startup("store-open", format!("{}: {e}", path.display())))?;
+        .map_err(|e| {
+            // "disk full", not an I/O fault, when that is what it is.
+            let e = broker_core::store::StoreError::from_io(e);
+            startup("store-open", format!("{}: {e}", path.display()))
+        })?;
     // SAFETY: flock on a file descriptor we own; no memory is shared.
     let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
     if rc != 0 {

@@ -4,7 +4,6 @@
 //! daemon runs (LMDB serialises writers across processes).
 
 use std::io::{BufRead, Write};
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
 use broker_core::grant::Grant;
@@ -12,6 +11,7 @@ use broker_core::session::{self, Session};
 use broker_core::store::{Store, StoreOptions};
 use clap::{Args, Subcommand};
 
+use super::secret_file::SecretFile;
 use super::{now, CliResult, DbArg, Failure};
 
 /// The eight se-tools effects granted by `--preset se-tools`.
@@ -29,12 +29,22 @@ pub const SE_TOOLS_EFFECTS: [&str; 8] = [
 #[derive(Subcommand, Debug)]
 pub enum SessionCommand {
     /// Mint a session credential (asks for confirmation on the terminal).
+    #[command(
+        after_help = "Examples:\n  worldd session mint --episode demo --grant Workspace.Read=worktree:20 --grant Workspace.Write=worktree:5 --out .world/demo.session\n  worldd session mint --episode ci --grant Workspace.Read=worktree:100 --ttl 600"
+    )]
     Mint(MintArgs),
     /// Create an episode's worktree and mint a credential for it.
+    #[command(
+        after_help = "Examples:\n  worldd session new demo --preset se-tools --out .world/demo.session\n  worldd session new feat-1 --repo ~/src/project --preset se-tools --grant Git.Commit=worktree:5 --out .world/feat-1.session"
+    )]
     New(NewArgs),
     /// List session credentials (never the tokens).
+    #[command(after_help = "Examples:\n  worldd session list\n  worldd session list --json")]
     List(ListArgs),
     /// Revoke a credential by id, or every credential of an episode.
+    #[command(
+        after_help = "Examples:\n  worldd session revoke 9b61e1df1743e50ede6511a82ddd3fae574318612d8a82850901b7c0f65bee51\n  worldd session revoke --episode demo"
+    )]
     Revoke(RevokeArgs),
 }
 
@@ -48,17 +58,26 @@ pub struct MintArgs {
     /// EFFECT=SCOPE:BUDGET (repeatable).
     #[arg(long = "grant")]
     pub grants: Vec<String>,
+    /// Mint an operator credential: it reads every episode and, with a World.Commit grant,
+    /// may commit through POST /v1/commit. Grants are optional for operators.
+    #[arg(long)]
+    pub operator: bool,
     #[command(flatten)]
     pub credential: CredentialArgs,
 }
 
+/// The lifetime of a credential minted without `--ttl`, by `session mint`, `session new` and
+/// `quickstart` alike: a working day and night, so a demo set up in the morning still works.
+pub const DEFAULT_TTL: i64 = 24 * 3600;
+
 /// Where a minted credential goes and how long it lives (`mint` and `new`).
 #[derive(Args, Debug, Clone)]
 pub struct CredentialArgs {
-    /// Lifetime in seconds.
-    #[arg(long, default_value_t = 3600)]
+    /// Lifetime in seconds (default: 24 hours).
+    #[arg(long, default_value_t = DEFAULT_TTL)]
     pub ttl: i64,
-    /// Write the credential to this file (mode 0600) instead of stdout.
+    /// Write the credential to this file instead of stdout: created (or atomically replaced)
+    /// with mode 0600, never through a symbolic link.
     #[arg(long)]
     pub out: Option<PathBuf>,
 }
@@ -115,6 +134,7 @@ pub fn run(cmd: SessionCommand) -> CliResult {
                 &a.db.db,
                 &a.episode,
                 grants,
+                a.operator,
                 a.credential.ttl,
                 a.credential.out.as_deref(),
             )
@@ -171,9 +191,16 @@ fn confirm(question: &str) -> CliResult {
     }
 }
 
-fn mint(db: &Path, episode: &str, grants: Vec<Grant>, ttl: i64, out: Option<&Path>) -> CliResult {
+fn mint(
+    db: &Path,
+    episode: &str,
+    grants: Vec<Grant>,
+    operator: bool,
+    ttl: i64,
+    out: Option<&Path>,
+) -> CliResult {
     session::validate_episode(episode).map_err(|e| Failure::usage(e.to_string()))?;
-    if grants.is_empty() {
+    if grants.is_empty() && !operator {
         return Err(Failure::usage(
             "at least one --grant EFFECT=SCOPE:BUDGET is required",
         ));
@@ -182,35 +209,47 @@ fn mint(db: &Path, episode: &str, grants: Vec<Grant>, ttl: i64, out: Option<&Pat
         return Err(Failure::usage("--ttl must be at least 1 second"));
     }
     let store = open_existing(db)?;
+    let kind = if operator {
+        "an OPERATOR credential (reads every episode)"
+    } else {
+        "a session credential"
+    };
+    // Check and create the output before anything is minted: a refusal mints nothing.
+    let file = out
+        .map(SecretFile::prepare)
+        .transpose()
+        .map_err(|e| Failure::usage(e.to_string()))?;
     confirm(&format!(
-        "Confirm mint for episode {episode} ({} grant(s), expiry +{ttl}s) with a session credential? [y/N] ",
+        "Confirm mint for episode {episode} ({} grant(s), expiry +{ttl}s) with {kind}? [y/N] ",
         grants.len()
     ))?;
     let n = grants.len();
-    let minted = session::mint(&store, episode, grants, ttl, now())
-        .map_err(|e| Failure::fatal(e.to_string()))?;
+    let minted = if operator {
+        session::mint_operator(&store, episode, grants, ttl, now())
+    } else {
+        session::mint(&store, episode, grants, ttl, now())
+    }
+    .map_err(|e| Failure::fatal(e.to_string()))?;
     let s = &minted.session;
     eprintln!(
         "worldd session mint: credential_id={} (episode {episode}, {n} grant(s), expires {})",
         s.credential_id, s.expires_at
     );
-    match out {
-        Some(path) => {
-            let mut f = std::fs::OpenOptions::new()
-                .write(true)
-                .create(true)
-                .truncate(true)
-                .mode(0o600)
-                .open(path)
-                .map_err(|e| Failure::usage(format!("cannot write {}: {e}", path.display())))?;
-            writeln!(f, "{}", minted.token).map_err(|e| Failure::usage(e.to_string()))?;
+    match (out, file) {
+        (Some(path), Some(file)) => {
+            if let Err(e) = file.commit(format!("{}\n", minted.token).as_bytes()) {
+                // Undelivered, so unusable: revoke it rather than leave a live credential
+                // nobody holds.
+                let _ = session::revoke(&store, &s.credential_id);
+                return Err(Failure::usage(format!("{e}; the credential was revoked")));
+            }
             println!(
                 "minted session credential for episode {episode}: {n} grant(s), expires epoch {}, written to {}",
                 s.expires_at,
                 path.display()
             );
         }
-        None => println!("{}", minted.token),
+        _ => println!("{}", minted.token),
     }
     Ok(())
 }
@@ -259,6 +298,7 @@ fn new(a: NewArgs) -> CliResult {
         &a.db.db,
         &a.episode,
         grants,
+        false,
         a.credential.ttl,
         a.credential.out.as_deref(),
     );
@@ -340,12 +380,13 @@ fn list(a: ListArgs) -> CliResult {
     for s in &sessions {
         let grants: Vec<String> = s.grants.iter().map(Grant::to_string).collect();
         println!(
-            "{}  {}  {}  expires {}  {}",
+            "{}  {}  {}  expires {}  {}{}",
             s.credential_id,
             s.episode,
             if s.is_valid(t) { "live" } else { "expired" },
             rfc3339(s.expires_at),
-            grants.join(",")
+            grants.join(","),
+            if s.operator { "  operator" } else { "" }
         );
     }
     println!("{} session credential(s)", sessions.len());
@@ -360,6 +401,7 @@ fn session_json(s: &Session, now: i64) -> serde_json::Value {
         "createdAt": rfc3339(s.created_at),
         "expiresAt": rfc3339(s.expires_at),
         "grants": s.grants.iter().map(Grant::to_string).collect::<Vec<_>>(),
+        "operator": s.operator,
     })
 }
 

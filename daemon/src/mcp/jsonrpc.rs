@@ -166,6 +166,60 @@ impl Reply {
     pub(super) fn invalid_request(id: Value, why: &str) -> Reply {
         Reply::error(&id, INVALID_REQUEST, format!("invalid request: {why}"))
     }
+
+    /// A batch item left unrun because the replies before it reached `limit` bytes.
+    pub(super) fn not_run(id: Value, limit: usize) -> Reply {
+        Reply::error(
+            &id,
+            INVALID_REQUEST,
+            format!("invalid request: not run: the replies to this batch reached the {limit}-byte limit ([limits] reply_bytes); send it again in another POST"),
+        )
+    }
+
+    /// The length of this reply as compact JSON.
+    pub(super) fn encoded_len(&self) -> usize {
+        struct Count(usize);
+        impl std::io::Write for Count {
+            fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+                self.0 += b.len();
+                Ok(b.len())
+            }
+            fn flush(&mut self) -> std::io::Result<()> {
+                Ok(())
+            }
+        }
+        let mut n = Count(0);
+        let _ = serde_json::to_writer(&mut n, self);
+        n.0
+    }
+}
+
+/// The number of messages in a body that is one JSON array, counted without building them
+/// (a huge batch is refused before it costs memory); `None` for anything else, including
+/// malformed JSON, which the full parse then reports.
+pub(super) fn batch_len(bytes: &[u8]) -> Option<usize> {
+    use serde::de::{Deserializer as _, IgnoredAny, SeqAccess, Visitor};
+    if bytes.iter().find(|b| !b.is_ascii_whitespace()) != Some(&b'[') {
+        return None;
+    }
+    struct Count;
+    impl<'de> Visitor<'de> for Count {
+        type Value = usize;
+        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            f.write_str("a JSON array")
+        }
+        fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<usize, A::Error> {
+            let mut n = 0;
+            while seq.next_element::<IgnoredAny>()?.is_some() {
+                n += 1;
+            }
+            Ok(n)
+        }
+    }
+    let mut de = serde_json::Deserializer::from_slice(bytes);
+    let n = (&mut de).deserialize_seq(Count).ok()?;
+    de.end().ok()?;
+    Some(n)
 }
 
 /// `s` as a JSON string literal, for names quoted in error texts (`unknown tool "x"`): quotes
@@ -235,6 +289,15 @@ mod tests {
                 (Value::Null, "\"id\" must be a string or an integer")
             );
         }
+    }
+
+    #[test]
+    fn batches_are_counted_without_being_built() {
+        assert_eq!(batch_len(b" [1, {\"a\": [2]}, \"x\"] "), Some(3));
+        assert_eq!(batch_len(b"[]"), Some(0));
+        assert_eq!(batch_len(b"{\"a\":1}"), None);
+        assert_eq!(batch_len(b"[1,"), None);
+        assert_eq!(batch_len(b"[1] x"), None);
     }
 
     #[test]

@@ -17,7 +17,7 @@ use serde_json::{json, Map, Value};
 use tokio::time::Instant;
 
 use super::jsonrpc::{quote, Reply, INTERNAL_ERROR, INVALID_PARAMS, METHOD_NOT_FOUND};
-use super::{ADMISSION_DEADLINE, HANDSHAKE_VERSIONS, IDEMPOTENCY_KEY, MODERN_VERSION};
+use super::{HANDSHAKE_VERSIONS, IDEMPOTENCY_KEY, MODERN_VERSION};
 use crate::outcome::{self, Outcome};
 use crate::state::{AppState, InvokeFailure};
 use crate::tools::{self, SurfaceError};
@@ -49,6 +49,11 @@ pub(super) enum HostFailure {
     TimedOut,
     Canceled,
     Capacity,
+    /// The episode's queue was full or stayed busy past the deadline: the capacity envelope,
+    /// classified `busy`.
+    Busy,
+    /// The store is past its reserve: the capacity message, classified `store-full`.
+    StoreFull,
 }
 
 impl HostFailure {
@@ -57,17 +62,21 @@ impl HostFailure {
             HostFailure::Failed => "host callback failed",
             HostFailure::TimedOut => "host callback timed out",
             HostFailure::Canceled => "host callback canceled",
-            HostFailure::Capacity => "host callback capacity exceeded",
+            HostFailure::Capacity | HostFailure::Busy | HostFailure::StoreFull => {
+                "host callback capacity exceeded"
+            }
         }
     }
 
-    /// The classification of the failure: nothing ran only when the slots were full.
+    /// The classification of the failure: nothing ran only when admission refused it.
     pub(super) fn outcome(self) -> Outcome {
         match self {
             HostFailure::Failed => Outcome::indeterminate("host"),
             HostFailure::TimedOut => Outcome::indeterminate("timeout"),
             HostFailure::Canceled => Outcome::indeterminate("canceled"),
             HostFailure::Capacity => Outcome::capacity(),
+            HostFailure::Busy => Outcome::busy(),
+            HostFailure::StoreFull => Outcome::store_full(),
         }
     }
 }
@@ -315,18 +324,14 @@ fn published_schema(schema: &Value) -> Value {
 /// whole surface, a protocol-level answer; registry failures and the deadline are host
 /// failures.
 async fn surface(ctx: &Ctx<'_>) -> Result<Result<Vec<RegistryEntry>, String>, HostFailure> {
-    let bound = ctx.deadline.min(Instant::now() + ADMISSION_DEADLINE);
-    match tokio::time::timeout_at(bound, tools::visible_for_mcp(ctx.state, ctx.session)).await {
-        Err(_) => {
-            tracing::warn!(episode = %ctx.session.episode, "mcp: building the tool surface timed out");
-            Err(HostFailure::TimedOut)
-        }
-        Ok(Ok(entries)) => Ok(Ok(entries)),
-        Ok(Err(refusal @ SurfaceError::NameTooLong(_))) => {
+    // One LMDB read of the registry head (the parsed registry is cached): nothing here waits.
+    match tools::visible_for_mcp(ctx.state, ctx.session).await {
+        Ok(entries) => Ok(Ok(entries)),
+        Err(refusal @ SurfaceError::NameTooLong(_)) => {
             tracing::warn!(episode = %ctx.session.episode, "mcp: {refusal}");
             Ok(Err(refusal.to_string()))
         }
-        Ok(Err(SurfaceError::Registry(cause))) => {
+        Err(SurfaceError::Registry(cause)) => {
             tracing::error!(episode = %ctx.session.episode, "mcp: tool surface unavailable: {cause}");
             Err(HostFailure::Failed)
         }
@@ -451,10 +456,18 @@ async fn tools_call(
     };
     let tool = entry.transition.id.as_str();
     let episode = ctx.session.episode.as_str();
-    match ctx.state.invoke(call, remaining).await {
+    match ctx.state.invoke(call, ctx.deadline).await {
         Ok(out) => {
             let outcome = outcome::of_output(&out, class);
             call_result(ctx, id, tool, out, outcome, key.as_deref())
+        }
+        Err(InvokeFailure::Call(
+            e @ (CallError::InvalidArguments(_) | CallError::InvalidTaskId),
+        )) => {
+            // Refused in admission, before anything was journaled: a protocol error that
+            // promises nothing ran, never the host-failure envelope.
+            tracing::info!(%episode, %tool, rpc_id = %id, "mcp tools/call: {e}");
+            Ok(Reply::error(id, INVALID_PARAMS, e.to_string()))
         }
         Err(failure) => {
             if let (Some(k), Some(a), InvokeFailure::Call(e)) =
@@ -465,14 +478,22 @@ async fn tools_call(
                 }
             }
             let (host, cause) = match failure {
+                // Nothing ran: the store is past its reserve (the operator's log says why).
+                InvokeFailure::Call(e @ CallError::StoreFull(_)) => {
+                    (HostFailure::StoreFull, e.to_string())
+                }
                 InvokeFailure::Call(e) => (HostFailure::Failed, e.to_string()),
                 InvokeFailure::Capacity => (
                     HostFailure::Capacity,
-                    "all host callback slots are busy".to_owned(),
+                    "all execution slots stayed busy".to_owned(),
+                ),
+                InvokeFailure::Busy => (
+                    HostFailure::Busy,
+                    "an earlier call of this episode is still running (queue full, or it outlasted this call's deadline); nothing ran".to_owned(),
                 ),
                 InvokeFailure::TimedOut => (
                     HostFailure::TimedOut,
-                    "the invocation did not finish before the POST deadline; it may still commit"
+                    "the handler overran its deadline (its outcome is journaled when it returns; the call is not committed), or the POST deadline passed (the call may still commit)"
                         .to_owned(),
                 ),
                 InvokeFailure::Canceled => (
@@ -486,7 +507,7 @@ async fn tools_call(
                 // Load and slow calls are operational, not faults.
                 // Capacity refusals are counted in /v1/metrics; a log line each would flood
                 // stderr exactly when the daemon is busiest.
-                HostFailure::Capacity => {
+                HostFailure::Capacity | HostFailure::Busy | HostFailure::StoreFull => {
                     tracing::debug!(%episode, %tool, rpc_id = %id, "mcp tools/call: {}: {cause}", host.message())
                 }
                 HostFailure::TimedOut => {

@@ -49,15 +49,19 @@ const NAME_HEADER: &str = "mcp-name";
 
 /// One POST under 2026-07-28, after the transport's header checks and the body limit.
 pub(super) async fn serve(ctx: &Ctx<'_>, headers: &HeaderMap, bytes: &[u8]) -> Response {
-    let message: Value = match serde_json::from_slice(bytes) {
-        Ok(v) => v,
-        Err(_) => return json_reply(&Reply::error(&Value::Null, PARSE_ERROR, "Parse error")),
-    };
     let not_one_request = || {
         json_reply(&Reply::invalid_request(
             Value::Null,
             "the body must be a single JSON-RPC request or notification object under MCP-Protocol-Version 2026-07-28",
         ))
+    };
+    // An array is refused before it is built.
+    if jsonrpc::batch_len(bytes).is_some() {
+        return not_one_request();
+    }
+    let message: Value = match serde_json::from_slice(bytes) {
+        Ok(v) => v,
+        Err(_) => return json_reply(&Reply::error(&Value::Null, PARSE_ERROR, "Parse error")),
     };
     let Value::Object(object) = &message else {
         return not_one_request();

@@ -13,8 +13,7 @@
 //!   removed (they are not part of an HTTP field value) it must match a supported revision
 //!   exactly. An empty value is unsupported too.
 
-use axum::body::{Body, Bytes, HttpBody};
-use axum::http::header::{ACCEPT, CONTENT_LENGTH, CONTENT_TYPE, WWW_AUTHENTICATE};
+use axum::http::header::{ACCEPT, CONTENT_TYPE, WWW_AUTHENTICATE};
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use broker_core::session::AuthError;
@@ -23,7 +22,7 @@ use serde_json::Value;
 
 use super::jsonrpc::{Reply, INTERNAL_ERROR};
 use super::methods::HostFailure;
-use super::{DEFAULT_VERSION, MAX_BODY_BYTES, SUPPORTED_VERSIONS};
+use super::{DEFAULT_VERSION, SUPPORTED_VERSIONS};
 use crate::state::AuthFailure;
 
 const TEXT_PLAIN: &str = "text/plain; charset=utf-8";
@@ -45,7 +44,7 @@ pub(super) fn auth_text(denial: AuthError) -> &'static str {
     }
 }
 
-/// 401 for a denial; 503 / 500 when the store could not answer.
+/// 401 for a denial; 500 when the store failed underneath.
 pub(super) fn auth_failure(failure: AuthFailure) -> Response {
     match failure {
         AuthFailure::Denied(denial) => (
@@ -57,10 +56,6 @@ pub(super) fn auth_failure(failure: AuthFailure) -> Response {
             auth_text(denial),
         )
             .into_response(),
-        AuthFailure::Timeout => text(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "session credential lookup timed out; retry".to_owned(),
-        ),
         // The cause was logged where it happened (AppState::authenticate).
         AuthFailure::Internal => text(
             StatusCode::INTERNAL_SERVER_ERROR,
@@ -137,47 +132,27 @@ fn protocol_version(headers: &HeaderMap) -> Result<&'static str, String> {
         })
 }
 
-/// Why the body was not read.
-#[derive(Debug, PartialEq, Eq)]
-pub(super) enum BodyError {
-    TooLarge,
-    Unreadable,
-}
-
-/// Read at most `limit` bytes. A declared `Content-Length` over the limit is refused before
-/// reading anything; otherwise the body is read frame by frame and refused as soon as it grows
-/// past the limit, so an oversized upload is never buffered whole.
-pub(super) async fn read_body(
-    headers: &HeaderMap,
-    body: Body,
-    limit: usize,
-) -> Result<Bytes, BodyError> {
-    let declared = headers
-        .get(CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.trim().parse::<u64>().ok());
-    if declared.is_some_and(|n| n > limit as u64) {
-        return Err(BodyError::TooLarge);
-    }
-    let mut body = std::pin::pin!(body);
-    let mut buf: Vec<u8> = Vec::new();
-    while let Some(frame) = std::future::poll_fn(|cx| body.as_mut().poll_frame(cx)).await {
-        let frame = frame.map_err(|_| BodyError::Unreadable)?;
-        // Trailers carry nothing for JSON-RPC; only data frames count.
-        if let Ok(data) = frame.into_data() {
-            if buf.len() + data.len() > limit {
-                return Err(BodyError::TooLarge);
-            }
-            buf.extend_from_slice(&data);
-        }
-    }
-    Ok(Bytes::from(buf))
-}
-
-pub(super) fn body_too_large() -> Response {
+pub(super) fn body_too_large(limit: usize) -> Response {
     text(
         StatusCode::PAYLOAD_TOO_LARGE,
-        format!("request body exceeds the 4 MiB limit ({MAX_BODY_BYTES} bytes)"),
+        format!(
+            "request body exceeds the {} limit ({limit} bytes)",
+            crate::edge::body::describe(limit)
+        ),
+    )
+}
+
+pub(super) fn body_busy() -> Response {
+    text(
+        StatusCode::SERVICE_UNAVAILABLE,
+        crate::edge::body::BUSY_TEXT.to_owned(),
+    )
+}
+
+pub(super) fn body_timed_out() -> Response {
+    text(
+        StatusCode::REQUEST_TIMEOUT,
+        "request body not received in time ([server] body_timeout_ms)".to_owned(),
     )
 }
 

@@ -9,6 +9,8 @@ use std::time::Duration;
 
 use serde_json::Value;
 
+pub mod clients;
+
 pub const WORLDD: &str = env!("CARGO_BIN_EXE_worldd");
 
 /// The cargo target profile directory (…/target/debug).
@@ -58,15 +60,30 @@ impl Daemon {
         Daemon::start_in(dir, plugins, extra)
     }
 
+    /// Start with extra environment variables for the daemon.
+    pub fn start_env(plugins: &[&str], extra: &[&str], env: &[(&str, &str)]) -> Daemon {
+        let dir = tempfile::tempdir().unwrap();
+        Daemon::start_in_env(dir, plugins, extra, env)
+    }
+
     pub fn start_in(dir: tempfile::TempDir, plugins: &[&str], extra: &[&str]) -> Daemon {
+        Daemon::start_in_env(dir, plugins, extra, &[])
+    }
+
+    fn start_in_env(
+        dir: tempfile::TempDir,
+        plugins: &[&str],
+        extra: &[&str],
+        env: &[(&str, &str)],
+    ) -> Daemon {
         let plugin_dir = dir.path().join("plugins");
         std::fs::create_dir_all(&plugin_dir).unwrap();
         for p in plugins {
             let lib = plugin_library(p);
             std::fs::copy(&lib, plugin_dir.join(lib.file_name().unwrap())).unwrap();
         }
-        let mut child = Command::new(WORLDD)
-            .arg("serve")
+        let mut cmd = Command::new(WORLDD);
+        cmd.arg("serve")
             .arg("--db")
             .arg(dir.path().join("db"))
             .arg("--workspace-root")
@@ -76,10 +93,15 @@ impl Daemon {
             .arg("--plugin-dir")
             .arg(&plugin_dir)
             .args(extra)
+            .envs(env.iter().copied())
             .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
+            .stderr(Stdio::piped());
+        Daemon::spawn(dir, cmd)
+    }
+
+    /// Spawn a prepared `worldd serve` command (stdout piped) and wait for its ready line.
+    pub fn spawn(dir: tempfile::TempDir, mut cmd: Command) -> Daemon {
+        let mut child = cmd.spawn().unwrap();
         let stdout = child.stdout.take().unwrap();
         let mut line = String::new();
         BufReader::new(stdout).read_line(&mut line).unwrap();
@@ -116,6 +138,19 @@ impl Daemon {
             .token
     }
 
+    /// Mint an operator credential directly in the store (as `session mint --operator`).
+    pub fn operator_session(&self, episode: &str, grants: &[&str]) -> String {
+        let store = broker_core::store::Store::open(&self.db(), Default::default()).unwrap();
+        let grants = grants.iter().map(|g| g.parse().unwrap()).collect();
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs() as i64;
+        broker_core::session::mint_operator(&store, episode, grants, 3600, now)
+            .unwrap()
+            .token
+    }
+
     /// Kill this daemon and start another on the same directory (store, worktrees).
     pub fn restart(mut self, plugins: &[&str], extra: &[&str]) -> Daemon {
         let _ = self.child.kill();
@@ -146,6 +181,70 @@ impl Daemon {
         let _ = self.child.kill();
         panic!("daemon did not stop on SIGTERM");
     }
+}
+
+impl Daemon {
+    /// Kill the daemon; keep its directory and return everything it wrote to stderr (its
+    /// log).
+    pub fn halt_with_log(mut self) -> (tempfile::TempDir, String) {
+        let mut err = self.child.stderr.take().unwrap();
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let mut text = String::new();
+        std::io::Read::read_to_string(&mut err, &mut text).unwrap();
+        let dir = std::mem::replace(&mut self.dir, tempfile::tempdir().unwrap());
+        (dir, text)
+    }
+}
+
+/// A small tmpfs mounted on a temporary directory, unmounted on drop: a real filesystem that
+/// runs out of space. `None` when this process may not mount (not root).
+pub struct Tmpfs {
+    pub dir: tempfile::TempDir,
+}
+
+impl Tmpfs {
+    pub fn mount(bytes: u64) -> Option<Tmpfs> {
+        let dir = tempfile::tempdir().ok()?;
+        let ok = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={bytes}"), "tmpfs"])
+            .arg(dir.path())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success());
+        ok.then_some(Tmpfs { dir })
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = Command::new("umount")
+            .arg("-l")
+            .arg(self.dir.path())
+            .status();
+    }
+}
+
+/// Mint a session with `worldd session mint` at a pseudo-terminal (`script`), answering `y`.
+/// Returns (exit code, what the terminal showed).
+pub fn mint_at_terminal(db: &Path, args: &str) -> (i32, String) {
+    let cmd = format!("{WORLDD} session mint --db {} {args}", db.display());
+    let mut child = Command::new("script")
+        .args(["-qec", &cmd, "/dev/null"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    {
+        use std::io::Write;
+        child.stdin.take().unwrap().write_all(b"y\n").unwrap();
+    }
+    let out = child.wait_with_output().unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+    )
 }
 
 impl Drop for Daemon {
@@ -288,4 +387,55 @@ pub fn worldd(args: &[&str], stdin: Option<&[u8]>) -> (i32, String, String) {
 
 pub fn path_str(p: &Path) -> &str {
     p.to_str().unwrap()
+}
+
+/// Send raw bytes on a fresh connection and read one HTTP response (head and a body of its
+/// `Content-Length`), without sending anything more: for requests whose body is held back.
+pub fn raw_exchange(addr: &str, bytes: &[u8]) -> Answer {
+    use std::io::{Read, Write};
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    s.write_all(bytes).unwrap();
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 8192];
+    loop {
+        if let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+            let head = String::from_utf8_lossy(&buf[..end]).to_string();
+            let length = head
+                .lines()
+                .find_map(|l| {
+                    let (k, v) = l.split_once(':')?;
+                    k.eq_ignore_ascii_case("content-length")
+                        .then(|| v.trim().parse::<usize>().ok())?
+                })
+                .unwrap_or(0);
+            if buf.len() >= end + 4 + length {
+                let status = head
+                    .split_whitespace()
+                    .nth(1)
+                    .and_then(|c| c.parse().ok())
+                    .unwrap_or(0);
+                let content_type = head
+                    .lines()
+                    .find_map(|l| {
+                        let (k, v) = l.split_once(':')?;
+                        k.eq_ignore_ascii_case("content-type")
+                            .then(|| v.trim().to_owned())
+                    })
+                    .unwrap_or_default();
+                return Answer {
+                    status,
+                    content_type,
+                    body: buf[end + 4..end + 4 + length].to_vec(),
+                };
+            }
+        }
+        let n = s.read(&mut chunk).unwrap();
+        assert!(
+            n > 0,
+            "connection closed before a full response: {:?}",
+            String::from_utf8_lossy(&buf)
+        );
+        buf.extend_from_slice(&chunk[..n]);
+    }
 }

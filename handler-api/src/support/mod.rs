@@ -24,16 +24,24 @@
 //!   the `sha2` and `libc` dependencies): the `tool` ref, the SHA-256 of the
 //!   plugin's own library found with `dladdr` (`tool_ref!`),
 //!   and the SHA-256 helpers behind `policy_digest`.
+//! - `protect` (feature `protect`): when two path names count as the same name (NFKC, case
+//!   folding, ignorable characters dropped) and which names are named like `.git`.
+//! - `child` (feature `child`, Linux): child processes in a process group of their own, led
+//!   by a watchdog, that die with the call and with the daemon.
 //!
 //! [`ABI_VERSION`]: crate::ABI_VERSION
 //! [`PluginMod`]: crate::PluginMod
 
+#[cfg(feature = "child")]
+pub mod child;
 pub mod config;
 #[cfg(feature = "identity")]
 pub mod identity;
 pub mod manifest;
 pub mod names;
 pub mod output;
+#[cfg(feature = "protect")]
+pub mod protect;
 pub mod request;
 
 #[cfg(test)]

@@ -1,22 +1,26 @@
 //! Running one `ailang` child: exact environment, own process group, deadline with a
 //! group-wide SIGKILL, and a hard cap on each output stream.
 //!
-//! The child leads a new process group (`process_group(0)`), so everything it starts can be
-//! killed with one `kill(-pgid, SIGKILL)`. The group is killed on timeout, on overflow, and
-//! also after a normal exit (stragglers must not outlive the effect or hold the pipes open).
-//! The leader's exit is detected with `waitid(…, WNOWAIT)`, which leaves it a zombie until the
-//! group has been killed: while the zombie exists its pid cannot be reused, so the kill can
-//! never hit an unrelated process group.
+//! The child runs in a process group of its own, led by a watchdog
+//! (`handler_api::support::child::Group`), so everything it starts can be killed with one
+//! `kill(-pgid, SIGKILL)`, and the child (parent-death signal) and the whole group (the
+//! watchdog) die with the daemon, however the daemon dies. The group is killed on timeout, on
+//! overflow, and also after a normal exit (stragglers must not outlive the effect or hold the
+//! pipes open). The group id stays reserved until the watchdog is reaped, after the kill, so
+//! the kill can never hit an unrelated process group. The child is waited for on the thread
+//! that spawned it, which the parent-death signal requires.
 
 use std::ffi::OsString;
 use std::io::{self, Read, Write};
-use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitStatus, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc};
 use std::thread;
 use std::time::{Duration, Instant};
+
+use handler_api::support::child::Group;
 
 /// Each of stdout and stderr may hold at most this much (8 MiB); more is a failure, never a
 /// silent truncation.
@@ -105,14 +109,6 @@ pub fn excerpt(text: &str) -> String {
         line.chars().take(200).collect::<String>() + "…"
     } else {
         line
-    }
-}
-
-fn kill_group(pgid: i32) {
-    // SAFETY: plain syscall; the group id is our child's pid, still reserved because the
-    // leader has not been reaped yet (see the module docs).
-    unsafe {
-        libc::kill(-pgid, libc::SIGKILL);
     }
 }
 
@@ -209,8 +205,9 @@ pub fn run(spec: Spec) -> Result<Finished, Failure> {
         .envs(spec.env.iter().map(|(k, v)| (k, v)))
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .process_group(0);
+        .stderr(Stdio::piped());
+    let group = Group::new().map_err(Failure::Spawn)?;
+    group.prepare(&mut command);
     let mut child = spawn(&mut command).map_err(Failure::Spawn)?;
     let pid = child.id() as i32;
 
@@ -249,8 +246,9 @@ pub fn run(spec: Spec) -> Result<Finished, Failure> {
         thread::sleep(pause.min(spec.deadline - now));
         pause = (pause * 2).min(Duration::from_millis(10));
     };
-    kill_group(pid);
+    group.kill();
     let status = child.wait();
+    drop(group);
 
     // Collect both streams; with the group dead the pipes close at once.
     let mut streams: [Option<io::Result<Vec<u8>>>; 2] = [None, None];

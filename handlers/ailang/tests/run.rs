@@ -210,11 +210,20 @@ fn the_child_gets_exactly_the_documented_environment_cwd_and_its_own_process_gro
         seen["cwd"],
         json!(f.root.canonicalize().unwrap().display().to_string())
     );
-    // Group leader of its own group, not ours.
-    assert_eq!(seen["pgid"], seen["pid"]);
+    // In a group of its own, not ours, led by the watchdog (not by the child), and the
+    // whole group is gone once the effect is over.
+    assert_ne!(seen["pgid"], seen["pid"]);
     // SAFETY: getpgrp has no preconditions.
     let ours = unsafe { libc::getpgrp() };
     assert_ne!(seen["pgid"], json!(ours));
+    let pgid = seen["pgid"].as_i64().unwrap() as i32;
+    // SAFETY: signal 0 only checks whether the group has members.
+    let r = unsafe { libc::kill(-pgid, 0) };
+    assert_eq!(r, -1, "the group outlived the effect");
+    assert_eq!(
+        std::io::Error::last_os_error().raw_os_error(),
+        Some(libc::ESRCH)
+    );
 
     // The policy-tool children get the same environment (from the stand-in's log).
     for line in f.log() {

@@ -149,7 +149,7 @@ impl Policy {
     /// No host path: the digest is the same on every host with this policy.
     pub fn canonical_json(&self) -> String {
         format!(
-            "{{\"author\":{},\"hooks\":false,\"policy\":\"worldd/git-policy/v1\",\
+            "{{\"author\":{},\"gitlinks\":false,\"hooks\":false,\"policy\":\"worldd/git-policy/v2\",\
              \"push\":false,\"rewrite\":false,\"sandbox\":\"worktree\",\"timeoutMs\":{}}}",
             json_string(&self.author.display()),
             self.timeout_ms

@@ -1,13 +1,15 @@
 //! Running the system `git`: a scrubbed environment, no hooks, no network, a
-//! deadline.
+//! deadline, and a process group of its own that dies with the call and with
+//! the daemon (`handler_api::support::child`).
 
 use std::ffi::{OsStr, OsString};
 use std::io::{self, Read, Write};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Stdio};
+use std::process::{Command, ExitStatus, Stdio};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
+use handler_api::support::child::Group;
 use handler_api::support::output::errno_text;
 
 use crate::config::Author;
@@ -17,8 +19,10 @@ const MAX_CAPTURE: usize = 8 << 20;
 
 /// Configuration forced on every run with `-c` (command-line config beats the
 /// repository's own): no hooks, no fsmonitor program, no signing program, no
-/// background maintenance, no network, no submodule recursion.
-const FORCED_CONFIG: [&str; 9] = [
+/// background maintenance, no network, no submodule recursion; git's own
+/// refusal of `.git` look-alikes (HFS+ ignorable characters, NTFS short names
+/// and trailing dots) whatever the platform; one self-contained index file.
+const FORCED_CONFIG: [&str; 12] = [
     "core.hooksPath=/dev/null",
     "core.fsmonitor=false",
     "commit.gpgSign=false",
@@ -28,7 +32,24 @@ const FORCED_CONFIG: [&str; 9] = [
     "submodule.recurse=false",
     "core.quotePath=false",
     "advice.detachedHead=false",
+    "core.protectHFS=true",
+    "core.protectNTFS=true",
+    "core.splitIndex=false",
 ];
+
+/// Where one git run happens.
+#[derive(Debug, Clone)]
+pub struct Place<'a> {
+    /// The working directory.
+    pub cwd: &'a Path,
+    /// `GIT_CEILING_DIRECTORIES`: no discovery above it.
+    pub ceiling: Option<&'a Path>,
+    /// `GIT_DIR` (with `GIT_WORK_TREE` = `cwd`): once the repository is known, git
+    /// runs pinned to it and discovers nothing.
+    pub git_dir: Option<&'a Path>,
+    /// `GIT_INDEX_FILE`: a private index.
+    pub index_file: Option<&'a Path>,
+}
 
 /// The finished run of one git command.
 #[derive(Debug)]
@@ -69,6 +90,8 @@ pub struct Git {
     path_var: Option<OsString>,
     /// An empty directory used as `HOME`.
     home: PathBuf,
+    /// Where private index files are made (one temporary directory per commit).
+    scratch: PathBuf,
     author: Author,
 }
 
@@ -87,14 +110,27 @@ pub fn find_program(path_var: Option<&OsStr>) -> Option<PathBuf> {
 }
 
 impl Git {
-    /// A runner for `program`, with `home` as HOME.
-    pub fn new(program: PathBuf, path_var: Option<OsString>, home: PathBuf, author: Author) -> Git {
+    /// A runner for `program`, with `home` as HOME and private indexes under
+    /// `scratch`.
+    pub fn new(
+        program: PathBuf,
+        path_var: Option<OsString>,
+        home: PathBuf,
+        scratch: PathBuf,
+        author: Author,
+    ) -> Git {
         Git {
             program,
             path_var,
             home,
+            scratch,
             author,
         }
+    }
+
+    /// The directory private indexes are made in.
+    pub fn scratch(&self) -> &Path {
+        &self.scratch
     }
 
     /// The empty directory git sees as HOME.
@@ -102,8 +138,8 @@ impl Git {
         &self.home
     }
 
-    /// The command with the scrubbed environment, forced config and `cwd`.
-    fn command(&self, cwd: &Path, ceiling: Option<&Path>, args: &[&OsStr]) -> Command {
+    /// The command with the scrubbed environment, forced config and place.
+    fn command(&self, place: &Place<'_>, args: &[&OsStr]) -> Command {
         let mut cmd = Command::new(&self.program);
         cmd.env_clear();
         if let Some(p) = &self.path_var {
@@ -125,28 +161,37 @@ impl Git {
             .env("GIT_COMMITTER_EMAIL", &self.author.email)
             .env("LC_ALL", "C")
             .env("LANG", "C");
-        if let Some(c) = ceiling {
+        if let Some(c) = place.ceiling {
             cmd.env("GIT_CEILING_DIRECTORIES", c);
+        }
+        if let Some(dir) = place.git_dir {
+            cmd.env("GIT_DIR", dir).env("GIT_WORK_TREE", place.cwd);
+        }
+        if let Some(index) = place.index_file {
+            cmd.env("GIT_INDEX_FILE", index);
         }
         cmd.arg("--no-pager").arg("--literal-pathspecs");
         for c in FORCED_CONFIG {
             cmd.arg("-c").arg(c);
         }
-        cmd.args(args).current_dir(cwd);
+        cmd.args(args).current_dir(place.cwd);
         cmd
     }
 
-    /// Run `git <args>` in `cwd`, feeding `stdin`, killed at `deadline`.
-    /// `ceiling` stops repository discovery above the worktree.
+    /// Run `git <args>` at `place`, feeding `stdin`; at `deadline` its whole
+    /// process group (git and anything it started: filters, helpers) is killed.
     pub fn run(
         &self,
-        cwd: &Path,
-        ceiling: Option<&Path>,
+        place: &Place<'_>,
         args: &[&OsStr],
         stdin: Option<&[u8]>,
         deadline: Instant,
     ) -> Result<Output, RunError> {
-        let mut cmd = self.command(cwd, ceiling, args);
+        if Instant::now() >= deadline {
+            return Err(RunError::Timeout);
+        }
+        let group = Group::new().map_err(RunError::Spawn)?;
+        let mut cmd = self.command(place, args);
         cmd.stdin(if stdin.is_some() {
             Stdio::piped()
         } else {
@@ -154,42 +199,38 @@ impl Git {
         })
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
+        group.prepare(&mut cmd);
         let mut child = cmd.spawn().map_err(RunError::Spawn)?;
+        let out = child.stdout.take().map(capture);
+        let err = child.stderr.take().map(capture);
         if let (Some(bytes), Some(mut pipe)) = (stdin, child.stdin.take()) {
             // A commit message is at most a few KiB, under any pipe buffer, so
             // this cannot block on a child that does not read.
             if let Err(e) = pipe.write_all(bytes) {
-                kill(&mut child);
+                drop(group);
+                let _ = child.wait();
                 return Err(RunError::Io(e));
             }
         }
-        let out = child.stdout.take().map(capture);
-        let err = child.stderr.take().map(capture);
         let status = loop {
             match child.try_wait() {
-                Ok(Some(status)) => break status,
-                Ok(None) if Instant::now() >= deadline => {
-                    kill(&mut child);
-                    return Err(RunError::Timeout);
-                }
+                Ok(Some(status)) => break Ok(status),
+                Ok(None) if Instant::now() >= deadline => break Err(RunError::Timeout),
                 Ok(None) => thread::sleep(Duration::from_millis(2)),
-                Err(e) => {
-                    kill(&mut child);
-                    return Err(RunError::Io(e));
-                }
+                Err(e) => break Err(RunError::Io(e)),
             }
         };
+        // Kill the group (on a timeout: git and its helpers; after an exit:
+        // any straggler), then reap; the pipes close with the group.
+        drop(group);
+        let _ = child.wait();
+        let (stdout, stderr) = (join(out), join(err));
         Ok(Output {
-            status,
-            stdout: join(out),
-            stderr: join(err),
+            status: status?,
+            stdout,
+            stderr,
         })
     }
-}
-
-fn kill(child: &mut Child) {
-    let _ = child.kill();
-    let _ = child.wait();
 }
 
 fn capture<R: Read + Send + 'static>(mut pipe: R) -> JoinHandle<Vec<u8>> {

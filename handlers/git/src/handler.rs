@@ -10,11 +10,14 @@ use cap_std::fs::Dir;
 use handler_api::serde_json::{json, Map, Value};
 use handler_api::support::output::errno_text;
 use handler_api::support::output::Stamp;
+use handler_api::support::protect::git_component;
 use handler_api::support::request::{check, Quote, Rules};
 use handler_api::{EffectHandler, Host, LogLevel, Outcome, Request};
 
 use crate::config::Policy;
-use crate::git::{Git, Output, RunError};
+use crate::git::{Git, Output, Place, RunError};
+use crate::locks::Locks;
+use crate::nested::{self, ScanError};
 use crate::tool_ref;
 
 /// The effect this handler serves.
@@ -112,6 +115,52 @@ struct Job<'a> {
     deadline: Instant,
 }
 
+/// The repository a job commits to, once git has found it.
+struct Repo {
+    /// The absolute git directory (`<worktree>/.git`, or a linked worktree's
+    /// `<repository>/.git/worktrees/<name>`): every later run is pinned to it.
+    git_dir: PathBuf,
+    /// Where the refs live (the git directory, or the main repository's).
+    common_dir: PathBuf,
+    /// The private index every later run stages into (removed with it).
+    index: PathBuf,
+    _scratch: tempfile::TempDir,
+}
+
+/// The refusal for another repository found at `found` (`leak1/.git`).
+fn nested_refusal(path: Option<&str>, found: &str) -> String {
+    let subject = path.map_or(String::new(), |p| format!(" {p}"));
+    let hint = if path.is_none() {
+        " (name paths that leave it out)"
+    } else {
+        ""
+    };
+    match found.rsplit_once('/') {
+        Some((holder, _)) => format!(
+            "commit{subject}: \"{found}\" makes \"{holder}\" a repository of its own (a .git directory or gitfile); git-commit never records another repository{hint}"
+        ),
+        // A look-alike beside the worktree's own `.git`.
+        None => format!(
+            "commit{subject}: \"{found}\" is named like .git (names are compared after NFKC and case folding); git-commit never commits git's own data or another repository{hint}"
+        ),
+    }
+}
+
+/// The gitlinks among `git diff --cached --raw -z` records (`:<mode> <mode> <id> <id> <S>\0<path>\0`).
+fn staged_gitlinks(raw: &[u8]) -> Result<Vec<String>, ()> {
+    let mut fields = raw.split(|b| *b == 0).filter(|f| !f.is_empty());
+    let mut links = Vec::new();
+    while let Some(header) = fields.next() {
+        let header = std::str::from_utf8(header).map_err(|_| ())?;
+        let path = fields.next().ok_or(())?;
+        let mut modes = header.strip_prefix(':').ok_or(())?.split(' ').take(2);
+        if modes.any(|m| m == "160000") {
+            links.push(String::from_utf8_lossy(path).into_owned());
+        }
+    }
+    Ok(links)
+}
+
 /// Lexical normalisation of one path: `Ok(components)` or the refusal text.
 fn normalise(path: &str) -> Result<Vec<&str>, String> {
     let escape = || format!("commit {path}: path \"{path}\" escapes sandbox \"<worktree>\"");
@@ -185,19 +234,88 @@ impl GitHandler {
         line
     }
 
+    /// A run that discovers the repository from the worktree (no higher than
+    /// its parent).
     fn run(
         &self,
         job: &Job<'_>,
         args: &[&OsStr],
         stdin: Option<&[u8]>,
     ) -> Result<Output, RunError> {
-        self.git.run(
-            &job.worktree,
-            job.ceiling.as_deref(),
-            args,
-            stdin,
-            job.deadline,
-        )
+        let place = Place {
+            cwd: &job.worktree,
+            ceiling: job.ceiling.as_deref(),
+            git_dir: None,
+            index_file: None,
+        };
+        self.git.run(&place, args, stdin, job.deadline)
+    }
+
+    /// A run pinned to the repository found and staging into the private index.
+    fn run_in(
+        &self,
+        job: &Job<'_>,
+        repo: &Repo,
+        args: &[&OsStr],
+        stdin: Option<&[u8]>,
+    ) -> Result<Output, RunError> {
+        let place = Place {
+            cwd: &job.worktree,
+            ceiling: job.ceiling.as_deref(),
+            git_dir: Some(&repo.git_dir),
+            index_file: Some(&repo.index),
+        };
+        self.git.run(&place, args, stdin, job.deadline)
+    }
+
+    /// A copy of the repository's index that this commit stages into: whatever
+    /// happens to the commit (a refusal, a timeout), the repository's own index
+    /// and its lock are never touched until the commit is made.
+    fn private_index(&self, git_dir: &Path) -> io::Result<(tempfile::TempDir, PathBuf)> {
+        let scratch = tempfile::Builder::new()
+            .prefix("worldd-git-index-")
+            .tempdir_in(self.git.scratch())?;
+        let index = scratch.path().join("index");
+        match std::fs::copy(git_dir.join("index"), &index) {
+            Ok(_) => {}
+            // No index yet (a fresh repository): git starts from an empty one.
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+            Err(e) => return Err(e),
+        }
+        Ok((scratch, index))
+    }
+
+    /// Make the private index the repository's, under git's own lock protocol
+    /// (create `index.lock` exclusively, write, rename). If someone holds the
+    /// lock, the repository keeps its index and the operator is told.
+    fn install_index(&self, repo: &Repo) {
+        let real = repo.git_dir.join("index");
+        let lock = repo.git_dir.join("index.lock");
+        let result = (|| -> io::Result<()> {
+            let bytes = std::fs::read(&repo.index)?;
+            let mut file = std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .open(&lock)?;
+            let written = (|| {
+                io::Write::write_all(&mut file, &bytes)?;
+                file.sync_all()?;
+                std::fs::rename(&lock, &real)
+            })();
+            if written.is_err() {
+                let _ = std::fs::remove_file(&lock);
+            }
+            written
+        })();
+        if let Err(e) = result {
+            self.host.log(
+                LogLevel::Warn,
+                &format!(
+                    "git: the commit was made but the worktree's index was not updated ({}); git status may show the committed changes as staged",
+                    errno_text(&e)
+                ),
+            );
+        }
     }
 
     /// A git run that could not complete, before anything was committed.
@@ -216,8 +334,18 @@ impl GitHandler {
 
     fn commit(&self, job: Job<'_>) -> Outcome {
         let os = |s: &'static str| OsStr::new(s);
-        // 1. The worktree must be the top level of a git working tree.
-        let top = match self.run(&job, &[os("rev-parse"), os("--show-toplevel")], None) {
+        // 1. The worktree must be the top level of a git working tree; its git
+        // directory is found once, and every later run is pinned to it.
+        let top = match self.run(
+            &job,
+            &[
+                os("rev-parse"),
+                os("--show-toplevel"),
+                os("--absolute-git-dir"),
+                os("--git-common-dir"),
+            ],
+            None,
+        ) {
             Ok(o) => o,
             Err(e) => return self.broken("rev-parse", e),
         };
@@ -232,22 +360,93 @@ impl GitHandler {
                 "commit: the worktree is not a git working tree: {said}"
             ));
         }
-        let toplevel = String::from_utf8_lossy(&top.stdout)
-            .trim_end_matches('\n')
-            .to_string();
-        if Path::new(&toplevel) != job.worktree {
+        let stdout = String::from_utf8_lossy(&top.stdout).into_owned();
+        let mut lines = stdout.lines();
+        let (Some(toplevel), Some(git_dir), Some(common_dir)) =
+            (lines.next(), lines.next(), lines.next())
+        else {
+            return Outcome::failed(
+                "commit: git rev-parse gave no repository; nothing was committed",
+            );
+        };
+        if Path::new(toplevel) != job.worktree {
             return self.refuse(
                 "commit: the worktree is inside a git repository but is not its top level; only a repository or linked worktree of its own is committed",
             );
         }
+        let git_dir = PathBuf::from(git_dir);
+        let common_dir = job.worktree.join(common_dir);
 
-        // 2. Stage.
+        // 2. No other repository on the way to or below what is committed (before
+        // git runs, so that git never follows a gitfile).
+        let root = match Dir::open_ambient_dir(&job.worktree, ambient_authority()) {
+            Ok(d) => d,
+            Err(e) => {
+                return Outcome::failed(format!(
+                    "commit: the worktree cannot be opened: {}",
+                    errno_text(&e)
+                ))
+            }
+        };
+        let targets: Vec<Option<&str>> = match &job.paths {
+            None => vec![None],
+            Some(paths) => paths.iter().map(|p| Some(p.as_str())).collect(),
+        };
+        for target in targets {
+            let parts: Vec<&str> = match target {
+                Some(".") | None => Vec::new(),
+                Some(p) => p.split('/').collect(),
+            };
+            match nested::find(&root, &parts, job.deadline) {
+                Ok(None) => {}
+                Ok(Some(found)) => return self.refuse(nested_refusal(target, &found)),
+                Err(ScanError::Timeout) => {
+                    let message = format!(
+                        "commit: looking for other repositories in the worktree did not finish within the time limit ({} ms); nothing was committed",
+                        self.policy.timeout_ms
+                    );
+                    self.host.log(LogLevel::Warn, &message);
+                    return Outcome::failed(message);
+                }
+                Err(ScanError::Io(dir, e)) => {
+                    return self.refuse(format!(
+                        "commit: \"{}\" cannot be listed: {}",
+                        if dir.as_os_str().is_empty() {
+                            Path::new(".")
+                        } else {
+                            &dir
+                        }
+                        .display(),
+                        errno_text(&e)
+                    ))
+                }
+            }
+        }
+        drop(root);
+
+        let (scratch, index) = match self.private_index(&git_dir) {
+            Ok(x) => x,
+            Err(e) => {
+                return Outcome::failed(format!(
+                    "commit: the index could not be copied: {}; nothing was committed",
+                    errno_text(&e)
+                ))
+            }
+        };
+        let repo = Repo {
+            git_dir,
+            common_dir,
+            index,
+            _scratch: scratch,
+        };
+
+        // 3. Stage, into the private index.
         let mut add: Vec<&OsStr> = vec![os("add"), os("-A")];
         if let Some(paths) = &job.paths {
             add.push(os("--"));
             add.extend(paths.iter().map(OsStr::new));
         }
-        match self.run(&job, &add, None) {
+        match self.run_in(&job, &repo, &add, None) {
             Ok(o) if o.status.success() => {}
             Ok(o) => {
                 return self.refuse(format!(
@@ -258,11 +457,15 @@ impl GitHandler {
             Err(e) => return self.broken("add", e),
         }
 
-        // 3. Anything to commit? (`--quiet`: exit 1 = differences.)
+        // 4. Anything to commit, and no gitlink among it (a repository that
+        // appeared after the scan).
         let mut diff: Vec<&OsStr> = vec![
             os("diff"),
             os("--cached"),
-            os("--quiet"),
+            os("--raw"),
+            os("-z"),
+            os("--no-abbrev"),
+            os("--no-renames"),
             os("--no-ext-diff"),
             os("--no-textconv"),
         ];
@@ -270,15 +473,28 @@ impl GitHandler {
             diff.push(os("--"));
             diff.extend(paths.iter().map(OsStr::new));
         }
-        match self.run(&job, &diff, None) {
-            Ok(o) if o.status.code() == Some(0) => {
+        match self.run_in(&job, &repo, &diff, None) {
+            Ok(o) if o.status.success() && o.stdout.is_empty() => {
                 return self.refuse(if job.paths.is_some() {
                     NOTHING_IN_PATHS
                 } else {
                     NOTHING_TO_COMMIT
                 })
             }
-            Ok(o) if o.status.code() == Some(1) => {}
+            Ok(o) if o.status.success() => match staged_gitlinks(&o.stdout) {
+                Ok(links) if links.is_empty() => {}
+                Ok(links) => {
+                    return self.refuse(format!(
+                        "commit: the staged changes hold a gitlink (\"{}\"); git-commit never records another repository",
+                        links[0]
+                    ))
+                }
+                Err(()) => {
+                    return Outcome::failed(
+                        "commit: git diff gave output the handler cannot read; nothing was committed",
+                    )
+                }
+            },
             Ok(o) => {
                 return self.refuse(format!(
                     "commit: git diff refused: {}",
@@ -288,7 +504,7 @@ impl GitHandler {
             Err(e) => return self.broken("diff", e),
         }
 
-        // 4. Commit: a new commit on the current branch, nothing else. With
+        // 5. Commit: a new commit on the current branch, nothing else. With
         // paths, `--only` leaves anything else that was staged out of it.
         let mut commit: Vec<&OsStr> = vec![
             os("commit"),
@@ -302,7 +518,8 @@ impl GitHandler {
             commit.push(os("--"));
             commit.extend(paths.iter().map(OsStr::new));
         }
-        match self.run(&job, &commit, Some(job.message.as_bytes())) {
+        let locks = Locks::before(&repo.git_dir, &repo.common_dir);
+        match self.run_in(&job, &repo, &commit, Some(job.message.as_bytes())) {
             Ok(o) if o.status.success() => {}
             Ok(o) => {
                 return self.refuse(format!(
@@ -311,17 +528,24 @@ impl GitHandler {
                 ))
             }
             Err(RunError::Timeout) => {
+                // git was killed holding whatever it held: release it, so that
+                // the repository stays usable.
+                let removed = locks.sweep();
                 let message = format!(
                     "commit: git commit did not finish within the time limit ({} ms) and was stopped; the commit may or may not have been made",
                     self.policy.timeout_ms
                 );
-                self.host.log(LogLevel::Error, &message);
+                self.host.log(
+                    LogLevel::Error,
+                    &format!("{message} (lock files removed: {})", removed.len()),
+                );
                 return Outcome::indeterminate(message);
             }
             Err(e) => return self.broken("commit", e),
         }
+        self.install_index(&repo);
 
-        // 5. What was made. From here on the commit exists: a failure to
+        // 6. What was made. From here on the commit exists: a failure to
         // describe it is `failed` with the reason, never a silent success.
         let head = match self.run(
             &job,
@@ -494,10 +718,14 @@ impl EffectHandler for GitHandler {
                     Ok(p) => p,
                     Err(refusal) => return self.refuse(refusal),
                 };
-                if parts.first() == Some(&".git") {
-                    return self.refuse(format!(
-                        "commit {path}: .git/ is git's own data, not worktree content"
-                    ));
+                if let Some(named) = git_component(&parts.join("/")) {
+                    return self.refuse(if named == ".git" {
+                        format!("commit {path}: .git/ is git's own data, not worktree content")
+                    } else {
+                        format!(
+                            "commit {path}: \"{named}\" is named like .git (names are compared after NFKC and case folding); git-commit never commits git's own data or another repository"
+                        )
+                    });
                 }
                 if let Err(refusal) = check_components(&root, path, &parts) {
                     return self.refuse(refusal);
@@ -539,5 +767,28 @@ impl EffectHandler for GitHandler {
             paths: normalised,
             deadline: started + budget,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::staged_gitlinks;
+
+    #[test]
+    fn gitlinks_are_found_in_raw_diff_records() {
+        let id = "0".repeat(40);
+        let raw = format!(
+            ":000000 100644 {id} {id} A\0a.txt\0:000000 160000 {id} {id} A\0leak1\0:160000 000000 {id} {id} D\0old\0"
+        );
+        assert_eq!(
+            staged_gitlinks(raw.as_bytes()),
+            Ok(vec!["leak1".to_string(), "old".to_string()])
+        );
+        // A path that looks like a gitlink header is still a path.
+        let raw = format!(":100644 100644 {id} {id} M\0:160000 x\0");
+        assert_eq!(staged_gitlinks(raw.as_bytes()), Ok(vec![]));
+        assert_eq!(staged_gitlinks(b""), Ok(vec![]));
+        assert_eq!(staged_gitlinks(b"no header\0"), Err(()));
+        assert_eq!(staged_gitlinks(b":100644 100644 a b M\0"), Err(()));
     }
 }

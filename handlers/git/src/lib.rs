@@ -17,7 +17,7 @@
 //! (at most 1000; `more_files` counts the rest). Every output also carries
 //! `tool` (`sha256:` of the plugin library that ran, found with `dladdr`) and
 //! `policy_digest` (hex SHA-256 of the canonical JSON of
-//! `{"author","hooks":false,"policy":"worldd/git-policy/v1","push":false,
+//! `{"author","gitlinks":false,"hooks":false,"policy":"worldd/git-policy/v2","push":false,
 //! "rewrite":false,"sandbox":"worktree","timeoutMs"}`).
 //!
 //! # What it never does
@@ -34,11 +34,17 @@
 //! (`<stateDir>/home`, or a temporary one), `GIT_CONFIG_NOSYSTEM=1`,
 //! `GIT_CONFIG_GLOBAL=/dev/null`, `GIT_TERMINAL_PROMPT=0`,
 //! `GIT_AUTHOR_*`/`GIT_COMMITTER_*` from `author`, `GIT_CEILING_DIRECTORIES`
-//! = the worktree's parent, `LC_ALL=C`; with `--literal-pathspecs` and
+//! = the worktree's parent, then `GIT_DIR`/`GIT_WORK_TREE` pinned to the
+//! repository the first run found and `GIT_INDEX_FILE` = a private copy of
+//! the index, `LC_ALL=C`; with `--literal-pathspecs` and
 //! `-c core.hooksPath=/dev/null -c core.fsmonitor=false
 //! -c commit.gpgSign=false -c gc.auto=0 -c protocol.allow=never …`; killed
 //! when the commit's time budget (`timeoutMs`, and the daemon's deadline
-//! minus a margin) runs out.
+//! minus a margin) runs out, as a whole process group that also dies with
+//! the daemon (`handler_api::support::child`). Before git runs, the worktree
+//! is searched for other repositories (entries named like `.git`, see
+//! `handler_api::support::protect`) on the way to and below what is
+//! committed; any is refused, as is a staged gitlink.
 //!
 //! # Refusals and failures
 //!
@@ -80,6 +86,8 @@
 mod config;
 mod git;
 mod handler;
+mod locks;
+mod nested;
 
 use std::ffi::OsStr;
 use std::time::{Duration, Instant};
@@ -140,26 +148,34 @@ impl Plugin for GitPlugin {
         let Some(program) = git::find_program(path_var.as_deref()) else {
             return Err("declined: the git program was not found on the daemon's PATH".into());
         };
-        let (home, temp) = match &policy.state_dir {
+        let (home, scratch, temp) = match &policy.state_dir {
             Some(dir) => {
                 let home = dir.join("home");
-                create_private_dir(&home)
-                    .map_err(|e| format!("git: cannot create {}: {e}", home.display()))?;
-                (home, None)
+                let scratch = dir.join("scratch");
+                for d in [&home, &scratch] {
+                    create_private_dir(d)
+                        .map_err(|e| format!("git: cannot create {}: {e}", d.display()))?;
+                }
+                (home, scratch, None)
             }
             None => {
                 let temp = tempfile::Builder::new()
                     .prefix("worldd-git-home-")
                     .tempdir()
                     .map_err(|e| format!("git: cannot create a temporary HOME: {e}"))?;
-                (temp.path().to_path_buf(), Some(temp))
+                (temp.path().to_path_buf(), std::env::temp_dir(), Some(temp))
             }
         };
-        let runner = git::Git::new(program, path_var, home, policy.author.clone());
+        let runner = git::Git::new(program, path_var, home, scratch, policy.author.clone());
         // One run proves the program works before the daemon advertises it.
+        let tmp = std::env::temp_dir();
         let version = runner.run(
-            &std::env::temp_dir(),
-            None,
+            &git::Place {
+                cwd: &tmp,
+                ceiling: None,
+                git_dir: None,
+                index_file: None,
+            },
             &[OsStr::new("--version")],
             None,
             Instant::now() + Duration::from_secs(10),

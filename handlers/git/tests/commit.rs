@@ -517,7 +517,7 @@ fn state_dir_holds_an_empty_home_and_the_policy_digest_follows_the_config() {
     let p = f.handler.policy();
     assert_eq!(
         p.canonical_json(),
-        "{\"author\":\"World Test <world@example.invalid>\",\"hooks\":false,\"policy\":\"worldd/git-policy/v1\",\"push\":false,\"rewrite\":false,\"sandbox\":\"worktree\",\"timeoutMs\":8000}"
+        "{\"author\":\"World Test <world@example.invalid>\",\"gitlinks\":false,\"hooks\":false,\"policy\":\"worldd/git-policy/v2\",\"push\":false,\"rewrite\":false,\"sandbox\":\"worktree\",\"timeoutMs\":8000}"
     );
     let other = GitPlugin::new(
         json!({"author": "Other <o@example.invalid>", "timeoutMs": 5000}),

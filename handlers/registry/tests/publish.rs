@@ -9,8 +9,7 @@ use std::sync::{Arc, Mutex};
 use broker_core::transition::Transition;
 use handler_api::serde_json::{json, Value};
 use handler_api::{
-    host_callbacks, EffectHandler, Host, HostServices, JsonObject, LogLevel, Outcome, Plugin,
-    Request,
+    EffectHandler, Host, HostServices, JsonObject, LogLevel, Outcome, Plugin, Request,
 };
 use worldd_registry::{RegistryHandler, RegistryPlugin};
 
@@ -82,7 +81,7 @@ impl HostServices for TestRegistry {
 }
 
 fn handler_with(host: Arc<TestRegistry>, config: Value) -> RegistryHandler {
-    RegistryPlugin::new(config, Host::from_callbacks(host_callbacks(host))).unwrap()
+    RegistryPlugin::new(config, Host::from_services(host)).unwrap()
 }
 
 fn request(worktree: &Path, payload: Value) -> Request {

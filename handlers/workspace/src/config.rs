@@ -5,6 +5,7 @@ use globset::{Glob, GlobBuilder, GlobSet, GlobSetBuilder};
 use handler_api::serde_json::{json, Value};
 use handler_api::support::config::{json_string, object as config_object};
 use handler_api::support::identity::sha256_hex;
+use handler_api::support::protect::fold_path;
 
 /// The reference daemon's `fs_deny_write` list: paths an agent may read but
 /// never write (CI config, agent settings, git plumbing files, the AILANG
@@ -18,33 +19,43 @@ pub const DEFAULT_DENY_WRITE: [&str; 6] = [
     ".ailang/**",
 ];
 
-/// Default read limit: 768 KiB. The coordinator caps a whole tool output at
-/// 1 MiB *after* the effect ran (a bigger output is an EffectsUnrecorded
-/// failure with the budget spent), and the output also carries JSON escaping
-/// of the content, `tool`, `policy_digest` and the `world` block. Refusing
-/// files above 768 KiB up front leaves 256 KiB of headroom for that, so an
-/// agent gets a clear refusal instead of a host failure.
-pub const DEFAULT_MAX_READ_BYTES: u64 = 786_432;
+/// The coordinator's cap on a whole tool result (its canonical JSON bytes, `world` block
+/// included): a larger result is refused after the effect ran, as an EffectsUnrecorded host
+/// failure. Reads are therefore bounded by the size of their *result*, checked before anything
+/// is returned.
+pub const RESULT_CAP: u64 = 1 << 20;
+
+/// Default read limit: the largest result a read may produce, in bytes of canonical JSON with
+/// the `world` block the daemon adds: the coordinator's cap, 1 MiB.
+pub const DEFAULT_MAX_READ_BYTES: u64 = RESULT_CAP;
 
 /// Default write limit: 8 MiB, the reference's `max_fs_transfer_bytes`.
 pub const DEFAULT_MAX_WRITE_BYTES: u64 = 8_388_608;
 
-/// Upper bound for both limits (1 GiB): a handler holds a whole file in
-/// memory, and the policy digest must stay exactly representable in JSON.
+/// Upper bound for `maxWriteBytes` (1 GiB): a handler holds a whole file in memory, and the
+/// policy digest must stay exactly representable in JSON.
 pub const LIMIT_CEILING: u64 = 1 << 30;
 
-const KEYS: [&str; 3] = ["denyWrite", "maxReadBytes", "maxWriteBytes"];
+const KEYS: [&str; 4] = [
+    "allowHardLinks",
+    "denyWrite",
+    "maxReadBytes",
+    "maxWriteBytes",
+];
 
 /// The effective policy one handler enforces.
 #[derive(Debug, Clone)]
 pub struct Policy {
     /// Deny-write globs, as configured (reported in refusals).
     pub deny_write: Vec<String>,
+    /// The globs folded and applied at every depth (`**/` + glob), index for index.
     deny_set: GlobSet,
-    /// Largest file `read` returns, in bytes.
+    /// Largest result `read` produces (canonical JSON bytes, `world` block included).
     pub max_read_bytes: u64,
     /// Largest content `write` stores (and largest file `edit` touches).
     pub max_write_bytes: u64,
+    /// Whether reads and edits may open a file with more than one hard link.
+    pub allow_hard_links: bool,
 }
 
 impl Policy {
@@ -74,13 +85,25 @@ impl Policy {
             object.get("maxReadBytes"),
             "maxReadBytes",
             DEFAULT_MAX_READ_BYTES,
-        )?;
+            RESULT_CAP,
+        )
+        .map_err(|e| format!("{e} (a tool result is at most 1 MiB)"))?;
         let max_write_bytes = limit(
             object.get("maxWriteBytes"),
             "maxWriteBytes",
             DEFAULT_MAX_WRITE_BYTES,
+            LIMIT_CEILING,
         )?;
-        Policy::new(deny_write, max_read_bytes, max_write_bytes)
+        let allow_hard_links = match object.get("allowHardLinks") {
+            None => false,
+            Some(Value::Bool(b)) => *b,
+            Some(_) => {
+                return Err("workspace config: \"allowHardLinks\" must be true or false".to_string())
+            }
+        };
+        let mut policy = Policy::new(deny_write, max_read_bytes, max_write_bytes)?;
+        policy.allow_hard_links = allow_hard_links;
+        Ok(policy)
     }
 
     /// Build a policy from its parts (globs are compiled and checked).
@@ -101,15 +124,18 @@ impl Policy {
             deny_set,
             max_read_bytes,
             max_write_bytes,
+            allow_hard_links: false,
         })
     }
 
     /// The first configured deny glob matching any of `paths` (worktree-
-    /// relative, `/`-separated).
+    /// relative, `/`-separated), at any depth and after folding (see
+    /// [`compile`]).
     pub fn denied_by(&self, paths: &[&str]) -> Option<&str> {
         let mut first: Option<usize> = None;
         for path in paths {
-            if let Some(&i) = self.deny_set.matches(path).iter().min() {
+            let folded = fold_path(path);
+            if let Some(&i) = self.deny_set.matches(folded.as_str()).iter().min() {
                 first = Some(first.map_or(i, |f| f.min(i)));
             }
         }
@@ -125,9 +151,10 @@ impl Policy {
     pub fn canonical_json(&self) -> String {
         let globs: Vec<String> = self.deny_write.iter().map(|g| json_string(g)).collect();
         format!(
-            "{{\"denyWrite\":[{}],\"maxReadBytes\":{},\"maxWriteBytes\":{},\
-             \"policy\":\"worldd/workspace-policy/v1\",\"readOnly\":[\".git/\"],\
-             \"sandbox\":\"worktree\"}}",
+            "{{\"allowHardLinks\":{},\"denyWrite\":[{}],\"maxReadBytes\":{},\"maxWriteBytes\":{},\
+             \"names\":\"nfkc-casefold\",\"policy\":\"worldd/workspace-policy/v2\",\
+             \"readOnly\":[\".git/\"],\"sandbox\":\"worktree\"}}",
+            self.allow_hard_links,
             globs.join(","),
             self.max_read_bytes,
             self.max_write_bytes
@@ -140,25 +167,47 @@ impl Policy {
     }
 }
 
-fn compile(pattern: &str) -> Result<Glob, String> {
+/// Compile one deny glob: worldd's glob dialect (broker-core's `glob` module; `*` and `?`
+/// stay inside one component, `**` crosses them; `[ ] { } \\` reserved), folded like the paths
+/// it is matched against, and applied at every depth: `G` refuses a path when it matches the
+/// whole path or any tail of it that starts at a component (globset's `**/G`).
+pub fn compile(pattern: &str) -> Result<Glob, String> {
     if pattern.is_empty() {
         return Err("workspace config: denyWrite holds an empty glob".to_string());
     }
-    // `*` stays inside one path component; `**` crosses them.
-    GlobBuilder::new(pattern)
+    if let Some(c) = pattern.chars().find(|c| RESERVED.contains(c)) {
+        return Err(format!(
+            "workspace config: denyWrite glob \"{pattern}\" uses the reserved character \"{c}\"; worldd globs have only *, ** and ? (no classes, alternatives or escapes)"
+        ));
+    }
+    if pattern.starts_with('/') {
+        return Err(format!(
+            "workspace config: denyWrite glob \"{pattern}\" starts with \"/\"; globs are relative to the worktree and apply at every depth"
+        ));
+    }
+    let folded = fold_path(pattern);
+    let anywhere = if folded == "**" || folded.starts_with("**/") {
+        folded
+    } else {
+        format!("**/{folded}")
+    };
+    GlobBuilder::new(&anywhere)
         .literal_separator(true)
         .backslash_escape(true)
         .build()
         .map_err(|e| format!("workspace config: denyWrite glob \"{pattern}\" is invalid: {e}"))
 }
 
-fn limit(value: Option<&Value>, key: &str, default: u64) -> Result<u64, String> {
+/// Characters reserved by worldd's glob dialect.
+const RESERVED: [char; 5] = ['[', ']', '{', '}', '\\'];
+
+fn limit(value: Option<&Value>, key: &str, default: u64, ceiling: u64) -> Result<u64, String> {
     match value {
         None => Ok(default),
         Some(v) => match v.as_u64() {
-            Some(n) if n <= LIMIT_CEILING => Ok(n),
+            Some(n) if n <= ceiling => Ok(n),
             _ => Err(format!(
-                "workspace config: \"{key}\" must be an integer from 0 to {LIMIT_CEILING}"
+                "workspace config: \"{key}\" must be an integer from 0 to {ceiling}"
             )),
         },
     }
@@ -172,17 +221,22 @@ pub fn config_schema() -> Value {
         "type": "object",
         "additionalProperties": false,
         "properties": {
+            "allowHardLinks": {
+                "description": "Let reads and edits open files with more than one hard link. Off by default: a hard link placed in the worktree can name a file outside it.",
+                "type": "boolean",
+                "default": false
+            },
             "denyWrite": {
-                "description": "Globs (worktree-relative, `/`-separated; `*` stays within a component, `**` crosses them) that Workspace.Write refuses. Replaces the default list. `.git/` is always read-only.",
+                "description": "Globs (worktree-relative, `/`-separated; `*` and `?` stay within a component, `**` crosses them; `[ ] { } \\` reserved) that Workspace.Write refuses at every depth, compared after NFKC and case folding. Replaces the default list. Names like `.git` are always read-only.",
                 "type": "array",
                 "items": {"type": "string", "minLength": 1},
                 "default": DEFAULT_DENY_WRITE
             },
             "maxReadBytes": {
-                "description": "Largest file Workspace.Read returns; larger files are refused up front. The default leaves headroom under the coordinator's 1 MiB output cap.",
+                "description": "Largest result Workspace.Read returns, in bytes of the JSON the agent receives (escaped content, stamps and world block); a read whose result would be larger is refused with both sizes. At most the coordinator's 1 MiB cap on a tool result.",
                 "type": "integer",
                 "minimum": 0,
-                "maximum": LIMIT_CEILING,
+                "maximum": RESULT_CAP,
                 "default": DEFAULT_MAX_READ_BYTES
             },
             "maxWriteBytes": {

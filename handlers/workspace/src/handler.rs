@@ -5,11 +5,12 @@ use std::path::Path;
 
 use handler_api::serde_json::{json, Map, Value};
 use handler_api::support::output::Stamp;
+use handler_api::support::protect::git_component;
 use handler_api::support::request::{check, Quote, Rules};
 use handler_api::{EffectHandler, Host, LogLevel, Outcome, Request};
 
 use crate::config::Policy;
-use crate::sandbox::{errno_text, lexical, PathError, Sandbox, Target, WriteError};
+use crate::sandbox::{errno_text, lexical, PathError, ReadRules, Sandbox, Target, WriteError};
 use crate::tool_ref;
 
 /// Effect names.
@@ -24,6 +25,31 @@ const KNOWN_KEYS: [&str; 5] = ["op", "path", "content", "old_text", "new_text"];
 
 /// Attempts when the tree changes between check and use.
 const ATTEMPTS: usize = 3;
+
+/// The `world` block the daemon adds to a read's result, as it appears in the result's
+/// canonical JSON (`world` sorts last): one effect with status `ok`, two 71-byte refs.
+const WORLD_BLOCK: &str = concat!(
+    r#","world":{"effects":[{"id":"e1","record":"sha256:"#,
+    "0000000000000000000000000000000000000000000000000000000000000000",
+    r#"","status":"ok"}],"plan":"sha256:"#,
+    "0000000000000000000000000000000000000000000000000000000000000000",
+    r#""}"#
+);
+
+/// Bytes `text` takes as a JSON string in canonical JSON (RFC 8785: `"` and `\` escaped,
+/// `\b \t \n \f \r` short, other control characters `\u00xx`, everything else verbatim),
+/// quotes included.
+fn json_string_len(text: &str) -> u64 {
+    let escapes: u64 = text
+        .bytes()
+        .map(|b| match b {
+            b'"' | b'\\' | 0x08 | b'\t' | b'\n' | 0x0c | b'\r' => 1,
+            b if b < 0x20 => 5,
+            _ => 0,
+        })
+        .sum();
+    text.len() as u64 + escapes + 2
+}
 
 /// The handler object: an effective policy and the identity it stamps.
 pub struct WorkspaceHandler {
@@ -82,6 +108,9 @@ impl WorkspaceHandler {
             PathError::Changed => format!(
                 "{op} {path}: the path kept changing while it was being opened; nothing was done, try again"
             ),
+            PathError::HardLinked(links) => format!(
+                "{op} {path}: the file has {links} hard links; a hard link can name a file outside the worktree, so this policy reads only files with one link (the operator can allow them with allowHardLinks)"
+            ),
             PathError::TooLarge(size) => {
                 let limit = if op == "read" {
                     self.policy.max_read_bytes
@@ -95,11 +124,17 @@ impl WorkspaceHandler {
         self.refuse(message)
     }
 
-    /// `.git/` and deny-glob rules for one worktree-relative path.
+    /// `.git/` and deny-glob rules for one worktree-relative path: every
+    /// component is checked, after folding (NFKC, case folding).
     fn rule_for(&self, op: &str, path: &str, relative: &str) -> Option<Outcome> {
-        if relative.split('/').next() == Some(".git") {
+        if let Some(named) = git_component(relative) {
+            if named == ".git" {
+                return Some(self.refuse(format!(
+                    "{op} {path}: .git/ is read-only to the lane's tools"
+                )));
+            }
             return Some(self.refuse(format!(
-                "{op} {path}: .git/ is read-only to the lane's tools"
+                "{op} {path}: \"{named}\" is named like .git (names are compared after NFKC and case folding); .git/ is read-only to the lane's tools"
             )));
         }
         self.policy.denied_by(&[relative]).map(|glob| {
@@ -123,16 +158,46 @@ impl WorkspaceHandler {
     }
 
     fn read(&self, sandbox: &Sandbox, path: &str) -> Outcome {
-        match sandbox.read(path, self.policy.max_read_bytes) {
+        let rules = ReadRules {
+            limit: self.policy.max_read_bytes,
+            hard_links: self.policy.allow_hard_links,
+        };
+        let content = match sandbox.read(path, rules) {
             Ok(bytes) => match String::from_utf8(bytes) {
-                Ok(content) => self.success(&[("content", json!(content))]),
-                Err(e) => self.refuse(format!(
+                Ok(content) => content,
+                Err(e) => return self.refuse(format!(
                     "read {path}: the file is not UTF-8 text (invalid byte at offset {}); this tool reads text files only",
                     e.utf8_error().valid_up_to()
                 )),
             },
-            Err(e) => self.path_refusal("read", path, e),
+            Err(e) => return self.path_refusal("read", path, e),
+        };
+        // The limit bounds the result the agent receives, not the file: JSON escaping can
+        // make a result six times the file's size. Checked before anything is returned, so an
+        // oversized read is this refusal (one unit, like any refusal), never a result the
+        // coordinator must drop after the effect.
+        let size = self.result_len(&content);
+        if size > self.policy.max_read_bytes {
+            return self.refuse(format!(
+                "read {path}: the result would be {size} bytes (the file is {} bytes; JSON escaping adds the rest); the limit is {}",
+                content.len(),
+                self.policy.max_read_bytes
+            ));
         }
+        self.success(&[("content", json!(content))])
+    }
+
+    /// The bytes of a successful read's result as committed: the canonical JSON of
+    /// `{content, ok, policy_digest, tool}` plus the daemon's `world` block.
+    fn result_len(&self, content: &str) -> u64 {
+        // `{"content":` + string + `,"ok":true,"policy_digest":` + string + `,"tool":` + string
+        // + world block + `}`.
+        let fixed = r#"{"content":,"ok":true,"policy_digest":,"tool":}"#.len() as u64;
+        fixed
+            + json_string_len(content)
+            + json_string_len(self.policy_digest())
+            + json_string_len(self.tool())
+            + WORLD_BLOCK.len() as u64
     }
 
     fn write(&self, sandbox: &Sandbox, path: &str, content: &str) -> Outcome {
@@ -181,7 +246,11 @@ impl WorkspaceHandler {
             if let Some(refusal) = self.resolved_rule("edit", path, &target) {
                 return refusal;
             }
-            let bytes = match sandbox.read_target(&target, self.policy.max_write_bytes) {
+            let rules = ReadRules {
+                limit: self.policy.max_write_bytes,
+                hard_links: self.policy.allow_hard_links,
+            };
+            let bytes = match sandbox.read_target(&target, rules) {
                 Ok(b) => b,
                 Err(PathError::Changed) => continue,
                 Err(e) => return self.path_refusal("edit", path, e),

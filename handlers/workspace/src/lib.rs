@@ -20,8 +20,9 @@
 //!   loaded it; the executable when the crate is linked in, as in tests). If
 //!   that file cannot be read, the SHA-256 of `"worldd-handler-workspace@<version>"`.
 //! - `policy_digest` = hex SHA-256 of the canonical JSON (RFC 8785) of the
-//!   effective policy: `{"denyWrite":[…],"maxReadBytes":n,"maxWriteBytes":n,
-//!   "policy":"worldd/workspace-policy/v1","readOnly":[".git/"],"sandbox":"worktree"}`.
+//!   effective policy: `{"allowHardLinks":b,"denyWrite":[…],"maxReadBytes":n,
+//!   "maxWriteBytes":n,"names":"nfkc-casefold","policy":"worldd/workspace-policy/v2",
+//!   "readOnly":[".git/"],"sandbox":"worktree"}`.
 //!
 //! # Refusals and failures
 //!
@@ -32,8 +33,13 @@
 //! - `read /etc/hosts: path "/etc/hosts" escapes sandbox "<worktree>"` (the
 //!   literal `<worktree>`: no host path leaks to the agent)
 //! - `read nope.ail: openat nope.ail: no such file or directory`
-//! - `read big.txt: file is 2000000 bytes; the limit is 786432`
-//! - `write .git/config: .git/ is read-only to the lane's tools`
+//! - `read big.txt: file is 2000000 bytes; the limit is 1048576`
+//! - `read ctl.txt: the result would be 1620412 bytes (the file is 270002 bytes; JSON escaping adds the rest); the limit is 1048576`
+//! - `read notes.txt: the file has 2 hard links; …` (also for edits)
+//! - `write .git/config: .git/ is read-only to the lane's tools`, and for any
+//!   other component named like `.git`: `write sub/.GIT/x: "sub/.GIT" is named
+//!   like .git (names are compared after NFKC and case folding); .git/ is
+//!   read-only to the lane's tools`
 //! - `write .ailang/x.ail: matches fs_deny_write ".ailang/**" — read-only under this policy`
 //! - `edit hello.ail: old_text occurs 8 times; include more context so it is unique`
 //! - `edit hello.ail: old_text not found — the file may have changed; read it again`
@@ -67,32 +73,38 @@
 //!   and deny rules apply to both the requested path and where it resolves.
 //! - A symlink swapped in between the check and the use makes the no-follow
 //!   open fail and the operation start again; it is never followed.
-//! - `.git` is matched exactly: `.git/x`, `./.git/x` and `a/../.git/x` are
-//!   read-only; `.GIT` is an ordinary name on a case-sensitive file system
-//!   (on a case-insensitive one it *is* `.git`, and the kernel would write
-//!   there: deploy worktrees on case-sensitive file systems). Deny globs are
-//!   case-sensitive too.
-//! - Unicode look-alikes (`∕` U+2215, `．．` U+FF0E) are ordinary names.
+//! - Names like `.git` are read-only at every depth: a component whose folded
+//!   form (NFKC, full case folding, NFKC, default-ignorable characters
+//!   dropped; `handler_api::support::protect`) is `.git` after trailing dots
+//!   and spaces, or `git~1`. So `.GIT/x`, `．git/x` (U+FF0E), `sub/.git` (a
+//!   nested repository or gitfile) and `.git./x` are refused; reads are not.
+//! - Deny globs (worldd's glob dialect: `*`, `?`, `**`; `[ ] { } \` reserved)
+//!   are folded like the path and match the whole path or any tail of it that
+//!   starts at a component (`**/G`): `.github/**` refuses `sub/.github/x`.
+//! - Other Unicode look-alikes (`∕` U+2215, `．．` U+FF0E twice) are ordinary
+//!   names: the resolver splits on `/` only.
 //! - Writes are atomic (temp file, fsync, rename, directory fsync) and keep
 //!   an existing file's permission bits. A crash can leave a
 //!   `.worldd-tmp-*` file beside the target, never a partial target.
 //! - Hard links are not path-confined by any resolver: a hard link placed in
-//!   the worktree to an outside file can be read (a write replaces the link
-//!   instead of changing the outside file). Only someone who can already write
-//!   both places can create one.
+//!   the worktree may name an outside file. Reads and edits refuse a file
+//!   whose link count (on the opened file) is above one unless the config
+//!   allows them (`allowHardLinks`); a write replaces the link instead of
+//!   changing the outside file.
 //!
 //! # Config
 //!
 //! ```json
 //! {"denyWrite": [".github/**", ".pi/**", ".claude/**", ".gitmodules", ".gitattributes", ".ailang/**"],
-//!  "maxReadBytes": 786432, "maxWriteBytes": 8388608}
+//!  "maxReadBytes": 1048576, "maxWriteBytes": 8388608, "allowHardLinks": false}
 //! ```
 //!
-//! All keys optional; unknown keys are refused. `maxReadBytes` defaults to
-//! 768 KiB because the coordinator caps a whole tool output at 1 MiB after
-//! the effect has run: the 256 KiB headroom covers JSON escaping and the
-//! output envelope, so an oversized file gets a clear refusal rather than an
-//! EffectsUnrecorded host failure. Both limits are at most 1 GiB.
+//! All keys optional; unknown keys are refused. `maxReadBytes` bounds the
+//! *result* of a read (canonical JSON with the escaped content, the stamps and
+//! the `world` block the daemon adds), at most the coordinator's 1 MiB cap on
+//! a tool result: a read over it is refused with both sizes before anything is
+//! returned, rather than dropped by the coordinator after the effect.
+//! `maxWriteBytes` is at most 1 GiB.
 
 mod config;
 mod handler;
@@ -103,8 +115,8 @@ use handler_api::support::manifest::embedded_transitions;
 use handler_api::{export_plugin, EffectClass, EffectDecl, Host, Manifest, Plugin};
 
 pub use config::{
-    config_schema, Policy, DEFAULT_DENY_WRITE, DEFAULT_MAX_READ_BYTES, DEFAULT_MAX_WRITE_BYTES,
-    LIMIT_CEILING,
+    compile as compile_deny_glob, config_schema, Policy, DEFAULT_DENY_WRITE,
+    DEFAULT_MAX_READ_BYTES, DEFAULT_MAX_WRITE_BYTES, LIMIT_CEILING, RESULT_CAP,
 };
 pub use handler::{WorkspaceHandler, READ, WRITE};
 pub use handler_api::support::identity::ToolSource;

@@ -39,7 +39,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use cap_fs_ext::{DirExt, FollowSymlinks, OpenOptionsFollowExt, OpenOptionsMaybeDirExt};
 use cap_std::ambient_authority;
-use cap_std::fs::{Dir, File, OpenOptions, OpenOptionsExt, Permissions};
+use cap_std::fs::{Dir, File, MetadataExt, OpenOptions, OpenOptionsExt, Permissions};
 /// An errno-style text as Go prints it: `no such file or directory`.
 pub use handler_api::support::output::errno_text;
 
@@ -63,6 +63,8 @@ pub enum PathError {
     Changed,
     /// The file is larger than the limit (its size in bytes).
     TooLarge(u64),
+    /// The file has this many hard links (more than one) and the policy refuses them.
+    HardLinked(u64),
     /// An operating-system error, reported as `openat <path>: <text>`.
     Io(io::Error),
 }
@@ -274,22 +276,22 @@ impl Sandbox {
         Ok(dir)
     }
 
-    /// Read a whole file of at most `limit` bytes (resolve, then use).
-    pub fn read(&self, path: &str, limit: u64) -> Result<Vec<u8>, PathError> {
+    /// Read a whole file of at most `rules.limit` bytes (resolve, then use).
+    pub fn read(&self, path: &str, rules: ReadRules) -> Result<Vec<u8>, PathError> {
         retry(|| {
             let target = self.resolve(path, false)?;
-            self.read_target(&target, limit)
+            self.read_target(&target, rules)
         })
     }
 
     /// Read the file a resolved target names. `Changed` when the chain was
     /// swapped since [`Sandbox::resolve`].
-    pub fn read_target(&self, target: &Target, limit: u64) -> Result<Vec<u8>, PathError> {
+    pub fn read_target(&self, target: &Target, rules: ReadRules) -> Result<Vec<u8>, PathError> {
         if !target.exists {
             return Err(PathError::Io(io::Error::from_raw_os_error(libc::ENOENT)));
         }
         let dir = self.open_parent(target, false)?;
-        read_in(&dir, &target.name, limit)
+        read_in(&dir, &target.name, rules)
     }
 
     /// Atomically replace (or create) the file at `target` with `content`.
@@ -324,6 +326,17 @@ impl Sandbox {
     }
 }
 
+/// What a read accepts.
+#[derive(Debug, Clone, Copy)]
+pub struct ReadRules {
+    /// Largest file, in bytes.
+    pub limit: u64,
+    /// Whether a file with more than one hard link may be read. A hard link is
+    /// not a path: no resolver can tell that it names a file outside the
+    /// worktree, so the link count is the only sign, checked on the open file.
+    pub hard_links: bool,
+}
+
 /// How a write failed.
 #[derive(Debug)]
 pub enum WriteError {
@@ -355,7 +368,8 @@ fn changed(e: io::Error) -> PathError {
 }
 
 /// Read `name` in `dir` (no symlink following, no blocking on FIFOs).
-fn read_in(dir: &Dir, name: &OsStr, limit: u64) -> Result<Vec<u8>, PathError> {
+fn read_in(dir: &Dir, name: &OsStr, rules: ReadRules) -> Result<Vec<u8>, PathError> {
+    let limit = rules.limit;
     let mut options = OpenOptions::new();
     options
         .read(true)
@@ -369,6 +383,10 @@ fn read_in(dir: &Dir, name: &OsStr, limit: u64) -> Result<Vec<u8>, PathError> {
     }
     if !md.is_file() {
         return Err(PathError::NotAFile);
+    }
+    // Checked on the opened file (fstat), so a link made after resolution is seen too.
+    if md.nlink() > 1 && !rules.hard_links {
+        return Err(PathError::HardLinked(md.nlink()));
     }
     if md.len() > limit {
         return Err(PathError::TooLarge(md.len()));

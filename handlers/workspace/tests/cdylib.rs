@@ -67,7 +67,7 @@ fn the_built_library_loads_and_serves_a_read() {
     let err = plugin.new_handler(&json!({"nope": 1}), host).err().unwrap();
     assert_eq!(
         err,
-        "workspace config: unknown key \"nope\"; workspace accepts only: denyWrite, maxReadBytes, maxWriteBytes"
+        "workspace config: unknown key \"nope\"; workspace accepts only: allowHardLinks, denyWrite, maxReadBytes, maxWriteBytes"
     );
 
     // Malformed JSON through the real boundary is a failed outcome.

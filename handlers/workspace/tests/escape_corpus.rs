@@ -86,6 +86,10 @@ fn plant(f: &Fixture) {
     f.link("climb", "sub/../..");
     f.link("abs_inside", f.path("sub/ok.txt"));
     f.link("dangling_out_new", outside.join("created-by-link.txt"));
+    // A hard link to the outside canary (someone who could write both places planted it).
+    fs::hard_link(&canary, f.path("hard_canary")).unwrap();
+    f.put("sub/dir/keep.txt", "keep");
+    f.put("ctl.txt", &"\u{1}".repeat(270_002));
 }
 
 fn corpus(f: &Fixture) -> Vec<Case> {
@@ -263,7 +267,83 @@ fn corpus(f: &Fixture) -> Vec<Case> {
             ".ailang/x.ail",
             Refused("matches fs_deny_write"),
         ),
-        write(".GIT is a plain name here", ".GIT/x", Inside),
+        // Names like .git, at any depth and after NFKC + case folding.
+        write(".GIT", ".GIT/x", Refused("named like .git")),
+        write(
+            "full-width .git hook",
+            "\u{ff0e}git/hooks/pre-commit",
+            Refused("named like .git"),
+        ),
+        write(
+            "full-width GIT letters",
+            ".\u{ff27}\u{ff29}\u{ff34}/config",
+            Refused("named like .git"),
+        ),
+        write(
+            "zero-width space inside .git",
+            ".g\u{200b}it/config",
+            Refused("named like .git"),
+        ),
+        write(
+            ".git with a trailing dot",
+            ".git./config",
+            Refused("named like .git"),
+        ),
+        write(
+            "8.3 short name of .git",
+            "GIT~1/config",
+            Refused("named like .git"),
+        ),
+        write("nested gitfile", "leak1/.git", Refused("named like .git")),
+        write(
+            "nested .git directory",
+            "sub/dir/.git/HEAD",
+            Refused("named like .git"),
+        ),
+        edit("edit a nested .git", "sub/.GIT", Refused("named like .git")),
+        write(
+            "dotdot into a nested .git",
+            "sub/x/../.git/config",
+            Refused("named like .git"),
+        ),
+        // Deny globs at any depth, after folding.
+        write(
+            "nested .gitattributes",
+            "sub/.gitattributes",
+            Refused("matches fs_deny_write \".gitattributes\""),
+        ),
+        write(
+            "nested .github",
+            "sub/.github/workflows/x.yml",
+            Refused("matches fs_deny_write \".github/**\""),
+        ),
+        write(
+            "upper-case .GITHUB",
+            ".GITHUB/workflows/x.yml",
+            Refused("matches fs_deny_write \".github/**\""),
+        ),
+        write(
+            "full-width .gitmodules",
+            "sub/\u{ff0e}gitmodules",
+            Refused("matches fs_deny_write \".gitmodules\""),
+        ),
+        // Hard links.
+        read(
+            "hard link to an outside file",
+            "hard_canary",
+            Refused("has 2 hard links"),
+        ),
+        edit(
+            "edit through a hard link",
+            "hard_canary",
+            Refused("has 2 hard links"),
+        ),
+        // Output size.
+        read(
+            "escaped result over the cap",
+            "ctl.txt",
+            Refused("the result would be 1620"),
+        ),
     ]
 }
 
@@ -281,7 +361,11 @@ fn escape_corpus_has_zero_escapes() {
     let before = f.outside_snapshot();
     let host_path = f.tmp.path().to_string_lossy().into_owned();
     let cases = corpus(&f);
-    assert!(cases.len() >= 40, "the corpus has {} cases", cases.len());
+    assert_eq!(
+        cases.len(),
+        documented_count(),
+        "docs/plugins/workspace.md must state the corpus size"
+    );
     for case in &cases {
         let out = output_of(&f, case);
         let text = handler_api::serde_json::to_string(&out).unwrap();
@@ -331,6 +415,20 @@ fn escape_corpus_has_zero_escapes() {
         "PWNED"
     );
     assert!(!Path::new("/tmp/worldd-escape-test.txt").exists());
+    // No name like .git was created anywhere, and the hard link still names the canary.
+    for made in [
+        ".GIT",
+        "\u{ff0e}git",
+        "leak1",
+        "GIT~1",
+        ".git.",
+        "sub/.GIT",
+        "sub/.github",
+    ] {
+        assert!(!f.path(made).exists(), "{made} was created");
+    }
+    assert_eq!(fs::read_to_string(f.path("hard_canary")).unwrap(), CANARY);
+    eprintln!("escape corpus: {} cases, 0 escapes", cases.len());
     assert!(!f.outside.join("created-by-link.txt").exists());
     // Symlinks that were refused are still symlinks (never replaced or followed).
     assert!(fs::symlink_metadata(f.path("abs_file"))
@@ -341,6 +439,19 @@ fn escape_corpus_has_zero_escapes() {
         fs::read_to_string(f.outside.join("canary.txt")).unwrap(),
         CANARY
     );
+}
+
+/// The corpus size `docs/plugins/workspace.md` states ("The escape corpus holds N cases").
+fn documented_count() -> usize {
+    let doc = include_str!("../../../docs/plugins/workspace.md");
+    let rest = doc
+        .split("The escape corpus holds ")
+        .nth(1)
+        .expect("docs/plugins/workspace.md states the corpus size");
+    rest.split(' ')
+        .next()
+        .and_then(|n| n.parse().ok())
+        .expect("a number of cases")
 }
 
 /// Atomically exchange two names (RENAME_EXCHANGE), so there is never a
@@ -451,5 +562,110 @@ fn racing_symlink_swaps_never_escape() {
     assert!(
         swaps.load(Ordering::Relaxed) > 100,
         "the swapper barely ran"
+    );
+}
+
+// --------------------------------------------------- regression tests named for each attack
+
+#[test]
+fn nested_gitfile_cannot_be_written() {
+    // A `.git` file below the root would make git follow `gitdir:` out of the worktree.
+    let f = Fixture::new();
+    let gitfile = format!("gitdir: {}/.git", f.outside.display());
+    for path in ["leak1/.git", "a/b/.git", "leak1/.git/HEAD"] {
+        let out = f.write(path, &gitfile);
+        let named = &path[..path.find(".git").unwrap() + 4];
+        assert_eq!(
+            refused(&out),
+            format!("write {path}: \"{named}\" is named like .git (names are compared after NFKC and case folding); .git/ is read-only to the lane's tools")
+        );
+    }
+    assert!(!f.path("leak1").exists() && !f.path("a").exists());
+}
+
+#[test]
+fn look_alike_git_names_cannot_be_written() {
+    let f = Fixture::new();
+    for path in [
+        ".GIT/hooks/pre-commit",
+        "\u{ff0e}git/hooks/pre-commit",
+        ".\u{ff47}\u{ff49}\u{ff54}/config",
+        ".g\u{200c}it/config",
+        ".git /config",
+        "git~1/config",
+    ] {
+        let out = f.write(path, "#!/bin/sh\necho pwned\n");
+        assert!(
+            refused(&out).contains("is named like .git"),
+            "{path}: {out:?}"
+        );
+    }
+    assert_eq!(
+        fs::read_dir(&f.root).unwrap().count(),
+        0,
+        "nothing was created"
+    );
+}
+
+#[test]
+fn deny_globs_refuse_below_the_root() {
+    let f = Fixture::new();
+    for (path, glob) in [
+        ("sub/.gitattributes", ".gitattributes"),
+        ("sub/.github/x", ".github/**"),
+        ("deep/er/.claude/settings.json", ".claude/**"),
+        ("vendor/.GITMODULES", ".gitmodules"),
+    ] {
+        assert_eq!(
+            refused(&f.write(path, "x")),
+            format!("write {path}: matches fs_deny_write \"{glob}\" \u{2014} read-only under this policy")
+        );
+    }
+    assert_eq!(
+        fs::read_dir(&f.root).unwrap().count(),
+        0,
+        "nothing was created"
+    );
+}
+
+#[test]
+fn hard_link_planted_in_the_worktree_is_not_read() {
+    let f = Fixture::new();
+    fs::hard_link(f.outside.join("canary.txt"), f.path("notes.txt")).unwrap();
+    assert_eq!(
+        refused(&f.read("notes.txt")),
+        "read notes.txt: the file has 2 hard links; a hard link can name a file outside the worktree, so this policy reads only files with one link (the operator can allow them with allowHardLinks)"
+    );
+    // The operator can allow them.
+    let allowed = Fixture::with_config(json!({"allowHardLinks": true}));
+    fs::hard_link(
+        allowed.outside.join("canary.txt"),
+        allowed.path("notes.txt"),
+    )
+    .unwrap();
+    assert_eq!(allowed.read("notes.txt")["content"], json!(CANARY));
+}
+
+#[test]
+fn edit_through_a_hard_link_cannot_copy_an_outside_file_in() {
+    // An edit reads the file and writes the result into the worktree: through a hard link it
+    // would copy the outside file's content in, where a read could then see it.
+    let f = Fixture::new();
+    fs::hard_link(f.outside.join("canary.txt"), f.path("notes.txt")).unwrap();
+    let out = f.edit("notes.txt", "CANARY", "COPIED");
+    assert!(
+        refused(&out).starts_with("edit notes.txt: the file has 2 hard links;"),
+        "{out:?}"
+    );
+    assert_eq!(fs::read_to_string(f.path("notes.txt")).unwrap(), CANARY);
+    assert_eq!(
+        fs::metadata(f.path("notes.txt")).unwrap().len(),
+        CANARY.len() as u64
+    );
+    use std::os::unix::fs::MetadataExt;
+    assert_eq!(
+        fs::metadata(f.path("notes.txt")).unwrap().nlink(),
+        2,
+        "the link is untouched"
     );
 }

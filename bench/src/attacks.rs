@@ -1,0 +1,497 @@
+//! `--attacks`: the hostile clients of the edge issue against the release daemon, one at a
+//! time on a fresh daemon with the default configuration, while one legitimate client of
+//! another episode keeps calling `ailang-read`. For each attack: the legitimate calls' p50 and
+//! p99 and how many failed, and the daemon's peak RSS (`VmHWM`) and peak open descriptors
+//! (`/proc/PID/fd`). Every attacker stops by itself when its attack ends; all traffic goes to
+//! the loopback daemon this process started.
+//!
+//! The regression tests in `daemon/tests/edge_attacks.rs` prove each limit trips; this mode
+//! reports the figures.
+
+use std::io::Write;
+use std::net::TcpStream;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Value};
+
+use crate::daemon::{Client, Daemon};
+use crate::stats::Summary;
+
+/// One attack's figures.
+pub struct AttackRow {
+    pub name: &'static str,
+    pub legit: Summary,
+    pub peak_rss_kib: Option<u64>,
+    pub peak_fds: u64,
+    /// What the attackers saw, in words.
+    pub note: String,
+}
+
+/// Attackers running on their own threads until told to stop.
+struct Attack {
+    stop: Arc<AtomicBool>,
+    threads: Vec<JoinHandle<()>>,
+    /// Answers the attackers counted (meaning depends on the attack).
+    counters: Arc<[AtomicU64; 4]>,
+}
+
+impl Attack {
+    fn new() -> Attack {
+        Attack {
+            stop: Arc::new(AtomicBool::new(false)),
+            threads: Vec::new(),
+            counters: Arc::new(Default::default()),
+        }
+    }
+
+    fn spawn(&mut self, f: impl FnOnce(Arc<AtomicBool>, Arc<[AtomicU64; 4]>) + Send + 'static) {
+        let (stop, counters) = (self.stop.clone(), self.counters.clone());
+        self.threads
+            .push(std::thread::spawn(move || f(stop, counters)));
+    }
+
+    fn finish(self) -> [u64; 4] {
+        self.stop.store(true, Ordering::SeqCst);
+        for t in self.threads {
+            let _ = t.join();
+        }
+        [0, 1, 2, 3].map(|i| self.counters[i].load(Ordering::Relaxed))
+    }
+}
+
+const NAMES: [&str; 8] = [
+    "none (baseline)",
+    "held 4 MiB bodies x300, no credentials",
+    "held 4 MiB bodies x300, with credentials",
+    "huge MCP batch (80,000 tools/list) x4 clients",
+    "300 half-sent heads + 2,000 idle connections",
+    "Host/Origin rebinding x8 clients",
+    "one episode looping a slow tool x16",
+    "hung plugins: 200 calls past their deadline",
+];
+
+/// Run every attack; `measure` is how long the legitimate client runs during each.
+pub fn run_all(
+    worldd: &Path,
+    plugin_dir: &Path,
+    dir: &Path,
+    log: Option<&str>,
+    measure: Duration,
+) -> Result<Vec<AttackRow>, String> {
+    let mut rows = Vec::new();
+    for (i, name) in NAMES.iter().enumerate() {
+        let run = dir.join(format!("attack-{i}"));
+        // Hung handlers get a 2 s deadline so the measured window lies past it.
+        let extra: Vec<String> = if i == 7 {
+            vec!["--handler-deadline-ms".into(), "2000".into()]
+        } else {
+            Vec::new()
+        };
+        let d = Daemon::start_with(
+            worldd,
+            &run,
+            plugin_dir,
+            log,
+            &["workspace", "stall"],
+            &extra,
+        )?;
+        let legit = d.mint("legit", 1, 1024)?.remove(0);
+        let attackers = mint_stall(&d, 200)?;
+        eprintln!("  attack: {name}");
+        let mut attack = Attack::new();
+        start(i, &mut attack, &d, &legit, &attackers);
+        // Let the attack take hold before measuring.
+        std::thread::sleep(if i == 7 {
+            Duration::from_millis(2500)
+        } else {
+            Duration::from_millis(500)
+        });
+        d.reset_peak_rss();
+        let fds = FdSampler::start(d.pid());
+        let legit_summary = legit_calls(&d.addr, &legit, measure);
+        let peak_fds = fds.finish();
+        let peak_rss_kib = d.peak_rss_kib();
+        let c = attack.finish();
+        let note = match i {
+            0 => String::new(),
+            1 | 2 => format!(
+                "{} answered before the body, {} refused busy (503), {} reconnects",
+                c[0], c[1], c[2]
+            ),
+            3 => format!("{} batches refused whole, {} other answers", c[0], c[1]),
+            4 => format!("{} connections opened, {} closed by the daemon", c[0], c[1]),
+            5 => format!("{} refused 403, {} other answers", c[0], c[1]),
+            6 => format!(
+                "{} ran, {} refused at once (episode busy), {} other",
+                c[0], c[1], c[2]
+            ),
+            _ => format!("{} timed out at the deadline, {} other answers", c[0], c[1]),
+        };
+        rows.push(AttackRow {
+            name,
+            legit: legit_summary,
+            peak_rss_kib,
+            peak_fds,
+            note,
+        });
+        d.stop().or_else(|e| {
+            // Hung handlers keep the drain waiting; the figures are taken.
+            eprintln!("    ({e})");
+            Ok::<(), String>(())
+        })?;
+    }
+    Ok(rows)
+}
+
+/// Sessions with a `Stall.Wait` grant, one episode each.
+fn mint_stall(d: &Daemon, count: usize) -> Result<Vec<Client>, String> {
+    let store = broker_core::store::Store::open(&d.db, Default::default())
+        .map_err(|e| format!("open store: {e}"))?;
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_err(|e| e.to_string())?
+        .as_secs() as i64;
+    (0..count)
+        .map(|i| {
+            let episode = format!("attacker{i}");
+            let grants = vec!["Stall.Wait=any:1000000"
+                .parse()
+                .map_err(|e| format!("{e}"))?];
+            let m = broker_core::session::mint(&store, &episode, grants, 24 * 3600, now)
+                .map_err(|e| format!("mint: {e}"))?;
+            Ok(Client {
+                episode,
+                token: m.token,
+            })
+        })
+        .collect()
+}
+
+fn head(addr: &str, path: &str, auth: Option<&str>, length: usize) -> String {
+    let auth = auth
+        .map(|t| format!("Authorization: Bearer {t}\r\n"))
+        .unwrap_or_default();
+    format!("POST {path} HTTP/1.1\r\nHost: {addr}\r\n{auth}Content-Type: application/json\r\nAccept: application/json, text/event-stream\r\nContent-Length: {length}\r\n\r\n")
+}
+
+fn mcp_call(tool: &str, args: Value) -> String {
+    json!({"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":tool,"arguments":args}})
+        .to_string()
+}
+
+fn post(agent: &ureq::Agent, addr: &str, token: &str, body: &str) -> Result<String, String> {
+    let r = agent
+        .post(&format!("http://{addr}/mcp/"))
+        .set("Authorization", &format!("Bearer {token}"))
+        .set("Content-Type", "application/json")
+        .set("Accept", "application/json, text/event-stream")
+        .send_string(body);
+    match r {
+        Ok(r) => r.into_string().map_err(|e| e.to_string()),
+        Err(ureq::Error::Status(code, r)) => Err(format!(
+            "HTTP {code}: {}",
+            r.into_string().unwrap_or_default()
+        )),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+fn agent() -> ureq::Agent {
+    ureq::AgentBuilder::new()
+        .timeout(Duration::from_secs(30))
+        .build()
+}
+
+fn start(i: usize, a: &mut Attack, d: &Daemon, legit: &Client, attackers: &[Client]) {
+    let addr = d.addr.clone();
+    match i {
+        0 => {}
+        1 | 2 => {
+            let auth = (i == 2).then(|| legit_token_of(attackers));
+            let path = if i == 1 { "/a2a/" } else { "/mcp/" };
+            for t in 0..10 {
+                let (addr, auth) = (addr.clone(), auth.clone());
+                a.spawn(move |stop, c| {
+                    let head = head(&addr, path, auth.as_deref(), 4 * 1024 * 1024);
+                    let mut conns: Vec<Option<TcpStream>> = (0..30).map(|_| None).collect();
+                    let chunk = vec![b' '; 64 * 1024];
+                    while !stop.load(Ordering::Relaxed) {
+                        for slot in conns.iter_mut() {
+                            if slot.is_none() {
+                                if let Ok(mut s) = TcpStream::connect(&addr) {
+                                    let _ = s.set_nonblocking(true);
+                                    if s.write_all(head.as_bytes()).is_ok() {
+                                        let _ = s.write(&chunk);
+                                        c[2].fetch_add(1, Ordering::Relaxed);
+                                        *slot = Some(s);
+                                    }
+                                }
+                            } else if let Some(s) = slot {
+                                // Peek for the daemon's early answer; keep the connection open.
+                                let mut buf = [0u8; 512];
+                                match std::io::Read::read(s, &mut buf) {
+                                    Ok(0) => *slot = None,
+                                    Ok(n) => {
+                                        let text = String::from_utf8_lossy(&buf[..n]);
+                                        if text.contains(" 503 ") {
+                                            c[1].fetch_add(1, Ordering::Relaxed);
+                                        } else {
+                                            c[0].fetch_add(1, Ordering::Relaxed);
+                                        }
+                                        *slot = None;
+                                    }
+                                    Err(_) => {}
+                                }
+                            }
+                        }
+                        std::thread::sleep(Duration::from_millis(20 + t));
+                    }
+                });
+            }
+        }
+        3 => {
+            let batch = Value::Array(
+                (0..80_000)
+                    .map(|i| json!({"jsonrpc":"2.0","id":i,"method":"tools/list"}))
+                    .collect(),
+            )
+            .to_string();
+            let batch = Arc::new(batch);
+            for attacker in &attackers[..4] {
+                let (addr, token, batch) = (addr.clone(), attacker.token.clone(), batch.clone());
+                a.spawn(move |stop, c| {
+                    let agent = agent();
+                    while !stop.load(Ordering::Relaxed) {
+                        match post(&agent, &addr, &token, &batch) {
+                            Ok(b) if b.contains("batch_items") => {
+                                c[0].fetch_add(1, Ordering::Relaxed)
+                            }
+                            _ => c[1].fetch_add(1, Ordering::Relaxed),
+                        };
+                    }
+                });
+            }
+        }
+        4 => {
+            for t in 0..23usize {
+                let addr = addr.clone();
+                a.spawn(move |stop, c| {
+                    // Thread 0..3: 100 half-sent heads each; the rest: 100 idle connections each.
+                    let half = t < 3;
+                    let mut conns: Vec<Option<TcpStream>> = (0..100).map(|_| None).collect();
+                    while !stop.load(Ordering::Relaxed) {
+                        for slot in conns.iter_mut() {
+                            match slot {
+                                None => {
+                                    if let Ok(mut s) = TcpStream::connect(&addr) {
+                                        let _ = s.set_nonblocking(true);
+                                        if half {
+                                            let _ = s.write_all(b"POST /mcp/ HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Ty");
+                                        }
+                                        c[0].fetch_add(1, Ordering::Relaxed);
+                                        *slot = Some(s);
+                                    }
+                                }
+                                Some(s) => {
+                                    let mut buf = [0u8; 64];
+                                    match std::io::Read::read(s, &mut buf) {
+                                        Ok(0) => {
+                                            c[1].fetch_add(1, Ordering::Relaxed);
+                                            *slot = None;
+                                        }
+                                        Err(e) if e.kind() != std::io::ErrorKind::WouldBlock => {
+                                            c[1].fetch_add(1, Ordering::Relaxed);
+                                            *slot = None;
+                                        }
+                                        _ => {}
+                                    }
+                                }
+                            }
+                        }
+                        std::thread::sleep(Duration::from_millis(50));
+                    }
+                });
+            }
+        }
+        5 => {
+            for k in 0..8 {
+                let addr = addr.clone();
+                let token = legit.token.clone();
+                a.spawn(move |stop, c| {
+                    let agent = agent();
+                    while !stop.load(Ordering::Relaxed) {
+                        let r = if k % 2 == 0 {
+                            agent
+                                .get(&format!("http://{addr}/v1/health"))
+                                .set("Host", "evil.example.com")
+                                .call()
+                        } else {
+                            agent
+                                .post(&format!("http://{addr}/mcp/"))
+                                .set("Authorization", &format!("Bearer {token}"))
+                                .set("Origin", "http://evil.example.com")
+                                .set("Content-Type", "application/json")
+                                .set("Accept", "application/json, text/event-stream")
+                                .send_string(&mcp_call("ailang-read", json!({"path": "f.txt"})))
+                        };
+                        match r {
+                            Err(ureq::Error::Status(403, _)) => {
+                                c[0].fetch_add(1, Ordering::Relaxed)
+                            }
+                            _ => c[1].fetch_add(1, Ordering::Relaxed),
+                        };
+                    }
+                });
+            }
+        }
+        6 => {
+            let token = attackers[0].token.clone();
+            for _ in 0..16 {
+                let (addr, token) = (addr.clone(), token.clone());
+                a.spawn(move |stop, c| {
+                    let agent = agent();
+                    let body = mcp_call("stall-wait", json!({"ms": "2000"}));
+                    while !stop.load(Ordering::Relaxed) {
+                        match post(&agent, &addr, &token, &body) {
+                            Ok(b) if b.contains("slept_ms") => c[0].fetch_add(1, Ordering::Relaxed),
+                            Ok(b) if b.contains("capacity exceeded") => {
+                                c[1].fetch_add(1, Ordering::Relaxed);
+                                std::thread::sleep(Duration::from_millis(5));
+                                0
+                            }
+                            _ => c[2].fetch_add(1, Ordering::Relaxed),
+                        };
+                    }
+                });
+            }
+        }
+        _ => {
+            // 200 episodes, one hung call each (60 s, far past the 2 s deadline).
+            for chunk in attackers.chunks(20) {
+                let chunk: Vec<Client> = chunk.to_vec();
+                let addr = addr.clone();
+                a.spawn(move |_stop, c| {
+                    let handles: Vec<_> = chunk
+                        .into_iter()
+                        .map(|cl| {
+                            let addr = addr.clone();
+                            std::thread::spawn(move || {
+                                let body = mcp_call("stall-wait", json!({"ms": "60000"}));
+                                post(&agent(), &addr, &cl.token, &body)
+                            })
+                        })
+                        .collect();
+                    for h in handles {
+                        match h.join() {
+                            Ok(Ok(b)) if b.contains("timed out") => {
+                                c[0].fetch_add(1, Ordering::Relaxed)
+                            }
+                            _ => c[1].fetch_add(1, Ordering::Relaxed),
+                        };
+                    }
+                });
+            }
+        }
+    }
+}
+
+/// The token of an authenticated attacker (held bodies with credentials).
+fn legit_token_of(attackers: &[Client]) -> String {
+    attackers[0].token.clone()
+}
+
+/// One client of its own episode calling `ailang-read` back to back for `measure`.
+fn legit_calls(addr: &str, legit: &Client, measure: Duration) -> Summary {
+    let agent = agent();
+    let body = mcp_call("ailang-read", json!({"path": "f.txt"}));
+    let mut latencies = Vec::new();
+    let (mut rejected, mut errors) = (0, 0);
+    let start = Instant::now();
+    while start.elapsed() < measure {
+        let t = Instant::now();
+        match post(&agent, addr, &legit.token, &body) {
+            Ok(b) if b.contains(r#""ok":true"#) => latencies.push(t.elapsed().as_nanos() as u64),
+            Ok(b) if b.contains("capacity exceeded") => rejected += 1,
+            _ => errors += 1,
+        }
+    }
+    Summary::from_latencies(
+        &mut latencies,
+        rejected,
+        errors,
+        start.elapsed().as_secs_f64(),
+    )
+}
+
+/// Samples the number of open descriptors of a process every 25 ms; the peak.
+struct FdSampler {
+    stop: Arc<AtomicBool>,
+    thread: JoinHandle<u64>,
+}
+
+impl FdSampler {
+    fn start(pid: u32) -> FdSampler {
+        let stop = Arc::new(AtomicBool::new(false));
+        let flag = stop.clone();
+        let thread = std::thread::spawn(move || {
+            let mut peak = 0;
+            while !flag.load(Ordering::Relaxed) {
+                if let Ok(dir) = std::fs::read_dir(format!("/proc/{pid}/fd")) {
+                    peak = peak.max(dir.count() as u64);
+                }
+                std::thread::sleep(Duration::from_millis(25));
+            }
+            peak
+        });
+        FdSampler { stop, thread }
+    }
+
+    fn finish(self) -> u64 {
+        self.stop.store(true, Ordering::Relaxed);
+        self.thread.join().unwrap_or(0)
+    }
+}
+
+/// The printed table.
+pub fn table(rows: &[AttackRow]) -> String {
+    let mut out = String::from(
+        "| attack | legit ok | legit refused | legit errors | p50 ms | p99 ms | peak RSS MiB | peak fds | attackers saw |\n|---|---:|---:|---:|---:|---:|---:|---:|---|\n",
+    );
+    for r in rows {
+        out.push_str(&format!(
+            "| {} | {} | {} | {} | {:.2} | {:.2} | {} | {} | {} |\n",
+            r.name,
+            r.legit.ok,
+            r.legit.rejected,
+            r.legit.errors,
+            r.legit.p50_ns as f64 / 1e6,
+            r.legit.p99_ns as f64 / 1e6,
+            r.peak_rss_kib
+                .map(|k| format!("{:.1}", k as f64 / 1024.0))
+                .unwrap_or_else(|| "?".into()),
+            r.peak_fds,
+            r.note
+        ));
+    }
+    out
+}
+
+/// The rows as JSON.
+pub fn to_json(rows: &[AttackRow]) -> Value {
+    Value::Array(
+        rows.iter()
+            .map(|r| {
+                json!({
+                    "attack": r.name, "legit_ok": r.legit.ok, "legit_refused": r.legit.rejected,
+                    "legit_errors": r.legit.errors, "p50_ms": r.legit.p50_ns as f64 / 1e6,
+                    "p99_ms": r.legit.p99_ns as f64 / 1e6, "peak_rss_kib": r.peak_rss_kib,
+                    "peak_fds": r.peak_fds, "attackers": r.note,
+                })
+            })
+            .collect(),
+    )
+}

@@ -1,0 +1,73 @@
+//! A signal raised after every durable group commit, so readers can follow the log live.
+//!
+//! The store's writer thread raises it once per committed batch, before answering the batch's
+//! callers (so a caller that got its answer knows the listeners were told). Raising costs one read-lock and one call per listener; a listener must be as cheap
+//! (e.g. bump a `tokio::sync::watch` value) and never block, because it runs on the only
+//! thread that writes. Listeners learn only *that* something was committed: they read what
+//! changed themselves, in their own read transactions, so a burst of commits coalesces into
+//! one wake-up and a slow reader never slows the writer.
+//!
+//! Commits made by another process that opened the same environment are not signalled.
+
+use std::sync::RwLock;
+
+type Listener = Box<dyn Fn() + Send + Sync>;
+
+/// The listeners to call after each durable commit.
+#[derive(Default)]
+pub struct CommitSignal {
+    listeners: RwLock<Vec<Listener>>,
+}
+
+impl std::fmt::Debug for CommitSignal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let n = self.listeners.read().map(|l| l.len()).unwrap_or(0);
+        f.debug_struct("CommitSignal")
+            .field("listeners", &n)
+            .finish()
+    }
+}
+
+impl CommitSignal {
+    /// Call `listener` after every durable commit from now on. It runs on the writer thread:
+    /// it must return at once.
+    pub fn listen(&self, listener: impl Fn() + Send + Sync + 'static) {
+        if let Ok(mut l) = self.listeners.write() {
+            l.push(Box::new(listener));
+        }
+    }
+
+    /// Called by the writer after a batch became durable.
+    pub(crate) fn raise(&self) {
+        if let Ok(listeners) = self.listeners.read() {
+            for l in listeners.iter() {
+                l();
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::sync::Arc;
+
+    use crate::store::{Store, StoreError};
+
+    #[test]
+    fn every_durable_commit_raises_the_signal_before_its_callers_are_answered() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::create(&dir.path().join("db")).unwrap();
+        let seen = Arc::new(AtomicU64::new(0));
+        let s = seen.clone();
+        store.commit_signal().listen(move || {
+            s.fetch_add(1, Ordering::SeqCst);
+        });
+        // The writer raises the signal before it answers the batch's callers.
+        store.write(|_| Ok::<_, StoreError>(())).unwrap();
+        assert_eq!(seen.load(Ordering::SeqCst), 1);
+        // A failing operation aborts only itself; its (empty) batch is still committed.
+        let _ = store.write(|_| Err::<(), _>(StoreError::Corrupt("no".into())));
+        assert_eq!(seen.load(Ordering::SeqCst), 2);
+    }
+}

@@ -1,0 +1,126 @@
+//! The whole-store audit behind `worldd doctor`.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use super::source::LocalSource;
+use super::walk::Verifier;
+use super::VerifyError;
+use crate::log;
+use crate::store::{Store, StoreError};
+
+/// The result of checking a whole store offline (`worldd doctor`).
+#[derive(Debug, Clone, Default)]
+pub struct StoreAudit {
+    /// Entries checked (genesis included).
+    pub entries: u64,
+    /// Entries with at least one broken link, with the first broken link's description.
+    pub broken: Vec<(u64, String)>,
+    /// Journal records read.
+    pub journal_records: u64,
+    /// Spend and journal inconsistencies.
+    pub journal_findings: Vec<String>,
+    /// Intents without an outcome (indeterminate effects; not an inconsistency).
+    pub indeterminate: Vec<String>,
+    /// The head does not select the last entry, or the log has a gap.
+    pub head_findings: Vec<String>,
+}
+
+impl StoreAudit {
+    /// True when nothing is inconsistent (indeterminate intents are allowed).
+    pub fn consistent(&self) -> bool {
+        self.broken.is_empty() && self.journal_findings.is_empty() && self.head_findings.is_empty()
+    }
+}
+
+/// Entries a doctor worker verifies per claim.
+const AUDIT_BLOCK: u64 = 256;
+
+/// Check every entry's links, every spend counter against the journal, the pending-intent
+/// index and the head.
+pub fn audit_store(store: &Store) -> Result<StoreAudit, VerifyError> {
+    let mut audit = StoreAudit::default();
+    let head = store
+        .read(log::head)?
+        .ok_or_else(|| VerifyError::NotFound("world head".into()))?;
+    let last = store.read(|r| -> Result<Option<u64>, StoreError> {
+        Ok(r.tables
+            .log
+            .last(r.txn)
+            .map_err(crate::store::TxnExt::heed_err(r))?
+            .map(|(k, _)| k))
+    })?;
+    if last != Some(head.world.revision) {
+        audit.head_findings.push(format!(
+            "the head selects revision {} but the last entry is {:?}",
+            head.world.revision, last
+        ));
+    }
+    // Entries verify independently. Worker threads claim blocks of the log from a shared
+    // counter (so no core idles while another still has a long tail), each block in its own
+    // read transaction (LMDB readers never block each other or the writer); the journal audit
+    // runs beside them.
+    let total = last.map_or(0, |l| l + 1);
+    let workers = std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .clamp(1, 16);
+    let next = AtomicU64::new(0);
+    let verify_blocks = || -> Result<Vec<(u64, String)>, VerifyError> {
+        let mut broken = Vec::new();
+        loop {
+            let from = next.fetch_add(AUDIT_BLOCK, Ordering::Relaxed);
+            if from >= total {
+                return Ok(broken);
+            }
+            let to = (from + AUDIT_BLOCK).min(total);
+            store.read(|r| {
+                let source = LocalSource::new(r);
+                let verifier = Verifier::new(&source);
+                for i in from..to {
+                    let report = verifier.report(i, String::new());
+                    if let Some(l) = report.links.iter().find(|l| !l.ok) {
+                        broken.push((i, format!("{}: {}", l.kind, l.detail)));
+                    }
+                }
+                Ok::<_, VerifyError>(())
+            })?;
+        }
+    };
+    let (results, journal) = std::thread::scope(|scope| {
+        let journal = scope.spawn(|| store.read(crate::journal::audit));
+        let handles: Vec<_> = (0..workers).map(|_| scope.spawn(verify_blocks)).collect();
+        let results: Vec<Result<Vec<(u64, String)>, VerifyError>> = handles
+            .into_iter()
+            .map(|h| {
+                h.join()
+                    .unwrap_or_else(|_| Err(VerifyError::NotFound("a verifier thread".into())))
+            })
+            .collect();
+        let journal = journal.join().unwrap_or_else(|_| {
+            Err(crate::journal::JournalError::Corrupt(
+                "the journal audit thread panicked".into(),
+            ))
+        });
+        (results, journal)
+    });
+    audit.entries = total;
+    for r in results {
+        audit.broken.extend(r?);
+    }
+    audit.broken.sort_by_key(|(i, _)| *i);
+    let (findings, n) =
+        journal.map_err(|e| VerifyError::NotFound(format!("a readable journal ({e})")))?;
+    audit.journal_records = n;
+    audit.journal_findings = findings.into_iter().map(|f| f.0).collect();
+    audit.indeterminate = store
+        .indeterminate()
+        .map_err(|e| VerifyError::NotFound(format!("a readable journal ({e})")))?
+        .into_iter()
+        .map(|s| {
+            format!(
+                "{} ({} {}@{})",
+                s.intent.invocation_id, s.intent.effect, s.intent.scope, s.intent.cost
+            )
+        })
+        .collect();
+    Ok(audit)
+}

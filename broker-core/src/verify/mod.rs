@@ -1,0 +1,321 @@
+//! Provenance verification: the library behind `worldd why` and `worldd doctor`.
+//!
+//! From any handle — an entry index, the head, any `sha256:` ref found in a result, an
+//! invocation id, or the result bytes themselves — find the log entries that carry it and walk
+//! each: world → entry → record → journal → input → plan → replay → effects → plugin →
+//! output, recomputing every address from the stored bytes. Each link is reported as verified
+//! or broken; nothing is trusted because it was stored. When several entries carry the same
+//! ref, every one is reported and verified: a forged copy can neither hide behind a genuine
+//! entry nor stand in for it.
+//!
+//! The verifier reads through one small trait, [`Source`]: [`LocalSource`] reads a store;
+//! a remote source (the REST routes of a running daemon) plugs in through [`why_in`] and
+//! [`verify_entry_in`]. What each link checks is described in [`walk`](self::walk).
+
+mod audit;
+mod source;
+mod walk;
+
+use serde_json::Value;
+
+pub use audit::{audit_store, StoreAudit};
+pub use source::{LocalSource, Source, SourceError, StoredObject};
+
+use crate::canon;
+use crate::log::{Entry, World};
+use crate::object::Ref;
+use crate::store::{Store, StoreError};
+use crate::task;
+use walk::Verifier;
+
+/// Default number of entries scanned back from the head to find a ref.
+pub const DEFAULT_SCAN: u64 = 500;
+
+/// What to explain.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Handle {
+    Index(u64),
+    Head,
+    Ref(Ref),
+    Invocation(String),
+    /// The exact bytes of a result; found by their sha256.
+    Output(Vec<u8>),
+}
+
+impl Handle {
+    /// `head`, a decimal index, a `sha256:` ref, or an invocation id (`mcp:…`, `a2a:…`).
+    pub fn parse(text: &str) -> Result<Handle, VerifyError> {
+        let text = text.trim();
+        if text == "head" {
+            return Ok(Handle::Head);
+        }
+        if !text.is_empty() && text.bytes().all(|b| b.is_ascii_digit()) {
+            return text
+                .parse()
+                .map(Handle::Index)
+                .map_err(|_| VerifyError::BadHandle(text.to_owned()));
+        }
+        if text.starts_with("sha256:") {
+            return text
+                .parse()
+                .map(Handle::Ref)
+                .map_err(|e: crate::object::RefError| VerifyError::BadHandle(e.to_string()));
+        }
+        if task::split_invocation_id(text).is_some() {
+            return Ok(Handle::Invocation(text.to_owned()));
+        }
+        Err(VerifyError::BadHandle(text.to_owned()))
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum VerifyError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error(transparent)]
+    Source(#[from] SourceError),
+    #[error("not a handle: {0} (want head, an entry index, a sha256: ref or an invocation id)")]
+    BadHandle(String),
+    #[error("{0} not found")]
+    NotFound(String),
+}
+
+/// One checked link.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Link {
+    /// `world`, `entry`, `record`, `journal`, `input`, `plan`, `replay`, `effect`, `plugin`,
+    /// `output`.
+    pub kind: &'static str,
+    pub reference: Option<Ref>,
+    pub ok: bool,
+    pub detail: String,
+}
+
+/// The verified chain of one entry.
+#[derive(Debug, Clone)]
+pub struct Report {
+    pub entry_index: u64,
+    /// How the handle matched, e.g. `output (sha256 of the result)`.
+    pub matched_by: String,
+    pub links: Vec<Link>,
+}
+
+impl Report {
+    pub fn all_ok(&self) -> bool {
+        self.links.iter().all(|l| l.ok)
+    }
+
+    pub fn to_json(&self) -> Value {
+        serde_json::json!({
+            "entryIndex": self.entry_index,
+            "matchedBy": self.matched_by,
+            "verified": self.all_ok(),
+            "links": self.links.iter().map(|l| serde_json::json!({
+                "kind": l.kind,
+                "ref": l.reference.map(|r| r.to_string()),
+                "ok": l.ok,
+                "detail": l.detail,
+            })).collect::<Vec<_>>(),
+        })
+    }
+}
+
+/// Every entry a handle matched, oldest first, each verified.
+#[derive(Debug, Clone)]
+pub struct Explanation {
+    pub reports: Vec<Report>,
+}
+
+impl Explanation {
+    /// True when every matched entry verified.
+    pub fn all_ok(&self) -> bool {
+        self.reports.iter().all(Report::all_ok)
+    }
+
+    /// One entry: its report. Several: `{"matches": n, "verified": bool, "entries": [reports]}`.
+    pub fn to_json(&self) -> Value {
+        match self.reports.as_slice() {
+            [one] => one.to_json(),
+            many => serde_json::json!({
+                "matches": many.len(),
+                "verified": self.all_ok(),
+                "entries": many.iter().map(Report::to_json).collect::<Vec<_>>(),
+            }),
+        }
+    }
+}
+
+/// Explain `handle` from a store: find every entry that carries it (scanning back at most
+/// `scan` entries for a ref) and verify each.
+pub fn why(store: &Store, handle: &Handle, scan: u64) -> Result<Explanation, VerifyError> {
+    store.read(|r| why_in(&LocalSource::new(r), handle, scan))
+}
+
+/// [`why`] over any [`Source`].
+pub fn why_in<S: Source + ?Sized>(
+    src: &S,
+    handle: &Handle,
+    scan: u64,
+) -> Result<Explanation, VerifyError> {
+    let matches = locate(src, handle, scan)?;
+    let verifier = Verifier::new(src);
+    Ok(Explanation {
+        reports: matches
+            .into_iter()
+            .map(|(i, how)| verifier.report(i, how))
+            .collect(),
+    })
+}
+
+/// Verify entry `index` of a store without a handle.
+pub fn verify_entry(store: &Store, index: u64) -> Result<Report, VerifyError> {
+    store.read(|r| Ok(verify_entry_in(&LocalSource::new(r), index)))
+}
+
+/// [`verify_entry`] over any [`Source`].
+pub fn verify_entry_in<S: Source + ?Sized>(src: &S, index: u64) -> Report {
+    Verifier::new(src).report(index, "index".into())
+}
+
+fn head_index<S: Source + ?Sized>(src: &S) -> Result<u64, VerifyError> {
+    let head = src
+        .head()?
+        .ok_or_else(|| VerifyError::NotFound("world head".into()))?;
+    let bytes = src
+        .world(&head)?
+        .ok_or_else(|| VerifyError::NotFound(format!("head world {head}")))?;
+    let world = World::from_bytes(&bytes).map_err(|e| SourceError(e.to_string()))?;
+    Ok(world.revision)
+}
+
+/// The entries `handle` names, oldest first, each with how it matched.
+fn locate<S: Source + ?Sized>(
+    src: &S,
+    handle: &Handle,
+    scan: u64,
+) -> Result<Vec<(u64, String)>, VerifyError> {
+    match handle {
+        Handle::Head => Ok(vec![(head_index(src)?, "head".into())]),
+        Handle::Index(i) => {
+            if src.entry(*i)?.is_none() {
+                return Err(VerifyError::NotFound(format!("entry {i}")));
+            }
+            Ok(vec![(*i, "index".into())])
+        }
+        Handle::Invocation(id) => {
+            let mut found = scan_for(src, scan, |_, rec| {
+                rec.as_ref()
+                    .is_some_and(|v| v["invocationId"] == id.as_str())
+                    .then(|| "invocation id".into())
+            })?;
+            // The coordinator's task state names where the invocation committed, even beyond
+            // the scanned window.
+            if let Some((surface, ep, t)) = task::split_invocation_id(id) {
+                if let Some(state) = src.task(ep, &format!("{surface}:{t}"))? {
+                    if let (true, Some(i)) = (state.invocation_id == *id, state.entry_index) {
+                        if !found.iter().any(|(j, _)| *j == i) {
+                            found.push((i, "invocation id".into()));
+                        }
+                    }
+                }
+            }
+            if found.is_empty() {
+                return Err(VerifyError::NotFound(format!("invocation {id}")));
+            }
+            found.sort_by_key(|(i, _)| *i);
+            Ok(found)
+        }
+        Handle::Output(bytes) => {
+            let target = Ref::of(bytes);
+            let found = find_ref(src, &target, scan)?;
+            if found.is_empty() {
+                return Err(VerifyError::NotFound(format!("a result with {target}")));
+            }
+            Ok(found
+                .into_iter()
+                .map(|(i, how)| {
+                    if how == "output" {
+                        (i, "output (sha256 of the result)".into())
+                    } else {
+                        (i, how)
+                    }
+                })
+                .collect())
+        }
+        Handle::Ref(target) => {
+            // An entry hash names exactly one entry.
+            if let Some(i) = src.entry_index(target)? {
+                return Ok(vec![(i, "entry hash".into())]);
+            }
+            let found = find_ref(src, target, scan)?;
+            if found.is_empty() {
+                return Err(VerifyError::NotFound(target.to_string()));
+            }
+            Ok(found)
+        }
+    }
+}
+
+/// Every entry in the scanned window whose entry hash, record or record fields name `target`.
+fn find_ref<S: Source + ?Sized>(
+    src: &S,
+    target: &Ref,
+    scan: u64,
+) -> Result<Vec<(u64, String)>, VerifyError> {
+    let t = target.to_string();
+    let t = t.as_str();
+    scan_for(src, scan, |entry, rec| {
+        if entry.entry_hash == *target {
+            return Some("entry hash".into());
+        }
+        if entry.transition_ref == *target {
+            return Some("record".into());
+        }
+        let rec = rec.as_ref()?;
+        for key in ["output", "input", "plan"] {
+            if rec[key] == t {
+                return Some(key.into());
+            }
+        }
+        if rec["effects"]
+            .as_array()
+            .is_some_and(|a| a.iter().any(|e| e == t))
+        {
+            return Some("effect record".into());
+        }
+        let output: Ref = rec["output"].as_str()?.parse().ok()?;
+        let world = World {
+            revision: entry.header.entry_index,
+            state_root: output,
+            log_head: entry.entry_hash,
+        };
+        (world.reference() == *target).then(|| "world".into())
+    })
+}
+
+/// Every entry from the head back, at most `scan` of them, that `test` matches; oldest first.
+fn scan_for<S: Source + ?Sized>(
+    src: &S,
+    scan: u64,
+    mut test: impl FnMut(&Entry, &Option<Value>) -> Option<String>,
+) -> Result<Vec<(u64, String)>, VerifyError> {
+    let head = head_index(src)?;
+    let lowest = head.saturating_sub(scan.saturating_sub(1));
+    let mut found = Vec::new();
+    for i in (lowest..=head).rev() {
+        let Some(entry) = src
+            .entry(i)?
+            .and_then(|bytes| Entry::from_bytes(&bytes).ok())
+        else {
+            continue;
+        };
+        let rec = src
+            .object(&entry.transition_ref)?
+            .and_then(|o| canon::parse(&o.payload).ok());
+        if let Some(how) = test(&entry, &rec) {
+            found.push((i, how));
+        }
+    }
+    found.reverse();
+    Ok(found)
+}

@@ -1,0 +1,153 @@
+//! Where the verifier reads: one small trait, [`Source`].
+//!
+//! `why` and `doctor` never touch the store directly: every read of a verification goes
+//! through these methods, and everything read is re-hashed and cross-checked by the caller, so
+//! a source is trusted for nothing but availability. [`LocalSource`] reads an LMDB store in one
+//! read transaction (a consistent snapshot). A remote source, for `worldd why --addr`, answers
+//! the same questions over the daemon's REST routes; each method says which route serves it.
+
+use std::borrow::Cow;
+
+use crate::journal::{self, JournalError, JournalState};
+use crate::log::{self, LogError};
+use crate::object::Ref;
+use crate::store::{ReadCtx, StoreError};
+use crate::task::{self, TaskState};
+
+/// A stored object as a source hands it over: its semantic id and payload bytes (borrowed from
+/// the store when it can). The verifier checks that the payload hashes to the ref it asked for.
+#[derive(Debug, Clone)]
+pub struct StoredObject<'a> {
+    pub semantic_id: Cow<'a, str>,
+    pub payload: Cow<'a, [u8]>,
+}
+
+/// A source could not answer (I/O, a damaged row, a remote that failed). Reported on the link
+/// that needed the answer, as a broken link.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct SourceError(pub String);
+
+impl From<StoreError> for SourceError {
+    fn from(e: StoreError) -> Self {
+        SourceError(e.to_string())
+    }
+}
+
+impl From<JournalError> for SourceError {
+    fn from(e: JournalError) -> Self {
+        SourceError(e.to_string())
+    }
+}
+
+impl From<LogError> for SourceError {
+    fn from(e: LogError) -> Self {
+        SourceError(e.to_string())
+    }
+}
+
+/// The reads a verification makes. Answers are raw stored bytes or the coordinator's own rows;
+/// nothing a source says is trusted without being recomputed.
+pub trait Source {
+    /// The stored bytes of log entry `index` (canonical JSON). Remote: `GET /v1/log/{index}`,
+    /// canonicalised.
+    fn entry(&self, index: u64) -> Result<Option<Cow<'_, [u8]>>, SourceError>;
+
+    /// An object by ref. Remote: `GET /v1/objects/{ref}?payload=true`.
+    fn object(&self, reference: &Ref) -> Result<Option<StoredObject<'_>>, SourceError>;
+
+    /// The stored bytes of a world (canonical JSON). Remote: `GET /v1/worlds/{ref}` without its
+    /// `ref` member, canonicalised.
+    fn world(&self, reference: &Ref) -> Result<Option<Cow<'_, [u8]>>, SourceError>;
+
+    /// The selected head's world ref. Remote: `GET /v1/head`.
+    fn head(&self) -> Result<Option<Ref>, SourceError>;
+
+    /// The journal's state of one invocation: its intent and outcome. Only the coordinator
+    /// writes it for `a2a:`/`mcp:` invocations. Remote: a route that serves journal states.
+    fn journal(&self, invocation_id: &str) -> Result<Option<JournalState>, SourceError>;
+
+    /// The task (idempotency) state of `task` (`<surface>:<task id>`) in `episode`, written by
+    /// the coordinator in the same transaction as the entry. Remote: a route that serves task
+    /// states (`GET /v1/calls/{surface}/{key}` answers it for the caller's own episode).
+    fn task(&self, episode: &str, task: &str) -> Result<Option<TaskState>, SourceError>;
+
+    /// Is `prev` the entry hash of entry `index`? The default reads that entry; a store answers
+    /// from its entry-hash index without parsing it.
+    fn links(&self, prev: &Ref, index: u64) -> Result<bool, SourceError> {
+        let Some(bytes) = self.entry(index)? else {
+            return Ok(false);
+        };
+        Ok(log::Entry::from_bytes(&bytes).is_ok_and(|e| e.entry_hash == *prev))
+    }
+
+    /// The index of the entry with this hash, when the source has an index of them; `None`
+    /// makes `why` find the entry by scanning back from the head instead.
+    fn entry_index(&self, entry_hash: &Ref) -> Result<Option<u64>, SourceError> {
+        let _ = entry_hash;
+        Ok(None)
+    }
+
+    /// The ref of the world that entry `index` selected, when the source keeps that index. Only
+    /// client commits need it (a coordinator entry's world follows from its record); without
+    /// it their world is found only when it is the head.
+    fn world_at(&self, index: u64) -> Result<Option<Ref>, SourceError> {
+        let _ = index;
+        Ok(None)
+    }
+}
+
+/// A store, read in one read transaction.
+pub struct LocalSource<'r, 't> {
+    r: &'r ReadCtx<'t>,
+}
+
+impl<'r, 't> LocalSource<'r, 't> {
+    pub fn new(r: &'r ReadCtx<'t>) -> Self {
+        LocalSource { r }
+    }
+}
+
+impl Source for LocalSource<'_, '_> {
+    fn entry(&self, index: u64) -> Result<Option<Cow<'_, [u8]>>, SourceError> {
+        Ok(log::stored_entry(self.r, index)?.map(Cow::Borrowed))
+    }
+
+    fn object(&self, reference: &Ref) -> Result<Option<StoredObject<'_>>, SourceError> {
+        Ok(self.r.object_view(reference)?.map(|o| StoredObject {
+            semantic_id: Cow::Borrowed(o.semantic_id),
+            payload: Cow::Borrowed(o.payload),
+        }))
+    }
+
+    fn world(&self, reference: &Ref) -> Result<Option<Cow<'_, [u8]>>, SourceError> {
+        Ok(log::stored_world(self.r, reference)?.map(Cow::Borrowed))
+    }
+
+    fn head(&self) -> Result<Option<Ref>, SourceError> {
+        Ok(log::head(self.r)?.map(|h| h.world_ref))
+    }
+
+    fn journal(&self, invocation_id: &str) -> Result<Option<JournalState>, SourceError> {
+        // The index row is checked against the journal rows it summarises.
+        Ok(journal::verified_state(self.r, invocation_id)?)
+    }
+
+    fn task(&self, episode: &str, task: &str) -> Result<Option<TaskState>, SourceError> {
+        Ok(task::get(self.r, episode, task)?)
+    }
+
+    fn links(&self, prev: &Ref, index: u64) -> Result<bool, SourceError> {
+        // Entry `index`'s own bytes are checked when it is verified; the index says whose hash
+        // `prev` is without parsing them again.
+        Ok(log::index_of_entry_hash(self.r, prev)? == Some(index))
+    }
+
+    fn entry_index(&self, entry_hash: &Ref) -> Result<Option<u64>, SourceError> {
+        Ok(log::index_of_entry_hash(self.r, entry_hash)?)
+    }
+
+    fn world_at(&self, index: u64) -> Result<Option<Ref>, SourceError> {
+        Ok(log::world_ref_at(self.r, index)?)
+    }
+}

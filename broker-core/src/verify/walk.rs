@@ -1,0 +1,982 @@
+//! The walk of one entry: world → entry → record → journal → input → plan → replay → effects
+//! (and the plugin that ran each) → output, every address recomputed from the bytes a
+//! [`Source`] hands over.
+//!
+//! An entry is checked for what it claims:
+//! - the genesis (entry 0) against this build's genesis document;
+//! - an invocation (its record is an invocation record) by the full walk, including the
+//!   **replay**: the stored plan must be the plan this build's interpreter computes from the
+//!   transition document at `transitionFn` and the stored input. An entry naming another
+//!   interpreter cannot be replayed, so it is a broken link, not a pass;
+//! - a coordinator's invocation (`writtenBy` `coordinator:…`, or a record in the `a2a:`/`mcp:`
+//!   namespaces, whoever's entry carries it) additionally against what only the coordinator
+//!   writes: the task state of the invocation (committed at this very entry, with this record's
+//!   input, output and effects) and the journal's intent and outcome of every effect that ran
+//!   (none for a refusal or a denial). An entry a client made up, relabelled or copied has no
+//!   such state;
+//! - any other client commit for what the log promises: its objects exist and hash to their
+//!   addresses, and a stored world selects it.
+
+use std::borrow::Cow;
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use serde::Deserialize;
+use serde_json::Value;
+
+use super::source::{Source, StoredObject};
+use super::{Link, Report};
+use crate::broker::{self, EffectRecord};
+use crate::canon;
+use crate::commit::COORDINATOR_NAMESPACES;
+use crate::journal::OutcomeStatus;
+use crate::log::{self, Entry, World};
+use crate::object::{sid, Ref};
+use crate::plan::{self, Plan};
+use crate::task::{self, TaskPhase};
+use crate::transition::Transition;
+
+/// Verifies entries read from one source; caches parsed transition documents (many entries
+/// share a few tools).
+pub(crate) struct Verifier<'s, S: Source + ?Sized> {
+    src: &'s S,
+    interpreter: Ref,
+    transitions: RefCell<HashMap<Ref, Result<Arc<Transition>, String>>>,
+}
+
+pub(crate) struct Walk {
+    links: Vec<Link>,
+}
+
+impl Walk {
+    fn push(&mut self, kind: &'static str, reference: Option<Ref>, result: Result<String, String>) {
+        let (ok, detail) = match result {
+            Ok(d) => (true, d),
+            Err(d) => (false, d),
+        };
+        self.links.push(Link {
+            kind,
+            reference,
+            ok,
+            detail,
+        });
+    }
+
+    fn into_report(mut self, index: u64, matched_by: String) -> Report {
+        // Present world first, as `why` prints it.
+        if let Some(pos) = self.links.iter().position(|l| l.kind == "world") {
+            let w = self.links.remove(pos);
+            self.links.insert(0, w);
+        }
+        Report {
+            entry_index: index,
+            matched_by,
+            links: self.links,
+        }
+    }
+}
+
+/// The fields of an invocation record `why` follows, borrowed from its bytes. Absent fields are
+/// reported on the link that needs them.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct RecordFields<'a> {
+    #[serde(borrow, default)]
+    invocation_id: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    episode_id: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    skill_id: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    transition_fn: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    interpreter: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    input: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    plan: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    output: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    effects: Option<Vec<Cow<'a, str>>>,
+}
+
+/// The part of a call's output `why` checks: the reserved `world` block.
+#[derive(Deserialize)]
+struct OutputWorld<'a> {
+    #[serde(borrow, default)]
+    world: Option<WorldBlock<'a>>,
+}
+
+#[derive(Deserialize, Default)]
+struct WorldBlock<'a> {
+    #[serde(borrow, default)]
+    plan: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    effects: Vec<WorldEffect<'a>>,
+}
+
+#[derive(Deserialize)]
+struct WorldEffect<'a> {
+    #[serde(borrow, default)]
+    record: Option<Cow<'a, str>>,
+}
+
+/// Only the key that decides what a client's record claims to be.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Claim<'a> {
+    #[serde(borrow, default)]
+    invocation_id: Option<Cow<'a, str>>,
+}
+
+/// One effect of a record: its ref and parsed record, or why it could not be read.
+struct EffectRow {
+    reference: Option<Ref>,
+    record: Result<EffectRecord, String>,
+}
+
+fn ref_field(value: &Option<Cow<'_, str>>, key: &str) -> Result<Ref, String> {
+    value
+        .as_deref()
+        .ok_or_else(|| format!("{key} is missing"))?
+        .parse()
+        .map_err(|e: crate::object::RefError| format!("{key}: {e}"))
+}
+
+/// True when an invocation id is in one of the coordinator's namespaces.
+pub(crate) fn coordinator_namespace(id: &str) -> bool {
+    COORDINATOR_NAMESPACES.iter().any(|ns| id.starts_with(ns))
+}
+
+impl<'s, S: Source + ?Sized> Verifier<'s, S> {
+    pub(crate) fn new(src: &'s S) -> Self {
+        Verifier {
+            src,
+            interpreter: log::interpreter_ref(),
+            transitions: RefCell::new(HashMap::new()),
+        }
+    }
+
+    /// Load an object and check it hashes to its address.
+    fn hashed(&self, reference: &Ref) -> Result<StoredObject<'s>, String> {
+        let obj = self
+            .src
+            .object(reference)
+            .map_err(|e| e.to_string())?
+            .ok_or_else(|| "missing from the store".to_string())?;
+        if Ref::of(&obj.payload) != *reference {
+            return Err(format!(
+                "stored bytes hash to {}, not to their address",
+                Ref::of(&obj.payload)
+            ));
+        }
+        Ok(obj)
+    }
+
+    /// Load an object, check it hashes to its address and has the expected semantic id.
+    fn checked(&self, reference: &Ref, semantic_id: &str) -> Result<StoredObject<'s>, String> {
+        let obj = self.hashed(reference)?;
+        if obj.semantic_id != semantic_id {
+            return Err(format!(
+                "semantic id is {}, expected {semantic_id}",
+                obj.semantic_id
+            ));
+        }
+        Ok(obj)
+    }
+
+    /// The transition document at `transition_fn`, parsed (cached per verifier).
+    fn transition(&self, transition_fn: &Ref) -> Result<Arc<Transition>, String> {
+        if let Some(t) = self.transitions.borrow().get(transition_fn) {
+            return t.clone();
+        }
+        let parsed = self
+            .checked(transition_fn, sid::TRANSITION)
+            .and_then(|o| {
+                Transition::from_slice(&o.payload)
+                    .map(Arc::new)
+                    .map_err(|e| format!("not a transition document: {e}"))
+            })
+            .map_err(|e| format!("transition {transition_fn}: {e}"));
+        self.transitions
+            .borrow_mut()
+            .insert(*transition_fn, parsed.clone());
+        parsed
+    }
+
+    /// Verify entry `index`.
+    pub(crate) fn report(&self, index: u64, matched_by: String) -> Report {
+        let mut walk = Walk { links: Vec::new() };
+        let entry = match self.src.entry(index) {
+            Ok(Some(bytes)) => self.check_entry(index, &bytes),
+            Ok(None) => Err("missing from the log".to_string()),
+            Err(e) => Err(e.to_string()),
+        };
+        let entry = match entry {
+            Ok((entry, detail)) => {
+                walk.push("entry", Some(entry.entry_hash), Ok(detail));
+                entry
+            }
+            Err(why) => {
+                walk.push("entry", None, Err(why));
+                return walk.into_report(index, matched_by);
+            }
+        };
+        let writer = entry.header.written_by.as_str();
+        if index == 0 || writer == log::GENESIS_WRITER {
+            self.genesis(&entry, &mut walk);
+        } else if writer.starts_with(log::COORDINATOR_PREFIX) {
+            if writer == log::COORDINATOR_WRITER || writer == log::LEGACY_MCP_WRITER {
+                self.invocation(&entry, true, &mut walk);
+            } else {
+                walk.push(
+                    "record",
+                    Some(entry.transition_ref),
+                    Err(format!(
+                        "writtenBy {writer} is not a writer of this coordinator"
+                    )),
+                );
+                self.world_from_head(&entry, &mut walk);
+            }
+        } else {
+            self.client_commit(&entry, &mut walk);
+        }
+        walk.into_report(index, matched_by)
+    }
+
+    fn check_entry(&self, index: u64, bytes: &[u8]) -> Result<(Entry, String), String> {
+        // Strict parsing (no duplicate keys, no unknown fields) plus the recomputed hash below
+        // cover every field; the bytes need not be re-serialised to be trusted.
+        let entry = Entry::from_bytes(bytes).map_err(|e| format!("unreadable: {e}"))?;
+        if entry.header.entry_index != index {
+            return Err(format!(
+                "header says index {} at position {index}",
+                entry.header.entry_index
+            ));
+        }
+        if !entry.hash_is_valid() {
+            return Err(format!(
+                "entryHash {} does not match the recomputed {}",
+                entry.entry_hash,
+                Entry::compute_hash(&entry.header, &entry.transition_ref)
+            ));
+        }
+        let linked = if index == 0 {
+            entry.header.prev_entry_hash == Ref::ZERO
+        } else {
+            matches!(
+                self.src.links(&entry.header.prev_entry_hash, index - 1),
+                Ok(true)
+            )
+        };
+        if !linked {
+            return Err(format!(
+                "prevEntryHash {} is not the hash of entry {}",
+                entry.header.prev_entry_hash,
+                index.saturating_sub(1)
+            ));
+        }
+        let pin = if entry.header.interpreter == self.interpreter {
+            " (this build's interpreter)"
+        } else {
+            ""
+        };
+        let detail = format!(
+            "#{index} writtenBy {} prev {} transitionFn {} interpreter {}{pin} (recomputed)",
+            entry.header.written_by,
+            entry.header.prev_entry_hash.short(8),
+            entry.header.transition_fn.short(8),
+            entry.header.interpreter.short(8)
+        );
+        Ok((entry, detail))
+    }
+
+    fn genesis(&self, entry: &Entry, walk: &mut Walk) {
+        let res = if entry.header.entry_index != 0 {
+            Err(format!(
+                "writtenBy {} belongs to entry 0 only",
+                log::GENESIS_WRITER
+            ))
+        } else if entry.header.written_by != log::GENESIS_WRITER {
+            Err(format!(
+                "entry 0 is the genesis, but it says writtenBy {}",
+                entry.header.written_by
+            ))
+        } else {
+            self.checked(&entry.transition_ref, sid::GENESIS)
+                .and_then(|o| {
+                    let expected =
+                        canon::to_vec(&log::genesis_document()).map_err(|e| e.to_string())?;
+                    if *o.payload != *expected {
+                        return Err("genesis document differs from this build's".into());
+                    }
+                    Ok(format!("{} B genesis document", o.payload.len()))
+                })
+        };
+        walk.push("output", Some(entry.transition_ref), res);
+        let world = World {
+            revision: entry.header.entry_index,
+            state_root: entry.transition_ref,
+            log_head: entry.entry_hash,
+        };
+        self.world(&world, walk);
+    }
+
+    /// A client's entry: an invocation when its record says so, otherwise opaque objects.
+    fn client_commit(&self, entry: &Entry, walk: &mut Walk) {
+        let claim = self.hashed(&entry.transition_ref).map(|o| {
+            serde_json::from_slice::<Claim<'_>>(&o.payload)
+                .ok()
+                .and_then(|c| c.invocation_id.map(|id| id.into_owned()))
+        });
+        match claim {
+            Ok(Some(id)) => self.invocation(entry, coordinator_namespace(&id), walk),
+            Ok(None) => self.opaque_commit(entry, walk),
+            Err(why) => {
+                walk.push("record", Some(entry.transition_ref), Err(why));
+                self.world_from_head(entry, walk);
+            }
+        }
+    }
+
+    /// The full walk of an invocation; `coordinator`: also check it against what only the
+    /// coordinator writes.
+    fn invocation(&self, entry: &Entry, coordinator: bool, walk: &mut Walk) {
+        let index = entry.header.entry_index;
+        let client = !entry.header.written_by.starts_with(log::COORDINATOR_PREFIX);
+
+        // Record.
+        let record_obj = match self.checked(&entry.transition_ref, sid::INVOCATION_RECORD) {
+            Ok(o) => o,
+            Err(why) => {
+                walk.push("record", Some(entry.transition_ref), Err(why));
+                self.world_from_head(entry, walk);
+                return;
+            }
+        };
+        let record = serde_json::from_slice::<RecordFields<'_>>(&record_obj.payload)
+            .map_err(|e| format!("unreadable: {e}"))
+            .and_then(|v| {
+                if v.transition_fn.as_deref()
+                    != Some(entry.header.transition_fn.to_string().as_str())
+                    || v.interpreter.as_deref()
+                        != Some(entry.header.interpreter.to_string().as_str())
+                {
+                    return Err("transitionFn or interpreter differ from the entry's".into());
+                }
+                Ok(v)
+            });
+        let record = match record {
+            Ok(v) => {
+                walk.push(
+                    "record",
+                    Some(entry.transition_ref),
+                    Ok(format!(
+                        "{}world/invocation-record/v2 invocation {} episode {} skill {}",
+                        if client {
+                            format!("client commit by {}: ", entry.header.written_by)
+                        } else {
+                            String::new()
+                        },
+                        v.invocation_id.as_deref().unwrap_or("?"),
+                        v.episode_id.as_deref().unwrap_or("?"),
+                        v.skill_id.as_deref().unwrap_or("?")
+                    )),
+                );
+                v
+            }
+            Err(why) => {
+                walk.push("record", Some(entry.transition_ref), Err(why));
+                self.world_from_head(entry, walk);
+                return;
+            }
+        };
+
+        // The effect records, read once for the journal, the effect and the plugin links.
+        let effects: Vec<EffectRow> = match &record.effects {
+            Some(list) => list
+                .iter()
+                .map(|s| match s.parse::<Ref>() {
+                    Ok(r) => EffectRow {
+                        reference: Some(r),
+                        record: self.effect_record(&r),
+                    },
+                    Err(e) => EffectRow {
+                        reference: None,
+                        record: Err(e.to_string()),
+                    },
+                })
+                .collect(),
+            None => vec![EffectRow {
+                reference: None,
+                record: Err("effects is not a list".into()),
+            }],
+        };
+        let output_ref = ref_field(&record.output, "output");
+        // The world that selects this entry, serialised once for the journal and world links.
+        let world = output_ref.clone().map(|out| {
+            let world = World {
+                revision: index,
+                state_root: out,
+                log_head: entry.entry_hash,
+            };
+            let bytes = world.to_bytes();
+            (Ref::of(&bytes), bytes, world)
+        });
+
+        // What only the coordinator writes.
+        if coordinator {
+            let res = world.as_ref().map_err(Clone::clone).and_then(|(r, _, w)| {
+                self.coordinator_state(entry, &record, &effects, w.state_root, *r)
+            });
+            walk.push("journal", None, res);
+        }
+
+        // Input.
+        let input_ref = ref_field(&record.input, "input");
+        let input = input_ref
+            .clone()
+            .and_then(|i| self.checked(&i, sid::INVOCATION_INPUT));
+        match (&input_ref, &input) {
+            (Ok(i), Ok(o)) => walk.push(
+                "input",
+                Some(*i),
+                Ok(String::from_utf8_lossy(&o.payload)
+                    .chars()
+                    .take(120)
+                    .collect()),
+            ),
+            (Ok(i), Err(e)) => walk.push("input", Some(*i), Err(e.clone())),
+            (Err(e), _) => walk.push("input", None, Err(e.clone())),
+        }
+
+        // Plan.
+        let plan_ref = ref_field(&record.plan, "plan");
+        let plan = plan_ref.clone().and_then(|p| {
+            let o = self.checked(&p, sid::EFFECT_PLAN)?;
+            canon::parse(&o.payload).map_err(|e| format!("unreadable: {e}"))
+        });
+        let planned: Vec<Value> = plan
+            .as_ref()
+            .ok()
+            .and_then(|v| v["effects"].as_array().cloned())
+            .unwrap_or_default();
+        match (&plan_ref, &plan) {
+            (Ok(p), Ok(_)) => {
+                let desc: Vec<String> = planned
+                    .iter()
+                    .map(|e| {
+                        format!(
+                            "{} {}@{} cost {}",
+                            e["id"].as_str().unwrap_or("?"),
+                            e["effect"].as_str().unwrap_or("?"),
+                            e["scope"].as_str().unwrap_or("?"),
+                            e["cost"]
+                        )
+                    })
+                    .collect();
+                walk.push(
+                    "plan",
+                    Some(*p),
+                    Ok(format!(
+                        "{} effect(s){}{}",
+                        planned.len(),
+                        if desc.is_empty() { "" } else { ": " },
+                        desc.join(", ")
+                    )),
+                );
+            }
+            (Ok(p), Err(e)) => walk.push("plan", Some(*p), Err(e.clone())),
+            (Err(e), _) => walk.push("plan", None, Err(e.clone())),
+        }
+
+        // Replay: the interpreter recomputes the plan from the transition and the input.
+        let replay = match (&plan_ref, &input) {
+            (Ok(p), Ok(i)) => self.replay(entry, &record, &i.payload, p),
+            _ => Err("needs a readable input and plan".into()),
+        };
+        walk.push("replay", plan_ref.clone().ok(), replay);
+
+        if plan.is_ok() && planned.len() != effects.len() {
+            walk.push(
+                "plan",
+                plan_ref.clone().ok(),
+                Err(format!(
+                    "plan has {} effect(s) but the record lists {}",
+                    planned.len(),
+                    effects.len()
+                )),
+            );
+        }
+
+        // Effects, and the plugin that ran each.
+        for (i, row) in effects.iter().enumerate() {
+            let res = row
+                .record
+                .clone()
+                .and_then(|rec| self.check_effect(&rec, planned.get(i), i));
+            walk.push("effect", row.reference, res);
+            if let Ok(EffectRecord {
+                handler: Some(h), ..
+            }) = &row.record
+            {
+                walk.push(
+                    "plugin",
+                    Some(h.library),
+                    Ok(format!("{} {} ran e{}", h.plugin, h.version, i + 1)),
+                );
+            }
+        }
+
+        // Output, and the world that selects it.
+        match (&output_ref, &world) {
+            (Ok(out), Ok((reference, bytes, world))) => {
+                let res = self
+                    .checked(out, sid::INVOCATION_OUTPUT)
+                    .and_then(|o| self.check_output(&o.payload, &plan_ref, &effects));
+                walk.push("output", Some(*out), res);
+                self.world_known(world, *reference, bytes, walk);
+            }
+            (Err(e), _) | (_, Err(e)) => {
+                walk.push("output", None, Err(e.clone()));
+                self.world_from_head(entry, walk);
+            }
+        }
+    }
+
+    fn effect_record(&self, reference: &Ref) -> Result<EffectRecord, String> {
+        let o = self.checked(reference, sid::EFFECT_RECORD)?;
+        // The bytes hash to their address, so a typed parse is all that is left to check.
+        let rec: EffectRecord =
+            serde_json::from_slice(&o.payload).map_err(|e| format!("not an effect record: {e}"))?;
+        if !rec.is_lawful() {
+            return Err("record is not one of the three lawful shapes".into());
+        }
+        Ok(rec)
+    }
+
+    /// The task state and the journal of a coordinator's invocation must say that this entry
+    /// is where it committed, with these objects and these effects.
+    fn coordinator_state(
+        &self,
+        entry: &Entry,
+        record: &RecordFields<'_>,
+        effects: &[EffectRow],
+        output: Ref,
+        world_ref: Ref,
+    ) -> Result<String, String> {
+        let index = entry.header.entry_index;
+        let id = record
+            .invocation_id
+            .as_deref()
+            .ok_or("invocationId is missing")?;
+        let (surface, episode, task_id) = task::split_invocation_id(id)
+            .ok_or_else(|| format!("invocation id {id} is not <surface>:<episode>:<task>"))?;
+        if !coordinator_namespace(id) {
+            return Err(format!(
+                "invocation id {id} is in no surface's namespace (a2a: or mcp:)"
+            ));
+        }
+        if entry.header.written_by == log::LEGACY_MCP_WRITER && surface != "mcp" {
+            return Err(format!(
+                "writtenBy {} names MCP but the invocation is {id}",
+                log::LEGACY_MCP_WRITER
+            ));
+        }
+        if record.episode_id.as_deref() != Some(episode) {
+            return Err(format!(
+                "the record's episode {} is not the invocation id's ({episode})",
+                record.episode_id.as_deref().unwrap_or("?")
+            ));
+        }
+        let state = self
+            .src
+            .task(episode, &format!("{surface}:{task_id}"))
+            .map_err(|e| format!("task state of {id}: {e}"))?
+            .ok_or_else(|| {
+                format!("no task state for {id}: the coordinator never committed this invocation")
+            })?;
+        let mut differ = Vec::new();
+        if state.invocation_id != id {
+            differ.push("invocation id");
+        }
+        if state.phase != TaskPhase::Committed {
+            differ.push("phase");
+        }
+        if record.skill_id.as_deref() != Some(state.skill_id.as_str()) {
+            differ.push("skill");
+        }
+        if ref_field(&record.input, "input").ok() != Some(state.input_ref) {
+            differ.push("input");
+        }
+        if state.output_ref != Some(output) {
+            differ.push("output");
+        }
+        if state.world_ref != Some(world_ref) {
+            differ.push("world");
+        }
+        let listed: Vec<Option<Ref>> = effects.iter().map(|e| e.reference).collect();
+        let committed: Vec<Option<Ref>> = state.effect_records.iter().copied().map(Some).collect();
+        if listed != committed {
+            differ.push("effects");
+        }
+        if state.entry_index != Some(index) {
+            return Err(format!(
+                "the coordinator committed {id} at entry {}, not at this one",
+                state
+                    .entry_index
+                    .map_or_else(|| "none".to_string(), |i| i.to_string())
+            ));
+        }
+        if !differ.is_empty() {
+            return Err(format!(
+                "the task state of {id} disagrees with this entry on: {}",
+                differ.join(", ")
+            ));
+        }
+
+        let journal = self
+            .src
+            .journal(id)
+            .map_err(|e| format!("journal of {id}: {e}"))?;
+        let mut ran = Vec::new();
+        for (i, row) in effects.iter().enumerate() {
+            let rec = row
+                .record
+                .as_ref()
+                .map_err(|e| format!("effect e{}: {e}", i + 1))?;
+            if rec.allowed {
+                ran.push((i, row.reference, rec));
+            }
+        }
+        let journaled = match (ran.as_slice(), journal) {
+            ([], None) => "nothing journaled (no effect ran)".to_string(),
+            ([], Some(_)) => {
+                return Err(format!(
+                    "the journal has an intent for {id}, but no effect of this record ran"
+                ))
+            }
+            ([(i, reference, rec)], Some(j)) => {
+                let n = i + 1;
+                let intent = &j.intent;
+                if intent.episode != episode
+                    || intent.effect != rec.effect
+                    || intent.scope != rec.scope
+                    || intent.cost != rec.cost
+                    || intent.request_ref != rec.request_ref
+                {
+                    return Err(format!(
+                        "the journal's intent for {id} is not effect e{n} of this record"
+                    ));
+                }
+                let expected: &[OutcomeStatus] = if rec.failed {
+                    &[OutcomeStatus::Failed, OutcomeStatus::Indeterminate]
+                } else {
+                    &[OutcomeStatus::Succeeded]
+                };
+                let status = j.status.filter(|s| expected.contains(s)).ok_or_else(|| {
+                    format!(
+                        "the journal's outcome of {id} ({}) is not how effect e{n} ended",
+                        j.status
+                            .map_or("none".into(), |s| format!("{s:?}").to_lowercase())
+                    )
+                })?;
+                if j.result_ref != *reference {
+                    return Err(format!(
+                        "the journal's outcome of {id} names another effect record"
+                    ));
+                }
+                format!(
+                    "journal: intent e{n} {}@{} cost {}, outcome {}",
+                    intent.effect,
+                    intent.scope,
+                    intent.cost,
+                    format!("{status:?}").to_lowercase()
+                )
+            }
+            ([(i, _, _)], None) => {
+                return Err(format!(
+                    "effect e{} ran but the journal has no intent for {id}",
+                    i + 1
+                ))
+            }
+            (_, _) => {
+                return Err(format!(
+                    "{} effects ran; an invocation journals one",
+                    ran.len()
+                ))
+            }
+        };
+        Ok(format!(
+            "{id}: committed at #{index} (task state); {journaled}"
+        ))
+    }
+
+    /// The stored plan must be what this build's interpreter plans for the stored input.
+    fn replay(
+        &self,
+        entry: &Entry,
+        record: &RecordFields<'_>,
+        input: &[u8],
+        plan_ref: &Ref,
+    ) -> Result<String, String> {
+        if entry.header.interpreter != self.interpreter {
+            return Err(format!(
+                "the entry names interpreter {}, this build's is {}: its plan cannot be replayed",
+                entry.header.interpreter.short(8),
+                self.interpreter.short(8)
+            ));
+        }
+        let t = self.transition(&entry.header.transition_fn)?;
+        if record.skill_id.as_deref() != Some(t.id.as_str()) {
+            return Err(format!(
+                "the record's skill {} is not the transition's id {}",
+                record.skill_id.as_deref().unwrap_or("?"),
+                t.id
+            ));
+        }
+        let args = canon::parse(input).map_err(|e| format!("input is not JSON: {e}"))?;
+        let replayed = plan::plan(&t, &args);
+        let bytes = canon::to_vec(&replayed.to_value()).map_err(|e| e.to_string())?;
+        let recomputed = Ref::of(&bytes);
+        if recomputed != *plan_ref {
+            return Err(format!(
+                "the stored plan is not what {} plans for this input (recomputed {})",
+                t.id,
+                recomputed.short(8)
+            ));
+        }
+        let what = match &replayed {
+            Plan::Refused { .. } => "a refusal".to_string(),
+            Plan::Effect { effect, .. } => {
+                format!(
+                    "{} {}@{} cost {}",
+                    effect.id, effect.effect, effect.scope, effect.cost
+                )
+            }
+        };
+        Ok(format!(
+            "recomputed from {} ({}) and the input by this build's interpreter: {what}",
+            t.id,
+            entry.header.transition_fn.short(8)
+        ))
+    }
+
+    /// An effect record against the plan's effect `i` and its request.
+    fn check_effect(
+        &self,
+        rec: &EffectRecord,
+        planned: Option<&Value>,
+        i: usize,
+    ) -> Result<String, String> {
+        let req = self
+            .checked(&rec.request_ref, sid::EFFECT_REQUEST)
+            .map_err(|e| format!("request {}: {e}", rec.request_ref))?;
+        let (effect, scope, cost, _, payload) = broker::decode_request(&req.payload)
+            .ok_or_else(|| format!("request {} is not a broker request", rec.request_ref))?;
+        if (effect, scope, cost) != (rec.effect.as_str(), rec.scope.as_str(), rec.cost) {
+            return Err(format!(
+                "request {} asks for {effect}@{scope} cost {cost}, not the record's effect",
+                rec.request_ref
+            ));
+        }
+        if let Some(p) = planned {
+            let payload_planned = canon::to_vec(&p["payload"]).map_err(|e| e.to_string())?;
+            if p["effect"] != rec.effect.as_str()
+                || p["scope"] != rec.scope.as_str()
+                || p["cost"] != rec.cost
+                || payload_planned != payload
+            {
+                return Err(format!(
+                    "e{} is not the effect the plan requested (effect, scope, cost or payload differ)",
+                    i + 1
+                ));
+            }
+        }
+        let res_len = match rec.result_ref {
+            Some(res) => Some(
+                self.checked(&res, sid::EFFECT_RESULT)
+                    .map_err(|e| format!("result {res}: {e}"))?
+                    .payload
+                    .len(),
+            ),
+            None => None,
+        };
+        let verdict = if rec.allowed {
+            if rec.failed {
+                "failed"
+            } else {
+                "allowed"
+            }
+        } else {
+            rec.denial.as_str()
+        };
+        Ok(format!(
+            "e{} {verdict} {}@{} cost {} budget {}→{} request {} B{}",
+            i + 1,
+            rec.effect,
+            rec.scope,
+            rec.cost,
+            rec.budget_before,
+            rec.budget_after,
+            req.payload.len(),
+            res_len
+                .map(|n| format!(" result {n} B"))
+                .unwrap_or_default()
+        ))
+    }
+
+    fn check_output(
+        &self,
+        payload: &[u8],
+        plan_ref: &Result<Ref, String>,
+        effects: &[EffectRow],
+    ) -> Result<String, String> {
+        // Only the `world` block is checked; the rest (the tool's output, often the bulk of the
+        // bytes) is skipped rather than built into values.
+        let v: OutputWorld<'_> =
+            serde_json::from_slice(payload).map_err(|e| format!("unreadable: {e}"))?;
+        let world = v.world.unwrap_or_default();
+        if let Ok(p) = plan_ref {
+            if world.plan.as_deref() != Some(p.to_string().as_str()) {
+                return Err("the result's world.plan is not the record's plan".into());
+            }
+        }
+        let listed: Vec<Option<&str>> = world.effects.iter().map(|e| e.record.as_deref()).collect();
+        let recorded: Vec<String> = effects
+            .iter()
+            .filter_map(|e| e.reference.map(|r| r.to_string()))
+            .collect();
+        if listed.len() != recorded.len()
+            || listed
+                .iter()
+                .zip(&recorded)
+                .any(|(a, b)| *a != Some(b.as_str()))
+        {
+            return Err("the result's world.effects do not name the record's effects".into());
+        }
+        Ok(format!(
+            "{} B = world.stateRoot; the result is these exact bytes",
+            payload.len()
+        ))
+    }
+
+    fn world(&self, world: &World, walk: &mut Walk) {
+        let bytes = world.to_bytes();
+        self.world_known(world, Ref::of(&bytes), &bytes, walk);
+    }
+
+    /// The world link, for a world whose canonical bytes and ref are already known.
+    fn world_known(&self, world: &World, reference: Ref, expected: &[u8], walk: &mut Walk) {
+        let res = match self.src.world(&reference) {
+            Ok(Some(bytes)) if *bytes == *expected => Ok(format!(
+                "revision {}, stateRoot {}, logHead {} (recomputed)",
+                world.revision,
+                world.state_root.short(8),
+                world.log_head.short(8)
+            )),
+            Ok(Some(bytes)) => Err(format!(
+                "stored world bytes hash to {}, not to its ref",
+                Ref::of(&bytes)
+            )),
+            Ok(None) => Err("no stored world selects this entry".into()),
+            Err(e) => Err(e.to_string()),
+        };
+        walk.push("world", Some(reference), res);
+    }
+
+    /// The head's world, when it selects this entry.
+    fn head_world(&self, index: u64) -> Option<(Ref, World)> {
+        let head = self.src.head().ok()??;
+        let bytes = self.src.world(&head).ok()??;
+        let world = World::from_bytes(&bytes).ok()?;
+        (world.revision == index).then_some((head, world))
+    }
+
+    /// When the record is unreadable, the world can still be checked if it is the head.
+    fn world_from_head(&self, entry: &Entry, walk: &mut Walk) {
+        if let Some((_, world)) = self.head_world(entry.header.entry_index) {
+            self.world(&world, walk);
+        }
+    }
+
+    /// A client commit of opaque objects: check what the log promises — the record and output
+    /// exist and hash to their addresses, and a stored world selects them.
+    fn opaque_commit(&self, entry: &Entry, walk: &mut Walk) {
+        walk.push(
+            "record",
+            Some(entry.transition_ref),
+            self.hashed(&entry.transition_ref).map(|o| {
+                format!(
+                    "client commit by {}: {} ({} B)",
+                    entry.header.written_by,
+                    o.semantic_id,
+                    o.payload.len()
+                )
+            }),
+        );
+        let index = entry.header.entry_index;
+        let world_ref = match self.src.world_at(index) {
+            Ok(Some(w)) => Some(w),
+            Ok(None) => self.head_world(index).map(|(r, _)| r),
+            Err(e) => {
+                walk.push("world", None, Err(e.to_string()));
+                return;
+            }
+        };
+        let Some(world_ref) = world_ref else {
+            walk.push(
+                "world",
+                None,
+                Err("no stored world selects this entry".into()),
+            );
+            return;
+        };
+        let world = self
+            .src
+            .world(&world_ref)
+            .map_err(|e| e.to_string())
+            .and_then(|b| b.ok_or_else(|| "missing".to_string()))
+            .and_then(|b| {
+                let w = World::from_bytes(&b).map_err(|e| e.to_string())?;
+                if *w.to_bytes() != *b || w.reference() != world_ref {
+                    return Err(format!(
+                        "stored world bytes hash to {}, not to its ref",
+                        Ref::of(&b)
+                    ));
+                }
+                if w.revision != index || w.log_head != entry.entry_hash {
+                    return Err("the world does not select this entry".into());
+                }
+                Ok(w)
+            });
+        match world {
+            Ok(w) => {
+                walk.push(
+                    "world",
+                    Some(world_ref),
+                    Ok(format!(
+                        "revision {}, stateRoot {}, logHead {} (recomputed)",
+                        w.revision,
+                        w.state_root.short(8),
+                        w.log_head.short(8)
+                    )),
+                );
+                walk.push(
+                    "output",
+                    Some(w.state_root),
+                    self.hashed(&w.state_root).map(|o| {
+                        format!(
+                            "{} B = world.stateRoot ({})",
+                            o.payload.len(),
+                            o.semantic_id
+                        )
+                    }),
+                );
+            }
+            Err(e) => walk.push("world", Some(world_ref), Err(e)),
+        }
+    }
+}

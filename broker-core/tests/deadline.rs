@@ -1,0 +1,238 @@
+//! Enforced handler deadlines: a handler that hangs is answered at its deadline, its episode
+//! stays busy until it really returns, its outcome is then journaled (never committed), and
+//! other episodes are served meanwhile.
+
+mod common;
+
+use std::sync::mpsc;
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+use broker_core::broker::HandlerIdentity;
+use broker_core::coordinator::{
+    Call, CallError, Coordinator, CoordinatorConfig, EffectHandler, EffectRequest, HandlerOutcome,
+    Handlers, Surface,
+};
+use broker_core::journal::{self, OutcomeStatus, Receipt};
+use broker_core::log;
+use broker_core::session::{self, Session};
+use broker_core::store::Store;
+use serde_json::{json, Map, Value};
+
+/// `Workspace.Write` waits for the gate (and reports each entry); `Workspace.Read` answers.
+struct Hanging {
+    open: Mutex<bool>,
+    cv: Condvar,
+    entered: Mutex<mpsc::Sender<Duration>>,
+}
+
+impl Hanging {
+    fn release(&self) {
+        *self.open.lock().unwrap() = true;
+        self.cv.notify_all();
+    }
+}
+
+impl EffectHandler for Hanging {
+    fn identity(&self) -> HandlerIdentity {
+        HandlerIdentity::in_process("test/hanging", "0")
+    }
+    fn execute(&self, req: &EffectRequest<'_>) -> HandlerOutcome {
+        let mut out = Map::new();
+        out.insert("ok".into(), json!(true));
+        if req.effect == "Workspace.Write" {
+            let _ = self.entered.lock().unwrap().send(req.deadline);
+            let mut open = self.open.lock().unwrap();
+            while !*open {
+                open = self.cv.wait(open).unwrap();
+            }
+            out.insert("late".into(), json!(true));
+        }
+        HandlerOutcome::Ok(out)
+    }
+}
+
+struct Setup {
+    _dir: tempfile::TempDir,
+    store: Store,
+    handler: Arc<Hanging>,
+    entered: mpsc::Receiver<Duration>,
+    coordinator: Arc<Coordinator>,
+}
+
+fn setup(handler_deadline: Duration) -> Setup {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::create(&dir.path().join("db")).unwrap();
+    common::publish_se_tools(&store);
+    let (tx, entered) = mpsc::channel();
+    let handler = Arc::new(Hanging {
+        open: Mutex::new(false),
+        cv: Condvar::new(),
+        entered: Mutex::new(tx),
+    });
+    let mut handlers = Handlers::new();
+    for e in ["Workspace.Read", "Workspace.Write"] {
+        handlers.insert(e, handler.clone()).unwrap();
+    }
+    let config = CoordinatorConfig {
+        handler_deadline,
+        ..CoordinatorConfig::default()
+    };
+    let coordinator = Arc::new(Coordinator::new(store.clone(), handlers, config));
+    Setup {
+        _dir: dir,
+        store,
+        handler,
+        entered,
+        coordinator,
+    }
+}
+
+fn mint(store: &Store, episode: &str) -> Session {
+    let grants = ["Workspace.Read=worktree:10", "Workspace.Write=worktree:10"]
+        .iter()
+        .map(|g| g.parse().unwrap())
+        .collect();
+    session::mint(store, episode, grants, 3600, now())
+        .unwrap()
+        .session
+}
+
+fn now() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as i64
+}
+
+fn call(session: &Session, tool: &str, task: &str, args: Value) -> Call {
+    Call {
+        surface: Surface::A2a,
+        session: session.clone(),
+        skill_id: tool.into(),
+        task_id: Some(task.into()),
+        args,
+        transition_fn: None,
+    }
+}
+
+fn write(session: &Session, task: &str) -> Call {
+    call(
+        session,
+        "ailang-write",
+        task,
+        json!({"path": "a.ail", "content": "x"}),
+    )
+}
+
+fn revision(store: &Store) -> u64 {
+    store.read(log::head).unwrap().unwrap().world.revision
+}
+
+#[test]
+fn hung_handler_is_answered_at_its_deadline_and_journaled_when_it_returns() {
+    let s = setup(Duration::from_millis(200));
+    let hung = mint(&s.store, "hung");
+    let other = mint(&s.store, "other");
+    let before = revision(&s.store);
+
+    // The first call's handler hangs: the caller is answered at the deadline.
+    let err = s.coordinator.invoke(&write(&hung, "w1")).unwrap_err();
+    assert!(matches!(err, CallError::HandlerTimedOut), "{err:?}");
+    // The handler was told its deadline.
+    assert_eq!(
+        s.entered.recv_timeout(Duration::from_secs(30)).unwrap(),
+        Duration::from_millis(200)
+    );
+    assert_eq!(s.coordinator.overruns().total(), 1);
+    assert_eq!(s.coordinator.overruns().running(), 1);
+
+    // Meanwhile: the intent is durable and indeterminate, nothing is committed.
+    let receipt = s
+        .store
+        .read(|r| journal::receipt(r, "a2a:hung:w1"))
+        .unwrap();
+    assert_eq!(receipt, Receipt::Indeterminate);
+    let rec = s
+        .coordinator
+        .reconcile(&hung, Surface::A2a, "w1")
+        .unwrap()
+        .unwrap();
+    assert_eq!(rec.state, "indeterminate");
+
+    // Other episodes keep full service.
+    let out = s
+        .coordinator
+        .invoke(&call(&other, "ailang-read", "r1", json!({"path": "a.ail"})))
+        .unwrap();
+    assert_eq!(out.effects[0].status, "ok");
+    assert_eq!(revision(&s.store), before + 1);
+
+    // The same episode's next call waits for the hung handler (on another thread).
+    let (done_tx, done_rx) = mpsc::channel();
+    let coordinator = s.coordinator.clone();
+    let hung2 = hung.clone();
+    let next = std::thread::spawn(move || {
+        let r = coordinator.invoke(&call(&hung2, "ailang-read", "r2", json!({"path": "b"})));
+        done_tx.send(()).unwrap();
+        r
+    });
+
+    // The handler returns: its outcome and record are journaled, the call is not committed.
+    s.handler.release();
+    let second = next.join().unwrap().unwrap();
+    done_rx.recv().unwrap();
+    // The episode's next call ran only after the late outcome was journaled.
+    let receipt = s
+        .store
+        .read(|r| journal::receipt(r, "a2a:hung:w1"))
+        .unwrap();
+    assert!(
+        matches!(
+            receipt,
+            Receipt::Resolved {
+                status: OutcomeStatus::Succeeded,
+                result_ref: Some(_)
+            }
+        ),
+        "{receipt:?}"
+    );
+    let rec = s
+        .coordinator
+        .reconcile(&hung, Surface::A2a, "w1")
+        .unwrap()
+        .unwrap();
+    assert_eq!(rec.state, "unrecorded");
+    assert_eq!(rec.entry_index, None);
+    assert_eq!(rec.effects.len(), 1);
+    assert_eq!(rec.effects[0].status, "ok");
+    // Two reads committed; the late write never was.
+    assert_eq!(second.entry_index, before + 2);
+    assert_eq!(revision(&s.store), before + 2);
+    assert_eq!(s.coordinator.overruns().running(), 0);
+
+    // The write's budget was spent exactly once; resending its task id names the outcome.
+    let budget = s.coordinator.budget(&hung).unwrap();
+    let spent: Vec<(String, u64)> = budget.iter().map(|b| (b.effect.clone(), b.spent)).collect();
+    assert!(spent.contains(&("Workspace.Write".into(), 1)), "{spent:?}");
+    let again = s.coordinator.invoke(&write(&hung, "w1")).unwrap_err();
+    assert!(
+        matches!(again, CallError::EffectsUnrecorded { ref records } if *records == vec![rec.effects[0].record]),
+        "{again:?}"
+    );
+}
+
+#[test]
+fn a_callers_earlier_deadline_shortens_the_handlers() {
+    let s = setup(Duration::from_secs(60));
+    let hung = mint(&s.store, "hung");
+    let until = Instant::now() + Duration::from_millis(100);
+    let err = s
+        .coordinator
+        .invoke_until(&write(&hung, "w1"), Some(until), ())
+        .unwrap_err();
+    assert!(matches!(err, CallError::HandlerTimedOut), "{err:?}");
+    let told = s.entered.recv_timeout(Duration::from_secs(30)).unwrap();
+    assert!(told <= Duration::from_millis(100), "{told:?}");
+    s.handler.release();
+}

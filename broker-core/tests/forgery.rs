@@ -1,0 +1,455 @@
+//! Entries that are not what they claim: `why` and the store audit must refuse to verify them.
+//!
+//! Forged coordinator entries cannot be committed any more (see `operator_commits.rs`); these
+//! tests write them straight into the store, as earlier builds accepted them, and check that
+//! verification names each one.
+
+mod common;
+
+use broker_core::commit::{self, CommitGrant, RestCommit};
+use broker_core::coordinator::{Call, Surface};
+use broker_core::log::{self, Append, Entry, EntryHeader, HeadBinding, World as WorldDoc};
+use broker_core::object::{sid, Object, Ref};
+use broker_core::plan;
+use broker_core::store::RawTable;
+use broker_core::task::{self, TaskPhase, TaskState};
+use broker_core::verify::{self, Handle, Report};
+use common::*;
+use serde_json::{json, Value};
+
+fn entry_at(w: &World, i: u64) -> Entry {
+    w.store.read(|r| log::entry(r, i)).unwrap().unwrap()
+}
+
+fn payload(w: &World, r: &Ref) -> Value {
+    let o = w.store.read(|rd| rd.object(r)).unwrap().unwrap();
+    serde_json::from_slice(&o.payload).unwrap()
+}
+
+fn record_of(w: &World, i: u64) -> Value {
+    payload(w, &entry_at(w, i).transition_ref)
+}
+
+/// Append an entry whose record is `record`, bound at the head, without any of the rules of a
+/// REST commit.
+fn append_raw(w: &World, written_by: &str, record: &Value) -> u64 {
+    let rec = Object::json(sid::INVOCATION_RECORD, written_by, record).unwrap();
+    let r = |k: &str| record[k].as_str().unwrap().parse::<Ref>().unwrap();
+    let a = Append {
+        objects: vec![rec.clone()],
+        transition_fn: r("transitionFn"),
+        interpreter: r("interpreter"),
+        written_by: written_by.into(),
+        transition_ref: rec.hash,
+        state_root: r("output"),
+        binding: HeadBinding::AtHead,
+    };
+    w.store
+        .write(move |wc| log::append(wc, &a))
+        .unwrap()
+        .entry
+        .header
+        .entry_index
+}
+
+fn broken(report: &Report) -> Vec<(&'static str, String)> {
+    report
+        .links
+        .iter()
+        .filter(|l| !l.ok)
+        .map(|l| (l.kind, l.detail.clone()))
+        .collect()
+}
+
+fn read_call(w: &World, task_id: &str) -> broker_core::coordinator::CallOutput {
+    let s = w.mint("ep1", &["Workspace.Read=worktree:50"]);
+    w.call_task(&s, "ailang-read", json!({"path": "a"}), Some(task_id))
+        .unwrap()
+}
+
+#[test]
+fn forged_coordinator_entry_with_an_invented_invocation_fails_why_and_the_audit() {
+    let w = World::new();
+    let out = read_call(&w, "t1");
+    let mut forged = record_of(&w, out.entry_index);
+    forged["invocationId"] = json!("mcp:ep1:never-happened");
+    for writer in ["coordinator:mcp", "coordinator:a2a"] {
+        let i = append_raw(&w, writer, &forged);
+        let report = verify::verify_entry(&w.store, i).unwrap();
+        assert_eq!(
+            broken(&report),
+            [(
+                "journal",
+                "no task state for mcp:ep1:never-happened: the coordinator never committed this invocation".to_string()
+            )],
+            "{report:?}"
+        );
+    }
+    let audit = verify::audit_store(&w.store).unwrap();
+    assert!(!audit.consistent());
+    let at: Vec<u64> = audit.broken.iter().map(|(i, _)| *i).collect();
+    assert_eq!(at, [out.entry_index + 1, out.entry_index + 2]);
+    assert!(audit.broken[0].1.starts_with("journal: no task state"));
+}
+
+#[test]
+fn why_of_a_genuine_output_that_a_forged_entry_duplicates_lists_both_and_flags_the_forged_one() {
+    let w = World::new();
+    let out = read_call(&w, "t1");
+    let genuine = record_of(&w, out.entry_index);
+    // A copy of the genuine record (same invocation id) under a client's label, and an invented
+    // one: both select the genuine output.
+    let copy_at = append_raw(&w, "rest:mallory", &genuine);
+    let mut invented = genuine.clone();
+    invented["invocationId"] = json!("a2a:ep1:never-happened");
+    let invented_at = append_raw(&w, "coordinator:a2a", &invented);
+
+    let why = verify::why(&w.store, &Handle::Output(out.output.clone()), 10).unwrap();
+    let at: Vec<u64> = why.reports.iter().map(|r| r.entry_index).collect();
+    assert_eq!(at, [out.entry_index, copy_at, invented_at]);
+    assert!(why.reports[0].all_ok(), "{:?}", why.reports[0]);
+    assert!(!why.all_ok());
+    assert_eq!(
+        broken(&why.reports[1]),
+        [(
+            "journal",
+            format!(
+                "the coordinator committed {} at entry {}, not at this one",
+                out.invocation_id, out.entry_index
+            )
+        )]
+    );
+    assert_eq!(broken(&why.reports[2])[0].0, "journal");
+    // By invocation id: the genuine entry and the copy that claims it.
+    let why = verify::why(&w.store, &Handle::Invocation(out.invocation_id.clone()), 10).unwrap();
+    let at: Vec<(u64, bool)> = why
+        .reports
+        .iter()
+        .map(|r| (r.entry_index, r.all_ok()))
+        .collect();
+    assert_eq!(at, [(out.entry_index, true), (copy_at, false)]);
+    let json = why.to_json();
+    assert_eq!(json["matches"], 2);
+    assert_eq!(json["verified"], false);
+}
+
+/// A commit through the REST rules of a client's own invocation record.
+fn client_invocation(w: &World, args: Value, planned_for: Value) -> u64 {
+    let t = se_tool("ailang-read");
+    let transition_fn = registry_fn(w, "ailang-read");
+    let input = Object::json(sid::INVOCATION_INPUT, "rest:ops", &args).unwrap();
+    let plan_obj = Object::json(
+        sid::EFFECT_PLAN,
+        "rest:ops",
+        &plan::plan(&t, &planned_for).to_value(),
+    )
+    .unwrap();
+    let output = Object::json(
+        sid::INVOCATION_OUTPUT,
+        "rest:ops",
+        &json!({"ok": false, "refused": "by hand", "world": {"effects": [], "plan": plan_obj.hash}}),
+    )
+    .unwrap();
+    let record = Object::json(
+        sid::INVOCATION_RECORD,
+        "rest:ops",
+        &json!({"invocationId": "rest:hand-1", "episodeId": "ops", "skillId": "ailang-read",
+                "transitionFn": transition_fn, "interpreter": log::interpreter_ref(),
+                "semanticsEpoch": 1, "input": input.hash, "output": output.hash,
+                "plan": plan_obj.hash, "effects": []}),
+    )
+    .unwrap();
+    let head = w.store.read(log::head).unwrap().unwrap();
+    let entry = Entry::new(
+        EntryHeader {
+            entry_index: head.world.revision + 1,
+            semantics_epoch: 1,
+            transition_fn,
+            interpreter: log::interpreter_ref(),
+            prev_entry_hash: head.world.log_head,
+            written_by: "rest:ops".into(),
+        },
+        record.hash,
+    );
+    let world = WorldDoc {
+        revision: entry.header.entry_index,
+        state_root: output.hash,
+        log_head: entry.entry_hash,
+    };
+    let c = RestCommit {
+        invocation_id: None,
+        observed_head: Some(head.world_ref),
+        objects: vec![input, plan_obj, output, record],
+        world_ref: world.reference(),
+        entry,
+        world,
+    };
+    let grant = CommitGrant {
+        episode: "ops".into(),
+        budget: 10,
+    };
+    commit::rest_commit(&w.store, c, &grant).unwrap();
+    head.world.revision + 1
+}
+
+fn registry_fn(w: &World, id: &str) -> Ref {
+    broker_core::registry::load(&w.store, broker_core::registry::DEFAULT_REGISTRY)
+        .unwrap()
+        .get(id)
+        .unwrap()
+        .transition_fn
+}
+
+#[test]
+fn a_hand_made_client_entry_whose_plan_does_not_match_its_input_fails_the_replay() {
+    let w = World::new();
+    // Honest: the plan is what ailang-read plans for the input (a refusal).
+    let honest = client_invocation(&w, json!({"nope": 1}), json!({"nope": 1}));
+    let report = verify::verify_entry(&w.store, honest).unwrap();
+    assert!(report.all_ok(), "{report:?}");
+    let kinds: Vec<&str> = report.links.iter().map(|l| l.kind).collect();
+    assert_eq!(
+        kinds,
+        ["world", "entry", "record", "input", "plan", "replay", "output"]
+    );
+    assert!(report.links[2].detail.starts_with(
+        "client commit by rest:ops: world/invocation-record/v2 invocation rest:hand-1"
+    ));
+
+    // Dishonest: the input asks to read a file, the plan says it was refused.
+    let forged = client_invocation(&w, json!({"path": "a.txt"}), json!({"nope": 1}));
+    let report = verify::verify_entry(&w.store, forged).unwrap();
+    let b = broken(&report);
+    assert_eq!(b.len(), 1, "{report:?}");
+    assert_eq!(b[0].0, "replay");
+    assert!(
+        b[0].1.starts_with(
+            "the stored plan is not what ailang-read plans for this input (recomputed sha256:"
+        ),
+        "{b:?}"
+    );
+    let audit = verify::audit_store(&w.store).unwrap();
+    let at: Vec<u64> = audit.broken.iter().map(|(i, _)| *i).collect();
+    assert_eq!(at, [forged]);
+}
+
+#[test]
+fn an_entry_naming_another_interpreter_cannot_be_replayed() {
+    let w = World::new();
+    let out = read_call(&w, "t1");
+    let mut other = record_of(&w, out.entry_index);
+    let elsewhere = Ref::of(b"another interpreter");
+    other["interpreter"] = json!(elsewhere);
+    other["invocationId"] = json!("rest:old");
+    let i = append_raw(&w, "rest:ops", &other);
+    let report = verify::verify_entry(&w.store, i).unwrap();
+    assert_eq!(
+        broken(&report),
+        [(
+            "replay",
+            format!(
+                "the entry names interpreter {}, this build's is {}: its plan cannot be replayed",
+                elsewhere.short(8),
+                log::interpreter_ref().short(8)
+            )
+        )]
+    );
+}
+
+#[test]
+fn rewritten_journal_and_task_rows_break_the_entry() {
+    let w = World::new();
+    let out = read_call(&w, "t1");
+    let index = out.entry_index;
+    assert!(verify::verify_entry(&w.store, index).unwrap().all_ok());
+    let id = out.invocation_id.clone();
+
+    // The journal's index row, with the outcome pointing at another record.
+    let key = id.as_bytes().to_vec();
+    let original = w
+        .store
+        .raw_get(RawTable::JournalIndex, &key)
+        .unwrap()
+        .unwrap();
+    let mut state: Value = serde_json::from_slice(&original).unwrap();
+    state["resultRef"] = json!(Ref::of(b"elsewhere"));
+    w.store
+        .raw_overwrite(
+            RawTable::JournalIndex,
+            key.clone(),
+            broker_core::canon::to_vec(&state).unwrap(),
+        )
+        .unwrap();
+    let b = broken(&verify::verify_entry(&w.store, index).unwrap());
+    assert_eq!(b[0].0, "journal", "{b:?}");
+    assert!(
+        b[0].1.contains("is not the outcome the index records"),
+        "{b:?}"
+    );
+    w.store
+        .raw_overwrite(RawTable::JournalIndex, key, original)
+        .unwrap();
+
+    // The intent row itself (sequence 1), with its cost rewritten: also the spend audit.
+    let seq = 1u64.to_be_bytes().to_vec();
+    let original = w.store.raw_get(RawTable::Journal, &seq).unwrap().unwrap();
+    let mut row: Value = serde_json::from_slice(&original).unwrap();
+    assert_eq!(row["kind"], "intent");
+    row["cost"] = json!(0);
+    w.store
+        .raw_overwrite(
+            RawTable::Journal,
+            seq.clone(),
+            broker_core::canon::to_vec(&row).unwrap(),
+        )
+        .unwrap();
+    let b = broken(&verify::verify_entry(&w.store, index).unwrap());
+    assert_eq!(b[0].0, "journal", "{b:?}");
+    let audit = verify::audit_store(&w.store).unwrap();
+    assert_eq!(audit.broken.len(), 1);
+    assert!(!audit.journal_findings.is_empty());
+    // An unreadable row is a finding, not an error that stops the audit.
+    w.store
+        .raw_overwrite(RawTable::Journal, seq.clone(), b"{damaged".to_vec())
+        .unwrap();
+    let audit = verify::audit_store(&w.store).unwrap();
+    assert!(audit
+        .journal_findings
+        .iter()
+        .any(|f| f.starts_with("journal #1: unreadable")));
+    w.store
+        .raw_overwrite(RawTable::Journal, seq, original)
+        .unwrap();
+
+    // The task state, moved to another entry.
+    let mut tkey = b"ep1\0a2a:t1".to_vec();
+    let original = w.store.raw_get(RawTable::Tasks, &tkey).unwrap().unwrap();
+    let mut t: Value = serde_json::from_slice(&original).unwrap();
+    t["entryIndex"] = json!(index + 7);
+    w.store
+        .raw_overwrite(
+            RawTable::Tasks,
+            tkey.clone(),
+            broker_core::canon::to_vec(&t).unwrap(),
+        )
+        .unwrap();
+    let b = broken(&verify::verify_entry(&w.store, index).unwrap());
+    assert_eq!(
+        b,
+        [(
+            "journal",
+            format!(
+                "the coordinator committed {id} at entry {}, not at this one",
+                index + 7
+            )
+        )]
+    );
+    w.store
+        .raw_overwrite(RawTable::Tasks, std::mem::take(&mut tkey), original)
+        .unwrap();
+    assert!(verify::verify_entry(&w.store, index).unwrap().all_ok());
+}
+
+#[test]
+fn mcp_calls_are_written_by_coordinator_a2a_and_their_id_names_the_surface() {
+    let w = World::new();
+    let s = w.mint("ep1", &["Workspace.Read=worktree:5"]);
+    let out = w
+        .coordinator
+        .invoke(&Call {
+            surface: Surface::Mcp,
+            session: s,
+            skill_id: "ailang-read".into(),
+            task_id: Some("k1".into()),
+            args: json!({"path": "a"}),
+            transition_fn: None,
+        })
+        .unwrap();
+    assert_eq!(out.invocation_id, "mcp:ep1:k1");
+    assert_eq!(
+        entry_at(&w, out.entry_index).header.written_by,
+        "coordinator:a2a"
+    );
+    assert!(verify::verify_entry(&w.store, out.entry_index)
+        .unwrap()
+        .all_ok());
+}
+
+/// What an earlier build committed for an MCP call refused by its plan: the same objects and
+/// task state as today, under `writtenBy` `coordinator:mcp`.
+fn legacy_mcp_refusal(w: &World, invocation: &str) -> u64 {
+    let (_, episode, key) = task::split_invocation_id(invocation).unwrap();
+    let args = json!({"nope": 1});
+    let t = se_tool("ailang-read");
+    let writer = "coordinator:mcp";
+    let input = Object::json(sid::INVOCATION_INPUT, writer, &args).unwrap();
+    let plan_obj =
+        Object::json(sid::EFFECT_PLAN, writer, &plan::plan(&t, &args).to_value()).unwrap();
+    let refused = plan::plan(&t, &args).refusal().unwrap().to_owned();
+    let output = Object::json(
+        sid::INVOCATION_OUTPUT,
+        writer,
+        &json!({"ok": false, "refused": refused, "world": {"effects": [], "plan": plan_obj.hash}}),
+    )
+    .unwrap();
+    let transition_fn = registry_fn(w, "ailang-read");
+    let record = Object::json(
+        sid::INVOCATION_RECORD,
+        writer,
+        &json!({"invocationId": invocation, "episodeId": episode, "skillId": "ailang-read",
+                "transitionFn": transition_fn, "interpreter": log::interpreter_ref(),
+                "semanticsEpoch": 1, "input": input.hash, "output": output.hash,
+                "plan": plan_obj.hash, "effects": []}),
+    )
+    .unwrap();
+    let (input_ref, output_ref, record_ref) = (input.hash, output.hash, record.hash);
+    let a = Append {
+        objects: vec![input, plan_obj, output, record],
+        transition_fn,
+        interpreter: log::interpreter_ref(),
+        written_by: writer.into(),
+        transition_ref: record_ref,
+        state_root: output_ref,
+        binding: HeadBinding::AtHead,
+    };
+    let (episode, key, invocation) = (
+        episode.to_owned(),
+        format!("mcp:{key}"),
+        invocation.to_owned(),
+    );
+    w.store
+        .write(move |wc| -> Result<u64, broker_core::log::LogError> {
+            let c = log::append(wc, &a)?;
+            let state = TaskState {
+                invocation_id: invocation.clone(),
+                skill_id: "ailang-read".into(),
+                input_ref,
+                phase: TaskPhase::Committed,
+                output_ref: Some(output_ref),
+                entry_index: Some(c.entry.header.entry_index),
+                world_ref: Some(c.world_ref),
+                effect_records: Vec::new(),
+            };
+            task::put(wc, &episode, &key, &state)?;
+            Ok(c.entry.header.entry_index)
+        })
+        .unwrap()
+}
+
+#[test]
+fn entries_written_as_coordinator_mcp_by_earlier_builds_still_verify() {
+    let w = World::new();
+    let i = legacy_mcp_refusal(&w, "mcp:ep1:old-1");
+    let report = verify::verify_entry(&w.store, i).unwrap();
+    assert!(report.all_ok(), "{report:?}");
+    assert!(report.links[1].detail.contains("writtenBy coordinator:mcp"));
+    // coordinator:mcp wrote MCP calls only.
+    let j = legacy_mcp_refusal(&w, "a2a:ep1:old-2");
+    assert_eq!(
+        broken(&verify::verify_entry(&w.store, j).unwrap()),
+        [(
+            "journal",
+            "writtenBy coordinator:mcp names MCP but the invocation is a2a:ep1:old-2".to_string()
+        )]
+    );
+}

@@ -1,0 +1,357 @@
+//! Who may read what ([`broker_core::access`]) on a real store written by the real pipeline,
+//! and what committed refusals and denials cost their caller.
+
+mod common;
+
+use broker_core::access::{self, Reader};
+use broker_core::coordinator::CallError;
+use broker_core::log;
+use broker_core::object::{sid, Ref};
+use broker_core::refusal_rate::RefusalRate;
+use broker_core::store::StoreError;
+use common::*;
+use serde_json::{json, Value};
+
+fn refs_of_call(w: &World, out: &broker_core::coordinator::CallOutput) -> Vec<(&'static str, Ref)> {
+    let entry = w
+        .store
+        .read(|r| log::entry(r, out.entry_index))
+        .unwrap()
+        .unwrap();
+    let record = w
+        .store
+        .read(|r| r.object(&entry.transition_ref))
+        .unwrap()
+        .unwrap();
+    let rec: Value = serde_json::from_slice(&record.payload).unwrap();
+    let r = |v: &Value| v.as_str().unwrap().parse::<Ref>().unwrap();
+    let mut refs = vec![
+        ("record", entry.transition_ref),
+        ("input", r(&rec["input"])),
+        ("output", r(&rec["output"])),
+        ("plan", r(&rec["plan"])),
+    ];
+    for e in rec["effects"].as_array().unwrap() {
+        let effect = w.store.read(|rd| rd.object(&r(e))).unwrap().unwrap();
+        let ev: Value = serde_json::from_slice(&effect.payload).unwrap();
+        refs.push(("effect record", r(e)));
+        refs.push(("request", r(&ev["requestRef"])));
+        if ev["resultRef"] != "" {
+            refs.push(("result", r(&ev["resultRef"])));
+        }
+    }
+    refs
+}
+
+fn readable(w: &World, reader: &Reader, reference: &Ref) -> bool {
+    w.store
+        .read(|r| access::object(r, reader, reference).map(|o| o.is_some()))
+        .unwrap()
+}
+
+fn ep(name: &str) -> Reader {
+    Reader::Episode(name.into())
+}
+
+#[test]
+fn another_episode_cannot_read_an_episodes_input_output_or_effect_objects() {
+    let w = World::new();
+    let a = w.mint("ep-a", &["Workspace.Write=worktree:5"]);
+    let out = w
+        .call(
+            &a,
+            "ailang-write",
+            json!({"path": "secret.txt", "content": "hunter2"}),
+        )
+        .unwrap();
+    let refs = refs_of_call(&w, &out);
+    assert_eq!(refs.len(), 7, "{refs:?}");
+    for (what, r) in &refs {
+        assert!(readable(&w, &ep("ep-a"), r), "ep-a reads its {what}");
+        assert!(
+            !readable(&w, &ep("ep-b"), r),
+            "ep-b must not read ep-a's {what}"
+        );
+        assert!(
+            readable(&w, &Reader::Operator, r),
+            "the operator reads {what}"
+        );
+        assert!(readable(&w, &Reader::Everyone, r), "open reads read {what}");
+    }
+    // The public ones stay public: the tool's document, the genesis, the interpreter.
+    let entry = w
+        .store
+        .read(|r| log::entry(r, out.entry_index))
+        .unwrap()
+        .unwrap();
+    let genesis = w.store.read(|r| log::entry(r, 0)).unwrap().unwrap();
+    for r in [
+        entry.header.transition_fn,
+        entry.header.interpreter,
+        genesis.transition_ref,
+    ] {
+        assert!(readable(&w, &ep("ep-b"), &r), "{r}");
+    }
+}
+
+#[test]
+fn identical_arguments_from_two_episodes_share_one_input_both_may_read() {
+    let w = World::new();
+    let a = w.mint("ep-a", &["Workspace.Read=worktree:5"]);
+    let b = w.mint("ep-b", &["Workspace.Read=worktree:5"]);
+    let args = json!({"path": "shared.txt"});
+    let out_a = w.call(&a, "ailang-read", args.clone()).unwrap();
+    // A second later: the request (it carries the time) and all that follows differ.
+    w.clock.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    let out_b = w.call(&b, "ailang-read", args).unwrap();
+    let (refs_a, refs_b) = (refs_of_call(&w, &out_a), refs_of_call(&w, &out_b));
+    assert_eq!(refs_a[1], refs_b[1]);
+    assert_eq!(refs_a[1].0, "input");
+    assert!(readable(&w, &ep("ep-a"), &refs_a[1].1));
+    assert!(readable(&w, &ep("ep-b"), &refs_a[1].1));
+    // The rest of each call stays its episode's.
+    for ((what, ra), (_, rb)) in refs_a.iter().zip(&refs_b) {
+        if ra == rb {
+            continue;
+        }
+        assert!(!readable(&w, &ep("ep-b"), ra), "{what}");
+        assert!(!readable(&w, &ep("ep-a"), rb), "{what}");
+    }
+    assert_ne!(out_a.output_ref, out_b.output_ref);
+}
+
+#[test]
+fn by_semantic_id_lists_only_what_the_reader_may_read() {
+    let w = World::new();
+    let a = w.mint("ep-a", &["Workspace.Read=worktree:5"]);
+    let b = w.mint("ep-b", &["Workspace.Read=worktree:5"]);
+    for i in 0..3 {
+        w.call(&a, "ailang-read", json!({"path": format!("a{i}")}))
+            .unwrap();
+    }
+    w.call(&b, "ailang-read", json!({"path": "b"})).unwrap();
+    let page = |reader: &Reader, id: &str, after: Option<Ref>, limit: usize| {
+        w.store
+            .read(|r| -> Result<_, StoreError> {
+                Ok(access::by_semantic_id(r, reader, id, after, limit)?
+                    .map(|items| items.iter().map(|o| o.hash).collect::<Vec<_>>()))
+            })
+            .unwrap()
+    };
+    let list = |reader: &Reader, id: &str, after: Option<Ref>, limit: usize| -> Vec<Ref> {
+        page(reader, id, after, limit).unwrap()
+    };
+    let mine = list(&ep("ep-a"), sid::INVOCATION_INPUT, None, 100);
+    let theirs = list(&ep("ep-b"), sid::INVOCATION_INPUT, None, 100);
+    let all = list(&Reader::Operator, sid::INVOCATION_INPUT, None, 100);
+    assert_eq!((mine.len(), theirs.len(), all.len()), (3, 1, 4));
+    assert!(mine.iter().all(|r| !theirs.contains(r)));
+    // Arrival order: the calls' order, for the episode as for the operator.
+    let inputs: Vec<Ref> = (0..3)
+        .map(|i| Ref::of_json(&json!({"path": format!("a{i}")})).unwrap())
+        .collect();
+    assert_eq!(mine, inputs);
+    assert_eq!(all[..3], inputs[..]);
+    assert_eq!(all[3], theirs[0]);
+    // Paging with `after` walks the same order.
+    assert_eq!(list(&ep("ep-a"), sid::INVOCATION_INPUT, None, 2), mine[..2]);
+    assert_eq!(
+        list(&ep("ep-a"), sid::INVOCATION_INPUT, Some(mine[1]), 2),
+        mine[2..]
+    );
+    // Public kinds are listed for everyone.
+    assert_eq!(
+        list(&ep("ep-b"), sid::TRANSITION, None, 100),
+        list(&Reader::Operator, sid::TRANSITION, None, 100)
+    );
+    assert_eq!(
+        list(&ep("ep-b"), sid::TRANSITION, None, 100).len(),
+        SE_TOOLS.len()
+    );
+    // A kind whose name runs into another's prefix finds nothing it should not.
+    assert!(list(&ep("ep-b"), "world/invocation-input/v1\0", None, 100).is_empty());
+}
+
+/// `after` must not tell an episode whether another episode's object exists: naming one is
+/// answered exactly as naming a ref the store never saw.
+#[test]
+fn paging_after_another_episodes_object_is_answered_as_an_unknown_ref() {
+    let w = World::new();
+    let a = w.mint("ep-a", &["Workspace.Read=worktree:5"]);
+    let b = w.mint("ep-b", &["Workspace.Read=worktree:5"]);
+    let out_a = w.call(&a, "ailang-read", json!({"path": "a"})).unwrap();
+    w.call(&b, "ailang-read", json!({"path": "b"})).unwrap();
+    let page = |reader: &Reader, id: &str, after: Ref| {
+        w.store
+            .read(|r| -> Result<_, StoreError> {
+                Ok(access::by_semantic_id(r, reader, id, Some(after), 10)?.map(|v| v.len()))
+            })
+            .unwrap()
+    };
+    let theirs = out_a.output_ref;
+    let unknown = Ref::of(b"never stored");
+    for id in [sid::INVOCATION_OUTPUT, sid::INVOCATION_INPUT] {
+        assert_eq!(page(&ep("ep-b"), id, theirs), None, "{id}");
+        assert_eq!(page(&ep("ep-b"), id, unknown), None, "{id}");
+    }
+    // Its owner pages after it; a ref of another kind is no place in this listing.
+    assert_eq!(page(&ep("ep-a"), sid::INVOCATION_OUTPUT, theirs), Some(0));
+    assert_eq!(page(&ep("ep-a"), sid::INVOCATION_INPUT, theirs), None);
+    // The operator pages after any object of the kind, and on to the next episode's.
+    assert_eq!(
+        page(&Reader::Operator, sid::INVOCATION_OUTPUT, theirs),
+        Some(1)
+    );
+    assert_eq!(
+        page(&Reader::Operator, sid::INVOCATION_OUTPUT, unknown),
+        None
+    );
+}
+
+#[test]
+fn log_pages_skip_other_episodes_entries_keep_their_indexes_and_say_where_to_continue() {
+    let w = World::new();
+    let a = w.mint("ep-a", &["Workspace.Read=worktree:9"]);
+    let b = w.mint("ep-b", &["Workspace.Read=worktree:9"]);
+    // Entries 1..=6: a b a a b a
+    for (i, s) in [&a, &b, &a, &a, &b, &a].iter().enumerate() {
+        w.call(s, "ailang-read", json!({"path": format!("f{i}")}))
+            .unwrap();
+    }
+    let page = |reader: &Reader, from, limit, scan| {
+        let p = w
+            .store
+            .read(|r| access::log_page(r, reader, from, limit, scan))
+            .unwrap();
+        (
+            p.items
+                .iter()
+                .map(|e| e.header.entry_index)
+                .collect::<Vec<_>>(),
+            p.next,
+        )
+    };
+    // The genesis is public; other entries are the episode's own.
+    assert_eq!(page(&ep("ep-b"), 0, 100, 100), (vec![0, 2, 5], 7));
+    assert_eq!(page(&ep("ep-a"), 0, 100, 100), (vec![0, 1, 3, 4, 6], 7));
+    assert_eq!(
+        page(&Reader::Operator, 0, 100, 100).0,
+        (0..=6).collect::<Vec<_>>()
+    );
+    // `limit` counts what is returned; `next` follows the last position examined.
+    assert_eq!(page(&ep("ep-b"), 1, 1, 100), (vec![2], 3));
+    assert_eq!(page(&ep("ep-b"), 3, 1, 100), (vec![5], 6));
+    assert_eq!(page(&ep("ep-b"), 6, 1, 100), (vec![], 7));
+    // The scan bound: a page may come back empty, and says where to go on.
+    assert_eq!(page(&ep("ep-b"), 3, 100, 2), (vec![], 5));
+    assert_eq!(page(&ep("ep-b"), 5, 100, 2), (vec![5], 7));
+}
+
+#[test]
+fn the_objects_of_a_call_whose_effect_ran_but_did_not_commit_are_its_episodes() {
+    let w = World::new();
+    let a = w.mint("ep-a", &["Ailang.Check=worktree:5"]);
+    *w.handler.finish_fails.lock().unwrap() = true;
+    let err = w
+        .call(&a, "ailang-check", json!({"path": "x.ail"}))
+        .unwrap_err();
+    let CallError::EffectsUnrecorded { records } = err else {
+        panic!("{err}");
+    };
+    // The record is what the agent is told to resolve: it must be able to.
+    assert!(readable(&w, &ep("ep-a"), &records[0]));
+    assert!(!readable(&w, &ep("ep-b"), &records[0]));
+}
+
+#[test]
+fn a_denial_flood_is_cut_off_by_the_refusal_rate_and_commits_nothing_more() {
+    // No refill within the test: exactly the burst is committed.
+    let w = World::with_refusal_rate(RefusalRate::new(0.0001, 4).unwrap());
+    let flood = w.mint("ep-a", &["Workspace.Read=worktree:0"]);
+    let other = w.mint("ep-b", &["Workspace.Read=worktree:5"]);
+    let head = || w.store.read(log::head).unwrap().unwrap().world.revision;
+    let before = head();
+    let mut outcomes = Vec::new();
+    for i in 0..10 {
+        outcomes.push(
+            match w.call(&flood, "ailang-read", json!({"path": format!("f{i}")})) {
+                Ok(out) => out.effects[0].denial.clone().unwrap(),
+                Err(e) => e.to_string(),
+            },
+        );
+    }
+    assert_eq!(outcomes[..4], vec!["denied:budget".to_string(); 4]);
+    assert_eq!(
+        outcomes[4..],
+        vec!["host callback capacity exceeded".to_string(); 6]
+    );
+    assert_eq!(head(), before + 4);
+    // Plan refusals draw on the same bucket.
+    let refused = w
+        .call(&flood, "ailang-read", json!({"path": "a", "limit": 1}))
+        .unwrap_err();
+    assert!(matches!(refused, CallError::RefusalRate), "{refused}");
+    assert_eq!(head(), before + 4);
+    // Another credential, even of the same episode, has its own bucket; and other episodes'
+    // calls go on.
+    let again = w.mint("ep-a", &["Workspace.Read=worktree:0"]);
+    assert!(w.call(&again, "ailang-read", json!({"path": "g"})).is_ok());
+    let ok = w.call(&other, "ailang-read", json!({"path": "h"})).unwrap();
+    assert_eq!(ok.effects[0].status, "ok");
+    assert_eq!(head(), before + 6);
+}
+
+/// Bytes this process has passed to write(2) and friends so far (`/proc/self/io`).
+fn bytes_written() -> u64 {
+    std::fs::read_to_string("/proc/self/io")
+        .unwrap()
+        .lines()
+        .find_map(|l| l.strip_prefix("wchar: "))
+        .unwrap()
+        .parse()
+        .unwrap()
+}
+
+/// What the readers index costs the writer: LMDB writes each dirty page with pwrite(2), so
+/// the bytes written per call over the page size are the pages one call dirties (both its
+/// commits). Run with `--ignored --nocapture`; compare against a build without the index.
+#[test]
+#[ignore = "a measurement, not a check: run with --ignored --nocapture"]
+fn pages_written_per_call() {
+    let w = World::with_refusal_rate(RefusalRate::new(0.0, 1).unwrap());
+    let page = 4096.0;
+    let sessions: Vec<_> = (0..20)
+        .map(|i| w.mint(&format!("ep{i}"), &["Workspace.Write=worktree:1000000"]))
+        .collect();
+    let write = |i: usize| {
+        w.clock.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        w.call(
+            &sessions[i % sessions.len()],
+            "ailang-write",
+            json!({"path": format!("f{i}.txt"), "content": format!("line {i}\n")}),
+        )
+        .unwrap();
+    };
+    for i in 0..2_000 {
+        write(i);
+    }
+    let n = 500;
+    let before = bytes_written();
+    for i in 2_000..2_000 + n {
+        write(i);
+    }
+    let effectful = (bytes_written() - before) as f64 / page / n as f64;
+    let before = bytes_written();
+    for i in 0..n {
+        w.call(
+            &sessions[i % sessions.len()],
+            "ailang-write",
+            json!({"path": format!("f{i}"), "nope": 1}),
+        )
+        .unwrap();
+    }
+    let refusal = (bytes_written() - before) as f64 / page / n as f64;
+    println!(
+        "pages written per call after 2000 calls in 20 episodes: {effectful:.1} per effectful call (2 commits), {refusal:.1} per plan refusal (1 commit)"
+    );
+}

@@ -1,0 +1,238 @@
+//! Admission: which calls run now, which wait, and which are refused at once.
+//!
+//! A call first joins its **episode's queue**: one call of an episode runs at a time and at
+//! most [`Limits::episode_queue`] more wait behind it; a call beyond that is refused at once
+//! ([`Refusal::QueueFull`]), and one still waiting when its own deadline passes is refused
+//! then ([`Refusal::EpisodeBusy`]). At the head of its queue it takes one of
+//! [`Limits::execution_slots`] **global execution slots**, waiting at most
+//! [`Limits::slot_wait`] ([`Refusal::NoSlot`]).
+//!
+//! The order matters: an episode holds at most one slot, so one episode looping a slow tool
+//! cannot starve the others, and calls queued behind a busy episode hold no slot while they
+//! wait. The episode's turn is handed to the coordinator as its *hold*: a handler that overran
+//! its deadline keeps its episode's turn (and queue place) until it really returns, while its
+//! slot is freed as soon as the caller is answered.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
+
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::time::Instant;
+
+use crate::limits::Limits;
+
+/// Why a call was not admitted. Nothing ran in any of these cases.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refusal {
+    /// The episode's queue was full.
+    QueueFull,
+    /// The call's deadline passed while an earlier call of its episode was still running.
+    EpisodeBusy,
+    /// Every global execution slot stayed busy for the whole slot wait.
+    NoSlot,
+}
+
+impl Refusal {
+    /// The label counted in `/v1/metrics`.
+    pub fn label(self) -> &'static str {
+        match self {
+            Refusal::QueueFull => "episode_queue_full",
+            Refusal::EpisodeBusy => "episode_busy",
+            Refusal::NoSlot => "no_execution_slot",
+        }
+    }
+}
+
+/// One episode's queue: the running call's turn and the count of calls in it.
+struct Queue {
+    turn: Arc<Semaphore>,
+    members: usize,
+}
+
+/// The admission state of a daemon.
+pub struct Admission {
+    slots: Arc<Semaphore>,
+    episodes: Arc<Mutex<HashMap<String, Queue>>>,
+    limits: Limits,
+}
+
+/// An admitted call: its episode's turn and a global slot.
+pub struct Ticket {
+    /// Keep while the episode is busy with the call (the coordinator's hold).
+    pub turn: Turn,
+    /// Keep while the call runs on the caller's behalf.
+    pub slot: OwnedSemaphorePermit,
+}
+
+/// A place in an episode's queue; at the head, it also holds the episode's turn.
+pub struct Turn {
+    episodes: Arc<Mutex<HashMap<String, Queue>>>,
+    episode: String,
+    permit: Option<OwnedSemaphorePermit>,
+}
+
+impl Drop for Turn {
+    fn drop(&mut self) {
+        // Release the turn before leaving the queue, under the map's lock, so a queue is
+        // removed only when nobody is in it.
+        let mut episodes = self.episodes.lock().unwrap_or_else(PoisonError::into_inner);
+        drop(self.permit.take());
+        if let Some(q) = episodes.get_mut(&self.episode) {
+            q.members -= 1;
+            if q.members == 0 {
+                episodes.remove(&self.episode);
+            }
+        }
+    }
+}
+
+impl Admission {
+    pub fn new(limits: Limits) -> Admission {
+        Admission {
+            slots: Arc::new(Semaphore::new(limits.execution_slots)),
+            episodes: Arc::default(),
+            limits,
+        }
+    }
+
+    /// Global slots free right now.
+    pub fn free_slots(&self) -> usize {
+        self.slots.available_permits()
+    }
+
+    /// Join `episode`'s queue, wait for its turn until `until`, then take a global slot.
+    pub async fn admit(&self, episode: &str, until: Instant) -> Result<Ticket, Refusal> {
+        let mut turn = self.join(episode)?;
+        let gate = {
+            let episodes = self.episodes.lock().unwrap_or_else(PoisonError::into_inner);
+            // The queue exists while `turn` is in it.
+            episodes
+                .get(episode)
+                .map(|q| q.turn.clone())
+                .ok_or(Refusal::QueueFull)?
+        };
+        let permit = match gate.clone().try_acquire_owned() {
+            Ok(p) => p,
+            Err(_) => tokio::time::timeout_at(until, gate.acquire_owned())
+                .await
+                .map_err(|_| Refusal::EpisodeBusy)?
+                .map_err(|_| Refusal::EpisodeBusy)?,
+        };
+        turn.permit = Some(permit);
+        let slot = match self.slots.clone().try_acquire_owned() {
+            Ok(s) => s,
+            Err(_) => {
+                let wait = until.min(Instant::now() + self.limits.slot_wait);
+                tokio::time::timeout_at(wait, self.slots.clone().acquire_owned())
+                    .await
+                    .map_err(|_| Refusal::NoSlot)?
+                    .map_err(|_| Refusal::NoSlot)?
+            }
+        };
+        Ok(Ticket { turn, slot })
+    }
+
+    /// A place in the episode's queue, or [`Refusal::QueueFull`] at once.
+    fn join(&self, episode: &str) -> Result<Turn, Refusal> {
+        let mut episodes = self.episodes.lock().unwrap_or_else(PoisonError::into_inner);
+        let q = episodes.entry(episode.to_owned()).or_insert_with(|| Queue {
+            turn: Arc::new(Semaphore::new(1)),
+            members: 0,
+        });
+        // The running call plus the waiting ones.
+        if q.members > self.limits.episode_queue {
+            return Err(Refusal::QueueFull);
+        }
+        q.members += 1;
+        Ok(Turn {
+            episodes: self.episodes.clone(),
+            episode: episode.to_owned(),
+            permit: None,
+        })
+    }
+
+    /// Calls in `episode`'s queue, the running one included.
+    pub fn queued(&self, episode: &str) -> usize {
+        let episodes = self.episodes.lock().unwrap_or_else(PoisonError::into_inner);
+        episodes.get(episode).map_or(0, |q| q.members)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    fn admission(slots: usize, queue: usize) -> Admission {
+        Admission::new(Limits {
+            execution_slots: slots,
+            episode_queue: queue,
+            slot_wait: Duration::from_millis(500),
+            ..Limits::default()
+        })
+    }
+
+    fn far() -> Instant {
+        Instant::now() + Duration::from_secs(3600)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_full_episode_queue_refuses_at_once() {
+        let a = Arc::new(admission(8, 2));
+        let running = a.admit("ep", far()).await.unwrap();
+        // Two wait behind it; the third is refused without waiting.
+        let w1 = tokio::spawn({
+            let a = a.clone();
+            async move { a.admit("ep", far()).await.map(|_| ()) }
+        });
+        tokio::task::yield_now().await;
+        assert_eq!(a.queued("ep"), 2);
+        let w2 = a.join("ep").unwrap();
+        let before = Instant::now();
+        assert_eq!(a.admit("ep", far()).await.err(), Some(Refusal::QueueFull));
+        assert_eq!(
+            Instant::now(),
+            before,
+            "a full queue must refuse without waiting"
+        );
+        drop(w2);
+        drop(running);
+        assert!(w1.await.unwrap().is_ok());
+        assert_eq!(a.queued("ep"), 0, "the queue is removed when empty");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_waiting_call_is_refused_busy_at_its_deadline() {
+        let a = admission(8, 4);
+        let _running = a.admit("ep", far()).await.unwrap();
+        let until = Instant::now() + Duration::from_secs(3);
+        assert_eq!(a.admit("ep", until).await.err(), Some(Refusal::EpisodeBusy));
+        assert_eq!(Instant::now(), until);
+        assert_eq!(a.queued("ep"), 1);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn without_a_slot_a_call_waits_the_slot_wait_then_is_refused() {
+        let a = admission(1, 4);
+        let _one = a.admit("a", far()).await.unwrap();
+        let start = Instant::now();
+        assert_eq!(a.admit("b", far()).await.err(), Some(Refusal::NoSlot));
+        assert_eq!(Instant::now() - start, Duration::from_millis(500));
+        // Its place in its episode's queue is given back.
+        assert_eq!(a.queued("b"), 0);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn one_episode_holds_at_most_one_slot() {
+        let a = admission(2, 8);
+        let busy = a.admit("loop", far()).await.unwrap();
+        // The looping episode's next call waits for its turn, holding no slot.
+        let queued = a.join("loop").unwrap();
+        assert_eq!(a.free_slots(), 1);
+        // So another episode still gets a slot at once.
+        let other = a.admit("other", far()).await.unwrap();
+        assert_eq!(a.free_slots(), 0);
+        drop((busy, queued, other));
+        assert_eq!(a.free_slots(), 2);
+    }
+}

@@ -1,0 +1,144 @@
+//! What this daemon can run, and why a tool cannot: `GET /v1/handlers`.
+//!
+//! A tool whose plugin is missing or declined to start is still listed to agents (the registry
+//! keeps it), and every call to it is refused by rule R8 before anything runs. Over MCP that
+//! refusal is the fixed `host callback failed` envelope, which also covers failures after an
+//! effect ran; this route lets a client (and `worldd call`) tell the two apart. It answers, for
+//! any valid session:
+//!
+//! ```json
+//! {"plugins":[{"name":"workspace","version":"0.1.0","identity":"workspace 0.1.0 (sha256:…)",
+//!              "library":"sha256:…","path":"/abs/path/libworldd_workspace.so",
+//!              "effects":[{"effect":"Workspace.Read","class":"read"}]}],
+//!  "declined":[{"name":"ailang","path":"/abs/path/libworldd_ailang.so","reason":"declined: …"}],
+//!  "tools":[{"name":"ailang-read","effects":["Workspace.Read"],"canRun":true},
+//!           {"name":"ailang-run","effects":["Ailang.Run"],"canRun":false,
+//!            "reason":"transition declares an effect this daemon has no handler for (Ailang.Run)"}]}
+//! ```
+//!
+//! `tools` are the tools the calling session sees (the same function as MCP `tools/list`), and
+//! `canRun` applies rule R8 exactly as the coordinator does: every declared effect needs a
+//! loaded handler, and a `worktree`-scoped effect needs the episode's worktree.
+
+use axum::extract::State;
+use axum::http::HeaderMap;
+use axum::routing::get;
+use axum::{Json, Router};
+use broker_core::coordinator::{bind_worktree, R8_MESSAGE};
+use broker_core::session::Session;
+use broker_core::transition::Transition;
+use handler_api::EffectClass;
+use serde::Serialize;
+use serde_json::{json, Value};
+
+use crate::rest::ApiError;
+use crate::state::AppState;
+use crate::tools;
+
+/// A plugin that loaded and serves effects.
+#[derive(Debug, Clone, Serialize)]
+pub struct LoadedPlugin {
+    pub name: String,
+    pub version: String,
+    /// The identity its effect records carry, in words: `name version (library ref)`.
+    pub identity: String,
+    /// The sha256 of the library bytes that were loaded: `handler.library` in effect records.
+    pub library: String,
+    pub path: String,
+    pub effects: Vec<PluginEffect>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct PluginEffect {
+    pub effect: String,
+    pub class: EffectClass,
+}
+
+/// A plugin that was found but declined to start; its tools are refused by R8.
+#[derive(Debug, Clone, Serialize)]
+pub struct DeclinedPlugin {
+    pub name: String,
+    pub path: String,
+    /// The plugin's own words (`declined: …`), naming what the operator must configure.
+    pub reason: String,
+}
+
+/// The plugins of a running daemon, fixed at start-up.
+#[derive(Debug, Clone, Default)]
+pub struct Catalog {
+    pub plugins: Vec<LoadedPlugin>,
+    pub declined: Vec<DeclinedPlugin>,
+}
+
+/// Whether a session can run a tool here, and if not, why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Runnable {
+    Yes,
+    No(String),
+}
+
+/// Rule R8 for one tool and session, as the coordinator applies it before planning.
+pub fn runnable(state: &AppState, session: &Session, t: &Transition) -> Runnable {
+    let handlers = state.coordinator().handlers();
+    let mut missing: Vec<&str> = Vec::new();
+    for e in &t.declared_effects {
+        if handlers.get(&e.effect).is_none() && !missing.contains(&e.effect.as_str()) {
+            missing.push(&e.effect);
+        }
+    }
+    if !missing.is_empty() {
+        return Runnable::No(format!("{R8_MESSAGE} ({})", missing.join(", ")));
+    }
+    let needs_worktree = t.declared_effects.iter().any(|e| e.scope == "worktree");
+    if let (true, Some(root)) = (needs_worktree, state.coordinator().workspace_root()) {
+        if bind_worktree(root, &session.episode).is_none() {
+            return Runnable::No(format!(
+                "{R8_MESSAGE}: episode {}'s worktree does not exist (worldd session new {} creates it)",
+                session.episode, session.episode
+            ));
+        }
+    }
+    Runnable::Yes
+}
+
+/// `GET /v1/handlers`.
+pub fn routes() -> Router<AppState> {
+    Router::new().route("/v1/handlers", get(handlers))
+}
+
+async fn handlers(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+) -> Result<Json<Value>, ApiError> {
+    let session = state
+        .authenticate(&headers)
+        .await
+        .map_err(ApiError::from_auth)?;
+    let visible = tools::visible(&state, &session)
+        .await
+        .map_err(|e| ApiError::internal("handlers", e))?;
+    let tools: Vec<Value> = visible
+        .iter()
+        .map(|entry| {
+            let t = &entry.transition;
+            let mut effects: Vec<&str> = Vec::new();
+            for e in &t.declared_effects {
+                if !effects.contains(&e.effect.as_str()) {
+                    effects.push(&e.effect);
+                }
+            }
+            match runnable(&state, &session, t) {
+                Runnable::Yes => json!({"name": t.id, "effects": effects, "canRun": true}),
+                Runnable::No(reason) => {
+                    json!({"name": t.id, "effects": effects, "canRun": false, "reason": reason})
+                }
+            }
+        })
+        .collect();
+    let catalog = state.catalog();
+    Ok(Json(json!({
+        "plugins": catalog.plugins,
+        "declined": catalog.declined,
+        "tools": tools,
+    })))
+}

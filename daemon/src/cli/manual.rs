@@ -1,0 +1,63 @@
+//! `worldd completions SHELL` and `worldd man`: generated from the clap tree itself, so they
+//! cannot drift from the verbs and flags.
+
+use std::path::PathBuf;
+
+use clap::{Args, CommandFactory};
+use clap_complete::Shell;
+
+use super::{Cli, CliResult, Failure};
+
+#[derive(Args, Debug)]
+pub struct CompletionsArgs {
+    /// The shell to complete for.
+    pub shell: Shell,
+}
+
+#[derive(Args, Debug)]
+pub struct ManArgs {
+    /// Write worldd.1 and one page per verb (worldd-session-mint.1, …) into this directory
+    /// instead of printing worldd.1 on stdout.
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+}
+
+pub fn completions(a: CompletionsArgs) -> CliResult {
+    let mut cmd = Cli::command();
+    // Into a buffer first: clap_complete panics when its writer fails (`| head`).
+    let mut script = Vec::new();
+    clap_complete::generate(a.shell, &mut cmd, "worldd", &mut script);
+    write_stdout(&script)
+}
+
+/// Write to stdout; a closed pipe is the reader's choice, not an error worth a message.
+fn write_stdout(bytes: &[u8]) -> CliResult {
+    use std::io::Write;
+    match std::io::stdout().write_all(bytes) {
+        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => {
+            Err(Failure::usage(format!("cannot write to stdout: {e}")))
+        }
+        _ => Ok(()),
+    }
+}
+
+pub fn man(a: ManArgs) -> CliResult {
+    let cmd = Cli::command();
+    match a.out {
+        None => {
+            let mut page = Vec::new();
+            clap_mangen::Man::new(cmd)
+                .render(&mut page)
+                .map_err(|e| Failure::usage(format!("cannot render the man page: {e}")))?;
+            write_stdout(&page)
+        }
+        Some(dir) => {
+            std::fs::create_dir_all(&dir)
+                .map_err(|e| Failure::usage(format!("{}: {e}", dir.display())))?;
+            clap_mangen::generate_to(cmd, &dir)
+                .map_err(|e| Failure::usage(format!("{}: {e}", dir.display())))?;
+            println!("man pages written to {}", dir.display());
+            Ok(())
+        }
+    }
+}

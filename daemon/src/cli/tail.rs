@@ -1,0 +1,199 @@
+//! `worldd log tail [-n N] [--follow] [--json]`: the newest entries of a running daemon's
+//! log, one line each, and with `--follow` every new entry as it is committed (through
+//! `GET /v1/log/stream`, resumed with `Last-Event-ID` when the connection drops).
+
+use std::io::{BufRead, BufReader, Write};
+use std::time::Duration;
+
+use clap::Args;
+use serde_json::Value;
+
+use super::client::{self, ClientArgs};
+use super::{CliResult, Failure};
+
+/// Reconnections in a row without an event before `--follow` gives up.
+const MAX_RECONNECTS: u32 = 5;
+
+#[derive(Args, Debug)]
+pub struct TailArgs {
+    /// How many of the newest entries to print first (at most 500).
+    #[arg(short = 'n', long = "lines", default_value_t = 10)]
+    pub lines: usize,
+    /// Keep printing new entries as they are committed.
+    #[arg(short = 'f', long)]
+    pub follow: bool,
+    /// One JSON summary per line instead of a table row.
+    #[arg(long)]
+    pub json: bool,
+    #[command(flatten)]
+    pub client: ClientArgs,
+}
+
+/// One summary as a line: index, outcome, tool, episode, invocation id, entry hash.
+fn line(v: &Value, json: bool) -> String {
+    if json {
+        return v.to_string();
+    }
+    let s = |k: &str| v[k].as_str().unwrap_or("-");
+    let tool = match (v["tool"].as_str(), v["header"]["writtenBy"].as_str()) {
+        (Some(t), _) => t.to_owned(),
+        (None, Some("world:genesis")) => "genesis".into(),
+        (None, Some(w)) => format!("commit by {w}"),
+        (None, None) => "-".into(),
+    };
+    let hash = s("entryHash");
+    format!(
+        "{:>6}  {:<13} {:<20} {:<12} {:<40} {}",
+        v["header"]["entryIndex"]
+            .as_u64()
+            .map_or("?".to_owned(), |i| i.to_string()),
+        s("outcome"),
+        tool,
+        s("episode"),
+        s("invocationId"),
+        hash.get(..15).map_or(hash.to_owned(), |h| format!("{h}…"))
+    )
+}
+
+/// Print; `false` when stdout is gone (the reader of a pipe quit), which ends the verb quietly.
+fn print(out: &mut impl Write, text: &str) -> bool {
+    writeln!(out, "{text}").and_then(|_| out.flush()).is_ok()
+}
+
+pub fn run(a: TailArgs) -> CliResult {
+    let limit = a.lines.clamp(1, 500);
+    let body = client::get(&a.client, &format!("/v1/log/summaries?limit={limit}"))?;
+    let page: Value = serde_json::from_slice(&body)
+        .map_err(|e| Failure::usage(format!("/v1/log/summaries: unreadable reply: {e}")))?;
+    let items = page["items"].as_array().cloned().unwrap_or_default();
+    let mut out = std::io::stdout().lock();
+    let skip = items.len().saturating_sub(a.lines);
+    for v in &items[skip..] {
+        if !print(&mut out, &line(v, a.json)) {
+            return Ok(());
+        }
+    }
+    if !a.follow {
+        return Ok(());
+    }
+    let mut next = page["next"].as_u64().unwrap_or(0);
+    let mut failures = 0;
+    loop {
+        match follow_once(&a, &mut next, &mut out) {
+            Ok(Followed::OutputClosed) => return Ok(()),
+            Ok(Followed::Ended { got_events }) => {
+                if got_events {
+                    failures = 0;
+                }
+                failures += 1;
+                if failures > MAX_RECONNECTS {
+                    return Err(Failure::usage(
+                        "the log stream ended and could not be resumed",
+                    ));
+                }
+            }
+            Err(f) if f.code == 0 => {
+                failures += 1;
+                if failures > MAX_RECONNECTS {
+                    return Err(Failure::usage(format!(
+                        "the log stream ended and could not be resumed: {}",
+                        f.message
+                    )));
+                }
+            }
+            Err(f) => return Err(f),
+        }
+        std::thread::sleep(Duration::from_millis(250 << failures.min(4)));
+    }
+}
+
+enum Followed {
+    /// The stream closed (the daemon restarted or shut down): reconnect.
+    Ended { got_events: bool },
+    /// Stdout is gone.
+    OutputClosed,
+}
+
+/// One connection to the stream. A failure with code 0 is worth retrying (the connection);
+/// any other is final (the daemon's refusal).
+fn follow_once(a: &TailArgs, next: &mut u64, out: &mut impl Write) -> Result<Followed, Failure> {
+    let retry = |m: String| Failure {
+        code: 0,
+        message: m,
+    };
+    let url = format!("{}/v1/log/stream", a.client.addr.trim_end_matches('/'));
+    // No overall deadline (the stream is endless); a read deadline well past the keep-alive
+    // comment notices a dead peer.
+    let agent = ureq::AgentBuilder::new()
+        .timeout_connect(Duration::from_secs(5))
+        .timeout_read(crate::log_stream::KEEP_ALIVE * 3)
+        .build();
+    let mut req = agent.get(&url);
+    if let Some(token) = client::credential(&a.client.session)? {
+        req = req.set("Authorization", &format!("Bearer {token}"));
+    }
+    // Resume after the last entry seen (genesis is entry 0, so `next` is at least 1 once a
+    // page was read).
+    req = match next.checked_sub(1) {
+        Some(last) => req.set("Last-Event-ID", &last.to_string()),
+        None => req.query("from", "0"),
+    };
+    let res = match req.call() {
+        Ok(r) => r,
+        Err(ureq::Error::Status(status, r)) => {
+            let v: Value = r
+                .into_string()
+                .ok()
+                .and_then(|t| serde_json::from_str(&t).ok())
+                .unwrap_or(Value::Null);
+            return Err(Failure::usage(format!(
+                "/v1/log/stream returned HTTP {status} {}: {}",
+                v["error"]["class"].as_str().unwrap_or("Error"),
+                v["error"]["message"].as_str().unwrap_or("")
+            )));
+        }
+        Err(e) => return Err(retry(format!("/v1/log/stream: {e}"))),
+    };
+    let mut got_events = false;
+    let mut event = String::new();
+    let mut data = String::new();
+    for text in BufReader::new(res.into_reader()).lines() {
+        let Ok(text) = text else {
+            return Ok(Followed::Ended { got_events });
+        };
+        if text.is_empty() {
+            if !data.is_empty() {
+                let v: Value = serde_json::from_str(&data).unwrap_or(Value::Null);
+                match event.as_str() {
+                    "entry" => {
+                        got_events = true;
+                        if let Some(i) = v["header"]["entryIndex"].as_u64() {
+                            *next = i + 1;
+                        }
+                        if !print(out, &line(&v, a.json)) {
+                            return Ok(Followed::OutputClosed);
+                        }
+                    }
+                    "error" => {
+                        return Err(Failure::usage(format!(
+                            "the log stream ended: {}: {}",
+                            v["error"]["class"].as_str().unwrap_or("Error"),
+                            v["error"]["message"].as_str().unwrap_or("")
+                        )))
+                    }
+                    _ => {}
+                }
+            }
+            event.clear();
+            data.clear();
+        } else if let Some(e) = text.strip_prefix("event:") {
+            event = e.trim_start().to_owned();
+        } else if let Some(d) = text.strip_prefix("data:") {
+            if !data.is_empty() {
+                data.push('\n');
+            }
+            data.push_str(d.strip_prefix(' ').unwrap_or(d));
+        }
+    }
+    Ok(Followed::Ended { got_events })
+}

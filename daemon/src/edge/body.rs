@@ -1,0 +1,309 @@
+//! Reading a request body: after authentication, never more than the route's limit, and
+//! whole within a deadline.
+//!
+//! A declared `Content-Length` over the limit is refused before a byte is read; otherwise the
+//! body is read frame by frame and refused as soon as it grows past the limit, so an oversized
+//! upload is never buffered whole. The deadline covers the whole body (a client trickling one
+//! byte at a time cannot hold the connection and its buffer), measured from when reading
+//! starts, which is right after the request head arrived and was authenticated.
+//!
+//! All bodies being read or processed at once share one budget of bytes
+//! ([`ServerConfig::body_budget_bytes`](super::ServerConfig::body_budget_bytes)): a body that
+//! would take the total past it is refused at once (503) instead of being buffered, so
+//! authenticated clients holding many large uploads open cannot exhaust memory either. The
+//! first [`UNCOUNTED_BYTES`] of each body are not counted, so that ordinary small calls are
+//! never refused while someone holds the budget with large uploads.
+
+use std::sync::Arc;
+
+use axum::body::{Body, Bytes, HttpBody};
+use axum::http::header::CONTENT_LENGTH;
+use axum::http::HeaderMap;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::time::Instant;
+
+use crate::metrics::Metrics;
+
+/// The unit of the body budget.
+const KIB: usize = 1024;
+
+/// The first bytes of every body are not counted against the budget, so small requests (the
+/// common tool call) are never refused for it while large uploads fill it. Bounded all the
+/// same: at most `max_connections` × this.
+pub const UNCOUNTED_BYTES: usize = 16 * KIB;
+
+/// Reads request bodies within one shared budget of bytes.
+#[derive(Clone)]
+pub struct Bodies {
+    budget: Arc<Semaphore>,
+    metrics: Metrics,
+}
+
+/// A body read, and its share of the budget: keep it while the body (or what is parsed from
+/// it) is in use.
+pub struct ReadBody {
+    pub bytes: Bytes,
+    _budget: Option<Share>,
+}
+
+/// Part of the budget, counted in `worldd_body_budget_bytes_held` while it is held.
+struct Share {
+    permit: OwnedSemaphorePermit,
+    metrics: Metrics,
+}
+
+impl Share {
+    fn bytes(&self) -> i64 {
+        (self.permit.num_permits() * KIB) as i64
+    }
+}
+
+impl Drop for Share {
+    fn drop(&mut self) {
+        self.metrics.body_bytes_held(-self.bytes());
+    }
+}
+
+/// Why a body was not read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BodyError {
+    /// Over the route's limit (`limit_trips_total{limit="body_size"}`).
+    TooLarge,
+    /// Not complete before the deadline (`limit_trips_total{limit="body_timeout"}`).
+    TimedOut,
+    /// The connection failed or the framing was broken.
+    Unreadable,
+    /// The bodies in flight already fill the budget (`limit_trips_total{limit="body_budget"}`).
+    Busy,
+}
+
+impl Bodies {
+    pub fn new(budget_bytes: usize, metrics: Metrics) -> Bodies {
+        let units = budget_bytes.div_ceil(KIB).clamp(1, Semaphore::MAX_PERMITS);
+        Bodies {
+            budget: Arc::new(Semaphore::new(units)),
+            metrics,
+        }
+    }
+
+    /// Read at most `limit` bytes, complete by `deadline`, within the shared budget.
+    pub async fn read(
+        &self,
+        headers: &HeaderMap,
+        body: Body,
+        limit: usize,
+        deadline: Instant,
+    ) -> Result<ReadBody, BodyError> {
+        let read = self.read_limited(headers, body, limit);
+        let result = match tokio::time::timeout_at(deadline, read).await {
+            Ok(r) => r,
+            Err(_) => Err(BodyError::TimedOut),
+        };
+        match &result {
+            Err(BodyError::TooLarge) => self.metrics.limit_tripped("body_size"),
+            Err(BodyError::TimedOut) => self.metrics.limit_tripped("body_timeout"),
+            Err(BodyError::Busy) => self.metrics.limit_tripped("body_budget"),
+            _ => {}
+        }
+        result
+    }
+
+    /// Take `bytes` more of the budget, now or never.
+    fn take(&self, held: &mut Option<Share>, bytes: usize) -> Result<(), BodyError> {
+        let units = u32::try_from(bytes.div_ceil(KIB)).map_err(|_| BodyError::Busy)?;
+        if units == 0 {
+            return Ok(());
+        }
+        let more = self
+            .budget
+            .clone()
+            .try_acquire_many_owned(units)
+            .map_err(|_| BodyError::Busy)?;
+        self.metrics
+            .body_bytes_held((more.num_permits() * KIB) as i64);
+        match held {
+            Some(share) => share.permit.merge(more),
+            None => {
+                *held = Some(Share {
+                    permit: more,
+                    metrics: self.metrics.clone(),
+                })
+            }
+        }
+        Ok(())
+    }
+
+    async fn read_limited(
+        &self,
+        headers: &HeaderMap,
+        body: Body,
+        limit: usize,
+    ) -> Result<ReadBody, BodyError> {
+        let declared = headers
+            .get(CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.trim().parse::<u64>().ok());
+        if declared.is_some_and(|n| n > limit as u64) {
+            return Err(BodyError::TooLarge);
+        }
+        let mut held = None;
+        // A declared length is taken from the budget whole, before anything is read.
+        let declared = declared.unwrap_or(0) as usize;
+        self.take(&mut held, declared.saturating_sub(UNCOUNTED_BYTES))?;
+        let mut taken = UNCOUNTED_BYTES.max(declared.div_ceil(KIB) * KIB);
+        let mut body = std::pin::pin!(body);
+        let mut buf: Vec<u8> = Vec::with_capacity(declared);
+        while let Some(frame) = std::future::poll_fn(|cx| body.as_mut().poll_frame(cx)).await {
+            let frame = frame.map_err(|_| BodyError::Unreadable)?;
+            // Trailers carry nothing for JSON; only data frames count.
+            if let Ok(data) = frame.into_data() {
+                if buf.len() + data.len() > limit {
+                    return Err(BodyError::TooLarge);
+                }
+                if buf.len() + data.len() > taken {
+                    let more = buf.len() + data.len() - taken;
+                    self.take(&mut held, more)?;
+                    taken += more.div_ceil(KIB) * KIB;
+                }
+                buf.extend_from_slice(&data);
+            }
+        }
+        Ok(ReadBody {
+            bytes: Bytes::from(buf),
+            _budget: held,
+        })
+    }
+}
+
+/// The REST envelope of a body that was not read (`POST /v1/commit`).
+pub fn rest_error(e: BodyError, limit: usize) -> crate::rest::ApiError {
+    use crate::rest::ApiError;
+    use axum::http::StatusCode;
+    match e {
+        BodyError::TooLarge => ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "PayloadTooLarge",
+            format!("commit body exceeds {limit} bytes"),
+        ),
+        BodyError::TimedOut => ApiError::new(
+            StatusCode::REQUEST_TIMEOUT,
+            "RequestTimeout",
+            "request body not received in time ([server] body_timeout_ms)",
+        ),
+        BodyError::Unreadable => ApiError::bad_request("request body could not be read"),
+        BodyError::Busy => ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "Unavailable", BUSY_TEXT),
+    }
+}
+
+/// Why a body was refused for the budget.
+pub const BUSY_TEXT: &str =
+    "too many request bodies in flight ([server] body_budget_bytes); retry shortly";
+
+/// A limit in words: `4 MiB` when it is a whole number of MiB, else `N bytes`.
+pub fn describe(limit: usize) -> String {
+    const MIB: usize = 1024 * 1024;
+    if limit >= MIB && limit & (MIB - 1) == 0 {
+        format!("{} MiB", limit / MIB)
+    } else {
+        format!("{limit} bytes")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    fn length(n: usize) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        h.insert(CONTENT_LENGTH, n.to_string().parse().unwrap());
+        h
+    }
+
+    /// A body that sends one chunk and then nothing, like a client holding its upload.
+    struct Stalled(Option<Bytes>);
+
+    impl HttpBody for Stalled {
+        type Data = Bytes;
+        type Error = std::io::Error;
+        fn poll_frame(
+            mut self: std::pin::Pin<&mut Self>,
+            _: &mut std::task::Context<'_>,
+        ) -> std::task::Poll<Option<Result<hyper::body::Frame<Bytes>, std::io::Error>>> {
+            match self.0.take() {
+                Some(b) => std::task::Poll::Ready(Some(Ok(hyper::body::Frame::data(b)))),
+                None => std::task::Poll::Pending,
+            }
+        }
+    }
+
+    fn bodies(budget: usize) -> Bodies {
+        Bodies::new(budget, Metrics::default())
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_body_that_never_finishes_times_out_at_the_deadline() {
+        let b = bodies(1 << 20);
+        let body = Body::new(Stalled(Some(Bytes::from_static(b"{\"jsonrpc\""))));
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let r = b.read(&length(4096), body, 4096, deadline).await;
+        assert_eq!(r.err(), Some(BodyError::TimedOut));
+        assert_eq!(Instant::now(), deadline);
+        assert_eq!(b.metrics.trips("body_timeout"), 1);
+        // Its share of the budget is back.
+        assert_eq!(b.budget.available_permits(), 1024);
+    }
+
+    #[tokio::test]
+    async fn declared_or_streamed_bodies_over_the_limit_are_refused() {
+        let b = bodies(1 << 20);
+        let far = Instant::now() + Duration::from_secs(60);
+        let r = b
+            .read(&length(11), Body::from(vec![b'x'; 11]), 10, far)
+            .await;
+        assert_eq!(r.err(), Some(BodyError::TooLarge));
+        let r = b
+            .read(&HeaderMap::new(), Body::from(vec![b'x'; 11]), 10, far)
+            .await;
+        assert_eq!(r.err(), Some(BodyError::TooLarge));
+        assert_eq!(b.metrics.trips("body_size"), 2);
+        let r = b
+            .read(&length(10), Body::from(vec![b'x'; 10]), 10, far)
+            .await;
+        assert_eq!(r.unwrap().bytes.len(), 10);
+        assert_eq!(describe(4 * 1024 * 1024), "4 MiB");
+        assert_eq!(describe(1000), "1000 bytes");
+    }
+
+    #[tokio::test]
+    async fn bodies_past_the_shared_budget_are_refused_at_once() {
+        let b = bodies(8 * KIB);
+        let far = Instant::now() + Duration::from_secs(60);
+        let big = |n: usize| UNCOUNTED_BYTES + n * KIB;
+        let body = |n: usize| Body::from(vec![b'x'; n]);
+        let first = b
+            .read(&length(big(6)), body(big(6)), 1 << 20, far)
+            .await
+            .unwrap();
+        // Declared: refused before reading.
+        let r = b.read(&length(big(4)), body(big(4)), 1 << 20, far).await;
+        assert_eq!(r.err(), Some(BodyError::Busy));
+        // Undeclared: refused as it grows.
+        let r = b.read(&HeaderMap::new(), body(big(4)), 1 << 20, far).await;
+        assert_eq!(r.err(), Some(BodyError::Busy));
+        assert_eq!(b.metrics.trips("body_budget"), 2);
+        // Small bodies are never refused for the budget.
+        let r = b
+            .read(
+                &length(UNCOUNTED_BYTES),
+                body(UNCOUNTED_BYTES),
+                1 << 20,
+                far,
+            )
+            .await;
+        assert_eq!(r.unwrap().bytes.len(), UNCOUNTED_BYTES);
+        drop(first);
+        let r = b.read(&HeaderMap::new(), body(big(8)), 1 << 20, far).await;
+        assert_eq!(r.unwrap().bytes.len(), big(8));
+    }
+}

@@ -1,0 +1,279 @@
+//! Host and Origin validation, against DNS rebinding (MCP requires it of local servers).
+//!
+//! A web page the operator opens can make the browser send requests to the daemon's loopback
+//! port under the page's own name (`Host: evil.example.com`, once its DNS is rebound to
+//! 127.0.0.1) or from its own origin. Both are refused on every route with 403 before anything
+//! else is looked at, credentials included:
+//!
+//! - **Host** (without its port) must be a loopback name — `localhost`, an IPv4 address in
+//!   127.0.0.0/8, `[::1]` — or one of `[server] allowed_hosts`, compared case-insensitively.
+//!   A request without Host (HTTP/1.0, in-process tests) is not a browser's and passes.
+//! - **Origin**, when present, must be a loopback origin (`http://localhost:5173`,
+//!   `https://127.0.0.1`, any port) or one of `[server] allowed_origins` exactly (scheme,
+//!   host and port, case-insensitively). A missing Origin is a non-browser client and passes;
+//!   `Origin: null` is refused.
+
+use axum::extract::{Request, State};
+use axum::http::header::{HOST, ORIGIN};
+use axum::http::{HeaderMap, StatusCode};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use serde_json::json;
+
+use super::ServerConfig;
+use crate::state::AppState;
+
+/// The Host and Origin values this daemon accepts.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct HostPolicy {
+    hosts: Vec<String>,
+    origins: Vec<String>,
+}
+
+/// Why a request was refused.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Refused {
+    Host(String),
+    Origin(String),
+}
+
+impl Refused {
+    /// The metrics label.
+    pub fn limit(&self) -> &'static str {
+        match self {
+            Refused::Host(_) => "host",
+            Refused::Origin(_) => "origin",
+        }
+    }
+
+    pub fn message(&self) -> String {
+        match self {
+            Refused::Host(h) => format!(
+                "Host {} is not allowed: this daemon answers only to loopback names (localhost, 127.0.0.1, [::1]) and the [server] allowed_hosts of its configuration",
+                quote(h)
+            ),
+            Refused::Origin(o) => format!(
+                "Origin {} is not allowed: this daemon answers only to loopback origins and the [server] allowed_origins of its configuration",
+                quote(o)
+            ),
+        }
+    }
+}
+
+fn quote(s: &str) -> String {
+    serde_json::to_string(s).unwrap_or_else(|_| "\"\"".into())
+}
+
+impl HostPolicy {
+    pub fn new(config: &ServerConfig) -> HostPolicy {
+        HostPolicy {
+            hosts: config
+                .allowed_hosts
+                .iter()
+                .map(|h| h.to_ascii_lowercase())
+                .collect(),
+            origins: config
+                .allowed_origins
+                .iter()
+                .map(|o| o.trim_end_matches('/').to_ascii_lowercase())
+                .collect(),
+        }
+    }
+
+    /// Check a request's Host and Origin headers.
+    pub fn check(&self, headers: &HeaderMap) -> Result<(), Refused> {
+        let mut hosts = headers.get_all(HOST).iter();
+        if let Some(value) = hosts.next() {
+            let text = String::from_utf8_lossy(value.as_bytes());
+            // Two Host headers are a malformed request (RFC 9112 §3.2).
+            let ok = hosts.next().is_none()
+                && host_name(&text).is_some_and(|name| {
+                    is_loopback_name(name)
+                        || self.hosts.iter().any(|h| h == &name.to_ascii_lowercase())
+                });
+            if !ok {
+                return Err(Refused::Host(text.into_owned()));
+            }
+        }
+        for value in headers.get_all(ORIGIN) {
+            let text = String::from_utf8_lossy(value.as_bytes());
+            let normalized = text.trim().trim_end_matches('/').to_ascii_lowercase();
+            let ok = match parse_origin(&normalized) {
+                Some((_, host, _)) => {
+                    is_loopback_name(host) || self.origins.iter().any(|o| o == &normalized)
+                }
+                None => false,
+            };
+            if !ok {
+                return Err(Refused::Origin(text.into_owned()));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The host part of a Host header value (`name`, `name:port`, `[v6]`, `[v6]:port`).
+pub fn host_name(value: &str) -> Option<&str> {
+    let value = value.trim();
+    if value.is_empty() {
+        return None;
+    }
+    let (name, port) = if value.starts_with('[') {
+        value.split_at(value.find(']')? + 1)
+    } else {
+        value.split_at(value.find(':').unwrap_or(value.len()))
+    };
+    let port_ok = port.is_empty()
+        || port.strip_prefix(':').is_some_and(|p| {
+            !p.is_empty() && p.len() <= 5 && p.bytes().all(|b| b.is_ascii_digit())
+        });
+    (port_ok && !name.is_empty()).then_some(name)
+}
+
+/// `localhost`, any IPv4 address in 127.0.0.0/8, or `[::1]`.
+pub fn is_loopback_name(name: &str) -> bool {
+    if name.eq_ignore_ascii_case("localhost") || name == "[::1]" {
+        return true;
+    }
+    name.parse::<std::net::Ipv4Addr>()
+        .is_ok_and(|ip| ip.is_loopback())
+}
+
+/// `scheme://host[:port]` of an origin (lowercase input): its scheme, host and port text.
+pub fn parse_origin(origin: &str) -> Option<(&str, &str, &str)> {
+    let (scheme, rest) = origin.split_once("://")?;
+    if !matches!(scheme, "http" | "https") || rest.contains('/') {
+        return None;
+    }
+    let name = host_name(rest)?;
+    Some((scheme, name, &rest[name.len()..]))
+}
+
+/// An `allowed_hosts` entry must be a bare host name or address.
+pub fn check_host_entry(entry: &str) -> Result<(), String> {
+    match host_name(entry) {
+        Some(name) if name == entry && !entry.contains('/') => Ok(()),
+        _ => Err(format!(
+            "{entry:?} is not a host name (give names without scheme or port)"
+        )),
+    }
+}
+
+/// The middleware: refuse before anything else runs.
+pub async fn guard(State(state): State<AppState>, request: Request, next: Next) -> Response {
+    match state.host_policy().check(request.headers()) {
+        Ok(()) => next.run(request).await,
+        Err(refused) => {
+            state.metrics().limit_tripped(refused.limit());
+            (
+                StatusCode::FORBIDDEN,
+                Json(json!({"error": {"class": "Forbidden", "message": refused.message()}})),
+            )
+                .into_response()
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use axum::http::HeaderValue;
+
+    fn headers(pairs: &[(&'static str, &str)]) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        for (k, v) in pairs {
+            h.append(*k, HeaderValue::from_str(v).unwrap());
+        }
+        h
+    }
+
+    fn policy(hosts: &[&str], origins: &[&str]) -> HostPolicy {
+        HostPolicy::new(&ServerConfig {
+            allowed_hosts: hosts.iter().map(|s| s.to_string()).collect(),
+            allowed_origins: origins.iter().map(|s| s.to_string()).collect(),
+            ..ServerConfig::default()
+        })
+    }
+
+    #[test]
+    fn loopback_names_pass_with_any_port() {
+        let p = policy(&[], &[]);
+        for host in [
+            "localhost",
+            "LOCALHOST:7644",
+            "127.0.0.1",
+            "127.0.0.1:1",
+            "127.8.9.10:65535",
+            "[::1]",
+            "[::1]:7644",
+        ] {
+            assert_eq!(p.check(&headers(&[("host", host)])), Ok(()), "{host}");
+        }
+        assert_eq!(p.check(&HeaderMap::new()), Ok(()));
+    }
+
+    #[test]
+    fn rebinding_hosts_are_refused() {
+        let p = policy(&["worldd.internal"], &[]);
+        for host in [
+            "evil.example.com",
+            "evil.example.com:7644",
+            "localhost.evil.com",
+            "127.0.0.1.nip.io",
+            "128.0.0.1",
+            "[::2]",
+            "localhost:",
+            "localhost:port",
+            "a\"b<script>",
+            "",
+        ] {
+            assert_eq!(
+                p.check(&headers(&[("host", host)])),
+                Err(Refused::Host(host.into())),
+                "{host}"
+            );
+        }
+        assert_eq!(p.check(&headers(&[("host", "Worldd.Internal:80")])), Ok(()));
+        assert!(p
+            .check(&headers(&[("host", "localhost"), ("host", "evil.com")]))
+            .is_err());
+    }
+
+    #[test]
+    fn origins_must_be_loopback_or_listed() {
+        let p = policy(&[], &["https://agents.example.com"]);
+        for ok in [
+            "http://localhost:5173",
+            "https://127.0.0.1",
+            "http://[::1]:7644",
+            "https://agents.example.com",
+            "HTTPS://Agents.Example.com/",
+        ] {
+            assert_eq!(p.check(&headers(&[("origin", ok)])), Ok(()), "{ok}");
+        }
+        for bad in [
+            "http://evil.example.com",
+            "https://agents.example.com:8443",
+            "http://agents.example.com",
+            "null",
+            "file://",
+            "http://localhost/path",
+        ] {
+            assert_eq!(
+                p.check(&headers(&[("origin", bad)])),
+                Err(Refused::Origin(bad.into())),
+                "{bad}"
+            );
+        }
+    }
+
+    #[test]
+    fn entries_are_checked() {
+        assert!(check_host_entry("worldd.internal").is_ok());
+        assert!(check_host_entry("worldd.internal:80").is_err());
+        assert!(check_host_entry("http://x").is_err());
+        assert!(parse_origin("https://a.example:8443").is_some());
+        assert!(parse_origin("a.example").is_none());
+    }
+}

@@ -1,0 +1,153 @@
+//! The accept loop: a bounded number of connections, each served by hyper's HTTP/1.1
+//! connection with a header-read timeout, drained gracefully at shutdown.
+//!
+//! `axum::serve` exposes none of these bounds, so connections are served here with
+//! hyper-util's glue. Over the limit a connection is accepted and closed at once (never left
+//! in the kernel's backlog to pile up), so the daemon never runs out of file descriptors while
+//! attackers hold connections open; the limit is kept below the process's descriptor limit,
+//! whose soft value is raised to the hard one at start.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::server::graceful::GracefulShutdown;
+use hyper_util::service::TowerToHyperService;
+use tokio::net::TcpListener;
+use tokio::sync::Semaphore;
+
+use super::ServerConfig;
+use crate::metrics::Metrics;
+
+/// Descriptors kept free for everything that is not a client connection: the store, plugin
+/// libraries and their child processes, logs.
+pub const RESERVED_FDS: u64 = 128;
+
+/// Largest request head (request line and headers) hyper buffers for one connection.
+pub const MAX_HEAD_BYTES: usize = 64 * 1024;
+
+/// Raise the soft `RLIMIT_NOFILE` to the hard limit; returns the soft limit now in force.
+pub fn raise_fd_limit() -> std::io::Result<u64> {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes into the struct we own; no other memory is touched.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    if lim.rlim_cur < lim.rlim_max {
+        let raised = libc::rlimit {
+            rlim_cur: lim.rlim_max,
+            rlim_max: lim.rlim_max,
+        };
+        // SAFETY: setrlimit reads the struct we own; raising the soft limit up to the hard
+        // one needs no privilege.
+        if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &raised) } == 0 {
+            return Ok(raised.rlim_cur);
+        }
+    }
+    Ok(lim.rlim_cur)
+}
+
+/// The connection limit in force: the configured one, lowered to stay below `fd_limit`.
+pub fn connection_limit(configured: usize, fd_limit: u64) -> usize {
+    let room = fd_limit.saturating_sub(RESERVED_FDS).max(1);
+    configured.min(usize::try_from(room).unwrap_or(usize::MAX))
+}
+
+/// Serve `app` on `listener` until `shutdown` resolves, then let open requests finish.
+pub async fn serve(
+    listener: TcpListener,
+    app: Router,
+    config: &ServerConfig,
+    metrics: Metrics,
+    shutdown: impl Future<Output = ()>,
+) -> std::io::Result<()> {
+    let slots = Arc::new(Semaphore::new(config.max_connections));
+    let graceful = GracefulShutdown::new();
+    let mut http = hyper::server::conn::http1::Builder::new();
+    http.timer(TokioTimer::new())
+        .header_read_timeout(config.header_timeout)
+        .max_buf_size(MAX_HEAD_BYTES)
+        .keep_alive(true);
+    let service = TowerToHyperService::new(app);
+    let mut shutdown = std::pin::pin!(shutdown);
+    let mut accept_errors = AcceptErrors::default();
+    loop {
+        let stream = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _)) => stream,
+                Err(e) => {
+                    accept_errors.report(&e, &metrics);
+                    // Out of descriptors (or a transient error): back off instead of spinning.
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+            () = &mut shutdown => break,
+        };
+        let Ok(permit) = slots.clone().try_acquire_owned() else {
+            metrics.limit_tripped("connections");
+            drop(stream);
+            continue;
+        };
+        let _ = stream.set_nodelay(true);
+        let conn = graceful.watch(http.serve_connection(TokioIo::new(stream), service.clone()));
+        let metrics = metrics.clone();
+        tokio::spawn(async move {
+            metrics.connections(1);
+            if let Err(e) = conn.await {
+                if e.is_timeout() {
+                    metrics.limit_tripped("header_timeout");
+                } else {
+                    tracing::debug!("connection ended: {e}");
+                }
+            }
+            metrics.connections(-1);
+            drop(permit);
+        });
+    }
+    drop(listener);
+    graceful.shutdown().await;
+    Ok(())
+}
+
+/// Accept errors are counted always and logged at most once every ten seconds.
+#[derive(Default)]
+struct AcceptErrors {
+    last_logged: Option<std::time::Instant>,
+    since: u64,
+}
+
+impl AcceptErrors {
+    fn report(&mut self, e: &std::io::Error, metrics: &Metrics) {
+        metrics.limit_tripped("accept_error");
+        self.since += 1;
+        let due = self
+            .last_logged
+            .is_none_or(|t| t.elapsed() >= Duration::from_secs(10));
+        if due {
+            tracing::warn!(
+                errors = self.since,
+                "accept failed: {e}; backing off (see [server] max_connections)"
+            );
+            self.last_logged = Some(std::time::Instant::now());
+            self.since = 0;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_connection_limit_stays_below_the_descriptor_limit() {
+        assert_eq!(connection_limit(4096, 1024), 896);
+        assert_eq!(connection_limit(100, 20_000), 100);
+        assert_eq!(connection_limit(100, 10), 1);
+    }
+}

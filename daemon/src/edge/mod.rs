@@ -1,0 +1,134 @@
+//! The HTTP edge: everything between a TCP connection and a route handler, composed here.
+//!
+//! | layer | what it bounds | where |
+//! |---|---|---|
+//! | connection limit | at most [`ServerConfig::max_connections`] open; excess connections are accepted and closed at once | [`listener`] |
+//! | file descriptors | the soft `RLIMIT_NOFILE` is raised to the hard limit at start, and the connection limit kept below it | [`listener`] |
+//! | request head | hyper's header-read timeout: a complete request head within [`ServerConfig::header_timeout`] of the connection being accepted or finishing its previous response (so it is also the idle keep-alive timeout); heads over 64 KiB are refused | [`listener`] |
+//! | Host and Origin | loopback names and the operator's lists only, on every route, before anything else (403) | [`host`] |
+//! | authentication | every route that reads a body authenticates from its headers first | the routes |
+//! | request body | a per-route size limit, a whole-body deadline ([`ServerConfig::body_timeout`]) and one byte budget for all bodies in flight ([`ServerConfig::body_budget_bytes`]) | [`body`] |
+//!
+//! Limits of calls (admission, handler deadlines, batch sizes) are in [`crate::limits`].
+
+use std::time::Duration;
+
+use serde::Deserialize;
+
+pub mod body;
+pub mod host;
+pub mod listener;
+
+/// Default most connections open at once.
+pub const DEFAULT_MAX_CONNECTIONS: usize = 4096;
+
+/// The edge's settings (`[server]` in the config file).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServerConfig {
+    /// Host names accepted beside the loopback names (`allowed_hosts`).
+    pub allowed_hosts: Vec<String>,
+    /// Origins accepted beside loopback origins (`allowed_origins`), e.g.
+    /// `https://agents.example.com`.
+    pub allowed_origins: Vec<String>,
+    /// The URL the agent card advertises (`public_url`); by default the bound address.
+    pub public_url: Option<String>,
+    /// Most connections open at once (`max_connections`).
+    pub max_connections: usize,
+    /// A request head must arrive within this long (`header_timeout_ms`).
+    pub header_timeout: Duration,
+    /// A request body must arrive within this long of its head (`body_timeout_ms`).
+    pub body_timeout: Duration,
+    /// Bytes of request bodies that may be held at once, across connections
+    /// (`body_budget_bytes`).
+    pub body_budget_bytes: usize,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        ServerConfig {
+            allowed_hosts: Vec::new(),
+            allowed_origins: Vec::new(),
+            public_url: None,
+            max_connections: DEFAULT_MAX_CONNECTIONS,
+            header_timeout: Duration::from_secs(10),
+            body_timeout: Duration::from_secs(10),
+            body_budget_bytes: 64 * 1024 * 1024,
+        }
+    }
+}
+
+/// `[server]` as written in the config file; absent keys keep their defaults.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ServerSection {
+    #[serde(default)]
+    pub allowed_hosts: Vec<String>,
+    #[serde(default)]
+    pub allowed_origins: Vec<String>,
+    pub public_url: Option<String>,
+    pub max_connections: Option<usize>,
+    pub header_timeout_ms: Option<u64>,
+    pub body_timeout_ms: Option<u64>,
+    pub body_budget_bytes: Option<usize>,
+}
+
+impl ServerSection {
+    /// The settings in force: the defaults with this section's keys applied, checked.
+    pub fn resolve(&self) -> Result<ServerConfig, String> {
+        let d = ServerConfig::default();
+        let ms =
+            |v: Option<u64>, default: Duration| v.map(Duration::from_millis).unwrap_or(default);
+        let config = ServerConfig {
+            allowed_hosts: self.allowed_hosts.clone(),
+            allowed_origins: self.allowed_origins.clone(),
+            public_url: self.public_url.clone(),
+            max_connections: self.max_connections.unwrap_or(d.max_connections),
+            header_timeout: ms(self.header_timeout_ms, d.header_timeout),
+            body_timeout: ms(self.body_timeout_ms, d.body_timeout),
+            body_budget_bytes: self.body_budget_bytes.unwrap_or(d.body_budget_bytes),
+        };
+        config.check()?;
+        Ok(config)
+    }
+}
+
+impl ServerConfig {
+    /// Refuse values the edge cannot work with.
+    pub fn check(&self) -> Result<(), String> {
+        if self.body_budget_bytes == 0 {
+            return Err("[server] body_budget_bytes must be at least 1".into());
+        }
+        if self.max_connections == 0 {
+            return Err("[server] max_connections must be at least 1".into());
+        }
+        if self.header_timeout.is_zero() || self.body_timeout.is_zero() {
+            return Err("[server] header_timeout_ms and body_timeout_ms must be at least 1".into());
+        }
+        for h in &self.allowed_hosts {
+            host::check_host_entry(h).map_err(|e| format!("[server] allowed_hosts: {e}"))?;
+        }
+        for o in &self.allowed_origins {
+            host::parse_origin(o).ok_or_else(|| {
+                format!("[server] allowed_origins: {o:?} is not SCHEME://HOST[:PORT]")
+            })?;
+        }
+        if let Some(u) = &self.public_url {
+            if host::parse_origin(u.trim_end_matches('/')).is_none()
+                && !u.starts_with("http://")
+                && !u.starts_with("https://")
+            {
+                return Err(format!("[server] public_url: {u:?} is not an http(s) URL"));
+            }
+        }
+        Ok(())
+    }
+
+    /// The base URL served in the agent card: the operator's, or the bound address.
+    pub fn public_base(&self) -> String {
+        match &self.public_url {
+            Some(u) => u.trim_end_matches('/').to_owned(),
+            // In-process routers have no bound address; the daemon always sets one.
+            None => "http://127.0.0.1:7644".to_owned(),
+        }
+    }
+}

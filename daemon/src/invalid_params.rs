@@ -1,0 +1,71 @@
+//! A bad argument is a bad *parameter*, never a bad envelope or a host failure.
+//!
+//! Both surfaces promise that `-32602 invalid params` means nothing ran and nothing was
+//! journaled, while `-32603 host callback failed` means the effect may have run. An argument
+//! whose number has no canonical form (an integer beyond ±(2^53−1), such as
+//! `9007199254740993`) is refused in admission, before the journal, so it is invalid params.
+//! A2A reads its body with the strict canonical parser, which refuses such a number wherever
+//! it is; [`a2a_params_error`] tells a number problem inside `params` (invalid params) from
+//! one in the envelope itself (an invalid request).
+
+use broker_core::canon::{self, CanonError};
+use serde_json::Value;
+
+/// The request id to answer `-32602 invalid params` with, when `error` (from parsing `body`)
+/// is a number without a canonical form that lies inside `params` of an otherwise valid
+/// JSON-RPC 2.0 request; `None` leaves it an invalid request.
+pub fn a2a_params_error(body: &[u8], error: &CanonError) -> Option<Value> {
+    if !matches!(
+        error,
+        CanonError::UnsafeInteger { .. } | CanonError::NonFinite
+    ) {
+        return None;
+    }
+    let Ok(Value::Object(mut request)) = serde_json::from_slice::<Value>(body) else {
+        return None;
+    };
+    request.remove("params")?;
+    if request.get("jsonrpc").and_then(Value::as_str) != Some("2.0") {
+        return None;
+    }
+    let id = request.get("id").cloned().unwrap_or(Value::Null);
+    // The rest of the request (the id included) must be canonical on its own.
+    canon::to_vec(&Value::Object(request)).ok()?;
+    Some(id)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn classify(body: &str) -> Option<Value> {
+        let error = canon::parse(body.as_bytes()).unwrap_err();
+        a2a_params_error(body.as_bytes(), &error)
+    }
+
+    #[test]
+    fn numbers_inside_params_are_invalid_params() {
+        assert_eq!(
+            classify(
+                r#"{"jsonrpc":"2.0","id":4,"method":"tasks/send","params":{"x":9007199254740993}}"#
+            ),
+            Some(serde_json::json!(4))
+        );
+        // In the envelope it stays an invalid request.
+        assert_eq!(
+            classify(
+                r#"{"jsonrpc":"2.0","id":9007199254740993,"method":"tasks/send","params":{}}"#
+            ),
+            None
+        );
+        assert_eq!(
+            classify(r#"{"jsonrpc":"1.0","id":1,"params":{"x":9007199254740993}}"#),
+            None
+        );
+        // Other parse failures are not touched.
+        assert_eq!(
+            classify(r#"{"jsonrpc":"2.0","id":1,"params":{"a":1,"a":2}}"#),
+            None
+        );
+    }
+}

@@ -1,0 +1,166 @@
+//! The operator's limits: sizes, counts and deadlines of calls (`[limits]` in the config file).
+//!
+//! Every limit here trips in a test and is counted in `/v1/metrics` when it does; the table in
+//! `docs/operators.md` lists each key with its default. The connection-level limits of the
+//! edge are in [`crate::edge::ServerConfig`] (`[server]`).
+
+use std::time::Duration;
+
+use serde::Deserialize;
+
+/// Default number of global execution slots. Measured on the 2-core benchmark machine, 128
+/// lets the store's group commit gather tens of calls per LMDB commit at 128 clients without
+/// refusing any; more slots only add threads (see `docs/benchmarks.md`).
+pub const DEFAULT_EXECUTION_SLOTS: usize = 128;
+
+/// The largest `commit_body_bytes` an operator may configure (the reference's only limit).
+pub const MAX_COMMIT_BODY_BYTES: usize = 8 * 1024 * 1024;
+
+/// The limits in force.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Limits {
+    /// Calls that may execute at once, across all episodes (`execution_slots`).
+    pub execution_slots: usize,
+    /// Calls of one episode that may wait behind its running call (`episode_queue`).
+    pub episode_queue: usize,
+    /// How long a call at the head of its episode's queue waits for a slot (`slot_wait_ms`).
+    pub slot_wait: Duration,
+    /// How long a handler may run before its caller is answered (`handler_deadline_ms`).
+    pub handler_deadline: Duration,
+    /// The aggregate deadline of one MCP POST or A2A call, credential to reply
+    /// (`call_deadline_ms`).
+    pub call_deadline: Duration,
+    /// Largest `POST /mcp/` body (`mcp_body_bytes`).
+    pub mcp_body_bytes: usize,
+    /// Largest `POST /a2a/` body (`a2a_body_bytes`).
+    pub a2a_body_bytes: usize,
+    /// Largest `POST /v1/commit` body (`commit_body_bytes`).
+    pub commit_body_bytes: usize,
+    /// Most messages in one JSON-RPC batch (`batch_items`).
+    pub batch_items: usize,
+    /// Largest MCP reply, single or batch, in bytes (`reply_bytes`).
+    pub reply_bytes: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            execution_slots: DEFAULT_EXECUTION_SLOTS,
+            episode_queue: 8,
+            slot_wait: Duration::from_millis(500),
+            handler_deadline: broker_core::coordinator::HANDLER_DEADLINE,
+            call_deadline: Duration::from_secs(20),
+            mcp_body_bytes: 4 * 1024 * 1024,
+            a2a_body_bytes: 1024 * 1024,
+            // An operator's commit carries a few records, not bulk data.
+            commit_body_bytes: 1024 * 1024,
+            batch_items: 64,
+            reply_bytes: 16 * 1024 * 1024,
+        }
+    }
+}
+
+/// `[limits]` as written in the config file; absent keys keep their defaults.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LimitsSection {
+    pub execution_slots: Option<usize>,
+    pub episode_queue: Option<usize>,
+    pub slot_wait_ms: Option<u64>,
+    pub handler_deadline_ms: Option<u64>,
+    pub call_deadline_ms: Option<u64>,
+    pub mcp_body_bytes: Option<usize>,
+    pub a2a_body_bytes: Option<usize>,
+    pub commit_body_bytes: Option<usize>,
+    pub batch_items: Option<usize>,
+    pub reply_bytes: Option<usize>,
+}
+
+impl LimitsSection {
+    /// The limits in force: the defaults with this section's keys applied, checked.
+    pub fn resolve(&self) -> Result<Limits, String> {
+        let d = Limits::default();
+        let ms =
+            |v: Option<u64>, default: Duration| v.map(Duration::from_millis).unwrap_or(default);
+        let limits = Limits {
+            execution_slots: self.execution_slots.unwrap_or(d.execution_slots),
+            episode_queue: self.episode_queue.unwrap_or(d.episode_queue),
+            slot_wait: ms(self.slot_wait_ms, d.slot_wait),
+            handler_deadline: ms(self.handler_deadline_ms, d.handler_deadline),
+            call_deadline: ms(self.call_deadline_ms, d.call_deadline),
+            mcp_body_bytes: self.mcp_body_bytes.unwrap_or(d.mcp_body_bytes),
+            a2a_body_bytes: self.a2a_body_bytes.unwrap_or(d.a2a_body_bytes),
+            commit_body_bytes: self.commit_body_bytes.unwrap_or(d.commit_body_bytes),
+            batch_items: self.batch_items.unwrap_or(d.batch_items),
+            reply_bytes: self.reply_bytes.unwrap_or(d.reply_bytes),
+        };
+        limits.check()?;
+        Ok(limits)
+    }
+}
+
+impl Limits {
+    /// Refuse values that would make the daemon unusable.
+    pub fn check(&self) -> Result<(), String> {
+        let positive = [
+            ("execution_slots", self.execution_slots as u128),
+            ("handler_deadline_ms", self.handler_deadline.as_millis()),
+            ("call_deadline_ms", self.call_deadline.as_millis()),
+            ("mcp_body_bytes", self.mcp_body_bytes as u128),
+            ("a2a_body_bytes", self.a2a_body_bytes as u128),
+            ("commit_body_bytes", self.commit_body_bytes as u128),
+            ("batch_items", self.batch_items as u128),
+            ("reply_bytes", self.reply_bytes as u128),
+        ];
+        for (key, v) in positive {
+            if v == 0 {
+                return Err(format!("[limits] {key} must be at least 1"));
+            }
+        }
+        if self.commit_body_bytes > MAX_COMMIT_BODY_BYTES {
+            return Err(format!(
+                "[limits] commit_body_bytes {} is out of range (1 to {MAX_COMMIT_BODY_BYTES})",
+                self.commit_body_bytes
+            ));
+        }
+        // Tokio's semaphore holds at most this many permits.
+        if self.execution_slots > tokio::sync::Semaphore::MAX_PERMITS {
+            return Err("[limits] execution_slots is too large".into());
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_override_defaults_and_zero_is_refused() {
+        let s: LimitsSection = toml::from_str("execution_slots = 4\nslot_wait_ms = 10").unwrap();
+        let l = s.resolve().unwrap();
+        assert_eq!(l.execution_slots, 4);
+        assert_eq!(l.slot_wait, Duration::from_millis(10));
+        assert_eq!(l.batch_items, Limits::default().batch_items);
+        let zero: LimitsSection = toml::from_str("batch_items = 0").unwrap();
+        assert_eq!(
+            zero.resolve().unwrap_err(),
+            "[limits] batch_items must be at least 1"
+        );
+        assert!(toml::from_str::<LimitsSection>("nope = 1").is_err());
+    }
+
+    #[test]
+    fn the_example_config_states_the_defaults() {
+        #[derive(Deserialize)]
+        struct Example {
+            server: crate::edge::ServerSection,
+            limits: LimitsSection,
+        }
+        let text = include_str!("../../docs/world.example.toml");
+        let e: Example = toml::from_str(text).unwrap();
+        assert_eq!(e.limits.resolve().unwrap(), Limits::default());
+        let server = e.server.resolve().unwrap();
+        assert_eq!(server, crate::edge::ServerConfig::default());
+    }
+}

@@ -1,0 +1,317 @@
+//! The log, live: `GET /v1/log/stream` (Server-Sent Events, one `entry` event per new entry)
+//! and `GET /v1/log/summaries` (the same summaries, a page at a time).
+//!
+//! # How new entries are noticed
+//!
+//! The store's writer raises its [`broker_core::commit_signal::CommitSignal`] after every
+//! durable group commit; the [`LogStreamHub`] turns that into a `tokio::sync::watch` bump (a
+//! few nanoseconds on the writer thread). A stream that has caught up waits on the watch, then
+//! reads what is new in its own read transaction. A burst of commits wakes it once.
+//!
+//! # Why a slow client costs nothing
+//!
+//! A stream holds no queue of events: each batch (at most [`STREAM_BATCH`] summaries) is read
+//! from the log when the HTTP layer asks for the next event, and the HTTP layer asks only when
+//! the connection can take more. A client that stops reading leaves its stream parked behind a
+//! full socket holding at most one batch; the entries it has not read stay where they always
+//! are, in the log, and it resumes exactly where it stopped. No event is ever dropped, so no
+//! gap needs marking. Open streams are capped at [`MAX_STREAMS`].
+//!
+//! # Resuming
+//!
+//! Each event's `id` is its entry index. A client that reconnects with `Last-Event-ID: N`
+//! resumes at entry `N + 1`; `?from=N` starts at entry `N` (for clients that cannot set
+//! headers; `Last-Event-ID` wins when both are sent). Without either, the stream starts after
+//! the current head: only new entries.
+//!
+//! # Who sees what
+//!
+//! Entries are filtered by [`crate::visibility`]. A session's credential is checked again
+//! before every batch: when it is revoked or expires, the stream sends one `error` event with
+//! the REST error envelope and ends.
+
+use std::collections::{HashMap, VecDeque};
+use std::convert::Infallible;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::extract::{Query, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode};
+use axum::response::sse::{Event, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::{Json, Router};
+use broker_core::store::Store;
+use serde_json::{json, Value};
+use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
+
+use crate::log_summary::{self, Summary, DEFAULT_PAGE, MAX_PAGE};
+use crate::rest::ApiError;
+use crate::state::AppState;
+use crate::visibility::{self, Reader};
+
+/// Streams that may be open at once, over all clients.
+pub const MAX_STREAMS: usize = 32;
+/// Summaries one stream reads from the log at a time (and so holds at most).
+pub const STREAM_BATCH: usize = 64;
+/// A comment line is sent after this long without an event, so idle connections stay open
+/// and a dead peer is noticed.
+pub const KEEP_ALIVE: Duration = Duration::from_secs(15);
+
+struct HubInner {
+    commits: Arc<watch::Sender<u64>>,
+    closed: watch::Sender<bool>,
+    slots: Arc<Semaphore>,
+    produced: AtomicU64,
+}
+
+/// What all streams of one daemon share: the commit watch, the shutdown switch, the slots.
+#[derive(Clone)]
+pub struct LogStreamHub {
+    inner: Arc<HubInner>,
+}
+
+impl LogStreamHub {
+    /// A hub fed by `store`'s commit signal.
+    pub fn new(store: &Store) -> LogStreamHub {
+        let commits = Arc::new(watch::channel(0u64).0);
+        let tx = commits.clone();
+        store
+            .commit_signal()
+            .listen(move || tx.send_modify(|n| *n = n.wrapping_add(1)));
+        LogStreamHub {
+            inner: Arc::new(HubInner {
+                commits,
+                closed: watch::channel(false).0,
+                slots: Arc::new(Semaphore::new(MAX_STREAMS)),
+                produced: AtomicU64::new(0),
+            }),
+        }
+    }
+
+    /// End every open stream and refuse new ones (graceful shutdown: open streams would
+    /// otherwise keep their connections, and the daemon, alive).
+    pub fn close(&self) {
+        self.inner.closed.send_replace(true);
+    }
+
+    /// Streams open now.
+    pub fn open_streams(&self) -> usize {
+        MAX_STREAMS - self.inner.slots.available_permits()
+    }
+
+    /// `entry` events handed to the HTTP layer so far, over all streams.
+    pub fn events_produced(&self) -> u64 {
+        self.inner.produced.load(Ordering::Relaxed)
+    }
+}
+
+pub fn routes() -> Router<AppState> {
+    Router::new()
+        .route("/v1/log/stream", get(stream))
+        .route("/v1/log/summaries", get(summaries))
+}
+
+fn parse_index(text: &str, what: &str) -> Result<u64, ApiError> {
+    text.trim()
+        .parse()
+        .map_err(|_| ApiError::bad_request(format!("{what} must be a non-negative integer")))
+}
+
+fn page_limit(q: &HashMap<String, String>) -> Result<usize, ApiError> {
+    match q.get("limit") {
+        None => Ok(DEFAULT_PAGE),
+        Some(s) => {
+            let n: i64 = s
+                .parse()
+                .map_err(|_| ApiError::bad_request("limit must be an integer"))?;
+            Ok(if n < 1 {
+                DEFAULT_PAGE
+            } else {
+                (n as usize).min(MAX_PAGE)
+            })
+        }
+    }
+}
+
+async fn summaries(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Query(q): Query<HashMap<String, String>>,
+) -> Result<Json<Value>, ApiError> {
+    let reader = visibility::reader_of_request(&state, &headers).await?;
+    let from = q.get("from").map(|s| parse_index(s, "from")).transpose()?;
+    let limit = page_limit(&q)?;
+    let store = state.store().clone();
+    let page = tokio::task::spawn_blocking(move || {
+        store.read(|r| log_summary::page(r, from, limit, &reader))
+    })
+    .await
+    .map_err(|e| ApiError::internal("summaries task", e))??;
+    Ok(Json(json!({
+        "items": page.items.iter().map(Summary::to_json).collect::<Vec<_>>(),
+        "from": page.from,
+        "next": page.next,
+        "head": page.head,
+    })))
+}
+
+/// One open stream.
+struct Follow {
+    state: AppState,
+    /// The credential to check again before each batch (`None` under `--open-reads`).
+    auth: Option<HeaderMap>,
+    reader: Reader,
+    next: u64,
+    pending: VecDeque<Summary>,
+    commits: watch::Receiver<u64>,
+    closed: watch::Receiver<bool>,
+    ended: bool,
+    _slot: OwnedSemaphorePermit,
+}
+
+fn entry_event(s: &Summary) -> Event {
+    Event::default()
+        .id(s.index().to_string())
+        .event("entry")
+        .data(s.to_json().to_string())
+}
+
+fn error_event(e: ApiError) -> Event {
+    Event::default()
+        .event("error")
+        .data(json!({"error": {"class": e.class, "message": e.message}}).to_string())
+}
+
+impl Follow {
+    /// The next event, reading the log only when the previous batch has been sent.
+    async fn step(mut self) -> Option<(Result<Event, Infallible>, Follow)> {
+        loop {
+            if self.ended {
+                return None;
+            }
+            if let Some(s) = self.pending.pop_front() {
+                let hub = self.state.log_stream();
+                hub.inner.produced.fetch_add(1, Ordering::Relaxed);
+                let event = entry_event(&s);
+                return Some((Ok(event), self));
+            }
+            if *self.closed.borrow() {
+                return None;
+            }
+            if let Some(h) = &self.auth {
+                if let Err(f) = self.state.authenticate(h).await {
+                    self.ended = true;
+                    return Some((Ok(error_event(ApiError::from_auth(f))), self));
+                }
+            }
+            // Mark the commits seen *before* reading, so one that lands during the read wakes
+            // the wait below instead of being missed.
+            self.commits.borrow_and_update();
+            let store = self.state.store().clone();
+            let (from, reader) = (self.next, self.reader.clone());
+            let read = tokio::task::spawn_blocking(move || {
+                store.read(|r| log_summary::page(r, Some(from), STREAM_BATCH, &reader))
+            })
+            .await;
+            let page = match read {
+                Ok(Ok(p)) => p,
+                Ok(Err(e)) => {
+                    self.ended = true;
+                    return Some((Ok(error_event(ApiError::internal("log stream", e))), self));
+                }
+                Err(e) => {
+                    self.ended = true;
+                    return Some((Ok(error_event(ApiError::internal("log stream", e))), self));
+                }
+            };
+            self.next = page.next;
+            self.pending.extend(page.items);
+            if self.pending.is_empty() && self.next > page.head {
+                // Caught up: wait for a commit or for shutdown.
+                tokio::select! {
+                    changed = self.commits.changed() => {
+                        if changed.is_err() {
+                            return None;
+                        }
+                    }
+                    _ = self.closed.changed() => {}
+                }
+            }
+        }
+    }
+}
+
+async fn stream(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Query(q): Query<HashMap<String, String>>,
+) -> Result<Response, ApiError> {
+    let reader = visibility::reader_of_request(&state, &headers).await?;
+    let start = match headers.get("last-event-id") {
+        Some(v) => {
+            let text = v.to_str().map_err(|_| {
+                ApiError::bad_request("Last-Event-ID must be a non-negative integer")
+            })?;
+            Some(parse_index(text, "Last-Event-ID")?.saturating_add(1))
+        }
+        None => q.get("from").map(|s| parse_index(s, "from")).transpose()?,
+    };
+    let hub = state.log_stream().clone();
+    if *hub.inner.closed.borrow() {
+        return Err(ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "Unavailable",
+            "the daemon is shutting down",
+        ));
+    }
+    let slot = hub.inner.slots.clone().try_acquire_owned().map_err(|_| {
+        ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "Unavailable",
+            format!("too many open log streams: the limit is {MAX_STREAMS}"),
+        )
+    })?;
+    let next = match start {
+        Some(n) => n,
+        None => {
+            let store = state.store().clone();
+            let head = tokio::task::spawn_blocking(move || store.read(log_summary::head_index))
+                .await
+                .map_err(|e| ApiError::internal("log stream", e))??;
+            head.map_or(0, |h| h + 1)
+        }
+    };
+    let auth = match reader {
+        Reader::Everyone => None,
+        // A credential is checked again as the stream goes on: revoking it ends the stream.
+        Reader::Operator | Reader::Episode(_) => {
+            let mut h = HeaderMap::new();
+            if let Some(v) = headers.get(axum::http::header::AUTHORIZATION) {
+                h.insert(axum::http::header::AUTHORIZATION, v.clone());
+            }
+            Some(h)
+        }
+    };
+    let follow = Follow {
+        commits: hub.inner.commits.subscribe(),
+        closed: hub.inner.closed.subscribe(),
+        state,
+        auth,
+        reader,
+        next,
+        pending: VecDeque::new(),
+        ended: false,
+        _slot: slot,
+    };
+    let events = futures_util::stream::unfold(follow, Follow::step);
+    let mut response = Sse::new(events)
+        .keep_alive(KeepAlive::new().interval(KEEP_ALIVE))
+        .into_response();
+    // Proxies must not hold events back.
+    response
+        .headers_mut()
+        .insert("x-accel-buffering", HeaderValue::from_static("no"));
+    Ok(response)
+}

@@ -1,0 +1,103 @@
+//! The workbench at `GET /workbench`: a provenance explorer in the browser.
+//!
+//! The page is plain HTML, CSS and JavaScript compiled into the binary (no CDN, nothing
+//! fetched from anywhere but this daemon). It reads the log through the REST routes with the
+//! same session credential as any client (kept in `sessionStorage`, sent as a bearer header;
+//! no cookies, so no cross-site request can borrow it), follows `GET /v1/log/stream`, and
+//! re-verifies every link of an entry's chain itself with WebCrypto: it trusts bytes, not the
+//! daemon's word. See `docs/workbench.md`.
+//!
+//! Every asset is served with its content type, `nosniff` and a Content-Security-Policy that
+//! allows only this origin's scripts, styles, images and fetches: no inline script or style,
+//! no framing, no form posts, no plugins.
+
+use axum::extract::{Path, RawQuery};
+use axum::http::{header, HeaderName, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::Router;
+
+use crate::rest::ApiError;
+use crate::state::AppState;
+
+/// The policy every workbench response carries.
+pub const CONTENT_SECURITY_POLICY: &str = "default-src 'self'; script-src 'self'; \
+style-src 'self'; img-src 'self'; connect-src 'self'; font-src 'none'; object-src 'none'; \
+base-uri 'none'; form-action 'none'; frame-ancestors 'none'";
+
+/// The page and its assets: name, content type, bytes.
+const ASSETS: &[(&str, &str, &str)] = &[
+    (
+        "workbench.js",
+        "text/javascript; charset=utf-8",
+        include_str!("workbench/workbench.js"),
+    ),
+    (
+        "verify.js",
+        "text/javascript; charset=utf-8",
+        include_str!("workbench/verify.js"),
+    ),
+    (
+        "canon.js",
+        "text/javascript; charset=utf-8",
+        include_str!("workbench/canon.js"),
+    ),
+    (
+        "workbench.css",
+        "text/css; charset=utf-8",
+        include_str!("workbench/workbench.css"),
+    ),
+    (
+        "icon.svg",
+        "image/svg+xml",
+        include_str!("workbench/icon.svg"),
+    ),
+];
+
+const INDEX: &str = include_str!("workbench/index.html");
+
+pub fn routes() -> Router<AppState> {
+    Router::new()
+        .route("/workbench", get(page))
+        .route("/workbench/", get(page))
+        .route("/workbench/{asset}", get(asset))
+}
+
+fn respond(content_type: &'static str, body: &'static str) -> Response {
+    let headers: [(HeaderName, HeaderValue); 5] = [
+        (header::CONTENT_TYPE, HeaderValue::from_static(content_type)),
+        (
+            header::CONTENT_SECURITY_POLICY,
+            HeaderValue::from_static(CONTENT_SECURITY_POLICY),
+        ),
+        (
+            header::X_CONTENT_TYPE_OPTIONS,
+            HeaderValue::from_static("nosniff"),
+        ),
+        (
+            header::REFERRER_POLICY,
+            HeaderValue::from_static("no-referrer"),
+        ),
+        // The assets change with the binary; a browser must ask again after an upgrade.
+        (header::CACHE_CONTROL, HeaderValue::from_static("no-cache")),
+    ];
+    (StatusCode::OK, headers, body).into_response()
+}
+
+async fn page(RawQuery(query): RawQuery) -> Result<Response, ApiError> {
+    // The page has no parameters; its state lives in the fragment (`#entry/42`).
+    if query.is_some_and(|q| !q.is_empty()) {
+        return Err(ApiError::bad_request(
+            "the workbench takes no query parameters (its links use the fragment, e.g. /workbench#entry/42)",
+        ));
+    }
+    Ok(respond("text/html; charset=utf-8", INDEX))
+}
+
+async fn asset(Path(name): Path<String>) -> Result<Response, ApiError> {
+    ASSETS
+        .iter()
+        .find(|(n, _, _)| *n == name)
+        .map(|(_, ct, body)| respond(ct, body))
+        .ok_or_else(|| ApiError::not_found("no such workbench asset"))
+}

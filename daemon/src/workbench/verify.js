@@ -1,0 +1,287 @@
+// Re-verify one log entry's chain in the browser, link by link, the way `worldd why` does:
+// every address is recomputed with WebCrypto SHA-256 over the bytes the daemon serves, the
+// entry hash and the world ref over their canonical JSON. Nothing is taken on the daemon's word.
+
+import { canonicalize, refOf, refOfJson, fromBase64, ZERO_REF, REF_PATTERN } from "./canon.js";
+
+export const SID = {
+  input: "world/invocation-input/v1",
+  output: "world/invocation-output/v1",
+  record: "world/invocation-record/v2",
+  plan: "world/effect-plan/v1",
+  request: "world/effect-request/v1",
+  result: "world/effect-result/v1",
+  effect: "world/effect-record/v1",
+  genesis: "world/genesis/v1",
+};
+
+const GENESIS_WRITER = "world:genesis";
+const EFFECT_FIELDS = ["effect", "scope", "cost", "budgetBefore", "budgetAfter", "allowed",
+  "failed", "denial", "requestRef", "resultRef"];
+
+/** `sha256:1234abcd…` */
+export function short(ref) {
+  return typeof ref === "string" && ref.startsWith("sha256:") ? ref.slice(0, 15) + "…" : String(ref);
+}
+
+/** A broken link: why, and what was served (so it can still be shown). */
+class Broken extends Error {
+  constructor(message, served) {
+    super(message);
+    this.served = served;
+  }
+}
+
+const strictUtf8 = new TextDecoder("utf-8", { fatal: true });
+
+function parseJson(bytes) {
+  try {
+    return JSON.parse(strictUtf8.decode(bytes));
+  } catch (e) {
+    throw new Broken("unreadable JSON: " + e.message);
+  }
+}
+
+/**
+ * Verify entry `index`. `api.json(path)` answers the parsed JSON of a 2xx reply and throws an
+ * Error whose message names the status otherwise. `worldRef` is the ref of the world that
+ * selected the entry (from its summary). Returns `{entry, links}`, each link
+ * `{kind, ref, ok, detail, doc, text, fields}`.
+ */
+export async function verifyEntry(api, index, worldRef) {
+  const links = [];
+  const push = (kind, ref, ok, detail, extra = {}) => links.push({ kind, ref, ok, detail, ...extra });
+
+  // Run one link's check: a Broken (or any error) becomes a ✗ with its reason.
+  async function link(kind, ref, check) {
+    try {
+      const r = await check();
+      push(kind, ref, true, r.detail, r);
+      return r;
+    } catch (e) {
+      const served = e.served || {};
+      push(kind, ref, false, e.message, served);
+      return null;
+    }
+  }
+
+  async function object(ref, sid) {
+    if (typeof ref !== "string" || !REF_PATTERN.test(ref)) throw new Broken(`not a ref: ${JSON.stringify(ref)}`);
+    let o;
+    try {
+      o = await api.json(`/v1/objects/${ref}?payload=true`);
+    } catch (e) {
+      throw new Broken(`not served: ${e.message}`);
+    }
+    const bytes = fromBase64(o.payload || "");
+    const actual = await refOf(bytes);
+    const served = { bytes, text: preview(bytes), meta: o };
+    if (actual !== ref) {
+      throw new Broken(`the bytes served hash to ${actual}, not to their address`, served);
+    }
+    if (sid && o.semanticId !== sid) {
+      throw new Broken(`semantic id is ${o.semanticId}, expected ${sid}`, served);
+    }
+    return served;
+  }
+
+  async function json(ref, sid) {
+    const o = await object(ref, sid);
+    o.doc = parseJson(o.bytes);
+    return o;
+  }
+
+  // The entry: its hash recomputed, its place in the chain.
+  let entry = null;
+  await link("entry", null, async () => {
+    let e;
+    try {
+      e = await api.json(`/v1/log/${index}`);
+    } catch (err) {
+      throw new Broken(`not served: ${err.message}`);
+    }
+    entry = e;
+    const h = e.header || {};
+    if (h.entryIndex !== index) throw new Broken(`header says index ${h.entryIndex} at position ${index}`, { doc: e });
+    const recomputed = await refOfJson({
+      entryIndex: h.entryIndex, semanticsEpoch: h.semanticsEpoch, transitionFn: h.transitionFn,
+      interpreter: h.interpreter, prevEntryHash: h.prevEntryHash, writtenBy: h.writtenBy,
+      transitionRef: e.transitionRef,
+    });
+    if (recomputed !== e.entryHash) {
+      throw new Broken(`entryHash ${e.entryHash} does not match the recomputed ${recomputed}`, { doc: e });
+    }
+    let linked;
+    if (index === 0) {
+      linked = h.prevEntryHash === ZERO_REF;
+    } else {
+      let prev;
+      try {
+        prev = await api.json(`/v1/log/${index - 1}`);
+      } catch (err) {
+        throw new Broken(`entry ${index - 1} not served: ${err.message}`, { doc: e });
+      }
+      linked = prev.entryHash === h.prevEntryHash;
+    }
+    if (!linked) {
+      throw new Broken(`prevEntryHash ${h.prevEntryHash} is not the hash of entry ${Math.max(0, index - 1)}`, { doc: e });
+    }
+    return {
+      doc: e,
+      detail: `#${index} writtenBy ${h.writtenBy} prev ${short(h.prevEntryHash)} transitionFn ` +
+        `${short(h.transitionFn)} interpreter ${short(h.interpreter)} (recomputed)`,
+    };
+  });
+  if (!entry) return { entry: null, links };
+  links[0].ref = entry.entryHash;
+
+  // The world that selects the entry; `stateRoot` is checked against `expectRoot` when known.
+  async function world(expectRoot) {
+    return link("world", worldRef, async () => {
+      if (!worldRef) throw new Broken("no world ref is known for this entry");
+      let w;
+      try {
+        w = await api.json(`/v1/worlds/${worldRef}`);
+      } catch (e) {
+        throw new Broken(`not served: ${e.message}`);
+      }
+      const doc = { revision: w.revision, stateRoot: w.stateRoot, logHead: w.logHead };
+      const recomputed = await refOfJson(doc);
+      if (recomputed !== worldRef) throw new Broken(`the world served hashes to ${recomputed}, not to its ref`, { doc });
+      if (w.revision !== index || w.logHead !== entry.entryHash) throw new Broken("the world does not select this entry", { doc });
+      if (expectRoot && w.stateRoot !== expectRoot) throw new Broken(`stateRoot ${w.stateRoot} is not the output ${expectRoot}`, { doc });
+      return {
+        doc, stateRoot: w.stateRoot,
+        detail: `revision ${w.revision}, stateRoot ${short(w.stateRoot)}, logHead ${short(w.logHead)} (recomputed)`,
+      };
+    });
+  }
+
+  const h = entry.header;
+  if (index === 0 || h.writtenBy === GENESIS_WRITER) {
+    await link("output", entry.transitionRef, async () => {
+      const o = await json(entry.transitionRef, SID.genesis);
+      return { ...o, detail: `${o.bytes.length} B genesis document` };
+    });
+    await world(entry.transitionRef);
+    return finish(entry, links);
+  }
+
+  if (!String(h.writtenBy).startsWith("coordinator:")) {
+    await link("record", entry.transitionRef, async () => {
+      const o = await object(entry.transitionRef, null);
+      return { ...o, detail: `client commit by ${h.writtenBy}: ${o.meta.semanticId} (${o.bytes.length} B)` };
+    });
+    const w = await world(null);
+    if (w) {
+      await link("output", w.stateRoot, async () => {
+        const o = await object(w.stateRoot, null);
+        return { ...o, detail: `${o.bytes.length} B = world.stateRoot (${o.meta.semanticId})` };
+      });
+    }
+    return finish(entry, links);
+  }
+
+  // A call: the invocation record and everything it names.
+  const record = await link("record", entry.transitionRef, async () => {
+    const o = await json(entry.transitionRef, SID.record);
+    const r = o.doc;
+    if (r.transitionFn !== h.transitionFn || r.interpreter !== h.interpreter) {
+      throw new Broken("transitionFn or interpreter differ from the entry's", o);
+    }
+    return { ...o, detail: `${SID.record} invocation ${r.invocationId} episode ${r.episodeId} skill ${r.skillId}` };
+  });
+  if (!record) {
+    await world(null);
+    return finish(entry, links);
+  }
+  const rec = record.doc;
+
+  await link("input", rec.input, async () => {
+    const o = await json(rec.input, SID.input);
+    return { ...o, detail: o.text.slice(0, 120) };
+  });
+
+  const plan = await link("plan", rec.plan, async () => {
+    const o = await json(rec.plan, SID.plan);
+    const effects = Array.isArray(o.doc.effects) ? o.doc.effects : [];
+    const desc = effects.map((e) => `${e.id} ${e.effect}@${e.scope} cost ${e.cost}`).join(", ");
+    return { ...o, detail: `${effects.length} effect(s)${desc ? ": " + desc : ""}` };
+  });
+  const recorded = Array.isArray(rec.effects) ? rec.effects : null;
+  if (plan && recorded && Array.isArray(plan.doc.effects) && plan.doc.effects.length !== recorded.length) {
+    push("plan", rec.plan, false, `plan has ${plan.doc.effects.length} effect(s) but the record lists ${recorded.length}`);
+  }
+  if (!recorded) push("effect", null, false, "effects is not a list");
+
+  for (const [i, ref] of (recorded || []).entries()) {
+    await link("effect", ref, async () => {
+      const o = await json(ref, SID.effect);
+      const e = o.doc;
+      const lawful = (e.allowed === false && e.failed === false && e.resultRef === "" && String(e.denial).startsWith("denied:"))
+        || (e.allowed === true && e.failed === false && REF_PATTERN.test(e.resultRef) && e.denial === "")
+        || (e.allowed === true && e.failed === true && e.resultRef === "" && e.denial === "");
+      if (!lawful) throw new Broken("record is not one of the three lawful shapes", o);
+      let req;
+      try {
+        req = await object(e.requestRef, SID.request);
+      } catch (err) {
+        throw new Broken(`request ${e.requestRef}: ${err.message}`, o);
+      }
+      let res = null;
+      if (e.resultRef) {
+        try {
+          res = await object(e.resultRef, SID.result);
+        } catch (err) {
+          throw new Broken(`result ${e.resultRef}: ${err.message}`, o);
+        }
+      }
+      const verdict = e.allowed ? (e.failed ? "failed" : "allowed") : e.denial;
+      const fields = [
+        ["effect", `${e.effect}@${e.scope}`],
+        ["cost", String(e.cost)],
+        ["budget", `${e.budgetBefore} → ${e.budgetAfter}`],
+        ["verdict", verdict],
+        ["request", e.requestRef, `${req.bytes.length} B, verified`],
+      ];
+      if (res) fields.push(["result", e.resultRef, `${res.bytes.length} B, verified`]);
+      // Anything else the record carries, such as the identity of the plugin that ran it.
+      for (const [k, v] of Object.entries(e)) {
+        if (!EFFECT_FIELDS.includes(k)) fields.push([k, typeof v === "string" ? v : canonicalize(v)]);
+      }
+      return {
+        ...o, fields, result: res,
+        detail: `e${i + 1} ${verdict} ${e.effect}@${e.scope} cost ${e.cost} budget ${e.budgetBefore}→${e.budgetAfter} ` +
+          `request ${req.bytes.length} B${res ? ` result ${res.bytes.length} B` : ""}`,
+      };
+    });
+  }
+
+  await link("output", rec.output, async () => {
+    const o = await json(rec.output, SID.output);
+    const w = (o.doc && o.doc.world) || {};
+    if (w.plan !== rec.plan) throw new Broken("the result's world.plan is not the record's plan", o);
+    const listed = (Array.isArray(w.effects) ? w.effects : []).map((e) => e && e.record);
+    const names = recorded || [];
+    if (listed.length !== names.length || listed.some((r, i) => r !== names[i])) {
+      throw new Broken("the result's world.effects do not name the record's effects", o);
+    }
+    return { ...o, detail: `${o.bytes.length} B = world.stateRoot; the result is these exact bytes` };
+  });
+  await world(rec.output);
+  return finish(entry, links);
+}
+
+function finish(entry, links) {
+  // World first, as `worldd why` prints it.
+  const i = links.findIndex((l) => l.kind === "world");
+  if (i > 0) links.unshift(links.splice(i, 1)[0]);
+  return { entry, links };
+}
+
+const lenient = new TextDecoder("utf-8");
+
+/** Bytes as text for display (invalid UTF-8 shown with replacement characters). */
+function preview(bytes) {
+  return lenient.decode(bytes);
+}

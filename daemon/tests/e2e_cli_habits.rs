@@ -1,0 +1,570 @@
+//! What a newcomer meets first, through the real binary: why a tool cannot run
+//! (`GET /v1/handlers`, `worldd tools list`, `worldd call`), JSON answers for wrong paths and
+//! methods, clear errors for session and address mistakes, the daemon's log lines, quickstart's
+//! order of work, completions, man pages and examples in every verb's help.
+
+mod common;
+
+use std::io::BufRead;
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+use common::*;
+use serde_json::{json, Value};
+
+const WS_AILANG: &[&str] = &["worldd_workspace", "worldd_ailang"];
+const DECLINED: &str =
+    "declined: no ailang binary configured (start worldd serve with --tool-ailang-bin PATH)";
+const R8_RUN: &str =
+    "transition declares an effect this daemon has no handler for (Ailang.Run, Ailang.RunEnv, Ailang.RunNet)";
+
+/// Every stderr line of the daemon, as it comes.
+fn stderr_lines(d: &mut Daemon) -> mpsc::Receiver<String> {
+    let stderr = d.child.stderr.take().unwrap();
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stderr).lines() {
+            let Ok(line) = line else { break };
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    rx
+}
+
+/// Wait for a stderr line containing every needle; the bound only turns a hang into a failure.
+fn expect_line(rx: &mpsc::Receiver<String>, needles: &[&str]) -> String {
+    let mut seen = Vec::new();
+    loop {
+        match rx.recv_timeout(Duration::from_secs(30)) {
+            Ok(line) if needles.iter().all(|n| line.contains(n)) => return line,
+            Ok(line) => seen.push(line),
+            Err(_) => panic!("no log line with {needles:?}; saw:\n{}", seen.join("\n")),
+        }
+    }
+}
+
+/// A session of `episode` minted straight into the store, without creating its worktree.
+fn session_without_worktree(d: &Daemon, episode: &str, grants: &[&str]) -> String {
+    let store = broker_core::store::Store::open(&d.db(), Default::default()).unwrap();
+    let grants = grants.iter().map(|g| g.parse().unwrap()).collect();
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as i64;
+    broker_core::session::mint(&store, episode, grants, 3600, now)
+        .unwrap()
+        .token
+}
+
+fn cli(d: &Daemon, token: &str, args: &[&str]) -> (i32, String, String) {
+    let addr = d.url("");
+    let mut all = args.to_vec();
+    all.extend(["--addr", addr.as_str(), "--session", token]);
+    worldd(&all, None)
+}
+
+#[test]
+fn handlers_route_lists_the_plugins_and_says_why_a_tool_cannot_run() {
+    let d = Daemon::start(WS_AILANG, &[]);
+    let token = d.session(
+        "demo",
+        &["Workspace.Read=worktree:5", "Ailang.Run=worktree:5"],
+    );
+    let a = get(&d.url("/v1/handlers"), Some(&token));
+    assert_eq!(a.status, 200, "{}", a.text());
+    let v = a.json();
+    let plugins = v["plugins"].as_array().unwrap();
+    assert_eq!(plugins.len(), 1, "{v}");
+    let ws = &plugins[0];
+    assert_eq!(ws["name"], "workspace");
+    assert_eq!(ws["version"], "0.1.0");
+    let path = ws["path"].as_str().unwrap();
+    assert!(Path::new(path).is_absolute(), "{path}");
+    assert!(path.ends_with("/plugins/libworldd_workspace.so"), "{path}");
+    assert!(
+        ws["identity"]
+            .as_str()
+            .unwrap()
+            .starts_with("workspace 0.1.0 (sha256:"),
+        "{ws}"
+    );
+    assert_eq!(
+        ws["effects"],
+        json!([{"effect": "Workspace.Read", "class": "read"},
+               {"effect": "Workspace.Write", "class": "write"}])
+    );
+    assert_eq!(v["declined"].as_array().unwrap().len(), 1, "{v}");
+    assert_eq!(v["declined"][0]["name"], "ailang");
+    assert_eq!(v["declined"][0]["reason"], DECLINED);
+    let tools: Vec<&Value> = v["tools"].as_array().unwrap().iter().collect();
+    let find = |name: &str| {
+        tools
+            .iter()
+            .find(|t| t["name"] == name)
+            .unwrap_or_else(|| panic!("{name} not in {v}"))
+    };
+    assert_eq!(
+        *find("ailang-read"),
+        &json!({"name": "ailang-read", "effects": ["Workspace.Read"], "canRun": true})
+    );
+    assert_eq!(
+        *find("ailang-run"),
+        &json!({"name": "ailang-run", "effects": ["Ailang.Run", "Ailang.RunEnv", "Ailang.RunNet"],
+                "canRun": false, "reason": R8_RUN})
+    );
+    // Only the session's tools: no Workspace.Write grant, no ailang-write.
+    assert!(tools.iter().all(|t| t["name"] != "ailang-write"), "{v}");
+
+    let anonymous = get(&d.url("/v1/handlers"), None);
+    assert_eq!(anonymous.status, 401);
+    assert_eq!(anonymous.json()["error"]["class"], "SessionAbsent");
+}
+
+#[test]
+fn handlers_route_names_a_missing_worktree() {
+    let d = Daemon::start(&["worldd_workspace"], &[]);
+    let token = session_without_worktree(&d, "nowhere", &["Workspace.Read=worktree:5"]);
+    let v = get(&d.url("/v1/handlers"), Some(&token)).json();
+    assert_eq!(
+        v["tools"],
+        json!([{"name": "ailang-read", "effects": ["Workspace.Read"], "canRun": false,
+                "reason": "transition declares an effect this daemon has no handler for: episode nowhere's worktree does not exist (worldd session new nowhere creates it)"}])
+    );
+}
+
+#[test]
+fn call_of_a_tool_without_a_handler_names_rule_r8_not_the_log_hint() {
+    let d = Daemon::start(WS_AILANG, &[]);
+    let token = d.session("demo", &["Ailang.Run=worktree:5"]);
+    let (code, out, err) = cli(
+        &d,
+        &token,
+        &["call", "ailang-run", "--arg", "path=main.ail"],
+    );
+    assert_eq!(code, 1, "{out}{err}");
+    assert_eq!(out, "");
+    assert!(
+        err.ends_with(&format!(
+            "worldd: ailang-run cannot run in this daemon: {R8_RUN}; nothing ran and nothing was spent (rule R8)\n  plugin ailang did not start: {DECLINED}\n"
+        )),
+        "{err}"
+    );
+    assert!(!err.contains("check the log"), "{err}");
+    // Nothing ran: the log holds only the genesis and the plugin publication.
+    let head = get(&d.url("/v1/log?from=0"), Some(&token)).json();
+    assert_eq!(head["items"].as_array().unwrap().len(), 1, "{head}");
+}
+
+#[test]
+fn tools_list_marks_the_tools_that_cannot_run() {
+    let d = Daemon::start(WS_AILANG, &[]);
+    let token = d.session(
+        "demo",
+        &["Workspace.Read=worktree:5", "Ailang.Run=worktree:5"],
+    );
+    let (code, out, err) = cli(&d, &token, &["tools", "list"]);
+    assert_eq!(code, 0, "{err}");
+    let lines: Vec<&str> = out.lines().collect();
+    assert!(lines[0].starts_with("ailang-read  Read one file"), "{out}");
+    assert!(
+        lines[1].starts_with("ailang-run  Execute one AILANG program"),
+        "{out}"
+    );
+    assert_eq!(lines[2], format!("    cannot run here: {R8_RUN}"));
+    assert_eq!(lines[3], "2 tool(s), 1 cannot run here");
+    assert_eq!(lines[4], format!("plugin ailang did not start: {DECLINED}"));
+    assert_eq!(lines.len(), 5, "{out}");
+}
+
+#[test]
+fn wrong_paths_and_methods_get_json_that_names_the_endpoints() {
+    let d = Daemon::start(&["worldd_workspace"], &[]);
+    let endpoints = "worldd serves MCP at POST /mcp/, A2A at POST /a2a/ (agent card at GET /.well-known/agent-card.json), the REST API under /v1/ (GET /v1/health needs no session) and the workbench at /workbench";
+    for path in ["/", "/sse", "/mcp/sse", "/v2/health"] {
+        let a = get(&d.url(path), None);
+        assert_eq!(a.status, 404, "{path}");
+        assert_eq!(a.content_type, "application/json");
+        assert_eq!(
+            a.json(),
+            json!({"error": {"class": "NotFound",
+                             "message": format!("no route for GET {path}; {endpoints}")}})
+        );
+    }
+    for (method, path) in [("GET", "/mcp/"), ("GET", "/a2a/"), ("POST", "/v1/health")] {
+        let a = request(method, &d.url(path), None, &[], None);
+        assert_eq!(a.status, 405, "{method} {path}");
+        assert_eq!(
+            a.json(),
+            json!({"error": {"class": "MethodNotAllowed",
+                             "message": format!("{method} is not served at {path} (the Allow header lists what is); {endpoints}")}})
+        );
+    }
+    let ureq_res = ureq::get(&d.url("/mcp/")).call();
+    let Err(ureq::Error::Status(405, r)) = ureq_res else {
+        panic!("GET /mcp/ was not 405")
+    };
+    assert_eq!(r.header("allow"), Some("POST"));
+}
+
+#[test]
+fn session_and_address_mistakes_get_clear_errors() {
+    let d = Daemon::start(&["worldd_workspace"], &[]);
+    let addr = d.url("");
+    let run = |args: &[&str], env_session: Option<&str>| {
+        let mut c = Command::new(WORLDD);
+        c.args(args)
+            .env_remove("WORLD_SESSION")
+            .env_remove("WORLD_ADDR");
+        if let Some(s) = env_session {
+            c.env("WORLD_SESSION", s);
+        }
+        let out = c.output().unwrap();
+        (
+            out.status.code().unwrap(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let a = addr.as_str();
+    assert_eq!(
+        run(&["head", "--addr", a, "--session", "deadbeef"], None),
+        (1, "worldd: --session deadbeef: not a credential (a credential is 64 hex digits; this has 8) and no file of that name exists\n".into())
+    );
+    assert_eq!(
+        run(&["head", "--addr", a], Some("nope.session")),
+        (1, "worldd: $WORLD_SESSION nope.session: no such session file (`worldd session new EPISODE --preset se-tools --out FILE` writes a session file)\n".into())
+    );
+    assert_eq!(
+        run(&["head", "--addr", a], None),
+        (1, "worldd: /v1/head needs a session credential and none was given: pass --session FILE (or set $WORLD_SESSION); `worldd session new EPISODE --preset se-tools --out FILE` makes one\n".into())
+    );
+    assert_eq!(
+        run(&["tools", "list", "--addr", a], None),
+        (1, "worldd: /mcp/ needs a session credential and none was given: pass --session FILE (or set $WORLD_SESSION); `worldd session new EPISODE --preset se-tools --out FILE` makes one\n".into())
+    );
+    let with_path = format!("{addr}/mcp/");
+    assert_eq!(
+        run(&["health", "--addr", &with_path], None),
+        (1, format!("worldd: --addr {with_path}: give the daemon's base address without a path, e.g. http://{} (the verbs add /v1/… and /mcp/ themselves)\n", d.addr))
+    );
+    let tls = format!("https://{}", d.addr);
+    assert_eq!(
+        run(&["health", "--addr", &tls], None),
+        (1, format!("worldd: --addr {tls}: worldd serves plain HTTP on loopback; give http://HOST:PORT\n"))
+    );
+    // No scheme is fine, and so is $WORLD_ADDR.
+    let (code, err) = run(&["health", "--addr", &d.addr], None);
+    assert_eq!((code, err.as_str()), (0, ""));
+    let out = Command::new(WORLDD)
+        .arg("health")
+        .env("WORLD_ADDR", &addr)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    // A file that does not hold a credential is named as such.
+    let file = d.dir.path().join("garbage.session");
+    std::fs::write(&file, "hello\n").unwrap();
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600)).unwrap();
+    }
+    let f = file.display().to_string();
+    assert_eq!(
+        run(&["head", "--addr", a, "--session", &f], None),
+        (
+            1,
+            format!(
+                "worldd: session file {f} does not hold a session credential (64 hex digits)\n"
+            )
+        )
+    );
+    // Nothing listens: say so, and where.
+    let dead = "http://127.0.0.1:9";
+    let (code, err) = run(&["health", "--addr", dead], None);
+    assert_eq!(code, 1);
+    assert!(
+        err.starts_with("worldd: cannot reach the daemon at http://127.0.0.1:9 (")
+            && err.ends_with("); is `worldd serve` running there? (--addr or $WORLD_ADDR names another address)\n"),
+        "{err}"
+    );
+}
+
+#[test]
+fn the_daemon_logs_each_call_and_each_refused_credential() {
+    let mut d = Daemon::start(&["worldd_workspace"], &[]);
+    let rx = stderr_lines(&mut d);
+    let token = d.session(
+        "logged",
+        &["Workspace.Read=worktree:5", "Workspace.Write=worktree:5"],
+    );
+    let (code, _, err) = cli(
+        &d,
+        &token,
+        &[
+            "call",
+            "ailang-write",
+            "--arg",
+            "path=a.txt",
+            "--arg",
+            "content=x",
+        ],
+    );
+    assert_eq!(code, 0, "{err}");
+    let line = expect_line(
+        &rx,
+        &[" INFO call tool=ailang-write episode=logged outcome=ok ms="],
+    );
+    assert!(!line.contains(&token), "{line}");
+    let unknown = "0".repeat(64);
+    let a = mcp(&d, &unknown, "tools/list", json!({}));
+    assert_eq!(a.status, 401);
+    let line = expect_line(
+        &rx,
+        &[" WARN refused a request: unknown session credential"],
+    );
+    assert!(!line.contains(&unknown), "{line}");
+    let a = mcp(
+        &d,
+        &token,
+        "tools/call",
+        json!({"name": "ailang-read", "arguments": {"nope": 1}}),
+    );
+    assert_eq!(a.status, 200);
+    expect_line(
+        &rx,
+        &["INFO call tool=ailang-read episode=logged outcome=refused ms="],
+    );
+}
+
+#[test]
+fn a_daemon_with_no_plugin_says_so() {
+    let mut d = Daemon::start(&[], &[]);
+    let rx = stderr_lines(&mut d);
+    let dir = d.plugin_dir().display().to_string();
+    expect_line(
+        &rx,
+        &[&format!(
+            " WARN no plugin loaded from {dir}: every tool call will be refused (rule R8)"
+        )],
+    );
+}
+
+#[test]
+fn quickstart_on_a_taken_port_creates_nothing() {
+    let holder = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = holder.local_addr().unwrap().port();
+    let dir = tempfile::tempdir().unwrap();
+    let world = dir.path().join("w");
+    let bind = format!("127.0.0.1:{port}");
+    let (code, out, err) = worldd(
+        &["quickstart", "--dir", path_str(&world), "--bind", &bind],
+        None,
+    );
+    assert_eq!(code, 2, "{out}{err}");
+    assert_eq!(out, "");
+    assert_eq!(
+        err,
+        format!("worldd: daemon startup failed at listen: {bind}: Address already in use (os error 98); is another worldd already serving here? Stop it, or pick a free port with --bind 127.0.0.1:PORT (nothing was created)\n")
+    );
+    assert!(!world.exists(), "quickstart created {}", world.display());
+}
+
+#[test]
+fn quickstart_print_only_prints_the_configuration_alone_on_stdout() {
+    let dir = tempfile::tempdir().unwrap();
+    let world = dir.path().join("w");
+    let db = world.join("db");
+    let store = broker_core::store::Store::create(&db).unwrap();
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as i64;
+    let token = broker_core::session::mint(
+        &store,
+        "demo",
+        vec!["Workspace.Read=worktree:5".parse().unwrap()],
+        3600,
+        now,
+    )
+    .unwrap()
+    .token;
+    drop(store);
+    std::fs::write(world.join("demo.session"), format!("{token}\n")).unwrap();
+    let (code, out, err) = worldd(
+        &[
+            "quickstart",
+            "--dir",
+            path_str(&world),
+            "--print-only",
+            "--bind",
+            "127.0.0.1:7999",
+        ],
+        None,
+    );
+    assert_eq!(code, 0, "{err}");
+    let config: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(
+        config,
+        json!({"mcpServers": {"worldd": {"type": "http", "url": "http://127.0.0.1:7999/mcp/",
+               "headers": {"Authorization": format!("Bearer {token}")}}}})
+    );
+    assert!(
+        err.contains("worldd quickstart: the MCP client configuration follows on stdout"),
+        "{err}"
+    );
+    assert!(world.join("worktrees/demo").is_dir());
+}
+
+#[test]
+fn completions_man_pages_and_examples_in_every_verbs_help() {
+    let (code, out, _) = worldd(&["completions", "bash"], None);
+    assert_eq!(code, 0);
+    assert!(
+        out.contains("_worldd()") && out.contains("quickstart"),
+        "{out}"
+    );
+    let (code, out, _) = worldd(&["completions", "zsh"], None);
+    assert_eq!(code, 0);
+    assert!(out.starts_with("#compdef worldd"), "{out}");
+    let (code, out, _) = worldd(&["man"], None);
+    assert_eq!(code, 0);
+    assert!(out.contains(".TH worldd 1"), "{out}");
+    let dir = tempfile::tempdir().unwrap();
+    let (code, _, err) = worldd(&["man", "--out", path_str(dir.path())], None);
+    assert_eq!(code, 0, "{err}");
+    for page in [
+        "worldd.1",
+        "worldd-serve.1",
+        "worldd-session-mint.1",
+        "worldd-call.1",
+    ] {
+        assert!(dir.path().join(page).is_file(), "{page}");
+    }
+    for verb in [
+        "serve",
+        "quickstart",
+        "session mint",
+        "session new",
+        "session list",
+        "session revoke",
+        "why",
+        "doctor",
+        "handlers",
+        "health",
+        "head",
+        "log get",
+        "log range",
+        "object get",
+        "object find",
+        "tools list",
+        "call",
+        "calls get",
+        "budget",
+        "publish",
+        "completions",
+        "man",
+    ] {
+        let mut args: Vec<&str> = verb.split(' ').collect();
+        args.push("--help");
+        let (code, out, _) = worldd(&args, None);
+        assert_eq!(code, 0, "{verb}");
+        assert!(
+            out.contains("\nExamples:\n  worldd "),
+            "{verb} --help has no examples:\n{out}"
+        );
+    }
+}
+
+/// `worldd handlers` from `cwd` with only the git plugin, and no global or system git config.
+fn git_handlers_config(cwd: &Path, plugins: &Path) -> String {
+    let out = Command::new(WORLDD)
+        .args(["handlers", "--plugin-dir"])
+        .arg(plugins)
+        .current_dir(cwd)
+        .env("GIT_CONFIG_GLOBAL", "/dev/null")
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .stderr(Stdio::inherit())
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    text.lines()
+        .find_map(|l| l.strip_prefix("  config "))
+        .unwrap_or_else(|| panic!("no config line in {text}"))
+        .to_owned()
+}
+
+#[test]
+fn the_git_plugin_defaults_to_the_repositorys_configured_identity() {
+    let dir = tempfile::tempdir().unwrap();
+    let plugins = dir.path().join("plugins");
+    std::fs::create_dir_all(&plugins).unwrap();
+    let lib = plugin_library("worldd_git");
+    std::fs::copy(&lib, plugins.join(lib.file_name().unwrap())).unwrap();
+    let repo = dir.path().join("repo");
+    std::fs::create_dir_all(&repo).unwrap();
+    let git = |args: &[&str]| {
+        let ok = Command::new("git")
+            .args(args)
+            .current_dir(&repo)
+            .env("GIT_CONFIG_GLOBAL", "/dev/null")
+            .env("GIT_CONFIG_NOSYSTEM", "1")
+            .status()
+            .unwrap()
+            .success();
+        assert!(ok, "git {args:?}");
+    };
+    git(&["init", "-q"]);
+    assert_eq!(git_handlers_config(&repo, &plugins), "{}");
+    git(&["config", "user.name", "Ada Lovelace"]);
+    git(&["config", "user.email", "ada@example.com"]);
+    assert_eq!(
+        git_handlers_config(&repo, &plugins),
+        r#"{"author":"Ada Lovelace <ada@example.com>"}"#
+    );
+}
+
+#[test]
+fn the_example_config_serves_as_documented_for_a_normal_user() {
+    let example = Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/world.example.toml");
+    let dir = tempfile::tempdir().unwrap();
+    let cwd = dir.path().join("project");
+    let plugins = dir.path().join("plugins");
+    std::fs::create_dir_all(&cwd).unwrap();
+    std::fs::create_dir_all(&plugins).unwrap();
+    for p in ["worldd_workspace", "worldd_git", "worldd_registry"] {
+        let lib = plugin_library(p);
+        std::fs::copy(&lib, plugins.join(lib.file_name().unwrap())).unwrap();
+    }
+    let out = Command::new(WORLDD)
+        .arg("handlers")
+        .arg("--config")
+        .arg(&example)
+        .arg("--plugin-dir")
+        .arg(&plugins)
+        .current_dir(&cwd)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    assert!(!text.contains("problem"), "{text}");
+    let mut cmd = Command::new(WORLDD);
+    cmd.arg("serve")
+        .arg("--config")
+        .arg(&example)
+        .args(["--bind", "127.0.0.1:0", "--plugin-dir"])
+        .arg(&plugins)
+        .current_dir(&cwd)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut d = Daemon::spawn(dir, cmd);
+    let rx = stderr_lines(&mut d);
+    // The file's author starts the git plugin; the store is where the file says.
+    expect_line(&rx, &["loaded plugin plugin=git"]);
+    assert!(cwd.join(".world/db/data.mdb").is_file());
+    assert!(cwd.join(".world/db/plugin-state/git").is_dir());
+    assert_eq!(get(&d.url("/v1/health"), None).status, 200);
+}

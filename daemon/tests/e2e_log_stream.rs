@@ -1,0 +1,197 @@
+//! The live log through the real `worldd` binary: `GET /v1/log/stream` over real HTTP, the
+//! daemon's shutdown with streams open, and `worldd log tail [--follow]`.
+
+mod common;
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::process::{Command, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+use common::*;
+use serde_json::{json, Value};
+
+const WS: &[&str] = &["worldd_workspace"];
+
+fn write_private(path: &std::path::Path, text: &str) {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::write(path, text).unwrap();
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600)).unwrap();
+}
+
+fn read_file(d: &Daemon, token: &str, path: &str) {
+    let a = mcp(
+        d,
+        token,
+        "tools/call",
+        json!({"name": "ailang-read", "arguments": {"path": path}}),
+    );
+    assert_eq!(a.status, 200, "{}", a.text());
+}
+
+/// Lines of a stream read on a thread, handed over a channel.
+fn lines_of(reader: impl Read + Send + 'static) -> mpsc::Receiver<String> {
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(reader).lines() {
+            let Ok(line) = line else { return };
+            if tx.send(line).is_err() {
+                return;
+            }
+        }
+    });
+    rx
+}
+
+fn next_line(rx: &mpsc::Receiver<String>, what: &str) -> String {
+    rx.recv_timeout(Duration::from_secs(30))
+        .unwrap_or_else(|e| panic!("no {what}: {e}"))
+}
+
+#[test]
+fn sigterm_ends_open_log_streams_and_the_daemon_exits() {
+    let d = Daemon::start(WS, &[]);
+    let token = d.session("ep1", &["Workspace.Read=worktree:5"]);
+    std::fs::write(d.root().join("ep1/a.txt"), "a").unwrap();
+    let mut conn = TcpStream::connect(&d.addr).unwrap();
+    write!(
+        conn,
+        "GET /v1/log/stream?from=0 HTTP/1.1\r\nHost: {}\r\nAuthorization: Bearer {token}\r\n\r\n",
+        d.addr
+    )
+    .unwrap();
+    let rx = lines_of(conn.try_clone().unwrap());
+    assert_eq!(next_line(&rx, "status line"), "HTTP/1.1 200 OK");
+    // The genesis arrives, then a call's entry, live.
+    loop {
+        if next_line(&rx, "genesis") == "id: 0" {
+            break;
+        }
+    }
+    read_file(&d, &token, "a.txt");
+    loop {
+        if next_line(&rx, "entry 1") == "id: 1" {
+            break;
+        }
+    }
+    // An open stream must not keep the daemon from draining.
+    let status = d.stop();
+    assert!(status.success(), "{status:?}");
+    // The stream ended cleanly: the chunked body's last chunk, then end of file.
+    let rest: Vec<String> = rx.iter().collect();
+    assert_eq!(
+        rest.iter()
+            .rev()
+            .find(|l| !l.is_empty())
+            .map(String::as_str),
+        Some("0"),
+        "{rest:?}"
+    );
+}
+
+#[test]
+fn log_tail_prints_the_newest_entries_and_follows_new_ones() {
+    let d = Daemon::start(WS, &[]);
+    let token = d.session("ep1", &["Workspace.Read=worktree:5"]);
+    std::fs::write(d.root().join("ep1/a.txt"), "a").unwrap();
+    let session_file = d.dir.path().join("session");
+    write_private(&session_file, &token);
+    let addr = d.url("");
+    read_file(&d, &token, "a.txt");
+    read_file(&d, &token, "/etc/passwd");
+
+    let (code, out, err) = worldd(
+        &[
+            "log",
+            "tail",
+            "-n",
+            "2",
+            "--addr",
+            &addr,
+            "--session",
+            path_str(&session_file),
+        ],
+        None,
+    );
+    assert_eq!(code, 0, "{err}");
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines.len(), 2, "{out}");
+    assert!(lines[0].trim_start().starts_with("1  ok"), "{out}");
+    assert!(
+        lines[0].contains("ailang-read") && lines[0].contains("ep1"),
+        "{out}"
+    );
+    assert!(lines[1].trim_start().starts_with("2  refused"), "{out}");
+
+    let mut child = Command::new(WORLDD)
+        .args([
+            "log",
+            "tail",
+            "--follow",
+            "--json",
+            "-n",
+            "1",
+            "--addr",
+            &addr,
+            "--session",
+            path_str(&session_file),
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let rx = lines_of(child.stdout.take().unwrap());
+    let first: Value = serde_json::from_str(&next_line(&rx, "the newest entry")).unwrap();
+    assert_eq!(first["header"]["entryIndex"], 2);
+    assert_eq!(first["outcome"], "refused");
+    assert_eq!(first["reason"], "plan");
+    read_file(&d, &token, "a.txt");
+    let live: Value = serde_json::from_str(&next_line(&rx, "the new entry")).unwrap();
+    assert_eq!(live["header"]["entryIndex"], 3);
+    assert_eq!(live["tool"], "ailang-read");
+    assert_eq!(live["outcome"], "ok");
+    assert!(live["worldRef"].as_str().unwrap().starts_with("sha256:"));
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
+#[test]
+fn log_tail_follow_reports_a_revoked_credential_and_exits_1() {
+    let d = Daemon::start(WS, &[]);
+    let token = d.session("ep1", &["Workspace.Read=worktree:5"]);
+    let session_file = d.dir.path().join("session");
+    write_private(&session_file, &token);
+    let mut child = Command::new(WORLDD)
+        .args([
+            "log",
+            "tail",
+            "-f",
+            "--addr",
+            &d.url(""),
+            "--session",
+            path_str(&session_file),
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let rx = lines_of(child.stdout.take().unwrap());
+    assert!(next_line(&rx, "the genesis").contains("genesis"));
+    // An entry that can only come through the stream: the stream is open.
+    read_file(&d, &token, "x.txt");
+    assert!(next_line(&rx, "entry 1").trim_start().starts_with("1 "));
+    let store = broker_core::store::Store::open(&d.db(), Default::default()).unwrap();
+    broker_core::session::revoke(&store, &broker_core::session::credential_id(&token)).unwrap();
+    drop(store);
+    // The revocation is another process's commit: the daemon's stream learns of it at its
+    // next commit.
+    let other = d.session("ep2", &["Workspace.Read=worktree:5"]);
+    read_file(&d, &other, "x.txt");
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(
+        String::from_utf8_lossy(&out.stderr).trim(),
+        "worldd: the log stream ended: SessionUnknown: unknown session credential"
+    );
+}

@@ -1,0 +1,505 @@
+//! Hostile clients against the real `worldd` binary over real sockets: each test is named for
+//! the attack it repels. The limits are shortened through `[server]`/`[limits]` in a config
+//! file so that every deadline trips within the test.
+
+mod common;
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::Duration;
+
+use common::*;
+use serde_json::{json, Value};
+
+const WS: &[&str] = &["worldd_workspace"];
+const WS_STALL: &[&str] = &["worldd_workspace", "worldd_stall"];
+
+/// A daemon with `config` as its TOML file (plus `extra` flags).
+fn start_with(plugins: &[&str], config: &str, extra: &[&str]) -> (Daemon, tempfile::TempDir) {
+    let conf_dir = tempfile::tempdir().unwrap();
+    let path = conf_dir.path().join("world.toml");
+    std::fs::write(&path, config).unwrap();
+    let mut args = vec!["--config", path_str(&path)];
+    args.extend_from_slice(extra);
+    (Daemon::start(plugins, &args), conf_dir)
+}
+
+fn connect(d: &Daemon) -> TcpStream {
+    let s = TcpStream::connect(&d.addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    s
+}
+
+/// Read until the peer closes; true when it closed (EOF or reset) rather than timing out.
+fn closed_by_peer(s: &mut TcpStream) -> bool {
+    let mut buf = [0u8; 4096];
+    loop {
+        match s.read(&mut buf) {
+            Ok(0) => return true,
+            Ok(_) => continue,
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => return true,
+            Err(_) => return false,
+        }
+    }
+}
+
+/// One counter or gauge of `/v1/metrics` (0 when absent).
+fn metric(d: &Daemon, line_prefix: &str) -> u64 {
+    let text = get(&d.url("/v1/metrics"), None).text();
+    text.lines()
+        .find_map(|l| l.strip_prefix(line_prefix))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or(0)
+}
+
+fn trips(d: &Daemon, limit: &str) -> u64 {
+    metric(
+        d,
+        &format!("worldd_limit_trips_total{{limit=\"{limit}\"}} "),
+    )
+}
+
+fn mcp_headers() -> Vec<(&'static str, &'static str)> {
+    vec![
+        ("Content-Type", "application/json"),
+        ("Accept", "application/json, text/event-stream"),
+    ]
+}
+
+// ------------------------------------------------------------------------------------------
+// DNS rebinding.
+
+#[test]
+fn rebinding_host_and_origin_are_refused_403_on_every_route() {
+    let d = Daemon::start(
+        WS,
+        &[
+            "--allowed-host",
+            "worldd.internal",
+            "--allowed-origin",
+            "https://agents.example.com",
+        ],
+    );
+    let token = d.session("ep1", &["Workspace.Read=worktree:5"]);
+    let ping = br#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#;
+    let routes: [(&str, &str); 6] = [
+        ("POST", "/mcp/"),
+        ("POST", "/a2a/"),
+        ("POST", "/v1/commit"),
+        ("GET", "/v1/health"),
+        ("GET", "/.well-known/agent.json"),
+        ("GET", "/v1/head"),
+    ];
+    for (method, path) in routes {
+        for headers in [
+            vec![("Host", "evil.example.com")],
+            vec![("Host", "evil.example.com:7644")],
+            vec![("Origin", "http://evil.example.com")],
+            vec![("Origin", "null")],
+            // Credentials change nothing.
+            vec![("Host", "a\"b<script>")],
+        ] {
+            let mut h = mcp_headers();
+            h.extend(headers.iter().copied());
+            let body = (method == "POST").then_some(&ping[..]);
+            let a = request(method, &d.url(path), Some(&token), &h, body);
+            assert_eq!(a.status, 403, "{method} {path} {headers:?}: {}", a.text());
+            assert_eq!(a.content_type, "application/json");
+            let v = a.json();
+            assert_eq!(v["error"]["class"], "Forbidden", "{v}");
+        }
+    }
+    let a = request(
+        "GET",
+        &d.url("/v1/health"),
+        None,
+        &[("Host", "evil.example.com")],
+        None,
+    );
+    assert_eq!(
+        a.json()["error"]["message"],
+        "Host \"evil.example.com\" is not allowed: this daemon answers only to loopback names (localhost, 127.0.0.1, [::1]) and the [server] allowed_hosts of its configuration"
+    );
+    // Loopback names with any port, the listed host and origin, and no Origin at all pass.
+    for headers in [
+        vec![("Host", "localhost:1")],
+        vec![("Host", "[::1]:7644")],
+        vec![("Host", "127.0.0.1")],
+        vec![("Host", "worldd.internal")],
+        vec![("Origin", "http://localhost:5173")],
+        vec![("Origin", "https://agents.example.com")],
+        vec![],
+    ] {
+        let a = request("GET", &d.url("/v1/health"), None, &headers, None);
+        assert_eq!(a.status, 200, "{headers:?}");
+    }
+    assert!(trips(&d, "host") >= 18);
+    assert!(trips(&d, "origin") >= 12);
+}
+
+#[test]
+fn the_agent_card_never_echoes_the_host_header() {
+    let d = Daemon::start(WS, &[]);
+    let token = d.session("ep1", &["Workspace.Read=worktree:5"]);
+    let a = request(
+        "GET",
+        &d.url("/.well-known/agent.json"),
+        Some(&token),
+        &[("Host", "localhost:1")],
+        None,
+    );
+    assert_eq!(a.json()["url"], format!("http://{}/a2a/", d.addr));
+    let d = Daemon::start(WS, &["--public-url", "https://agents.example.com/world/"]);
+    let token = d.session("ep1", &["Workspace.Read=worktree:5"]);
+    let v = get(&d.url("/.well-known/agent-card.json"), Some(&token)).json();
+    assert_eq!(v["url"], "https://agents.example.com/world/a2a/");
+    assert_eq!(
+        v["supportedInterfaces"][0]["url"],
+        "https://agents.example.com/world/a2a/"
+    );
+}
+
+// ------------------------------------------------------------------------------------------
+// Bodies.
+
+#[test]
+fn held_4mib_bodies_without_credentials_are_answered_without_reading_them() {
+    let d = Daemon::start(WS, &[]);
+    let mut held = Vec::new();
+    for i in 0..60 {
+        let path = ["/a2a/", "/mcp/", "/v1/commit"][i % 3];
+        let head = format!(
+            "POST {path} HTTP/1.1\r\nHost: {}\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nContent-Length: 4194304\r\n\r\n",
+            d.addr
+        );
+        let mut s = connect(&d);
+        s.write_all(head.as_bytes()).unwrap();
+        // The answer comes without a byte of the body.
+        let mut answer = Vec::new();
+        let mut buf = [0u8; 4096];
+        while !answer.windows(4).any(|w| w == b"\r\n\r\n") {
+            let n = s.read(&mut buf).unwrap();
+            assert!(n > 0, "closed without an answer");
+            answer.extend_from_slice(&buf[..n]);
+        }
+        let text = String::from_utf8_lossy(&answer);
+        let status = if path == "/a2a/" { "200" } else { "401" };
+        assert!(
+            text.starts_with(&format!("HTTP/1.1 {status}")),
+            "{path}: {text}"
+        );
+        held.push(s);
+    }
+    let rss = rss_kib(d.child.id());
+    assert!(
+        rss < 256 * 1024,
+        "daemon RSS {rss} KiB after 60 held 4 MiB uploads"
+    );
+}
+
+#[test]
+fn held_4mib_bodies_with_credentials_stay_within_the_body_budget() {
+    let (d, _c) = start_with(WS, "[server]\nbody_budget_bytes = 16777216\n", &[]);
+    let token = d.session("ep1", &["Workspace.Read=worktree:5"]);
+    let head = format!(
+        "POST /mcp/ HTTP/1.1\r\nHost: {}\r\nAuthorization: Bearer {token}\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nContent-Length: 4194304\r\n\r\n",
+        d.addr
+    );
+    // Four 4 MiB uploads fill the 16 MiB budget and are held open; the rest are refused at
+    // once, before a byte of their body is buffered.
+    let mut held = Vec::new();
+    for _ in 0..4 {
+        let mut s = connect(&d);
+        s.write_all(head.as_bytes()).unwrap();
+        s.write_all(&vec![b' '; 1 << 20]).unwrap();
+        held.push(s);
+    }
+    // Once the daemon has taken the four declared lengths (all of the budget but the first
+    // 16 KiB of each, which are never counted), a fifth is refused at once.
+    let full = 4 * (4 * 1024 * 1024 - 16 * 1024);
+    let taken = (0..1500).any(|_| {
+        if metric(&d, "worldd_body_budget_bytes_held ") == full {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+        false
+    });
+    assert!(taken, "the held uploads never took the budget");
+    let a = raw_exchange(&d.addr, head.as_bytes());
+    assert_eq!(
+        a.text(),
+        "too many request bodies in flight ([server] body_budget_bytes); retry shortly"
+    );
+    assert!(trips(&d, "body_budget") >= 1);
+    let rss = rss_kib(d.child.id());
+    assert!(rss < 256 * 1024, "daemon RSS {rss} KiB");
+    drop(held);
+}
+
+#[test]
+fn a_body_that_never_arrives_is_cut_at_the_body_deadline() {
+    let (d, _c) = start_with(WS, "[server]\nbody_timeout_ms = 300\n", &[]);
+    let agent = d.session("ep1", &["Workspace.Read=worktree:5"]);
+    // Commits are an operator's act: only an operator's body reaches the deadline.
+    let operator = d.operator_session("ops", &["World.Commit=log:5"]);
+    for (path, expect) in [
+        ("/mcp/", "HTTP/1.1 408"),
+        ("/a2a/", "HTTP/1.1 200"),
+        ("/v1/commit", "HTTP/1.1 408"),
+    ] {
+        let token = if path == "/v1/commit" {
+            &operator
+        } else {
+            &agent
+        };
+        let head = format!(
+            "POST {path} HTTP/1.1\r\nHost: {}\r\nAuthorization: Bearer {token}\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nContent-Length: 1000\r\n\r\n{{\"jsonrpc\"",
+            d.addr
+        );
+        let a = raw_exchange(&d.addr, head.as_bytes());
+        let line = format!("HTTP/1.1 {}", a.status);
+        assert!(line.starts_with(expect), "{path}: {line} {}", a.text());
+        match path {
+            "/mcp/" => assert_eq!(
+                a.text(),
+                "request body not received in time ([server] body_timeout_ms)"
+            ),
+            "/a2a/" => assert_eq!(
+                a.json()["error"]["message"],
+                "invalid JSON-RPC request: body not received in time"
+            ),
+            _ => assert_eq!(a.json()["error"]["class"], "RequestTimeout"),
+        }
+    }
+    assert_eq!(trips(&d, "body_timeout"), 3);
+}
+
+// ------------------------------------------------------------------------------------------
+// Connections.
+
+#[test]
+fn half_sent_request_heads_and_idle_connections_are_closed_at_the_header_deadline() {
+    let (d, _c) = start_with(WS, "[server]\nheader_timeout_ms = 300\n", &[]);
+    // Half a request head, never finished.
+    let mut half = connect(&d);
+    half.write_all(b"POST /mcp/ HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Ty")
+        .unwrap();
+    // An idle connection that never sends a byte.
+    let mut idle = connect(&d);
+    // A keep-alive connection idle after one complete request.
+    let mut kept = connect(&d);
+    kept.write_all(format!("GET /v1/health HTTP/1.1\r\nHost: {}\r\n\r\n", d.addr).as_bytes())
+        .unwrap();
+    assert!(
+        closed_by_peer(&mut half),
+        "the half-sent head was not closed"
+    );
+    assert!(
+        closed_by_peer(&mut idle),
+        "the idle connection was not closed"
+    );
+    assert!(
+        closed_by_peer(&mut kept),
+        "the idle keep-alive connection was not closed"
+    );
+    assert!(trips(&d, "header_timeout") >= 2);
+}
+
+#[test]
+fn connections_past_the_limit_are_closed_at_once() {
+    let d = Daemon::start(WS, &["--max-connections", "8"]);
+    let mut held: Vec<TcpStream> = (0..8).map(|_| connect(&d)).collect();
+    // The ninth is accepted and closed at once: not queued, not left hanging.
+    let mut ninth = connect(&d);
+    assert!(
+        closed_by_peer(&mut ninth),
+        "the ninth connection was kept open"
+    );
+    // Free one slot: service resumes.
+    drop(held.pop());
+    let ok = (0..500).any(|_| {
+        let r = std::panic::catch_unwind(|| get(&d.url("/v1/health"), None).status);
+        if r.as_ref().is_ok_and(|s| *s == 200) {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+        false
+    });
+    assert!(ok, "service did not resume after a connection closed");
+    drop(held);
+    // The metrics request itself may be turned away until the daemon sees the closes.
+    let ok = (0..500).any(|_| {
+        if std::panic::catch_unwind(|| trips(&d, "connections")).is_ok_and(|n| n >= 1) {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+        false
+    });
+    assert!(ok, "the refused connection was not counted");
+}
+
+#[test]
+fn idle_connections_past_the_fd_limit_are_refused_not_queued() {
+    // A descriptor limit of 256 (soft and hard): the daemon keeps its connection limit below it.
+    let dir = tempfile::tempdir().unwrap();
+    let plugins = dir.path().join("plugins");
+    std::fs::create_dir_all(&plugins).unwrap();
+    let lib = plugin_library("worldd_workspace");
+    std::fs::copy(&lib, plugins.join(lib.file_name().unwrap())).unwrap();
+    let mut child = std::process::Command::new("prlimit")
+        .args(["--nofile=256:256", WORLDD, "serve", "--bind", "127.0.0.1:0"])
+        .arg("--db")
+        .arg(dir.path().join("db"))
+        .arg("--workspace-root")
+        .arg(dir.path().join("wt"))
+        .arg("--plugin-dir")
+        .arg(&plugins)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(child.stdout.take().unwrap()),
+        &mut line,
+    )
+    .unwrap();
+    let addr = line
+        .trim()
+        .strip_prefix("worldd listening on http://")
+        .unwrap()
+        .to_owned();
+    let mut conns = Vec::new();
+    for _ in 0..400 {
+        if let Ok(s) = TcpStream::connect(&addr) {
+            conns.push(s);
+        }
+    }
+    // Every connection is either served or closed at once; the daemon keeps answering once
+    // the attackers go.
+    drop(conns);
+    let url = format!("http://{addr}/v1/health");
+    let ok = (0..300).any(|_| {
+        if std::panic::catch_unwind(|| get(&url, None).status).is_ok_and(|s| s == 200) {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+        false
+    });
+    let _ = child.kill();
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(ok, "no service after the attack; stderr: {stderr}");
+    assert!(!stderr.contains("Too many open files"), "{stderr}");
+    assert!(
+        stderr.contains("max_connections lowered from 4096 to 128"),
+        "{stderr}"
+    );
+}
+
+// ------------------------------------------------------------------------------------------
+// Slow tools and hung plugins.
+
+/// MCP `tools/call` of `tool` with `args`; the JSON-RPC reply (SSE or plain envelope).
+fn call(d: &Daemon, token: &str, tool: &str, args: Value) -> Value {
+    let a = mcp(
+        d,
+        token,
+        "tools/call",
+        json!({"name": tool, "arguments": args}),
+    );
+    assert_eq!(a.status, 200, "{}", a.text());
+    if a.content_type.starts_with("text/event-stream") {
+        a.sse_json()
+    } else {
+        a.json()
+    }
+}
+
+#[test]
+fn hung_plugins_do_not_stop_other_episodes() {
+    let (d, _c) = start_with(
+        WS_STALL,
+        "[limits]\nexecution_slots = 2\nhandler_deadline_ms = 300\n",
+        &[],
+    );
+    let reader = d.session("reader", &["Workspace.Read=worktree:100"]);
+    std::fs::write(d.root().join("reader/a.txt"), "hello").unwrap();
+    // Three hung calls from three episodes: more than the two slots.
+    let hung: Vec<_> = (0..3)
+        .map(|i| {
+            let t = d.session(&format!("hung{i}"), &["Stall.Wait=any:5"]);
+            let url = d.url("/mcp/");
+            std::thread::spawn(move || {
+                let body = json!({"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"stall-wait","arguments":{"ms":"20000"}}});
+                request("POST", &url, Some(&t), &mcp_headers(), Some(&serde_json::to_vec(&body).unwrap())).json()
+            })
+        })
+        .collect();
+    for h in hung {
+        assert_eq!(
+            h.join().unwrap(),
+            json!({"jsonrpc":"2.0","id":1,"error":{"code":-32603,"message":"host callback timed out"}})
+        );
+    }
+    assert_eq!(metric(&d, "worldd_handlers_overrunning "), 3);
+    // All three still hang; another episode keeps full service.
+    for _ in 0..10 {
+        let v = call(&d, &reader, "ailang-read", json!({"path": "a.txt"}));
+        assert_eq!(v["result"]["structuredContent"]["content"], "hello", "{v}");
+    }
+    assert_eq!(metric(&d, "worldd_handlers_overrunning "), 3);
+}
+
+#[test]
+fn one_episode_looping_a_slow_tool_cannot_starve_another() {
+    let (d, _c) = start_with(
+        WS_STALL,
+        "[limits]\nexecution_slots = 2\nepisode_queue = 3\n",
+        &[],
+    );
+    let looping = d.session("loop", &["Stall.Wait=any:50"]);
+    let reader = d.session("reader", &["Workspace.Read=worktree:100"]);
+    std::fs::write(d.root().join("reader/a.txt"), "hello").unwrap();
+    // Eight slow calls at once from one episode: one runs, three wait, four are refused.
+    let calls: Vec<_> = (0..8)
+        .map(|_| {
+            let t = looping.clone();
+            let url = d.url("/mcp/");
+            std::thread::spawn(move || {
+                let body = json!({"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"stall-wait","arguments":{"ms":"1500"}}});
+                let a = request("POST", &url, Some(&t), &mcp_headers(), Some(&serde_json::to_vec(&body).unwrap()));
+                a.content_type.starts_with("text/event-stream")
+            })
+        })
+        .collect();
+    // Meanwhile the other episode is served every time.
+    for _ in 0..10 {
+        let v = call(&d, &reader, "ailang-read", json!({"path": "a.txt"}));
+        assert_eq!(v["result"]["structuredContent"]["content"], "hello", "{v}");
+    }
+    let served = calls
+        .into_iter()
+        .filter_map(|c| c.join().ok())
+        .filter(|ok| *ok)
+        .count();
+    // The running call and the three queued behind it ran; the rest were turned away at once.
+    assert_eq!(served, 4);
+    assert_eq!(
+        metric(
+            &d,
+            "worldd_admission_refused_total{reason=\"episode_queue_full\"} "
+        ),
+        4
+    );
+}
+
+/// The resident set of a process, in KiB.
+fn rss_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap()
+}

@@ -1,0 +1,227 @@
+//! The documentation runs: the `console` transcripts of the README, `docs/cli.md` and
+//! `docs/agents.md` (including the Python MCP SDK, TypeScript SDK and curl clients of the
+//! latter) are executed against the real binary and a real daemon, and their output must match
+//! what the page shows. The rules of a page are in `common/transcript.rs` and
+//! `docs/testing.md`.
+
+mod common;
+#[path = "common/transcript.rs"]
+mod transcript;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use common::*;
+
+const PLUGINS: &[&str] = &[
+    "worldd_workspace",
+    "worldd_ailang",
+    "worldd_git",
+    "worldd_registry",
+];
+
+/// A page's working directory: a daemon serving `.world/db` with the shipped plugins, and the
+/// environment its commands run in.
+struct Stage {
+    daemon: Daemon,
+    cwd: PathBuf,
+    env: Vec<(String, String)>,
+}
+
+fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap()
+        .to_path_buf()
+}
+
+impl Stage {
+    fn new() -> Stage {
+        let dir = tempfile::tempdir().unwrap();
+        let cwd = dir.path().join("project");
+        std::fs::create_dir_all(cwd.join("target/release")).unwrap();
+        // The README's `./target/release/worldd` is this build's binary.
+        std::os::unix::fs::symlink(WORLDD, cwd.join("target/release/worldd")).unwrap();
+        let plugins = dir.path().join("plugins");
+        std::fs::create_dir_all(&plugins).unwrap();
+        for p in PLUGINS {
+            let lib = plugin_library(p);
+            std::fs::copy(&lib, plugins.join(lib.file_name().unwrap())).unwrap();
+        }
+        // A fixed git identity, as on a developer's machine: the git plugin takes it as its
+        // default author.
+        let gitconfig = dir.path().join("gitconfig");
+        std::fs::write(
+            &gitconfig,
+            "[user]\n\tname = Ada Lovelace\n\temail = ada@example.com\n",
+        )
+        .unwrap();
+        let gitconfig = gitconfig.display().to_string();
+        let quiet_git = [
+            ("GIT_CONFIG_GLOBAL", gitconfig.as_str()),
+            ("GIT_CONFIG_NOSYSTEM", "1"),
+        ];
+        let mut child = Command::new(WORLDD);
+        child
+            .args(["serve", "--bind", "127.0.0.1:0", "--plugin-dir"])
+            .arg(&plugins)
+            .current_dir(&cwd)
+            .envs(quiet_git)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null());
+        let daemon = Daemon::spawn(dir, child);
+        let bin = Path::new(WORLDD).parent().unwrap().display().to_string();
+        let path = format!(
+            "{bin}:{}:{}",
+            clients::python_bin().display(),
+            std::env::var("PATH").unwrap_or_default()
+        );
+        let mut env: Vec<(String, String)> = vec![
+            ("PATH".into(), path),
+            ("WORLD_ADDR".into(), daemon.url("")),
+            ("NO_COLOR".into(), "1".into()),
+            ("WORLDD_LOG".into(), "warn".into()),
+        ];
+        env.extend(quiet_git.map(|(k, v)| (k.to_owned(), v.to_owned())));
+        Stage { daemon, cwd, env }
+    }
+
+    /// An operator's preparation for the agent guide: episode `demo` with the se-tools grants,
+    /// its worktree holding `hello.txt`, and the credential in `.world/demo.session`.
+    fn with_demo_session(self) -> Stage {
+        let grants: Vec<String> = [
+            "Workspace.Read",
+            "Workspace.Write",
+            "Ailang.Check",
+            "Ailang.Run",
+            "Ailang.RunEnv",
+            "Ailang.RunNet",
+            "Ailang.Discover",
+            "Ailang.CLI",
+        ]
+        .iter()
+        .map(|e| format!("{e}=worktree:50"))
+        .collect();
+        let grants: Vec<&str> = grants.iter().map(String::as_str).collect();
+        let db = self.cwd.join(".world/db");
+        let store = broker_core::store::Store::open(&db, Default::default()).unwrap();
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs() as i64;
+        let grants = grants.iter().map(|g| g.parse().unwrap()).collect();
+        let token = broker_core::session::mint(&store, "demo", grants, 3600, now)
+            .unwrap()
+            .token;
+        let worktree = self.cwd.join(".world/worktrees/demo");
+        std::fs::create_dir_all(&worktree).unwrap();
+        std::fs::write(worktree.join("hello.txt"), "hi there").unwrap();
+        let file = self.cwd.join(".world/demo.session");
+        std::fs::write(&file, format!("{token}\n")).unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600)).unwrap();
+        self
+    }
+
+    /// Run every block of the page in order; panic at the first transcript that differs.
+    fn run_page(mut self, page: &str) {
+        let text = std::fs::read_to_string(repo_root().join(page)).unwrap();
+        let real = self.daemon.addr.as_str();
+        let mut ran = 0;
+        for block in transcript::blocks(&text) {
+            let words: Vec<&str> = block.info.split_whitespace().collect();
+            if let Some(name) = words.iter().find_map(|w| w.strip_prefix("file=")) {
+                std::fs::write(self.cwd.join(name), block.body.join("\n") + "\n").unwrap();
+                continue;
+            }
+            if words.first() != Some(&"console") {
+                continue;
+            }
+            if words.contains(&"requires=node") {
+                match clients::node_modules() {
+                    Some(modules) => {
+                        let link = self.cwd.join("node_modules");
+                        if !link.exists() {
+                            std::os::unix::fs::symlink(modules, link).unwrap();
+                        }
+                    }
+                    None => {
+                        eprintln!("*** SKIPPED {page}:{}: needs node and npm ***", block.line);
+                        continue;
+                    }
+                }
+            }
+            for step in transcript::steps(&block) {
+                // `export NAME=VALUE` holds for the rest of the page, as in one terminal.
+                if let Some((name, value)) = step
+                    .command
+                    .strip_prefix("export ")
+                    .and_then(|a| a.split_once('='))
+                {
+                    // The shell expands the value (`$(cat FILE)`), as it would at a terminal.
+                    let quoted = if value.starts_with(['\'', '"']) {
+                        value.to_owned()
+                    } else {
+                        format!("\"{value}\"")
+                    };
+                    let (code, value) = transcript::run_on_terminal(
+                        &format!("printf '%s' {quoted}"),
+                        &self.cwd,
+                        &self.env,
+                    );
+                    assert_eq!(code, 0, "{page}:{}: {value}", step.line);
+                    self.env.retain(|(k, _)| k != name);
+                    self.env.push((name.to_owned(), value));
+                    ran += 1;
+                    continue;
+                }
+                let command = step.command.replace("127.0.0.1:7644", real);
+                let (code, shown) = transcript::run_on_terminal(&command, &self.cwd, &self.env);
+                let shown = shown.replace(real, "127.0.0.1:7644");
+                let lines: Vec<&str> = shown.trim_end().lines().collect();
+                // For page authors: see what every command printed.
+                if std::env::var_os("WORLDD_DOCS_SHOW").is_some() {
+                    eprintln!(
+                        "{page}:{}\n$ {}\n{}\n[exit {code}]\n",
+                        step.line,
+                        step.command,
+                        shown.trim_end()
+                    );
+                }
+                if code != step.exit || !transcript::matches(&step.expected, &lines) {
+                    panic!(
+                        "{page}:{}: the example does not do what the page says.\n$ {}\n--- the page expects (exit {}):\n{}\n--- the command printed (exit {code}):\n{}\n",
+                        step.line,
+                        step.command,
+                        step.exit,
+                        step.expected.join("\n"),
+                        shown.trim_end()
+                    );
+                }
+                ran += 1;
+            }
+        }
+        assert!(ran > 0, "{page} has no console transcript");
+        eprintln!("{page}: {ran} command(s) ran as documented");
+    }
+}
+
+#[test]
+fn readme_first_call_runs_as_written() {
+    Stage::new().run_page("README.md");
+}
+
+#[test]
+fn cli_reference_examples_run_as_written() {
+    Stage::new().run_page("docs/cli.md");
+}
+
+#[test]
+fn agent_guide_clients_run_as_written() {
+    Stage::new().with_demo_session().run_page("docs/agents.md");
+}
+
+#[test]
+fn transcript_wildcards() {
+    transcript::self_test();
+}

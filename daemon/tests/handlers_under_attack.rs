@@ -1,0 +1,276 @@
+//! Handlers under attack, through the real `worldd` binary, real plugins and real HTTP: bad
+//! arguments that must not look like possible effects, reads whose escaped result would be
+//! too big, and plugin children that must not outlive a daemon killed with SIGKILL. Each test
+//! is named for the attack it pins.
+//!
+//! The plugin libraries must be built (`cargo build --workspace`).
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use common::*;
+use serde_json::{json, Value};
+
+const WS: &[&str] = &["worldd_workspace"];
+
+/// The world ref at the head of the log.
+fn head(d: &Daemon, token: &str) -> String {
+    let a = get(&d.url("/v1/head"), Some(token));
+    assert_eq!(a.status, 200, "{}", a.text());
+    a.text()
+}
+
+#[test]
+fn unsafe_integer_argument_is_invalid_params_over_mcp_and_a2a() {
+    let d = Daemon::start(WS, &[]);
+    let token = d.session("ep1", &["Workspace.Read=worktree:5"]);
+    let before = head(&d, &token);
+    // Over MCP: the body is sent as text, so the integer arrives exactly.
+    let body = r#"{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"ailang-read","arguments":{"path":9007199254740993}}}"#;
+    let a = request(
+        "POST",
+        &d.url("/mcp/"),
+        Some(&token),
+        &[
+            ("Content-Type", "application/json"),
+            ("Accept", "application/json, text/event-stream"),
+            ("MCP-Protocol-Version", "2025-11-25"),
+        ],
+        Some(body.as_bytes()),
+    );
+    assert_eq!(a.status, 200, "{}", a.text());
+    assert_eq!(
+        a.sse_json(),
+        json!({"jsonrpc": "2.0", "id": 7, "error": {"code": -32602,
+               "message": "invalid params: number 9007199254740993 is outside the exact integer range of canonical JSON (±2^53−1)"}})
+    );
+    // Over A2A: the contract's invalid-params error.
+    let body = r#"{"jsonrpc":"2.0","id":1,"method":"tasks/send","params":{"id":"t1","metadata":{"skill_id":"ailang-read"},"message":{"role":"user","parts":[{"type":"data","data":{"path":-9007199254740993}}]}}}"#;
+    let a = request(
+        "POST",
+        &d.url("/a2a/"),
+        Some(&token),
+        &[("Content-Type", "application/json")],
+        Some(body.as_bytes()),
+    );
+    assert_eq!(a.status, 200, "{}", a.text());
+    assert_eq!(
+        a.json(),
+        json!({"jsonrpc": "2.0", "id": 1, "error": {"code": -32602, "message": "invalid params"}})
+    );
+    // Nothing was committed (nor journaled: admission refuses before the journal).
+    assert_eq!(head(&d, &token), before);
+    // The same task id is still free: nothing recorded it.
+    let v = a2a(&d, &token, "t1", "ailang-read", json!({"path": "nope"}));
+    assert_eq!(v["result"]["status"]["state"], "completed", "{v}");
+}
+
+/// The structured result of an MCP tools/call, and the exact text the client received.
+fn mcp_read(d: &Daemon, token: &str, path: &str) -> (Value, String) {
+    let v = mcp(
+        d,
+        token,
+        "tools/call",
+        json!({"name": "ailang-read", "arguments": {"path": path}}),
+    )
+    .sse_json();
+    let text = v["result"]["content"][0]["text"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{v}"))
+        .to_owned();
+    (v["result"]["structuredContent"].clone(), text)
+}
+
+#[test]
+fn read_whose_escaped_result_exceeds_the_cap_is_a_committed_refusal_not_unrecorded() {
+    let d = Daemon::start(WS, &[]);
+    let token = d.session("ep1", &["Workspace.Read=worktree:5"]);
+    let wt = d.root().join("ep1");
+    // 270,002 bytes of U+0001: each escapes to `\u0001`, six bytes.
+    std::fs::write(wt.join("ctl.txt"), "\u{1}".repeat(270_002)).unwrap();
+    let (out, _) = mcp_read(&d, &token, "ctl.txt");
+    assert_eq!(out["ok"], false, "{out}");
+    assert_eq!(
+        out["refused"],
+        "read ctl.txt: the result would be 1620412 bytes (the file is 270002 bytes; JSON escaping adds the rest); the limit is 1048576"
+    );
+    assert_eq!(out["world"]["effects"][0]["status"], "ok");
+
+    // The handler's count is the coordinator's: a result of exactly 1 MiB commits, byte for
+    // byte, and one byte more is refused up front.
+    let overhead = 188 + 212; // the result's envelope and the world block (see the plugin)
+    let fits = "a".repeat(1_048_576 - overhead);
+    std::fs::write(wt.join("fits.txt"), &fits).unwrap();
+    let (out, text) = mcp_read(&d, &token, "fits.txt");
+    assert_eq!(out["ok"], true, "{}", &text[..200.min(text.len())]);
+    assert_eq!(text.len(), 1_048_576);
+    std::fs::write(wt.join("over.txt"), format!("{fits}a")).unwrap();
+    let (out, _) = mcp_read(&d, &token, "over.txt");
+    assert_eq!(
+        out["refused"],
+        "read over.txt: the result would be 1048577 bytes (the file is 1048177 bytes; JSON escaping adds the rest); the limit is 1048576"
+    );
+}
+
+// ------------------------------------------------------------- children and a killed daemon
+
+fn alive(pid: i32) -> bool {
+    // A zombie has exited; only a process that can still run counts.
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => {
+            let state = stat.rsplit(')').next().unwrap_or("").trim_start();
+            !state.starts_with('Z') && !state.starts_with('X')
+        }
+        Err(_) => false,
+    }
+}
+
+/// The process group of `pid` (field 5 of /proc/<pid>/stat).
+fn pgid(pid: i32) -> i32 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    let after = stat.rsplit(')').next().unwrap();
+    after.split_whitespace().nth(2).unwrap().parse().unwrap()
+}
+
+/// Wait for a gate file to hold `n` pids (the test's children announce themselves).
+fn wait_for_pids(file: &Path, n: usize) -> Vec<i32> {
+    let until = Instant::now() + Duration::from_secs(30);
+    loop {
+        if let Ok(text) = std::fs::read_to_string(file) {
+            let pids: Vec<i32> = text
+                .split_whitespace()
+                .filter_map(|p| p.parse().ok())
+                .collect();
+            if pids.len() >= n && text.ends_with('\n') {
+                return pids;
+            }
+        }
+        assert!(Instant::now() < until, "{} never appeared", file.display());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// SIGKILL kills the daemon at once; the kernel then has to deliver the parent-death signal
+/// and the watchdog's end-of-file: wait (bounded) for every process to be gone.
+fn assert_all_die(pids: &[i32]) {
+    let until = Instant::now() + Duration::from_secs(15);
+    for &pid in pids {
+        while alive(pid) {
+            assert!(
+                Instant::now() < until,
+                "process {pid} outlived the killed daemon"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+/// Send `body` to the daemon on another thread; the answer never comes (the daemon dies).
+fn call_in_background(url: String, token: String, body: Value) -> std::thread::JoinHandle<()> {
+    std::thread::spawn(move || {
+        let _ = ureq::post(&url)
+            .set("Authorization", &format!("Bearer {token}"))
+            .set("Content-Type", "application/json")
+            .set("Accept", "application/json, text/event-stream")
+            .set("MCP-Protocol-Version", "2025-11-25")
+            .send_bytes(&serde_json::to_vec(&body).unwrap());
+    })
+}
+
+fn standin() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../tests/ailang-standin/ailang")
+        .canonicalize()
+        .expect("tests/ailang-standin/ailang exists")
+}
+
+#[test]
+fn killed_daemon_leaves_no_ailang_child_or_grandchild() {
+    let bin = standin();
+    let mut d = Daemon::start(
+        &["worldd_workspace", "worldd_ailang"],
+        &["--tool-ailang-bin", path_str(&bin)],
+    );
+    let token = d.session("ep1", &["Ailang.Run=worktree:5"]);
+    let wt = d.root().join("ep1");
+    // The stand-in's `hang` mode starts a `sleep` grandchild, writes "<pid> <grandchild>" to
+    // ./hang.pids and sleeps.
+    std::fs::write(
+        wt.join("hang.ail"),
+        "-- standin: hang\nmodule m\n\nexport func main() -> () ! {IO} {\n  ()\n}\n",
+    )
+    .unwrap();
+    let caller = call_in_background(
+        d.url("/mcp/"),
+        token,
+        json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+               "params": {"name": "ailang-run", "arguments": {"path": "hang.ail"}}}),
+    );
+    let pids = wait_for_pids(&wt.join("hang.pids"), 2);
+    let watchdog = pgid(pids[0]);
+    assert_eq!(
+        pgid(pids[1]),
+        watchdog,
+        "the grandchild is in the child's group"
+    );
+    assert_ne!(watchdog, pids[0], "the group is led by the watchdog");
+    assert!(alive(pids[0]) && alive(pids[1]) && alive(watchdog));
+    d.child.kill().unwrap(); // SIGKILL
+    d.child.wait().unwrap();
+    assert_all_die(&[pids[0], pids[1], watchdog]);
+    caller.join().unwrap();
+}
+
+#[test]
+fn killed_daemon_leaves_no_git_child_or_filter() {
+    let mut d = Daemon::start(
+        &["worldd_workspace", "worldd_git"],
+        &["--git-author", "World Test <world@example.invalid>"],
+    );
+    let token = d.session("ep1", &["Git.Commit=worktree:5"]);
+    let wt = d.root().join("ep1");
+    let git = |args: &[&str]| {
+        let out = Command::new("git")
+            .args(["-c", "user.name=T", "-c", "user.email=t@example.invalid"])
+            .args(args)
+            .current_dir(&wt)
+            .env("GIT_CONFIG_NOSYSTEM", "1")
+            .env("GIT_CONFIG_GLOBAL", "/dev/null")
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    git(&["init", "-q"]);
+    // The operator's clean filter runs for *.txt; this one announces "<its pid> <git's pid>"
+    // and hangs, so `git add` (a child of the daemon) and the filter (its child) are running
+    // when the daemon is killed.
+    let pids_file = d.dir.path().join("filter.pids");
+    let filter = format!("echo $$ $PPID >> {}; sleep 300; cat", pids_file.display());
+    git(&["config", "filter.slow.clean", &filter]);
+    std::fs::write(wt.join(".git/info/attributes"), "*.txt filter=slow\n").unwrap();
+    std::fs::write(wt.join("a.txt"), "a\n").unwrap();
+    let caller = call_in_background(
+        d.url("/mcp/"),
+        token,
+        json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+               "params": {"name": "git-commit", "arguments": {"message": "m"}}}),
+    );
+    let pids = wait_for_pids(&pids_file, 2);
+    let (filter_pid, git_pid) = (pids[0], pids[1]);
+    let watchdog = pgid(git_pid);
+    assert_eq!(pgid(filter_pid), watchdog);
+    assert!(alive(git_pid) && alive(filter_pid) && alive(watchdog));
+    d.child.kill().unwrap(); // SIGKILL
+    d.child.wait().unwrap();
+    assert_all_die(&[git_pid, filter_pid, watchdog]);
+    caller.join().unwrap();
+    // The repository's own index was never locked: git staged into a private copy.
+    assert!(!wt.join(".git/index.lock").exists());
+}

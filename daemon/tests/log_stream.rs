@@ -1,0 +1,714 @@
+//! `GET /v1/log/stream`, `GET /v1/log/summaries` and the workbench's assets, in process: the
+//! real router (`tower::ServiceExt::oneshot`), a real LMDB store, the real coordinator and the
+//! se-tools registry with in-process handlers. Stream bodies are pulled frame by frame, so
+//! what the server produced before the client asked is observable.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::http::{HeaderMap, Request, StatusCode};
+use axum::Router;
+use broker_core::broker::HandlerIdentity;
+use broker_core::coordinator::{
+    Coordinator, CoordinatorConfig, EffectHandler, EffectRequest, HandlerOutcome, Handlers,
+};
+use broker_core::grant::Grant;
+use broker_core::journal::{self, Intent};
+use broker_core::log::{self, Append, HeadBinding, LogError};
+use broker_core::object::{Object, Ref};
+use broker_core::store::Store;
+use broker_core::transition::Transition;
+use broker_core::{registry, session};
+use http_body_util::BodyExt;
+use serde_json::{json, Map, Value};
+use tower::ServiceExt;
+use worldd::log_stream::{MAX_STREAMS, STREAM_BATCH};
+use worldd::state::{AppState, DaemonInfo};
+
+/// `Workspace.Read`: `refuse-me` is refused by policy, `break-me` fails, `unsure` cannot
+/// tell whether it ran; anything else reads.
+struct Echo;
+
+impl EffectHandler for Echo {
+    fn identity(&self) -> HandlerIdentity {
+        HandlerIdentity::in_process("test/echo", "0")
+    }
+    fn execute(&self, req: &EffectRequest<'_>) -> HandlerOutcome {
+        let path = req.payload["path"].as_str().unwrap_or("");
+        let mut out = Map::new();
+        match path {
+            "refuse-me" => {
+                out.insert("ok".into(), json!(false));
+                out.insert("refused".into(), json!("refused by policy"));
+            }
+            "break-me" => return HandlerOutcome::Failed("the disk is on fire".into()),
+            "unsure" => return HandlerOutcome::Indeterminate("the disk went away".into()),
+            _ => {
+                out.insert("ok".into(), json!(true));
+                out.insert("content".into(), json!(format!("read {path}")));
+            }
+        }
+        HandlerOutcome::Ok(out)
+    }
+}
+
+struct Harness {
+    _dir: tempfile::TempDir,
+    store: Store,
+    state: AppState,
+    app: Router,
+}
+
+fn harness(open_reads: bool) -> Harness {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::create(&dir.path().join("db")).unwrap();
+    let mut docs = Vec::new();
+    for entry in std::fs::read_dir(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../transitions/se-tools"
+    ))
+    .unwrap()
+    {
+        docs.push(Transition::from_slice(&std::fs::read(entry.unwrap().path()).unwrap()).unwrap());
+    }
+    registry::publish(&store, registry::DEFAULT_REGISTRY, docs, "test").unwrap();
+    let mut handlers = Handlers::new();
+    handlers.insert("Workspace.Read", Arc::new(Echo)).unwrap();
+    let coordinator = Coordinator::new(store.clone(), handlers, CoordinatorConfig::default());
+    let state = AppState::new(
+        store.clone(),
+        Arc::new(coordinator),
+        DaemonInfo {
+            db_path: "db".into(),
+            version: "test",
+            open_reads,
+        },
+    );
+    let app = worldd::server::router(state.clone());
+    Harness {
+        _dir: dir,
+        store,
+        state,
+        app,
+    }
+}
+
+impl Harness {
+    fn token(&self, episode: &str, grants: &[&str]) -> String {
+        let grants: Vec<Grant> = grants.iter().map(|g| g.parse().unwrap()).collect();
+        let now = self.state.coordinator().now();
+        session::mint(&self.store, episode, grants, 3600, now)
+            .unwrap()
+            .token
+    }
+
+    /// An operator credential: it sees every entry, those of no episode included.
+    fn operator_token(&self) -> String {
+        let now = self.state.coordinator().now();
+        session::mint_operator(&self.store, "ops", Vec::new(), 3600, now)
+            .unwrap()
+            .token
+    }
+
+    /// `tools/call` over MCP; the structured result.
+    async fn call(&self, token: &str, path: &str) -> Value {
+        let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+                          "params": {"name": "ailang-read", "arguments": {"path": path}}});
+        let req = Request::post("/mcp/")
+            .header("authorization", format!("Bearer {token}"))
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream")
+            .header("mcp-protocol-version", "2025-11-25")
+            .body(Body::from(body.to_string()))
+            .unwrap();
+        let res = self.app.clone().oneshot(req).await.unwrap();
+        let text = String::from_utf8(res.into_body().collect().await.unwrap().to_bytes().to_vec())
+            .unwrap();
+        let data = text
+            .lines()
+            .find_map(|l| l.strip_prefix("data: "))
+            .unwrap_or_else(|| panic!("not SSE: {text}"));
+        let v: Value = serde_json::from_str(data).unwrap();
+        v["result"]["structuredContent"].clone()
+    }
+
+    async fn get(
+        &self,
+        token: Option<&str>,
+        path: &str,
+        headers: &[(&str, &str)],
+    ) -> axum::response::Response {
+        let mut req = Request::get(path);
+        if let Some(t) = token {
+            req = req.header("authorization", format!("Bearer {t}"));
+        }
+        for (k, v) in headers {
+            req = req.header(*k, *v);
+        }
+        self.app
+            .clone()
+            .oneshot(req.body(Body::empty()).unwrap())
+            .await
+            .unwrap()
+    }
+
+    async fn get_json(&self, token: Option<&str>, path: &str) -> (StatusCode, Value) {
+        let res = self.get(token, path, &[]).await;
+        let status = res.status();
+        let bytes = res.into_body().collect().await.unwrap().to_bytes();
+        (
+            status,
+            serde_json::from_slice(&bytes).unwrap_or(Value::Null),
+        )
+    }
+
+    /// Open a stream and check its framing headers.
+    async fn stream(&self, token: Option<&str>, query: &str, headers: &[(&str, &str)]) -> Events {
+        let res = self
+            .get(token, &format!("/v1/log/stream{query}"), headers)
+            .await;
+        assert_eq!(res.status(), StatusCode::OK);
+        assert_eq!(
+            res.headers()["content-type"].to_str().unwrap(),
+            "text/event-stream"
+        );
+        Events {
+            body: res.into_body(),
+            buf: String::new(),
+        }
+    }
+
+    /// Append `n` entries that belong to no episode, in one transaction.
+    fn bulk_append(&self, n: usize) {
+        let doc = Object::json("test/bulk", "test", &json!({"bulk": true})).unwrap();
+        self.store
+            .write(move |w| -> Result<(), LogError> {
+                for _ in 0..n {
+                    log::append(
+                        w,
+                        &Append {
+                            objects: vec![doc.clone()],
+                            transition_fn: doc.hash,
+                            interpreter: log::interpreter_ref(),
+                            written_by: "test:bulk".into(),
+                            transition_ref: doc.hash,
+                            state_root: doc.hash,
+                            binding: HeadBinding::AtHead,
+                        },
+                    )?;
+                }
+                Ok(())
+            })
+            .unwrap();
+    }
+}
+
+#[derive(Debug)]
+struct Event {
+    id: Option<u64>,
+    event: String,
+    data: Value,
+}
+
+struct Events {
+    body: Body,
+    buf: String,
+}
+
+impl Events {
+    /// The next event; `None` when the stream ended. A stream that stays silent fails the
+    /// test after a generous bound instead of hanging it.
+    async fn next(&mut self) -> Option<Event> {
+        loop {
+            if let Some(end) = self.buf.find("\n\n") {
+                let block: String = self.buf.drain(..end + 2).collect();
+                let (mut id, mut event, mut data) = (None, String::new(), String::new());
+                for line in block.lines() {
+                    if let Some(v) = line.strip_prefix("id: ") {
+                        id = Some(v.parse().unwrap());
+                    } else if let Some(v) = line.strip_prefix("event: ") {
+                        event = v.to_owned();
+                    } else if let Some(v) = line.strip_prefix("data: ") {
+                        data.push_str(v);
+                    }
+                }
+                if event.is_empty() && data.is_empty() {
+                    continue; // a keep-alive comment
+                }
+                return Some(Event {
+                    id,
+                    event,
+                    data: serde_json::from_str(&data).unwrap(),
+                });
+            }
+            let frame = tokio::time::timeout(Duration::from_secs(30), self.body.frame())
+                .await
+                .expect("the stream sent nothing for 30 s");
+            match frame {
+                None => return None,
+                Some(f) => {
+                    if let Ok(data) = f.unwrap().into_data() {
+                        self.buf.push_str(std::str::from_utf8(&data).unwrap());
+                    }
+                }
+            }
+        }
+    }
+
+    async fn entry(&mut self) -> Event {
+        let e = self.next().await.expect("the stream ended");
+        assert_eq!(e.event, "entry", "{e:?}");
+        e
+    }
+}
+
+fn error_body(class: &str, message: &str) -> Value {
+    json!({"error": {"class": class, "message": message}})
+}
+
+#[tokio::test]
+async fn a_stream_sends_each_new_entry_with_its_summary() {
+    let h = harness(false);
+    let t = h.token("ep1", &["Workspace.Read=worktree:10"]);
+    // Without `from` or `Last-Event-ID` only new entries: the genesis is not replayed.
+    let mut s = h.stream(Some(&t), "", &[]).await;
+    let out = h.call(&t, "hello.txt").await;
+    assert_eq!(out["ok"], true);
+    let e = s.entry().await;
+    assert_eq!(e.id, Some(1));
+    let entry = h.store.read(|r| log::entry(r, 1)).unwrap().unwrap();
+    let world_ref = h.store.read(|r| log::world_ref_at(r, 1)).unwrap().unwrap();
+    let d = &e.data;
+    assert_eq!(d["header"], entry.to_value()["header"]);
+    assert_eq!(d["entryHash"], json!(entry.entry_hash));
+    assert_eq!(d["transitionRef"], json!(entry.transition_ref));
+    assert_eq!(d["worldRef"], json!(world_ref));
+    assert_eq!(d["tool"], "ailang-read");
+    assert_eq!(d["episode"], "ep1");
+    assert_eq!(d["outcome"], "ok");
+    assert_eq!(d["reason"], Value::Null);
+    let id = d["invocationId"].as_str().unwrap();
+    assert!(id.starts_with("mcp:ep1:"), "{id}");
+    // The world it names selects this entry.
+    let world = h
+        .store
+        .read(|r| log::world(r, &world_ref))
+        .unwrap()
+        .unwrap();
+    assert_eq!(world.revision, 1);
+    assert_eq!(world.log_head, entry.entry_hash);
+
+    h.call(&t, "second.txt").await;
+    assert_eq!(s.entry().await.id, Some(2));
+}
+
+#[tokio::test]
+async fn every_outcome_class_is_named() {
+    let h = harness(false);
+    let t = h.token("ep1", &["Workspace.Read=worktree:10"]);
+    let poor = h.token("ep1", &["Workspace.Read=worktree:0"]);
+    h.call(&t, "fine.txt").await; // 1 ok
+    h.call(&t, "/etc/passwd").await; // 2 refused by the plan
+    h.call(&t, "refuse-me").await; // 3 refused by policy
+    h.call(&poor, "fine.txt").await; // 4 denied: budget
+    h.call(&t, "break-me").await; // 5 failed
+    h.call(&t, "unsure").await; // 6 indeterminate
+    let (status, page) = h
+        .get_json(Some(&t), "/v1/log/summaries?from=0&limit=10")
+        .await;
+    assert_eq!(status, StatusCode::OK, "{page}");
+    let got: Vec<(Value, Value, Value)> = page["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| {
+            (
+                s["header"]["entryIndex"].clone(),
+                s["outcome"].clone(),
+                s["reason"].clone(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        got,
+        vec![
+            (json!(0), Value::Null, Value::Null),
+            (json!(1), json!("ok"), Value::Null),
+            (json!(2), json!("refused"), json!("plan")),
+            (json!(3), json!("refused"), json!("policy")),
+            (json!(4), json!("denied"), json!("denied:budget")),
+            (json!(5), json!("failed"), json!("handler")),
+            (json!(6), json!("indeterminate"), json!("handler")),
+        ]
+    );
+    // The genesis is no call.
+    let g = &page["items"][0];
+    assert_eq!(g["tool"], Value::Null);
+    assert_eq!(g["episode"], Value::Null);
+    assert_eq!(g["invocationId"], Value::Null);
+    assert_eq!(g["header"]["writtenBy"], "world:genesis");
+    assert_eq!(page["from"], 0);
+    assert_eq!(page["next"], 7);
+    assert_eq!(page["head"], 6);
+}
+
+#[tokio::test]
+async fn another_episodes_entries_never_reach_a_stream_or_a_page() {
+    let h = harness(false);
+    let mine = h.token("ep1", &["Workspace.Read=worktree:10"]);
+    let theirs = h.token("ep2", &["Workspace.Read=worktree:10"]);
+    let mut s = h.stream(Some(&mine), "?from=0", &[]).await;
+    assert_eq!(
+        s.entry().await.id,
+        Some(0),
+        "the genesis belongs to no episode"
+    );
+    h.call(&theirs, "secret-1.txt").await; // 1
+    h.call(&theirs, "secret-2.txt").await; // 2
+    h.call(&mine, "mine.txt").await; // 3
+    let e = s.entry().await;
+    assert_eq!(e.id, Some(3), "entries 1 and 2 belong to ep2: {e:?}");
+    assert_eq!(e.data["episode"], "ep1");
+
+    let (_, page) = h.get_json(Some(&mine), "/v1/log/summaries?from=0").await;
+    let seen: Vec<&Value> = page["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| &s["header"]["entryIndex"])
+        .collect();
+    assert_eq!(seen, [&json!(0), &json!(3)]);
+    assert_eq!(page["next"], 4, "the page scanned past what it hid");
+    assert!(!page.to_string().contains("secret"));
+    let (_, page) = h.get_json(Some(&theirs), "/v1/log/summaries").await;
+    assert_eq!(page["items"].as_array().unwrap().len(), 3);
+
+    // Under --open-reads everyone sees everything, without a credential.
+    let open = harness(true);
+    let a = open.token("ep1", &["Workspace.Read=worktree:10"]);
+    let b = open.token("ep2", &["Workspace.Read=worktree:10"]);
+    open.call(&a, "x").await;
+    open.call(&b, "y").await;
+    let (status, page) = open.get_json(None, "/v1/log/summaries").await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(page["items"].as_array().unwrap().len(), 3);
+    let mut s = open.stream(None, "?from=1", &[]).await;
+    assert_eq!(s.entry().await.data["episode"], "ep1");
+    assert_eq!(s.entry().await.data["episode"], "ep2");
+}
+
+#[tokio::test]
+async fn last_event_id_resumes_after_that_entry_and_from_starts_at_it() {
+    let h = harness(false);
+    let t = h.token("ep1", &["Workspace.Read=worktree:10"]);
+    for p in ["a", "b", "c"] {
+        h.call(&t, p).await;
+    }
+    let mut s = h.stream(Some(&t), "?from=2", &[]).await;
+    assert_eq!(s.entry().await.id, Some(2));
+    assert_eq!(s.entry().await.id, Some(3));
+    // A reconnecting client: Last-Event-ID wins over the URL's `from`.
+    let mut s = h
+        .stream(Some(&t), "?from=0", &[("last-event-id", "1")])
+        .await;
+    assert_eq!(s.entry().await.id, Some(2));
+    // A cursor past the head waits for that entry.
+    let mut s = h.stream(Some(&t), "?from=5", &[]).await;
+    h.call(&t, "d").await; // 4: not sent
+    h.call(&t, "e").await; // 5
+    assert_eq!(s.entry().await.id, Some(5));
+
+    for (query, headers, message) in [
+        ("?from=-1", vec![], "from must be a non-negative integer"),
+        ("?from=x", vec![], "from must be a non-negative integer"),
+        (
+            "",
+            vec![("last-event-id", "two")],
+            "Last-Event-ID must be a non-negative integer",
+        ),
+    ] {
+        let res = h
+            .get(Some(&t), &format!("/v1/log/stream{query}"), &headers)
+            .await;
+        assert_eq!(res.status(), StatusCode::BAD_REQUEST);
+        let body = res.into_body().collect().await.unwrap().to_bytes();
+        let v: Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(v, error_body("BadRequest", message));
+    }
+}
+
+#[tokio::test]
+async fn reading_the_log_live_needs_a_credential_unless_reads_are_open() {
+    let h = harness(false);
+    for path in ["/v1/log/stream", "/v1/log/summaries"] {
+        let (status, v) = h.get_json(None, path).await;
+        assert_eq!(status, StatusCode::UNAUTHORIZED, "{path}");
+        assert_eq!(
+            v,
+            error_body(
+                "SessionAbsent",
+                "a session credential is required: no Authorization Bearer header was present"
+            )
+        );
+        let (status, v) = h.get_json(Some(&"0".repeat(64)), path).await;
+        assert_eq!(status, StatusCode::UNAUTHORIZED, "{path}");
+        assert_eq!(
+            v,
+            error_body("SessionUnknown", "unknown session credential")
+        );
+    }
+}
+
+#[tokio::test]
+async fn a_revoked_credential_ends_an_open_stream_with_an_error_event() {
+    let h = harness(false);
+    let t = h.token("ep1", &["Workspace.Read=worktree:10"]);
+    let mut s = h.stream(Some(&t), "", &[]).await;
+    h.call(&t, "a").await;
+    assert_eq!(s.entry().await.id, Some(1));
+    // Revoking is itself a commit: it wakes the stream, which checks the credential again.
+    session::revoke(&h.store, &session::credential_id(&t)).unwrap();
+    let e = s.next().await.expect("an error event");
+    assert_eq!(e.event, "error");
+    assert_eq!(e.id, None);
+    assert_eq!(
+        e.data,
+        error_body("SessionUnknown", "unknown session credential")
+    );
+    assert!(s.next().await.is_none(), "the stream ends after the error");
+}
+
+#[tokio::test]
+async fn a_stream_reads_the_log_only_as_fast_as_its_client_takes_events() {
+    let h = harness(false);
+    // Bulk entries are client-built: only an operator lists them.
+    let t = h.operator_token();
+    let n = 4 * STREAM_BATCH;
+    h.bulk_append(n);
+    let hub = h.state.log_stream().clone();
+    let mut s = h.stream(Some(&t), "?from=0", &[]).await;
+    // A client that takes one event: one event was produced, whatever the backlog.
+    assert_eq!(s.entry().await.id, Some(0));
+    assert_eq!(hub.events_produced(), 1);
+    for i in 1..10 {
+        assert_eq!(s.entry().await.id, Some(i));
+    }
+    assert_eq!(hub.events_produced(), 10);
+    // Nothing was lost by going slowly: the rest follows in order.
+    for i in 10..=n as u64 {
+        assert_eq!(s.entry().await.id, Some(i));
+    }
+    assert_eq!(hub.events_produced(), n as u64 + 1);
+    drop(s);
+    assert_eq!(hub.open_streams(), 0, "a dropped client frees its slot");
+}
+
+#[tokio::test]
+async fn streams_beyond_the_limit_are_refused() {
+    let h = harness(false);
+    let t = h.token("ep1", &["Workspace.Read=worktree:10"]);
+    let mut open = Vec::new();
+    for _ in 0..MAX_STREAMS {
+        open.push(h.stream(Some(&t), "", &[]).await);
+    }
+    let (status, v) = h.get_json(Some(&t), "/v1/log/stream").await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(
+        v,
+        error_body(
+            "Unavailable",
+            &format!("too many open log streams: the limit is {MAX_STREAMS}")
+        )
+    );
+    open.pop();
+    let mut s = h.stream(Some(&t), "", &[]).await;
+    h.call(&t, "a").await;
+    assert_eq!(s.entry().await.id, Some(1));
+}
+
+#[tokio::test]
+async fn closing_the_hub_ends_open_streams_and_refuses_new_ones() {
+    let h = harness(false);
+    let t = h.token("ep1", &["Workspace.Read=worktree:10"]);
+    let mut s = h.stream(Some(&t), "", &[]).await;
+    h.state.log_stream().close();
+    assert!(s.next().await.is_none());
+    let (status, v) = h.get_json(Some(&t), "/v1/log/stream").await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(v, error_body("Unavailable", "the daemon is shutting down"));
+}
+
+#[tokio::test]
+async fn summaries_page_from_the_end_by_default_and_bound_their_limit() {
+    let h = harness(false);
+    // Bulk entries are client-built: only an operator lists them.
+    let t = h.operator_token();
+    h.bulk_append(600);
+    let index = |v: &Value| -> Vec<u64> {
+        v["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|s| s["header"]["entryIndex"].as_u64().unwrap())
+            .collect()
+    };
+    let (_, v) = h.get_json(Some(&t), "/v1/log/summaries?limit=3").await;
+    assert_eq!(index(&v), [598, 599, 600]);
+    assert_eq!(
+        (v["from"].clone(), v["next"].clone(), v["head"].clone()),
+        (json!(598), json!(601), json!(600))
+    );
+    let (_, v) = h.get_json(Some(&t), "/v1/log/summaries").await;
+    assert_eq!(v["items"].as_array().unwrap().len(), 100);
+    let (_, v) = h
+        .get_json(Some(&t), "/v1/log/summaries?from=0&limit=100000")
+        .await;
+    assert_eq!(v["items"].as_array().unwrap().len(), 500);
+    assert_eq!(v["next"], 500);
+    let (_, v) = h.get_json(Some(&t), "/v1/log/summaries?from=900").await;
+    assert_eq!(index(&v), Vec::<u64>::new());
+    assert_eq!(v["next"], 900);
+    let (status, v) = h.get_json(Some(&t), "/v1/log/summaries?limit=ten").await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert_eq!(v, error_body("BadRequest", "limit must be an integer"));
+    let (status, v) = h.get_json(Some(&t), "/v1/log/summaries?from=-3").await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert_eq!(
+        v,
+        error_body("BadRequest", "from must be a non-negative integer")
+    );
+}
+
+#[tokio::test]
+async fn the_budget_lists_the_episodes_indeterminate_intents() {
+    let h = harness(false);
+    let t = h.token("ep1", &["Workspace.Read=worktree:10"]);
+    let request = Ref::of(b"request");
+    // Intents journaled, outcomes never written (a crash between the two): one of ep1, one
+    // of another episode.
+    h.store
+        .write(move |w| -> Result<(), journal::JournalError> {
+            for (id, ep) in [("mcp:ep1:lost", "ep1"), ("mcp:ep2:lost", "ep2")] {
+                let intent = Intent {
+                    invocation_id: id.into(),
+                    episode: ep.into(),
+                    effect: "Workspace.Read".into(),
+                    scope: "worktree".into(),
+                    cost: 1,
+                    request_ref: request,
+                };
+                journal::append_intent(w, &intent, 10)?;
+            }
+            Ok(())
+        })
+        .unwrap();
+    let (status, v) = h.get_json(Some(&t), "/v1/budget").await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(
+        v["indeterminate"],
+        json!([{"invocationId": "mcp:ep1:lost", "effect": "Workspace.Read", "scope": "worktree",
+                "cost": 1, "requestRef": request}])
+    );
+    assert_eq!(v["grants"][0]["spent"], 1);
+}
+
+// -------------------------------------------------------------------------------------------
+// The workbench's assets.
+
+fn header<'a>(h: &'a HeaderMap, name: &str) -> &'a str {
+    h.get(name).map(|v| v.to_str().unwrap()).unwrap_or("")
+}
+
+#[tokio::test]
+async fn the_workbench_is_served_with_its_content_types_and_a_strict_policy() {
+    let h = harness(false);
+    for (path, content_type) in [
+        ("/workbench", "text/html; charset=utf-8"),
+        ("/workbench/", "text/html; charset=utf-8"),
+        ("/workbench/workbench.js", "text/javascript; charset=utf-8"),
+        ("/workbench/verify.js", "text/javascript; charset=utf-8"),
+        ("/workbench/canon.js", "text/javascript; charset=utf-8"),
+        ("/workbench/workbench.css", "text/css; charset=utf-8"),
+        ("/workbench/icon.svg", "image/svg+xml"),
+    ] {
+        // No credential: the page holds no data, the data routes ask for one.
+        let res = h.get(None, path, &[]).await;
+        assert_eq!(res.status(), StatusCode::OK, "{path}");
+        let hd = res.headers().clone();
+        assert_eq!(header(&hd, "content-type"), content_type, "{path}");
+        assert_eq!(
+            header(&hd, "content-security-policy"),
+            "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self'; \
+             connect-src 'self'; font-src 'none'; object-src 'none'; base-uri 'none'; \
+             form-action 'none'; frame-ancestors 'none'"
+        );
+        assert_eq!(header(&hd, "x-content-type-options"), "nosniff");
+        assert_eq!(header(&hd, "referrer-policy"), "no-referrer");
+        assert!(hd.get("set-cookie").is_none());
+        let body = res.into_body().collect().await.unwrap().to_bytes();
+        assert!(!body.is_empty());
+    }
+}
+
+#[tokio::test]
+async fn the_workbench_page_has_no_inline_script_or_style_and_fetches_nothing_elsewhere() {
+    let h = harness(false);
+    let mut all = String::new();
+    for path in [
+        "/workbench",
+        "/workbench/workbench.js",
+        "/workbench/verify.js",
+        "/workbench/canon.js",
+        "/workbench/workbench.css",
+    ] {
+        let res = h.get(None, path, &[]).await;
+        let body = res.into_body().collect().await.unwrap().to_bytes();
+        all.push_str(std::str::from_utf8(&body).unwrap());
+    }
+    let page = {
+        let res = h.get(None, "/workbench", &[]).await;
+        let body = res.into_body().collect().await.unwrap().to_bytes();
+        String::from_utf8(body.to_vec()).unwrap()
+    };
+    // Every script has a source on this origin; no inline handlers or styles.
+    assert_eq!(page.matches("<script").count(), 1);
+    assert!(page.contains(r#"<script type="module" src="/workbench/workbench.js"></script>"#));
+    for banned in [" style=", " onclick=", " onload=", "javascript:"] {
+        assert!(!page.contains(banned), "{banned}");
+    }
+    // No network but this daemon: no absolute URLs, no cookies, no innerHTML.
+    for banned in [
+        "http://",
+        "https://",
+        "//cdn",
+        "document.cookie",
+        "innerHTML",
+        "eval(",
+    ] {
+        assert!(!all.contains(banned), "{banned}");
+    }
+}
+
+#[tokio::test]
+async fn workbench_refuses_query_parameters_and_unknown_assets() {
+    let h = harness(false);
+    let (status, v) = h.get_json(None, "/workbench?entry=4").await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert_eq!(
+        v,
+        error_body(
+            "BadRequest",
+            "the workbench takes no query parameters (its links use the fragment, e.g. /workbench#entry/42)"
+        )
+    );
+    for path in [
+        "/workbench/nope.js",
+        "/workbench/..%2fCargo.toml",
+        "/workbench/index.html",
+    ] {
+        let (status, v) = h.get_json(None, path).await;
+        assert_eq!(status, StatusCode::NOT_FOUND, "{path}");
+        assert_eq!(v, error_body("NotFound", "no such workbench asset"));
+    }
+}

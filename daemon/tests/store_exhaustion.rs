@@ -1,0 +1,353 @@
+//! No session can fill the store, through the real binary: a denial flood in one MCP batch
+//! and a store-fill attempt both end in the capacity error, other episodes and the operator's
+//! verbs keep working, the store warns on the way, and a full disk reads "disk full".
+
+mod common;
+
+use common::*;
+use serde_json::{json, Value};
+
+const WS: &[&str] = &["worldd_workspace"];
+const CAPACITY: &str = "host callback capacity exceeded";
+const STORE_FULL: &str =
+    "the world store is full; new calls are refused until an operator makes room";
+
+fn revision(d: &Daemon, token: &str) -> u64 {
+    let head = get(&d.url("/v1/head"), Some(token)).text();
+    get(&d.url(&format!("/v1/worlds/{head}")), Some(token)).json()["revision"]
+        .as_u64()
+        .unwrap()
+}
+
+/// The value of one metrics line (`name` includes any labels).
+fn metric(d: &Daemon, name: &str) -> f64 {
+    let text = get(&d.url("/v1/metrics"), None).text();
+    text.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' '))
+        .unwrap_or_else(|| panic!("{name} missing from {text}"))
+        .parse()
+        .unwrap()
+}
+
+fn mcp_call(d: &Daemon, token: &str, tool: &str, args: Value) -> Answer {
+    mcp(
+        d,
+        token,
+        "tools/call",
+        json!({"name": tool, "arguments": args}),
+    )
+}
+
+#[test]
+fn a_denial_flood_in_one_mcp_batch_ends_in_the_capacity_error_and_other_episodes_go_on() {
+    // A burst of 5 and practically no refill: the test's outcome cannot depend on its speed.
+    let d = Daemon::start(
+        WS,
+        &["--refusal-burst", "5", "--refusals-per-minute", "0.0001"],
+    );
+    let flood = d.session("ep-flood", &["Workspace.Read=worktree:0"]);
+    let other = d.session("ep-ok", &["Workspace.Read=worktree:5"]);
+    let before = revision(&d, &other);
+    // Within the batch limit (64 items), far over the burst.
+    let batch: Vec<Value> = (0..60)
+        .map(|i| {
+            json!({"jsonrpc": "2.0", "id": i, "method": "tools/call",
+                   "params": {"name": "ailang-read", "arguments": {"path": format!("f{i}")}}})
+        })
+        .collect();
+    let answer = request(
+        "POST",
+        &d.url("/mcp/"),
+        Some(&flood),
+        &[
+            ("Content-Type", "application/json"),
+            ("Accept", "application/json, text/event-stream"),
+            ("MCP-Protocol-Version", "2025-03-26"),
+        ],
+        Some(&serde_json::to_vec(&batch).unwrap()),
+    );
+    assert_eq!(
+        (answer.status, answer.json()),
+        (
+            200,
+            json!({"jsonrpc": "2.0", "id": null, "error": {"code": -32603, "message": CAPACITY}})
+        )
+    );
+    // Exactly the burst was committed, every one a budget denial; nothing after it.
+    assert_eq!(revision(&d, &other), before + 5);
+    for i in before + 1..=before + 5 {
+        let e = get(&d.url(&format!("/v1/log/{i}")), Some(&flood));
+        assert_eq!(e.status, 200);
+    }
+    // The same credential over A2A, and a plan refusal: the same error, nothing committed.
+    let v = a2a(&d, &flood, "t1", "ailang-read", json!({"path": "x"}));
+    assert_eq!(v["error"], json!({"code": -32603, "message": CAPACITY}));
+    let v = mcp_call(&d, &flood, "ailang-read", json!({"path": "x", "limit": 1}));
+    assert_eq!(
+        v.json(),
+        json!({"jsonrpc": "2.0", "id": 7, "error": {"code": -32603, "message": CAPACITY}})
+    );
+    assert_eq!(revision(&d, &other), before + 5);
+    // Another episode is served as before.
+    let ok = mcp_call(&d, &other, "ailang-read", json!({"path": "y"})).sse_json();
+    assert_eq!(
+        ok["result"]["structuredContent"]["world"]["effects"][0]["status"],
+        "ok"
+    );
+    assert_eq!(revision(&d, &other), before + 6);
+    assert_eq!(
+        metric(
+            &d,
+            "worldd_calls_total{tool=\"ailang-read\",outcome=\"refusal_rate\"}"
+        ),
+        3.0
+    );
+    assert_eq!(
+        metric(
+            &d,
+            "worldd_calls_total{tool=\"ailang-read\",outcome=\"denied\"}"
+        ),
+        5.0
+    );
+}
+
+#[test]
+fn a_store_fill_attempt_ends_in_the_capacity_error_while_the_operators_verbs_still_work() {
+    let ceiling = 16u64 << 20;
+    let d = Daemon::start(
+        WS,
+        &[
+            "--store-ceiling",
+            &ceiling.to_string(),
+            "--store-reserve",
+            "524288",
+        ],
+    );
+    let filler = d.session("ep-fill", &["Workspace.Write=worktree:1000"]);
+    let other = d.session("ep-other", &["Workspace.Read=worktree:5"]);
+    assert_eq!(metric(&d, "worldd_store_ceiling_bytes"), ceiling as f64);
+    assert_eq!(metric(&d, "worldd_store_reserve_bytes"), 524288.0);
+    assert_eq!(metric(&d, "worldd_store_warning{threshold=\"80\"}"), 0.0);
+
+    // Each write stores its 60 kB content three times (input, plan, request): about 1.5 % of
+    // the ceiling a call, so the 80-95 % band cannot be jumped over, and the reserve holds
+    // more than one call (a reserve smaller than a call could let the call admitted last
+    // reach the ceiling itself).
+    let content = "x".repeat(60_000);
+    let mut seen = Vec::new();
+    let refused = (0..100).find_map(|i| {
+        let a = mcp_call(
+            &d,
+            &filler,
+            "ailang-write",
+            json!({"path": format!("f{i}.txt"), "content": content}),
+        );
+        if a.content_type.starts_with("text/event-stream") {
+            assert_eq!(
+                a.sse_json()["result"]["structuredContent"]["ok"],
+                true,
+                "call {i}"
+            );
+            seen.push((
+                metric(&d, "worldd_store_warning{threshold=\"80\"}"),
+                metric(&d, "worldd_store_warning{threshold=\"95\"}"),
+                metric(&d, "worldd_store_refusing"),
+            ));
+            None
+        } else {
+            Some(a.json())
+        }
+    });
+    assert_eq!(
+        refused,
+        Some(json!({"jsonrpc": "2.0", "id": 7, "error": {"code": -32603, "message": CAPACITY}}))
+    );
+    assert!(seen.contains(&(0.0, 0.0, 0.0)), "{seen:?}");
+    assert!(seen.contains(&(1.0, 0.0, 0.0)), "{seen:?}");
+    assert_eq!(seen.last(), Some(&(1.0, 1.0, 1.0)), "{seen:?}");
+    assert!(metric(&d, "worldd_store_used_ratio") > 0.95);
+
+    // Every episode's new work is refused, before anything is written or spent.
+    let head = revision(&d, &other);
+    let v = a2a(&d, &other, "t1", "ailang-read", json!({"path": "a"}));
+    assert_eq!(v["error"]["code"], -32603);
+    assert_eq!(v["error"]["message"], STORE_FULL);
+    let budget = get(&d.url("/v1/budget"), Some(&other)).json();
+    assert_eq!(budget["grants"][0]["spent"], 0);
+    assert_eq!(revision(&d, &other), head);
+    let operator = d.operator_session("ops", &["World.Commit=log:5"]);
+    let commit = post_json(&d.url("/v1/commit"), Some(&operator), &json!({}));
+    assert_eq!(
+        (commit.status, commit.json()),
+        (
+            507,
+            json!({"error": {"class": "StoreFull", "message": STORE_FULL}})
+        )
+    );
+    // Reads are served.
+    let own = get(&d.url("/v1/log?from=0"), Some(&filler)).json();
+    assert_eq!(own["next"].as_u64(), Some(head + 1));
+
+    // The operator's verbs still work.
+    let (code, out, err) = worldd(&["doctor", "--db", path_str(&d.db())], None);
+    assert_eq!(code, 0, "{out}{err}");
+    let (code, shown) = mint_at_terminal(
+        &d.db(),
+        "--episode ep-later --grant Workspace.Read=worktree:1",
+    );
+    assert_eq!(code, 0, "{shown}");
+    let (code, _, err) = worldd(
+        &[
+            "session",
+            "revoke",
+            "--db",
+            path_str(&d.db()),
+            "--episode",
+            "ep-fill",
+        ],
+        None,
+    );
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(get(&d.url("/v1/head"), Some(&filler)).status, 401);
+
+    // The log said so, once per threshold crossed.
+    let (dir, log) = d.halt_with_log();
+    let lines = |needle: &str| log.lines().filter(|l| l.contains(needle)).count();
+    assert_eq!(lines("(warning threshold 80%)"), 1, "{log}");
+    assert_eq!(
+        lines("store full: new client calls are refused"),
+        1,
+        "{log}"
+    );
+
+    // A larger ceiling takes calls again.
+    let d = Daemon::start_in(dir, WS, &["--store-ceiling", &(64u64 << 20).to_string()]);
+    let v = a2a(&d, &other, "t2", "ailang-read", json!({"path": "a"}));
+    assert!(v["result"].is_object(), "{v}");
+    assert_eq!(metric(&d, "worldd_store_refusing"), 0.0);
+}
+
+#[test]
+fn a_full_disk_reads_disk_full_in_the_daemons_log() {
+    let Some(fs) = Tmpfs::mount(6 << 20) else {
+        eprintln!("skipped: mounting a tmpfs needs root");
+        return;
+    };
+    // The daemon's store directory is on the small disk.
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(fs.dir.path().join("db")).unwrap();
+    std::os::unix::fs::symlink(fs.dir.path().join("db"), dir.path().join("db")).unwrap();
+    // No reserve and a ceiling far above the disk: the filesystem is what runs out.
+    let d = Daemon::start_in(
+        dir,
+        WS,
+        &[
+            "--store-ceiling",
+            &(1u64 << 30).to_string(),
+            "--store-reserve",
+            "0",
+        ],
+    );
+    let filler = d.session("ep-fill", &["Workspace.Write=worktree:1000"]);
+    let content = "x".repeat(200_000);
+    let error = (0..100)
+        .find_map(|i| {
+            let v = a2a(
+                &d,
+                &filler,
+                &format!("t{i}"),
+                "ailang-write",
+                json!({"path": format!("f{i}.txt"), "content": content}),
+            );
+            v.get("error").cloned()
+        })
+        .expect("a 6 MiB disk fills up");
+    // Before the effect: the store-full text; after it: the effect is reported unrecorded.
+    let message = error["message"].as_str().unwrap();
+    assert!(
+        message == STORE_FULL
+            || message.starts_with(
+                "effects were requested but the invocation was not confirmed committed"
+            ),
+        "{error}"
+    );
+    let (_dir, log) = d.halt_with_log();
+    assert!(
+        log.contains("disk full: the store's filesystem has no space left ("),
+        "{log}"
+    );
+    assert!(!log.contains("store I/O error"), "{log}");
+}
+
+#[test]
+fn a_disk_with_less_room_than_the_reserve_refuses_new_calls_before_it_fills() {
+    let Some(fs) = Tmpfs::mount(6 << 20) else {
+        eprintln!("skipped: mounting a tmpfs needs root");
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(fs.dir.path().join("db")).unwrap();
+    std::os::unix::fs::symlink(fs.dir.path().join("db"), dir.path().join("db")).unwrap();
+    // The default reserve of a 1 GiB ceiling is 128 MiB: more than this disk holds.
+    let d = Daemon::start_in(dir, WS, &["--store-ceiling", &(1u64 << 30).to_string()]);
+    let token = d.session("ep1", &["Workspace.Read=worktree:5"]);
+    let before = revision(&d, &token);
+    let v = a2a(&d, &token, "t", "ailang-read", json!({"path": "a"}));
+    assert_eq!(v["error"]["message"], STORE_FULL, "{v}");
+    assert_eq!(revision(&d, &token), before);
+    assert_eq!(metric(&d, "worldd_store_refusing"), 1.0);
+    assert!(metric(&d, "worldd_store_disk_free_bytes") < (6 << 20) as f64);
+    let (_dir, log) = d.halt_with_log();
+    assert!(
+        log.contains("store full: new client calls are refused: the store's filesystem has "),
+        "{log}"
+    );
+}
+
+#[test]
+fn limits_that_cannot_work_stop_startup_with_one_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("db");
+    let root = dir.path().join("wt");
+    let serve = |extra: &[&str]| {
+        let mut args = vec![
+            "serve",
+            "--db",
+            path_str(&db),
+            "--workspace-root",
+            path_str(&root),
+            "--bind",
+            "127.0.0.1:0",
+        ];
+        args.extend_from_slice(extra);
+        worldd(&args, None)
+    };
+    let (code, _, err) = serve(&["--store-ceiling", "1048576", "--store-reserve", "1048576"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("daemon startup failed at config: the store reserve (1048576 bytes) must be smaller than its ceiling (1048576 bytes)"), "{err}");
+    let (code, _, err) = serve(&["--refusal-burst", "0"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("daemon startup failed at config: the refusal burst must be at least 1"),
+        "{err}"
+    );
+    assert!(!db.join("data.mdb").exists());
+    // The same keys in the config file.
+    let config = dir.path().join("world.toml");
+    std::fs::write(&config, "[serve]\nrefusals_per_minute = -1\n").unwrap();
+    let (code, _, err) = serve(&["--config", path_str(&config)]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.contains("the refusal rate must be a finite number of refusals per minute, 0 or more (0 turns the limit off), not -1"), "{err}");
+    // `map_size`, the old name of the ceiling, still reads.
+    std::fs::write(
+        &config,
+        "[serve]\nmap_size = 1048576\nstore_reserve = 1048576\n",
+    )
+    .unwrap();
+    let (code, _, err) = serve(&["--config", path_str(&config)]);
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("must be smaller than its ceiling (1048576 bytes)"),
+        "{err}"
+    );
+}

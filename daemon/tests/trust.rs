@@ -1,0 +1,608 @@
+//! Hostile clients against the real binary: forged log entries, commits without the operator's
+//! credential or grant, oversized commits, and entries `why` and `doctor` must refuse to
+//! verify. Each test is named for the attack it pins.
+
+mod common;
+
+use base64::Engine;
+use common::*;
+use serde_json::{json, Value};
+use sha2::Digest;
+
+const WS: &[&str] = &["worldd_workspace"];
+
+fn sha(bytes: &[u8]) -> String {
+    format!("sha256:{}", hex::encode(sha2::Sha256::digest(bytes)))
+}
+
+fn canon(v: &Value) -> Vec<u8> {
+    broker_core::canon::to_vec(v).unwrap()
+}
+
+fn object_json(payload: &[u8], semantic_id: &str) -> Value {
+    json!({"hash": sha(payload), "interfaceHash": sha(semantic_id.as_bytes()),
+           "semanticId": semantic_id, "provenance": "rest:test",
+           "payload": base64::engine::general_purpose::STANDARD.encode(payload)})
+}
+
+/// What a client's entry says.
+struct Claim<'a> {
+    written_by: &'a str,
+    transition_fn: &'a str,
+    interpreter: &'a str,
+    /// The invocation record (`transitionRef`).
+    record_ref: &'a str,
+    /// The world's `stateRoot`.
+    output_ref: &'a str,
+}
+
+/// A commit body on the daemon's current head: the entry `claim` describes, with `objects`
+/// (payload, semantic id).
+fn commit_body(d: &Daemon, token: &str, claim: &Claim<'_>, objects: &[(Vec<u8>, &str)]) -> Value {
+    let Claim {
+        written_by,
+        transition_fn,
+        interpreter,
+        record_ref,
+        output_ref,
+    } = *claim;
+    let head = get(&d.url("/v1/head"), Some(token)).text();
+    let world0 = get(&d.url(&format!("/v1/worlds/{head}")), Some(token)).json();
+    let index = world0["revision"].as_u64().unwrap() + 1;
+    let fields = json!({
+        "entryIndex": index, "semanticsEpoch": 1, "transitionFn": transition_fn,
+        "interpreter": interpreter, "prevEntryHash": world0["logHead"], "writtenBy": written_by,
+        "transitionRef": record_ref,
+    });
+    let entry_hash = sha(&canon(&fields));
+    let world = json!({"revision": index, "stateRoot": output_ref, "logHead": entry_hash});
+    let mut header = fields.clone();
+    header.as_object_mut().unwrap().remove("transitionRef");
+    json!({
+        "observedHead": head,
+        "objects": objects.iter().map(|(p, s)| object_json(p, s)).collect::<Vec<_>>(),
+        "nextWorld": {"ref": sha(&canon(&world)), "revision": index, "stateRoot": output_ref,
+                      "logHead": entry_hash},
+        "entry": {"header": header, "entryHash": entry_hash, "transitionRef": record_ref},
+    })
+}
+
+/// An opaque client commit (a note), valid on the current head.
+fn note_commit(d: &Daemon, token: &str, tag: &str) -> Value {
+    let out = format!(r#"{{"note":"{tag}"}}"#).into_bytes();
+    let rec = format!(r#"{{"record":"{tag}"}}"#).into_bytes();
+    commit_body(
+        d,
+        token,
+        &Claim {
+            written_by: "rest:ops",
+            transition_fn: &sha(b"fn"),
+            interpreter: &sha(b"interp"),
+            record_ref: &sha(&rec),
+            output_ref: &sha(&out),
+        },
+        &[
+            (out.clone(), "world/note/v1"),
+            (rec.clone(), "world/note-record/v1"),
+        ],
+    )
+}
+
+fn commit(d: &Daemon, token: &str, body: &Value) -> Answer {
+    post_json(&d.url("/v1/commit"), Some(token), body)
+}
+
+fn error_of(a: &Answer) -> (u16, Value) {
+    (a.status, a.json())
+}
+
+/// A genuine call, and its log entry and invocation record.
+fn genuine_read(d: &Daemon, token: &str, task: &str) -> (Value, Value, Value) {
+    std::fs::write(d.root().join("ep1/a.txt"), "alpha").unwrap();
+    let v = a2a(d, token, task, "ailang-read", json!({"path": "a.txt"}));
+    let index = v["result"]["metadata"]["entry_index"].as_u64().unwrap();
+    let entry = get(&d.url(&format!("/v1/log/{index}")), Some(token)).json();
+    let record = payload(d, token, entry["transitionRef"].as_str().unwrap());
+    (v, entry, record)
+}
+
+fn payload(d: &Daemon, token: &str, reference: &str) -> Value {
+    let o = get(
+        &d.url(&format!("/v1/objects/{reference}?payload=true")),
+        Some(token),
+    )
+    .json();
+    let bytes = base64::engine::general_purpose::STANDARD
+        .decode(o["payload"].as_str().unwrap())
+        .unwrap();
+    serde_json::from_slice(&bytes).unwrap()
+}
+
+fn metric(d: &Daemon, line_prefix: &str) -> Option<String> {
+    let text = get(&d.url("/v1/metrics"), None).text();
+    text.lines()
+        .find(|l| l.starts_with(line_prefix))
+        .map(str::to_owned)
+}
+
+// -------------------------------------------------------------------------------------------
+// POST /v1/commit is an operator's act.
+
+#[test]
+fn forged_coordinator_entry_is_refused_at_commit() {
+    let d = Daemon::start(WS, &[]);
+    let agent = d.session("ep1", &["Workspace.Read=worktree:5"]);
+    let ops = d.operator_session("ops", &["World.Commit=log:5"]);
+    let (v, entry, record) = genuine_read(&d, &agent, "r1");
+    let head = get(&d.url("/v1/head"), Some(&ops)).text();
+
+    // The attack of issue 11: relabelled as the coordinator, with an invented invocation of
+    // another episode, reusing the real plan, effect and output refs.
+    let mut invented = record.clone();
+    invented["invocationId"] = json!("mcp:ep1:never-happened");
+    let invented_bytes = canon(&invented);
+    let output = v["result"]["artifacts"][0]["parts"][0]["data"].clone();
+    let output_ref = sha(&canon(&output));
+    for writer in ["coordinator:mcp", "coordinator:a2a"] {
+        let claim = Claim {
+            written_by: writer,
+            transition_fn: entry["header"]["transitionFn"].as_str().unwrap(),
+            interpreter: entry["header"]["interpreter"].as_str().unwrap(),
+            record_ref: &sha(&invented_bytes),
+            output_ref: &output_ref,
+        };
+        let body = commit_body(
+            &d,
+            &ops,
+            &claim,
+            &[(invented_bytes.clone(), "world/invocation-record/v2")],
+        );
+        let (status, e) = error_of(&commit(&d, &ops, &body));
+        assert_eq!(
+            (status, e),
+            (
+                400,
+                json!({"error": {"class": "BadRequest", "message": format!(
+                    "invalid commit: writtenBy {writer:?} is reserved: coordinator:* and world:* entries are written only by the daemon itself")}})
+            )
+        );
+    }
+    // The same invented record under a client's label: the record itself is the claim.
+    let claim = Claim {
+        written_by: "rest:mallory",
+        transition_fn: entry["header"]["transitionFn"].as_str().unwrap(),
+        interpreter: entry["header"]["interpreter"].as_str().unwrap(),
+        record_ref: &sha(&invented_bytes),
+        output_ref: &output_ref,
+    };
+    let body = commit_body(
+        &d,
+        &ops,
+        &claim,
+        &[(invented_bytes.clone(), "world/invocation-record/v2")],
+    );
+    let (status, e) = error_of(&commit(&d, &ops, &body));
+    assert_eq!(status, 400);
+    assert_eq!(
+        e["error"]["message"],
+        "invalid commit: transitionRef is an invocation record of the coordinator (mcp:ep1:never-happened); only the coordinator commits those"
+    );
+    // Nothing landed, nothing was spent, every refusal was counted.
+    assert_eq!(get(&d.url("/v1/head"), Some(&ops)).text(), head);
+    let budget = get(&d.url("/v1/budget"), Some(&ops)).json();
+    assert_eq!(budget["grants"][0]["spent"], 0, "{budget}");
+    assert_eq!(
+        metric(&d, "worldd_commits_total{result=\"reserved\"}").as_deref(),
+        Some("worldd_commits_total{result=\"reserved\"} 3")
+    );
+}
+
+#[test]
+fn a_session_without_the_commit_grant_gets_403() {
+    let d = Daemon::start(WS, &[]);
+    let agent = d.session("ep1", &["Workspace.Read=worktree:5"]);
+    // An agent credential holding the commit grant is still not an operator.
+    let agent_with_grant = d.session("ep2", &["World.Commit=log:5"]);
+    let operator_without = d.operator_session("ops", &["Workspace.Read=worktree:5"]);
+    let operator = d.operator_session("ops2", &["World.Commit=log:1"]);
+    let head = get(&d.url("/v1/head"), Some(&agent)).text();
+    let not_operator = json!({"error": {"class": "Forbidden", "message":
+        "POST /v1/commit is an operator's act: this session credential is not an operator credential (mint one with worldd session mint --operator)"}});
+    for token in [&agent, &agent_with_grant] {
+        let a = commit(&d, token, &note_commit(&d, token, "x"));
+        assert_eq!(error_of(&a), (403, not_operator.clone()));
+    }
+    let a = commit(
+        &d,
+        &operator_without,
+        &note_commit(&d, &operator_without, "x"),
+    );
+    assert_eq!(
+        error_of(&a),
+        (
+            403,
+            json!({"error": {"class": "Forbidden", "message":
+                "denied:effect-name: POST /v1/commit needs a World.Commit=log:N grant; this operator credential has none"}})
+        )
+    );
+    // The rules come before the body: a malformed body is not even read.
+    let a = request(
+        "POST",
+        &d.url("/v1/commit"),
+        Some(&agent),
+        &[("Content-Type", "application/json")],
+        Some(b"{not json"),
+    );
+    assert_eq!(a.status, 403);
+    assert_eq!(get(&d.url("/v1/head"), Some(&agent)).text(), head);
+
+    // With the grant: one commit per unit, and the unit stays spent across a restart.
+    let a = commit(&d, &operator, &note_commit(&d, &operator, "one"));
+    assert_eq!(a.status, 200, "{}", a.text());
+    let spent_out = json!({"error": {"class": "Forbidden", "message":
+        "denied:budget: the World.Commit=log grant has 0 commit(s) left"}});
+    let a = commit(&d, &operator, &note_commit(&d, &operator, "two"));
+    assert_eq!(error_of(&a), (403, spent_out.clone()));
+    assert_eq!(
+        metric(&d, "worldd_commits_total{result=\"accepted\"}").as_deref(),
+        Some("worldd_commits_total{result=\"accepted\"} 1")
+    );
+    for (result, n) in [("not_operator", 3), ("no_grant", 1), ("budget", 1)] {
+        let line = format!("worldd_commits_total{{result=\"{result}\"}} {n}");
+        assert_eq!(metric(&d, &line).as_deref(), Some(line.as_str()));
+    }
+    let d = d.restart(WS, &[]);
+    let a = commit(&d, &operator, &note_commit(&d, &operator, "two"));
+    assert_eq!(error_of(&a), (403, spent_out));
+}
+
+#[test]
+fn an_oversized_commit_is_refused_before_it_spends() {
+    let d = Daemon::start(WS, &["--commit-body-bytes", "4096"]);
+    let operator = d.operator_session("ops", &["World.Commit=log:1"]);
+    let big = "x".repeat(4096);
+    let a = commit(&d, &operator, &note_commit(&d, &operator, &big));
+    assert_eq!(
+        error_of(&a),
+        (
+            413,
+            json!({"error": {"class": "PayloadTooLarge", "message": "commit body exceeds 4096 bytes"}})
+        )
+    );
+    // The one unit is still there for a commit within the limit.
+    let a = commit(&d, &operator, &note_commit(&d, &operator, "small"));
+    assert_eq!(a.status, 200, "{}", a.text());
+    assert_eq!(
+        metric(&d, "worldd_commits_total{result=\"too_large\"}").as_deref(),
+        Some("worldd_commits_total{result=\"too_large\"} 1")
+    );
+
+    // The limit is the operator's, within the reference's 8 MiB.
+    let dir = tempfile::tempdir().unwrap();
+    let (code, out, err) = worldd(
+        &[
+            "serve",
+            "--db",
+            path_str(&dir.path().join("db")),
+            "--workspace-root",
+            path_str(&dir.path().join("wt")),
+            "--bind",
+            "127.0.0.1:0",
+            "--commit-body-bytes",
+            "8388609",
+        ],
+        None,
+    );
+    assert_eq!((code, out.as_str()), (2, ""), "{err}");
+    assert!(
+        err.contains(
+            "worldd: daemon startup failed at config: [limits] commit_body_bytes 8388609 is out of range (1 to 8388608)"
+        ),
+        "{err}"
+    );
+}
+
+// -------------------------------------------------------------------------------------------
+// `why` and `doctor` check what only the coordinator writes, and replay plans.
+
+#[test]
+fn hand_made_client_entry_whose_plan_does_not_match_its_input_fails_why_and_doctor() {
+    let d = Daemon::start(WS, &[]);
+    let agent = d.session("ep1", &["Workspace.Read=worktree:5"]);
+    let ops = d.operator_session("ops", &["World.Commit=log:5"]);
+    let (_, entry, _) = genuine_read(&d, &agent, "r1");
+    // A refused call leaves a genuine refusal plan in the store.
+    let refused = a2a(&d, &agent, "r2", "ailang-read", json!({"nope": 1}));
+    let plan_ref = refused["result"]["artifacts"][0]["parts"][0]["data"]["world"]["plan"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+
+    // By hand: an input that reads secret.txt, and that refusal as its "plan".
+    let input = canon(&json!({"path": "secret.txt"}));
+    let output = canon(&json!({"ok": false, "refused": "nothing to see",
+                               "world": {"effects": [], "plan": plan_ref}}));
+    let transition_fn = entry["header"]["transitionFn"].as_str().unwrap();
+    let interpreter = entry["header"]["interpreter"].as_str().unwrap();
+    let record = canon(&json!({
+        "invocationId": "rest:by-hand", "episodeId": "ops", "skillId": "ailang-read",
+        "transitionFn": transition_fn, "interpreter": interpreter, "semanticsEpoch": 1,
+        "input": sha(&input), "output": sha(&output), "plan": plan_ref, "effects": []}));
+    let claim = Claim {
+        written_by: "rest:ops",
+        transition_fn,
+        interpreter,
+        record_ref: &sha(&record),
+        output_ref: &sha(&output),
+    };
+    let body = commit_body(
+        &d,
+        &ops,
+        &claim,
+        &[
+            (input, "world/invocation-input/v1"),
+            (output, "world/invocation-output/v1"),
+            (record.clone(), "world/invocation-record/v2"),
+        ],
+    );
+    let a = commit(&d, &ops, &body);
+    assert_eq!(a.status, 200, "{}", a.text());
+    let index = body["entry"]["header"]["entryIndex"].as_u64().unwrap();
+
+    let db = d.db();
+    let (code, out, err) = worldd(&["why", "--db", path_str(&db), &index.to_string()], None);
+    assert_eq!(code, 3, "{out}{err}");
+    assert!(
+        out.contains(&format!(
+            "\n  ✓ record  {}…  client commit by rest:ops: world/invocation-record/v2 invocation rest:by-hand",
+            &sha(&record)[..15]
+        )),
+        "{out}"
+    );
+    assert!(
+        out.contains(&format!(
+            "\n  ✗ replay  {}…  the stored plan is not what ailang-read plans for this input (recomputed sha256:",
+            &plan_ref[..15]
+        )),
+        "{out}"
+    );
+    assert_eq!(out.matches('✗').count(), 1, "{out}");
+    assert!(err.contains("why: 1 of 7 link(s) broken"), "{err}");
+    let (code, out, err) = worldd(&["doctor", "--db", path_str(&db)], None);
+    assert_eq!(code, 3, "{out}{err}");
+    assert!(out.contains(", 1 broken ("), "{out}");
+    assert!(
+        out.contains(&format!(
+            "      entry {index}: replay: the stored plan is not what ailang-read plans"
+        )),
+        "{out}"
+    );
+}
+
+#[test]
+fn why_of_a_genuine_output_that_a_forged_entry_duplicates_lists_both_and_flags_the_forged_one() {
+    let d = Daemon::start(WS, &[]);
+    let agent = d.session("ep1", &["Workspace.Read=worktree:5"]);
+    let (v, entry, record) = genuine_read(&d, &agent, "r1");
+    let genuine_at = entry["header"]["entryIndex"].as_u64().unwrap();
+    let output = v["result"]["artifacts"][0]["parts"][0]["data"].clone();
+    let output_ref = sha(&canon(&output));
+
+    // What an earlier build let any session commit: the coordinator's label, an invented
+    // invocation, the real plan, effect and output. Written into the store directly.
+    let kept = d.halt();
+    let db = kept.path().join("db");
+    let forged_at = {
+        use broker_core::log::{self, Append, HeadBinding};
+        use broker_core::object::{sid, Object};
+        let store = broker_core::store::Store::open(&db, Default::default()).unwrap();
+        let mut forged = record.clone();
+        forged["invocationId"] = json!("a2a:ep1:never-happened");
+        let rec = Object::json(sid::INVOCATION_RECORD, "coordinator:a2a", &forged).unwrap();
+        let a = Append {
+            objects: vec![rec.clone()],
+            transition_fn: entry["header"]["transitionFn"]
+                .as_str()
+                .unwrap()
+                .parse()
+                .unwrap(),
+            interpreter: entry["header"]["interpreter"]
+                .as_str()
+                .unwrap()
+                .parse()
+                .unwrap(),
+            written_by: "coordinator:a2a".into(),
+            transition_ref: rec.hash,
+            state_root: output_ref.parse().unwrap(),
+            binding: HeadBinding::AtHead,
+        };
+        let c = store.write(move |w| log::append(w, &a)).unwrap();
+        c.entry.header.entry_index
+    };
+
+    let (code, out, err) = worldd(&["why", "--db", path_str(&db), &output_ref], None);
+    assert_eq!(code, 3, "{out}{err}");
+    assert!(
+        out.starts_with("why: 2 entries carry this handle; each is verified on its own\n"),
+        "{out}"
+    );
+    let genuine = format!("why: entry {genuine_at} (matched by output)\n");
+    let forged = format!("why: entry {forged_at} (matched by output)\n");
+    let (g, f) = (out.find(&genuine).unwrap(), out.find(&forged).unwrap());
+    assert!(g < f, "{out}");
+    assert!(out[g..f].ends_with("all 10 link(s) verified\n"), "{out}");
+    assert!(
+        out[f..].contains("\n  ✗ journal -  no task state for a2a:ep1:never-happened: the coordinator never committed this invocation\n"),
+        "{out}"
+    );
+    assert!(
+        out.ends_with(&format!(
+            "✗ entry {forged_at}: 1 of 10 link(s) broken: it is not what it claims\n"
+        )),
+        "{out}"
+    );
+    assert!(
+        err.contains(&format!(
+            "why: 1 of 2 entries carrying this handle do not verify (entry {forged_at}): do not trust them"
+        )),
+        "{err}"
+    );
+    // --json: both, each with its verdict.
+    let (code, out, _) = worldd(&["why", "--db", path_str(&db), "--json", &output_ref], None);
+    assert_eq!(code, 3);
+    let v: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(
+        (v["matches"].clone(), v["verified"].clone()),
+        (json!(2), json!(false))
+    );
+    assert_eq!(v["entries"][0]["verified"], true);
+    assert_eq!(v["entries"][1]["entryIndex"], forged_at);
+    assert_eq!(v["entries"][1]["verified"], false);
+
+    let (code, out, err) = worldd(&["doctor", "--db", path_str(&db)], None);
+    assert_eq!(code, 3, "{out}{err}");
+    assert!(
+        out.contains(&format!(
+            "      entry {forged_at}: journal: no task state for a2a:ep1:never-happened"
+        )),
+        "{out}"
+    );
+}
+
+#[test]
+fn a_tampered_plan_or_journal_row_makes_why_and_doctor_exit_3() {
+    use broker_core::store::{RawTable, Store};
+    let d = Daemon::start(WS, &[]);
+    let agent = d.session("ep1", &["Workspace.Read=worktree:5"]);
+    let (_, entry, record) = genuine_read(&d, &agent, "r1");
+    let index = entry["header"]["entryIndex"].as_u64().unwrap().to_string();
+    let kept = d.halt();
+    let db = kept.path().join("db");
+    let run = |verb: &str| {
+        let mut args = vec![verb, "--db", path_str(&db)];
+        if verb == "why" {
+            args.push(&index);
+        }
+        worldd(&args, None)
+    };
+    assert_eq!(run("why").0, 0);
+    assert_eq!(run("doctor").0, 0);
+
+    // One byte of the stored plan.
+    let plan: broker_core::object::Ref = record["plan"].as_str().unwrap().parse().unwrap();
+    let original = {
+        let store = Store::open(&db, Default::default()).unwrap();
+        let original = store
+            .raw_get(RawTable::Objects, plan.as_bytes())
+            .unwrap()
+            .unwrap();
+        let mut bytes = original.clone();
+        let last = bytes.len() - 1;
+        bytes[last] ^= 1;
+        store
+            .raw_overwrite(RawTable::Objects, plan.as_bytes().to_vec(), bytes)
+            .unwrap();
+        original
+    };
+    let (code, out, err) = run("why");
+    assert_eq!(code, 3, "{out}{err}");
+    assert!(out.contains("\n  ✗ plan    "), "{out}");
+    // The ref the record names is still what the interpreter computes; the bytes are not it.
+    assert!(out.contains("\n  ✓ replay  "), "{out}");
+    assert_eq!(out.matches('✗').count(), 1, "{out}");
+    let (code, out, _) = run("doctor");
+    assert_eq!(code, 3, "{out}");
+    assert!(
+        out.contains(&format!("      entry {index}: plan: stored bytes hash to")),
+        "{out}"
+    );
+
+    // The journal's intent row of the call, its cost rewritten (still valid JSON).
+    {
+        let store = Store::open(&db, Default::default()).unwrap();
+        store
+            .raw_overwrite(RawTable::Objects, plan.as_bytes().to_vec(), original)
+            .unwrap();
+        let key = 1u64.to_be_bytes().to_vec();
+        let mut row: Value =
+            serde_json::from_slice(&store.raw_get(RawTable::Journal, &key).unwrap().unwrap())
+                .unwrap();
+        assert_eq!(row["invocationId"], "a2a:ep1:r1");
+        row["cost"] = json!(0);
+        store
+            .raw_overwrite(RawTable::Journal, key, canon(&row))
+            .unwrap();
+    }
+    let (code, out, err) = run("why");
+    assert_eq!(code, 3, "{out}{err}");
+    assert!(
+        out.contains("\n  ✗ journal -  journal of a2a:ep1:r1: journal is damaged: journal row #1 is not the intent the index records for a2a:ep1:r1\n"),
+        "{out}"
+    );
+    let (code, out, _) = run("doctor");
+    assert_eq!(code, 3, "{out}");
+    assert!(
+        out.contains("spend counters DISAGREE with the journal"),
+        "{out}"
+    );
+    assert!(
+        out.contains(&format!("      entry {index}: journal: ")),
+        "{out}"
+    );
+}
+
+#[test]
+fn an_mcp_call_is_written_by_coordinator_a2a() {
+    let d = Daemon::start(WS, &[]);
+    let agent = d.session("ep1", &["Workspace.Read=worktree:5"]);
+    let a = mcp(
+        &d,
+        &agent,
+        "tools/call",
+        json!({"name": "ailang-read", "arguments": {"nope": 1}}),
+    );
+    assert_eq!(a.status, 200, "{}", a.text());
+    let head = get(&d.url("/v1/head"), Some(&agent)).text();
+    let world = get(&d.url(&format!("/v1/worlds/{head}")), Some(&agent)).json();
+    let entry = get(
+        &d.url(&format!("/v1/log/{}", world["revision"])),
+        Some(&agent),
+    )
+    .json();
+    assert_eq!(entry["header"]["writtenBy"], "coordinator:a2a");
+    let record = payload(&d, &agent, entry["transitionRef"].as_str().unwrap());
+    assert!(
+        record["invocationId"]
+            .as_str()
+            .unwrap()
+            .starts_with("mcp:ep1:"),
+        "{record}"
+    );
+}
+
+// -------------------------------------------------------------------------------------------
+// The plugin named in provenance is the code that was loaded.
+
+#[cfg(target_os = "linux")]
+#[test]
+fn a_library_replaced_after_it_was_hashed_is_not_what_loads() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("libworldd_plugin.so");
+    let workspace = plugin_library("worldd_workspace");
+    std::fs::copy(&workspace, &path).unwrap();
+    let opened = worldd::plugins::OpenedLibrary::open(&path).unwrap();
+    assert_eq!(
+        opened.file_ref().to_string(),
+        sha(&std::fs::read(&workspace).unwrap())
+    );
+    // Between the hash and the load, another plugin takes the path.
+    let swap = dir.path().join("swap.so");
+    std::fs::copy(plugin_library("worldd_registry"), &swap).unwrap();
+    std::fs::rename(&swap, &path).unwrap();
+    let (file_ref, plugin) = opened.load().unwrap();
+    assert_eq!(
+        file_ref.to_string(),
+        sha(&std::fs::read(&workspace).unwrap())
+    );
+    assert_eq!(plugin.manifest().unwrap().name, "workspace");
+}

@@ -1,0 +1,399 @@
+//! The workbench in a real headless Chromium (through chromedriver), against the real
+//! `worldd` binary and the real workspace plugin over real HTTP.
+//!
+//! Screenshots land in `target/workbench/`. Without Chromium these tests skip loudly; with
+//! `WORLD_REQUIRE_BROWSER` set (as `.ci/run` does) they fail instead.
+
+mod common;
+mod webdriver;
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::PathBuf;
+
+use base64::Engine;
+use common::*;
+use serde_json::{json, Value};
+use webdriver::Browser;
+
+const WS: &[&str] = &["worldd_workspace"];
+
+/// The shape of `GET /v1/handlers` (docs/http-api.md).
+const HANDLERS: &str = r#"{"plugins":[{"name":"workspace","version":"0.1.0","identity":"worldd-workspace/0.1.0 sha256:5f1e2d3c4b5a69788796a5b4c3d2e1f00112233445566778899aabbccddeeff","path":"/opt/worldd/plugins/libworldd_workspace.so","effects":[{"effect":"Workspace.Read","class":"read"},{"effect":"Workspace.Write","class":"write"}]}],"tools":[{"name":"ailang-read","effects":["Workspace.Read"],"canRun":true},{"name":"ailang-run","effects":["Ailang.Run"],"canRun":false,"reason":"transition declares an effect this daemon has no handler for (Ailang.Run)"}]}"#;
+
+fn shots() -> PathBuf {
+    target_dir().parent().unwrap().join("workbench")
+}
+
+/// Sign in on the page at `base` with `token` and wait for the live timeline.
+fn sign_in(b: &Browser, base: &str, token: &str, fragment: &str) {
+    b.goto(&format!("{base}/workbench{fragment}"));
+    let input = b.wait_for_element("#credential");
+    b.type_into(&input, token);
+    b.click(&b.find("#login-submit"));
+    b.wait_for_element("#entries li[data-index='0']");
+    b.wait_for("the live indicator", |b| {
+        (b.text_of("#live").as_deref() == Some("live")).then_some(())
+    });
+}
+
+/// The verdict of the open entry, once verification has finished.
+fn verdict(b: &Browser) -> String {
+    b.wait_for("the verdict", |b| {
+        b.text_of("#verdict")
+            .filter(|t| t.starts_with('✓') || t.starts_with('✗'))
+    })
+}
+
+/// `(kind, ok, text)` of each link shown.
+fn links(b: &Browser) -> Vec<(String, bool, String)> {
+    b.find_all("#links > li.link")
+        .iter()
+        .map(|e| {
+            (
+                b.attr(e, "data-kind").unwrap_or_default(),
+                b.attr(e, "data-ok").as_deref() == Some("true"),
+                b.text(e),
+            )
+        })
+        .collect()
+}
+
+fn call_read(d: &Daemon, token: &str, path: &str) -> Value {
+    let a = mcp(
+        d,
+        token,
+        "tools/call",
+        json!({"name": "ailang-read", "arguments": {"path": path}}),
+    );
+    assert_eq!(a.status, 200, "{}", a.text());
+    a.sse_json()
+}
+
+/// The ref of entry `i`'s input object, read over REST.
+fn input_ref(d: &Daemon, token: &str, i: u64) -> String {
+    let entry = get(&d.url(&format!("/v1/log/{i}")), Some(token)).json();
+    let record = get(
+        &d.url(&format!(
+            "/v1/objects/{}?payload=true",
+            entry["transitionRef"].as_str().unwrap()
+        )),
+        Some(token),
+    )
+    .json();
+    let bytes = base64::engine::general_purpose::STANDARD
+        .decode(record["payload"].as_str().unwrap())
+        .unwrap();
+    let rec: Value = serde_json::from_slice(&bytes).unwrap();
+    rec["input"].as_str().unwrap().to_owned()
+}
+
+/// A loopback HTTP proxy in front of the daemon that serves one object with one payload byte
+/// flipped (and passes everything else through, streams included): a daemon that serves bytes
+/// which do not match their address. It also answers `GET /v1/handlers` with the documented
+/// example, so the plugins view is seen with data whichever build serves the route.
+struct TamperProxy {
+    addr: String,
+}
+
+impl TamperProxy {
+    fn start(upstream: &str, tampered: &str) -> TamperProxy {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        let upstream = upstream.to_owned();
+        let target = format!("/v1/objects/{tampered}?payload=true");
+        std::thread::spawn(move || {
+            for client in listener.incoming() {
+                let Ok(client) = client else { return };
+                let (upstream, target) = (upstream.clone(), target.clone());
+                std::thread::spawn(move || {
+                    let _ = proxy_one(client, &upstream, &target);
+                });
+            }
+        });
+        TamperProxy { addr }
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("http://{}{path}", self.addr)
+    }
+}
+
+/// One request per connection: forward it with `Connection: close`, then copy the answer
+/// back (tampering with the target's payload).
+fn proxy_one(mut client: TcpStream, upstream: &str, target: &str) -> std::io::Result<()> {
+    let mut head = Vec::new();
+    let mut byte = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        if client.read(&mut byte)? == 0 {
+            return Ok(());
+        }
+        head.push(byte[0]);
+    }
+    let text = String::from_utf8_lossy(&head).into_owned();
+    let path = text.split(' ').nth(1).unwrap_or("").to_owned();
+    let mut forwarded: String = text
+        .lines()
+        .filter(|l| !l.is_empty() && !l.to_ascii_lowercase().starts_with("connection:"))
+        .map(|l| format!("{l}\r\n"))
+        .collect();
+    forwarded.push_str("Connection: close\r\n\r\n");
+    if path == "/v1/handlers" {
+        let head = format!(
+            "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
+            HANDLERS.len()
+        );
+        client.write_all(head.as_bytes())?;
+        return client.write_all(HANDLERS.as_bytes());
+    }
+    let mut server = TcpStream::connect(upstream)?;
+    server.write_all(forwarded.as_bytes())?;
+    if path != target {
+        let mut back = server.try_clone()?;
+        let mut to = client.try_clone()?;
+        std::io::copy(&mut back, &mut to)?;
+        return Ok(());
+    }
+    let mut answer = Vec::new();
+    server.read_to_end(&mut answer)?;
+    let split = answer
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .unwrap_or(answer.len());
+    let head = String::from_utf8_lossy(&answer[..split]).into_owned();
+    let mut v: Value = serde_json::from_slice(&answer[split + 4..]).unwrap_or(Value::Null);
+    let b64 = base64::engine::general_purpose::STANDARD;
+    let mut payload = b64.decode(v["payload"].as_str().unwrap_or("")).unwrap();
+    payload[1] ^= 0x20;
+    v["payload"] = json!(b64.encode(&payload));
+    let body = serde_json::to_vec(&v).unwrap();
+    let head: String = head
+        .lines()
+        .filter(|l| !l.to_ascii_lowercase().starts_with("content-length:"))
+        .map(|l| format!("{l}\r\n"))
+        .collect();
+    client.write_all(format!("{head}content-length: {}\r\n\r\n", body.len()).as_bytes())?;
+    client.write_all(&body)
+}
+
+#[test]
+fn the_workbench_follows_the_log_live_and_verifies_a_chain_in_the_browser() {
+    let Some(b) = Browser::start_or_skip(
+        "the_workbench_follows_the_log_live_and_verifies_a_chain_in_the_browser",
+        1280,
+        800,
+    ) else {
+        return;
+    };
+    let d = Daemon::start(WS, &[]);
+    let token = d.session("ep1", &["Workspace.Read=worktree:10"]);
+    std::fs::write(d.root().join("ep1/hello.txt"), "hello, workbench\n").unwrap();
+    let base = format!("http://{}", d.addr);
+
+    sign_in(&b, &base, &token, "");
+    // Only the genesis so far.
+    assert!(b.try_find("#entries li[data-index='1']").is_none());
+
+    // A call made elsewhere appears live, without a reload.
+    let r = call_read(&d, &token, "hello.txt");
+    assert_eq!(r["result"]["structuredContent"]["ok"], true, "{r}");
+    let row = b.wait_for_element("#entries li[data-index='1']");
+    let text = b.text(&row);
+    assert!(
+        text.contains("#1") && text.contains("ailang-read") && text.contains("ok"),
+        "{text}"
+    );
+
+    // Open it: every link recomputed in the page.
+    b.click(&b.find("#entries a[data-index='1']"));
+    assert_eq!(verdict(&b), "✓ 7 links verified");
+    let shown = links(&b);
+    let kinds: Vec<&str> = shown.iter().map(|(k, _, _)| k.as_str()).collect();
+    assert_eq!(
+        kinds,
+        ["world", "entry", "record", "input", "plan", "effect", "output"]
+    );
+    assert!(shown.iter().all(|(_, ok, _)| *ok), "{shown:?}");
+    assert!(shown[5]
+        .2
+        .contains("e1 allowed Workspace.Read@worktree cost 1 budget 10→9"));
+    // The permalink is the fragment.
+    let url = b.exec("return location.hash", json!([]));
+    assert_eq!(url, "#entry/1");
+    b.screenshot(&shots().join("workbench-1280x800.png"));
+
+    // Episode: the budget spent by that call.
+    b.goto(&format!("{base}/workbench#episode"));
+    let budget = b.wait_for_element("#view-episode table");
+    assert!(b.text(&budget).contains("Workspace.Read"));
+    assert!(b.text(&budget).contains("10 1 9"), "{}", b.text(&budget));
+    b.screenshot(&shots().join("workbench-episode.png"));
+
+    // Plugins: this build may not serve GET /v1/handlers; either way the page says so.
+    b.goto(&format!("{base}/workbench#plugins"));
+    b.wait_for("the plugins view", |b| {
+        b.try_find("#plugins-unavailable")
+            .or_else(|| b.try_find("#view-plugins table"))
+    });
+
+    // Metrics.
+    b.goto(&format!("{base}/workbench#metrics"));
+    let tiles = b.wait_for_element("#view-metrics .tiles");
+    assert!(b.text(&tiles).contains("calls since start"));
+    b.screenshot(&shots().join("workbench-metrics.png"));
+
+    // A narrow screen: the entry alone, then the timeline alone.
+    b.viewport(390, 844);
+    b.goto(&format!("{base}/workbench#entry/1"));
+    assert_eq!(verdict(&b), "✓ 7 links verified");
+    b.screenshot(&shots().join("workbench-narrow-entry.png"));
+    b.goto(&format!("{base}/workbench#log"));
+    b.wait_for_element("#entries li[data-index='1']");
+    b.screenshot(&shots().join("workbench-narrow-log.png"));
+    b.viewport(1280, 800);
+
+    // A daemon that serves one object with a flipped byte: the page says ✗ on that link.
+    let tampered = input_ref(&d, &token, 1);
+    let proxy = TamperProxy::start(&d.addr, &tampered);
+    sign_in(&b, &proxy.url(""), &token, "#entry/1");
+    let v = verdict(&b);
+    assert!(v.starts_with("✗ 1 of 7 links broken"), "{v}");
+    let shown = links(&b);
+    let bad: Vec<_> = shown.iter().filter(|(_, ok, _)| !ok).collect();
+    assert_eq!(bad.len(), 1, "{shown:?}");
+    assert_eq!(bad[0].0, "input");
+    assert!(
+        bad[0].2.contains("the bytes served hash to sha256:")
+            && bad[0].2.contains("not to their address"),
+        "{}",
+        bad[0].2
+    );
+    b.screenshot(&shots().join("workbench-tampered.png"));
+
+    // The plugins view with data: identities, effects and why a tool cannot run.
+    b.goto(&proxy.url("/workbench#plugins"));
+    b.wait_for_element("#view-plugins table");
+    let text = b.text(&b.find("#view-plugins"));
+    assert!(text.contains("workspace 0.1.0"), "{text}");
+    assert!(
+        text.contains("worldd-workspace/0.1.0 sha256:5f1e2d3c"),
+        "{text}"
+    );
+    assert!(text.contains("Workspace.Write"), "{text}");
+    assert!(
+        text.contains(
+            "no: transition declares an effect this daemon has no handler for (Ailang.Run)"
+        ),
+        "{text}"
+    );
+    b.screenshot(&shots().join("workbench-plugins.png"));
+}
+
+#[test]
+fn hostile_tool_input_renders_as_text_in_the_workbench() {
+    let Some(b) = Browser::start_or_skip(
+        "hostile_tool_input_renders_as_text_in_the_workbench",
+        1280,
+        800,
+    ) else {
+        return;
+    };
+    let d = Daemon::start(WS, &[]);
+    let token = d.session("ep1", &["Workspace.Read=worktree:10"]);
+    let hostile =
+        "<img src=x onerror=\"document.title='pwned'\"><script>document.title='pwned'</script>";
+    call_read(&d, &token, hostile);
+    let base = format!("http://{}", d.addr);
+    sign_in(&b, &base, &token, "#entry/1");
+    let v = verdict(&b);
+    assert!(v.starts_with('✓'), "{v}");
+    let input = b.find("#links > li[data-kind='input']");
+    assert!(b.text(&input).contains("<img src=x"), "{}", b.text(&input));
+    // Shown as text: no element was made from it, and no script of it ran.
+    let found = b.exec(
+        "return [document.querySelectorAll('#detail img, #detail script').length, document.title]",
+        json!([]),
+    );
+    assert_eq!(found, json!([0, "worldd workbench"]));
+
+    // The keyboard: Esc closes the entry, j selects the newest row, Enter opens it, 2 shows
+    // the episode.
+    let hash = |b: &Browser| b.exec("return location.hash", json!([]));
+    b.keys("\u{E00C}");
+    b.wait_for("#log after Esc", |b| (hash(b) == "#log").then_some(()));
+    b.keys("j");
+    let focused = b.exec("return document.activeElement.dataset.index", json!([]));
+    assert_eq!(focused, "1");
+    b.keys("\u{E007}");
+    b.wait_for("#entry/1 after Enter", |b| {
+        (hash(b) == "#entry/1").then_some(())
+    });
+    assert!(verdict(&b).starts_with('✓'));
+    b.keys("2");
+    b.wait_for("#episode after 2", |b| {
+        (hash(b) == "#episode").then_some(())
+    });
+}
+
+#[test]
+fn the_pages_canonical_json_and_sha256_agree_with_the_daemons() {
+    let Some(b) = Browser::start_or_skip(
+        "the_pages_canonical_json_and_sha256_agree_with_the_daemons",
+        800,
+        600,
+    ) else {
+        return;
+    };
+    let d = Daemon::start(WS, &[]);
+    b.goto(&d.url("/workbench"));
+    b.wait_for_element("#credential");
+    let vectors = [
+        r#"{"b":2,"a":1,"c":{"z":[3,2,1],"y":null}}"#,
+        r#"{"entryIndex":42,"semanticsEpoch":1,"writtenBy":"coordinator:mcp","prevEntryHash":"sha256:00"}"#,
+        r#"{"\u20ac":"euro","\r":"cr","1":"one","\ud83d\ude00":"emoji","\ufb33":"hebrew","":"empty"}"#,
+        r#"["\u0000\u001f\b\t\n\f\r\"\\/","\u007f\u2028\u2029","é ✓ 😀 </script>"]"#,
+        r#"[0,-0,1,-1,0.5,1e21,1e-7,123456789012,9007199254740991,-9007199254740991,3.14159,0.000001,5e-324,1.7976931348623157e308]"#,
+        r#"{"numbers":[1.0,2.50,100e-2,-0.0],"nested":{"deep":{"deeper":[{"k":true},{"k":false}]}}}"#,
+        r#"{"path":"hello.txt"}"#,
+        r#"[]"#,
+        r#"{}"#,
+        r#""just a string""#,
+        // Prints as an integer beyond 2^53: the daemon refuses it.
+        r#"[1e20]"#,
+    ];
+    let texts: Vec<&str> = vectors.to_vec();
+    let got = b.exec_async(
+        "const done = arguments[arguments.length - 1];
+         import('/workbench/canon.js').then(async (m) => {
+           const out = [];
+           for (const t of arguments[0]) {
+             const c = m.canonicalize(JSON.parse(t));
+             out.push([c, await m.refOf(c)]);
+           }
+           done(out);
+         }).catch((e) => done(String(e)));",
+        json!([texts]),
+    );
+    let got = got
+        .as_array()
+        .unwrap_or_else(|| panic!("the page failed: {got}"));
+    assert_eq!(got.len(), vectors.len());
+    for (text, pair) in vectors.iter().zip(got) {
+        let value: Value = serde_json::from_str(text).unwrap();
+        let rust = broker_core::canon::to_string(&value);
+        let page = pair[0].as_str().unwrap();
+        match rust {
+            Ok(rust) => {
+                assert_eq!(page, rust, "canonical form of {text}");
+                assert_eq!(
+                    pair[1].as_str().unwrap(),
+                    broker_core::object::Ref::of(rust.as_bytes()).to_string(),
+                    "sha256 of {text}"
+                );
+            }
+            // The daemon refuses what it cannot hold exactly (1e20 prints as an unsafe
+            // integer); such a document is never hashed, so the page need not agree.
+            Err(e) => assert_eq!(*text, "[1e20]", "the daemon refused {text}: {e}"),
+        }
+    }
+}

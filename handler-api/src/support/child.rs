@@ -1,0 +1,263 @@
+//! Child processes that can outlive neither their call nor the daemon (Linux).
+//!
+//! A plugin that runs a program (a compiler, `git`) must make sure that nothing the program
+//! starts survives the effect, a timeout, or the daemon being killed with `SIGKILL`.
+//! [`Group`] gives every child a process group of its own and three guarantees:
+//!
+//! 1. **Killed as a group.** [`Group::kill`] (and dropping the group) sends `SIGKILL` to the
+//!    whole process group: the program and every descendant that stayed in the group.
+//! 2. **Dies with the daemon: parent-death signal.** The child is started with
+//!    `PR_SET_PDEATHSIG = SIGKILL`, and checks `getppid()` right after setting it (if the
+//!    daemon died in between, the child exits before `exec`). The kernel sends that signal when
+//!    the *thread* that forked the child ends, not the process: the caller must wait for the
+//!    child on the thread that spawned it (every worldd plugin does: an effect waits for its
+//!    child).
+//! 3. **Dies with the daemon: the group dies too.** The parent-death signal reaches only the
+//!    direct child; its own children would live on under init. So the group is *led* by a
+//!    small watchdog process forked from the daemon before the child starts. The watchdog
+//!    holds the read end of a pipe whose only write end is the daemon's; it blocks reading it,
+//!    and when the daemon dies — however it dies — the read sees end-of-file and the watchdog
+//!    kills its group (the child, its descendants and itself). While the call runs normally
+//!    the watchdog does nothing; [`Group`]'s `Drop` kills the group and reaps the watchdog.
+//!
+//! Because the watchdog leads the group and is reaped only after the group has been killed,
+//! the group id can never be reused by an unrelated process while a [`Group`] exists.
+//!
+//! A descendant that leaves the group on purpose (`setsid`, `setpgid`) escapes all of this;
+//! the programs worldd runs do not do that, and a plugin that needs more must use cgroups.
+
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::unix::process::CommandExt;
+use std::process::Command;
+
+/// One process group for one child (see the module docs).
+#[derive(Debug)]
+pub struct Group {
+    /// The watchdog's pid, which is the group id.
+    leader: libc::pid_t,
+    /// The daemon's end of the lifeline pipe; the watchdog sees end-of-file when the last
+    /// copy closes, which is when the daemon exits (or this group is dropped).
+    lifeline: Option<OwnedFd>,
+}
+
+impl Group {
+    /// Fork the watchdog that leads a new process group.
+    pub fn new() -> io::Result<Group> {
+        let mut fds = [0 as libc::c_int; 2];
+        // SAFETY: `fds` is a valid array of two ints for pipe2 to fill.
+        if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: both descriptors were just created by pipe2 and are owned by nobody else.
+        let (read, write) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+        // SAFETY: the child branch below calls only async-signal-safe functions (setpgid,
+        // close_range/close, read, kill, _exit) and never returns, as required after fork in a
+        // multi-threaded process.
+        let pid = unsafe { libc::fork() };
+        if pid < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        if pid == 0 {
+            // SAFETY: see above; this function never returns.
+            unsafe { watchdog(read.as_raw_fd()) }
+        }
+        // Set the group from the parent too, so that it exists before any child joins it,
+        // whichever process runs first.
+        // SAFETY: plain syscall on our own child.
+        let r = unsafe { libc::setpgid(pid, pid) };
+        if r != 0 {
+            let e = io::Error::last_os_error();
+            // EACCES: the watchdog already did it itself (it never execs, so this is the only
+            // reason). Anything else is a real failure.
+            if e.raw_os_error() != Some(libc::EACCES) {
+                reap_now(pid);
+                return Err(e);
+            }
+        }
+        drop(read);
+        Ok(Group {
+            leader: pid,
+            lifeline: Some(write),
+        })
+    }
+
+    /// The process group id (the watchdog's pid).
+    pub fn id(&self) -> i32 {
+        self.leader
+    }
+
+    /// Make `command` start in this group with the parent-death signal set.
+    pub fn prepare(&self, command: &mut Command) {
+        // SAFETY: getpid is always safe.
+        let daemon = unsafe { libc::getpid() };
+        command.process_group(self.leader);
+        // SAFETY: the closure runs between fork and exec and uses only async-signal-safe
+        // calls (prctl, getppid); it allocates nothing.
+        unsafe {
+            command.pre_exec(move || {
+                if libc::prctl(
+                    libc::PR_SET_PDEATHSIG,
+                    libc::SIGKILL as libc::c_ulong,
+                    0,
+                    0,
+                    0,
+                ) != 0
+                {
+                    return Err(io::Error::last_os_error());
+                }
+                // The daemon may have died before the signal was armed.
+                if libc::getppid() != daemon {
+                    return Err(io::Error::from_raw_os_error(libc::ESRCH));
+                }
+                Ok(())
+            });
+        }
+    }
+
+    /// `SIGKILL` to every process of the group (the watchdog included).
+    pub fn kill(&self) {
+        // SAFETY: plain syscall; the group id is reserved by the unreaped watchdog.
+        unsafe {
+            libc::kill(-self.leader, libc::SIGKILL);
+        }
+    }
+}
+
+impl Drop for Group {
+    fn drop(&mut self) {
+        self.kill();
+        self.lifeline = None;
+        reap_now(self.leader);
+    }
+}
+
+/// Wait for `pid` (already killed or about to exit).
+fn reap_now(pid: libc::pid_t) {
+    let mut status = 0;
+    loop {
+        // SAFETY: waits for our own child; `status` is a valid out-pointer.
+        let r = unsafe { libc::waitpid(pid, &mut status, 0) };
+        if r >= 0 || io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
+            return;
+        }
+    }
+}
+
+/// The watchdog: lead a new group, hold only the lifeline, wait for its end, kill the group.
+///
+/// # Safety
+///
+/// Only to be called in the child of `fork`; uses async-signal-safe calls only.
+unsafe fn watchdog(lifeline: libc::c_int) -> ! {
+    libc::setpgid(0, 0);
+    close_all_but(lifeline);
+    let mut byte = 0u8;
+    loop {
+        let n = libc::read(lifeline, (&mut byte as *mut u8).cast(), 1);
+        if n == 0 {
+            break;
+        }
+        if n < 0 && *libc::__errno_location() != libc::EINTR {
+            break;
+        }
+    }
+    libc::kill(0, libc::SIGKILL);
+    libc::_exit(0)
+}
+
+/// Close every descriptor except `keep`: the watchdog must hold no copy of the daemon's pipes
+/// (the child's stdout, `Command`'s exec-error pipe, other groups' lifelines), or it would
+/// keep them open.
+///
+/// # Safety
+///
+/// Only to be called in the child of `fork`.
+unsafe fn close_all_but(keep: libc::c_int) {
+    let keep = keep as libc::c_uint;
+    let below = keep == 0 || libc::syscall(libc::SYS_close_range, 0u32, keep - 1, 0u32) == 0;
+    let above = libc::syscall(libc::SYS_close_range, keep + 1, u32::MAX, 0u32) == 0;
+    if below && above {
+        return;
+    }
+    // Kernels before 5.9 have no close_range: close one by one up to the descriptor limit.
+    let mut limit: libc::rlimit = std::mem::zeroed();
+    let max = if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) == 0 {
+        limit.rlim_cur.min(1 << 20) as libc::c_uint
+    } else {
+        4096
+    };
+    for fd in 0..max {
+        if fd != keep {
+            libc::close(fd as libc::c_int);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Read;
+    use std::process::Stdio;
+
+    fn alive(pid: i32) -> bool {
+        // A zombie has exited; only a running (or sleeping) process counts.
+        match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+            Ok(stat) => {
+                let state = stat.rsplit(')').next().unwrap_or("").trim_start();
+                !state.starts_with('Z') && !state.starts_with('X')
+            }
+            Err(_) => false,
+        }
+    }
+
+    #[test]
+    fn killing_the_group_kills_the_child_and_its_children() {
+        let group = Group::new().unwrap();
+        let mut cmd = Command::new("sh");
+        cmd.args(["-c", "sleep 300 & echo $$ $!; exec sleep 301"])
+            .stdout(Stdio::piped());
+        group.prepare(&mut cmd);
+        let mut child = cmd.spawn().unwrap();
+        let mut line = String::new();
+        let mut out = child.stdout.take().unwrap();
+        let mut buf = [0u8; 64];
+        while !line.ends_with('\n') {
+            let n = out.read(&mut buf).unwrap();
+            assert!(n > 0, "the child closed stdout early");
+            line.push_str(std::str::from_utf8(&buf[..n]).unwrap());
+        }
+        let pids: Vec<i32> = line
+            .split_whitespace()
+            .map(|p| p.parse().unwrap())
+            .collect();
+        assert_eq!(pids[0] as u32, child.id());
+        // The child and its grandchild are in the watchdog's group.
+        for pid in &pids {
+            // SAFETY: plain syscall.
+            assert_eq!(unsafe { libc::getpgid(*pid) }, group.id());
+        }
+        assert!(alive(group.id()));
+        drop(group);
+        let status = child.wait().unwrap();
+        assert!(!status.success());
+        // The grandchild is not our child: it was killed, then reparented.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while alive(pids[1]) {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the grandchild survived"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+    }
+
+    #[test]
+    fn a_child_that_cannot_start_reports_its_error() {
+        let group = Group::new().unwrap();
+        let mut cmd = Command::new("/nonexistent/worldd-test-program");
+        group.prepare(&mut cmd);
+        let e = cmd.spawn().unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::NotFound);
+    }
+}

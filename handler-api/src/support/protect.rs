@@ -1,0 +1,147 @@
+//! Protected path names: when two names count as the same name.
+//!
+//! A worktree may sit on a case-insensitive or normalising file system, and git itself refuses
+//! `.GIT` as it refuses `.git`. So a rule about a name (`.git` is read-only, a deny glob) must
+//! apply to every name that *could* be that name somewhere. This module fixes the comparison:
+//!
+//! - [`fold`] maps a name to its **folded** form: Unicode compatibility normalisation (NFKC),
+//!   full case folding (Unicode `CaseFolding.txt`, statuses C and F), NFKC again, and removal
+//!   of every default-ignorable code point (zero-width spaces and joiners, bidi controls,
+//!   variation selectors, `U+00AD`, `U+FEFF`, …; the characters HFS+ ignores are among them).
+//!   `．git` (full-width full stop), `.ＧＩＴ`, `.GIT` and `.g` + zero-width space + `it` all
+//!   fold to `.git`; an ASCII name folds to its lowercase.
+//! - [`is_git_name`]: a path component is **named like `.git`** when its folded form, with
+//!   trailing dots and spaces removed (Windows drops them), is `.git`, or is `git~1` (the
+//!   8.3 short name of `.git`).
+//! - [`fold_path`] folds every `/`-separated component of a relative path; globs are matched
+//!   against folded paths with folded patterns.
+//!
+//! Folding only ever makes more names equal, so a rule applied to folded names refuses a
+//! superset of what it refuses on exact names: it can over-refuse a name, never let one through.
+
+use caseless::Caseless;
+use unicode_normalization::UnicodeNormalization;
+
+/// The folded form of one name (see the module docs).
+pub fn fold(name: &str) -> String {
+    name.nfkc()
+        .default_case_fold()
+        .nfkc()
+        .filter(|c| !default_ignorable(*c))
+        .collect()
+}
+
+/// Every `/`-separated component of `path` folded; empty components are kept as they are.
+pub fn fold_path(path: &str) -> String {
+    path.split('/').map(fold).collect::<Vec<_>>().join("/")
+}
+
+/// Whether one path component is named like `.git` (see the module docs).
+pub fn is_git_name(component: &str) -> bool {
+    let folded = fold(component);
+    let trimmed = folded.trim_end_matches(['.', ' ']);
+    trimmed == ".git" || folded == "git~1"
+}
+
+/// The first component of a `/`-separated path that is named like `.git`, as the path up to
+/// and including it (`"sub/.GIT"` for `"sub/.GIT/config"`).
+pub fn git_component(path: &str) -> Option<&str> {
+    let mut end = 0;
+    for (i, component) in path.split('/').enumerate() {
+        if i > 0 {
+            end += 1;
+        }
+        end += component.len();
+        if is_git_name(component) {
+            return path.get(..end);
+        }
+    }
+    None
+}
+
+/// Unicode's `Default_Ignorable_Code_Point` property (DerivedCoreProperties.txt, stable since
+/// Unicode 6): characters with no visible rendering that file systems and renderers may drop.
+fn default_ignorable(c: char) -> bool {
+    matches!(
+        c as u32,
+        0x00AD
+            | 0x034F
+            | 0x061C
+            | 0x115F..=0x1160
+            | 0x17B4..=0x17B5
+            | 0x180B..=0x180F
+            | 0x200B..=0x200F
+            | 0x202A..=0x202E
+            | 0x2060..=0x206F
+            | 0x3164
+            | 0xFE00..=0xFE0F
+            | 0xFEFF
+            | 0xFFA0
+            | 0xFFF0..=0xFFF8
+            | 0x1BCA0..=0x1BCA3
+            | 0x1D173..=0x1D17A
+            | 0xE0000..=0xE0FFF
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn look_alikes_of_dot_git_are_named_like_it() {
+        for name in [
+            ".git",
+            ".GIT",
+            ".Git",
+            "\u{ff0e}git",               // full-width full stop
+            ".\u{ff27}\u{ff29}\u{ff34}", // full-width GIT
+            ".g\u{200b}it",              // zero-width space
+            ".g\u{200c}it",              // zero-width non-joiner (HFS+ ignores it)
+            "\u{feff}.git",              // byte order mark
+            ".git.",
+            ".git ",
+            ".git. .",
+            "GIT~1",
+            "git~1",
+            ".g\u{0131}t", // dotless i does not fold to i ...
+        ] {
+            let expected = !name.contains('\u{0131}');
+            assert_eq!(is_git_name(name), expected, "{name:?}");
+        }
+        for name in [
+            "git",
+            ".gitx",
+            "x.git",
+            ".gitignore",
+            ".g-it",
+            "",
+            ".",
+            "..",
+        ] {
+            assert!(!is_git_name(name), "{name:?}");
+        }
+    }
+
+    #[test]
+    fn folding_is_nfkc_and_full_case_folding() {
+        assert_eq!(fold("Stra\u{df}e"), "strasse");
+        assert_eq!(fold("\u{212a}elvin"), "kelvin"); // Kelvin sign
+        assert_eq!(fold("\u{fb01}le"), "file"); // ligature
+        assert_eq!(fold("\u{17f}"), "s"); // long s
+        assert_eq!(fold("ABC.md"), "abc.md");
+        assert_eq!(
+            fold_path(".GitHub/Work\u{ff26}lows/x"),
+            ".github/workflows/x"
+        );
+        assert_eq!(fold_path("a//B"), "a//b");
+    }
+
+    #[test]
+    fn git_component_names_the_prefix() {
+        assert_eq!(git_component("sub/.GIT/config"), Some("sub/.GIT"));
+        assert_eq!(git_component(".git"), Some(".git"));
+        assert_eq!(git_component("a/b/\u{ff0e}git"), Some("a/b/\u{ff0e}git"));
+        assert_eq!(git_component("a/.gitignore"), None);
+    }
+}
