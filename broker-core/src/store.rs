@@ -1375,6 +1375,65 @@ mod tests {
         assert_eq!(stored, ok);
     }
 
+    /// A batch built twice is still one durable commit: the commit signal is raised once,
+    /// the observer told once, and the writer's counters count it once.
+    #[test]
+    fn a_rebuilt_batch_raises_the_commit_signal_once_and_is_counted_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::create(&dir.path().join("db")).unwrap();
+        let inner = &store.inner;
+        let raised = Arc::new(AtomicUsize::new(0));
+        let r = raised.clone();
+        store.commit_signal().listen(move || {
+            r.fetch_add(1, Ordering::SeqCst);
+        });
+        let observed = Arc::new(Mutex::new(Vec::new()));
+        let o = observed.clone();
+        store.observe_commits(Some(Box::new(move |ops, ok| {
+            o.lock().unwrap().push((ops, ok));
+        })));
+        let before = |s: &WriterStats| {
+            (
+                s.batches.load(Ordering::SeqCst),
+                s.operations.load(Ordering::SeqCst),
+                s.rebuilt_batches.load(Ordering::SeqCst),
+            )
+        };
+        let (batches, ops, rebuilt) = before(store.stats());
+
+        // Three queued writes, the second failing after it wrote: one batch, drained by a
+        // writer loop run here on the queue's closing.
+        let (sender, receiver) = mpsc::channel();
+        let mut replies = Vec::new();
+        for (i, fail) in [false, true, false].into_iter().enumerate() {
+            let o = Object::new("world/test/v1", "t", vec![i as u8; 3]);
+            let (job, reply) = job(o, fail, Arc::default(), inner.map_size);
+            sender.send(job).unwrap();
+            replies.push(reply);
+        }
+        drop(sender);
+        Writer {
+            env: inner.env.clone(),
+            tables: inner.tables,
+            map_size: inner.map_size,
+            stats: inner.stats.clone(),
+            map: inner.map.clone(),
+            signal: inner.committed.clone(),
+            observer: inner.observer.clone(),
+        }
+        .run(receiver);
+
+        let ok: Vec<bool> = replies.iter().map(|r| r.recv().unwrap().is_ok()).collect();
+        assert_eq!(ok, [true, false, true]);
+        assert_eq!(raised.load(Ordering::SeqCst), 1);
+        assert_eq!(*observed.lock().unwrap(), [(3, true)]);
+        assert_eq!(
+            before(store.stats()),
+            (batches + 1, ops + 3, rebuilt + 1),
+            "batches, operations, rebuilt batches"
+        );
+    }
+
     #[test]
     fn enospc_and_edquot_read_disk_full_other_io_errors_do_not() {
         let io = |code| heed::Error::Io(std::io::Error::from_raw_os_error(code));
