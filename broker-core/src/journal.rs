@@ -11,6 +11,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use crate::canon;
+use crate::invocations::{self, Part};
 use crate::object::Ref;
 use crate::store::{ReadCtx, StoreError, TxnExt, WriteCtx};
 
@@ -136,11 +137,7 @@ fn read_state(
     t: &crate::store::Tables,
     id: &str,
 ) -> Result<Option<JournalState>, JournalError> {
-    match t
-        .journal_by_invocation
-        .get(txn, id)
-        .map_err(|e| StoreError::from_heed(e, 0))?
-    {
+    match invocations::get(txn, t, id)?.and_then(|row| row.journal) {
         None => Ok(None),
         // Written canonical by this module; a typed parse straight from the bytes is all a
         // read needs (and the verifier reads one per entry).
@@ -187,10 +184,13 @@ pub fn append_intent(
         status: None,
         result_ref: None,
     };
-    w.tables
-        .journal_by_invocation
-        .put(w.txn, &intent.invocation_id, &to_json(&state)?)
-        .map_err(e)?;
+    invocations::put_initial(
+        w,
+        &intent.invocation_id,
+        Part::Journal,
+        &to_json(&state)?,
+        Some(seq),
+    )?;
     w.tables
         .pending
         .put(w.txn, &intent.invocation_id, &seq)
@@ -229,10 +229,7 @@ pub fn append_outcome(
     state.outcome_seq = Some(seq);
     state.status = Some(status);
     state.result_ref = result_ref;
-    w.tables
-        .journal_by_invocation
-        .put(w.txn, invocation_id, &to_json(&state)?)
-        .map_err(e)?;
+    invocations::put_resolution(w, invocation_id, Part::Journal, &to_json(&state)?)?;
     w.tables.pending.delete(w.txn, invocation_id).map_err(e)?;
     Ok(seq)
 }

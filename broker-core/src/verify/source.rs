@@ -11,7 +11,7 @@ use std::borrow::Cow;
 use crate::journal::{self, JournalError, JournalState};
 use crate::log::{self, LogError};
 use crate::object::Ref;
-use crate::store::{ReadCtx, StoreError, TxnExt};
+use crate::store::{ReadCtx, StoreError};
 use crate::task::{self, TaskState};
 
 /// A stored object as a source hands it over: its semantic id and payload bytes (borrowed from
@@ -110,12 +110,7 @@ impl<'r, 't> LocalSource<'r, 't> {
 
 impl Source for LocalSource<'_, '_> {
     fn entry(&self, index: u64) -> Result<Option<Cow<'_, [u8]>>, SourceError> {
-        let r = self.r;
-        Ok(r.tables
-            .log
-            .get(r.txn, &index)
-            .map_err(r.heed_err())?
-            .map(Cow::Borrowed))
+        Ok(log::stored_entry(self.r, index)?.map(Cow::Borrowed))
     }
 
     fn object(&self, reference: &Ref) -> Result<Option<StoredObject<'_>>, SourceError> {
@@ -126,12 +121,7 @@ impl Source for LocalSource<'_, '_> {
     }
 
     fn world(&self, reference: &Ref) -> Result<Option<Cow<'_, [u8]>>, SourceError> {
-        let r = self.r;
-        Ok(r.tables
-            .worlds
-            .get(r.txn, reference.as_bytes())
-            .map_err(r.heed_err())?
-            .map(Cow::Borrowed))
+        Ok(log::stored_world(self.r, reference)?.map(Cow::Borrowed))
     }
 
     fn head(&self) -> Result<Option<Ref>, SourceError> {
