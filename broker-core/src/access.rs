@@ -38,8 +38,9 @@ use std::ops::Bound;
 
 use crate::log::{self, Entry, LogError};
 use crate::object::{sid, ObjectView, Ref};
+use crate::schema::READERS;
 use crate::session::Session;
-use crate::store::{ReadCtx, StoreError, TxnExt, WriteCtx};
+use crate::storage::{ReadCtx, StoreError, WriteCtx};
 
 /// Semantic ids every reader may read.
 pub const PUBLIC: [&str; 4] = [
@@ -102,11 +103,7 @@ pub(crate) fn key(episode: &str, seq: u64) -> Vec<u8> {
 
 /// Has `episode` a key for the object at `seq`?
 fn granted(r: &ReadCtx<'_>, episode: &str, seq: u64) -> Result<bool, StoreError> {
-    Ok(r.tables
-        .readers
-        .get(r.txn, &key(episode, seq))
-        .map_err(r.heed_err())?
-        .is_some())
+    Ok(READERS.get(r, &key(episode, seq))?.is_some())
 }
 
 /// May `reader` read the object stored at `seq`?
@@ -234,16 +231,11 @@ pub fn by_semantic_id<'t>(
         bounds.1.as_ref().map(Vec::as_slice),
     );
     let mut out = Vec::new();
-    for item in r
-        .tables
-        .readers
-        .range(r.txn, &bounds)
-        .map_err(r.heed_err())?
-    {
+    for item in READERS.range(r, &bounds)? {
         if out.len() >= limit {
             break;
         }
-        let (k, _) = item.map_err(r.heed_err())?;
+        let (k, _) = item?;
         let Some(seq) = k
             .strip_prefix(own.as_slice())
             .and_then(|s| <[u8; 8]>::try_from(s).ok())
@@ -268,16 +260,15 @@ pub(crate) fn grant(
     episode: &str,
     refs: impl IntoIterator<Item = Ref>,
 ) -> Result<(), StoreError> {
-    let e = w.heed_err();
     for reference in refs {
         // The stored kind, not the caller's: the first writer's semantic id wins.
-        let seq = match w.sequenced(&reference)? {
+        let seq = match w.reader().sequenced(&reference)? {
             Some((seq, o)) if !is_public(o.semantic_id) => seq,
             _ => continue,
         };
         let k = key(episode, seq);
-        if w.tables.readers.get(w.txn, &k).map_err(e)?.is_none() {
-            w.tables.readers.put(w.txn, &k, &[]).map_err(e)?;
+        if READERS.get(&w.reader(), &k)?.is_none() {
+            READERS.put(w, &k, &[])?;
         }
     }
     Ok(())

@@ -43,7 +43,7 @@ use crate::deadline::{self, Spawner};
 use crate::journal::{self, Intent, JournalError, OutcomeStatus};
 use crate::log::{self, Append, HeadBinding, LogError};
 use crate::object::{sid, Object, Ref};
-use crate::plan::{self, Plan, PlannedEffect};
+use crate::plan::{Plan, PlannedEffect};
 use crate::refusal_rate::{RefusalLimiter, RefusalRate};
 use crate::registry::{self, Registry, RegistryEntry, RegistryError};
 use crate::session::Session;
@@ -772,7 +772,7 @@ impl Coordinator {
             .admits_client_work()
             .map_err(CallError::StoreFull)?;
         let prepared = self.check_handlers(prepared)?;
-        match plan::plan(&prepared.entry.transition, &call.args) {
+        match prepared.entry.transition.plan_call(&call.args) {
             Plan::Refused { message } => self.commit_refusal(&prepared, message),
             Plan::Effect { effect, finish } => {
                 self.run_effect(&prepared, effect, finish, busy, until)

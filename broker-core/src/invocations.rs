@@ -14,7 +14,8 @@
 //! part (u32::MAX: none) | journal part | task part` (the rest; empty: none). Each part is the
 //! canonical JSON its module writes.
 
-use crate::store::{StoreError, Tables, TxnExt, WriteCtx};
+use crate::schema::{INVOCATIONS, RESOLUTIONS};
+use crate::storage::{ReadCtx, StoreError, WriteCtx};
 
 const NONE: u32 = u32::MAX;
 
@@ -88,39 +89,26 @@ fn decode<'t>(bytes: Option<&'t [u8]>, what: &str) -> Result<Option<Row<'t>>, St
         .transpose()
 }
 
-fn row<'t>(txn: &'t heed::RoTxn<'_>, t: &Tables, id: &str) -> Result<Option<Row<'t>>, StoreError> {
-    let e = |e| StoreError::from_heed(e, t.map_size);
-    decode(
-        t.invocations.get(txn, id).map_err(e)?,
-        &format!("invocation row {id}"),
-    )
+fn row<'t>(r: &ReadCtx<'t>, id: &str) -> Result<Option<Row<'t>>, StoreError> {
+    decode(INVOCATIONS.get(r, id)?, &format!("invocation row {id}"))
 }
 
-fn resolution<'t>(
-    txn: &'t heed::RoTxn<'_>,
-    t: &Tables,
-    intent: u64,
-) -> Result<Option<Row<'t>>, StoreError> {
-    let e = |e| StoreError::from_heed(e, t.map_size);
+fn resolution<'t>(r: &ReadCtx<'t>, intent: u64) -> Result<Option<Row<'t>>, StoreError> {
     decode(
-        t.resolutions.get(txn, &intent).map_err(e)?,
+        RESOLUTIONS.get(r, &intent)?,
         &format!("the resolution of intent {intent}"),
     )
 }
 
 /// What is known of `id`: its row, with the parts of its resolution (if any) over it.
-pub(crate) fn get<'t>(
-    txn: &'t heed::RoTxn<'_>,
-    t: &Tables,
-    id: &str,
-) -> Result<Option<Row<'t>>, StoreError> {
-    let Some(row) = row(txn, t, id)? else {
+pub(crate) fn get<'t>(r: &ReadCtx<'t>, id: &str) -> Result<Option<Row<'t>>, StoreError> {
+    let Some(row) = row(r, id)? else {
         return Ok(None);
     };
     let Some(seq) = row.intent else {
         return Ok(Some(row));
     };
-    Ok(Some(match resolution(txn, t, seq)? {
+    Ok(Some(match resolution(r, seq)? {
         None => row,
         Some(r) => Row {
             intent: row.intent,
@@ -139,14 +127,11 @@ pub(crate) fn put_initial(
     bytes: &[u8],
     intent: Option<u64>,
 ) -> Result<(), StoreError> {
-    let current = row(w.txn, w.tables, id)?.unwrap_or_default();
+    let current = row(&w.reader(), id)?.unwrap_or_default();
     let mut next = current.with(part, bytes);
     next.intent = intent.or(current.intent);
     let encoded = next.encode();
-    w.tables
-        .invocations
-        .put(w.txn, id, &encoded)
-        .map_err(w.heed_err())
+    INVOCATIONS.put(w, id, &encoded)
 }
 
 /// Write a state that resolves the invocation: into the resolution of its intent when it has
@@ -157,16 +142,13 @@ pub(crate) fn put_resolution(
     part: Part,
     bytes: &[u8],
 ) -> Result<(), StoreError> {
-    let seq = row(w.txn, w.tables, id)?.and_then(|r| r.intent);
+    let seq = row(&w.reader(), id)?.and_then(|r| r.intent);
     let Some(seq) = seq else {
         return put_initial(w, id, part, bytes, None);
     };
-    let current = resolution(w.txn, w.tables, seq)?.unwrap_or_default();
+    let current = resolution(&w.reader(), seq)?.unwrap_or_default();
     let encoded = current.with(part, bytes).encode();
-    w.tables
-        .resolutions
-        .put(w.txn, &seq, &encoded)
-        .map_err(w.heed_err())
+    RESOLUTIONS.put(w, &seq, &encoded)
 }
 
 /// Replace the part readers see of `id` (maintenance and tamper tests): in its intent's
@@ -177,29 +159,23 @@ pub(crate) fn overwrite_visible(
     part: Part,
     bytes: &[u8],
 ) -> Result<(), StoreError> {
-    let current = row(w.txn, w.tables, id)?
-        .ok_or_else(|| StoreError::Corrupt(format!("no invocation row {id}")))?;
+    let reader = w.reader();
+    let current =
+        row(&reader, id)?.ok_or_else(|| StoreError::Corrupt(format!("no invocation row {id}")))?;
     if let Some(seq) = current.intent {
-        if let Some(r) = resolution(w.txn, w.tables, seq)? {
+        if let Some(r) = resolution(&reader, seq)? {
             let held = match part {
                 Part::Journal => r.journal.is_some(),
                 Part::Task => r.task.is_some(),
             };
             if held {
                 let encoded = r.with(part, bytes).encode();
-                return w
-                    .tables
-                    .resolutions
-                    .put(w.txn, &seq, &encoded)
-                    .map_err(w.heed_err());
+                return RESOLUTIONS.put(w, &seq, &encoded);
             }
         }
     }
     let encoded = current.with(part, bytes).encode();
-    w.tables
-        .invocations
-        .put(w.txn, id, &encoded)
-        .map_err(w.heed_err())
+    INVOCATIONS.put(w, id, &encoded)
 }
 
 #[cfg(test)]
@@ -216,11 +192,7 @@ mod tests {
         let raw_row = |id: &'static str| {
             store
                 .read(|r| -> Result<_, StoreError> {
-                    Ok(r.tables
-                        .invocations
-                        .get(r.txn, id)
-                        .unwrap()
-                        .map(<[u8]>::to_vec))
+                    Ok(INVOCATIONS.get(r, id)?.map(<[u8]>::to_vec))
                 })
                 .unwrap()
         };
@@ -242,25 +214,21 @@ mod tests {
         assert_eq!(raw_row("mcp:e:1").unwrap(), written);
         let (one, two, resolution) = store
             .read(|r| -> Result<_, StoreError> {
-                let one = get(r.txn, r.tables, "mcp:e:1")?.map(|x| {
+                let one = get(r, "mcp:e:1")?.map(|x| {
                     (
                         x.intent,
                         x.journal.map(<[u8]>::to_vec),
                         x.task.map(<[u8]>::to_vec),
                     )
                 });
-                let two = get(r.txn, r.tables, "mcp:e:2")?.map(|x| {
+                let two = get(r, "mcp:e:2")?.map(|x| {
                     (
                         x.intent,
                         x.journal.map(<[u8]>::to_vec),
                         x.task.map(<[u8]>::to_vec),
                     )
                 });
-                Ok((
-                    one,
-                    two,
-                    r.tables.resolutions.get(r.txn, &41).unwrap().is_some(),
-                ))
+                Ok((one, two, RESOLUTIONS.get(r, &41)?.is_some()))
             })
             .unwrap();
         assert_eq!(

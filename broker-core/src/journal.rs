@@ -13,7 +13,8 @@ use serde::{Deserialize, Serialize};
 use crate::canon;
 use crate::invocations::{self, Part};
 use crate::object::Ref;
-use crate::store::{ReadCtx, StoreError, TxnExt, WriteCtx};
+use crate::schema::{JOURNAL, PENDING, SPEND};
+use crate::storage::{ReadCtx, Store, StoreError, WriteCtx};
 
 #[derive(Debug, thiserror::Error)]
 pub enum JournalError {
@@ -124,20 +125,11 @@ fn to_json<T: Serialize>(v: &T) -> Result<Vec<u8>, JournalError> {
 }
 
 fn next_seq(w: &WriteCtx<'_, '_>) -> Result<u64, JournalError> {
-    Ok(w.tables
-        .journal
-        .last(w.txn)
-        .map_err(w.heed_err())?
-        .map(|(k, _)| k + 1)
-        .unwrap_or(1))
+    Ok(JOURNAL.last(&w.reader())?.map(|(k, _)| k + 1).unwrap_or(1))
 }
 
-fn read_state(
-    txn: &heed::RoTxn<'_>,
-    t: &crate::store::Tables,
-    id: &str,
-) -> Result<Option<JournalState>, JournalError> {
-    match invocations::get(txn, t, id)?.and_then(|row| row.journal) {
+fn read_state(r: &ReadCtx<'_>, id: &str) -> Result<Option<JournalState>, JournalError> {
+    match invocations::get(r, id)?.and_then(|row| row.journal) {
         None => Ok(None),
         // Written canonical by this module; a typed parse straight from the bytes is all a
         // read needs (and the verifier reads one per entry).
@@ -155,12 +147,11 @@ pub fn append_intent(
     intent: &Intent,
     budget: u64,
 ) -> Result<u64, JournalError> {
-    let e = w.heed_err();
-    if read_state(w.txn, w.tables, &intent.invocation_id)?.is_some() {
+    if read_state(&w.reader(), &intent.invocation_id)?.is_some() {
         return Err(JournalError::AlreadyJournaled(intent.invocation_id.clone()));
     }
     let key = spend_key(&intent.episode, &intent.effect, &intent.scope);
-    let spent = w.tables.spend.get(w.txn, &key).map_err(e)?.unwrap_or(0);
+    let spent = SPEND.get(&w.reader(), &key)?.unwrap_or(0);
     let remaining = budget.saturating_sub(spent);
     if intent.cost > remaining {
         return Err(JournalError::BudgetExhausted {
@@ -173,10 +164,7 @@ pub fn append_intent(
         seq,
         intent: intent.clone(),
     };
-    w.tables
-        .journal
-        .put(w.txn, &seq, &to_json(&record)?)
-        .map_err(e)?;
+    JOURNAL.put(w, &seq, &to_json(&record)?)?;
     let state = JournalState {
         intent: intent.clone(),
         intent_seq: seq,
@@ -191,14 +179,8 @@ pub fn append_intent(
         &to_json(&state)?,
         Some(seq),
     )?;
-    w.tables
-        .pending
-        .put(w.txn, &intent.invocation_id, &seq)
-        .map_err(e)?;
-    w.tables
-        .spend
-        .put(w.txn, &key, &(spent + intent.cost))
-        .map_err(e)?;
+    PENDING.put(w, &intent.invocation_id, &seq)?;
+    SPEND.put(w, &key, &(spent + intent.cost))?;
     Ok(seq)
 }
 
@@ -209,8 +191,7 @@ pub fn append_outcome(
     status: OutcomeStatus,
     result_ref: Option<Ref>,
 ) -> Result<u64, JournalError> {
-    let e = w.heed_err();
-    let mut state = read_state(w.txn, w.tables, invocation_id)?
+    let mut state = read_state(&w.reader(), invocation_id)?
         .ok_or_else(|| JournalError::NoIntent(invocation_id.to_owned()))?;
     if state.status.is_some() {
         return Err(JournalError::AlreadyResolved(invocation_id.to_owned()));
@@ -222,21 +203,18 @@ pub fn append_outcome(
         status,
         result_ref,
     };
-    w.tables
-        .journal
-        .put(w.txn, &seq, &to_json(&record)?)
-        .map_err(e)?;
+    JOURNAL.put(w, &seq, &to_json(&record)?)?;
     state.outcome_seq = Some(seq);
     state.status = Some(status);
     state.result_ref = result_ref;
     invocations::put_resolution(w, invocation_id, Part::Journal, &to_json(&state)?)?;
-    w.tables.pending.delete(w.txn, invocation_id).map_err(e)?;
+    PENDING.delete(w, invocation_id)?;
     Ok(seq)
 }
 
 /// The journal state of one invocation.
 pub fn state(r: &ReadCtx<'_>, invocation_id: &str) -> Result<Option<JournalState>, JournalError> {
-    read_state(r.txn, r.tables, invocation_id)
+    read_state(r, invocation_id)
 }
 
 /// One journal row, either kind, read flat (the tagged [`Record`] buffers its content).
@@ -275,14 +253,9 @@ pub fn verified_state(
         return Ok(None);
     };
     let row = |seq: u64| -> Result<Row<'_>, JournalError> {
-        let bytes = r
-            .tables
-            .journal
-            .get(r.txn, &seq)
-            .map_err(r.heed_err())?
-            .ok_or_else(|| {
-                JournalError::Corrupt(format!("journal row #{seq} of {invocation_id} is missing"))
-            })?;
+        let bytes = JOURNAL.get(r, &seq)?.ok_or_else(|| {
+            JournalError::Corrupt(format!("journal row #{seq} of {invocation_id} is missing"))
+        })?;
         serde_json::from_slice(bytes)
             .map_err(|e| JournalError::Corrupt(format!("journal row #{seq}: {e}")))
     };
@@ -331,7 +304,7 @@ pub fn state_in(
     w: &WriteCtx<'_, '_>,
     invocation_id: &str,
 ) -> Result<Option<JournalState>, JournalError> {
-    read_state(w.txn, w.tables, invocation_id)
+    read_state(&w.reader(), invocation_id)
 }
 
 /// The receipt law: never not-started while an intent exists.
@@ -356,13 +329,8 @@ pub fn spent(
     let mut prefix = episode.as_bytes().to_vec();
     prefix.push(0);
     let mut out = BTreeMap::new();
-    for item in r
-        .tables
-        .spend
-        .prefix_iter(r.txn, &prefix)
-        .map_err(r.heed_err())?
-    {
-        let (k, v) = item.map_err(r.heed_err())?;
+    for item in SPEND.prefix(r, &prefix)? {
+        let (k, v) = item?;
         let rest = &k[prefix.len()..];
         let mut parts = rest.splitn(2, |b| *b == 0);
         let effect = String::from_utf8_lossy(parts.next().unwrap_or_default()).into_owned();
@@ -375,14 +343,42 @@ pub fn spent(
 /// Intents without an outcome, oldest first.
 pub fn pending(r: &ReadCtx<'_>) -> Result<Vec<JournalState>, JournalError> {
     let mut out = Vec::new();
-    for item in r.tables.pending.iter(r.txn).map_err(r.heed_err())? {
-        let (id, _) = item.map_err(r.heed_err())?;
-        if let Some(s) = read_state(r.txn, r.tables, id)? {
+    for item in PENDING.iter(r)? {
+        let (id, _) = item?;
+        if let Some(s) = read_state(r, id)? {
             out.push(s);
         }
     }
     out.sort_by_key(|s| s.intent_seq);
     Ok(out)
+}
+
+/// Intents without an outcome are indeterminate: said once when the store opens. They are
+/// never retried; their budget stays spent.
+pub(crate) fn report_pending(store: &Store) {
+    match store.read(pending) {
+        // One line on open; `report_pending_each` lists them (the daemon does).
+        Ok(open) if !open.is_empty() => tracing::warn!(
+            "{} indeterminate effect(s): intent journaled, no outcome; they are never retried",
+            open.len()
+        ),
+        Ok(_) => {}
+        Err(e) => tracing::error!("cannot read pending intents: {e}"),
+    }
+}
+
+/// Log every indeterminate effect, one line each.
+pub(crate) fn report_pending_each(store: &Store) {
+    if let Ok(open) = store.read(pending) {
+        for p in &open {
+            tracing::warn!(
+                invocation = %p.intent.invocation_id,
+                episode = %p.intent.episode,
+                effect = %p.intent.effect,
+                "indeterminate effect: intent journaled, no outcome; it will not be retried"
+            );
+        }
+    }
 }
 
 /// An inconsistency found by [`audit`].
@@ -396,8 +392,8 @@ pub fn audit(r: &ReadCtx<'_>) -> Result<(Vec<AuditFinding>, u64), JournalError> 
     let mut open: BTreeMap<String, u64> = BTreeMap::new();
     let mut findings = Vec::new();
     let mut n = 0u64;
-    for item in r.tables.journal.iter(r.txn).map_err(r.heed_err())? {
-        let (seq, bytes) = item.map_err(r.heed_err())?;
+    for item in JOURNAL.iter(r)? {
+        let (seq, bytes) = item?;
         n += 1;
         // A damaged row is a finding like any other, not a reason to stop auditing. Rows are
         // read flat (typed, from the bytes): the audit reads every one of them.
@@ -427,8 +423,8 @@ pub fn audit(r: &ReadCtx<'_>) -> Result<(Vec<AuditFinding>, u64), JournalError> 
         }
     }
     let mut counters: BTreeMap<Vec<u8>, u64> = BTreeMap::new();
-    for item in r.tables.spend.iter(r.txn).map_err(r.heed_err())? {
-        let (k, v) = item.map_err(r.heed_err())?;
+    for item in SPEND.iter(r)? {
+        let (k, v) = item?;
         counters.insert(k.to_vec(), v);
     }
     for (k, sum) in &sums {
@@ -449,8 +445,8 @@ pub fn audit(r: &ReadCtx<'_>) -> Result<(Vec<AuditFinding>, u64), JournalError> 
         }
     }
     let mut indexed = BTreeMap::new();
-    for item in r.tables.pending.iter(r.txn).map_err(r.heed_err())? {
-        let (id, seq) = item.map_err(r.heed_err())?;
+    for item in PENDING.iter(r)? {
+        let (id, seq) = item?;
         indexed.insert(id.to_owned(), seq);
     }
     if indexed != open {

@@ -12,13 +12,19 @@
 //! | tools as data, the plan interpreter, the registry | [`transition`], [`plan`], [`registry`] |
 //! | sessions, grants, the broker's decision | [`session`], [`grant`], [`broker`] |
 //! | durable intents and outcomes, task ids | [`journal`], [`task`] |
-//! | LMDB with one group-committing writer, the hash-chained log | [`store`], [`log`] |
+//! | the world's store over the storage layer (typed tables, one group-committing writer), the hash-chained log | [`store`], [`log`] |
 //! | the store's schema-1 → schema-2 migration, a page census for profiling the writer | [`migrate`], [`pages`] |
 //! | how full the store may get; what refusals cost; who reads what | [`capacity`], [`refusal_rate`], [`access`] |
 //! | following the log live: a signal after each durable commit | [`commit_signal`] |
 //! | plan → admit → execute → finish → commit | [`coordinator`] |
 //! | client-built commits and `rest:` receipts | [`commit`] |
 //! | re-verify any call's provenance (`worldd why`) | [`verify`] |
+//!
+//! The storage layer (private module `storage`: typed tables and transactions over LMDB, one
+//! writer thread) knows no entry, intent or session; the world's modules (`log`, `journal`,
+//! `task`, `session`, `registry`, `access`) build on it, and [`store`] opens it with the
+//! world's tables. No module depends on one that depends back on it (`.ci/module-cycles`), and
+//! LMDB's types stay private (`.ci/public-api`). `docs/architecture.md` draws the layers.
 //!
 //! # Example
 //!
@@ -99,11 +105,14 @@ pub mod journal;
 pub mod log;
 pub mod migrate;
 pub mod object;
+mod objects;
 pub mod pages;
 pub mod plan;
 pub mod refusal_rate;
 pub mod registry;
+mod schema;
 pub mod session;
+mod storage;
 pub mod store;
 pub mod task;
 pub mod transition;

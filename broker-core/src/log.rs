@@ -14,7 +14,8 @@ use serde_json::{json, Map, Value};
 
 use crate::canon::{self, CanonError};
 use crate::object::{sid, Object, Ref};
-use crate::store::{ref_key, ReadCtx, StoreError, TxnExt, WriteCtx, ENTRY_HASH, WORLD_REF};
+use crate::schema::{ref_key, ENTRY_HASH, LOG, REFS, WORLD_REF};
+use crate::storage::{ReadCtx, Store, StoreError, WriteCtx};
 
 /// The semantics epoch written into every entry: the plan interpreter's
 /// ([`crate::plan::SEMANTICS_EPOCH`], the one definition).
@@ -239,16 +240,8 @@ impl<'a> Row<'a> {
     }
 }
 
-fn row_at<'t>(
-    txn: &'t heed::RoTxn<'_>,
-    t: &crate::store::Tables,
-    index: u64,
-) -> Result<Option<Row<'t>>, StoreError> {
-    match t
-        .log
-        .get(txn, &index)
-        .map_err(|e| StoreError::from_heed(e, t.map_size))?
-    {
+fn row_at<'t>(r: &ReadCtx<'t>, index: u64) -> Result<Option<Row<'t>>, StoreError> {
+    match LOG.get(r, &index)? {
         None => Ok(None),
         Some(bytes) => Row::decode(bytes)
             .map(Some)
@@ -257,29 +250,16 @@ fn row_at<'t>(
 }
 
 /// The index of the entry that selected the world `world_ref`, if that row holds it.
-fn world_row<'t>(
-    txn: &'t heed::RoTxn<'_>,
-    t: &crate::store::Tables,
-    world_ref: &Ref,
-) -> Result<Option<Row<'t>>, StoreError> {
-    let e = |e| StoreError::from_heed(e, t.map_size);
-    let Some(index) = t.refs.get(txn, &ref_key(world_ref, WORLD_REF)).map_err(e)? else {
+fn world_row<'t>(r: &ReadCtx<'t>, world_ref: &Ref) -> Result<Option<Row<'t>>, StoreError> {
+    let Some(index) = index_of_world(r, world_ref)? else {
         return Ok(None);
     };
-    Ok(row_at(txn, t, index)?.filter(|row| row.world_ref == *world_ref))
+    Ok(row_at(r, index)?.filter(|row| row.world_ref == *world_ref))
 }
 
 /// Read the selected head, if any: the world of the newest entry.
 pub fn head(r: &ReadCtx<'_>) -> Result<Option<Head>, StoreError> {
-    head_in(r.txn, r.tables)
-}
-
-fn head_in(txn: &heed::RoTxn<'_>, t: &crate::store::Tables) -> Result<Option<Head>, StoreError> {
-    let Some((index, bytes)) = t
-        .log
-        .last(txn)
-        .map_err(|e| StoreError::from_heed(e, t.map_size))?
-    else {
+    let Some((index, bytes)) = LOG.last(r)? else {
         return Ok(None);
     };
     let row = Row::decode(bytes)
@@ -291,9 +271,14 @@ fn head_in(txn: &heed::RoTxn<'_>, t: &crate::store::Tables) -> Result<Option<Hea
     }))
 }
 
+/// The index of the newest row of the log, whatever the head says.
+pub fn last_index(r: &ReadCtx<'_>) -> Result<Option<u64>, StoreError> {
+    Ok(LOG.last(r)?.map(|(index, _)| index))
+}
+
 /// The entry at `index`, parsed but not verified.
 pub fn entry(r: &ReadCtx<'_>, index: u64) -> Result<Option<Entry>, LogError> {
-    match row_at(r.txn, r.tables, index)? {
+    match row_at(r, index)? {
         None => Ok(None),
         Some(row) => Entry::from_bytes(row.entry).map(Some),
     }
@@ -304,7 +289,7 @@ pub(crate) fn stored_entry<'t>(
     r: &ReadCtx<'t>,
     index: u64,
 ) -> Result<Option<&'t [u8]>, StoreError> {
-    Ok(row_at(r.txn, r.tables, index)?.map(|row| row.entry))
+    Ok(row_at(r, index)?.map(|row| row.entry))
 }
 
 /// The stored bytes of world `world_ref`, borrowed from the read transaction.
@@ -312,12 +297,12 @@ pub(crate) fn stored_world<'t>(
     r: &ReadCtx<'t>,
     world_ref: &Ref,
 ) -> Result<Option<&'t [u8]>, StoreError> {
-    Ok(world_row(r.txn, r.tables, world_ref)?.map(|row| row.world))
+    Ok(world_row(r, world_ref)?.map(|row| row.world))
 }
 
 /// Raw stored bytes of entry `index`.
 pub fn entry_bytes(r: &ReadCtx<'_>, index: u64) -> Result<Option<Vec<u8>>, StoreError> {
-    Ok(row_at(r.txn, r.tables, index)?.map(|row| row.entry.to_vec()))
+    Ok(row_at(r, index)?.map(|row| row.entry.to_vec()))
 }
 
 /// The stored entries from index `from` on, in index order, borrowed from the read
@@ -326,25 +311,19 @@ pub(crate) fn entries<'t>(
     r: &ReadCtx<'t>,
     from: u64,
 ) -> Result<impl Iterator<Item = Result<(u64, &'t [u8]), StoreError>> + 't, StoreError> {
-    let map_size = r.tables.map_size;
-    let e = move |e| StoreError::from_heed(e, map_size);
-    Ok(r.tables
-        .log
-        .range(r.txn, &(from..))
-        .map_err(e)?
-        .map(move |item| {
-            let (index, bytes) = item.map_err(e)?;
-            let row = Row::decode(bytes)
-                .ok_or_else(|| StoreError::Corrupt(format!("log row {index} is damaged")))?;
-            Ok((index, row.entry))
-        }))
+    Ok(LOG.range(r, &(from..))?.map(move |item| {
+        let (index, bytes) = item?;
+        let row = Row::decode(bytes)
+            .ok_or_else(|| StoreError::Corrupt(format!("log row {index} is damaged")))?;
+        Ok((index, row.entry))
+    }))
 }
 
 /// Up to `limit` consecutive entries from `from`, stopping at the first gap.
 pub fn range(r: &ReadCtx<'_>, from: u64, limit: usize) -> Result<Vec<Entry>, LogError> {
     let mut out = Vec::new();
-    for item in r.tables.log.range(r.txn, &(from..)).map_err(r.heed_err())? {
-        let (idx, bytes) = item.map_err(r.heed_err())?;
+    for item in LOG.range(r, &(from..))? {
+        let (idx, bytes) = item?;
         if idx != from + out.len() as u64 || out.len() >= limit {
             break;
         }
@@ -357,15 +336,12 @@ pub fn range(r: &ReadCtx<'_>, from: u64, limit: usize) -> Result<Vec<Entry>, Log
 
 /// Index of the entry with this hash.
 pub fn index_of_entry_hash(r: &ReadCtx<'_>, hash: &Ref) -> Result<Option<u64>, StoreError> {
-    r.tables
-        .refs
-        .get(r.txn, &ref_key(hash, ENTRY_HASH))
-        .map_err(r.heed_err())
+    REFS.get(r, &ref_key(hash, ENTRY_HASH))
 }
 
 /// The stored world with this ref, parsed but not verified.
 pub fn world(r: &ReadCtx<'_>, world_ref: &Ref) -> Result<Option<World>, LogError> {
-    match world_row(r.txn, r.tables, world_ref)? {
+    match world_row(r, world_ref)? {
         None => Ok(None),
         Some(row) => World::from_bytes(row.world).map(Some),
     }
@@ -373,12 +349,12 @@ pub fn world(r: &ReadCtx<'_>, world_ref: &Ref) -> Result<Option<World>, LogError
 
 /// The ref of the world entry `index` selected.
 pub fn world_ref_at(r: &ReadCtx<'_>, index: u64) -> Result<Option<Ref>, StoreError> {
-    Ok(row_at(r.txn, r.tables, index)?.map(|row| row.world_ref))
+    Ok(row_at(r, index)?.map(|row| row.world_ref))
 }
 
 /// Raw stored bytes of a world.
 pub fn world_bytes(r: &ReadCtx<'_>, world_ref: &Ref) -> Result<Option<Vec<u8>>, StoreError> {
-    Ok(world_row(r.txn, r.tables, world_ref)?.map(|row| row.world.to_vec()))
+    Ok(world_row(r, world_ref)?.map(|row| row.world.to_vec()))
 }
 
 /// Replace the stored bytes of entry `index` or of the world it selects, keeping the rest of
@@ -389,7 +365,8 @@ pub(crate) fn overwrite_row(
     entry: Option<&[u8]>,
     world: Option<&[u8]>,
 ) -> Result<(), StoreError> {
-    let row = row_at(w.txn, w.tables, index)?
+    let reader = w.reader();
+    let row = row_at(&reader, index)?
         .ok_or_else(|| StoreError::Corrupt(format!("no log row {index}")))?;
     let bytes = Row {
         world_ref: row.world_ref,
@@ -397,21 +374,12 @@ pub(crate) fn overwrite_row(
         world: world.unwrap_or(row.world),
     }
     .encode();
-    w.tables
-        .log
-        .put(w.txn, &index, &bytes)
-        .map_err(w.heed_err())
+    LOG.put(w, &index, &bytes)
 }
 
 /// The index of the row holding world `world_ref` (maintenance).
-pub(crate) fn index_of_world(
-    txn: &heed::RoTxn<'_>,
-    t: &crate::store::Tables,
-    world_ref: &Ref,
-) -> Result<Option<u64>, StoreError> {
-    t.refs
-        .get(txn, &ref_key(world_ref, WORLD_REF))
-        .map_err(|e| StoreError::from_heed(e, t.map_size))
+pub(crate) fn index_of_world(r: &ReadCtx<'_>, world_ref: &Ref) -> Result<Option<u64>, StoreError> {
+    REFS.get(r, &ref_key(world_ref, WORLD_REF))
 }
 
 /// How an append relates to the head.
@@ -439,7 +407,7 @@ pub struct Append {
 
 /// Append at the head: binds index and link, writes objects, entry, world and head.
 pub fn append(w: &mut WriteCtx<'_, '_>, a: &Append) -> Result<Committed, LogError> {
-    let head = head_in(w.txn, w.tables)?;
+    let head = head(&w.reader())?;
     if let HeadBinding::Observed(observed) = &a.binding {
         check_observed(observed, head.as_ref())?;
     }
@@ -477,7 +445,7 @@ pub fn commit_exact(
     world: &World,
     world_ref: &Ref,
 ) -> Result<Committed, LogError> {
-    let head = head_in(w.txn, w.tables)?;
+    let head = head(&w.reader())?;
     check_observed(&observed, head.as_ref())?;
     commit_checked(w, objects, head.as_ref(), entry, world, world_ref)?;
     Ok(Committed {
@@ -564,31 +532,37 @@ fn commit_checked(
             )));
         }
     }
-    let e = w.heed_err();
     let row = Row {
         world_ref: *world_ref,
         entry: &entry_bytes,
         world: &world_bytes,
     }
     .encode();
-    w.tables.log.put(w.txn, &h.entry_index, &row).map_err(e)?;
-    w.tables
-        .refs
-        .put(
-            w.txn,
-            &ref_key(&entry.entry_hash, ENTRY_HASH),
-            &h.entry_index,
-        )
-        .map_err(e)?;
-    w.tables
-        .refs
-        .put(w.txn, &ref_key(world_ref, WORLD_REF), &h.entry_index)
-        .map_err(e)?;
+    LOG.put(w, &h.entry_index, &row)?;
+    REFS.put(w, &ref_key(&entry.entry_hash, ENTRY_HASH), &h.entry_index)?;
+    REFS.put(w, &ref_key(world_ref, WORLD_REF), &h.entry_index)?;
     Ok(())
 }
 
-/// Write entry 0 and world 0. Called once, when the store is created.
-pub(crate) fn write_genesis(w: &mut WriteCtx<'_, '_>) -> Result<Committed, LogError> {
+/// Give a store without entries its genesis (entry 0 and world 0): every store has a head.
+pub(crate) fn ensure_genesis(store: &Store) -> Result<(), StoreError> {
+    if store.read(|r| Ok::<_, StoreError>(head(r)?.is_some()))? {
+        return Ok(());
+    }
+    store.write(|w| -> Result<(), StoreError> {
+        // Another process may have written it since the read above.
+        if head(&w.reader())?.is_some() {
+            return Ok(());
+        }
+        write_genesis(w).map(drop).map_err(|e| match e {
+            LogError::Store(s) => s,
+            other => StoreError::Corrupt(other.to_string()),
+        })
+    })
+}
+
+/// Write entry 0 and world 0.
+fn write_genesis(w: &mut WriteCtx<'_, '_>) -> Result<Committed, LogError> {
     let doc = Object::json(sid::GENESIS, GENESIS_WRITER, &genesis_document())?;
     let interpreter = interpreter_ref()?;
     let header = EntryHeader {

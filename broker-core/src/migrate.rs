@@ -32,7 +32,6 @@
 //! it was; two processes opening the same store race safely (the second finds version 2).
 
 use std::ops::Bound;
-use std::path::Path;
 use std::time::Instant;
 
 use heed::byteorder::BigEndian;
@@ -44,10 +43,8 @@ use crate::broker::EffectRecord;
 use crate::invocations::Row as InvocationRow;
 use crate::log::{self, Entry, Row as LogRow};
 use crate::object::{sid, ObjectView, Ref};
-use crate::store::{
-    ref_key, semantic_prefix, StoreError, ENTRY_HASH, META_SCHEMA, OBJECT, SCHEMA_VERSION,
-    WORLD_REF,
-};
+use crate::schema::{ref_key, semantic_prefix, ENTRY_HASH, OBJECT, SCHEMA_VERSION, WORLD_REF};
+use crate::storage::{StoreError, META_TABLE, VERSION_KEY as META_SCHEMA};
 use crate::task::{self, TaskPhase, TaskState};
 
 /// Rows copied per pass over a table: bounds the memory a migration holds at once.
@@ -78,7 +75,7 @@ pub(crate) fn schema_1_to_2(
     let mut done = Migrated::default();
     let outcome = env
         .create_databases_and_commit(wtxn, |dbo, wtxn| -> Result<_, MigrateError> {
-            let meta: Database<Str, Bytes> = dbo.create_database(wtxn, Some("meta"))?;
+            let meta: Database<Str, Bytes> = dbo.create_database(wtxn, Some(META_TABLE))?;
             match meta.get(wtxn, META_SCHEMA)? {
                 Some(v) if v == SCHEMA_VERSION.to_string().as_bytes() => {
                     return Ok(CommitOrAbort::Abort(()));
@@ -164,27 +161,6 @@ pub(crate) fn schema_1_to_2(
         started.elapsed().as_secs_f64()
     );
     Ok(done)
-}
-
-/// Whether another process has the LMDB environment in `dir` open. Every process that opens an
-/// environment holds an `fcntl` lock on the first byte of `lock.mdb` until it closes it; this
-/// asks whether such a lock exists. Call it before this process opens the environment: POSIX
-/// drops all of a process's locks on a file when it closes any descriptor of that file.
-pub(crate) fn open_elsewhere(dir: &Path) -> bool {
-    use std::os::fd::AsRawFd;
-    let Ok(file) = std::fs::File::open(dir.join("lock.mdb")) else {
-        return false;
-    };
-    // SAFETY: `flock` is a plain C struct for which all-zero is a valid value.
-    let mut query: libc::flock = unsafe { std::mem::zeroed() };
-    query.l_type = libc::F_WRLCK as libc::c_short;
-    query.l_whence = libc::SEEK_SET as libc::c_short;
-    query.l_start = 0;
-    query.l_len = 1;
-    // SAFETY: `file` is an open descriptor for the duration of the call and `query` a valid,
-    // exclusively borrowed `flock`; F_GETLK only reads the lock table and fills `query`.
-    let rc = unsafe { libc::fcntl(file.as_raw_fd(), libc::F_GETLK, &mut query) };
-    rc == 0 && query.l_type != libc::F_UNLCK as libc::c_short
 }
 
 #[derive(Debug)]

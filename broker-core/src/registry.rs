@@ -13,7 +13,8 @@ use serde_json::{json, Value};
 use crate::canon::{self, CanonError};
 use crate::log::{interpreter_ref, SEMANTICS_EPOCH};
 use crate::object::{sid, Object, Ref};
-use crate::store::{ReadCtx, Store, StoreError, TxnExt, WriteCtx};
+use crate::schema::REGISTRY_HEADS;
+use crate::storage::{ReadCtx, Store, StoreError, WriteCtx};
 use crate::transition::{Transition, TransitionError};
 
 /// The registry the daemon serves tools from.
@@ -100,19 +101,7 @@ fn descriptor(t: &Transition, transition_fn: &Ref, interpreter: &Ref) -> Value {
 
 /// The registry head ref of `name`.
 pub fn head(r: &ReadCtx<'_>, name: &str) -> Result<Option<Ref>, StoreError> {
-    head_in(r.txn, r.tables, name)
-}
-
-fn head_in(
-    txn: &heed::RoTxn<'_>,
-    t: &crate::store::Tables,
-    name: &str,
-) -> Result<Option<Ref>, StoreError> {
-    match t
-        .registry_heads
-        .get(txn, name)
-        .map_err(|e| StoreError::from_heed(e, 0))?
-    {
+    match REGISTRY_HEADS.get(r, name)? {
         None => Ok(None),
         Some(b) => Ref::from_slice(b)
             .map(Some)
@@ -217,7 +206,7 @@ fn publish_in(
     provenance: &str,
 ) -> Result<Published, RegistryError> {
     let interpreter = interpreter_ref()?;
-    let parent = head_in(w.txn, w.tables, name)?;
+    let parent = head(&w.reader(), name)?;
     // Current entries, by id, as stored in the parent revision.
     let mut entries: BTreeMap<String, Value> = BTreeMap::new();
     let mut revision = 0;
@@ -259,10 +248,7 @@ fn publish_in(
     });
     let obj = Object::json(sid::TRANSITION_REGISTRY, provenance, &doc)?;
     w.put_object(&obj)?;
-    w.tables
-        .registry_heads
-        .put(w.txn, name, obj.hash.as_bytes())
-        .map_err(w.heed_err())?;
+    REGISTRY_HEADS.put(w, name, obj.hash.as_bytes())?;
     Ok(Published {
         reference: obj.hash,
         revision: next,

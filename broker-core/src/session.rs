@@ -11,7 +11,8 @@ use sha2::{Digest, Sha256};
 use crate::broker::Capability;
 use crate::canon;
 use crate::grant::Grant;
-use crate::store::{ReadCtx, Store, StoreError, TxnExt};
+use crate::schema::SESSIONS;
+use crate::storage::{ReadCtx, Store, StoreError};
 
 /// The longest list `list` returns.
 pub const MAX_LIST: usize = 500;
@@ -177,12 +178,7 @@ fn mint_as(
     };
     let bytes = encode(&session)?;
     let id = session.credential_id.clone();
-    store.write(move |w| -> Result<(), StoreError> {
-        w.tables
-            .sessions
-            .put(w.txn, &id, &bytes)
-            .map_err(w.heed_err())
-    })?;
+    store.write(move |w| -> Result<(), StoreError> { SESSIONS.put(w, &id, &bytes) })?;
     Ok(Minted { token, session })
 }
 
@@ -251,12 +247,7 @@ impl From<SessionError> for AuthenticateError {
 /// The session with this credential id.
 pub fn lookup(store: &Store, credential_id: &str) -> Result<Option<Session>, SessionError> {
     store.read(|r: &ReadCtx<'_>| -> Result<_, SessionError> {
-        match r
-            .tables
-            .sessions
-            .get(r.txn, credential_id)
-            .map_err(r.heed_err())?
-        {
+        match SESSIONS.get(r, credential_id)? {
             None => Ok(None),
             Some(b) => decode(credential_id, b).map(Some),
         }
@@ -267,8 +258,8 @@ pub fn lookup(store: &Store, credential_id: &str) -> Result<Option<Session>, Ses
 pub fn list(store: &Store) -> Result<Vec<Session>, SessionError> {
     store.read(|r: &ReadCtx<'_>| -> Result<_, SessionError> {
         let mut out = Vec::new();
-        for item in r.tables.sessions.iter(r.txn).map_err(r.heed_err())? {
-            let (id, b) = item.map_err(r.heed_err())?;
+        for item in SESSIONS.iter(r)? {
+            let (id, b) = item?;
             out.push(decode(id, b)?);
             if out.len() >= MAX_LIST {
                 break;
@@ -281,9 +272,7 @@ pub fn list(store: &Store) -> Result<Vec<Session>, SessionError> {
 /// Delete one session; false when there was none.
 pub fn revoke(store: &Store, credential_id: &str) -> Result<bool, SessionError> {
     let id = credential_id.to_owned();
-    Ok(store.write(move |w| -> Result<bool, StoreError> {
-        w.tables.sessions.delete(w.txn, &id).map_err(w.heed_err())
-    })?)
+    Ok(store.write(move |w| -> Result<bool, StoreError> { SESSIONS.delete(w, &id) })?)
 }
 
 /// Delete every session of an episode; returns their credential ids.
@@ -296,7 +285,7 @@ pub fn revoke_episode(store: &Store, episode: &str) -> Result<Vec<String>, Sessi
     let del = ids.clone();
     store.write(move |w| -> Result<(), StoreError> {
         for id in &del {
-            w.tables.sessions.delete(w.txn, id).map_err(w.heed_err())?;
+            SESSIONS.delete(w, id)?;
         }
         Ok(())
     })?;
@@ -306,8 +295,8 @@ pub fn revoke_episode(store: &Store, episode: &str) -> Result<Vec<String>, Sessi
 fn list_all(store: &Store) -> Result<Vec<Session>, SessionError> {
     store.read(|r: &ReadCtx<'_>| -> Result<_, SessionError> {
         let mut out = Vec::new();
-        for item in r.tables.sessions.iter(r.txn).map_err(r.heed_err())? {
-            let (id, b) = item.map_err(r.heed_err())?;
+        for item in SESSIONS.iter(r)? {
+            let (id, b) = item?;
             out.push(decode(id, b)?);
         }
         Ok(out)

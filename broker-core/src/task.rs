@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 use crate::canon;
 use crate::invocations::{self, Part};
 use crate::object::Ref;
-use crate::store::{ReadCtx, StoreError, Tables, WriteCtx};
+use crate::storage::{ReadCtx, StoreError, WriteCtx};
 
 /// `[A-Za-z0-9._-]{1,128}`
 pub fn valid_task_id(id: &str) -> bool {
@@ -55,14 +55,9 @@ pub(crate) fn invocation_key(episode: &str, task: &str) -> Result<String, StoreE
     Ok(format!("{surface}:{episode}:{id}"))
 }
 
-fn get_in(
-    txn: &heed::RoTxn<'_>,
-    t: &Tables,
-    episode: &str,
-    task: &str,
-) -> Result<Option<TaskState>, StoreError> {
+pub fn get(r: &ReadCtx<'_>, episode: &str, task: &str) -> Result<Option<TaskState>, StoreError> {
     let id = invocation_key(episode, task)?;
-    match invocations::get(txn, t, &id)?.and_then(|row| row.task) {
+    match invocations::get(r, &id)?.and_then(|row| row.task) {
         None => Ok(None),
         // Written canonical by `put`; a typed parse straight from the bytes is all a read needs.
         Some(b) => serde_json::from_slice(b).ok().map(Some).ok_or_else(|| {
@@ -71,16 +66,12 @@ fn get_in(
     }
 }
 
-pub fn get(r: &ReadCtx<'_>, episode: &str, task: &str) -> Result<Option<TaskState>, StoreError> {
-    get_in(r.txn, r.tables, episode, task)
-}
-
 pub fn get_w(
     w: &WriteCtx<'_, '_>,
     episode: &str,
     task: &str,
 ) -> Result<Option<TaskState>, StoreError> {
-    get_in(w.txn, w.tables, episode, task)
+    get(&w.reader(), episode, task)
 }
 
 pub fn put(

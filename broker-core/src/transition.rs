@@ -20,21 +20,14 @@
 
 use serde_json::{Map, Value};
 
-use crate::plan::{PlanSpec, SpecError};
+pub use crate::plan::EffectSpec;
+use crate::plan::{escape_for_message, parse_effect_spec, Plan, PlanSpec, SpecError};
 
 /// The semantic id of a transition document.
 pub const SEMANTIC_ID: &str = "world/transition/v1";
 
 /// Longest tool id, in bytes.
-pub const MAX_ID_BYTES: usize = 128;
-
-/// One `{effect, scope, cost}` triple: an access requirement or a declared effect.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct EffectSpec {
-    pub effect: String,
-    pub scope: String,
-    pub cost: u64,
-}
+pub const MAX_ID_BYTES: usize = crate::plan::MAX_NAME_BYTES;
 
 /// A validated transition document.
 #[derive(Debug, Clone, PartialEq)]
@@ -131,7 +124,7 @@ impl Transition {
                 "document",
                 format!(
                     "has key \"{}\", which {SEMANTIC_ID} does not define (keys: {})",
-                    crate::plan::escape_for_message(k),
+                    escape_for_message(k),
                     TOP_KEYS.join(", ")
                 ),
             ));
@@ -233,6 +226,18 @@ impl Transition {
         Self::from_value(doc)
     }
 
+    /// Plans one call of this tool ([`PlanSpec::plan_call`] with this document's id, declared
+    /// effects and finish phase). Total and deterministic: any `args` value yields a [`Plan`];
+    /// never panics, no I/O, no clock, no randomness.
+    pub fn plan_call(&self, args: &Value) -> Plan {
+        self.plan.plan_call(
+            &self.id,
+            &self.declared_effects,
+            self.finish.is_some(),
+            args,
+        )
+    }
+
     /// The full document as given (what `transitionFn` hashes, in canonical form).
     pub fn to_value(&self) -> &Value {
         &self.document
@@ -268,32 +273,9 @@ fn parse_id(obj: &Map<String, Value>) -> Result<String, TransitionError> {
     }
 }
 
-/// `^[A-Za-z0-9][A-Za-z0-9._/-]{0,127}$`
+/// `^[A-Za-z0-9][A-Za-z0-9._/-]{0,127}$`, the pattern scopes share.
 pub fn valid_id(s: &str) -> bool {
-    let b = s.as_bytes();
-    match b.first() {
-        Some(c) if c.is_ascii_alphanumeric() => {}
-        _ => return false,
-    }
-    b.len() <= MAX_ID_BYTES
-        && b.iter()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, b'.' | b'_' | b'/' | b'-'))
-}
-
-/// Effect names: dot-separated identifiers, e.g. `Workspace.Read`; at most 128 bytes.
-pub(crate) fn valid_effect_name(s: &str) -> bool {
-    !s.is_empty()
-        && s.len() <= 128
-        && s.split('.').all(|part| {
-            let b = part.as_bytes();
-            matches!(b.first(), Some(c) if c.is_ascii_alphabetic())
-                && b.iter().all(|c| c.is_ascii_alphanumeric() || *c == b'_')
-        })
-}
-
-/// Scopes: `^[A-Za-z0-9][A-Za-z0-9._/-]{0,127}$` (no `=`, `:` or `,`, which the grant syntax uses).
-pub(crate) fn valid_scope(s: &str) -> bool {
-    valid_id(s)
+    crate::plan::valid_name(s)
 }
 
 fn valid_finish_name(s: &str) -> bool {
@@ -333,67 +315,6 @@ fn schema(obj: &Map<String, Value>, key: &str) -> Result<Value, SpecError> {
             Ok(v.clone())
         }
         Some(_) => Err(spec_err(key, "must be a JSON Schema object")),
-    }
-}
-
-/// Parses one `{effect, scope, cost}` object; `field` names it in errors.
-pub(crate) fn parse_effect_spec(v: &Value, field: &str) -> Result<EffectSpec, SpecError> {
-    let m = v
-        .as_object()
-        .ok_or_else(|| spec_err(field, "must be an object {effect, scope, cost}"))?;
-    if let Some(k) = m
-        .keys()
-        .filter(|k| !matches!(k.as_str(), "effect" | "scope" | "cost"))
-        .min()
-    {
-        return Err(spec_err(
-            field,
-            format!(
-                "has key \"{}\"; an effect triple has only effect, scope and cost",
-                crate::plan::escape_for_message(k)
-            ),
-        ));
-    }
-    let effect = parse_effect_name(m.get("effect"), &format!("{field}.effect"))?;
-    let scope = parse_scope(m.get("scope"), &format!("{field}.scope"))?;
-    let cost = parse_cost(m.get("cost"), &format!("{field}.cost"))?;
-    Ok(EffectSpec {
-        effect,
-        scope,
-        cost,
-    })
-}
-
-pub(crate) fn parse_effect_name(v: Option<&Value>, field: &str) -> Result<String, SpecError> {
-    match v {
-        None => Err(spec_err(field, "is missing")),
-        Some(Value::String(s)) if valid_effect_name(s) => Ok(s.clone()),
-        Some(Value::String(_)) => Err(spec_err(
-            field,
-            "must be an effect name such as \"Workspace.Read\" (dot-separated identifiers, at most 128 bytes)",
-        )),
-        Some(_) => Err(spec_err(field, "must be a string")),
-    }
-}
-
-pub(crate) fn parse_scope(v: Option<&Value>, field: &str) -> Result<String, SpecError> {
-    match v {
-        None => Err(spec_err(field, "is missing")),
-        Some(Value::String(s)) if valid_scope(s) => Ok(s.clone()),
-        Some(Value::String(_)) => Err(spec_err(
-            field,
-            "must match ^[A-Za-z0-9][A-Za-z0-9._/-]{0,127}$ (e.g. \"worktree\")",
-        )),
-        Some(_) => Err(spec_err(field, "must be a string")),
-    }
-}
-
-pub(crate) fn parse_cost(v: Option<&Value>, field: &str) -> Result<u64, SpecError> {
-    match v {
-        None => Err(spec_err(field, "is missing")),
-        Some(v) => v
-            .as_u64()
-            .ok_or_else(|| spec_err(field, "must be a non-negative integer")),
     }
 }
 
@@ -473,7 +394,7 @@ fn check_input_schema(schema: &Value, plan: &PlanSpec) -> Result<(), SpecError> 
             "inputSchema.properties",
             format!(
                 "has \"{}\", which the plan does not declare (the plan would refuse it)",
-                crate::plan::escape_for_message(k)
+                escape_for_message(k)
             ),
         ));
     }
@@ -519,7 +440,7 @@ fn check_input_schema(schema: &Value, plan: &PlanSpec) -> Result<(), SpecError> 
             "inputSchema.required",
             format!(
                 "lists \"{}\", which the plan does not declare",
-                crate::plan::escape_for_message(extra)
+                escape_for_message(extra)
             ),
         ));
     }

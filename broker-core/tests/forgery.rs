@@ -10,7 +10,6 @@ use broker_core::commit::{self, CommitGrant, RestCommit};
 use broker_core::coordinator::{Call, Surface};
 use broker_core::log::{self, Append, Entry, EntryHeader, HeadBinding, World as WorldDoc};
 use broker_core::object::{sid, Object, Ref};
-use broker_core::plan;
 use broker_core::store::RawTable;
 use broker_core::task::{self, TaskPhase, TaskState};
 use broker_core::verify::{self, Handle, Report};
@@ -141,7 +140,7 @@ fn client_invocation(w: &World, args: Value, planned_for: Value) -> u64 {
     let plan_obj = Object::json(
         sid::EFFECT_PLAN,
         "rest:ops",
-        &plan::plan(&t, &planned_for).to_value(),
+        &t.plan_call(&planned_for).to_value(),
     )
     .unwrap();
     let output = Object::json(
@@ -384,9 +383,8 @@ fn legacy_mcp_refusal(w: &World, invocation: &str) -> u64 {
     let t = se_tool("ailang-read");
     let writer = "coordinator:mcp";
     let input = Object::json(sid::INVOCATION_INPUT, writer, &args).unwrap();
-    let plan_obj =
-        Object::json(sid::EFFECT_PLAN, writer, &plan::plan(&t, &args).to_value()).unwrap();
-    let refused = plan::plan(&t, &args).refusal().unwrap().to_owned();
+    let plan_obj = Object::json(sid::EFFECT_PLAN, writer, &t.plan_call(&args).to_value()).unwrap();
+    let refused = t.plan_call(&args).refusal().unwrap().to_owned();
     let output = Object::json(
         sid::INVOCATION_OUTPUT,
         writer,

@@ -8,7 +8,7 @@
 
 use std::path::PathBuf;
 
-use broker_core::plan::{interpreter_document, plan, Plan, PlannedEffect, PLAN_SEMANTIC_ID};
+use broker_core::plan::{interpreter_document, Plan, PlannedEffect, PLAN_SEMANTIC_ID};
 use broker_core::transition::{EffectSpec, Transition, TransitionError};
 use serde_json::{json, Map, Value};
 
@@ -44,7 +44,7 @@ fn load(name: &str) -> Transition {
 
 fn refusal(tool: &str, args: Value) -> String {
     let t = load(tool);
-    match plan(&t, &args) {
+    match t.plan_call(&args) {
         Plan::Refused { message } => message,
         other => panic!("{tool} {args} should refuse, planned {other:?}"),
     }
@@ -56,7 +56,7 @@ fn assert_refused(tool: &str, args: Value, expected: &str) {
 
 fn planned(tool: &str, args: Value) -> (PlannedEffect, bool) {
     let t = load(tool);
-    match plan(&t, &args) {
+    match t.plan_call(&args) {
         Plan::Effect { effect, finish } => (effect, finish),
         Plan::Refused { message } => {
             panic!("{tool} {args} should plan an effect, refused: {message}")
@@ -790,7 +790,7 @@ fn happy_payloads() {
 #[test]
 fn plan_documents_are_exact() {
     let read = load("ailang-read");
-    let refused = plan(&read, &json!({"path": "a", "limit": 5}));
+    let refused = read.plan_call(&json!({"path": "a", "limit": 5}));
     assert_eq!(
         refused.to_value(),
         json!({
@@ -805,7 +805,7 @@ fn plan_documents_are_exact() {
         Some("{\"effects\":[],\"finish\":false,\"plan\":\"world/effect-plan/v1\",\"result\":{\"ok\":false,\"refused\":\"unknown argument \\\"limit\\\"; ailang-read admits only: path\"}}")
     );
     let check = load("ailang-check");
-    let effect = plan(&check, &json!({"path": "hello.ail"}));
+    let effect = check.plan_call(&json!({"path": "hello.ail"}));
     assert_eq!(
         effect.to_value(),
         json!({
@@ -841,9 +841,9 @@ fn planning_is_deterministic() {
         let b = load(tool);
         assert_eq!(a, b);
         for input in &inputs {
-            let p1 = plan(&a, input);
-            let p2 = plan(&b, input);
-            let p3 = plan(&a.clone(), &input.clone());
+            let p1 = a.plan_call(input);
+            let p2 = b.plan_call(input);
+            let p3 = a.clone().plan_call(&input.clone());
             assert_eq!(p1, p2);
             assert_eq!(p1, p3);
             assert_eq!(p1.to_value(), p2.to_value());
@@ -1036,7 +1036,7 @@ fn docs_read() -> Transition {
 #[test]
 fn docs_only_read_tool() {
     let t = docs_read();
-    match plan(&t, &json!({"path": "docs/guide/intro.md"})) {
+    match t.plan_call(&json!({"path": "docs/guide/intro.md"})) {
         Plan::Effect { effect, finish } => {
             assert_eq!(effect.effect, "Workspace.Read");
             assert_eq!(
@@ -1048,11 +1048,11 @@ fn docs_only_read_tool() {
         other => panic!("{other:?}"),
     }
     assert_eq!(
-        plan(&t, &json!({"path": "src/main.rs"})).refusal(),
+        t.plan_call(&json!({"path": "src/main.rs"})).refusal(),
         Some("path \"src/main.rs\" refused: it must match one of: docs/**")
     );
     assert_eq!(
-        plan(&t, &json!({"path": "docs/../secret"})).refusal(),
+        t.plan_call(&json!({"path": "docs/../secret"})).refusal(),
         Some(format!("path \"docs/../secret\" {PATH_RULE}").as_str())
     );
     // A path-glob with no relative-path before it is refused at load time.
@@ -1076,12 +1076,12 @@ fn a_path_glob_with_zero_directories_between_matches_as_the_deny_globs_do() {
     let t = Transition::from_value(doc).unwrap();
     for path in ["docs/a.md", "docs/x/y/a.md"] {
         assert!(
-            matches!(plan(&t, &json!({"path": path})), Plan::Effect { .. }),
+            matches!(t.plan_call(&json!({"path": path})), Plan::Effect { .. }),
             "{path}"
         );
     }
     assert_eq!(
-        plan(&t, &json!({"path": "docs/a.txt"})).refusal(),
+        t.plan_call(&json!({"path": "docs/a.txt"})).refusal(),
         Some("path \"docs/a.txt\" refused: it must match one of: docs/**/*.md")
     );
 }
@@ -1208,8 +1208,8 @@ fn plan_never_panics_on_generated_arguments() {
             Value::Object(m)
         };
         for t in &tools {
-            let p = plan(t, &args);
-            assert_eq!(p, plan(t, &args), "deterministic");
+            let p = t.plan_call(&args);
+            assert_eq!(p, t.plan_call(&args), "deterministic");
             match &p {
                 Plan::Refused { message } => assert!(!message.is_empty()),
                 Plan::Effect { effect, .. } => {

@@ -5,7 +5,7 @@
 
 use std::sync::OnceLock;
 
-use broker_core::plan::{self, Plan};
+use broker_core::plan::Plan;
 use broker_core::transition::Transition;
 use libfuzzer_sys::fuzz_target;
 
@@ -30,8 +30,8 @@ fuzz_target!(|data: &[u8]| {
     let Some((&selector, rest)) = data.split_first() else { return };
     let Ok(args) = serde_json::from_slice::<serde_json::Value>(rest) else { return };
     let t = &tools()[selector as usize % DOCS.len()];
-    let first = plan::plan(t, &args);
-    assert_eq!(first, plan::plan(t, &args), "the interpreter is not deterministic");
+    let first = t.plan_call(&args);
+    assert_eq!(first, t.plan_call(&args), "the interpreter is not deterministic");
     if let Plan::Effect { effect, .. } = &first {
         assert!(t
             .declared_effects

@@ -5,10 +5,11 @@
 
 use serde_json::{Map, Value};
 
-use super::message::{escape_for_message, Vars};
+use super::effect::EffectSpec;
+use super::fields::escape_for_message;
+use super::message::Vars;
 use super::spec::{Condition, PlanSpec, Test};
 use super::{Plan, PlannedEffect, EFFECT_ID};
-use crate::transition::EffectSpec;
 
 impl PlanSpec {
     /// Runs the language on one call's arguments. `Err` is a refusal message.

@@ -2,7 +2,9 @@
 //! …) that a rule's default text or a document's own `message` fills in, and the quoting of
 //! caller-supplied values inside them.
 
-use super::spec::{bad, SpecResult};
+use serde_json::{Map, Value};
+
+use super::fields::{bad, escape_for_message, SpecResult};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Var {
@@ -172,9 +174,17 @@ impl Template {
     }
 }
 
-/// Renders a caller-supplied text for quoting inside a refusal: JSON-style escapes for `"`, `\\`
-/// and control characters; texts over [`MAX_QUOTED_BYTES`](super::MAX_QUOTED_BYTES) bytes are cut at a character
-/// boundary and end with `…` ([`dialect::quote::escape`], the quoting every layer shares).
-pub fn escape_for_message(s: &str) -> String {
-    dialect::quote::escape(s)
+pub(super) fn message_field(
+    m: &Map<String, Value>,
+    default: &str,
+    allowed: &[Var],
+    field: &str,
+) -> SpecResult<Template> {
+    match m.get("message") {
+        None => Template::parse(default, allowed, field),
+        Some(Value::String(s)) if !s.trim().is_empty() => {
+            Template::parse(s, allowed, &format!("{field}.message"))
+        }
+        Some(_) => bad(&format!("{field}.message"), "must be a non-empty string"),
+    }
 }

@@ -4,8 +4,9 @@
 //! `world/plan-language/v1`. It says which arguments a tool admits, how each is checked, which
 //! effect a call requests and what payload that effect receives. There are no expressions, loops
 //! or functions: only a fixed set of argument types, value rules, conditional refusals, effect
-//! cases and payload fields. [`plan`] is total and deterministic — any JSON value in, one
-//! [`Plan`] out; no I/O, no clock, no randomness, no panics.
+//! cases and payload fields. [`PlanSpec::plan_call`] (through
+//! [`crate::transition::Transition::plan_call`]) is total and deterministic — any JSON value in,
+//! one [`Plan`] out; no I/O, no clock, no randomness, no panics.
 //!
 //! # Example
 //!
@@ -86,13 +87,18 @@
 //! | `eval` | one call through a [`PlanSpec`], in the check order above |
 //! | `payload` | which arguments and constants the effect's payload carries, and building it |
 //! | `glob` | the `relative-path` rule and `path-glob` in worldd's one glob dialect |
-//! | `message` | refusal templates and the quoting of values inside them |
+//! | `message` | refusal templates and their placeholders |
+//! | `effect` | the `{effect, scope, cost}` triple and the rules of its names |
+//! | `fields` | the field helpers the parser shares, [`SpecError`], quoting values in messages |
+//!
+//! The interpreter knows nothing of the transition document around its section: the document
+//! ([`crate::transition`]) holds a [`PlanSpec`] and hands it its id and declared effects.
 
 use serde_json::{json, Map, Value};
 
-use crate::transition::Transition;
-
+mod effect;
 mod eval;
+mod fields;
 mod glob;
 mod message;
 mod payload;
@@ -101,9 +107,11 @@ mod spec;
 #[cfg(test)]
 mod tests;
 
+pub(crate) use effect::parse_effect_spec;
+pub use effect::{valid_name, EffectSpec, MAX_NAME_BYTES};
+pub use fields::{escape_for_message, SpecError};
 pub use glob::{glob_match, relative_path_ok};
-pub use message::escape_for_message;
-pub use spec::{PlanSpec, SpecError};
+pub use spec::PlanSpec;
 
 /// Semantic id of the plans this interpreter produces.
 pub const PLAN_SEMANTIC_ID: &str = "world/effect-plan/v1";
@@ -196,16 +204,21 @@ impl Plan {
     }
 }
 
-/// Plans one call. Total and deterministic: any `args` value yields a [`Plan`]; never panics,
-/// no I/O, no clock, no randomness.
-pub fn plan(transition: &Transition, args: &Value) -> Plan {
-    match transition.plan.evaluate(
-        &transition.id,
-        &transition.declared_effects,
-        transition.finish.is_some(),
-        args,
-    ) {
-        Ok(p) => p,
-        Err(message) => Plan::Refused { message },
+impl PlanSpec {
+    /// Plans one call of the tool `tool`, whose document declares `declared` and has a finish
+    /// phase when `finish`. Total and deterministic: any `args` value yields a [`Plan`]; never
+    /// panics, no I/O, no clock, no randomness. A transition plans its calls with
+    /// [`crate::transition::Transition::plan_call`].
+    pub fn plan_call(
+        &self,
+        tool: &str,
+        declared: &[EffectSpec],
+        finish: bool,
+        args: &Value,
+    ) -> Plan {
+        match self.evaluate(tool, declared, finish, args) {
+            Ok(p) => p,
+            Err(message) => Plan::Refused { message },
+        }
     }
 }

@@ -4,9 +4,8 @@
 
 use serde_json::{Map, Value};
 
-use super::message::escape_for_message;
+use super::fields::{bad, escape_for_message, object, only_keys, SpecResult};
 use super::rules::ArgSpec;
-use super::spec::{bad, object, only_keys, SpecResult};
 
 #[derive(Debug, Clone, PartialEq)]
 pub(super) enum CopyArgs {

@@ -6,12 +6,12 @@
 use serde::de::IgnoredAny;
 use serde_json::{Map, Value};
 
-use super::glob::{glob_match, relative_path_ok};
-use super::message::{escape_for_message, Template, Var, Vars};
-use super::spec::{
-    bad, i64_field, message_field, noun_field, object, only_keys, string_field, string_list,
+use super::fields::{
+    bad, escape_for_message, i64_field, noun_field, object, only_keys, string_field, string_list,
     u64_field, valid_argument_name, SpecResult,
 };
+use super::glob::{glob_match, relative_path_ok};
+use super::message::{message_field, Template, Var, Vars};
 use super::LANGUAGE_ID;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -1,10 +1,10 @@
 //! Unit tests of the plan language.
 
+use super::effect::EffectSpec;
 use super::message::{Template, Var, Vars};
 use super::payload::{CopyArgs, PayloadSpec};
 use super::spec::EffectChoice;
 use super::*;
-use crate::transition::EffectSpec;
 
 #[test]
 fn plan_glob_matching() {

@@ -6,7 +6,7 @@ use super::source::LocalSource;
 use super::walk::Verifier;
 use super::VerifyError;
 use crate::log;
-use crate::store::{Store, StoreError};
+use crate::store::Store;
 
 /// The result of checking a whole store offline (`worldd doctor`).
 #[derive(Debug, Clone, Default)]
@@ -42,13 +42,7 @@ pub fn audit_store(store: &Store) -> Result<StoreAudit, VerifyError> {
     let head = store
         .read(log::head)?
         .ok_or_else(|| VerifyError::NotFound("world head".into()))?;
-    let last = store.read(|r| -> Result<Option<u64>, StoreError> {
-        Ok(r.tables
-            .log
-            .last(r.txn)
-            .map_err(crate::store::TxnExt::heed_err(r))?
-            .map(|(k, _)| k))
-    })?;
+    let last = store.read(log::last_index)?;
     if last != Some(head.world.revision) {
         audit.head_findings.push(format!(
             "the head selects revision {} but the last entry is {:?}",

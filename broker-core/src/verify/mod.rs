@@ -10,7 +10,7 @@
 //!
 //! The verifier reads through one small trait, [`Source`]: [`LocalSource`] reads a store;
 //! a remote source (the REST routes of a running daemon) plugs in through [`why_in`] and
-//! [`verify_entry_in`]. What each link checks is described in [`walk`](self::walk).
+//! [`verify_entry_in`]. What each link checks is described in the `walk` module.
 
 mod audit;
 mod source;

@@ -33,7 +33,7 @@ use crate::commit::COORDINATOR_NAMESPACES;
 use crate::journal::OutcomeStatus;
 use crate::log::{self, Entry, World};
 use crate::object::{sid, Ref};
-use crate::plan::{self, Plan};
+use crate::plan::Plan;
 use crate::task::{self, TaskPhase};
 use crate::transition::Transition;
 
@@ -746,7 +746,7 @@ impl<'s, S: Source + ?Sized> Verifier<'s, S> {
             ));
         }
         let args = canon::parse(input).map_err(|e| format!("input is not JSON: {e}"))?;
-        let replayed = plan::plan(&t, &args);
+        let replayed = t.plan_call(&args);
         let bytes = canon::to_vec(&replayed.to_value()).map_err(|e| e.to_string())?;
         let recomputed = Ref::of(&bytes);
         if recomputed != *plan_ref {

@@ -6,7 +6,7 @@
 
 use std::path::{Path, PathBuf};
 
-use broker_core::plan::{plan, Plan};
+use broker_core::plan::Plan;
 use broker_core::transition::Transition;
 use serde_json::Value;
 use sha2::{Digest, Sha256};
@@ -56,7 +56,7 @@ pub fn shipped_document(relative: &str, embedded: &str) -> Transition {
 /// is one `worktree` effect named `effect`, cost 1, with no finish step
 /// (panics on a refusal).
 pub fn planned_payload(transition: &Transition, args: &Value, effect: &str) -> Value {
-    match plan(transition, args) {
+    match transition.plan_call(args) {
         Plan::Effect {
             effect: planned,
             finish,
@@ -78,7 +78,8 @@ pub fn planned_payload(transition: &Transition, args: &Value, effect: &str) -> V
 
 /// The refusal `transition` plans for `args` (panics when it plans an effect).
 pub fn planned_refusal(transition: &Transition, args: &Value) -> String {
-    plan(transition, args)
+    transition
+        .plan_call(args)
         .refusal()
         .unwrap_or_else(|| panic!("{args} was not refused"))
         .to_string()

@@ -1,0 +1,178 @@
+//! The object table: content-addressed objects, stored in the order they arrive and found by
+//! ref (through `refs`) or by semantic id (through `semantic_ids`, in arrival order). Every
+//! other world table names objects by ref; this module is the one that stores them.
+
+use crate::object::{Object, ObjectView, Ref};
+use crate::schema::{ref_key, semantic_prefix, OBJECT, OBJECTS, REFS, SEMANTIC_IDS};
+use crate::storage::{ReadCtx, StoreError, WriteCtx};
+
+/// Refs read lazily from a read transaction.
+pub type Refs<'t> = Box<dyn Iterator<Item = Result<Ref, StoreError>> + 't>;
+/// Objects read lazily from a read transaction.
+pub type Objects<'t> = Box<dyn Iterator<Item = Result<ObjectView<'t>, StoreError>> + 't>;
+
+impl<'t> ReadCtx<'t> {
+    pub fn object(&self, r: &Ref) -> Result<Option<Object>, StoreError> {
+        match object_row(self, r)? {
+            None => Ok(None),
+            Some((_, envelope)) => Object::decode_value(*r, envelope)
+                .map(Some)
+                .ok_or_else(|| StoreError::Corrupt(format!("object {r} has a damaged envelope"))),
+        }
+    }
+
+    /// An object borrowed from this read transaction, without copying its payload.
+    pub fn object_view(&self, r: &Ref) -> Result<Option<ObjectView<'t>>, StoreError> {
+        Ok(self.sequenced(r)?.map(|(_, view)| view))
+    }
+
+    /// Whether an object with this ref is stored (without reading it).
+    pub fn has_object(&self, r: &Ref) -> Result<bool, StoreError> {
+        Ok(REFS.get(self, &ref_key(r, OBJECT))?.is_some())
+    }
+
+    /// An object and its sequence number (its place in arrival order).
+    pub(crate) fn sequenced(&self, r: &Ref) -> Result<Option<(u64, ObjectView<'t>)>, StoreError> {
+        match object_row(self, r)? {
+            None => Ok(None),
+            Some((seq, envelope)) => ObjectView::decode(*r, envelope)
+                .map(|view| Some((seq, view)))
+                .ok_or_else(|| StoreError::Corrupt(format!("object {r} has a damaged envelope"))),
+        }
+    }
+
+    /// The object stored at sequence number `seq`.
+    pub(crate) fn object_at(&self, seq: u64) -> Result<Option<ObjectView<'t>>, StoreError> {
+        let Some(row) = OBJECTS.get(self, &seq)? else {
+            return Ok(None);
+        };
+        row.split_at_checked(32)
+            .and_then(|(r, envelope)| ObjectView::decode(Ref::from_slice(r)?, envelope))
+            .map(Some)
+            .ok_or_else(|| StoreError::Corrupt(format!("object row {seq} is damaged")))
+    }
+
+    /// The refs of the objects with `semantic_id`, in the order the store first stored them,
+    /// starting after the object `after`. `None` when `after` is not an object with this
+    /// semantic id.
+    pub fn semantic_id_refs(
+        &self,
+        semantic_id: &str,
+        after: Option<&Ref>,
+    ) -> Result<Option<Refs<'t>>, StoreError> {
+        Ok(self
+            .semantic_id_objects(semantic_id, after)?
+            .map(|objects| Box::new(objects.map(|o| o.map(|o| o.hash))) as Refs<'t>))
+    }
+
+    /// [`ReadCtx::semantic_id_refs`], yielding the objects themselves (borrowed).
+    pub fn semantic_id_objects(
+        &self,
+        semantic_id: &str,
+        after: Option<&Ref>,
+    ) -> Result<Option<Objects<'t>>, StoreError> {
+        let prefix = semantic_prefix(semantic_id)?;
+        let start = match after {
+            None => 0,
+            Some(r) => match self.sequenced(r)? {
+                Some((seq, view)) if view.semantic_id == semantic_id => seq + 1,
+                _ => return Ok(None),
+            },
+        };
+        let mut from = prefix.clone();
+        from.extend_from_slice(&start.to_be_bytes());
+        let mut to = prefix.clone();
+        to.extend_from_slice(&u64::MAX.to_be_bytes());
+        let range = (
+            std::ops::Bound::Included(from.as_slice()),
+            std::ops::Bound::Included(to.as_slice()),
+        );
+        let reader = *self;
+        let wanted = semantic_id.to_owned();
+        let iter = SEMANTIC_IDS
+            .range(self, &range)?
+            .map(move |item| {
+                let (key, _) = item?;
+                let seq = key
+                    .get(prefix.len()..)
+                    .and_then(|k| <[u8; 8]>::try_from(k).ok())
+                    .map(u64::from_be_bytes)
+                    .ok_or_else(|| {
+                        StoreError::Corrupt("a semantic-id index key is damaged".into())
+                    })?;
+                let object = reader.object_at(seq)?.ok_or_else(|| {
+                    StoreError::Corrupt(format!("the semantic-id index names no object {seq}"))
+                })?;
+                // A damaged envelope may name another kind: it is not listed as this one.
+                Ok((object.semantic_id == wanted).then_some(object))
+            })
+            .filter_map(Result::transpose);
+        Ok(Some(Box::new(iter)))
+    }
+}
+
+impl WriteCtx<'_, '_> {
+    pub fn object(&self, r: &Ref) -> Result<Option<Object>, StoreError> {
+        self.reader().object(r)
+    }
+
+    /// Whether an object with this ref is stored (without reading it).
+    pub fn has_object(&self, r: &Ref) -> Result<bool, StoreError> {
+        self.reader().has_object(r)
+    }
+
+    /// Insert an object unless present (first writer's provenance wins). The payload must hash
+    /// to the object's address. Objects are stored in the order they arrive (the next sequence
+    /// number), so a group commit's new objects fill the same pages at the end of the table.
+    pub fn put_object(&mut self, object: &Object) -> Result<(), StoreError> {
+        if !object.verify() {
+            return Err(StoreError::Corrupt(format!(
+                "object {} does not hash to its address",
+                object.hash
+            )));
+        }
+        self.put_verified_object(object)
+    }
+
+    /// [`WriteCtx::put_object`] for an object whose payload the caller has just hashed.
+    pub(crate) fn put_verified_object(&mut self, object: &Object) -> Result<(), StoreError> {
+        let key = ref_key(&object.hash, OBJECT);
+        let r = self.reader();
+        if REFS.get(&r, &key)?.is_some() {
+            return Ok(());
+        }
+        let mut index_key = semantic_prefix(&object.semantic_id)?;
+        let seq = match OBJECTS.last(&r)? {
+            Some((last, _)) => last + 1,
+            None => 0,
+        };
+        let envelope = object.encode_value();
+        let mut row = Vec::with_capacity(32 + envelope.len());
+        row.extend_from_slice(object.hash.as_bytes());
+        row.extend_from_slice(&envelope);
+        OBJECTS.append(self, &seq, &row)?;
+        REFS.put(self, &key, &seq)?;
+        index_key.extend_from_slice(&seq.to_be_bytes());
+        SEMANTIC_IDS.put(self, &index_key, &[])
+    }
+}
+
+/// The sequence number and envelope of the object `r`. The row must hold `r` itself: an
+/// index pointing elsewhere is damage, never another object.
+pub(crate) fn object_row<'t>(
+    r: &ReadCtx<'t>,
+    object: &Ref,
+) -> Result<Option<(u64, &'t [u8])>, StoreError> {
+    let Some(seq) = REFS.get(r, &ref_key(object, OBJECT))? else {
+        return Ok(None);
+    };
+    let row = OBJECTS
+        .get(r, &seq)?
+        .ok_or_else(|| StoreError::Corrupt(format!("object {object} is indexed but missing")))?;
+    match row.split_at_checked(32) {
+        Some((stored, envelope)) if stored == object.as_bytes() => Ok(Some((seq, envelope))),
+        _ => Err(StoreError::Corrupt(format!(
+            "object {object} is indexed at a row of another object"
+        ))),
+    }
+}

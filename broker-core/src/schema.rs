@@ -1,0 +1,114 @@
+//! The world's tables (schema 2; `docs/data-model.md` §8.2): their names, slots and codecs, and
+//! the key layouts more than one module writes. The storage layer knows only the names
+//! ([`crate::storage::Layout`]); what the rows mean is each owning module's.
+
+use heed::byteorder::BigEndian;
+use heed::types::{Bytes, Str, U64};
+
+use crate::object::Ref;
+use crate::storage::{StoreError, Table};
+
+/// The schema this build reads and writes. A schema-1 store is migrated when it is opened
+/// ([`crate::migrate`]); any other version is refused unmodified.
+pub const SCHEMA_VERSION: u32 = 2;
+
+type Seq = U64<BigEndian>;
+
+/// The tables, by slot (each constant below names its slot).
+pub(crate) const TABLES: &[&str] = &[
+    "object_rows",
+    "refs",
+    "semantic_ids",
+    "entries",
+    "journal",
+    "invocations",
+    "resolutions",
+    "pending",
+    "spend",
+    "sessions",
+    "registry_heads",
+    "readers",
+];
+
+/// object sequence (insertion order) → ref(32) ‖ object envelope ([`crate::objects`]).
+pub(crate) const OBJECTS: Table<Seq, Bytes> = Table::new(0, "object_rows");
+/// ref(32) ‖ kind → u64 BE: an object's sequence ([`OBJECT`]), an entry's index by its hash
+/// ([`ENTRY_HASH`]) or by the ref of the world it selected ([`WORLD_REF`]).
+pub(crate) const REFS: Table<Bytes, Seq> = Table::new(1, "refs");
+/// [`semantic_prefix`] ‖ object sequence → (): the semantic-id index, in insertion order.
+pub(crate) const SEMANTIC_IDS: Table<Bytes, Bytes> = Table::new(2, "semantic_ids");
+/// entry index → log row: world ref, entry JSON and world JSON ([`crate::log`]).
+pub(crate) const LOG: Table<Seq, Bytes> = Table::new(3, "entries");
+/// journal sequence → canonical journal record JSON ([`crate::journal`]).
+pub(crate) const JOURNAL: Table<Seq, Bytes> = Table::new(4, "journal");
+/// invocation id → journal state and task state of its first durable point
+/// ([`crate::invocations`]).
+pub(crate) const INVOCATIONS: Table<Str, Bytes> = Table::new(5, "invocations");
+/// intent sequence → the journal state and task state that resolved that intent.
+pub(crate) const RESOLUTIONS: Table<Seq, Bytes> = Table::new(6, "resolutions");
+/// invocation id → intent sequence, for intents that have no outcome yet.
+pub(crate) const PENDING: Table<Str, Seq> = Table::new(7, "pending");
+/// episode \0 effect \0 scope → units spent.
+pub(crate) const SPEND: Table<Bytes, Seq> = Table::new(8, "spend");
+/// credential id (64 hex) → canonical session JSON ([`crate::session`]).
+pub(crate) const SESSIONS: Table<Str, Bytes> = Table::new(9, "sessions");
+/// registry name → registry revision ref(32) ([`crate::registry`]).
+pub(crate) const REGISTRY_HEADS: Table<Str, Bytes> = Table::new(10, "registry_heads");
+/// episode \0 object sequence → (): which episode may read which object ([`crate::access`]).
+pub(crate) const READERS: Table<Bytes, Bytes> = Table::new(11, "readers");
+
+/// `refs` key kinds: the same digest may name an object, an entry and a world at once.
+pub(crate) const OBJECT: u8 = b'o';
+pub(crate) const ENTRY_HASH: u8 = b'e';
+pub(crate) const WORLD_REF: u8 = b'w';
+
+/// The `refs` key of `r` as a `kind`.
+pub(crate) fn ref_key(r: &Ref, kind: u8) -> [u8; 33] {
+    let mut key = [0u8; 33];
+    key[..32].copy_from_slice(r.as_bytes());
+    key[32] = kind;
+    key
+}
+
+/// The key prefix of a semantic id in `semantic_ids`: its length (u16 BE) then its bytes, so
+/// that no semantic id's range contains another's.
+pub(crate) fn semantic_prefix(semantic_id: &str) -> Result<Vec<u8>, StoreError> {
+    let len = u16::try_from(semantic_id.len()).map_err(|_| {
+        StoreError::Corrupt(format!(
+            "a semantic id of {} bytes is longer than the store keeps",
+            semantic_id.len()
+        ))
+    })?;
+    let mut key = Vec::with_capacity(semantic_id.len() + 10);
+    key.extend_from_slice(&len.to_be_bytes());
+    key.extend_from_slice(semantic_id.as_bytes());
+    Ok(key)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Each table constant's slot is its name's place in [`TABLES`], and no slot is taken twice.
+    #[test]
+    fn every_table_sits_at_its_slot() {
+        let tables = [
+            (OBJECTS.slot(), OBJECTS.name()),
+            (REFS.slot(), REFS.name()),
+            (SEMANTIC_IDS.slot(), SEMANTIC_IDS.name()),
+            (LOG.slot(), LOG.name()),
+            (JOURNAL.slot(), JOURNAL.name()),
+            (INVOCATIONS.slot(), INVOCATIONS.name()),
+            (RESOLUTIONS.slot(), RESOLUTIONS.name()),
+            (PENDING.slot(), PENDING.name()),
+            (SPEND.slot(), SPEND.name()),
+            (SESSIONS.slot(), SESSIONS.name()),
+            (REGISTRY_HEADS.slot(), REGISTRY_HEADS.name()),
+            (READERS.slot(), READERS.name()),
+        ];
+        assert_eq!(tables.len(), TABLES.len());
+        for (i, (slot, name)) in tables.into_iter().enumerate() {
+            assert_eq!((slot, name), (i, TABLES[i]));
+        }
+    }
+}

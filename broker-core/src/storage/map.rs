@@ -1,0 +1,139 @@
+//! The LMDB map: the lock every transaction of this process holds shared (so that a remap
+//! happens only when none is active), the size gauge, and the map's size in pages.
+
+use std::path::{Path, PathBuf};
+use std::sync::{RwLock, RwLockReadGuard};
+use std::time::Duration;
+
+use heed::{Env, WithoutTls};
+
+use super::StoreError;
+use crate::capacity::{self, Gauge};
+
+/// Free space under which a short write (EIO) is taken for a full disk.
+const SHORT_WRITE_SLACK: u64 = 1 << 20;
+/// How often, and how long apart, a remap after `MDB_MAP_RESIZED` waits for this process's
+/// open transactions to end before it gives up.
+const REMAP_ATTEMPTS: u32 = 200;
+const REMAP_PAUSE: Duration = Duration::from_millis(5);
+
+/// The lock every transaction of this process holds shared, and the size gauge.
+pub(super) struct MapLock {
+    pub(super) lock: RwLock<()>,
+    pub(super) gauge: Gauge,
+    pub(super) page_size: u64,
+    pub(super) dir: PathBuf,
+}
+
+/// A transaction and the shared hold on the map lock it needs (dropped after the transaction:
+/// fields drop in declaration order).
+pub(super) struct Held<'m, T> {
+    pub(super) txn: T,
+    pub(super) _shared: RwLockReadGuard<'m, ()>,
+}
+
+impl MapLock {
+    fn shared(&self) -> RwLockReadGuard<'_, ()> {
+        self.lock.read().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Begin a transaction under a shared hold. When another process has grown the store past
+    /// this map (`MDB_MAP_RESIZED`), adopt the size it recorded and begin again.
+    pub(super) fn begin<'e, T>(
+        &self,
+        env: &'e Env<WithoutTls>,
+        begin: impl Fn(&'e Env<WithoutTls>) -> heed::Result<T>,
+    ) -> Result<Held<'_, T>, StoreError> {
+        let shared = self.shared();
+        match begin(env) {
+            Ok(txn) => {
+                return Ok(Held {
+                    txn,
+                    _shared: shared,
+                })
+            }
+            Err(heed::Error::Mdb(heed::MdbError::MapResized)) => drop(shared),
+            Err(e) => return Err(StoreError::from_heed(e, env.info().map_size)),
+        }
+        self.adopt_grown_map(env)?;
+        let shared = self.shared();
+        let txn = begin(env).map_err(|e| StoreError::from_heed(e, env.info().map_size))?;
+        Ok(Held {
+            txn,
+            _shared: shared,
+        })
+    }
+
+    /// `mdb_env_set_mapsize(0)`: take the map size another process recorded. Waits a bounded
+    /// time for this process's open transactions to end; never blocks new readers while it
+    /// waits (it only tries the exclusive hold), so a thread that holds a transaction while
+    /// it asks for another cannot deadlock here: it gets [`StoreError::MapResized`].
+    fn adopt_grown_map(&self, env: &Env<WithoutTls>) -> Result<(), StoreError> {
+        for _ in 0..REMAP_ATTEMPTS {
+            if let Ok(_exclusive) = self.lock.try_write() {
+                // SAFETY: every transaction of this process is begun under a shared hold of
+                // `lock` and ends before that hold is released; holding it exclusively means
+                // no transaction is active, which is what mdb_env_set_mapsize requires.
+                unsafe { env.resize(0) }.map_err(|e| StoreError::from_heed(e, 0))?;
+                tracing::info!(
+                    map_size = env.info().map_size,
+                    "another process grew the store; adopted its map size"
+                );
+                return Ok(());
+            }
+            std::thread::sleep(REMAP_PAUSE);
+        }
+        Err(StoreError::MapResized)
+    }
+
+    /// A failed commit. LMDB reports a write that stopped short as EIO, which is what a disk
+    /// that fills up mid-write produces: with (almost) nothing left on the filesystem, that is
+    /// "disk full", not an I/O fault.
+    pub(super) fn write_error(&self, e: heed::Error, map_size: usize) -> StoreError {
+        match e {
+            heed::Error::Io(io)
+                if io.raw_os_error() == Some(libc::EIO)
+                    && capacity::disk_free(&self.dir).is_some_and(|f| f < SHORT_WRITE_SLACK) =>
+            {
+                StoreError::DiskFull(format!("a write stopped short: {io}"))
+            }
+            other => StoreError::from_heed(other, map_size),
+        }
+    }
+
+    /// Read the high-water mark and the free disk space into the gauge.
+    pub(super) fn measure(&self, env: &Env<WithoutTls>) {
+        let used = (env.info().last_page_number as u64 + 1).saturating_mul(self.page_size);
+        self.gauge.observe(used, capacity::disk_free(&self.dir));
+    }
+}
+
+/// `size` rounded up to the OS page size (LMDB map sizes must be multiples of it).
+pub(super) fn page_multiple(size: u64) -> usize {
+    // SAFETY: sysconf has no preconditions.
+    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    let page = u64::try_from(page).ok().filter(|p| *p > 0).unwrap_or(4096);
+    let size = size.max(page).div_ceil(page).saturating_mul(page);
+    usize::try_from(size).unwrap_or(usize::MAX / 2)
+}
+
+/// Whether another process has the LMDB environment in `dir` open. Every process that opens an
+/// environment holds an `fcntl` lock on the first byte of `lock.mdb` until it closes it; this
+/// asks whether such a lock exists. Call it before this process opens the environment: POSIX
+/// drops all of a process's locks on a file when it closes any descriptor of that file.
+pub(super) fn open_elsewhere(dir: &Path) -> bool {
+    use std::os::fd::AsRawFd;
+    let Ok(file) = std::fs::File::open(dir.join("lock.mdb")) else {
+        return false;
+    };
+    // SAFETY: `flock` is a plain C struct for which all-zero is a valid value.
+    let mut query: libc::flock = unsafe { std::mem::zeroed() };
+    query.l_type = libc::F_WRLCK as libc::c_short;
+    query.l_whence = libc::SEEK_SET as libc::c_short;
+    query.l_start = 0;
+    query.l_len = 1;
+    // SAFETY: `file` is an open descriptor for the duration of the call and `query` a valid,
+    // exclusively borrowed `flock`; F_GETLK only reads the lock table and fills `query`.
+    let rc = unsafe { libc::fcntl(file.as_raw_fd(), libc::F_GETLK, &mut query) };
+    rc == 0 && query.l_type != libc::F_UNLCK as libc::c_short
+}

@@ -1,0 +1,546 @@
+//! The storage layer: typed tables in one LMDB environment, read transactions on the caller's
+//! thread, and one writer thread with group commit. It knows tables by the names and codecs a
+//! [`Layout`] gives it, and nothing of what they hold: entries, worlds, intents and sessions
+//! are the world layer's ([`crate::store`] opens the world's layout and writes its genesis).
+//!
+//! Reads run on the caller's thread in their own read transaction. Every write goes through
+//! [`Store::write`]: the operation is sent to the single writer thread, which drains whatever is
+//! queued, runs the operations in one transaction, commits it once (LMDB's default full sync:
+//! durable when acknowledged) and then answers every caller. Throughput under concurrency comes
+//! from that batching, never from weaker syncing. A failing operation's writes are undone alone
+//! (the batch is built again with each operation in a nested transaction); a failing commit
+//! fails the batch.
+//!
+//! The LMDB map is reserved (sparse) at the operator's ceiling and the store grows into it by
+//! itself; [`crate::capacity`] says why, and how client work is refused before the ceiling.
+//! Every transaction of this process holds the map lock shared, so the one remap left
+//! (another process grew the store past this map: `MDB_MAP_RESIZED`) happens only when none
+//! is active, as LMDB requires.
+//!
+//! The interface a replicated engine would implement instead is written down in
+//! `docs/data-model.md` ("The storage interface"): [`Store::read`], [`Store::write`], the
+//! typed tables' operations, and the commit signal. LMDB's types stay inside this crate.
+
+mod map;
+mod table;
+mod writer;
+
+use std::path::{Path, PathBuf};
+use std::sync::mpsc::{self, Sender, SyncSender};
+use std::sync::{Arc, Mutex, RwLock};
+use std::thread::JoinHandle;
+
+use heed::types::{Bytes, Str};
+use heed::{CommitOrAbort, CommitToken, Env, EnvOpenOptions, OnCommit, RoTxn, RwTxn, WithoutTls};
+
+use crate::capacity::{self, BadLimits, Full, Gauge, Limits, Usage};
+use crate::commit_signal::CommitSignal;
+use map::{page_multiple, MapLock};
+use table::RawDb;
+pub(crate) use table::Table;
+pub use writer::{CommitObserver, WriterStats};
+use writer::{Job, ObserverSlot, Write, Writer};
+
+/// Default LMDB map size (the default ceiling): sparse on Linux, so a large reservation costs
+/// nothing until used.
+pub const DEFAULT_MAP_SIZE: usize = capacity::DEFAULT_CEILING as usize;
+
+/// The table that holds the layout's version, and its key there. The storage layer keeps the
+/// version; the rest of the table is the layout's.
+pub(crate) const META_TABLE: &str = "meta";
+pub(crate) const VERSION_KEY: &str = "schema_version";
+
+/// Store failures. `Clone` because one failed group commit answers every caller in it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum StoreError {
+    #[error("world store {0} does not exist")]
+    NotFound(PathBuf),
+    #[error("the store is full: LMDB map size {map_size} bytes reached (its ceiling); restart with a larger --store-ceiling")]
+    MapFull { map_size: usize },
+    #[error("disk full: the store's filesystem has no space left ({0})")]
+    DiskFull(String),
+    #[error("another process grew the store beyond this process's map, and this process could not adopt the new size while its own transactions were open; retry, or restart it")]
+    MapResized,
+    #[error(transparent)]
+    Limits(#[from] BadLimits),
+    #[error("store schema version {found} is not the version this build uses ({expected}); refusing to open it")]
+    SchemaMismatch { found: String, expected: u32 },
+    #[error("store {0} is already open in this process")]
+    AlreadyOpen(PathBuf),
+    #[error("store {dir} uses schema {found} and another process has it open; stop that process (a worldd of an older build?) so that this build can migrate the store to schema {expected}")]
+    MigrationBusy {
+        dir: PathBuf,
+        found: String,
+        expected: u32,
+    },
+    #[error("store I/O error: {0}")]
+    Io(String),
+    #[error("LMDB error: {0}")]
+    Lmdb(String),
+    #[error("store is damaged: {0}")]
+    Corrupt(String),
+    #[error("the store's writer thread has stopped")]
+    WriterGone,
+}
+
+impl StoreError {
+    pub(crate) fn from_heed(err: heed::Error, map_size: usize) -> StoreError {
+        match err {
+            heed::Error::Mdb(heed::MdbError::MapFull) => StoreError::MapFull { map_size },
+            heed::Error::Mdb(heed::MdbError::MapResized) => StoreError::MapResized,
+            // heed turns LMDB's errno values into I/O errors: ENOSPC is one of them.
+            heed::Error::Io(e) => StoreError::from_io(e),
+            heed::Error::EnvAlreadyOpened => StoreError::AlreadyOpen(PathBuf::new()),
+            other => StoreError::Lmdb(other.to_string()),
+        }
+    }
+
+    /// An I/O error, with "disk full" told apart from other faults.
+    pub fn from_io(e: std::io::Error) -> StoreError {
+        match e.raw_os_error() {
+            Some(code) if is_disk_full(code) => StoreError::DiskFull(e.to_string()),
+            _ => StoreError::Io(e.to_string()),
+        }
+    }
+
+    /// True for the "no space" failures (ENOSPC, and EDQUOT: a quota is a full disk too).
+    pub fn is_disk_full(&self) -> bool {
+        matches!(self, StoreError::DiskFull(_))
+    }
+}
+
+fn is_disk_full(code: i32) -> bool {
+    code == libc::ENOSPC || code == libc::EDQUOT
+}
+
+/// Keys and values copied out of a table ([`Store::raw_rows`]).
+#[doc(hidden)]
+pub type RawRows = Vec<(Vec<u8>, Vec<u8>)>;
+
+/// The LMDB environment, for a layout's upgrades (they run before its tables are opened).
+pub(crate) type RawEnv = Env<WithoutTls>;
+
+/// What the storage layer knows of a schema: its version, its tables' names and how to bring
+/// an older version's store up to date. The world's layout is [`crate::store`]'s.
+pub(crate) struct Layout {
+    /// The version this build reads and writes; a new store is stamped with it.
+    pub version: u32,
+    /// The tables, by slot: [`Table::new`]'s `slot` indexes this list.
+    pub tables: &'static [&'static str],
+    /// Tables (of this or an older version) whose rows mean that the directory holds a store
+    /// even where no version is recorded: such a store is not this layout's and is refused.
+    pub occupied: &'static [&'static str],
+    /// Upgrades from older versions, run on the raw environment before the tables are opened,
+    /// in one write transaction each that also records the new version.
+    pub upgrades: &'static [Upgrade],
+}
+
+/// An upgrade of a store of version `from` to the layout's version.
+pub(crate) struct Upgrade {
+    pub from: &'static str,
+    pub run: fn(&RawEnv, usize) -> Result<(), StoreError>,
+}
+
+/// The read view of one transaction: a read transaction of its own ([`Store::read`]), or the
+/// writer's ([`WriteCtx::reader`]), which sees the writes made so far.
+#[derive(Clone, Copy)]
+pub struct ReadCtx<'t> {
+    txn: &'t RoTxn<'t>,
+    dbs: &'t [RawDb],
+    map_size: usize,
+}
+
+/// The writable view handed to an operation running on the writer thread.
+pub struct WriteCtx<'a, 't> {
+    txn: &'a mut RwTxn<'t>,
+    dbs: &'a [RawDb],
+    env: &'a Env<WithoutTls>,
+    map_size: usize,
+}
+
+impl<'t> ReadCtx<'t> {
+    fn err(&self) -> impl Fn(heed::Error) -> StoreError + Copy + 'static {
+        let map_size = self.map_size;
+        move |e| StoreError::from_heed(e, map_size)
+    }
+}
+
+impl WriteCtx<'_, '_> {
+    /// A read view of this transaction, its own writes included.
+    pub fn reader(&self) -> ReadCtx<'_> {
+        ReadCtx {
+            txn: &*self.txn,
+            dbs: self.dbs,
+            map_size: self.map_size,
+        }
+    }
+
+    fn err(&self) -> impl Fn(heed::Error) -> StoreError + Copy + 'static {
+        let map_size = self.map_size;
+        move |e| StoreError::from_heed(e, map_size)
+    }
+}
+
+struct Inner {
+    env: Env<WithoutTls>,
+    dbs: Arc<[RawDb]>,
+    names: &'static [&'static str],
+    path: PathBuf,
+    map_size: usize,
+    sender: Mutex<Option<Sender<Job>>>,
+    writer: Mutex<Option<JoinHandle<()>>>,
+    stats: Arc<WriterStats>,
+    observer: ObserverSlot,
+    map: Arc<MapLock>,
+    committed: Arc<CommitSignal>,
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        // Closing the channel ends the writer loop; joining releases its Env clone so the
+        // environment really closes and the directory can be opened again in this process.
+        if let Ok(mut s) = self.sender.lock() {
+            s.take();
+        }
+        if let Ok(mut w) = self.writer.lock() {
+            if let Some(handle) = w.take() {
+                let _ = handle.join();
+            }
+        }
+    }
+}
+
+/// Options for [`Store::open`].
+#[derive(Debug, Clone, Default)]
+pub struct StoreOptions {
+    /// The most the store may occupy, in bytes: the LMDB map is reserved at this size.
+    /// `None` adopts the size the store records (the daemon's), or [`DEFAULT_MAP_SIZE`] for a
+    /// new store: tools that open a store beside the daemon pass `None`.
+    pub ceiling: Option<u64>,
+    /// Room kept below the ceiling for calls in flight and the operator's verbs; past it, new
+    /// client work is refused. `None`: [`capacity::Limits::new`]'s default.
+    pub reserve: Option<u64>,
+    /// Create the directory and the genesis when absent.
+    pub create: bool,
+}
+
+/// A handle to the store; cheap to clone and usable from any thread.
+#[derive(Clone)]
+pub struct Store {
+    inner: Arc<Inner>,
+}
+
+impl std::fmt::Debug for Store {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Store")
+            .field("path", &self.inner.path)
+            .finish()
+    }
+}
+
+/// A layout's tables, opened in the transaction that creates them; usable once it commits.
+struct Opened<'t>(Vec<heed::Database<'t, Bytes, Bytes>>);
+
+impl OnCommit for Opened<'_> {
+    type Committed = Vec<RawDb>;
+
+    fn on_commit(self, token: &CommitToken) -> Vec<RawDb> {
+        self.0.into_iter().map(|db| db.on_commit(token)).collect()
+    }
+}
+
+/// What a store's recorded version says, against a layout.
+enum Version {
+    /// The layout's version.
+    Current,
+    /// An older version this layout upgrades.
+    Upgradable(&'static Upgrade, String),
+    /// No version and no rows: a store being created.
+    New,
+    /// Another version, or none beside rows of some version's tables: refused.
+    Other(String),
+}
+
+/// Read the recorded version in a read transaction (creating nothing).
+fn read_version(env: &Env<WithoutTls>, layout: &'static Layout) -> heed::Result<Version> {
+    let rtxn = env.read_txn()?;
+    let mut found = Version::New;
+    env.open_databases_and_commit(rtxn, |dbo, rtxn| -> heed::Result<_> {
+        let meta = dbo.open_database::<Str, Bytes>(rtxn, Some(META_TABLE))?;
+        let version = match meta {
+            Some(meta) => meta
+                .get(rtxn, VERSION_KEY)?
+                .map(|v| String::from_utf8_lossy(v).into_owned()),
+            None => None,
+        };
+        found = match version {
+            Some(v) if v == layout.version.to_string() => Version::Current,
+            Some(v) => match layout.upgrades.iter().find(|u| u.from == v) {
+                Some(upgrade) => Version::Upgradable(upgrade, v),
+                None => Version::Other(v),
+            },
+            None => {
+                let mut rows = 0;
+                for name in layout.occupied {
+                    if let Some(t) = dbo.open_database::<Bytes, Bytes>(rtxn, Some(name))? {
+                        rows += t.len(rtxn)?;
+                    }
+                }
+                if rows == 0 {
+                    Version::New
+                } else {
+                    Version::Other("none".into())
+                }
+            }
+        };
+        Ok(CommitOrAbort::<(), ()>::Commit(()))
+    })?;
+    Ok(found)
+}
+
+impl Store {
+    /// Open (or with `options.create`, create) the store in `dir` with `layout`'s tables,
+    /// upgrading an older version first and refusing an unknown one untouched. A new store is
+    /// stamped with the layout's version.
+    pub(crate) fn open_layout(
+        dir: &Path,
+        options: StoreOptions,
+        layout: &'static Layout,
+    ) -> Result<Store, StoreError> {
+        let exists = dir.join("data.mdb").exists();
+        if !exists {
+            if !options.create {
+                return Err(StoreError::NotFound(dir.to_path_buf()));
+            }
+            std::fs::create_dir_all(dir).map_err(StoreError::from_io)?;
+        }
+        // A given ceiling is the map size; none adopts the store's own (LMDB keeps it in the
+        // meta page), or the default for a new store.
+        let wanted = options
+            .ceiling
+            .or((!exists).then_some(capacity::DEFAULT_CEILING))
+            .map(page_multiple);
+        if let Some(ceiling) = options.ceiling {
+            Limits::new(ceiling, options.reserve)?;
+        }
+        // Asked before this process opens the environment (see `open_elsewhere`).
+        let shared = exists && map::open_elsewhere(dir);
+        let env = unsafe {
+            // SAFETY: heed requires that the environment is not opened twice in one process
+            // (it checks and reports EnvAlreadyOpened) and that the files are not modified by
+            // other means; every process uses the same flags.
+            let mut o = EnvOpenOptions::new().read_txn_without_tls();
+            if let Some(size) = wanted {
+                o.map_size(size);
+            }
+            o.max_dbs(32).max_readers(512).open(dir)
+        }
+        .map_err(|e| match e {
+            heed::Error::EnvAlreadyOpened => StoreError::AlreadyOpen(dir.to_path_buf()),
+            other => StoreError::from_heed(other, wanted.unwrap_or(0)),
+        })?;
+        let map_size = env.info().map_size;
+        let heed_err = |e| StoreError::from_heed(e, map_size);
+        let limits = Limits::new(options.ceiling.unwrap_or(map_size as u64), options.reserve)?;
+        // Reader slots of crashed processes would otherwise leak.
+        let _ = env.clear_stale_readers();
+
+        // The version: refuse an unknown one without touching anything; upgrade an older one.
+        let new = match read_version(&env, layout).map_err(heed_err)? {
+            Version::Current => false,
+            Version::New => true,
+            // A process of an older build would lose its tables under its feet.
+            Version::Upgradable(_, found) if shared => {
+                return Err(StoreError::MigrationBusy {
+                    dir: dir.to_path_buf(),
+                    found,
+                    expected: layout.version,
+                })
+            }
+            Version::Upgradable(upgrade, _) => {
+                (upgrade.run)(&env, map_size)?;
+                false
+            }
+            Version::Other(found) => {
+                return Err(StoreError::SchemaMismatch {
+                    found,
+                    expected: layout.version,
+                })
+            }
+        };
+
+        let wtxn = env.write_txn().map_err(heed_err)?;
+        let dbs: Arc<[RawDb]> = env
+            .create_databases_and_commit(wtxn, |dbo, wtxn| -> heed::Result<_> {
+                let dbs = layout
+                    .tables
+                    .iter()
+                    .map(|name| dbo.create_database::<Bytes, Bytes>(wtxn, Some(name)))
+                    .collect::<heed::Result<Vec<_>>>()?;
+                if new {
+                    dbo.create_database::<Str, Bytes>(wtxn, Some(META_TABLE))?
+                        .put(wtxn, VERSION_KEY, layout.version.to_string().as_bytes())?;
+                }
+                Ok(CommitOrAbort::<_, ()>::Commit(Opened(dbs)))
+            })
+            .map_err(heed_err)?
+            .commit()
+            .ok_or_else(|| StoreError::Lmdb("database creation aborted".into()))?
+            .into();
+
+        let (sender, receiver) = mpsc::channel::<Job>();
+        let stats = Arc::new(WriterStats::default());
+        let observer = ObserverSlot::default();
+        let map = Arc::new(MapLock {
+            lock: RwLock::new(()),
+            gauge: Gauge::new(limits),
+            page_size: env.unnamed_database_stat().page_size as u64,
+            dir: dir.to_path_buf(),
+        });
+        map.measure(&env);
+        let committed = Arc::new(CommitSignal::default());
+        let writer = {
+            let writer = Writer {
+                env: env.clone(),
+                dbs: dbs.clone(),
+                map_size,
+                stats: stats.clone(),
+                map: map.clone(),
+                signal: committed.clone(),
+                observer: observer.clone(),
+            };
+            std::thread::Builder::new()
+                .name("worldd-store-writer".into())
+                .spawn(move || writer.run(receiver))
+                .map_err(StoreError::from_io)?
+        };
+        Ok(Store {
+            inner: Arc::new(Inner {
+                env,
+                dbs,
+                names: layout.tables,
+                path: dir.to_path_buf(),
+                map_size,
+                sender: Mutex::new(Some(sender)),
+                writer: Mutex::new(Some(writer)),
+                stats,
+                observer,
+                map,
+                committed,
+            }),
+        })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.inner.path
+    }
+
+    /// The LMDB map size now (it changes only when another process grew the store).
+    pub fn map_size(&self) -> usize {
+        self.inner.env.info().map_size
+    }
+
+    /// The latest reading of the store's size against its ceiling (taken after every group
+    /// commit of this process).
+    pub fn usage(&self) -> Usage {
+        self.inner.map.gauge.usage()
+    }
+
+    /// `Err` when new client work must be refused: past the reserve, or the disk is short.
+    /// Operator verbs and calls already admitted are not asked.
+    pub fn admits_client_work(&self) -> Result<(), Full> {
+        match self.usage().refusal() {
+            Some(full) => Err(full),
+            None => Ok(()),
+        }
+    }
+
+    pub fn stats(&self) -> &WriterStats {
+        &self.inner.stats
+    }
+
+    /// Install (or with `None`, remove) the observer called after every group commit.
+    #[doc(hidden)]
+    pub fn observe_commits(&self, observer: Option<CommitObserver>) {
+        if let Ok(mut slot) = self.inner.observer.lock() {
+            *slot = observer;
+        }
+    }
+
+    /// Raised after every durable group commit of this handle's writer.
+    pub fn commit_signal(&self) -> &CommitSignal {
+        &self.inner.committed
+    }
+
+    /// Run `op` in a read transaction on this thread.
+    pub fn read<R, E>(&self, op: impl FnOnce(&ReadCtx<'_>) -> Result<R, E>) -> Result<R, E>
+    where
+        E: From<StoreError>,
+    {
+        let held = self
+            .inner
+            .map
+            .begin(&self.inner.env, |env| env.read_txn())?;
+        let ctx = ReadCtx {
+            txn: &held.txn,
+            dbs: &self.inner.dbs,
+            map_size: self.inner.map_size,
+        };
+        op(&ctx)
+    }
+
+    /// Run `op` on the writer thread inside the next group commit and wait until that commit is
+    /// durable. `op`'s writes are discarded when it returns an error; other operations of the
+    /// same batch are unaffected. `op` may run more than once (when another operation of its
+    /// batch fails, the batch is built again; only the last run's writes and result count), so
+    /// it must not consume what it captures or act outside the transaction. Blocks the calling
+    /// thread.
+    pub fn write<R, E>(
+        &self,
+        op: impl for<'a, 't> FnMut(&mut WriteCtx<'a, 't>) -> Result<R, E> + Send + 'static,
+    ) -> Result<R, E>
+    where
+        R: Send + 'static,
+        E: From<StoreError> + Send + 'static,
+    {
+        let (reply, rx): (SyncSender<Result<R, E>>, _) = mpsc::sync_channel(1);
+        let job: Job = Box::new(Write {
+            op,
+            result: None,
+            reply,
+            map_size: self.inner.map_size,
+        });
+        {
+            let guard = self
+                .inner
+                .sender
+                .lock()
+                .map_err(|_| StoreError::WriterGone)?;
+            let sender = guard.as_ref().ok_or(StoreError::WriterGone)?;
+            sender.send(job).map_err(|_| StoreError::WriterGone)?;
+        }
+        rx.recv().map_err(|_| E::from(StoreError::WriterGone))?
+    }
+
+    /// Every row of the table `name`, as stored (maintenance and tests that look at a table's
+    /// bytes).
+    #[doc(hidden)]
+    pub fn raw_rows(&self, name: &str) -> Result<RawRows, StoreError> {
+        let (slot, name) = self
+            .inner
+            .names
+            .iter()
+            .enumerate()
+            .find(|(_, n)| **n == name)
+            .ok_or_else(|| StoreError::Corrupt(format!("no table {name}")))?;
+        self.read(|r| {
+            Table::<Bytes, Bytes>::new(slot, name)
+                .iter(r)?
+                .map(|row| row.map(|(k, v)| (k.to_vec(), v.to_vec())))
+                .collect()
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests;

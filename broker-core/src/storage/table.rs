@@ -1,0 +1,199 @@
+//! Typed tables: a table is named by its layout and read or written only through a transaction
+//! of the storage layer, with its keys and values encoded by fixed codecs.
+//!
+//! A [`Table`] is a constant (`const JOURNAL: Table<U64<BigEndian>, Bytes> = ...`) that says
+//! which slot of the layout it is and how its keys and values are encoded; it holds no handle
+//! itself, so the modules that define a schema need nothing from the engine but this type.
+
+use std::marker::PhantomData;
+use std::ops::RangeBounds;
+
+use heed::{BytesDecode, BytesEncode, Database, PutFlags};
+
+use super::{ReadCtx, StoreError, WriteCtx};
+
+/// The untyped handle of one table, as the environment opened it.
+pub(crate) type RawDb = Database<'static, heed::types::Bytes, heed::types::Bytes>;
+
+/// One table of a layout, with the codecs of its keys (`K`) and values (`V`).
+pub(crate) struct Table<K, V> {
+    slot: usize,
+    name: &'static str,
+    codecs: PhantomData<fn() -> (K, V)>,
+}
+
+impl<K, V> Clone for Table<K, V> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<K, V> Copy for Table<K, V> {}
+
+/// A row as read: its key and value, decoded by the table's codecs.
+pub(crate) type Row<'t, K, V> = (<K as BytesDecode<'t>>::DItem, <V as BytesDecode<'t>>::DItem);
+/// A row, or why it could not be read.
+pub(crate) type RowResult<'t, K, V> = Result<Row<'t, K, V>, StoreError>;
+
+/// Rows read lazily from a transaction, with the engine's errors as [`StoreError`]s.
+pub(crate) struct Rows<I> {
+    inner: I,
+    map_size: usize,
+}
+
+impl<I, T> Iterator for Rows<I>
+where
+    I: Iterator<Item = heed::Result<T>>,
+{
+    type Item = Result<T, StoreError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        let map_size = self.map_size;
+        self.inner
+            .next()
+            .map(|item| item.map_err(|e| StoreError::from_heed(e, map_size)))
+    }
+}
+
+impl<K: 'static, V: 'static> Table<K, V> {
+    /// The table at `slot` of its layout's table list, where it is called `name`.
+    pub(crate) const fn new(slot: usize, name: &'static str) -> Table<K, V> {
+        Table {
+            slot,
+            name,
+            codecs: PhantomData,
+        }
+    }
+
+    #[cfg(test)]
+    pub(crate) const fn slot(&self) -> usize {
+        self.slot
+    }
+
+    #[cfg(test)]
+    pub(crate) const fn name(&self) -> &'static str {
+        self.name
+    }
+
+    fn db(&self, dbs: &[RawDb]) -> Result<Database<'static, K, V>, StoreError> {
+        dbs.get(self.slot)
+            .map(|db| db.remap_types::<K, V>())
+            .ok_or_else(|| StoreError::Corrupt(format!("table {} is not open", self.name)))
+    }
+
+    pub(crate) fn get<'a, 't>(
+        &self,
+        r: &ReadCtx<'t>,
+        key: &'a K::EItem,
+    ) -> Result<Option<V::DItem>, StoreError>
+    where
+        K: BytesEncode<'a>,
+        V: BytesDecode<'t>,
+    {
+        self.db(r.dbs)?.get(r.txn, key).map_err(r.err())
+    }
+
+    /// The row with the greatest key.
+    pub(crate) fn last<'t>(&self, r: &ReadCtx<'t>) -> Result<Option<Row<'t, K, V>>, StoreError>
+    where
+        K: BytesDecode<'t>,
+        V: BytesDecode<'t>,
+    {
+        self.db(r.dbs)?.last(r.txn).map_err(r.err())
+    }
+
+    /// Every row, in key order.
+    pub(crate) fn iter<'t>(
+        &self,
+        r: &ReadCtx<'t>,
+    ) -> Result<impl Iterator<Item = RowResult<'t, K, V>> + 't, StoreError>
+    where
+        K: BytesDecode<'t>,
+        V: BytesDecode<'t>,
+    {
+        Ok(Rows {
+            inner: self.db(r.dbs)?.iter(r.txn).map_err(r.err())?,
+            map_size: r.map_size,
+        })
+    }
+
+    /// The rows whose keys are in `range`, in key order.
+    pub(crate) fn range<'a, 't, R>(
+        &self,
+        r: &ReadCtx<'t>,
+        range: &'a R,
+    ) -> Result<impl Iterator<Item = RowResult<'t, K, V>> + 't, StoreError>
+    where
+        K: BytesEncode<'a> + BytesDecode<'t>,
+        V: BytesDecode<'t>,
+        R: RangeBounds<K::EItem>,
+    {
+        Ok(Rows {
+            inner: self.db(r.dbs)?.range(r.txn, range).map_err(r.err())?,
+            map_size: r.map_size,
+        })
+    }
+
+    /// The rows whose keys start with `prefix`, in key order.
+    pub(crate) fn prefix<'a, 't>(
+        &self,
+        r: &ReadCtx<'t>,
+        prefix: &'a K::EItem,
+    ) -> Result<impl Iterator<Item = RowResult<'t, K, V>> + 't, StoreError>
+    where
+        K: BytesEncode<'a> + BytesDecode<'t>,
+        V: BytesDecode<'t>,
+    {
+        Ok(Rows {
+            inner: self
+                .db(r.dbs)?
+                .prefix_iter(r.txn, prefix)
+                .map_err(r.err())?,
+            map_size: r.map_size,
+        })
+    }
+
+    pub(crate) fn put<'a>(
+        &self,
+        w: &mut WriteCtx<'_, '_>,
+        key: &'a K::EItem,
+        value: &'a V::EItem,
+    ) -> Result<(), StoreError>
+    where
+        K: BytesEncode<'a>,
+        V: BytesEncode<'a>,
+    {
+        let err = w.err();
+        self.db(w.dbs)?.put(w.txn, key, value).map_err(err)
+    }
+
+    /// [`Table::put`] for a key greater than every key in the table (cheaper: no search).
+    pub(crate) fn append<'a>(
+        &self,
+        w: &mut WriteCtx<'_, '_>,
+        key: &'a K::EItem,
+        value: &'a V::EItem,
+    ) -> Result<(), StoreError>
+    where
+        K: BytesEncode<'a>,
+        V: BytesEncode<'a>,
+    {
+        let err = w.err();
+        self.db(w.dbs)?
+            .put_with_flags(w.txn, PutFlags::APPEND, key, value)
+            .map_err(err)
+    }
+
+    /// Remove the row with `key`; `false` when there was none.
+    pub(crate) fn delete<'a>(
+        &self,
+        w: &mut WriteCtx<'_, '_>,
+        key: &'a K::EItem,
+    ) -> Result<bool, StoreError>
+    where
+        K: BytesEncode<'a>,
+    {
+        let err = w.err();
+        self.db(w.dbs)?.delete(w.txn, key).map_err(err)
+    }
+}

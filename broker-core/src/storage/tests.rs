@@ -1,0 +1,172 @@
+//! The writer's batches, and how storage errors read.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::mpsc::Receiver;
+use std::time::Instant;
+
+use super::writer::{Job, Write, Writer};
+use super::*;
+use crate::object::{Object, Ref};
+
+type Reply = Receiver<Result<(), StoreError>>;
+
+/// A queued write that stores `object`, then fails when `fail` is set; counts its runs.
+fn job(object: Object, fail: bool, runs: Arc<AtomicUsize>, map_size: usize) -> (Job, Reply) {
+    let (reply, rx) = mpsc::sync_channel(1);
+    let op = move |w: &mut WriteCtx<'_, '_>| -> Result<(), StoreError> {
+        runs.fetch_add(1, Ordering::SeqCst);
+        w.put_object(&object)?;
+        if fail {
+            return Err(StoreError::Corrupt("failed after writing".into()));
+        }
+        Ok(())
+    };
+    let job: Job = Box::new(Write {
+        op,
+        result: None,
+        reply,
+        map_size,
+    });
+    (job, rx)
+}
+
+fn run_batch(store: &Store, fails: &[bool]) -> (Vec<Result<(), StoreError>>, Vec<usize>, Vec<Ref>) {
+    let inner = &store.inner;
+    let objects: Vec<Object> = (0..fails.len())
+        .map(|i| Object::new("world/test/v1", "t", format!("{fails:?} {i}").into_bytes()))
+        .collect();
+    let refs = objects.iter().map(|o| o.hash).collect();
+    let runs: Vec<Arc<AtomicUsize>> = fails.iter().map(|_| Arc::default()).collect();
+    let (mut batch, replies): (Vec<Job>, Vec<Reply>) = objects
+        .into_iter()
+        .zip(fails)
+        .zip(&runs)
+        .map(|((o, f), r)| job(o, *f, r.clone(), inner.map_size))
+        .unzip();
+    let writer = Writer {
+        env: inner.env.clone(),
+        dbs: inner.dbs.clone(),
+        map_size: inner.map_size,
+        stats: inner.stats.clone(),
+        map: inner.map.clone(),
+        signal: inner.committed.clone(),
+        observer: inner.observer.clone(),
+    };
+    let outcome = writer.build_and_commit(&mut batch, Instant::now());
+    assert!(matches!(outcome, Ok(true)), "{outcome:?}");
+    for j in batch {
+        j.answer(None);
+    }
+    let results = replies.iter().map(|r| r.recv().unwrap()).collect();
+    let runs = runs.iter().map(|r| r.load(Ordering::SeqCst)).collect();
+    (results, runs, refs)
+}
+
+/// Operations run straight in the batch's transaction; when one fails after writing, the
+/// batch is built again with the others in nested transactions: its writes are gone, the
+/// others' are committed, and nobody runs more than twice.
+#[test]
+fn an_operation_that_fails_after_writing_leaves_nothing_and_its_batch_commits_the_rest() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::create(&dir.path().join("db")).unwrap();
+
+    let (results, runs, _) = run_batch(&store, &[false, false, false]);
+    assert!(results.iter().all(Result::is_ok));
+    assert_eq!(runs, [1, 1, 1], "no failure: one run each");
+    assert_eq!(store.stats().rebuilt_batches.load(Ordering::SeqCst), 0);
+
+    let (results, runs, refs) = run_batch(&store, &[false, true, false, true, false]);
+    let ok: Vec<bool> = results.iter().map(Result::is_ok).collect();
+    assert_eq!(ok, [true, false, true, false, true]);
+    assert_eq!(
+        results[1].as_ref().unwrap_err().to_string(),
+        "store is damaged: failed after writing"
+    );
+    // The first failure stops the straight pass; the rebuilt pass runs every other one
+    // once more, nested, and the second failure undoes only its own writes.
+    assert_eq!(runs, [2, 1, 1, 1, 1]);
+    assert_eq!(store.stats().rebuilt_batches.load(Ordering::SeqCst), 1);
+    let stored: Vec<bool> = refs
+        .iter()
+        .map(|r| store.read(|rd| rd.object(r)).unwrap().is_some())
+        .collect();
+    assert_eq!(stored, ok);
+}
+
+/// A batch built twice is still one durable commit: the commit signal is raised once,
+/// the observer told once, and the writer's counters count it once.
+#[test]
+fn a_rebuilt_batch_raises_the_commit_signal_once_and_is_counted_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::create(&dir.path().join("db")).unwrap();
+    let inner = &store.inner;
+    let raised = Arc::new(AtomicUsize::new(0));
+    let r = raised.clone();
+    store.commit_signal().listen(move || {
+        r.fetch_add(1, Ordering::SeqCst);
+    });
+    let observed = Arc::new(Mutex::new(Vec::new()));
+    let o = observed.clone();
+    store.observe_commits(Some(Box::new(move |ops, ok| {
+        o.lock().unwrap().push((ops, ok));
+    })));
+    let before = |s: &WriterStats| {
+        (
+            s.batches.load(Ordering::SeqCst),
+            s.operations.load(Ordering::SeqCst),
+            s.rebuilt_batches.load(Ordering::SeqCst),
+        )
+    };
+    let (batches, ops, rebuilt) = before(store.stats());
+
+    // Three queued writes, the second failing after it wrote: one batch, drained by a
+    // writer loop run here on the queue's closing.
+    let (sender, receiver) = mpsc::channel();
+    let mut replies = Vec::new();
+    for (i, fail) in [false, true, false].into_iter().enumerate() {
+        let o = Object::new("world/test/v1", "t", vec![i as u8; 3]);
+        let (job, reply) = job(o, fail, Arc::default(), inner.map_size);
+        sender.send(job).unwrap();
+        replies.push(reply);
+    }
+    drop(sender);
+    Writer {
+        env: inner.env.clone(),
+        dbs: inner.dbs.clone(),
+        map_size: inner.map_size,
+        stats: inner.stats.clone(),
+        map: inner.map.clone(),
+        signal: inner.committed.clone(),
+        observer: inner.observer.clone(),
+    }
+    .run(receiver);
+
+    let ok: Vec<bool> = replies.iter().map(|r| r.recv().unwrap().is_ok()).collect();
+    assert_eq!(ok, [true, false, true]);
+    assert_eq!(raised.load(Ordering::SeqCst), 1);
+    assert_eq!(*observed.lock().unwrap(), [(3, true)]);
+    assert_eq!(
+        before(store.stats()),
+        (batches + 1, ops + 3, rebuilt + 1),
+        "batches, operations, rebuilt batches"
+    );
+}
+
+#[test]
+fn enospc_and_edquot_read_disk_full_other_io_errors_do_not() {
+    let io = |code| heed::Error::Io(std::io::Error::from_raw_os_error(code));
+    assert_eq!(
+        StoreError::from_heed(io(libc::ENOSPC), 0).to_string(),
+        "disk full: the store's filesystem has no space left (No space left on device (os error 28))"
+    );
+    assert!(StoreError::from_heed(io(libc::EDQUOT), 0).is_disk_full());
+    assert_eq!(
+        StoreError::from_heed(io(libc::EACCES), 0),
+        StoreError::Io("Permission denied (os error 13)".into())
+    );
+    assert!(StoreError::from_io(std::io::Error::from_raw_os_error(libc::ENOSPC)).is_disk_full());
+    assert_eq!(
+        StoreError::from_heed(heed::Error::Mdb(heed::MdbError::MapResized), 0),
+        StoreError::MapResized
+    );
+}

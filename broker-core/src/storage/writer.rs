@@ -1,0 +1,263 @@
+//! The one writer thread: it drains whatever operations are queued into one transaction,
+//! commits it once and answers every caller (group commit).
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc::{Receiver, SyncSender};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use heed::{Env, RwTxn, WithoutTls};
+
+use super::map::{Held, MapLock};
+use super::table::RawDb;
+use super::{StoreError, WriteCtx};
+use crate::commit_signal::CommitSignal;
+
+const MAX_BATCH: usize = 256;
+
+/// Called on the writer thread after each group commit, before its callers are answered, with
+/// the batch's operation count and whether the commit succeeded (profiling tools: the page
+/// census of `benches/store_pages.rs`).
+#[doc(hidden)]
+pub type CommitObserver = Box<dyn FnMut(usize, bool) + Send>;
+pub(super) type ObserverSlot = Arc<Mutex<Option<CommitObserver>>>;
+pub(super) type Job = Box<dyn Operation>;
+
+/// One queued write: the caller's operation, which the writer may run more than once (a batch
+/// is built again after one of its operations fails), and the caller waiting for its result.
+pub(super) trait Operation: Send {
+    /// Run in the batch's transaction itself; `true` when it succeeded.
+    fn run(&mut self, ctx: &mut WriteCtx<'_, '_>) -> bool;
+    /// Run in a nested transaction of the batch's, so that a failure undoes only its writes.
+    fn run_nested(&mut self, ctx: &mut WriteCtx<'_, '_>);
+    /// The batch's transaction could not begin: fail without running.
+    fn fail(&mut self, err: &StoreError);
+    /// Answer the caller once the batch's commit is known.
+    fn answer(self: Box<Self>, commit_error: Option<&StoreError>);
+}
+
+/// A [`super::Store::write`] in the writer's queue.
+pub(super) struct Write<F, R, E> {
+    pub(super) op: F,
+    pub(super) result: Option<Result<R, E>>,
+    pub(super) reply: SyncSender<Result<R, E>>,
+    pub(super) map_size: usize,
+}
+
+impl<F, R, E> Operation for Write<F, R, E>
+where
+    F: for<'a, 't> FnMut(&mut WriteCtx<'a, 't>) -> Result<R, E> + Send,
+    R: Send,
+    E: From<StoreError> + Send,
+{
+    fn run(&mut self, ctx: &mut WriteCtx<'_, '_>) -> bool {
+        let result = (self.op)(ctx);
+        let ok = result.is_ok();
+        self.result = Some(result);
+        ok
+    }
+
+    fn run_nested(&mut self, ctx: &mut WriteCtx<'_, '_>) {
+        self.result = Some(run_nested(ctx, &mut self.op, self.map_size));
+    }
+
+    fn fail(&mut self, err: &StoreError) {
+        self.result = Some(Err(E::from(err.clone())));
+    }
+
+    fn answer(self: Box<Self>, commit_error: Option<&StoreError>) {
+        let answer = match (commit_error, self.result) {
+            (Some(e), Some(Ok(_))) => Err(E::from(e.clone())),
+            (_, Some(r)) => r,
+            (_, None) => Err(E::from(StoreError::WriterGone)),
+        };
+        let _ = self.reply.send(answer);
+    }
+}
+
+/// Counters for operators: group-commit batch sizes, and where the writer's time goes.
+#[derive(Debug, Default)]
+pub struct WriterStats {
+    pub batches: AtomicU64,
+    pub operations: AtomicU64,
+    pub largest_batch: AtomicU64,
+    /// Time spent running the batches' operations (B-tree updates, hashing), ns.
+    pub build_nanos: AtomicU64,
+    /// Time spent in LMDB's commit (page writes, data sync, meta sync), ns.
+    pub commit_nanos: AtomicU64,
+    /// Batches built a second time, each operation in a nested transaction, because one of
+    /// them failed in the first.
+    pub rebuilt_batches: AtomicU64,
+}
+
+fn run_nested<R, E>(
+    ctx: &mut WriteCtx<'_, '_>,
+    op: &mut impl for<'a, 't> FnMut(&mut WriteCtx<'a, 't>) -> Result<R, E>,
+    map_size: usize,
+) -> Result<R, E>
+where
+    E: From<StoreError>,
+{
+    let (dbs, env) = (ctx.dbs, ctx.env);
+    let mut nested = env
+        .nested_write_txn(ctx.txn)
+        .map_err(|e| StoreError::from_heed(e, map_size))?;
+    let mut inner = WriteCtx {
+        txn: &mut nested,
+        dbs,
+        env,
+        map_size,
+    };
+    let result = op(&mut inner);
+    match result {
+        Ok(v) => {
+            nested
+                .commit()
+                .map_err(|e| StoreError::from_heed(e, map_size))?;
+            Ok(v)
+        }
+        Err(e) => {
+            nested.abort();
+            Err(e)
+        }
+    }
+}
+
+/// The writer thread's state: everything a group commit needs besides its operations.
+pub(super) struct Writer {
+    pub(super) env: Env<WithoutTls>,
+    pub(super) dbs: Arc<[RawDb]>,
+    pub(super) map_size: usize,
+    pub(super) stats: Arc<WriterStats>,
+    pub(super) map: Arc<MapLock>,
+    pub(super) signal: Arc<CommitSignal>,
+    pub(super) observer: ObserverSlot,
+}
+
+impl Writer {
+    /// Drain the queue into group commits until every sender is gone.
+    pub(super) fn run(self, receiver: Receiver<Job>) {
+        while let Ok(first) = receiver.recv() {
+            let started = Instant::now();
+            let mut batch = vec![first];
+            while batch.len() < MAX_BATCH {
+                match receiver.try_recv() {
+                    Ok(job) => batch.push(job),
+                    Err(_) => break,
+                }
+            }
+            let n = batch.len() as u64;
+            let stats = &self.stats;
+            stats.batches.fetch_add(1, Ordering::Relaxed);
+            stats.operations.fetch_add(n, Ordering::Relaxed);
+            stats.largest_batch.fetch_max(n, Ordering::Relaxed);
+            let outcome = self.build_and_commit(&mut batch, started);
+            let committed = matches!(outcome, Ok(true));
+            // Once per durable commit, never for a rebuilt pass or a failed commit: followers
+            // of the log wake once for everything this batch made durable.
+            if committed {
+                self.signal.raise();
+            }
+            let err = outcome.err();
+            if let Ok(mut slot) = self.observer.lock() {
+                if let Some(observe) = slot.as_mut() {
+                    observe(batch.len(), committed);
+                }
+            }
+            for job in batch {
+                job.answer(err.as_ref());
+            }
+        }
+    }
+
+    /// Begin the batch's write transaction under the map lock.
+    fn begin(&self) -> Result<Held<'_, RwTxn<'_>>, StoreError> {
+        self.map
+            .begin(&self.env, |env| env.write_txn())
+            .inspect_err(|err| {
+                tracing::error!(error = %err, "store writer could not begin a transaction");
+            })
+    }
+
+    /// Build one group commit from `batch` and commit it (LMDB's full sync); `Ok(false)` when
+    /// no transaction could begin (every operation then holds that error).
+    ///
+    /// Every operation first runs straight in the batch's transaction: nested transactions cost
+    /// each operation a copy of every page it touches that the batch has already touched. If
+    /// one fails, its partial writes are in that transaction, so it is aborted and the batch is
+    /// built again with every other operation in its own nested transaction (as if each had
+    /// been alone), the failed one keeping its error. Operations before it run twice; none
+    /// runs more than twice. The map lock is held shared from each transaction's beginning to
+    /// its end, and the size gauge is read after the commit.
+    pub(super) fn build_and_commit(
+        &self,
+        batch: &mut [Job],
+        started: Instant,
+    ) -> Result<bool, StoreError> {
+        let (env, dbs, map_size) = (&self.env, &self.dbs[..], self.map_size);
+        let mut held = match self.begin() {
+            Ok(held) => held,
+            Err(err) => {
+                // Each job must still answer: nothing ran, nothing was committed.
+                batch.iter_mut().for_each(|job| job.fail(&err));
+                return Ok(false);
+            }
+        };
+        let mut failed = None;
+        for (i, job) in batch.iter_mut().enumerate() {
+            let mut ctx = WriteCtx {
+                txn: &mut held.txn,
+                dbs,
+                env,
+                map_size,
+            };
+            if !job.run(&mut ctx) {
+                failed = Some(i);
+                break;
+            }
+        }
+        if let Some(failed) = failed {
+            // The aborted transaction's shared hold ends before the next one is taken.
+            let Held { txn, _shared } = held;
+            txn.abort();
+            drop(_shared);
+            self.stats.rebuilt_batches.fetch_add(1, Ordering::Relaxed);
+            held = match self.begin() {
+                Ok(held) => held,
+                Err(err) => {
+                    for (i, job) in batch.iter_mut().enumerate() {
+                        if i != failed {
+                            job.fail(&err);
+                        }
+                    }
+                    return Ok(false);
+                }
+            };
+            for (i, job) in batch.iter_mut().enumerate() {
+                if i != failed {
+                    let mut ctx = WriteCtx {
+                        txn: &mut held.txn,
+                        dbs,
+                        env,
+                        map_size,
+                    };
+                    job.run_nested(&mut ctx);
+                }
+            }
+        }
+        let built = Instant::now();
+        let Held { txn, _shared } = held;
+        let outcome = txn.commit().map_err(|e| self.map.write_error(e, map_size));
+        drop(_shared);
+        self.map.measure(env);
+        let committed = Instant::now();
+        let nanos = |d: std::time::Duration| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
+        self.stats
+            .build_nanos
+            .fetch_add(nanos(built - started), Ordering::Relaxed);
+        self.stats
+            .commit_nanos
+            .fetch_add(nanos(committed - built), Ordering::Relaxed);
+        outcome.map(|()| true)
+    }
+}
