@@ -1,25 +1,33 @@
 //! The invocation coordinator: one tool call, from arguments to a committed log entry.
 //!
-//! [`Coordinator::invoke`] reads top to bottom like the pipeline it runs:
+//! [`Coordinator::invoke`] reads top to bottom like the pipeline it runs, each step a method
+//! whose output is the next one's input (`Accepted` → `Planned` → `Admitted` → `Executed` →
+//! `Finished`):
 //!
-//! 1. **admit** the call: the session must see the tool (a live grant for its `access`), the
+//! 0. **open** the call: the session must see the tool (a live grant for its `access`), the
 //!    `transitionFn` pin must match, the task id must be unused (or committed with the same
-//!    arguments, which returns the committed result without running anything), and new work
-//!    is refused while the store is past its reserve ([`crate::capacity`]);
-//! 2. **R8**: every declared effect needs a loaded handler (and a bound worktree);
-//! 3. **plan** with the pure interpreter: a refusal is committed as a zero-effect entry;
-//! 4. **decide** with the broker against the grants, budgets reseeded from the journal: a
-//!    denial is committed with its record and spends nothing. Refusals and denials each cost
-//!    the credential a token of its refusal rate ([`crate::refusal_rate`]);
-//! 5. **journal the intent** (spend raised in the same transaction), **execute** the handler
-//!    under its deadline ([`crate::deadline`]), **finish** (a pure reshaping by the plugin),
-//!    and **commit** outcome, records, output, invocation record, entry, world and task state in
-//!    one transaction. If anything after the effect fails, the outcome and record are written
-//!    alone and the caller gets [`CallError::EffectsUnrecorded`] with the record refs. If the
-//!    handler overruns its deadline the caller gets [`CallError::HandlerTimedOut`] at once; the
-//!    intent stays indeterminate until the handler really returns, then its outcome and record
-//!    are journaled the same way (never committed to the log), and only then is the episode
-//!    free for its next call.
+//!    arguments, which returns the committed result without running anything), new work is
+//!    refused while the store is past its reserve ([`crate::capacity`]), and every declared
+//!    effect needs a loaded handler (and a bound worktree: rule R8). The call then holds its
+//!    episode's turn;
+//! 1. **plan** with the pure interpreter;
+//! 2. **admit**: the broker decides against the grants, budgets reseeded from the journal, and
+//!    the intent is journaled with its spend (durable point 1). A refused plan or a denied
+//!    effect is closed here and committed as an entry without an effect (a denial with its
+//!    record); nothing is spent. Refusals and denials each cost the credential a token of its
+//!    refusal rate ([`crate::refusal_rate`]);
+//! 3. **execute** the handler under its deadline ([`crate::deadline`]);
+//! 4. **finish**: the outcome as the broker records it, and the output (reshaped by the
+//!    plugin's finish function when the tool has one);
+//! 5. **commit** outcome, records, output, invocation record, entry, world and task state in
+//!    one transaction (durable point 2).
+//!
+//! If anything after the effect fails, the outcome and record are written alone and the caller
+//! gets [`CallError::EffectsUnrecorded`] with the record refs. If the handler overruns its
+//! deadline the caller gets [`CallError::HandlerTimedOut`] at once; the intent stays
+//! indeterminate until the handler really returns, then its outcome and record are journaled
+//! the same way (never committed to the log), and only then is the episode free for its next
+//! call.
 //!
 //! Every transaction that writes a call's objects also lets the call's episode read them
 //! ([`crate::access`]).
@@ -449,6 +457,81 @@ struct CallIds {
     input_ref: Ref,
 }
 
+// The pipeline's steps, each the input of the next (module docs).
+
+/// Step 0's outcome: a new call with its turn in its episode, or the result an earlier
+/// attempt with the same task id committed.
+enum Opened<'c> {
+    New(Accepted<'c>),
+    Replayed(CallOutput),
+}
+
+/// A call that may run: prepared, and holding its episode's turn.
+struct Accepted<'c> {
+    call: Prepared<'c>,
+    busy: Busy,
+}
+
+/// Step 1's output: the plan and its object.
+struct Planned<'c> {
+    call: Prepared<'c>,
+    plan: Plan,
+    plan_obj: Object,
+    busy: Busy,
+}
+
+/// Step 2's outcome: an admitted effect whose intent is durable, or a call closed without one
+/// (a refused plan, a denied effect), ready to commit.
+enum Admission<'c> {
+    Admitted(Admitted<'c>),
+    Closed(Finished<'c>),
+}
+
+/// Step 2's output: the effect the broker allowed, its request, and the budget before it.
+struct Admitted<'c> {
+    call: Prepared<'c>,
+    effect: Arc<PlannedEffect>,
+    finish: bool,
+    plan_obj: Object,
+    request: Object,
+    budget_before: u64,
+    busy: Busy,
+}
+
+/// Step 3's output: what the handler reported, and who ran it.
+struct Executed<'c> {
+    call: Prepared<'c>,
+    effect: Arc<PlannedEffect>,
+    finish: bool,
+    plan_obj: Object,
+    request: Object,
+    budget_before: u64,
+    ran: Ran,
+    busy: Busy,
+}
+
+/// Step 4's output, the input of the commit: the objects, the effect records and the output.
+struct Finished<'c> {
+    call: Prepared<'c>,
+    plan_ref: Ref,
+    records: Vec<Ref>,
+    objects: Vec<Object>,
+    output: Value,
+    /// The summaries the caller gets back.
+    effects: Vec<EffectSummary>,
+    /// The effect that ran, if one did: its journal outcome is committed with the entry.
+    ran: Option<RanEffect>,
+    /// Held until the commit is done: the episode is busy until then.
+    busy: Busy,
+}
+
+/// An effect that ran: its outcome's status, its record and the objects that record it.
+struct RanEffect {
+    status: OutcomeStatus,
+    record: Ref,
+    objects: Vec<Object>,
+}
+
 /// Everything that keeps an episode busy with one call: its turn, the in-flight claim of its
 /// invocation id and the caller's hold. Dropped when the episode is free again.
 struct Busy(#[allow(dead_code)] Box<dyn Send>);
@@ -743,6 +826,65 @@ impl Coordinator {
             .collect())
     }
 
+    /// What the journal and the task table know of one call of this session's episode, by
+    /// surface and task id (an A2A task id or an MCP idempotency key). `None`: never seen.
+    pub fn reconcile(
+        &self,
+        session: &Session,
+        surface: Surface,
+        task_id: &str,
+    ) -> Result<Option<Reconciliation>, CallError> {
+        let episode = &session.episode;
+        let key = format!("{}:{task_id}", surface.prefix());
+        let invocation_id = format!("{}:{episode}:{task_id}", surface.prefix());
+        // The task state alone answers: its phase is written in the same transactions as the
+        // call's journal records (pending with the intent; committed or unrecorded with the
+        // outcome), so one read of it is consistent; the journal's own receipt is what
+        // `/v1/receipts` serves.
+        let Some(state) = self.store.read(|r| task::get(r, episode, &key))? else {
+            return Ok(None);
+        };
+        let phase = match state.phase {
+            TaskPhase::Committed => "committed",
+            TaskPhase::Unrecorded => "unrecorded",
+            TaskPhase::Pending => "indeterminate",
+        };
+        let effects = self.summaries(&state.effect_records)?;
+        Ok(Some(Reconciliation {
+            invocation_id,
+            skill_id: state.skill_id,
+            state: phase,
+            entry_index: state.entry_index,
+            output_ref: state.output_ref,
+            world_ref: state.world_ref,
+            effects,
+        }))
+    }
+
+    /// The episode's budget per grant: granted, spent (from the journal) and remaining.
+    pub fn budget(&self, session: &Session) -> Result<Vec<BudgetLine>, CallError> {
+        let spent = self.store.read(|r| journal::spent(r, &session.episode))?;
+        let now = self.now();
+        Ok(session
+            .grants
+            .iter()
+            .map(|g| {
+                let used = spent
+                    .get(&(g.effect.clone(), g.scope.clone()))
+                    .copied()
+                    .unwrap_or(0);
+                BudgetLine {
+                    effect: g.effect.clone(),
+                    scope: g.scope.clone(),
+                    granted: g.budget,
+                    spent: used,
+                    remaining: g.budget.saturating_sub(used),
+                    live: now < session.expires_at,
+                }
+            })
+            .collect())
+    }
+
     /// Run one call to completion under the configured handler deadline. See the module docs
     /// for the pipeline.
     pub fn invoke(&self, call: &Call) -> Result<CallOutput, CallError> {
@@ -750,39 +892,52 @@ impl Coordinator {
     }
 
     /// Run one call; its handler gets the configured handler deadline, cut short by the
-    /// caller's own deadline `until` when that comes first. `hold` is kept as long as the episode is busy with this
-    /// call: dropped when the call returns or, when its handler overran, once the handler
-    /// really returned and its outcome was journaled.
+    /// caller's own deadline `until` when that comes first. `hold` is kept as long as the
+    /// episode is busy with this call: dropped when the call returns or, when its handler
+    /// overran, once the handler really returned and its outcome was journaled.
     pub fn invoke_until(
         &self,
         call: &Call,
         until: Option<Instant>,
         hold: impl Send + 'static,
     ) -> Result<CallOutput, CallError> {
-        let prepared = self.admit(call)?;
+        let opened = match self.open(call, hold)? {
+            Opened::New(opened) => opened,
+            Opened::Replayed(committed) => return Ok(committed),
+        };
+        let planned = self.plan(opened)?;
+        let admitted = match self.admit(planned)? {
+            Admission::Admitted(admitted) => admitted,
+            Admission::Closed(refused) => return self.commit(refused),
+        };
+        let executed = self.execute(admitted, until)?;
+        let finished = self.finish(executed)?;
+        self.commit(finished)
+    }
+
+    // -- 0. open ---------------------------------------------------------------------------
+
+    /// The call's turn in its episode, or the committed result of an earlier attempt with the
+    /// same task id. New work is refused here, before anything is written, past the store's
+    /// reserve or when a declared effect has no handler (R8).
+    fn open<'c>(&self, call: &'c Call, hold: impl Send + 'static) -> Result<Opened<'c>, CallError> {
+        let prepared = self.prepare(call)?;
         let flight = self.claim_in_flight(&prepared.invocation_id)?;
         let turn = self.episodes.enter(&call.session.episode);
         let busy = Busy(Box::new((flight, turn, hold)));
-
         if let Some(done) = self.previous_attempt(&prepared)? {
-            return Ok(done);
+            return Ok(Opened::Replayed(done));
         }
-        // New work, and nothing written yet: past the store's reserve it stops here.
         self.store
             .admits_client_work()
             .map_err(CallError::StoreFull)?;
-        let prepared = self.check_handlers(prepared)?;
-        match prepared.entry.transition.plan_call(&call.args) {
-            Plan::Refused { message } => self.commit_refusal(&prepared, message),
-            Plan::Effect { effect, finish } => {
-                self.run_effect(&prepared, effect, finish, busy, until)
-            }
-        }
+        let call = self.check_handlers(prepared)?;
+        Ok(Opened::New(Accepted { call, busy }))
     }
 
-    // -- 1. admission ---------------------------------------------------------------------
-
-    fn admit<'c>(&self, call: &'c Call) -> Result<Prepared<'c>, CallError> {
+    /// Who may make this call, and what names it: the tool the session sees, the pinned
+    /// `transitionFn`, the task id and the canonical input.
+    fn prepare<'c>(&self, call: &'c Call) -> Result<Prepared<'c>, CallError> {
         let episode = &call.session.episode;
         let task = match &call.task_id {
             Some(t) if task::valid_task_id(t) => t.clone(),
@@ -899,67 +1054,6 @@ impl Coordinator {
         Ok(out)
     }
 
-    /// What the journal and the task table know of one call of this session's episode, by
-    /// surface and task id (an A2A task id or an MCP idempotency key). `None`: never seen.
-    pub fn reconcile(
-        &self,
-        session: &Session,
-        surface: Surface,
-        task_id: &str,
-    ) -> Result<Option<Reconciliation>, CallError> {
-        let episode = &session.episode;
-        let key = format!("{}:{task_id}", surface.prefix());
-        let invocation_id = format!("{}:{episode}:{task_id}", surface.prefix());
-        // The task state alone answers: its phase is written in the same transactions as the
-        // call's journal records (pending with the intent; committed or unrecorded with the
-        // outcome), so one read of it is consistent; the journal's own receipt is what
-        // `/v1/receipts` serves.
-        let Some(state) = self.store.read(|r| task::get(r, episode, &key))? else {
-            return Ok(None);
-        };
-        let phase = match state.phase {
-            TaskPhase::Committed => "committed",
-            TaskPhase::Unrecorded => "unrecorded",
-            TaskPhase::Pending => "indeterminate",
-        };
-        let effects = self.summaries(&state.effect_records)?;
-        Ok(Some(Reconciliation {
-            invocation_id,
-            skill_id: state.skill_id,
-            state: phase,
-            entry_index: state.entry_index,
-            output_ref: state.output_ref,
-            world_ref: state.world_ref,
-            effects,
-        }))
-    }
-
-    /// The episode's budget per grant: granted, spent (from the journal) and remaining.
-    pub fn budget(&self, session: &Session) -> Result<Vec<BudgetLine>, CallError> {
-        let spent = self.store.read(|r| journal::spent(r, &session.episode))?;
-        let now = self.now();
-        Ok(session
-            .grants
-            .iter()
-            .map(|g| {
-                let used = spent
-                    .get(&(g.effect.clone(), g.scope.clone()))
-                    .copied()
-                    .unwrap_or(0);
-                BudgetLine {
-                    effect: g.effect.clone(),
-                    scope: g.scope.clone(),
-                    granted: g.budget,
-                    spent: used,
-                    remaining: g.budget.saturating_sub(used),
-                    live: now < session.expires_at,
-                }
-            })
-            .collect())
-    }
-
-    // -- 2. R8 -----------------------------------------------------------------------------
-
     fn check_handlers<'c>(&self, mut p: Prepared<'c>) -> Result<Prepared<'c>, CallError> {
         let t = &p.entry.transition;
         if t.declared_effects
@@ -977,49 +1071,46 @@ impl Coordinator {
         Ok(p)
     }
 
-    // -- 3. plan refusals ------------------------------------------------------------------
+    // -- 1. plan ---------------------------------------------------------------------------
 
-    fn commit_refusal(&self, p: &Prepared<'_>, message: String) -> Result<CallOutput, CallError> {
-        let plan_obj = self.plan_object(
-            p,
-            &Plan::Refused {
-                message: message.clone(),
-            },
-        )?;
-        let output = json!({
-            "ok": false,
-            "refused": message,
-            "world": {"effects": [], "plan": plan_obj.hash},
-        });
-        self.commit(p, vec![plan_obj.clone()], plan_obj.hash, &[], output, None)
-    }
-
-    fn plan_object(&self, p: &Prepared<'_>, plan: &Plan) -> Result<Object, CallError> {
-        Ok(Object::json(
+    /// The pure interpreter's plan for the arguments, and the plan object every outcome of
+    /// the call commits.
+    fn plan<'c>(&self, accepted: Accepted<'c>) -> Result<Planned<'c>, CallError> {
+        let Accepted { call, busy } = accepted;
+        let plan = call.entry.transition.plan_call(&call.call.args);
+        let plan_obj = Object::json(
             sid::EFFECT_PLAN,
-            p.call.surface.written_by(),
+            call.call.surface.written_by(),
             &plan.to_value(),
-        )?)
+        )?;
+        Ok(Planned {
+            call,
+            plan,
+            plan_obj,
+            busy,
+        })
     }
 
-    // -- 4./5. the effect ------------------------------------------------------------------
+    // -- 2. admit --------------------------------------------------------------------------
 
-    fn run_effect(
-        &self,
-        p: &Prepared<'_>,
-        effect: PlannedEffect,
-        finish: bool,
-        busy: Busy,
-        until: Option<Instant>,
-    ) -> Result<CallOutput, CallError> {
+    /// The broker's decision against the session's grants, with budgets reseeded from the
+    /// journal, then durable point 1: the intent, with its spend, before anything runs. A
+    /// refused plan, a denial, or a budget another writer spent first is closed here, to be
+    /// committed without an effect.
+    fn admit<'c>(&self, planned: Planned<'c>) -> Result<Admission<'c>, CallError> {
+        let Planned {
+            call: p,
+            plan,
+            plan_obj,
+            busy,
+        } = planned;
+        let (effect, finish) = match plan {
+            Plan::Refused { message } => {
+                return Ok(Admission::Closed(refusal(p, plan_obj, message, busy)));
+            }
+            Plan::Effect { effect, finish } => (effect, finish),
+        };
         let t = &p.entry.transition;
-        let plan_obj = self.plan_object(
-            p,
-            &Plan::Effect {
-                effect: effect.clone(),
-                finish,
-            },
-        )?;
         // Plan law: the effect must be exactly one of the declared triples.
         if !t
             .declared_effects
@@ -1041,11 +1132,11 @@ impl Coordinator {
             "host/broker",
             broker::encode_request(&effect.effect, &effect.scope, effect.cost, now, &payload),
         );
-
         let (grant, budget_before) =
             match broker::decide(&caps, &effect.effect, &effect.scope, effect.cost, now) {
                 Decision::Denied(denial) => {
-                    return self.commit_denial(p, plan_obj, request, &effect, &caps, denial);
+                    let denied = self.denial(p, plan_obj, request, &effect, &caps, denial, busy)?;
+                    return Ok(Admission::Closed(denied));
                 }
                 Decision::Allowed {
                     grant,
@@ -1060,37 +1151,36 @@ impl Coordinator {
             .map(|g| g.budget)
             .unwrap_or(0);
 
-        // Durable point 1: the intent, with the spend, before anything runs.
-        // The writer re-checks the spend: another process may have spent the last unit.
-        if !self.journal_intent(p, &request, &effect, total_budget)? {
-            return self.commit_denial(p, plan_obj, request, &effect, &caps, Denial::Budget);
+        // Durable point 1. The writer re-checks the spend: another process may have spent the
+        // last unit.
+        if !self.journal_intent(&p, &request, &effect, total_budget)? {
+            let denied = self.denial(p, plan_obj, request, &effect, &caps, Denial::Budget, busy)?;
+            return Ok(Admission::Closed(denied));
         }
         self.config.hooks.reached(CrashPoint::AfterIntent);
-
-        let effect = Arc::new(effect);
-        let (outcome, _busy) = self.execute(p, &effect, &request, budget_before, busy, until)?;
-        self.config.hooks.reached(CrashPoint::AfterHandler);
-
-        self.finish_and_commit(
-            p,
+        Ok(Admission::Admitted(Admitted {
+            call: p,
+            effect: Arc::new(effect),
+            finish,
             plan_obj,
             request,
-            &effect,
-            finish,
             budget_before,
-            outcome,
-        )
+            busy,
+        }))
     }
 
-    fn commit_denial(
+    /// A denied effect, closed: its record is committed and nothing is spent.
+    #[allow(clippy::too_many_arguments)]
+    fn denial<'c>(
         &self,
-        p: &Prepared<'_>,
+        p: Prepared<'c>,
         plan_obj: Object,
         request: Object,
         effect: &PlannedEffect,
         caps: &[Capability],
         denial: Denial,
-    ) -> Result<CallOutput, CallError> {
+        busy: Busy,
+    ) -> Result<Finished<'c>, CallError> {
         let remaining = caps
             .iter()
             .find(|c| c.effect == effect.effect && c.scope == effect.scope)
@@ -1105,20 +1195,17 @@ impl Coordinator {
             request.hash,
         );
         let record_obj = Object::json(sid::EFFECT_RECORD, "host/broker", &record.to_value())?;
-        let body = self.ended_body(p, &effect.effect, "denied");
+        let body = ended_body(&p, &effect.effect, "denied");
         let output = with_world(body, &plan_obj.hash, &[(&record, record_obj.hash)]);
-        let summary = summary(&record, record_obj.hash);
-        self.commit(
-            p,
-            vec![plan_obj.clone(), request, record_obj.clone()],
-            plan_obj.hash,
-            &[record_obj.hash],
+        Ok(Finished {
+            call: p,
+            plan_ref: plan_obj.hash,
+            records: vec![record_obj.hash],
+            objects: vec![plan_obj, request, record_obj.clone()],
             output,
-            None,
-        )
-        .map(|mut out| {
-            out.effects = vec![summary];
-            out
+            effects: vec![summary(&record, record_obj.hash)],
+            ran: None,
+            busy,
         })
     }
 
@@ -1166,89 +1253,111 @@ impl Coordinator {
         })
     }
 
-    // -- 5. execute, under the handler's deadline --------------------------------------------
+    // -- 3. execute, under the handler's deadline --------------------------------------------
 
     /// Run the handler on a runner thread until its deadline: the configured handler deadline,
     /// or the caller's own if that comes first. Past it the caller is answered at once
     /// ([`CallError::HandlerTimedOut`]); the runner keeps the episode busy until the handler
     /// really returns, then journals the late outcome and record ([`LateCall::record`]).
-    fn execute(
+    fn execute<'c>(
         &self,
-        p: &Prepared<'_>,
-        effect: &Arc<PlannedEffect>,
-        request: &Object,
-        budget_before: u64,
-        busy: Busy,
+        admitted: Admitted<'c>,
         until: Option<Instant>,
-    ) -> Result<(Ran, Busy), CallError> {
-        let Some(handler) = self.handlers.get(&effect.effect).cloned() else {
-            return Ok(((HandlerOutcome::Failed(R8_MESSAGE.into()), None), busy));
-        };
-        // Provenance names the plugin that ran the effect.
-        let ran_by = catch_unwind(AssertUnwindSafe(|| handler.identity())).ok();
-        let now = Instant::now();
-        let own = now + self.config.handler_deadline;
-        let deadline = until.map_or(own, |u| u.min(own));
-        let job = HandlerJob {
-            handler,
-            invocation_id: p.invocation_id.clone(),
-            episode: p.call.session.episode.clone(),
-            worktree: p.worktree.clone(),
-            effect: effect.clone(),
-            deadline: deadline.saturating_duration_since(now),
-        };
-        let late = LateCall {
-            store: self.store.clone(),
-            ids: p.ids(),
-            effect: effect.clone(),
+    ) -> Result<Executed<'c>, CallError> {
+        let Admitted {
+            call: p,
+            effect,
+            finish,
+            plan_obj,
+            request,
             budget_before,
-            request_ref: request.hash,
-            overruns: self.overruns.clone(),
-        };
-        match deadline::run_within(
-            &self.config.spawn,
-            deadline,
             busy,
-            move || (job.run(), ran_by),
-            move |outcome, busy| late.record(outcome, busy),
-        ) {
-            Ok(done) => Ok(done),
-            Err(deadline::Overran) => {
-                self.overruns.total.fetch_add(1, Ordering::Relaxed);
-                self.overruns.running.fetch_add(1, Ordering::Relaxed);
-                tracing::warn!(invocation = %p.invocation_id, effect = %effect.effect,
-                    "handler overran its deadline; the call is answered as timed out and its outcome will be journaled when the handler returns");
-                Err(CallError::HandlerTimedOut)
+        } = admitted;
+        let (ran, busy) = match self.handlers.get(&effect.effect).cloned() {
+            None => ((HandlerOutcome::Failed(R8_MESSAGE.into()), None), busy),
+            Some(handler) => {
+                // Provenance names the plugin that ran the effect.
+                let ran_by = catch_unwind(AssertUnwindSafe(|| handler.identity())).ok();
+                let now = Instant::now();
+                let own = now + self.config.handler_deadline;
+                let deadline = until.map_or(own, |u| u.min(own));
+                let job = HandlerJob {
+                    handler,
+                    invocation_id: p.invocation_id.clone(),
+                    episode: p.call.session.episode.clone(),
+                    worktree: p.worktree.clone(),
+                    effect: effect.clone(),
+                    deadline: deadline.saturating_duration_since(now),
+                };
+                let late = LateCall {
+                    store: self.store.clone(),
+                    ids: p.ids(),
+                    effect: effect.clone(),
+                    budget_before,
+                    request_ref: request.hash,
+                    overruns: self.overruns.clone(),
+                };
+                match deadline::run_within(
+                    &self.config.spawn,
+                    deadline,
+                    busy,
+                    move || (job.run(), ran_by),
+                    move |outcome, busy| late.record(outcome, busy),
+                ) {
+                    Ok(done) => done,
+                    Err(deadline::Overran) => {
+                        self.overruns.total.fetch_add(1, Ordering::Relaxed);
+                        self.overruns.running.fetch_add(1, Ordering::Relaxed);
+                        tracing::warn!(invocation = %p.invocation_id, effect = %effect.effect,
+                            "handler overran its deadline; the call is answered as timed out and its outcome will be journaled when the handler returns");
+                        return Err(CallError::HandlerTimedOut);
+                    }
+                }
             }
-        }
+        };
+        self.config.hooks.reached(CrashPoint::AfterHandler);
+        Ok(Executed {
+            call: p,
+            effect,
+            finish,
+            plan_obj,
+            request,
+            budget_before,
+            ran,
+            busy,
+        })
     }
 
-    #[allow(clippy::too_many_arguments)]
-    fn finish_and_commit(
-        &self,
-        p: &Prepared<'_>,
-        plan_obj: Object,
-        request: Object,
-        effect: &PlannedEffect,
-        finish: bool,
-        budget_before: u64,
-        ran: Ran,
-    ) -> Result<CallOutput, CallError> {
+    // -- 4. finish -------------------------------------------------------------------------
+
+    /// The handler's outcome as the broker records it, and the call's output: the handler's
+    /// output, reshaped by the plugin's finish function when the tool has one, with the
+    /// reserved `world` block. From here on the effect has happened: a failure writes its
+    /// outcome and record alone ([`CallError::EffectsUnrecorded`]).
+    fn finish<'c>(&self, executed: Executed<'c>) -> Result<Finished<'c>, CallError> {
+        let Executed {
+            call: p,
+            effect,
+            finish,
+            plan_obj,
+            request,
+            budget_before,
+            ran,
+            busy,
+        } = executed;
         let Settled {
             record,
             record_obj,
             result_obj,
             status,
             output: handler_output,
-        } = settle(&p.invocation_id, effect, budget_before, request.hash, ran)?;
+        } = settle(&p.invocation_id, &effect, budget_before, request.hash, ran)?;
         let effect_objects: Vec<Object> = std::iter::once(record_obj.clone())
             .chain(result_obj)
             .collect();
-
-        // Everything from here on runs after an effect: any failure is EffectsUnrecorded.
         let output = match self.shape_output(
-            p,
-            effect,
+            &p,
+            &effect,
             finish,
             &record,
             &record_obj,
@@ -1258,30 +1367,25 @@ impl Coordinator {
             Ok(o) => o,
             Err(why) => {
                 tracing::error!(invocation = %p.invocation_id, "post-effect failure: {why}");
-                return Err(self.record_unrecorded(p, status, effect_objects, record_obj.hash));
+                return Err(self.record_unrecorded(&p, status, effect_objects, record_obj.hash));
             }
         };
-        let journal_outcome = Some((status, record_obj.hash));
         let mut objects = vec![plan_obj.clone(), request];
         objects.extend(effect_objects.iter().cloned());
-        match self.commit(
-            p,
+        Ok(Finished {
+            call: p,
+            plan_ref: plan_obj.hash,
+            records: vec![record_obj.hash],
             objects,
-            plan_obj.hash,
-            &[record_obj.hash],
             output,
-            journal_outcome,
-        ) {
-            Ok(mut out) => {
-                self.config.hooks.reached(CrashPoint::AfterCommit);
-                out.effects = vec![summary(&record, record_obj.hash)];
-                Ok(out)
-            }
-            Err(err) => {
-                tracing::error!(invocation = %p.invocation_id, "commit after effect failed: {err}");
-                Err(self.record_unrecorded(p, status, effect_objects, record_obj.hash))
-            }
-        }
+            effects: vec![summary(&record, record_obj.hash)],
+            ran: Some(RanEffect {
+                status,
+                record: record_obj.hash,
+                objects: effect_objects,
+            }),
+            busy,
+        })
     }
 
     /// The result object (without its bytes' hash yet): handler output or finish output,
@@ -1314,7 +1418,7 @@ impl Coordinator {
                 shaped
             }
             (Some(out), _, _) => out,
-            (None, _, _) => self.ended_body(p, &effect.effect, record.status()),
+            (None, _, _) => ended_body(p, &effect.effect, record.status()),
         };
         let output = with_world(body, &plan_obj.hash, &[(record, record_obj.hash)]);
         let len = canon::to_vec(&output).map_err(|e| e.to_string())?.len();
@@ -1324,22 +1428,6 @@ impl Coordinator {
             ));
         }
         Ok(output)
-    }
-
-    /// The body for an effect that did not end ok: `{}`, or for tools with a finish phase the
-    /// refusal `the <Effect> effect ended <status>`.
-    fn ended_body(&self, p: &Prepared<'_>, effect: &str, status: &str) -> Map<String, Value> {
-        if p.entry.transition.finish.is_some() {
-            let v = json!({
-                "ok": false,
-                "status": status,
-                "refused": format!("the {effect} effect ended {status}"),
-            });
-            if let Value::Object(m) = v {
-                return m;
-            }
-        }
-        Map::new()
     }
 
     /// After a post-effect failure: make the outcome and record durable on their own.
@@ -1356,11 +1444,43 @@ impl Coordinator {
         }
     }
 
-    // -- commit ----------------------------------------------------------------------------
+    // -- 5. commit -------------------------------------------------------------------------
+
+    /// Durable point 2, then the answer. After an effect, a failed commit still makes the
+    /// outcome and record durable on their own ([`CallError::EffectsUnrecorded`]).
+    fn commit(&self, finished: Finished<'_>) -> Result<CallOutput, CallError> {
+        let Finished {
+            call: p,
+            objects,
+            plan_ref,
+            records,
+            output,
+            effects,
+            ran,
+            busy: _busy,
+        } = finished;
+        let outcome = ran.as_ref().map(|r| (r.status, r.record));
+        match self.write_entry(&p, objects, plan_ref, &records, output, outcome) {
+            Ok(mut out) => {
+                if ran.is_some() {
+                    self.config.hooks.reached(CrashPoint::AfterCommit);
+                }
+                out.effects = effects;
+                Ok(out)
+            }
+            Err(err) => match ran {
+                Some(ran) => {
+                    tracing::error!(invocation = %p.invocation_id, "commit after effect failed: {err}");
+                    Err(self.record_unrecorded(&p, ran.status, ran.objects, ran.record))
+                }
+                None => Err(err),
+            },
+        }
+    }
 
     /// Durable point 2: objects, journal outcome, invocation record, entry, world, head and
     /// task state, in one transaction bound at the head.
-    fn commit(
+    fn write_entry(
         &self,
         p: &Prepared<'_>,
         mut objects: Vec<Object>,
@@ -1467,6 +1587,41 @@ impl Drop for InFlight {
     }
 }
 
+/// A refused plan, closed: committed with no effect.
+fn refusal<'c>(p: Prepared<'c>, plan_obj: Object, message: String, busy: Busy) -> Finished<'c> {
+    let output = json!({
+        "ok": false,
+        "refused": message,
+        "world": {"effects": [], "plan": plan_obj.hash},
+    });
+    Finished {
+        call: p,
+        plan_ref: plan_obj.hash,
+        records: Vec::new(),
+        objects: vec![plan_obj],
+        output,
+        effects: Vec::new(),
+        ran: None,
+        busy,
+    }
+}
+
+/// The body for an effect that did not end ok: `{}`, or for tools with a finish phase the
+/// refusal `the <Effect> effect ended <status>`.
+fn ended_body(p: &Prepared<'_>, effect: &str, status: &str) -> Map<String, Value> {
+    if p.entry.transition.finish.is_some() {
+        let v = json!({
+            "ok": false,
+            "status": status,
+            "refused": format!("the {effect} effect ended {status}"),
+        });
+        if let Value::Object(m) = v {
+            return m;
+        }
+    }
+    Map::new()
+}
+
 fn with_world(mut body: Map<String, Value>, plan: &Ref, records: &[(&EffectRecord, Ref)]) -> Value {
     let effects: Vec<Value> = records
         .iter()
@@ -1521,3 +1676,6 @@ pub fn declared_effects(t: &Transition) -> Vec<String> {
         .map(|e| e.effect.clone())
         .collect()
 }
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,153 @@
+//! The coordinator's per-call bookkeeping: an episode's turn and a task id's in-flight claim
+//! are forgotten as soon as no call holds them, whichever way the call ended, so the maps stay
+//! as small as the calls running now.
+
+use std::thread;
+use std::time::{Duration, Instant};
+
+use serde_json::{json, Map, Value};
+
+use super::*;
+use crate::broker::HandlerIdentity;
+use crate::session;
+use crate::transition::Transition;
+
+/// Answers every read after `delay`.
+struct Slow {
+    delay: Duration,
+}
+
+impl EffectHandler for Slow {
+    fn identity(&self) -> HandlerIdentity {
+        HandlerIdentity::in_process("test/slow", "0")
+    }
+    fn execute(&self, _: &EffectRequest<'_>) -> HandlerOutcome {
+        thread::sleep(self.delay);
+        let mut out = Map::new();
+        out.insert("ok".into(), json!(true));
+        HandlerOutcome::Ok(out)
+    }
+}
+
+fn coordinator(handler_deadline: Duration, delay: Duration) -> (tempfile::TempDir, Coordinator) {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::create(&dir.path().join("db")).unwrap();
+    let doc = std::fs::read(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../transitions/se-tools/ailang-read.json"
+    ))
+    .unwrap();
+    let tools = vec![Transition::from_slice(&doc).unwrap()];
+    registry::publish(&store, registry::DEFAULT_REGISTRY, tools, "test").unwrap();
+    let mut handlers = Handlers::new();
+    handlers
+        .insert("Workspace.Read", Arc::new(Slow { delay }))
+        .unwrap();
+    let config = CoordinatorConfig {
+        handler_deadline,
+        ..CoordinatorConfig::default()
+    };
+    (dir, Coordinator::new(store, handlers, config))
+}
+
+fn read_call(session: &Session, task: &str, path: &str) -> Call {
+    Call {
+        surface: Surface::Mcp,
+        session: session.clone(),
+        skill_id: "ailang-read".into(),
+        task_id: Some(task.into()),
+        args: json!({ "path": path }),
+        transition_fn: None,
+    }
+}
+
+fn session_of(c: &Coordinator, episode: &str) -> Session {
+    let grant = "Workspace.Read=worktree:10".parse().unwrap();
+    session::mint(c.store(), episode, vec![grant], 3600, c.now())
+        .unwrap()
+        .session
+}
+
+/// The episodes holding a turn, and the invocation ids claimed in flight.
+fn held(c: &Coordinator) -> (Vec<String>, Vec<String>) {
+    let mut turns: Vec<String> = c.episodes.busy.lock().unwrap().iter().cloned().collect();
+    let mut claims: Vec<String> = c.in_flight.lock().unwrap().iter().cloned().collect();
+    turns.sort();
+    claims.sort();
+    (turns, claims)
+}
+
+#[test]
+fn an_episode_turn_is_forgotten_once_no_call_holds_it() {
+    let turns = Arc::new(EpisodeTurns::default());
+    let busy = |t: &EpisodeTurns| {
+        let mut v: Vec<String> = t.busy.lock().unwrap().iter().cloned().collect();
+        v.sort();
+        v
+    };
+    let a = turns.enter("a");
+    let b = turns.enter("b");
+    assert_eq!(busy(&turns), ["a", "b"]);
+    drop(a);
+    assert_eq!(busy(&turns), ["b"]);
+
+    // A second call of episode b waits for the turn, takes it when the first lets go, and
+    // leaves nothing behind either.
+    let waiter = {
+        let turns = turns.clone();
+        thread::spawn(move || drop(turns.enter("b")))
+    };
+    thread::sleep(Duration::from_millis(50));
+    assert!(
+        !waiter.is_finished(),
+        "the second call of b waits for its turn"
+    );
+    drop(b);
+    waiter.join().unwrap();
+    assert!(busy(&turns).is_empty(), "{:?}", busy(&turns));
+}
+
+#[test]
+fn calls_of_many_episodes_leave_no_turn_and_no_claim_behind() {
+    let (_dir, c) = coordinator(HANDLER_DEADLINE, Duration::ZERO);
+    for i in 0..64 {
+        let session = session_of(&c, &format!("ep{i}"));
+        // An effect committed, its replay, a plan refusal, and a task id resent with other
+        // arguments (refused after the call took its turn).
+        let done = c.invoke(&read_call(&session, "t1", "a.ail")).unwrap();
+        assert!(!done.replayed);
+        assert!(
+            c.invoke(&read_call(&session, "t1", "a.ail"))
+                .unwrap()
+                .replayed
+        );
+        let refused = c.invoke(&read_call(&session, "t2", "../a.ail")).unwrap();
+        let refused: Value = serde_json::from_slice(&refused.output).unwrap();
+        assert_eq!(refused["ok"], false, "{refused}");
+        assert!(matches!(
+            c.invoke(&read_call(&session, "t1", "b.ail")),
+            Err(CallError::TaskIdReused)
+        ));
+    }
+    assert_eq!(held(&c), (vec![], vec![]));
+}
+
+#[test]
+fn a_handler_past_its_deadline_holds_its_turn_until_it_returns_and_then_frees_it() {
+    let (_dir, c) = coordinator(Duration::from_millis(50), Duration::from_millis(400));
+    let session = session_of(&c, "slow");
+    assert!(matches!(
+        c.invoke(&read_call(&session, "t1", "a.ail")),
+        Err(CallError::HandlerTimedOut)
+    ));
+    assert_eq!(
+        held(&c),
+        (vec!["slow".to_owned()], vec!["mcp:slow:t1".to_owned()]),
+        "the overrunning handler keeps its episode and its task id"
+    );
+    let until = Instant::now() + Duration::from_secs(10);
+    while held(&c) != (vec![], vec![]) {
+        assert!(Instant::now() < until, "still held: {:?}", held(&c));
+        thread::sleep(Duration::from_millis(10));
+    }
+}
