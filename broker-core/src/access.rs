@@ -12,6 +12,9 @@
 //! - **An episode's own**: every object the coordinator wrote for one of its calls: inputs,
 //!   plans, effect requests, effect results, effect records, outputs and invocation records,
 //!   including those of a call whose effect ran but was not committed.
+//! - **An invocation's own rows**: the task state and journal rows of an invocation
+//!   `<surface>:<episode>:<task>` (what online verification recomputes the journal link from)
+//!   are that episode's.
 //! - **Nobody else's**: another episode's object is answered exactly as an absent one, and
 //!   objects committed through `POST /v1/commit` (which belong to no episode) are read by
 //!   operators only, unless their semantic id is public.
@@ -112,6 +115,16 @@ pub fn may_read(
         .get(r.txn, &key(episode, object.semantic_id, &object.hash))
         .map_err(r.heed_err())?
         .is_some())
+}
+
+/// May `reader` read the task state and journal rows of `invocation_id`? They are the
+/// episode's the id names (`<surface>:<episode>:<task>`); an id without one is nobody's.
+pub fn may_read_invocation(reader: &Reader, invocation_id: &str) -> bool {
+    match reader {
+        Reader::Everyone | Reader::Operator => true,
+        Reader::Episode(e) => crate::task::split_invocation_id(invocation_id)
+            .is_some_and(|(_, episode, _)| episode == e),
+    }
 }
 
 /// The object at `reference` when it exists and `reader` may read it. `None` for both an

@@ -274,18 +274,46 @@ pub fn verified_state(
     r: &ReadCtx<'_>,
     invocation_id: &str,
 ) -> Result<Option<JournalState>, JournalError> {
-    let Some(state) = state(r, invocation_id)? else {
+    let Some(index) = index_row(r, invocation_id)? else {
         return Ok(None);
     };
-    let row = |seq: u64| -> Result<Row<'_>, JournalError> {
-        let bytes = r
-            .tables
-            .journal
-            .get(r.txn, &seq)
-            .map_err(r.heed_err())?
-            .ok_or_else(|| {
-                JournalError::Corrupt(format!("journal row #{seq} of {invocation_id} is missing"))
-            })?;
+    state_from_rows(invocation_id, index, |seq| Ok(row(r, seq)?)).map(Some)
+}
+
+/// The stored bytes of the journal's index row of one invocation (its [`JournalState`]).
+pub fn index_row<'t>(r: &ReadCtx<'t>, invocation_id: &str) -> Result<Option<&'t [u8]>, StoreError> {
+    r.tables
+        .journal_by_invocation
+        .get(r.txn, invocation_id)
+        .map_err(r.heed_err())
+}
+
+/// The stored bytes of journal row `seq` (an intent or an outcome).
+pub fn row<'t>(r: &ReadCtx<'t>, seq: u64) -> Result<Option<&'t [u8]>, StoreError> {
+    r.tables.journal.get(r.txn, &seq).map_err(r.heed_err())
+}
+
+/// [`verified_state`] from bytes: the index row of `invocation_id` and a reader of the journal
+/// rows it names. A store passes its own rows; a remote verifier passes the rows a daemon
+/// served, so both recompute the same verdict from the same bytes.
+pub fn state_from_rows<'r>(
+    invocation_id: &str,
+    index: &[u8],
+    row: impl Fn(u64) -> Result<Option<&'r [u8]>, JournalError>,
+) -> Result<JournalState, JournalError> {
+    let state: JournalState =
+        serde_json::from_slice(index).map_err(|e| JournalError::Corrupt(e.to_string()))?;
+    // A store finds the index row by this id; bytes from elsewhere must say so themselves.
+    if state.intent.invocation_id != invocation_id {
+        return Err(JournalError::Corrupt(format!(
+            "the journal index row given for {invocation_id} is {}'s",
+            state.intent.invocation_id
+        )));
+    }
+    let row = |seq: u64| -> Result<Row<'r>, JournalError> {
+        let bytes = row(seq)?.ok_or_else(|| {
+            JournalError::Corrupt(format!("journal row #{seq} of {invocation_id} is missing"))
+        })?;
         serde_json::from_slice(bytes)
             .map_err(|e| JournalError::Corrupt(format!("journal row #{seq}: {e}")))
     };
@@ -326,7 +354,7 @@ pub fn verified_state(
             )))
         }
     }
-    Ok(Some(state))
+    Ok(state)
 }
 
 /// Same, inside a write transaction.
