@@ -885,9 +885,10 @@ fn without_addr_or_db_why_reads_world_addr_then_the_local_store_then_the_default
     let token = d.session("ep1", &["Workspace.Read=worktree:5"]);
     let dir = tempfile::tempdir().unwrap();
     let session = session_file(dir.path(), "agent.session", &token);
-    let run = |cwd: &Path, env: &[(&str, &str)]| {
+    let run_with = |cwd: &Path, env: &[(&str, &str)], extra: &[&str]| {
         let out = Command::new(WORLDD)
             .args(["why", "0"])
+            .args(extra)
             .current_dir(cwd)
             .env_remove("WORLD_ADDR")
             .env_remove("WORLD_SESSION")
@@ -900,6 +901,7 @@ fn without_addr_or_db_why_reads_world_addr_then_the_local_store_then_the_default
             String::from_utf8_lossy(&out.stderr).into_owned(),
         )
     };
+    let run = |cwd: &Path, env: &[(&str, &str)]| run_with(cwd, env, &[]);
     let addr = d.url("");
     let session = path_str(&session);
 
@@ -934,6 +936,15 @@ fn without_addr_or_db_why_reads_world_addr_then_the_local_store_then_the_default
             ),
             "{err}"
         );
+        // A credential only means something to a daemon: with --session, the store at
+        // .world/db is not what is verified.
+        let (code, out, err) = run_with(&project, &[], &["--session", session]);
+        assert_eq!((code, out.as_str()), (1, ""));
+        assert!(
+            err.starts_with("worldd: why: cannot reach the daemon at http://127.0.0.1:7644 ("),
+            "{err}"
+        );
+        assert!(err.ends_with("names another address)\n"), "{err}");
     } else {
         eprintln!("*** 127.0.0.1:7644 is in use here: the default-address case was not run ***");
     }

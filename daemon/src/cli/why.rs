@@ -27,12 +27,12 @@ pub struct WhyArgs {
     /// `head`, an entry index, a sha256: ref from a result, an invocation id, or `-` for the
     /// result bytes on stdin.
     pub handle: String,
-    /// Verify a store offline: its directory [default: .world/db when neither --addr nor
-    /// $WORLD_ADDR is given and it exists].
+    /// Verify a store offline: its directory [default: .world/db when it exists and no
+    /// daemon is named].
     #[arg(long, conflicts_with_all = ["addr", "session"])]
     pub db: Option<PathBuf>,
     /// Verify what a running daemon serves, http://HOST:PORT [default: $WORLD_ADDR; else
-    /// http://127.0.0.1:7644 when there is no .world/db].
+    /// http://127.0.0.1:7644 with --session or when there is no .world/db].
     #[arg(long)]
     pub addr: Option<String>,
     /// With a daemon: session credential, or a file holding it (default: $WORLD_SESSION).
@@ -54,8 +54,9 @@ enum Mode {
     Daemon { client: ClientArgs, fallback: bool },
 }
 
-/// `--db` or `--addr` when given; else `$WORLD_ADDR`; else `.world/db` when it holds a store;
-/// else the daemon at the default address.
+/// `--db` when given; a daemon when `--addr`, `$WORLD_ADDR` or `--session` names one (a
+/// credential only means something to a daemon); else `.world/db` when it holds a store; else
+/// the daemon at the default address.
 fn mode(a: &WhyArgs) -> Mode {
     let daemon = |addr: String, fallback| Mode::Daemon {
         client: ClientArgs {
@@ -75,6 +76,9 @@ fn mode(a: &WhyArgs) -> Mode {
         .filter(|v| !v.trim().is_empty())
     {
         return daemon(addr, false);
+    }
+    if a.session.is_some() {
+        return daemon(DEFAULT_ADDR.to_owned(), false);
     }
     if Path::new(DEFAULT_DB).join("data.mdb").exists() {
         return Mode::Store(DEFAULT_DB.into());
@@ -104,7 +108,7 @@ pub fn run(a: WhyArgs) -> CliResult {
         }
         Mode::Daemon { client, fallback } => {
             let (why, malformed) = online(&client, &handle, a.scan).map_err(|mut f| {
-                if fallback && f.code == 1 {
+                if fallback && f.message.starts_with("why: cannot reach the daemon") {
                     f.message.push_str(&format!(
                         " (no store at {DEFAULT_DB} either: give --db DIR to verify a store offline)"
                     ));
