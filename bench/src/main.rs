@@ -637,6 +637,7 @@ fn measure_row(
     let m0 = Metrics::scrape(&d.addr);
     let cpu0 = daemon_cpu_seconds(d.pid());
     let io0 = daemon_write_bytes(d.pid());
+    let writer0 = store_writer_write_bytes(d.pid());
     let t0 = Instant::now();
     let out = load::run(&d.addr, kind, clients, stop, backoff);
     let total = t0.elapsed().as_secs_f64();
@@ -644,6 +645,9 @@ fn measure_row(
     let m = Metrics::scrape(&d.addr).zip(m0).map(|(a, b)| a.since(&b));
     let io = daemon_write_bytes(d.pid())
         .zip(io0)
+        .map(|(a, b)| a.saturating_sub(b));
+    let writer_bytes = store_writer_write_bytes(d.pid())
+        .zip(writer0)
         .map(|(a, b)| a.saturating_sub(b));
     let peak_anon_kib = anon.finish();
     let s = out.summary;
@@ -669,6 +673,10 @@ fn measure_row(
         (Kind::Health, _) | (_, None) => (None, None, None),
         (_, Some(m)) => m.writer(total),
     };
+    let pages_per_commit = match (kind, m, writer_bytes) {
+        (Kind::Health, _, _) | (_, None, _) | (_, _, None) => None,
+        (_, Some(m), Some(bytes)) => (m.batches > 0.0).then(|| bytes as f64 / 4096.0 / m.batches),
+    };
     Row {
         scenario: scenario.into(),
         concurrency: c,
@@ -684,6 +692,7 @@ fn measure_row(
         writer_busy,
         build_us_per_commit,
         sync_us_per_commit,
+        pages_per_commit,
         write_kib_per_call,
         summary: s,
         extra: Vec::new(),
@@ -706,6 +715,8 @@ fn row_json(r: &Row, errors: &[(String, usize, String)]) -> Value {
         "store_writer_busy_share": r.writer_busy,
         "store_build_us_per_group_commit": r.build_us_per_commit,
         "store_lmdb_commit_us_per_group_commit": r.sync_us_per_commit,
+        "store_pages_per_group_commit": r.pages_per_commit,
+        "store_pages_per_call": r.pages_per_commit.zip(r.commits_per_call).map(|(p, c)| p * c),
         "daemon_write_syscall_kib_per_call": r.write_kib_per_call,
         "attempt_p50_ms": r.attempts.as_ref().map(|a| ms(a.p50_ns)),
         "attempt_p99_ms": r.attempts.as_ref().map(|a| ms(a.p99_ns)),
@@ -894,6 +905,25 @@ fn daemon_write_bytes(pid: u32) -> Option<u64> {
     text.lines()
         .find_map(|l| l.strip_prefix("wchar: "))
         .and_then(|v| v.trim().parse().ok())
+}
+
+/// Bytes the store's writer thread (`worldd-store-writer`, shown as `worldd-store-wr`) passed
+/// to write system calls: LMDB's page writes and meta-page writes, and nothing else.
+fn store_writer_write_bytes(pid: u32) -> Option<u64> {
+    for task in std::fs::read_dir(format!("/proc/{pid}/task"))
+        .ok()?
+        .flatten()
+    {
+        let comm = std::fs::read_to_string(task.path().join("comm")).unwrap_or_default();
+        if comm.trim_end() == "worldd-store-wr" {
+            let text = std::fs::read_to_string(task.path().join("io")).ok()?;
+            return text
+                .lines()
+                .find_map(|l| l.strip_prefix("wchar: "))
+                .and_then(|v| v.trim().parse().ok());
+        }
+    }
+    None
 }
 
 /// User + system CPU seconds of a process, from `/proc/<pid>/stat`.

@@ -106,6 +106,10 @@ pub struct Row {
     pub build_us_per_commit: Option<f64>,
     /// Mean µs per group commit inside LMDB's commit (page writes and both syncs).
     pub sync_us_per_commit: Option<f64>,
+    /// 4 KiB pages the store writer wrote per group commit: its thread's `wchar`
+    /// (`/proc/PID/task/TID/io`) ÷ group commits ÷ 4096 (LMDB's page writes plus one small
+    /// meta-page write per commit; nothing else writes on that thread).
+    pub pages_per_commit: Option<f64>,
     /// Bytes the daemon passed to write system calls (`/proc/PID/io` `wchar`) ÷ calls, KiB.
     pub write_kib_per_call: Option<f64>,
     /// calls/s of this row ÷ calls/s of the health baseline at the same concurrency.
@@ -148,18 +152,19 @@ fn ratio(r: Option<f64>) -> String {
 /// The table of request rows, fixed-width, one header line.
 pub fn table(rows: &[Row]) -> String {
     let mut out = String::new();
-    let line = |out: &mut String, c: [&str; 17]| {
+    let line = |out: &mut String, c: [&str; 18]| {
         let _ = writeln!(
             out,
-            "{:<13} {:>4} {:>8} {:>8} {:>8} {:>8} {:>7} {:>7} {:>5} {:>5} {:>6} {:>6} {:>6} {:>6} {:>5} {:>8} {:>8}",
-            c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7], c[8], c[9], c[10], c[11], c[12], c[13], c[14], c[15], c[16]
+            "{:<13} {:>4} {:>8} {:>8} {:>8} {:>8} {:>7} {:>7} {:>5} {:>5} {:>6} {:>5} {:>6} {:>6} {:>6} {:>5} {:>8} {:>8}",
+            c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7], c[8], c[9], c[10], c[11], c[12], c[13], c[14], c[15], c[16], c[17]
         );
     };
     line(
         &mut out,
         [
             "scenario", "conc", "calls/s", "p50 ms", "p99 ms", "max ms", "rejectd", "srv ms",
-            "batch", "wrtr", "lmdbus", "cpu us", "wr KiB", "RSS M", "anonM", "rate/hl", "p50/hl",
+            "batch", "wrtr", "lmdbus", "pg/cm", "cpu us", "wr KiB", "RSS M", "anonM", "rate/hl",
+            "p50/hl",
         ],
     );
     for r in rows {
@@ -183,6 +188,7 @@ pub fn table(rows: &[Row]) -> String {
             opt(r.ops_per_batch, |b| format!("{b:.1}")),
             opt(r.writer_busy, |w| format!("{:.0}%", w * 100.0)),
             opt(r.sync_us_per_commit, |u| format!("{u:.0}")),
+            opt(r.pages_per_commit, |p| format!("{p:.1}")),
             opt(r.daemon_cpu_us_per_call, |c| format!("{c:.0}")),
             opt(r.write_kib_per_call, |k| format!("{k:.1}")),
             mib(r.peak_rss_kib),
@@ -253,6 +259,7 @@ mod tests {
                 ops_per_batch: Some(1.34),
                 writer_busy: Some(0.716),
                 sync_us_per_commit: Some(498.3),
+                pages_per_commit: Some(23.46),
                 vs_health_rate: Some(0.00125),
                 vs_health_p50: Some(30.0),
                 ..Row::default()
@@ -266,8 +273,8 @@ mod tests {
         assert_eq!(
             health,
             [
-                "health", "1", "2000", "0.100", "0.250", "12.3", "0", "-", "-", "-", "-", "42",
-                "0.0", "10.0", "2.5", "-", "-"
+                "health", "1", "2000", "0.100", "0.250", "12.3", "0", "-", "-", "-", "-", "-",
+                "42", "0.0", "10.0", "2.5", "-", "-"
             ]
         );
         let read: Vec<&str> = lines[2].split_whitespace().collect();
@@ -285,6 +292,7 @@ mod tests {
                 "1.3",
                 "72%",
                 "498",
+                "23.5",
                 "-",
                 "-",
                 "-",

@@ -12,9 +12,9 @@
 //! - **An episode's own**: every object the coordinator wrote for one of its calls: inputs,
 //!   plans, effect requests, effect results, effect records, outputs and invocation records,
 //!   including those of a call whose effect ran but was not committed.
-//! - **An invocation's own rows**: the task state and journal rows of an invocation
-//!   `<surface>:<episode>:<task>` (what online verification recomputes the journal link from)
-//!   are that episode's.
+//! - **An invocation's own rows**: the invocation row, the resolution of its intent and the
+//!   journal rows of an invocation `<surface>:<episode>:<task>` (what online verification
+//!   recomputes the journal link from) are that episode's.
 //! - **Nobody else's**: another episode's object is answered exactly as an absent one, and
 //!   objects committed through `POST /v1/commit` (which belong to no episode) are read by
 //!   operators only, unless their semantic id is public.
@@ -22,11 +22,14 @@
 //! Objects are content-addressed and deduplicated: two episodes that send identical
 //! arguments share one input object, whose provenance names only its first writer. So who may
 //! read an object is not a property of the object. It is kept in the `readers` table, one
-//! key per (episode, object), `episode \0 semanticId \0 ref`, written in the same transactions
+//! key per (episode, object), `episode \0 object sequence`, written in the same transactions
 //! that write the objects (the intent, the final commit, and the outcome of an unrecorded
-//! call). The semantic id in the key makes "this episode's objects of one kind" a prefix scan
-//! (`/v1/objects/by-semantic-id/…`), and clusters an episode's keys so one call's writes land
-//! on few pages.
+//! call). The sequence is the object's place in the store's arrival order, so an episode's
+//! keys grow at the end of its range: the keys one operation writes are adjacent, on the one
+//! page at the tail of its episode, instead of one randomly placed leaf per object. Listing an
+//! episode's objects of one kind (`/v1/objects/by-semantic-id/…`) walks that episode's keys
+//! in arrival order and keeps those of the kind, so its cost follows the episode's size, not
+//! the store's.
 //!
 //! A log entry is listed by `/v1/log?from&limit` when its reader may read the object its
 //! `transitionRef` names (the invocation record, or the genesis document). Other entries are
@@ -36,13 +39,10 @@
 
 use std::ops::Bound;
 
-use crate::broker::EffectRecord;
-use crate::canon;
-use crate::log::{Entry, LogError};
+use crate::log::{self, Entry, LogError};
 use crate::object::{sid, ObjectView, Ref};
 use crate::session::Session;
-use crate::store::{ReadCtx, Store, StoreError, TxnExt, WriteCtx};
-use crate::task::{TaskPhase, TaskState};
+use crate::store::{ReadCtx, StoreError, TxnExt, WriteCtx};
 
 /// Semantic ids every reader may read.
 pub const PUBLIC: [&str; 4] = [
@@ -87,14 +87,43 @@ pub fn is_public(semantic_id: &str) -> bool {
     PUBLIC.contains(&semantic_id)
 }
 
-fn key(episode: &str, semantic_id: &str, reference: &Ref) -> Vec<u8> {
-    let mut k = Vec::with_capacity(episode.len() + semantic_id.len() + 34);
+/// The prefix of an episode's keys: `episode \0`. Episode names hold no NUL, and every key
+/// has exactly 8 bytes after it, so no episode's range holds another's keys.
+fn prefix(episode: &str) -> Vec<u8> {
+    let mut k = Vec::with_capacity(episode.len() + 9);
     k.extend_from_slice(episode.as_bytes());
     k.push(0);
-    k.extend_from_slice(semantic_id.as_bytes());
-    k.push(0);
-    k.extend_from_slice(reference.as_bytes());
     k
+}
+
+/// The key that lets `episode` read the object stored at sequence `seq`.
+pub(crate) fn key(episode: &str, seq: u64) -> Vec<u8> {
+    let mut k = prefix(episode);
+    k.extend_from_slice(&seq.to_be_bytes());
+    k
+}
+
+/// Has `episode` a key for the object at `seq`?
+fn granted(r: &ReadCtx<'_>, episode: &str, seq: u64) -> Result<bool, StoreError> {
+    Ok(r.tables
+        .readers
+        .get(r.txn, &key(episode, seq))
+        .map_err(r.heed_err())?
+        .is_some())
+}
+
+/// May `reader` read the object stored at `seq`?
+fn may_read_at(
+    r: &ReadCtx<'_>,
+    reader: &Reader,
+    seq: u64,
+    object: &ObjectView<'_>,
+) -> Result<bool, StoreError> {
+    match reader {
+        Reader::Everyone | Reader::Operator => Ok(true),
+        _ if is_public(object.semantic_id) => Ok(true),
+        Reader::Episode(e) => granted(r, e, seq),
+    }
 }
 
 /// May `reader` read this stored object?
@@ -103,22 +132,18 @@ pub fn may_read(
     reader: &Reader,
     object: &ObjectView<'_>,
 ) -> Result<bool, StoreError> {
-    let episode = match reader {
-        Reader::Everyone | Reader::Operator => return Ok(true),
-        Reader::Episode(e) => e,
-    };
-    if is_public(object.semantic_id) {
+    if reader.sees_everything() || is_public(object.semantic_id) {
         return Ok(true);
     }
-    Ok(r.tables
-        .readers
-        .get(r.txn, &key(episode, object.semantic_id, &object.hash))
-        .map_err(r.heed_err())?
-        .is_some())
+    match r.sequenced(&object.hash)? {
+        Some((seq, _)) => may_read_at(r, reader, seq, object),
+        None => Ok(false),
+    }
 }
 
-/// May `reader` read the task state and journal rows of `invocation_id`? They are the
-/// episode's the id names (`<surface>:<episode>:<task>`); an id without one is nobody's.
+/// May `reader` read the stored rows of `invocation_id` (its invocation row, its intent's
+/// resolution and its journal rows)? They are the episode's the id names
+/// (`<surface>:<episode>:<task>`); an id without one is nobody's.
 pub fn may_read_invocation(reader: &Reader, invocation_id: &str) -> bool {
     match reader {
         Reader::Everyone | Reader::Operator => true,
@@ -134,8 +159,8 @@ pub fn object<'t>(
     reader: &Reader,
     reference: &Ref,
 ) -> Result<Option<ObjectView<'t>>, StoreError> {
-    match r.object_view(reference)? {
-        Some(o) if may_read(r, reader, &o)? => Ok(Some(o)),
+    match r.sequenced(reference)? {
+        Some((seq, o)) if may_read_at(r, reader, seq, &o)? => Ok(Some(o)),
         _ => Ok(None),
     }
 }
@@ -168,14 +193,14 @@ pub fn log_page(
 ) -> Result<LogPage, LogError> {
     let mut items = Vec::new();
     let mut next = from;
-    for item in r.tables.log.range(r.txn, &(from..)).map_err(r.heed_err())? {
-        let (idx, bytes) = item.map_err(r.heed_err())?;
+    for entry in log::entries(r, from)? {
+        let (idx, entry) = entry?;
         // The log has no holes; stop at one rather than skip it silently.
         if idx != next || items.len() >= limit || next - from >= max_scan {
             break;
         }
         next = idx + 1;
-        let entry = Entry::from_bytes(bytes)?;
+        let entry = Entry::from_bytes(entry)?;
         if may_list(r, reader, &entry)? {
             items.push(entry);
         }
@@ -183,59 +208,71 @@ pub fn log_page(
     Ok(LogPage { items, next })
 }
 
-/// Up to `limit` objects with this semantic id that `reader` may read, in ref order, after
-/// `after`. Public kinds (and every kind for readers that see everything) come from the
-/// semantic-id index; an episode's private kinds come from its own readers keys, so the
-/// cost follows the episode's size, not the store's.
+/// Up to `limit` objects with this semantic id that `reader` may read, in the order the store
+/// first stored them, after the object `after`. Public kinds (and every kind for readers that
+/// see everything) come from the semantic-id index; an episode's private kinds from its own
+/// readers keys, so the cost follows the episode's size, not the store's.
+///
+/// `None` when `after` is not an object of this kind that `reader` may read: another
+/// episode's object is answered exactly as an unknown ref (no existence oracle).
 pub fn by_semantic_id<'t>(
     r: &ReadCtx<'t>,
     reader: &Reader,
     semantic_id: &str,
     after: Option<Ref>,
     limit: usize,
-) -> Result<Vec<ObjectView<'t>>, StoreError> {
-    let (table, prefix) = match reader {
-        Reader::Episode(e) if !is_public(semantic_id) => {
-            let mut p = key(e, semantic_id, &Ref::ZERO);
-            p.truncate(p.len() - 32);
-            (r.tables.readers, p)
-        }
+) -> Result<Option<Vec<ObjectView<'t>>>, StoreError> {
+    let episode = match reader {
+        Reader::Episode(e) if !is_public(semantic_id) => e,
         _ => {
-            let mut p = semantic_id.as_bytes().to_vec();
-            p.push(0);
-            (r.tables.by_semantic_id, p)
+            let Some(objects) = r.semantic_id_objects(semantic_id, after.as_ref())? else {
+                return Ok(None);
+            };
+            return objects.take(limit).collect::<Result<_, _>>().map(Some);
         }
     };
-    // Start right after `after` instead of walking the pages before it.
     let start = match after {
-        Some(a) => {
-            let mut k = prefix.clone();
-            k.extend_from_slice(a.as_bytes());
-            Bound::Excluded(k)
-        }
-        None => Bound::Included(prefix.clone()),
+        None => 0,
+        Some(a) => match r.sequenced(&a)? {
+            Some((seq, o)) if o.semantic_id == semantic_id && granted(r, episode, seq)? => seq + 1,
+            _ => return Ok(None),
+        },
     };
-    let bounds = (start.as_ref().map(Vec::as_slice), Bound::Unbounded);
+    let own = prefix(episode);
+    let bounds = (
+        Bound::Included(key(episode, start)),
+        Bound::Included(key(episode, u64::MAX)),
+    );
+    let bounds = (
+        bounds.0.as_ref().map(Vec::as_slice),
+        bounds.1.as_ref().map(Vec::as_slice),
+    );
     let mut out = Vec::new();
-    for item in table.range(r.txn, &bounds).map_err(r.heed_err())? {
-        let (k, _) = item.map_err(r.heed_err())?;
-        let Some(rest) = k.strip_prefix(prefix.as_slice()) else {
+    for item in r
+        .tables
+        .readers
+        .range(r.txn, &bounds)
+        .map_err(r.heed_err())?
+    {
+        if out.len() >= limit {
             break;
-        };
-        let Some(reference) = Ref::from_slice(rest) else {
+        }
+        let (k, _) = item.map_err(r.heed_err())?;
+        let Some(seq) = k
+            .strip_prefix(own.as_slice())
+            .and_then(|s| <[u8; 8]>::try_from(s).ok())
+            .map(u64::from_be_bytes)
+        else {
             continue;
         };
-        // Checked again through the one rule: the key's kind must be the stored kind.
-        if let Some(o) = object(r, reader, &reference)? {
+        // The stored kind decides, as for every read.
+        if let Some(o) = r.object_at(seq)? {
             if o.semantic_id == semantic_id {
                 out.push(o);
             }
         }
-        if out.len() >= limit {
-            break;
-        }
     }
-    Ok(out)
+    Ok(Some(out))
 }
 
 /// Let `episode` read these objects (each already written in this transaction or before).
@@ -248,146 +285,14 @@ pub(crate) fn grant(
     let e = w.heed_err();
     for reference in refs {
         // The stored kind, not the caller's: the first writer's semantic id wins.
-        let Some(o) = w.object(&reference)? else {
-            continue;
+        let seq = match w.sequenced(&reference)? {
+            Some((seq, o)) if !is_public(o.semantic_id) => seq,
+            _ => continue,
         };
-        if is_public(&o.semantic_id) {
-            continue;
-        }
-        let k = key(episode, &o.semantic_id, &reference);
+        let k = key(episode, seq);
         if w.tables.readers.get(w.txn, &k).map_err(e)?.is_none() {
             w.tables.readers.put(w.txn, &k, &[]).map_err(e)?;
         }
-    }
-    Ok(())
-}
-
-/// The effect records' request and result refs, for [`grant`].
-pub(crate) fn effect_refs(w: &WriteCtx<'_, '_>, record: &Ref) -> Result<Vec<Ref>, StoreError> {
-    let Some(o) = w.object(record)? else {
-        return Ok(Vec::new());
-    };
-    let Some(rec) = canon::parse(&o.payload)
-        .ok()
-        .and_then(|v| serde_json::from_value::<EffectRecord>(v).ok())
-    else {
-        return Ok(Vec::new());
-    };
-    Ok(std::iter::once(rec.request_ref)
-        .chain(rec.result_ref)
-        .collect())
-}
-
-const META_KEY: &str = "readers_index";
-const BACKFILL_CHUNK: u64 = 2_000;
-
-/// Build the readers index of a store written before it existed, once: every coordinator
-/// entry's objects become readable by the episode its invocation record names, and so do the
-/// objects of calls that were journaled but not committed.
-pub(crate) fn ensure_readers_index(store: &Store) -> Result<(), StoreError> {
-    let done = store.read(|r| -> Result<bool, StoreError> {
-        Ok(r.tables
-            .meta
-            .get(r.txn, META_KEY)
-            .map_err(r.heed_err())?
-            .is_some())
-    })?;
-    if done {
-        return Ok(());
-    }
-    let mut from = 0;
-    while let Some(next) = store.write(move |w| backfill_entries(w, from))? {
-        from = next;
-    }
-    store.write(|w| -> Result<(), StoreError> {
-        backfill_tasks(w)?;
-        w.tables
-            .meta
-            .put(w.txn, META_KEY, b"1")
-            .map_err(w.heed_err())
-    })
-}
-
-#[derive(serde::Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct RecordRefs {
-    episode_id: String,
-    input: Ref,
-    output: Ref,
-    plan: Ref,
-    #[serde(default)]
-    effects: Vec<Ref>,
-}
-
-/// Index the entries `[from, from + BACKFILL_CHUNK)`; `Some(next)` while entries remain.
-fn backfill_entries(w: &mut WriteCtx<'_, '_>, from: u64) -> Result<Option<u64>, StoreError> {
-    let e = w.heed_err();
-    let mut records = Vec::new();
-    let mut next = None;
-    for item in w.tables.log.range(w.txn, &(from..)).map_err(e)? {
-        let (idx, bytes) = item.map_err(e)?;
-        if idx >= from + BACKFILL_CHUNK {
-            next = Some(idx);
-            break;
-        }
-        if let Ok(entry) = Entry::from_bytes(bytes) {
-            records.push(entry.transition_ref);
-        }
-    }
-    for record in records {
-        let Some(o) = w.object(&record)? else {
-            continue;
-        };
-        if o.semantic_id != sid::INVOCATION_RECORD {
-            continue;
-        }
-        let Some(refs) = canon::parse(&o.payload)
-            .ok()
-            .and_then(|v| serde_json::from_value::<RecordRefs>(v).ok())
-        else {
-            continue;
-        };
-        let mut all = vec![record, refs.input, refs.output, refs.plan];
-        for effect in &refs.effects {
-            all.push(*effect);
-            all.extend(effect_refs(w, effect)?);
-        }
-        grant(w, &refs.episode_id, all)?;
-    }
-    Ok(next)
-}
-
-/// Index the calls that never reached the log: journaled (pending) or unrecorded.
-fn backfill_tasks(w: &mut WriteCtx<'_, '_>) -> Result<(), StoreError> {
-    let e = w.heed_err();
-    let mut open = Vec::new();
-    for item in w.tables.tasks.iter(w.txn).map_err(e)? {
-        let (k, bytes) = item.map_err(e)?;
-        let Some(episode) = k.split(|b| *b == 0).next() else {
-            continue;
-        };
-        let Some(state) = canon::parse(bytes)
-            .ok()
-            .and_then(|v| serde_json::from_value::<TaskState>(v).ok())
-        else {
-            continue;
-        };
-        if state.phase != TaskPhase::Committed {
-            open.push((String::from_utf8_lossy(episode).into_owned(), state));
-        }
-    }
-    for (episode, state) in open {
-        let mut all = vec![state.input_ref];
-        if let Some(j) = crate::journal::state_in(w, &state.invocation_id)
-            .map_err(|e| StoreError::Corrupt(e.to_string()))?
-        {
-            all.push(j.intent.request_ref);
-        }
-        for record in &state.effect_records {
-            all.push(*record);
-            all.extend(effect_refs(w, record)?);
-        }
-        grant(w, &episode, all)?;
     }
     Ok(())
 }

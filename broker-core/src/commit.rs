@@ -144,7 +144,7 @@ pub fn rest_commit(
     let request_ref = commit.request_ref();
     let grant = grant.clone();
     store.write(move |w| -> Result<Ref, CommitError> {
-        let c = commit;
+        let c = &commit;
         if let Some(id) = &c.invocation_id {
             if let Some(state) = journal::state_in(w, id)? {
                 if state.intent.request_ref != request_ref {
@@ -155,7 +155,7 @@ pub fn rest_commit(
                 }
             }
         }
-        if let Some(id) = coordinator_invocation(w, &c)? {
+        if let Some(id) = coordinator_invocation(w, c)? {
             return Err(CommitError::ReservedInvocation(id));
         }
         let committed: Committed = log::commit_exact(

@@ -337,7 +337,8 @@ pub enum CrashPoint {
     AfterIntent,
     /// The handler ran; nothing after it is durable.
     AfterHandler,
-    /// Inside the final commit's transaction, before it commits (runs on the writer thread).
+    /// Inside the final commit's transaction, before it commits (runs on the writer thread;
+    /// reached again if the writer rebuilds the batch after another operation failed).
     MidCommit,
     /// The final commit is durable; the caller has not been answered.
     AfterCommit,

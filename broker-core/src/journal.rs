@@ -11,6 +11,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use crate::canon;
+use crate::invocations::{self, Part};
 use crate::object::Ref;
 use crate::store::{ReadCtx, StoreError, TxnExt, WriteCtx};
 
@@ -136,11 +137,7 @@ fn read_state(
     t: &crate::store::Tables,
     id: &str,
 ) -> Result<Option<JournalState>, JournalError> {
-    match t
-        .journal_by_invocation
-        .get(txn, id)
-        .map_err(|e| StoreError::from_heed(e, 0))?
-    {
+    match invocations::get(txn, t, id)?.and_then(|row| row.journal) {
         None => Ok(None),
         // Written canonical by this module; a typed parse straight from the bytes is all a
         // read needs (and the verifier reads one per entry).
@@ -187,10 +184,13 @@ pub fn append_intent(
         status: None,
         result_ref: None,
     };
-    w.tables
-        .journal_by_invocation
-        .put(w.txn, &intent.invocation_id, &to_json(&state)?)
-        .map_err(e)?;
+    invocations::put_initial(
+        w,
+        &intent.invocation_id,
+        Part::Journal,
+        &to_json(&state)?,
+        Some(seq),
+    )?;
     w.tables
         .pending
         .put(w.txn, &intent.invocation_id, &seq)
@@ -229,10 +229,7 @@ pub fn append_outcome(
     state.outcome_seq = Some(seq);
     state.status = Some(status);
     state.result_ref = result_ref;
-    w.tables
-        .journal_by_invocation
-        .put(w.txn, invocation_id, &to_json(&state)?)
-        .map_err(e)?;
+    invocations::put_resolution(w, invocation_id, Part::Journal, &to_json(&state)?)?;
     w.tables.pending.delete(w.txn, invocation_id).map_err(e)?;
     Ok(seq)
 }
@@ -274,39 +271,35 @@ pub fn verified_state(
     r: &ReadCtx<'_>,
     invocation_id: &str,
 ) -> Result<Option<JournalState>, JournalError> {
-    let Some(index) = index_row(r, invocation_id)? else {
+    let Some(row) = invocations::get(r.txn, r.tables, invocation_id)? else {
         return Ok(None);
     };
-    state_from_rows(invocation_id, index, |seq| Ok(row(r, seq)?)).map(Some)
-}
-
-/// The stored bytes of the journal's index row of one invocation (its [`JournalState`]).
-pub fn index_row<'t>(r: &ReadCtx<'t>, invocation_id: &str) -> Result<Option<&'t [u8]>, StoreError> {
-    r.tables
-        .journal_by_invocation
-        .get(r.txn, invocation_id)
-        .map_err(r.heed_err())
+    let Some(state) = row.journal else {
+        return Ok(None);
+    };
+    state_from_rows(invocation_id, state, |seq| Ok(row_bytes(r, seq)?)).map(Some)
 }
 
 /// The stored bytes of journal row `seq` (an intent or an outcome).
-pub fn row<'t>(r: &ReadCtx<'t>, seq: u64) -> Result<Option<&'t [u8]>, StoreError> {
+pub fn row_bytes<'t>(r: &ReadCtx<'t>, seq: u64) -> Result<Option<&'t [u8]>, StoreError> {
     r.tables.journal.get(r.txn, &seq).map_err(r.heed_err())
 }
 
-/// [`verified_state`] from bytes: the index row of `invocation_id` and a reader of the journal
-/// rows it names. A store passes its own rows; a remote verifier passes the rows a daemon
-/// served, so both recompute the same verdict from the same bytes.
+/// [`verified_state`] from bytes: the journal state of `invocation_id` (the journal part of
+/// its invocation row, or of its intent's resolution) and a reader of the journal rows it
+/// names. A store passes its own rows; a remote verifier passes the rows a daemon served, so
+/// both recompute the same verdict from the same bytes.
 pub fn state_from_rows<'r>(
     invocation_id: &str,
-    index: &[u8],
+    state: &[u8],
     row: impl Fn(u64) -> Result<Option<&'r [u8]>, JournalError>,
 ) -> Result<JournalState, JournalError> {
     let state: JournalState =
-        serde_json::from_slice(index).map_err(|e| JournalError::Corrupt(e.to_string()))?;
-    // A store finds the index row by this id; bytes from elsewhere must say so themselves.
+        serde_json::from_slice(state).map_err(|e| JournalError::Corrupt(e.to_string()))?;
+    // A store finds the state by this id; bytes from elsewhere must say so themselves.
     if state.intent.invocation_id != invocation_id {
         return Err(JournalError::Corrupt(format!(
-            "the journal index row given for {invocation_id} is {}'s",
+            "the journal state given for {invocation_id} is {}'s",
             state.intent.invocation_id
         )));
     }

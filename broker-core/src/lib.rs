@@ -13,6 +13,7 @@
 //! | sessions, grants, the broker's decision | [`session`], [`grant`], [`broker`] |
 //! | durable intents and outcomes, task ids | [`journal`], [`task`] |
 //! | LMDB with one group-committing writer, the hash-chained log | [`store`], [`log`] |
+//! | the store's schema-1 → schema-2 migration, a page census for profiling the writer | [`migrate`], [`pages`] |
 //! | how full the store may get; what refusals cost; who reads what | [`capacity`], [`refusal_rate`], [`access`] |
 //! | following the log live: a signal after each durable commit | [`commit_signal`] |
 //! | plan → admit → execute → finish → commit | [`coordinator`] |
@@ -91,9 +92,12 @@ pub mod coordinator;
 pub mod deadline;
 pub mod glob;
 pub mod grant;
+mod invocations;
 pub mod journal;
 pub mod log;
+pub mod migrate;
 pub mod object;
+pub mod pages;
 pub mod plan;
 pub mod refusal_rate;
 pub mod registry;

@@ -14,7 +14,7 @@ use serde_json::json;
 
 use crate::canon::{self, CanonError};
 use crate::object::{sid, Object, Ref};
-use crate::store::{ReadCtx, StoreError, TxnExt, WriteCtx};
+use crate::store::{ref_key, ReadCtx, StoreError, TxnExt, WriteCtx, ENTRY_HASH, WORLD_REF};
 
 /// The semantics epoch written into every entry.
 pub const SEMANTICS_EPOCH: u64 = 1;
@@ -34,7 +34,6 @@ pub const COORDINATOR_PREFIX: &str = "coordinator:";
 pub fn is_reserved_writer(written_by: &str) -> bool {
     written_by.starts_with(COORDINATOR_PREFIX) || written_by.starts_with("world:")
 }
-const HEAD_KEY: &str = "selected";
 
 #[derive(Debug, thiserror::Error)]
 pub enum LogError {
@@ -178,42 +177,138 @@ pub fn interpreter_ref() -> Ref {
     Ref::of_json(&crate::plan::interpreter_document()).unwrap_or(Ref::ZERO)
 }
 
-/// Read the selected head, if any.
+/// One log row (schema 2): an entry and the world it selects, stored together under the
+/// entry's index: `world ref (32) | u32 BE entry length | entry JSON | world JSON`. Appending
+/// an entry then writes the tail of one B-tree; the two lookups by hash go through
+/// the store's `refs` index.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Row<'a> {
+    pub world_ref: Ref,
+    pub entry: &'a [u8],
+    pub world: &'a [u8],
+}
+
+impl<'a> Row<'a> {
+    pub(crate) fn decode(bytes: &'a [u8]) -> Option<Row<'a>> {
+        let world_ref = Ref::from_slice(bytes.get(..32)?)?;
+        let len = usize::try_from(u32::from_be_bytes(bytes.get(32..36)?.try_into().ok()?)).ok()?;
+        let rest = bytes.get(36..)?;
+        Some(Row {
+            world_ref,
+            entry: rest.get(..len)?,
+            world: rest.get(len..)?,
+        })
+    }
+
+    pub(crate) fn encode(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(36 + self.entry.len() + self.world.len());
+        out.extend_from_slice(self.world_ref.as_bytes());
+        out.extend_from_slice(&(self.entry.len() as u32).to_be_bytes());
+        out.extend_from_slice(self.entry);
+        out.extend_from_slice(self.world);
+        out
+    }
+}
+
+fn row_at<'t>(
+    txn: &'t heed::RoTxn<'_>,
+    t: &crate::store::Tables,
+    index: u64,
+) -> Result<Option<Row<'t>>, StoreError> {
+    match t
+        .log
+        .get(txn, &index)
+        .map_err(|e| StoreError::from_heed(e, t.map_size))?
+    {
+        None => Ok(None),
+        Some(bytes) => Row::decode(bytes)
+            .map(Some)
+            .ok_or_else(|| StoreError::Corrupt(format!("log row {index} is damaged"))),
+    }
+}
+
+/// The index of the entry that selected the world `world_ref`, if that row holds it.
+fn world_row<'t>(
+    txn: &'t heed::RoTxn<'_>,
+    t: &crate::store::Tables,
+    world_ref: &Ref,
+) -> Result<Option<Row<'t>>, StoreError> {
+    let e = |e| StoreError::from_heed(e, t.map_size);
+    let Some(index) = t.refs.get(txn, &ref_key(world_ref, WORLD_REF)).map_err(e)? else {
+        return Ok(None);
+    };
+    Ok(row_at(txn, t, index)?.filter(|row| row.world_ref == *world_ref))
+}
+
+/// Read the selected head, if any: the world of the newest entry.
 pub fn head(r: &ReadCtx<'_>) -> Result<Option<Head>, StoreError> {
     head_in(r.txn, r.tables)
 }
 
 fn head_in(txn: &heed::RoTxn<'_>, t: &crate::store::Tables) -> Result<Option<Head>, StoreError> {
-    let e = |e| StoreError::from_heed(e, 0);
-    let Some(bytes) = t.heads.get(txn, HEAD_KEY).map_err(e)? else {
+    let Some((index, bytes)) = t
+        .log
+        .last(txn)
+        .map_err(|e| StoreError::from_heed(e, t.map_size))?
+    else {
         return Ok(None);
     };
-    let world_ref = Ref::from_slice(bytes)
-        .ok_or_else(|| StoreError::Corrupt("head is not a 32-byte ref".into()))?;
-    let wb = t
-        .worlds
-        .get(txn, world_ref.as_bytes())
-        .map_err(e)?
-        .ok_or_else(|| StoreError::Corrupt(format!("head world {world_ref} is missing")))?;
-    let world = World::from_bytes(wb).map_err(|e| StoreError::Corrupt(e.to_string()))?;
-    Ok(Some(Head { world_ref, world }))
+    let row = Row::decode(bytes)
+        .ok_or_else(|| StoreError::Corrupt(format!("log row {index} is damaged")))?;
+    let world = World::from_bytes(row.world).map_err(|e| StoreError::Corrupt(e.to_string()))?;
+    Ok(Some(Head {
+        world_ref: row.world_ref,
+        world,
+    }))
 }
 
 /// The entry at `index`, parsed but not verified.
 pub fn entry(r: &ReadCtx<'_>, index: u64) -> Result<Option<Entry>, LogError> {
-    match r.tables.log.get(r.txn, &index).map_err(r.heed_err())? {
+    match row_at(r.txn, r.tables, index)? {
         None => Ok(None),
-        Some(b) => Entry::from_bytes(b).map(Some),
+        Some(row) => Entry::from_bytes(row.entry).map(Some),
     }
+}
+
+/// The stored bytes of entry `index`, borrowed from the read transaction.
+pub(crate) fn stored_entry<'t>(
+    r: &ReadCtx<'t>,
+    index: u64,
+) -> Result<Option<&'t [u8]>, StoreError> {
+    Ok(row_at(r.txn, r.tables, index)?.map(|row| row.entry))
+}
+
+/// The stored bytes of world `world_ref`, borrowed from the read transaction.
+pub(crate) fn stored_world<'t>(
+    r: &ReadCtx<'t>,
+    world_ref: &Ref,
+) -> Result<Option<&'t [u8]>, StoreError> {
+    Ok(world_row(r.txn, r.tables, world_ref)?.map(|row| row.world))
 }
 
 /// Raw stored bytes of entry `index`.
 pub fn entry_bytes(r: &ReadCtx<'_>, index: u64) -> Result<Option<Vec<u8>>, StoreError> {
+    Ok(row_at(r.txn, r.tables, index)?.map(|row| row.entry.to_vec()))
+}
+
+/// The stored entries from index `from` on, in index order, borrowed from the read
+/// transaction: `(index, entry JSON)`.
+pub(crate) fn entries<'t>(
+    r: &ReadCtx<'t>,
+    from: u64,
+) -> Result<impl Iterator<Item = Result<(u64, &'t [u8]), StoreError>> + 't, StoreError> {
+    let map_size = r.tables.map_size;
+    let e = move |e| StoreError::from_heed(e, map_size);
     Ok(r.tables
         .log
-        .get(r.txn, &index)
-        .map_err(r.heed_err())?
-        .map(<[u8]>::to_vec))
+        .range(r.txn, &(from..))
+        .map_err(e)?
+        .map(move |item| {
+            let (index, bytes) = item.map_err(e)?;
+            let row = Row::decode(bytes)
+                .ok_or_else(|| StoreError::Corrupt(format!("log row {index} is damaged")))?;
+            Ok((index, row.entry))
+        }))
 }
 
 /// Up to `limit` consecutive entries from `from`, stopping at the first gap.
@@ -224,7 +319,9 @@ pub fn range(r: &ReadCtx<'_>, from: u64, limit: usize) -> Result<Vec<Entry>, Log
         if idx != from + out.len() as u64 || out.len() >= limit {
             break;
         }
-        out.push(Entry::from_bytes(bytes)?);
+        let row = Row::decode(bytes)
+            .ok_or_else(|| StoreError::Corrupt(format!("log row {idx} is damaged")))?;
+        out.push(Entry::from_bytes(row.entry)?);
     }
     Ok(out)
 }
@@ -232,46 +329,60 @@ pub fn range(r: &ReadCtx<'_>, from: u64, limit: usize) -> Result<Vec<Entry>, Log
 /// Index of the entry with this hash.
 pub fn index_of_entry_hash(r: &ReadCtx<'_>, hash: &Ref) -> Result<Option<u64>, StoreError> {
     r.tables
-        .entry_hashes
-        .get(r.txn, hash.as_bytes())
+        .refs
+        .get(r.txn, &ref_key(hash, ENTRY_HASH))
         .map_err(r.heed_err())
 }
 
 /// The stored world with this ref, parsed but not verified.
 pub fn world(r: &ReadCtx<'_>, world_ref: &Ref) -> Result<Option<World>, LogError> {
-    match r
-        .tables
-        .worlds
-        .get(r.txn, world_ref.as_bytes())
-        .map_err(r.heed_err())?
-    {
+    match world_row(r.txn, r.tables, world_ref)? {
         None => Ok(None),
-        Some(b) => World::from_bytes(b).map(Some),
+        Some(row) => World::from_bytes(row.world).map(Some),
     }
 }
 
 /// The ref of the world entry `index` selected.
 pub fn world_ref_at(r: &ReadCtx<'_>, index: u64) -> Result<Option<Ref>, StoreError> {
-    match r
-        .tables
-        .world_refs
-        .get(r.txn, &index)
-        .map_err(r.heed_err())?
-    {
-        None => Ok(None),
-        Some(b) => Ref::from_slice(b).map(Some).ok_or_else(|| {
-            StoreError::Corrupt(format!("world ref of entry {index} is not 32 bytes"))
-        }),
-    }
+    Ok(row_at(r.txn, r.tables, index)?.map(|row| row.world_ref))
 }
 
 /// Raw stored bytes of a world.
 pub fn world_bytes(r: &ReadCtx<'_>, world_ref: &Ref) -> Result<Option<Vec<u8>>, StoreError> {
-    Ok(r.tables
-        .worlds
-        .get(r.txn, world_ref.as_bytes())
-        .map_err(r.heed_err())?
-        .map(<[u8]>::to_vec))
+    Ok(world_row(r.txn, r.tables, world_ref)?.map(|row| row.world.to_vec()))
+}
+
+/// Replace the stored bytes of entry `index` or of the world it selects, keeping the rest of
+/// its row (maintenance and tamper tests; nothing is checked).
+pub(crate) fn overwrite_row(
+    w: &mut WriteCtx<'_, '_>,
+    index: u64,
+    entry: Option<&[u8]>,
+    world: Option<&[u8]>,
+) -> Result<(), StoreError> {
+    let row = row_at(w.txn, w.tables, index)?
+        .ok_or_else(|| StoreError::Corrupt(format!("no log row {index}")))?;
+    let bytes = Row {
+        world_ref: row.world_ref,
+        entry: entry.unwrap_or(row.entry),
+        world: world.unwrap_or(row.world),
+    }
+    .encode();
+    w.tables
+        .log
+        .put(w.txn, &index, &bytes)
+        .map_err(w.heed_err())
+}
+
+/// The index of the row holding world `world_ref` (maintenance).
+pub(crate) fn index_of_world(
+    txn: &heed::RoTxn<'_>,
+    t: &crate::store::Tables,
+    world_ref: &Ref,
+) -> Result<Option<u64>, StoreError> {
+    t.refs
+        .get(txn, &ref_key(world_ref, WORLD_REF))
+        .map_err(|e| StoreError::from_heed(e, t.map_size))
 }
 
 /// How an append relates to the head.
@@ -396,10 +507,12 @@ fn commit_checked(
             "nextWorld must have revision = entryIndex and logHead = entryHash".into(),
         ));
     }
-    if world.reference() != *world_ref {
+    // The bytes hashed are the bytes stored.
+    let world_bytes = world.to_bytes();
+    let recomputed = Ref::of(&world_bytes);
+    if recomputed != *world_ref {
         return Err(LogError::Invalid(format!(
-            "world ref {world_ref} does not match the recomputed {}",
-            world.reference()
+            "world ref {world_ref} does not match the recomputed {recomputed}"
         )));
     }
     for o in objects {
@@ -409,38 +522,37 @@ fn commit_checked(
                 o.hash
             )));
         }
-        w.put_object(o)?;
+        w.put_verified_object(o)?;
     }
     for (what, r) in [
         ("transitionRef", &entry.transition_ref),
         ("stateRoot", &world.state_root),
     ] {
-        if w.object(r)?.is_none() {
+        if !w.has_object(r)? {
             return Err(LogError::Invalid(format!(
                 "{what} {r} names no stored object"
             )));
         }
     }
     let e = w.heed_err();
+    let row = Row {
+        world_ref: *world_ref,
+        entry: &entry.to_bytes(),
+        world: &world_bytes,
+    }
+    .encode();
+    w.tables.log.put(w.txn, &h.entry_index, &row).map_err(e)?;
     w.tables
-        .log
-        .put(w.txn, &h.entry_index, &entry.to_bytes())
+        .refs
+        .put(
+            w.txn,
+            &ref_key(&entry.entry_hash, ENTRY_HASH),
+            &h.entry_index,
+        )
         .map_err(e)?;
     w.tables
-        .entry_hashes
-        .put(w.txn, entry.entry_hash.as_bytes(), &h.entry_index)
-        .map_err(e)?;
-    w.tables
-        .worlds
-        .put(w.txn, world_ref.as_bytes(), &world.to_bytes())
-        .map_err(e)?;
-    w.tables
-        .world_refs
-        .put(w.txn, &h.entry_index, world_ref.as_bytes())
-        .map_err(e)?;
-    w.tables
-        .heads
-        .put(w.txn, HEAD_KEY, world_ref.as_bytes())
+        .refs
+        .put(w.txn, &ref_key(world_ref, WORLD_REF), &h.entry_index)
         .map_err(e)?;
     Ok(())
 }

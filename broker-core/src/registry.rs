@@ -199,7 +199,8 @@ pub fn publish(
     }
     let name = name.to_owned();
     let provenance = provenance.to_owned();
-    store.write(move |w| publish_in(w, &name, objects, &provenance))
+    // The writer may run the operation twice (store::Store::write): it gets its own copy.
+    store.write(move |w| publish_in(w, &name, objects.clone(), &provenance))
 }
 
 type Part = (String, Object, Value);

@@ -2,10 +2,11 @@
 //!
 //! Reads run on the caller's thread in their own read transaction. Every write goes through
 //! [`Store::write`]: the operation is sent to the single writer thread, which drains whatever is
-//! queued, runs each operation in a nested transaction of one parent transaction, commits the
-//! parent once (LMDB's default full sync: durable when acknowledged) and then answers every
-//! caller. Throughput under concurrency comes from that batching, never from weaker syncing.
-//! A failing operation aborts only its own nested transaction; a failing commit fails the batch.
+//! queued, runs the operations in one transaction, commits it once (LMDB's default full sync:
+//! durable when acknowledged) and then answers every caller. Throughput under concurrency comes
+//! from that batching, never from weaker syncing. A failing operation's writes are undone alone
+//! (the batch is built again with each operation in a nested transaction); a failing commit
+//! fails the batch.
 //!
 //! The LMDB map is reserved (sparse) at the operator's ceiling and the store grows into it by
 //! itself; [`crate::capacity`] says why, and how client work is refused before the ceiling.
@@ -22,15 +23,17 @@ use std::time::{Duration, Instant};
 
 use heed::byteorder::BigEndian;
 use heed::types::{Bytes, Str, U64};
-use heed::{CommitOrAbort, Database, Env, EnvOpenOptions, RoTxn, RwTxn, WithoutTls};
+use heed::{CommitOrAbort, Database, Env, EnvOpenOptions, PutFlags, RoTxn, RwTxn, WithoutTls};
 
 use crate::capacity::{self, BadLimits, Full, Gauge, Limits, Usage};
 use crate::commit_signal::CommitSignal;
+use crate::invocations::{self, Part};
 use crate::log::{self, LogError};
 use crate::object::{Object, ObjectView, Ref};
 
-/// The schema this build reads and writes. An store with another version is refused unmodified.
-pub const SCHEMA_VERSION: u32 = 1;
+/// The schema this build reads and writes. A schema-1 store is migrated when it is opened
+/// ([`crate::migrate`]); any other version is refused unmodified.
+pub const SCHEMA_VERSION: u32 = 2;
 /// Default LMDB map size (the default ceiling): sparse on Linux, so a large reservation costs
 /// nothing until used.
 pub const DEFAULT_MAP_SIZE: usize = capacity::DEFAULT_CEILING as usize;
@@ -59,6 +62,8 @@ pub enum StoreError {
     SchemaMismatch { found: String, expected: u32 },
     #[error("store {0} is already open in this process")]
     AlreadyOpen(PathBuf),
+    #[error("store {0} uses schema 1 and another process has it open; stop that process (a worldd of an older build?) so that this build can migrate the store to schema 2")]
+    MigrationBusy(PathBuf),
     #[error("store I/O error: {0}")]
     Io(String),
     #[error("LMDB error: {0}")]
@@ -99,35 +104,34 @@ fn is_disk_full(code: i32) -> bool {
     code == libc::ENOSPC || code == libc::EDQUOT
 }
 
-/// The named databases (DESIGN §4).
+/// The named databases (schema 2; `docs/data-model.md` §8.2).
 #[derive(Clone, Copy)]
 pub struct Tables {
-    /// ref(32) → object encoding.
-    pub objects: Database<'static, Bytes, Bytes>,
-    /// semanticId \0 ref(32) → (): the semantic-id index.
-    pub by_semantic_id: Database<'static, Bytes, Bytes>,
-    /// world ref(32) → canonical world JSON.
-    pub worlds: Database<'static, Bytes, Bytes>,
-    /// entry index (u64 BE) → canonical entry JSON.
+    /// object sequence (u64 BE, insertion order) → ref(32) ‖ object envelope (database
+    /// `object_rows`).
+    pub objects: Database<'static, U64<BigEndian>, Bytes>,
+    /// ref(32) ‖ kind → u64 BE: an object's sequence (`o`), an entry's index by its hash (`e`)
+    /// or by the ref of the world it selected (`w`).
+    pub refs: Database<'static, Bytes, U64<BigEndian>>,
+    /// u16 BE length ‖ semanticId ‖ object sequence (u64 BE) → (): the semantic-id index, in
+    /// insertion order.
+    pub semantic_ids: Database<'static, Bytes, Bytes>,
+    /// entry index (u64 BE) → log row: world ref, entry JSON and world JSON (database
+    /// `entries`; see [`crate::log`]).
     pub log: Database<'static, U64<BigEndian>, Bytes>,
-    /// entry hash(32) → entry index (u64 BE).
-    pub entry_hashes: Database<'static, Bytes, U64<BigEndian>>,
-    /// entry index (u64 BE) → the ref of the world that entry selected.
-    pub world_refs: Database<'static, U64<BigEndian>, Bytes>,
-    /// head name → world ref(32).
-    pub heads: Database<'static, Str, Bytes>,
     /// journal sequence (u64 BE) → canonical journal record JSON.
     pub journal: Database<'static, U64<BigEndian>, Bytes>,
-    /// invocation id → canonical journal state JSON.
-    pub journal_by_invocation: Database<'static, Str, Bytes>,
+    /// invocation id → journal state and task state of its first durable point
+    /// (module `invocations`; `docs/data-model.md` §8.2).
+    pub invocations: Database<'static, Str, Bytes>,
+    /// intent sequence (u64 BE) → the journal state and task state that resolved that intent.
+    pub resolutions: Database<'static, U64<BigEndian>, Bytes>,
     /// invocation id → intent sequence, for intents that have no outcome yet.
     pub pending: Database<'static, Str, U64<BigEndian>>,
     /// episode \0 effect \0 scope → units spent (u64 BE).
     pub spend: Database<'static, Bytes, U64<BigEndian>>,
     /// credential id (64 hex) → canonical session JSON.
     pub sessions: Database<'static, Str, Bytes>,
-    /// episode \0 task id → canonical task state JSON (task ids and idempotency keys).
-    pub tasks: Database<'static, Bytes, Bytes>,
     /// registry name → registry revision ref(32).
     pub registry_heads: Database<'static, Str, Bytes>,
     /// meta key → value (schema version).
@@ -152,10 +156,65 @@ pub struct ReadCtx<'a> {
     pub tables: &'a Tables,
 }
 
-type Completion = Box<dyn FnOnce(Option<&StoreError>) + Send>;
-type Job = Box<
-    dyn for<'a, 'b, 't> FnOnce(Result<&'b mut WriteCtx<'a, 't>, StoreError>) -> Completion + Send,
->;
+/// Called on the writer thread after each group commit, before its callers are answered, with
+/// the batch's operation count and whether the commit succeeded (profiling tools: the page
+/// census of `benches/store_pages.rs`).
+#[doc(hidden)]
+pub type CommitObserver = Box<dyn FnMut(usize, bool) + Send>;
+type ObserverSlot = Arc<Mutex<Option<CommitObserver>>>;
+type Job = Box<dyn Operation>;
+
+/// One queued write: the caller's operation, which the writer may run more than once (a batch
+/// is built again after one of its operations fails), and the caller waiting for its result.
+trait Operation: Send {
+    /// Run in the batch's transaction itself; `true` when it succeeded.
+    fn run(&mut self, ctx: &mut WriteCtx<'_, '_>) -> bool;
+    /// Run in a nested transaction of the batch's, so that a failure undoes only its writes.
+    fn run_nested(&mut self, ctx: &mut WriteCtx<'_, '_>);
+    /// The batch's transaction could not begin: fail without running.
+    fn fail(&mut self, err: &StoreError);
+    /// Answer the caller once the batch's commit is known.
+    fn answer(self: Box<Self>, commit_error: Option<&StoreError>);
+}
+
+/// A [`Store::write`] in the writer's queue.
+struct Write<F, R, E> {
+    op: F,
+    result: Option<Result<R, E>>,
+    reply: SyncSender<Result<R, E>>,
+    map_size: usize,
+}
+
+impl<F, R, E> Operation for Write<F, R, E>
+where
+    F: for<'a, 't> FnMut(&mut WriteCtx<'a, 't>) -> Result<R, E> + Send,
+    R: Send,
+    E: From<StoreError> + Send,
+{
+    fn run(&mut self, ctx: &mut WriteCtx<'_, '_>) -> bool {
+        let result = (self.op)(ctx);
+        let ok = result.is_ok();
+        self.result = Some(result);
+        ok
+    }
+
+    fn run_nested(&mut self, ctx: &mut WriteCtx<'_, '_>) {
+        self.result = Some(run_nested(ctx, &mut self.op, self.map_size));
+    }
+
+    fn fail(&mut self, err: &StoreError) {
+        self.result = Some(Err(E::from(err.clone())));
+    }
+
+    fn answer(self: Box<Self>, commit_error: Option<&StoreError>) {
+        let answer = match (commit_error, self.result) {
+            (Some(e), Some(Ok(_))) => Err(E::from(e.clone())),
+            (_, Some(r)) => r,
+            (_, None) => Err(E::from(StoreError::WriterGone)),
+        };
+        let _ = self.reply.send(answer);
+    }
+}
 
 /// Counters for operators: group-commit batch sizes, and where the writer's time goes.
 #[derive(Debug, Default)]
@@ -167,6 +226,9 @@ pub struct WriterStats {
     pub build_nanos: AtomicU64,
     /// Time spent in LMDB's commit (page writes, data sync, meta sync), ns.
     pub commit_nanos: AtomicU64,
+    /// Batches built a second time, each operation in a nested transaction, because one of
+    /// them failed in the first.
+    pub rebuilt_batches: AtomicU64,
 }
 
 struct Inner {
@@ -177,6 +239,7 @@ struct Inner {
     sender: Mutex<Option<Sender<Job>>>,
     writer: Mutex<Option<JoinHandle<()>>>,
     stats: Arc<WriterStats>,
+    observer: ObserverSlot,
     map: Arc<MapLock>,
     committed: Arc<CommitSignal>,
 }
@@ -224,7 +287,55 @@ impl std::fmt::Debug for Store {
     }
 }
 
-const META_SCHEMA: &str = "schema_version";
+pub(crate) const META_SCHEMA: &str = "schema_version";
+
+/// What the store's `meta` says about its schema.
+enum Schema {
+    /// This build's version.
+    Current,
+    /// Version 1: migrated on open.
+    Version1,
+    /// No version and no log: a store being created.
+    New,
+    /// Another version, or none beside a non-empty log: refused.
+    Other(String),
+}
+
+/// Read the schema version in a read transaction (creating nothing).
+fn read_schema(env: &Env<WithoutTls>) -> heed::Result<Schema> {
+    let rtxn = env.read_txn()?;
+    let mut schema = Schema::New;
+    env.open_databases_and_commit(rtxn, |dbo, rtxn| -> heed::Result<_> {
+        let meta = dbo.open_database::<Str, Bytes>(rtxn, Some("meta"))?;
+        let version = match meta {
+            Some(meta) => meta
+                .get(rtxn, META_SCHEMA)?
+                .map(|v| String::from_utf8_lossy(v).into_owned()),
+            None => None,
+        };
+        schema = match version.as_deref() {
+            Some(v) if v == SCHEMA_VERSION.to_string() => Schema::Current,
+            Some("1") => Schema::Version1,
+            Some(other) => Schema::Other(other.to_owned()),
+            None => {
+                // Either schema's log: a store with entries but no version is not ours.
+                let mut entries = 0;
+                for name in ["log", "entries"] {
+                    if let Some(t) = dbo.open_database::<Bytes, Bytes>(rtxn, Some(name))? {
+                        entries += t.len(rtxn)?;
+                    }
+                }
+                if entries == 0 {
+                    Schema::New
+                } else {
+                    Schema::Other("none".into())
+                }
+            }
+        };
+        Ok(CommitOrAbort::<(), ()>::Commit(()))
+    })?;
+    Ok(schema)
+}
 
 impl Store {
     /// Open (or with `create`, create) the store in `dir`. A new store gets its genesis entry.
@@ -245,6 +356,8 @@ impl Store {
         if let Some(ceiling) = options.ceiling {
             Limits::new(ceiling, options.reserve)?;
         }
+        // Asked before this process opens the environment (see `open_elsewhere`).
+        let shared = exists && crate::migrate::open_elsewhere(dir);
         let env = unsafe {
             // SAFETY: heed requires that the environment is not opened twice in one process
             // (it checks and reports EnvAlreadyOpened) and that the files are not modified by
@@ -265,26 +378,39 @@ impl Store {
         // Reader slots of crashed processes would otherwise leak.
         let _ = env.clear_stale_readers();
 
+        // Schema: refuse an unknown version without touching anything; migrate schema 1.
+        match read_schema(&env).map_err(heed_err)? {
+            Schema::Current | Schema::New => {}
+            // A process of an older build would lose its tables under its feet.
+            Schema::Version1 if shared => return Err(StoreError::MigrationBusy(dir.to_path_buf())),
+            Schema::Version1 => {
+                crate::migrate::schema_1_to_2(&env, map_size)?;
+            }
+            Schema::Other(found) => {
+                return Err(StoreError::SchemaMismatch {
+                    found,
+                    expected: SCHEMA_VERSION,
+                })
+            }
+        }
+
         let wtxn = env.write_txn().map_err(heed_err)?;
         let tables = env
             .create_databases_and_commit(wtxn, |dbo, wtxn| -> heed::Result<_> {
                 Ok(CommitOrAbort::<_, ()>::Commit((
                     (
-                        dbo.create_database(wtxn, Some("objects"))?,
-                        dbo.create_database(wtxn, Some("by_semantic_id"))?,
-                        dbo.create_database(wtxn, Some("worlds"))?,
-                        dbo.create_database(wtxn, Some("log"))?,
-                        dbo.create_database(wtxn, Some("entry_hashes"))?,
-                        dbo.create_database(wtxn, Some("heads"))?,
+                        dbo.create_database(wtxn, Some("object_rows"))?,
+                        dbo.create_database(wtxn, Some("semantic_ids"))?,
+                        dbo.create_database(wtxn, Some("entries"))?,
+                        dbo.create_database(wtxn, Some("refs"))?,
                         dbo.create_database(wtxn, Some("journal"))?,
-                        dbo.create_database(wtxn, Some("journal_by_invocation"))?,
+                        dbo.create_database(wtxn, Some("invocations"))?,
+                        dbo.create_database(wtxn, Some("resolutions"))?,
                     ),
                     (
-                        dbo.create_database(wtxn, Some("world_refs"))?,
                         dbo.create_database(wtxn, Some("pending"))?,
                         dbo.create_database(wtxn, Some("spend"))?,
                         dbo.create_database(wtxn, Some("sessions"))?,
-                        dbo.create_database(wtxn, Some("tasks"))?,
                         dbo.create_database(wtxn, Some("registry_heads"))?,
                         dbo.create_database(wtxn, Some("meta"))?,
                         dbo.create_database(wtxn, Some("readers"))?,
@@ -295,64 +421,29 @@ impl Store {
             .commit()
             .ok_or_else(|| StoreError::Lmdb("database creation aborted".into()))?;
         let (
-            (
-                objects,
-                by_semantic_id,
-                worlds,
-                log,
-                entry_hashes,
-                heads,
-                journal,
-                journal_by_invocation,
-            ),
-            (world_refs, pending, spend, sessions, tasks, registry_heads, meta, readers),
+            (objects, semantic_ids, log, refs, journal, invocations, resolutions),
+            (pending, spend, sessions, registry_heads, meta, readers),
         ) = tables;
         let tables = Tables {
             objects,
-            by_semantic_id,
-            worlds,
+            refs,
+            semantic_ids,
             log,
-            entry_hashes,
-            world_refs,
-            heads,
             journal,
-            journal_by_invocation,
+            invocations,
+            resolutions,
             pending,
             spend,
             sessions,
-            tasks,
             registry_heads,
             meta,
             readers,
             map_size,
         };
 
-        // Schema: refuse an unknown version without touching anything.
-        {
-            let rtxn = env.read_txn().map_err(heed_err)?;
-            match tables.meta.get(&rtxn, META_SCHEMA).map_err(heed_err)? {
-                Some(v) => {
-                    let found = String::from_utf8_lossy(v).into_owned();
-                    if found != SCHEMA_VERSION.to_string() {
-                        return Err(StoreError::SchemaMismatch {
-                            found,
-                            expected: SCHEMA_VERSION,
-                        });
-                    }
-                }
-                None => {
-                    if tables.log.len(&rtxn).map_err(heed_err)? != 0 {
-                        return Err(StoreError::SchemaMismatch {
-                            found: "none".into(),
-                            expected: SCHEMA_VERSION,
-                        });
-                    }
-                }
-            }
-        }
-
         let (sender, receiver) = mpsc::channel::<Job>();
         let stats = Arc::new(WriterStats::default());
+        let observer = ObserverSlot::default();
         let map = Arc::new(MapLock {
             lock: RwLock::new(()),
             gauge: Gauge::new(limits),
@@ -362,13 +453,18 @@ impl Store {
         map.measure(&env);
         let committed = Arc::new(CommitSignal::default());
         let writer = {
-            let env = env.clone();
-            let stats = stats.clone();
-            let map = map.clone();
-            let committed = committed.clone();
+            let writer = Writer {
+                env: env.clone(),
+                tables,
+                map_size,
+                stats: stats.clone(),
+                map: map.clone(),
+                signal: committed.clone(),
+                observer: observer.clone(),
+            };
             std::thread::Builder::new()
                 .name("worldd-store-writer".into())
-                .spawn(move || writer_loop(env, tables, receiver, map_size, stats, map, committed))
+                .spawn(move || writer.run(receiver))
                 .map_err(StoreError::from_io)?
         };
         let store = Store {
@@ -380,12 +476,12 @@ impl Store {
                 sender: Mutex::new(Some(sender)),
                 writer: Mutex::new(Some(writer)),
                 stats,
+                observer,
                 map,
                 committed,
             }),
         };
         store.ensure_genesis()?;
-        crate::access::ensure_readers_index(&store)?;
         store.report_indeterminate();
         Ok(store)
     }
@@ -481,6 +577,14 @@ impl Store {
         &self.inner.stats
     }
 
+    /// Install (or with `None`, remove) the observer called after every group commit.
+    #[doc(hidden)]
+    pub fn observe_commits(&self, observer: Option<CommitObserver>) {
+        if let Ok(mut slot) = self.inner.observer.lock() {
+            *slot = observer;
+        }
+    }
+
     /// Raised after every durable group commit of this handle's writer.
     pub fn commit_signal(&self) -> &CommitSignal {
         &self.inner.committed
@@ -504,29 +608,24 @@ impl Store {
 
     /// Run `op` on the writer thread inside the next group commit and wait until that commit is
     /// durable. `op`'s writes are discarded when it returns an error; other operations of the
-    /// same batch are unaffected. Blocks the calling thread.
+    /// same batch are unaffected. `op` may run more than once (when another operation of its
+    /// batch fails, the batch is built again; only the last run's writes and result count), so
+    /// it must not consume what it captures or act outside the transaction. Blocks the calling
+    /// thread.
     pub fn write<R, E>(
         &self,
-        op: impl for<'a, 't> FnOnce(&mut WriteCtx<'a, 't>) -> Result<R, E> + Send + 'static,
+        op: impl for<'a, 't> FnMut(&mut WriteCtx<'a, 't>) -> Result<R, E> + Send + 'static,
     ) -> Result<R, E>
     where
         R: Send + 'static,
         E: From<StoreError> + Send + 'static,
     {
-        let (tx, rx): (SyncSender<Result<R, E>>, _) = mpsc::sync_channel(1);
-        let map_size = self.inner.map_size;
-        let job: Job = Box::new(move |ctx: Result<&mut WriteCtx<'_, '_>, StoreError>| {
-            let result = match ctx {
-                Ok(ctx) => run_nested(ctx, op, map_size),
-                Err(e) => Err(E::from(e)),
-            };
-            Box::new(move |commit_error: Option<&StoreError>| {
-                let answer = match (commit_error, result) {
-                    (Some(e), Ok(_)) => Err(E::from(e.clone())),
-                    (_, r) => r,
-                };
-                let _ = tx.send(answer);
-            }) as Completion
+        let (reply, rx): (SyncSender<Result<R, E>>, _) = mpsc::sync_channel(1);
+        let job: Job = Box::new(Write {
+            op,
+            result: None,
+            reply,
+            map_size: self.inner.map_size,
         });
         {
             let guard = self
@@ -540,7 +639,11 @@ impl Store {
         rx.recv().map_err(|_| E::from(StoreError::WriterGone))?
     }
 
-    /// Maintenance access to a raw table, for `doctor`-style tools and tamper tests.
+    /// Maintenance access to stored bytes, for `doctor`-style tools and tamper tests: an
+    /// object's envelope (by ref), an entry's JSON (by index, u64 BE), a world's JSON (by
+    /// world ref), a journal record (by seq, u64 BE), the journal or task state of an
+    /// invocation (the rest of its row is kept), or an invocation row or a resolution whole
+    /// (see [`RawTable`]).
     #[doc(hidden)]
     pub fn raw_overwrite(
         &self,
@@ -551,87 +654,102 @@ impl Store {
         self.write(move |w| -> Result<(), StoreError> {
             let e = w.heed_err();
             match table {
-                RawTable::Objects => w.tables.objects.put(w.txn, &key, &value).map_err(e),
-                RawTable::Worlds => w.tables.worlds.put(w.txn, &key, &value).map_err(e),
-                RawTable::Log => {
-                    let idx = u64::from_be_bytes(
-                        key.as_slice()
-                            .try_into()
-                            .map_err(|_| StoreError::Corrupt("log key must be 8 bytes".into()))?,
-                    );
-                    w.tables.log.put(w.txn, &idx, &value).map_err(e)
+                RawTable::Objects => {
+                    let r = raw_ref(&key)?;
+                    let (seq, _) = object_row(w.txn, w.tables, &r)?
+                        .ok_or_else(|| StoreError::Corrupt(format!("no object {r}")))?;
+                    let mut row = key.clone();
+                    row.extend_from_slice(&value);
+                    w.tables.objects.put(w.txn, &seq, &row).map_err(e)
                 }
+                RawTable::Worlds => {
+                    let world_ref = raw_ref(&key)?;
+                    let index = log::index_of_world(w.txn, w.tables, &world_ref)?
+                        .ok_or_else(|| StoreError::Corrupt(format!("no world {world_ref}")))?;
+                    log::overwrite_row(w, index, None, Some(&value))
+                }
+                RawTable::Log => log::overwrite_row(w, raw_index(&key)?, Some(&value), None),
                 RawTable::Journal => w
                     .tables
                     .journal
-                    .put(w.txn, &u64_key(&key)?, &value)
+                    .put(w.txn, &raw_index(&key)?, &value)
                     .map_err(e),
-                RawTable::JournalIndex => w
+                RawTable::JournalIndex => {
+                    invocations::overwrite_visible(w, str_key(&key)?, Part::Journal, &value)
+                }
+                RawTable::Tasks => {
+                    let id = task_invocation(&key)?;
+                    invocations::overwrite_visible(w, &id, Part::Task, &value)
+                }
+                RawTable::Invocations => w
                     .tables
-                    .journal_by_invocation
+                    .invocations
                     .put(w.txn, str_key(&key)?, &value)
                     .map_err(e),
-                RawTable::Tasks => w.tables.tasks.put(w.txn, &key, &value).map_err(e),
+                RawTable::Resolutions => w
+                    .tables
+                    .resolutions
+                    .put(w.txn, &raw_index(&key)?, &value)
+                    .map_err(e),
             }
         })
     }
 
-    /// Raw bytes of a table row, for maintenance tools and tamper tests.
+    /// Raw stored bytes (see [`Store::raw_overwrite`]).
     #[doc(hidden)]
     pub fn raw_get(&self, table: RawTable, key: &[u8]) -> Result<Option<Vec<u8>>, StoreError> {
         self.read(|r| {
-            let e = r.heed_err();
             Ok(match table {
-                RawTable::Objects => r
-                    .tables
-                    .objects
-                    .get(r.txn, key)
-                    .map_err(e)?
-                    .map(<[u8]>::to_vec),
-                RawTable::Worlds => r
-                    .tables
-                    .worlds
-                    .get(r.txn, key)
-                    .map_err(e)?
-                    .map(<[u8]>::to_vec),
-                RawTable::Log => {
-                    let idx = u64::from_be_bytes(
-                        key.try_into()
-                            .map_err(|_| StoreError::Corrupt("log key must be 8 bytes".into()))?,
-                    );
-                    r.tables
-                        .log
-                        .get(r.txn, &idx)
-                        .map_err(e)?
-                        .map(<[u8]>::to_vec)
+                RawTable::Objects => {
+                    object_row(r.txn, r.tables, &raw_ref(key)?)?.map(|(_, v)| v.to_vec())
                 }
+                RawTable::Worlds => log::world_bytes(r, &raw_ref(key)?)?,
+                RawTable::Log => log::entry_bytes(r, raw_index(key)?)?,
                 RawTable::Journal => r
                     .tables
                     .journal
-                    .get(r.txn, &u64_key(key)?)
-                    .map_err(e)?
+                    .get(r.txn, &raw_index(key)?)
+                    .map_err(r.heed_err())?
                     .map(<[u8]>::to_vec),
-                RawTable::JournalIndex => r
+                RawTable::JournalIndex => invocations::get(r.txn, r.tables, str_key(key)?)?
+                    .and_then(|row| row.journal)
+                    .map(<[u8]>::to_vec),
+                RawTable::Tasks => invocations::get(r.txn, r.tables, &task_invocation(key)?)?
+                    .and_then(|row| row.task)
+                    .map(<[u8]>::to_vec),
+                RawTable::Invocations => r
                     .tables
-                    .journal_by_invocation
+                    .invocations
                     .get(r.txn, str_key(key)?)
-                    .map_err(e)?
+                    .map_err(r.heed_err())?
                     .map(<[u8]>::to_vec),
-                RawTable::Tasks => r
+                RawTable::Resolutions => r
                     .tables
-                    .tasks
-                    .get(r.txn, key)
-                    .map_err(e)?
+                    .resolutions
+                    .get(r.txn, &raw_index(key)?)
+                    .map_err(r.heed_err())?
                     .map(<[u8]>::to_vec),
             })
         })
     }
 }
 
-fn u64_key(key: &[u8]) -> Result<u64, StoreError> {
-    Ok(u64::from_be_bytes(key.try_into().map_err(|_| {
-        StoreError::Corrupt("a u64 key must be 8 bytes".into())
-    })?))
+fn raw_ref(key: &[u8]) -> Result<Ref, StoreError> {
+    Ref::from_slice(key).ok_or_else(|| StoreError::Corrupt("a ref key must be 32 bytes".into()))
+}
+
+fn raw_index(key: &[u8]) -> Result<u64, StoreError> {
+    key.try_into()
+        .map(u64::from_be_bytes)
+        .map_err(|_| StoreError::Corrupt("a u64 key must be 8 bytes".into()))
+}
+
+/// The invocation a task key (`episode \0 task`) belongs to.
+fn task_invocation(key: &[u8]) -> Result<String, StoreError> {
+    let (episode, task) = str_key(key)?
+        .split_once('\0')
+        .ok_or_else(|| StoreError::Corrupt("a task key is `episode \\0 task`".into()))?;
+    crate::task::invocation_key(episode, task)
 }
 
 fn str_key(key: &[u8]) -> Result<&str, StoreError> {
@@ -647,15 +765,23 @@ pub enum RawTable {
     Log,
     /// Journal rows by sequence (u64 big-endian key).
     Journal,
-    /// Journal state by invocation id (UTF-8 key).
+    /// An invocation's journal state as readers see it, by invocation id (UTF-8 key): the
+    /// part of its resolution, else of its row (`docs/data-model.md` §8.2).
     JournalIndex,
-    /// Task states by `episode \0 task`.
+    /// A task's state as readers see it, by `episode \0 task`: also a part of its
+    /// invocation's resolution or row.
     Tasks,
+    /// An invocation's row as stored, by invocation id (UTF-8 key): intent sequence, journal
+    /// state and task state in the layout of `docs/data-model.md` §8.2.
+    Invocations,
+    /// The resolution of an intent as stored, by the intent's journal sequence (u64
+    /// big-endian key), in the same layout.
+    Resolutions,
 }
 
 fn run_nested<R, E>(
     ctx: &mut WriteCtx<'_, '_>,
-    op: impl for<'a, 't> FnOnce(&mut WriteCtx<'a, 't>) -> Result<R, E>,
+    op: &mut impl for<'a, 't> FnMut(&mut WriteCtx<'a, 't>) -> Result<R, E>,
     map_size: usize,
 ) -> Result<R, E>
 where
@@ -777,70 +903,138 @@ impl MapLock {
     }
 }
 
-fn writer_loop(
+/// The writer thread's state: everything a group commit needs besides its operations.
+struct Writer {
     env: Env<WithoutTls>,
     tables: Tables,
-    receiver: Receiver<Job>,
     map_size: usize,
     stats: Arc<WriterStats>,
     map: Arc<MapLock>,
     signal: Arc<CommitSignal>,
-) {
-    while let Ok(first) = receiver.recv() {
-        let started = Instant::now();
-        let mut batch = vec![first];
-        while batch.len() < MAX_BATCH {
-            match receiver.try_recv() {
-                Ok(job) => batch.push(job),
-                Err(_) => break,
+    observer: ObserverSlot,
+}
+
+impl Writer {
+    /// Drain the queue into group commits until every sender is gone.
+    fn run(self, receiver: Receiver<Job>) {
+        while let Ok(first) = receiver.recv() {
+            let started = Instant::now();
+            let mut batch = vec![first];
+            while batch.len() < MAX_BATCH {
+                match receiver.try_recv() {
+                    Ok(job) => batch.push(job),
+                    Err(_) => break,
+                }
+            }
+            let n = batch.len() as u64;
+            let stats = &self.stats;
+            stats.batches.fetch_add(1, Ordering::Relaxed);
+            stats.operations.fetch_add(n, Ordering::Relaxed);
+            stats.largest_batch.fetch_max(n, Ordering::Relaxed);
+            let outcome = self.build_and_commit(&mut batch, started);
+            let committed = matches!(outcome, Ok(true));
+            // Once per durable commit, never for a rebuilt pass or a failed commit: followers
+            // of the log wake once for everything this batch made durable.
+            if committed {
+                self.signal.raise();
+            }
+            let err = outcome.err();
+            if let Ok(mut slot) = self.observer.lock() {
+                if let Some(observe) = slot.as_mut() {
+                    observe(batch.len(), committed);
+                }
+            }
+            for job in batch {
+                job.answer(err.as_ref());
             }
         }
-        let n = batch.len() as u64;
-        stats.batches.fetch_add(1, Ordering::Relaxed);
-        stats.operations.fetch_add(n, Ordering::Relaxed);
-        stats.largest_batch.fetch_max(n, Ordering::Relaxed);
-        let Held {
-            mut txn,
-            _shared: shared,
-        } = match map.begin(&env, |env| env.write_txn()) {
+    }
+
+    /// Begin the batch's write transaction under the map lock.
+    fn begin(&self) -> Result<Held<'_, RwTxn<'_>>, StoreError> {
+        self.map
+            .begin(&self.env, |env| env.write_txn())
+            .inspect_err(|err| {
+                tracing::error!(error = %err, "store writer could not begin a transaction");
+            })
+    }
+
+    /// Build one group commit from `batch` and commit it (LMDB's full sync); `Ok(false)` when
+    /// no transaction could begin (every operation then holds that error).
+    ///
+    /// Every operation first runs straight in the batch's transaction: nested transactions cost
+    /// each operation a copy of every page it touches that the batch has already touched. If
+    /// one fails, its partial writes are in that transaction, so it is aborted and the batch is
+    /// built again with every other operation in its own nested transaction (as if each had
+    /// been alone), the failed one keeping its error. Operations before it run twice; none
+    /// runs more than twice. The map lock is held shared from each transaction's beginning to
+    /// its end, and the size gauge is read after the commit.
+    fn build_and_commit(&self, batch: &mut [Job], started: Instant) -> Result<bool, StoreError> {
+        let (env, tables) = (&self.env, &self.tables);
+        let mut held = match self.begin() {
             Ok(held) => held,
             Err(err) => {
-                // Each job must still answer: run it against nothing is impossible, so report.
-                tracing::error!(error = %err, "store writer could not begin a transaction");
-                for job in batch {
-                    job(Err(err.clone()))(None);
-                }
-                continue;
+                // Each job must still answer: nothing ran, nothing was committed.
+                batch.iter_mut().for_each(|job| job.fail(&err));
+                return Ok(false);
             }
         };
-        let mut completions = Vec::with_capacity(batch.len());
-        for job in batch {
+        let mut failed = None;
+        for (i, job) in batch.iter_mut().enumerate() {
             let mut ctx = WriteCtx {
-                txn: &mut txn,
-                tables: &tables,
-                env: &env,
+                txn: &mut held.txn,
+                tables,
+                env,
             };
-            completions.push(job(Ok(&mut ctx)));
+            if !job.run(&mut ctx) {
+                failed = Some(i);
+                break;
+            }
+        }
+        if let Some(failed) = failed {
+            // The aborted transaction's shared hold ends before the next one is taken.
+            let Held { txn, _shared } = held;
+            txn.abort();
+            drop(_shared);
+            self.stats.rebuilt_batches.fetch_add(1, Ordering::Relaxed);
+            held = match self.begin() {
+                Ok(held) => held,
+                Err(err) => {
+                    for (i, job) in batch.iter_mut().enumerate() {
+                        if i != failed {
+                            job.fail(&err);
+                        }
+                    }
+                    return Ok(false);
+                }
+            };
+            for (i, job) in batch.iter_mut().enumerate() {
+                if i != failed {
+                    let mut ctx = WriteCtx {
+                        txn: &mut held.txn,
+                        tables,
+                        env,
+                    };
+                    job.run_nested(&mut ctx);
+                }
+            }
         }
         let built = Instant::now();
-        let outcome = txn.commit().map_err(|e| map.write_error(e, map_size));
-        drop(shared);
-        map.measure(&env);
+        let Held { txn, _shared } = held;
+        let outcome = txn
+            .commit()
+            .map_err(|e| self.map.write_error(e, self.map_size));
+        drop(_shared);
+        self.map.measure(env);
         let committed = Instant::now();
         let nanos = |d: std::time::Duration| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
-        stats
+        self.stats
             .build_nanos
             .fetch_add(nanos(built - started), Ordering::Relaxed);
-        stats
+        self.stats
             .commit_nanos
             .fetch_add(nanos(committed - built), Ordering::Relaxed);
-        let err = outcome.err();
-        if err.is_none() {
-            signal.raise();
-        }
-        for done in completions {
-            done(err.as_ref());
-        }
+        outcome.map(|()| true)
     }
 }
 
@@ -882,17 +1076,28 @@ impl<'t> ReadCtx<'t> {
 
     /// An object borrowed from this read transaction, without copying its payload.
     pub fn object_view(&self, r: &Ref) -> Result<Option<ObjectView<'t>>, StoreError> {
-        match self
+        Ok(self.sequenced(r)?.map(|(_, view)| view))
+    }
+
+    /// An object and its sequence number (its place in arrival order).
+    pub(crate) fn sequenced(&self, r: &Ref) -> Result<Option<(u64, ObjectView<'t>)>, StoreError> {
+        sequenced(self.txn, self.tables, r)
+    }
+
+    /// The object stored at sequence number `seq`.
+    pub(crate) fn object_at(&self, seq: u64) -> Result<Option<ObjectView<'t>>, StoreError> {
+        let Some(row) = self
             .tables
             .objects
-            .get(self.txn, r.as_bytes())
+            .get(self.txn, &seq)
             .map_err(self.heed_err())?
-        {
-            None => Ok(None),
-            Some(bytes) => ObjectView::decode(*r, bytes)
-                .map(Some)
-                .ok_or_else(|| StoreError::Corrupt(format!("object {r} has a damaged envelope"))),
-        }
+        else {
+            return Ok(None);
+        };
+        row.split_at_checked(32)
+            .and_then(|(r, envelope)| ObjectView::decode(Ref::from_slice(r)?, envelope))
+            .map(Some)
+            .ok_or_else(|| StoreError::Corrupt(format!("object row {seq} is damaged")))
     }
 }
 
@@ -901,8 +1106,14 @@ impl WriteCtx<'_, '_> {
         get_object(self.txn, self.tables, r)
     }
 
+    /// An object, borrowed, and its sequence number.
+    pub(crate) fn sequenced(&self, r: &Ref) -> Result<Option<(u64, ObjectView<'_>)>, StoreError> {
+        sequenced(self.txn, self.tables, r)
+    }
+
     /// Insert an object unless present (first writer's provenance wins). The payload must hash
-    /// to the object's address.
+    /// to the object's address. Objects are stored in the order they arrive (the next sequence
+    /// number), so a group commit's new objects fill the same pages at the end of the table.
     pub fn put_object(&mut self, object: &Object) -> Result<(), StoreError> {
         if !object.verify() {
             return Err(StoreError::Corrupt(format!(
@@ -910,40 +1121,191 @@ impl WriteCtx<'_, '_> {
                 object.hash
             )));
         }
-        let e = self.heed_err();
-        if self
+        self.put_verified_object(object)
+    }
+
+    /// Whether an object with this ref is stored (without reading it).
+    pub fn has_object(&self, r: &Ref) -> Result<bool, StoreError> {
+        Ok(self
             .tables
-            .objects
-            .get(self.txn, object.hash.as_bytes())
-            .map_err(e)?
-            .is_some()
-        {
+            .refs
+            .get(self.txn, &ref_key(r, OBJECT))
+            .map_err(self.heed_err())?
+            .is_some())
+    }
+
+    /// [`WriteCtx::put_object`] for an object whose payload the caller has just hashed.
+    pub(crate) fn put_verified_object(&mut self, object: &Object) -> Result<(), StoreError> {
+        let e = self.heed_err();
+        let key = ref_key(&object.hash, OBJECT);
+        if self.tables.refs.get(self.txn, &key).map_err(e)?.is_some() {
             return Ok(());
         }
+        let mut index_key = semantic_prefix(&object.semantic_id)?;
+        let seq = match self.tables.objects.last(self.txn).map_err(e)? {
+            Some((last, _)) => last + 1,
+            None => 0,
+        };
+        let envelope = object.encode_value();
+        let mut row = Vec::with_capacity(32 + envelope.len());
+        row.extend_from_slice(object.hash.as_bytes());
+        row.extend_from_slice(&envelope);
         self.tables
             .objects
-            .put(self.txn, object.hash.as_bytes(), &object.encode_value())
+            .put_with_flags(self.txn, PutFlags::APPEND, &seq, &row)
             .map_err(e)?;
-        let mut key = Vec::with_capacity(object.semantic_id.len() + 33);
-        key.extend_from_slice(object.semantic_id.as_bytes());
-        key.push(0);
-        key.extend_from_slice(object.hash.as_bytes());
+        self.tables.refs.put(self.txn, &key, &seq).map_err(e)?;
+        index_key.extend_from_slice(&seq.to_be_bytes());
         self.tables
-            .by_semantic_id
-            .put(self.txn, &key, &[])
+            .semantic_ids
+            .put(self.txn, &index_key, &[])
             .map_err(e)?;
         Ok(())
     }
 }
 
-fn get_object(txn: &RoTxn<'_>, tables: &Tables, r: &Ref) -> Result<Option<Object>, StoreError> {
-    match tables
+/// `refs` key kinds: the same digest may name an object, an entry and a world at once.
+pub(crate) const OBJECT: u8 = b'o';
+pub(crate) const ENTRY_HASH: u8 = b'e';
+pub(crate) const WORLD_REF: u8 = b'w';
+
+/// The `refs` key of `r` as a `kind`.
+pub(crate) fn ref_key(r: &Ref, kind: u8) -> [u8; 33] {
+    let mut key = [0u8; 33];
+    key[..32].copy_from_slice(r.as_bytes());
+    key[32] = kind;
+    key
+}
+
+/// The key prefix of a semantic id in `semantic_ids`: its length (u16 BE) then its bytes, so
+/// that no semantic id's range contains another's.
+pub(crate) fn semantic_prefix(semantic_id: &str) -> Result<Vec<u8>, StoreError> {
+    let len = u16::try_from(semantic_id.len()).map_err(|_| {
+        StoreError::Corrupt(format!(
+            "a semantic id of {} bytes is longer than the store keeps",
+            semantic_id.len()
+        ))
+    })?;
+    let mut key = Vec::with_capacity(semantic_id.len() + 10);
+    key.extend_from_slice(&len.to_be_bytes());
+    key.extend_from_slice(semantic_id.as_bytes());
+    Ok(key)
+}
+
+/// Refs read lazily from a read transaction.
+pub type Refs<'t> = Box<dyn Iterator<Item = Result<Ref, StoreError>> + 't>;
+/// Objects read lazily from a read transaction.
+pub type Objects<'t> = Box<dyn Iterator<Item = Result<ObjectView<'t>, StoreError>> + 't>;
+
+impl<'t> ReadCtx<'t> {
+    /// The refs of the objects with `semantic_id`, in the order the store first stored them,
+    /// starting after the object `after`. `None` when `after` is not an object with this
+    /// semantic id.
+    pub fn semantic_id_refs(
+        &self,
+        semantic_id: &str,
+        after: Option<&Ref>,
+    ) -> Result<Option<Refs<'t>>, StoreError> {
+        Ok(self
+            .semantic_id_objects(semantic_id, after)?
+            .map(|objects| Box::new(objects.map(|o| o.map(|o| o.hash))) as Refs<'t>))
+    }
+
+    /// [`ReadCtx::semantic_id_refs`], yielding the objects themselves (borrowed).
+    pub fn semantic_id_objects(
+        &self,
+        semantic_id: &str,
+        after: Option<&Ref>,
+    ) -> Result<Option<Objects<'t>>, StoreError> {
+        let e = self.heed_err();
+        let prefix = semantic_prefix(semantic_id)?;
+        let start = match after {
+            None => 0,
+            Some(r) => match self.sequenced(r)? {
+                Some((seq, view)) if view.semantic_id == semantic_id => seq + 1,
+                _ => return Ok(None),
+            },
+        };
+        let mut from = prefix.clone();
+        from.extend_from_slice(&start.to_be_bytes());
+        let mut to = prefix.clone();
+        to.extend_from_slice(&u64::MAX.to_be_bytes());
+        let range = (
+            std::ops::Bound::Included(from.as_slice()),
+            std::ops::Bound::Included(to.as_slice()),
+        );
+        let reader = ReadCtx {
+            txn: self.txn,
+            tables: self.tables,
+        };
+        let wanted = semantic_id.to_owned();
+        let iter = self
+            .tables
+            .semantic_ids
+            .range(self.txn, &range)
+            .map_err(e)?
+            .map(move |item| {
+                let (key, _) = item.map_err(e)?;
+                let seq = key
+                    .get(prefix.len()..)
+                    .and_then(|k| <[u8; 8]>::try_from(k).ok())
+                    .map(u64::from_be_bytes)
+                    .ok_or_else(|| {
+                        StoreError::Corrupt("a semantic-id index key is damaged".into())
+                    })?;
+                let object = reader.object_at(seq)?.ok_or_else(|| {
+                    StoreError::Corrupt(format!("the semantic-id index names no object {seq}"))
+                })?;
+                // A damaged envelope may name another kind: it is not listed as this one.
+                Ok((object.semantic_id == wanted).then_some(object))
+            })
+            .filter_map(Result::transpose);
+        Ok(Some(Box::new(iter)))
+    }
+}
+
+/// The sequence number and envelope of the object `r`. The row must hold `r` itself: an
+/// index pointing elsewhere is damage, never another object.
+fn object_row<'t>(
+    txn: &'t RoTxn<'_>,
+    tables: &Tables,
+    r: &Ref,
+) -> Result<Option<(u64, &'t [u8])>, StoreError> {
+    let e = |e| StoreError::from_heed(e, tables.map_size);
+    let Some(seq) = tables.refs.get(txn, &ref_key(r, OBJECT)).map_err(e)? else {
+        return Ok(None);
+    };
+    let row = tables
         .objects
-        .get(txn, r.as_bytes())
-        .map_err(|e| StoreError::from_heed(e, DEFAULT_MAP_SIZE))?
-    {
+        .get(txn, &seq)
+        .map_err(e)?
+        .ok_or_else(|| StoreError::Corrupt(format!("object {r} is indexed but missing")))?;
+    match row.split_at_checked(32) {
+        Some((stored, envelope)) if stored == r.as_bytes() => Ok(Some((seq, envelope))),
+        _ => Err(StoreError::Corrupt(format!(
+            "object {r} is indexed at a row of another object"
+        ))),
+    }
+}
+
+/// The sequence number of object `r` and its envelope, decoded.
+fn sequenced<'t>(
+    txn: &'t RoTxn<'_>,
+    tables: &Tables,
+    r: &Ref,
+) -> Result<Option<(u64, ObjectView<'t>)>, StoreError> {
+    match object_row(txn, tables, r)? {
         None => Ok(None),
-        Some(bytes) => Object::decode_value(*r, bytes)
+        Some((seq, envelope)) => ObjectView::decode(*r, envelope)
+            .map(|view| Some((seq, view)))
+            .ok_or_else(|| StoreError::Corrupt(format!("object {r} has a damaged envelope"))),
+    }
+}
+
+fn get_object(txn: &RoTxn<'_>, tables: &Tables, r: &Ref) -> Result<Option<Object>, StoreError> {
+    match object_row(txn, tables, r)? {
+        None => Ok(None),
+        Some((_, envelope)) => Object::decode_value(*r, envelope)
             .map(Some)
             .ok_or_else(|| StoreError::Corrupt(format!("object {r} has a damaged envelope"))),
     }
@@ -952,6 +1314,154 @@ fn get_object(txn: &RoTxn<'_>, tables: &Tables, r: &Ref) -> Result<Option<Object
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::atomic::AtomicUsize;
+
+    type Reply = Receiver<Result<(), StoreError>>;
+
+    /// A queued write that stores `object`, then fails when `fail` is set; counts its runs.
+    fn job(object: Object, fail: bool, runs: Arc<AtomicUsize>, map_size: usize) -> (Job, Reply) {
+        let (reply, rx) = mpsc::sync_channel(1);
+        let op = move |w: &mut WriteCtx<'_, '_>| -> Result<(), StoreError> {
+            runs.fetch_add(1, Ordering::SeqCst);
+            w.put_object(&object)?;
+            if fail {
+                return Err(StoreError::Corrupt("failed after writing".into()));
+            }
+            Ok(())
+        };
+        let job: Job = Box::new(Write {
+            op,
+            result: None,
+            reply,
+            map_size,
+        });
+        (job, rx)
+    }
+
+    fn run_batch(
+        store: &Store,
+        fails: &[bool],
+    ) -> (Vec<Result<(), StoreError>>, Vec<usize>, Vec<Ref>) {
+        let inner = &store.inner;
+        let objects: Vec<Object> = (0..fails.len())
+            .map(|i| Object::new("world/test/v1", "t", format!("{fails:?} {i}").into_bytes()))
+            .collect();
+        let refs = objects.iter().map(|o| o.hash).collect();
+        let runs: Vec<Arc<AtomicUsize>> = fails.iter().map(|_| Arc::default()).collect();
+        let (mut batch, replies): (Vec<Job>, Vec<Reply>) = objects
+            .into_iter()
+            .zip(fails)
+            .zip(&runs)
+            .map(|((o, f), r)| job(o, *f, r.clone(), inner.map_size))
+            .unzip();
+        let writer = Writer {
+            env: inner.env.clone(),
+            tables: inner.tables,
+            map_size: inner.map_size,
+            stats: inner.stats.clone(),
+            map: inner.map.clone(),
+            signal: inner.committed.clone(),
+            observer: inner.observer.clone(),
+        };
+        let outcome = writer.build_and_commit(&mut batch, Instant::now());
+        assert!(matches!(outcome, Ok(true)), "{outcome:?}");
+        for j in batch {
+            j.answer(None);
+        }
+        let results = replies.iter().map(|r| r.recv().unwrap()).collect();
+        let runs = runs.iter().map(|r| r.load(Ordering::SeqCst)).collect();
+        (results, runs, refs)
+    }
+
+    /// Operations run straight in the batch's transaction; when one fails after writing, the
+    /// batch is built again with the others in nested transactions: its writes are gone, the
+    /// others' are committed, and nobody runs more than twice.
+    #[test]
+    fn an_operation_that_fails_after_writing_leaves_nothing_and_its_batch_commits_the_rest() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::create(&dir.path().join("db")).unwrap();
+
+        let (results, runs, _) = run_batch(&store, &[false, false, false]);
+        assert!(results.iter().all(Result::is_ok));
+        assert_eq!(runs, [1, 1, 1], "no failure: one run each");
+        assert_eq!(store.stats().rebuilt_batches.load(Ordering::SeqCst), 0);
+
+        let (results, runs, refs) = run_batch(&store, &[false, true, false, true, false]);
+        let ok: Vec<bool> = results.iter().map(Result::is_ok).collect();
+        assert_eq!(ok, [true, false, true, false, true]);
+        assert_eq!(
+            results[1].as_ref().unwrap_err().to_string(),
+            "store is damaged: failed after writing"
+        );
+        // The first failure stops the straight pass; the rebuilt pass runs every other one
+        // once more, nested, and the second failure undoes only its own writes.
+        assert_eq!(runs, [2, 1, 1, 1, 1]);
+        assert_eq!(store.stats().rebuilt_batches.load(Ordering::SeqCst), 1);
+        let stored: Vec<bool> = refs
+            .iter()
+            .map(|r| store.read(|rd| rd.object(r)).unwrap().is_some())
+            .collect();
+        assert_eq!(stored, ok);
+    }
+
+    /// A batch built twice is still one durable commit: the commit signal is raised once,
+    /// the observer told once, and the writer's counters count it once.
+    #[test]
+    fn a_rebuilt_batch_raises_the_commit_signal_once_and_is_counted_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::create(&dir.path().join("db")).unwrap();
+        let inner = &store.inner;
+        let raised = Arc::new(AtomicUsize::new(0));
+        let r = raised.clone();
+        store.commit_signal().listen(move || {
+            r.fetch_add(1, Ordering::SeqCst);
+        });
+        let observed = Arc::new(Mutex::new(Vec::new()));
+        let o = observed.clone();
+        store.observe_commits(Some(Box::new(move |ops, ok| {
+            o.lock().unwrap().push((ops, ok));
+        })));
+        let before = |s: &WriterStats| {
+            (
+                s.batches.load(Ordering::SeqCst),
+                s.operations.load(Ordering::SeqCst),
+                s.rebuilt_batches.load(Ordering::SeqCst),
+            )
+        };
+        let (batches, ops, rebuilt) = before(store.stats());
+
+        // Three queued writes, the second failing after it wrote: one batch, drained by a
+        // writer loop run here on the queue's closing.
+        let (sender, receiver) = mpsc::channel();
+        let mut replies = Vec::new();
+        for (i, fail) in [false, true, false].into_iter().enumerate() {
+            let o = Object::new("world/test/v1", "t", vec![i as u8; 3]);
+            let (job, reply) = job(o, fail, Arc::default(), inner.map_size);
+            sender.send(job).unwrap();
+            replies.push(reply);
+        }
+        drop(sender);
+        Writer {
+            env: inner.env.clone(),
+            tables: inner.tables,
+            map_size: inner.map_size,
+            stats: inner.stats.clone(),
+            map: inner.map.clone(),
+            signal: inner.committed.clone(),
+            observer: inner.observer.clone(),
+        }
+        .run(receiver);
+
+        let ok: Vec<bool> = replies.iter().map(|r| r.recv().unwrap().is_ok()).collect();
+        assert_eq!(ok, [true, false, true]);
+        assert_eq!(raised.load(Ordering::SeqCst), 1);
+        assert_eq!(*observed.lock().unwrap(), [(3, true)]);
+        assert_eq!(
+            before(store.stats()),
+            (batches + 1, ops + 3, rebuilt + 1),
+            "batches, operations, rebuilt batches"
+        );
+    }
 
     #[test]
     fn enospc_and_edquot_read_disk_full_other_io_errors_do_not() {

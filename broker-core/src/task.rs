@@ -9,8 +9,9 @@
 use serde::{Deserialize, Serialize};
 
 use crate::canon;
+use crate::invocations::{self, Part};
 use crate::object::Ref;
-use crate::store::{ReadCtx, StoreError, Tables, TxnExt, WriteCtx};
+use crate::store::{ReadCtx, StoreError, Tables, WriteCtx};
 
 /// `[A-Za-z0-9._-]{1,128}`
 pub fn valid_task_id(id: &str) -> bool {
@@ -43,12 +44,15 @@ pub struct TaskState {
     pub effect_records: Vec<Ref>,
 }
 
-fn key(episode: &str, task: &str) -> Vec<u8> {
-    let mut k = Vec::with_capacity(episode.len() + task.len() + 1);
-    k.extend_from_slice(episode.as_bytes());
-    k.push(0);
-    k.extend_from_slice(task.as_bytes());
-    k
+/// The invocation id a task key stands for: task keys are `<surface>:<task>` within an episode,
+/// invocation ids `<surface>:<episode>:<task>`. Task state lives in the invocation's row.
+pub(crate) fn invocation_key(episode: &str, task: &str) -> Result<String, StoreError> {
+    let (surface, id) = task.split_once(':').ok_or_else(|| {
+        StoreError::Corrupt(format!(
+            "task key {task:?} does not start with its surface (\"mcp:\" or \"a2a:\")"
+        ))
+    })?;
+    Ok(format!("{surface}:{episode}:{id}"))
 }
 
 fn get_in(
@@ -57,11 +61,8 @@ fn get_in(
     episode: &str,
     task: &str,
 ) -> Result<Option<TaskState>, StoreError> {
-    match t
-        .tasks
-        .get(txn, &key(episode, task))
-        .map_err(|e| StoreError::from_heed(e, 0))?
-    {
+    let id = invocation_key(episode, task)?;
+    match invocations::get(txn, t, &id)?.and_then(|row| row.task) {
         None => Ok(None),
         Some(b) => from_bytes(episode, task, b).map(Some),
     }
@@ -76,18 +77,6 @@ pub fn from_bytes(episode: &str, task: &str, bytes: &[u8]) -> Result<TaskState, 
 
 pub fn get(r: &ReadCtx<'_>, episode: &str, task: &str) -> Result<Option<TaskState>, StoreError> {
     get_in(r.txn, r.tables, episode, task)
-}
-
-/// The stored bytes of the task state of `task` in `episode`.
-pub fn get_bytes<'t>(
-    r: &ReadCtx<'t>,
-    episode: &str,
-    task: &str,
-) -> Result<Option<&'t [u8]>, StoreError> {
-    r.tables
-        .tasks
-        .get(r.txn, &key(episode, task))
-        .map_err(r.heed_err())
 }
 
 pub fn get_w(
@@ -106,10 +95,12 @@ pub fn put(
 ) -> Result<(), StoreError> {
     let v = serde_json::to_value(state).map_err(|e| StoreError::Corrupt(e.to_string()))?;
     let bytes = canon::to_vec(&v).map_err(|e| StoreError::Corrupt(e.to_string()))?;
-    w.tables
-        .tasks
-        .put(w.txn, &key(episode, task), &bytes)
-        .map_err(w.heed_err())
+    let id = invocation_key(episode, task)?;
+    // A pending task is written with its intent; any later phase resolves the invocation.
+    match state.phase {
+        TaskPhase::Pending => invocations::put_initial(w, &id, Part::Task, &bytes, None),
+        _ => invocations::put_resolution(w, &id, Part::Task, &bytes),
+    }
 }
 
 /// Split an invocation id `<surface>:<episode>:<task>`.

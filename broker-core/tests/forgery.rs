@@ -421,7 +421,7 @@ fn legacy_mcp_refusal(w: &World, invocation: &str) -> u64 {
         .write(move |wc| -> Result<u64, broker_core::log::LogError> {
             let c = log::append(wc, &a)?;
             let state = TaskState {
-                invocation_id: invocation,
+                invocation_id: invocation.clone(),
                 skill_id: "ailang-read".into(),
                 input_ref,
                 phase: TaskPhase::Committed,

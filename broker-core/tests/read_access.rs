@@ -8,7 +8,7 @@ use broker_core::coordinator::CallError;
 use broker_core::log;
 use broker_core::object::{sid, Ref};
 use broker_core::refusal_rate::RefusalRate;
-use broker_core::store::{Store, StoreError, StoreOptions};
+use broker_core::store::StoreError;
 use common::*;
 use serde_json::{json, Value};
 
@@ -130,22 +130,29 @@ fn by_semantic_id_lists_only_what_the_reader_may_read() {
             .unwrap();
     }
     w.call(&b, "ailang-read", json!({"path": "b"})).unwrap();
-    let list = |reader: &Reader, id: &str, after: Option<Ref>, limit: usize| -> Vec<Ref> {
+    let page = |reader: &Reader, id: &str, after: Option<Ref>, limit: usize| {
         w.store
             .read(|r| -> Result<_, StoreError> {
                 Ok(access::by_semantic_id(r, reader, id, after, limit)?
-                    .iter()
-                    .map(|o| o.hash)
-                    .collect())
+                    .map(|items| items.iter().map(|o| o.hash).collect::<Vec<_>>()))
             })
             .unwrap()
+    };
+    let list = |reader: &Reader, id: &str, after: Option<Ref>, limit: usize| -> Vec<Ref> {
+        page(reader, id, after, limit).unwrap()
     };
     let mine = list(&ep("ep-a"), sid::INVOCATION_INPUT, None, 100);
     let theirs = list(&ep("ep-b"), sid::INVOCATION_INPUT, None, 100);
     let all = list(&Reader::Operator, sid::INVOCATION_INPUT, None, 100);
     assert_eq!((mine.len(), theirs.len(), all.len()), (3, 1, 4));
     assert!(mine.iter().all(|r| !theirs.contains(r)));
-    assert!(mine.windows(2).all(|p| p[0] < p[1]), "ref order");
+    // Arrival order: the calls' order, for the episode as for the operator.
+    let inputs: Vec<Ref> = (0..3)
+        .map(|i| Ref::of_json(&json!({"path": format!("a{i}")})).unwrap())
+        .collect();
+    assert_eq!(mine, inputs);
+    assert_eq!(all[..3], inputs[..]);
+    assert_eq!(all[3], theirs[0]);
     // Paging with `after` walks the same order.
     assert_eq!(list(&ep("ep-a"), sid::INVOCATION_INPUT, None, 2), mine[..2]);
     assert_eq!(
@@ -163,6 +170,42 @@ fn by_semantic_id_lists_only_what_the_reader_may_read() {
     );
     // A kind whose name runs into another's prefix finds nothing it should not.
     assert!(list(&ep("ep-b"), "world/invocation-input/v1\0", None, 100).is_empty());
+}
+
+/// `after` must not tell an episode whether another episode's object exists: naming one is
+/// answered exactly as naming a ref the store never saw.
+#[test]
+fn paging_after_another_episodes_object_is_answered_as_an_unknown_ref() {
+    let w = World::new();
+    let a = w.mint("ep-a", &["Workspace.Read=worktree:5"]);
+    let b = w.mint("ep-b", &["Workspace.Read=worktree:5"]);
+    let out_a = w.call(&a, "ailang-read", json!({"path": "a"})).unwrap();
+    w.call(&b, "ailang-read", json!({"path": "b"})).unwrap();
+    let page = |reader: &Reader, id: &str, after: Ref| {
+        w.store
+            .read(|r| -> Result<_, StoreError> {
+                Ok(access::by_semantic_id(r, reader, id, Some(after), 10)?.map(|v| v.len()))
+            })
+            .unwrap()
+    };
+    let theirs = out_a.output_ref;
+    let unknown = Ref::of(b"never stored");
+    for id in [sid::INVOCATION_OUTPUT, sid::INVOCATION_INPUT] {
+        assert_eq!(page(&ep("ep-b"), id, theirs), None, "{id}");
+        assert_eq!(page(&ep("ep-b"), id, unknown), None, "{id}");
+    }
+    // Its owner pages after it; a ref of another kind is no place in this listing.
+    assert_eq!(page(&ep("ep-a"), sid::INVOCATION_OUTPUT, theirs), Some(0));
+    assert_eq!(page(&ep("ep-a"), sid::INVOCATION_INPUT, theirs), None);
+    // The operator pages after any object of the kind, and on to the next episode's.
+    assert_eq!(
+        page(&Reader::Operator, sid::INVOCATION_OUTPUT, theirs),
+        Some(1)
+    );
+    assert_eq!(
+        page(&Reader::Operator, sid::INVOCATION_OUTPUT, unknown),
+        None
+    );
 }
 
 #[test]
@@ -218,50 +261,6 @@ fn the_objects_of_a_call_whose_effect_ran_but_did_not_commit_are_its_episodes() 
     // The record is what the agent is told to resolve: it must be able to.
     assert!(readable(&w, &ep("ep-a"), &records[0]));
     assert!(!readable(&w, &ep("ep-b"), &records[0]));
-}
-
-#[test]
-fn a_store_written_before_the_readers_index_is_indexed_when_it_is_opened() {
-    let w = World::new();
-    let a = w.mint("ep-a", &["Workspace.Write=worktree:5"]);
-    let out = w
-        .call(&a, "ailang-write", json!({"path": "x", "content": "y"}))
-        .unwrap();
-    let refs = refs_of_call(&w, &out);
-    // Forget the index, as a store written by an older build never had it.
-    w.store
-        .write(|wr| -> Result<(), StoreError> {
-            wr.tables
-                .readers
-                .clear(wr.txn)
-                .map_err(|e| StoreError::Lmdb(e.to_string()))?;
-            wr.tables
-                .meta
-                .delete(wr.txn, "readers_index")
-                .map_err(|e| StoreError::Lmdb(e.to_string()))?;
-            Ok(())
-        })
-        .unwrap();
-    assert!(!readable(&w, &ep("ep-a"), &out.output_ref));
-    let World {
-        dir,
-        store,
-        coordinator,
-        ..
-    } = w;
-    drop(coordinator);
-    drop(store);
-    let store = Store::open(&dir.path().join("db"), StoreOptions::default()).unwrap();
-    for (what, r) in &refs {
-        let ok = store
-            .read(|rd| access::object(rd, &ep("ep-a"), r).map(|o| o.is_some()))
-            .unwrap();
-        assert!(ok, "ep-a reads its {what} again");
-        let leak = store
-            .read(|rd| access::object(rd, &ep("ep-b"), r).map(|o| o.is_some()))
-            .unwrap();
-        assert!(!leak, "{what}");
-    }
 }
 
 #[test]

@@ -238,6 +238,11 @@ impl Metrics {
         render_store_usage(&mut out, &store.usage());
         let _ = writeln!(
             out,
+            "# HELP worldd_commit_rebuilt_batches_total Group commits built a second time because one of their operations failed.\n# TYPE worldd_commit_rebuilt_batches_total counter\nworldd_commit_rebuilt_batches_total {}",
+            stats.rebuilt_batches.load(Ordering::Relaxed)
+        );
+        let _ = writeln!(
+            out,
             "# HELP worldd_callbacks_rejected_total Calls refused because all host callback slots were busy.\n# TYPE worldd_callbacks_rejected_total counter\nworldd_callbacks_rejected_total {}",
             self.inner.callbacks_rejected.load(Ordering::Relaxed)
         );

@@ -4,8 +4,15 @@
 //! Every route needs a valid session (even under `--open-reads`) and answers only about the
 //! caller's own episode: a task id or invocation id of another episode is reported exactly
 //! like one that never existed. An operator credential may name any episode's invocation id
-//! (`/v1/invocations/{id}`); `/v1/calls/…` and `/v1/budget` name no episode, so they are
-//! always about the caller's own.
+//! (`/v1/invocations/{id}`); `/v1/calls/…` names no episode, so it is always about the
+//! caller's own.
+//!
+//! A budget is granted per credential and spent per episode: `/v1/budget` lists the calling
+//! credential's grants, each against what its episode has spent under any credential.
+//! `?episode=EP` names another episode; only an operator credential may (the access model:
+//! operators read every episode), and it gets that episode's spend and indeterminate intents,
+//! without grants, which belong to credentials. An agent naming another episode gets one
+//! `404` whatever the name, so the answer says nothing about which episodes exist.
 //!
 //! A call is in one of four states:
 //!
@@ -16,14 +23,17 @@
 //! | `unrecorded` | 200 | an effect ran and was recorded (`effects`), the call was not committed | do not retry; read the records |
 //! | `not-found` | 404 | nothing was journaled under this key in your episode | safe to send |
 
-use axum::extract::{Path, State};
+use std::collections::HashMap;
+
+use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
 use broker_core::coordinator::{Reconciliation, Surface};
+use broker_core::journal;
 use broker_core::object::Object;
-use broker_core::session::Session;
+use broker_core::session::{self, Session};
 use broker_core::task;
 use handler_api::EffectClass;
 use serde_json::{json, Value};
@@ -191,9 +201,37 @@ fn classify(state: &AppState, r: &Reconciliation) -> Result<Outcome, ApiError> {
     }
 }
 
-async fn budget(State(state): State<AppState>, headers: HeaderMap) -> Result<Response, ApiError> {
+async fn budget(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    Query(q): Query<HashMap<String, String>>,
+) -> Result<Response, ApiError> {
     let session = session(&state, &headers).await?;
+    if let Some(other) = q.keys().find(|k| *k != "episode") {
+        return Err(ApiError::bad_request(format!(
+            "unknown parameter {other:?}: /v1/budget takes only episode"
+        )));
+    }
+    match q.get("episode") {
+        Some(episode) if *episode != session.episode => {
+            session::validate_episode(episode).map_err(|e| ApiError::bad_request(e.to_string()))?;
+            if !session.operator {
+                // One answer for every other name: it says nothing about which episodes exist.
+                return Err(ApiError::not_found(format!(
+                    "only an operator credential reads another episode's budget; this credential's episode is {}",
+                    session.episode
+                )));
+            }
+            episode_spend(state, episode.clone()).await
+        }
+        _ => own_budget(state, session).await,
+    }
+}
+
+/// The calling credential's grants against its episode's spend.
+async fn own_budget(state: AppState, session: Session) -> Result<Response, ApiError> {
     let s = state.clone();
+    let operator = session.operator;
     let episode = session.episode.clone();
     let expires_at = session.expires_at;
     let own = episode.clone();
@@ -227,7 +265,49 @@ async fn budget(State(state): State<AppState>, headers: HeaderMap) -> Result<Res
             })
         })
         .collect();
-    let indeterminate: Vec<Value> = pending
+    Ok(Json(json!({
+        "episode": episode,
+        "operator": operator,
+        "expiresAt": expires_at,
+        "grants": grants,
+        "indeterminate": indeterminate_json(&pending),
+    }))
+    .into_response())
+}
+
+/// Any episode's spend per effect and scope, and its indeterminate intents (operators only).
+async fn episode_spend(state: AppState, episode: String) -> Result<Response, ApiError> {
+    let own = episode.clone();
+    let (spent, pending) = tokio::task::spawn_blocking(move || {
+        let spent = state
+            .store()
+            .read(|r| journal::spent(r, &own))
+            .map_err(|e| ApiError::internal("spent", e))?;
+        let pending = state
+            .store()
+            .indeterminate()
+            .map_err(|e| ApiError::internal("indeterminate intents", e))?
+            .into_iter()
+            .filter(|p| p.intent.episode == own)
+            .collect::<Vec<_>>();
+        Ok::<_, ApiError>((spent, pending))
+    })
+    .await
+    .map_err(|e| ApiError::internal("budget task", e))??;
+    let spent: Vec<Value> = spent
+        .iter()
+        .map(|((effect, scope), units)| json!({"effect": effect, "scope": scope, "spent": units}))
+        .collect();
+    Ok(Json(json!({
+        "episode": episode,
+        "spent": spent,
+        "indeterminate": indeterminate_json(&pending),
+    }))
+    .into_response())
+}
+
+fn indeterminate_json(pending: &[journal::JournalState]) -> Vec<Value> {
+    pending
         .iter()
         .map(|p| {
             json!({
@@ -238,12 +318,5 @@ async fn budget(State(state): State<AppState>, headers: HeaderMap) -> Result<Res
                 "requestRef": p.intent.request_ref,
             })
         })
-        .collect();
-    Ok(Json(json!({
-        "episode": episode,
-        "expiresAt": expires_at,
-        "grants": grants,
-        "indeterminate": indeterminate,
-    }))
-    .into_response())
+        .collect()
 }

@@ -316,14 +316,15 @@ async fn objects_by_semantic_id(
     };
     let store = state.store().clone();
     let items = blocking(move || {
-        Ok(store.read(|rd| -> Result<Vec<Value>, StoreError> {
+        Ok(store.read(|rd| -> Result<Option<Vec<Value>>, StoreError> {
+            // Arrival order; `after` names the last object of the previous page, and one the
+            // reader may not read is answered as an unknown one.
             Ok(access::by_semantic_id(rd, &reader, &id, after, limit)?
-                .iter()
-                .map(|o| object_json(o, false))
-                .collect())
+                .map(|objects| objects.iter().map(|o| object_json(o, false)).collect()))
         })?)
     })
-    .await?;
+    .await?
+    .ok_or_else(|| ApiError::bad_request("after: not an object with this semantic id"))?;
     Ok(Json(json!({ "items": items })))
 }
 

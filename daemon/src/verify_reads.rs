@@ -1,10 +1,11 @@
 //! The two reads online verification needs that no other route serves: `worldd why --addr`
 //! walks a chain over the REST routes, and these hand it the rest as stored bytes.
 //!
-//! - `GET /v1/invocations/{id}/rows`: the task row and journal rows of one coordinator
-//!   invocation, base64-encoded exactly as stored, for the journal link. The rows have no
-//!   content address, so the verifier parses and cross-checks them itself
-//!   ([`broker_core::verify::InvocationRows`]); nothing here says whether they verify.
+//! - `GET /v1/invocations/{id}/rows`: the rows of one coordinator invocation (its invocation
+//!   row, the resolution of its intent and the journal rows they name), base64-encoded exactly
+//!   as stored, for the journal link. The rows have no content address, so the verifier
+//!   decodes and cross-checks them itself ([`broker_core::verify::InvocationRows`]); nothing
+//!   here says whether they verify.
 //!   They are the id's episode's ([`broker_core::access::may_read_invocation`]): another
 //!   episode's invocation answers 404 whether it exists or not.
 //! - `GET /v1/log/{index}/world`: the world entry `index` selected, for a client commit whose
@@ -64,8 +65,8 @@ async fn invocation_rows(
         .collect();
     Ok(Json(json!({
         "invocationId": id,
-        "task": rows.task.as_ref().map(b64),
-        "journal": rows.journal.as_ref().map(b64),
+        "invocation": rows.invocation.as_ref().map(b64),
+        "resolution": rows.resolution.as_ref().map(b64),
         "journalRows": journal_rows,
     })))
 }

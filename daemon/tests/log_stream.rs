@@ -1,6 +1,6 @@
-//! `GET /v1/log/stream`, `GET /v1/log/summaries` and the workbench's assets, in process: the
-//! real router (`tower::ServiceExt::oneshot`), a real LMDB store, the real coordinator and the
-//! se-tools registry with in-process handlers. Stream bodies are pulled frame by frame, so
+//! `GET /v1/log/stream`, `GET /v1/log/summaries`, the budgets and the workbench's assets, in
+//! process: the real router (`tower::ServiceExt::oneshot`), a real LMDB store, the real
+//! coordinator and the se-tools registry with in-process handlers. Stream bodies are pulled frame by frame, so
 //! what the server produced before the client asked is observable.
 
 use std::sync::Arc;
@@ -611,6 +611,128 @@ async fn the_budget_lists_the_episodes_indeterminate_intents() {
                 "cost": 1, "requestRef": request}])
     );
     assert_eq!(v["grants"][0]["spent"], 1);
+}
+
+#[tokio::test]
+async fn an_operator_reads_another_episodes_spend_and_indeterminate_intents() {
+    let h = harness(false);
+    let t = h.token("ep1", &["Workspace.Read=worktree:10"]);
+    let ops = h.operator_token();
+    assert_eq!(h.call(&t, "a.txt").await["ok"], true);
+    assert_eq!(h.call(&t, "b.txt").await["ok"], true);
+    let request = Ref::of(b"request");
+    h.store
+        .write(move |w| -> Result<(), journal::JournalError> {
+            let intent = Intent {
+                invocation_id: "mcp:ep2:lost".into(),
+                episode: "ep2".into(),
+                effect: "Workspace.Read".into(),
+                scope: "worktree".into(),
+                cost: 3,
+                request_ref: request,
+            };
+            journal::append_intent(w, &intent, 10)?;
+            Ok(())
+        })
+        .unwrap();
+
+    let (status, v) = h.get_json(Some(&ops), "/v1/budget?episode=ep1").await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(
+        v,
+        json!({"episode": "ep1",
+               "spent": [{"effect": "Workspace.Read", "scope": "worktree", "spent": 2}],
+               "indeterminate": []})
+    );
+    let (status, v) = h.get_json(Some(&ops), "/v1/budget?episode=ep2").await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(
+        v,
+        json!({"episode": "ep2",
+               "spent": [{"effect": "Workspace.Read", "scope": "worktree", "spent": 3}],
+               "indeterminate": [{"invocationId": "mcp:ep2:lost", "effect": "Workspace.Read",
+                                  "scope": "worktree", "cost": 3, "requestRef": request}]})
+    );
+    // An episode nobody has used spent nothing.
+    let (status, v) = h.get_json(Some(&ops), "/v1/budget?episode=quiet").await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(
+        v,
+        json!({"episode": "quiet", "spent": [], "indeterminate": []})
+    );
+    // Without the parameter, or naming its own episode: the operator credential's own grants.
+    let (status, own) = h.get_json(Some(&ops), "/v1/budget").await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(own["episode"], "ops");
+    assert_eq!(own["operator"], true);
+    assert_eq!(own["grants"], json!([]));
+    assert_eq!(
+        h.get_json(Some(&ops), "/v1/budget?episode=ops").await.1,
+        own
+    );
+}
+
+#[tokio::test]
+async fn an_agent_naming_another_episode_learns_nothing_of_its_budget() {
+    let h = harness(false);
+    let t1 = h.token("ep1", &["Workspace.Read=worktree:10"]);
+    let t2 = h.token("ep2", &["Workspace.Read=worktree:10"]);
+    assert_eq!(h.call(&t2, "secret.txt").await["ok"], true);
+    // Another episode with spend, and one that never existed: one answer, byte for byte.
+    let used = h.get(Some(&t1), "/v1/budget?episode=ep2", &[]).await;
+    let never = h.get(Some(&t1), "/v1/budget?episode=never", &[]).await;
+    assert_eq!(
+        (used.status(), never.status()),
+        (StatusCode::NOT_FOUND, StatusCode::NOT_FOUND)
+    );
+    let used = used.into_body().collect().await.unwrap().to_bytes();
+    let never = never.into_body().collect().await.unwrap().to_bytes();
+    assert_eq!(used, never);
+    assert_eq!(
+        serde_json::from_slice::<Value>(&used).unwrap(),
+        error_body(
+            "NotFound",
+            "only an operator credential reads another episode's budget; this credential's episode is ep1"
+        )
+    );
+    // Its own episode, named or not: its grants, nothing spent.
+    let (status, own) = h.get_json(Some(&t1), "/v1/budget?episode=ep1").await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(own["operator"], false);
+    assert_eq!(own["grants"][0]["spent"], 0);
+    assert_eq!(h.get_json(Some(&t1), "/v1/budget").await.1, own);
+    // Under --open-reads too: a budget is not a public read.
+    let open = harness(true);
+    let t = open.token("ep1", &["Workspace.Read=worktree:10"]);
+    let (status, _) = open.get_json(Some(&t), "/v1/budget?episode=ep2").await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+}
+
+#[tokio::test]
+async fn a_budget_query_with_a_bad_episode_or_parameter_is_refused() {
+    let h = harness(false);
+    let ops = h.operator_token();
+    let (status, v) = h.get_json(Some(&ops), "/v1/budget?episode=Not%20One").await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert_eq!(
+        v,
+        error_body(
+            "BadRequest",
+            "invalid episode \"Not One\": want ^[a-z0-9][a-z0-9-]{0,63}$"
+        )
+    );
+    let (status, v) = h.get_json(Some(&ops), "/v1/budget?episod=ep1").await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert_eq!(
+        v,
+        error_body(
+            "BadRequest",
+            "unknown parameter \"episod\": /v1/budget takes only episode"
+        )
+    );
+    let (status, v) = h.get_json(None, "/v1/budget?episode=ep1").await;
+    assert_eq!(status, StatusCode::UNAUTHORIZED);
+    assert_eq!(v["error"]["class"], "SessionAbsent");
 }
 
 // -------------------------------------------------------------------------------------------

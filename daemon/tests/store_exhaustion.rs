@@ -113,25 +113,27 @@ fn a_denial_flood_in_one_mcp_batch_ends_in_the_capacity_error_and_other_episodes
 
 #[test]
 fn a_store_fill_attempt_ends_in_the_capacity_error_while_the_operators_verbs_still_work() {
-    let ceiling = 8u64 << 20;
+    let ceiling = 16u64 << 20;
     let d = Daemon::start(
         WS,
         &[
             "--store-ceiling",
             &ceiling.to_string(),
             "--store-reserve",
-            "262144",
+            "524288",
         ],
     );
     let filler = d.session("ep-fill", &["Workspace.Write=worktree:1000"]);
     let other = d.session("ep-other", &["Workspace.Read=worktree:5"]);
     assert_eq!(metric(&d, "worldd_store_ceiling_bytes"), ceiling as f64);
-    assert_eq!(metric(&d, "worldd_store_reserve_bytes"), 262144.0);
+    assert_eq!(metric(&d, "worldd_store_reserve_bytes"), 524288.0);
     assert_eq!(metric(&d, "worldd_store_warning{threshold=\"80\"}"), 0.0);
 
-    // Each write stores its 200 kB content three times (input, plan, request): about 7 % of
-    // the ceiling a call, so the 80-95 % band cannot be jumped over.
-    let content = "x".repeat(200_000);
+    // Each write stores its 60 kB content three times (input, plan, request): about 1.5 % of
+    // the ceiling a call, so the 80-95 % band cannot be jumped over, and the reserve holds
+    // more than one call (a reserve smaller than a call could let the call admitted last
+    // reach the ceiling itself).
+    let content = "x".repeat(60_000);
     let mut seen = Vec::new();
     let refused = (0..100).find_map(|i| {
         let a = mcp_call(

@@ -125,9 +125,14 @@ fn note_commit(d: &Daemon, operator: &str, tag: &str) -> u64 {
 }
 
 /// Offline and online agree: same exit code, byte-identical stdout, and stderr identical but
-/// for naming what was verified.
+/// for naming what was verified, and for the warning a store gives when opened with
+/// indeterminate intents (a daemon gives it in its own log).
 fn assert_agree(d: &Daemon, session: &Path, args: &[&str], stdin: Option<&[u8]>) -> (i32, String) {
     let (code, out, err) = offline(d, args, stdin);
+    let err: String = err
+        .split_inclusive('\n')
+        .filter(|l| !l.contains(" WARN ") || !l.contains("indeterminate effect(s)"))
+        .collect();
     let (code2, out2, err2) = online(&d.addr, session, args, stdin);
     let err2 = err2.replace(
         &format!("what the daemon at http://{} serves", d.addr),
@@ -295,8 +300,10 @@ enum Lie {
     World(String),
     /// One hex digit of the entry's `transitionRef`.
     Entry(u64),
-    /// One hex digit of `outputRef` in the served task row.
+    /// One hex digit of `outputRef` in the task state of the served resolution row.
     TaskRow(String),
+    /// The served rows without the resolution: the call as its intent left it.
+    NoResolution(String),
     /// The route is unknown, as on a daemon older than the route.
     NoRoute(String),
 }
@@ -307,7 +314,9 @@ impl Lie {
             Lie::ObjectPayload(r) | Lie::ObjectHash(r) => format!("/v1/objects/{r}?payload=true"),
             Lie::World(r) => format!("/v1/worlds/{r}"),
             Lie::Entry(i) => format!("/v1/log/{i}"),
-            Lie::TaskRow(id) | Lie::NoRoute(id) => format!("/v1/invocations/{id}/rows"),
+            Lie::TaskRow(id) | Lie::NoResolution(id) | Lie::NoRoute(id) => {
+                format!("/v1/invocations/{id}/rows")
+            }
         }
     }
 
@@ -327,11 +336,15 @@ impl Lie {
                 v["transitionRef"] = json!(flip_hex(v["transitionRef"].as_str().unwrap()))
             }
             Lie::TaskRow(_) => {
-                let row = b64().decode(v["task"].as_str().unwrap()).unwrap();
-                let mut task: Value = serde_json::from_slice(&row).unwrap();
+                // A committed call's task state is in its intent's resolution.
+                let row = b64().decode(v["resolution"].as_str().unwrap()).unwrap();
+                let (intent, journal, task) = row_parts(&row);
+                let mut task: Value = serde_json::from_slice(&task.unwrap()).unwrap();
                 task["outputRef"] = json!(flip_hex(task["outputRef"].as_str().unwrap()));
-                v["task"] = json!(b64().encode(canon(&task)));
+                let lied = row_of(intent, journal.as_deref(), Some(&canon(&task)));
+                v["resolution"] = json!(b64().encode(lied));
             }
+            Lie::NoResolution(_) => v["resolution"] = Value::Null,
             Lie::NoRoute(_) => {
                 let path = self.path();
                 return (
@@ -344,6 +357,30 @@ impl Lie {
         }
         (200, serde_json::to_vec(&v).unwrap())
     }
+}
+
+/// An invocation or resolution row's parts (`docs/data-model.md` §8.2): `u64 BE intent
+/// sequence (0: none) | u32 BE journal length (u32::MAX: none) | journal | task`.
+fn row_parts(row: &[u8]) -> (u64, Option<Vec<u8>>, Option<Vec<u8>>) {
+    let intent = u64::from_be_bytes(row[..8].try_into().unwrap());
+    let len = u32::from_be_bytes(row[8..12].try_into().unwrap());
+    let (journal, task) = if len == u32::MAX {
+        (None, &row[12..])
+    } else {
+        let len = len as usize;
+        (Some(row[12..12 + len].to_vec()), &row[12 + len..])
+    };
+    (intent, journal, (!task.is_empty()).then(|| task.to_vec()))
+}
+
+/// The row [`row_parts`] reads.
+fn row_of(intent: u64, journal: Option<&[u8]>, task: Option<&[u8]>) -> Vec<u8> {
+    let mut out = intent.to_be_bytes().to_vec();
+    let len = journal.map_or(u32::MAX, |j| u32::try_from(j.len()).unwrap());
+    out.extend_from_slice(&len.to_be_bytes());
+    out.extend_from_slice(journal.unwrap_or_default());
+    out.extend_from_slice(task.unwrap_or_default());
+    out
 }
 
 /// The last hex digit of a ref, changed: one byte.
@@ -456,6 +493,7 @@ fn online_why_exits_3_when_the_daemon_serves_tampered_bytes() {
 
     let broken_link = "why: 1 of 10 link(s) broken: what the daemon at http://";
     let disagrees = format!("the task state of {id} disagrees with this entry on: output");
+    let uncommitted = format!("the coordinator committed {id} at entry none, not at this one");
     let cases: Vec<(Lie, &str, &str)> = vec![
         (
             Lie::ObjectPayload(s(&record["output"])),
@@ -473,6 +511,11 @@ fn online_why_exits_3_when_the_daemon_serves_tampered_bytes() {
             "stored world bytes hash to sha256:",
         ),
         (Lie::TaskRow(id.clone()), "\n  ✗ journal -  ", &disagrees),
+        (
+            Lie::NoResolution(id.clone()),
+            "\n  ✗ journal -  ",
+            &uncommitted,
+        ),
     ];
     for (lie, line, detail) in cases {
         let path = lie.path();
@@ -651,6 +694,116 @@ fn online_why_of_a_forged_entry_exits_3_like_offline() {
     );
 }
 
+/// The rows a store keeps of an invocation, whatever wrote them: a schema-1 store's calls were
+/// migrated into invocation rows with no intent and no resolution; a call made after the
+/// migration has both. Online and offline why read both kinds alike, and a rewritten or
+/// damaged row is the same broken link through the daemon as in the store.
+#[test]
+fn online_and_offline_why_agree_on_migrated_and_rewritten_invocation_rows() {
+    use broker_core::store::{RawTable, Store};
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("db");
+    std::fs::create_dir_all(&db).unwrap();
+    let fixture =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../broker-core/tests/fixtures/store-v1");
+    std::fs::copy(fixture.join("data.mdb"), db.join("data.mdb")).unwrap();
+    std::fs::create_dir_all(dir.path().join("worktrees/ep9")).unwrap();
+    std::fs::write(dir.path().join("worktrees/ep9/a.txt"), "after").unwrap();
+    let d = Daemon::start_in(dir, WS, &[]);
+    let ops_token = d.operator_session("ops", &[]);
+    let token = d.session("ep9", &["Workspace.Read=worktree:5"]);
+    let v = a2a(&d, &token, "r1", "ailang-read", json!({"path": "a.txt"}));
+    let fresh = v["result"]["metadata"]["entry_index"].as_u64().unwrap();
+    assert_eq!(fresh, 14, "{v}");
+    let ops = session_file(d.dir.path(), "ops.session", &ops_token);
+    for index in 0..=fresh {
+        let (code, out) = assert_agree(&d, &ops, &[&index.to_string()], None);
+        assert_eq!(code, 0, "entry {index}: {out}");
+    }
+
+    // Entry 2 is a schema-1 call: its row names no intent, and nothing resolves it.
+    let record = payload(
+        &d,
+        &ops_token,
+        entry(&d, &ops_token, 2)["transitionRef"].as_str().unwrap(),
+    );
+    let migrated = record["invocationId"].as_str().unwrap().to_owned();
+    let rows = get(
+        &d.url(&format!("/v1/invocations/{migrated}/rows")),
+        Some(&ops_token),
+    )
+    .json();
+    let (intent, journal, task) =
+        row_parts(&b64().decode(rows["invocation"].as_str().unwrap()).unwrap());
+    assert_eq!((intent, journal.is_some(), task.is_some()), (0, true, true));
+    assert_eq!(rows["resolution"], Value::Null);
+    // The fresh call's row names its intent, whose resolution holds the outcome.
+    let rows = get(&d.url("/v1/invocations/a2a:ep9:r1/rows"), Some(&token)).json();
+    let (intent, _, _) = row_parts(&b64().decode(rows["invocation"].as_str().unwrap()).unwrap());
+    assert!(intent > 0, "{rows}");
+    assert!(rows["resolution"].is_string(), "{rows}");
+
+    // Each call's committed task state moved to another entry, where readers find it (the
+    // migrated row itself, the fresh call's resolution); then the fresh call's resolution
+    // cut short.
+    let kept = d.halt();
+    {
+        let store = Store::open(&kept.path().join("db"), Default::default()).unwrap();
+        for (episode, task) in [
+            ("ep1", migrated.splitn(3, ':').nth(2).unwrap()),
+            ("ep9", "r1"),
+        ] {
+            let key = format!("{episode}\0a2a:{task}").into_bytes();
+            let mut t: Value =
+                serde_json::from_slice(&store.raw_get(RawTable::Tasks, &key).unwrap().unwrap())
+                    .unwrap();
+            t["entryIndex"] = json!(t["entryIndex"].as_u64().unwrap() + 1);
+            store
+                .raw_overwrite(RawTable::Tasks, key, canon(&t))
+                .unwrap();
+        }
+    }
+    let d = Daemon::start_in(kept, WS, &[]);
+    for (index, id) in [(2, migrated.as_str()), (fresh, "a2a:ep9:r1")] {
+        let (code, out) = assert_agree(&d, &ops, &[&index.to_string()], None);
+        assert_eq!(code, 3, "entry {index}: {out}");
+        assert!(
+            out.contains(&format!(
+                "\n  ✗ journal -  the coordinator committed {id} at entry {}, not at this one\n",
+                index + 1
+            )),
+            "{out}"
+        );
+    }
+    let kept = d.halt();
+    let seq = {
+        let store = Store::open(&kept.path().join("db"), Default::default()).unwrap();
+        let row = store
+            .raw_get(RawTable::Invocations, b"a2a:ep9:r1")
+            .unwrap()
+            .unwrap();
+        let seq = row[..8].to_vec();
+        let resolution = store.raw_get(RawTable::Resolutions, &seq).unwrap().unwrap();
+        store
+            .raw_overwrite(
+                RawTable::Resolutions,
+                seq.clone(),
+                resolution[..10].to_vec(),
+            )
+            .unwrap();
+        u64::from_be_bytes(seq.try_into().unwrap())
+    };
+    let d = Daemon::start_in(kept, WS, &[]);
+    let (code, out) = assert_agree(&d, &ops, &[&fresh.to_string()], None);
+    assert_eq!(code, 3, "{out}");
+    assert!(
+        out.contains(&format!(
+            "\n  ✗ journal -  task state of a2a:ep9:r1: store is damaged: the resolution of intent {seq} is damaged\n"
+        )),
+        "{out}"
+    );
+}
+
 #[test]
 fn an_agent_cannot_verify_another_episodes_call_online_but_an_operator_can() {
     let d = Daemon::start(WS, &[]);
@@ -729,13 +882,32 @@ fn invocation_rows_are_served_as_stored_to_their_episode_and_operators_only() {
     let stored = {
         use broker_core::store::{RawTable, Store};
         let store = Store::open(&d.db(), Default::default()).unwrap();
-        let raw = |t, k: &[u8]| b64().encode(store.raw_get(t, k).unwrap().unwrap());
+        let raw = |t, k: &[u8]| store.raw_get(t, k).unwrap().unwrap();
+        // The intent (journal row 1) wrote the invocation row, naming it; its outcome (row 2)
+        // wrote the resolution keyed by it. Readers see the resolution's parts.
+        let invocation = raw(RawTable::Invocations, b"a2a:ep1:r1");
+        let resolution = raw(RawTable::Resolutions, &1u64.to_be_bytes());
+        let (intent, pending, task) = row_parts(&invocation);
+        let pending: Value = serde_json::from_slice(&pending.unwrap()).unwrap();
+        let task: Value = serde_json::from_slice(&task.unwrap()).unwrap();
+        assert_eq!(
+            (intent, &pending["outcomeSeq"], &task["phase"]),
+            (1, &Value::Null, &json!("pending"))
+        );
+        let (none, resolved, committed) = row_parts(&resolution);
+        assert_eq!(none, 0);
+        assert_eq!(
+            resolved.unwrap(),
+            raw(RawTable::JournalIndex, b"a2a:ep1:r1")
+        );
+        assert_eq!(committed.unwrap(), raw(RawTable::Tasks, b"ep1\0a2a:r1"));
+        let enc = |b: Vec<u8>| b64().encode(b);
         json!({
             "invocationId": "a2a:ep1:r1",
-            "task": raw(RawTable::Tasks, b"ep1\0a2a:r1"),
-            "journal": raw(RawTable::JournalIndex, b"a2a:ep1:r1"),
-            "journalRows": {"1": raw(RawTable::Journal, &1u64.to_be_bytes()),
-                            "2": raw(RawTable::Journal, &2u64.to_be_bytes())},
+            "invocation": enc(invocation),
+            "resolution": enc(resolution),
+            "journalRows": {"1": enc(raw(RawTable::Journal, &1u64.to_be_bytes())),
+                            "2": enc(raw(RawTable::Journal, &2u64.to_be_bytes()))},
         })
     };
     for t in [&token, &ops] {
@@ -754,7 +926,8 @@ fn invocation_rows_are_served_as_stored_to_their_episode_and_operators_only() {
         (a.status, a.json()),
         (
             200,
-            json!({"invocationId": "a2a:ep1:never", "task": null, "journal": null, "journalRows": {}})
+            json!({"invocationId": "a2a:ep1:never", "invocation": null, "resolution": null,
+                   "journalRows": {}})
         )
     );
     let a = get(&d.url("/v1/invocations/rest:abc/rows"), Some(&ops));

@@ -1,5 +1,7 @@
 //! The workbench in a real headless Chromium (through chromedriver), against the real
-//! `worldd` binary and the real workspace plugin over real HTTP.
+//! `worldd` binary and the real plugins over real HTTP: `GET /v1/handlers` as the daemon serves
+//! it (the ailang plugin loaded without its binary, so it declines), agent and operator
+//! credentials, and a proxy only where a daemon must serve tampered bytes.
 //!
 //! Screenshots land in `target/workbench/`. Without Chromium these tests skip loudly; with
 //! `WORLD_REQUIRE_BROWSER` set (as `.ci/run` does) they fail instead.
@@ -17,9 +19,12 @@ use serde_json::{json, Value};
 use webdriver::Browser;
 
 const WS: &[&str] = &["worldd_workspace"];
-
-/// The shape of `GET /v1/handlers` (docs/http-api.md).
-const HANDLERS: &str = r#"{"plugins":[{"name":"workspace","version":"0.1.0","identity":"worldd-workspace/0.1.0 sha256:5f1e2d3c4b5a69788796a5b4c3d2e1f00112233445566778899aabbccddeeff","path":"/opt/worldd/plugins/libworldd_workspace.so","effects":[{"effect":"Workspace.Read","class":"read"},{"effect":"Workspace.Write","class":"write"}]}],"tools":[{"name":"ailang-read","effects":["Workspace.Read"],"canRun":true},{"name":"ailang-run","effects":["Ailang.Run"],"canRun":false,"reason":"transition declares an effect this daemon has no handler for (Ailang.Run)"}]}"#;
+/// The ailang plugin is found but declines to start: no `ailang` binary is configured.
+const WS_AILANG: &[&str] = &["worldd_workspace", "worldd_ailang"];
+const DECLINED: &str =
+    "declined: no ailang binary configured (start worldd serve with --tool-ailang-bin PATH)";
+const R8_RUN: &str =
+    "transition declares an effect this daemon has no handler for (Ailang.Run, Ailang.RunEnv, Ailang.RunNet)";
 
 fn shots() -> PathBuf {
     target_dir().parent().unwrap().join("workbench")
@@ -35,6 +40,41 @@ fn sign_in(b: &Browser, base: &str, token: &str, fragment: &str) {
     b.wait_for("the live indicator", |b| {
         (b.text_of("#live").as_deref() == Some("live")).then_some(())
     });
+}
+
+/// Forget the credential and wait for the sign-in form.
+fn sign_out(b: &Browser) {
+    b.click(&b.find("#signout"));
+    b.wait_for("the sign-in form", |b| {
+        b.exec("return !document.getElementById('login').hidden", json!([]))
+            .as_bool()
+            .filter(|shown| *shown)
+    });
+}
+
+/// The library ref `GET /v1/handlers` reports for `plugin`.
+fn loaded_library(d: &Daemon, token: &str, plugin: &str) -> String {
+    let v = get(&d.url("/v1/handlers"), Some(token)).json();
+    v["plugins"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["name"] == plugin)
+        .unwrap_or_else(|| panic!("{plugin} not loaded: {v}"))["library"]
+        .as_str()
+        .unwrap()
+        .to_owned()
+}
+
+/// The plugin row of the effect link: (its check, its text, the full library ref it shows).
+fn plugin_row(b: &Browser) -> (String, String, String) {
+    let dd = b.find("#links > li[data-kind='effect'] dd.plugin");
+    let library = b.find("#links > li[data-kind='effect'] dd.plugin .ref-text");
+    (
+        b.attr(&dd, "data-plugin-check").unwrap_or_default(),
+        b.text(&dd),
+        b.attr(&library, "title").unwrap_or_default(),
+    )
 }
 
 /// The verdict of the open entry, once verification has finished.
@@ -90,8 +130,7 @@ fn input_ref(d: &Daemon, token: &str, i: u64) -> String {
 
 /// A loopback HTTP proxy in front of the daemon that serves one object with one payload byte
 /// flipped (and passes everything else through, streams included): a daemon that serves bytes
-/// which do not match their address. It also answers `GET /v1/handlers` with the documented
-/// example, so the plugins view is seen with data whichever build serves the route.
+/// which do not match their address.
 struct TamperProxy {
     addr: String,
 }
@@ -138,14 +177,6 @@ fn proxy_one(mut client: TcpStream, upstream: &str, target: &str) -> std::io::Re
         .map(|l| format!("{l}\r\n"))
         .collect();
     forwarded.push_str("Connection: close\r\n\r\n");
-    if path == "/v1/handlers" {
-        let head = format!(
-            "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
-            HANDLERS.len()
-        );
-        client.write_all(head.as_bytes())?;
-        return client.write_all(HANDLERS.as_bytes());
-    }
     let mut server = TcpStream::connect(upstream)?;
     server.write_all(forwarded.as_bytes())?;
     if path != target {
@@ -185,14 +216,19 @@ fn the_workbench_follows_the_log_live_and_verifies_a_chain_in_the_browser() {
     ) else {
         return;
     };
-    let d = Daemon::start(WS, &[]);
-    let token = d.session("ep1", &["Workspace.Read=worktree:10"]);
+    let d = Daemon::start(WS_AILANG, &[]);
+    let token = d.session(
+        "ep1",
+        &["Workspace.Read=worktree:10", "Ailang.Run=worktree:5"],
+    );
     std::fs::write(d.root().join("ep1/hello.txt"), "hello, workbench\n").unwrap();
     let base = format!("http://{}", d.addr);
+    let library = loaded_library(&d, &token, "workspace");
 
     sign_in(&b, &base, &token, "");
     // Only the genesis so far.
     assert!(b.try_find("#entries li[data-index='1']").is_none());
+    assert_eq!(b.text_of("#who").as_deref(), Some("ep1"));
 
     // A call made elsewhere appears live, without a reload.
     let r = call_read(&d, &token, "hello.txt");
@@ -214,27 +250,92 @@ fn the_workbench_follows_the_log_live_and_verifies_a_chain_in_the_browser() {
         ["world", "entry", "record", "input", "plan", "effect", "output"]
     );
     assert!(shown.iter().all(|(_, ok, _)| *ok), "{shown:?}");
-    assert!(shown[5]
-        .2
-        .contains("e1 allowed Workspace.Read@worktree cost 1 budget 10→9"));
+    assert!(
+        shown[5]
+            .2
+            .contains("e1 allowed Workspace.Read@worktree cost 1 budget 10→9 request 72 B result")
+            && shown[5].2.contains(", ran by workspace 0.1.0"),
+        "{}",
+        shown[5].2
+    );
+    // The plugin the record names is the build this daemon loads.
+    let (check, text, shown_library) = plugin_row(&b);
+    assert_eq!(check, "same", "{text}");
+    assert!(
+        text.starts_with("workspace 0.1.0 sha256:")
+            && text.ends_with("✓ the build this daemon loads"),
+        "{text}"
+    );
+    assert_eq!(shown_library, library);
     // The permalink is the fragment.
     let url = b.exec("return location.hash", json!([]));
     assert_eq!(url, "#entry/1");
+    // Once the new entry's highlight has played, the selection shows.
+    b.wait_for("the highlight to end", |b| {
+        b.try_find("#entries li.fresh").is_none().then_some(())
+    });
     b.screenshot(&shots().join("workbench-1280x800.png"));
+    b.exec(
+        "document.querySelector(\"#links > li[data-kind='effect']\").scrollIntoView({block: 'center'})",
+        json!([]),
+    );
+    b.screenshot(&shots().join("workbench-effect.png"));
 
-    // Episode: the budget spent by that call.
+    // Episode: the budget spent by that call, and what a budget belongs to.
     b.goto(&format!("{base}/workbench#episode"));
     let budget = b.wait_for_element("#view-episode table");
-    assert!(b.text(&budget).contains("Workspace.Read"));
-    assert!(b.text(&budget).contains("10 1 9"), "{}", b.text(&budget));
+    assert!(
+        b.text(&budget).contains("Workspace.Read @worktree 10 1 9"),
+        "{}",
+        b.text(&budget)
+    );
+    let scope = b.text(&b.find("#budget-scope"));
+    assert!(
+        scope.starts_with("Agent credential of episode ep1: it reads its episode's calls")
+            && scope.contains("A budget is granted per credential and spent per episode"),
+        "{scope}"
+    );
     b.screenshot(&shots().join("workbench-episode.png"));
 
-    // Plugins: this build may not serve GET /v1/handlers; either way the page says so.
+    // Plugins, from the daemon's own GET /v1/handlers: identity, library ref and path apart,
+    // the declined plugin and why, and why a tool cannot run.
     b.goto(&format!("{base}/workbench#plugins"));
-    b.wait_for("the plugins view", |b| {
-        b.try_find("#plugins-unavailable")
-            .or_else(|| b.try_find("#view-plugins table"))
-    });
+    let card = b.wait_for_element("#view-plugins section[data-plugin='workspace']");
+    let text = b.text(&card);
+    assert!(text.starts_with("workspace 0.1.0\n"), "{text}");
+    assert!(
+        text.contains(&format!("identity\nworkspace 0.1.0 ({library})")),
+        "{text}"
+    );
+    assert_eq!(
+        b.text(&b.find("section[data-plugin='workspace'] dd.library code")),
+        library
+    );
+    let path = b.text(&b.find("section[data-plugin='workspace'] dd.path code"));
+    assert!(
+        path.starts_with('/') && path.ends_with("/plugins/libworldd_workspace.so"),
+        "{path}"
+    );
+    assert!(text.contains("Workspace.Write write"), "{text}");
+    let declined = b.find_all("#declined [data-declined]");
+    assert_eq!(declined.len(), 1);
+    assert_eq!(
+        b.attr(&declined[0], "data-declined").as_deref(),
+        Some("ailang")
+    );
+    let path = b.text(&b.find("#declined [data-declined='ailang'] dd.path code"));
+    assert!(
+        path.starts_with('/') && path.ends_with("/plugins/libworldd_ailang.so"),
+        "{path}"
+    );
+    assert_eq!(
+        b.text(&b.find("#declined [data-declined='ailang'] dd.why-declined")),
+        DECLINED
+    );
+    let tools = b.text(&b.find("#tools table"));
+    assert!(tools.contains("ailang-read Workspace.Read yes"), "{tools}");
+    assert!(tools.contains(&format!("no: {R8_RUN}")), "{tools}");
+    b.screenshot(&shots().join("workbench-plugins.png"));
 
     // Metrics.
     b.goto(&format!("{base}/workbench#metrics"));
@@ -242,14 +343,25 @@ fn the_workbench_follows_the_log_live_and_verifies_a_chain_in_the_browser() {
     assert!(b.text(&tiles).contains("calls since start"));
     b.screenshot(&shots().join("workbench-metrics.png"));
 
-    // A narrow screen: the entry alone, then the timeline alone.
+    // A narrow screen: the entry alone, then the timeline alone, the plugins and the episode.
     b.viewport(390, 844);
     b.goto(&format!("{base}/workbench#entry/1"));
     assert_eq!(verdict(&b), "✓ 7 links verified");
     b.screenshot(&shots().join("workbench-narrow-entry.png"));
+    b.exec(
+        "document.querySelector(\"#links > li[data-kind='effect']\").scrollIntoView({block: 'start'})",
+        json!([]),
+    );
+    b.screenshot(&shots().join("workbench-narrow-effect.png"));
     b.goto(&format!("{base}/workbench#log"));
     b.wait_for_element("#entries li[data-index='1']");
     b.screenshot(&shots().join("workbench-narrow-log.png"));
+    b.goto(&format!("{base}/workbench#plugins"));
+    b.wait_for_element("#declined [data-declined]");
+    b.screenshot(&shots().join("workbench-narrow-plugins.png"));
+    b.goto(&format!("{base}/workbench#episode"));
+    b.wait_for_element("#view-episode table");
+    b.screenshot(&shots().join("workbench-narrow-episode.png"));
     b.viewport(1280, 800);
 
     // A daemon that serves one object with a flipped byte: the page says ✗ on that link.
@@ -269,24 +381,173 @@ fn the_workbench_follows_the_log_live_and_verifies_a_chain_in_the_browser() {
         bad[0].2
     );
     b.screenshot(&shots().join("workbench-tampered.png"));
+}
 
-    // The plugins view with data: identities, effects and why a tool cannot run.
-    b.goto(&proxy.url("/workbench#plugins"));
-    b.wait_for_element("#view-plugins table");
-    let text = b.text(&b.find("#view-plugins"));
-    assert!(text.contains("workspace 0.1.0"), "{text}");
+#[test]
+fn an_effect_run_by_an_older_plugin_build_is_noted_not_broken() {
+    let Some(b) = Browser::start_or_skip(
+        "an_effect_run_by_an_older_plugin_build_is_noted_not_broken",
+        1280,
+        800,
+    ) else {
+        return;
+    };
+    // The first daemon loads another build of the workspace plugin: the same code with bytes
+    // appended, so its library ref differs.
+    let dir = tempfile::tempdir().unwrap();
+    let plugins = dir.path().join("plugins");
+    std::fs::create_dir_all(&plugins).unwrap();
+    let lib = plugin_library("worldd_workspace");
+    let mut older = std::fs::read(&lib).unwrap();
+    older.extend_from_slice(b"\nan older build\n");
+    std::fs::write(plugins.join(lib.file_name().unwrap()), &older).unwrap();
+    let d = Daemon::start_in(dir, &[], &[]);
+    let token = d.session("ep1", &["Workspace.Read=worktree:1"]);
+    let older_library = loaded_library(&d, &token, "workspace");
+    call_read(&d, &token, "nothing-here.txt");
+
+    // The daemon restarts with the current build; the next call is denied (no budget left),
+    // so nothing runs and its record names no plugin.
+    let d = Daemon::start_in(d.halt(), WS, &[]);
+    let library = loaded_library(&d, &token, "workspace");
+    assert_ne!(library, older_library);
+    let denied = call_read(&d, &token, "nothing-here.txt");
+    assert_eq!(
+        denied["result"]["_meta"]["world/outcome"]["kind"], "denied",
+        "{denied}"
+    );
+
+    sign_in(&b, &format!("http://{}", d.addr), &token, "#entry/1");
+    // The record's bytes are what they were: every link verifies.
+    assert_eq!(verdict(&b), "✓ 7 links verified");
+    let (check, text, shown_library) = plugin_row(&b);
+    assert_eq!(check, "other-build", "{text}");
+    assert_eq!(shown_library, older_library);
+    let now = &library["sha256:".len()..][..8];
     assert!(
-        text.contains("worldd-workspace/0.1.0 sha256:5f1e2d3c"),
+        text.starts_with("workspace 0.1.0 sha256:")
+            && text.contains(&format!(
+                "ⓘ ran by a build this daemon no longer loads: it loads sha256:{now}… (0.1.0) now"
+            )),
         "{text}"
     );
-    assert!(text.contains("Workspace.Write"), "{text}");
+    assert!(!text.contains('✗'), "{text}");
+
+    b.goto(&format!("http://{}/workbench#entry/2", d.addr));
+    b.wait_for("entry 2", |b| {
+        b.text_of("#detail h2")
+            .filter(|t| t.starts_with("Entry #2"))
+            .map(|_| ())
+    });
+    assert_eq!(verdict(&b), "✓ 7 links verified");
+    let dd = b.find("#links > li[data-kind='effect'] dd.plugin");
+    assert_eq!(b.attr(&dd, "data-plugin-check").as_deref(), Some("none"));
+    assert_eq!(
+        b.text(&dd),
+        "none: the broker denied the effect, nothing ran"
+    );
+
+    // A daemon with no workspace plugin at all: the record still names the build that ran it.
+    let dir = d.halt();
+    std::fs::remove_file(dir.path().join("plugins").join(lib.file_name().unwrap())).unwrap();
+    let d = Daemon::start_in(dir, &[], &[]);
+    sign_in(&b, &format!("http://{}", d.addr), &token, "#entry/1");
+    assert_eq!(verdict(&b), "✓ 7 links verified");
+    let (check, text, _) = plugin_row(&b);
+    assert_eq!(check, "other-build", "{text}");
     assert!(
-        text.contains(
-            "no: transition declares an effect this daemon has no handler for (Ailang.Run)"
+        text.ends_with(
+            "ⓘ ran by a build this daemon no longer loads: no plugin named workspace is loaded now"
         ),
         "{text}"
     );
-    b.screenshot(&shots().join("workbench-plugins.png"));
+}
+
+#[test]
+fn an_operator_sees_every_episodes_entries_and_an_agent_only_its_own() {
+    let Some(b) = Browser::start_or_skip(
+        "an_operator_sees_every_episodes_entries_and_an_agent_only_its_own",
+        1280,
+        800,
+    ) else {
+        return;
+    };
+    let d = Daemon::start(WS, &[]);
+    let ep1 = d.session("ep1", &["Workspace.Read=worktree:10"]);
+    let ep2 = d.session("ep2", &["Workspace.Read=worktree:10"]);
+    let ops = d.operator_session("ops", &[]);
+    std::fs::write(d.root().join("ep2/secret.txt"), "ep2's own\n").unwrap();
+    call_read(&d, &ep1, "a.txt");
+    call_read(&d, &ep2, "secret.txt");
+    let base = format!("http://{}", d.addr);
+    let episodes = |b: &Browser| {
+        b.exec(
+            "return [...document.querySelectorAll('#entries li')].map((li) => \
+             [Number(li.dataset.index), li.querySelector('.sub').textContent.split(' · ')[0]])",
+            json!([]),
+        )
+    };
+
+    // The operator: both episodes' calls, and the genesis.
+    sign_in(&b, &base, &ops, "");
+    let rows = episodes(&b);
+    assert_eq!(rows.as_array().unwrap().len(), 3, "{rows}");
+    assert_eq!(rows[0], json!([2, "ep2"]), "{rows}");
+    assert_eq!(rows[1], json!([1, "ep1"]), "{rows}");
+    assert_eq!(rows[2][0], 0, "{rows}");
+    assert_eq!(b.text_of("#who").as_deref(), Some("ops · operator"));
+    b.click(&b.find("#entries a[data-index='2']"));
+    assert_eq!(verdict(&b), "✓ 7 links verified");
+    b.screenshot(&shots().join("workbench-operator-log.png"));
+
+    // Its episode view: what its credential is, and each episode's spend.
+    b.goto(&format!("{base}/workbench#episode"));
+    let scope = b.wait_for_element("#budget-scope");
+    assert!(
+        b.text(&scope)
+            .starts_with("Operator credential of episode ops: it reads every episode's entries"),
+        "{}",
+        b.text(&scope)
+    );
+    let listed = b.text(&b.find("#episodes table"));
+    assert!(
+        listed.contains("ep1 1 spend →") && listed.contains("ep2 1 spend →"),
+        "{listed}"
+    );
+    b.screenshot(&shots().join("workbench-operator-episodes.png"));
+    b.click(&b.find("#episodes a[href='#episode/ep2']"));
+    let spent = b.wait_for_element("#spent table");
+    assert_eq!(b.text(&spent), "effect spent\nWorkspace.Read @worktree 1");
+    assert!(b
+        .text(&b.find("#budget-scope"))
+        .starts_with("What episode ep2 has spent, under any of its credentials"));
+    b.screenshot(&shots().join("workbench-operator-episode.png"));
+
+    // An agent of ep1 in the same tab: its own calls and the genesis, never ep2's.
+    sign_out(&b);
+    sign_in(&b, &base, &ep1, "#log");
+    let rows = episodes(&b);
+    assert_eq!(rows.as_array().unwrap().len(), 2, "{rows}");
+    assert_eq!(rows[0], json!([1, "ep1"]), "{rows}");
+    assert_eq!(rows[1][0], 0, "{rows}");
+    let options = b.exec(
+        "return [...document.getElementById('filter-episode').options].map((o) => o.value)",
+        json!([]),
+    );
+    assert_eq!(options, json!(["", "ep1"]));
+    assert_eq!(b.text_of("#who").as_deref(), Some("ep1"));
+    // Live too: ep2's next call does not reach it, ep1's does.
+    call_read(&d, &ep2, "secret.txt");
+    call_read(&d, &ep1, "b.txt");
+    b.wait_for_element("#entries li[data-index='4']");
+    assert!(b.try_find("#entries li[data-index='3']").is_none());
+    // Another episode's budget is not its to read.
+    b.goto(&format!("{base}/workbench#episode/ep2"));
+    let error = b.wait_for_element("#episode-error");
+    assert_eq!(
+        b.text(&error),
+        "Could not read the budget: only an operator credential reads another episode's budget; this credential's episode is ep1"
+    );
 }
 
 #[test]

@@ -1,32 +1,38 @@
 //! The coordinator's stored rows of one invocation, as bytes.
 //!
 //! The journal link of `why` checks a coordinator's entry against what only the coordinator
-//! writes: the invocation's task state and its journal rows. Those rows have no content
-//! address, so a remote verifier cannot check them by hash; what it can do is recompute the
-//! verdict itself. [`InvocationRows::read`] takes the stored bytes out of a store (the daemon
-//! serves them at `GET /v1/invocations/{id}/rows`); [`InvocationRows::task_state`] and
-//! [`InvocationRows::journal_state`] parse and cross-check those bytes with the very functions
-//! a store read uses, so a served row is trusted no more than a stored one.
+//! writes: the invocation's task state and journal state, and the journal rows the latter
+//! names. A store keeps the first two in the invocation's row (as its first durable point left
+//! them) and in the resolution of its intent (as its outcome left them), `docs/data-model.md`
+//! §8.2. Those rows have no content address, so a remote verifier cannot check them by hash;
+//! what it can do is recompute the verdict itself. [`InvocationRows::read`] takes the stored
+//! bytes out of a store (the daemon serves them at `GET /v1/invocations/{id}/rows`);
+//! [`InvocationRows::task_state`] and [`InvocationRows::journal_state`] decode, merge and
+//! cross-check those bytes with the very functions a store read uses, so a served row is
+//! trusted no more than a stored one.
 
 use std::collections::BTreeMap;
 
 use super::source::SourceError;
+use crate::invocations::{self, Row};
 use crate::journal::{self, JournalState};
 use crate::store::{ReadCtx, StoreError};
 use crate::task::{self, TaskState};
 
-/// The task row and journal rows of one invocation, each as stored.
+/// The rows of one invocation, each as stored.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct InvocationRows {
-    /// The task state (key: the id's episode and `<surface>:<task>`).
-    pub task: Option<Vec<u8>>,
-    /// The journal's index row of the invocation (its [`JournalState`]).
-    pub journal: Option<Vec<u8>>,
-    /// The journal rows that index row names (its intent and outcome), by sequence number.
+    /// The invocation's row (table `invocations`): its intent's journal sequence and the
+    /// journal and task states of its first durable point.
+    pub invocation: Option<Vec<u8>>,
+    /// The resolution of that intent (table `resolutions`, keyed by the row's intent
+    /// sequence): the journal and task states its outcome wrote.
+    pub resolution: Option<Vec<u8>>,
+    /// The journal rows the visible journal state names (its intent and outcome), by sequence.
     pub journal_rows: BTreeMap<u64, Vec<u8>>,
 }
 
-/// The sequence numbers an index row names; only to know which rows to hand over.
+/// The sequence numbers a journal state names; only to know which rows to hand over.
 #[derive(serde::Deserialize)]
 #[serde(rename_all = "camelCase")]
 struct Seqs {
@@ -39,31 +45,51 @@ impl InvocationRows {
     /// The rows of `invocation_id` (`<surface>:<episode>:<task>`) in a store; `None` when the
     /// id is not of that form.
     pub fn read(r: &ReadCtx<'_>, invocation_id: &str) -> Result<Option<Self>, StoreError> {
-        let Some((surface, episode, task_id)) = task::split_invocation_id(invocation_id) else {
+        if task::split_invocation_id(invocation_id).is_none() {
             return Ok(None);
+        }
+        let Some((row, resolution)) = invocations::stored(r.txn, r.tables, invocation_id)? else {
+            return Ok(Some(InvocationRows::default()));
         };
-        let task = task::get_bytes(r, episode, &format!("{surface}:{task_id}"))?;
-        let index = journal::index_row(r, invocation_id)?;
         let mut journal_rows = BTreeMap::new();
-        // An unreadable index row is handed over as it is, without rows: the reader's parse
-        // reports it.
-        if let Some(seqs) = index.and_then(|b| serde_json::from_slice::<Seqs>(b).ok()) {
+        // Unreadable rows are handed over as they are, without journal rows: the reader's
+        // decoding reports them.
+        let seqs = invocations::visible(invocation_id, row, resolution)
+            .ok()
+            .and_then(|v| v.journal)
+            .and_then(|j| serde_json::from_slice::<Seqs>(j).ok());
+        if let Some(seqs) = seqs {
             for seq in std::iter::once(seqs.intent_seq).chain(seqs.outcome_seq) {
-                if let Some(bytes) = journal::row(r, seq)? {
+                if let Some(bytes) = journal::row_bytes(r, seq)? {
                     journal_rows.insert(seq, bytes.to_vec());
                 }
             }
         }
         Ok(Some(InvocationRows {
-            task: task.map(<[u8]>::to_vec),
-            journal: index.map(<[u8]>::to_vec),
+            invocation: Some(row.to_vec()),
+            resolution: resolution.map(<[u8]>::to_vec),
             journal_rows,
         }))
     }
 
-    /// The task state of `invocation_id`, parsed from the bytes as a store read parses them.
+    /// What a store read sees of the invocation: its row with the resolution's parts over it.
+    fn visible(&self, invocation_id: &str) -> Result<Option<Row<'_>>, SourceError> {
+        match &self.invocation {
+            Some(row) => Ok(Some(invocations::visible(
+                invocation_id,
+                row,
+                self.resolution.as_deref(),
+            )?)),
+            None if self.resolution.is_some() => Err(SourceError::from(StoreError::Corrupt(
+                format!("a resolution is given for {invocation_id}, which has no invocation row"),
+            ))),
+            None => Ok(None),
+        }
+    }
+
+    /// The task state of `invocation_id`, decoded from the bytes as a store read decodes them.
     pub fn task_state(&self, invocation_id: &str) -> Result<Option<TaskState>, SourceError> {
-        let Some(bytes) = &self.task else {
+        let Some(bytes) = self.visible(invocation_id)?.and_then(|row| row.task) else {
             return Ok(None);
         };
         let (surface, episode, task_id) = task::split_invocation_id(invocation_id)
@@ -78,13 +104,13 @@ impl InvocationRows {
     /// The journal state of `invocation_id`, checked against the journal rows it names exactly
     /// as a store read checks it ([`journal::verified_state`]).
     pub fn journal_state(&self, invocation_id: &str) -> Result<Option<JournalState>, SourceError> {
-        let Some(index) = &self.journal else {
+        let Some(state) = self.visible(invocation_id)?.and_then(|row| row.journal) else {
             return Ok(None);
         };
         let rows = &self.journal_rows;
         Ok(Some(journal::state_from_rows(
             invocation_id,
-            index,
+            state,
             |seq| Ok(rows.get(&seq).map(Vec::as_slice)),
         )?))
     }
@@ -96,10 +122,20 @@ mod tests {
     use crate::canon;
     use serde_json::json;
 
-    fn rows(index: serde_json::Value, intent: serde_json::Value) -> InvocationRows {
-        InvocationRows {
+    fn encode(intent: Option<u64>, journal: Option<&serde_json::Value>) -> Vec<u8> {
+        let journal = journal.map(|j| canon::to_vec(j).unwrap());
+        Row {
+            intent,
+            journal: journal.as_deref(),
             task: None,
-            journal: Some(canon::to_vec(&index).unwrap()),
+        }
+        .encode()
+    }
+
+    fn rows(state: serde_json::Value, intent: serde_json::Value) -> InvocationRows {
+        InvocationRows {
+            invocation: Some(encode(Some(3), Some(&state))),
+            resolution: None,
             journal_rows: BTreeMap::from([(3, canon::to_vec(&intent).unwrap())]),
         }
     }
@@ -109,23 +145,26 @@ mod tests {
                "scope": "worktree", "cost": cost, "requestRef": format!("sha256:{}", "ab".repeat(32))})
     }
 
-    fn index(id: &str) -> serde_json::Value {
+    fn state(id: &str) -> serde_json::Value {
         json!({"intent": intent(id, 1), "intentSeq": 3, "outcomeSeq": null, "status": null,
                "resultRef": null})
     }
 
-    #[test]
-    fn served_rows_are_checked_as_a_store_checks_its_own() {
-        let mut row = intent("a2a:ep1:t", 1);
+    fn intent_row(id: &str, cost: u64) -> serde_json::Value {
+        let mut row = intent(id, cost);
         row["kind"] = json!("intent");
         row["seq"] = json!(3);
-        let good = rows(index("a2a:ep1:t"), row.clone());
-        let state = good.journal_state("a2a:ep1:t").unwrap().unwrap();
-        assert_eq!((state.intent_seq, state.intent.cost), (3, 1));
+        row
+    }
 
-        // A row whose cost was rewritten no longer is the intent its index records.
-        row["cost"] = json!(0);
-        let e = rows(index("a2a:ep1:t"), row.clone())
+    #[test]
+    fn served_rows_are_checked_as_a_store_checks_its_own() {
+        let good = rows(state("a2a:ep1:t"), intent_row("a2a:ep1:t", 1));
+        let s = good.journal_state("a2a:ep1:t").unwrap().unwrap();
+        assert_eq!((s.intent_seq, s.intent.cost), (3, 1));
+
+        // A row whose cost was rewritten no longer is the intent its state records.
+        let e = rows(state("a2a:ep1:t"), intent_row("a2a:ep1:t", 0))
             .journal_state("a2a:ep1:t")
             .unwrap_err();
         assert_eq!(
@@ -135,16 +174,53 @@ mod tests {
     }
 
     #[test]
+    fn a_resolution_is_read_over_the_row_it_resolves() {
+        let mut resolved = state("a2a:ep1:t");
+        resolved["outcomeSeq"] = json!(4);
+        resolved["status"] = json!("succeeded");
+        let mut outcome = json!({"kind": "outcome", "seq": 4, "invocationId": "a2a:ep1:t",
+                                 "status": "succeeded", "resultRef": null});
+        let mut served = rows(state("a2a:ep1:t"), intent_row("a2a:ep1:t", 1));
+        served.resolution = Some(encode(None, Some(&resolved)));
+        served
+            .journal_rows
+            .insert(4, canon::to_vec(&outcome).unwrap());
+        let s = served.journal_state("a2a:ep1:t").unwrap().unwrap();
+        assert_eq!(s.outcome_seq, Some(4));
+
+        // The resolution's outcome must be the outcome row's.
+        outcome["status"] = json!("failed");
+        served
+            .journal_rows
+            .insert(4, canon::to_vec(&outcome).unwrap());
+        assert_eq!(
+            served.journal_state("a2a:ep1:t").unwrap_err().0,
+            "journal is damaged: journal row #4 is not the outcome the index records for a2a:ep1:t"
+        );
+
+        // A resolution resolves the intent of a row; without one (or without a row) it is
+        // refused, not read.
+        let mut orphan = served.clone();
+        orphan.invocation = Some(encode(None, Some(&state("a2a:ep1:t"))));
+        assert_eq!(
+            orphan.journal_state("a2a:ep1:t").unwrap_err().0,
+            "store is damaged: a resolution is given for invocation row a2a:ep1:t, which journals no intent"
+        );
+        orphan.invocation = None;
+        assert_eq!(
+            orphan.task_state("a2a:ep1:t").unwrap_err().0,
+            "store is damaged: a resolution is given for a2a:ep1:t, which has no invocation row"
+        );
+    }
+
+    #[test]
     fn another_invocations_rows_served_under_this_id_are_refused() {
-        let mut row = intent("a2a:ep1:other", 1);
-        row["kind"] = json!("intent");
-        row["seq"] = json!(3);
-        let e = rows(index("a2a:ep1:other"), row)
+        let e = rows(state("a2a:ep1:other"), intent_row("a2a:ep1:other", 1))
             .journal_state("a2a:ep1:t")
             .unwrap_err();
         assert_eq!(
             e.0,
-            "journal is damaged: the journal index row given for a2a:ep1:t is a2a:ep1:other's"
+            "journal is damaged: the journal state given for a2a:ep1:t is a2a:ep1:other's"
         );
     }
 
@@ -153,13 +229,31 @@ mod tests {
         let none = InvocationRows::default();
         assert_eq!(none.journal_state("a2a:ep1:t").unwrap(), None);
         assert_eq!(none.task_state("a2a:ep1:t").unwrap(), None);
-        let bad = InvocationRows {
-            task: Some(b"{not json".to_vec()),
+        let bad_task = InvocationRows {
+            invocation: Some(
+                Row {
+                    intent: None,
+                    journal: None,
+                    task: Some(b"{not json"),
+                }
+                .encode(),
+            ),
             ..Default::default()
         };
         assert_eq!(
-            bad.task_state("a2a:ep1:t").unwrap_err().0,
+            bad_task.task_state("a2a:ep1:t").unwrap_err().0,
             "store is damaged: task state ep1/a2a:t is unreadable"
+        );
+        // A row cut short is no row: the store's own decoding says so.
+        let mut cut = encode(Some(3), Some(&state("a2a:ep1:t")));
+        cut.truncate(20);
+        let damaged = InvocationRows {
+            invocation: Some(cut),
+            ..Default::default()
+        };
+        assert_eq!(
+            damaged.journal_state("a2a:ep1:t").unwrap_err().0,
+            "store is damaged: invocation row a2a:ep1:t is damaged"
         );
     }
 }

@@ -11,7 +11,7 @@ use std::borrow::Cow;
 use crate::journal::{self, JournalError, JournalState};
 use crate::log::{self, LogError};
 use crate::object::Ref;
-use crate::store::{ReadCtx, StoreError, TxnExt};
+use crate::store::{ReadCtx, StoreError};
 use crate::task::{self, TaskState};
 
 /// A stored object as a source hands it over: its semantic id and payload bytes (borrowed from
@@ -65,13 +65,14 @@ pub trait Source {
 
     /// The journal's state of one invocation: its intent and outcome. Only the coordinator
     /// writes it for `a2a:`/`mcp:` invocations. Remote: `GET /v1/invocations/{id}/rows`, the
-    /// stored rows checked by [`InvocationRows::journal_state`](super::InvocationRows).
+    /// stored invocation row, resolution and journal rows checked by
+    /// [`InvocationRows::journal_state`](super::InvocationRows).
     fn journal(&self, invocation_id: &str) -> Result<Option<JournalState>, SourceError>;
 
     /// The task (idempotency) state of `task` (`<surface>:<task id>`) in `episode`, written by
     /// the coordinator in the same transaction as the entry. Remote:
-    /// `GET /v1/invocations/{surface}:{episode}:{task id}/rows`, the stored row parsed by
-    /// [`InvocationRows::task_state`](super::InvocationRows).
+    /// `GET /v1/invocations/{surface}:{episode}:{task id}/rows`, the stored invocation row and
+    /// resolution decoded by [`InvocationRows::task_state`](super::InvocationRows).
     fn task(&self, episode: &str, task: &str) -> Result<Option<TaskState>, SourceError>;
 
     /// Is `prev` the entry hash of entry `index`? The default reads that entry and recomputes
@@ -115,12 +116,7 @@ impl<'r, 't> LocalSource<'r, 't> {
 
 impl Source for LocalSource<'_, '_> {
     fn entry(&self, index: u64) -> Result<Option<Cow<'_, [u8]>>, SourceError> {
-        let r = self.r;
-        Ok(r.tables
-            .log
-            .get(r.txn, &index)
-            .map_err(r.heed_err())?
-            .map(Cow::Borrowed))
+        Ok(log::stored_entry(self.r, index)?.map(Cow::Borrowed))
     }
 
     fn object(&self, reference: &Ref) -> Result<Option<StoredObject<'_>>, SourceError> {
@@ -131,12 +127,7 @@ impl Source for LocalSource<'_, '_> {
     }
 
     fn world(&self, reference: &Ref) -> Result<Option<Cow<'_, [u8]>>, SourceError> {
-        let r = self.r;
-        Ok(r.tables
-            .worlds
-            .get(r.txn, reference.as_bytes())
-            .map_err(r.heed_err())?
-            .map(Cow::Borrowed))
+        Ok(log::stored_world(self.r, reference)?.map(Cow::Borrowed))
     }
 
     fn head(&self) -> Result<Option<Ref>, SourceError> {
@@ -144,7 +135,7 @@ impl Source for LocalSource<'_, '_> {
     }
 
     fn journal(&self, invocation_id: &str) -> Result<Option<JournalState>, SourceError> {
-        // The index row is checked against the journal rows it summarises.
+        // The journal state is checked against the journal rows it summarises.
         Ok(journal::verified_state(self.r, invocation_id)?)
     }
 

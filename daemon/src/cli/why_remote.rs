@@ -3,9 +3,10 @@
 //! [`RemoteSource`] answers the questions of [`verify::Source`] with the routes each of its
 //! methods names, and the walk of `broker_core::verify` runs on it unchanged: every object is
 //! re-hashed against the ref it was asked by, every entry's hash and every world's ref is
-//! recomputed, the plan is replayed, and the coordinator's task and journal rows (served as
-//! stored bytes by `GET /v1/invocations/{id}/rows`) are parsed and cross-checked here by the
-//! same code a store read uses. The daemon is trusted for nothing but availability.
+//! recomputed, the plan is replayed, and the coordinator's rows of an invocation (its
+//! invocation row, its intent's resolution and its journal rows, served as stored bytes by
+//! `GET /v1/invocations/{id}/rows`) are decoded and cross-checked here by the same code a
+//! store read uses. The daemon is trusted for nothing but availability.
 //!
 //! What the walk cannot see, the source remembers: a daemon that could not be asked or refused
 //! the credential ([`Trouble::Unavailable`]: nothing is verified either way), one that answered
@@ -73,8 +74,8 @@ struct ObjectAnswer {
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
 struct RowsAnswer {
-    task: Option<String>,
-    journal: Option<String>,
+    invocation: Option<String>,
+    resolution: Option<String>,
     journal_rows: BTreeMap<u64, String>,
 }
 
@@ -227,8 +228,8 @@ impl RemoteSource {
                     .map_err(|e| self.malformed(&path, format!("not invocation rows: {e}")))?;
                 let decode = |t: &String| b64(t).map_err(|e| self.malformed(&path, e));
                 Some(InvocationRows {
-                    task: a.task.as_ref().map(decode).transpose()?,
-                    journal: a.journal.as_ref().map(decode).transpose()?,
+                    invocation: a.invocation.as_ref().map(decode).transpose()?,
+                    resolution: a.resolution.as_ref().map(decode).transpose()?,
                     journal_rows: a
                         .journal_rows
                         .iter()

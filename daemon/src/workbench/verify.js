@@ -2,7 +2,7 @@
 // every address is recomputed with WebCrypto SHA-256 over the bytes the daemon serves, the
 // entry hash and the world ref over their canonical JSON. Nothing is taken on the daemon's word.
 
-import { canonicalize, refOf, refOfJson, fromBase64, ZERO_REF, REF_PATTERN } from "./canon.js";
+import { refOf, refOfJson, fromBase64, ZERO_REF, REF_PATTERN } from "./canon.js";
 
 export const SID = {
   input: "world/invocation-input/v1",
@@ -16,8 +16,9 @@ export const SID = {
 };
 
 const GENESIS_WRITER = "world:genesis";
+// The fields of an effect record, as the daemon reads it (any other field makes it unreadable).
 const EFFECT_FIELDS = ["effect", "scope", "cost", "budgetBefore", "budgetAfter", "allowed",
-  "failed", "denial", "requestRef", "resultRef"];
+  "failed", "denial", "requestRef", "resultRef", "handler"];
 
 /** `sha256:1234abcd…` */
 export function short(ref) {
@@ -218,7 +219,14 @@ export async function verifyEntry(api, index, worldRef) {
     await link("effect", ref, async () => {
       const o = await json(ref, SID.effect);
       const e = o.doc;
-      const lawful = (e.allowed === false && e.failed === false && e.resultRef === "" && String(e.denial).startsWith("denied:"))
+      const unknown = Object.keys(e).filter((k) => !EFFECT_FIELDS.includes(k));
+      if (unknown.length) throw new Broken(`not an effect record: unknown field ${JSON.stringify(unknown[0])}`, o);
+      const handler = e.handler === undefined ? null : e.handler;
+      if (handler !== null && !isHandler(handler)) {
+        throw new Broken("not an effect record: handler is not {plugin, version, library}", o);
+      }
+      // A denied effect ran nothing, so its record names no plugin.
+      const lawful = (e.allowed === false && e.failed === false && e.resultRef === "" && String(e.denial).startsWith("denied:") && handler === null)
         || (e.allowed === true && e.failed === false && REF_PATTERN.test(e.resultRef) && e.denial === "")
         || (e.allowed === true && e.failed === true && e.resultRef === "" && e.denial === "");
       if (!lawful) throw new Broken("record is not one of the three lawful shapes", o);
@@ -245,14 +253,11 @@ export async function verifyEntry(api, index, worldRef) {
         ["request", e.requestRef, `${req.bytes.length} B, verified`],
       ];
       if (res) fields.push(["result", e.resultRef, `${res.bytes.length} B, verified`]);
-      // Anything else the record carries, such as the identity of the plugin that ran it.
-      for (const [k, v] of Object.entries(e)) {
-        if (!EFFECT_FIELDS.includes(k)) fields.push([k, typeof v === "string" ? v : canonicalize(v)]);
-      }
       return {
-        ...o, fields, result: res,
+        ...o, fields, result: res, handler, allowed: e.allowed === true,
         detail: `e${i + 1} ${verdict} ${e.effect}@${e.scope} cost ${e.cost} budget ${e.budgetBefore}→${e.budgetAfter} ` +
-          `request ${req.bytes.length} B${res ? ` result ${res.bytes.length} B` : ""}`,
+          `request ${req.bytes.length} B${res ? ` result ${res.bytes.length} B` : ""}` +
+          (handler ? `, ran by ${handler.plugin} ${handler.version}` : ""),
       };
     });
   }
@@ -270,6 +275,14 @@ export async function verifyEntry(api, index, worldRef) {
   });
   await world(rec.output);
   return finish(entry, links);
+}
+
+/** `{plugin, version, library}`, exactly: the identity a succeeded or failed record carries. */
+function isHandler(h) {
+  return h !== null && typeof h === "object" && !Array.isArray(h)
+    && Object.keys(h).sort().join(",") === "library,plugin,version"
+    && typeof h.plugin === "string" && typeof h.version === "string"
+    && typeof h.library === "string" && REF_PATTERN.test(h.library);
 }
 
 function finish(entry, links) {

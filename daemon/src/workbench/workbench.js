@@ -161,6 +161,8 @@ const state = {
   retry: 0,
   verifying: 0, // generation of the detail pane, so a stale verification does not paint
   started: false, // signed in and showing the app
+  me: null, // {episode, operator} of the credential, from GET /v1/budget
+  episodeView: 0, // generation of the episode view, so a stale answer does not paint
 };
 
 // ---------------------------------------------------------------------------------------
@@ -168,6 +170,7 @@ const state = {
 
 function showLogin(message) {
   state.started = false;
+  $("who").hidden = true;
   $("login").hidden = false;
   document.querySelectorAll(".view").forEach((v) => { v.hidden = true; });
   $("signout").hidden = true;
@@ -179,9 +182,46 @@ function showLogin(message) {
   $("credential").focus();
 }
 
-function signedOut(err) {
+/** Who the credential is, in the top bar. */
+function showWho() {
+  const el = $("who");
+  const me = state.me;
+  el.hidden = !me;
+  if (!me) return;
+  el.textContent = me.operator ? `${me.episode} · operator` : me.episode;
+  el.title = me.operator ? `An operator credential (episode ${me.episode}): it reads every episode`
+    : `An agent credential of episode ${me.episode}: it reads its own episode`;
+  el.classList.toggle("operator", me.operator);
+}
+
+async function learnWho() {
+  try {
+    const b = await api.json("/v1/budget");
+    state.me = { episode: b.episode, operator: b.operator === true };
+  } catch {
+    state.me = null;
+  }
+  showWho();
+}
+
+/** Drop the credential and everything read with it: the next one may see other episodes. */
+function forget() {
   stopStream();
   sessionStorage.removeItem(CREDENTIAL_KEY);
+  state.me = null;
+  showWho();
+  state.entries.clear();
+  state.scannedFrom = null;
+  state.next = 0;
+  $("entries").replaceChildren();
+  for (const id of ["filter-episode", "filter-tool"]) $(id).replaceChildren(h("option", { value: "" }, "all"));
+  $("filter-outcome").value = "";
+  for (const id of ["view-episode", "view-plugins", "view-metrics"]) $(id).replaceChildren();
+  $("detail").replaceChildren(detailEmpty);
+}
+
+function signedOut(err) {
+  forget();
   showLogin(`The daemon refused the credential: ${err.reason || err.message}`);
 }
 
@@ -200,10 +240,7 @@ async function signIn(text) {
 }
 
 function signOut() {
-  stopStream();
-  sessionStorage.removeItem(CREDENTIAL_KEY);
-  state.entries.clear();
-  $("entries").replaceChildren();
+  forget();
   showLogin("");
 }
 
@@ -416,7 +453,37 @@ async function summaryOf(index) {
   return page.items.find((s) => s.header.entryIndex === index) || null;
 }
 
-function linkItem(l) {
+/**
+ * The plugin that ran an effect, as its record names it, cross-checked against the library
+ * this daemon loads now (`catalog` is the answer of GET /v1/handlers, or `{error}`). A record
+ * that names another build is not broken: a past call may have run on an older one.
+ */
+function pluginRow(l, catalog) {
+  const dd = h("dd", { class: "plugin" });
+  const say = (check, ...parts) => {
+    dd.dataset.pluginCheck = check;
+    dd.append(...parts);
+    return [h("dt", {}, "plugin"), dd];
+  };
+  if (!l.allowed) return say("none", h("span", { class: "muted" }, "none: the broker denied the effect, nothing ran"));
+  const hd = l.handler;
+  if (!hd) return say("unnamed", h("span", { class: "muted" }, "not named (the record predates plugin identities)"));
+  const who = [h("span", { class: "plugin-name" }, `${hd.plugin} ${hd.version}`), " ", refView(hd.library)];
+  if (catalog.error) {
+    return say("unknown", ...who, h("span", { class: "muted" }, ` (not cross-checked: GET /v1/handlers: ${catalog.error.message})`));
+  }
+  const loaded = (catalog.plugins || []).find((p) => p.name === hd.plugin);
+  if (loaded && loaded.library === hd.library) {
+    return say("same", ...who, h("span", { class: "check ok", title: "handler.library equals the library GET /v1/handlers reports" },
+      "✓ the build this daemon loads"));
+  }
+  const now = loaded ? ["it loads ", h("span", { class: "ref-text", title: loaded.library }, short(loaded.library)), ` (${loaded.version}) now`]
+    : [`no plugin named ${hd.plugin} is loaded now`];
+  return say("other-build", ...who, h("span", { class: "check note" },
+    "ⓘ ran by a build this daemon no longer loads: ", ...now));
+}
+
+function linkItem(l, catalog) {
   const mark = l.ok === null ? "…" : l.ok ? "✓" : "✗";
   const li = h("li", { class: `link ${l.ok ? "good" : "bad"}`, "data-kind": l.kind, "data-ok": String(l.ok) },
     h("div", { class: "link-head" },
@@ -428,7 +495,7 @@ function linkItem(l) {
     li.append(h("dl", { class: "fields" }, l.fields.map(([k, v, note]) => [
       h("dt", {}, k),
       h("dd", {}, REF_PATTERN.test(v) ? refView(v) : v, note ? h("span", { class: "muted" }, ` (${note})`) : null),
-    ])));
+    ]), l.kind === "effect" ? pluginRow(l, catalog) : null));
   }
   if (l.doc !== undefined) {
     li.append(h("details", {}, h("summary", {}, "document"), jsonView(l.doc)));
@@ -480,6 +547,8 @@ async function showEntry(index) {
   const links = h("ol", { class: "links", id: "links" });
   pane.replaceChildren(back, title, meta, verdict, links);
 
+  // What this daemon loads now, to cross-check the plugin each effect record names.
+  const catalog = api.json("/v1/handlers").catch((error) => ({ error }));
   let result;
   try {
     result = await verifyEntry(api, index, s.worldRef);
@@ -490,6 +559,10 @@ async function showEntry(index) {
     return;
   }
   if (gen !== state.verifying) return;
+  const loaded = result.links.some((l) => l.kind === "effect" && l.handler) ? await catalog : {};
+  if (gen !== state.verifying) return;
+  // The links first, then the verdict: a verdict on screen means the links are too.
+  links.replaceChildren(...result.links.map((l) => linkItem(l, loaded)));
   const n = result.links.length;
   const broken = result.links.filter((l) => !l.ok).length;
   verdict.className = `verdict ${broken ? "bad" : "ok"}`;
@@ -498,7 +571,6 @@ async function showEntry(index) {
     : `✓ ${n} link${n === 1 ? "" : "s"} verified`;
   verdict.dataset.links = String(n);
   verdict.dataset.broken = String(broken);
-  links.replaceChildren(...result.links.map(linkItem));
 }
 
 function markSelected() {
@@ -523,51 +595,121 @@ function meter(fraction, title) {
   return h("div", { class: `meter ${fraction < 0.2 ? "low" : ""}`, title }, bar);
 }
 
-async function showEpisode() {
+function intentsTable(pending, whose) {
+  if (pending === undefined) return h("p", { class: "muted" }, "This daemon does not report indeterminate intents.");
+  if (pending.length === 0) return h("p", { class: "empty" }, `None: every effect of ${whose} has an outcome.`);
+  return table(["invocation", "effect", "cost", "request"], pending.map((p) => [
+    p.invocationId, `${p.effect}@${p.scope}`, String(p.cost), refView(p.requestRef)]), [2]);
+}
+
+function intentsCard(pending, whose) {
+  return h("section", { class: "card", id: "intents" }, h("h2", {}, "Indeterminate intents"),
+    h("p", { class: "muted" }, "Effects whose intent is durable but whose outcome is not: they may have run, are never retried, and their budget stays spent."),
+    intentsTable(pending, whose));
+}
+
+/** Show the timeline filtered to one episode. */
+function filterTo(ep) {
+  return (ev) => {
+    ev.preventDefault();
+    $("filter-episode").value = ep;
+    location.hash = "#log";
+    renderTimeline();
+  };
+}
+
+/** The episodes in the loaded part of the log; an operator can open each one's spend. */
+function episodesCard(me) {
+  const counts = new Map();
+  for (const s of state.entries.values()) if (s.episode) counts.set(s.episode, (counts.get(s.episode) || 0) + 1);
+  const rows = [...counts].sort().map(([ep, n]) => [
+    h("span", {}, h("a", { href: "#log", "data-episode": ep, title: `Show ${ep}'s entries in the log`, onclick: filterTo(ep) }, ep),
+      ep === me.episode ? h("span", { class: "muted" }, " (this credential's)") : null),
+    String(n),
+    ...(me.operator ? [ep === me.episode ? "" : h("a", { href: `#episode/${ep}`, class: "spend" }, "spend →")] : []),
+  ]);
+  const note = me.operator
+    ? "An operator credential reads every episode: open one to see what it has spent."
+    : "Only your episode's calls, and the entries of no episode, are visible to this credential.";
+  return h("section", { class: "card", id: "episodes" }, h("h2", {}, "Episodes in the log"),
+    h("p", { class: "muted" }, note),
+    rows.length ? table(["episode", "entries loaded", ...(me.operator ? [""] : [])], rows, [1])
+      : h("p", { class: "empty" }, "No calls in the loaded part of the log."));
+}
+
+async function showEpisode(other) {
   const view = $("view-episode");
+  const gen = ++state.episodeView;
   view.replaceChildren(h("p", { class: "muted" }, "Loading…"));
   let b;
   try {
-    b = await api.json("/v1/budget");
+    b = await api.json(other ? `/v1/budget?episode=${encodeURIComponent(other)}` : "/v1/budget");
   } catch (e) {
-    view.replaceChildren(h("p", { class: "error" }, `Could not read the budget: ${e.message}`));
+    if (gen !== state.episodeView) return;
+    view.replaceChildren(h("h1", {}, other ? `Episode ${other}` : "Episode"),
+      h("p", { class: "error", id: "episode-error" }, `Could not read the budget: ${e.reason || e.message}`),
+      h("p", {}, h("a", { href: "#episode" }, "← this credential's episode")));
     return;
   }
+  if (gen !== state.episodeView) return;
+  if (!b.grants) {
+    showSpend(view, b);
+    return;
+  }
+  state.me = { episode: b.episode, operator: b.operator === true };
+  showWho();
+  const me = state.me;
   const expires = b.expiresAt ? new Date(b.expiresAt * 1000).toISOString().replace(".000Z", "Z") : "—";
   const grants = (b.grants || []).map((g) => {
     const frac = g.granted ? g.remaining / g.granted : 0;
     return [
-      h("code", {}, g.effect), g.scope,
+      h("span", {}, h("code", {}, g.effect), " ", h("span", { class: "muted" }, `@${g.scope}`)),
       String(g.granted), String(g.spent),
       h("span", {}, String(g.remaining),
         meter(frac, `${g.remaining} of ${g.granted} left`)),
-      g.live ? "yes" : "expired",
     ];
   });
-  const pending = b.indeterminate;
-  const intents = pending === undefined
-    ? h("p", { class: "muted" }, "This daemon does not report indeterminate intents.")
-    : pending.length === 0
-      ? h("p", { class: "empty" }, "None: every effect of this episode has an outcome.")
-      : table(["invocation", "effect", "cost", "request"], pending.map((p) => [
-        p.invocationId, `${p.effect}@${p.scope}`, String(p.cost), refView(p.requestRef)]), [2]);
-  const counts = new Map();
-  for (const s of state.entries.values()) if (s.episode) counts.set(s.episode, (counts.get(s.episode) || 0) + 1);
-  const seen = counts.size === 0 ? h("p", { class: "empty" }, "No calls in the loaded part of the log.")
-    : table(["episode", "entries loaded"], [...counts].sort().map(([ep, n]) => [
-      h("a", { href: "#log", "data-episode": ep, onclick: () => { $("filter-episode").value = ep; renderTimeline(); } }, ep),
-      String(n)]), [1]);
+
+  const who = me.operator
+    ? [h("strong", {}, "Operator credential"), ` of episode ${b.episode}: it reads every episode's entries and objects.`]
+    : [h("strong", {}, "Agent credential"), ` of episode ${b.episode}: it reads its episode's calls and the entries of no episode.`];
   view.replaceChildren(
     h("h1", {}, `Episode ${b.episode}`),
+    h("div", { class: "notice", id: "budget-scope" },
+      h("p", {}, ...who, ` Credential expires ${expires}.`),
+      h("p", {}, "A budget is granted per credential and spent per episode: below are this credential's grants, " +
+        `each against what episode ${b.episode} has spent under any of its credentials. ` +
+        "Another credential of the episode has its own grants and the same spend; a new credential does not refill it.")));
+  const budget = h("section", { class: "card wide" }, h("h2", {}, "This credential's budget"),
+    grants.length ? table(["effect", "granted", "spent", "remaining"], grants, [1, 2, 3])
+      : h("p", { class: "empty" }, me.operator ? "None: this credential reads, but runs no tool and commits nothing."
+        : "This credential holds no grants."));
+  const intents = intentsCard(b.indeterminate, "this episode");
+  // An operator comes here for the other episodes; an agent for its own budget.
+  view.append(h("div", { class: "grid2" },
+    me.operator ? [episodesCard(me), intents, budget] : [budget, intents, episodesCard(me)]));
+}
+
+/** Another episode, as an operator reads it: its spend and intents, no grants. */
+function showSpend(view, b) {
+  const rows = (b.spent || []).map((x) => [
+    h("span", {}, h("code", {}, x.effect), " ", h("span", { class: "muted" }, `@${x.scope}`)), String(x.spent)]);
+  const loaded = [...state.entries.values()].filter((s) => s.episode === b.episode).length;
+  view.replaceChildren(
+    h("p", { class: "crumb" }, h("a", { href: "#episode" }, "← this credential's episode")),
+    h("h1", {}, `Episode ${b.episode}`),
+    h("p", { class: "notice", id: "budget-scope" },
+      `What episode ${b.episode} has spent, under any of its credentials (from the journal). ` +
+      "Grants belong to credentials, so what remains is per credential: ", h("code", {}, "worldd session list"),
+      " shows each credential's grants, and ", h("code", {}, "worldd budget"), " run with one of them what it has left."),
     h("div", { class: "grid2" },
-      h("section", { class: "card wide" }, h("h2", {}, "Budget"),
-        h("p", { class: "muted" }, `Credential expires ${expires}. Budgets belong to the episode: a new credential does not refill them.`),
-        grants.length ? table(["effect", "scope", "granted", "spent", "remaining", "live"], grants, [2, 3, 4])
-          : h("p", { class: "empty" }, "This credential holds no grants.")),
-      h("section", { class: "card" }, h("h2", {}, "Indeterminate intents"),
-        h("p", { class: "muted" }, "Effects whose intent is durable but whose outcome is not: they may have run, are never retried, and their budget stays spent."),
-        intents),
-      h("section", { class: "card" }, h("h2", {}, "Episodes in the log"), seen)));
+      h("section", { class: "card", id: "spent" }, h("h2", {}, "Spent"),
+        rows.length ? table(["effect", "spent"], rows, [1])
+          : h("p", { class: "empty" }, "Nothing spent.")),
+      intentsCard(b.indeterminate, "this episode"),
+      h("section", { class: "card" }, h("h2", {}, "Entries"),
+        h("p", {}, `${loaded} in the loaded part of the log. `,
+          h("a", { href: "#log", "data-episode": b.episode, onclick: filterTo(b.episode) }, "Show them in the log")))));
 }
 
 async function showPlugins() {
@@ -588,17 +730,31 @@ async function showPlugins() {
     view.replaceChildren(h("p", { class: "error" }, `Could not list the plugins: ${e.message}`));
     return;
   }
-  const plugins = (v.plugins || []).map((p) => h("section", { class: "card" },
+  const plugins = (v.plugins || []).map((p) => h("section", { class: "card plugin", "data-plugin": p.name },
     h("h2", {}, `${p.name} ${p.version || ""}`),
     h("dl", { class: "meta" },
-      h("dt", {}, "identity"), h("dd", {}, h("code", {}, p.identity || "—"), p.identity ? copyButton(p.identity) : null),
-      h("dt", {}, "library"), h("dd", {}, h("code", {}, p.path || "—"))),
+      h("dt", {}, "identity"), h("dd", {}, p.identity || "—"),
+      h("dt", {}, "library"), h("dd", { class: "library" }, h("code", { class: "ref-full" }, p.library || "—"),
+        p.library ? copyButton(p.library) : null,
+        h("div", { class: "muted" }, "the sha256 of the bytes loaded: effect records name it as handler.library")),
+      h("dt", {}, "path"), h("dd", { class: "path" }, h("code", {}, p.path || "—"), p.path ? copyButton(p.path) : null)),
     table(["effect", "class"], (p.effects || []).map((e) => [h("code", {}, e.effect), e.class]))));
+  const declined = (v.declined || []).map((d) => h("div", { class: "declined-item", "data-declined": d.name },
+    h("h3", {}, d.name),
+    h("dl", { class: "meta" },
+      h("dt", {}, "path"), h("dd", { class: "path" }, h("code", {}, d.path), copyButton(d.path)),
+      h("dt", {}, "why"), h("dd", { class: "error why-declined" }, d.reason))));
   const tools = (v.tools || []).map((t) => [h("code", {}, t.name), (t.effects || []).join(", "),
     t.canRun ? "yes" : h("span", { class: "error" }, `no: ${t.reason || ""}`)]);
   view.replaceChildren(h("h1", {}, "Plugins"),
-    plugins.length ? h("div", { class: "grid2" }, plugins) : h("p", { class: "empty" }, "No plugin is loaded."),
-    h("section", { class: "card" }, h("h2", {}, "Tools this credential sees"),
+    h("p", { class: "muted" }, "Fixed when the daemon started. From GET /v1/handlers."),
+    plugins.length ? h("div", { class: "grid2" }, plugins) : h("p", { class: "empty" }, "No plugin is loaded: every tool call is refused (rule R8)."),
+    h("section", { class: "card", id: "declined" }, h("h2", {}, "Declined to start"),
+      declined.length
+        ? [h("p", { class: "muted" }, "Found in the plugin directory but not started, in the plugin's own words; their tools are refused (rule R8)."),
+          declined]
+        : h("p", { class: "empty" }, "None: every plugin found started.")),
+    h("section", { class: "card", id: "tools" }, h("h2", {}, "Tools this credential sees"),
       tools.length ? table(["tool", "effects", "can run"], tools) : h("p", { class: "empty" }, "No tools.")));
 }
 
@@ -668,7 +824,8 @@ function route() {
   if (!state.started) return;
   const hash = location.hash.slice(1);
   const m = /^entry\/(\d+)$/.exec(hash);
-  const view = m ? "log" : ["episode", "plugins", "metrics"].includes(hash) ? hash : "log";
+  const other = /^episode\/([a-z0-9][a-z0-9-]{0,63})$/.exec(hash);
+  const view = m ? "log" : other ? "episode" : ["episode", "plugins", "metrics"].includes(hash) ? hash : "log";
   for (const name of ["log", "episode", "plugins", "metrics"]) $(`view-${name}`).hidden = name !== view;
   for (const a of $("nav").querySelectorAll("a")) {
     if (a.dataset.view === view) a.setAttribute("aria-current", "page");
@@ -677,17 +834,27 @@ function route() {
   if (m) {
     showEntry(Number(m[1]));
   } else {
-    state.selected = null;
-    state.verifying++;
-    document.body.classList.remove("entry-open");
-    markSelected();
-    if (view === "log") {
-      $("detail").replaceChildren(detailEmpty);
-    }
+    clearEntry();
+    if (view === "log") $("detail").replaceChildren(detailEmpty);
   }
-  if (view === "episode") showEpisode();
+  if (view === "episode") showEpisode(other && other[1] !== state.me?.episode ? other[1] : null);
   if (view === "plugins") showPlugins();
   if (view === "metrics") showMetrics();
+}
+
+function clearEntry() {
+  state.selected = null;
+  state.verifying++;
+  document.body.classList.remove("entry-open");
+  markSelected();
+}
+
+/** Back to the timeline at once, not when the hashchange comes: a key pressed meanwhile
+ * (`j`) must already see no entry selected. */
+function closeEntry() {
+  clearEntry();
+  $("detail").replaceChildren(detailEmpty);
+  location.hash = "#log";
 }
 
 function moveCursor(step) {
@@ -715,7 +882,7 @@ function onKey(ev) {
       moveCursor(-1); break;
     case "Escape":
       if (!help.hidden) help.hidden = true;
-      else if (state.selected !== null) location.hash = "#log";
+      else if (state.selected !== null) closeEntry();
       break;
     case "?": help.hidden = !help.hidden; break;
     case "1": location.hash = "#log"; break;
@@ -736,6 +903,7 @@ async function start() {
   $("nav").hidden = false;
   setLive("connecting…", "wait");
   await loadNewest();
+  await learnWho();
   state.started = true;
   route();
   follow();

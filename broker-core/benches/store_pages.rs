@@ -1,0 +1,380 @@
+//! What the store writer writes: pages per group commit, by table, and the writer's time per
+//! operation, for the calls `worldd` serves, driven straight through the coordinator.
+//!
+//! Run: `cargo bench -p broker-core --bench store_pages` (options below). It creates a store
+//! under the target directory, publishes the se-tools, fills the store with `--fill` calls
+//! (alternating a write of unique 1 KiB content and a read returning 1 KiB, as `worldd-bench`
+//! fills its store), then runs each row twice at each thread count:
+//!
+//! - **timed**: `--calls` calls, the writer's own counters (build and LMDB-commit time per
+//!   commit and per operation, operations per commit) and the bytes the process passed to
+//!   write calls (`/proc/self/io` `wchar`: LMDB's page writes and its meta-page write, nothing
+//!   else writes here), divided by the page size: the pages each commit writes;
+//! - **census**: the same number of calls with a page census of `data.mdb` after every commit
+//!   (`broker_core::pages`), which names the table of every page a commit wrote. The census
+//!   takes milliseconds, so while it runs the other threads queue: batches are larger than in
+//!   the timed pass. Both passes print their operations per commit.
+//!
+//! Options: `--fill N` (20000), `--calls N` (400 per pass), `--threads LIST` (1,8,32),
+//! `--rows LIST` (read,write,refusal), `--dir PATH` (where the store goes; default the
+//! target directory, on the repository's disk), `--no-census` (timed passes only, e.g. under
+//! a profiler).
+//!
+//! The handler is in-process (no plugin, no file I/O), so every figure is the store's.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use broker_core::broker::HandlerIdentity;
+use broker_core::coordinator::{
+    Call, Coordinator, CoordinatorConfig, EffectHandler, EffectRequest, HandlerOutcome, Handlers,
+    Surface,
+};
+use broker_core::pages::{self, Census, PageCount};
+use broker_core::refusal_rate::RefusalRate;
+use broker_core::registry;
+use broker_core::session::{self, Session};
+use broker_core::store::Store;
+use broker_core::transition::Transition;
+use serde_json::{json, Map, Value};
+
+/// Reads return this much text; writes store this much.
+const PAYLOAD: usize = 1024;
+
+struct Args {
+    fill: u64,
+    calls: u64,
+    threads: Vec<usize>,
+    rows: Vec<String>,
+    dir: Option<PathBuf>,
+    census: bool,
+}
+
+fn args() -> Args {
+    let mut a = Args {
+        fill: 20_000,
+        calls: 400,
+        threads: vec![1, 8, 32],
+        rows: vec!["read".into(), "write".into(), "refusal".into()],
+        dir: None,
+        census: true,
+    };
+    let argv: Vec<String> = std::env::args().collect();
+    let mut i = 1;
+    while i < argv.len() {
+        let value = argv.get(i + 1).cloned().unwrap_or_default();
+        match argv[i].as_str() {
+            "--fill" => a.fill = value.parse().expect("--fill N"),
+            "--calls" => a.calls = value.parse().expect("--calls N"),
+            "--threads" => {
+                a.threads = value
+                    .split(',')
+                    .map(|t| t.parse().expect("--threads LIST"))
+                    .collect()
+            }
+            "--rows" => a.rows = value.split(',').map(str::to_owned).collect(),
+            "--dir" => a.dir = Some(PathBuf::from(value)),
+            "--no-census" => {
+                a.census = false;
+                i += 1;
+                continue;
+            }
+            _ => {
+                i += 1; // cargo bench passes --bench
+                continue;
+            }
+        }
+        i += 2;
+    }
+    a
+}
+
+/// Workspace.Read answers 1 KiB of text; Workspace.Write answers the byte count. Both carry
+/// the two refs the real plugin stamps on every output.
+struct Handler;
+
+impl EffectHandler for Handler {
+    fn identity(&self) -> HandlerIdentity {
+        HandlerIdentity::in_process("store-pages-bench", "0.0.0")
+    }
+
+    fn execute(&self, req: &EffectRequest<'_>) -> HandlerOutcome {
+        let mut out = Map::new();
+        out.insert("ok".into(), json!(true));
+        if req.effect == "Workspace.Read" {
+            out.insert("content".into(), json!("r".repeat(PAYLOAD)));
+        } else {
+            out.insert("bytes".into(), json!(PAYLOAD));
+        }
+        let stamp = format!("sha256:{}", "ab".repeat(32));
+        out.insert("tool".into(), json!(stamp));
+        out.insert("policy_digest".into(), json!(stamp));
+        HandlerOutcome::Ok(out)
+    }
+}
+
+fn se_tool(id: &str) -> Transition {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../transitions/se-tools")
+        .join(format!("{id}.json"));
+    Transition::from_slice(&std::fs::read(path).expect("se-tool document")).expect("se-tool")
+}
+
+/// The arguments of call `n` of a row: unique write content, so no two calls share objects.
+fn call_args(row: &str, n: u64) -> (&'static str, Value) {
+    match row {
+        "write" => {
+            let head = format!("{n:016x}");
+            let content = format!("{head}{}", "w".repeat(PAYLOAD - head.len()));
+            ("ailang-write", json!({"path": "w.txt", "content": content}))
+        }
+        "refusal" => ("ailang-read", json!({"path": "f.txt", "limit": 1})),
+        _ => ("ailang-read", json!({"path": "f.txt"})),
+    }
+}
+
+/// Run `calls` calls of `row` from `threads` threads, each its own episode.
+fn drive(coordinator: &Coordinator, sessions: &[Session], row: &str, calls: u64, seq: &AtomicU64) {
+    let left = AtomicU64::new(calls);
+    std::thread::scope(|s| {
+        for session in sessions {
+            let left = &left;
+            s.spawn(move || {
+                while left
+                    .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |l| l.checked_sub(1))
+                    .is_ok()
+                {
+                    let n = seq.fetch_add(1, Ordering::Relaxed);
+                    // The fill alternates writes and reads.
+                    let kind = match row {
+                        "fill" if n.is_multiple_of(2) => "write",
+                        "fill" => "read",
+                        other => other,
+                    };
+                    let (tool, args) = call_args(kind, n);
+                    let out = coordinator.invoke(&Call {
+                        surface: Surface::Mcp,
+                        session: session.clone(),
+                        skill_id: tool.into(),
+                        task_id: None,
+                        args,
+                        transition_fn: None,
+                    });
+                    let out = out.unwrap_or_else(|e| panic!("{tool}: {e}"));
+                    let v: Value = serde_json::from_slice(&out.output).expect("output");
+                    let expect_ok = kind != "refusal";
+                    assert_eq!(v["ok"], json!(expect_ok), "{tool}: {v}");
+                }
+            });
+        }
+    });
+}
+
+/// Bytes this process passed to write calls (`wchar`). `write_bytes` would count whole
+/// page-cache folios, several pages each, not the pages LMDB writes.
+fn written() -> u64 {
+    std::fs::read_to_string("/proc/self/io")
+        .ok()
+        .and_then(|t| {
+            t.lines()
+                .find_map(|l| l.strip_prefix("wchar: "))
+                .and_then(|v| v.trim().parse().ok())
+        })
+        .unwrap_or(0)
+}
+
+struct Counters {
+    batches: u64,
+    ops: u64,
+    build: u64,
+    commit: u64,
+}
+
+fn counters(store: &Store) -> Counters {
+    let s = store.stats();
+    Counters {
+        batches: s.batches.load(Ordering::Relaxed),
+        ops: s.operations.load(Ordering::Relaxed),
+        build: s.build_nanos.load(Ordering::Relaxed),
+        commit: s.commit_nanos.load(Ordering::Relaxed),
+    }
+}
+
+#[derive(Default)]
+struct Tally {
+    commits: u64,
+    ops: u64,
+    tables: BTreeMap<String, PageCount>,
+}
+
+fn main() {
+    let a = args();
+    let base = a
+        .dir
+        .clone()
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_TARGET_TMPDIR")));
+    std::fs::create_dir_all(&base).expect("bench directory");
+    let tmp = tempfile::tempdir_in(&base).expect("temp dir");
+    let db = tmp.path().join("db");
+    let store = Store::create(&db).expect("store");
+    let docs = ["ailang-read", "ailang-write"].map(se_tool).to_vec();
+    registry::publish(&store, registry::DEFAULT_REGISTRY, docs, "bench").expect("publish");
+    let mut handlers = Handlers::new();
+    for effect in ["Workspace.Read", "Workspace.Write"] {
+        handlers.insert(effect, Arc::new(Handler)).expect("handler");
+    }
+    // The refusal row measures committed refusals, not their rate limit.
+    let config = CoordinatorConfig {
+        refusal_rate: RefusalRate::new(0.0, 1).expect("rate off"),
+        ..CoordinatorConfig::default()
+    };
+    let coordinator = Coordinator::new(store.clone(), handlers, config);
+    let most = a.threads.iter().copied().max().unwrap_or(1).max(8);
+    let sessions: Vec<Session> = (0..most)
+        .map(|i| {
+            let grants = vec![
+                "Workspace.Read=worktree:1000000000".parse().expect("grant"),
+                "Workspace.Write=worktree:1000000000"
+                    .parse()
+                    .expect("grant"),
+            ];
+            session::mint(&store, &format!("ep{i}"), grants, 86_400, coordinator.now())
+                .expect("mint")
+                .session
+        })
+        .collect();
+    let seq = AtomicU64::new(0);
+
+    let started = Instant::now();
+    drive(&coordinator, &sessions[..8], "fill", a.fill, &seq);
+    let fill_secs = started.elapsed().as_secs_f64();
+    let size = std::fs::metadata(db.join("data.mdb")).map_or(0, |m| m.len());
+    println!(
+        "store-pages: filled {} calls in {fill_secs:.1}s ({:.0} calls/s, 8 threads), data.mdb {:.0} MiB, dir {}",
+        a.fill,
+        a.fill as f64 / fill_secs,
+        size as f64 / (1 << 20) as f64,
+        base.display()
+    );
+    println!(
+        "{:<8} {:>3} | {:>6} {:>7} {:>7} {:>7} {:>7} {:>7} | {:>6} {:>7} {:>7}",
+        "row",
+        "thr",
+        "op/cm",
+        "pg/cm",
+        "pg/op",
+        "bld/op",
+        "lmdb/op",
+        "us/op",
+        "op/cm",
+        "pg/cm",
+        "pg/op"
+    );
+    println!(
+        "{:<12} | {:<48} | census pages per op by table",
+        "", "timed: pages written (wchar), writer µs"
+    );
+    let census_slot = Arc::new(Mutex::new((Census::default(), Tally::default())));
+    for row in &a.rows {
+        for &threads in &a.threads {
+            let sessions = &sessions[..threads];
+            // Timed pass.
+            let c0 = counters(&store);
+            let w0 = written();
+            drive(&coordinator, sessions, row, a.calls, &seq);
+            let c1 = counters(&store);
+            let w1 = written();
+            let commits = (c1.batches - c0.batches).max(1) as f64;
+            let ops = (c1.ops - c0.ops).max(1) as f64;
+            let pages = (w1 - w0) as f64 / 4096.0;
+            let build_us = (c1.build - c0.build) as f64 / 1e3;
+            let lmdb_us = (c1.commit - c0.commit) as f64 / 1e3;
+
+            if !a.census {
+                println!(
+                    "{:<8} {:>3} | {:>6.2} {:>7.1} {:>7.2} {:>7.1} {:>7.1} {:>7.1} |",
+                    row,
+                    threads,
+                    ops / commits,
+                    pages / commits,
+                    pages / ops,
+                    build_us / ops,
+                    lmdb_us / ops,
+                    (build_us + lmdb_us) / ops
+                );
+                continue;
+            }
+            // Census pass.
+            {
+                let mut slot = census_slot.lock().expect("census");
+                *slot = (pages::census(&db).expect("census"), Tally::default());
+            }
+            let slot = census_slot.clone();
+            let dir = db.clone();
+            store.observe_commits(Some(Box::new(move |n, ok| {
+                if !ok {
+                    return;
+                }
+                let Ok(after) = pages::census(&dir) else {
+                    return;
+                };
+                let mut guard = slot.lock().expect("census");
+                let (before, tally) = &mut *guard;
+                tally.commits += 1;
+                tally.ops += n as u64;
+                for (table, count) in after.written_since(before) {
+                    tally.tables.entry(table).or_default().add(count);
+                }
+                *before = after;
+            })));
+            drive(&coordinator, sessions, row, a.calls, &seq);
+            store.observe_commits(None);
+            let guard = census_slot.lock().expect("census");
+            let tally = &guard.1;
+            let total: u64 = tally.tables.values().map(PageCount::total).sum();
+            let cops = tally.ops.max(1) as f64;
+            let mut by_table: Vec<(&String, &PageCount)> = tally.tables.iter().collect();
+            by_table.sort_by_key(|(_, c)| std::cmp::Reverse(c.total()));
+            let breakdown = by_table
+                .iter()
+                .map(|(t, c)| format!("{t} {:.2}", c.total() as f64 / cops))
+                .collect::<Vec<_>>()
+                .join(", ");
+            println!(
+                "{:<8} {:>3} | {:>6.2} {:>7.1} {:>7.2} {:>7.1} {:>7.1} {:>7.1} | {:>6.2} {:>7.1} {:>7.2} | {}",
+                row,
+                threads,
+                ops / commits,
+                pages / commits,
+                pages / ops,
+                build_us / ops,
+                lmdb_us / ops,
+                (build_us + lmdb_us) / ops,
+                cops / tally.commits.max(1) as f64,
+                total as f64 / tally.commits.max(1) as f64,
+                total as f64 / cops,
+                breakdown
+            );
+            let kinds = by_table
+                .iter()
+                .take(6)
+                .map(|(t, c)| {
+                    format!(
+                        "{t} b{:.2}/l{:.2}/o{:.2}",
+                        c.branch as f64 / cops,
+                        c.leaf as f64 / cops,
+                        c.overflow as f64 / cops
+                    )
+                })
+                .collect::<Vec<_>>()
+                .join(", ");
+            println!(
+                "{:<12} | {:<48} | branch/leaf/overflow per op: {kinds}",
+                "", ""
+            );
+        }
+    }
+}

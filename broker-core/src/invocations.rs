@@ -1,0 +1,342 @@
+//! The invocation row: what the journal and the task table know of one invocation id.
+//!
+//! An effectful call writes its journal state (intent, then outcome) and its task state
+//! (pending, then committed) in its two transactions. The states of the first durable point
+//! share one row keyed by the invocation id, so the intent's commit writes one randomly placed
+//! leaf for both (schema 1 kept `journal_by_invocation` and `tasks` apart, two leaves). The
+//! states that resolve an intent (its outcome, the task's end) do not rewrite that row: they go
+//! to `resolutions`, keyed by the intent's journal sequence, which is always near the end of
+//! that table when the outcome is written — the outcome commit adds to the pages the other
+//! outcomes of its group commit write anyway, instead of one more random leaf per call.
+//! Readers see the resolution's parts over the row's.
+//!
+//! Row layout (both tables): `u64 BE intent sequence (0: none) | u32 BE length of the journal
+//! part (u32::MAX: none) | journal part | task part` (the rest; empty: none). Each part is the
+//! canonical JSON its module writes.
+
+use crate::store::{StoreError, Tables, TxnExt, WriteCtx};
+
+const NONE: u32 = u32::MAX;
+
+/// The parts of a row, borrowed from the stored bytes.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Row<'a> {
+    /// The journal sequence of the invocation's intent, for rows written with it.
+    pub intent: Option<u64>,
+    pub journal: Option<&'a [u8]>,
+    pub task: Option<&'a [u8]>,
+}
+
+impl<'a> Row<'a> {
+    pub(crate) fn decode(bytes: &'a [u8]) -> Option<Row<'a>> {
+        let intent = u64::from_be_bytes(bytes.get(..8)?.try_into().ok()?);
+        let len = u32::from_be_bytes(bytes.get(8..12)?.try_into().ok()?);
+        let rest = bytes.get(12..)?;
+        let (journal, task) = if len == NONE {
+            (None, rest)
+        } else {
+            let len = usize::try_from(len).ok()?;
+            (Some(rest.get(..len)?), rest.get(len..)?)
+        };
+        Some(Row {
+            intent: (intent != 0).then_some(intent),
+            journal,
+            task: (!task.is_empty()).then_some(task),
+        })
+    }
+
+    pub(crate) fn encode(&self) -> Vec<u8> {
+        let j = self.journal.unwrap_or_default();
+        let t = self.task.unwrap_or_default();
+        let mut out = Vec::with_capacity(12 + j.len() + t.len());
+        out.extend_from_slice(&self.intent.unwrap_or(0).to_be_bytes());
+        let len = match self.journal {
+            Some(j) => u32::try_from(j.len()).unwrap_or(NONE - 1),
+            None => NONE,
+        };
+        out.extend_from_slice(&len.to_be_bytes());
+        out.extend_from_slice(j);
+        out.extend_from_slice(t);
+        out
+    }
+
+    /// This row with one part replaced.
+    fn with(self, part: Part, bytes: &'a [u8]) -> Row<'a> {
+        match part {
+            Part::Journal => Row {
+                journal: Some(bytes),
+                ..self
+            },
+            Part::Task => Row {
+                task: Some(bytes),
+                ..self
+            },
+        }
+    }
+}
+
+/// Which part of the row a write replaces.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Part {
+    Journal,
+    Task,
+}
+
+fn decode<'t>(bytes: Option<&'t [u8]>, what: &str) -> Result<Option<Row<'t>>, StoreError> {
+    bytes
+        .map(|b| Row::decode(b).ok_or_else(|| StoreError::Corrupt(format!("{what} is damaged"))))
+        .transpose()
+}
+
+fn row<'t>(txn: &'t heed::RoTxn<'_>, t: &Tables, id: &str) -> Result<Option<Row<'t>>, StoreError> {
+    let e = |e| StoreError::from_heed(e, t.map_size);
+    decode(
+        t.invocations.get(txn, id).map_err(e)?,
+        &format!("invocation row {id}"),
+    )
+}
+
+fn resolution<'t>(
+    txn: &'t heed::RoTxn<'_>,
+    t: &Tables,
+    intent: u64,
+) -> Result<Option<Row<'t>>, StoreError> {
+    let e = |e| StoreError::from_heed(e, t.map_size);
+    decode(
+        t.resolutions.get(txn, &intent).map_err(e)?,
+        &format!("the resolution of intent {intent}"),
+    )
+}
+
+/// What is known of `id`: its row, with the parts of its resolution (if any) over it.
+pub(crate) fn get<'t>(
+    txn: &'t heed::RoTxn<'_>,
+    t: &Tables,
+    id: &str,
+) -> Result<Option<Row<'t>>, StoreError> {
+    match stored(txn, t, id)? {
+        None => Ok(None),
+        Some((row, resolution)) => visible(id, row, resolution).map(Some),
+    }
+}
+
+/// An invocation's row and its intent's resolution (if any), as stored bytes.
+pub(crate) type Stored<'t> = (&'t [u8], Option<&'t [u8]>);
+
+/// The bytes of `id`'s row and of its intent's resolution (if any), exactly as stored: what
+/// `GET /v1/invocations/{id}/rows` serves. A row too damaged to name its intent comes without
+/// a resolution; [`visible`] reports the damage.
+pub(crate) fn stored<'t>(
+    txn: &'t heed::RoTxn<'_>,
+    t: &Tables,
+    id: &str,
+) -> Result<Option<Stored<'t>>, StoreError> {
+    let e = |e| StoreError::from_heed(e, t.map_size);
+    let Some(bytes) = t.invocations.get(txn, id).map_err(e)? else {
+        return Ok(None);
+    };
+    let resolution = match Row::decode(bytes).and_then(|r| r.intent) {
+        Some(seq) => t.resolutions.get(txn, &seq).map_err(e)?,
+        None => None,
+    };
+    Ok(Some((bytes, resolution)))
+}
+
+/// What readers see of `id`, from the bytes of its row and of its intent's resolution: the
+/// store reads its own through this, and a remote verifier the bytes a daemon served, so a
+/// served row is decoded and merged by the same code as a stored one.
+pub(crate) fn visible<'a>(
+    id: &str,
+    row: &'a [u8],
+    resolution: Option<&'a [u8]>,
+) -> Result<Row<'a>, StoreError> {
+    let row = decode(Some(row), &format!("invocation row {id}"))?.unwrap_or_default();
+    let Some(resolution) = resolution else {
+        return Ok(row);
+    };
+    // A store keys resolutions by the row's intent; one given for a row without an intent
+    // resolves nothing of it.
+    let Some(seq) = row.intent else {
+        return Err(StoreError::Corrupt(format!(
+            "a resolution is given for invocation row {id}, which journals no intent"
+        )));
+    };
+    let r =
+        decode(Some(resolution), &format!("the resolution of intent {seq}"))?.unwrap_or_default();
+    Ok(Row {
+        intent: row.intent,
+        journal: r.journal.or(row.journal),
+        task: r.task.or(row.task),
+    })
+}
+
+/// Write a state of the invocation's first durable point into its row (keeping the other
+/// part); `intent` is the journal sequence of its intent, when this write journals it.
+pub(crate) fn put_initial(
+    w: &mut WriteCtx<'_, '_>,
+    id: &str,
+    part: Part,
+    bytes: &[u8],
+    intent: Option<u64>,
+) -> Result<(), StoreError> {
+    let current = row(w.txn, w.tables, id)?.unwrap_or_default();
+    let mut next = current.with(part, bytes);
+    next.intent = intent.or(current.intent);
+    let encoded = next.encode();
+    w.tables
+        .invocations
+        .put(w.txn, id, &encoded)
+        .map_err(w.heed_err())
+}
+
+/// Write a state that resolves the invocation: into the resolution of its intent when it has
+/// one, else into its row.
+pub(crate) fn put_resolution(
+    w: &mut WriteCtx<'_, '_>,
+    id: &str,
+    part: Part,
+    bytes: &[u8],
+) -> Result<(), StoreError> {
+    let seq = row(w.txn, w.tables, id)?.and_then(|r| r.intent);
+    let Some(seq) = seq else {
+        return put_initial(w, id, part, bytes, None);
+    };
+    let current = resolution(w.txn, w.tables, seq)?.unwrap_or_default();
+    let encoded = current.with(part, bytes).encode();
+    w.tables
+        .resolutions
+        .put(w.txn, &seq, &encoded)
+        .map_err(w.heed_err())
+}
+
+/// Replace the part readers see of `id` (maintenance and tamper tests): in its intent's
+/// resolution when that holds the part, else in its row. Nothing is checked.
+pub(crate) fn overwrite_visible(
+    w: &mut WriteCtx<'_, '_>,
+    id: &str,
+    part: Part,
+    bytes: &[u8],
+) -> Result<(), StoreError> {
+    let current = row(w.txn, w.tables, id)?
+        .ok_or_else(|| StoreError::Corrupt(format!("no invocation row {id}")))?;
+    if let Some(seq) = current.intent {
+        if let Some(r) = resolution(w.txn, w.tables, seq)? {
+            let held = match part {
+                Part::Journal => r.journal.is_some(),
+                Part::Task => r.task.is_some(),
+            };
+            if held {
+                let encoded = r.with(part, bytes).encode();
+                return w
+                    .tables
+                    .resolutions
+                    .put(w.txn, &seq, &encoded)
+                    .map_err(w.heed_err());
+            }
+        }
+    }
+    let encoded = current.with(part, bytes).encode();
+    w.tables
+        .invocations
+        .put(w.txn, id, &encoded)
+        .map_err(w.heed_err())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::Store;
+
+    /// The outcome's states go to the resolution of the intent and leave the row as the intent
+    /// wrote it; readers see the resolved parts. Without an intent, the row takes every write.
+    #[test]
+    fn resolving_an_intent_leaves_its_row_alone_and_reads_merge_both() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::create(&dir.path().join("db")).unwrap();
+        let raw_row = |id: &'static str| {
+            store
+                .read(|r| -> Result<_, StoreError> {
+                    Ok(r.tables
+                        .invocations
+                        .get(r.txn, id)
+                        .unwrap()
+                        .map(<[u8]>::to_vec))
+                })
+                .unwrap()
+        };
+        store
+            .write(|w| -> Result<(), StoreError> {
+                put_initial(w, "mcp:e:1", Part::Journal, b"intent", Some(41))?;
+                put_initial(w, "mcp:e:1", Part::Task, b"pending", None)
+            })
+            .unwrap();
+        let written = raw_row("mcp:e:1").unwrap();
+        store
+            .write(|w| -> Result<(), StoreError> {
+                put_resolution(w, "mcp:e:1", Part::Journal, b"outcome")?;
+                put_resolution(w, "mcp:e:1", Part::Task, b"committed")?;
+                // No intent: the row itself is resolved.
+                put_resolution(w, "mcp:e:2", Part::Task, b"refused")
+            })
+            .unwrap();
+        assert_eq!(raw_row("mcp:e:1").unwrap(), written);
+        let (one, two, resolution) = store
+            .read(|r| -> Result<_, StoreError> {
+                let one = get(r.txn, r.tables, "mcp:e:1")?.map(|x| {
+                    (
+                        x.intent,
+                        x.journal.map(<[u8]>::to_vec),
+                        x.task.map(<[u8]>::to_vec),
+                    )
+                });
+                let two = get(r.txn, r.tables, "mcp:e:2")?.map(|x| {
+                    (
+                        x.intent,
+                        x.journal.map(<[u8]>::to_vec),
+                        x.task.map(<[u8]>::to_vec),
+                    )
+                });
+                Ok((
+                    one,
+                    two,
+                    r.tables.resolutions.get(r.txn, &41).unwrap().is_some(),
+                ))
+            })
+            .unwrap();
+        assert_eq!(
+            one,
+            Some((
+                Some(41),
+                Some(b"outcome".to_vec()),
+                Some(b"committed".to_vec())
+            ))
+        );
+        assert_eq!(two, Some((None, None, Some(b"refused".to_vec()))));
+        assert!(resolution);
+    }
+
+    #[test]
+    fn rows_round_trip_with_either_part_absent_and_damage_is_refused() {
+        for (intent, journal, task) in [
+            (Some(3), Some(&b"{\"j\":1}"[..]), Some(&b"{\"t\":2}"[..])),
+            (Some(u64::MAX), Some(&b"{}"[..]), None),
+            (None, None, Some(&b"{\"t\":2}"[..])),
+            (None, None, None),
+        ] {
+            let row = Row {
+                intent,
+                journal,
+                task,
+            };
+            assert_eq!(Row::decode(&row.encode()), Some(row));
+        }
+        let full = Row {
+            intent: Some(1),
+            journal: Some(b"{\"j\":1}"),
+            task: None,
+        }
+        .encode();
+        assert_eq!(Row::decode(&full[..3]), None);
+        assert_eq!(Row::decode(&full[..full.len() - 1]), None);
+    }
+}

@@ -1,0 +1,252 @@
+//! The store's schema through the real binary: `worldd doctor` and `why` on a store written by
+//! the schema-1 build (migrated when opened), the daemon serving it, and the insertion-ordered
+//! `by-semantic-id` paging.
+
+mod common;
+
+use std::path::Path;
+
+use common::*;
+use serde_json::{json, Value};
+
+const WS: &[&str] = &["worldd_workspace"];
+
+/// A temp dir holding `db/`, a copy of broker-core's schema-1 fixture store.
+fn schema_1_store() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("db");
+    std::fs::create_dir_all(&db).unwrap();
+    let fixture =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../broker-core/tests/fixtures/store-v1");
+    std::fs::copy(fixture.join("data.mdb"), db.join("data.mdb")).unwrap();
+    dir
+}
+
+#[test]
+fn doctor_verifies_a_schema_1_store_after_migrating_it_and_the_daemon_serves_it() {
+    let dir = schema_1_store();
+    let db = dir.path().join("db");
+    let (code, out, err) = worldd(&["doctor", "--db", path_str(&db)], None);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("✓ 14 entr(ies) checked, 0 broken"), "{out}");
+    assert!(
+        out.contains("✓ 25 journal record(s); spend counters equal the sum of intents"),
+        "{out}"
+    );
+    assert!(out.contains("1 indeterminate intent(s)"), "{out}");
+    assert!(out.contains("mcp:ep1:lost"), "{out}");
+    // The migration is announced once, on the open that made it.
+    assert!(
+        err.contains("migrated the store from schema 1 to schema 2"),
+        "{err}"
+    );
+    let (code, out, err) = worldd(&["doctor", "--db", path_str(&db), "--json"], None);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(!err.contains("migrated"), "{err}");
+    let report: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(report["consistent"], true);
+    assert_eq!(report["entries"], 14);
+
+    // Every entry written by schema 1 re-verifies through `why`.
+    for handle in ["1", "7", "12", "head"] {
+        let (code, out, err) = worldd(&["why", "--db", path_str(&db), handle], None);
+        assert_eq!(code, 0, "why {handle}: {out}{err}");
+    }
+
+    // The daemon serves the migrated store and continues its chain.
+    std::fs::create_dir_all(dir.path().join("worktrees/ep9")).unwrap();
+    std::fs::write(
+        dir.path().join("worktrees/ep9/a.txt"),
+        "after the migration",
+    )
+    .unwrap();
+    let d = Daemon::start_in(dir, WS, &[]);
+    let token = d.session("ep9", &["Workspace.Read=worktree:5"]);
+    let r = a2a(&d, &token, "r1", "ailang-read", json!({"path": "a.txt"}));
+    assert_eq!(r["result"]["metadata"]["entry_index"], 14, "{r}");
+    let data = &r["result"]["artifacts"][0]["parts"][0]["data"];
+    assert_eq!(data["content"], "after the migration");
+    let head = get(&d.url("/v1/log/13"), Some(&token));
+    assert_eq!(head.status, 200);
+    assert_eq!(head.json()["header"]["writtenBy"], "coordinator:mcp");
+    // Who reads what was rebuilt by the migration: entry 1 is ep1's call, entry 8 ep2's.
+    let (ep1, ep2) = (
+        d.session("ep1", &["Workspace.Read=worktree:5"]),
+        d.session("ep2", &["Workspace.Read=worktree:5"]),
+    );
+    for (i, owner, other) in [(1, &ep1, &ep2), (8, &ep2, &ep1)] {
+        let record = get(&d.url(&format!("/v1/log/{i}")), Some(&token)).json()["transitionRef"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        let url = d.url(&format!("/v1/objects/{record}"));
+        assert_eq!(get(&url, Some(owner)).status, 200, "entry {i}");
+        assert_eq!(get(&url, Some(other)).status, 404, "entry {i}");
+        assert_eq!(get(&url, Some(&token)).status, 404, "entry {i}");
+    }
+    let kept = d.halt();
+    let (code, out, err) = worldd(&["doctor", "--db", path_str(&kept.path().join("db"))], None);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("✓ 15 entr(ies) checked, 0 broken"), "{out}");
+}
+
+#[test]
+fn by_semantic_id_pages_list_objects_in_the_order_they_were_stored() {
+    let d = Daemon::start(WS, &[]);
+    let token = d.session("ep1", &["Workspace.Read=worktree:50"]);
+    for i in 0..5 {
+        a2a(
+            &d,
+            &token,
+            &format!("r{i}"),
+            "ailang-read",
+            json!({"path": "x"}),
+        );
+    }
+    // The invocation records in log order are what the index lists, oldest first.
+    let records: Vec<String> = (1..=5)
+        .map(|i| {
+            get(&d.url(&format!("/v1/log/{i}")), Some(&token)).json()["transitionRef"]
+                .as_str()
+                .unwrap()
+                .to_owned()
+        })
+        .collect();
+    let sid = "world/invocation-record/v2";
+    let page = |query: &str| {
+        let a = get(
+            &d.url(&format!("/v1/objects/by-semantic-id/{sid}{query}")),
+            Some(&token),
+        );
+        assert_eq!(a.status, 200, "{}", a.text());
+        a.json()["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|o| o["hash"].as_str().unwrap().to_owned())
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(page(""), records);
+    // Nothing failed in the writer: no group commit was built twice.
+    let metrics = get(&d.url("/v1/metrics"), Some(&token)).text();
+    assert!(
+        metrics.contains("\nworldd_commit_rebuilt_batches_total 0\n"),
+        "{metrics}"
+    );
+    assert_eq!(page("?limit=2"), records[..2]);
+    assert_eq!(
+        page(&format!("?limit=2&after={}", records[1])),
+        records[2..4]
+    );
+    assert_eq!(
+        page(&format!("?after={}", records[4])),
+        Vec::<String>::new()
+    );
+
+    // Another episode's records are not listed, and naming one as `after` is answered
+    // exactly as naming a ref the store never saw.
+    let other = d.session("ep2", &["Workspace.Read=worktree:5"]);
+    a2a(&d, &other, "r0", "ailang-read", json!({"path": "x"}));
+    let theirs = get(&d.url("/v1/log/6"), Some(&other)).json()["transitionRef"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert_eq!(page(""), records);
+
+    // `after` must name an object listed under this semantic id.
+    let input = get(&d.url("/v1/log/1"), Some(&token)).json()["header"]["transitionFn"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    for after in [format!("sha256:{}", "0".repeat(64)), input, theirs] {
+        let a = get(
+            &d.url(&format!("/v1/objects/by-semantic-id/{sid}?after={after}")),
+            Some(&token),
+        );
+        assert_eq!(a.status, 400, "{}", a.text());
+        assert_eq!(
+            a.json(),
+            json!({"error":{"class":"BadRequest","message":"after: not an object with this semantic id"}})
+        );
+    }
+}
+
+/// The journal state and task state of a call live in its invocation row and, once resolved,
+/// in the resolution of its intent: rewriting either fact where readers find it makes `why`
+/// and `doctor` fail the entry (exit 3), and putting it back makes them pass again.
+#[test]
+fn a_rewritten_invocation_row_or_resolution_makes_why_and_doctor_exit_3() {
+    use broker_core::store::{RawTable, Store};
+    let d = Daemon::start(WS, &[]);
+    let token = d.session("ep1", &["Workspace.Read=worktree:5"]);
+    std::fs::write(d.root().join("ep1/a.txt"), "alpha").unwrap();
+    let v = a2a(&d, &token, "r1", "ailang-read", json!({"path": "a.txt"}));
+    let index = v["result"]["metadata"]["entry_index"].as_u64().unwrap();
+    let kept = d.halt();
+    let db = kept.path().join("db");
+    let run = |verb: &str| {
+        let index = index.to_string();
+        let mut args = vec![verb, "--db", path_str(&db)];
+        if verb == "why" {
+            args.push(&index);
+        }
+        worldd(&args, None)
+    };
+    assert_eq!(run("why").0, 0);
+    assert_eq!(run("doctor").0, 0);
+
+    let canon = |v: &Value| broker_core::canon::to_vec(v).unwrap();
+    let rewrite = |table: RawTable, key: &[u8], change: &dyn Fn(&mut Value)| -> Vec<u8> {
+        let store = Store::open(&db, Default::default()).unwrap();
+        let original = store.raw_get(table, key).unwrap().unwrap();
+        let mut v: Value = serde_json::from_slice(&original).unwrap();
+        change(&mut v);
+        store.raw_overwrite(table, key.to_vec(), canon(&v)).unwrap();
+        original
+    };
+    let restore = |table: RawTable, key: &[u8], original: Vec<u8>| {
+        let store = Store::open(&db, Default::default()).unwrap();
+        store.raw_overwrite(table, key.to_vec(), original).unwrap();
+    };
+
+    // The task state (the resolution's `committed`), moved to another entry.
+    let task_key = b"ep1\0a2a:r1";
+    let original = rewrite(RawTable::Tasks, task_key, &|t| {
+        assert_eq!(t["phase"], "committed");
+        t["entryIndex"] = json!(index + 3);
+    });
+    let (code, out, err) = run("why");
+    assert_eq!(code, 3, "{out}{err}");
+    assert!(
+        out.contains(&format!(
+            "journal -  the coordinator committed a2a:ep1:r1 at entry {}, not at this one",
+            index + 3
+        )),
+        "{out}"
+    );
+    let (code, out, _) = run("doctor");
+    assert_eq!(code, 3, "{out}");
+    assert!(
+        out.contains(&format!("      entry {index}: journal: ")),
+        "{out}"
+    );
+    restore(RawTable::Tasks, task_key, original);
+    assert_eq!(run("why").0, 0);
+
+    // The journal state (the resolution's outcome), naming another effect record.
+    let id = b"a2a:ep1:r1";
+    let original = rewrite(RawTable::JournalIndex, id, &|j| {
+        assert_eq!(j["status"], "succeeded");
+        j["resultRef"] = json!(format!("sha256:{}", "1".repeat(64)));
+    });
+    let (code, out, err) = run("why");
+    assert_eq!(code, 3, "{out}{err}");
+    assert!(
+        out.contains("is not the outcome the index records for a2a:ep1:r1"),
+        "{out}"
+    );
+    assert_eq!(run("doctor").0, 3);
+    restore(RawTable::JournalIndex, id, original);
+    assert_eq!(run("why").0, 0);
+    assert_eq!(run("doctor").0, 0);
+}
