@@ -114,20 +114,60 @@ pub(crate) fn get<'t>(
     t: &Tables,
     id: &str,
 ) -> Result<Option<Row<'t>>, StoreError> {
-    let Some(row) = row(txn, t, id)? else {
+    match stored(txn, t, id)? {
+        None => Ok(None),
+        Some((row, resolution)) => visible(id, row, resolution).map(Some),
+    }
+}
+
+/// An invocation's row and its intent's resolution (if any), as stored bytes.
+pub(crate) type Stored<'t> = (&'t [u8], Option<&'t [u8]>);
+
+/// The bytes of `id`'s row and of its intent's resolution (if any), exactly as stored: what
+/// `GET /v1/invocations/{id}/rows` serves. A row too damaged to name its intent comes without
+/// a resolution; [`visible`] reports the damage.
+pub(crate) fn stored<'t>(
+    txn: &'t heed::RoTxn<'_>,
+    t: &Tables,
+    id: &str,
+) -> Result<Option<Stored<'t>>, StoreError> {
+    let e = |e| StoreError::from_heed(e, t.map_size);
+    let Some(bytes) = t.invocations.get(txn, id).map_err(e)? else {
         return Ok(None);
     };
-    let Some(seq) = row.intent else {
-        return Ok(Some(row));
+    let resolution = match Row::decode(bytes).and_then(|r| r.intent) {
+        Some(seq) => t.resolutions.get(txn, &seq).map_err(e)?,
+        None => None,
     };
-    Ok(Some(match resolution(txn, t, seq)? {
-        None => row,
-        Some(r) => Row {
-            intent: row.intent,
-            journal: r.journal.or(row.journal),
-            task: r.task.or(row.task),
-        },
-    }))
+    Ok(Some((bytes, resolution)))
+}
+
+/// What readers see of `id`, from the bytes of its row and of its intent's resolution: the
+/// store reads its own through this, and a remote verifier the bytes a daemon served, so a
+/// served row is decoded and merged by the same code as a stored one.
+pub(crate) fn visible<'a>(
+    id: &str,
+    row: &'a [u8],
+    resolution: Option<&'a [u8]>,
+) -> Result<Row<'a>, StoreError> {
+    let row = decode(Some(row), &format!("invocation row {id}"))?.unwrap_or_default();
+    let Some(resolution) = resolution else {
+        return Ok(row);
+    };
+    // A store keys resolutions by the row's intent; one given for a row without an intent
+    // resolves nothing of it.
+    let Some(seq) = row.intent else {
+        return Err(StoreError::Corrupt(format!(
+            "a resolution is given for invocation row {id}, which journals no intent"
+        )));
+    };
+    let r =
+        decode(Some(resolution), &format!("the resolution of intent {seq}"))?.unwrap_or_default();
+    Ok(Row {
+        intent: row.intent,
+        journal: r.journal.or(row.journal),
+        task: r.task.or(row.task),
+    })
 }
 
 /// Write a state of the invocation's first durable point into its row (keeping the other

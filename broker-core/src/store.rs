@@ -641,8 +641,9 @@ impl Store {
 
     /// Maintenance access to stored bytes, for `doctor`-style tools and tamper tests: an
     /// object's envelope (by ref), an entry's JSON (by index, u64 BE), a world's JSON (by
-    /// world ref), a journal record (by seq, u64 BE), or the journal or task state of an
-    /// invocation (see [`RawTable`]). The rest of the row is kept.
+    /// world ref), a journal record (by seq, u64 BE), the journal or task state of an
+    /// invocation (the rest of its row is kept), or an invocation row or a resolution whole
+    /// (see [`RawTable`]).
     #[doc(hidden)]
     pub fn raw_overwrite(
         &self,
@@ -680,6 +681,16 @@ impl Store {
                     let id = task_invocation(&key)?;
                     invocations::overwrite_visible(w, &id, Part::Task, &value)
                 }
+                RawTable::Invocations => w
+                    .tables
+                    .invocations
+                    .put(w.txn, str_key(&key)?, &value)
+                    .map_err(e),
+                RawTable::Resolutions => w
+                    .tables
+                    .resolutions
+                    .put(w.txn, &raw_index(&key)?, &value)
+                    .map_err(e),
             }
         })
     }
@@ -705,6 +716,18 @@ impl Store {
                     .map(<[u8]>::to_vec),
                 RawTable::Tasks => invocations::get(r.txn, r.tables, &task_invocation(key)?)?
                     .and_then(|row| row.task)
+                    .map(<[u8]>::to_vec),
+                RawTable::Invocations => r
+                    .tables
+                    .invocations
+                    .get(r.txn, str_key(key)?)
+                    .map_err(r.heed_err())?
+                    .map(<[u8]>::to_vec),
+                RawTable::Resolutions => r
+                    .tables
+                    .resolutions
+                    .get(r.txn, &raw_index(key)?)
+                    .map_err(r.heed_err())?
                     .map(<[u8]>::to_vec),
             })
         })
@@ -748,6 +771,12 @@ pub enum RawTable {
     /// A task's state as readers see it, by `episode \0 task`: also a part of its
     /// invocation's resolution or row.
     Tasks,
+    /// An invocation's row as stored, by invocation id (UTF-8 key): intent sequence, journal
+    /// state and task state in the layout of `docs/data-model.md` §8.2.
+    Invocations,
+    /// The resolution of an intent as stored, by the intent's journal sequence (u64
+    /// big-endian key), in the same layout.
+    Resolutions,
 }
 
 fn run_nested<R, E>(

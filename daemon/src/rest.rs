@@ -170,6 +170,8 @@ pub fn routes() -> Router<AppState> {
         // Reconciliation and budget (session required, own episode only).
         .merge(crate::reconcile::routes())
         .merge(crate::catalog::routes())
+        // The stored rows online verification recomputes from (read model as above).
+        .merge(crate::verify_reads::routes())
 }
 
 /// Reads need a valid session unless `--open-reads`; the answer is who reads.
