@@ -292,6 +292,18 @@ fn session_and_address_mistakes_get_clear_errors() {
     );
 }
 
+/// `worldd call … --json-out | worldd why -` after a failed call: why says its stdin was
+/// empty instead of looking for the hash of no bytes.
+#[test]
+fn why_of_an_empty_pipe_says_the_call_before_it_printed_nothing() {
+    let d = Daemon::start(&["worldd_workspace"], &[]);
+    let (code, out, err) = worldd(&["why", "--addr", &d.url(""), "-"], Some(b""));
+    assert_eq!(
+        (code, out.as_str(), err.as_str()),
+        (1, "", "worldd: why -: nothing on stdin (did the command before the pipe fail? `worldd call TOOL --json-out | worldd why -` verifies the result it prints)\n")
+    );
+}
+
 #[test]
 fn the_daemon_logs_each_call_and_each_refused_credential() {
     let mut d = Daemon::start(&["worldd_workspace"], &[]);

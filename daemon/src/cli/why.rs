@@ -96,6 +96,13 @@ pub fn run(a: WhyArgs) -> CliResult {
         if bytes.last() == Some(&b'\n') {
             bytes.pop();
         }
+        // Usually the command before the pipe failed: say so rather than look for the hash of
+        // nothing.
+        if bytes.is_empty() {
+            return Err(Failure::usage(
+                "why -: nothing on stdin (did the command before the pipe fail? `worldd call TOOL --json-out | worldd why -` verifies the result it prints)",
+            ));
+        }
         Handle::Output(bytes)
     } else {
         Handle::parse(&a.handle).map_err(|e| Failure::usage(e.to_string()))?
