@@ -11,6 +11,7 @@ use std::process::{Command, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
 
+use broker_core::coordinator::R8_MESSAGE;
 use common::*;
 use serde_json::{json, Value};
 
@@ -138,7 +139,8 @@ fn handlers_route_names_a_missing_worktree() {
 
 #[test]
 fn call_of_a_tool_without_a_handler_names_rule_r8_not_the_log_hint() {
-    let d = Daemon::start(WS_AILANG, &[]);
+    let mut d = Daemon::start(WS_AILANG, &[]);
+    let log = stderr_lines(&mut d);
     let token = d.session("demo", &["Ailang.Run=worktree:5"]);
     let (code, out, err) = cli(
         &d,
@@ -157,6 +159,12 @@ fn call_of_a_tool_without_a_handler_names_rule_r8_not_the_log_hint() {
     // Nothing ran: the log holds only the genesis and the plugin publication.
     let head = get(&d.url("/v1/log?from=0"), Some(&token)).json();
     assert_eq!(head["items"].as_array().unwrap().len(), 1, "{head}");
+    // The operator's log names it as the deployment's gap (a warning), not a fault.
+    let line = expect_line(
+        &log,
+        &["mcp tools/call: host callback failed: ", R8_MESSAGE],
+    );
+    assert!(line.contains(" WARN "), "{line}");
 }
 
 #[test]
