@@ -12,6 +12,9 @@
 //! - **An episode's own**: every object the coordinator wrote for one of its calls: inputs,
 //!   plans, effect requests, effect results, effect records, outputs and invocation records,
 //!   including those of a call whose effect ran but was not committed.
+//! - **An invocation's own rows**: the invocation row, the resolution of its intent and the
+//!   journal rows of an invocation `<surface>:<episode>:<task>` (what online verification
+//!   recomputes the journal link from) are that episode's.
 //! - **Nobody else's**: another episode's object is answered exactly as an absent one, and
 //!   objects committed through `POST /v1/commit` (which belong to no episode) are read by
 //!   operators only, unless their semantic id is public.
@@ -132,6 +135,17 @@ pub fn may_read(
     match r.sequenced(&object.hash)? {
         Some((seq, _)) => may_read_at(r, reader, seq, object),
         None => Ok(false),
+    }
+}
+
+/// May `reader` read the stored rows of `invocation_id` (its invocation row, its intent's
+/// resolution and its journal rows)? They are the episode's the id names
+/// (`<surface>:<episode>:<task>`); an id without one is nobody's.
+pub fn may_read_invocation(reader: &Reader, invocation_id: &str) -> bool {
+    match reader {
+        Reader::Everyone | Reader::Operator => true,
+        Reader::Episode(e) => crate::task::split_invocation_id(invocation_id)
+            .is_some_and(|(_, episode, _)| episode == e),
     }
 }
 

@@ -102,20 +102,55 @@ fn resolution<'t>(r: &ReadCtx<'t>, intent: u64) -> Result<Option<Row<'t>>, Store
 
 /// What is known of `id`: its row, with the parts of its resolution (if any) over it.
 pub(crate) fn get<'t>(r: &ReadCtx<'t>, id: &str) -> Result<Option<Row<'t>>, StoreError> {
-    let Some(row) = row(r, id)? else {
+    match stored(r, id)? {
+        None => Ok(None),
+        Some((row, resolution)) => visible(id, row, resolution).map(Some),
+    }
+}
+
+/// An invocation's row and its intent's resolution (if any), as stored bytes.
+pub(crate) type Stored<'t> = (&'t [u8], Option<&'t [u8]>);
+
+/// The bytes of `id`'s row and of its intent's resolution (if any), exactly as stored: what
+/// `GET /v1/invocations/{id}/rows` serves. A row too damaged to name its intent comes without
+/// a resolution; [`visible`] reports the damage.
+pub(crate) fn stored<'t>(r: &ReadCtx<'t>, id: &str) -> Result<Option<Stored<'t>>, StoreError> {
+    let Some(bytes) = INVOCATIONS.get(r, id)? else {
         return Ok(None);
     };
-    let Some(seq) = row.intent else {
-        return Ok(Some(row));
+    let resolution = match Row::decode(bytes).and_then(|r| r.intent) {
+        Some(seq) => RESOLUTIONS.get(r, &seq)?,
+        None => None,
     };
-    Ok(Some(match resolution(r, seq)? {
-        None => row,
-        Some(r) => Row {
-            intent: row.intent,
-            journal: r.journal.or(row.journal),
-            task: r.task.or(row.task),
-        },
-    }))
+    Ok(Some((bytes, resolution)))
+}
+
+/// What readers see of `id`, from the bytes of its row and of its intent's resolution: the
+/// store reads its own through this, and a remote verifier the bytes a daemon served, so a
+/// served row is decoded and merged by the same code as a stored one.
+pub(crate) fn visible<'a>(
+    id: &str,
+    row: &'a [u8],
+    resolution: Option<&'a [u8]>,
+) -> Result<Row<'a>, StoreError> {
+    let row = decode(Some(row), &format!("invocation row {id}"))?.unwrap_or_default();
+    let Some(resolution) = resolution else {
+        return Ok(row);
+    };
+    // A store keys resolutions by the row's intent; one given for a row without an intent
+    // resolves nothing of it.
+    let Some(seq) = row.intent else {
+        return Err(StoreError::Corrupt(format!(
+            "a resolution is given for invocation row {id}, which journals no intent"
+        )));
+    };
+    let r =
+        decode(Some(resolution), &format!("the resolution of intent {seq}"))?.unwrap_or_default();
+    Ok(Row {
+        intent: row.intent,
+        journal: r.journal.or(row.journal),
+        task: r.task.or(row.task),
+    })
 }
 
 /// Write a state of the invocation's first durable point into its row (keeping the other

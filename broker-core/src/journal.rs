@@ -249,11 +249,40 @@ pub fn verified_state(
     r: &ReadCtx<'_>,
     invocation_id: &str,
 ) -> Result<Option<JournalState>, JournalError> {
-    let Some(state) = state(r, invocation_id)? else {
+    let Some(row) = invocations::get(r, invocation_id)? else {
         return Ok(None);
     };
-    let row = |seq: u64| -> Result<Row<'_>, JournalError> {
-        let bytes = JOURNAL.get(r, &seq)?.ok_or_else(|| {
+    let Some(state) = row.journal else {
+        return Ok(None);
+    };
+    state_from_rows(invocation_id, state, |seq| Ok(row_bytes(r, seq)?)).map(Some)
+}
+
+/// The stored bytes of journal row `seq` (an intent or an outcome).
+pub fn row_bytes<'t>(r: &ReadCtx<'t>, seq: u64) -> Result<Option<&'t [u8]>, StoreError> {
+    JOURNAL.get(r, &seq)
+}
+
+/// [`verified_state`] from bytes: the journal state of `invocation_id` (the journal part of
+/// its invocation row, or of its intent's resolution) and a reader of the journal rows it
+/// names. A store passes its own rows; a remote verifier passes the rows a daemon served, so
+/// both recompute the same verdict from the same bytes.
+pub fn state_from_rows<'r>(
+    invocation_id: &str,
+    state: &[u8],
+    row: impl Fn(u64) -> Result<Option<&'r [u8]>, JournalError>,
+) -> Result<JournalState, JournalError> {
+    let state: JournalState =
+        serde_json::from_slice(state).map_err(|e| JournalError::Corrupt(e.to_string()))?;
+    // A store finds the state by this id; bytes from elsewhere must say so themselves.
+    if state.intent.invocation_id != invocation_id {
+        return Err(JournalError::Corrupt(format!(
+            "the journal state given for {invocation_id} is {}'s",
+            state.intent.invocation_id
+        )));
+    }
+    let row = |seq: u64| -> Result<Row<'r>, JournalError> {
+        let bytes = row(seq)?.ok_or_else(|| {
             JournalError::Corrupt(format!("journal row #{seq} of {invocation_id} is missing"))
         })?;
         serde_json::from_slice(bytes)
@@ -296,7 +325,7 @@ pub fn verified_state(
             )))
         }
     }
-    Ok(Some(state))
+    Ok(state)
 }
 
 /// Same, inside a write transaction.

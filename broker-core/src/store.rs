@@ -14,7 +14,7 @@ use crate::log;
 use crate::migrate;
 use crate::object::Ref;
 use crate::objects::object_row;
-use crate::schema::{self, JOURNAL, OBJECTS};
+use crate::schema::{self, INVOCATIONS, JOURNAL, OBJECTS, RESOLUTIONS};
 use crate::storage::{Layout, RawEnv, Upgrade};
 use crate::task;
 
@@ -74,8 +74,9 @@ impl Store {
 
     /// Maintenance access to stored bytes, for `doctor`-style tools and tamper tests: an
     /// object's envelope (by ref), an entry's JSON (by index, u64 BE), a world's JSON (by
-    /// world ref), a journal record (by seq, u64 BE), or the journal or task state of an
-    /// invocation (see [`RawTable`]). The rest of the row is kept.
+    /// world ref), a journal record (by seq, u64 BE), the journal or task state of an
+    /// invocation (the rest of its row is kept), or an invocation row or a resolution whole
+    /// (see [`RawTable`]).
     #[doc(hidden)]
     pub fn raw_overwrite(
         &self,
@@ -108,6 +109,8 @@ impl Store {
                     let id = task_invocation(&key)?;
                     invocations::overwrite_visible(w, &id, Part::Task, &value)
                 }
+                RawTable::Invocations => INVOCATIONS.put(w, str_key(&key)?, &value),
+                RawTable::Resolutions => RESOLUTIONS.put(w, &raw_index(&key)?, &value),
             }
         })
     }
@@ -127,6 +130,8 @@ impl Store {
                 RawTable::Tasks => invocations::get(r, &task_invocation(key)?)?
                     .and_then(|row| row.task)
                     .map(<[u8]>::to_vec),
+                RawTable::Invocations => INVOCATIONS.get(r, str_key(key)?)?.map(<[u8]>::to_vec),
+                RawTable::Resolutions => RESOLUTIONS.get(r, &raw_index(key)?)?.map(<[u8]>::to_vec),
             })
         })
     }
@@ -169,4 +174,10 @@ pub enum RawTable {
     /// A task's state as readers see it, by `episode \0 task`: also a part of its
     /// invocation's resolution or row.
     Tasks,
+    /// An invocation's row as stored, by invocation id (UTF-8 key): intent sequence, journal
+    /// state and task state in the layout of `docs/data-model.md` §8.2.
+    Invocations,
+    /// The resolution of an intent as stored, by the intent's journal sequence (u64
+    /// big-endian key), in the same layout.
+    Resolutions,
 }

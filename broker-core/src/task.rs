@@ -59,11 +59,15 @@ pub fn get(r: &ReadCtx<'_>, episode: &str, task: &str) -> Result<Option<TaskStat
     let id = invocation_key(episode, task)?;
     match invocations::get(r, &id)?.and_then(|row| row.task) {
         None => Ok(None),
-        // Written canonical by `put`; a typed parse straight from the bytes is all a read needs.
-        Some(b) => serde_json::from_slice(b).ok().map(Some).ok_or_else(|| {
-            StoreError::Corrupt(format!("task state {episode}/{task} is unreadable"))
-        }),
+        Some(b) => from_bytes(episode, task, b).map(Some),
     }
+}
+
+/// A task state from its stored bytes (a store's own, or the bytes a daemon served for it).
+pub fn from_bytes(episode: &str, task: &str, bytes: &[u8]) -> Result<TaskState, StoreError> {
+    // Written canonical by `put`; a typed parse straight from the bytes is all a read needs.
+    serde_json::from_slice(bytes)
+        .map_err(|_| StoreError::Corrupt(format!("task state {episode}/{task} is unreadable")))
 }
 
 pub fn get_w(

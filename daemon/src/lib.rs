@@ -24,6 +24,7 @@
 //! | [`metrics`] | Prometheus counters at `/v1/metrics` |
 //! | [`log_stream`], [`log_summary`], [`visibility`] | the log live: `/v1/log/stream` (SSE) and `/v1/log/summaries`, filtered by who reads |
 //! | [`workbench`] | the provenance explorer at `/workbench` (embedded HTML, CSS and JS) |
+//! | [`verify_reads`] | `/v1/invocations/{id}/rows` and `/v1/log/{i}/world`: the stored rows `worldd why --addr` recomputes from |
 //!
 //! # Serving a router in a test
 //!
@@ -74,5 +75,6 @@ pub mod rest;
 pub mod server;
 pub mod state;
 pub mod tools;
+pub mod verify_reads;
 pub mod visibility;
 pub mod workbench;

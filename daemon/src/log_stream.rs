@@ -46,8 +46,8 @@ use broker_core::store::Store;
 use serde_json::{json, Value};
 use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
 
-use crate::log_summary::{self, Summary, DEFAULT_PAGE, MAX_PAGE};
-use crate::rest::ApiError;
+use crate::log_summary::{self, Summary};
+use crate::rest::{page_limit, ApiError};
 use crate::state::AppState;
 use crate::visibility::{self, Reader};
 
@@ -117,22 +117,6 @@ fn parse_index(text: &str, what: &str) -> Result<u64, ApiError> {
     text.trim()
         .parse()
         .map_err(|_| ApiError::bad_request(format!("{what} must be a non-negative integer")))
-}
-
-fn page_limit(q: &HashMap<String, String>) -> Result<usize, ApiError> {
-    match q.get("limit") {
-        None => Ok(DEFAULT_PAGE),
-        Some(s) => {
-            let n: i64 = s
-                .parse()
-                .map_err(|_| ApiError::bad_request("limit must be an integer"))?;
-            Ok(if n < 1 {
-                DEFAULT_PAGE
-            } else {
-                (n as usize).min(MAX_PAGE)
-            })
-        }
-    }
 }
 
 async fn summaries(

@@ -26,12 +26,11 @@ use broker_core::store::StoreError;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
+use crate::log_summary::{DEFAULT_PAGE, MAX_PAGE};
 use crate::state::{AppState, AuthFailure};
 
 /// Longest `semanticId` or `provenance` of a committed object, in bytes.
 pub const MAX_LABEL_BYTES: usize = 1024;
-const DEFAULT_PAGE: usize = 100;
-const MAX_PAGE: usize = 500;
 
 /// An error in the REST envelope.
 #[derive(Debug)]
@@ -170,6 +169,8 @@ pub fn routes() -> Router<AppState> {
         // Reconciliation and budget (session required, own episode only).
         .merge(crate::reconcile::routes())
         .merge(crate::catalog::routes())
+        // The stored rows online verification recomputes from (read model as above).
+        .merge(crate::verify_reads::routes())
 }
 
 /// Reads need a valid session unless `--open-reads`; the answer is who reads.
@@ -285,7 +286,9 @@ async fn object(
     ))
 }
 
-fn page_limit(q: &HashMap<String, String>) -> Result<usize, ApiError> {
+/// A page's `limit` query parameter: absent or below 1 is the default, above the maximum is
+/// the maximum.
+pub(crate) fn page_limit(q: &HashMap<String, String>) -> Result<usize, ApiError> {
     match q.get("limit") {
         None => Ok(DEFAULT_PAGE),
         Some(s) => {

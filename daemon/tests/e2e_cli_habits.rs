@@ -11,6 +11,7 @@ use std::process::{Command, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
 
+use broker_core::coordinator::R8_MESSAGE;
 use common::*;
 use serde_json::{json, Value};
 
@@ -138,7 +139,8 @@ fn handlers_route_names_a_missing_worktree() {
 
 #[test]
 fn call_of_a_tool_without_a_handler_names_rule_r8_not_the_log_hint() {
-    let d = Daemon::start(WS_AILANG, &[]);
+    let mut d = Daemon::start(WS_AILANG, &[]);
+    let log = stderr_lines(&mut d);
     let token = d.session("demo", &["Ailang.Run=worktree:5"]);
     let (code, out, err) = cli(
         &d,
@@ -157,6 +159,12 @@ fn call_of_a_tool_without_a_handler_names_rule_r8_not_the_log_hint() {
     // Nothing ran: the log holds only the genesis and the plugin publication.
     let head = get(&d.url("/v1/log?from=0"), Some(&token)).json();
     assert_eq!(head["items"].as_array().unwrap().len(), 1, "{head}");
+    // The operator's log names it as the deployment's gap (a warning), not a fault.
+    let line = expect_line(
+        &log,
+        &["mcp tools/call: host callback failed: ", R8_MESSAGE],
+    );
+    assert!(line.contains(" WARN "), "{line}");
 }
 
 #[test]
@@ -289,6 +297,18 @@ fn session_and_address_mistakes_get_clear_errors() {
         err.starts_with("worldd: cannot reach the daemon at http://127.0.0.1:9 (")
             && err.ends_with("); is `worldd serve` running there? (--addr or $WORLD_ADDR names another address)\n"),
         "{err}"
+    );
+}
+
+/// `worldd call … --json-out | worldd why -` after a failed call: why says its stdin was
+/// empty instead of looking for the hash of no bytes.
+#[test]
+fn why_of_an_empty_pipe_says_the_call_before_it_printed_nothing() {
+    let d = Daemon::start(&["worldd_workspace"], &[]);
+    let (code, out, err) = worldd(&["why", "--addr", &d.url(""), "-"], Some(b""));
+    assert_eq!(
+        (code, out.as_str(), err.as_str()),
+        (1, "", "worldd: why -: nothing on stdin (did the command before the pipe fail? `worldd call TOOL --json-out | worldd why -` verifies the result it prints)\n")
     );
 }
 

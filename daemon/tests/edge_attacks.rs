@@ -236,6 +236,58 @@ fn held_4mib_bodies_with_credentials_stay_within_the_body_budget() {
     drop(held);
 }
 
+/// A client that overshoots a route's limit by a little reads its 413: the daemon reads (and
+/// drops) the rest of the body before closing, so the kernel does not reset the connection
+/// over unread bytes and destroy the answer on its way. Both ways of overshooting: a declared
+/// length over the limit, and a chunked body that grows past it.
+#[test]
+fn a_body_slightly_over_the_limit_still_gets_its_413() {
+    let (d, _c) = start_with(WS, "", &["--commit-body-bytes", "4096"]);
+    let operator = d.operator_session("ops", &["World.Commit=log:5"]);
+    let body = vec![b' '; 12 * 1024];
+    let heads = [
+        format!("Content-Length: {}\r\n", body.len()),
+        "Transfer-Encoding: chunked\r\n".to_owned(),
+    ];
+    for framing in heads {
+        let mut s = connect(&d);
+        let head = format!(
+            "POST /v1/commit HTTP/1.1\r\nHost: {}\r\nAuthorization: Bearer {operator}\r\nContent-Type: application/json\r\nConnection: close\r\n{framing}\r\n",
+            d.addr
+        );
+        s.write_all(head.as_bytes()).unwrap();
+        let chunked = framing.starts_with("Transfer-Encoding");
+        // The daemon has the head (and, chunked, the first 8 KiB past the limit) well before
+        // the rest arrives: without the linger it answered and closed in between.
+        for part in body.chunks(8 * 1024) {
+            let bytes = if chunked {
+                [format!("{:x}\r\n", part.len()).as_bytes(), part, b"\r\n"].concat()
+            } else {
+                part.to_vec()
+            };
+            // Many clients give up on a failed write without reading the answer (ureq reports
+            // "Broken pipe"), so every write must land.
+            s.write_all(&bytes)
+                .unwrap_or_else(|e| panic!("{framing}: the daemon closed mid-body: {e}"));
+            std::thread::sleep(Duration::from_millis(300));
+        }
+        if chunked {
+            s.write_all(b"0\r\n\r\n")
+                .unwrap_or_else(|e| panic!("{framing}: the daemon closed mid-body: {e}"));
+        }
+        let mut answer = Vec::new();
+        let read = s.read_to_end(&mut answer);
+        let text = String::from_utf8_lossy(&answer);
+        assert!(read.is_ok(), "{framing}: {read:?} after {text:?}");
+        assert!(text.starts_with("HTTP/1.1 413 "), "{framing}: {text}");
+        assert!(
+            text.ends_with(r#"{"error":{"class":"PayloadTooLarge","message":"commit body exceeds 4096 bytes"}}"#),
+            "{framing}: {text}"
+        );
+    }
+    assert_eq!(trips(&d, "body_size"), 2);
+}
+
 #[test]
 fn a_body_that_never_arrives_is_cut_at_the_body_deadline() {
     let (d, _c) = start_with(WS, "[server]\nbody_timeout_ms = 300\n", &[]);

@@ -9,16 +9,20 @@
 //! entry nor stand in for it.
 //!
 //! The verifier reads through one small trait, [`Source`]: [`LocalSource`] reads a store;
-//! a remote source (the REST routes of a running daemon) plugs in through [`why_in`] and
-//! [`verify_entry_in`]. What each link checks is described in the `walk` module.
+//! a remote source (the REST routes of a running daemon, `worldd why --addr`) plugs in through
+//! [`why_in`] and [`verify_entry_in`], and hands over the coordinator's rows of an invocation as
+//! [`InvocationRows`], which it checks with the same code a store read uses. What each link
+//! checks is described in the `walk` module.
 
 mod audit;
+mod rows;
 mod source;
 mod walk;
 
 use serde_json::Value;
 
 pub use audit::{audit_store, StoreAudit};
+pub use rows::InvocationRows;
 pub use source::{LocalSource, Source, SourceError, StoredObject};
 
 use crate::canon;
@@ -78,6 +82,10 @@ pub enum VerifyError {
     BadHandle(String),
     #[error("{0} not found")]
     NotFound(String),
+    /// What the source holds does not match its address before any entry could be walked
+    /// (the head's world): an integrity failure, like a broken link.
+    #[error("{0}")]
+    Integrity(String),
 }
 
 /// One checked link.
@@ -185,6 +193,16 @@ fn head_index<S: Source + ?Sized>(src: &S) -> Result<u64, VerifyError> {
         .world(&head)?
         .ok_or_else(|| VerifyError::NotFound(format!("head world {head}")))?;
     let world = World::from_bytes(&bytes).map_err(|e| SourceError(e.to_string()))?;
+    // The head only says where to start; its world must still be what its ref names.
+    let canonical = world.to_bytes().map_err(|e| {
+        VerifyError::Integrity(format!("the head world has no canonical form: {e}"))
+    })?;
+    if canonical != *bytes || Ref::of(&canonical) != head {
+        return Err(VerifyError::Integrity(format!(
+            "the head world's bytes hash to {}, not to the head ref {head}",
+            Ref::of(&bytes)
+        )));
+    }
     Ok(world.revision)
 }
 

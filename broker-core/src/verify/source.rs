@@ -64,21 +64,27 @@ pub trait Source {
     fn head(&self) -> Result<Option<Ref>, SourceError>;
 
     /// The journal's state of one invocation: its intent and outcome. Only the coordinator
-    /// writes it for `a2a:`/`mcp:` invocations. Remote: a route that serves journal states.
+    /// writes it for `a2a:`/`mcp:` invocations. Remote: `GET /v1/invocations/{id}/rows`, the
+    /// stored invocation row, resolution and journal rows checked by
+    /// [`InvocationRows::journal_state`](super::InvocationRows).
     fn journal(&self, invocation_id: &str) -> Result<Option<JournalState>, SourceError>;
 
     /// The task (idempotency) state of `task` (`<surface>:<task id>`) in `episode`, written by
-    /// the coordinator in the same transaction as the entry. Remote: a route that serves task
-    /// states (`GET /v1/calls/{surface}/{key}` answers it for the caller's own episode).
+    /// the coordinator in the same transaction as the entry. Remote:
+    /// `GET /v1/invocations/{surface}:{episode}:{task id}/rows`, the stored invocation row and
+    /// resolution decoded by [`InvocationRows::task_state`](super::InvocationRows).
     fn task(&self, episode: &str, task: &str) -> Result<Option<TaskState>, SourceError>;
 
-    /// Is `prev` the entry hash of entry `index`? The default reads that entry; a store answers
-    /// from its entry-hash index without parsing it.
+    /// Is `prev` the entry hash of entry `index`? The default reads that entry and recomputes
+    /// its hash (a served entry's `entryHash` is only a claim); a store answers from its
+    /// entry-hash index, which it wrote from recomputed hashes.
     fn links(&self, prev: &Ref, index: u64) -> Result<bool, SourceError> {
         let Some(bytes) = self.entry(index)? else {
             return Ok(false);
         };
-        Ok(log::Entry::from_bytes(&bytes).is_ok_and(|e| e.entry_hash == *prev))
+        Ok(log::Entry::from_bytes(&bytes).is_ok_and(|e| {
+            e.header.entry_index == index && e.hash_is_valid() && e.entry_hash == *prev
+        }))
     }
 
     /// The index of the entry with this hash, when the source has an index of them; `None`
@@ -90,7 +96,7 @@ pub trait Source {
 
     /// The ref of the world that entry `index` selected, when the source keeps that index. Only
     /// client commits need it (a coordinator entry's world follows from its record); without
-    /// it their world is found only when it is the head.
+    /// it their world is found only when it is the head. Remote: `GET /v1/log/{index}/world`.
     fn world_at(&self, index: u64) -> Result<Option<Ref>, SourceError> {
         let _ = index;
         Ok(None)
@@ -129,7 +135,7 @@ impl Source for LocalSource<'_, '_> {
     }
 
     fn journal(&self, invocation_id: &str) -> Result<Option<JournalState>, SourceError> {
-        // The index row is checked against the journal rows it summarises.
+        // The journal state is checked against the journal rows it summarises.
         Ok(journal::verified_state(self.r, invocation_id)?)
     }
 
@@ -149,5 +155,61 @@ impl Source for LocalSource<'_, '_> {
 
     fn world_at(&self, index: u64) -> Result<Option<Ref>, SourceError> {
         Ok(log::world_ref_at(self.r, index)?)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::log::{Entry, EntryHeader};
+
+    /// A source that holds one entry at index 0 and nothing else.
+    struct OneEntry(Vec<u8>);
+
+    impl Source for OneEntry {
+        fn entry(&self, index: u64) -> Result<Option<Cow<'_, [u8]>>, SourceError> {
+            Ok((index == 0).then_some(Cow::Borrowed(self.0.as_slice())))
+        }
+        fn object(&self, _: &Ref) -> Result<Option<StoredObject<'_>>, SourceError> {
+            Ok(None)
+        }
+        fn world(&self, _: &Ref) -> Result<Option<Cow<'_, [u8]>>, SourceError> {
+            Ok(None)
+        }
+        fn head(&self) -> Result<Option<Ref>, SourceError> {
+            Ok(None)
+        }
+        fn journal(&self, _: &str) -> Result<Option<JournalState>, SourceError> {
+            Ok(None)
+        }
+        fn task(&self, _: &str, _: &str) -> Result<Option<TaskState>, SourceError> {
+            Ok(None)
+        }
+    }
+
+    #[test]
+    fn a_served_entry_hash_links_only_when_it_recomputes() {
+        let entry = Entry::new(
+            EntryHeader {
+                entry_index: 0,
+                semantics_epoch: 1,
+                transition_fn: Ref::of(b"fn"),
+                interpreter: Ref::of(b"interp"),
+                prev_entry_hash: Ref::ZERO,
+                written_by: "world:genesis".into(),
+            },
+            Ref::of(b"record"),
+        )
+        .unwrap();
+        let genuine = OneEntry(entry.to_bytes().unwrap());
+        assert!(genuine.links(&entry.entry_hash, 0).unwrap());
+        assert!(!genuine.links(&entry.entry_hash, 1).unwrap());
+
+        // A source that claims any hash it likes for the entry before: the claim is not a link.
+        let claimed = Ref::of(b"what the next entry names");
+        let mut lying = entry.clone();
+        lying.entry_hash = claimed;
+        let lying = OneEntry(lying.to_bytes().unwrap());
+        assert!(!lying.links(&claimed, 0).unwrap());
     }
 }

@@ -213,6 +213,73 @@ fn agent() -> ureq::Agent {
         .build()
 }
 
+/// A daemon's address and the session credential, resolved once, and one HTTP agent that
+/// keeps its connection open across requests (for verbs that make many).
+pub(super) struct Connection {
+    base: String,
+    token: Option<String>,
+    agent: ureq::Agent,
+}
+
+impl Connection {
+    pub(super) fn open(c: &ClientArgs) -> Result<Connection, Failure> {
+        Ok(Connection {
+            base: base_url(&c.addr)?,
+            token: credential(&c.session)?,
+            agent: agent(),
+        })
+    }
+
+    /// The daemon's base URL, `http://HOST:PORT`.
+    pub(super) fn base(&self) -> &str {
+        &self.base
+    }
+
+    /// Send a request; `Ok((status, body))` for any HTTP answer.
+    pub(super) fn send(
+        &self,
+        method: &str,
+        path: &str,
+        body: Option<(&str, &[u8])>,
+        extra: &[(&str, &str)],
+    ) -> Result<(u16, Vec<u8>), Failure> {
+        let base = &self.base;
+        let url = format!("{base}{path}");
+        let mut req = self.agent.request(method, &url);
+        if let Some(token) = &self.token {
+            req = req.set("Authorization", &format!("Bearer {token}"));
+        }
+        for (k, v) in extra {
+            req = req.set(k, v);
+        }
+        let res = match body {
+            Some((ct, bytes)) => req.set("Content-Type", ct).send_bytes(bytes),
+            None => req.call(),
+        };
+        let res = match res {
+            Ok(r) => r,
+            Err(ureq::Error::Status(_, r)) => r,
+            Err(ureq::Error::Transport(t)) => {
+                return Err(Failure::usage(format!(
+                    "cannot reach the daemon at {base} ({t}); is `worldd serve` running there? (--addr or $WORLD_ADDR names another address)"
+                )))
+            }
+        };
+        let status = res.status();
+        if status == 401 && self.token.is_none() {
+            return Err(Failure::usage(format!(
+                "{path} needs a session credential and none was given: pass --session FILE (or set $WORLD_SESSION); `worldd session new EPISODE --preset se-tools --out FILE` makes one"
+            )));
+        }
+        let mut out = Vec::new();
+        res.into_reader()
+            .take(64 << 20)
+            .read_to_end(&mut out)
+            .map_err(|e| Failure::usage(format!("{path}: {e}")))?;
+        Ok((status, out))
+    }
+}
+
 /// Send a request; `Ok((status, body))` for any HTTP answer.
 pub(super) fn send(
     c: &ClientArgs,
@@ -221,41 +288,7 @@ pub(super) fn send(
     body: Option<(&str, &[u8])>,
     extra: &[(&str, &str)],
 ) -> Result<(u16, Vec<u8>), Failure> {
-    let base = base_url(&c.addr)?;
-    let url = format!("{base}{path}");
-    let mut req = agent().request(method, &url);
-    let token = credential(&c.session)?;
-    if let Some(token) = &token {
-        req = req.set("Authorization", &format!("Bearer {token}"));
-    }
-    for (k, v) in extra {
-        req = req.set(k, v);
-    }
-    let res = match body {
-        Some((ct, bytes)) => req.set("Content-Type", ct).send_bytes(bytes),
-        None => req.call(),
-    };
-    let res = match res {
-        Ok(r) => r,
-        Err(ureq::Error::Status(_, r)) => r,
-        Err(ureq::Error::Transport(t)) => {
-            return Err(Failure::usage(format!(
-                "cannot reach the daemon at {base} ({t}); is `worldd serve` running there? (--addr or $WORLD_ADDR names another address)"
-            )))
-        }
-    };
-    let status = res.status();
-    if status == 401 && token.is_none() {
-        return Err(Failure::usage(format!(
-            "{path} needs a session credential and none was given: pass --session FILE (or set $WORLD_SESSION); `worldd session new EPISODE --preset se-tools --out FILE` makes one"
-        )));
-    }
-    let mut out = Vec::new();
-    res.into_reader()
-        .take(64 << 20)
-        .read_to_end(&mut out)
-        .map_err(|e| Failure::usage(format!("{path}: {e}")))?;
-    Ok((status, out))
+    Connection::open(c)?.send(method, path, body, extra)
 }
 
 /// GET a REST route and fail with the daemon's error envelope on non-2xx.

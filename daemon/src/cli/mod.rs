@@ -19,6 +19,7 @@ mod serve;
 mod session;
 mod tail;
 mod why;
+mod why_remote;
 
 /// A failure at the CLI edge: the message printed on stderr and the exit code.
 #[derive(Debug)]
@@ -81,7 +82,7 @@ pub enum Command {
     Session(session::SessionCommand),
     /// Explain and re-verify one call's provenance.
     #[command(
-        after_help = "Examples:\n  worldd call ailang-read --arg path=hello.txt --json-out | worldd why -\n  worldd why head\n  worldd why 42 --json\n  worldd why mcp:demo:write-7"
+        after_help = "Examples:\n  worldd call ailang-read --arg path=hello.txt --json-out | worldd why -\n  worldd why head --addr http://127.0.0.1:7644 --session .world/demo.session\n  worldd why 42 --json --db .world/db\n  worldd why mcp:demo:write-7"
     )]
     Why(why::WhyArgs),
     /// Check a store offline: every entry's links, spend against the journal, the head.

@@ -2,28 +2,88 @@
 //! the stored bytes, the plan's replay and the coordinator's journal included. `-` reads the
 //! result bytes themselves from stdin (as printed by `worldd call … --json-out`). When several
 //! entries carry the handle, each is listed and verified; any that fails makes the exit code 3.
+//!
+//! Two sources, one walk: a store offline (`--db`), or what a running daemon serves (`--addr`,
+//! through [`why_remote`](super::why_remote)), so an agent on a machine without the store can
+//! verify its own calls. Which one runs without either flag is decided by [`mode`].
 
 use std::io::Read;
+use std::path::{Path, PathBuf};
 
-use broker_core::verify::{self, Handle, Report, VerifyError};
+use broker_core::verify::{self, Explanation, Handle, Report, VerifyError};
 use clap::Args;
 
+use super::client::{ClientArgs, Connection, DEFAULT_ADDR};
 use super::session::open_existing;
-use super::{CliResult, DbArg, Failure};
+use super::why_remote::{RemoteSource, Trouble};
+use super::{CliResult, Failure};
+
+/// Where `why` looks when neither `--db` nor `--addr` (nor `$WORLD_ADDR`) is given, if a store
+/// is there.
+const DEFAULT_DB: &str = ".world/db";
 
 #[derive(Args, Debug)]
 pub struct WhyArgs {
-    #[command(flatten)]
-    pub db: DbArg,
     /// `head`, an entry index, a sha256: ref from a result, an invocation id, or `-` for the
     /// result bytes on stdin.
     pub handle: String,
+    /// Verify a store offline: its directory [default: .world/db when it exists and no
+    /// daemon is named].
+    #[arg(long, conflicts_with_all = ["addr", "session"])]
+    pub db: Option<PathBuf>,
+    /// Verify what a running daemon serves, http://HOST:PORT [default: $WORLD_ADDR; else
+    /// http://127.0.0.1:7644 with --session or when there is no .world/db].
+    #[arg(long)]
+    pub addr: Option<String>,
+    /// With a daemon: session credential, or a file holding it (default: $WORLD_SESSION).
+    #[arg(long)]
+    pub session: Option<String>,
     /// How many entries to scan back from the head to find a ref.
     #[arg(long, default_value_t = verify::DEFAULT_SCAN)]
     pub scan: u64,
     /// Print the chain as JSON.
     #[arg(long)]
     pub json: bool,
+}
+
+/// What `why` verifies.
+enum Mode {
+    /// A store, offline.
+    Store(PathBuf),
+    /// What a running daemon serves; `fallback`: chosen because no store was found.
+    Daemon { client: ClientArgs, fallback: bool },
+}
+
+/// `--db` when given; a daemon when `--addr`, `$WORLD_ADDR` or `--session` names one (a
+/// credential only means something to a daemon); else `.world/db` when it holds a store; else
+/// the daemon at the default address.
+fn mode(a: &WhyArgs) -> Mode {
+    let daemon = |addr: String, fallback| Mode::Daemon {
+        client: ClientArgs {
+            addr,
+            session: a.session.clone(),
+        },
+        fallback,
+    };
+    if let Some(db) = &a.db {
+        return Mode::Store(db.clone());
+    }
+    if let Some(addr) = &a.addr {
+        return daemon(addr.clone(), false);
+    }
+    if let Some(addr) = std::env::var("WORLD_ADDR")
+        .ok()
+        .filter(|v| !v.trim().is_empty())
+    {
+        return daemon(addr, false);
+    }
+    if a.session.is_some() {
+        return daemon(DEFAULT_ADDR.to_owned(), false);
+    }
+    if Path::new(DEFAULT_DB).join("data.mdb").exists() {
+        return Mode::Store(DEFAULT_DB.into());
+    }
+    daemon(DEFAULT_ADDR.to_owned(), true)
 }
 
 pub fn run(a: WhyArgs) -> CliResult {
@@ -36,23 +96,120 @@ pub fn run(a: WhyArgs) -> CliResult {
         if bytes.last() == Some(&b'\n') {
             bytes.pop();
         }
+        // Usually the command before the pipe failed: say so rather than look for the hash of
+        // nothing.
+        if bytes.is_empty() {
+            return Err(Failure::usage(
+                "why -: nothing on stdin (did the command before the pipe fail? `worldd call TOOL --json-out | worldd why -` verifies the result it prints)",
+            ));
+        }
         Handle::Output(bytes)
     } else {
         Handle::parse(&a.handle).map_err(|e| Failure::usage(e.to_string()))?
     };
-    let store = open_existing(&a.db.db)?;
-    let why = match verify::why(&store, &handle, a.scan) {
-        Ok(w) => w,
-        Err(VerifyError::NotFound(what)) => {
-            return Err(Failure::usage(format!(
-                "why: {what} not found (scanned back {} entries; raise --scan to look further)",
-                a.scan
-            )))
+    match mode(&a) {
+        Mode::Store(db) => {
+            let store = open_existing(&db)?;
+            let why = verify::why(&store, &handle, a.scan).map_err(|e| failure(e, a.scan))?;
+            report(&why, a.json, "what the store holds")
         }
-        Err(e) => return Err(Failure::usage(format!("why: {e}"))),
+        Mode::Daemon { client, fallback } => {
+            let (why, malformed) = online(&client, &handle, a.scan).map_err(|mut f| {
+                if fallback && f.message.starts_with("why: cannot reach the daemon") {
+                    f.message.push_str(&format!(
+                        " (no store at {DEFAULT_DB} either: give --db DIR to verify a store offline)"
+                    ));
+                }
+                f
+            })?;
+            let verdict = report(
+                &why,
+                a.json,
+                &format!("what the daemon at {} serves", base(&client)),
+            );
+            // A daemon that answered with something other than what it claims is named as
+            // such, whatever the links say.
+            match malformed {
+                Some(f) => Err(f),
+                None => verdict,
+            }
+        }
+    }
+}
+
+fn base(client: &ClientArgs) -> String {
+    super::client::base_url(&client.addr).unwrap_or_else(|_| client.addr.clone())
+}
+
+/// A verification that found nothing to walk, as the CLI reports it.
+fn failure(e: VerifyError, scan: u64) -> Failure {
+    match e {
+        VerifyError::NotFound(what) => Failure::usage(format!(
+            "why: {what} not found (scanned back {scan} entries; raise --scan to look further)"
+        )),
+        VerifyError::Integrity(what) => {
+            Failure::integrity(format!("why: {what}; do not trust this answer"))
+        }
+        e => Failure::usage(format!("why: {e}")),
+    }
+}
+
+/// Verify through a daemon's REST routes: the same walk, the daemon trusted for nothing but
+/// availability. Beside the chains, the integrity failure to report when the daemon answered
+/// a read with something that is not what the route serves.
+fn online(
+    client: &ClientArgs,
+    handle: &Handle,
+    scan: u64,
+) -> Result<(Explanation, Option<Failure>), Failure> {
+    let remote = RemoteSource::new(Connection::open(client)?);
+    let result = verify::why_in(&remote, handle, scan);
+    match remote.trouble() {
+        Some(Trouble::Unavailable(m)) => return Err(Failure::usage(format!("why: {m}"))),
+        Some(Trouble::Malformed(m)) if result.is_err() => {
+            return Err(malformed(remote.base(), &m));
+        }
+        _ => {}
+    }
+    let mut why = result.map_err(|e| failure(e, scan))?;
+    // An entry whose record the daemon answers as absent is not this session's to read
+    // (another episode's call reads exactly like a missing one): not found, not broken.
+    let hidden: Vec<(u64, String)> = why
+        .reports
+        .iter()
+        .filter_map(|r| {
+            let record = r.links.iter().find(|l| l.kind == "record" && !l.ok)?;
+            let reference = record.reference?;
+            remote
+                .withheld(&reference)
+                .then(|| (r.entry_index, reference.short(8)))
+        })
+        .collect();
+    why.reports
+        .retain(|r| !hidden.iter().any(|(i, _)| *i == r.entry_index));
+    if let (true, Some((index, record))) = (why.reports.is_empty(), hidden.first()) {
+        return Err(Failure::usage(format!(
+            "why: entry {index} not found: the daemon at {} answers its record {record} as absent to this session (another episode's calls read as absent; an operator credential reads every episode)",
+            remote.base()
+        )));
+    }
+    let malformed = match remote.trouble() {
+        Some(Trouble::Malformed(m)) => Some(malformed(remote.base(), &m)),
+        _ => None,
     };
+    Ok((why, malformed))
+}
+
+fn malformed(base: &str, detail: &str) -> Failure {
+    Failure::integrity(format!(
+        "why: the daemon at {base} served something that is not what it claims ({detail}); do not trust its answers"
+    ))
+}
+
+/// Print the chains and decide the exit code; `source` names what was verified.
+fn report(why: &Explanation, json: bool, source: &str) -> CliResult {
     let several = why.reports.len() > 1;
-    if a.json {
+    if json {
         println!("{}", why.to_json());
     } else {
         if several {
@@ -71,7 +228,7 @@ pub fn run(a: WhyArgs) -> CliResult {
         [only] if !several => {
             let broken = only.links.iter().filter(|l| !l.ok).count();
             Err(Failure::integrity(format!(
-                "why: {broken} of {} link(s) broken: what the store holds does not match its content address; do not trust this answer",
+                "why: {broken} of {} link(s) broken: {source} does not match its content address; do not trust this answer",
                 only.links.len()
             )))
         }

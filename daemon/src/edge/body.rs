@@ -1,9 +1,11 @@
 //! Reading a request body: after authentication, never more than the route's limit, and
 //! whole within a deadline.
 //!
-//! A declared `Content-Length` over the limit is refused before a byte is read; otherwise the
-//! body is read frame by frame and refused as soon as it grows past the limit, so an oversized
-//! upload is never buffered whole. The deadline covers the whole body (a client trickling one
+//! A declared `Content-Length` over the limit is refused before a byte is buffered; otherwise
+//! the body is read frame by frame and refused as soon as it grows past the limit, so an
+//! oversized upload is never buffered whole. A body that overshoots by at most
+//! [`LINGER_BYTES`] is read to its end (and dropped) before the refusal, so its client reads
+//! the 413 rather than a reset connection. The deadline covers the whole body (a client trickling one
 //! byte at a time cannot hold the connection and its buffer), measured from when reading
 //! starts, which is right after the request head arrived and was authenticated.
 //!
@@ -31,6 +33,13 @@ const KIB: usize = 1024;
 /// common tool call) are never refused for it while large uploads fill it. Bounded all the
 /// same: at most `max_connections` × this.
 pub const UNCOUNTED_BYTES: usize = 16 * KIB;
+
+/// How much of an oversized body is still read, and thrown away, before the refusal is sent.
+/// Closing a connection with unread bytes in its receive buffer makes the kernel reset it, and
+/// a reset can destroy the client's copy of the 413 before it reads it: a client that overshot
+/// by a little (an honest mistake) gets its answer; one that declares megabytes does not keep
+/// the daemon reading.
+pub const LINGER_BYTES: usize = 64 * KIB;
 
 /// Reads request bodies within one shared budget of bytes.
 #[derive(Clone)]
@@ -143,7 +152,10 @@ impl Bodies {
             .get(CONTENT_LENGTH)
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.trim().parse::<u64>().ok());
-        if declared.is_some_and(|n| n > limit as u64) {
+        if let Some(n) = declared.filter(|&n| n > limit as u64) {
+            if n <= (limit + LINGER_BYTES) as u64 {
+                discard(body, limit + LINGER_BYTES).await;
+            }
             return Err(BodyError::TooLarge);
         }
         let mut held = None;
@@ -158,6 +170,8 @@ impl Bodies {
             // Trailers carry nothing for JSON; only data frames count.
             if let Ok(data) = frame.into_data() {
                 if buf.len() + data.len() > limit {
+                    drop(buf);
+                    discard(body, LINGER_BYTES).await;
                     return Err(BodyError::TooLarge);
                 }
                 if buf.len() + data.len() > taken {
@@ -172,6 +186,21 @@ impl Bodies {
             bytes: Bytes::from(buf),
             _budget: held,
         })
+    }
+}
+
+/// Read and drop at most `max` more bytes of `body` (the caller's deadline bounds the time).
+async fn discard<B>(body: B, max: usize)
+where
+    B: HttpBody<Data = Bytes>,
+{
+    let mut body = std::pin::pin!(body);
+    let mut seen = 0usize;
+    while seen <= max {
+        match std::future::poll_fn(|cx| body.as_mut().poll_frame(cx)).await {
+            Some(Ok(frame)) => seen += frame.data_ref().map_or(0, |d| d.len()),
+            _ => return,
+        }
     }
 }
 

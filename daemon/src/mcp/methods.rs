@@ -477,6 +477,8 @@ async fn tools_call(
                     return Ok(reply);
                 }
             }
+            // A tool no loaded plugin can run is the deployment's choice, not a fault.
+            let no_handler = matches!(failure, InvokeFailure::Call(CallError::NoHandler));
             let (host, cause) = match failure {
                 // Nothing ran: the store is past its reserve (the operator's log says why).
                 InvokeFailure::Call(e @ CallError::StoreFull(_)) => {
@@ -509,6 +511,9 @@ async fn tools_call(
                 // stderr exactly when the daemon is busiest.
                 HostFailure::Capacity | HostFailure::Busy | HostFailure::StoreFull => {
                     tracing::debug!(%episode, %tool, rpc_id = %id, "mcp tools/call: {}: {cause}", host.message())
+                }
+                HostFailure::Failed if no_handler => {
+                    tracing::warn!(%episode, %tool, rpc_id = %id, "mcp tools/call: {}: {cause}", host.message())
                 }
                 HostFailure::TimedOut => {
                     tracing::warn!(%episode, %tool, rpc_id = %id, "mcp tools/call: {}: {cause}", host.message())
