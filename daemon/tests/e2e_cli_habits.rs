@@ -48,19 +48,6 @@ fn expect_line(rx: &mpsc::Receiver<String>, needles: &[&str]) -> String {
     }
 }
 
-/// A session of `episode` minted straight into the store, without creating its worktree.
-fn session_without_worktree(d: &Daemon, episode: &str, grants: &[&str]) -> String {
-    let store = broker_core::store::Store::open(&d.db(), Default::default()).unwrap();
-    let grants = grants.iter().map(|g| g.parse().unwrap()).collect();
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_secs() as i64;
-    broker_core::session::mint(&store, episode, grants, 3600, now)
-        .unwrap()
-        .token
-}
-
 fn cli(d: &Daemon, token: &str, args: &[&str]) -> (i32, String, String) {
     let addr = d.url("");
     let mut all = args.to_vec();
@@ -128,7 +115,7 @@ fn handlers_route_lists_the_plugins_and_says_why_a_tool_cannot_run() {
 #[test]
 fn handlers_route_names_a_missing_worktree() {
     let d = Daemon::start(&["worldd_workspace"], &[]);
-    let token = session_without_worktree(&d, "nowhere", &["Workspace.Read=worktree:5"]);
+    let token = d.session_without_worktree("nowhere", &["Workspace.Read=worktree:5"]);
     let v = get(&d.url("/v1/handlers"), Some(&token)).json();
     assert_eq!(
         v["tools"],

@@ -6,33 +6,17 @@ mod common;
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
-use std::process::{Command, Stdio};
 
 use common::*;
 
 /// `worldd session mint … --out <out>`, answering `y` at the terminal; (success, output).
 fn mint_to(db: &Path, out: &Path) -> (bool, String) {
-    let cmd = format!(
-        "{WORLDD} session mint --db {} --episode ep1 --grant Workspace.Read=worktree:3 --out {}",
-        db.display(),
+    let args = format!(
+        "--episode ep1 --grant Workspace.Read=worktree:3 --out {}",
         out.display()
     );
-    let mut child = Command::new("script")
-        .args(["-qec", &cmd, "/dev/null"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    {
-        use std::io::Write;
-        child.stdin.take().unwrap().write_all(b"y\n").unwrap();
-    }
-    let out = child.wait_with_output().unwrap();
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-    )
+    let (code, shown) = mint_at_terminal(db, &args);
+    (code == 0, shown)
 }
 
 fn sessions(db: &Path) -> String {

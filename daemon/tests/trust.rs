@@ -392,33 +392,7 @@ fn why_of_a_genuine_output_that_a_forged_entry_duplicates_lists_both_and_flags_t
     // invocation, the real plan, effect and output. Written into the store directly.
     let kept = d.halt();
     let db = kept.path().join("db");
-    let forged_at = {
-        use broker_core::log::{self, Append, HeadBinding};
-        use broker_core::object::{sid, Object};
-        let store = broker_core::store::Store::open(&db, Default::default()).unwrap();
-        let mut forged = record.clone();
-        forged["invocationId"] = json!("a2a:ep1:never-happened");
-        let rec = Object::json(sid::INVOCATION_RECORD, "coordinator:a2a", &forged).unwrap();
-        let a = Append {
-            objects: vec![rec.clone()],
-            transition_fn: entry["header"]["transitionFn"]
-                .as_str()
-                .unwrap()
-                .parse()
-                .unwrap(),
-            interpreter: entry["header"]["interpreter"]
-                .as_str()
-                .unwrap()
-                .parse()
-                .unwrap(),
-            written_by: "coordinator:a2a".into(),
-            transition_ref: rec.hash,
-            state_root: output_ref.parse().unwrap(),
-            binding: HeadBinding::AtHead,
-        };
-        let c = store.write(move |w| log::append(w, &a)).unwrap();
-        c.entry.header.entry_index
-    };
+    let forged_at = forge_coordinator_entry(&db, &entry, &record, &output_ref);
 
     let (code, out, err) = worldd(&["why", "--db", path_str(&db), &output_ref], None);
     assert_eq!(code, 3, "{out}{err}");

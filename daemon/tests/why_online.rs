@@ -417,24 +417,9 @@ impl LyingProxy {
 /// One request per connection (a GET, no body): forward it with `Connection: close`, read the
 /// whole answer, tell the lie if it is the lie's route, and send it back.
 fn proxy_one(mut client: TcpStream, upstream: &str, lie: Option<&Lie>) -> std::io::Result<()> {
-    let mut head = Vec::new();
-    let mut byte = [0u8; 1];
-    while !head.ends_with(b"\r\n\r\n") {
-        if client.read(&mut byte)? == 0 {
-            return Ok(());
-        }
-        head.push(byte[0]);
-    }
-    let text = String::from_utf8_lossy(&head).into_owned();
-    let path = text.split(' ').nth(1).unwrap_or("").to_owned();
-    let mut forwarded: String = text
-        .lines()
-        .filter(|l| !l.is_empty() && !l.to_ascii_lowercase().starts_with("connection:"))
-        .map(|l| format!("{l}\r\n"))
-        .collect();
-    forwarded.push_str("Connection: close\r\n\r\n");
-    let mut server = TcpStream::connect(upstream)?;
-    server.write_all(forwarded.as_bytes())?;
+    let Some((path, mut server)) = forward_request_head(&mut client, upstream)? else {
+        return Ok(());
+    };
     let mut answer = Vec::new();
     server.read_to_end(&mut answer)?;
     let split = answer.windows(4).position(|w| w == b"\r\n\r\n").unwrap();
@@ -617,38 +602,7 @@ fn online_why_of_a_forged_entry_exits_3_like_offline() {
 
     // The coordinator's label on an invented invocation, written into the store directly.
     let kept = d.halt();
-    let forged_at = {
-        use broker_core::log::{self, Append, HeadBinding};
-        use broker_core::object::{sid, Object};
-        let store =
-            broker_core::store::Store::open(&kept.path().join("db"), Default::default()).unwrap();
-        let mut forged = record.clone();
-        forged["invocationId"] = json!("a2a:ep1:never-happened");
-        let rec = Object::json(sid::INVOCATION_RECORD, "coordinator:a2a", &forged).unwrap();
-        let a = Append {
-            objects: vec![rec.clone()],
-            transition_fn: e["header"]["transitionFn"]
-                .as_str()
-                .unwrap()
-                .parse()
-                .unwrap(),
-            interpreter: e["header"]["interpreter"]
-                .as_str()
-                .unwrap()
-                .parse()
-                .unwrap(),
-            written_by: "coordinator:a2a".into(),
-            transition_ref: rec.hash,
-            state_root: output_ref.parse().unwrap(),
-            binding: HeadBinding::AtHead,
-        };
-        store
-            .write(move |w| log::append(w, &a))
-            .unwrap()
-            .entry
-            .header
-            .entry_index
-    };
+    let forged_at = forge_coordinator_entry(&kept.path().join("db"), &e, &record, &output_ref);
     let d = Daemon::start_in(kept, WS, &[]);
     let ops = session_file(d.dir.path(), "ops.session", &ops_token);
     let agent = session_file(d.dir.path(), "agent.session", &token);

@@ -161,24 +161,9 @@ impl TamperProxy {
 /// One request per connection: forward it with `Connection: close`, then copy the answer
 /// back (tampering with the target's payload).
 fn proxy_one(mut client: TcpStream, upstream: &str, target: &str) -> std::io::Result<()> {
-    let mut head = Vec::new();
-    let mut byte = [0u8; 1];
-    while !head.ends_with(b"\r\n\r\n") {
-        if client.read(&mut byte)? == 0 {
-            return Ok(());
-        }
-        head.push(byte[0]);
-    }
-    let text = String::from_utf8_lossy(&head).into_owned();
-    let path = text.split(' ').nth(1).unwrap_or("").to_owned();
-    let mut forwarded: String = text
-        .lines()
-        .filter(|l| !l.is_empty() && !l.to_ascii_lowercase().starts_with("connection:"))
-        .map(|l| format!("{l}\r\n"))
-        .collect();
-    forwarded.push_str("Connection: close\r\n\r\n");
-    let mut server = TcpStream::connect(upstream)?;
-    server.write_all(forwarded.as_bytes())?;
+    let Some((path, mut server)) = forward_request_head(&mut client, upstream)? else {
+        return Ok(());
+    };
     if path != target {
         let mut back = server.try_clone()?;
         let mut to = client.try_clone()?;

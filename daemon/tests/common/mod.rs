@@ -127,28 +127,38 @@ impl Daemon {
     /// writers across processes). Also creates the episode's worktree.
     pub fn session(&self, episode: &str, grants: &[&str]) -> String {
         std::fs::create_dir_all(self.root().join(episode)).unwrap();
-        let store = broker_core::store::Store::open(&self.db(), Default::default()).unwrap();
-        let grants = grants.iter().map(|g| g.parse().unwrap()).collect();
-        let now = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_secs() as i64;
-        broker_core::session::mint(&store, episode, grants, 3600, now)
-            .unwrap()
-            .token
+        self.session_without_worktree(episode, grants)
+    }
+
+    /// A session of `episode` minted straight into the store, without creating its worktree.
+    pub fn session_without_worktree(&self, episode: &str, grants: &[&str]) -> String {
+        self.mint_with(broker_core::session::mint, episode, grants)
     }
 
     /// Mint an operator credential directly in the store (as `session mint --operator`).
     pub fn operator_session(&self, episode: &str, grants: &[&str]) -> String {
+        self.mint_with(broker_core::session::mint_operator, episode, grants)
+    }
+
+    fn mint_with<E: std::fmt::Debug>(
+        &self,
+        mint: impl FnOnce(
+            &broker_core::store::Store,
+            &str,
+            Vec<broker_core::grant::Grant>,
+            i64,
+            i64,
+        ) -> Result<broker_core::session::Minted, E>,
+        episode: &str,
+        grants: &[&str],
+    ) -> String {
         let store = broker_core::store::Store::open(&self.db(), Default::default()).unwrap();
         let grants = grants.iter().map(|g| g.parse().unwrap()).collect();
         let now = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .unwrap()
             .as_secs() as i64;
-        broker_core::session::mint_operator(&store, episode, grants, 3600, now)
-            .unwrap()
-            .token
+        mint(&store, episode, grants, 3600, now).unwrap().token
     }
 
     /// Kill this daemon and start another on the same directory (store, worktrees).
@@ -439,4 +449,62 @@ pub fn raw_exchange(addr: &str, bytes: &[u8]) -> Answer {
         );
         buf.extend_from_slice(&chunk[..n]);
     }
+}
+
+/// What an earlier build let any session commit: the coordinator's label on an invented
+/// invocation (`a2a:ep1:never-happened`) that reuses a genuine call's `record` (its plan,
+/// effects and output) under `entry`'s transition and interpreter, appended at the head of the
+/// halted daemon's store at `db` straight through the library. Returns the forged entry's index.
+pub fn forge_coordinator_entry(db: &Path, entry: &Value, record: &Value, output_ref: &str) -> u64 {
+    use broker_core::log::{self, Append, HeadBinding};
+    use broker_core::object::{sid, Object};
+    let store = broker_core::store::Store::open(db, Default::default()).unwrap();
+    let mut forged = record.clone();
+    forged["invocationId"] = Value::from("a2a:ep1:never-happened");
+    let rec = Object::json(sid::INVOCATION_RECORD, "coordinator:a2a", &forged).unwrap();
+    let header_ref = |field: &str| entry["header"][field].as_str().unwrap().parse().unwrap();
+    let a = Append {
+        objects: vec![rec.clone()],
+        transition_fn: header_ref("transitionFn"),
+        interpreter: header_ref("interpreter"),
+        written_by: "coordinator:a2a".into(),
+        transition_ref: rec.hash,
+        state_root: output_ref.parse().unwrap(),
+        binding: HeadBinding::AtHead,
+    };
+    store
+        .write(move |w| log::append(w, &a))
+        .unwrap()
+        .entry
+        .header
+        .entry_index
+}
+
+/// A test proxy's first half: read one request head from `client` (a GET, no body) and forward
+/// it to `upstream` with `Connection: close`, so the answer ends with the connection. Returns
+/// the request's path and the upstream connection, or `None` when the client left first.
+pub fn forward_request_head(
+    client: &mut std::net::TcpStream,
+    upstream: &str,
+) -> std::io::Result<Option<(String, std::net::TcpStream)>> {
+    use std::io::{Read, Write};
+    let mut head = Vec::new();
+    let mut byte = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        if client.read(&mut byte)? == 0 {
+            return Ok(None);
+        }
+        head.push(byte[0]);
+    }
+    let text = String::from_utf8_lossy(&head).into_owned();
+    let path = text.split(' ').nth(1).unwrap_or("").to_owned();
+    let mut forwarded: String = text
+        .lines()
+        .filter(|l| !l.is_empty() && !l.to_ascii_lowercase().starts_with("connection:"))
+        .map(|l| format!("{l}\r\n"))
+        .collect();
+    forwarded.push_str("Connection: close\r\n\r\n");
+    let mut server = std::net::TcpStream::connect(upstream)?;
+    server.write_all(forwarded.as_bytes())?;
+    Ok(Some((path, server)))
 }
