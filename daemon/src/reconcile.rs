@@ -240,14 +240,7 @@ async fn own_budget(state: AppState, session: Session) -> Result<Response, ApiEr
             .coordinator()
             .budget(&session)
             .map_err(|e| ApiError::internal("budget", e))?;
-        // Intents of this episode without an outcome: spent, and maybe run.
-        let pending = s
-            .store()
-            .indeterminate()
-            .map_err(|e| ApiError::internal("indeterminate intents", e))?
-            .into_iter()
-            .filter(|p| p.intent.episode == own)
-            .collect::<Vec<_>>();
+        let pending = episode_indeterminate(&s, &own)?;
         Ok::<_, ApiError>((lines, pending))
     })
     .await
@@ -283,13 +276,7 @@ async fn episode_spend(state: AppState, episode: String) -> Result<Response, Api
             .store()
             .read(|r| journal::spent(r, &own))
             .map_err(|e| ApiError::internal("spent", e))?;
-        let pending = state
-            .store()
-            .indeterminate()
-            .map_err(|e| ApiError::internal("indeterminate intents", e))?
-            .into_iter()
-            .filter(|p| p.intent.episode == own)
-            .collect::<Vec<_>>();
+        let pending = episode_indeterminate(&state, &own)?;
         Ok::<_, ApiError>((spent, pending))
     })
     .await
@@ -304,6 +291,20 @@ async fn episode_spend(state: AppState, episode: String) -> Result<Response, Api
         "indeterminate": indeterminate_json(&pending),
     }))
     .into_response())
+}
+
+/// The episode's intents without an outcome: spent, and maybe run.
+fn episode_indeterminate(
+    state: &AppState,
+    episode: &str,
+) -> Result<Vec<journal::JournalState>, ApiError> {
+    Ok(state
+        .store()
+        .indeterminate()
+        .map_err(|e| ApiError::internal("indeterminate intents", e))?
+        .into_iter()
+        .filter(|p| p.intent.episode == episode)
+        .collect())
 }
 
 fn indeterminate_json(pending: &[journal::JournalState]) -> Vec<Value> {
