@@ -379,6 +379,36 @@ fn quickstart_on_a_taken_port_creates_nothing() {
     assert!(!world.exists(), "quickstart created {}", world.display());
 }
 
+/// `serve` on a port another daemon holds stops before it opens or creates the store.
+#[test]
+fn serve_on_a_taken_port_creates_nothing() {
+    let holder = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let bind = holder.local_addr().unwrap().to_string();
+    let dir = tempfile::tempdir().unwrap();
+    let (db, root) = (dir.path().join("db"), dir.path().join("wt"));
+    let (code, out, err) = worldd(
+        &[
+            "serve",
+            "--db",
+            path_str(&db),
+            "--workspace-root",
+            path_str(&root),
+            "--bind",
+            &bind,
+        ],
+        None,
+    );
+    assert_eq!((code, out.as_str()), (2, ""), "{err}");
+    assert!(
+        err.ends_with(&format!("worldd: daemon startup failed at listen: {bind}: Address already in use (os error 98); is another worldd already serving here? Stop it, or pick a free port with --bind 127.0.0.1:PORT (nothing was created)\n")),
+        "{err}"
+    );
+    assert!(
+        !db.exists() && !root.exists(),
+        "serve created its store or root"
+    );
+}
+
 #[test]
 fn quickstart_print_only_prints_the_configuration_alone_on_stdout() {
     let dir = tempfile::tempdir().unwrap();

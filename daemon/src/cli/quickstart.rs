@@ -48,12 +48,7 @@ pub fn run(a: QuickstartArgs) -> CliResult {
         let addr = serve::resolve_bind(&a.bind)?;
         crate::server::check_loopback(&addr)
             .map_err(|e| Failure::fatal(format!("daemon startup failed at bind-policy: {e}")))?;
-        Some(serve::bind_now(addr).map_err(|f| {
-            Failure::fatal(format!(
-                "{}; is another worldd already serving here? Stop it, or pick a free port with --bind 127.0.0.1:PORT (nothing was created)",
-                f.message
-            ))
-        })?)
+        Some(serve::bind_now(addr)?)
     };
     let db = a.dir.join("db");
     let root = a.dir.join("worktrees");

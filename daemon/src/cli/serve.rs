@@ -217,9 +217,16 @@ pub fn run(a: ServeArgs) -> CliResult {
     run_with(a, Launch::default())
 }
 
-/// Bind `addr` now, with the same failure text as `serve`.
+/// Bind `addr` now, before anything is created: a taken port leaves no store behind.
 pub fn bind_now(addr: SocketAddr) -> Result<std::net::TcpListener, Failure> {
-    std::net::TcpListener::bind(addr).map_err(|e| startup("listen", format!("{addr}: {e}")))
+    std::net::TcpListener::bind(addr).map_err(|e| {
+        let hint = if e.kind() == std::io::ErrorKind::AddrInUse {
+            "; is another worldd already serving here? Stop it, or pick a free port with --bind 127.0.0.1:PORT (nothing was created)"
+        } else {
+            ""
+        };
+        startup("listen", format!("{addr}: {e}{hint}"))
+    })
 }
 
 pub fn run_with(a: ServeArgs, launch: Launch) -> CliResult {
@@ -264,6 +271,10 @@ pub fn run_with(a: ServeArgs, launch: Launch) -> CliResult {
     // Bind policy first: nothing else happens for a non-loopback address.
     let addr = resolve_bind(&bind)?;
     server::check_loopback(&addr).map_err(|e| startup("bind-policy", e))?;
+    let listener = match launch.listener {
+        Some(l) => l,
+        None => bind_now(addr)?,
+    };
 
     std::fs::create_dir_all(&workspace_root).map_err(|e| {
         startup(
@@ -358,15 +369,11 @@ pub fn run_with(a: ServeArgs, launch: Launch) -> CliResult {
     let coordinator = Arc::new(coordinator);
     let overruns = coordinator.clone();
     let served = runtime.block_on(async move {
-        let listener = match launch.listener {
-            Some(l) => {
-                l.set_nonblocking(true).map_err(|e| startup("listen", e))?;
-                tokio::net::TcpListener::from_std(l).map_err(|e| startup("listen", e))?
-            }
-            None => tokio::net::TcpListener::bind(addr)
-                .await
-                .map_err(|e| startup("listen", format!("{addr}: {e}")))?,
-        };
+        listener
+            .set_nonblocking(true)
+            .map_err(|e| startup("listen", e))?;
+        let listener =
+            tokio::net::TcpListener::from_std(listener).map_err(|e| startup("listen", e))?;
         let local = listener.local_addr().map_err(|e| startup("listen", e))?;
         if server_config.public_url.is_none() {
             server_config.public_url = Some(format!("http://{local}"));
