@@ -288,6 +288,43 @@ fn a_body_slightly_over_the_limit_still_gets_its_413() {
     assert_eq!(trips(&d, "body_size"), 2);
 }
 
+/// Refusals that come before the body is read (a foreign Origin, no credential, an unknown
+/// route) still reach a client that sends its head and its body separately: the daemon reads
+/// the small rest of the body before it answers and closes, instead of resetting the
+/// connection under the client's feet ("broken pipe", the answer lost).
+#[test]
+fn refusals_before_the_body_still_reach_a_client_that_sends_it_late() {
+    let d = Daemon::start(WS, &[]);
+    let body = vec![b' '; 4000];
+    let cases = [
+        ("/mcp/", "Origin: http://evil.example.com\r\n", "403"),
+        ("/mcp/", "", "401"),
+        ("/v1/commit", "", "401"),
+        ("/nowhere", "", "404"),
+    ];
+    for (path, extra, status) in cases {
+        let mut s = connect(&d);
+        let head = format!(
+            "POST {path} HTTP/1.1\r\nHost: {}\r\n{extra}Content-Type: application/json\r\nAccept: application/json, text/event-stream\r\nConnection: close\r\nContent-Length: {}\r\n\r\n",
+            d.addr,
+            body.len()
+        );
+        s.write_all(head.as_bytes()).unwrap();
+        for part in body.chunks(2000) {
+            std::thread::sleep(Duration::from_millis(300));
+            s.write_all(part)
+                .unwrap_or_else(|e| panic!("{path} {extra}: the daemon closed mid-body: {e}"));
+        }
+        let mut answer = Vec::new();
+        s.read_to_end(&mut answer).unwrap();
+        let text = String::from_utf8_lossy(&answer);
+        assert!(
+            text.starts_with(&format!("HTTP/1.1 {status} ")),
+            "{path} {extra}: {text}"
+        );
+    }
+}
+
 #[test]
 fn a_body_that_never_arrives_is_cut_at_the_body_deadline() {
     let (d, _c) = start_with(WS, "[server]\nbody_timeout_ms = 300\n", &[]);

@@ -14,11 +14,11 @@ use std::time::Duration;
 use axum::Router;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulShutdown;
-use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
+use tower::ServiceExt;
 
-use super::ServerConfig;
+use super::{linger, ServerConfig};
 use crate::metrics::Metrics;
 
 /// Descriptors kept free for everything that is not a client connection: the store, plugin
@@ -73,7 +73,17 @@ pub async fn serve(
         .header_read_timeout(config.header_timeout)
         .max_buf_size(MAX_HEAD_BYTES)
         .keep_alive(true);
-    let service = TowerToHyperService::new(app);
+    // Each request's body is tracked, so that a small remainder the route did not read is
+    // drained before its answer goes out (`linger`).
+    let service = hyper::service::service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
+        let app = app.clone();
+        async move {
+            let (req, remainder) = linger::track(req);
+            let answer = app.oneshot(req).await;
+            remainder.drain().await;
+            answer
+        }
+    });
     let mut shutdown = std::pin::pin!(shutdown);
     let mut accept_errors = AcceptErrors::default();
     loop {

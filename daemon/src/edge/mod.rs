@@ -7,6 +7,7 @@
 //! | request head | hyper's header-read timeout: a complete request head within [`ServerConfig::header_timeout`] of the connection being accepted or finishing its previous response (so it is also the idle keep-alive timeout); heads over 64 KiB are refused | [`listener`] |
 //! | Host and Origin | loopback names and the operator's lists only, on every route, before anything else (403) | [`host`] |
 //! | authentication | every route that reads a body authenticates from its headers first | the routes |
+//! | unread bodies | an answer sent before its request body was read waits (at most 2 s) for a remainder of at most 64 KiB, so the client reads it instead of a reset connection | [`linger`] |
 //! | request body | a per-route size limit, a whole-body deadline ([`ServerConfig::body_timeout`]) and one byte budget for all bodies in flight ([`ServerConfig::body_budget_bytes`]) | [`body`] |
 //!
 //! Limits of calls (admission, handler deadlines, batch sizes) are in [`crate::limits`].
@@ -17,6 +18,7 @@ use serde::Deserialize;
 
 pub mod body;
 pub mod host;
+pub mod linger;
 pub mod listener;
 
 /// Default most connections open at once.
