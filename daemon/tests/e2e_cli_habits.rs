@@ -540,10 +540,7 @@ fn git_handlers_config(cwd: &Path, plugins: &Path) -> String {
 #[test]
 fn handlers_shows_the_git_table_as_given_whatever_identity_git_config_has() {
     let dir = tempfile::tempdir().unwrap();
-    let plugins = dir.path().join("plugins");
-    std::fs::create_dir_all(&plugins).unwrap();
-    let lib = plugin_library("worldd_git");
-    std::fs::copy(&lib, plugins.join(lib.file_name().unwrap())).unwrap();
+    let plugins = plugin_dir_with(dir.path(), &["worldd_git"]);
     let repo = dir.path().join("repo");
     std::fs::create_dir_all(&repo).unwrap();
     let git = |args: &[&str]| {
@@ -569,13 +566,11 @@ fn the_example_config_serves_as_documented_for_a_normal_user() {
     let example = Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/world.example.toml");
     let dir = tempfile::tempdir().unwrap();
     let cwd = dir.path().join("project");
-    let plugins = dir.path().join("plugins");
     std::fs::create_dir_all(&cwd).unwrap();
-    std::fs::create_dir_all(&plugins).unwrap();
-    for p in ["worldd_workspace", "worldd_git", "worldd_registry"] {
-        let lib = plugin_library(p);
-        std::fs::copy(&lib, plugins.join(lib.file_name().unwrap())).unwrap();
-    }
+    let plugins = plugin_dir_with(
+        dir.path(),
+        &["worldd_workspace", "worldd_git", "worldd_registry"],
+    );
     let out = Command::new(WORLDD)
         .arg("handlers")
         .arg("--config")
@@ -604,17 +599,6 @@ fn the_example_config_serves_as_documented_for_a_normal_user() {
     assert!(cwd.join(".world/db/data.mdb").is_file());
     assert!(cwd.join(".world/db/plugin-state/git").is_dir());
     assert_eq!(get(&d.url("/v1/health"), None).status, 200);
-}
-
-/// A plugin directory holding copies of `libs`.
-fn plugin_dir_with(dir: &Path, libs: &[&str]) -> std::path::PathBuf {
-    let plugins = dir.join("plugins");
-    std::fs::create_dir_all(&plugins).unwrap();
-    for p in libs {
-        let lib = plugin_library(p);
-        std::fs::copy(&lib, plugins.join(lib.file_name().unwrap())).unwrap();
-    }
-    plugins
 }
 
 #[test]

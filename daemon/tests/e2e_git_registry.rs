@@ -288,25 +288,10 @@ fn without_an_author_the_git_plugin_takes_the_identity_git_config_gives_and_says
         &["config", "user.email", "local@example.invalid"],
     );
     let dir = tempfile::tempdir().unwrap();
-    let plugin_dir = dir.path().join("plugins");
-    std::fs::create_dir_all(&plugin_dir).unwrap();
-    for p in PLUGINS {
-        let lib = plugin_library(p);
-        std::fs::copy(&lib, plugin_dir.join(lib.file_name().unwrap())).unwrap();
-    }
-    let mut cmd = Command::new(WORLDD);
-    cmd.arg("serve")
-        .arg("--db")
-        .arg(dir.path().join("db"))
-        .arg("--workspace-root")
-        .arg(dir.path().join("worktrees"))
-        .args(["--bind", "127.0.0.1:0", "--plugin-dir"])
-        .arg(&plugin_dir)
-        .current_dir(here.path())
+    let mut cmd = Daemon::serve_command(&dir, PLUGINS);
+    cmd.current_dir(here.path())
         .env("GIT_CONFIG_GLOBAL", "/dev/null")
-        .env("GIT_CONFIG_NOSYSTEM", "1")
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped());
+        .env("GIT_CONFIG_NOSYSTEM", "1");
     let d = Daemon::spawn(dir, cmd);
     let token = d.session("ep1", &["Git.Commit=worktree:3"]);
     let wt = d.root().join("ep1");

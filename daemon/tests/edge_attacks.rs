@@ -431,10 +431,7 @@ fn connections_past_the_limit_are_closed_at_once() {
 fn idle_connections_past_the_fd_limit_are_refused_not_queued() {
     // A descriptor limit of 256 (soft and hard): the daemon keeps its connection limit below it.
     let dir = tempfile::tempdir().unwrap();
-    let plugins = dir.path().join("plugins");
-    std::fs::create_dir_all(&plugins).unwrap();
-    let lib = plugin_library("worldd_workspace");
-    std::fs::copy(&lib, plugins.join(lib.file_name().unwrap())).unwrap();
+    let plugins = plugin_dir_with(dir.path(), &["worldd_workspace"]);
     let mut child = std::process::Command::new("prlimit")
         .args(["--nofile=256:256", WORLDD, "serve", "--bind", "127.0.0.1:0"])
         .arg("--db")

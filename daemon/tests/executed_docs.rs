@@ -42,12 +42,7 @@ impl Stage {
         std::fs::create_dir_all(cwd.join("target/release")).unwrap();
         // The README's `./target/release/worldd` is this build's binary.
         std::os::unix::fs::symlink(WORLDD, cwd.join("target/release/worldd")).unwrap();
-        let plugins = dir.path().join("plugins");
-        std::fs::create_dir_all(&plugins).unwrap();
-        for p in PLUGINS {
-            let lib = plugin_library(p);
-            std::fs::copy(&lib, plugins.join(lib.file_name().unwrap())).unwrap();
-        }
+        let plugins = plugin_dir_with(dir.path(), PLUGINS);
         // A fixed git identity, as on a developer's machine: the git plugin takes it as its
         // default author.
         let gitconfig = dir.path().join("gitconfig");

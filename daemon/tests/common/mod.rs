@@ -76,12 +76,16 @@ impl Daemon {
         extra: &[&str],
         env: &[(&str, &str)],
     ) -> Daemon {
-        let plugin_dir = dir.path().join("plugins");
-        std::fs::create_dir_all(&plugin_dir).unwrap();
-        for p in plugins {
-            let lib = plugin_library(p);
-            std::fs::copy(&lib, plugin_dir.join(lib.file_name().unwrap())).unwrap();
-        }
+        let mut cmd = Daemon::serve_command(&dir, plugins);
+        cmd.args(extra).envs(env.iter().copied());
+        Daemon::spawn(dir, cmd)
+    }
+
+    /// `worldd serve` on `dir` (store, worktrees, a plugin directory holding `plugins`) on a
+    /// free loopback port, its output piped; add flags, environment or a working directory,
+    /// then [`Daemon::spawn`] it.
+    pub fn serve_command(dir: &tempfile::TempDir, plugins: &[&str]) -> Command {
+        let plugin_dir = plugin_dir_with(dir.path(), plugins);
         let mut cmd = Command::new(WORLDD);
         cmd.arg("serve")
             .arg("--db")
@@ -92,11 +96,9 @@ impl Daemon {
             .arg("127.0.0.1:0")
             .arg("--plugin-dir")
             .arg(&plugin_dir)
-            .args(extra)
-            .envs(env.iter().copied())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
-        Daemon::spawn(dir, cmd)
+        cmd
     }
 
     /// Spawn a prepared `worldd serve` command (stdout piped) and wait for its ready line.
@@ -507,4 +509,15 @@ pub fn forward_request_head(
     let mut server = std::net::TcpStream::connect(upstream)?;
     server.write_all(forwarded.as_bytes())?;
     Ok(Some((path, server)))
+}
+
+/// `<dir>/plugins`, holding copies of the built plugin libraries `libs`.
+pub fn plugin_dir_with(dir: &Path, libs: &[&str]) -> PathBuf {
+    let plugins = dir.join("plugins");
+    std::fs::create_dir_all(&plugins).unwrap();
+    for p in libs {
+        let lib = plugin_library(p);
+        std::fs::copy(&lib, plugins.join(lib.file_name().unwrap())).unwrap();
+    }
+    plugins
 }
