@@ -148,10 +148,7 @@ impl Bodies {
         body: Body,
         limit: usize,
     ) -> Result<ReadBody, BodyError> {
-        let declared = headers
-            .get(CONTENT_LENGTH)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.trim().parse::<u64>().ok());
+        let declared = declared_length(headers);
         if let Some(n) = declared.filter(|&n| n > limit as u64) {
             if n <= (limit + LINGER_BYTES) as u64 {
                 discard(body, limit + LINGER_BYTES).await;
@@ -189,8 +186,19 @@ impl Bodies {
     }
 }
 
+/// The request's declared `Content-Length`, if it has a readable one.
+pub(super) fn declared_length(headers: &HeaderMap) -> Option<u64> {
+    headers
+        .get(CONTENT_LENGTH)?
+        .to_str()
+        .ok()?
+        .trim()
+        .parse()
+        .ok()
+}
+
 /// Read and drop at most `max` more bytes of `body` (the caller's deadline bounds the time).
-async fn discard<B>(body: B, max: usize)
+pub(super) async fn discard<B>(body: B, max: usize)
 where
     B: HttpBody<Data = Bytes>,
 {

@@ -19,11 +19,11 @@ use std::time::Duration;
 
 use axum::body::HttpBody;
 use axum::body::{Body, Bytes};
-use axum::http::header::CONTENT_LENGTH;
-use axum::http::{HeaderMap, Request};
+use axum::http::Request;
 use hyper::body::{Frame, Incoming, SizeHint};
 
 pub use super::body::LINGER_BYTES;
+use super::body::{declared_length, discard};
 
 /// The longest an answer waits for the rest of a small unread body.
 pub const LINGER_TIME: Duration = Duration::from_secs(2);
@@ -101,38 +101,13 @@ impl Remainder {
             .filter(|&n| n > 0)
     }
 
-    /// Read and drop a small unread remainder (see the module docs); `true` when there was
-    /// one and it was read to its end.
-    pub async fn drain(self) -> bool {
+    /// Read and drop a small unread remainder (see the module docs), for at most
+    /// [`LINGER_TIME`].
+    pub async fn drain(self) {
         if self.unread().is_none_or(|n| n > LINGER_BYTES as u64) {
-            return false;
+            return;
         }
-        let drained = async {
-            loop {
-                let frame = std::future::poll_fn(|cx| {
-                    let mut shared = self.shared.lock().unwrap_or_else(PoisonError::into_inner);
-                    Pin::new(&mut shared.body).poll_frame(cx)
-                })
-                .await;
-                match frame {
-                    Some(Ok(_)) => continue,
-                    Some(Err(_)) => return false,
-                    None => return true,
-                }
-            }
-        };
-        tokio::time::timeout(LINGER_TIME, drained)
-            .await
-            .unwrap_or(false)
+        let rest = discard(Tracked(self.shared), LINGER_BYTES);
+        let _ = tokio::time::timeout(LINGER_TIME, rest).await;
     }
-}
-
-fn declared_length(headers: &HeaderMap) -> Option<u64> {
-    headers
-        .get(CONTENT_LENGTH)?
-        .to_str()
-        .ok()?
-        .trim()
-        .parse()
-        .ok()
 }
