@@ -325,6 +325,26 @@ fn refusals_before_the_body_still_reach_a_client_that_sends_it_late() {
     }
 }
 
+/// The wait for a small unread body is bounded: a client that declares 1000 bytes on a
+/// refused request and never sends them gets its 403 once the linger's 2 s are up, then the
+/// connection closes (without the bound it would hang until the client gave up).
+#[test]
+fn a_refused_request_whose_small_body_never_comes_is_answered_when_the_linger_ends() {
+    let d = Daemon::start(WS, &[]);
+    let mut s = connect(&d);
+    s.set_read_timeout(Some(Duration::from_secs(8))).unwrap();
+    let head = format!(
+        "POST /mcp/ HTTP/1.1\r\nHost: {}\r\nOrigin: http://evil.example.com\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n",
+        d.addr
+    );
+    s.write_all(head.as_bytes()).unwrap();
+    let mut answer = Vec::new();
+    let read = s.read_to_end(&mut answer);
+    let text = String::from_utf8_lossy(&answer);
+    assert!(read.is_ok(), "{read:?} after {text:?}");
+    assert!(text.starts_with("HTTP/1.1 403 "), "{text}");
+}
+
 #[test]
 fn a_body_that_never_arrives_is_cut_at_the_body_deadline() {
     let (d, _c) = start_with(WS, "[server]\nbody_timeout_ms = 300\n", &[]);
