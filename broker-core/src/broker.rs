@@ -49,6 +49,12 @@ impl Denial {
     }
 }
 
+/// The label of a request the effect's handler declined before admission (its preflight, see
+/// [`crate::coordinator::EffectHandler::preflight`]): beside the four broker denials, the one
+/// denial a handler makes. Like them, nothing ran and nothing was spent; unlike them, the
+/// record names the plugin that declined.
+pub const DECLINED: &str = "denied:handler";
+
 /// The broker's answer for one request.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Decision {
@@ -169,7 +175,8 @@ impl std::fmt::Display for HandlerIdentity {
 /// `world/effect-record/v1`. Three shapes only: denied (allowed false, failed false, no
 /// result), succeeded (true, false, result) and failed (true, true, no result). Succeeded and
 /// failed records name the plugin that ran the effect (`handler`); records written before
-/// plugins were named have none.
+/// plugins were named have none. A denial names no plugin, except the one a handler made
+/// ([`DECLINED`]), which names the plugin that declined.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct EffectRecord {
@@ -213,6 +220,15 @@ impl EffectRecord {
             request_ref,
             result_ref: None,
             handler: None,
+        }
+    }
+
+    /// A request the handler declined before admission ([`DECLINED`]); name the plugin with
+    /// [`EffectRecord::ran_by`].
+    pub fn declined(effect: &str, scope: &str, cost: u64, budget: u64, request_ref: Ref) -> Self {
+        EffectRecord {
+            denial: DECLINED.into(),
+            ..EffectRecord::denied(effect, scope, cost, budget, Denial::Budget, request_ref)
         }
     }
 
@@ -270,6 +286,7 @@ impl EffectRecord {
     /// True when the record is one of the three lawful shapes.
     pub fn is_lawful(&self) -> bool {
         match (self.allowed, self.failed, self.result_ref.is_some()) {
+            (false, false, false) if self.denial == DECLINED => self.handler.is_some(),
             (false, false, false) => {
                 Denial::from_label(&self.denial).is_some() && self.handler.is_none()
             }
@@ -460,6 +477,24 @@ mod tests {
             serde_json::from_value::<EffectRecord>(s.to_value()).unwrap(),
             s
         );
+        // A request the handler declined names the plugin that declined it, and only then is
+        // lawful; nothing was spent.
+        let declined = EffectRecord::declined("A", "s", 1, 3, r);
+        assert!(!declined.is_lawful());
+        let declined = declined.ran_by(Some(id));
+        assert!(declined.is_lawful());
+        assert_eq!(declined.status(), "denied");
+        assert_eq!((declined.budget_before, declined.budget_after), (3, 3));
+        let v = declined.to_value();
+        assert_eq!(
+            (v["denial"].as_str(), v["resultRef"].as_str()),
+            (Some("denied:handler"), Some(""))
+        );
+        assert_eq!(serde_json::from_value::<EffectRecord>(v).unwrap(), declined);
+        // A broker label cannot be laundered into a handler's: it names no plugin.
+        let mut forged = d.clone();
+        forged.denial = "denied:handlers".into();
+        assert!(!forged.is_lawful());
     }
 
     #[test]

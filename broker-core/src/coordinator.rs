@@ -109,6 +109,14 @@ pub trait EffectHandler: Send + Sync {
         let _ = input;
         Err(format!("no finish function {name:?}"))
     }
+    /// Before admission: `Some(output)` declines the request, which is then committed as
+    /// declined (`denied:handler`) with `output` as its answer, and nothing is spent. Only
+    /// for refusals the handler can foresee without side effects; `execute` still checks
+    /// everything. The default proceeds.
+    fn preflight(&self, request: &EffectRequest<'_>) -> Option<Map<String, Value>> {
+        let _ = request;
+        None
+    }
 }
 
 /// The loaded handler set, by effect name.
@@ -590,8 +598,8 @@ struct HandlerJob {
 }
 
 impl HandlerJob {
-    fn run(self) -> HandlerOutcome {
-        let request = EffectRequest {
+    fn request(&self) -> EffectRequest<'_> {
+        EffectRequest {
             invocation_id: &self.invocation_id,
             episode: &self.episode,
             worktree: self.worktree.as_deref(),
@@ -600,7 +608,21 @@ impl HandlerJob {
             cost: self.effect.cost,
             payload: &self.effect.payload,
             deadline: self.deadline,
-        };
+        }
+    }
+
+    /// The handler's preflight: the declining output, or `None` to proceed. A panic, or an
+    /// output that claims the reserved `world` key, proceeds: `execute` answers for it.
+    fn preflight(self) -> Option<Map<String, Value>> {
+        let request = self.request();
+        catch_unwind(AssertUnwindSafe(|| self.handler.preflight(&request)))
+            .ok()
+            .flatten()
+            .filter(|out| !out.contains_key("world"))
+    }
+
+    fn run(self) -> HandlerOutcome {
+        let request = self.request();
         // An in-process handler that panics must not take the daemon or the episode down.
         match catch_unwind(AssertUnwindSafe(|| self.handler.execute(&request))) {
             Ok(HandlerOutcome::Ok(out)) if out.contains_key("world") => {
@@ -906,7 +928,7 @@ impl Coordinator {
             Opened::Replayed(committed) => return Ok(committed),
         };
         let planned = self.plan(opened)?;
-        let admitted = match self.admit(planned)? {
+        let admitted = match self.admit(planned, until)? {
             Admission::Admitted(admitted) => admitted,
             Admission::Closed(refused) => return self.commit(refused),
         };
@@ -1094,10 +1116,15 @@ impl Coordinator {
     // -- 2. admit --------------------------------------------------------------------------
 
     /// The broker's decision against the session's grants, with budgets reseeded from the
-    /// journal, then durable point 1: the intent, with its spend, before anything runs. A
-    /// refused plan, a denial, or a budget another writer spent first is closed here, to be
-    /// committed without an effect.
-    fn admit<'c>(&self, planned: Planned<'c>) -> Result<Admission<'c>, CallError> {
+    /// journal, then the handler's preflight, then durable point 1: the intent, with its
+    /// spend, before anything runs. A refused plan, a denial, a request the handler declined,
+    /// or a budget another writer spent first is closed here, to be committed without an
+    /// effect.
+    fn admit<'c>(
+        &self,
+        planned: Planned<'c>,
+        until: Option<Instant>,
+    ) -> Result<Admission<'c>, CallError> {
         let Planned {
             call: p,
             plan,
@@ -1151,6 +1178,25 @@ impl Coordinator {
             .map(|g| g.budget)
             .unwrap_or(0);
 
+        // The handler may decline what it would refuse anyway, before anything is spent.
+        let effect = Arc::new(effect);
+        let busy = match self.preflight(&p, &effect, busy, until)? {
+            Preflighted::Proceed(busy) => busy,
+            Preflighted::Declined { output, by, busy } => {
+                let declined = declined(
+                    p,
+                    plan_obj,
+                    request,
+                    &effect,
+                    budget_before,
+                    by,
+                    output,
+                    busy,
+                )?;
+                return Ok(Admission::Closed(declined));
+            }
+        };
+
         // Durable point 1. The writer re-checks the spend: another process may have spent the
         // last unit.
         if !self.journal_intent(&p, &request, &effect, total_budget)? {
@@ -1160,7 +1206,7 @@ impl Coordinator {
         self.config.hooks.reached(CrashPoint::AfterIntent);
         Ok(Admission::Admitted(Admitted {
             call: p,
-            effect: Arc::new(effect),
+            effect,
             finish,
             plan_obj,
             request,
@@ -1207,6 +1253,58 @@ impl Coordinator {
             ran: None,
             busy,
         })
+    }
+
+    /// The handler's preflight, under the same deadline as its execute step. Past the deadline
+    /// the caller is answered as timed out; nothing was journaled or spent, and the episode
+    /// stays busy until the preflight returns.
+    fn preflight(
+        &self,
+        p: &Prepared<'_>,
+        effect: &Arc<PlannedEffect>,
+        busy: Busy,
+        until: Option<Instant>,
+    ) -> Result<Preflighted, CallError> {
+        let Some(handler) = self.handlers.get(&effect.effect).cloned() else {
+            return Ok(Preflighted::Proceed(busy));
+        };
+        let now = Instant::now();
+        let own = now + self.config.handler_deadline;
+        let deadline = until.map_or(own, |u| u.min(own));
+        let job = HandlerJob {
+            handler: handler.clone(),
+            invocation_id: p.invocation_id.clone(),
+            episode: p.call.session.episode.clone(),
+            worktree: p.worktree.clone(),
+            effect: effect.clone(),
+            deadline: deadline.saturating_duration_since(now),
+        };
+        let overruns = self.overruns.clone();
+        let late = move |_: Option<Map<String, Value>>, busy: Busy| {
+            overruns.running.fetch_sub(1, Ordering::Relaxed);
+            drop(busy);
+        };
+        match deadline::run_within(
+            &self.config.spawn,
+            deadline,
+            busy,
+            move || job.preflight(),
+            late,
+        ) {
+            Ok((None, busy)) => Ok(Preflighted::Proceed(busy)),
+            Ok((Some(output), busy)) => Ok(Preflighted::Declined {
+                output,
+                by: catch_unwind(AssertUnwindSafe(|| handler.identity())).ok(),
+                busy,
+            }),
+            Err(deadline::Overran) => {
+                self.overruns.total.fetch_add(1, Ordering::Relaxed);
+                self.overruns.running.fetch_add(1, Ordering::Relaxed);
+                tracing::warn!(invocation = %p.invocation_id, effect = %effect.effect,
+                    "handler preflight overran its deadline; the call is answered as timed out, nothing was journaled or spent");
+                Err(CallError::HandlerTimedOut)
+            }
+        }
     }
 
     /// Journal the intent; `false` when the budget turned out to be exhausted.
@@ -1585,6 +1683,76 @@ impl Drop for InFlight {
         };
         set.remove(&self.id);
     }
+}
+
+/// What the handler's preflight decided, with the episode's hold back.
+enum Preflighted {
+    Proceed(Busy),
+    Declined {
+        output: Map<String, Value>,
+        by: Option<HandlerIdentity>,
+        busy: Busy,
+    },
+}
+
+/// A request the handler declined before admission, closed: its record (`denied:handler`,
+/// naming the plugin) is committed with the handler's answer as the output, and nothing is
+/// spent. A tool with a finish phase answers in that phase's shape, with the handler's reason.
+#[allow(clippy::too_many_arguments)]
+fn declined<'c>(
+    p: Prepared<'c>,
+    plan_obj: Object,
+    request: Object,
+    effect: &PlannedEffect,
+    budget: u64,
+    by: Option<HandlerIdentity>,
+    output: Map<String, Value>,
+    busy: Busy,
+) -> Result<Finished<'c>, CallError> {
+    let record = EffectRecord::declined(
+        &effect.effect,
+        &effect.scope,
+        effect.cost,
+        budget,
+        request.hash,
+    )
+    .ran_by(by);
+    let record_obj = Object::json(sid::EFFECT_RECORD, "host/broker", &record.to_value())?;
+    let body = if p.entry.transition.finish.is_some() {
+        let mut body = ended_body(&p, &effect.effect, record.status());
+        if let Some(reason) = output.get("refused") {
+            body.insert("refused".into(), reason.clone());
+        }
+        body
+    } else {
+        output
+    };
+    let world = [(&record, record_obj.hash)];
+    let mut output = with_world(body, &plan_obj.hash, &world);
+    let len = canon::to_vec(&output)?.len();
+    if len > MAX_IO_BYTES {
+        // The answer is the plugin's to shape, not to inflate past what a call may return.
+        let mut body = Map::new();
+        body.insert("ok".into(), Value::Bool(false));
+        body.insert(
+            "refused".into(),
+            Value::String(format!(
+                "the {} handler declined the request; its {len}-byte answer is over the {MAX_IO_BYTES}-byte limit",
+                effect.effect
+            )),
+        );
+        output = with_world(body, &plan_obj.hash, &world);
+    }
+    Ok(Finished {
+        call: p,
+        plan_ref: plan_obj.hash,
+        records: vec![record_obj.hash],
+        objects: vec![plan_obj, request, record_obj.clone()],
+        output,
+        effects: vec![summary(&record, record_obj.hash)],
+        ran: None,
+        busy,
+    })
 }
 
 /// A refused plan, closed: committed with no effect.

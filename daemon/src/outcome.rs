@@ -16,13 +16,14 @@
 //! | `refused` | `key-conflict` | the idempotency key (task id) was used with other arguments | `false` |
 //! | `refused` | `unavailable` | this daemon cannot run the tool (no handler, no world); nothing ran | `false` |
 //! | `denied` | `denied:budget`, `denied:scope`, `denied:expired`, `denied:effect-name` | the broker refused the effect; nothing ran, nothing spent (`remaining` for budget) | `false` |
+//! | `denied` | `denied:handler` | the effect's handler declined the request before admission (its preflight: e.g. a read whose result would exceed the limit); nothing ran, nothing spent; the output says why | `false` |
 //! | `failed` | `handler` | the handler itself failed; a write may have partly run | `true` only for reads |
 //! | `indeterminate` | `pending`, `unrecorded`, `in-flight`, `timeout`, `canceled`, `host` | the effect may have run and the call is not confirmed committed | `false` |
 //!
 //! `retryable` is `true` only when sending the identical call again is safe (it can repeat no
 //! write) and might produce something new; it is `false` whenever a write may have run.
 
-use broker_core::broker::Denial;
+use broker_core::broker::{Denial, DECLINED};
 use broker_core::coordinator::{CallError, CallOutput, EffectSummary, Surface};
 use broker_core::object::Ref;
 use broker_core::session::Session;
@@ -67,6 +68,7 @@ pub const REASONS: &[&str] = &[
     "denied:scope",
     "denied:expired",
     "denied:effect-name",
+    "denied:handler",
     "handler",
     "pending",
     "unrecorded",
@@ -205,12 +207,13 @@ pub fn of_committed(effects: &[EffectSummary], output: &Value, class: EffectClas
     };
     match effect.status.as_str() {
         "denied" => {
-            let label = effect
-                .denial
-                .as_deref()
-                .and_then(Denial::from_label)
-                .map(Denial::label)
-                .unwrap_or("denied:effect-name");
+            let label: &'static str = match effect.denial.as_deref() {
+                Some(DECLINED) => DECLINED,
+                other => other
+                    .and_then(Denial::from_label)
+                    .map(Denial::label)
+                    .unwrap_or("denied:effect-name"),
+            };
             let mut o = Outcome::new(Kind::Denied, label, false);
             if label == Denial::Budget.label() {
                 o.remaining = Some(effect.budget_after);
@@ -349,6 +352,14 @@ mod tests {
                 r
             )),
             json!({"kind": "denied", "reason": "denied:expired", "retryable": false})
+        );
+        assert_eq!(
+            j(of_committed(
+                &[effect("denied", Some("denied:handler"), 4)],
+                &json!({"ok": false, "refused": "read x: too big"}),
+                r
+            )),
+            json!({"kind": "denied", "reason": "denied:handler", "retryable": false})
         );
         assert_eq!(
             j(of_committed(&[effect("failed", None, 2)], &json!({}), w)),

@@ -22,7 +22,7 @@ use broker_core::object::Ref;
 use broker_core::transition::Transition;
 use handler_api::{
     EffectClass, FinishInput, HostServices, LoadedHandler, LoadedPlugin, LogLevel, Manifest,
-    Outcome, Request,
+    Outcome, Preflight, Request,
 };
 use serde_json::{Map, Value};
 
@@ -539,21 +539,22 @@ impl EffectHandler for PluginHandler {
         self.identity.clone()
     }
 
+    fn preflight(&self, req: &EffectRequest<'_>) -> Option<Map<String, Value>> {
+        // An op outside the allowlist never reaches the plugin, not even its preflight.
+        if self.refuse_op(req.effect, req.payload).is_some() {
+            return None;
+        }
+        match self.handler.preflight(&plugin_request(req)) {
+            Preflight::Decline(output) => Some(output),
+            Preflight::Proceed => None,
+        }
+    }
+
     fn execute(&self, req: &EffectRequest<'_>) -> HandlerOutcome {
         if let Some(message) = self.refuse_op(req.effect, req.payload) {
             return HandlerOutcome::Failed(message);
         }
-        let request = Request {
-            invocation_id: req.invocation_id.to_owned(),
-            episode: req.episode.to_owned(),
-            worktree: req.worktree.map(|p| p.display().to_string()),
-            effect: req.effect.to_owned(),
-            scope: req.scope.to_owned(),
-            cost: req.cost,
-            payload: Value::Object(req.payload.clone()),
-            deadline_ms: req.deadline.as_millis() as u64,
-        };
-        match self.handler.execute(&request) {
+        match self.handler.execute(&plugin_request(req)) {
             Outcome::Ok { output } => HandlerOutcome::Ok(output),
             Outcome::Failed { message } => HandlerOutcome::Failed(message),
             Outcome::Indeterminate { message } => HandlerOutcome::Indeterminate(message),
@@ -570,6 +571,20 @@ impl EffectHandler for PluginHandler {
                 .unwrap_or_default(),
         };
         self.handler.finish(name, &input)
+    }
+}
+
+/// The ABI's request document for one effect.
+fn plugin_request(req: &EffectRequest<'_>) -> Request {
+    Request {
+        invocation_id: req.invocation_id.to_owned(),
+        episode: req.episode.to_owned(),
+        worktree: req.worktree.map(|p| p.display().to_string()),
+        effect: req.effect.to_owned(),
+        scope: req.scope.to_owned(),
+        cost: req.cost,
+        payload: Value::Object(req.payload.clone()),
+        deadline_ms: req.deadline.as_millis() as u64,
     }
 }
 

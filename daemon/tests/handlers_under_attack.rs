@@ -11,6 +11,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+use base64::Engine;
 use common::*;
 use serde_json::{json, Value};
 
@@ -84,20 +85,82 @@ fn mcp_read(d: &Daemon, token: &str, path: &str) -> (Value, String) {
     (v["result"]["structuredContent"].clone(), text)
 }
 
+/// Units spent on the session's first grant.
+fn spent(d: &Daemon, token: &str) -> u64 {
+    let b = get(&d.url("/v1/budget"), Some(token)).json();
+    b["grants"][0]["spent"]
+        .as_u64()
+        .unwrap_or_else(|| panic!("{b}"))
+}
+
 #[test]
-fn read_whose_escaped_result_exceeds_the_cap_is_a_committed_refusal_not_unrecorded() {
+fn read_whose_escaped_result_exceeds_the_cap_is_declined_before_any_budget_is_spent() {
     let d = Daemon::start(WS, &[]);
     let token = d.session("ep1", &["Workspace.Read=worktree:5"]);
     let wt = d.root().join("ep1");
-    // 270,002 bytes of U+0001: each escapes to `\u0001`, six bytes.
+    // 270,002 bytes of U+0001: each escapes to `\u0001`, six bytes. The file is under the
+    // read limit; its result would not be.
     std::fs::write(wt.join("ctl.txt"), "\u{1}".repeat(270_002)).unwrap();
-    let (out, _) = mcp_read(&d, &token, "ctl.txt");
+    let v = mcp(
+        &d,
+        &token,
+        "tools/call",
+        json!({"name": "ailang-read", "arguments": {"path": "ctl.txt"}}),
+    )
+    .sse_json();
+    let out = &v["result"]["structuredContent"];
     assert_eq!(out["ok"], false, "{out}");
     assert_eq!(
         out["refused"],
         "read ctl.txt: the result would be 1620412 bytes (the file is 270002 bytes; JSON escaping adds the rest); the limit is 1048576"
     );
-    assert_eq!(out["world"]["effects"][0]["status"], "ok");
+    // Declined by the handler before admission: committed as a denial, nothing spent.
+    assert_eq!(out["world"]["effects"][0]["status"], "denied", "{out}");
+    assert_eq!(
+        v["result"]["_meta"]["world/outcome"],
+        json!({"kind": "denied", "reason": "denied:handler", "retryable": false}),
+        "{v}"
+    );
+    assert_eq!(spent(&d, &token), 0);
+    // A file over the limit itself is declined the same way, without being read.
+    std::fs::write(wt.join("big.txt"), "a".repeat(2_000_000)).unwrap();
+    let (out, _) = mcp_read(&d, &token, "big.txt");
+    assert_eq!(
+        out["refused"],
+        "read big.txt: file is 2000000 bytes; the limit is 1048576"
+    );
+    assert_eq!(out["world"]["effects"][0]["status"], "denied");
+    assert_eq!(spent(&d, &token), 0);
+
+    // The record names the plugin that declined; `why` verifies the whole chain.
+    let record = out["world"]["effects"][0]["record"].as_str().unwrap();
+    let r = get(
+        &d.url(&format!("/v1/objects/{record}?payload=true")),
+        Some(&token),
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    let payload = base64::engine::general_purpose::STANDARD
+        .decode(r.json()["payload"].as_str().unwrap())
+        .unwrap();
+    let r: Value = serde_json::from_slice(&payload).unwrap();
+    assert_eq!(
+        (&r["allowed"], &r["failed"], &r["denial"], &r["resultRef"]),
+        (
+            &json!(false),
+            &json!(false),
+            &json!("denied:handler"),
+            &json!("")
+        )
+    );
+    assert_eq!(
+        (&r["budgetBefore"], &r["budgetAfter"]),
+        (&json!(5), &json!(5))
+    );
+    assert_eq!(r["handler"]["plugin"], "workspace", "{r}");
+    let (code, why, err) = worldd(&["why", "--db", path_str(&d.db()), record], None);
+    assert_eq!(code, 0, "{why}{err}");
+    assert!(why.contains("denied:handler"), "{why}");
+    assert!(why.contains("declined (nothing ran) e1"), "{why}");
 
     // The handler's count is the coordinator's: a result of exactly 1 MiB commits, byte for
     // byte, and one byte more is refused up front.
@@ -113,6 +176,31 @@ fn read_whose_escaped_result_exceeds_the_cap_is_a_committed_refusal_not_unrecord
         out["refused"],
         "read over.txt: the result would be 1048577 bytes (the file is 1048177 bytes; JSON escaping adds the rest); the limit is 1048576"
     );
+    assert_eq!(out["world"]["effects"][0]["status"], "denied");
+    // Only the read that ran was spent.
+    assert_eq!(spent(&d, &token), 1);
+}
+
+#[test]
+fn oversized_write_is_declined_before_any_budget_is_spent() {
+    let d = Daemon::start(WS, &["--plugin-config", "workspace.maxWriteBytes=100"]);
+    let token = d.session("ep1", &["Workspace.Write=worktree:2"]);
+    let content = "a".repeat(101);
+    let v = a2a(
+        &d,
+        &token,
+        "w1",
+        "ailang-write",
+        json!({"path": "big.txt", "content": content}),
+    );
+    let artifact = &v["result"]["artifacts"][0]["parts"][0]["data"];
+    assert_eq!(
+        artifact["refused"], "write big.txt: content is 101 bytes; the limit is 100",
+        "{artifact}"
+    );
+    assert_eq!(artifact["world"]["effects"][0]["status"], "denied");
+    assert_eq!(spent(&d, &token), 0);
+    assert!(!d.root().join("ep1/big.txt").exists());
 }
 
 // ------------------------------------------------------------- children and a killed daemon

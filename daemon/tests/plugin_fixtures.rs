@@ -461,7 +461,7 @@ fn a_plugin_built_outside_the_workspace_loads_and_serves_its_tool() {
         format!(
             "plugin directory {dir}\n\
              \n\
-             echo 0.1.0 (abi 2)\n\
+             echo 0.1.0 (abi 3)\n\
             \x20 file {lib}\n\
             \x20 library {file_ref}\n\
             \x20 Echoes a text back (echo-say); panics on request (echo-panic).\n\

@@ -449,6 +449,51 @@ fn an_effect_run_by_an_older_plugin_build_is_noted_not_broken() {
 }
 
 #[test]
+fn a_read_the_plugin_declined_verifies_and_names_the_plugin_that_declined() {
+    let Some(b) = Browser::start_or_skip(
+        "a_read_the_plugin_declined_verifies_and_names_the_plugin_that_declined",
+        1280,
+        800,
+    ) else {
+        return;
+    };
+    let d = Daemon::start(WS, &[]);
+    let token = d.session("ep1", &["Workspace.Read=worktree:1"]);
+    std::fs::write(d.root().join("ep1/big.txt"), "a".repeat(2_000_000)).unwrap();
+    let declined = call_read(&d, &token, "big.txt");
+    assert_eq!(
+        declined["result"]["_meta"]["world/outcome"]["reason"], "denied:handler",
+        "{declined}"
+    );
+
+    sign_in(&b, &format!("http://{}", d.addr), &token, "#entry/1");
+    assert_eq!(verdict(&b), "✓ 7 links verified");
+    let (check, text, _) = plugin_row(&b);
+    assert_eq!(check, "same", "{text}");
+    assert!(
+        text.starts_with("workspace 0.1.0 sha256:")
+            && text.contains("declined the request before admission; nothing ran"),
+        "{text}"
+    );
+    let effect = links(&b)
+        .into_iter()
+        .find(|(kind, _, _)| kind == "effect")
+        .unwrap();
+    assert!(
+        effect.2.contains(
+            "e1 denied:handler Workspace.Read@worktree cost 1 budget 1→1 request 70 B, declined by workspace 0.1.0"
+        ),
+        "{}",
+        effect.2
+    );
+    b.exec(
+        "document.querySelector(\"#links > li[data-kind='effect']\").scrollIntoView({block: 'start'})",
+        json!([]),
+    );
+    b.screenshot(&shots().join("workbench-declined.png"));
+}
+
+#[test]
 fn an_operator_sees_every_episodes_entries_and_an_agent_only_its_own() {
     let Some(b) = Browser::start_or_skip(
         "an_operator_sees_every_episodes_entries_and_an_agent_only_its_own",

@@ -4,8 +4,12 @@
 //!
 //! Stability rule: fields and methods are only ever *appended* below the
 //! `#[sabi(last_prefix_field)]` marker, never reordered, retyped or removed.
-//! An older host reading a newer plugin (or the other way round) then sees the
-//! appended entries as absent (`Option::None`) instead of crashing.
+//! abi_stable accepts a library whose tables have *more* entries than the host's
+//! (an older daemon sees the extra ones as absent) but refuses one with fewer
+//! ("too many fields … 5 expected, 4 found"): a daemon that gains an entry cannot
+//! load plugins built before it. So every new entry ships in a new minor version
+//! of handler-api, and plugins built against the previous one are refused with
+//! one line naming both versions.
 
 // `#[sabi_trait]` (abi_stable_derive 0.11) expands to impls inside a generated
 // const block, which rustc's `non_local_definitions` lint flags. The code is
@@ -17,7 +21,7 @@ use abi_stable::{
     library::RootModule,
     package_version_strings, sabi_trait,
     sabi_types::VersionStrings,
-    std_types::{RBox, RResult, RStr, RString},
+    std_types::{RBox, ROption, RResult, RStr, RString},
     StableAbi,
 };
 
@@ -27,12 +31,14 @@ use abi_stable::{
 ///
 /// 2: the host callbacks are `unsafe extern "C" fn` (calling one with a context that is not
 /// the table's own is undefined behaviour, so safe plugin code can no longer do it).
-pub const ABI_VERSION: u32 = 2;
+/// 3: the handler has a `preflight` entry: it may decline a request before the broker spends
+/// budget on it.
+pub const ABI_VERSION: u32 = 3;
 
 /// The root module every plugin exports (through [`crate::export_plugin!`]).
 ///
-/// A prefix type: the daemon reaches it through [`PluginModRef`], and fields
-/// appended in later minor versions are optional to older readers.
+/// A prefix type: the daemon reaches it through [`PluginModRef`] (fields are only appended:
+/// see the module's stability rule).
 #[repr(C)]
 #[derive(StableAbi)]
 #[sabi(kind(Prefix(prefix_ref = PluginModRef)))]
@@ -140,6 +146,15 @@ pub trait Handler: Send + Sync {
     /// `ROk` holds the finish output object.
     #[sabi(last_prefix_field)]
     fn finish(&self, name: RStr<'_>, input_json: RStr<'_>) -> RResult<RString, RString>;
+
+    /// Look at a [`crate::Request`] before the broker spends budget on it (ABI 3). `RNone`
+    /// lets the request go on to admission and `execute`; `RSome` holds a
+    /// [`crate::Preflight::Decline`] output object (JSON text): the request is committed as
+    /// declined and never executed. The default never declines.
+    fn preflight(&self, request_json: RStr<'_>) -> ROption<RString> {
+        let _ = request_json;
+        ROption::RNone
+    }
 }
 
 /// The owned, type-erased handler object returned by `new_handler`.

@@ -15,7 +15,7 @@ use serde_json::Value;
 
 use crate::abi::{HandlerBox, HostCallbacks, HostCallbacksRef, PluginModRef, ABI_VERSION};
 use crate::plugin::{panic_text, NO_PUBLISH};
-use crate::types::{FinishInput, JsonObject, LogLevel, Manifest, Outcome, Request};
+use crate::types::{FinishInput, JsonObject, LogLevel, Manifest, Outcome, Preflight, Request};
 
 /// Longest summary a [`LoadError`] puts on its one line.
 const SUMMARY_LIMIT: usize = 240;
@@ -367,6 +367,21 @@ impl LoadedHandler {
         self.inner
             .execute(RStr::from_str(request_json))
             .into_string()
+    }
+
+    /// Ask the handler whether it declines `request` before admission. A malformed answer
+    /// proceeds (see [`crate::Preflight`]): `execute` checks everything again.
+    pub fn preflight(&self, request: &Request) -> Preflight {
+        let Ok(json) = serde_json::to_string(request) else {
+            return Preflight::Proceed;
+        };
+        match self.inner.preflight(RStr::from_str(&json)).into_option() {
+            Some(answer) => match serde_json::from_str(answer.as_str()) {
+                Ok(output) => Preflight::Decline(output),
+                Err(_) => Preflight::Proceed,
+            },
+            None => Preflight::Proceed,
+        }
     }
 
     /// Run the finish function `name`.

@@ -148,21 +148,24 @@
 //!
 //! # Stability promise
 //!
-//! - [`ABI_VERSION`] (now 2) names the meaning of the entry points and the
+//! - [`ABI_VERSION`] (now 3) names the meaning of the entry points and the
 //!   JSON documents. The daemon refuses a plugin reporting another one.
 //!   Version 2 (handler-api 0.2) made the host callbacks `unsafe extern "C"
 //!   fn`: safe plugin code can no longer call one with a forged context and
-//!   crash the daemon. Rebuild plugins of 0.1 against 0.2; nothing else in the
-//!   JSON documents changed.
+//!   crash the daemon. Version 3 (handler-api 0.3) added the handler's
+//!   `preflight` entry ([`EffectHandler::preflight`]). Rebuild older plugins
+//!   against 0.3; nothing else in the JSON documents changed.
 //! - abi_stable checks at load time, before any plugin code runs, that the
 //!   plugin's handler-api version is compatible (same `0.y` minor) and that
 //!   the layout of every type reachable from [`PluginMod`] matches. A mismatch
 //!   stops start-up with one line naming the file and the cause, e.g.
-//!   `plugin /x/libfoo.so: incompatible ABI: handler-api 0.2.0 expected, 0.1.0 found`.
+//!   `plugin /x/libfoo.so: incompatible ABI: handler-api 0.3.0 expected, 0.2.0 found`.
 //! - The FFI tables ([`PluginMod`], [`HostCallbacks`], [`Handler`]) only ever
-//!   grow by *appending* entries after their last prefix field; the JSON
-//!   documents only ever gain optional fields. A plugin built against
-//!   handler-api 0.2.x therefore loads in every daemon built against 0.2.y.
+//!   grow by *appending* entries after their last prefix field, and every new
+//!   entry comes with a new `0.y` minor: abi_stable refuses a plugin whose
+//!   tables have fewer entries than the daemon's. The JSON documents only ever
+//!   gain optional fields. A plugin built against handler-api 0.3.x loads in
+//!   every daemon built against 0.3.y.
 //! - handler-api's version is its own (it versions the ABI, not the daemon).
 //! - Plugins are trusted code: abi_stable checks layouts, not behaviour, and a
 //!   plugin is never unloaded. What the daemon can promise is that provenance
@@ -197,10 +200,11 @@ pub use host::{
 };
 pub use plugin::{
     execute_json, finish_json, manifest_json, new_handler_boxed, panic_text, plugin_module,
-    EffectHandler, Host, Plugin, NO_PUBLISH,
+    preflight_json, EffectHandler, Host, Plugin, NO_PUBLISH,
 };
 pub use types::{
-    EffectClass, EffectDecl, FinishInput, JsonObject, LogLevel, Manifest, Outcome, Request,
+    EffectClass, EffectDecl, FinishInput, JsonObject, LogLevel, Manifest, Outcome, Preflight,
+    Request,
 };
 
 /// The serde_json this crate's types use; plugins should use it (or the same

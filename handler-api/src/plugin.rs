@@ -16,14 +16,14 @@ use abi_stable::{
     prefix_type::WithMetadata,
     sabi_trait::TD_Opaque,
     staticref,
-    std_types::{RErr, ROk, RResult, RStr, RString},
+    std_types::{RErr, ROk, ROption, RResult, RStr, RString},
 };
 use serde_json::Value;
 
 use crate::abi::{
     HandlerBox, Handler_TO, HostCallbacks, HostCallbacksRef, PluginMod, PluginModRef, ABI_VERSION,
 };
-use crate::types::{FinishInput, JsonObject, LogLevel, Manifest, Outcome, Request};
+use crate::types::{FinishInput, JsonObject, LogLevel, Manifest, Outcome, Preflight, Request};
 
 /// The behaviour of a handler, in plain Rust. Implement this; the export
 /// macro takes care of JSON, the FFI and panics.
@@ -39,6 +39,16 @@ pub trait EffectHandler: Send + Sync + 'static {
     fn finish(&self, name: &str, input: FinishInput) -> Result<JsonObject, String> {
         let _ = input;
         Err(format!("no finish function {name:?}"))
+    }
+
+    /// Look at a request before the broker admits it and debits its budget. The default
+    /// proceeds. Override it for refusals the handler can foresee cheaply and without side
+    /// effects (a size over a limit); return [`Preflight::Decline`] with the output `execute`
+    /// would have given. Called under the same deadline as `execute`, on the same kind of
+    /// thread; a panic counts as [`Preflight::Proceed`].
+    fn preflight(&self, request: &Request) -> Preflight {
+        let _ = request;
+        Preflight::Proceed
     }
 }
 
@@ -222,6 +232,20 @@ pub fn finish_json<H: EffectHandler + ?Sized>(
         .map_err(|e| format!("finish output could not be serialised: {e}"))
 }
 
+/// The `preflight` adapter: `None` to proceed, or the declining output as JSON text. A request
+/// the handler cannot read, a panic, or an output that cannot be serialised all proceed:
+/// preflight may only spare budget, and `execute` answers for everything.
+pub fn preflight_json<H: EffectHandler + ?Sized>(
+    handler: &H,
+    request_json: &str,
+) -> Option<String> {
+    let request: Request = serde_json::from_str(request_json).ok()?;
+    match catch_unwind(AssertUnwindSafe(|| handler.preflight(&request))) {
+        Ok(Preflight::Decline(output)) => serde_json::to_string(&output).ok(),
+        Ok(Preflight::Proceed) | Err(_) => None,
+    }
+}
+
 /// The `manifest` adapter: the manifest JSON with `abi` forced to
 /// [`ABI_VERSION`], or `{"error":"…"}`.
 pub fn manifest_json<P: Plugin>() -> String {
@@ -264,6 +288,12 @@ impl<H: EffectHandler> crate::abi::Handler for Adapter<H> {
             Ok(json) => ROk(RString::from(json)),
             Err(message) => RErr(RString::from(message)),
         }
+    }
+
+    fn preflight(&self, request_json: RStr<'_>) -> ROption<RString> {
+        preflight_json(&self.0, request_json.as_str())
+            .map(RString::from)
+            .into()
     }
 }
 

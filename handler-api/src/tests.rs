@@ -151,6 +151,19 @@ impl EffectHandler for Wild {
         }
     }
 
+    fn preflight(&self, request: &Request) -> Preflight {
+        match request.payload.get("do").and_then(Value::as_str) {
+            Some("decline") => {
+                let mut out = JsonObject::new();
+                out.insert("ok".into(), json!(false));
+                out.insert("refused".into(), json!("too big"));
+                Preflight::Decline(out)
+            }
+            Some("preflight-panic") => panic!("preflight boom"),
+            _ => Preflight::Proceed,
+        }
+    }
+
     fn finish(&self, name: &str, input: FinishInput) -> Result<JsonObject, String> {
         match name {
             "explode" => panic!("finish boom"),
@@ -311,6 +324,38 @@ fn finish_through_the_ffi_entries() {
     assert!(finish_json(&Plain, "x", "{")
         .unwrap_err()
         .starts_with("malformed finish input"));
+}
+
+#[test]
+fn preflight_through_the_ffi_entries() {
+    let h = wild_handler();
+    let Preflight::Decline(out) = h.preflight(&request(json!({"do": "decline"}))) else {
+        panic!("expected a decline")
+    };
+    assert_eq!(
+        Value::Object(out),
+        json!({"ok": false, "refused": "too big"})
+    );
+    // Anything else proceeds: no objection, a panic, a request the plugin cannot read.
+    assert_eq!(h.preflight(&request(json!({}))), Preflight::Proceed);
+    assert_eq!(
+        h.preflight(&request(json!({"do": "preflight-panic"}))),
+        Preflight::Proceed
+    );
+    assert_eq!(preflight_json(&Wild, "not json"), None);
+    // The default proceeds.
+    struct Plain;
+    impl EffectHandler for Plain {
+        fn execute(&self, _: Request) -> Outcome {
+            Outcome::failed("x")
+        }
+    }
+    let decline = serde_json::to_string(&request(json!({"do": "decline"}))).unwrap();
+    assert_eq!(preflight_json(&Plain, &decline), None);
+    assert_eq!(
+        preflight_json(&Wild, &decline).as_deref(),
+        Some(r#"{"ok":false,"refused":"too big"}"#)
+    );
 }
 
 #[test]

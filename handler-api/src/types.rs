@@ -180,6 +180,23 @@ impl Outcome {
     }
 }
 
+/// What a handler's [`crate::EffectHandler::preflight`] says about a request before the broker
+/// spends budget on it.
+///
+/// Preflight is advisory and one-way: it can spare the agent a unit of budget for a request
+/// the handler would refuse anyway (a file whose result would exceed the read limit), never
+/// let through what `execute` would refuse. `execute` still checks everything, because the
+/// world may change between the two calls.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Preflight {
+    /// Go on: admission, the budget debit, then `execute`.
+    Proceed,
+    /// Do not run it. The object is the call's answer, shaped like a refusal from `execute`
+    /// (`{"ok":false,"refused":"…",…}`); the broker commits the call as declined
+    /// (`denied:handler`) and spends nothing.
+    Decline(JsonObject),
+}
+
 /// The input of a finish function: `{"args": {…}, "output": {…}}`, the call's
 /// arguments and the handler output of its (single) effect.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

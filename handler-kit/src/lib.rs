@@ -202,7 +202,7 @@ pub use handler_api::serde_json;
 pub use handler_api::{
     export_plugin, host_callbacks, plugin_module, EffectClass, EffectDecl, EffectHandler,
     FinishInput, Host, HostServices, JsonObject, LoadedHandler, LoadedPlugin, LogLevel, Manifest,
-    Outcome, Plugin, Request, ABI_VERSION, NO_PUBLISH,
+    Outcome, Plugin, Preflight, Request, ABI_VERSION, NO_PUBLISH,
 };
 
 /// Items the kit's macros need; not part of the public API.

@@ -11,7 +11,7 @@ use std::io;
 
 use handler_api::serde_json::json;
 
-use crate::{JsonObject, Outcome};
+use crate::{JsonObject, Outcome, Preflight};
 
 /// `Outcome::ok(fields)` with `tool` and `policy_digest` added (after the
 /// fields, replacing keys of those names).
@@ -64,6 +64,15 @@ impl Stamp {
     /// `{"ok":false,"refused":<message>}`, stamped.
     pub fn refuse(&self, message: impl Into<String>) -> Outcome {
         self.ok(refusal(message))
+    }
+
+    /// The same refusal as [`Stamp::refuse`], as a preflight's decline: the request is
+    /// committed as declined with this answer, and nothing is spent.
+    pub fn decline(&self, message: impl Into<String>) -> Preflight {
+        let mut fields = refusal(message);
+        fields.insert("tool".into(), json!(self.tool));
+        fields.insert("policy_digest".into(), json!(self.policy_digest));
+        Preflight::Decline(fields)
     }
 }
 

@@ -523,14 +523,21 @@ impl<'s, S: Source + ?Sized> Verifier<'s, S> {
                 .clone()
                 .and_then(|rec| self.check_effect(&rec, planned.get(i), i));
             walk.push("effect", row.reference, res);
-            if let Ok(EffectRecord {
-                handler: Some(h), ..
-            }) = &row.record
+            if let Ok(
+                rec @ EffectRecord {
+                    handler: Some(h), ..
+                },
+            ) = &row.record
             {
+                let did = if rec.allowed {
+                    "ran"
+                } else {
+                    "declined (nothing ran)"
+                };
                 walk.push(
                     "plugin",
                     Some(h.library),
-                    Ok(format!("{} {} ran e{}", h.plugin, h.version, i + 1)),
+                    Ok(format!("{} {} {did} e{}", h.plugin, h.version, i + 1)),
                 );
             }
         }

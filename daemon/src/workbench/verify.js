@@ -19,6 +19,8 @@ const GENESIS_WRITER = "world:genesis";
 // The fields of an effect record, as the daemon reads it (any other field makes it unreadable).
 const EFFECT_FIELDS = ["effect", "scope", "cost", "budgetBefore", "budgetAfter", "allowed",
   "failed", "denial", "requestRef", "resultRef", "handler"];
+const BROKER_DENIALS = ["denied:effect-name", "denied:scope", "denied:expired", "denied:budget"];
+const DECLINED = "denied:handler";
 
 /** `sha256:1234abcd…` */
 export function short(ref) {
@@ -225,8 +227,10 @@ export async function verifyEntry(api, index, worldRef) {
       if (handler !== null && !isHandler(handler)) {
         throw new Broken("not an effect record: handler is not {plugin, version, library}", o);
       }
-      // A denied effect ran nothing, so its record names no plugin.
-      const lawful = (e.allowed === false && e.failed === false && e.resultRef === "" && String(e.denial).startsWith("denied:") && handler === null)
+      // A denied effect ran nothing: the broker's denials name no plugin, a handler's decline
+      // (denied:handler) names the plugin that declined.
+      const denial = BROKER_DENIALS.includes(e.denial) ? handler === null : e.denial === DECLINED && handler !== null;
+      const lawful = (e.allowed === false && e.failed === false && e.resultRef === "" && denial)
         || (e.allowed === true && e.failed === false && REF_PATTERN.test(e.resultRef) && e.denial === "")
         || (e.allowed === true && e.failed === true && e.resultRef === "" && e.denial === "");
       if (!lawful) throw new Broken("record is not one of the three lawful shapes", o);
@@ -257,7 +261,7 @@ export async function verifyEntry(api, index, worldRef) {
         ...o, fields, result: res, handler, allowed: e.allowed === true,
         detail: `e${i + 1} ${verdict} ${e.effect}@${e.scope} cost ${e.cost} budget ${e.budgetBefore}→${e.budgetAfter} ` +
           `request ${req.bytes.length} B${res ? ` result ${res.bytes.length} B` : ""}` +
-          (handler ? `, ran by ${handler.plugin} ${handler.version}` : ""),
+          (handler ? `, ${e.allowed ? "ran" : "declined"} by ${handler.plugin} ${handler.version}` : ""),
       };
     });
   }

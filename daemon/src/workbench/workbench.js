@@ -465,10 +465,11 @@ function pluginRow(l, catalog) {
     dd.append(...parts);
     return [h("dt", {}, "plugin"), dd];
   };
-  if (!l.allowed) return say("none", h("span", { class: "muted" }, "none: the broker denied the effect, nothing ran"));
   const hd = l.handler;
+  if (!l.allowed && !hd) return say("none", h("span", { class: "muted" }, "none: the broker denied the effect, nothing ran"));
   if (!hd) return say("unnamed", h("span", { class: "muted" }, "not named (the record predates plugin identities)"));
   const who = [h("span", { class: "plugin-name" }, `${hd.plugin} ${hd.version}`), " ", refView(hd.library)];
+  if (!l.allowed) who.push(h("span", { class: "muted" }, " declined the request before admission; nothing ran"));
   if (catalog.error) {
     return say("unknown", ...who, h("span", { class: "muted" }, ` (not cross-checked: GET /v1/handlers: ${catalog.error.message})`));
   }
@@ -480,7 +481,7 @@ function pluginRow(l, catalog) {
   const now = loaded ? ["it loads ", h("span", { class: "ref-text", title: loaded.library }, short(loaded.library)), ` (${loaded.version}) now`]
     : [`no plugin named ${hd.plugin} is loaded now`];
   return say("other-build", ...who, h("span", { class: "check note" },
-    "ⓘ ran by a build this daemon no longer loads: ", ...now));
+    `ⓘ ${l.allowed ? "ran" : "declined"} by a build this daemon no longer loads: `, ...now));
 }
 
 function linkItem(l, catalog) {

@@ -7,7 +7,7 @@ use handler_kit::output::Stamp;
 use handler_kit::protect::git_component;
 use handler_kit::request::{check, Quote, Rules};
 use handler_kit::serde_json::{json, Map, Value};
-use handler_kit::{EffectHandler, Host, LogLevel, Outcome, Request};
+use handler_kit::{EffectHandler, Host, LogLevel, Outcome, Preflight, Request};
 
 use crate::config::Policy;
 use crate::sandbox::{errno_text, lexical, PathError, ReadRules, Sandbox, Target, WriteError};
@@ -163,18 +163,48 @@ impl WorkspaceHandler {
             Err(e) => return self.path_refusal("read", path, e),
         };
         // The limit bounds the result the agent receives, not the file: JSON escaping can
-        // make a result six times the file's size. Checked before anything is returned, so an
-        // oversized read is this refusal (one unit, like any refusal), never a result the
-        // coordinator must drop after the effect.
-        let size = self.result_len(&content);
-        if size > self.policy.max_read_bytes {
-            return self.refuse(format!(
-                "read {path}: the result would be {size} bytes (the file is {} bytes; JSON escaping adds the rest); the limit is {}",
-                content.len(),
-                self.policy.max_read_bytes
-            ));
+        // make a result six times the file's size. Preflight declines such a read before any
+        // budget is spent; this check covers a file that grew in between, so an oversized
+        // read is a refusal, never a result the coordinator must drop after the effect.
+        if let Some(message) = self.oversized_result(path, &content) {
+            return self.refuse(message);
         }
         self.success(&[("content", json!(content))])
+    }
+
+    /// Why a read of `content` would exceed the read limit, if it would.
+    fn oversized_result(&self, path: &str, content: &str) -> Option<String> {
+        let size = self.result_len(content);
+        (size > self.policy.max_read_bytes).then(|| format!(
+            "read {path}: the result would be {size} bytes (the file is {} bytes; JSON escaping adds the rest); the limit is {}",
+            content.len(),
+            self.policy.max_read_bytes
+        ))
+    }
+
+    /// A read's preflight: declines a file over the read limit, or one whose result would be.
+    /// A file small enough that even six-byte escapes of every byte fit is not read at all.
+    fn preflight_read(&self, sandbox: &Sandbox, path: &str) -> Preflight {
+        let limit = self.policy.max_read_bytes;
+        let rules = ReadRules {
+            limit,
+            hard_links: self.policy.allow_hard_links,
+        };
+        let always_fits = limit.saturating_sub(self.result_len("")) / 6;
+        match sandbox.read_if_larger(path, rules, always_fits) {
+            Err(PathError::TooLarge(size)) => self.stamp.decline(format!(
+                "read {path}: file is {size} bytes; the limit is {limit}"
+            )),
+            Ok(Some(bytes)) => match std::str::from_utf8(&bytes)
+                .ok()
+                .and_then(|content| self.oversized_result(path, content))
+            {
+                Some(message) => self.stamp.decline(message),
+                None => Preflight::Proceed,
+            },
+            // Everything else is the effect's to refuse, at its usual cost.
+            Ok(None) | Err(_) => Preflight::Proceed,
+        }
     }
 
     /// The bytes of a successful read's result as committed: the canonical JSON of
@@ -317,6 +347,45 @@ fn overlaps(haystack: &str, needle: &str) -> bool {
 }
 
 impl EffectHandler for WorkspaceHandler {
+    /// Declines, before any budget is spent, the requests whose size alone makes them
+    /// refusals: a write whose content is over the write limit, a read whose file or result
+    /// is over the read limit. Anything else proceeds to `execute`, which checks it all again.
+    fn preflight(&self, request: &Request) -> Preflight {
+        let Some(effect) = handler_kit::declared!(&request.effect) else {
+            return Preflight::Proceed;
+        };
+        let rules = Rules {
+            ops: effect.ops,
+            known_keys: &KNOWN_KEYS,
+            quote: Quote::Plain,
+        };
+        let Ok(checked) = check(request, &rules) else {
+            return Preflight::Proceed;
+        };
+        let (Ok(path), Ok(worktree)) = (checked.string("path"), checked.worktree()) else {
+            return Preflight::Proceed;
+        };
+        match checked.op {
+            "write" => match checked.string("content") {
+                Ok(content) if content.len() as u64 > self.policy.max_write_bytes => {
+                    self.stamp.decline(format!(
+                        "write {path}: content is {} bytes; the limit is {}",
+                        content.len(),
+                        self.policy.max_write_bytes
+                    ))
+                }
+                _ => Preflight::Proceed,
+            },
+            "read" if !path.is_empty() && !path.contains('\0') => {
+                match Sandbox::open(Path::new(worktree)) {
+                    Ok(sandbox) => self.preflight_read(&sandbox, path),
+                    Err(_) => Preflight::Proceed,
+                }
+            }
+            _ => Preflight::Proceed,
+        }
+    }
+
     fn execute(&self, request: Request) -> Outcome {
         let Some(effect) = handler_kit::declared!(&request.effect) else {
             return Outcome::failed(format!(

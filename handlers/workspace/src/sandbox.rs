@@ -284,14 +284,34 @@ impl Sandbox {
         })
     }
 
+    /// Like [`Sandbox::read`] (the same checks, in the same order), but a file of at most
+    /// `skip_at_most` bytes is not read: `Ok(None)`. For checks that need the bytes of large
+    /// files only.
+    pub fn read_if_larger(
+        &self,
+        path: &str,
+        rules: ReadRules,
+        skip_at_most: u64,
+    ) -> Result<Option<Vec<u8>>, PathError> {
+        retry(|| {
+            let target = self.resolve(path, false)?;
+            let dir = self.open_target_parent(&target)?;
+            read_in(&dir, &target.name, rules, Some(skip_at_most))
+        })
+    }
+
     /// Read the file a resolved target names. `Changed` when the chain was
     /// swapped since [`Sandbox::resolve`].
     pub fn read_target(&self, target: &Target, rules: ReadRules) -> Result<Vec<u8>, PathError> {
+        let dir = self.open_target_parent(target)?;
+        read_in(&dir, &target.name, rules, None).map(Option::unwrap_or_default)
+    }
+
+    fn open_target_parent(&self, target: &Target) -> Result<Dir, PathError> {
         if !target.exists {
             return Err(PathError::Io(io::Error::from_raw_os_error(libc::ENOENT)));
         }
-        let dir = self.open_parent(target, false)?;
-        read_in(&dir, &target.name, rules)
+        self.open_parent(target, false)
     }
 
     /// Atomically replace (or create) the file at `target` with `content`.
@@ -367,8 +387,14 @@ fn changed(e: io::Error) -> PathError {
     }
 }
 
-/// Read `name` in `dir` (no symlink following, no blocking on FIFOs).
-fn read_in(dir: &Dir, name: &OsStr, rules: ReadRules) -> Result<Vec<u8>, PathError> {
+/// Read `name` in `dir` (no symlink following, no blocking on FIFOs); `None` when the file has
+/// at most `skip_at_most` bytes.
+fn read_in(
+    dir: &Dir,
+    name: &OsStr,
+    rules: ReadRules,
+    skip_at_most: Option<u64>,
+) -> Result<Option<Vec<u8>>, PathError> {
     let limit = rules.limit;
     let mut options = OpenOptions::new();
     options
@@ -391,6 +417,9 @@ fn read_in(dir: &Dir, name: &OsStr, rules: ReadRules) -> Result<Vec<u8>, PathErr
     if md.len() > limit {
         return Err(PathError::TooLarge(md.len()));
     }
+    if skip_at_most.is_some_and(|small| md.len() <= small) {
+        return Ok(None);
+    }
     // Read at most limit + 1 bytes: the file may grow after the stat.
     let mut content = Vec::with_capacity(usize::try_from(md.len()).unwrap_or(0));
     file.take(limit.saturating_add(1))
@@ -399,7 +428,7 @@ fn read_in(dir: &Dir, name: &OsStr, rules: ReadRules) -> Result<Vec<u8>, PathErr
     if len > limit {
         return Err(PathError::TooLarge(len));
     }
-    Ok(content)
+    Ok(Some(content))
 }
 
 fn stage(mut file: File, content: &[u8], permissions: Option<Permissions>) -> io::Result<()> {

@@ -157,6 +157,75 @@ fn read_of_control_characters_whose_escaped_result_exceeds_the_cap_is_refused_up
 }
 
 #[test]
+fn preflight_declines_what_the_read_limit_would_refuse_with_the_same_words() {
+    let read = |path: &str| json!({"op": "read", "path": path});
+    let f = Fixture::new();
+    // A result over the limit, and a file over it, are declined before the effect, in the
+    // words the effect itself would use.
+    f.put("ctl.txt", &"\u{1}".repeat(270_002));
+    fs::write(f.path("big.txt"), vec![b'a'; 2_000_000]).unwrap();
+    for path in ["ctl.txt", "big.txt"] {
+        let declined = f.preflight("Workspace.Read", read(path));
+        assert_eq!(declined.as_deref(), Some(refused(&f.read(path))), "{path}");
+    }
+    assert_eq!(
+        f.preflight("Workspace.Read", read("big.txt")).unwrap(),
+        "read big.txt: file is 2000000 bytes; the limit is 1048576"
+    );
+    // Everything else proceeds, to be answered by the effect at its usual cost: a file that
+    // fits (small, or large and plain), a missing file, an escape, a hard-linked file (its
+    // size is not the agent's to learn for free), text that is not UTF-8, a malformed request.
+    f.put("small.txt", "hello");
+    fs::write(f.path("plain.txt"), vec![b'a'; 900_000]).unwrap();
+    fs::hard_link(f.path("big.txt"), f.path("linked.txt")).unwrap();
+    fs::write(f.path("bin.dat"), vec![0xff; 400_000]).unwrap();
+    for path in [
+        "small.txt",
+        "plain.txt",
+        "nope",
+        "../outside/canary.txt",
+        "linked.txt",
+        "bin.dat",
+        "",
+    ] {
+        assert_eq!(f.preflight("Workspace.Read", read(path)), None, "{path}");
+    }
+    assert_eq!(
+        f.preflight(
+            "Workspace.Read",
+            json!({"op": "read", "path": "big.txt", "Path": "x"})
+        ),
+        None
+    );
+    // A smaller limit moves the line with it.
+    let f = Fixture::with_config(json!({"maxReadBytes": 1000}));
+    f.put("a.txt", &"a".repeat(1000));
+    assert_eq!(
+        f.preflight("Workspace.Read", read("a.txt")).as_deref(),
+        Some(refused(&f.read("a.txt")))
+    );
+}
+
+#[test]
+fn preflight_declines_a_write_over_the_write_limit_and_leaves_edits_to_the_effect() {
+    let f = Fixture::with_config(json!({"maxWriteBytes": 10}));
+    let big = json!({"op": "write", "path": "a.txt", "content": "x".repeat(11)});
+    assert_eq!(
+        f.preflight("Workspace.Write", big.clone()).as_deref(),
+        Some("write a.txt: content is 11 bytes; the limit is 10")
+    );
+    assert_eq!(
+        refused(&f.out("Workspace.Write", big)),
+        "write a.txt: content is 11 bytes; the limit is 10"
+    );
+    let fits = json!({"op": "write", "path": "a.txt", "content": "x".repeat(10)});
+    assert_eq!(f.preflight("Workspace.Write", fits), None);
+    let edit = json!({"op": "edit", "path": "a.txt", "old_text": "x", "new_text": "y".repeat(20)});
+    assert_eq!(f.preflight("Workspace.Write", edit), None);
+    assert!(!f.path("a.txt").exists());
+}
+
+#[test]
 fn read_refuses_directories_and_special_files() {
     let f = Fixture::new();
     fs::create_dir(f.path("dir")).unwrap();

@@ -6,7 +6,7 @@ use std::fs;
 use std::path::{Path, PathBuf};
 
 use handler_kit::serde_json::{json, Value};
-use handler_kit::{EffectHandler, Host, JsonObject, Outcome, Plugin, Request};
+use handler_kit::{EffectHandler, Host, JsonObject, Outcome, Plugin, Preflight, Request};
 use worldd_workspace::{WorkspaceHandler, WorkspacePlugin};
 
 /// The canary file's content: must never show up in any output.
@@ -85,6 +85,23 @@ impl Fixture {
         match self.run(effect, payload.clone()) {
             Outcome::Ok { output } => output,
             other => panic!("{effect} {payload} gave {other:?}"),
+        }
+    }
+
+    /// The handler's preflight for one request: the decline's `refused` text, or `None` when
+    /// it proceeds.
+    pub fn preflight(&self, effect: &str, payload: Value) -> Option<String> {
+        match self.handler.preflight(&self.request(effect, payload)) {
+            Preflight::Proceed => None,
+            Preflight::Decline(out) => {
+                assert_eq!(out["ok"], json!(false), "{out:?}");
+                assert_eq!(
+                    out["tool"],
+                    json!(self.handler.tool()),
+                    "declines are stamped"
+                );
+                Some(out["refused"].as_str().unwrap().to_owned())
+            }
         }
     }
 

@@ -1,0 +1,235 @@
+//! A handler's preflight: a request the handler declines before admission is committed as
+//! `denied:handler` with the handler's answer, nothing is journaled or spent, and `why`
+//! verifies it; a preflight that panics proceeds; one that hangs is answered at the deadline
+//! and keeps its episode busy until it returns, with nothing spent.
+
+mod common;
+
+use std::sync::{mpsc, Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+use broker_core::broker::{EffectRecord, HandlerIdentity};
+use broker_core::coordinator::{
+    Call, CallError, CallOutput, Coordinator, CoordinatorConfig, EffectHandler, EffectRequest,
+    HandlerOutcome, Handlers, Surface,
+};
+use broker_core::journal;
+use broker_core::object::Ref;
+use broker_core::session::{self, Session};
+use broker_core::store::Store;
+use broker_core::verify::{self, Handle};
+use serde_json::{json, Map, Value};
+
+/// Reads and checks: the preflight declines `big`, panics on `boom`, waits for the gate on
+/// `slow`, and proceeds otherwise; `execute` always succeeds and counts its runs.
+struct Picky {
+    runs: Mutex<usize>,
+    open: Mutex<bool>,
+    cv: Condvar,
+    entered: Mutex<mpsc::Sender<()>>,
+}
+
+impl Picky {
+    fn release(&self) {
+        *self.open.lock().unwrap() = true;
+        self.cv.notify_all();
+    }
+}
+
+impl EffectHandler for Picky {
+    fn identity(&self) -> HandlerIdentity {
+        HandlerIdentity::in_process("test/picky", "1.2.3")
+    }
+
+    fn preflight(&self, req: &EffectRequest<'_>) -> Option<Map<String, Value>> {
+        match req.payload["path"].as_str() {
+            Some("big") => {
+                let mut out = Map::new();
+                out.insert("ok".into(), json!(false));
+                out.insert("refused".into(), json!("read big: too big to answer"));
+                Some(out)
+            }
+            Some("boom") => panic!("preflight panicked on purpose"),
+            Some("slow") => {
+                let _ = self.entered.lock().unwrap().send(());
+                let mut open = self.open.lock().unwrap();
+                while !*open {
+                    open = self.cv.wait(open).unwrap();
+                }
+                None
+            }
+            _ => None,
+        }
+    }
+
+    fn execute(&self, _: &EffectRequest<'_>) -> HandlerOutcome {
+        *self.runs.lock().unwrap() += 1;
+        let mut out = Map::new();
+        out.insert("ok".into(), json!(true));
+        HandlerOutcome::Ok(out)
+    }
+}
+
+struct Setup {
+    _dir: tempfile::TempDir,
+    store: Store,
+    handler: Arc<Picky>,
+    entered: mpsc::Receiver<()>,
+    coordinator: Arc<Coordinator>,
+    session: Session,
+}
+
+fn setup(handler_deadline: Duration) -> Setup {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::create(&dir.path().join("db")).unwrap();
+    common::publish_se_tools(&store);
+    let (tx, entered) = mpsc::channel();
+    let handler = Arc::new(Picky {
+        runs: Mutex::new(0),
+        open: Mutex::new(false),
+        cv: Condvar::new(),
+        entered: Mutex::new(tx),
+    });
+    let mut handlers = Handlers::new();
+    for e in ["Workspace.Read", "Ailang.Check"] {
+        handlers.insert(e, handler.clone()).unwrap();
+    }
+    let config = CoordinatorConfig {
+        handler_deadline,
+        ..CoordinatorConfig::default()
+    };
+    let coordinator = Arc::new(Coordinator::new(store.clone(), handlers, config));
+    let grants = ["Workspace.Read=worktree:3", "Ailang.Check=worktree:3"]
+        .iter()
+        .map(|g| g.parse().unwrap())
+        .collect();
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as i64;
+    let session = session::mint(&store, "ep1", grants, 3600, now)
+        .unwrap()
+        .session;
+    Setup {
+        _dir: dir,
+        store,
+        handler,
+        entered,
+        coordinator,
+        session,
+    }
+}
+
+fn call(s: &Setup, tool: &str, task: &str, path: &str) -> Result<CallOutput, CallError> {
+    s.coordinator.invoke(&Call {
+        surface: Surface::A2a,
+        session: s.session.clone(),
+        skill_id: tool.into(),
+        task_id: Some(task.into()),
+        args: json!({"path": path}),
+        transition_fn: None,
+    })
+}
+
+fn spent(s: &Setup) -> u64 {
+    s.store
+        .read(|r| journal::spent(r, "ep1"))
+        .unwrap()
+        .values()
+        .sum()
+}
+
+fn record(s: &Setup, r: &Ref) -> EffectRecord {
+    let o = s.store.read(|rd| rd.object(r)).unwrap().unwrap();
+    serde_json::from_slice(&o.payload).unwrap()
+}
+
+#[test]
+fn a_declined_read_is_committed_as_denied_by_the_handler_and_spends_nothing() {
+    let s = setup(Duration::from_secs(10));
+    let out = call(&s, "ailang-read", "t1", "big").unwrap();
+    let v: Value = serde_json::from_slice(&out.output).unwrap();
+    // The handler's answer, with the world block of a denial.
+    assert_eq!(v["ok"], false, "{v}");
+    assert_eq!(v["refused"], "read big: too big to answer");
+    assert_eq!(v["world"]["effects"][0]["status"], "denied");
+    assert_eq!(out.effects[0].denial.as_deref(), Some("denied:handler"));
+    assert_eq!(out.effects[0].budget_after, 3);
+    // The record names the plugin that declined; nothing ran, nothing was journaled.
+    let rec = record(&s, &out.effects[0].record);
+    assert!(rec.is_lawful());
+    assert_eq!(
+        (rec.allowed, rec.failed, rec.result_ref),
+        (false, false, None)
+    );
+    assert_eq!((rec.budget_before, rec.budget_after), (3, 3));
+    assert_eq!(rec.handler.as_ref().unwrap().plugin, "test/picky");
+    assert_eq!(*s.handler.runs.lock().unwrap(), 0);
+    assert_eq!(spent(&s), 0);
+    // Provenance verifies, the plugin named as the one that declined.
+    let why = verify::why(&s.store, &Handle::Output(out.output.clone()), 10).unwrap();
+    assert!(why.all_ok(), "{:#}", why.to_json());
+    let text = why.to_json().to_string();
+    assert!(text.contains("declined (nothing ran) e1"), "{text}");
+    // The same task id is committed: asking again returns it without asking the handler.
+    let again = call(&s, "ailang-read", "t1", "big").unwrap();
+    assert!(again.replayed);
+    // A read the handler does not decline runs and spends.
+    call(&s, "ailang-read", "t2", "small").unwrap();
+    assert_eq!((*s.handler.runs.lock().unwrap(), spent(&s)), (1, 1));
+}
+
+#[test]
+fn a_tool_with_a_finish_phase_answers_a_decline_in_that_phase_shape() {
+    let s = setup(Duration::from_secs(10));
+    let out = call(&s, "ailang-check", "c1", "big").unwrap();
+    let v: Value = serde_json::from_slice(&out.output).unwrap();
+    assert_eq!(v["ok"], false, "{v}");
+    assert_eq!(v["status"], "denied");
+    assert_eq!(v["refused"], "read big: too big to answer");
+    assert_eq!(spent(&s), 0);
+}
+
+#[test]
+fn a_preflight_that_panics_proceeds_to_the_effect() {
+    let s = setup(Duration::from_secs(10));
+    let out = call(&s, "ailang-read", "t1", "boom").unwrap();
+    let v: Value = serde_json::from_slice(&out.output).unwrap();
+    assert_eq!(v["ok"], true, "{v}");
+    assert_eq!((*s.handler.runs.lock().unwrap(), spent(&s)), (1, 1));
+}
+
+#[test]
+fn a_preflight_past_its_deadline_is_answered_as_timed_out_and_nothing_is_spent() {
+    let s = setup(Duration::from_millis(200));
+    let started = Instant::now();
+    let err = call(&s, "ailang-read", "t1", "slow").unwrap_err();
+    assert!(matches!(err, CallError::HandlerTimedOut), "{err:?}");
+    assert!(started.elapsed() >= Duration::from_millis(200));
+    s.entered.recv().unwrap();
+    assert_eq!(s.coordinator.overruns().running(), 1);
+    // The episode stays busy while the preflight runs: the next call waits its turn...
+    let c = s.coordinator.clone();
+    let session = s.session.clone();
+    let next = std::thread::spawn(move || {
+        c.invoke(&Call {
+            surface: Surface::A2a,
+            session,
+            skill_id: "ailang-read".into(),
+            task_id: Some("t2".into()),
+            args: json!({"path": "small"}),
+            transition_fn: None,
+        })
+    });
+    std::thread::sleep(Duration::from_millis(100));
+    assert!(!next.is_finished());
+    assert_eq!(spent(&s), 0);
+    // ...and runs once the preflight returns; nothing was journaled for the first.
+    s.handler.release();
+    next.join().unwrap().unwrap();
+    assert_eq!(s.coordinator.overruns().running(), 0);
+    assert_eq!(s.coordinator.overruns().total(), 1);
+    assert_eq!((*s.handler.runs.lock().unwrap(), spent(&s)), (1, 1));
+    let state = s.store.read(|r| journal::state(r, "a2a:ep1:t1")).unwrap();
+    assert!(state.is_none(), "{state:?}");
+}
