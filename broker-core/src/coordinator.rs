@@ -11,11 +11,12 @@
 //!    effect needs a loaded handler (and a bound worktree: rule R8). The call then holds its
 //!    episode's turn;
 //! 1. **plan** with the pure interpreter;
-//! 2. **admit**: the broker decides against the grants, budgets reseeded from the journal, and
-//!    the intent is journaled with its spend (durable point 1). A refused plan or a denied
-//!    effect is closed here and committed as an entry without an effect (a denial with its
-//!    record); nothing is spent. Refusals and denials each cost the credential a token of its
-//!    refusal rate ([`crate::refusal_rate`]);
+//! 2. **admit**: the broker decides against the grants, budgets reseeded from the journal; the
+//!    handler's preflight may decline the request (under the handler's deadline); then the
+//!    intent is journaled with its spend (durable point 1). A refused plan, a denied effect or
+//!    a declined request (`denied:handler`) is closed here and committed as an entry without an
+//!    effect (a denial with its record); nothing is spent. Refusals and denials each cost the
+//!    credential a token of its refusal rate ([`crate::refusal_rate`]);
 //! 3. **execute** the handler under its deadline ([`crate::deadline`]);
 //! 4. **finish**: the outcome as the broker records it, and the output (reshaped by the
 //!    plugin's finish function when the tool has one);

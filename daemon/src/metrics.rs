@@ -198,7 +198,7 @@ impl Metrics {
                 );
             }
         }
-        out.push_str("# HELP worldd_denials_total Broker denials by label.\n# TYPE worldd_denials_total counter\n");
+        out.push_str("# HELP worldd_denials_total Denials by label (the broker's, and denied:handler).\n# TYPE worldd_denials_total counter\n");
         if let Ok(denials) = self.inner.denials.lock() {
             for (label, n) in denials.iter() {
                 let _ = writeln!(out, "worldd_denials_total{{label=\"{label}\"}} {n}");
