@@ -15,6 +15,7 @@ use broker_core::coordinator::{
 };
 use broker_core::journal;
 use broker_core::object::Ref;
+use broker_core::refusal_rate::RefusalRate;
 use broker_core::session::{self, Session};
 use broker_core::store::Store;
 use broker_core::verify::{self, Handle};
@@ -80,6 +81,10 @@ struct Setup {
 }
 
 fn setup(handler_deadline: Duration) -> Setup {
+    setup_with(handler_deadline, RefusalRate::default())
+}
+
+fn setup_with(handler_deadline: Duration, refusal_rate: RefusalRate) -> Setup {
     let dir = tempfile::tempdir().unwrap();
     let store = Store::create(&dir.path().join("db")).unwrap();
     common::publish_se_tools(&store);
@@ -96,6 +101,7 @@ fn setup(handler_deadline: Duration) -> Setup {
     }
     let config = CoordinatorConfig {
         handler_deadline,
+        refusal_rate,
         ..CoordinatorConfig::default()
     };
     let coordinator = Arc::new(Coordinator::new(store.clone(), handlers, config));
@@ -177,6 +183,24 @@ fn a_declined_read_is_committed_as_denied_by_the_handler_and_spends_nothing() {
     // A read the handler does not decline runs and spends.
     call(&s, "ailang-read", "t2", "small").unwrap();
     assert_eq!((*s.handler.runs.lock().unwrap(), spent(&s)), (1, 1));
+}
+
+#[test]
+fn a_flood_of_declined_calls_is_bounded_by_the_refusal_rate() {
+    // Declines spend no budget, so like denials they cost the credential a refusal token.
+    let s = setup_with(
+        Duration::from_secs(10),
+        RefusalRate::new(0.0001, 2).unwrap(),
+    );
+    for task in ["t1", "t2"] {
+        let out = call(&s, "ailang-read", task, "big").unwrap();
+        assert_eq!(out.effects[0].denial.as_deref(), Some("denied:handler"));
+    }
+    let err = call(&s, "ailang-read", "t3", "big").unwrap_err();
+    assert!(matches!(err, CallError::RefusalRate), "{err:?}");
+    // A call whose effect runs still goes through: the rate bounds what costs nothing.
+    call(&s, "ailang-read", "t4", "small").unwrap();
+    assert_eq!(spent(&s), 1);
 }
 
 #[test]
