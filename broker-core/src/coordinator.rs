@@ -1244,16 +1244,9 @@ impl Coordinator {
         let record_obj = Object::json(sid::EFFECT_RECORD, "host/broker", &record.to_value())?;
         let body = ended_body(&p, &effect.effect, "denied");
         let output = with_world(body, &plan_obj.hash, &[(&record, record_obj.hash)]);
-        Ok(Finished {
-            call: p,
-            plan_ref: plan_obj.hash,
-            records: vec![record_obj.hash],
-            objects: vec![plan_obj, request, record_obj.clone()],
-            output,
-            effects: vec![summary(&record, record_obj.hash)],
-            ran: None,
-            busy,
-        })
+        Ok(closed_by_denial(
+            p, plan_obj, request, &record, record_obj, output, busy,
+        ))
     }
 
     /// The handler's preflight, under the same deadline as its execute step. Past the deadline
@@ -1744,16 +1737,32 @@ fn declined<'c>(
         );
         output = with_world(body, &plan_obj.hash, &world);
     }
-    Ok(Finished {
+    Ok(closed_by_denial(
+        p, plan_obj, request, &record, record_obj, output, busy,
+    ))
+}
+
+/// A call closed by a denial, the broker's or the handler's: its plan, request and record are
+/// committed with the output, and nothing ran.
+fn closed_by_denial<'c>(
+    p: Prepared<'c>,
+    plan_obj: Object,
+    request: Object,
+    record: &EffectRecord,
+    record_obj: Object,
+    output: Value,
+    busy: Busy,
+) -> Finished<'c> {
+    Finished {
         call: p,
         plan_ref: plan_obj.hash,
         records: vec![record_obj.hash],
-        objects: vec![plan_obj, request, record_obj.clone()],
+        effects: vec![summary(record, record_obj.hash)],
+        objects: vec![plan_obj, request, record_obj],
         output,
-        effects: vec![summary(&record, record_obj.hash)],
         ran: None,
         busy,
-    })
+    }
 }
 
 /// A refused plan, closed: committed with no effect.

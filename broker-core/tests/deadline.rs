@@ -5,7 +5,7 @@
 mod common;
 
 use std::sync::mpsc;
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use broker_core::broker::HandlerIdentity;
@@ -19,17 +19,14 @@ use broker_core::session::{self, Session};
 use broker_core::store::Store;
 use serde_json::{json, Map, Value};
 
-/// `Workspace.Write` waits for the gate (and reports each entry); `Workspace.Read` answers.
+/// `Workspace.Write` waits at the gate (reporting its deadline); `Workspace.Read` answers.
 struct Hanging {
-    open: Mutex<bool>,
-    cv: Condvar,
-    entered: Mutex<mpsc::Sender<Duration>>,
+    gate: common::Gate<Duration>,
 }
 
 impl Hanging {
     fn release(&self) {
-        *self.open.lock().unwrap() = true;
-        self.cv.notify_all();
+        self.gate.release();
     }
 }
 
@@ -41,11 +38,7 @@ impl EffectHandler for Hanging {
         let mut out = Map::new();
         out.insert("ok".into(), json!(true));
         if req.effect == "Workspace.Write" {
-            let _ = self.entered.lock().unwrap().send(req.deadline);
-            let mut open = self.open.lock().unwrap();
-            while !*open {
-                open = self.cv.wait(open).unwrap();
-            }
+            self.gate.pass(req.deadline);
             out.insert("late".into(), json!(true));
         }
         HandlerOutcome::Ok(out)
@@ -64,12 +57,8 @@ fn setup(handler_deadline: Duration) -> Setup {
     let dir = tempfile::tempdir().unwrap();
     let store = Store::create(&dir.path().join("db")).unwrap();
     common::publish_se_tools(&store);
-    let (tx, entered) = mpsc::channel();
-    let handler = Arc::new(Hanging {
-        open: Mutex::new(false),
-        cv: Condvar::new(),
-        entered: Mutex::new(tx),
-    });
+    let (gate, entered) = common::Gate::new();
+    let handler = Arc::new(Hanging { gate });
     let mut handlers = Handlers::new();
     for e in ["Workspace.Read", "Workspace.Write"] {
         handlers.insert(e, handler.clone()).unwrap();

@@ -5,7 +5,7 @@
 
 mod common;
 
-use std::sync::{mpsc, Arc, Condvar, Mutex};
+use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use broker_core::broker::{EffectRecord, HandlerIdentity};
@@ -25,15 +25,12 @@ use serde_json::{json, Map, Value};
 /// `slow`, and proceeds otherwise; `execute` always succeeds and counts its runs.
 struct Picky {
     runs: Mutex<usize>,
-    open: Mutex<bool>,
-    cv: Condvar,
-    entered: Mutex<mpsc::Sender<()>>,
+    gate: common::Gate<()>,
 }
 
 impl Picky {
     fn release(&self) {
-        *self.open.lock().unwrap() = true;
-        self.cv.notify_all();
+        self.gate.release();
     }
 }
 
@@ -52,11 +49,7 @@ impl EffectHandler for Picky {
             }
             Some("boom") => panic!("preflight panicked on purpose"),
             Some("slow") => {
-                let _ = self.entered.lock().unwrap().send(());
-                let mut open = self.open.lock().unwrap();
-                while !*open {
-                    open = self.cv.wait(open).unwrap();
-                }
+                self.gate.pass(());
                 None
             }
             _ => None,
@@ -88,12 +81,10 @@ fn setup_with(handler_deadline: Duration, refusal_rate: RefusalRate) -> Setup {
     let dir = tempfile::tempdir().unwrap();
     let store = Store::create(&dir.path().join("db")).unwrap();
     common::publish_se_tools(&store);
-    let (tx, entered) = mpsc::channel();
+    let (gate, entered) = common::Gate::new();
     let handler = Arc::new(Picky {
         runs: Mutex::new(0),
-        open: Mutex::new(false),
-        cv: Condvar::new(),
-        entered: Mutex::new(tx),
+        gate,
     });
     let mut handlers = Handlers::new();
     for e in ["Workspace.Read", "Ailang.Check"] {

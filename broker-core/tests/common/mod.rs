@@ -5,7 +5,7 @@
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicI64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{mpsc, Arc, Condvar, Mutex};
 
 use broker_core::broker::HandlerIdentity;
 use broker_core::coordinator::{
@@ -315,5 +315,41 @@ impl Drop for Tmpfs {
             .arg("-l")
             .arg(self.dir.path())
             .status();
+    }
+}
+
+/// Where a test handler waits until the test lets it go, telling the test each time a call
+/// arrives (with what the handler chose to report).
+pub struct Gate<T> {
+    open: Mutex<bool>,
+    cv: Condvar,
+    arrived: Mutex<mpsc::Sender<T>>,
+}
+
+impl<T> Gate<T> {
+    /// A closed gate and the receiver of its arrivals.
+    pub fn new() -> (Gate<T>, mpsc::Receiver<T>) {
+        let (tx, rx) = mpsc::channel();
+        let gate = Gate {
+            open: Mutex::new(false),
+            cv: Condvar::new(),
+            arrived: Mutex::new(tx),
+        };
+        (gate, rx)
+    }
+
+    /// Report `arrival`, then wait until the gate is open.
+    pub fn pass(&self, arrival: T) {
+        let _ = self.arrived.lock().unwrap().send(arrival);
+        let mut open = self.open.lock().unwrap();
+        while !*open {
+            open = self.cv.wait(open).unwrap();
+        }
+    }
+
+    /// Open the gate for every call waiting now and every later one.
+    pub fn release(&self) {
+        *self.open.lock().unwrap() = true;
+        self.cv.notify_all();
     }
 }
