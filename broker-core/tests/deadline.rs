@@ -24,12 +24,6 @@ struct Hanging {
     gate: common::Gate<Duration>,
 }
 
-impl Hanging {
-    fn release(&self) {
-        self.gate.release();
-    }
-}
-
 impl EffectHandler for Hanging {
     fn identity(&self) -> HandlerIdentity {
         HandlerIdentity::in_process("test/hanging", "0")
@@ -168,7 +162,7 @@ fn hung_handler_is_answered_at_its_deadline_and_journaled_when_it_returns() {
     });
 
     // The handler returns: its outcome and record are journaled, the call is not committed.
-    s.handler.release();
+    s.handler.gate.release();
     let second = next.join().unwrap().unwrap();
     done_rx.recv().unwrap();
     // The episode's next call ran only after the late outcome was journaled.
@@ -223,5 +217,5 @@ fn a_callers_earlier_deadline_shortens_the_handlers() {
     assert!(matches!(err, CallError::HandlerTimedOut), "{err:?}");
     let told = s.entered.recv_timeout(Duration::from_secs(30)).unwrap();
     assert!(told <= Duration::from_millis(100), "{told:?}");
-    s.handler.release();
+    s.handler.gate.release();
 }
