@@ -1,7 +1,7 @@
 //! A handler's preflight: a request the handler declines before admission is committed as
-//! `denied:handler` with the handler's answer, nothing is journaled or spent, and `why`
-//! verifies it; a preflight that panics proceeds; one that hangs is answered at the deadline
-//! and keeps its episode busy until it returns, with nothing spent.
+//! `denied:handler` with the handler's answer (bounded like any output), nothing is journaled
+//! or spent, and `why` verifies it; a preflight that panics proceeds; one that hangs is
+//! answered at the deadline and keeps its episode busy until it returns, with nothing spent.
 
 mod common;
 
@@ -21,8 +21,9 @@ use broker_core::store::Store;
 use broker_core::verify::{self, Handle};
 use serde_json::{json, Map, Value};
 
-/// Reads and checks: the preflight declines `big`, panics on `boom`, waits for the gate on
-/// `slow`, and proceeds otherwise; `execute` always succeeds and counts its runs.
+/// Reads and checks: the preflight declines `big` (and `huge`, with a 2 MiB reason), panics on
+/// `boom`, waits for the gate on `slow`, and proceeds otherwise; `execute` always succeeds and
+/// counts its runs.
 struct Picky {
     runs: Mutex<usize>,
     gate: common::Gate<()>,
@@ -39,6 +40,12 @@ impl EffectHandler for Picky {
                 let mut out = Map::new();
                 out.insert("ok".into(), json!(false));
                 out.insert("refused".into(), json!("read big: too big to answer"));
+                Some(out)
+            }
+            Some("huge") => {
+                let mut out = Map::new();
+                out.insert("ok".into(), json!(false));
+                out.insert("refused".into(), json!("x".repeat(2 << 20)));
                 Some(out)
             }
             Some("boom") => panic!("preflight panicked on purpose"),
@@ -186,6 +193,23 @@ fn a_flood_of_declined_calls_is_bounded_by_the_refusal_rate() {
     // A call whose effect runs still goes through: the rate bounds what costs nothing.
     call(&s, "ailang-read", "t4", "small").unwrap();
     assert_eq!(spent(&s), 1);
+}
+
+#[test]
+fn a_decline_whose_answer_is_over_the_output_limit_is_committed_with_a_short_one() {
+    let s = setup(Duration::from_secs(10));
+    let out = call(&s, "ailang-read", "t1", "huge").unwrap();
+    let v: Value = serde_json::from_slice(&out.output).unwrap();
+    assert_eq!(v["ok"], false);
+    let refused = v["refused"].as_str().unwrap();
+    assert!(
+        refused.starts_with("the Workspace.Read handler declined the request; its ")
+            && refused.ends_with("-byte answer is over the 1048576-byte limit"),
+        "{refused}"
+    );
+    assert_eq!(v["world"]["effects"][0]["status"], "denied");
+    assert!(out.output.len() < 1024, "{}", out.output.len());
+    assert_eq!(spent(&s), 0);
 }
 
 #[test]
