@@ -208,6 +208,24 @@ impl EffectRecord {
         denial: Denial,
         request_ref: Ref,
     ) -> Self {
+        Self::not_run(effect, scope, cost, budget, denial.label(), request_ref)
+    }
+
+    /// A request the handler declined before admission ([`DECLINED`]); name the plugin with
+    /// [`EffectRecord::ran_by`].
+    pub fn declined(effect: &str, scope: &str, cost: u64, budget: u64, request_ref: Ref) -> Self {
+        Self::not_run(effect, scope, cost, budget, DECLINED, request_ref)
+    }
+
+    /// The denied shape: nothing ran, nothing spent, `label` says why.
+    fn not_run(
+        effect: &str,
+        scope: &str,
+        cost: u64,
+        budget: u64,
+        label: &str,
+        request_ref: Ref,
+    ) -> Self {
         EffectRecord {
             effect: effect.into(),
             scope: scope.into(),
@@ -216,19 +234,10 @@ impl EffectRecord {
             budget_after: budget,
             allowed: false,
             failed: false,
-            denial: denial.label().into(),
+            denial: label.into(),
             request_ref,
             result_ref: None,
             handler: None,
-        }
-    }
-
-    /// A request the handler declined before admission ([`DECLINED`]); name the plugin with
-    /// [`EffectRecord::ran_by`].
-    pub fn declined(effect: &str, scope: &str, cost: u64, budget: u64, request_ref: Ref) -> Self {
-        EffectRecord {
-            denial: DECLINED.into(),
-            ..EffectRecord::denied(effect, scope, cost, budget, Denial::Budget, request_ref)
         }
     }
 

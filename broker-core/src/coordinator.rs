@@ -1262,17 +1262,7 @@ impl Coordinator {
         let Some(handler) = self.handlers.get(&effect.effect).cloned() else {
             return Ok(Preflighted::Proceed(busy));
         };
-        let now = Instant::now();
-        let own = now + self.config.handler_deadline;
-        let deadline = until.map_or(own, |u| u.min(own));
-        let job = HandlerJob {
-            handler: handler.clone(),
-            invocation_id: p.invocation_id.clone(),
-            episode: p.call.session.episode.clone(),
-            worktree: p.worktree.clone(),
-            effect: effect.clone(),
-            deadline: deadline.saturating_duration_since(now),
-        };
+        let (job, deadline) = self.handler_job(p, handler.clone(), effect, until);
         let overruns = self.overruns.clone();
         let late = move |_: Option<Map<String, Value>>, busy: Busy| {
             overruns.running.fetch_sub(1, Ordering::Relaxed);
@@ -1299,6 +1289,29 @@ impl Coordinator {
                 Err(CallError::HandlerTimedOut)
             }
         }
+    }
+
+    /// One call into `handler` for this effect, and when its caller stops waiting: the
+    /// configured handler deadline, or the caller's own `until` if that comes first.
+    fn handler_job(
+        &self,
+        p: &Prepared<'_>,
+        handler: Arc<dyn EffectHandler>,
+        effect: &Arc<PlannedEffect>,
+        until: Option<Instant>,
+    ) -> (HandlerJob, Instant) {
+        let now = Instant::now();
+        let own = now + self.config.handler_deadline;
+        let deadline = until.map_or(own, |u| u.min(own));
+        let job = HandlerJob {
+            handler,
+            invocation_id: p.invocation_id.clone(),
+            episode: p.call.session.episode.clone(),
+            worktree: p.worktree.clone(),
+            effect: effect.clone(),
+            deadline: deadline.saturating_duration_since(now),
+        };
+        (job, deadline)
     }
 
     /// Journal the intent; `false` when the budget turned out to be exhausted.
@@ -1370,17 +1383,7 @@ impl Coordinator {
             Some(handler) => {
                 // Provenance names the plugin that ran the effect.
                 let ran_by = catch_unwind(AssertUnwindSafe(|| handler.identity())).ok();
-                let now = Instant::now();
-                let own = now + self.config.handler_deadline;
-                let deadline = until.map_or(own, |u| u.min(own));
-                let job = HandlerJob {
-                    handler,
-                    invocation_id: p.invocation_id.clone(),
-                    episode: p.call.session.episode.clone(),
-                    worktree: p.worktree.clone(),
-                    effect: effect.clone(),
-                    deadline: deadline.saturating_duration_since(now),
-                };
+                let (job, deadline) = self.handler_job(&p, handler, &effect, until);
                 let late = LateCall {
                     store: self.store.clone(),
                     ids: p.ids(),

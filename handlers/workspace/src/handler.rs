@@ -5,7 +5,7 @@ use std::path::Path;
 
 use handler_kit::output::Stamp;
 use handler_kit::protect::git_component;
-use handler_kit::request::{check, Quote, Rules};
+use handler_kit::request::{check, Checked, Quote, Rules};
 use handler_kit::serde_json::{json, Map, Value};
 use handler_kit::{EffectHandler, Host, LogLevel, Outcome, Preflight, Request};
 
@@ -101,17 +101,47 @@ impl WorkspaceHandler {
             PathError::HardLinked(links) => format!(
                 "{op} {path}: the file has {links} hard links; a hard link can name a file outside the worktree, so this policy reads only files with one link (the operator can allow them with allowHardLinks)"
             ),
-            PathError::TooLarge(size) => {
-                let limit = if op == "read" {
-                    self.policy.max_read_bytes
-                } else {
-                    self.policy.max_write_bytes
-                };
-                format!("{op} {path}: file is {size} bytes; the limit is {limit}")
-            }
+            PathError::TooLarge(size) => self.too_large(op, path, size),
             PathError::Io(e) => format!("{op} {path}: openat {path}: {}", errno_text(&e)),
         };
         self.refuse(message)
+    }
+
+    /// A file over the op's limit, by its size.
+    fn too_large(&self, op: &str, path: &str, size: u64) -> String {
+        let limit = if op == "read" {
+            self.policy.max_read_bytes
+        } else {
+            self.policy.max_write_bytes
+        };
+        format!("{op} {path}: file is {size} bytes; the limit is {limit}")
+    }
+
+    /// Why a write of `content` is over the write limit, if it is.
+    fn oversized_write(&self, path: &str, content: &str) -> Option<String> {
+        let size = content.len() as u64;
+        (size > self.policy.max_write_bytes).then(|| {
+            format!(
+                "write {path}: content is {size} bytes; the limit is {}",
+                self.policy.max_write_bytes
+            )
+        })
+    }
+
+    /// The request checks every op shares (effect, scope, op allowlist, keys).
+    fn checked<'r>(&self, request: &'r Request) -> Result<Checked<'r>, Outcome> {
+        let Some(effect) = handler_kit::declared!(&request.effect) else {
+            return Err(Outcome::failed(format!(
+                "broker: the workspace plugin does not handle effect \"{}\"",
+                request.effect
+            )));
+        };
+        let rules = Rules {
+            ops: effect.ops,
+            known_keys: &KNOWN_KEYS,
+            quote: Quote::Plain,
+        };
+        check(request, &rules)
     }
 
     /// `.git/` and deny-glob rules for one worktree-relative path: every
@@ -192,9 +222,9 @@ impl WorkspaceHandler {
         };
         let always_fits = limit.saturating_sub(self.result_len("")) / 6;
         match sandbox.read_if_larger(path, rules, always_fits) {
-            Err(PathError::TooLarge(size)) => self.stamp.decline(format!(
-                "read {path}: file is {size} bytes; the limit is {limit}"
-            )),
+            Err(PathError::TooLarge(size)) => {
+                self.stamp.decline(self.too_large("read", path, size))
+            }
             Ok(Some(bytes)) => match std::str::from_utf8(&bytes)
                 .ok()
                 .and_then(|content| self.oversized_result(path, content))
@@ -221,13 +251,10 @@ impl WorkspaceHandler {
     }
 
     fn write(&self, sandbox: &Sandbox, path: &str, content: &str) -> Outcome {
-        let size = content.len() as u64;
-        if size > self.policy.max_write_bytes {
-            return self.refuse(format!(
-                "write {path}: content is {size} bytes; the limit is {}",
-                self.policy.max_write_bytes
-            ));
+        if let Some(message) = self.oversized_write(path, content) {
+            return self.refuse(message);
         }
+        let size = content.len() as u64;
         if let Some(refusal) = self.requested_rule("write", path) {
             return refusal;
         }
@@ -351,30 +378,20 @@ impl EffectHandler for WorkspaceHandler {
     /// refusals: a write whose content is over the write limit, a read whose file or result
     /// is over the read limit. Anything else proceeds to `execute`, which checks it all again.
     fn preflight(&self, request: &Request) -> Preflight {
-        let Some(effect) = handler_kit::declared!(&request.effect) else {
-            return Preflight::Proceed;
-        };
-        let rules = Rules {
-            ops: effect.ops,
-            known_keys: &KNOWN_KEYS,
-            quote: Quote::Plain,
-        };
-        let Ok(checked) = check(request, &rules) else {
+        let Ok(checked) = self.checked(request) else {
             return Preflight::Proceed;
         };
         let (Ok(path), Ok(worktree)) = (checked.string("path"), checked.worktree()) else {
             return Preflight::Proceed;
         };
         match checked.op {
-            "write" => match checked.string("content") {
-                Ok(content) if content.len() as u64 > self.policy.max_write_bytes => {
-                    self.stamp.decline(format!(
-                        "write {path}: content is {} bytes; the limit is {}",
-                        content.len(),
-                        self.policy.max_write_bytes
-                    ))
-                }
-                _ => Preflight::Proceed,
+            "write" => match checked
+                .string("content")
+                .ok()
+                .and_then(|content| self.oversized_write(path, content))
+            {
+                Some(message) => self.stamp.decline(message),
+                None => Preflight::Proceed,
             },
             "read" if !path.is_empty() && !path.contains('\0') => {
                 match Sandbox::open(Path::new(worktree)) {
@@ -387,20 +404,7 @@ impl EffectHandler for WorkspaceHandler {
     }
 
     fn execute(&self, request: Request) -> Outcome {
-        let Some(effect) = handler_kit::declared!(&request.effect) else {
-            return Outcome::failed(format!(
-                "broker: the workspace plugin does not handle effect \"{}\"",
-                request.effect
-            ));
-        };
-        let checked = match check(
-            &request,
-            &Rules {
-                ops: effect.ops,
-                known_keys: &KNOWN_KEYS,
-                quote: Quote::Plain,
-            },
-        ) {
+        let checked = match self.checked(&request) {
             Ok(checked) => checked,
             Err(outcome) => return outcome,
         };
