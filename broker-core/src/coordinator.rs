@@ -48,7 +48,7 @@ use serde_json::{json, Map, Value};
 use crate::access;
 use crate::broker::{self, Capability, Decision, Denial, EffectRecord, HandlerIdentity};
 use crate::canon::{self, CanonError};
-use crate::deadline::{self, Spawner};
+use crate::deadline::{self, Runner, Spawner, Watch};
 use crate::journal::{self, Intent, JournalError, OutcomeStatus};
 use crate::log::{self, Append, HeadBinding, LogError};
 use crate::object::{sid, Object, Ref};
@@ -384,7 +384,8 @@ pub struct CoordinatorConfig {
     /// How long a handler may run ([`HANDLER_DEADLINE`] by default); a caller's own earlier
     /// deadline ([`Coordinator::invoke_until`]) shortens it.
     pub handler_deadline: Duration,
-    /// Where handlers run (one thread each by default; the daemon passes its blocking pool).
+    /// Where handlers run for callers of [`Coordinator::invoke_until`] (one thread each by
+    /// default); [`Coordinator::invoke_watched`] runs them on the calling thread.
     pub spawn: Spawner,
     /// What committed refusals and denials cost each credential.
     pub refusal_rate: RefusalRate,
@@ -455,6 +456,14 @@ impl Prepared<'_> {
             input_ref: self.input.hash,
         }
     }
+}
+
+/// How the caller waits for a call: its own deadline, and the watch it waits through when
+/// handlers are to run on the pipeline's thread ([`Coordinator::invoke_watched`]).
+#[derive(Clone, Copy)]
+struct Wait<'w> {
+    until: Option<Instant>,
+    watch: Option<&'w Watch>,
 }
 
 /// What names one call in the journal and the task table.
@@ -918,10 +927,41 @@ impl Coordinator {
     /// caller's own deadline `until` when that comes first. `hold` is kept as long as the
     /// episode is busy with this call: dropped when the call returns or, when its handler
     /// overran, once the handler really returned and its outcome was journaled.
+    ///
+    /// The handler runs on a thread from the configured spawner, and this thread returns
+    /// [`CallError::HandlerTimedOut`] at its deadline.
     pub fn invoke_until(
         &self,
         call: &Call,
         until: Option<Instant>,
+        hold: impl Send + 'static,
+    ) -> Result<CallOutput, CallError> {
+        self.run(call, Wait { until, watch: None }, hold)
+    }
+
+    /// [`Coordinator::invoke_until`] with the handler run on this thread, for a caller that
+    /// waits for this thread through `watch` ([`crate::deadline`]): that caller gives up at the
+    /// handler's deadline and answers its own caller as timed out; this thread then journals
+    /// the handler's outcome when it returns, and returns [`CallError::HandlerTimedOut`] too.
+    /// Saves a thread hop per handler call.
+    pub fn invoke_watched(
+        &self,
+        call: &Call,
+        until: Option<Instant>,
+        hold: impl Send + 'static,
+        watch: &Watch,
+    ) -> Result<CallOutput, CallError> {
+        let wait = Wait {
+            until,
+            watch: Some(watch),
+        };
+        self.run(call, wait, hold)
+    }
+
+    fn run(
+        &self,
+        call: &Call,
+        wait: Wait<'_>,
         hold: impl Send + 'static,
     ) -> Result<CallOutput, CallError> {
         let opened = match self.open(call, hold)? {
@@ -929,11 +969,11 @@ impl Coordinator {
             Opened::Replayed(committed) => return Ok(committed),
         };
         let planned = self.plan(opened)?;
-        let admitted = match self.admit(planned, until)? {
+        let admitted = match self.admit(planned, wait)? {
             Admission::Admitted(admitted) => admitted,
             Admission::Closed(refused) => return self.commit(refused),
         };
-        let executed = self.execute(admitted, until)?;
+        let executed = self.execute(admitted, wait)?;
         let finished = self.finish(executed)?;
         self.commit(finished)
     }
@@ -1121,11 +1161,7 @@ impl Coordinator {
     /// spend, before anything runs. A refused plan, a denial, a request the handler declined,
     /// or a budget another writer spent first is closed here, to be committed without an
     /// effect.
-    fn admit<'c>(
-        &self,
-        planned: Planned<'c>,
-        until: Option<Instant>,
-    ) -> Result<Admission<'c>, CallError> {
+    fn admit<'c>(&self, planned: Planned<'c>, wait: Wait<'_>) -> Result<Admission<'c>, CallError> {
         let Planned {
             call: p,
             plan,
@@ -1181,7 +1217,7 @@ impl Coordinator {
 
         // The handler may decline what it would refuse anyway, before anything is spent.
         let effect = Arc::new(effect);
-        let busy = match self.preflight(&p, &effect, busy, until)? {
+        let busy = match self.preflight(&p, &effect, busy, wait)? {
             Preflighted::Proceed(busy) => busy,
             Preflighted::Declined { output, by, busy } => {
                 let declined = declined(
@@ -1257,22 +1293,25 @@ impl Coordinator {
         p: &Prepared<'_>,
         effect: &Arc<PlannedEffect>,
         busy: Busy,
-        until: Option<Instant>,
+        wait: Wait<'_>,
     ) -> Result<Preflighted, CallError> {
         let Some(handler) = self.handlers.get(&effect.effect).cloned() else {
             return Ok(Preflighted::Proceed(busy));
         };
-        let (job, deadline) = self.handler_job(p, handler.clone(), effect, until);
+        let (job, deadline) = self.handler_job(p, handler.clone(), effect, wait.until);
         let overruns = self.overruns.clone();
         let late = move |_: Option<Map<String, Value>>, busy: Busy| {
             overruns.running.fetch_sub(1, Ordering::Relaxed);
             drop(busy);
         };
+        let on_abandon = self.overrun(&p.invocation_id, &effect.effect,
+            "handler preflight overran its deadline; the call is answered as timed out, nothing was journaled or spent");
         match deadline::run_within(
-            &self.config.spawn,
+            self.runner(wait),
             deadline,
             busy,
             move || job.preflight(),
+            on_abandon,
             late,
         ) {
             Ok((None, busy)) => Ok(Preflighted::Proceed(busy)),
@@ -1281,14 +1320,28 @@ impl Coordinator {
                 by: catch_unwind(AssertUnwindSafe(|| handler.identity())).ok(),
                 busy,
             }),
-            Err(deadline::Overran) => {
-                self.overruns.total.fetch_add(1, Ordering::Relaxed);
-                self.overruns.running.fetch_add(1, Ordering::Relaxed);
-                tracing::warn!(invocation = %p.invocation_id, effect = %effect.effect,
-                    "handler preflight overran its deadline; the call is answered as timed out, nothing was journaled or spent");
-                Err(CallError::HandlerTimedOut)
-            }
+            Err(deadline::Overran) => Err(CallError::HandlerTimedOut),
         }
+    }
+
+    /// Where this call's handlers run: on this thread when its caller waits through a watch.
+    fn runner<'w>(&'w self, wait: Wait<'w>) -> Runner<'w> {
+        match wait.watch {
+            Some(watch) => Runner::Inline(watch),
+            None => Runner::Spawned(&self.config.spawn),
+        }
+    }
+
+    /// What happens when the caller gives up on a handler: the overrun is counted (until the
+    /// handler returns) and logged.
+    fn overrun(&self, invocation: &str, effect: &str, what: &'static str) -> deadline::OnAbandon {
+        let overruns = self.overruns.clone();
+        let (invocation, effect) = (invocation.to_owned(), effect.to_owned());
+        Box::new(move || {
+            overruns.total.fetch_add(1, Ordering::Relaxed);
+            overruns.running.fetch_add(1, Ordering::Relaxed);
+            tracing::warn!(invocation = %invocation, effect = %effect, "{what}");
+        })
     }
 
     /// One call into `handler` for this effect, and when its caller stops waiting: the
@@ -1360,14 +1413,15 @@ impl Coordinator {
 
     // -- 3. execute, under the handler's deadline --------------------------------------------
 
-    /// Run the handler on a runner thread until its deadline: the configured handler deadline,
-    /// or the caller's own if that comes first. Past it the caller is answered at once
-    /// ([`CallError::HandlerTimedOut`]); the runner keeps the episode busy until the handler
-    /// really returns, then journals the late outcome and record ([`LateCall::record`]).
+    /// Run the handler until its deadline: the configured handler deadline, or the caller's
+    /// own if that comes first. Past it the caller is answered at once
+    /// ([`CallError::HandlerTimedOut`]); the thread running the handler keeps the episode busy
+    /// until the handler really returns, then journals the late outcome and record
+    /// ([`LateCall::record`]).
     fn execute<'c>(
         &self,
         admitted: Admitted<'c>,
-        until: Option<Instant>,
+        wait: Wait<'_>,
     ) -> Result<Executed<'c>, CallError> {
         let Admitted {
             call: p,
@@ -1383,7 +1437,7 @@ impl Coordinator {
             Some(handler) => {
                 // Provenance names the plugin that ran the effect.
                 let ran_by = catch_unwind(AssertUnwindSafe(|| handler.identity())).ok();
-                let (job, deadline) = self.handler_job(&p, handler, &effect, until);
+                let (job, deadline) = self.handler_job(&p, handler, &effect, wait.until);
                 let late = LateCall {
                     store: self.store.clone(),
                     ids: p.ids(),
@@ -1392,21 +1446,18 @@ impl Coordinator {
                     request_ref: request.hash,
                     overruns: self.overruns.clone(),
                 };
+                let on_abandon = self.overrun(&p.invocation_id, &effect.effect,
+                    "handler overran its deadline; the call is answered as timed out and its outcome will be journaled when the handler returns");
                 match deadline::run_within(
-                    &self.config.spawn,
+                    self.runner(wait),
                     deadline,
                     busy,
                     move || (job.run(), ran_by),
+                    on_abandon,
                     move |outcome, busy| late.record(outcome, busy),
                 ) {
                     Ok(done) => done,
-                    Err(deadline::Overran) => {
-                        self.overruns.total.fetch_add(1, Ordering::Relaxed);
-                        self.overruns.running.fetch_add(1, Ordering::Relaxed);
-                        tracing::warn!(invocation = %p.invocation_id, effect = %effect.effect,
-                            "handler overran its deadline; the call is answered as timed out and its outcome will be journaled when the handler returns");
-                        return Err(CallError::HandlerTimedOut);
-                    }
+                    Err(deadline::Overran) => return Err(CallError::HandlerTimedOut),
                 }
             }
         };

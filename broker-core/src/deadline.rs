@@ -1,14 +1,25 @@
 //! Running an effect handler under its deadline.
 //!
-//! A handler is a synchronous call into a plugin, and a plugin can hang. The coordinator's
-//! execute step therefore hands the handler to a runner thread and waits for it until the
-//! deadline:
+//! A handler is a synchronous call into a plugin, and a plugin can hang. Whoever waits for the
+//! call must be answered at the deadline all the same, so the handler runs in one of two ways
+//! ([`Runner`]):
+//!
+//! - **inline**, on the thread that runs the call's pipeline, when the caller waits for that
+//!   thread through a [`Watch`] (the daemon: an async task waits for a blocking thread). The
+//!   watch tells the waiter when the running handler is due; the waiter gives up on it there
+//!   ([`Watch::abandon_if_due`]) and answers its caller. No thread hop per handler call.
+//! - **spawned**, on a runner thread from a [`Spawner`], when the caller waits for the pipeline
+//!   thread itself ([`crate::coordinator::Coordinator::invoke_until`]): the pipeline thread
+//!   waits for the runner until the deadline.
+//!
+//! Either way there are two endings:
 //!
 //! - it returns in time: the pipeline goes on with its outcome, exactly as if it had run inline;
 //! - it overruns: the waiter gives up and answers its caller at once. What the caller held
 //!   for the episode (the *hold*: the episode's turn, the in-flight claim, whatever the daemon
-//!   attached) passes to the runner thread, which keeps it until the handler really returns and
-//!   then hands the late outcome to a `late` closure (the coordinator journals it there).
+//!   attached) stays with the thread that runs the handler, which keeps it until the handler
+//!   really returns and then hands the late outcome to a `late` closure (the coordinator
+//!   journals it there).
 //!
 //! One mutex decides between the two, so a handler that returns exactly at the deadline is
 //! either in time or late, never both, and its outcome is never lost.
@@ -38,6 +49,132 @@ pub fn thread_spawner() -> Spawner {
 #[derive(Debug)]
 pub(crate) struct Overran;
 
+/// Where a handler call runs: see the module docs.
+#[derive(Clone, Copy)]
+pub(crate) enum Runner<'a> {
+    /// On the pipeline's thread; the caller waits through this watch.
+    Inline(&'a Watch),
+    /// On a runner thread from this spawner; the pipeline's thread waits for it.
+    Spawned(&'a Spawner),
+}
+
+/// Told once, when the waiter gives up on a handler (the coordinator counts the overrun).
+pub(crate) type OnAbandon = Box<dyn FnOnce() + Send>;
+
+/// Run `work` under `deadline`.
+///
+/// In time: `Ok` with its result and the hold back. Overrun: `Err(Overran)` (at the deadline
+/// when spawned; when the handler returns when inline, the caller having been answered by its
+/// waiter at the deadline). The hold stays with the thread that runs `work`, which calls
+/// `late(result, hold)` when `work` returns; `on_abandon` runs at the moment the waiter gives up.
+pub(crate) fn run_within<T, H>(
+    runner: Runner<'_>,
+    deadline: Instant,
+    hold: H,
+    work: impl FnOnce() -> T + Send + 'static,
+    on_abandon: OnAbandon,
+    late: impl FnOnce(T, H) + Send + 'static,
+) -> Result<(T, H), Overran>
+where
+    T: Send + 'static,
+    H: Send + 'static,
+{
+    match runner {
+        Runner::Inline(watch) => {
+            watch.arm(deadline, on_abandon);
+            let out = work();
+            if watch.disarm() {
+                Ok((out, hold))
+            } else {
+                late(out, hold);
+                Err(Overran)
+            }
+        }
+        Runner::Spawned(spawn) => spawned(spawn, deadline, hold, work, on_abandon, late),
+    }
+}
+
+/// The waiter's side of a call whose handlers run inline on the pipeline's thread.
+///
+/// The pipeline arms the watch with the deadline of each handler call it makes and disarms it
+/// when the handler returns. The waiter looks at [`Watch::handler_deadline`] whenever it is
+/// woken (the `wake` callback runs on every change) and, once that instant has passed, calls
+/// [`Watch::abandon_if_due`]: if that says `true`, the caller is answered as timed out now and
+/// the pipeline, when its handler returns, journals the late outcome instead of going on.
+pub struct Watch {
+    state: Mutex<Armed>,
+    wake: Box<dyn Fn() + Send + Sync>,
+}
+
+enum Armed {
+    /// No handler is running.
+    Idle,
+    /// A handler runs and is due at `deadline`.
+    Running {
+        deadline: Instant,
+        on_abandon: OnAbandon,
+    },
+    /// The waiter gave up on the running handler.
+    Abandoned,
+}
+
+impl Watch {
+    /// A watch that calls `wake` whenever a handler starts or ends (e.g. `Notify::notify_one`).
+    pub fn new(wake: impl Fn() + Send + Sync + 'static) -> Watch {
+        Watch {
+            state: Mutex::new(Armed::Idle),
+            wake: Box::new(wake),
+        }
+    }
+
+    /// When the handler running now is due, if one runs and the waiter has not given up on it.
+    pub fn handler_deadline(&self) -> Option<Instant> {
+        match &*self.lock() {
+            Armed::Running { deadline, .. } => Some(*deadline),
+            Armed::Idle | Armed::Abandoned => None,
+        }
+    }
+
+    /// Give up on the running handler if it is due at `now`: `true` means the caller is to be
+    /// answered as timed out, and the pipeline will journal the handler's outcome when it
+    /// returns. `false`: no handler runs, or it is not due yet.
+    pub fn abandon_if_due(&self, now: Instant) -> bool {
+        let mut state = self.lock();
+        match &*state {
+            Armed::Running { deadline, .. } if *deadline <= now => {}
+            _ => return false,
+        }
+        if let Armed::Running { on_abandon, .. } = std::mem::replace(&mut *state, Armed::Abandoned)
+        {
+            on_abandon();
+        }
+        true
+    }
+
+    fn arm(&self, deadline: Instant, on_abandon: OnAbandon) {
+        *self.lock() = Armed::Running {
+            deadline,
+            on_abandon,
+        };
+        (self.wake)();
+    }
+
+    /// The handler returned: `true` if it was still awaited.
+    fn disarm(&self) -> bool {
+        let awaited = !matches!(
+            std::mem::replace(&mut *self.lock(), Armed::Idle),
+            Armed::Abandoned
+        );
+        (self.wake)();
+        awaited
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Armed> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// The hand-over between a spawned runner and its waiter.
 enum Slot<T, H> {
     /// The waiter is still waiting.
     Waiting,
@@ -50,14 +187,12 @@ enum Slot<T, H> {
 }
 
 /// Run `work` on a thread from `spawn` and wait for it until `deadline`.
-///
-/// In time: `Ok` with its result and the hold back. Overrun: `Err(Overran)` at the deadline;
-/// the runner keeps `hold` and calls `late(result, hold)` when `work` returns.
-pub(crate) fn run_within<T, H>(
+fn spawned<T, H>(
     spawn: &Spawner,
     deadline: Instant,
     hold: H,
     work: impl FnOnce() -> T + Send + 'static,
+    on_abandon: OnAbandon,
     late: impl FnOnce(T, H) + Send + 'static,
 ) -> Result<(T, H), Overran>
 where
@@ -94,6 +229,8 @@ where
         let now = Instant::now();
         if now >= deadline {
             *slot = Slot::Abandoned(hold);
+            drop(slot);
+            on_abandon();
             return Err(Overran);
         }
         slot = done
@@ -106,20 +243,41 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
     use std::sync::mpsc;
     use std::time::Duration;
+
+    /// Sends once when dropped: tells when a hold is released.
+    struct Hold(mpsc::Sender<()>);
+    impl Drop for Hold {
+        fn drop(&mut self) {
+            let _ = self.0.send(());
+        }
+    }
+
+    fn counted(count: &Arc<AtomicUsize>) -> OnAbandon {
+        let count = count.clone();
+        Box::new(move || {
+            count.fetch_add(1, Ordering::SeqCst);
+        })
+    }
 
     #[test]
     fn in_time_returns_the_result_and_the_hold() {
         let spawn = thread_spawner();
-        let r = run_within(
-            &spawn,
-            Instant::now() + Duration::from_secs(30),
-            "hold",
-            || 7,
-            |_, _| panic!("not late"),
-        );
-        assert_eq!(r.unwrap(), (7, "hold"));
+        let watch = Watch::new(|| {});
+        for runner in [Runner::Spawned(&spawn), Runner::Inline(&watch)] {
+            let r = run_within(
+                runner,
+                Instant::now() + Duration::from_secs(30),
+                "hold",
+                || 7,
+                Box::new(|| panic!("not abandoned")),
+                |_, _| panic!("not late"),
+            );
+            assert_eq!(r.unwrap(), (7, "hold"));
+        }
+        assert_eq!(watch.handler_deadline(), None, "disarmed after the handler");
     }
 
     #[test]
@@ -129,26 +287,23 @@ mod tests {
         let (late_tx, late_rx) = mpsc::channel();
         // The hold is dropped only after `late` ran: the episode stays busy until then.
         let (held_tx, held_rx) = mpsc::channel::<()>();
-        struct Hold(mpsc::Sender<()>);
-        impl Drop for Hold {
-            fn drop(&mut self) {
-                let _ = self.0.send(());
-            }
-        }
+        let abandoned = Arc::new(AtomicUsize::new(0));
         let r = run_within(
-            &spawn,
+            Runner::Spawned(&spawn),
             Instant::now() + Duration::from_millis(50),
             Hold(held_tx),
             move || {
                 gate.recv().unwrap();
                 "late output"
             },
+            counted(&abandoned),
             move |out, hold| {
                 late_tx.send(out).unwrap();
                 drop(hold);
             },
         );
         assert!(r.is_err());
+        assert_eq!(abandoned.load(Ordering::SeqCst), 1);
         assert!(held_rx.try_recv().is_err(), "the hold was released early");
         release.send(()).unwrap();
         assert_eq!(
@@ -156,5 +311,55 @@ mod tests {
             "late output"
         );
         held_rx.recv_timeout(Duration::from_secs(30)).unwrap();
+    }
+
+    /// Inline, the waiter watches from another thread: it is told the deadline, cannot give up
+    /// before it, gives up once after it, and the pipeline thread then records the late result
+    /// and keeps the hold until it did.
+    #[test]
+    fn an_inline_overrun_is_abandoned_by_the_waiter_and_recorded_by_the_pipeline() {
+        let (woken_tx, woken) = mpsc::channel::<()>();
+        let woken_tx = Mutex::new(woken_tx);
+        let watch = Arc::new(Watch::new(move || {
+            let _ = woken_tx.lock().unwrap().send(());
+        }));
+        let (release, gate) = mpsc::channel::<()>();
+        let (late_tx, late_rx) = mpsc::channel();
+        let (held_tx, held_rx) = mpsc::channel::<()>();
+        let abandoned = Arc::new(AtomicUsize::new(0));
+        let deadline = Instant::now() + Duration::from_millis(50);
+        let pipeline = {
+            let (watch, on_abandon) = (watch.clone(), counted(&abandoned));
+            std::thread::spawn(move || {
+                run_within(
+                    Runner::Inline(&watch),
+                    deadline,
+                    Hold(held_tx),
+                    move || {
+                        gate.recv().unwrap();
+                        "late output"
+                    },
+                    on_abandon,
+                    move |out, hold| {
+                        late_tx.send(out).unwrap();
+                        drop(hold);
+                    },
+                )
+                .is_err()
+            })
+        };
+        woken.recv_timeout(Duration::from_secs(30)).unwrap();
+        assert_eq!(watch.handler_deadline(), Some(deadline));
+        assert!(!watch.abandon_if_due(deadline - Duration::from_millis(1)));
+        assert_eq!(abandoned.load(Ordering::SeqCst), 0);
+        assert!(watch.abandon_if_due(deadline));
+        assert!(!watch.abandon_if_due(deadline), "given up once");
+        assert_eq!(abandoned.load(Ordering::SeqCst), 1);
+        assert_eq!(watch.handler_deadline(), None);
+        assert!(held_rx.try_recv().is_err(), "the hold was released early");
+        release.send(()).unwrap();
+        assert!(pipeline.join().unwrap(), "the pipeline saw the overrun");
+        assert_eq!(late_rx.try_recv().unwrap(), "late output");
+        held_rx.try_recv().unwrap();
     }
 }

@@ -6,9 +6,11 @@ use std::sync::Arc;
 
 use axum::http::HeaderMap;
 use broker_core::coordinator::{Call, CallError, CallOutput, Coordinator};
+use broker_core::deadline::Watch;
 use broker_core::session::{self, AuthError, AuthenticateError, Session};
 use broker_core::store::Store;
 use handler_api::EffectClass;
+use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use crate::admission::{Admission, Refusal, Ticket};
@@ -240,9 +242,9 @@ impl AppState {
     }
 
     /// Admit one call ([`crate::admission`]) and run it on the blocking pool, answering by
-    /// `until` at the latest. The global slot is freed when the coordinator returns, which is
-    /// at the handler's deadline even when the handler hangs; the episode stays busy until the
-    /// handler really returns.
+    /// `until` at the latest. The call's handler runs on that same blocking thread; this task
+    /// watches it ([`Watch`]) and answers as timed out at the handler's deadline, freeing the
+    /// global slot then, while the episode stays busy until the handler really returns.
     pub async fn invoke(&self, call: Call, until: Instant) -> Result<CallOutput, InvokeFailure> {
         // A resent task id whose call is still running is named now, not queued behind it.
         if let Some(task) = &call.task_id {
@@ -272,25 +274,73 @@ impl AppState {
         let episode = call.session.episode.clone();
         let started = std::time::Instant::now();
         let until_std = until.into_std();
-        let task = tokio::task::spawn_blocking(move || {
-            let _slot = slot;
-            let result = coordinator.invoke_until(&call, Some(until_std), turn);
-            metrics.observe_call(&tool, &episode, &result, started.elapsed());
-            result
-        });
-        // The handler's deadline is the coordinator's to enforce; this one bounds the rest of
-        // the call (a store that does not answer), which may then still commit.
-        match tokio::time::timeout_at(until, task).await {
-            Err(_) => {
-                self.inner.metrics.limit_tripped("call_deadline");
-                Err(InvokeFailure::TimedOut)
+        let changed = Arc::new(Notify::new());
+        let watch = {
+            let changed = changed.clone();
+            Arc::new(Watch::new(move || changed.notify_one()))
+        };
+        // The slot is freed when the call returns, or when this task gives up on its handler.
+        let slot = Arc::new(std::sync::Mutex::new(Some(slot)));
+        let mut task = tokio::task::spawn_blocking({
+            let (watch, slot) = (watch.clone(), slot.clone());
+            move || {
+                let result = coordinator.invoke_watched(&call, Some(until_std), turn, &watch);
+                free(&slot);
+                metrics.observe_call(&tool, &episode, &result, started.elapsed());
+                result
             }
-            Ok(Err(_)) => Err(InvokeFailure::Canceled),
-            Ok(Ok(Ok(out))) => Ok(out),
-            Ok(Ok(Err(CallError::HandlerTimedOut))) => Err(InvokeFailure::TimedOut),
-            // A refusal or denial over the session's rate is answered as the capacity error.
-            Ok(Ok(Err(CallError::RefusalRate))) => Err(InvokeFailure::Capacity),
-            Ok(Ok(Err(e))) => Err(InvokeFailure::Call(e)),
-        }
+        });
+        // Watched from a task of its own: a caller that goes away does not keep a hung
+        // handler's slot.
+        let limits_tripped = self.inner.metrics.clone();
+        let waiter = tokio::spawn(async move {
+            let joined = loop {
+                let due = watch.handler_deadline();
+                tokio::select! {
+                    biased;
+                    joined = &mut task => break joined,
+                    () = sleep_until_some(due) => {
+                        if watch.abandon_if_due(std::time::Instant::now()) {
+                            free(&slot);
+                            return Err(InvokeFailure::TimedOut);
+                        }
+                    }
+                    () = changed.notified() => {}
+                    // The handler's deadline is the watch's; this one bounds the rest of the
+                    // call (a store that does not answer), which may then still commit.
+                    () = tokio::time::sleep_until(until) => {
+                        limits_tripped.limit_tripped("call_deadline");
+                        return Err(InvokeFailure::TimedOut);
+                    }
+                }
+            };
+            match joined {
+                Err(_) => Err(InvokeFailure::Canceled),
+                Ok(Ok(out)) => Ok(out),
+                Ok(Err(CallError::HandlerTimedOut)) => Err(InvokeFailure::TimedOut),
+                // A refusal or denial over the session's rate is answered as the capacity
+                // error.
+                Ok(Err(CallError::RefusalRate)) => Err(InvokeFailure::Capacity),
+                Ok(Err(e)) => Err(InvokeFailure::Call(e)),
+            }
+        });
+        waiter.await.unwrap_or(Err(InvokeFailure::Canceled))
+    }
+}
+
+/// Drop the call's global slot, once, from whichever side is done with it first.
+fn free<T>(slot: &std::sync::Mutex<Option<T>>) {
+    drop(
+        slot.lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take(),
+    );
+}
+
+/// Sleep until `due`, or forever when there is none.
+async fn sleep_until_some(due: Option<std::time::Instant>) {
+    match due {
+        Some(due) => tokio::time::sleep_until(Instant::from_std(due)).await,
+        None => std::future::pending().await,
     }
 }

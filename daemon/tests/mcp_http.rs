@@ -1289,6 +1289,60 @@ async fn hung_handler_times_out_frees_its_slot_and_is_never_committed() {
     assert_eq!(h.revision(), before + 2);
 }
 
+/// Attack: start a call to a tool that hangs and go away at once. Nobody waits for the answer,
+/// yet the call's slot is freed at the handler's deadline (another episode is served through the
+/// only slot) and the handler's outcome is journaled, not committed, when it returns.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_caller_that_leaves_a_hung_handler_does_not_keep_its_slot() {
+    let mut h = harness_with(Limits {
+        execution_slots: 1,
+        handler_deadline: Duration::from_millis(300),
+        ..Limits::default()
+    });
+    let t = h.token("gone", &["Workspace.Write=worktree:5"]);
+    let router = h.router.clone();
+    let body = keyed_body(
+        json!(21),
+        "ailang-write",
+        json!({"path": "a.ail", "content": "x"}),
+        "gone",
+    );
+    let caller = tokio::spawn({
+        let t = t.clone();
+        async move { send(&router, rpc(&t, None, &body)).await }
+    });
+    tokio::time::timeout(Duration::from_secs(30), h.entered.recv())
+        .await
+        .expect("the call never reached its handler");
+    caller.abort();
+    let before = h.revision();
+    let reader = h.reader();
+    let v = h
+        .rpc(
+            &reader,
+            &call_body(json!(22), "ailang-read", json!({"path": "a"})),
+        )
+        .await
+        .sse();
+    assert_eq!(v["result"]["structuredContent"]["ok"], json!(true));
+    let (_, m) = h.get_text("/v1/metrics").await;
+    assert!(m.contains("worldd_handlers_overrunning 1\n"), "{m}");
+    h.gate.release();
+    let unrecorded = async {
+        loop {
+            let (_, rec) = h.get_json(&t, "/v1/calls/mcp/gone").await;
+            if rec["state"] == json!("unrecorded") {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(30), unrecorded)
+        .await
+        .expect("the late outcome was never journaled");
+    assert_eq!(h.revision(), before + 1, "only the read was committed");
+}
+
 /// A call whose handler finished in time but whose commit does not come back (a stalled
 /// store) is answered at the call deadline; it may still commit afterwards.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

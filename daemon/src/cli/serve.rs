@@ -330,19 +330,14 @@ pub fn run_with(a: ServeArgs, launch: Launch) -> CliResult {
         .enable_all()
         .build()
         .map_err(|e| startup("listen", e))?;
-    // Handlers run on the runtime's blocking pool: threads are reused, and one that a hung
-    // handler keeps is replaced by a new one.
-    let pool = runtime.handle().clone();
-    let spawn: broker_core::deadline::Spawner = Arc::new(move |job| {
-        pool.spawn_blocking(job);
-    });
     let coordinator = Coordinator::new(
         store.clone(),
         set.handlers,
         CoordinatorConfig {
             workspace_root: Some(workspace_root.clone()),
             handler_deadline: limits.handler_deadline,
-            spawn,
+            // Handlers run inline on the blocking thread of their call, watched by its task
+            // (`State::invoke`), so no spawner is needed here.
             refusal_rate,
             ..CoordinatorConfig::default()
         },
