@@ -958,6 +958,11 @@ impl Coordinator {
         self.run(call, wait, hold)
     }
 
+    /// A watch for [`Coordinator::invoke_watched`], knowing this coordinator's handler deadline.
+    pub fn watch(&self) -> Watch {
+        Watch::new(self.config.handler_deadline)
+    }
+
     fn run(
         &self,
         call: &Call,

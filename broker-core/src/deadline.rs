@@ -25,7 +25,7 @@
 //! either in time or late, never both, and its outcome is never lost.
 
 use std::sync::{Arc, Condvar, Mutex, PoisonError};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 /// Starts a job on a thread of its own (or a pool's). The job runs one handler call to
 /// its end, however long that takes; the daemon passes its runtime's blocking pool.
@@ -97,13 +97,14 @@ where
 /// The waiter's side of a call whose handlers run inline on the pipeline's thread.
 ///
 /// The pipeline arms the watch with the deadline of each handler call it makes and disarms it
-/// when the handler returns. The waiter looks at [`Watch::handler_deadline`] whenever it is
-/// woken (the `wake` callback runs on every change) and, once that instant has passed, calls
-/// [`Watch::abandon_if_due`]: if that says `true`, the caller is answered as timed out now and
+/// when the handler returns; neither wakes the waiter. The waiter looks again at
+/// [`Watch::next_look`], which is never later than the deadline of a handler running then or
+/// started after: a handler's deadline is at most `handler_deadline` after it starts. When it
+/// looks and [`Watch::abandon_if_due`] says `true`, the caller is answered as timed out now and
 /// the pipeline, when its handler returns, journals the late outcome instead of going on.
 pub struct Watch {
     state: Mutex<Armed>,
-    wake: Box<dyn Fn() + Send + Sync>,
+    handler_deadline: Duration,
 }
 
 enum Armed {
@@ -119,12 +120,20 @@ enum Armed {
 }
 
 impl Watch {
-    /// A watch that calls `wake` whenever a handler starts or ends (e.g. `Notify::notify_one`).
-    pub fn new(wake: impl Fn() + Send + Sync + 'static) -> Watch {
+    /// A watch for a coordinator whose handlers get `handler_deadline`
+    /// ([`crate::coordinator::CoordinatorConfig::handler_deadline`]).
+    pub fn new(handler_deadline: Duration) -> Watch {
         Watch {
             state: Mutex::new(Armed::Idle),
-            wake: Box::new(wake),
+            handler_deadline,
         }
+    }
+
+    /// When the waiter must look again, seen at `now`: the running handler's deadline, or, when
+    /// none runs, the earliest a handler started from now on can be due.
+    pub fn next_look(&self, now: Instant) -> Instant {
+        self.handler_deadline()
+            .unwrap_or(now + self.handler_deadline)
     }
 
     /// When the handler running now is due, if one runs and the waiter has not given up on it.
@@ -156,17 +165,14 @@ impl Watch {
             deadline,
             on_abandon,
         };
-        (self.wake)();
     }
 
     /// The handler returned: `true` if it was still awaited.
     fn disarm(&self) -> bool {
-        let awaited = !matches!(
+        !matches!(
             std::mem::replace(&mut *self.lock(), Armed::Idle),
             Armed::Abandoned
-        );
-        (self.wake)();
-        awaited
+        )
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Armed> {
@@ -265,7 +271,7 @@ mod tests {
     #[test]
     fn in_time_returns_the_result_and_the_hold() {
         let spawn = thread_spawner();
-        let watch = Watch::new(|| {});
+        let watch = Watch::new(Duration::from_secs(30));
         for runner in [Runner::Spawned(&spawn), Runner::Inline(&watch)] {
             let r = run_within(
                 runner,
@@ -313,21 +319,21 @@ mod tests {
         held_rx.recv_timeout(Duration::from_secs(30)).unwrap();
     }
 
-    /// Inline, the waiter watches from another thread: it is told the deadline, cannot give up
-    /// before it, gives up once after it, and the pipeline thread then records the late result
-    /// and keeps the hold until it did.
+    /// Inline, the waiter watches from another thread: it looks no later than the deadline,
+    /// cannot give up before it, gives up once after it, and the pipeline thread then records
+    /// the late result and keeps the hold until it did.
     #[test]
     fn an_inline_overrun_is_abandoned_by_the_waiter_and_recorded_by_the_pipeline() {
-        let (woken_tx, woken) = mpsc::channel::<()>();
-        let woken_tx = Mutex::new(woken_tx);
-        let watch = Arc::new(Watch::new(move || {
-            let _ = woken_tx.lock().unwrap().send(());
-        }));
+        let hd = Duration::from_millis(50);
+        let watch = Arc::new(Watch::new(hd));
+        let looked = Instant::now();
+        assert_eq!(watch.next_look(looked), looked + hd, "no handler runs yet");
         let (release, gate) = mpsc::channel::<()>();
         let (late_tx, late_rx) = mpsc::channel();
         let (held_tx, held_rx) = mpsc::channel::<()>();
         let abandoned = Arc::new(AtomicUsize::new(0));
-        let deadline = Instant::now() + Duration::from_millis(50);
+        let deadline = Instant::now() + hd;
+        let (entered_tx, entered) = mpsc::channel::<()>();
         let pipeline = {
             let (watch, on_abandon) = (watch.clone(), counted(&abandoned));
             std::thread::spawn(move || {
@@ -336,6 +342,7 @@ mod tests {
                     deadline,
                     Hold(held_tx),
                     move || {
+                        entered_tx.send(()).unwrap();
                         gate.recv().unwrap();
                         "late output"
                     },
@@ -348,8 +355,10 @@ mod tests {
                 .is_err()
             })
         };
-        woken.recv_timeout(Duration::from_secs(30)).unwrap();
+        entered.recv_timeout(Duration::from_secs(30)).unwrap();
         assert_eq!(watch.handler_deadline(), Some(deadline));
+        assert!(deadline >= looked + hd, "the first look comes before the handler is due");
+        assert_eq!(watch.next_look(Instant::now()), deadline);
         assert!(!watch.abandon_if_due(deadline - Duration::from_millis(1)));
         assert_eq!(abandoned.load(Ordering::SeqCst), 0);
         assert!(watch.abandon_if_due(deadline));

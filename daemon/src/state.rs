@@ -6,11 +6,9 @@ use std::sync::Arc;
 
 use axum::http::HeaderMap;
 use broker_core::coordinator::{Call, CallError, CallOutput, Coordinator};
-use broker_core::deadline::Watch;
 use broker_core::session::{self, AuthError, AuthenticateError, Session};
 use broker_core::store::Store;
 use handler_api::EffectClass;
-use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use crate::admission::{Admission, Refusal, Ticket};
@@ -274,11 +272,7 @@ impl AppState {
         let episode = call.session.episode.clone();
         let started = std::time::Instant::now();
         let until_std = until.into_std();
-        let changed = Arc::new(Notify::new());
-        let watch = {
-            let changed = changed.clone();
-            Arc::new(Watch::new(move || changed.notify_one()))
-        };
+        let watch = Arc::new(self.inner.coordinator.watch());
         // The slot is freed when the call returns, or when this task gives up on its handler.
         let slot = Arc::new(std::sync::Mutex::new(Some(slot)));
         let mut task = tokio::task::spawn_blocking({
@@ -294,18 +288,19 @@ impl AppState {
         // handler's slot.
         let limits_tripped = self.inner.metrics.clone();
         let waiter = tokio::spawn(async move {
+            let mut look = watch.next_look(std::time::Instant::now());
             let joined = loop {
-                let due = watch.handler_deadline();
                 tokio::select! {
                     biased;
                     joined = &mut task => break joined,
-                    () = sleep_until_some(due) => {
-                        if watch.abandon_if_due(std::time::Instant::now()) {
+                    () = tokio::time::sleep_until(Instant::from_std(look)) => {
+                        let now = std::time::Instant::now();
+                        if watch.abandon_if_due(now) {
                             free(&slot);
                             return Err(InvokeFailure::TimedOut);
                         }
+                        look = watch.next_look(now);
                     }
-                    () = changed.notified() => {}
                     // The handler's deadline is the watch's; this one bounds the rest of the
                     // call (a store that does not answer), which may then still commit.
                     () = tokio::time::sleep_until(until) => {
@@ -335,12 +330,4 @@ fn free<T>(slot: &std::sync::Mutex<Option<T>>) {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .take(),
     );
-}
-
-/// Sleep until `due`, or forever when there is none.
-async fn sleep_until_some(due: Option<std::time::Instant>) {
-    match due {
-        Some(due) => tokio::time::sleep_until(Instant::from_std(due)).await,
-        None => std::future::pending().await,
-    }
 }
