@@ -357,7 +357,10 @@ mod tests {
         };
         entered.recv_timeout(Duration::from_secs(30)).unwrap();
         assert_eq!(watch.handler_deadline(), Some(deadline));
-        assert!(deadline >= looked + hd, "the first look comes before the handler is due");
+        assert!(
+            deadline >= looked + hd,
+            "the first look comes before the handler is due"
+        );
         assert_eq!(watch.next_look(Instant::now()), deadline);
         assert!(!watch.abandon_if_due(deadline - Duration::from_millis(1)));
         assert_eq!(abandoned.load(Ordering::SeqCst), 0);

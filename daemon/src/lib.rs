@@ -77,4 +77,5 @@ pub mod state;
 pub mod tools;
 pub mod verify_reads;
 pub mod visibility;
+pub mod watched;
 pub mod workbench;

@@ -18,6 +18,7 @@ use crate::edge::ServerConfig;
 use crate::limits::Limits;
 use crate::log_stream::LogStreamHub;
 use crate::metrics::Metrics;
+use crate::watched::{Ended, WatchedCall};
 
 /// Why authentication did not produce a session.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -272,62 +273,27 @@ impl AppState {
         let episode = call.session.episode.clone();
         let started = std::time::Instant::now();
         let until_std = until.into_std();
-        let watch = Arc::new(self.inner.coordinator.watch());
-        // The slot is freed when the call returns, or when this task gives up on its handler.
-        let slot = Arc::new(std::sync::Mutex::new(Some(slot)));
-        let mut task = tokio::task::spawn_blocking({
-            let (watch, slot) = (watch.clone(), slot.clone());
-            move || {
-                let result = coordinator.invoke_watched(&call, Some(until_std), turn, &watch);
-                free(&slot);
-                metrics.observe_call(&tool, &episode, &result, started.elapsed());
-                result
+        let observe =
+            move |result: &_| metrics.observe_call(&tool, &episode, result, started.elapsed());
+        let mut running = WatchedCall::start(coordinator, call, until_std, turn, slot, observe);
+        let ended = tokio::select! {
+            biased;
+            ended = running.ended() => ended,
+            // The handler's deadline is the watch's; this one bounds the rest of the call (a
+            // store that does not answer), which may then still commit.
+            () = tokio::time::sleep_until(until) => {
+                self.inner.metrics.limit_tripped("call_deadline");
+                return Err(InvokeFailure::TimedOut);
             }
-        });
-        // Watched from a task of its own: a caller that goes away does not keep a hung
-        // handler's slot.
-        let limits_tripped = self.inner.metrics.clone();
-        let waiter = tokio::spawn(async move {
-            let mut look = watch.next_look(std::time::Instant::now());
-            let joined = loop {
-                tokio::select! {
-                    biased;
-                    joined = &mut task => break joined,
-                    () = tokio::time::sleep_until(Instant::from_std(look)) => {
-                        let now = std::time::Instant::now();
-                        if watch.abandon_if_due(now) {
-                            free(&slot);
-                            return Err(InvokeFailure::TimedOut);
-                        }
-                        look = watch.next_look(now);
-                    }
-                    // The handler's deadline is the watch's; this one bounds the rest of the
-                    // call (a store that does not answer), which may then still commit.
-                    () = tokio::time::sleep_until(until) => {
-                        limits_tripped.limit_tripped("call_deadline");
-                        return Err(InvokeFailure::TimedOut);
-                    }
-                }
-            };
-            match joined {
-                Err(_) => Err(InvokeFailure::Canceled),
-                Ok(Ok(out)) => Ok(out),
-                Ok(Err(CallError::HandlerTimedOut)) => Err(InvokeFailure::TimedOut),
-                // A refusal or denial over the session's rate is answered as the capacity
-                // error.
-                Ok(Err(CallError::RefusalRate)) => Err(InvokeFailure::Capacity),
-                Ok(Err(e)) => Err(InvokeFailure::Call(e)),
-            }
-        });
-        waiter.await.unwrap_or(Err(InvokeFailure::Canceled))
+        };
+        match ended {
+            Ended::Abandoned => Err(InvokeFailure::TimedOut),
+            Ended::Returned(Err(_)) => Err(InvokeFailure::Canceled),
+            Ended::Returned(Ok(Ok(out))) => Ok(out),
+            Ended::Returned(Ok(Err(CallError::HandlerTimedOut))) => Err(InvokeFailure::TimedOut),
+            // A refusal or denial over the session's rate is answered as the capacity error.
+            Ended::Returned(Ok(Err(CallError::RefusalRate))) => Err(InvokeFailure::Capacity),
+            Ended::Returned(Ok(Err(e))) => Err(InvokeFailure::Call(e)),
+        }
     }
-}
-
-/// Drop the call's global slot, once, from whichever side is done with it first.
-fn free<T>(slot: &std::sync::Mutex<Option<T>>) {
-    drop(
-        slot.lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .take(),
-    );
 }
