@@ -204,7 +204,11 @@ pub fn genesis_document() -> serde_json::Value {
 
 /// The ref of the plan interpreter's identity document (`interpreter` in every entry).
 pub fn interpreter_ref() -> Result<Ref, CanonError> {
-    Ref::of_json(&crate::plan::interpreter_document())
+    // A constant of the build, hashed once: every call's entry names it.
+    static INTERPRETER: std::sync::OnceLock<Result<Ref, CanonError>> = std::sync::OnceLock::new();
+    INTERPRETER
+        .get_or_init(|| Ref::of_json(&crate::plan::interpreter_document()))
+        .clone()
 }
 
 /// One log row (schema 2): an entry and the world it selects, stored together under the
