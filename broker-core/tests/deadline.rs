@@ -219,3 +219,82 @@ fn a_callers_earlier_deadline_shortens_the_handlers() {
     assert!(told <= Duration::from_millis(100), "{told:?}");
     s.handler.gate.release();
 }
+
+/// Watched (the daemon's way): the handler runs on the call's own thread, and the waiter gives
+/// up on it through the watch, no later than its deadline. The intent is then indeterminate,
+/// other episodes are served, and when the handler returns its thread journals the outcome
+/// (not committed) and frees the episode.
+#[test]
+fn a_watched_call_is_abandoned_by_its_waiter_and_journaled_by_its_own_thread() {
+    let s = setup(Duration::from_millis(200));
+    let hung = mint(&s.store, "hung");
+    let other = mint(&s.store, "other");
+    let before = revision(&s.store);
+    let watch = Arc::new(s.coordinator.watch());
+    let looked = Instant::now();
+    let first_look = watch.next_look(looked);
+    let pipeline = std::thread::spawn({
+        let (coordinator, watch) = (s.coordinator.clone(), watch.clone());
+        let w = write(&hung, "w1");
+        move || coordinator.invoke_watched(&w, None, (), &watch)
+    });
+    s.entered.recv_timeout(Duration::from_secs(30)).unwrap();
+    let due = watch.handler_deadline().expect("a handler runs");
+    assert!(first_look <= due, "the first look comes no later than the deadline");
+    assert!(!watch.abandon_if_due(Instant::now().min(due - Duration::from_millis(1))));
+    std::thread::sleep(due.saturating_duration_since(Instant::now()));
+    assert!(watch.abandon_if_due(Instant::now()));
+    assert_eq!(s.coordinator.overruns().running(), 1);
+    let receipt = s
+        .store
+        .read(|r| journal::receipt(r, "a2a:hung:w1"))
+        .unwrap();
+    assert_eq!(receipt, Receipt::Indeterminate);
+
+    let out = s
+        .coordinator
+        .invoke(&call(&other, "ailang-read", "r1", json!({"path": "a.ail"})))
+        .unwrap();
+    assert_eq!(out.effects[0].status, "ok");
+
+    s.handler.gate.release();
+    let err = pipeline.join().unwrap().unwrap_err();
+    assert!(matches!(err, CallError::HandlerTimedOut), "{err:?}");
+    let rec = s
+        .coordinator
+        .reconcile(&hung, Surface::A2a, "w1")
+        .unwrap()
+        .unwrap();
+    assert_eq!(rec.state, "unrecorded");
+    assert_eq!(rec.effects[0].status, "ok");
+    assert_eq!(revision(&s.store), before + 1, "only the other episode's read");
+    assert_eq!(s.coordinator.overruns().running(), 0);
+    assert_eq!(s.coordinator.overruns().total(), 1);
+    // The episode is free again.
+    let out = s
+        .coordinator
+        .invoke(&call(&hung, "ailang-read", "r2", json!({"path": "b"})))
+        .unwrap();
+    assert_eq!(out.effects[0].status, "ok");
+}
+
+/// Watched, a handler that returns in time is never abandoned: the call commits as usual.
+#[test]
+fn a_watched_call_in_time_commits_as_usual() {
+    let s = setup(Duration::from_secs(30));
+    let reader = mint(&s.store, "reader");
+    let watch = s.coordinator.watch();
+    let out = s
+        .coordinator
+        .invoke_watched(
+            &call(&reader, "ailang-read", "r1", json!({"path": "a.ail"})),
+            None,
+            (),
+            &watch,
+        )
+        .unwrap();
+    assert_eq!(out.effects[0].status, "ok");
+    assert_eq!(watch.handler_deadline(), None);
+    assert!(!watch.abandon_if_due(Instant::now() + Duration::from_secs(3600)));
+    assert_eq!(s.coordinator.overruns().total(), 0);
+}
