@@ -240,7 +240,10 @@ fn a_watched_call_is_abandoned_by_its_waiter_and_journaled_by_its_own_thread() {
     });
     s.entered.recv_timeout(Duration::from_secs(30)).unwrap();
     let due = watch.handler_deadline().expect("a handler runs");
-    assert!(first_look <= due, "the first look comes no later than the deadline");
+    assert!(
+        first_look <= due,
+        "the first look comes no later than the deadline"
+    );
     assert!(!watch.abandon_if_due(Instant::now().min(due - Duration::from_millis(1))));
     std::thread::sleep(due.saturating_duration_since(Instant::now()));
     assert!(watch.abandon_if_due(Instant::now()));
@@ -267,7 +270,11 @@ fn a_watched_call_is_abandoned_by_its_waiter_and_journaled_by_its_own_thread() {
         .unwrap();
     assert_eq!(rec.state, "unrecorded");
     assert_eq!(rec.effects[0].status, "ok");
-    assert_eq!(revision(&s.store), before + 1, "only the other episode's read");
+    assert_eq!(
+        revision(&s.store),
+        before + 1,
+        "only the other episode's read"
+    );
     assert_eq!(s.coordinator.overruns().running(), 0);
     assert_eq!(s.coordinator.overruns().total(), 1);
     // The episode is free again.

@@ -276,18 +276,14 @@ impl AppState {
         let observe =
             move |result: &_| metrics.observe_call(&tool, &episode, result, started.elapsed());
         let mut running = WatchedCall::start(coordinator, call, until_std, turn, slot, observe);
-        let ended = tokio::select! {
-            biased;
-            ended = running.ended() => ended,
+        match running.ended(until).await {
+            Ended::Abandoned => Err(InvokeFailure::TimedOut),
             // The handler's deadline is the watch's; this one bounds the rest of the call (a
             // store that does not answer), which may then still commit.
-            () = tokio::time::sleep_until(until) => {
+            Ended::CallDeadline => {
                 self.inner.metrics.limit_tripped("call_deadline");
-                return Err(InvokeFailure::TimedOut);
+                Err(InvokeFailure::TimedOut)
             }
-        };
-        match ended {
-            Ended::Abandoned => Err(InvokeFailure::TimedOut),
             Ended::Returned(Err(_)) => Err(InvokeFailure::Canceled),
             Ended::Returned(Ok(Ok(out))) => Ok(out),
             Ended::Returned(Ok(Err(CallError::HandlerTimedOut))) => Err(InvokeFailure::TimedOut),

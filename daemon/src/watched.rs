@@ -24,6 +24,9 @@ pub enum Ended {
     Returned(Result<CallResult, JoinError>),
     /// The handler was due and abandoned: answer as timed out. The slot is free.
     Abandoned,
+    /// The caller's own deadline passed first (a store that does not answer); the call goes on
+    /// and may still commit.
+    CallDeadline,
 }
 
 /// One call on a blocking thread, with what its waiter needs.
@@ -63,13 +66,15 @@ impl<S: Send + 'static> WatchedCall<S> {
         }
     }
 
-    /// Wait until the call returns or its handler is abandoned at its deadline.
-    pub async fn ended(&mut self) -> Ended {
+    /// Wait until the call returns, its handler is abandoned at its deadline, or `until`.
+    pub async fn ended(&mut self, until: Instant) -> Ended {
         let Some(task) = self.task.as_mut() else {
             return Ended::Abandoned;
         };
-        let ended = watch(task, &self.watch, &self.slot).await;
-        self.task = None;
+        let ended = watch(task, &self.watch, &self.slot, Some(until)).await;
+        if !matches!(ended, Ended::CallDeadline) {
+            self.task = None;
+        }
         ended
     }
 }
@@ -83,30 +88,36 @@ impl<S: Send + 'static> Drop for WatchedCall<S> {
         let (watch_, slot) = (self.watch.clone(), self.slot.clone());
         match tokio::runtime::Handle::try_current() {
             Ok(runtime) => {
-                runtime.spawn(async move { watch(&mut task, &watch_, &slot).await });
+                runtime.spawn(async move { watch(&mut task, &watch_, &slot, None).await });
             }
             Err(_) => tracing::error!("a call lost its waiter outside the runtime"),
         }
     }
 }
 
+/// One timer per call: it fires at the next look at the handler, or at `until` if sooner.
 async fn watch<S>(
     task: &mut JoinHandle<CallResult>,
     watch: &Watch,
     slot: &Mutex<Option<S>>,
+    until: Option<Instant>,
 ) -> Ended {
-    let mut look = watch.next_look(std::time::Instant::now());
+    let mut now = std::time::Instant::now();
     loop {
+        let look = Instant::from_std(watch.next_look(now));
+        let wake = until.map_or(look, |u| u.min(look));
         tokio::select! {
             biased;
             joined = &mut *task => return Ended::Returned(joined),
-            () = tokio::time::sleep_until(Instant::from_std(look)) => {
-                let now = std::time::Instant::now();
+            () = tokio::time::sleep_until(wake) => {
+                now = std::time::Instant::now();
                 if watch.abandon_if_due(now) {
                     free(slot);
                     return Ended::Abandoned;
                 }
-                look = watch.next_look(now);
+                if until.is_some_and(|u| Instant::from_std(now) >= u) {
+                    return Ended::CallDeadline;
+                }
             }
         }
     }
