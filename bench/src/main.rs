@@ -65,9 +65,13 @@ struct Args {
     /// Do not run `cargo build --release -p worldd -p worldd-handler-workspace` first.
     #[arg(long)]
     no_build: bool,
-    /// Keep the stores and daemon logs under target/bench-tmp/.
+    /// Keep the stores and daemon logs (under --tmp-dir).
     #[arg(long)]
     keep: bool,
+    /// Where the stores and daemon logs go (default target/bench-tmp): e.g. a tmpfs, to take
+    /// the disk's sync time out of a comparison of CPU costs.
+    #[arg(long)]
+    tmp_dir: Option<PathBuf>,
     /// Where to write the JSON results (default target/bench/results.json, or
     /// target/bench/attacks.json with --attacks).
     #[arg(long)]
@@ -136,7 +140,7 @@ fn run(args: Args) -> Result<(), String> {
     let backoff = secs(args.backoff_ms / 1000.0);
     let timed = Stop::Timed { warmup, measure };
 
-    let tmp_root = target.join("bench-tmp");
+    let tmp_root = tmp_root(&args, &target);
     let run_dir = tmp_root.join(format!("run-{}", std::process::id()));
     std::fs::create_dir_all(&run_dir).map_err(|e| format!("{}: {e}", run_dir.display()))?;
     let fs = fs_type(&run_dir);
@@ -483,9 +487,7 @@ fn run_attacks(args: &Args, release: &Path, target: &Path) -> Result<(), String>
             "libworldd_stall.so missing: run `cargo build --release -p worldd-stall-plugin`".into(),
         );
     }
-    let dir = target
-        .join("bench-tmp")
-        .join(format!("attacks-{}", std::process::id()));
+    let dir = tmp_root(args, target).join(format!("attacks-{}", std::process::id()));
     std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
     let measure = secs(args.seconds.unwrap_or(if args.quick { 2.0 } else { 8.0 }));
     eprintln!(
@@ -963,6 +965,13 @@ fn git_head(workspace: &Path) -> Option<String> {
 }
 
 /// The filesystem type of `dir` (statfs magic), for the report.
+/// Where this run's stores and logs go.
+fn tmp_root(args: &Args, target: &Path) -> PathBuf {
+    args.tmp_dir
+        .clone()
+        .unwrap_or_else(|| target.join("bench-tmp"))
+}
+
 fn fs_type(dir: &Path) -> String {
     use std::os::unix::ffi::OsStrExt;
     let Ok(c) = std::ffi::CString::new(dir.as_os_str().as_bytes()) else {
