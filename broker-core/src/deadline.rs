@@ -2,7 +2,7 @@
 //!
 //! A handler is a synchronous call into a plugin, and a plugin can hang. Whoever waits for the
 //! call must be answered at the deadline all the same, so the handler runs in one of two ways
-//! ([`Runner`]):
+//! (`Runner`):
 //!
 //! - **inline**, on the thread that runs the call's pipeline, when the caller waits for that
 //!   thread through a [`Watch`] (the daemon: an async task waits for a blocking thread). The
@@ -28,7 +28,8 @@ use std::sync::{Arc, Condvar, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 /// Starts a job on a thread of its own (or a pool's). The job runs one handler call to
-/// its end, however long that takes; the daemon passes its runtime's blocking pool.
+/// its end, however long that takes. Used for the callers of
+/// [`crate::coordinator::Coordinator::invoke_until`] only.
 pub type Spawner = Arc<dyn Fn(Box<dyn FnOnce() + Send>) + Send + Sync>;
 
 /// A spawner that starts one OS thread per job.
