@@ -242,8 +242,9 @@ impl AppState {
 
     /// Admit one call ([`crate::admission`]) and run it on the blocking pool, answering by
     /// `until` at the latest. The call's handler runs on that same blocking thread; this task
-    /// watches it ([`crate::watched`]) and answers as timed out at the handler's deadline, freeing the
-    /// global slot then, while the episode stays busy until the handler really returns.
+    /// watches it ([`crate::watched`]) and answers as timed out at the handler's deadline,
+    /// freeing the global slot then, while the episode stays busy until the handler really
+    /// returns.
     pub async fn invoke(&self, call: Call, until: Instant) -> Result<CallOutput, InvokeFailure> {
         // A resent task id whose call is still running is named now, not queued behind it.
         if let Some(task) = &call.task_id {
