@@ -98,14 +98,18 @@ where
 /// The waiter's side of a call whose handlers run inline on the pipeline's thread.
 ///
 /// The pipeline arms the watch with the deadline of each handler call it makes and disarms it
-/// when the handler returns; neither wakes the waiter. The waiter looks again at
-/// [`Watch::next_look`], which is never later than the deadline of a handler running then or
-/// started after: a handler's deadline is at most `handler_deadline` after it starts. When it
-/// looks and [`Watch::abandon_if_due`] says `true`, the caller is answered as timed out now and
-/// the pipeline, when its handler returns, journals the late outcome instead of going on.
+/// when the handler returns; neither wakes the waiter, except a handler armed with a deadline
+/// already past (its caller's own deadline passed before it started), which calls the
+/// [`Watch::on_overdue`] callback so that the waiter looks now. Otherwise the waiter looks
+/// again at [`Watch::next_look`], which is never later than the deadline of a handler running
+/// then or started after: a handler's deadline is at most `handler_deadline` after it starts.
+/// When it looks and [`Watch::abandon_if_due`] says `true`, the caller is answered as timed out
+/// now and the pipeline, when its handler returns, journals the late outcome instead of going
+/// on.
 pub struct Watch {
     state: Mutex<Armed>,
     handler_deadline: Duration,
+    overdue: Option<Box<dyn Fn() + Send + Sync>>,
 }
 
 enum Armed {
@@ -127,7 +131,14 @@ impl Watch {
         Watch {
             state: Mutex::new(Armed::Idle),
             handler_deadline,
+            overdue: None,
         }
+    }
+
+    /// Call `wake` when a handler is armed already past its deadline (e.g. `Notify::notify_one`).
+    pub fn on_overdue(mut self, wake: impl Fn() + Send + Sync + 'static) -> Watch {
+        self.overdue = Some(Box::new(wake));
+        self
     }
 
     /// When the waiter must look again, seen at `now`: the running handler's deadline, or, when
@@ -166,6 +177,11 @@ impl Watch {
             deadline,
             on_abandon,
         };
+        if deadline <= Instant::now() {
+            if let Some(wake) = &self.overdue {
+                wake();
+            }
+        }
     }
 
     /// The handler returned: `true` if it was still awaited.
@@ -374,5 +390,26 @@ mod tests {
         assert!(pipeline.join().unwrap(), "the pipeline saw the overrun");
         assert_eq!(late_rx.try_recv().unwrap(), "late output");
         held_rx.try_recv().unwrap();
+    }
+
+    /// Only a handler armed already past its deadline wakes the waiter.
+    #[test]
+    fn only_an_overdue_handler_wakes_the_waiter() {
+        let woken = Arc::new(AtomicUsize::new(0));
+        let watch = Watch::new(Duration::from_secs(30)).on_overdue({
+            let woken = woken.clone();
+            move || {
+                woken.fetch_add(1, Ordering::SeqCst);
+            }
+        });
+        let later = Instant::now() + Duration::from_secs(30);
+        watch.arm(later, Box::new(|| {}));
+        assert!(watch.disarm());
+        assert_eq!(woken.load(Ordering::SeqCst), 0);
+        let past = Instant::now();
+        watch.arm(past, Box::new(|| {}));
+        assert_eq!(woken.load(Ordering::SeqCst), 1);
+        assert!(watch.abandon_if_due(Instant::now()));
+        assert!(!watch.disarm(), "abandoned");
     }
 }

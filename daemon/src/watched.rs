@@ -12,6 +12,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use broker_core::coordinator::{Call, CallError, CallOutput, Coordinator};
 use broker_core::deadline::Watch;
+use tokio::sync::Notify;
 use tokio::task::{JoinError, JoinHandle};
 use tokio::time::Instant;
 
@@ -33,6 +34,8 @@ pub enum Ended {
 pub struct WatchedCall<S: Send + 'static> {
     task: Option<JoinHandle<CallResult>>,
     watch: Arc<Watch>,
+    /// Told when a handler starts already past its deadline.
+    overdue: Arc<Notify>,
     slot: Arc<Mutex<Option<S>>>,
 }
 
@@ -48,7 +51,11 @@ impl<S: Send + 'static> WatchedCall<S> {
         slot: S,
         after: impl FnOnce(&CallResult) + Send + 'static,
     ) -> WatchedCall<S> {
-        let watch = Arc::new(coordinator.watch());
+        let overdue = Arc::new(Notify::new());
+        let watch = Arc::new(coordinator.watch().on_overdue({
+            let overdue = overdue.clone();
+            move || overdue.notify_one()
+        }));
         let slot = Arc::new(Mutex::new(Some(slot)));
         let task = tokio::task::spawn_blocking({
             let (watch, slot) = (watch.clone(), slot.clone());
@@ -62,6 +69,7 @@ impl<S: Send + 'static> WatchedCall<S> {
         WatchedCall {
             task: Some(task),
             watch,
+            overdue,
             slot,
         }
     }
@@ -71,7 +79,7 @@ impl<S: Send + 'static> WatchedCall<S> {
         let Some(task) = self.task.as_mut() else {
             return Ended::Abandoned;
         };
-        let ended = watch(task, &self.watch, &self.slot, Some(until)).await;
+        let ended = watch(task, &self.watch, &self.overdue, &self.slot, Some(until)).await;
         if !matches!(ended, Ended::CallDeadline) {
             self.task = None;
         }
@@ -85,20 +93,23 @@ impl<S: Send + 'static> Drop for WatchedCall<S> {
         let Some(mut task) = self.task.take() else {
             return;
         };
-        let (watch_, slot) = (self.watch.clone(), self.slot.clone());
+        let (watch_, overdue, slot) = (self.watch.clone(), self.overdue.clone(), self.slot.clone());
         match tokio::runtime::Handle::try_current() {
             Ok(runtime) => {
-                runtime.spawn(async move { watch(&mut task, &watch_, &slot, None).await });
+                runtime
+                    .spawn(async move { watch(&mut task, &watch_, &overdue, &slot, None).await });
             }
             Err(_) => tracing::error!("a call lost its waiter outside the runtime"),
         }
     }
 }
 
-/// One timer per call: it fires at the next look at the handler, or at `until` if sooner.
+/// One timer per call: it fires at the next look at the handler, or at `until` if sooner. A
+/// handler that starts already past its deadline is looked at when it starts.
 async fn watch<S>(
     task: &mut JoinHandle<CallResult>,
     watch: &Watch,
+    overdue: &Notify,
     slot: &Mutex<Option<S>>,
     until: Option<Instant>,
 ) -> Ended {
@@ -109,7 +120,7 @@ async fn watch<S>(
         tokio::select! {
             biased;
             joined = &mut *task => return Ended::Returned(joined),
-            () = tokio::time::sleep_until(wake) => {
+            () = first(tokio::time::sleep_until(wake), overdue.notified()) => {
                 now = std::time::Instant::now();
                 if watch.abandon_if_due(now) {
                     free(slot);
@@ -120,6 +131,14 @@ async fn watch<S>(
                 }
             }
         }
+    }
+}
+
+/// Whichever of two waits ends first.
+async fn first(a: impl std::future::Future<Output = ()>, b: impl std::future::Future<Output = ()>) {
+    tokio::select! {
+        () = a => {}
+        () = b => {}
     }
 }
 

@@ -151,13 +151,17 @@ struct Harness {
 #[derive(Default)]
 struct StallAfterHandler {
     armed: std::sync::atomic::AtomicBool,
+    /// Stall after the intent is journaled instead (before the handler runs).
+    before_handler: std::sync::atomic::AtomicBool,
     gate: Gate,
 }
 
 impl broker_core::coordinator::Hooks for StallAfterHandler {
     fn reached(&self, point: broker_core::coordinator::CrashPoint) {
-        if point == broker_core::coordinator::CrashPoint::AfterHandler
-            && self.armed.load(std::sync::atomic::Ordering::SeqCst)
+        use broker_core::coordinator::CrashPoint;
+        use std::sync::atomic::Ordering::SeqCst;
+        if (point == CrashPoint::AfterHandler && self.armed.load(SeqCst))
+            || (point == CrashPoint::AfterIntent && self.before_handler.load(SeqCst))
         {
             self.gate.wait();
         }
@@ -1331,6 +1335,68 @@ async fn a_caller_that_leaves_a_hung_handler_does_not_keep_its_slot() {
     let unrecorded = async {
         loop {
             let (_, rec) = h.get_json(&t, "/v1/calls/mcp/gone").await;
+            if rec["state"] == json!("unrecorded") {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(30), unrecorded)
+        .await
+        .expect("the late outcome was never journaled");
+    assert_eq!(h.revision(), before + 1, "only the read was committed");
+}
+
+/// A store that stalls past the call deadline between the intent and the handler: the caller is
+/// answered at the call deadline; the handler then starts already past its deadline (it is the
+/// call's) and hangs. It is abandoned as soon as it starts, so its slot is free for another
+/// episode at once, and its outcome is journaled, not committed, when it returns.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_handler_that_starts_after_the_call_deadline_is_abandoned_at_once() {
+    let mut h = harness_with(Limits {
+        execution_slots: 1,
+        call_deadline: Duration::from_millis(300),
+        ..Limits::default()
+    });
+    h.stall
+        .before_handler
+        .store(true, std::sync::atomic::Ordering::SeqCst);
+    let t = h.token("late", &["Workspace.Write=worktree:5"]);
+    h.rpc(
+        &t,
+        &keyed_body(
+            json!(31),
+            "ailang-write",
+            json!({"path": "a.ail", "content": "x"}),
+            "late",
+        ),
+    )
+    .await
+    .assert_envelope("31", "host callback timed out");
+    h.stall
+        .before_handler
+        .store(false, std::sync::atomic::Ordering::SeqCst);
+    h.stall.gate.release();
+    tokio::time::timeout(Duration::from_secs(30), h.entered.recv())
+        .await
+        .expect("the stalled call never reached its handler");
+    // The handler hangs with its deadline long past; the only slot serves another episode.
+    let before = h.revision();
+    let reader = h.reader();
+    let v = h
+        .rpc(
+            &reader,
+            &call_body(json!(32), "ailang-read", json!({"path": "a"})),
+        )
+        .await
+        .sse();
+    assert_eq!(v["result"]["structuredContent"]["ok"], json!(true), "{v}");
+    let (_, m) = h.get_text("/v1/metrics").await;
+    assert!(m.contains("worldd_handlers_overrunning 1\n"), "{m}");
+    h.gate.release();
+    let unrecorded = async {
+        loop {
+            let (_, rec) = h.get_json(&t, "/v1/calls/mcp/late").await;
             if rec["state"] == json!("unrecorded") {
                 break;
             }
