@@ -125,9 +125,9 @@ enum Armed {
 }
 
 impl Watch {
-    /// A watch for a coordinator whose handlers get `handler_deadline`
-    /// ([`crate::coordinator::CoordinatorConfig::handler_deadline`]).
-    pub fn new(handler_deadline: Duration) -> Watch {
+    /// A watch for a coordinator whose handlers get `handler_deadline`; callers get theirs from
+    /// [`crate::coordinator::Coordinator::watch`], which cannot mismatch.
+    pub(crate) fn new(handler_deadline: Duration) -> Watch {
         Watch {
             state: Mutex::new(Armed::Idle),
             handler_deadline,

@@ -108,6 +108,24 @@ fn write(session: &Session, task: &str) -> Call {
     )
 }
 
+/// What the journal says of invocation `id`.
+fn receipt(store: &Store, id: &str) -> Receipt {
+    store.read(|r| journal::receipt(r, id)).unwrap()
+}
+
+/// An `ailang-read` of `session` that must run its effect.
+fn read_ok(coordinator: &Coordinator, session: &Session, task: &str) {
+    let out = coordinator
+        .invoke(&call(
+            session,
+            "ailang-read",
+            task,
+            json!({"path": "a.ail"}),
+        ))
+        .unwrap();
+    assert_eq!(out.effects[0].status, "ok");
+}
+
 fn revision(store: &Store) -> u64 {
     store.read(log::head).unwrap().unwrap().world.revision
 }
@@ -131,11 +149,7 @@ fn hung_handler_is_answered_at_its_deadline_and_journaled_when_it_returns() {
     assert_eq!(s.coordinator.overruns().running(), 1);
 
     // Meanwhile: the intent is durable and indeterminate, nothing is committed.
-    let receipt = s
-        .store
-        .read(|r| journal::receipt(r, "a2a:hung:w1"))
-        .unwrap();
-    assert_eq!(receipt, Receipt::Indeterminate);
+    assert_eq!(receipt(&s.store, "a2a:hung:w1"), Receipt::Indeterminate);
     let rec = s
         .coordinator
         .reconcile(&hung, Surface::A2a, "w1")
@@ -144,11 +158,7 @@ fn hung_handler_is_answered_at_its_deadline_and_journaled_when_it_returns() {
     assert_eq!(rec.state, "indeterminate");
 
     // Other episodes keep full service.
-    let out = s
-        .coordinator
-        .invoke(&call(&other, "ailang-read", "r1", json!({"path": "a.ail"})))
-        .unwrap();
-    assert_eq!(out.effects[0].status, "ok");
+    read_ok(&s.coordinator, &other, "r1");
     assert_eq!(revision(&s.store), before + 1);
 
     // The same episode's next call waits for the hung handler (on another thread).
@@ -166,10 +176,7 @@ fn hung_handler_is_answered_at_its_deadline_and_journaled_when_it_returns() {
     let second = next.join().unwrap().unwrap();
     done_rx.recv().unwrap();
     // The episode's next call ran only after the late outcome was journaled.
-    let receipt = s
-        .store
-        .read(|r| journal::receipt(r, "a2a:hung:w1"))
-        .unwrap();
+    let receipt = receipt(&s.store, "a2a:hung:w1");
     assert!(
         matches!(
             receipt,
@@ -248,17 +255,8 @@ fn a_watched_call_is_abandoned_by_its_waiter_and_journaled_by_its_own_thread() {
     std::thread::sleep(due.saturating_duration_since(Instant::now()));
     assert!(watch.abandon_if_due(Instant::now()));
     assert_eq!(s.coordinator.overruns().running(), 1);
-    let receipt = s
-        .store
-        .read(|r| journal::receipt(r, "a2a:hung:w1"))
-        .unwrap();
-    assert_eq!(receipt, Receipt::Indeterminate);
-
-    let out = s
-        .coordinator
-        .invoke(&call(&other, "ailang-read", "r1", json!({"path": "a.ail"})))
-        .unwrap();
-    assert_eq!(out.effects[0].status, "ok");
+    assert_eq!(receipt(&s.store, "a2a:hung:w1"), Receipt::Indeterminate);
+    read_ok(&s.coordinator, &other, "r1");
 
     s.handler.gate.release();
     let err = pipeline.join().unwrap().unwrap_err();
@@ -278,11 +276,7 @@ fn a_watched_call_is_abandoned_by_its_waiter_and_journaled_by_its_own_thread() {
     assert_eq!(s.coordinator.overruns().running(), 0);
     assert_eq!(s.coordinator.overruns().total(), 1);
     // The episode is free again.
-    let out = s
-        .coordinator
-        .invoke(&call(&hung, "ailang-read", "r2", json!({"path": "b"})))
-        .unwrap();
-    assert_eq!(out.effects[0].status, "ok");
+    read_ok(&s.coordinator, &hung, "r2");
 }
 
 /// Watched, a handler that returns in time is never abandoned: the call commits as usual.
