@@ -33,10 +33,16 @@ pub enum Ended {
 /// One call on a blocking thread, with what its waiter needs.
 pub struct WatchedCall<S: Send + 'static> {
     task: Option<JoinHandle<CallResult>>,
-    watch: Arc<Watch>,
-    /// Told when a handler starts already past its deadline.
+    shared: Arc<Shared<S>>,
+}
+
+/// What the call's thread and its waiters share.
+struct Shared<S> {
+    watch: Watch,
+    /// Told when a handler starts already past its deadline (the watch's `on_overdue`).
     overdue: Arc<Notify>,
-    slot: Arc<Mutex<Option<S>>>,
+    /// The global slot, until the call returns or its handler is abandoned.
+    slot: Mutex<Option<S>>,
 }
 
 impl<S: Send + 'static> WatchedCall<S> {
@@ -52,25 +58,27 @@ impl<S: Send + 'static> WatchedCall<S> {
         after: impl FnOnce(&CallResult) + Send + 'static,
     ) -> WatchedCall<S> {
         let overdue = Arc::new(Notify::new());
-        let watch = Arc::new(coordinator.watch().on_overdue({
+        let watch = coordinator.watch().on_overdue({
             let overdue = overdue.clone();
             move || overdue.notify_one()
-        }));
-        let slot = Arc::new(Mutex::new(Some(slot)));
+        });
+        let shared = Arc::new(Shared {
+            watch,
+            overdue,
+            slot: Mutex::new(Some(slot)),
+        });
         let task = tokio::task::spawn_blocking({
-            let (watch, slot) = (watch.clone(), slot.clone());
+            let shared = shared.clone();
             move || {
-                let result = coordinator.invoke_watched(&call, Some(until), hold, &watch);
-                free(&slot);
+                let result = coordinator.invoke_watched(&call, Some(until), hold, &shared.watch);
+                shared.free();
                 after(&result);
                 result
             }
         });
         WatchedCall {
             task: Some(task),
-            watch,
-            overdue,
-            slot,
+            shared,
         }
     }
 
@@ -79,7 +87,7 @@ impl<S: Send + 'static> WatchedCall<S> {
         let Some(task) = self.task.as_mut() else {
             return Ended::Abandoned;
         };
-        let ended = watch(task, &self.watch, &self.overdue, &self.slot, Some(until)).await;
+        let ended = self.shared.watch_over(task, Some(until)).await;
         if !matches!(ended, Ended::CallDeadline) {
             self.task = None;
         }
@@ -93,56 +101,48 @@ impl<S: Send + 'static> Drop for WatchedCall<S> {
         let Some(mut task) = self.task.take() else {
             return;
         };
-        let (watch_, overdue, slot) = (self.watch.clone(), self.overdue.clone(), self.slot.clone());
+        let shared = self.shared.clone();
         match tokio::runtime::Handle::try_current() {
             Ok(runtime) => {
-                runtime
-                    .spawn(async move { watch(&mut task, &watch_, &overdue, &slot, None).await });
+                runtime.spawn(async move { shared.watch_over(&mut task, None).await });
             }
             Err(_) => tracing::error!("a call lost its waiter outside the runtime"),
         }
     }
 }
 
-/// One timer per call: it fires at the next look at the handler, or at `until` if sooner. A
-/// handler that starts already past its deadline is looked at when it starts.
-async fn watch<S>(
-    task: &mut JoinHandle<CallResult>,
-    watch: &Watch,
-    overdue: &Notify,
-    slot: &Mutex<Option<S>>,
-    until: Option<Instant>,
-) -> Ended {
-    let mut now = std::time::Instant::now();
-    loop {
-        let look = Instant::from_std(watch.next_look(now));
-        let wake = until.map_or(look, |u| u.min(look));
-        tokio::select! {
-            biased;
-            joined = &mut *task => return Ended::Returned(joined),
-            () = first(tokio::time::sleep_until(wake), overdue.notified()) => {
-                now = std::time::Instant::now();
-                if watch.abandon_if_due(now) {
-                    free(slot);
-                    return Ended::Abandoned;
-                }
-                if until.is_some_and(|u| Instant::from_std(now) >= u) {
-                    return Ended::CallDeadline;
-                }
+impl<S> Shared<S> {
+    /// One timer per call: it fires at the next look at the handler, or at `until` if sooner.
+    /// A handler that starts already past its deadline is looked at when it starts.
+    async fn watch_over(&self, task: &mut JoinHandle<CallResult>, until: Option<Instant>) -> Ended {
+        let mut now = std::time::Instant::now();
+        loop {
+            let look = Instant::from_std(self.watch.next_look(now));
+            let wake = until.map_or(look, |u| u.min(look));
+            tokio::select! {
+                biased;
+                joined = &mut *task => return Ended::Returned(joined),
+                () = tokio::time::sleep_until(wake) => {}
+                () = self.overdue.notified() => {}
+            }
+            now = std::time::Instant::now();
+            if self.watch.abandon_if_due(now) {
+                self.free();
+                return Ended::Abandoned;
+            }
+            if until.is_some_and(|u| Instant::from_std(now) >= u) {
+                return Ended::CallDeadline;
             }
         }
     }
-}
 
-/// Whichever of two waits ends first.
-async fn first(a: impl std::future::Future<Output = ()>, b: impl std::future::Future<Output = ()>) {
-    tokio::select! {
-        () = a => {}
-        () = b => {}
+    /// Drop the call's global slot, once, from whichever side is done with it first.
+    fn free(&self) {
+        drop(
+            self.slot
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .take(),
+        );
     }
-}
-
-/// Drop the call's global slot, once, from whichever side is done with it first.
-fn free<S>(slot: &Mutex<Option<S>>) {
-    drop(slot.lock().unwrap_or_else(PoisonError::into_inner).take());
 }
