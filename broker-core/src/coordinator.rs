@@ -37,10 +37,13 @@
 //! never conflict at the head, because the writer binds index and link at commit time.
 
 use std::collections::{HashMap, HashSet};
+use std::future::Future;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
+use std::pin::Pin;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, PoisonError};
+use std::task::{Context, Poll, Wake, Waker};
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Map, Value};
@@ -56,7 +59,7 @@ use crate::plan::{Plan, PlannedEffect};
 use crate::refusal_rate::{RefusalLimiter, RefusalRate};
 use crate::registry::{self, Registry, RegistryEntry, RegistryError};
 use crate::session::Session;
-use crate::store::{Store, StoreError, WriteCtx};
+use crate::store::{Store, StoreError, Submitted, WriteCtx};
 use crate::task::{self, TaskPhase, TaskState};
 use crate::transition::Transition;
 
@@ -437,8 +440,8 @@ impl Overruns {
 }
 
 /// Everything decided before the effect: carried through the pipeline.
-struct Prepared<'c> {
-    call: &'c Call,
+struct Prepared {
+    call: Call,
     invocation_id: String,
     task: String,
     entry: RegistryEntry,
@@ -446,7 +449,7 @@ struct Prepared<'c> {
     worktree: Option<PathBuf>,
 }
 
-impl Prepared<'_> {
+impl Prepared {
     fn ids(&self) -> CallIds {
         CallIds {
             invocation_id: self.invocation_id.clone(),
@@ -459,8 +462,8 @@ impl Prepared<'_> {
 }
 
 /// How the caller waits for a call: its own deadline, and the watch it waits through when
-/// handlers are to run on the pipeline's thread ([`Coordinator::invoke_watched`]).
-#[derive(Clone, Copy)]
+/// handlers are to run on the pipeline's thread ([`Coordinator::run_effect`]).
+#[derive(Clone, Copy, Default)]
 struct Wait<'w> {
     until: Option<Instant>,
     watch: Option<&'w Watch>,
@@ -479,20 +482,20 @@ struct CallIds {
 
 /// Step 0's outcome: a new call with its turn in its episode, or the result an earlier
 /// attempt with the same task id committed.
-enum Opened<'c> {
-    New(Accepted<'c>),
+enum Opened {
+    New(Box<Accepted>),
     Replayed(CallOutput),
 }
 
 /// A call that may run: prepared, and holding its episode's turn.
-struct Accepted<'c> {
-    call: Prepared<'c>,
+struct Accepted {
+    call: Prepared,
     busy: Busy,
 }
 
 /// Step 1's output: the plan and its object.
-struct Planned<'c> {
-    call: Prepared<'c>,
+struct Planned {
+    call: Prepared,
     plan: Plan,
     plan_obj: Object,
     busy: Busy,
@@ -500,14 +503,14 @@ struct Planned<'c> {
 
 /// Step 2's outcome: an admitted effect whose intent is durable, or a call closed without one
 /// (a refused plan, a denied effect), ready to commit.
-enum Admission<'c> {
-    Admitted(Admitted<'c>),
-    Closed(Finished<'c>),
+enum Admission {
+    Admitted(Admitted),
+    Closed(Finished),
 }
 
 /// Step 2's output: the effect the broker allowed, its request, and the budget before it.
-struct Admitted<'c> {
-    call: Prepared<'c>,
+struct Admitted {
+    call: Prepared,
     effect: Arc<PlannedEffect>,
     finish: bool,
     plan_obj: Object,
@@ -517,8 +520,8 @@ struct Admitted<'c> {
 }
 
 /// Step 3's output: what the handler reported, and who ran it.
-struct Executed<'c> {
-    call: Prepared<'c>,
+struct Executed {
+    call: Prepared,
     effect: Arc<PlannedEffect>,
     finish: bool,
     plan_obj: Object,
@@ -529,8 +532,8 @@ struct Executed<'c> {
 }
 
 /// Step 4's output, the input of the commit: the objects, the effect records and the output.
-struct Finished<'c> {
-    call: Prepared<'c>,
+struct Finished {
+    call: Prepared,
     plan_ref: Ref,
     records: Vec<Ref>,
     objects: Vec<Object>,
@@ -757,6 +760,18 @@ fn write_unrecorded(
     objects: Vec<Object>,
     record: Ref,
 ) {
+    let written = submit_unrecorded(store, ids, status, objects, record).wait();
+    settle_unrecorded(ids, written);
+}
+
+/// [`write_unrecorded`], submitted.
+fn submit_unrecorded(
+    store: &Store,
+    ids: &CallIds,
+    status: OutcomeStatus,
+    objects: Vec<Object>,
+    record: Ref,
+) -> Submitted<(), CallError> {
     let id = ids.invocation_id.clone();
     let episode = ids.episode.clone();
     let task = ids.task.clone();
@@ -770,7 +785,7 @@ fn write_unrecorded(
         world_ref: None,
         effect_records: vec![record],
     };
-    let written = store.write(move |w| -> Result<(), CallError> {
+    store.submit(move |w| -> Result<(), CallError> {
         for o in &objects {
             w.put_object(o)?;
         }
@@ -780,7 +795,10 @@ fn write_unrecorded(
         }
         task::put(w, &episode, &task, &state)?;
         Ok(())
-    });
+    })
+}
+
+fn settle_unrecorded(ids: &CallIds, written: Result<(), CallError>) {
     if let Err(e) = written {
         tracing::error!(invocation = %ids.invocation_id, "could not record the outcome: {e}");
     }
@@ -940,10 +958,8 @@ impl Coordinator {
     }
 
     /// [`Coordinator::invoke_until`] with the handler run on this thread, for a caller that
-    /// waits for this thread through `watch` ([`crate::deadline`]): that caller gives up at the
-    /// handler's deadline and answers its own caller as timed out; this thread then journals
-    /// the handler's outcome when it returns, and returns [`CallError::HandlerTimedOut`] too.
-    /// Saves a thread hop per handler call.
+    /// waits for this thread through `watch`, as with [`Coordinator::run_effect`]; the commit
+    /// is waited for here.
     pub fn invoke_watched(
         &self,
         call: &Call,
@@ -958,29 +974,78 @@ impl Coordinator {
         self.run(call, wait, hold)
     }
 
-    /// A watch for [`Coordinator::invoke_watched`], knowing this coordinator's handler deadline.
-    pub fn watch(&self) -> Watch {
-        Watch::new(self.config.handler_deadline)
-    }
-
+    /// The whole pipeline on this thread.
     fn run(
         &self,
         call: &Call,
         wait: Wait<'_>,
         hold: impl Send + 'static,
     ) -> Result<CallOutput, CallError> {
+        match self.begin(call.clone(), hold)? {
+            Begun::Replayed(out) => Ok(out),
+            Begun::Committing(committing) => committing.wait(),
+            Begun::Effect(effect) => self.effect(effect, wait)?.wait(),
+        }
+    }
+
+    /// Steps 0 and 1 (open, plan) on the caller's thread, which may be an async runtime's:
+    /// nothing here waits for a handler or a commit. A replay is answered, a refused plan is
+    /// submitted for commit, and an effect comes back to be run by
+    /// [`Coordinator::run_effect`] on a thread that may block. `hold` is kept as long as the
+    /// episode is busy with this call (as for [`Coordinator::invoke_until`]).
+    pub fn begin(&self, call: Call, hold: impl Send + 'static) -> Result<Begun, CallError> {
         let opened = match self.open(call, hold)? {
             Opened::New(opened) => opened,
-            Opened::Replayed(committed) => return Ok(committed),
+            Opened::Replayed(committed) => return Ok(Begun::Replayed(committed)),
         };
-        let planned = self.plan(opened)?;
-        let admitted = match self.admit(planned, wait)? {
+        let planned = self.plan(*opened)?;
+        Ok(match planned.plan {
+            Plan::Refused { .. } => match self.admit(planned, Wait::default())? {
+                Admission::Closed(refused) => Begun::Committing(self.commit(refused)),
+                Admission::Admitted(_) => {
+                    return Err(CallError::Internal("a refused plan was admitted".into()))
+                }
+            },
+            Plan::Effect { .. } => Begun::Effect(EffectCall(Box::new(planned))),
+        })
+    }
+
+    /// Steps 2 to 4 of a call [`Coordinator::begin`] planned with an effect, its handler run
+    /// on this thread for a caller that waits for this thread through `watch`
+    /// ([`crate::deadline`]): that caller gives up at the handler's deadline and answers its
+    /// own caller as timed out; this thread then journals the handler's outcome when it
+    /// returns, and returns [`CallError::HandlerTimedOut`] too. Step 5, the commit, is
+    /// submitted, not waited for. Saves a thread hop per handler call and per commit.
+    pub fn run_effect(
+        &self,
+        call: EffectCall,
+        until: Option<Instant>,
+        watch: &Watch,
+    ) -> Result<Committing, CallError> {
+        let wait = Wait {
+            until,
+            watch: Some(watch),
+        };
+        self.effect(call, wait)
+    }
+
+    /// A watch for [`Coordinator::run_effect`], knowing this coordinator's handler deadline.
+    pub fn watch(&self) -> Watch {
+        Watch::new(self.config.handler_deadline)
+    }
+
+    fn effect(
+        &self,
+        EffectCall(planned): EffectCall,
+        wait: Wait<'_>,
+    ) -> Result<Committing, CallError> {
+        let admitted = match self.admit(*planned, wait)? {
             Admission::Admitted(admitted) => admitted,
-            Admission::Closed(refused) => return self.commit(refused),
+            Admission::Closed(denied) => return Ok(self.commit(denied)),
         };
         let executed = self.execute(admitted, wait)?;
         let finished = self.finish(executed)?;
-        self.commit(finished)
+        Ok(self.commit(finished))
     }
 
     // -- 0. open ---------------------------------------------------------------------------
@@ -988,10 +1053,10 @@ impl Coordinator {
     /// The call's turn in its episode, or the committed result of an earlier attempt with the
     /// same task id. New work is refused here, before anything is written, past the store's
     /// reserve or when a declared effect has no handler (R8).
-    fn open<'c>(&self, call: &'c Call, hold: impl Send + 'static) -> Result<Opened<'c>, CallError> {
+    fn open(&self, call: Call, hold: impl Send + 'static) -> Result<Opened, CallError> {
         let prepared = self.prepare(call)?;
         let flight = self.claim_in_flight(&prepared.invocation_id)?;
-        let turn = self.episodes.enter(&call.session.episode);
+        let turn = self.episodes.enter(&prepared.call.session.episode);
         let busy = Busy(Box::new((flight, turn, hold)));
         if let Some(done) = self.previous_attempt(&prepared)? {
             return Ok(Opened::Replayed(done));
@@ -1000,12 +1065,12 @@ impl Coordinator {
             .admits_client_work()
             .map_err(CallError::StoreFull)?;
         let call = self.check_handlers(prepared)?;
-        Ok(Opened::New(Accepted { call, busy }))
+        Ok(Opened::New(Box::new(Accepted { call, busy })))
     }
 
     /// Who may make this call, and what names it: the tool the session sees, the pinned
     /// `transitionFn`, the task id and the canonical input.
-    fn prepare<'c>(&self, call: &'c Call) -> Result<Prepared<'c>, CallError> {
+    fn prepare(&self, call: Call) -> Result<Prepared, CallError> {
         let episode = &call.session.episode;
         let task = match &call.task_id {
             Some(t) if task::valid_task_id(t) => t.clone(),
@@ -1034,11 +1099,13 @@ impl Coordinator {
                 input.payload.len()
             )));
         }
+        let invocation_id = format!("{}:{episode}:{task}", call.surface.prefix());
+        // Task ids are per surface: an A2A task id and an MCP key never collide.
+        let task = format!("{}:{task}", call.surface.prefix());
         Ok(Prepared {
             call,
-            invocation_id: format!("{}:{episode}:{task}", call.surface.prefix()),
-            // Task ids are per surface: an A2A task id and an MCP key never collide.
-            task: format!("{}:{task}", call.surface.prefix()),
+            invocation_id,
+            task,
             entry,
             input,
             worktree: None,
@@ -1060,7 +1127,7 @@ impl Coordinator {
     }
 
     /// A resent task id: the committed result again, or a refusal; never a second run.
-    fn previous_attempt(&self, p: &Prepared<'_>) -> Result<Option<CallOutput>, CallError> {
+    fn previous_attempt(&self, p: &Prepared) -> Result<Option<CallOutput>, CallError> {
         let episode = &p.call.session.episode;
         let Some(state) = self.store.read(|r| task::get(r, episode, &p.task))? else {
             return Ok(None);
@@ -1122,7 +1189,7 @@ impl Coordinator {
         Ok(out)
     }
 
-    fn check_handlers<'c>(&self, mut p: Prepared<'c>) -> Result<Prepared<'c>, CallError> {
+    fn check_handlers(&self, mut p: Prepared) -> Result<Prepared, CallError> {
         let t = &p.entry.transition;
         if t.declared_effects
             .iter()
@@ -1143,7 +1210,7 @@ impl Coordinator {
 
     /// The pure interpreter's plan for the arguments, and the plan object every outcome of
     /// the call commits.
-    fn plan<'c>(&self, accepted: Accepted<'c>) -> Result<Planned<'c>, CallError> {
+    fn plan(&self, accepted: Accepted) -> Result<Planned, CallError> {
         let Accepted { call, busy } = accepted;
         let plan = call.entry.transition.plan_call(&call.call.args);
         let plan_obj = Object::json(
@@ -1166,7 +1233,7 @@ impl Coordinator {
     /// spend, before anything runs. A refused plan, a denial, a request the handler declined,
     /// or a budget another writer spent first is closed here, to be committed without an
     /// effect.
-    fn admit<'c>(&self, planned: Planned<'c>, wait: Wait<'_>) -> Result<Admission<'c>, CallError> {
+    fn admit(&self, planned: Planned, wait: Wait<'_>) -> Result<Admission, CallError> {
         let Planned {
             call: p,
             plan,
@@ -1259,16 +1326,16 @@ impl Coordinator {
 
     /// A denied effect, closed: its record is committed and nothing is spent.
     #[allow(clippy::too_many_arguments)]
-    fn denial<'c>(
+    fn denial(
         &self,
-        p: Prepared<'c>,
+        p: Prepared,
         plan_obj: Object,
         request: Object,
         effect: &PlannedEffect,
         caps: &[Capability],
         denial: Denial,
         busy: Busy,
-    ) -> Result<Finished<'c>, CallError> {
+    ) -> Result<Finished, CallError> {
         let remaining = caps
             .iter()
             .find(|c| c.effect == effect.effect && c.scope == effect.scope)
@@ -1295,7 +1362,7 @@ impl Coordinator {
     /// stays busy until the preflight returns.
     fn preflight(
         &self,
-        p: &Prepared<'_>,
+        p: &Prepared,
         effect: &Arc<PlannedEffect>,
         busy: Busy,
         wait: Wait<'_>,
@@ -1353,7 +1420,7 @@ impl Coordinator {
     /// configured handler deadline, or the caller's own `until` if that comes first.
     fn handler_job(
         &self,
-        p: &Prepared<'_>,
+        p: &Prepared,
         handler: Arc<dyn EffectHandler>,
         effect: &Arc<PlannedEffect>,
         until: Option<Instant>,
@@ -1375,7 +1442,7 @@ impl Coordinator {
     /// Journal the intent; `false` when the budget turned out to be exhausted.
     fn journal_intent(
         &self,
-        p: &Prepared<'_>,
+        p: &Prepared,
         request: &Object,
         effect: &PlannedEffect,
         budget: u64,
@@ -1423,11 +1490,7 @@ impl Coordinator {
     /// ([`CallError::HandlerTimedOut`]); the thread running the handler keeps the episode busy
     /// until the handler really returns, then journals the late outcome and record
     /// ([`LateCall::record`]).
-    fn execute<'c>(
-        &self,
-        admitted: Admitted<'c>,
-        wait: Wait<'_>,
-    ) -> Result<Executed<'c>, CallError> {
+    fn execute(&self, admitted: Admitted, wait: Wait<'_>) -> Result<Executed, CallError> {
         let Admitted {
             call: p,
             effect,
@@ -1485,7 +1548,7 @@ impl Coordinator {
     /// output, reshaped by the plugin's finish function when the tool has one, with the
     /// reserved `world` block. From here on the effect has happened: a failure writes its
     /// outcome and record alone ([`CallError::EffectsUnrecorded`]).
-    fn finish<'c>(&self, executed: Executed<'c>) -> Result<Finished<'c>, CallError> {
+    fn finish(&self, executed: Executed) -> Result<Finished, CallError> {
         let Executed {
             call: p,
             effect,
@@ -1544,7 +1607,7 @@ impl Coordinator {
     #[allow(clippy::too_many_arguments)]
     fn shape_output(
         &self,
-        p: &Prepared<'_>,
+        p: &Prepared,
         effect: &PlannedEffect,
         finish: bool,
         record: &EffectRecord,
@@ -1584,7 +1647,7 @@ impl Coordinator {
     /// After a post-effect failure: make the outcome and record durable on their own.
     fn record_unrecorded(
         &self,
-        p: &Prepared<'_>,
+        p: &Prepared,
         status: OutcomeStatus,
         objects: Vec<Object>,
         record: Ref,
@@ -1597,9 +1660,11 @@ impl Coordinator {
 
     // -- 5. commit -------------------------------------------------------------------------
 
-    /// Durable point 2, then the answer. After an effect, a failed commit still makes the
-    /// outcome and record durable on their own ([`CallError::EffectsUnrecorded`]).
-    fn commit(&self, finished: Finished<'_>) -> Result<CallOutput, CallError> {
+    /// Durable point 2, then the answer: the entry is submitted now and answered when its
+    /// group commit is durable; the episode stays busy until then. After an effect, a failed
+    /// commit still makes the outcome and record durable on their own
+    /// ([`CallError::EffectsUnrecorded`]).
+    fn commit(&self, finished: Finished) -> Committing {
         let Finished {
             call: p,
             objects,
@@ -1608,38 +1673,60 @@ impl Coordinator {
             output,
             effects,
             ran,
-            busy: _busy,
+            busy,
         } = finished;
         let outcome = ran.as_ref().map(|r| (r.status, r.record));
-        match self.write_entry(&p, objects, plan_ref, &records, output, outcome) {
-            Ok(mut out) => {
-                if ran.is_some() {
-                    self.config.hooks.reached(CrashPoint::AfterCommit);
+        let entry = self.submit_entry(&p, objects, plan_ref, &records, output, outcome);
+        let (hooks, store, ids) = (self.config.hooks.clone(), self.store.clone(), p.ids());
+        Committing(Box::pin(async move {
+            let committed = match entry {
+                Ok((submitted, output_obj)) => submitted.await.map(|c| (c, output_obj)),
+                Err(err) => Err(err),
+            };
+            let answer = match committed {
+                Ok((committed, output_obj)) => {
+                    if ran.is_some() {
+                        hooks.reached(CrashPoint::AfterCommit);
+                    }
+                    Ok(CallOutput {
+                        invocation_id: ids.invocation_id,
+                        output: output_obj.payload,
+                        output_ref: output_obj.hash,
+                        entry_index: committed.entry.header.entry_index,
+                        world_ref: committed.world_ref,
+                        replayed: false,
+                        effects,
+                    })
                 }
-                out.effects = effects;
-                Ok(out)
-            }
-            Err(err) => match ran {
-                Some(ran) => {
-                    tracing::error!(invocation = %p.invocation_id, "commit after effect failed: {err}");
-                    Err(self.record_unrecorded(&p, ran.status, ran.objects, ran.record))
-                }
-                None => Err(err),
-            },
-        }
+                Err(err) => match ran {
+                    Some(ran) => {
+                        tracing::error!(invocation = %ids.invocation_id, "commit after effect failed: {err}");
+                        let unrecorded =
+                            submit_unrecorded(&store, &ids, ran.status, ran.objects, ran.record);
+                        settle_unrecorded(&ids, unrecorded.await);
+                        Err(CallError::EffectsUnrecorded {
+                            records: vec![ran.record],
+                        })
+                    }
+                    None => Err(err),
+                },
+            };
+            drop(busy);
+            answer
+        }))
     }
 
-    /// Durable point 2: objects, journal outcome, invocation record, entry, world, head and
-    /// task state, in one transaction bound at the head.
-    fn write_entry(
+    /// Durable point 2, submitted: objects, journal outcome, invocation record, entry, world,
+    /// head and task state, in one transaction bound at the head; with the output object.
+    fn submit_entry(
         &self,
-        p: &Prepared<'_>,
+        p: &Prepared,
         mut objects: Vec<Object>,
         plan_ref: Ref,
         records: &[Ref],
         output: Value,
         journal_outcome: Option<(OutcomeStatus, Ref)>,
-    ) -> Result<CallOutput, CallError> {
+    ) -> Result<(Submitted<log::Committed, CallError>, Object), CallError> {
         // No effect ran (a plan refusal or a broker denial): the entry costs the caller one
         // token of its refusal rate, and without one nothing is committed.
         if journal_outcome.is_none()
@@ -1694,7 +1781,7 @@ impl Coordinator {
             p.task.clone(),
         );
         let hooks = self.config.hooks.clone();
-        let committed = self.store.write(
+        let submitted = self.store.submit(
             move |w: &mut WriteCtx<'_, '_>| -> Result<log::Committed, CallError> {
                 if let Some((status, record)) = journal_outcome {
                     journal::append_outcome(w, &id, status, Some(record))?;
@@ -1709,16 +1796,62 @@ impl Coordinator {
                 }
                 Ok(committed)
             },
-        )?;
-        Ok(CallOutput {
-            invocation_id: p.invocation_id.clone(),
-            output: output_obj.payload,
-            output_ref: output_obj.hash,
-            entry_index: committed.entry.header.entry_index,
-            world_ref: committed.world_ref,
-            replayed: false,
-            effects: Vec::new(),
-        })
+        );
+        Ok((submitted, output_obj))
+    }
+}
+
+/// The steps of a call [`Coordinator::begin`] opened.
+pub enum Begun {
+    /// A resent task id whose call was committed: its committed result, run again nowhere.
+    Replayed(CallOutput),
+    /// A call closed without an effect (a refused plan), its entry submitted.
+    Committing(Committing),
+    /// A call whose plan asks for an effect: [`Coordinator::run_effect`] runs the rest.
+    Effect(EffectCall),
+}
+
+/// A planned call with an effect, holding its episode's turn, for
+/// [`Coordinator::run_effect`].
+pub struct EffectCall(Box<Planned>);
+
+/// A call whose entry is submitted for commit: its answer once that commit is durable (or
+/// failed). Await it on an async runtime, or [`Committing::wait`] on a thread. Its episode
+/// stays busy until it resolves, so whoever starts one drives it to its end.
+#[must_use = "the call's episode stays busy until its commit is driven to its end"]
+pub struct Committing(Pin<Box<dyn Future<Output = Result<CallOutput, CallError>> + Send>>);
+
+impl Committing {
+    /// Block this thread until the commit is durable (or failed).
+    pub fn wait(self) -> Result<CallOutput, CallError> {
+        block_on(self.0)
+    }
+}
+
+impl Future for Committing {
+    type Output = Result<CallOutput, CallError>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        self.0.as_mut().poll(cx)
+    }
+}
+
+/// Drive `future` to its end on this thread, parking between polls.
+fn block_on<F: Future>(future: F) -> F::Output {
+    struct Unpark(std::thread::Thread);
+    impl Wake for Unpark {
+        fn wake(self: Arc<Self>) {
+            self.0.unpark();
+        }
+    }
+    let waker = Waker::from(Arc::new(Unpark(std::thread::current())));
+    let mut cx = Context::from_waker(&waker);
+    let mut future = std::pin::pin!(future);
+    loop {
+        if let Poll::Ready(v) = future.as_mut().poll(&mut cx) {
+            return v;
+        }
+        std::thread::park();
     }
 }
 
@@ -1752,8 +1885,8 @@ enum Preflighted {
 /// naming the plugin) is committed with the handler's answer as the output, and nothing is
 /// spent. A tool with a finish phase answers in that phase's shape, with the handler's reason.
 #[allow(clippy::too_many_arguments)]
-fn declined<'c>(
-    p: Prepared<'c>,
+fn declined(
+    p: Prepared,
     plan_obj: Object,
     request: Object,
     effect: &PlannedEffect,
@@ -1761,7 +1894,7 @@ fn declined<'c>(
     by: Option<HandlerIdentity>,
     output: Map<String, Value>,
     busy: Busy,
-) -> Result<Finished<'c>, CallError> {
+) -> Result<Finished, CallError> {
     let record = EffectRecord::declined(
         &effect.effect,
         &effect.scope,
@@ -1803,15 +1936,15 @@ fn declined<'c>(
 
 /// A call closed by a denial, the broker's or the handler's: its plan, request and record are
 /// committed with the output, and nothing ran.
-fn closed_by_denial<'c>(
-    p: Prepared<'c>,
+fn closed_by_denial(
+    p: Prepared,
     plan_obj: Object,
     request: Object,
     record: &EffectRecord,
     record_obj: Object,
     output: Value,
     busy: Busy,
-) -> Finished<'c> {
+) -> Finished {
     Finished {
         call: p,
         plan_ref: plan_obj.hash,
@@ -1825,7 +1958,7 @@ fn closed_by_denial<'c>(
 }
 
 /// A refused plan, closed: committed with no effect.
-fn refusal<'c>(p: Prepared<'c>, plan_obj: Object, message: String, busy: Busy) -> Finished<'c> {
+fn refusal(p: Prepared, plan_obj: Object, message: String, busy: Busy) -> Finished {
     let output = json!({
         "ok": false,
         "refused": message,
@@ -1845,7 +1978,7 @@ fn refusal<'c>(p: Prepared<'c>, plan_obj: Object, message: String, busy: Busy) -
 
 /// The body for an effect that did not end ok: `{}`, or for tools with a finish phase the
 /// refusal `the <Effect> effect ended <status>`.
-fn ended_body(p: &Prepared<'_>, effect: &str, status: &str) -> Map<String, Value> {
+fn ended_body(p: &Prepared, effect: &str, status: &str) -> Map<String, Value> {
     if p.entry.transition.finish.is_some() {
         let v = json!({
             "ok": false,

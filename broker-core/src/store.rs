@@ -21,7 +21,7 @@ use crate::task;
 pub use crate::objects::{Objects, Refs};
 pub use crate::schema::SCHEMA_VERSION;
 pub use crate::storage::{
-    CommitObserver, ReadCtx, Store, StoreError, StoreOptions, WriteCtx, WriterStats,
+    CommitObserver, ReadCtx, Store, StoreError, StoreOptions, Submitted, WriteCtx, WriterStats,
     DEFAULT_MAP_SIZE,
 };
 

@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use axum::http::HeaderMap;
-use broker_core::coordinator::{Call, CallError, CallOutput, Coordinator};
+use broker_core::coordinator::{Begun, Call, CallError, CallOutput, Coordinator};
 use broker_core::session::{self, AuthError, AuthenticateError, Session};
 use broker_core::store::Store;
 use handler_api::EffectClass;
@@ -18,7 +18,7 @@ use crate::edge::ServerConfig;
 use crate::limits::Limits;
 use crate::log_stream::LogStreamHub;
 use crate::metrics::Metrics;
-use crate::watched::{Ended, WatchedCall};
+use crate::watched::{self, CallResult, Ended, WatchedCall};
 
 /// Why authentication did not produce a session.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -240,11 +240,11 @@ impl AppState {
         }
     }
 
-    /// Admit one call ([`crate::admission`]) and run it on the blocking pool, answering by
-    /// `until` at the latest. The call's handler runs on that same blocking thread; this task
-    /// watches it ([`crate::watched`]) and answers as timed out at the handler's deadline,
-    /// freeing the global slot then, while the episode stays busy until the handler really
-    /// returns.
+    /// Admit one call ([`crate::admission`]), open and plan it on this task, and answer by
+    /// `until` at the latest. A call with an effect runs its effect steps on the blocking pool,
+    /// where its handler runs too; this task watches it ([`crate::watched`]) and answers as
+    /// timed out at the handler's deadline, freeing the global slot then, while the episode
+    /// stays busy until the handler really returns. Every commit is driven by a task of its own.
     pub async fn invoke(&self, call: Call, until: Instant) -> Result<CallOutput, InvokeFailure> {
         // A resent task id whose call is still running is named now, not queued behind it.
         if let Some(task) = &call.task_id {
@@ -273,24 +273,58 @@ impl AppState {
         let tool = call.skill_id.clone();
         let episode = call.session.episode.clone();
         let started = std::time::Instant::now();
-        let until_std = until.into_std();
         let observe =
             move |result: &_| metrics.observe_call(&tool, &episode, result, started.elapsed());
-        let mut running = WatchedCall::start(coordinator, call, until_std, turn, slot, observe);
-        match running.ended(until).await {
-            Ended::Abandoned => Err(InvokeFailure::TimedOut),
-            // The handler's deadline is the watch's; this one bounds the rest of the call (a
-            // store that does not answer), which may then still commit.
-            Ended::CallDeadline => {
-                self.inner.metrics.limit_tripped("call_deadline");
-                Err(InvokeFailure::TimedOut)
+        // Opening and planning read the store and never wait for a writer or a handler.
+        let driven = match coordinator.begin(call, turn) {
+            Ok(Begun::Committing(committing)) => watched::drive(committing, slot, observe),
+            Ok(Begun::Effect(effect)) => {
+                let until_std = until.into_std();
+                let mut running = WatchedCall::start(coordinator, effect, until_std, slot, observe);
+                match running.ended(until).await {
+                    Ended::Abandoned => return Err(InvokeFailure::TimedOut),
+                    Ended::CallDeadline => return Err(self.past_call_deadline()),
+                    Ended::Returned(Err(_)) => return Err(InvokeFailure::Canceled),
+                    Ended::Returned(Ok(Err(err))) => return answer(Err(err)),
+                    Ended::Returned(Ok(Ok(driven))) => driven,
+                }
             }
-            Ended::Returned(Err(_)) => Err(InvokeFailure::Canceled),
-            Ended::Returned(Ok(Ok(out))) => Ok(out),
-            Ended::Returned(Ok(Err(CallError::HandlerTimedOut))) => Err(InvokeFailure::TimedOut),
-            // A refusal or denial over the session's rate is answered as the capacity error.
-            Ended::Returned(Ok(Err(CallError::RefusalRate))) => Err(InvokeFailure::Capacity),
-            Ended::Returned(Ok(Err(e))) => Err(InvokeFailure::Call(e)),
+            Ok(Begun::Replayed(out)) => {
+                let result = Ok(out);
+                observe(&result);
+                return answer(result);
+            }
+            Err(err) => {
+                let result = Err(err);
+                observe(&result);
+                return answer(result);
+            }
+        };
+        tokio::select! {
+            biased;
+            joined = driven => match joined {
+                Ok(result) => answer(result),
+                Err(_) => Err(InvokeFailure::Canceled),
+            },
+            () = tokio::time::sleep_until(until) => Err(self.past_call_deadline()),
         }
+    }
+
+    /// The call deadline passed first. The handler's deadline is the watch's; this one bounds
+    /// the rest of the call (a store that does not answer), which may then still commit.
+    fn past_call_deadline(&self) -> InvokeFailure {
+        self.inner.metrics.limit_tripped("call_deadline");
+        InvokeFailure::TimedOut
+    }
+}
+
+/// The coordinator's answer, as the surfaces see it.
+fn answer(result: CallResult) -> Result<CallOutput, InvokeFailure> {
+    match result {
+        Ok(out) => Ok(out),
+        Err(CallError::HandlerTimedOut) => Err(InvokeFailure::TimedOut),
+        // A refusal or denial over the session's rate is answered as the capacity error.
+        Err(CallError::RefusalRate) => Err(InvokeFailure::Capacity),
+        Err(e) => Err(InvokeFailure::Call(e)),
     }
 }

@@ -1,16 +1,22 @@
-//! A call running on the blocking pool, watched for its handler's deadline.
+//! A call's effect running on the blocking pool, watched for its handler's deadline, and its
+//! commit driven by a task of its own.
 //!
 //! The coordinator runs the call's handler on the same blocking thread as the rest of its
-//! pipeline ([`Coordinator::invoke_watched`]); whoever waits for that thread enforces the
+//! effect steps ([`Coordinator::run_effect`]); whoever waits for that thread enforces the
 //! handler's deadline through the call's [`Watch`]: at the deadline the handler is abandoned,
 //! the caller answered as timed out and the call's global slot freed, while the episode stays
 //! busy until the handler really returns. The request's own task waits; if it goes away (the
 //! client left, or the call deadline answered first), a task of its own goes on watching, so a
 //! hung handler never keeps its slot.
+//!
+//! The commit is submitted by the pipeline and awaited by a task ([`drive`]): the store's
+//! writer then wakes the runtime once for a whole group commit instead of one blocked thread
+//! per call, and the commit ends (freeing the episode and the slot) whether or not anyone still
+//! waits for it.
 
 use std::sync::{Arc, Mutex, PoisonError};
 
-use broker_core::coordinator::{Call, CallError, CallOutput, Coordinator};
+use broker_core::coordinator::{CallError, CallOutput, Committing, Coordinator, EffectCall};
 use broker_core::deadline::Watch;
 use tokio::sync::Notify;
 use tokio::task::{JoinError, JoinHandle};
@@ -19,10 +25,14 @@ use tokio::time::Instant;
 /// What the coordinator answered.
 pub type CallResult = Result<CallOutput, CallError>;
 
+/// A call's commit, driven to its end by a task of its own: its answer.
+pub type Driven = JoinHandle<CallResult>;
+
 /// How a watched call ended for its waiter.
 pub enum Ended {
-    /// The pipeline returned (or its thread panicked).
-    Returned(Result<CallResult, JoinError>),
+    /// The effect steps returned (or their thread panicked): the commit being driven, or
+    /// why there is none.
+    Returned(Result<Result<Driven, CallError>, JoinError>),
     /// The handler was due and abandoned: answer as timed out. The slot is free.
     Abandoned,
     /// The caller's own deadline passed first (a store that does not answer); the call goes on
@@ -30,9 +40,24 @@ pub enum Ended {
     CallDeadline,
 }
 
-/// One call on a blocking thread, with what its waiter needs.
+/// Drive `committing` to its end on a task of its own, then free `slot` and show the result to
+/// `after`.
+pub fn drive<S: Send + 'static>(
+    committing: Committing,
+    slot: S,
+    after: impl FnOnce(&CallResult) + Send + 'static,
+) -> Driven {
+    tokio::spawn(async move {
+        let result = committing.await;
+        drop(slot);
+        after(&result);
+        result
+    })
+}
+
+/// One call's effect steps on a blocking thread, with what its waiter needs.
 pub struct WatchedCall<S: Send + 'static> {
-    task: Option<JoinHandle<CallResult>>,
+    task: Option<JoinHandle<Result<Driven, CallError>>>,
     shared: Arc<Shared<S>>,
 }
 
@@ -41,19 +66,17 @@ struct Shared<S> {
     watch: Watch,
     /// Told when a handler starts already past its deadline (the watch's `on_overdue`).
     overdue: Arc<Notify>,
-    /// The global slot, until the call returns or its handler is abandoned.
+    /// The global slot, until the commit ends or the handler is abandoned.
     slot: Mutex<Option<S>>,
 }
 
 impl<S: Send + 'static> WatchedCall<S> {
-    /// Start `call` on the blocking pool. `hold` stays with the call while its episode is busy;
-    /// `slot` until the call returns or its handler is abandoned; `after` sees the result on
-    /// the blocking thread.
+    /// Start `call`'s effect steps on the blocking pool. `slot` stays with the call until its
+    /// commit ends or its handler is abandoned; `after` sees the result.
     pub fn start(
         coordinator: Arc<Coordinator>,
-        call: Call,
+        call: EffectCall,
         until: std::time::Instant,
-        hold: impl Send + 'static,
         slot: S,
         after: impl FnOnce(&CallResult) + Send + 'static,
     ) -> WatchedCall<S> {
@@ -69,11 +92,14 @@ impl<S: Send + 'static> WatchedCall<S> {
         });
         let task = tokio::task::spawn_blocking({
             let shared = shared.clone();
-            move || {
-                let result = coordinator.invoke_watched(&call, Some(until), hold, &shared.watch);
-                shared.free();
-                after(&result);
-                result
+            move || match coordinator.run_effect(call, Some(until), &shared.watch) {
+                Ok(committing) => Ok(drive(committing, shared.take(), after)),
+                Err(err) => {
+                    drop(shared.take());
+                    let failed: CallResult = Err(err);
+                    after(&failed);
+                    failed.map(|_| unreachable!("`failed` is an error"))
+                }
             }
         });
         WatchedCall {
@@ -82,7 +108,8 @@ impl<S: Send + 'static> WatchedCall<S> {
         }
     }
 
-    /// Wait until the call returns, its handler is abandoned at its deadline, or `until`.
+    /// Wait until the effect steps return, the handler is abandoned at its deadline, or
+    /// `until`.
     pub async fn ended(&mut self, until: Instant) -> Ended {
         let Some(task) = self.task.as_mut() else {
             return Ended::Abandoned;
@@ -114,7 +141,11 @@ impl<S: Send + 'static> Drop for WatchedCall<S> {
 impl<S> Shared<S> {
     /// One timer per call: it fires at the next look at the handler, or at `until` if sooner.
     /// A handler that starts already past its deadline is looked at when it starts.
-    async fn watch_over(&self, task: &mut JoinHandle<CallResult>, until: Option<Instant>) -> Ended {
+    async fn watch_over(
+        &self,
+        task: &mut JoinHandle<Result<Driven, CallError>>,
+        until: Option<Instant>,
+    ) -> Ended {
         let mut now = std::time::Instant::now();
         loop {
             let look = Instant::from_std(self.watch.next_look(now));
@@ -127,7 +158,7 @@ impl<S> Shared<S> {
             }
             now = std::time::Instant::now();
             if self.watch.abandon_if_due(now) {
-                self.free();
+                drop(self.take());
                 return Ended::Abandoned;
             }
             if until.is_some_and(|u| Instant::from_std(now) >= u) {
@@ -136,13 +167,11 @@ impl<S> Shared<S> {
         }
     }
 
-    /// Drop the call's global slot, once, from whichever side is done with it first.
-    fn free(&self) {
-        drop(
-            self.slot
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .take(),
-        );
+    /// The call's global slot, once, for whichever side is done with it first.
+    fn take(&self) -> Option<S> {
+        self.slot
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take()
     }
 }

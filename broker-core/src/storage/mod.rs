@@ -22,11 +22,12 @@
 //! typed tables' operations, and the commit signal. LMDB's types stay inside this crate.
 
 mod map;
+mod reply;
 mod table;
 mod writer;
 
 use std::path::{Path, PathBuf};
-use std::sync::mpsc::{self, Sender, SyncSender};
+use std::sync::mpsc::{self, Sender};
 use std::sync::{Arc, Mutex, RwLock};
 use std::thread::JoinHandle;
 
@@ -36,6 +37,7 @@ use heed::{CommitOrAbort, CommitToken, Env, EnvOpenOptions, OnCommit, RoTxn, RwT
 use crate::capacity::{self, BadLimits, Full, Gauge, Limits, Usage};
 use crate::commit_signal::CommitSignal;
 use map::{page_multiple, MapLock};
+pub use reply::Submitted;
 use table::RawDb;
 pub(crate) use table::Table;
 pub use writer::{CommitObserver, WriterStats};
@@ -503,23 +505,34 @@ impl Store {
         R: Send + 'static,
         E: From<StoreError> + Send + 'static,
     {
-        let (reply, rx): (SyncSender<Result<R, E>>, _) = mpsc::sync_channel(1);
+        self.submit(op).wait()
+    }
+
+    /// [`Store::write`] without waiting: `op` is queued for the next group commit, and the
+    /// returned [`Submitted`] is its result once that commit is durable, for a thread to wait
+    /// for or a task to await. What `op` captures is dropped before its result is given.
+    pub fn submit<R, E>(
+        &self,
+        op: impl for<'a, 't> FnMut(&mut WriteCtx<'a, 't>) -> Result<R, E> + Send + 'static,
+    ) -> Submitted<R, E>
+    where
+        R: Send + 'static,
+        E: From<StoreError> + Send + 'static,
+    {
+        let (reply, pending) = reply::slot();
         let job: Job = Box::new(Write {
             op,
             result: None,
             reply,
             map_size: self.inner.map_size,
         });
-        {
-            let guard = self
-                .inner
-                .sender
-                .lock()
-                .map_err(|_| StoreError::WriterGone)?;
-            let sender = guard.as_ref().ok_or(StoreError::WriterGone)?;
-            sender.send(job).map_err(|_| StoreError::WriterGone)?;
+        let Ok(guard) = self.inner.sender.lock() else {
+            return Submitted::failed(StoreError::WriterGone.into());
+        };
+        match guard.as_ref().map(|sender| sender.send(job)) {
+            Some(Ok(())) => Submitted::queued(pending),
+            _ => Submitted::failed(StoreError::WriterGone.into()),
         }
-        rx.recv().map_err(|_| E::from(StoreError::WriterGone))?
     }
 
     /// Every row of the table `name`, as stored (maintenance and tests that look at a table's

@@ -1,18 +1,18 @@
 //! The writer's batches, and how storage errors read.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::mpsc::Receiver;
 use std::time::Instant;
 
+use super::reply::{self, Submitted};
 use super::writer::{Job, Write, Writer};
 use super::*;
 use crate::object::{Object, Ref};
 
-type Reply = Receiver<Result<(), StoreError>>;
+type Reply = Submitted<(), StoreError>;
 
 /// A queued write that stores `object`, then fails when `fail` is set; counts its runs.
 fn job(object: Object, fail: bool, runs: Arc<AtomicUsize>, map_size: usize) -> (Job, Reply) {
-    let (reply, rx) = mpsc::sync_channel(1);
+    let (reply, pending) = reply::slot();
     let op = move |w: &mut WriteCtx<'_, '_>| -> Result<(), StoreError> {
         runs.fetch_add(1, Ordering::SeqCst);
         w.put_object(&object)?;
@@ -27,7 +27,7 @@ fn job(object: Object, fail: bool, runs: Arc<AtomicUsize>, map_size: usize) -> (
         reply,
         map_size,
     });
-    (job, rx)
+    (job, Submitted::queued(pending))
 }
 
 fn run_batch(store: &Store, fails: &[bool]) -> (Vec<Result<(), StoreError>>, Vec<usize>, Vec<Ref>) {
@@ -57,7 +57,7 @@ fn run_batch(store: &Store, fails: &[bool]) -> (Vec<Result<(), StoreError>>, Vec
     for j in batch {
         j.answer(None);
     }
-    let results = replies.iter().map(|r| r.recv().unwrap()).collect();
+    let results = replies.into_iter().map(Submitted::wait).collect();
     let runs = runs.iter().map(|r| r.load(Ordering::SeqCst)).collect();
     (results, runs, refs)
 }
@@ -141,7 +141,7 @@ fn a_rebuilt_batch_raises_the_commit_signal_once_and_is_counted_once() {
     }
     .run(receiver);
 
-    let ok: Vec<bool> = replies.iter().map(|r| r.recv().unwrap().is_ok()).collect();
+    let ok: Vec<bool> = replies.into_iter().map(|r| r.wait().is_ok()).collect();
     assert_eq!(ok, [true, false, true]);
     assert_eq!(raised.load(Ordering::SeqCst), 1);
     assert_eq!(*observed.lock().unwrap(), [(3, true)]);

@@ -2,13 +2,14 @@
 //! commits it once and answers every caller (group commit).
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::mpsc::{Receiver, SyncSender};
+use std::sync::mpsc::Receiver;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use heed::{Env, RwTxn, WithoutTls};
 
 use super::map::{Held, MapLock};
+use super::reply::Answer;
 use super::table::RawDb;
 use super::{StoreError, WriteCtx};
 use crate::commit_signal::CommitSignal;
@@ -40,7 +41,7 @@ pub(super) trait Operation: Send {
 pub(super) struct Write<F, R, E> {
     pub(super) op: F,
     pub(super) result: Option<Result<R, E>>,
-    pub(super) reply: SyncSender<Result<R, E>>,
+    pub(super) reply: Answer<Result<R, E>>,
     pub(super) map_size: usize,
 }
 
@@ -66,12 +67,17 @@ where
     }
 
     fn answer(self: Box<Self>, commit_error: Option<&StoreError>) {
-        let answer = match (commit_error, self.result) {
+        let Write {
+            op, result, reply, ..
+        } = *self;
+        // What the operation captured goes before its caller hears of it.
+        drop(op);
+        let answer = match (commit_error, result) {
             (Some(e), Some(Ok(_))) => Err(E::from(e.clone())),
             (_, Some(r)) => r,
             (_, None) => Err(E::from(StoreError::WriterGone)),
         };
-        let _ = self.reply.send(answer);
+        reply.send(answer);
     }
 }
 
