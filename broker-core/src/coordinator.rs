@@ -21,7 +21,14 @@
 //! 4. **finish**: the outcome as the broker records it, and the output (reshaped by the
 //!    plugin's finish function when the tool has one);
 //! 5. **commit** outcome, records, output, invocation record, entry, world and task state in
-//!    one transaction (durable point 2).
+//!    one transaction (durable point 2): submitted to the store's writer, and answered by the
+//!    [`Committing`] it returns once that commit is durable; the episode stays busy until then.
+//!
+//! [`Coordinator::invoke`] runs every step on the calling thread. An async caller splits them
+//! where threads should change: [`Coordinator::begin`] opens and plans on the caller's own
+//! thread (store reads and the pure interpreter; a replay is answered and a refused plan's
+//! entry submitted there), [`Coordinator::run_effect`] runs steps 2 to 4 on a thread that may
+//! block on a handler, and the caller awaits the [`Committing`].
 //!
 //! If anything after the effect fails, the outcome and record are written alone and the caller
 //! gets [`CallError::EffectsUnrecorded`] with the record refs. If the handler overruns its

@@ -153,6 +153,10 @@ struct StallAfterHandler {
     armed: std::sync::atomic::AtomicBool,
     /// Stall after the intent is journaled instead (before the handler runs).
     before_handler: std::sync::atomic::AtomicBool,
+    /// Stall inside the commit instead: the store's writer holds the call's group commit.
+    in_commit: std::sync::atomic::AtomicBool,
+    /// Set when a commit stalled.
+    commit_held: std::sync::atomic::AtomicBool,
     gate: Gate,
 }
 
@@ -163,6 +167,10 @@ impl broker_core::coordinator::Hooks for StallAfterHandler {
         if (point == CrashPoint::AfterHandler && self.armed.load(SeqCst))
             || (point == CrashPoint::AfterIntent && self.before_handler.load(SeqCst))
         {
+            self.gate.wait();
+        }
+        if point == CrashPoint::MidCommit && self.in_commit.load(SeqCst) {
+            self.commit_held.store(true, SeqCst);
             self.gate.wait();
         }
     }
@@ -1422,6 +1430,130 @@ async fn a_stalled_commit_is_answered_at_the_call_deadline() {
     tokio::time::timeout(Duration::from_secs(30), committed)
         .await
         .expect("the stalled call never committed");
+}
+
+/// A call whose commit the store's writer holds past the call deadline: the caller is answered
+/// as timed out at the deadline; the commit still lands when the writer goes on, and the episode
+/// is free for its next call.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_commit_the_writer_holds_is_answered_at_the_call_deadline_and_still_lands() {
+    let h = harness_with(Limits {
+        call_deadline: Duration::from_millis(300),
+        ..Limits::default()
+    });
+    let t = h.token("held", &["Workspace.Read=worktree:5"]);
+    h.stall
+        .in_commit
+        .store(true, std::sync::atomic::Ordering::SeqCst);
+    let before = h.revision();
+    h.rpc(
+        &t,
+        &keyed_body(
+            json!(41),
+            "ailang-read",
+            json!({"path": "a"}),
+            "held-commit",
+        ),
+    )
+    .await
+    .assert_envelope("41", "host callback timed out");
+    assert!(h
+        .stall
+        .commit_held
+        .load(std::sync::atomic::Ordering::SeqCst));
+    let (_, m) = h.get_text("/v1/metrics").await;
+    assert!(
+        m.contains("worldd_limit_trips_total{limit=\"call_deadline\"} 1\n"),
+        "{m}"
+    );
+    h.stall
+        .in_commit
+        .store(false, std::sync::atomic::Ordering::SeqCst);
+    h.stall.gate.release();
+    committed_as(&h, &t, "held-commit").await;
+    assert_eq!(h.revision(), before + 1);
+    let v = h
+        .rpc(
+            &t,
+            &call_body(json!(42), "ailang-read", json!({"path": "a"})),
+        )
+        .await
+        .sse();
+    assert_eq!(v["result"]["structuredContent"]["ok"], json!(true), "{v}");
+}
+
+/// Attack: start a call and go away while the store's writer holds its commit. Nobody waits
+/// for the answer, yet the commit is driven to its end: it lands, is counted, and frees the
+/// only execution slot for another episode.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_caller_that_leaves_during_its_commit_does_not_lose_it_or_keep_its_slot() {
+    let h = harness_with(Limits {
+        execution_slots: 1,
+        ..Limits::default()
+    });
+    let t = h.token("left", &["Workspace.Read=worktree:5"]);
+    h.stall
+        .in_commit
+        .store(true, std::sync::atomic::Ordering::SeqCst);
+    let caller = tokio::spawn({
+        let router = h.router.clone();
+        let body = keyed_body(
+            json!(43),
+            "ailang-read",
+            json!({"path": "a"}),
+            "left-commit",
+        );
+        let t = t.clone();
+        async move { send(&router, rpc(&t, None, &body)).await }
+    });
+    let held = async {
+        while !h
+            .stall
+            .commit_held
+            .load(std::sync::atomic::Ordering::SeqCst)
+        {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(30), held)
+        .await
+        .expect("the call's commit never started");
+    caller.abort();
+    h.stall
+        .in_commit
+        .store(false, std::sync::atomic::Ordering::SeqCst);
+    h.stall.gate.release();
+    committed_as(&h, &t, "left-commit").await;
+    let reader = h.reader();
+    let v = h
+        .rpc(
+            &reader,
+            &call_body(json!(44), "ailang-read", json!({"path": "a"})),
+        )
+        .await
+        .sse();
+    assert_eq!(v["result"]["structuredContent"]["ok"], json!(true), "{v}");
+    let (_, m) = h.get_text("/v1/metrics").await;
+    assert!(
+        m.contains("worldd_calls_total{tool=\"ailang-read\",outcome=\"ok\"} 2\n"),
+        "the abandoned call is counted once it commits: {m}"
+    );
+}
+
+/// Wait until `task`'s call of this session is committed.
+async fn committed_as(h: &Harness, t: &str, task: &str) {
+    let committed = async {
+        loop {
+            let (_, rec) = h.get_json(t, &format!("/v1/calls/mcp/{task}")).await;
+            if rec["state"] == json!("committed") {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(30), committed)
+        .await
+        .expect("the held commit never landed");
 }
 
 // -------------------------------------------------------------------------------------------
