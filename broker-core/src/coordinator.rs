@@ -1000,6 +1000,11 @@ impl Coordinator {
     /// submitted for commit, and an effect comes back to be run by
     /// [`Coordinator::run_effect`] on a thread that may block. `hold` is kept as long as the
     /// episode is busy with this call (as for [`Coordinator::invoke_until`]).
+    ///
+    /// The one wait here is for the episode's turn, while another call of the episode holds
+    /// it: a caller on an async runtime serializes each episode's calls before this (the
+    /// daemon's admission holds the episode's queue turn as long as the turn here), so it never
+    /// waits.
     pub fn begin(&self, call: Call, hold: impl Send + 'static) -> Result<Begun, CallError> {
         let opened = match self.open(call, hold)? {
             Opened::New(opened) => opened,
