@@ -1347,18 +1347,7 @@ async fn abandoned_handler_frees_the_only_slot(h: &Harness, t: &str, task: &str)
     let (_, m) = h.get_text("/v1/metrics").await;
     assert!(m.contains("worldd_handlers_overrunning 1\n"), "{m}");
     h.gate.release();
-    let unrecorded = async {
-        loop {
-            let (_, rec) = h.get_json(t, &format!("/v1/calls/mcp/{task}")).await;
-            if rec["state"] == json!("unrecorded") {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    };
-    tokio::time::timeout(Duration::from_secs(30), unrecorded)
-        .await
-        .expect("the late outcome was never journaled");
+    call_reaches(h, t, task, "unrecorded").await;
     assert_eq!(h.revision(), before + 1, "only the read was committed");
 }
 
@@ -1470,7 +1459,7 @@ async fn a_commit_the_writer_holds_is_answered_at_the_call_deadline_and_still_la
         .in_commit
         .store(false, std::sync::atomic::Ordering::SeqCst);
     h.stall.gate.release();
-    committed_as(&h, &t, "held-commit").await;
+    call_reaches(&h, &t, "held-commit", "committed").await;
     assert_eq!(h.revision(), before + 1);
     let v = h
         .rpc(
@@ -1523,7 +1512,7 @@ async fn a_caller_that_leaves_during_its_commit_does_not_lose_it_or_keep_its_slo
         .in_commit
         .store(false, std::sync::atomic::Ordering::SeqCst);
     h.stall.gate.release();
-    committed_as(&h, &t, "left-commit").await;
+    call_reaches(&h, &t, "left-commit", "committed").await;
     let reader = h.reader();
     let v = h
         .rpc(
@@ -1540,20 +1529,20 @@ async fn a_caller_that_leaves_during_its_commit_does_not_lose_it_or_keep_its_slo
     );
 }
 
-/// Wait until `task`'s call of this session is committed.
-async fn committed_as(h: &Harness, t: &str, task: &str) {
-    let committed = async {
+/// Wait (30 s at most) until `task`'s MCP call of this session is in `state`.
+async fn call_reaches(h: &Harness, t: &str, task: &str, state: &str) {
+    let reached = async {
         loop {
             let (_, rec) = h.get_json(t, &format!("/v1/calls/mcp/{task}")).await;
-            if rec["state"] == json!("committed") {
+            if rec["state"] == json!(state) {
                 break;
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
     };
-    tokio::time::timeout(Duration::from_secs(30), committed)
+    tokio::time::timeout(Duration::from_secs(30), reached)
         .await
-        .expect("the held commit never landed");
+        .unwrap_or_else(|_| panic!("call {task} never became {state}"));
 }
 
 // -------------------------------------------------------------------------------------------

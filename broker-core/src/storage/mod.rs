@@ -4,9 +4,10 @@
 //! are the world layer's ([`crate::store`] opens the world's layout and writes its genesis).
 //!
 //! Reads run on the caller's thread in their own read transaction. Every write goes through
-//! [`Store::write`]: the operation is sent to the single writer thread, which drains whatever is
-//! queued, runs the operations in one transaction, commits it once (LMDB's default full sync:
-//! durable when acknowledged) and then answers every caller. Throughput under concurrency comes
+//! [`Store::write`] or [`Store::submit`]: the operation is sent to the single writer thread,
+//! which drains whatever is queued, runs the operations in one transaction, commits it once
+//! (LMDB's default full sync: durable when acknowledged) and then answers every caller, blocked
+//! thread or awaiting task. Throughput under concurrency comes
 //! from that batching, never from weaker syncing. A failing operation's writes are undone alone
 //! (the batch is built again with each operation in a nested transaction); a failing commit
 //! fails the batch.
@@ -18,8 +19,9 @@
 //! is active, as LMDB requires.
 //!
 //! The interface a replicated engine would implement instead is written down in
-//! `docs/data-model.md` ("The storage interface"): [`Store::read`], [`Store::write`], the
-//! typed tables' operations, and the commit signal. LMDB's types stay inside this crate.
+//! `docs/data-model.md` ("The storage interface"): [`Store::read`], [`Store::write`] and
+//! [`Store::submit`], the typed tables' operations, and the commit signal. LMDB's types stay
+//! inside this crate.
 
 mod map;
 mod reply;
