@@ -2,6 +2,7 @@
 //! authenticate a request and invoke a tool.
 
 use std::collections::HashMap;
+use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 
 use axum::http::HeaderMap;
@@ -275,8 +276,15 @@ impl AppState {
         let started = std::time::Instant::now();
         let observe =
             move |result: &_| metrics.observe_call(&tool, &episode, result, started.elapsed());
-        // Opening and planning read the store and never wait for a writer or a handler.
-        let driven = match coordinator.begin(call, turn) {
+        // Opening and planning read the store and never wait for a writer or a handler. A
+        // panic there is answered as one on a blocking thread would be, not by dropping the
+        // connection.
+        let begun = std::panic::catch_unwind(AssertUnwindSafe(|| coordinator.begin(call, turn)));
+        let Ok(begun) = begun else {
+            tracing::error!("opening or planning a call panicked");
+            return Err(InvokeFailure::Canceled);
+        };
+        let driven = match begun {
             Ok(Begun::Committing(committing)) => watched::drive(committing, slot, observe),
             Ok(Begun::Effect(effect)) => {
                 let until_std = until.into_std();
