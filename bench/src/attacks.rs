@@ -63,7 +63,7 @@ impl Attack {
     }
 }
 
-const NAMES: [&str; 8] = [
+const NAMES: [&str; 9] = [
     "none (baseline)",
     "held 4 MiB bodies x300, no credentials",
     "held 4 MiB bodies x300, with credentials",
@@ -72,18 +72,24 @@ const NAMES: [&str; 8] = [
     "Host/Origin rebinding x8 clients",
     "one episode looping a slow tool x16",
     "hung plugins: 200 calls past their deadline",
+    "1 MiB arguments x16 episodes",
 ];
 
-/// Run every attack; `measure` is how long the legitimate client runs during each.
+/// Run the attacks numbered in `only` (every one when empty); `measure` is how long the
+/// legitimate client runs during each.
 pub fn run_all(
     worldd: &Path,
     plugin_dir: &Path,
     dir: &Path,
     log: Option<&str>,
     measure: Duration,
+    only: &[usize],
 ) -> Result<Vec<AttackRow>, String> {
     let mut rows = Vec::new();
     for (i, name) in NAMES.iter().enumerate() {
+        if !only.is_empty() && !only.contains(&i) {
+            continue;
+        }
         let run = dir.join(format!("attack-{i}"));
         // Hung handlers get a 2 s deadline so the measured window lies past it.
         let extra: Vec<String> = if i == 7 {
@@ -129,7 +135,11 @@ pub fn run_all(
                 "{} ran, {} refused at once (episode busy), {} other",
                 c[0], c[1], c[2]
             ),
-            _ => format!("{} timed out at the deadline, {} other answers", c[0], c[1]),
+            7 => format!("{} timed out at the deadline, {} other answers", c[0], c[1]),
+            _ => format!(
+                "{} refused plans, {} refused for capacity or rate, {} other answers",
+                c[0], c[1], c[2]
+            ),
         };
         rows.push(AttackRow {
             name,
@@ -362,6 +372,29 @@ fn start(i: usize, a: &mut Attack, d: &Daemon, legit: &Client, attackers: &[Clie
                                 c[1].fetch_add(1, Ordering::Relaxed);
                                 std::thread::sleep(Duration::from_millis(5));
                                 0
+                            }
+                            _ => c[2].fetch_add(1, Ordering::Relaxed),
+                        };
+                    }
+                });
+            }
+        }
+        8 => {
+            // Calls whose arguments are just under the 1 MiB input limit, from 16 episodes:
+            // each is parsed, canonicalised and hashed before its plan refuses it.
+            let pad = "x".repeat(1_000_000);
+            let body = Arc::new(mcp_call("stall-wait", json!({"ms": "1", "pad": pad})));
+            for attacker in &attackers[..16] {
+                let (addr, token, body) = (addr.clone(), attacker.token.clone(), body.clone());
+                a.spawn(move |stop, c| {
+                    let agent = agent();
+                    while !stop.load(Ordering::Relaxed) {
+                        match post(&agent, &addr, &token, &body) {
+                            Ok(b) if b.contains("unknown argument") => {
+                                c[0].fetch_add(1, Ordering::Relaxed)
+                            }
+                            Ok(b) if b.contains("capacity exceeded") => {
+                                c[1].fetch_add(1, Ordering::Relaxed)
                             }
                             _ => c[2].fetch_add(1, Ordering::Relaxed),
                         };

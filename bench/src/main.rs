@@ -85,6 +85,9 @@ struct Args {
     /// fresh daemon, measuring a legitimate client of another episode meanwhile.
     #[arg(long)]
     attacks: bool,
+    /// With --attacks: run only these attacks, by their row number (0 is the baseline).
+    #[arg(long, value_delimiter = ',')]
+    attack_rows: Vec<usize>,
 }
 
 fn main() {
@@ -497,7 +500,7 @@ fn run_attacks(args: &Args, release: &Path, target: &Path) -> Result<(), String>
         measure.as_secs_f64()
     );
     let log = args.daemon_log.as_deref().or(Some("warn"));
-    let rows = attacks::run_all(&worldd, release, &dir, log, measure)?;
+    let rows = attacks::run_all(&worldd, release, &dir, log, measure, &args.attack_rows)?;
     print!("{}", attacks::table(&rows));
     let out = args
         .out
