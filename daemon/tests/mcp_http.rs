@@ -1388,10 +1388,12 @@ async fn a_handler_that_starts_after_the_call_deadline_is_abandoned_at_once() {
     abandoned_handler_frees_the_only_slot(&h, &t, "late").await;
 }
 
-/// A call whose handler finished in time but whose commit does not come back (a stalled
-/// store) is answered at the call deadline; it may still commit afterwards.
+/// A call whose handler finished in time but whose effect steps then stall before the commit
+/// is submitted (the pipeline's thread held after the handler) is answered at the call
+/// deadline; it still commits afterwards. The commit itself held by the writer:
+/// `a_commit_the_writer_holds_is_answered_at_the_call_deadline_and_still_lands`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_stalled_commit_is_answered_at_the_call_deadline() {
+async fn a_call_stalled_after_its_handler_is_answered_at_the_call_deadline() {
     let h = harness_with(Limits {
         call_deadline: Duration::from_millis(300),
         ..Limits::default()
