@@ -286,6 +286,18 @@ impl Harness {
         self.token("ep1", &["Workspace.Read=worktree:10"])
     }
 
+    /// `ailang-read` of `a` as `token`, JSON-RPC id `id`: it must succeed.
+    async fn reads_ok(&self, token: &str, id: u64) {
+        let v = self
+            .rpc(
+                token,
+                &call_body(json!(id), "ailang-read", json!({"path": "a"})),
+            )
+            .await
+            .sse();
+        assert_eq!(v["result"]["structuredContent"]["ok"], json!(true), "{v}");
+    }
+
     /// The world revision (= index of the newest log entry).
     fn revision(&self) -> u64 {
         self.store.read(log::head).unwrap().unwrap().world.revision
@@ -1335,15 +1347,7 @@ async fn a_caller_that_leaves_a_hung_handler_does_not_keep_its_slot() {
 /// `task`, and only the read was committed.
 async fn abandoned_handler_frees_the_only_slot(h: &Harness, t: &str, task: &str) {
     let before = h.revision();
-    let reader = h.reader();
-    let v = h
-        .rpc(
-            &reader,
-            &call_body(json!(22), "ailang-read", json!({"path": "a"})),
-        )
-        .await
-        .sse();
-    assert_eq!(v["result"]["structuredContent"]["ok"], json!(true), "{v}");
+    h.reads_ok(&h.reader(), 22).await;
     let (_, m) = h.get_text("/v1/metrics").await;
     assert!(m.contains("worldd_handlers_overrunning 1\n"), "{m}");
     h.gate.release();
@@ -1463,14 +1467,7 @@ async fn a_commit_the_writer_holds_is_answered_at_the_call_deadline_and_still_la
     h.stall.gate.release();
     call_reaches(&h, &t, "held-commit", "committed").await;
     assert_eq!(h.revision(), before + 1);
-    let v = h
-        .rpc(
-            &t,
-            &call_body(json!(42), "ailang-read", json!({"path": "a"})),
-        )
-        .await
-        .sse();
-    assert_eq!(v["result"]["structuredContent"]["ok"], json!(true), "{v}");
+    h.reads_ok(&t, 42).await;
 }
 
 /// Attack: start a call and go away while the store's writer holds its commit. Nobody waits
@@ -1515,15 +1512,7 @@ async fn a_caller_that_leaves_during_its_commit_does_not_lose_it_or_keep_its_slo
         .store(false, std::sync::atomic::Ordering::SeqCst);
     h.stall.gate.release();
     call_reaches(&h, &t, "left-commit", "committed").await;
-    let reader = h.reader();
-    let v = h
-        .rpc(
-            &reader,
-            &call_body(json!(44), "ailang-read", json!({"path": "a"})),
-        )
-        .await
-        .sse();
-    assert_eq!(v["result"]["structuredContent"]["ok"], json!(true), "{v}");
+    h.reads_ok(&h.reader(), 44).await;
     let (_, m) = h.get_text("/v1/metrics").await;
     assert!(
         m.contains("worldd_calls_total{tool=\"ailang-read\",outcome=\"ok\"} 2\n"),
