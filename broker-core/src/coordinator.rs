@@ -10,12 +10,13 @@
 //!    refused while the store is past its reserve ([`crate::capacity`]), and every declared
 //!    effect needs a loaded handler (and a bound worktree: rule R8). The call then holds its
 //!    episode's turn;
-//! 1. **plan** with the pure interpreter;
+//! 1. **plan** with the pure interpreter; a refused plan is closed here and committed as an
+//!    entry without an effect;
 //! 2. **admit**: the broker decides against the grants, budgets reseeded from the journal; the
 //!    handler's preflight may decline the request (under the handler's deadline); then the
-//!    intent is journaled with its spend (durable point 1). A refused plan, a denied effect or
-//!    a declined request (`denied:handler`) is closed here and committed as an entry without an
-//!    effect (a denial with its record); nothing is spent. Refusals and denials each cost the
+//!    intent is journaled with its spend (durable point 1). A denied effect or a declined
+//!    request (`denied:handler`) is closed here and committed as an entry without an effect,
+//!    with its record; nothing is spent. Refusals and denials each cost the
 //!    credential a token of its refusal rate ([`crate::refusal_rate`]);
 //! 3. **execute** the handler under its deadline ([`crate::deadline`]);
 //! 4. **finish**: the outcome as the broker records it, and the output (reshaped by the
@@ -470,7 +471,7 @@ impl Prepared {
 
 /// How the caller waits for a call: its own deadline, and the watch it waits through when
 /// handlers are to run on the pipeline's thread ([`Coordinator::run_effect`]).
-#[derive(Clone, Copy, Default)]
+#[derive(Clone, Copy)]
 struct Wait<'w> {
     until: Option<Instant>,
     watch: Option<&'w Watch>,
@@ -508,8 +509,17 @@ struct Planned {
     busy: Busy,
 }
 
+/// Step 2's input: a plan that asks for an effect (a refused plan is closed at once).
+struct EffectPlanned {
+    call: Prepared,
+    effect: PlannedEffect,
+    finish: bool,
+    plan_obj: Object,
+    busy: Busy,
+}
+
 /// Step 2's outcome: an admitted effect whose intent is durable, or a call closed without one
-/// (a refused plan, a denied effect), ready to commit.
+/// (a denied or declined effect), ready to commit.
 enum Admission {
     Admitted(Admitted),
     Closed(Finished),
@@ -805,6 +815,7 @@ fn submit_unrecorded(
     })
 }
 
+/// The end of [`submit_unrecorded`]: a failure is logged, and the intent stays open.
 fn settle_unrecorded(ids: &CallIds, written: Result<(), CallError>) {
     if let Err(e) = written {
         tracing::error!(invocation = %ids.invocation_id, "could not record the outcome: {e}");
@@ -1010,15 +1021,23 @@ impl Coordinator {
             Opened::New(opened) => opened,
             Opened::Replayed(committed) => return Ok(Begun::Replayed(committed)),
         };
-        let planned = self.plan(*opened)?;
-        Ok(match planned.plan {
-            Plan::Refused { .. } => match self.admit(planned, Wait::default())? {
-                Admission::Closed(refused) => Begun::Committing(self.commit(refused)),
-                Admission::Admitted(_) => {
-                    return Err(CallError::Internal("a refused plan was admitted".into()))
-                }
-            },
-            Plan::Effect { .. } => Begun::Effect(EffectCall(Box::new(planned))),
+        let Planned {
+            call,
+            plan,
+            plan_obj,
+            busy,
+        } = self.plan(*opened)?;
+        Ok(match plan {
+            Plan::Refused { message } => {
+                Begun::Committing(self.commit(refusal(call, plan_obj, message, busy)))
+            }
+            Plan::Effect { effect, finish } => Begun::Effect(EffectCall(Box::new(EffectPlanned {
+                call,
+                effect,
+                finish,
+                plan_obj,
+                busy,
+            }))),
         })
     }
 
@@ -1242,22 +1261,17 @@ impl Coordinator {
 
     /// The broker's decision against the session's grants, with budgets reseeded from the
     /// journal, then the handler's preflight, then durable point 1: the intent, with its
-    /// spend, before anything runs. A refused plan, a denial, a request the handler declined,
-    /// or a budget another writer spent first is closed here, to be committed without an
-    /// effect.
-    fn admit(&self, planned: Planned, wait: Wait<'_>) -> Result<Admission, CallError> {
-        let Planned {
+    /// spend, before anything runs. A denial, a request the handler declined, or a budget
+    /// another writer spent first is closed here, to be committed without an effect (a refused
+    /// plan never gets here: [`Coordinator::begin`] closes it).
+    fn admit(&self, planned: EffectPlanned, wait: Wait<'_>) -> Result<Admission, CallError> {
+        let EffectPlanned {
             call: p,
-            plan,
+            effect,
+            finish,
             plan_obj,
             busy,
         } = planned;
-        let (effect, finish) = match plan {
-            Plan::Refused { message } => {
-                return Ok(Admission::Closed(refusal(p, plan_obj, message, busy)));
-            }
-            Plan::Effect { effect, finish } => (effect, finish),
-        };
         let t = &p.entry.transition;
         // Plan law: the effect must be exactly one of the declared triples.
         if !t
@@ -1825,7 +1839,7 @@ pub enum Begun {
 
 /// A planned call with an effect, holding its episode's turn, for
 /// [`Coordinator::run_effect`].
-pub struct EffectCall(Box<Planned>);
+pub struct EffectCall(Box<EffectPlanned>);
 
 /// A call whose entry is submitted for commit: its answer once that commit is durable (or
 /// failed). Await it on an async runtime, or [`Committing::wait`] on a thread. Its episode

@@ -297,16 +297,8 @@ impl AppState {
                     Ended::Returned(Ok(Ok(driven))) => driven,
                 }
             }
-            Ok(Begun::Replayed(out)) => {
-                let result = Ok(out);
-                observe(&result);
-                return answer(result);
-            }
-            Err(err) => {
-                let result = Err(err);
-                observe(&result);
-                return answer(result);
-            }
+            Ok(Begun::Replayed(out)) => return observed(Ok(out), observe),
+            Err(err) => return observed(Err(err), observe),
         };
         tokio::select! {
             biased;
@@ -324,6 +316,15 @@ impl AppState {
         self.inner.metrics.limit_tripped("call_deadline");
         InvokeFailure::TimedOut
     }
+}
+
+/// A call answered without a commit to wait for: counted, then answered.
+fn observed(
+    result: CallResult,
+    observe: impl FnOnce(&CallResult),
+) -> Result<CallOutput, InvokeFailure> {
+    observe(&result);
+    answer(result)
 }
 
 /// The coordinator's answer, as the surfaces see it.
