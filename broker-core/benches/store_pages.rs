@@ -207,6 +207,8 @@ fn counters(store: &Store) -> Counters {
 struct Tally {
     commits: u64,
     ops: u64,
+    /// Runs of consecutive page numbers among the pages written, summed over commits.
+    runs: u64,
     tables: BTreeMap<String, PageCount>,
 }
 
@@ -260,7 +262,7 @@ fn main() {
         base.display()
     );
     println!(
-        "{:<8} {:>3} | {:>6} {:>7} {:>7} {:>7} {:>7} {:>7} | {:>6} {:>7} {:>7}",
+        "{:<8} {:>3} | {:>6} {:>7} {:>7} {:>7} {:>7} {:>7} | {:>6} {:>7} {:>7} {:>7}",
         "row",
         "thr",
         "op/cm",
@@ -271,10 +273,11 @@ fn main() {
         "us/op",
         "op/cm",
         "pg/cm",
-        "pg/op"
+        "pg/op",
+        "run/cm"
     );
     println!(
-        "{:<12} | {:<48} | census pages per op by table",
+        "{:<12} | {:<48} | census: op/cm pg/cm pg/op, runs of consecutive pages per commit; pages per op by table",
         "", "timed: pages written (wchar), writer µs"
     );
     let census_slot = Arc::new(Mutex::new((Census::default(), Tally::default())));
@@ -325,6 +328,7 @@ fn main() {
                 let (before, tally) = &mut *guard;
                 tally.commits += 1;
                 tally.ops += n as u64;
+                tally.runs += after.runs_since(before).1;
                 for (table, count) in after.written_since(before) {
                     tally.tables.entry(table).or_default().add(count);
                 }
@@ -344,7 +348,7 @@ fn main() {
                 .collect::<Vec<_>>()
                 .join(", ");
             println!(
-                "{:<8} {:>3} | {:>6.2} {:>7.1} {:>7.2} {:>7.1} {:>7.1} {:>7.1} | {:>6.2} {:>7.1} {:>7.2} | {}",
+                "{:<8} {:>3} | {:>6.2} {:>7.1} {:>7.2} {:>7.1} {:>7.1} {:>7.1} | {:>6.2} {:>7.1} {:>7.2} {:>7.1} | {}",
                 row,
                 threads,
                 ops / commits,
@@ -356,6 +360,7 @@ fn main() {
                 cops / tally.commits.max(1) as f64,
                 total as f64 / tally.commits.max(1) as f64,
                 total as f64 / cops,
+                tally.runs as f64 / tally.commits.max(1) as f64,
                 breakdown
             );
             let kinds = by_table

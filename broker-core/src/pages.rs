@@ -105,6 +105,31 @@ impl Census {
             .collect()
     }
 
+    /// Every page written since `before`, whatever its database, as runs of consecutive page
+    /// numbers: `(pages, runs)`. A commit's page writes cost the disk about one I/O per run,
+    /// so the runs, not the pages, are what a sync waits for on a disk with a high cost per
+    /// I/O.
+    pub fn runs_since(&self, before: &Census) -> (u64, u64) {
+        let then = before.all_pages();
+        let mut written: Vec<u64> = self
+            .all_pages()
+            .into_iter()
+            .filter(|p| !then.contains(p))
+            .collect();
+        written.sort_unstable();
+        let breaks = written.windows(2).filter(|w| w[1] != w[0] + 1).count() as u64;
+        let runs = if written.is_empty() { 0 } else { breaks + 1 };
+        (written.len() as u64, runs)
+    }
+
+    /// Every page of every database in the snapshot.
+    fn all_pages(&self) -> HashSet<u64> {
+        self.tables
+            .values()
+            .flat_map(|p| p.branch.iter().chain(&p.leaf).chain(&p.overflow).copied())
+            .collect()
+    }
+
     /// Pages reachable from the snapshot: every database's pages.
     pub fn used(&self) -> u64 {
         self.tables.values().map(|p| p.total() as u64).sum()
@@ -464,12 +489,6 @@ mod tests {
             );
             store.write(move |w| w.put_object(&o)).unwrap();
         }
-        let all = |c: &Census| -> HashSet<u64> {
-            c.tables
-                .values()
-                .flat_map(|p| p.branch.iter().chain(&p.leaf).chain(&p.overflow).copied())
-                .collect()
-        };
         for i in 0..12u32 {
             let before = census(&db).unwrap();
             let bytes_before = std::fs::read(db.join("data.mdb")).unwrap();
@@ -487,7 +506,7 @@ mod tests {
                 })
                 .map(|p| p as u64)
                 .collect();
-            let (now, then) = (all(&after), all(&before));
+            let (now, then) = (after.all_pages(), before.all_pages());
             let new: HashSet<u64> = now.difference(&then).copied().collect();
             assert_eq!(new, changed, "commit {i}");
             let counted: u64 = after
@@ -496,6 +515,14 @@ mod tests {
                 .map(PageCount::total)
                 .sum();
             assert_eq!(counted, changed.len() as u64, "commit {i}");
+            let mut sorted: Vec<u64> = changed.iter().copied().collect();
+            sorted.sort_unstable();
+            let runs = 1 + sorted.windows(2).filter(|w| w[1] > w[0] + 1).count() as u64;
+            assert_eq!(
+                after.runs_since(&before),
+                (changed.len() as u64, runs),
+                "commit {i}"
+            );
             let written = after.written_since(&before);
             assert!(
                 written.contains_key("object_rows") && written.contains_key(MAIN),
