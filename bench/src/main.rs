@@ -248,6 +248,13 @@ fn run(args: Args) -> Result<(), String> {
         fsync_end.per_second(),
         ms(fsync_end.p50_ns)
     );
+    let scatter = page_probe(&run_dir, probe, Placement::Scattered)?;
+    let adjacent = page_probe(&run_dir, probe, Placement::Adjacent)?;
+    eprintln!(
+        "  {PROBE_PAGES} pages + fdatasync: p50 {:.3} ms scattered, {:.3} ms adjacent",
+        ms(scatter.p50_ns),
+        ms(adjacent.p50_ns)
+    );
     let fsync = Summary::from_latencies(
         &mut fsync_samples,
         0,
@@ -367,6 +374,18 @@ fn run(args: Args) -> Result<(), String> {
         ));
     }
     report.push_str(&ceilings(&mut table_rows, &rows, fsync.p50_ns));
+    let scattered_us = page_us(scatter.p50_ns, fsync.p50_ns);
+    let adjacent_us = page_us(adjacent.p50_ns, fsync.p50_ns);
+    report.push_str(&format!(
+        "page writes: {PROBE_PAGES} x 4 KiB + fdatasync p50 {:.3} ms (p99 {:.3}) at random places = {:.1} us per page beyond one fsync; {:.3} ms (p99 {:.3}) adjacent = {:.1} us per page\n",
+        ms(scatter.p50_ns),
+        ms(scatter.p99_ns),
+        scattered_us,
+        ms(adjacent.p50_ns),
+        ms(adjacent.p99_ns),
+        adjacent_us,
+    ));
+    report.push_str(&page_bounds(&mut table_rows, &rows, scattered_us));
     report.push_str(&format!(
         "doctor over {} entries: {:.0} entries/s wall ({:.2} s incl. process start and store open); {:.0} entries/s as doctor reports its verification\n",
         doctor.entries,
@@ -430,6 +449,11 @@ fn run(args: Args) -> Result<(), String> {
             "max_ms": ms(fsync.max_ns), "mean_ms": ms(fsync.mean_ns), "ops": fsync.ok,
             "start": {"per_second": fsync_start.per_second(), "p50_ms": ms(fsync_start.p50_ns), "p99_ms": ms(fsync_start.p99_ns)},
             "end": {"per_second": fsync_end.per_second(), "p50_ms": ms(fsync_end.p50_ns), "p99_ms": ms(fsync_end.p99_ns)},
+        },
+        "page_writes": {
+            "pages_per_sync": PROBE_PAGES,
+            "scattered": {"p50_ms": ms(scatter.p50_ns), "p99_ms": ms(scatter.p99_ns), "us_per_page": scattered_us},
+            "adjacent": {"p50_ms": ms(adjacent.p50_ns), "p99_ms": ms(adjacent.p99_ns), "us_per_page": adjacent_us},
         },
         "rows": table_rows.iter().map(|r| row_json(r, &errors)).collect::<Vec<_>>(),
         "read_1_vs_floor": floor.map(|(read, health, floor)| json!({
@@ -756,6 +780,79 @@ fn fsync_probe(dir: &Path, duration: Duration, all: &mut Vec<u64>) -> Result<Sum
     Ok(Summary::from_latencies(&mut lat, 0, 0, seconds))
 }
 
+/// Pages per sync in [`page_probe`]: about what one group commit writes at 32 clients.
+const PROBE_PAGES: u64 = 64;
+/// The probe file's size in pages (64 MiB): larger than a group commit's spread, small enough
+/// to write in a moment.
+const PROBE_FILE_PAGES: u64 = 16_384;
+
+/// Where [`page_probe`] writes a sync's pages.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Placement {
+    /// At distinct random places, as LMDB's commits mostly do: it copies on write and reuses
+    /// freed pages wherever they lie (the store-pages census counts 0.85-0.9 runs of adjacent
+    /// pages per page written), and each run is an I/O of its own for the disk.
+    Scattered,
+    /// One run of adjacent pages at a random place: what the same commit would cost if its
+    /// pages were adjacent.
+    Adjacent,
+}
+
+/// What a commit of [`PROBE_PAGES`] pages costs this disk: that many 4 KiB pages written
+/// into a 64 MiB file, then one fdatasync, in a loop for `duration`.
+fn page_probe(dir: &Path, duration: Duration, placement: Placement) -> Result<Summary, String> {
+    use std::os::unix::fs::FileExt;
+    let path = dir.join("pages.probe");
+    let f = std::fs::File::create(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let block = [0xa5u8; 4096];
+    let chunk = block.repeat(256);
+    for at in (0..PROBE_FILE_PAGES).step_by(256) {
+        f.write_all_at(&chunk, at * 4096)
+            .map_err(|e| e.to_string())?;
+    }
+    f.sync_all().map_err(|e| e.to_string())?;
+    let mut state = u64::from(std::process::id()) << 32 | 0x9e37_79b9;
+    let mut next = move || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        state % PROBE_FILE_PAGES
+    };
+    let mut lat = Vec::new();
+    let start = Instant::now();
+    while start.elapsed() < duration {
+        // Distinct pages, written in file order as LMDB writes a commit's pages.
+        let mut pages = Vec::with_capacity(PROBE_PAGES as usize);
+        if placement == Placement::Adjacent {
+            let first = next() % (PROBE_FILE_PAGES - PROBE_PAGES);
+            pages.extend(first..first + PROBE_PAGES);
+        }
+        while pages.len() < PROBE_PAGES as usize {
+            let p = next();
+            if !pages.contains(&p) {
+                pages.push(p);
+            }
+        }
+        pages.sort_unstable();
+        let t = Instant::now();
+        for p in pages {
+            f.write_all_at(&block, p * 4096)
+                .map_err(|e| e.to_string())?;
+        }
+        f.sync_data().map_err(|e| e.to_string())?;
+        lat.push(t.elapsed().as_nanos() as u64);
+    }
+    let seconds = start.elapsed().as_secs_f64();
+    let _ = std::fs::remove_file(path);
+    Ok(Summary::from_latencies(&mut lat, 0, 0, seconds))
+}
+
+/// µs of disk time per page beyond the first: a page probe's p50 less one plain fsync's, over
+/// the pages it added.
+fn page_us(probe_p50_ns: u64, fsync_p50_ns: u64) -> f64 {
+    probe_p50_ns.saturating_sub(fsync_p50_ns) as f64 / 1e3 / (PROBE_PAGES - 1) as f64
+}
+
 struct Doctor {
     entries: u64,
     wall_seconds: f64,
@@ -831,6 +928,64 @@ fn ceilings(table_rows: &mut [Row], rows: &[Row], fsync_p50_ns: u64) -> String {
                 ceiling / health_rate,
             ));
         }
+    }
+    out
+}
+
+/// What the disk allows each durable row at the pages it writes, however large its group
+/// commits grow: every store operation writes its pages (scattered: each about one I/O),
+/// while the syncs' fixed cost is shared by the batch. Printed for rows at 32 clients or
+/// more, with the pages per operation a row would need for the share of health.
+fn page_bounds(table_rows: &mut [Row], rows: &[Row], page_us: f64) -> String {
+    let mut out = String::new();
+    if page_us <= 0.0 {
+        return out;
+    }
+    for row in table_rows.iter_mut() {
+        let target = match row.scenario.as_str() {
+            "ailang-read" => 0.20,
+            "ailang-write" => 0.10,
+            "plan-refusal" => 0.35,
+            _ => continue,
+        };
+        let (Some(pages_per_commit), Some(ops_per_commit), Some(commits_per_call)) = (
+            row.pages_per_commit,
+            row.ops_per_batch,
+            row.commits_per_call,
+        ) else {
+            continue;
+        };
+        let Some(health) = rows
+            .iter()
+            .find(|h| h.scenario == "health" && h.concurrency == row.concurrency)
+        else {
+            continue;
+        };
+        if row.concurrency < 32 || ops_per_commit <= 0.0 {
+            continue;
+        }
+        let ops_per_call = ops_per_commit * commits_per_call;
+        let pages_per_op = pages_per_commit / ops_per_commit;
+        let bound = 1e6 / (pages_per_op * page_us * ops_per_call);
+        let health_rate = health.summary.per_second().max(1e-9);
+        let needed = 1e6 / (target * health_rate * page_us * ops_per_call);
+        row.extra
+            .push(("page_bound_calls_per_second".into(), bound));
+        row.extra.push(("pages_per_op_for_target".into(), needed));
+        out.push_str(&format!(
+            "{} @{}: {:.0}/s = {:.3}x health; its {:.1} pages per store op x {:.2} ops per call x {:.1} us per scattered page bound it at {:.0}/s = {:.3}x health; {:.0}% of health needs <= {:.2} pages per op\n",
+            row.scenario,
+            row.concurrency,
+            row.summary.per_second(),
+            row.summary.per_second() / health_rate,
+            pages_per_op,
+            ops_per_call,
+            page_us,
+            bound,
+            bound / health_rate,
+            target * 100.0,
+            needed,
+        ));
     }
     out
 }
@@ -993,5 +1148,62 @@ fn fs_type(dir: &Path) -> String {
         0x9123683E => "btrfs".into(),
         0x794c7630 => "overlayfs".into(),
         other => format!("0x{other:x}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(scenario: &str, per_second: u64) -> Row {
+        Row {
+            scenario: scenario.into(),
+            concurrency: 32,
+            summary: Summary {
+                ok: per_second,
+                seconds: 1.0,
+                ..Summary::default()
+            },
+            ..Row::default()
+        }
+    }
+
+    /// A read row writing 6 pages per store operation, two operations per call, at 16 µs per
+    /// scattered page: the disk allows 1e6 / (6 x 16 x 2) calls/s, and 20 % of a 40,000/s
+    /// health row would need 1e6 / (8,000 x 16 x 2) pages per operation.
+    #[test]
+    fn the_page_bound_of_a_row_follows_its_pages_per_operation() {
+        let health = row("health", 40_000);
+        let mut read = row("ailang-read", 2_500);
+        read.ops_per_batch = Some(12.0);
+        read.pages_per_commit = Some(72.0);
+        read.commits_per_call = Some(2.0 / 12.0);
+        let mut table = vec![health.clone(), read];
+        let text = page_bounds(&mut table, &[health], 16.0);
+        assert!(
+            text.starts_with("ailang-read @32: 2500/s = 0.062x health; its 6.0 pages per store op x 2.00 ops per call x 16.0 us per scattered page bound it at 5208/s = 0.130x health; 20% of health needs <= 3.91 pages per op"),
+            "{text}"
+        );
+        let extra = &table[1].extra;
+        assert_eq!(extra[0].0, "page_bound_calls_per_second");
+        assert!((extra[0].1 - 1e6 / 192.0).abs() < 1e-6, "{extra:?}");
+        assert!((extra[1].1 - 1e6 / 256_000.0).abs() < 1e-9, "{extra:?}");
+        // Without a probe figure, or below 32 clients, nothing is claimed.
+        assert_eq!(
+            page_bounds(&mut table.clone(), &[table[0].clone()], 0.0),
+            ""
+        );
+        table[1].concurrency = 8;
+        assert_eq!(
+            page_bounds(&mut table.clone(), &[table[0].clone()], 16.0),
+            ""
+        );
+    }
+
+    #[test]
+    fn a_page_costs_the_probe_beyond_one_fsync_over_the_pages_it_added() {
+        let us = page_us(300_000 + 63 * 15_000, 300_000);
+        assert!((us - 15.0).abs() < 1e-9, "{us}");
+        assert_eq!(page_us(100_000, 300_000), 0.0);
     }
 }
