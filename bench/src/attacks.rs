@@ -63,7 +63,7 @@ impl Attack {
     }
 }
 
-const NAMES: [&str; 9] = [
+const NAMES: [&str; 10] = [
     "none (baseline)",
     "held 4 MiB bodies x300, no credentials",
     "held 4 MiB bodies x300, with credentials",
@@ -73,6 +73,7 @@ const NAMES: [&str; 9] = [
     "one episode looping a slow tool x16",
     "hung plugins: 200 calls past their deadline",
     "1 MiB arguments x16 episodes",
+    "slow readers: a 1 MiB object x400 connections, unread",
 ];
 
 /// Run the attacks numbered in `only` (every one when empty); `measure` is how long the
@@ -136,6 +137,10 @@ pub fn run_all(
                 c[0], c[1], c[2]
             ),
             7 => format!("{} timed out at the deadline, {} other answers", c[0], c[1]),
+            9 => format!(
+                "{} requests sent, {} answered 200 (then unread), {} refused busy (503), {} closed by the daemon",
+                c[0], c[1], c[2], c[3]
+            ),
             _ => format!(
                 "{} refused plans, {} refused for capacity or rate, {} other answers",
                 c[0], c[1], c[2]
@@ -379,6 +384,29 @@ fn start(i: usize, a: &mut Attack, d: &Daemon, legit: &Client, attackers: &[Clie
                 });
             }
         }
+        9 => {
+            // One attacker stores a 1 MiB object (a refused call's input), then asks for it on
+            // 400 connections and never reads the answers past their status line.
+            let token = attackers[1].token.clone();
+            let args = json!({"ms": "1", "pad": "y".repeat(1_000_000)});
+            let _ = post(
+                &agent(),
+                &addr,
+                &token,
+                &mcp_call("stall-wait", args.clone()),
+            );
+            let reference = broker_core::object::Ref::of_json(&args).map(|r| r.to_string());
+            let Ok(reference) = reference else {
+                return;
+            };
+            let request = format!(
+                "GET /v1/objects/{reference}?payload=true HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {token}\r\n\r\n"
+            );
+            for _ in 0..8 {
+                let (addr, request) = (addr.clone(), request.clone());
+                a.spawn(move |stop, c| slow_reader(&addr, &request, 50, &stop, &c));
+            }
+        }
         8 => {
             // Calls whose arguments are just under the 1 MiB input limit, from 16 episodes:
             // each is parsed, canonicalised and hashed before its plan refuses it.
@@ -429,6 +457,95 @@ fn start(i: usize, a: &mut Attack, d: &Daemon, legit: &Client, attackers: &[Clie
                 });
             }
         }
+    }
+}
+
+/// Keep `count` connections each holding an answer it does not read: send `request`, read
+/// the status line (counting 200 and 503 answers), then read nothing more; reconnect when the
+/// daemon closes or resets a connection.
+fn slow_reader(addr: &str, request: &str, count: usize, stop: &AtomicBool, c: &[AtomicU64; 4]) {
+    let mut conns: Vec<Option<TcpStream>> = (0..count).map(|_| None).collect();
+    while !stop.load(Ordering::Relaxed) {
+        for slot in conns.iter_mut() {
+            match slot {
+                None => {
+                    let Some(mut s) = connect_small_window(addr) else {
+                        continue;
+                    };
+                    if s.write_all(request.as_bytes()).is_err() {
+                        continue;
+                    }
+                    c[0].fetch_add(1, Ordering::Relaxed);
+                    let _ = s.set_read_timeout(Some(Duration::from_secs(5)));
+                    let mut status = [0u8; 12];
+                    match std::io::Read::read_exact(&mut s, &mut status) {
+                        Ok(()) if status.ends_with(b" 200") => {
+                            c[1].fetch_add(1, Ordering::Relaxed);
+                            let _ = s.set_nonblocking(true);
+                            *slot = Some(s);
+                        }
+                        Ok(()) if status.ends_with(b" 503") => {
+                            c[2].fetch_add(1, Ordering::Relaxed);
+                        }
+                        _ => {}
+                    }
+                }
+                Some(s) => {
+                    // A reset leaves an error on the socket; a close, an empty peek. Neither
+                    // takes the answer's bytes.
+                    let mut byte = [0u8; 1];
+                    let reset = matches!(s.take_error(), Ok(Some(_)) | Err(_));
+                    let closed = match s.peek(&mut byte) {
+                        Ok(0) => true,
+                        Err(e) => e.kind() != std::io::ErrorKind::WouldBlock,
+                        Ok(_) => false,
+                    };
+                    if reset || closed {
+                        c[3].fetch_add(1, Ordering::Relaxed);
+                        *slot = None;
+                    }
+                }
+            }
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// A connection whose receive buffer is set to 4 KiB before it connects, so its advertised
+/// window stays small: an answer the client does not read then waits in the daemon, as it
+/// would for a remote client that keeps its window closed, instead of in loopback's
+/// autotuned buffers.
+fn connect_small_window(addr: &str) -> Option<TcpStream> {
+    use std::os::fd::FromRawFd;
+    let target: std::net::SocketAddrV4 = addr.parse().ok()?;
+    // SAFETY: a fresh socket owned by the TcpStream built from it below, or closed here.
+    unsafe {
+        let fd = libc::socket(libc::AF_INET, libc::SOCK_STREAM, 0);
+        if fd < 0 {
+            return None;
+        }
+        let size: libc::c_int = 4096;
+        libc::setsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            libc::SO_RCVBUF,
+            (&size as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        );
+        let sin = libc::sockaddr_in {
+            sin_family: libc::AF_INET as libc::sa_family_t,
+            sin_port: target.port().to_be(),
+            sin_addr: libc::in_addr {
+                s_addr: u32::from(*target.ip()).to_be(),
+            },
+            sin_zero: [0; 8],
+        };
+        let len = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
+        if libc::connect(fd, (&sin as *const libc::sockaddr_in).cast(), len) != 0 {
+            libc::close(fd);
+            return None;
+        }
+        Some(TcpStream::from_raw_fd(fd))
     }
 }
 

@@ -414,6 +414,181 @@ fn half_sent_request_heads_and_idle_connections_are_closed_at_the_header_deadlin
     assert!(trips(&d, "header_timeout") >= 2);
 }
 
+/// A connection whose receive buffer is 4 KiB before it connects: its advertised window
+/// stays small, so an answer it does not read waits on the daemon's side, as for a remote
+/// client that keeps its window shut (loopback would otherwise grow the buffer to megabytes).
+fn connect_small_window(d: &Daemon) -> TcpStream {
+    use std::os::fd::FromRawFd;
+    let addr: std::net::SocketAddrV4 = d.addr.parse().unwrap();
+    // SAFETY: a fresh socket, owned by the TcpStream built from it.
+    let s = unsafe {
+        let fd = libc::socket(libc::AF_INET, libc::SOCK_STREAM, 0);
+        assert!(fd >= 0);
+        let size: libc::c_int = 4096;
+        libc::setsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            libc::SO_RCVBUF,
+            (&size as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        );
+        let sin = libc::sockaddr_in {
+            sin_family: libc::AF_INET as libc::sa_family_t,
+            sin_port: addr.port().to_be(),
+            sin_addr: libc::in_addr {
+                s_addr: u32::from(*addr.ip()).to_be(),
+            },
+            sin_zero: [0; 8],
+        };
+        let len = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
+        assert_eq!(
+            libc::connect(fd, (&sin as *const libc::sockaddr_in).cast(), len),
+            0
+        );
+        TcpStream::from_raw_fd(fd)
+    };
+    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    s
+}
+
+#[test]
+fn a_client_that_stops_reading_its_answer_is_reset_at_the_send_deadline() {
+    let (d, _c) = start_with(
+        WS,
+        "[server]\nsend_timeout_ms = 300\nsend_buffer_bytes = 16384\n",
+        &[],
+    );
+    let token = d.session("ep1", &["Workspace.Read=worktree:100000000"]);
+    let content = "z".repeat(600_000);
+    std::fs::write(d.root().join("ep1/big.txt"), &content).unwrap();
+    // A client that reads its answer gets all of it through the small send buffer.
+    let v = call(&d, &token, "ailang-read", json!({"path": "big.txt"}));
+    assert_eq!(
+        v["result"]["structuredContent"]["content"]
+            .as_str()
+            .map(str::len),
+        Some(600_000),
+        "{}",
+        &v.to_string()[..200]
+    );
+    assert_eq!(trips(&d, "send_timeout"), 0);
+
+    // The same call from a client that reads the status line and then nothing.
+    let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+        "params": {"name": "ailang-read", "arguments": {"path": "big.txt"}}})
+    .to_string();
+    let mut s = connect_small_window(&d);
+    write!(
+        s,
+        "POST /mcp/ HTTP/1.1\r\nHost: {}\r\nAuthorization: Bearer {token}\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nContent-Length: {}\r\n\r\n{body}",
+        d.addr,
+        body.len()
+    )
+    .unwrap();
+    let mut status = [0u8; 12];
+    s.read_exact(&mut status).unwrap();
+    assert_eq!(&status, b"HTTP/1.1 200");
+    std::thread::sleep(Duration::from_millis(1500));
+    // What reached this side's buffers, then the reset: far less than the answer.
+    let (got, reset) = drain(&mut s);
+    assert!(
+        reset,
+        "the connection ended without a reset after {got} bytes"
+    );
+    assert!(got < 300_000, "{got} bytes of a 600 KB answer arrived");
+    assert_eq!(trips(&d, "send_timeout"), 1);
+    // The daemon serves on: the next read is whole.
+    let v = call(&d, &token, "ailang-read", json!({"path": "big.txt"}));
+    assert_eq!(
+        v["result"]["structuredContent"]["content"]
+            .as_str()
+            .map(str::len),
+        Some(600_000)
+    );
+}
+
+/// Read what is left: the bytes that arrived, and whether the connection then ended with a
+/// reset (rather than a close).
+fn drain(s: &mut TcpStream) -> (usize, bool) {
+    let mut got = 0usize;
+    let mut buf = [0u8; 8192];
+    loop {
+        match s.read(&mut buf) {
+            Ok(0) => return (got, false),
+            Ok(n) => got += n,
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => return (got, true),
+            Err(e) => panic!("no reset and no end: {e} after {got} bytes"),
+        }
+    }
+}
+
+/// Send `GET path` with `token` on a small-window connection and read only the status line.
+fn unread_get(d: &Daemon, path: &str, token: &str) -> (TcpStream, String) {
+    let mut s = connect_small_window(d);
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: {}\r\nAuthorization: Bearer {token}\r\nConnection: close\r\n\r\n",
+        d.addr
+    )
+    .unwrap();
+    let mut status = [0u8; 12];
+    s.read_exact(&mut status).unwrap();
+    (s, String::from_utf8_lossy(&status).into_owned())
+}
+
+#[test]
+fn slow_readers_of_large_objects_fill_the_reply_budget_and_get_503_until_the_send_deadline() {
+    let (d, _c) = start_with(
+        WS,
+        "[server]\nsend_timeout_ms = 1500\nsend_buffer_bytes = 16384\nreply_budget_bytes = 1048576\n",
+        &[],
+    );
+    let token = d.session(
+        "ep1",
+        &[
+            "Workspace.Read=worktree:100000000",
+            "Workspace.Write=worktree:100000000",
+        ],
+    );
+    // A 600 KB input object: the arguments of a write.
+    let args = json!({"path": "big.txt", "content": "z".repeat(600_000)});
+    let v = call(&d, &token, "ailang-write", args.clone());
+    assert_eq!(v["result"]["structuredContent"]["ok"], true, "{v}");
+    let reference = broker_core::object::Ref::of_json(&args).unwrap();
+    let path = format!("/v1/objects/{reference}?payload=true");
+    let whole = get(&d.url(&path), Some(&token));
+    assert_eq!(whole.status, 200);
+    let size = whole.body.len();
+    assert!(size > 600_000, "{size}");
+
+    // The first slow reader's answer waits in the daemon, counted; the second does not fit.
+    let (mut held, status) = unread_get(&d, &path, &token);
+    assert_eq!(status, "HTTP/1.1 200");
+    let (mut refused, status) = unread_get(&d, &path, &token);
+    assert_eq!(status, "HTTP/1.1 503");
+    let mut rest = String::new();
+    refused.read_to_string(&mut rest).unwrap();
+    assert!(rest.contains("\r\nretry-after: 1\r\n"), "{rest}");
+    assert!(
+        rest.ends_with(r#"{"error":{"class":"Unavailable","message":"too many answers waiting for their clients to read them ([server] reply_budget_bytes); retry shortly"}}"#),
+        "{rest}"
+    );
+    assert_eq!(trips(&d, "reply_budget"), 1);
+    // Small answers still flow.
+    let small = get(&d.url(&format!("/v1/objects/{reference}")), Some(&token));
+    assert_eq!(small.status, 200);
+
+    // At the send deadline the held answer is reset and its share freed.
+    std::thread::sleep(Duration::from_millis(2500));
+    let (got, reset) = drain(&mut held);
+    assert!(reset, "the slow reader was not reset ({got} bytes)");
+    assert!(got < size / 2, "{got} of {size} bytes arrived");
+    assert_eq!(trips(&d, "send_timeout"), 1);
+    let again = get(&d.url(&path), Some(&token));
+    assert_eq!(again.status, 200);
+    assert_eq!(again.body.len(), size);
+}
+
 #[test]
 fn connections_past_the_limit_are_closed_at_once() {
     let d = Daemon::start(WS, &["--max-connections", "8"]);

@@ -18,6 +18,8 @@ use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 use tower::ServiceExt;
 
+use super::reply::ReplyBudget;
+use super::send::SendDeadline;
 use super::{linger, ServerConfig};
 use crate::metrics::Metrics;
 
@@ -73,15 +75,20 @@ pub async fn serve(
         .header_read_timeout(config.header_timeout)
         .max_buf_size(MAX_HEAD_BYTES)
         .keep_alive(true);
+    let replies = ReplyBudget::new(config.reply_budget_bytes, metrics.clone());
     // Each request's body is tracked, so that a small remainder the route did not read is
-    // drained before its answer goes out (`linger`).
+    // drained before its answer goes out (`linger`); each answer is counted while it waits
+    // for its client (`reply`).
     let service = hyper::service::service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
-        let app = app.clone();
+        let (app, replies) = (app.clone(), replies.clone());
         async move {
             let (req, remainder) = linger::track(req);
-            let answer = app.oneshot(req).await;
+            let answer = match app.oneshot(req).await {
+                Ok(answer) => answer,
+                Err(never) => match never {},
+            };
             remainder.drain().await;
-            answer
+            Ok::<_, std::convert::Infallible>(replies.bound(answer).await)
         }
     });
     let mut shutdown = std::pin::pin!(shutdown);
@@ -105,6 +112,10 @@ pub async fn serve(
             continue;
         };
         let _ = stream.set_nodelay(true);
+        if config.send_buffer_bytes > 0 {
+            set_send_buffer(&stream, config.send_buffer_bytes);
+        }
+        let stream = SendDeadline::new(stream, config.send_timeout, metrics.clone());
         let conn = graceful.watch(http.serve_connection(TokioIo::new(stream), service.clone()));
         let metrics = metrics.clone();
         tokio::spawn(async move {
@@ -123,6 +134,24 @@ pub async fn serve(
     drop(listener);
     graceful.shutdown().await;
     Ok(())
+}
+
+/// A fixed `SO_SNDBUF` (which also turns the kernel's autotuning of it off), so an answer a
+/// client does not read waits in the daemon, under the send deadline, rather than in a
+/// kernel buffer grown to megabytes.
+fn set_send_buffer(stream: &tokio::net::TcpStream, bytes: usize) {
+    use std::os::fd::AsRawFd;
+    let size = libc::c_int::try_from(bytes).unwrap_or(libc::c_int::MAX);
+    // SAFETY: setsockopt reads the int we own; the descriptor is the open connection's.
+    unsafe {
+        libc::setsockopt(
+            stream.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_SNDBUF,
+            (&size as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        );
+    }
 }
 
 /// Accept errors are counted always and logged at most once every ten seconds.

@@ -9,6 +9,8 @@
 //! | authentication | every route that reads a body authenticates from its headers first | the routes |
 //! | unread bodies | an answer sent before its request body was read waits (at most 2 s) for a remainder of at most 64 KiB, so the client reads it instead of a reset connection | [`linger`] |
 //! | request body | a per-route size limit, a whole-body deadline ([`ServerConfig::body_timeout`]) and one byte budget for all bodies in flight ([`ServerConfig::body_budget_bytes`]) | [`body`] |
+//! | answers in flight | answers of known size over 16 KiB share one budget of bytes until they are handed to the kernel ([`ServerConfig::reply_budget_bytes`]); past it an answer is replaced by 503 | [`reply`] |
+//! | answers | a fixed kernel send buffer per connection ([`ServerConfig::send_buffer_bytes`]), and a client that keeps the daemon waiting must take 64 KiB (or the rest) in every [`ServerConfig::send_timeout`] of waiting, or its connection is reset | [`send`] |
 //!
 //! Limits of calls (admission, handler deadlines, batch sizes) are in [`crate::limits`].
 
@@ -20,6 +22,8 @@ pub mod body;
 pub mod host;
 pub mod linger;
 pub mod listener;
+pub mod reply;
+pub mod send;
 
 /// Default most connections open at once.
 pub const DEFAULT_MAX_CONNECTIONS: usize = 4096;
@@ -43,6 +47,15 @@ pub struct ServerConfig {
     /// Bytes of request bodies that may be held at once, across connections
     /// (`body_budget_bytes`).
     pub body_budget_bytes: usize,
+    /// A client that keeps the daemon waiting to send it an answer must take 64 KiB (or what
+    /// is left) in every this long of waiting (`send_timeout_ms`).
+    pub send_timeout: Duration,
+    /// The kernel's send buffer of each connection (`send_buffer_bytes`; 0 leaves the
+    /// kernel's autotuning on). Bounds what an unread answer holds in the kernel.
+    pub send_buffer_bytes: usize,
+    /// Bytes of answers that may wait for their clients at once, across connections
+    /// (`reply_budget_bytes`).
+    pub reply_budget_bytes: usize,
 }
 
 impl Default for ServerConfig {
@@ -55,6 +68,9 @@ impl Default for ServerConfig {
             header_timeout: Duration::from_secs(10),
             body_timeout: Duration::from_secs(10),
             body_budget_bytes: 64 * 1024 * 1024,
+            send_timeout: Duration::from_secs(10),
+            send_buffer_bytes: 256 * 1024,
+            reply_budget_bytes: 64 * 1024 * 1024,
         }
     }
 }
@@ -72,6 +88,9 @@ pub struct ServerSection {
     pub header_timeout_ms: Option<u64>,
     pub body_timeout_ms: Option<u64>,
     pub body_budget_bytes: Option<usize>,
+    pub send_timeout_ms: Option<u64>,
+    pub send_buffer_bytes: Option<usize>,
+    pub reply_budget_bytes: Option<usize>,
 }
 
 impl ServerSection {
@@ -88,6 +107,9 @@ impl ServerSection {
             header_timeout: ms(self.header_timeout_ms, d.header_timeout),
             body_timeout: ms(self.body_timeout_ms, d.body_timeout),
             body_budget_bytes: self.body_budget_bytes.unwrap_or(d.body_budget_bytes),
+            send_timeout: ms(self.send_timeout_ms, d.send_timeout),
+            send_buffer_bytes: self.send_buffer_bytes.unwrap_or(d.send_buffer_bytes),
+            reply_budget_bytes: self.reply_budget_bytes.unwrap_or(d.reply_budget_bytes),
         };
         config.check()?;
         Ok(config)
@@ -100,11 +122,20 @@ impl ServerConfig {
         if self.body_budget_bytes == 0 {
             return Err("[server] body_budget_bytes must be at least 1".into());
         }
+        if self.reply_budget_bytes < 1024 {
+            return Err("[server] reply_budget_bytes must be at least 1024".into());
+        }
         if self.max_connections == 0 {
             return Err("[server] max_connections must be at least 1".into());
         }
         if self.header_timeout.is_zero() || self.body_timeout.is_zero() {
             return Err("[server] header_timeout_ms and body_timeout_ms must be at least 1".into());
+        }
+        if self.send_timeout.is_zero() {
+            return Err("[server] send_timeout_ms must be at least 1".into());
+        }
+        if i32::try_from(self.send_buffer_bytes).is_err() {
+            return Err("[server] send_buffer_bytes must be below 2 GiB".into());
         }
         for h in &self.allowed_hosts {
             host::check_host_entry(h).map_err(|e| format!("[server] allowed_hosts: {e}"))?;
@@ -132,5 +163,29 @@ impl ServerConfig {
             // In-process routers have no bound address; the daemon always sets one.
             None => "http://127.0.0.1:7644".to_owned(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_send_keys_override_defaults_and_zero_is_refused() {
+        let s: ServerSection =
+            toml::from_str("send_timeout_ms = 250\nsend_buffer_bytes = 0").unwrap();
+        let c = s.resolve().unwrap();
+        assert_eq!(c.send_timeout, Duration::from_millis(250));
+        assert_eq!(c.send_buffer_bytes, 0);
+        let zero: ServerSection = toml::from_str("send_timeout_ms = 0").unwrap();
+        assert_eq!(
+            zero.resolve().unwrap_err(),
+            "[server] send_timeout_ms must be at least 1"
+        );
+        let huge: ServerSection = toml::from_str("send_buffer_bytes = 4294967296").unwrap();
+        assert_eq!(
+            huge.resolve().unwrap_err(),
+            "[server] send_buffer_bytes must be below 2 GiB"
+        );
     }
 }

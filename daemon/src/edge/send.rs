@@ -1,0 +1,355 @@
+//! The send deadline: a client that keeps the daemon waiting to hand it an answer must take
+//! at least [`MIN_PROGRESS_BYTES`] (or what is left) in every [`ServerConfig::send_timeout`]
+//! of that waiting, or its connection is cut.
+//!
+//! Without it a client that sends a request and never reads the answer holds its connection,
+//! the answer's unsent bytes and the kernel's send buffer forever: the header-read timer only
+//! runs between requests. The clock runs only while a write is blocked (the socket's send
+//! buffer is full), so an idle keep-alive connection or a quiet log stream is never charged,
+//! and a client that reads at any ordinary speed resets it long before it fires. A client
+//! trickling a few bytes at a time is cut as surely as one that reads nothing.
+//!
+//! On a trip the socket is closed with a reset (`SO_LINGER` 0): the kernel drops the data it
+//! still held for that client instead of keeping it, possibly for as long as the client keeps
+//! its receive window shut.
+//!
+//! [`ServerConfig::send_timeout`]: super::ServerConfig::send_timeout
+
+use std::future::Future;
+use std::io::{self, IoSlice};
+use std::os::fd::AsRawFd;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::time::{Instant, Sleep};
+
+use crate::metrics::Metrics;
+
+/// Bytes a client must take in each send timeout of waiting to reset it (or the rest of the
+/// answer). At the default 10 s this is a floor of 6.4 KiB/s while the daemon waits.
+pub const MIN_PROGRESS_BYTES: u64 = 64 * 1024;
+
+/// The error a cut connection's pending write ends with.
+pub const SEND_TIMEOUT_MESSAGE: &str =
+    "client took too little of its answer in time ([server] send_timeout_ms)";
+
+/// A connection whose writes are bounded by the send deadline.
+pub struct SendDeadline<S> {
+    inner: S,
+    timeout: Duration,
+    metrics: Metrics,
+    /// Time spent blocked since the last reset, not counting the current wait.
+    waited: Duration,
+    /// Bytes taken since the last reset.
+    taken: u64,
+    /// When the current wait began, and the timer that ends it.
+    waiting: Option<(Instant, Pin<Box<Sleep>>)>,
+    tripped: bool,
+}
+
+impl<S: AsRawFd> SendDeadline<S> {
+    pub fn new(inner: S, timeout: Duration, metrics: Metrics) -> Self {
+        SendDeadline {
+            inner,
+            timeout,
+            metrics,
+            waited: Duration::ZERO,
+            taken: 0,
+            waiting: None,
+            tripped: false,
+        }
+    }
+
+    /// A write moved `n` bytes: the current wait (if any) ends and is charged.
+    fn took(&mut self, n: usize) {
+        if let Some((since, _)) = self.waiting.take() {
+            self.waited += since.elapsed();
+        }
+        self.taken += n as u64;
+        if self.taken >= MIN_PROGRESS_BYTES {
+            self.waited = Duration::ZERO;
+            self.taken = 0;
+        }
+    }
+
+    /// A write is blocked: start (or keep) the clock; past the deadline, cut the connection.
+    fn blocked<T>(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<T>> {
+        if self.tripped {
+            return Poll::Ready(Err(timed_out()));
+        }
+        let left = self.timeout.saturating_sub(self.waited);
+        let (_, timer) = self
+            .waiting
+            .get_or_insert_with(|| (Instant::now(), Box::pin(tokio::time::sleep(left))));
+        if timer.as_mut().poll(cx).is_pending() {
+            return Poll::Pending;
+        }
+        self.tripped = true;
+        self.metrics.limit_tripped("send_timeout");
+        reset_on_close(self.inner.as_raw_fd());
+        Poll::Ready(Err(timed_out()))
+    }
+
+    fn write_outcome(
+        &mut self,
+        cx: &mut Context<'_>,
+        outcome: Poll<io::Result<usize>>,
+    ) -> Poll<io::Result<usize>> {
+        match outcome {
+            Poll::Ready(Ok(n)) => {
+                self.took(n);
+                Poll::Ready(Ok(n))
+            }
+            Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
+            Poll::Pending => self.blocked(cx),
+        }
+    }
+}
+
+fn timed_out() -> io::Error {
+    io::Error::new(io::ErrorKind::TimedOut, SEND_TIMEOUT_MESSAGE)
+}
+
+/// `SO_LINGER` with a zero timeout: closing the socket resets it and drops its unsent data.
+fn reset_on_close(fd: std::os::fd::RawFd) {
+    let linger = libc::linger {
+        l_onoff: 1,
+        l_linger: 0,
+    };
+    // SAFETY: setsockopt reads the struct we own; the descriptor belongs to this connection,
+    // which is still open.
+    unsafe {
+        libc::setsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            libc::SO_LINGER,
+            (&linger as *const libc::linger).cast(),
+            std::mem::size_of::<libc::linger>() as libc::socklen_t,
+        );
+    }
+}
+
+impl<S: AsyncRead + Unpin> AsyncRead for SendDeadline<S> {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().inner).poll_read(cx, buf)
+    }
+}
+
+impl<S: AsyncWrite + AsRawFd + Unpin> AsyncWrite for SendDeadline<S> {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        let this = self.get_mut();
+        if this.tripped {
+            return Poll::Ready(Err(timed_out()));
+        }
+        let outcome = Pin::new(&mut this.inner).poll_write(cx, buf);
+        this.write_outcome(cx, outcome)
+    }
+
+    fn poll_write_vectored(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        let this = self.get_mut();
+        if this.tripped {
+            return Poll::Ready(Err(timed_out()));
+        }
+        let outcome = Pin::new(&mut this.inner).poll_write_vectored(cx, bufs);
+        this.write_outcome(cx, outcome)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        match Pin::new(&mut this.inner).poll_flush(cx) {
+            Poll::Pending => this.blocked(cx),
+            ready => ready,
+        }
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.get_mut().inner).poll_shutdown(cx)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::fd::RawFd;
+    use std::sync::{Arc, Mutex};
+    use std::task::Waker;
+
+    use super::*;
+
+    /// A socket stand-in: a write takes at most the room given so far and blocks without it;
+    /// [`Room::give`] adds room and wakes the blocked writer, as a client reading would.
+    #[derive(Clone, Default)]
+    struct Room(Arc<Mutex<(usize, Option<Waker>)>>);
+
+    impl Room {
+        fn give(&self, bytes: usize) {
+            let mut r = self.0.lock().unwrap();
+            r.0 += bytes;
+            if let Some(w) = r.1.take() {
+                w.wake();
+            }
+        }
+    }
+
+    impl AsRawFd for Room {
+        fn as_raw_fd(&self) -> RawFd {
+            -1
+        }
+    }
+
+    impl AsyncRead for Room {
+        fn poll_read(
+            self: Pin<&mut Self>,
+            _: &mut Context<'_>,
+            _: &mut ReadBuf<'_>,
+        ) -> Poll<io::Result<()>> {
+            Poll::Pending
+        }
+    }
+
+    impl AsyncWrite for Room {
+        fn poll_write(
+            self: Pin<&mut Self>,
+            cx: &mut Context<'_>,
+            buf: &[u8],
+        ) -> Poll<io::Result<usize>> {
+            let mut r = self.0.lock().unwrap();
+            if r.0 == 0 {
+                r.1 = Some(cx.waker().clone());
+                return Poll::Pending;
+            }
+            let n = buf.len().min(r.0);
+            r.0 -= n;
+            Poll::Ready(Ok(n))
+        }
+        fn poll_flush(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
+            Poll::Ready(Ok(()))
+        }
+        fn poll_shutdown(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
+            Poll::Ready(Ok(()))
+        }
+    }
+
+    fn conn(timeout_ms: u64) -> (SendDeadline<Room>, Room, Metrics) {
+        let room = Room::default();
+        let metrics = Metrics::default();
+        let c = SendDeadline::new(
+            room.clone(),
+            Duration::from_millis(timeout_ms),
+            metrics.clone(),
+        );
+        (c, room, metrics)
+    }
+
+    /// One write of `len` bytes, polled until it ends.
+    async fn write(c: &mut SendDeadline<Room>, len: usize) -> io::Result<usize> {
+        let buf = vec![0u8; len];
+        std::future::poll_fn(|cx| Pin::new(&mut *c).poll_write(cx, &buf)).await
+    }
+
+    /// Give `bytes` of room after `ms` of paused time.
+    fn give_after(room: &Room, ms: u64, bytes: usize) {
+        let room = room.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(ms)).await;
+            room.give(bytes);
+        });
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_client_that_takes_nothing_is_cut_at_the_send_timeout() {
+        let (mut c, _room, metrics) = conn(1000);
+        let start = Instant::now();
+        let e = write(&mut c, 10).await.unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::TimedOut);
+        assert_eq!(e.to_string(), SEND_TIMEOUT_MESSAGE);
+        assert_eq!(start.elapsed(), Duration::from_millis(1000));
+        assert_eq!(metrics.trips("send_timeout"), 1);
+        // Every later write fails at once, and the trip is counted once.
+        let e = write(&mut c, 1).await.unwrap_err();
+        assert_eq!(e.kind(), io::ErrorKind::TimedOut);
+        assert_eq!(start.elapsed(), Duration::from_millis(1000));
+        assert_eq!(metrics.trips("send_timeout"), 1);
+    }
+
+    /// The clock runs only while a write is blocked: 900 ms blocked, an hour idle, and the
+    /// next write has 100 ms left.
+    #[tokio::test(start_paused = true)]
+    async fn only_time_spent_blocked_counts() {
+        let (mut c, room, metrics) = conn(1000);
+        give_after(&room, 900, 1024);
+        assert_eq!(write(&mut c, 4096).await.unwrap(), 1024);
+        tokio::time::sleep(Duration::from_secs(3600)).await;
+        let start = Instant::now();
+        assert!(write(&mut c, 10).await.is_err());
+        assert_eq!(start.elapsed(), Duration::from_millis(100));
+        assert_eq!(metrics.trips("send_timeout"), 1);
+    }
+
+    /// 64 KiB taken resets the clock: after 900 ms blocked and 64 KiB taken, the next wait
+    /// gets the whole timeout again.
+    #[tokio::test(start_paused = true)]
+    async fn enough_progress_resets_the_clock() {
+        let (mut c, room, _) = conn(1000);
+        let kib64 = MIN_PROGRESS_BYTES as usize;
+        give_after(&room, 900, kib64);
+        assert_eq!(write(&mut c, kib64).await.unwrap(), kib64);
+        let start = Instant::now();
+        assert!(write(&mut c, 10).await.is_err());
+        assert_eq!(start.elapsed(), Duration::from_millis(1000));
+    }
+
+    /// A trickle is cut too: 1 KiB every 400 ms never adds up to 64 KiB, so the waits add up
+    /// to the timeout: 400 + 400 + 200 ms.
+    #[tokio::test(start_paused = true)]
+    async fn a_client_that_trickles_is_cut_when_its_waits_add_up() {
+        let (mut c, room, metrics) = conn(1000);
+        for k in 1..=10 {
+            give_after(&room, 400 * k, 1024);
+        }
+        let start = Instant::now();
+        let mut taken = 0;
+        let err = loop {
+            match write(&mut c, 4096).await {
+                Ok(n) => taken += n,
+                Err(e) => break e,
+            }
+        };
+        assert_eq!(err.kind(), io::ErrorKind::TimedOut);
+        assert_eq!(taken, 2048);
+        assert_eq!(start.elapsed(), Duration::from_millis(1000));
+        assert_eq!(metrics.trips("send_timeout"), 1);
+    }
+
+    /// A client keeping pace is never cut, however long the answer takes in all.
+    #[tokio::test(start_paused = true)]
+    async fn a_client_that_keeps_pace_is_never_cut() {
+        let (mut c, room, metrics) = conn(1000);
+        // 64 KiB every 900 ms for a minute: the clock resets each time.
+        for k in 1..=66 {
+            give_after(&room, 900 * k, MIN_PROGRESS_BYTES as usize);
+        }
+        let mut taken = 0;
+        while taken < 66 * MIN_PROGRESS_BYTES as usize {
+            taken += write(&mut c, MIN_PROGRESS_BYTES as usize).await.unwrap();
+        }
+        assert_eq!(metrics.trips("send_timeout"), 0);
+    }
+}
