@@ -73,7 +73,7 @@ const NAMES: [&str; 10] = [
     "one episode looping a slow tool x16",
     "hung plugins: 200 calls past their deadline",
     "1 MiB arguments x16 episodes",
-    "slow readers: a 1 MiB object x400 connections, unread",
+    "slow readers: a 1 MiB object x400 connections (8 sessions), unread",
 ];
 
 /// Run the attacks numbered in `only` (every one when empty); `measure` is how long the
@@ -385,26 +385,22 @@ fn start(i: usize, a: &mut Attack, d: &Daemon, legit: &Client, attackers: &[Clie
             }
         }
         9 => {
-            // One attacker stores a 1 MiB object (a refused call's input), then asks for it on
-            // 400 connections and never reads the answers past their status line.
-            let token = attackers[1].token.clone();
+            // Eight sessions each store (or share) a 1 MiB object, the input of a refused call,
+            // then ask for it on 50 connections each and never read the answers past their
+            // status line.
             let args = json!({"ms": "1", "pad": "y".repeat(1_000_000)});
-            let _ = post(
-                &agent(),
-                &addr,
-                &token,
-                &mcp_call("stall-wait", args.clone()),
-            );
-            let reference = broker_core::object::Ref::of_json(&args).map(|r| r.to_string());
-            let Ok(reference) = reference else {
+            let Ok(reference) = broker_core::object::Ref::of_json(&args) else {
                 return;
             };
-            let request = format!(
-                "GET /v1/objects/{reference}?payload=true HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {token}\r\n\r\n"
-            );
-            for _ in 0..8 {
-                let (addr, request) = (addr.clone(), request.clone());
-                a.spawn(move |stop, c| slow_reader(&addr, &request, 50, &stop, &c));
+            for attacker in &attackers[1..9] {
+                let (addr, token, args) = (addr.clone(), attacker.token.clone(), args.clone());
+                a.spawn(move |stop, c| {
+                    let _ = post(&agent(), &addr, &token, &mcp_call("stall-wait", args));
+                    let request = format!(
+                        "GET /v1/objects/{reference}?payload=true HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {token}\r\n\r\n"
+                    );
+                    slow_reader(&addr, &request, 50, &stop, &c)
+                });
             }
         }
         8 => {

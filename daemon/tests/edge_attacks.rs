@@ -537,56 +537,64 @@ fn unread_get(d: &Daemon, path: &str, token: &str) -> (TcpStream, String) {
 }
 
 #[test]
-fn slow_readers_of_large_objects_fill_the_reply_budget_and_get_503_until_the_send_deadline() {
+fn a_slow_reader_of_large_objects_fills_its_share_of_the_reply_budget_until_the_send_deadline() {
     let (d, _c) = start_with(
         WS,
         "[server]\nsend_timeout_ms = 1500\nsend_buffer_bytes = 16384\nreply_budget_bytes = 1048576\n",
         &[],
     );
-    let token = d.session(
-        "ep1",
-        &[
-            "Workspace.Read=worktree:100000000",
-            "Workspace.Write=worktree:100000000",
-        ],
-    );
-    // A 600 KB input object: the arguments of a write.
+    let grants = [
+        "Workspace.Read=worktree:100000000",
+        "Workspace.Write=worktree:100000000",
+    ];
+    let (attacker, other) = (d.session("ep1", &grants), d.session("ep2", &grants));
+    // A 600 KB input object, the arguments of a write, which both episodes send.
     let args = json!({"path": "big.txt", "content": "z".repeat(600_000)});
-    let v = call(&d, &token, "ailang-write", args.clone());
-    assert_eq!(v["result"]["structuredContent"]["ok"], true, "{v}");
+    for token in [&attacker, &other] {
+        let v = call(&d, token, "ailang-write", args.clone());
+        assert_eq!(v["result"]["structuredContent"]["ok"], true, "{v}");
+    }
     let reference = broker_core::object::Ref::of_json(&args).unwrap();
     let path = format!("/v1/objects/{reference}?payload=true");
-    let whole = get(&d.url(&path), Some(&token));
+    let whole = get(&d.url(&path), Some(&attacker));
     assert_eq!(whole.status, 200);
     let size = whole.body.len();
     assert!(size > 600_000, "{size}");
 
-    // The first slow reader's answer waits in the daemon, counted; the second does not fit.
-    let (mut held, status) = unread_get(&d, &path, &token);
+    // The slow reader's answer waits in the daemon and takes its credential's whole share
+    // (a quarter of 1 MiB); its next request is refused before it runs.
+    let (mut held, status) = unread_get(&d, &path, &attacker);
     assert_eq!(status, "HTTP/1.1 200");
-    let (mut refused, status) = unread_get(&d, &path, &token);
+    let (mut refused, status) = unread_get(&d, &path, &attacker);
     assert_eq!(status, "HTTP/1.1 503");
     let mut rest = String::new();
     refused.read_to_string(&mut rest).unwrap();
     assert!(rest.contains("\r\nretry-after: 1\r\n"), "{rest}");
     assert!(
-        rest.ends_with(r#"{"error":{"class":"Unavailable","message":"too many answers waiting for their clients to read them ([server] reply_budget_bytes); retry shortly"}}"#),
+        rest.ends_with(r#"{"error":{"class":"Unavailable","message":"too many answers to this credential are waiting unread (a quarter of [server] reply_budget_bytes); read them, then retry"}}"#),
         "{rest}"
     );
-    assert_eq!(trips(&d, "reply_budget"), 1);
-    // Small answers still flow.
-    let small = get(&d.url(&format!("/v1/objects/{reference}")), Some(&token));
-    assert_eq!(small.status, 200);
+    assert_eq!(trips(&d, "reply_share"), 1);
+    // Every request of that credential waits until it reads (or is cut); health probes and
+    // another episode's large answer are served meanwhile.
+    let small = get(&d.url(&format!("/v1/objects/{reference}")), Some(&attacker));
+    assert_eq!(small.status, 503);
+    assert_eq!(trips(&d, "reply_share"), 2);
+    assert_eq!(get(&d.url("/v1/health"), None).status, 200);
+    let others = get(&d.url(&path), Some(&other));
+    assert_eq!(others.status, 200);
+    assert_eq!(others.body.len(), size);
 
-    // At the send deadline the held answer is reset and its share freed.
+    // At the send deadline the held answer is reset and the share freed.
     std::thread::sleep(Duration::from_millis(2500));
     let (got, reset) = drain(&mut held);
     assert!(reset, "the slow reader was not reset ({got} bytes)");
     assert!(got < size / 2, "{got} of {size} bytes arrived");
     assert_eq!(trips(&d, "send_timeout"), 1);
-    let again = get(&d.url(&path), Some(&token));
+    let again = get(&d.url(&path), Some(&attacker));
     assert_eq!(again.status, 200);
     assert_eq!(again.body.len(), size);
+    assert_eq!(trips(&d, "reply_budget"), 0);
 }
 
 #[test]

@@ -18,7 +18,7 @@ use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
 use tower::ServiceExt;
 
-use super::reply::ReplyBudget;
+use super::reply::{Client, ReplyBudget};
 use super::send::SendDeadline;
 use super::{linger, ServerConfig};
 use crate::metrics::Metrics;
@@ -82,13 +82,17 @@ pub async fn serve(
     let service = hyper::service::service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
         let (app, replies) = (app.clone(), replies.clone());
         async move {
+            let client = Client::of(req.headers());
             let (req, remainder) = linger::track(req);
-            let answer = match app.oneshot(req).await {
-                Ok(answer) => answer,
-                Err(never) => match never {},
+            let answer = match replies.refuse_early(&client) {
+                Some(refused) => refused,
+                None => match app.oneshot(req).await {
+                    Ok(answer) => answer,
+                    Err(never) => match never {},
+                },
             };
             remainder.drain().await;
-            Ok::<_, std::convert::Infallible>(replies.bound(answer).await)
+            Ok::<_, std::convert::Infallible>(replies.bound(&client, answer).await)
         }
     });
     let mut shutdown = std::pin::pin!(shutdown);

@@ -1,28 +1,36 @@
 //! Answers in flight: the bytes of answers not yet handed to the kernel share one budget
-//! ([`ServerConfig::reply_budget_bytes`]), as request bodies share theirs.
+//! ([`ServerConfig::reply_budget_bytes`]), as request bodies share theirs, and no one
+//! credential may hold more than a quarter of it.
 //!
 //! An answer waits in the daemon while its client does not read it (past the kernel's send
 //! buffer, see [`super::send`]). Without a bound, clients that request large objects on many
 //! connections and read nothing would hold all of them at once. So an answer of known size
 //! takes its bytes from the budget before it is sent, and gives them back when the last of
-//! it has been handed over or its connection ends; when the budget is full, the answer is
+//! it has been handed over or its connection ends. When the budget is full the answer is
 //! replaced by `503` with `Retry-After`, and its memory is freed at once. The first
 //! [`UNCOUNTED_BYTES`] of each answer are not counted, so ordinary answers never wait or fail
 //! for it. Streams of unknown length (the log stream) are not counted: they are produced
 //! only as fast as their client reads.
+//!
+//! Each credential (the request's `Authorization` header as sent; requests without one share
+//! an anonymous share) may hold at most a quarter of the budget: one session reading nothing
+//! cannot take the large answers of every other, and once its share is full its further
+//! requests are refused before they run ([`ReplyBudget::refuse_early`]), so it cannot make the
+//! daemon build answers only to throw them away.
 //!
 //! A counted answer is handed to hyper in [`CHUNK_BYTES`] frames, so that what hyper buffers
 //! per connection stays small and the unsent rest stays counted here until it leaves.
 //!
 //! [`ServerConfig::reply_budget_bytes`]: super::ServerConfig::reply_budget_bytes
 
+use std::collections::HashMap;
 use std::pin::Pin;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 
 use axum::body::{Body, Bytes, HttpBody};
-use axum::http::header::RETRY_AFTER;
-use axum::http::{HeaderValue, StatusCode};
+use axum::http::header::{AUTHORIZATION, RETRY_AFTER};
+use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use hyper::body::{Frame, SizeHint};
@@ -39,15 +47,80 @@ pub const UNCOUNTED_BYTES: usize = 16 * KIB;
 /// The frame size of a counted answer.
 pub const CHUNK_BYTES: usize = 16 * KIB;
 
-/// Why an answer was replaced by 503.
+/// Why an answer was replaced by 503: the budget is full.
 pub const BUSY_TEXT: &str =
     "too many answers waiting for their clients to read them ([server] reply_budget_bytes); retry shortly";
+
+/// Why a request was refused or its answer replaced by 503: its credential's share is full.
+pub const SHARE_TEXT: &str =
+    "too many answers to this credential are waiting unread (a quarter of [server] reply_budget_bytes); read them, then retry";
+
+/// Whose answer it is: the request's `Authorization` header as sent, if any.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct Client(Option<HeaderValue>);
+
+impl Client {
+    pub fn of(headers: &HeaderMap) -> Client {
+        Client(headers.get(AUTHORIZATION).cloned())
+    }
+}
+
+/// KiB each client holds now; clients holding none are not kept.
+#[derive(Default)]
+struct Shares(Mutex<HashMap<Client, usize>>);
+
+impl Shares {
+    fn held(&self, client: &Client) -> usize {
+        self.0
+            .lock()
+            .map_or(0, |m| m.get(client).copied().unwrap_or(0))
+    }
+
+    /// Take `kib` for `client` if that keeps it within `share`.
+    fn take(self: &Arc<Self>, client: &Client, kib: usize, share: usize) -> Option<Held> {
+        let mut m = self.0.lock().ok()?;
+        let held = m.entry(client.clone()).or_insert(0);
+        if *held + kib > share {
+            if *held == 0 {
+                m.remove(client);
+            }
+            return None;
+        }
+        *held += kib;
+        Some(Held {
+            shares: self.clone(),
+            client: client.clone(),
+            kib,
+        })
+    }
+}
+
+/// A client's KiB of one answer, given back when dropped.
+struct Held {
+    shares: Arc<Shares>,
+    client: Client,
+    kib: usize,
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        if let Ok(mut m) = self.shares.0.lock() {
+            if let Some(held) = m.get_mut(&self.client) {
+                *held = held.saturating_sub(self.kib);
+                if *held == 0 {
+                    m.remove(&self.client);
+                }
+            }
+        }
+    }
+}
 
 /// The budget, in KiB.
 #[derive(Clone)]
 pub struct ReplyBudget {
     kib: Arc<Semaphore>,
-    total_kib: usize,
+    share_kib: usize,
+    shares: Arc<Shares>,
     metrics: Metrics,
 }
 
@@ -56,7 +129,8 @@ impl ReplyBudget {
         let total_kib = (bytes / KIB).clamp(1, Semaphore::MAX_PERMITS);
         ReplyBudget {
             kib: Arc::new(Semaphore::new(total_kib)),
-            total_kib,
+            share_kib: (total_kib / 4).max(1),
+            shares: Arc::default(),
             metrics,
         }
     }
@@ -66,8 +140,20 @@ impl ReplyBudget {
         self.kib.available_permits()
     }
 
-    /// Count `answer` against the budget, or replace it by 503 when the budget is full.
-    pub async fn bound(&self, answer: Response) -> Response {
+    /// 503 before the request runs when its credential's share is already full. Requests
+    /// without a credential always run (health probes among them); with reads open, their
+    /// large answers are still bounded by the anonymous share in [`ReplyBudget::bound`].
+    pub fn refuse_early(&self, client: &Client) -> Option<Response> {
+        if client.0.is_none() || self.shares.held(client) < self.share_kib {
+            return None;
+        }
+        self.metrics.limit_tripped("reply_share");
+        Some(busy(SHARE_TEXT))
+    }
+
+    /// Count `answer` against `client`'s share and the budget, or replace it by 503 when
+    /// either is full.
+    pub async fn bound(&self, client: &Client, answer: Response) -> Response {
         let Some(size) = answer.body().size_hint().exact() else {
             return answer;
         };
@@ -75,15 +161,19 @@ impl ReplyBudget {
         if size <= UNCOUNTED_BYTES {
             return answer;
         }
-        // An answer larger than the whole budget takes all of it.
-        let kib = (size - UNCOUNTED_BYTES).div_ceil(KIB).min(self.total_kib);
+        // An answer larger than a whole share takes all of it.
+        let kib = (size - UNCOUNTED_BYTES).div_ceil(KIB).min(self.share_kib);
+        let Some(held) = self.shares.take(client, kib, self.share_kib) else {
+            self.metrics.limit_tripped("reply_share");
+            return busy(SHARE_TEXT);
+        };
         let Ok(permit) = self
             .kib
             .clone()
             .try_acquire_many_owned(u32::try_from(kib).unwrap_or(u32::MAX))
         else {
             self.metrics.limit_tripped("reply_budget");
-            return busy();
+            return busy(BUSY_TEXT);
         };
         let (parts, body) = answer.into_parts();
         // A body of exact size is already in memory: collecting it does not wait.
@@ -92,7 +182,7 @@ impl ReplyBudget {
                 parts,
                 Body::new(Counted {
                     rest: bytes,
-                    permit: Some(permit),
+                    counted: Some((permit, held)),
                 }),
             ),
             Err(e) => {
@@ -107,10 +197,10 @@ impl ReplyBudget {
     }
 }
 
-fn busy() -> Response {
+fn busy(message: &str) -> Response {
     let mut r = (
         StatusCode::SERVICE_UNAVAILABLE,
-        Json(json!({"error": {"class": "Unavailable", "message": BUSY_TEXT}})),
+        Json(json!({"error": {"class": "Unavailable", "message": message}})),
     )
         .into_response();
     r.headers_mut()
@@ -122,7 +212,7 @@ fn busy() -> Response {
 /// when the last frame is taken or the answer is dropped (its connection ended).
 struct Counted {
     rest: Bytes,
-    permit: Option<OwnedSemaphorePermit>,
+    counted: Option<(OwnedSemaphorePermit, Held)>,
 }
 
 impl HttpBody for Counted {
@@ -135,12 +225,12 @@ impl HttpBody for Counted {
     ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
         let this = self.get_mut();
         if this.rest.is_empty() {
-            this.permit = None;
+            this.counted = None;
             return Poll::Ready(None);
         }
         let chunk = this.rest.split_to(this.rest.len().min(CHUNK_BYTES));
         if this.rest.is_empty() {
-            this.permit = None;
+            this.counted = None;
         }
         Poll::Ready(Some(Ok(Frame::data(chunk))))
     }
@@ -162,90 +252,159 @@ mod tests {
         (StatusCode::OK, "x".repeat(bytes)).into_response()
     }
 
+    fn client(name: &str) -> Client {
+        Client(Some(
+            HeaderValue::from_str(&format!("Bearer {name}")).unwrap(),
+        ))
+    }
+
     async fn next_frame(body: &mut Body) -> Option<Bytes> {
         let frame = std::future::poll_fn(|cx| Pin::new(&mut *body).poll_frame(cx)).await?;
         frame.ok()?.into_data().ok()
     }
 
-    #[tokio::test]
-    async fn answers_up_to_16_kib_are_not_counted() {
-        let b = ReplyBudget::new(64 * KIB, Metrics::default());
-        let a = b.bound(answer(UNCOUNTED_BYTES)).await;
-        assert_eq!(a.status(), StatusCode::OK);
-        assert_eq!(b.free_kib(), 64);
+    async fn message(r: Response) -> String {
+        let body = axum::body::to_bytes(r.into_body(), 4096).await.unwrap();
+        let v: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        v["error"]["message"].as_str().unwrap().to_owned()
     }
 
-    /// A counted answer holds its share until its last frame is taken; it goes out in 16 KiB
+    #[tokio::test]
+    async fn answers_up_to_16_kib_are_not_counted() {
+        let b = ReplyBudget::new(256 * KIB, Metrics::default());
+        let a = b.bound(&client("a"), answer(UNCOUNTED_BYTES)).await;
+        assert_eq!(a.status(), StatusCode::OK);
+        assert_eq!(b.free_kib(), 256);
+    }
+
+    /// A counted answer holds its KiB until its last frame is taken; it goes out in 16 KiB
     /// frames with its length intact.
     #[tokio::test]
     async fn a_counted_answer_holds_its_share_until_its_last_frame() {
-        let b = ReplyBudget::new(64 * KIB, Metrics::default());
-        let a = b.bound(answer(48 * KIB)).await;
+        let b = ReplyBudget::new(256 * KIB, Metrics::default());
+        let a = b.bound(&client("a"), answer(48 * KIB)).await;
         assert_eq!(a.status(), StatusCode::OK);
         assert_eq!(a.body().size_hint().exact(), Some(48 * 1024));
-        assert_eq!(b.free_kib(), 64 - 32);
+        assert_eq!(b.free_kib(), 256 - 32);
         let mut body = a.into_body();
         let mut sizes = Vec::new();
         while let Some(chunk) = next_frame(&mut body).await {
             sizes.push(chunk.len());
             if sizes.len() < 3 {
-                assert_eq!(b.free_kib(), 32, "returned before the last frame");
+                assert_eq!(b.free_kib(), 224, "returned before the last frame");
             }
         }
         assert_eq!(sizes, [CHUNK_BYTES; 3]);
-        assert_eq!(b.free_kib(), 64);
+        assert_eq!(b.free_kib(), 256);
     }
 
-    /// When the budget is full the answer becomes 503 with Retry-After, and the trip is
-    /// counted; an answer dropped unsent (its connection ended) gives its share back.
+    /// When the budget is full an answer becomes 503 with Retry-After and the trip is
+    /// counted; small answers still pass; an answer dropped unsent (its connection ended)
+    /// gives its KiB back.
     #[tokio::test]
     async fn a_full_budget_answers_503_and_a_dropped_answer_frees_its_share() {
         let metrics = Metrics::default();
-        let b = ReplyBudget::new(64 * KIB, metrics.clone());
-        let held = b.bound(answer(16 * KIB + 60 * KIB)).await;
-        assert_eq!(b.free_kib(), 4);
-        let refused = b.bound(answer(16 * KIB + 5 * KIB)).await;
+        let b = ReplyBudget::new(256 * KIB, metrics.clone());
+        let mut held = Vec::new();
+        for name in ["a", "b", "c", "d"] {
+            let a = b.bound(&client(name), answer(16 * KIB + 60 * KIB)).await;
+            assert_eq!(a.status(), StatusCode::OK);
+            held.push(a);
+        }
+        assert_eq!(b.free_kib(), 16);
+        let refused = b.bound(&client("e"), answer(16 * KIB + 20 * KIB)).await;
         assert_eq!(refused.status(), StatusCode::SERVICE_UNAVAILABLE);
         assert_eq!(refused.headers()[RETRY_AFTER], "1");
-        let body = axum::body::to_bytes(refused.into_body(), 4096)
-            .await
-            .unwrap();
-        let v: serde_json::Value = serde_json::from_slice(&body).unwrap();
-        assert_eq!(v["error"]["message"], BUSY_TEXT);
+        assert_eq!(message(refused).await, BUSY_TEXT);
         assert_eq!(metrics.trips("reply_budget"), 1);
-        // Small answers still pass while the budget is full.
-        assert_eq!(b.bound(answer(1000)).await.status(), StatusCode::OK);
-        drop(held);
-        assert_eq!(b.free_kib(), 64);
+        assert_eq!(metrics.trips("reply_share"), 0);
         assert_eq!(
-            b.bound(answer(16 * KIB + 5 * KIB)).await.status(),
+            b.bound(&client("e"), answer(1000)).await.status(),
+            StatusCode::OK
+        );
+        held.pop();
+        assert_eq!(b.free_kib(), 76);
+        assert_eq!(
+            b.bound(&client("e"), answer(16 * KIB + 20 * KIB))
+                .await
+                .status(),
             StatusCode::OK
         );
     }
 
-    /// An answer larger than the whole budget takes all of it rather than never passing.
+    /// One credential holds at most a quarter of the budget: past it, its answers are
+    /// replaced and its next requests refused before they run, while another credential's
+    /// large answer passes.
     #[tokio::test]
-    async fn an_answer_larger_than_the_budget_takes_all_of_it() {
-        let b = ReplyBudget::new(64 * KIB, Metrics::default());
-        let a = b.bound(answer(1024 * KIB)).await;
+    async fn one_credential_holds_at_most_a_quarter_of_the_budget() {
+        let metrics = Metrics::default();
+        let b = ReplyBudget::new(256 * KIB, metrics.clone());
+        let (a, other) = (client("a"), client("b"));
+        let first = b.bound(&a, answer(16 * KIB + 40 * KIB)).await;
+        assert_eq!(first.status(), StatusCode::OK);
+        assert!(b.refuse_early(&a).is_none(), "40 of 64 KiB held");
+        let second = b.bound(&a, answer(16 * KIB + 40 * KIB)).await;
+        assert_eq!(second.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(message(second).await, SHARE_TEXT);
+        assert_eq!(metrics.trips("reply_share"), 1);
+        let full = b.bound(&a, answer(16 * KIB + 24 * KIB)).await;
+        assert_eq!(full.status(), StatusCode::OK);
+        let early = b.refuse_early(&a).expect("64 of 64 KiB held");
+        assert_eq!(early.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(message(early).await, SHARE_TEXT);
+        assert_eq!(metrics.trips("reply_share"), 2);
+        assert!(b.refuse_early(&other).is_none());
+        assert_eq!(
+            b.bound(&other, answer(16 * KIB + 64 * KIB)).await.status(),
+            StatusCode::OK
+        );
+        drop((first, full));
+        assert!(b.refuse_early(&a).is_none());
+        assert_eq!(b.free_kib(), 256);
+        assert!(
+            b.shares.0.lock().unwrap().is_empty(),
+            "no client is kept once it holds nothing"
+        );
+    }
+
+    /// Requests without a credential are never refused before they run, even with the
+    /// anonymous share full: their large answers are bounded when they are ready.
+    #[tokio::test]
+    async fn requests_without_a_credential_always_run() {
+        let b = ReplyBudget::new(256 * KIB, Metrics::default());
+        let anonymous = Client::of(&HeaderMap::new());
+        let held = b.bound(&anonymous, answer(16 * KIB + 64 * KIB)).await;
+        assert_eq!(held.status(), StatusCode::OK);
+        assert!(b.refuse_early(&anonymous).is_none());
+        let refused = b.bound(&anonymous, answer(16 * KIB + 1024)).await;
+        assert_eq!(message(refused).await, SHARE_TEXT);
+    }
+
+    /// An answer larger than a share takes the whole share rather than never passing.
+    #[tokio::test]
+    async fn an_answer_larger_than_a_share_takes_all_of_it() {
+        let b = ReplyBudget::new(256 * KIB, Metrics::default());
+        let a = b.bound(&client("a"), answer(1024 * KIB)).await;
         assert_eq!(a.status(), StatusCode::OK);
-        assert_eq!(b.free_kib(), 0);
+        assert_eq!(b.free_kib(), 192);
         let bytes = axum::body::to_bytes(a.into_body(), usize::MAX)
             .await
             .unwrap();
         assert_eq!(bytes.len(), 1024 * KIB);
-        assert_eq!(b.free_kib(), 64);
+        assert_eq!(b.free_kib(), 256);
     }
 
     /// Streams of unknown length pass uncounted.
     #[tokio::test]
     async fn streams_are_not_counted() {
-        let b = ReplyBudget::new(64 * KIB, Metrics::default());
+        let b = ReplyBudget::new(256 * KIB, Metrics::default());
         let stream = futures_util::stream::iter([Ok::<_, std::convert::Infallible>(Bytes::from(
             vec![0u8; 100 * KIB],
         ))]);
-        let a = b.bound(Response::new(Body::from_stream(stream))).await;
+        let a = b
+            .bound(&client("a"), Response::new(Body::from_stream(stream)))
+            .await;
         assert_eq!(a.status(), StatusCode::OK);
-        assert_eq!(b.free_kib(), 64);
+        assert_eq!(b.free_kib(), 256);
     }
 }
