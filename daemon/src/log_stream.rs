@@ -15,7 +15,11 @@
 //! the connection can take more. A client that stops reading leaves its stream parked behind a
 //! full socket holding at most one batch; the entries it has not read stay where they always
 //! are, in the log, and it resumes exactly where it stopped. No event is ever dropped, so no
-//! gap needs marking. Open streams are capped at [`MAX_STREAMS`].
+//! gap needs marking. Open streams are capped at [`MAX_STREAMS`], and at
+//! [`MAX_STREAMS_PER_EPISODE`] for one agent episode, so that one session opening streams it
+//! never reads cannot take every other follower's place (operators and open reads share only
+//! the global cap). A stream whose client stops reading while entries keep coming is cut by
+//! the edge's send deadline ([`crate::edge::send`]).
 //!
 //! # Resuming
 //!
@@ -33,7 +37,7 @@
 use std::collections::{HashMap, VecDeque};
 use std::convert::Infallible;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use axum::extract::{Query, State};
@@ -53,6 +57,8 @@ use crate::visibility::{self, Reader};
 
 /// Streams that may be open at once, over all clients.
 pub const MAX_STREAMS: usize = 32;
+/// Streams one agent episode may hold open at once.
+pub const MAX_STREAMS_PER_EPISODE: usize = 4;
 /// Summaries one stream reads from the log at a time (and so holds at most).
 pub const STREAM_BATCH: usize = 64;
 /// A comment line is sent after this long without an event, so idle connections stay open
@@ -63,7 +69,43 @@ struct HubInner {
     commits: Arc<watch::Sender<u64>>,
     closed: watch::Sender<bool>,
     slots: Arc<Semaphore>,
+    /// Open streams per agent episode (episodes with none are not kept).
+    per_episode: Mutex<HashMap<String, usize>>,
     produced: AtomicU64,
+}
+
+/// One of an episode's stream places, given back when its stream ends.
+struct EpisodeSlot {
+    hub: Arc<HubInner>,
+    episode: String,
+}
+
+impl EpisodeSlot {
+    fn take(hub: &Arc<HubInner>, episode: &str) -> Option<EpisodeSlot> {
+        let mut open = hub.per_episode.lock().ok()?;
+        let n = open.entry(episode.to_owned()).or_insert(0);
+        if *n >= MAX_STREAMS_PER_EPISODE {
+            return None;
+        }
+        *n += 1;
+        Some(EpisodeSlot {
+            hub: hub.clone(),
+            episode: episode.to_owned(),
+        })
+    }
+}
+
+impl Drop for EpisodeSlot {
+    fn drop(&mut self) {
+        if let Ok(mut open) = self.hub.per_episode.lock() {
+            if let Some(n) = open.get_mut(&self.episode) {
+                *n -= 1;
+                if *n == 0 {
+                    open.remove(&self.episode);
+                }
+            }
+        }
+    }
 }
 
 /// What all streams of one daemon share: the commit watch, the shutdown switch, the slots.
@@ -85,6 +127,7 @@ impl LogStreamHub {
                 commits,
                 closed: watch::channel(false).0,
                 slots: Arc::new(Semaphore::new(MAX_STREAMS)),
+                per_episode: Mutex::default(),
                 produced: AtomicU64::new(0),
             }),
         }
@@ -153,6 +196,7 @@ struct Follow {
     closed: watch::Receiver<bool>,
     ended: bool,
     _slot: OwnedSemaphorePermit,
+    _episode_slot: Option<EpisodeSlot>,
 }
 
 fn entry_event(s: &Summary) -> Event {
@@ -250,6 +294,19 @@ async fn stream(
             "the daemon is shutting down",
         ));
     }
+    // The episode's place first, so an episode at its cap takes none of the global ones.
+    let episode_slot = match &reader {
+        Reader::Episode(episode) => Some(EpisodeSlot::take(&hub.inner, episode).ok_or_else(|| {
+            ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "Unavailable",
+                format!(
+                    "too many open log streams for this episode: the limit is {MAX_STREAMS_PER_EPISODE}"
+                ),
+            )
+        })?),
+        Reader::Everyone | Reader::Operator => None,
+    };
     let slot = hub.inner.slots.clone().try_acquire_owned().map_err(|_| {
         ApiError::new(
             StatusCode::SERVICE_UNAVAILABLE,
@@ -288,6 +345,7 @@ async fn stream(
         pending: VecDeque::new(),
         ended: false,
         _slot: slot,
+        _episode_slot: episode_slot,
     };
     let events = futures_util::stream::unfold(follow, Follow::step);
     let mut response = Sse::new(events)

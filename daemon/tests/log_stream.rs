@@ -23,7 +23,7 @@ use broker_core::{registry, session};
 use http_body_util::BodyExt;
 use serde_json::{json, Map, Value};
 use tower::ServiceExt;
-use worldd::log_stream::{MAX_STREAMS, STREAM_BATCH};
+use worldd::log_stream::{MAX_STREAMS, MAX_STREAMS_PER_EPISODE, STREAM_BATCH};
 use worldd::state::{AppState, DaemonInfo};
 
 /// `Workspace.Read`: `refuse-me` is refused by policy, `break-me` fails, `unsure` cannot
@@ -507,12 +507,17 @@ async fn a_stream_reads_the_log_only_as_fast_as_its_client_takes_events() {
 #[tokio::test]
 async fn streams_beyond_the_limit_are_refused() {
     let h = harness(false);
-    let t = h.token("ep1", &["Workspace.Read=worktree:10"]);
+    let tokens: Vec<String> = (0..MAX_STREAMS / MAX_STREAMS_PER_EPISODE + 1)
+        .map(|i| h.token(&format!("ep{i}"), &["Workspace.Read=worktree:10"]))
+        .collect();
     let mut open = Vec::new();
-    for _ in 0..MAX_STREAMS {
-        open.push(h.stream(Some(&t), "", &[]).await);
+    for i in 0..MAX_STREAMS {
+        let t = &tokens[i / MAX_STREAMS_PER_EPISODE];
+        open.push(h.stream(Some(t), "", &[]).await);
     }
-    let (status, v) = h.get_json(Some(&t), "/v1/log/stream").await;
+    // An episode with no stream open meets the global limit.
+    let t = tokens.last().unwrap();
+    let (status, v) = h.get_json(Some(t), "/v1/log/stream").await;
     assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
     assert_eq!(
         v,
@@ -522,9 +527,47 @@ async fn streams_beyond_the_limit_are_refused() {
         )
     );
     open.pop();
-    let mut s = h.stream(Some(&t), "", &[]).await;
-    h.call(&t, "a").await;
+    let mut s = h.stream(Some(t), "", &[]).await;
+    h.call(t, "a").await;
     assert_eq!(s.entry().await.id, Some(1));
+}
+
+/// One session opening streams it never reads takes at most four places: its fifth is refused
+/// while another episode still opens one, and a place comes back when a stream ends.
+#[tokio::test]
+async fn one_episode_cannot_hold_every_log_stream() {
+    let h = harness(false);
+    let t = h.token("ep1", &["Workspace.Read=worktree:10"]);
+    let other = h.token("ep2", &["Workspace.Read=worktree:10"]);
+    let mut open = Vec::new();
+    for _ in 0..MAX_STREAMS_PER_EPISODE {
+        open.push(h.stream(Some(&t), "", &[]).await);
+    }
+    // A stream that opened would never end: bound the wait so a missing limit fails.
+    let (status, v) = tokio::time::timeout(
+        std::time::Duration::from_secs(10),
+        h.get_json(Some(&t), "/v1/log/stream"),
+    )
+    .await
+    .expect("a fifth stream of one episode was opened");
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(
+        v,
+        error_body(
+            "Unavailable",
+            &format!(
+                "too many open log streams for this episode: the limit is {MAX_STREAMS_PER_EPISODE}"
+            )
+        )
+    );
+    assert_eq!(h.state.log_stream().open_streams(), MAX_STREAMS_PER_EPISODE);
+    let mut theirs = h.stream(Some(&other), "", &[]).await;
+    h.call(&other, "a").await;
+    assert_eq!(theirs.entry().await.id, Some(1));
+    open.pop();
+    let mut again = h.stream(Some(&t), "", &[]).await;
+    h.call(&t, "b").await;
+    assert_eq!(again.entry().await.id, Some(2));
 }
 
 #[tokio::test]
