@@ -10,7 +10,8 @@
 //! | [`state`] | the shared state: store, coordinator, authentication, invocation |
 //! | [`admission`] | per-episode queues, then global execution slots |
 //! | [`limits`] | the operator's sizes, counts and deadlines (`[limits]`) |
-//! | [`edge`] | the HTTP edge: connections, timeouts, Host and Origin, body reads (`[server]`) |
+//! | [`edge`] | the HTTP edge: connections, timeouts, Host and Origin, body reads, answers waiting for their clients (`[server]`) |
+//! | [`quota`] | per-key caps (a credential's share of the answer budget, an episode's log streams) |
 //! | [`server`] | the axum router and graceful shutdown |
 //! | [`mcp`] | `POST /mcp/` |
 //! | [`a2a`] | `POST /a2a/` and the agent card |
@@ -70,6 +71,7 @@ pub mod metrics;
 pub mod operator_commit;
 pub mod outcome;
 pub mod plugins;
+pub mod quota;
 pub mod reconcile;
 pub mod rest;
 pub mod server;

@@ -37,7 +37,7 @@
 use std::collections::{HashMap, VecDeque};
 use std::convert::Infallible;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use axum::extract::{Query, State};
@@ -51,6 +51,7 @@ use serde_json::{json, Value};
 use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
 
 use crate::log_summary::{self, Summary};
+use crate::quota::{Held, Quota};
 use crate::rest::{page_limit, ApiError};
 use crate::state::AppState;
 use crate::visibility::{self, Reader};
@@ -69,43 +70,9 @@ struct HubInner {
     commits: Arc<watch::Sender<u64>>,
     closed: watch::Sender<bool>,
     slots: Arc<Semaphore>,
-    /// Open streams per agent episode (episodes with none are not kept).
-    per_episode: Mutex<HashMap<String, usize>>,
+    /// Open streams per agent episode.
+    per_episode: Quota<String>,
     produced: AtomicU64,
-}
-
-/// One of an episode's stream places, given back when its stream ends.
-struct EpisodeSlot {
-    hub: Arc<HubInner>,
-    episode: String,
-}
-
-impl EpisodeSlot {
-    fn take(hub: &Arc<HubInner>, episode: &str) -> Option<EpisodeSlot> {
-        let mut open = hub.per_episode.lock().ok()?;
-        let n = open.entry(episode.to_owned()).or_insert(0);
-        if *n >= MAX_STREAMS_PER_EPISODE {
-            return None;
-        }
-        *n += 1;
-        Some(EpisodeSlot {
-            hub: hub.clone(),
-            episode: episode.to_owned(),
-        })
-    }
-}
-
-impl Drop for EpisodeSlot {
-    fn drop(&mut self) {
-        if let Ok(mut open) = self.hub.per_episode.lock() {
-            if let Some(n) = open.get_mut(&self.episode) {
-                *n -= 1;
-                if *n == 0 {
-                    open.remove(&self.episode);
-                }
-            }
-        }
-    }
 }
 
 /// What all streams of one daemon share: the commit watch, the shutdown switch, the slots.
@@ -127,7 +94,7 @@ impl LogStreamHub {
                 commits,
                 closed: watch::channel(false).0,
                 slots: Arc::new(Semaphore::new(MAX_STREAMS)),
-                per_episode: Mutex::default(),
+                per_episode: Quota::new(MAX_STREAMS_PER_EPISODE),
                 produced: AtomicU64::new(0),
             }),
         }
@@ -196,7 +163,7 @@ struct Follow {
     closed: watch::Receiver<bool>,
     ended: bool,
     _slot: OwnedSemaphorePermit,
-    _episode_slot: Option<EpisodeSlot>,
+    _episode_slot: Option<Held<String>>,
 }
 
 fn entry_event(s: &Summary) -> Event {
@@ -296,7 +263,7 @@ async fn stream(
     }
     // The episode's place first, so an episode at its cap takes none of the global ones.
     let episode_slot = match &reader {
-        Reader::Episode(episode) => Some(EpisodeSlot::take(&hub.inner, episode).ok_or_else(|| {
+        Reader::Episode(episode) => Some(hub.inner.per_episode.take(episode, 1).ok_or_else(|| {
             ApiError::new(
                 StatusCode::SERVICE_UNAVAILABLE,
                 "Unavailable",

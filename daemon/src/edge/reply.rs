@@ -23,9 +23,8 @@
 //!
 //! [`ServerConfig::reply_budget_bytes`]: super::ServerConfig::reply_budget_bytes
 
-use std::collections::HashMap;
 use std::pin::Pin;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use axum::body::{Body, Bytes, HttpBody};
@@ -38,6 +37,7 @@ use serde_json::json;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::metrics::Metrics;
+use crate::quota::{Held, Quota};
 
 const KIB: usize = 1024;
 
@@ -65,62 +65,13 @@ impl Client {
     }
 }
 
-/// KiB each client holds now; clients holding none are not kept.
-#[derive(Default)]
-struct Shares(Mutex<HashMap<Client, usize>>);
-
-impl Shares {
-    fn held(&self, client: &Client) -> usize {
-        self.0
-            .lock()
-            .map_or(0, |m| m.get(client).copied().unwrap_or(0))
-    }
-
-    /// Take `kib` for `client` if that keeps it within `share`.
-    fn take(self: &Arc<Self>, client: &Client, kib: usize, share: usize) -> Option<Held> {
-        let mut m = self.0.lock().ok()?;
-        let held = m.entry(client.clone()).or_insert(0);
-        if *held + kib > share {
-            if *held == 0 {
-                m.remove(client);
-            }
-            return None;
-        }
-        *held += kib;
-        Some(Held {
-            shares: self.clone(),
-            client: client.clone(),
-            kib,
-        })
-    }
-}
-
-/// A client's KiB of one answer, given back when dropped.
-struct Held {
-    shares: Arc<Shares>,
-    client: Client,
-    kib: usize,
-}
-
-impl Drop for Held {
-    fn drop(&mut self) {
-        if let Ok(mut m) = self.shares.0.lock() {
-            if let Some(held) = m.get_mut(&self.client) {
-                *held = held.saturating_sub(self.kib);
-                if *held == 0 {
-                    m.remove(&self.client);
-                }
-            }
-        }
-    }
-}
-
 /// The budget, in KiB.
 #[derive(Clone)]
 pub struct ReplyBudget {
     kib: Arc<Semaphore>,
     share_kib: usize,
-    shares: Arc<Shares>,
+    /// KiB each client holds now, at most `share_kib`.
+    shares: Quota<Client>,
     metrics: Metrics,
 }
 
@@ -130,7 +81,7 @@ impl ReplyBudget {
         ReplyBudget {
             kib: Arc::new(Semaphore::new(total_kib)),
             share_kib: (total_kib / 4).max(1),
-            shares: Arc::default(),
+            shares: Quota::new((total_kib / 4).max(1)),
             metrics,
         }
     }
@@ -144,7 +95,7 @@ impl ReplyBudget {
     /// without a credential always run (health probes among them); with reads open, their
     /// large answers are still bounded by the anonymous share in [`ReplyBudget::bound`].
     pub fn refuse_early(&self, client: &Client) -> Option<Response> {
-        if client.0.is_none() || self.shares.held(client) < self.share_kib {
+        if client.0.is_none() || !self.shares.is_full(client) {
             return None;
         }
         self.metrics.limit_tripped("reply_share");
@@ -163,7 +114,7 @@ impl ReplyBudget {
         }
         // An answer larger than a whole share takes all of it.
         let kib = (size - UNCOUNTED_BYTES).div_ceil(KIB).min(self.share_kib);
-        let Some(held) = self.shares.take(client, kib, self.share_kib) else {
+        let Some(held) = self.shares.take(client, kib) else {
             self.metrics.limit_tripped("reply_share");
             return busy(SHARE_TEXT);
         };
@@ -212,7 +163,7 @@ fn busy(message: &str) -> Response {
 /// when the last frame is taken or the answer is dropped (its connection ended).
 struct Counted {
     rest: Bytes,
-    counted: Option<(OwnedSemaphorePermit, Held)>,
+    counted: Option<(OwnedSemaphorePermit, Held<Client>)>,
 }
 
 impl HttpBody for Counted {
@@ -361,8 +312,9 @@ mod tests {
         drop((first, full));
         assert!(b.refuse_early(&a).is_none());
         assert_eq!(b.free_kib(), 256);
-        assert!(
-            b.shares.0.lock().unwrap().is_empty(),
+        assert_eq!(
+            b.shares.holders(),
+            0,
             "no client is kept once it holds nothing"
         );
     }
