@@ -509,40 +509,14 @@ fn slow_reader(addr: &str, request: &str, count: usize, stop: &AtomicBool, c: &[
 
 /// A connection whose receive buffer is set to 4 KiB before it connects, so its advertised
 /// window stays small: an answer the client does not read then waits in the daemon, as it
-/// would for a remote client that keeps its window closed, instead of in loopback's
+/// would for a remote client that keeps its window shut, instead of in loopback's
 /// autotuned buffers.
 fn connect_small_window(addr: &str) -> Option<TcpStream> {
-    use std::os::fd::FromRawFd;
-    let target: std::net::SocketAddrV4 = addr.parse().ok()?;
-    // SAFETY: a fresh socket owned by the TcpStream built from it below, or closed here.
-    unsafe {
-        let fd = libc::socket(libc::AF_INET, libc::SOCK_STREAM, 0);
-        if fd < 0 {
-            return None;
-        }
-        let size: libc::c_int = 4096;
-        libc::setsockopt(
-            fd,
-            libc::SOL_SOCKET,
-            libc::SO_RCVBUF,
-            (&size as *const libc::c_int).cast(),
-            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-        );
-        let sin = libc::sockaddr_in {
-            sin_family: libc::AF_INET as libc::sa_family_t,
-            sin_port: target.port().to_be(),
-            sin_addr: libc::in_addr {
-                s_addr: u32::from(*target.ip()).to_be(),
-            },
-            sin_zero: [0; 8],
-        };
-        let len = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
-        if libc::connect(fd, (&sin as *const libc::sockaddr_in).cast(), len) != 0 {
-            libc::close(fd);
-            return None;
-        }
-        Some(TcpStream::from_raw_fd(fd))
-    }
+    let addr: std::net::SocketAddr = addr.parse().ok()?;
+    let s = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).ok()?;
+    s.set_recv_buffer_size(4096).ok()?;
+    s.connect(&addr.into()).ok()?;
+    Some(s.into())
 }
 
 /// The token of an authenticated attacker (held bodies with credentials).

@@ -219,10 +219,7 @@ fn run(args: Args) -> Result<(), String> {
     }
     let rc = args.refusal_concurrency;
     let refusal = args.rows.iter().any(|r| r == "refusal");
-    let health_rc = rows
-        .iter()
-        .find(|r| r.scenario == "health" && r.concurrency == rc)
-        .cloned();
+    let health_rc = row_at(&rows, "health", rc).cloned();
     let health_rc = match health_rc {
         Some(h) => h,
         None if !refusal => Row::default(),
@@ -248,8 +245,7 @@ fn run(args: Args) -> Result<(), String> {
         fsync_end.per_second(),
         ms(fsync_end.p50_ns)
     );
-    let scatter = page_probe(&run_dir, probe, Placement::Scattered)?;
-    let adjacent = page_probe(&run_dir, probe, Placement::Adjacent)?;
+    let (scatter, adjacent) = page_probes(&run_dir, probe)?;
     eprintln!(
         "  {PROBE_PAGES} pages + fdatasync: p50 {:.3} ms scattered, {:.3} ms adjacent",
         ms(scatter.p50_ns),
@@ -263,13 +259,8 @@ fn run(args: Args) -> Result<(), String> {
     );
 
     // The 1-episode read against its floor: health p50 + 2 fsyncs (intent and outcome).
-    let floor = rows
-        .iter()
-        .find(|r| r.scenario == "health" && r.concurrency == 1)
-        .zip(
-            rows.iter()
-                .find(|r| r.scenario == "ailang-read" && r.concurrency == 1),
-        )
+    let floor = row_at(&rows, "health", 1)
+        .zip(row_at(&rows, "ailang-read", 1))
         .map(|(h, r)| {
             let floor_ns = h.summary.p50_ns + 2 * fsync.p50_ns;
             (r.summary.p50_ns, h.summary.p50_ns, floor_ns)
@@ -780,13 +771,13 @@ fn fsync_probe(dir: &Path, duration: Duration, all: &mut Vec<u64>) -> Result<Sum
     Ok(Summary::from_latencies(&mut lat, 0, 0, seconds))
 }
 
-/// Pages per sync in [`page_probe`]: about what one group commit writes at 32 clients.
+/// Pages per sync in [`page_probes`]: about what one group commit writes at 32 clients.
 const PROBE_PAGES: u64 = 64;
 /// The probe file's size in pages (64 MiB): larger than a group commit's spread, small enough
 /// to write in a moment.
 const PROBE_FILE_PAGES: u64 = 16_384;
 
-/// Where [`page_probe`] writes a sync's pages.
+/// Where [`page_probes`] writes a sync's pages.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Placement {
     /// At distinct random places, as LMDB's commits mostly do: it copies on write and reuses
@@ -798,9 +789,10 @@ enum Placement {
     Adjacent,
 }
 
-/// What a commit of [`PROBE_PAGES`] pages costs this disk: that many 4 KiB pages written
-/// into a 64 MiB file, then one fdatasync, in a loop for `duration`.
-fn page_probe(dir: &Path, duration: Duration, placement: Placement) -> Result<Summary, String> {
+/// What a commit of [`PROBE_PAGES`] pages costs this disk, scattered and adjacent: that many
+/// 4 KiB pages written into one 64 MiB file, then one fdatasync, in a loop for `duration`
+/// each.
+fn page_probes(dir: &Path, duration: Duration) -> Result<(Summary, Summary), String> {
     use std::os::unix::fs::FileExt;
     let path = dir.join("pages.probe");
     let f = std::fs::File::create(&path).map_err(|e| format!("{}: {e}", path.display()))?;
@@ -818,33 +810,42 @@ fn page_probe(dir: &Path, duration: Duration, placement: Placement) -> Result<Su
         state ^= state << 17;
         state % PROBE_FILE_PAGES
     };
-    let mut lat = Vec::new();
-    let start = Instant::now();
-    while start.elapsed() < duration {
-        // Distinct pages, written in file order as LMDB writes a commit's pages.
-        let mut pages = Vec::with_capacity(PROBE_PAGES as usize);
-        if placement == Placement::Adjacent {
-            let first = next() % (PROBE_FILE_PAGES - PROBE_PAGES);
-            pages.extend(first..first + PROBE_PAGES);
-        }
-        while pages.len() < PROBE_PAGES as usize {
-            let p = next();
-            if !pages.contains(&p) {
-                pages.push(p);
+    let mut probe = |placement: Placement| -> Result<Summary, String> {
+        let mut lat = Vec::new();
+        let start = Instant::now();
+        while start.elapsed() < duration {
+            // Distinct pages, written in file order as LMDB writes a commit's pages.
+            let mut pages = Vec::with_capacity(PROBE_PAGES as usize);
+            if placement == Placement::Adjacent {
+                let first = next() % (PROBE_FILE_PAGES - PROBE_PAGES);
+                pages.extend(first..first + PROBE_PAGES);
             }
+            while pages.len() < PROBE_PAGES as usize {
+                let p = next();
+                if !pages.contains(&p) {
+                    pages.push(p);
+                }
+            }
+            pages.sort_unstable();
+            let t = Instant::now();
+            for p in pages {
+                f.write_all_at(&block, p * 4096)
+                    .map_err(|e| e.to_string())?;
+            }
+            f.sync_data().map_err(|e| e.to_string())?;
+            lat.push(t.elapsed().as_nanos() as u64);
         }
-        pages.sort_unstable();
-        let t = Instant::now();
-        for p in pages {
-            f.write_all_at(&block, p * 4096)
-                .map_err(|e| e.to_string())?;
-        }
-        f.sync_data().map_err(|e| e.to_string())?;
-        lat.push(t.elapsed().as_nanos() as u64);
-    }
-    let seconds = start.elapsed().as_secs_f64();
+        Ok(Summary::from_latencies(
+            &mut lat,
+            0,
+            0,
+            start.elapsed().as_secs_f64(),
+        ))
+    };
+    let scattered = probe(Placement::Scattered);
+    let adjacent = probe(Placement::Adjacent);
     let _ = std::fs::remove_file(path);
-    Ok(Summary::from_latencies(&mut lat, 0, 0, seconds))
+    Ok((scattered?, adjacent?))
 }
 
 /// µs of disk time per page beyond the first: a page probe's p50 less one plain fsync's, over
@@ -902,10 +903,7 @@ fn ceilings(table_rows: &mut [Row], rows: &[Row], fsync_p50_ns: u64) -> String {
             "plan-refusal" => 1.0,
             _ => continue,
         };
-        let Some(health) = rows
-            .iter()
-            .find(|h| h.scenario == "health" && h.concurrency == row.concurrency)
-        else {
+        let Some(health) = row_at(rows, "health", row.concurrency) else {
             continue;
         };
         let slots = row.concurrency.min(CALLBACK_SLOTS) as f64;
@@ -955,10 +953,7 @@ fn page_bounds(table_rows: &mut [Row], rows: &[Row], page_us: f64) -> String {
         ) else {
             continue;
         };
-        let Some(health) = rows
-            .iter()
-            .find(|h| h.scenario == "health" && h.concurrency == row.concurrency)
-        else {
+        let Some(health) = row_at(rows, "health", row.concurrency) else {
             continue;
         };
         if row.concurrency < 32 || ops_per_commit <= 0.0 {
@@ -988,6 +983,12 @@ fn page_bounds(table_rows: &mut [Row], rows: &[Row], page_us: f64) -> String {
         ));
     }
     out
+}
+
+/// The row of `scenario` at `concurrency`, if it ran.
+fn row_at<'a>(rows: &'a [Row], scenario: &str, concurrency: usize) -> Option<&'a Row> {
+    rows.iter()
+        .find(|r| r.scenario == scenario && r.concurrency == concurrency)
 }
 
 /// The daemon's own counters, from `GET /v1/metrics`.

@@ -24,6 +24,11 @@ impl<K: Eq + Hash + Clone> Quota<K> {
         }
     }
 
+    /// The most one key may hold.
+    pub fn cap(&self) -> usize {
+        self.cap
+    }
+
     /// What `key` holds now.
     pub fn held(&self, key: &K) -> usize {
         self.held

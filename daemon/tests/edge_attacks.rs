@@ -418,35 +418,11 @@ fn half_sent_request_heads_and_idle_connections_are_closed_at_the_header_deadlin
 /// stays small, so an answer it does not read waits on the daemon's side, as for a remote
 /// client that keeps its window shut (loopback would otherwise grow the buffer to megabytes).
 fn connect_small_window(d: &Daemon) -> TcpStream {
-    use std::os::fd::FromRawFd;
-    let addr: std::net::SocketAddrV4 = d.addr.parse().unwrap();
-    // SAFETY: a fresh socket, owned by the TcpStream built from it.
-    let s = unsafe {
-        let fd = libc::socket(libc::AF_INET, libc::SOCK_STREAM, 0);
-        assert!(fd >= 0);
-        let size: libc::c_int = 4096;
-        libc::setsockopt(
-            fd,
-            libc::SOL_SOCKET,
-            libc::SO_RCVBUF,
-            (&size as *const libc::c_int).cast(),
-            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-        );
-        let sin = libc::sockaddr_in {
-            sin_family: libc::AF_INET as libc::sa_family_t,
-            sin_port: addr.port().to_be(),
-            sin_addr: libc::in_addr {
-                s_addr: u32::from(*addr.ip()).to_be(),
-            },
-            sin_zero: [0; 8],
-        };
-        let len = std::mem::size_of::<libc::sockaddr_in>() as libc::socklen_t;
-        assert_eq!(
-            libc::connect(fd, (&sin as *const libc::sockaddr_in).cast(), len),
-            0
-        );
-        TcpStream::from_raw_fd(fd)
-    };
+    let addr: std::net::SocketAddr = d.addr.parse().unwrap();
+    let s = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+    s.set_recv_buffer_size(4096).unwrap();
+    s.connect(&addr.into()).unwrap();
+    let s = TcpStream::from(s);
     s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
     s
 }

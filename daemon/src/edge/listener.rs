@@ -144,17 +144,8 @@ pub async fn serve(
 /// client does not read waits in the daemon, under the send deadline, rather than in a
 /// kernel buffer grown to megabytes.
 fn set_send_buffer(stream: &tokio::net::TcpStream, bytes: usize) {
-    use std::os::fd::AsRawFd;
-    let size = libc::c_int::try_from(bytes).unwrap_or(libc::c_int::MAX);
-    // SAFETY: setsockopt reads the int we own; the descriptor is the open connection's.
-    unsafe {
-        libc::setsockopt(
-            stream.as_raw_fd(),
-            libc::SOL_SOCKET,
-            libc::SO_SNDBUF,
-            (&size as *const libc::c_int).cast(),
-            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-        );
+    if let Err(e) = socket2::SockRef::from(stream).set_send_buffer_size(bytes) {
+        tracing::debug!("send buffer not set: {e}");
     }
 }
 

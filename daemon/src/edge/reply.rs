@@ -69,8 +69,7 @@ impl Client {
 #[derive(Clone)]
 pub struct ReplyBudget {
     kib: Arc<Semaphore>,
-    share_kib: usize,
-    /// KiB each client holds now, at most `share_kib`.
+    /// KiB each client holds now, at most a quarter of the budget.
     shares: Quota<Client>,
     metrics: Metrics,
 }
@@ -80,7 +79,6 @@ impl ReplyBudget {
         let total_kib = (bytes / KIB).clamp(1, Semaphore::MAX_PERMITS);
         ReplyBudget {
             kib: Arc::new(Semaphore::new(total_kib)),
-            share_kib: (total_kib / 4).max(1),
             shares: Quota::new((total_kib / 4).max(1)),
             metrics,
         }
@@ -113,7 +111,9 @@ impl ReplyBudget {
             return answer;
         }
         // An answer larger than a whole share takes all of it.
-        let kib = (size - UNCOUNTED_BYTES).div_ceil(KIB).min(self.share_kib);
+        let kib = (size - UNCOUNTED_BYTES)
+            .div_ceil(KIB)
+            .min(self.shares.cap());
         let Some(held) = self.shares.take(client, kib) else {
             self.metrics.limit_tripped("reply_share");
             return busy(SHARE_TEXT);

@@ -17,7 +17,6 @@
 
 use std::future::Future;
 use std::io::{self, IoSlice};
-use std::os::fd::AsRawFd;
 use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -49,7 +48,7 @@ pub struct SendDeadline<S> {
     tripped: bool,
 }
 
-impl<S: AsRawFd> SendDeadline<S> {
+impl<S: ResetOnClose> SendDeadline<S> {
     pub fn new(inner: S, timeout: Duration, metrics: Metrics) -> Self {
         SendDeadline {
             inner,
@@ -88,7 +87,7 @@ impl<S: AsRawFd> SendDeadline<S> {
         }
         self.tripped = true;
         self.metrics.limit_tripped("send_timeout");
-        reset_on_close(self.inner.as_raw_fd());
+        self.inner.reset_on_close();
         Poll::Ready(Err(timed_out()))
     }
 
@@ -112,22 +111,15 @@ fn timed_out() -> io::Error {
     io::Error::new(io::ErrorKind::TimedOut, SEND_TIMEOUT_MESSAGE)
 }
 
-/// `SO_LINGER` with a zero timeout: closing the socket resets it and drops its unsent data.
-fn reset_on_close(fd: std::os::fd::RawFd) {
-    let linger = libc::linger {
-        l_onoff: 1,
-        l_linger: 0,
-    };
-    // SAFETY: setsockopt reads the struct we own; the descriptor belongs to this connection,
-    // which is still open.
-    unsafe {
-        libc::setsockopt(
-            fd,
-            libc::SOL_SOCKET,
-            libc::SO_LINGER,
-            (&linger as *const libc::linger).cast(),
-            std::mem::size_of::<libc::linger>() as libc::socklen_t,
-        );
+/// A connection that can be told to reset, rather than close gracefully, when it is dropped.
+pub trait ResetOnClose {
+    fn reset_on_close(&self);
+}
+
+impl ResetOnClose for tokio::net::TcpStream {
+    /// `SO_LINGER` 0: closing the socket sends a reset and drops its unsent data.
+    fn reset_on_close(&self) {
+        let _ = self.set_zero_linger();
     }
 }
 
@@ -141,7 +133,7 @@ impl<S: AsyncRead + Unpin> AsyncRead for SendDeadline<S> {
     }
 }
 
-impl<S: AsyncWrite + AsRawFd + Unpin> AsyncWrite for SendDeadline<S> {
+impl<S: AsyncWrite + ResetOnClose + Unpin> AsyncWrite for SendDeadline<S> {
     fn poll_write(
         self: Pin<&mut Self>,
         cx: &mut Context<'_>,
@@ -187,7 +179,6 @@ impl<S: AsyncWrite + AsRawFd + Unpin> AsyncWrite for SendDeadline<S> {
 
 #[cfg(test)]
 mod tests {
-    use std::os::fd::RawFd;
     use std::sync::{Arc, Mutex};
     use std::task::Waker;
 
@@ -208,10 +199,8 @@ mod tests {
         }
     }
 
-    impl AsRawFd for Room {
-        fn as_raw_fd(&self) -> RawFd {
-            -1
-        }
+    impl ResetOnClose for Room {
+        fn reset_on_close(&self) {}
     }
 
     impl AsyncRead for Room {
