@@ -15,10 +15,10 @@
 //! the connection can take more. A client that stops reading leaves its stream parked behind a
 //! full socket holding at most one batch; the entries it has not read stay where they always
 //! are, in the log, and it resumes exactly where it stopped. No event is ever dropped, so no
-//! gap needs marking. Open streams are capped at [`MAX_STREAMS`], and at
-//! [`MAX_STREAMS_PER_EPISODE`] for one agent episode, so that one session opening streams it
-//! never reads cannot take every other follower's place (operators and open reads share only
-//! the global cap). A stream whose client stops reading while entries keep coming is cut by
+//! gap needs marking. Open streams are capped (`[server] log_streams`, 32 by default), and
+//! capped again for one agent episode (`log_streams_per_episode`, 4), so that one session
+//! opening streams it never reads cannot take every other follower's place (operators and open
+//! reads share only the global cap). A stream whose client stops reading while entries keep coming is cut by
 //! the edge's send deadline ([`crate::edge::send`]).
 //!
 //! # Resuming
@@ -51,15 +51,12 @@ use serde_json::{json, Value};
 use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
 
 use crate::log_summary::{self, Summary};
+use crate::metrics::Metrics;
 use crate::quota::{Held, Quota};
 use crate::rest::{page_limit, ApiError};
 use crate::state::AppState;
 use crate::visibility::{self, Reader};
 
-/// Streams that may be open at once, over all clients.
-pub const MAX_STREAMS: usize = 32;
-/// Streams one agent episode may hold open at once.
-pub const MAX_STREAMS_PER_EPISODE: usize = 4;
 /// Summaries one stream reads from the log at a time (and so holds at most).
 pub const STREAM_BATCH: usize = 64;
 /// A comment line is sent after this long without an event, so idle connections stay open
@@ -70,9 +67,12 @@ struct HubInner {
     commits: Arc<watch::Sender<u64>>,
     closed: watch::Sender<bool>,
     slots: Arc<Semaphore>,
+    /// The global cap `slots` was made with.
+    limit: usize,
     /// Open streams per agent episode.
     per_episode: Quota<String>,
     produced: AtomicU64,
+    metrics: Metrics,
 }
 
 /// What all streams of one daemon share: the commit watch, the shutdown switch, the slots.
@@ -82,8 +82,9 @@ pub struct LogStreamHub {
 }
 
 impl LogStreamHub {
-    /// A hub fed by `store`'s commit signal.
-    pub fn new(store: &Store) -> LogStreamHub {
+    /// A hub fed by `store`'s commit signal, for at most `limit` open streams and
+    /// `per_episode` of one agent episode; refusals are counted in `metrics`.
+    pub fn new(store: &Store, limit: usize, per_episode: usize, metrics: Metrics) -> LogStreamHub {
         let commits = Arc::new(watch::channel(0u64).0);
         let tx = commits.clone();
         store
@@ -93,9 +94,11 @@ impl LogStreamHub {
             inner: Arc::new(HubInner {
                 commits,
                 closed: watch::channel(false).0,
-                slots: Arc::new(Semaphore::new(MAX_STREAMS)),
-                per_episode: Quota::new(MAX_STREAMS_PER_EPISODE),
+                slots: Arc::new(Semaphore::new(limit)),
+                limit,
+                per_episode: Quota::new(per_episode),
                 produced: AtomicU64::new(0),
+                metrics,
             }),
         }
     }
@@ -108,7 +111,7 @@ impl LogStreamHub {
 
     /// Streams open now.
     pub fn open_streams(&self) -> usize {
-        MAX_STREAMS - self.inner.slots.available_permits()
+        self.inner.limit - self.inner.slots.available_permits()
     }
 
     /// `entry` events handed to the HTTP layer so far, over all streams.
@@ -263,22 +266,30 @@ async fn stream(
     }
     // The episode's place first, so an episode at its cap takes none of the global ones.
     let episode_slot = match &reader {
-        Reader::Episode(episode) => Some(hub.inner.per_episode.take(episode, 1).ok_or_else(|| {
-            ApiError::new(
-                StatusCode::SERVICE_UNAVAILABLE,
-                "Unavailable",
-                format!(
-                    "too many open log streams for this episode: the limit is {MAX_STREAMS_PER_EPISODE}"
-                ),
-            )
-        })?),
+        Reader::Episode(episode) => {
+            Some(hub.inner.per_episode.take(episode, 1).ok_or_else(|| {
+                hub.inner.metrics.limit_tripped("log_streams_per_episode");
+                ApiError::new(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "Unavailable",
+                    format!(
+                        "too many open log streams for this episode: the limit is {}",
+                        hub.inner.per_episode.cap()
+                    ),
+                )
+            })?)
+        }
         Reader::Everyone | Reader::Operator => None,
     };
     let slot = hub.inner.slots.clone().try_acquire_owned().map_err(|_| {
+        hub.inner.metrics.limit_tripped("log_streams");
         ApiError::new(
             StatusCode::SERVICE_UNAVAILABLE,
             "Unavailable",
-            format!("too many open log streams: the limit is {MAX_STREAMS}"),
+            format!(
+                "too many open log streams: the limit is {}",
+                hub.inner.limit
+            ),
         )
     })?;
     let next = match start {

@@ -118,7 +118,12 @@ impl AppStateBuilder {
         AppState {
             inner: Arc::new(Inner {
                 classes: self.classes,
-                log_stream: LogStreamHub::new(&self.store),
+                log_stream: LogStreamHub::new(
+                    &self.store,
+                    self.server.log_streams,
+                    self.server.log_streams_per_episode,
+                    metrics.clone(),
+                ),
                 store: self.store,
                 coordinator: self.coordinator,
                 admission: Admission::new(self.limits.clone()),

@@ -414,6 +414,60 @@ fn half_sent_request_heads_and_idle_connections_are_closed_at_the_header_deadlin
     assert!(trips(&d, "header_timeout") >= 2);
 }
 
+/// What the peer sends until it closes (EOF or reset): a reset after the answer must not
+/// hide the answer.
+fn read_until_closed(s: &mut TcpStream) -> String {
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    loop {
+        match s.read(&mut buf) {
+            Ok(0) | Err(_) => return String::from_utf8_lossy(&got).into_owned(),
+            Ok(n) => got.extend_from_slice(&buf[..n]),
+        }
+    }
+}
+
+/// A request head of `bytes` bytes in all (one padding header makes up the size).
+fn head_of(d: &Daemon, bytes: usize) -> Vec<u8> {
+    let start = format!(
+        "GET /v1/health HTTP/1.1\r\nHost: {}\r\nConnection: close\r\nX-Pad: ",
+        d.addr
+    );
+    let pad = bytes - start.len() - 4;
+    let mut head = start.into_bytes();
+    head.extend(std::iter::repeat_n(b'a', pad));
+    head.extend_from_slice(b"\r\n\r\n");
+    assert_eq!(head.len(), bytes);
+    head
+}
+
+#[test]
+fn an_oversized_request_head_is_answered_431_and_its_connection_closed() {
+    let (d, _c) = start_with(WS, "[server]\nmax_head_bytes = 16384\n", &[]);
+    let mut fits = connect(&d);
+    fits.write_all(&head_of(&d, 12 * 1024)).unwrap();
+    let answer = read_until_closed(&mut fits);
+    assert!(answer.starts_with("HTTP/1.1 200 "), "{answer:.80}");
+    let mut over = connect(&d);
+    over.write_all(&head_of(&d, 24 * 1024)).unwrap();
+    let answer = read_until_closed(&mut over);
+    assert!(
+        answer.starts_with("HTTP/1.1 431 "),
+        "the oversized head got {answer:.80}"
+    );
+    // Counted when the connection's task ends, which may be just after the client saw it close.
+    let counted = (0..500).any(|_| {
+        if trips(&d, "head_size") == 1 {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+        false
+    });
+    assert!(counted, "the oversized head was not counted");
+    // The daemon goes on serving.
+    assert_eq!(get(&d.url("/v1/health"), None).status, 200);
+}
+
 /// A connection whose receive buffer is 4 KiB before it connects: its advertised window
 /// stays small, so an answer it does not read waits on the daemon's side, as for a remote
 /// client that keeps its window shut (loopback would otherwise grow the buffer to megabytes).

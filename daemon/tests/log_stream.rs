@@ -23,7 +23,8 @@ use broker_core::{registry, session};
 use http_body_util::BodyExt;
 use serde_json::{json, Map, Value};
 use tower::ServiceExt;
-use worldd::log_stream::{MAX_STREAMS, MAX_STREAMS_PER_EPISODE, STREAM_BATCH};
+use worldd::edge::ServerConfig;
+use worldd::log_stream::STREAM_BATCH;
 use worldd::state::{AppState, DaemonInfo};
 
 /// `Workspace.Read`: `refuse-me` is refused by policy, `break-me` fails, `unsure` cannot
@@ -61,6 +62,10 @@ struct Harness {
 }
 
 fn harness(open_reads: bool) -> Harness {
+    harness_with(open_reads, ServerConfig::default())
+}
+
+fn harness_with(open_reads: bool, server: ServerConfig) -> Harness {
     let dir = tempfile::tempdir().unwrap();
     let store = Store::create(&dir.path().join("db")).unwrap();
     let mut docs = Vec::new();
@@ -76,7 +81,7 @@ fn harness(open_reads: bool) -> Harness {
     let mut handlers = Handlers::new();
     handlers.insert("Workspace.Read", Arc::new(Echo)).unwrap();
     let coordinator = Coordinator::new(store.clone(), handlers, CoordinatorConfig::default());
-    let state = AppState::new(
+    let state = AppState::builder(
         store.clone(),
         Arc::new(coordinator),
         DaemonInfo {
@@ -84,7 +89,9 @@ fn harness(open_reads: bool) -> Harness {
             version: "test",
             open_reads,
         },
-    );
+    )
+    .server(server)
+    .build();
     let app = worldd::server::router(state.clone());
     Harness {
         _dir: dir,
@@ -504,15 +511,18 @@ async fn a_stream_reads_the_log_only_as_fast_as_its_client_takes_events() {
     assert_eq!(hub.open_streams(), 0, "a dropped client frees its slot");
 }
 
+/// The global cap, at its default: 32 streams from eight episodes (four each), then an
+/// episode with none open is refused; a place comes back when a stream ends.
 #[tokio::test]
 async fn streams_beyond_the_limit_are_refused() {
     let h = harness(false);
-    let tokens: Vec<String> = (0..MAX_STREAMS / MAX_STREAMS_PER_EPISODE + 1)
+    let (limit, per_episode) = (32, 4);
+    let tokens: Vec<String> = (0..limit / per_episode + 1)
         .map(|i| h.token(&format!("ep{i}"), &["Workspace.Read=worktree:10"]))
         .collect();
     let mut open = Vec::new();
-    for i in 0..MAX_STREAMS {
-        let t = &tokens[i / MAX_STREAMS_PER_EPISODE];
+    for i in 0..limit {
+        let t = &tokens[i / per_episode];
         open.push(h.stream(Some(t), "", &[]).await);
     }
     // An episode with no stream open meets the global limit.
@@ -521,26 +531,26 @@ async fn streams_beyond_the_limit_are_refused() {
     assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
     assert_eq!(
         v,
-        error_body(
-            "Unavailable",
-            &format!("too many open log streams: the limit is {MAX_STREAMS}")
-        )
+        error_body("Unavailable", "too many open log streams: the limit is 32")
     );
+    assert_eq!(h.state.metrics().trips("log_streams"), 1);
+    assert_eq!(h.state.metrics().trips("log_streams_per_episode"), 0);
     open.pop();
     let mut s = h.stream(Some(t), "", &[]).await;
     h.call(t, "a").await;
     assert_eq!(s.entry().await.id, Some(1));
 }
 
-/// One session opening streams it never reads takes at most four places: its fifth is refused
-/// while another episode still opens one, and a place comes back when a stream ends.
+/// One session opening streams it never reads takes at most four places (the default): its
+/// fifth is refused while another episode still opens one, and a place comes back when a
+/// stream ends.
 #[tokio::test]
 async fn one_episode_cannot_hold_every_log_stream() {
     let h = harness(false);
     let t = h.token("ep1", &["Workspace.Read=worktree:10"]);
     let other = h.token("ep2", &["Workspace.Read=worktree:10"]);
     let mut open = Vec::new();
-    for _ in 0..MAX_STREAMS_PER_EPISODE {
+    for _ in 0..4 {
         open.push(h.stream(Some(&t), "", &[]).await);
     }
     // A stream that opened would never end: bound the wait so a missing limit fails.
@@ -555,12 +565,11 @@ async fn one_episode_cannot_hold_every_log_stream() {
         v,
         error_body(
             "Unavailable",
-            &format!(
-                "too many open log streams for this episode: the limit is {MAX_STREAMS_PER_EPISODE}"
-            )
+            "too many open log streams for this episode: the limit is 4"
         )
     );
-    assert_eq!(h.state.log_stream().open_streams(), MAX_STREAMS_PER_EPISODE);
+    assert_eq!(h.state.metrics().trips("log_streams_per_episode"), 1);
+    assert_eq!(h.state.log_stream().open_streams(), 4);
     let mut theirs = h.stream(Some(&other), "", &[]).await;
     h.call(&other, "a").await;
     assert_eq!(theirs.entry().await.id, Some(1));
@@ -568,6 +577,45 @@ async fn one_episode_cannot_hold_every_log_stream() {
     let mut again = h.stream(Some(&t), "", &[]).await;
     h.call(&t, "b").await;
     assert_eq!(again.entry().await.id, Some(2));
+}
+
+/// `[server] log_streams` and `log_streams_per_episode` set the caps and their messages.
+#[tokio::test]
+async fn the_configured_stream_limits_are_the_ones_enforced() {
+    let h = harness_with(
+        false,
+        ServerConfig {
+            log_streams: 3,
+            log_streams_per_episode: 2,
+            ..ServerConfig::default()
+        },
+    );
+    let a = h.token("ep1", &["Workspace.Read=worktree:10"]);
+    let b = h.token("ep2", &["Workspace.Read=worktree:10"]);
+    let mut open = vec![
+        h.stream(Some(&a), "", &[]).await,
+        h.stream(Some(&a), "", &[]).await,
+    ];
+    let refused = |message: &str| error_body("Unavailable", message);
+    let (status, v) = h.get_json(Some(&a), "/v1/log/stream").await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(
+        v,
+        refused("too many open log streams for this episode: the limit is 2")
+    );
+    open.push(h.stream(Some(&b), "", &[]).await);
+    // The operator is capped by the global limit only, and it is reached.
+    let (status, v) = h
+        .get_json(Some(&h.operator_token()), "/v1/log/stream")
+        .await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(v, refused("too many open log streams: the limit is 3"));
+    assert_eq!(h.state.log_stream().open_streams(), 3);
+    let m = h.state.metrics();
+    assert_eq!(
+        (m.trips("log_streams_per_episode"), m.trips("log_streams")),
+        (1, 1)
+    );
 }
 
 #[tokio::test]

@@ -27,9 +27,6 @@ use crate::metrics::Metrics;
 /// libraries and their child processes, logs.
 pub const RESERVED_FDS: u64 = 128;
 
-/// Largest request head (request line and headers) hyper buffers for one connection.
-pub const MAX_HEAD_BYTES: usize = 64 * 1024;
-
 /// Raise the soft `RLIMIT_NOFILE` to the hard limit; returns the soft limit now in force.
 pub fn raise_fd_limit() -> std::io::Result<u64> {
     let mut lim = libc::rlimit {
@@ -73,7 +70,7 @@ pub async fn serve(
     let mut http = hyper::server::conn::http1::Builder::new();
     http.timer(TokioTimer::new())
         .header_read_timeout(config.header_timeout)
-        .max_buf_size(MAX_HEAD_BYTES)
+        .max_buf_size(config.max_head_bytes)
         .keep_alive(true);
     let replies = ReplyBudget::new(config.reply_budget_bytes, metrics.clone());
     // Each request's body is tracked, so that a small remainder the route did not read is
@@ -127,6 +124,9 @@ pub async fn serve(
             if let Err(e) = conn.await {
                 if e.is_timeout() {
                     metrics.limit_tripped("header_timeout");
+                } else if e.is_parse_too_large() {
+                    // hyper has answered 431 (head, URI or header count too large).
+                    metrics.limit_tripped("head_size");
                 } else {
                     tracing::debug!("connection ended: {e}");
                 }

@@ -4,7 +4,7 @@
 //! |---|---|---|
 //! | connection limit | at most [`ServerConfig::max_connections`] open; excess connections are accepted and closed at once | [`listener`] |
 //! | file descriptors | the soft `RLIMIT_NOFILE` is raised to the hard limit at start, and the connection limit kept below it | [`listener`] |
-//! | request head | hyper's header-read timeout: a complete request head within [`ServerConfig::header_timeout`] of the connection being accepted or finishing its previous response (so it is also the idle keep-alive timeout); heads over 64 KiB are refused | [`listener`] |
+//! | request head | hyper's header-read timeout: a complete request head within [`ServerConfig::header_timeout`] of the connection being accepted or finishing its previous response (so it is also the idle keep-alive timeout); heads over [`ServerConfig::max_head_bytes`] are answered 431 | [`listener`] |
 //! | Host and Origin | loopback names and the operator's lists only, on every route, before anything else (403) | [`host`] |
 //! | authentication | every route that reads a body authenticates from its headers first | the routes |
 //! | unread bodies | an answer sent before its request body was read waits (at most 2 s) for a remainder of at most 64 KiB, so the client reads it instead of a reset connection | [`linger`] |
@@ -56,7 +56,22 @@ pub struct ServerConfig {
     /// Bytes of answers that may wait for their clients at once, across connections
     /// (`reply_budget_bytes`).
     pub reply_budget_bytes: usize,
+    /// The largest request head (request line and headers) read from a client
+    /// (`max_head_bytes`); a larger one is answered `431` and its connection closed.
+    pub max_head_bytes: usize,
+    /// Log streams open at once, over all clients (`log_streams`).
+    pub log_streams: usize,
+    /// Log streams one agent episode may hold open at once (`log_streams_per_episode`).
+    pub log_streams_per_episode: usize,
 }
+
+/// Default largest request head.
+pub const DEFAULT_MAX_HEAD_BYTES: usize = 64 * 1024;
+/// hyper's smallest read buffer: a head limit below it cannot be set.
+pub const MIN_HEAD_BYTES: usize = 8 * 1024;
+/// The largest head limit accepted: past this, one connection could hold that much memory
+/// for a single head.
+pub const MAX_HEAD_BYTES: usize = 16 * 1024 * 1024;
 
 impl Default for ServerConfig {
     fn default() -> Self {
@@ -71,6 +86,9 @@ impl Default for ServerConfig {
             send_timeout: Duration::from_secs(10),
             send_buffer_bytes: 256 * 1024,
             reply_budget_bytes: 64 * 1024 * 1024,
+            max_head_bytes: DEFAULT_MAX_HEAD_BYTES,
+            log_streams: 32,
+            log_streams_per_episode: 4,
         }
     }
 }
@@ -91,6 +109,9 @@ pub struct ServerSection {
     pub send_timeout_ms: Option<u64>,
     pub send_buffer_bytes: Option<usize>,
     pub reply_budget_bytes: Option<usize>,
+    pub max_head_bytes: Option<usize>,
+    pub log_streams: Option<usize>,
+    pub log_streams_per_episode: Option<usize>,
 }
 
 impl ServerSection {
@@ -110,6 +131,11 @@ impl ServerSection {
             send_timeout: ms(self.send_timeout_ms, d.send_timeout),
             send_buffer_bytes: self.send_buffer_bytes.unwrap_or(d.send_buffer_bytes),
             reply_budget_bytes: self.reply_budget_bytes.unwrap_or(d.reply_budget_bytes),
+            max_head_bytes: self.max_head_bytes.unwrap_or(d.max_head_bytes),
+            log_streams: self.log_streams.unwrap_or(d.log_streams),
+            log_streams_per_episode: self
+                .log_streams_per_episode
+                .unwrap_or(d.log_streams_per_episode),
         };
         config.check()?;
         Ok(config)
@@ -136,6 +162,16 @@ impl ServerConfig {
         }
         if i32::try_from(self.send_buffer_bytes).is_err() {
             return Err("[server] send_buffer_bytes must be below 2 GiB".into());
+        }
+        if !(MIN_HEAD_BYTES..=MAX_HEAD_BYTES).contains(&self.max_head_bytes) {
+            return Err(format!(
+                "[server] max_head_bytes must be between {MIN_HEAD_BYTES} and {MAX_HEAD_BYTES}"
+            ));
+        }
+        if self.log_streams == 0 || self.log_streams_per_episode == 0 {
+            return Err(
+                "[server] log_streams and log_streams_per_episode must be at least 1".into(),
+            );
         }
         for h in &self.allowed_hosts {
             host::check_host_entry(h).map_err(|e| format!("[server] allowed_hosts: {e}"))?;
@@ -187,5 +223,35 @@ mod tests {
             huge.resolve().unwrap_err(),
             "[server] send_buffer_bytes must be below 2 GiB"
         );
+    }
+
+    #[test]
+    fn the_head_and_stream_keys_override_defaults_and_out_of_range_is_refused() {
+        let s: ServerSection =
+            toml::from_str("max_head_bytes = 8192\nlog_streams = 2\nlog_streams_per_episode = 1")
+                .unwrap();
+        let c = s.resolve().unwrap();
+        assert_eq!(
+            (c.max_head_bytes, c.log_streams, c.log_streams_per_episode),
+            (8192, 2, 1)
+        );
+        let d = ServerSection::default().resolve().unwrap();
+        assert_eq!(
+            (d.max_head_bytes, d.log_streams, d.log_streams_per_episode),
+            (65536, 32, 4)
+        );
+        let range = "[server] max_head_bytes must be between 8192 and 16777216";
+        for bad in ["max_head_bytes = 8191", "max_head_bytes = 16777217"] {
+            let s: ServerSection = toml::from_str(bad).unwrap();
+            assert_eq!(s.resolve().unwrap_err(), range, "{bad}");
+        }
+        for bad in ["log_streams = 0", "log_streams_per_episode = 0"] {
+            let s: ServerSection = toml::from_str(bad).unwrap();
+            assert_eq!(
+                s.resolve().unwrap_err(),
+                "[server] log_streams and log_streams_per_episode must be at least 1",
+                "{bad}"
+            );
+        }
     }
 }
