@@ -326,6 +326,65 @@ fn a_failing_finish_is_effects_unrecorded_with_the_record_and_one_debit() {
 }
 
 #[test]
+fn arguments_over_1_mib_are_refused_before_anything_is_journaled() {
+    let w = World::new();
+    let s = w.mint("ep1", &["Workspace.Read=worktree:5"]);
+    let head_before = w.store.read(log::head).unwrap().unwrap();
+    // {"path":"…"} canonically: 11 bytes around the path.
+    let over = "a".repeat((1 << 20) - 10);
+    let err = w
+        .call_task(&s, "ailang-read", json!({"path": over}), Some("t1"))
+        .unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "invalid params: arguments are 1048577 bytes; the limit is 1048576"
+    );
+    assert!(matches!(err, CallError::InvalidArguments(_)), "{err:?}");
+    assert_eq!(w.store.read(log::head).unwrap().unwrap(), head_before);
+    assert_eq!(w.handler.runs(), 0);
+    assert_eq!(spent(&w, "ep1", "Workspace.Read"), 0);
+    // Exactly at the limit the call is admitted and its effect runs (the test handler echoes
+    // its request, so that output is over the output limit in turn).
+    let at = "a".repeat((1 << 20) - 11);
+    let result = w.call_task(&s, "ailang-read", json!({"path": at}), Some("t1"));
+    assert!(
+        matches!(result, Err(CallError::EffectsUnrecorded { .. })),
+        "{result:?}"
+    );
+    assert_eq!(w.handler.runs(), 1);
+}
+
+#[test]
+fn an_output_over_1_mib_is_effects_unrecorded_with_its_record_and_one_debit() {
+    let w = World::new();
+    let s = w.mint("ep1", &["Workspace.Read=worktree:5"]);
+    w.handler.set(Mode::Huge);
+    let head_before = w.store.read(log::head).unwrap().unwrap();
+    let err = w
+        .call_task(&s, "ailang-read", json!({"path": "a"}), Some("t1"))
+        .unwrap_err();
+    let CallError::EffectsUnrecorded { records } = &err else {
+        panic!("{err}")
+    };
+    // The effect ran: its record is durable and its unit spent, but nothing is committed.
+    let rec = w.store.read(|r| r.object(&records[0])).unwrap().unwrap();
+    assert_eq!(rec.semantic_id, sid::EFFECT_RECORD);
+    assert_eq!(w.store.read(log::head).unwrap().unwrap(), head_before);
+    assert_eq!(spent(&w, "ep1", "Workspace.Read"), 1);
+    assert!(w.store.indeterminate().unwrap().is_empty());
+    // Resending the task id never runs the effect again.
+    w.handler.set(Mode::Ok);
+    let again = w
+        .call_task(&s, "ailang-read", json!({"path": "a"}), Some("t1"))
+        .unwrap_err();
+    assert!(
+        matches!(again, CallError::EffectsUnrecorded { .. }),
+        "{again}"
+    );
+    assert_eq!(w.handler.runs(), 1);
+}
+
+#[test]
 fn budgets_survive_reopening_and_a_fresh_credential() {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("db");
@@ -418,6 +477,21 @@ fn a_committed_task_id_returns_the_committed_result_without_running_again() {
         .call_task(&s, "ailang-write", json!({}), Some("bad id"))
         .unwrap_err();
     assert!(matches!(e, CallError::InvalidTaskId));
+    // 128 characters is the longest task id; one more is refused before anything runs.
+    let runs = w.handler.runs();
+    let e = w
+        .call_task(&s, "ailang-write", json!({}), Some(&"t".repeat(129)))
+        .unwrap_err();
+    assert!(matches!(e, CallError::InvalidTaskId), "{e}");
+    assert_eq!(w.handler.runs(), runs);
+    w.call_task(
+        &s,
+        "ailang-write",
+        json!({"path": "c", "content": "x"}),
+        Some(&"t".repeat(128)),
+    )
+    .unwrap();
+    assert_eq!(w.handler.runs(), runs + 1);
     // Refusals are idempotent too.
     let r1 = w
         .call_task(&s, "ailang-write", json!({}), Some("task-2"))

@@ -69,6 +69,51 @@ fn unsafe_integer_argument_is_invalid_params_over_mcp_and_a2a() {
     assert_eq!(v["result"]["status"]["state"], "completed", "{v}");
 }
 
+/// An agent sends arguments just over the coordinator's 1 MiB limit (the MCP body may be
+/// 4 MiB): refused as invalid params before anything is journaled, spent or committed, and
+/// its idempotency key stays free.
+#[test]
+fn arguments_over_1_mib_are_invalid_params_and_nothing_is_written() {
+    let d = Daemon::start(WS, &[]);
+    let token = d.session("ep1", &["Workspace.Read=worktree:5"]);
+    let before = head(&d, &token);
+    // {"path":"…"} canonically: 11 bytes around the path.
+    let path = "a".repeat((1 << 20) - 10);
+    let body = json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call",
+        "params": {"name": "ailang-read", "arguments": {"path": path},
+                   "_meta": {"world/idempotencyKey": "k1"}}});
+    let a = request(
+        "POST",
+        &d.url("/mcp/"),
+        Some(&token),
+        &[
+            ("Content-Type", "application/json"),
+            ("Accept", "application/json, text/event-stream"),
+            ("MCP-Protocol-Version", "2025-11-25"),
+        ],
+        Some(body.to_string().as_bytes()),
+    );
+    assert_eq!(a.status, 200, "{}", a.text());
+    assert_eq!(
+        a.sse_json(),
+        json!({"jsonrpc": "2.0", "id": 3, "error": {"code": -32602,
+               "message": "invalid params: arguments are 1048577 bytes; the limit is 1048576"}})
+    );
+    assert_eq!(head(&d, &token), before);
+    assert_eq!(spent(&d, &token), 0);
+    // The key was never recorded: the same key with small arguments runs.
+    let v = mcp(
+        &d,
+        &token,
+        "tools/call",
+        json!({"name": "ailang-read", "arguments": {"path": "nope"},
+               "_meta": {"world/idempotencyKey": "k1"}}),
+    )
+    .sse_json();
+    assert!(v["result"]["structuredContent"]["world"].is_object(), "{v}");
+    assert_ne!(head(&d, &token), before);
+}
+
 /// The structured result of an MCP tools/call, and the exact text the client received.
 fn mcp_read(d: &Daemon, token: &str, path: &str) -> (Value, String) {
     let v = mcp(

@@ -1870,8 +1870,8 @@ async fn a_keyed_write_runs_once_and_replays_the_committed_bytes() {
     assert_eq!(v["result"]["_meta"]["world/invocationId"], "mcp:other:w-1");
     assert_eq!(h.writes_run(), 1);
 
-    // Malformed keys are refused before anything runs.
-    for bad in [json!(""), json!("a/b"), json!(12)] {
+    // Malformed keys are refused before anything runs, one character over the length too.
+    for bad in [json!(""), json!("a/b"), json!(12), json!("k".repeat(129))] {
         let body = json!({"jsonrpc": "2.0", "id": 6, "method": "tools/call",
             "params": {"name": "ailang-write", "arguments": {}, "_meta": {"world/idempotencyKey": bad}}});
         assert_eq!(

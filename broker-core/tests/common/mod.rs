@@ -71,6 +71,8 @@ pub enum Mode {
     Reserved,
     /// Output with no canonical form (an integer beyond 2^53).
     Unsafe,
+    /// Output of more than 1 MiB (a 1 MiB string).
+    Huge,
 }
 
 /// An in-process handler for every se-tools effect. It counts executions, can be told to
@@ -141,6 +143,11 @@ impl EffectHandler for TestHandler {
             Mode::Unsafe => {
                 let mut m = Map::new();
                 m.insert("n".into(), json!(1u64 << 60));
+                return HandlerOutcome::Ok(m);
+            }
+            Mode::Huge => {
+                let mut m = Map::new();
+                m.insert("blob".into(), json!("x".repeat(1 << 20)));
                 return HandlerOutcome::Ok(m);
             }
             Mode::Ok => {}

@@ -55,7 +55,12 @@ pub struct Place<'a> {
 #[derive(Debug)]
 pub struct Output {
     pub status: ExitStatus,
+    /// At most [`MAX_CAPTURE`] bytes of stdout.
     pub stdout: Vec<u8>,
+    /// git wrote more stdout than was kept: what `stdout` lists is only a prefix.
+    pub stdout_cut: bool,
+    /// NUL bytes in the whole of stdout, kept or not: the number of records of a `-z` listing.
+    pub stdout_records: usize,
     pub stderr: Vec<u8>,
 }
 
@@ -227,29 +232,67 @@ impl Git {
         let (stdout, stderr) = (join(out), join(err));
         Ok(Output {
             status: status?,
-            stdout,
-            stderr,
+            stdout: stdout.kept,
+            stdout_cut: stdout.cut,
+            stdout_records: stdout.nuls,
+            stderr: stderr.kept,
         })
     }
 }
 
-fn capture<R: Read + Send + 'static>(mut pipe: R) -> JoinHandle<Vec<u8>> {
+/// What was read from one of git's pipes.
+#[derive(Default)]
+struct Captured {
+    /// The first [`MAX_CAPTURE`] bytes.
+    kept: Vec<u8>,
+    /// More came than was kept.
+    cut: bool,
+    /// NUL bytes in all that came.
+    nuls: usize,
+}
+
+/// Read `pipe` to its end (so git never blocks on it), keeping the first [`MAX_CAPTURE`]
+/// bytes and counting what is not kept.
+fn capture<R: Read + Send + 'static>(mut pipe: R) -> JoinHandle<Captured> {
     thread::spawn(move || {
-        let mut kept = Vec::new();
+        let mut c = Captured::default();
         let mut buf = [0u8; 8192];
         loop {
             match pipe.read(&mut buf) {
                 Ok(0) | Err(_) => break,
                 Ok(n) => {
-                    let room = MAX_CAPTURE.saturating_sub(kept.len());
-                    kept.extend_from_slice(&buf[..n.min(room)]);
+                    let room = MAX_CAPTURE.saturating_sub(c.kept.len());
+                    c.cut |= n > room;
+                    c.nuls += buf[..n].iter().filter(|b| **b == 0).count();
+                    c.kept.extend_from_slice(&buf[..n.min(room)]);
                 }
             }
         }
-        kept
+        c
     })
 }
 
-fn join(handle: Option<JoinHandle<Vec<u8>>>) -> Vec<u8> {
+fn join(handle: Option<JoinHandle<Captured>>) -> Captured {
     handle.and_then(|h| h.join().ok()).unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_capture_keeps_its_cap_and_counts_all_it_read() {
+        let mut listing = b"a\0".repeat(MAX_CAPTURE / 2);
+        let whole = join(Some(capture(io::Cursor::new(listing.clone()))));
+        assert_eq!(
+            (whole.kept.len(), whole.cut, whole.nuls),
+            (MAX_CAPTURE, false, MAX_CAPTURE / 2)
+        );
+        listing.extend_from_slice(b"bb\0");
+        let over = join(Some(capture(io::Cursor::new(listing))));
+        assert_eq!(
+            (over.kept.len(), over.cut, over.nuls),
+            (MAX_CAPTURE, true, MAX_CAPTURE / 2 + 1)
+        );
+    }
 }

@@ -34,6 +34,11 @@ pub const NOTHING_TO_COMMIT: &str = "nothing to commit: the worktree has no chan
 /// The refusal of a commit whose `paths` hold no change.
 pub const NOTHING_IN_PATHS: &str = "nothing to commit: the given paths have no changes";
 
+/// The refusal of a commit whose staged changes git lists in more than the handler reads
+/// (8 MiB of `git diff --cached --raw`, tens of thousands of files): it cannot show that no
+/// gitlink is among them.
+pub const TOO_MANY_STAGED: &str = "commit: the staged changes are too many to check for gitlinks (git diff --cached --raw gave more than 8 MiB); commit them in parts with paths";
+
 /// Longest commit message, in bytes.
 pub const MAX_MESSAGE_BYTES: usize = 4096;
 
@@ -486,6 +491,8 @@ impl GitHandler {
                     NOTHING_TO_COMMIT
                 })
             }
+            // Only a whole list can show that no gitlink is in it.
+            Ok(o) if o.status.success() && o.stdout_cut => return self.refuse(TOO_MANY_STAGED),
             Ok(o) if o.status.success() => match staged_gitlinks(&o.stdout) {
                 Ok(links) if links.is_empty() => {}
                 Ok(links) => {
@@ -585,7 +592,7 @@ impl GitHandler {
             ],
             None,
         ) {
-            Ok(o) if o.status.success() => o.stdout,
+            Ok(o) if o.status.success() => o,
             Ok(o) => {
                 return Outcome::failed(format!(
                     "commit: commit {head} was made but its files could not be listed: {}",
@@ -594,19 +601,19 @@ impl GitHandler {
             }
             Err(e) => return self.after_commit("diff-tree", e),
         };
+        // Every name ends in a NUL, so the count holds past what was kept of the listing.
+        let total = files.stdout_records;
         let files: Vec<String> = files
+            .stdout
             .split(|b| *b == 0)
             .filter(|f| !f.is_empty())
+            .take(MAX_LISTED_FILES)
             .map(|f| String::from_utf8_lossy(f).into_owned())
             .collect();
-        let total = files.len();
         let mut fields = Map::new();
         fields.insert("ok".into(), json!(true));
         fields.insert("commit".into(), json!(head));
-        fields.insert(
-            "files".into(),
-            json!(files.into_iter().take(MAX_LISTED_FILES).collect::<Vec<_>>()),
-        );
+        fields.insert("files".into(), json!(files));
         if total > MAX_LISTED_FILES {
             fields.insert("more_files".into(), json!(total - MAX_LISTED_FILES));
         }

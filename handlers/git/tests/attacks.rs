@@ -213,6 +213,35 @@ fn a_refused_commit_leaves_the_worktree_index_untouched() {
     assert_eq!(f.status(), "?? a.txt\n");
 }
 
+/// The gitlink check reads the whole list of staged changes: a list longer than the handler
+/// keeps (thousands of files with 3 KB paths) could hide a gitlink past its end, so the
+/// commit is refused instead of checked in part.
+#[test]
+fn staged_changes_too_many_to_check_for_gitlinks_are_refused_and_nothing_is_committed() {
+    let f = Fixture::new();
+    let before = f.head();
+    let index = f.repo().join(".git/index");
+    let index_before = fs::read(&index).unwrap();
+    // Twelve 250-byte directory names and a 200-byte file name: each `--raw` record is about
+    // 3.3 KB, so 2,700 files list about 8.9 MB, past the 8 MiB the handler keeps.
+    let deep: std::path::PathBuf = (0..12).map(|i| format!("{i}{}", "d".repeat(249))).collect();
+    fs::create_dir_all(f.repo().join(&deep)).unwrap();
+    for i in 0..2700 {
+        let name = format!("{i:05}{}", "f".repeat(195));
+        fs::write(f.repo().join(&deep).join(name), "x").unwrap();
+    }
+    let out = f.commit(json!({"op": "commit", "message": "m"}));
+    // (The outcome lists 1,000 long names when it commits: keep a failure's message short.)
+    assert_eq!(out["ok"], json!(false), "committed: {:.200}", out["commit"]);
+    assert_eq!(refused(&out), worldd_git::TOO_MANY_STAGED);
+    assert_eq!(f.head(), before, "nothing was committed");
+    assert_eq!(
+        fs::read(&index).unwrap(),
+        index_before,
+        "the index is untouched"
+    );
+}
+
 fn mkfifo(path: &Path) {
     use std::os::unix::ffi::OsStrExt;
     let c = std::ffi::CString::new(path.as_os_str().as_bytes()).unwrap();
