@@ -53,3 +53,47 @@ fn the_shipped_tools_fit() {
         common::se_tool(id);
     }
 }
+
+/// `ailang-read` with `extra` string arguments declared beside its own, in the plan and in its
+/// input schema.
+fn with_arguments(extra: &[String]) -> Value {
+    let mut doc = read_tool();
+    for name in extra {
+        doc["plan"]["arguments"]
+            .as_array_mut()
+            .unwrap()
+            .push(json!({"name": name, "type": "string"}));
+        doc["inputSchema"]["properties"][name] = json!({"type": "string"});
+    }
+    doc
+}
+
+/// A bundle published through the registry tool is an agent's input too: ids, argument
+/// counts and argument names have limits, each refused one past it.
+#[test]
+fn over_long_ids_too_many_arguments_and_over_long_argument_names_are_refused_at_publishing() {
+    let refused = |doc: Value| Transition::from_value(doc).unwrap_err().to_string();
+
+    let mut doc = read_tool();
+    doc["id"] = json!("t".repeat(128));
+    Transition::from_value(doc.clone()).unwrap();
+    doc["id"] = json!("t".repeat(129));
+    assert_eq!(
+        refused(doc),
+        "transition document: id must match ^[A-Za-z0-9][A-Za-z0-9._/-]{0,127}$"
+    );
+
+    // `path` and 63 more make 64; one more is refused.
+    let names: Vec<String> = (1..=64).map(|i| format!("a{i}")).collect();
+    Transition::from_value(with_arguments(&names[..63])).unwrap();
+    assert_eq!(
+        refused(with_arguments(&names)),
+        "transition \"ailang-read\": plan.arguments declares 65 arguments; the limit is 64"
+    );
+
+    Transition::from_value(with_arguments(&["n".repeat(64)])).unwrap();
+    assert_eq!(
+        refused(with_arguments(&["n".repeat(65)])),
+        "transition \"ailang-read\": plan.arguments[1].name must match ^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$"
+    );
+}

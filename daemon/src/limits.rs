@@ -38,7 +38,8 @@ pub struct Limits {
     pub commit_body_bytes: usize,
     /// Most messages in one JSON-RPC batch (`batch_items`).
     pub batch_items: usize,
-    /// Largest MCP reply, single or batch, in bytes (`reply_bytes`).
+    /// Bytes of replies one MCP batch may gather before its further items are not run
+    /// (`reply_bytes`); a single reply is bounded by the output limit of a call instead.
     pub reply_bytes: usize,
 }
 

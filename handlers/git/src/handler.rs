@@ -123,6 +123,30 @@ struct Job<'a> {
     /// Normalised worktree-relative paths; `None` = every change.
     paths: Option<Vec<String>>,
     deadline: Instant,
+    /// The time limit in force, as messages name it.
+    limit: TimeLimit,
+}
+
+/// Which bound set a job's deadline: the plugin's `timeoutMs`, or the daemon's deadline for
+/// the call less [`DEADLINE_MARGIN`], whichever is shorter.
+#[derive(Debug, Clone, Copy)]
+enum TimeLimit {
+    Plugin(Duration),
+    Daemon(Duration),
+}
+
+impl std::fmt::Display for TimeLimit {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            TimeLimit::Plugin(d) => write!(f, "{} ms", d.as_millis()),
+            TimeLimit::Daemon(d) => write!(
+                f,
+                "{} ms: the daemon's deadline for the call less {} ms",
+                d.as_millis(),
+                DEADLINE_MARGIN.as_millis()
+            ),
+        }
+    }
 }
 
 /// The repository a job commits to, once git has found it.
@@ -329,12 +353,12 @@ impl GitHandler {
     }
 
     /// A git run that could not complete, before anything was committed.
-    fn broken(&self, step: &str, error: RunError) -> Outcome {
+    fn broken(&self, job: &Job<'_>, step: &str, error: RunError) -> Outcome {
         let message = match error {
             RunError::Spawn(e) => format!("commit: git could not be started ({step}): {}", errno_text(&e)),
             RunError::Timeout => format!(
-                "commit: git {step} did not finish within the time limit ({} ms); nothing was committed",
-                self.policy.timeout_ms
+                "commit: git {step} did not finish within the time limit ({}); nothing was committed",
+                job.limit
             ),
             RunError::Io(e) => format!("commit: git {step}: {}", errno_text(&e)),
         };
@@ -357,7 +381,7 @@ impl GitHandler {
             None,
         ) {
             Ok(o) => o,
-            Err(e) => return self.broken("rev-parse", e),
+            Err(e) => return self.broken(&job, "rev-parse", e),
         };
         if !top.status.success() {
             let said = self.git_says(&job, &top.stderr);
@@ -412,8 +436,8 @@ impl GitHandler {
                 Ok(Some(found)) => return self.refuse(nested_refusal(target, &found)),
                 Err(ScanError::Timeout) => {
                     let message = format!(
-                        "commit: looking for other repositories in the worktree did not finish within the time limit ({} ms); nothing was committed",
-                        self.policy.timeout_ms
+                        "commit: looking for other repositories in the worktree did not finish within the time limit ({}); nothing was committed",
+                        job.limit
                     );
                     self.host.log(LogLevel::Warn, &message);
                     return Outcome::failed(message);
@@ -464,7 +488,7 @@ impl GitHandler {
                     self.git_says(&job, &o.stderr)
                 ))
             }
-            Err(e) => return self.broken("add", e),
+            Err(e) => return self.broken(&job, "add", e),
         }
 
         // 4. Anything to commit, and no gitlink among it (a repository that
@@ -513,7 +537,7 @@ impl GitHandler {
                     self.git_says(&job, &o.stderr)
                 ))
             }
-            Err(e) => return self.broken("diff", e),
+            Err(e) => return self.broken(&job, "diff", e),
         }
 
         // 5. Commit: a new commit on the current branch, nothing else. With
@@ -544,8 +568,8 @@ impl GitHandler {
                 // the repository stays usable.
                 let removed = locks.sweep();
                 let message = format!(
-                    "commit: git commit did not finish within the time limit ({} ms) and was stopped; the commit may or may not have been made",
-                    self.policy.timeout_ms
+                    "commit: git commit did not finish within the time limit ({}) and was stopped; the commit may or may not have been made",
+                    job.limit
                 );
                 self.host.log(
                     LogLevel::Error,
@@ -553,7 +577,7 @@ impl GitHandler {
                 );
                 return Outcome::indeterminate(message);
             }
-            Err(e) => return self.broken("commit", e),
+            Err(e) => return self.broken(&job, "commit", e),
         }
         self.install_index(&repo);
 
@@ -767,17 +791,21 @@ impl EffectHandler for GitHandler {
             }
         };
         let ceiling = canonical.parent().map(Path::to_path_buf);
-        let mut budget = Duration::from_millis(self.policy.timeout_ms);
+        let mut limit = TimeLimit::Plugin(Duration::from_millis(self.policy.timeout_ms));
         if request.deadline_ms > 0 {
             let daemon = Duration::from_millis(request.deadline_ms).saturating_sub(DEADLINE_MARGIN);
-            budget = budget.min(daemon);
+            if daemon < Duration::from_millis(self.policy.timeout_ms) {
+                limit = TimeLimit::Daemon(daemon);
+            }
         }
+        let (TimeLimit::Plugin(budget) | TimeLimit::Daemon(budget)) = limit;
         self.commit(Job {
             worktree: canonical,
             ceiling,
             message,
             paths: normalised,
             deadline: started + budget,
+            limit,
         })
     }
 }
