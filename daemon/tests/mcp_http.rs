@@ -639,6 +639,7 @@ async fn bodies_over_4_mib_are_413() {
     h.send(declared)
         .await
         .assert_text(StatusCode::PAYLOAD_TOO_LARGE, text);
+    assert_eq!(h.state.metrics().trips("body_size"), 2);
 }
 
 #[tokio::test]
@@ -1223,6 +1224,11 @@ async fn the_ninth_concurrent_call_exceeds_capacity() {
         )
         .await;
     r.assert_envelope("99", "host callback capacity exceeded");
+    let (_, metrics) = h.get_text("/v1/metrics").await;
+    assert!(
+        metrics.contains("worldd_admission_refused_total{reason=\"no_execution_slot\"} 1\n"),
+        "{metrics}"
+    );
     // Protocol work that needs no callback still succeeds meanwhile.
     assert_eq!(h.rpc(&reader, list_body()).await.sse()["id"], json!(2));
 
@@ -1634,6 +1640,7 @@ async fn a_huge_mcp_batch_is_refused_whole_and_runs_nothing() {
         r#"{"jsonrpc":"2.0","id":null,"error":{"code":-32600,"message":"invalid request: a batch of 80000 messages; the limit is 64 ([limits] batch_items); nothing was run"}}"#
     );
     assert_eq!(h.revision(), before);
+    assert_eq!(h.state.metrics().trips("batch_items"), 1);
     // At the limit it runs.
     let list: Vec<Value> = (0..64)
         .map(|i| json!({"jsonrpc": "2.0", "id": i, "method": "tools/list"}))
@@ -1667,6 +1674,7 @@ async fn a_batch_stops_running_at_the_reply_limit() {
         );
     }
     assert_eq!(h.revision(), before + ran as u64);
+    assert_eq!(h.state.metrics().trips("reply_bytes"), 1);
 }
 
 #[tokio::test]
