@@ -925,3 +925,33 @@ async fn workbench_refuses_query_parameters_and_unknown_assets() {
         assert_eq!(v, error_body("NotFound", "no such workbench asset"));
     }
 }
+
+/// A session paging `/v1/log` through a long stretch of entries it may not list gets an empty
+/// page that moves on by 5,000 positions, never one request that walks the whole log.
+#[tokio::test]
+async fn a_log_page_examines_at_most_5000_positions() {
+    let h = harness(false);
+    let t = h.token("ep1", &["Workspace.Read=worktree:10"]);
+    h.call(&t, "a").await;
+    h.bulk_append(5_001);
+    h.call(&t, "b").await;
+    let indexes = |v: &Value| -> Vec<u64> {
+        v["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| e["header"]["entryIndex"].as_u64().unwrap())
+            .collect()
+    };
+    let (status, v) = h.get_json(Some(&t), "/v1/log?from=1").await;
+    assert_eq!(status, StatusCode::OK);
+    // Entry 1 is the session's; 2..=5000 are not, and the page stops there.
+    assert_eq!((indexes(&v), &v["next"]), (vec![1], &json!(5001)));
+    let (_, v) = h.get_json(Some(&t), "/v1/log?from=5001").await;
+    assert_eq!((indexes(&v), &v["next"]), (vec![5003], &json!(5004)));
+    // The operator lists everything, at most 500 entries a page whatever limit it asks.
+    let (_, v) = h
+        .get_json(Some(&h.operator_token()), "/v1/log?from=1&limit=100000")
+        .await;
+    assert_eq!((indexes(&v).len(), &v["next"]), (500, &json!(501)));
+}
