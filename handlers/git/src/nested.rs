@@ -108,3 +108,24 @@ fn git_entry(
     }
     Ok(None)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn a_scan_past_its_deadline_stops_with_timeout() {
+        let tmp = tempfile::tempdir().unwrap();
+        for i in 0..300 {
+            std::fs::create_dir(tmp.path().join(format!("d{i}"))).unwrap();
+        }
+        let root = Dir::open_ambient_dir(tmp.path(), cap_std::ambient_authority()).unwrap();
+        let far = Instant::now() + Duration::from_secs(60);
+        assert!(matches!(find(&root, &[], far), Ok(None)));
+        assert!(matches!(
+            find(&root, &[], Instant::now()),
+            Err(ScanError::Timeout)
+        ));
+    }
+}
