@@ -716,6 +716,77 @@ fn idle_connections_past_the_fd_limit_are_refused_not_queued() {
     );
 }
 
+/// Set the soft descriptor limit of process `pid`, keeping its hard limit; returns the old
+/// soft limit.
+fn set_soft_fd_limit(pid: u32, soft: u64) -> u64 {
+    let mut old = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: prlimit reads `new` and writes `old`, both owned here; lowering or restoring a
+    // soft limit below the hard one needs no privilege over our own child.
+    let new = libc::rlimit {
+        rlim_cur: soft,
+        rlim_max: {
+            assert_eq!(
+                unsafe {
+                    libc::prlimit(pid as i32, libc::RLIMIT_NOFILE, std::ptr::null(), &mut old)
+                },
+                0
+            );
+            old.rlim_max
+        },
+    };
+    assert_eq!(
+        unsafe { libc::prlimit(pid as i32, libc::RLIMIT_NOFILE, &new, std::ptr::null_mut()) },
+        0
+    );
+    old.rlim_cur
+}
+
+/// Another process took the daemon's last descriptors (here: its own limit is lowered to
+/// what it has open): `accept` fails, the daemon backs off instead of spinning, counts it, and
+/// serves again once descriptors are free.
+#[test]
+fn accept_failing_for_lack_of_descriptors_backs_off_and_recovers() {
+    let d = Daemon::start(WS, &[]);
+    let pid = d.child.id();
+    let open = std::fs::read_dir(format!("/proc/{pid}/fd"))
+        .unwrap()
+        .count() as u64;
+    let before = set_soft_fd_limit(pid, open);
+    let cpu = |pid: u32| -> u64 {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+        let after_name = &stat[stat.rfind(')').unwrap() + 2..];
+        let f: Vec<&str> = after_name.split(' ').collect();
+        f[11].parse::<u64>().unwrap() + f[12].parse::<u64>().unwrap()
+    };
+    let (ticks, started) = (cpu(pid), std::time::Instant::now());
+    // The kernel completes these handshakes; the daemon cannot take them.
+    let waiting: Vec<TcpStream> = (0..3).map(|_| connect(&d)).collect();
+    std::thread::sleep(Duration::from_millis(1000));
+    let spent = cpu(pid) - ticks;
+    // A loop retrying accept without a pause would burn the whole second (100 ticks).
+    assert!(
+        spent < 30,
+        "{spent} ticks of CPU in {:?} while accept failed",
+        started.elapsed()
+    );
+    set_soft_fd_limit(pid, before);
+    drop(waiting);
+    let ok = (0..300).any(|_| {
+        if std::panic::catch_unwind(|| get(&d.url("/v1/health"), None).status)
+            .is_ok_and(|s| s == 200)
+        {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+        false
+    });
+    assert!(ok, "no service once descriptors were free again");
+    assert!(trips(&d, "accept_error") >= 1);
+}
+
 // ------------------------------------------------------------------------------------------
 // Slow tools and hung plugins.
 
