@@ -45,6 +45,9 @@ pub(crate) use table::Table;
 pub use writer::{CommitObserver, WriterStats};
 use writer::{Job, ObserverSlot, Write, Writer};
 
+/// LMDB reader slots: read transactions open at once, over every process of the store.
+pub const MAX_READERS: u32 = 1024;
+
 /// Default LMDB map size (the default ceiling): sparse on Linux, so a large reservation costs
 /// nothing until used.
 pub const DEFAULT_MAP_SIZE: usize = capacity::DEFAULT_CEILING as usize;
@@ -337,7 +340,11 @@ impl Store {
             if let Some(size) = wanted {
                 o.map_size(size);
             }
-            o.max_dbs(32).max_readers(512).open(dir)
+            // A read transaction takes a reader slot for its life. A daemon can have one open
+            // on each of tokio's (up to 512) blocking threads and each worker at once, and
+            // other processes (doctor, why) need theirs: 1024 slots keep MDB_READERS_FULL out
+            // of reach (a slot is 64 bytes of lock file, and only slots in use are scanned).
+            o.max_dbs(32).max_readers(MAX_READERS).open(dir)
         }
         .map_err(|e| match e {
             heed::Error::EnvAlreadyOpened => StoreError::AlreadyOpen(dir.to_path_buf()),

@@ -170,3 +170,45 @@ fn enospc_and_edquot_read_disk_full_other_io_errors_do_not() {
         StoreError::MapResized
     );
 }
+
+/// A daemon's worth of concurrent readers (one per tokio blocking thread, 512, and more) fit;
+/// one past the slots is an error of its own, and a slot comes back when its reader ends.
+#[test]
+fn read_transactions_fit_until_the_reader_slots_are_full() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::create(&dir.path().join("db")).unwrap();
+    let slots = MAX_READERS as usize;
+    // tokio's default blocking pool (512 threads) and its workers all reading at once, with
+    // room left for the operator's own processes.
+    assert!(slots >= 512 + 256, "{slots}");
+    let (ready, release) = (
+        Arc::new(std::sync::Barrier::new(slots + 1)),
+        Arc::new(std::sync::Barrier::new(slots + 1)),
+    );
+    let readers: Vec<_> = (0..slots)
+        .map(|_| {
+            let (store, ready, release) = (store.clone(), ready.clone(), release.clone());
+            std::thread::Builder::new()
+                .stack_size(64 * 1024)
+                .spawn(move || {
+                    store.read(|_| {
+                        ready.wait();
+                        release.wait();
+                        Ok::<_, StoreError>(())
+                    })
+                })
+                .unwrap()
+        })
+        .collect();
+    ready.wait();
+    let full = store.read(|_| Ok::<_, StoreError>(()));
+    assert!(
+        matches!(&full, Err(StoreError::Lmdb(m)) if m.contains("MDB_READERS_FULL")),
+        "{full:?}"
+    );
+    release.wait();
+    for r in readers {
+        r.join().unwrap().unwrap();
+    }
+    store.read(|_| Ok::<_, StoreError>(())).unwrap();
+}
