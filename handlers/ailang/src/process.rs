@@ -97,7 +97,7 @@ impl std::fmt::Display for Failure {
                 f,
                 "wrote more than {OUTPUT_CAP} bytes to {stream}; its process group was killed (output is never truncated)"
             ),
-            Failure::Io(e) => f.write_str(e),
+            Failure::Io(e) => write!(f, "failed: {e}"),
         }
     }
 }

@@ -289,6 +289,31 @@ fn the_timeout_kills_the_whole_process_group() {
     }
 }
 
+/// A program forks a descendant that leaves the process group (`setsid`) and keeps the
+/// output pipe open: the group kill cannot reach it, so the handler waits for the pipes only
+/// for a short grace and fails the effect instead of waiting for the descendant.
+#[test]
+fn a_descendant_that_leaves_the_group_ends_the_run_at_the_drain_grace() {
+    let f = Fixture::new();
+    f.put("leave.ail", &program("leave-group", "IO"));
+    let started = Instant::now();
+    let message = f.failed(RUN, run("leave.ail"));
+    let elapsed = started.elapsed();
+    let pid: i32 = fs::read_to_string(f.root.join("leave.pids"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    // SAFETY: plain kill(2) of the escaped `sleep`, which this test started.
+    unsafe { libc::kill(pid, libc::SIGKILL) };
+    assert_eq!(
+        message,
+        "broker: Ailang.Run failed: ailang run failed: its output pipes stayed open after its process group was killed (a descendant left the group)"
+    );
+    // Not the descendant's 30 s (a loose bound: CI machines vary).
+    assert!(elapsed < Duration::from_secs(20), "{elapsed:?}");
+}
+
 #[test]
 fn output_over_8_mib_is_a_failed_effect_never_a_truncated_one() {
     let f = Fixture::new();
