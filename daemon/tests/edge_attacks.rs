@@ -719,28 +719,22 @@ fn idle_connections_past_the_fd_limit_are_refused_not_queued() {
 /// Set the soft descriptor limit of process `pid`, keeping its hard limit; returns the old
 /// soft limit.
 fn set_soft_fd_limit(pid: u32, soft: u64) -> u64 {
+    let pid = i32::try_from(pid).unwrap();
     let mut old = libc::rlimit {
         rlim_cur: 0,
         rlim_max: 0,
     };
-    // SAFETY: prlimit reads `new` and writes `old`, both owned here; lowering or restoring a
-    // soft limit below the hard one needs no privilege over our own child.
+    // SAFETY: prlimit only writes the limits into `old`, which is owned here.
+    let got = unsafe { libc::prlimit(pid, libc::RLIMIT_NOFILE, std::ptr::null(), &mut old) };
+    assert_eq!(got, 0, "{}", std::io::Error::last_os_error());
     let new = libc::rlimit {
         rlim_cur: soft,
-        rlim_max: {
-            assert_eq!(
-                unsafe {
-                    libc::prlimit(pid as i32, libc::RLIMIT_NOFILE, std::ptr::null(), &mut old)
-                },
-                0
-            );
-            old.rlim_max
-        },
+        rlim_max: old.rlim_max,
     };
-    assert_eq!(
-        unsafe { libc::prlimit(pid as i32, libc::RLIMIT_NOFILE, &new, std::ptr::null_mut()) },
-        0
-    );
+    // SAFETY: prlimit only reads `new`; lowering or restoring a soft limit below the hard one
+    // of our own child needs no privilege.
+    let set = unsafe { libc::prlimit(pid, libc::RLIMIT_NOFILE, &new, std::ptr::null_mut()) };
+    assert_eq!(set, 0, "{}", std::io::Error::last_os_error());
     old.rlim_cur
 }
 
