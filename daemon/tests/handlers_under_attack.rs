@@ -79,24 +79,17 @@ fn arguments_over_1_mib_are_invalid_params_and_nothing_is_written() {
     let before = head(&d, &token);
     // {"path":"…"} canonically: 11 bytes around the path.
     let path = "a".repeat((1 << 20) - 10);
-    let body = json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call",
-        "params": {"name": "ailang-read", "arguments": {"path": path},
-                   "_meta": {"world/idempotencyKey": "k1"}}});
-    let a = request(
-        "POST",
-        &d.url("/mcp/"),
-        Some(&token),
-        &[
-            ("Content-Type", "application/json"),
-            ("Accept", "application/json, text/event-stream"),
-            ("MCP-Protocol-Version", "2025-11-25"),
-        ],
-        Some(body.to_string().as_bytes()),
+    let a = mcp(
+        &d,
+        &token,
+        "tools/call",
+        json!({"name": "ailang-read", "arguments": {"path": path},
+               "_meta": {"world/idempotencyKey": "k1"}}),
     );
     assert_eq!(a.status, 200, "{}", a.text());
     assert_eq!(
         a.sse_json(),
-        json!({"jsonrpc": "2.0", "id": 3, "error": {"code": -32602,
+        json!({"jsonrpc": "2.0", "id": 7, "error": {"code": -32602,
                "message": "invalid params: arguments are 1048577 bytes; the limit is 1048576"}})
     );
     assert_eq!(head(&d, &token), before);

@@ -270,6 +270,16 @@ impl Events {
     }
 }
 
+/// The entry indexes of a page's `items` (summaries or entries: both carry the header).
+fn entry_indexes(v: &Value) -> Vec<u64> {
+    v["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["header"]["entryIndex"].as_u64().unwrap())
+        .collect()
+}
+
 fn error_body(class: &str, message: &str) -> Value {
     json!({"error": {"class": class, "message": message}})
 }
@@ -636,16 +646,8 @@ async fn summaries_page_from_the_end_by_default_and_bound_their_limit() {
     // Bulk entries are client-built: only an operator lists them.
     let t = h.operator_token();
     h.bulk_append(600);
-    let index = |v: &Value| -> Vec<u64> {
-        v["items"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|s| s["header"]["entryIndex"].as_u64().unwrap())
-            .collect()
-    };
     let (_, v) = h.get_json(Some(&t), "/v1/log/summaries?limit=3").await;
-    assert_eq!(index(&v), [598, 599, 600]);
+    assert_eq!(entry_indexes(&v), [598, 599, 600]);
     assert_eq!(
         (v["from"].clone(), v["next"].clone(), v["head"].clone()),
         (json!(598), json!(601), json!(600))
@@ -658,7 +660,7 @@ async fn summaries_page_from_the_end_by_default_and_bound_their_limit() {
     assert_eq!(v["items"].as_array().unwrap().len(), 500);
     assert_eq!(v["next"], 500);
     let (_, v) = h.get_json(Some(&t), "/v1/log/summaries?from=900").await;
-    assert_eq!(index(&v), Vec::<u64>::new());
+    assert_eq!(entry_indexes(&v), Vec::<u64>::new());
     assert_eq!(v["next"], 900);
     let (status, v) = h.get_json(Some(&t), "/v1/log/summaries?limit=ten").await;
     assert_eq!(status, StatusCode::BAD_REQUEST);
@@ -935,23 +937,15 @@ async fn a_log_page_examines_at_most_5000_positions() {
     h.call(&t, "a").await;
     h.bulk_append(5_001);
     h.call(&t, "b").await;
-    let indexes = |v: &Value| -> Vec<u64> {
-        v["items"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|e| e["header"]["entryIndex"].as_u64().unwrap())
-            .collect()
-    };
     let (status, v) = h.get_json(Some(&t), "/v1/log?from=1").await;
     assert_eq!(status, StatusCode::OK);
     // Entry 1 is the session's; 2..=5000 are not, and the page stops there.
-    assert_eq!((indexes(&v), &v["next"]), (vec![1], &json!(5001)));
+    assert_eq!((entry_indexes(&v), &v["next"]), (vec![1], &json!(5001)));
     let (_, v) = h.get_json(Some(&t), "/v1/log?from=5001").await;
-    assert_eq!((indexes(&v), &v["next"]), (vec![5003], &json!(5004)));
+    assert_eq!((entry_indexes(&v), &v["next"]), (vec![5003], &json!(5004)));
     // The operator lists everything, at most 500 entries a page whatever limit it asks.
     let (_, v) = h
         .get_json(Some(&h.operator_token()), "/v1/log?from=1&limit=100000")
         .await;
-    assert_eq!((indexes(&v).len(), &v["next"]), (500, &json!(501)));
+    assert_eq!((entry_indexes(&v).len(), &v["next"]), (500, &json!(501)));
 }
