@@ -373,6 +373,10 @@ fn message_and_paths_are_checked_by_the_handler_too() {
             json!({"op": "commit", "message": "m", "paths": ["a\u{0}b"]}),
             "commit a\\0b: the path contains a NUL byte".to_string(),
         ),
+        (
+            json!({"op": "commit", "message": "m", "paths": ["p".repeat(4097)]}),
+            "commit: a path is 4097 bytes; the limit is 4096".to_string(),
+        ),
     ];
     for (payload, text) in cases {
         let out = f.commit(payload.clone());
@@ -518,6 +522,7 @@ fn bad_config_is_refused_in_one_line() {
         (json!({"author": "Wor>ld <a@b>"}), "git config: \"author\" must be \"Name <email>\" (the name contains \"<\" or \">\")"),
         (json!({"author": "World\n <a@b>"}), "git config: \"author\" must be \"Name <email>\" (it contains a control character)"),
         (json!({"author": 7}), "git config: \"author\" must be a string \"Name <email>\""),
+        (json!({"author": format!("{} <a@b>", "n".repeat(251))}), "git config: \"author\" must be \"Name <email>\" (it is 257 bytes; the limit is 256)"),
         (json!({"author": AUTHOR, "stateDir": "rel"}), "git config: \"stateDir\" must be an absolute path, not \"rel\""),
         (json!({"author": AUTHOR, "timeoutMs": 0}), "git config: \"timeoutMs\" must be an integer from 1 to 600000"),
         (json!({"author": AUTHOR, "timeoutMs": "5"}), "git config: \"timeoutMs\" must be an integer from 1 to 600000"),
