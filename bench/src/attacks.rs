@@ -63,7 +63,7 @@ impl Attack {
     }
 }
 
-const NAMES: [&str; 10] = [
+const NAMES: [&str; 11] = [
     "none (baseline)",
     "held 4 MiB bodies x300, no credentials",
     "held 4 MiB bodies x300, with credentials",
@@ -74,6 +74,7 @@ const NAMES: [&str; 10] = [
     "hung plugins: 200 calls past their deadline",
     "1 MiB arguments x16 episodes",
     "slow readers: a 1 MiB object x400 connections (8 sessions), unread",
+    "4,000 request heads held just under the 16 KiB head limit",
 ];
 
 /// Run the attacks numbered in `only` (every one when empty); `measure` is how long the
@@ -130,7 +131,7 @@ pub fn run_all(
                 c[0], c[1], c[2]
             ),
             3 => format!("{} batches refused whole, {} other answers", c[0], c[1]),
-            4 => format!("{} connections opened, {} closed by the daemon", c[0], c[1]),
+            4 | 10 => format!("{} connections opened, {} closed by the daemon", c[0], c[1]),
             5 => format!("{} refused 403, {} other answers", c[0], c[1]),
             6 => format!(
                 "{} ran, {} refused at once (episode busy), {} other",
@@ -291,12 +292,22 @@ fn start(i: usize, a: &mut Attack, d: &Daemon, legit: &Client, attackers: &[Clie
                 });
             }
         }
-        4 => {
-            for t in 0..23usize {
-                let addr = addr.clone();
+        4 | 10 => {
+            // Row 4: 300 half-sent heads and 2,000 idle connections; row 10: 4,000 heads of
+            // 16,000 bytes (the default limit is 16 KiB), never finished.
+            let (threads, half_threads) = if i == 4 { (23usize, 3) } else { (40, 40) };
+            let partial: Arc<Vec<u8>> = Arc::new(if i == 4 {
+                b"POST /mcp/ HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Ty".to_vec()
+            } else {
+                let mut h = b"GET /v1/health HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Pad: ".to_vec();
+                h.resize(16_000, b'a');
+                h
+            });
+            for t in 0..threads {
+                let (addr, partial) = (addr.clone(), partial.clone());
                 a.spawn(move |stop, c| {
-                    // Thread 0..3: 100 half-sent heads each; the rest: 100 idle connections each.
-                    let half = t < 3;
+                    // 100 connections per thread: half-sent heads, or idle ones.
+                    let half = t < half_threads;
                     let mut conns: Vec<Option<TcpStream>> = (0..100).map(|_| None).collect();
                     while !stop.load(Ordering::Relaxed) {
                         for slot in conns.iter_mut() {
@@ -305,7 +316,7 @@ fn start(i: usize, a: &mut Attack, d: &Daemon, legit: &Client, attackers: &[Clie
                                     if let Ok(mut s) = TcpStream::connect(&addr) {
                                         let _ = s.set_nonblocking(true);
                                         if half {
-                                            let _ = s.write_all(b"POST /mcp/ HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Ty");
+                                            let _ = s.write_all(&partial);
                                         }
                                         c[0].fetch_add(1, Ordering::Relaxed);
                                         *slot = Some(s);

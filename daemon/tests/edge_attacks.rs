@@ -716,6 +716,56 @@ fn idle_connections_past_the_fd_limit_are_refused_not_queued() {
     );
 }
 
+/// A burst of clients connecting at once (a fleet of agents starting, a load balancer's
+/// health checks) waits in the kernel's accept queue while the daemon is busy, here stopped
+/// outright: with the standard library's backlog of 128 the 130th handshake was dropped and
+/// its client waited a second or more for the retransmission.
+#[test]
+fn a_burst_of_connections_queues_for_accept_instead_of_losing_handshakes() {
+    let d = Daemon::start(WS, &[]);
+    let somaxconn: usize = std::fs::read_to_string("/proc/sys/net/core/somaxconn")
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    let n = somaxconn.min(1000) - 8;
+    assert!(
+        n > 256,
+        "net.core.somaxconn is {somaxconn}: too small to tell"
+    );
+    let pid = i32::try_from(d.child.id()).unwrap();
+    let addr: std::net::SocketAddr = d.addr.parse().unwrap();
+    // SAFETY: kill(2) of our own child; SIGCONT below (or the fixture's SIGKILL) ends the stop.
+    unsafe { libc::kill(pid, libc::SIGSTOP) };
+    let mut burst = Vec::with_capacity(n);
+    for i in 0..n {
+        match TcpStream::connect_timeout(&addr, Duration::from_secs(3)) {
+            Ok(s) => burst.push(s),
+            Err(e) => {
+                panic!("connection {i} of {n} was not completed while the daemon was busy: {e}")
+            }
+        }
+    }
+    // SAFETY: as above.
+    unsafe { libc::kill(pid, libc::SIGCONT) };
+    // Every queued connection is served once the daemon runs again.
+    let request = format!(
+        "GET /v1/health HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n\r\n",
+        d.addr
+    );
+    for s in &mut burst {
+        s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+        s.write_all(request.as_bytes()).unwrap();
+    }
+    for (i, s) in burst.iter_mut().enumerate() {
+        let answer = read_until_closed(s);
+        assert!(
+            answer.starts_with("HTTP/1.1 200 "),
+            "connection {i}: {answer:.80}"
+        );
+    }
+}
+
 /// Set the soft descriptor limit of process `pid`, keeping its hard limit; returns the old
 /// soft limit.
 fn set_soft_fd_limit(pid: u32, soft: u64) -> u64 {

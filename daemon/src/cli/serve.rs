@@ -219,7 +219,7 @@ pub fn run(a: ServeArgs) -> CliResult {
 
 /// Bind `addr` now, before anything is created: a taken port leaves no store behind.
 pub fn bind_now(addr: SocketAddr) -> Result<std::net::TcpListener, Failure> {
-    std::net::TcpListener::bind(addr).map_err(|e| {
+    crate::edge::listener::bind(addr).map_err(|e| {
         let hint = if e.kind() == std::io::ErrorKind::AddrInUse {
             "; is another worldd already serving here? Stop it, or pick a free port with --bind 127.0.0.1:PORT (nothing was created)"
         } else {

@@ -27,6 +27,23 @@ use crate::metrics::Metrics;
 /// libraries and their child processes, logs.
 pub const RESERVED_FDS: u64 = 128;
 
+/// Connections the kernel completes and queues for `accept` (capped by `net.core.somaxconn`).
+/// The standard library's 128 is overrun by a burst of clients while the accept loop yields
+/// to the connections it has just spawned; the kernel then drops SYNs, and each of those
+/// clients waits a whole second for its retransmission.
+pub const LISTEN_BACKLOG: i32 = 4096;
+
+/// A listening socket on `addr` with [`LISTEN_BACKLOG`] (address reuse and close-on-exec as
+/// the standard library sets them).
+pub fn bind(addr: std::net::SocketAddr) -> std::io::Result<std::net::TcpListener> {
+    use socket2::{Domain, Protocol, Socket, Type};
+    let socket = Socket::new(Domain::for_address(addr), Type::STREAM, Some(Protocol::TCP))?;
+    socket.set_reuse_address(true)?;
+    socket.bind(&addr.into())?;
+    socket.listen(LISTEN_BACKLOG)?;
+    Ok(socket.into())
+}
+
 /// Raise the soft `RLIMIT_NOFILE` to the hard limit; returns the soft limit now in force.
 pub fn raise_fd_limit() -> std::io::Result<u64> {
     let mut lim = libc::rlimit {

@@ -2,7 +2,7 @@
 //!
 //! | layer | what it bounds | where |
 //! |---|---|---|
-//! | connection limit | at most [`ServerConfig::max_connections`] open; excess connections are accepted and closed at once | [`listener`] |
+//! | connection limit | at most [`ServerConfig::max_connections`] open; excess connections are accepted and closed at once; a listen backlog of [`listener::LISTEN_BACKLOG`] queues bursts | [`listener`] |
 //! | file descriptors | the soft `RLIMIT_NOFILE` is raised to the hard limit at start, and the connection limit kept below it | [`listener`] |
 //! | request head | hyper's header-read timeout: a complete request head within [`ServerConfig::header_timeout`] of the connection being accepted or finishing its previous response (so it is also the idle keep-alive timeout); heads over [`ServerConfig::max_head_bytes`] are answered 431 | [`listener`] |
 //! | Host and Origin | loopback names and the operator's lists only, on every route, before anything else (403) | [`host`] |
@@ -65,8 +65,11 @@ pub struct ServerConfig {
     pub log_streams_per_episode: usize,
 }
 
-/// Default largest request head.
-pub const DEFAULT_MAX_HEAD_BYTES: usize = 64 * 1024;
+/// Default largest request head. A connection may hold a head this large until the header
+/// timeout, so `max_connections` of them is the memory partial heads can take: 4096 × 16 KiB
+/// = 64 MiB by default (64 KiB heads let 4,000 connections take the daemon past 300 MiB).
+/// Agents' and browsers' heads are a few hundred bytes.
+pub const DEFAULT_MAX_HEAD_BYTES: usize = 16 * 1024;
 /// hyper's smallest read buffer: a head limit below it cannot be set.
 pub const MIN_HEAD_BYTES: usize = 8 * 1024;
 /// The largest head limit accepted: past this, one connection could hold that much memory
@@ -238,7 +241,7 @@ mod tests {
         let d = ServerSection::default().resolve().unwrap();
         assert_eq!(
             (d.max_head_bytes, d.log_streams, d.log_streams_per_episode),
-            (65536, 32, 4)
+            (16384, 32, 4)
         );
         let range = "[server] max_head_bytes must be between 8192 and 16777216";
         for bad in ["max_head_bytes = 8191", "max_head_bytes = 16777217"] {
