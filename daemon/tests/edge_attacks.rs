@@ -610,6 +610,11 @@ fn a_slow_reader_of_large_objects_fills_its_share_of_the_reply_budget_until_the_
     let small = get(&d.url(&format!("/v1/objects/{reference}")), Some(&attacker));
     assert_eq!(small.status, 503);
     assert_eq!(trips(&d, "reply_share"), 2);
+    // Spelling the same credential another way (a tab between its fields) gets no second
+    // share.
+    let (_respelled, status) = unread_get(&d, &path, &format!("\t{attacker}"));
+    assert_eq!(status, "HTTP/1.1 503");
+    assert_eq!(trips(&d, "reply_share"), 3);
     assert_eq!(get(&d.url("/v1/health"), None).status, 200);
     let others = get(&d.url(&path), Some(&other));
     assert_eq!(others.status, 200);

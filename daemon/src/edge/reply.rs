@@ -55,13 +55,22 @@ pub const BUSY_TEXT: &str =
 pub const SHARE_TEXT: &str =
     "too many answers to this credential are waiting unread (a quarter of [server] reply_budget_bytes); read them, then retry";
 
-/// Whose answer it is: the request's `Authorization` header as sent, if any.
+/// Whose answer it is: the bearer token of the request's `Authorization` header, or nobody
+/// (no header, or one that is not a bearer token: such requests are refused small, or served
+/// anonymously under `--open-reads`). The token, not the header as sent: the header may
+/// spell one credential many ways (spaces and tabs around its fields), and each spelling
+/// must not get a share of its own.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct Client(Option<HeaderValue>);
+pub struct Client(Option<String>);
 
 impl Client {
     pub fn of(headers: &HeaderMap) -> Client {
-        Client(headers.get(AUTHORIZATION).cloned())
+        let header = headers.get(AUTHORIZATION).and_then(|v| v.to_str().ok());
+        Client(
+            broker_core::session::parse_authorization(header)
+                .ok()
+                .map(str::to_owned),
+        )
     }
 }
 
@@ -204,9 +213,27 @@ mod tests {
     }
 
     fn client(name: &str) -> Client {
-        Client(Some(
-            HeaderValue::from_str(&format!("Bearer {name}")).unwrap(),
-        ))
+        Client(Some(name.to_owned()))
+    }
+
+    fn headers(authorization: &str) -> HeaderMap {
+        let mut h = HeaderMap::new();
+        h.insert(AUTHORIZATION, HeaderValue::from_str(authorization).unwrap());
+        h
+    }
+
+    /// A session that spells its `Authorization` header another way (more spaces, a tab) is
+    /// still one client with one share; a header that is no bearer token is nobody's.
+    #[test]
+    fn every_spelling_of_one_credential_is_one_client() {
+        let token = "ab".repeat(32);
+        let one = Client::of(&headers(&format!("Bearer {token}")));
+        assert_eq!(one, Client(Some(token.clone())));
+        for spelling in [format!("Bearer\t{token}"), format!("Bearer  \t {token}")] {
+            assert_eq!(Client::of(&headers(&spelling)), one, "{spelling:?}");
+        }
+        assert_eq!(Client::of(&headers("Basic dXNlcg==")), Client(None));
+        assert_eq!(Client::of(&HeaderMap::new()), Client(None));
     }
 
     async fn next_frame(body: &mut Body) -> Option<Bytes> {
