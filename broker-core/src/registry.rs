@@ -20,6 +20,12 @@ use crate::transition::{Transition, TransitionError};
 /// The registry the daemon serves tools from.
 pub const DEFAULT_REGISTRY: &str = "tools";
 
+/// The largest registry revision, as canonical JSON. Publications merge into the revision
+/// (a tool is replaced by id, never removed), and every session's `tools/list` carries what
+/// it may see of it, so the merged whole is bounded, not only each document: 8 MiB is about
+/// 250 times the shipped tools.
+pub const MAX_REGISTRY_BYTES: usize = 8 << 20;
+
 #[derive(Debug, thiserror::Error)]
 pub enum RegistryError {
     #[error(transparent)]
@@ -32,6 +38,11 @@ pub enum RegistryError {
     Canon(#[from] CanonError),
     #[error("duplicate transition id {0:?} in one publication")]
     Duplicate(String),
+    #[error(
+        "registry {name:?} would be {bytes} bytes with this publication; the limit is {}",
+        MAX_REGISTRY_BYTES
+    )]
+    TooLarge { name: String, bytes: usize },
 }
 
 /// One published tool.
@@ -247,6 +258,13 @@ fn publish_in(
         "entries": entries.into_values().collect::<Vec<_>>(),
     });
     let obj = Object::json(sid::TRANSITION_REGISTRY, provenance, &doc)?;
+    if obj.payload.len() > MAX_REGISTRY_BYTES {
+        // The batch's write is undone with this operation: nothing of it is stored.
+        return Err(RegistryError::TooLarge {
+            name: name.to_owned(),
+            bytes: obj.payload.len(),
+        });
+    }
     w.put_object(&obj)?;
     REGISTRY_HEADS.put(w, name, obj.hash.as_bytes())?;
     Ok(Published {

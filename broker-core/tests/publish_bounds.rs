@@ -3,6 +3,7 @@
 
 mod common;
 
+use broker_core::registry::{self, MAX_REGISTRY_BYTES};
 use broker_core::transition::{
     Transition, MAX_DESCRIPTION_BYTES, MAX_SCHEMA_BYTES, MAX_TITLE_BYTES,
 };
@@ -96,4 +97,59 @@ fn over_long_ids_too_many_arguments_and_over_long_argument_names_are_refused_at_
         refused(with_arguments(&["n".repeat(65)])),
         "transition \"ailang-read\": plan.arguments[1].name must match ^[A-Za-z0-9_][A-Za-z0-9_.-]{0,63}$"
     );
+}
+
+/// Publications merge into one revision, which every `tools/list` carries: an agent with a
+/// publish grant cannot grow it past 8 MiB, however many bundles it sends; replacing a tool
+/// by id still works at the limit, and a refused publication stores nothing.
+#[test]
+fn a_registry_cannot_be_grown_past_its_limit_by_many_publications() {
+    let w = common::World::new();
+    // About 129 KiB per tool: two schemas of nearly 64 KiB.
+    let big = |id: String| {
+        let mut doc = read_tool();
+        doc["id"] = json!(id);
+        doc["inputSchema"]["description"] = json!("i".repeat(MAX_SCHEMA_BYTES - 1024));
+        doc["outputSchema"]["description"] = json!("o".repeat(MAX_SCHEMA_BYTES - 1024));
+        Transition::from_value(doc).unwrap()
+    };
+    let publish = |ids: std::ops::Range<usize>| {
+        registry::publish(
+            &w.store,
+            registry::DEFAULT_REGISTRY,
+            ids.map(|i| big(format!("big-{i}"))).collect(),
+            "test",
+        )
+    };
+    for batch in 0..6 {
+        publish(batch * 10..batch * 10 + 10).unwrap();
+    }
+    let before = w
+        .store
+        .read(|r| registry::head(r, registry::DEFAULT_REGISTRY))
+        .unwrap();
+    let err = publish(60..70).unwrap_err().to_string();
+    assert!(
+        err.starts_with("registry \"tools\" would be ")
+            && err.ends_with(&format!(
+                " bytes with this publication; the limit is {MAX_REGISTRY_BYTES}"
+            )),
+        "{err}"
+    );
+    let after = w
+        .store
+        .read(|r| registry::head(r, registry::DEFAULT_REGISTRY))
+        .unwrap();
+    assert_eq!(after, before, "a refused publication changes nothing");
+    // Replacing a tool that is there, by id, is still allowed at the limit.
+    let mut small = read_tool();
+    small["id"] = json!("big-0");
+    let replaced = registry::publish(
+        &w.store,
+        registry::DEFAULT_REGISTRY,
+        vec![Transition::from_value(small).unwrap()],
+        "test",
+    )
+    .unwrap();
+    assert!(replaced.changed);
 }

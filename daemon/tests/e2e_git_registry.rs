@@ -582,3 +582,44 @@ fn worldd_publish_from_the_terminal() {
         "{err}"
     );
 }
+
+/// An agent holding a publish grant keeps adding tools: the merged registry, which every
+/// session's `tools/list` carries, stops at 8 MiB with a refusal, and nothing is published.
+#[test]
+fn a_registry_grown_past_8_mib_is_refused_and_publishes_nothing() {
+    let d = Daemon::start(
+        PLUGINS,
+        &[
+            "--plugin-config",
+            &format!("git.author={AUTHOR}"),
+            "--plugin-config",
+            "registry.maxBundleBytes=16777216",
+        ],
+    );
+    let token = d.session(
+        "ep1",
+        &["Registry.Publish=worktree:10", "Workspace.Read=worktree:10"],
+    );
+    let before = mcp_tools(&d, &token);
+    // 72 tools of about 120 KB each (two schemas near their 64 KiB limit): 8.7 MB.
+    let tools: Vec<Value> = (0..72)
+        .map(|i| {
+            let mut t = docs_read(&format!("big-{i}"), "docs/**");
+            t["inputSchema"]["description"] = json!("i".repeat(60_000));
+            t["outputSchema"]["description"] = json!("o".repeat(60_000));
+            t
+        })
+        .collect();
+    let bundle = json!({"transitions": tools}).to_string();
+    std::fs::write(d.root().join("ep1").join("big.json"), &bundle).unwrap();
+    let out = mcp_call(&d, &token, "registry-publish", json!({"path": "big.json"}));
+    let refused = out["refused"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{out:.300}"));
+    assert!(
+        refused.starts_with("registry \"tools\" would be ")
+            && refused.ends_with(" bytes with this publication; the limit is 8388608"),
+        "{refused}"
+    );
+    assert_eq!(mcp_tools(&d, &token), before, "nothing was published");
+}

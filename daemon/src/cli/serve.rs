@@ -575,7 +575,11 @@ fn publisher(store: Store, served: Arc<OnceLock<BTreeSet<String>>>) -> plugins::
             transitions,
             "worldd:registry-publish",
         )
-        .map_err(|e| format!("publishing failed: {e}"))?;
+        .map_err(|e| match e {
+            // The bundle is what is too large: a refusal the agent reads, like the validator's.
+            registry::RegistryError::TooLarge { .. } => e.to_string(),
+            other => format!("publishing failed: {other}"),
+        })?;
         Ok(serde_json::json!({
             "registry": published.reference,
             "revision": published.revision,
