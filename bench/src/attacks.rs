@@ -25,7 +25,11 @@ use crate::stats::Summary;
 pub struct AttackRow {
     pub name: &'static str,
     pub legit: Summary,
+    /// `VmHWM`: everything resident, the pages of the store's map that were touched included.
     pub peak_rss_kib: Option<u64>,
+    /// The most `RssAnon` seen (sampled every 25 ms): the daemon's own memory, without the
+    /// store's file pages, which the kernel can drop.
+    pub peak_anon_kib: u64,
     pub peak_fds: u64,
     /// What the attackers saw, in words.
     pub note: String,
@@ -63,7 +67,7 @@ impl Attack {
     }
 }
 
-const NAMES: [&str; 11] = [
+const NAMES: [&str; 12] = [
     "none (baseline)",
     "held 4 MiB bodies x300, no credentials",
     "held 4 MiB bodies x300, with credentials",
@@ -75,6 +79,7 @@ const NAMES: [&str; 11] = [
     "1 MiB arguments x16 episodes",
     "slow readers: a 1 MiB object x400 connections (8 sessions), unread",
     "4,000 request heads held just under the 16 KiB head limit",
+    "1 MB writes from 32 episodes, 9 in flight each",
 ];
 
 /// Run the attacks numbered in `only` (every one when empty); `measure` is how long the
@@ -119,9 +124,9 @@ pub fn run_all(
             Duration::from_millis(500)
         });
         d.reset_peak_rss();
-        let fds = FdSampler::start(d.pid());
+        let sampler = ProcSampler::start(d.pid());
         let legit_summary = legit_calls(&d.addr, &legit, measure);
-        let peak_fds = fds.finish();
+        let (peak_fds, peak_anon_kib) = sampler.finish();
         let peak_rss_kib = d.peak_rss_kib();
         let c = attack.finish();
         let note = match i {
@@ -132,6 +137,10 @@ pub fn run_all(
             ),
             3 => format!("{} batches refused whole, {} other answers", c[0], c[1]),
             4 | 10 => format!("{} connections opened, {} closed by the daemon", c[0], c[1]),
+            11 => format!(
+                "{} written, {} refused busy (503: the body budget), {} connections closed while sending, {} other answers",
+                c[0], c[1], c[2], c[3]
+            ),
             5 => format!("{} refused 403, {} other answers", c[0], c[1]),
             6 => format!(
                 "{} ran, {} refused at once (episode busy), {} other",
@@ -151,6 +160,7 @@ pub fn run_all(
             name,
             legit: legit_summary,
             peak_rss_kib,
+            peak_anon_kib,
             peak_fds,
             note,
         });
@@ -395,6 +405,52 @@ fn start(i: usize, a: &mut Attack, d: &Daemon, legit: &Client, attackers: &[Clie
                 });
             }
         }
+        11 => {
+            // Agents writing large files at once: 32 episodes with 9 calls in flight each,
+            // every call 1 MB of new content. Bodies past the body budget are refused; the
+            // row measures what the calls that run hold.
+            let Ok(writers) = d.mint("writer", 32, 16) else {
+                return;
+            };
+            for w in writers {
+                for k in 0..9 {
+                    let (addr, token) = (addr.clone(), w.token.clone());
+                    a.spawn(move |stop, c| {
+                        let agent = agent();
+                        // One body per thread, its first 12 content bytes a counter, so that
+                        // every write is new content without the attacker spending its CPU
+                        // on building megabytes.
+                        let content = format!("{:012}{}", 0, "w".repeat(1_000_000 - 12));
+                        let mut body = mcp_call(
+                            "ailang-write",
+                            json!({"path": format!("w{k}.txt"), "content": content}),
+                        );
+                        let Some(at) = body.find("\"content\":\"").map(|i| i + 11) else {
+                            return;
+                        };
+                        let mut n = 0u64;
+                        while !stop.load(Ordering::Relaxed) {
+                            n += 1;
+                            body.replace_range(at..at + 12, &format!("{n:012}"));
+                            match post(&agent, &addr, &token, &body) {
+                                Ok(b) if b.contains("\"ok\":true") => {
+                                    c[0].fetch_add(1, Ordering::Relaxed)
+                                }
+                                Err(e) if e.starts_with("HTTP 503") => {
+                                    c[1].fetch_add(1, Ordering::Relaxed)
+                                }
+                                Err(e) if e.starts_with("HTTP ") => {
+                                    c[3].fetch_add(1, Ordering::Relaxed)
+                                }
+                                Ok(_) => c[3].fetch_add(1, Ordering::Relaxed),
+                                // The daemon refused before reading the body, and closed.
+                                Err(_) => c[2].fetch_add(1, Ordering::Relaxed),
+                            };
+                        }
+                    });
+                }
+            }
+        }
         9 => {
             // Eight sessions each store (or share) a 1 MiB object, the input of a refused call,
             // then ask for it on 50 connections each and never read the answers past their
@@ -559,42 +615,60 @@ fn legit_calls(addr: &str, legit: &Client, measure: Duration) -> Summary {
 }
 
 /// Samples the number of open descriptors of a process every 25 ms; the peak.
-struct FdSampler {
+/// Samples a process's open descriptors and anonymous memory every 25 ms; keeps the peaks.
+struct ProcSampler {
     stop: Arc<AtomicBool>,
-    thread: JoinHandle<u64>,
+    thread: JoinHandle<(u64, u64)>,
 }
 
-impl FdSampler {
-    fn start(pid: u32) -> FdSampler {
+impl ProcSampler {
+    fn start(pid: u32) -> ProcSampler {
         let stop = Arc::new(AtomicBool::new(false));
         let flag = stop.clone();
         let thread = std::thread::spawn(move || {
-            let mut peak = 0;
+            let (mut fds, mut anon) = (0, 0);
             while !flag.load(Ordering::Relaxed) {
                 if let Ok(dir) = std::fs::read_dir(format!("/proc/{pid}/fd")) {
-                    peak = peak.max(dir.count() as u64);
+                    fds = fds.max(dir.count() as u64);
+                }
+                if let Some(kib) = rss_anon_kib(pid) {
+                    anon = anon.max(kib);
                 }
                 std::thread::sleep(Duration::from_millis(25));
             }
-            peak
+            (fds, anon)
         });
-        FdSampler { stop, thread }
+        ProcSampler { stop, thread }
     }
 
-    fn finish(self) -> u64 {
+    /// The peak descriptors and the peak `RssAnon` in KiB.
+    fn finish(self) -> (u64, u64) {
         self.stop.store(true, Ordering::Relaxed);
-        self.thread.join().unwrap_or(0)
+        self.thread.join().unwrap_or((0, 0))
     }
+}
+
+/// `RssAnon` of `/proc/PID/status`, in KiB.
+fn rss_anon_kib(pid: u32) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("RssAnon:"))?
+        .trim()
+        .trim_end_matches("kB")
+        .trim()
+        .parse()
+        .ok()
 }
 
 /// The printed table.
 pub fn table(rows: &[AttackRow]) -> String {
     let mut out = String::from(
-        "| attack | legit ok | legit refused | legit errors | p50 ms | p99 ms | peak RSS MiB | peak fds | attackers saw |\n|---|---:|---:|---:|---:|---:|---:|---:|---|\n",
+        "| attack | legit ok | legit refused | legit errors | p50 ms | p99 ms | peak RSS MiB | peak anon MiB | peak fds | attackers saw |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---|\n",
     );
     for r in rows {
         out.push_str(&format!(
-            "| {} | {} | {} | {} | {:.2} | {:.2} | {} | {} | {} |\n",
+            "| {} | {} | {} | {} | {:.2} | {:.2} | {} | {:.1} | {} | {} |\n",
             r.name,
             r.legit.ok,
             r.legit.rejected,
@@ -604,6 +678,7 @@ pub fn table(rows: &[AttackRow]) -> String {
             r.peak_rss_kib
                 .map(|k| format!("{:.1}", k as f64 / 1024.0))
                 .unwrap_or_else(|| "?".into()),
+            r.peak_anon_kib as f64 / 1024.0,
             r.peak_fds,
             r.note
         ));
@@ -620,6 +695,7 @@ pub fn to_json(rows: &[AttackRow]) -> Value {
                     "attack": r.name, "legit_ok": r.legit.ok, "legit_refused": r.legit.rejected,
                     "legit_errors": r.legit.errors, "p50_ms": r.legit.p50_ns as f64 / 1e6,
                     "p99_ms": r.legit.p99_ns as f64 / 1e6, "peak_rss_kib": r.peak_rss_kib,
+                    "peak_anon_kib": r.peak_anon_kib,
                     "peak_fds": r.peak_fds, "attackers": r.note,
                 })
             })

@@ -45,7 +45,11 @@ pub struct ServerConfig {
     /// A request body must arrive within this long of its head (`body_timeout_ms`).
     pub body_timeout: Duration,
     /// Bytes of request bodies that may be held at once, across connections
-    /// (`body_budget_bytes`).
+    /// (`body_budget_bytes`). A call holds several parsed copies of its body while it runs
+    /// (arguments, the canonical input, the effect request, the plugin's copy), so the
+    /// memory this bounds is several times the budget: with 1 MB writes from 32 episodes the
+    /// daemon's anonymous memory peaked at 318 MiB under a 64 MiB budget and 141 MiB under
+    /// the default 16 MiB, with the same number of writes done.
     pub body_budget_bytes: usize,
     /// A client that keeps the daemon waiting to send it an answer must take 64 KiB (or what
     /// is left) in every this long of waiting (`send_timeout_ms`).
@@ -85,7 +89,7 @@ impl Default for ServerConfig {
             max_connections: DEFAULT_MAX_CONNECTIONS,
             header_timeout: Duration::from_secs(10),
             body_timeout: Duration::from_secs(10),
-            body_budget_bytes: 64 * 1024 * 1024,
+            body_budget_bytes: 16 * 1024 * 1024,
             send_timeout: Duration::from_secs(10),
             send_buffer_bytes: 256 * 1024,
             reply_budget_bytes: 64 * 1024 * 1024,
