@@ -812,7 +812,7 @@ fn accept_failing_for_lack_of_descriptors_backs_off_and_recovers() {
     };
     let (ticks, started) = (cpu(pid), std::time::Instant::now());
     // The kernel completes these handshakes; the daemon cannot take them.
-    let waiting: Vec<TcpStream> = (0..3).map(|_| connect(&d)).collect();
+    let waiting: Vec<TcpStream> = (0..8).map(|_| connect(&d)).collect();
     std::thread::sleep(Duration::from_millis(1000));
     let spent = cpu(pid) - ticks;
     // A loop retrying accept without a pause would burn the whole second (100 ticks).
