@@ -1086,7 +1086,20 @@ impl Coordinator {
     /// reserve or when a declared effect has no handler (R8).
     fn open(&self, call: Call, hold: impl Send + 'static) -> Result<Opened, CallError> {
         let prepared = self.prepare(call)?;
-        let flight = self.claim_in_flight(&prepared.invocation_id)?;
+        let flight = match self.claim_in_flight(&prepared.invocation_id) {
+            Ok(flight) => flight,
+            // The earlier attempt still holds its mark, but its outcome may already be
+            // durable (a late handler's is journaled just before the mark is released): what
+            // the store says wins once the attempt is resolved.
+            Err(CallError::TaskIdReused) => {
+                return match self.previous_attempt(&prepared) {
+                    Ok(Some(done)) => Ok(Opened::Replayed(done)),
+                    Err(e @ CallError::EffectsUnrecorded { .. }) => Err(e),
+                    _ => Err(CallError::TaskIdReused),
+                }
+            }
+            Err(e) => return Err(e),
+        };
         let turn = self.episodes.enter(&prepared.call.session.episode);
         let busy = Busy(Box::new((flight, turn, hold)));
         if let Some(done) = self.previous_attempt(&prepared)? {

@@ -151,3 +151,30 @@ fn a_handler_past_its_deadline_holds_its_turn_until_it_returns_and_then_frees_it
         thread::sleep(Duration::from_millis(10));
     }
 }
+
+/// A late handler's outcome is journaled just before its call releases its task id's claim.
+/// A resend in between must get what the store says, not "still running": here the claim is
+/// held by hand over a call already committed.
+#[test]
+fn a_resend_gets_the_durable_outcome_even_while_the_claim_is_still_held() {
+    let (_dir, c) = coordinator(HANDLER_DEADLINE, Duration::ZERO);
+    let session = session_of(&c, "ep");
+    let first = c.invoke(&read_call(&session, "t1", "a.ail")).unwrap();
+    c.in_flight.lock().unwrap().insert("mcp:ep:t1".to_owned());
+    let again = c.invoke(&read_call(&session, "t1", "a.ail")).unwrap();
+    assert!(again.replayed);
+    assert_eq!(again.output, first.output);
+    // Other arguments under the same key are still refused, and a key whose call has not
+    // resolved is still running.
+    assert!(matches!(
+        c.invoke(&read_call(&session, "t1", "b.ail")),
+        Err(CallError::TaskIdReused)
+    ));
+    c.in_flight.lock().unwrap().insert("mcp:ep:t2".to_owned());
+    assert!(matches!(
+        c.invoke(&read_call(&session, "t2", "a.ail")),
+        Err(CallError::TaskIdReused)
+    ));
+    c.in_flight.lock().unwrap().clear();
+    assert_eq!(held(&c), (vec![], vec![]));
+}
