@@ -32,13 +32,28 @@ fn connect(d: &Daemon) -> TcpStream {
 
 /// Read until the peer closes; true when it closed (EOF or reset) rather than timing out.
 fn closed_by_peer(s: &mut TcpStream) -> bool {
-    let mut buf = [0u8; 4096];
+    matches!(read_to_close(s).1, End::Eof | End::Reset)
+}
+
+/// How reading a connection ended.
+#[derive(Debug)]
+enum End {
+    Eof,
+    Reset,
+    /// Anything else: the read timeout, another error.
+    Failed(std::io::Error),
+}
+
+/// Everything the peer sends until the connection ends, and how it ended.
+fn read_to_close(s: &mut TcpStream) -> (Vec<u8>, End) {
+    let mut got = Vec::new();
+    let mut buf = [0u8; 8192];
     loop {
         match s.read(&mut buf) {
-            Ok(0) => return true,
-            Ok(_) => continue,
-            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => return true,
-            Err(_) => return false,
+            Ok(0) => return (got, End::Eof),
+            Ok(n) => got.extend_from_slice(&buf[..n]),
+            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => return (got, End::Reset),
+            Err(e) => return (got, End::Failed(e)),
         }
     }
 }
@@ -417,14 +432,7 @@ fn half_sent_request_heads_and_idle_connections_are_closed_at_the_header_deadlin
 /// What the peer sends until it closes (EOF or reset): a reset after the answer must not
 /// hide the answer.
 fn read_until_closed(s: &mut TcpStream) -> String {
-    let mut got = Vec::new();
-    let mut buf = [0u8; 4096];
-    loop {
-        match s.read(&mut buf) {
-            Ok(0) | Err(_) => return String::from_utf8_lossy(&got).into_owned(),
-            Ok(n) => got.extend_from_slice(&buf[..n]),
-        }
-    }
+    String::from_utf8_lossy(&read_to_close(s).0).into_owned()
 }
 
 /// A request head of `bytes` bytes in all (one padding header makes up the size).
@@ -540,15 +548,10 @@ fn a_client_that_stops_reading_its_answer_is_reset_at_the_send_deadline() {
 /// Read what is left: the bytes that arrived, and whether the connection then ended with a
 /// reset (rather than a close).
 fn drain(s: &mut TcpStream) -> (usize, bool) {
-    let mut got = 0usize;
-    let mut buf = [0u8; 8192];
-    loop {
-        match s.read(&mut buf) {
-            Ok(0) => return (got, false),
-            Ok(n) => got += n,
-            Err(e) if e.kind() == std::io::ErrorKind::ConnectionReset => return (got, true),
-            Err(e) => panic!("no reset and no end: {e} after {got} bytes"),
-        }
+    match read_to_close(s) {
+        (got, End::Eof) => (got.len(), false),
+        (got, End::Reset) => (got.len(), true),
+        (got, End::Failed(e)) => panic!("no reset and no end: {e} after {} bytes", got.len()),
     }
 }
 

@@ -12,8 +12,9 @@
 //! for it. Streams of unknown length (the log stream) are not counted: they are produced
 //! only as fast as their client reads.
 //!
-//! Each credential (the request's `Authorization` header as sent; requests without one share
-//! an anonymous share) may hold at most a quarter of the budget: one session reading nothing
+//! Each credential (the bearer token of the request's `Authorization` header, however the
+//! header spaces it; requests without one share an anonymous share) may hold at most a
+//! quarter of the budget: one session reading nothing
 //! cannot take the large answers of every other, and once its share is full its further
 //! requests are refused before they run ([`ReplyBudget::refuse_early`]), so it cannot make the
 //! daemon build answers only to throw them away.
@@ -31,13 +32,12 @@ use axum::body::{Body, Bytes, HttpBody};
 use axum::http::header::{AUTHORIZATION, RETRY_AFTER};
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
-use axum::Json;
 use hyper::body::{Frame, SizeHint};
-use serde_json::json;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::metrics::Metrics;
 use crate::quota::{Held, Quota};
+use crate::rest::ApiError;
 
 const KIB: usize = 1024;
 
@@ -158,11 +158,8 @@ impl ReplyBudget {
 }
 
 fn busy(message: &str) -> Response {
-    let mut r = (
-        StatusCode::SERVICE_UNAVAILABLE,
-        Json(json!({"error": {"class": "Unavailable", "message": message}})),
-    )
-        .into_response();
+    let mut r =
+        ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "Unavailable", message).into_response();
     r.headers_mut()
         .insert(RETRY_AFTER, HeaderValue::from_static("1"));
     r

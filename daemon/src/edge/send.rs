@@ -91,12 +91,19 @@ impl<S: ResetOnClose> SendDeadline<S> {
         Poll::Ready(Err(timed_out()))
     }
 
-    fn write_outcome(
+    /// One write through `write`, under the deadline.
+    fn write_with(
         &mut self,
         cx: &mut Context<'_>,
-        outcome: Poll<io::Result<usize>>,
-    ) -> Poll<io::Result<usize>> {
-        match outcome {
+        write: impl FnOnce(Pin<&mut S>, &mut Context<'_>) -> Poll<io::Result<usize>>,
+    ) -> Poll<io::Result<usize>>
+    where
+        S: Unpin,
+    {
+        if self.tripped {
+            return Poll::Ready(Err(timed_out()));
+        }
+        match write(Pin::new(&mut self.inner), cx) {
             Poll::Ready(Ok(n)) => {
                 self.took(n);
                 Poll::Ready(Ok(n))
@@ -139,12 +146,8 @@ impl<S: AsyncWrite + ResetOnClose + Unpin> AsyncWrite for SendDeadline<S> {
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
-        let this = self.get_mut();
-        if this.tripped {
-            return Poll::Ready(Err(timed_out()));
-        }
-        let outcome = Pin::new(&mut this.inner).poll_write(cx, buf);
-        this.write_outcome(cx, outcome)
+        self.get_mut()
+            .write_with(cx, |inner, cx| inner.poll_write(cx, buf))
     }
 
     fn poll_write_vectored(
@@ -152,12 +155,8 @@ impl<S: AsyncWrite + ResetOnClose + Unpin> AsyncWrite for SendDeadline<S> {
         cx: &mut Context<'_>,
         bufs: &[IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
-        let this = self.get_mut();
-        if this.tripped {
-            return Poll::Ready(Err(timed_out()));
-        }
-        let outcome = Pin::new(&mut this.inner).poll_write_vectored(cx, bufs);
-        this.write_outcome(cx, outcome)
+        self.get_mut()
+            .write_with(cx, |inner, cx| inner.poll_write_vectored(cx, bufs))
     }
 
     fn is_write_vectored(&self) -> bool {
