@@ -115,10 +115,12 @@ async fn commit_checked(
         Err(CommitError::Log(LogError::HeadConflict { observed, selected })) => Err(Refusal::new(
             "head_conflict",
             ApiError {
-                status: StatusCode::CONFLICT,
-                class: "HeadConflict",
-                message: format!("conflict: observed {observed} selected {selected}"),
-                extra: Some((observed, selected)),
+                extra: Some((observed.clone(), selected.clone())),
+                ..ApiError::new(
+                    StatusCode::CONFLICT,
+                    "HeadConflict",
+                    format!("conflict: observed {observed} selected {selected}"),
+                )
             },
         )),
         Err(e @ (CommitError::ReservedWriter(_) | CommitError::ReservedInvocation(_))) => Err(

@@ -39,6 +39,9 @@ pub struct ApiError {
     pub class: &'static str,
     pub message: String,
     pub extra: Option<(String, String)>,
+    /// Sent as `Retry-After` (seconds): the refusal is momentary, and a client that comes
+    /// straight back costs the daemon another connection.
+    pub retry_after_secs: Option<u32>,
 }
 
 impl ApiError {
@@ -48,6 +51,15 @@ impl ApiError {
             class,
             message: message.into(),
             extra: None,
+            retry_after_secs: None,
+        }
+    }
+
+    /// 503 for a shared budget that is full now: `Retry-After: 1`.
+    pub fn busy(message: impl Into<String>) -> ApiError {
+        ApiError {
+            retry_after_secs: Some(1),
+            ..ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "Unavailable", message)
         }
     }
 
@@ -134,7 +146,12 @@ impl IntoResponse for ApiError {
             body["error"]["observedHead"] = json!(observed);
             body["error"]["selectedHead"] = json!(selected);
         }
-        (self.status, Json(body)).into_response()
+        let mut r = (self.status, Json(body)).into_response();
+        if let Some(secs) = self.retry_after_secs {
+            r.headers_mut()
+                .insert(axum::http::header::RETRY_AFTER, secs.into());
+        }
+        r
     }
 }
 

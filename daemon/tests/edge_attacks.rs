@@ -245,7 +245,22 @@ fn held_4mib_bodies_with_credentials_stay_within_the_body_budget() {
         a.text(),
         "too many request bodies in flight ([server] body_budget_bytes); retry shortly"
     );
-    assert!(trips(&d, "body_budget") >= 1);
+    assert_eq!(a.retry_after.as_deref(), Some("1"));
+    // `POST /v1/commit` shares the budget and refuses the same way, in the REST envelope (a
+    // body within its own 1 MiB limit).
+    let operator = d.operator_session("ops", &["World.Commit=log:5"]);
+    let commit = format!(
+        "POST /v1/commit HTTP/1.1\r\nHost: {}\r\nAuthorization: Bearer {operator}\r\nContent-Type: application/json\r\nContent-Length: 1048576\r\n\r\n",
+        d.addr
+    );
+    let a = raw_exchange(&d.addr, commit.as_bytes());
+    assert_eq!(a.status, 503);
+    assert_eq!(a.retry_after.as_deref(), Some("1"));
+    assert_eq!(
+        a.json(),
+        json!({"error": {"class": "Unavailable", "message": "too many request bodies in flight ([server] body_budget_bytes); retry shortly"}})
+    );
+    assert!(trips(&d, "body_budget") >= 2);
     let rss = rss_kib(d.child.id());
     assert!(rss < 256 * 1024, "daemon RSS {rss} KiB");
     drop(held);

@@ -228,7 +228,7 @@ pub fn rest_error(e: BodyError, limit: usize) -> crate::rest::ApiError {
             "request body not received in time ([server] body_timeout_ms)",
         ),
         BodyError::Unreadable => ApiError::bad_request("request body could not be read"),
-        BodyError::Busy => ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "Unavailable", BUSY_TEXT),
+        BodyError::Busy => ApiError::busy(BUSY_TEXT),
     }
 }
 

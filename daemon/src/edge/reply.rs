@@ -29,8 +29,8 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use axum::body::{Body, Bytes, HttpBody};
-use axum::http::header::{AUTHORIZATION, RETRY_AFTER};
-use axum::http::{HeaderMap, HeaderValue, StatusCode};
+use axum::http::header::AUTHORIZATION;
+use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use hyper::body::{Frame, SizeHint};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
@@ -158,11 +158,7 @@ impl ReplyBudget {
 }
 
 fn busy(message: &str) -> Response {
-    let mut r =
-        ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "Unavailable", message).into_response();
-    r.headers_mut()
-        .insert(RETRY_AFTER, HeaderValue::from_static("1"));
-    r
+    ApiError::busy(message).into_response()
 }
 
 /// A counted answer: handed out in [`CHUNK_BYTES`] frames; its share of the budget returns
@@ -204,6 +200,8 @@ impl HttpBody for Counted {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use axum::http::header::RETRY_AFTER;
+    use axum::http::HeaderValue;
 
     fn answer(bytes: usize) -> Response {
         (StatusCode::OK, "x".repeat(bytes)).into_response()

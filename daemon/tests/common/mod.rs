@@ -271,6 +271,8 @@ impl Drop for Daemon {
 pub struct Answer {
     pub status: u16,
     pub content_type: String,
+    /// The `Retry-After` header, when there was one.
+    pub retry_after: Option<String>,
     pub body: Vec<u8>,
 }
 
@@ -323,11 +325,13 @@ pub fn request(
     };
     let status = res.status();
     let content_type = res.header("content-type").unwrap_or("").to_owned();
+    let retry_after = res.header("retry-after").map(str::to_owned);
     let mut body = Vec::new();
     std::io::Read::read_to_end(&mut res.into_reader(), &mut body).unwrap();
     Answer {
         status,
         content_type,
+        retry_after,
         body,
     }
 }
@@ -428,17 +432,16 @@ pub fn raw_exchange(addr: &str, bytes: &[u8]) -> Answer {
                     .nth(1)
                     .and_then(|c| c.parse().ok())
                     .unwrap_or(0);
-                let content_type = head
-                    .lines()
-                    .find_map(|l| {
+                let header = |name: &str| {
+                    head.lines().find_map(|l| {
                         let (k, v) = l.split_once(':')?;
-                        k.eq_ignore_ascii_case("content-type")
-                            .then(|| v.trim().to_owned())
+                        k.eq_ignore_ascii_case(name).then(|| v.trim().to_owned())
                     })
-                    .unwrap_or_default();
+                };
                 return Answer {
                     status,
-                    content_type,
+                    content_type: header("content-type").unwrap_or_default(),
+                    retry_after: header("retry-after"),
                     body: buf[end + 4..end + 4 + length].to_vec(),
                 };
             }
