@@ -1782,6 +1782,19 @@ async fn every_outcome_is_a_result_with_its_classification() {
     assert_eq!(effect["status"], "denied");
     assert_eq!(effect["denial"], "denied:budget");
     assert_eq!(effect["budgetAfter"], json!(0));
+    // The operator's counters classify the calls as the agent's `_meta` did.
+    let (_, m) = h.get_text("/v1/metrics").await;
+    for (outcome, n) in [
+        ("refused", 1),
+        ("policy_refused", 1),
+        ("failed", 1),
+        ("ok", 1),
+        ("denied", 2),
+    ] {
+        let line =
+            format!("worldd_calls_total{{tool=\"ailang-read\",outcome=\"{outcome}\"}} {n}\n");
+        assert!(m.contains(&line), "{line:?} in {m}");
+    }
 }
 
 #[tokio::test]
