@@ -30,6 +30,8 @@ pub struct AttackRow {
     /// The most `RssAnon` seen (sampled every 25 ms): the daemon's own memory, without the
     /// store's file pages, which the kernel can drop.
     pub peak_anon_kib: u64,
+    /// `RssAnon` [`SETTLE`] after the attack stopped: what the daemon goes on holding.
+    pub anon_after_kib: Option<u64>,
     pub peak_fds: u64,
     /// What the attackers saw, in words.
     pub note: String,
@@ -66,6 +68,10 @@ impl Attack {
         [0, 1, 2, 3].map(|i| self.counters[i].load(Ordering::Relaxed))
     }
 }
+
+/// How long after an attack its daemon's memory is read again: past one look of the daemon's
+/// memory trim (`[server] memory_trim_ms`, 5 s by default).
+const SETTLE: Duration = Duration::from_secs(6);
 
 const NAMES: [&str; 12] = [
     "none (baseline)",
@@ -129,6 +135,8 @@ pub fn run_all(
         let (peak_fds, peak_anon_kib) = sampler.finish();
         let peak_rss_kib = d.peak_rss_kib();
         let c = attack.finish();
+        std::thread::sleep(SETTLE);
+        let anon_after_kib = rss_anon_kib(d.pid());
         let note = match i {
             0 => String::new(),
             1 | 2 => format!(
@@ -161,6 +169,7 @@ pub fn run_all(
             legit: legit_summary,
             peak_rss_kib,
             peak_anon_kib,
+            anon_after_kib,
             peak_fds,
             note,
         });
@@ -664,11 +673,11 @@ fn rss_anon_kib(pid: u32) -> Option<u64> {
 /// The printed table.
 pub fn table(rows: &[AttackRow]) -> String {
     let mut out = String::from(
-        "| attack | legit ok | legit refused | legit errors | p50 ms | p99 ms | peak RSS MiB | peak anon MiB | peak fds | attackers saw |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---|\n",
+        "| attack | legit ok | legit refused | legit errors | p50 ms | p99 ms | peak RSS MiB | peak anon MiB | anon MiB 6 s after | peak fds | attackers saw |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n",
     );
     for r in rows {
         out.push_str(&format!(
-            "| {} | {} | {} | {} | {:.2} | {:.2} | {} | {:.1} | {} | {} |\n",
+            "| {} | {} | {} | {} | {:.2} | {:.2} | {} | {:.1} | {} | {} | {} |\n",
             r.name,
             r.legit.ok,
             r.legit.rejected,
@@ -679,6 +688,9 @@ pub fn table(rows: &[AttackRow]) -> String {
                 .map(|k| format!("{:.1}", k as f64 / 1024.0))
                 .unwrap_or_else(|| "?".into()),
             r.peak_anon_kib as f64 / 1024.0,
+            r.anon_after_kib
+                .map(|k| format!("{:.1}", k as f64 / 1024.0))
+                .unwrap_or_else(|| "?".into()),
             r.peak_fds,
             r.note
         ));
@@ -695,7 +707,7 @@ pub fn to_json(rows: &[AttackRow]) -> Value {
                     "attack": r.name, "legit_ok": r.legit.ok, "legit_refused": r.legit.rejected,
                     "legit_errors": r.legit.errors, "p50_ms": r.legit.p50_ns as f64 / 1e6,
                     "p99_ms": r.legit.p99_ns as f64 / 1e6, "peak_rss_kib": r.peak_rss_kib,
-                    "peak_anon_kib": r.peak_anon_kib,
+                    "peak_anon_kib": r.peak_anon_kib, "anon_after_kib": r.anon_after_kib,
                     "peak_fds": r.peak_fds, "attackers": r.note,
                 })
             })

@@ -67,6 +67,7 @@ pub mod limits;
 pub mod log_stream;
 pub mod log_summary;
 pub mod mcp;
+pub mod memory;
 pub mod metrics;
 pub mod operator_commit;
 pub mod outcome;

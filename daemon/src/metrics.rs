@@ -57,6 +57,8 @@ struct Inner {
     connections_open: AtomicI64,
     body_bytes_held: AtomicI64,
     plugin_failures: AtomicU64,
+    memory_trims: AtomicU64,
+    memory_trimmed_bytes: AtomicU64,
     /// `POST /v1/commit` answers by result (`accepted` or the refusal's reason).
     commits: Mutex<BTreeMap<&'static str, u64>>,
 }
@@ -190,6 +192,15 @@ impl Metrics {
         self.inner.body_bytes_held.load(Ordering::Relaxed).max(0) as u64
     }
 
+    /// Free heap was handed back to the kernel ([`crate::memory`]): `bytes` less anonymous
+    /// memory after it.
+    pub fn memory_trimmed(&self, bytes: u64) {
+        self.inner.memory_trims.fetch_add(1, Ordering::Relaxed);
+        self.inner
+            .memory_trimmed_bytes
+            .fetch_add(bytes, Ordering::Relaxed);
+    }
+
     /// A connection was accepted (`+1`) or closed (`-1`).
     pub fn connections(&self, delta: i64) {
         self.inner
@@ -297,6 +308,22 @@ impl Metrics {
             out,
             "# HELP worldd_effect_failures_total Effects whose handler failed.\n# TYPE worldd_effect_failures_total counter\nworldd_effect_failures_total {}",
             self.inner.plugin_failures.load(Ordering::Relaxed)
+        );
+        if let Some(anon) = crate::memory::anonymous_bytes() {
+            let _ = writeln!(
+                out,
+                "# HELP worldd_memory_anonymous_bytes The daemon's anonymous resident memory (RssAnon).\n# TYPE worldd_memory_anonymous_bytes gauge\nworldd_memory_anonymous_bytes {anon}"
+            );
+        }
+        let _ = writeln!(
+            out,
+            "# HELP worldd_memory_trims_total Times free heap was handed back to the kernel after a burst ([server] memory_trim_ms).\n# TYPE worldd_memory_trims_total counter\nworldd_memory_trims_total {}",
+            self.inner.memory_trims.load(Ordering::Relaxed)
+        );
+        let _ = writeln!(
+            out,
+            "# HELP worldd_memory_trimmed_bytes_total Anonymous memory those trims gave back.\n# TYPE worldd_memory_trimmed_bytes_total counter\nworldd_memory_trimmed_bytes_total {}",
+            self.inner.memory_trimmed_bytes.load(Ordering::Relaxed)
         );
         out.push_str("# HELP worldd_commits_total POST /v1/commit answers: accepted, or refused by reason.\n# TYPE worldd_commits_total counter\n");
         if let Ok(commits) = self.inner.commits.lock() {

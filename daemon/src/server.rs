@@ -7,7 +7,7 @@ use axum::Router;
 use tokio::net::TcpListener;
 
 use crate::state::AppState;
-use crate::{a2a, edge, fallback, log_stream, mcp, rest, workbench};
+use crate::{a2a, edge, fallback, log_stream, mcp, memory, rest, workbench};
 
 /// The whole HTTP surface of the daemon, Host and Origin checked first on every route.
 pub fn router(state: AppState) -> Router {
@@ -45,7 +45,14 @@ pub async fn serve(listener: TcpListener, state: AppState) -> std::io::Result<()
         // Open log streams never end by themselves; end them so the drain can finish.
         streams.close();
     };
-    edge::listener::serve(listener, router(state), &config, metrics, shutdown).await
+    let trimmer = config
+        .memory_trim
+        .map(|every| tokio::spawn(memory::trim_after_bursts(every, metrics.clone())));
+    let served = edge::listener::serve(listener, router(state), &config, metrics, shutdown).await;
+    if let Some(t) = trimmer {
+        t.abort();
+    }
+    served
 }
 
 async fn shutdown_signal() {

@@ -960,3 +960,42 @@ fn rss_kib(pid: u32) -> u64 {
         .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
         .unwrap()
 }
+
+// ------------------------------------------------------------------------------------------
+// Memory a burst leaves behind.
+
+/// Many episodes writing megabyte files at once leave the allocator holding what their calls
+/// freed; once the burst is over (no body held) the daemon hands it back to the kernel.
+#[test]
+fn a_burst_of_megabyte_writes_leaves_no_freed_heap_held_once_it_is_over() {
+    let (d, _c) = start_with(WS, "[server]\nmemory_trim_ms = 200\n", &[]);
+    let tokens: Vec<String> = (0..16)
+        .map(|i| d.session(&format!("ep{i}"), &["Workspace.Write=worktree:1000"]))
+        .collect();
+    let trims_before = metric(&d, "worldd_memory_trims_total ");
+    let content = "z".repeat(1_000_000);
+    std::thread::scope(|s| {
+        for (i, token) in tokens.iter().enumerate() {
+            let (d, content) = (&d, &content);
+            s.spawn(move || {
+                for n in 0..4 {
+                    let args = json!({"path": format!("f{i}-{n}.ail"), "content": content});
+                    let v = call(d, token, "ailang-write", args);
+                    assert_eq!(v["result"]["structuredContent"]["ok"], true, "{v}");
+                }
+            });
+        }
+    });
+    let held_after_burst = metric(&d, "worldd_memory_anonymous_bytes ");
+    let trimmed = (0..100).find_map(|_| {
+        std::thread::sleep(Duration::from_millis(100));
+        let bytes = metric(&d, "worldd_memory_trimmed_bytes_total ");
+        (metric(&d, "worldd_memory_trims_total ") > trims_before && bytes >= 16 << 20)
+            .then_some(bytes)
+    });
+    let now = metric(&d, "worldd_memory_anonymous_bytes ");
+    assert!(
+        trimmed.is_some(),
+        "no trim gave back 16 MiB: {held_after_burst} bytes held after the burst, {now} now"
+    );
+}

@@ -67,6 +67,9 @@ pub struct ServerConfig {
     pub log_streams: usize,
     /// Log streams one agent episode may hold open at once (`log_streams_per_episode`).
     pub log_streams_per_episode: usize,
+    /// How often the daemon checks whether a burst left freed heap to hand back to the kernel
+    /// (`memory_trim_ms`; `0` turns it off): [`crate::memory`].
+    pub memory_trim: Option<Duration>,
 }
 
 /// Default largest request head. A connection may hold a head this large until the header
@@ -96,6 +99,7 @@ impl Default for ServerConfig {
             max_head_bytes: DEFAULT_MAX_HEAD_BYTES,
             log_streams: 32,
             log_streams_per_episode: 4,
+            memory_trim: Some(Duration::from_secs(5)),
         }
     }
 }
@@ -119,6 +123,7 @@ pub struct ServerSection {
     pub max_head_bytes: Option<usize>,
     pub log_streams: Option<usize>,
     pub log_streams_per_episode: Option<usize>,
+    pub memory_trim_ms: Option<u64>,
 }
 
 impl ServerSection {
@@ -143,6 +148,11 @@ impl ServerSection {
             log_streams_per_episode: self
                 .log_streams_per_episode
                 .unwrap_or(d.log_streams_per_episode),
+            memory_trim: match self.memory_trim_ms {
+                Some(0) => None,
+                Some(ms) => Some(Duration::from_millis(ms)),
+                None => d.memory_trim,
+            },
         };
         config.check()?;
         Ok(config)
@@ -179,6 +189,12 @@ impl ServerConfig {
             return Err(
                 "[server] log_streams and log_streams_per_episode must be at least 1".into(),
             );
+        }
+        if self
+            .memory_trim
+            .is_some_and(|t| t < Duration::from_millis(100))
+        {
+            return Err("[server] memory_trim_ms must be 0 (off) or at least 100".into());
         }
         for h in &self.allowed_hosts {
             host::check_host_entry(h).map_err(|e| format!("[server] allowed_hosts: {e}"))?;
@@ -260,5 +276,25 @@ mod tests {
                 "{bad}"
             );
         }
+    }
+
+    #[test]
+    fn the_memory_trim_key_sets_the_interval_zero_turns_it_off_and_too_often_is_refused() {
+        let every = |text: &str| {
+            toml::from_str::<ServerSection>(text)
+                .unwrap()
+                .resolve()
+                .map(|c| c.memory_trim)
+        };
+        assert_eq!(every(""), Ok(Some(Duration::from_secs(5))));
+        assert_eq!(
+            every("memory_trim_ms = 250"),
+            Ok(Some(Duration::from_millis(250)))
+        );
+        assert_eq!(every("memory_trim_ms = 0"), Ok(None));
+        assert_eq!(
+            every("memory_trim_ms = 99"),
+            Err("[server] memory_trim_ms must be 0 (off) or at least 100".to_owned())
+        );
     }
 }
