@@ -156,15 +156,17 @@ impl RegistryHandler {
                 metadata.len()
             )));
         }
-        let mut bytes = Vec::new();
-        if let Err(e) = file.take(limit + 1).read_to_end(&mut bytes) {
-            return Err(self.refuse(format!("publish {path}: read {path}: {}", errno_text(&e))));
-        }
-        if bytes.len() as u64 > limit {
-            return Err(self.refuse(format!(
-                "publish {path}: file grew past the limit of {limit} bytes while being read"
-            )));
-        }
+        let bytes = match read_at_most(file, limit) {
+            Ok(Some(bytes)) => bytes,
+            Ok(None) => {
+                return Err(self.refuse(format!(
+                    "publish {path}: file grew past the limit of {limit} bytes while being read"
+                )))
+            }
+            Err(e) => {
+                return Err(self.refuse(format!("publish {path}: read {path}: {}", errno_text(&e))))
+            }
+        };
         handler_kit::serde_json::from_slice(&bytes)
             .map_err(|e| self.refuse(format!("publish {path}: the file is not JSON: {e}")))
     }
@@ -257,9 +259,18 @@ impl EffectHandler for RegistryHandler {
     }
 }
 
+/// All of `file` if it holds at most `limit` bytes; `None` if it holds more (it grew after
+/// its size was checked). Never reads more than one byte past the limit.
+fn read_at_most(file: impl Read, limit: u64) -> io::Result<Option<Vec<u8>>> {
+    let mut bytes = Vec::new();
+    file.take(limit + 1).read_to_end(&mut bytes)?;
+    Ok((bytes.len() as u64 <= limit).then_some(bytes))
+}
+
 #[cfg(test)]
 mod tests {
-    use super::escapes;
+    use super::{escapes, read_at_most};
+    use std::io::Read;
 
     #[test]
     fn lexical_escapes() {
@@ -269,5 +280,24 @@ mod tests {
         assert!(!escapes("a/../b"));
         assert!(!escapes("./a"));
         assert!(!escapes("..a"));
+    }
+
+    /// A file that grows between its size check and its read: whatever it grew to, at most
+    /// one byte past the limit is read and the publication is refused.
+    #[test]
+    fn a_file_that_grew_past_the_limit_while_being_read_is_not_taken() {
+        struct Counted<R>(R, usize);
+        impl<R: Read> Read for Counted<R> {
+            fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+                let n = self.0.read(buf)?;
+                self.1 += n;
+                Ok(n)
+            }
+        }
+        let mut endless = Counted(std::io::repeat(b'x'), 0);
+        assert_eq!(read_at_most(&mut endless, 64).unwrap(), None);
+        assert_eq!(endless.1, 65);
+        let exact = std::io::Cursor::new(vec![b'y'; 64]);
+        assert_eq!(read_at_most(exact, 64).unwrap(), Some(vec![b'y'; 64]));
     }
 }

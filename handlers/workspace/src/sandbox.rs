@@ -583,4 +583,71 @@ mod tests {
             Err(PathError::IsADirectory)
         ));
     }
+
+    /// The window between resolving a path and using it, opened deterministically: the tree
+    /// is changed by hand after `resolve` and before `read_target` / `write`.
+    #[test]
+    fn a_directory_swapped_for_a_symlink_after_the_check_is_changed_and_nothing_escapes() {
+        let tmp = tempfile::tempdir().unwrap();
+        let (root, outside) = (tmp.path().join("wt"), tmp.path().join("outside"));
+        std::fs::create_dir_all(root.join("d")).unwrap();
+        std::fs::create_dir_all(&outside).unwrap();
+        std::fs::write(root.join("d/f"), "inside").unwrap();
+        std::fs::write(outside.join("f"), "secret").unwrap();
+        let sandbox = Sandbox::open(&root).unwrap();
+        let rules = ReadRules {
+            limit: 1024,
+            hard_links: false,
+        };
+        let swap = || {
+            std::fs::rename(root.join("d"), root.join("d.old")).unwrap();
+            std::os::unix::fs::symlink(&outside, root.join("d")).unwrap();
+        };
+        let read = sandbox.resolve("d/f", false).unwrap();
+        let write = sandbox.resolve("d/f", true).unwrap();
+        swap();
+        assert!(matches!(
+            sandbox.read_target(&read, rules),
+            Err(PathError::Changed)
+        ));
+        assert!(matches!(
+            sandbox.write(&write, b"overwritten"),
+            Err(WriteError::Before(PathError::Changed))
+        ));
+        assert_eq!(
+            std::fs::read_to_string(outside.join("f")).unwrap(),
+            "secret"
+        );
+        // Resolved afresh, the path now leads outside and is refused as such.
+        assert!(matches!(sandbox.read("d/f", rules), Err(PathError::Escape)));
+    }
+
+    #[test]
+    fn a_tree_that_keeps_changing_is_given_up_after_three_attempts() {
+        let mut attempts = 0;
+        let r: Result<(), PathError> = retry(|| {
+            attempts += 1;
+            Err(PathError::Changed)
+        });
+        assert!(matches!(r, Err(PathError::Changed)));
+        assert_eq!(attempts, ATTEMPTS);
+        // A change that settles is retried to success; any other error ends at once.
+        let mut attempts = 0;
+        let r = retry(|| {
+            attempts += 1;
+            if attempts < ATTEMPTS {
+                Err(PathError::Changed)
+            } else {
+                Ok(attempts)
+            }
+        });
+        assert_eq!(r.unwrap(), ATTEMPTS);
+        let mut attempts = 0;
+        let r: Result<(), PathError> = retry(|| {
+            attempts += 1;
+            Err(PathError::NotAFile)
+        });
+        assert!(matches!(r, Err(PathError::NotAFile)));
+        assert_eq!(attempts, 1);
+    }
 }
