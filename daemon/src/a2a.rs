@@ -247,7 +247,7 @@ async fn a2a(
     let read = state.bodies().read(&headers, body, limit, read_by).await;
     let body = match read {
         Ok(b) => b,
-        Err(BodyError::Busy) => return rpc_error(&null, -32603, crate::edge::body::BUSY_TEXT),
+        Err(BodyError::Busy(busy)) => return rpc_error(&null, -32603, busy.text()),
         Err(BodyError::TooLarge) => {
             return rpc_error(
                 &null,

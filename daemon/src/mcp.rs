@@ -119,7 +119,7 @@ async fn serve_post(state: AppState, headers: HeaderMap, body: Body) -> Response
     let body = match read {
         Ok(b) => b,
         Err(BodyError::TooLarge) => return transport::body_too_large(limit),
-        Err(BodyError::Busy) => return transport::body_busy(),
+        Err(BodyError::Busy(busy)) => return transport::body_busy(busy.text()),
         Err(BodyError::TimedOut) => {
             tracing::warn!(episode = %session.episode, "mcp: request body not received in time");
             return transport::body_timed_out();

@@ -69,6 +69,19 @@ pub struct Held<K: Eq + Hash> {
     amount: usize,
 }
 
+impl<K: Eq + Hash> Held<K> {
+    /// How much this holding is.
+    pub fn amount(&self) -> usize {
+        self.amount
+    }
+
+    /// Make `more`, taken for the same key, part of this holding.
+    pub fn merge(&mut self, mut more: Held<K>) {
+        debug_assert!(self.key == more.key, "holdings of one key only");
+        self.amount += std::mem::take(&mut more.amount);
+    }
+}
+
 impl<K: Eq + Hash> Drop for Held<K> {
     fn drop(&mut self) {
         if let Ok(mut m) = self.held.lock() {
@@ -104,5 +117,15 @@ mod tests {
         assert_eq!(q.holders(), 0, "keys holding nothing are not kept");
         assert!(q.take(&"a", 11).is_none(), "more than the cap never fits");
         assert_eq!(q.holders(), 0, "a refused take keeps no key");
+    }
+
+    #[test]
+    fn merged_holdings_are_given_back_together() {
+        let q: Quota<&str> = Quota::new(10);
+        let mut a = q.take(&"a", 3).unwrap();
+        a.merge(q.take(&"a", 4).unwrap());
+        assert_eq!((a.amount(), q.held(&"a")), (7, 7));
+        drop(a);
+        assert_eq!(q.holders(), 0);
     }
 }

@@ -215,22 +215,26 @@ fn held_4mib_bodies_without_credentials_are_answered_without_reading_them() {
 #[test]
 fn held_4mib_bodies_with_credentials_stay_within_the_body_budget() {
     let (d, _c) = start_with(WS, "[server]\nbody_budget_bytes = 16777216\n", &[]);
-    let token = d.session("ep1", &["Workspace.Read=worktree:5"]);
-    let head = format!(
-        "POST /mcp/ HTTP/1.1\r\nHost: {}\r\nAuthorization: Bearer {token}\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nContent-Length: 4194304\r\n\r\n",
-        d.addr
-    );
-    // Four 4 MiB uploads fill the 16 MiB budget and are held open; the rest are refused at
-    // once, before a byte of their body is buffered.
+    let tokens: Vec<String> = (1..=5)
+        .map(|i| d.session(&format!("ep{i}"), &["Workspace.Read=worktree:5"]))
+        .collect();
+    let head = |token: &str| {
+        format!(
+            "POST /mcp/ HTTP/1.1\r\nHost: {}\r\nAuthorization: Bearer {token}\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nContent-Length: 4194304\r\n\r\n",
+            d.addr
+        )
+    };
+    // Four sessions' 4 MiB uploads fill the 16 MiB budget and are held open; the rest are
+    // refused at once, before a byte of their body is buffered.
     let mut held = Vec::new();
-    for _ in 0..4 {
+    for token in &tokens[..4] {
         let mut s = connect(&d);
-        s.write_all(head.as_bytes()).unwrap();
+        s.write_all(head(token).as_bytes()).unwrap();
         s.write_all(&vec![b' '; 1 << 20]).unwrap();
         held.push(s);
     }
     // Once the daemon has taken the four declared lengths (all of the budget but the first
-    // 16 KiB of each, which are never counted), a fifth is refused at once.
+    // 16 KiB of each, which are never counted), a fifth session is refused at once.
     let full = 4 * (4 * 1024 * 1024 - 16 * 1024);
     let taken = (0..1500).any(|_| {
         if metric(&d, "worldd_body_budget_bytes_held ") == full {
@@ -240,7 +244,7 @@ fn held_4mib_bodies_with_credentials_stay_within_the_body_budget() {
         false
     });
     assert!(taken, "the held uploads never took the budget");
-    let a = raw_exchange(&d.addr, head.as_bytes());
+    let a = raw_exchange(&d.addr, head(&tokens[4]).as_bytes());
     assert_eq!(
         a.text(),
         "too many request bodies in flight ([server] body_budget_bytes); retry shortly"
@@ -263,6 +267,51 @@ fn held_4mib_bodies_with_credentials_stay_within_the_body_budget() {
     assert!(trips(&d, "body_budget") >= 2);
     let rss = rss_kib(d.child.id());
     assert!(rss < 256 * 1024, "daemon RSS {rss} KiB");
+    drop(held);
+}
+
+/// One session holding large uploads open on many connections takes at most a quarter of the
+/// body budget: its further uploads are refused at once, and another session's large write
+/// still runs (before, four held uploads took the whole budget from everyone).
+#[test]
+fn one_session_holding_large_uploads_open_cannot_refuse_another_sessions_writes() {
+    let (d, _c) = start_with(WS, "", &[]);
+    let attacker = d.session("ep1", &["Workspace.Read=worktree:5"]);
+    let victim = d.session("ep2", &["Workspace.Write=worktree:5"]);
+    let head = format!(
+        "POST /mcp/ HTTP/1.1\r\nHost: {}\r\nAuthorization: Bearer {attacker}\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nContent-Length: 4194304\r\n\r\n",
+        d.addr
+    );
+    let mut held = connect(&d);
+    held.write_all(head.as_bytes()).unwrap();
+    held.write_all(&vec![b' '; 1 << 20]).unwrap();
+    let quarter = 4 * 1024 * 1024 - 16 * 1024;
+    let taken = (0..1500).any(|_| {
+        if metric(&d, "worldd_body_budget_bytes_held ") == quarter {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+        false
+    });
+    assert!(taken, "the held upload never took its share");
+    for _ in 0..3 {
+        let a = raw_exchange(&d.addr, head.as_bytes());
+        assert_eq!(a.status, 503);
+        assert_eq!(a.retry_after.as_deref(), Some("1"));
+        assert_eq!(
+            a.text(),
+            "too many request bodies from this credential in flight (a quarter of [server] body_budget_bytes); retry shortly"
+        );
+    }
+    assert_eq!(trips(&d, "body_share"), 3);
+    assert_eq!(trips(&d, "body_budget"), 0);
+    let v = call(
+        &d,
+        &victim,
+        "ailang-write",
+        json!({"path": "big.txt", "content": "z".repeat(1_000_000)}),
+    );
+    assert_eq!(v["result"]["structuredContent"]["ok"], true, "{v}");
     drop(held);
 }
 

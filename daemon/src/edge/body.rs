@@ -14,7 +14,10 @@
 //! would take the total past it is refused at once (503) instead of being buffered, so
 //! authenticated clients holding many large uploads open cannot exhaust memory either. The
 //! first [`UNCOUNTED_BYTES`] of each body are not counted, so that ordinary small calls are
-//! never refused while someone holds the budget with large uploads.
+//! never refused while someone holds the budget with large uploads. One credential (as the
+//! answer budget keys it, [`Client`]) holds at most a quarter of the budget, so that one
+//! session holding large uploads open cannot refuse every other session's; a single body
+//! larger than a quarter may take the whole quarter and the rest from the budget.
 
 use std::sync::Arc;
 
@@ -24,7 +27,9 @@ use axum::http::HeaderMap;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 
+use super::reply::Client;
 use crate::metrics::Metrics;
+use crate::quota::{Held, Quota};
 
 /// The unit of the body budget.
 const KIB: usize = 1024;
@@ -45,6 +50,8 @@ pub const LINGER_BYTES: usize = 64 * KIB;
 #[derive(Clone)]
 pub struct Bodies {
     budget: Arc<Semaphore>,
+    /// KiB each credential's bodies hold now, at most a quarter of the budget.
+    shares: Quota<Client>,
     metrics: Metrics,
 }
 
@@ -58,6 +65,8 @@ pub struct ReadBody {
 /// Part of the budget, counted in `worldd_body_budget_bytes_held` while it is held.
 struct Share {
     permit: OwnedSemaphorePermit,
+    /// The part of its credential's share this body holds (none once it was all taken).
+    quota: Option<Held<Client>>,
     metrics: Metrics,
 }
 
@@ -82,8 +91,28 @@ pub enum BodyError {
     TimedOut,
     /// The connection failed or the framing was broken.
     Unreadable,
-    /// The bodies in flight already fill the budget (`limit_trips_total{limit="body_budget"}`).
-    Busy,
+    /// The bodies in flight already fill the budget, or the credential's share of it.
+    Busy(Busy),
+}
+
+/// Which budget was full.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Busy {
+    /// All bodies in flight (`limit_trips_total{limit="body_budget"}`).
+    Budget,
+    /// This credential's bodies in flight: a quarter of the budget
+    /// (`limit_trips_total{limit="body_share"}`).
+    Share,
+}
+
+impl Busy {
+    /// What the client is told (503, with `Retry-After: 1` over HTTP).
+    pub fn text(self) -> &'static str {
+        match self {
+            Busy::Budget => BUSY_TEXT,
+            Busy::Share => SHARE_TEXT,
+        }
+    }
 }
 
 impl Bodies {
@@ -91,6 +120,7 @@ impl Bodies {
         let units = budget_bytes.div_ceil(KIB).clamp(1, Semaphore::MAX_PERMITS);
         Bodies {
             budget: Arc::new(Semaphore::new(units)),
+            shares: Quota::new((units / 4).max(1)),
             metrics,
         }
     }
@@ -111,30 +141,60 @@ impl Bodies {
         match &result {
             Err(BodyError::TooLarge) => self.metrics.limit_tripped("body_size"),
             Err(BodyError::TimedOut) => self.metrics.limit_tripped("body_timeout"),
-            Err(BodyError::Busy) => self.metrics.limit_tripped("body_budget"),
+            Err(BodyError::Busy(Busy::Budget)) => self.metrics.limit_tripped("body_budget"),
+            Err(BodyError::Busy(Busy::Share)) => self.metrics.limit_tripped("body_share"),
             _ => {}
         }
         result
     }
 
-    /// Take `bytes` more of the budget, now or never.
-    fn take(&self, held: &mut Option<Share>, bytes: usize) -> Result<(), BodyError> {
-        let units = u32::try_from(bytes.div_ceil(KIB)).map_err(|_| BodyError::Busy)?;
+    /// Take `bytes` more of `client`'s share and of the budget, now or never.
+    fn take(
+        &self,
+        held: &mut Option<Share>,
+        client: &Client,
+        bytes: usize,
+    ) -> Result<(), BodyError> {
+        let units = bytes.div_ceil(KIB);
         if units == 0 {
             return Ok(());
         }
+        // The share first. A body larger than a whole share takes all of it and the rest
+        // only from the budget.
+        let in_share = held
+            .as_ref()
+            .and_then(|h| h.quota.as_ref())
+            .map_or(0, Held::amount);
+        let from_share = units.min(self.shares.cap().saturating_sub(in_share));
+        let quota = match from_share {
+            0 => None,
+            n => Some(
+                self.shares
+                    .take(client, n)
+                    .ok_or(BodyError::Busy(Busy::Share))?,
+            ),
+        };
+        let permits = u32::try_from(units).map_err(|_| BodyError::Busy(Busy::Budget))?;
         let more = self
             .budget
             .clone()
-            .try_acquire_many_owned(units)
-            .map_err(|_| BodyError::Busy)?;
+            .try_acquire_many_owned(permits)
+            .map_err(|_| BodyError::Busy(Busy::Budget))?;
         self.metrics
             .body_bytes_held((more.num_permits() * KIB) as i64);
         match held {
-            Some(share) => share.permit.merge(more),
+            Some(share) => {
+                share.permit.merge(more);
+                match (&mut share.quota, quota) {
+                    (Some(q), Some(more)) => q.merge(more),
+                    (q @ None, more) => *q = more,
+                    (Some(_), None) => {}
+                }
+            }
             None => {
                 *held = Some(Share {
                     permit: more,
+                    quota,
                     metrics: self.metrics.clone(),
                 })
             }
@@ -156,9 +216,10 @@ impl Bodies {
             return Err(BodyError::TooLarge);
         }
         let mut held = None;
+        let client = Client::of(headers);
         // A declared length is taken from the budget whole, before anything is read.
         let declared = declared.unwrap_or(0) as usize;
-        self.take(&mut held, declared.saturating_sub(UNCOUNTED_BYTES))?;
+        self.take(&mut held, &client, declared.saturating_sub(UNCOUNTED_BYTES))?;
         let mut taken = UNCOUNTED_BYTES.max(declared.div_ceil(KIB) * KIB);
         let mut body = std::pin::pin!(body);
         let mut buf: Vec<u8> = Vec::with_capacity(declared);
@@ -173,7 +234,7 @@ impl Bodies {
                 }
                 if buf.len() + data.len() > taken {
                     let more = buf.len() + data.len() - taken;
-                    self.take(&mut held, more)?;
+                    self.take(&mut held, &client, more)?;
                     taken += more.div_ceil(KIB) * KIB;
                 }
                 buf.extend_from_slice(&data);
@@ -228,13 +289,17 @@ pub fn rest_error(e: BodyError, limit: usize) -> crate::rest::ApiError {
             "request body not received in time ([server] body_timeout_ms)",
         ),
         BodyError::Unreadable => ApiError::bad_request("request body could not be read"),
-        BodyError::Busy => ApiError::busy(BUSY_TEXT),
+        BodyError::Busy(busy) => ApiError::busy(busy.text()),
     }
 }
 
 /// Why a body was refused for the budget.
 pub const BUSY_TEXT: &str =
     "too many request bodies in flight ([server] body_budget_bytes); retry shortly";
+
+/// Why a body was refused for its credential's share of the budget.
+pub const SHARE_TEXT: &str =
+    "too many request bodies from this credential in flight (a quarter of [server] body_budget_bytes); retry shortly";
 
 /// A limit in words: `4 MiB` when it is a whole number of MiB, else `N bytes`.
 pub fn describe(limit: usize) -> String {
@@ -312,27 +377,42 @@ mod tests {
         assert_eq!(describe(1000), "1000 bytes");
     }
 
+    /// `headers` sent by the session whose credential is 64 × `c`.
+    fn from(c: char, mut headers: HeaderMap) -> HeaderMap {
+        let token = c.to_string().repeat(64);
+        headers.insert(
+            axum::http::header::AUTHORIZATION,
+            format!("Bearer {token}").parse().unwrap(),
+        );
+        headers
+    }
+
     #[tokio::test]
     async fn bodies_past_the_shared_budget_are_refused_at_once() {
         let b = bodies(8 * KIB);
         let far = Instant::now() + Duration::from_secs(60);
         let big = |n: usize| UNCOUNTED_BYTES + n * KIB;
         let body = |n: usize| Body::from(vec![b'x'; n]);
+        // Larger than a credential's share (2 KiB): all of the share, the rest of the budget.
         let first = b
-            .read(&length(big(6)), body(big(6)), 1 << 20, far)
+            .read(&from('a', length(big(6))), body(big(6)), 1 << 20, far)
             .await
             .unwrap();
         // Declared: refused before reading.
-        let r = b.read(&length(big(4)), body(big(4)), 1 << 20, far).await;
-        assert_eq!(r.err(), Some(BodyError::Busy));
+        let r = b
+            .read(&from('b', length(big(4))), body(big(4)), 1 << 20, far)
+            .await;
+        assert_eq!(r.err(), Some(BodyError::Busy(Busy::Budget)));
         // Undeclared: refused as it grows.
-        let r = b.read(&HeaderMap::new(), body(big(4)), 1 << 20, far).await;
-        assert_eq!(r.err(), Some(BodyError::Busy));
+        let r = b
+            .read(&from('c', HeaderMap::new()), body(big(4)), 1 << 20, far)
+            .await;
+        assert_eq!(r.err(), Some(BodyError::Busy(Busy::Budget)));
         assert_eq!(b.metrics.trips("body_budget"), 2);
         // Small bodies are never refused for the budget.
         let r = b
             .read(
-                &length(UNCOUNTED_BYTES),
+                &from('a', length(UNCOUNTED_BYTES)),
                 body(UNCOUNTED_BYTES),
                 1 << 20,
                 far,
@@ -340,7 +420,63 @@ mod tests {
             .await;
         assert_eq!(r.unwrap().bytes.len(), UNCOUNTED_BYTES);
         drop(first);
-        let r = b.read(&HeaderMap::new(), body(big(8)), 1 << 20, far).await;
+        let r = b
+            .read(&from('d', HeaderMap::new()), body(big(8)), 1 << 20, far)
+            .await;
         assert_eq!(r.unwrap().bytes.len(), big(8));
+        assert_eq!(b.metrics.trips("body_share"), 0);
+    }
+
+    #[tokio::test]
+    async fn one_credential_holds_at_most_a_quarter_of_the_budget() {
+        let b = bodies(64 * KIB);
+        let far = Instant::now() + Duration::from_secs(60);
+        let big = |n: usize| UNCOUNTED_BYTES + n * KIB;
+        let read = |c: char, declared: bool, n: usize| {
+            let headers = from(
+                c,
+                if declared {
+                    length(big(n))
+                } else {
+                    HeaderMap::new()
+                },
+            );
+            let b = b.clone();
+            async move {
+                b.read(&headers, Body::from(vec![b'x'; big(n)]), 1 << 20, far)
+                    .await
+            }
+        };
+        let a1 = read('a', true, 10).await.unwrap();
+        // A second body of the same credential would pass its 16 KiB share.
+        let r = read('a', true, 10).await;
+        assert_eq!(r.err(), Some(BodyError::Busy(Busy::Share)));
+        assert_eq!(b.metrics.trips("body_share"), 1);
+        // However its header spells the credential.
+        let mut respelled = length(big(10));
+        respelled.insert(
+            axum::http::header::AUTHORIZATION,
+            format!("Bearer\t  {}", "a".repeat(64)).parse().unwrap(),
+        );
+        let r = b
+            .read(&respelled, Body::from(vec![b'x'; big(10)]), 1 << 20, far)
+            .await;
+        assert_eq!(r.err(), Some(BodyError::Busy(Busy::Share)));
+        // Others are not refused for it, and the rest of its share is still its own.
+        let b1 = read('b', true, 10).await.unwrap();
+        let a2 = read('a', false, 6).await.unwrap();
+        // One body larger than a share takes all of it, and the rest from the budget.
+        let c1 = read('c', true, 30).await.unwrap();
+        assert_eq!(b.budget.available_permits(), 64 - 10 - 10 - 6 - 30);
+        let r = read('c', false, 1).await;
+        assert_eq!(r.err(), Some(BodyError::Busy(Busy::Share)));
+        assert_eq!(b.metrics.trips("body_share"), 3);
+        // Everything comes back when the bodies are dropped.
+        drop((a1, a2, b1, c1));
+        assert_eq!(b.budget.available_permits(), 64);
+        assert_eq!(b.shares.holders(), 0);
+        assert_eq!(b.metrics.body_bytes_in_flight(), 0);
+        let whole_share = read('a', false, 16).await.unwrap();
+        assert_eq!(whole_share.bytes.len(), big(16));
     }
 }

@@ -144,11 +144,8 @@ pub(super) fn body_too_large(limit: usize) -> Response {
 
 /// 503 while the body budget is full; `Retry-After: 1` asks a client not to come straight
 /// back (each refusal costs a connection: the body was never read).
-pub(super) fn body_busy() -> Response {
-    let mut r = text(
-        StatusCode::SERVICE_UNAVAILABLE,
-        crate::edge::body::BUSY_TEXT.to_owned(),
-    );
+pub(super) fn body_busy(why: &str) -> Response {
+    let mut r = text(StatusCode::SERVICE_UNAVAILABLE, why.to_owned());
     r.headers_mut().insert(
         axum::http::header::RETRY_AFTER,
         HeaderValue::from_static("1"),
@@ -250,7 +247,7 @@ mod tests {
 
     #[test]
     fn a_full_body_budget_asks_the_client_to_wait_a_second() {
-        let r = body_busy();
+        let r = body_busy(crate::edge::body::BUSY_TEXT);
         assert_eq!(r.status(), StatusCode::SERVICE_UNAVAILABLE);
         assert_eq!(r.headers()[axum::http::header::RETRY_AFTER], "1");
     }
