@@ -73,7 +73,7 @@ impl Attack {
 /// memory trim (`[server] memory_trim_ms`, 5 s by default).
 const SETTLE: Duration = Duration::from_secs(6);
 
-const NAMES: [&str; 12] = [
+const NAMES: [&str; 13] = [
     "none (baseline)",
     "held 4 MiB bodies x300, no credentials",
     "held 4 MiB bodies x300, with credentials",
@@ -86,6 +86,7 @@ const NAMES: [&str; 12] = [
     "slow readers: a 1 MiB object x400 connections (8 sessions), unread",
     "4,000 request heads held just under the 16 KiB head limit",
     "1 MB writes from 32 episodes, 9 in flight each",
+    "6,000 idle connections, past the 4,096 connection limit",
 ];
 
 /// Run the attacks numbered in `only` (every one when empty); `measure` is how long the
@@ -144,7 +145,7 @@ pub fn run_all(
                 c[0], c[1], c[2]
             ),
             3 => format!("{} batches refused whole, {} other answers", c[0], c[1]),
-            4 | 10 => format!("{} connections opened, {} closed by the daemon", c[0], c[1]),
+            4 | 10 | 12 => format!("{} connections opened, {} closed by the daemon", c[0], c[1]),
             11 => format!(
                 "{} written, {} refused busy (503: the body budget), {} connections closed while sending, {} other answers",
                 c[0], c[1], c[2], c[3]
@@ -311,10 +312,15 @@ fn start(i: usize, a: &mut Attack, d: &Daemon, legit: &Client, attackers: &[Clie
                 });
             }
         }
-        4 | 10 => {
+        4 | 10 | 12 => {
             // Row 4: 300 half-sent heads and 2,000 idle connections; row 10: 4,000 heads of
-            // 16,000 bytes (the default limit is 16 KiB), never finished.
-            let (threads, half_threads) = if i == 4 { (23usize, 3) } else { (40, 40) };
+            // 16,000 bytes (the default limit is 16 KiB), never finished; row 12: 6,000 idle
+            // connections, each reopened as soon as the daemon closes it.
+            let (threads, half_threads) = match i {
+                4 => (23usize, 3),
+                10 => (40, 40),
+                _ => (60, 0),
+            };
             let partial: Arc<Vec<u8>> = Arc::new(if i == 4 {
                 b"POST /mcp/ HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Ty".to_vec()
             } else {
@@ -623,7 +629,6 @@ fn legit_calls(addr: &str, legit: &Client, measure: Duration) -> Summary {
     )
 }
 
-/// Samples the number of open descriptors of a process every 25 ms; the peak.
 /// Samples a process's open descriptors and anonymous memory every 25 ms; keeps the peaks.
 struct ProcSampler {
     stop: Arc<AtomicBool>,

@@ -699,16 +699,71 @@ fn a_slow_reader_of_large_objects_fills_its_share_of_the_reply_budget_until_the_
     assert_eq!(trips(&d, "reply_budget"), 0);
 }
 
+/// Connections that send nothing, or half a request head, no longer lock other clients out
+/// by filling the connection limit: a new connection at the limit closes an idle one.
 #[test]
-fn connections_past_the_limit_are_closed_at_once() {
+fn idle_connections_at_the_limit_make_room_for_a_new_client() {
     let d = Daemon::start(WS, &["--max-connections", "8"]);
     let mut held: Vec<TcpStream> = (0..8).map(|_| connect(&d)).collect();
-    // The ninth is accepted and closed at once: not queued, not left hanging.
-    let mut ninth = connect(&d);
-    assert!(
-        closed_by_peer(&mut ninth),
-        "the ninth connection was kept open"
+    for s in &mut held[..4] {
+        write!(s, "GET /v1/health HTTP/1.1\r\nHost: {}\r\n", d.addr).unwrap();
+    }
+    for s in &mut held {
+        s.set_read_timeout(Some(Duration::from_millis(10))).unwrap();
+    }
+    // Once the daemon holds all eight, each new client closes one of them to be served.
+    let mut closed = 0;
+    for _ in 0..100 {
+        assert_eq!(get(&d.url("/v1/health"), None).status, 200);
+        held.retain_mut(|s| {
+            let open = !closed_by_peer(s);
+            closed += usize::from(!open);
+            open
+        });
+        if closed >= 1 {
+            break;
+        }
+    }
+    assert!(closed >= 1, "no idle connection was closed to make room");
+    assert!(trips(&d, "connections_idle") >= 1);
+    assert_eq!(trips(&d, "connections"), 0);
+}
+
+/// When every connection has a request in flight, a connection past the limit is accepted and
+/// closed at once: not queued, not left hanging.
+#[test]
+fn connections_past_the_limit_are_closed_at_once_when_none_is_idle() {
+    let (d, _c) = start_with(
+        WS,
+        "[server]\nbody_timeout_ms = 60000\n",
+        &["--max-connections", "8"],
     );
+    let token = d.session("ep1", &["Workspace.Read=worktree:5"]);
+    // Eight requests whose bodies never finish keep their connections busy. Each is in flight
+    // once the daemon asks for its body (`100 Continue`).
+    let mut held: Vec<TcpStream> = (0..8)
+        .map(|_| {
+            let mut s = connect(&d);
+            write!(
+                s,
+                "POST /mcp/ HTTP/1.1\r\nHost: {}\r\nAuthorization: Bearer {token}\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nExpect: 100-continue\r\nContent-Length: 100\r\n\r\n",
+                d.addr
+            )
+            .unwrap();
+            let mut continued = [0u8; 25];
+            s.read_exact(&mut continued).unwrap();
+            assert_eq!(&continued, b"HTTP/1.1 100 Continue\r\n\r\n");
+            s.write_all(b"{").unwrap();
+            s
+        })
+        .collect();
+    let refused = (0..500).any(|_| {
+        let mut s = connect(&d);
+        s.set_read_timeout(Some(Duration::from_millis(300)))
+            .unwrap();
+        closed_by_peer(&mut s)
+    });
+    assert!(refused, "the ninth connection was kept open");
     // Free one slot: service resumes.
     drop(held.pop());
     let ok = (0..500).any(|_| {
@@ -783,7 +838,7 @@ fn idle_connections_past_the_fd_limit_are_refused_not_queued() {
     assert!(ok, "no service after the attack; stderr: {stderr}");
     assert!(!stderr.contains("Too many open files"), "{stderr}");
     assert!(
-        stderr.contains("max_connections lowered from 4096 to 128"),
+        stderr.contains("max_connections lowered from 4096 to 96"),
         "{stderr}"
     );
 }

@@ -2,9 +2,10 @@
 //! connection with a header-read timeout, drained gracefully at shutdown.
 //!
 //! `axum::serve` exposes none of these bounds, so connections are served here with
-//! hyper-util's glue. Over the limit a connection is accepted and closed at once (never left
+//! hyper-util's glue. At the limit a new connection closes an idle one to make room
+//! ([`super::connections`]); when none is idle it is accepted and closed at once (never left
 //! in the kernel's backlog to pile up), so the daemon never runs out of file descriptors while
-//! attackers hold connections open; the limit is kept below the process's descriptor limit,
+//! attackers hold connections open. The limit is kept below the process's descriptor limit,
 //! whose soft value is raised to the hard one at start.
 
 use std::future::Future;
@@ -13,11 +14,10 @@ use std::time::Duration;
 
 use axum::Router;
 use hyper_util::rt::{TokioIo, TokioTimer};
-use hyper_util::server::graceful::GracefulShutdown;
 use tokio::net::TcpListener;
-use tokio::sync::Semaphore;
 use tower::ServiceExt;
 
+use super::connections::{Conn, Connections, Room, MAKING_ROOM};
 use super::reply::{Client, ReplyBudget};
 use super::send::SendDeadline;
 use super::{linger, ServerConfig};
@@ -70,7 +70,9 @@ pub fn raise_fd_limit() -> std::io::Result<u64> {
 
 /// The connection limit in force: the configured one, lowered to stay below `fd_limit`.
 pub fn connection_limit(configured: usize, fd_limit: u64) -> usize {
-    let room = fd_limit.saturating_sub(RESERVED_FDS).max(1);
+    let room = fd_limit
+        .saturating_sub(RESERVED_FDS + MAKING_ROOM as u64)
+        .max(1);
     configured.min(usize::try_from(room).unwrap_or(usize::MAX))
 }
 
@@ -82,33 +84,13 @@ pub async fn serve(
     metrics: Metrics,
     shutdown: impl Future<Output = ()>,
 ) -> std::io::Result<()> {
-    let slots = Arc::new(Semaphore::new(config.max_connections));
-    let graceful = GracefulShutdown::new();
+    let connections = Arc::new(Connections::new(config.max_connections));
     let mut http = hyper::server::conn::http1::Builder::new();
     http.timer(TokioTimer::new())
         .header_read_timeout(config.header_timeout)
         .max_buf_size(config.max_head_bytes)
         .keep_alive(true);
     let replies = ReplyBudget::new(config.reply_budget_bytes, metrics.clone());
-    // Each request's body is tracked, so that a small remainder the route did not read is
-    // drained before its answer goes out (`linger`); each answer is counted while it waits
-    // for its client (`reply`).
-    let service = hyper::service::service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
-        let (app, replies) = (app.clone(), replies.clone());
-        async move {
-            let client = Client::of(req.headers());
-            let (req, remainder) = linger::track(req);
-            let answer = match replies.refuse_early(&client) {
-                Some(refused) => refused,
-                None => match app.oneshot(req).await {
-                    Ok(answer) => answer,
-                    Err(never) => match never {},
-                },
-            };
-            remainder.drain().await;
-            Ok::<_, std::convert::Infallible>(replies.bound(&client, answer).await)
-        }
-    });
     let mut shutdown = std::pin::pin!(shutdown);
     let mut accept_errors = AcceptErrors::default();
     loop {
@@ -124,21 +106,65 @@ pub async fn serve(
             },
             () = &mut shutdown => break,
         };
-        let Ok(permit) = slots.clone().try_acquire_owned() else {
-            metrics.limit_tripped("connections");
-            drop(stream);
-            continue;
+        // A connection with a slot is registered at once, so that the next one at the limit
+        // can find it idle.
+        let room = match connections.room() {
+            Room::Full => {
+                metrics.limit_tripped("connections");
+                drop(stream);
+                continue;
+            }
+            Room::Made(waiting) => {
+                metrics.limit_tripped("connections_idle");
+                Err(waiting)
+            }
+            Room::Free(permit) => Ok((permit, connections.register())),
         };
         let _ = stream.set_nodelay(true);
         if config.send_buffer_bytes > 0 {
             set_send_buffer(&stream, config.send_buffer_bytes);
         }
         let stream = SendDeadline::new(stream, config.send_timeout, metrics.clone());
-        let conn = graceful.watch(http.serve_connection(TokioIo::new(stream), service.clone()));
-        let metrics = metrics.clone();
+        let (http, connections, metrics) = (http.clone(), connections.clone(), metrics.clone());
+        let (app, replies) = (app.clone(), replies.clone());
         tokio::spawn(async move {
+            let (_slot, registered) = match room {
+                Ok(placed) => placed,
+                Err(waiting) => match connections.slot(waiting).await {
+                    Some(permit) => (permit, connections.register()),
+                    None => {
+                        metrics.limit_tripped("connections");
+                        return;
+                    }
+                },
+            };
+            let service = service(app, replies, registered.conn.clone());
+            let conn = http.serve_connection(TokioIo::new(stream), service);
+            let mut conn = std::pin::pin!(conn);
+            let mut shutting_down = connections.shutting_down();
             metrics.connections(1);
-            if let Err(e) = conn.await {
+            let told = async {
+                tokio::select! {
+                    () = registered.conn.told_to_close() => {}
+                    _ = shutting_down.changed() => {}
+                }
+            };
+            // Told to close (to make room, or at shutdown): finish the request in flight, if
+            // any, and close. hyper would keep a connection that has not yet completed a
+            // request head waiting for one; nothing was ever answered on it, so it is
+            // dropped at once.
+            let ended = tokio::select! {
+                ended = conn.as_mut() => ended,
+                () = told => {
+                    if registered.conn.never_answered() {
+                        Ok(())
+                    } else {
+                        conn.as_mut().graceful_shutdown();
+                        conn.await
+                    }
+                }
+            };
+            if let Err(e) = ended {
                 if e.is_timeout() {
                     metrics.limit_tripped("header_timeout");
                 } else if e.is_parse_too_large() {
@@ -149,12 +175,44 @@ pub async fn serve(
                 }
             }
             metrics.connections(-1);
-            drop(permit);
         });
     }
     drop(listener);
-    graceful.shutdown().await;
+    connections.drain().await;
     Ok(())
+}
+
+/// One connection's service: each request's body is tracked, so that a small remainder the
+/// route did not read is drained before its answer goes out (`linger`); each answer is
+/// counted while it waits for its client (`reply`); the connection is busy from a request's
+/// head until its answer is sent (`connections`).
+fn service(
+    app: Router,
+    replies: ReplyBudget,
+    conn: Arc<Conn>,
+) -> impl hyper::service::Service<
+    hyper::Request<hyper::body::Incoming>,
+    Response = axum::response::Response,
+    Error = std::convert::Infallible,
+    Future = impl Future + Send,
+> + Clone {
+    hyper::service::service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
+        let (app, replies, in_request) = (app.clone(), replies.clone(), conn.request());
+        async move {
+            let client = Client::of(req.headers());
+            let (req, remainder) = linger::track(req);
+            let answer = match replies.refuse_early(&client) {
+                Some(refused) => refused,
+                None => match app.oneshot(req).await {
+                    Ok(answer) => answer,
+                    Err(never) => match never {},
+                },
+            };
+            remainder.drain().await;
+            let answer = replies.bound(&client, answer).await;
+            Ok::<_, std::convert::Infallible>(in_request.track(answer))
+        }
+    })
 }
 
 /// A fixed `SO_SNDBUF` (which also turns the kernel's autotuning of it off), so an answer a
@@ -197,7 +255,7 @@ mod tests {
 
     #[test]
     fn the_connection_limit_stays_below_the_descriptor_limit() {
-        assert_eq!(connection_limit(4096, 1024), 896);
+        assert_eq!(connection_limit(4096, 1024), 864);
         assert_eq!(connection_limit(100, 20_000), 100);
         assert_eq!(connection_limit(100, 10), 1);
     }

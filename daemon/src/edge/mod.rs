@@ -2,7 +2,7 @@
 //!
 //! | layer | what it bounds | where |
 //! |---|---|---|
-//! | connection limit | at most [`ServerConfig::max_connections`] open; excess connections are accepted and closed at once; a listen backlog of [`listener::LISTEN_BACKLOG`] queues bursts | [`listener`] |
+//! | connection limit | at most [`ServerConfig::max_connections`] open; at the limit a new connection closes an idle one (no request in flight), and when none is idle it is accepted and closed at once; a listen backlog of [`listener::LISTEN_BACKLOG`] queues bursts | [`listener`], [`connections`] |
 //! | file descriptors | the soft `RLIMIT_NOFILE` is raised to the hard limit at start, and the connection limit kept below it | [`listener`] |
 //! | request head | hyper's header-read timeout: a complete request head within [`ServerConfig::header_timeout`] of the connection being accepted or finishing its previous response (so it is also the idle keep-alive timeout); heads over [`ServerConfig::max_head_bytes`] are answered 431 | [`listener`] |
 //! | Host and Origin | loopback names and the operator's lists only, on every route, before anything else (403) | [`host`] |
@@ -19,6 +19,7 @@ use std::time::Duration;
 use serde::Deserialize;
 
 pub mod body;
+pub mod connections;
 pub mod host;
 pub mod linger;
 pub mod listener;

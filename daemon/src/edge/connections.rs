@@ -1,0 +1,365 @@
+//! The open connections: each one's slot under the connection limit, whether it has a request
+//! in flight, and closing an idle one to make room for a new client at the limit.
+//!
+//! A new connection at the limit used to be closed at once. Then anyone who opened
+//! `max_connections` sockets and sent nothing, or half a request head, locked every other
+//! client out, and kept them out by reconnecting each time the header deadline closed a
+//! socket. Now a new connection at the limit closes an idle connection instead (one with no
+//! request in flight): first one that never completed a request, oldest first, then the one
+//! idle longest. Only when every connection has a request in flight is the new one closed at
+//! once. A keep-alive connection closed this way costs its client a reconnect.
+//!
+//! The same registry drains the daemon at shutdown: every connection is told to finish the
+//! request it has in flight and close, and [`Connections::drain`] waits until all have.
+
+use std::collections::HashMap;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
+
+use axum::body::{Body, Bytes, HttpBody};
+use axum::response::Response;
+use hyper::body::{Frame, SizeHint};
+use tokio::sync::{watch, Notify, OwnedSemaphorePermit, Semaphore};
+
+/// How long a new connection that closed an idle one waits for its slot (the idle one closes
+/// as soon as it is told; a request that slipped in first has to finish).
+pub const MAKE_ROOM_WAIT: Duration = Duration::from_secs(1);
+
+/// New connections that may wait at once for an idle one to close. Each holds a descriptor
+/// beside the limit's, so the limit is kept this far below the descriptor limit too.
+pub const MAKING_ROOM: usize = 32;
+
+/// Every open connection, under the limit.
+pub struct Connections {
+    slots: Arc<Semaphore>,
+    /// Connections waiting for the slot of one they closed, at most [`MAKING_ROOM`].
+    making_room: Arc<Semaphore>,
+    open: Arc<Mutex<HashMap<u64, Arc<Conn>>>>,
+    next: AtomicU64,
+    shutdown: watch::Sender<()>,
+}
+
+/// Where a new connection stands.
+pub enum Room {
+    /// A free slot.
+    Free(OwnedSemaphorePermit),
+    /// The limit was reached and an idle connection was told to close: wait (at most
+    /// [`MAKE_ROOM_WAIT`]) for its slot with [`Connections::slot`].
+    Made(OwnedSemaphorePermit),
+    /// Every connection has a request in flight: close the new one at once.
+    Full,
+}
+
+/// One connection's state, shared between its task, its requests and the registry.
+pub struct Conn {
+    state: Mutex<State>,
+    close: Notify,
+}
+
+#[derive(Debug)]
+struct State {
+    in_request: bool,
+    /// A request of this connection was answered in full.
+    served: bool,
+    /// When the connection was opened or last finished a request.
+    idle_since: Instant,
+    /// Told to close to make room.
+    closing: bool,
+}
+
+impl Conn {
+    fn new() -> Conn {
+        Conn {
+            state: Mutex::new(State {
+                in_request: false,
+                served: false,
+                idle_since: Instant::now(),
+                closing: false,
+            }),
+            close: Notify::new(),
+        }
+    }
+
+    /// A request began; the connection is busy until the returned guard is dropped (keep it
+    /// with the answer's body, [`InRequest::track`]).
+    pub fn request(self: &Arc<Conn>) -> InRequest {
+        if let Ok(mut s) = self.state.lock() {
+            s.in_request = true;
+        }
+        InRequest(self.clone())
+    }
+
+    /// Resolves once the registry asks this connection to close.
+    pub async fn told_to_close(&self) {
+        self.close.notified().await;
+    }
+
+    /// No request was ever completed or begun on this connection (it may hold part of a
+    /// head): closing it loses no answer.
+    pub fn never_answered(&self) -> bool {
+        self.state.lock().is_ok_and(|s| !s.served && !s.in_request)
+    }
+
+    /// The order idle connections are closed in (smallest first), or `None` when this one
+    /// is busy or already closing.
+    fn eviction_order(&self) -> Option<(bool, Instant)> {
+        let s = self.state.lock().ok()?;
+        (!s.in_request && !s.closing).then_some((s.served, s.idle_since))
+    }
+}
+
+/// A request in flight on its connection.
+pub struct InRequest(Arc<Conn>);
+
+impl Drop for InRequest {
+    fn drop(&mut self) {
+        if let Ok(mut s) = self.0.state.lock() {
+            s.in_request = false;
+            s.served = true;
+            s.idle_since = Instant::now();
+        }
+    }
+}
+
+impl InRequest {
+    /// Keep the connection busy until `answer`'s body is sent (or dropped): a stream stays
+    /// in flight for as long as it runs.
+    pub fn track(self, answer: Response) -> Response {
+        answer.map(|body| {
+            Body::new(Tracked {
+                body,
+                _request: self,
+            })
+        })
+    }
+}
+
+/// A response body that holds its request's [`InRequest`].
+struct Tracked {
+    body: Body,
+    _request: InRequest,
+}
+
+impl HttpBody for Tracked {
+    type Data = Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
+        Pin::new(&mut self.body).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.body.size_hint()
+    }
+}
+
+/// A connection's place in the registry; it leaves the registry when this is dropped.
+pub struct Registered {
+    pub conn: Arc<Conn>,
+    id: u64,
+    open: Arc<Mutex<HashMap<u64, Arc<Conn>>>>,
+    /// Dropped with the connection, so [`Connections::drain`] knows when all are gone.
+    _shutdown: watch::Receiver<()>,
+}
+
+impl Drop for Registered {
+    fn drop(&mut self) {
+        if let Ok(mut open) = self.open.lock() {
+            open.remove(&self.id);
+        }
+    }
+}
+
+impl Connections {
+    pub fn new(limit: usize) -> Connections {
+        Connections {
+            slots: Arc::new(Semaphore::new(limit)),
+            making_room: Arc::new(Semaphore::new(MAKING_ROOM)),
+            open: Arc::default(),
+            next: AtomicU64::new(0),
+            shutdown: watch::channel(()).0,
+        }
+    }
+
+    /// A slot for a new connection, or room made for one by telling an idle connection to
+    /// close.
+    pub fn room(&self) -> Room {
+        if let Ok(permit) = self.slots.clone().try_acquire_owned() {
+            return Room::Free(permit);
+        }
+        let Ok(waiting) = self.making_room.clone().try_acquire_owned() else {
+            return Room::Full;
+        };
+        let Ok(open) = self.open.lock() else {
+            return Room::Full;
+        };
+        let victim = open
+            .values()
+            .filter_map(|c| c.eviction_order().map(|order| (order, c)))
+            .min_by_key(|(order, _)| *order)
+            .map(|(_, c)| c.clone());
+        drop(open);
+        match victim {
+            Some(c) => {
+                if let Ok(mut s) = c.state.lock() {
+                    s.closing = true;
+                }
+                c.close.notify_one();
+                Room::Made(waiting)
+            }
+            None => Room::Full,
+        }
+    }
+
+    /// The slot a connection that made room waits for (holding `_waiting`, its place among
+    /// those making room); `None` after [`MAKE_ROOM_WAIT`] or at shutdown.
+    pub async fn slot(&self, _waiting: OwnedSemaphorePermit) -> Option<OwnedSemaphorePermit> {
+        let mut shutdown = self.shutdown.subscribe();
+        tokio::select! {
+            permit = tokio::time::timeout(MAKE_ROOM_WAIT, self.slots.clone().acquire_owned()) => {
+                permit.ok()?.ok()
+            }
+            _ = shutdown.changed() => None,
+        }
+    }
+
+    /// Enter a connection that holds a slot.
+    pub fn register(&self) -> Registered {
+        let id = self.next.fetch_add(1, Ordering::Relaxed);
+        let conn = Arc::new(Conn::new());
+        if let Ok(mut open) = self.open.lock() {
+            open.insert(id, conn.clone());
+        }
+        Registered {
+            conn,
+            id,
+            open: self.open.clone(),
+            _shutdown: self.shutdown.subscribe(),
+        }
+    }
+
+    /// A receiver that changes when the daemon shuts down.
+    pub fn shutting_down(&self) -> watch::Receiver<()> {
+        self.shutdown.subscribe()
+    }
+
+    /// Tell every connection to finish what it has in flight and close, and wait until all
+    /// have.
+    pub async fn drain(&self) {
+        let _ = self.shutdown.send(());
+        self.shutdown.closed().await;
+    }
+
+    /// Connections open now.
+    #[cfg(test)]
+    fn open(&self) -> usize {
+        self.open.lock().map_or(0, |o| o.len())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn at_the_limit_a_new_connection_closes_the_idle_one_that_never_finished_a_request() {
+        let conns = Connections::new(3);
+        let mut held = Vec::new();
+        for _ in 0..3 {
+            let Room::Free(permit) = conns.room() else {
+                panic!("a free slot below the limit");
+            };
+            held.push((permit, conns.register()));
+        }
+        assert_eq!(conns.open(), 3);
+        // The first has been served and is idle; the second never sent a whole request; the
+        // third has one in flight.
+        drop(held[0].1.conn.request());
+        let busy = held[2].1.conn.request();
+        let Room::Made(waiting) = conns.room() else {
+            panic!("room made by closing an idle connection");
+        };
+        assert!(held[1].1.conn.state.lock().unwrap().closing);
+        tokio::time::timeout(Duration::from_secs(1), held[1].1.conn.told_to_close())
+            .await
+            .expect("the never-served connection is told to close");
+        // Next the one served and idle; then nothing is idle.
+        assert!(matches!(conns.room(), Room::Made(_)));
+        assert!(held[0].1.conn.state.lock().unwrap().closing);
+        assert!(matches!(conns.room(), Room::Full));
+        // A connection told to close gives its slot to the one waiting.
+        let (permit, registered) = held.remove(1);
+        drop((permit, registered));
+        assert!(conns.slot(waiting).await.is_some());
+        assert_eq!(conns.open(), 2);
+        drop(busy);
+    }
+
+    #[tokio::test]
+    async fn the_idle_connection_closed_is_the_one_idle_longest() {
+        let conns = Connections::new(2);
+        let a = (conns.room(), conns.register());
+        let b = (conns.room(), conns.register());
+        drop(a.1.conn.request());
+        std::thread::sleep(Duration::from_millis(5));
+        drop(b.1.conn.request());
+        assert!(matches!(conns.room(), Room::Made(_)));
+        assert!(a.1.conn.state.lock().unwrap().closing);
+        assert!(!b.1.conn.state.lock().unwrap().closing);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_connection_that_made_room_waits_a_second_at_most() {
+        let conns = Connections::new(1);
+        let _held = (conns.room(), conns.register());
+        let Room::Made(waiting) = conns.room() else {
+            panic!("room made");
+        };
+        let started = tokio::time::Instant::now();
+        assert!(conns.slot(waiting).await.is_none());
+        assert_eq!(started.elapsed(), MAKE_ROOM_WAIT);
+    }
+
+    #[tokio::test]
+    async fn at_most_32_new_connections_wait_for_room_at_once() {
+        let conns = Connections::new(64);
+        let held: Vec<_> = (0..64).map(|_| (conns.room(), conns.register())).collect();
+        let waiting: Vec<Room> = (0..MAKING_ROOM).map(|_| conns.room()).collect();
+        assert!(waiting.iter().all(|r| matches!(r, Room::Made(_))));
+        // Idle connections remain, but no more may wait.
+        assert!(matches!(conns.room(), Room::Full));
+        drop(waiting);
+        assert!(matches!(conns.room(), Room::Made(_)));
+        drop(held);
+    }
+
+    #[tokio::test]
+    async fn draining_waits_for_every_connection_to_close() {
+        let conns = Arc::new(Connections::new(4));
+        let registered = conns.register();
+        let mut shutting_down = conns.shutting_down();
+        let drain = tokio::spawn({
+            let conns = conns.clone();
+            async move { conns.drain().await }
+        });
+        shutting_down.changed().await.unwrap();
+        drop(shutting_down);
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        assert!(!drain.is_finished(), "a connection is still open");
+        drop(registered);
+        tokio::time::timeout(Duration::from_secs(5), drain)
+            .await
+            .expect("drained once the last connection closed")
+            .unwrap();
+    }
+}
