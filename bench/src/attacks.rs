@@ -147,7 +147,7 @@ pub fn run_all(
             3 => format!("{} batches refused whole, {} other answers", c[0], c[1]),
             4 | 10 | 12 => format!("{} connections opened, {} closed by the daemon", c[0], c[1]),
             11 => format!(
-                "{} written, {} refused busy (503: the body budget), {} connections closed while sending, {} other answers",
+                "{} written, {} refused busy (503: the body budget or its share), {} connections closed while sending, {} other answers",
                 c[0], c[1], c[2], c[3]
             ),
             5 => format!("{} refused 403, {} other answers", c[0], c[1]),
