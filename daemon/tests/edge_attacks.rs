@@ -58,6 +58,17 @@ fn read_to_close(s: &mut TcpStream) -> (Vec<u8>, End) {
     }
 }
 
+/// Whether `done` holds within `tries` looks, 20 ms apart.
+fn eventually(tries: usize, mut done: impl FnMut() -> bool) -> bool {
+    (0..tries).any(|_| {
+        if done() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+        false
+    })
+}
+
 /// One counter or gauge of `/v1/metrics` (0 when absent).
 fn metric(d: &Daemon, line_prefix: &str) -> u64 {
     let text = get(&d.url("/v1/metrics"), None).text();
@@ -236,12 +247,8 @@ fn held_4mib_bodies_with_credentials_stay_within_the_body_budget() {
     // Once the daemon has taken the four declared lengths (all of the budget but the first
     // 16 KiB of each, which are never counted), a fifth session is refused at once.
     let full = 4 * (4 * 1024 * 1024 - 16 * 1024);
-    let taken = (0..1500).any(|_| {
-        if metric(&d, "worldd_body_budget_bytes_held ") == full {
-            return true;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-        false
+    let taken = eventually(1500, || {
+        metric(&d, "worldd_body_budget_bytes_held ") == full
     });
     assert!(taken, "the held uploads never took the budget");
     let a = raw_exchange(&d.addr, head(&tokens[4]).as_bytes());
@@ -286,12 +293,8 @@ fn one_session_holding_large_uploads_open_cannot_refuse_another_sessions_writes(
     held.write_all(head.as_bytes()).unwrap();
     held.write_all(&vec![b' '; 1 << 20]).unwrap();
     let quarter = 4 * 1024 * 1024 - 16 * 1024;
-    let taken = (0..1500).any(|_| {
-        if metric(&d, "worldd_body_budget_bytes_held ") == quarter {
-            return true;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-        false
+    let taken = eventually(1500, || {
+        metric(&d, "worldd_body_budget_bytes_held ") == quarter
     });
     assert!(taken, "the held upload never took its share");
     for _ in 0..3 {
@@ -528,13 +531,7 @@ fn an_oversized_request_head_is_answered_431_and_its_connection_closed() {
         "the oversized head got {answer:.80}"
     );
     // Counted when the connection's task ends, which may be just after the client saw it close.
-    let counted = (0..500).any(|_| {
-        if trips(&d, "head_size") == 1 {
-            return true;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-        false
-    });
+    let counted = eventually(500, || trips(&d, "head_size") == 1);
     assert!(counted, "the oversized head was not counted");
     // The daemon goes on serving.
     assert_eq!(get(&d.url("/v1/health"), None).status, 200);
@@ -777,12 +774,8 @@ fn connections_past_the_limit_are_closed_at_once_when_none_is_idle() {
     assert!(ok, "service did not resume after a connection closed");
     drop(held);
     // The metrics request itself may be turned away until the daemon sees the closes.
-    let ok = (0..500).any(|_| {
-        if std::panic::catch_unwind(|| trips(&d, "connections")).is_ok_and(|n| n >= 1) {
-            return true;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-        false
+    let ok = eventually(500, || {
+        std::panic::catch_unwind(|| trips(&d, "connections")).is_ok_and(|n| n >= 1)
     });
     assert!(ok, "the refused connection was not counted");
 }
@@ -825,12 +818,8 @@ fn idle_connections_past_the_fd_limit_are_refused_not_queued() {
     // the attackers go.
     drop(conns);
     let url = format!("http://{addr}/v1/health");
-    let ok = (0..300).any(|_| {
-        if std::panic::catch_unwind(|| get(&url, None).status).is_ok_and(|s| s == 200) {
-            return true;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-        false
+    let ok = eventually(300, || {
+        std::panic::catch_unwind(|| get(&url, None).status).is_ok_and(|s| s == 200)
     });
     let _ = child.kill();
     let out = child.wait_with_output().unwrap();
@@ -945,14 +934,8 @@ fn accept_failing_for_lack_of_descriptors_backs_off_and_recovers() {
     );
     set_soft_fd_limit(pid, before);
     drop(waiting);
-    let ok = (0..300).any(|_| {
-        if std::panic::catch_unwind(|| get(&d.url("/v1/health"), None).status)
-            .is_ok_and(|s| s == 200)
-        {
-            return true;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-        false
+    let ok = eventually(300, || {
+        std::panic::catch_unwind(|| get(&d.url("/v1/health"), None).status).is_ok_and(|s| s == 200)
     });
     assert!(ok, "no service once descriptors were free again");
     assert!(trips(&d, "accept_error") >= 1);
