@@ -73,7 +73,7 @@ impl Attack {
 /// memory trim (`[server] memory_trim_ms`, 5 s by default).
 const SETTLE: Duration = Duration::from_secs(6);
 
-const NAMES: [&str; 13] = [
+const NAMES: [&str; 14] = [
     "none (baseline)",
     "held 4 MiB bodies x300, no credentials",
     "held 4 MiB bodies x300, with credentials",
@@ -87,6 +87,7 @@ const NAMES: [&str; 13] = [
     "4,000 request heads held just under the 16 KiB head limit",
     "1 MB writes from 32 episodes, 9 in flight each",
     "6,000 idle connections, past the 4,096 connection limit",
+    "5,000 connections whose refused small body never comes",
 ];
 
 /// Run the attacks numbered in `only` (every one when empty); `measure` is how long the
@@ -145,7 +146,7 @@ pub fn run_all(
                 c[0], c[1], c[2]
             ),
             3 => format!("{} batches refused whole, {} other answers", c[0], c[1]),
-            4 | 10 | 12 => format!("{} connections opened, {} closed by the daemon", c[0], c[1]),
+            4 | 10 | 12 | 13 => format!("{} connections opened, {} closed by the daemon", c[0], c[1]),
             11 => format!(
                 "{} written, {} refused busy (503: the body budget or its share), {} connections closed while sending, {} other answers",
                 c[0], c[1], c[2], c[3]
@@ -308,6 +309,47 @@ fn start(i: usize, a: &mut Attack, d: &Daemon, legit: &Client, attackers: &[Clie
                             }
                             _ => c[1].fetch_add(1, Ordering::Relaxed),
                         };
+                    }
+                });
+            }
+        }
+        13 => {
+            // No credential and a 30,000-byte body that never comes: each is refused (401),
+            // and the daemon waits up to 2 s for the small remainder so that an honest client
+            // could read its answer. Reopened as soon as it closes.
+            let head: Arc<Vec<u8>> = Arc::new(head(&addr, "/mcp/", None, 30_000).into_bytes());
+            for _ in 0..50 {
+                let (addr, head) = (addr.clone(), head.clone());
+                a.spawn(move |stop, c| {
+                    let mut conns: Vec<Option<TcpStream>> = (0..100).map(|_| None).collect();
+                    while !stop.load(Ordering::Relaxed) {
+                        for slot in conns.iter_mut() {
+                            match slot {
+                                None => {
+                                    if let Ok(mut s) = TcpStream::connect(&addr) {
+                                        let _ = s.set_nonblocking(true);
+                                        let _ = s.write_all(&head);
+                                        c[0].fetch_add(1, Ordering::Relaxed);
+                                        *slot = Some(s);
+                                    }
+                                }
+                                Some(s) => {
+                                    let mut buf = [0u8; 512];
+                                    match std::io::Read::read(s, &mut buf) {
+                                        Ok(0) => {
+                                            c[1].fetch_add(1, Ordering::Relaxed);
+                                            *slot = None;
+                                        }
+                                        Err(e) if e.kind() != std::io::ErrorKind::WouldBlock => {
+                                            c[1].fetch_add(1, Ordering::Relaxed);
+                                            *slot = None;
+                                        }
+                                        _ => {}
+                                    }
+                                }
+                            }
+                        }
+                        std::thread::sleep(Duration::from_millis(50));
                     }
                 });
             }

@@ -726,6 +726,44 @@ fn idle_connections_at_the_limit_make_room_for_a_new_client() {
     assert_eq!(trips(&d, "connections"), 0);
 }
 
+/// Refused requests whose small body never comes hold their connections while the daemon
+/// waits (up to 2 s) for the body so that the refusal can be read; at the limit such a
+/// connection is closed to make room (its refusal unsent), as an idle one would be.
+#[test]
+fn refusals_waiting_for_a_body_that_never_comes_make_room_for_a_new_client() {
+    let d = Daemon::start(WS, &["--max-connections", "8"]);
+    let head = format!(
+        "POST /mcp/ HTTP/1.1\r\nHost: {}\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nContent-Length: 30000\r\n\r\n",
+        d.addr
+    );
+    let mut held: Vec<TcpStream> = (0..8)
+        .map(|_| {
+            let mut s = connect(&d);
+            s.write_all(head.as_bytes()).unwrap();
+            s.set_read_timeout(Some(Duration::from_millis(10))).unwrap();
+            s
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(200));
+    // Closed without its 401: made room. (Past 2 s the 401 would come, then the close.)
+    let mut made_room = 0;
+    for _ in 0..40 {
+        assert_eq!(get(&d.url("/v1/health"), None).status, 200);
+        held.retain_mut(|s| match read_to_close(s) {
+            (got, End::Eof | End::Reset) => {
+                made_room += usize::from(got.is_empty());
+                false
+            }
+            (_, End::Failed(_)) => true,
+        });
+        if made_room >= 1 {
+            break;
+        }
+    }
+    assert!(made_room >= 1, "no waiting refusal made room");
+    assert!(trips(&d, "connections_idle") >= 1);
+}
+
 /// When every connection has a request in flight, a connection past the limit is accepted and
 /// closed at once: not queued, not left hanging.
 #[test]

@@ -5,9 +5,11 @@
 //! `max_connections` sockets and sent nothing, or half a request head, locked every other
 //! client out, and kept them out by reconnecting each time the header deadline closed a
 //! socket. Now a new connection at the limit closes an idle connection instead (one with no
-//! request in flight): first one that never completed a request, oldest first, then the one
-//! idle longest. Only when every connection has a request in flight is the new one closed at
-//! once. A keep-alive connection closed this way costs its client a reconnect.
+//! request in flight): first one whose refusal is only waiting for the rest of a small body
+//! that has not come ([`super::linger`]), then one that never completed a request, oldest
+//! first, then the one idle longest. Only when every connection has a request in flight is the
+//! new one closed at once. A keep-alive connection closed this way costs its client a
+//! reconnect.
 //!
 //! The same registry drains the daemon at shutdown: every connection is told to finish the
 //! request it has in flight and close, and [`Connections::drain`] waits until all have.
@@ -62,6 +64,8 @@ pub struct Conn {
 #[derive(Debug)]
 struct State {
     in_request: bool,
+    /// The request's answer is ready, and waits only for the rest of a small body.
+    lingering: bool,
     /// A request of this connection was answered in full.
     served: bool,
     /// When the connection was opened or last finished a request.
@@ -75,6 +79,7 @@ impl Conn {
         Conn {
             state: Mutex::new(State {
                 in_request: false,
+                lingering: false,
                 served: false,
                 idle_since: Instant::now(),
                 closing: false,
@@ -97,17 +102,27 @@ impl Conn {
         self.close.notified().await;
     }
 
-    /// No request was ever completed or begun on this connection (it may hold part of a
-    /// head): closing it loses no answer.
-    pub fn never_answered(&self) -> bool {
-        self.state.lock().is_ok_and(|s| !s.served && !s.in_request)
+    /// Closing this connection loses no answer worth waiting for: nothing was ever begun on
+    /// it (it may hold part of a head), or its answer waits only for a body that has not come.
+    pub fn nothing_to_finish(&self) -> bool {
+        self.state
+            .lock()
+            .is_ok_and(|s| s.lingering || (!s.served && !s.in_request))
     }
 
     /// The order idle connections are closed in (smallest first), or `None` when this one
     /// is busy or already closing.
-    fn eviction_order(&self) -> Option<(bool, Instant)> {
+    fn eviction_order(&self) -> Option<(u8, Instant)> {
         let s = self.state.lock().ok()?;
-        (!s.in_request && !s.closing).then_some((s.served, s.idle_since))
+        if s.closing || (s.in_request && !s.lingering) {
+            return None;
+        }
+        let rank = match (s.lingering, s.served) {
+            (true, _) => 0,
+            (false, false) => 1,
+            (false, true) => 2,
+        };
+        Some((rank, s.idle_since))
     }
 }
 
@@ -118,6 +133,7 @@ impl Drop for InRequest {
     fn drop(&mut self) {
         if let Ok(mut s) = self.0.state.lock() {
             s.in_request = false;
+            s.lingering = false;
             s.served = true;
             s.idle_since = Instant::now();
         }
@@ -125,6 +141,14 @@ impl Drop for InRequest {
 }
 
 impl InRequest {
+    /// The answer is ready and waits only for the rest of a small body (`true`), or no
+    /// longer (`false`): meanwhile the connection may be closed to make room.
+    pub fn lingering(&self, now: bool) {
+        if let Ok(mut s) = self.0.state.lock() {
+            s.lingering = now;
+        }
+    }
+
     /// Keep the connection busy until `answer`'s body is sent (or dropped): a stream stays
     /// in flight for as long as it runs.
     pub fn track(self, answer: Response) -> Response {
@@ -303,6 +327,29 @@ mod tests {
         assert!(conns.slot(waiting).await.is_some());
         assert_eq!(conns.open(), 2);
         drop(busy);
+    }
+
+    #[tokio::test]
+    async fn a_refusal_waiting_for_a_body_that_does_not_come_makes_room_first() {
+        let conns = Connections::new(2);
+        let fresh = (conns.room(), conns.register());
+        let waiting = (conns.room(), conns.register());
+        let request = waiting.1.conn.request();
+        assert!(!waiting.1.conn.nothing_to_finish());
+        assert!(matches!(conns.room(), Room::Made(_)));
+        assert!(
+            fresh.1.conn.state.lock().unwrap().closing,
+            "only the fresh one was idle"
+        );
+        fresh.1.conn.state.lock().unwrap().closing = false;
+        request.lingering(true);
+        assert!(waiting.1.conn.nothing_to_finish());
+        assert!(matches!(conns.room(), Room::Made(_)));
+        assert!(waiting.1.conn.state.lock().unwrap().closing);
+        assert!(!fresh.1.conn.state.lock().unwrap().closing);
+        // Once its body came, the request is busy again.
+        request.lingering(false);
+        assert!(!waiting.1.conn.nothing_to_finish());
     }
 
     #[tokio::test]

@@ -101,10 +101,15 @@ impl Remainder {
             .filter(|&n| n > 0)
     }
 
+    /// Whether [`Remainder::drain`] will wait for a small unread remainder.
+    pub fn waits(&self) -> bool {
+        self.unread().is_some_and(|n| n <= LINGER_BYTES as u64)
+    }
+
     /// Read and drop a small unread remainder (see the module docs), for at most
     /// [`LINGER_TIME`].
     pub async fn drain(self) {
-        if self.unread().is_none_or(|n| n > LINGER_BYTES as u64) {
+        if !self.waits() {
             return;
         }
         let rest = discard(Tracked(self.shared), LINGER_BYTES);

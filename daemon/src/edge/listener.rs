@@ -150,13 +150,13 @@ pub async fn serve(
                 }
             };
             // Told to close (to make room, or at shutdown): finish the request in flight, if
-            // any, and close. hyper would keep a connection that has not yet completed a
-            // request head waiting for one; nothing was ever answered on it, so it is
-            // dropped at once.
+            // any, and close. A connection with nothing to finish is dropped at once: hyper
+            // would keep one that has not completed a request head waiting for one, and a
+            // refusal waiting for the rest of a body that does not come for up to 2 s.
             let ended = tokio::select! {
                 ended = conn.as_mut() => ended,
                 () = told => {
-                    if registered.conn.never_answered() {
+                    if registered.conn.nothing_to_finish() {
                         Ok(())
                     } else {
                         conn.as_mut().graceful_shutdown();
@@ -208,7 +208,13 @@ fn service(
                     Err(never) => match never {},
                 },
             };
-            remainder.drain().await;
+            // Waiting for the rest of a small body only so that a refusal can be read: the
+            // connection may be closed meanwhile to make room.
+            if remainder.waits() {
+                in_request.lingering(true);
+                remainder.drain().await;
+                in_request.lingering(false);
+            }
             let answer = replies.bound(&client, answer).await;
             Ok::<_, std::convert::Infallible>(in_request.track(answer))
         }
