@@ -129,7 +129,11 @@ impl AppStateBuilder {
                 admission: Admission::new(self.limits.clone()),
                 limits: self.limits,
                 host_policy: HostPolicy::new(&self.server),
-                bodies: Bodies::new(self.server.body_budget_bytes, metrics.clone()),
+                bodies: Bodies::new(
+                    self.server.body_budget_bytes,
+                    self.server.max_connections,
+                    metrics.clone(),
+                ),
                 server: self.server,
                 info: self.info,
                 metrics,

@@ -318,6 +318,49 @@ fn one_session_holding_large_uploads_open_cannot_refuse_another_sessions_writes(
     drop(held);
 }
 
+/// One session trickling small bodies in under the body deadline keeps each connection busy
+/// (so a new client cannot take it over); it may have at most a quarter of the connection
+/// limit of bodies being read at once.
+#[test]
+fn one_session_trickling_bodies_holds_at_most_a_quarter_of_the_connections() {
+    let (d, _c) = start_with(
+        WS,
+        "[server]\nbody_timeout_ms = 60000\n",
+        &["--max-connections", "8"],
+    );
+    let attacker = d.session("ep1", &["Workspace.Read=worktree:5"]);
+    let other = d.session("ep2", &["Workspace.Read=worktree:5"]);
+    let head = format!(
+        "POST /mcp/ HTTP/1.1\r\nHost: {}\r\nAuthorization: Bearer {attacker}\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nExpect: 100-continue\r\nContent-Length: 100\r\n\r\n",
+        d.addr
+    );
+    let held: Vec<TcpStream> = (0..2)
+        .map(|_| {
+            let mut s = connect(&d);
+            s.write_all(head.as_bytes()).unwrap();
+            let mut continued = [0u8; 25];
+            s.read_exact(&mut continued).unwrap();
+            assert_eq!(&continued, b"HTTP/1.1 100 Continue\r\n\r\n");
+            s.write_all(b"{").unwrap();
+            s
+        })
+        .collect();
+    // A third is refused before its body is read (sent whole, so the answer is not held
+    // back waiting for it).
+    let whole = head.replace("Expect: 100-continue\r\n", "") + &" ".repeat(100);
+    let a = raw_exchange(&d.addr, whole.as_bytes());
+    assert_eq!(a.status, 503);
+    assert_eq!(a.retry_after.as_deref(), Some("1"));
+    assert_eq!(
+        a.text(),
+        "too many request bodies from this credential being read at once (a quarter of [server] max_connections); retry shortly"
+    );
+    assert_eq!(trips(&d, "body_readers"), 1);
+    let v = call(&d, &other, "ailang-read", json!({"path": "nope.txt"}));
+    assert_eq!(v["result"]["structuredContent"]["ok"], false, "{v}");
+    drop(held);
+}
+
 /// A client that overshoots a route's limit by a little reads its 413: the daemon reads (and
 /// drops) the rest of the body before closing, so the kernel does not reset the connection
 /// over unread bytes and destroy the answer on its way. Both ways of overshooting: a declared

@@ -17,7 +17,10 @@
 //! never refused while someone holds the budget with large uploads. One credential (as the
 //! answer budget keys it, [`Client`]) holds at most a quarter of the budget, so that one
 //! session holding large uploads open cannot refuse every other session's; a single body
-//! larger than a quarter may take the whole quarter and the rest from the budget.
+//! larger than a quarter may take the whole quarter and the rest from the budget. Nor may one
+//! credential have more than a quarter of `max_connections` bodies being read at once: bodies
+//! trickled in under the deadline keep their connections busy, and connections with a request
+//! in flight are the ones a new client cannot take over ([`super::connections`]).
 
 use std::sync::Arc;
 
@@ -52,6 +55,8 @@ pub struct Bodies {
     budget: Arc<Semaphore>,
     /// KiB each credential's bodies hold now, at most a quarter of the budget.
     shares: Quota<Client>,
+    /// Bodies each credential has being read now, at most a quarter of the connections.
+    reading: Quota<Client>,
     metrics: Metrics,
 }
 
@@ -103,6 +108,9 @@ pub enum Busy {
     /// This credential's bodies in flight: a quarter of the budget
     /// (`limit_trips_total{limit="body_share"}`).
     Share,
+    /// This credential's bodies being read: a quarter of the connection limit
+    /// (`limit_trips_total{limit="body_readers"}`).
+    Readers,
 }
 
 impl Busy {
@@ -111,16 +119,19 @@ impl Busy {
         match self {
             Busy::Budget => BUSY_TEXT,
             Busy::Share => SHARE_TEXT,
+            Busy::Readers => READERS_TEXT,
         }
     }
 }
 
 impl Bodies {
-    pub fn new(budget_bytes: usize, metrics: Metrics) -> Bodies {
+    /// A budget of `budget_bytes`, on a daemon of at most `max_connections` connections.
+    pub fn new(budget_bytes: usize, max_connections: usize, metrics: Metrics) -> Bodies {
         let units = budget_bytes.div_ceil(KIB).clamp(1, Semaphore::MAX_PERMITS);
         Bodies {
             budget: Arc::new(Semaphore::new(units)),
             shares: Quota::new((units / 4).max(1)),
+            reading: Quota::new((max_connections / 4).max(1)),
             metrics,
         }
     }
@@ -143,6 +154,7 @@ impl Bodies {
             Err(BodyError::TimedOut) => self.metrics.limit_tripped("body_timeout"),
             Err(BodyError::Busy(Busy::Budget)) => self.metrics.limit_tripped("body_budget"),
             Err(BodyError::Busy(Busy::Share)) => self.metrics.limit_tripped("body_share"),
+            Err(BodyError::Busy(Busy::Readers)) => self.metrics.limit_tripped("body_readers"),
             _ => {}
         }
         result
@@ -215,8 +227,12 @@ impl Bodies {
             }
             return Err(BodyError::TooLarge);
         }
-        let mut held = None;
         let client = Client::of(headers);
+        // Held while the body is read, not while its call runs.
+        let Some(_reading) = self.reading.take(&client, 1) else {
+            return Err(BodyError::Busy(Busy::Readers));
+        };
+        let mut held = None;
         // A declared length is taken from the budget whole, before anything is read.
         let declared = declared.unwrap_or(0) as usize;
         self.take(&mut held, &client, declared.saturating_sub(UNCOUNTED_BYTES))?;
@@ -301,6 +317,10 @@ pub const BUSY_TEXT: &str =
 pub const SHARE_TEXT: &str =
     "too many request bodies from this credential in flight (a quarter of [server] body_budget_bytes); retry shortly";
 
+/// Why a body was refused for its credential's bodies being read at once.
+pub const READERS_TEXT: &str =
+    "too many request bodies from this credential being read at once (a quarter of [server] max_connections); retry shortly";
+
 /// A limit in words: `4 MiB` when it is a whole number of MiB, else `N bytes`.
 pub fn describe(limit: usize) -> String {
     const MIB: usize = 1024 * 1024;
@@ -340,7 +360,7 @@ mod tests {
     }
 
     fn bodies(budget: usize) -> Bodies {
-        Bodies::new(budget, Metrics::default())
+        Bodies::new(budget, 4096, Metrics::default())
     }
 
     #[tokio::test(start_paused = true)]
@@ -425,6 +445,38 @@ mod tests {
             .await;
         assert_eq!(r.unwrap().bytes.len(), big(8));
         assert_eq!(b.metrics.trips("body_share"), 0);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn one_credential_reads_at_most_a_quarter_of_the_connections_bodies_at_once() {
+        let b = Bodies::new(1 << 20, 8, Metrics::default());
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let trickled = |c: char| {
+            let b = b.clone();
+            tokio::spawn(async move {
+                let body = Body::new(Stalled(Some(Bytes::from_static(b"{"))));
+                b.read(&from(c, length(100)), body, 1 << 20, deadline).await
+            })
+        };
+        let (a1, a2) = (trickled('a'), trickled('a'));
+        tokio::task::yield_now().await;
+        let r = b
+            .read(&from('a', length(2)), Body::from("{}"), 1 << 20, deadline)
+            .await;
+        assert_eq!(r.err(), Some(BodyError::Busy(Busy::Readers)));
+        assert_eq!(b.metrics.trips("body_readers"), 1);
+        // Another credential reads; once a read ends, its place is free again.
+        let r = b
+            .read(&from('b', length(2)), Body::from("{}"), 1 << 20, deadline)
+            .await;
+        assert_eq!(r.unwrap().bytes.len(), 2);
+        a1.abort();
+        let _ = a1.await;
+        let r = b
+            .read(&from('a', length(2)), Body::from("{}"), 1 << 20, deadline)
+            .await;
+        assert_eq!(r.unwrap().bytes.len(), 2);
+        assert_eq!(a2.await.unwrap().err(), Some(BodyError::TimedOut));
     }
 
     #[tokio::test]
