@@ -816,11 +816,12 @@ fn connections_past_the_limit_are_closed_at_once_when_none_is_idle() {
         "[server]\nbody_timeout_ms = 60000\n",
         &["--max-connections", "8"],
     );
-    let token = d.session("ep1", &["Workspace.Read=worktree:5"]);
     // Eight requests whose bodies never finish keep their connections busy. Each is in flight
-    // once the daemon asks for its body (`100 Continue`).
+    // once the daemon asks for its body (`100 Continue`). Eight sessions: one may have only a
+    // quarter of the connections' bodies being read.
     let mut held: Vec<TcpStream> = (0..8)
-        .map(|_| {
+        .map(|i| {
+            let token = d.session(&format!("ep{i}"), &["Workspace.Read=worktree:5"]);
             let mut s = connect(&d);
             write!(
                 s,
