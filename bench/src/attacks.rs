@@ -320,38 +320,7 @@ fn start(i: usize, a: &mut Attack, d: &Daemon, legit: &Client, attackers: &[Clie
             let head: Arc<Vec<u8>> = Arc::new(head(&addr, "/mcp/", None, 30_000).into_bytes());
             for _ in 0..50 {
                 let (addr, head) = (addr.clone(), head.clone());
-                a.spawn(move |stop, c| {
-                    let mut conns: Vec<Option<TcpStream>> = (0..100).map(|_| None).collect();
-                    while !stop.load(Ordering::Relaxed) {
-                        for slot in conns.iter_mut() {
-                            match slot {
-                                None => {
-                                    if let Ok(mut s) = TcpStream::connect(&addr) {
-                                        let _ = s.set_nonblocking(true);
-                                        let _ = s.write_all(&head);
-                                        c[0].fetch_add(1, Ordering::Relaxed);
-                                        *slot = Some(s);
-                                    }
-                                }
-                                Some(s) => {
-                                    let mut buf = [0u8; 512];
-                                    match std::io::Read::read(s, &mut buf) {
-                                        Ok(0) => {
-                                            c[1].fetch_add(1, Ordering::Relaxed);
-                                            *slot = None;
-                                        }
-                                        Err(e) if e.kind() != std::io::ErrorKind::WouldBlock => {
-                                            c[1].fetch_add(1, Ordering::Relaxed);
-                                            *slot = None;
-                                        }
-                                        _ => {}
-                                    }
-                                }
-                            }
-                        }
-                        std::thread::sleep(Duration::from_millis(50));
-                    }
-                });
+                a.spawn(move |stop, c| hold_connections(&addr, Some(&head), &stop, &c));
             }
         }
         4 | 10 | 12 => {
@@ -372,41 +341,10 @@ fn start(i: usize, a: &mut Attack, d: &Daemon, legit: &Client, attackers: &[Clie
             });
             for t in 0..threads {
                 let (addr, partial) = (addr.clone(), partial.clone());
+                // Half-sent heads, or idle connections.
+                let first = (t < half_threads).then_some(partial);
                 a.spawn(move |stop, c| {
-                    // 100 connections per thread: half-sent heads, or idle ones.
-                    let half = t < half_threads;
-                    let mut conns: Vec<Option<TcpStream>> = (0..100).map(|_| None).collect();
-                    while !stop.load(Ordering::Relaxed) {
-                        for slot in conns.iter_mut() {
-                            match slot {
-                                None => {
-                                    if let Ok(mut s) = TcpStream::connect(&addr) {
-                                        let _ = s.set_nonblocking(true);
-                                        if half {
-                                            let _ = s.write_all(&partial);
-                                        }
-                                        c[0].fetch_add(1, Ordering::Relaxed);
-                                        *slot = Some(s);
-                                    }
-                                }
-                                Some(s) => {
-                                    let mut buf = [0u8; 64];
-                                    match std::io::Read::read(s, &mut buf) {
-                                        Ok(0) => {
-                                            c[1].fetch_add(1, Ordering::Relaxed);
-                                            *slot = None;
-                                        }
-                                        Err(e) if e.kind() != std::io::ErrorKind::WouldBlock => {
-                                            c[1].fetch_add(1, Ordering::Relaxed);
-                                            *slot = None;
-                                        }
-                                        _ => {}
-                                    }
-                                }
-                            }
-                        }
-                        std::thread::sleep(Duration::from_millis(50));
-                    }
+                    hold_connections(&addr, first.as_ref().map(|p| p.as_slice()), &stop, &c)
                 });
             }
         }
@@ -577,6 +515,44 @@ fn start(i: usize, a: &mut Attack, d: &Daemon, legit: &Client, attackers: &[Clie
                 });
             }
         }
+    }
+}
+
+/// Keep 100 connections open, each having sent `first` (or nothing), until told to stop;
+/// reopen each one the daemon closes. Counts connections opened (`c[0]`) and closed by the
+/// daemon (`c[1]`).
+fn hold_connections(addr: &str, first: Option<&[u8]>, stop: &AtomicBool, c: &[AtomicU64; 4]) {
+    let mut conns: Vec<Option<TcpStream>> = (0..100).map(|_| None).collect();
+    while !stop.load(Ordering::Relaxed) {
+        for slot in conns.iter_mut() {
+            match slot {
+                None => {
+                    if let Ok(mut s) = TcpStream::connect(addr) {
+                        let _ = s.set_nonblocking(true);
+                        if let Some(bytes) = first {
+                            let _ = s.write_all(bytes);
+                        }
+                        c[0].fetch_add(1, Ordering::Relaxed);
+                        *slot = Some(s);
+                    }
+                }
+                Some(s) => {
+                    let mut buf = [0u8; 512];
+                    match std::io::Read::read(s, &mut buf) {
+                        Ok(0) => {
+                            c[1].fetch_add(1, Ordering::Relaxed);
+                            *slot = None;
+                        }
+                        Err(e) if e.kind() != std::io::ErrorKind::WouldBlock => {
+                            c[1].fetch_add(1, Ordering::Relaxed);
+                            *slot = None;
+                        }
+                        _ => {}
+                    }
+                }
+            }
+        }
+        std::thread::sleep(Duration::from_millis(50));
     }
 }
 
