@@ -41,7 +41,8 @@ pub struct Connections {
     making_room: Arc<Semaphore>,
     open: Arc<Mutex<HashMap<u64, Arc<Conn>>>>,
     next: AtomicU64,
-    shutdown: watch::Sender<()>,
+    /// `true` once the daemon drains: a receiver made after that still sees it.
+    shutdown: watch::Sender<bool>,
 }
 
 /// Where a new connection stands.
@@ -95,11 +96,6 @@ impl Conn {
             s.in_request = true;
         }
         InRequest(self.clone())
-    }
-
-    /// Resolves once the registry asks this connection to close.
-    pub async fn told_to_close(&self) {
-        self.close.notified().await;
     }
 
     /// Closing this connection loses no answer worth waiting for: nothing was ever begun on
@@ -193,7 +189,18 @@ pub struct Registered {
     id: u64,
     open: Arc<Mutex<HashMap<u64, Arc<Conn>>>>,
     /// Dropped with the connection, so [`Connections::drain`] knows when all are gone.
-    _shutdown: watch::Receiver<()>,
+    shutdown: watch::Receiver<bool>,
+}
+
+impl Registered {
+    /// Resolves once this connection is asked to close: to make room, or because the daemon
+    /// drains.
+    pub async fn told_to_close(&mut self) {
+        tokio::select! {
+            () = self.conn.close.notified() => {}
+            _ = self.shutdown.wait_for(|draining| *draining) => {}
+        }
+    }
 }
 
 impl Drop for Registered {
@@ -211,7 +218,7 @@ impl Connections {
             making_room: Arc::new(Semaphore::new(MAKING_ROOM)),
             open: Arc::default(),
             next: AtomicU64::new(0),
-            shutdown: watch::channel(()).0,
+            shutdown: watch::channel(false).0,
         }
     }
 
@@ -253,7 +260,7 @@ impl Connections {
             permit = tokio::time::timeout(MAKE_ROOM_WAIT, self.slots.clone().acquire_owned()) => {
                 permit.ok()?.ok()
             }
-            _ = shutdown.changed() => None,
+            _ = shutdown.wait_for(|draining| *draining) => None,
         }
     }
 
@@ -268,19 +275,14 @@ impl Connections {
             conn,
             id,
             open: self.open.clone(),
-            _shutdown: self.shutdown.subscribe(),
+            shutdown: self.shutdown.subscribe(),
         }
-    }
-
-    /// A receiver that changes when the daemon shuts down.
-    pub fn shutting_down(&self) -> watch::Receiver<()> {
-        self.shutdown.subscribe()
     }
 
     /// Tell every connection to finish what it has in flight and close, and wait until all
     /// have.
     pub async fn drain(&self) {
-        let _ = self.shutdown.send(());
+        self.shutdown.send_replace(true);
         self.shutdown.closed().await;
     }
 
@@ -314,7 +316,7 @@ mod tests {
             panic!("room made by closing an idle connection");
         };
         assert!(held[1].1.conn.state.lock().unwrap().closing);
-        tokio::time::timeout(Duration::from_secs(1), held[1].1.conn.told_to_close())
+        tokio::time::timeout(Duration::from_secs(1), held[1].1.told_to_close())
             .await
             .expect("the never-served connection is told to close");
         // Next the one served and idle; then nothing is idle.
@@ -393,14 +395,20 @@ mod tests {
     #[tokio::test]
     async fn draining_waits_for_every_connection_to_close() {
         let conns = Arc::new(Connections::new(4));
-        let registered = conns.register();
-        let mut shutting_down = conns.shutting_down();
+        let mut registered = conns.register();
         let drain = tokio::spawn({
             let conns = conns.clone();
             async move { conns.drain().await }
         });
-        shutting_down.changed().await.unwrap();
-        drop(shutting_down);
+        tokio::time::timeout(Duration::from_secs(5), registered.told_to_close())
+            .await
+            .expect("told to close when the daemon drains");
+        // One registered after the drain began is told at once.
+        let mut late = conns.register();
+        tokio::time::timeout(Duration::from_secs(5), late.told_to_close())
+            .await
+            .expect("a late connection is told too");
+        drop(late);
         tokio::time::sleep(Duration::from_millis(20)).await;
         assert!(!drain.is_finished(), "a connection is still open");
         drop(registered);

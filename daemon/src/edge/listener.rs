@@ -128,7 +128,7 @@ pub async fn serve(
         let (http, connections, metrics) = (http.clone(), connections.clone(), metrics.clone());
         let (app, replies) = (app.clone(), replies.clone());
         tokio::spawn(async move {
-            let (_slot, registered) = match room {
+            let (_slot, mut registered) = match room {
                 Ok(placed) => placed,
                 Err(waiting) => match connections.slot(waiting).await {
                     Some(permit) => (permit, connections.register()),
@@ -141,21 +141,14 @@ pub async fn serve(
             let service = service(app, replies, registered.conn.clone());
             let conn = http.serve_connection(TokioIo::new(stream), service);
             let mut conn = std::pin::pin!(conn);
-            let mut shutting_down = connections.shutting_down();
             metrics.connections(1);
-            let told = async {
-                tokio::select! {
-                    () = registered.conn.told_to_close() => {}
-                    _ = shutting_down.changed() => {}
-                }
-            };
             // Told to close (to make room, or at shutdown): finish the request in flight, if
             // any, and close. A connection with nothing to finish is dropped at once: hyper
             // would keep one that has not completed a request head waiting for one, and a
             // refusal waiting for the rest of a body that does not come for up to 2 s.
             let ended = tokio::select! {
                 ended = conn.as_mut() => ended,
-                () = told => {
+                () = registered.told_to_close() => {
                     if registered.conn.nothing_to_finish() {
                         Ok(())
                     } else {
