@@ -1168,3 +1168,32 @@ fn a_burst_of_megabyte_writes_leaves_no_freed_heap_held_once_it_is_over() {
         "no trim gave back 16 MiB: {held_after_burst} bytes held after the burst, {now} now"
     );
 }
+
+/// At shutdown the daemon drains what is in flight; connections that never sent a whole
+/// request head have nothing to finish and are closed at once, not waited for until the
+/// header deadline (a minute here).
+#[test]
+fn shutdown_does_not_wait_for_connections_that_never_sent_a_request() {
+    let (d, _c) = start_with(WS, "[server]\nheader_timeout_ms = 60000\n", &[]);
+    let mut idle: Vec<TcpStream> = (0..3).map(|_| connect(&d)).collect();
+    let mut half = connect(&d);
+    write!(half, "GET /v1/health HTTP/1.1\r\nHost: {}\r\n", d.addr).unwrap();
+    idle.push(half);
+    // A served keep-alive connection is closed too.
+    let mut served = connect(&d);
+    write!(
+        served,
+        "GET /v1/health HTTP/1.1\r\nHost: {}\r\n\r\n",
+        d.addr
+    )
+    .unwrap();
+    let mut status = [0u8; 12];
+    served.read_exact(&mut status).unwrap();
+    assert_eq!(&status, b"HTTP/1.1 200");
+    assert!(eventually(500, || metric(&d, "worldd_connections_open ") >= 6));
+    let exit = d.stop();
+    assert!(exit.success(), "{exit}");
+    for s in &mut idle {
+        assert!(closed_by_peer(s));
+    }
+}
