@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-use crate::daemon::{Client, Daemon};
+use crate::daemon::{proc_status_kib, Client, Daemon, ProcSampler};
 use crate::stats::Summary;
 
 /// One attack's figures.
@@ -134,11 +134,12 @@ pub fn run_all(
         d.reset_peak_rss();
         let sampler = ProcSampler::start(d.pid());
         let legit_summary = legit_calls(&d.addr, &legit, measure);
-        let (peak_fds, peak_anon_kib) = sampler.finish();
+        let peaks = sampler.finish();
+        let (peak_fds, peak_anon_kib) = (peaks.fds, peaks.anon_kib.unwrap_or(0));
         let peak_rss_kib = d.peak_rss_kib();
         let c = attack.finish();
         std::thread::sleep(SETTLE);
-        let anon_after_kib = rss_anon_kib(d.pid());
+        let anon_after_kib = proc_status_kib(d.pid(), "RssAnon:");
         let note = match i {
             0 => String::new(),
             1 | 2 => format!(
@@ -645,52 +646,6 @@ fn legit_calls(addr: &str, legit: &Client, measure: Duration) -> Summary {
         errors,
         start.elapsed().as_secs_f64(),
     )
-}
-
-/// Samples a process's open descriptors and anonymous memory every 25 ms; keeps the peaks.
-struct ProcSampler {
-    stop: Arc<AtomicBool>,
-    thread: JoinHandle<(u64, u64)>,
-}
-
-impl ProcSampler {
-    fn start(pid: u32) -> ProcSampler {
-        let stop = Arc::new(AtomicBool::new(false));
-        let flag = stop.clone();
-        let thread = std::thread::spawn(move || {
-            let (mut fds, mut anon) = (0, 0);
-            while !flag.load(Ordering::Relaxed) {
-                if let Ok(dir) = std::fs::read_dir(format!("/proc/{pid}/fd")) {
-                    fds = fds.max(dir.count() as u64);
-                }
-                if let Some(kib) = rss_anon_kib(pid) {
-                    anon = anon.max(kib);
-                }
-                std::thread::sleep(Duration::from_millis(25));
-            }
-            (fds, anon)
-        });
-        ProcSampler { stop, thread }
-    }
-
-    /// The peak descriptors and the peak `RssAnon` in KiB.
-    fn finish(self) -> (u64, u64) {
-        self.stop.store(true, Ordering::Relaxed);
-        self.thread.join().unwrap_or((0, 0))
-    }
-}
-
-/// `RssAnon` of `/proc/PID/status`, in KiB.
-fn rss_anon_kib(pid: u32) -> Option<u64> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("RssAnon:"))?
-        .trim()
-        .trim_end_matches("kB")
-        .trim()
-        .parse()
-        .ok()
 }
 
 /// The printed table.

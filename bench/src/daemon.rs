@@ -182,42 +182,57 @@ impl Drop for Daemon {
     }
 }
 
-/// Samples the daemon's `RssAnon` every 25 ms until dropped; [`AnonSampler::finish`] gives
-/// the peak.
-pub struct AnonSampler {
+/// Samples a process's anonymous memory (`RssAnon`) and open descriptors every 25 ms;
+/// [`ProcSampler::finish`] gives the peaks.
+pub struct ProcSampler {
     stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
-    thread: Option<std::thread::JoinHandle<Option<u64>>>,
+    thread: Option<std::thread::JoinHandle<Peaks>>,
 }
 
-impl AnonSampler {
-    pub fn start(pid: u32) -> AnonSampler {
+/// The most a sampled process held.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Peaks {
+    /// `RssAnon`, KiB (`None` where the kernel does not report it).
+    pub anon_kib: Option<u64>,
+    pub fds: u64,
+}
+
+impl ProcSampler {
+    pub fn start(pid: u32) -> ProcSampler {
         let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
         let flag = stop.clone();
         let thread = std::thread::spawn(move || {
-            let mut peak = None;
+            let mut peaks = Peaks::default();
             loop {
                 if let Some(v) = proc_status_kib(pid, "RssAnon:") {
-                    peak = Some(peak.map_or(v, |p: u64| p.max(v)));
+                    peaks.anon_kib = Some(peaks.anon_kib.map_or(v, |p| p.max(v)));
+                }
+                if let Ok(dir) = std::fs::read_dir(format!("/proc/{pid}/fd")) {
+                    peaks.fds = peaks.fds.max(dir.count() as u64);
                 }
                 if flag.load(std::sync::atomic::Ordering::Relaxed) {
-                    return peak;
+                    return peaks;
                 }
                 std::thread::sleep(Duration::from_millis(25));
             }
         });
-        AnonSampler {
+        ProcSampler {
             stop,
             thread: Some(thread),
         }
     }
 
-    pub fn finish(mut self) -> Option<u64> {
+    pub fn finish(mut self) -> Peaks {
         self.stop.store(true, std::sync::atomic::Ordering::Relaxed);
-        self.thread.take().and_then(|t| t.join().ok()).flatten()
+        self.thread
+            .take()
+            .and_then(|t| t.join().ok())
+            .unwrap_or_default()
     }
 }
 
-fn proc_status_kib(pid: u32, key: &str) -> Option<u64> {
+/// A field of `/proc/PID/status` given in KiB (`VmHWM:`, `RssAnon:`).
+pub fn proc_status_kib(pid: u32, key: &str) -> Option<u64> {
     let text = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
     text.lines()
         .find_map(|l| l.strip_prefix(key))

@@ -277,7 +277,7 @@ fn run(args: Args) -> Result<(), String> {
     let before = daemon::store_size(&d.db)?;
     let fill_cpu0 = daemon_cpu_seconds(d.pid());
     d.reset_peak_rss();
-    let fill_anon = daemon::AnonSampler::start(d.pid());
+    let fill_anon = daemon::ProcSampler::start(d.pid());
     let fill_m0 = Metrics::scrape(&d.addr);
     let fill_io0 = daemon_write_bytes(d.pid());
     let fill = load::run(
@@ -297,7 +297,7 @@ fn run(args: Args) -> Result<(), String> {
         .zip(fill_cpu0)
         .map(|(a, b)| a - b);
     let fill_rss = d.peak_rss_kib();
-    let fill_anon = fill_anon.finish();
+    let fill_anon = fill_anon.finish().anon_kib;
     let fill_db = d.db.clone();
     d.stop()?;
     if let Some(e) = &fill.first_error {
@@ -652,7 +652,7 @@ fn measure_row(
     eprint!("  {scenario} @{c} … ");
     let _ = std::io::stderr().flush();
     d.reset_peak_rss();
-    let anon = daemon::AnonSampler::start(d.pid());
+    let anon = daemon::ProcSampler::start(d.pid());
     // CPU is sampled around the whole run; scaled to the measured window below.
     let m0 = Metrics::scrape(&d.addr);
     let cpu0 = daemon_cpu_seconds(d.pid());
@@ -669,7 +669,7 @@ fn measure_row(
     let writer_bytes = store_writer_write_bytes(d.pid())
         .zip(writer0)
         .map(|(a, b)| a.saturating_sub(b));
-    let peak_anon_kib = anon.finish();
+    let peak_anon_kib = anon.finish().anon_kib;
     let s = out.summary;
     let window_share = s.seconds / total.max(1e-9);
     let cpu_per_call = cpu.map(|cpu| cpu * window_share * 1e6 / s.ok.max(1) as f64);

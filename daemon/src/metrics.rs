@@ -76,7 +76,7 @@ pub fn outcome_label(result: &Result<CallOutput, CallError>) -> &'static str {
         Ok(out) => match out.effects.first() {
             None => "refused",
             Some(e) => match e.status.as_str() {
-                "ok" if policy_refused(&out.output) => "policy_refused",
+                "ok" if crate::outcome::refused_by_policy(&out.output) => "policy_refused",
                 "ok" => "ok",
                 "denied" => "denied",
                 _ => "failed",
@@ -89,17 +89,6 @@ pub fn outcome_label(result: &Result<CallOutput, CallError>) -> &'static str {
         Err(CallError::StoreFull(_)) => "store_full",
         Err(_) => "error",
     }
-}
-
-/// True when a committed output says `"ok": false`: the effect ran and the tool's policy
-/// refused (the agent's classification `refused`/`policy`). Only the top-level `ok` is looked
-/// at; the rest of the output is skipped, not built.
-fn policy_refused(output: &[u8]) -> bool {
-    #[derive(serde::Deserialize)]
-    struct Head {
-        ok: Option<bool>,
-    }
-    serde_json::from_slice::<Head>(output).is_ok_and(|h| h.ok == Some(false))
 }
 
 impl Metrics {

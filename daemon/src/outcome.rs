@@ -234,6 +234,17 @@ pub fn of_committed(effects: &[EffectSummary], output: &Value, class: EffectClas
     }
 }
 
+/// [`of_committed`]'s policy refusal, read from a committed output's bytes: the effect ran
+/// and the output says `"ok": false`. Only the top-level `ok` is built; the rest of the
+/// output is skipped (the metrics count every call this way).
+pub fn refused_by_policy(output: &[u8]) -> bool {
+    #[derive(serde::Deserialize)]
+    struct Head {
+        ok: Option<bool>,
+    }
+    serde_json::from_slice::<Head>(output).is_ok_and(|h| h.ok == Some(false))
+}
+
 /// [`of_committed`] for a [`CallOutput`] whose output bytes are the committed JSON object.
 pub fn of_output(out: &CallOutput, class: EffectClass) -> Outcome {
     let output: Value = serde_json::from_slice(&out.output).unwrap_or(Value::Null);

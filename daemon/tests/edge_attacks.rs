@@ -58,6 +58,40 @@ fn read_to_close(s: &mut TcpStream) -> (Vec<u8>, End) {
     }
 }
 
+/// The head of an MCP `POST` with `token` declaring a `length`-byte body (and
+/// `Expect: 100-continue` when `expect`).
+fn mcp_post_head(d: &Daemon, token: &str, length: usize, expect: bool) -> String {
+    let expect = if expect {
+        "Expect: 100-continue\r\n"
+    } else {
+        ""
+    };
+    format!(
+        "POST /mcp/ HTTP/1.1\r\nHost: {}\r\nAuthorization: Bearer {token}\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\n{expect}Content-Length: {length}\r\n\r\n",
+        d.addr
+    )
+}
+
+/// A connection whose request is in flight: the daemon asked for its 100-byte body
+/// (`100 Continue`) and got one byte of it.
+fn body_in_flight(d: &Daemon, token: &str) -> TcpStream {
+    let mut s = connect(d);
+    s.write_all(mcp_post_head(d, token, 100, true).as_bytes())
+        .unwrap();
+    let mut continued = [0u8; 25];
+    s.read_exact(&mut continued).unwrap();
+    assert_eq!(&continued, b"HTTP/1.1 100 Continue\r\n\r\n");
+    s.write_all(b"{").unwrap();
+    s
+}
+
+/// A `503` that asks its client to come back in a second, with `text` as its body.
+fn assert_busy(a: &Answer, text: &str) {
+    assert_eq!(a.status, 503);
+    assert_eq!(a.retry_after.as_deref(), Some("1"));
+    assert_eq!(a.text(), text);
+}
+
 /// Whether `done` holds within `tries` looks, 20 ms apart.
 fn eventually(tries: usize, mut done: impl FnMut() -> bool) -> bool {
     (0..tries).any(|_| {
@@ -229,12 +263,7 @@ fn held_4mib_bodies_with_credentials_stay_within_the_body_budget() {
     let tokens: Vec<String> = (1..=5)
         .map(|i| d.session(&format!("ep{i}"), &["Workspace.Read=worktree:5"]))
         .collect();
-    let head = |token: &str| {
-        format!(
-            "POST /mcp/ HTTP/1.1\r\nHost: {}\r\nAuthorization: Bearer {token}\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nContent-Length: 4194304\r\n\r\n",
-            d.addr
-        )
-    };
+    let head = |token: &str| mcp_post_head(&d, token, 4194304, false);
     // Four sessions' 4 MiB uploads fill the 16 MiB budget and are held open; the rest are
     // refused at once, before a byte of their body is buffered.
     let mut held = Vec::new();
@@ -252,11 +281,10 @@ fn held_4mib_bodies_with_credentials_stay_within_the_body_budget() {
     });
     assert!(taken, "the held uploads never took the budget");
     let a = raw_exchange(&d.addr, head(&tokens[4]).as_bytes());
-    assert_eq!(
-        a.text(),
-        "too many request bodies in flight ([server] body_budget_bytes); retry shortly"
+    assert_busy(
+        &a,
+        "too many request bodies in flight ([server] body_budget_bytes); retry shortly",
     );
-    assert_eq!(a.retry_after.as_deref(), Some("1"));
     // `POST /v1/commit` shares the budget and refuses the same way, in the REST envelope (a
     // body within its own 1 MiB limit).
     let operator = d.operator_session("ops", &["World.Commit=log:5"]);
@@ -285,10 +313,7 @@ fn one_session_holding_large_uploads_open_cannot_refuse_another_sessions_writes(
     let (d, _c) = start_with(WS, "", &[]);
     let attacker = d.session("ep1", &["Workspace.Read=worktree:5"]);
     let victim = d.session("ep2", &["Workspace.Write=worktree:5"]);
-    let head = format!(
-        "POST /mcp/ HTTP/1.1\r\nHost: {}\r\nAuthorization: Bearer {attacker}\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nContent-Length: 4194304\r\n\r\n",
-        d.addr
-    );
+    let head = mcp_post_head(&d, &attacker, 4194304, false);
     let mut held = connect(&d);
     held.write_all(head.as_bytes()).unwrap();
     held.write_all(&vec![b' '; 1 << 20]).unwrap();
@@ -299,11 +324,9 @@ fn one_session_holding_large_uploads_open_cannot_refuse_another_sessions_writes(
     assert!(taken, "the held upload never took its share");
     for _ in 0..3 {
         let a = raw_exchange(&d.addr, head.as_bytes());
-        assert_eq!(a.status, 503);
-        assert_eq!(a.retry_after.as_deref(), Some("1"));
-        assert_eq!(
-            a.text(),
-            "too many request bodies from this credential in flight (a quarter of [server] body_budget_bytes); retry shortly"
+        assert_busy(
+            &a,
+            "too many request bodies from this credential in flight (a quarter of [server] body_budget_bytes); retry shortly",
         );
     }
     assert_eq!(trips(&d, "body_share"), 3);
@@ -330,30 +353,14 @@ fn one_session_trickling_bodies_holds_at_most_a_quarter_of_the_connections() {
     );
     let attacker = d.session("ep1", &["Workspace.Read=worktree:5"]);
     let other = d.session("ep2", &["Workspace.Read=worktree:5"]);
-    let head = format!(
-        "POST /mcp/ HTTP/1.1\r\nHost: {}\r\nAuthorization: Bearer {attacker}\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nExpect: 100-continue\r\nContent-Length: 100\r\n\r\n",
-        d.addr
-    );
-    let held: Vec<TcpStream> = (0..2)
-        .map(|_| {
-            let mut s = connect(&d);
-            s.write_all(head.as_bytes()).unwrap();
-            let mut continued = [0u8; 25];
-            s.read_exact(&mut continued).unwrap();
-            assert_eq!(&continued, b"HTTP/1.1 100 Continue\r\n\r\n");
-            s.write_all(b"{").unwrap();
-            s
-        })
-        .collect();
+    let held: Vec<TcpStream> = (0..2).map(|_| body_in_flight(&d, &attacker)).collect();
     // A third is refused before its body is read (sent whole, so the answer is not held
     // back waiting for it).
-    let whole = head.replace("Expect: 100-continue\r\n", "") + &" ".repeat(100);
+    let whole = mcp_post_head(&d, &attacker, 100, false) + &" ".repeat(100);
     let a = raw_exchange(&d.addr, whole.as_bytes());
-    assert_eq!(a.status, 503);
-    assert_eq!(a.retry_after.as_deref(), Some("1"));
-    assert_eq!(
-        a.text(),
-        "too many request bodies from this credential being read at once (a quarter of [server] max_connections); retry shortly"
+    assert_busy(
+        &a,
+        "too many request bodies from this credential being read at once (a quarter of [server] max_connections); retry shortly",
     );
     assert_eq!(trips(&d, "body_readers"), 1);
     let v = call(&d, &other, "ailang-read", json!({"path": "nope.txt"}));
@@ -822,18 +829,7 @@ fn connections_past_the_limit_are_closed_at_once_when_none_is_idle() {
     let mut held: Vec<TcpStream> = (0..8)
         .map(|i| {
             let token = d.session(&format!("ep{i}"), &["Workspace.Read=worktree:5"]);
-            let mut s = connect(&d);
-            write!(
-                s,
-                "POST /mcp/ HTTP/1.1\r\nHost: {}\r\nAuthorization: Bearer {token}\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nExpect: 100-continue\r\nContent-Length: 100\r\n\r\n",
-                d.addr
-            )
-            .unwrap();
-            let mut continued = [0u8; 25];
-            s.read_exact(&mut continued).unwrap();
-            assert_eq!(&continued, b"HTTP/1.1 100 Continue\r\n\r\n");
-            s.write_all(b"{").unwrap();
-            s
+            body_in_flight(&d, &token)
         })
         .collect();
     let refused = (0..500).any(|_| {

@@ -47,8 +47,8 @@ pub struct Connections {
 
 /// Where a new connection stands.
 pub enum Room {
-    /// A free slot.
-    Free(OwnedSemaphorePermit),
+    /// A free slot, taken: the connection is registered.
+    Free(Registered),
     /// The limit was reached and an idle connection was told to close: wait (at most
     /// [`MAKE_ROOM_WAIT`]) for its slot with [`Connections::slot`].
     Made(OwnedSemaphorePermit),
@@ -183,10 +183,12 @@ impl HttpBody for Tracked {
     }
 }
 
-/// A connection's place in the registry; it leaves the registry when this is dropped.
+/// A connection's slot and its place in the registry; both are given up when this is
+/// dropped.
 pub struct Registered {
     pub conn: Arc<Conn>,
     id: u64,
+    _slot: OwnedSemaphorePermit,
     open: Arc<Mutex<HashMap<u64, Arc<Conn>>>>,
     /// Dropped with the connection, so [`Connections::drain`] knows when all are gone.
     shutdown: watch::Receiver<bool>,
@@ -225,8 +227,8 @@ impl Connections {
     /// A slot for a new connection, or room made for one by telling an idle connection to
     /// close.
     pub fn room(&self) -> Room {
-        if let Ok(permit) = self.slots.clone().try_acquire_owned() {
-            return Room::Free(permit);
+        if let Ok(slot) = self.slots.clone().try_acquire_owned() {
+            return Room::Free(self.enter(slot));
         }
         let Ok(waiting) = self.making_room.clone().try_acquire_owned() else {
             return Room::Full;
@@ -253,19 +255,21 @@ impl Connections {
     }
 
     /// The slot a connection that made room waits for (holding `_waiting`, its place among
-    /// those making room); `None` after [`MAKE_ROOM_WAIT`] or at shutdown.
-    pub async fn slot(&self, _waiting: OwnedSemaphorePermit) -> Option<OwnedSemaphorePermit> {
+    /// those making room), registered; `None` after [`MAKE_ROOM_WAIT`] or at shutdown.
+    pub async fn slot(&self, _waiting: OwnedSemaphorePermit) -> Option<Registered> {
         let mut shutdown = self.shutdown.subscribe();
-        tokio::select! {
+        let slot = tokio::select! {
             permit = tokio::time::timeout(MAKE_ROOM_WAIT, self.slots.clone().acquire_owned()) => {
-                permit.ok()?.ok()
+                permit.ok()?.ok()?
             }
-            _ = shutdown.wait_for(|draining| *draining) => None,
-        }
+            _ = shutdown.wait_for(|draining| *draining) => return None,
+        };
+        Some(self.enter(slot))
     }
 
-    /// Enter a connection that holds a slot.
-    pub fn register(&self) -> Registered {
+    /// Enter a connection that holds `slot`. Registered at once, so that the next one at the
+    /// limit can find it idle.
+    fn enter(&self, slot: OwnedSemaphorePermit) -> Registered {
         let id = self.next.fetch_add(1, Ordering::Relaxed);
         let conn = Arc::new(Conn::new());
         if let Ok(mut open) = self.open.lock() {
@@ -274,6 +278,7 @@ impl Connections {
         Registered {
             conn,
             id,
+            _slot: slot,
             open: self.open.clone(),
             shutdown: self.shutdown.subscribe(),
         }
@@ -297,35 +302,36 @@ impl Connections {
 mod tests {
     use super::*;
 
+    /// A connection that found a free slot.
+    fn free(conns: &Connections) -> Registered {
+        let Room::Free(registered) = conns.room() else {
+            panic!("a free slot below the limit");
+        };
+        registered
+    }
+
     #[tokio::test]
     async fn at_the_limit_a_new_connection_closes_the_idle_one_that_never_finished_a_request() {
         let conns = Connections::new(3);
-        let mut held = Vec::new();
-        for _ in 0..3 {
-            let Room::Free(permit) = conns.room() else {
-                panic!("a free slot below the limit");
-            };
-            held.push((permit, conns.register()));
-        }
+        let mut held: Vec<Registered> = (0..3).map(|_| free(&conns)).collect();
         assert_eq!(conns.open(), 3);
         // The first has been served and is idle; the second never sent a whole request; the
         // third has one in flight.
-        drop(held[0].1.conn.request());
-        let busy = held[2].1.conn.request();
+        drop(held[0].conn.request());
+        let busy = held[2].conn.request();
         let Room::Made(waiting) = conns.room() else {
             panic!("room made by closing an idle connection");
         };
-        assert!(held[1].1.conn.state.lock().unwrap().closing);
-        tokio::time::timeout(Duration::from_secs(1), held[1].1.told_to_close())
+        assert!(held[1].conn.state.lock().unwrap().closing);
+        tokio::time::timeout(Duration::from_secs(1), held[1].told_to_close())
             .await
             .expect("the never-served connection is told to close");
         // Next the one served and idle; then nothing is idle.
         assert!(matches!(conns.room(), Room::Made(_)));
-        assert!(held[0].1.conn.state.lock().unwrap().closing);
+        assert!(held[0].conn.state.lock().unwrap().closing);
         assert!(matches!(conns.room(), Room::Full));
         // A connection told to close gives its slot to the one waiting.
-        let (permit, registered) = held.remove(1);
-        drop((permit, registered));
+        drop(held.remove(1));
         assert!(conns.slot(waiting).await.is_some());
         assert_eq!(conns.open(), 2);
         drop(busy);
@@ -334,43 +340,41 @@ mod tests {
     #[tokio::test]
     async fn a_refusal_waiting_for_a_body_that_does_not_come_makes_room_first() {
         let conns = Connections::new(2);
-        let fresh = (conns.room(), conns.register());
-        let waiting = (conns.room(), conns.register());
-        let request = waiting.1.conn.request();
-        assert!(!waiting.1.conn.nothing_to_finish());
+        let (fresh, waiting) = (free(&conns), free(&conns));
+        let request = waiting.conn.request();
+        assert!(!waiting.conn.nothing_to_finish());
         assert!(matches!(conns.room(), Room::Made(_)));
         assert!(
-            fresh.1.conn.state.lock().unwrap().closing,
+            fresh.conn.state.lock().unwrap().closing,
             "only the fresh one was idle"
         );
-        fresh.1.conn.state.lock().unwrap().closing = false;
+        fresh.conn.state.lock().unwrap().closing = false;
         request.lingering(true);
-        assert!(waiting.1.conn.nothing_to_finish());
+        assert!(waiting.conn.nothing_to_finish());
         assert!(matches!(conns.room(), Room::Made(_)));
-        assert!(waiting.1.conn.state.lock().unwrap().closing);
-        assert!(!fresh.1.conn.state.lock().unwrap().closing);
+        assert!(waiting.conn.state.lock().unwrap().closing);
+        assert!(!fresh.conn.state.lock().unwrap().closing);
         // Once its body came, the request is busy again.
         request.lingering(false);
-        assert!(!waiting.1.conn.nothing_to_finish());
+        assert!(!waiting.conn.nothing_to_finish());
     }
 
     #[tokio::test]
     async fn the_idle_connection_closed_is_the_one_idle_longest() {
         let conns = Connections::new(2);
-        let a = (conns.room(), conns.register());
-        let b = (conns.room(), conns.register());
-        drop(a.1.conn.request());
+        let (a, b) = (free(&conns), free(&conns));
+        drop(a.conn.request());
         std::thread::sleep(Duration::from_millis(5));
-        drop(b.1.conn.request());
+        drop(b.conn.request());
         assert!(matches!(conns.room(), Room::Made(_)));
-        assert!(a.1.conn.state.lock().unwrap().closing);
-        assert!(!b.1.conn.state.lock().unwrap().closing);
+        assert!(a.conn.state.lock().unwrap().closing);
+        assert!(!b.conn.state.lock().unwrap().closing);
     }
 
     #[tokio::test(start_paused = true)]
     async fn a_connection_that_made_room_waits_a_second_at_most() {
         let conns = Connections::new(1);
-        let _held = (conns.room(), conns.register());
+        let _held = free(&conns);
         let Room::Made(waiting) = conns.room() else {
             panic!("room made");
         };
@@ -382,7 +386,7 @@ mod tests {
     #[tokio::test]
     async fn at_most_32_new_connections_wait_for_room_at_once() {
         let conns = Connections::new(64);
-        let held: Vec<_> = (0..64).map(|_| (conns.room(), conns.register())).collect();
+        let held: Vec<Registered> = (0..64).map(|_| free(&conns)).collect();
         let waiting: Vec<Room> = (0..MAKING_ROOM).map(|_| conns.room()).collect();
         assert!(waiting.iter().all(|r| matches!(r, Room::Made(_))));
         // Idle connections remain, but no more may wait.
@@ -395,7 +399,7 @@ mod tests {
     #[tokio::test]
     async fn draining_waits_for_every_connection_to_close() {
         let conns = Arc::new(Connections::new(4));
-        let mut registered = conns.register();
+        let mut registered = free(&conns);
         let drain = tokio::spawn({
             let conns = conns.clone();
             async move { conns.drain().await }
@@ -404,7 +408,7 @@ mod tests {
             .await
             .expect("told to close when the daemon drains");
         // One registered after the drain began is told at once.
-        let mut late = conns.register();
+        let mut late = free(&conns);
         tokio::time::timeout(Duration::from_secs(5), late.told_to_close())
             .await
             .expect("a late connection is told too");

@@ -106,8 +106,6 @@ pub async fn serve(
             },
             () = &mut shutdown => break,
         };
-        // A connection with a slot is registered at once, so that the next one at the limit
-        // can find it idle.
         let room = match connections.room() {
             Room::Full => {
                 metrics.limit_tripped("connections");
@@ -118,7 +116,7 @@ pub async fn serve(
                 metrics.limit_tripped("connections_idle");
                 Err(waiting)
             }
-            Room::Free(permit) => Ok((permit, connections.register())),
+            Room::Free(registered) => Ok(registered),
         };
         let _ = stream.set_nodelay(true);
         if config.send_buffer_bytes > 0 {
@@ -128,10 +126,10 @@ pub async fn serve(
         let (http, connections, metrics) = (http.clone(), connections.clone(), metrics.clone());
         let (app, replies) = (app.clone(), replies.clone());
         tokio::spawn(async move {
-            let (_slot, mut registered) = match room {
-                Ok(placed) => placed,
+            let mut registered = match room {
+                Ok(registered) => registered,
                 Err(waiting) => match connections.slot(waiting).await {
-                    Some(permit) => (permit, connections.register()),
+                    Some(registered) => registered,
                     None => {
                         metrics.limit_tripped("connections");
                         return;
