@@ -24,7 +24,7 @@ use http_body_util::BodyExt;
 use serde_json::{json, Map, Value};
 use tower::ServiceExt;
 use worldd::edge::ServerConfig;
-use worldd::log_stream::STREAM_BATCH;
+use worldd::log_stream::{KEEP_ALIVE, STREAM_BATCH};
 use worldd::state::{AppState, DaemonInfo};
 
 /// `Workspace.Read`: `refuse-me` is refused by policy, `break-me` fails, `unsure` cannot
@@ -318,6 +318,32 @@ async fn a_stream_sends_each_new_entry_with_its_summary() {
 
     h.call(&t, "second.txt").await;
     assert_eq!(s.entry().await.id, Some(2));
+}
+
+/// A quiet stream sends a comment every `KEEP_ALIVE` (15 s), so that proxies and clients
+/// watching for a silent peer (`worldd log tail --follow` waits 45 s) keep it open, and it
+/// still carries the next entry after them.
+#[tokio::test(start_paused = true)]
+async fn a_quiet_stream_sends_a_keep_alive_comment_every_15_seconds() {
+    let h = harness(false);
+    let t = h.token("ep1", &["Workspace.Read=worktree:10"]);
+    let mut s = h.stream(Some(&t), "", &[]).await;
+    let opened = tokio::time::Instant::now();
+    for n in 1..=3u32 {
+        let due = opened + KEEP_ALIVE * n + Duration::from_secs(1);
+        let frame = tokio::time::timeout_at(due, s.body.frame())
+            .await
+            .unwrap_or_else(|_| panic!("no keep-alive comment {n} by {:?}", due - opened))
+            .expect("the stream ended")
+            .unwrap();
+        let text = String::from_utf8(frame.into_data().unwrap().to_vec()).unwrap();
+        assert!(text.starts_with(':') && text.ends_with("\n\n"), "{text:?}");
+        assert_eq!(opened.elapsed(), KEEP_ALIVE * n);
+    }
+    // A call's handler and commit run on threads of their own: let real time pass for them.
+    tokio::time::resume();
+    h.call(&t, "after-the-quiet.txt").await;
+    assert_eq!(s.entry().await.id, Some(1));
 }
 
 #[tokio::test]

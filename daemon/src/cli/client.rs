@@ -4,8 +4,9 @@
 //! (discouraged: it lands in shell history) or a file holding it.
 
 use std::collections::BTreeMap;
-use std::io::Read;
+use std::io::{self, Read};
 use std::path::Path;
+use std::time::Duration;
 
 use clap::{Args, Subcommand};
 use serde_json::{json, Value};
@@ -22,6 +23,39 @@ pub struct ClientArgs {
     /// Session credential, or a file holding it (default: $WORLD_SESSION).
     #[arg(long)]
     pub session: Option<String>,
+    /// How long to wait for the daemon's answer, in seconds (a call runs for up to the
+    /// daemon's `[limits] call_deadline_ms`, 20 s by default).
+    #[arg(long, value_name = "SECS", default_value = DEFAULT_TIMEOUT, value_parser = seconds)]
+    pub timeout: Duration,
+}
+
+/// How long a client verb waits for an answer unless `--timeout` says otherwise, in seconds.
+pub const DEFAULT_TIMEOUT: &str = "30";
+
+/// `--timeout SECS` and its kin: a positive number of seconds, fractions allowed, at most a day.
+pub(super) fn seconds(text: &str) -> Result<Duration, String> {
+    let secs: f64 = text
+        .trim()
+        .parse()
+        .map_err(|_| format!("{text:?} is not a number of seconds (e.g. 30 or 0.5)"))?;
+    if !(secs > 0.0 && secs <= 86_400.0) {
+        return Err(format!(
+            "{text} is out of range: more than 0 and at most 86400 seconds"
+        ));
+    }
+    Ok(Duration::from_secs_f64(secs))
+}
+
+/// A duration as the user wrote it in seconds: `30 s`, `0.5 s`.
+pub(super) fn in_seconds(d: Duration) -> String {
+    format!("{} s", d.as_secs_f64())
+}
+
+/// Whether a transport failure, or the `io::Error` reading a body, is a deadline passing.
+fn timed_out(source: Option<&(dyn std::error::Error + 'static)>) -> bool {
+    source
+        .and_then(|e| e.downcast_ref::<io::Error>())
+        .is_some_and(|e| e.kind() == io::ErrorKind::TimedOut)
 }
 
 #[derive(Subcommand, Debug)]
@@ -207,10 +241,8 @@ pub(super) fn base_url(addr: &str) -> Result<String, Failure> {
     Ok(format!("http://{rest}"))
 }
 
-fn agent() -> ureq::Agent {
-    ureq::AgentBuilder::new()
-        .timeout(std::time::Duration::from_secs(30))
-        .build()
+fn agent(timeout: Duration) -> ureq::Agent {
+    ureq::AgentBuilder::new().timeout(timeout).build()
 }
 
 /// A daemon's address and the session credential, resolved once, and one HTTP agent that
@@ -219,6 +251,7 @@ pub(super) struct Connection {
     base: String,
     token: Option<String>,
     agent: ureq::Agent,
+    timeout: Duration,
 }
 
 impl Connection {
@@ -226,7 +259,8 @@ impl Connection {
         Ok(Connection {
             base: base_url(&c.addr)?,
             token: credential(&c.session)?,
-            agent: agent(),
+            agent: agent(c.timeout),
+            timeout: c.timeout,
         })
     }
 
@@ -259,6 +293,12 @@ impl Connection {
         let res = match res {
             Ok(r) => r,
             Err(ureq::Error::Status(_, r)) => r,
+            Err(ureq::Error::Transport(t))
+                if t.kind() == ureq::ErrorKind::Io
+                    && timed_out(std::error::Error::source(&t)) =>
+            {
+                return Err(self.too_slow(&format!("did not answer {path}")))
+            }
             Err(ureq::Error::Transport(t)) => {
                 return Err(Failure::usage(format!(
                     "cannot reach the daemon at {base} ({t}); is `worldd serve` running there? (--addr or $WORLD_ADDR names another address)"
@@ -275,8 +315,23 @@ impl Connection {
         res.into_reader()
             .take(64 << 20)
             .read_to_end(&mut out)
-            .map_err(|e| Failure::usage(format!("{path}: {e}")))?;
+            .map_err(|e| {
+                if e.kind() == io::ErrorKind::TimedOut {
+                    self.too_slow(&format!("began its answer to {path} but did not finish it"))
+                } else {
+                    Failure::usage(format!("{path}: {e}"))
+                }
+            })?;
         Ok((status, out))
+    }
+
+    /// The daemon was reached, but `what` within `--timeout`.
+    fn too_slow(&self, what: &str) -> Failure {
+        Failure::usage(format!(
+            "the daemon at {} {what} within {} (--timeout SECS waits longer)",
+            self.base,
+            in_seconds(self.timeout)
+        ))
     }
 }
 

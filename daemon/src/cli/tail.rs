@@ -14,6 +14,9 @@ use super::{CliResult, Failure};
 /// Reconnections in a row without an event before `--follow` gives up.
 const MAX_RECONNECTS: u32 = 5;
 
+/// `--idle-timeout`'s default, in seconds: three of the daemon's keep-alive intervals.
+const IDLE_TIMEOUT: &str = "45";
+
 #[derive(Args, Debug)]
 pub struct TailArgs {
     /// How many of the newest entries to print first (at most 500).
@@ -25,6 +28,10 @@ pub struct TailArgs {
     /// One JSON summary per line instead of a table row.
     #[arg(long)]
     pub json: bool,
+    /// With --follow: reconnect when the stream sends nothing for this many seconds (the
+    /// daemon sends a keep-alive comment every 15 s on a quiet stream).
+    #[arg(long, value_name = "SECS", default_value = IDLE_TIMEOUT, value_parser = client::seconds)]
+    pub idle_timeout: Duration,
     #[command(flatten)]
     pub client: ClientArgs,
 }
@@ -122,11 +129,11 @@ fn follow_once(a: &TailArgs, next: &mut u64, out: &mut impl Write) -> Result<Fol
         message: m,
     };
     let url = format!("{}/v1/log/stream", a.client.addr.trim_end_matches('/'));
-    // No overall deadline (the stream is endless); a read deadline well past the keep-alive
-    // comment notices a dead peer.
+    // No overall deadline (the stream is endless); a read deadline past the keep-alive comment
+    // notices a peer that went silent.
     let agent = ureq::AgentBuilder::new()
-        .timeout_connect(Duration::from_secs(5))
-        .timeout_read(crate::log_stream::KEEP_ALIVE * 3)
+        .timeout_connect(a.client.timeout)
+        .timeout_read(a.idle_timeout)
         .build();
     let mut req = agent.get(&url);
     if let Some(token) = client::credential(&a.client.session)? {
@@ -196,4 +203,18 @@ fn follow_once(a: &TailArgs, next: &mut u64, out: &mut impl Write) -> Result<Fol
         }
     }
     Ok(Followed::Ended { got_events })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A quiet stream is not taken for a dead one: the default waits out three keep-alives.
+    #[test]
+    fn the_idle_timeout_outlasts_three_keep_alive_comments() {
+        assert_eq!(
+            client::seconds(IDLE_TIMEOUT).unwrap(),
+            crate::log_stream::KEEP_ALIVE * 3
+        );
+    }
 }

@@ -9,11 +9,12 @@
 
 use std::io::Read;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use broker_core::verify::{self, Explanation, Handle, Report, VerifyError};
 use clap::Args;
 
-use super::client::{ClientArgs, Connection, DEFAULT_ADDR};
+use super::client::{seconds, ClientArgs, Connection, DEFAULT_ADDR, DEFAULT_TIMEOUT};
 use super::session::open_existing;
 use super::why_remote::{RemoteSource, Trouble};
 use super::{CliResult, Failure};
@@ -38,6 +39,9 @@ pub struct WhyArgs {
     /// With a daemon: session credential, or a file holding it (default: $WORLD_SESSION).
     #[arg(long)]
     pub session: Option<String>,
+    /// With a daemon: how long to wait for each of its answers, in seconds.
+    #[arg(long, value_name = "SECS", default_value = DEFAULT_TIMEOUT, value_parser = seconds, conflicts_with = "db")]
+    pub timeout: Duration,
     /// How many entries to scan back from the head to find a ref.
     #[arg(long, default_value_t = verify::DEFAULT_SCAN)]
     pub scan: u64,
@@ -62,6 +66,7 @@ fn mode(a: &WhyArgs) -> Mode {
         client: ClientArgs {
             addr,
             session: a.session.clone(),
+            timeout: a.timeout,
         },
         fallback,
     };
