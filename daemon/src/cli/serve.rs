@@ -21,6 +21,10 @@ use crate::plugins::{self, PluginOptions};
 use crate::server;
 use crate::state::{AppState, DaemonInfo};
 
+/// How long a stopping daemon waits for handlers past their deadline to return (and journal
+/// their outcome) before it exits and leaves their intents indeterminate.
+const HUNG_HANDLER_GRACE: std::time::Duration = std::time::Duration::from_secs(5);
+
 pub const DEFAULT_BIND: &str = "127.0.0.1:7644";
 
 #[derive(Args, Debug, Clone, Default)]
@@ -397,10 +401,11 @@ pub fn run_with(a: ServeArgs, launch: Launch) -> CliResult {
     let hung = overruns.overruns().running();
     if hung > 0 {
         tracing::warn!(
-            "{hung} handler(s) past their deadline still run; waiting up to 5 s for them"
+            "{hung} handler(s) past their deadline still run; waiting up to {} s for them",
+            HUNG_HANDLER_GRACE.as_secs()
         );
     }
-    runtime.shutdown_timeout(std::time::Duration::from_secs(5));
+    runtime.shutdown_timeout(HUNG_HANDLER_GRACE);
     served
 }
 
