@@ -295,7 +295,13 @@ impl AilangHandler {
             limit: HARD_CAP,
             cap: OUTPUT_CAP,
         })
-        .map_err(|e| format!("ailang plugin: {bin_text} --version {e}"))?;
+        .map_err(|e| match e {
+            process::Failure::Timeout(limit) => format!(
+                "ailang plugin: {bin_text} --version did not answer within {} ms; its process group was killed",
+                limit.as_millis()
+            ),
+            e => format!("ailang plugin: {bin_text} --version {e}"),
+        })?;
         let stdout = String::from_utf8_lossy(&probe.stdout);
         let version = stdout
             .lines()

@@ -170,3 +170,26 @@ fn the_manifest_declares_effects_classes_tools_and_finish_functions() {
     );
     assert_eq!(m.config_schema["additionalProperties"], false);
 }
+
+/// `--version` is probed when the handler is built: a binary that never answers is refused
+/// once the handler's 10 s hard cap has passed, not waited for, and its process group is gone.
+#[test]
+fn a_binary_whose_version_probe_hangs_is_refused_at_the_hard_cap() {
+    let tmp = tempfile::tempdir().unwrap();
+    let state = tmp.path().join("state").display().to_string();
+    let hanging = tmp.path().join("hanging");
+    fs::write(&hanging, "#!/bin/sh\nexec sleep 300\n").unwrap();
+    fs::set_permissions(&hanging, fs::Permissions::from_mode(0o755)).unwrap();
+    let started = std::time::Instant::now();
+    let err = new(json!({"bin": hanging.display().to_string(), "stateDir": state})).unwrap_err();
+    let took = started.elapsed();
+    assert_eq!(
+        err,
+        format!(
+            "ailang plugin: {} --version did not answer within 10000 ms; its process group was killed",
+            hanging.display()
+        )
+    );
+    assert!(took >= worldd_ailang::HARD_CAP, "{took:?}");
+    assert!(took < worldd_ailang::HARD_CAP * 3, "{took:?}");
+}

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use common::*;
 use handler_kit::serde_json::{self, json, Value};
 use handler_kit::{EffectHandler, Outcome};
-use worldd_ailang::{PolicySpec, RUN, RUN_ENV, RUN_NET};
+use worldd_ailang::{PolicySpec, HARD_CAP, RUN, RUN_ENV, RUN_NET};
 
 fn run(path: &str) -> Value {
     json!({"op": "run", "path": path, "stdin": "", "argv": [], "caps": ["IO", "FS"]})
@@ -286,6 +286,40 @@ fn the_timeout_kills_the_whole_process_group() {
     }
     for p in &pids {
         assert!(dead(*p), "process {p} survived the timeout");
+    }
+}
+
+/// The handler never runs a child longer than its 10 s hard cap, whatever the request allows:
+/// a longer deadline (an operator's `handler_deadline_ms = 60000`) and none at all (`0`, a
+/// host that sets no deadline) are both cut to it.
+#[test]
+fn a_run_is_held_to_the_hard_cap_when_the_deadline_is_longer_or_absent() {
+    let runs: Vec<_> = [60_000, 0]
+        .into_iter()
+        .map(|deadline_ms| {
+            std::thread::spawn(move || {
+                let f = Fixture::new();
+                f.put("hang.ail", &program("hang", "IO"));
+                let mut request = f.request(RUN, run("hang.ail"));
+                request.deadline_ms = deadline_ms;
+                let started = Instant::now();
+                let outcome = f.handler.execute(request);
+                (deadline_ms, outcome, started.elapsed())
+            })
+        })
+        .collect();
+    for r in runs {
+        let (deadline_ms, outcome, took) = r.join().unwrap();
+        let Outcome::Failed { message } = outcome else {
+            panic!("{deadline_ms}: {outcome:?}")
+        };
+        assert_eq!(
+            message,
+            "broker: Ailang.Run failed: ailang run did not finish within the effect's time limit of 10000 ms; its process group was killed",
+            "{deadline_ms}"
+        );
+        assert!(took >= HARD_CAP, "{deadline_ms}: {took:?}");
+        assert!(took < HARD_CAP * 3, "{deadline_ms}: {took:?}");
     }
 }
 
