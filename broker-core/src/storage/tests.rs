@@ -212,3 +212,40 @@ fn read_transactions_fit_until_the_reader_slots_are_full() {
     }
     store.read(|_| Ok::<_, StoreError>(())).unwrap();
 }
+
+/// However many writes queue up while the writer is busy, one group commit takes at most
+/// `MAX_BATCH` (256) of them; the rest go into the next commits, in order.
+#[test]
+fn a_group_commit_takes_at_most_256_operations() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::create(&dir.path().join("db")).unwrap();
+    let sizes = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let seen = sizes.clone();
+    store.observe_commits(Some(Box::new(move |ops, ok| {
+        assert!(ok);
+        seen.lock().unwrap().push(ops);
+    })));
+    // The first write holds the writer, once it runs, until 600 more are queued behind it.
+    let (release, held) = std::sync::mpsc::channel::<()>();
+    let (started, running) = std::sync::mpsc::channel::<()>();
+    let (held, started) = (std::sync::Mutex::new(held), std::sync::Mutex::new(started));
+    let first = store.submit(move |_w: &mut WriteCtx<'_, '_>| -> Result<(), StoreError> {
+        let _ = started.lock().unwrap().send(());
+        let _ = held.lock().unwrap().recv();
+        Ok(())
+    });
+    running.recv().unwrap();
+    let queued: Vec<_> = (0..600)
+        .map(|i| {
+            let object = Object::new("world/test/v1", "t", format!("queued {i}").into_bytes());
+            store.submit(move |w: &mut WriteCtx<'_, '_>| w.put_object(&object).map(|_| ()))
+        })
+        .collect();
+    release.send(()).unwrap();
+    first.wait().unwrap();
+    for q in queued {
+        q.wait().unwrap();
+    }
+    store.observe_commits(None);
+    assert_eq!(*sizes.lock().unwrap(), [1, 256, 256, 88]);
+}
