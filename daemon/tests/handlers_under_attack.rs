@@ -427,3 +427,42 @@ fn plan_sending_an_op_outside_the_manifest_allowlist_never_reaches_the_plugin() 
         "{log}"
     );
 }
+
+/// A program the agent wrote runs in the `ailang` child: it must find none of the daemon's
+/// descriptors there (the listening socket, other agents' connections, the store's files),
+/// only its own three pipes.
+#[test]
+fn an_ailang_child_inherits_no_descriptor_of_the_daemon() {
+    let bin = standin();
+    let d = Daemon::start(
+        &["worldd_workspace", "worldd_ailang"],
+        &["--tool-ailang-bin", path_str(&bin)],
+    );
+    let token = d.session("ep1", &["Ailang.Run=worktree:5"]);
+    // Another client's connection is open meanwhile.
+    let _other = std::net::TcpStream::connect(&d.addr).unwrap();
+    std::fs::write(
+        d.root().join("ep1/env.ail"),
+        "-- standin: env\nmodule m\n\nexport func main() -> () ! {IO} {\n  ()\n}\n",
+    )
+    .unwrap();
+    let a = mcp(
+        &d,
+        &token,
+        "tools/call",
+        json!({"name": "ailang-run", "arguments": {"path": "env.ail"}}),
+    );
+    assert_eq!(a.status, 200, "{}", a.text());
+    let result = a.sse_json();
+    let out = &result["result"]["structuredContent"];
+    let seen: Value = serde_json::from_str(out["stdout"].as_str().unwrap()).unwrap();
+    let fds = seen["fds"].as_object().unwrap();
+    let numbers: Vec<&str> = fds.keys().map(String::as_str).collect();
+    assert_eq!(numbers, ["0", "1", "2"], "{fds:?}");
+    for (fd, target) in fds {
+        assert!(
+            target.as_str().unwrap().starts_with("pipe:["),
+            "{fd} → {target}"
+        );
+    }
+}

@@ -25,6 +25,12 @@
 //!
 //! A descendant that leaves the group on purpose (`setsid`, `setpgid`) escapes all of this;
 //! the programs worldd runs do not do that, and a plugin that needs more must use cgroups.
+//!
+//! 4. **Nothing of the daemon's but stdio.** The program starts with its stdin, stdout and
+//!    stderr only ([`inherit_only_stdio`]): not every descriptor the daemon holds is
+//!    close-on-exec (LMDB keeps its data file inheritable on purpose), and a program that runs
+//!    what an agent wrote must not find the store's files, the listening socket or other
+//!    clients' connections among its descriptors.
 
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
@@ -87,11 +93,13 @@ impl Group {
         self.leader
     }
 
-    /// Make `command` start in this group with the parent-death signal set.
+    /// Make `command` start in this group with the parent-death signal set, holding no
+    /// descriptor but its stdio ([`inherit_only_stdio`]).
     pub fn prepare(&self, command: &mut Command) {
         // SAFETY: getpid is always safe.
         let daemon = unsafe { libc::getpid() };
         command.process_group(self.leader);
+        inherit_only_stdio(command);
         // SAFETY: the closure runs between fork and exec and uses only async-signal-safe
         // calls (prctl, getppid); it allocates nothing.
         unsafe {
@@ -129,6 +137,55 @@ impl Drop for Group {
         self.kill();
         self.lifeline = None;
         reap_now(self.leader);
+    }
+}
+
+/// Make `command`'s program start with its stdin, stdout and stderr only: every other
+/// descriptor of this process is marked close-on-exec in the child, between `fork` and `exec`
+/// (so `Command`'s own exec-error pipe still reports a failed `exec`).
+pub fn inherit_only_stdio(command: &mut Command) {
+    // SAFETY: the closure runs between fork and exec and makes only async-signal-safe
+    // syscalls (close_range, getrlimit, fcntl) on the child's own descriptor table; it
+    // allocates nothing.
+    unsafe {
+        command.pre_exec(|| {
+            if libc::syscall(
+                libc::SYS_close_range,
+                3u32,
+                u32::MAX,
+                libc::CLOSE_RANGE_CLOEXEC,
+            ) != 0
+            {
+                // Kernels before 5.11 have no CLOSE_RANGE_CLOEXEC.
+                close_on_exec_one_by_one(3);
+            }
+            Ok(())
+        });
+    }
+}
+
+/// Mark every descriptor from `first` up to the descriptor limit close-on-exec, one by one.
+///
+/// # Safety
+///
+/// Only to be called in the child of `fork` (or where no other thread opens descriptors).
+unsafe fn close_on_exec_one_by_one(first: libc::c_int) {
+    // SAFETY: getrlimit and fcntl are async-signal-safe syscalls on our own descriptor table;
+    // `limit` is plain old data for getrlimit to fill, so all-zero is a valid value; fcntl on
+    // a descriptor that is not open fails with EBADF and changes nothing.
+    unsafe {
+        let mut limit: libc::rlimit = std::mem::zeroed();
+        let max = if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) == 0 {
+            limit.rlim_cur.min(1 << 20) as libc::c_int
+        } else {
+            4096
+        };
+        for fd in first..max {
+            let flags = libc::fcntl(fd, libc::F_GETFD);
+            if flags >= 0 && flags & libc::FD_CLOEXEC == 0 {
+                libc::fcntl(fd, libc::F_SETFD, flags | libc::FD_CLOEXEC);
+            }
+        }
     }
 }
 
@@ -259,6 +316,55 @@ mod tests {
             );
             std::thread::sleep(std::time::Duration::from_millis(5));
         }
+    }
+
+    /// An inheritable descriptor of this process (as LMDB's data file is), and the
+    /// descriptors a child sees: `ls` of its own `/proc/self/fd`, less the listing's own.
+    fn descriptors_seen(prepare: impl FnOnce(&mut Command)) -> (libc::c_int, Vec<libc::c_int>) {
+        // SAFETY: a copy of our own stderr at 200 or above (not close-on-exec, and far from
+        // the low number `sh` takes for its listing); it is closed below.
+        let leaked = unsafe { libc::fcntl(2, libc::F_DUPFD, 200) };
+        assert!(leaked >= 200);
+        let mut cmd = Command::new("sh");
+        cmd.args(["-c", "cd /proc/self/fd && echo *"])
+            .stdout(Stdio::piped());
+        prepare(&mut cmd);
+        let out = cmd.output().unwrap();
+        // SAFETY: closes the copy made above.
+        unsafe { libc::close(leaked) };
+        let seen = String::from_utf8(out.stdout)
+            .unwrap()
+            .split_whitespace()
+            .map(|fd| fd.parse().unwrap())
+            .collect();
+        (leaked, seen)
+    }
+
+    #[test]
+    fn a_child_of_the_group_holds_its_stdio_and_nothing_else_of_ours() {
+        // Without it, the child holds the inheritable descriptor.
+        let (leaked, seen) = descriptors_seen(|_| {});
+        assert!(seen.contains(&leaked), "{seen:?}");
+        let group = Group::new().unwrap();
+        let (_, seen) = descriptors_seen(|cmd| group.prepare(cmd));
+        // `sh` keeps one descriptor of its own (the directory it lists, or its script).
+        assert!(seen.len() <= 4 && seen.starts_with(&[0, 1, 2]), "{seen:?}");
+        assert!(!seen.contains(&leaked), "{seen:?}");
+    }
+
+    #[test]
+    fn without_close_range_each_descriptor_is_marked_close_on_exec() {
+        let (leaked, seen) = descriptors_seen(|cmd| {
+            // SAFETY: as in `inherit_only_stdio`, with the fallback alone.
+            unsafe {
+                cmd.pre_exec(|| {
+                    close_on_exec_one_by_one(3);
+                    Ok(())
+                });
+            }
+        });
+        assert!(seen.len() <= 4 && seen.starts_with(&[0, 1, 2]), "{seen:?}");
+        assert!(!seen.contains(&leaked), "{seen:?}");
     }
 
     #[test]

@@ -7,13 +7,13 @@ use std::process::{Command, Stdio};
 
 /// `git config --get KEY` run in `dir`, trimmed; `None` when unset or git fails.
 fn git_config(program: &Path, dir: &Path, key: &str) -> Option<String> {
-    let out = Command::new(program)
-        .args(["config", "--get", key])
+    let mut git = Command::new(program);
+    git.args(["config", "--get", key])
         .current_dir(dir)
         .stdin(Stdio::null())
-        .stderr(Stdio::null())
-        .output()
-        .ok()?;
+        .stderr(Stdio::null());
+    handler_kit::child::inherit_only_stdio(&mut git);
+    let out = git.output().ok()?;
     let value = String::from_utf8(out.stdout).ok()?.trim().to_owned();
     (out.status.success() && !value.is_empty()).then_some(value)
 }
