@@ -142,6 +142,40 @@ fn a_daemon_that_never_answers_is_given_up_on_at_the_timeout() {
     );
 }
 
+/// A tool call that timed out may still run and commit: the message says how to find out.
+#[test]
+fn a_call_that_times_out_says_it_may_still_commit() {
+    let (addr, heads) = fake_daemon(Play::Silent);
+    let dir = tempfile::tempdir().unwrap();
+    let session = dir.path().join("session");
+    std::fs::write(&session, "ab".repeat(32)).unwrap();
+    std::fs::set_permissions(
+        &session,
+        std::os::unix::fs::PermissionsExt::from_mode(0o600),
+    )
+    .unwrap();
+    let (out, _) = run(&[
+        "call",
+        "ailang-write",
+        "--arg",
+        "path=a.txt",
+        "--arg",
+        "content=hi",
+        "--addr",
+        &addr,
+        "--session",
+        session.to_str().unwrap(),
+        "--timeout",
+        "0.5",
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(
+        stderr(&out),
+        format!("worldd: the daemon at {addr} did not answer /mcp/ within 0.5 s (--timeout SECS waits longer) — the call may still run and commit; `worldd log tail` shows what committed: check it before retrying a write")
+    );
+    assert!(heads.try_recv().unwrap().starts_with("POST /mcp/ "));
+}
+
 #[test]
 fn a_daemon_that_stops_half_way_through_its_answer_is_given_up_on_at_the_timeout() {
     let (addr, _heads) = fake_daemon(Play::HalfAnswer);

@@ -46,6 +46,9 @@ pub(super) fn seconds(text: &str) -> Result<Duration, String> {
     Ok(Duration::from_secs_f64(secs))
 }
 
+/// How a failure for a daemon that was reached but did not answer in time ends.
+const TOO_SLOW: &str = " (--timeout SECS waits longer)";
+
 /// A duration as the user wrote it in seconds: `30 s`, `0.5 s`.
 pub(super) fn in_seconds(d: Duration) -> String {
     format!("{} s", d.as_secs_f64())
@@ -328,7 +331,7 @@ impl Connection {
     /// The daemon was reached, but `what` within `--timeout`.
     fn too_slow(&self, what: &str) -> Failure {
         Failure::usage(format!(
-            "the daemon at {} {what} within {} (--timeout SECS waits longer)",
+            "the daemon at {} {what} within {}{TOO_SLOW}",
             self.base,
             in_seconds(self.timeout)
         ))
@@ -643,6 +646,13 @@ pub fn call(a: CallArgs) -> CliResult {
         json!({"name": name, "arguments": args}),
     ) {
         Ok(v) => v,
+        Err(mut f) if f.message.ends_with(TOO_SLOW) => {
+            // The request reached the daemon: the call may be running, and may commit.
+            f.message.push_str(
+                " — the call may still run and commit; `worldd log tail` shows what committed: check it before retrying a write",
+            );
+            return Err(f);
+        }
         Err(f) if !f.message.contains("error -32603") => return Err(f),
         Err(f) => {
             // A host failure. Rule R8 refuses before anything runs, and the daemon can say so.
