@@ -5,13 +5,13 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{BufRead, BufReader, Write};
 use std::net::{TcpListener, TcpStream};
 use std::process::{Command, Output, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use common::WORLDD;
+use common::{lines_of, next_line, WORLDD};
 use serde_json::{json, Value};
 
 /// What a fake daemon does with each request it reads.
@@ -219,20 +219,6 @@ fn a_timeout_that_is_not_a_positive_number_of_seconds_is_refused() {
     }
 }
 
-/// Lines of a child's stdout, read on a thread.
-fn lines_of(reader: impl Read + Send + 'static) -> mpsc::Receiver<String> {
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(reader).lines() {
-            let Ok(line) = line else { return };
-            if tx.send(line).is_err() {
-                return;
-            }
-        }
-    });
-    rx
-}
-
 fn next<T>(rx: &mpsc::Receiver<T>, what: &str) -> T {
     rx.recv_timeout(Duration::from_secs(30))
         .unwrap_or_else(|e| panic!("no {what}: {e}"))
@@ -252,7 +238,7 @@ fn log_tail_follow_reconnects_when_the_stream_goes_silent_and_resumes_after_its_
     let first = next(&heads, "the stream");
     assert!(first.starts_with("GET /v1/log/stream "), "{first}");
     assert_eq!(header(&first, "Last-Event-ID"), Some("4"));
-    let printed: Value = serde_json::from_str(&next(&lines, "entry 5")).unwrap();
+    let printed: Value = serde_json::from_str(&next_line(&lines, "entry 5")).unwrap();
     assert_eq!(printed["header"]["entryIndex"], 5);
     let silent_since = Instant::now();
     // Nothing more comes on that stream: after the idle timeout (and a short pause) tail asks
@@ -260,7 +246,7 @@ fn log_tail_follow_reconnects_when_the_stream_goes_silent_and_resumes_after_its_
     let second = next(&heads, "the reconnection");
     assert!(silent_since.elapsed() >= Duration::from_millis(500));
     assert_eq!(header(&second, "Last-Event-ID"), Some("5"));
-    let printed: Value = serde_json::from_str(&next(&lines, "entry 6")).unwrap();
+    let printed: Value = serde_json::from_str(&next_line(&lines, "entry 6")).unwrap();
     assert_eq!(printed["header"]["entryIndex"], 6);
     let _ = tail.kill();
     let _ = tail.wait();

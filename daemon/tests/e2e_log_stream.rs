@@ -3,11 +3,9 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::Write;
 use std::net::TcpStream;
 use std::process::{Command, Stdio};
-use std::sync::mpsc;
-use std::time::Duration;
 
 use common::*;
 use serde_json::{json, Value};
@@ -28,25 +26,6 @@ fn read_file(d: &Daemon, token: &str, path: &str) {
         json!({"name": "ailang-read", "arguments": {"path": path}}),
     );
     assert_eq!(a.status, 200, "{}", a.text());
-}
-
-/// Lines of a stream read on a thread, handed over a channel.
-fn lines_of(reader: impl Read + Send + 'static) -> mpsc::Receiver<String> {
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(reader).lines() {
-            let Ok(line) = line else { return };
-            if tx.send(line).is_err() {
-                return;
-            }
-        }
-    });
-    rx
-}
-
-fn next_line(rx: &mpsc::Receiver<String>, what: &str) -> String {
-    rx.recv_timeout(Duration::from_secs(30))
-        .unwrap_or_else(|e| panic!("no {what}: {e}"))
 }
 
 #[test]

@@ -524,3 +524,23 @@ pub fn plugin_dir_with(dir: &Path, libs: &[&str]) -> PathBuf {
     }
     plugins
 }
+
+/// Lines of a stream (a child's stdout, a connection) read on a thread, handed over a channel.
+pub fn lines_of(reader: impl std::io::Read + Send + 'static) -> std::sync::mpsc::Receiver<String> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(reader).lines() {
+            let Ok(line) = line else { return };
+            if tx.send(line).is_err() {
+                return;
+            }
+        }
+    });
+    rx
+}
+
+/// The next line from [`lines_of`], waiting at most 30 s.
+pub fn next_line(rx: &std::sync::mpsc::Receiver<String>, what: &str) -> String {
+    rx.recv_timeout(Duration::from_secs(30))
+        .unwrap_or_else(|e| panic!("no {what}: {e}"))
+}
