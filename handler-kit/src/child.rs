@@ -30,7 +30,8 @@
 //!    stderr only ([`inherit_only_stdio`]): not every descriptor the daemon holds is
 //!    close-on-exec (LMDB keeps its data file inheritable on purpose), and a program that runs
 //!    what an agent wrote must not find the store's files, the listening socket or other
-//!    clients' connections among its descriptors.
+//!    clients' connections among its descriptors, nor write to the operator's terminal when
+//!    the daemon runs in one (it has no controlling terminal).
 
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
@@ -142,13 +143,24 @@ impl Drop for Group {
 
 /// Make `command`'s program start with its stdin, stdout and stderr only: every other
 /// descriptor of this process is marked close-on-exec in the child, between `fork` and `exec`
-/// (so `Command`'s own exec-error pipe still reports a failed `exec`).
+/// (so `Command`'s own exec-error pipe still reports a failed `exec`), and the child gives up
+/// the controlling terminal of a daemon started in one, so that it cannot open `/dev/tty`.
 pub fn inherit_only_stdio(command: &mut Command) {
     // SAFETY: the closure runs between fork and exec and makes only async-signal-safe
-    // syscalls (close_range, getrlimit, fcntl) on the child's own descriptor table; it
-    // allocates nothing.
+    // syscalls (open, ioctl, close, close_range, getrlimit, fcntl) on the child's own
+    // descriptor table and terminal; it allocates nothing.
     unsafe {
         command.pre_exec(|| {
+            // The child is no session leader, so TIOCNOTTY detaches it (and what it starts)
+            // alone; without a controlling terminal the open fails and nothing changes.
+            let tty = libc::open(
+                c"/dev/tty".as_ptr(),
+                libc::O_RDWR | libc::O_NOCTTY | libc::O_CLOEXEC,
+            );
+            if tty >= 0 {
+                libc::ioctl(tty, libc::TIOCNOTTY);
+                libc::close(tty);
+            }
             if libc::syscall(
                 libc::SYS_close_range,
                 3u32,
@@ -365,6 +377,48 @@ mod tests {
         });
         assert!(seen.len() <= 4 && seen.starts_with(&[0, 1, 2]), "{seen:?}");
         assert!(!seen.contains(&leaked), "{seen:?}");
+    }
+
+    /// Set in the copy of this test binary that [`a_child_cannot_open_the_daemons_terminal`]
+    /// runs on a terminal of its own: `prepare` or not, then say whether `sh` could open
+    /// `/dev/tty`.
+    const TTY_PROBE: &str = "WORLDD_CHILD_TTY_PROBE";
+
+    #[test]
+    fn a_child_cannot_open_the_daemons_terminal() {
+        if let Ok(mode) = std::env::var(TTY_PROBE) {
+            let mut cmd = Command::new("sh");
+            cmd.args(["-c", "true 3<>/dev/tty && echo has-tty || echo no-tty"])
+                .stderr(Stdio::null());
+            let group = Group::new().unwrap();
+            if mode == "prepared" {
+                group.prepare(&mut cmd);
+            }
+            let out = cmd.output().unwrap();
+            println!("tty-probe: {}", String::from_utf8_lossy(&out.stdout).trim());
+            return;
+        }
+        // This test again, as a daemon started in a terminal: `script` gives it a pseudo
+        // terminal as its controlling terminal.
+        let exe = std::env::current_exe().unwrap();
+        let probe = |mode: &str| {
+            let line = format!(
+                "{} --exact child::tests::a_child_cannot_open_the_daemons_terminal --nocapture",
+                exe.display()
+            );
+            let out = Command::new("script")
+                .args(["-qec", &line, "/dev/null"])
+                .env(TTY_PROBE, mode)
+                .stdin(Stdio::null())
+                .output()
+                .expect("script(1) from util-linux runs this probe");
+            let text = String::from_utf8_lossy(&out.stdout).into_owned();
+            text.lines()
+                .find_map(|l| l.trim().strip_prefix("tty-probe: ").map(str::to_owned))
+                .unwrap_or_else(|| panic!("no probe line in {text:?}"))
+        };
+        assert_eq!(probe("plain"), "has-tty");
+        assert_eq!(probe("prepared"), "no-tty");
     }
 
     #[test]
