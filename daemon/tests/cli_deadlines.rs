@@ -174,6 +174,27 @@ fn a_call_that_times_out_says_it_may_still_commit() {
         format!("worldd: the daemon at {addr} did not answer /mcp/ within 0.5 s (--timeout SECS waits longer) — the call may still run and commit; `worldd log tail` shows what committed: check it before retrying a write")
     );
     assert!(heads.try_recv().unwrap().starts_with("POST /mcp/ "));
+
+    // With a key, the message names the way to reconcile it, and that resending is safe.
+    let (out, _) = run(&[
+        "call",
+        "ailang-read",
+        "--arg",
+        "path=a.txt",
+        "--idempotency-key",
+        "r-1",
+        "--addr",
+        &addr,
+        "--session",
+        session.to_str().unwrap(),
+        "--timeout",
+        "0.5",
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(
+        stderr(&out),
+        format!("worldd: the daemon at {addr} did not answer /mcp/ within 0.5 s (--timeout SECS waits longer) — the call may still run and commit; `worldd calls get r-1` says whether it landed, and resending it with the same key never runs it twice")
+    );
 }
 
 #[test]

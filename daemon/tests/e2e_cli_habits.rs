@@ -704,3 +704,59 @@ fn malformed_plugin_config_stops_serve_before_anything_is_created() {
         "{err}"
     );
 }
+
+/// `worldd call --idempotency-key`: resent, the call returns its committed result and runs
+/// nothing again; other arguments under the same key are refused; `calls get KEY` finds it.
+#[test]
+fn a_keyed_call_from_the_cli_runs_once_and_is_found_by_its_key() {
+    let d = Daemon::start(&["worldd_workspace"], &[]);
+    let token = d.session("ep1", &["Workspace.Write=worktree:5"]);
+    let write = |content: &str| {
+        cli(
+            &d,
+            &token,
+            &[
+                "call",
+                "ailang-write",
+                "--arg",
+                "path=a.txt",
+                "--arg",
+                &format!("content={content}"),
+                "--idempotency-key",
+                "w-1",
+                "--json-out",
+            ],
+        )
+    };
+    let (code, first, err) = write("one");
+    assert_eq!(code, 0, "{err}");
+    let (_, head, _) = cli(&d, &token, &["head"]);
+    let (code, again, err) = write("one");
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(again, first, "the committed bytes, not a second run");
+    assert_eq!(
+        cli(&d, &token, &["head"]).1,
+        head,
+        "nothing new was committed"
+    );
+
+    let (code, _, err) = write("two");
+    assert_eq!(code, 1);
+    assert!(
+        err.contains(
+            "idempotency key \"w-1\" was already used with other arguments in this episode"
+        ),
+        "{err}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(d.root().join("ep1/a.txt")).unwrap(),
+        "one"
+    );
+
+    let (code, out, err) = cli(&d, &token, &["calls", "get", "w-1"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.starts_with("mcp:ep1:w-1  ailang-write  committed\n"),
+        "{out}"
+    );
+}

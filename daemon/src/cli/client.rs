@@ -145,6 +145,11 @@ pub struct CallArgs {
     /// Exit 3 when the committed result says `ok:false`.
     #[arg(long)]
     pub strict: bool,
+    /// An idempotency key (1–128 of A-Z a-z 0-9 . _ -): the same call resent with the same key
+    /// returns its committed result and runs nothing again; `worldd calls get KEY` says
+    /// whether it landed.
+    #[arg(long, value_name = "KEY")]
+    pub idempotency_key: Option<String>,
     #[command(flatten)]
     pub client: ClientArgs,
 }
@@ -640,17 +645,20 @@ fn call_arguments(a: &CallArgs) -> Result<Value, Failure> {
 pub fn call(a: CallArgs) -> CliResult {
     let args = call_arguments(&a)?;
     let name = crate::tools::mcp_name(&a.tool);
-    let v = match mcp(
-        &a.client,
-        "tools/call",
-        json!({"name": name, "arguments": args}),
-    ) {
+    let mut params = json!({"name": name, "arguments": args});
+    if let Some(key) = &a.idempotency_key {
+        params["_meta"] = json!({ crate::mcp::IDEMPOTENCY_KEY: key });
+    }
+    let v = match mcp(&a.client, "tools/call", params) {
         Ok(v) => v,
         Err(mut f) if f.message.ends_with(TOO_SLOW) => {
             // The request reached the daemon: the call may be running, and may commit.
-            f.message.push_str(
-                " — the call may still run and commit; `worldd log tail` shows what committed: check it before retrying a write",
-            );
+            f.message.push_str(&match &a.idempotency_key {
+                Some(key) => format!(
+                    " — the call may still run and commit; `worldd calls get {key}` says whether it landed, and resending it with the same key never runs it twice"
+                ),
+                None => " — the call may still run and commit; `worldd log tail` shows what committed: check it before retrying a write".to_owned(),
+            });
             return Err(f);
         }
         Err(f) if !f.message.contains("error -32603") => return Err(f),

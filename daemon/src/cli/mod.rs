@@ -114,7 +114,7 @@ pub enum Command {
     Tools(client::ToolsCommand),
     /// Call a tool through a running daemon (MCP).
     #[command(
-        after_help = "Examples:\n  worldd call ailang-write --arg path=hello.txt --arg content='hi there'\n  worldd call ailang-read --json '{\"path\":\"hello.txt\"}'\n  worldd call ailang-run --arg path=main.ail --arg args_json='{\"n\": 3}' --strict\n  worldd call ailang-read --arg path=hello.txt --json-out | worldd why -"
+        after_help = "Examples:\n  worldd call ailang-write --arg path=hello.txt --arg content='hi there'\n  worldd call ailang-write --arg path=notes.md --arg content=draft --idempotency-key notes-1\n  worldd call ailang-read --json '{\"path\":\"hello.txt\"}'\n  worldd call ailang-run --arg path=main.ail --arg args_json='{\"n\": 3}' --strict\n  worldd call ailang-read --arg path=hello.txt --json-out | worldd why -"
     )]
     Call(client::CallArgs),
     /// Publish a transition bundle through the broker (needs a Registry.Publish grant).
