@@ -154,46 +154,28 @@ fn a_call_that_times_out_says_it_may_still_commit() {
         std::os::unix::fs::PermissionsExt::from_mode(0o600),
     )
     .unwrap();
-    let (out, _) = run(&[
-        "call",
-        "ailang-write",
-        "--arg",
-        "path=a.txt",
-        "--arg",
-        "content=hi",
-        "--addr",
-        &addr,
-        "--session",
-        session.to_str().unwrap(),
-        "--timeout",
-        "0.5",
-    ]);
-    assert_eq!(out.status.code(), Some(1));
+    // A write, then a read with a key; each answered by nobody.
+    let call = |tool: &str, extra: &[&str]| {
+        let mut args = vec!["call", tool, "--arg", "path=a.txt"];
+        args.extend_from_slice(extra);
+        let session = session.to_str().unwrap();
+        args.extend(["--addr", &addr, "--session", session, "--timeout", "0.5"]);
+        let (out, _) = run(&args);
+        assert_eq!(out.status.code(), Some(1));
+        stderr(&out)
+    };
+    let gave_up = format!(
+        "worldd: the daemon at {addr} did not answer /mcp/ within 0.5 s (--timeout SECS waits longer)"
+    );
     assert_eq!(
-        stderr(&out),
-        format!("worldd: the daemon at {addr} did not answer /mcp/ within 0.5 s (--timeout SECS waits longer) — the call may still run and commit; `worldd log tail` shows what committed: check it before retrying a write")
+        call("ailang-write", &["--arg", "content=hi"]),
+        format!("{gave_up} — the call may still run and commit; `worldd log tail` shows what committed: check it before retrying a write")
     );
     assert!(heads.try_recv().unwrap().starts_with("POST /mcp/ "));
-
     // With a key, the message names the way to reconcile it, and that resending is safe.
-    let (out, _) = run(&[
-        "call",
-        "ailang-read",
-        "--arg",
-        "path=a.txt",
-        "--idempotency-key",
-        "r-1",
-        "--addr",
-        &addr,
-        "--session",
-        session.to_str().unwrap(),
-        "--timeout",
-        "0.5",
-    ]);
-    assert_eq!(out.status.code(), Some(1));
     assert_eq!(
-        stderr(&out),
-        format!("worldd: the daemon at {addr} did not answer /mcp/ within 0.5 s (--timeout SECS waits longer) — the call may still run and commit; `worldd calls get r-1` says whether it landed, and resending it with the same key never runs it twice")
+        call("ailang-read", &["--idempotency-key", "r-1"]),
+        format!("{gave_up} — the call may still run and commit; `worldd calls get r-1` says whether it landed, and resending it with the same key never runs it twice")
     );
 }
 
