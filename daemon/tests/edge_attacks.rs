@@ -1073,15 +1073,18 @@ fn hung_plugins_do_not_stop_other_episodes() {
     assert_eq!(metric(&d, "worldd_handlers_overrunning "), 3);
 }
 
-/// A `stall-wait` call of `ms` milliseconds from a fresh episode `episode`, answered past
-/// the daemon's handler deadline: the caller gets the seed's timeout; the handler keeps running.
-fn hang_one_handler(d: &Daemon, episode: &str, ms: u64) -> String {
-    let t = d.session(episode, &["Stall.Wait=any:5"]);
+/// Hang one `stall-wait` call of `ms` milliseconds past the handler deadline (its caller
+/// gets the seed's timeout; the handler keeps running), SIGTERM the daemon, check that it
+/// exits 0 saying it waits for that handler, and start it again on the same store. How long
+/// the stop took, the new daemon, and the hung episode's credential.
+fn stop_with_one_hung_handler(episode: &str, ms: u64) -> (Duration, Daemon, String) {
+    let (d, _c) = start_with(WS_STALL, "[limits]\nhandler_deadline_ms = 300\n", &[]);
+    let token = d.session(episode, &["Stall.Wait=any:5"]);
     let body = json!({"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"stall-wait","arguments":{"ms": ms.to_string()}}});
     let a = request(
         "POST",
         &d.url("/mcp/"),
-        Some(&t),
+        Some(&token),
         &mcp_headers(),
         Some(&serde_json::to_vec(&body).unwrap()),
     );
@@ -1089,65 +1092,29 @@ fn hang_one_handler(d: &Daemon, episode: &str, ms: u64) -> String {
         a.json(),
         json!({"jsonrpc":"2.0","id":1,"error":{"code":-32603,"message":"host callback timed out"}})
     );
-    assert_eq!(metric(d, "worldd_handlers_overrunning "), 1);
-    t
-}
-
-/// SIGTERM the daemon and wait (up to 30 s) for it to exit: its status, how long it took,
-/// and what it wrote to stderr.
-fn terminate(
-    mut d: Daemon,
-) -> (
-    std::process::ExitStatus,
-    Duration,
-    String,
-    tempfile::TempDir,
-) {
-    let started = std::time::Instant::now();
-    // SAFETY: a plain kill(2) of our own child; no memory is involved.
-    unsafe {
-        libc::kill(d.child.id() as i32, libc::SIGTERM);
-    }
-    let status = loop {
-        if let Some(status) = d.child.try_wait().unwrap() {
-            break status;
-        }
-        assert!(started.elapsed() < Duration::from_secs(30), "no exit");
-        std::thread::sleep(Duration::from_millis(20));
-    };
-    let took = started.elapsed();
-    let mut log = String::new();
-    d.child
-        .stderr
-        .take()
-        .unwrap()
-        .read_to_string(&mut log)
-        .unwrap();
-    let dir = std::mem::replace(&mut d.dir, tempfile::tempdir().unwrap());
-    (status, took, log, dir)
+    assert_eq!(metric(&d, "worldd_handlers_overrunning "), 1);
+    let (status, took, log, dir) = d.stop_with_log(Duration::from_secs(30));
+    assert!(status.success(), "{status:?}\n{log}");
+    assert!(
+        log.contains("1 handler(s) past their deadline still run; waiting up to 5 s for them"),
+        "{log}"
+    );
+    (took, Daemon::start_in(dir, WS_STALL, &[]), token)
 }
 
 /// The episode's intents without an outcome, by `GET /v1/budget`.
 fn indeterminate(d: &Daemon, token: &str) -> Vec<Value> {
-    let a = request("GET", &d.url("/v1/budget"), Some(token), &[], None);
+    let a = get(&d.url("/v1/budget"), Some(token));
     assert_eq!(a.status, 200, "{}", a.text());
     a.json()["indeterminate"].as_array().unwrap().clone()
 }
 
 #[test]
 fn shutdown_leaves_a_handler_hung_past_5_s_and_its_intent_is_indeterminate_at_the_next_start() {
-    let (d, _c) = start_with(WS_STALL, "[limits]\nhandler_deadline_ms = 300\n", &[]);
-    let token = hang_one_handler(&d, "hung", 60_000);
-    let (status, took, log, dir) = terminate(d);
-    assert!(status.success(), "{status:?}\n{log}");
-    assert!(
-        log.contains("1 handler(s) past their deadline still run; waiting up to 5 s for them"),
-        "{log}"
-    );
+    let (took, d, token) = stop_with_one_hung_handler("hung", 60_000);
     // It waited the 5 s, not the handler's 60.
     assert!(took >= Duration::from_secs(5), "{took:?}");
     assert!(took < Duration::from_secs(20), "{took:?}");
-    let d = Daemon::start_in(dir, WS_STALL, &[]);
     let open = indeterminate(&d, &token);
     assert_eq!(open.len(), 1, "{open:?}");
     assert_eq!(open[0]["effect"], "Stall.Wait");
@@ -1159,17 +1126,9 @@ fn shutdown_leaves_a_handler_hung_past_5_s_and_its_intent_is_indeterminate_at_th
 
 #[test]
 fn shutdown_waits_for_a_hung_handler_that_returns_within_5_s_and_journals_its_outcome() {
-    let (d, _c) = start_with(WS_STALL, "[limits]\nhandler_deadline_ms = 300\n", &[]);
-    let token = hang_one_handler(&d, "late", 2_500);
-    let (status, took, log, dir) = terminate(d);
-    assert!(status.success(), "{status:?}\n{log}");
-    assert!(
-        log.contains("1 handler(s) past their deadline still run; waiting up to 5 s for them"),
-        "{log}"
-    );
+    let (took, d, token) = stop_with_one_hung_handler("late", 2_500);
     // Done when the handler returned, before the 5 s were up.
     assert!(took < Duration::from_secs(5), "{took:?}");
-    let d = Daemon::start_in(dir, WS_STALL, &[]);
     assert_eq!(indeterminate(&d, &token), Vec::<Value>::new());
 }
 

@@ -313,22 +313,34 @@ fn standin() -> PathBuf {
         .expect("tests/ailang-standin/ailang exists")
 }
 
-#[test]
-fn killed_daemon_leaves_no_ailang_child_or_grandchild() {
+/// A daemon whose ailang plugin runs the stand-in, and a credential of episode `ep1` that
+/// may run programs.
+fn ailang_daemon() -> (Daemon, String) {
     let bin = standin();
-    let mut d = Daemon::start(
+    let d = Daemon::start(
         &["worldd_workspace", "worldd_ailang"],
         &["--tool-ailang-bin", path_str(&bin)],
     );
     let token = d.session("ep1", &["Ailang.Run=worktree:5"]);
+    (d, token)
+}
+
+/// Write `<mode>.ail` into `ep1`'s worktree: a program whose stand-in run does `mode`.
+fn put_standin_program(d: &Daemon, mode: &str) {
+    std::fs::write(
+        d.root().join(format!("ep1/{mode}.ail")),
+        format!("-- standin: {mode}\nmodule m\n\nexport func main() -> () ! {{IO}} {{\n  ()\n}}\n"),
+    )
+    .unwrap();
+}
+
+#[test]
+fn killed_daemon_leaves_no_ailang_child_or_grandchild() {
+    let (mut d, token) = ailang_daemon();
     let wt = d.root().join("ep1");
     // The stand-in's `hang` mode starts a `sleep` grandchild, writes "<pid> <grandchild>" to
     // ./hang.pids and sleeps.
-    std::fs::write(
-        wt.join("hang.ail"),
-        "-- standin: hang\nmodule m\n\nexport func main() -> () ! {IO} {\n  ()\n}\n",
-    )
-    .unwrap();
+    put_standin_program(&d, "hang");
     let caller = call_in_background(
         d.url("/mcp/"),
         token,
@@ -433,19 +445,10 @@ fn plan_sending_an_op_outside_the_manifest_allowlist_never_reaches_the_plugin() 
 /// only its own three pipes.
 #[test]
 fn an_ailang_child_inherits_no_descriptor_of_the_daemon() {
-    let bin = standin();
-    let d = Daemon::start(
-        &["worldd_workspace", "worldd_ailang"],
-        &["--tool-ailang-bin", path_str(&bin)],
-    );
-    let token = d.session("ep1", &["Ailang.Run=worktree:5"]);
+    let (d, token) = ailang_daemon();
     // Another client's connection is open meanwhile.
     let _other = std::net::TcpStream::connect(&d.addr).unwrap();
-    std::fs::write(
-        d.root().join("ep1/env.ail"),
-        "-- standin: env\nmodule m\n\nexport func main() -> () ! {IO} {\n  ()\n}\n",
-    )
-    .unwrap();
+    put_standin_program(&d, "env");
     let a = mcp(
         &d,
         &token,

@@ -182,21 +182,30 @@ pub fn inherit_only_stdio(command: &mut Command) {
 ///
 /// Only to be called in the child of `fork` (or where no other thread opens descriptors).
 unsafe fn close_on_exec_one_by_one(first: libc::c_int) {
-    // SAFETY: getrlimit and fcntl are async-signal-safe syscalls on our own descriptor table;
-    // `limit` is plain old data for getrlimit to fill, so all-zero is a valid value; fcntl on
-    // a descriptor that is not open fails with EBADF and changes nothing.
+    // SAFETY: fcntl is an async-signal-safe syscall on our own descriptor table; on a
+    // descriptor that is not open it fails with EBADF and changes nothing.
     unsafe {
-        let mut limit: libc::rlimit = std::mem::zeroed();
-        let max = if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) == 0 {
-            limit.rlim_cur.min(1 << 20) as libc::c_int
-        } else {
-            4096
-        };
-        for fd in first..max {
+        for fd in first..descriptor_limit() as libc::c_int {
             let flags = libc::fcntl(fd, libc::F_GETFD);
             if flags >= 0 && flags & libc::FD_CLOEXEC == 0 {
                 libc::fcntl(fd, libc::F_SETFD, flags | libc::FD_CLOEXEC);
             }
+        }
+    }
+}
+
+/// One past the highest descriptor number this process may hold (its soft `RLIMIT_NOFILE`,
+/// at most 2^20; 4096 when it cannot be read), for the fallbacks that visit every descriptor.
+/// Async-signal-safe: fit for the child of `fork`.
+fn descriptor_limit() -> libc::c_uint {
+    // SAFETY: getrlimit is an async-signal-safe syscall; `limit` is plain old data for it to
+    // fill, so all-zero is a valid value.
+    unsafe {
+        let mut limit: libc::rlimit = std::mem::zeroed();
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) == 0 {
+            limit.rlim_cur.min(1 << 20) as libc::c_uint
+        } else {
+            4096
         }
     }
 }
@@ -248,9 +257,8 @@ unsafe fn watchdog(lifeline: libc::c_int) -> ! {
 /// Only to be called in the child of `fork`.
 unsafe fn close_all_but(keep: libc::c_int) {
     let keep = keep as libc::c_uint;
-    // SAFETY: close_range, getrlimit and close are async-signal-safe syscalls on our own
-    // descriptor table (the caller's contract: we are the child of `fork`); `limit` is plain
-    // old data for getrlimit to fill, so all-zero is a valid value.
+    // SAFETY: close_range and close are async-signal-safe syscalls on our own descriptor
+    // table (the caller's contract: we are the child of `fork`).
     unsafe {
         let below = keep == 0 || libc::syscall(libc::SYS_close_range, 0u32, keep - 1, 0u32) == 0;
         let above = libc::syscall(libc::SYS_close_range, keep + 1, u32::MAX, 0u32) == 0;
@@ -258,13 +266,7 @@ unsafe fn close_all_but(keep: libc::c_int) {
             return;
         }
         // Kernels before 5.9 have no close_range: close one by one up to the descriptor limit.
-        let mut limit: libc::rlimit = std::mem::zeroed();
-        let max = if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) == 0 {
-            limit.rlim_cur.min(1 << 20) as libc::c_uint
-        } else {
-            4096
-        };
-        for fd in 0..max {
+        for fd in 0..descriptor_limit() {
             if fd != keep {
                 libc::close(fd as libc::c_int);
             }

@@ -54,10 +54,10 @@ pub(super) fn in_seconds(d: Duration) -> String {
     format!("{} s", d.as_secs_f64())
 }
 
-/// Whether a transport failure, or the `io::Error` reading a body, is a deadline passing.
-fn timed_out(source: Option<&(dyn std::error::Error + 'static)>) -> bool {
-    source
-        .and_then(|e| e.downcast_ref::<io::Error>())
+/// Whether an error (a transport failure's source, or the `io::Error` reading a body) is the
+/// `--timeout` deadline passing.
+fn timed_out(e: &(dyn std::error::Error + 'static)) -> bool {
+    e.downcast_ref::<io::Error>()
         .is_some_and(|e| e.kind() == io::ErrorKind::TimedOut)
 }
 
@@ -303,7 +303,7 @@ impl Connection {
             Err(ureq::Error::Status(_, r)) => r,
             Err(ureq::Error::Transport(t))
                 if t.kind() == ureq::ErrorKind::Io
-                    && timed_out(std::error::Error::source(&t)) =>
+                    && std::error::Error::source(&t).is_some_and(timed_out) =>
             {
                 return Err(self.too_slow(&format!("did not answer {path}")))
             }
@@ -324,7 +324,7 @@ impl Connection {
             .take(64 << 20)
             .read_to_end(&mut out)
             .map_err(|e| {
-                if e.kind() == io::ErrorKind::TimedOut {
+                if timed_out(&e) {
                     self.too_slow(&format!("began its answer to {path} but did not finish it"))
                 } else {
                     Failure::usage(format!("{path}: {e}"))

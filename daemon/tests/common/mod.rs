@@ -181,18 +181,52 @@ impl Daemon {
 
     /// SIGTERM and wait; returns the exit status.
     pub fn stop(mut self) -> std::process::ExitStatus {
+        self.terminate(Duration::from_secs(5)).0
+    }
+
+    /// SIGTERM and wait up to `limit`; keep the directory (store, worktrees). The exit status,
+    /// how long the exit took, everything the daemon wrote to stderr (its log), and the
+    /// directory.
+    pub fn stop_with_log(
+        mut self,
+        limit: Duration,
+    ) -> (
+        std::process::ExitStatus,
+        Duration,
+        String,
+        tempfile::TempDir,
+    ) {
+        let (status, took) = self.terminate(limit);
+        let (dir, log) = self.into_dir_and_log();
+        (status, took, log, dir)
+    }
+
+    /// SIGTERM, then wait up to `limit` for the exit (killed, and the test fails, past it).
+    fn terminate(&mut self, limit: Duration) -> (std::process::ExitStatus, Duration) {
+        let started = std::time::Instant::now();
         // SAFETY: a plain kill(2) of our own child; no memory is involved.
         unsafe {
             libc::kill(self.child.id() as i32, libc::SIGTERM);
         }
-        for _ in 0..100 {
+        loop {
             if let Some(status) = self.child.try_wait().unwrap() {
-                return status;
+                return (status, started.elapsed());
             }
-            std::thread::sleep(Duration::from_millis(50));
+            if started.elapsed() > limit {
+                let _ = self.child.kill();
+                panic!("daemon did not stop on SIGTERM within {limit:?}");
+            }
+            std::thread::sleep(Duration::from_millis(20));
         }
-        let _ = self.child.kill();
-        panic!("daemon did not stop on SIGTERM");
+    }
+
+    /// The directory, and everything the (exited or killed) daemon wrote to stderr.
+    fn into_dir_and_log(mut self) -> (tempfile::TempDir, String) {
+        let mut text = String::new();
+        let mut err = self.child.stderr.take().unwrap();
+        std::io::Read::read_to_string(&mut err, &mut text).unwrap();
+        let dir = std::mem::replace(&mut self.dir, tempfile::tempdir().unwrap());
+        (dir, text)
     }
 }
 
@@ -200,13 +234,9 @@ impl Daemon {
     /// Kill the daemon; keep its directory and return everything it wrote to stderr (its
     /// log).
     pub fn halt_with_log(mut self) -> (tempfile::TempDir, String) {
-        let mut err = self.child.stderr.take().unwrap();
         let _ = self.child.kill();
         let _ = self.child.wait();
-        let mut text = String::new();
-        std::io::Read::read_to_string(&mut err, &mut text).unwrap();
-        let dir = std::mem::replace(&mut self.dir, tempfile::tempdir().unwrap());
-        (dir, text)
+        self.into_dir_and_log()
     }
 }
 
