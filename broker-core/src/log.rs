@@ -13,8 +13,10 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
 
 use crate::canon::{self, CanonError};
+pub(crate) use crate::log_row::Row;
 use crate::object::{sid, Object, Ref};
-use crate::schema::{ref_key, ENTRY_HASH, LOG, REFS, WORLD_REF};
+use crate::ref_tail;
+use crate::schema::{ref_key, ENTRY_HASH, LOG, WORLD_REF};
 use crate::storage::{ReadCtx, Store, StoreError, WriteCtx};
 
 /// The semantics epoch written into every entry: the plan interpreter's
@@ -211,39 +213,6 @@ pub fn interpreter_ref() -> Result<Ref, CanonError> {
         .clone()
 }
 
-/// One log row (schema 2): an entry and the world it selects, stored together under the
-/// entry's index: `world ref (32) | u32 BE entry length | entry JSON | world JSON`. Appending
-/// an entry then writes the tail of one B-tree; the two lookups by hash go through
-/// the store's `refs` index.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Row<'a> {
-    pub world_ref: Ref,
-    pub entry: &'a [u8],
-    pub world: &'a [u8],
-}
-
-impl<'a> Row<'a> {
-    pub(crate) fn decode(bytes: &'a [u8]) -> Option<Row<'a>> {
-        let world_ref = Ref::from_slice(bytes.get(..32)?)?;
-        let len = usize::try_from(u32::from_be_bytes(bytes.get(32..36)?.try_into().ok()?)).ok()?;
-        let rest = bytes.get(36..)?;
-        Some(Row {
-            world_ref,
-            entry: rest.get(..len)?,
-            world: rest.get(len..)?,
-        })
-    }
-
-    pub(crate) fn encode(&self) -> Vec<u8> {
-        let mut out = Vec::with_capacity(36 + self.entry.len() + self.world.len());
-        out.extend_from_slice(self.world_ref.as_bytes());
-        out.extend_from_slice(&(self.entry.len() as u32).to_be_bytes());
-        out.extend_from_slice(self.entry);
-        out.extend_from_slice(self.world);
-        out
-    }
-}
-
 fn row_at<'t>(r: &ReadCtx<'t>, index: u64) -> Result<Option<Row<'t>>, StoreError> {
     match LOG.get(r, &index)? {
         None => Ok(None),
@@ -340,7 +309,7 @@ pub fn range(r: &ReadCtx<'_>, from: u64, limit: usize) -> Result<Vec<Entry>, Log
 
 /// Index of the entry with this hash.
 pub fn index_of_entry_hash(r: &ReadCtx<'_>, hash: &Ref) -> Result<Option<u64>, StoreError> {
-    REFS.get(r, &ref_key(hash, ENTRY_HASH))
+    ref_tail::find(r, &ref_key(hash, ENTRY_HASH))
 }
 
 /// The stored world with this ref, parsed but not verified.
@@ -374,6 +343,7 @@ pub(crate) fn overwrite_row(
         .ok_or_else(|| StoreError::Corrupt(format!("no log row {index}")))?;
     let bytes = Row {
         world_ref: row.world_ref,
+        entry_hash: row.entry_hash,
         entry: entry.unwrap_or(row.entry),
         world: world.unwrap_or(row.world),
     }
@@ -383,7 +353,7 @@ pub(crate) fn overwrite_row(
 
 /// The index of the row holding world `world_ref` (maintenance).
 pub(crate) fn index_of_world(r: &ReadCtx<'_>, world_ref: &Ref) -> Result<Option<u64>, StoreError> {
-    REFS.get(r, &ref_key(world_ref, WORLD_REF))
+    ref_tail::find(r, &ref_key(world_ref, WORLD_REF))
 }
 
 /// How an append relates to the head.
@@ -538,13 +508,21 @@ fn commit_checked(
     }
     let row = Row {
         world_ref: *world_ref,
+        entry_hash: Some(entry.entry_hash),
         entry: &entry_bytes,
         world: &world_bytes,
     }
     .encode();
+    ref_tail::claim(w)?;
     LOG.put(w, &h.entry_index, &row)?;
-    REFS.put(w, &ref_key(&entry.entry_hash, ENTRY_HASH), &h.entry_index)?;
-    REFS.put(w, &ref_key(world_ref, WORLD_REF), &h.entry_index)?;
+    ref_tail::note(
+        w,
+        &[
+            ref_key(&entry.entry_hash, ENTRY_HASH),
+            ref_key(world_ref, WORLD_REF),
+        ],
+        h.entry_index,
+    )?;
     Ok(())
 }
 

@@ -1,4 +1,5 @@
-//! Schema 1 → schema 2, in one write transaction when a schema-1 store is opened.
+//! Schema 1 → schema 2 (stamped as the current schema, 3, which reads a schema-2 store as it
+//! is), in one write transaction when a schema-1 store is opened; and schema 2 → 3.
 //!
 //! Schema 2 cuts the pages a call's commits write (`docs/benchmarks.md`): objects are stored in
 //! arrival order and found through one index of refs (which also finds entries by hash and
@@ -157,10 +158,49 @@ pub(crate) fn schema_1_to_2(
         entries = done.entries,
         invocations = done.invocations,
         readers = done.readers,
-        "migrated the store from schema 1 to schema 2 in {:.1}s; builds that know only schema 1 can no longer open it",
+        "migrated the store from schema 1 to schema {SCHEMA_VERSION} in {:.1}s; builds that know only schema 1 can no longer open it",
         started.elapsed().as_secs_f64()
     );
     Ok(done)
+}
+
+/// Schema 2 → schema 3: nothing moves. Schema 3 lets the newest objects wait for their `refs`
+/// key ([`crate::ref_tail`]); a schema-2 store has every key, which schema 3 reads as a tail
+/// that is empty. Only the version changes, so that builds of schema 2, which would not find
+/// the tail's objects, refuse the store from now on.
+pub(crate) fn schema_2_to_3(env: &Env<WithoutTls>, map_size: usize) -> Result<(), StoreError> {
+    let heed_err = |e| StoreError::from_heed(e, map_size);
+    let wtxn = env.write_txn().map_err(heed_err)?;
+    let outcome = env
+        .create_databases_and_commit(wtxn, |dbo, wtxn| -> Result<_, MigrateError> {
+            let meta: Database<Str, Bytes> = dbo.create_database(wtxn, Some(META_TABLE))?;
+            match meta.get(wtxn, META_SCHEMA)? {
+                Some(b"2") => {}
+                // Another process upgraded it between our look and this transaction.
+                Some(v) if v == SCHEMA_VERSION.to_string().as_bytes() => {
+                    return Ok(CommitOrAbort::Abort(()));
+                }
+                other => {
+                    return Err(MigrateError::Store(StoreError::SchemaMismatch {
+                        found: other
+                            .map_or("none".into(), |v| String::from_utf8_lossy(v).into_owned()),
+                        expected: SCHEMA_VERSION,
+                    }))
+                }
+            }
+            meta.put(wtxn, META_SCHEMA, SCHEMA_VERSION.to_string().as_bytes())?;
+            Ok(CommitOrAbort::<(), ()>::Commit(()))
+        })
+        .map_err(|e| match e {
+            MigrateError::Store(s) => s,
+            MigrateError::Heed(h) => heed_err(h),
+        })?;
+    if let CommitOrAbort::Commit(()) = outcome {
+        tracing::warn!(
+            "upgraded the store from schema 2 to schema {SCHEMA_VERSION} (no data moved); builds that know only schema 2 can no longer open it"
+        );
+    }
+    Ok(())
 }
 
 #[derive(Debug)]
@@ -295,6 +335,8 @@ fn entries(wtxn: &mut RwTxn<'_>, old: &Old<'_>, new: &New<'_>) -> Result<u64, Mi
             .to_vec();
         let row = LogRow {
             world_ref,
+            // Schema 2's form: every migrated entry is in `refs`, and none is read back for it.
+            entry_hash: None,
             entry,
             world: &world,
         }

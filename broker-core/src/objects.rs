@@ -3,7 +3,8 @@
 //! other world table names objects by ref; this module is the one that stores them.
 
 use crate::object::{Object, ObjectView, Ref};
-use crate::schema::{ref_key, semantic_prefix, OBJECT, OBJECTS, REFS, SEMANTIC_IDS};
+use crate::ref_tail;
+use crate::schema::{ref_key, semantic_prefix, OBJECT, OBJECTS, SEMANTIC_IDS};
 use crate::storage::{ReadCtx, StoreError, WriteCtx};
 
 /// Refs read lazily from a read transaction.
@@ -28,7 +29,7 @@ impl<'t> ReadCtx<'t> {
 
     /// Whether an object with this ref is stored (without reading it).
     pub fn has_object(&self, r: &Ref) -> Result<bool, StoreError> {
-        Ok(REFS.get(self, &ref_key(r, OBJECT))?.is_some())
+        Ok(ref_tail::find(self, &ref_key(r, OBJECT))?.is_some())
     }
 
     /// An object and its sequence number (its place in arrival order).
@@ -136,9 +137,10 @@ impl WriteCtx<'_, '_> {
 
     /// [`WriteCtx::put_object`] for an object whose payload the caller has just hashed.
     pub(crate) fn put_verified_object(&mut self, object: &Object) -> Result<(), StoreError> {
+        ref_tail::claim(self)?;
         let key = ref_key(&object.hash, OBJECT);
         let r = self.reader();
-        if REFS.get(&r, &key)?.is_some() {
+        if ref_tail::find(&r, &key)?.is_some() {
             return Ok(());
         }
         let mut index_key = semantic_prefix(&object.semantic_id)?;
@@ -151,9 +153,9 @@ impl WriteCtx<'_, '_> {
         row.extend_from_slice(object.hash.as_bytes());
         row.extend_from_slice(&envelope);
         OBJECTS.append(self, &seq, &row)?;
-        REFS.put(self, &key, &seq)?;
         index_key.extend_from_slice(&seq.to_be_bytes());
-        SEMANTIC_IDS.put(self, &index_key, &[])
+        SEMANTIC_IDS.put(self, &index_key, &[])?;
+        ref_tail::note(self, &[key], seq)
     }
 }
 
@@ -163,7 +165,7 @@ pub(crate) fn object_row<'t>(
     r: &ReadCtx<'t>,
     object: &Ref,
 ) -> Result<Option<(u64, &'t [u8])>, StoreError> {
-    let Some(seq) = REFS.get(r, &ref_key(object, OBJECT))? else {
+    let Some(seq) = ref_tail::find(r, &ref_key(object, OBJECT))? else {
         return Ok(None);
     };
     let row = OBJECTS

@@ -1,4 +1,4 @@
-//! The world's tables (schema 2; `docs/data-model.md` §8.2): their names, slots and codecs, and
+//! The world's tables (schema 3; `docs/data-model.md` §8.2): their names, slots and codecs, and
 //! the key layouts more than one module writes. The storage layer knows only the names
 //! ([`crate::storage::Layout`]); what the rows mean is each owning module's.
 
@@ -8,9 +8,9 @@ use heed::types::{Bytes, Str, U64};
 use crate::object::Ref;
 use crate::storage::{StoreError, Table};
 
-/// The schema this build reads and writes. A schema-1 store is migrated when it is opened
-/// ([`crate::migrate`]); any other version is refused unmodified.
-pub const SCHEMA_VERSION: u32 = 2;
+/// The schema this build reads and writes. A schema-1 or schema-2 store is migrated when it is
+/// opened ([`crate::migrate`]); any other version is refused unmodified.
+pub const SCHEMA_VERSION: u32 = 3;
 
 type Seq = U64<BigEndian>;
 
@@ -28,12 +28,14 @@ pub(crate) const TABLES: &[&str] = &[
     "sessions",
     "registry_heads",
     "readers",
+    "ref_index",
 ];
 
 /// object sequence (insertion order) → ref(32) ‖ object envelope ([`crate::objects`]).
 pub(crate) const OBJECTS: Table<Seq, Bytes> = Table::new(0, "object_rows");
-/// ref(32) ‖ kind → u64 BE: an object's sequence ([`OBJECT`]), an entry's index by its hash
-/// ([`ENTRY_HASH`]) or by the ref of the world it selected ([`WORLD_REF`]).
+/// ref(32) ‖ kind → u64 BE: an object's sequence ([`OBJECT`]; objects of the tail are not
+/// here yet, [`crate::ref_tail`]), an entry's index by its hash ([`ENTRY_HASH`]) or by the ref
+/// of the world it selected ([`WORLD_REF`]).
 pub(crate) const REFS: Table<Bytes, Seq> = Table::new(1, "refs");
 /// [`semantic_prefix`] ‖ object sequence → (): the semantic-id index, in insertion order.
 pub(crate) const SEMANTIC_IDS: Table<Bytes, Bytes> = Table::new(2, "semantic_ids");
@@ -56,6 +58,9 @@ pub(crate) const SESSIONS: Table<Str, Bytes> = Table::new(9, "sessions");
 pub(crate) const REGISTRY_HEADS: Table<Str, Bytes> = Table::new(10, "registry_heads");
 /// episode \0 object sequence → (): which episode may read which object ([`crate::access`]).
 pub(crate) const READERS: Table<Bytes, Bytes> = Table::new(11, "readers");
+/// `indexed` → how many objects `refs` indexes; `appender` → the token of the store handle
+/// that claimed the tail ([`crate::ref_tail`]).
+pub(crate) const REF_INDEX: Table<Str, Seq> = Table::new(12, "ref_index");
 
 /// `refs` key kinds: the same digest may name an object, an entry and a world at once.
 pub(crate) const OBJECT: u8 = b'o';
@@ -105,6 +110,7 @@ mod tests {
             (SESSIONS.slot(), SESSIONS.name()),
             (REGISTRY_HEADS.slot(), REGISTRY_HEADS.name()),
             (READERS.slot(), READERS.name()),
+            (REF_INDEX.slot(), REF_INDEX.name()),
         ];
         assert_eq!(tables.len(), TABLES.len());
         for (i, (slot, name)) in tables.into_iter().enumerate() {

@@ -14,11 +14,13 @@ use crate::log;
 use crate::migrate;
 use crate::object::Ref;
 use crate::objects::object_row;
+use crate::ref_tail;
 use crate::schema::{self, INVOCATIONS, JOURNAL, OBJECTS, RESOLUTIONS};
 use crate::storage::{Layout, RawEnv, Upgrade};
 use crate::task;
 
 pub use crate::objects::{Objects, Refs};
+pub use crate::ref_tail::MERGE_AT as REF_MERGE_AT;
 pub use crate::schema::SCHEMA_VERSION;
 pub use crate::storage::{
     CommitObserver, ReadCtx, Store, StoreError, StoreOptions, Submitted, WriteCtx, WriterStats,
@@ -31,10 +33,17 @@ static LAYOUT: Layout = Layout {
     tables: schema::TABLES,
     // Either schema's log: a store with entries but no version is not ours.
     occupied: &["log", "entries"],
-    upgrades: &[Upgrade {
-        from: "1",
-        run: upgrade_from_1,
-    }],
+    upgrades: &[
+        Upgrade {
+            from: "1",
+            run: upgrade_from_1,
+        },
+        Upgrade {
+            from: "2",
+            run: migrate::schema_2_to_3,
+        },
+    ],
+    state: ref_tail::state,
 };
 
 fn upgrade_from_1(env: &RawEnv, map_size: usize) -> Result<(), StoreError> {
@@ -46,6 +55,7 @@ impl Store {
     /// a schema-1 store is migrated first ([`crate::migrate`]).
     pub fn open(dir: &std::path::Path, options: StoreOptions) -> Result<Store, StoreError> {
         let store = Store::open_layout(dir, options, &LAYOUT)?;
+        ref_tail::load(&store)?;
         log::ensure_genesis(&store)?;
         journal::report_pending(&store);
         Ok(store)

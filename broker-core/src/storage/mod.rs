@@ -28,6 +28,7 @@ mod reply;
 mod table;
 mod writer;
 
+use std::any::Any;
 use std::path::{Path, PathBuf};
 use std::sync::mpsc::{self, Sender};
 use std::sync::{Arc, Mutex, RwLock};
@@ -140,7 +141,14 @@ pub(crate) struct Layout {
     /// Upgrades from older versions, run on the raw environment before the tables are opened,
     /// in one write transaction each that also records the new version.
     pub upgrades: &'static [Upgrade],
+    /// The layout's own state for one open store, made when it opens: what its modules keep in
+    /// memory beside the tables (the world's is the unindexed tail of `refs`). Every read and
+    /// write view hands it out ([`ReadCtx::state`]); the storage layer never looks inside.
+    pub state: fn() -> Arc<LayoutState>,
 }
+
+/// A layout's in-memory state for one open store ([`Layout::state`]).
+pub(crate) type LayoutState = dyn Any + Send + Sync;
 
 /// An upgrade of a store of version `from` to the layout's version.
 pub(crate) struct Upgrade {
@@ -154,6 +162,7 @@ pub(crate) struct Upgrade {
 pub struct ReadCtx<'t> {
     txn: &'t RoTxn<'t>,
     dbs: &'t [RawDb],
+    state: &'t LayoutState,
     map_size: usize,
 }
 
@@ -161,23 +170,35 @@ pub struct ReadCtx<'t> {
 pub struct WriteCtx<'a, 't> {
     txn: &'a mut RwTxn<'t>,
     dbs: &'a [RawDb],
+    state: &'a LayoutState,
     env: &'a Env<WithoutTls>,
     map_size: usize,
 }
 
 impl<'t> ReadCtx<'t> {
+    /// The layout's state of this store, if it is a `T`.
+    pub(crate) fn state<T: Any>(&self) -> Option<&'t T> {
+        self.state.downcast_ref()
+    }
+
     fn err(&self) -> impl Fn(heed::Error) -> StoreError + Copy + 'static {
         let map_size = self.map_size;
         move |e| StoreError::from_heed(e, map_size)
     }
 }
 
-impl WriteCtx<'_, '_> {
+impl<'a> WriteCtx<'a, '_> {
+    /// The layout's state of this store, if it is a `T`.
+    pub(crate) fn state<T: Any>(&self) -> Option<&'a T> {
+        self.state.downcast_ref()
+    }
+
     /// A read view of this transaction, its own writes included.
     pub fn reader(&self) -> ReadCtx<'_> {
         ReadCtx {
             txn: &*self.txn,
             dbs: self.dbs,
+            state: self.state,
             map_size: self.map_size,
         }
     }
@@ -191,6 +212,7 @@ impl WriteCtx<'_, '_> {
 struct Inner {
     env: Env<WithoutTls>,
     dbs: Arc<[RawDb]>,
+    state: Arc<LayoutState>,
     names: &'static [&'static str],
     path: PathBuf,
     map_size: usize,
@@ -410,10 +432,12 @@ impl Store {
         });
         map.measure(&env);
         let committed = Arc::new(CommitSignal::default());
+        let state = (layout.state)();
         let writer = {
             let writer = Writer {
                 env: env.clone(),
                 dbs: dbs.clone(),
+                state: state.clone(),
                 map_size,
                 stats: stats.clone(),
                 map: map.clone(),
@@ -429,6 +453,7 @@ impl Store {
             inner: Arc::new(Inner {
                 env,
                 dbs,
+                state,
                 names: layout.tables,
                 path: dir.to_path_buf(),
                 map_size,
@@ -495,6 +520,7 @@ impl Store {
         let ctx = ReadCtx {
             txn: &held.txn,
             dbs: &self.inner.dbs,
+            state: &*self.inner.state,
             map_size: self.inner.map_size,
         };
         op(&ctx)

@@ -46,6 +46,7 @@ fn run_batch(store: &Store, fails: &[bool]) -> (Vec<Result<(), StoreError>>, Vec
     let writer = Writer {
         env: inner.env.clone(),
         dbs: inner.dbs.clone(),
+        state: inner.state.clone(),
         map_size: inner.map_size,
         stats: inner.stats.clone(),
         map: inner.map.clone(),
@@ -133,6 +134,7 @@ fn a_rebuilt_batch_raises_the_commit_signal_once_and_is_counted_once() {
     Writer {
         env: inner.env.clone(),
         dbs: inner.dbs.clone(),
+        state: inner.state.clone(),
         map_size: inner.map_size,
         stats: inner.stats.clone(),
         map: inner.map.clone(),

@@ -11,7 +11,7 @@ use heed::{Env, RwTxn, WithoutTls};
 use super::map::{Held, MapLock};
 use super::reply::Answer;
 use super::table::RawDb;
-use super::{StoreError, WriteCtx};
+use super::{LayoutState, StoreError, WriteCtx};
 use crate::commit_signal::CommitSignal;
 
 const MAX_BATCH: usize = 256;
@@ -104,13 +104,14 @@ fn run_nested<R, E>(
 where
     E: From<StoreError>,
 {
-    let (dbs, env) = (ctx.dbs, ctx.env);
+    let (dbs, state, env) = (ctx.dbs, ctx.state, ctx.env);
     let mut nested = env
         .nested_write_txn(ctx.txn)
         .map_err(|e| StoreError::from_heed(e, map_size))?;
     let mut inner = WriteCtx {
         txn: &mut nested,
         dbs,
+        state,
         env,
         map_size,
     };
@@ -133,6 +134,7 @@ where
 pub(super) struct Writer {
     pub(super) env: Env<WithoutTls>,
     pub(super) dbs: Arc<[RawDb]>,
+    pub(super) state: Arc<LayoutState>,
     pub(super) map_size: usize,
     pub(super) stats: Arc<WriterStats>,
     pub(super) map: Arc<MapLock>,
@@ -201,6 +203,7 @@ impl Writer {
         started: Instant,
     ) -> Result<bool, StoreError> {
         let (env, dbs, map_size) = (&self.env, &self.dbs[..], self.map_size);
+        let state = &*self.state;
         let mut held = match self.begin() {
             Ok(held) => held,
             Err(err) => {
@@ -214,6 +217,7 @@ impl Writer {
             let mut ctx = WriteCtx {
                 txn: &mut held.txn,
                 dbs,
+                state,
                 env,
                 map_size,
             };
@@ -244,6 +248,7 @@ impl Writer {
                     let mut ctx = WriteCtx {
                         txn: &mut held.txn,
                         dbs,
+                        state,
                         env,
                         map_size,
                     };

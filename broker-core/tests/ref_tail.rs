@@ -1,0 +1,444 @@
+//! The tail of the content-address index (schema 3): objects stored since the last merge are
+//! found through the writing handle's map, by other processes through a scan of the tail's
+//! rows, and by every snapshot, however old, whatever merges happened since.
+
+use std::collections::BTreeSet;
+use std::process::Command;
+
+use broker_core::log;
+use broker_core::object::{Object, Ref};
+use broker_core::store::{Store, StoreError, StoreOptions};
+use broker_core::verify::{self, Handle};
+use common::*;
+use serde_json::json;
+
+mod common;
+
+fn object(tag: &str, i: u32) -> Object {
+    Object::new("world/test/v1", "test", format!("{tag}-{i}").into_bytes())
+}
+
+fn put(store: &Store, objects: &[Object]) {
+    for o in objects {
+        let o = o.clone();
+        store.write(move |w| w.put_object(&o)).unwrap();
+    }
+}
+
+/// Keys of `refs` that index objects.
+fn indexed_objects(store: &Store) -> BTreeSet<Ref> {
+    store
+        .raw_rows("refs")
+        .unwrap()
+        .into_iter()
+        .filter(|(k, _)| k.len() == 33 && k[32] == b'o')
+        .map(|(k, _)| Ref::from_slice(&k[..32]).unwrap())
+        .collect()
+}
+
+/// The watermarks of `kind` (`objects` or `entries`) in `ref_index`, by partition; `None`
+/// when none is recorded.
+fn marks(store: &Store, kind: &str) -> Option<[u64; 16]> {
+    let rows = store.raw_rows("ref_index").unwrap();
+    let mut marks = [0; 16];
+    for (p, mark) in marks.iter_mut().enumerate() {
+        let key = format!("{kind}_indexed_{p:x}");
+        let (_, v) = rows.iter().find(|(k, _)| k == key.as_bytes())?;
+        *mark = u64::from_be_bytes(v.clone().try_into().unwrap());
+    }
+    Some(marks)
+}
+
+/// The partition of a `refs` key: the top four bits of its first byte.
+fn partition(r: &Ref) -> usize {
+    usize::from(r.as_bytes()[0] >> 4)
+}
+
+/// `refs` holds exactly the object keys below their partition's watermark.
+fn objects_indexed_exactly_below_their_marks(store: &Store) {
+    let marks = marks(store, "objects").unwrap();
+    let expected: BTreeSet<Ref> = store
+        .raw_rows("object_rows")
+        .unwrap()
+        .into_iter()
+        .map(|(k, v)| {
+            (
+                u64::from_be_bytes(k.try_into().unwrap()),
+                Ref::from_slice(&v[..32]).unwrap(),
+            )
+        })
+        .filter(|(seq, r)| *seq < marks[partition(r)])
+        .map(|(_, r)| r)
+        .collect();
+    assert_eq!(indexed_objects(store), expected);
+}
+
+fn all_found(store: &Store, objects: &[Object]) -> Result<(), String> {
+    store
+        .read(|r| {
+            for o in objects {
+                match r.object(&o.hash)? {
+                    Some(found) if found.payload == o.payload => {}
+                    other => {
+                        return Ok(Err(format!(
+                            "object {} read as {:?}",
+                            o.hash,
+                            other.map(|f| f.payload)
+                        )))
+                    }
+                }
+            }
+            Ok::<_, StoreError>(Ok(()))
+        })
+        .unwrap()
+}
+
+fn open(db: &std::path::Path) -> Store {
+    Store::open(
+        db,
+        StoreOptions {
+            create: true,
+            ..StoreOptions::default()
+        },
+    )
+    .unwrap()
+}
+
+#[test]
+fn new_objects_wait_in_the_tail_and_are_merged_into_refs_one_partition_at_a_time() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(&dir.path().join("db"));
+    // A partition is merged every 100 rows.
+    store.set_ref_merge_at(1_600).unwrap();
+    let before = indexed_objects(&store);
+    let objects: Vec<_> = (0..250).map(|i| object("a", i)).collect();
+
+    put(&store, &objects[..5]);
+    // Stored and found, with no `refs` key of their own yet.
+    all_found(&store, &objects[..5]).unwrap();
+    assert_eq!(indexed_objects(&store), before);
+
+    put(&store, &objects[5..]);
+    all_found(&store, &objects).unwrap();
+    // Two partitions merged, each up to the row that was newest then: `refs` holds their keys
+    // below their watermarks, and no other object key.
+    let marks = marks(&store, "objects").unwrap();
+    // (A new store's first row set every watermark to 0.)
+    let mut merged: Vec<u64> = marks.iter().copied().filter(|&m| m > 0).collect();
+    merged.sort_unstable();
+    assert_eq!(merged, [100, 200], "{marks:?}");
+    objects_indexed_exactly_below_their_marks(&store);
+    let in_refs = objects
+        .iter()
+        .filter(|o| indexed_objects(&store).contains(&o.hash))
+        .count();
+    assert!((1..100).contains(&in_refs), "{in_refs} of 250 in refs");
+
+    // Storing an object again stores nothing, in the tail or out of it.
+    let rows = store.raw_rows("object_rows").unwrap().len();
+    put(&store, &[objects[0].clone(), objects[249].clone()]);
+    assert_eq!(store.raw_rows("object_rows").unwrap().len(), rows);
+
+    // Every partition merged up to the newest row: every object has its key.
+    store.merge_ref_tail().unwrap();
+    objects_indexed_exactly_below_their_marks(&store);
+    assert!(objects
+        .iter()
+        .all(|o| indexed_objects(&store).contains(&o.hash)));
+    all_found(&store, &objects).unwrap();
+}
+
+#[test]
+fn every_partition_is_merged_in_turn_and_the_tail_stays_under_its_length() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(&dir.path().join("db"));
+    store.set_ref_merge_at(64).unwrap();
+    let objects: Vec<_> = (0..300).map(|i| object("turn", i)).collect();
+    for chunk in objects.chunks(30) {
+        put(&store, chunk);
+        let stored = store.raw_rows("object_rows").unwrap().len() as u64;
+        let marks = marks(&store, "objects").unwrap();
+        // The oldest partition is never more than 64 rows (plus the 4 of one turn) behind.
+        let lag = stored - marks.iter().min().unwrap();
+        assert!(lag <= 68, "{lag} rows behind: {marks:?}");
+        objects_indexed_exactly_below_their_marks(&store);
+    }
+    all_found(&store, &objects).unwrap();
+}
+
+#[test]
+fn a_reopened_store_finds_its_tail_from_the_rows() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("db");
+    let objects: Vec<_> = (0..40).map(|i| object("b", i)).collect();
+    {
+        let store = open(&db);
+        store.set_ref_merge_at(16).unwrap();
+        put(&store, &objects[..20]);
+    }
+    let store = open(&db);
+    all_found(&store, &objects[..20]).unwrap();
+    assert!(store
+        .read(|r| r.object(&objects[30].hash))
+        .unwrap()
+        .is_none());
+    store.set_ref_merge_at(16).unwrap();
+    put(&store, &objects[20..]);
+    all_found(&store, &objects).unwrap();
+    // Stored again after the reopen: found, not duplicated.
+    let rows = store.raw_rows("object_rows").unwrap().len();
+    put(&store, &objects[..3]);
+    assert_eq!(store.raw_rows("object_rows").unwrap().len(), rows);
+}
+
+#[test]
+fn a_failed_write_leaves_no_object_behind_in_the_map() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(&dir.path().join("db"));
+    store.set_ref_merge_at(4).unwrap();
+    let (lost, kept) = (object("lost", 0), object("kept", 0));
+    let o = lost.clone();
+    let err = store
+        .write(move |w| -> Result<(), StoreError> {
+            w.put_object(&o)?;
+            Err(StoreError::Corrupt(
+                "the operation fails after storing".into(),
+            ))
+        })
+        .unwrap_err();
+    assert!(err.to_string().contains("fails after storing"), "{err}");
+    // `kept` takes the sequence `lost` had in the aborted transaction.
+    put(&store, std::slice::from_ref(&kept));
+    assert!(!store.read(|r| r.has_object(&lost.hash)).unwrap());
+    all_found(&store, std::slice::from_ref(&kept)).unwrap();
+    // And across a merge, `lost` is not indexed under `kept`'s row either.
+    let more: Vec<_> = (0..8).map(|i| object("more", i)).collect();
+    put(&store, &more);
+    assert!(!store.read(|r| r.has_object(&lost.hash)).unwrap());
+    assert!(!indexed_objects(&store).contains(&lost.hash));
+    all_found(&store, &more).unwrap();
+}
+
+#[test]
+fn a_snapshot_older_than_two_merges_still_finds_its_objects() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(&dir.path().join("db"));
+    // A partition is merged every row.
+    store.set_ref_merge_at(16).unwrap();
+    let early: Vec<_> = (0..5).map(|i| object("early", i)).collect();
+    let late: Vec<_> = (0..64).map(|i| object("late", i)).collect();
+    put(&store, &early);
+    let marks_then = marks(&store, "objects").unwrap();
+    store
+        .read(|r| {
+            // Every partition is merged four times while this snapshot is open: its tail is no
+            // longer in the map.
+            put(&store, &late);
+            let marks_now = marks(&store, "objects").unwrap();
+            assert!(marks_now
+                .iter()
+                .zip(marks_then)
+                .all(|(now, then)| *now > then));
+            for o in &early {
+                assert!(r.has_object(&o.hash)?, "{}", o.hash);
+                assert_eq!(r.object(&o.hash)?.unwrap().payload, o.payload);
+            }
+            for o in &late {
+                assert!(
+                    !r.has_object(&o.hash)?,
+                    "{} is newer than the snapshot",
+                    o.hash
+                );
+            }
+            Ok::<_, StoreError>(())
+        })
+        .unwrap();
+    all_found(&store, &early).unwrap();
+    all_found(&store, &late).unwrap();
+}
+
+const CHILD_DB: &str = "REF_TAIL_TEST_CHILD_DB";
+
+/// Run as a second process by the test below: store forty objects, merging a partition after
+/// each (so that the partitions' watermarks differ by up to a round), and exit.
+fn child_stores_objects(db: &str) {
+    let store = Store::open(std::path::Path::new(db), StoreOptions::default()).unwrap();
+    store.set_ref_merge_at(16).unwrap();
+    let objects: Vec<_> = (0..40).map(|i| object("child", i)).collect();
+    put(&store, &objects);
+    all_found(&store, &objects).unwrap();
+}
+
+#[test]
+fn objects_another_process_stored_are_found_and_the_tail_is_claimed_back() {
+    if let Ok(db) = std::env::var(CHILD_DB) {
+        return child_stores_objects(&db);
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("db");
+    let store = open(&db);
+    store.set_ref_merge_at(12).unwrap();
+    let mine: Vec<_> = (0..6).map(|i| object("parent", i)).collect();
+    put(&store, &mine);
+
+    // Another process opens the store beside this one and stores objects into the tail.
+    let status = Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "objects_another_process_stored_are_found_and_the_tail_is_claimed_back",
+        ])
+        .env(CHILD_DB, &db)
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let theirs: Vec<_> = (0..40).map(|i| object("child", i)).collect();
+
+    // This handle's map knows none of them: they are found by scanning the tail.
+    all_found(&store, &theirs).unwrap();
+    all_found(&store, &mine).unwrap();
+    // Storing one of theirs again stores nothing: the claim read the tail into the map.
+    let rows = store.raw_rows("object_rows").unwrap().len();
+    put(&store, &theirs[..2]);
+    assert_eq!(store.raw_rows("object_rows").unwrap().len(), rows);
+    let more: Vec<_> = (0..20).map(|i| object("again", i)).collect();
+    put(&store, &more);
+    all_found(&store, &theirs).unwrap();
+    all_found(&store, &mine).unwrap();
+    all_found(&store, &more).unwrap();
+    objects_indexed_exactly_below_their_marks(&store);
+}
+
+/// Turn the closed schema-3 store in `db`, whose objects are all in `refs`, into the schema-2
+/// store it would have been: no `ref_index` table, version 2.
+fn make_schema_2(db: &std::path::Path) {
+    // SAFETY: the store is closed; nothing else maps this environment.
+    let env = unsafe { heed::EnvOpenOptions::new().max_dbs(32).open(db).unwrap() };
+    let wtxn = env.write_txn().unwrap();
+    env.create_databases_and_commit(wtxn, |dbo, wtxn| -> heed::Result<_> {
+        let meta: heed::Database<heed::types::Str, heed::types::Bytes> =
+            dbo.create_database(wtxn, Some("meta"))?;
+        meta.put(wtxn, "schema_version", b"2")?;
+        let index: heed::Database<heed::types::Bytes, heed::types::Bytes> =
+            dbo.create_database(wtxn, Some("ref_index"))?;
+        // SAFETY: opened in this transaction, used nowhere else.
+        unsafe { index.remove(wtxn)? };
+        Ok(heed::CommitOrAbort::<(), ()>::Commit(()))
+    })
+    .unwrap();
+    env.prepare_for_closing().wait();
+}
+
+#[test]
+fn a_schema_2_store_is_upgraded_in_place_and_its_new_objects_form_the_tail() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("db");
+    let old: Vec<_> = (0..7).map(|i| object("old", i)).collect();
+    {
+        let store = open(&db);
+        put(&store, &old);
+        store.merge_ref_tail().unwrap();
+        let stored = store.raw_rows("object_rows").unwrap().len() as u64;
+        assert_eq!(marks(&store, "objects"), Some([stored; 16]));
+    }
+    make_schema_2(&db);
+
+    let store = open(&db);
+    // Nothing moved: the tail is empty, every object is found through `refs`.
+    assert_eq!(marks(&store, "objects"), None);
+    all_found(&store, &old).unwrap();
+    let stored = store.raw_rows("object_rows").unwrap().len() as u64;
+    store.set_ref_merge_at(1_000).unwrap();
+    let new: Vec<_> = (0..5).map(|i| object("new", i)).collect();
+    put(&store, &new);
+    // The first object stored records where the tail starts.
+    assert_eq!(marks(&store, "objects"), Some([stored; 16]));
+    assert!(new
+        .iter()
+        .all(|o| !indexed_objects(&store).contains(&o.hash)));
+    all_found(&store, &old).unwrap();
+    all_found(&store, &new).unwrap();
+    drop(store);
+    let store = open(&db);
+    all_found(&store, &new).unwrap();
+}
+
+/// Every entry found by its hash and its world by its ref, each link verified, the store audit
+/// clean.
+fn every_entry_is_found(store: &Store) {
+    let last = store.read(log::last_index).unwrap().unwrap();
+    store
+        .read(|r| {
+            for index in 0..=last {
+                let entry = log::entry(r, index).unwrap().unwrap();
+                assert_eq!(log::index_of_entry_hash(r, &entry.entry_hash)?, Some(index));
+                let world_ref = log::world_ref_at(r, index)?.unwrap();
+                let world = log::world(r, &world_ref).unwrap().unwrap();
+                assert_eq!(world.revision, index);
+            }
+            Ok::<_, StoreError>(())
+        })
+        .unwrap();
+    let audit = verify::audit_store(store).unwrap();
+    assert!(audit.consistent() && audit.entries == last + 1, "{audit:?}");
+    let report = verify::why(store, &Handle::Index(last), 10).unwrap();
+    assert!(report.all_ok(), "{report:?}");
+}
+
+#[test]
+fn entries_are_found_by_hash_and_world_ref_in_the_tail_and_after_merges() {
+    let w = World::new();
+    // A partition is merged every row.
+    w.store.set_ref_merge_at(16).unwrap();
+    let s = w.mint("ep1", &["Workspace.Read=worktree:100"]);
+    // Two rounds of merges over the sixteen partitions, with every lookup checked after each.
+    for i in 0..30 {
+        w.call(&s, "ailang-read", json!({"path": format!("a{i}.ail")}))
+            .unwrap();
+        every_entry_is_found(&w.store);
+    }
+    // Entries below their partition's watermark have their key in `refs`; the tail's have
+    // none yet.
+    let hash_marks = marks(&w.store, "entries").unwrap();
+    let last = w.store.read(log::last_index).unwrap().unwrap();
+    let keys = w.store.raw_rows("refs").unwrap();
+    let (mut merged, mut waiting) = (0, 0);
+    for index in 0..=last {
+        let (hash, world) = w
+            .store
+            .read(|r| {
+                let hash = log::entry(r, index).unwrap().unwrap().entry_hash;
+                Ok::<_, StoreError>((hash, log::world_ref_at(r, index)?.unwrap()))
+            })
+            .unwrap();
+        for (r, kind) in [(hash, b'e'), (world, b'w')] {
+            let mut key = r.as_bytes().to_vec();
+            key.push(kind);
+            let indexed = keys.iter().any(|(k, _)| *k == key);
+            assert_eq!(
+                indexed,
+                index < hash_marks[partition(&r)],
+                "entry {index}, {}",
+                kind as char
+            );
+            if indexed {
+                merged += 1
+            } else {
+                waiting += 1
+            }
+        }
+    }
+    assert!(
+        merged > 0 && waiting > 0,
+        "{merged} merged, {waiting} waiting"
+    );
+
+    // Reopened, the tail is read back from the rows.
+    let db = w.dir.path().join("db");
+    let World {
+        store, coordinator, ..
+    } = w;
+    drop(coordinator);
+    drop(store);
+    let store = open(&db);
+    every_entry_is_found(&store);
+}
