@@ -71,24 +71,15 @@ pub(crate) fn schema_1_to_2(
     map_size: usize,
 ) -> Result<Migrated, StoreError> {
     let started = Instant::now();
-    let heed_err = |e| StoreError::from_heed(e, map_size);
-    let wtxn = env.write_txn().map_err(heed_err)?;
+    let wtxn = env
+        .write_txn()
+        .map_err(|e| StoreError::from_heed(e, map_size))?;
     let mut done = Migrated::default();
     let outcome = env
         .create_databases_and_commit(wtxn, |dbo, wtxn| -> Result<_, MigrateError> {
             let meta: Database<Str, Bytes> = dbo.create_database(wtxn, Some(META_TABLE))?;
-            match meta.get(wtxn, META_SCHEMA)? {
-                Some(v) if v == SCHEMA_VERSION.to_string().as_bytes() => {
-                    return Ok(CommitOrAbort::Abort(()));
-                }
-                Some(b"1") => {}
-                other => {
-                    return Err(MigrateError::Store(StoreError::SchemaMismatch {
-                        found: other
-                            .map_or("none".into(), |v| String::from_utf8_lossy(v).into_owned()),
-                        expected: SCHEMA_VERSION,
-                    }))
-                }
+            if !still_at(&meta, wtxn, b"1")? {
+                return Ok(CommitOrAbort::Abort(()));
             }
             macro_rules! open {
                 ($wtxn:expr, $name:literal) => {
@@ -143,10 +134,7 @@ pub(crate) fn schema_1_to_2(
             meta.put(wtxn, META_SCHEMA, SCHEMA_VERSION.to_string().as_bytes())?;
             Ok(CommitOrAbort::<(), ()>::Commit(()))
         })
-        .map_err(|e| match e {
-            MigrateError::Store(s) => s,
-            MigrateError::Heed(h) => heed_err(h),
-        })?;
+        .map_err(|e| e.into_store(map_size))?;
     if let CommitOrAbort::Abort(()) = outcome {
         // Another process migrated the store between our look and our write transaction.
         return Ok(Migrated::default());
@@ -169,32 +157,19 @@ pub(crate) fn schema_1_to_2(
 /// that is empty. Only the version changes, so that builds of schema 2, which would not find
 /// the tail's objects, refuse the store from now on.
 pub(crate) fn schema_2_to_3(env: &Env<WithoutTls>, map_size: usize) -> Result<(), StoreError> {
-    let heed_err = |e| StoreError::from_heed(e, map_size);
-    let wtxn = env.write_txn().map_err(heed_err)?;
+    let wtxn = env
+        .write_txn()
+        .map_err(|e| StoreError::from_heed(e, map_size))?;
     let outcome = env
         .create_databases_and_commit(wtxn, |dbo, wtxn| -> Result<_, MigrateError> {
             let meta: Database<Str, Bytes> = dbo.create_database(wtxn, Some(META_TABLE))?;
-            match meta.get(wtxn, META_SCHEMA)? {
-                Some(b"2") => {}
-                // Another process upgraded it between our look and this transaction.
-                Some(v) if v == SCHEMA_VERSION.to_string().as_bytes() => {
-                    return Ok(CommitOrAbort::Abort(()));
-                }
-                other => {
-                    return Err(MigrateError::Store(StoreError::SchemaMismatch {
-                        found: other
-                            .map_or("none".into(), |v| String::from_utf8_lossy(v).into_owned()),
-                        expected: SCHEMA_VERSION,
-                    }))
-                }
+            if !still_at(&meta, wtxn, b"2")? {
+                return Ok(CommitOrAbort::Abort(()));
             }
             meta.put(wtxn, META_SCHEMA, SCHEMA_VERSION.to_string().as_bytes())?;
             Ok(CommitOrAbort::<(), ()>::Commit(()))
         })
-        .map_err(|e| match e {
-            MigrateError::Store(s) => s,
-            MigrateError::Heed(h) => heed_err(h),
-        })?;
+        .map_err(|e| e.into_store(map_size))?;
     if let CommitOrAbort::Commit(()) = outcome {
         tracing::warn!(
             "upgraded the store from schema 2 to schema {SCHEMA_VERSION} (no data moved); builds that know only schema 2 can no longer open it"
@@ -203,10 +178,36 @@ pub(crate) fn schema_2_to_3(env: &Env<WithoutTls>, map_size: usize) -> Result<()
     Ok(())
 }
 
+/// Whether the store in `wtxn` still has schema `from`: `false` when another process upgraded
+/// it between our look and this transaction; any other version is refused.
+fn still_at(
+    meta: &Database<Str, Bytes>,
+    wtxn: &RwTxn<'_>,
+    from: &[u8],
+) -> Result<bool, MigrateError> {
+    match meta.get(wtxn, META_SCHEMA)? {
+        Some(v) if v == from => Ok(true),
+        Some(v) if v == SCHEMA_VERSION.to_string().as_bytes() => Ok(false),
+        other => Err(MigrateError::Store(StoreError::SchemaMismatch {
+            found: other.map_or("none".into(), |v| String::from_utf8_lossy(v).into_owned()),
+            expected: SCHEMA_VERSION,
+        })),
+    }
+}
+
 #[derive(Debug)]
 enum MigrateError {
     Store(StoreError),
     Heed(heed::Error),
+}
+
+impl MigrateError {
+    fn into_store(self, map_size: usize) -> StoreError {
+        match self {
+            MigrateError::Store(s) => s,
+            MigrateError::Heed(h) => StoreError::from_heed(h, map_size),
+        }
+    }
 }
 
 impl From<heed::Error> for MigrateError {

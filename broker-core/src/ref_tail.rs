@@ -324,7 +324,7 @@ pub(crate) fn find(r: &ReadCtx<'_>, key: &Key) -> Result<Option<u64>, StoreError
         (known.base[kind.slot()][p], known.loaded[kind.slot()])
     };
     let from = if indexed < base {
-        // Merged twice since this snapshot: its tail has left the map.
+        // This partition was merged twice since this snapshot: its tail has left the map.
         indexed
     } else if REF_INDEX.get(r, APPENDER)? == Some(tail.me) {
         return Ok(None);
@@ -441,6 +441,10 @@ pub(crate) fn note(w: &mut WriteCtx<'_, '_>, keys: &[Key], seq: u64) -> Result<(
 fn merge(w: &mut WriteCtx<'_, '_>, kind: Kind, p: usize, to: u64) -> Result<(), StoreError> {
     let tail = written_tail(w)?;
     let from = indexed(&w.reader(), kind, p)?.unwrap_or(to);
+    if from >= to {
+        // Another handle merged this far already: a watermark never moves back.
+        return Ok(());
+    }
     let mut keys = Vec::new();
     for found in keys_from(&w.reader(), kind, from)? {
         let (key, seq) = found?;
