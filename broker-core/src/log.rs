@@ -13,7 +13,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
 
 use crate::canon::{self, CanonError};
-pub(crate) use crate::log_row::Row;
+use crate::log_row::Row;
 use crate::object::{sid, Object, Ref};
 use crate::ref_tail;
 use crate::schema::{ref_key, ENTRY_HASH, LOG, WORLD_REF};

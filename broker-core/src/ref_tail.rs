@@ -154,26 +154,27 @@ impl Kind {
         }
     }
 
-    /// The `refs` keys of a row. A damaged row gives the keys that can still be read from it
-    /// (none, or only its world's ref): damage is `worldd doctor`'s to report, and must not stop
-    /// the store from writing or merging.
-    fn keys(self, row: &[u8]) -> Vec<Key> {
+    /// The `refs` keys of a row (at most two; none allocated: merges and scans read thousands
+    /// of rows). A damaged row gives the keys that can still be read from it (none, or only
+    /// its world's ref): damage is `worldd doctor`'s to report, and must not stop the store
+    /// from writing or merging.
+    fn keys(self, row: &[u8]) -> [Option<Key>; 2] {
         match self {
-            Kind::Objects => row
-                .get(..32)
-                .and_then(Ref::from_slice)
-                .map(|object| vec![ref_key(&object, OBJECT)])
-                .unwrap_or_default(),
-            Kind::Entries => {
-                let Some(row) = LogRow::decode(row) else {
-                    return Vec::new();
-                };
-                // Every row written since schema 3 carries its entry's hash; older rows are all in
-                // `refs` (their store had no tail), so none of them is read here.
-                let mut keys = vec![ref_key(&row.world_ref, WORLD_REF)];
-                keys.extend(row.entry_hash.map(|hash| ref_key(&hash, ENTRY_HASH)));
-                keys
-            }
+            Kind::Objects => [
+                row.get(..32)
+                    .and_then(Ref::from_slice)
+                    .map(|object| ref_key(&object, OBJECT)),
+                None,
+            ],
+            Kind::Entries => match LogRow::decode(row) {
+                // Every row written since schema 3 carries its entry's hash; older rows are all
+                // in `refs` (their store had no tail), so none of them is read here.
+                Some(row) => [
+                    Some(ref_key(&row.world_ref, WORLD_REF)),
+                    row.entry_hash.map(|hash| ref_key(&hash, ENTRY_HASH)),
+                ],
+                None => [None, None],
+            },
         }
     }
 
@@ -181,7 +182,7 @@ impl Kind {
     fn holds(self, row: &[u8], key: &Key) -> bool {
         match (self, key[32]) {
             (Kind::Objects, _) | (Kind::Entries, WORLD_REF) => row.get(..32) == Some(&key[..32]),
-            (Kind::Entries, _) => self.keys(row).contains(key),
+            (Kind::Entries, _) => self.keys(row).contains(&Some(*key)),
         }
     }
 }
@@ -284,15 +285,11 @@ fn keys_from<'t>(
     from: u64,
 ) -> Result<impl Iterator<Item = Result<(Key, u64), StoreError>> + 't, StoreError> {
     Ok(kind.table().range(r, &(from..))?.flat_map(move |row| {
-        let out: Vec<_> = match row {
-            Ok((seq, bytes)) => kind
-                .keys(bytes)
-                .into_iter()
-                .map(|key| Ok((key, seq)))
-                .collect(),
-            Err(e) => vec![Err(e)],
+        let (keys, failed) = match row {
+            Ok((seq, bytes)) => (kind.keys(bytes).map(|key| key.map(|key| (key, seq))), None),
+            Err(e) => ([None, None], Some(e)),
         };
-        out
+        keys.into_iter().flatten().map(Ok).chain(failed.map(Err))
     }))
 }
 
@@ -302,7 +299,17 @@ fn keys_from<'t>(
 pub(crate) fn find(r: &ReadCtx<'_>, key: &Key) -> Result<Option<u64>, StoreError> {
     let tail = tail(r)?;
     let kind = Kind::of(key);
-    let mapped = tail.read().map.get(key).copied();
+    let p = partition(key);
+    // The map and its bounds as of one instant: a key dropped before it is below `base`.
+    let (mapped, base, loaded) = {
+        let known = tail.read();
+        let slot = kind.slot();
+        (
+            known.map.get(key).copied(),
+            known.base[slot][p],
+            known.loaded[slot],
+        )
+    };
     if let Some(seq) = mapped {
         if kind
             .table()
@@ -315,13 +322,8 @@ pub(crate) fn find(r: &ReadCtx<'_>, key: &Key) -> Result<Option<u64>, StoreError
     if let Some(seq) = REFS.get(r, key)? {
         return Ok(Some(seq));
     }
-    let p = partition(key);
     let Some(indexed) = indexed(r, kind, p)? else {
         return Ok(None);
-    };
-    let (base, loaded) = {
-        let known = tail.read();
-        (known.base[kind.slot()][p], known.loaded[kind.slot()])
     };
     let from = if indexed < base {
         // This partition was merged twice since this snapshot: its tail has left the map.
