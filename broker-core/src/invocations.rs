@@ -2,8 +2,12 @@
 //!
 //! An effectful call writes its journal state (intent, then outcome) and its task state
 //! (pending, then committed) in its two transactions. The states of the first durable point
-//! share one row keyed by the invocation id, so the intent's commit writes one randomly placed
-//! leaf for both (schema 1 kept `journal_by_invocation` and `tasks` apart, two leaves). The
+//! share one row (schema 1 kept `journal_by_invocation` and `tasks` apart, two leaves). Since
+//! schema 4 rows are stored in arrival order (`invocation_rows`, sequence → id ‖ row,
+//! [`crate::invocation_row`]) and found by id through the content-address index and its tail
+//! ([`crate::ref_tail`]), so a group commit's new rows share the pages at the end of one table
+//! instead of one randomly placed leaf each (ids are random: a task id within its episode).
+//! Rows written before schema 4 stay in `invocations`, keyed by id, and are rewritten there. The
 //! states that resolve an intent (its outcome, the task's end) do not rewrite that row: they go
 //! to `resolutions`, keyed by the intent's journal sequence, which is always near the end of
 //! that table when the outcome is written — the outcome commit adds to the pages the other
@@ -14,7 +18,9 @@
 //! part (u32::MAX: none) | journal part | task part` (the rest; empty: none). Each part is the
 //! canonical JSON its module writes.
 
-use crate::schema::{INVOCATIONS, RESOLUTIONS};
+use crate::invocation_row;
+use crate::ref_tail;
+use crate::schema::{INVOCATIONS, INVOCATION_ROWS, RESOLUTIONS};
 use crate::storage::{ReadCtx, StoreError, WriteCtx};
 
 const NONE: u32 = u32::MAX;
@@ -89,8 +95,59 @@ fn decode<'t>(bytes: Option<&'t [u8]>, what: &str) -> Result<Option<Row<'t>>, St
         .transpose()
 }
 
+/// Where an invocation's row is stored.
+#[derive(Debug, Clone, Copy)]
+enum Place {
+    /// `invocation_rows`, at this sequence.
+    Sequence(u64),
+    /// `invocations`, under its id (a row written before schema 4).
+    ById,
+}
+
+/// `id`'s row as stored, and where. A row the index names must hold `id` itself: an index
+/// pointing elsewhere is damage, never another invocation.
+fn located<'t>(r: &ReadCtx<'t>, id: &str) -> Result<Option<(Place, &'t [u8])>, StoreError> {
+    if let Some(seq) = ref_tail::find(r, &invocation_row::key(id.as_bytes()))? {
+        let bytes = INVOCATION_ROWS.get(r, &seq)?.ok_or_else(|| {
+            StoreError::Corrupt(format!("invocation row {id} is indexed but missing"))
+        })?;
+        return match invocation_row::split(bytes) {
+            Some((stored, row)) if stored == id.as_bytes() => Ok(Some((Place::Sequence(seq), row))),
+            _ => Err(StoreError::Corrupt(format!(
+                "invocation row {id} is indexed at the row of another invocation"
+            ))),
+        };
+    }
+    Ok(INVOCATIONS.get(r, id)?.map(|row| (Place::ById, row)))
+}
+
 fn row<'t>(r: &ReadCtx<'t>, id: &str) -> Result<Option<Row<'t>>, StoreError> {
-    decode(INVOCATIONS.get(r, id)?, &format!("invocation row {id}"))
+    decode(
+        located(r, id)?.map(|(_, row)| row),
+        &format!("invocation row {id}"),
+    )
+}
+
+/// Write `id`'s row where it is stored, or (`None`) as the next row of `invocation_rows`,
+/// whose key waits in the tail of the content-address index. The caller has claimed the tail
+/// ([`ref_tail::claim`]) before it looked for the row.
+fn put_row(
+    w: &mut WriteCtx<'_, '_>,
+    id: &str,
+    place: Option<Place>,
+    row: &[u8],
+) -> Result<(), StoreError> {
+    match place {
+        Some(Place::Sequence(seq)) => INVOCATION_ROWS.put(w, &seq, &invocation_row::join(id, row)?),
+        Some(Place::ById) => INVOCATIONS.put(w, id, row),
+        None => {
+            let seq = INVOCATION_ROWS
+                .last(&w.reader())?
+                .map_or(0, |(last, _)| last + 1);
+            INVOCATION_ROWS.append(w, &seq, &invocation_row::join(id, row)?)?;
+            ref_tail::note(w, &[invocation_row::key(id.as_bytes())], seq)
+        }
+    }
 }
 
 fn resolution<'t>(r: &ReadCtx<'t>, intent: u64) -> Result<Option<Row<'t>>, StoreError> {
@@ -115,7 +172,7 @@ pub(crate) type Stored<'t> = (&'t [u8], Option<&'t [u8]>);
 /// `GET /v1/invocations/{id}/rows` serves. A row too damaged to name its intent comes without
 /// a resolution; [`visible`] reports the damage.
 pub(crate) fn stored<'t>(r: &ReadCtx<'t>, id: &str) -> Result<Option<Stored<'t>>, StoreError> {
-    let Some(bytes) = INVOCATIONS.get(r, id)? else {
+    let Some((_, bytes)) = located(r, id)? else {
         return Ok(None);
     };
     let resolution = match Row::decode(bytes).and_then(|r| r.intent) {
@@ -162,11 +219,16 @@ pub(crate) fn put_initial(
     bytes: &[u8],
     intent: Option<u64>,
 ) -> Result<(), StoreError> {
-    let current = row(&w.reader(), id)?.unwrap_or_default();
+    ref_tail::claim(w)?;
+    let reader = w.reader();
+    let found = located(&reader, id)?;
+    let place = found.map(|(place, _)| place);
+    let current =
+        decode(found.map(|(_, row)| row), &format!("invocation row {id}"))?.unwrap_or_default();
     let mut next = current.with(part, bytes);
     next.intent = intent.or(current.intent);
     let encoded = next.encode();
-    INVOCATIONS.put(w, id, &encoded)
+    put_row(w, id, place, &encoded)
 }
 
 /// Write a state that resolves the invocation: into the resolution of its intent when it has
@@ -195,8 +257,9 @@ pub(crate) fn overwrite_visible(
     bytes: &[u8],
 ) -> Result<(), StoreError> {
     let reader = w.reader();
-    let current =
-        row(&reader, id)?.ok_or_else(|| StoreError::Corrupt(format!("no invocation row {id}")))?;
+    let (place, stored) = located(&reader, id)?
+        .ok_or_else(|| StoreError::Corrupt(format!("no invocation row {id}")))?;
+    let current = decode(Some(stored), &format!("invocation row {id}"))?.unwrap_or_default();
     if let Some(seq) = current.intent {
         if let Some(r) = resolution(&reader, seq)? {
             let held = match part {
@@ -210,7 +273,18 @@ pub(crate) fn overwrite_visible(
         }
     }
     let encoded = current.with(part, bytes).encode();
-    INVOCATIONS.put(w, id, &encoded)
+    put_row(w, id, Some(place), &encoded)
+}
+
+/// Replace the bytes of `id`'s row where it is stored (tamper tests). Nothing is checked.
+pub(crate) fn overwrite_row(
+    w: &mut WriteCtx<'_, '_>,
+    id: &str,
+    bytes: &[u8],
+) -> Result<(), StoreError> {
+    let place = located(&w.reader(), id)?.map(|(place, _)| place);
+    let place = place.ok_or_else(|| StoreError::Corrupt(format!("no invocation row {id}")))?;
+    put_row(w, id, Some(place), bytes)
 }
 
 #[cfg(test)]
@@ -227,7 +301,7 @@ mod tests {
         let raw_row = |id: &'static str| {
             store
                 .read(|r| -> Result<_, StoreError> {
-                    Ok(INVOCATIONS.get(r, id)?.map(<[u8]>::to_vec))
+                    Ok(stored(r, id)?.map(|(row, _)| row.to_vec()))
                 })
                 .unwrap()
         };

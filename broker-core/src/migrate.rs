@@ -153,18 +153,32 @@ pub(crate) fn schema_1_to_2(
     Ok(done)
 }
 
-/// Schema 2 → schema 3: nothing moves. Schema 3 lets the newest objects wait for their `refs`
-/// key ([`crate::ref_tail`]); a schema-2 store has every key, which schema 3 reads as a tail
-/// that is empty. Only the version changes, so that builds of schema 2, which would not find
-/// the tail's objects, refuse the store from now on.
-pub(crate) fn schema_2_to_3(env: &Env<WithoutTls>, map_size: usize) -> Result<(), StoreError> {
+/// Schema 2 → schema 4: nothing moves. Schema 3 lets the newest objects and entries wait for
+/// their `refs` keys ([`crate::ref_tail`]); a schema-2 store has every key, which is read as a
+/// tail that is empty. Its invocation rows stay where schema 4 still reads them (see
+/// [`schema_3_to_4`]). Only the version changes, so that builds of schema 2, which would not
+/// find the tail's objects, refuse the store from now on.
+pub(crate) fn schema_2_to_4(env: &Env<WithoutTls>, map_size: usize) -> Result<(), StoreError> {
+    stamp(env, map_size, 2)
+}
+
+/// Schema 3 → schema 4: nothing moves. Schema 4 stores new invocation rows in arrival order
+/// (`invocation_rows`) and still reads, and rewrites in place, the rows schema 3 keyed by id
+/// ([`crate::invocations`]). Only the version changes, so that builds of schema 3, which would
+/// not find the new rows, refuse the store from now on.
+pub(crate) fn schema_3_to_4(env: &Env<WithoutTls>, map_size: usize) -> Result<(), StoreError> {
+    stamp(env, map_size, 3)
+}
+
+/// Record [`SCHEMA_VERSION`] over `from`, unless another process did first.
+fn stamp(env: &Env<WithoutTls>, map_size: usize, from: u32) -> Result<(), StoreError> {
     let wtxn = env
         .write_txn()
         .map_err(|e| StoreError::from_heed(e, map_size))?;
     let outcome = env
         .create_databases_and_commit(wtxn, |dbo, wtxn| -> Result<_, MigrateError> {
             let meta: Database<Str, Bytes> = dbo.create_database(wtxn, Some(META_TABLE))?;
-            if !still_at(&meta, wtxn, b"2")? {
+            if !still_at(&meta, wtxn, from.to_string().as_bytes())? {
                 return Ok(CommitOrAbort::Abort(()));
             }
             meta.put(wtxn, META_SCHEMA, SCHEMA_VERSION.to_string().as_bytes())?;
@@ -173,7 +187,7 @@ pub(crate) fn schema_2_to_3(env: &Env<WithoutTls>, map_size: usize) -> Result<()
         .map_err(|e| e.into_store(map_size))?;
     if let CommitOrAbort::Commit(()) = outcome {
         tracing::warn!(
-            "upgraded the store from schema 2 to schema {SCHEMA_VERSION} (no data moved); builds that know only schema 2 can no longer open it"
+            "upgraded the store from schema {from} to schema {SCHEMA_VERSION} (no data moved); builds that know only schema {from} can no longer open it"
         );
     }
     Ok(())

@@ -1,6 +1,6 @@
-//! The tail of the content-address index: objects and entries stored since `refs` was last
-//! brought up to date are found through a map in memory, and `refs` takes them in bulk ("a
-//! merge").
+//! The tail of the content-address index: objects, entries and invocation rows stored since
+//! `refs` was last brought up to date are found through a map in memory, and `refs` takes them
+//! in bulk ("a merge").
 //!
 //! # Why
 //!
@@ -9,7 +9,9 @@
 //! and its world's ref): about half of the pages a call wrote (`docs/benchmarks.md`, "The
 //! content-address index's tail"). Objects and entries are themselves stored in arrival order
 //! (`object_rows`, sequence → ref ‖ envelope; `entries`, index → world ref ‖ entry ‖ world), so
-//! the rows at the end of those tables already say which keys are new. Schema 3 therefore
+//! the rows at the end of those tables already say which keys are new. Schema 4 stores
+//! invocation rows the same way (`invocation_rows`, sequence → id ‖ row, keyed in `refs` by the
+//! digest of the id), where a row keyed by its random id cost a leaf of its own. Schema 3
 //! lets a row's keys wait before they go into `refs`: the rows not yet indexed, the tail, are
 //! found through a map in the memory of the process that writes them, and merged into `refs`
 //! in bulk, where a merge's keys, put in key order, share leaves.
@@ -48,9 +50,13 @@ use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use heed::byteorder::BigEndian;
 use heed::types::{Bytes, U64};
 
+use crate::invocation_row;
 use crate::log_row::Row as LogRow;
 use crate::object::Ref;
-use crate::schema::{ref_key, ENTRY_HASH, LOG, OBJECT, OBJECTS, REFS, REF_INDEX, WORLD_REF};
+use crate::schema::{
+    ref_key, ENTRY_HASH, INVOCATION, INVOCATION_ROWS, LOG, OBJECT, OBJECTS, REFS, REF_INDEX,
+    WORLD_REF,
+};
 use crate::storage::{LayoutState, ReadCtx, Store, StoreError, Table, WriteCtx};
 
 /// The most rows of one kind whose keys wait in the tail: every `MERGE_AT / PARTITIONS` rows,
@@ -63,7 +69,7 @@ pub const MERGE_AT: u64 = 16_384;
 const PARTITIONS: usize = 16;
 
 /// `ref_index` keys of the watermarks, by kind and partition.
-const MARKS: [[&str; PARTITIONS]; 2] = [
+const MARKS: [[&str; PARTITIONS]; KINDS.len()] = [
     [
         "objects_indexed_0",
         "objects_indexed_1",
@@ -100,6 +106,24 @@ const MARKS: [[&str; PARTITIONS]; 2] = [
         "entries_indexed_e",
         "entries_indexed_f",
     ],
+    [
+        "invocations_indexed_0",
+        "invocations_indexed_1",
+        "invocations_indexed_2",
+        "invocations_indexed_3",
+        "invocations_indexed_4",
+        "invocations_indexed_5",
+        "invocations_indexed_6",
+        "invocations_indexed_7",
+        "invocations_indexed_8",
+        "invocations_indexed_9",
+        "invocations_indexed_a",
+        "invocations_indexed_b",
+        "invocations_indexed_c",
+        "invocations_indexed_d",
+        "invocations_indexed_e",
+        "invocations_indexed_f",
+    ],
 ];
 
 /// Watermarks of one kind, by partition.
@@ -115,22 +139,25 @@ const APPENDER: &str = "appender";
 /// A `refs` key: ref ‖ kind ([`ref_key`]).
 type Key = [u8; 33];
 
-/// The two kinds of rows whose keys wait in the tail.
+/// The kinds of rows whose keys wait in the tail.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Kind {
     /// `object_rows`: one key per row, the object's ref.
     Objects,
     /// `entries`: two keys per row, the entry's hash and the ref of the world it selects.
     Entries,
+    /// `invocation_rows`: one key per row, the digest of the invocation's id.
+    Invocations,
 }
 
-const KINDS: [Kind; 2] = [Kind::Objects, Kind::Entries];
+const KINDS: [Kind; 3] = [Kind::Objects, Kind::Entries, Kind::Invocations];
 
 impl Kind {
     fn table(self) -> Table<U64<BigEndian>, Bytes> {
         match self {
             Kind::Objects => OBJECTS,
             Kind::Entries => LOG,
+            Kind::Invocations => INVOCATION_ROWS,
         }
     }
 
@@ -143,14 +170,15 @@ impl Kind {
         match self {
             Kind::Objects => 0,
             Kind::Entries => 1,
+            Kind::Invocations => 2,
         }
     }
 
     fn of(key: &Key) -> Kind {
-        if key[32] == OBJECT {
-            Kind::Objects
-        } else {
-            Kind::Entries
+        match key[32] {
+            OBJECT => Kind::Objects,
+            INVOCATION => Kind::Invocations,
+            _ => Kind::Entries,
         }
     }
 
@@ -175,6 +203,10 @@ impl Kind {
                 ],
                 None => [None, None],
             },
+            Kind::Invocations => [
+                invocation_row::split(row).map(|(id, _)| invocation_row::key(id)),
+                None,
+            ],
         }
     }
 
@@ -182,7 +214,7 @@ impl Kind {
     fn holds(self, row: &[u8], key: &Key) -> bool {
         match (self, key[32]) {
             (Kind::Objects, _) | (Kind::Entries, WORLD_REF) => row.get(..32) == Some(&key[..32]),
-            (Kind::Entries, _) => self.keys(row).contains(&Some(*key)),
+            (Kind::Entries | Kind::Invocations, _) => self.keys(row).contains(&Some(*key)),
         }
     }
 }
@@ -200,13 +232,13 @@ struct Known {
     map: HashMap<Key, u64>,
     /// By kind and partition: keys of rows below `base` may have been dropped from the map
     /// (the generation before a merge's).
-    base: [Marks; 2],
+    base: [Marks; KINDS.len()],
     /// By kind: rows from the lowest watermark up to `loaded` were read into the map from a
     /// committed snapshot at open.
-    loaded: [u64; 2],
+    loaded: [u64; KINDS.len()],
     /// By kind: the watermarks as this handle last wrote or read them, which choose the next
     /// merge (a merge reads the real ones in its transaction).
-    marks: [Marks; 2],
+    marks: [Marks; KINDS.len()],
 }
 
 impl RefTail {
@@ -373,7 +405,7 @@ pub(crate) fn claim(w: &mut WriteCtx<'_, '_>) -> Result<(), StoreError> {
     if REF_INDEX.get(&w.reader(), APPENDER)? == Some(tail.me) {
         return Ok(());
     }
-    let mut all = [[0; PARTITIONS]; 2];
+    let mut all = [[0; PARTITIONS]; KINDS.len()];
     for kind in KINDS {
         let r = w.reader();
         let marks = match marks(&r, kind)? {

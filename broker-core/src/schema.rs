@@ -1,4 +1,4 @@
-//! The world's tables (schema 3; `docs/data-model.md` §8.2): their names, slots and codecs, and
+//! The world's tables (schema 4; `docs/data-model.md` §8.2): their names, slots and codecs, and
 //! the key layouts more than one module writes. The storage layer knows only the names
 //! ([`crate::storage::Layout`]); what the rows mean is each owning module's.
 
@@ -8,9 +8,9 @@ use heed::types::{Bytes, Str, U64};
 use crate::object::Ref;
 use crate::storage::{StoreError, Table};
 
-/// The schema this build reads and writes. A schema-1 or schema-2 store is migrated when it is
+/// The schema this build reads and writes. A store of schema 1, 2 or 3 is migrated when it is
 /// opened ([`crate::migrate`]); any other version is refused unmodified.
-pub const SCHEMA_VERSION: u32 = 3;
+pub const SCHEMA_VERSION: u32 = 4;
 
 type Seq = U64<BigEndian>;
 
@@ -29,13 +29,15 @@ pub(crate) const TABLES: &[&str] = &[
     "registry_heads",
     "readers",
     "ref_index",
+    "invocation_rows",
 ];
 
 /// object sequence (insertion order) → ref(32) ‖ object envelope ([`crate::objects`]).
 pub(crate) const OBJECTS: Table<Seq, Bytes> = Table::new(0, "object_rows");
-/// ref(32) ‖ kind → u64 BE: an object's sequence ([`OBJECT`]; objects of the tail are not
-/// here yet, [`crate::ref_tail`]), an entry's index by its hash ([`ENTRY_HASH`]) or by the ref
-/// of the world it selected ([`WORLD_REF`]).
+/// ref(32) ‖ kind → u64 BE: an object's sequence ([`OBJECT`]), an entry's index by its hash
+/// ([`ENTRY_HASH`]) or by the ref of the world it selected ([`WORLD_REF`]), an invocation
+/// row's sequence by the digest of its id ([`INVOCATION`]). The keys of the newest rows are
+/// not here yet ([`crate::ref_tail`]).
 pub(crate) const REFS: Table<Bytes, Seq> = Table::new(1, "refs");
 /// [`semantic_prefix`] ‖ object sequence → (): the semantic-id index, in insertion order.
 pub(crate) const SEMANTIC_IDS: Table<Bytes, Bytes> = Table::new(2, "semantic_ids");
@@ -43,8 +45,9 @@ pub(crate) const SEMANTIC_IDS: Table<Bytes, Bytes> = Table::new(2, "semantic_ids
 pub(crate) const LOG: Table<Seq, Bytes> = Table::new(3, "entries");
 /// journal sequence → canonical journal record JSON ([`crate::journal`]).
 pub(crate) const JOURNAL: Table<Seq, Bytes> = Table::new(4, "journal");
-/// invocation id → journal state and task state of its first durable point
-/// ([`crate::invocations`]).
+/// invocation id → journal state and task state of its first durable point, for the
+/// invocations of schema 3 and before: read where `invocation_rows` has no row, and rewritten
+/// in place, never added to ([`crate::invocations`]).
 pub(crate) const INVOCATIONS: Table<Str, Bytes> = Table::new(5, "invocations");
 /// intent sequence → the journal state and task state that resolved that intent.
 pub(crate) const RESOLUTIONS: Table<Seq, Bytes> = Table::new(6, "resolutions");
@@ -58,14 +61,18 @@ pub(crate) const SESSIONS: Table<Str, Bytes> = Table::new(9, "sessions");
 pub(crate) const REGISTRY_HEADS: Table<Str, Bytes> = Table::new(10, "registry_heads");
 /// episode \0 object sequence → (): which episode may read which object ([`crate::access`]).
 pub(crate) const READERS: Table<Bytes, Bytes> = Table::new(11, "readers");
-/// `indexed` → how many objects `refs` indexes; `appender` → the token of the store handle
-/// that claimed the tail ([`crate::ref_tail`]).
+/// `<kind>_indexed_<partition>` → below which row that partition's keys are in `refs`;
+/// `appender` → the token of the store handle that claimed the tail ([`crate::ref_tail`]).
 pub(crate) const REF_INDEX: Table<Str, Seq> = Table::new(12, "ref_index");
+/// invocation sequence (arrival order) → the invocation's id and its row
+/// ([`crate::invocation_row`]), found by id through `refs` ([`INVOCATION`]).
+pub(crate) const INVOCATION_ROWS: Table<Seq, Bytes> = Table::new(13, "invocation_rows");
 
 /// `refs` key kinds: the same digest may name an object, an entry and a world at once.
 pub(crate) const OBJECT: u8 = b'o';
 pub(crate) const ENTRY_HASH: u8 = b'e';
 pub(crate) const WORLD_REF: u8 = b'w';
+pub(crate) const INVOCATION: u8 = b'i';
 
 /// The `refs` key of `r` as a `kind`.
 pub(crate) fn ref_key(r: &Ref, kind: u8) -> [u8; 33] {
@@ -111,6 +118,7 @@ mod tests {
             (REGISTRY_HEADS.slot(), REGISTRY_HEADS.name()),
             (READERS.slot(), READERS.name()),
             (REF_INDEX.slot(), REF_INDEX.name()),
+            (INVOCATION_ROWS.slot(), INVOCATION_ROWS.name()),
         ];
         assert_eq!(tables.len(), TABLES.len());
         for (i, (slot, name)) in tables.into_iter().enumerate() {

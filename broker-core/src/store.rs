@@ -15,7 +15,7 @@ use crate::migrate;
 use crate::object::Ref;
 use crate::objects::object_row;
 use crate::ref_tail;
-use crate::schema::{self, INVOCATIONS, JOURNAL, OBJECTS, RESOLUTIONS};
+use crate::schema::{self, JOURNAL, OBJECTS, RESOLUTIONS};
 use crate::storage::{Layout, RawEnv, Upgrade};
 use crate::task;
 
@@ -40,7 +40,11 @@ static LAYOUT: Layout = Layout {
         },
         Upgrade {
             from: "2",
-            run: migrate::schema_2_to_3,
+            run: migrate::schema_2_to_4,
+        },
+        Upgrade {
+            from: "3",
+            run: migrate::schema_3_to_4,
         },
     ],
     state: ref_tail::state,
@@ -119,7 +123,7 @@ impl Store {
                     let id = task_invocation(&key)?;
                     invocations::overwrite_visible(w, &id, Part::Task, &value)
                 }
-                RawTable::Invocations => INVOCATIONS.put(w, str_key(&key)?, &value),
+                RawTable::Invocations => invocations::overwrite_row(w, str_key(&key)?, &value),
                 RawTable::Resolutions => RESOLUTIONS.put(w, &raw_index(&key)?, &value),
             }
         })
@@ -140,7 +144,9 @@ impl Store {
                 RawTable::Tasks => invocations::get(r, &task_invocation(key)?)?
                     .and_then(|row| row.task)
                     .map(<[u8]>::to_vec),
-                RawTable::Invocations => INVOCATIONS.get(r, str_key(key)?)?.map(<[u8]>::to_vec),
+                RawTable::Invocations => {
+                    invocations::stored(r, str_key(key)?)?.map(|(row, _)| row.to_vec())
+                }
                 RawTable::Resolutions => RESOLUTIONS.get(r, &raw_index(key)?)?.map(<[u8]>::to_vec),
             })
         })

@@ -1,13 +1,15 @@
-//! The tail of the content-address index (schema 3): objects stored since the last merge are
-//! found through the writing handle's map, by other processes through a scan of the tail's
-//! rows, and by every snapshot, however old, whatever merges happened since.
+//! The tail of the content-address index (schemas 3 and 4): objects, entries and invocation
+//! rows stored since the last merge are found through the writing handle's map, by other
+//! processes through a scan of the tail's rows, and by every snapshot, however old, whatever
+//! merges happened since.
 
 use std::collections::BTreeSet;
 use std::process::Command;
 
+use broker_core::coordinator::{Coordinator, CoordinatorConfig};
 use broker_core::log;
 use broker_core::object::{Object, Ref};
-use broker_core::store::{Store, StoreError, StoreOptions};
+use broker_core::store::{RawTable, Store, StoreError, StoreOptions};
 use broker_core::verify::{self, Handle};
 use common::*;
 use serde_json::json;
@@ -441,4 +443,271 @@ fn entries_are_found_by_hash_and_world_ref_in_the_tail_and_after_merges() {
     drop(store);
     let store = open(&db);
     every_entry_is_found(&store);
+}
+
+/// `(sequence, id, row)` of every row of `invocation_rows`: `u16 BE id length | id | row`.
+fn invocation_rows(store: &Store) -> Vec<(u64, String, Vec<u8>)> {
+    store
+        .raw_rows("invocation_rows")
+        .unwrap()
+        .into_iter()
+        .map(|(k, v)| {
+            let len = usize::from(u16::from_be_bytes([v[0], v[1]]));
+            let id = String::from_utf8(v[2..2 + len].to_vec()).unwrap();
+            (
+                u64::from_be_bytes(k.try_into().unwrap()),
+                id,
+                v[2 + len..].to_vec(),
+            )
+        })
+        .collect()
+}
+
+/// The `refs` key of invocation `id`.
+fn invocation_key(id: &str) -> Vec<u8> {
+    let mut key = Ref::of(id.as_bytes()).as_bytes().to_vec();
+    key.push(b'i');
+    key
+}
+
+/// Every invocation of `ids` is found by its id: its row as stored, its journal state, and
+/// the store audit is clean.
+fn invocations_found(store: &Store, ids: &[(String, Vec<u8>)]) {
+    for (id, row) in ids {
+        let found = store.raw_get(RawTable::Invocations, id.as_bytes()).unwrap();
+        assert_eq!(found.as_ref(), Some(row), "{id}");
+        let journal = store
+            .raw_get(RawTable::JournalIndex, id.as_bytes())
+            .unwrap();
+        assert!(journal.is_some(), "{id} has no journal state");
+    }
+    let audit = verify::audit_store(store).unwrap();
+    assert!(audit.consistent(), "{audit:?}");
+}
+
+fn rows_by_id(store: &Store) -> Vec<(String, Vec<u8>)> {
+    invocation_rows(store)
+        .into_iter()
+        .map(|(_, id, row)| (id, row))
+        .collect()
+}
+
+#[test]
+fn invocation_rows_are_found_by_id_in_the_tail_and_after_merges() {
+    let w = World::new();
+    // A partition is merged every row of each kind.
+    w.store.set_ref_merge_at(16).unwrap();
+    let s = w.mint("ep1", &["Workspace.Read=worktree:100"]);
+    for i in 0..30 {
+        let task = format!("t{i}");
+        w.call_task(
+            &s,
+            "ailang-read",
+            json!({"path": format!("a{i}.ail")}),
+            Some(&task),
+        )
+        .unwrap();
+        invocations_found(&w.store, &rows_by_id(&w.store));
+    }
+    let rows = invocation_rows(&w.store);
+    assert_eq!(rows.len(), 30);
+    // Rows are stored in arrival order, and only those below their partition's watermark have
+    // their key in `refs`.
+    let invocation_marks = marks(&w.store, "invocations").unwrap();
+    let keys: BTreeSet<Vec<u8>> = w
+        .store
+        .raw_rows("refs")
+        .unwrap()
+        .into_iter()
+        .map(|(k, _)| k)
+        .collect();
+    let (mut merged, mut waiting) = (0, 0);
+    for (i, (seq, id, _)) in rows.iter().enumerate() {
+        assert_eq!(*seq, i as u64);
+        assert_eq!(id, &format!("a2a:ep1:t{i}"));
+        let indexed = keys.contains(&invocation_key(id));
+        assert_eq!(
+            indexed,
+            *seq < invocation_marks[partition(&Ref::of(id.as_bytes()))],
+            "{id}"
+        );
+        if indexed {
+            merged += 1
+        } else {
+            waiting += 1
+        }
+    }
+    assert!(
+        merged > 0 && waiting > 0,
+        "{merged} merged, {waiting} waiting"
+    );
+    // A task id is found whether its key was merged or waits: resent, the committed result
+    // comes back and nothing runs again.
+    let runs = w.handler.runs();
+    for i in 0..30 {
+        let again = w
+            .call_task(
+                &s,
+                "ailang-read",
+                json!({"path": format!("a{i}.ail")}),
+                Some(&format!("t{i}")),
+            )
+            .unwrap();
+        assert_eq!(output_json(&again)["ok"], true);
+    }
+    assert_eq!(w.handler.runs(), runs);
+    assert_eq!(invocation_rows(&w.store).len(), 30);
+
+    // Reopened, the tail is read back from the rows.
+    let db = w.dir.path().join("db");
+    let World {
+        store, coordinator, ..
+    } = w;
+    drop(coordinator);
+    drop(store);
+    let store = open(&db);
+    invocations_found(
+        &store,
+        &rows
+            .into_iter()
+            .map(|(_, id, row)| (id, row))
+            .collect::<Vec<_>>(),
+    );
+}
+
+/// Turn the closed schema-4 store in `db` into the schema-3 store it would have been: every
+/// invocation row keyed by its id in `invocations`, none in `invocation_rows`, no invocation
+/// key in `refs` or watermark in `ref_index`, version 3.
+fn make_schema_3(db: &std::path::Path) {
+    use heed::types::{Bytes, Str};
+    // SAFETY: the store is closed; nothing else maps this environment.
+    let env = unsafe { heed::EnvOpenOptions::new().max_dbs(32).open(db).unwrap() };
+    let wtxn = env.write_txn().unwrap();
+    env.create_databases_and_commit(wtxn, |dbo, wtxn| -> heed::Result<_> {
+        let meta: heed::Database<Str, Bytes> = dbo.create_database(wtxn, Some("meta"))?;
+        meta.put(wtxn, "schema_version", b"3")?;
+        let rows: heed::Database<Bytes, Bytes> =
+            dbo.create_database(wtxn, Some("invocation_rows"))?;
+        let by_id: heed::Database<Str, Bytes> = dbo.create_database(wtxn, Some("invocations"))?;
+        let moved: Vec<(Vec<u8>, Vec<u8>)> = rows
+            .iter(wtxn)?
+            .map(|row| {
+                row.map(|(_, v)| {
+                    let len = usize::from(u16::from_be_bytes([v[0], v[1]]));
+                    (v[2..2 + len].to_vec(), v[2 + len..].to_vec())
+                })
+            })
+            .collect::<heed::Result<_>>()?;
+        for (id, row) in &moved {
+            by_id.put(wtxn, std::str::from_utf8(id).unwrap(), row)?;
+        }
+        rows.clear(wtxn)?;
+        let refs: heed::Database<Bytes, Bytes> = dbo.create_database(wtxn, Some("refs"))?;
+        for (id, _) in &moved {
+            let key = invocation_key(std::str::from_utf8(id).unwrap());
+            refs.delete(wtxn, &key)?;
+        }
+        let index: heed::Database<Str, Bytes> = dbo.create_database(wtxn, Some("ref_index"))?;
+        for p in 0..16 {
+            index.delete(wtxn, &format!("invocations_indexed_{p:x}"))?;
+        }
+        Ok(heed::CommitOrAbort::<(), ()>::Commit(()))
+    })
+    .unwrap();
+    env.prepare_for_closing().wait();
+}
+
+#[test]
+fn a_schema_3_store_is_upgraded_in_place_and_its_invocation_rows_stay_where_they_are() {
+    let w = World::new();
+    let s = w.mint("ep1", &["Workspace.Read=worktree:100"]);
+    for i in 0..5 {
+        w.call_task(
+            &s,
+            "ailang-read",
+            json!({"path": format!("a{i}.ail")}),
+            Some(&format!("t{i}")),
+        )
+        .unwrap();
+    }
+    let old = rows_by_id(&w.store);
+    assert_eq!(old.len(), 5);
+    let db = w.dir.path().join("db");
+    let World {
+        dir,
+        store,
+        coordinator,
+        handler,
+        clock,
+        ..
+    } = w;
+    drop(coordinator);
+    drop(store);
+    make_schema_3(&db);
+
+    let store = open(&db);
+    // Nothing moved: the old rows are read where schema 3 put them.
+    assert!(invocation_rows(&store).is_empty());
+    assert_eq!(store.raw_rows("invocations").unwrap().len(), 5);
+    invocations_found(&store, &old);
+    let c = Coordinator::new(
+        store.clone(),
+        handlers_for(handler.clone()),
+        CoordinatorConfig {
+            clock: clock.clone(),
+            ..CoordinatorConfig::default()
+        },
+    );
+    let call = |task: &str, path: &str| {
+        c.invoke(&broker_core::coordinator::Call {
+            surface: broker_core::coordinator::Surface::A2a,
+            session: s.clone(),
+            skill_id: "ailang-read".into(),
+            task_id: Some(task.into()),
+            args: json!({ "path": path }),
+            transition_fn: None,
+        })
+        .unwrap()
+    };
+    // An old task id still answers with its committed result, running nothing.
+    let runs = handler.runs();
+    assert_eq!(output_json(&call("t2", "a2.ail"))["ok"], true);
+    assert_eq!(handler.runs(), runs);
+    // New invocations go to `invocation_rows`; the old rows stay, and are rewritten in place.
+    assert_eq!(output_json(&call("t9", "a9.ail"))["ok"], true);
+    assert_eq!(handler.runs(), runs + 1);
+    let new = rows_by_id(&store);
+    assert_eq!(new.len(), 1);
+    assert_eq!(new[0].0, "a2a:ep1:t9");
+    let (id, row) = &old[0];
+    store
+        .raw_overwrite(RawTable::Invocations, id.as_bytes().to_vec(), row.clone())
+        .unwrap();
+    assert_eq!(store.raw_rows("invocations").unwrap().len(), 5);
+    assert_eq!(invocation_rows(&store).len(), 1);
+    invocations_found(&store, &old);
+    invocations_found(&store, &new);
+    drop(c);
+    drop(store);
+    assert_eq!(meta_schema(&db).as_deref(), Some("4"));
+    drop(dir);
+}
+
+fn meta_schema(db: &std::path::Path) -> Option<String> {
+    // SAFETY: no store handle is open on `db` in this process while this one is.
+    let env = unsafe { heed::EnvOpenOptions::new().max_dbs(32).open(db).unwrap() };
+    let rtxn = env.read_txn().unwrap();
+    let mut version = None;
+    env.open_databases_and_commit(rtxn, |dbo, rtxn| -> heed::Result<_> {
+        let meta = dbo
+            .open_database::<heed::types::Str, heed::types::Bytes>(rtxn, Some("meta"))?
+            .unwrap();
+        version = meta
+            .get(rtxn, "schema_version")?
+            .map(|v| String::from_utf8_lossy(v).into_owned());
+        Ok(heed::CommitOrAbort::<(), ()>::Commit(()))
+    })
+    .unwrap();
+    env.prepare_for_closing().wait();
+    version
 }
