@@ -31,6 +31,15 @@
 //! in arrival order and keeps those of the kind, so its cost follows the episode's size, not
 //! the store's.
 //!
+//! The tail of each episode's range is still a page of its own, so a group commit of calls
+//! from many episodes wrote one such page per call. New grants therefore wait in
+//! `readers_tail`, keyed `object sequence ‖ episode`, where the grants of a group commit's new
+//! objects are adjacent; when it holds [`READERS_MERGE_AT`] grants, the operation that reached
+//! that moves them all into `readers` in its key order (each episode's on one or two pages) and
+//! empties the tail, in the same transaction. A grant is found in either table, and a listing
+//! merges the episode's keys of both in sequence order; the tail holds few enough grants that
+//! a listing reads all of its own (every episode's shares one short B-tree).
+//!
 //! A log entry is listed by `/v1/log?from&limit` when its reader may read the object its
 //! `transitionRef` names (the invocation record, or the genesis document). Other entries are
 //! skipped, not masked: items keep their `entryIndex`, so the gaps are visible, and the page
@@ -41,7 +50,7 @@ use std::ops::Bound;
 
 use crate::log::{self, Entry, LogError};
 use crate::object::{sid, ObjectView, Ref};
-use crate::schema::READERS;
+use crate::schema::{READERS, READERS_TAIL};
 use crate::session::Session;
 use crate::storage::{ReadCtx, StoreError, WriteCtx};
 
@@ -52,6 +61,11 @@ pub const PUBLIC: [&str; 4] = [
     sid::INTERPRETER,
     sid::GENESIS,
 ];
+
+/// Grants that wait in `readers_tail` before they are merged into `readers`: a merge puts each
+/// episode's grants on the tail page of its range, so the more wait, the fewer pages each costs;
+/// a listing reads every waiting grant after its start, so the fewer wait, the cheaper it is.
+pub const READERS_MERGE_AT: u64 = 4_096;
 
 /// Most log positions one `/v1/log` page examines, whatever it finds there.
 pub const MAX_LOG_SCAN: u64 = 5_000;
@@ -99,14 +113,36 @@ fn prefix(episode: &str) -> Vec<u8> {
 
 /// The key that lets `episode` read the object stored at sequence `seq`.
 pub(crate) fn key(episode: &str, seq: u64) -> Vec<u8> {
-    let mut k = prefix(episode);
+    key_of(episode.as_bytes(), seq)
+}
+
+fn key_of(episode: &[u8], seq: u64) -> Vec<u8> {
+    let mut k = Vec::with_capacity(episode.len() + 9);
+    k.extend_from_slice(episode);
+    k.push(0);
     k.extend_from_slice(&seq.to_be_bytes());
     k
 }
 
-/// Has `episode` a key for the object at `seq`?
+/// The `readers_tail` key of the same grant: the sequence first, so that the grants of new
+/// objects go to the end of the table, whichever episode they are for.
+fn tail_key(episode: &str, seq: u64) -> Vec<u8> {
+    let mut k = Vec::with_capacity(8 + episode.len());
+    k.extend_from_slice(&seq.to_be_bytes());
+    k.extend_from_slice(episode.as_bytes());
+    k
+}
+
+/// `(sequence, episode)` of a `readers_tail` key.
+fn split_tail_key(k: &[u8]) -> Option<(u64, &[u8])> {
+    let (seq, episode) = k.split_first_chunk::<8>()?;
+    Some((u64::from_be_bytes(*seq), episode))
+}
+
+/// Has `episode` a key for the object at `seq`, waiting or merged?
 fn granted(r: &ReadCtx<'_>, episode: &str, seq: u64) -> Result<bool, StoreError> {
-    Ok(READERS.get(r, &key(episode, seq))?.is_some())
+    Ok(READERS_TAIL.get(r, &tail_key(episode, seq))?.is_some()
+        || READERS.get(r, &key(episode, seq))?.is_some())
 }
 
 /// May `reader` read the object stored at `seq`?
@@ -244,18 +280,35 @@ pub fn by_semantic_id<'t>(
         bounds.0.as_ref().map(Vec::as_slice),
         bounds.1.as_ref().map(Vec::as_slice),
     );
-    let mut out = Vec::new();
-    for item in READERS.range(r, &bounds)? {
-        if out.len() >= limit {
-            break;
-        }
-        let (k, _) = item?;
-        let Some(seq) = k
+    let mut merged = READERS.range(r, &bounds)?.filter_map(|item| match item {
+        Ok((k, _)) => k
             .strip_prefix(own.as_slice())
             .and_then(|s| <[u8; 8]>::try_from(s).ok())
-            .map(u64::from_be_bytes)
-        else {
-            continue;
+            .map(|s| Ok(u64::from_be_bytes(s))),
+        Err(e) => Some(Err(e)),
+    });
+    let mut waiting = waiting_grants(r, episode, start)?.into_iter();
+    // Both lists in sequence order, each sequence once.
+    let (mut a, mut b) = (merged.next().transpose()?, waiting.next());
+    let mut out = Vec::new();
+    while out.len() < limit {
+        let seq = match (a, b) {
+            (None, None) => break,
+            (Some(x), Some(y)) if y <= x => {
+                b = waiting.next();
+                if x == y {
+                    a = merged.next().transpose()?;
+                }
+                y
+            }
+            (Some(x), _) => {
+                a = merged.next().transpose()?;
+                x
+            }
+            (None, Some(y)) => {
+                b = waiting.next();
+                y
+            }
         };
         // The stored kind decides, as for every read.
         if let Some(o) = r.object_at(seq)? {
@@ -267,6 +320,22 @@ pub fn by_semantic_id<'t>(
     Ok(Some(out))
 }
 
+/// The sequences, from `start` on, of `episode`'s grants waiting in `readers_tail`, in order.
+fn waiting_grants(r: &ReadCtx<'_>, episode: &str, start: u64) -> Result<Vec<u64>, StoreError> {
+    let from = start.to_be_bytes();
+    let bounds = (Bound::Included(&from[..]), Bound::Unbounded);
+    let mut out = Vec::new();
+    for item in READERS_TAIL.range(r, &bounds)? {
+        let (k, _) = item?;
+        if let Some((seq, e)) = split_tail_key(k) {
+            if e == episode.as_bytes() {
+                out.push(seq);
+            }
+        }
+    }
+    Ok(out)
+}
+
 /// Let `episode` read these objects (each already written in this transaction or before).
 /// Public objects and keys already present cost no write.
 pub(crate) fn grant(
@@ -274,16 +343,154 @@ pub(crate) fn grant(
     episode: &str,
     refs: impl IntoIterator<Item = Ref>,
 ) -> Result<(), StoreError> {
+    let mut added = false;
     for reference in refs {
         // The stored kind, not the caller's: the first writer's semantic id wins.
         let seq = match w.reader().sequenced(&reference)? {
             Some((seq, o)) if !is_public(o.semantic_id) => seq,
             _ => continue,
         };
-        let k = key(episode, seq);
-        if READERS.get(&w.reader(), &k)?.is_none() {
-            READERS.put(w, &k, &[])?;
+        if !granted(&w.reader(), episode, seq)? {
+            READERS_TAIL.put(w, &tail_key(episode, seq), &[])?;
+            added = true;
         }
     }
+    if added && READERS_TAIL.len(&w.reader())? >= READERS_MERGE_AT {
+        merge_tail(w)?;
+    }
     Ok(())
+}
+
+/// Move every grant waiting in `readers_tail` into `readers`, in `readers`' key order, and
+/// empty the tail.
+fn merge_tail(w: &mut WriteCtx<'_, '_>) -> Result<(), StoreError> {
+    let mut keys = Vec::new();
+    for item in READERS_TAIL.iter(&w.reader())? {
+        let (k, _) = item?;
+        if let Some((seq, episode)) = split_tail_key(k) {
+            keys.push(key_of(episode, seq));
+        }
+    }
+    keys.sort_unstable();
+    for k in &keys {
+        READERS.put(w, k, &[])?;
+    }
+    READERS_TAIL.clear(w)?;
+    tracing::debug!(grants = keys.len(), "readers merged");
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::object::Object;
+    use crate::store::Store;
+
+    const KIND: &str = "world/test-private/v1";
+
+    /// `n` new objects of [`KIND`], stored in one transaction, in order.
+    fn stored(store: &Store, tag: &str, n: usize) -> Vec<Ref> {
+        let objects: Vec<Object> = (0..n)
+            .map(|i| Object::new(KIND, "test", format!("{tag}-{i}").into_bytes()))
+            .collect();
+        let refs = objects.iter().map(|o| o.hash).collect();
+        store
+            .write(move |w| objects.iter().try_for_each(|o| w.put_object(o)))
+            .unwrap();
+        refs
+    }
+
+    fn rows(store: &Store, table: &str) -> usize {
+        store.raw_rows(table).unwrap().len()
+    }
+
+    /// Every object of [`KIND`] `episode` lists, a page of `limit` at a time.
+    fn listed(store: &Store, episode: &str, limit: usize) -> Vec<Ref> {
+        let reader = Reader::Episode(episode.into());
+        let mut all = Vec::new();
+        loop {
+            let page = store
+                .read(|r| {
+                    let page = by_semantic_id(r, &reader, KIND, all.last().copied(), limit)?;
+                    Ok::<_, StoreError>(page.unwrap().iter().map(|o| o.hash).collect::<Vec<_>>())
+                })
+                .unwrap();
+            if page.is_empty() {
+                return all;
+            }
+            all.extend(page);
+        }
+    }
+
+    fn may(store: &Store, episode: &str, object: &Ref) -> bool {
+        let reader = Reader::Episode(episode.into());
+        store
+            .read(|r| Ok::<_, StoreError>(super::object(r, &reader, object)?.is_some()))
+            .unwrap()
+    }
+
+    /// Grants wait in `readers_tail` until it holds [`READERS_MERGE_AT`]; the operation that
+    /// reaches it moves them all into `readers`. Before and after, each episode reads and lists
+    /// exactly its own objects, in the order they were stored, across both tables.
+    #[test]
+    fn grants_wait_in_the_tail_and_move_to_readers_in_one_operation_when_it_is_full() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::create(&dir.path().join("db")).unwrap();
+        let early = stored(&store, "early", 10);
+        let per_episode = READERS_MERGE_AT as usize / 2 + 52;
+        let a = stored(&store, "a", per_episode);
+        let b = stored(&store, "b", per_episode);
+        let grant_in = |episode: &str, refs: &[Ref]| {
+            let episode = episode.to_owned();
+            let refs = refs.to_vec();
+            store
+                .write(move |w| grant(w, &episode, refs.iter().copied()))
+                .unwrap();
+        };
+        let (mut merged_at, mut granted) = (None, 0);
+        for (ca, cb) in a.chunks(16).zip(b.chunks(16)) {
+            grant_in("ep-a", ca);
+            grant_in("ep-b", cb);
+            granted += ca.len() + cb.len();
+            let (waiting, indexed) = (rows(&store, "readers_tail"), rows(&store, "readers"));
+            if indexed == 0 {
+                assert_eq!(waiting, granted);
+            } else {
+                merged_at.get_or_insert(granted);
+                assert_eq!(indexed, READERS_MERGE_AT as usize);
+                assert_eq!(waiting + indexed, granted);
+            }
+        }
+        assert_eq!(merged_at, Some(READERS_MERGE_AT as usize));
+        assert_eq!(rows(&store, "readers_tail"), 2 * 52);
+        // Granted again: nothing is added, waiting or merged.
+        grant_in("ep-a", &a);
+        assert_eq!(rows(&store, "readers_tail"), 2 * 52);
+        assert_eq!(rows(&store, "readers"), READERS_MERGE_AT as usize);
+        // Objects stored before all of them, granted last, wait below the merged ones.
+        grant_in("ep-a", &early);
+
+        let mut want_a = early.clone();
+        want_a.extend(&a);
+        for limit in [1, 7, 1000] {
+            assert_eq!(listed(&store, "ep-a", limit), want_a, "limit {limit}");
+            assert_eq!(listed(&store, "ep-b", limit), b, "limit {limit}");
+        }
+        assert!(listed(&store, "ep-c", 100).is_empty());
+        for (own, theirs) in a.iter().zip(&b) {
+            assert!(may(&store, "ep-a", own) && may(&store, "ep-b", theirs));
+            assert!(!may(&store, "ep-a", theirs) && !may(&store, "ep-b", own));
+        }
+        assert!(early
+            .iter()
+            .all(|o| may(&store, "ep-a", o) && !may(&store, "ep-b", o)));
+        // Another episode's object is no place to start a listing from.
+        let reader = Reader::Episode("ep-a".into());
+        let from_theirs = store
+            .read(|r| {
+                Ok::<_, StoreError>(by_semantic_id(r, &reader, KIND, Some(b[0]), 5)?.is_none())
+            })
+            .unwrap();
+        assert!(from_theirs);
+    }
 }

@@ -30,6 +30,7 @@ pub(crate) const TABLES: &[&str] = &[
     "readers",
     "ref_index",
     "invocation_rows",
+    "readers_tail",
 ];
 
 /// object sequence (insertion order) → ref(32) ‖ object envelope ([`crate::objects`]).
@@ -59,7 +60,8 @@ pub(crate) const SPEND: Table<Bytes, Seq> = Table::new(8, "spend");
 pub(crate) const SESSIONS: Table<Str, Bytes> = Table::new(9, "sessions");
 /// registry name → registry revision ref(32) ([`crate::registry`]).
 pub(crate) const REGISTRY_HEADS: Table<Str, Bytes> = Table::new(10, "registry_heads");
-/// episode \0 object sequence → (): which episode may read which object ([`crate::access`]).
+/// episode \0 object sequence → (): which episode may read which object ([`crate::access`]);
+/// the newest grants wait in `readers_tail`.
 pub(crate) const READERS: Table<Bytes, Bytes> = Table::new(11, "readers");
 /// `<kind>_indexed_<partition>` → below which row that partition's keys are in `refs`;
 /// `appender` → the token of the store handle that claimed the tail ([`crate::ref_tail`]).
@@ -67,6 +69,9 @@ pub(crate) const REF_INDEX: Table<Str, Seq> = Table::new(12, "ref_index");
 /// invocation sequence (arrival order) → the invocation's id and its row
 /// ([`crate::invocation_row`]), found by id through `refs` ([`INVOCATION`]).
 pub(crate) const INVOCATION_ROWS: Table<Seq, Bytes> = Table::new(13, "invocation_rows");
+/// object sequence (u64 BE) ‖ episode → (): grants of `readers` not merged into it yet, in
+/// object order ([`crate::access`]).
+pub(crate) const READERS_TAIL: Table<Bytes, Bytes> = Table::new(14, "readers_tail");
 
 /// `refs` key kinds: the same digest may name an object, an entry and a world at once.
 pub(crate) const OBJECT: u8 = b'o';
@@ -119,6 +124,7 @@ mod tests {
             (READERS.slot(), READERS.name()),
             (REF_INDEX.slot(), REF_INDEX.name()),
             (INVOCATION_ROWS.slot(), INVOCATION_ROWS.name()),
+            (READERS_TAIL.slot(), READERS_TAIL.name()),
         ];
         assert_eq!(tables.len(), TABLES.len());
         for (i, (slot, name)) in tables.into_iter().enumerate() {

@@ -102,6 +102,11 @@ impl<K: 'static, V: 'static> Table<K, V> {
         self.db(r.dbs)?.last(r.txn).map_err(r.err())
     }
 
+    /// How many rows the table holds (read from the B-tree's header, not counted).
+    pub(crate) fn len(&self, r: &ReadCtx<'_>) -> Result<u64, StoreError> {
+        self.db(r.dbs)?.len(r.txn).map_err(r.err())
+    }
+
     /// Every row, in key order.
     pub(crate) fn iter<'t>(
         &self,
@@ -182,6 +187,12 @@ impl<K: 'static, V: 'static> Table<K, V> {
         self.db(w.dbs)?
             .put_with_flags(w.txn, PutFlags::APPEND, key, value)
             .map_err(err)
+    }
+
+    /// Remove every row (the table's pages go to the free list).
+    pub(crate) fn clear(&self, w: &mut WriteCtx<'_, '_>) -> Result<(), StoreError> {
+        let err = w.err();
+        self.db(w.dbs)?.clear(w.txn).map_err(err)
     }
 
     /// Remove the row with `key`; `false` when there was none.
