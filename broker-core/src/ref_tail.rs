@@ -226,10 +226,31 @@ pub(crate) struct RefTail {
     known: RwLock<Known>,
 }
 
+/// `refs` key → row, one map per kind and partition, so that a merge drops the generation it
+/// no longer needs from its own partition's map without visiting the others'.
+#[derive(Default)]
+struct Maps([[HashMap<Key, u64>; PARTITIONS]; KINDS.len()]);
+
+impl Maps {
+    fn of(&mut self, kind: Kind, p: usize) -> &mut HashMap<Key, u64> {
+        &mut self.0[kind.slot()][p]
+    }
+
+    fn get(&self, key: &Key) -> Option<u64> {
+        self.0[Kind::of(key).slot()][partition(key)]
+            .get(key)
+            .copied()
+    }
+
+    fn insert(&mut self, key: Key, seq: u64) {
+        self.of(Kind::of(&key), partition(&key)).insert(key, seq);
+    }
+}
+
 #[derive(Default)]
 struct Known {
     /// `refs` key → row of the tail keys this handle added or read.
-    map: HashMap<Key, u64>,
+    map: Maps,
     /// By kind and partition: keys of rows below `base` may have been dropped from the map
     /// (the generation before a merge's).
     base: [Marks; KINDS.len()],
@@ -336,11 +357,7 @@ pub(crate) fn find(r: &ReadCtx<'_>, key: &Key) -> Result<Option<u64>, StoreError
     let (mapped, base, loaded) = {
         let known = tail.read();
         let slot = kind.slot();
-        (
-            known.map.get(key).copied(),
-            known.base[slot][p],
-            known.loaded[slot],
-        )
+        (known.map.get(key), known.base[slot][p], known.loaded[slot])
     };
     if let Some(seq) = mapped {
         if kind
@@ -429,7 +446,9 @@ pub(crate) fn claim(w: &mut WriteCtx<'_, '_>) -> Result<(), StoreError> {
             .unwrap_or(0);
         let found = keys_from(&r, kind, from)?.collect::<Result<Vec<_>, _>>()?;
         let mut known = tail.write();
-        known.map.extend(found);
+        for (key, seq) in found {
+            known.map.insert(key, seq);
+        }
         for (base, mark) in known.base[kind.slot()].iter_mut().zip(marks) {
             *base = (*base).min(mark);
         }
@@ -497,9 +516,7 @@ fn merge(w: &mut WriteCtx<'_, '_>, kind: Kind, p: usize, to: u64) -> Result<(), 
     // Snapshots from before this merge still find these rows' keys through the map; those
     // from before the partition's previous merge scan.
     let mut known = tail.write();
-    known
-        .map
-        .retain(|key, seq| Kind::of(key) != kind || partition(key) != p || *seq >= from);
+    known.map.of(kind, p).retain(|_, seq| *seq >= from);
     let base = &mut known.base[kind.slot()][p];
     *base = (*base).max(from);
     known.marks[kind.slot()][p] = to;
@@ -572,7 +589,7 @@ mod tests {
             .unwrap();
         store
             .read(|r| {
-                tail(r)?.write().map.clear();
+                tail(r)?.write().map = Maps::default();
                 Ok::<_, StoreError>(())
             })
             .unwrap();

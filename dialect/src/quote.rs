@@ -19,33 +19,32 @@
 pub const MAX_QUOTED_BYTES: usize = 256;
 
 /// Append `s` to `out` escaped as inside a JSON string (no quotes). Runs of characters that
-/// need no escape are copied in one go: canonical JSON writes every string through here.
+/// need no escape are copied in one go: canonical JSON writes every string through here. The
+/// scan is by byte: every character that needs an escape is ASCII, and no byte of a multi-byte
+/// UTF-8 character is below 0x80, so each escape sits at a character boundary.
 pub fn push_escaped(out: &mut String, s: &str) {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
     let mut run_start = 0;
-    for (i, c) in s.char_indices() {
-        let escape: Option<&str> = match c {
-            '"' => Some("\\\""),
-            '\\' => Some("\\\\"),
-            '\u{08}' => Some("\\b"),
-            '\t' => Some("\\t"),
-            '\n' => Some("\\n"),
-            '\u{0c}' => Some("\\f"),
-            '\r' => Some("\\r"),
-            c if c < '\u{20}' => Some(""),
-            _ => None,
-        };
-        let Some(escape) = escape else { continue };
+    for (i, &b) in s.as_bytes().iter().enumerate() {
+        if b >= 0x20 && b != b'"' && b != b'\\' {
+            continue;
+        }
         out.push_str(&s[run_start..i]);
-        run_start = i + c.len_utf8();
-        if escape.is_empty() {
+        run_start = i + 1;
+        match b {
+            b'"' => out.push_str("\\\""),
+            b'\\' => out.push_str("\\\\"),
+            0x08 => out.push_str("\\b"),
+            b'\t' => out.push_str("\\t"),
+            b'\n' => out.push_str("\\n"),
+            0x0c => out.push_str("\\f"),
+            b'\r' => out.push_str("\\r"),
             // Remaining control characters: \u00xx with lowercase hex.
-            const HEX: &[u8; 16] = b"0123456789abcdef";
-            let n = c as usize;
-            out.push_str("\\u00");
-            out.push(HEX[n >> 4] as char);
-            out.push(HEX[n & 0xf] as char);
-        } else {
-            out.push_str(escape);
+            _ => {
+                out.push_str("\\u00");
+                out.push(char::from(HEX[usize::from(b >> 4)]));
+                out.push(char::from(HEX[usize::from(b & 0xf)]));
+            }
         }
     }
     out.push_str(&s[run_start..]);
@@ -124,6 +123,16 @@ mod tests {
         }
         let s = "é\u{7f}\u{2028}😀";
         assert_eq!(json_string(s), serde_json::to_string(s).unwrap_or_default());
+    }
+
+    proptest::proptest! {
+        /// Any string, escapes and multi-byte characters mixed, is quoted as serde_json does.
+        #[test]
+        fn any_string_is_quoted_as_serde_json_does(s in "(\\PC|[\\x00-\\x1f\"\\\\]|é|😀){0,40}") {
+            let expected = serde_json::to_string(&s).unwrap_or_default();
+            proptest::prop_assert_eq!(json_string(&s), expected.clone());
+            proptest::prop_assert_eq!(json_string_len(&s), expected.len() as u64);
+        }
     }
 
     #[test]
