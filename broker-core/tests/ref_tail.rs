@@ -364,6 +364,14 @@ fn a_schema_2_store_is_upgraded_in_place_and_its_new_objects_form_the_tail() {
     all_found(&store, &new).unwrap();
 }
 
+/// A test of merges means nothing unless some keys were merged and some still wait.
+fn both_merged_and_waiting(merged: usize, waiting: usize) {
+    assert!(
+        merged > 0 && waiting > 0,
+        "{merged} merged, {waiting} waiting"
+    );
+}
+
 /// Every entry found by its hash and its world by its ref, each link verified, the store audit
 /// clean.
 fn every_entry_is_found(store: &Store) {
@@ -429,10 +437,7 @@ fn entries_are_found_by_hash_and_world_ref_in_the_tail_and_after_merges() {
             }
         }
     }
-    assert!(
-        merged > 0 && waiting > 0,
-        "{merged} merged, {waiting} waiting"
-    );
+    both_merged_and_waiting(merged, waiting);
 
     // Reopened, the tail is read back from the rows.
     let db = w.dir.path().join("db");
@@ -537,10 +542,7 @@ fn invocation_rows_are_found_by_id_in_the_tail_and_after_merges() {
             waiting += 1
         }
     }
-    assert!(
-        merged > 0 && waiting > 0,
-        "{merged} merged, {waiting} waiting"
-    );
+    both_merged_and_waiting(merged, waiting);
     // A task id is found whether its key was merged or waits: resent, the committed result
     // comes back and nothing runs again.
     let runs = w.handler.runs();
@@ -691,23 +693,4 @@ fn a_schema_3_store_is_upgraded_in_place_and_its_invocation_rows_stay_where_they
     drop(store);
     assert_eq!(meta_schema(&db).as_deref(), Some("4"));
     drop(dir);
-}
-
-fn meta_schema(db: &std::path::Path) -> Option<String> {
-    // SAFETY: no store handle is open on `db` in this process while this one is.
-    let env = unsafe { heed::EnvOpenOptions::new().max_dbs(32).open(db).unwrap() };
-    let rtxn = env.read_txn().unwrap();
-    let mut version = None;
-    env.open_databases_and_commit(rtxn, |dbo, rtxn| -> heed::Result<_> {
-        let meta = dbo
-            .open_database::<heed::types::Str, heed::types::Bytes>(rtxn, Some("meta"))?
-            .unwrap();
-        version = meta
-            .get(rtxn, "schema_version")?
-            .map(|v| String::from_utf8_lossy(v).into_owned());
-        Ok(heed::CommitOrAbort::<(), ()>::Commit(()))
-    })
-    .unwrap();
-    env.prepare_for_closing().wait();
-    version
 }

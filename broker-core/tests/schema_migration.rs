@@ -40,25 +40,6 @@ fn expected() -> Value {
     serde_json::from_slice(&std::fs::read(fixture().join("expected.json")).unwrap()).unwrap()
 }
 
-fn meta_schema(db: &Path) -> Option<String> {
-    // SAFETY: no store handle is open on `db` in this process while this one is.
-    let env = unsafe { heed::EnvOpenOptions::new().max_dbs(32).open(db).unwrap() };
-    let rtxn = env.read_txn().unwrap();
-    let mut version = None;
-    env.open_databases_and_commit(rtxn, |dbo, rtxn| -> heed::Result<_> {
-        let meta = dbo
-            .open_database::<heed::types::Str, heed::types::Bytes>(rtxn, Some("meta"))?
-            .unwrap();
-        version = meta
-            .get(rtxn, "schema_version")?
-            .map(|v| String::from_utf8_lossy(v).into_owned());
-        Ok(heed::CommitOrAbort::<(), ()>::Commit(()))
-    })
-    .unwrap();
-    env.prepare_for_closing().wait();
-    version
-}
-
 fn parsed(text: &Value) -> Value {
     serde_json::from_str(text.as_str().unwrap()).unwrap()
 }

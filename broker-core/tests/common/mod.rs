@@ -360,3 +360,24 @@ impl<T> Gate<T> {
         self.cv.notify_all();
     }
 }
+
+/// The `schema_version` recorded in the store at `db` (no store handle may be open on it in
+/// this process).
+pub fn meta_schema(db: &Path) -> Option<String> {
+    // SAFETY: no store handle is open on `db` in this process while this one is.
+    let env = unsafe { heed::EnvOpenOptions::new().max_dbs(32).open(db).unwrap() };
+    let rtxn = env.read_txn().unwrap();
+    let mut version = None;
+    env.open_databases_and_commit(rtxn, |dbo, rtxn| -> heed::Result<_> {
+        let meta = dbo
+            .open_database::<heed::types::Str, heed::types::Bytes>(rtxn, Some("meta"))?
+            .unwrap();
+        version = meta
+            .get(rtxn, "schema_version")?
+            .map(|v| String::from_utf8_lossy(v).into_owned());
+        Ok(heed::CommitOrAbort::<(), ()>::Commit(()))
+    })
+    .unwrap();
+    env.prepare_for_closing().wait();
+    version
+}
