@@ -104,9 +104,9 @@ pub fn is_public(semantic_id: &str) -> bool {
 
 /// The prefix of an episode's keys: `episode \0`. Episode names hold no NUL, and every key
 /// has exactly 8 bytes after it, so no episode's range holds another's keys.
-fn prefix(episode: &str) -> Vec<u8> {
+fn prefix(episode: &[u8]) -> Vec<u8> {
     let mut k = Vec::with_capacity(episode.len() + 9);
-    k.extend_from_slice(episode.as_bytes());
+    k.extend_from_slice(episode);
     k.push(0);
     k
 }
@@ -117,9 +117,7 @@ pub(crate) fn key(episode: &str, seq: u64) -> Vec<u8> {
 }
 
 fn key_of(episode: &[u8], seq: u64) -> Vec<u8> {
-    let mut k = Vec::with_capacity(episode.len() + 9);
-    k.extend_from_slice(episode);
-    k.push(0);
+    let mut k = prefix(episode);
     k.extend_from_slice(&seq.to_be_bytes());
     k
 }
@@ -271,7 +269,7 @@ pub fn by_semantic_id<'t>(
             _ => return Ok(None),
         },
     };
-    let own = prefix(episode);
+    let own = prefix(episode.as_bytes());
     let bounds = (
         Bound::Included(key(episode, start)),
         Bound::Included(key(episode, u64::MAX)),

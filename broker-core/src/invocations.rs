@@ -122,10 +122,12 @@ fn located<'t>(r: &ReadCtx<'t>, id: &str) -> Result<Option<(Place, &'t [u8])>, S
 }
 
 fn row<'t>(r: &ReadCtx<'t>, id: &str) -> Result<Option<Row<'t>>, StoreError> {
-    decode(
-        located(r, id)?.map(|(_, row)| row),
-        &format!("invocation row {id}"),
-    )
+    parts(id, located(r, id)?)
+}
+
+/// The parts of `id`'s row as [`located`] found it.
+fn parts<'t>(id: &str, found: Option<(Place, &'t [u8])>) -> Result<Option<Row<'t>>, StoreError> {
+    decode(found.map(|(_, row)| row), &format!("invocation row {id}"))
 }
 
 /// Write `id`'s row where it is stored, or (`None`) as the next row of `invocation_rows`,
@@ -223,8 +225,7 @@ pub(crate) fn put_initial(
     let reader = w.reader();
     let found = located(&reader, id)?;
     let place = found.map(|(place, _)| place);
-    let current =
-        decode(found.map(|(_, row)| row), &format!("invocation row {id}"))?.unwrap_or_default();
+    let current = parts(id, found)?.unwrap_or_default();
     let mut next = current.with(part, bytes);
     next.intent = intent.or(current.intent);
     let encoded = next.encode();
@@ -257,9 +258,11 @@ pub(crate) fn overwrite_visible(
     bytes: &[u8],
 ) -> Result<(), StoreError> {
     let reader = w.reader();
-    let (place, stored) = located(&reader, id)?
+    let found = located(&reader, id)?;
+    let place = found
+        .map(|(place, _)| place)
         .ok_or_else(|| StoreError::Corrupt(format!("no invocation row {id}")))?;
-    let current = decode(Some(stored), &format!("invocation row {id}"))?.unwrap_or_default();
+    let current = parts(id, found)?.unwrap_or_default();
     if let Some(seq) = current.intent {
         if let Some(r) = resolution(&reader, seq)? {
             let held = match part {

@@ -106,12 +106,27 @@ fn open(db: &std::path::Path) -> Store {
     .unwrap()
 }
 
-#[test]
-fn new_objects_wait_in_the_tail_and_are_merged_into_refs_one_partition_at_a_time() {
+/// A new store in a temporary directory whose tail merges a partition every `merge_at / 16`
+/// rows.
+fn fresh_store(merge_at: u64) -> (tempfile::TempDir, Store) {
     let dir = tempfile::tempdir().unwrap();
     let store = open(&dir.path().join("db"));
+    store.set_ref_merge_at(merge_at).unwrap();
+    (dir, store)
+}
+
+/// Storing objects that are already stored (found through the map, `refs` or a scan) adds no
+/// row.
+fn stored_again_adds_no_row(store: &Store, objects: &[Object]) {
+    let rows = store.raw_rows("object_rows").unwrap().len();
+    put(store, objects);
+    assert_eq!(store.raw_rows("object_rows").unwrap().len(), rows);
+}
+
+#[test]
+fn new_objects_wait_in_the_tail_and_are_merged_into_refs_one_partition_at_a_time() {
     // A partition is merged every 100 rows.
-    store.set_ref_merge_at(1_600).unwrap();
+    let (_dir, store) = fresh_store(1_600);
     let before = indexed_objects(&store);
     let objects: Vec<_> = (0..250).map(|i| object("a", i)).collect();
 
@@ -137,9 +152,7 @@ fn new_objects_wait_in_the_tail_and_are_merged_into_refs_one_partition_at_a_time
     assert!((1..100).contains(&in_refs), "{in_refs} of 250 in refs");
 
     // Storing an object again stores nothing, in the tail or out of it.
-    let rows = store.raw_rows("object_rows").unwrap().len();
-    put(&store, &[objects[0].clone(), objects[249].clone()]);
-    assert_eq!(store.raw_rows("object_rows").unwrap().len(), rows);
+    stored_again_adds_no_row(&store, &[objects[0].clone(), objects[249].clone()]);
 
     // Every partition merged up to the newest row: every object has its key.
     store.merge_ref_tail().unwrap();
@@ -152,9 +165,7 @@ fn new_objects_wait_in_the_tail_and_are_merged_into_refs_one_partition_at_a_time
 
 #[test]
 fn every_partition_is_merged_in_turn_and_the_tail_stays_under_its_length() {
-    let dir = tempfile::tempdir().unwrap();
-    let store = open(&dir.path().join("db"));
-    store.set_ref_merge_at(64).unwrap();
+    let (_dir, store) = fresh_store(64);
     let objects: Vec<_> = (0..300).map(|i| object("turn", i)).collect();
     for chunk in objects.chunks(30) {
         put(&store, chunk);
@@ -188,16 +199,12 @@ fn a_reopened_store_finds_its_tail_from_the_rows() {
     put(&store, &objects[20..]);
     all_found(&store, &objects).unwrap();
     // Stored again after the reopen: found, not duplicated.
-    let rows = store.raw_rows("object_rows").unwrap().len();
-    put(&store, &objects[..3]);
-    assert_eq!(store.raw_rows("object_rows").unwrap().len(), rows);
+    stored_again_adds_no_row(&store, &objects[..3]);
 }
 
 #[test]
 fn a_failed_write_leaves_no_object_behind_in_the_map() {
-    let dir = tempfile::tempdir().unwrap();
-    let store = open(&dir.path().join("db"));
-    store.set_ref_merge_at(4).unwrap();
+    let (_dir, store) = fresh_store(4);
     let (lost, kept) = (object("lost", 0), object("kept", 0));
     let o = lost.clone();
     let err = store
@@ -223,10 +230,8 @@ fn a_failed_write_leaves_no_object_behind_in_the_map() {
 
 #[test]
 fn a_snapshot_older_than_two_merges_still_finds_its_objects() {
-    let dir = tempfile::tempdir().unwrap();
-    let store = open(&dir.path().join("db"));
     // A partition is merged every row.
-    store.set_ref_merge_at(16).unwrap();
+    let (_dir, store) = fresh_store(16);
     let early: Vec<_> = (0..5).map(|i| object("early", i)).collect();
     let late: Vec<_> = (0..64).map(|i| object("late", i)).collect();
     put(&store, &early);
@@ -299,9 +304,7 @@ fn objects_another_process_stored_are_found_and_the_tail_is_claimed_back() {
     all_found(&store, &theirs).unwrap();
     all_found(&store, &mine).unwrap();
     // Storing one of theirs again stores nothing: the claim read the tail into the map.
-    let rows = store.raw_rows("object_rows").unwrap().len();
-    put(&store, &theirs[..2]);
-    assert_eq!(store.raw_rows("object_rows").unwrap().len(), rows);
+    stored_again_adds_no_row(&store, &theirs[..2]);
     let more: Vec<_> = (0..20).map(|i| object("again", i)).collect();
     put(&store, &more);
     all_found(&store, &theirs).unwrap();
