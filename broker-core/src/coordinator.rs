@@ -1623,7 +1623,9 @@ impl Coordinator {
                 return Err(self.record_unrecorded(&p, status, effect_objects, record_obj.hash));
             }
         };
-        let mut objects = vec![plan_obj.clone(), request];
+        // The request was stored with the intent; the commit adds the plan and what the effect
+        // left.
+        let mut objects = vec![plan_obj.clone()];
         objects.extend(effect_objects.iter().cloned());
         Ok(Finished {
             call: p,
@@ -1791,7 +1793,11 @@ impl Coordinator {
             "effects": records,
         });
         let record_obj = Object::json(sid::INVOCATION_RECORD, surface.written_by(), &record)?;
-        objects.push(p.input.clone());
+        // After an effect, the intent's transaction already stored the input and granted it to
+        // the episode (`journal_intent`); only a call without one stores it here.
+        if journal_outcome.is_none() {
+            objects.push(p.input.clone());
+        }
         objects.push(output_obj.clone());
         objects.push(record_obj.clone());
         let readable: Vec<Ref> = objects.iter().map(|o| o.hash).collect();

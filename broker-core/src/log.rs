@@ -380,6 +380,9 @@ pub struct Append {
 }
 
 /// Append at the head: binds index and link, writes objects, entry, world and head.
+///
+/// The entry and world are built here from the head, so their hashes are computed once and
+/// not checked again; only the caller's objects are (see [`store`]).
 pub fn append(w: &mut WriteCtx<'_, '_>, a: &Append) -> Result<Committed, LogError> {
     let head = head(&w.reader())?;
     if let HeadBinding::Observed(observed) = &a.binding {
@@ -400,8 +403,9 @@ pub fn append(w: &mut WriteCtx<'_, '_>, a: &Append) -> Result<Committed, LogErro
         state_root: a.state_root,
         log_head: entry.entry_hash,
     };
-    let world_ref = world.reference()?;
-    commit_checked(w, &a.objects, Some(&head), &entry, &world, &world_ref)?;
+    let world_bytes = world.to_bytes()?;
+    let world_ref = Ref::of(&world_bytes);
+    store(w, &a.objects, &entry, &world, &world_bytes, &world_ref)?;
     Ok(Committed {
         entry,
         world,
@@ -421,7 +425,8 @@ pub fn commit_exact(
 ) -> Result<Committed, LogError> {
     let head = head(&w.reader())?;
     check_observed(&observed, head.as_ref())?;
-    commit_checked(w, objects, head.as_ref(), entry, world, world_ref)?;
+    let world_bytes = check_exact(head.as_ref(), entry, world, world_ref)?;
+    store(w, objects, entry, world, &world_bytes, world_ref)?;
     Ok(Committed {
         entry: entry.clone(),
         world: world.clone(),
@@ -440,15 +445,14 @@ fn check_observed(observed: &Option<Ref>, head: Option<&Head>) -> Result<(), Log
     Ok(())
 }
 
-/// The one place an entry reaches the log: every hash and link is checked first.
-fn commit_checked(
-    w: &mut WriteCtx<'_, '_>,
-    objects: &[Object],
+/// A client-built entry and world against the head: index, link, entry hash, world and world
+/// ref all recomputed. The world's canonical bytes, to be stored as they were hashed.
+fn check_exact(
     head: Option<&Head>,
     entry: &Entry,
     world: &World,
     world_ref: &Ref,
-) -> Result<(), LogError> {
+) -> Result<Vec<u8>, LogError> {
     let (expect_index, expect_prev) = match head {
         Some(h) => (h.world.revision + 1, h.world.log_head),
         None => (0, Ref::ZERO),
@@ -478,7 +482,6 @@ fn commit_checked(
             "nextWorld must have revision = entryIndex and logHead = entryHash".into(),
         ));
     }
-    // The bytes hashed are the bytes stored.
     let world_bytes = world.to_bytes()?;
     let recomputed = Ref::of(&world_bytes);
     if recomputed != *world_ref {
@@ -486,6 +489,20 @@ fn commit_checked(
             "world ref {world_ref} does not match the recomputed {recomputed}"
         )));
     }
+    Ok(world_bytes)
+}
+
+/// The one place an entry reaches the log, once its entry and world are known to continue the
+/// head ([`append`] built them, [`check_exact`] checked them): every object must hash to its
+/// address, and the record and output must be stored.
+fn store(
+    w: &mut WriteCtx<'_, '_>,
+    objects: &[Object],
+    entry: &Entry,
+    world: &World,
+    world_bytes: &[u8],
+    world_ref: &Ref,
+) -> Result<(), LogError> {
     let entry_bytes = entry.to_bytes()?;
     for o in objects {
         if !o.verify() {
@@ -510,18 +527,19 @@ fn commit_checked(
         world_ref: *world_ref,
         entry_hash: Some(entry.entry_hash),
         entry: &entry_bytes,
-        world: &world_bytes,
+        world: world_bytes,
     }
     .encode();
+    let index = entry.header.entry_index;
     ref_tail::claim(w)?;
-    LOG.put(w, &h.entry_index, &row)?;
+    LOG.put(w, &index, &row)?;
     ref_tail::note(
         w,
         &[
             ref_key(&entry.entry_hash, ENTRY_HASH),
             ref_key(world_ref, WORLD_REF),
         ],
-        h.entry_index,
+        index,
     )?;
     Ok(())
 }
@@ -568,7 +586,8 @@ fn write_genesis(w: &mut WriteCtx<'_, '_>) -> Result<Committed, LogError> {
         GENESIS_WRITER,
         &crate::plan::interpreter_document(),
     )?;
-    commit_checked(w, &[doc, identity], None, &entry, &world, &world_ref)?;
+    let world_bytes = check_exact(None, &entry, &world, &world_ref)?;
+    store(w, &[doc, identity], &entry, &world, &world_bytes, &world_ref)?;
     Ok(Committed {
         entry,
         world,
