@@ -382,7 +382,7 @@ pub struct Append {
 /// Append at the head: binds index and link, writes objects, entry, world and head.
 ///
 /// The entry and world are built here from the head, so their hashes are computed once and
-/// not checked again; only the caller's objects are (see [`store`]).
+/// not checked again; the caller's objects are, and the record and output must be stored.
 pub fn append(w: &mut WriteCtx<'_, '_>, a: &Append) -> Result<Committed, LogError> {
     let head = head(&w.reader())?;
     if let HeadBinding::Observed(observed) = &a.binding {
@@ -587,7 +587,14 @@ fn write_genesis(w: &mut WriteCtx<'_, '_>) -> Result<Committed, LogError> {
         &crate::plan::interpreter_document(),
     )?;
     let world_bytes = check_exact(None, &entry, &world, &world_ref)?;
-    store(w, &[doc, identity], &entry, &world, &world_bytes, &world_ref)?;
+    store(
+        w,
+        &[doc, identity],
+        &entry,
+        &world,
+        &world_bytes,
+        &world_ref,
+    )?;
     Ok(Committed {
         entry,
         world,

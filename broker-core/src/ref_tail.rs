@@ -531,6 +531,150 @@ fn merge(w: &mut WriteCtx<'_, '_>, kind: Kind, p: usize, to: u64) -> Result<(), 
     Ok(())
 }
 
+/// What [`audit`] found: `worldd doctor`'s view of the content-address index.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct IndexAudit {
+    /// Keys in `refs`.
+    pub(crate) indexed: u64,
+    /// Keys of rows at or above their partition's watermark: found through the tail.
+    pub(crate) waiting: u64,
+    /// Where `refs` and the rows disagree (the first [`MAX_FINDINGS`], then a count).
+    pub(crate) findings: Vec<String>,
+}
+
+/// Findings [`audit`] lists one by one; a store damaged further is summed up in one more line.
+pub(crate) const MAX_FINDINGS: usize = 100;
+
+impl IndexAudit {
+    fn finding(&mut self, more: &mut u64, finding: impl FnOnce() -> String) {
+        if self.findings.len() < MAX_FINDINGS {
+            self.findings.push(finding());
+        } else {
+            *more += 1;
+        }
+    }
+}
+
+fn kind_name(kind: Kind) -> &'static str {
+    match kind {
+        Kind::Objects => "object_rows",
+        Kind::Entries => "entries",
+        Kind::Invocations => "invocation_rows",
+    }
+}
+
+fn describe(key: &[u8]) -> String {
+    let what = match key.get(32) {
+        Some(&OBJECT) => "object",
+        Some(&ENTRY_HASH) => "entry hash",
+        Some(&WORLD_REF) => "world",
+        Some(&INVOCATION) => "invocation id digest",
+        _ => "key",
+    };
+    match key.get(..32).and_then(Ref::from_slice) {
+        Some(r) => format!("{what} {r}"),
+        None => format!("{what} of {} bytes", key.len()),
+    }
+}
+
+/// Whether `row` of `kind` is the row `key` names. An entry's row written before schema 3
+/// does not carry its entry's hash (its keys were all put in `refs` when it was written): its
+/// stored entry says what the hash is.
+fn names(kind: Kind, row: &[u8], key: &Key) -> bool {
+    if kind.holds(row, key) {
+        return true;
+    }
+    kind == Kind::Entries
+        && key[32] == ENTRY_HASH
+        && LogRow::decode(row).is_some_and(|row| {
+            row.entry_hash.is_none()
+                && crate::canon::parse(row.entry).is_ok_and(|entry| {
+                    entry["entryHash"]
+                        .as_str()
+                        .and_then(|h| h.parse::<Ref>().ok())
+                        == Ref::from_slice(&key[..32])
+                })
+        })
+}
+
+/// Check `refs` against the rows it indexes, in one snapshot (`worldd doctor`): every key of
+/// a row below its partition's watermark is in `refs` and names that row, and every key in
+/// `refs` names a row that holds it. A disagreement would make a stored object, entry or
+/// invocation read as absent, or as another.
+pub(crate) fn audit(r: &ReadCtx<'_>) -> Result<IndexAudit, StoreError> {
+    let mut audit = IndexAudit::default();
+    let mut more = 0;
+    for kind in KINDS {
+        // No watermarks: nothing has been written since schema 2, and every key is in `refs`.
+        let marks = match marks(r, kind)? {
+            Some(marks) => marks,
+            None => [stored(r, kind)?; PARTITIONS],
+        };
+        for found in keys_from(r, kind, 0)? {
+            let (key, seq) = found?;
+            let mark = marks[partition(&key)];
+            if seq >= mark {
+                audit.waiting += 1;
+                continue;
+            }
+            match REFS.get(r, &key)? {
+                Some(named) if named == seq => {}
+                Some(named) => audit.finding(&mut more, || {
+                    format!(
+                        "row {seq} of {} ({}) is indexed, but refs names row {named}",
+                        kind_name(kind),
+                        describe(&key)
+                    )
+                }),
+                None => audit.finding(&mut more, || {
+                    format!(
+                        "row {seq} of {} ({}) is below its partition's watermark {mark}, but \
+                         refs has no key for it",
+                        kind_name(kind),
+                        describe(&key)
+                    )
+                }),
+            }
+        }
+    }
+    for found in REFS.iter(r)? {
+        let (key, seq) = found?;
+        audit.indexed += 1;
+        let known =
+            key.len() == 33 && [OBJECT, ENTRY_HASH, WORLD_REF, INVOCATION].contains(&key[32]);
+        let Some(key) = key.try_into().ok().filter(|_| known) else {
+            audit.finding(&mut more, || {
+                format!("refs holds a key of no known kind ({})", describe(key))
+            });
+            continue;
+        };
+        let kind = Kind::of(&key);
+        match kind.table().get(r, &seq)? {
+            Some(row) if names(kind, row, &key) => {}
+            Some(_) => audit.finding(&mut more, || {
+                format!(
+                    "refs names row {seq} of {} for {}, which holds something else",
+                    kind_name(kind),
+                    describe(&key)
+                )
+            }),
+            None => audit.finding(&mut more, || {
+                format!(
+                    "refs names row {seq} of {} for {}, which is not stored",
+                    kind_name(kind),
+                    describe(&key)
+                )
+            }),
+        }
+    }
+    if more > 0 {
+        audit.findings.push(format!(
+            "… and {more} more disagreement(s) of refs and the rows"
+        ));
+    }
+    Ok(audit)
+}
+
 impl Store {
     /// Let at most `rows` rows of each kind wait in the tail of the content-address index
     /// instead of [`MERGE_AT`] (tests that need merges without storing thousands of objects):

@@ -15,7 +15,7 @@ use crate::migrate;
 use crate::object::Ref;
 use crate::objects::object_row;
 use crate::ref_tail;
-use crate::schema::{self, JOURNAL, OBJECTS, RESOLUTIONS};
+use crate::schema::{self, JOURNAL, OBJECTS, REFS, RESOLUTIONS};
 use crate::storage::{Layout, RawEnv, Upgrade};
 use crate::task;
 
@@ -125,6 +125,8 @@ impl Store {
                 }
                 RawTable::Invocations => invocations::overwrite_row(w, str_key(&key)?, &value),
                 RawTable::Resolutions => RESOLUTIONS.put(w, &raw_index(&key)?, &value),
+                RawTable::Refs if value.is_empty() => REFS.delete(w, &key).map(|_| ()),
+                RawTable::Refs => REFS.put(w, &key, &raw_index(&value)?),
             }
         })
     }
@@ -148,6 +150,7 @@ impl Store {
                     invocations::stored(r, str_key(key)?)?.map(|(row, _)| row.to_vec())
                 }
                 RawTable::Resolutions => RESOLUTIONS.get(r, &raw_index(key)?)?.map(<[u8]>::to_vec),
+                RawTable::Refs => REFS.get(r, key)?.map(|seq| seq.to_be_bytes().to_vec()),
             })
         })
     }
@@ -196,4 +199,8 @@ pub enum RawTable {
     /// The resolution of an intent as stored, by the intent's journal sequence (u64
     /// big-endian key), in the same layout.
     Resolutions,
+    /// The content-address index: a 33-byte key (a ref and its kind: `o` object, `e` entry
+    /// hash, `w` world, `i` the digest of an invocation id) → the row it names (u64
+    /// big-endian value). An empty value deletes the key.
+    Refs,
 }

@@ -697,3 +697,110 @@ fn a_schema_3_store_is_upgraded_in_place_and_its_invocation_rows_stay_where_they
     assert_eq!(meta_schema(&db).as_deref(), Some("4"));
     drop(dir);
 }
+
+/// The index findings of an audit that finds the store inconsistent (a missing or misdirected
+/// key can also break the links of an entry that needs it).
+fn index_findings(store: &Store) -> Vec<String> {
+    let audit = verify::audit_store(store).unwrap();
+    assert!(!audit.consistent(), "{audit:?}");
+    audit.index_findings
+}
+
+#[test]
+fn doctor_finds_a_refs_key_missing_misdirected_dangling_or_of_no_kind() {
+    let w = World::new();
+    // A partition is merged every row of each kind: keys both merged and waiting.
+    w.store.set_ref_merge_at(16).unwrap();
+    let s = w.mint("ep1", &["Workspace.Read=worktree:100"]);
+    for i in 0..30 {
+        w.call_task(
+            &s,
+            "ailang-read",
+            json!({"path": format!("a{i}.ail")}),
+            Some(&format!("t{i}")),
+        )
+        .unwrap();
+    }
+    let refs = w.store.raw_rows("refs").unwrap();
+    let rows = |name: &str| w.store.raw_rows(name).unwrap().len() as u64;
+    // Every key of every row is either in `refs` or waiting in the tail; an entry has two.
+    let audit = verify::audit_store(&w.store).unwrap();
+    assert!(audit.consistent(), "{audit:?}");
+    assert_eq!(audit.index_keys, refs.len() as u64);
+    assert_eq!(
+        audit.index_keys + audit.index_waiting,
+        rows("object_rows") + 2 * rows("entries") + rows("invocation_rows")
+    );
+    both_merged_and_waiting(audit.index_keys as usize, audit.index_waiting as usize);
+
+    let key_of = |kind: u8| {
+        refs.iter()
+            .find(|(k, _)| k[32] == kind)
+            .map(|(k, v)| (k.clone(), u64::from_be_bytes(v.clone().try_into().unwrap())))
+            .unwrap()
+    };
+    let hex = |k: &[u8]| Ref::from_slice(&k[..32]).unwrap().to_string();
+    let overwrite = |key: &[u8], value: Vec<u8>| {
+        w.store
+            .raw_overwrite(RawTable::Refs, key.to_vec(), value)
+            .unwrap()
+    };
+
+    // A merged object's key deleted: the object would read as absent.
+    let (object, seq) = key_of(b'o');
+    overwrite(&object, Vec::new());
+    assert_eq!(w.store.raw_get(RawTable::Refs, &object).unwrap(), None);
+    assert_eq!(
+        index_findings(&w.store),
+        [format!(
+            "row {seq} of object_rows (object {}) is below its partition's watermark {}, but refs has no key for it",
+            hex(&object),
+            marks(&w.store, "objects").unwrap()[usize::from(object[0] >> 4)]
+        )]
+    );
+    overwrite(&object, seq.to_be_bytes().to_vec());
+
+    // An entry hash pointed at another entry: it would read as that entry.
+    let (entry, index) = key_of(b'e');
+    let other = if index == 0 { 1 } else { index - 1 };
+    overwrite(&entry, other.to_be_bytes().to_vec());
+    assert_eq!(
+        index_findings(&w.store),
+        [
+            format!(
+                "row {index} of entries (entry hash {}) is indexed, but refs names row {other}",
+                hex(&entry)
+            ),
+            format!(
+                "refs names row {other} of entries for entry hash {}, which holds something else",
+                hex(&entry)
+            ),
+        ]
+    );
+    overwrite(&entry, index.to_be_bytes().to_vec());
+
+    // An invocation's key pointed past the last row, and a key of no known kind.
+    let (invocation, seq) = key_of(b'i');
+    overwrite(&invocation, 1_000_000u64.to_be_bytes().to_vec());
+    let mut odd = invocation.clone();
+    odd[32] = b'z';
+    overwrite(&odd, 0u64.to_be_bytes().to_vec());
+    let findings = index_findings(&w.store);
+    assert!(
+        findings.contains(&format!(
+            "refs names row 1000000 of invocation_rows for invocation id digest {}, which is not stored",
+            hex(&invocation)
+        )) && findings.contains(&format!(
+            "refs holds a key of no known kind (key {})",
+            hex(&odd)
+        )) && findings.contains(&format!(
+            "row {seq} of invocation_rows (invocation id digest {}) is indexed, but refs names row 1000000",
+            hex(&invocation)
+        )),
+        "{findings:?}"
+    );
+    overwrite(&invocation, seq.to_be_bytes().to_vec());
+    overwrite(&odd, Vec::new());
+    let audit = verify::audit_store(&w.store).unwrap();
+    assert!(audit.consistent(), "{audit:?}");
+}

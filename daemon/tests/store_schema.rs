@@ -46,6 +46,11 @@ fn doctor_verifies_a_schema_1_store_after_migrating_it_and_the_daemon_serves_it(
     let report: Value = serde_json::from_str(&out).unwrap();
     assert_eq!(report["consistent"], true);
     assert_eq!(report["entries"], 14);
+    // The migration put every key in `refs`: nothing waits in the tail, and each names its row
+    // (entry rows of schema 1 do not carry their hash: their stored entry says it).
+    assert_eq!(report["indexFindings"], serde_json::json!([]));
+    assert!(report["indexKeys"].as_u64().unwrap() > 14 * 2, "{report}");
+    assert_eq!(report["indexWaiting"], 0);
 
     // Every entry written by schema 1 re-verifies through `why`.
     for handle in ["1", "7", "12", "head"] {

@@ -23,12 +23,21 @@ pub struct StoreAudit {
     pub indeterminate: Vec<String>,
     /// The head does not select the last entry, or the log has a gap.
     pub head_findings: Vec<String>,
+    /// Keys of the content-address index (`refs`) checked against their rows.
+    pub index_keys: u64,
+    /// Keys of the newest rows, found through the tail instead (not yet merged into `refs`).
+    pub index_waiting: u64,
+    /// Keys in `refs` that name no row holding them, and indexed rows `refs` does not name.
+    pub index_findings: Vec<String>,
 }
 
 impl StoreAudit {
     /// True when nothing is inconsistent (indeterminate intents are allowed).
     pub fn consistent(&self) -> bool {
-        self.broken.is_empty() && self.journal_findings.is_empty() && self.head_findings.is_empty()
+        self.broken.is_empty()
+            && self.journal_findings.is_empty()
+            && self.head_findings.is_empty()
+            && self.index_findings.is_empty()
     }
 }
 
@@ -36,7 +45,7 @@ impl StoreAudit {
 const AUDIT_BLOCK: u64 = 256;
 
 /// Check every entry's links, every spend counter against the journal, the pending-intent
-/// index and the head.
+/// index, the head and the content-address index.
 pub fn audit_store(store: &Store) -> Result<StoreAudit, VerifyError> {
     let mut audit = StoreAudit::default();
     let head = store
@@ -79,8 +88,9 @@ pub fn audit_store(store: &Store) -> Result<StoreAudit, VerifyError> {
             })?;
         }
     };
-    let (results, journal) = std::thread::scope(|scope| {
+    let (results, journal, index) = std::thread::scope(|scope| {
         let journal = scope.spawn(|| store.read(crate::journal::audit));
+        let index = scope.spawn(|| store.read(crate::ref_tail::audit));
         let handles: Vec<_> = (0..workers).map(|_| scope.spawn(verify_blocks)).collect();
         let results: Vec<Result<Vec<(u64, String)>, VerifyError>> = handles
             .into_iter()
@@ -94,7 +104,12 @@ pub fn audit_store(store: &Store) -> Result<StoreAudit, VerifyError> {
                 "the journal audit thread panicked".into(),
             ))
         });
-        (results, journal)
+        let index = index.join().unwrap_or_else(|_| {
+            Err(crate::storage::StoreError::Corrupt(
+                "the index audit thread panicked".into(),
+            ))
+        });
+        (results, journal, index)
     });
     audit.entries = total;
     for r in results {
@@ -105,6 +120,10 @@ pub fn audit_store(store: &Store) -> Result<StoreAudit, VerifyError> {
         journal.map_err(|e| VerifyError::NotFound(format!("a readable journal ({e})")))?;
     audit.journal_records = n;
     audit.journal_findings = findings.into_iter().map(|f| f.0).collect();
+    let index = index?;
+    audit.index_keys = index.indexed;
+    audit.index_waiting = index.waiting;
+    audit.index_findings = index.findings;
     audit.indeterminate = store
         .indeterminate()
         .map_err(|e| VerifyError::NotFound(format!("a readable journal ({e})")))?

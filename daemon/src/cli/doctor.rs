@@ -1,6 +1,6 @@
 //! `worldd doctor`: check an existing store offline — every entry's links, every spend
-//! counter against the journal, the pending-intent index and the head. Exit 3 on any
-//! inconsistency. Indeterminate intents are listed but are not inconsistencies.
+//! counter against the journal, the pending-intent index, the head and the content-address
+//! index. Exit 3 on any inconsistency. Indeterminate intents are listed but are not inconsistencies.
 
 use broker_core::verify;
 use clap::Args;
@@ -32,6 +32,9 @@ pub fn run(a: DoctorArgs) -> CliResult {
                 "journalRecords": audit.journal_records,
                 "journalFindings": audit.journal_findings,
                 "headFindings": audit.head_findings,
+                "indexKeys": audit.index_keys,
+                "indexWaiting": audit.index_waiting,
+                "indexFindings": audit.index_findings,
                 "indeterminate": audit.indeterminate,
                 "seconds": secs,
             })
@@ -63,6 +66,20 @@ pub fn run(a: DoctorArgs) -> CliResult {
         }
         println!("  {} head", mark(audit.head_findings.is_empty()));
         for f in &audit.head_findings {
+            println!("      {f}");
+        }
+        println!(
+            "  {} {} key(s) in the content-address index, {} waiting in its tail; {}",
+            mark(audit.index_findings.is_empty()),
+            audit.index_keys,
+            audit.index_waiting,
+            if audit.index_findings.is_empty() {
+                "each names its row"
+            } else {
+                "some DISAGREE with the rows"
+            }
+        );
+        for f in &audit.index_findings {
             println!("      {f}");
         }
         println!(
