@@ -342,6 +342,7 @@ fn run(args: Args) -> Result<(), String> {
         started.elapsed().as_secs_f64()
     ));
     report.push_str(&table);
+    report.push_str(&steal_line(&rows));
     report.push_str(&format!(
         "raw fsync (4 KiB write + fdatasync): {:.0}/s, p50 {:.3} ms, p99 {:.3} ms (start of run {:.0}/s p50 {:.3} ms; after the request rows {:.0}/s p50 {:.3} ms)\n",
         fsync.per_second(),
@@ -602,6 +603,7 @@ impl RowCtx<'_> {
     ) -> Row {
         let mut no_samples = Vec::new();
         let fsync_before = fsync_probe(self.probe_dir, secs(0.25), &mut no_samples).ok();
+        let cpu_before = CpuTicks::read();
         let mut row = measure_row(
             self.d,
             scenario,
@@ -621,7 +623,69 @@ impl RowCtx<'_> {
                 row.extra.push((name.into(), v));
             }
         }
+        if let Some(steal) = cpu_before
+            .zip(CpuTicks::read())
+            .and_then(|(a, b)| b.steal_since(&a))
+        {
+            row.extra.push(("cpu_steal_share".into(), steal));
+        }
         row
+    }
+}
+
+/// One line: each row's share of CPU time stolen by the hypervisor (empty where `/proc/stat`
+/// gave none).
+fn steal_line(rows: &[Row]) -> String {
+    let shares: Vec<String> = rows
+        .iter()
+        .filter_map(|r| {
+            let (_, v) = r.extra.iter().find(|(k, _)| k == "cpu_steal_share")?;
+            Some(format!(
+                "{} @{} {:.0} %",
+                r.scenario,
+                r.concurrency,
+                v * 100.0
+            ))
+        })
+        .collect();
+    if shares.is_empty() {
+        return String::new();
+    }
+    format!("CPU time stolen by the hypervisor: {}\n", shares.join(", "))
+}
+
+/// The machine's CPU time from the first line of `/proc/stat`, in ticks: all of it, and what
+/// the hypervisor gave to other guests while this one wanted to run (steal). On a shared host
+/// steal is what moves a row's figures between runs; each row records its share.
+struct CpuTicks {
+    total: u64,
+    steal: u64,
+}
+
+impl CpuTicks {
+    fn read() -> Option<CpuTicks> {
+        CpuTicks::parse(&std::fs::read_to_string("/proc/stat").ok()?)
+    }
+
+    fn parse(text: &str) -> Option<CpuTicks> {
+        let fields: Vec<u64> = text
+            .lines()
+            .next()?
+            .strip_prefix("cpu ")?
+            .split_whitespace()
+            .map(|f| f.parse().ok())
+            .collect::<Option<_>>()?;
+        // user nice system idle iowait irq softirq steal (guest time is inside user).
+        Some(CpuTicks {
+            total: fields.iter().take(8).sum(),
+            steal: *fields.get(7)?,
+        })
+    }
+
+    /// The share of the CPU time since `before` that was stolen.
+    fn steal_since(&self, before: &CpuTicks) -> Option<f64> {
+        let total = self.total.checked_sub(before.total).filter(|t| *t > 0)?;
+        Some(self.steal.saturating_sub(before.steal) as f64 / total as f64)
     }
 }
 
@@ -1155,6 +1219,25 @@ fn fs_type(dir: &Path) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_steal_share_is_the_stolen_part_of_all_cpu_time_between_two_readings() {
+        // user nice system idle iowait irq softirq steal guest guest_nice
+        let a = CpuTicks::parse("cpu  100 0 50 800 20 0 10 20 7 0\ncpu0 1 2 3\n").unwrap();
+        let b = CpuTicks::parse("cpu  400 0 150 1100 20 0 30 220 9 0\n").unwrap();
+        // 920 ticks passed, 200 of them stolen; guest time is inside user and not added.
+        let share = b.steal_since(&a).unwrap();
+        assert!((share - 200.0 / 920.0).abs() < 1e-12, "{share}");
+        assert!(a.steal_since(&a).is_none(), "no time passed");
+        assert!(CpuTicks::parse("intr 1 2 3\n").is_none());
+        let mut health = row("health", 30_000);
+        health.extra.push(("cpu_steal_share".into(), 0.31));
+        assert_eq!(
+            steal_line(&[health, row("ailang-read", 2_000)]),
+            "CPU time stolen by the hypervisor: health @32 31 %\n"
+        );
+        assert_eq!(steal_line(&[row("health", 1)]), "");
+    }
 
     fn row(scenario: &str, per_second: u64) -> Row {
         Row {
