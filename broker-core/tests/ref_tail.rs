@@ -9,6 +9,7 @@ use std::process::Command;
 use broker_core::coordinator::{Coordinator, CoordinatorConfig};
 use broker_core::log;
 use broker_core::object::{Object, Ref};
+use broker_core::session::Session;
 use broker_core::store::{RawTable, Store, StoreError, StoreOptions};
 use broker_core::verify::{self, Handle};
 use common::*;
@@ -580,6 +581,22 @@ fn invocation_rows_are_found_by_id_in_the_tail_and_after_merges() {
     );
 }
 
+/// `n` A2A reads of episode `ep1`, task ids `t0` … (`a0.ail` …, absent files: each call is
+/// committed with its effect); the episode's session.
+fn reads_with_task_ids(w: &World, n: u32) -> Session {
+    let s = w.mint("ep1", &["Workspace.Read=worktree:100"]);
+    for i in 0..n {
+        w.call_task(
+            &s,
+            "ailang-read",
+            json!({"path": format!("a{i}.ail")}),
+            Some(&format!("t{i}")),
+        )
+        .unwrap();
+    }
+    s
+}
+
 /// Turn the closed schema-4 store in `db` into the schema-3 store it would have been: every
 /// invocation row keyed by its id in `invocations`, none in `invocation_rows`, no invocation
 /// key in `refs` or watermark in `ref_index`, version 3.
@@ -625,16 +642,7 @@ fn make_schema_3(db: &std::path::Path) {
 #[test]
 fn a_schema_3_store_is_upgraded_in_place_and_its_invocation_rows_stay_where_they_are() {
     let w = World::new();
-    let s = w.mint("ep1", &["Workspace.Read=worktree:100"]);
-    for i in 0..5 {
-        w.call_task(
-            &s,
-            "ailang-read",
-            json!({"path": format!("a{i}.ail")}),
-            Some(&format!("t{i}")),
-        )
-        .unwrap();
-    }
+    let s = reads_with_task_ids(&w, 5);
     let old = rows_by_id(&w.store);
     assert_eq!(old.len(), 5);
     let db = w.dir.path().join("db");
@@ -711,16 +719,7 @@ fn doctor_finds_a_refs_key_missing_misdirected_dangling_or_of_no_kind() {
     let w = World::new();
     // A partition is merged every row of each kind: keys both merged and waiting.
     w.store.set_ref_merge_at(16).unwrap();
-    let s = w.mint("ep1", &["Workspace.Read=worktree:100"]);
-    for i in 0..30 {
-        w.call_task(
-            &s,
-            "ailang-read",
-            json!({"path": format!("a{i}.ail")}),
-            Some(&format!("t{i}")),
-        )
-        .unwrap();
-    }
+    reads_with_task_ids(&w, 30);
     let refs = w.store.raw_rows("refs").unwrap();
     let rows = |name: &str| w.store.raw_rows(name).unwrap().len() as u64;
     // Every key of every row is either in `refs` or waiting in the tail; an entry has two.
