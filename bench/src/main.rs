@@ -8,6 +8,7 @@
 //! measures its size. Prints one table and writes `target/bench/results.json`.
 //! See `docs/benchmarks.md`.
 
+mod against;
 mod attacks;
 mod daemon;
 mod load;
@@ -88,6 +89,14 @@ struct Args {
     /// With --attacks: run only these attacks, by their row number (0 is the baseline).
     #[arg(long, value_delimiter = ',')]
     attack_rows: Vec<usize>,
+    /// Alternate this build's daemon with another `worldd` binary (its plugins are the ones in
+    /// its directory): `--rounds` fresh daemons of each, request rows only, then each row's
+    /// share of health, CPU per call and steal side by side.
+    #[arg(long, value_name = "WORLDD")]
+    against: Option<PathBuf>,
+    /// With --against: how many times each build runs.
+    #[arg(long, default_value_t = 3)]
+    rounds: usize,
 }
 
 fn main() {
@@ -153,6 +162,9 @@ fn run(args: Args) -> Result<(), String> {
             run_dir.display()
         );
     }
+    if let Some(baseline) = &args.against {
+        return against::run(&args, &worldd, baseline, &run_dir, timed);
+    }
     let load_before = loadavg();
     let started = Instant::now();
     eprintln!(
@@ -203,40 +215,7 @@ fn run(args: Args) -> Result<(), String> {
         probe_dir: &run_dir,
         errors: &mut errors,
     };
-    let mut rows: Vec<Row> = Vec::new();
-    for &c in &args.concurrency {
-        let health = ctx.measure("health", Kind::Health, &clients[..c], None);
-        rows.push(health.clone());
-        for (row, name, kind) in [
-            ("read", "ailang-read", Kind::Read),
-            ("write", "ailang-write", Kind::Write),
-        ] {
-            if !args.rows.iter().any(|r| r == row) {
-                continue;
-            }
-            rows.push(ctx.measure(name, kind, &clients[..c], Some(&health)));
-        }
-    }
-    let rc = args.refusal_concurrency;
-    let refusal = args.rows.iter().any(|r| r == "refusal");
-    let health_rc = row_at(&rows, "health", rc).cloned();
-    let health_rc = match health_rc {
-        Some(h) => h,
-        None if !refusal => Row::default(),
-        None => {
-            let h = ctx.measure("health", Kind::Health, &clients[..rc], None);
-            rows.push(h.clone());
-            h
-        }
-    };
-    if refusal {
-        rows.push(ctx.measure(
-            "plan-refusal",
-            Kind::Refusal,
-            &clients[..rc],
-            Some(&health_rc),
-        ));
-    }
+    let rows = request_rows(&mut ctx, &clients, &args);
     d.stop()?;
 
     let fsync_end = fsync_probe(&run_dir, probe, &mut fsync_samples)?;
@@ -581,6 +560,38 @@ fn sanity_check(d: &Daemon, client: &Client) -> Result<(), String> {
         return Err(format!("sanity read: unexpected result {v}"));
     }
     Ok(())
+}
+
+/// The request rows on one daemon: at each concurrency health, then the read and write rows
+/// beside it; then the plan refusals (with a health row at their concurrency if none ran).
+fn request_rows(ctx: &mut RowCtx<'_>, clients: &[Client], args: &Args) -> Vec<Row> {
+    let mut rows: Vec<Row> = Vec::new();
+    for &c in &args.concurrency {
+        let health = ctx.measure("health", Kind::Health, &clients[..c], None);
+        rows.push(health.clone());
+        for (row, name, kind) in [
+            ("read", "ailang-read", Kind::Read),
+            ("write", "ailang-write", Kind::Write),
+        ] {
+            if !args.rows.iter().any(|r| r == row) {
+                continue;
+            }
+            rows.push(ctx.measure(name, kind, &clients[..c], Some(&health)));
+        }
+    }
+    let rc = args.refusal_concurrency;
+    if args.rows.iter().any(|r| r == "refusal") {
+        let health = match row_at(&rows, "health", rc).cloned() {
+            Some(h) => h,
+            None => {
+                let h = ctx.measure("health", Kind::Health, &clients[..rc], None);
+                rows.push(h.clone());
+                h
+            }
+        };
+        rows.push(ctx.measure("plan-refusal", Kind::Refusal, &clients[..rc], Some(&health)));
+    }
+    rows
 }
 
 /// What every request row shares.

@@ -803,3 +803,31 @@ fn doctor_finds_a_refs_key_missing_misdirected_dangling_or_of_no_kind() {
     let audit = verify::audit_store(&w.store).unwrap();
     assert!(audit.consistent(), "{audit:?}");
 }
+
+#[test]
+fn doctor_lists_the_first_hundred_index_findings_and_counts_the_rest() {
+    // A partition is merged every row: all but the last sixteen objects are in `refs`.
+    let (_dir, store) = fresh_store(16);
+    let objects: Vec<_> = (0..400).map(|i| object("many", i)).collect();
+    put(&store, &objects);
+    let merged = indexed_objects(&store);
+    assert!(merged.len() >= 300, "{}", merged.len());
+    for r in merged.iter().take(130) {
+        let mut key = r.as_bytes().to_vec();
+        key.push(b'o');
+        store
+            .raw_overwrite(RawTable::Refs, key, Vec::new())
+            .unwrap();
+    }
+    // `ref_tail::MAX_FINDINGS` (100) are listed, one line counts the rest.
+    let findings = index_findings(&store);
+    assert_eq!(findings.len(), 101, "{findings:#?}");
+    assert!(findings[..100]
+        .iter()
+        .all(|f| f.contains("of object_rows (object sha256:")
+            && f.ends_with("refs has no key for it")));
+    assert_eq!(
+        findings[100],
+        "… and 30 more disagreement(s) of refs and the rows"
+    );
+}
