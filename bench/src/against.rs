@@ -11,9 +11,8 @@ use std::path::{Path, PathBuf};
 
 use serde_json::{json, Value};
 
-use crate::daemon::Daemon;
 use crate::stats::Row;
-use crate::{request_rows, row_at, sanity_check, Args, RowCtx, Stop};
+use crate::{request_daemon, request_rows, row_at, Args, RowCtx, Stop};
 
 /// One build: what it is called in the report, its binary and its plugin directory.
 struct Build {
@@ -54,13 +53,6 @@ pub(crate) fn run(
 ) -> Result<(), String> {
     let builds = [Build::new("baseline", baseline)?, Build::new("this", this)?];
     let rounds = args.rounds.max(1);
-    let max_c = args
-        .concurrency
-        .iter()
-        .copied()
-        .chain([args.refusal_concurrency])
-        .max()
-        .unwrap_or(1);
     // runs[round][build]
     let mut runs: Vec<[Vec<Row>; 2]> = Vec::new();
     let mut errors = Vec::new();
@@ -74,16 +66,7 @@ pub(crate) fn run(
                 build.worldd.display()
             );
             let dir = run_dir.join(format!("{}-{round}", build.name));
-            let d = Daemon::start_with(
-                &build.worldd,
-                &dir,
-                &build.plugins,
-                args.daemon_log.as_deref(),
-                &["workspace"],
-                &args.serve_args,
-            )?;
-            let clients = d.mint("bench-", max_c, 1024)?;
-            sanity_check(&d, &clients[0])?;
+            let (d, clients) = request_daemon(args, &build.worldd, &dir, &build.plugins)?;
             let mut ctx = RowCtx {
                 d: &d,
                 stop,

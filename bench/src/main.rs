@@ -189,24 +189,7 @@ fn run(args: Args) -> Result<(), String> {
     );
 
     // The request rows, on one daemon.
-    let max_c = args
-        .concurrency
-        .iter()
-        .copied()
-        .chain([args.refusal_concurrency])
-        .max()
-        .unwrap_or(1);
-    let main_dir = run_dir.join("main");
-    let d = Daemon::start_with(
-        &worldd,
-        &main_dir,
-        &release,
-        args.daemon_log.as_deref(),
-        &["workspace"],
-        &args.serve_args,
-    )?;
-    let clients = d.mint("bench-", max_c, 1024)?;
-    sanity_check(&d, &clients[0])?;
+    let (d, clients) = request_daemon(&args, &worldd, &run_dir.join("main"), &release)?;
     let mut errors: Vec<(String, usize, String)> = Vec::new();
     let mut ctx = RowCtx {
         d: &d,
@@ -560,6 +543,34 @@ fn sanity_check(d: &Daemon, client: &Client) -> Result<(), String> {
         return Err(format!("sanity read: unexpected result {v}"));
     }
     Ok(())
+}
+
+/// A daemon for the request rows (the workspace handler, any `--serve-arg`), its clients
+/// minted (as many as the largest concurrency) and one read checked.
+fn request_daemon(
+    args: &Args,
+    worldd: &Path,
+    dir: &Path,
+    plugins: &Path,
+) -> Result<(Daemon, Vec<Client>), String> {
+    let max_c = args
+        .concurrency
+        .iter()
+        .copied()
+        .chain([args.refusal_concurrency])
+        .max()
+        .unwrap_or(1);
+    let d = Daemon::start_with(
+        worldd,
+        dir,
+        plugins,
+        args.daemon_log.as_deref(),
+        &["workspace"],
+        &args.serve_args,
+    )?;
+    let clients = d.mint("bench-", max_c, 1024)?;
+    sanity_check(&d, &clients[0])?;
+    Ok((d, clients))
 }
 
 /// The request rows on one daemon: at each concurrency health, then the read and write rows
