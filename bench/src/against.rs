@@ -241,21 +241,15 @@ fn report(builds: &[Build; 2], compared: &[Compared], rounds: usize) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::stats::Summary;
 
+    /// The bench's test row (`per_second` calls in one second @32), with its share of health,
+    /// CPU per call and steal.
     fn row(scenario: &str, per_second: u64, share: Option<f64>, cpu: f64, steal: f64) -> Row {
         Row {
-            scenario: scenario.into(),
-            concurrency: 32,
-            summary: Summary {
-                ok: per_second,
-                seconds: 1.0,
-                ..Summary::default()
-            },
             vs_health_rate: share,
             daemon_cpu_us_per_call: Some(cpu),
             extra: vec![("cpu_steal_share".into(), steal)],
-            ..Row::default()
+            ..crate::tests::row(scenario, per_second)
         }
     }
 

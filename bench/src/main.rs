@@ -1261,7 +1261,8 @@ mod tests {
         assert_eq!(steal_line(&[row("health", 1)]), "");
     }
 
-    fn row(scenario: &str, per_second: u64) -> Row {
+    /// A row of `per_second` calls in one second, at 32 clients.
+    pub(crate) fn row(scenario: &str, per_second: u64) -> Row {
         Row {
             scenario: scenario.into(),
             concurrency: 32,

@@ -121,6 +121,11 @@ fn located<'t>(r: &ReadCtx<'t>, id: &str) -> Result<Option<(Place, &'t [u8])>, S
     Ok(INVOCATIONS.get(r, id)?.map(|row| (Place::ById, row)))
 }
 
+/// [`located`], for a row that must exist (the raw rewrites).
+fn existing<'t>(r: &ReadCtx<'t>, id: &str) -> Result<(Place, &'t [u8]), StoreError> {
+    located(r, id)?.ok_or_else(|| StoreError::Corrupt(format!("no invocation row {id}")))
+}
+
 fn row<'t>(r: &ReadCtx<'t>, id: &str) -> Result<Option<Row<'t>>, StoreError> {
     parts(id, located(r, id)?)
 }
@@ -258,11 +263,8 @@ pub(crate) fn overwrite_visible(
     bytes: &[u8],
 ) -> Result<(), StoreError> {
     let reader = w.reader();
-    let found = located(&reader, id)?;
-    let place = found
-        .map(|(place, _)| place)
-        .ok_or_else(|| StoreError::Corrupt(format!("no invocation row {id}")))?;
-    let current = parts(id, found)?.unwrap_or_default();
+    let (place, row_bytes) = existing(&reader, id)?;
+    let current = parts(id, Some((place, row_bytes)))?.unwrap_or_default();
     if let Some(seq) = current.intent {
         if let Some(r) = resolution(&reader, seq)? {
             let held = match part {
@@ -285,8 +287,7 @@ pub(crate) fn overwrite_row(
     id: &str,
     bytes: &[u8],
 ) -> Result<(), StoreError> {
-    let place = located(&w.reader(), id)?.map(|(place, _)| place);
-    let place = place.ok_or_else(|| StoreError::Corrupt(format!("no invocation row {id}")))?;
+    let (place, _) = existing(&w.reader(), id)?;
     put_row(w, id, Some(place), bytes)
 }
 

@@ -555,14 +555,6 @@ impl IndexAudit {
     }
 }
 
-fn kind_name(kind: Kind) -> &'static str {
-    match kind {
-        Kind::Objects => "object_rows",
-        Kind::Entries => "entries",
-        Kind::Invocations => "invocation_rows",
-    }
-}
-
 fn describe(key: &[u8]) -> String {
     let what = match key.get(32) {
         Some(&OBJECT) => "object",
@@ -622,7 +614,7 @@ pub(crate) fn audit(r: &ReadCtx<'_>) -> Result<IndexAudit, StoreError> {
                 Some(named) => audit.finding(&mut more, || {
                     format!(
                         "row {seq} of {} ({}) is indexed, but refs names row {named}",
-                        kind_name(kind),
+                        kind.table().name(),
                         describe(&key)
                     )
                 }),
@@ -630,7 +622,7 @@ pub(crate) fn audit(r: &ReadCtx<'_>) -> Result<IndexAudit, StoreError> {
                     format!(
                         "row {seq} of {} ({}) is below its partition's watermark {mark}, but \
                          refs has no key for it",
-                        kind_name(kind),
+                        kind.table().name(),
                         describe(&key)
                     )
                 }),
@@ -654,14 +646,14 @@ pub(crate) fn audit(r: &ReadCtx<'_>) -> Result<IndexAudit, StoreError> {
             Some(_) => audit.finding(&mut more, || {
                 format!(
                     "refs names row {seq} of {} for {}, which holds something else",
-                    kind_name(kind),
+                    kind.table().name(),
                     describe(&key)
                 )
             }),
             None => audit.finding(&mut more, || {
                 format!(
                     "refs names row {seq} of {} for {}, which is not stored",
-                    kind_name(kind),
+                    kind.table().name(),
                     describe(&key)
                 )
             }),

@@ -400,9 +400,7 @@ fn every_entry_is_found(store: &Store) {
 
 #[test]
 fn entries_are_found_by_hash_and_world_ref_in_the_tail_and_after_merges() {
-    let w = World::new();
-    // A partition is merged every row.
-    w.store.set_ref_merge_at(16).unwrap();
+    let w = merging_world();
     let s = w.mint("ep1", &["Workspace.Read=worktree:100"]);
     // Two rounds of merges over the sixteen partitions, with every lookup checked after each.
     for i in 0..30 {
@@ -444,13 +442,7 @@ fn entries_are_found_by_hash_and_world_ref_in_the_tail_and_after_merges() {
     both_merged_and_waiting(merged, waiting);
 
     // Reopened, the tail is read back from the rows.
-    let db = w.dir.path().join("db");
-    let World {
-        store, coordinator, ..
-    } = w;
-    drop(coordinator);
-    drop(store);
-    let store = open(&db);
+    let (_dir, store) = reopened(w);
     every_entry_is_found(&store);
 }
 
@@ -503,21 +495,8 @@ fn rows_by_id(store: &Store) -> Vec<(String, Vec<u8>)> {
 
 #[test]
 fn invocation_rows_are_found_by_id_in_the_tail_and_after_merges() {
-    let w = World::new();
-    // A partition is merged every row of each kind.
-    w.store.set_ref_merge_at(16).unwrap();
-    let s = w.mint("ep1", &["Workspace.Read=worktree:100"]);
-    for i in 0..30 {
-        let task = format!("t{i}");
-        w.call_task(
-            &s,
-            "ailang-read",
-            json!({"path": format!("a{i}.ail")}),
-            Some(&task),
-        )
-        .unwrap();
-        invocations_found(&w.store, &rows_by_id(&w.store));
-    }
+    let w = merging_world();
+    let s = reads_with_task_ids(&w, 30, |store| invocations_found(store, &rows_by_id(store)));
     let rows = invocation_rows(&w.store);
     assert_eq!(rows.len(), 30);
     // Rows are stored in arrival order, and only those below their partition's watermark have
@@ -565,13 +544,7 @@ fn invocation_rows_are_found_by_id_in_the_tail_and_after_merges() {
     assert_eq!(invocation_rows(&w.store).len(), 30);
 
     // Reopened, the tail is read back from the rows.
-    let db = w.dir.path().join("db");
-    let World {
-        store, coordinator, ..
-    } = w;
-    drop(coordinator);
-    drop(store);
-    let store = open(&db);
+    let (_dir, store) = reopened(w);
     invocations_found(
         &store,
         &rows
@@ -581,9 +554,31 @@ fn invocation_rows_are_found_by_id_in_the_tail_and_after_merges() {
     );
 }
 
+/// `w`'s store, closed and opened again (its directory kept alive beside it).
+fn reopened(w: World) -> (tempfile::TempDir, Store) {
+    let World {
+        store,
+        coordinator,
+        dir,
+        ..
+    } = w;
+    drop(coordinator);
+    drop(store);
+    let store = open(&dir.path().join("db"));
+    (dir, store)
+}
+
+/// A world whose every row of each kind merges a partition of the tail, so that its keys
+/// are soon both merged and waiting.
+fn merging_world() -> World {
+    let w = World::new();
+    w.store.set_ref_merge_at(16).unwrap();
+    w
+}
+
 /// `n` A2A reads of episode `ep1`, task ids `t0` … (`a0.ail` …, absent files: each call is
-/// committed with its effect); the episode's session.
-fn reads_with_task_ids(w: &World, n: u32) -> Session {
+/// committed with its effect), `after` run after each; the episode's session.
+fn reads_with_task_ids(w: &World, n: u32, mut after: impl FnMut(&Store)) -> Session {
     let s = w.mint("ep1", &["Workspace.Read=worktree:100"]);
     for i in 0..n {
         w.call_task(
@@ -593,6 +588,7 @@ fn reads_with_task_ids(w: &World, n: u32) -> Session {
             Some(&format!("t{i}")),
         )
         .unwrap();
+        after(&w.store);
     }
     s
 }
@@ -642,7 +638,7 @@ fn make_schema_3(db: &std::path::Path) {
 #[test]
 fn a_schema_3_store_is_upgraded_in_place_and_its_invocation_rows_stay_where_they_are() {
     let w = World::new();
-    let s = reads_with_task_ids(&w, 5);
+    let s = reads_with_task_ids(&w, 5, |_| {});
     let old = rows_by_id(&w.store);
     assert_eq!(old.len(), 5);
     let db = w.dir.path().join("db");
@@ -716,10 +712,8 @@ fn index_findings(store: &Store) -> Vec<String> {
 
 #[test]
 fn doctor_finds_a_refs_key_missing_misdirected_dangling_or_of_no_kind() {
-    let w = World::new();
-    // A partition is merged every row of each kind: keys both merged and waiting.
-    w.store.set_ref_merge_at(16).unwrap();
-    reads_with_task_ids(&w, 30);
+    let w = merging_world();
+    reads_with_task_ids(&w, 30, |_| {});
     let refs = w.store.raw_rows("refs").unwrap();
     let rows = |name: &str| w.store.raw_rows(name).unwrap().len() as u64;
     // Every key of every row is either in `refs` or waiting in the tail; an entry has two.

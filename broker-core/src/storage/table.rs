@@ -70,7 +70,7 @@ impl<K: 'static, V: 'static> Table<K, V> {
         self.slot
     }
 
-    #[cfg(test)]
+    /// The table's name in its layout (reports of damage name the table).
     pub(crate) const fn name(&self) -> &'static str {
         self.name
     }
