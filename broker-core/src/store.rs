@@ -126,7 +126,8 @@ impl Store {
                 RawTable::Invocations => invocations::overwrite_row(w, str_key(&key)?, &value),
                 RawTable::Resolutions => RESOLUTIONS.put(w, &raw_index(&key)?, &value),
                 RawTable::Refs if value.is_empty() => REFS.delete(w, &key).map(|_| ()),
-                RawTable::Refs => REFS.put(w, &key, &raw_index(&value)?),
+                // As given: a value of another length is damage doctor must report.
+                RawTable::Refs => REFS.raw().put(w, &key, &value),
             }
         })
     }
@@ -150,7 +151,7 @@ impl Store {
                     invocations::stored(r, str_key(key)?)?.map(|(row, _)| row.to_vec())
                 }
                 RawTable::Resolutions => RESOLUTIONS.get(r, &raw_index(key)?)?.map(<[u8]>::to_vec),
-                RawTable::Refs => REFS.get(r, key)?.map(|seq| seq.to_be_bytes().to_vec()),
+                RawTable::Refs => REFS.raw().get(r, key)?.map(<[u8]>::to_vec),
             })
         })
     }
@@ -201,6 +202,7 @@ pub enum RawTable {
     Resolutions,
     /// The content-address index: a 33-byte key (a ref and its kind: `o` object, `e` entry
     /// hash, `w` world, `i` the digest of an invocation id) → the row it names (u64
-    /// big-endian value). An empty value deletes the key.
+    /// big-endian value). The value is written as given, whatever its length; an empty one
+    /// deletes the key.
     Refs,
 }

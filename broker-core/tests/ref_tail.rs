@@ -711,7 +711,7 @@ fn index_findings(store: &Store) -> Vec<String> {
 }
 
 #[test]
-fn doctor_finds_a_refs_key_missing_misdirected_dangling_or_of_no_kind() {
+fn doctor_finds_a_refs_key_missing_misdirected_dangling_of_no_kind_or_with_no_row_number() {
     let w = merging_world();
     reads_with_task_ids(&w, 30, |_| {});
     let refs = w.store.raw_rows("refs").unwrap();
@@ -794,6 +794,31 @@ fn doctor_finds_a_refs_key_missing_misdirected_dangling_or_of_no_kind() {
     );
     overwrite(&invocation, seq.to_be_bytes().to_vec());
     overwrite(&odd, Vec::new());
+    let audit = verify::audit_store(&w.store).unwrap();
+    assert!(audit.consistent(), "{audit:?}");
+
+    // A value that is no row number: reported once, and the audit goes on past it.
+    for (kind, what) in [
+        (b'o', "object"),
+        (b'e', "entry hash"),
+        (b'w', "world"),
+        (b'i', "invocation id digest"),
+    ] {
+        let (key, seq) = key_of(kind);
+        overwrite(&key, vec![7; 3]);
+        assert_eq!(
+            w.store.raw_get(RawTable::Refs, &key).unwrap(),
+            Some(vec![7; 3])
+        );
+        assert_eq!(
+            index_findings(&w.store),
+            [format!(
+                "refs holds 3 byte(s) for {what} {}, not a row number",
+                hex(&key)
+            )]
+        );
+        overwrite(&key, seq.to_be_bytes().to_vec());
+    }
     let audit = verify::audit_store(&w.store).unwrap();
     assert!(audit.consistent(), "{audit:?}");
 }

@@ -75,6 +75,13 @@ impl<K: 'static, V: 'static> Table<K, V> {
         self.name
     }
 
+    /// The same table with its keys and values as stored bytes: for a reader that must
+    /// survive a row its codecs would refuse (`worldd doctor` reports such a row instead of
+    /// stopping at it).
+    pub(crate) const fn raw(&self) -> Table<heed::types::Bytes, heed::types::Bytes> {
+        Table::new(self.slot, self.name)
+    }
+
     fn db(&self, dbs: &[RawDb]) -> Result<Database<'static, K, V>, StoreError> {
         dbs.get(self.slot)
             .map(|db| db.remap_types::<K, V>())
