@@ -201,6 +201,40 @@ fn ailang_run_returns_each_of_the_four_outcome_shapes() {
     );
 }
 
+/// `--plugin-config ailang.memoryMiB=64`: a program that allocates 256 MiB fails inside ailang,
+/// the agent gets the contract's failure and the operator's log what ailang printed; the same
+/// program runs on a daemon with the default limit.
+#[test]
+fn a_program_past_the_operators_memory_limit_fails_and_the_log_says_why() {
+    let d = start(&["--plugin-config", "ailang.memoryMiB=64"]);
+    let token = d.session("ep1", SE_TOOLS);
+    std::fs::write(d.root().join("ep1/hog.ail"), program("hog", "IO")).unwrap();
+    let out = call(&d, &token, "hog1", "ailang-run", json!({"path": "hog.ail"}));
+    assert_eq!(status(&out), "failed", "{out}");
+    let log = daemon_stderr(d);
+    assert!(
+        log.contains("broker: ailang run produced no recognised outcome envelope (rc 2)")
+            && log.contains(
+                "ailang: run in episode \"ep1\" produced no recognised outcome envelope (rc 2); stderr: fatal error: runtime: out of memory"
+            ),
+        "{log}"
+    );
+
+    let d = start(&[]);
+    let token = d.session("ep1", SE_TOOLS);
+    std::fs::write(d.root().join("ep1/hog.ail"), program("hog", "IO")).unwrap();
+    let out = call(&d, &token, "hog1", "ailang-run", json!({"path": "hog.ail"}));
+    assert_eq!(
+        (
+            status(&out),
+            out["exit_code"].clone(),
+            out["stdout"].clone()
+        ),
+        ("ok", json!(0), json!("allocated 256 MiB\n")),
+        "{out}"
+    );
+}
+
 #[test]
 fn a_capability_the_operator_did_not_enable_fails_the_effect_and_nothing_runs() {
     let d = start(&[]);

@@ -2,7 +2,7 @@
 //!
 //! A plugin that runs a program (a compiler, `git`) must make sure that nothing the program
 //! starts survives the effect, a timeout, or the daemon being killed with `SIGKILL`.
-//! [`Group`] gives every child a process group of its own and three guarantees:
+//! [`Group`] gives every child a process group of its own and these guarantees:
 //!
 //! 1. **Killed as a group.** [`Group::kill`] (and dropping the group) sends `SIGKILL` to the
 //!    whole process group: the program and every descendant that stayed in the group.
@@ -32,6 +32,13 @@
 //!    what an agent wrote must not find the store's files, the listening socket or other
 //!    clients' connections among its descriptors, nor write to the operator's terminal when
 //!    the daemon runs in one (it has no controlling terminal).
+//!
+//! 5. **The first to go when memory runs out, and no core files.** The child starts with
+//!    `oom_score_adj` 1000, so when the machine runs out of memory the kernel's OOM killer
+//!    picks the program (or what it started) before the daemon, and with `RLIMIT_CORE` 0, so
+//!    a crash of a large program does not write its memory into the worktree. [`limit_memory`]
+//!    also caps what one program may allocate (`RLIMIT_DATA`), for plugins whose operator
+//!    sets such a limit.
 
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
@@ -95,16 +102,34 @@ impl Group {
     }
 
     /// Make `command` start in this group with the parent-death signal set, holding no
-    /// descriptor but its stdio ([`inherit_only_stdio`]).
+    /// descriptor but its stdio ([`inherit_only_stdio`]), first in line for the OOM killer and
+    /// without core files (the module docs, 5).
     pub fn prepare(&self, command: &mut Command) {
         // SAFETY: getpid is always safe.
         let daemon = unsafe { libc::getpid() };
         command.process_group(self.leader);
         inherit_only_stdio(command);
         // SAFETY: the closure runs between fork and exec and uses only async-signal-safe
-        // calls (prctl, getppid); it allocates nothing.
+        // calls (prctl, getppid, setrlimit, open, write, close); it allocates nothing.
         unsafe {
             command.pre_exec(move || {
+                let no_core = libc::rlimit {
+                    rlim_cur: 0,
+                    rlim_max: 0,
+                };
+                if libc::setrlimit(libc::RLIMIT_CORE, &no_core) != 0 {
+                    return Err(io::Error::last_os_error());
+                }
+                // Raising one's own score needs no privilege; without /proc (a bare chroot)
+                // the program runs with the daemon's score, as before.
+                let adj = libc::open(
+                    c"/proc/self/oom_score_adj".as_ptr(),
+                    libc::O_WRONLY | libc::O_CLOEXEC,
+                );
+                if adj >= 0 {
+                    libc::write(adj, b"1000".as_ptr().cast(), 4);
+                    libc::close(adj);
+                }
                 if libc::prctl(
                     libc::PR_SET_PDEATHSIG,
                     libc::SIGKILL as libc::c_ulong,
@@ -138,6 +163,27 @@ impl Drop for Group {
         self.kill();
         self.lifeline = None;
         reap_now(self.leader);
+    }
+}
+
+/// Make `command`'s program start with at most `bytes` of data (`RLIMIT_DATA`: its heap and
+/// every private writable mapping, which is where a runaway program's memory goes). An
+/// allocation past it fails inside the program (`MemoryError`, `out of memory`), which then
+/// exits as it does on any such failure; what it started inherits the limit.
+pub fn limit_memory(command: &mut Command, bytes: u64) {
+    // SAFETY: the closure runs between fork and exec and makes one async-signal-safe
+    // syscall (setrlimit) on the child itself; it allocates nothing.
+    unsafe {
+        command.pre_exec(move || {
+            let limit = libc::rlimit {
+                rlim_cur: bytes,
+                rlim_max: bytes,
+            };
+            if libc::setrlimit(libc::RLIMIT_DATA, &limit) != 0 {
+                return Err(io::Error::last_os_error());
+            }
+            Ok(())
+        });
     }
 }
 
@@ -430,5 +476,54 @@ mod tests {
         group.prepare(&mut cmd);
         let e = cmd.spawn().unwrap_err();
         assert_eq!(e.kind(), io::ErrorKind::NotFound);
+    }
+
+    /// The shell and what it runs: the OOM killer's first choice, no core file, no data
+    /// limit unless one is set.
+    fn limits_seen(memory: Option<u64>) -> String {
+        let group = Group::new().unwrap();
+        let mut cmd = Command::new("sh");
+        cmd.args(["-c", "cat /proc/self/oom_score_adj; ulimit -c; ulimit -d"]);
+        group.prepare(&mut cmd);
+        if let Some(bytes) = memory {
+            limit_memory(&mut cmd, bytes);
+        }
+        let out = cmd.output().unwrap();
+        assert!(out.status.success(), "{out:?}");
+        String::from_utf8(out.stdout).unwrap()
+    }
+
+    #[test]
+    fn a_child_goes_first_when_memory_runs_out_and_writes_no_core_file() {
+        assert_eq!(limits_seen(None), "1000\n0\nunlimited\n");
+        // `ulimit -d` counts KiB.
+        assert_eq!(limits_seen(Some(64 << 20)), "1000\n0\n65536\n");
+    }
+
+    /// What `dd` says when it allocates a block of `block` under a 64 MiB data limit.
+    fn dd_with_a_block_of(block: &str) -> std::process::Output {
+        let group = Group::new().unwrap();
+        let mut cmd = Command::new("dd");
+        cmd.args([
+            "if=/dev/zero",
+            "of=/dev/null",
+            "count=1",
+            &format!("bs={block}"),
+        ]);
+        group.prepare(&mut cmd);
+        limit_memory(&mut cmd, 64 << 20);
+        cmd.output().unwrap()
+    }
+
+    #[test]
+    fn an_allocation_past_the_memory_limit_fails_in_the_program() {
+        let small = dd_with_a_block_of("16M");
+        assert!(small.status.success(), "{small:?}");
+        let large = dd_with_a_block_of("256M");
+        assert_eq!(large.status.code(), Some(1), "{large:?}");
+        assert!(
+            String::from_utf8_lossy(&large.stderr).contains("memory exhausted"),
+            "{large:?}"
+        );
     }
 }

@@ -21,12 +21,19 @@ pub const DECLINE: &str =
 /// names and outputs (the base policy lists `["IO", "FS"]` in this order).
 pub const CAPS: [&str; 5] = ["IO", "FS", "Declassify", "Env", "Net"];
 
+/// What one `ailang` child may allocate unless the operator says otherwise (`memoryMiB`).
+pub const DEFAULT_MEMORY_MIB: u64 = 4096;
+
+/// The range `memoryMiB` accepts: enough for the runtime to start, at most 1 TiB.
+pub const MEMORY_MIB: std::ops::RangeInclusive<u64> = 16..=1 << 20;
+
 /// Capabilities an operator must enable (`runAllowCaps`); IO and FS always are.
 pub const OPERATOR_CAPS: [&str; 3] = ["Declassify", "Env", "Net"];
 
-const KEYS: [&str; 6] = [
+const KEYS: [&str; 7] = [
     "bin",
     "examplesDir",
+    "memoryMiB",
     "runAllowCaps",
     "runNetAllow",
     "runNetAllowHttp",
@@ -48,6 +55,8 @@ pub struct Config {
     pub run_net_allow_http: bool,
     /// Where policy files, caches and the archived binary live.
     pub state_dir: PathBuf,
+    /// The most one child may allocate, in MiB (its `RLIMIT_DATA`).
+    pub memory_mib: u64,
 }
 
 fn err(message: impl std::fmt::Display) -> String {
@@ -140,6 +149,20 @@ impl Config {
             Some(_) => return Err(err("\"runNetAllowHttp\" must be true or false")),
         };
 
+        let memory_mib = match object.get("memoryMiB") {
+            None | Some(Value::Null) => DEFAULT_MEMORY_MIB,
+            Some(v) => v
+                .as_u64()
+                .filter(|n| MEMORY_MIB.contains(n))
+                .ok_or_else(|| {
+                    err(format!(
+                        "\"memoryMiB\" must be a whole number of MiB from {} to {}",
+                        MEMORY_MIB.start(),
+                        MEMORY_MIB.end()
+                    ))
+                })?,
+        };
+
         let Some(bin) = bin else {
             return Err(DECLINE.to_string());
         };
@@ -155,6 +178,7 @@ impl Config {
             run_net_allow,
             run_net_allow_http,
             state_dir,
+            memory_mib,
         })
     }
 }
@@ -175,6 +199,13 @@ pub fn config_schema() -> Value {
             "examplesDir": {
                 "description": "An AILANG examples corpus (manifest.json plus runnable/), passed to every ailang child as AILANG_EXAMPLES (--plugin-config ailang.examplesDir=DIR). Without it examples-search is refused without running anything.",
                 "type": "string"
+            },
+            "memoryMiB": {
+                "description": "The most memory, in MiB, that one ailang child (check, run, policy-tool) and what it starts may allocate: its RLIMIT_DATA, the heap and private writable mappings (--plugin-config ailang.memoryMiB=N). An allocation past it fails inside ailang, and the call fails with ailang's own error. Every child also starts first in line for the kernel's OOM killer (oom_score_adj 1000) and without core files.",
+                "type": "integer",
+                "minimum": *MEMORY_MIB.start(),
+                "maximum": *MEMORY_MIB.end(),
+                "default": DEFAULT_MEMORY_MIB
             },
             "runAllowCaps": {
                 "description": "Capabilities beyond IO and FS that ailang-run may grant a program: Declassify, Env, Net (ailang config runAllowCaps).",

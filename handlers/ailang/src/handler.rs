@@ -123,6 +123,8 @@ pub struct AilangHandler {
     run_allow_caps: Vec<&'static str>,
     run_net_allow: Vec<String>,
     run_net_allow_http: bool,
+    /// Each child's `RLIMIT_DATA`, in bytes (`memoryMiB`).
+    memory: u64,
     /// Canonical.
     state_dir: PathBuf,
     /// Policy files whose summary matched, by path. A file is re-verified when its expected
@@ -294,6 +296,7 @@ impl AilangHandler {
             deadline: Instant::now() + HARD_CAP,
             limit: HARD_CAP,
             cap: OUTPUT_CAP,
+            memory: config.memory_mib << 20,
         })
         .map_err(|e| match e {
             process::Failure::Timeout(limit) => format!(
@@ -330,6 +333,7 @@ impl AilangHandler {
             run_allow_caps: config.run_allow_caps,
             run_net_allow: config.run_net_allow,
             run_net_allow_http: config.run_net_allow_http,
+            memory: config.memory_mib << 20,
             state_dir,
             verified: Mutex::new(HashMap::new()),
             host,
@@ -370,6 +374,7 @@ impl AilangHandler {
             deadline: c.deadline,
             limit: c.limit,
             cap: OUTPUT_CAP,
+            memory: self.memory,
         }
     }
 
@@ -535,6 +540,17 @@ impl AilangHandler {
         let stdout = String::from_utf8_lossy(&done.stdout).into_owned();
         let stderr = String::from_utf8_lossy(&done.stderr).into_owned();
         let Some(envelope) = run::parse(done.status.code(), &stdout, &stderr) else {
+            // The agent's message is the contract's; the operator's log says what ailang said
+            // (a run past `memoryMiB` ends here, with the runtime's out-of-memory error).
+            self.host.log(
+                LogLevel::Warn,
+                &format!(
+                    "ailang: run in episode \"{}\" produced no recognised outcome envelope ({}); stderr: {}",
+                    c.episode,
+                    done.rc_text(),
+                    excerpt(&stderr)
+                ),
+            );
             return Outcome::failed(format!(
                 "broker: ailang run produced no recognised outcome envelope ({})",
                 done.rc_text()

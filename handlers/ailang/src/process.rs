@@ -1,5 +1,5 @@
 //! Running one `ailang` child: exact environment, own process group, deadline with a
-//! group-wide SIGKILL, and a hard cap on each output stream.
+//! group-wide SIGKILL, a hard cap on each output stream, and a memory limit.
 //!
 //! The child runs in a process group of its own, led by a watchdog
 //! (`handler_kit::child::Group`), so everything it starts can be killed with one
@@ -45,6 +45,8 @@ pub struct Spec {
     pub limit: Duration,
     /// Per-stream byte cap.
     pub cap: usize,
+    /// The most the child may allocate, in bytes (`RLIMIT_DATA`).
+    pub memory: u64,
 }
 
 /// A child that ran to completion.
@@ -208,6 +210,7 @@ pub fn run(spec: Spec) -> Result<Finished, Failure> {
         .stderr(Stdio::piped());
     let group = Group::new().map_err(Failure::Spawn)?;
     group.prepare(&mut command);
+    handler_kit::child::limit_memory(&mut command, spec.memory);
     let mut child = spawn(&mut command).map_err(Failure::Spawn)?;
     let pid = child.id() as i32;
 

@@ -1,16 +1,17 @@
 //! Ailang.Run / RunEnv / RunNet through the safe trait, with the `ailang` stand-in: the four
 //! outcome shapes, unrecognised envelopes, operator gates, policy variants, the child's
-//! environment and process group, the timeout and the output cap.
+//! environment and process group, the timeout, the output cap and the memory limit.
 
 mod common;
 
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use common::*;
 use handler_kit::serde_json::{self, json, Value};
-use handler_kit::{EffectHandler, Outcome};
+use handler_kit::{EffectHandler, Host, HostServices, LogLevel, Outcome};
 use worldd_ailang::{PolicySpec, HARD_CAP, RUN, RUN_ENV, RUN_NET};
 
 fn run(path: &str) -> Value {
@@ -509,4 +510,43 @@ fn a_summary_that_does_not_match_fails_the_effect_before_anything_runs() {
         assert!(got.contains(message), "{got}\nwanted: {message}");
     }
     assert_eq!(f.ran("run", None), 0);
+}
+
+/// The handler's log lines, as the daemon would print them.
+#[derive(Default)]
+struct Logs(Mutex<Vec<(LogLevel, String)>>);
+
+impl HostServices for Logs {
+    fn log(&self, level: LogLevel, message: &str) {
+        self.0.lock().unwrap().push((level, message.to_string()));
+    }
+}
+
+/// A program that allocates 256 MiB runs under the default `memoryMiB` (4096); under 64 its
+/// allocation fails inside ailang, which ends as the Go runtime does. The agent gets the
+/// contract's failure; the operator's log carries ailang's own error.
+#[test]
+fn a_run_past_the_memory_limit_fails_and_the_log_says_why() {
+    let f = Fixture::new();
+    f.put("hog.ail", &program("hog", "IO"));
+    let out = f.ok(RUN, run("hog.ail"));
+    assert_eq!(
+        (out["exit_code"].clone(), out["stdout"].clone()),
+        (json!(0), json!("allocated 256 MiB\n"))
+    );
+
+    let logs = Arc::new(Logs::default());
+    let f = Fixture::hosted(json!({"memoryMiB": 64}), Host::from_services(logs.clone()));
+    f.put("hog.ail", &program("hog", "IO"));
+    assert_eq!(
+        f.failed(RUN, run("hog.ail")),
+        "broker: ailang run produced no recognised outcome envelope (rc 2)"
+    );
+    let logged = logs.0.lock().unwrap();
+    assert!(
+        logged.iter().any(|(level, line)| matches!(level, LogLevel::Warn)
+            && line
+                == "ailang: run in episode \"ep\" produced no recognised outcome envelope (rc 2); stderr: fatal error: runtime: out of memory"),
+        "{logged:?}"
+    );
 }

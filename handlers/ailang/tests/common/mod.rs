@@ -45,11 +45,16 @@ impl Fixture {
 
     /// A fixture whose config is `extra` plus `bin` (the stand-in) and `stateDir`.
     pub fn with(extra: Value) -> Fixture {
+        Fixture::hosted(extra, Host::noop())
+    }
+
+    /// [`Fixture::with`], logging to `host`.
+    pub fn hosted(extra: Value, host: Host) -> Fixture {
         let tmp = tempfile::tempdir().unwrap();
         let root = tmp.path().join("worktrees").join(EPISODE);
         fs::create_dir_all(&root).unwrap();
         let state = tmp.path().join("state");
-        let handler = AilangPlugin::new(Fixture::config(&state, extra), Host::noop())
+        let handler = AilangPlugin::new(Fixture::config(&state, extra), host)
             .unwrap_or_else(|e| panic!("handler: {e}"));
         Fixture {
             tmp,
