@@ -43,31 +43,35 @@
 //!
 //! Calls in one episode run one at a time; calls in different episodes proceed in parallel and
 //! never conflict at the head, because the writer binds index and link at commit time.
+//!
+//! This file is the pipeline. What it speaks of lives beside it: `handler` (the handler
+//! interface and the loaded set), `call` (calls, their results and errors), `hooks` (the clock
+//! and crash points tests inject), `turns` (one call at a time per episode), `outcome` (a
+//! handler's run, the record its answer settles into, and outcomes journaled without a
+//! commit), `closed` (calls closed without an effect, and the `world` block of every answer)
+//! and `committing` (the answer of a submitted commit).
 
-use std::collections::{HashMap, HashSet};
-use std::future::Future;
+use std::collections::HashSet;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
-use std::pin::Pin;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex, PoisonError};
-use std::task::{Context, Poll, Wake, Waker};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Map, Value};
 
 use crate::access;
 use crate::broker::{self, Capability, Decision, Denial, EffectRecord, HandlerIdentity};
-use crate::canon::{self, CanonError};
+use crate::canon;
 use crate::deadline::{self, Runner, Spawner, Watch};
 use crate::journal::{self, Intent, JournalError, OutcomeStatus};
-use crate::log::{self, Append, HeadBinding, LogError};
+use crate::log::{self, Append, HeadBinding};
 use crate::object::{sid, Object, Ref};
 use crate::plan::{Plan, PlannedEffect};
 use crate::refusal_rate::{RefusalLimiter, RefusalRate};
-use crate::registry::{self, Registry, RegistryEntry, RegistryError};
+use crate::registry::{self, Registry, RegistryEntry};
 use crate::session::Session;
-use crate::store::{Store, StoreError, Submitted, WriteCtx};
+use crate::store::{Store, Submitted, WriteCtx};
 use crate::task::{self, TaskPhase, TaskState};
 use crate::transition::Transition;
 
@@ -80,307 +84,26 @@ pub const HANDLER_DEADLINE: Duration = Duration::from_secs(10);
 /// The text of rule R8.
 pub const R8_MESSAGE: &str = "transition declares an effect this daemon has no handler for";
 
-// ---------------------------------------------------------------------------------------------
-// Handlers, as the coordinator sees them.
+mod call;
+mod closed;
+mod committing;
+mod handler;
+mod hooks;
+mod outcome;
+mod turns;
 
-/// One effect to execute.
-#[derive(Debug, Clone)]
-pub struct EffectRequest<'a> {
-    pub invocation_id: &'a str,
-    pub episode: &'a str,
-    /// The episode's worktree, bound for scope `worktree` when the daemon has a workspace root.
-    pub worktree: Option<&'a Path>,
-    pub effect: &'a str,
-    pub scope: &'a str,
-    pub cost: u64,
-    pub payload: &'a Map<String, Value>,
-    pub deadline: Duration,
-}
+pub use call::{BudgetLine, Call, CallError, CallOutput, EffectSummary, Reconciliation, Surface};
+pub use committing::Committing;
+pub use handler::{EffectHandler, EffectRequest, HandlerOutcome, Handlers};
+pub use hooks::{Clock, CrashPoint, Hooks, SystemClock};
 
-/// What a handler reports.
-#[derive(Debug, Clone, PartialEq)]
-pub enum HandlerOutcome {
-    /// The effect ran; this is its output object.
-    Ok(Map<String, Value>),
-    /// The effect ran or may have partly run, and failed. Budget stays spent.
-    Failed(String),
-    /// The handler cannot tell whether the effect happened. Fail closed.
-    Indeterminate(String),
-}
-
-/// An effect handler: in-process for tests, or a plugin behind the ABI in the daemon.
-pub trait EffectHandler: Send + Sync {
-    /// Which plugin build this is: its name, version and the sha256 of the library bytes that
-    /// were loaded. Every succeeded and failed effect record names it. A handler compiled into
-    /// the executable (tests, tools) uses [`HandlerIdentity::in_process`].
-    fn identity(&self) -> HandlerIdentity;
-    /// Run one effect. Must not panic; if it does, the coordinator records a failed effect.
-    fn execute(&self, request: &EffectRequest<'_>) -> HandlerOutcome;
-    /// A pure, deterministic reshaping of an effect's output, named by a transition's `finish`.
-    fn finish(&self, name: &str, input: &Value) -> Result<Map<String, Value>, String> {
-        let _ = input;
-        Err(format!("no finish function {name:?}"))
-    }
-    /// Before admission: `Some(output)` declines the request, which is then committed as
-    /// declined (`denied:handler`) with `output` as its answer, and nothing is spent. Only
-    /// for refusals the handler can foresee without side effects; `execute` still checks
-    /// everything. The default proceeds.
-    fn preflight(&self, request: &EffectRequest<'_>) -> Option<Map<String, Value>> {
-        let _ = request;
-        None
-    }
-}
-
-/// The loaded handler set, by effect name.
-#[derive(Clone, Default)]
-pub struct Handlers {
-    by_effect: HashMap<String, Arc<dyn EffectHandler>>,
-}
-
-impl Handlers {
-    pub fn new() -> Handlers {
-        Handlers::default()
-    }
-
-    /// Register `handler` for `effect`; two handlers for one effect is an error.
-    pub fn insert(&mut self, effect: &str, handler: Arc<dyn EffectHandler>) -> Result<(), String> {
-        if let Some(prev) = self.by_effect.get(effect) {
-            return Err(format!(
-                "effect {effect} is claimed by both {} and {}",
-                prev.identity(),
-                handler.identity()
-            ));
-        }
-        self.by_effect.insert(effect.to_owned(), handler);
-        Ok(())
-    }
-
-    pub fn get(&self, effect: &str) -> Option<&Arc<dyn EffectHandler>> {
-        self.by_effect.get(effect)
-    }
-
-    pub fn effects(&self) -> impl Iterator<Item = &str> {
-        self.by_effect.keys().map(String::as_str)
-    }
-}
-
-// ---------------------------------------------------------------------------------------------
-// Calls, results, errors.
-
-/// The surface a call came through; it names invocation ids and `writtenBy`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Surface {
-    Mcp,
-    A2a,
-}
-
-impl Surface {
-    pub fn prefix(self) -> &'static str {
-        match self {
-            Surface::Mcp => "mcp",
-            Surface::A2a => "a2a",
-        }
-    }
-
-    /// `coordinator:a2a` for both surfaces, as seed 004 says: the invocation id tells them
-    /// apart.
-    pub fn written_by(self) -> &'static str {
-        log::COORDINATOR_WRITER
-    }
-}
-
-/// One tool call.
-#[derive(Debug, Clone)]
-pub struct Call {
-    pub surface: Surface,
-    pub session: Session,
-    pub skill_id: String,
-    /// The idempotency key within the episode; `None` mints a fresh random one.
-    pub task_id: Option<String>,
-    pub args: Value,
-    /// Optional pin of the exact transition document.
-    pub transition_fn: Option<Ref>,
-}
-
-/// The effect of a call, as reported back to surfaces.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct EffectSummary {
-    pub id: String,
-    pub effect: String,
-    pub status: String,
-    pub record: Ref,
-    pub budget_after: u64,
-    pub denial: Option<String>,
-}
-
-/// What is known of one call, for an agent asking "did my call land?".
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Reconciliation {
-    pub invocation_id: String,
-    pub skill_id: String,
-    /// `committed` (the result can be fetched again), `indeterminate` (the effect's intent
-    /// is durable, its outcome is not: it may have run) or `unrecorded` (an effect ran but the
-    /// call was not committed).
-    pub state: &'static str,
-    pub entry_index: Option<u64>,
-    pub output_ref: Option<Ref>,
-    pub world_ref: Option<Ref>,
-    pub effects: Vec<EffectSummary>,
-}
-
-/// One grant's budget in the episode.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct BudgetLine {
-    pub effect: String,
-    pub scope: String,
-    pub granted: u64,
-    pub spent: u64,
-    pub remaining: u64,
-    /// `now < expiresAt`.
-    pub live: bool,
-}
-
-/// A committed call.
-#[derive(Debug, Clone)]
-pub struct CallOutput {
-    pub invocation_id: String,
-    /// Exactly the committed output bytes (canonical JSON); `sha256(output) == output_ref`.
-    pub output: Vec<u8>,
-    pub output_ref: Ref,
-    pub entry_index: u64,
-    pub world_ref: Ref,
-    /// True when a committed task id was resent and nothing ran.
-    pub replayed: bool,
-    pub effects: Vec<EffectSummary>,
-}
-
-#[derive(Debug, thiserror::Error)]
-pub enum CallError {
-    #[error("invalid params: task id must be 1-128 characters of A-Z a-z 0-9 . _ -")]
-    InvalidTaskId,
-    #[error("invalid params: {0}")]
-    InvalidArguments(String),
-    #[error("not authorized")]
-    NotAuthorized,
-    #[error("proposal does not match the registered transition")]
-    PinMismatch,
-    #[error("task id already used in this session")]
-    TaskIdReused,
-    #[error("invocation was not committed; send a new task id")]
-    NotCommitted,
-    #[error("{R8_MESSAGE}")]
-    NoHandler,
-    #[error("no world is selected; commit a genesis world first")]
-    NoWorld,
-    /// The credential's refusals and denials outran its rate ([`crate::refusal_rate`]).
-    #[error("host callback capacity exceeded")]
-    RefusalRate,
-    /// The store is past its reserve: new calls are refused before anything is written.
-    #[error("{}", crate::capacity::Full::AGENT_MESSAGE)]
-    StoreFull(crate::capacity::Full),
-    #[error("effects were requested but the invocation was not confirmed committed; effect records: {}", join_refs(.records))]
-    EffectsUnrecorded { records: Vec<Ref> },
-    /// The handler overran its deadline. Its intent is journaled; its outcome and record are
-    /// journaled when it returns, and the call is never committed to the log.
-    #[error("the handler did not finish before its deadline; its outcome is journaled when it returns and the call is not committed")]
-    HandlerTimedOut,
-    #[error("store failure: {0}")]
-    Store(#[from] StoreError),
-    #[error("transition registry is unreadable: {0}")]
-    Registry(String),
-    #[error("internal error: {0}")]
-    Internal(String),
-}
-
-fn join_refs(refs: &[Ref]) -> String {
-    refs.iter()
-        .map(Ref::to_string)
-        .collect::<Vec<_>>()
-        .join(" ")
-}
-
-impl From<LogError> for CallError {
-    fn from(e: LogError) -> Self {
-        match e {
-            LogError::Store(s) => CallError::Store(s),
-            LogError::NoHead => CallError::NoWorld,
-            other => CallError::Internal(other.to_string()),
-        }
-    }
-}
-
-impl From<JournalError> for CallError {
-    fn from(e: JournalError) -> Self {
-        match e {
-            JournalError::Store(s) => CallError::Store(s),
-            other => CallError::Internal(other.to_string()),
-        }
-    }
-}
-
-/// A document the coordinator builds itself has no canonical form: the host's fault. (The
-/// arguments are canonicalised first, in admission, where a failure is `InvalidArguments`;
-/// later canonical-form failures must never look like a bad request, which promises that
-/// nothing ran.)
-impl From<CanonError> for CallError {
-    fn from(e: CanonError) -> Self {
-        CallError::Internal(format!("no canonical form: {e}"))
-    }
-}
-
-impl From<RegistryError> for CallError {
-    fn from(e: RegistryError) -> Self {
-        match e {
-            RegistryError::Store(s) => CallError::Store(s),
-            other => CallError::Registry(other.to_string()),
-        }
-    }
-}
-
-// ---------------------------------------------------------------------------------------------
-// Clock and crash points (tests kill the process at these points).
-
-/// Seconds since the Unix epoch; injectable for expiry tests.
-pub trait Clock: Send + Sync {
-    fn now(&self) -> i64;
-}
-
-/// The system clock.
-#[derive(Debug, Default, Clone, Copy)]
-pub struct SystemClock;
-
-impl Clock for SystemClock {
-    fn now(&self) -> i64 {
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_secs() as i64)
-            .unwrap_or(0)
-    }
-}
-
-/// Named points of the effectful path.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum CrashPoint {
-    /// The intent is durable; the handler has not run.
-    AfterIntent,
-    /// The handler ran; nothing after it is durable.
-    AfterHandler,
-    /// Inside the final commit's transaction, before it commits (runs on the writer thread;
-    /// reached again if the writer rebuilds the batch after another operation failed).
-    MidCommit,
-    /// The final commit is durable; the caller has not been answered.
-    AfterCommit,
-}
-
-/// Observer of crash points; the default does nothing.
-pub trait Hooks: Send + Sync {
-    fn reached(&self, point: CrashPoint);
-}
-
-struct NoHooks;
-impl Hooks for NoHooks {
-    fn reached(&self, _: CrashPoint) {}
-}
+use closed::{closed_by_denial, declined, ended_body, refusal, summary, with_world};
+use hooks::NoHooks;
+use outcome::{
+    panic_text, settle, settle_unrecorded, submit_unrecorded, write_unrecorded, HandlerJob,
+    LateCall, Ran, Settled,
+};
+use turns::EpisodeTurns;
 
 // ---------------------------------------------------------------------------------------------
 // The coordinator.
@@ -573,254 +296,6 @@ struct RanEffect {
 /// Everything that keeps an episode busy with one call: its turn, the in-flight claim of its
 /// invocation id and the caller's hold. Dropped when the episode is free again.
 struct Busy(#[allow(dead_code)] Box<dyn Send>);
-
-/// One call at a time per episode. A turn is an owned guard, so a handler that overran its
-/// deadline can keep its episode's turn on the runner thread until it returns.
-#[derive(Default)]
-struct EpisodeTurns {
-    busy: Mutex<HashSet<String>>,
-    freed: Condvar,
-}
-
-impl EpisodeTurns {
-    /// Wait for the episode's turn.
-    fn enter(self: &Arc<Self>, episode: &str) -> EpisodeTurn {
-        let mut busy = self.busy.lock().unwrap_or_else(PoisonError::into_inner);
-        while busy.contains(episode) {
-            busy = self
-                .freed
-                .wait(busy)
-                .unwrap_or_else(PoisonError::into_inner);
-        }
-        busy.insert(episode.to_owned());
-        EpisodeTurn {
-            turns: self.clone(),
-            episode: episode.to_owned(),
-        }
-    }
-}
-
-struct EpisodeTurn {
-    turns: Arc<EpisodeTurns>,
-    episode: String,
-}
-
-impl Drop for EpisodeTurn {
-    fn drop(&mut self) {
-        let mut busy = self
-            .turns
-            .busy
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner);
-        busy.remove(&self.episode);
-        self.turns.freed.notify_all();
-    }
-}
-
-/// One handler call, owned, so that it can outlive the caller's wait.
-struct HandlerJob {
-    handler: Arc<dyn EffectHandler>,
-    invocation_id: String,
-    episode: String,
-    worktree: Option<PathBuf>,
-    effect: Arc<PlannedEffect>,
-    deadline: Duration,
-}
-
-impl HandlerJob {
-    fn request(&self) -> EffectRequest<'_> {
-        EffectRequest {
-            invocation_id: &self.invocation_id,
-            episode: &self.episode,
-            worktree: self.worktree.as_deref(),
-            effect: &self.effect.effect,
-            scope: &self.effect.scope,
-            cost: self.effect.cost,
-            payload: &self.effect.payload,
-            deadline: self.deadline,
-        }
-    }
-
-    /// The handler's preflight: the declining output, or `None` to proceed. A panic, or an
-    /// output that claims the reserved `world` key, proceeds: `execute` answers for it.
-    fn preflight(self) -> Option<Map<String, Value>> {
-        let request = self.request();
-        catch_unwind(AssertUnwindSafe(|| self.handler.preflight(&request)))
-            .ok()
-            .flatten()
-            .filter(|out| !out.contains_key("world"))
-    }
-
-    fn run(self) -> HandlerOutcome {
-        let request = self.request();
-        // An in-process handler that panics must not take the daemon or the episode down.
-        match catch_unwind(AssertUnwindSafe(|| self.handler.execute(&request))) {
-            Ok(HandlerOutcome::Ok(out)) if out.contains_key("world") => {
-                HandlerOutcome::Failed("handler output carries the reserved key \"world\"".into())
-            }
-            Ok(o) => o,
-            Err(panic) => {
-                HandlerOutcome::Failed(format!("handler panicked: {}", panic_text(&panic)))
-            }
-        }
-    }
-}
-
-/// What the runner needs to journal the outcome of a handler that overran its deadline.
-struct LateCall {
-    store: Store,
-    ids: CallIds,
-    effect: Arc<PlannedEffect>,
-    budget_before: u64,
-    request_ref: Ref,
-    overruns: Arc<Overruns>,
-}
-
-/// A handler's outcome and the identity of the plugin that ran it (`None`: no handler ran).
-type Ran = (HandlerOutcome, Option<HandlerIdentity>);
-
-impl LateCall {
-    /// The handler returned after its caller was answered: journal its outcome and record
-    /// (the call stays uncommitted, as after any post-effect failure), then free the episode.
-    fn record(self, ran: Ran, busy: Busy) {
-        let id = &self.ids.invocation_id;
-        match settle(id, &self.effect, self.budget_before, self.request_ref, ran) {
-            Ok(s) => {
-                let objects = std::iter::once(s.record_obj.clone())
-                    .chain(s.result_obj)
-                    .collect();
-                write_unrecorded(&self.store, &self.ids, s.status, objects, s.record_obj.hash);
-                tracing::warn!(invocation = %id, record = %s.record_obj.hash,
-                    "a handler that overran its deadline returned; its outcome is journaled and the call is not committed");
-            }
-            Err(e) => tracing::error!(invocation = %id, "late handler outcome not recorded: {e}"),
-        }
-        self.overruns.running.fetch_sub(1, Ordering::Relaxed);
-        drop(busy);
-    }
-}
-
-/// One handler outcome as the broker records it.
-struct Settled {
-    record: EffectRecord,
-    record_obj: Object,
-    result_obj: Option<Object>,
-    status: OutcomeStatus,
-    /// The handler's output object, when it succeeded.
-    output: Option<Map<String, Value>>,
-}
-
-/// The effect record, the result object and the journal status of a handler outcome. An
-/// output without a canonical form (e.g. an integer beyond 2^53) is the handler's failure: the
-/// intent must still be closed with an outcome.
-fn settle(
-    invocation_id: &str,
-    effect: &PlannedEffect,
-    budget_before: u64,
-    request_ref: Ref,
-    (outcome, ran_by): Ran,
-) -> Result<Settled, CallError> {
-    let (e, s, c) = (&effect.effect, &effect.scope, effect.cost);
-    let outcome = match outcome {
-        HandlerOutcome::Ok(out) => {
-            let value = Value::Object(out);
-            // Serialise the output once.
-            match Object::json(sid::EFFECT_RESULT, "host/broker", &value) {
-                Ok(result) => Ok((value, result)),
-                Err(err) => Err((
-                    OutcomeStatus::Failed,
-                    format!("handler output has no canonical form: {err}"),
-                )),
-            }
-        }
-        HandlerOutcome::Failed(msg) => Err((OutcomeStatus::Failed, msg)),
-        HandlerOutcome::Indeterminate(msg) => Err((OutcomeStatus::Indeterminate, msg)),
-    };
-    let (record, result_obj, status, output) = match outcome {
-        Ok((value, result)) => {
-            let record = EffectRecord::succeeded(e, s, c, budget_before, request_ref, result.hash)
-                .ran_by(ran_by);
-            let out = match value {
-                Value::Object(m) => m,
-                _ => Map::new(),
-            };
-            (record, Some(result), OutcomeStatus::Succeeded, Some(out))
-        }
-        Err((status, msg)) => {
-            let how = if status == OutcomeStatus::Indeterminate {
-                "indeterminate"
-            } else {
-                "failed"
-            };
-            tracing::warn!(invocation = %invocation_id, effect = %e, "effect {how}: {msg}");
-            let record = EffectRecord::failed(e, s, c, budget_before, request_ref).ran_by(ran_by);
-            (record, None, status, None)
-        }
-    };
-    let record_obj = Object::json(sid::EFFECT_RECORD, "host/broker", &record.to_value())?;
-    Ok(Settled {
-        record,
-        record_obj,
-        result_obj,
-        status,
-        output,
-    })
-}
-
-/// Make an effect's outcome and record durable without committing the call: the task state
-/// says `unrecorded`. If even that fails, the intent stays open and its receipt says
-/// indeterminate, which is the truth.
-fn write_unrecorded(
-    store: &Store,
-    ids: &CallIds,
-    status: OutcomeStatus,
-    objects: Vec<Object>,
-    record: Ref,
-) {
-    let written = submit_unrecorded(store, ids, status, objects, record).wait();
-    settle_unrecorded(ids, written);
-}
-
-/// [`write_unrecorded`], submitted.
-fn submit_unrecorded(
-    store: &Store,
-    ids: &CallIds,
-    status: OutcomeStatus,
-    objects: Vec<Object>,
-    record: Ref,
-) -> Submitted<(), CallError> {
-    let id = ids.invocation_id.clone();
-    let episode = ids.episode.clone();
-    let task = ids.task.clone();
-    let state = TaskState {
-        invocation_id: id.clone(),
-        skill_id: ids.skill_id.clone(),
-        input_ref: ids.input_ref,
-        phase: TaskPhase::Unrecorded,
-        output_ref: None,
-        entry_index: None,
-        world_ref: None,
-        effect_records: vec![record],
-    };
-    store.submit(move |w| -> Result<(), CallError> {
-        for o in &objects {
-            w.put_object(o)?;
-        }
-        access::grant(w, &episode, objects.iter().map(|o| o.hash))?;
-        if journal::state_in(w, &id)?.and_then(|s| s.status).is_none() {
-            journal::append_outcome(w, &id, status, Some(record))?;
-        }
-        task::put(w, &episode, &task, &state)?;
-        Ok(())
-    })
-}
-
-/// The end of [`submit_unrecorded`]: a failure is logged, and the intent stays open.
-fn settle_unrecorded(ids: &CallIds, written: Result<(), CallError>) {
-    if let Err(e) = written {
-        tracing::error!(invocation = %ids.invocation_id, "could not record the outcome: {e}");
-    }
-}
 
 impl Coordinator {
     pub fn new(store: Store, handlers: Handlers, config: CoordinatorConfig) -> Coordinator {
@@ -1860,46 +1335,6 @@ pub enum Begun {
 /// [`Coordinator::run_effect`].
 pub struct EffectCall(Box<EffectPlanned>);
 
-/// A call whose entry is submitted for commit: its answer once that commit is durable (or
-/// failed). Await it on an async runtime, or [`Committing::wait`] on a thread. Its episode
-/// stays busy until it resolves, so whoever starts one drives it to its end.
-#[must_use = "the call's episode stays busy until its commit is driven to its end"]
-pub struct Committing(Pin<Box<dyn Future<Output = Result<CallOutput, CallError>> + Send>>);
-
-impl Committing {
-    /// Block this thread until the commit is durable (or failed).
-    pub fn wait(self) -> Result<CallOutput, CallError> {
-        block_on(self.0)
-    }
-}
-
-impl Future for Committing {
-    type Output = Result<CallOutput, CallError>;
-
-    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        self.0.as_mut().poll(cx)
-    }
-}
-
-/// Drive `future` to its end on this thread, parking between polls.
-fn block_on<F: Future>(future: F) -> F::Output {
-    struct Unpark(std::thread::Thread);
-    impl Wake for Unpark {
-        fn wake(self: Arc<Self>) {
-            self.0.unpark();
-        }
-    }
-    let waker = Waker::from(Arc::new(Unpark(std::thread::current())));
-    let mut cx = Context::from_waker(&waker);
-    let mut future = std::pin::pin!(future);
-    loop {
-        if let Poll::Ready(v) = future.as_mut().poll(&mut cx) {
-            return v;
-        }
-        std::thread::park();
-    }
-}
-
 /// Releases an invocation id from the in-flight set.
 struct InFlight {
     set: Arc<Mutex<HashSet<String>>>,
@@ -1926,153 +1361,11 @@ enum Preflighted {
     },
 }
 
-/// A request the handler declined before admission, closed: its record (`denied:handler`,
-/// naming the plugin) is committed with the handler's answer as the output, and nothing is
-/// spent. A tool with a finish phase answers in that phase's shape, with the handler's reason.
-#[allow(clippy::too_many_arguments)]
-fn declined(
-    p: Prepared,
-    plan_obj: Object,
-    request: Object,
-    effect: &PlannedEffect,
-    budget: u64,
-    by: Option<HandlerIdentity>,
-    output: Map<String, Value>,
-    busy: Busy,
-) -> Result<Finished, CallError> {
-    let record = EffectRecord::declined(
-        &effect.effect,
-        &effect.scope,
-        effect.cost,
-        budget,
-        request.hash,
-    )
-    .ran_by(by);
-    let record_obj = Object::json(sid::EFFECT_RECORD, "host/broker", &record.to_value())?;
-    let body = if p.entry.transition.finish.is_some() {
-        let mut body = ended_body(&p, &effect.effect, record.status());
-        if let Some(reason) = output.get("refused") {
-            body.insert("refused".into(), reason.clone());
-        }
-        body
-    } else {
-        output
-    };
-    let world = [(&record, record_obj.hash)];
-    let mut output = with_world(body, &plan_obj.hash, &world);
-    let len = canon::to_vec(&output)?.len();
-    if len > MAX_IO_BYTES {
-        // The answer is the plugin's to shape, not to inflate past what a call may return.
-        let mut body = Map::new();
-        body.insert("ok".into(), Value::Bool(false));
-        body.insert(
-            "refused".into(),
-            Value::String(format!(
-                "the {} handler declined the request; its {len}-byte answer is over the {MAX_IO_BYTES}-byte limit",
-                effect.effect
-            )),
-        );
-        output = with_world(body, &plan_obj.hash, &world);
-    }
-    Ok(closed_by_denial(
-        p, plan_obj, request, &record, record_obj, output, busy,
-    ))
-}
-
-/// A call closed by a denial, the broker's or the handler's: its plan, request and record are
-/// committed with the output, and nothing ran.
-fn closed_by_denial(
-    p: Prepared,
-    plan_obj: Object,
-    request: Object,
-    record: &EffectRecord,
-    record_obj: Object,
-    output: Value,
-    busy: Busy,
-) -> Finished {
-    Finished {
-        call: p,
-        plan_ref: plan_obj.hash,
-        records: vec![record_obj.hash],
-        effects: vec![summary(record, record_obj.hash)],
-        objects: vec![plan_obj, request, record_obj],
-        output,
-        ran: None,
-        busy,
-    }
-}
-
-/// A refused plan, closed: committed with no effect.
-fn refusal(p: Prepared, plan_obj: Object, message: String, busy: Busy) -> Finished {
-    let output = json!({
-        "ok": false,
-        "refused": message,
-        "world": {"effects": [], "plan": plan_obj.hash},
-    });
-    Finished {
-        call: p,
-        plan_ref: plan_obj.hash,
-        records: Vec::new(),
-        objects: vec![plan_obj],
-        output,
-        effects: Vec::new(),
-        ran: None,
-        busy,
-    }
-}
-
-/// The body for an effect that did not end ok: `{}`, or for tools with a finish phase the
-/// refusal `the <Effect> effect ended <status>`.
-fn ended_body(p: &Prepared, effect: &str, status: &str) -> Map<String, Value> {
-    if p.entry.transition.finish.is_some() {
-        let v = json!({
-            "ok": false,
-            "status": status,
-            "refused": format!("the {effect} effect ended {status}"),
-        });
-        if let Value::Object(m) = v {
-            return m;
-        }
-    }
-    Map::new()
-}
-
-fn with_world(mut body: Map<String, Value>, plan: &Ref, records: &[(&EffectRecord, Ref)]) -> Value {
-    let effects: Vec<Value> = records
-        .iter()
-        .enumerate()
-        .map(|(i, (rec, r))| json!({"id": format!("e{}", i + 1), "status": rec.status(), "record": r}))
-        .collect();
-    body.insert("world".into(), json!({"effects": effects, "plan": plan}));
-    Value::Object(body)
-}
-
-fn summary(record: &EffectRecord, r: Ref) -> EffectSummary {
-    EffectSummary {
-        id: "e1".into(),
-        effect: record.effect.clone(),
-        status: record.status().into(),
-        record: r,
-        budget_after: record.budget_after,
-        denial: (!record.denial.is_empty()).then(|| record.denial.clone()),
-    }
-}
-
 fn random_task_id() -> Result<String, CallError> {
     let mut raw = [0u8; 16];
     getrandom::fill(&mut raw)
         .map_err(|e| CallError::Internal(format!("random source failed: {e}")))?;
     Ok(hex::encode(raw))
-}
-
-fn panic_text(panic: &Box<dyn std::any::Any + Send>) -> String {
-    if let Some(s) = panic.downcast_ref::<&str>() {
-        (*s).to_owned()
-    } else if let Some(s) = panic.downcast_ref::<String>() {
-        s.clone()
-    } else {
-        "non-text panic payload".into()
-    }
 }
 
 /// `<root>/<episode>`, when it is a directory that resolves to itself (no symlink escape).

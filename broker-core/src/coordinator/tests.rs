@@ -70,21 +70,15 @@ fn session_of(c: &Coordinator, episode: &str) -> Session {
 
 /// The episodes holding a turn, and the invocation ids claimed in flight.
 fn held(c: &Coordinator) -> (Vec<String>, Vec<String>) {
-    let mut turns: Vec<String> = c.episodes.busy.lock().unwrap().iter().cloned().collect();
     let mut claims: Vec<String> = c.in_flight.lock().unwrap().iter().cloned().collect();
-    turns.sort();
     claims.sort();
-    (turns, claims)
+    (c.episodes.held(), claims)
 }
 
 #[test]
 fn an_episode_turn_is_forgotten_once_no_call_holds_it() {
     let turns = Arc::new(EpisodeTurns::default());
-    let busy = |t: &EpisodeTurns| {
-        let mut v: Vec<String> = t.busy.lock().unwrap().iter().cloned().collect();
-        v.sort();
-        v
-    };
+    let busy = EpisodeTurns::held;
     let a = turns.enter("a");
     let b = turns.enter("b");
     assert_eq!(busy(&turns), ["a", "b"]);

@@ -1,0 +1,184 @@
+//! Calls, their results and their errors: what a surface hands the coordinator and what it
+//! gets back.
+
+use serde_json::Value;
+
+use crate::canon::CanonError;
+use crate::journal::JournalError;
+use crate::log::{self, LogError};
+use crate::object::Ref;
+use crate::registry::RegistryError;
+use crate::session::Session;
+use crate::store::StoreError;
+
+use super::R8_MESSAGE;
+
+/// The surface a call came through; it names invocation ids and `writtenBy`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Surface {
+    Mcp,
+    A2a,
+}
+
+impl Surface {
+    pub fn prefix(self) -> &'static str {
+        match self {
+            Surface::Mcp => "mcp",
+            Surface::A2a => "a2a",
+        }
+    }
+
+    /// `coordinator:a2a` for both surfaces, as seed 004 says: the invocation id tells them
+    /// apart.
+    pub fn written_by(self) -> &'static str {
+        log::COORDINATOR_WRITER
+    }
+}
+
+/// One tool call.
+#[derive(Debug, Clone)]
+pub struct Call {
+    pub surface: Surface,
+    pub session: Session,
+    pub skill_id: String,
+    /// The idempotency key within the episode; `None` mints a fresh random one.
+    pub task_id: Option<String>,
+    pub args: Value,
+    /// Optional pin of the exact transition document.
+    pub transition_fn: Option<Ref>,
+}
+
+/// The effect of a call, as reported back to surfaces.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EffectSummary {
+    pub id: String,
+    pub effect: String,
+    pub status: String,
+    pub record: Ref,
+    pub budget_after: u64,
+    pub denial: Option<String>,
+}
+
+/// What is known of one call, for an agent asking "did my call land?".
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Reconciliation {
+    pub invocation_id: String,
+    pub skill_id: String,
+    /// `committed` (the result can be fetched again), `indeterminate` (the effect's intent
+    /// is durable, its outcome is not: it may have run) or `unrecorded` (an effect ran but the
+    /// call was not committed).
+    pub state: &'static str,
+    pub entry_index: Option<u64>,
+    pub output_ref: Option<Ref>,
+    pub world_ref: Option<Ref>,
+    pub effects: Vec<EffectSummary>,
+}
+
+/// One grant's budget in the episode.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BudgetLine {
+    pub effect: String,
+    pub scope: String,
+    pub granted: u64,
+    pub spent: u64,
+    pub remaining: u64,
+    /// `now < expiresAt`.
+    pub live: bool,
+}
+
+/// A committed call.
+#[derive(Debug, Clone)]
+pub struct CallOutput {
+    pub invocation_id: String,
+    /// Exactly the committed output bytes (canonical JSON); `sha256(output) == output_ref`.
+    pub output: Vec<u8>,
+    pub output_ref: Ref,
+    pub entry_index: u64,
+    pub world_ref: Ref,
+    /// True when a committed task id was resent and nothing ran.
+    pub replayed: bool,
+    pub effects: Vec<EffectSummary>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum CallError {
+    #[error("invalid params: task id must be 1-128 characters of A-Z a-z 0-9 . _ -")]
+    InvalidTaskId,
+    #[error("invalid params: {0}")]
+    InvalidArguments(String),
+    #[error("not authorized")]
+    NotAuthorized,
+    #[error("proposal does not match the registered transition")]
+    PinMismatch,
+    #[error("task id already used in this session")]
+    TaskIdReused,
+    #[error("invocation was not committed; send a new task id")]
+    NotCommitted,
+    #[error("{R8_MESSAGE}")]
+    NoHandler,
+    #[error("no world is selected; commit a genesis world first")]
+    NoWorld,
+    /// The credential's refusals and denials outran its rate ([`crate::refusal_rate`]).
+    #[error("host callback capacity exceeded")]
+    RefusalRate,
+    /// The store is past its reserve: new calls are refused before anything is written.
+    #[error("{}", crate::capacity::Full::AGENT_MESSAGE)]
+    StoreFull(crate::capacity::Full),
+    #[error("effects were requested but the invocation was not confirmed committed; effect records: {}", join_refs(.records))]
+    EffectsUnrecorded { records: Vec<Ref> },
+    /// The handler overran its deadline. Its intent is journaled; its outcome and record are
+    /// journaled when it returns, and the call is never committed to the log.
+    #[error("the handler did not finish before its deadline; its outcome is journaled when it returns and the call is not committed")]
+    HandlerTimedOut,
+    #[error("store failure: {0}")]
+    Store(#[from] StoreError),
+    #[error("transition registry is unreadable: {0}")]
+    Registry(String),
+    #[error("internal error: {0}")]
+    Internal(String),
+}
+
+fn join_refs(refs: &[Ref]) -> String {
+    refs.iter()
+        .map(Ref::to_string)
+        .collect::<Vec<_>>()
+        .join(" ")
+}
+
+impl From<LogError> for CallError {
+    fn from(e: LogError) -> Self {
+        match e {
+            LogError::Store(s) => CallError::Store(s),
+            LogError::NoHead => CallError::NoWorld,
+            other => CallError::Internal(other.to_string()),
+        }
+    }
+}
+
+impl From<JournalError> for CallError {
+    fn from(e: JournalError) -> Self {
+        match e {
+            JournalError::Store(s) => CallError::Store(s),
+            other => CallError::Internal(other.to_string()),
+        }
+    }
+}
+
+/// A document the coordinator builds itself has no canonical form: the host's fault. (The
+/// arguments are canonicalised first, in admission, where a failure is `InvalidArguments`;
+/// later canonical-form failures must never look like a bad request, which promises that
+/// nothing ran.)
+impl From<CanonError> for CallError {
+    fn from(e: CanonError) -> Self {
+        CallError::Internal(format!("no canonical form: {e}"))
+    }
+}
+
+impl From<RegistryError> for CallError {
+    fn from(e: RegistryError) -> Self {
+        match e {
+            RegistryError::Store(s) => CallError::Store(s),
+            other => CallError::Registry(other.to_string()),
+        }
+    }
+}

@@ -1,0 +1,147 @@
+//! Calls closed without running an effect (a refused plan, the broker's denial, a request the
+//! handler declined), and the `world` block every call's answer carries.
+
+use serde_json::{json, Map, Value};
+
+use crate::broker::{EffectRecord, HandlerIdentity};
+use crate::canon;
+use crate::object::{sid, Object, Ref};
+use crate::plan::PlannedEffect;
+
+use super::{Busy, CallError, EffectSummary, Finished, Prepared, MAX_IO_BYTES};
+
+/// A request the handler declined before admission, closed: its record (`denied:handler`,
+/// naming the plugin) is committed with the handler's answer as the output, and nothing is
+/// spent. A tool with a finish phase answers in that phase's shape, with the handler's reason.
+#[allow(clippy::too_many_arguments)]
+pub(super) fn declined(
+    p: Prepared,
+    plan_obj: Object,
+    request: Object,
+    effect: &PlannedEffect,
+    budget: u64,
+    by: Option<HandlerIdentity>,
+    output: Map<String, Value>,
+    busy: Busy,
+) -> Result<Finished, CallError> {
+    let record = EffectRecord::declined(
+        &effect.effect,
+        &effect.scope,
+        effect.cost,
+        budget,
+        request.hash,
+    )
+    .ran_by(by);
+    let record_obj = Object::json(sid::EFFECT_RECORD, "host/broker", &record.to_value())?;
+    let body = if p.entry.transition.finish.is_some() {
+        let mut body = ended_body(&p, &effect.effect, record.status());
+        if let Some(reason) = output.get("refused") {
+            body.insert("refused".into(), reason.clone());
+        }
+        body
+    } else {
+        output
+    };
+    let world = [(&record, record_obj.hash)];
+    let mut output = with_world(body, &plan_obj.hash, &world);
+    let len = canon::to_vec(&output)?.len();
+    if len > MAX_IO_BYTES {
+        // The answer is the plugin's to shape, not to inflate past what a call may return.
+        let mut body = Map::new();
+        body.insert("ok".into(), Value::Bool(false));
+        body.insert(
+            "refused".into(),
+            Value::String(format!(
+                "the {} handler declined the request; its {len}-byte answer is over the {MAX_IO_BYTES}-byte limit",
+                effect.effect
+            )),
+        );
+        output = with_world(body, &plan_obj.hash, &world);
+    }
+    Ok(closed_by_denial(
+        p, plan_obj, request, &record, record_obj, output, busy,
+    ))
+}
+
+/// A call closed by a denial, the broker's or the handler's: its plan, request and record are
+/// committed with the output, and nothing ran.
+pub(super) fn closed_by_denial(
+    p: Prepared,
+    plan_obj: Object,
+    request: Object,
+    record: &EffectRecord,
+    record_obj: Object,
+    output: Value,
+    busy: Busy,
+) -> Finished {
+    Finished {
+        call: p,
+        plan_ref: plan_obj.hash,
+        records: vec![record_obj.hash],
+        effects: vec![summary(record, record_obj.hash)],
+        objects: vec![plan_obj, request, record_obj],
+        output,
+        ran: None,
+        busy,
+    }
+}
+
+/// A refused plan, closed: committed with no effect.
+pub(super) fn refusal(p: Prepared, plan_obj: Object, message: String, busy: Busy) -> Finished {
+    let output = json!({
+        "ok": false,
+        "refused": message,
+        "world": {"effects": [], "plan": plan_obj.hash},
+    });
+    Finished {
+        call: p,
+        plan_ref: plan_obj.hash,
+        records: Vec::new(),
+        objects: vec![plan_obj],
+        output,
+        effects: Vec::new(),
+        ran: None,
+        busy,
+    }
+}
+
+/// The body for an effect that did not end ok: `{}`, or for tools with a finish phase the
+/// refusal `the <Effect> effect ended <status>`.
+pub(super) fn ended_body(p: &Prepared, effect: &str, status: &str) -> Map<String, Value> {
+    if p.entry.transition.finish.is_some() {
+        let v = json!({
+            "ok": false,
+            "status": status,
+            "refused": format!("the {effect} effect ended {status}"),
+        });
+        if let Value::Object(m) = v {
+            return m;
+        }
+    }
+    Map::new()
+}
+
+pub(super) fn with_world(
+    mut body: Map<String, Value>,
+    plan: &Ref,
+    records: &[(&EffectRecord, Ref)],
+) -> Value {
+    let effects: Vec<Value> = records
+        .iter()
+        .enumerate()
+        .map(|(i, (rec, r))| json!({"id": format!("e{}", i + 1), "status": rec.status(), "record": r}))
+        .collect();
+    body.insert("world".into(), json!({"effects": effects, "plan": plan}));
+    Value::Object(body)
+}
+
+pub(super) fn summary(record: &EffectRecord, r: Ref) -> EffectSummary {
+    EffectSummary {
+        id: "e1".into(),
+        effect: record.effect.clone(),
+        status: record.status().into(),
+        record: r,
+        budget_after: record.budget_after,
+        denial: (!record.denial.is_empty()).then(|| record.denial.clone()),
+    }
+}

@@ -1,0 +1,92 @@
+//! Handlers, as the coordinator sees them: the request an effect handler gets, what it
+//! answers, and the loaded set by effect name.
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::{Map, Value};
+
+use crate::broker::HandlerIdentity;
+
+/// One effect to execute.
+#[derive(Debug, Clone)]
+pub struct EffectRequest<'a> {
+    pub invocation_id: &'a str,
+    pub episode: &'a str,
+    /// The episode's worktree, bound for scope `worktree` when the daemon has a workspace root.
+    pub worktree: Option<&'a Path>,
+    pub effect: &'a str,
+    pub scope: &'a str,
+    pub cost: u64,
+    pub payload: &'a Map<String, Value>,
+    pub deadline: Duration,
+}
+
+/// What a handler reports.
+#[derive(Debug, Clone, PartialEq)]
+pub enum HandlerOutcome {
+    /// The effect ran; this is its output object.
+    Ok(Map<String, Value>),
+    /// The effect ran or may have partly run, and failed. Budget stays spent.
+    Failed(String),
+    /// The handler cannot tell whether the effect happened. Fail closed.
+    Indeterminate(String),
+}
+
+/// An effect handler: in-process for tests, or a plugin behind the ABI in the daemon.
+pub trait EffectHandler: Send + Sync {
+    /// Which plugin build this is: its name, version and the sha256 of the library bytes that
+    /// were loaded. Every succeeded and failed effect record names it. A handler compiled into
+    /// the executable (tests, tools) uses [`HandlerIdentity::in_process`].
+    fn identity(&self) -> HandlerIdentity;
+    /// Run one effect. Must not panic; if it does, the coordinator records a failed effect.
+    fn execute(&self, request: &EffectRequest<'_>) -> HandlerOutcome;
+    /// A pure, deterministic reshaping of an effect's output, named by a transition's `finish`.
+    fn finish(&self, name: &str, input: &Value) -> Result<Map<String, Value>, String> {
+        let _ = input;
+        Err(format!("no finish function {name:?}"))
+    }
+    /// Before admission: `Some(output)` declines the request, which is then committed as
+    /// declined (`denied:handler`) with `output` as its answer, and nothing is spent. Only
+    /// for refusals the handler can foresee without side effects; `execute` still checks
+    /// everything. The default proceeds.
+    fn preflight(&self, request: &EffectRequest<'_>) -> Option<Map<String, Value>> {
+        let _ = request;
+        None
+    }
+}
+
+/// The loaded handler set, by effect name.
+#[derive(Clone, Default)]
+pub struct Handlers {
+    by_effect: HashMap<String, Arc<dyn EffectHandler>>,
+}
+
+impl Handlers {
+    pub fn new() -> Handlers {
+        Handlers::default()
+    }
+
+    /// Register `handler` for `effect`; two handlers for one effect is an error.
+    pub fn insert(&mut self, effect: &str, handler: Arc<dyn EffectHandler>) -> Result<(), String> {
+        if let Some(prev) = self.by_effect.get(effect) {
+            return Err(format!(
+                "effect {effect} is claimed by both {} and {}",
+                prev.identity(),
+                handler.identity()
+            ));
+        }
+        self.by_effect.insert(effect.to_owned(), handler);
+        Ok(())
+    }
+
+    pub fn get(&self, effect: &str) -> Option<&Arc<dyn EffectHandler>> {
+        self.by_effect.get(effect)
+    }
+
+    pub fn effects(&self) -> impl Iterator<Item = &str> {
+        self.by_effect.keys().map(String::as_str)
+    }
+}

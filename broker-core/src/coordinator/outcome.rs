@@ -1,0 +1,237 @@
+//! A handler's run and its outcome as the broker records it: the owned job a runner thread
+//! executes, the record and result a handler's answer settles into, and the outcome of a call
+//! that is journaled without being committed (a post-effect failure, or a handler that
+//! returned after its deadline).
+
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::path::PathBuf;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use serde_json::{Map, Value};
+
+use crate::access;
+use crate::broker::{EffectRecord, HandlerIdentity};
+use crate::journal::{self, OutcomeStatus};
+use crate::object::{sid, Object, Ref};
+use crate::plan::PlannedEffect;
+use crate::store::{Store, Submitted};
+use crate::task::{self, TaskPhase, TaskState};
+
+use super::{Busy, CallError, CallIds, EffectHandler, EffectRequest, HandlerOutcome, Overruns};
+
+/// One handler call, owned, so that it can outlive the caller's wait.
+pub(super) struct HandlerJob {
+    pub(super) handler: Arc<dyn EffectHandler>,
+    pub(super) invocation_id: String,
+    pub(super) episode: String,
+    pub(super) worktree: Option<PathBuf>,
+    pub(super) effect: Arc<PlannedEffect>,
+    pub(super) deadline: Duration,
+}
+
+impl HandlerJob {
+    pub(super) fn request(&self) -> EffectRequest<'_> {
+        EffectRequest {
+            invocation_id: &self.invocation_id,
+            episode: &self.episode,
+            worktree: self.worktree.as_deref(),
+            effect: &self.effect.effect,
+            scope: &self.effect.scope,
+            cost: self.effect.cost,
+            payload: &self.effect.payload,
+            deadline: self.deadline,
+        }
+    }
+
+    /// The handler's preflight: the declining output, or `None` to proceed. A panic, or an
+    /// output that claims the reserved `world` key, proceeds: `execute` answers for it.
+    pub(super) fn preflight(self) -> Option<Map<String, Value>> {
+        let request = self.request();
+        catch_unwind(AssertUnwindSafe(|| self.handler.preflight(&request)))
+            .ok()
+            .flatten()
+            .filter(|out| !out.contains_key("world"))
+    }
+
+    pub(super) fn run(self) -> HandlerOutcome {
+        let request = self.request();
+        // An in-process handler that panics must not take the daemon or the episode down.
+        match catch_unwind(AssertUnwindSafe(|| self.handler.execute(&request))) {
+            Ok(HandlerOutcome::Ok(out)) if out.contains_key("world") => {
+                HandlerOutcome::Failed("handler output carries the reserved key \"world\"".into())
+            }
+            Ok(o) => o,
+            Err(panic) => {
+                HandlerOutcome::Failed(format!("handler panicked: {}", panic_text(&panic)))
+            }
+        }
+    }
+}
+
+/// What the runner needs to journal the outcome of a handler that overran its deadline.
+pub(super) struct LateCall {
+    pub(super) store: Store,
+    pub(super) ids: CallIds,
+    pub(super) effect: Arc<PlannedEffect>,
+    pub(super) budget_before: u64,
+    pub(super) request_ref: Ref,
+    pub(super) overruns: Arc<Overruns>,
+}
+
+/// A handler's outcome and the identity of the plugin that ran it (`None`: no handler ran).
+pub(super) type Ran = (HandlerOutcome, Option<HandlerIdentity>);
+
+impl LateCall {
+    /// The handler returned after its caller was answered: journal its outcome and record
+    /// (the call stays uncommitted, as after any post-effect failure), then free the episode.
+    pub(super) fn record(self, ran: Ran, busy: Busy) {
+        let id = &self.ids.invocation_id;
+        match settle(id, &self.effect, self.budget_before, self.request_ref, ran) {
+            Ok(s) => {
+                let objects = std::iter::once(s.record_obj.clone())
+                    .chain(s.result_obj)
+                    .collect();
+                write_unrecorded(&self.store, &self.ids, s.status, objects, s.record_obj.hash);
+                tracing::warn!(invocation = %id, record = %s.record_obj.hash,
+                    "a handler that overran its deadline returned; its outcome is journaled and the call is not committed");
+            }
+            Err(e) => tracing::error!(invocation = %id, "late handler outcome not recorded: {e}"),
+        }
+        self.overruns.running.fetch_sub(1, Ordering::Relaxed);
+        drop(busy);
+    }
+}
+
+/// One handler outcome as the broker records it.
+pub(super) struct Settled {
+    pub(super) record: EffectRecord,
+    pub(super) record_obj: Object,
+    pub(super) result_obj: Option<Object>,
+    pub(super) status: OutcomeStatus,
+    /// The handler's output object, when it succeeded.
+    pub(super) output: Option<Map<String, Value>>,
+}
+
+/// The effect record, the result object and the journal status of a handler outcome. An
+/// output without a canonical form (e.g. an integer beyond 2^53) is the handler's failure: the
+/// intent must still be closed with an outcome.
+pub(super) fn settle(
+    invocation_id: &str,
+    effect: &PlannedEffect,
+    budget_before: u64,
+    request_ref: Ref,
+    (outcome, ran_by): Ran,
+) -> Result<Settled, CallError> {
+    let (e, s, c) = (&effect.effect, &effect.scope, effect.cost);
+    let outcome = match outcome {
+        HandlerOutcome::Ok(out) => {
+            let value = Value::Object(out);
+            // Serialise the output once.
+            match Object::json(sid::EFFECT_RESULT, "host/broker", &value) {
+                Ok(result) => Ok((value, result)),
+                Err(err) => Err((
+                    OutcomeStatus::Failed,
+                    format!("handler output has no canonical form: {err}"),
+                )),
+            }
+        }
+        HandlerOutcome::Failed(msg) => Err((OutcomeStatus::Failed, msg)),
+        HandlerOutcome::Indeterminate(msg) => Err((OutcomeStatus::Indeterminate, msg)),
+    };
+    let (record, result_obj, status, output) = match outcome {
+        Ok((value, result)) => {
+            let record = EffectRecord::succeeded(e, s, c, budget_before, request_ref, result.hash)
+                .ran_by(ran_by);
+            let out = match value {
+                Value::Object(m) => m,
+                _ => Map::new(),
+            };
+            (record, Some(result), OutcomeStatus::Succeeded, Some(out))
+        }
+        Err((status, msg)) => {
+            let how = if status == OutcomeStatus::Indeterminate {
+                "indeterminate"
+            } else {
+                "failed"
+            };
+            tracing::warn!(invocation = %invocation_id, effect = %e, "effect {how}: {msg}");
+            let record = EffectRecord::failed(e, s, c, budget_before, request_ref).ran_by(ran_by);
+            (record, None, status, None)
+        }
+    };
+    let record_obj = Object::json(sid::EFFECT_RECORD, "host/broker", &record.to_value())?;
+    Ok(Settled {
+        record,
+        record_obj,
+        result_obj,
+        status,
+        output,
+    })
+}
+
+/// Make an effect's outcome and record durable without committing the call: the task state
+/// says `unrecorded`. If even that fails, the intent stays open and its receipt says
+/// indeterminate, which is the truth.
+pub(super) fn write_unrecorded(
+    store: &Store,
+    ids: &CallIds,
+    status: OutcomeStatus,
+    objects: Vec<Object>,
+    record: Ref,
+) {
+    let written = submit_unrecorded(store, ids, status, objects, record).wait();
+    settle_unrecorded(ids, written);
+}
+
+/// [`write_unrecorded`], submitted.
+pub(super) fn submit_unrecorded(
+    store: &Store,
+    ids: &CallIds,
+    status: OutcomeStatus,
+    objects: Vec<Object>,
+    record: Ref,
+) -> Submitted<(), CallError> {
+    let id = ids.invocation_id.clone();
+    let episode = ids.episode.clone();
+    let task = ids.task.clone();
+    let state = TaskState {
+        invocation_id: id.clone(),
+        skill_id: ids.skill_id.clone(),
+        input_ref: ids.input_ref,
+        phase: TaskPhase::Unrecorded,
+        output_ref: None,
+        entry_index: None,
+        world_ref: None,
+        effect_records: vec![record],
+    };
+    store.submit(move |w| -> Result<(), CallError> {
+        for o in &objects {
+            w.put_object(o)?;
+        }
+        access::grant(w, &episode, objects.iter().map(|o| o.hash))?;
+        if journal::state_in(w, &id)?.and_then(|s| s.status).is_none() {
+            journal::append_outcome(w, &id, status, Some(record))?;
+        }
+        task::put(w, &episode, &task, &state)?;
+        Ok(())
+    })
+}
+
+/// The end of [`submit_unrecorded`]: a failure is logged, and the intent stays open.
+pub(super) fn settle_unrecorded(ids: &CallIds, written: Result<(), CallError>) {
+    if let Err(e) = written {
+        tracing::error!(invocation = %ids.invocation_id, "could not record the outcome: {e}");
+    }
+}
+
+pub(super) fn panic_text(panic: &Box<dyn std::any::Any + Send>) -> String {
+    if let Some(s) = panic.downcast_ref::<&str>() {
+        (*s).to_owned()
+    } else if let Some(s) = panic.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "non-text panic payload".into()
+    }
+}
