@@ -201,12 +201,12 @@ fn ailang_run_returns_each_of_the_four_outcome_shapes() {
     );
 }
 
-/// `--plugin-config ailang.memoryMiB=64`: a program that allocates 256 MiB fails inside ailang,
+/// `--plugin-config ailang.memoryMiB=256`: a program that allocates 1 GiB fails inside ailang,
 /// the agent gets the contract's failure and the operator's log what ailang printed; the same
 /// program runs on a daemon with the default limit.
 #[test]
 fn a_program_past_the_operators_memory_limit_fails_and_the_log_says_why() {
-    let d = start(&["--plugin-config", "ailang.memoryMiB=64"]);
+    let d = start(&["--plugin-config", "ailang.memoryMiB=256"]);
     let token = d.session("ep1", SE_TOOLS);
     std::fs::write(d.root().join("ep1/hog.ail"), program("hog", "IO")).unwrap();
     let out = call(&d, &token, "hog1", "ailang-run", json!({"path": "hog.ail"}));
@@ -230,7 +230,7 @@ fn a_program_past_the_operators_memory_limit_fails_and_the_log_says_why() {
             out["exit_code"].clone(),
             out["stdout"].clone()
         ),
-        ("ok", json!(0), json!("allocated 256 MiB\n")),
+        ("ok", json!(0), json!("allocated 1024 MiB\n")),
         "{out}"
     );
 }

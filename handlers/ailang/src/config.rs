@@ -24,8 +24,10 @@ pub const CAPS: [&str; 5] = ["IO", "FS", "Declassify", "Env", "Net"];
 /// What one `ailang` child may allocate unless the operator says otherwise (`memoryMiB`).
 pub const DEFAULT_MEMORY_MIB: u64 = 4096;
 
-/// The range `memoryMiB` accepts: enough for the runtime to start, at most 1 TiB.
-pub const MEMORY_MIB: std::ops::RangeInclusive<u64> = 16..=1 << 20;
+/// The range `memoryMiB` accepts: at least 256 MiB, since a Go runtime such as `ailang`'s
+/// takes its heap from the system 64 MiB at a time and may not start under much less; at most
+/// 1 TiB.
+pub const MEMORY_MIB: std::ops::RangeInclusive<u64> = 256..=1 << 20;
 
 /// Capabilities an operator must enable (`runAllowCaps`); IO and FS always are.
 pub const OPERATOR_CAPS: [&str; 3] = ["Declassify", "Env", "Net"];
@@ -201,7 +203,7 @@ pub fn config_schema() -> Value {
                 "type": "string"
             },
             "memoryMiB": {
-                "description": "The most memory, in MiB, that one ailang child (check, run, policy-tool) and what it starts may allocate: its RLIMIT_DATA, the heap and private writable mappings (--plugin-config ailang.memoryMiB=N). An allocation past it fails inside ailang, and the call fails with ailang's own error. Every child also starts first in line for the kernel's OOM killer (oom_score_adj 1000) and without core files.",
+                "description": "The most memory, in MiB, that one ailang child (check, run, policy-tool) and what it starts may allocate: its RLIMIT_DATA, the heap and private writable mappings (--plugin-config ailang.memoryMiB=N). At least 256: a Go runtime takes its heap 64 MiB at a time. An allocation past it fails inside ailang, and the call fails with ailang's own error. Every child also starts first in line for the kernel's OOM killer (oom_score_adj 1000) and without core files.",
                 "type": "integer",
                 "minimum": *MEMORY_MIB.start(),
                 "maximum": *MEMORY_MIB.end(),

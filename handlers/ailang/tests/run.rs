@@ -522,7 +522,7 @@ impl HostServices for Logs {
     }
 }
 
-/// A program that allocates 256 MiB runs under the default `memoryMiB` (4096); under 64 its
+/// A program that allocates 1 GiB runs under the default `memoryMiB` (4096); under 256 its
 /// allocation fails inside ailang, which ends as the Go runtime does. The agent gets the
 /// contract's failure; the operator's log carries ailang's own error.
 #[test]
@@ -532,11 +532,11 @@ fn a_run_past_the_memory_limit_fails_and_the_log_says_why() {
     let out = f.ok(RUN, run("hog.ail"));
     assert_eq!(
         (out["exit_code"].clone(), out["stdout"].clone()),
-        (json!(0), json!("allocated 256 MiB\n"))
+        (json!(0), json!("allocated 1024 MiB\n"))
     );
 
     let logs = Arc::new(Logs::default());
-    let f = Fixture::hosted(json!({"memoryMiB": 64}), Host::from_services(logs.clone()));
+    let f = Fixture::hosted(json!({"memoryMiB": 256}), Host::from_services(logs.clone()));
     f.put("hog.ail", &program("hog", "IO"));
     assert_eq!(
         f.failed(RUN, run("hog.ail")),
