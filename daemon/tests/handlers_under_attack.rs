@@ -442,9 +442,10 @@ fn plan_sending_an_op_outside_the_manifest_allowlist_never_reaches_the_plugin() 
 
 /// A program the agent wrote runs in the `ailang` child: it must find none of the daemon's
 /// descriptors there (the listening socket, other agents' connections, the store's files),
-/// only its own three pipes.
+/// only its own three pipes. It is the OOM killer's first choice, writes no core file, and
+/// may allocate at most the default `memoryMiB` (4096 MiB).
 #[test]
-fn an_ailang_child_inherits_no_descriptor_of_the_daemon() {
+fn an_ailang_child_inherits_no_descriptor_of_the_daemon_and_goes_first_when_memory_runs_out() {
     let (d, token) = ailang_daemon();
     // Another client's connection is open meanwhile.
     let _other = std::net::TcpStream::connect(&d.addr).unwrap();
@@ -468,4 +469,10 @@ fn an_ailang_child_inherits_no_descriptor_of_the_daemon() {
             "{fd} → {target}"
         );
     }
+    assert_eq!(seen["oom_score_adj"], 1000, "{seen}");
+    assert_eq!(
+        seen["rlimits"],
+        json!({"core": [0, 0], "data": [4096u64 << 20, 4096u64 << 20]}),
+        "{seen}"
+    );
 }
