@@ -591,7 +591,7 @@ fn names(kind: Kind, row: &[u8], key: &Key) -> bool {
 
 /// Check `refs` against the rows it indexes, in one snapshot (`worldd doctor`): every key of
 /// a row below its partition's watermark is in `refs` and names that row, and every key in
-/// `refs` names a row that holds it. A disagreement would make a stored object, entry or
+/// `refs` holds a row number and names a row that holds it. A disagreement would make a stored object, entry or
 /// invocation read as absent, or as another.
 pub(crate) fn audit(r: &ReadCtx<'_>) -> Result<IndexAudit, StoreError> {
     let mut audit = IndexAudit::default();
