@@ -40,12 +40,14 @@
 //! (ailang config runAllowCaps)` and `broker: Ailang.RunNet refused: Net names no reachable host:port
 //! (ailang config runNetAllow)`. Also failed: a policy whose summary does not match, a child that
 //! times out (its whole process group is SIGKILLed) or writes more than 8 MiB to stdout or
-//! stderr.
+//! stderr. A child that allocates past `memoryMiB` fails inside `ailang`; a run that so ends
+//! without an envelope logs `ailang`'s stderr for the operator.
 //!
 //! # Config
 //!
 //! See [`config_schema`]: `bin` (without it the constructor *declines*: [`DECLINE`]),
-//! `examplesDir`, `runAllowCaps`, `runNetAllow`, `runNetAllowHttp`, `stateDir`.
+//! `examplesDir`, `memoryMiB` (each child's `RLIMIT_DATA`, 4096 MiB unless set), `runAllowCaps`,
+//! `runNetAllow`, `runNetAllowHttp`, `stateDir`.
 //!
 //! # Tests
 //!
