@@ -161,6 +161,14 @@ struct Repo {
     _scratch: tempfile::TempDir,
 }
 
+/// A step of a commit: its value, or the outcome that ends the commit there.
+type Step<T> = Result<T, Outcome>;
+
+/// A git argument.
+fn os(s: &'static str) -> &'static OsStr {
+    OsStr::new(s)
+}
+
 /// The refusal for another repository found at `found` (`leak1/.git`).
 fn nested_refusal(path: Option<&str>, found: &str) -> String {
     let subject = path.map_or(String::new(), |p| format!(" {p}"));
@@ -367,61 +375,77 @@ impl GitHandler {
     }
 
     fn commit(&self, job: Job<'_>) -> Outcome {
-        let os = |s: &'static str| OsStr::new(s);
-        // 1. The worktree must be the top level of a git working tree; its git
-        // directory is found once, and every later run is pinned to it.
-        let top = match self.run(
-            &job,
-            &[
-                os("rev-parse"),
-                os("--show-toplevel"),
-                os("--absolute-git-dir"),
-                os("--git-common-dir"),
-            ],
-            None,
-        ) {
-            Ok(o) => o,
-            Err(e) => return self.broken(&job, "rev-parse", e),
-        };
+        self.commit_steps(&job).unwrap_or_else(|ended| ended)
+    }
+
+    /// A commit, step by step; each step may end it early with its outcome.
+    fn commit_steps(&self, job: &Job<'_>) -> Step<Outcome> {
+        let (git_dir, common_dir) = self.repository(job)?;
+        self.no_other_repository(job)?;
+        let repo = self.private_repo(git_dir, common_dir)?;
+        self.stage(job, &repo)?;
+        self.check_staged(job, &repo)?;
+        self.make_commit(job, &repo)?;
+        self.install_index(&repo);
+        // From here on the commit exists: a failure to describe it is `failed` with the
+        // reason, never a silent success.
+        let head = self.head(job)?;
+        let (files, total) = self.files(job, &head)?;
+        Ok(self.made(head, files, total))
+    }
+
+    /// 1. The worktree must be the top level of a git working tree; its git directory (and
+    ///    where its refs live) is found once, and every later run is pinned to it.
+    fn repository(&self, job: &Job<'_>) -> Step<(PathBuf, PathBuf)> {
+        let top = self
+            .run(
+                job,
+                &[
+                    os("rev-parse"),
+                    os("--show-toplevel"),
+                    os("--absolute-git-dir"),
+                    os("--git-common-dir"),
+                ],
+                None,
+            )
+            .map_err(|e| self.broken(job, "rev-parse", e))?;
         if !top.status.success() {
-            let said = self.git_says(&job, &top.stderr);
+            let said = self.git_says(job, &top.stderr);
             if said.contains("not a git repository") {
-                return self.refuse(
+                return Err(self.refuse(
                     "commit: the worktree is not a git repository (the operator must make it one, e.g. with git init or git worktree add)",
-                );
+                ));
             }
-            return self.refuse(format!(
+            return Err(self.refuse(format!(
                 "commit: the worktree is not a git working tree: {said}"
-            ));
+            )));
         }
         let stdout = String::from_utf8_lossy(&top.stdout).into_owned();
         let mut lines = stdout.lines();
         let (Some(toplevel), Some(git_dir), Some(common_dir)) =
             (lines.next(), lines.next(), lines.next())
         else {
-            return Outcome::failed(
+            return Err(Outcome::failed(
                 "commit: git rev-parse gave no repository; nothing was committed",
-            );
+            ));
         };
         if Path::new(toplevel) != job.worktree {
-            return self.refuse(
+            return Err(self.refuse(
                 "commit: the worktree is inside a git repository but is not its top level; only a repository or linked worktree of its own is committed",
-            );
+            ));
         }
-        let git_dir = PathBuf::from(git_dir);
-        let common_dir = job.worktree.join(common_dir);
+        Ok((PathBuf::from(git_dir), job.worktree.join(common_dir)))
+    }
 
-        // 2. No other repository on the way to or below what is committed (before
-        // git runs, so that git never follows a gitfile).
-        let root = match Dir::open_ambient_dir(&job.worktree, ambient_authority()) {
-            Ok(d) => d,
-            Err(e) => {
-                return Outcome::failed(format!(
-                    "commit: the worktree cannot be opened: {}",
-                    errno_text(&e)
-                ))
-            }
-        };
+    /// 2. No other repository on the way to or below what is committed (before git runs, so
+    ///    that git never follows a gitfile).
+    fn no_other_repository(&self, job: &Job<'_>) -> Step<()> {
+        let root = Dir::open_ambient_dir(&job.worktree, ambient_authority()).map_err(|e| {
+            Outcome::failed(format!(
+                "commit: the worktree cannot be opened: {}",
+                errno_text(&e)
+            ))
+        })?;
         let targets: Vec<Option<&str>> = match &job.paths {
             None => vec![None],
             Some(paths) => paths.iter().map(|p| Some(p.as_str())).collect(),
@@ -433,17 +457,17 @@ impl GitHandler {
             };
             match nested::find(&root, &parts, job.deadline) {
                 Ok(None) => {}
-                Ok(Some(found)) => return self.refuse(nested_refusal(target, &found)),
+                Ok(Some(found)) => return Err(self.refuse(nested_refusal(target, &found))),
                 Err(ScanError::Timeout) => {
                     let message = format!(
                         "commit: looking for other repositories in the worktree did not finish within the time limit ({}); nothing was committed",
                         job.limit
                     );
                     self.host.log(LogLevel::Warn, &message);
-                    return Outcome::failed(message);
+                    return Err(Outcome::failed(message));
                 }
                 Err(ScanError::Io(dir, e)) => {
-                    return self.refuse(format!(
+                    return Err(self.refuse(format!(
                         "commit: \"{}\" cannot be listed: {}",
                         if dir.as_os_str().is_empty() {
                             Path::new(".")
@@ -452,47 +476,49 @@ impl GitHandler {
                         }
                         .display(),
                         errno_text(&e)
-                    ))
+                    )))
                 }
             }
         }
-        drop(root);
+        Ok(())
+    }
 
-        let (scratch, index) = match self.private_index(&git_dir) {
-            Ok(x) => x,
-            Err(e) => {
-                return Outcome::failed(format!(
-                    "commit: the index could not be copied: {}; nothing was committed",
-                    errno_text(&e)
-                ))
-            }
-        };
-        let repo = Repo {
+    /// The repository found, with the private index this commit stages into.
+    fn private_repo(&self, git_dir: PathBuf, common_dir: PathBuf) -> Step<Repo> {
+        let (scratch, index) = self.private_index(&git_dir).map_err(|e| {
+            Outcome::failed(format!(
+                "commit: the index could not be copied: {}; nothing was committed",
+                errno_text(&e)
+            ))
+        })?;
+        Ok(Repo {
             git_dir,
             common_dir,
             index,
             _scratch: scratch,
-        };
+        })
+    }
 
-        // 3. Stage, into the private index.
+    /// 3. Stage, into the private index.
+    fn stage(&self, job: &Job<'_>, repo: &Repo) -> Step<()> {
         let mut add: Vec<&OsStr> = vec![os("add"), os("-A")];
         if let Some(paths) = &job.paths {
             add.push(os("--"));
             add.extend(paths.iter().map(OsStr::new));
         }
-        match self.run_in(&job, &repo, &add, None) {
-            Ok(o) if o.status.success() => {}
-            Ok(o) => {
-                return self.refuse(format!(
-                    "commit: git add refused: {}",
-                    self.git_says(&job, &o.stderr)
-                ))
-            }
-            Err(e) => return self.broken(&job, "add", e),
+        match self.run_in(job, repo, &add, None) {
+            Ok(o) if o.status.success() => Ok(()),
+            Ok(o) => Err(self.refuse(format!(
+                "commit: git add refused: {}",
+                self.git_says(job, &o.stderr)
+            ))),
+            Err(e) => Err(self.broken(job, "add", e)),
         }
+    }
 
-        // 4. Anything to commit, and no gitlink among it (a repository that
-        // appeared after the scan).
+    /// 4. Anything to commit, and no gitlink among it (a repository that appeared after the
+    ///    scan).
+    fn check_staged(&self, job: &Job<'_>, repo: &Repo) -> Step<()> {
         let mut diff: Vec<&OsStr> = vec![
             os("diff"),
             os("--cached"),
@@ -507,41 +533,37 @@ impl GitHandler {
             diff.push(os("--"));
             diff.extend(paths.iter().map(OsStr::new));
         }
-        match self.run_in(&job, &repo, &diff, None) {
+        match self.run_in(job, repo, &diff, None) {
             Ok(o) if o.status.success() && o.stdout.is_empty() => {
-                return self.refuse(if job.paths.is_some() {
+                Err(self.refuse(if job.paths.is_some() {
                     NOTHING_IN_PATHS
                 } else {
                     NOTHING_TO_COMMIT
-                })
+                }))
             }
             // Only a whole list can show that no gitlink is in it.
-            Ok(o) if o.status.success() && o.stdout_cut => return self.refuse(TOO_MANY_STAGED),
+            Ok(o) if o.status.success() && o.stdout_cut => Err(self.refuse(TOO_MANY_STAGED)),
             Ok(o) if o.status.success() => match staged_gitlinks(&o.stdout) {
-                Ok(links) if links.is_empty() => {}
-                Ok(links) => {
-                    return self.refuse(format!(
-                        "commit: the staged changes hold a gitlink (\"{}\"); git-commit never records another repository",
-                        links[0]
-                    ))
-                }
-                Err(()) => {
-                    return Outcome::failed(
-                        "commit: git diff gave output the handler cannot read; nothing was committed",
-                    )
-                }
+                Ok(links) if links.is_empty() => Ok(()),
+                Ok(links) => Err(self.refuse(format!(
+                    "commit: the staged changes hold a gitlink (\"{}\"); git-commit never records another repository",
+                    links[0]
+                ))),
+                Err(()) => Err(Outcome::failed(
+                    "commit: git diff gave output the handler cannot read; nothing was committed",
+                )),
             },
-            Ok(o) => {
-                return self.refuse(format!(
-                    "commit: git diff refused: {}",
-                    self.git_says(&job, &o.stderr)
-                ))
-            }
-            Err(e) => return self.broken(&job, "diff", e),
+            Ok(o) => Err(self.refuse(format!(
+                "commit: git diff refused: {}",
+                self.git_says(job, &o.stderr)
+            ))),
+            Err(e) => Err(self.broken(job, "diff", e)),
         }
+    }
 
-        // 5. Commit: a new commit on the current branch, nothing else. With
-        // paths, `--only` leaves anything else that was staged out of it.
+    /// 5. Commit: a new commit on the current branch, nothing else. With paths, `--only`
+    ///    leaves anything else that was staged out of it.
+    fn make_commit(&self, job: &Job<'_>, repo: &Repo) -> Step<()> {
         let mut commit: Vec<&OsStr> = vec![
             os("commit"),
             os("--quiet"),
@@ -555,17 +577,15 @@ impl GitHandler {
             commit.extend(paths.iter().map(OsStr::new));
         }
         let locks = Locks::before(&repo.git_dir, &repo.common_dir);
-        match self.run_in(&job, &repo, &commit, Some(job.message.as_bytes())) {
-            Ok(o) if o.status.success() => {}
-            Ok(o) => {
-                return self.refuse(format!(
-                    "commit: git commit refused: {}",
-                    self.git_says(&job, &o.stderr)
-                ))
-            }
+        match self.run_in(job, repo, &commit, Some(job.message.as_bytes())) {
+            Ok(o) if o.status.success() => Ok(()),
+            Ok(o) => Err(self.refuse(format!(
+                "commit: git commit refused: {}",
+                self.git_says(job, &o.stderr)
+            ))),
             Err(RunError::Timeout) => {
-                // git was killed holding whatever it held: release it, so that
-                // the repository stays usable.
+                // git was killed holding whatever it held: release it, so that the
+                // repository stays usable.
                 let removed = locks.sweep();
                 let message = format!(
                     "commit: git commit did not finish within the time limit ({}) and was stopped; the commit may or may not have been made",
@@ -575,35 +595,40 @@ impl GitHandler {
                     LogLevel::Error,
                     &format!("{message} (lock files removed: {})", removed.len()),
                 );
-                return Outcome::indeterminate(message);
+                Err(Outcome::indeterminate(message))
             }
-            Err(e) => return self.broken(&job, "commit", e),
+            Err(e) => Err(self.broken(job, "commit", e)),
         }
-        self.install_index(&repo);
+    }
 
-        // 6. What was made. From here on the commit exists: a failure to
-        // describe it is `failed` with the reason, never a silent success.
+    /// 6. The id of the commit made.
+    fn head(&self, job: &Job<'_>) -> Step<String> {
         let head = match self.run(
-            &job,
+            job,
             &[os("rev-parse"), os("--verify"), os("HEAD^{commit}")],
             None,
         ) {
             Ok(o) if o.status.success() => String::from_utf8_lossy(&o.stdout).trim().to_string(),
             Ok(o) => {
-                return Outcome::failed(format!(
+                return Err(Outcome::failed(format!(
                     "commit: the commit was made but its id could not be read: {}",
-                    self.git_says(&job, &o.stderr)
-                ))
+                    self.git_says(job, &o.stderr)
+                )))
             }
-            Err(e) => return self.after_commit("rev-parse", e),
+            Err(e) => return Err(self.after_commit("rev-parse", e)),
         };
         if !(head.len() == 40 || head.len() == 64) || !head.bytes().all(|b| b.is_ascii_hexdigit()) {
-            return Outcome::failed(
+            return Err(Outcome::failed(
                 "commit: the commit was made but git reported an unreadable id",
-            );
+            ));
         }
+        Ok(head)
+    }
+
+    /// The files of commit `head`: at most [`MAX_LISTED_FILES`] names, and how many there are.
+    fn files(&self, job: &Job<'_>, head: &str) -> Step<(Vec<String>, usize)> {
         let files = match self.run(
-            &job,
+            job,
             &[
                 os("diff-tree"),
                 os("--no-commit-id"),
@@ -612,28 +637,33 @@ impl GitHandler {
                 os("--root"),
                 os("-r"),
                 os("-z"),
-                OsStr::new(&head),
+                OsStr::new(head),
             ],
             None,
         ) {
             Ok(o) if o.status.success() => o,
             Ok(o) => {
-                return Outcome::failed(format!(
+                return Err(Outcome::failed(format!(
                     "commit: commit {head} was made but its files could not be listed: {}",
-                    self.git_says(&job, &o.stderr)
-                ))
+                    self.git_says(job, &o.stderr)
+                )))
             }
-            Err(e) => return self.after_commit("diff-tree", e),
+            Err(e) => return Err(self.after_commit("diff-tree", e)),
         };
         // Every name ends in a NUL, so the count holds past what was kept of the listing.
         let total = files.stdout_records;
-        let files: Vec<String> = files
+        let names = files
             .stdout
             .split(|b| *b == 0)
             .filter(|f| !f.is_empty())
             .take(MAX_LISTED_FILES)
             .map(|f| String::from_utf8_lossy(f).into_owned())
             .collect();
+        Ok((names, total))
+    }
+
+    /// The output of a commit made: its id and its files.
+    fn made(&self, head: String, files: Vec<String>, total: usize) -> Outcome {
         let mut fields = Map::new();
         fields.insert("ok".into(), json!(true));
         fields.insert("commit".into(), json!(head));
