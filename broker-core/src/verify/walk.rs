@@ -139,6 +139,50 @@ struct EffectRow {
     record: Result<EffectRecord, String>,
 }
 
+/// The invocation record's fields, which must name the entry's transition and interpreter.
+fn record_fields<'o>(
+    entry: &Entry,
+    record: &'o StoredObject<'_>,
+) -> Result<RecordFields<'o>, String> {
+    let v = serde_json::from_slice::<RecordFields<'_>>(&record.payload)
+        .map_err(|e| format!("unreadable: {e}"))?;
+    if v.transition_fn.as_deref() != Some(entry.header.transition_fn.to_string().as_str())
+        || v.interpreter.as_deref() != Some(entry.header.interpreter.to_string().as_str())
+    {
+        return Err("transitionFn or interpreter differ from the entry's".into());
+    }
+    Ok(v)
+}
+
+/// What the record link says of a readable invocation record.
+fn record_text(entry: &Entry, v: &RecordFields<'_>) -> String {
+    let client = !entry.header.written_by.starts_with(log::COORDINATOR_PREFIX);
+    format!(
+        "{}world/invocation-record/v2 invocation {} episode {} skill {}",
+        if client {
+            format!("client commit by {}: ", entry.header.written_by)
+        } else {
+            String::new()
+        },
+        v.invocation_id.as_deref().unwrap_or("?"),
+        v.episode_id.as_deref().unwrap_or("?"),
+        v.skill_id.as_deref().unwrap_or("?")
+    )
+}
+
+/// The world that selects `entry` with `output` as its state, its ref and canonical bytes.
+fn selected_world(entry: &Entry, output: Ref) -> Result<(Ref, Vec<u8>, World), String> {
+    let world = World {
+        revision: entry.header.entry_index,
+        state_root: output,
+        log_head: entry.entry_hash,
+    };
+    let bytes = world
+        .to_bytes()
+        .map_err(|e| format!("the world has no canonical form: {e}"))?;
+    Ok((Ref::of(&bytes), bytes, world))
+}
+
 fn ref_field(value: &Option<Cow<'_, str>>, key: &str) -> Result<Ref, String> {
     value
         .as_deref()
@@ -347,46 +391,17 @@ impl<'s, S: Source + ?Sized> Verifier<'s, S> {
     /// The full walk of an invocation; `coordinator`: also check it against what only the
     /// coordinator writes.
     fn invocation(&self, entry: &Entry, coordinator: bool, walk: &mut Walk) {
-        let index = entry.header.entry_index;
-        let client = !entry.header.written_by.starts_with(log::COORDINATOR_PREFIX);
-
-        // Record.
-        let record_obj = match self.checked(&entry.transition_ref, sid::INVOCATION_RECORD) {
-            Ok(o) => o,
-            Err(why) => {
-                walk.push("record", Some(entry.transition_ref), Err(why));
-                self.world_from_head(entry, walk);
-                return;
-            }
-        };
-        let record = serde_json::from_slice::<RecordFields<'_>>(&record_obj.payload)
-            .map_err(|e| format!("unreadable: {e}"))
-            .and_then(|v| {
-                if v.transition_fn.as_deref()
-                    != Some(entry.header.transition_fn.to_string().as_str())
-                    || v.interpreter.as_deref()
-                        != Some(entry.header.interpreter.to_string().as_str())
-                {
-                    return Err("transitionFn or interpreter differ from the entry's".into());
-                }
-                Ok(v)
-            });
-        let record = match record {
+        let record_obj = self.checked(&entry.transition_ref, sid::INVOCATION_RECORD);
+        let record = match record_obj
+            .as_ref()
+            .map_err(Clone::clone)
+            .and_then(|o| record_fields(entry, o))
+        {
             Ok(v) => {
                 walk.push(
                     "record",
                     Some(entry.transition_ref),
-                    Ok(format!(
-                        "{}world/invocation-record/v2 invocation {} episode {} skill {}",
-                        if client {
-                            format!("client commit by {}: ", entry.header.written_by)
-                        } else {
-                            String::new()
-                        },
-                        v.invocation_id.as_deref().unwrap_or("?"),
-                        v.episode_id.as_deref().unwrap_or("?"),
-                        v.skill_id.as_deref().unwrap_or("?")
-                    )),
+                    Ok(record_text(entry, &v)),
                 );
                 v
             }
@@ -396,9 +411,69 @@ impl<'s, S: Source + ?Sized> Verifier<'s, S> {
                 return;
             }
         };
-
         // The effect records, read once for the journal, the effect and the plugin links.
-        let effects: Vec<EffectRow> = match &record.effects {
+        let effects = self.effect_rows(&record);
+        let output_ref = ref_field(&record.output, "output");
+        // The world that selects this entry, serialised once for the journal and world links.
+        let world = output_ref
+            .clone()
+            .and_then(|out| selected_world(entry, out));
+
+        // What only the coordinator writes.
+        if coordinator {
+            let res = world.as_ref().map_err(Clone::clone).and_then(|(r, _, w)| {
+                self.coordinator_state(entry, &record, &effects, w.state_root, *r)
+            });
+            walk.push("journal", None, res);
+        }
+
+        let input = self.input_link(&record, walk);
+        let (plan_ref, plan) = self.plan_link(&record, walk);
+        let planned: Vec<Value> = plan
+            .as_ref()
+            .ok()
+            .and_then(|v| v["effects"].as_array().cloned())
+            .unwrap_or_default();
+
+        // Replay: the interpreter recomputes the plan from the transition and the input.
+        let replay = match (&plan_ref, &input) {
+            (Ok(p), Ok(i)) => self.replay(entry, &record, &i.payload, p),
+            _ => Err("needs a readable input and plan".into()),
+        };
+        walk.push("replay", plan_ref.clone().ok(), replay);
+        if plan.is_ok() && planned.len() != effects.len() {
+            walk.push(
+                "plan",
+                plan_ref.clone().ok(),
+                Err(format!(
+                    "plan has {} effect(s) but the record lists {}",
+                    planned.len(),
+                    effects.len()
+                )),
+            );
+        }
+
+        self.effect_links(&effects, &planned, walk);
+
+        // Output, and the world that selects it.
+        match (&output_ref, &world) {
+            (Ok(out), Ok((reference, bytes, world))) => {
+                let res = self
+                    .checked(out, sid::INVOCATION_OUTPUT)
+                    .and_then(|o| self.check_output(&o.payload, &plan_ref, &effects));
+                walk.push("output", Some(*out), res);
+                self.world_known(world, *reference, bytes, walk);
+            }
+            (Err(e), _) | (_, Err(e)) => {
+                walk.push("output", None, Err(e.clone()));
+                self.world_from_head(entry, walk);
+            }
+        }
+    }
+
+    /// Each effect record the invocation record lists, read and parsed.
+    fn effect_rows(&self, record: &RecordFields<'_>) -> Vec<EffectRow> {
+        match &record.effects {
             Some(list) => list
                 .iter()
                 .map(|s| match s.parse::<Ref>() {
@@ -416,30 +491,15 @@ impl<'s, S: Source + ?Sized> Verifier<'s, S> {
                 reference: None,
                 record: Err("effects is not a list".into()),
             }],
-        };
-        let output_ref = ref_field(&record.output, "output");
-        // The world that selects this entry, serialised once for the journal and world links.
-        let world = output_ref.clone().and_then(|out| {
-            let world = World {
-                revision: index,
-                state_root: out,
-                log_head: entry.entry_hash,
-            };
-            let bytes = world
-                .to_bytes()
-                .map_err(|e| format!("the world has no canonical form: {e}"))?;
-            Ok((Ref::of(&bytes), bytes, world))
-        });
-
-        // What only the coordinator writes.
-        if coordinator {
-            let res = world.as_ref().map_err(Clone::clone).and_then(|(r, _, w)| {
-                self.coordinator_state(entry, &record, &effects, w.state_root, *r)
-            });
-            walk.push("journal", None, res);
         }
+    }
 
-        // Input.
+    /// The input link: the stored input, its first 120 characters shown.
+    fn input_link(
+        &self,
+        record: &RecordFields<'_>,
+        walk: &mut Walk,
+    ) -> Result<StoredObject<'s>, String> {
         let input_ref = ref_field(&record.input, "input");
         let input = input_ref
             .clone()
@@ -456,20 +516,23 @@ impl<'s, S: Source + ?Sized> Verifier<'s, S> {
             (Ok(i), Err(e)) => walk.push("input", Some(*i), Err(e.clone())),
             (Err(e), _) => walk.push("input", None, Err(e.clone())),
         }
+        input
+    }
 
-        // Plan.
+    /// The plan link: the stored plan, parsed, its effects listed.
+    fn plan_link(
+        &self,
+        record: &RecordFields<'_>,
+        walk: &mut Walk,
+    ) -> (Result<Ref, String>, Result<Value, String>) {
         let plan_ref = ref_field(&record.plan, "plan");
         let plan = plan_ref.clone().and_then(|p| {
             let o = self.checked(&p, sid::EFFECT_PLAN)?;
             canon::parse(&o.payload).map_err(|e| format!("unreadable: {e}"))
         });
-        let planned: Vec<Value> = plan
-            .as_ref()
-            .ok()
-            .and_then(|v| v["effects"].as_array().cloned())
-            .unwrap_or_default();
         match (&plan_ref, &plan) {
-            (Ok(p), Ok(_)) => {
+            (Ok(p), Ok(v)) => {
+                let planned = v["effects"].as_array().map(Vec::as_slice).unwrap_or(&[]);
                 let desc: Vec<String> = planned
                     .iter()
                     .map(|e| {
@@ -496,27 +559,11 @@ impl<'s, S: Source + ?Sized> Verifier<'s, S> {
             (Ok(p), Err(e)) => walk.push("plan", Some(*p), Err(e.clone())),
             (Err(e), _) => walk.push("plan", None, Err(e.clone())),
         }
+        (plan_ref, plan)
+    }
 
-        // Replay: the interpreter recomputes the plan from the transition and the input.
-        let replay = match (&plan_ref, &input) {
-            (Ok(p), Ok(i)) => self.replay(entry, &record, &i.payload, p),
-            _ => Err("needs a readable input and plan".into()),
-        };
-        walk.push("replay", plan_ref.clone().ok(), replay);
-
-        if plan.is_ok() && planned.len() != effects.len() {
-            walk.push(
-                "plan",
-                plan_ref.clone().ok(),
-                Err(format!(
-                    "plan has {} effect(s) but the record lists {}",
-                    planned.len(),
-                    effects.len()
-                )),
-            );
-        }
-
-        // Effects, and the plugin that ran each.
+    /// The effect links, and the plugin that ran (or declined) each.
+    fn effect_links(&self, effects: &[EffectRow], planned: &[Value], walk: &mut Walk) {
         for (i, row) in effects.iter().enumerate() {
             let res = row
                 .record
@@ -539,21 +586,6 @@ impl<'s, S: Source + ?Sized> Verifier<'s, S> {
                     Some(h.library),
                     Ok(format!("{} {} {did} e{}", h.plugin, h.version, i + 1)),
                 );
-            }
-        }
-
-        // Output, and the world that selects it.
-        match (&output_ref, &world) {
-            (Ok(out), Ok((reference, bytes, world))) => {
-                let res = self
-                    .checked(out, sid::INVOCATION_OUTPUT)
-                    .and_then(|o| self.check_output(&o.payload, &plan_ref, &effects));
-                walk.push("output", Some(*out), res);
-                self.world_known(world, *reference, bytes, walk);
-            }
-            (Err(e), _) | (_, Err(e)) => {
-                walk.push("output", None, Err(e.clone()));
-                self.world_from_head(entry, walk);
             }
         }
     }
