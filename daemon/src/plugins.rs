@@ -251,7 +251,8 @@ fn load_hashed(path: &Path) -> Result<(Ref, LoadedPlugin), PluginError> {
 }
 
 /// Check the operator's config object against the top level of the plugin's schema (unknown
-/// keys when `additionalProperties` is false, and JSON types). The plugin validates fully.
+/// keys when `additionalProperties` is false, JSON types, and the `minimum` and `maximum` of
+/// numbers). The plugin validates fully.
 pub fn check_config(schema: &Value, config: &Value) -> Result<(), String> {
     let Some(obj) = config.as_object() else {
         return Err("config must be a table (a JSON object)".into());
@@ -285,8 +286,25 @@ pub fn check_config(schema: &Value, config: &Value) -> Result<(), String> {
                         return Err(format!("config key {k:?} must be of type {t}"));
                     }
                 }
+                within_bounds(k, v, p)?;
             }
         }
+    }
+    Ok(())
+}
+
+/// A number against its property's `minimum` and `maximum`, so that `worldd handlers` names an
+/// out-of-range value before `serve` would stop on it.
+fn within_bounds(key: &str, value: &Value, property: &Value) -> Result<(), String> {
+    let Some(n) = value.as_f64() else {
+        return Ok(());
+    };
+    let bound = |name: &str| property.get(name).filter(|b| b.is_number());
+    if let Some(min) = bound("minimum").filter(|m| m.as_f64().is_some_and(|m| n < m)) {
+        return Err(format!("config key {key:?} must be at least {min}"));
+    }
+    if let Some(max) = bound("maximum").filter(|m| m.as_f64().is_some_and(|m| n > m)) {
+        return Err(format!("config key {key:?} must be at most {max}"));
     }
     Ok(())
 }

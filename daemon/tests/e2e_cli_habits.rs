@@ -616,6 +616,18 @@ fn handlers_reports_exactly_what_stops_serve() {
             vec!["--plugin-config", "workspace.maxReadBytes=many"],
             "config key \"maxReadBytes\" must be of type integer".to_owned(),
         ),
+        (
+            vec!["--plugin-config", "workspace.maxReadBytes=-1"],
+            "config key \"maxReadBytes\" must be at least 0".to_owned(),
+        ),
+        (
+            vec!["--plugin-config", "workspace.maxWriteBytes=1e12"],
+            "config key \"maxWriteBytes\" must be of type integer".to_owned(),
+        ),
+        (
+            vec!["--plugin-config", "workspace.maxReadBytes=2000000"],
+            "config key \"maxReadBytes\" must be at most 1048576".to_owned(),
+        ),
     ] {
         let (code, out, err) = worldd(
             &[&["handlers", "--plugin-dir", path_str(&plugins)], &args[..]].concat(),
