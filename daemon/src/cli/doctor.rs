@@ -52,37 +52,31 @@ pub fn run(a: DoctorArgs) -> CliResult {
         for (i, d) in audit.broken.iter().take(20) {
             println!("      entry {i}: {d}");
         }
-        println!(
-            "  {} {} journal record(s); spend counters {}",
-            mark(audit.journal_findings.is_empty()),
-            audit.journal_records,
-            if audit.journal_findings.is_empty() {
-                "equal the sum of intents"
-            } else {
-                "DISAGREE with the journal"
-            }
+        let journal = if audit.journal_findings.is_empty() {
+            "equal the sum of intents"
+        } else {
+            "DISAGREE with the journal"
+        };
+        section(
+            format!(
+                "{} journal record(s); spend counters {journal}",
+                audit.journal_records
+            ),
+            &audit.journal_findings,
         );
-        for f in &audit.journal_findings {
-            println!("      {f}");
-        }
-        println!("  {} head", mark(audit.head_findings.is_empty()));
-        for f in &audit.head_findings {
-            println!("      {f}");
-        }
-        println!(
-            "  {} {} key(s) in the content-address index, {} waiting in its tail; {}",
-            mark(audit.index_findings.is_empty()),
-            audit.index_keys,
-            audit.index_waiting,
-            if audit.index_findings.is_empty() {
-                "each names its row"
-            } else {
-                "some DISAGREE with the rows"
-            }
+        section("head".into(), &audit.head_findings);
+        let index = if audit.index_findings.is_empty() {
+            "each names its row"
+        } else {
+            "some DISAGREE with the rows"
+        };
+        section(
+            format!(
+                "{} key(s) in the content-address index, {} waiting in its tail; {index}",
+                audit.index_keys, audit.index_waiting
+            ),
+            &audit.index_findings,
         );
-        for f in &audit.index_findings {
-            println!("      {f}");
-        }
         println!(
             "  {} indeterminate intent(s) (never retried; budget stays spent)",
             audit.indeterminate.len()
@@ -95,6 +89,15 @@ pub fn run(a: DoctorArgs) -> CliResult {
         Ok(())
     } else {
         Err(Failure::integrity("doctor: the store is inconsistent"))
+    }
+}
+
+/// One checked part of the store: its line, marked by whether it has findings, then each
+/// finding.
+fn section(line: String, findings: &[String]) {
+    println!("  {} {line}", mark(findings.is_empty()));
+    for f in findings {
+        println!("      {f}");
     }
 }
 

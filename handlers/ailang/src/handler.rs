@@ -284,6 +284,7 @@ impl AilangHandler {
             make_dir(&state_dir.join(sub)).map_err(state_err)?;
         }
         let (bin, hex) = archive(&config.bin, &state_dir.join("bin"))?;
+        let memory = config.memory_mib << 20;
 
         // Probe: a binary that cannot even report its version would fail every call; say so
         // once, at start-up. `_startup` cannot collide with an episode (no `_` in episodes).
@@ -296,7 +297,7 @@ impl AilangHandler {
             deadline: Instant::now() + HARD_CAP,
             limit: HARD_CAP,
             cap: OUTPUT_CAP,
-            memory: config.memory_mib << 20,
+            memory,
         })
         .map_err(|e| match e {
             process::Failure::Timeout(limit) => format!(
@@ -333,7 +334,7 @@ impl AilangHandler {
             run_allow_caps: config.run_allow_caps,
             run_net_allow: config.run_net_allow,
             run_net_allow_http: config.run_net_allow_http,
-            memory: config.memory_mib << 20,
+            memory,
             state_dir,
             verified: Mutex::new(HashMap::new()),
             host,

@@ -6,12 +6,13 @@ mod common;
 
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::*;
 use handler_kit::serde_json::{self, json, Value};
-use handler_kit::{EffectHandler, Host, HostServices, LogLevel, Outcome};
+use handler_kit::{EffectHandler, Host, Outcome};
+use handler_test_support::LogLines;
 use worldd_ailang::{PolicySpec, HARD_CAP, RUN, RUN_ENV, RUN_NET};
 
 fn run(path: &str) -> Value {
@@ -512,16 +513,6 @@ fn a_summary_that_does_not_match_fails_the_effect_before_anything_runs() {
     assert_eq!(f.ran("run", None), 0);
 }
 
-/// The handler's log lines, as the daemon would print them.
-#[derive(Default)]
-struct Logs(Mutex<Vec<(LogLevel, String)>>);
-
-impl HostServices for Logs {
-    fn log(&self, level: LogLevel, message: &str) {
-        self.0.lock().unwrap().push((level, message.to_string()));
-    }
-}
-
 /// A program that allocates 1 GiB runs under the default `memoryMiB` (4096); under 256 its
 /// allocation fails inside ailang, which ends as the Go runtime does. The agent gets the
 /// contract's failure; the operator's log carries ailang's own error.
@@ -535,18 +526,19 @@ fn a_run_past_the_memory_limit_fails_and_the_log_says_why() {
         (json!(0), json!("allocated 1024 MiB\n"))
     );
 
-    let logs = Arc::new(Logs::default());
+    let logs = Arc::new(LogLines::default());
     let f = Fixture::hosted(json!({"memoryMiB": 256}), Host::from_services(logs.clone()));
     f.put("hog.ail", &program("hog", "IO"));
     assert_eq!(
         f.failed(RUN, run("hog.ail")),
         "broker: ailang run produced no recognised outcome envelope (rc 2)"
     );
-    let logged = logs.0.lock().unwrap();
+    let logged = logs.lines();
     assert!(
-        logged.iter().any(|(level, line)| matches!(level, LogLevel::Warn)
-            && line
-                == "ailang: run in episode \"ep\" produced no recognised outcome envelope (rc 2); stderr: fatal error: runtime: out of memory"),
+        logged.contains(
+            &"warn: ailang: run in episode \"ep\" produced no recognised outcome envelope (rc 2); stderr: fatal error: runtime: out of memory"
+                .to_string()
+        ),
         "{logged:?}"
     );
 }

@@ -1,13 +1,16 @@
 //! Test helpers shared by worldd's plugin crates (`handlers/*`): finding the
-//! built plugin library, the `tool` ref a library must report, and loading
-//! and planning a shipped transition document with the broker's own code.
+//! built plugin library, the `tool` ref a library must report, loading and
+//! planning a shipped transition document with the broker's own code, and a
+//! host that keeps what a plugin logs.
 //!
 //! A dev-dependency only: nothing here is compiled into a plugin.
 
 use std::path::{Path, PathBuf};
+use std::sync::Mutex;
 
 use broker_core::plan::Plan;
 use broker_core::transition::Transition;
+use handler_api::{HostServices, LogLevel};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 
@@ -83,4 +86,25 @@ pub fn planned_refusal(transition: &Transition, args: &Value) -> String {
         .refusal()
         .unwrap_or_else(|| panic!("{args} was not refused"))
         .to_string()
+}
+
+/// A host that keeps every line a plugin logs, as `level: message` (`warn: …`);
+/// hand it to `Host::from_services` or `host_callbacks` in an `Arc`.
+#[derive(Default)]
+pub struct LogLines(Mutex<Vec<String>>);
+
+impl LogLines {
+    /// Every line logged so far, in order.
+    pub fn lines(&self) -> Vec<String> {
+        self.0.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+}
+
+impl HostServices for LogLines {
+    fn log(&self, level: LogLevel, message: &str) {
+        self.0
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(format!("{}: {message}", level.as_str()));
+    }
 }

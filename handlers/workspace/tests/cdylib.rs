@@ -2,27 +2,15 @@
 
 use std::fs;
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use handler_kit::serde_json::json;
-use handler_kit::{host_callbacks, HostServices, LoadedPlugin, LogLevel, Outcome, Request};
-use handler_test_support::{built_library, file_tool_ref};
+use handler_kit::{host_callbacks, LoadedPlugin, Outcome, Request};
+use handler_test_support::{built_library, file_tool_ref, LogLines};
 
 /// `target/<profile>/libworldd_workspace.so`, found from this test binary.
 fn library() -> PathBuf {
     built_library("worldd_workspace")
-}
-
-#[derive(Default)]
-struct Logs(Mutex<Vec<String>>);
-
-impl HostServices for Logs {
-    fn log(&self, level: LogLevel, message: &str) {
-        self.0
-            .lock()
-            .unwrap()
-            .push(format!("{}: {message}", level.as_str()));
-    }
 }
 
 #[test]
@@ -34,7 +22,7 @@ fn the_built_library_loads_and_serves_a_read() {
     assert_eq!(manifest.abi, handler_kit::ABI_VERSION);
     assert_eq!(manifest.transitions.len(), 3);
 
-    let host = host_callbacks(Arc::new(Logs::default()));
+    let host = host_callbacks(Arc::new(LogLines::default()));
     let handler = plugin
         .new_handler(&json!({"maxReadBytes": 1000}), host)
         .unwrap();
