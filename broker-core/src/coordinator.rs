@@ -178,6 +178,8 @@ struct Prepared {
     entry: RegistryEntry,
     input: Object,
     worktree: Option<PathBuf>,
+    /// The task id was minted for this call (128 random bits), so no earlier attempt has it.
+    minted: bool,
 }
 
 impl Prepared {
@@ -298,7 +300,14 @@ struct RanEffect {
 struct Busy(#[allow(dead_code)] Box<dyn Send>);
 
 impl Coordinator {
-    pub fn new(store: Store, handlers: Handlers, config: CoordinatorConfig) -> Coordinator {
+    pub fn new(store: Store, handlers: Handlers, mut config: CoordinatorConfig) -> Coordinator {
+        // Resolved once: worktrees are bound under the root's real path ([`bind_worktree`]).
+        // A root that does not exist yet is taken as an absolute path.
+        config.workspace_root = config.workspace_root.map(|root| {
+            root.canonicalize()
+                .or_else(|_| std::path::absolute(&root))
+                .unwrap_or(root)
+        });
         Coordinator {
             store,
             handlers,
@@ -577,8 +586,12 @@ impl Coordinator {
         };
         let turn = self.episodes.enter(&prepared.call.session.episode);
         let busy = Busy(Box::new((flight, turn, hold)));
-        if let Some(done) = self.previous_attempt(&prepared)? {
-            return Ok(Opened::Replayed(done));
+        // A minted id has no earlier attempt to look up: the lookup would cost a store read
+        // on every call that brings no key of its own.
+        if !prepared.minted {
+            if let Some(done) = self.previous_attempt(&prepared)? {
+                return Ok(Opened::Replayed(done));
+            }
         }
         self.store
             .admits_client_work()
@@ -591,10 +604,10 @@ impl Coordinator {
     /// `transitionFn`, the task id and the canonical input.
     fn prepare(&self, call: Call) -> Result<Prepared, CallError> {
         let episode = &call.session.episode;
-        let task = match &call.task_id {
-            Some(t) if task::valid_task_id(t) => t.clone(),
+        let (task, minted) = match &call.task_id {
+            Some(t) if task::valid_task_id(t) => (t.clone(), false),
             Some(_) => return Err(CallError::InvalidTaskId),
-            None => random_task_id()?,
+            None => (random_task_id()?, true),
         };
         let registry = self.registry()?;
         let entry = registry
@@ -628,6 +641,7 @@ impl Coordinator {
             entry,
             input,
             worktree: None,
+            minted,
         })
     }
 
@@ -1369,12 +1383,16 @@ fn random_task_id() -> Result<String, CallError> {
 }
 
 /// `<root>/<episode>`, when it is a directory that resolves to itself (no symlink escape).
+///
+/// `root` must be canonical ([`Coordinator::new`] makes the configured root so, once). An
+/// episode name is one plain component, so `<root>/<episode>` resolves to itself exactly when
+/// that component is a directory and not a symlink: one `lstat` per call, where resolving the
+/// whole path again cost a `readlink` per component of the root on every call.
 pub fn bind_worktree(root: &Path, episode: &str) -> Option<PathBuf> {
     crate::session::validate_episode(episode).ok()?;
-    let root = root.canonicalize().ok()?;
     let wanted = root.join(episode);
-    let real = wanted.canonicalize().ok()?;
-    (real == wanted && real.is_dir()).then_some(real)
+    let meta = std::fs::symlink_metadata(&wanted).ok()?;
+    meta.is_dir().then_some(wanted)
 }
 
 /// Convenience for tests and tools: all of a transition's declared effect names.

@@ -172,3 +172,43 @@ fn a_resend_gets_the_durable_outcome_even_while_the_claim_is_still_held() {
     c.in_flight.lock().unwrap().clear();
     assert_eq!(held(&c), (vec![], vec![]));
 }
+
+#[test]
+fn a_worktree_binds_only_as_a_real_directory_of_its_own_name() {
+    use std::os::unix::fs::symlink;
+    let dir = tempfile::tempdir().unwrap();
+    let real_root = dir.path().join("real-root");
+    std::fs::create_dir_all(real_root.join("ep")).unwrap();
+    std::fs::create_dir_all(dir.path().join("elsewhere")).unwrap();
+    std::fs::write(real_root.join("plain-file"), b"x").unwrap();
+    symlink(dir.path().join("elsewhere"), real_root.join("linked")).unwrap();
+    symlink(real_root.join("ep"), real_root.join("alias")).unwrap();
+    // The operator's root may itself be reached through a symlink: it is resolved once.
+    let via_link = dir.path().join("root-link");
+    symlink(&real_root, &via_link).unwrap();
+    let store = Store::create(&dir.path().join("db")).unwrap();
+    let config = CoordinatorConfig {
+        workspace_root: Some(via_link),
+        ..CoordinatorConfig::default()
+    };
+    let c = Coordinator::new(store, Handlers::new(), config);
+    let root = c.workspace_root().unwrap().to_path_buf();
+    assert_eq!(root, real_root.canonicalize().unwrap());
+
+    assert_eq!(bind_worktree(&root, "ep"), Some(root.join("ep")));
+    // A symlinked worktree, whether it leads out of the root or to another episode's
+    // worktree, binds nothing; nor does a file, a missing name or a name that is not an
+    // episode.
+    for episode in [
+        "linked",
+        "alias",
+        "plain-file",
+        "missing",
+        "..",
+        "ep/..",
+        "EP",
+        "",
+    ] {
+        assert_eq!(bind_worktree(&root, episode), None, "{episode:?}");
+    }
+}
