@@ -52,6 +52,9 @@ pub fn push_escaped(out: &mut String, s: &str) {
 
 /// Append `s` to `out` as a JSON string literal, quotes included.
 pub fn push_json_string(out: &mut String, s: &str) {
+    // One reservation for the common case of nothing to escape, instead of a doubling per
+    // power of two of a long string.
+    out.reserve(s.len() + 2);
     out.push('"');
     push_escaped(out, s);
     out.push('"');

@@ -174,13 +174,20 @@ pub(super) fn batch_refused(version: &str) -> Response {
 /// One Server-Sent Event carrying `payload` as compact JSON. Compact JSON escapes every
 /// control character inside strings, so the data never spans more than one line.
 pub(super) fn sse<T: Serialize>(payload: &T) -> Response {
-    match serde_json::to_string(payload) {
-        Ok(json) => (
-            StatusCode::OK,
-            [(CONTENT_TYPE, HeaderValue::from_static("text/event-stream"))],
-            format!("event: message\ndata: {json}\n\n"),
-        )
-            .into_response(),
+    // The event is written in place around the JSON: no second copy of a reply that may carry
+    // a whole file twice.
+    let mut event = Vec::with_capacity(1024);
+    event.extend_from_slice(b"event: message\ndata: ");
+    match serde_json::to_writer(&mut event, payload) {
+        Ok(()) => {
+            event.extend_from_slice(b"\n\n");
+            (
+                StatusCode::OK,
+                [(CONTENT_TYPE, HeaderValue::from_static("text/event-stream"))],
+                event,
+            )
+                .into_response()
+        }
         Err(e) => {
             // Unreachable with the reply types used here (string keys only), but never panic.
             tracing::error!("mcp: reply could not be serialized: {e}");
