@@ -237,136 +237,50 @@ pub fn run_with(a: ServeArgs, launch: Launch) -> CliResult {
     let file = read_config(&a.plugins.config)?;
     // Before anything is created: a setting that cannot be read stops here.
     let mut opts = plugin_options(&a.plugins, &file).map_err(|e| startup("config", e))?;
-    let db =
-        a.db.clone()
-            .or_else(|| file.serve.db.clone())
-            .unwrap_or_else(|| PathBuf::from(".world/db"));
-    let workspace_root = a
-        .workspace_root
-        .clone()
-        .or_else(|| file.serve.workspace_root.clone())
-        .unwrap_or_else(|| PathBuf::from(".world/worktrees"));
-    let bind = a
-        .bind
-        .clone()
-        .or_else(|| file.serve.bind.clone())
-        .unwrap_or_else(|| DEFAULT_BIND.into());
-    let open_reads = a.open_reads || file.serve.open_reads;
-    let (mut server_config, limits) = edge_settings(&a, &file)?;
-    let store_limits = &a.limits;
-    let ceiling = store_limits
-        .store_ceiling
-        .or(file.serve.store_ceiling)
-        .unwrap_or(broker_core::capacity::DEFAULT_CEILING);
-    let reserve = store_limits.store_reserve.or(file.serve.store_reserve);
-    broker_core::capacity::Limits::new(ceiling, reserve).map_err(|e| startup("config", e))?;
-    let refusal_rate = RefusalRate::new(
-        store_limits
-            .refusals_per_minute
-            .or(file.serve.refusals_per_minute)
-            .unwrap_or(broker_core::refusal_rate::DEFAULT_PER_MINUTE),
-        store_limits
-            .refusal_burst
-            .or(file.serve.refusal_burst)
-            .unwrap_or(broker_core::refusal_rate::DEFAULT_BURST),
-    )
-    .map_err(|e| startup("config", e))?;
+    let mut settings = Settings::resolve(&a, &file)?;
 
     // Bind policy first: nothing else happens for a non-loopback address.
-    let addr = resolve_bind(&bind)?;
+    let addr = resolve_bind(&settings.bind)?;
     server::check_loopback(&addr).map_err(|e| startup("bind-policy", e))?;
     let listener = match launch.listener {
         Some(l) => l,
         None => bind_now(addr)?,
     };
 
-    std::fs::create_dir_all(&workspace_root).map_err(|e| {
-        startup(
-            "config",
-            format!("workspace root {}: {e}", workspace_root.display()),
-        )
-    })?;
-    refuse_store_inside_workspace(&db, &workspace_root)?;
-
-    let store = Store::open(
-        &db,
-        StoreOptions {
-            ceiling: Some(ceiling),
-            reserve,
-            create: true,
-        },
-    )
-    .map_err(|e| startup("store-open", e))?;
+    let store = open_store(&settings)?;
     // One daemon per store: the per-episode ordering of calls lives in its memory.
-    let _lock = writer_lock(&db)?;
+    let _lock = writer_lock(&settings.db)?;
     store.report_indeterminate_each();
-    // Plugins get absolute paths: they run with the worktree as their working directory.
-    let state_root =
-        std::path::absolute(db.join("plugin-state")).unwrap_or_else(|_| db.join("plugin-state"));
-    opts.state_root = Some(state_root);
-    let served = Arc::new(OnceLock::new());
-    opts.publisher = Some(publisher(store.clone(), served.clone()));
-    let set = plugins::load(&opts).map_err(|e| startup("plugins", e))?;
-    warn_when_nothing_serves(&opts.dir, &set);
+    let set = load_plugins(&mut opts, &store, &settings.db)?;
     let catalog = catalog_of(&set);
-    let _ = served.set(
-        set.handlers
-            .effects()
-            .map(str::to_owned)
-            .collect::<BTreeSet<_>>(),
-    );
-    if !set.transitions.is_empty() {
-        let published = registry::publish(
-            &store,
-            registry::DEFAULT_REGISTRY,
-            set.transitions.clone(),
-            "worldd:plugins",
-        )
-        .map_err(|e| startup("registry-bootstrap", e))?;
-        tracing::info!(
-            revision = published.revision,
-            changed = published.changed,
-            "published plugin transitions"
-        );
-    }
     let classes = set.classes;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
         .map_err(|e| startup("listen", e))?;
-    let coordinator = Coordinator::new(
+    let coordinator = Arc::new(Coordinator::new(
         store.clone(),
         set.handlers,
         CoordinatorConfig {
-            workspace_root: Some(workspace_root.clone()),
-            handler_deadline: limits.handler_deadline,
+            workspace_root: Some(settings.workspace_root.clone()),
+            handler_deadline: settings.limits.handler_deadline,
             // Handlers run inline on the blocking thread of their call, watched by its task
             // (`State::invoke`), so no spawner is needed here.
-            refusal_rate,
+            refusal_rate: settings.refusal_rate,
             ..CoordinatorConfig::default()
         },
-    );
+    ));
     let info = DaemonInfo {
-        db_path: db.display().to_string(),
+        db_path: settings.db.display().to_string(),
         version: env!("CARGO_PKG_VERSION"),
-        open_reads,
+        open_reads: settings.open_reads,
     };
-    match edge::listener::raise_fd_limit() {
-        Ok(fds) => {
-            let allowed = edge::listener::connection_limit(server_config.max_connections, fds);
-            if allowed < server_config.max_connections {
-                tracing::warn!(
-                    "max_connections lowered from {} to {allowed} to stay below the file descriptor limit ({fds})",
-                    server_config.max_connections
-                );
-                server_config.max_connections = allowed;
-            }
-        }
-        Err(e) => tracing::warn!("could not read the file descriptor limit: {e}"),
-    }
+    fit_connections_to_fds(&mut settings.server);
 
-    let coordinator = Arc::new(coordinator);
     let overruns = coordinator.clone();
+    let Settings {
+        mut server, limits, ..
+    } = settings;
     let served = runtime.block_on(async move {
         listener
             .set_nonblocking(true)
@@ -374,23 +288,16 @@ pub fn run_with(a: ServeArgs, launch: Launch) -> CliResult {
         let listener =
             tokio::net::TcpListener::from_std(listener).map_err(|e| startup("listen", e))?;
         let local = listener.local_addr().map_err(|e| startup("listen", e))?;
-        if server_config.public_url.is_none() {
-            server_config.public_url = Some(format!("http://{local}"));
+        if server.public_url.is_none() {
+            server.public_url = Some(format!("http://{local}"));
         }
         let state = AppState::builder(store, coordinator, info)
             .classes(classes)
             .limits(limits)
-            .server(server_config)
+            .server(server)
             .catalog(catalog)
             .build();
-        // Exactly one line on stdout when ready; everything else goes to stderr.
-        if launch.ready_on_stderr {
-            eprintln!("worldd listening on http://{local}");
-        } else {
-            println!("worldd listening on http://{local}");
-            use std::io::Write;
-            let _ = std::io::stdout().flush();
-        }
+        announce(local, launch.ready_on_stderr);
         server::serve(listener, state)
             .await
             .map_err(|e| Failure::fatal(format!("server error: {e}")))
@@ -407,6 +314,151 @@ pub fn run_with(a: ServeArgs, launch: Launch) -> CliResult {
     }
     runtime.shutdown_timeout(HUNG_HANDLER_GRACE);
     served
+}
+
+/// What `serve` runs with: each setting from its flag, else the config file, else its default.
+struct Settings {
+    db: PathBuf,
+    workspace_root: PathBuf,
+    bind: String,
+    open_reads: bool,
+    server: edge::ServerConfig,
+    limits: crate::limits::Limits,
+    ceiling: u64,
+    reserve: Option<u64>,
+    refusal_rate: RefusalRate,
+}
+
+impl Settings {
+    fn resolve(a: &ServeArgs, file: &ConfigFile) -> Result<Settings, Failure> {
+        let db =
+            a.db.clone()
+                .or_else(|| file.serve.db.clone())
+                .unwrap_or_else(|| PathBuf::from(".world/db"));
+        let workspace_root = a
+            .workspace_root
+            .clone()
+            .or_else(|| file.serve.workspace_root.clone())
+            .unwrap_or_else(|| PathBuf::from(".world/worktrees"));
+        let bind = a
+            .bind
+            .clone()
+            .or_else(|| file.serve.bind.clone())
+            .unwrap_or_else(|| DEFAULT_BIND.into());
+        let (server, limits) = edge_settings(a, file)?;
+        let store_limits = &a.limits;
+        let ceiling = store_limits
+            .store_ceiling
+            .or(file.serve.store_ceiling)
+            .unwrap_or(broker_core::capacity::DEFAULT_CEILING);
+        let reserve = store_limits.store_reserve.or(file.serve.store_reserve);
+        broker_core::capacity::Limits::new(ceiling, reserve).map_err(|e| startup("config", e))?;
+        let refusal_rate = RefusalRate::new(
+            store_limits
+                .refusals_per_minute
+                .or(file.serve.refusals_per_minute)
+                .unwrap_or(broker_core::refusal_rate::DEFAULT_PER_MINUTE),
+            store_limits
+                .refusal_burst
+                .or(file.serve.refusal_burst)
+                .unwrap_or(broker_core::refusal_rate::DEFAULT_BURST),
+        )
+        .map_err(|e| startup("config", e))?;
+        Ok(Settings {
+            db,
+            workspace_root,
+            bind,
+            open_reads: a.open_reads || file.serve.open_reads,
+            server,
+            limits,
+            ceiling,
+            reserve,
+            refusal_rate,
+        })
+    }
+}
+
+/// The workspace root made, and the store opened outside it.
+fn open_store(settings: &Settings) -> Result<Store, Failure> {
+    let root = &settings.workspace_root;
+    std::fs::create_dir_all(root)
+        .map_err(|e| startup("config", format!("workspace root {}: {e}", root.display())))?;
+    refuse_store_inside_workspace(&settings.db, root)?;
+    Store::open(
+        &settings.db,
+        StoreOptions {
+            ceiling: Some(settings.ceiling),
+            reserve: settings.reserve,
+            create: true,
+        },
+    )
+    .map_err(|e| startup("store-open", e))
+}
+
+/// The plugins loaded, and the transitions they ship published to the default registry.
+fn load_plugins(
+    opts: &mut PluginOptions,
+    store: &Store,
+    db: &std::path::Path,
+) -> Result<plugins::PluginSet, Failure> {
+    // Plugins get absolute paths: they run with the worktree as their working directory.
+    let state_root =
+        std::path::absolute(db.join("plugin-state")).unwrap_or_else(|_| db.join("plugin-state"));
+    opts.state_root = Some(state_root);
+    let served = Arc::new(OnceLock::new());
+    opts.publisher = Some(publisher(store.clone(), served.clone()));
+    let set = plugins::load(opts).map_err(|e| startup("plugins", e))?;
+    warn_when_nothing_serves(&opts.dir, &set);
+    let _ = served.set(
+        set.handlers
+            .effects()
+            .map(str::to_owned)
+            .collect::<BTreeSet<_>>(),
+    );
+    if !set.transitions.is_empty() {
+        let published = registry::publish(
+            store,
+            registry::DEFAULT_REGISTRY,
+            set.transitions.clone(),
+            "worldd:plugins",
+        )
+        .map_err(|e| startup("registry-bootstrap", e))?;
+        tracing::info!(
+            revision = published.revision,
+            changed = published.changed,
+            "published plugin transitions"
+        );
+    }
+    Ok(set)
+}
+
+/// Raise the soft descriptor limit, and lower `max_connections` below what it allows.
+fn fit_connections_to_fds(server: &mut edge::ServerConfig) {
+    match edge::listener::raise_fd_limit() {
+        Ok(fds) => {
+            let allowed = edge::listener::connection_limit(server.max_connections, fds);
+            if allowed < server.max_connections {
+                tracing::warn!(
+                    "max_connections lowered from {} to {allowed} to stay below the file descriptor limit ({fds})",
+                    server.max_connections
+                );
+                server.max_connections = allowed;
+            }
+        }
+        Err(e) => tracing::warn!("could not read the file descriptor limit: {e}"),
+    }
+}
+
+/// Exactly one line on stdout when ready (stderr under `quickstart`); everything else goes to
+/// stderr.
+fn announce(local: SocketAddr, on_stderr: bool) {
+    if on_stderr {
+        eprintln!("worldd listening on http://{local}");
+    } else {
+        println!("worldd listening on http://{local}");
+        use std::io::Write;
+        let _ = std::io::stdout().flush();
+    }
 }
 
 /// `[server]` and `[limits]` from the file, with the flags over them.
