@@ -28,7 +28,7 @@ use axum::{Json, Router};
 use broker_core::coordinator::{Call, CallError, CallOutput, Surface};
 use broker_core::object::Ref;
 use broker_core::registry::RegistryEntry;
-use broker_core::session::AuthError;
+use broker_core::session::{AuthError, Session};
 use broker_core::store::StoreError;
 use handler_api::EffectClass;
 use serde_json::value::RawValue;
@@ -235,93 +235,18 @@ async fn a2a(
     body: axum::body::Body,
 ) -> Response {
     let deadline = Instant::now() + state.limits().call_deadline;
-    let null = Value::Null;
-    // Authorization first, from the headers alone: an unauthorized caller learns nothing about
-    // the transport, and no body is read for it (its id is unknown, so errors carry null).
-    let session = match state.authenticate(&headers).await {
-        Ok(s) => s,
-        Err(f) => return auth_error(&null, f),
-    };
-    let limit = state.limits().a2a_body_bytes;
-    let read_by = deadline.min(Instant::now() + state.server().body_timeout);
-    let read = state.bodies().read(&headers, body, limit, read_by).await;
-    let body = match read {
-        Ok(b) => b,
-        Err(BodyError::Busy(busy)) => return rpc_error(&null, -32603, busy.text()),
-        Err(BodyError::TooLarge) => {
-            return rpc_error(
-                &null,
-                -32600,
-                format!("invalid JSON-RPC request: body exceeds {limit} bytes"),
-            )
-        }
-        Err(BodyError::TimedOut) => {
-            return rpc_error(
-                &null,
-                -32600,
-                "invalid JSON-RPC request: body not received in time",
-            )
-        }
-        Err(BodyError::Unreadable) => return rpc_error(&null, -32600, "invalid JSON-RPC request"),
-    };
-    let req = match broker_core::canon::parse(&body.bytes) {
-        Ok(req) => req,
-        Err(e) => match crate::invalid_params::a2a_params_error(&body.bytes, &e) {
-            Some(id) => return rpc_error(&id, -32602, "invalid params"),
-            None => return rpc_error(&null, -32600, "invalid JSON-RPC request"),
-        },
+    let (session, req) = match received(&state, &headers, body, deadline).await {
+        Ok(received) => received,
+        Err(answer) => return answer,
     };
     let id = req.get("id").cloned().unwrap_or(Value::Null);
-    if req.get("jsonrpc").and_then(Value::as_str) != Some("2.0") || !req.is_object() {
-        return rpc_error(&id, -32600, "invalid JSON-RPC request");
-    }
-    let method = match req.get("method").and_then(Value::as_str) {
-        Some("tasks/send") => Method::TasksSend,
-        Some("message/send") => Method::MessageSend,
-        Some("SendMessage") => Method::SendMessage,
-        _ => return rpc_error(&id, -32601, "method not found"),
+    let (method, send) = match sent(&headers, &req, &id) {
+        Ok(sent) => sent,
+        Err(answer) => return answer,
     };
-    if method == Method::SendMessage && requested_major(&headers) != Some(1) {
-        let asked = headers
-            .get(VERSION_HEADER)
-            .and_then(|v| v.to_str().ok())
-            .unwrap_or("0.3");
-        return rpc_error(
-            &id,
-            VERSION_NOT_SUPPORTED,
-            format!(
-                "A2A version {} is not supported by SendMessage; send A2A-Version: 1.0 (or use message/send for 0.3)",
-                serde_json::to_string(asked).unwrap_or_default()
-            ),
-        );
-    }
-    let params = req.get("params").cloned().unwrap_or(Value::Null);
-    let parsed = match method {
-        Method::TasksSend => parse_params(&params),
-        _ => parse_message_params(method, &params).map(Ok),
-    };
-    let send = match parsed {
-        Some(Ok(s)) => s,
-        Some(Err(r)) => return r,
-        None => return rpc_error(&id, -32602, "invalid params"),
-    };
-    if !broker_core::task::valid_task_id(&send.task_id) {
-        return rpc_error(&id, -32602, "invalid params");
-    }
-    // Visibility is rebuilt for this request: having seen a skill conveys no authority.
-    let class = match tools::visible(&state, &session).await {
-        Ok(v) => match v.iter().find(|e| e.transition.id == send.skill_id) {
-            Some(e) => tools::tool_class(&state, &e.transition),
-            None => return rpc_error(&id, -32602, "not authorized"),
-        },
-        Err(e) => {
-            tracing::error!("a2a refusal: {e}");
-            return rpc_error(
-                &id,
-                -32603,
-                "transition invocation is not available in this daemon",
-            );
-        }
+    let class = match skill_class(&state, &session, &send.skill_id, &id).await {
+        Ok(class) => class,
+        Err(answer) => return answer,
     };
     let context_id = send
         .context_id
@@ -342,39 +267,160 @@ async fn a2a(
             success(&id, method, &send.task_id, &context_id, &out, &outcome)
         }
         Err(f) if method == Method::TasksSend => invoke_error(&id, f),
-        Err(f) => {
-            let mut o = outcome::of_failure(&f);
-            if matches!(f, InvokeFailure::Call(CallError::TaskIdReused)) {
-                o = Some(
-                    outcome::reuse(
-                        &state,
-                        &call_session,
-                        Surface::A2a,
-                        &send.task_id,
-                        &send.skill_id,
-                        &send.args,
-                    )
-                    .await,
-                );
+        Err(f) => failed(&state, &call_session, &id, &send, f).await,
+    }
+}
+
+/// The caller's session and its request, parsed strictly. Authorization comes first, from the
+/// headers alone: an unauthorized caller learns nothing about the transport, and no body is
+/// read for it (its id is unknown, so errors carry null).
+async fn received(
+    state: &AppState,
+    headers: &HeaderMap,
+    body: axum::body::Body,
+    deadline: Instant,
+) -> Result<(Session, Value), Response> {
+    let null = Value::Null;
+    let session = state
+        .authenticate(headers)
+        .await
+        .map_err(|f| auth_error(&null, f))?;
+    let limit = state.limits().a2a_body_bytes;
+    let read_by = deadline.min(Instant::now() + state.server().body_timeout);
+    let body = match state.bodies().read(headers, body, limit, read_by).await {
+        Ok(b) => b,
+        Err(BodyError::Busy(busy)) => return Err(rpc_error(&null, -32603, busy.text())),
+        Err(BodyError::TooLarge) => {
+            return Err(rpc_error(
+                &null,
+                -32600,
+                format!("invalid JSON-RPC request: body exceeds {limit} bytes"),
+            ))
+        }
+        Err(BodyError::TimedOut) => {
+            return Err(rpc_error(
+                &null,
+                -32600,
+                "invalid JSON-RPC request: body not received in time",
+            ))
+        }
+        Err(BodyError::Unreadable) => {
+            return Err(rpc_error(&null, -32600, "invalid JSON-RPC request"))
+        }
+    };
+    match broker_core::canon::parse(&body.bytes) {
+        Ok(req) => Ok((session, req)),
+        Err(e) => Err(
+            match crate::invalid_params::a2a_params_error(&body.bytes, &e) {
+                Some(id) => rpc_error(&id, -32602, "invalid params"),
+                None => rpc_error(&null, -32600, "invalid JSON-RPC request"),
+            },
+        ),
+    }
+}
+
+/// The method asked for and what it sends, or the JSON-RPC error that answers it.
+fn sent(headers: &HeaderMap, req: &Value, id: &Value) -> Result<(Method, TaskSend), Response> {
+    if req.get("jsonrpc").and_then(Value::as_str) != Some("2.0") || !req.is_object() {
+        return Err(rpc_error(id, -32600, "invalid JSON-RPC request"));
+    }
+    let method = match req.get("method").and_then(Value::as_str) {
+        Some("tasks/send") => Method::TasksSend,
+        Some("message/send") => Method::MessageSend,
+        Some("SendMessage") => Method::SendMessage,
+        _ => return Err(rpc_error(id, -32601, "method not found")),
+    };
+    if method == Method::SendMessage && requested_major(headers) != Some(1) {
+        let asked = headers
+            .get(VERSION_HEADER)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("0.3");
+        return Err(rpc_error(
+            id,
+            VERSION_NOT_SUPPORTED,
+            format!(
+                "A2A version {} is not supported by SendMessage; send A2A-Version: 1.0 (or use message/send for 0.3)",
+                serde_json::to_string(asked).unwrap_or_default()
+            ),
+        ));
+    }
+    let params = req.get("params").unwrap_or(&Value::Null);
+    let parsed = match method {
+        Method::TasksSend => parse_params(params),
+        _ => parse_message_params(method, params).map(Ok),
+    };
+    let send = match parsed {
+        Some(Ok(s)) => s,
+        Some(Err(r)) => return Err(r),
+        None => return Err(rpc_error(id, -32602, "invalid params")),
+    };
+    if !broker_core::task::valid_task_id(&send.task_id) {
+        return Err(rpc_error(id, -32602, "invalid params"));
+    }
+    Ok((method, send))
+}
+
+/// The class of the skill, when this session sees it. Visibility is rebuilt for this request:
+/// having seen a skill conveys no authority.
+async fn skill_class(
+    state: &AppState,
+    session: &Session,
+    skill_id: &str,
+    id: &Value,
+) -> Result<EffectClass, Response> {
+    match tools::visible(state, session).await {
+        Ok(v) => match v.iter().find(|e| e.transition.id == skill_id) {
+            Some(e) => Ok(tools::tool_class(state, &e.transition)),
+            None => Err(rpc_error(id, -32602, "not authorized")),
+        },
+        Err(e) => {
+            tracing::error!("a2a refusal: {e}");
+            Err(rpc_error(
+                id,
+                -32603,
+                "transition invocation is not available in this daemon",
+            ))
+        }
+    }
+}
+
+/// The JSON-RPC error of a `message/send` or `SendMessage` that did not commit, with the
+/// outcome in its data where one is known.
+async fn failed(
+    state: &AppState,
+    session: &Session,
+    id: &Value,
+    send: &TaskSend,
+    f: InvokeFailure,
+) -> Response {
+    let mut o = outcome::of_failure(&f);
+    if matches!(f, InvokeFailure::Call(CallError::TaskIdReused)) {
+        o = Some(
+            outcome::reuse(
+                state,
+                session,
+                Surface::A2a,
+                &send.task_id,
+                &send.skill_id,
+                &send.args,
+            )
+            .await,
+        );
+    }
+    let records = match &f {
+        InvokeFailure::Call(CallError::EffectsUnrecorded { records }) => Some(records.clone()),
+        _ => None,
+    };
+    let (code, message) = error_text(f);
+    match o {
+        None => rpc_error(id, code, message),
+        Some(o) => {
+            let mut data = o.to_json();
+            data["taskId"] = json!(send.task_id);
+            if let Some(r) = records {
+                data["records"] = json!(r);
             }
-            let records = match &f {
-                InvokeFailure::Call(CallError::EffectsUnrecorded { records }) => {
-                    Some(records.clone())
-                }
-                _ => None,
-            };
-            let (code, message) = error_text(f);
-            match o {
-                None => rpc_error(&id, code, message),
-                Some(o) => {
-                    let mut data = o.to_json();
-                    data["taskId"] = json!(send.task_id);
-                    if let Some(r) = records {
-                        data["records"] = json!(r);
-                    }
-                    rpc_error_with_data(&id, code, message, data)
-                }
-            }
+            rpc_error_with_data(id, code, message, data)
         }
     }
 }
