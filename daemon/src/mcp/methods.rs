@@ -419,22 +419,9 @@ async fn tools_call(
         Ok(p) => p,
         Err(text) => return Ok(Reply::error(id, INVALID_PARAMS, text)),
     };
-    // Fresh admission: having listed a tool earlier conveys nothing.
-    let entries = match surface(ctx).await? {
-        Ok(entries) => entries,
-        Err(refusal) => return Ok(Reply::error(id, INTERNAL_ERROR, refusal)),
-    };
-    // Matching on the escaped name (not on an unescaped id) means a name that is not a valid
-    // escape simply names no tool.
-    let Some(entry) = entries
-        .into_iter()
-        .find(|e| tools::mcp_name(&e.transition.id) == name)
-    else {
-        return Ok(Reply::error(
-            id,
-            INVALID_PARAMS,
-            format!("unknown tool {}", quote(&name)),
-        ));
+    let entry = match tool_named(ctx, id, &name).await? {
+        Ok(entry) => entry,
+        Err(reply) => return Ok(reply),
     };
     let remaining = ctx.deadline.saturating_duration_since(Instant::now());
     if remaining.is_zero() {
@@ -477,54 +464,76 @@ async fn tools_call(
                     return Ok(reply);
                 }
             }
-            // A tool no loaded plugin can run is the deployment's choice, not a fault.
-            let no_handler = matches!(failure, InvokeFailure::Call(CallError::NoHandler));
-            let (host, cause) = match failure {
-                // Nothing ran: the store is past its reserve (the operator's log says why).
-                InvokeFailure::Call(e @ CallError::StoreFull(_)) => {
-                    (HostFailure::StoreFull, e.to_string())
-                }
-                InvokeFailure::Call(e) => (HostFailure::Failed, e.to_string()),
-                InvokeFailure::Capacity => (
-                    HostFailure::Capacity,
-                    "all execution slots stayed busy".to_owned(),
-                ),
-                InvokeFailure::Busy => (
-                    HostFailure::Busy,
-                    "an earlier call of this episode is still running (queue full, or it outlasted this call's deadline); nothing ran".to_owned(),
-                ),
-                InvokeFailure::TimedOut => (
-                    HostFailure::TimedOut,
-                    "the handler overran its deadline (its outcome is journaled when it returns; the call is not committed), or the POST deadline passed (the call may still commit)"
-                        .to_owned(),
-                ),
-                InvokeFailure::Canceled => (
-                    HostFailure::Canceled,
-                    "the invocation task was canceled or panicked".to_owned(),
-                ),
-            };
-            // The wire carries only the fixed message; the operator gets the cause, including
-            // the effect record refs of an EffectsUnrecorded failure.
-            match host {
-                // Load and slow calls are operational, not faults.
-                // Capacity refusals are counted in /v1/metrics; a log line each would flood
-                // stderr exactly when the daemon is busiest.
-                HostFailure::Capacity | HostFailure::Busy | HostFailure::StoreFull => {
-                    tracing::debug!(%episode, %tool, rpc_id = %id, "mcp tools/call: {}: {cause}", host.message())
-                }
-                HostFailure::Failed if no_handler => {
-                    tracing::warn!(%episode, %tool, rpc_id = %id, "mcp tools/call: {}: {cause}", host.message())
-                }
-                HostFailure::TimedOut => {
-                    tracing::warn!(%episode, %tool, rpc_id = %id, "mcp tools/call: {}: {cause}", host.message())
-                }
-                HostFailure::Failed | HostFailure::Canceled => {
-                    tracing::error!(%episode, %tool, rpc_id = %id, "mcp tools/call: {}: {cause}", host.message())
-                }
-            }
-            Err(host)
+            Err(host_failure(episode, tool, id, failure))
         }
     }
+}
+
+/// The tool this session may call under the MCP name `name`, or the protocol error that
+/// answers the call instead. Admission is fresh: having listed a tool earlier conveys nothing.
+async fn tool_named(
+    ctx: &Ctx<'_>,
+    id: &Value,
+    name: &str,
+) -> Result<Result<RegistryEntry, Reply>, HostFailure> {
+    let entries = match surface(ctx).await? {
+        Ok(entries) => entries,
+        Err(refusal) => return Ok(Err(Reply::error(id, INTERNAL_ERROR, refusal))),
+    };
+    // Matching on the escaped name (not on an unescaped id) means a name that is not a valid
+    // escape simply names no tool.
+    Ok(entries
+        .into_iter()
+        .find(|e| tools::mcp_name(&e.transition.id) == name)
+        .ok_or_else(|| Reply::error(id, INVALID_PARAMS, format!("unknown tool {}", quote(name)))))
+}
+
+/// The envelope that answers a call the host failed. The wire carries only its fixed message;
+/// the operator's log gets the cause, including the effect record refs of an
+/// EffectsUnrecorded failure.
+fn host_failure(episode: &str, tool: &str, id: &Value, failure: InvokeFailure) -> HostFailure {
+    // A tool no loaded plugin can run is the deployment's choice, not a fault.
+    let no_handler = matches!(failure, InvokeFailure::Call(CallError::NoHandler));
+    let (host, cause) = match failure {
+        // Nothing ran: the store is past its reserve (the operator's log says why).
+        InvokeFailure::Call(e @ CallError::StoreFull(_)) => (HostFailure::StoreFull, e.to_string()),
+        InvokeFailure::Call(e) => (HostFailure::Failed, e.to_string()),
+        InvokeFailure::Capacity => (
+            HostFailure::Capacity,
+            "all execution slots stayed busy".to_owned(),
+        ),
+        InvokeFailure::Busy => (
+            HostFailure::Busy,
+            "an earlier call of this episode is still running (queue full, or it outlasted this call's deadline); nothing ran".to_owned(),
+        ),
+        InvokeFailure::TimedOut => (
+            HostFailure::TimedOut,
+            "the handler overran its deadline (its outcome is journaled when it returns; the call is not committed), or the POST deadline passed (the call may still commit)"
+                .to_owned(),
+        ),
+        InvokeFailure::Canceled => (
+            HostFailure::Canceled,
+            "the invocation task was canceled or panicked".to_owned(),
+        ),
+    };
+    match host {
+        // Load and slow calls are operational, not faults.
+        // Capacity refusals are counted in /v1/metrics; a log line each would flood
+        // stderr exactly when the daemon is busiest.
+        HostFailure::Capacity | HostFailure::Busy | HostFailure::StoreFull => {
+            tracing::debug!(%episode, %tool, rpc_id = %id, "mcp tools/call: {}: {cause}", host.message())
+        }
+        HostFailure::Failed if no_handler => {
+            tracing::warn!(%episode, %tool, rpc_id = %id, "mcp tools/call: {}: {cause}", host.message())
+        }
+        HostFailure::TimedOut => {
+            tracing::warn!(%episode, %tool, rpc_id = %id, "mcp tools/call: {}: {cause}", host.message())
+        }
+        HostFailure::Failed | HostFailure::Canceled => {
+            tracing::error!(%episode, %tool, rpc_id = %id, "mcp tools/call: {}: {cause}", host.message())
+        }
+    }
+    host
 }
 
 /// The named errors of a keyed call, for the coordinator outcomes only a key can have;
