@@ -30,7 +30,7 @@ use super::{Link, Report};
 use crate::broker::{self, EffectRecord};
 use crate::canon;
 use crate::commit::COORDINATOR_NAMESPACES;
-use crate::journal::OutcomeStatus;
+use crate::journal::{JournalState, OutcomeStatus};
 use crate::log::{self, Entry, World};
 use crate::object::{sid, Ref};
 use crate::plan::Plan;
@@ -137,6 +137,105 @@ struct Claim<'a> {
 struct EffectRow {
     reference: Option<Ref>,
     record: Result<EffectRecord, String>,
+}
+
+/// An invocation id, and its parts.
+#[derive(Clone, Copy)]
+struct Invocation<'r> {
+    id: &'r str,
+    surface: &'r str,
+    episode: &'r str,
+    task_id: &'r str,
+}
+
+/// Where and with what the entry committed its invocation.
+struct Committed {
+    index: u64,
+    output: Ref,
+    world_ref: Ref,
+}
+
+/// The invocation the record names: an id in a surface's namespace, of the record's episode,
+/// and of MCP when the entry's writer is the legacy MCP writer.
+fn invocation_of<'r>(
+    entry: &Entry,
+    record: &'r RecordFields<'_>,
+) -> Result<Invocation<'r>, String> {
+    let id = record
+        .invocation_id
+        .as_deref()
+        .ok_or("invocationId is missing")?;
+    let (surface, episode, task_id) = task::split_invocation_id(id)
+        .ok_or_else(|| format!("invocation id {id} is not <surface>:<episode>:<task>"))?;
+    if !coordinator_namespace(id) {
+        return Err(format!(
+            "invocation id {id} is in no surface's namespace (a2a: or mcp:)"
+        ));
+    }
+    if entry.header.written_by == log::LEGACY_MCP_WRITER && surface != "mcp" {
+        return Err(format!(
+            "writtenBy {} names MCP but the invocation is {id}",
+            log::LEGACY_MCP_WRITER
+        ));
+    }
+    if record.episode_id.as_deref() != Some(episode) {
+        return Err(format!(
+            "the record's episode {} is not the invocation id's ({episode})",
+            record.episode_id.as_deref().unwrap_or("?")
+        ));
+    }
+    Ok(Invocation {
+        id,
+        surface,
+        episode,
+        task_id,
+    })
+}
+
+/// The journal's intent and outcome for effect e`n` of the record, which ran.
+fn journal_of_effect(
+    invocation: &Invocation<'_>,
+    n: usize,
+    reference: Option<Ref>,
+    rec: &EffectRecord,
+    j: &JournalState,
+) -> Result<String, String> {
+    let Invocation { id, episode, .. } = *invocation;
+    let intent = &j.intent;
+    if intent.episode != episode
+        || intent.effect != rec.effect
+        || intent.scope != rec.scope
+        || intent.cost != rec.cost
+        || intent.request_ref != rec.request_ref
+    {
+        return Err(format!(
+            "the journal's intent for {id} is not effect e{n} of this record"
+        ));
+    }
+    let expected: &[OutcomeStatus] = if rec.failed {
+        &[OutcomeStatus::Failed, OutcomeStatus::Indeterminate]
+    } else {
+        &[OutcomeStatus::Succeeded]
+    };
+    let status = j.status.filter(|s| expected.contains(s)).ok_or_else(|| {
+        format!(
+            "the journal's outcome of {id} ({}) is not how effect e{n} ended",
+            j.status
+                .map_or("none".into(), |s| format!("{s:?}").to_lowercase())
+        )
+    })?;
+    if j.result_ref != reference {
+        return Err(format!(
+            "the journal's outcome of {id} names another effect record"
+        ));
+    }
+    Ok(format!(
+        "journal: intent e{n} {}@{} cost {}, outcome {}",
+        intent.effect,
+        intent.scope,
+        intent.cost,
+        format!("{status:?}").to_lowercase()
+    ))
 }
 
 /// The invocation record's fields, which must name the entry's transition and interpreter.
@@ -612,29 +711,35 @@ impl<'s, S: Source + ?Sized> Verifier<'s, S> {
         world_ref: Ref,
     ) -> Result<String, String> {
         let index = entry.header.entry_index;
-        let id = record
-            .invocation_id
-            .as_deref()
-            .ok_or("invocationId is missing")?;
-        let (surface, episode, task_id) = task::split_invocation_id(id)
-            .ok_or_else(|| format!("invocation id {id} is not <surface>:<episode>:<task>"))?;
-        if !coordinator_namespace(id) {
-            return Err(format!(
-                "invocation id {id} is in no surface's namespace (a2a: or mcp:)"
-            ));
-        }
-        if entry.header.written_by == log::LEGACY_MCP_WRITER && surface != "mcp" {
-            return Err(format!(
-                "writtenBy {} names MCP but the invocation is {id}",
-                log::LEGACY_MCP_WRITER
-            ));
-        }
-        if record.episode_id.as_deref() != Some(episode) {
-            return Err(format!(
-                "the record's episode {} is not the invocation id's ({episode})",
-                record.episode_id.as_deref().unwrap_or("?")
-            ));
-        }
+        let invocation = invocation_of(entry, record)?;
+        let id = invocation.id;
+        let committed = Committed {
+            index,
+            output,
+            world_ref,
+        };
+        self.task_state_agrees(&invocation, record, effects, &committed)?;
+        let journaled = self.journaled(&invocation, effects)?;
+        Ok(format!(
+            "{id}: committed at #{index} (task state); {journaled}"
+        ))
+    }
+
+    /// The coordinator's task state of the invocation names this entry, and agrees with it on
+    /// everything it records.
+    fn task_state_agrees(
+        &self,
+        invocation: &Invocation<'_>,
+        record: &RecordFields<'_>,
+        effects: &[EffectRow],
+        committed: &Committed,
+    ) -> Result<(), String> {
+        let Invocation {
+            id,
+            surface,
+            episode,
+            task_id,
+        } = *invocation;
         let state = self
             .src
             .task(episode, &format!("{surface}:{task_id}"))
@@ -655,18 +760,18 @@ impl<'s, S: Source + ?Sized> Verifier<'s, S> {
         if ref_field(&record.input, "input").ok() != Some(state.input_ref) {
             differ.push("input");
         }
-        if state.output_ref != Some(output) {
+        if state.output_ref != Some(committed.output) {
             differ.push("output");
         }
-        if state.world_ref != Some(world_ref) {
+        if state.world_ref != Some(committed.world_ref) {
             differ.push("world");
         }
         let listed: Vec<Option<Ref>> = effects.iter().map(|e| e.reference).collect();
-        let committed: Vec<Option<Ref>> = state.effect_records.iter().copied().map(Some).collect();
-        if listed != committed {
+        let recorded: Vec<Option<Ref>> = state.effect_records.iter().copied().map(Some).collect();
+        if listed != recorded {
             differ.push("effects");
         }
-        if state.entry_index != Some(index) {
+        if state.entry_index != Some(committed.index) {
             return Err(format!(
                 "the coordinator committed {id} at entry {}, not at this one",
                 state
@@ -680,7 +785,17 @@ impl<'s, S: Source + ?Sized> Verifier<'s, S> {
                 differ.join(", ")
             ));
         }
+        Ok(())
+    }
 
+    /// The journal holds an intent and outcome exactly for the one effect of the record that
+    /// ran, or nothing when none ran.
+    fn journaled(
+        &self,
+        invocation: &Invocation<'_>,
+        effects: &[EffectRow],
+    ) -> Result<String, String> {
+        let id = invocation.id;
         let journal = self
             .src
             .journal(id)
@@ -695,67 +810,23 @@ impl<'s, S: Source + ?Sized> Verifier<'s, S> {
                 ran.push((i, row.reference, rec));
             }
         }
-        let journaled = match (ran.as_slice(), journal) {
-            ([], None) => "nothing journaled (no effect ran)".to_string(),
-            ([], Some(_)) => {
-                return Err(format!(
-                    "the journal has an intent for {id}, but no effect of this record ran"
-                ))
-            }
+        match (ran.as_slice(), journal) {
+            ([], None) => Ok("nothing journaled (no effect ran)".to_string()),
+            ([], Some(_)) => Err(format!(
+                "the journal has an intent for {id}, but no effect of this record ran"
+            )),
             ([(i, reference, rec)], Some(j)) => {
-                let n = i + 1;
-                let intent = &j.intent;
-                if intent.episode != episode
-                    || intent.effect != rec.effect
-                    || intent.scope != rec.scope
-                    || intent.cost != rec.cost
-                    || intent.request_ref != rec.request_ref
-                {
-                    return Err(format!(
-                        "the journal's intent for {id} is not effect e{n} of this record"
-                    ));
-                }
-                let expected: &[OutcomeStatus] = if rec.failed {
-                    &[OutcomeStatus::Failed, OutcomeStatus::Indeterminate]
-                } else {
-                    &[OutcomeStatus::Succeeded]
-                };
-                let status = j.status.filter(|s| expected.contains(s)).ok_or_else(|| {
-                    format!(
-                        "the journal's outcome of {id} ({}) is not how effect e{n} ended",
-                        j.status
-                            .map_or("none".into(), |s| format!("{s:?}").to_lowercase())
-                    )
-                })?;
-                if j.result_ref != *reference {
-                    return Err(format!(
-                        "the journal's outcome of {id} names another effect record"
-                    ));
-                }
-                format!(
-                    "journal: intent e{n} {}@{} cost {}, outcome {}",
-                    intent.effect,
-                    intent.scope,
-                    intent.cost,
-                    format!("{status:?}").to_lowercase()
-                )
+                journal_of_effect(invocation, i + 1, *reference, rec, &j)
             }
-            ([(i, _, _)], None) => {
-                return Err(format!(
-                    "effect e{} ran but the journal has no intent for {id}",
-                    i + 1
-                ))
-            }
-            (_, _) => {
-                return Err(format!(
-                    "{} effects ran; an invocation journals one",
-                    ran.len()
-                ))
-            }
-        };
-        Ok(format!(
-            "{id}: committed at #{index} (task state); {journaled}"
-        ))
+            ([(i, _, _)], None) => Err(format!(
+                "effect e{} ran but the journal has no intent for {id}",
+                i + 1
+            )),
+            (_, _) => Err(format!(
+                "{} effects ran; an invocation journals one",
+                ran.len()
+            )),
+        }
     }
 
     /// The stored plan must be what this build's interpreter plans for the stored input.
