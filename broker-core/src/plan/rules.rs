@@ -274,33 +274,8 @@ pub(super) fn parse_rules(
         let f = format!("{field}[{i}]");
         let m = object(item, &f, "a rule object {\"rule\": …}")?;
         let kind = string_field(m, "rule", &f)?;
-        let applicable: &[&str] = if in_item {
-            &ITEM_RULES
-        } else {
-            ty.rule_names()
-        };
-        let context = if in_item {
-            "inside \"each\"".to_string()
-        } else {
-            format!("for a {} argument", ty.name())
-        };
-        if !applicable.contains(&kind) {
-            let listed = if applicable.is_empty() {
-                "none".to_string()
-            } else {
-                applicable.join(", ")
-            };
-            let what = if ALL_RULES.contains(&kind) {
-                format!("is \"{kind}\", which does not apply {context} (rules {context}: {listed})")
-            } else {
-                format!(
-                    "is \"{}\", which {LANGUAGE_ID} does not define (rules {context}: {listed})",
-                    escape_for_message(kind)
-                )
-            };
-            return bad(&format!("{f}.rule"), what);
-        }
-        match kind {
+        applies(kind, ty, in_item, &f)?;
+        let rule = match kind {
             "relative-path" | "path-glob" | "max-bytes" | "min-bytes" | "no-nul" | "json"
             | "one-of" | "unique" => {
                 if kind == "path-glob" && !seen_relative_path {
@@ -312,98 +287,12 @@ pub(super) fn parse_rules(
                 if kind == "relative-path" {
                     seen_relative_path = true;
                 }
-                out.push(Rule::Str(parse_str_rule(m, kind, in_item, &f)?));
+                Rule::Str(parse_str_rule(m, kind, in_item, &f)?)
             }
-            "max-items" | "min-items" => {
-                only_keys(m, &["rule", "limit", "message"], &f)?;
-                let limit = u64_field(m, "limit", &f)?;
-                let (check, default) = if kind == "max-items" {
-                    (
-                        ArrayCheck::MaxItems(limit),
-                        "argument \"{argument}\" has {actual} items; the limit is {limit}",
-                    )
-                } else {
-                    (
-                        ArrayCheck::MinItems(limit),
-                        "argument \"{argument}\" has {actual} items; it must have at least {limit}",
-                    )
-                };
-                let message = message_field(
-                    m,
-                    default,
-                    &[Var::Tool, Var::Argument, Var::Actual, Var::Limit],
-                    &f,
-                )?;
-                out.push(Rule::Array { check, message });
-            }
-            "exclusive" => {
-                only_keys(m, &["rule", "values", "message"], &f)?;
-                let values = string_list(m, "values", &f, 2)?;
-                let message = message_field(
-                    m,
-                    "{argument} names both {first} and {second}; at most one of them is allowed",
-                    &[
-                        Var::Tool,
-                        Var::Argument,
-                        Var::First,
-                        Var::Second,
-                        Var::Allowed,
-                    ],
-                    &f,
-                )?;
-                out.push(Rule::Array {
-                    check: ArrayCheck::Exclusive(values),
-                    message,
-                });
-            }
-            "each" => {
-                only_keys(m, &["rule", "item", "rules"], &f)?;
-                let item = match m.get("item") {
-                    None => None,
-                    Some(Value::String(s)) if !s.trim().is_empty() => Some(s.clone()),
-                    Some(_) => return bad(&format!("{f}.item"), "must be a non-empty string"),
-                };
-                let rules = match m.get("rules") {
-                    Some(Value::Array(rs)) => parse_rules(rs, ty, &format!("{f}.rules"), true)?,
-                    None => return bad(&format!("{f}.rules"), "is missing"),
-                    Some(_) => return bad(&format!("{f}.rules"), "must be an array of rules"),
-                };
-                let rules = rules
-                    .into_iter()
-                    .filter_map(|r| match r {
-                        Rule::Str(s) => Some(s),
-                        _ => None,
-                    })
-                    .collect();
-                // An empty phrase means the default, `an item of "<argument>"`, built at
-                // evaluation time.
-                out.push(Rule::Each {
-                    item: item.unwrap_or_default(),
-                    rules,
-                });
-            }
-            "min-value" | "max-value" => {
-                only_keys(m, &["rule", "limit", "message"], &f)?;
-                let limit = i64_field(m, "limit", &f)?;
-                let (check, default) = if kind == "min-value" {
-                    (
-                        IntCheck::Min(limit),
-                        "argument \"{argument}\" is {actual}; it must be at least {limit}",
-                    )
-                } else {
-                    (
-                        IntCheck::Max(limit),
-                        "argument \"{argument}\" is {actual}; the limit is {limit}",
-                    )
-                };
-                let message = message_field(
-                    m,
-                    default,
-                    &[Var::Tool, Var::Argument, Var::Actual, Var::Limit],
-                    &f,
-                )?;
-                out.push(Rule::Int { check, message });
-            }
+            "max-items" | "min-items" => item_count_rule(m, kind, &f)?,
+            "exclusive" => exclusive_rule(m, &f)?,
+            "each" => each_rule(m, ty, &f)?,
+            "min-value" | "max-value" => value_rule(m, kind, &f)?,
             _ => {
                 return bad(
                     &format!("{f}.rule"),
@@ -413,9 +302,139 @@ pub(super) fn parse_rules(
                     ),
                 )
             }
-        }
+        };
+        out.push(rule);
     }
     Ok(out)
+}
+
+/// Whether rule `kind` applies to an argument of type `ty` (or to an item of `each`); the
+/// error lists the rules that do.
+fn applies(kind: &str, ty: ArgType, in_item: bool, f: &str) -> SpecResult<()> {
+    let applicable: &[&str] = if in_item {
+        &ITEM_RULES
+    } else {
+        ty.rule_names()
+    };
+    if applicable.contains(&kind) {
+        return Ok(());
+    }
+    let context = if in_item {
+        "inside \"each\"".to_string()
+    } else {
+        format!("for a {} argument", ty.name())
+    };
+    let listed = if applicable.is_empty() {
+        "none".to_string()
+    } else {
+        applicable.join(", ")
+    };
+    let what = if ALL_RULES.contains(&kind) {
+        format!("is \"{kind}\", which does not apply {context} (rules {context}: {listed})")
+    } else {
+        format!(
+            "is \"{}\", which {LANGUAGE_ID} does not define (rules {context}: {listed})",
+            escape_for_message(kind)
+        )
+    };
+    bad(&format!("{f}.rule"), what)
+}
+
+/// `max-items` / `min-items`: an array's length against a limit.
+fn item_count_rule(m: &Map<String, Value>, kind: &str, f: &str) -> SpecResult<Rule> {
+    only_keys(m, &["rule", "limit", "message"], f)?;
+    let limit = u64_field(m, "limit", f)?;
+    let (check, default) = if kind == "max-items" {
+        (
+            ArrayCheck::MaxItems(limit),
+            "argument \"{argument}\" has {actual} items; the limit is {limit}",
+        )
+    } else {
+        (
+            ArrayCheck::MinItems(limit),
+            "argument \"{argument}\" has {actual} items; it must have at least {limit}",
+        )
+    };
+    let message = message_field(
+        m,
+        default,
+        &[Var::Tool, Var::Argument, Var::Actual, Var::Limit],
+        f,
+    )?;
+    Ok(Rule::Array { check, message })
+}
+
+/// `exclusive`: at most one of the listed values in an array.
+fn exclusive_rule(m: &Map<String, Value>, f: &str) -> SpecResult<Rule> {
+    only_keys(m, &["rule", "values", "message"], f)?;
+    let values = string_list(m, "values", f, 2)?;
+    let message = message_field(
+        m,
+        "{argument} names both {first} and {second}; at most one of them is allowed",
+        &[
+            Var::Tool,
+            Var::Argument,
+            Var::First,
+            Var::Second,
+            Var::Allowed,
+        ],
+        f,
+    )?;
+    Ok(Rule::Array {
+        check: ArrayCheck::Exclusive(values),
+        message,
+    })
+}
+
+/// `each`: string rules applied to every item of an array.
+fn each_rule(m: &Map<String, Value>, ty: ArgType, f: &str) -> SpecResult<Rule> {
+    only_keys(m, &["rule", "item", "rules"], f)?;
+    let item = match m.get("item") {
+        None => None,
+        Some(Value::String(s)) if !s.trim().is_empty() => Some(s.clone()),
+        Some(_) => return bad(&format!("{f}.item"), "must be a non-empty string"),
+    };
+    let rules = match m.get("rules") {
+        Some(Value::Array(rs)) => parse_rules(rs, ty, &format!("{f}.rules"), true)?,
+        None => return bad(&format!("{f}.rules"), "is missing"),
+        Some(_) => return bad(&format!("{f}.rules"), "must be an array of rules"),
+    };
+    let rules = rules
+        .into_iter()
+        .filter_map(|r| match r {
+            Rule::Str(s) => Some(s),
+            _ => None,
+        })
+        .collect();
+    // An empty phrase means the default, `an item of "<argument>"`, built at evaluation time.
+    Ok(Rule::Each {
+        item: item.unwrap_or_default(),
+        rules,
+    })
+}
+
+/// `min-value` / `max-value`: an integer against a limit.
+fn value_rule(m: &Map<String, Value>, kind: &str, f: &str) -> SpecResult<Rule> {
+    only_keys(m, &["rule", "limit", "message"], f)?;
+    let limit = i64_field(m, "limit", f)?;
+    let (check, default) = if kind == "min-value" {
+        (
+            IntCheck::Min(limit),
+            "argument \"{argument}\" is {actual}; it must be at least {limit}",
+        )
+    } else {
+        (
+            IntCheck::Max(limit),
+            "argument \"{argument}\" is {actual}; the limit is {limit}",
+        )
+    };
+    let message = message_field(
+        m,
+        default,
+        &[Var::Tool, Var::Argument, Var::Actual, Var::Limit],
+        f,
+    )?;
+    Ok(Rule::Int { check, message })
 }
 
 pub(super) fn parse_str_rule(
