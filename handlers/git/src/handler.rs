@@ -10,7 +10,7 @@ use cap_std::fs::Dir;
 use handler_kit::output::errno_text;
 use handler_kit::output::Stamp;
 use handler_kit::protect::git_component;
-use handler_kit::request::{check, Quote, Rules};
+use handler_kit::request::{check, Checked, Quote, Rules};
 use handler_kit::serde_json::{json, Map, Value};
 use handler_kit::{EffectHandler, Host, LogLevel, Outcome, Request};
 
@@ -689,154 +689,194 @@ impl GitHandler {
     }
 }
 
+/// The effect asked for, when it is the one this plugin handles.
+fn handled_effect(request: &Request) -> Step<&str> {
+    let effect = request.effect.as_str();
+    if effect != COMMIT {
+        return Err(Outcome::failed(format!(
+            "broker: the git plugin does not handle effect \"{effect}\""
+        )));
+    }
+    Ok(effect)
+}
+
+/// The payload's `paths` as given (`None`: absent), when it is an array of strings.
+fn requested_paths<'r>(checked: &Checked<'r>) -> Step<Option<Vec<&'r str>>> {
+    let effect = checked.effect;
+    let not_strings = || {
+        Outcome::failed(format!(
+            "broker: {effect} refused: payload key \"paths\" of op \"commit\" must be an array of strings"
+        ))
+    };
+    match checked.payload.get("paths") {
+        None => Ok(None),
+        Some(Value::Array(items)) => items
+            .iter()
+            .map(Value::as_str)
+            .collect::<Option<Vec<&str>>>()
+            .map(Some)
+            .ok_or_else(not_strings),
+        Some(_) => Err(not_strings()),
+    }
+}
+
+/// The worktree with symbolic links resolved.
+fn resolved_worktree(effect: &str, worktree: &str) -> Step<PathBuf> {
+    std::fs::canonicalize(worktree).map_err(|e| {
+        Outcome::failed(format!(
+            "broker: {effect} failed: the episode's worktree cannot be resolved: {}",
+            errno_text(&e)
+        ))
+    })
+}
+
+impl TimeLimit {
+    /// The time the job may take, whichever bound set it.
+    fn budget(self) -> Duration {
+        let (TimeLimit::Plugin(budget) | TimeLimit::Daemon(budget)) = self;
+        budget
+    }
+}
+
+impl GitHandler {
+    /// The job a request asks for, step by step; each step may end it early with its outcome.
+    fn job<'r>(&self, request: &'r Request, started: Instant) -> Step<Job<'r>> {
+        let effect = handled_effect(request)?;
+        let checked = check(request, &RULES)?;
+        checked.only_keys(&KNOWN_KEYS)?;
+        let worktree = checked.worktree()?;
+        let message = checked.string("message")?;
+        let paths = requested_paths(&checked)?;
+        // The handler's own rules (the plan checks them too; never trusted).
+        self.check_message(message)?;
+        let paths = self.worktree_paths(&checked, worktree, paths)?;
+        // git reports its top level with symbolic links resolved: compare
+        // and stop repository discovery on the resolved path.
+        let worktree = resolved_worktree(effect, worktree)?;
+        let ceiling = worktree.parent().map(Path::to_path_buf);
+        let limit = self.time_limit(request.deadline_ms);
+        Ok(Job {
+            worktree,
+            ceiling,
+            message,
+            paths,
+            deadline: started + limit.budget(),
+            limit,
+        })
+    }
+
+    /// The commit message: not blank, not too long, no NUL byte.
+    fn check_message(&self, message: &str) -> Step<()> {
+        if message.trim().is_empty() {
+            return Err(self.refuse("commit: the message is empty; a commit needs a message"));
+        }
+        if message.len() > MAX_MESSAGE_BYTES {
+            return Err(self.refuse(format!(
+                "commit: the message is {} bytes; the limit is {MAX_MESSAGE_BYTES}",
+                message.len()
+            )));
+        }
+        if message.contains('\0') {
+            return Err(self.refuse("commit: the message contains a NUL byte"));
+        }
+        Ok(())
+    }
+
+    /// The paths to commit (`None`: every change), each checked against the worktree opened
+    /// as a capability; the worktree must open even when no paths are given.
+    fn worktree_paths(
+        &self,
+        checked: &Checked<'_>,
+        worktree: &str,
+        paths: Option<Vec<&str>>,
+    ) -> Step<Option<Vec<String>>> {
+        let root = Dir::open_ambient_dir(worktree, ambient_authority())
+            .map_err(|e| checked.worktree_unopenable(&e))?;
+        paths
+            .map(|paths| self.checked_paths(&root, &paths))
+            .transpose()
+    }
+
+    /// The `paths` of a commit: some, not too many, each one checked; duplicates once.
+    fn checked_paths(&self, root: &Dir, paths: &[&str]) -> Step<Vec<String>> {
+        if paths.is_empty() {
+            return Err(
+                self.refuse("commit: \"paths\" names no path; omit it to commit every change")
+            );
+        }
+        if paths.len() > MAX_PATHS {
+            return Err(self.refuse(format!(
+                "commit: \"paths\" has {} items; the limit is {MAX_PATHS}",
+                paths.len()
+            )));
+        }
+        let mut list = Vec::with_capacity(paths.len());
+        for path in paths {
+            let joined = self.checked_path(root, path)?;
+            if !list.contains(&joined) {
+                list.push(joined);
+            }
+        }
+        Ok(list)
+    }
+
+    /// One path, normalised (`.` for the worktree itself): not empty, no NUL byte, not too
+    /// long, inside the worktree, not git's own data, no symbolic link on the way.
+    fn checked_path(&self, root: &Dir, path: &str) -> Step<String> {
+        if path.is_empty() {
+            return Err(self.refuse("commit: a path is empty"));
+        }
+        if path.contains('\0') {
+            return Err(self.refuse(format!(
+                "commit {}: the path contains a NUL byte",
+                path.replace('\0', "\\0")
+            )));
+        }
+        if path.len() > MAX_PATH_BYTES {
+            return Err(self.refuse(format!(
+                "commit: a path is {} bytes; the limit is {MAX_PATH_BYTES}",
+                path.len()
+            )));
+        }
+        let parts = normalise(path).map_err(|refusal| self.refuse(refusal))?;
+        if let Some(named) = git_component(&parts.join("/")) {
+            return Err(self.refuse(if named == ".git" {
+                format!("commit {path}: .git/ is git's own data, not worktree content")
+            } else {
+                format!(
+                    "commit {path}: \"{named}\" is named like .git (names are compared after NFKC and case folding); git-commit never commits git's own data or another repository"
+                )
+            }));
+        }
+        check_components(root, path, &parts).map_err(|refusal| self.refuse(refusal))?;
+        Ok(if parts.is_empty() {
+            ".".to_string()
+        } else {
+            parts.join("/")
+        })
+    }
+
+    /// The plugin's `timeoutMs`, or the daemon's deadline for the call (`0`: none) less
+    /// [`DEADLINE_MARGIN`] when that is shorter.
+    fn time_limit(&self, deadline_ms: u64) -> TimeLimit {
+        let plugin = Duration::from_millis(self.policy.timeout_ms);
+        if deadline_ms > 0 {
+            let daemon = Duration::from_millis(deadline_ms).saturating_sub(DEADLINE_MARGIN);
+            if daemon < plugin {
+                return TimeLimit::Daemon(daemon);
+            }
+        }
+        TimeLimit::Plugin(plugin)
+    }
+}
+
 impl EffectHandler for GitHandler {
     fn execute(&self, request: Request) -> Outcome {
         let started = Instant::now();
-        let effect = request.effect.as_str();
-        if effect != COMMIT {
-            return Outcome::failed(format!(
-                "broker: the git plugin does not handle effect \"{effect}\""
-            ));
+        match self.job(&request, started) {
+            Ok(job) => self.commit(job),
+            Err(ended) => ended,
         }
-        let checked = match check(&request, &RULES) {
-            Ok(checked) => checked,
-            Err(outcome) => return outcome,
-        };
-        if let Err(outcome) = checked.only_keys(&KNOWN_KEYS) {
-            return outcome;
-        }
-        let worktree = match checked.worktree() {
-            Ok(w) => w,
-            Err(outcome) => return outcome,
-        };
-        let message = match checked.string("message") {
-            Ok(m) => m,
-            Err(outcome) => return outcome,
-        };
-        let payload = checked.payload;
-        let paths: Option<Vec<&str>> = match payload.get("paths") {
-            None => None,
-            Some(Value::Array(items)) => {
-                let strings: Option<Vec<&str>> = items.iter().map(Value::as_str).collect();
-                match strings {
-                    Some(s) => Some(s),
-                    None => {
-                        return Outcome::failed(format!(
-                            "broker: {effect} refused: payload key \"paths\" of op \"commit\" must be an array of strings"
-                        ))
-                    }
-                }
-            }
-            Some(_) => {
-                return Outcome::failed(format!(
-                    "broker: {effect} refused: payload key \"paths\" of op \"commit\" must be an array of strings"
-                ))
-            }
-        };
-
-        // The handler's own rules (the plan checks them too; never trusted).
-        if message.trim().is_empty() {
-            return self.refuse("commit: the message is empty; a commit needs a message");
-        }
-        if message.len() > MAX_MESSAGE_BYTES {
-            return self.refuse(format!(
-                "commit: the message is {} bytes; the limit is {MAX_MESSAGE_BYTES}",
-                message.len()
-            ));
-        }
-        if message.contains('\0') {
-            return self.refuse("commit: the message contains a NUL byte");
-        }
-        let mut normalised: Option<Vec<String>> = None;
-        let root = match Dir::open_ambient_dir(worktree, ambient_authority()) {
-            Ok(d) => d,
-            Err(e) => return checked.worktree_unopenable(&e),
-        };
-        if let Some(paths) = paths {
-            if paths.is_empty() {
-                return self
-                    .refuse("commit: \"paths\" names no path; omit it to commit every change");
-            }
-            if paths.len() > MAX_PATHS {
-                return self.refuse(format!(
-                    "commit: \"paths\" has {} items; the limit is {MAX_PATHS}",
-                    paths.len()
-                ));
-            }
-            let mut list = Vec::with_capacity(paths.len());
-            for path in paths {
-                if path.is_empty() {
-                    return self.refuse("commit: a path is empty");
-                }
-                if path.contains('\0') {
-                    return self.refuse(format!(
-                        "commit {}: the path contains a NUL byte",
-                        path.replace('\0', "\\0")
-                    ));
-                }
-                if path.len() > MAX_PATH_BYTES {
-                    return self.refuse(format!(
-                        "commit: a path is {} bytes; the limit is {MAX_PATH_BYTES}",
-                        path.len()
-                    ));
-                }
-                let parts = match normalise(path) {
-                    Ok(p) => p,
-                    Err(refusal) => return self.refuse(refusal),
-                };
-                if let Some(named) = git_component(&parts.join("/")) {
-                    return self.refuse(if named == ".git" {
-                        format!("commit {path}: .git/ is git's own data, not worktree content")
-                    } else {
-                        format!(
-                            "commit {path}: \"{named}\" is named like .git (names are compared after NFKC and case folding); git-commit never commits git's own data or another repository"
-                        )
-                    });
-                }
-                if let Err(refusal) = check_components(&root, path, &parts) {
-                    return self.refuse(refusal);
-                }
-                let joined = if parts.is_empty() {
-                    ".".to_string()
-                } else {
-                    parts.join("/")
-                };
-                if !list.contains(&joined) {
-                    list.push(joined);
-                }
-            }
-            normalised = Some(list);
-        }
-        drop(root);
-
-        // git reports its top level with symbolic links resolved: compare
-        // and stop repository discovery on the resolved path.
-        let canonical = match std::fs::canonicalize(worktree) {
-            Ok(p) => p,
-            Err(e) => {
-                return Outcome::failed(format!(
-                    "broker: {effect} failed: the episode's worktree cannot be resolved: {}",
-                    errno_text(&e)
-                ))
-            }
-        };
-        let ceiling = canonical.parent().map(Path::to_path_buf);
-        let mut limit = TimeLimit::Plugin(Duration::from_millis(self.policy.timeout_ms));
-        if request.deadline_ms > 0 {
-            let daemon = Duration::from_millis(request.deadline_ms).saturating_sub(DEADLINE_MARGIN);
-            if daemon < Duration::from_millis(self.policy.timeout_ms) {
-                limit = TimeLimit::Daemon(daemon);
-            }
-        }
-        let (TimeLimit::Plugin(budget) | TimeLimit::Daemon(budget)) = limit;
-        self.commit(Job {
-            worktree: canonical,
-            ceiling,
-            message,
-            paths: normalised,
-            deadline: started + budget,
-            limit,
-        })
     }
 }
 
