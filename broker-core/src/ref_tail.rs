@@ -499,7 +499,22 @@ fn merge(w: &mut WriteCtx<'_, '_>, kind: Kind, p: usize, to: u64) -> Result<(), 
         return Ok(());
     }
     let mut keys = match mapped(w, kind, p, from, to)? {
-        Some(keys) => keys,
+        Some(keys) => {
+            // Debug builds (every test run of the store and the daemon) check the map against
+            // the rows it stands for: a key it lacked would leave `refs` for good.
+            #[cfg(debug_assertions)]
+            {
+                let mut from_map = keys.clone();
+                let mut from_rows = scanned(w, kind, p, from, to)?;
+                from_map.sort_unstable();
+                from_rows.sort_unstable();
+                assert_eq!(
+                    from_map, from_rows,
+                    "the tail's map disagrees with the rows of {kind:?} partition {p} from {from} to {to}"
+                );
+            }
+            keys
+        }
         None => scanned(w, kind, p, from, to)?,
     };
     keys.sort_unstable();
