@@ -210,117 +210,166 @@ impl Metrics {
                 );
             }
         }
-        out.push_str("# HELP worldd_denials_total Denials by label (the broker's, and denied:handler).\n# TYPE worldd_denials_total counter\n");
-        if let Ok(denials) = self.inner.denials.lock() {
-            for (label, n) in denials.iter() {
-                let _ = writeln!(out, "worldd_denials_total{{label=\"{label}\"}} {n}");
-            }
-        }
+        by_label(
+            &mut out,
+            "worldd_denials_total",
+            "Denials by label (the broker's, and denied:handler).",
+            "label",
+            &self.inner.denials,
+        );
         out.push_str("# HELP worldd_call_seconds Latency of a whole call (plan, journal, effect, commit).\n# TYPE worldd_call_seconds histogram\n");
         if let Ok(h) = self.inner.latency.lock() {
             h.render(&mut out, "worldd_call_seconds");
         }
         let stats = store.stats();
-        let _ = writeln!(
-            out,
-            "# HELP worldd_commit_batches_total Group commits made by the store writer.\n# TYPE worldd_commit_batches_total counter\nworldd_commit_batches_total {}",
-            stats.batches.load(Ordering::Relaxed)
-        );
-        let _ = writeln!(
-            out,
-            "# HELP worldd_commit_operations_total Operations committed by the store writer.\n# TYPE worldd_commit_operations_total counter\nworldd_commit_operations_total {}",
-            stats.operations.load(Ordering::Relaxed)
-        );
-        let _ = writeln!(
-            out,
-            "# HELP worldd_commit_batch_max Largest group commit so far.\n# TYPE worldd_commit_batch_max gauge\nworldd_commit_batch_max {}",
-            stats.largest_batch.load(Ordering::Relaxed)
-        );
+        let load = |n: &AtomicU64| n.load(Ordering::Relaxed);
         let secs = |n: &AtomicU64| n.load(Ordering::Relaxed) as f64 / 1e9;
-        let _ = writeln!(
-            out,
-            "# HELP worldd_commit_build_seconds_total Store writer time running the operations of its batches.\n# TYPE worldd_commit_build_seconds_total counter\nworldd_commit_build_seconds_total {}",
-            secs(&stats.build_nanos)
+        let inner = &self.inner;
+        let counter = |out: &mut String, name, help, value: &dyn std::fmt::Display| {
+            one(out, name, "counter", help, value)
+        };
+        let gauge = |out: &mut String, name, help, value: &dyn std::fmt::Display| {
+            one(out, name, "gauge", help, value)
+        };
+        counter(
+            &mut out,
+            "worldd_commit_batches_total",
+            "Group commits made by the store writer.",
+            &load(&stats.batches),
         );
-        let _ = writeln!(
-            out,
-            "# HELP worldd_commit_sync_seconds_total Store writer time inside LMDB commits: page writes, data sync and meta sync.\n# TYPE worldd_commit_sync_seconds_total counter\nworldd_commit_sync_seconds_total {}",
-            secs(&stats.commit_nanos)
+        counter(
+            &mut out,
+            "worldd_commit_operations_total",
+            "Operations committed by the store writer.",
+            &load(&stats.operations),
+        );
+        gauge(
+            &mut out,
+            "worldd_commit_batch_max",
+            "Largest group commit so far.",
+            &load(&stats.largest_batch),
+        );
+        counter(
+            &mut out,
+            "worldd_commit_build_seconds_total",
+            "Store writer time running the operations of its batches.",
+            &secs(&stats.build_nanos),
+        );
+        counter(
+            &mut out,
+            "worldd_commit_sync_seconds_total",
+            "Store writer time inside LMDB commits: page writes, data sync and meta sync.",
+            &secs(&stats.commit_nanos),
         );
         render_store_usage(&mut out, &store.usage());
-        let _ = writeln!(
-            out,
-            "# HELP worldd_commit_rebuilt_batches_total Group commits built a second time because one of their operations failed.\n# TYPE worldd_commit_rebuilt_batches_total counter\nworldd_commit_rebuilt_batches_total {}",
-            stats.rebuilt_batches.load(Ordering::Relaxed)
+        counter(
+            &mut out,
+            "worldd_commit_rebuilt_batches_total",
+            "Group commits built a second time because one of their operations failed.",
+            &load(&stats.rebuilt_batches),
         );
-        let _ = writeln!(
-            out,
-            "# HELP worldd_callbacks_rejected_total Calls refused because all host callback slots were busy.\n# TYPE worldd_callbacks_rejected_total counter\nworldd_callbacks_rejected_total {}",
-            self.inner.callbacks_rejected.load(Ordering::Relaxed)
+        counter(
+            &mut out,
+            "worldd_callbacks_rejected_total",
+            "Calls refused because all host callback slots were busy.",
+            &load(&inner.callbacks_rejected),
         );
-        out.push_str("# HELP worldd_admission_refused_total Calls refused by admission, by reason: episode_queue_full, episode_busy, no_execution_slot. Nothing ran.\n# TYPE worldd_admission_refused_total counter\n");
-        if let Ok(m) = self.inner.admission_refused.lock() {
-            for (reason, n) in m.iter() {
-                let _ = writeln!(
-                    out,
-                    "worldd_admission_refused_total{{reason=\"{reason}\"}} {n}"
-                );
-            }
-        }
-        out.push_str("# HELP worldd_limit_trips_total Requests and connections stopped by a limit, by limit.\n# TYPE worldd_limit_trips_total counter\n");
-        if let Ok(m) = self.inner.limit_trips.lock() {
-            for (limit, n) in m.iter() {
-                let _ = writeln!(out, "worldd_limit_trips_total{{limit=\"{limit}\"}} {n}");
-            }
-        }
-        let _ = writeln!(
-            out,
-            "# HELP worldd_body_budget_bytes_held Bytes of request bodies counted against [server] body_budget_bytes now.\n# TYPE worldd_body_budget_bytes_held gauge\nworldd_body_budget_bytes_held {}",
-            self.body_bytes_in_flight()
+        by_label(
+            &mut out,
+            "worldd_admission_refused_total",
+            "Calls refused by admission, by reason: episode_queue_full, episode_busy, no_execution_slot. Nothing ran.",
+            "reason",
+            &inner.admission_refused,
         );
-        let _ = writeln!(
-            out,
-            "# HELP worldd_connections_open Connections open now.\n# TYPE worldd_connections_open gauge\nworldd_connections_open {}",
-            self.inner.connections_open.load(Ordering::Relaxed).max(0)
+        by_label(
+            &mut out,
+            "worldd_limit_trips_total",
+            "Requests and connections stopped by a limit, by limit.",
+            "limit",
+            &inner.limit_trips,
         );
-        let _ = writeln!(
-            out,
-            "# HELP worldd_handler_overruns_total Handlers that overran their deadline (their callers were answered timed out).\n# TYPE worldd_handler_overruns_total counter\nworldd_handler_overruns_total {}",
-            overruns.total()
+        gauge(
+            &mut out,
+            "worldd_body_budget_bytes_held",
+            "Bytes of request bodies counted against [server] body_budget_bytes now.",
+            &self.body_bytes_in_flight(),
         );
-        let _ = writeln!(
-            out,
-            "# HELP worldd_handlers_overrunning Handlers past their deadline that have not returned yet; each keeps its episode busy.\n# TYPE worldd_handlers_overrunning gauge\nworldd_handlers_overrunning {}",
-            overruns.running()
+        gauge(
+            &mut out,
+            "worldd_connections_open",
+            "Connections open now.",
+            &inner.connections_open.load(Ordering::Relaxed).max(0),
         );
-        let _ = writeln!(
-            out,
-            "# HELP worldd_effect_failures_total Effects whose handler failed.\n# TYPE worldd_effect_failures_total counter\nworldd_effect_failures_total {}",
-            self.inner.plugin_failures.load(Ordering::Relaxed)
+        counter(
+            &mut out,
+            "worldd_handler_overruns_total",
+            "Handlers that overran their deadline (their callers were answered timed out).",
+            &overruns.total(),
+        );
+        gauge(
+            &mut out,
+            "worldd_handlers_overrunning",
+            "Handlers past their deadline that have not returned yet; each keeps its episode busy.",
+            &overruns.running(),
+        );
+        counter(
+            &mut out,
+            "worldd_effect_failures_total",
+            "Effects whose handler failed.",
+            &load(&inner.plugin_failures),
         );
         if let Some(anon) = crate::memory::anonymous_bytes() {
-            let _ = writeln!(
-                out,
-                "# HELP worldd_memory_anonymous_bytes The daemon's anonymous resident memory (RssAnon).\n# TYPE worldd_memory_anonymous_bytes gauge\nworldd_memory_anonymous_bytes {anon}"
+            gauge(
+                &mut out,
+                "worldd_memory_anonymous_bytes",
+                "The daemon's anonymous resident memory (RssAnon).",
+                &anon,
             );
         }
-        let _ = writeln!(
-            out,
-            "# HELP worldd_memory_trims_total Times free heap was handed back to the kernel after a burst ([server] memory_trim_ms).\n# TYPE worldd_memory_trims_total counter\nworldd_memory_trims_total {}",
-            self.inner.memory_trims.load(Ordering::Relaxed)
+        counter(
+            &mut out,
+            "worldd_memory_trims_total",
+            "Times free heap was handed back to the kernel after a burst ([server] memory_trim_ms).",
+            &load(&inner.memory_trims),
         );
-        let _ = writeln!(
-            out,
-            "# HELP worldd_memory_trimmed_bytes_total Anonymous memory those trims gave back.\n# TYPE worldd_memory_trimmed_bytes_total counter\nworldd_memory_trimmed_bytes_total {}",
-            self.inner.memory_trimmed_bytes.load(Ordering::Relaxed)
+        counter(
+            &mut out,
+            "worldd_memory_trimmed_bytes_total",
+            "Anonymous memory those trims gave back.",
+            &load(&inner.memory_trimmed_bytes),
         );
-        out.push_str("# HELP worldd_commits_total POST /v1/commit answers: accepted, or refused by reason.\n# TYPE worldd_commits_total counter\n");
-        if let Ok(commits) = self.inner.commits.lock() {
-            for (result, n) in commits.iter() {
-                let _ = writeln!(out, "worldd_commits_total{{result=\"{result}\"}} {n}");
-            }
-        }
+        by_label(
+            &mut out,
+            "worldd_commits_total",
+            "POST /v1/commit answers: accepted, or refused by reason.",
+            "result",
+            &inner.commits,
+        );
         out
+    }
+}
+
+/// A metric of one value: its HELP and TYPE lines, then the value.
+fn one(out: &mut String, name: &str, kind: &str, help: &str, value: &dyn std::fmt::Display) {
+    let _ = writeln!(
+        out,
+        "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {value}"
+    );
+}
+
+/// A counter by one label: its HELP and TYPE lines, then a line per value of the label.
+fn by_label<K: std::fmt::Display>(
+    out: &mut String,
+    name: &str,
+    help: &str,
+    label: &str,
+    counts: &Mutex<BTreeMap<K, u64>>,
+) {
+    let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter");
+    if let Ok(counts) = counts.lock() {
+        for (value, n) in counts.iter() {
+            let _ = writeln!(out, "{name}{{{label}=\"{value}\"}} {n}");
+        }
     }
 }
 
