@@ -242,7 +242,7 @@ async fn a2a(
     let id = req.get("id").cloned().unwrap_or(Value::Null);
     let (method, send) = match sent(&headers, &req, &id) {
         Ok(sent) => sent,
-        Err(answer) => return answer,
+        Err(answer) => return *answer,
     };
     let class = match skill_class(&state, &session, &send.skill_id, &id).await {
         Ok(class) => class,
@@ -319,30 +319,31 @@ async fn received(
     }
 }
 
-/// The method asked for and what it sends, or the JSON-RPC error that answers it.
-fn sent(headers: &HeaderMap, req: &Value, id: &Value) -> Result<(Method, TaskSend), Response> {
+/// The method asked for and what it sends, or the JSON-RPC error that answers it (boxed: a
+/// response is large beside what it stands in for).
+fn sent(headers: &HeaderMap, req: &Value, id: &Value) -> Result<(Method, TaskSend), Box<Response>> {
     if req.get("jsonrpc").and_then(Value::as_str) != Some("2.0") || !req.is_object() {
-        return Err(rpc_error(id, -32600, "invalid JSON-RPC request"));
+        return Err(Box::new(rpc_error(id, -32600, "invalid JSON-RPC request")));
     }
     let method = match req.get("method").and_then(Value::as_str) {
         Some("tasks/send") => Method::TasksSend,
         Some("message/send") => Method::MessageSend,
         Some("SendMessage") => Method::SendMessage,
-        _ => return Err(rpc_error(id, -32601, "method not found")),
+        _ => return Err(Box::new(rpc_error(id, -32601, "method not found"))),
     };
     if method == Method::SendMessage && requested_major(headers) != Some(1) {
         let asked = headers
             .get(VERSION_HEADER)
             .and_then(|v| v.to_str().ok())
             .unwrap_or("0.3");
-        return Err(rpc_error(
+        return Err(Box::new(rpc_error(
             id,
             VERSION_NOT_SUPPORTED,
             format!(
                 "A2A version {} is not supported by SendMessage; send A2A-Version: 1.0 (or use message/send for 0.3)",
                 serde_json::to_string(asked).unwrap_or_default()
             ),
-        ));
+        )));
     }
     let params = req.get("params").unwrap_or(&Value::Null);
     let parsed = match method {
@@ -351,11 +352,11 @@ fn sent(headers: &HeaderMap, req: &Value, id: &Value) -> Result<(Method, TaskSen
     };
     let send = match parsed {
         Some(Ok(s)) => s,
-        Some(Err(r)) => return Err(r),
-        None => return Err(rpc_error(id, -32602, "invalid params")),
+        Some(Err(r)) => return Err(Box::new(r)),
+        None => return Err(Box::new(rpc_error(id, -32602, "invalid params"))),
     };
     if !broker_core::task::valid_task_id(&send.task_id) {
-        return Err(rpc_error(id, -32602, "invalid params"));
+        return Err(Box::new(rpc_error(id, -32602, "invalid params")));
     }
     Ok((method, send))
 }
