@@ -119,243 +119,415 @@ fn run(args: Args) -> Result<(), String> {
     if cfg!(debug_assertions) {
         eprintln!("worldd-bench: warning: this is a debug build of the load generator; run with --release");
     }
-    let workspace = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .ok_or("no workspace root")?
-        .to_path_buf();
-    let exe = std::env::current_exe().map_err(|e| e.to_string())?;
-    let target = exe
-        .parent()
-        .and_then(Path::parent)
-        .ok_or("cannot locate the target directory")?
-        .to_path_buf();
-    let release = target.join("release");
+    let dirs = Dirs::locate()?;
     if !args.no_build {
-        build(&workspace, args.attacks)?;
+        build(&dirs.workspace, args.attacks)?;
     }
     if args.attacks {
-        return run_attacks(&args, &release, &target);
+        return run_attacks(&args, &dirs.release, &dirs.target);
     }
-    let worldd = release.join("worldd");
-    if !worldd.exists() || !release.join("libworldd_workspace.so").exists() {
-        return Err(format!(
-            "{} or libworldd_workspace.so missing: run `cargo build --release -p worldd -p worldd-handler-workspace`",
-            worldd.display()
-        ));
-    }
-
-    let warmup = secs(args.warmup.unwrap_or(if args.quick { 0.3 } else { 2.0 }));
-    let measure = secs(args.seconds.unwrap_or(if args.quick { 1.0 } else { 8.0 }));
-    let fill_calls = args
-        .calls
-        .unwrap_or(if args.quick { 10_000 } else { 100_000 });
-    let backoff = secs(args.backoff_ms / 1000.0);
-    let timed = Stop::Timed { warmup, measure };
-
-    let tmp_root = tmp_root(&args, &target);
-    let run_dir = tmp_root.join(format!("run-{}", std::process::id()));
-    std::fs::create_dir_all(&run_dir).map_err(|e| format!("{}: {e}", run_dir.display()))?;
-    let fs = fs_type(&run_dir);
-    if fs == "tmpfs" {
-        eprintln!(
-            "worldd-bench: warning: {} is on tmpfs; fsync figures mean nothing",
-            run_dir.display()
-        );
-    }
+    let worldd = dirs.built_worldd()?;
+    let settings = Settings::new(&args);
+    let run_dir = RunDir::create(&args, &dirs.target)?;
     if let Some(baseline) = &args.against {
-        return against::run(&args, &worldd, baseline, &run_dir, timed);
+        return against::run(&args, &worldd, baseline, &run_dir.path, settings.timed());
     }
     let load_before = loadavg();
     let started = Instant::now();
-    eprintln!(
-        "worldd-bench: {} ({}), {} CPUs, load {}; {:.1}s warm-up + {:.1}s per row",
-        run_dir.display(),
-        fs,
-        cpus(),
-        load_before,
-        warmup.as_secs_f64(),
-        measure.as_secs_f64()
-    );
+    announce(&run_dir, &load_before, &settings);
 
     // Baseline 1: the raw fsync rate of the disk the stores live on.
     // Probed at the start and again after the request rows: shared disks drift.
-    let probe = if args.quick { secs(1.0) } else { secs(3.0) };
     let mut fsync_samples = Vec::new();
-    let fsync_start = fsync_probe(&run_dir, probe, &mut fsync_samples)?;
-    eprintln!(
-        "  raw fsync: {:.0}/s, p50 {:.3} ms",
-        fsync_start.per_second(),
-        ms(fsync_start.p50_ns)
-    );
+    let fsync_start = fsync_probe_logged(
+        "raw fsync",
+        &run_dir.path,
+        settings.probe,
+        &mut fsync_samples,
+    )?;
+    let mut errors = Vec::new();
+    let rows = measure_request_rows(
+        &args,
+        &worldd,
+        &dirs.release,
+        &run_dir.path,
+        &settings,
+        &mut errors,
+    )?;
+    let disk = Disk::probe_after_rows(&run_dir.path, settings.probe, fsync_start, fsync_samples)?;
+    let floor = read_floor(&rows, disk.fsync.p50_ns);
+    let fill = fill_store(
+        &args,
+        &worldd,
+        &dirs.release,
+        &run_dir.path,
+        &settings,
+        &mut errors,
+    )?;
 
-    // The request rows, on one daemon.
-    let (d, clients) = request_daemon(&args, &worldd, &run_dir.join("main"), &release)?;
-    let mut errors: Vec<(String, usize, String)> = Vec::new();
+    let mut table_rows = rows.clone();
+    table_rows.push(fill.row.clone());
+    let measured = Measured {
+        rows,
+        errors,
+        disk,
+        floor,
+        fill,
+        load_before,
+        load_after: loadavg(),
+        started,
+    };
+    let text = report(&mut table_rows, &measured, &run_dir, &settings);
+    print!("{text}");
+    let _ = std::io::stdout().flush();
+
+    let results = results_json(
+        &args,
+        &dirs.workspace,
+        &table_rows,
+        &measured,
+        &run_dir,
+        &settings,
+    );
+    write_results(&args, &dirs.target, &results)?;
+    run_dir.clean_up(args.keep);
+    if measured.fill.doctor.consistent {
+        Ok(())
+    } else {
+        Err("doctor found the filled store inconsistent".into())
+    }
+}
+
+/// The workspace, its target directory and the release binaries in it.
+struct Dirs {
+    workspace: PathBuf,
+    target: PathBuf,
+    release: PathBuf,
+}
+
+impl Dirs {
+    /// The workspace from this crate's manifest; the target directory from this executable.
+    fn locate() -> Result<Dirs, String> {
+        let workspace = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .parent()
+            .ok_or("no workspace root")?
+            .to_path_buf();
+        let exe = std::env::current_exe().map_err(|e| e.to_string())?;
+        let target = exe
+            .parent()
+            .and_then(Path::parent)
+            .ok_or("cannot locate the target directory")?
+            .to_path_buf();
+        let release = target.join("release");
+        Ok(Dirs {
+            workspace,
+            target,
+            release,
+        })
+    }
+
+    /// The release `worldd`, once it and the workspace plugin are built.
+    fn built_worldd(&self) -> Result<PathBuf, String> {
+        let worldd = self.release.join("worldd");
+        if !worldd.exists() || !self.release.join("libworldd_workspace.so").exists() {
+            return Err(format!(
+                "{} or libworldd_workspace.so missing: run `cargo build --release -p worldd -p worldd-handler-workspace`",
+                worldd.display()
+            ));
+        }
+        Ok(worldd)
+    }
+}
+
+/// How long and how much each part of the run goes, from the flags (`--quick` shortens all).
+struct Settings {
+    warmup: Duration,
+    measure: Duration,
+    fill_calls: u64,
+    backoff: Duration,
+    /// How long each disk probe runs.
+    probe: Duration,
+}
+
+impl Settings {
+    fn new(args: &Args) -> Settings {
+        Settings {
+            warmup: secs(args.warmup.unwrap_or(if args.quick { 0.3 } else { 2.0 })),
+            measure: secs(args.seconds.unwrap_or(if args.quick { 1.0 } else { 8.0 })),
+            fill_calls: args
+                .calls
+                .unwrap_or(if args.quick { 10_000 } else { 100_000 }),
+            backoff: secs(args.backoff_ms / 1000.0),
+            probe: if args.quick { secs(1.0) } else { secs(3.0) },
+        }
+    }
+
+    /// When each request row ends.
+    fn timed(&self) -> Stop {
+        Stop::Timed {
+            warmup: self.warmup,
+            measure: self.measure,
+        }
+    }
+}
+
+/// This run's directory for stores, logs and probes, under the tmp root, and its filesystem.
+struct RunDir {
+    tmp_root: PathBuf,
+    path: PathBuf,
+    fs: String,
+}
+
+impl RunDir {
+    /// Creates `run-<pid>` under the tmp root; warns if it is on tmpfs.
+    fn create(args: &Args, target: &Path) -> Result<RunDir, String> {
+        let tmp_root = tmp_root(args, target);
+        let path = tmp_root.join(format!("run-{}", std::process::id()));
+        std::fs::create_dir_all(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+        let fs = fs_type(&path);
+        if fs == "tmpfs" {
+            eprintln!(
+                "worldd-bench: warning: {} is on tmpfs; fsync figures mean nothing",
+                path.display()
+            );
+        }
+        Ok(RunDir { tmp_root, path, fs })
+    }
+
+    /// Says where it is with `--keep`; removes it otherwise.
+    fn clean_up(&self, keep: bool) {
+        if keep {
+            println!("kept: {}", self.path.display());
+        } else {
+            let _ = std::fs::remove_dir_all(&self.path);
+        }
+    }
+}
+
+/// The run's first line on stderr: where, on what, under what load, for how long per row.
+fn announce(run_dir: &RunDir, load_before: &str, settings: &Settings) {
+    eprintln!(
+        "worldd-bench: {} ({}), {} CPUs, load {}; {:.1}s warm-up + {:.1}s per row",
+        run_dir.path.display(),
+        run_dir.fs,
+        cpus(),
+        load_before,
+        settings.warmup.as_secs_f64(),
+        settings.measure.as_secs_f64()
+    );
+}
+
+/// [`fsync_probe`], its rate and p50 printed after `label`.
+fn fsync_probe_logged(
+    label: &str,
+    dir: &Path,
+    duration: Duration,
+    all: &mut Vec<u64>,
+) -> Result<Summary, String> {
+    let fsync = fsync_probe(dir, duration, all)?;
+    eprintln!(
+        "  {label}: {:.0}/s, p50 {:.3} ms",
+        fsync.per_second(),
+        ms(fsync.p50_ns)
+    );
+    Ok(fsync)
+}
+
+/// The disk's baselines: raw fsync at the start of the run and after the request rows, both
+/// together, and [`PROBE_PAGES`] pages per sync, scattered and adjacent.
+struct Disk {
+    fsync_start: Summary,
+    fsync_end: Summary,
+    /// Every sample of both fsync probes.
+    fsync: Summary,
+    scatter: Summary,
+    adjacent: Summary,
+}
+
+impl Disk {
+    /// The probes after the request rows, joined to `fsync_start` and its `samples`.
+    fn probe_after_rows(
+        dir: &Path,
+        duration: Duration,
+        fsync_start: Summary,
+        mut samples: Vec<u64>,
+    ) -> Result<Disk, String> {
+        let fsync_end = fsync_probe_logged("raw fsync again", dir, duration, &mut samples)?;
+        let (scatter, adjacent) = page_probes(dir, duration)?;
+        eprintln!(
+            "  {PROBE_PAGES} pages + fdatasync: p50 {:.3} ms scattered, {:.3} ms adjacent",
+            ms(scatter.p50_ns),
+            ms(adjacent.p50_ns)
+        );
+        let fsync =
+            Summary::from_latencies(&mut samples, 0, 0, fsync_start.seconds + fsync_end.seconds);
+        Ok(Disk {
+            fsync_start,
+            fsync_end,
+            fsync,
+            scatter,
+            adjacent,
+        })
+    }
+
+    fn scattered_us(&self) -> f64 {
+        page_us(self.scatter.p50_ns, self.fsync.p50_ns)
+    }
+
+    fn adjacent_us(&self) -> f64 {
+        page_us(self.adjacent.p50_ns, self.fsync.p50_ns)
+    }
+}
+
+/// The request rows, on one daemon; each row's first unexpected answer goes to `errors`.
+fn measure_request_rows(
+    args: &Args,
+    worldd: &Path,
+    release: &Path,
+    run_dir: &Path,
+    settings: &Settings,
+    errors: &mut Vec<(String, usize, String)>,
+) -> Result<Vec<Row>, String> {
+    let (d, clients) = request_daemon(args, worldd, &run_dir.join("main"), release)?;
     let mut ctx = RowCtx {
         d: &d,
-        stop: timed,
-        backoff,
-        probe_dir: &run_dir,
-        errors: &mut errors,
+        stop: settings.timed(),
+        backoff: settings.backoff,
+        probe_dir: run_dir,
+        errors,
     };
-    let rows = request_rows(&mut ctx, &clients, &args);
+    let rows = request_rows(&mut ctx, &clients, args);
     d.stop()?;
+    Ok(rows)
+}
 
-    let fsync_end = fsync_probe(&run_dir, probe, &mut fsync_samples)?;
-    eprintln!(
-        "  raw fsync again: {:.0}/s, p50 {:.3} ms",
-        fsync_end.per_second(),
-        ms(fsync_end.p50_ns)
-    );
-    let (scatter, adjacent) = page_probes(&run_dir, probe)?;
-    eprintln!(
-        "  {PROBE_PAGES} pages + fdatasync: p50 {:.3} ms scattered, {:.3} ms adjacent",
-        ms(scatter.p50_ns),
-        ms(adjacent.p50_ns)
-    );
-    let fsync = Summary::from_latencies(
-        &mut fsync_samples,
-        0,
-        0,
-        fsync_start.seconds + fsync_end.seconds,
-    );
-
-    // The 1-episode read against its floor: health p50 + 2 fsyncs (intent and outcome).
-    let floor = row_at(&rows, "health", 1)
-        .zip(row_at(&rows, "ailang-read", 1))
+/// The 1-episode read against its floor: health p50 + 2 fsyncs (intent and outcome).
+/// (read p50, health p50, floor) in ns, if both rows ran.
+fn read_floor(rows: &[Row], fsync_p50_ns: u64) -> Option<(u64, u64, u64)> {
+    row_at(rows, "health", 1)
+        .zip(row_at(rows, "ailang-read", 1))
         .map(|(h, r)| {
-            let floor_ns = h.summary.p50_ns + 2 * fsync.p50_ns;
+            let floor_ns = h.summary.p50_ns + 2 * fsync_p50_ns;
             (r.summary.p50_ns, h.summary.p50_ns, floor_ns)
-        });
+        })
+}
 
-    // Fill a fresh store through the daemon, measure it, verify it with doctor.
+/// A fresh store filled through the daemon: the fill's row, the store's size before and after,
+/// and doctor's verification of it.
+struct Fill {
+    row: Row,
+    /// Successful calls.
+    calls: u64,
+    before: daemon::StoreSize,
+    after: daemon::StoreSize,
+    /// Per call, by table: (table, bytes, entries), most bytes first.
+    by_table: Vec<(String, f64, f64)>,
+    doctor: Doctor,
+}
+
+impl Fill {
+    /// How much `size` of the store grew per successful call.
+    fn per_call(&self, size: impl Fn(&daemon::StoreSize) -> u64) -> f64 {
+        size(&self.after).saturating_sub(size(&self.before)) as f64 / self.calls.max(1) as f64
+    }
+}
+
+/// Fill a fresh store through the daemon, measure it, verify it with doctor. The fill's first
+/// unexpected answer goes to `errors`.
+fn fill_store(
+    args: &Args,
+    worldd: &Path,
+    release: &Path,
+    run_dir: &Path,
+    settings: &Settings,
+    errors: &mut Vec<(String, usize, String)>,
+) -> Result<Fill, String> {
     eprintln!(
-        "  filling a fresh store with {fill_calls} calls ({} clients, write+read mix)…",
-        args.fill_concurrency
+        "  filling a fresh store with {} calls ({} clients, write+read mix)…",
+        settings.fill_calls, args.fill_concurrency
     );
-    let fill_dir = run_dir.join("fill");
-    let d = Daemon::start(&worldd, &fill_dir, &release, args.daemon_log.as_deref())?;
-    let fill_clients = d.mint("fill-", args.fill_concurrency, 1024)?;
+    let d = Daemon::start(
+        worldd,
+        &run_dir.join("fill"),
+        release,
+        args.daemon_log.as_deref(),
+    )?;
+    let clients = d.mint("fill-", args.fill_concurrency, 1024)?;
     let before = daemon::store_size(&d.db)?;
-    let fill_cpu0 = daemon_cpu_seconds(d.pid());
+    let (row, first_error) = fill_row(&d, &clients, args.fill_concurrency, settings);
+    let db = d.db.clone();
+    d.stop()?;
+    if let Some(e) = first_error {
+        errors.push(("fill".into(), args.fill_concurrency, e));
+    }
+    let after = daemon::store_size(&db)?;
+    let calls = row.summary.ok;
+    let by_table = growth_by_table(&before, &after, calls);
+    let doctor = run_doctor(worldd, &db)?;
+    Ok(Fill {
+        row,
+        calls,
+        before,
+        after,
+        by_table,
+        doctor,
+    })
+}
+
+/// The `fill-mix` row: the write+read mix until `settings.fill_calls` calls succeed, with the
+/// daemon's CPU, memory, writes and counters around it; and its first unexpected answer.
+fn fill_row(
+    d: &Daemon,
+    clients: &[Client],
+    concurrency: usize,
+    settings: &Settings,
+) -> (Row, Option<String>) {
+    let cpu0 = daemon_cpu_seconds(d.pid());
     d.reset_peak_rss();
-    let fill_anon = daemon::ProcSampler::start(d.pid());
-    let fill_m0 = Metrics::scrape(&d.addr);
-    let fill_io0 = daemon_write_bytes(d.pid());
+    let anon = daemon::ProcSampler::start(d.pid());
+    let m0 = Metrics::scrape(&d.addr);
+    let io0 = daemon_write_bytes(d.pid());
     let fill = load::run(
         &d.addr,
         Kind::Mix,
-        &fill_clients,
-        Stop::Count(fill_calls),
-        backoff,
+        clients,
+        Stop::Count(settings.fill_calls),
+        settings.backoff,
     );
-    let fill_m = Metrics::scrape(&d.addr)
-        .zip(fill_m0)
-        .map(|(a, b)| a.since(&b));
-    let fill_io = daemon_write_bytes(d.pid())
-        .zip(fill_io0)
+    let m = Metrics::scrape(&d.addr).zip(m0).map(|(a, b)| a.since(&b));
+    let io = daemon_write_bytes(d.pid())
+        .zip(io0)
         .map(|(a, b)| a.saturating_sub(b));
-    let fill_cpu = daemon_cpu_seconds(d.pid())
-        .zip(fill_cpu0)
-        .map(|(a, b)| a - b);
-    let fill_rss = d.peak_rss_kib();
-    let fill_anon = fill_anon.finish().anon_kib;
-    let fill_db = d.db.clone();
-    d.stop()?;
-    if let Some(e) = &fill.first_error {
-        errors.push(("fill".into(), args.fill_concurrency, e.clone()));
-    }
+    let cpu = daemon_cpu_seconds(d.pid()).zip(cpu0).map(|(a, b)| a - b);
+    let peak_rss_kib = d.peak_rss_kib();
+    let peak_anon_kib = anon.finish().anon_kib;
     let (server_mean_ns, ops_per_batch, commits_per_call) =
-        fill_m.map(|m| m.per_call()).unwrap_or((None, None, None));
-    let fill_row = Row {
+        m.map(|m| m.per_call()).unwrap_or((None, None, None));
+    let ok = fill.summary.ok.max(1) as f64;
+    let row = Row {
         scenario: "fill-mix".into(),
-        concurrency: args.fill_concurrency,
-        daemon_cpu_us_per_call: fill_cpu.map(|c| c * 1e6 / fill.summary.ok.max(1) as f64),
-        summary: fill.summary.clone(),
-        attempts: Some(fill.attempts.clone()),
-        peak_rss_kib: fill_rss,
-        peak_anon_kib: fill_anon,
+        concurrency,
+        daemon_cpu_us_per_call: cpu.map(|c| c * 1e6 / ok),
+        summary: fill.summary,
+        attempts: Some(fill.attempts),
+        peak_rss_kib,
+        peak_anon_kib,
         server_mean_ns,
         ops_per_batch,
         commits_per_call,
-        write_kib_per_call: fill_io.map(|b| b as f64 / 1024.0 / fill.summary.ok.max(1) as f64),
+        write_kib_per_call: io.map(|b| b as f64 / 1024.0 / ok),
         ..Row::default()
     };
-    let after = daemon::store_size(&fill_db)?;
-    let calls = fill.summary.ok;
-    let per_call = |a: u64, b: u64| (a.saturating_sub(b)) as f64 / calls.max(1) as f64;
-    let doctor = run_doctor(&worldd, &fill_db)?;
+    (row, fill.first_error)
+}
 
-    // Report.
-    let mut table_rows = rows.clone();
-    table_rows.push(fill_row.clone());
-    let table = stats::table(&table_rows);
-    let load_after = loadavg();
-    let mut report = String::new();
-    report.push_str(&format!(
-        "worldd-bench: {} CPUs, {} ({}), load before {} / after {}, {:.1}s warm-up + {:.1}s per row, total {:.0}s\n",
-        cpus(),
-        tmp_root.display(),
-        fs,
-        load_before,
-        load_after,
-        warmup.as_secs_f64(),
-        measure.as_secs_f64(),
-        started.elapsed().as_secs_f64()
-    ));
-    report.push_str(&table);
-    report.push_str(&steal_line(&rows));
-    report.push_str(&format!(
-        "raw fsync (4 KiB write + fdatasync): {:.0}/s, p50 {:.3} ms, p99 {:.3} ms (start of run {:.0}/s p50 {:.3} ms; after the request rows {:.0}/s p50 {:.3} ms)\n",
-        fsync.per_second(),
-        ms(fsync.p50_ns),
-        ms(fsync.p99_ns),
-        fsync_start.per_second(),
-        ms(fsync_start.p50_ns),
-        fsync_end.per_second(),
-        ms(fsync_end.p50_ns),
-    ));
-    if let Some((read, health, floor)) = floor {
-        report.push_str(&format!(
-            "ailang-read @1: p50 {:.3} ms vs floor {:.3} ms (health p50 {:.3} + 2 x fsync p50 {:.3}) = {:.2}x; vs {:.3} ms with 4 syncs (LMDB syncs data, then meta, per commit) = {:.2}x\n",
-            ms(read),
-            ms(floor),
-            ms(health),
-            ms(fsync.p50_ns),
-            read as f64 / floor.max(1) as f64,
-            ms(floor + 2 * fsync.p50_ns),
-            read as f64 / (floor + 2 * fsync.p50_ns).max(1) as f64,
-        ));
-    }
-    report.push_str(&ceilings(&mut table_rows, &rows, fsync.p50_ns));
-    let scattered_us = page_us(scatter.p50_ns, fsync.p50_ns);
-    let adjacent_us = page_us(adjacent.p50_ns, fsync.p50_ns);
-    report.push_str(&format!(
-        "page writes: {PROBE_PAGES} x 4 KiB + fdatasync p50 {:.3} ms (p99 {:.3}) at random places = {:.1} us per page beyond one fsync; {:.3} ms (p99 {:.3}) adjacent = {:.1} us per page\n",
-        ms(scatter.p50_ns),
-        ms(scatter.p99_ns),
-        scattered_us,
-        ms(adjacent.p50_ns),
-        ms(adjacent.p99_ns),
-        adjacent_us,
-    ));
-    report.push_str(&page_bounds(&mut table_rows, &rows, scattered_us));
-    report.push_str(&format!(
-        "doctor over {} entries: {:.0} entries/s wall ({:.2} s incl. process start and store open); {:.0} entries/s as doctor reports its verification\n",
-        doctor.entries,
-        doctor.entries as f64 / doctor.wall_seconds,
-        doctor.wall_seconds,
-        doctor.entries as f64 / doctor.verify_seconds.max(1e-9)
-    ));
-    let live = |z: &daemon::StoreSize| z.table_pages() * z.page_size;
-    report.push_str(&format!(
-        "store after {calls} calls: {:.0} bytes/call by LMDB high-water mark ((last_pgno+1) x {} B page: {:.1} MiB; du-allocated the same: {:.0} bytes/call), {:.0} bytes/call in live B-tree pages (free list excluded)\n",
-        per_call(after.lmdb_bytes, before.lmdb_bytes),
-        after.page_size,
-        after.lmdb_bytes as f64 / (1 << 20) as f64,
-        per_call(after.allocated_bytes, before.allocated_bytes),
-        per_call(live(&after), live(&before)),
-    ));
+/// Per call, by table: (table, bytes of the pages it gained, entries it gained), most bytes
+/// first.
+fn growth_by_table(
+    before: &daemon::StoreSize,
+    after: &daemon::StoreSize,
+    calls: u64,
+) -> Vec<(String, f64, f64)> {
     let mut by_table: Vec<(String, f64, f64)> = after
         .tables
         .iter()
@@ -371,46 +543,152 @@ fn run(args: Args) -> Result<(), String> {
         })
         .collect();
     by_table.sort_by(|a, b| b.1.total_cmp(&a.1));
+    by_table
+}
+
+/// Bytes in the store's live B-tree pages (free list excluded).
+fn live_bytes(z: &daemon::StoreSize) -> u64 {
+    z.table_pages() * z.page_size
+}
+
+/// What the run measured, for the report and the JSON.
+struct Measured {
+    /// The request rows.
+    rows: Vec<Row>,
+    /// The first unexpected answer of each row that had one: (scenario, concurrency, answer).
+    errors: Vec<(String, usize, String)>,
+    disk: Disk,
+    /// See [`read_floor`].
+    floor: Option<(u64, u64, u64)>,
+    fill: Fill,
+    load_before: String,
+    load_after: String,
+    /// When measuring began (after the build): the run's total time counts from here.
+    started: Instant,
+}
+
+/// The text report. Also records each row's ceiling and page bound in `table_rows` (the request
+/// rows and the fill row), for the JSON.
+fn report(table_rows: &mut [Row], m: &Measured, run_dir: &RunDir, settings: &Settings) -> String {
+    let Measured { disk, fill, .. } = m;
+    let fsync = &disk.fsync;
+    let table = stats::table(table_rows);
+    let mut report = String::new();
+    report.push_str(&format!(
+        "worldd-bench: {} CPUs, {} ({}), load before {} / after {}, {:.1}s warm-up + {:.1}s per row, total {:.0}s\n",
+        cpus(),
+        run_dir.tmp_root.display(),
+        run_dir.fs,
+        m.load_before,
+        m.load_after,
+        settings.warmup.as_secs_f64(),
+        settings.measure.as_secs_f64(),
+        m.started.elapsed().as_secs_f64()
+    ));
+    report.push_str(&table);
+    report.push_str(&steal_line(&m.rows));
+    report.push_str(&format!(
+        "raw fsync (4 KiB write + fdatasync): {:.0}/s, p50 {:.3} ms, p99 {:.3} ms (start of run {:.0}/s p50 {:.3} ms; after the request rows {:.0}/s p50 {:.3} ms)\n",
+        fsync.per_second(),
+        ms(fsync.p50_ns),
+        ms(fsync.p99_ns),
+        disk.fsync_start.per_second(),
+        ms(disk.fsync_start.p50_ns),
+        disk.fsync_end.per_second(),
+        ms(disk.fsync_end.p50_ns),
+    ));
+    if let Some((read, health, floor)) = m.floor {
+        report.push_str(&format!(
+            "ailang-read @1: p50 {:.3} ms vs floor {:.3} ms (health p50 {:.3} + 2 x fsync p50 {:.3}) = {:.2}x; vs {:.3} ms with 4 syncs (LMDB syncs data, then meta, per commit) = {:.2}x\n",
+            ms(read),
+            ms(floor),
+            ms(health),
+            ms(fsync.p50_ns),
+            read as f64 / floor.max(1) as f64,
+            ms(floor + 2 * fsync.p50_ns),
+            read as f64 / (floor + 2 * fsync.p50_ns).max(1) as f64,
+        ));
+    }
+    report.push_str(&ceilings(table_rows, &m.rows, fsync.p50_ns));
+    report.push_str(&format!(
+        "page writes: {PROBE_PAGES} x 4 KiB + fdatasync p50 {:.3} ms (p99 {:.3}) at random places = {:.1} us per page beyond one fsync; {:.3} ms (p99 {:.3}) adjacent = {:.1} us per page\n",
+        ms(disk.scatter.p50_ns),
+        ms(disk.scatter.p99_ns),
+        disk.scattered_us(),
+        ms(disk.adjacent.p50_ns),
+        ms(disk.adjacent.p99_ns),
+        disk.adjacent_us(),
+    ));
+    report.push_str(&page_bounds(table_rows, &m.rows, disk.scattered_us()));
+    let doctor = &fill.doctor;
+    report.push_str(&format!(
+        "doctor over {} entries: {:.0} entries/s wall ({:.2} s incl. process start and store open); {:.0} entries/s as doctor reports its verification\n",
+        doctor.entries,
+        doctor.entries as f64 / doctor.wall_seconds,
+        doctor.wall_seconds,
+        doctor.entries as f64 / doctor.verify_seconds.max(1e-9)
+    ));
+    report.push_str(&format!(
+        "store after {} calls: {:.0} bytes/call by LMDB high-water mark ((last_pgno+1) x {} B page: {:.1} MiB; du-allocated the same: {:.0} bytes/call), {:.0} bytes/call in live B-tree pages (free list excluded)\n",
+        fill.calls,
+        fill.per_call(|z| z.lmdb_bytes),
+        fill.after.page_size,
+        fill.after.lmdb_bytes as f64 / (1 << 20) as f64,
+        fill.per_call(|z| z.allocated_bytes),
+        fill.per_call(live_bytes),
+    ));
     report.push_str("  per call by table (bytes, entries):");
-    for (name, bytes, entries) in by_table.iter().filter(|t| t.1 >= 1.0) {
+    for (name, bytes, entries) in fill.by_table.iter().filter(|t| t.1 >= 1.0) {
         report.push_str(&format!(" {name} {bytes:.0} B/{entries:.2}"));
     }
     report.push('\n');
-    for (scenario, c, e) in &errors {
+    for (scenario, c, e) in &m.errors {
         report.push_str(&format!(
             "note: {scenario} @{c}: first unexpected answer: {e}\n"
         ));
     }
-    print!("{report}");
-    let _ = std::io::stdout().flush();
+    report
+}
 
-    let results = json!({
+/// The results JSON: the run's machine and settings, the disk's baselines, every row (with
+/// what [`report`] recorded in it), the read's floor, doctor and the filled store.
+fn results_json(
+    args: &Args,
+    workspace: &Path,
+    table_rows: &[Row],
+    m: &Measured,
+    run_dir: &RunDir,
+    settings: &Settings,
+) -> Value {
+    let Measured { disk, fill, .. } = m;
+    let (fsync, doctor, before, after) = (&disk.fsync, &fill.doctor, &fill.before, &fill.after);
+    json!({
         "version": 1,
         "command": std::env::args().collect::<Vec<_>>(),
-        "commit": git_head(&workspace),
+        "commit": git_head(workspace),
         "unix_time": std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0),
         "machine": {
-            "cpus": cpus(), "fs_type": fs, "loadavg_before": load_before, "loadavg_after": load_after,
+            "cpus": cpus(), "fs_type": run_dir.fs, "loadavg_before": m.load_before, "loadavg_after": m.load_after,
             "psi_cpu_some_avg10_after": pressure_some_avg10("cpu"), "psi_io_some_avg10_after": pressure_some_avg10("io"),
         },
         "config": {
-            "quick": args.quick, "warmup_s": warmup.as_secs_f64(), "measure_s": measure.as_secs_f64(),
-            "fill_calls": fill_calls, "backoff_ms": args.backoff_ms,
+            "quick": args.quick, "warmup_s": settings.warmup.as_secs_f64(), "measure_s": settings.measure.as_secs_f64(),
+            "fill_calls": settings.fill_calls, "backoff_ms": args.backoff_ms,
             "daemon_log": args.daemon_log, "daemon_max_concurrent_calls_note": "by default the daemon runs 128 calls at once ([limits] execution_slots), one per episode",
         },
         "fsync": {
             "per_second": fsync.per_second(), "p50_ms": ms(fsync.p50_ns), "p99_ms": ms(fsync.p99_ns),
             "max_ms": ms(fsync.max_ns), "mean_ms": ms(fsync.mean_ns), "ops": fsync.ok,
-            "start": {"per_second": fsync_start.per_second(), "p50_ms": ms(fsync_start.p50_ns), "p99_ms": ms(fsync_start.p99_ns)},
-            "end": {"per_second": fsync_end.per_second(), "p50_ms": ms(fsync_end.p50_ns), "p99_ms": ms(fsync_end.p99_ns)},
+            "start": {"per_second": disk.fsync_start.per_second(), "p50_ms": ms(disk.fsync_start.p50_ns), "p99_ms": ms(disk.fsync_start.p99_ns)},
+            "end": {"per_second": disk.fsync_end.per_second(), "p50_ms": ms(disk.fsync_end.p50_ns), "p99_ms": ms(disk.fsync_end.p99_ns)},
         },
         "page_writes": {
             "pages_per_sync": PROBE_PAGES,
-            "scattered": {"p50_ms": ms(scatter.p50_ns), "p99_ms": ms(scatter.p99_ns), "us_per_page": scattered_us},
-            "adjacent": {"p50_ms": ms(adjacent.p50_ns), "p99_ms": ms(adjacent.p99_ns), "us_per_page": adjacent_us},
+            "scattered": {"p50_ms": ms(disk.scatter.p50_ns), "p99_ms": ms(disk.scatter.p99_ns), "us_per_page": disk.scattered_us()},
+            "adjacent": {"p50_ms": ms(disk.adjacent.p50_ns), "p99_ms": ms(disk.adjacent.p99_ns), "us_per_page": disk.adjacent_us()},
         },
-        "rows": table_rows.iter().map(|r| row_json(r, &errors)).collect::<Vec<_>>(),
-        "read_1_vs_floor": floor.map(|(read, health, floor)| json!({
+        "rows": table_rows.iter().map(|r| row_json(r, &m.errors)).collect::<Vec<_>>(),
+        "read_1_vs_floor": m.floor.map(|(read, health, floor)| json!({
             "read_p50_ms": ms(read), "health_p50_ms": ms(health), "fsync_p50_ms": ms(fsync.p50_ns),
             "floor_ms": ms(floor), "ratio": read as f64 / floor.max(1) as f64,
             "floor_4_syncs_ms": ms(floor + 2 * fsync.p50_ns),
@@ -424,19 +702,23 @@ fn run(args: Args) -> Result<(), String> {
             "log_built_by": "the release daemon over MCP (fill-mix row): alternating ailang-write of unique 1 KiB and ailang-read of it back",
         },
         "store": {
-            "calls": calls,
+            "calls": fill.calls,
             "lmdb_bytes_before": before.lmdb_bytes, "lmdb_bytes_after": after.lmdb_bytes,
             "allocated_bytes_before": before.allocated_bytes, "allocated_bytes_after": after.allocated_bytes,
             "file_bytes_after": after.file_bytes,
-            "bytes_per_call_lmdb_pages": per_call(after.lmdb_bytes, before.lmdb_bytes),
-            "bytes_per_call_allocated": per_call(after.allocated_bytes, before.allocated_bytes),
-            "bytes_per_call_live_btree_pages": per_call(live(&after), live(&before)),
+            "bytes_per_call_lmdb_pages": fill.per_call(|z| z.lmdb_bytes),
+            "bytes_per_call_allocated": fill.per_call(|z| z.allocated_bytes),
+            "bytes_per_call_live_btree_pages": fill.per_call(live_bytes),
             "page_size": after.page_size,
-            "per_call_by_table": by_table.iter().map(|(n, b, e)| json!({"table": n, "bytes_per_call": b, "entries_per_call": e})).collect::<Vec<_>>(),
+            "per_call_by_table": fill.by_table.iter().map(|(n, b, e)| json!({"table": n, "bytes_per_call": b, "entries_per_call": e})).collect::<Vec<_>>(),
             "tables_after": after.tables.iter().map(|t| json!({"table": t.name, "entries": t.entries, "pages": t.pages, "overflow_pages": t.overflow_pages})).collect::<Vec<_>>(),
             "method": "lmdb: (mdb_env_info last_pgno + 1) x page size, the high-water mark of used pages including free-list pages; allocated: st_blocks x 512 of data.mdb (du); live: branch+leaf+overflow pages of every named database (mdb_stat) x page size",
         },
-    });
+    })
+}
+
+/// Writes `results` to `--out` (default target/bench/results.json) and says where.
+fn write_results(args: &Args, target: &Path, results: &Value) -> Result<(), String> {
     let out = args
         .out
         .clone()
@@ -444,20 +726,10 @@ fn run(args: Args) -> Result<(), String> {
     if let Some(dir) = out.parent() {
         std::fs::create_dir_all(dir).map_err(|e| e.to_string())?;
     }
-    let text = serde_json::to_string_pretty(&results).map_err(|e| e.to_string())?;
+    let text = serde_json::to_string_pretty(results).map_err(|e| e.to_string())?;
     std::fs::write(&out, text + "\n").map_err(|e| format!("{}: {e}", out.display()))?;
     println!("results: {}", out.display());
-
-    if args.keep {
-        println!("kept: {}", run_dir.display());
-    } else {
-        let _ = std::fs::remove_dir_all(&run_dir);
-    }
-    if doctor.consistent {
-        Ok(())
-    } else {
-        Err("doctor found the filled store inconsistent".into())
-    }
+    Ok(())
 }
 
 /// `--attacks`: every attack on a fresh daemon; prints the table, writes the JSON.
