@@ -146,24 +146,17 @@ fn run(args: Args) -> Result<(), String> {
         &mut fsync_samples,
     )?;
     let mut errors = Vec::new();
-    let rows = measure_request_rows(
-        &args,
-        &worldd,
-        &dirs.release,
-        &run_dir.path,
-        &settings,
-        &mut errors,
-    )?;
+    let bench = Bench {
+        args: &args,
+        worldd: &worldd,
+        release: &dirs.release,
+        run_dir: &run_dir.path,
+        settings: &settings,
+    };
+    let rows = measure_request_rows(&bench, &mut errors)?;
     let disk = Disk::probe_after_rows(&run_dir.path, settings.probe, fsync_start, fsync_samples)?;
     let floor = read_floor(&rows, disk.fsync.p50_ns);
-    let fill = fill_store(
-        &args,
-        &worldd,
-        &dirs.release,
-        &run_dir.path,
-        &settings,
-        &mut errors,
-    )?;
+    let fill = fill_store(&bench, &mut errors)?;
 
     let mut table_rows = rows.clone();
     table_rows.push(fill.row.clone());
@@ -196,6 +189,16 @@ fn run(args: Args) -> Result<(), String> {
     } else {
         Err("doctor found the filled store inconsistent".into())
     }
+}
+
+/// What every measured stage runs with: the flags, the binaries and the run directory.
+#[derive(Clone, Copy)]
+struct Bench<'a> {
+    args: &'a Args,
+    worldd: &'a Path,
+    release: &'a Path,
+    run_dir: &'a Path,
+    settings: &'a Settings,
 }
 
 /// The workspace, its target directory and the release binaries in it.
@@ -381,22 +384,23 @@ impl Disk {
 
 /// The request rows, on one daemon; each row's first unexpected answer goes to `errors`.
 fn measure_request_rows(
-    args: &Args,
-    worldd: &Path,
-    release: &Path,
-    run_dir: &Path,
-    settings: &Settings,
+    bench: &Bench<'_>,
     errors: &mut Vec<(String, usize, String)>,
 ) -> Result<Vec<Row>, String> {
-    let (d, clients) = request_daemon(args, worldd, &run_dir.join("main"), release)?;
+    let (d, clients) = request_daemon(
+        bench.args,
+        bench.worldd,
+        &bench.run_dir.join("main"),
+        bench.release,
+    )?;
     let mut ctx = RowCtx {
         d: &d,
-        stop: settings.timed(),
-        backoff: settings.backoff,
-        probe_dir: run_dir,
+        stop: bench.settings.timed(),
+        backoff: bench.settings.backoff,
+        probe_dir: bench.run_dir,
         errors,
     };
-    let rows = request_rows(&mut ctx, &clients, args);
+    let rows = request_rows(&mut ctx, &clients, bench.args);
     d.stop()?;
     Ok(rows)
 }
@@ -435,35 +439,31 @@ impl Fill {
 /// Fill a fresh store through the daemon, measure it, verify it with doctor. The fill's first
 /// unexpected answer goes to `errors`.
 fn fill_store(
-    args: &Args,
-    worldd: &Path,
-    release: &Path,
-    run_dir: &Path,
-    settings: &Settings,
+    bench: &Bench<'_>,
     errors: &mut Vec<(String, usize, String)>,
 ) -> Result<Fill, String> {
     eprintln!(
         "  filling a fresh store with {} calls ({} clients, write+read mix)…",
-        settings.fill_calls, args.fill_concurrency
+        bench.settings.fill_calls, bench.args.fill_concurrency
     );
     let d = Daemon::start(
-        worldd,
-        &run_dir.join("fill"),
-        release,
-        args.daemon_log.as_deref(),
+        bench.worldd,
+        &bench.run_dir.join("fill"),
+        bench.release,
+        bench.args.daemon_log.as_deref(),
     )?;
-    let clients = d.mint("fill-", args.fill_concurrency, 1024)?;
+    let clients = d.mint("fill-", bench.args.fill_concurrency, 1024)?;
     let before = daemon::store_size(&d.db)?;
-    let (row, first_error) = fill_row(&d, &clients, args.fill_concurrency, settings);
+    let (row, first_error) = fill_row(&d, &clients, bench.args.fill_concurrency, bench.settings);
     let db = d.db.clone();
     d.stop()?;
     if let Some(e) = first_error {
-        errors.push(("fill".into(), args.fill_concurrency, e));
+        errors.push(("fill".into(), bench.args.fill_concurrency, e));
     }
     let after = daemon::store_size(&db)?;
     let calls = row.summary.ok;
     let by_table = growth_by_table(&before, &after, calls);
-    let doctor = run_doctor(worldd, &db)?;
+    let doctor = run_doctor(bench.worldd, &db)?;
     Ok(Fill {
         row,
         calls,
