@@ -782,112 +782,156 @@ impl AilangHandler {
     }
 }
 
-impl EffectHandler for AilangHandler {
-    fn execute(&self, request: Request) -> Outcome {
-        let started = Instant::now();
+/// A step of a call: its value, or the outcome that ends the call there.
+type Step<T> = Result<T, Outcome>;
+
+/// What a request that passed every check runs.
+enum Task<'a> {
+    /// ailang run, with its checked arguments.
+    Run(RunArgs<'a>),
+    /// One policy-tool op; `cli` for Ailang.CLI's (the summary's allowlist applies).
+    PolicyTool { cli: bool },
+}
+
+/// The family of an effect this plugin handles, and the request checks of its ops.
+fn handled(effect: &str) -> Step<(Kind, Rules<'static>)> {
+    let unhandled = || {
+        Outcome::failed(format!(
+            "broker: the ailang plugin does not handle effect {}",
+            quote(effect)
+        ))
+    };
+    let kind = match effect {
+        CHECK => Kind::Check,
+        DISCOVER => Kind::Discover,
+        CLI => Kind::Cli,
+        RUN | RUN_ENV | RUN_NET => Kind::Run,
+        _ => return Err(unhandled()),
+    };
+    let declared = handler_kit::declared!(effect).ok_or_else(unhandled)?;
+    Ok((
+        kind,
+        Rules {
+            ops: declared.ops,
+            known_keys: &KNOWN_KEYS,
+            quote: Quote::Json,
+        },
+    ))
+}
+
+/// The episode's name, when it is a valid one (it names the episode's policy file and cache).
+fn check_episode(effect: &str, episode: &str) -> Step<()> {
+    if !valid_episode(episode) {
+        return Err(Outcome::failed(format!(
+            "broker: {effect} refused: episode {} is not a valid episode name",
+            quote(episode)
+        )));
+    }
+    Ok(())
+}
+
+/// The worktree with symbolic links resolved.
+fn resolved_worktree(effect: &str, worktree: &str) -> Step<PathBuf> {
+    Path::new(worktree).canonicalize().map_err(|e| {
+        Outcome::failed(format!(
+            "broker: {effect} failed: the episode's worktree cannot be resolved: {e}"
+        ))
+    })
+}
+
+/// The effect's time limit: [`HARD_CAP`], shortened by the request's deadline (`0`: none).
+fn time_budget(deadline_ms: u64) -> Duration {
+    match deadline_ms {
+        0 => HARD_CAP,
+        ms => HARD_CAP.min(Duration::from_millis(ms)),
+    }
+}
+
+impl AilangHandler {
+    /// The job a request asks for, step by step; each step may end it early with its outcome.
+    fn job<'r>(&self, request: &'r Request, started: Instant) -> Step<(Checked<'r>, Task<'r>)> {
         let effect = request.effect.as_str();
-        let kind = match effect {
-            CHECK => Kind::Check,
-            DISCOVER => Kind::Discover,
-            CLI => Kind::Cli,
-            RUN | RUN_ENV | RUN_NET => Kind::Run,
-            other => {
-                return Outcome::failed(format!(
-                    "broker: the ailang plugin does not handle effect {}",
-                    quote(other)
-                ))
-            }
-        };
-        let Some(declared) = handler_kit::declared!(effect) else {
-            return Outcome::failed(format!(
-                "broker: the ailang plugin does not handle effect {}",
-                quote(effect)
-            ));
-        };
-        let checked = match check(
-            &request,
-            &Rules {
-                ops: declared.ops,
-                known_keys: &KNOWN_KEYS,
-                quote: Quote::Json,
-            },
-        ) {
-            Ok(checked) => checked,
-            Err(outcome) => return outcome,
-        };
-        let (op, payload) = (checked.op, checked.payload);
-        let fields = Fields { request: checked };
+        let (kind, rules) = handled(effect)?;
+        let checked = check(request, &rules)?;
         // Per-op payload checks (a payload the plan should never have built is a failure),
         // then the operator gates: all before anything runs.
-        let run_args = match kind {
-            Kind::Run => match fields.run_args() {
-                Ok(run) => match self.gate(effect, &run.caps) {
-                    Some(outcome) => return outcome,
-                    None => Some(run),
-                },
-                Err(outcome) => return outcome,
-            },
-            _ => match fields.tool_args(kind) {
-                Ok(()) => None,
-                Err(outcome) => return outcome,
-            },
-        };
-
-        let worktree = match checked.worktree() {
-            Ok(w) => w,
-            Err(outcome) => return outcome,
-        };
-        if !valid_episode(&request.episode) {
-            return Outcome::failed(format!(
-                "broker: {effect} refused: episode {} is not a valid episode name",
-                quote(&request.episode)
-            ));
-        }
-        let canonical = match Path::new(worktree).canonicalize() {
-            Ok(p) => p,
-            Err(e) => {
-                return Outcome::failed(format!(
-                    "broker: {effect} failed: the episode's worktree cannot be resolved: {e}"
-                ))
-            }
-        };
-        // An agent can write its worktree: a policy file, cache or corpus inside it would
-        // let the agent rewrite its own rules.
-        if overlaps(&self.state_dir, &canonical) {
-            return Outcome::failed(format!(
-                "broker: {effect} refused: the ailang plugin's stateDir overlaps the episode's worktree; an agent could rewrite its own policy"
-            ));
-        }
-        if self
-            .examples_dir
-            .as_deref()
-            .is_some_and(|d| overlaps(d, &canonical))
-        {
-            return Outcome::failed(format!(
-                "broker: {effect} refused: the examples corpus overlaps the episode's worktree"
-            ));
-        }
-
-        let budget = match request.deadline_ms {
-            0 => HARD_CAP,
-            ms => HARD_CAP.min(Duration::from_millis(ms)),
-        };
+        let task = self.task(kind, checked)?;
+        let worktree = checked.worktree()?;
+        check_episode(effect, &request.episode)?;
+        let canonical = resolved_worktree(effect, worktree)?;
+        self.apart_from_worktree(effect, &canonical)?;
+        let budget = time_budget(request.deadline_ms);
         let c = Checked {
             effect,
-            op,
-            payload,
+            op: checked.op,
+            payload: checked.payload,
             episode: &request.episode,
             worktree,
             deadline: started + budget,
             limit: budget,
         };
-        if op.starts_with("examples_") && self.examples_dir.is_none() {
-            return self.no_corpus(&c);
+        self.corpus_configured(&c)?;
+        Ok((c, task))
+    }
+
+    /// What the request runs, once its payload passed the op's checks and a run's caps the
+    /// operator's gates.
+    fn task<'r>(&self, kind: Kind, checked: CheckedRequest<'r>) -> Step<Task<'r>> {
+        let fields = Fields { request: checked };
+        match kind {
+            Kind::Run => {
+                let run = fields.run_args()?;
+                match self.gate(checked.effect, &run.caps) {
+                    Some(outcome) => Err(outcome),
+                    None => Ok(Task::Run(run)),
+                }
+            }
+            _ => {
+                fields.tool_args(kind)?;
+                Ok(Task::PolicyTool {
+                    cli: kind == Kind::Cli,
+                })
+            }
         }
-        match (kind, run_args) {
-            (Kind::Run, Some(run)) => self.run(&c, run),
-            (Kind::Cli, _) => self.policy_tool_op(&c, true),
-            _ => self.policy_tool_op(&c, false),
+    }
+
+    /// Neither the stateDir nor the examples corpus overlaps the resolved worktree.
+    fn apart_from_worktree(&self, effect: &str, canonical: &Path) -> Step<()> {
+        // An agent can write its worktree: a policy file, cache or corpus inside it would
+        // let the agent rewrite its own rules.
+        if overlaps(&self.state_dir, canonical) {
+            return Err(Outcome::failed(format!(
+                "broker: {effect} refused: the ailang plugin's stateDir overlaps the episode's worktree; an agent could rewrite its own policy"
+            )));
+        }
+        if self
+            .examples_dir
+            .as_deref()
+            .is_some_and(|d| overlaps(d, canonical))
+        {
+            return Err(Outcome::failed(format!(
+                "broker: {effect} refused: the examples corpus overlaps the episode's worktree"
+            )));
+        }
+        Ok(())
+    }
+
+    /// An examples op needs the corpus: without one it ends with the stamped refusal.
+    fn corpus_configured(&self, c: &Checked<'_>) -> Step<()> {
+        if c.op.starts_with("examples_") && self.examples_dir.is_none() {
+            return Err(self.no_corpus(c));
+        }
+        Ok(())
+    }
+}
+
+impl EffectHandler for AilangHandler {
+    fn execute(&self, request: Request) -> Outcome {
+        let started = Instant::now();
+        match self.job(&request, started) {
+            Ok((c, Task::Run(run))) => self.run(&c, run),
+            Ok((c, Task::PolicyTool { cli })) => self.policy_tool_op(&c, cli),
+            Err(ended) => ended,
         }
     }
 
