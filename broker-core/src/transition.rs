@@ -108,100 +108,25 @@ impl Transition {
     pub fn from_value(doc: Value) -> Result<Self, TransitionError> {
         let obj = doc.as_object().ok_or(TransitionError::NotObject)?;
         let id = parse_id(obj)?;
-        let fail = |field: &str, problem: String| TransitionError::Invalid {
-            id: Some(id.clone()),
-            field: field.to_string(),
-            problem,
-        };
         let lift = |e: SpecError| TransitionError::Invalid {
             id: Some(id.clone()),
             field: e.field,
             problem: e.problem,
         };
 
-        if let Some(k) = obj.keys().filter(|k| !TOP_KEYS.contains(&k.as_str())).min() {
-            return Err(fail(
-                "document",
-                format!(
-                    "has key \"{}\", which {SEMANTIC_ID} does not define (keys: {})",
-                    escape_for_message(k),
-                    TOP_KEYS.join(", ")
-                ),
-            ));
-        }
-
+        check_known_keys(obj).map_err(lift)?;
         let title = non_empty_string(obj, "title").map_err(lift)?;
         let description = non_empty_string(obj, "description").map_err(lift)?;
         let input_schema = schema(obj, "inputSchema").map_err(lift)?;
         let output_schema = schema(obj, "outputSchema").map_err(lift)?;
-        // Every session's tools/list and agent card carry these: bound them at publishing.
-        for (field, len, limit) in [
-            ("title", title.len(), MAX_TITLE_BYTES),
-            ("description", description.len(), MAX_DESCRIPTION_BYTES),
-            ("inputSchema", json_len(&input_schema), MAX_SCHEMA_BYTES),
-            ("outputSchema", json_len(&output_schema), MAX_SCHEMA_BYTES),
-        ] {
-            if len > limit {
-                return Err(fail(field, format!("is {len} bytes; the limit is {limit}")));
-            }
-        }
-        let access = match obj.get("access") {
-            None => return Err(fail("access", "is missing".into())),
-            Some(v) => parse_effect_spec(v, "access").map_err(lift)?,
-        };
+        check_size_limits(&title, &description, &input_schema, &output_schema).map_err(lift)?;
+        let access = parse_access(obj).map_err(lift)?;
         let declared_effects = parse_declared(obj.get("declaredEffects")).map_err(lift)?;
-        let finish = match obj.get("finish") {
-            None | Some(Value::Null) => None,
-            Some(Value::String(s)) if valid_finish_name(s) => Some(s.clone()),
-            Some(Value::String(_)) => {
-                return Err(fail(
-                    "finish",
-                    "must match ^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$ (the name of a finish function the effect's plugin exports)".into(),
-                ))
-            }
-            Some(_) => return Err(fail("finish", "must be a string or null".into())),
-        };
-        let plan = match obj.get("plan") {
-            None => return Err(fail("plan", "is missing".into())),
-            Some(v) => PlanSpec::parse(v, &id).map_err(lift)?,
-        };
+        let finish = parse_finish(obj).map_err(lift)?;
+        let plan = parse_plan(obj, &id).map_err(lift)?;
 
-        // access must name a declared effect: one grant both admits and pays.
-        if !declared_effects.iter().any(|d| d.effect == access.effect) {
-            return Err(fail(
-                "access.effect",
-                format!(
-                    "is \"{}\", which declaredEffects does not name",
-                    access.effect
-                ),
-            ));
-        }
-
-        // declaredEffects and the plan's reachable effects must be the same set.
-        let reachable = plan.possible_effects();
-        for (field, e) in &reachable {
-            if !declared_effects.contains(e) {
-                return Err(fail(
-                    field,
-                    format!(
-                        "plans effect {} at scope \"{}\" cost {}, which declaredEffects does not list",
-                        e.effect, e.scope, e.cost
-                    ),
-                ));
-            }
-        }
-        for (i, d) in declared_effects.iter().enumerate() {
-            if !reachable.iter().any(|(_, e)| e == d) {
-                return Err(fail(
-                    &format!("declaredEffects[{i}]"),
-                    format!(
-                        "({} at scope \"{}\" cost {}) is never planned by the plan section; declare exactly the effects the plan may request",
-                        d.effect, d.scope, d.cost
-                    ),
-                ));
-            }
-        }
-
+        check_access_is_declared(&access, &declared_effects).map_err(lift)?;
+        check_declared_matches_plan(&declared_effects, &plan).map_err(lift)?;
         check_input_schema(&input_schema, &plan).map_err(lift)?;
 
         Ok(Transition {
@@ -271,6 +196,111 @@ fn parse_id(obj: &Map<String, Value>) -> Result<String, TransitionError> {
         Some(Value::String(_)) => Err(invalid("must match ^[A-Za-z0-9][A-Za-z0-9._/-]{0,127}$")),
         Some(_) => Err(invalid("must be a string")),
     }
+}
+
+fn check_known_keys(obj: &Map<String, Value>) -> Result<(), SpecError> {
+    if let Some(k) = obj.keys().filter(|k| !TOP_KEYS.contains(&k.as_str())).min() {
+        return Err(spec_err(
+            "document",
+            format!(
+                "has key \"{}\", which {SEMANTIC_ID} does not define (keys: {})",
+                escape_for_message(k),
+                TOP_KEYS.join(", ")
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// Every session's tools/list and agent card carry these: bound them at publishing.
+fn check_size_limits(
+    title: &str,
+    description: &str,
+    input_schema: &Value,
+    output_schema: &Value,
+) -> Result<(), SpecError> {
+    for (field, len, limit) in [
+        ("title", title.len(), MAX_TITLE_BYTES),
+        ("description", description.len(), MAX_DESCRIPTION_BYTES),
+        ("inputSchema", json_len(input_schema), MAX_SCHEMA_BYTES),
+        ("outputSchema", json_len(output_schema), MAX_SCHEMA_BYTES),
+    ] {
+        if len > limit {
+            return Err(spec_err(
+                field,
+                format!("is {len} bytes; the limit is {limit}"),
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn parse_access(obj: &Map<String, Value>) -> Result<EffectSpec, SpecError> {
+    match obj.get("access") {
+        None => Err(spec_err("access", "is missing")),
+        Some(v) => parse_effect_spec(v, "access"),
+    }
+}
+
+fn parse_finish(obj: &Map<String, Value>) -> Result<Option<String>, SpecError> {
+    match obj.get("finish") {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(s)) if valid_finish_name(s) => Ok(Some(s.clone())),
+        Some(Value::String(_)) => Err(spec_err(
+            "finish",
+            "must match ^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$ (the name of a finish function the effect's plugin exports)",
+        )),
+        Some(_) => Err(spec_err("finish", "must be a string or null")),
+    }
+}
+
+fn parse_plan(obj: &Map<String, Value>, id: &str) -> Result<PlanSpec, SpecError> {
+    match obj.get("plan") {
+        None => Err(spec_err("plan", "is missing")),
+        Some(v) => PlanSpec::parse(v, id),
+    }
+}
+
+/// access must name a declared effect: one grant both admits and pays.
+fn check_access_is_declared(access: &EffectSpec, declared: &[EffectSpec]) -> Result<(), SpecError> {
+    if !declared.iter().any(|d| d.effect == access.effect) {
+        return Err(spec_err(
+            "access.effect",
+            format!(
+                "is \"{}\", which declaredEffects does not name",
+                access.effect
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// declaredEffects and the plan's reachable effects must be the same set.
+fn check_declared_matches_plan(declared: &[EffectSpec], plan: &PlanSpec) -> Result<(), SpecError> {
+    let reachable = plan.possible_effects();
+    for (field, e) in &reachable {
+        if !declared.contains(e) {
+            return Err(spec_err(
+                field,
+                format!(
+                    "plans effect {} at scope \"{}\" cost {}, which declaredEffects does not list",
+                    e.effect, e.scope, e.cost
+                ),
+            ));
+        }
+    }
+    for (i, d) in declared.iter().enumerate() {
+        if !reachable.iter().any(|(_, e)| e == d) {
+            return Err(spec_err(
+                &format!("declaredEffects[{i}]"),
+                format!(
+                    "({} at scope \"{}\" cost {}) is never planned by the plan section; declare exactly the effects the plan may request",
+                    d.effect, d.scope, d.cost
+                ),
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// `^[A-Za-z0-9][A-Za-z0-9._/-]{0,127}$`, the pattern scopes share.
