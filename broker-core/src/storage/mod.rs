@@ -30,7 +30,7 @@ mod writer;
 
 use std::any::Any;
 use std::path::{Path, PathBuf};
-use std::sync::mpsc::{self, Sender};
+use std::sync::mpsc::{self, Receiver, Sender};
 use std::sync::{Arc, Mutex, RwLock};
 use std::thread::JoinHandle;
 
@@ -327,6 +327,136 @@ fn read_version(env: &Env<WithoutTls>, layout: &'static Layout) -> heed::Result<
     Ok(found)
 }
 
+/// Whether `dir` holds a store already (its data file). An absent one is refused unless
+/// `create`, which makes the directory.
+fn check_or_create_dir(dir: &Path, create: bool) -> Result<bool, StoreError> {
+    let exists = dir.join("data.mdb").exists();
+    if !exists {
+        if !create {
+            return Err(StoreError::NotFound(dir.to_path_buf()));
+        }
+        std::fs::create_dir_all(dir).map_err(StoreError::from_io)?;
+    }
+    Ok(exists)
+}
+
+/// The map size to open the environment with. A given ceiling is the map size; none adopts the
+/// store's own (LMDB keeps it in the meta page), or the default for a new store.
+fn wanted_map_size(ceiling: Option<u64>, exists: bool) -> Option<usize> {
+    ceiling
+        .or((!exists).then_some(capacity::DEFAULT_CEILING))
+        .map(page_multiple)
+}
+
+/// Refuse a given ceiling that leaves no room for the reserve, before the environment is opened.
+fn check_ceiling(options: &StoreOptions) -> Result<(), StoreError> {
+    if let Some(ceiling) = options.ceiling {
+        Limits::new(ceiling, options.reserve)?;
+    }
+    Ok(())
+}
+
+/// Open the LMDB environment in `dir`, with the map size `wanted` when there is one.
+fn open_env(dir: &Path, wanted: Option<usize>) -> Result<Env<WithoutTls>, StoreError> {
+    unsafe {
+        // SAFETY: heed requires that the environment is not opened twice in one process
+        // (it checks and reports EnvAlreadyOpened) and that the files are not modified by
+        // other means; every process uses the same flags.
+        let mut o = EnvOpenOptions::new().read_txn_without_tls();
+        if let Some(size) = wanted {
+            o.map_size(size);
+        }
+        // A read transaction takes a reader slot for its life. A daemon can have one open
+        // on each of tokio's (up to 512) blocking threads and each worker at once, and
+        // other processes (doctor, why) need theirs: 1024 slots keep MDB_READERS_FULL out
+        // of reach (a slot is 64 bytes of lock file, and only slots in use are scanned).
+        o.max_dbs(32).max_readers(MAX_READERS).open(dir)
+    }
+    .map_err(|e| match e {
+        heed::Error::EnvAlreadyOpened => StoreError::AlreadyOpen(dir.to_path_buf()),
+        other => StoreError::from_heed(other, wanted.unwrap_or(0)),
+    })
+}
+
+/// The version: refuse an unknown one without touching anything; upgrade an older one.
+/// Returns whether the store is new (its tables and version are still to be made).
+fn check_or_upgrade_version(
+    env: &Env<WithoutTls>,
+    layout: &'static Layout,
+    dir: &Path,
+    shared: bool,
+    map_size: usize,
+) -> Result<bool, StoreError> {
+    let heed_err = |e| StoreError::from_heed(e, map_size);
+    match read_version(env, layout).map_err(heed_err)? {
+        Version::Current => Ok(false),
+        Version::New => Ok(true),
+        // A process of an older build would lose its tables under its feet.
+        Version::Upgradable(_, found) if shared => Err(StoreError::MigrationBusy {
+            dir: dir.to_path_buf(),
+            found,
+            expected: layout.version,
+        }),
+        Version::Upgradable(upgrade, _) => {
+            (upgrade.run)(env, map_size)?;
+            Ok(false)
+        }
+        Version::Other(found) => Err(StoreError::SchemaMismatch {
+            found,
+            expected: layout.version,
+        }),
+    }
+}
+
+/// Open the layout's tables, creating any that is absent, in one write transaction that also
+/// stamps a `new` store with the layout's version.
+fn open_tables(
+    env: &Env<WithoutTls>,
+    layout: &'static Layout,
+    new: bool,
+    map_size: usize,
+) -> Result<Arc<[RawDb]>, StoreError> {
+    let heed_err = |e| StoreError::from_heed(e, map_size);
+    let wtxn = env.write_txn().map_err(heed_err)?;
+    let dbs = env
+        .create_databases_and_commit(wtxn, |dbo, wtxn| -> heed::Result<_> {
+            let dbs = layout
+                .tables
+                .iter()
+                .map(|name| dbo.create_database::<Bytes, Bytes>(wtxn, Some(name)))
+                .collect::<heed::Result<Vec<_>>>()?;
+            if new {
+                dbo.create_database::<Str, Bytes>(wtxn, Some(META_TABLE))?
+                    .put(wtxn, VERSION_KEY, layout.version.to_string().as_bytes())?;
+            }
+            Ok(CommitOrAbort::<_, ()>::Commit(Opened(dbs)))
+        })
+        .map_err(heed_err)?
+        .commit()
+        .ok_or_else(|| StoreError::Lmdb("database creation aborted".into()))?;
+    Ok(dbs.into())
+}
+
+/// The map lock and the capacity gauge against `limits`, with the store's size read once.
+fn measured_map(env: &Env<WithoutTls>, dir: &Path, limits: Limits) -> Arc<MapLock> {
+    let map = Arc::new(MapLock {
+        lock: RwLock::new(()),
+        gauge: Gauge::new(limits),
+        page_size: env.unnamed_database_stat().page_size as u64,
+        dir: dir.to_path_buf(),
+    });
+    map.measure(env);
+    map
+}
+
+/// Start the store's writer thread, which runs the jobs `receiver` brings.
+fn spawn_writer(writer: Writer, receiver: Receiver<Job>) -> Result<JoinHandle<()>, StoreError> {
+    std::thread::Builder::new()
+        .name("worldd-store-writer".into())
+        .spawn(move || writer.run(receiver))
+        .map_err(StoreError::from_io)
+}
+
 impl Store {
     /// Open (or with `options.create`, create) the store in `dir` with `layout`'s tables,
     /// upgrading an older version first and refusing an unknown one untouched. A new store is
@@ -336,105 +466,39 @@ impl Store {
         options: StoreOptions,
         layout: &'static Layout,
     ) -> Result<Store, StoreError> {
-        let exists = dir.join("data.mdb").exists();
-        if !exists {
-            if !options.create {
-                return Err(StoreError::NotFound(dir.to_path_buf()));
-            }
-            std::fs::create_dir_all(dir).map_err(StoreError::from_io)?;
-        }
-        // A given ceiling is the map size; none adopts the store's own (LMDB keeps it in the
-        // meta page), or the default for a new store.
-        let wanted = options
-            .ceiling
-            .or((!exists).then_some(capacity::DEFAULT_CEILING))
-            .map(page_multiple);
-        if let Some(ceiling) = options.ceiling {
-            Limits::new(ceiling, options.reserve)?;
-        }
+        let exists = check_or_create_dir(dir, options.create)?;
+        let wanted = wanted_map_size(options.ceiling, exists);
+        check_ceiling(&options)?;
         // Asked before this process opens the environment (see `open_elsewhere`).
         let shared = exists && map::open_elsewhere(dir);
-        let env = unsafe {
-            // SAFETY: heed requires that the environment is not opened twice in one process
-            // (it checks and reports EnvAlreadyOpened) and that the files are not modified by
-            // other means; every process uses the same flags.
-            let mut o = EnvOpenOptions::new().read_txn_without_tls();
-            if let Some(size) = wanted {
-                o.map_size(size);
-            }
-            // A read transaction takes a reader slot for its life. A daemon can have one open
-            // on each of tokio's (up to 512) blocking threads and each worker at once, and
-            // other processes (doctor, why) need theirs: 1024 slots keep MDB_READERS_FULL out
-            // of reach (a slot is 64 bytes of lock file, and only slots in use are scanned).
-            o.max_dbs(32).max_readers(MAX_READERS).open(dir)
-        }
-        .map_err(|e| match e {
-            heed::Error::EnvAlreadyOpened => StoreError::AlreadyOpen(dir.to_path_buf()),
-            other => StoreError::from_heed(other, wanted.unwrap_or(0)),
-        })?;
+        let env = open_env(dir, wanted)?;
         let map_size = env.info().map_size;
-        let heed_err = |e| StoreError::from_heed(e, map_size);
         let limits = Limits::new(options.ceiling.unwrap_or(map_size as u64), options.reserve)?;
         // Reader slots of crashed processes would otherwise leak.
         let _ = env.clear_stale_readers();
 
-        // The version: refuse an unknown one without touching anything; upgrade an older one.
-        let new = match read_version(&env, layout).map_err(heed_err)? {
-            Version::Current => false,
-            Version::New => true,
-            // A process of an older build would lose its tables under its feet.
-            Version::Upgradable(_, found) if shared => {
-                return Err(StoreError::MigrationBusy {
-                    dir: dir.to_path_buf(),
-                    found,
-                    expected: layout.version,
-                })
-            }
-            Version::Upgradable(upgrade, _) => {
-                (upgrade.run)(&env, map_size)?;
-                false
-            }
-            Version::Other(found) => {
-                return Err(StoreError::SchemaMismatch {
-                    found,
-                    expected: layout.version,
-                })
-            }
-        };
+        let new = check_or_upgrade_version(&env, layout, dir, shared, map_size)?;
+        let dbs = open_tables(&env, layout, new, map_size)?;
+        Store::start(env, dbs, layout, dir, map_size, limits)
+    }
 
-        let wtxn = env.write_txn().map_err(heed_err)?;
-        let dbs: Arc<[RawDb]> = env
-            .create_databases_and_commit(wtxn, |dbo, wtxn| -> heed::Result<_> {
-                let dbs = layout
-                    .tables
-                    .iter()
-                    .map(|name| dbo.create_database::<Bytes, Bytes>(wtxn, Some(name)))
-                    .collect::<heed::Result<Vec<_>>>()?;
-                if new {
-                    dbo.create_database::<Str, Bytes>(wtxn, Some(META_TABLE))?
-                        .put(wtxn, VERSION_KEY, layout.version.to_string().as_bytes())?;
-                }
-                Ok(CommitOrAbort::<_, ()>::Commit(Opened(dbs)))
-            })
-            .map_err(heed_err)?
-            .commit()
-            .ok_or_else(|| StoreError::Lmdb("database creation aborted".into()))?
-            .into();
-
+    /// Start the writer thread over the opened tables and hand out the store.
+    fn start(
+        env: Env<WithoutTls>,
+        dbs: Arc<[RawDb]>,
+        layout: &'static Layout,
+        dir: &Path,
+        map_size: usize,
+        limits: Limits,
+    ) -> Result<Store, StoreError> {
         let (sender, receiver) = mpsc::channel::<Job>();
         let stats = Arc::new(WriterStats::default());
         let observer = ObserverSlot::default();
-        let map = Arc::new(MapLock {
-            lock: RwLock::new(()),
-            gauge: Gauge::new(limits),
-            page_size: env.unnamed_database_stat().page_size as u64,
-            dir: dir.to_path_buf(),
-        });
-        map.measure(&env);
+        let map = measured_map(&env, dir, limits);
         let committed = Arc::new(CommitSignal::default());
         let state = (layout.state)();
-        let writer = {
-            let writer = Writer {
+        let writer = spawn_writer(
+            Writer {
                 env: env.clone(),
                 dbs: dbs.clone(),
                 state: state.clone(),
@@ -443,12 +507,9 @@ impl Store {
                 map: map.clone(),
                 signal: committed.clone(),
                 observer: observer.clone(),
-            };
-            std::thread::Builder::new()
-                .name("worldd-store-writer".into())
-                .spawn(move || writer.run(receiver))
-                .map_err(StoreError::from_io)?
-        };
+            },
+            receiver,
+        )?;
         Ok(Store {
             inner: Arc::new(Inner {
                 env,
