@@ -9,15 +9,18 @@
 //! whose soft value is raised to the hard one at start.
 
 use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
+use hyper::server::conn::http1;
 use hyper_util::rt::{TokioIo, TokioTimer};
-use tokio::net::TcpListener;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::OwnedSemaphorePermit;
 use tower::ServiceExt;
 
-use super::connections::{Conn, Connections, Room, MAKING_ROOM};
+use super::connections::{Conn, Connections, Registered, Room, MAKING_ROOM};
 use super::reply::{Client, ReplyBudget};
 use super::send::SendDeadline;
 use super::{linger, ServerConfig};
@@ -84,93 +87,179 @@ pub async fn serve(
     metrics: Metrics,
     shutdown: impl Future<Output = ()>,
 ) -> std::io::Result<()> {
-    let connections = Arc::new(Connections::new(config.max_connections));
-    let mut http = hyper::server::conn::http1::Builder::new();
+    let shared = Shared {
+        connections: Arc::new(Connections::new(config.max_connections)),
+        http: http1_builder(config),
+        replies: ReplyBudget::new(config.reply_budget_bytes, metrics.clone()),
+        app,
+        metrics,
+    };
+    let mut shutdown = std::pin::pin!(shutdown);
+    let mut accept_errors = AcceptErrors::default();
+    while let Some(stream) = accept(
+        &listener,
+        shutdown.as_mut(),
+        &mut accept_errors,
+        &shared.metrics,
+    )
+    .await
+    {
+        let Some(room) = find_room(&shared.connections, &shared.metrics) else {
+            drop(stream);
+            continue;
+        };
+        let stream = prepare(stream, config, &shared.metrics);
+        tokio::spawn(serve_connection(stream, room, shared.clone()));
+    }
+    shut_down(listener, &shared.connections).await;
+    Ok(())
+}
+
+/// What every connection is served with.
+#[derive(Clone)]
+struct Shared {
+    connections: Arc<Connections>,
+    http: http1::Builder,
+    replies: ReplyBudget,
+    app: Router,
+    metrics: Metrics,
+}
+
+/// A new connection's place under the limit: registered in a free slot, or waiting (with
+/// this permit) for the slot of an idle connection told to close.
+type Place = Result<Registered, OwnedSemaphorePermit>;
+
+/// HTTP/1.1 with keep-alive, a header-read timeout and a bound on the request head.
+fn http1_builder(config: &ServerConfig) -> http1::Builder {
+    let mut http = http1::Builder::new();
     http.timer(TokioTimer::new())
         .header_read_timeout(config.header_timeout)
         .max_buf_size(config.max_head_bytes)
         .keep_alive(true);
-    let replies = ReplyBudget::new(config.reply_budget_bytes, metrics.clone());
-    let mut shutdown = std::pin::pin!(shutdown);
-    let mut accept_errors = AcceptErrors::default();
+    http
+}
+
+/// The next connection accepted on `listener`, or `None` once `shutdown` resolves.
+async fn accept(
+    listener: &TcpListener,
+    mut shutdown: Pin<&mut impl Future<Output = ()>>,
+    errors: &mut AcceptErrors,
+    metrics: &Metrics,
+) -> Option<TcpStream> {
     loop {
-        let stream = tokio::select! {
+        tokio::select! {
             accepted = listener.accept() => match accepted {
-                Ok((stream, _)) => stream,
+                Ok((stream, _)) => return Some(stream),
                 Err(e) => {
-                    accept_errors.report(&e, &metrics);
+                    errors.report(&e, metrics);
                     // Out of descriptors (or a transient error): back off instead of spinning.
                     tokio::time::sleep(Duration::from_millis(50)).await;
-                    continue;
                 }
             },
-            () = &mut shutdown => break,
-        };
-        let room = match connections.room() {
-            Room::Full => {
-                metrics.limit_tripped("connections");
-                drop(stream);
-                continue;
-            }
-            Room::Made(waiting) => {
-                metrics.limit_tripped("connections_idle");
-                Err(waiting)
-            }
-            Room::Free(registered) => Ok(registered),
-        };
-        let _ = stream.set_nodelay(true);
-        if config.send_buffer_bytes > 0 {
-            set_send_buffer(&stream, config.send_buffer_bytes);
+            () = &mut shutdown => return None,
         }
-        let stream = SendDeadline::new(stream, config.send_timeout, metrics.clone());
-        let (http, connections, metrics) = (http.clone(), connections.clone(), metrics.clone());
-        let (app, replies) = (app.clone(), replies.clone());
-        tokio::spawn(async move {
-            let mut registered = match room {
-                Ok(registered) => registered,
-                Err(waiting) => match connections.slot(waiting).await {
-                    Some(registered) => registered,
-                    None => {
-                        metrics.limit_tripped("connections");
-                        return;
-                    }
-                },
-            };
-            let service = service(app, replies, registered.conn.clone());
-            let conn = http.serve_connection(TokioIo::new(stream), service);
-            let mut conn = std::pin::pin!(conn);
-            metrics.connections(1);
-            // Told to close (to make room, or at shutdown): finish the request in flight, if
-            // any, and close. A connection with nothing to finish is dropped at once: hyper
-            // would keep one that has not completed a request head waiting for one, and a
-            // refusal waiting for the rest of a body that does not come for up to 2 s.
-            let ended = tokio::select! {
-                ended = conn.as_mut() => ended,
-                () = registered.told_to_close() => {
-                    if registered.conn.nothing_to_finish() {
-                        Ok(())
-                    } else {
-                        conn.as_mut().graceful_shutdown();
-                        conn.await
-                    }
-                }
-            };
-            if let Err(e) = ended {
-                if e.is_timeout() {
-                    metrics.limit_tripped("header_timeout");
-                } else if e.is_parse_too_large() {
-                    // hyper has answered 431 (head, URI or header count too large).
-                    metrics.limit_tripped("head_size");
-                } else {
-                    tracing::debug!("connection ended: {e}");
-                }
-            }
-            metrics.connections(-1);
-        });
     }
+}
+
+/// Room for a new connection ([`Connections::room`]), counting each time the limit is
+/// reached; `None` when every connection is busy, and the new one is to be closed at once.
+fn find_room(connections: &Connections, metrics: &Metrics) -> Option<Place> {
+    match connections.room() {
+        Room::Full => {
+            metrics.limit_tripped("connections");
+            None
+        }
+        Room::Made(waiting) => {
+            metrics.limit_tripped("connections_idle");
+            Some(Err(waiting))
+        }
+        Room::Free(registered) => Some(Ok(registered)),
+    }
+}
+
+/// An accepted socket set up for serving: no delay for small writes, the configured send
+/// buffer, and the send deadline.
+fn prepare(stream: TcpStream, config: &ServerConfig, metrics: &Metrics) -> SendDeadline<TcpStream> {
+    let _ = stream.set_nodelay(true);
+    if config.send_buffer_bytes > 0 {
+        set_send_buffer(&stream, config.send_buffer_bytes);
+    }
+    SendDeadline::new(stream, config.send_timeout, metrics.clone())
+}
+
+/// One connection's task: take its slot, then answer its requests until it ends or is told
+/// to close.
+async fn serve_connection(stream: SendDeadline<TcpStream>, room: Place, shared: Shared) {
+    let Shared {
+        connections,
+        http,
+        replies,
+        app,
+        metrics,
+    } = shared;
+    let Some(mut registered) = take_slot(room, &connections, &metrics).await else {
+        return;
+    };
+    let service = service(app, replies, registered.conn.clone());
+    let conn = http.serve_connection(TokioIo::new(stream), service);
+    let mut conn = std::pin::pin!(conn);
+    metrics.connections(1);
+    // Told to close (to make room, or at shutdown): finish the request in flight, if
+    // any, and close. A connection with nothing to finish is dropped at once: hyper
+    // would keep one that has not completed a request head waiting for one, and a
+    // refusal waiting for the rest of a body that does not come for up to 2 s.
+    let ended = tokio::select! {
+        ended = conn.as_mut() => ended,
+        () = registered.told_to_close() => {
+            if registered.conn.nothing_to_finish() {
+                Ok(())
+            } else {
+                conn.as_mut().graceful_shutdown();
+                conn.await
+            }
+        }
+    };
+    if let Err(e) = ended {
+        count_end(&e, &metrics);
+    }
+    metrics.connections(-1);
+}
+
+/// The connection's registration: at once in a free slot, or once the idle connection it
+/// closed has given up its slot; `None` (counted) when that does not happen in time.
+async fn take_slot(
+    room: Place,
+    connections: &Connections,
+    metrics: &Metrics,
+) -> Option<Registered> {
+    match room {
+        Ok(registered) => Some(registered),
+        Err(waiting) => match connections.slot(waiting).await {
+            Some(registered) => Some(registered),
+            None => {
+                metrics.limit_tripped("connections");
+                None
+            }
+        },
+    }
+}
+
+/// Count a connection that ended in a limit; log any other error.
+fn count_end(e: &hyper::Error, metrics: &Metrics) {
+    if e.is_timeout() {
+        metrics.limit_tripped("header_timeout");
+    } else if e.is_parse_too_large() {
+        // hyper has answered 431 (head, URI or header count too large).
+        metrics.limit_tripped("head_size");
+    } else {
+        tracing::debug!("connection ended: {e}");
+    }
+}
+
+/// Stop accepting, then let every open connection finish what it has in flight.
+async fn shut_down(listener: TcpListener, connections: &Connections) {
     drop(listener);
     connections.drain().await;
-    Ok(())
 }
 
 /// One connection's service: each request's body is tracked, so that a small remainder the
