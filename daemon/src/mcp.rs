@@ -8,20 +8,20 @@
 //! 1. **Authorization**, before anything about the transport is checked, so an unauthorized
 //!    caller learns nothing about it: 401 with one of four fixed texts and
 //!    `WWW-Authenticate: Bearer`; 500 when the store failed underneath.
-//! 2. **Headers** ([`transport`]): `Content-Type` must be `application/json` (parameters such
+//! 2. **Headers** (`transport`): `Content-Type` must be `application/json` (parameters such
 //!    as `charset` allowed); `Accept` must list both `application/json` and
 //!    `text/event-stream` (wildcards do not count); the optional `MCP-Protocol-Version` must be
 //!    one of [`SUPPORTED_VERSIONS`] (absent means [`DEFAULT_VERSION`]). Each failure is a 400
 //!    with a plain-text body. `2026-07-28` ([`MODERN_VERSION`]) selects the stateless revision,
-//!    served by [`modern`]; the rest of this list describes the handshake revisions.
+//!    served by `modern`; the rest of this list describes the handshake revisions.
 //! 3. **Body**: at most `[limits] mcp_body_bytes` (4 MiB), else 413; complete within
 //!    `[server] body_timeout_ms`, else 408 ([`crate::edge::body`]).
-//! 4. **JSON-RPC** ([`jsonrpc`]): malformed JSON is answered `-32700 Parse error` (id null) and
+//! 4. **JSON-RPC** (`jsonrpc`): malformed JSON is answered `-32700 Parse error` (id null) and
 //!    a malformed message `-32600`, both as an SSE event with HTTP 200 like any other JSON-RPC
 //!    reply: once the request is authorized and well-formed HTTP, the client reads every
 //!    protocol answer the same way. Notifications and responses are accepted and ignored: a
 //!    POST that carries only those is answered 202 with an empty body.
-//! 5. **Methods** ([`methods`]): `initialize`, `ping`, `tools/list`, `tools/call`.
+//! 5. **Methods** (`methods`): `initialize`, `ping`, `tools/list`, `tools/call`.
 //!
 //! A successful reply is one Server-Sent Event, `event: message\ndata: <compact JSON>\n\n`.
 //! When the host fails a call (any coordinator error, a deadline, a cancellation, all callback
