@@ -244,278 +244,320 @@ fn agent() -> ureq::Agent {
         .build()
 }
 
+/// Start attack number `i` (its row in [`NAMES`]) on `a`'s threads.
 fn start(i: usize, a: &mut Attack, d: &Daemon, legit: &Client, attackers: &[Client]) {
-    let addr = d.addr.clone();
+    let addr = d.addr.as_str();
     match i {
         0 => {}
-        1 | 2 => {
-            let auth = (i == 2).then(|| legit_token_of(attackers));
-            let path = if i == 1 { "/a2a/" } else { "/mcp/" };
-            for t in 0..10 {
-                let (addr, auth) = (addr.clone(), auth.clone());
-                a.spawn(move |stop, c| {
-                    let head = head(&addr, path, auth.as_deref(), 4 * 1024 * 1024);
-                    let mut conns: Vec<Option<TcpStream>> = (0..30).map(|_| None).collect();
-                    let chunk = vec![b' '; 64 * 1024];
-                    while !stop.load(Ordering::Relaxed) {
-                        for slot in conns.iter_mut() {
-                            if slot.is_none() {
-                                if let Ok(mut s) = TcpStream::connect(&addr) {
-                                    let _ = s.set_nonblocking(true);
-                                    if s.write_all(head.as_bytes()).is_ok() {
-                                        let _ = s.write(&chunk);
-                                        c[2].fetch_add(1, Ordering::Relaxed);
-                                        *slot = Some(s);
-                                    }
-                                }
-                            } else if let Some(s) = slot {
-                                // Peek for the daemon's early answer; keep the connection open.
-                                let mut buf = [0u8; 512];
-                                match std::io::Read::read(s, &mut buf) {
-                                    Ok(0) => *slot = None,
-                                    Ok(n) => {
-                                        let text = String::from_utf8_lossy(&buf[..n]);
-                                        if text.contains(" 503 ") {
-                                            c[1].fetch_add(1, Ordering::Relaxed);
-                                        } else {
-                                            c[0].fetch_add(1, Ordering::Relaxed);
-                                        }
-                                        *slot = None;
-                                    }
-                                    Err(_) => {}
-                                }
-                            }
+        1 => held_bodies(a, addr, "/a2a/", None),
+        2 => held_bodies(a, addr, "/mcp/", Some(legit_token_of(attackers))),
+        3 => huge_batches(a, addr, &attackers[..4]),
+        4 => half_sent_heads_and_idle(a, addr),
+        5 => rebinding(a, addr, legit),
+        6 => slow_tool_loop(a, addr, &attackers[0]),
+        8 => large_arguments(a, addr, &attackers[..16]),
+        9 => slow_readers(a, addr, &attackers[1..9]),
+        10 => held_heads(a, addr),
+        11 => large_writes(a, d),
+        12 => idle_past_limit(a, addr),
+        13 => bodies_never_come(a, addr),
+        // Row 7.
+        _ => hung_plugins(a, addr, attackers),
+    }
+}
+
+/// Rows 1 and 2: 10 threads of [`hold_bodies`], each sending heads of 4 MiB bodies to `path`,
+/// with `auth` as the credential if there is one.
+fn held_bodies(a: &mut Attack, addr: &str, path: &'static str, auth: Option<String>) {
+    for t in 0..10 {
+        let (addr, auth) = (addr.to_owned(), auth.clone());
+        a.spawn(move |stop, c| {
+            let head = head(&addr, path, auth.as_deref(), 4 * 1024 * 1024);
+            hold_bodies(&addr, &head, Duration::from_millis(20 + t), &stop, &c)
+        });
+    }
+}
+
+/// Keep 30 connections open, each having sent `head` and the first 64 KiB of its body, until
+/// told to stop, looking every `pause`; reopen each one the daemon answers or closes. Counts
+/// answers before the body (`c[0]`), refusals busy (`c[1]`) and connections opened (`c[2]`).
+fn hold_bodies(addr: &str, head: &str, pause: Duration, stop: &AtomicBool, c: &[AtomicU64; 4]) {
+    let mut conns: Vec<Option<TcpStream>> = (0..30).map(|_| None).collect();
+    let chunk = vec![b' '; 64 * 1024];
+    while !stop.load(Ordering::Relaxed) {
+        for slot in conns.iter_mut() {
+            match slot {
+                None => {
+                    if let Ok(mut s) = TcpStream::connect(addr) {
+                        let _ = s.set_nonblocking(true);
+                        if s.write_all(head.as_bytes()).is_ok() {
+                            let _ = s.write(&chunk);
+                            c[2].fetch_add(1, Ordering::Relaxed);
+                            *slot = Some(s);
                         }
-                        std::thread::sleep(Duration::from_millis(20 + t));
                     }
-                });
-            }
-        }
-        3 => {
-            let batch = Value::Array(
-                (0..80_000)
-                    .map(|i| json!({"jsonrpc":"2.0","id":i,"method":"tools/list"}))
-                    .collect(),
-            )
-            .to_string();
-            let batch = Arc::new(batch);
-            for attacker in &attackers[..4] {
-                let (addr, token, batch) = (addr.clone(), attacker.token.clone(), batch.clone());
-                a.spawn(move |stop, c| {
-                    let agent = agent();
-                    while !stop.load(Ordering::Relaxed) {
-                        match post(&agent, &addr, &token, &batch) {
-                            Ok(b) if b.contains("batch_items") => {
-                                c[0].fetch_add(1, Ordering::Relaxed)
-                            }
-                            _ => c[1].fetch_add(1, Ordering::Relaxed),
-                        };
-                    }
-                });
-            }
-        }
-        13 => {
-            // No credential and a 30,000-byte body that never comes: each is refused (401),
-            // and the daemon waits up to 2 s for the small remainder so that an honest client
-            // could read its answer. Reopened as soon as it closes.
-            let head: Arc<Vec<u8>> = Arc::new(head(&addr, "/mcp/", None, 30_000).into_bytes());
-            for _ in 0..50 {
-                let (addr, head) = (addr.clone(), head.clone());
-                a.spawn(move |stop, c| hold_connections(&addr, Some(&head), &stop, &c));
-            }
-        }
-        4 | 10 | 12 => {
-            // Row 4: 300 half-sent heads and 2,000 idle connections; row 10: 4,000 heads of
-            // 16,000 bytes (the default limit is 16 KiB), never finished; row 12: 6,000 idle
-            // connections, each reopened as soon as the daemon closes it.
-            let (threads, half_threads) = match i {
-                4 => (23usize, 3),
-                10 => (40, 40),
-                _ => (60, 0),
-            };
-            let partial: Arc<Vec<u8>> = Arc::new(if i == 4 {
-                b"POST /mcp/ HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Ty".to_vec()
-            } else {
-                let mut h = b"GET /v1/health HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Pad: ".to_vec();
-                h.resize(16_000, b'a');
-                h
-            });
-            for t in 0..threads {
-                let (addr, partial) = (addr.clone(), partial.clone());
-                // Half-sent heads, or idle connections.
-                let first = (t < half_threads).then_some(partial);
-                a.spawn(move |stop, c| {
-                    hold_connections(&addr, first.as_ref().map(|p| p.as_slice()), &stop, &c)
-                });
-            }
-        }
-        5 => {
-            for k in 0..8 {
-                let addr = addr.clone();
-                let token = legit.token.clone();
-                a.spawn(move |stop, c| {
-                    let agent = agent();
-                    while !stop.load(Ordering::Relaxed) {
-                        let r = if k % 2 == 0 {
-                            agent
-                                .get(&format!("http://{addr}/v1/health"))
-                                .set("Host", "evil.example.com")
-                                .call()
-                        } else {
-                            agent
-                                .post(&format!("http://{addr}/mcp/"))
-                                .set("Authorization", &format!("Bearer {token}"))
-                                .set("Origin", "http://evil.example.com")
-                                .set("Content-Type", "application/json")
-                                .set("Accept", "application/json, text/event-stream")
-                                .send_string(&mcp_call("ailang-read", json!({"path": "f.txt"})))
-                        };
-                        match r {
-                            Err(ureq::Error::Status(403, _)) => {
-                                c[0].fetch_add(1, Ordering::Relaxed)
-                            }
-                            _ => c[1].fetch_add(1, Ordering::Relaxed),
-                        };
-                    }
-                });
-            }
-        }
-        6 => {
-            let token = attackers[0].token.clone();
-            for _ in 0..16 {
-                let (addr, token) = (addr.clone(), token.clone());
-                a.spawn(move |stop, c| {
-                    let agent = agent();
-                    let body = mcp_call("stall-wait", json!({"ms": "2000"}));
-                    while !stop.load(Ordering::Relaxed) {
-                        match post(&agent, &addr, &token, &body) {
-                            Ok(b) if b.contains("slept_ms") => c[0].fetch_add(1, Ordering::Relaxed),
-                            Ok(b) if b.contains("capacity exceeded") => {
+                }
+                Some(s) => {
+                    // Peek for the daemon's early answer; keep the connection open.
+                    let mut buf = [0u8; 512];
+                    match std::io::Read::read(s, &mut buf) {
+                        Ok(0) => *slot = None,
+                        Ok(n) => {
+                            let text = String::from_utf8_lossy(&buf[..n]);
+                            if text.contains(" 503 ") {
                                 c[1].fetch_add(1, Ordering::Relaxed);
-                                std::thread::sleep(Duration::from_millis(5));
-                                0
+                            } else {
+                                c[0].fetch_add(1, Ordering::Relaxed);
                             }
-                            _ => c[2].fetch_add(1, Ordering::Relaxed),
-                        };
-                    }
-                });
-            }
-        }
-        11 => {
-            // Agents writing large files at once: 32 episodes with 9 calls in flight each,
-            // every call 1 MB of new content. Bodies past the body budget are refused; the
-            // row measures what the calls that run hold.
-            let Ok(writers) = d.mint("writer", 32, 16) else {
-                return;
-            };
-            for w in writers {
-                for k in 0..9 {
-                    let (addr, token) = (addr.clone(), w.token.clone());
-                    a.spawn(move |stop, c| {
-                        let agent = agent();
-                        // One body per thread, its first 12 content bytes a counter, so that
-                        // every write is new content without the attacker spending its CPU
-                        // on building megabytes.
-                        let content = format!("{:012}{}", 0, "w".repeat(1_000_000 - 12));
-                        let mut body = mcp_call(
-                            "ailang-write",
-                            json!({"path": format!("w{k}.txt"), "content": content}),
-                        );
-                        let Some(at) = body.find("\"content\":\"").map(|i| i + 11) else {
-                            return;
-                        };
-                        let mut n = 0u64;
-                        while !stop.load(Ordering::Relaxed) {
-                            n += 1;
-                            body.replace_range(at..at + 12, &format!("{n:012}"));
-                            match post(&agent, &addr, &token, &body) {
-                                Ok(b) if b.contains("\"ok\":true") => {
-                                    c[0].fetch_add(1, Ordering::Relaxed)
-                                }
-                                Err(e) if e.starts_with("HTTP 503") => {
-                                    c[1].fetch_add(1, Ordering::Relaxed)
-                                }
-                                Err(e) if e.starts_with("HTTP ") => {
-                                    c[3].fetch_add(1, Ordering::Relaxed)
-                                }
-                                Ok(_) => c[3].fetch_add(1, Ordering::Relaxed),
-                                // The daemon refused before reading the body, and closed.
-                                Err(_) => c[2].fetch_add(1, Ordering::Relaxed),
-                            };
+                            *slot = None;
                         }
-                    });
+                        Err(_) => {}
+                    }
                 }
             }
         }
-        9 => {
-            // Eight sessions each store (or share) a 1 MiB object, the input of a refused call,
-            // then ask for it on 50 connections each and never read the answers past their
-            // status line.
-            let args = json!({"ms": "1", "pad": "y".repeat(1_000_000)});
-            let Ok(reference) = broker_core::object::Ref::of_json(&args) else {
-                return;
-            };
-            for attacker in &attackers[1..9] {
-                let (addr, token, args) = (addr.clone(), attacker.token.clone(), args.clone());
-                a.spawn(move |stop, c| {
-                    let _ = post(&agent(), &addr, &token, &mcp_call("stall-wait", args));
-                    let request = format!(
-                        "GET /v1/objects/{reference}?payload=true HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {token}\r\n\r\n"
-                    );
-                    slow_reader(&addr, &request, 50, &stop, &c)
-                });
+        std::thread::sleep(pause);
+    }
+}
+
+/// Row 3: each of `attackers` posts batches of 80,000 `tools/list` requests back to back.
+fn huge_batches(a: &mut Attack, addr: &str, attackers: &[Client]) {
+    let batch = Value::Array(
+        (0..80_000)
+            .map(|i| json!({"jsonrpc":"2.0","id":i,"method":"tools/list"}))
+            .collect(),
+    )
+    .to_string();
+    let batch = Arc::new(batch);
+    for attacker in attackers {
+        let (addr, token, batch) = (addr.to_owned(), attacker.token.clone(), batch.clone());
+        a.spawn(move |stop, c| {
+            let agent = agent();
+            while !stop.load(Ordering::Relaxed) {
+                match post(&agent, &addr, &token, &batch) {
+                    Ok(b) if b.contains("batch_items") => c[0].fetch_add(1, Ordering::Relaxed),
+                    _ => c[1].fetch_add(1, Ordering::Relaxed),
+                };
             }
-        }
-        8 => {
-            // Calls whose arguments are just under the 1 MiB input limit, from 16 episodes:
-            // each is parsed, canonicalised and hashed before its plan refuses it.
-            let pad = "x".repeat(1_000_000);
-            let body = Arc::new(mcp_call("stall-wait", json!({"ms": "1", "pad": pad})));
-            for attacker in &attackers[..16] {
-                let (addr, token, body) = (addr.clone(), attacker.token.clone(), body.clone());
-                a.spawn(move |stop, c| {
-                    let agent = agent();
-                    while !stop.load(Ordering::Relaxed) {
-                        match post(&agent, &addr, &token, &body) {
-                            Ok(b) if b.contains("unknown argument") => {
-                                c[0].fetch_add(1, Ordering::Relaxed)
-                            }
-                            Ok(b) if b.contains("capacity exceeded") => {
-                                c[1].fetch_add(1, Ordering::Relaxed)
-                            }
-                            _ => c[2].fetch_add(1, Ordering::Relaxed),
-                        };
+        });
+    }
+}
+
+/// Row 4: 300 half-sent heads and 2,000 idle connections.
+fn half_sent_heads_and_idle(a: &mut Attack, addr: &str) {
+    let half_sent = b"POST /mcp/ HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Ty";
+    hold_connections_on_threads(a, addr, half_sent, 3, 20);
+}
+
+/// Row 10: 4,000 heads of 16,000 bytes (the default limit is 16 KiB), never finished.
+fn held_heads(a: &mut Attack, addr: &str) {
+    let mut head = b"GET /v1/health HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Pad: ".to_vec();
+    head.resize(16_000, b'a');
+    hold_connections_on_threads(a, addr, &head, 40, 0);
+}
+
+/// Row 12: 6,000 idle connections, each reopened as soon as the daemon closes it.
+fn idle_past_limit(a: &mut Attack, addr: &str) {
+    hold_connections_on_threads(a, addr, &[], 0, 60);
+}
+
+/// Row 13: 5,000 connections whose refused small body never comes.
+fn bodies_never_come(a: &mut Attack, addr: &str) {
+    // No credential and a 30,000-byte body that never comes: each is refused (401),
+    // and the daemon waits up to 2 s for the small remainder so that an honest client
+    // could read its answer. Reopened as soon as it closes.
+    let head = head(addr, "/mcp/", None, 30_000);
+    hold_connections_on_threads(a, addr, head.as_bytes(), 50, 0);
+}
+
+/// `sending` threads of [`hold_connections`] whose connections each send `first`, then `idle`
+/// threads whose connections send nothing.
+fn hold_connections_on_threads(
+    a: &mut Attack,
+    addr: &str,
+    first: &[u8],
+    sending: usize,
+    idle: usize,
+) {
+    let first: Arc<[u8]> = first.into();
+    for t in 0..sending + idle {
+        let addr = addr.to_owned();
+        // Half-sent heads, or idle connections.
+        let first = (t < sending).then(|| first.clone());
+        a.spawn(move |stop, c| hold_connections(&addr, first.as_deref(), &stop, &c));
+    }
+}
+
+/// Row 5: 8 threads posing as a rebound page: the even ones ask for health under a foreign
+/// `Host`, the odd ones call a tool with the legitimate token and a foreign `Origin`.
+fn rebinding(a: &mut Attack, addr: &str, legit: &Client) {
+    for k in 0..8 {
+        let addr = addr.to_owned();
+        let token = legit.token.clone();
+        a.spawn(move |stop, c| {
+            let agent = agent();
+            while !stop.load(Ordering::Relaxed) {
+                let r = if k % 2 == 0 {
+                    agent
+                        .get(&format!("http://{addr}/v1/health"))
+                        .set("Host", "evil.example.com")
+                        .call()
+                } else {
+                    agent
+                        .post(&format!("http://{addr}/mcp/"))
+                        .set("Authorization", &format!("Bearer {token}"))
+                        .set("Origin", "http://evil.example.com")
+                        .set("Content-Type", "application/json")
+                        .set("Accept", "application/json, text/event-stream")
+                        .send_string(&mcp_call("ailang-read", json!({"path": "f.txt"})))
+                };
+                match r {
+                    Err(ureq::Error::Status(403, _)) => c[0].fetch_add(1, Ordering::Relaxed),
+                    _ => c[1].fetch_add(1, Ordering::Relaxed),
+                };
+            }
+        });
+    }
+}
+
+/// Row 6: 16 threads of one episode calling a 2 s `stall-wait` back to back.
+fn slow_tool_loop(a: &mut Attack, addr: &str, attacker: &Client) {
+    for _ in 0..16 {
+        let (addr, token) = (addr.to_owned(), attacker.token.clone());
+        a.spawn(move |stop, c| {
+            let agent = agent();
+            let body = mcp_call("stall-wait", json!({"ms": "2000"}));
+            while !stop.load(Ordering::Relaxed) {
+                match post(&agent, &addr, &token, &body) {
+                    Ok(b) if b.contains("slept_ms") => c[0].fetch_add(1, Ordering::Relaxed),
+                    Ok(b) if b.contains("capacity exceeded") => {
+                        c[1].fetch_add(1, Ordering::Relaxed);
+                        std::thread::sleep(Duration::from_millis(5));
+                        0
                     }
-                });
+                    _ => c[2].fetch_add(1, Ordering::Relaxed),
+                };
             }
-        }
-        _ => {
-            // 200 episodes, one hung call each (60 s, far past the 2 s deadline).
-            for chunk in attackers.chunks(20) {
-                let chunk: Vec<Client> = chunk.to_vec();
-                let addr = addr.clone();
-                a.spawn(move |_stop, c| {
-                    let handles: Vec<_> = chunk
-                        .into_iter()
-                        .map(|cl| {
-                            let addr = addr.clone();
-                            std::thread::spawn(move || {
-                                let body = mcp_call("stall-wait", json!({"ms": "60000"}));
-                                post(&agent(), &addr, &cl.token, &body)
-                            })
-                        })
-                        .collect();
-                    for h in handles {
-                        match h.join() {
-                            Ok(Ok(b)) if b.contains("timed out") => {
-                                c[0].fetch_add(1, Ordering::Relaxed)
-                            }
-                            _ => c[1].fetch_add(1, Ordering::Relaxed),
-                        };
+        });
+    }
+}
+
+/// Row 7: one thread per 20 of `attackers`, each attacker making one hung call on a thread
+/// of its own; counts the calls that timed out at the deadline (`c[0]`) and the others.
+fn hung_plugins(a: &mut Attack, addr: &str, attackers: &[Client]) {
+    // 200 episodes, one hung call each (60 s, far past the 2 s deadline).
+    for chunk in attackers.chunks(20) {
+        let chunk: Vec<Client> = chunk.to_vec();
+        let addr = addr.to_owned();
+        a.spawn(move |_stop, c| {
+            let handles: Vec<_> = chunk
+                .into_iter()
+                .map(|cl| {
+                    let addr = addr.clone();
+                    std::thread::spawn(move || {
+                        let body = mcp_call("stall-wait", json!({"ms": "60000"}));
+                        post(&agent(), &addr, &cl.token, &body)
+                    })
+                })
+                .collect();
+            for h in handles {
+                match h.join() {
+                    Ok(Ok(b)) if b.contains("timed out") => c[0].fetch_add(1, Ordering::Relaxed),
+                    _ => c[1].fetch_add(1, Ordering::Relaxed),
+                };
+            }
+        });
+    }
+}
+
+/// Row 8: each of `attackers` posts a call with 1 MB of arguments back to back.
+fn large_arguments(a: &mut Attack, addr: &str, attackers: &[Client]) {
+    // Calls whose arguments are just under the 1 MiB input limit, from 16 episodes:
+    // each is parsed, canonicalised and hashed before its plan refuses it.
+    let pad = "x".repeat(1_000_000);
+    let body = Arc::new(mcp_call("stall-wait", json!({"ms": "1", "pad": pad})));
+    for attacker in attackers {
+        let (addr, token, body) = (addr.to_owned(), attacker.token.clone(), body.clone());
+        a.spawn(move |stop, c| {
+            let agent = agent();
+            while !stop.load(Ordering::Relaxed) {
+                match post(&agent, &addr, &token, &body) {
+                    Ok(b) if b.contains("unknown argument") => c[0].fetch_add(1, Ordering::Relaxed),
+                    Ok(b) if b.contains("capacity exceeded") => {
+                        c[1].fetch_add(1, Ordering::Relaxed)
                     }
-                });
+                    _ => c[2].fetch_add(1, Ordering::Relaxed),
+                };
             }
+        });
+    }
+}
+
+/// Row 9: each of `attackers` runs a [`slow_reader`] of one 1 MiB object.
+fn slow_readers(a: &mut Attack, addr: &str, attackers: &[Client]) {
+    // Eight sessions each store (or share) a 1 MiB object, the input of a refused call,
+    // then ask for it on 50 connections each and never read the answers past their
+    // status line.
+    let args = json!({"ms": "1", "pad": "y".repeat(1_000_000)});
+    let Ok(reference) = broker_core::object::Ref::of_json(&args) else {
+        return;
+    };
+    for attacker in attackers {
+        let (addr, token, args) = (addr.to_owned(), attacker.token.clone(), args.clone());
+        a.spawn(move |stop, c| {
+            let _ = post(&agent(), &addr, &token, &mcp_call("stall-wait", args));
+            let request = format!(
+                "GET /v1/objects/{reference}?payload=true HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {token}\r\n\r\n"
+            );
+            slow_reader(&addr, &request, 50, &stop, &c)
+        });
+    }
+}
+
+/// Row 11: 32 new episodes, 9 threads each of [`write_new_content`].
+fn large_writes(a: &mut Attack, d: &Daemon) {
+    // Agents writing large files at once: 32 episodes with 9 calls in flight each,
+    // every call 1 MB of new content. Bodies past the body budget are refused; the
+    // row measures what the calls that run hold.
+    let Ok(writers) = d.mint("writer", 32, 16) else {
+        return;
+    };
+    for w in writers {
+        for k in 0..9 {
+            let (addr, token) = (d.addr.clone(), w.token.clone());
+            a.spawn(move |stop, c| write_new_content(&addr, &token, k, &stop, &c));
         }
+    }
+}
+
+/// Write 1 MB of new content to `w{k}.txt` back to back until told to stop. Counts writes
+/// (`c[0]`), refusals busy (`c[1]`), connections closed while sending (`c[2]`) and other
+/// answers (`c[3]`).
+fn write_new_content(addr: &str, token: &str, k: usize, stop: &AtomicBool, c: &[AtomicU64; 4]) {
+    let agent = agent();
+    // One body per thread, its first 12 content bytes a counter, so that
+    // every write is new content without the attacker spending its CPU
+    // on building megabytes.
+    let content = format!("{:012}{}", 0, "w".repeat(1_000_000 - 12));
+    let mut body = mcp_call(
+        "ailang-write",
+        json!({"path": format!("w{k}.txt"), "content": content}),
+    );
+    let Some(at) = body.find("\"content\":\"").map(|i| i + 11) else {
+        return;
+    };
+    let mut n = 0u64;
+    while !stop.load(Ordering::Relaxed) {
+        n += 1;
+        body.replace_range(at..at + 12, &format!("{n:012}"));
+        match post(&agent, addr, token, &body) {
+            Ok(b) if b.contains("\"ok\":true") => c[0].fetch_add(1, Ordering::Relaxed),
+            Err(e) if e.starts_with("HTTP 503") => c[1].fetch_add(1, Ordering::Relaxed),
+            Err(e) if e.starts_with("HTTP ") => c[3].fetch_add(1, Ordering::Relaxed),
+            Ok(_) => c[3].fetch_add(1, Ordering::Relaxed),
+            // The daemon refused before reading the body, and closed.
+            Err(_) => c[2].fetch_add(1, Ordering::Relaxed),
+        };
     }
 }
 
