@@ -25,6 +25,8 @@ use crate::stats::Summary;
 pub struct AttackRow {
     pub name: &'static str,
     pub legit: Summary,
+    /// The first unexpected answer the legitimate client got, if any: why it is counted.
+    pub legit_first_error: Option<String>,
     /// `VmHWM`: everything resident, the pages of the store's map that were touched included.
     pub peak_rss_kib: Option<u64>,
     /// The most `RssAnon` seen (sampled every 25 ms): the daemon's own memory, without the
@@ -133,7 +135,7 @@ pub fn run_all(
         });
         d.reset_peak_rss();
         let sampler = ProcSampler::start(d.pid());
-        let legit_summary = legit_calls(&d.addr, &legit, measure);
+        let (legit_summary, legit_first_error) = legit_calls(&d.addr, &legit, measure);
         let peaks = sampler.finish();
         let (peak_fds, peak_anon_kib) = (peaks.fds, peaks.anon_kib.unwrap_or(0));
         let peak_rss_kib = d.peak_rss_kib();
@@ -170,6 +172,7 @@ pub fn run_all(
         rows.push(AttackRow {
             name,
             legit: legit_summary,
+            legit_first_error,
             peak_rss_kib,
             peak_anon_kib,
             anon_after_kib,
@@ -667,27 +670,38 @@ fn legit_token_of(attackers: &[Client]) -> String {
     attackers[0].token.clone()
 }
 
-/// One client of its own episode calling `ailang-read` back to back for `measure`.
-fn legit_calls(addr: &str, legit: &Client, measure: Duration) -> Summary {
+/// One client of its own episode calling `ailang-read` back to back for `measure`; with the
+/// first unexpected answer, if any.
+fn legit_calls(addr: &str, legit: &Client, measure: Duration) -> (Summary, Option<String>) {
     let agent = agent();
     let body = mcp_call("ailang-read", json!({"path": "f.txt"}));
     let mut latencies = Vec::new();
     let (mut rejected, mut errors) = (0, 0);
+    let mut first_error = None;
     let start = Instant::now();
     while start.elapsed() < measure {
         let t = Instant::now();
-        match post(&agent, addr, &legit.token, &body) {
+        let answer = post(&agent, addr, &legit.token, &body);
+        match &answer {
             Ok(b) if b.contains(r#""ok":true"#) => latencies.push(t.elapsed().as_nanos() as u64),
             Ok(b) if b.contains("capacity exceeded") => rejected += 1,
             _ => errors += 1,
         }
+        if errors == 1 && first_error.is_none() {
+            let at = start.elapsed().as_secs_f64();
+            first_error = Some(match answer {
+                Ok(b) => format!("at {at:.2} s: {}", b.chars().take(300).collect::<String>()),
+                Err(e) => format!("at {at:.2} s: {e}"),
+            });
+        }
     }
-    Summary::from_latencies(
+    let summary = Summary::from_latencies(
         &mut latencies,
         rejected,
         errors,
         start.elapsed().as_secs_f64(),
-    )
+    );
+    (summary, first_error)
 }
 
 /// The printed table.
@@ -715,6 +729,14 @@ pub fn table(rows: &[AttackRow]) -> String {
             r.note
         ));
     }
+    for r in rows {
+        if let Some(e) = &r.legit_first_error {
+            out.push_str(&format!(
+                "note: {}: the legitimate client's first unexpected answer: {e}\n",
+                r.name
+            ));
+        }
+    }
     out
 }
 
@@ -729,6 +751,7 @@ pub fn to_json(rows: &[AttackRow]) -> Value {
                     "p99_ms": r.legit.p99_ns as f64 / 1e6, "peak_rss_kib": r.peak_rss_kib,
                     "peak_anon_kib": r.peak_anon_kib, "anon_after_kib": r.anon_after_kib,
                     "peak_fds": r.peak_fds, "attackers": r.note,
+                    "legit_first_error": r.legit_first_error,
                 })
             })
             .collect(),

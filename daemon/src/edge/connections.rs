@@ -30,14 +30,24 @@ use tokio::sync::{watch, Notify, OwnedSemaphorePermit, Semaphore};
 /// as soon as it is told; a request that slipped in first has to finish).
 pub const MAKE_ROOM_WAIT: Duration = Duration::from_secs(1);
 
-/// New connections that may wait at once for an idle one to close. Each holds a descriptor
-/// beside the limit's, so the limit is kept this far below the descriptor limit too.
-pub const MAKING_ROOM: usize = 32;
+/// The most new connections that may wait at once for an idle one to close ([`making_room`]).
+pub const MAKING_ROOM: usize = 256;
+
+/// New connections that may wait at once for an idle one to close, under a connection limit
+/// of `limit`: a sixteenth of it, from 4 to [`MAKING_ROOM`]. Each holds a descriptor beside
+/// the limit's, so the limit is kept this far below the descriptor limit too. Past it a new
+/// connection is closed at once, so this is also how many a flood of new connections must
+/// keep waiting to shut a new client out: at 32 under the default 4,096, thousands of idle
+/// connections past the limit reset a new client's connection in four of nine bench runs
+/// (rows 12 and 13), at 256 in none of six (`docs/benchmarks.md`).
+pub fn making_room(limit: usize) -> usize {
+    (limit / 16).clamp(4, MAKING_ROOM)
+}
 
 /// Every open connection, under the limit.
 pub struct Connections {
     slots: Arc<Semaphore>,
-    /// Connections waiting for the slot of one they closed, at most [`MAKING_ROOM`].
+    /// Connections waiting for the slot of one they closed, at most [`making_room`].
     making_room: Arc<Semaphore>,
     open: Arc<Mutex<HashMap<u64, Arc<Conn>>>>,
     next: AtomicU64,
@@ -217,7 +227,7 @@ impl Connections {
     pub fn new(limit: usize) -> Connections {
         Connections {
             slots: Arc::new(Semaphore::new(limit)),
-            making_room: Arc::new(Semaphore::new(MAKING_ROOM)),
+            making_room: Arc::new(Semaphore::new(making_room(limit))),
             open: Arc::default(),
             next: AtomicU64::new(0),
             shutdown: watch::channel(false).0,
@@ -384,9 +394,10 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn at_most_32_new_connections_wait_for_room_at_once() {
-        let conns = Connections::new(64);
-        let held: Vec<Registered> = (0..64).map(|_| free(&conns)).collect();
+    async fn at_most_making_room_new_connections_wait_for_room_at_once() {
+        let conns = Connections::new(4096);
+        let held: Vec<Registered> = (0..4096).map(|_| free(&conns)).collect();
+        assert_eq!(making_room(4096), MAKING_ROOM);
         let waiting: Vec<Room> = (0..MAKING_ROOM).map(|_| conns.room()).collect();
         assert!(waiting.iter().all(|r| matches!(r, Room::Made(_))));
         // Idle connections remain, but no more may wait.

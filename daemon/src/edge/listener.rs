@@ -20,7 +20,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::OwnedSemaphorePermit;
 use tower::ServiceExt;
 
-use super::connections::{Conn, Connections, Registered, Room, MAKING_ROOM};
+use super::connections::{making_room, Conn, Connections, Registered, Room};
 use super::reply::{Client, ReplyBudget};
 use super::send::SendDeadline;
 use super::{linger, ServerConfig};
@@ -71,12 +71,12 @@ pub fn raise_fd_limit() -> std::io::Result<u64> {
     Ok(lim.rlim_cur)
 }
 
-/// The connection limit in force: the configured one, lowered to stay below `fd_limit`.
+/// The connection limit in force: the configured one, lowered to stay below `fd_limit` with
+/// the connections that may wait for room ([`making_room`]) beside it.
 pub fn connection_limit(configured: usize, fd_limit: u64) -> usize {
-    let room = fd_limit
-        .saturating_sub(RESERVED_FDS + MAKING_ROOM as u64)
-        .max(1);
-    configured.min(usize::try_from(room).unwrap_or(usize::MAX))
+    let room = usize::try_from(fd_limit.saturating_sub(RESERVED_FDS)).unwrap_or(usize::MAX);
+    let allowed = room.saturating_sub(making_room(room)).max(1);
+    configured.min(allowed)
 }
 
 /// Serve `app` on `listener` until `shutdown` resolves, then let open requests finish.
@@ -341,7 +341,7 @@ mod tests {
 
     #[test]
     fn the_connection_limit_stays_below_the_descriptor_limit() {
-        assert_eq!(connection_limit(4096, 1024), 864);
+        assert_eq!(connection_limit(4096, 1024), 840);
         assert_eq!(connection_limit(100, 20_000), 100);
         assert_eq!(connection_limit(100, 10), 1);
     }
