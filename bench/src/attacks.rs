@@ -333,17 +333,36 @@ fn huge_batches(a: &mut Attack, addr: &str, attackers: &[Client]) {
     .to_string();
     let batch = Arc::new(batch);
     for attacker in attackers {
-        let (addr, token, batch) = (addr.to_owned(), attacker.token.clone(), batch.clone());
-        a.spawn(move |stop, c| {
-            let agent = agent();
-            while !stop.load(Ordering::Relaxed) {
-                match post(&agent, &addr, &token, &batch) {
-                    Ok(b) if b.contains("batch_items") => c[0].fetch_add(1, Ordering::Relaxed),
-                    _ => c[1].fetch_add(1, Ordering::Relaxed),
-                };
-            }
-        });
+        keep_posting(
+            a,
+            addr,
+            &attacker.token,
+            batch.clone(),
+            |answer| match answer {
+                Ok(b) if b.contains("batch_items") => 0,
+                _ => 1,
+            },
+        );
     }
+}
+
+/// One thread posting `body` to `/mcp/` with `token` back to back until the attack stops,
+/// counting each answer in the counter `count` picks for it.
+fn keep_posting(
+    a: &mut Attack,
+    addr: &str,
+    token: &str,
+    body: Arc<String>,
+    count: fn(&Result<String, String>) -> usize,
+) {
+    let (addr, token) = (addr.to_owned(), token.to_owned());
+    a.spawn(move |stop, c| {
+        let agent = agent();
+        while !stop.load(Ordering::Relaxed) {
+            let answer = post(&agent, &addr, &token, &body);
+            c[count(&answer)].fetch_add(1, Ordering::Relaxed);
+        }
+    });
 }
 
 /// Row 4: 300 half-sent heads and 2,000 idle connections.
@@ -480,19 +499,17 @@ fn large_arguments(a: &mut Attack, addr: &str, attackers: &[Client]) {
     let pad = "x".repeat(1_000_000);
     let body = Arc::new(mcp_call("stall-wait", json!({"ms": "1", "pad": pad})));
     for attacker in attackers {
-        let (addr, token, body) = (addr.to_owned(), attacker.token.clone(), body.clone());
-        a.spawn(move |stop, c| {
-            let agent = agent();
-            while !stop.load(Ordering::Relaxed) {
-                match post(&agent, &addr, &token, &body) {
-                    Ok(b) if b.contains("unknown argument") => c[0].fetch_add(1, Ordering::Relaxed),
-                    Ok(b) if b.contains("capacity exceeded") => {
-                        c[1].fetch_add(1, Ordering::Relaxed)
-                    }
-                    _ => c[2].fetch_add(1, Ordering::Relaxed),
-                };
-            }
-        });
+        keep_posting(
+            a,
+            addr,
+            &attacker.token,
+            body.clone(),
+            |answer| match answer {
+                Ok(b) if b.contains("unknown argument") => 0,
+                Ok(b) if b.contains("capacity exceeded") => 1,
+                _ => 2,
+            },
+        );
     }
 }
 
@@ -681,18 +698,17 @@ fn legit_calls(addr: &str, legit: &Client, measure: Duration) -> (Summary, Optio
     let start = Instant::now();
     while start.elapsed() < measure {
         let t = Instant::now();
-        let answer = post(&agent, addr, &legit.token, &body);
-        match &answer {
+        match post(&agent, addr, &legit.token, &body) {
             Ok(b) if b.contains(r#""ok":true"#) => latencies.push(t.elapsed().as_nanos() as u64),
             Ok(b) if b.contains("capacity exceeded") => rejected += 1,
-            _ => errors += 1,
-        }
-        if errors == 1 && first_error.is_none() {
-            let at = start.elapsed().as_secs_f64();
-            first_error = Some(match answer {
-                Ok(b) => format!("at {at:.2} s: {}", b.chars().take(300).collect::<String>()),
-                Err(e) => format!("at {at:.2} s: {e}"),
-            });
+            answer => {
+                errors += 1;
+                let at = start.elapsed().as_secs_f64();
+                first_error.get_or_insert_with(|| match answer {
+                    Ok(b) => format!("at {at:.2} s: {}", b.chars().take(300).collect::<String>()),
+                    Err(e) => format!("at {at:.2} s: {e}"),
+                });
+            }
         }
     }
     let summary = Summary::from_latencies(

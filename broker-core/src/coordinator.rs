@@ -178,8 +178,6 @@ struct Prepared {
     entry: RegistryEntry,
     input: Object,
     worktree: Option<PathBuf>,
-    /// The task id was minted for this call (128 random bits), so no earlier attempt has it.
-    minted: bool,
 }
 
 impl Prepared {
@@ -586,9 +584,9 @@ impl Coordinator {
         };
         let turn = self.episodes.enter(&prepared.call.session.episode);
         let busy = Busy(Box::new((flight, turn, hold)));
-        // A minted id has no earlier attempt to look up: the lookup would cost a store read
-        // on every call that brings no key of its own.
-        if !prepared.minted {
+        // A call that brings no task id gets a minted one (128 random bits), which no earlier
+        // attempt can have: the lookup would cost a store read on every such call.
+        if prepared.call.task_id.is_some() {
             if let Some(done) = self.previous_attempt(&prepared)? {
                 return Ok(Opened::Replayed(done));
             }
@@ -604,10 +602,10 @@ impl Coordinator {
     /// `transitionFn`, the task id and the canonical input.
     fn prepare(&self, call: Call) -> Result<Prepared, CallError> {
         let episode = &call.session.episode;
-        let (task, minted) = match &call.task_id {
-            Some(t) if task::valid_task_id(t) => (t.clone(), false),
+        let task = match &call.task_id {
+            Some(t) if task::valid_task_id(t) => t.clone(),
             Some(_) => return Err(CallError::InvalidTaskId),
-            None => (random_task_id()?, true),
+            None => random_task_id()?,
         };
         let registry = self.registry()?;
         let entry = registry
@@ -641,7 +639,6 @@ impl Coordinator {
             entry,
             input,
             worktree: None,
-            minted,
         })
     }
 
