@@ -50,7 +50,7 @@ use std::ops::Bound;
 
 use crate::log::{self, Entry, LogError};
 use crate::object::{sid, ObjectView, Ref};
-use crate::schema::{READERS, READERS_TAIL};
+use crate::schema::{ref_key, OBJECT, READERS, READERS_TAIL};
 use crate::session::Session;
 use crate::storage::{ReadCtx, StoreError, WriteCtx};
 
@@ -343,6 +343,19 @@ pub(crate) fn grant(
 ) -> Result<(), StoreError> {
     let mut added = false;
     for reference in refs {
+        // An object this operation stored anew has a sequence number no grant can name yet,
+        // and its kind is the caller's: nothing to look up.
+        if let Some((seq, public)) = w.stored_anew(&ref_key(&reference, OBJECT)) {
+            debug_assert!(
+                !granted(&w.reader(), episode, seq)?,
+                "object {reference} is new"
+            );
+            if !public {
+                READERS_TAIL.put(w, &tail_key(episode, seq), &[])?;
+                added = true;
+            }
+            continue;
+        }
         // The stored kind, not the caller's: the first writer's semantic id wins.
         let seq = match w.reader().sequenced(&reference)? {
             Some((seq, o)) if !is_public(o.semantic_id) => seq,

@@ -993,6 +993,13 @@ impl Coordinator {
         let episode = p.call.session.episode.clone();
         let task = p.task.clone();
         let objects = [request.clone(), p.input.clone()];
+        // Checked here, not on the writer's thread, which sets the store's rate.
+        if let Some(o) = objects.iter().find(|o| !o.verify()) {
+            return Err(CallError::Internal(format!(
+                "object {} does not hash to its address",
+                o.hash
+            )));
+        }
         self.store.write(move |w| -> Result<bool, CallError> {
             match journal::append_intent(w, &intent, budget) {
                 Ok(_) => {}
@@ -1000,7 +1007,7 @@ impl Coordinator {
                 Err(e) => return Err(e.into()),
             }
             for o in &objects {
-                w.put_object(o)?;
+                w.put_verified_object(o)?;
             }
             access::grant(w, &episode, objects.iter().map(|o| o.hash))?;
             task::put(w, &episode, &task, &task_state)?;
@@ -1295,7 +1302,8 @@ impl Coordinator {
             transition_ref: record_obj.hash,
             state_root: output_obj.hash,
             binding: HeadBinding::AtHead,
-        };
+        }
+        .checked()?;
         let mut task_state = TaskState {
             invocation_id: p.invocation_id.clone(),
             skill_id: p.call.skill_id.clone(),
@@ -1317,7 +1325,7 @@ impl Coordinator {
                 if let Some((status, record)) = journal_outcome {
                     journal::append_outcome(w, &id, status, Some(record))?;
                 }
-                let committed = log::append(w, &append)?;
+                let committed = log::append_checked(w, &append)?;
                 access::grant(w, &episode, readable.iter().copied())?;
                 task_state.entry_index = Some(committed.entry.header.entry_index);
                 task_state.world_ref = Some(committed.world_ref);

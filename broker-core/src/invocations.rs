@@ -226,15 +226,51 @@ pub(crate) fn put_initial(
     bytes: &[u8],
     intent: Option<u64>,
 ) -> Result<(), StoreError> {
+    let looked = look(w, id)?;
+    looked.put_initial(w, part, bytes, intent)
+}
+
+/// An invocation's row as an operation found it, so that the same operation writes it
+/// without looking again (a lookup of an id not stored costs four B-tree searches).
+pub(crate) struct Looked<'i> {
+    id: &'i str,
+    place: Option<Place>,
+    /// The stored bytes, copied only when there is a row.
+    row: Option<Vec<u8>>,
+}
+
+/// Look for `id`'s row, claiming the tail of the content-address index first (a row not
+/// found is written there).
+pub(crate) fn look<'i>(w: &mut WriteCtx<'_, '_>, id: &'i str) -> Result<Looked<'i>, StoreError> {
     ref_tail::claim(w)?;
-    let reader = w.reader();
-    let found = located(&reader, id)?;
-    let place = found.map(|(place, _)| place);
-    let current = parts(id, found)?.unwrap_or_default();
-    let mut next = current.with(part, bytes);
-    next.intent = intent.or(current.intent);
-    let encoded = next.encode();
-    put_row(w, id, place, &encoded)
+    let found = located(&w.reader(), id)?;
+    Ok(Looked {
+        id,
+        place: found.map(|(place, _)| place),
+        row: found.map(|(_, row)| row.to_vec()),
+    })
+}
+
+impl Looked<'_> {
+    /// The row's parts as found (without its resolution's).
+    pub(crate) fn parts(&self) -> Result<Option<Row<'_>>, StoreError> {
+        decode(self.row.as_deref(), &format!("invocation row {}", self.id))
+    }
+
+    /// [`put_initial`] into the row as found.
+    pub(crate) fn put_initial(
+        self,
+        w: &mut WriteCtx<'_, '_>,
+        part: Part,
+        bytes: &[u8],
+        intent: Option<u64>,
+    ) -> Result<(), StoreError> {
+        let current = self.parts()?.unwrap_or_default();
+        let mut next = current.with(part, bytes);
+        next.intent = intent.or(current.intent);
+        let encoded = next.encode();
+        put_row(w, self.id, self.place, &encoded)
+    }
 }
 
 /// Write a state that resolves the invocation: into the resolution of its intent when it has
@@ -249,9 +285,20 @@ pub(crate) fn put_resolution(
     let Some(seq) = seq else {
         return put_initial(w, id, part, bytes, None);
     };
-    let current = resolution(&w.reader(), seq)?.unwrap_or_default();
+    put_resolution_of(w, seq, part, bytes)
+}
+
+/// [`put_resolution`] for an invocation whose intent is journaled at `intent`, known to the
+/// caller: its row need not be looked up.
+pub(crate) fn put_resolution_of(
+    w: &mut WriteCtx<'_, '_>,
+    intent: u64,
+    part: Part,
+    bytes: &[u8],
+) -> Result<(), StoreError> {
+    let current = resolution(&w.reader(), intent)?.unwrap_or_default();
     let encoded = current.with(part, bytes).encode();
-    RESOLUTIONS.put(w, &seq, &encoded)
+    RESOLUTIONS.put(w, &intent, &encoded)
 }
 
 /// Replace the part readers see of `id` (maintenance and tamper tests): in its intent's

@@ -133,10 +133,13 @@ fn read_state(r: &ReadCtx<'_>, id: &str) -> Result<Option<JournalState>, Journal
         None => Ok(None),
         // Written canonical by this module; a typed parse straight from the bytes is all a
         // read needs (and the verifier reads one per entry).
-        Some(b) => serde_json::from_slice(b)
-            .map(Some)
-            .map_err(|e| JournalError::Corrupt(e.to_string())),
+        Some(b) => parse_state(b).map(Some),
     }
+}
+
+/// A journal state as stored.
+fn parse_state(bytes: &[u8]) -> Result<JournalState, JournalError> {
+    serde_json::from_slice(bytes).map_err(|e| JournalError::Corrupt(e.to_string()))
 }
 
 /// Journal an intent and raise the spend counter, in the caller's transaction. `budget` is the
@@ -147,7 +150,11 @@ pub fn append_intent(
     intent: &Intent,
     budget: u64,
 ) -> Result<u64, JournalError> {
-    if read_state(&w.reader(), &intent.invocation_id)?.is_some() {
+    // The row is looked up once: to refuse a second intent, then to be written.
+    let looked = invocations::look(w, &intent.invocation_id)?;
+    if let Some(journal) = looked.parts()?.and_then(|row| row.journal) {
+        // A damaged state is reported as such, as a read of it would.
+        parse_state(journal)?;
         return Err(JournalError::AlreadyJournaled(intent.invocation_id.clone()));
     }
     let key = spend_key(&intent.episode, &intent.effect, &intent.scope);
@@ -172,13 +179,7 @@ pub fn append_intent(
         status: None,
         result_ref: None,
     };
-    invocations::put_initial(
-        w,
-        &intent.invocation_id,
-        Part::Journal,
-        &to_json(&state)?,
-        Some(seq),
-    )?;
+    looked.put_initial(w, Part::Journal, &to_json(&state)?, Some(seq))?;
     PENDING.put(w, &intent.invocation_id, &seq)?;
     SPEND.put(w, &key, &(spent + intent.cost))?;
     Ok(seq)
@@ -191,8 +192,12 @@ pub fn append_outcome(
     status: OutcomeStatus,
     result_ref: Option<Ref>,
 ) -> Result<u64, JournalError> {
-    let mut state = read_state(&w.reader(), invocation_id)?
-        .ok_or_else(|| JournalError::NoIntent(invocation_id.to_owned()))?;
+    // The row is read once: for the state, and for where its resolution goes.
+    let (state, row_intent) = match invocations::get(&w.reader(), invocation_id)? {
+        Some(row) => (row.journal.map(parse_state).transpose()?, row.intent),
+        None => (None, None),
+    };
+    let mut state = state.ok_or_else(|| JournalError::NoIntent(invocation_id.to_owned()))?;
     if state.status.is_some() {
         return Err(JournalError::AlreadyResolved(invocation_id.to_owned()));
     }
@@ -207,7 +212,12 @@ pub fn append_outcome(
     state.outcome_seq = Some(seq);
     state.status = Some(status);
     state.result_ref = result_ref;
-    invocations::put_resolution(w, invocation_id, Part::Journal, &to_json(&state)?)?;
+    let bytes = to_json(&state)?;
+    match row_intent {
+        Some(intent) => invocations::put_resolution_of(w, intent, Part::Journal, &bytes)?,
+        // A row written before intents were kept beside it (schema 1) takes it in place.
+        None => invocations::put_resolution(w, invocation_id, Part::Journal, &bytes)?,
+    }
     PENDING.delete(w, invocation_id)?;
     Ok(seq)
 }

@@ -379,11 +379,38 @@ pub struct Append {
     pub binding: HeadBinding,
 }
 
+/// An [`Append`] whose objects were checked against their addresses ([`Append::checked`]),
+/// before it was queued for the writer: the one thread that sets the store's rate does not
+/// hash them again.
+#[derive(Debug, Clone)]
+pub struct CheckedAppend(Append);
+
+impl Append {
+    /// Check every object against its address, on the caller's thread.
+    pub fn checked(self) -> Result<CheckedAppend, LogError> {
+        check_objects(&self.objects)?;
+        Ok(CheckedAppend(self))
+    }
+}
+
 /// Append at the head: binds index and link, writes objects, entry, world and head.
 ///
 /// The entry and world are built here from the head, so their hashes are computed once and
 /// not checked again; the caller's objects are, and the record and output must be stored.
 pub fn append(w: &mut WriteCtx<'_, '_>, a: &Append) -> Result<Committed, LogError> {
+    append_at_head(w, a, false)
+}
+
+/// [`append`], for objects checked before the append was queued.
+pub fn append_checked(w: &mut WriteCtx<'_, '_>, a: &CheckedAppend) -> Result<Committed, LogError> {
+    append_at_head(w, &a.0, true)
+}
+
+fn append_at_head(
+    w: &mut WriteCtx<'_, '_>,
+    a: &Append,
+    objects_checked: bool,
+) -> Result<Committed, LogError> {
     let head = head(&w.reader())?;
     if let HeadBinding::Observed(observed) = &a.binding {
         check_observed(observed, head.as_ref())?;
@@ -405,6 +432,9 @@ pub fn append(w: &mut WriteCtx<'_, '_>, a: &Append) -> Result<Committed, LogErro
     };
     let world_bytes = world.to_bytes()?;
     let world_ref = Ref::of(&world_bytes);
+    if !objects_checked {
+        check_objects(&a.objects)?;
+    }
     store(w, &a.objects, &entry, &world, &world_bytes, &world_ref)?;
     Ok(Committed {
         entry,
@@ -426,6 +456,7 @@ pub fn commit_exact(
     let head = head(&w.reader())?;
     check_observed(&observed, head.as_ref())?;
     let world_bytes = check_exact(head.as_ref(), entry, world, world_ref)?;
+    check_objects(objects)?;
     store(w, objects, entry, world, &world_bytes, world_ref)?;
     Ok(Committed {
         entry: entry.clone(),
@@ -495,6 +526,18 @@ fn check_exact(
 /// The one place an entry reaches the log, once its entry and world are known to continue the
 /// head ([`append`] built them, [`check_exact`] checked them): every object must hash to its
 /// address, and the record and output must be stored.
+/// Every object hashes to its address.
+fn check_objects(objects: &[Object]) -> Result<(), LogError> {
+    match objects.iter().find(|o| !o.verify()) {
+        Some(o) => Err(LogError::Invalid(format!(
+            "object {} does not hash to its address",
+            o.hash
+        ))),
+        None => Ok(()),
+    }
+}
+
+/// Store checked objects, the entry and the world, and index them.
 fn store(
     w: &mut WriteCtx<'_, '_>,
     objects: &[Object],
@@ -505,12 +548,6 @@ fn store(
 ) -> Result<(), LogError> {
     let entry_bytes = entry.to_bytes()?;
     for o in objects {
-        if !o.verify() {
-            return Err(LogError::Invalid(format!(
-                "object {} does not hash to its address",
-                o.hash
-            )));
-        }
         w.put_verified_object(o)?;
     }
     for (what, r) in [

@@ -2,6 +2,7 @@
 //! ref (through `refs`) or by semantic id (through `semantic_ids`, in arrival order). Every
 //! other world table names objects by ref; this module is the one that stores them.
 
+use crate::access;
 use crate::object::{Object, ObjectView, Ref};
 use crate::ref_tail;
 use crate::schema::{ref_key, semantic_prefix, OBJECT, OBJECTS, SEMANTIC_IDS};
@@ -155,7 +156,10 @@ impl WriteCtx<'_, '_> {
         OBJECTS.append(self, &seq, &row)?;
         index_key.extend_from_slice(&seq.to_be_bytes());
         SEMANTIC_IDS.put(self, &index_key, &[])?;
-        ref_tail::note(self, &[key], seq)
+        ref_tail::note(self, &[key], seq)?;
+        let public = access::is_public(&object.semantic_id);
+        self.note_stored_anew(&key, seq, public);
+        Ok(())
     }
 }
 

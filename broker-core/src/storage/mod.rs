@@ -173,6 +173,18 @@ pub struct WriteCtx<'a, 't> {
     state: &'a LayoutState,
     env: &'a Env<WithoutTls>,
     map_size: usize,
+    /// What this operation stored anew, so that its later writes about those rows need not
+    /// look them up ([`WriteCtx::stored_anew`]).
+    fresh: Vec<Fresh>,
+}
+
+/// A row an operation stored anew: its key in the content-address index, its sequence number
+/// and a flag its writer chose (the object store: whether every reader may read it).
+#[derive(Debug, Clone, Copy)]
+struct Fresh {
+    address: [u8; 33],
+    seq: u64,
+    flag: bool,
 }
 
 impl<'t> ReadCtx<'t> {
@@ -191,6 +203,25 @@ impl<'a> WriteCtx<'a, '_> {
     /// The layout's state of this store, if it is a `T`.
     pub(crate) fn state<T: Any>(&self) -> Option<&'a T> {
         self.state.downcast_ref()
+    }
+
+    /// Remember that this operation stored the row `address` anew at `seq`.
+    pub(crate) fn note_stored_anew(&mut self, address: &[u8; 33], seq: u64, flag: bool) {
+        self.fresh.push(Fresh {
+            address: *address,
+            seq,
+            flag,
+        });
+    }
+
+    /// `(seq, flag)` when this operation stored the row `address` anew; `None` when it did not
+    /// (it may still be stored, by an earlier transaction or operation).
+    pub(crate) fn stored_anew(&self, address: &[u8; 33]) -> Option<(u64, bool)> {
+        // An operation stores a handful of rows: a scan beats a map.
+        self.fresh
+            .iter()
+            .find(|f| &f.address == address)
+            .map(|f| (f.seq, f.flag))
     }
 
     /// A read view of this transaction, its own writes included.
