@@ -343,23 +343,16 @@ pub(crate) fn grant(
 ) -> Result<(), StoreError> {
     let mut added = false;
     for reference in refs {
-        // An object this operation stored anew has a sequence number no grant can name yet,
-        // and its kind is the caller's: nothing to look up.
-        if let Some((seq, public)) = w.stored_anew(&ref_key(&reference, OBJECT)) {
-            debug_assert!(
-                !granted(&w.reader(), episode, seq)?,
-                "object {reference} is new"
-            );
-            if !public {
-                READERS_TAIL.put(w, &tail_key(episode, seq), &[])?;
-                added = true;
-            }
-            continue;
-        }
-        // The stored kind, not the caller's: the first writer's semantic id wins.
-        let seq = match w.reader().sequenced(&reference)? {
-            Some((seq, o)) if !is_public(o.semantic_id) => seq,
-            _ => continue,
+        // An object this operation stored anew is not looked up: its place and kind (the
+        // caller's) are known. Only this operation can have granted it already.
+        let seq = match w.stored_anew(&ref_key(&reference, OBJECT)) {
+            Some((_, true)) => continue,
+            Some((seq, false)) => seq,
+            // The stored kind, not the caller's: the first writer's semantic id wins.
+            None => match w.reader().sequenced(&reference)? {
+                Some((seq, o)) if !is_public(o.semantic_id) => seq,
+                _ => continue,
+            },
         };
         if !granted(&w.reader(), episode, seq)? {
             READERS_TAIL.put(w, &tail_key(episode, seq), &[])?;
@@ -438,6 +431,47 @@ mod tests {
         store
             .read(|r| Ok::<_, StoreError>(super::object(r, &reader, object)?.is_some()))
             .unwrap()
+    }
+
+    /// An operation that stores objects and grants them in one go grants what it stored anew
+    /// without looking it up, and still looks up what was stored before: an object another
+    /// transaction stored is granted once per episode, and a public one never.
+    #[test]
+    fn an_operation_grants_what_it_stored_anew_and_what_was_stored_before_alike() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::create(&dir.path().join("db")).unwrap();
+        let before = stored(&store, "before", 1)[0];
+        let store_and_grant = |episode: &str, objects: Vec<Object>| {
+            let episode = episode.to_owned();
+            store
+                .write(move |w| {
+                    for o in &objects {
+                        w.put_object(o)?;
+                    }
+                    grant(w, &episode, objects.iter().map(|o| o.hash))?;
+                    // Granted again in the same operation: nothing more is added.
+                    grant(w, &episode, objects.iter().map(|o| o.hash))
+                })
+                .unwrap();
+        };
+        let private = Object::new(KIND, "test", b"new".to_vec());
+        let public = Object::new(crate::object::sid::TRANSITION, "test", b"{}".to_vec());
+        let again = Object::new(KIND, "test", b"before-0".to_vec());
+        assert_eq!(again.hash, before);
+        store_and_grant("ep-a", vec![private.clone(), public.clone(), again.clone()]);
+        assert_eq!(
+            rows(&store, "readers_tail"),
+            2,
+            "the new private object and the old one"
+        );
+        assert!(may(&store, "ep-a", &private.hash) && may(&store, "ep-a", &before));
+        assert!(!may(&store, "ep-b", &private.hash) && !may(&store, "ep-b", &before));
+        // Another episode sends the same objects: none is new, each private one is granted.
+        store_and_grant("ep-b", vec![private.clone(), public, again]);
+        assert_eq!(rows(&store, "readers_tail"), 4);
+        assert!(may(&store, "ep-b", &private.hash) && may(&store, "ep-b", &before));
+        assert_eq!(listed(&store, "ep-a", 10), vec![before, private.hash]);
+        assert_eq!(listed(&store, "ep-b", 10), vec![before, private.hash]);
     }
 
     /// Grants wait in `readers_tail` until it holds [`READERS_MERGE_AT`]; the operation that

@@ -229,6 +229,52 @@ fn calls_after_the_migration_continue_the_chain_and_a_second_open_changes_nothin
     assert_eq!(std::fs::read(db.join("data.mdb")).unwrap(), bytes);
 }
 
+/// Schema 1 kept an intent's state in its invocation row, with no journal sequence beside it to
+/// key a resolution by: an outcome journaled for such an intent after the migration goes into
+/// the row itself, where readers find it, and the store still verifies.
+#[test]
+fn an_outcome_for_an_intent_journaled_before_the_migration_resolves_it_in_its_row() {
+    let (_dir, db) = v1_copy();
+    let store = Store::open(&db, StoreOptions::default()).unwrap();
+    let id = "mcp:ep1:lost";
+    let before = store.read(|r| journal::state(r, id)).unwrap().unwrap();
+    assert_eq!(before.status, None, "{before:?}");
+    let result = Ref::of(b"late result");
+    let seq = store
+        .write(move |w| {
+            journal::append_outcome(w, id, journal::OutcomeStatus::Failed, Some(result))
+        })
+        .unwrap();
+    let after = store.read(|r| journal::state(r, id)).unwrap().unwrap();
+    assert_eq!(after.status, Some(journal::OutcomeStatus::Failed));
+    assert_eq!(after.result_ref, Some(result));
+    assert_eq!(after.outcome_seq, Some(seq));
+    assert_eq!(after.intent_seq, before.intent_seq);
+    assert_eq!(
+        store.read(|r| journal::receipt(r, id)).unwrap(),
+        journal::Receipt::Resolved {
+            status: journal::OutcomeStatus::Failed,
+            result_ref: Some(result)
+        }
+    );
+    assert!(!store
+        .read(journal::pending)
+        .unwrap()
+        .iter()
+        .any(|p| p.intent.invocation_id == id));
+    // A second outcome is refused, as for any resolved intent.
+    let again = store
+        .write(move |w| journal::append_outcome(w, id, journal::OutcomeStatus::Failed, None))
+        .unwrap_err();
+    assert!(
+        matches!(again, journal::JournalError::AlreadyResolved(ref i) if i == id),
+        "{again}"
+    );
+    let audit = verify::audit_store(&store).unwrap();
+    assert!(audit.consistent(), "{audit:?}");
+    assert!(audit.indeterminate.is_empty(), "{audit:?}");
+}
+
 /// A schema-1 store whose head does not select its last entry cannot be carried over as is
 /// (schema 2 derives the head from the last entry): the open is refused and the file is left
 /// byte for byte as it was, still schema 1.

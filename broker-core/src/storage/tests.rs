@@ -216,7 +216,8 @@ fn read_transactions_fit_until_the_reader_slots_are_full() {
 }
 
 /// However many writes queue up while the writer is busy, one group commit takes at most
-/// `MAX_BATCH` (256) of them; the rest go into the next commits, in order.
+/// `MAX_BATCH` (256) of them; the rest go into the next commits, in order, and every caller is
+/// answered whichever thread answers its batch.
 #[test]
 fn a_group_commit_takes_at_most_256_operations() {
     let dir = tempfile::tempdir().unwrap();
@@ -250,4 +251,7 @@ fn a_group_commit_takes_at_most_256_operations() {
     }
     store.observe_commits(None);
     assert_eq!(*sizes.lock().unwrap(), [1, 256, 256, 88]);
+    // Each batch with more queued behind it was answered aside while the writer went on; the
+    // last, with nothing behind it, by the writer itself.
+    assert_eq!(store.stats().answered_aside.load(Ordering::SeqCst), 3);
 }

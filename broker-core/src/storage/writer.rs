@@ -95,6 +95,9 @@ pub struct WriterStats {
     /// Batches built a second time, each operation in a nested transaction, because one of
     /// them failed in the first.
     pub rebuilt_batches: AtomicU64,
+    /// Batches whose callers were answered on the answering thread, while the writer went on
+    /// with the operations queued behind them.
+    pub answered_aside: AtomicU64,
 }
 
 fn run_nested<R, E>(
@@ -189,7 +192,10 @@ impl Writer {
             }
             queued = receiver.try_recv().ok();
             match (&queued, &answerer) {
-                (Some(_), Some(answerer)) => answerer.answer(batch, err),
+                (Some(_), Some(answerer)) => {
+                    stats.answered_aside.fetch_add(1, Ordering::Relaxed);
+                    answerer.answer(batch, err)
+                }
                 _ => answer(batch, err.as_ref()),
             }
         }
