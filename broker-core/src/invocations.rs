@@ -126,10 +126,6 @@ fn existing<'t>(r: &ReadCtx<'t>, id: &str) -> Result<(Place, &'t [u8]), StoreErr
     located(r, id)?.ok_or_else(|| StoreError::Corrupt(format!("no invocation row {id}")))
 }
 
-fn row<'t>(r: &ReadCtx<'t>, id: &str) -> Result<Option<Row<'t>>, StoreError> {
-    parts(id, located(r, id)?)
-}
-
 /// The parts of `id`'s row as [`located`] found it.
 fn parts<'t>(id: &str, found: Option<(Place, &'t [u8])>) -> Result<Option<Row<'t>>, StoreError> {
     decode(found.map(|(_, row)| row), &format!("invocation row {id}"))
@@ -281,11 +277,13 @@ pub(crate) fn put_resolution(
     part: Part,
     bytes: &[u8],
 ) -> Result<(), StoreError> {
-    let seq = row(&w.reader(), id)?.and_then(|r| r.intent);
-    let Some(seq) = seq else {
-        return put_initial(w, id, part, bytes, None);
-    };
-    put_resolution_of(w, seq, part, bytes)
+    // Looked up once: a row without an intent (a call that ran no effect) takes the state
+    // itself.
+    let looked = look(w, id)?;
+    match looked.parts()?.and_then(|r| r.intent) {
+        Some(seq) => put_resolution_of(w, seq, part, bytes),
+        None => looked.put_initial(w, part, bytes, None),
+    }
 }
 
 /// [`put_resolution`] for an invocation whose intent is journaled at `intent`, known to the
