@@ -199,7 +199,25 @@ impl<'t> ReadCtx<'t> {
     }
 }
 
-impl<'a> WriteCtx<'a, '_> {
+impl<'a, 't> WriteCtx<'a, 't> {
+    /// The context of one operation in `txn`: nothing stored anew yet.
+    pub(super) fn new(
+        txn: &'a mut RwTxn<'t>,
+        dbs: &'a [RawDb],
+        state: &'a LayoutState,
+        env: &'a Env<WithoutTls>,
+        map_size: usize,
+    ) -> WriteCtx<'a, 't> {
+        WriteCtx {
+            txn,
+            dbs,
+            state,
+            env,
+            map_size,
+            fresh: Vec::new(),
+        }
+    }
+
     /// The layout's state of this store, if it is a `T`.
     pub(crate) fn state<T: Any>(&self) -> Option<&'a T> {
         self.state.downcast_ref()

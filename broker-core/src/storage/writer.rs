@@ -112,14 +112,7 @@ where
     let mut nested = env
         .nested_write_txn(ctx.txn)
         .map_err(|e| StoreError::from_heed(e, map_size))?;
-    let mut inner = WriteCtx {
-        txn: &mut nested,
-        dbs,
-        state,
-        env,
-        map_size,
-        fresh: Vec::new(),
-    };
+    let mut inner = WriteCtx::new(&mut nested, dbs, state, env, map_size);
     let result = op(&mut inner);
     match result {
         Ok(v) => {
@@ -240,14 +233,7 @@ impl Writer {
         };
         let mut failed = None;
         for (i, job) in batch.iter_mut().enumerate() {
-            let mut ctx = WriteCtx {
-                txn: &mut held.txn,
-                dbs,
-                state,
-                env,
-                map_size,
-                fresh: Vec::new(),
-            };
+            let mut ctx = WriteCtx::new(&mut held.txn, dbs, state, env, map_size);
             if !job.run(&mut ctx) {
                 failed = Some(i);
                 break;
@@ -272,14 +258,7 @@ impl Writer {
             };
             for (i, job) in batch.iter_mut().enumerate() {
                 if i != failed {
-                    let mut ctx = WriteCtx {
-                        txn: &mut held.txn,
-                        dbs,
-                        state,
-                        env,
-                        map_size,
-                        fresh: Vec::new(),
-                    };
+                    let mut ctx = WriteCtx::new(&mut held.txn, dbs, state, env, map_size);
                     job.run_nested(&mut ctx);
                 }
             }
