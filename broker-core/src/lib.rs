@@ -109,6 +109,7 @@ pub mod migrate;
 pub mod object;
 mod objects;
 pub mod pages;
+mod panics;
 pub mod plan;
 mod ref_tail;
 pub mod refusal_rate;

@@ -227,11 +227,5 @@ pub(super) fn settle_unrecorded(ids: &CallIds, written: Result<(), CallError>) {
 }
 
 pub(super) fn panic_text(panic: &Box<dyn std::any::Any + Send>) -> String {
-    if let Some(s) = panic.downcast_ref::<&str>() {
-        (*s).to_owned()
-    } else if let Some(s) = panic.downcast_ref::<String>() {
-        s.clone()
-    } else {
-        "non-text panic payload".into()
-    }
+    crate::panics::text(&**panic)
 }

@@ -89,6 +89,10 @@ pub enum StoreError {
     Corrupt(String),
     #[error("the store's writer thread has stopped")]
     WriterGone,
+    /// A bug, never an input: the operation's writes were undone, the rest of its group commit
+    /// committed, and the writer went on.
+    #[error("a store operation panicked, and its writes were undone: {0}")]
+    OperationPanicked(String),
 }
 
 impl StoreError {

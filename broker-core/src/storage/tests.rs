@@ -255,3 +255,97 @@ fn a_group_commit_takes_at_most_256_operations() {
     // last, with nothing behind it, by the writer itself.
     assert_eq!(store.stats().answered_aside.load(Ordering::SeqCst), 3);
 }
+
+/// A write of the tests below.
+type TestOp = Box<dyn FnMut(&mut WriteCtx<'_, '_>) -> Result<(), StoreError> + Send>;
+
+/// Hold the writer with one write until `ops` are queued behind it, then let it go: `ops` are
+/// one group commit. Their results, in order.
+fn one_batch(store: &Store, ops: Vec<TestOp>) -> Vec<Result<(), StoreError>> {
+    let (release, held) = std::sync::mpsc::channel::<()>();
+    let (started, running) = std::sync::mpsc::channel::<()>();
+    let (held, started) = (std::sync::Mutex::new(held), std::sync::Mutex::new(started));
+    let first = store.submit(move |_w: &mut WriteCtx<'_, '_>| -> Result<(), StoreError> {
+        let _ = started.lock().unwrap().send(());
+        let _ = held.lock().unwrap().recv();
+        Ok(())
+    });
+    running.recv().unwrap();
+    let queued: Vec<_> = ops
+        .into_iter()
+        .map(|mut op| store.submit(move |w: &mut WriteCtx<'_, '_>| op(w)))
+        .collect();
+    release.send(()).unwrap();
+    first.wait().unwrap();
+    queued.into_iter().map(Submitted::wait).collect()
+}
+
+/// An operation that panics fails alone, whichever pass of its batch it panics in: its writes
+/// are undone, the rest of its batch commits, and the writer thread goes on serving writes.
+#[test]
+fn an_operation_that_panics_fails_alone_and_the_writer_goes_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::create(&dir.path().join("db")).unwrap();
+    let object = |tag: &str| Object::new("world/test/v1", "t", tag.as_bytes().to_vec());
+    let storing = |o: Object, fail: Option<&'static str>| {
+        Box::new(move |w: &mut WriteCtx<'_, '_>| -> Result<(), StoreError> {
+            w.put_object(&o)?;
+            match fail {
+                Some("panic") => panic!("boom after writing {}", o.hash),
+                Some(_) => Err(StoreError::Corrupt("failed after writing".into())),
+                None => Ok(()),
+            }
+        }) as TestOp
+    };
+    let stored = |o: &Object| store.read(|r| r.has_object(&o.hash)).unwrap();
+
+    // Panicking in the batch's own transaction: the batch is built again without it.
+    let (a, p, c) = (object("a"), object("p"), object("c"));
+    let results = one_batch(
+        &store,
+        vec![
+            storing(a.clone(), None),
+            storing(p.clone(), Some("panic")),
+            storing(c.clone(), None),
+        ],
+    );
+    assert!(results[0].is_ok() && results[2].is_ok(), "{results:?}");
+    assert_eq!(
+        results[1],
+        Err(StoreError::OperationPanicked(format!(
+            "boom after writing {}",
+            p.hash
+        )))
+    );
+    assert!(stored(&a) && stored(&c) && !stored(&p));
+    assert_eq!(store.stats().rebuilt_batches.load(Ordering::SeqCst), 1);
+
+    // Panicking in the rebuilt pass, in a nested transaction, after another operation failed.
+    let (a, f, p, c) = (object("a2"), object("f2"), object("p2"), object("c2"));
+    let results = one_batch(
+        &store,
+        vec![
+            storing(a.clone(), None),
+            storing(f.clone(), Some("fail")),
+            storing(p.clone(), Some("panic")),
+            storing(c.clone(), None),
+        ],
+    );
+    assert!(results[0].is_ok() && results[3].is_ok(), "{results:?}");
+    assert_eq!(
+        results[1],
+        Err(StoreError::Corrupt("failed after writing".into()))
+    );
+    assert!(
+        matches!(&results[2], Err(StoreError::OperationPanicked(m)) if m.contains("boom")),
+        "{results:?}"
+    );
+    assert!(stored(&a) && stored(&c) && !stored(&f) && !stored(&p));
+    assert_eq!(store.stats().rebuilt_batches.load(Ordering::SeqCst), 2);
+
+    // The writer is still there.
+    let later = object("later");
+    let o = later.clone();
+    store.write(move |w| w.put_object(&o)).unwrap();
+    assert!(stored(&later));
+}

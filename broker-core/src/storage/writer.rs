@@ -53,7 +53,7 @@ where
     E: From<StoreError> + Send,
 {
     fn run(&mut self, ctx: &mut WriteCtx<'_, '_>) -> bool {
-        let result = (self.op)(ctx);
+        let result = guarded(|| (self.op)(ctx));
         let ok = result.is_ok();
         self.result = Some(result);
         ok
@@ -100,6 +100,18 @@ pub struct WriterStats {
     pub answered_aside: AtomicU64,
 }
 
+/// Run one operation, a panic in it becoming its error: the writer thread outlives any
+/// operation, and the batch undoes a panicked one's writes as it does a failed one's. What
+/// the operation changed in memory is no worse off than after an error: the content-address
+/// tail checks every key it keeps against its row.
+fn guarded<R, E: From<StoreError>>(op: impl FnOnce() -> Result<R, E>) -> Result<R, E> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(op)).unwrap_or_else(|payload| {
+        let text = crate::panics::text(&*payload);
+        tracing::error!(panic = %text, "a store operation panicked; its writes are undone");
+        Err(E::from(StoreError::OperationPanicked(text)))
+    })
+}
+
 fn run_nested<R, E>(
     ctx: &mut WriteCtx<'_, '_>,
     op: &mut impl for<'a, 't> FnMut(&mut WriteCtx<'a, 't>) -> Result<R, E>,
@@ -113,7 +125,7 @@ where
         .nested_write_txn(ctx.txn)
         .map_err(|e| StoreError::from_heed(e, map_size))?;
     let mut inner = WriteCtx::new(&mut nested, dbs, state, env, map_size);
-    let result = op(&mut inner);
+    let result = guarded(|| op(&mut inner));
     match result {
         Ok(v) => {
             nested
