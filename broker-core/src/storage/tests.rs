@@ -215,53 +215,12 @@ fn read_transactions_fit_until_the_reader_slots_are_full() {
     store.read(|_| Ok::<_, StoreError>(())).unwrap();
 }
 
-/// However many writes queue up while the writer is busy, one group commit takes at most
-/// `MAX_BATCH` (256) of them; the rest go into the next commits, in order, and every caller is
-/// answered whichever thread answers its batch.
-#[test]
-fn a_group_commit_takes_at_most_256_operations() {
-    let dir = tempfile::tempdir().unwrap();
-    let store = Store::create(&dir.path().join("db")).unwrap();
-    let sizes = Arc::new(std::sync::Mutex::new(Vec::new()));
-    let seen = sizes.clone();
-    store.observe_commits(Some(Box::new(move |ops, ok| {
-        assert!(ok);
-        seen.lock().unwrap().push(ops);
-    })));
-    // The first write holds the writer, once it runs, until 600 more are queued behind it.
-    let (release, held) = std::sync::mpsc::channel::<()>();
-    let (started, running) = std::sync::mpsc::channel::<()>();
-    let (held, started) = (std::sync::Mutex::new(held), std::sync::Mutex::new(started));
-    let first = store.submit(move |_w: &mut WriteCtx<'_, '_>| -> Result<(), StoreError> {
-        let _ = started.lock().unwrap().send(());
-        let _ = held.lock().unwrap().recv();
-        Ok(())
-    });
-    running.recv().unwrap();
-    let queued: Vec<_> = (0..600)
-        .map(|i| {
-            let object = Object::new("world/test/v1", "t", format!("queued {i}").into_bytes());
-            store.submit(move |w: &mut WriteCtx<'_, '_>| w.put_object(&object).map(|_| ()))
-        })
-        .collect();
-    release.send(()).unwrap();
-    first.wait().unwrap();
-    for q in queued {
-        q.wait().unwrap();
-    }
-    store.observe_commits(None);
-    assert_eq!(*sizes.lock().unwrap(), [1, 256, 256, 88]);
-    // Each batch with more queued behind it was answered aside while the writer went on; the
-    // last, with nothing behind it, by the writer itself.
-    assert_eq!(store.stats().answered_aside.load(Ordering::SeqCst), 3);
-}
-
-/// A write of the tests below.
+/// A write the tests below queue.
 type TestOp = Box<dyn FnMut(&mut WriteCtx<'_, '_>) -> Result<(), StoreError> + Send>;
 
-/// Hold the writer with one write until `ops` are queued behind it, then let it go: `ops` are
-/// one group commit. Their results, in order.
-fn one_batch(store: &Store, ops: Vec<TestOp>) -> Vec<Result<(), StoreError>> {
+/// Hold the writer with one write until `ops` are queued behind it, then let it go: the first
+/// group commit after it takes as many of `ops` as one may. Their results, in order.
+fn queued_behind_a_held_write(store: &Store, ops: Vec<TestOp>) -> Vec<Result<(), StoreError>> {
     let (release, held) = std::sync::mpsc::channel::<()>();
     let (started, running) = std::sync::mpsc::channel::<()>();
     let (held, started) = (std::sync::Mutex::new(held), std::sync::Mutex::new(started));
@@ -278,6 +237,34 @@ fn one_batch(store: &Store, ops: Vec<TestOp>) -> Vec<Result<(), StoreError>> {
     release.send(()).unwrap();
     first.wait().unwrap();
     queued.into_iter().map(Submitted::wait).collect()
+}
+
+/// However many writes queue up while the writer is busy, one group commit takes at most
+/// `MAX_BATCH` (256) of them; the rest go into the next commits, in order, and every caller is
+/// answered whichever thread answers its batch.
+#[test]
+fn a_group_commit_takes_at_most_256_operations() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::create(&dir.path().join("db")).unwrap();
+    let sizes = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let seen = sizes.clone();
+    store.observe_commits(Some(Box::new(move |ops, ok| {
+        assert!(ok);
+        seen.lock().unwrap().push(ops);
+    })));
+    let ops = (0..600)
+        .map(|i| {
+            let object = Object::new("world/test/v1", "t", format!("queued {i}").into_bytes());
+            Box::new(move |w: &mut WriteCtx<'_, '_>| w.put_object(&object)) as TestOp
+        })
+        .collect();
+    let results = queued_behind_a_held_write(&store, ops);
+    assert!(results.iter().all(Result::is_ok), "{results:?}");
+    store.observe_commits(None);
+    assert_eq!(*sizes.lock().unwrap(), [1, 256, 256, 88]);
+    // Each batch with more queued behind it was answered aside while the writer went on; the
+    // last, with nothing behind it, by the writer itself.
+    assert_eq!(store.stats().answered_aside.load(Ordering::SeqCst), 3);
 }
 
 /// An operation that panics fails alone, whichever pass of its batch it panics in: its writes
@@ -301,7 +288,7 @@ fn an_operation_that_panics_fails_alone_and_the_writer_goes_on() {
 
     // Panicking in the batch's own transaction: the batch is built again without it.
     let (a, p, c) = (object("a"), object("p"), object("c"));
-    let results = one_batch(
+    let results = queued_behind_a_held_write(
         &store,
         vec![
             storing(a.clone(), None),
@@ -322,7 +309,7 @@ fn an_operation_that_panics_fails_alone_and_the_writer_goes_on() {
 
     // Panicking in the rebuilt pass, in a nested transaction, after another operation failed.
     let (a, f, p, c) = (object("a2"), object("f2"), object("p2"), object("c2"));
-    let results = one_batch(
+    let results = queued_behind_a_held_write(
         &store,
         vec![
             storing(a.clone(), None),
