@@ -67,6 +67,7 @@ use crate::deadline::{self, Runner, Spawner, Watch};
 use crate::journal::{self, Intent, JournalError, OutcomeStatus};
 use crate::log::{self, Append, HeadBinding};
 use crate::object::{sid, Object, Ref};
+use crate::panics;
 use crate::plan::{Plan, PlannedEffect};
 use crate::refusal_rate::{RefusalLimiter, RefusalRate};
 use crate::registry::{self, Registry, RegistryEntry};
@@ -100,8 +101,8 @@ pub use hooks::{Clock, CrashPoint, Hooks, SystemClock};
 use closed::{closed_by_denial, declined, ended_body, refusal, summary, with_world};
 use hooks::NoHooks;
 use outcome::{
-    panic_text, settle, settle_unrecorded, submit_unrecorded, write_unrecorded, HandlerJob,
-    LateCall, Ran, Settled,
+    settle, settle_unrecorded, submit_unrecorded, write_unrecorded, HandlerJob, LateCall, Ran,
+    Settled,
 };
 use turns::EpisodeTurns;
 
@@ -994,12 +995,7 @@ impl Coordinator {
         let task = p.task.clone();
         let objects = [request.clone(), p.input.clone()];
         // Checked here, not on the writer's thread, which sets the store's rate.
-        if let Some(o) = objects.iter().find(|o| !o.verify()) {
-            return Err(CallError::Internal(format!(
-                "object {} does not hash to its address",
-                o.hash
-            )));
-        }
+        log::check_objects(&objects)?;
         self.store.write(move |w| -> Result<bool, CallError> {
             match journal::append_intent(w, &intent, budget) {
                 Ok(_) => {}
@@ -1157,7 +1153,9 @@ impl Coordinator {
                     .ok_or_else(|| R8_MESSAGE.to_string())?;
                 let input = json!({"args": p.call.args, "output": out});
                 let shaped = catch_unwind(AssertUnwindSafe(|| handler.finish(name, &input)))
-                    .map_err(|panic| format!("finish {name} panicked: {}", panic_text(&panic)))??;
+                    .map_err(|panic| {
+                        format!("finish {name} panicked: {}", panics::text(&*panic))
+                    })??;
                 if shaped.contains_key("world") {
                     return Err(format!(
                         "finish {name} output carries the reserved key \"world\""

@@ -89,9 +89,16 @@ pub(crate) enum Part {
     Task,
 }
 
-fn decode<'t>(bytes: Option<&'t [u8]>, what: &str) -> Result<Option<Row<'t>>, StoreError> {
+/// `bytes` decoded as a row; `what` names them if they are damaged (built only then: rows are
+/// read several times per call).
+fn decode<'t>(
+    bytes: Option<&'t [u8]>,
+    what: impl FnOnce() -> String,
+) -> Result<Option<Row<'t>>, StoreError> {
     bytes
-        .map(|b| Row::decode(b).ok_or_else(|| StoreError::Corrupt(format!("{what} is damaged"))))
+        .map(|b| {
+            Row::decode(b).ok_or_else(|| StoreError::Corrupt(format!("{} is damaged", what())))
+        })
         .transpose()
 }
 
@@ -128,7 +135,7 @@ fn existing<'t>(r: &ReadCtx<'t>, id: &str) -> Result<(Place, &'t [u8]), StoreErr
 
 /// The parts of `id`'s row as [`located`] found it.
 fn parts<'t>(id: &str, found: Option<(Place, &'t [u8])>) -> Result<Option<Row<'t>>, StoreError> {
-    decode(found.map(|(_, row)| row), &format!("invocation row {id}"))
+    decode(found.map(|(_, row)| row), || format!("invocation row {id}"))
 }
 
 /// Write `id`'s row where it is stored, or (`None`) as the next row of `invocation_rows`,
@@ -154,10 +161,9 @@ fn put_row(
 }
 
 fn resolution<'t>(r: &ReadCtx<'t>, intent: u64) -> Result<Option<Row<'t>>, StoreError> {
-    decode(
-        RESOLUTIONS.get(r, &intent)?,
-        &format!("the resolution of intent {intent}"),
-    )
+    decode(RESOLUTIONS.get(r, &intent)?, || {
+        format!("the resolution of intent {intent}")
+    })
 }
 
 /// What is known of `id`: its row, with the parts of its resolution (if any) over it.
@@ -193,7 +199,7 @@ pub(crate) fn visible<'a>(
     row: &'a [u8],
     resolution: Option<&'a [u8]>,
 ) -> Result<Row<'a>, StoreError> {
-    let row = decode(Some(row), &format!("invocation row {id}"))?.unwrap_or_default();
+    let row = decode(Some(row), || format!("invocation row {id}"))?.unwrap_or_default();
     let Some(resolution) = resolution else {
         return Ok(row);
     };
@@ -204,8 +210,10 @@ pub(crate) fn visible<'a>(
             "a resolution is given for invocation row {id}, which journals no intent"
         )));
     };
-    let r =
-        decode(Some(resolution), &format!("the resolution of intent {seq}"))?.unwrap_or_default();
+    let r = decode(Some(resolution), || {
+        format!("the resolution of intent {seq}")
+    })?
+    .unwrap_or_default();
     Ok(Row {
         intent: row.intent,
         journal: r.journal.or(row.journal),
@@ -250,7 +258,9 @@ pub(crate) fn look<'i>(w: &mut WriteCtx<'_, '_>, id: &'i str) -> Result<Looked<'
 impl Looked<'_> {
     /// The row's parts as found (without its resolution's).
     pub(crate) fn parts(&self) -> Result<Option<Row<'_>>, StoreError> {
-        decode(self.row.as_deref(), &format!("invocation row {}", self.id))
+        decode(self.row.as_deref(), || {
+            format!("invocation row {}", self.id)
+        })
     }
 
     /// [`put_initial`] into the row as found.

@@ -523,11 +523,8 @@ fn check_exact(
     Ok(world_bytes)
 }
 
-/// The one place an entry reaches the log, once its entry and world are known to continue the
-/// head ([`append`] built them, [`check_exact`] checked them): every object must hash to its
-/// address, and the record and output must be stored.
 /// Every object hashes to its address.
-fn check_objects(objects: &[Object]) -> Result<(), LogError> {
+pub(crate) fn check_objects(objects: &[Object]) -> Result<(), LogError> {
     match objects.iter().find(|o| !o.verify()) {
         Some(o) => Err(LogError::Invalid(format!(
             "object {} does not hash to its address",
@@ -537,7 +534,9 @@ fn check_objects(objects: &[Object]) -> Result<(), LogError> {
     }
 }
 
-/// Store checked objects, the entry and the world, and index them.
+/// The one place an entry reaches the log, once its entry and world are known to continue the
+/// head ([`append`] built them, [`check_exact`] checked them) and its objects to hash to their
+/// addresses ([`check_objects`]): the record and output must be stored.
 fn store(
     w: &mut WriteCtx<'_, '_>,
     objects: &[Object],

@@ -63,9 +63,10 @@ impl HandlerJob {
                 HandlerOutcome::Failed("handler output carries the reserved key \"world\"".into())
             }
             Ok(o) => o,
-            Err(panic) => {
-                HandlerOutcome::Failed(format!("handler panicked: {}", panic_text(&panic)))
-            }
+            Err(panic) => HandlerOutcome::Failed(format!(
+                "handler panicked: {}",
+                crate::panics::text(&*panic)
+            )),
         }
     }
 }
@@ -224,8 +225,4 @@ pub(super) fn settle_unrecorded(ids: &CallIds, written: Result<(), CallError>) {
     if let Err(e) = written {
         tracing::error!(invocation = %ids.invocation_id, "could not record the outcome: {e}");
     }
-}
-
-pub(super) fn panic_text(panic: &Box<dyn std::any::Any + Send>) -> String {
-    crate::panics::text(&**panic)
 }
