@@ -115,6 +115,7 @@ mod ref_tail;
 pub mod refusal_rate;
 pub mod registry;
 mod schema;
+mod semantic_index;
 pub mod session;
 mod storage;
 pub mod store;

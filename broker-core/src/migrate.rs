@@ -1,5 +1,6 @@
-//! Schema 1 → schema 2 (stamped as the current schema, 3, which reads a schema-2 store as it
-//! is), in one write transaction when a schema-1 store is opened; and schema 2 → 3.
+//! Schema 1 → schema 2 (stamped as the current schema, 5, which reads a schema-2 store as it
+//! is), in one write transaction when a schema-1 store is opened; and schemas 2, 3 and 4 → 5,
+//! which only change the version.
 //!
 //! Schema 2 cuts the pages a call's commits write (`docs/benchmarks.md`): objects are stored in
 //! arrival order and found through one index of refs (which also finds entries by hash and
@@ -153,21 +154,30 @@ pub(crate) fn schema_1_to_2(
     Ok(done)
 }
 
-/// Schema 2 → schema 4: nothing moves. Schema 3 lets the newest objects and entries wait for
+/// Schema 2 → schema 5: nothing moves. Schema 3 lets the newest objects and entries wait for
 /// their `refs` keys ([`crate::ref_tail`]); a schema-2 store has every key, which is read as a
-/// tail that is empty. Its invocation rows stay where schema 4 still reads them (see
-/// [`schema_3_to_4`]). Only the version changes, so that builds of schema 2, which would not
-/// find the tail's objects, refuse the store from now on.
-pub(crate) fn schema_2_to_4(env: &Env<WithoutTls>, map_size: usize) -> Result<(), StoreError> {
+/// tail that is empty. Its invocation rows stay where schema 4 and later still read them (see
+/// [`schema_3_to_5`]), and its semantic-id index is whole (see [`schema_4_to_5`]). Only the
+/// version changes, so that builds of schema 2, which would not find the tail's objects, refuse
+/// the store from now on.
+pub(crate) fn schema_2_to_5(env: &Env<WithoutTls>, map_size: usize) -> Result<(), StoreError> {
     stamp(env, map_size, 2)
 }
 
-/// Schema 3 → schema 4: nothing moves. Schema 4 stores new invocation rows in arrival order
+/// Schema 3 → schema 5: nothing moves. Schema 4 stores new invocation rows in arrival order
 /// (`invocation_rows`) and still reads, and rewrites in place, the rows schema 3 keyed by id
 /// ([`crate::invocations`]). Only the version changes, so that builds of schema 3, which would
 /// not find the new rows, refuse the store from now on.
-pub(crate) fn schema_3_to_4(env: &Env<WithoutTls>, map_size: usize) -> Result<(), StoreError> {
+pub(crate) fn schema_3_to_5(env: &Env<WithoutTls>, map_size: usize) -> Result<(), StoreError> {
     stamp(env, map_size, 3)
+}
+
+/// Schema 4 → schema 5: nothing moves. Schema 5 lets the newest objects wait for the
+/// semantic-id index ([`crate::semantic_index`]); a store without the tail's watermark has
+/// every object indexed. Only the version changes, so that builds of schema 4, which would not
+/// list the waiting objects by semantic id, refuse the store from now on.
+pub(crate) fn schema_4_to_5(env: &Env<WithoutTls>, map_size: usize) -> Result<(), StoreError> {
+    stamp(env, map_size, 4)
 }
 
 /// Record [`SCHEMA_VERSION`] over `from`, unless another process did first.

@@ -1,11 +1,13 @@
 //! The object table: content-addressed objects, stored in the order they arrive and found by
-//! ref (through `refs`) or by semantic id (through `semantic_ids`, in arrival order). Every
-//! other world table names objects by ref; this module is the one that stores them.
+//! ref (through `refs`) or by semantic id (through `semantic_ids` and its tail, in arrival order:
+//! [`crate::semantic_index`]). Every other world table names objects by ref; this module is the
+//! one that stores them.
 
 use crate::access;
 use crate::object::{Object, ObjectView, Ref};
 use crate::ref_tail;
-use crate::schema::{ref_key, semantic_prefix, OBJECT, OBJECTS, SEMANTIC_IDS};
+use crate::schema::{ref_key, OBJECT, OBJECTS};
+use crate::semantic_index;
 use crate::storage::{ReadCtx, StoreError, WriteCtx};
 
 /// Refs read lazily from a read transaction.
@@ -45,13 +47,10 @@ impl<'t> ReadCtx<'t> {
 
     /// The object stored at sequence number `seq`.
     pub(crate) fn object_at(&self, seq: u64) -> Result<Option<ObjectView<'t>>, StoreError> {
-        let Some(row) = OBJECTS.get(self, &seq)? else {
-            return Ok(None);
-        };
-        row.split_at_checked(32)
-            .and_then(|(r, envelope)| ObjectView::decode(Ref::from_slice(r)?, envelope))
-            .map(Some)
-            .ok_or_else(|| StoreError::Corrupt(format!("object row {seq} is damaged")))
+        OBJECTS
+            .get(self, &seq)?
+            .map(|row| decode_row(seq, row))
+            .transpose()
     }
 
     /// The refs of the objects with `semantic_id`, in the order the store first stored them,
@@ -73,7 +72,6 @@ impl<'t> ReadCtx<'t> {
         semantic_id: &str,
         after: Option<&Ref>,
     ) -> Result<Option<Objects<'t>>, StoreError> {
-        let prefix = semantic_prefix(semantic_id)?;
         let start = match after {
             None => 0,
             Some(r) => match self.sequenced(r)? {
@@ -81,35 +79,7 @@ impl<'t> ReadCtx<'t> {
                 _ => return Ok(None),
             },
         };
-        let mut from = prefix.clone();
-        from.extend_from_slice(&start.to_be_bytes());
-        let mut to = prefix.clone();
-        to.extend_from_slice(&u64::MAX.to_be_bytes());
-        let range = (
-            std::ops::Bound::Included(from.as_slice()),
-            std::ops::Bound::Included(to.as_slice()),
-        );
-        let reader = *self;
-        let wanted = semantic_id.to_owned();
-        let iter = SEMANTIC_IDS
-            .range(self, &range)?
-            .map(move |item| {
-                let (key, _) = item?;
-                let seq = key
-                    .get(prefix.len()..)
-                    .and_then(|k| <[u8; 8]>::try_from(k).ok())
-                    .map(u64::from_be_bytes)
-                    .ok_or_else(|| {
-                        StoreError::Corrupt("a semantic-id index key is damaged".into())
-                    })?;
-                let object = reader.object_at(seq)?.ok_or_else(|| {
-                    StoreError::Corrupt(format!("the semantic-id index names no object {seq}"))
-                })?;
-                // A damaged envelope may name another kind: it is not listed as this one.
-                Ok((object.semantic_id == wanted).then_some(object))
-            })
-            .filter_map(Result::transpose);
-        Ok(Some(Box::new(iter)))
+        semantic_index::objects(self, semantic_id, start).map(Some)
     }
 }
 
@@ -144,7 +114,6 @@ impl WriteCtx<'_, '_> {
         if ref_tail::find(&r, &key)?.is_some() {
             return Ok(());
         }
-        let mut index_key = semantic_prefix(&object.semantic_id)?;
         let seq = match OBJECTS.last(&r)? {
             Some((last, _)) => last + 1,
             None => 0,
@@ -154,13 +123,19 @@ impl WriteCtx<'_, '_> {
         row.extend_from_slice(object.hash.as_bytes());
         row.extend_from_slice(&envelope);
         OBJECTS.append(self, &seq, &row)?;
-        index_key.extend_from_slice(&seq.to_be_bytes());
-        SEMANTIC_IDS.put(self, &index_key, &[])?;
+        semantic_index::note(self, seq)?;
         ref_tail::note(self, &[key], seq)?;
         let public = access::is_public(&object.semantic_id);
         self.note_stored_anew(&key, seq, public);
         Ok(())
     }
+}
+
+/// The object in the row `row` of `object_rows`, stored at sequence `seq`.
+pub(crate) fn decode_row(seq: u64, row: &[u8]) -> Result<ObjectView<'_>, StoreError> {
+    row.split_at_checked(32)
+        .and_then(|(r, envelope)| ObjectView::decode(Ref::from_slice(r)?, envelope))
+        .ok_or_else(|| StoreError::Corrupt(format!("object row {seq} is damaged")))
 }
 
 /// The sequence number and envelope of the object `r`. The row must hold `r` itself: an

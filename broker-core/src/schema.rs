@@ -1,4 +1,4 @@
-//! The world's tables (schema 4; `docs/data-model.md` §8.2): their names, slots and codecs, and
+//! The world's tables (schema 5; `docs/data-model.md` §8.2): their names, slots and codecs, and
 //! the key layouts more than one module writes. The storage layer knows only the names
 //! ([`crate::storage::Layout`]); what the rows mean is each owning module's.
 
@@ -8,9 +8,9 @@ use heed::types::{Bytes, Str, U64};
 use crate::object::Ref;
 use crate::storage::{StoreError, Table};
 
-/// The schema this build reads and writes. A store of schema 1, 2 or 3 is migrated when it is
-/// opened ([`crate::migrate`]); any other version is refused unmodified.
-pub const SCHEMA_VERSION: u32 = 4;
+/// The schema this build reads and writes. A store of schema 1, 2, 3 or 4 is migrated when it
+/// is opened ([`crate::migrate`]); any other version is refused unmodified.
+pub const SCHEMA_VERSION: u32 = 5;
 
 type Seq = U64<BigEndian>;
 
@@ -40,7 +40,8 @@ pub(crate) const OBJECTS: Table<Seq, Bytes> = Table::new(0, "object_rows");
 /// row's sequence by the digest of its id ([`INVOCATION`]). The keys of the newest rows are
 /// not here yet ([`crate::ref_tail`]).
 pub(crate) const REFS: Table<Bytes, Seq> = Table::new(1, "refs");
-/// [`semantic_prefix`] ‖ object sequence → (): the semantic-id index, in insertion order.
+/// [`semantic_prefix`] ‖ object sequence → (): the semantic-id index, in insertion order. The
+/// newest objects are not here yet ([`crate::semantic_index`]).
 pub(crate) const SEMANTIC_IDS: Table<Bytes, Bytes> = Table::new(2, "semantic_ids");
 /// entry index → log row: world ref, entry JSON and world JSON ([`crate::log`]).
 pub(crate) const LOG: Table<Seq, Bytes> = Table::new(3, "entries");
@@ -64,7 +65,9 @@ pub(crate) const REGISTRY_HEADS: Table<Str, Bytes> = Table::new(10, "registry_he
 /// the newest grants wait in `readers_tail`.
 pub(crate) const READERS: Table<Bytes, Bytes> = Table::new(11, "readers");
 /// `<kind>_indexed_<partition>` → below which row that partition's keys are in `refs`;
-/// `appender` → the token of the store handle that claimed the tail ([`crate::ref_tail`]).
+/// `appender` → the token of the store handle that claimed the tail ([`crate::ref_tail`]);
+/// `semantic_indexed` → below which object the semantic-id index is whole
+/// ([`crate::semantic_index`]).
 pub(crate) const REF_INDEX: Table<Str, Seq> = Table::new(12, "ref_index");
 /// invocation sequence (arrival order) → the invocation's id and its row
 /// ([`crate::invocation_row`]), found by id through `refs` ([`INVOCATION`]).

@@ -15,13 +15,14 @@ use crate::migrate;
 use crate::object::Ref;
 use crate::objects::object_row;
 use crate::ref_tail;
-use crate::schema::{self, JOURNAL, OBJECTS, REFS, RESOLUTIONS};
+use crate::schema::{self, JOURNAL, OBJECTS, REFS, RESOLUTIONS, SEMANTIC_IDS};
 use crate::storage::{Layout, RawEnv, Upgrade};
 use crate::task;
 
 pub use crate::objects::{Objects, Refs};
 pub use crate::ref_tail::MERGE_AT as REF_MERGE_AT;
 pub use crate::schema::SCHEMA_VERSION;
+pub use crate::semantic_index::MERGE_AT as SEMANTIC_MERGE_AT;
 pub use crate::storage::{
     CommitObserver, ReadCtx, Store, StoreError, StoreOptions, Submitted, WriteCtx, WriterStats,
     DEFAULT_MAP_SIZE,
@@ -40,11 +41,15 @@ static LAYOUT: Layout = Layout {
         },
         Upgrade {
             from: "2",
-            run: migrate::schema_2_to_4,
+            run: migrate::schema_2_to_5,
         },
         Upgrade {
             from: "3",
-            run: migrate::schema_3_to_4,
+            run: migrate::schema_3_to_5,
+        },
+        Upgrade {
+            from: "4",
+            run: migrate::schema_4_to_5,
         },
     ],
     state: ref_tail::state,
@@ -125,6 +130,10 @@ impl Store {
                 }
                 RawTable::Invocations => invocations::overwrite_row(w, str_key(&key)?, &value),
                 RawTable::Resolutions => RESOLUTIONS.put(w, &raw_index(&key)?, &value),
+                RawTable::SemanticIds if value.is_empty() => {
+                    SEMANTIC_IDS.delete(w, &key).map(|_| ())
+                }
+                RawTable::SemanticIds => SEMANTIC_IDS.put(w, &key, &[]),
                 RawTable::Refs if value.is_empty() => REFS.delete(w, &key).map(|_| ()),
                 // As given: a value of another length is damage doctor must report.
                 RawTable::Refs => REFS.raw().put(w, &key, &value),
@@ -152,6 +161,7 @@ impl Store {
                 }
                 RawTable::Resolutions => RESOLUTIONS.get(r, &raw_index(key)?)?.map(<[u8]>::to_vec),
                 RawTable::Refs => REFS.raw().get(r, key)?.map(<[u8]>::to_vec),
+                RawTable::SemanticIds => SEMANTIC_IDS.get(r, key)?.map(<[u8]>::to_vec),
             })
         })
     }
@@ -205,4 +215,7 @@ pub enum RawTable {
     /// big-endian value). The value is written as given, whatever its length; an empty one
     /// deletes the key.
     Refs,
+    /// The semantic-id index: a key (`u16` BE length, the semantic id, the object's u64 BE
+    /// sequence) → nothing. Any value but an empty one puts the key; an empty one deletes it.
+    SemanticIds,
 }

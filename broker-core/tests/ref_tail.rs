@@ -1,4 +1,4 @@
-//! The tail of the content-address index (schemas 3 and 4): objects, entries and invocation
+//! The tail of the content-address index (schemas 3 to 5): objects, entries and invocation
 //! rows stored since the last merge are found through the writing handle's map, by other
 //! processes through a scan of the tail's rows, and by every snapshot, however old, whatever
 //! merges happened since.
@@ -350,6 +350,7 @@ fn a_schema_2_store_is_upgraded_in_place_and_its_new_objects_form_the_tail() {
         let store = open(&db);
         put(&store, &old);
         store.merge_ref_tail().unwrap();
+        store.merge_semantic_tail().unwrap();
         let stored = store.raw_rows("object_rows").unwrap().len() as u64;
         assert_eq!(marks(&store, "objects"), Some([stored; 16]));
     }
@@ -600,7 +601,7 @@ fn reads_with_task_ids(w: &World, n: u32, mut after: impl FnMut(&Store)) -> Sess
     s
 }
 
-/// Turn the closed schema-4 store in `db` into the schema-3 store it would have been: every
+/// Turn the closed store in `db` into the schema-3 store it would have been: every
 /// invocation row keyed by its id in `invocations`, none in `invocation_rows`, no invocation
 /// key in `refs` or watermark in `ref_index`, version 3.
 fn make_schema_3(db: &std::path::Path) {
@@ -658,6 +659,8 @@ fn a_schema_3_store_is_upgraded_in_place_and_its_invocation_rows_stay_where_they
         ..
     } = w;
     drop(coordinator);
+    // Schema 3 indexed every object by semantic id as it was stored.
+    store.merge_semantic_tail().unwrap();
     drop(store);
     make_schema_3(&db);
 
@@ -705,7 +708,7 @@ fn a_schema_3_store_is_upgraded_in_place_and_its_invocation_rows_stay_where_they
     invocations_found(&store, &new);
     drop(c);
     drop(store);
-    assert_eq!(meta_schema(&db).as_deref(), Some("4"));
+    assert_eq!(meta_schema(&db).as_deref(), Some("5"));
     drop(dir);
 }
 

@@ -160,7 +160,7 @@ fn a_schema_1_store_migrates_on_open_and_reads_exactly_as_before() {
     assert_eq!(audit.entries, 14);
     assert_eq!(audit.indeterminate.len(), 1);
     drop(store);
-    assert_eq!(meta_schema(&db).as_deref(), Some("4"));
+    assert_eq!(meta_schema(&db).as_deref(), Some("5"));
 }
 
 #[test]
@@ -457,7 +457,7 @@ fn a_schema_1_store_open_in_another_process_is_not_migrated_under_it() {
     assert_eq!(
         e.to_string(),
         format!(
-            "store {} uses schema 1 and another process has it open; stop that process (a worldd of an older build?) so that this build can migrate the store to schema 4",
+            "store {} uses schema 1 and another process has it open; stop that process (a worldd of an older build?) so that this build can migrate the store to schema 5",
             db.display()
         )
     );
@@ -473,7 +473,7 @@ fn a_schema_1_store_open_in_another_process_is_not_migrated_under_it() {
     let store = Store::open(&db, StoreOptions::default()).unwrap();
     assert!(verify::audit_store(&store).unwrap().consistent());
     drop(store);
-    assert_eq!(meta_schema(&db).as_deref(), Some("4"));
+    assert_eq!(meta_schema(&db).as_deref(), Some("5"));
 }
 
 // -------------------------------------------------------------------------------------------

@@ -85,7 +85,7 @@ fn a_store_of_another_schema_version_is_refused_unmodified() {
     let e = Store::open(&db, StoreOptions::default()).unwrap_err();
     assert_eq!(
         e.to_string(),
-        "store schema version 99 is not the version this build uses (4); refusing to open it"
+        "store schema version 99 is not the version this build uses (5); refusing to open it"
     );
     assert_eq!(std::fs::read(db.join("data.mdb")).unwrap(), before);
 }

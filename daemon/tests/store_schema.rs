@@ -37,7 +37,7 @@ fn doctor_verifies_a_schema_1_store_after_migrating_it_and_the_daemon_serves_it(
     assert!(out.contains("mcp:ep1:lost"), "{out}");
     // The migration is announced once, on the open that made it.
     assert!(
-        err.contains("migrated the store from schema 1 to schema 4"),
+        err.contains("migrated the store from schema 1 to schema 5"),
         "{err}"
     );
     let (code, out, err) = worldd(&["doctor", "--db", path_str(&db), "--json"], None);

@@ -27,7 +27,9 @@ pub struct StoreAudit {
     pub index_keys: u64,
     /// Keys of the newest rows, found through the tail instead (not yet merged into `refs`).
     pub index_waiting: u64,
-    /// Keys in `refs` that name no row holding them, and indexed rows `refs` does not name.
+    /// Keys in `refs` that name no row holding them, and indexed rows `refs` does not name;
+    /// keys in `semantic_ids` that name no object of their semantic id, and objects below its
+    /// watermark it does not list.
     pub index_findings: Vec<String>,
 }
 
@@ -45,7 +47,7 @@ impl StoreAudit {
 const AUDIT_BLOCK: u64 = 256;
 
 /// Check every entry's links, every spend counter against the journal, the pending-intent
-/// index, the head and the content-address index.
+/// index, the head, the content-address index and the semantic-id index.
 pub fn audit_store(store: &Store) -> Result<StoreAudit, VerifyError> {
     let mut audit = StoreAudit::default();
     let head = store
@@ -90,7 +92,13 @@ pub fn audit_store(store: &Store) -> Result<StoreAudit, VerifyError> {
     };
     let (results, journal, index) = std::thread::scope(|scope| {
         let journal = scope.spawn(|| store.read(crate::journal::audit));
-        let index = scope.spawn(|| store.read(crate::ref_tail::audit));
+        let index = scope.spawn(|| {
+            store.read(|r| {
+                let mut index = crate::ref_tail::audit(r)?;
+                index.findings.extend(crate::semantic_index::audit(r)?);
+                Ok::<_, crate::storage::StoreError>(index)
+            })
+        });
         let handles: Vec<_> = (0..workers).map(|_| scope.spawn(verify_blocks)).collect();
         let results: Vec<Result<Vec<(u64, String)>, VerifyError>> = handles
             .into_iter()
