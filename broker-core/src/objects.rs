@@ -6,14 +6,13 @@
 use crate::access;
 use crate::object::{Object, ObjectView, Ref};
 use crate::ref_tail;
-use crate::schema::{ref_key, OBJECT, OBJECTS};
+use crate::schema::{decode_object_row, ref_key, OBJECT, OBJECTS};
 use crate::semantic_index;
 use crate::storage::{ReadCtx, StoreError, WriteCtx};
 
 /// Refs read lazily from a read transaction.
 pub type Refs<'t> = Box<dyn Iterator<Item = Result<Ref, StoreError>> + 't>;
-/// Objects read lazily from a read transaction.
-pub type Objects<'t> = Box<dyn Iterator<Item = Result<ObjectView<'t>, StoreError>> + 't>;
+pub use crate::semantic_index::Objects;
 
 impl<'t> ReadCtx<'t> {
     pub fn object(&self, r: &Ref) -> Result<Option<Object>, StoreError> {
@@ -49,7 +48,7 @@ impl<'t> ReadCtx<'t> {
     pub(crate) fn object_at(&self, seq: u64) -> Result<Option<ObjectView<'t>>, StoreError> {
         OBJECTS
             .get(self, &seq)?
-            .map(|row| decode_row(seq, row))
+            .map(|row| decode_object_row(seq, row))
             .transpose()
     }
 
@@ -129,13 +128,6 @@ impl WriteCtx<'_, '_> {
         self.note_stored_anew(&key, seq, public);
         Ok(())
     }
-}
-
-/// The object in the row `row` of `object_rows`, stored at sequence `seq`.
-pub(crate) fn decode_row(seq: u64, row: &[u8]) -> Result<ObjectView<'_>, StoreError> {
-    row.split_at_checked(32)
-        .and_then(|(r, envelope)| ObjectView::decode(Ref::from_slice(r)?, envelope))
-        .ok_or_else(|| StoreError::Corrupt(format!("object row {seq} is damaged")))
 }
 
 /// The sequence number and envelope of the object `r`. The row must hold `r` itself: an

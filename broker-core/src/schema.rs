@@ -5,7 +5,7 @@
 use heed::byteorder::BigEndian;
 use heed::types::{Bytes, Str, U64};
 
-use crate::object::Ref;
+use crate::object::{ObjectView, Ref};
 use crate::storage::{StoreError, Table};
 
 /// The schema this build reads and writes. A store of schema 1, 2, 3 or 4 is migrated when it
@@ -75,6 +75,13 @@ pub(crate) const INVOCATION_ROWS: Table<Seq, Bytes> = Table::new(13, "invocation
 /// object sequence (u64 BE) ‖ episode → (): grants of `readers` not merged into it yet, in
 /// object order ([`crate::access`]).
 pub(crate) const READERS_TAIL: Table<Bytes, Bytes> = Table::new(14, "readers_tail");
+
+/// The object in a row of [`OBJECTS`] (ref ‖ envelope) stored at sequence `seq`.
+pub(crate) fn decode_object_row(seq: u64, row: &[u8]) -> Result<ObjectView<'_>, StoreError> {
+    row.split_at_checked(32)
+        .and_then(|(r, envelope)| ObjectView::decode(Ref::from_slice(r)?, envelope))
+        .ok_or_else(|| StoreError::Corrupt(format!("object row {seq} is damaged")))
+}
 
 /// `refs` key kinds: the same digest may name an object, an entry and a world at once.
 pub(crate) const OBJECT: u8 = b'o';

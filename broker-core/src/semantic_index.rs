@@ -16,10 +16,13 @@
 
 use std::ops::Bound;
 
-use crate::objects::{decode_row, Objects};
+use crate::object::ObjectView;
 use crate::ref_tail::MAX_FINDINGS;
-use crate::schema::{semantic_prefix, OBJECTS, REF_INDEX, SEMANTIC_IDS};
+use crate::schema::{decode_object_row, semantic_prefix, OBJECTS, REF_INDEX, SEMANTIC_IDS};
 use crate::storage::{ReadCtx, StoreError, WriteCtx};
+
+/// Objects read lazily from a read transaction.
+pub type Objects<'t> = Box<dyn Iterator<Item = Result<ObjectView<'t>, StoreError>> + 't>;
 
 /// Objects waiting for the index before the next stored object indexes them all.
 pub const MERGE_AT: u64 = 1024;
@@ -57,7 +60,7 @@ fn merge(w: &mut WriteCtx<'_, '_>, from: u64, to: u64) -> Result<(), StoreError>
         let range = (Bound::Included(from), Bound::Excluded(to));
         for row in OBJECTS.range(&r, &range)? {
             let (seq, row) = row?;
-            match decode_row(seq, row) {
+            match decode_object_row(seq, row) {
                 Ok(object) => {
                     let mut key = semantic_prefix(object.semantic_id)?;
                     key.extend_from_slice(&seq.to_be_bytes());
@@ -99,7 +102,7 @@ pub(crate) fn objects<'t>(
         .range(r, &range)?
         .map(move |row| {
             let (seq, row) = row?;
-            let object = decode_row(seq, row)?;
+            let object = decode_object_row(seq, row)?;
             Ok((object.semantic_id == wanted).then_some(object))
         })
         .filter_map(Result::transpose);
@@ -135,9 +138,10 @@ fn indexed<'t>(
                 .and_then(|k| <[u8; 8]>::try_from(k).ok())
                 .map(u64::from_be_bytes)
                 .ok_or_else(|| StoreError::Corrupt("a semantic-id index key is damaged".into()))?;
-            let object = reader.object_at(seq)?.ok_or_else(|| {
+            let row = OBJECTS.get(&reader, &seq)?.ok_or_else(|| {
                 StoreError::Corrupt(format!("the semantic-id index names no object {seq}"))
             })?;
+            let object = decode_object_row(seq, row)?;
             // A damaged envelope may name another kind: it is not listed as this one.
             Ok((object.semantic_id == wanted).then_some(object))
         })
@@ -167,7 +171,7 @@ pub(crate) fn audit(r: &ReadCtx<'_>) -> Result<Vec<String>, StoreError> {
             break;
         }
         // A damaged row is reported by the entries that name it; it is listed under no id.
-        let Ok(object) = decode_row(seq, row) else {
+        let Ok(object) = decode_object_row(seq, row) else {
             continue;
         };
         let mut key = semantic_prefix(object.semantic_id)?;
@@ -196,7 +200,7 @@ pub(crate) fn audit(r: &ReadCtx<'_>) -> Result<Vec<String>, StoreError> {
             ));
             continue;
         }
-        match OBJECTS.get(r, &seq)?.map(|row| decode_row(seq, row)) {
+        match OBJECTS.get(r, &seq)?.map(|row| decode_object_row(seq, row)) {
             Some(Ok(object)) if object.semantic_id == semantic_id => {}
             Some(Ok(object)) => finding(format!(
                 "semantic_ids lists row {seq} of object_rows under {semantic_id}, but its object \
