@@ -131,21 +131,6 @@ fn objects_stored_in_one_transaction_are_listed_within_it() {
     every_listing_in_order(&w.store, &stored);
 }
 
-/// Stamp the closed store in `db` with schema version 4.
-fn make_schema_4(db: &std::path::Path) {
-    // SAFETY: the store is closed; nothing else maps this environment.
-    let env = unsafe { heed::EnvOpenOptions::new().max_dbs(32).open(db).unwrap() };
-    let wtxn = env.write_txn().unwrap();
-    env.create_databases_and_commit(wtxn, |dbo, wtxn| -> heed::Result<_> {
-        let meta: heed::Database<heed::types::Str, heed::types::Bytes> =
-            dbo.create_database(wtxn, Some("meta"))?;
-        meta.put(wtxn, "schema_version", b"4")?;
-        Ok(heed::CommitOrAbort::<(), ()>::Commit(()))
-    })
-    .unwrap();
-    env.prepare_for_closing().wait();
-}
-
 #[test]
 fn a_schema_4_store_whose_index_is_whole_lists_the_same_and_grows_a_tail() {
     let dir = tempfile::tempdir().unwrap();
@@ -159,7 +144,7 @@ fn a_schema_4_store_whose_index_is_whole_lists_the_same_and_grows_a_tail() {
         assert!(!watermarked(&store));
         every_listing_in_order(&store, &stored[..200]);
     }
-    make_schema_4(&db);
+    set_meta_schema(&db, "4");
     let store = open_store(&db);
     every_listing_in_order(&store, &stored[..200]);
     let whole = indexed(&store);

@@ -381,3 +381,19 @@ pub fn meta_schema(db: &Path) -> Option<String> {
     env.prepare_for_closing().wait();
     version
 }
+
+/// Record `version` as the `schema_version` of the closed store at `db` (no store handle may be
+/// open on it in this process).
+pub fn set_meta_schema(db: &Path, version: &str) {
+    // SAFETY: no store handle is open on `db` in this process while this one is.
+    let env = unsafe { heed::EnvOpenOptions::new().max_dbs(32).open(db).unwrap() };
+    let wtxn = env.write_txn().unwrap();
+    env.create_databases_and_commit(wtxn, |dbo, wtxn| -> heed::Result<_> {
+        let meta: heed::Database<heed::types::Str, heed::types::Bytes> =
+            dbo.create_database(wtxn, Some("meta"))?;
+        meta.put(wtxn, "schema_version", version.as_bytes())?;
+        Ok(heed::CommitOrAbort::<(), ()>::Commit(()))
+    })
+    .unwrap();
+    env.prepare_for_closing().wait();
+}
