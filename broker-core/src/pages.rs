@@ -475,10 +475,10 @@ mod tests {
     }
 
     /// The census names exactly the pages a commit rewrote: the page numbers it counts as new
-    /// are the pages whose bytes changed in the file (meta pages aside).
+    /// are the pages whose bytes changed in the file (meta pages aside), and any page written
+    /// back with the bytes an earlier snapshot held there.
     #[test]
-    fn the_pages_a_census_counts_as_written_changed_or_hold_again_what_an_earlier_snapshot_had_there(
-    ) {
+    fn the_pages_a_census_counts_as_written_changed_or_were_written_back_as_before() {
         let dir = tempfile::tempdir().unwrap();
         let db = dir.path().join("db");
         let store = Store::create(&db).unwrap();

@@ -46,7 +46,7 @@ pub(crate) fn note(w: &mut WriteCtx<'_, '_>, seq: u64) -> Result<(), StoreError>
             seq
         }
     };
-    if seq + 1 - from >= MERGE_AT {
+    if (seq + 1).saturating_sub(from) >= MERGE_AT {
         merge(w, from, seq + 1)?;
     }
     Ok(())
@@ -66,8 +66,9 @@ fn merge(w: &mut WriteCtx<'_, '_>, from: u64, to: u64) -> Result<(), StoreError>
                     key.extend_from_slice(&seq.to_be_bytes());
                     keys.push(key);
                 }
-                // Listed under no id, as a damaged row was before; `worldd doctor` reports it.
-                // Failing here would fail every operation that stores an object from now on.
+                // A row that does not decode is listed under no id (no listing could read it
+                // either); `worldd doctor` reports it through the entries that name it. Failing
+                // here would fail every operation that stores an object from now on.
                 Err(e) => tracing::error!("the semantic-id index leaves out object row {seq}: {e}"),
             }
         }
