@@ -172,6 +172,89 @@ struct ClientResult {
     errors: u64,
 }
 
+/// A polite agent's wait before retrying a rejected call: `base` × 2^n (n capped at 6, so at
+/// most 64 × `base`) × a jitter in [0.5, 1.5), n counting the call's rejections so far.
+struct Backoff {
+    base: Duration,
+    rejections: u32,
+    /// xorshift64 state: the jitter.
+    rng: u64,
+}
+
+impl Backoff {
+    fn new(base: Duration, thread: usize) -> Backoff {
+        Backoff {
+            base,
+            rejections: 0,
+            rng: 0x9E37_79B9_7F4A_7C15u64 ^ (thread as u64).wrapping_mul(0xBF58_476D_1CE4_E5B9),
+        }
+    }
+
+    /// The wait after one more rejection of the same call.
+    fn next(&mut self) -> Duration {
+        self.rng ^= self.rng << 13;
+        self.rng ^= self.rng >> 7;
+        self.rng ^= self.rng << 17;
+        let jitter = 0.5 + (self.rng >> 11) as f64 / (1u64 << 53) as f64;
+        let wait = self.base.as_secs_f64() * f64::from(1u32 << self.rejections.min(6)) * jitter;
+        self.rejections += 1;
+        Duration::from_secs_f64(wait)
+    }
+
+    /// The call is done (answered or failed): the next one starts from `base`.
+    fn reset(&mut self) {
+        self.rejections = 0;
+    }
+}
+
+/// One client's requests: its own agent (one keep-alive connection), credential and bodies.
+struct Requester {
+    agent: ureq::Agent,
+    health_url: String,
+    mcp_url: String,
+    auth: String,
+    read_body: String,
+    refusal_body: String,
+}
+
+impl Requester {
+    fn new(addr: &str, client: &Client) -> Requester {
+        Requester {
+            agent: ureq::AgentBuilder::new()
+                .timeout(Duration::from_secs(60))
+                .max_idle_connections_per_host(1)
+                .build(),
+            health_url: format!("http://{addr}/v1/health"),
+            mcp_url: format!("http://{addr}/mcp/"),
+            auth: format!("Bearer {}", client.token),
+            read_body: mcp_body("ailang-read", r#"{"path":"f.txt"}"#),
+            refusal_body: mcp_body("ailang-read", r#"{"path":"f.txt","limit":1}"#),
+        }
+    }
+
+    /// Send client `t`'s `k`-th request of `kind` and classify its answer.
+    fn call(&self, kind: Kind, t: usize, k: u64) -> Answer {
+        // Mix alternates write (even k) and read-back (odd k) of the same file.
+        let (body, mcp_ok) = match kind {
+            Kind::Health => return classify(kind, true, self.agent.get(&self.health_url).call()),
+            Kind::Read => (self.read_body.clone(), true),
+            Kind::Write => (write_body("w.txt", t, k), true),
+            Kind::Refusal => (self.refusal_body.clone(), false),
+            Kind::Mix if k % 2 == 0 => (write_body("f.txt", t, k), true),
+            Kind::Mix => (self.read_body.clone(), true),
+        };
+        let result = self
+            .agent
+            .post(&self.mcp_url)
+            .set("Content-Type", "application/json")
+            .set("Accept", "application/json, text/event-stream")
+            .set("MCP-Protocol-Version", "2025-11-25")
+            .set("Authorization", &self.auth)
+            .send_string(&body);
+        classify(kind, mcp_ok, result)
+    }
+}
+
 #[allow(clippy::too_many_arguments)]
 fn client_loop(
     t: usize,
@@ -183,15 +266,8 @@ fn client_loop(
     shared: &Shared,
     barrier: &Barrier,
 ) -> ClientResult {
-    let agent = ureq::AgentBuilder::new()
-        .timeout(Duration::from_secs(60))
-        .max_idle_connections_per_host(1)
-        .build();
-    let health_url = format!("http://{addr}/v1/health");
-    let mcp_url = format!("http://{addr}/mcp/");
-    let auth = format!("Bearer {}", client.token);
-    let read_body = mcp_body("ailang-read", r#"{"path":"f.txt"}"#);
-    let refusal_body = mcp_body("ailang-read", r#"{"path":"f.txt","limit":1}"#);
+    let requester = Requester::new(addr, client);
+    let mut backoff = Backoff::new(backoff, t);
     let mut out = ClientResult {
         calls: Vec::with_capacity(1 << 14),
         attempts: Vec::with_capacity(1 << 14),
@@ -199,10 +275,8 @@ fn client_loop(
         errors: 0,
     };
     let mut k = 0u64;
-    // The call being attempted: when its first attempt was sent, and its rejections so far.
+    // When the call being attempted sent its first attempt.
     let mut first_sent: Option<Instant> = None;
-    let mut rejections = 0u32;
-    let mut rng = 0x9E37_79B9_7F4A_7C15u64 ^ (t as u64).wrapping_mul(0xBF58_476D_1CE4_E5B9);
 
     barrier.wait();
     let start = Instant::now();
@@ -216,36 +290,16 @@ fn client_loop(
             (Stop::Count(total), _) if shared.committed.load(Ordering::Relaxed) >= total => break,
             _ => {}
         }
-        // Mix alternates write (even k) and read-back (odd k) of the same file.
-        let (body, mcp_ok) = match kind {
-            Kind::Health => (String::new(), true),
-            Kind::Read => (read_body.clone(), true),
-            Kind::Write => (write_body("w.txt", t, k), true),
-            Kind::Refusal => (refusal_body.clone(), false),
-            Kind::Mix if k % 2 == 0 => (write_body("f.txt", t, k), true),
-            Kind::Mix => (read_body.clone(), true),
-        };
         let sent = Instant::now();
         let call_start = *first_sent.get_or_insert(sent);
-        let result = if kind == Kind::Health {
-            agent.get(&health_url).call()
-        } else {
-            agent
-                .post(&mcp_url)
-                .set("Content-Type", "application/json")
-                .set("Accept", "application/json, text/event-stream")
-                .set("MCP-Protocol-Version", "2025-11-25")
-                .set("Authorization", &auth)
-                .send_string(&body)
-        };
-        let answer = classify(kind, mcp_ok, result);
+        let answer = requester.call(kind, t, k);
         let done = Instant::now();
         let recorded = done >= record_from && end.is_none_or(|e| done <= e);
         match answer {
             Answer::Ok => {
                 k += 1;
                 first_sent = None;
-                rejections = 0;
+                backoff.reset();
                 if recorded {
                     out.attempts.push((done - sent).as_nanos() as u64);
                     out.calls.push((done - call_start).as_nanos() as u64);
@@ -256,18 +310,11 @@ fn client_loop(
                 if recorded {
                     out.rejected += 1;
                 }
-                // xorshift64: jitter in [0.5, 1.5) of the doubled back-off.
-                rng ^= rng << 13;
-                rng ^= rng >> 7;
-                rng ^= rng << 17;
-                let jitter = 0.5 + (rng >> 11) as f64 / (1u64 << 53) as f64;
-                let wait = backoff.as_secs_f64() * f64::from(1u32 << rejections.min(6)) * jitter;
-                rejections += 1;
-                std::thread::sleep(Duration::from_secs_f64(wait));
+                std::thread::sleep(backoff.next());
             }
             Answer::Error(e) => {
                 first_sent = None;
-                rejections = 0;
+                backoff.reset();
                 if recorded {
                     out.errors += 1;
                 }
@@ -284,6 +331,26 @@ fn client_loop(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_rejected_call_waits_twice_as_long_each_time_up_to_64_times_the_base_with_jitter() {
+        let base = Duration::from_millis(1);
+        let mut b = Backoff::new(base, 7);
+        for n in 0..10u32 {
+            let nominal = base.as_secs_f64() * f64::from(1u32 << n.min(6));
+            let wait = b.next().as_secs_f64();
+            assert!(
+                wait >= 0.5 * nominal && wait < 1.5 * nominal,
+                "rejection {n}: {wait} s against {nominal} s"
+            );
+        }
+        b.reset();
+        let first = b.next().as_secs_f64();
+        assert!((0.0005..0.0015).contains(&first), "{first}");
+        // Clients draw different jitters.
+        let (mut x, mut y) = (Backoff::new(base, 1), Backoff::new(base, 2));
+        assert_ne!(x.next(), y.next());
+    }
 
     #[test]
     fn write_bodies_carry_exactly_one_kib_of_unique_content() {
