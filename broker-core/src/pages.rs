@@ -204,48 +204,8 @@ type LeafVisitor<'a> = dyn FnMut(&mut Reader, Leaf, &[u8]) -> Result<(), CensusE
 
 /// Take the census of the newest snapshot of the LMDB environment in `dir`.
 pub fn census(dir: &Path) -> Result<Census, CensusError> {
-    let path = dir.join("data.mdb");
-    let file = File::open(&path).map_err(|e| CensusError::Io {
-        path: path.display().to_string(),
-        reason: e.to_string(),
-    })?;
-    let mut reader = Reader {
-        file,
-        path: path.display().to_string(),
-        page_size: 4096,
-        buf: Vec::new(),
-    };
-    // The page size is recorded in the meta pages; both metas sit in the first two pages.
-    let first = reader.page(0)?.to_vec();
-    // `mm_psize` is the free-page database record's `md_pad`.
-    let page_size = first
-        .get(META_DBS..META_DBS + 4)
-        .and_then(|b| b.try_into().ok())
-        .map(|b| u64::from(u32::from_le_bytes(b)))
-        .filter(|p| p.is_power_of_two() && *p >= 512)
-        .ok_or_else(|| CensusError::Format("meta page 0 has no page size".into()))?;
-    reader.page_size = page_size;
-    let mut newest: Option<(u64, Vec<u8>)> = None;
-    for pgno in 0..2 {
-        let page = reader.page(pgno)?.to_vec();
-        let magic = u32::from_le_bytes(
-            page[PAGE_HEADER..PAGE_HEADER + 4]
-                .try_into()
-                .unwrap_or_default(),
-        );
-        if u16_at(&page, 10).unwrap_or(0) & P_META == 0 || magic != MDB_MAGIC {
-            return Err(CensusError::Format(format!(
-                "page {pgno} is not a meta page"
-            )));
-        }
-        let txnid = u64_at(&page, META_TXNID).unwrap_or(0);
-        if newest.as_ref().is_none_or(|(t, _)| txnid > *t) {
-            newest = Some((txnid, page));
-        }
-    }
-    let Some((txnid, meta)) = newest else {
-        return Err(CensusError::Format("no meta page".into()));
-    };
+    let mut reader = Reader::open(&dir.join("data.mdb"))?;
+    let (txnid, meta) = newest_meta(&mut reader)?;
     let bad = || CensusError::Format("damaged meta page".into());
     let free_db = db_record(&meta[META_DBS..META_DBS + DB_RECORD]).ok_or_else(bad)?;
     let main_db =
@@ -253,28 +213,12 @@ pub fn census(dir: &Path) -> Result<Census, CensusError> {
     let last_pgno = u64_at(&meta, META_LAST_PG).ok_or_else(bad)?;
 
     let mut census = Census {
-        page_size,
+        page_size: reader.page_size,
         txnid,
         last_pgno,
         ..Census::default()
     };
-    // The free-page database: its records list free pages (count, then page numbers).
-    let mut free_pages = Pages::default();
-    let mut free_listed = 0u64;
-    walk(
-        &mut reader,
-        free_db.root,
-        &mut free_pages,
-        &mut |reader, node, value| {
-            // An id list too long for a leaf sits on overflow pages; its count comes first.
-            free_listed += match node {
-                Leaf::Overflow(pgno) => u64_at(reader.page(pgno)?, PAGE_HEADER),
-                _ => u64_at(value, 0),
-            }
-            .unwrap_or(0);
-            Ok(())
-        },
-    )?;
+    let (free_pages, free_listed) = free_database(&mut reader, free_db)?;
     census.tables.insert(FREE.into(), free_pages);
     census.free_listed = free_listed;
 
@@ -294,21 +238,94 @@ pub fn census(dir: &Path) -> Result<Census, CensusError> {
     )?;
     census.tables.insert(MAIN.into(), main_pages);
     for (name, record) in named {
-        let mut pages = Pages::default();
-        let mut subtrees = Vec::new();
-        walk(&mut reader, record.root, &mut pages, &mut |_, node, _| {
-            if let Leaf::SubTree { record, .. } = node {
-                subtrees.push(record);
-            }
-            Ok(())
-        })?;
-        // Duplicate values of a key beyond a page live in a sub-tree of the same table.
-        for sub in subtrees {
-            walk(&mut reader, sub.root, &mut pages, &mut |_, _, _| Ok(()))?;
-        }
-        census.tables.insert(name, pages);
+        census
+            .tables
+            .insert(name, named_database(&mut reader, record)?);
     }
     Ok(census)
+}
+
+impl Reader {
+    /// A reader of the data file at `path`, with the page size its first meta page records.
+    fn open(path: &Path) -> Result<Reader, CensusError> {
+        let file = File::open(path).map_err(|e| CensusError::Io {
+            path: path.display().to_string(),
+            reason: e.to_string(),
+        })?;
+        let mut reader = Reader {
+            file,
+            path: path.display().to_string(),
+            page_size: 4096,
+            buf: Vec::new(),
+        };
+        // `mm_psize` is the free-page database record's `md_pad`.
+        let page_size = reader
+            .page(0)?
+            .get(META_DBS..META_DBS + 4)
+            .and_then(|b| b.try_into().ok())
+            .map(|b| u64::from(u32::from_le_bytes(b)))
+            .filter(|p| p.is_power_of_two() && *p >= 512)
+            .ok_or_else(|| CensusError::Format("meta page 0 has no page size".into()))?;
+        reader.page_size = page_size;
+        Ok(reader)
+    }
+}
+
+/// The transaction id and bytes of the newer of the two meta pages (the first two pages).
+fn newest_meta(reader: &mut Reader) -> Result<(u64, Vec<u8>), CensusError> {
+    let mut newest: Option<(u64, Vec<u8>)> = None;
+    for pgno in 0..2 {
+        let page = reader.page(pgno)?.to_vec();
+        let magic = u32::from_le_bytes(
+            page[PAGE_HEADER..PAGE_HEADER + 4]
+                .try_into()
+                .unwrap_or_default(),
+        );
+        if u16_at(&page, 10).unwrap_or(0) & P_META == 0 || magic != MDB_MAGIC {
+            return Err(CensusError::Format(format!(
+                "page {pgno} is not a meta page"
+            )));
+        }
+        let txnid = u64_at(&page, META_TXNID).unwrap_or(0);
+        if newest.as_ref().is_none_or(|(t, _)| txnid > *t) {
+            newest = Some((txnid, page));
+        }
+    }
+    newest.ok_or_else(|| CensusError::Format("no meta page".into()))
+}
+
+/// The free-page database's pages, and how many free pages its records list (each record: a
+/// count, then page numbers).
+fn free_database(reader: &mut Reader, db: DbRecord) -> Result<(Pages, u64), CensusError> {
+    let mut pages = Pages::default();
+    let mut listed = 0u64;
+    walk(reader, db.root, &mut pages, &mut |reader, node, value| {
+        // An id list too long for a leaf sits on overflow pages; its count comes first.
+        listed += match node {
+            Leaf::Overflow(pgno) => u64_at(reader.page(pgno)?, PAGE_HEADER),
+            _ => u64_at(value, 0),
+        }
+        .unwrap_or(0);
+        Ok(())
+    })?;
+    Ok((pages, listed))
+}
+
+/// A named database's pages, the sub-trees of its duplicate values included.
+fn named_database(reader: &mut Reader, db: DbRecord) -> Result<Pages, CensusError> {
+    let mut pages = Pages::default();
+    let mut subtrees = Vec::new();
+    walk(reader, db.root, &mut pages, &mut |_, node, _| {
+        if let Leaf::SubTree { record, .. } = node {
+            subtrees.push(record);
+        }
+        Ok(())
+    })?;
+    // Duplicate values of a key beyond a page live in a sub-tree of the same table.
+    for sub in subtrees {
+        walk(reader, sub.root, &mut pages, &mut |_, _, _| Ok(()))?;
+    }
+    Ok(pages)
 }
 
 /// Walk the tree at `root`, recording its pages and calling `leaf` for every leaf node with
