@@ -33,7 +33,7 @@ use broker_core::coordinator::{
     Call, Coordinator, CoordinatorConfig, EffectHandler, EffectRequest, HandlerOutcome, Handlers,
     Surface,
 };
-use broker_core::pages::{self, Census, PageCount};
+use broker_core::pages::{self, PageCount};
 use broker_core::refusal_rate::RefusalRate;
 use broker_core::registry;
 use broker_core::session::{self, Session};
@@ -212,15 +212,18 @@ struct Tally {
     tables: BTreeMap<String, PageCount>,
 }
 
-fn main() {
-    let a = args();
-    let base = a
-        .dir
-        .clone()
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_TARGET_TMPDIR")));
-    std::fs::create_dir_all(&base).expect("bench directory");
-    let tmp = tempfile::tempdir_in(&base).expect("temp dir");
-    let db = tmp.path().join("db");
+/// The store, the coordinator and one session per thread, after the fill.
+struct Bench {
+    db: PathBuf,
+    store: Store,
+    coordinator: Coordinator,
+    sessions: Vec<Session>,
+    seq: AtomicU64,
+}
+
+/// A store with the se-tools published and a session for each of `threads` (at least 8, the
+/// fill's threads).
+fn setup(db: PathBuf, threads: usize) -> Bench {
     let store = Store::create(&db).expect("store");
     let docs = ["ailang-read", "ailang-write"].map(se_tool).to_vec();
     registry::publish(&store, registry::DEFAULT_REGISTRY, docs, "bench").expect("publish");
@@ -234,8 +237,7 @@ fn main() {
         ..CoordinatorConfig::default()
     };
     let coordinator = Coordinator::new(store.clone(), handlers, config);
-    let most = a.threads.iter().copied().max().unwrap_or(1).max(8);
-    let sessions: Vec<Session> = (0..most)
+    let sessions: Vec<Session> = (0..threads.max(8))
         .map(|i| {
             let grants = vec![
                 "Workspace.Read=worktree:1000000000".parse().expect("grant"),
@@ -248,19 +250,123 @@ fn main() {
                 .session
         })
         .collect();
-    let seq = AtomicU64::new(0);
+    Bench {
+        db,
+        store,
+        coordinator,
+        sessions,
+        seq: AtomicU64::new(0),
+    }
+}
 
-    let started = Instant::now();
-    drive(&coordinator, &sessions[..8], "fill", a.fill, &seq);
-    let fill_secs = started.elapsed().as_secs_f64();
-    let size = std::fs::metadata(db.join("data.mdb")).map_or(0, |m| m.len());
-    println!(
-        "store-pages: filled {} calls in {fill_secs:.1}s ({:.0} calls/s, 8 threads), data.mdb {:.0} MiB, dir {}",
-        a.fill,
-        a.fill as f64 / fill_secs,
-        size as f64 / (1 << 20) as f64,
-        base.display()
+/// What the writer's counters and the process's write bytes say of one timed pass.
+struct Timed {
+    commits: f64,
+    ops: f64,
+    pages: f64,
+    build_us: f64,
+    lmdb_us: f64,
+}
+
+impl Timed {
+    /// The timed pass's columns: operations and pages per commit, pages and writer µs per
+    /// operation.
+    fn columns(&self) -> String {
+        let (commits, ops) = (self.commits, self.ops);
+        format!(
+            "{:>6.2} {:>7.1} {:>7.2} {:>7.1} {:>7.1} {:>7.1}",
+            ops / commits,
+            self.pages / commits,
+            self.pages / ops,
+            self.build_us / ops,
+            self.lmdb_us / ops,
+            (self.build_us + self.lmdb_us) / ops
+        )
+    }
+}
+
+fn timed_pass(b: &Bench, sessions: &[Session], row: &str, calls: u64) -> Timed {
+    let c0 = counters(&b.store);
+    let w0 = written();
+    drive(&b.coordinator, sessions, row, calls, &b.seq);
+    let c1 = counters(&b.store);
+    let w1 = written();
+    Timed {
+        commits: (c1.batches - c0.batches).max(1) as f64,
+        ops: (c1.ops - c0.ops).max(1) as f64,
+        pages: (w1 - w0) as f64 / 4096.0,
+        build_us: (c1.build - c0.build) as f64 / 1e3,
+        lmdb_us: (c1.commit - c0.commit) as f64 / 1e3,
+    }
+}
+
+/// `calls` calls with a census after every commit, tallied by table.
+fn census_pass(b: &Bench, sessions: &[Session], row: &str, calls: u64) -> Tally {
+    let slot = Arc::new(Mutex::new((
+        pages::census(&b.db).expect("census"),
+        Tally::default(),
+    )));
+    let observer = slot.clone();
+    let dir = b.db.clone();
+    b.store.observe_commits(Some(Box::new(move |n, ok| {
+        if !ok {
+            return;
+        }
+        let Ok(after) = pages::census(&dir) else {
+            return;
+        };
+        let mut guard = observer.lock().expect("census");
+        let (before, tally) = &mut *guard;
+        tally.commits += 1;
+        tally.ops += n as u64;
+        tally.runs += after.runs_since(before).1;
+        for (table, count) in after.written_since(before) {
+            tally.tables.entry(table).or_default().add(count);
+        }
+        *before = after;
+    })));
+    drive(&b.coordinator, sessions, row, calls, &b.seq);
+    b.store.observe_commits(None);
+    let mut guard = slot.lock().expect("census");
+    std::mem::take(&mut guard.1)
+}
+
+/// The census columns and the line of pages by table, then the line of page kinds.
+fn census_lines(tally: &Tally) -> (String, String) {
+    let total: u64 = tally.tables.values().map(PageCount::total).sum();
+    let cops = tally.ops.max(1) as f64;
+    let commits = tally.commits.max(1) as f64;
+    let mut by_table: Vec<(&String, &PageCount)> = tally.tables.iter().collect();
+    by_table.sort_by_key(|(_, c)| std::cmp::Reverse(c.total()));
+    let breakdown = by_table
+        .iter()
+        .map(|(t, c)| format!("{t} {:.2}", c.total() as f64 / cops))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let columns = format!(
+        "{:>6.2} {:>7.1} {:>7.2} {:>7.1} | {breakdown}",
+        cops / commits,
+        total as f64 / commits,
+        total as f64 / cops,
+        tally.runs as f64 / commits,
     );
+    let kinds = by_table
+        .iter()
+        .take(6)
+        .map(|(t, c)| {
+            format!(
+                "{t} b{:.2}/l{:.2}/o{:.2}",
+                c.branch as f64 / cops,
+                c.leaf as f64 / cops,
+                c.overflow as f64 / cops
+            )
+        })
+        .collect::<Vec<_>>()
+        .join(", ");
+    (columns, kinds)
+}
+
+fn print_header() {
     println!(
         "{:<8} {:>3} | {:>6} {:>7} {:>7} {:>7} {:>7} {:>7} | {:>6} {:>7} {:>7} {:>7}",
         "row",
@@ -280,102 +386,41 @@ fn main() {
         "{:<12} | {:<48} | census: op/cm pg/cm pg/op, runs of consecutive pages per commit; pages per op by table",
         "", "timed: pages written (wchar), writer µs"
     );
-    let census_slot = Arc::new(Mutex::new((Census::default(), Tally::default())));
+}
+
+fn main() {
+    let a = args();
+    let base = a
+        .dir
+        .clone()
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_TARGET_TMPDIR")));
+    std::fs::create_dir_all(&base).expect("bench directory");
+    let tmp = tempfile::tempdir_in(&base).expect("temp dir");
+    let most = a.threads.iter().copied().max().unwrap_or(1);
+    let b = setup(tmp.path().join("db"), most);
+
+    let started = Instant::now();
+    drive(&b.coordinator, &b.sessions[..8], "fill", a.fill, &b.seq);
+    let fill_secs = started.elapsed().as_secs_f64();
+    let size = std::fs::metadata(b.db.join("data.mdb")).map_or(0, |m| m.len());
+    println!(
+        "store-pages: filled {} calls in {fill_secs:.1}s ({:.0} calls/s, 8 threads), data.mdb {:.0} MiB, dir {}",
+        a.fill,
+        a.fill as f64 / fill_secs,
+        size as f64 / (1 << 20) as f64,
+        base.display()
+    );
+    print_header();
     for row in &a.rows {
         for &threads in &a.threads {
-            let sessions = &sessions[..threads];
-            // Timed pass.
-            let c0 = counters(&store);
-            let w0 = written();
-            drive(&coordinator, sessions, row, a.calls, &seq);
-            let c1 = counters(&store);
-            let w1 = written();
-            let commits = (c1.batches - c0.batches).max(1) as f64;
-            let ops = (c1.ops - c0.ops).max(1) as f64;
-            let pages = (w1 - w0) as f64 / 4096.0;
-            let build_us = (c1.build - c0.build) as f64 / 1e3;
-            let lmdb_us = (c1.commit - c0.commit) as f64 / 1e3;
-
+            let sessions = &b.sessions[..threads];
+            let timed = timed_pass(&b, sessions, row, a.calls).columns();
             if !a.census {
-                println!(
-                    "{:<8} {:>3} | {:>6.2} {:>7.1} {:>7.2} {:>7.1} {:>7.1} {:>7.1} |",
-                    row,
-                    threads,
-                    ops / commits,
-                    pages / commits,
-                    pages / ops,
-                    build_us / ops,
-                    lmdb_us / ops,
-                    (build_us + lmdb_us) / ops
-                );
+                println!("{row:<8} {threads:>3} | {timed} |");
                 continue;
             }
-            // Census pass.
-            {
-                let mut slot = census_slot.lock().expect("census");
-                *slot = (pages::census(&db).expect("census"), Tally::default());
-            }
-            let slot = census_slot.clone();
-            let dir = db.clone();
-            store.observe_commits(Some(Box::new(move |n, ok| {
-                if !ok {
-                    return;
-                }
-                let Ok(after) = pages::census(&dir) else {
-                    return;
-                };
-                let mut guard = slot.lock().expect("census");
-                let (before, tally) = &mut *guard;
-                tally.commits += 1;
-                tally.ops += n as u64;
-                tally.runs += after.runs_since(before).1;
-                for (table, count) in after.written_since(before) {
-                    tally.tables.entry(table).or_default().add(count);
-                }
-                *before = after;
-            })));
-            drive(&coordinator, sessions, row, a.calls, &seq);
-            store.observe_commits(None);
-            let guard = census_slot.lock().expect("census");
-            let tally = &guard.1;
-            let total: u64 = tally.tables.values().map(PageCount::total).sum();
-            let cops = tally.ops.max(1) as f64;
-            let mut by_table: Vec<(&String, &PageCount)> = tally.tables.iter().collect();
-            by_table.sort_by_key(|(_, c)| std::cmp::Reverse(c.total()));
-            let breakdown = by_table
-                .iter()
-                .map(|(t, c)| format!("{t} {:.2}", c.total() as f64 / cops))
-                .collect::<Vec<_>>()
-                .join(", ");
-            println!(
-                "{:<8} {:>3} | {:>6.2} {:>7.1} {:>7.2} {:>7.1} {:>7.1} {:>7.1} | {:>6.2} {:>7.1} {:>7.2} {:>7.1} | {}",
-                row,
-                threads,
-                ops / commits,
-                pages / commits,
-                pages / ops,
-                build_us / ops,
-                lmdb_us / ops,
-                (build_us + lmdb_us) / ops,
-                cops / tally.commits.max(1) as f64,
-                total as f64 / tally.commits.max(1) as f64,
-                total as f64 / cops,
-                tally.runs as f64 / tally.commits.max(1) as f64,
-                breakdown
-            );
-            let kinds = by_table
-                .iter()
-                .take(6)
-                .map(|(t, c)| {
-                    format!(
-                        "{t} b{:.2}/l{:.2}/o{:.2}",
-                        c.branch as f64 / cops,
-                        c.leaf as f64 / cops,
-                        c.overflow as f64 / cops
-                    )
-                })
-                .collect::<Vec<_>>()
-                .join(", ");
+            let (columns, kinds) = census_lines(&census_pass(&b, sessions, row, a.calls));
+            println!("{row:<8} {threads:>3} | {timed} | {columns}");
             println!(
                 "{:<12} | {:<48} | branch/leaf/overflow per op: {kinds}",
                 "", ""
