@@ -5,6 +5,7 @@ use std::net::SocketAddr;
 
 use axum::Router;
 use tokio::net::TcpListener;
+use tokio::signal::unix::{signal, Signal, SignalKind};
 
 use crate::state::AppState;
 use crate::{a2a, edge, fallback, log_stream, mcp, memory, rest, workbench};
@@ -36,12 +37,16 @@ pub fn check_loopback(addr: &SocketAddr) -> Result<(), String> {
 }
 
 /// Serve until SIGINT or SIGTERM; in-flight requests drain before this returns.
-pub async fn serve(listener: TcpListener, state: AppState) -> std::io::Result<()> {
+pub async fn serve(
+    listener: TcpListener,
+    state: AppState,
+    signals: ShutdownSignals,
+) -> std::io::Result<()> {
     let config = state.server().clone();
     let metrics = state.metrics().clone();
     let streams = state.log_stream().clone();
     let shutdown = async move {
-        shutdown_signal().await;
+        signals.received().await;
         // Open log streams never end by themselves; end them so the drain can finish.
         streams.close();
     };
@@ -55,21 +60,44 @@ pub async fn serve(listener: TcpListener, state: AppState) -> std::io::Result<()
     served
 }
 
-async fn shutdown_signal() {
-    let ctrl_c = async {
-        let _ = tokio::signal::ctrl_c().await;
-    };
-    let term = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut s) => {
-                s.recv().await;
+/// SIGINT and SIGTERM, caught from the moment this is made. Make it before the daemon says it
+/// is ready: a signal's default action ends the process at once, so one sent just after the
+/// ready line would otherwise kill the daemon instead of draining it.
+pub struct ShutdownSignals {
+    interrupt: Option<Signal>,
+    terminate: Option<Signal>,
+}
+
+impl ShutdownSignals {
+    /// Catch both signals from now on (inside the runtime).
+    pub fn listen() -> ShutdownSignals {
+        let catch = |kind: SignalKind, name: &str| match signal(kind) {
+            Ok(s) => Some(s),
+            Err(e) => {
+                tracing::warn!("cannot catch {name} ({e}); it will end the daemon without a drain");
+                None
             }
-            Err(_) => std::future::pending::<()>().await,
+        };
+        ShutdownSignals {
+            interrupt: catch(SignalKind::interrupt(), "SIGINT"),
+            terminate: catch(SignalKind::terminate(), "SIGTERM"),
         }
-    };
-    tokio::select! {
-        _ = ctrl_c => {},
-        _ = term => {},
     }
-    tracing::info!("shutting down: draining in-flight calls");
+
+    /// Resolves when either signal arrives.
+    async fn received(mut self) {
+        async fn one(s: Option<&mut Signal>) {
+            match s {
+                Some(s) => {
+                    s.recv().await;
+                }
+                None => std::future::pending::<()>().await,
+            }
+        }
+        tokio::select! {
+            () = one(self.interrupt.as_mut()) => {},
+            () = one(self.terminate.as_mut()) => {},
+        }
+        tracing::info!("shutting down: draining in-flight calls");
+    }
 }

@@ -24,6 +24,19 @@ fn serve_prints_one_ready_line_and_answers_health() {
     assert!(status.success(), "{status:?}");
 }
 
+/// A supervisor that stops the daemon as soon as it has said it is ready must get a drain and
+/// exit 0, not a process killed by the signal's default action: the daemon catches SIGTERM
+/// before it prints the ready line. (Found as a rare `ExitStatus(15)` of the test above under
+/// load.)
+#[test]
+fn sigterm_right_after_the_ready_line_drains_instead_of_killing_the_daemon() {
+    for attempt in 0..12 {
+        let d = Daemon::start(WS, &[]);
+        let status = d.stop();
+        assert!(status.success(), "attempt {attempt}: {status:?}");
+    }
+}
+
 #[test]
 fn non_loopback_bind_is_refused_at_startup() {
     let dir = tempfile::tempdir().unwrap();

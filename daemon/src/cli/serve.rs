@@ -297,8 +297,9 @@ pub fn run_with(a: ServeArgs, launch: Launch) -> CliResult {
             .server(server)
             .catalog(catalog)
             .build();
+        let signals = server::ShutdownSignals::listen();
         announce(local, launch.ready_on_stderr);
-        server::serve(listener, state)
+        server::serve(listener, state, signals)
             .await
             .map_err(|e| Failure::fatal(format!("server error: {e}")))
     });
