@@ -2,6 +2,7 @@
 //! ureq agent (one keep-alive connection) and its own episode, sending the next request as
 //! soon as the previous answer has been read in full.
 
+use std::borrow::Cow;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Barrier, Mutex};
 use std::time::{Duration, Instant};
@@ -235,13 +236,13 @@ impl Requester {
     /// Send client `t`'s `k`-th request of `kind` and classify its answer.
     fn call(&self, kind: Kind, t: usize, k: u64) -> Answer {
         // Mix alternates write (even k) and read-back (odd k) of the same file.
-        let (body, mcp_ok) = match kind {
+        let (body, mcp_ok): (Cow<str>, bool) = match kind {
             Kind::Health => return classify(kind, true, self.agent.get(&self.health_url).call()),
-            Kind::Read => (self.read_body.clone(), true),
-            Kind::Write => (write_body("w.txt", t, k), true),
-            Kind::Refusal => (self.refusal_body.clone(), false),
-            Kind::Mix if k % 2 == 0 => (write_body("f.txt", t, k), true),
-            Kind::Mix => (self.read_body.clone(), true),
+            Kind::Read => (Cow::Borrowed(&self.read_body), true),
+            Kind::Write => (Cow::Owned(write_body("w.txt", t, k)), true),
+            Kind::Refusal => (Cow::Borrowed(&self.refusal_body), false),
+            Kind::Mix if k % 2 == 0 => (Cow::Owned(write_body("f.txt", t, k)), true),
+            Kind::Mix => (Cow::Borrowed(&self.read_body), true),
         };
         let result = self
             .agent

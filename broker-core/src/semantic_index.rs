@@ -62,9 +62,7 @@ fn merge(w: &mut WriteCtx<'_, '_>, from: u64, to: u64) -> Result<(), StoreError>
             let (seq, row) = row?;
             match decode_object_row(seq, row) {
                 Ok(object) => {
-                    let mut key = semantic_prefix(object.semantic_id)?;
-                    key.extend_from_slice(&seq.to_be_bytes());
-                    keys.push(key);
+                    keys.push(index_key(object.semantic_id, seq)?);
                 }
                 // A row that does not decode is listed under no id (no listing could read it
                 // either); `worldd doctor` reports it through the entries that name it. Failing
@@ -117,13 +115,10 @@ fn indexed<'t>(
     start: u64,
     below: u64,
 ) -> Result<Objects<'t>, StoreError> {
-    let prefix = semantic_prefix(semantic_id)?;
-    let key = |seq: u64| {
-        let mut key = prefix.clone();
-        key.extend_from_slice(&seq.to_be_bytes());
-        key
-    };
-    let range = (Bound::Included(key(start)), Bound::Excluded(key(below)));
+    let range = (
+        Bound::Included(index_key(semantic_id, start)?),
+        Bound::Excluded(index_key(semantic_id, below)?),
+    );
     let range = (
         range.0.as_ref().map(Vec::as_slice),
         range.1.as_ref().map(Vec::as_slice),
@@ -134,10 +129,7 @@ fn indexed<'t>(
         .range(r, &range)?
         .map(move |item| {
             let (key, _) = item?;
-            let seq = key
-                .get(prefix.len()..)
-                .and_then(|k| <[u8; 8]>::try_from(k).ok())
-                .map(u64::from_be_bytes)
+            let (_, seq) = split_key(key)
                 .ok_or_else(|| StoreError::Corrupt("a semantic-id index key is damaged".into()))?;
             let row = OBJECTS.get(&reader, &seq)?.ok_or_else(|| {
                 StoreError::Corrupt(format!("the semantic-id index names no object {seq}"))
@@ -175,9 +167,10 @@ pub(crate) fn audit(r: &ReadCtx<'_>) -> Result<Vec<String>, StoreError> {
         let Ok(object) = decode_object_row(seq, row) else {
             continue;
         };
-        let mut key = semantic_prefix(object.semantic_id)?;
-        key.extend_from_slice(&seq.to_be_bytes());
-        if SEMANTIC_IDS.get(r, &key)?.is_none() {
+        if SEMANTIC_IDS
+            .get(r, &index_key(object.semantic_id, seq)?)?
+            .is_none()
+        {
             finding(format!(
                 "object {} (row {seq} of object_rows) is below the semantic-id watermark, but \
                  semantic_ids does not list it under {}",
@@ -224,12 +217,19 @@ pub(crate) fn audit(r: &ReadCtx<'_>) -> Result<Vec<String>, StoreError> {
     Ok(findings)
 }
 
+/// The `semantic_ids` key of the object at `seq` with `semantic_id`.
+fn index_key(semantic_id: &str, seq: u64) -> Result<Vec<u8>, StoreError> {
+    let mut key = semantic_prefix(semantic_id)?;
+    key.extend_from_slice(&seq.to_be_bytes());
+    Ok(key)
+}
+
 /// A `semantic_ids` key's semantic id and object sequence.
-fn split_key(key: &[u8]) -> Option<(String, u64)> {
+fn split_key(key: &[u8]) -> Option<(&str, u64)> {
     let len = usize::from(u16::from_be_bytes(key.get(..2)?.try_into().ok()?));
     let semantic_id = std::str::from_utf8(key.get(2..2 + len)?).ok()?;
     let seq = u64::from_be_bytes(key.get(2 + len..)?.try_into().ok()?);
-    Some((semantic_id.to_owned(), seq))
+    Some((semantic_id, seq))
 }
 
 impl crate::storage::Store {
