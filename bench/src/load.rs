@@ -21,6 +21,9 @@ pub enum Kind {
     Write,
     /// MCP `tools/call` `ailang-read` with an unknown argument: refused by the plan.
     Refusal,
+    /// MCP `ping` with the session's credential: the protocol edge alone (authentication,
+    /// JSON-RPC, the SSE answer), no plan and no store. The floor of every MCP row.
+    Ping,
     /// Alternating `ailang-write` of unique 1 KiB to `f.txt` and `ailang-read` of it back,
     /// so that no two calls store the same objects (used to fill a store).
     Mix,
@@ -92,7 +95,9 @@ fn classify(kind: Kind, mcp_ok: bool, result: Result<ureq::Response, ureq::Error
     if body.contains("host callback capacity exceeded") {
         return Answer::Rejected;
     }
-    let expected = if mcp_ok {
+    let expected = if kind == Kind::Ping {
+        body.starts_with("event: message") && body.contains(r#""result":{}"#)
+    } else if mcp_ok {
         // The structured content is unescaped JSON; the text copy has `\"ok\":true`.
         body.starts_with("event: message") && body.contains(r#""ok":true"#)
     } else {
@@ -216,6 +221,7 @@ struct Requester {
     auth: String,
     read_body: String,
     refusal_body: String,
+    ping_body: String,
 }
 
 impl Requester {
@@ -230,6 +236,7 @@ impl Requester {
             auth: format!("Bearer {}", client.token),
             read_body: mcp_body("ailang-read", r#"{"path":"f.txt"}"#),
             refusal_body: mcp_body("ailang-read", r#"{"path":"f.txt","limit":1}"#),
+            ping_body: r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#.to_owned(),
         }
     }
 
@@ -241,6 +248,7 @@ impl Requester {
             Kind::Read => (Cow::Borrowed(&self.read_body), true),
             Kind::Write => (Cow::Owned(write_body("w.txt", t, k)), true),
             Kind::Refusal => (Cow::Borrowed(&self.refusal_body), false),
+            Kind::Ping => (Cow::Borrowed(&self.ping_body), true),
             Kind::Mix if k % 2 == 0 => (Cow::Owned(write_body("f.txt", t, k)), true),
             Kind::Mix => (Cow::Borrowed(&self.read_body), true),
         };

@@ -48,10 +48,11 @@ struct Args {
     /// Concurrencies of the read, write and health rows.
     #[arg(long, value_delimiter = ',', default_value = "1,8,32,128")]
     concurrency: Vec<usize>,
-    /// Which request rows to run besides health (`read`, `write`, `refusal`); for profiling one.
-    #[arg(long, value_delimiter = ',', default_value = "read,write,refusal")]
+    /// Which request rows to run besides health (`read`, `write`, `refusal`, `ping`); for
+    /// profiling one.
+    #[arg(long, value_delimiter = ',', default_value = "read,write,refusal,ping")]
     rows: Vec<String>,
-    /// Concurrency of the plan-refusal row.
+    /// Concurrency of the plan-refusal and MCP ping rows.
     #[arg(long, default_value_t = 32)]
     refusal_concurrency: usize,
     /// Clients filling the store.
@@ -620,6 +621,7 @@ fn report(table_rows: &mut [Row], m: &Measured, run_dir: &RunDir, settings: &Set
         disk.adjacent_us(),
     ));
     report.push_str(&page_bounds(table_rows, &m.rows, disk.scattered_us()));
+    report.push_str(&edge_floor(table_rows, &m.rows));
     let doctor = &fill.doctor;
     report.push_str(&format!(
         "doctor over {} entries: {:.0} entries/s wall ({:.2} s incl. process start and store open); {:.0} entries/s as doctor reports its verification\n",
@@ -846,7 +848,8 @@ fn request_daemon(
 }
 
 /// The request rows on one daemon: at each concurrency health, then the read and write rows
-/// beside it; then the plan refusals (with a health row at their concurrency if none ran).
+/// beside it; then the plan refusals and the MCP pings (with a health row at their concurrency
+/// if none ran).
 fn request_rows(ctx: &mut RowCtx<'_>, clients: &[Client], args: &Args) -> Vec<Row> {
     let mut rows: Vec<Row> = Vec::new();
     for &c in &args.concurrency {
@@ -863,7 +866,13 @@ fn request_rows(ctx: &mut RowCtx<'_>, clients: &[Client], args: &Args) -> Vec<Ro
         }
     }
     let rc = args.refusal_concurrency;
-    if args.rows.iter().any(|r| r == "refusal") {
+    for (row, name, kind) in [
+        ("refusal", "plan-refusal", Kind::Refusal),
+        ("ping", "mcp-ping", Kind::Ping),
+    ] {
+        if !args.rows.iter().any(|r| r == row) {
+            continue;
+        }
         let health = match row_at(&rows, "health", rc).cloned() {
             Some(h) => h,
             None => {
@@ -872,7 +881,7 @@ fn request_rows(ctx: &mut RowCtx<'_>, clients: &[Client], args: &Args) -> Vec<Ro
                 h
             }
         };
-        rows.push(ctx.measure("plan-refusal", Kind::Refusal, &clients[..rc], Some(&health)));
+        rows.push(ctx.measure(name, kind, &clients[..rc], Some(&health)));
     }
     rows
 }
@@ -1043,16 +1052,17 @@ fn measure_row(
         s.rejected,
         s.errors
     );
+    // Health and ping write nothing: no writer figures.
     let (server_mean_ns, ops_per_batch, commits_per_call) = match (kind, m) {
-        (Kind::Health, _) | (_, None) => (None, None, None),
+        (Kind::Health | Kind::Ping, _) | (_, None) => (None, None, None),
         (_, Some(m)) => m.per_call(),
     };
     let (writer_busy, build_us_per_commit, sync_us_per_commit) = match (kind, m) {
-        (Kind::Health, _) | (_, None) => (None, None, None),
+        (Kind::Health | Kind::Ping, _) | (_, None) => (None, None, None),
         (_, Some(m)) => m.writer(total),
     };
     let pages_per_commit = match (kind, m, writer_bytes) {
-        (Kind::Health, _, _) | (_, None, _) | (_, _, None) => None,
+        (Kind::Health | Kind::Ping, _, _) | (_, None, _) | (_, _, None) => None,
         (_, Some(m), Some(bytes)) => (m.batches > 0.0).then(|| bytes as f64 / 4096.0 / m.batches),
     };
     Row {
@@ -1343,6 +1353,44 @@ fn page_bounds(table_rows: &mut [Row], rows: &[Row], page_us: f64) -> String {
     out
 }
 
+/// What the MCP edge alone costs (the ping row: a credential checked, JSON-RPC parsed, an SSE
+/// answer written) and what each MCP row at its concurrency costs beyond it, in daemon CPU per
+/// request. Records `cpu_us_beyond_ping` in those rows.
+fn edge_floor(table_rows: &mut [Row], rows: &[Row]) -> String {
+    let Some(ping) = rows.iter().find(|r| r.scenario == "mcp-ping") else {
+        return String::new();
+    };
+    let (Some(ping_cpu), Some(share)) = (ping.daemon_cpu_us_per_call, ping.vs_health_rate) else {
+        return String::new();
+    };
+    let mut beyond = Vec::new();
+    for row in table_rows.iter_mut() {
+        if row.concurrency != ping.concurrency
+            || !row.scenario.starts_with("ailang-") && row.scenario != "plan-refusal"
+        {
+            continue;
+        }
+        let Some(cpu) = row.daemon_cpu_us_per_call else {
+            continue;
+        };
+        row.extra
+            .push(("cpu_us_beyond_ping".into(), cpu - ping_cpu));
+        beyond.push(format!("{} {:.0} us", row.scenario, cpu - ping_cpu));
+    }
+    let mut out = format!(
+        "mcp-ping @{}: {:.0}/s = {:.3}x health, {:.0} us of daemon CPU per ping (the MCP edge alone: credential, JSON-RPC, SSE answer)",
+        ping.concurrency,
+        ping.summary.per_second(),
+        share,
+        ping_cpu,
+    );
+    if !beyond.is_empty() {
+        out.push_str(&format!("; beyond it per call: {}", beyond.join(", ")));
+    }
+    out.push('\n');
+    out
+}
+
 /// The row of `scenario` at `concurrency`, if it ran.
 fn row_at<'a>(rows: &'a [Row], scenario: &str, concurrency: usize) -> Option<&'a Row> {
     rows.iter()
@@ -1545,6 +1593,37 @@ mod tests {
             },
             ..Row::default()
         }
+    }
+
+    /// The ping row's CPU is what every MCP call pays at the edge; the rest is the call's own.
+    #[test]
+    fn the_edge_floor_is_the_ping_row_and_each_mcp_row_is_measured_beyond_it() {
+        let with = |scenario: &str, per_second: u64, cpu: f64| Row {
+            daemon_cpu_us_per_call: Some(cpu),
+            vs_health_rate: Some(per_second as f64 / 40_000.0),
+            ..row(scenario, per_second)
+        };
+        let rows = vec![
+            row("health", 40_000),
+            with("ailang-read", 4_000, 400.0),
+            with("plan-refusal", 8_000, 160.0),
+            with("mcp-ping", 16_000, 70.0),
+        ];
+        let mut table = rows.clone();
+        assert_eq!(
+            edge_floor(&mut table, &rows),
+            "mcp-ping @32: 16000/s = 0.400x health, 70 us of daemon CPU per ping (the MCP edge alone: credential, JSON-RPC, SSE answer); beyond it per call: ailang-read 330 us, plan-refusal 90 us\n"
+        );
+        assert_eq!(
+            table[1].extra,
+            vec![("cpu_us_beyond_ping".to_owned(), 330.0)]
+        );
+        assert!(table[0].extra.is_empty() && table[3].extra.is_empty());
+        assert_eq!(
+            edge_floor(&mut table, &rows[..3]),
+            "",
+            "no ping row, no line"
+        );
     }
 
     /// A read row writing 6 pages per store operation, two operations per call, at 16 µs per
