@@ -364,6 +364,119 @@ fn write_string(out: &mut String, s: &str) {
     dialect::quote::push_json_string(out, s);
 }
 
+/// Writes one canonical object of fixed member names without building a [`Value`]: for the
+/// records the store's writer encodes on every call (worlds, entries, task states), where the
+/// tree and its allocations were most of the cost.
+///
+/// Members must be given in canonical order, and names must be plain ASCII that needs no
+/// escape (a debug build checks both). The bytes equal [`to_vec`] of the same object; each
+/// caller's tests compare the two.
+pub(crate) struct Members {
+    out: String,
+    last: Option<&'static str>,
+}
+
+impl Members {
+    pub(crate) fn new() -> Members {
+        Members::with(String::with_capacity(256))
+    }
+
+    /// An object written after what `out` already holds (a nested member's value).
+    fn with(mut out: String) -> Members {
+        out.push('{');
+        Members { out, last: None }
+    }
+
+    fn name(&mut self, name: &'static str) {
+        debug_assert!(
+            self.last.is_none_or(|last| last < name),
+            "{name:?} is out of canonical order"
+        );
+        debug_assert!(name
+            .bytes()
+            .all(|b| b.is_ascii_graphic() && b != b'"' && b != b'\\'));
+        if self.last.is_some() {
+            self.out.push(',');
+        }
+        self.last = Some(name);
+        self.out.push('"');
+        self.out.push_str(name);
+        self.out.push_str("\":");
+    }
+
+    pub(crate) fn string(mut self, name: &'static str, value: &str) -> Members {
+        self.name(name);
+        write_string(&mut self.out, value);
+        self
+    }
+
+    /// A value whose text needs no escape inside quotes (a `Ref`, an enum's name).
+    pub(crate) fn plain(mut self, name: &'static str, value: impl std::fmt::Display) -> Members {
+        use std::fmt::Write as _;
+        self.name(name);
+        let _ = write!(self.out, "\"{value}\"");
+        self
+    }
+
+    /// An integer; `Err` beyond 2^53−1, as [`to_vec`].
+    pub(crate) fn integer(mut self, name: &'static str, n: u64) -> Result<Members, CanonError> {
+        if n > MAX_SAFE_INTEGER {
+            return Err(CanonError::UnsafeInteger {
+                text: n.to_string(),
+            });
+        }
+        use std::fmt::Write as _;
+        self.name(name);
+        let _ = write!(self.out, "{n}");
+        Ok(self)
+    }
+
+    pub(crate) fn null(mut self, name: &'static str) -> Members {
+        self.name(name);
+        self.out.push_str("null");
+        self
+    }
+
+    /// An array of values that need no escape inside quotes.
+    pub(crate) fn plain_array<T: std::fmt::Display>(
+        mut self,
+        name: &'static str,
+        items: &[T],
+    ) -> Members {
+        use std::fmt::Write as _;
+        self.name(name);
+        self.out.push('[');
+        for (i, item) in items.iter().enumerate() {
+            if i > 0 {
+                self.out.push(',');
+            }
+            let _ = write!(self.out, "\"{item}\"");
+        }
+        self.out.push(']');
+        self
+    }
+
+    /// A nested object, written by `inner`.
+    pub(crate) fn object(
+        mut self,
+        name: &'static str,
+        inner: impl FnOnce(Members) -> Result<Members, CanonError>,
+    ) -> Result<Members, CanonError> {
+        self.name(name);
+        let last = self.last;
+        let nested = inner(Members::with(self.out))?;
+        Ok(Members {
+            out: nested.finish(),
+            last,
+        })
+    }
+
+    pub(crate) fn finish(mut self) -> String {
+        self.out.push('}');
+        self.out
+    }
+}
+
 // ---------------------------------------------------------------------------
 // Strict parser
 // ---------------------------------------------------------------------------

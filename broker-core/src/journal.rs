@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::canon;
+use crate::canon::{CanonError, Members};
 use crate::invocations::{self, Part};
 use crate::object::Ref;
 use crate::schema::{JOURNAL, PENDING, SPEND};
@@ -119,9 +119,87 @@ fn spend_key(episode: &str, effect: &str, scope: &str) -> Vec<u8> {
     k
 }
 
-fn to_json<T: Serialize>(v: &T) -> Result<Vec<u8>, JournalError> {
-    let value = serde_json::to_value(v).map_err(|e| JournalError::Corrupt(e.to_string()))?;
-    canon::to_vec(&value).map_err(|e| JournalError::Corrupt(e.to_string()))
+impl OutcomeStatus {
+    fn name(self) -> &'static str {
+        match self {
+            OutcomeStatus::Succeeded => "succeeded",
+            OutcomeStatus::Failed => "failed",
+            OutcomeStatus::Indeterminate => "indeterminate",
+            OutcomeStatus::Committed => "committed",
+        }
+    }
+}
+
+/// An optional ref member: the ref, or `null` as serde writes `None`.
+fn optional_ref(m: Members, name: &'static str, r: Option<&Ref>) -> Members {
+    match r {
+        Some(r) => m.plain(name, r),
+        None => m.null(name),
+    }
+}
+
+// The store's writer encodes two records and two states per effect: each is written as the
+// canonical form of its serde value directly (the tests compare the two).
+impl Record {
+    fn to_bytes(&self) -> Result<Vec<u8>, JournalError> {
+        let m = match self {
+            Record::Intent { seq, intent } => Members::new()
+                .integer("cost", intent.cost)?
+                .string("effect", &intent.effect)
+                .string("episode", &intent.episode)
+                .string("invocationId", &intent.invocation_id)
+                .plain("kind", "intent")
+                .plain("requestRef", intent.request_ref)
+                .string("scope", &intent.scope)
+                .integer("seq", *seq)?,
+            Record::Outcome {
+                seq,
+                invocation_id,
+                status,
+                result_ref,
+            } => {
+                let m = Members::new()
+                    .string("invocationId", invocation_id)
+                    .plain("kind", "outcome");
+                optional_ref(m, "resultRef", result_ref.as_ref())
+                    .integer("seq", *seq)?
+                    .plain("status", status.name())
+            }
+        };
+        Ok(m.finish().into_bytes())
+    }
+}
+
+impl JournalState {
+    fn to_bytes(&self) -> Result<Vec<u8>, JournalError> {
+        let i = &self.intent;
+        let m = Members::new()
+            .object("intent", |m| {
+                Ok(m.integer("cost", i.cost)?
+                    .string("effect", &i.effect)
+                    .string("episode", &i.episode)
+                    .string("invocationId", &i.invocation_id)
+                    .plain("requestRef", i.request_ref)
+                    .string("scope", &i.scope))
+            })?
+            .integer("intentSeq", self.intent_seq)?;
+        let m = match self.outcome_seq {
+            Some(seq) => m.integer("outcomeSeq", seq)?,
+            None => m.null("outcomeSeq"),
+        };
+        let m = optional_ref(m, "resultRef", self.result_ref.as_ref());
+        let m = match self.status {
+            Some(status) => m.plain("status", status.name()),
+            None => m.null("status"),
+        };
+        Ok(m.finish().into_bytes())
+    }
+}
+
+impl From<CanonError> for JournalError {
+    fn from(e: CanonError) -> Self {
+        JournalError::Corrupt(e.to_string())
+    }
 }
 
 fn next_seq(w: &WriteCtx<'_, '_>) -> Result<u64, JournalError> {
@@ -171,7 +249,7 @@ pub fn append_intent(
         seq,
         intent: intent.clone(),
     };
-    JOURNAL.put(w, &seq, &to_json(&record)?)?;
+    JOURNAL.put(w, &seq, &record.to_bytes()?)?;
     let state = JournalState {
         intent: intent.clone(),
         intent_seq: seq,
@@ -179,7 +257,7 @@ pub fn append_intent(
         status: None,
         result_ref: None,
     };
-    looked.put_initial(w, Part::Journal, &to_json(&state)?, Some(seq))?;
+    looked.put_initial(w, Part::Journal, &state.to_bytes()?, Some(seq))?;
     PENDING.put(w, &intent.invocation_id, &seq)?;
     SPEND.put(w, &key, &(spent + intent.cost))?;
     Ok(seq)
@@ -208,11 +286,11 @@ pub fn append_outcome(
         status,
         result_ref,
     };
-    JOURNAL.put(w, &seq, &to_json(&record)?)?;
+    JOURNAL.put(w, &seq, &record.to_bytes()?)?;
     state.outcome_seq = Some(seq);
     state.status = Some(status);
     state.result_ref = result_ref;
-    let bytes = to_json(&state)?;
+    let bytes = state.to_bytes()?;
     match row_intent {
         Some(intent) => invocations::put_resolution_of(w, intent, Part::Journal, &bytes)?,
         // A row written before intents were kept beside it (schema 1) takes it in place.
@@ -496,4 +574,104 @@ pub fn audit(r: &ReadCtx<'_>) -> Result<(Vec<AuditFinding>, u64), JournalError> 
         )));
     }
     Ok((findings, n))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::canon;
+    use proptest::prelude::*;
+
+    /// What the records were before they were written directly: the canonical form of their
+    /// serde value.
+    fn through_value<T: Serialize>(v: &T) -> Result<Vec<u8>, canon::CanonError> {
+        canon::to_vec(&serde_json::to_value(v).unwrap())
+    }
+
+    fn same(direct: Result<Vec<u8>, JournalError>, through: Result<Vec<u8>, canon::CanonError>) {
+        match (direct, through) {
+            (Ok(a), Ok(b)) => assert_eq!(String::from_utf8(a), String::from_utf8(b)),
+            (Err(JournalError::Corrupt(a)), Err(b)) => assert_eq!(a, b.to_string()),
+            (a, b) => panic!("direct {a:?} but through a value {b:?}"),
+        }
+    }
+
+    fn arb_ref() -> impl Strategy<Value = Ref> {
+        any::<[u8; 32]>().prop_map(Ref::from_bytes)
+    }
+
+    fn arb_integer() -> impl Strategy<Value = u64> {
+        prop_oneof![
+            0u64..1_000,
+            (canon::MAX_SAFE_INTEGER - 1)..=(canon::MAX_SAFE_INTEGER + 1),
+            any::<u64>(),
+        ]
+    }
+
+    fn arb_status() -> impl Strategy<Value = OutcomeStatus> {
+        prop_oneof![
+            Just(OutcomeStatus::Succeeded),
+            Just(OutcomeStatus::Failed),
+            Just(OutcomeStatus::Indeterminate),
+            Just(OutcomeStatus::Committed),
+        ]
+    }
+
+    fn arb_intent() -> impl Strategy<Value = Intent> {
+        (
+            any::<String>(),
+            "[a-z0-9:\"\\\\\u{1}é😀-]{0,12}",
+            "[A-Za-z.]{1,16}",
+            any::<String>(),
+            arb_integer(),
+            arb_ref(),
+        )
+            .prop_map(
+                |(invocation_id, episode, effect, scope, cost, request_ref)| Intent {
+                    invocation_id,
+                    episode,
+                    effect,
+                    scope,
+                    cost,
+                    request_ref,
+                },
+            )
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(300))]
+
+        #[test]
+        fn journal_records_are_written_as_the_canonical_form_of_their_serde_value(
+            intent in arb_intent(),
+            seq in arb_integer(),
+            status in arb_status(),
+            result_ref in proptest::option::of(arb_ref()),
+        ) {
+            let record = Record::Intent { seq, intent: intent.clone() };
+            same(record.to_bytes(), through_value(&record));
+            let record = Record::Outcome {
+                seq,
+                invocation_id: intent.invocation_id.clone(),
+                status,
+                result_ref,
+            };
+            same(record.to_bytes(), through_value(&record));
+        }
+
+        #[test]
+        fn journal_states_are_written_as_the_canonical_form_of_their_serde_value(
+            intent in arb_intent(),
+            intent_seq in arb_integer(),
+            outcome_seq in proptest::option::of(arb_integer()),
+            status in proptest::option::of(arb_status()),
+            result_ref in proptest::option::of(arb_ref()),
+        ) {
+            let state = JournalState { intent, intent_seq, outcome_seq, status, result_ref };
+            same(state.to_bytes(), through_value(&state));
+            if let Ok(bytes) = state.to_bytes() {
+                prop_assert_eq!(parse_state(&bytes).unwrap(), state);
+            }
+        }
+    }
 }

@@ -12,7 +12,7 @@
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
 
-use crate::canon::{self, CanonError};
+use crate::canon::{self, CanonError, Members};
 use crate::log_row::Row;
 use crate::object::{sid, Object, Ref};
 use crate::ref_tail;
@@ -83,16 +83,16 @@ impl Entry {
     /// the seven fields. `Err` when they have no canonical form (an `entryIndex` beyond
     /// 2^53−1), never the hash of something else.
     pub fn compute_hash(header: &EntryHeader, transition_ref: &Ref) -> Result<Ref, CanonError> {
-        let v = json!({
-            "entryIndex": header.entry_index,
-            "semanticsEpoch": header.semantics_epoch,
-            "transitionFn": header.transition_fn.to_string(),
-            "interpreter": header.interpreter.to_string(),
-            "prevEntryHash": header.prev_entry_hash.to_string(),
-            "writtenBy": header.written_by,
-            "transitionRef": transition_ref.to_string(),
-        });
-        Ref::of_json(&v)
+        let hashed = Members::new()
+            .integer("entryIndex", header.entry_index)?
+            .plain("interpreter", header.interpreter)
+            .plain("prevEntryHash", header.prev_entry_hash)
+            .integer("semanticsEpoch", header.semantics_epoch)?
+            .plain("transitionFn", header.transition_fn)
+            .plain("transitionRef", transition_ref)
+            .string("writtenBy", &header.written_by)
+            .finish();
+        Ok(Ref::of(hashed.as_bytes()))
     }
 
     /// Build an entry with its hash computed.
@@ -124,9 +124,24 @@ impl Entry {
         ]))
     }
 
-    /// Canonical bytes, as stored. `Err` when the entry has no canonical form.
+    /// Canonical bytes, as stored: [`Entry::to_value`]'s, written directly. `Err` when the
+    /// entry has no canonical form.
     pub fn to_bytes(&self) -> Result<Vec<u8>, CanonError> {
-        canon::to_vec(&self.to_value())
+        let h = &self.header;
+        let bytes = Members::new()
+            .plain("entryHash", self.entry_hash)
+            .object("header", |header| {
+                Ok(header
+                    .integer("entryIndex", h.entry_index)?
+                    .plain("interpreter", h.interpreter)
+                    .plain("prevEntryHash", h.prev_entry_hash)
+                    .integer("semanticsEpoch", h.semantics_epoch)?
+                    .plain("transitionFn", h.transition_fn)
+                    .string("writtenBy", &h.written_by))
+            })?
+            .plain("transitionRef", self.transition_ref)
+            .finish();
+        Ok(bytes.into_bytes())
     }
 
     pub fn from_bytes(bytes: &[u8]) -> Result<Entry, LogError> {
@@ -166,7 +181,12 @@ impl World {
     /// Canonical bytes, as stored and hashed. `Err` when the world has no canonical form (a
     /// revision beyond 2^53−1).
     pub fn to_bytes(&self) -> Result<Vec<u8>, CanonError> {
-        canon::to_vec(&self.to_value())
+        let bytes = Members::new()
+            .plain("logHead", self.log_head)
+            .integer("revision", self.revision)?
+            .plain("stateRoot", self.state_root)
+            .finish();
+        Ok(bytes.into_bytes())
     }
 
     /// The world ref: sha256 of the canonical bytes.
@@ -237,7 +257,10 @@ pub fn head(r: &ReadCtx<'_>) -> Result<Option<Head>, StoreError> {
     };
     let row = Row::decode(bytes)
         .ok_or_else(|| StoreError::Corrupt(format!("log row {index} is damaged")))?;
-    let world = World::from_bytes(row.world).map_err(|e| StoreError::Corrupt(e.to_string()))?;
+    // Written canonical by `store`, and read by every append: a typed parse straight from the
+    // bytes, without the strict parser's tree.
+    let world: World = serde_json::from_slice(row.world)
+        .map_err(|e| StoreError::Corrupt(format!("log row {index}'s world: {e}")))?;
     Ok(Some(Head {
         world_ref: row.world_ref,
         world,

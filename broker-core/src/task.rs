@@ -8,7 +8,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::canon;
+use crate::canon::{CanonError, Members};
 use crate::invocations::{self, Part};
 use crate::object::Ref;
 use crate::storage::{ReadCtx, StoreError, WriteCtx};
@@ -42,6 +42,43 @@ pub struct TaskState {
     pub world_ref: Option<Ref>,
     #[serde(default)]
     pub effect_records: Vec<Ref>,
+}
+
+impl TaskPhase {
+    fn name(self) -> &'static str {
+        match self {
+            TaskPhase::Pending => "pending",
+            TaskPhase::Committed => "committed",
+            TaskPhase::Unrecorded => "unrecorded",
+        }
+    }
+}
+
+impl TaskState {
+    /// Canonical bytes, as stored (the canonical form of its serde value), written directly:
+    /// the store's writer encodes one per call.
+    pub fn to_bytes(&self) -> Result<Vec<u8>, CanonError> {
+        let m = Members::new().plain_array("effectRecords", &self.effect_records);
+        let m = match self.entry_index {
+            Some(index) => m.integer("entryIndex", index)?,
+            None => m.null("entryIndex"),
+        };
+        let m = m
+            .plain("inputRef", self.input_ref)
+            .string("invocationId", &self.invocation_id);
+        let m = match &self.output_ref {
+            Some(r) => m.plain("outputRef", r),
+            None => m.null("outputRef"),
+        };
+        let m = m
+            .plain("phase", self.phase.name())
+            .string("skillId", &self.skill_id);
+        let m = match &self.world_ref {
+            Some(r) => m.plain("worldRef", r),
+            None => m.null("worldRef"),
+        };
+        Ok(m.finish().into_bytes())
+    }
 }
 
 /// The invocation id a task key stands for: task keys are `<surface>:<task>` within an episode,
@@ -84,8 +121,9 @@ pub fn put(
     task: &str,
     state: &TaskState,
 ) -> Result<(), StoreError> {
-    let v = serde_json::to_value(state).map_err(|e| StoreError::Corrupt(e.to_string()))?;
-    let bytes = canon::to_vec(&v).map_err(|e| StoreError::Corrupt(e.to_string()))?;
+    let bytes = state
+        .to_bytes()
+        .map_err(|e| StoreError::Corrupt(e.to_string()))?;
     let id = invocation_key(episode, task)?;
     // A pending task is written with its intent; any later phase resolves the invocation.
     match state.phase {
