@@ -50,6 +50,8 @@ pub struct Outcome {
 
 const WRITE_BYTES: usize = 1024;
 
+const PING_BODY: &str = r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#;
+
 fn mcp_body(name: &str, arguments: &str) -> String {
     format!(
         r#"{{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{{"name":"{name}","arguments":{arguments}}}}}"#
@@ -221,7 +223,6 @@ struct Requester {
     auth: String,
     read_body: String,
     refusal_body: String,
-    ping_body: String,
 }
 
 impl Requester {
@@ -236,7 +237,6 @@ impl Requester {
             auth: format!("Bearer {}", client.token),
             read_body: mcp_body("ailang-read", r#"{"path":"f.txt"}"#),
             refusal_body: mcp_body("ailang-read", r#"{"path":"f.txt","limit":1}"#),
-            ping_body: r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#.to_owned(),
         }
     }
 
@@ -248,7 +248,7 @@ impl Requester {
             Kind::Read => (Cow::Borrowed(&self.read_body), true),
             Kind::Write => (Cow::Owned(write_body("w.txt", t, k)), true),
             Kind::Refusal => (Cow::Borrowed(&self.refusal_body), false),
-            Kind::Ping => (Cow::Borrowed(&self.ping_body), true),
+            Kind::Ping => (Cow::Borrowed(PING_BODY), true),
             Kind::Mix if k % 2 == 0 => (Cow::Owned(write_body("f.txt", t, k)), true),
             Kind::Mix => (Cow::Borrowed(&self.read_body), true),
         };

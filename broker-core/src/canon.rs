@@ -365,8 +365,8 @@ fn write_string(out: &mut String, s: &str) {
 }
 
 /// Writes one canonical object of fixed member names without building a [`Value`]: for the
-/// records the store's writer encodes on every call (worlds, entries, task states), where the
-/// tree and its allocations were most of the cost.
+/// records the store's writer encodes on every call (worlds, entries, task states, journal
+/// records), where building the tree and freeing it cost more than writing the bytes.
 ///
 /// Members must be given in canonical order, and names must be plain ASCII that needs no
 /// escape (a debug build checks both). The bytes equal [`to_vec`] of the same object; each
