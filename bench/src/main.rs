@@ -588,6 +588,7 @@ fn report(table_rows: &mut [Row], m: &Measured, run_dir: &RunDir, settings: &Set
     ));
     report.push_str(&table);
     report.push_str(&steal_line(&m.rows));
+    report.push_str(&thread_line(&m.rows));
     report.push_str(&format!(
         "raw fsync (4 KiB write + fdatasync): {:.0}/s, p50 {:.3} ms, p99 {:.3} ms (start of run {:.0}/s p50 {:.3} ms; after the request rows {:.0}/s p50 {:.3} ms)\n",
         fsync.per_second(),
@@ -957,6 +958,33 @@ fn steal_line(rows: &[Row]) -> String {
     format!("CPU time stolen by the hypervisor: {}\n", shares.join(", "))
 }
 
+/// One line: each durable row's daemon CPU per call by thread: the store's writer (the one
+/// serial thread; with `wrtr` near 100 % it is the row's bound), its answering thread, and the
+/// rest (the runtime's threads: requests, effects, handlers).
+fn thread_line(rows: &[Row]) -> String {
+    let find = |r: &Row, name: &str| r.extra.iter().find(|(k, _)| k == name).map(|(_, v)| *v);
+    let parts: Vec<String> = rows
+        .iter()
+        .filter_map(|r| {
+            let writer = find(r, "writer_cpu_us_per_call")?;
+            let answer = find(r, "answer_cpu_us_per_call").unwrap_or(0.0);
+            let all = r.daemon_cpu_us_per_call?;
+            Some(format!(
+                "{} @{} writer {:.0} us, answering {:.0} us, the rest {:.0} us",
+                r.scenario,
+                r.concurrency,
+                writer,
+                answer,
+                (all - writer - answer).max(0.0)
+            ))
+        })
+        .collect();
+    if parts.is_empty() {
+        return String::new();
+    }
+    format!("daemon CPU per call by thread: {}\n", parts.join("; "))
+}
+
 /// The machine's CPU time from the first line of `/proc/stat`, in ticks: all of it, and what
 /// the hypervisor gave to other guests while this one wanted to run (steal). On a shared host
 /// steal is what moves a row's figures between runs; each row records its share.
@@ -1023,12 +1051,18 @@ fn measure_row(
     // CPU is sampled around the whole run; scaled to the measured window below.
     let m0 = Metrics::scrape(&d.addr);
     let cpu0 = daemon_cpu_seconds(d.pid());
+    let threads0 = [WRITER_THREAD, ANSWER_THREAD].map(|t| thread_cpu_seconds(d.pid(), t));
     let io0 = daemon_write_bytes(d.pid());
     let writer0 = store_writer_write_bytes(d.pid());
     let t0 = Instant::now();
     let out = load::run(&d.addr, kind, clients, stop, backoff);
     let total = t0.elapsed().as_secs_f64();
     let cpu = daemon_cpu_seconds(d.pid()).zip(cpu0).map(|(a, b)| a - b);
+    let threads = [WRITER_THREAD, ANSWER_THREAD]
+        .map(|t| thread_cpu_seconds(d.pid(), t))
+        .into_iter()
+        .zip(threads0)
+        .map(|(a, b)| a.zip(b).map(|(a, b)| a - b));
     let m = Metrics::scrape(&d.addr).zip(m0).map(|(a, b)| a.since(&b));
     let io = daemon_write_bytes(d.pid())
         .zip(io0)
@@ -1039,7 +1073,21 @@ fn measure_row(
     let peak_anon_kib = anon.finish().anon_kib;
     let s = out.summary;
     let window_share = s.seconds / total.max(1e-9);
-    let cpu_per_call = cpu.map(|cpu| cpu * window_share * 1e6 / s.ok.max(1) as f64);
+    let per_call = |seconds: f64| seconds * window_share * 1e6 / s.ok.max(1) as f64;
+    let cpu_per_call = cpu.map(per_call);
+    let mut extra = Vec::new();
+    // The store's threads by name; the rest of the daemon's CPU is the runtime's (requests,
+    // effects, handlers). Health and ping leave the store's threads idle.
+    if !matches!(kind, Kind::Health | Kind::Ping) {
+        for (name, seconds) in ["writer_cpu_us_per_call", "answer_cpu_us_per_call"]
+            .into_iter()
+            .zip(threads)
+        {
+            if let Some(seconds) = seconds {
+                extra.push((name.to_owned(), per_call(seconds)));
+            }
+        }
+    }
     let write_kib_per_call = io.map(|b| b as f64 * window_share / 1024.0 / s.ok.max(1) as f64);
     if let Some(e) = out.first_error {
         errors.push((scenario.into(), c, e));
@@ -1083,7 +1131,7 @@ fn measure_row(
         pages_per_commit,
         write_kib_per_call,
         summary: s,
-        extra: Vec::new(),
+        extra,
     }
 }
 
@@ -1474,28 +1522,43 @@ fn daemon_write_bytes(pid: u32) -> Option<u64> {
         .and_then(|v| v.trim().parse().ok())
 }
 
-/// Bytes the store's writer thread (`worldd-store-writer`, shown as `worldd-store-wr`) passed
-/// to write system calls: LMDB's page writes and meta-page writes, and nothing else.
-fn store_writer_write_bytes(pid: u32) -> Option<u64> {
-    for task in std::fs::read_dir(format!("/proc/{pid}/task"))
+/// The store's writer thread (`worldd-store-writer`, shown as `worldd-store-wr`).
+const WRITER_THREAD: &str = "worldd-store-wr";
+/// The thread that answers a committed batch's callers while the writer goes on
+/// (`worldd-store-answer`).
+const ANSWER_THREAD: &str = "worldd-store-an";
+
+/// The `/proc/<pid>/task/<tid>` directory of the daemon's thread named `comm`.
+fn named_thread(pid: u32, comm: &str) -> Option<PathBuf> {
+    std::fs::read_dir(format!("/proc/{pid}/task"))
         .ok()?
         .flatten()
-    {
-        let comm = std::fs::read_to_string(task.path().join("comm")).unwrap_or_default();
-        if comm.trim_end() == "worldd-store-wr" {
-            let text = std::fs::read_to_string(task.path().join("io")).ok()?;
-            return text
-                .lines()
-                .find_map(|l| l.strip_prefix("wchar: "))
-                .and_then(|v| v.trim().parse().ok());
-        }
-    }
-    None
+        .map(|task| task.path())
+        .find(|task| std::fs::read_to_string(task.join("comm")).is_ok_and(|c| c.trim_end() == comm))
+}
+
+/// Bytes the store's writer thread passed to write system calls: LMDB's page writes and
+/// meta-page writes, and nothing else.
+fn store_writer_write_bytes(pid: u32) -> Option<u64> {
+    let text = std::fs::read_to_string(named_thread(pid, WRITER_THREAD)?.join("io")).ok()?;
+    text.lines()
+        .find_map(|l| l.strip_prefix("wchar: "))
+        .and_then(|v| v.trim().parse().ok())
+}
+
+/// User + system CPU seconds of the daemon's thread named `comm`.
+fn thread_cpu_seconds(pid: u32, comm: &str) -> Option<f64> {
+    cpu_seconds(&named_thread(pid, comm)?.join("stat"))
 }
 
 /// User + system CPU seconds of a process, from `/proc/<pid>/stat`.
 fn daemon_cpu_seconds(pid: u32) -> Option<f64> {
-    let text = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    cpu_seconds(Path::new(&format!("/proc/{pid}/stat")))
+}
+
+/// User + system CPU seconds from a `stat` file of `/proc` (a process's or a thread's).
+fn cpu_seconds(stat: &Path) -> Option<f64> {
+    let text = std::fs::read_to_string(stat).ok()?;
     // Fields after the parenthesised command name; utime and stime are fields 14 and 15.
     let rest = &text[text.rfind(')')? + 2..];
     let f: Vec<&str> = rest.split_whitespace().collect();
@@ -1593,6 +1656,26 @@ mod tests {
             },
             ..Row::default()
         }
+    }
+
+    /// Each durable row's CPU per call is split into the store's threads and the rest.
+    #[test]
+    fn the_thread_line_splits_a_rows_cpu_into_the_writer_the_answering_thread_and_the_rest() {
+        let mut read = Row {
+            daemon_cpu_us_per_call: Some(300.0),
+            ..row("ailang-read", 4_000)
+        };
+        read.extra.push(("writer_cpu_us_per_call".into(), 110.0));
+        read.extra.push(("answer_cpu_us_per_call".into(), 8.0));
+        let health = Row {
+            daemon_cpu_us_per_call: Some(20.0),
+            ..row("health", 40_000)
+        };
+        assert_eq!(
+            thread_line(&[health.clone(), read]),
+            "daemon CPU per call by thread: ailang-read @32 writer 110 us, answering 8 us, the rest 182 us\n"
+        );
+        assert_eq!(thread_line(&[health]), "", "no store threads, no line");
     }
 
     /// The ping row's CPU is what every MCP call pays at the edge; the rest is the call's own.
