@@ -111,6 +111,8 @@ struct Sample {
     calls_per_second: f64,
     share_of_health: f64,
     cpu_us_per_call: Option<f64>,
+    /// The store writer's thread alone: the serial part of the call.
+    writer_us_per_call: Option<f64>,
     steal: Option<f64>,
 }
 
@@ -137,6 +139,10 @@ impl Compared {
         mean(self.samples[b].iter().filter_map(|s| s.cpu_us_per_call))
     }
 
+    fn mean_writer(&self, b: usize) -> Option<f64> {
+        mean(self.samples[b].iter().filter_map(|s| s.writer_us_per_call))
+    }
+
     /// This build's mean share of health over the baseline's, as a change (+0.10 = 10 % more).
     fn change(&self) -> Option<f64> {
         let (base, this) = (self.mean_share(0)?, self.mean_share(1)?);
@@ -150,10 +156,12 @@ impl Compared {
                     "calls_per_second": s.calls_per_second,
                     "ratio_to_health_calls_per_second": s.share_of_health,
                     "daemon_cpu_us_per_call": s.cpu_us_per_call,
+                    "writer_cpu_us_per_call": s.writer_us_per_call,
                     "cpu_steal_share": s.steal,
                 })).collect::<Vec<_>>(),
                 "mean_ratio_to_health": self.mean_share(b),
                 "mean_daemon_cpu_us_per_call": self.mean_cpu(b),
+                "mean_writer_cpu_us_per_call": self.mean_writer(b),
             })
         };
         json!({
@@ -178,15 +186,13 @@ fn compare(runs: &[[Vec<Row>; 2]]) -> Vec<Compared> {
         .map(|r| {
             let sample = |rows: &[Row]| -> Option<Sample> {
                 let row = row_at(rows, &r.scenario, r.concurrency)?;
+                let extra = |name: &str| row.extra.iter().find(|(k, _)| k == name).map(|(_, v)| *v);
                 Some(Sample {
                     calls_per_second: row.summary.per_second(),
                     share_of_health: row.vs_health_rate?,
                     cpu_us_per_call: row.daemon_cpu_us_per_call,
-                    steal: row
-                        .extra
-                        .iter()
-                        .find(|(k, _)| k == "cpu_steal_share")
-                        .map(|(_, v)| *v),
+                    writer_us_per_call: extra("writer_cpu_us_per_call"),
+                    steal: extra("cpu_steal_share"),
                 })
             };
             Compared {
@@ -222,8 +228,11 @@ fn report(builds: &[Build; 2], compared: &[Compared], rounds: usize) -> String {
                     )
                 })
                 .collect();
+            let writer = c.mean_writer(b).map_or(String::new(), |w| {
+                format!(" ({w:.0} µs of it the store writer's)")
+            });
             out.push_str(&format!(
-                "  {:<8} {}; mean {} of health, {} CPU per call\n",
+                "  {:<8} {}; mean {} of health, {} CPU per call{writer}\n",
                 build.name,
                 rounds.join(" · "),
                 pct(c.mean_share(b)),
@@ -253,6 +262,12 @@ mod tests {
         }
     }
 
+    /// [`row`], with the store writer's CPU per call (a build that records it).
+    fn with_writer(mut row: Row, writer: f64) -> Row {
+        row.extra.push(("writer_cpu_us_per_call".into(), writer));
+        row
+    }
+
     fn run(base_share: f64, this_share: f64) -> [Vec<Row>; 2] {
         [
             vec![
@@ -261,7 +276,10 @@ mod tests {
             ],
             vec![
                 row("health", 40_000, None, 20.0, 0.0),
-                row("ailang-read", 2_400, Some(this_share), 400.0, 0.0),
+                with_writer(
+                    row("ailang-read", 2_400, Some(this_share), 400.0, 0.0),
+                    120.0,
+                ),
             ],
         ]
     }
@@ -277,6 +295,7 @@ mod tests {
         assert!((c.mean_share(1).unwrap() - 0.06).abs() < 1e-12);
         assert!(c.change().unwrap().abs() < 1e-12);
         assert_eq!(c.mean_cpu(1), Some(400.0));
+        assert_eq!((c.mean_writer(0), c.mean_writer(1)), (None, Some(120.0)));
         let compared = compare(&[run(0.05, 0.06)]);
         assert!((compared[0].change().unwrap() - 0.2).abs() < 1e-9);
 
@@ -294,7 +313,7 @@ mod tests {
         ];
         let text = report(&builds, &compared, 1);
         assert!(
-            text.contains("ailang-read @32\n  baseline 2000/s (5.0 %, steal 10 %); mean 5.0 % of health, 500 µs CPU per call\n  this     2400/s (6.0 %, steal 0 %); mean 6.0 % of health, 400 µs CPU per call\n  change of the mean share: +20.0 %\n"),
+            text.contains("ailang-read @32\n  baseline 2000/s (5.0 %, steal 10 %); mean 5.0 % of health, 500 µs CPU per call\n  this     2400/s (6.0 %, steal 0 %); mean 6.0 % of health, 400 µs CPU per call (120 µs of it the store writer's)\n  change of the mean share: +20.0 %\n"),
             "{text}"
         );
         assert_eq!(compare(&[]), Vec::new());
