@@ -93,6 +93,8 @@ pub struct Target {
     pub name: OsString,
     /// Whether `name` existed (as a non-directory) at check time.
     pub exists: bool,
+    /// Its size at check time, when it existed as a regular file.
+    pub size: Option<u64>,
 }
 
 impl Target {
@@ -212,6 +214,7 @@ impl Sandbox {
                         missing: Vec::new(),
                         name: c,
                         exists: true,
+                        size: Some(md.len()),
                     });
                 }
                 Err(e) if e.kind() == io::ErrorKind::NotFound => {
@@ -229,6 +232,7 @@ impl Sandbox {
                             missing: Vec::new(),
                             name: c,
                             exists: false,
+                            size: None,
                         });
                     }
                     // `..` below a missing directory cannot be resolved.
@@ -246,6 +250,7 @@ impl Sandbox {
                         missing,
                         name,
                         exists: false,
+                        size: None,
                     });
                 }
                 Err(e) => return Err(e.into()),
@@ -286,7 +291,8 @@ impl Sandbox {
 
     /// Like [`Sandbox::read`] (the same checks, in the same order), but a file of at most
     /// `skip_at_most` bytes is not read: `Ok(None)`. For checks that need the bytes of large
-    /// files only.
+    /// files only: a file that small when its path is resolved is not even opened, so the
+    /// checks made on the opened file (its links, its size since) are the reader's to make.
     pub fn read_if_larger(
         &self,
         path: &str,
@@ -295,6 +301,9 @@ impl Sandbox {
     ) -> Result<Option<Vec<u8>>, PathError> {
         retry(|| {
             let target = self.resolve(path, false)?;
+            if target.size.is_some_and(|size| size <= skip_at_most) {
+                return Ok(None);
+            }
             let dir = self.open_target_parent(&target)?;
             read_in(&dir, &target.name, rules, Some(skip_at_most))
         })
@@ -551,6 +560,7 @@ mod tests {
             missing: vec!["b".into(), "c".into()],
             name: "f.txt".into(),
             exists: false,
+            size: None,
         };
         assert_eq!(t.canonical(), "a/b/c/f.txt");
     }
@@ -582,6 +592,44 @@ mod tests {
             sandbox.resolve("real", false),
             Err(PathError::IsADirectory)
         ));
+    }
+
+    /// A file no larger than the skip size when its path is resolved is not opened: the checks
+    /// made on an opened file (here its hard links) are left to the read that follows, which
+    /// still makes them. A larger file is opened and checked as before.
+    #[test]
+    fn read_if_larger_does_not_open_a_file_small_at_resolution() {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path();
+        std::fs::write(root.join("small"), "12345").unwrap();
+        std::fs::hard_link(root.join("small"), root.join("small-link")).unwrap();
+        std::fs::write(root.join("large"), "x".repeat(64)).unwrap();
+        std::fs::hard_link(root.join("large"), root.join("large-link")).unwrap();
+        std::fs::write(root.join("plain"), "y".repeat(64)).unwrap();
+        let sandbox = Sandbox::open(root).unwrap();
+        let rules = ReadRules {
+            limit: 1024,
+            hard_links: false,
+        };
+        let target = sandbox.resolve("small-link", false).unwrap();
+        assert_eq!(target.size, Some(5));
+        assert!(matches!(
+            sandbox.read_if_larger("small-link", rules, 5),
+            Ok(None)
+        ));
+        assert!(matches!(
+            sandbox.read("small-link", rules),
+            Err(PathError::HardLinked(2))
+        ));
+        assert!(matches!(
+            sandbox.read_if_larger("large-link", rules, 5),
+            Err(PathError::HardLinked(2))
+        ));
+        assert_eq!(
+            sandbox.read_if_larger("plain", rules, 5).unwrap(),
+            Some("y".repeat(64).into_bytes())
+        );
+        assert_eq!(sandbox.resolve("missing", true).unwrap().size, None);
     }
 
     /// The window between resolving a path and using it, opened deterministically: the tree
