@@ -186,13 +186,12 @@ fn compare(runs: &[[Vec<Row>; 2]]) -> Vec<Compared> {
         .map(|r| {
             let sample = |rows: &[Row]| -> Option<Sample> {
                 let row = row_at(rows, &r.scenario, r.concurrency)?;
-                let extra = |name: &str| row.extra.iter().find(|(k, _)| k == name).map(|(_, v)| *v);
                 Some(Sample {
                     calls_per_second: row.summary.per_second(),
                     share_of_health: row.vs_health_rate?,
                     cpu_us_per_call: row.daemon_cpu_us_per_call,
-                    writer_us_per_call: extra("writer_cpu_us_per_call"),
-                    steal: extra("cpu_steal_share"),
+                    writer_us_per_call: row.extra("writer_cpu_us_per_call"),
+                    steal: row.extra("cpu_steal_share"),
                 })
             };
             Compared {

@@ -943,7 +943,7 @@ fn steal_line(rows: &[Row]) -> String {
     let shares: Vec<String> = rows
         .iter()
         .filter_map(|r| {
-            let (_, v) = r.extra.iter().find(|(k, _)| k == "cpu_steal_share")?;
+            let v = r.extra("cpu_steal_share")?;
             Some(format!(
                 "{} @{} {:.0} %",
                 r.scenario,
@@ -962,12 +962,11 @@ fn steal_line(rows: &[Row]) -> String {
 /// serial thread; with `wrtr` near 100 % it is the row's bound), its answering thread, and the
 /// rest (the runtime's threads: requests, effects, handlers).
 fn thread_line(rows: &[Row]) -> String {
-    let find = |r: &Row, name: &str| r.extra.iter().find(|(k, _)| k == name).map(|(_, v)| *v);
     let parts: Vec<String> = rows
         .iter()
         .filter_map(|r| {
-            let writer = find(r, "writer_cpu_us_per_call")?;
-            let answer = find(r, "answer_cpu_us_per_call").unwrap_or(0.0);
+            let writer = r.extra("writer_cpu_us_per_call")?;
+            let answer = r.extra("answer_cpu_us_per_call").unwrap_or(0.0);
             let all = r.daemon_cpu_us_per_call?;
             Some(format!(
                 "{} @{} writer {:.0} us, answering {:.0} us, the rest {:.0} us",

@@ -120,6 +120,13 @@ pub struct Row {
     pub extra: Vec<(String, f64)>,
 }
 
+impl Row {
+    /// The named fact `name` of [`Row::extra`], if recorded.
+    pub fn extra(&self, name: &str) -> Option<f64> {
+        self.extra.iter().find(|(k, _)| k == name).map(|(_, v)| *v)
+    }
+}
+
 fn ms(ns: u64) -> String {
     let v = ns as f64 / 1e6;
     if v >= 100.0 {

@@ -39,6 +39,7 @@
 
 use serde_json::{Map, Number, Value};
 use std::cmp::Ordering;
+use std::fmt::Write as _;
 
 /// Maximum nesting depth of arrays and objects, on input and on output.
 ///
@@ -412,10 +413,21 @@ impl Members {
 
     /// A value whose text needs no escape inside quotes (a `Ref`, an enum's name).
     pub(crate) fn plain(mut self, name: &'static str, value: impl std::fmt::Display) -> Members {
-        use std::fmt::Write as _;
         self.name(name);
         let _ = write!(self.out, "\"{value}\"");
         self
+    }
+
+    /// [`Members::plain`], or `null` for `None` (as serde writes it).
+    pub(crate) fn plain_or_null(
+        self,
+        name: &'static str,
+        value: Option<impl std::fmt::Display>,
+    ) -> Members {
+        match value {
+            Some(v) => self.plain(name, v),
+            None => self.null(name),
+        }
     }
 
     /// An integer; `Err` beyond 2^53−1, as [`to_vec`].
@@ -425,10 +437,21 @@ impl Members {
                 text: n.to_string(),
             });
         }
-        use std::fmt::Write as _;
         self.name(name);
         let _ = write!(self.out, "{n}");
         Ok(self)
+    }
+
+    /// [`Members::integer`], or `null` for `None` (as serde writes it).
+    pub(crate) fn integer_or_null(
+        self,
+        name: &'static str,
+        n: Option<u64>,
+    ) -> Result<Members, CanonError> {
+        match n {
+            Some(n) => self.integer(name, n),
+            None => Ok(self.null(name)),
+        }
     }
 
     pub(crate) fn null(mut self, name: &'static str) -> Members {
@@ -443,7 +466,6 @@ impl Members {
         name: &'static str,
         items: &[T],
     ) -> Members {
-        use std::fmt::Write as _;
         self.name(name);
         self.out.push('[');
         for (i, item) in items.iter().enumerate() {

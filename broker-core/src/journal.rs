@@ -130,14 +130,6 @@ impl OutcomeStatus {
     }
 }
 
-/// An optional ref member: the ref, or `null` as serde writes `None`.
-fn optional_ref(m: Members, name: &'static str, r: Option<&Ref>) -> Members {
-    match r {
-        Some(r) => m.plain(name, r),
-        None => m.null(name),
-    }
-}
-
 // The store's writer encodes two records and two states per effect: each is written as the
 // canonical form of its serde value directly (the tests compare the two).
 impl Record {
@@ -157,14 +149,12 @@ impl Record {
                 invocation_id,
                 status,
                 result_ref,
-            } => {
-                let m = Members::new()
-                    .string("invocationId", invocation_id)
-                    .plain("kind", "outcome");
-                optional_ref(m, "resultRef", result_ref.as_ref())
-                    .integer("seq", *seq)?
-                    .plain("status", status.name())
-            }
+            } => Members::new()
+                .string("invocationId", invocation_id)
+                .plain("kind", "outcome")
+                .plain_or_null("resultRef", result_ref.as_ref())
+                .integer("seq", *seq)?
+                .plain("status", status.name()),
         };
         Ok(m.finish().into_bytes())
     }
@@ -182,16 +172,10 @@ impl JournalState {
                     .plain("requestRef", i.request_ref)
                     .string("scope", &i.scope))
             })?
-            .integer("intentSeq", self.intent_seq)?;
-        let m = match self.outcome_seq {
-            Some(seq) => m.integer("outcomeSeq", seq)?,
-            None => m.null("outcomeSeq"),
-        };
-        let m = optional_ref(m, "resultRef", self.result_ref.as_ref());
-        let m = match self.status {
-            Some(status) => m.plain("status", status.name()),
-            None => m.null("status"),
-        };
+            .integer("intentSeq", self.intent_seq)?
+            .integer_or_null("outcomeSeq", self.outcome_seq)?
+            .plain_or_null("resultRef", self.result_ref.as_ref())
+            .plain_or_null("status", self.status.map(OutcomeStatus::name));
         Ok(m.finish().into_bytes())
     }
 }

@@ -58,25 +58,15 @@ impl TaskState {
     /// Canonical bytes, as stored (the canonical form of its serde value), written directly:
     /// the store's writer encodes one per call.
     pub fn to_bytes(&self) -> Result<Vec<u8>, CanonError> {
-        let m = Members::new().plain_array("effectRecords", &self.effect_records);
-        let m = match self.entry_index {
-            Some(index) => m.integer("entryIndex", index)?,
-            None => m.null("entryIndex"),
-        };
-        let m = m
+        let m = Members::new()
+            .plain_array("effectRecords", &self.effect_records)
+            .integer_or_null("entryIndex", self.entry_index)?
             .plain("inputRef", self.input_ref)
-            .string("invocationId", &self.invocation_id);
-        let m = match &self.output_ref {
-            Some(r) => m.plain("outputRef", r),
-            None => m.null("outputRef"),
-        };
-        let m = m
+            .string("invocationId", &self.invocation_id)
+            .plain_or_null("outputRef", self.output_ref)
             .plain("phase", self.phase.name())
-            .string("skillId", &self.skill_id);
-        let m = match &self.world_ref {
-            Some(r) => m.plain("worldRef", r),
-            None => m.null("worldRef"),
-        };
+            .string("skillId", &self.skill_id)
+            .plain_or_null("worldRef", self.world_ref);
         Ok(m.finish().into_bytes())
     }
 }

@@ -91,13 +91,17 @@ pub struct Target {
     pub missing: Vec<OsString>,
     /// The final component.
     pub name: OsString,
-    /// Whether `name` existed (as a non-directory) at check time.
-    pub exists: bool,
-    /// Its size at check time, when it existed as a regular file.
+    /// Its size at check time, when it existed (a regular file; anything else but a directory
+    /// or a symlink is refused by [`Sandbox::resolve`]); `None` when it did not.
     pub size: Option<u64>,
 }
 
 impl Target {
+    /// Whether `name` existed (as a regular file) at check time.
+    pub fn exists(&self) -> bool {
+        self.size.is_some()
+    }
+
     /// The canonical worktree-relative path, `/`-separated.
     pub fn canonical(&self) -> String {
         let parts: Vec<String> = self
@@ -213,7 +217,6 @@ impl Sandbox {
                         parent: stack,
                         missing: Vec::new(),
                         name: c,
-                        exists: true,
                         size: Some(md.len()),
                     });
                 }
@@ -231,7 +234,6 @@ impl Sandbox {
                             parent: stack,
                             missing: Vec::new(),
                             name: c,
-                            exists: false,
                             size: None,
                         });
                     }
@@ -249,7 +251,6 @@ impl Sandbox {
                         parent: stack,
                         missing,
                         name,
-                        exists: false,
                         size: None,
                     });
                 }
@@ -317,7 +318,7 @@ impl Sandbox {
     }
 
     fn open_target_parent(&self, target: &Target) -> Result<Dir, PathError> {
-        if !target.exists {
+        if !target.exists() {
             return Err(PathError::Io(io::Error::from_raw_os_error(libc::ENOENT)));
         }
         self.open_parent(target, false)
@@ -559,7 +560,6 @@ mod tests {
             parent: vec!["a".into()],
             missing: vec!["b".into(), "c".into()],
             name: "f.txt".into(),
-            exists: false,
             size: None,
         };
         assert_eq!(t.canonical(), "a/b/c/f.txt");
@@ -574,7 +574,7 @@ mod tests {
         let sandbox = Sandbox::open(tmp.path()).unwrap();
         let t = sandbox.resolve("link/f", false).unwrap();
         assert_eq!(t.canonical(), "real/sub/f");
-        assert!(t.exists);
+        assert!(t.exists());
         // POSIX: `link/..` is the parent of link's target, not the root.
         let t = sandbox.resolve("link/../sub/f", false).unwrap();
         assert_eq!(t.canonical(), "real/sub/f");
