@@ -258,8 +258,14 @@ impl Metrics {
         counter(
             &mut out,
             "worldd_commit_sync_seconds_total",
-            "Store writer time inside LMDB commits: page writes, data sync and meta sync.",
+            "Store writer time inside LMDB commits (page writes, data sync, meta write) and the syncs that make a last commit durable.",
             &secs(&stats.commit_nanos),
+        );
+        counter(
+            &mut out,
+            "worldd_commit_syncs_total",
+            "Syncs the store writer made because no later commit came to make its last one durable.",
+            &load(&stats.syncs),
         );
         render_store_usage(&mut out, &store.usage());
         counter(

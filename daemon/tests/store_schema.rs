@@ -138,6 +138,20 @@ fn by_semantic_id_pages_list_objects_in_the_order_they_were_stored() {
         metrics.contains("\nworldd_commit_rebuilt_batches_total 0\n"),
         "{metrics}"
     );
+    // A commit with nothing queued behind it is synced by the writer before it is answered:
+    // these calls came one at a time, so each commit needed its own sync.
+    let value = |name: &str| -> u64 {
+        let line = metrics
+            .lines()
+            .find(|l| l.starts_with(&format!("{name} ")))
+            .unwrap_or_else(|| panic!("no {name} in {metrics}"));
+        line[name.len() + 1..].parse().unwrap()
+    };
+    let (syncs, batches) = (
+        value("worldd_commit_syncs_total"),
+        value("worldd_commit_batches_total"),
+    );
+    assert!(syncs >= 5 && syncs <= batches, "{syncs} syncs, {batches} batches");
     assert_eq!(page("?limit=2"), records[..2]);
     assert_eq!(
         page(&format!("?limit=2&after={}", records[1])),

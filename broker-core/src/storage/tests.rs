@@ -336,3 +336,109 @@ fn an_operation_that_panics_fails_alone_and_the_writer_goes_on() {
     store.write(move |w| w.put_object(&o)).unwrap();
     assert!(stored(&later));
 }
+
+/// A write that stores `object` once let go; `started` hears when it runs.
+fn held_write(
+    store: &Store,
+    object: Object,
+) -> (
+    Submitted<(), StoreError>,
+    mpsc::Sender<()>,
+    mpsc::Receiver<()>,
+) {
+    let (release, held) = mpsc::channel::<()>();
+    let (started, running) = mpsc::channel::<()>();
+    let (held, started) = (Mutex::new(held), Mutex::new(started));
+    let first = store.submit(move |w: &mut WriteCtx<'_, '_>| -> Result<(), StoreError> {
+        let _ = started.lock().unwrap().send(());
+        let _ = held.lock().unwrap().recv();
+        w.put_object(&object)
+    });
+    (first, release, running)
+}
+
+/// Group commits seen by the observer so far.
+fn count_commits(store: &Store) -> Arc<AtomicUsize> {
+    let commits = Arc::new(AtomicUsize::new(0));
+    let seen = commits.clone();
+    store.observe_commits(Some(Box::new(move |_, ok| {
+        assert!(ok);
+        seen.fetch_add(1, Ordering::SeqCst);
+    })));
+    commits
+}
+
+/// A commit leaves its meta page unsynced (`MDB_NOMETASYNC`); with nothing queued behind it,
+/// the writer syncs the file before its caller hears of it.
+#[test]
+fn a_commit_with_nothing_behind_it_is_synced_before_its_caller_is_answered() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::create(&dir.path().join("db")).unwrap();
+    let syncs = || store.stats().syncs.load(Ordering::SeqCst);
+    for i in 0..3 {
+        let before = syncs();
+        let o = Object::new("world/test/v1", "t", format!("alone {i}").into_bytes());
+        store.write(move |w| w.put_object(&o)).unwrap();
+        assert_eq!(syncs(), before + 1, "write {i}");
+    }
+}
+
+/// With work queued behind it, a commit is answered only after the next commit, whose own
+/// sync of its pages made the first one's meta page durable: one sync for both, not two.
+#[test]
+fn a_commit_with_work_behind_it_is_answered_after_the_next_commit_made_it_durable() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::create(&dir.path().join("db")).unwrap();
+    let commits = count_commits(&store);
+    let syncs_before = store.stats().syncs.load(Ordering::SeqCst);
+    let (a, b) = (
+        Object::new("world/test/v1", "t", b"first".to_vec()),
+        Object::new("world/test/v1", "t", b"behind".to_vec()),
+    );
+    let (first, release, running) = held_write(&store, a.clone());
+    running.recv().unwrap();
+    let o = b.clone();
+    let behind = store.submit(move |w: &mut WriteCtx<'_, '_>| w.put_object(&o));
+    release.send(()).unwrap();
+    first.wait().unwrap();
+    assert!(
+        commits.load(Ordering::SeqCst) >= 2,
+        "the first write was answered before the commit behind it"
+    );
+    behind.wait().unwrap();
+    store.observe_commits(None);
+    assert_eq!(commits.load(Ordering::SeqCst), 2);
+    // Only the last commit, with nothing behind it, needed a sync of its own.
+    assert_eq!(store.stats().syncs.load(Ordering::SeqCst), syncs_before + 1);
+    assert!(store.read(|r| r.has_object(&a.hash)).unwrap());
+    assert!(store.read(|r| r.has_object(&b.hash)).unwrap());
+}
+
+/// A commit that wrote nothing (its only operation failed) syncs nothing, so the commit
+/// before it is synced explicitly before its caller hears of it.
+#[test]
+fn a_commit_followed_by_one_that_wrote_nothing_is_synced_before_its_caller_is_answered() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::create(&dir.path().join("db")).unwrap();
+    let commits = count_commits(&store);
+    let syncs_before = store.stats().syncs.load(Ordering::SeqCst);
+    let a = Object::new("world/test/v1", "t", b"kept".to_vec());
+    let f = Object::new("world/test/v1", "t", b"undone".to_vec());
+    let (first, release, running) = held_write(&store, a.clone());
+    running.recv().unwrap();
+    let o = f.clone();
+    let failing = store.submit(move |w: &mut WriteCtx<'_, '_>| -> Result<(), StoreError> {
+        w.put_object(&o)?;
+        Err(StoreError::Corrupt("failed after writing".into()))
+    });
+    release.send(()).unwrap();
+    first.wait().unwrap();
+    assert!(failing.wait().is_err());
+    store.observe_commits(None);
+    assert_eq!(commits.load(Ordering::SeqCst), 2);
+    // One sync for the first commit (the empty one behind it synced nothing), one for the
+    // empty commit itself before its caller was answered.
+    assert_eq!(store.stats().syncs.load(Ordering::SeqCst), syncs_before + 2);
+    assert!(store.read(|r| r.has_object(&a.hash)).unwrap());
+    assert!(!store.read(|r| r.has_object(&f.hash)).unwrap());
+}

@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Instant;
 
-use heed::{Env, RwTxn, WithoutTls};
+use heed::{Env, EnvFlags, FlagSetMode, RwTxn, WithoutTls};
 
 use super::map::{Held, MapLock};
 use super::reply::Answer;
@@ -90,8 +90,12 @@ pub struct WriterStats {
     pub largest_batch: AtomicU64,
     /// Time spent running the batches' operations (B-tree updates, hashing), ns.
     pub build_nanos: AtomicU64,
-    /// Time spent in LMDB's commit (page writes, data sync, meta sync), ns.
+    /// Time spent in LMDB's commit (page writes, data sync, meta write) and in the syncs that
+    /// make a commit durable when no later commit does, ns.
     pub commit_nanos: AtomicU64,
+    /// Syncs of the store's file made because no later commit came to make the last one
+    /// durable (the writer was about to wait, or a commit wrote nothing).
+    pub syncs: AtomicU64,
     /// Batches built a second time, each operation in a nested transaction, because one of
     /// them failed in the first.
     pub rebuilt_batches: AtomicU64,
@@ -155,19 +159,46 @@ pub(super) struct Writer {
 impl Writer {
     /// Drain the queue into group commits until every sender is gone.
     ///
+    /// A commit syncs its pages but not its meta page (`MDB_NOMETASYNC`, set here
+    /// before the first): LMDB's next commit syncs that meta page with its own pages, before it
+    /// writes its own meta page. So a batch's callers are answered only once it is durable:
+    /// after the next commit when more work is queued, or after an explicit sync of the file
+    /// when none is. Either way the disk sees one flush per commit instead of two, and no
+    /// caller hears of a write that a power cut could still undo.
+    ///
     /// Answering a batch wakes each of its callers, about a tenth of the writer's time. When
-    /// more work is already queued, the batch's callers are answered on a thread of its own
-    /// while the writer begins the next batch; otherwise here, where nothing waits for it.
+    /// more work follows, the batch's callers are answered on a thread of its own while the
+    /// writer goes on; otherwise here, where nothing waits for it.
     pub(super) fn run(self, receiver: Receiver<Job>) {
+        // SAFETY: the flag only changes when a commit's meta page reaches the disk; this
+        // thread makes every commit of this environment from here on (the tables were opened
+        // and any upgrade committed before it started) and answers none before a later
+        // commit or an explicit sync has made it durable.
+        if let Err(err) = unsafe {
+            self.env
+                .set_flags(EnvFlags::NO_META_SYNC, FlagSetMode::Enable)
+        } {
+            tracing::warn!(error = %err, "store writer keeps LMDB's meta sync: the flag was refused");
+        }
         let answerer = Answerer::spawn();
         let mut queued = None;
+        // The last committed batch, not yet known to be durable.
+        let mut unsynced: Option<Unsynced> = None;
         loop {
             let first = match queued.take() {
                 Some(job) => job,
-                None => match receiver.recv() {
-                    Ok(job) => job,
-                    Err(_) => break,
-                },
+                None => {
+                    // Nothing to commit after it: sync the last batch and answer it before
+                    // waiting.
+                    if let Some(last) = unsynced.take() {
+                        let durable = self.sync();
+                        self.settle(last, durable, None);
+                    }
+                    match receiver.recv() {
+                        Ok(job) => job,
+                        Err(_) => break,
+                    }
+                }
             };
             let started = Instant::now();
             let mut batch = vec![first];
@@ -184,28 +215,73 @@ impl Writer {
             stats.largest_batch.fetch_max(n, Ordering::Relaxed);
             let outcome = self.build_and_commit(&mut batch, started);
             let committed = matches!(outcome, Ok(true));
-            // Once per durable commit, never for a rebuilt pass or a failed commit: followers
-            // of the log wake once for everything this batch made durable.
-            if committed {
-                self.signal.raise();
-            }
-            let err = outcome.err();
+            let txn_id = self.env.info().last_txn_id;
             if let Ok(mut slot) = self.observer.lock() {
                 if let Some(observe) = slot.as_mut() {
                     observe(batch.len(), committed);
                 }
             }
-            queued = receiver.try_recv().ok();
-            match (&queued, &answerer) {
-                (Some(_), Some(answerer)) => {
-                    stats.answered_aside.fetch_add(1, Ordering::Relaxed);
-                    answerer.answer(batch, err)
-                }
-                _ => answer(batch, err.as_ref()),
+            if let Some(previous) = unsynced.take() {
+                // Any commit after the previous one's synced it: LMDB syncs a commit's pages,
+                // and with them every earlier write to the file, before its meta page. A
+                // commit that wrote nothing (every operation failed) syncs nothing.
+                let durable = if txn_id > previous.txn_id {
+                    Ok(())
+                } else {
+                    self.sync()
+                };
+                self.settle(previous, durable, answerer.as_ref());
             }
+            match outcome {
+                Ok(true) => unsynced = Some(Unsynced { batch, txn_id }),
+                Ok(false) => answer(batch, None),
+                Err(err) => answer(batch, Some(&err)),
+            }
+            queued = receiver.try_recv().ok();
         }
         if let Some(answerer) = answerer {
             answerer.finish();
+        }
+    }
+
+    /// Sync the store's file: every commit so far becomes durable, meta pages included.
+    fn sync(&self) -> Result<(), StoreError> {
+        self.stats.syncs.fetch_add(1, Ordering::Relaxed);
+        let started = Instant::now();
+        let synced = self
+            .env
+            .force_sync()
+            .map_err(|e| StoreError::from_heed(e, self.map_size));
+        self.stats.commit_nanos.fetch_add(
+            u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX),
+            Ordering::Relaxed,
+        );
+        synced.inspect_err(|err| {
+            tracing::error!(error = %err, "store writer could not sync its last commit");
+        })
+    }
+
+    /// Answer a committed batch once its durability is known: each operation's own result
+    /// when it is durable, the sync's error otherwise. Aside, on the answering thread, when
+    /// `aside` is given.
+    fn settle(
+        &self,
+        unsynced: Unsynced,
+        durable: Result<(), StoreError>,
+        aside: Option<&Answerer>,
+    ) {
+        let err = durable.err();
+        // Once per durable commit, never for a rebuilt pass or a failed commit: followers
+        // of the log wake once for everything this batch made durable.
+        if err.is_none() {
+            self.signal.raise();
+        }
+        match aside {
+            Some(answerer) => {
+                self.stats.answered_aside.fetch_add(1, Ordering::Relaxed);
+                answerer.answer(unsynced.batch, err)
+            }
+            None => answer(unsynced.batch, err.as_ref()),
         }
     }
 
@@ -290,6 +366,13 @@ impl Writer {
             .fetch_add(nanos(committed - built), Ordering::Relaxed);
         outcome.map(|()| true)
     }
+}
+
+/// A committed batch whose meta page may not be on the disk yet.
+struct Unsynced {
+    batch: Vec<Job>,
+    /// The store's last transaction id once it was committed.
+    txn_id: usize,
 }
 
 /// Answer every operation of a finished batch.
