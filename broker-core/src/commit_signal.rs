@@ -1,22 +1,31 @@
-//! A signal raised after every durable group commit, so readers can follow the log live.
+//! A signal raised after every durable group commit, so readers can follow the log live, and
+//! the newest snapshot known to be durable.
 //!
-//! The store's writer thread raises it once per committed batch, before answering the batch's
-//! callers (so a caller that got its answer knows the listeners were told). Raising costs one read-lock and one call per listener; a listener must be as cheap
-//! (e.g. bump a `tokio::sync::watch` value) and never block, because it runs on the only
-//! thread that writes. Listeners learn only *that* something was committed: they read what
-//! changed themselves, in their own read transactions, so a burst of commits coalesces into
-//! one wake-up and a slow reader never slows the writer.
+//! The store's writer thread raises it once per committed batch, once that batch is durable
+//! and before answering the batch's callers (so a caller that got its answer knows the
+//! listeners were told). Raising costs one read-lock and one call per listener; a listener
+//! must be as cheap (e.g. bump a `tokio::sync::watch` value) and never block, because it runs
+//! on the only thread that writes. Listeners learn only *that* something was committed: they
+//! read what changed themselves, in their own read transactions, so a burst of commits
+//! coalesces into one wake-up and a slow reader never slows the writer.
+//!
+//! A read transaction may see a commit before it is durable (the writer leaves a commit's meta
+//! page to the next commit's sync, `docs/data-model.md` §8.6). [`CommitSignal::durable`] is the
+//! newest transaction id known to be on the disk: whoever shows a reader's snapshot to the
+//! outside compares its id with it first ([`crate::store::Store::until_durable`]).
 //!
 //! Commits made by another process that opened the same environment are not signalled.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::RwLock;
 
 type Listener = Box<dyn Fn() + Send + Sync>;
 
-/// The listeners to call after each durable commit.
+/// The listeners to call after each durable commit, and the durable watermark.
 #[derive(Default)]
 pub struct CommitSignal {
     listeners: RwLock<Vec<Listener>>,
+    durable: AtomicUsize,
 }
 
 impl std::fmt::Debug for CommitSignal {
@@ -24,6 +33,7 @@ impl std::fmt::Debug for CommitSignal {
         let n = self.listeners.read().map(|l| l.len()).unwrap_or(0);
         f.debug_struct("CommitSignal")
             .field("listeners", &n)
+            .field("durable", &self.durable())
             .finish()
     }
 }
@@ -35,6 +45,17 @@ impl CommitSignal {
         if let Ok(mut l) = self.listeners.write() {
             l.push(Box::new(listener));
         }
+    }
+
+    /// The newest transaction id known to be durable: every snapshot with an id up to it is
+    /// on the disk.
+    pub fn durable(&self) -> usize {
+        self.durable.load(Ordering::Acquire)
+    }
+
+    /// Everything up to transaction `txn_id` is durable (it never goes back).
+    pub(crate) fn mark_durable(&self, txn_id: usize) {
+        self.durable.fetch_max(txn_id, Ordering::AcqRel);
     }
 
     /// Called by the writer after a batch became durable.

@@ -13,6 +13,7 @@
 //! | [`edge`] | the HTTP edge: connections, timeouts, Host and Origin, body reads, answers waiting for their clients (`[server]`) |
 //! | [`quota`] | per-key caps (a credential's share of the answer budget, an episode's log streams) |
 //! | [`server`] | the axum router and graceful shutdown |
+//! | [`durable_answers`] | an answer waits until every snapshot it read is durable |
 //! | [`mcp`] | `POST /mcp/` |
 //! | [`a2a`] | `POST /a2a/` and the agent card |
 //! | [`rest`] | `/v1/*` |
@@ -60,6 +61,7 @@ pub mod a2a;
 pub mod admission;
 pub mod catalog;
 pub mod cli;
+pub mod durable_answers;
 pub mod edge;
 pub mod fallback;
 pub mod invalid_params;

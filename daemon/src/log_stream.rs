@@ -141,7 +141,7 @@ async fn summaries(
     let from = q.get("from").map(|s| parse_index(s, "from")).transpose()?;
     let limit = page_limit(&q)?;
     let store = state.store().clone();
-    let page = tokio::task::spawn_blocking(move || {
+    let page = crate::durable_answers::spawn_read(move || {
         store.read(|r| log_summary::page(r, from, limit, &reader))
     })
     .await
@@ -209,12 +209,21 @@ impl Follow {
             self.commits.borrow_and_update();
             let store = self.state.store().clone();
             let (from, reader) = (self.next, self.reader.clone());
-            let read = tokio::task::spawn_blocking(move || {
-                store.read(|r| log_summary::page(r, Some(from), STREAM_BATCH, &reader))
+            let read = crate::durable_answers::spawn_read(move || {
+                store.read(|r| {
+                    log_summary::page(r, Some(from), STREAM_BATCH, &reader)
+                        .map(|page| (page, r.snapshot()))
+                })
             })
             .await;
             let page = match read {
-                Ok(Ok(p)) => p,
+                Ok(Ok((page, snapshot))) => {
+                    // No entry leaves before the disk has it (`crate::durable_answers`).
+                    if !page.items.is_empty() {
+                        crate::durable_answers::wait_durable(self.state.store(), snapshot).await;
+                    }
+                    page
+                }
                 Ok(Err(e)) => {
                     self.ended = true;
                     return Some((Ok(error_event(ApiError::internal("log stream", e))), self));
@@ -296,9 +305,10 @@ async fn stream(
         Some(n) => n,
         None => {
             let store = state.store().clone();
-            let head = tokio::task::spawn_blocking(move || store.read(log_summary::head_index))
-                .await
-                .map_err(|e| ApiError::internal("log stream", e))??;
+            let head =
+                crate::durable_answers::spawn_read(move || store.read(log_summary::head_index))
+                    .await
+                    .map_err(|e| ApiError::internal("log stream", e))??;
             head.map_or(0, |h| h + 1)
         }
     };

@@ -184,12 +184,13 @@ pub async fn reuse(
     let store = state.store().clone();
     let episode = session.episode.clone();
     let task_key = format!("{}:{key}", surface.prefix());
-    let stored =
-        tokio::task::spawn_blocking(move || store.read(|r| task::get(r, &episode, &task_key)))
-            .await
-            .ok()
-            .and_then(Result::ok)
-            .flatten();
+    let stored = crate::durable_answers::spawn_read(move || {
+        store.read(|r| task::get(r, &episode, &task_key))
+    })
+    .await
+    .ok()
+    .and_then(Result::ok)
+    .flatten();
     let input = Ref::of_json(args).ok();
     match stored {
         Some(s) if s.skill_id != skill_id || Some(s.input_ref) != input => Outcome::key_conflict(),

@@ -142,7 +142,7 @@ async fn reconcile(
     let s = state.clone();
     let episode = session.episode.clone();
     let t = task_id.clone();
-    let found = tokio::task::spawn_blocking(move || -> Result<_, ApiError> {
+    let found = crate::durable_answers::spawn_read(move || -> Result<_, ApiError> {
         let coordinator = s.coordinator();
         let Some(r) = coordinator
             .reconcile(&session, surface, &t)
@@ -235,7 +235,7 @@ async fn own_budget(state: AppState, session: Session) -> Result<Response, ApiEr
     let episode = session.episode.clone();
     let expires_at = session.expires_at;
     let own = episode.clone();
-    let (lines, pending) = tokio::task::spawn_blocking(move || {
+    let (lines, pending) = crate::durable_answers::spawn_read(move || {
         let lines = s
             .coordinator()
             .budget(&session)
@@ -271,7 +271,7 @@ async fn own_budget(state: AppState, session: Session) -> Result<Response, ApiEr
 /// Any episode's spend per effect and scope, and its indeterminate intents (operators only).
 async fn episode_spend(state: AppState, episode: String) -> Result<Response, ApiError> {
     let own = episode.clone();
-    let (spent, pending) = tokio::task::spawn_blocking(move || {
+    let (spent, pending) = crate::durable_answers::spawn_read(move || {
         let spent = state
             .store()
             .read(|r| journal::spent(r, &own))

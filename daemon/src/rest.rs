@@ -199,7 +199,7 @@ async fn read_access(state: &AppState, headers: &HeaderMap) -> Result<Reader, Ap
 async fn blocking<T: Send + 'static>(
     f: impl FnOnce() -> Result<T, ApiError> + Send + 'static,
 ) -> Result<T, ApiError> {
-    tokio::task::spawn_blocking(f)
+    crate::durable_answers::spawn_read(f)
         .await
         .map_err(|e| ApiError::internal("read task", e))?
 }

@@ -8,7 +8,7 @@ use tokio::net::TcpListener;
 use tokio::signal::unix::{signal, Signal, SignalKind};
 
 use crate::state::AppState;
-use crate::{a2a, edge, fallback, log_stream, mcp, memory, rest, workbench};
+use crate::{a2a, durable_answers, edge, fallback, log_stream, mcp, memory, rest, workbench};
 
 /// The whole HTTP surface of the daemon, Host and Origin checked first on every route.
 pub fn router(state: AppState) -> Router {
@@ -20,6 +20,10 @@ pub fn router(state: AppState) -> Router {
         .merge(workbench::routes())
         .method_not_allowed_fallback(fallback::method_not_allowed)
         .fallback(fallback::not_found)
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            durable_answers::hold,
+        ))
         .layer(axum::middleware::from_fn_with_state(
             state.clone(),
             edge::host::guard,

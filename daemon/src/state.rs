@@ -115,6 +115,7 @@ impl AppStateBuilder {
 
     pub fn build(self) -> AppState {
         let metrics = Metrics::default();
+        crate::durable_answers::note_reads(&self.store);
         AppState {
             inner: Arc::new(Inner {
                 classes: self.classes,

@@ -53,10 +53,11 @@ async fn invocation_rows(
     }
     let store = state.store().clone();
     let i = id.clone();
-    let rows = tokio::task::spawn_blocking(move || store.read(|r| InvocationRows::read(r, &i)))
-        .await
-        .map_err(|e| ApiError::internal("rows task", e))??
-        .unwrap_or_default();
+    let rows =
+        crate::durable_answers::spawn_read(move || store.read(|r| InvocationRows::read(r, &i)))
+            .await
+            .map_err(|e| ApiError::internal("rows task", e))??
+            .unwrap_or_default();
     let b64 = |b: &Vec<u8>| base64::engine::general_purpose::STANDARD.encode(b);
     let journal_rows: BTreeMap<String, String> = rows
         .journal_rows
@@ -81,7 +82,7 @@ async fn world_at(
         .parse()
         .map_err(|_| ApiError::bad_request("log index must be a non-negative integer"))?;
     let store = state.store().clone();
-    let found = tokio::task::spawn_blocking(move || {
+    let found = crate::durable_answers::spawn_read(move || {
         store.read(|r| -> Result<_, ApiError> {
             let Some(world_ref) = log::world_ref_at(r, i)? else {
                 return Ok(None);

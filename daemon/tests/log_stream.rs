@@ -188,8 +188,68 @@ impl Harness {
 
     /// Append `n` entries that belong to no episode, in one transaction.
     fn bulk_append(&self, n: usize) {
+        bulk_append(&self.store, n);
+    }
+
+    /// Stop the store's writer after its next commit, before it syncs or answers anything,
+    /// until the gate is opened.
+    fn hold_the_writer_after_its_next_commit(&self) -> Gate {
+        let (entered, committed) = std::sync::mpsc::channel::<()>();
+        let (go, open) = std::sync::mpsc::channel::<()>();
+        let open = std::sync::Mutex::new(open);
+        let held = Arc::new(std::sync::atomic::AtomicBool::new(true));
+        let holding = held.clone();
+        self.store.observe_commits(Some(Box::new(move |_, _| {
+            if holding.load(std::sync::atomic::Ordering::SeqCst) {
+                let _ = entered.send(());
+                let _ = open.lock().unwrap().recv();
+            }
+        })));
+        Gate {
+            committed,
+            go,
+            held,
+        }
+    }
+}
+
+impl Harness {
+    /// Append one entry and stop the writer once it is committed, before it is durable; the
+    /// append's caller waits until the gate opens.
+    async fn append_one_and_hold_it_before_it_is_durable(
+        &self,
+    ) -> (Gate, tokio::task::JoinHandle<()>) {
+        let gate = self.hold_the_writer_after_its_next_commit();
+        let store = self.store.clone();
+        let append = tokio::task::spawn_blocking(move || bulk_append(&store, 1));
+        let gate = tokio::task::spawn_blocking(move || {
+            gate.committed.recv().unwrap();
+            gate
+        })
+        .await
+        .unwrap();
+        (gate, append)
+    }
+}
+
+struct Gate {
+    committed: std::sync::mpsc::Receiver<()>,
+    go: std::sync::mpsc::Sender<()>,
+    held: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl Gate {
+    fn open(&self) {
+        self.held.store(false, std::sync::atomic::Ordering::SeqCst);
+        let _ = self.go.send(());
+    }
+}
+
+/// Append `n` entries that belong to no episode, in one transaction.
+fn bulk_append(store: &Store, n: usize) {
+    {
         let doc = Object::json("test/bulk", "test", &json!({"bulk": true})).unwrap();
-        self.store
+        store
             .write(move |w| -> Result<(), LogError> {
                 for _ in 0..n {
                     log::append(
@@ -974,4 +1034,51 @@ async fn a_log_page_examines_at_most_5000_positions() {
         .get_json(Some(&h.operator_token()), "/v1/log?from=1&limit=100000")
         .await;
     assert_eq!((entry_indexes(&v).len(), &v["next"]), (500, &json!(501)));
+}
+
+/// A commit is visible to readers a moment before it is durable (the writer leaves its meta
+/// page to the next commit's sync). A read that saw it is answered only once it is durable, so
+/// a power cut never takes back an entry someone was shown.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_read_that_sees_a_commit_not_yet_durable_is_answered_once_it_is() {
+    let h = harness(true);
+    let (gate, append) = h.append_one_and_hold_it_before_it_is_durable().await;
+    assert!(
+        h.store.read(|r| log::entry(r, 1)).unwrap().is_some(),
+        "visible"
+    );
+    let app = h.app.clone();
+    let mut read = tokio::spawn(async move {
+        let res = app
+            .oneshot(Request::get("/v1/log/1").body(Body::empty()).unwrap())
+            .await
+            .unwrap();
+        let status = res.status();
+        let body = res.into_body().collect().await.unwrap().to_bytes();
+        (status, serde_json::from_slice::<Value>(&body).unwrap())
+    });
+    let early = tokio::time::timeout(Duration::from_millis(300), &mut read).await;
+    assert!(
+        early.is_err(),
+        "answered before the entry was durable: {early:?}"
+    );
+    gate.open();
+    let (status, entry) = read.await.unwrap();
+    assert_eq!(status, StatusCode::OK, "{entry}");
+    assert_eq!(entry["header"]["entryIndex"], 1);
+    append.await.unwrap();
+}
+
+/// A stream catching up (`?from=`) reads the log straight away, and still sends no entry
+/// before it is durable.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_sends_an_entry_only_once_it_is_durable() {
+    let h = harness(true);
+    let (gate, append) = h.append_one_and_hold_it_before_it_is_durable().await;
+    let mut s = h.stream(None, "?from=1", &[]).await;
+    let early = tokio::time::timeout(Duration::from_millis(300), s.next()).await;
+    assert!(early.is_err(), "streamed before it was durable: {early:?}");
+    gate.open();
+    assert_eq!(s.entry().await.id, Some(1));
+    append.await.unwrap();
 }

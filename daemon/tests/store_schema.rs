@@ -151,7 +151,10 @@ fn by_semantic_id_pages_list_objects_in_the_order_they_were_stored() {
         value("worldd_commit_syncs_total"),
         value("worldd_commit_batches_total"),
     );
-    assert!(syncs >= 5 && syncs <= batches, "{syncs} syncs, {batches} batches");
+    assert!(
+        syncs >= 5 && syncs <= batches,
+        "{syncs} syncs, {batches} batches"
+    );
     assert_eq!(page("?limit=2"), records[..2]);
     assert_eq!(
         page(&format!("?limit=2&after={}", records[1])),

@@ -192,6 +192,12 @@ struct Fresh {
 }
 
 impl<'t> ReadCtx<'t> {
+    /// The id of the snapshot this read sees (LMDB's transaction id), for
+    /// [`Store::until_durable`].
+    pub fn snapshot(&self) -> usize {
+        self.txn.id()
+    }
+
     /// The layout's state of this store, if it is a `T`.
     pub(crate) fn state<T: Any>(&self) -> Option<&'t T> {
         self.state.downcast_ref()
@@ -275,7 +281,12 @@ struct Inner {
     observer: ObserverSlot,
     map: Arc<MapLock>,
     committed: Arc<CommitSignal>,
+    /// Told the snapshot id of every read transaction ([`Store::on_read`]).
+    read_hook: std::sync::OnceLock<ReadHook>,
 }
+
+/// See [`Store::on_read`].
+pub type ReadHook = Box<dyn Fn(usize) + Send + Sync>;
 
 impl Drop for Inner {
     fn drop(&mut self) {
@@ -549,6 +560,8 @@ impl Store {
         let observer = ObserverSlot::default();
         let map = measured_map(&env, dir, limits);
         let committed = Arc::new(CommitSignal::default());
+        // What this process found on opening is as durable as it will be made.
+        committed.mark_durable(env.info().last_txn_id);
         let state = (layout.state)();
         let writer = spawn_writer(
             Writer {
@@ -577,6 +590,7 @@ impl Store {
                 observer,
                 map,
                 committed,
+                read_hook: std::sync::OnceLock::new(),
             }),
         })
     }
@@ -631,6 +645,9 @@ impl Store {
             .inner
             .map
             .begin(&self.inner.env, |env| env.read_txn())?;
+        if let Some(hook) = self.inner.read_hook.get() {
+            hook(held.txn.id());
+        }
         let ctx = ReadCtx {
             txn: &held.txn,
             dbs: &self.inner.dbs,
@@ -638,6 +655,23 @@ impl Store {
             map_size: self.inner.map_size,
         };
         op(&ctx)
+    }
+
+    /// Call `hook` with the snapshot id of every read transaction this store begins from now
+    /// on, on the reading thread (the daemon notes the newest snapshot a request read, so that
+    /// its answer waits for [`Store::until_durable`]). Set once; `false` when a hook was set.
+    pub fn on_read(&self, hook: ReadHook) -> bool {
+        self.inner.read_hook.set(hook).is_ok()
+    }
+
+    /// `None` when the snapshot `txn_id` (a [`ReadCtx::snapshot`]) is durable; otherwise an
+    /// empty write whose answer comes once it is. A read transaction can see a commit the
+    /// writer has not yet made durable (§8.6 of `docs/data-model.md`); what is shown outside
+    /// the process waits for this first, so that a power cut never takes back what someone
+    /// has seen.
+    pub fn until_durable(&self, txn_id: usize) -> Option<Submitted<(), StoreError>> {
+        (txn_id > self.inner.committed.durable())
+            .then(|| self.submit(|_: &mut WriteCtx<'_, '_>| Ok::<(), StoreError>(())))
     }
 
     /// Run `op` on the writer thread inside the next group commit and wait until that commit is

@@ -442,3 +442,43 @@ fn a_commit_followed_by_one_that_wrote_nothing_is_synced_before_its_caller_is_an
     assert!(store.read(|r| r.has_object(&a.hash)).unwrap());
     assert!(!store.read(|r| r.has_object(&f.hash)).unwrap());
 }
+
+/// A read can see a commit before it is durable (its meta page waits for the next commit's
+/// sync); `until_durable` says so and answers once it is.
+#[test]
+fn a_snapshot_that_sees_a_commit_not_yet_durable_is_told_when_it_is() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::create(&dir.path().join("db")).unwrap();
+    let (entered, committed) = mpsc::channel::<()>();
+    let (go, gate) = mpsc::channel::<()>();
+    let gate = Mutex::new(gate);
+    // The writer stops after each commit, before it syncs or answers anything.
+    store.observe_commits(Some(Box::new(move |_, _| {
+        let _ = entered.send(());
+        let _ = gate.lock().unwrap().recv();
+    })));
+    let o = Object::new("world/test/v1", "t", b"seen early".to_vec());
+    let put = o.clone();
+    let write = store.submit(move |w: &mut WriteCtx<'_, '_>| w.put_object(&put));
+    committed.recv().unwrap();
+
+    let (seen, snapshot) = store
+        .read(|r| Ok::<_, StoreError>((r.has_object(&o.hash)?, r.snapshot())))
+        .unwrap();
+    assert!(seen, "the commit is visible");
+    assert!(
+        store.commit_signal().durable() < snapshot,
+        "but not durable"
+    );
+    let durable = store
+        .until_durable(snapshot)
+        .expect("a snapshot past the durable one waits");
+
+    // One go for the write's commit, one for the empty one that waits for it.
+    go.send(()).unwrap();
+    go.send(()).unwrap();
+    durable.wait().unwrap();
+    write.wait().unwrap();
+    assert!(store.commit_signal().durable() >= snapshot);
+    assert!(store.until_durable(snapshot).is_none());
+}

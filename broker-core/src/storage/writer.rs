@@ -191,8 +191,8 @@ impl Writer {
                     // Nothing to commit after it: sync the last batch and answer it before
                     // waiting.
                     if let Some(last) = unsynced.take() {
-                        let durable = self.sync();
-                        self.settle(last, durable, None);
+                        let synced = self.sync();
+                        self.settle(last, synced, None);
                     }
                     match receiver.recv() {
                         Ok(job) => job,
@@ -225,12 +225,12 @@ impl Writer {
                 // Any commit after the previous one's synced it: LMDB syncs a commit's pages,
                 // and with them every earlier write to the file, before its meta page. A
                 // commit that wrote nothing (every operation failed) syncs nothing.
-                let durable = if txn_id > previous.txn_id {
-                    Ok(())
+                let synced = if txn_id > previous.txn_id {
+                    Ok(previous.txn_id)
                 } else {
                     self.sync()
                 };
-                self.settle(previous, durable, answerer.as_ref());
+                self.settle(previous, synced, answerer.as_ref());
             }
             match outcome {
                 Ok(true) => unsynced = Some(Unsynced { batch, txn_id }),
@@ -244,13 +244,16 @@ impl Writer {
         }
     }
 
-    /// Sync the store's file: every commit so far becomes durable, meta pages included.
-    fn sync(&self) -> Result<(), StoreError> {
+    /// Sync the store's file: every commit so far becomes durable, meta pages included. The
+    /// newest transaction id it covers.
+    fn sync(&self) -> Result<usize, StoreError> {
         self.stats.syncs.fetch_add(1, Ordering::Relaxed);
         let started = Instant::now();
+        let txn_id = self.env.info().last_txn_id;
         let synced = self
             .env
             .force_sync()
+            .map(|()| txn_id)
             .map_err(|e| StoreError::from_heed(e, self.map_size));
         self.stats.commit_nanos.fetch_add(
             u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX),
@@ -261,21 +264,25 @@ impl Writer {
         })
     }
 
-    /// Answer a committed batch once its durability is known: each operation's own result
-    /// when it is durable, the sync's error otherwise. Aside, on the answering thread, when
-    /// `aside` is given.
+    /// Answer a committed batch once its durability is known (`synced`: the newest
+    /// transaction id now durable): each operation's own result when it is durable, the sync's
+    /// error otherwise. Aside, on the answering thread, when `aside` is given.
     fn settle(
         &self,
         unsynced: Unsynced,
-        durable: Result<(), StoreError>,
+        synced: Result<usize, StoreError>,
         aside: Option<&Answerer>,
     ) {
-        let err = durable.err();
-        // Once per durable commit, never for a rebuilt pass or a failed commit: followers
-        // of the log wake once for everything this batch made durable.
-        if err.is_none() {
-            self.signal.raise();
-        }
+        let err = match synced {
+            Ok(txn_id) => {
+                self.signal.mark_durable(txn_id.max(unsynced.txn_id));
+                // Once per durable commit, never for a rebuilt pass or a failed commit:
+                // followers of the log wake once for everything this batch made durable.
+                self.signal.raise();
+                None
+            }
+            Err(err) => Some(err),
+        };
         match aside {
             Some(answerer) => {
                 self.stats.answered_aside.fetch_add(1, Ordering::Relaxed);
