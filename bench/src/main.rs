@@ -959,8 +959,9 @@ fn steal_line(rows: &[Row]) -> String {
 }
 
 /// One line: each durable row's daemon CPU per call by thread: the store's writer (the one
-/// serial thread; with `wrtr` near 100 % it is the row's bound), its answering thread, and the
-/// rest (the runtime's threads: requests, effects, handlers).
+/// serial thread; with `wrtr` near 100 % it is the row's bound), its syncing thread (which
+/// makes commits durable and answers their callers), and the rest (the runtime's threads:
+/// requests, effects, handlers).
 fn thread_line(rows: &[Row]) -> String {
     let parts: Vec<String> = rows
         .iter()
@@ -969,7 +970,7 @@ fn thread_line(rows: &[Row]) -> String {
             let answer = r.extra("answer_cpu_us_per_call").unwrap_or(0.0);
             let all = r.daemon_cpu_us_per_call?;
             Some(format!(
-                "{} @{} writer {:.0} us, answering {:.0} us, the rest {:.0} us",
+                "{} @{} writer {:.0} us, syncing {:.0} us, the rest {:.0} us",
                 r.scenario,
                 r.concurrency,
                 writer,
@@ -1050,14 +1051,14 @@ fn measure_row(
     // CPU is sampled around the whole run; scaled to the measured window below.
     let m0 = Metrics::scrape(&d.addr);
     let cpu0 = daemon_cpu_seconds(d.pid());
-    let threads0 = [WRITER_THREAD, ANSWER_THREAD].map(|t| thread_cpu_seconds(d.pid(), t));
+    let threads0 = [WRITER_THREAD, SYNC_THREAD].map(|t| thread_cpu_seconds(d.pid(), t));
     let io0 = daemon_write_bytes(d.pid());
     let writer0 = store_writer_write_bytes(d.pid());
     let t0 = Instant::now();
     let out = load::run(&d.addr, kind, clients, stop, backoff);
     let total = t0.elapsed().as_secs_f64();
     let cpu = daemon_cpu_seconds(d.pid()).zip(cpu0).map(|(a, b)| a - b);
-    let threads = [WRITER_THREAD, ANSWER_THREAD]
+    let threads = [WRITER_THREAD, SYNC_THREAD]
         .map(|t| thread_cpu_seconds(d.pid(), t))
         .into_iter()
         .zip(threads0)
@@ -1522,18 +1523,21 @@ fn daemon_write_bytes(pid: u32) -> Option<u64> {
 }
 
 /// The store's writer thread (`worldd-store-writer`, shown as `worldd-store-wr`).
-const WRITER_THREAD: &str = "worldd-store-wr";
-/// The thread that answers a committed batch's callers while the writer goes on
-/// (`worldd-store-answer`).
-const ANSWER_THREAD: &str = "worldd-store-an";
+const WRITER_THREAD: &[&str] = &["worldd-store-wr"];
+/// The thread that syncs committed batches and answers their callers while the writer goes
+/// on (`worldd-store-sync`, shown as `worldd-store-sy`). Older builds only answered there
+/// (`worldd-store-answer`); `--against` measures either.
+const SYNC_THREAD: &[&str] = &["worldd-store-sy", "worldd-store-an"];
 
-/// The `/proc/<pid>/task/<tid>` directory of the daemon's thread named `comm`.
-fn named_thread(pid: u32, comm: &str) -> Option<PathBuf> {
+/// The `/proc/<pid>/task/<tid>` directory of the daemon's thread named one of `comms`.
+fn named_thread(pid: u32, comms: &[&str]) -> Option<PathBuf> {
     std::fs::read_dir(format!("/proc/{pid}/task"))
         .ok()?
         .flatten()
         .map(|task| task.path())
-        .find(|task| std::fs::read_to_string(task.join("comm")).is_ok_and(|c| c.trim_end() == comm))
+        .find(|task| {
+            std::fs::read_to_string(task.join("comm")).is_ok_and(|c| comms.contains(&c.trim_end()))
+        })
 }
 
 /// Bytes the store's writer thread passed to write system calls: LMDB's page writes and
@@ -1545,9 +1549,9 @@ fn store_writer_write_bytes(pid: u32) -> Option<u64> {
         .and_then(|v| v.trim().parse().ok())
 }
 
-/// User + system CPU seconds of the daemon's thread named `comm`.
-fn thread_cpu_seconds(pid: u32, comm: &str) -> Option<f64> {
-    cpu_seconds(&named_thread(pid, comm)?.join("stat"))
+/// User + system CPU seconds of the daemon's thread named one of `comms`.
+fn thread_cpu_seconds(pid: u32, comms: &[&str]) -> Option<f64> {
+    cpu_seconds(&named_thread(pid, comms)?.join("stat"))
 }
 
 /// User + system CPU seconds of a process, from `/proc/<pid>/stat`.
@@ -1659,7 +1663,7 @@ mod tests {
 
     /// Each durable row's CPU per call is split into the store's threads and the rest.
     #[test]
-    fn the_thread_line_splits_a_rows_cpu_into_the_writer_the_answering_thread_and_the_rest() {
+    fn the_thread_line_splits_a_rows_cpu_into_the_writer_the_syncing_thread_and_the_rest() {
         let mut read = Row {
             daemon_cpu_us_per_call: Some(300.0),
             ..row("ailang-read", 4_000)
@@ -1672,7 +1676,7 @@ mod tests {
         };
         assert_eq!(
             thread_line(&[health.clone(), read]),
-            "daemon CPU per call by thread: ailang-read @32 writer 110 us, answering 8 us, the rest 182 us\n"
+            "daemon CPU per call by thread: ailang-read @32 writer 110 us, syncing 8 us, the rest 182 us\n"
         );
         assert_eq!(thread_line(&[health]), "", "no store threads, no line");
     }

@@ -258,14 +258,20 @@ impl Metrics {
         counter(
             &mut out,
             "worldd_commit_sync_seconds_total",
-            "Store writer time inside LMDB commits (page writes, data sync, meta write) and the syncs that make a last commit durable.",
+            "Store writer time inside LMDB commits: page writes, data sync and meta page write.",
             &secs(&stats.commit_nanos),
         );
         counter(
             &mut out,
             "worldd_commit_syncs_total",
-            "Syncs the store writer made because no later commit came to make its last one durable.",
+            "Syncs that made committed batches durable before their callers were answered.",
             &load(&stats.syncs),
+        );
+        counter(
+            &mut out,
+            "worldd_commit_syncs_seconds_total",
+            "Time the store's syncing thread spent in those syncs.",
+            &secs(&stats.sync_nanos),
         );
         render_store_usage(&mut out, &store.usage());
         counter(

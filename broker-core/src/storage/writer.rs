@@ -90,18 +90,16 @@ pub struct WriterStats {
     pub largest_batch: AtomicU64,
     /// Time spent running the batches' operations (B-tree updates, hashing), ns.
     pub build_nanos: AtomicU64,
-    /// Time spent in LMDB's commit (page writes, data sync, meta write) and in the syncs that
-    /// make a commit durable when no later commit does, ns.
+    /// Time spent in LMDB's commit (page writes, data sync, meta write), ns.
     pub commit_nanos: AtomicU64,
-    /// Syncs of the store's file made because no later commit came to make the last one
-    /// durable (the writer was about to wait, or a commit wrote nothing).
+    /// Syncs of the store's file that made committed batches durable (on the syncing thread;
+    /// batches committed while one runs share the next).
     pub syncs: AtomicU64,
+    /// Time spent in those syncs, ns.
+    pub sync_nanos: AtomicU64,
     /// Batches built a second time, each operation in a nested transaction, because one of
     /// them failed in the first.
     pub rebuilt_batches: AtomicU64,
-    /// Batches whose callers were answered on the answering thread, while the writer went on
-    /// with the operations queued behind them.
-    pub answered_aside: AtomicU64,
 }
 
 /// Run one operation, a panic in it becoming its error: the writer thread outlives any
@@ -159,47 +157,34 @@ pub(super) struct Writer {
 impl Writer {
     /// Drain the queue into group commits until every sender is gone.
     ///
-    /// A commit syncs its pages but not its meta page (`MDB_NOMETASYNC`, set here
-    /// before the first): LMDB's next commit syncs that meta page with its own pages, before it
-    /// writes its own meta page. So a batch's callers are answered only once it is durable:
-    /// after the next commit when more work is queued, or after an explicit sync of the file
-    /// when none is. Either way the disk sees one flush per commit instead of two, and no
-    /// caller hears of a write that a power cut could still undo.
-    ///
-    /// Answering a batch wakes each of its callers, about a tenth of the writer's time. When
-    /// more work follows, the batch's callers are answered on a thread of its own while the
-    /// writer goes on; otherwise here, where nothing waits for it.
+    /// A commit syncs its pages but not its meta page (`MDB_NOMETASYNC`, set here before the
+    /// first). The writer hands the committed batch to the syncing thread and goes on with the
+    /// next batch at once; that thread syncs the file (making every commit so far durable, meta
+    /// pages included) and only then answers the batch's callers. So the second flush of each
+    /// commit leaves the one thread that writes, batches handed over while a sync runs share
+    /// the next one, and no caller hears of a write that a power cut could still undo. LMDB
+    /// keeps the store whole meanwhile: a commit's pages are synced before its meta page is
+    /// written, and that sync also carries the meta page of the commit before.
     pub(super) fn run(self, receiver: Receiver<Job>) {
         // SAFETY: the flag only changes when a commit's meta page reaches the disk; this
         // thread makes every commit of this environment from here on (the tables were opened
-        // and any upgrade committed before it started) and answers none before a later
-        // commit or an explicit sync has made it durable.
-        if let Err(err) = unsafe {
+        // and any upgrade committed before it started), and no commit is answered before a
+        // sync that began after it.
+        let unsynced_meta = unsafe {
             self.env
                 .set_flags(EnvFlags::NO_META_SYNC, FlagSetMode::Enable)
-        } {
+        };
+        if let Err(err) = &unsynced_meta {
             tracing::warn!(error = %err, "store writer keeps LMDB's meta sync: the flag was refused");
         }
-        let answerer = Answerer::spawn();
-        let mut queued = None;
-        // The last committed batch, not yet known to be durable.
-        let mut unsynced: Option<Unsynced> = None;
-        loop {
-            let first = match queued.take() {
-                Some(job) => job,
-                None => {
-                    // Nothing to commit after it: sync the last batch and answer it before
-                    // waiting.
-                    if let Some(last) = unsynced.take() {
-                        let synced = self.sync();
-                        self.settle(last, synced, None);
-                    }
-                    match receiver.recv() {
-                        Ok(job) => job,
-                        Err(_) => break,
-                    }
-                }
-            };
+        let durability = Durability {
+            env: self.env.clone(),
+            map_size: self.map_size,
+            stats: self.stats.clone(),
+            signal: self.signal.clone(),
+        };
+        let syncer = Syncer::spawn(durability.clone());
+        while let Ok(first) = receiver.recv() {
             let started = Instant::now();
             let mut batch = vec![first];
             while batch.len() < MAX_BATCH {
@@ -214,81 +199,26 @@ impl Writer {
             stats.operations.fetch_add(n, Ordering::Relaxed);
             stats.largest_batch.fetch_max(n, Ordering::Relaxed);
             let outcome = self.build_and_commit(&mut batch, started);
-            let committed = matches!(outcome, Ok(true));
-            let txn_id = self.env.info().last_txn_id;
             if let Ok(mut slot) = self.observer.lock() {
                 if let Some(observe) = slot.as_mut() {
-                    observe(batch.len(), committed);
+                    observe(batch.len(), matches!(outcome, Ok(true)));
                 }
             }
-            if let Some(previous) = unsynced.take() {
-                // Any commit after the previous one's synced it: LMDB syncs a commit's pages,
-                // and with them every earlier write to the file, before its meta page. A
-                // commit that wrote nothing (every operation failed) syncs nothing.
-                let synced = if txn_id > previous.txn_id {
-                    Ok(previous.txn_id)
-                } else {
-                    self.sync()
-                };
-                self.settle(previous, synced, answerer.as_ref());
+            let settled = Settled {
+                batch,
+                outcome: match outcome {
+                    Ok(true) => Ok(Some(self.env.info().last_txn_id)),
+                    Ok(false) => Ok(None),
+                    Err(err) => Err(err),
+                },
+            };
+            match &syncer {
+                Some(syncer) => syncer.hand(settled),
+                None => durability.settle(vec![settled]),
             }
-            match outcome {
-                Ok(true) => unsynced = Some(Unsynced { batch, txn_id }),
-                Ok(false) => answer(batch, None),
-                Err(err) => answer(batch, Some(&err)),
-            }
-            queued = receiver.try_recv().ok();
         }
-        if let Some(answerer) = answerer {
-            answerer.finish();
-        }
-    }
-
-    /// Sync the store's file: every commit so far becomes durable, meta pages included. The
-    /// newest transaction id it covers.
-    fn sync(&self) -> Result<usize, StoreError> {
-        self.stats.syncs.fetch_add(1, Ordering::Relaxed);
-        let started = Instant::now();
-        let txn_id = self.env.info().last_txn_id;
-        let synced = self
-            .env
-            .force_sync()
-            .map(|()| txn_id)
-            .map_err(|e| StoreError::from_heed(e, self.map_size));
-        self.stats.commit_nanos.fetch_add(
-            u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX),
-            Ordering::Relaxed,
-        );
-        synced.inspect_err(|err| {
-            tracing::error!(error = %err, "store writer could not sync its last commit");
-        })
-    }
-
-    /// Answer a committed batch once its durability is known (`synced`: the newest
-    /// transaction id now durable): each operation's own result when it is durable, the sync's
-    /// error otherwise. Aside, on the answering thread, when `aside` is given.
-    fn settle(
-        &self,
-        unsynced: Unsynced,
-        synced: Result<usize, StoreError>,
-        aside: Option<&Answerer>,
-    ) {
-        let err = match synced {
-            Ok(txn_id) => {
-                self.signal.mark_durable(txn_id.max(unsynced.txn_id));
-                // Once per durable commit, never for a rebuilt pass or a failed commit:
-                // followers of the log wake once for everything this batch made durable.
-                self.signal.raise();
-                None
-            }
-            Err(err) => Some(err),
-        };
-        match aside {
-            Some(answerer) => {
-                self.stats.answered_aside.fetch_add(1, Ordering::Relaxed);
-                answerer.answer(unsynced.batch, err)
-            }
-            None => answer(unsynced.batch, err.as_ref()),
+        if let Some(syncer) = syncer {
+            syncer.finish();
         }
     }
 
@@ -375,13 +305,6 @@ impl Writer {
     }
 }
 
-/// A committed batch whose meta page may not be on the disk yet.
-struct Unsynced {
-    batch: Vec<Job>,
-    /// The store's last transaction id once it was committed.
-    txn_id: usize,
-}
-
 /// Answer every operation of a finished batch.
 fn answer(batch: Vec<Job>, commit_error: Option<&StoreError>) {
     for job in batch {
@@ -389,38 +312,109 @@ fn answer(batch: Vec<Job>, commit_error: Option<&StoreError>) {
     }
 }
 
-/// The thread that answers a batch's callers while the writer builds the next one.
-struct Answerer {
-    sender: Sender<(Vec<Job>, Option<StoreError>)>,
-    thread: JoinHandle<()>,
+/// A batch the writer is done with: committed (with the store's transaction id after it), or
+/// never begun (`Ok(None)`: each operation holds that error), or its commit failed.
+struct Settled {
+    batch: Vec<Job>,
+    outcome: Result<Option<usize>, StoreError>,
 }
 
-impl Answerer {
-    /// `None` when no thread can be started: the writer then answers every batch itself.
-    fn spawn() -> Option<Answerer> {
-        let (sender, receiver) = channel::<(Vec<Job>, Option<StoreError>)>();
-        let thread = std::thread::Builder::new()
-            .name("worldd-store-answer".into())
-            .spawn(move || {
-                for (batch, err) in receiver {
-                    answer(batch, err.as_ref());
-                }
-            })
-            .inspect_err(|err| {
-                tracing::warn!(error = %err, "store writer answers its own batches: no thread for it");
-            })
-            .ok()?;
-        Some(Answerer { sender, thread })
-    }
+/// What making batches durable and answering them needs, on whichever thread does it.
+#[derive(Clone)]
+struct Durability {
+    env: Env<WithoutTls>,
+    map_size: usize,
+    stats: Arc<WriterStats>,
+    signal: Arc<CommitSignal>,
+}
 
-    fn answer(&self, batch: Vec<Job>, err: Option<StoreError>) {
-        // The thread only ends when the sender is dropped; should it have died, answer here.
-        if let Err(std::sync::mpsc::SendError((batch, err))) = self.sender.send((batch, err)) {
-            answer(batch, err.as_ref());
+impl Durability {
+    /// Sync once for every committed batch of `settled`, then answer them all: each
+    /// operation's own result when the sync succeeded, its error otherwise.
+    fn settle(&self, settled: Vec<Settled>) {
+        let newest = settled
+            .iter()
+            .filter_map(|s| s.outcome.as_ref().ok().copied().flatten())
+            .max();
+        let synced = newest.map(|txn_id| self.sync().map(|()| txn_id));
+        if let Some(Ok(txn_id)) = synced {
+            self.signal.mark_durable(txn_id);
+            // Once per sync, never for a rebuilt pass or a failed commit: followers of the
+            // log wake once for everything it made durable.
+            self.signal.raise();
+        }
+        let sync_error = match &synced {
+            Some(Err(err)) => Some(err),
+            _ => None,
+        };
+        for Settled { batch, outcome } in settled {
+            match &outcome {
+                Ok(Some(_)) => answer(batch, sync_error),
+                Ok(None) => answer(batch, None),
+                Err(err) => answer(batch, Some(err)),
+            }
         }
     }
 
-    /// Every batch handed over is answered before the writer thread ends.
+    /// Sync the store's file: every commit so far becomes durable, meta pages included.
+    fn sync(&self) -> Result<(), StoreError> {
+        self.stats.syncs.fetch_add(1, Ordering::Relaxed);
+        let started = Instant::now();
+        let synced = self
+            .env
+            .force_sync()
+            .map_err(|e| StoreError::from_heed(e, self.map_size));
+        self.stats.sync_nanos.fetch_add(
+            u64::try_from(started.elapsed().as_nanos()).unwrap_or(u64::MAX),
+            Ordering::Relaxed,
+        );
+        synced.inspect_err(|err| {
+            tracing::error!(error = %err, "store writer could not sync its commits");
+        })
+    }
+}
+
+/// The thread that makes committed batches durable and answers their callers while the
+/// writer builds the next ones.
+struct Syncer {
+    sender: Sender<Settled>,
+    thread: JoinHandle<()>,
+}
+
+impl Syncer {
+    /// `None` when no thread can be started: the writer then syncs and answers every batch
+    /// itself.
+    fn spawn(durability: Durability) -> Option<Syncer> {
+        let (sender, receiver) = channel::<Settled>();
+        let thread = std::thread::Builder::new()
+            .name("worldd-store-sync".into())
+            .spawn(move || {
+                while let Ok(first) = receiver.recv() {
+                    // Whatever the writer committed meanwhile shares this sync.
+                    let mut settled = vec![first];
+                    settled.extend(receiver.try_iter());
+                    durability.settle(settled);
+                }
+            })
+            .inspect_err(|err| {
+                tracing::warn!(error = %err, "store writer syncs its own batches: no thread for it");
+            })
+            .ok()?;
+        Some(Syncer { sender, thread })
+    }
+
+    fn hand(&self, settled: Settled) {
+        // The thread only ends when the sender is dropped; should it have died, settle here.
+        if let Err(std::sync::mpsc::SendError(settled)) = self.sender.send(settled) {
+            tracing::error!("the store's syncing thread is gone");
+            settled
+                .batch
+                .into_iter()
+                .for_each(|job| job.answer(Some(&StoreError::WriterGone)));
+        }
+    }
+
+    /// Every batch handed over is synced and answered before the writer thread ends.
     fn finish(self) {
         drop(self.sender);
         let _ = self.thread.join();
