@@ -20,8 +20,6 @@ use axum::middleware::Next;
 use axum::response::Response;
 use broker_core::store::Store;
 
-use crate::state::AppState;
-
 tokio::task_local! {
     /// The newest snapshot the request's task has read.
     static NEWEST_READ: Cell<usize>;
@@ -60,14 +58,14 @@ pub async fn spawn_read<T: Send + 'static>(
 }
 
 /// Run the request, then hold its answer until what it read is durable.
-pub async fn hold(State(state): State<AppState>, request: Request, next: Next) -> Response {
+pub async fn hold(State(store): State<Store>, request: Request, next: Next) -> Response {
     let (response, newest) = NEWEST_READ
         .scope(Cell::new(0), async {
             let response = next.run(request).await;
             (response, NEWEST_READ.with(Cell::get))
         })
         .await;
-    wait_durable(state.store(), newest).await;
+    wait_durable(&store, newest).await;
     response
 }
 

@@ -21,7 +21,7 @@ pub fn router(state: AppState) -> Router {
         .method_not_allowed_fallback(fallback::method_not_allowed)
         .fallback(fallback::not_found)
         .layer(axum::middleware::from_fn_with_state(
-            state.clone(),
+            state.store().clone(),
             durable_answers::hold,
         ))
         .layer(axum::middleware::from_fn_with_state(
