@@ -3,7 +3,8 @@
 //!
 //! Run: `cargo bench -p broker-core --bench group_commit` (optionally `-- --seconds 3`,
 //! `--dir PATH` to measure another disk). Each commit is a real log append (two objects, an
-//! entry, a world, the head) acknowledged only after LMDB's full sync.
+//! entry, a world, the head) acknowledged only once durable (the commit's pages synced by
+//! LMDB, then its meta page by the store's syncing thread).
 
 use std::io::Write;
 use std::path::{Path, PathBuf};

@@ -5,9 +5,11 @@
 //!
 //! Reads run on the caller's thread in their own read transaction. Every write goes through
 //! [`Store::write`] or [`Store::submit`]: the operation is sent to the single writer thread,
-//! which drains whatever is queued, runs the operations in one transaction, commits it once
-//! (LMDB's default full sync: durable when acknowledged) and then answers every caller, blocked
-//! thread or awaiting task. Throughput under concurrency comes
+//! which drains whatever is queued, runs the operations in one transaction and commits it once
+//! (the pages synced, the meta page written); a syncing thread then syncs the file, so that the
+//! commit is durable, and only then answers every caller, blocked thread or awaiting task
+//! (durable when acknowledged). A read may see a commit before that sync: whatever shows a read
+//! to the outside waits for [`Store::until_durable`]. Throughput under concurrency comes
 //! from that batching, never from weaker syncing. A failing operation's writes are undone alone
 //! (the batch is built again with each operation in a nested transaction); a failing commit
 //! fails the batch.

@@ -231,7 +231,8 @@ impl Writer {
             })
     }
 
-    /// Build one group commit from `batch` and commit it (LMDB's full sync); `Ok(false)` when
+    /// Build one group commit from `batch` and commit it (its pages synced, its meta page
+    /// written: the syncing thread makes it durable); `Ok(false)` when
     /// no transaction could begin (every operation then holds that error).
     ///
     /// Every operation first runs straight in the batch's transaction: nested transactions cost
