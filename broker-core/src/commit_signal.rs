@@ -1,16 +1,16 @@
 //! A signal raised after every durable group commit, so readers can follow the log live, and
 //! the newest snapshot known to be durable.
 //!
-//! The store's writer thread raises it once per committed batch, once that batch is durable
-//! and before answering the batch's callers (so a caller that got its answer knows the
-//! listeners were told). Raising costs one read-lock and one call per listener; a listener
-//! must be as cheap (e.g. bump a `tokio::sync::watch` value) and never block, because it runs
-//! on the only thread that writes. Listeners learn only *that* something was committed: they
-//! read what changed themselves, in their own read transactions, so a burst of commits
+//! The store's syncing thread raises it once per sync that made committed batches durable,
+//! before answering their callers (so a caller that got its answer knows the listeners were
+//! told). Raising costs one read-lock and one call per listener; a listener must be as cheap
+//! (e.g. bump a `tokio::sync::watch` value) and never block, because every commit waits for
+//! that thread before it is answered. Listeners learn only *that* something was committed:
+//! they read what changed themselves, in their own read transactions, so a burst of commits
 //! coalesces into one wake-up and a slow reader never slows the writer.
 //!
 //! A read transaction may see a commit before it is durable (the writer leaves a commit's meta
-//! page to the next commit's sync, `docs/data-model.md` §8.6). [`CommitSignal::durable`] is the
+//! page to the syncing thread, `docs/data-model.md` §8.6). [`CommitSignal::durable`] is the
 //! newest transaction id known to be on the disk: whoever shows a reader's snapshot to the
 //! outside compares its id with it first ([`crate::store::Store::until_durable`]).
 //!
@@ -39,8 +39,8 @@ impl std::fmt::Debug for CommitSignal {
 }
 
 impl CommitSignal {
-    /// Call `listener` after every durable commit from now on. It runs on the writer thread:
-    /// it must return at once.
+    /// Call `listener` after every durable commit from now on. It runs on the store's syncing
+    /// thread: it must return at once.
     pub fn listen(&self, listener: impl Fn() + Send + Sync + 'static) {
         if let Ok(mut l) = self.listeners.write() {
             l.push(Box::new(listener));
@@ -58,7 +58,7 @@ impl CommitSignal {
         self.durable.fetch_max(txn_id, Ordering::AcqRel);
     }
 
-    /// Called by the writer after a batch became durable.
+    /// Called by the syncing thread after batches became durable.
     pub(crate) fn raise(&self) {
         if let Ok(listeners) = self.listeners.read() {
             for l in listeners.iter() {

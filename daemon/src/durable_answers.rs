@@ -1,15 +1,15 @@
 //! An answer never shows what a power cut could take back.
 //!
-//! The store's writer answers a write only once it is durable, but it leaves each commit's
-//! meta page to be synced by the next commit (`docs/data-model.md` §8.6), and LMDB shows a
+//! The store answers a write only once it is durable, but its writer leaves each commit's meta
+//! page to be synced by a thread of its own (`docs/data-model.md` §8.6), and LMDB shows a
 //! commit to new read transactions as soon as its meta page is written. So a request that
-//! only reads can see a commit of another episode a commit-time before the disk has it.
+//! only reads can see another episode's commit a sync before the disk has it.
 //!
 //! Every request runs inside [`hold`]: the store tells a task-local the snapshot id of each
 //! read the request's task makes ([`note_reads`]), reads it hands to the blocking pool go
 //! through [`spawn_read`], which notes theirs, and when the answer is ready, a snapshot newer
 //! than the store's durable one waits for it ([`broker_core::store::Store::until_durable`], at
-//! most about one group commit). A call's own answer already waited for its commit, which is
+//! most about one sync). A call's own answer already waited for its commit, which is
 //! newer than anything it read, so a call never waits here. Reads made outside the request's
 //! task (a streamed body) are not noted: the log stream waits for each of its batches itself.
 

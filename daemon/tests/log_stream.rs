@@ -1037,7 +1037,7 @@ async fn a_log_page_examines_at_most_5000_positions() {
 }
 
 /// A commit is visible to readers a moment before it is durable (the writer leaves its meta
-/// page to the next commit's sync). A read that saw it is answered only once it is durable, so
+/// page to the store's syncing thread). A read that saw it is answered only once it is durable, so
 /// a power cut never takes back an entry someone was shown.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_read_that_sees_a_commit_not_yet_durable_is_answered_once_it_is() {

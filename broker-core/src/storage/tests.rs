@@ -391,8 +391,8 @@ fn every_caller_is_answered_only_once_its_commit_is_durable() {
     );
 }
 
-/// A read can see a commit before it is durable (its meta page waits for the next commit's
-/// sync); `until_durable` says so and answers once it is.
+/// A read can see a commit before it is durable (its meta page waits for the syncing
+/// thread); `until_durable` says so and answers once it is.
 #[test]
 fn a_snapshot_that_sees_a_commit_not_yet_durable_is_told_when_it_is() {
     let dir = tempfile::tempdir().unwrap();
@@ -422,7 +422,8 @@ fn a_snapshot_that_sees_a_commit_not_yet_durable_is_told_when_it_is() {
         .until_durable(snapshot)
         .expect("a snapshot past the durable one waits");
 
-    // One go for the write's commit, one for the empty one that waits for it.
+    // One go for the write's commit, one for the empty one that waits for it (the sync comes
+    // after the writer hands each batch over, so each is held here first).
     go.send(()).unwrap();
     go.send(()).unwrap();
     durable.wait().unwrap();
