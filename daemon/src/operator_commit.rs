@@ -107,10 +107,10 @@ async fn commit_checked(
         }
     }
     let store = state.store().clone();
-    let selected =
-        crate::durable_answers::spawn_read(move || commit::rest_commit(&store, c, &grant))
-            .await
-            .map_err(|e| Refusal::new("error", ApiError::internal("commit task", e)))?;
+    // A commit's answer waits for its own commit, newer than anything it read.
+    let selected = tokio::task::spawn_blocking(move || commit::rest_commit(&store, c, &grant))
+        .await
+        .map_err(|e| Refusal::new("error", ApiError::internal("commit task", e)))?;
     match selected {
         Ok(r) => Ok(r.to_string()),
         Err(CommitError::Log(LogError::HeadConflict { observed, selected })) => Err(Refusal::new(

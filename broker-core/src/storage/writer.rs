@@ -170,11 +170,10 @@ impl Writer {
         // thread makes every commit of this environment from here on (the tables were opened
         // and any upgrade committed before it started), and no commit is answered before a
         // sync that began after it.
-        let unsynced_meta = unsafe {
+        if let Err(err) = unsafe {
             self.env
                 .set_flags(EnvFlags::NO_META_SYNC, FlagSetMode::Enable)
-        };
-        if let Err(err) = &unsynced_meta {
+        } {
             tracing::warn!(error = %err, "store writer keeps LMDB's meta sync: the flag was refused");
         }
         let durability = Durability {
@@ -380,6 +379,8 @@ impl Durability {
 struct Syncer {
     sender: Sender<Settled>,
     thread: JoinHandle<()>,
+    /// For settling on the writer should the thread be gone.
+    durability: Durability,
 }
 
 impl Syncer {
@@ -387,6 +388,7 @@ impl Syncer {
     /// itself.
     fn spawn(durability: Durability) -> Option<Syncer> {
         let (sender, receiver) = channel::<Settled>();
+        let own = durability.clone();
         let thread = std::thread::Builder::new()
             .name("worldd-store-sync".into())
             .spawn(move || {
@@ -394,24 +396,24 @@ impl Syncer {
                     // Whatever the writer committed meanwhile shares this sync.
                     let mut settled = vec![first];
                     settled.extend(receiver.try_iter());
-                    durability.settle(settled);
+                    own.settle(settled);
                 }
             })
             .inspect_err(|err| {
                 tracing::warn!(error = %err, "store writer syncs its own batches: no thread for it");
             })
             .ok()?;
-        Some(Syncer { sender, thread })
+        Some(Syncer {
+            sender,
+            thread,
+            durability,
+        })
     }
 
     fn hand(&self, settled: Settled) {
         // The thread only ends when the sender is dropped; should it have died, settle here.
         if let Err(std::sync::mpsc::SendError(settled)) = self.sender.send(settled) {
-            tracing::error!("the store's syncing thread is gone");
-            settled
-                .batch
-                .into_iter()
-                .for_each(|job| job.answer(Some(&StoreError::WriterGone)));
+            self.durability.settle(vec![settled]);
         }
     }
 
