@@ -8,8 +8,8 @@
 //! Every request runs inside [`hold`]: the store tells a task-local the snapshot id of each
 //! read the request's task makes ([`note_reads`]), reads it hands to the blocking pool go
 //! through [`spawn_read`], which notes theirs, and when the answer is ready, a snapshot newer
-//! than the store's durable one waits for it ([`broker_core::store::Store::until_durable`]: at
-//! most a group commit and its sync, as its empty write joins the next batch). A call's own
+//! than the store's durable one waits for it ([`broker_core::store::Store::until_durable`]: the
+//! sync its commit was handed to, which adds no write). A call's own
 //! answer already waited for its commit, which is newer than anything it read, so a call never
 //! waits here. Reads made outside the request's task (a streamed body) are not noted: the log
 //! stream waits for each of its batches itself.

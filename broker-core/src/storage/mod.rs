@@ -25,6 +25,7 @@
 //! [`Store::submit`], the typed tables' operations, and the commit signal. LMDB's types stay
 //! inside this crate.
 
+mod durable_waits;
 mod map;
 mod reply;
 mod table;
@@ -41,6 +42,7 @@ use heed::{CommitOrAbort, CommitToken, Env, EnvOpenOptions, OnCommit, RoTxn, RwT
 
 use crate::capacity::{self, BadLimits, Full, Gauge, Limits, Usage};
 use crate::commit_signal::CommitSignal;
+use durable_waits::{DurableWaits, Wait};
 use map::{page_multiple, MapLock};
 pub use reply::Submitted;
 use table::RawDb;
@@ -283,6 +285,8 @@ struct Inner {
     observer: ObserverSlot,
     map: Arc<MapLock>,
     committed: Arc<CommitSignal>,
+    /// Reads waiting for a sync the writer already handed over ([`Store::until_durable`]).
+    waits: Arc<DurableWaits>,
     /// Told the snapshot id of every read transaction ([`Store::on_read`]).
     read_hook: std::sync::OnceLock<ReadHook>,
 }
@@ -564,6 +568,7 @@ impl Store {
         let committed = Arc::new(CommitSignal::default());
         // What this process found on opening is as durable as it will be made.
         committed.mark_durable(env.info().last_txn_id);
+        let waits = Arc::new(DurableWaits::default());
         let state = (layout.state)();
         let writer = spawn_writer(
             Writer {
@@ -574,6 +579,7 @@ impl Store {
                 stats: stats.clone(),
                 map: map.clone(),
                 signal: committed.clone(),
+                waits: waits.clone(),
                 observer: observer.clone(),
             },
             receiver,
@@ -592,6 +598,7 @@ impl Store {
                 observer,
                 map,
                 committed,
+                waits,
                 read_hook: std::sync::OnceLock::new(),
             }),
         })
@@ -666,14 +673,18 @@ impl Store {
         self.inner.read_hook.set(hook).is_ok()
     }
 
-    /// `None` when the snapshot `txn_id` (a [`ReadCtx::snapshot`]) is durable; otherwise an
-    /// empty write whose answer comes once it is. A read transaction can see a commit the
-    /// writer has not yet made durable (§8.6 of `docs/data-model.md`); what is shown outside
-    /// the process waits for this first, so that a power cut never takes back what someone
-    /// has seen.
+    /// `None` when the snapshot `txn_id` (a [`ReadCtx::snapshot`]) is durable; otherwise what
+    /// answers once it is. A read transaction can see a commit the writer has not yet made
+    /// durable (§8.6 of `docs/data-model.md`); what is shown outside the process waits for this
+    /// first, so that a power cut never takes back what someone has seen. A commit of this
+    /// store's writer is waited for through the sync it was handed to; a newer one (another
+    /// process's) through an empty write, whose own sync covers it.
     pub fn until_durable(&self, txn_id: usize) -> Option<Submitted<(), StoreError>> {
-        (txn_id > self.inner.committed.durable())
-            .then(|| self.submit(|_: &mut WriteCtx<'_, '_>| Ok::<(), StoreError>(())))
+        match self.inner.waits.wait_for(txn_id, &self.inner.committed) {
+            Wait::Durable => None,
+            Wait::Sync(sync) => Some(sync),
+            Wait::NotOurs => Some(self.submit(|_: &mut WriteCtx<'_, '_>| Ok::<(), StoreError>(()))),
+        }
     }
 
     /// Run `op` on the writer thread inside the next group commit and wait until that commit is

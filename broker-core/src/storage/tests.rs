@@ -51,6 +51,7 @@ fn run_batch(store: &Store, fails: &[bool]) -> (Vec<Result<(), StoreError>>, Vec
         stats: inner.stats.clone(),
         map: inner.map.clone(),
         signal: inner.committed.clone(),
+        waits: inner.waits.clone(),
         observer: inner.observer.clone(),
     };
     let outcome = writer.build_and_commit(&mut batch, Instant::now());
@@ -139,6 +140,7 @@ fn a_rebuilt_batch_raises_the_commit_signal_once_and_is_counted_once() {
         stats: inner.stats.clone(),
         map: inner.map.clone(),
         signal: inner.committed.clone(),
+        waits: inner.waits.clone(),
         observer: inner.observer.clone(),
     }
     .run(receiver);
@@ -391,20 +393,27 @@ fn every_caller_is_answered_only_once_its_commit_is_durable() {
     );
 }
 
-/// A read can see a commit before it is durable (its meta page waits for the syncing
-/// thread); `until_durable` says so and answers once it is.
-#[test]
-fn a_snapshot_that_sees_a_commit_not_yet_durable_is_told_when_it_is() {
-    let dir = tempfile::tempdir().unwrap();
-    let store = Store::create(&dir.path().join("db")).unwrap();
+/// The writer stops after each commit, before it hands the batch to be synced, until `go`
+/// says on; `committed` hears of each stop.
+fn hold_after_each_commit(store: &Store) -> (mpsc::Receiver<()>, mpsc::Sender<()>) {
     let (entered, committed) = mpsc::channel::<()>();
     let (go, gate) = mpsc::channel::<()>();
     let gate = Mutex::new(gate);
-    // The writer stops after each commit, before it syncs or answers anything.
     store.observe_commits(Some(Box::new(move |_, _| {
         let _ = entered.send(());
         let _ = gate.lock().unwrap().recv();
     })));
+    (committed, go)
+}
+
+/// A read can see a commit before it is durable (its meta page waits for the syncing
+/// thread); `until_durable` says so and answers once the sync the commit was handed to is
+/// done, with no commit of its own.
+#[test]
+fn a_snapshot_that_sees_a_commit_not_yet_durable_is_told_when_it_is() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::create(&dir.path().join("db")).unwrap();
+    let (committed, go) = hold_after_each_commit(&store);
     let o = Object::new("world/test/v1", "t", b"seen early".to_vec());
     let put = o.clone();
     let write = store.submit(move |w: &mut WriteCtx<'_, '_>| w.put_object(&put));
@@ -421,13 +430,70 @@ fn a_snapshot_that_sees_a_commit_not_yet_durable_is_told_when_it_is() {
     let durable = store
         .until_durable(snapshot)
         .expect("a snapshot past the durable one waits");
+    let batches = store.stats().batches.load(Ordering::SeqCst);
+    let syncs = store.stats().syncs.load(Ordering::SeqCst);
 
-    // One go for the write's commit, one for the empty one that waits for it (the sync comes
-    // after the writer hands each batch over, so each is held here first).
-    go.send(()).unwrap();
+    // One go, for the write's own commit: the wait rides on its sync.
     go.send(()).unwrap();
     durable.wait().unwrap();
     write.wait().unwrap();
     assert!(store.commit_signal().durable() >= snapshot);
     assert!(store.until_durable(snapshot).is_none());
+    assert_eq!(
+        store.stats().batches.load(Ordering::SeqCst),
+        batches,
+        "the wait added no commit"
+    );
+    assert_eq!(store.stats().syncs.load(Ordering::SeqCst), syncs + 1);
+    assert!(
+        committed.try_recv().is_err(),
+        "no other commit reached the writer"
+    );
+}
+
+/// A snapshot newer than anything this store's writer committed is another process's commit:
+/// nothing here would sync it, so the wait is a commit (and sync) of its own.
+#[test]
+fn a_snapshot_past_this_writers_commits_is_waited_for_with_a_commit_of_its_own() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::create(&dir.path().join("db")).unwrap();
+    let snapshot = store.read(|r| Ok::<_, StoreError>(r.snapshot())).unwrap();
+    let batches = store.stats().batches.load(Ordering::SeqCst);
+    store
+        .until_durable(snapshot + 1)
+        .expect("not known to be durable")
+        .wait()
+        .unwrap();
+    // (Nothing is written, so LMDB makes no new transaction: the sync covers whatever the
+    // other process committed, which is the store's newest transaction by then.)
+    assert_eq!(store.stats().batches.load(Ordering::SeqCst), batches + 1);
+}
+
+/// Many readers waiting on the same sync are all answered by it, and each only once the
+/// watermark has passed its snapshot.
+#[test]
+fn every_reader_waiting_on_a_sync_is_answered_once_it_is_done() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::create(&dir.path().join("db")).unwrap();
+    let (committed, go) = hold_after_each_commit(&store);
+    let write = store.submit(|w: &mut WriteCtx<'_, '_>| {
+        w.put_object(&Object::new("world/test/v1", "t", b"many".to_vec()))
+    });
+    committed.recv().unwrap();
+    let snapshot = store.read(|r| Ok::<_, StoreError>(r.snapshot())).unwrap();
+    let waiters: Vec<_> = (0..16)
+        .map(|_| {
+            let wait = store.until_durable(snapshot).expect("waits");
+            let store = store.clone();
+            std::thread::spawn(move || {
+                wait.wait().unwrap();
+                store.commit_signal().durable()
+            })
+        })
+        .collect();
+    go.send(()).unwrap();
+    for w in waiters {
+        assert!(w.join().unwrap() >= snapshot);
+    }
+    write.wait().unwrap();
 }

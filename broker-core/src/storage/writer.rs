@@ -9,6 +9,7 @@ use std::time::Instant;
 
 use heed::{Env, EnvFlags, FlagSetMode, RwTxn, WithoutTls};
 
+use super::durable_waits::DurableWaits;
 use super::map::{Held, MapLock};
 use super::reply::Answer;
 use super::table::RawDb;
@@ -151,6 +152,7 @@ pub(super) struct Writer {
     pub(super) stats: Arc<WriterStats>,
     pub(super) map: Arc<MapLock>,
     pub(super) signal: Arc<CommitSignal>,
+    pub(super) waits: Arc<DurableWaits>,
     pub(super) observer: ObserverSlot,
 }
 
@@ -181,6 +183,7 @@ impl Writer {
             map_size: self.map_size,
             stats: self.stats.clone(),
             signal: self.signal.clone(),
+            waits: self.waits.clone(),
         };
         let syncer = Syncer::spawn(durability.clone());
         while let Ok(first) = receiver.recv() {
@@ -197,20 +200,22 @@ impl Writer {
             stats.batches.fetch_add(1, Ordering::Relaxed);
             stats.operations.fetch_add(n, Ordering::Relaxed);
             stats.largest_batch.fetch_max(n, Ordering::Relaxed);
-            let outcome = self.build_and_commit(&mut batch, started);
+            let outcome = match self.build_and_commit(&mut batch, started) {
+                Ok(true) => {
+                    let txn_id = self.env.info().last_txn_id;
+                    // Readers may see it from now on; the sync it is handed to answers them.
+                    self.waits.committed(txn_id);
+                    Ok(Some(txn_id))
+                }
+                Ok(false) => Ok(None),
+                Err(err) => Err(err),
+            };
             if let Ok(mut slot) = self.observer.lock() {
                 if let Some(observe) = slot.as_mut() {
-                    observe(batch.len(), matches!(outcome, Ok(true)));
+                    observe(batch.len(), matches!(outcome, Ok(Some(_))));
                 }
             }
-            let settled = Settled {
-                batch,
-                outcome: match outcome {
-                    Ok(true) => Ok(Some(self.env.info().last_txn_id)),
-                    Ok(false) => Ok(None),
-                    Err(err) => Err(err),
-                },
-            };
+            let settled = Settled { batch, outcome };
             match &syncer {
                 Some(syncer) => syncer.hand(settled),
                 None => durability.settle(vec![settled]),
@@ -326,6 +331,7 @@ struct Durability {
     map_size: usize,
     stats: Arc<WriterStats>,
     signal: Arc<CommitSignal>,
+    waits: Arc<DurableWaits>,
 }
 
 impl Durability {
@@ -342,9 +348,13 @@ impl Durability {
             // Once per sync, never for a rebuilt pass or a failed commit: followers of the
             // log wake once for everything it made durable.
             self.signal.raise();
+            self.waits.durable(txn_id);
         }
-        let sync_error = match &synced {
-            Some(Err(err)) => Some(err),
+        let sync_error = match (&synced, newest) {
+            (Some(Err(err)), Some(newest)) => {
+                self.waits.failed(newest, err);
+                Some(err)
+            }
             _ => None,
         };
         for Settled { batch, outcome } in settled {
