@@ -201,6 +201,19 @@ pub async fn reuse(
 /// Classify a committed call from its effects and its output object. `class` is the tool's
 /// effect class ([`crate::tools::tool_class`]): only reads are ever retryable.
 pub fn of_committed(effects: &[EffectSummary], output: &Value, class: EffectClass) -> Outcome {
+    classify(
+        effects,
+        || output.get("ok") == Some(&Value::Bool(false)),
+        class,
+    )
+}
+
+/// [`of_committed`], asking whether the output says `"ok": false` only when an effect ran.
+fn classify(
+    effects: &[EffectSummary],
+    refused_by_policy: impl FnOnce() -> bool,
+    class: EffectClass,
+) -> Outcome {
     let read = class == EffectClass::Read;
     let Some(effect) = effects.first() else {
         // Zero effects: the plan refused (the only zero-effect commit).
@@ -221,9 +234,7 @@ pub fn of_committed(effects: &[EffectSummary], output: &Value, class: EffectClas
             }
             o
         }
-        "ok" if output.get("ok") == Some(&Value::Bool(false)) => {
-            Outcome::new(Kind::Refused, "policy", false)
-        }
+        "ok" if refused_by_policy() => Outcome::new(Kind::Refused, "policy", false),
         "ok" => Outcome {
             kind: Kind::Ok,
             reason: None,
@@ -248,8 +259,7 @@ pub fn refused_by_policy(output: &[u8]) -> bool {
 
 /// [`of_committed`] for a [`CallOutput`] whose output bytes are the committed JSON object.
 pub fn of_output(out: &CallOutput, class: EffectClass) -> Outcome {
-    let output: Value = serde_json::from_slice(&out.output).unwrap_or(Value::Null);
-    of_committed(&out.effects, &output, class)
+    classify(&out.effects, || refused_by_policy(&out.output), class)
 }
 
 /// The effects of a call as agents see them: `[{"id","effect","status","record",

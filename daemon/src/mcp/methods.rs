@@ -13,6 +13,7 @@ use broker_core::registry::RegistryEntry;
 use broker_core::session::Session;
 use broker_core::task;
 use serde::Serialize;
+use serde_json::value::RawValue;
 use serde_json::{json, Map, Value};
 use tokio::time::Instant;
 
@@ -345,7 +346,8 @@ async fn surface(ctx: &Ctx<'_>) -> Result<Result<Vec<RegistryEntry>, String>, Ho
 #[serde(rename_all = "camelCase")]
 pub(super) struct CallToolResult {
     content: Vec<TextContent>,
-    structured_content: Value,
+    /// The committed output as stored: canonical JSON, sent without being built again.
+    structured_content: Box<RawValue>,
     is_error: bool,
     #[serde(flatten, skip_serializing_if = "Option::is_none")]
     modern: Option<ModernFields>,
@@ -622,8 +624,8 @@ fn call_result(
         tracing::error!(%episode, %tool, %invocation, output = %out.output_ref, "mcp: committed output is not UTF-8");
         HostFailure::Failed
     })?;
-    let structured: Value = match serde_json::from_str(&text) {
-        Ok(v @ Value::Object(_)) => v,
+    let structured = match RawValue::from_string(text.clone()) {
+        Ok(raw) if raw.get().starts_with('{') => raw,
         _ => {
             tracing::error!(%episode, %tool, %invocation, output = %out.output_ref, "mcp: committed output is not a JSON object");
             return Err(HostFailure::Failed);
