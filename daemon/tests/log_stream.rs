@@ -3,6 +3,7 @@
 //! coordinator and the se-tools registry with in-process handlers. Stream bodies are pulled frame by frame, so
 //! what the server produced before the client asked is observable.
 
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -1062,11 +1063,14 @@ async fn a_read_that_sees_a_commit_not_yet_durable_is_answered_once_it_is() {
         early.is_err(),
         "answered before the entry was durable: {early:?}"
     );
+    let batches = h.store.stats().batches.load(Ordering::SeqCst);
     gate.open();
     let (status, entry) = read.await.unwrap();
     assert_eq!(status, StatusCode::OK, "{entry}");
     assert_eq!(entry["header"]["entryIndex"], 1);
     append.await.unwrap();
+    // The answer waited for the append's own sync: it queued no write of its own.
+    assert_eq!(h.store.stats().batches.load(Ordering::SeqCst), batches);
 }
 
 /// A stream catching up (`?from=`) reads the log straight away, and still sends no entry

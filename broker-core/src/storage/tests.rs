@@ -433,9 +433,15 @@ fn a_snapshot_that_sees_a_commit_not_yet_durable_is_told_when_it_is() {
     let batches = store.stats().batches.load(Ordering::SeqCst);
     let syncs = store.stats().syncs.load(Ordering::SeqCst);
 
-    // One go, for the write's own commit: the wait rides on its sync.
+    // One go, for the write's own commit: the wait rides on its sync. (A wait that queued a
+    // write of its own would be held at the gate a second time.)
+    let (answered, answer) = mpsc::channel();
+    std::thread::spawn(move || answered.send(durable.wait()));
     go.send(()).unwrap();
-    durable.wait().unwrap();
+    answer
+        .recv_timeout(std::time::Duration::from_secs(10))
+        .expect("answered by the sync of the commit it saw")
+        .unwrap();
     write.wait().unwrap();
     assert!(store.commit_signal().durable() >= snapshot);
     assert!(store.until_durable(snapshot).is_none());
