@@ -15,11 +15,14 @@ use super::reply::{self, Answer, Submitted};
 use super::StoreError;
 use crate::commit_signal::CommitSignal;
 
+/// The answer a waiting read gets once its snapshot is durable (or the sync failed).
+type Told = Answer<Result<(), StoreError>>;
+
 /// Who waits for which transaction, and the newest one this writer committed.
 #[derive(Default)]
 pub(super) struct DurableWaits {
     committed: AtomicUsize,
-    waiting: Mutex<Vec<(usize, Answer<Result<(), StoreError>>)>>,
+    waiting: Mutex<Vec<(usize, Told)>>,
 }
 
 /// What a read of snapshot `txn_id` must wait for.
@@ -69,7 +72,7 @@ impl DurableWaits {
     }
 
     /// The waiters `done` picks, out of the list (answered outside the lock).
-    fn take(&self, done: impl Fn(usize) -> bool) -> Vec<Answer<Result<(), StoreError>>> {
+    fn take(&self, done: impl Fn(usize) -> bool) -> Vec<Told> {
         let mut waiting = self.waiting.lock().unwrap_or_else(PoisonError::into_inner);
         let (ready, rest) = std::mem::take(&mut *waiting)
             .into_iter()
