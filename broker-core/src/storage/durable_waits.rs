@@ -6,7 +6,8 @@
 //! to will cover it: the reader waits for that sync here. Queueing an empty write instead would
 //! wait for the next group commit and its sync as well, and add an operation to that commit.
 //! A commit of another process (seen past anything this writer committed) still takes that
-//! empty write: nothing here would sync it.
+//! empty write: nothing here would sync it. So does a commit whose sync failed: no sync may
+//! come after it unless something is written, and the empty write's batch tries again.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Mutex, PoisonError};
@@ -22,6 +23,8 @@ type Told = Answer<Result<(), StoreError>>;
 #[derive(Default)]
 pub(super) struct DurableWaits {
     committed: AtomicUsize,
+    /// The newest transaction a failed sync was to make durable.
+    failed: AtomicUsize,
     waiting: Mutex<Vec<(usize, Told)>>,
 }
 
@@ -31,7 +34,8 @@ pub(super) enum Wait {
     Durable,
     /// The sync of a commit this writer already made.
     Sync(Submitted<(), StoreError>),
-    /// A commit this writer has not made (another process's): a sync of its own.
+    /// A commit this writer has not made (another process's), or one whose sync failed: a
+    /// sync of its own.
     NotOurs,
 }
 
@@ -48,7 +52,9 @@ impl DurableWaits {
         if txn_id <= signal.durable() {
             return Wait::Durable;
         }
-        if txn_id > self.committed.load(Ordering::Acquire) {
+        if txn_id > self.committed.load(Ordering::Acquire)
+            || txn_id <= self.failed.load(Ordering::Acquire)
+        {
             return Wait::NotOurs;
         }
         let (answer, pending) = reply::slot();
@@ -66,6 +72,7 @@ impl DurableWaits {
     /// The sync that was to make everything up to `newest` durable failed: who waited for any
     /// of it hears why.
     pub(super) fn failed(&self, newest: usize, err: &StoreError) {
+        self.failed.fetch_max(newest, Ordering::AcqRel);
         for answer in self.take(|txn_id| txn_id <= newest) {
             answer.send(Err(err.clone()));
         }
@@ -79,5 +86,60 @@ impl DurableWaits {
             .partition::<Vec<_>, _>(|(txn_id, _)| done(*txn_id));
         *waiting = rest;
         ready.into_iter().map(|(_, answer)| answer).collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn waits_at(durable: usize, committed: usize) -> (DurableWaits, CommitSignal) {
+        let signal = CommitSignal::default();
+        signal.mark_durable(durable);
+        let waits = DurableWaits::default();
+        waits.committed(committed);
+        (waits, signal)
+    }
+
+    #[test]
+    fn a_durable_snapshot_waits_for_nothing_and_a_newer_one_of_another_process_for_a_write() {
+        let (waits, signal) = waits_at(5, 7);
+        assert!(matches!(waits.wait_for(5, &signal), Wait::Durable));
+        assert!(matches!(waits.wait_for(8, &signal), Wait::NotOurs));
+    }
+
+    #[test]
+    fn a_waiter_is_answered_once_the_watermark_passes_its_snapshot_and_not_before() {
+        let (waits, signal) = waits_at(5, 7);
+        let Wait::Sync(six) = waits.wait_for(6, &signal) else {
+            panic!("a commit of this writer waits for its sync")
+        };
+        let Wait::Sync(seven) = waits.wait_for(7, &signal) else {
+            panic!("a commit of this writer waits for its sync")
+        };
+        signal.mark_durable(6);
+        waits.durable(6);
+        assert_eq!(six.wait(), Ok(()));
+        assert_eq!(waits.waiting.lock().unwrap().len(), 1, "seven still waits");
+        signal.mark_durable(7);
+        waits.durable(7);
+        assert_eq!(seven.wait(), Ok(()));
+    }
+
+    #[test]
+    fn a_failed_sync_tells_its_waiters_and_later_reads_of_it_take_a_write_of_their_own() {
+        let (waits, signal) = waits_at(5, 7);
+        let Wait::Sync(seven) = waits.wait_for(7, &signal) else {
+            panic!("a commit of this writer waits for its sync")
+        };
+        let err = StoreError::Corrupt("sync failed".into());
+        waits.failed(7, &err);
+        assert_eq!(seven.wait(), Err(err));
+        // No sync may come after it unless something is written: a later read of it takes a
+        // write (whose batch syncs again) instead of waiting for a sync that may never come.
+        assert!(matches!(waits.wait_for(6, &signal), Wait::NotOurs));
+        assert!(matches!(waits.wait_for(7, &signal), Wait::NotOurs));
+        waits.committed(8);
+        assert!(matches!(waits.wait_for(8, &signal), Wait::Sync(_)));
     }
 }
