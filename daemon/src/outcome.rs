@@ -211,7 +211,7 @@ pub fn of_committed(effects: &[EffectSummary], output: &Value, class: EffectClas
 /// [`of_committed`], asking whether the output says `"ok": false` only when an effect ran.
 fn classify(
     effects: &[EffectSummary],
-    refused_by_policy: impl FnOnce() -> bool,
+    says_not_ok: impl FnOnce() -> bool,
     class: EffectClass,
 ) -> Outcome {
     let read = class == EffectClass::Read;
@@ -234,7 +234,7 @@ fn classify(
             }
             o
         }
-        "ok" if refused_by_policy() => Outcome::new(Kind::Refused, "policy", false),
+        "ok" if says_not_ok() => Outcome::new(Kind::Refused, "policy", false),
         "ok" => Outcome {
             kind: Kind::Ok,
             reason: None,
