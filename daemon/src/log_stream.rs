@@ -209,7 +209,9 @@ impl Follow {
             self.commits.borrow_and_update();
             let store = self.state.store().clone();
             let (from, reader) = (self.next, self.reader.clone());
-            let read = crate::durable_answers::spawn_read(move || {
+            // A stream's body is read outside its request's task: it waits for its snapshot
+            // itself, below.
+            let read = tokio::task::spawn_blocking(move || {
                 store.read(|r| {
                     log_summary::page(r, Some(from), STREAM_BATCH, &reader)
                         .map(|page| (page, r.snapshot()))

@@ -45,9 +45,14 @@ impl DurableWaits {
         self.committed.fetch_max(txn_id, Ordering::AcqRel);
     }
 
-    /// What a read of snapshot `txn_id` waits for. The watermark is compared under the lock
-    /// that [`DurableWaits::durable`] takes after raising it, so no waiter is left behind.
+    /// What a read of snapshot `txn_id` waits for. Every answer a request gives asks this, so
+    /// a durable snapshot is told so without the lock; otherwise the watermark is compared
+    /// again under the lock that [`DurableWaits::made_durable`] takes after raising it, so no
+    /// waiter is left behind.
     pub(super) fn wait_for(&self, txn_id: usize, signal: &CommitSignal) -> Wait {
+        if txn_id <= signal.durable() {
+            return Wait::Durable;
+        }
         let mut waiting = self.waiting.lock().unwrap_or_else(PoisonError::into_inner);
         if txn_id <= signal.durable() {
             return Wait::Durable;
@@ -62,8 +67,10 @@ impl DurableWaits {
         Wait::Sync(Submitted::queued(pending))
     }
 
-    /// The watermark rose to `durable`: answer who waited for it.
-    pub(super) fn durable(&self, durable: usize) {
+    /// Everything up to `durable` is on the disk: raise the watermark, then answer who waited
+    /// for it.
+    pub(super) fn made_durable(&self, signal: &CommitSignal, durable: usize) {
+        signal.mark_durable(durable);
         for answer in self.take(|txn_id| txn_id <= durable) {
             answer.send(Ok(()));
         }
@@ -117,12 +124,10 @@ mod tests {
         let Wait::Sync(seven) = waits.wait_for(7, &signal) else {
             panic!("a commit of this writer waits for its sync")
         };
-        signal.mark_durable(6);
-        waits.durable(6);
+        waits.made_durable(&signal, 6);
         assert_eq!(six.wait(), Ok(()));
         assert_eq!(waits.waiting.lock().unwrap().len(), 1, "seven still waits");
-        signal.mark_durable(7);
-        waits.durable(7);
+        waits.made_durable(&signal, 7);
         assert_eq!(seven.wait(), Ok(()));
     }
 

@@ -344,11 +344,10 @@ impl Durability {
             .max();
         let synced = newest.map(|txn_id| self.sync().map(|()| txn_id));
         if let Some(Ok(txn_id)) = synced {
-            self.signal.mark_durable(txn_id);
+            self.waits.made_durable(&self.signal, txn_id);
             // Once per sync, never for a rebuilt pass or a failed commit: followers of the
             // log wake once for everything it made durable.
             self.signal.raise();
-            self.waits.durable(txn_id);
         }
         let sync_error = match (&synced, newest) {
             (Some(Err(err)), Some(newest)) => {
