@@ -124,6 +124,13 @@ pub struct CoordinatorConfig {
     pub spawn: Spawner,
     /// What committed refusals and denials cost each credential.
     pub refusal_rate: RefusalRate,
+    /// Nothing but this coordinator spends its store's budgets (the daemon: one per store,
+    /// under the store's lock). An effect that only reads ([`Handlers::mark_read_only`])
+    /// then runs while its intent is on its way to the disk, instead of after: the intent's
+    /// check of the budget cannot fail between admission and the writer, since only this
+    /// coordinator spends and it runs an episode's calls one at a time. The call is still
+    /// answered only once its intent and entry are durable. Off by default.
+    pub sole_spender: bool,
 }
 
 impl Default for CoordinatorConfig {
@@ -136,6 +143,7 @@ impl Default for CoordinatorConfig {
             handler_deadline: HANDLER_DEADLINE,
             spawn: deadline::thread_spawner(),
             refusal_rate: RefusalRate::default(),
+            sole_spender: false,
         }
     }
 }
@@ -257,6 +265,7 @@ struct Admitted {
     plan_obj: Object,
     request: Object,
     budget_before: u64,
+    intent: IntentUnderWay,
     busy: Busy,
 }
 
@@ -269,6 +278,7 @@ struct Executed {
     request: Object,
     budget_before: u64,
     ran: Ran,
+    intent: IntentUnderWay,
     busy: Busy,
 }
 
@@ -283,8 +293,25 @@ struct Finished {
     effects: Vec<EffectSummary>,
     /// The effect that ran, if one did: its journal outcome is committed with the entry.
     ran: Option<RanEffect>,
+    /// The intent of the effect that ran, when it was still on its way to the disk as the
+    /// effect ran: the answer waits for it too.
+    intent: IntentUnderWay,
     /// Held until the commit is done: the episode is busy until then.
     busy: Busy,
+}
+
+/// A read's intent submitted but not waited for before its handler ran
+/// ([`CoordinatorConfig::sole_spender`]): `Some` until the commit's answer has seen it durable.
+type IntentUnderWay = Option<Submitted<bool, CallError>>;
+
+/// Durable point 1: how the intent went.
+enum Journaled {
+    /// Durable: the effect may run.
+    Durable,
+    /// Submitted for a read, which runs at once ([`CoordinatorConfig::sole_spender`]).
+    UnderWay(Submitted<bool, CallError>),
+    /// The budget was spent first, by another writer: the effect is denied.
+    Refused,
 }
 
 /// An effect that ran: its outcome's status, its record and the objects that record it.
@@ -834,10 +861,15 @@ impl Coordinator {
 
         // Durable point 1. The writer re-checks the spend: another process may have spent the
         // last unit.
-        if !self.journal_intent(&p, &request, &effect, total_budget)? {
-            let denied = self.denial(p, plan_obj, request, &effect, &caps, Denial::Budget, busy)?;
-            return Ok(Admission::Closed(denied));
-        }
+        let intent = match self.journal_intent(&p, &request, &effect, total_budget)? {
+            Journaled::Durable => None,
+            Journaled::UnderWay(submitted) => Some(submitted),
+            Journaled::Refused => {
+                let denied =
+                    self.denial(p, plan_obj, request, &effect, &caps, Denial::Budget, busy)?;
+                return Ok(Admission::Closed(denied));
+            }
+        };
         self.config.hooks.reached(CrashPoint::AfterIntent);
         Ok(Admission::Admitted(Admitted {
             call: p,
@@ -846,6 +878,7 @@ impl Coordinator {
             plan_obj,
             request,
             budget_before,
+            intent,
             busy,
         }))
     }
@@ -965,14 +998,15 @@ impl Coordinator {
         (job, deadline)
     }
 
-    /// Journal the intent; `false` when the budget turned out to be exhausted.
+    /// Journal the intent, and wait until it is durable unless the effect only reads and this
+    /// coordinator is its store's only spender ([`CoordinatorConfig::sole_spender`]).
     fn journal_intent(
         &self,
         p: &Prepared,
         request: &Object,
         effect: &PlannedEffect,
         budget: u64,
-    ) -> Result<bool, CallError> {
+    ) -> Result<Journaled, CallError> {
         let intent = Intent {
             invocation_id: p.invocation_id.clone(),
             episode: p.call.session.episode.clone(),
@@ -996,7 +1030,7 @@ impl Coordinator {
         let objects = [request.clone(), p.input.clone()];
         // Checked here, not on the writer's thread, which sets the store's rate.
         log::check_objects(&objects)?;
-        self.store.write(move |w| -> Result<bool, CallError> {
+        let submitted = self.store.submit(move |w: &mut WriteCtx<'_, '_>| {
             match journal::append_intent(w, &intent, budget) {
                 Ok(_) => {}
                 Err(JournalError::BudgetExhausted { .. }) => return Ok(false),
@@ -1008,6 +1042,13 @@ impl Coordinator {
             access::grant(w, &episode, objects.iter().map(|o| o.hash))?;
             task::put(w, &episode, &task, &task_state)?;
             Ok(true)
+        });
+        if self.config.sole_spender && self.handlers.is_read_only(&effect.effect) {
+            return Ok(Journaled::UnderWay(submitted));
+        }
+        Ok(match submitted.wait()? {
+            true => Journaled::Durable,
+            false => Journaled::Refused,
         })
     }
 
@@ -1026,6 +1067,7 @@ impl Coordinator {
             plan_obj,
             request,
             budget_before,
+            intent,
             busy,
         } = admitted;
         let (ran, busy) = match self.handlers.get(&effect.effect).cloned() {
@@ -1066,6 +1108,7 @@ impl Coordinator {
             request,
             budget_before,
             ran,
+            intent,
             busy,
         })
     }
@@ -1085,6 +1128,7 @@ impl Coordinator {
             request,
             budget_before,
             ran,
+            intent,
             busy,
         } = executed;
         let Settled {
@@ -1128,6 +1172,7 @@ impl Coordinator {
                 record: record_obj.hash,
                 objects: effect_objects,
             }),
+            intent,
             busy,
         })
     }
@@ -1205,6 +1250,7 @@ impl Coordinator {
             output,
             effects,
             ran,
+            intent,
             busy,
         } = finished;
         let outcome = ran.as_ref().map(|r| (r.status, r.record));
@@ -1215,6 +1261,24 @@ impl Coordinator {
                 Ok((submitted, output_obj)) => submitted.await.map(|c| (c, output_obj)),
                 Err(err) => Err(err),
             };
+            // A read's intent still under way was queued before its entry, so its answer is in
+            // by now. Without it nothing of the call was journaled (the entry's outcome needs
+            // the intent, so it failed too) and the read changed nothing: its error is the
+            // answer, with nothing to record.
+            if let Some(intent) = intent {
+                let lost = match intent.await {
+                    Ok(true) => None,
+                    Ok(false) => Some(CallError::Internal(
+                        "a read's budget was spent by another writer while it ran (sole_spender is set for a store with another spender)".into(),
+                    )),
+                    Err(err) => Some(err),
+                };
+                if let Some(err) = lost {
+                    tracing::error!(invocation = %ids.invocation_id, "the intent of a read failed: {err}");
+                    drop(busy);
+                    return Err(err);
+                }
+            }
             let answer = match committed {
                 Ok((committed, output_obj)) => {
                     if ran.is_some() {

@@ -501,6 +501,9 @@ pub fn load(opts: &PluginOptions) -> Result<PluginSet, PluginError> {
             handlers
                 .insert(&e.name, adapter.clone())
                 .map_err(|m| PluginError::new(&info.path, m))?;
+            if e.class == EffectClass::Read {
+                handlers.mark_read_only(&e.name);
+            }
         }
         transitions.extend(checked.transitions);
         tracing::info!(plugin = %name, version = %info.manifest.version, path = %info.path.display(), "loaded plugin");

@@ -82,6 +82,7 @@ pub(super) fn closed_by_denial(
         objects: vec![plan_obj, request, record_obj],
         output,
         ran: None,
+        intent: None,
         busy,
     }
 }
@@ -101,6 +102,7 @@ pub(super) fn refusal(p: Prepared, plan_obj: Object, message: String, busy: Busy
         output,
         effects: Vec::new(),
         ran: None,
+        intent: None,
         busy,
     }
 }

@@ -1,7 +1,7 @@
 //! Handlers, as the coordinator sees them: the request an effect handler gets, what it
 //! answers, and the loaded set by effect name.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
@@ -58,10 +58,11 @@ pub trait EffectHandler: Send + Sync {
     }
 }
 
-/// The loaded handler set, by effect name.
+/// The loaded handler set, by effect name, and which of those effects only read.
 #[derive(Clone, Default)]
 pub struct Handlers {
     by_effect: HashMap<String, Arc<dyn EffectHandler>>,
+    read_only: HashSet<String>,
 }
 
 impl Handlers {
@@ -84,6 +85,20 @@ impl Handlers {
 
     pub fn get(&self, effect: &str) -> Option<&Arc<dyn EffectHandler>> {
         self.by_effect.get(effect)
+    }
+
+    /// Declare that `effect` only reads: it observes and changes nothing (a plugin's class
+    /// `read`). Running it twice, or running it and then losing every trace of it in a crash,
+    /// changes nothing either, so a coordinator that is its store's only spender may run its
+    /// handler while the intent is still on its way to the disk
+    /// ([`crate::coordinator::CoordinatorConfig::sole_spender`]).
+    pub fn mark_read_only(&mut self, effect: &str) {
+        self.read_only.insert(effect.to_owned());
+    }
+
+    /// Whether `effect` was declared to only read ([`Handlers::mark_read_only`]).
+    pub fn is_read_only(&self, effect: &str) -> bool {
+        self.read_only.contains(effect)
     }
 
     pub fn effects(&self) -> impl Iterator<Item = &str> {

@@ -267,6 +267,9 @@ pub fn run_with(a: ServeArgs, launch: Launch) -> CliResult {
             // Handlers run inline on the blocking thread of their call, watched by its task
             // (`State::invoke`), so no spawner is needed here.
             refusal_rate: settings.refusal_rate,
+            // The lock above makes this daemon the store's only spender: reads run while
+            // their intent is on its way to the disk.
+            sole_spender: true,
             ..CoordinatorConfig::default()
         },
     ));
