@@ -14,7 +14,9 @@
 //!    entry without an effect;
 //! 2. **admit**: the broker decides against the grants, budgets reseeded from the journal; the
 //!    handler's preflight may decline the request (under the handler's deadline); then the
-//!    intent is journaled with its spend (durable point 1). A denied effect or a declined
+//!    intent is journaled with its spend (durable point 1; an effect that only reads runs while
+//!    it is on its way to the disk when this coordinator is its store's only spender,
+//!    [`CoordinatorConfig::sole_spender`]). A denied effect or a declined
 //!    request (`denied:handler`) is closed here and committed as an entry without an effect,
 //!    with its record; nothing is spent. Refusals and denials each cost the
 //!    credential a token of its refusal rate ([`crate::refusal_rate`]);

@@ -109,7 +109,8 @@
 //! Each effect declares an [`EffectClass`]: `read` (observes, changes nothing),
 //! `write` (changes state) or `unknown` (runs code whose effects the handler
 //! cannot bound). The daemon publishes the class to agents (MCP tool
-//! annotations), so declare it truthfully.
+//! annotations) and calls a `read` effect before its intent is durable (a
+//! crash then leaves no trace of it), so declare it truthfully.
 //!
 //! # Outcomes: ok, failed, indeterminate
 //!
