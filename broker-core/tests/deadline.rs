@@ -17,7 +17,7 @@ use broker_core::journal::{self, OutcomeStatus, Receipt};
 use broker_core::log;
 use broker_core::session::{self, Session};
 use broker_core::store::Store;
-use serde_json::{json, Map, Value};
+use serde_json::{json, Map};
 
 /// `Workspace.Write` waits at the gate (reporting its deadline); `Workspace.Read` answers.
 struct Hanging {
@@ -88,16 +88,7 @@ fn now() -> i64 {
         .as_secs() as i64
 }
 
-fn call(session: &Session, tool: &str, task: &str, args: Value) -> Call {
-    Call {
-        surface: Surface::A2a,
-        session: session.clone(),
-        skill_id: tool.into(),
-        task_id: Some(task.into()),
-        args,
-        transition_fn: None,
-    }
-}
+use common::a2a_call as call;
 
 fn write(session: &Session, task: &str) -> Call {
     call(

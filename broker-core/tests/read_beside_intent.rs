@@ -9,14 +9,13 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use broker_core::coordinator::{Call, CallError, Coordinator, CoordinatorConfig, Surface};
+use broker_core::coordinator::{Call, CallError, CallOutput, Coordinator, CoordinatorConfig};
 use broker_core::journal::{self, Intent, Receipt};
 use broker_core::log;
 use broker_core::object::Ref;
-use broker_core::session::Session;
 use broker_core::store::{Store, WriteCtx};
-use common::{handlers_for, TestHandler, World};
-use serde_json::{json, Value};
+use common::{a2a_call, handlers_for, TestHandler, World};
+use serde_json::json;
 
 /// A coordinator over `world`'s store that is its only spender, with `Workspace.Read` declared
 /// read-only.
@@ -74,15 +73,17 @@ impl Held {
     }
 }
 
-fn call(session: &Session, tool: &str, task: &str, args: Value) -> Call {
-    Call {
-        surface: Surface::A2a,
-        session: session.clone(),
-        skill_id: tool.into(),
-        task_id: Some(task.into()),
-        args,
-        transition_fn: None,
-    }
+/// Make `call` on a thread of its own; its answer comes on the receiver.
+fn spawn_call(
+    coordinator: &Arc<Coordinator>,
+    call: Call,
+) -> mpsc::Receiver<Result<CallOutput, CallError>> {
+    let (answered, answer) = mpsc::channel();
+    let coordinator = coordinator.clone();
+    std::thread::spawn(move || {
+        let _ = answered.send(coordinator.invoke(&call));
+    });
+    answer
 }
 
 /// Waits up to 10 s for the handler to have run `n` times.
@@ -108,12 +109,8 @@ fn a_read_runs_while_its_intent_is_held_and_is_answered_once_both_are_durable() 
     let session = world.mint("e1", &["Workspace.Read=worktree:5"]);
     let held = Held::on(&world.store);
 
-    let (answered, answer) = mpsc::channel();
-    let (c, s) = (coordinator.clone(), session.clone());
-    std::thread::spawn(move || {
-        let out = c.invoke(&call(&s, "ailang-read", "r1", json!({"path": "a.ail"})));
-        let _ = answered.send(out);
-    });
+    let read = a2a_call(&session, "ailang-read", "r1", json!({"path": "a.ail"}));
+    let answer = spawn_call(&coordinator, read);
     held.commit_held();
     // The intent is committed but not durable, and the writer is held: the handler ran anyway.
     assert!(ran(&world.handler, 1), "the read ran beside its intent");
@@ -155,12 +152,8 @@ fn a_write_still_waits_for_its_intent_to_be_durable() {
     let session = world.mint("e1", &["Workspace.Write=worktree:5"]);
     let held = Held::on(&world.store);
 
-    let (answered, answer) = mpsc::channel();
-    let (c, s) = (coordinator.clone(), session.clone());
-    std::thread::spawn(move || {
-        let args = json!({"path": "a.ail", "content": "x"});
-        let _ = answered.send(c.invoke(&call(&s, "ailang-write", "w1", args)));
-    });
+    let args = json!({"path": "a.ail", "content": "x"});
+    let answer = spawn_call(&coordinator, a2a_call(&session, "ailang-write", "w1", args));
     held.commit_held();
     std::thread::sleep(Duration::from_millis(200));
     assert_eq!(
@@ -206,12 +199,8 @@ fn a_read_whose_budget_another_writer_spent_while_it_ran_is_an_error_and_leaves_
         .store
         .submit(move |w: &mut WriteCtx<'_, '_>| journal::append_intent(w, &other, 1));
 
-    let (answered, answer) = mpsc::channel();
-    let (c, s) = (coordinator.clone(), session.clone());
-    std::thread::spawn(move || {
-        let out = c.invoke(&call(&s, "ailang-read", "r1", json!({"path": "a.ail"})));
-        let _ = answered.send(out);
-    });
+    let read = a2a_call(&session, "ailang-read", "r1", json!({"path": "a.ail"}));
+    let answer = spawn_call(&coordinator, read);
     assert!(ran(&world.handler, 1), "the read ran beside its intent");
     held.release();
     noop.wait().unwrap();

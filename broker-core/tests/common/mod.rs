@@ -293,6 +293,18 @@ impl World {
     }
 }
 
+/// An A2A call of `tool` by `session` with task id `task`.
+pub fn a2a_call(session: &Session, tool: &str, task: &str, args: Value) -> Call {
+    Call {
+        surface: Surface::A2a,
+        session: session.clone(),
+        skill_id: tool.into(),
+        task_id: Some(task.into()),
+        args,
+        transition_fn: None,
+    }
+}
+
 pub fn output_json(out: &CallOutput) -> Value {
     serde_json::from_slice(&out.output).unwrap()
 }
