@@ -566,7 +566,11 @@ impl Store {
         let observer = ObserverSlot::default();
         let map = measured_map(&env, dir, limits);
         let committed = Arc::new(CommitSignal::default());
-        // What this process found on opening is as durable as it will be made.
+        // What this process found on opening is made durable before it is taken as such:
+        // another process's last commit may still wait for its meta page's sync (the daemon
+        // leaves it to its syncing thread), and a sync by anyone flushes it.
+        env.force_sync()
+            .map_err(|e| StoreError::from_heed(e, map_size))?;
         committed.mark_durable(env.info().last_txn_id);
         let waits = Arc::new(DurableWaits::default());
         let state = (layout.state)();
@@ -684,6 +688,17 @@ impl Store {
             Wait::Durable => None,
             Wait::Sync(sync) => Some(sync),
             Wait::NotOurs => Some(self.submit(|_: &mut WriteCtx<'_, '_>| Ok::<(), StoreError>(()))),
+        }
+    }
+
+    /// Block until every commit this process may have read so far is durable: for a tool that
+    /// prints what it read from a store another process writes (`worldd why --db`, `doctor`),
+    /// so that it never prints what a power cut could take back.
+    pub fn sync_seen(&self) -> Result<(), StoreError> {
+        let newest = self.read(|r| Ok::<_, StoreError>(r.snapshot()))?;
+        match self.until_durable(newest) {
+            Some(wait) => wait.wait(),
+            None => Ok(()),
         }
     }
 

@@ -457,6 +457,40 @@ fn a_snapshot_that_sees_a_commit_not_yet_durable_is_told_when_it_is() {
     );
 }
 
+/// A tool that prints what it read (`why --db`, `doctor`) first waits, with `sync_seen`, until
+/// everything it may have seen is durable: here a commit it saw while the writer held it before
+/// its sync.
+#[test]
+fn sync_seen_returns_only_once_what_was_seen_is_durable() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::create(&dir.path().join("db")).unwrap();
+    let (committed, go) = hold_after_each_commit(&store);
+    let o = Object::new("world/test/v1", "t", b"seen before it is durable".to_vec());
+    let put = o.clone();
+    let write = store.submit(move |w: &mut WriteCtx<'_, '_>| w.put_object(&put));
+    committed.recv().unwrap();
+    assert!(store.read(|r| r.has_object(&o.hash)).unwrap(), "seen");
+
+    let (answered, answer) = mpsc::channel();
+    let seer = store.clone();
+    std::thread::spawn(move || answered.send(seer.sync_seen()));
+    assert!(
+        answer
+            .recv_timeout(std::time::Duration::from_millis(300))
+            .is_err(),
+        "sync_seen returned while what it saw was not durable"
+    );
+    go.send(()).unwrap();
+    answer
+        .recv_timeout(std::time::Duration::from_secs(10))
+        .expect("answered by the commit's sync")
+        .unwrap();
+    write.wait().unwrap();
+    drop(go);
+    // Nothing unsynced to see: it returns at once.
+    store.sync_seen().unwrap();
+}
+
 /// A snapshot newer than anything this store's writer committed is another process's commit:
 /// nothing here would sync it, so the wait is a commit (and sync) of its own.
 #[test]

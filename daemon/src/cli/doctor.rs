@@ -6,7 +6,7 @@
 use broker_core::verify;
 use clap::Args;
 
-use super::session::open_existing;
+use super::session::{open_existing, seen_is_durable};
 use super::{CliResult, DbArg, Failure};
 
 #[derive(Args, Debug)]
@@ -23,6 +23,7 @@ pub fn run(a: DoctorArgs) -> CliResult {
     let started = std::time::Instant::now();
     let audit = verify::audit_store(&store).map_err(|e| Failure::usage(format!("doctor: {e}")))?;
     let secs = started.elapsed().as_secs_f64();
+    seen_is_durable(&store)?;
     if a.json {
         println!(
             "{}",

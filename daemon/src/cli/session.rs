@@ -155,6 +155,15 @@ fn parse_grants(texts: &[String]) -> Result<Vec<Grant>, Failure> {
         .collect()
 }
 
+/// Before printing what was read from a store the daemon may be writing: wait until all of it
+/// is durable. A commit is visible a moment before its sync, and a power cut in that moment
+/// would take back what was printed.
+pub fn seen_is_durable(store: &Store) -> CliResult {
+    store
+        .sync_seen()
+        .map_err(|e| Failure::fatal(format!("cannot make what was read durable: {e}")))
+}
+
 /// Open an existing store; never create one here.
 pub fn open_existing(db: &Path) -> Result<Store, Failure> {
     if !db.join("data.mdb").exists() {
@@ -371,6 +380,7 @@ fn rfc3339(t: i64) -> String {
 fn list(a: ListArgs) -> CliResult {
     let store = open_existing(&a.db.db)?;
     let sessions = session::list(&store).map_err(|e| Failure::fatal(e.to_string()))?;
+    seen_is_durable(&store)?;
     let t = now();
     if a.json {
         let items: Vec<serde_json::Value> = sessions.iter().map(|s| session_json(s, t)).collect();
