@@ -24,17 +24,20 @@
 //! Writes are atomic: a temporary file in the target's directory is written
 //! and fsynced, renamed over the target, and the directory is fsynced. A crash
 //! leaves the old or the new content, never a mix (at worst an orphaned
-//! `.worldd-tmp-<pid>-…` file beside it, which the next write in that
-//! directory removes once process `<pid>` is gone). `rename` replaces a name; it never writes
+//! `.worldd-tmp-<pid>-…` file beside it, which this process's first write in
+//! that directory removes once process `<pid>` is gone: one listing per
+//! directory per process, not one per write, so a write into a directory of
+//! many entries costs what any write does). `rename` replaces a name; it never writes
 //! through a symlink or into another inode (a hard link to an outside file is
 //! replaced, not modified).
 
-use std::collections::VecDeque;
+use std::collections::{HashSet, VecDeque};
 use std::ffi::{OsStr, OsString};
 use std::io::{self, Read, Write};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, PoisonError};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use cap_fs_ext::{DirExt, FollowSymlinks, OpenOptionsFollowExt, OpenOptionsMaybeDirExt};
@@ -351,7 +354,7 @@ impl Sandbox {
         }
         // The new content is in place; only its durability is now at stake.
         sync_dir(&dir).map_err(WriteError::After)?;
-        sweep_orphans(&dir);
+        sweep_once(&dir);
         Ok(())
     }
 }
@@ -479,6 +482,34 @@ fn create_temp(dir: &Dir) -> Result<(OsString, File), PathError> {
     })))
 }
 
+/// Directories this process has swept, by (device, inode). What a sweep
+/// removes was left by processes that are gone, and this one never leaves an
+/// orphan it would sweep (its own are skipped), so one sweep per directory per
+/// process finds them all. Bounded: past [`SWEPT_MAX`] it starts over, which
+/// costs only sweeps again.
+static SWEPT: Mutex<Option<HashSet<(u64, u64)>>> = Mutex::new(None);
+const SWEPT_MAX: usize = 4096;
+
+/// [`sweep_orphans`] the first time this process writes into `dir`; `true`
+/// when it swept.
+fn sweep_once(dir: &Dir) -> bool {
+    let Ok(md) = dir.dir_metadata() else {
+        return false;
+    };
+    {
+        let mut swept = SWEPT.lock().unwrap_or_else(PoisonError::into_inner);
+        let swept = swept.get_or_insert_with(HashSet::new);
+        if swept.len() >= SWEPT_MAX {
+            swept.clear();
+        }
+        if !swept.insert((md.dev(), md.ino())) {
+            return false;
+        }
+    }
+    sweep_orphans(dir);
+    true
+}
+
 /// Remove temporary files that a killed process left in `dir` (best effort).
 /// Only names of our own pattern whose creating process no longer exists
 /// are touched, so an in-flight write of a live process is never disturbed.
@@ -592,6 +623,33 @@ mod tests {
             sandbox.resolve("real", false),
             Err(PathError::IsADirectory)
         ));
+    }
+
+    /// A directory is listed for a dead process's temporary files on this
+    /// process's first write into it, not on every write (a write into a
+    /// directory of many entries would otherwise list them all each time).
+    #[test]
+    fn a_directory_of_many_entries_is_listed_for_orphans_once_not_on_every_write() {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path();
+        let mut gone = std::process::Command::new("true").spawn().unwrap();
+        let pid = gone.id();
+        gone.wait().unwrap();
+        let orphan = |n: u32| root.join(format!("{TEMP_PREFIX}{pid}-{n}-0"));
+        std::fs::write(orphan(1), "left by a killed writer").unwrap();
+        let sandbox = Sandbox::open(root).unwrap();
+        let target = sandbox.resolve("f.txt", true).unwrap();
+        sandbox.write(&target, b"one").unwrap();
+        assert!(!orphan(1).exists(), "the first write swept it");
+
+        std::fs::write(orphan(2), "left later").unwrap();
+        let target = sandbox.resolve("f.txt", true).unwrap();
+        sandbox.write(&target, b"two").unwrap();
+        assert!(
+            orphan(2).exists(),
+            "the second write listed the directory again"
+        );
+        assert_eq!(std::fs::read_to_string(root.join("f.txt")).unwrap(), "two");
     }
 
     /// A file no larger than the skip size when its path is resolved is not opened: the checks
