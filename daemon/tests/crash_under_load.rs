@@ -1,5 +1,7 @@
 //! Crash under load: clients write through A2A while the daemon is SIGKILLed at random
-//! moments, many times, and restarted on the same store. After every restart:
+//! moments, many times, and restarted on the same store. One more client reads: a read runs
+//! while its intent is on its way to the disk, so a kill can also land between a read and its
+//! intent's sync. After every restart:
 //!
 //! - every call a client saw acknowledged is in the log, at its entry, with the same output;
 //! - no effect ran twice: every task id has at most one journal intent, resending a task id
@@ -23,6 +25,9 @@ use common::*;
 use serde_json::{json, Value};
 
 const CLIENTS: usize = 4;
+/// Of the clients, how many write (`c0`, `c1`, …); the last reads (`c3`, `ailang-read`).
+const WRITERS: usize = CLIENTS - 1;
+const READ_FILE: &str = "read-me.txt";
 
 #[derive(Default)]
 struct Ledger {
@@ -32,12 +37,26 @@ struct Ledger {
     unacked: BTreeSet<String>,
 }
 
-/// One A2A write; `Some((entry, output ref))` when acknowledged.
-fn send(addr: &str, token: &str, task: &str, path: &str) -> Result<Option<(u64, Ref)>, String> {
+/// Client `c`'s call for `task`: a write of `<task>.txt` holding the task id, or (the reader)
+/// a read of [`READ_FILE`].
+fn call(c: usize, task: &str) -> (&'static str, Value) {
+    if c < WRITERS {
+        (
+            "ailang-write",
+            json!({"path": format!("{task}.txt"), "content": task}),
+        )
+    } else {
+        ("ailang-read", json!({"path": READ_FILE}))
+    }
+}
+
+/// One A2A call of client `c`; `Some((entry, output ref))` when acknowledged.
+fn send(addr: &str, token: &str, c: usize, task: &str) -> Result<Option<(u64, Ref)>, String> {
+    let (skill, data) = call(c, task);
     let body = json!({
         "jsonrpc": "2.0", "id": 1, "method": "tasks/send",
-        "params": {"id": task, "metadata": {"skill_id": "ailang-write"},
-                   "message": {"role": "user", "parts": [{"type": "data", "data": {"path": path, "content": task}}]}}
+        "params": {"id": task, "metadata": {"skill_id": skill},
+                   "message": {"role": "user", "parts": [{"type": "data", "data": data}]}}
     });
     let agent = ureq::AgentBuilder::new()
         .timeout(Duration::from_secs(10))
@@ -71,8 +90,20 @@ fn sigkill_under_load_loses_no_acknowledged_call_and_runs_no_effect_twice() {
         .unwrap_or(50);
     let mut d = Daemon::start(&["worldd_workspace"], &[]);
     let tokens: Vec<String> = (0..CLIENTS)
-        .map(|c| d.session(&format!("c{c}"), &["Workspace.Write=worktree:100000"]))
+        .map(|c| {
+            let grant = if c < WRITERS {
+                "Workspace.Write=worktree:100000"
+            } else {
+                "Workspace.Read=worktree:100000"
+            };
+            d.session(&format!("c{c}"), &[grant])
+        })
         .collect();
+    std::fs::write(
+        d.root().join(format!("c{WRITERS}")).join(READ_FILE),
+        "read under kills",
+    )
+    .unwrap();
     let ledgers: Vec<Arc<Mutex<Ledger>>> = (0..CLIENTS)
         .map(|_| Arc::new(Mutex::new(Ledger::default())))
         .collect();
@@ -108,7 +139,7 @@ fn sigkill_under_load_loses_no_acknowledged_call_and_runs_no_effect_twice() {
                         }
                         // A refusal (e.g. indeterminate: never re-run) or a dead daemon
                         // leaves the task unacknowledged.
-                        if let Ok(Some(ack)) = send(&addr, &token, &task, &format!("{task}.txt")) {
+                        if let Ok(Some(ack)) = send(&addr, &token, c, &task) {
                             let mut l = ledger.lock().unwrap();
                             l.unacked.remove(&task);
                             l.acked.insert(task, ack);
@@ -119,7 +150,7 @@ fn sigkill_under_load_loses_no_acknowledged_call_and_runs_no_effect_twice() {
                         n += 1;
                         let task = format!("t{n}");
                         ledger.lock().unwrap().unacked.insert(task.clone());
-                        match send(&addr, &token, &task, &format!("{task}.txt")) {
+                        match send(&addr, &token, c, &task) {
                             Ok(Some(ack)) => {
                                 let mut l = ledger.lock().unwrap();
                                 l.unacked.remove(&task);
@@ -185,6 +216,14 @@ fn sigkill_under_load_loses_no_acknowledged_call_and_runs_no_effect_twice() {
     for (c, ledger) in ledgers.iter().enumerate() {
         let l = ledger.lock().unwrap();
         acked_total += l.acked.len();
+        // One intent per invocation id, and spend at least the acknowledged calls.
+        let spent = store.read(|r| journal::spent(r, &format!("c{c}"))).unwrap();
+        let intents = spent.values().sum::<u64>();
+        assert!(intents as usize >= l.acked.len());
+        if c >= WRITERS {
+            assert!(!l.acked.is_empty(), "the reader was never answered");
+            continue;
+        }
         let wt = dir.path().join("worktrees").join(format!("c{c}"));
         for entry in std::fs::read_dir(&wt).unwrap() {
             let name = entry.unwrap().file_name().into_string().unwrap();
@@ -202,10 +241,6 @@ fn sigkill_under_load_loses_no_acknowledged_call_and_runs_no_effect_twice() {
             let content = std::fs::read_to_string(wt.join(format!("{task}.txt"))).unwrap();
             assert_eq!(&content, task);
         }
-        // One intent per invocation id, and spend equals the number of intents.
-        let spent = store.read(|r| journal::spent(r, &format!("c{c}"))).unwrap();
-        let intents = spent.values().sum::<u64>();
-        assert!(intents as usize >= l.acked.len());
     }
     assert!(
         acked_total > kills,
