@@ -1032,7 +1032,8 @@ impl Coordinator {
         let objects = [request.clone(), p.input.clone()];
         // Checked here, not on the writer's thread, which sets the store's rate.
         log::check_objects(&objects)?;
-        let submitted = self.store.submit(move |w: &mut WriteCtx<'_, '_>| {
+        let beside = self.config.sole_spender && self.handlers.is_read_only(&effect.effect);
+        let op = move |w: &mut WriteCtx<'_, '_>| {
             match journal::append_intent(w, &intent, budget) {
                 Ok(_) => {}
                 Err(JournalError::BudgetExhausted { .. }) => return Ok(false),
@@ -1044,11 +1045,12 @@ impl Coordinator {
             access::grant(w, &episode, objects.iter().map(|o| o.hash))?;
             task::put(w, &episode, &task, &task_state)?;
             Ok(true)
-        });
-        if self.config.sole_spender && self.handlers.is_read_only(&effect.effect) {
-            return Ok(Journaled::UnderWay(submitted));
+        };
+        if beside {
+            // The entry follows once the handler has run: the two may share a commit.
+            return Ok(Journaled::UnderWay(self.store.submit_followed(op)));
         }
-        Ok(match submitted.wait()? {
+        Ok(match self.store.submit(op).wait()? {
             true => Journaled::Durable,
             false => Journaled::Refused,
         })

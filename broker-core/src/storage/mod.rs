@@ -289,6 +289,9 @@ struct Inner {
     waits: Arc<DurableWaits>,
     /// Told the snapshot id of every read transaction ([`Store::on_read`]).
     read_hook: std::sync::OnceLock<ReadHook>,
+    /// Shared with the writer; tests lengthen it.
+    #[cfg_attr(not(test), allow(dead_code))]
+    follow_wait: writer::FollowWait,
 }
 
 /// See [`Store::on_read`].
@@ -573,6 +576,7 @@ impl Store {
             .map_err(|e| StoreError::from_heed(e, map_size))?;
         committed.mark_durable(env.info().last_txn_id);
         let waits = Arc::new(DurableWaits::default());
+        let follow_wait = writer::follow_wait();
         let state = (layout.state)();
         let writer = spawn_writer(
             Writer {
@@ -585,6 +589,7 @@ impl Store {
                 signal: committed.clone(),
                 waits: waits.clone(),
                 observer: observer.clone(),
+                follow_wait: follow_wait.clone(),
             },
             receiver,
         )?;
@@ -604,6 +609,7 @@ impl Store {
                 committed,
                 waits,
                 read_hook: std::sync::OnceLock::new(),
+                follow_wait,
             }),
         })
     }
@@ -730,12 +736,40 @@ impl Store {
         R: Send + 'static,
         E: From<StoreError> + Send + 'static,
     {
+        self.queue(op, false)
+    }
+
+    /// [`Store::submit`] for an operation the caller follows at once with another, which it
+    /// waits for instead (a read's intent, then the call's entry: the handler runs between).
+    /// A group commit of nothing but such operations waits up to a millisecond for what
+    /// follows them, so that both share one commit and one sync.
+    pub fn submit_followed<R, E>(
+        &self,
+        op: impl for<'a, 't> FnMut(&mut WriteCtx<'a, 't>) -> Result<R, E> + Send + 'static,
+    ) -> Submitted<R, E>
+    where
+        R: Send + 'static,
+        E: From<StoreError> + Send + 'static,
+    {
+        self.queue(op, true)
+    }
+
+    fn queue<R, E>(
+        &self,
+        op: impl for<'a, 't> FnMut(&mut WriteCtx<'a, 't>) -> Result<R, E> + Send + 'static,
+        followed: bool,
+    ) -> Submitted<R, E>
+    where
+        R: Send + 'static,
+        E: From<StoreError> + Send + 'static,
+    {
         let (reply, pending) = reply::slot();
         let job: Job = Box::new(Write {
             op,
             result: None,
             reply,
             map_size: self.inner.map_size,
+            followed,
         });
         let Ok(guard) = self.inner.sender.lock() else {
             return Submitted::failed(StoreError::WriterGone.into());

@@ -26,6 +26,7 @@ fn job(object: Object, fail: bool, runs: Arc<AtomicUsize>, map_size: usize) -> (
         result: None,
         reply,
         map_size,
+        followed: false,
     });
     (job, Submitted::queued(pending))
 }
@@ -53,6 +54,7 @@ fn run_batch(store: &Store, fails: &[bool]) -> (Vec<Result<(), StoreError>>, Vec
         signal: inner.committed.clone(),
         waits: inner.waits.clone(),
         observer: inner.observer.clone(),
+        follow_wait: inner.follow_wait.clone(),
     };
     let outcome = writer.build_and_commit(&mut batch, Instant::now());
     assert!(matches!(outcome, Ok(true)), "{outcome:?}");
@@ -142,6 +144,7 @@ fn a_rebuilt_batch_raises_the_commit_signal_once_and_is_counted_once() {
         signal: inner.committed.clone(),
         waits: inner.waits.clone(),
         observer: inner.observer.clone(),
+        follow_wait: inner.follow_wait.clone(),
     }
     .run(receiver);
 
@@ -455,6 +458,85 @@ fn a_snapshot_that_sees_a_commit_not_yet_durable_is_told_when_it_is() {
         committed.try_recv().is_err(),
         "no other commit reached the writer"
     );
+}
+
+/// Lengthen `store`'s follow wait (a race becomes certain).
+fn follow_wait(store: &Store, wait: std::time::Duration) {
+    store
+        .inner
+        .follow_wait
+        .store(wait.as_nanos() as u64, Ordering::Relaxed);
+}
+
+/// A read's intent is followed by its call's entry once the handler has run: the writer,
+/// finding nothing but the intent queued, waits for the entry, and both share one group commit.
+/// The entry comes 50 ms after the intent, when the writer has long taken the intent alone.
+#[test]
+fn a_followed_operation_and_what_follows_it_share_one_commit() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::create(&dir.path().join("db")).unwrap();
+    follow_wait(&store, std::time::Duration::from_secs(10));
+    let batches = store.stats().batches.load(Ordering::SeqCst);
+    let (a, b) = (
+        Object::new("world/test/v1", "t", b"the intent".to_vec()),
+        Object::new("world/test/v1", "t", b"the entry".to_vec()),
+    );
+    let intent = store.submit_followed(move |w: &mut WriteCtx<'_, '_>| w.put_object(&a));
+    std::thread::sleep(std::time::Duration::from_millis(50));
+    let entry = store.submit(move |w: &mut WriteCtx<'_, '_>| w.put_object(&b));
+    entry.wait().unwrap();
+    intent.wait().unwrap();
+    assert_eq!(
+        store.stats().batches.load(Ordering::SeqCst),
+        batches + 1,
+        "one commit for both"
+    );
+}
+
+/// A followed operation whose follower never comes (a read whose handler hangs) is committed
+/// alone once the wait is over, and not before.
+#[test]
+fn a_followed_operation_nothing_follows_is_committed_when_the_wait_is_over() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::create(&dir.path().join("db")).unwrap();
+    let wait = std::time::Duration::from_millis(200);
+    follow_wait(&store, wait);
+    let batches = store.stats().batches.load(Ordering::SeqCst);
+    let o = Object::new("world/test/v1", "t", b"alone".to_vec());
+    let started = Instant::now();
+    store
+        .submit_followed(move |w: &mut WriteCtx<'_, '_>| w.put_object(&o))
+        .wait()
+        .unwrap();
+    assert!(
+        started.elapsed() >= wait,
+        "committed before the wait was over: {:?}",
+        started.elapsed()
+    );
+    assert_eq!(store.stats().batches.load(Ordering::SeqCst), batches + 1);
+}
+
+/// Anything not followed ends the wait at once: a plain write queued behind a followed one is
+/// answered without waiting out a 10 s follow wait.
+#[test]
+fn an_operation_not_followed_ends_the_wait() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::create(&dir.path().join("db")).unwrap();
+    follow_wait(&store, std::time::Duration::from_secs(10));
+    let o = Object::new("world/test/v1", "t", b"followed".to_vec());
+    let intent = store.submit_followed(move |w: &mut WriteCtx<'_, '_>| w.put_object(&o));
+    std::thread::sleep(std::time::Duration::from_millis(50));
+    let (answered, answer) = mpsc::channel();
+    let plain = store.clone();
+    std::thread::spawn(move || {
+        let p = Object::new("world/test/v1", "t", b"plain".to_vec());
+        answered.send(plain.write(move |w: &mut WriteCtx<'_, '_>| w.put_object(&p)))
+    });
+    answer
+        .recv_timeout(std::time::Duration::from_secs(5))
+        .expect("the plain write ended the wait")
+        .unwrap();
+    intent.wait().unwrap();
 }
 
 /// A tool that prints what it read (`why --db`, `doctor`) first waits, with `sync_seen`, until

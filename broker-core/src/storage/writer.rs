@@ -5,7 +5,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{channel, Receiver, Sender};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use heed::{Env, EnvFlags, FlagSetMode, RwTxn, WithoutTls};
 
@@ -17,6 +17,18 @@ use super::{LayoutState, StoreError, WriteCtx};
 use crate::commit_signal::CommitSignal;
 
 const MAX_BATCH: usize = 256;
+/// How long a batch of nothing but followed operations ([`Operation::followed`]) waits for
+/// what follows them: about ten times what a read's handler takes between its intent and its
+/// entry. Nobody waits for a followed operation alone, so the wait delays no answer.
+pub(super) const FOLLOW_WAIT: Duration = Duration::from_millis(1);
+
+/// The follow wait in nanoseconds, shared by a store and its writer ([`FOLLOW_WAIT`]; tests
+/// lengthen it to make a race deterministic).
+pub(super) type FollowWait = Arc<AtomicU64>;
+
+pub(super) fn follow_wait() -> FollowWait {
+    Arc::new(AtomicU64::new(FOLLOW_WAIT.as_nanos() as u64))
+}
 
 /// Called on the writer thread after each group commit, before its callers are answered, with
 /// the batch's operation count and whether the commit succeeded (profiling tools: the page
@@ -37,6 +49,9 @@ pub(super) trait Operation: Send {
     fn fail(&mut self, err: &StoreError);
     /// Answer the caller once the batch's commit is known.
     fn answer(self: Box<Self>, commit_error: Option<&StoreError>);
+    /// The caller submits another operation right after this one and waits for that one, not
+    /// for this ([`super::Store::submit_followed`]).
+    fn followed(&self) -> bool;
 }
 
 /// A [`super::Store::write`] in the writer's queue.
@@ -45,6 +60,7 @@ pub(super) struct Write<F, R, E> {
     pub(super) result: Option<Result<R, E>>,
     pub(super) reply: Answer<Result<R, E>>,
     pub(super) map_size: usize,
+    pub(super) followed: bool,
 }
 
 impl<F, R, E> Operation for Write<F, R, E>
@@ -80,6 +96,10 @@ where
             (_, None) => Err(E::from(StoreError::WriterGone)),
         };
         reply.send(answer);
+    }
+
+    fn followed(&self) -> bool {
+        self.followed
     }
 }
 
@@ -154,6 +174,7 @@ pub(super) struct Writer {
     pub(super) signal: Arc<CommitSignal>,
     pub(super) waits: Arc<DurableWaits>,
     pub(super) observer: ObserverSlot,
+    pub(super) follow_wait: FollowWait,
 }
 
 impl Writer {
@@ -187,14 +208,23 @@ impl Writer {
         };
         let syncer = Syncer::spawn(durability.clone());
         while let Ok(first) = receiver.recv() {
-            let started = Instant::now();
             let mut batch = vec![first];
-            while batch.len() < MAX_BATCH {
-                match receiver.try_recv() {
-                    Ok(job) => batch.push(job),
+            drain(&receiver, &mut batch);
+            // A batch of nothing but followed operations (the intents of reads whose handlers
+            // run meanwhile) waits a moment for what follows them, so that an intent and its
+            // call's entry share one commit and one sync. Anything else ends the wait.
+            let wait = Duration::from_nanos(self.follow_wait.load(Ordering::Relaxed));
+            let until = Instant::now() + wait;
+            while batch.len() < MAX_BATCH && batch.iter().all(|job| job.followed()) {
+                match receiver.recv_timeout(until.saturating_duration_since(Instant::now())) {
+                    Ok(job) => {
+                        batch.push(job);
+                        drain(&receiver, &mut batch);
+                    }
                     Err(_) => break,
                 }
             }
+            let started = Instant::now();
             let n = batch.len() as u64;
             let stats = &self.stats;
             stats.batches.fetch_add(1, Ordering::Relaxed);
@@ -380,6 +410,16 @@ impl Durability {
         synced.inspect_err(|err| {
             tracing::error!(error = %err, "store writer could not sync its commits");
         })
+    }
+}
+
+/// Move what is queued into `batch`, up to [`MAX_BATCH`] operations.
+fn drain(receiver: &Receiver<Job>, batch: &mut Vec<Job>) {
+    while batch.len() < MAX_BATCH {
+        match receiver.try_recv() {
+            Ok(job) => batch.push(job),
+            Err(_) => break,
+        }
     }
 }
 
