@@ -22,7 +22,8 @@ impl Clock for SystemClock {
 /// Named points of the effectful path.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CrashPoint {
-    /// The intent is durable; the handler has not run.
+    /// The intent is journaled (durable; for a read beside its intent,
+    /// [`super::CoordinatorConfig::sole_spender`], submitted); the handler has not run.
     AfterIntent,
     /// The handler ran; nothing after it is durable.
     AfterHandler,
