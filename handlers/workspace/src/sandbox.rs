@@ -496,18 +496,27 @@ fn sweep_once(dir: &Dir) -> bool {
     let Ok(md) = dir.dir_metadata() else {
         return false;
     };
-    {
+    let first = {
         let mut swept = SWEPT.lock().unwrap_or_else(PoisonError::into_inner);
-        let swept = swept.get_or_insert_with(HashSet::new);
-        if swept.len() >= SWEPT_MAX {
-            swept.clear();
-        }
-        if !swept.insert((md.dev(), md.ino())) {
-            return false;
-        }
+        first_sweep(
+            swept.get_or_insert_with(HashSet::new),
+            (md.dev(), md.ino()),
+            SWEPT_MAX,
+        )
+    };
+    if first {
+        sweep_orphans(dir);
     }
-    sweep_orphans(dir);
-    true
+    first
+}
+
+/// Note `dir` in `swept`; `true` when it was not there. Past `max` entries
+/// the set starts over.
+fn first_sweep(swept: &mut HashSet<(u64, u64)>, dir: (u64, u64), max: usize) -> bool {
+    if swept.len() >= max {
+        swept.clear();
+    }
+    swept.insert(dir)
 }
 
 /// Remove temporary files that a killed process left in `dir` (best effort).
@@ -650,6 +659,22 @@ mod tests {
             "the second write listed the directory again"
         );
         assert_eq!(std::fs::read_to_string(root.join("f.txt")).unwrap(), "two");
+    }
+
+    /// The set of swept directories is bounded: past its size it starts over,
+    /// so a directory may be swept again, never the set grow without end.
+    #[test]
+    fn the_swept_directories_start_over_past_their_bound() {
+        let mut swept = HashSet::new();
+        assert!(first_sweep(&mut swept, (1, 1), 2));
+        assert!(!first_sweep(&mut swept, (1, 1), 2), "swept once");
+        assert!(first_sweep(&mut swept, (1, 2), 2));
+        assert!(first_sweep(&mut swept, (1, 3), 2), "the bound cleared it");
+        assert_eq!(swept.len(), 1);
+        assert!(
+            first_sweep(&mut swept, (1, 1), 2),
+            "swept again after the clear"
+        );
     }
 
     /// A file no larger than the skip size when its path is resolved is not opened: the checks
