@@ -21,16 +21,28 @@ pub const MAX_QUOTED_BYTES: usize = 256;
 /// Append `s` to `out` escaped as inside a JSON string (no quotes). Runs of characters that
 /// need no escape are copied in one go: canonical JSON writes every string through here. The
 /// scan is by byte: every character that needs an escape is ASCII, and no byte of a multi-byte
-/// UTF-8 character is below 0x80, so each escape sits at a character boundary.
+/// UTF-8 character is below 0x80, so each escape sits at a character boundary. Eight bytes
+/// are tested at once where none of them needs an escape, which is nearly all of a call's
+/// text (file contents, refs).
 pub fn push_escaped(out: &mut String, s: &str) {
     const HEX: &[u8; 16] = b"0123456789abcdef";
+    let bytes = s.as_bytes();
     let mut run_start = 0;
-    for (i, &b) in s.as_bytes().iter().enumerate() {
-        if b >= 0x20 && b != b'"' && b != b'\\' {
+    let mut i = 0;
+    while i < bytes.len() {
+        if let Some(w) = word_at(bytes, i) {
+            if !word_needs_escape(w) {
+                i += WORD;
+                continue;
+            }
+        }
+        let b = bytes[i];
+        i += 1;
+        if !needs_escape(b) {
             continue;
         }
-        out.push_str(&s[run_start..i]);
-        run_start = i + 1;
+        out.push_str(&s[run_start..i - 1]);
+        run_start = i;
         match b {
             b'"' => out.push_str("\\\""),
             b'\\' => out.push_str("\\\\"),
@@ -48,6 +60,34 @@ pub fn push_escaped(out: &mut String, s: &str) {
         }
     }
     out.push_str(&s[run_start..]);
+}
+
+/// Bytes tested at once by [`word_needs_escape`].
+const WORD: usize = std::mem::size_of::<u64>();
+
+/// The `WORD` bytes of `bytes` from `i`, if there are that many.
+fn word_at(bytes: &[u8], i: usize) -> Option<u64> {
+    let chunk = bytes.get(i..i.checked_add(WORD)?)?;
+    Some(u64::from_le_bytes(chunk.try_into().ok()?))
+}
+
+/// A byte JSON escapes: a control character below 0x20, `"` or `\`.
+fn needs_escape(b: u8) -> bool {
+    b < 0x20 || b == b'"' || b == b'\\'
+}
+
+/// Whether any of the eight bytes of `w` [`needs_escape`]. The classic has-zero-byte and
+/// has-byte-less-than tests: a borrow can mark bytes after the first match wrongly, but the
+/// whole word is marked exactly when one of its bytes matches (the bound 0x20 is at most 0x80,
+/// as the less-than test needs).
+fn word_needs_escape(w: u64) -> bool {
+    const ONES: u64 = u64::from_le_bytes([0x01; WORD]);
+    const HIGH: u64 = u64::from_le_bytes([0x80; WORD]);
+    let has_zero = |x: u64| x.wrapping_sub(ONES) & !x & HIGH;
+    let below_space = w.wrapping_sub(ONES * 0x20) & !w & HIGH;
+    let quote = has_zero(w ^ (ONES * u64::from(b'"')));
+    let backslash = has_zero(w ^ (ONES * u64::from(b'\\')));
+    below_space | quote | backslash != 0
 }
 
 /// Append `s` to `out` as a JSON string literal, quotes included.
@@ -100,14 +140,23 @@ pub fn quote(s: &str) -> String {
 
 /// The length in bytes of [`json_string`]`(s)`, computed without building it.
 pub fn json_string_len(s: &str) -> u64 {
-    let escapes: u64 = s
-        .bytes()
-        .map(|b| match b {
+    let bytes = s.as_bytes();
+    let mut escapes = 0u64;
+    let mut i = 0;
+    while i < bytes.len() {
+        if let Some(w) = word_at(bytes, i) {
+            if !word_needs_escape(w) {
+                i += WORD;
+                continue;
+            }
+        }
+        escapes += match bytes[i] {
             b'"' | b'\\' | 0x08 | b'\t' | b'\n' | 0x0c | b'\r' => 1,
             b if b < 0x20 => 5,
             _ => 0,
-        })
-        .sum();
+        };
+        i += 1;
+    }
     s.len() as u64 + escapes + 2
 }
 
@@ -135,6 +184,36 @@ mod tests {
             let expected = serde_json::to_string(&s).unwrap_or_default();
             proptest::prop_assert_eq!(json_string(&s), expected.clone());
             proptest::prop_assert_eq!(json_string_len(&s), expected.len() as u64);
+        }
+
+        /// Long runs that need no escape, broken anywhere by one that does: the eight-byte
+        /// test skips exactly the words with nothing to escape, wherever the escapes fall
+        /// against the words' boundaries.
+        #[test]
+        fn escapes_between_long_plain_runs_are_quoted_as_serde_json_does(
+            s in "([ -~]{0,19}|[\\x00-\\x1f\"\\\\\\x7f]|é|😀){0,24}",
+        ) {
+            let expected = serde_json::to_string(&s).unwrap_or_default();
+            proptest::prop_assert_eq!(json_string(&s), expected.clone());
+            proptest::prop_assert_eq!(json_string_len(&s), expected.len() as u64);
+        }
+    }
+
+    #[test]
+    fn a_word_needs_an_escape_exactly_when_one_of_its_bytes_does() {
+        // Fillers that need no escape, ASCII and not, around every byte at every place.
+        for filler in [b'x', b' ', b'#', b']', 0x21, 0x7f, 0x80, 0x9f, 0xc3, 0xff] {
+            for place in 0..WORD {
+                for b in 0..=u8::MAX {
+                    let mut word = [filler; WORD];
+                    word[place] = b;
+                    assert_eq!(
+                        word_needs_escape(u64::from_le_bytes(word)),
+                        needs_escape(b),
+                        "byte {b:#04x} at {place} among {filler:#04x}"
+                    );
+                }
+            }
         }
     }
 
