@@ -26,23 +26,10 @@ pub const MAX_QUOTED_BYTES: usize = 256;
 /// text (file contents, refs).
 pub fn push_escaped(out: &mut String, s: &str) {
     const HEX: &[u8; 16] = b"0123456789abcdef";
-    let bytes = s.as_bytes();
     let mut run_start = 0;
-    let mut i = 0;
-    while i < bytes.len() {
-        if let Some(w) = word_at(bytes, i) {
-            if !word_needs_escape(w) {
-                i += WORD;
-                continue;
-            }
-        }
-        let b = bytes[i];
-        i += 1;
-        if !needs_escape(b) {
-            continue;
-        }
-        out.push_str(&s[run_start..i - 1]);
-        run_start = i;
+    for (i, b) in Escapes::new(s) {
+        out.push_str(&s[run_start..i]);
+        run_start = i + 1;
         match b {
             b'"' => out.push_str("\\\""),
             b'\\' => out.push_str("\\\\"),
@@ -60,6 +47,43 @@ pub fn push_escaped(out: &mut String, s: &str) {
         }
     }
     out.push_str(&s[run_start..]);
+}
+
+/// The bytes of a string that need an escape, with their places, in order. Eight bytes are
+/// tested at once; a word holding one is walked byte by byte.
+struct Escapes<'a> {
+    bytes: &'a [u8],
+    at: usize,
+}
+
+impl<'a> Escapes<'a> {
+    fn new(s: &'a str) -> Self {
+        Escapes {
+            bytes: s.as_bytes(),
+            at: 0,
+        }
+    }
+}
+
+impl Iterator for Escapes<'_> {
+    type Item = (usize, u8);
+
+    fn next(&mut self) -> Option<(usize, u8)> {
+        while self.at < self.bytes.len() {
+            if let Some(w) = word_at(self.bytes, self.at) {
+                if !word_needs_escape(w) {
+                    self.at += WORD;
+                    continue;
+                }
+            }
+            let (i, b) = (self.at, self.bytes[self.at]);
+            self.at += 1;
+            if needs_escape(b) {
+                return Some((i, b));
+            }
+        }
+        None
+    }
 }
 
 /// Bytes tested at once by [`word_needs_escape`].
@@ -140,23 +164,12 @@ pub fn quote(s: &str) -> String {
 
 /// The length in bytes of [`json_string`]`(s)`, computed without building it.
 pub fn json_string_len(s: &str) -> u64 {
-    let bytes = s.as_bytes();
-    let mut escapes = 0u64;
-    let mut i = 0;
-    while i < bytes.len() {
-        if let Some(w) = word_at(bytes, i) {
-            if !word_needs_escape(w) {
-                i += WORD;
-                continue;
-            }
-        }
-        escapes += match bytes[i] {
+    let escapes: u64 = Escapes::new(s)
+        .map(|(_, b)| match b {
             b'"' | b'\\' | 0x08 | b'\t' | b'\n' | 0x0c | b'\r' => 1,
-            b if b < 0x20 => 5,
-            _ => 0,
-        };
-        i += 1;
-    }
+            _ => 5,
+        })
+        .sum();
     s.len() as u64 + escapes + 2
 }
 
