@@ -19,6 +19,8 @@ use broker_core::session::{self, Session};
 use broker_core::store::Store;
 use serde_json::{json, Map};
 
+use common::a2a_call as call;
+
 /// `Workspace.Write` waits at the gate (reporting its deadline); `Workspace.Read` answers.
 struct Hanging {
     gate: common::Gate<Duration>,
@@ -87,8 +89,6 @@ fn now() -> i64 {
         .unwrap()
         .as_secs() as i64
 }
-
-use common::a2a_call as call;
 
 fn write(session: &Session, task: &str) -> Call {
     call(

@@ -490,11 +490,10 @@ fn create_temp(dir: &Dir) -> Result<(OsString, File), PathError> {
 static SWEPT: Mutex<Option<HashSet<(u64, u64)>>> = Mutex::new(None);
 const SWEPT_MAX: usize = 4096;
 
-/// [`sweep_orphans`] the first time this process writes into `dir`; `true`
-/// when it swept.
-fn sweep_once(dir: &Dir) -> bool {
+/// [`sweep_orphans`] the first time this process writes into `dir`.
+fn sweep_once(dir: &Dir) {
     let Ok(md) = dir.dir_metadata() else {
-        return false;
+        return;
     };
     let first = {
         let mut swept = SWEPT.lock().unwrap_or_else(PoisonError::into_inner);
@@ -507,7 +506,6 @@ fn sweep_once(dir: &Dir) -> bool {
     if first {
         sweep_orphans(dir);
     }
-    first
 }
 
 /// Note `dir` in `swept`; `true` when it was not there. Past `max` entries
