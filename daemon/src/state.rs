@@ -14,6 +14,7 @@ use tokio::time::Instant;
 
 use crate::admission::{Admission, Refusal, Ticket};
 use crate::edge::body::Bodies;
+use crate::edge::credential;
 use crate::edge::host::HostPolicy;
 use crate::edge::ServerConfig;
 use crate::limits::Limits;
@@ -220,25 +221,20 @@ impl AppState {
 
     /// Resolve the `Authorization` header to a valid session.
     pub async fn authenticate(&self, headers: &HeaderMap) -> Result<Session, AuthFailure> {
-        let header = match headers.get(axum::http::header::AUTHORIZATION) {
-            None => None,
-            Some(v) => match v.to_str() {
-                Ok(s) => Some(s.to_owned()),
-                Err(_) => {
-                    self.inner.metrics.credential_refused(&AuthError::Malformed);
-                    return Err(AuthFailure::Denied(AuthError::Malformed));
-                }
-            },
-        };
         // Shape errors need no store access.
-        if let Err(d) = session::parse_authorization(header.as_deref()) {
-            self.inner.metrics.credential_refused(&d);
-            return Err(AuthFailure::Denied(d));
-        }
+        let header = match credential::authorization(headers)
+            .and_then(|h| session::parse_authorization(h).map(|_| h))
+        {
+            Ok(h) => h,
+            Err(d) => {
+                self.inner.metrics.credential_refused(&d);
+                return Err(AuthFailure::Denied(d));
+            }
+        };
         // An LMDB read never waits for writers and touches a few mapped pages: doing it here
         // saves a hop to the blocking pool on every request.
         let now = self.inner.coordinator.now();
-        match session::authenticate(&self.inner.store, header.as_deref(), now) {
+        match session::authenticate(&self.inner.store, header, now) {
             Ok(s) => Ok(s),
             Err(AuthenticateError::Denied(d)) => {
                 self.inner.metrics.credential_refused(&d);

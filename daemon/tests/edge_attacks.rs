@@ -197,6 +197,70 @@ fn rebinding_host_and_origin_are_refused_403_on_every_route() {
     assert!(trips(&d, "origin") >= 12);
 }
 
+// Two credentials on one request: whichever a proxy in front checks, the daemon must not act
+// on the other.
+#[test]
+fn a_request_carrying_two_credentials_is_refused_as_malformed_and_runs_nothing() {
+    let d = Daemon::start(WS, &[]);
+    let grants = ["Workspace.Write=worktree:5", "Workspace.Read=worktree:5"];
+    let first = d.session("ep1", &grants);
+    let second = d.session("ep2", &grants);
+    let write = |task: &str| {
+        json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+               "params": {"name": "ailang-write",
+                          "arguments": {"path": format!("{task}.txt"), "content": "x"}}})
+    };
+    let a2a_write = json!({"jsonrpc": "2.0", "id": 1, "method": "message/send", "params": {
+        "message": {"role": "user", "messageId": "m1", "parts": [{"kind": "data", "data": {
+            "skill": "ailang-write", "arguments": {"path": "a2a.txt", "content": "x"}}}]}}});
+    let head = || get(&d.url("/v1/head"), Some(&first)).text();
+    let before = head();
+    // Each surface answers as it does any malformed credential.
+    let routes: Vec<(&str, &str, Option<Value>, u16)> = vec![
+        ("POST", "/mcp/", Some(write("mcp")), 401),
+        ("POST", "/a2a/", Some(a2a_write), 200),
+        ("POST", "/v1/commit", Some(json!({})), 400),
+        ("GET", "/v1/budget", None, 400),
+        ("GET", "/v1/log", None, 400),
+        ("GET", "/v1/log/stream", None, 400),
+    ];
+    for (method, path, body, status) in routes {
+        for (one, other) in [(&first, &second), (&first, &first)] {
+            let body = body.as_ref().map(Value::to_string).unwrap_or_default();
+            let request = format!(
+                "{method} {path} HTTP/1.1\r\nHost: {}\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nAuthorization: Bearer {one}\r\nAuthorization: Bearer {other}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                d.addr,
+                body.len()
+            );
+            let a = raw_exchange(&d.addr, request.as_bytes());
+            assert_eq!(a.status, status, "{method} {path}: {}", a.text());
+            assert!(
+                a.text().contains(
+                    "malformed Authorization header: expected Bearer <64-hex-credential>"
+                ),
+                "{method} {path}: {}",
+                a.text()
+            );
+        }
+    }
+    // Nothing ran: no file in either worktree, nothing committed.
+    for episode in ["ep1", "ep2"] {
+        let files: Vec<_> = std::fs::read_dir(d.root().join(episode)).unwrap().collect();
+        assert!(files.is_empty(), "{episode}: {files:?}");
+    }
+    assert_eq!(head(), before);
+    // Each credential alone still works.
+    let a = raw_exchange(
+        &d.addr,
+        format!(
+            "GET /v1/budget HTTP/1.1\r\nHost: {}\r\nAuthorization: Bearer {first}\r\nConnection: close\r\n\r\n",
+            d.addr
+        )
+        .as_bytes(),
+    );
+    assert_eq!(a.status, 200, "{}", a.text());
+}
+
 #[test]
 fn the_agent_card_never_echoes_the_host_header() {
     let d = Daemon::start(WS, &[]);

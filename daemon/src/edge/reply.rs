@@ -29,12 +29,12 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use axum::body::{Body, Bytes, HttpBody};
-use axum::http::header::AUTHORIZATION;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use hyper::body::{Frame, SizeHint};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
+use crate::edge::credential;
 use crate::metrics::Metrics;
 use crate::quota::{Held, Quota};
 use crate::rest::ApiError;
@@ -65,7 +65,7 @@ pub struct Client(Option<String>);
 
 impl Client {
     pub fn of(headers: &HeaderMap) -> Client {
-        let header = headers.get(AUTHORIZATION).and_then(|v| v.to_str().ok());
+        let header = credential::authorization(headers).ok().flatten();
         Client(
             broker_core::session::parse_authorization(header)
                 .ok()
@@ -200,7 +200,7 @@ impl HttpBody for Counted {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use axum::http::header::RETRY_AFTER;
+    use axum::http::header::{AUTHORIZATION, RETRY_AFTER};
     use axum::http::HeaderValue;
 
     fn answer(bytes: usize) -> Response {
