@@ -81,18 +81,25 @@ impl HostPolicy {
 
     /// Check a request's Host and Origin headers.
     pub fn check(&self, headers: &HeaderMap) -> Result<(), Refused> {
-        let mut hosts = headers.get_all(HOST).iter();
-        if let Some(value) = hosts.next() {
-            let text = String::from_utf8_lossy(value.as_bytes());
-            // Two Host headers are a malformed request (RFC 9112 §3.2).
-            let ok = hosts.next().is_none()
-                && host_name(&text).is_some_and(|name| {
+        let hosts: Vec<_> = headers
+            .get_all(HOST)
+            .iter()
+            .map(|v| String::from_utf8_lossy(v.as_bytes()))
+            .collect();
+        match hosts.as_slice() {
+            [] => {}
+            [text] => {
+                let ok = host_name(text).is_some_and(|name| {
                     is_loopback_name(name)
                         || self.hosts.iter().any(|h| h == &name.to_ascii_lowercase())
                 });
-            if !ok {
-                return Err(Refused::Host(text.into_owned()));
+                if !ok {
+                    return Err(Refused::Host(text.clone().into_owned()));
+                }
             }
+            // Two Host headers are a malformed request (RFC 9112 §3.2), whatever each says:
+            // the refusal names them all.
+            _ => return Err(Refused::Host(hosts.join(", "))),
         }
         for value in headers.get_all(ORIGIN) {
             let text = String::from_utf8_lossy(value.as_bytes());
@@ -233,9 +240,12 @@ mod tests {
             );
         }
         assert_eq!(p.check(&headers(&[("host", "Worldd.Internal:80")])), Ok(()));
-        assert!(p
-            .check(&headers(&[("host", "localhost"), ("host", "evil.com")]))
-            .is_err());
+        for two in [["localhost", "evil.com"], ["evil.com", "localhost"]] {
+            assert_eq!(
+                p.check(&headers(&[("host", two[0]), ("host", two[1])])),
+                Err(Refused::Host(two.join(", "))),
+            );
+        }
     }
 
     #[test]
