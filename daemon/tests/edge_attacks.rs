@@ -205,34 +205,42 @@ fn a_request_carrying_two_credentials_is_refused_as_malformed_and_runs_nothing()
     let grants = ["Workspace.Write=worktree:5", "Workspace.Read=worktree:5"];
     let first = d.session("ep1", &grants);
     let second = d.session("ep2", &grants);
-    let write = |task: &str| {
-        json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
-               "params": {"name": "ailang-write",
-                          "arguments": {"path": format!("{task}.txt"), "content": "x"}}})
+    let mcp_write = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {
+        "name": "ailang-write", "arguments": {"path": "mcp.txt", "content": "x"}}});
+    let a2a_write = json!({"jsonrpc": "2.0", "id": 1, "method": "tasks/send", "params": {
+        "id": "t1", "metadata": {"skill_id": "ailang-write"}, "message": {"role": "user",
+        "parts": [{"type": "data", "data": {"path": "a2a.txt", "content": "x"}}]}}});
+    let send = |method: &str, path: &str, body: &Value, credentials: &[&str]| {
+        let body = if body.is_null() {
+            String::new()
+        } else {
+            body.to_string()
+        };
+        let fields: String = credentials
+            .iter()
+            .map(|c| format!("Authorization: Bearer {c}\r\n"))
+            .collect();
+        let request = format!(
+            "{method} {path} HTTP/1.1\r\nHost: {}\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\n{fields}Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            d.addr,
+            body.len()
+        );
+        raw_exchange(&d.addr, request.as_bytes())
     };
-    let a2a_write = json!({"jsonrpc": "2.0", "id": 1, "method": "message/send", "params": {
-        "message": {"role": "user", "messageId": "m1", "parts": [{"kind": "data", "data": {
-            "skill": "ailang-write", "arguments": {"path": "a2a.txt", "content": "x"}}}]}}});
     let head = || get(&d.url("/v1/head"), Some(&first)).text();
     let before = head();
     // Each surface answers as it does any malformed credential.
-    let routes: Vec<(&str, &str, Option<Value>, u16)> = vec![
-        ("POST", "/mcp/", Some(write("mcp")), 401),
-        ("POST", "/a2a/", Some(a2a_write), 200),
-        ("POST", "/v1/commit", Some(json!({})), 400),
-        ("GET", "/v1/budget", None, 400),
-        ("GET", "/v1/log", None, 400),
-        ("GET", "/v1/log/stream", None, 400),
+    let routes = [
+        ("POST", "/mcp/", &mcp_write, 401),
+        ("POST", "/a2a/", &a2a_write, 200),
+        ("POST", "/v1/commit", &json!({}), 400),
+        ("GET", "/v1/budget", &Value::Null, 400),
+        ("GET", "/v1/log", &Value::Null, 400),
+        ("GET", "/v1/log/stream", &Value::Null, 400),
     ];
     for (method, path, body, status) in routes {
-        for (one, other) in [(&first, &second), (&first, &first)] {
-            let body = body.as_ref().map(Value::to_string).unwrap_or_default();
-            let request = format!(
-                "{method} {path} HTTP/1.1\r\nHost: {}\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nAuthorization: Bearer {one}\r\nAuthorization: Bearer {other}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-                d.addr,
-                body.len()
-            );
-            let a = raw_exchange(&d.addr, request.as_bytes());
+        for two in [[&first, &second], [&first, &first]] {
+            let a = send(method, path, body, &[two[0], two[1]]);
             assert_eq!(a.status, status, "{method} {path}: {}", a.text());
             assert!(
                 a.text().contains(
@@ -249,16 +257,14 @@ fn a_request_carrying_two_credentials_is_refused_as_malformed_and_runs_nothing()
         assert!(files.is_empty(), "{episode}: {files:?}");
     }
     assert_eq!(head(), before);
-    // Each credential alone still works.
-    let a = raw_exchange(
-        &d.addr,
-        format!(
-            "GET /v1/budget HTTP/1.1\r\nHost: {}\r\nAuthorization: Bearer {first}\r\nConnection: close\r\n\r\n",
-            d.addr
-        )
-        .as_bytes(),
-    );
+    // The same writes with one credential each run: the refusals above are what stopped them.
+    let a = send("POST", "/mcp/", &mcp_write, &[&first]);
     assert_eq!(a.status, 200, "{}", a.text());
+    let a = send("POST", "/a2a/", &a2a_write, &[&second]);
+    assert_eq!(a.status, 200, "{}", a.text());
+    assert!(d.root().join("ep1/mcp.txt").is_file());
+    assert!(d.root().join("ep2/a2a.txt").is_file());
+    assert_ne!(head(), before);
 }
 
 #[test]
