@@ -482,6 +482,11 @@ pub(crate) fn report_pending_each(store: &Store) {
     }
 }
 
+/// A spend or pending key as findings show it: `episode/effect/scope`, quoted and escaped.
+fn shown_key(key: &[u8]) -> String {
+    dialect::quote::json_string(&String::from_utf8_lossy(key).replace('\0', "/"))
+}
+
 /// An inconsistency found by [`audit`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AuditFinding(pub String);
@@ -523,17 +528,28 @@ pub fn audit(r: &ReadCtx<'_>) -> Result<(Vec<AuditFinding>, u64), JournalError> 
             ))),
         }
     }
+    // Counters and the pending index are read as stored bytes too: a damaged row is a
+    // finding, and the audit goes on.
     let mut counters: BTreeMap<Vec<u8>, u64> = BTreeMap::new();
-    for item in SPEND.iter(r)? {
+    for item in SPEND.raw().iter(r)? {
         let (k, v) = item?;
-        counters.insert(k.to_vec(), v);
+        match <[u8; 8]>::try_from(v) {
+            Ok(v) => {
+                counters.insert(k.to_vec(), u64::from_be_bytes(v));
+            }
+            Err(_) => findings.push(AuditFinding(format!(
+                "spend {}: unreadable: a counter of {} bytes, not 8",
+                shown_key(k),
+                v.len()
+            ))),
+        }
     }
     for (k, sum) in &sums {
         let c = counters.get(k).copied().unwrap_or(0);
         if c != *sum {
             findings.push(AuditFinding(format!(
                 "spend {} is {c} but its intents sum to {sum}",
-                String::from_utf8_lossy(k).replace('\0', "/")
+                shown_key(k)
             )));
         }
     }
@@ -541,14 +557,22 @@ pub fn audit(r: &ReadCtx<'_>) -> Result<(Vec<AuditFinding>, u64), JournalError> 
         if !sums.contains_key(k) && *c != 0 {
             findings.push(AuditFinding(format!(
                 "spend {} is {c} with no intents",
-                String::from_utf8_lossy(k).replace('\0', "/")
+                shown_key(k)
             )));
         }
     }
     let mut indexed = BTreeMap::new();
-    for item in PENDING.iter(r)? {
+    for item in PENDING.raw().iter(r)? {
         let (id, seq) = item?;
-        indexed.insert(id.to_owned(), seq);
+        match (std::str::from_utf8(id), <[u8; 8]>::try_from(seq)) {
+            (Ok(id), Ok(seq)) => {
+                indexed.insert(id.to_owned(), u64::from_be_bytes(seq));
+            }
+            _ => findings.push(AuditFinding(format!(
+                "pending {}: unreadable: not an invocation id and an 8-byte sequence",
+                shown_key(id)
+            ))),
+        }
     }
     if indexed != open {
         findings.push(AuditFinding(format!(

@@ -254,19 +254,44 @@ pub fn lookup(store: &Store, credential_id: &str) -> Result<Option<Session>, Ses
     })
 }
 
-/// Up to [`MAX_LIST`] sessions, ordered by credential id.
-pub fn list(store: &Store) -> Result<Vec<Session>, SessionError> {
+/// Session records as listed: the readable ones, and the credential ids of damaged ones.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Listing {
+    pub sessions: Vec<Session>,
+    /// Records that do not decode, by credential id (quoted and escaped when the key is not
+    /// 64 hex digits). Such a record authenticates nothing; `revoke` by its id removes it.
+    pub damaged: Vec<String>,
+}
+
+/// Up to [`MAX_LIST`] session records, ordered by credential id. A damaged record does not
+/// hide the rest: it is listed by its id in [`Listing::damaged`].
+pub fn list(store: &Store) -> Result<Listing, SessionError> {
+    read_all(store, MAX_LIST)
+}
+
+/// Every record, readable or not, up to `most`.
+fn read_all(store: &Store, most: usize) -> Result<Listing, SessionError> {
     store.read(|r: &ReadCtx<'_>| -> Result<_, SessionError> {
-        let mut out = Vec::new();
-        for item in SESSIONS.iter(r)? {
-            let (id, b) = item?;
-            out.push(decode(id, b)?);
-            if out.len() >= MAX_LIST {
+        let mut out = Listing::default();
+        for item in SESSIONS.raw().iter(r)? {
+            if out.sessions.len() + out.damaged.len() >= most {
                 break;
+            }
+            let (id, b) = item?;
+            match std::str::from_utf8(id).ok().map(|id| (id, decode(id, b))) {
+                Some((_, Ok(s))) => out.sessions.push(s),
+                Some((id, Err(_))) if is_credential_id(id) => out.damaged.push(id.to_owned()),
+                _ => out
+                    .damaged
+                    .push(dialect::quote::json_string(&String::from_utf8_lossy(id))),
             }
         }
         Ok(out)
     })
+}
+
+fn is_credential_id(id: &str) -> bool {
+    id.len() == 64 && id.bytes().all(|b| b.is_ascii_hexdigit())
 }
 
 /// Delete one session; false when there was none.
@@ -277,7 +302,10 @@ pub fn revoke(store: &Store, credential_id: &str) -> Result<bool, SessionError> 
 
 /// Delete every session of an episode; returns their credential ids.
 pub fn revoke_episode(store: &Store, episode: &str) -> Result<Vec<String>, SessionError> {
-    let ids: Vec<String> = list_all(store)?
+    // A damaged record names no episode, and authenticates nothing: it is left to `revoke` by
+    // its id, and does not stop revoking the rest.
+    let ids: Vec<String> = read_all(store, usize::MAX)?
+        .sessions
         .into_iter()
         .filter(|s| s.episode == episode)
         .map(|s| s.credential_id)
@@ -290,17 +318,6 @@ pub fn revoke_episode(store: &Store, episode: &str) -> Result<Vec<String>, Sessi
         Ok(())
     })?;
     Ok(ids)
-}
-
-fn list_all(store: &Store) -> Result<Vec<Session>, SessionError> {
-    store.read(|r: &ReadCtx<'_>| -> Result<_, SessionError> {
-        let mut out = Vec::new();
-        for item in SESSIONS.iter(r)? {
-            let (id, b) = item?;
-            out.push(decode(id, b)?);
-        }
-        Ok(out)
-    })
 }
 
 #[cfg(test)]

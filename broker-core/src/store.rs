@@ -15,7 +15,7 @@ use crate::migrate;
 use crate::object::Ref;
 use crate::objects::object_row;
 use crate::ref_tail;
-use crate::schema::{self, JOURNAL, OBJECTS, REFS, RESOLUTIONS, SEMANTIC_IDS};
+use crate::schema::{self, JOURNAL, OBJECTS, REFS, RESOLUTIONS, SEMANTIC_IDS, SESSIONS, SPEND};
 use crate::storage::{Layout, RawEnv, Upgrade};
 use crate::task;
 
@@ -137,6 +137,8 @@ impl Store {
                 RawTable::Refs if value.is_empty() => REFS.delete(w, &key).map(|_| ()),
                 // As given: a value of another length is damage doctor must report.
                 RawTable::Refs => REFS.raw().put(w, &key, &value),
+                RawTable::Spend => SPEND.raw().put(w, &key, &value),
+                RawTable::Sessions => SESSIONS.raw().put(w, &key, &value),
             }
         })
     }
@@ -162,6 +164,8 @@ impl Store {
                 RawTable::Resolutions => RESOLUTIONS.get(r, &raw_index(key)?)?.map(<[u8]>::to_vec),
                 RawTable::Refs => REFS.raw().get(r, key)?.map(<[u8]>::to_vec),
                 RawTable::SemanticIds => SEMANTIC_IDS.get(r, key)?.map(<[u8]>::to_vec),
+                RawTable::Spend => SPEND.raw().get(r, key)?.map(<[u8]>::to_vec),
+                RawTable::Sessions => SESSIONS.raw().get(r, key)?.map(<[u8]>::to_vec),
             })
         })
     }
@@ -218,4 +222,9 @@ pub enum RawTable {
     /// The semantic-id index: a key (`u16` BE length, the semantic id, the object's u64 BE
     /// sequence) → nothing. Any value but an empty one puts the key; an empty one deletes it.
     SemanticIds,
+    /// Spend counters: `episode \0 effect \0 scope` → units spent (u64 big-endian), written
+    /// as given whatever its length.
+    Spend,
+    /// Session records: credential id → canonical session JSON, written as given.
+    Sessions,
 }

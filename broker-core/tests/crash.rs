@@ -60,7 +60,7 @@ fn crash_child() {
         ..CoordinatorConfig::default()
     };
     let c = Coordinator::new(store.clone(), handlers_for(handler), config);
-    let s = session::list(&store).unwrap().remove(0);
+    let s = session::list(&store).unwrap().sessions.remove(0);
     let _ = c.invoke(&call(&s));
     // Reaching here means the kill point was never hit.
     std::process::exit(42);

@@ -143,6 +143,7 @@ fn a_schema_1_store_migrates_on_open_and_reads_exactly_as_before() {
         .unwrap();
     let sessions: Vec<String> = session::list(&store)
         .unwrap()
+        .sessions
         .into_iter()
         .map(|s| s.episode)
         .collect();
@@ -180,6 +181,7 @@ fn calls_after_the_migration_continue_the_chain_and_a_second_open_changes_nothin
     );
     let ep1 = session::list(&store)
         .unwrap()
+        .sessions
         .into_iter()
         .find(|s| s.episode == "ep1")
         .unwrap();

@@ -59,28 +59,31 @@ fn opening_a_missing_store_without_create_is_not_found() {
     assert!(!dir.path().join("nope").exists(), "nothing may be created");
 }
 
+/// Put `value` under `key` in table `name` of the closed store at `db`, with heed directly.
+fn put_raw(db: &std::path::Path, name: &str, key: &[u8], value: &[u8]) {
+    // SAFETY: the store is closed; nothing else maps this environment.
+    let env = unsafe { heed::EnvOpenOptions::new().max_dbs(32).open(db).unwrap() };
+    let wtxn = env.write_txn().unwrap();
+    let table: heed::Database<heed::types::Bytes, heed::types::Bytes> = env
+        .create_databases_and_commit(wtxn, |dbo, wtxn| {
+            dbo.create_database(wtxn, Some(name))
+                .map(heed::CommitOrAbort::<_, ()>::Commit)
+        })
+        .unwrap()
+        .unwrap_commit();
+    let mut wtxn = env.write_txn().unwrap();
+    table.put(&mut wtxn, key, value).unwrap();
+    wtxn.commit().unwrap();
+    env.prepare_for_closing().wait();
+}
+
 #[test]
 fn a_store_of_another_schema_version_is_refused_unmodified() {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("db");
     drop(Store::create(&db).unwrap());
     // Rewrite the schema version with heed directly, as a future build would.
-    {
-        // SAFETY: the store is closed; nothing else maps this environment.
-        let env = unsafe { heed::EnvOpenOptions::new().max_dbs(32).open(&db).unwrap() };
-        let wtxn = env.write_txn().unwrap();
-        let meta: heed::Database<heed::types::Str, heed::types::Bytes> = env
-            .create_databases_and_commit(wtxn, |dbo, wtxn| {
-                dbo.create_database(wtxn, Some("meta"))
-                    .map(heed::CommitOrAbort::<_, ()>::Commit)
-            })
-            .unwrap()
-            .unwrap_commit();
-        let mut wtxn = env.write_txn().unwrap();
-        meta.put(&mut wtxn, "schema_version", b"99").unwrap();
-        wtxn.commit().unwrap();
-        env.prepare_for_closing().wait();
-    }
+    put_raw(&db, "meta", b"schema_version", b"99");
     let before = std::fs::read(db.join("data.mdb")).unwrap();
     let e = Store::open(&db, StoreOptions::default()).unwrap_err();
     assert_eq!(
@@ -88,6 +91,34 @@ fn a_store_of_another_schema_version_is_refused_unmodified() {
         "store schema version 99 is not the version this build uses (5); refusing to open it"
     );
     assert_eq!(std::fs::read(db.join("data.mdb")).unwrap(), before);
+}
+
+#[test]
+fn a_damaged_schema_version_reaches_no_terminal_raw() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("db");
+    drop(Store::create(&db).unwrap());
+    put_raw(&db, "meta", b"schema_version", b"5\x1b]0;owned\x07\xff");
+    let e = Store::open(&db, StoreOptions::default()).unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "store schema version \"5\\u001b]0;owned\\u0007\u{fffd}\" is not the version this build uses (5); refusing to open it"
+    );
+}
+
+#[test]
+fn a_row_its_codec_refuses_is_damage_that_names_its_table() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("db");
+    drop(Store::create(&db).unwrap());
+    // A watermark is a u64; three bytes are not one.
+    put_raw(&db, "ref_index", b"objects_indexed_0", b"abc");
+    let e = Store::open(&db, StoreOptions::default()).unwrap_err();
+    assert!(
+        e.to_string()
+            .starts_with("store is damaged: a row of table ref_index does not decode ("),
+        "{e}"
+    );
 }
 
 #[test]

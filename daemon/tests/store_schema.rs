@@ -272,3 +272,107 @@ fn a_rewritten_invocation_row_or_resolution_makes_why_and_doctor_exit_3() {
     assert_eq!(run("why").0, 0);
     assert_eq!(run("doctor").0, 0);
 }
+
+/// The store of a daemon that served `episodes`' sessions (one credential each, two for the
+/// first), stopped: its directory, `db` in it, and the credentials.
+fn stopped_with_sessions(episodes: &[&str]) -> (tempfile::TempDir, Vec<String>) {
+    let d = Daemon::start(WS, &[]);
+    let mut tokens = vec![d.session(episodes[0], &["Workspace.Read=worktree:5"])];
+    for e in episodes {
+        tokens.push(d.session(e, &["Workspace.Read=worktree:5"]));
+    }
+    (d.halt(), tokens)
+}
+
+// A damaged session record must not lock the operator out of the others: revoking is how an
+// operator answers a leak.
+#[test]
+fn a_damaged_session_record_does_not_stop_listing_or_revoking_the_others() {
+    use broker_core::session::credential_id;
+    use broker_core::store::{RawTable, Store};
+    let (kept, tokens) = stopped_with_sessions(&["ep1", "ep2"]);
+    let db = kept.path().join("db");
+    let ids: Vec<String> = tokens.iter().map(|t| credential_id(t)).collect();
+    let damaged = &ids[2];
+    Store::open(&db, Default::default())
+        .unwrap()
+        .raw_overwrite(
+            RawTable::Sessions,
+            damaged.as_bytes().to_vec(),
+            b"{\"episode".to_vec(),
+        )
+        .unwrap();
+    let session = |args: &[&str]| {
+        let mut all = vec!["session"];
+        all.extend_from_slice(args);
+        all.extend_from_slice(&["--db", path_str(&db)]);
+        worldd(&all, None)
+    };
+
+    let (code, out, err) = session(&["list"]);
+    assert_eq!(code, 0, "{out}{err}");
+    for id in &ids[..2] {
+        assert!(out.contains(&format!("{id}  ep1  live")), "{out}");
+    }
+    assert!(
+        out.contains(&format!(
+            "{damaged}  damaged: the record does not decode and authenticates nothing; `worldd session revoke {damaged}` removes it"
+        )),
+        "{out}"
+    );
+    assert_eq!(
+        out.lines().last(),
+        Some("2 session credential(s), 1 damaged")
+    );
+    let (code, out, _) = session(&["list", "--json"]);
+    assert_eq!(code, 0);
+    let listed: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(listed[2], json!({"credentialId": damaged, "damaged": true}));
+
+    // The episode's readable credentials are revoked; the damaged one, whose episode nobody can
+    // read, is left to be revoked by its id.
+    let (code, out, err) = session(&["revoke", "--episode", "ep1"]);
+    assert_eq!(code, 0, "{out}{err}");
+    assert_eq!(out.lines().count(), 2, "{out}");
+    let (code, out, err) = session(&["revoke", damaged]);
+    assert_eq!(
+        (code, out.trim()),
+        (0, &*format!("revoked session credential {damaged}")),
+        "{err}"
+    );
+    let (_, out, _) = session(&["list"]);
+    assert_eq!(out.trim(), "0 session credential(s)");
+}
+
+#[test]
+fn a_damaged_spend_counter_is_a_doctor_finding_and_the_audit_goes_on() {
+    use broker_core::store::{RawTable, Store};
+    let d = Daemon::start(WS, &[]);
+    let token = d.session("ep1", &["Workspace.Read=worktree:5"]);
+    std::fs::write(d.root().join("ep1/a.txt"), "alpha").unwrap();
+    a2a(&d, &token, "r1", "ailang-read", json!({"path": "a.txt"}));
+    let kept = d.halt();
+    let db = kept.path().join("db");
+    assert_eq!(worldd(&["doctor", "--db", path_str(&db)], None).0, 0);
+    Store::open(&db, Default::default())
+        .unwrap()
+        .raw_overwrite(
+            RawTable::Spend,
+            b"ep1\0Workspace.Read\0worktree".to_vec(),
+            vec![0, 1, 2],
+        )
+        .unwrap();
+    let (code, out, err) = worldd(&["doctor", "--db", path_str(&db)], None);
+    assert_eq!(code, 3, "{out}{err}");
+    assert!(
+        out.contains(
+            r#"spend "ep1/Workspace.Read/worktree": unreadable: a counter of 3 bytes, not 8"#
+        ),
+        "{out}"
+    );
+    // With the counter unreadable, the journal's intent is one nobody counted.
+    assert!(
+        out.contains(r#"spend "ep1/Workspace.Read/worktree" is 0 but its intents sum to 1"#),
+        "{out}"
+    );
+}

@@ -364,15 +364,24 @@ enum Version {
 }
 
 /// Read the recorded version in a read transaction (creating nothing).
+/// A stored version as reports show it: a number as it is; anything else (a damaged row) as a
+/// quoted JSON string, so that its bytes reach no terminal raw.
+fn shown_version(stored: &[u8]) -> String {
+    match std::str::from_utf8(stored) {
+        Ok(v) if !v.is_empty() && v.len() <= 10 && v.bytes().all(|b| b.is_ascii_digit()) => {
+            v.to_owned()
+        }
+        _ => dialect::quote::json_string(&String::from_utf8_lossy(stored)),
+    }
+}
+
 fn read_version(env: &Env<WithoutTls>, layout: &'static Layout) -> heed::Result<Version> {
     let rtxn = env.read_txn()?;
     let mut found = Version::New;
     env.open_databases_and_commit(rtxn, |dbo, rtxn| -> heed::Result<_> {
         let meta = dbo.open_database::<Str, Bytes>(rtxn, Some(META_TABLE))?;
         let version = match meta {
-            Some(meta) => meta
-                .get(rtxn, VERSION_KEY)?
-                .map(|v| String::from_utf8_lossy(v).into_owned()),
+            Some(meta) => meta.get(rtxn, VERSION_KEY)?.map(shown_version),
             None => None,
         };
         found = match version {

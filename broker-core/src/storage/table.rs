@@ -38,6 +38,7 @@ pub(crate) type RowResult<'t, K, V> = Result<Row<'t, K, V>, StoreError>;
 /// Rows read lazily from a transaction, with the engine's errors as [`StoreError`]s.
 pub(crate) struct Rows<I> {
     inner: I,
+    table: &'static str,
     map_size: usize,
 }
 
@@ -48,10 +49,21 @@ where
     type Item = Result<T, StoreError>;
 
     fn next(&mut self) -> Option<Self::Item> {
-        let map_size = self.map_size;
+        let (table, map_size) = (self.table, self.map_size);
         self.inner
             .next()
-            .map(|item| item.map_err(|e| StoreError::from_heed(e, map_size)))
+            .map(|item| item.map_err(|e| read_error(table, e, map_size)))
+    }
+}
+
+/// A read's failure. A row the table's codecs refuse is damage, and the report names the table
+/// (the codec alone would say only "failed to fill whole buffer").
+fn read_error(table: &'static str, e: heed::Error, map_size: usize) -> StoreError {
+    match e {
+        heed::Error::Decoding(e) => {
+            StoreError::Corrupt(format!("a row of table {table} does not decode ({e})"))
+        }
+        other => StoreError::from_heed(other, map_size),
     }
 }
 
@@ -82,6 +94,12 @@ impl<K: 'static, V: 'static> Table<K, V> {
         Table::new(self.slot, self.name)
     }
 
+    /// How a read of this table fails ([`read_error`]).
+    fn read_err(&self, r: &ReadCtx<'_>) -> impl Fn(heed::Error) -> StoreError {
+        let (table, map_size) = (self.name, r.map_size);
+        move |e| read_error(table, e, map_size)
+    }
+
     fn db(&self, dbs: &[RawDb]) -> Result<Database<'static, K, V>, StoreError> {
         dbs.get(self.slot)
             .map(|db| db.remap_types::<K, V>())
@@ -97,7 +115,7 @@ impl<K: 'static, V: 'static> Table<K, V> {
         K: BytesEncode<'a>,
         V: BytesDecode<'t>,
     {
-        self.db(r.dbs)?.get(r.txn, key).map_err(r.err())
+        self.db(r.dbs)?.get(r.txn, key).map_err(self.read_err(r))
     }
 
     /// The row with the greatest key.
@@ -106,7 +124,7 @@ impl<K: 'static, V: 'static> Table<K, V> {
         K: BytesDecode<'t>,
         V: BytesDecode<'t>,
     {
-        self.db(r.dbs)?.last(r.txn).map_err(r.err())
+        self.db(r.dbs)?.last(r.txn).map_err(self.read_err(r))
     }
 
     /// How many rows the table holds (read from the B-tree's header, not counted).
@@ -125,6 +143,7 @@ impl<K: 'static, V: 'static> Table<K, V> {
     {
         Ok(Rows {
             inner: self.db(r.dbs)?.iter(r.txn).map_err(r.err())?,
+            table: self.name,
             map_size: r.map_size,
         })
     }
@@ -142,6 +161,7 @@ impl<K: 'static, V: 'static> Table<K, V> {
     {
         Ok(Rows {
             inner: self.db(r.dbs)?.range(r.txn, range).map_err(r.err())?,
+            table: self.name,
             map_size: r.map_size,
         })
     }
@@ -161,6 +181,7 @@ impl<K: 'static, V: 'static> Table<K, V> {
                 .db(r.dbs)?
                 .prefix_iter(r.txn, prefix)
                 .map_err(r.err())?,
+            table: self.name,
             map_size: r.map_size,
         })
     }

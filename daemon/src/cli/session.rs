@@ -379,11 +379,20 @@ fn rfc3339(t: i64) -> String {
 
 fn list(a: ListArgs) -> CliResult {
     let store = open_existing(&a.db.db)?;
-    let sessions = session::list(&store).map_err(|e| Failure::fatal(e.to_string()))?;
+    let session::Listing { sessions, damaged } =
+        session::list(&store).map_err(|e| Failure::fatal(e.to_string()))?;
     seen_is_durable(&store)?;
     let t = now();
     if a.json {
-        let items: Vec<serde_json::Value> = sessions.iter().map(|s| session_json(s, t)).collect();
+        let items: Vec<serde_json::Value> = sessions
+            .iter()
+            .map(|s| session_json(s, t))
+            .chain(
+                damaged
+                    .iter()
+                    .map(|id| serde_json::json!({"credentialId": id, "damaged": true})),
+            )
+            .collect();
         println!("{}", serde_json::Value::Array(items));
         return Ok(());
     }
@@ -399,7 +408,19 @@ fn list(a: ListArgs) -> CliResult {
             if s.operator { "  operator" } else { "" }
         );
     }
-    println!("{} session credential(s)", sessions.len());
+    // A damaged record authenticates nothing, but the operator should know it is there.
+    for id in &damaged {
+        println!("{id}  damaged: the record does not decode and authenticates nothing; `worldd session revoke {id}` removes it");
+    }
+    if damaged.is_empty() {
+        println!("{} session credential(s)", sessions.len());
+    } else {
+        println!(
+            "{} session credential(s), {} damaged",
+            sessions.len(),
+            damaged.len()
+        );
+    }
     Ok(())
 }
 
