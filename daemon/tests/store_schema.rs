@@ -1,6 +1,6 @@
 //! The store's schema through the real binary: `worldd doctor` and `why` on a store written by
-//! the schema-1 build (migrated when opened), the daemon serving it, and the insertion-ordered
-//! `by-semantic-id` paging.
+//! the schema-1 build (migrated when opened), the daemon serving it, the insertion-ordered
+//! `by-semantic-id` paging, and the verbs over a store with a damaged row.
 
 mod common;
 
