@@ -363,7 +363,6 @@ enum Version {
     Other(String),
 }
 
-/// Read the recorded version in a read transaction (creating nothing).
 /// A stored version as reports show it: a number as it is; anything else (a damaged row) as a
 /// quoted JSON string, so that its bytes reach no terminal raw.
 fn shown_version(stored: &[u8]) -> String {
@@ -375,6 +374,7 @@ fn shown_version(stored: &[u8]) -> String {
     }
 }
 
+/// Read the recorded version in a read transaction (creating nothing).
 fn read_version(env: &Env<WithoutTls>, layout: &'static Layout) -> heed::Result<Version> {
     let rtxn = env.read_txn()?;
     let mut found = Version::New;
