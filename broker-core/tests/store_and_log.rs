@@ -59,64 +59,57 @@ fn opening_a_missing_store_without_create_is_not_found() {
     assert!(!dir.path().join("nope").exists(), "nothing may be created");
 }
 
-/// Put `value` under `key` in table `name` of the closed store at `db`, with heed directly.
-fn put_raw(db: &std::path::Path, name: &str, key: &[u8], value: &[u8]) {
-    // SAFETY: the store is closed; nothing else maps this environment.
-    let env = unsafe { heed::EnvOpenOptions::new().max_dbs(32).open(db).unwrap() };
-    let wtxn = env.write_txn().unwrap();
-    let table: heed::Database<heed::types::Bytes, heed::types::Bytes> = env
-        .create_databases_and_commit(wtxn, |dbo, wtxn| {
-            dbo.create_database(wtxn, Some(name))
-                .map(heed::CommitOrAbort::<_, ()>::Commit)
-        })
-        .unwrap()
-        .unwrap_commit();
-    let mut wtxn = env.write_txn().unwrap();
-    table.put(&mut wtxn, key, value).unwrap();
-    wtxn.commit().unwrap();
-    env.prepare_for_closing().wait();
+/// A new store with `value` put under `key` of its table `name` behind its back (heed
+/// directly, as a future build or a damaged disk would): why opening it fails. The open must
+/// leave the file byte for byte as it was.
+fn refused_after_raw_put(name: &str, key: &[u8], value: &[u8]) -> String {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("db");
+    drop(Store::create(&db).unwrap());
+    {
+        // SAFETY: the store is closed; nothing else maps this environment.
+        let env = unsafe { heed::EnvOpenOptions::new().max_dbs(32).open(&db).unwrap() };
+        let wtxn = env.write_txn().unwrap();
+        let table: heed::Database<heed::types::Bytes, heed::types::Bytes> = env
+            .create_databases_and_commit(wtxn, |dbo, wtxn| {
+                dbo.create_database(wtxn, Some(name))
+                    .map(heed::CommitOrAbort::<_, ()>::Commit)
+            })
+            .unwrap()
+            .unwrap_commit();
+        let mut wtxn = env.write_txn().unwrap();
+        table.put(&mut wtxn, key, value).unwrap();
+        wtxn.commit().unwrap();
+        env.prepare_for_closing().wait();
+    }
+    let before = std::fs::read(db.join("data.mdb")).unwrap();
+    let e = Store::open(&db, StoreOptions::default()).unwrap_err();
+    assert_eq!(std::fs::read(db.join("data.mdb")).unwrap(), before);
+    e.to_string()
 }
 
 #[test]
 fn a_store_of_another_schema_version_is_refused_unmodified() {
-    let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("db");
-    drop(Store::create(&db).unwrap());
-    // Rewrite the schema version with heed directly, as a future build would.
-    put_raw(&db, "meta", b"schema_version", b"99");
-    let before = std::fs::read(db.join("data.mdb")).unwrap();
-    let e = Store::open(&db, StoreOptions::default()).unwrap_err();
     assert_eq!(
-        e.to_string(),
+        refused_after_raw_put("meta", b"schema_version", b"99"),
         "store schema version 99 is not the version this build uses (5); refusing to open it"
     );
-    assert_eq!(std::fs::read(db.join("data.mdb")).unwrap(), before);
 }
 
 #[test]
 fn a_damaged_schema_version_reaches_no_terminal_raw() {
-    let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("db");
-    drop(Store::create(&db).unwrap());
-    put_raw(&db, "meta", b"schema_version", b"5\x1b]0;owned\x07\xff");
-    let e = Store::open(&db, StoreOptions::default()).unwrap_err();
     assert_eq!(
-        e.to_string(),
+        refused_after_raw_put("meta", b"schema_version", b"5\x1b]0;owned\x07\xff"),
         "store schema version \"5\\u001b]0;owned\\u0007\u{fffd}\" is not the version this build uses (5); refusing to open it"
     );
 }
 
 #[test]
 fn a_row_its_codec_refuses_is_damage_that_names_its_table() {
-    let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("db");
-    drop(Store::create(&db).unwrap());
     // A watermark is a u64; three bytes are not one.
-    put_raw(&db, "ref_index", b"objects_indexed_0", b"abc");
-    let e = Store::open(&db, StoreOptions::default()).unwrap_err();
+    let e = refused_after_raw_put("ref_index", b"objects_indexed_0", b"abc");
     assert!(
-        e.to_string()
-            .starts_with("store is damaged: a row of table ref_index does not decode ("),
+        e.starts_with("store is damaged: a row of table ref_index does not decode ("),
         "{e}"
     );
 }
