@@ -120,6 +120,30 @@ pub fn head(r: &ReadCtx<'_>, name: &str) -> Result<Option<Ref>, StoreError> {
     }
 }
 
+/// Check every registry head: each must name a stored revision whose transitions load
+/// ([`load_in`]). Returns one finding per head that does not, for `worldd doctor`.
+pub(crate) fn audit(r: &ReadCtx<'_>) -> Result<Vec<String>, StoreError> {
+    let mut findings = Vec::new();
+    for item in REGISTRY_HEADS.raw().iter(r)? {
+        let (name, _) = item?;
+        let shown = dialect::quote::json_string(&String::from_utf8_lossy(name));
+        let Ok(name) = std::str::from_utf8(name) else {
+            findings.push(format!("registry {shown}: its name is not UTF-8"));
+            continue;
+        };
+        match load_in(r, name) {
+            Ok(_) => {}
+            // The store failing underneath is not a finding about the registry.
+            Err(RegistryError::Store(StoreError::Corrupt(e))) => {
+                findings.push(format!("registry {shown}: {e}"));
+            }
+            Err(RegistryError::Store(e)) => return Err(e),
+            Err(e) => findings.push(format!("registry {shown}: {e}")),
+        }
+    }
+    Ok(findings)
+}
+
 /// Load the current revision of `name` (empty when never published).
 pub fn load(store: &Store, name: &str) -> Result<Registry, RegistryError> {
     store.read(|r| load_in(r, name))

@@ -15,7 +15,9 @@ use crate::migrate;
 use crate::object::Ref;
 use crate::objects::object_row;
 use crate::ref_tail;
-use crate::schema::{self, JOURNAL, OBJECTS, REFS, RESOLUTIONS, SEMANTIC_IDS, SESSIONS, SPEND};
+use crate::schema::{
+    self, JOURNAL, OBJECTS, REFS, REGISTRY_HEADS, RESOLUTIONS, SEMANTIC_IDS, SESSIONS, SPEND,
+};
 use crate::storage::{Layout, RawEnv, Upgrade};
 use crate::task;
 
@@ -139,6 +141,7 @@ impl Store {
                 RawTable::Refs => REFS.raw().put(w, &key, &value),
                 RawTable::Spend => SPEND.raw().put(w, &key, &value),
                 RawTable::Sessions => SESSIONS.raw().put(w, &key, &value),
+                RawTable::RegistryHeads => REGISTRY_HEADS.raw().put(w, &key, &value),
             }
         })
     }
@@ -166,6 +169,7 @@ impl Store {
                 RawTable::SemanticIds => SEMANTIC_IDS.get(r, key)?.map(<[u8]>::to_vec),
                 RawTable::Spend => SPEND.raw().get(r, key)?.map(<[u8]>::to_vec),
                 RawTable::Sessions => SESSIONS.raw().get(r, key)?.map(<[u8]>::to_vec),
+                RawTable::RegistryHeads => REGISTRY_HEADS.raw().get(r, key)?.map(<[u8]>::to_vec),
             })
         })
     }
@@ -227,4 +231,7 @@ pub enum RawTable {
     Spend,
     /// Session records: credential id → canonical session JSON, written as given.
     Sessions,
+    /// Registry heads: registry name → the ref of its current revision (32 bytes), written as
+    /// given.
+    RegistryHeads,
 }

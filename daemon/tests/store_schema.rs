@@ -376,3 +376,43 @@ fn a_damaged_spend_counter_is_a_doctor_finding_and_the_audit_goes_on() {
         "{out}"
     );
 }
+
+#[test]
+fn a_damaged_registry_head_is_a_doctor_finding() {
+    use broker_core::store::{RawTable, Store};
+    let kept = Daemon::start(WS, &[]).halt();
+    let db = kept.path().join("db");
+    let doctor = || worldd(&["doctor", "--db", path_str(&db)], None);
+    assert_eq!(doctor().0, 0);
+    let put = |value: Vec<u8>| {
+        Store::open(&db, Default::default())
+            .unwrap()
+            .raw_overwrite(RawTable::RegistryHeads, b"tools".to_vec(), value)
+            .unwrap()
+    };
+    let original = Store::open(&db, Default::default())
+        .unwrap()
+        .raw_get(RawTable::RegistryHeads, b"tools")
+        .unwrap()
+        .unwrap();
+    for (value, finding) in [
+        (
+            vec![1, 2, 3],
+            r#"registry "tools": registry head tools is not a ref"#.to_owned(),
+        ),
+        (
+            vec![7; 32],
+            format!(
+                r#"registry "tools": registry revision sha256:{} is damaged: missing"#,
+                "07".repeat(32)
+            ),
+        ),
+    ] {
+        put(value);
+        let (code, out, err) = doctor();
+        assert_eq!(code, 3, "{out}{err}");
+        assert!(out.contains(&format!("      {finding}\n")), "{out}");
+    }
+    put(original);
+    assert_eq!(doctor().0, 0);
+}

@@ -21,7 +21,8 @@ pub struct StoreAudit {
     pub journal_findings: Vec<String>,
     /// Intents without an outcome (indeterminate effects; not an inconsistency).
     pub indeterminate: Vec<String>,
-    /// The head does not select the last entry, or the log has a gap.
+    /// The head does not select the last entry, or the log has a gap; a registry head that
+    /// names no revision whose transitions load.
     pub head_findings: Vec<String>,
     /// Keys of the content-address index (`refs`) checked against their rows.
     pub index_keys: u64,
@@ -47,7 +48,8 @@ impl StoreAudit {
 const AUDIT_BLOCK: u64 = 256;
 
 /// Check every entry's links, every spend counter against the journal, the pending-intent
-/// index, the head, the content-address index and the semantic-id index.
+/// index, the head and the registry heads, the content-address index and the semantic-id
+/// index.
 pub fn audit_store(store: &Store) -> Result<StoreAudit, VerifyError> {
     let mut audit = StoreAudit::default();
     let head = store
@@ -60,6 +62,9 @@ pub fn audit_store(store: &Store) -> Result<StoreAudit, VerifyError> {
             head.world.revision, last
         ));
     }
+    audit
+        .head_findings
+        .extend(store.read(crate::registry::audit)?);
     // Entries verify independently. Worker threads claim blocks of the log from a shared
     // counter (so no core idles while another still has a long tail), each block in its own
     // read transaction (LMDB readers never block each other or the writer); the journal audit

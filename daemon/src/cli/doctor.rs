@@ -1,6 +1,6 @@
 //! `worldd doctor`: check an existing store offline — every entry's links, every spend
-//! counter against the journal, the pending-intent index, the head and the content-address
-//! index. Exit 3 on any inconsistency. Indeterminate intents are listed but are not
+//! counter against the journal, the pending-intent index, the head and the registry heads, and
+//! the content-address index. Exit 3 on any inconsistency. Indeterminate intents are listed but are not
 //! inconsistencies.
 
 use broker_core::verify;

@@ -85,8 +85,8 @@ pub enum Command {
         after_help = "Examples:\n  worldd call ailang-read --arg path=hello.txt --json-out | worldd why -\n  worldd why head --addr http://127.0.0.1:7644 --session .world/demo.session\n  worldd why 42 --json --db .world/db\n  worldd why mcp:demo:write-7"
     )]
     Why(why::WhyArgs),
-    /// Check a store offline: every entry's links, spend against the journal, the head, the
-    /// content-address index.
+    /// Check a store offline: every entry's links, spend against the journal, the head and the
+    /// registry heads, the content-address index.
     #[command(
         after_help = "Examples:\n  worldd doctor\n  worldd doctor --db /srv/world/db --json"
     )]
