@@ -14,7 +14,7 @@ use crate::canon::{CanonError, Members};
 use crate::invocations::{self, Part};
 use crate::object::Ref;
 use crate::schema::{JOURNAL, PENDING, SPEND};
-use crate::storage::{ReadCtx, Store, StoreError, WriteCtx};
+use crate::storage::{shown_bytes, ReadCtx, Store, StoreError, WriteCtx};
 
 #[derive(Debug, thiserror::Error)]
 pub enum JournalError {
@@ -484,7 +484,8 @@ pub(crate) fn report_pending_each(store: &Store) {
 
 /// A spend or pending key as findings show it: `episode/effect/scope`, quoted and escaped.
 fn shown_key(key: &[u8]) -> String {
-    dialect::quote::json_string(&String::from_utf8_lossy(key).replace('\0', "/"))
+    let slashed: Vec<u8> = key.iter().map(|&b| if b == 0 { b'/' } else { b }).collect();
+    shown_bytes(&slashed)
 }
 
 /// An inconsistency found by [`audit`].

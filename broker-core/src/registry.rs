@@ -14,7 +14,7 @@ use crate::canon::{self, CanonError};
 use crate::log::{interpreter_ref, SEMANTICS_EPOCH};
 use crate::object::{sid, Object, Ref};
 use crate::schema::REGISTRY_HEADS;
-use crate::storage::{ReadCtx, Store, StoreError, WriteCtx};
+use crate::storage::{shown_bytes, ReadCtx, Store, StoreError, WriteCtx};
 use crate::transition::{Transition, TransitionError};
 
 /// The registry the daemon serves tools from.
@@ -126,7 +126,7 @@ pub(crate) fn audit(r: &ReadCtx<'_>) -> Result<Vec<String>, StoreError> {
     let mut findings = Vec::new();
     for item in REGISTRY_HEADS.raw().iter(r)? {
         let (name, _) = item?;
-        let shown = dialect::quote::json_string(&String::from_utf8_lossy(name));
+        let shown = shown_bytes(name);
         let Ok(name) = std::str::from_utf8(name) else {
             findings.push(format!("registry {shown}: its name is not UTF-8"));
             continue;

@@ -12,7 +12,7 @@ use crate::broker::Capability;
 use crate::canon;
 use crate::grant::Grant;
 use crate::schema::SESSIONS;
-use crate::storage::{ReadCtx, Store, StoreError};
+use crate::storage::{shown_bytes, ReadCtx, Store, StoreError};
 
 /// The longest list `list` returns.
 pub const MAX_LIST: usize = 500;
@@ -202,11 +202,7 @@ pub fn parse_authorization(header: Option<&str>) -> Result<&str, AuthError> {
     };
     let mut fields = h.split([' ', '\t']).filter(|f| !f.is_empty());
     match (fields.next(), fields.next(), fields.next()) {
-        (Some("Bearer"), Some(token), None)
-            if token.len() == 64 && token.bytes().all(|b| b.is_ascii_hexdigit()) =>
-        {
-            Ok(token)
-        }
+        (Some("Bearer"), Some(token), None) if is_64_hex(token) => Ok(token),
         _ => Err(AuthError::Malformed),
     }
 }
@@ -278,20 +274,19 @@ fn read_all(store: &Store, most: usize) -> Result<Listing, SessionError> {
                 break;
             }
             let (id, b) = item?;
-            match std::str::from_utf8(id).ok().map(|id| (id, decode(id, b))) {
-                Some((_, Ok(s))) => out.sessions.push(s),
-                Some((id, Err(_))) if is_credential_id(id) => out.damaged.push(id.to_owned()),
-                _ => out
-                    .damaged
-                    .push(dialect::quote::json_string(&String::from_utf8_lossy(id))),
+            match std::str::from_utf8(id).map(|text| (text, decode(text, b))) {
+                Ok((_, Ok(s))) => out.sessions.push(s),
+                Ok((text, Err(_))) if is_64_hex(text) => out.damaged.push(text.to_owned()),
+                _ => out.damaged.push(shown_bytes(id)),
             }
         }
         Ok(out)
     })
 }
 
-fn is_credential_id(id: &str) -> bool {
-    id.len() == 64 && id.bytes().all(|b| b.is_ascii_hexdigit())
+/// A token or a credential id: 64 hex digits.
+fn is_64_hex(text: &str) -> bool {
+    text.len() == 64 && text.bytes().all(|b| b.is_ascii_hexdigit())
 }
 
 /// Delete one session; false when there was none.

@@ -125,6 +125,13 @@ impl StoreError {
     }
 }
 
+/// Stored bytes as a report shows them when they may be damaged: a quoted JSON string, cut
+/// like every quoted value in a message ([`dialect::quote::quote`]), so that neither their
+/// bytes nor their length reach a terminal raw.
+pub(crate) fn shown_bytes(bytes: &[u8]) -> String {
+    dialect::quote::quote(&String::from_utf8_lossy(bytes))
+}
+
 fn is_disk_full(code: i32) -> bool {
     code == libc::ENOSPC || code == libc::EDQUOT
 }
@@ -370,7 +377,7 @@ fn shown_version(stored: &[u8]) -> String {
         Ok(v) if !v.is_empty() && v.len() <= 10 && v.bytes().all(|b| b.is_ascii_digit()) => {
             v.to_owned()
         }
-        _ => dialect::quote::json_string(&String::from_utf8_lossy(stored)),
+        _ => shown_bytes(stored),
     }
 }
 
