@@ -16,11 +16,12 @@
 //!    served by `modern`; the rest of this list describes the handshake revisions.
 //! 3. **Body**: at most `[limits] mcp_body_bytes` (4 MiB), else 413; complete within
 //!    `[server] body_timeout_ms`, else 408 ([`crate::edge::body`]).
-//! 4. **JSON-RPC** (`jsonrpc`): malformed JSON is answered `-32700 Parse error` (id null) and
-//!    a malformed message `-32600`, both as an SSE event with HTTP 200 like any other JSON-RPC
-//!    reply: once the request is authorized and well-formed HTTP, the client reads every
-//!    protocol answer the same way. Notifications and responses are accepted and ignored: a
-//!    POST that carries only those is answered 202 with an empty body.
+//! 4. **JSON-RPC** (`jsonrpc`): malformed JSON, or an object that names a member twice, is
+//!    answered `-32700 Parse error` (id null) and a malformed message `-32600`, both as an SSE
+//!    event with HTTP 200 like any other JSON-RPC reply: once the request is authorized and
+//!    well-formed HTTP, the client reads every protocol answer the same way. Notifications and
+//!    responses are accepted and ignored: a POST that carries only those is answered 202 with
+//!    an empty body.
 //! 5. **Methods** (`methods`): `initialize`, `ping`, `tools/list`, `tools/call`.
 //!
 //! A successful reply is one Server-Sent Event, `event: message\ndata: <compact JSON>\n\n`.
@@ -151,9 +152,9 @@ async fn serve_post(state: AppState, headers: HeaderMap, body: Body) -> Response
             return transport::sse(&Reply::invalid_request(Value::Null, &why));
         }
     }
-    let message: Value = match serde_json::from_slice(bytes) {
+    let message = match jsonrpc::parse(bytes) {
         Ok(v) => v,
-        Err(_) => return transport::sse(&Reply::parse_error()),
+        Err(why) => return transport::sse(&Reply::parse_error(&why)),
     };
     match message {
         Value::Array(items) => serve_batch(&ctx, version, items).await,

@@ -268,6 +268,89 @@ fn a_request_carrying_two_credentials_is_refused_as_malformed_and_runs_nothing()
 }
 
 #[test]
+fn a_member_named_twice_in_an_mcp_message_is_refused_and_runs_nothing() {
+    // serde_json keeps the last of two members, many parsers the first: a policy proxy that
+    // checked `"path":"first.txt"` would pass a call that writes `second.txt`.
+    let d = Daemon::start(WS, &[]);
+    let token = d.session("ep1", &["Workspace.Write=worktree:5"]);
+    let head = || get(&d.url("/v1/head"), Some(&token)).text();
+    let before = head();
+    let post = |body: &str, version: &str| {
+        let mut headers = mcp_headers();
+        headers.push(("MCP-Protocol-Version", version));
+        request("POST", &d.url("/mcp/"), Some(&token), &headers, Some(body.as_bytes()))
+    };
+    let call = |params: &str| {
+        format!(r#"{{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{params}}}"#)
+    };
+    let bodies = [
+        (
+            call(r#"{"name":"ailang-write","arguments":{"path":"first.txt","content":"x","path":"second.txt"}}"#),
+            "path",
+        ),
+        // Compared after unescaping.
+        (
+            call(r#"{"name":"ailang-write","arguments":{"path":"first.txt","content":"x","\u0070ath":"second.txt"}}"#),
+            "path",
+        ),
+        (
+            call(r#"{"name":"ailang-read","arguments":{"path":"first.txt","content":"x"},"name":"ailang-write"}"#),
+            "name",
+        ),
+        (
+            r#"{"jsonrpc":"2.0","id":1,"id":2,"method":"ping"}"#.to_owned(),
+            "id",
+        ),
+        // One item of a batch: the whole POST is refused, its first item does not run.
+        (
+            format!(
+                "[{},{}]",
+                call(r#"{"name":"ailang-write","arguments":{"path":"first.txt","content":"x"}}"#),
+                call(r#"{"name":"ailang-write","arguments":{"path":"b.txt","content":"x","content":"y"}}"#)
+            ),
+            "content",
+        ),
+    ];
+    for (body, key) in &bodies {
+        let a = post(body, "2025-03-26");
+        assert_eq!(a.status, 200, "{body}: {}", a.text());
+        assert_eq!(
+            a.sse_json(),
+            json!({"jsonrpc": "2.0", "id": null, "error": {"code": -32700,
+                "message": format!("Parse error: duplicate key \"{key}\"; nothing was run")}}),
+            "{body}"
+        );
+    }
+    // The stateless revision answers the same error with its status for -32700.
+    let a = post(&bodies[0].0, "2026-07-28");
+    assert_eq!(a.status, 400, "{}", a.text());
+    assert_eq!(
+        a.json()["error"]["message"],
+        "Parse error: duplicate key \"path\"; nothing was run"
+    );
+    let files: Vec<_> = std::fs::read_dir(d.root().join("ep1")).unwrap().collect();
+    assert!(files.is_empty(), "{files:?}");
+    assert_eq!(head(), before);
+    // A2A parses strictly too.
+    let a2a = r#"{"jsonrpc":"2.0","id":1,"method":"tasks/send","params":{"id":"t1","metadata":{"skill_id":"ailang-write"},"message":{"role":"user","parts":[{"type":"data","data":{"path":"first.txt","content":"x","path":"second.txt"}}]}}}"#;
+    let a = request(
+        "POST",
+        &d.url("/a2a/"),
+        Some(&token),
+        &[("Content-Type", "application/json")],
+        Some(a2a.as_bytes()),
+    );
+    assert_eq!(a.json()["error"]["code"], -32600, "{}", a.text());
+    assert_eq!(head(), before);
+    // The same call with its member once runs: the duplicate is what stopped it.
+    let once = call(r#"{"name":"ailang-write","arguments":{"path":"first.txt","content":"x"}}"#);
+    let a = post(&once, "2025-03-26");
+    assert_eq!(a.sse_json()["result"]["structuredContent"]["ok"], true, "{}", a.text());
+    assert!(d.root().join("ep1/first.txt").is_file());
+    assert_ne!(head(), before);
+}
+
+#[test]
 fn the_agent_card_never_echoes_the_host_header() {
     let d = Daemon::start(WS, &[]);
     let token = d.session("ep1", &["Workspace.Read=worktree:5"]);

@@ -4,9 +4,10 @@
 //!
 //! 1. The handshake-era header rules of the transport still apply first (authorization,
 //!    `Content-Type`, `Accept` listing both media types, the 4 MiB body limit).
-//! 2. Malformed JSON is `-32700`; a body that is not one JSON-RPC object (a batch, a posted
-//!    response, a malformed envelope) is `-32600`. A notification is acknowledged `202` and
-//!    dropped: the revision defines no client-to-server notification over HTTP.
+//! 2. Malformed JSON, or an object that names a member twice, is `-32700`; a body that is not
+//!    one JSON-RPC object (a batch, a posted response, a malformed envelope) is `-32600`. A
+//!    notification is acknowledged `202` and dropped: the revision defines no
+//!    client-to-server notification over HTTP.
 //! 3. The request ladder, first failure wins: a routing header (`MCP-Protocol-Version`,
 //!    `Mcp-Method`, `Mcp-Name`) sent twice is `-32020`; `params._meta` must carry
 //!    `io.modelcontextprotocol/protocolVersion` and `io.modelcontextprotocol/clientCapabilities`
@@ -59,9 +60,9 @@ pub(super) async fn serve(ctx: &Ctx<'_>, headers: &HeaderMap, bytes: &[u8]) -> R
     if jsonrpc::batch_len(bytes).is_some() {
         return not_one_request();
     }
-    let message: Value = match serde_json::from_slice(bytes) {
+    let message = match jsonrpc::parse(bytes) {
         Ok(v) => v,
-        Err(_) => return json_reply(&Reply::error(&Value::Null, PARSE_ERROR, "Parse error")),
+        Err(why) => return json_reply(&Reply::parse_error(&why)),
     };
     let Value::Object(object) = &message else {
         return not_one_request();
