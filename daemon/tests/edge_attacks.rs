@@ -197,6 +197,56 @@ fn rebinding_host_and_origin_are_refused_403_on_every_route() {
     assert!(trips(&d, "origin") >= 12);
 }
 
+#[test]
+fn an_absolute_form_target_naming_a_foreign_host_is_refused_403() {
+    // RFC 9112 §3.2.2: with `GET http://name/path` the target's authority is the host, and a
+    // server ignores Host. Checking only Host let `http://evil.example.com/…` through.
+    let d = Daemon::start(WS, &[]);
+    let token = d.session("ep1", &["Workspace.Write=worktree:5"]);
+    let write = r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"ailang-write","arguments":{"path":"a.txt","content":"x"}}}"#;
+    let send = |method: &str, target: &str, host: &str, body: &str| {
+        let request = format!(
+            "{method} {target} HTTP/1.1\r\nHost: {host}\r\nAuthorization: Bearer {token}\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            body.len()
+        );
+        raw_exchange(&d.addr, request.as_bytes())
+    };
+    let loopback = d.addr.as_str();
+    for (method, path, body) in [
+        ("GET", "/v1/health", ""),
+        ("GET", "/v1/head", ""),
+        ("POST", "/mcp/", write),
+    ] {
+        for authority in [
+            "evil.example.com",
+            "evil.example.com:7644",
+            "evil.example.com@127.0.0.1",
+        ] {
+            let a = send(method, &format!("http://{authority}{path}"), loopback, body);
+            assert_eq!(a.status, 403, "{method} {authority}{path}: {}", a.text());
+            assert_eq!(
+                a.json()["error"]["message"],
+                format!("Host \"{authority}\" is not allowed: this daemon answers only to loopback names (localhost, 127.0.0.1, [::1]) and the [server] allowed_hosts of its configuration")
+            );
+        }
+    }
+    assert!(!d.root().join("ep1/a.txt").exists());
+    // A loopback target is served, whatever form it takes.
+    let a = send("GET", &format!("http://{loopback}/v1/health"), loopback, "");
+    assert_eq!(a.status, 200, "{}", a.text());
+    let a = send(
+        "POST",
+        &format!(
+            "http://localhost{}/mcp/",
+            &loopback[loopback.rfind(':').unwrap()..]
+        ),
+        loopback,
+        write,
+    );
+    assert_eq!(a.status, 200, "{}", a.text());
+    assert!(d.root().join("ep1/a.txt").is_file());
+}
+
 // Two credentials on one request: whichever a proxy in front checks, the daemon must not act
 // on the other.
 #[test]
@@ -278,23 +328,35 @@ fn a_member_named_twice_in_an_mcp_message_is_refused_and_runs_nothing() {
     let post = |body: &str, version: &str| {
         let mut headers = mcp_headers();
         headers.push(("MCP-Protocol-Version", version));
-        request("POST", &d.url("/mcp/"), Some(&token), &headers, Some(body.as_bytes()))
+        request(
+            "POST",
+            &d.url("/mcp/"),
+            Some(&token),
+            &headers,
+            Some(body.as_bytes()),
+        )
     };
     let call = |params: &str| {
         format!(r#"{{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{params}}}"#)
     };
     let bodies = [
         (
-            call(r#"{"name":"ailang-write","arguments":{"path":"first.txt","content":"x","path":"second.txt"}}"#),
+            call(
+                r#"{"name":"ailang-write","arguments":{"path":"first.txt","content":"x","path":"second.txt"}}"#,
+            ),
             "path",
         ),
         // Compared after unescaping.
         (
-            call(r#"{"name":"ailang-write","arguments":{"path":"first.txt","content":"x","\u0070ath":"second.txt"}}"#),
+            call(
+                r#"{"name":"ailang-write","arguments":{"path":"first.txt","content":"x","\u0070ath":"second.txt"}}"#,
+            ),
             "path",
         ),
         (
-            call(r#"{"name":"ailang-read","arguments":{"path":"first.txt","content":"x"},"name":"ailang-write"}"#),
+            call(
+                r#"{"name":"ailang-read","arguments":{"path":"first.txt","content":"x"},"name":"ailang-write"}"#,
+            ),
             "name",
         ),
         (
@@ -306,7 +368,9 @@ fn a_member_named_twice_in_an_mcp_message_is_refused_and_runs_nothing() {
             format!(
                 "[{},{}]",
                 call(r#"{"name":"ailang-write","arguments":{"path":"first.txt","content":"x"}}"#),
-                call(r#"{"name":"ailang-write","arguments":{"path":"b.txt","content":"x","content":"y"}}"#)
+                call(
+                    r#"{"name":"ailang-write","arguments":{"path":"b.txt","content":"x","content":"y"}}"#
+                )
             ),
             "content",
         ),
@@ -345,7 +409,12 @@ fn a_member_named_twice_in_an_mcp_message_is_refused_and_runs_nothing() {
     // The same call with its member once runs: the duplicate is what stopped it.
     let once = call(r#"{"name":"ailang-write","arguments":{"path":"first.txt","content":"x"}}"#);
     let a = post(&once, "2025-03-26");
-    assert_eq!(a.sse_json()["result"]["structuredContent"]["ok"], true, "{}", a.text());
+    assert_eq!(
+        a.sse_json()["result"]["structuredContent"]["ok"],
+        true,
+        "{}",
+        a.text()
+    );
     assert!(d.root().join("ep1/first.txt").is_file());
     assert_ne!(head(), before);
 }

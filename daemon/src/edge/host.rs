@@ -8,6 +8,9 @@
 //! - **Host** (without its port) must be a loopback name — `localhost`, an IPv4 address in
 //!   127.0.0.0/8, `[::1]` — or one of `[server] allowed_hosts`, compared case-insensitively.
 //!   A request without Host (HTTP/1.0, in-process tests) is not a browser's and passes.
+//!   A request target in absolute form (`GET http://name/path`) names the host that counts
+//!   (RFC 9112 §3.2.2 tells a server to ignore Host then): its authority must pass the same
+//!   rule, and so must any Host sent beside it.
 //! - **Origin**, when present, must be a loopback origin (`http://localhost:5173`,
 //!   `https://127.0.0.1`, any port) or one of `[server] allowed_origins` exactly (scheme,
 //!   host and port, case-insensitively). A missing Origin is a non-browser client and passes;
@@ -15,7 +18,7 @@
 
 use axum::extract::{Request, State};
 use axum::http::header::{HOST, ORIGIN};
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::{HeaderMap, StatusCode, Uri};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
@@ -79,8 +82,14 @@ impl HostPolicy {
         }
     }
 
-    /// Check a request's Host and Origin headers.
-    pub fn check(&self, headers: &HeaderMap) -> Result<(), Refused> {
+    /// Check a request's target authority, Host and Origin headers.
+    pub fn check(&self, target: &Uri, headers: &HeaderMap) -> Result<(), Refused> {
+        if let Some(authority) = target.authority() {
+            // With userinfo (`a@127.0.0.1`) the authority is no host name: refused.
+            if !self.host_allowed(authority.as_str()) {
+                return Err(Refused::Host(authority.as_str().to_owned()));
+            }
+        }
         let hosts: Vec<_> = headers
             .get_all(HOST)
             .iter()
@@ -89,11 +98,7 @@ impl HostPolicy {
         match hosts.as_slice() {
             [] => {}
             [text] => {
-                let ok = host_name(text).is_some_and(|name| {
-                    is_loopback_name(name)
-                        || self.hosts.iter().any(|h| h == &name.to_ascii_lowercase())
-                });
-                if !ok {
+                if !self.host_allowed(text) {
                     return Err(Refused::Host(text.clone().into_owned()));
                 }
             }
@@ -115,6 +120,15 @@ impl HostPolicy {
             }
         }
         Ok(())
+    }
+}
+
+impl HostPolicy {
+    /// Whether a Host value (or a target's authority) names a loopback or configured host.
+    fn host_allowed(&self, value: &str) -> bool {
+        host_name(value).is_some_and(|name| {
+            is_loopback_name(name) || self.hosts.iter().any(|h| h == &name.to_ascii_lowercase())
+        })
     }
 }
 
@@ -167,7 +181,7 @@ pub fn check_host_entry(entry: &str) -> Result<(), String> {
 
 /// The middleware: refuse before anything else runs.
 pub async fn guard(State(state): State<AppState>, request: Request, next: Next) -> Response {
-    match state.host_policy().check(request.headers()) {
+    match state.host_policy().check(request.uri(), request.headers()) {
         Ok(()) => next.run(request).await,
         Err(refused) => {
             state.metrics().limit_tripped(refused.limit());
@@ -193,6 +207,10 @@ mod tests {
         h
     }
 
+    fn origin_form() -> Uri {
+        Uri::from_static("/v1/health")
+    }
+
     fn policy(hosts: &[&str], origins: &[&str]) -> HostPolicy {
         HostPolicy::new(&ServerConfig {
             allowed_hosts: hosts.iter().map(|s| s.to_string()).collect(),
@@ -213,9 +231,13 @@ mod tests {
             "[::1]",
             "[::1]:7644",
         ] {
-            assert_eq!(p.check(&headers(&[("host", host)])), Ok(()), "{host}");
+            assert_eq!(
+                p.check(&origin_form(), &headers(&[("host", host)])),
+                Ok(()),
+                "{host}"
+            );
         }
-        assert_eq!(p.check(&HeaderMap::new()), Ok(()));
+        assert_eq!(p.check(&origin_form(), &HeaderMap::new()), Ok(()));
     }
 
     #[test]
@@ -234,18 +256,57 @@ mod tests {
             "",
         ] {
             assert_eq!(
-                p.check(&headers(&[("host", host)])),
+                p.check(&origin_form(), &headers(&[("host", host)])),
                 Err(Refused::Host(host.into())),
                 "{host}"
             );
         }
-        assert_eq!(p.check(&headers(&[("host", "Worldd.Internal:80")])), Ok(()));
+        assert_eq!(
+            p.check(&origin_form(), &headers(&[("host", "Worldd.Internal:80")])),
+            Ok(())
+        );
         for two in [["localhost", "evil.com"], ["evil.com", "localhost"]] {
             assert_eq!(
-                p.check(&headers(&[("host", two[0]), ("host", two[1])])),
+                p.check(
+                    &origin_form(),
+                    &headers(&[("host", two[0]), ("host", two[1])])
+                ),
                 Err(Refused::Host(two.join(", "))),
             );
         }
+    }
+
+    #[test]
+    fn an_absolute_form_target_must_name_an_allowed_host_too() {
+        let p = policy(&["worldd.internal"], &[]);
+        let loopback = headers(&[("host", "127.0.0.1:7644")]);
+        for ok in [
+            "http://127.0.0.1:7644/v1/health",
+            "http://localhost/mcp/",
+            "https://WORLDD.internal:443/v1/log",
+        ] {
+            assert_eq!(p.check(&Uri::from_static(ok), &loopback), Ok(()), "{ok}");
+        }
+        for (bad, authority) in [
+            ("http://evil.com/v1/health", "evil.com"),
+            ("http://evil.com:7644/mcp/", "evil.com:7644"),
+            ("http://127.0.0.1.nip.io/v1/health", "127.0.0.1.nip.io"),
+            ("http://evil.com@127.0.0.1/v1/health", "evil.com@127.0.0.1"),
+        ] {
+            assert_eq!(
+                p.check(&Uri::from_static(bad), &loopback),
+                Err(Refused::Host(authority.into())),
+                "{bad}"
+            );
+        }
+        // A loopback target does not vouch for a foreign Host beside it.
+        assert_eq!(
+            p.check(
+                &Uri::from_static("http://localhost/v1/health"),
+                &headers(&[("host", "evil.com")])
+            ),
+            Err(Refused::Host("evil.com".into()))
+        );
     }
 
     #[test]
@@ -258,7 +319,11 @@ mod tests {
             "https://agents.example.com",
             "HTTPS://Agents.Example.com/",
         ] {
-            assert_eq!(p.check(&headers(&[("origin", ok)])), Ok(()), "{ok}");
+            assert_eq!(
+                p.check(&origin_form(), &headers(&[("origin", ok)])),
+                Ok(()),
+                "{ok}"
+            );
         }
         for bad in [
             "http://evil.example.com",
@@ -269,7 +334,7 @@ mod tests {
             "http://localhost/path",
         ] {
             assert_eq!(
-                p.check(&headers(&[("origin", bad)])),
+                p.check(&origin_form(), &headers(&[("origin", bad)])),
                 Err(Refused::Origin(bad.into())),
                 "{bad}"
             );
