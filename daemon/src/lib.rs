@@ -74,6 +74,7 @@ pub mod metrics;
 pub mod operator_commit;
 pub mod outcome;
 pub mod plugins;
+pub mod query_params;
 pub mod quota;
 pub mod reconcile;
 pub mod rest;

@@ -34,13 +34,13 @@
 //! before every batch: when it is revoked or expires, the stream sends one `error` event with
 //! the REST error envelope and ends.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
 use std::convert::Infallible;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::extract::{Query, State};
+use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
@@ -52,6 +52,7 @@ use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
 
 use crate::log_summary::{self, Summary};
 use crate::metrics::Metrics;
+use crate::query_params::Params;
 use crate::quota::{Held, Quota};
 use crate::rest::{page_limit, ApiError};
 use crate::state::AppState;
@@ -135,7 +136,7 @@ fn parse_index(text: &str, what: &str) -> Result<u64, ApiError> {
 async fn summaries(
     State(state): State<AppState>,
     headers: HeaderMap,
-    Query(q): Query<HashMap<String, String>>,
+    Params(q): Params,
 ) -> Result<Json<Value>, ApiError> {
     let reader = visibility::reader_of_request(&state, &headers).await?;
     let from = q.get("from").map(|s| parse_index(s, "from")).transpose()?;
@@ -255,7 +256,7 @@ impl Follow {
 async fn stream(
     State(state): State<AppState>,
     headers: HeaderMap,
-    Query(q): Query<HashMap<String, String>>,
+    Params(q): Params,
 ) -> Result<Response, ApiError> {
     let reader = visibility::reader_of_request(&state, &headers).await?;
     let start = match headers.get("last-event-id") {

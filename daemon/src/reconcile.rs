@@ -23,9 +23,7 @@
 //! | `unrecorded` | 200 | an effect ran and was recorded (`effects`), the call was not committed | do not retry; read the records |
 //! | `not-found` | 404 | nothing was journaled under this key in your episode | safe to send |
 
-use std::collections::HashMap;
-
-use axum::extract::{Path, Query, State};
+use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
@@ -39,6 +37,7 @@ use handler_api::EffectClass;
 use serde_json::{json, Value};
 
 use crate::outcome::{self, Outcome};
+use crate::query_params::Params;
 use crate::rest::ApiError;
 use crate::state::AppState;
 use crate::tools;
@@ -204,7 +203,7 @@ fn classify(state: &AppState, r: &Reconciliation) -> Result<Outcome, ApiError> {
 async fn budget(
     State(state): State<AppState>,
     headers: HeaderMap,
-    Query(q): Query<HashMap<String, String>>,
+    Params(q): Params,
 ) -> Result<Response, ApiError> {
     let session = session(&state, &headers).await?;
     if let Some(other) = q.keys().find(|k| *k != "episode") {

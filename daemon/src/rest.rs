@@ -9,7 +9,7 @@
 
 use std::collections::HashMap;
 
-use axum::extract::{Path, Query, State};
+use axum::extract::{Path, State};
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -27,6 +27,7 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use crate::log_summary::{DEFAULT_PAGE, MAX_PAGE};
+use crate::query_params::Params;
 use crate::state::{AppState, AuthFailure};
 
 /// Longest `semanticId` or `provenance` of a committed object, in bytes.
@@ -277,7 +278,7 @@ async fn object(
     State(state): State<AppState>,
     headers: HeaderMap,
     Path(reference): Path<String>,
-    Query(q): Query<HashMap<String, String>>,
+    Params(q): Params,
 ) -> Result<Json<Value>, ApiError> {
     let reader = read_access(&state, &headers).await?;
     let r = parse_ref("ref", &reference)?;
@@ -325,7 +326,7 @@ async fn objects_by_semantic_id(
     State(state): State<AppState>,
     headers: HeaderMap,
     Path(id): Path<String>,
-    Query(q): Query<HashMap<String, String>>,
+    Params(q): Params,
 ) -> Result<Json<Value>, ApiError> {
     let reader = read_access(&state, &headers).await?;
     let limit = page_limit(&q)?;
@@ -365,7 +366,7 @@ async fn log_entry(
 async fn log_range(
     State(state): State<AppState>,
     headers: HeaderMap,
-    Query(q): Query<HashMap<String, String>>,
+    Params(q): Params,
 ) -> Result<Json<Value>, ApiError> {
     let reader = read_access(&state, &headers).await?;
     let from: u64 = match q.get("from") {

@@ -420,6 +420,46 @@ fn a_member_named_twice_in_an_mcp_message_is_refused_and_runs_nothing() {
 }
 
 #[test]
+fn a_query_parameter_given_twice_is_refused_400_on_every_route() {
+    // A map keeps one of `from=0&from=1`, and parsers disagree on which: a proxy that checked
+    // the first would pass a request the daemon served from the second.
+    let d = Daemon::start(WS, &[]);
+    let token = d.session("ep1", &["Workspace.Read=worktree:5"]);
+    // An object the reader may read: the registry revision of the tools.
+    let revision = get(&d.url("/v1/registry/tools"), Some(&token)).json();
+    let object = revision["head"].as_str().unwrap().to_owned();
+    let routes = [
+        ("/v1/log", "from=0&from=1", "from"),
+        ("/v1/log", "limit=1&limit=500", "limit"),
+        ("/v1/log/summaries", "from=1&%66rom=0", "from"),
+        ("/v1/log/stream", "from=0&from=1", "from"),
+        (
+            &format!("/v1/objects/{object}") as &str,
+            "payload=false&payload=true",
+            "payload",
+        ),
+        ("/v1/objects/by-semantic-id/x", "limit=1&limit=2", "limit"),
+        ("/v1/budget", "episode=ep1&episode=ep2", "episode"),
+    ];
+    for (path, query, name) in routes {
+        let a = get(&d.url(&format!("{path}?{query}")), Some(&token));
+        assert_eq!(a.status, 400, "{path}?{query}: {}", a.text());
+        assert_eq!(
+            a.json(),
+            json!({"error": {"class": "BadRequest",
+                "message": format!("query parameter \"{name}\" is given twice")}}),
+            "{path}?{query}"
+        );
+        // Once is served (the stream is not read: its head is enough).
+        let once = query.split('&').next().unwrap();
+        if *path != *"/v1/log/stream" {
+            let a = get(&d.url(&format!("{path}?{once}")), Some(&token));
+            assert_eq!(a.status, 200, "{path}?{once}: {}", a.text());
+        }
+    }
+}
+
+#[test]
 fn the_agent_card_never_echoes_the_host_header() {
     let d = Daemon::start(WS, &[]);
     let token = d.session("ep1", &["Workspace.Read=worktree:5"]);
