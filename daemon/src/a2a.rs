@@ -304,6 +304,16 @@ async fn received(
                 "invalid JSON-RPC request: body not received in time",
             ))
         }
+        Err(BodyError::Encoded(coding)) => {
+            return Err(rpc_error(
+                &null,
+                -32600,
+                format!(
+                    "invalid JSON-RPC request: {}",
+                    crate::edge::body::encoded_text(&coding)
+                ),
+            ))
+        }
         Err(BodyError::Unreadable) => {
             return Err(rpc_error(&null, -32600, "invalid JSON-RPC request"))
         }

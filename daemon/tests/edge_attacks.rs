@@ -460,6 +460,50 @@ fn a_query_parameter_given_twice_is_refused_400_on_every_route() {
 }
 
 #[test]
+fn a_content_coded_body_is_refused_415_and_runs_nothing() {
+    // Nothing here decodes a body: read as JSON, gzip'd bytes were answered "Parse error",
+    // and a plain body labelled gzip ran as if the label were not there.
+    let d = Daemon::start(WS, &[]);
+    let token = d.session("ep1", &["Workspace.Write=worktree:5"]);
+    let ops = d.operator_session("ops", &["World.Commit=log:5"]);
+    let write = br#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"ailang-write","arguments":{"path":"a.txt","content":"x"}}}"#;
+    let a2a_write = br#"{"jsonrpc":"2.0","id":1,"method":"tasks/send","params":{"id":"t1","metadata":{"skill_id":"ailang-write"},"message":{"role":"user","parts":[{"type":"data","data":{"path":"b.txt","content":"x"}}]}}}"#;
+    let head = || get(&d.url("/v1/head"), Some(&token)).text();
+    let before = head();
+    let coded = |path: &str, credential: &str, body: &[u8], coding: &str| {
+        let mut headers = mcp_headers();
+        headers.push(("Content-Encoding", coding));
+        request("POST", &d.url(path), Some(credential), &headers, Some(body))
+    };
+    for coding in ["gzip", "br", "identity, gzip", "x-unknown"] {
+        let text =
+            format!("Content-Encoding \"{coding}\" is not supported: send the body uncompressed");
+        let a = coded("/mcp/", &token, write, coding);
+        assert_eq!(a.status, 415, "{coding}: {}", a.text());
+        assert_eq!(a.text(), text);
+        let a = coded("/a2a/", &token, a2a_write, coding);
+        assert_eq!(a.status, 200);
+        assert_eq!(
+            a.json()["error"],
+            json!({"code": -32600, "message": format!("invalid JSON-RPC request: {text}")})
+        );
+        let a = coded("/v1/commit", &ops, b"{}", coding);
+        assert_eq!(a.status, 415, "{coding}: {}", a.text());
+        assert_eq!(
+            a.json(),
+            json!({"error": {"class": "UnsupportedMediaType", "message": text}})
+        );
+    }
+    let files: Vec<_> = std::fs::read_dir(d.root().join("ep1")).unwrap().collect();
+    assert!(files.is_empty(), "{files:?}");
+    assert_eq!(head(), before);
+    // `identity` is no coding at all: served.
+    let a = coded("/mcp/", &token, write, "identity");
+    assert_eq!(a.status, 200, "{}", a.text());
+    assert!(d.root().join("ep1/a.txt").is_file());
+}
+
+#[test]
 fn the_agent_card_never_echoes_the_host_header() {
     let d = Daemon::start(WS, &[]);
     let token = d.session("ep1", &["Workspace.Read=worktree:5"]);

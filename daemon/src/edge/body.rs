@@ -25,7 +25,7 @@
 use std::sync::Arc;
 
 use axum::body::{Body, Bytes, HttpBody};
-use axum::http::header::CONTENT_LENGTH;
+use axum::http::header::{CONTENT_ENCODING, CONTENT_LENGTH};
 use axum::http::HeaderMap;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
@@ -88,8 +88,11 @@ impl Drop for Share {
 }
 
 /// Why a body was not read.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum BodyError {
+    /// Content-coded (`Content-Encoding: gzip`, …): nothing here decodes a body, and parsing
+    /// the coded bytes as JSON would only answer "Parse error". The coding, as sent.
+    Encoded(String),
     /// Over the route's limit (`limit_trips_total{limit="body_size"}`).
     TooLarge,
     /// Not complete before the deadline (`limit_trips_total{limit="body_timeout"}`).
@@ -220,6 +223,9 @@ impl Bodies {
         body: Body,
         limit: usize,
     ) -> Result<ReadBody, BodyError> {
+        if let Some(coding) = content_coding(headers) {
+            return Err(BodyError::Encoded(coding));
+        }
         let declared = declared_length(headers);
         if let Some(n) = declared.filter(|&n| n > limit as u64) {
             if n <= (limit + LINGER_BYTES) as u64 {
@@ -306,7 +312,39 @@ pub fn rest_error(e: BodyError, limit: usize) -> crate::rest::ApiError {
         ),
         BodyError::Unreadable => ApiError::bad_request("request body could not be read"),
         BodyError::Busy(busy) => ApiError::busy(busy.text()),
+        BodyError::Encoded(coding) => ApiError::new(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "UnsupportedMediaType",
+            encoded_text(&coding),
+        ),
     }
+}
+
+/// The content coding of a request's body other than `identity`, if it has one: every
+/// `Content-Encoding` field, each comma-separated coding of it.
+pub fn content_coding(headers: &HeaderMap) -> Option<String> {
+    let fields: Vec<_> = headers.get_all(CONTENT_ENCODING).iter().collect();
+    let coded = fields.iter().any(|field| {
+        String::from_utf8_lossy(field.as_bytes())
+            .split(',')
+            .map(str::trim)
+            .any(|c| !c.is_empty() && !c.eq_ignore_ascii_case("identity"))
+    });
+    coded.then(|| {
+        fields
+            .iter()
+            .map(|f| String::from_utf8_lossy(f.as_bytes()).into_owned())
+            .collect::<Vec<_>>()
+            .join(", ")
+    })
+}
+
+/// What a client whose body is content-coded is told.
+pub fn encoded_text(coding: &str) -> String {
+    format!(
+        "Content-Encoding {} is not supported: send the body uncompressed",
+        dialect::quote::quote(coding)
+    )
 }
 
 /// Why a body was refused for the budget.

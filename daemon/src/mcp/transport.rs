@@ -164,6 +164,19 @@ pub(super) fn body_unreadable() -> Response {
     bad_request("request body could not be read".to_owned())
 }
 
+/// 415 for a content-coded body, with the one coding accepted (RFC 9110 §15.5.16).
+pub(super) fn body_encoded(coding: &str) -> Response {
+    let mut r = text(
+        StatusCode::UNSUPPORTED_MEDIA_TYPE,
+        crate::edge::body::encoded_text(coding),
+    );
+    r.headers_mut().insert(
+        axum::http::header::ACCEPT_ENCODING,
+        axum::http::HeaderValue::from_static("identity"),
+    );
+    r
+}
+
 /// 400 for a JSON-RPC array under a revision that has no batches.
 pub(super) fn batch_refused(version: &str) -> Response {
     bad_request(format!(
