@@ -304,14 +304,11 @@ async fn received(
                 "invalid JSON-RPC request: body not received in time",
             ))
         }
-        Err(BodyError::Encoded(coding)) => {
+        Err(BodyError::Coded(coding)) => {
             return Err(rpc_error(
                 &null,
                 -32600,
-                format!(
-                    "invalid JSON-RPC request: {}",
-                    crate::edge::body::encoded_text(&coding)
-                ),
+                format!("invalid JSON-RPC request: {}", coding.text()),
             ))
         }
         Err(BodyError::Unreadable) => {

@@ -126,7 +126,7 @@ async fn serve_post(state: AppState, headers: HeaderMap, body: Body) -> Response
             return transport::body_timed_out();
         }
         Err(BodyError::Unreadable) => return transport::body_unreadable(),
-        Err(BodyError::Encoded(coding)) => return transport::body_encoded(&coding),
+        Err(BodyError::Coded(coding)) => return transport::body_coded(&coding),
     };
 
     let ctx = Ctx {

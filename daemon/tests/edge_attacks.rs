@@ -460,7 +460,7 @@ fn a_query_parameter_given_twice_is_refused_400_on_every_route() {
 }
 
 #[test]
-fn a_content_coded_body_is_refused_415_and_runs_nothing() {
+fn a_coded_body_is_refused_415_or_501_and_runs_nothing() {
     // Nothing here decodes a body: read as JSON, gzip'd bytes were answered "Parse error",
     // and a plain body labelled gzip ran as if the label were not there.
     let d = Daemon::start(WS, &[]);
@@ -494,10 +494,45 @@ fn a_content_coded_body_is_refused_415_and_runs_nothing() {
             json!({"error": {"class": "UnsupportedMediaType", "message": text}})
         );
     }
+    // A transfer coding hyper does not decode passes its bytes through as they came.
+    let chunked = |path: &str, credential: &str, body: &[u8], coding: &str| {
+        let mut request = format!(
+            "POST {path} HTTP/1.1\r\nHost: {}\r\nAuthorization: Bearer {credential}\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nTransfer-Encoding: {coding}\r\nConnection: close\r\n\r\n{:x}\r\n",
+            d.addr,
+            body.len()
+        )
+        .into_bytes();
+        request.extend_from_slice(body);
+        request.extend_from_slice(b"\r\n0\r\n\r\n");
+        raw_exchange(&d.addr, &request)
+    };
+    for coding in ["gzip, chunked", "chunked, chunked", "x-unknown, chunked"] {
+        let text =
+            format!("Transfer-Encoding \"{coding}\" is not supported: send the body uncompressed");
+        let a = chunked("/mcp/", &token, write, coding);
+        assert_eq!(a.status, 501, "{coding}: {}", a.text());
+        assert_eq!(a.text(), text);
+        let a = chunked("/a2a/", &token, a2a_write, coding);
+        assert_eq!(
+            a.json()["error"]["message"],
+            format!("invalid JSON-RPC request: {text}")
+        );
+        let a = chunked("/v1/commit", &ops, b"{}", coding);
+        assert_eq!(a.status, 501, "{coding}: {}", a.text());
+        assert_eq!(a.json()["error"]["class"], "NotImplemented");
+    }
     let files: Vec<_> = std::fs::read_dir(d.root().join("ep1")).unwrap().collect();
     assert!(files.is_empty(), "{files:?}");
     assert_eq!(head(), before);
-    // `identity` is no coding at all: served.
+    // Plain chunked framing is no coding of the content: served.
+    let a = chunked("/a2a/", &token, a2a_write, "chunked");
+    assert_eq!(
+        a.json()["result"]["status"]["state"],
+        "completed",
+        "{}",
+        a.text()
+    );
+    // Nor is `identity`.
     let a = coded("/mcp/", &token, write, "identity");
     assert_eq!(a.status, 200, "{}", a.text());
     assert!(d.root().join("ep1/a.txt").is_file());

@@ -25,7 +25,7 @@
 use std::sync::Arc;
 
 use axum::body::{Body, Bytes, HttpBody};
-use axum::http::header::{CONTENT_ENCODING, CONTENT_LENGTH};
+use axum::http::header::{CONTENT_ENCODING, CONTENT_LENGTH, TRANSFER_ENCODING};
 use axum::http::HeaderMap;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
@@ -90,9 +90,10 @@ impl Drop for Share {
 /// Why a body was not read.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum BodyError {
-    /// Content-coded (`Content-Encoding: gzip`, …): nothing here decodes a body, and parsing
-    /// the coded bytes as JSON would only answer "Parse error". The coding, as sent.
-    Encoded(String),
+    /// Coded in a way nothing here decodes (`Content-Encoding: gzip`, `Transfer-Encoding:
+    /// gzip, chunked`): parsed as JSON, the coded bytes would only answer "Parse error", and a
+    /// plain body under such a label would run as if the label were not there.
+    Coded(Coding),
     /// Over the route's limit (`limit_trips_total{limit="body_size"}`).
     TooLarge,
     /// Not complete before the deadline (`limit_trips_total{limit="body_timeout"}`).
@@ -223,8 +224,8 @@ impl Bodies {
         body: Body,
         limit: usize,
     ) -> Result<ReadBody, BodyError> {
-        if let Some(coding) = content_coding(headers) {
-            return Err(BodyError::Encoded(coding));
+        if let Some(coding) = Coding::of(headers) {
+            return Err(BodyError::Coded(coding));
         }
         let declared = declared_length(headers);
         if let Some(n) = declared.filter(|&n| n > limit as u64) {
@@ -312,39 +313,77 @@ pub fn rest_error(e: BodyError, limit: usize) -> crate::rest::ApiError {
         ),
         BodyError::Unreadable => ApiError::bad_request("request body could not be read"),
         BodyError::Busy(busy) => ApiError::busy(busy.text()),
-        BodyError::Encoded(coding) => ApiError::new(
-            StatusCode::UNSUPPORTED_MEDIA_TYPE,
-            "UnsupportedMediaType",
-            encoded_text(&coding),
-        ),
+        BodyError::Coded(coding) => {
+            let class = match coding.status() {
+                StatusCode::NOT_IMPLEMENTED => "NotImplemented",
+                _ => "UnsupportedMediaType",
+            };
+            ApiError::new(coding.status(), class, coding.text())
+        }
     }
 }
 
-/// The content coding of a request's body other than `identity`, if it has one: every
-/// `Content-Encoding` field, each comma-separated coding of it.
-pub fn content_coding(headers: &HeaderMap) -> Option<String> {
-    let fields: Vec<_> = headers.get_all(CONTENT_ENCODING).iter().collect();
-    let coded = fields.iter().any(|field| {
-        String::from_utf8_lossy(field.as_bytes())
-            .split(',')
-            .map(str::trim)
-            .any(|c| !c.is_empty() && !c.eq_ignore_ascii_case("identity"))
-    });
-    coded.then(|| {
-        fields
-            .iter()
-            .map(|f| String::from_utf8_lossy(f.as_bytes()).into_owned())
-            .collect::<Vec<_>>()
-            .join(", ")
-    })
+/// A coding of a request body that this daemon does not decode: the header that names it and
+/// its fields as sent (joined by ", ").
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Coding {
+    header: &'static str,
+    value: String,
 }
 
-/// What a client whose body is content-coded is told.
-pub fn encoded_text(coding: &str) -> String {
-    format!(
-        "Content-Encoding {} is not supported: send the body uncompressed",
-        dialect::quote::quote(coding)
-    )
+impl Coding {
+    /// The first coding the request's headers apply beyond what hyper decodes: a
+    /// `Content-Encoding` other than `identity`, or a `Transfer-Encoding` other than one
+    /// `chunked`.
+    pub fn of(headers: &HeaderMap) -> Option<Coding> {
+        let fields = |name| -> Vec<String> {
+            headers
+                .get_all(name)
+                .iter()
+                .map(|f| String::from_utf8_lossy(f.as_bytes()).into_owned())
+                .collect()
+        };
+        let codings = |fields: &[String]| -> Vec<String> {
+            fields
+                .iter()
+                .flat_map(|f| f.split(','))
+                .map(|c| c.trim().to_ascii_lowercase())
+                .filter(|c| !c.is_empty())
+                .collect()
+        };
+        let content = fields(CONTENT_ENCODING);
+        if codings(&content).iter().any(|c| c != "identity") {
+            return Some(Coding {
+                header: "Content-Encoding",
+                value: content.join(", "),
+            });
+        }
+        let transfer = fields(TRANSFER_ENCODING);
+        if !transfer.is_empty() && codings(&transfer) != ["chunked"] {
+            return Some(Coding {
+                header: "Transfer-Encoding",
+                value: transfer.join(", "),
+            });
+        }
+        None
+    }
+
+    /// 415 for a content coding; 501 for a transfer coding (RFC 9112 §6.1).
+    pub fn status(&self) -> axum::http::StatusCode {
+        match self.header {
+            "Transfer-Encoding" => axum::http::StatusCode::NOT_IMPLEMENTED,
+            _ => axum::http::StatusCode::UNSUPPORTED_MEDIA_TYPE,
+        }
+    }
+
+    /// What the client is told.
+    pub fn text(&self) -> String {
+        format!(
+            "{} {} is not supported: send the body uncompressed",
+            self.header,
+            dialect::quote::quote(&self.value)
+        )
+    }
 }
 
 /// Why a body was refused for the budget.

@@ -164,12 +164,10 @@ pub(super) fn body_unreadable() -> Response {
     bad_request("request body could not be read".to_owned())
 }
 
-/// 415 for a content-coded body, with the one coding accepted (RFC 9110 §15.5.16).
-pub(super) fn body_encoded(coding: &str) -> Response {
-    let mut r = text(
-        StatusCode::UNSUPPORTED_MEDIA_TYPE,
-        crate::edge::body::encoded_text(coding),
-    );
+/// 415 for a content-coded body (with the one coding accepted, RFC 9110 §15.5.16), 501 for
+/// a transfer coding other than `chunked`.
+pub(super) fn body_coded(coding: &crate::edge::body::Coding) -> Response {
+    let mut r = text(coding.status(), coding.text());
     r.headers_mut().insert(
         axum::http::header::ACCEPT_ENCODING,
         axum::http::HeaderValue::from_static("identity"),
