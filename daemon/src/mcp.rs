@@ -8,10 +8,10 @@
 //! 1. **Authorization**, before anything about the transport is checked, so an unauthorized
 //!    caller learns nothing about it: 401 with one of four fixed texts and
 //!    `WWW-Authenticate: Bearer`; 500 when the store failed underneath.
-//! 2. **Headers** (`transport`): `Content-Type` must be `application/json` (parameters such
+//! 2. **Headers** (`transport`): one `Content-Type`, `application/json` (parameters such
 //!    as `charset` allowed); `Accept` must list both `application/json` and
 //!    `text/event-stream` (wildcards do not count); the optional `MCP-Protocol-Version` must be
-//!    one of [`SUPPORTED_VERSIONS`] (absent means [`DEFAULT_VERSION`]). Each failure is a 400
+//!    one of [`SUPPORTED_VERSIONS`], sent once (absent means [`DEFAULT_VERSION`]). Each failure is a 400
 //!    with a plain-text body. `2026-07-28` ([`MODERN_VERSION`]) selects the stateless revision,
 //!    served by `modern`; the rest of this list describes the handshake revisions.
 //! 3. **Body**: at most `[limits] mcp_body_bytes` (4 MiB), else 413; complete within

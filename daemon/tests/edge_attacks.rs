@@ -539,6 +539,49 @@ fn a_coded_body_is_refused_415_or_501_and_runs_nothing() {
 }
 
 #[test]
+fn a_second_content_type_or_protocol_version_field_is_refused_400_and_runs_nothing() {
+    // With two fields the daemon read the first; a proxy in front may act on the last
+    // (`text/html`, or `2025-11-25`, under which batches are refused).
+    let d = Daemon::start(WS, &[]);
+    let token = d.session("ep1", &["Workspace.Write=worktree:5"]);
+    let batch = r#"[{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"ailang-write","arguments":{"path":"a.txt","content":"x"}}}]"#;
+    let send = |fields: &str| {
+        let request = format!(
+            "POST /mcp/ HTTP/1.1\r\nHost: {}\r\nAuthorization: Bearer {token}\r\nAccept: application/json, text/event-stream\r\n{fields}Content-Length: {}\r\nConnection: close\r\n\r\n{batch}",
+            d.addr,
+            batch.len()
+        );
+        raw_exchange(&d.addr, request.as_bytes())
+    };
+    let json = "Content-Type: application/json\r\n";
+    for (fields, text) in [
+        (
+            format!("{json}Content-Type: text/html\r\n"),
+            "Content-Type must be application/json",
+        ),
+        (
+            format!("{json}{json}"),
+            "Content-Type must be application/json",
+        ),
+        (
+            format!(
+                "{json}MCP-Protocol-Version: 2025-03-26\r\nMCP-Protocol-Version: 2025-11-25\r\n"
+            ),
+            "MCP-Protocol-Version must be sent once",
+        ),
+    ] {
+        let a = send(&fields);
+        assert_eq!(a.status, 400, "{fields:?}: {}", a.text());
+        assert_eq!(a.text(), text, "{fields:?}");
+    }
+    assert!(!d.root().join("ep1/a.txt").exists());
+    // One of each: the batch runs.
+    let a = send(&format!("{json}MCP-Protocol-Version: 2025-03-26\r\n"));
+    assert_eq!(a.status, 200, "{}", a.text());
+    assert!(d.root().join("ep1/a.txt").is_file());
+}
+
+#[test]
 fn the_agent_card_never_echoes_the_host_header() {
     let d = Daemon::start(WS, &[]);
     let token = d.session("ep1", &["Workspace.Read=worktree:5"]);

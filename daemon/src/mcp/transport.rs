@@ -22,7 +22,7 @@ use serde_json::Value;
 
 use super::jsonrpc::{Reply, INTERNAL_ERROR};
 use super::methods::HostFailure;
-use super::{DEFAULT_VERSION, SUPPORTED_VERSIONS};
+use super::{DEFAULT_VERSION, MODERN_VERSION, SUPPORTED_VERSIONS};
 use crate::state::AuthFailure;
 
 const TEXT_PLAIN: &str = "text/plain; charset=utf-8";
@@ -76,11 +76,15 @@ pub(super) fn check_headers(headers: &HeaderMap) -> Result<&'static str, String>
     protocol_version(headers)
 }
 
+/// Exactly one `Content-Type`, and it is JSON: with two, a proxy in front may have read the
+/// other one and passed the body on as something else.
 fn content_type_is_json(headers: &HeaderMap) -> bool {
-    headers
-        .get(CONTENT_TYPE)
+    let mut fields = headers.get_all(CONTENT_TYPE).iter();
+    let json = fields
+        .next()
         .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| media_type(v).eq_ignore_ascii_case("application/json"))
+        .is_some_and(|v| media_type(v).eq_ignore_ascii_case("application/json"));
+    json && fields.next().is_none()
 }
 
 fn accepts_json_and_sse(headers: &HeaderMap) -> bool {
@@ -115,11 +119,12 @@ fn refused_by_q(range: &str) -> bool {
 }
 
 fn protocol_version(headers: &HeaderMap) -> Result<&'static str, String> {
-    let Some(value) = headers.get(PROTOCOL_VERSION_HEADER) else {
+    let mut fields = headers.get_all(PROTOCOL_VERSION_HEADER).iter();
+    let Some(value) = fields.next() else {
         return Ok(DEFAULT_VERSION);
     };
     let bytes = value.as_bytes().trim_ascii();
-    SUPPORTED_VERSIONS
+    let version = SUPPORTED_VERSIONS
         .iter()
         .copied()
         .find(|v| v.as_bytes() == bytes)
@@ -129,7 +134,13 @@ fn protocol_version(headers: &HeaderMap) -> Result<&'static str, String> {
                 super::jsonrpc::quote(&String::from_utf8_lossy(bytes)),
                 SUPPORTED_VERSIONS.join(", ")
             )
-        })
+        })?;
+    // Two fields: which one a proxy in front acted on is unknowable (batches, for one, are
+    // served under 2025-03-26 alone). The stateless revision's ladder answers it `-32020`.
+    if fields.next().is_some() && version != MODERN_VERSION {
+        return Err("MCP-Protocol-Version must be sent once".to_owned());
+    }
+    Ok(version)
 }
 
 pub(super) fn body_too_large(limit: usize) -> Response {
@@ -331,5 +342,38 @@ mod tests {
             protocol_version(&headers(&[("mcp-protocol-version", "2024-11-05")])),
             Err("unsupported MCP-Protocol-Version \"2024-11-05\"; supported: 2026-07-28, 2025-11-25, 2025-06-18, 2025-03-26".to_owned())
         );
+        for two in [
+            ["2025-03-26", "2025-11-25"],
+            ["2025-11-25", "2025-03-26"],
+            ["2025-11-25", "2025-11-25"],
+        ] {
+            let h = headers(&[
+                ("mcp-protocol-version", two[0]),
+                ("mcp-protocol-version", two[1]),
+            ]);
+            assert_eq!(
+                protocol_version(&h),
+                Err("MCP-Protocol-Version must be sent once".to_owned()),
+                "{two:?}"
+            );
+        }
+        // The stateless revision's ladder refuses the second field itself (-32020).
+        let h = headers(&[
+            ("mcp-protocol-version", "2026-07-28"),
+            ("mcp-protocol-version", "2025-03-26"),
+        ]);
+        assert_eq!(protocol_version(&h), Ok("2026-07-28"));
+    }
+
+    #[test]
+    fn a_second_content_type_is_refused_whatever_it_says() {
+        for two in [
+            ["application/json", "text/html"],
+            ["text/html", "application/json"],
+            ["application/json", "application/json"],
+        ] {
+            let h = headers(&[("content-type", two[0]), ("content-type", two[1])]);
+            assert!(!content_type_is_json(&h), "{two:?}");
+        }
     }
 }
