@@ -50,9 +50,9 @@ use broker_core::store::Store;
 use serde_json::{json, Value};
 use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
 
+use crate::extract::Params;
 use crate::log_summary::{self, Summary};
 use crate::metrics::Metrics;
-use crate::query_params::Params;
 use crate::quota::{Held, Quota};
 use crate::rest::{page_limit, ApiError};
 use crate::state::AppState;

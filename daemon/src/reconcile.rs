@@ -23,7 +23,7 @@
 //! | `unrecorded` | 200 | an effect ran and was recorded (`effects`), the call was not committed | do not retry; read the records |
 //! | `not-found` | 404 | nothing was journaled under this key in your episode | safe to send |
 
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
@@ -36,8 +36,8 @@ use broker_core::task;
 use handler_api::EffectClass;
 use serde_json::{json, Value};
 
+use crate::extract::{Params, Segments};
 use crate::outcome::{self, Outcome};
-use crate::query_params::Params;
 use crate::rest::ApiError;
 use crate::state::AppState;
 use crate::tools;
@@ -67,7 +67,7 @@ fn parse_surface(s: &str) -> Option<Surface> {
 async fn call_by_task(
     State(state): State<AppState>,
     headers: HeaderMap,
-    Path((surface, task_id)): Path<(String, String)>,
+    Segments((surface, task_id)): Segments<(String, String)>,
 ) -> Result<Response, ApiError> {
     let session = session(&state, &headers).await?;
     let surface = parse_surface(&surface)
@@ -83,7 +83,7 @@ async fn call_by_task(
 async fn call_by_invocation(
     State(state): State<AppState>,
     headers: HeaderMap,
-    Path(id): Path<String>,
+    Segments(id): Segments<String>,
 ) -> Result<Response, ApiError> {
     let session = session(&state, &headers).await?;
     let bad = || {

@@ -9,7 +9,7 @@
 
 use std::collections::HashMap;
 
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -26,8 +26,8 @@ use broker_core::store::StoreError;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
+use crate::extract::{Params, Segments};
 use crate::log_summary::{DEFAULT_PAGE, MAX_PAGE};
-use crate::query_params::Params;
 use crate::state::{AppState, AuthFailure};
 
 /// Longest `semanticId` or `provenance` of a committed object, in bytes.
@@ -246,7 +246,7 @@ async fn head(State(state): State<AppState>, headers: HeaderMap) -> Result<Respo
 async fn world(
     State(state): State<AppState>,
     headers: HeaderMap,
-    Path(reference): Path<String>,
+    Segments(reference): Segments<String>,
 ) -> Result<Json<Value>, ApiError> {
     read_access(&state, &headers).await?;
     let r = parse_ref("ref", &reference)?;
@@ -277,7 +277,7 @@ fn object_json(o: &ObjectView<'_>, with_payload: bool) -> Value {
 async fn object(
     State(state): State<AppState>,
     headers: HeaderMap,
-    Path(reference): Path<String>,
+    Segments(reference): Segments<String>,
     Params(q): Params,
 ) -> Result<Json<Value>, ApiError> {
     let reader = read_access(&state, &headers).await?;
@@ -325,7 +325,7 @@ pub(crate) fn page_limit(q: &HashMap<String, String>) -> Result<usize, ApiError>
 async fn objects_by_semantic_id(
     State(state): State<AppState>,
     headers: HeaderMap,
-    Path(id): Path<String>,
+    Segments(id): Segments<String>,
     Params(q): Params,
 ) -> Result<Json<Value>, ApiError> {
     let reader = read_access(&state, &headers).await?;
@@ -351,7 +351,7 @@ async fn objects_by_semantic_id(
 async fn log_entry(
     State(state): State<AppState>,
     headers: HeaderMap,
-    Path(index): Path<String>,
+    Segments(index): Segments<String>,
 ) -> Result<Json<Value>, ApiError> {
     read_access(&state, &headers).await?;
     let i: u64 = index
@@ -390,7 +390,7 @@ async fn log_range(
 async fn registry_head(
     State(state): State<AppState>,
     headers: HeaderMap,
-    Path(name): Path<String>,
+    Segments(name): Segments<String>,
 ) -> Result<Json<Value>, ApiError> {
     read_access(&state, &headers).await?;
     let store = state.store().clone();
@@ -403,7 +403,7 @@ async fn registry_head(
 async fn receipt(
     State(state): State<AppState>,
     headers: HeaderMap,
-    Path(id): Path<String>,
+    Segments(id): Segments<String>,
 ) -> Result<Json<Value>, ApiError> {
     let reader = read_access(&state, &headers).await?;
     if !id.starts_with("rest:") {

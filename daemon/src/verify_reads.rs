@@ -13,7 +13,7 @@
 
 use std::collections::BTreeMap;
 
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::routing::get;
 use axum::{Json, Router};
@@ -25,6 +25,7 @@ use broker_core::task;
 use broker_core::verify::InvocationRows;
 use serde_json::{json, Value};
 
+use crate::extract::Segments;
 use crate::rest::ApiError;
 use crate::state::AppState;
 
@@ -37,7 +38,7 @@ pub fn routes() -> Router<AppState> {
 async fn invocation_rows(
     State(state): State<AppState>,
     headers: HeaderMap,
-    Path(id): Path<String>,
+    Segments(id): Segments<String>,
 ) -> Result<Json<Value>, ApiError> {
     let reader = crate::visibility::reader_of_request(&state, &headers).await?;
     let coordinator_id = COORDINATOR_NAMESPACES.iter().any(|ns| id.starts_with(ns))
@@ -75,7 +76,7 @@ async fn invocation_rows(
 async fn world_at(
     State(state): State<AppState>,
     headers: HeaderMap,
-    Path(index): Path<String>,
+    Segments(index): Segments<String>,
 ) -> Result<Json<Value>, ApiError> {
     crate::visibility::reader_of_request(&state, &headers).await?;
     let i: u64 = index

@@ -11,12 +11,13 @@
 //! allows only this origin's scripts, styles, images and fetches: no inline script or style,
 //! no framing, no form posts, no plugins.
 
-use axum::extract::{Path, RawQuery};
+use axum::extract::RawQuery;
 use axum::http::{header, HeaderName, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
 
+use crate::extract::Segments;
 use crate::rest::ApiError;
 use crate::state::AppState;
 
@@ -94,7 +95,7 @@ async fn page(RawQuery(query): RawQuery) -> Result<Response, ApiError> {
     Ok(respond("text/html; charset=utf-8", INDEX))
 }
 
-async fn asset(Path(name): Path<String>) -> Result<Response, ApiError> {
+async fn asset(Segments(name): Segments<String>) -> Result<Response, ApiError> {
     ASSETS
         .iter()
         .find(|(n, _, _)| *n == name)

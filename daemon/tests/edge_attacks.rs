@@ -582,6 +582,44 @@ fn a_second_content_type_or_protocol_version_field_is_refused_400_and_runs_nothi
 }
 
 #[test]
+fn undecodable_paths_and_queries_are_answered_in_the_rest_envelope() {
+    // axum's own rejections are plain text; every /v1 error is JSON.
+    let d = Daemon::start(WS, &[]);
+    let token = d.session("ep1", &["Workspace.Read=worktree:5"]);
+    for (path, text) in [
+        ("/v1/registry/%ff", "Invalid URL: Invalid UTF-8 in `name`"),
+        (
+            "/v1/objects/%ff%fe",
+            "Invalid URL: Invalid UTF-8 in `reference`",
+        ),
+        (
+            "/v1/calls/mcp/%c3",
+            "Invalid URL: Invalid UTF-8 in `task_id`",
+        ),
+    ] {
+        let a = get(&d.url(path), Some(&token));
+        assert_eq!(a.status, 400, "{path}: {}", a.text());
+        assert_eq!(a.content_type, "application/json", "{path}");
+        assert_eq!(a.json()["error"]["class"], "BadRequest", "{path}");
+        assert!(
+            a.json()["error"]["message"]
+                .as_str()
+                .unwrap()
+                .starts_with(text),
+            "{path}: {}",
+            a.text()
+        );
+    }
+    // A query decodes lossily, so its bytes reach the route's own check.
+    let a = get(&d.url("/v1/log?from=%ff"), Some(&token));
+    assert_eq!(a.status, 400, "{}", a.text());
+    assert_eq!(
+        a.json(),
+        json!({"error": {"class": "BadRequest", "message": "from must be a non-negative integer"}})
+    );
+}
+
+#[test]
 fn the_agent_card_never_echoes_the_host_header() {
     let d = Daemon::start(WS, &[]);
     let token = d.session("ep1", &["Workspace.Read=worktree:5"]);

@@ -1,15 +1,19 @@
-//! A request's query string, read strictly: a parameter named twice is refused.
+//! The REST routes' extractors: a request's path segments and its query's parameters, each
+//! refused in the REST error envelope (axum's own rejections are plain text, and every `/v1`
+//! error is JSON).
 //!
-//! A map built from `from=0&from=1` keeps one of the two, and which one depends on the parser:
-//! a proxy in front that checked the first would pass a request served from the second. So the
-//! REST routes answer `400 BadRequest` `query parameter "from" is given twice` instead of
-//! choosing. A query that does not decode at all keeps axum's own `400`.
+//! The query is read strictly: a parameter named twice is refused. A map built from
+//! `from=0&from=1` keeps one of the two, and which one depends on the parser: a proxy in front
+//! that checked the first would pass a request served from the second. So the routes answer
+//! `400 BadRequest` `query parameter "from" is given twice` instead of choosing.
 
 use std::collections::HashMap;
 
 use axum::extract::{FromRequestParts, Query};
 use axum::http::request::Parts;
+use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
+use serde::de::DeserializeOwned;
 
 use crate::rest::ApiError;
 
@@ -22,7 +26,7 @@ impl<S: Send + Sync> FromRequestParts<S> for Params {
 
     async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Params, Response> {
         let Query(pairs) = Query::<Vec<(String, String)>>::try_from_uri(&parts.uri)
-            .map_err(IntoResponse::into_response)?;
+            .map_err(|r| refused(r.status(), r.body_text()))?;
         let mut params = HashMap::with_capacity(pairs.len());
         for (name, value) in pairs {
             if params.contains_key(&name) {
@@ -36,6 +40,32 @@ impl<S: Send + Sync> FromRequestParts<S> for Params {
         }
         Ok(Params(params))
     }
+}
+
+/// The route's path parameters, as axum's `Path` reads them.
+#[derive(Debug)]
+pub struct Segments<T>(pub T);
+
+impl<S: Send + Sync, T: DeserializeOwned + Send> FromRequestParts<S> for Segments<T> {
+    type Rejection = Response;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Segments<T>, Response> {
+        match axum::extract::Path::<T>::from_request_parts(parts, state).await {
+            Ok(axum::extract::Path(t)) => Ok(Segments(t)),
+            Err(r) => Err(refused(r.status(), r.body_text())),
+        }
+    }
+}
+
+/// A rejection of axum's, in the envelope: 400 for what the client sent, 500 for a route that
+/// names no such parameter.
+fn refused(status: StatusCode, text: String) -> Response {
+    let class = if status.is_client_error() {
+        "BadRequest"
+    } else {
+        "Internal"
+    };
+    ApiError::new(status, class, text).into_response()
 }
 
 #[cfg(test)]
