@@ -26,7 +26,7 @@ use std::sync::Arc;
 
 use axum::body::{Body, Bytes, HttpBody};
 use axum::http::header::{CONTENT_ENCODING, CONTENT_LENGTH, TRANSFER_ENCODING};
-use axum::http::HeaderMap;
+use axum::http::{HeaderMap, StatusCode};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 
@@ -299,7 +299,6 @@ where
 /// The REST envelope of a body that was not read (`POST /v1/commit`).
 pub fn rest_error(e: BodyError, limit: usize) -> crate::rest::ApiError {
     use crate::rest::ApiError;
-    use axum::http::StatusCode;
     match e {
         BodyError::TooLarge => ApiError::new(
             StatusCode::PAYLOAD_TOO_LARGE,
@@ -313,13 +312,7 @@ pub fn rest_error(e: BodyError, limit: usize) -> crate::rest::ApiError {
         ),
         BodyError::Unreadable => ApiError::bad_request("request body could not be read"),
         BodyError::Busy(busy) => ApiError::busy(busy.text()),
-        BodyError::Coded(coding) => {
-            let class = match coding.status() {
-                StatusCode::NOT_IMPLEMENTED => "NotImplemented",
-                _ => "UnsupportedMediaType",
-            };
-            ApiError::new(coding.status(), class, coding.text())
-        }
+        BodyError::Coded(coding) => ApiError::new(coding.status(), coding.class(), coding.text()),
     }
 }
 
@@ -327,8 +320,15 @@ pub fn rest_error(e: BodyError, limit: usize) -> crate::rest::ApiError {
 /// its fields as sent (joined by ", ").
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Coding {
-    header: &'static str,
+    layer: Layer,
     value: String,
+}
+
+/// Which header applied the coding.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Layer {
+    Content,
+    Transfer,
 }
 
 impl Coding {
@@ -354,14 +354,14 @@ impl Coding {
         let content = fields(CONTENT_ENCODING);
         if codings(&content).iter().any(|c| c != "identity") {
             return Some(Coding {
-                header: "Content-Encoding",
+                layer: Layer::Content,
                 value: content.join(", "),
             });
         }
         let transfer = fields(TRANSFER_ENCODING);
         if !transfer.is_empty() && codings(&transfer) != ["chunked"] {
             return Some(Coding {
-                header: "Transfer-Encoding",
+                layer: Layer::Transfer,
                 value: transfer.join(", "),
             });
         }
@@ -369,18 +369,29 @@ impl Coding {
     }
 
     /// 415 for a content coding; 501 for a transfer coding (RFC 9112 §6.1).
-    pub fn status(&self) -> axum::http::StatusCode {
-        match self.header {
-            "Transfer-Encoding" => axum::http::StatusCode::NOT_IMPLEMENTED,
-            _ => axum::http::StatusCode::UNSUPPORTED_MEDIA_TYPE,
+    pub fn status(&self) -> StatusCode {
+        match self.layer {
+            Layer::Content => StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            Layer::Transfer => StatusCode::NOT_IMPLEMENTED,
+        }
+    }
+
+    /// The REST envelope's class for [`Coding::status`].
+    pub fn class(&self) -> &'static str {
+        match self.layer {
+            Layer::Content => "UnsupportedMediaType",
+            Layer::Transfer => "NotImplemented",
         }
     }
 
     /// What the client is told.
     pub fn text(&self) -> String {
+        let header = match self.layer {
+            Layer::Content => "Content-Encoding",
+            Layer::Transfer => "Transfer-Encoding",
+        };
         format!(
-            "{} {} is not supported: send the body uncompressed",
-            self.header,
+            "{header} {} is not supported: send the body uncompressed",
             dialect::quote::quote(&self.value)
         )
     }
