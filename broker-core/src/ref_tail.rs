@@ -47,8 +47,7 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
-use heed::byteorder::BigEndian;
-use heed::types::{Bytes, U64};
+use heed::types::Bytes;
 
 use crate::invocation_row;
 use crate::log_row::Row as LogRow;
@@ -57,7 +56,7 @@ use crate::schema::{
     ref_key, ENTRY_HASH, INVOCATION, INVOCATION_ROWS, LOG, OBJECT, OBJECTS, REFS, REF_INDEX,
     WORLD_REF,
 };
-use crate::storage::{LayoutState, ReadCtx, Store, StoreError, Table, WriteCtx};
+use crate::storage::{LayoutState, ReadCtx, Seq, Store, StoreError, Table, WriteCtx};
 
 /// The most rows of one kind whose keys wait in the tail: every `MERGE_AT / PARTITIONS` rows,
 /// one partition is merged. A full round of merges copies at most every leaf of `refs` once, so
@@ -153,7 +152,7 @@ pub(crate) enum Kind {
 const KINDS: [Kind; 3] = [Kind::Objects, Kind::Entries, Kind::Invocations];
 
 impl Kind {
-    fn table(self) -> Table<U64<BigEndian>, Bytes> {
+    fn table(self) -> Table<Seq, Bytes> {
         match self {
             Kind::Objects => OBJECTS,
             Kind::Entries => LOG,

@@ -2,17 +2,14 @@
 //! the key layouts more than one module writes. The storage layer knows only the names
 //! ([`crate::storage::Layout`]); what the rows mean is each owning module's.
 
-use heed::byteorder::BigEndian;
-use heed::types::{Bytes, Str, U64};
+use heed::types::{Bytes, Str};
 
 use crate::object::{ObjectView, Ref};
-use crate::storage::{StoreError, Table};
+use crate::storage::{Seq, StoreError, Table};
 
 /// The schema this build reads and writes. A store of schema 1, 2, 3 or 4 is migrated when it
 /// is opened ([`crate::migrate`]); any other version is refused unmodified.
 pub const SCHEMA_VERSION: u32 = 5;
-
-type Seq = U64<BigEndian>;
 
 /// The tables, by slot (each constant below names its slot).
 pub(crate) const TABLES: &[&str] = &[

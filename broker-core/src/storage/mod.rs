@@ -46,7 +46,7 @@ use durable_waits::{DurableWaits, Wait};
 use map::{page_multiple, MapLock};
 pub use reply::Submitted;
 use table::RawDb;
-pub(crate) use table::Table;
+pub(crate) use table::{Seq, Table};
 pub use writer::{CommitObserver, WriterStats};
 use writer::{Job, ObserverSlot, Write, Writer};
 

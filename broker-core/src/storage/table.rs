@@ -1,7 +1,7 @@
 //! Typed tables: a table is named by its layout and read or written only through a transaction
 //! of the storage layer, with its keys and values encoded by fixed codecs.
 //!
-//! A [`Table`] is a constant (`const JOURNAL: Table<U64<BigEndian>, Bytes> = ...`) that says
+//! A [`Table`] is a constant (`const JOURNAL: Table<Seq, Bytes> = ...`) that says
 //! which slot of the layout it is and how its keys and values are encoded; it holds no handle
 //! itself, so the modules that define a schema need nothing from the engine but this type.
 
@@ -11,6 +11,30 @@ use std::ops::RangeBounds;
 use heed::{BytesDecode, BytesEncode, Database, PutFlags};
 
 use super::{ReadCtx, StoreError, WriteCtx};
+
+/// A big-endian `u64` (sequence numbers, counters, watermarks), decoded only from exactly
+/// eight bytes: heed's own `U64` reads the first eight of a longer value and ignores the rest,
+/// so a damaged row with bytes appended would read as sound.
+pub(crate) enum Seq {}
+
+impl<'a> BytesEncode<'a> for Seq {
+    type EItem = u64;
+
+    fn bytes_encode(item: &'a u64) -> Result<std::borrow::Cow<'a, [u8]>, heed::BoxedError> {
+        Ok(std::borrow::Cow::Owned(item.to_be_bytes().to_vec()))
+    }
+}
+
+impl<'a> BytesDecode<'a> for Seq {
+    type DItem = u64;
+
+    fn bytes_decode(bytes: &'a [u8]) -> Result<u64, heed::BoxedError> {
+        let exact: [u8; 8] = bytes
+            .try_into()
+            .map_err(|_| format!("a u64 of {} bytes, not 8", bytes.len()))?;
+        Ok(u64::from_be_bytes(exact))
+    }
+}
 
 /// The untyped handle of one table, as the environment opened it.
 pub(crate) type RawDb = Database<'static, heed::types::Bytes, heed::types::Bytes>;
