@@ -217,11 +217,14 @@ fn parse_message_params(method: Method, params: &Value) -> Option<TaskSend> {
     })
 }
 
-/// The major version of the `A2A-Version` header; absent means 0.3.
+/// The major version of the `A2A-Version` header; absent means 0.3. Sent twice it names no
+/// version: a proxy in front may have read the other one.
 fn requested_major(headers: &HeaderMap) -> Option<u64> {
-    let v = match headers.get(VERSION_HEADER) {
-        None => return Some(0),
-        Some(v) => v.to_str().ok()?.trim(),
+    let mut fields = headers.get_all(VERSION_HEADER).iter();
+    let v = match (fields.next(), fields.next()) {
+        (None, _) => return Some(0),
+        (Some(v), None) => v.to_str().ok()?.trim(),
+        (Some(_), Some(_)) => return None,
     };
     if v.is_empty() {
         return Some(0);
@@ -339,16 +342,22 @@ fn sent(headers: &HeaderMap, req: &Value, id: &Value) -> Result<(Method, TaskSen
         _ => return Err(Box::new(rpc_error(id, -32601, "method not found"))),
     };
     if method == Method::SendMessage && requested_major(headers) != Some(1) {
-        let asked = headers
-            .get(VERSION_HEADER)
-            .and_then(|v| v.to_str().ok())
-            .unwrap_or("0.3");
+        let asked: Vec<_> = headers
+            .get_all(VERSION_HEADER)
+            .iter()
+            .map(|v| String::from_utf8_lossy(v.as_bytes()))
+            .collect();
+        let asked = if asked.is_empty() {
+            "0.3".to_owned()
+        } else {
+            asked.join(", ")
+        };
         return Err(Box::new(rpc_error(
             id,
             VERSION_NOT_SUPPORTED,
             format!(
                 "A2A version {} is not supported by SendMessage; send A2A-Version: 1.0 (or use message/send for 0.3)",
-                serde_json::to_string(asked).unwrap_or_default()
+                dialect::quote::quote(&asked)
             ),
         )));
     }

@@ -582,6 +582,51 @@ fn a_second_content_type_or_protocol_version_field_is_refused_400_and_runs_nothi
 }
 
 #[test]
+fn a_second_a2a_version_or_last_event_id_field_is_refused() {
+    let d = Daemon::start(WS, &[]);
+    let token = d.session("ep1", &["Workspace.Write=worktree:5"]);
+    let send_message = r#"{"jsonrpc":"2.0","id":"r2","method":"SendMessage","params":{"message":{"messageId":"m-1","role":"ROLE_USER","parts":[{"data":{"path":"a.txt","content":"x"}}],"metadata":{"skillId":"ailang-write"}},"configuration":{}}}"#;
+    let send = |method: &str, path: &str, fields: &str, body: &str| {
+        let request = format!(
+            "{method} {path} HTTP/1.1\r\nHost: {}\r\nAuthorization: Bearer {token}\r\nContent-Type: application/json\r\n{fields}Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            d.addr,
+            body.len()
+        );
+        raw_exchange(&d.addr, request.as_bytes())
+    };
+    let a = send(
+        "POST",
+        "/a2a/",
+        "A2A-Version: 1.0\r\nA2A-Version: 0.3\r\n",
+        send_message,
+    );
+    assert_eq!(
+        a.json()["error"],
+        json!({"code": -32009, "message": "A2A version \"1.0, 0.3\" is not supported by SendMessage; send A2A-Version: 1.0 (or use message/send for 0.3)"})
+    );
+    assert!(!d.root().join("ep1/a.txt").exists());
+    let a = send("POST", "/a2a/", "A2A-Version: 1.0\r\n", send_message);
+    assert_eq!(
+        a.json()["result"]["task"]["status"]["state"],
+        "TASK_STATE_COMPLETED",
+        "{}",
+        a.text()
+    );
+    assert!(d.root().join("ep1/a.txt").is_file());
+    let a = send(
+        "GET",
+        "/v1/log/stream",
+        "Last-Event-ID: 0\r\nLast-Event-ID: 5\r\n",
+        "",
+    );
+    assert_eq!(a.status, 400, "{}", a.text());
+    assert_eq!(
+        a.json(),
+        json!({"error": {"class": "BadRequest", "message": "Last-Event-ID must be sent once"}})
+    );
+}
+
+#[test]
 fn undecodable_paths_and_queries_are_answered_in_the_rest_envelope() {
     // axum's own rejections are plain text; every /v1 error is JSON.
     let d = Daemon::start(WS, &[]);
