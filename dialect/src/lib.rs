@@ -5,12 +5,13 @@
 //! |---|---|---|
 //! | [`glob`] | the one glob dialect (`*`, `?`, `**`; `[ ] { } \` reserved) | the plan language's `path-glob` rule, the workspace plugin's deny globs |
 //! | [`quote`] | JSON string literals, and values quoted in refusals (escaped, cut at 256 bytes) | refusal texts of plans, plugins and the daemon; policy digests |
+//! | [`json`] | JSON text as serde_json reads it, but an object naming a member twice is refused | the daemon's MCP bodies, the registry plugin's bundle files |
 //! | [`names`] | a transition id's MCP tool name and the 64-byte rule | the daemon's MCP surface, the registry plugin's bundle check |
 //!
-//! It is a crate of its own, with no dependencies, because its users cannot share any other:
-//! plugins never depend on broker-core or the daemon, the daemon should not depend on a plugin
-//! authoring kit for one function, and the ABI crate holds the ABI only. Two copies of a
-//! convention drift; one crate cannot.
+//! It is a crate of its own, depending on serde_json alone, because its users cannot share any
+//! other: plugins never depend on broker-core or the daemon, the daemon should not depend on a
+//! plugin authoring kit for one function, and the ABI crate holds the ABI only. Two copies of
+//! a convention drift; one crate cannot.
 //!
 //! ```
 //! assert!(dialect::glob::matches("docs/**/*.md", "docs/a/b.md"));
@@ -24,5 +25,6 @@
 #![deny(missing_docs)]
 
 pub mod glob;
+pub mod json;
 pub mod names;
 pub mod quote;

@@ -163,7 +163,7 @@ impl Reply {
     /// member (its name quoted, at most 256 bytes of it).
     pub(super) fn parse_error(why: &Unparsed) -> Reply {
         match why {
-            Unparsed::Syntax => Reply::error(&Value::Null, PARSE_ERROR, "Parse error"),
+            Unparsed::Syntax(_) => Reply::error(&Value::Null, PARSE_ERROR, "Parse error"),
             Unparsed::DuplicateKey(key) => Reply::error(
                 &Value::Null,
                 PARSE_ERROR,
@@ -234,92 +234,14 @@ pub(super) fn batch_len(bytes: &[u8]) -> Option<usize> {
     Some(n)
 }
 
-/// Why a POST's body is not a message this server acts on.
-#[derive(Debug, PartialEq)]
-pub(super) enum Unparsed {
-    /// Not JSON at all (or nested past serde_json's limit): `-32700 Parse error`.
-    Syntax,
-    /// An object names this member twice. JSON parsers disagree on which one counts
-    /// (serde_json keeps the last, others the first), so a proxy that checked the first
-    /// `path` would see another call than the one that ran: refused whole, nothing runs.
-    DuplicateKey(String),
-}
+/// Why a POST's body is not a message this server acts on: not JSON (`-32700 Parse error`),
+/// or an object that names a member twice, which is refused whole so that nothing in the POST
+/// runs ([`dialect::json`]: a proxy that checked the first `path` would see another call than
+/// the one that ran).
+pub(super) use dialect::json::Unparsed;
 
-/// The body as one JSON value, parsed as serde_json parses it but refusing an object that
-/// names a member twice, anywhere in the message (`params.arguments` included).
-pub(super) fn parse(bytes: &[u8]) -> Result<Value, Unparsed> {
-    use serde::de::DeserializeSeed as _;
-    let duplicate = std::cell::RefCell::new(None);
-    let mut de = serde_json::Deserializer::from_slice(bytes);
-    let parsed = Unique(&duplicate)
-        .deserialize(&mut de)
-        .and_then(|v| de.end().map(|()| v));
-    match (parsed, duplicate.into_inner()) {
-        (Ok(v), _) => Ok(v),
-        (Err(_), Some(key)) => Err(Unparsed::DuplicateKey(key)),
-        (Err(_), None) => Err(Unparsed::Syntax),
-    }
-}
-
-/// Builds a `Value` as serde_json's own visitor does, and records the first member name an
-/// object repeats.
-#[derive(Clone, Copy)]
-struct Unique<'a>(&'a std::cell::RefCell<Option<String>>);
-
-impl<'de> serde::de::DeserializeSeed<'de> for Unique<'_> {
-    type Value = Value;
-    fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<Value, D::Error> {
-        d.deserialize_any(self)
-    }
-}
-
-impl<'de> serde::de::Visitor<'de> for Unique<'_> {
-    type Value = Value;
-
-    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-        f.write_str("a JSON value")
-    }
-    fn visit_bool<E>(self, v: bool) -> Result<Value, E> {
-        Ok(Value::Bool(v))
-    }
-    fn visit_i64<E>(self, v: i64) -> Result<Value, E> {
-        Ok(Value::from(v))
-    }
-    fn visit_u64<E>(self, v: u64) -> Result<Value, E> {
-        Ok(Value::from(v))
-    }
-    fn visit_f64<E>(self, v: f64) -> Result<Value, E> {
-        Ok(serde_json::Number::from_f64(v).map_or(Value::Null, Value::Number))
-    }
-    fn visit_str<E>(self, v: &str) -> Result<Value, E> {
-        Ok(Value::String(v.to_owned()))
-    }
-    fn visit_string<E>(self, v: String) -> Result<Value, E> {
-        Ok(Value::String(v))
-    }
-    fn visit_unit<E>(self) -> Result<Value, E> {
-        Ok(Value::Null)
-    }
-    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
-        let mut items = Vec::with_capacity(seq.size_hint().unwrap_or(0).min(4096));
-        while let Some(item) = seq.next_element_seed(self)? {
-            items.push(item);
-        }
-        Ok(Value::Array(items))
-    }
-    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
-        let mut members = serde_json::Map::new();
-        while let Some(key) = map.next_key::<String>()? {
-            let value = map.next_value_seed(self)?;
-            if members.contains_key(&key) {
-                *self.0.borrow_mut() = Some(key);
-                return Err(serde::de::Error::custom("duplicate key"));
-            }
-            members.insert(key, value);
-        }
-        Ok(Value::Object(members))
-    }
-}
+/// The body as one JSON value whose objects name each member once.
+pub(super) use dialect::json::parse;
 
 /// `s` as a JSON string literal, for names quoted in error texts (`unknown tool "x"`): quotes
 /// and control characters come out escaped, so a hostile name cannot break the message.
@@ -338,35 +260,21 @@ mod tests {
     }
 
     #[test]
-    fn parse_builds_what_serde_json_builds_and_refuses_a_member_named_twice() {
-        for text in [
-            r#"{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"x","arguments":{"a":[1,-2,3.5,1e300,18446744073709551615,123456789012345678901234567890],"b":null,"c":true,"d":"\u00e9\ud83d\ude00"}}}"#,
-            r#"[{"a":{"a":{"a":1}}},{"a":2},[],{}]"#,
-            " 7 ",
-        ] {
-            let ours = parse(text.as_bytes()).unwrap();
-            let theirs: Value = serde_json::from_str(text).unwrap();
-            assert_eq!(ours, theirs, "{text}");
-        }
-        for (text, key) in [
-            (r#"{"a":1,"a":2}"#, "a"),
-            (r#"{"a":1,"\u0061":2}"#, "a"),
-            (r#"[{"x":{"k":{},"k":[]}}]"#, "k"),
-            (r#"{"p":{"q":1},"p":{"q":1}}"#, "p"),
-        ] {
-            assert_eq!(
-                parse(text.as_bytes()),
-                Err(Unparsed::DuplicateKey(key.into())),
-                "{text}"
-            );
-        }
-        let deep = format!("{}{}", "[".repeat(10_000), "]".repeat(10_000));
-        for text in ["", "{", "[1,]", "{}{}", "\u{feff}{}", deep.as_str()] {
-            assert_eq!(parse(text.as_bytes()), Err(Unparsed::Syntax), "{text:.20}");
-        }
-        let long = "k".repeat(1000);
-        let reply = Reply::parse_error(&Unparsed::DuplicateKey(long));
-        let text = serde_json::to_string(&reply).unwrap();
+    fn a_member_named_twice_is_a_parse_error_that_names_it_and_is_bounded() {
+        let reply = |text: &str| {
+            let why = parse(text.as_bytes()).unwrap_err();
+            serde_json::to_string(&Reply::parse_error(&why)).unwrap()
+        };
+        assert_eq!(
+            reply(r#"{"id":1,"id":2}"#),
+            r#"{"jsonrpc":"2.0","id":null,"error":{"code":-32700,"message":"Parse error: duplicate key \"id\"; nothing was run"}}"#
+        );
+        assert_eq!(
+            reply("{"),
+            r#"{"jsonrpc":"2.0","id":null,"error":{"code":-32700,"message":"Parse error"}}"#
+        );
+        let long = format!(r#"{{"{0}":1,"{0}":2}}"#, "k".repeat(1000));
+        let text = reply(&long);
         assert!(text.len() < 400, "{text}");
         assert!(text.contains("…\\\"; nothing was run"), "{text}");
     }

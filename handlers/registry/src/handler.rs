@@ -167,7 +167,9 @@ impl RegistryHandler {
                 return Err(self.refuse(format!("publish {path}: read {path}: {}", errno_text(&e))))
             }
         };
-        handler_kit::serde_json::from_slice(&bytes)
+        // A member named twice would let the file say one thing to whoever reviewed it and
+        // another to what is published: refused, like any text that is not JSON.
+        handler_kit::dialect::json::parse(&bytes)
             .map_err(|e| self.refuse(format!("publish {path}: the file is not JSON: {e}")))
     }
 

@@ -329,6 +329,13 @@ fn bundle_files_are_confined_to_the_worktree() {
     symlink(tmp.path(), wt.join("up")).unwrap();
     fs::write(wt.join("big.json"), vec![b' '; 5000]).unwrap();
     fs::write(wt.join("bad.json"), "{\"transitions\": [").unwrap();
+    // A reviewer who read the first list would approve what the last one publishes.
+    let twice = format!(
+        r#"{{"transitions": [{}], "transitions": [{}]}}"#,
+        docs_read(),
+        json!({"id": "docs.other"})
+    );
+    fs::write(wt.join("twice.json"), twice).unwrap();
     fs::write(wt.join("list.json"), "[1, 2]").unwrap();
     let fifo = std::ffi::CString::new(wt.join("fifo.json").to_str().unwrap()).unwrap();
     // SAFETY: `fifo` is a NUL-terminated path.
@@ -345,6 +352,7 @@ fn bundle_files_are_confined_to_the_worktree() {
         ("fifo.json", "publish fifo.json: fifo.json is not a regular file"),
         ("big.json", "publish big.json: file is 5000 bytes; the limit is 4096"),
         ("bad.json", "publish bad.json: the file is not JSON: EOF while parsing a list at line 1 column 17"),
+        ("twice.json", "publish twice.json: the file is not JSON: duplicate key \"transitions\""),
         ("list.json", "bundle must be {\"transitions\":[…]} with at least one document"),
         ("", "publish: the path is empty"),
         ("a\u{0}b", "publish a\\0b: the path contains a NUL byte"),

@@ -1,0 +1,169 @@
+//! JSON text read one way on both sides of the plugin boundary: as serde_json reads it, except
+//! that an object naming a member twice is refused.
+//!
+//! JSON leaves duplicate names undefined, and parsers split on them: serde_json keeps the last,
+//! others the first, some refuse. So a document someone checked (a proxy reading a request, a
+//! reviewer reading a bundle file) may say one thing while this process acts on another. Names
+//! are compared after unescaping (`"a"` and `"\u0061"` are the same member).
+//!
+//! ```
+//! use dialect::json::{parse, Unparsed};
+//! assert_eq!(parse(br#"{"path":"a.txt"}"#).unwrap()["path"], "a.txt");
+//! assert_eq!(
+//!     parse(br#"{"path":"a.txt","\u0070ath":"b.txt"}"#).unwrap_err(),
+//!     Unparsed::DuplicateKey("path".into())
+//! );
+//! assert!(matches!(parse(b"{"), Err(Unparsed::Syntax(_))));
+//! ```
+
+use std::cell::RefCell;
+use std::fmt;
+
+use serde::de::{DeserializeSeed, Deserializer, Error as _, MapAccess, SeqAccess, Visitor};
+use serde_json::{Map, Number, Value};
+
+/// Why a text is not one JSON value with unique member names.
+#[derive(Debug)]
+pub enum Unparsed {
+    /// Not JSON (or nested past serde_json's recursion limit), with serde_json's account.
+    Syntax(serde_json::Error),
+    /// An object names this member twice (the first such name met).
+    DuplicateKey(String),
+}
+
+impl PartialEq for Unparsed {
+    fn eq(&self, other: &Unparsed) -> bool {
+        match (self, other) {
+            (Unparsed::Syntax(a), Unparsed::Syntax(b)) => a.to_string() == b.to_string(),
+            (Unparsed::DuplicateKey(a), Unparsed::DuplicateKey(b)) => a == b,
+            _ => false,
+        }
+    }
+}
+
+impl fmt::Display for Unparsed {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Unparsed::Syntax(e) => write!(f, "{e}"),
+            Unparsed::DuplicateKey(key) => {
+                write!(f, "duplicate key {}", crate::quote::quote(key))
+            }
+        }
+    }
+}
+
+impl std::error::Error for Unparsed {}
+
+/// `bytes` as one JSON value (whitespace around it allowed), every object's member names
+/// unique. The value is the one `serde_json::from_slice` would build.
+pub fn parse(bytes: &[u8]) -> Result<Value, Unparsed> {
+    let duplicate = RefCell::new(None);
+    let mut de = serde_json::Deserializer::from_slice(bytes);
+    let parsed = Unique(&duplicate)
+        .deserialize(&mut de)
+        .and_then(|v| de.end().map(|()| v));
+    match (parsed, duplicate.into_inner()) {
+        (Ok(v), _) => Ok(v),
+        (Err(_), Some(key)) => Err(Unparsed::DuplicateKey(key)),
+        (Err(e), None) => Err(Unparsed::Syntax(e)),
+    }
+}
+
+/// Builds a `Value` as serde_json's own visitor does, and records the first member name an
+/// object repeats.
+#[derive(Clone, Copy)]
+struct Unique<'a>(&'a RefCell<Option<String>>);
+
+impl<'de> DeserializeSeed<'de> for Unique<'_> {
+    type Value = Value;
+
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Value, D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for Unique<'_> {
+    type Value = Value;
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("a JSON value")
+    }
+    fn visit_bool<E>(self, v: bool) -> Result<Value, E> {
+        Ok(Value::Bool(v))
+    }
+    fn visit_i64<E>(self, v: i64) -> Result<Value, E> {
+        Ok(Value::from(v))
+    }
+    fn visit_u64<E>(self, v: u64) -> Result<Value, E> {
+        Ok(Value::from(v))
+    }
+    fn visit_f64<E>(self, v: f64) -> Result<Value, E> {
+        Ok(Number::from_f64(v).map_or(Value::Null, Value::Number))
+    }
+    fn visit_str<E>(self, v: &str) -> Result<Value, E> {
+        Ok(Value::String(v.to_owned()))
+    }
+    fn visit_string<E>(self, v: String) -> Result<Value, E> {
+        Ok(Value::String(v))
+    }
+    fn visit_unit<E>(self) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
+        let mut items = Vec::new();
+        while let Some(item) = seq.next_element_seed(self)? {
+            items.push(item);
+        }
+        Ok(Value::Array(items))
+    }
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
+        let mut members = Map::new();
+        while let Some(key) = map.next_key::<String>()? {
+            let value = map.next_value_seed(self)?;
+            if members.contains_key(&key) {
+                *self.0.borrow_mut() = Some(key);
+                return Err(A::Error::custom("duplicate key"));
+            }
+            members.insert(key, value);
+        }
+        Ok(Value::Object(members))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn builds_what_serde_json_builds_and_refuses_a_member_named_twice() {
+        for text in [
+            r#"{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"x","arguments":{"a":[1,-2,3.5,1e300,18446744073709551615,123456789012345678901234567890],"b":null,"c":true,"d":"\u00e9\ud83d\ude00"}}}"#,
+            r#"[{"a":{"a":{"a":1}}},{"a":2},[],{}]"#,
+            " 7 ",
+        ] {
+            let ours = parse(text.as_bytes()).unwrap();
+            let theirs: Value = serde_json::from_str(text).unwrap();
+            assert_eq!(ours, theirs, "{text}");
+        }
+        for (text, key) in [
+            (r#"{"a":1,"a":2}"#, "a"),
+            (r#"{"a":1,"\u0061":2}"#, "a"),
+            (r#"[{"x":{"k":{},"k":[]}}]"#, "k"),
+            (r#"{"p":{"q":1},"p":{"q":1}}"#, "p"),
+        ] {
+            assert_eq!(
+                parse(text.as_bytes()),
+                Err(Unparsed::DuplicateKey(key.into())),
+                "{text}"
+            );
+        }
+        let deep = format!("{}{}", "[".repeat(10_000), "]".repeat(10_000));
+        for text in ["", "{", "[1,]", "{}{}", "\u{feff}{}", deep.as_str()] {
+            let e = parse(text.as_bytes()).unwrap_err();
+            assert!(matches!(e, Unparsed::Syntax(_)), "{text:.20}: {e}");
+        }
+        let long = "k".repeat(1000);
+        let text = Unparsed::DuplicateKey(long).to_string();
+        assert!(text.len() < 300 && text.ends_with("…\""), "{text}");
+    }
+}
