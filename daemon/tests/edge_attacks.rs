@@ -119,6 +119,18 @@ fn trips(d: &Daemon, limit: &str) -> u64 {
     )
 }
 
+/// One request written as raw bytes on a fresh connection (`Host` the daemon's address, the
+/// body's length declared, the connection closed after it): `fields` are further header lines,
+/// each ending in CRLF, sent as they are, repeated fields included.
+fn raw(d: &Daemon, method: &str, target: &str, fields: &str, body: &str) -> Answer {
+    let request = format!(
+        "{method} {target} HTTP/1.1\r\nHost: {}\r\n{fields}Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        d.addr,
+        body.len()
+    );
+    raw_exchange(&d.addr, request.as_bytes())
+}
+
 fn mcp_headers() -> Vec<(&'static str, &'static str)> {
     vec![
         ("Content-Type", "application/json"),
@@ -204,13 +216,10 @@ fn an_absolute_form_target_naming_a_foreign_host_is_refused_403() {
     let d = Daemon::start(WS, &[]);
     let token = d.session("ep1", &["Workspace.Write=worktree:5"]);
     let write = r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"ailang-write","arguments":{"path":"a.txt","content":"x"}}}"#;
-    let send = |method: &str, target: &str, host: &str, body: &str| {
-        let request = format!(
-            "{method} {target} HTTP/1.1\r\nHost: {host}\r\nAuthorization: Bearer {token}\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-            body.len()
-        );
-        raw_exchange(&d.addr, request.as_bytes())
-    };
+    let fields = format!(
+        "Authorization: Bearer {token}\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\n"
+    );
+    let send = |method: &str, target: &str, body: &str| raw(&d, method, target, &fields, body);
     let loopback = d.addr.as_str();
     for (method, path, body) in [
         ("GET", "/v1/health", ""),
@@ -222,7 +231,7 @@ fn an_absolute_form_target_naming_a_foreign_host_is_refused_403() {
             "evil.example.com:7644",
             "evil.example.com@127.0.0.1",
         ] {
-            let a = send(method, &format!("http://{authority}{path}"), loopback, body);
+            let a = send(method, &format!("http://{authority}{path}"), body);
             assert_eq!(a.status, 403, "{method} {authority}{path}: {}", a.text());
             assert_eq!(
                 a.json()["error"]["message"],
@@ -232,7 +241,7 @@ fn an_absolute_form_target_naming_a_foreign_host_is_refused_403() {
     }
     assert!(!d.root().join("ep1/a.txt").exists());
     // A loopback target is served, whatever form it takes.
-    let a = send("GET", &format!("http://{loopback}/v1/health"), loopback, "");
+    let a = send("GET", &format!("http://{loopback}/v1/health"), "");
     assert_eq!(a.status, 200, "{}", a.text());
     let a = send(
         "POST",
@@ -240,7 +249,6 @@ fn an_absolute_form_target_naming_a_foreign_host_is_refused_403() {
             "http://localhost{}/mcp/",
             &loopback[loopback.rfind(':').unwrap()..]
         ),
-        loopback,
         write,
     );
     assert_eq!(a.status, 200, "{}", a.text());
@@ -546,12 +554,10 @@ fn a_second_content_type_or_protocol_version_field_is_refused_400_and_runs_nothi
     let token = d.session("ep1", &["Workspace.Write=worktree:5"]);
     let batch = r#"[{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"ailang-write","arguments":{"path":"a.txt","content":"x"}}}]"#;
     let send = |fields: &str| {
-        let request = format!(
-            "POST /mcp/ HTTP/1.1\r\nHost: {}\r\nAuthorization: Bearer {token}\r\nAccept: application/json, text/event-stream\r\n{fields}Content-Length: {}\r\nConnection: close\r\n\r\n{batch}",
-            d.addr,
-            batch.len()
+        let fields = format!(
+            "Authorization: Bearer {token}\r\nAccept: application/json, text/event-stream\r\n{fields}"
         );
-        raw_exchange(&d.addr, request.as_bytes())
+        raw(&d, "POST", "/mcp/", &fields, batch)
     };
     let json = "Content-Type: application/json\r\n";
     for (fields, text) in [
@@ -587,12 +593,9 @@ fn a_second_a2a_version_or_last_event_id_field_is_refused() {
     let token = d.session("ep1", &["Workspace.Write=worktree:5"]);
     let send_message = r#"{"jsonrpc":"2.0","id":"r2","method":"SendMessage","params":{"message":{"messageId":"m-1","role":"ROLE_USER","parts":[{"data":{"path":"a.txt","content":"x"}}],"metadata":{"skillId":"ailang-write"}},"configuration":{}}}"#;
     let send = |method: &str, path: &str, fields: &str, body: &str| {
-        let request = format!(
-            "{method} {path} HTTP/1.1\r\nHost: {}\r\nAuthorization: Bearer {token}\r\nContent-Type: application/json\r\n{fields}Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
-            d.addr,
-            body.len()
-        );
-        raw_exchange(&d.addr, request.as_bytes())
+        let fields =
+            format!("Authorization: Bearer {token}\r\nContent-Type: application/json\r\n{fields}");
+        raw(&d, method, path, &fields, body)
     };
     let a = send(
         "POST",
