@@ -11,8 +11,8 @@
 //! 2. **Headers** (`transport`): one `Content-Type`, `application/json` (parameters such
 //!    as `charset` allowed); `Accept` must list both `application/json` and
 //!    `text/event-stream` (wildcards do not count); the optional `MCP-Protocol-Version` must be
-//!    one of [`SUPPORTED_VERSIONS`], sent once (absent means [`DEFAULT_VERSION`]). Each failure is a 400
-//!    with a plain-text body. `2026-07-28` ([`MODERN_VERSION`]) selects the stateless revision,
+//!    one of [`SUPPORTED_VERSIONS`], sent once (absent means [`DEFAULT_VERSION`]). Each
+//!    failure is a 400 with a plain-text body. `2026-07-28` ([`MODERN_VERSION`]) selects the stateless revision,
 //!    served by `modern`; the rest of this list describes the handshake revisions.
 //! 3. **Body**: at most `[limits] mcp_body_bytes` (4 MiB), else 413; complete within
 //!    `[server] body_timeout_ms`, else 408 ([`crate::edge::body`]).

@@ -82,6 +82,13 @@ impl HostPolicy {
         }
     }
 
+    /// Whether a Host value (or a target's authority) names a loopback or configured host.
+    fn host_allowed(&self, value: &str) -> bool {
+        host_name(value).is_some_and(|name| {
+            is_loopback_name(name) || self.hosts.iter().any(|h| h == &name.to_ascii_lowercase())
+        })
+    }
+
     /// Check a request's target authority, Host and Origin headers.
     pub fn check(&self, target: &Uri, headers: &HeaderMap) -> Result<(), Refused> {
         if let Some(authority) = target.authority() {
@@ -120,15 +127,6 @@ impl HostPolicy {
             }
         }
         Ok(())
-    }
-}
-
-impl HostPolicy {
-    /// Whether a Host value (or a target's authority) names a loopback or configured host.
-    fn host_allowed(&self, value: &str) -> bool {
-        host_name(value).is_some_and(|name| {
-            is_loopback_name(name) || self.hosts.iter().any(|h| h == &name.to_ascii_lowercase())
-        })
     }
 }
 
