@@ -12,8 +12,9 @@
 //!    as `charset` allowed); `Accept` must list both `application/json` and
 //!    `text/event-stream` (wildcards do not count); the optional `MCP-Protocol-Version` must be
 //!    one of [`SUPPORTED_VERSIONS`], sent once (absent means [`DEFAULT_VERSION`]). Each
-//!    failure is a 400 with a plain-text body. `2026-07-28` ([`MODERN_VERSION`]) selects the stateless revision,
-//!    served by `modern`; the rest of this list describes the handshake revisions.
+//!    failure is a 400 with a plain-text body. `2026-07-28` ([`MODERN_VERSION`]) selects the
+//!    stateless revision, served by `modern`; the rest of this list describes the handshake
+//!    revisions.
 //! 3. **Body**: at most `[limits] mcp_body_bytes` (4 MiB), else 413; complete within
 //!    `[server] body_timeout_ms`, else 408 ([`crate::edge::body`]).
 //! 4. **JSON-RPC** (`jsonrpc`): malformed JSON, or an object that names a member twice, is
