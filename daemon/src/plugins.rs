@@ -155,8 +155,10 @@ fn is_library(path: &Path) -> bool {
 
 /// Load every library in `dir`, in file-name order.
 pub fn scan(dir: &Path) -> Result<Vec<Scanned>, PluginError> {
-    let entries = std::fs::read_dir(dir)
-        .map_err(|e| PluginError::new(dir, format!("cannot read the plugin directory: {e}")))?;
+    let unreadable =
+        |e: std::io::Error| PluginError::new(dir, format!("cannot read the plugin directory: {e}"));
+    writers::check_dir(dir, &std::fs::metadata(dir).map_err(unreadable)?)?;
+    let entries = std::fs::read_dir(dir).map_err(unreadable)?;
     let mut paths: Vec<PathBuf> = entries
         .filter_map(|e| e.ok().map(|e| e.path()))
         .filter(|p| is_library(p))
@@ -199,6 +201,8 @@ impl OpenedLibrary {
         let unreadable =
             |e: std::io::Error| PluginError::new(path, format!("cannot read the library: {e}"));
         let mut file = std::fs::File::open(path).map_err(unreadable)?;
+        // Of the open descriptor: the inode that is hashed and loaded.
+        writers::check_library(path, &file.metadata().map_err(unreadable)?)?;
         let mut hasher = sha2::Sha256::new();
         std::io::copy(&mut file, &mut hasher).map_err(unreadable)?;
         Ok(OpenedLibrary {
@@ -242,6 +246,65 @@ impl OpenedLibrary {
                 Err(PluginError::new(&self.path, e.summary()))
             }
         }
+    }
+}
+
+/// Who may write what the daemon loads. Loading a library runs its code inside the daemon,
+/// beside the store and every credential, so a library another user could have written is
+/// refused, and so is a directory where anyone could put or swap one: every user may write the
+/// library, or it belongs to a user other than this process's and root; every user may write
+/// the directory and it is not sticky (in a sticky one, such as `/tmp`, a library planted by
+/// someone else is refused as theirs).
+mod writers {
+    use std::path::Path;
+
+    use super::PluginError;
+
+    #[cfg(unix)]
+    pub(super) fn check_library(path: &Path, meta: &std::fs::Metadata) -> Result<(), PluginError> {
+        use std::os::unix::fs::MetadataExt;
+        let mode = meta.mode() & 0o7777;
+        if mode & 0o002 != 0 {
+            return Err(PluginError::new(
+                path,
+                format!("refusing to load a library every user may write (mode {mode:04o}); `chmod o-w` it"),
+            ));
+        }
+        // SAFETY: geteuid has no preconditions and cannot fail.
+        let me = unsafe { libc::geteuid() };
+        if meta.uid() != me && meta.uid() != 0 {
+            return Err(PluginError::new(
+                path,
+                format!(
+                    "refusing to load a library owned by uid {}, neither this process's user (uid {me}) nor root",
+                    meta.uid()
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    #[cfg(unix)]
+    pub(super) fn check_dir(dir: &Path, meta: &std::fs::Metadata) -> Result<(), PluginError> {
+        use std::os::unix::fs::MetadataExt;
+        let mode = meta.mode() & 0o7777;
+        if mode & 0o002 != 0 && mode & 0o1000 == 0 {
+            return Err(PluginError::new(
+                dir,
+                format!("refusing a plugin directory every user may write, without the sticky bit (mode {mode:04o}): anyone could swap a library in it; `chmod o-w` it"),
+            ));
+        }
+        Ok(())
+    }
+
+    #[cfg(not(unix))]
+    pub(super) fn check_library(_: &Path, _: &std::fs::Metadata) -> Result<(), PluginError> {
+        Ok(())
+    }
+
+    #[cfg(not(unix))]
+    pub(super) fn check_dir(_: &Path, _: &std::fs::Metadata) -> Result<(), PluginError> {
+        Ok(())
     }
 }
 

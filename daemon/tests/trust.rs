@@ -580,3 +580,69 @@ fn a_library_replaced_after_it_was_hashed_is_not_what_loads() {
     );
     assert_eq!(plugin.manifest().unwrap().name, "workspace");
 }
+
+#[test]
+fn a_plugin_library_another_user_could_write_is_refused_at_start() {
+    // Loading a library runs its code inside the daemon, beside the store and every
+    // credential: one that another user could have written is not loaded.
+    use std::os::unix::fs::{chown, PermissionsExt};
+    let dir = tempfile::tempdir().unwrap();
+    let plugins = plugin_dir_with(dir.path(), &["worldd_workspace"]);
+    let lib = plugins.join("libworldd_workspace.so");
+    let db = dir.path().join("db");
+    let serve = || {
+        worldd(
+            &[
+                "serve",
+                "--db",
+                path_str(&db),
+                "--bind",
+                "127.0.0.1:0",
+                "--plugin-dir",
+                path_str(&plugins),
+            ],
+            None,
+        )
+    };
+    let mode = |path: &std::path::Path, mode: u32| {
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap()
+    };
+    mode(&lib, 0o666);
+    let (code, _, err) = serve();
+    assert_eq!(code, 2, "{err}");
+    assert_eq!(
+        err.trim(),
+        format!("worldd: daemon startup failed at plugins: plugin {}: refusing to load a library every user may write (mode 0666); `chmod o-w` it", lib.display())
+    );
+    let (_, out, _) = worldd(&["handlers", "--plugin-dir", path_str(&plugins)], None);
+    assert!(
+        out.contains("not loadable: refusing to load a library every user may write (mode 0666)"),
+        "{out}"
+    );
+    mode(&lib, 0o755);
+    // A directory anyone may write to, where anyone could swap the library.
+    mode(&plugins, 0o777);
+    let (code, _, err) = serve();
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains(&format!("plugin {}: refusing a plugin directory every user may write, without the sticky bit (mode 0777)", plugins.display())),
+        "{err}"
+    );
+    // Sticky, as /tmp is: others cannot swap this library, and one they plant is theirs.
+    mode(&plugins, 0o1777);
+    let (_, out, _) = worldd(&["handlers", "--plugin-dir", path_str(&plugins)], None);
+    assert!(
+        out.contains("1 plugin(s), 0 library(ies) not loadable"),
+        "{out}"
+    );
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } == 0 {
+        chown(&lib, Some(4242), None).unwrap();
+        let (code, _, err) = serve();
+        assert_eq!(code, 2, "{err}");
+        assert!(
+            err.contains("refusing to load a library owned by uid 4242, neither this process's user (uid 0) nor root"),
+            "{err}"
+        );
+    }
+}
