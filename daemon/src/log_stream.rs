@@ -121,10 +121,14 @@ impl LogStreamHub {
     }
 }
 
+/// The stream, with limits of its own.
 pub fn routes() -> Router<AppState> {
-    Router::new()
-        .route("/v1/log/stream", get(stream))
-        .route("/v1/log/summaries", get(summaries))
+    Router::new().route("/v1/log/stream", get(stream))
+}
+
+/// The summaries: a read that takes its client's turn ([`crate::edge::turns`]).
+pub fn read_routes() -> Router<AppState> {
+    Router::new().route("/v1/log/summaries", get(summaries))
 }
 
 fn parse_index(text: &str, what: &str) -> Result<u64, ApiError> {

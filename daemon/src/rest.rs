@@ -168,10 +168,18 @@ impl From<LogError> for ApiError {
     }
 }
 
+/// The routes that read nothing from the store, and the commit (its body has its own limits).
 pub fn routes() -> Router<AppState> {
     Router::new()
         .route("/v1/health", get(health))
         .route("/v1/metrics", get(metrics))
+        .route("/v1/commit", post(crate::operator_commit::route))
+}
+
+/// The routes that read the store: each client's requests take turns
+/// ([`crate::edge::turns`]).
+pub fn read_routes() -> Router<AppState> {
+    Router::new()
         .route("/v1/head", get(head))
         .route("/v1/worlds/{reference}", get(world))
         .route(
@@ -183,7 +191,6 @@ pub fn routes() -> Router<AppState> {
         .route("/v1/log", get(log_range))
         .route("/v1/registry/{*name}", get(registry_head))
         .route("/v1/receipts/{id}", get(receipt))
-        .route("/v1/commit", post(crate::operator_commit::route))
         // Reconciliation and budget (session required, own episode only).
         .merge(crate::reconcile::routes())
         .merge(crate::catalog::routes())

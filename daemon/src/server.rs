@@ -16,6 +16,14 @@ pub fn router(state: AppState) -> Router {
         .merge(mcp::routes())
         .merge(a2a::routes())
         .merge(rest::routes())
+        .merge(
+            rest::read_routes()
+                .merge(log_stream::read_routes())
+                .route_layer(axum::middleware::from_fn_with_state(
+                    state.clone(),
+                    edge::turns::take_turn,
+                )),
+        )
         .merge(log_stream::routes())
         .merge(workbench::routes())
         .method_not_allowed_fallback(fallback::method_not_allowed)

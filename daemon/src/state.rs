@@ -65,6 +65,7 @@ struct Inner {
     server: ServerConfig,
     host_policy: HostPolicy,
     bodies: Bodies,
+    turns: crate::edge::turns::Turns,
     info: DaemonInfo,
     metrics: Metrics,
     catalog: crate::catalog::Catalog,
@@ -131,6 +132,7 @@ impl AppStateBuilder {
                 admission: Admission::new(self.limits.clone()),
                 limits: self.limits,
                 host_policy: HostPolicy::new(&self.server),
+                turns: crate::edge::turns::Turns::new(&self.server),
                 bodies: Bodies::new(
                     self.server.body_budget_bytes,
                     self.server.max_connections,
@@ -173,6 +175,11 @@ impl AppState {
     }
 
     /// Request bodies, read within the shared budget ([`crate::edge::body`]).
+    /// The turns of each client's REST reads.
+    pub fn turns(&self) -> &crate::edge::turns::Turns {
+        &self.inner.turns
+    }
+
     pub fn bodies(&self) -> &Bodies {
         &self.inner.bodies
     }

@@ -1509,6 +1509,53 @@ fn call(d: &Daemon, token: &str, tool: &str, args: Value) -> Value {
 }
 
 #[test]
+fn one_credential_flooding_log_scans_takes_turns_and_another_is_served_at_once() {
+    // A log page from an episode that sees few entries scans up to 5,000 of them: 64 in flight
+    // from one credential took another episode's calls from 1.7 ms to 217 ms at p50. Now one
+    // credential's reads run one at a time; one that waits past `read_wait_ms` (1 ms here, so
+    // that the queue trips it) is answered 503.
+    let (d, _c) = start_with(WS, "[server]\nread_wait_ms = 1\n", &[]);
+    let attacker = d.session("ep1", &["Workspace.Read=worktree:5"]);
+    let other = d.session("ep2", &["Workspace.Read=worktree:5"]);
+    let url = d.url("/v1/log?from=0&limit=500");
+    let flood: Vec<_> = (0..32)
+        .map(|_| {
+            let (url, token) = (url.clone(), attacker.clone());
+            std::thread::spawn(move || {
+                (0..5)
+                    .map(|_| {
+                        let a = request("GET", &url, Some(&token), &[], None);
+                        (a.status, a.retry_after.clone(), a.text())
+                    })
+                    .collect::<Vec<_>>()
+            })
+        })
+        .collect();
+    // Another credential has its own turn: served at once, never refused.
+    for _ in 0..20 {
+        let a = get(&d.url("/v1/head"), Some(&other));
+        assert_eq!(a.status, 200, "{}", a.text());
+    }
+    let answers: Vec<_> = flood.into_iter().flat_map(|t| t.join().unwrap()).collect();
+    let refused = answers.iter().filter(|(status, ..)| *status == 503).count();
+    assert!(refused >= 1, "no read waited past its turn's deadline");
+    for (status, retry_after, text) in &answers {
+        match status {
+            200 => assert!(text.starts_with("{\"items\":"), "{text}"),
+            503 => {
+                assert_eq!(retry_after.as_deref(), Some("1"));
+                assert_eq!(
+                    text,
+                    r#"{"error":{"class":"Unavailable","message":"too many reads from this credential in flight ([server] reads_per_client); retry shortly"}}"#
+                );
+            }
+            other => panic!("{other}: {text}"),
+        }
+    }
+    assert_eq!(trips(&d, "read_wait") as usize, refused);
+}
+
+#[test]
 fn hung_plugins_do_not_stop_other_episodes() {
     let (d, _c) = start_with(
         WS_STALL,

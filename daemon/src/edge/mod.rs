@@ -9,6 +9,7 @@
 //! | authentication | every route that reads a body authenticates from its headers first; a request with two `Authorization` fields is refused as malformed | the routes, [`credential`] |
 //! | unread bodies | an answer sent before its request body was read waits (at most 2 s) for a remainder of at most 64 KiB, so the client reads it instead of a reset connection | [`linger`] |
 //! | request body | no coding but `chunked` framing (415 for a `Content-Encoding`, 501 for another `Transfer-Encoding`), a per-route size limit, a whole-body deadline ([`ServerConfig::body_timeout`]) and one byte budget for all bodies in flight ([`ServerConfig::body_budget_bytes`]), of which one credential holds at most a quarter | [`body`] |
+//! | reads per client | one credential's REST reads run [`ServerConfig::reads_per_client`] at a time (1); the rest wait in arrival order, at most [`ServerConfig::read_wait`], then 503 | [`turns`] |
 //! | answers in flight | answers of known size over 16 KiB share one budget of bytes until they are handed to the kernel ([`ServerConfig::reply_budget_bytes`]); past it an answer is replaced by 503 | [`reply`] |
 //! | answers | a fixed kernel send buffer per connection ([`ServerConfig::send_buffer_bytes`]), and a client that keeps the daemon waiting must take 64 KiB (or the rest) in every [`ServerConfig::send_timeout`] of waiting, or its connection is reset | [`send`] |
 //!
@@ -26,6 +27,7 @@ pub mod linger;
 pub mod listener;
 pub mod reply;
 pub mod send;
+pub mod turns;
 
 /// Default most connections open at once.
 pub const DEFAULT_MAX_CONNECTIONS: usize = 4096;
@@ -69,6 +71,11 @@ pub struct ServerConfig {
     pub log_streams: usize,
     /// Log streams one agent episode may hold open at once (`log_streams_per_episode`).
     pub log_streams_per_episode: usize,
+    /// REST reads one credential may have running at once (`reads_per_client`); the rest
+    /// wait their turn ([`turns`]).
+    pub reads_per_client: usize,
+    /// How long a REST read may wait for its turn before it is answered 503 (`read_wait_ms`).
+    pub read_wait: Duration,
     /// How often the daemon checks whether a burst left freed heap to hand back to the kernel
     /// (`memory_trim_ms`; `0` turns it off): [`crate::memory`].
     pub memory_trim: Option<Duration>,
@@ -101,6 +108,8 @@ impl Default for ServerConfig {
             max_head_bytes: DEFAULT_MAX_HEAD_BYTES,
             log_streams: 32,
             log_streams_per_episode: 4,
+            reads_per_client: 1,
+            read_wait: Duration::from_secs(10),
             memory_trim: Some(Duration::from_secs(5)),
         }
     }
@@ -125,6 +134,8 @@ pub struct ServerSection {
     pub max_head_bytes: Option<usize>,
     pub log_streams: Option<usize>,
     pub log_streams_per_episode: Option<usize>,
+    pub reads_per_client: Option<usize>,
+    pub read_wait_ms: Option<u64>,
     pub memory_trim_ms: Option<u64>,
 }
 
@@ -150,6 +161,8 @@ impl ServerSection {
             log_streams_per_episode: self
                 .log_streams_per_episode
                 .unwrap_or(d.log_streams_per_episode),
+            reads_per_client: self.reads_per_client.unwrap_or(d.reads_per_client),
+            read_wait: ms(self.read_wait_ms, d.read_wait),
             memory_trim: match self.memory_trim_ms {
                 Some(0) => None,
                 Some(ms) => Some(Duration::from_millis(ms)),
@@ -191,6 +204,9 @@ impl ServerConfig {
             return Err(
                 "[server] log_streams and log_streams_per_episode must be at least 1".into(),
             );
+        }
+        if self.reads_per_client == 0 || self.read_wait.is_zero() {
+            return Err("[server] reads_per_client and read_wait_ms must be at least 1".into());
         }
         if self
             .memory_trim
