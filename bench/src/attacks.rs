@@ -75,7 +75,7 @@ impl Attack {
 /// memory trim (`[server] memory_trim_ms`, 5 s by default).
 const SETTLE: Duration = Duration::from_secs(6);
 
-const NAMES: [&str; 14] = [
+const NAMES: [&str; 15] = [
     "none (baseline)",
     "held 4 MiB bodies x300, no credentials",
     "held 4 MiB bodies x300, with credentials",
@@ -90,6 +90,7 @@ const NAMES: [&str; 14] = [
     "1 MB writes from 32 episodes, 9 in flight each",
     "6,000 idle connections, past the 4,096 connection limit",
     "5,000 connections whose refused small body never comes",
+    "64 log pages in flight from one credential, each scanning 5,000 entries it cannot see",
 ];
 
 /// Run the attacks numbered in `only` (every one when empty); `measure` is how long the
@@ -150,6 +151,10 @@ pub fn run_all(
             ),
             3 => format!("{} batches refused whole, {} other answers", c[0], c[1]),
             4 | 10 | 12 | 13 => format!("{} connections opened, {} closed by the daemon", c[0], c[1]),
+            14 => format!(
+                "{} pages answered, {} refused busy (503: waited past their turn), {} other answers",
+                c[0], c[1], c[2]
+            ),
             11 => format!(
                 "{} written, {} refused busy (503: the body budget or its share), {} connections closed while sending, {} other answers",
                 c[0], c[1], c[2], c[3]
@@ -264,6 +269,7 @@ fn start(i: usize, a: &mut Attack, d: &Daemon, legit: &Client, attackers: &[Clie
         11 => large_writes(a, d),
         12 => idle_past_limit(a, addr),
         13 => bodies_never_come(a, addr),
+        14 => log_scans(a, d, &attackers[0]),
         // Row 7.
         _ => hung_plugins(a, addr, attackers),
     }
@@ -530,6 +536,51 @@ fn slow_readers(a: &mut Attack, addr: &str, attackers: &[Client]) {
                 "GET /v1/objects/{reference}?payload=true HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {token}\r\n\r\n"
             );
             slow_reader(&addr, &request, 50, &stop, &c)
+        });
+    }
+}
+
+/// Row 14: eight other episodes first commit 5,000 calls between them, which the attacker
+/// may not see; then 64 threads of one credential ask for the log page from entry 0, each
+/// request scanning those 5,000 entries to find none. Counts pages answered (`c[0]`), refusals
+/// busy (`c[1]`) and other answers (`c[2]`).
+fn log_scans(a: &mut Attack, d: &Daemon, attacker: &Client) {
+    let Ok(fillers) = d.mint("filler", 8, 16) else {
+        return;
+    };
+    let body = mcp_call("ailang-read", json!({"path": "f.txt"}));
+    let filling: Vec<_> = fillers
+        .into_iter()
+        .map(|f| {
+            let (addr, body) = (d.addr.clone(), body.clone());
+            std::thread::spawn(move || {
+                let agent = agent();
+                for _ in 0..625 {
+                    let _ = post(&agent, &addr, &f.token, &body);
+                }
+            })
+        })
+        .collect();
+    for f in filling {
+        let _ = f.join();
+    }
+    for _ in 0..64 {
+        let (addr, token) = (d.addr.clone(), attacker.token.clone());
+        a.spawn(move |stop, c| {
+            let agent = agent();
+            let url = format!("http://{addr}/v1/log?from=0&limit=500");
+            while !stop.load(Ordering::Relaxed) {
+                let r = agent
+                    .get(&url)
+                    .set("Authorization", &format!("Bearer {token}"))
+                    .call();
+                let i = match r {
+                    Ok(_) => 0,
+                    Err(ureq::Error::Status(503, _)) => 1,
+                    Err(_) => 2,
+                };
+                c[i].fetch_add(1, Ordering::Relaxed);
+            }
         });
     }
 }
