@@ -218,13 +218,11 @@ fn parse_message_params(method: Method, params: &Value) -> Option<TaskSend> {
 }
 
 /// The major version of the `A2A-Version` header; absent means 0.3. Sent twice it names no
-/// version: a proxy in front may have read the other one.
+/// version ([`crate::edge::fields`]).
 fn requested_major(headers: &HeaderMap) -> Option<u64> {
-    let mut fields = headers.get_all(VERSION_HEADER).iter();
-    let v = match (fields.next(), fields.next()) {
-        (None, _) => return Some(0),
-        (Some(v), None) => v.to_str().ok()?.trim(),
-        (Some(_), Some(_)) => return None,
+    let v = match crate::edge::fields::single(headers, VERSION_HEADER).ok()? {
+        None => return Some(0),
+        Some(v) => v.to_str().ok()?.trim(),
     };
     if v.is_empty() {
         return Some(0);

@@ -263,11 +263,9 @@ async fn stream(
     Params(q): Params,
 ) -> Result<Response, ApiError> {
     let reader = visibility::reader_of_request(&state, &headers).await?;
-    let mut resumed = headers.get_all("last-event-id").iter();
-    let start = match resumed.next() {
-        Some(_) if resumed.next().is_some() => {
-            return Err(ApiError::bad_request("Last-Event-ID must be sent once"));
-        }
+    let resumed = crate::edge::fields::single(&headers, "last-event-id")
+        .map_err(|_| ApiError::bad_request("Last-Event-ID must be sent once"))?;
+    let start = match resumed {
         Some(v) => {
             let text = v.to_str().map_err(|_| {
                 ApiError::bad_request("Last-Event-ID must be a non-negative integer")

@@ -256,13 +256,12 @@ impl OpenedLibrary {
 /// the directory and it is not sticky (in a sticky one, such as `/tmp`, a library planted by
 /// someone else is refused as theirs).
 mod writers {
+    use std::os::unix::fs::MetadataExt;
     use std::path::Path;
 
     use super::PluginError;
 
-    #[cfg(unix)]
     pub(super) fn check_library(path: &Path, meta: &std::fs::Metadata) -> Result<(), PluginError> {
-        use std::os::unix::fs::MetadataExt;
         let mode = meta.mode() & 0o7777;
         if mode & 0o002 != 0 {
             return Err(PluginError::new(
@@ -284,9 +283,7 @@ mod writers {
         Ok(())
     }
 
-    #[cfg(unix)]
     pub(super) fn check_dir(dir: &Path, meta: &std::fs::Metadata) -> Result<(), PluginError> {
-        use std::os::unix::fs::MetadataExt;
         let mode = meta.mode() & 0o7777;
         if mode & 0o002 != 0 && mode & 0o1000 == 0 {
             return Err(PluginError::new(
@@ -294,16 +291,6 @@ mod writers {
                 format!("refusing a plugin directory every user may write, without the sticky bit (mode {mode:04o}): anyone could swap a library in it; `chmod o-w` it"),
             ));
         }
-        Ok(())
-    }
-
-    #[cfg(not(unix))]
-    pub(super) fn check_library(_: &Path, _: &std::fs::Metadata) -> Result<(), PluginError> {
-        Ok(())
-    }
-
-    #[cfg(not(unix))]
-    pub(super) fn check_dir(_: &Path, _: &std::fs::Metadata) -> Result<(), PluginError> {
         Ok(())
     }
 }

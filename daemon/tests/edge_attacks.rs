@@ -278,12 +278,10 @@ fn a_request_carrying_two_credentials_is_refused_as_malformed_and_runs_nothing()
             .iter()
             .map(|c| format!("Authorization: Bearer {c}\r\n"))
             .collect();
-        let request = format!(
-            "{method} {path} HTTP/1.1\r\nHost: {}\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\n{fields}Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
-            d.addr,
-            body.len()
+        let fields = format!(
+            "Content-Type: application/json\r\nAccept: application/json, text/event-stream\r\n{fields}"
         );
-        raw_exchange(&d.addr, request.as_bytes())
+        raw(&d, method, path, &fields, &body)
     };
     let head = || get(&d.url("/v1/head"), Some(&first)).text();
     let before = head();

@@ -12,14 +12,11 @@ use broker_core::session::AuthError;
 /// The request's `Authorization` field: `Ok(None)` without one; malformed when it appears more
 /// than once or is not visible ASCII.
 pub fn authorization(headers: &HeaderMap) -> Result<Option<&str>, AuthError> {
-    let mut fields = headers.get_all(AUTHORIZATION).iter();
-    let Some(first) = fields.next() else {
-        return Ok(None);
-    };
-    if fields.next().is_some() {
-        return Err(AuthError::Malformed);
+    match super::fields::single(headers, AUTHORIZATION) {
+        Ok(None) => Ok(None),
+        Ok(Some(field)) => field.to_str().map(Some).map_err(|_| AuthError::Malformed),
+        Err(_) => Err(AuthError::Malformed),
     }
-    first.to_str().map(Some).map_err(|_| AuthError::Malformed)
 }
 
 #[cfg(test)]

@@ -7,6 +7,7 @@
 //! | request head | hyper's header-read timeout: a complete request head within [`ServerConfig::header_timeout`] of the connection being accepted or finishing its previous response (so it is also the idle keep-alive timeout); heads over [`ServerConfig::max_head_bytes`] are answered 431 | [`listener`] |
 //! | Host and Origin | loopback names and the operator's lists only (the Host header, and a request target's authority in absolute form), on every route, before anything else (403) | [`host`] |
 //! | authentication | every route that reads a body authenticates from its headers first; a request with two `Authorization` fields is refused as malformed | the routes, [`credential`] |
+//! | singleton fields | `Authorization`, `Content-Type`, `MCP-Protocol-Version`, `A2A-Version`, `Last-Event-ID` and the routing headers are read once or refused, never first-of-two | [`fields`] |
 //! | unread bodies | an answer sent before its request body was read waits (at most 2 s) for a remainder of at most 64 KiB, so the client reads it instead of a reset connection | [`linger`] |
 //! | request body | no coding but `chunked` framing (415 for a `Content-Encoding`, 501 for another `Transfer-Encoding`), a per-route size limit, a whole-body deadline ([`ServerConfig::body_timeout`]) and one byte budget for all bodies in flight ([`ServerConfig::body_budget_bytes`]), of which one credential holds at most a quarter | [`body`] |
 //! | reads per client | one credential's REST reads run [`ServerConfig::reads_per_client`] at a time (1); the rest wait in arrival order, at most [`ServerConfig::read_wait`], then 503 | [`turns`] |
@@ -22,6 +23,7 @@ use serde::Deserialize;
 pub mod body;
 pub mod connections;
 pub mod credential;
+pub mod fields;
 pub mod host;
 pub mod linger;
 pub mod listener;

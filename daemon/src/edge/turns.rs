@@ -76,7 +76,8 @@ impl Turns {
     }
 
     /// Clients with reads running or waiting.
-    pub fn clients(&self) -> usize {
+    #[cfg(test)]
+    fn clients(&self) -> usize {
         self.clients.lock().map_or(0, |c| c.len())
     }
 }

@@ -101,7 +101,7 @@ type Rejection = (i64, String, Option<Value>);
 /// The request ladder of the revision; `Err` is the first rung that failed.
 fn ladder(headers: &HeaderMap, method: &str, params: Option<&Value>) -> Result<(), Rejection> {
     for name in [VERSION_HEADER, METHOD_HEADER, NAME_HEADER] {
-        if headers.get_all(name).iter().count() > 1 {
+        if crate::edge::fields::single(headers, name).is_err() {
             return Err((
                 HEADER_MISMATCH,
                 format!("{name} header appears more than once"),

@@ -23,6 +23,7 @@ use serde_json::Value;
 use super::jsonrpc::{Reply, INTERNAL_ERROR};
 use super::methods::HostFailure;
 use super::{DEFAULT_VERSION, MODERN_VERSION, SUPPORTED_VERSIONS};
+use crate::edge::fields::single;
 use crate::state::AuthFailure;
 
 const TEXT_PLAIN: &str = "text/plain; charset=utf-8";
@@ -76,15 +77,13 @@ pub(super) fn check_headers(headers: &HeaderMap) -> Result<&'static str, String>
     protocol_version(headers)
 }
 
-/// Exactly one `Content-Type`, and it is JSON: with two, a proxy in front may have read the
-/// other one and passed the body on as something else.
+/// Exactly one `Content-Type` ([`single`]), and it is JSON.
 fn content_type_is_json(headers: &HeaderMap) -> bool {
-    let mut fields = headers.get_all(CONTENT_TYPE).iter();
-    let json = fields
-        .next()
+    single(headers, CONTENT_TYPE)
+        .ok()
+        .flatten()
         .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| media_type(v).eq_ignore_ascii_case("application/json"));
-    json && fields.next().is_none()
+        .is_some_and(|v| media_type(v).eq_ignore_ascii_case("application/json"))
 }
 
 fn accepts_json_and_sse(headers: &HeaderMap) -> bool {
@@ -119,8 +118,7 @@ fn refused_by_q(range: &str) -> bool {
 }
 
 fn protocol_version(headers: &HeaderMap) -> Result<&'static str, String> {
-    let mut fields = headers.get_all(PROTOCOL_VERSION_HEADER).iter();
-    let Some(value) = fields.next() else {
+    let Some(value) = headers.get(PROTOCOL_VERSION_HEADER) else {
         return Ok(DEFAULT_VERSION);
     };
     let bytes = value.as_bytes().trim_ascii();
@@ -135,9 +133,9 @@ fn protocol_version(headers: &HeaderMap) -> Result<&'static str, String> {
                 SUPPORTED_VERSIONS.join(", ")
             )
         })?;
-    // Two fields: which one a proxy in front acted on is unknowable (batches, for one, are
-    // served under 2025-03-26 alone). The stateless revision's ladder answers it `-32020`.
-    if fields.next().is_some() && version != MODERN_VERSION {
+    // Two fields ([`single`]): batches, for one, are served under 2025-03-26 alone. The
+    // stateless revision's ladder answers a second field itself (`-32020`).
+    if single(headers, PROTOCOL_VERSION_HEADER).is_err() && version != MODERN_VERSION {
         return Err("MCP-Protocol-Version must be sent once".to_owned());
     }
     Ok(version)
