@@ -317,4 +317,26 @@ mod tests {
             Err("[server] memory_trim_ms must be 0 (off) or at least 100".to_owned())
         );
     }
+
+    #[test]
+    fn the_read_turn_keys_set_their_limits_and_zero_is_refused() {
+        let turns = |text: &str| {
+            toml::from_str::<ServerSection>(text)
+                .unwrap()
+                .resolve()
+                .map(|c| (c.reads_per_client, c.read_wait))
+        };
+        assert_eq!(turns(""), Ok((1, Duration::from_secs(10))));
+        assert_eq!(
+            turns("reads_per_client = 3\nread_wait_ms = 250"),
+            Ok((3, Duration::from_millis(250)))
+        );
+        for zero in ["reads_per_client = 0", "read_wait_ms = 0"] {
+            assert_eq!(
+                turns(zero),
+                Err("[server] reads_per_client and read_wait_ms must be at least 1".to_owned()),
+                "{zero}"
+            );
+        }
+    }
 }
