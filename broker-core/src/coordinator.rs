@@ -69,7 +69,6 @@ use crate::deadline::{self, Runner, Spawner, Watch};
 use crate::journal::{self, Intent, JournalError, OutcomeStatus};
 use crate::log::{self, Append, HeadBinding};
 use crate::object::{sid, Object, Ref};
-use crate::panics;
 use crate::plan::{Plan, PlannedEffect};
 use crate::refusal_rate::{RefusalLimiter, RefusalRate};
 use crate::registry::{self, Registry, RegistryEntry};
@@ -103,8 +102,8 @@ pub use hooks::{Clock, CrashPoint, Hooks, SystemClock};
 use closed::{closed_by_denial, declined, ended_body, refusal, summary, with_world};
 use hooks::NoHooks;
 use outcome::{
-    settle, settle_unrecorded, submit_unrecorded, write_unrecorded, HandlerJob, LateCall, Ran,
-    Settled,
+    settle, settle_unrecorded, submit_unrecorded, write_unrecorded, FinishJob, HandlerJob,
+    LateCall, Ran, Settled, Shaped,
 };
 use turns::EpisodeTurns;
 
@@ -280,6 +279,8 @@ struct Executed {
     request: Object,
     budget_before: u64,
     ran: Ran,
+    /// The finish function's result, when the tool has one and the handler succeeded.
+    shaped: Option<Shaped>,
     intent: IntentUnderWay,
     busy: Busy,
 }
@@ -931,7 +932,7 @@ impl Coordinator {
         let Some(handler) = self.handlers.get(&effect.effect).cloned() else {
             return Ok(Preflighted::Proceed(busy));
         };
-        let (job, deadline) = self.handler_job(p, handler.clone(), effect, wait.until);
+        let (job, deadline) = self.handler_job(p, handler.clone(), effect, wait.until, None);
         let overruns = self.overruns.clone();
         let late = move |_: Option<Map<String, Value>>, busy: Busy| {
             overruns.running.fetch_sub(1, Ordering::Relaxed);
@@ -985,6 +986,7 @@ impl Coordinator {
         handler: Arc<dyn EffectHandler>,
         effect: &Arc<PlannedEffect>,
         until: Option<Instant>,
+        finish: Option<FinishJob>,
     ) -> (HandlerJob, Instant) {
         let now = Instant::now();
         let own = now + self.config.handler_deadline;
@@ -996,6 +998,7 @@ impl Coordinator {
             worktree: p.worktree.clone(),
             effect: effect.clone(),
             deadline: deadline.saturating_duration_since(now),
+            finish,
         };
         (job, deadline)
     }
@@ -1074,12 +1077,20 @@ impl Coordinator {
             intent,
             busy,
         } = admitted;
-        let (ran, busy) = match self.handlers.get(&effect.effect).cloned() {
-            None => ((HandlerOutcome::Failed(R8_MESSAGE.into()), None), busy),
+        let ((ran, shaped), busy) = match self.handlers.get(&effect.effect).cloned() {
+            None => (((HandlerOutcome::Failed(R8_MESSAGE.into()), None), None), busy),
             Some(handler) => {
                 // Provenance names the plugin that ran the effect.
                 let ran_by = catch_unwind(AssertUnwindSafe(|| handler.identity())).ok();
-                let (job, deadline) = self.handler_job(&p, handler, &effect, wait.until);
+                let finish_job = match (finish, &p.entry.transition.finish) {
+                    (true, Some(name)) => Some(FinishJob {
+                        name: name.clone(),
+                        args: p.call.args.clone(),
+                    }),
+                    _ => None,
+                };
+                let (job, deadline) =
+                    self.handler_job(&p, handler, &effect, wait.until, finish_job);
                 let late = LateCall {
                     store: self.store.clone(),
                     ids: p.ids(),
@@ -1094,9 +1105,12 @@ impl Coordinator {
                     self.runner(wait),
                     deadline,
                     busy,
-                    move || (job.run(), ran_by),
+                    move || {
+                        let (outcome, shaped) = job.run();
+                        ((outcome, ran_by), shaped)
+                    },
                     on_abandon,
-                    move |outcome, busy| late.record(outcome, busy),
+                    move |(ran, _shaped), busy| late.record(ran, busy),
                 ) {
                     Ok(done) => done,
                     Err(deadline::Overran) => return Err(CallError::HandlerTimedOut),
@@ -1112,6 +1126,7 @@ impl Coordinator {
             request,
             budget_before,
             ran,
+            shaped,
             intent,
             busy,
         })
@@ -1132,6 +1147,7 @@ impl Coordinator {
             request,
             budget_before,
             ran,
+            shaped,
             intent,
             busy,
         } = executed;
@@ -1147,12 +1163,12 @@ impl Coordinator {
             .collect();
         let output = match self.shape_output(
             &p,
-            &effect,
             finish,
             &record,
             &record_obj,
             &plan_obj,
             handler_output,
+            shaped,
         ) {
             Ok(o) => o,
             Err(why) => {
@@ -1181,30 +1197,23 @@ impl Coordinator {
         })
     }
 
-    /// The result object (without its bytes' hash yet): handler output or finish output,
-    /// plus the reserved `world` block.
+    /// The result object (without its bytes' hash yet): handler output or what the finish
+    /// function made of it (run with the handler, under its deadline), plus the reserved
+    /// `world` block.
     #[allow(clippy::too_many_arguments)]
     fn shape_output(
         &self,
         p: &Prepared,
-        effect: &PlannedEffect,
         finish: bool,
         record: &EffectRecord,
         record_obj: &Object,
         plan_obj: &Object,
         handler_output: Option<Map<String, Value>>,
+        shaped: Option<Shaped>,
     ) -> Result<Value, String> {
         let body = match (handler_output, finish, p.entry.transition.finish.as_deref()) {
-            (Some(out), true, Some(name)) => {
-                let handler = self
-                    .handlers
-                    .get(&effect.effect)
-                    .ok_or_else(|| R8_MESSAGE.to_string())?;
-                let input = json!({"args": p.call.args, "output": out});
-                let shaped = catch_unwind(AssertUnwindSafe(|| handler.finish(name, &input)))
-                    .map_err(|panic| {
-                        format!("finish {name} panicked: {}", panics::text(&*panic))
-                    })??;
+            (Some(_), true, Some(name)) => {
+                let shaped = shaped.ok_or_else(|| format!("finish {name} did not run"))??;
                 if shaped.contains_key("world") {
                     return Err(format!(
                         "finish {name} output carries the reserved key \"world\""
@@ -1213,7 +1222,7 @@ impl Coordinator {
                 shaped
             }
             (Some(out), _, _) => out,
-            (None, _, _) => ended_body(p, &effect.effect, record.status()),
+            (None, _, _) => ended_body(p, &record.effect, record.status()),
         };
         let output = with_world(body, &plan_obj.hash, &[(record, record_obj.hash)]);
         let len = canon::to_vec(&output).map_err(|e| e.to_string())?.len();

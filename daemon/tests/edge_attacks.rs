@@ -6,7 +6,7 @@ mod common;
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use common::*;
 use serde_json::{json, Value};
@@ -1586,6 +1586,60 @@ fn hung_plugins_do_not_stop_other_episodes() {
         assert_eq!(v["result"]["structuredContent"]["content"], "hello", "{v}");
     }
     assert_eq!(metric(&d, "worldd_handlers_overrunning "), 3);
+}
+
+/// A plugin's finish function is plugin code like its handler: one that hangs after the
+/// effect returned is answered at the handler deadline, keeps no global slot, and its
+/// effect's outcome is journaled when it returns, the call not committed.
+#[test]
+fn a_finish_function_that_hangs_is_answered_at_the_deadline_and_keeps_no_slot() {
+    let (d, _c) = start_with(
+        WS_STALL,
+        "[limits]\nexecution_slots = 2\nhandler_deadline_ms = 300\n",
+        &[],
+    );
+    let reader = d.session("reader", &["Workspace.Read=worktree:100"]);
+    std::fs::write(d.root().join("reader/a.txt"), "hello").unwrap();
+    // Three hung finish functions in three episodes: more than the two slots.
+    let hung: Vec<_> = (0..3)
+        .map(|i| {
+            let t = d.session(&format!("finish{i}"), &["Stall.Wait=any:5"]);
+            let url = d.url("/mcp/");
+            std::thread::spawn(move || {
+                let body = json!({"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"stall-finish","arguments":{"ms":"20000"}}});
+                let started = Instant::now();
+                let v = request("POST", &url, Some(&t), &mcp_headers(), Some(&serde_json::to_vec(&body).unwrap())).json();
+                (v, started.elapsed())
+            })
+        })
+        .collect();
+    for h in hung {
+        let (v, took) = h.join().unwrap();
+        assert_eq!(
+            v,
+            json!({"jsonrpc":"2.0","id":1,"error":{"code":-32603,"message":"host callback timed out"}})
+        );
+        assert!(took < Duration::from_secs(10), "answered after {took:?}");
+    }
+    assert_eq!(metric(&d, "worldd_handlers_overrunning "), 3);
+    // All three still sleep in their finish function; another episode keeps full service.
+    for _ in 0..10 {
+        let v = call(&d, &reader, "ailang-read", json!({"path": "a.txt"}));
+        assert_eq!(v["result"]["structuredContent"]["content"], "hello", "{v}");
+    }
+    assert_eq!(metric(&d, "worldd_handlers_overrunning "), 3);
+}
+
+/// A finish function that returns in time reshapes the output as before.
+#[test]
+fn a_finish_function_that_returns_in_time_shapes_the_answer() {
+    let (d, _c) = start_with(WS_STALL, "[limits]\nhandler_deadline_ms = 5000\n", &[]);
+    let t = d.session("finisher", &["Stall.Wait=any:5"]);
+    let v = call(&d, &t, "stall-finish", json!({"ms": "10"}));
+    let out = &v["result"]["structuredContent"];
+    assert_eq!(out["ok"], true, "{v}");
+    assert_eq!(out["slept_ms"], 10, "{v}");
+    assert!(out["world"]["plan"].is_string(), "{v}");
 }
 
 /// Hang one `stall-wait` call of `ms` milliseconds past the handler deadline (its caller

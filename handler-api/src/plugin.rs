@@ -35,7 +35,8 @@ pub trait EffectHandler: Send + Sync + 'static {
 
     /// Run the pure, deterministic finish function `name`. The default
     /// refuses every name; override it when the manifest lists `finish`
-    /// functions. A panic becomes `Err("finish function panicked: …")`.
+    /// functions. A panic becomes `Err("finish function panicked: …")`. It runs
+    /// after a successful `execute`, within the same deadline.
     fn finish(&self, name: &str, input: FinishInput) -> Result<JsonObject, String> {
         let _ = input;
         Err(format!("no finish function {name:?}"))

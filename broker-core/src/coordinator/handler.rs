@@ -44,6 +44,7 @@ pub trait EffectHandler: Send + Sync {
     /// Run one effect. Must not panic; if it does, the coordinator records a failed effect.
     fn execute(&self, request: &EffectRequest<'_>) -> HandlerOutcome;
     /// A pure, deterministic reshaping of an effect's output, named by a transition's `finish`.
+    /// Runs right after a successful `execute`, under the same deadline.
     fn finish(&self, name: &str, input: &Value) -> Result<Map<String, Value>, String> {
         let _ = input;
         Err(format!("no finish function {name:?}"))

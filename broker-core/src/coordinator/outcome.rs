@@ -29,7 +29,19 @@ pub(super) struct HandlerJob {
     pub(super) worktree: Option<PathBuf>,
     pub(super) effect: Arc<PlannedEffect>,
     pub(super) deadline: Duration,
+    /// The tool's finish function, run after a handler that succeeded, under the same
+    /// deadline: it is the plugin's code too, and may hang like its handler.
+    pub(super) finish: Option<FinishJob>,
 }
+
+/// A finish function to run on the handler's output: its name and the call's arguments.
+pub(super) struct FinishJob {
+    pub(super) name: String,
+    pub(super) args: Value,
+}
+
+/// What a finish function made of the handler's output, or why it made nothing.
+pub(super) type Shaped = Result<Map<String, Value>, String>;
 
 impl HandlerJob {
     pub(super) fn request(&self) -> EffectRequest<'_> {
@@ -55,10 +67,12 @@ impl HandlerJob {
             .filter(|out| !out.contains_key("world"))
     }
 
-    pub(super) fn run(self) -> HandlerOutcome {
+    /// Execute the handler, then the finish function (when the tool has one and the handler
+    /// succeeded) on its output.
+    pub(super) fn run(self) -> (HandlerOutcome, Option<Shaped>) {
         let request = self.request();
         // An in-process handler that panics must not take the daemon or the episode down.
-        match catch_unwind(AssertUnwindSafe(|| self.handler.execute(&request))) {
+        let outcome = match catch_unwind(AssertUnwindSafe(|| self.handler.execute(&request))) {
             Ok(HandlerOutcome::Ok(out)) if out.contains_key("world") => {
                 HandlerOutcome::Failed("handler output carries the reserved key \"world\"".into())
             }
@@ -67,7 +81,21 @@ impl HandlerJob {
                 "handler panicked: {}",
                 crate::panics::text(&*panic)
             )),
-        }
+        };
+        let shaped = match (&outcome, self.finish) {
+            (HandlerOutcome::Ok(out), Some(FinishJob { name, args })) => {
+                let input = serde_json::json!({"args": args, "output": out});
+                Some(
+                    catch_unwind(AssertUnwindSafe(|| self.handler.finish(&name, &input)))
+                        .map_err(|panic| {
+                            format!("finish {name} panicked: {}", crate::panics::text(&*panic))
+                        })
+                        .and_then(|shaped| shaped),
+                )
+            }
+            _ => None,
+        };
+        (outcome, shaped)
     }
 }
 

@@ -146,6 +146,92 @@ fn a_handler_past_its_deadline_holds_its_turn_until_it_returns_and_then_frees_it
     }
 }
 
+/// Answers every read at once, and sleeps `delay` in its finish function.
+struct SlowFinish {
+    delay: Duration,
+}
+
+impl EffectHandler for SlowFinish {
+    fn identity(&self) -> HandlerIdentity {
+        HandlerIdentity::in_process("test/slow-finish", "0")
+    }
+    fn execute(&self, _: &EffectRequest<'_>) -> HandlerOutcome {
+        let mut out = Map::new();
+        out.insert("ok".into(), json!(true));
+        HandlerOutcome::Ok(out)
+    }
+    fn finish(&self, _: &str, input: &Value) -> Result<Map<String, Value>, String> {
+        thread::sleep(self.delay);
+        let mut out = Map::new();
+        out.insert("shaped".into(), input["output"]["ok"].clone());
+        Ok(out)
+    }
+}
+
+/// A coordinator whose `ailang-read` has the finish function `slow`.
+fn finishing_coordinator(
+    handler_deadline: Duration,
+    delay: Duration,
+) -> (tempfile::TempDir, Coordinator) {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::create(&dir.path().join("db")).unwrap();
+    let doc = std::fs::read(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../transitions/se-tools/ailang-read.json"
+    ))
+    .unwrap();
+    let mut doc: Value = serde_json::from_slice(&doc).unwrap();
+    doc["finish"] = json!("slow");
+    let tools = vec![Transition::from_slice(&serde_json::to_vec(&doc).unwrap()).unwrap()];
+    registry::publish(&store, registry::DEFAULT_REGISTRY, tools, "test").unwrap();
+    let mut handlers = Handlers::new();
+    handlers
+        .insert("Workspace.Read", Arc::new(SlowFinish { delay }))
+        .unwrap();
+    let config = CoordinatorConfig {
+        handler_deadline,
+        ..CoordinatorConfig::default()
+    };
+    (dir, Coordinator::new(store, handlers, config))
+}
+
+#[test]
+fn a_finish_function_in_time_shapes_the_output() {
+    let (_dir, c) = finishing_coordinator(HANDLER_DEADLINE, Duration::ZERO);
+    let session = session_of(&c, "ep");
+    let done = c.invoke(&read_call(&session, "t1", "a.ail")).unwrap();
+    let out: Value = serde_json::from_slice(&done.output).unwrap();
+    assert_eq!(out["shaped"], true, "{out}");
+}
+
+/// The finish function runs under the handler's deadline: past it the caller is answered as
+/// timed out, the turn is held until it returns, and then the effect's outcome is journaled
+/// without a commit, as for a late handler.
+#[test]
+fn a_finish_function_past_the_deadline_is_answered_as_timed_out_and_its_effect_journaled() {
+    let (_dir, c) = finishing_coordinator(Duration::from_millis(50), Duration::from_millis(400));
+    let session = session_of(&c, "slow");
+    let asked = Instant::now();
+    assert!(matches!(
+        c.invoke(&read_call(&session, "t1", "a.ail")),
+        Err(CallError::HandlerTimedOut)
+    ));
+    assert!(asked.elapsed() < Duration::from_millis(400), "{:?}", asked.elapsed());
+    assert_eq!(held(&c).0, vec!["slow".to_owned()]);
+    let until = Instant::now() + Duration::from_secs(10);
+    while held(&c) != (vec![], vec![]) {
+        assert!(Instant::now() < until, "still held: {:?}", held(&c));
+        thread::sleep(Duration::from_millis(10));
+    }
+    assert!(
+        matches!(
+            c.invoke(&read_call(&session, "t1", "a.ail")),
+            Err(CallError::EffectsUnrecorded { .. })
+        ),
+        "the late effect's outcome is journaled, the call not committed"
+    );
+}
+
 /// A late handler's outcome is journaled just before its call releases its task id's claim.
 /// A resend in between must get what the store says, not "still running": here the claim is
 /// held by hand over a call already committed.

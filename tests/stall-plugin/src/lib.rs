@@ -7,6 +7,12 @@
 //! It ships the tool `stall-wait` (argument `ms`, a decimal string up to 600000). The handler
 //! deliberately ignores the deadline in its request: it stands for a plugin that hangs.
 //!
+//! `stall-finish` runs `Stall.Wait` for 0 ms and then the finish function `sleep`, which sleeps
+//! the tool's own `ms` argument: a plugin whose finish function hangs after its effect returned.
+//!
+//! `stall-log` (op `log`) sends the host `lines` log messages of `bytes` bytes each: a plugin
+//! that floods the daemon's log.
+//!
 //! It also ships `stall-wrong-op`, whose plan sends `Stall.Wait` the op `sleep`, which the
 //! effect's allowlist does not hold. The handler reads no op at all (it would sleep and answer
 //! `ok`): only the daemon's own check of the manifest's `ops`, before `execute`, refuses it.
@@ -18,12 +24,13 @@ use std::time::Duration;
 
 use handler_kit::serde_json::{self, json, Value};
 use handler_kit::{
-    export_plugin, EffectHandler, Host, JsonObject, Manifest, Outcome, Plugin, Request,
+    export_plugin, EffectHandler, FinishInput, Host, JsonObject, LogLevel, Manifest, Outcome,
+    Plugin, Request,
 };
 
 handler_kit::effect! {
     /// Sleep for the asked milliseconds.
-    pub const WAIT = "Stall.Wait" { class: Read, ops: &["wait"] }
+    pub const WAIT = "Stall.Wait" { class: Read, ops: &["wait", "log"] }
 }
 
 /// Longest sleep a call may ask for.
@@ -49,6 +56,59 @@ const TRANSITION: &str = r#"{
     ],
     "effect": {"effect": "Stall.Wait", "scope": "any", "cost": 1},
     "payload": {"fields": {"op": {"const": "wait"}, "ms": {"argument": "ms"}}}
+  }
+}"#;
+
+/// A tool whose effect returns at once and whose finish function sleeps `ms`.
+const FINISH: &str = r#"{
+  "id": "stall-finish",
+  "title": "Return at once, then sleep in the finish function",
+  "description": "TEST TOOL. Stall.Wait sleeps 0 ms; the finish function `sleep` then sleeps `ms` milliseconds (a decimal string, at most 600000), ignoring the handler deadline.",
+  "inputSchema": {
+    "type": "object",
+    "properties": {"ms": {"type": "string", "description": "Milliseconds the finish function sleeps"}},
+    "required": ["ms"],
+    "additionalProperties": false
+  },
+  "outputSchema": {"type": "object", "required": ["world"]},
+  "access": {"effect": "Stall.Wait", "scope": "any", "cost": 0},
+  "declaredEffects": [{"effect": "Stall.Wait", "scope": "any", "cost": 1}],
+  "finish": "sleep",
+  "plan": {
+    "language": "world/plan-language/v1",
+    "arguments": [
+      {"name": "ms", "type": "string", "required": true, "rules": [{"rule": "max-bytes", "limit": 16}]}
+    ],
+    "effect": {"effect": "Stall.Wait", "scope": "any", "cost": 1},
+    "payload": {"fields": {"op": {"const": "wait"}, "ms": {"const": "0"}}}
+  }
+}"#;
+
+/// A tool whose handler sends the host `lines` messages of `bytes` bytes each.
+const LOG: &str = r#"{
+  "id": "stall-log",
+  "title": "Flood the daemon's log",
+  "description": "TEST TOOL. Sends the host `lines` warnings (a decimal string, at most 1000000) of `bytes` bytes each (at most 16777216), then returns {ok:true}.",
+  "inputSchema": {
+    "type": "object",
+    "properties": {
+      "lines": {"type": "string", "description": "How many messages"},
+      "bytes": {"type": "string", "description": "The size of each message"}
+    },
+    "required": ["lines", "bytes"],
+    "additionalProperties": false
+  },
+  "outputSchema": {"type": "object", "required": ["world"]},
+  "access": {"effect": "Stall.Wait", "scope": "any", "cost": 0},
+  "declaredEffects": [{"effect": "Stall.Wait", "scope": "any", "cost": 1}],
+  "plan": {
+    "language": "world/plan-language/v1",
+    "arguments": [
+      {"name": "lines", "type": "string", "required": true, "rules": [{"rule": "max-bytes", "limit": 16}]},
+      {"name": "bytes", "type": "string", "required": true, "rules": [{"rule": "max-bytes", "limit": 16}]}
+    ],
+    "effect": {"effect": "Stall.Wait", "scope": "any", "cost": 1},
+    "payload": {"fields": {"op": {"const": "log"}, "lines": {"argument": "lines"}, "bytes": {"argument": "bytes"}}}
   }
 }"#;
 
@@ -78,13 +138,36 @@ const WRONG_OP: &str = r#"{
 
 pub struct StallPlugin;
 
-pub struct Stall;
+pub struct Stall {
+    host: Host,
+}
+
+/// Most messages `stall-log` sends per call, and their largest size.
+const MAX_LINES: u64 = 1_000_000;
+const MAX_BYTES: u64 = 16 << 20;
+
+/// The decimal string `key` of `object`, if it is at most `max`.
+fn decimal(object: &JsonObject, key: &str, max: u64) -> Option<u64> {
+    object
+        .get(key)
+        .and_then(Value::as_str)
+        .and_then(|s| s.parse::<u64>().ok())
+        .filter(|n| *n <= max)
+}
+
+fn slept(ms: u64) -> JsonObject {
+    std::thread::sleep(Duration::from_millis(ms));
+    let mut output = JsonObject::new();
+    output.insert("ok".into(), json!(true));
+    output.insert("slept_ms".into(), json!(ms));
+    output
+}
 
 impl Plugin for StallPlugin {
     type Handler = Stall;
 
     fn manifest() -> Result<Manifest, String> {
-        let transitions = [TRANSITION, WRONG_OP]
+        let transitions = [TRANSITION, WRONG_OP, FINISH, LOG]
             .iter()
             .map(|text| serde_json::from_str::<Value>(text))
             .collect::<Result<Vec<Value>, _>>()
@@ -93,36 +176,61 @@ impl Plugin for StallPlugin {
             name: "stall".into(),
             version: env!("CARGO_PKG_VERSION").into(),
             description:
-                "TEST PLUGIN: sleeps on request, ignoring its deadline (stall-wait, stall-wrong-op)."
+                "TEST PLUGIN: sleeps on request, ignoring its deadline (stall-wait, stall-wrong-op, stall-finish); floods the log (stall-log)."
                     .into(),
             effects: handler_kit::declared_effects!(),
             transitions,
+            finish: vec!["sleep".into()],
             config_schema: json!({"type": "object", "additionalProperties": false, "properties": {}}),
             ..Manifest::default()
         })
     }
 
-    fn new(_config: Value, _host: Host) -> Result<Stall, String> {
-        Ok(Stall)
+    fn new(_config: Value, host: Host) -> Result<Stall, String> {
+        Ok(Stall { host })
     }
 }
 
 impl EffectHandler for Stall {
     fn execute(&self, request: Request) -> Outcome {
-        let Some(ms) = request
-            .payload
-            .get("ms")
-            .and_then(Value::as_str)
-            .and_then(|s| s.parse::<u64>().ok())
-            .filter(|ms| *ms <= MAX_MS)
-        else {
-            return Outcome::failed(format!("ms must be a decimal string up to {MAX_MS}"));
+        let payload = match request.payload.as_object() {
+            Some(p) => p,
+            None => return Outcome::failed("payload must be an object"),
         };
-        std::thread::sleep(Duration::from_millis(ms));
-        let mut output = JsonObject::new();
-        output.insert("ok".into(), json!(true));
-        output.insert("slept_ms".into(), json!(ms));
-        Outcome::ok(output)
+        // Only `log` is told apart: any other op sleeps, so that only the daemon's check of
+        // the manifest's `ops` refuses `stall-wrong-op`.
+        if payload.get("op").and_then(Value::as_str) == Some("log") {
+            let (Some(lines), Some(bytes)) = (
+                decimal(payload, "lines", MAX_LINES),
+                decimal(payload, "bytes", MAX_BYTES),
+            ) else {
+                return Outcome::failed(format!(
+                    "lines must be a decimal string up to {MAX_LINES}, bytes up to {MAX_BYTES}"
+                ));
+            };
+            let message = "x".repeat(bytes as usize);
+            for _ in 0..lines {
+                self.host.log(LogLevel::Warn, &message);
+            }
+            let mut output = JsonObject::new();
+            output.insert("ok".into(), json!(true));
+            return Outcome::ok(output);
+        }
+        match decimal(payload, "ms", MAX_MS) {
+            Some(ms) => Outcome::ok(slept(ms)),
+            None => Outcome::failed(format!("ms must be a decimal string up to {MAX_MS}")),
+        }
+    }
+
+    fn finish(&self, name: &str, input: FinishInput) -> Result<JsonObject, String> {
+        if name != "sleep" {
+            return Err(format!("no finish function {name:?}"));
+        }
+        let args = input.args.as_object().cloned().unwrap_or_default();
+        match decimal(&args, "ms", MAX_MS) {
+            Some(ms) => Ok(slept(ms)),
+            None => Err(format!("ms must be a decimal string up to {MAX_MS}")),
+        }
     }
 }
 
