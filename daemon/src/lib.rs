@@ -73,6 +73,7 @@ pub mod mcp;
 pub mod memory;
 pub mod metrics;
 pub mod operator_commit;
+pub mod plugin_log;
 pub mod outcome;
 pub mod plugins;
 pub mod quota;

@@ -41,6 +41,11 @@ pub struct Limits {
     /// Bytes of replies one MCP batch may gather before its further items are not run
     /// (`reply_bytes`); a single reply is bounded by the output limit of a call instead.
     pub reply_bytes: usize,
+    /// Longest log message a plugin may send; longer ones are cut (`plugin_log_bytes`).
+    pub plugin_log_bytes: usize,
+    /// Log messages one plugin may send a second, in bursts of as many; the rest are dropped
+    /// (`plugin_log_per_second`).
+    pub plugin_log_per_second: u32,
 }
 
 impl Default for Limits {
@@ -57,6 +62,8 @@ impl Default for Limits {
             commit_body_bytes: 1024 * 1024,
             batch_items: 64,
             reply_bytes: 16 * 1024 * 1024,
+            plugin_log_bytes: 4096,
+            plugin_log_per_second: 100,
         }
     }
 }
@@ -75,6 +82,8 @@ pub struct LimitsSection {
     pub commit_body_bytes: Option<usize>,
     pub batch_items: Option<usize>,
     pub reply_bytes: Option<usize>,
+    pub plugin_log_bytes: Option<usize>,
+    pub plugin_log_per_second: Option<u32>,
 }
 
 impl LimitsSection {
@@ -94,6 +103,8 @@ impl LimitsSection {
             commit_body_bytes: self.commit_body_bytes.unwrap_or(d.commit_body_bytes),
             batch_items: self.batch_items.unwrap_or(d.batch_items),
             reply_bytes: self.reply_bytes.unwrap_or(d.reply_bytes),
+            plugin_log_bytes: self.plugin_log_bytes.unwrap_or(d.plugin_log_bytes),
+            plugin_log_per_second: self.plugin_log_per_second.unwrap_or(d.plugin_log_per_second),
         };
         limits.check()?;
         Ok(limits)
@@ -112,6 +123,8 @@ impl Limits {
             ("commit_body_bytes", self.commit_body_bytes as u128),
             ("batch_items", self.batch_items as u128),
             ("reply_bytes", self.reply_bytes as u128),
+            ("plugin_log_bytes", self.plugin_log_bytes as u128),
+            ("plugin_log_per_second", u128::from(self.plugin_log_per_second)),
         ];
         for (key, v) in positive {
             if v == 0 {
@@ -149,6 +162,17 @@ mod tests {
             "[limits] batch_items must be at least 1"
         );
         assert!(toml::from_str::<LimitsSection>("nope = 1").is_err());
+        let s: LimitsSection =
+            toml::from_str("plugin_log_bytes = 10\nplugin_log_per_second = 2").unwrap();
+        let l = s.resolve().unwrap();
+        assert_eq!((l.plugin_log_bytes, l.plugin_log_per_second), (10, 2));
+        for key in ["plugin_log_bytes", "plugin_log_per_second"] {
+            let zero: LimitsSection = toml::from_str(&format!("{key} = 0")).unwrap();
+            assert_eq!(
+                zero.resolve().unwrap_err(),
+                format!("[limits] {key} must be at least 1")
+            );
+        }
     }
 
     #[test]

@@ -26,6 +26,10 @@ use handler_api::{
 };
 use serde_json::{Map, Value};
 
+use crate::limits::Limits;
+use crate::metrics::Metrics;
+use crate::plugin_log::PluginLog;
+
 /// One line naming the file and the cause.
 #[derive(Debug, thiserror::Error)]
 #[error("plugin {path}: {cause}")]
@@ -62,6 +66,10 @@ pub struct PluginOptions {
     pub state_root: Option<PathBuf>,
     /// Given to the plugin that handles `Registry.Publish`, and to no other.
     pub publisher: Option<Publisher>,
+    /// The limits in force (what a plugin may write to the log among them).
+    pub limits: Limits,
+    /// Where the plugins' limit trips are counted.
+    pub metrics: Metrics,
 }
 
 impl PluginOptions {
@@ -362,7 +370,7 @@ fn within_bounds(key: &str, value: &Value, property: &Value) -> Result<(), Strin
 /// Logs plugin messages under the plugin's name; publishes only for the plugin that handles
 /// `Registry.Publish`.
 struct PluginHost {
-    name: String,
+    log: PluginLog,
     publisher: Option<Publisher>,
 }
 
@@ -375,12 +383,7 @@ impl HostServices for PluginHost {
     }
 
     fn log(&self, level: LogLevel, message: &str) {
-        match level {
-            LogLevel::Error => tracing::error!(plugin = %self.name, "{message}"),
-            LogLevel::Warn => tracing::warn!(plugin = %self.name, "{message}"),
-            LogLevel::Info => tracing::info!(plugin = %self.name, "{message}"),
-            _ => tracing::debug!(plugin = %self.name, "{message}"),
-        }
+        self.log.log(level, message);
     }
 }
 
@@ -511,7 +514,7 @@ pub fn load(opts: &PluginOptions) -> Result<PluginSet, PluginError> {
             .iter()
             .any(|e| e.name == PUBLISH_EFFECT);
         let host = handler_api::host_callbacks(Arc::new(PluginHost {
-            name: name.clone(),
+            log: PluginLog::new(&name, &opts.limits, opts.metrics.clone()),
             publisher: if publishes {
                 opts.publisher.clone()
             } else {

@@ -88,6 +88,7 @@ pub struct AppStateBuilder {
     limits: Limits,
     server: ServerConfig,
     catalog: crate::catalog::Catalog,
+    metrics: Metrics,
 }
 
 impl AppStateBuilder {
@@ -115,8 +116,15 @@ impl AppStateBuilder {
         self
     }
 
+    /// Where the daemon's counters are kept (default: new ones). `serve` makes them before it
+    /// loads the plugins, which count their own trips there.
+    pub fn metrics(mut self, metrics: Metrics) -> Self {
+        self.metrics = metrics;
+        self
+    }
+
     pub fn build(self) -> AppState {
-        let metrics = Metrics::default();
+        let metrics = self.metrics;
         crate::durable_answers::note_reads(&self.store);
         AppState {
             inner: Arc::new(Inner {
@@ -167,6 +175,7 @@ impl AppState {
             limits: Limits::default(),
             server: ServerConfig::default(),
             catalog: Default::default(),
+            metrics: Metrics::default(),
         }
     }
 

@@ -1642,6 +1642,55 @@ fn a_finish_function_that_returns_in_time_shapes_the_answer() {
     assert!(out["world"]["plan"].is_string(), "{v}");
 }
 
+/// A plugin's log messages are bounded: a megabyte message is cut to `plugin_log_bytes`, a
+/// flood past `plugin_log_per_second` is dropped and counted, and a line break in a message
+/// cannot forge a line of the daemon's log.
+#[test]
+fn a_plugin_flooding_the_log_is_cut_and_dropped_and_cannot_forge_a_line() {
+    let (d, _c) = start_with(
+        WS_STALL,
+        "[limits]\nplugin_log_bytes = 1000\nplugin_log_per_second = 20\n",
+        &[],
+    );
+    let t = d.session("flood", &["Stall.Log=any:10"]);
+    // One message of a megabyte.
+    let v = call(&d, &t, "stall-log", json!({"lines": "1", "bytes": "1000000", "text": "big:"}));
+    assert_eq!(v["result"]["structuredContent"]["ok"], true, "{v}");
+    // 100,000 messages in one call, each trying to start a line of its own.
+    let forged = "one\n2026-12-03T16:00:00.000000Z  INFO worldd: forged by the plugin\r\n";
+    let v = call(&d, &t, "stall-log", json!({"lines": "100000", "bytes": "0", "text": forged}));
+    assert_eq!(v["result"]["structuredContent"]["ok"], true, "{v}");
+    assert_eq!(trips(&d, "plugin_log_bytes"), 1);
+    let dropped = trips(&d, "plugin_log_rate");
+    assert!(dropped >= 100_000 - 40, "{dropped} dropped");
+    // The next message after a pause says how many were dropped.
+    std::thread::sleep(Duration::from_millis(200));
+    call(&d, &t, "stall-log", json!({"lines": "1", "bytes": "0", "text": "after"}));
+    let (_dir, log) = d.halt_with_log();
+    assert!(log.len() < 64 * 1024, "the log grew to {} bytes", log.len());
+    let big = log.lines().find(|l| l.contains("big:")).expect("the big message");
+    assert!(
+        big.ends_with(&format!("big:{}… (999004 bytes more; [limits] plugin_log_bytes) plugin=stall", "x".repeat(996))),
+        "{big}"
+    );
+    assert!(!log.lines().any(|l| l.contains("INFO worldd: forged") && !l.contains("one\\n")), "{log}");
+    let forged_lines: Vec<_> = log.lines().filter(|l| l.contains("forged by the plugin")).collect();
+    assert!((19..=40).contains(&forged_lines.len()), "{} lines", forged_lines.len());
+    for l in &forged_lines {
+        assert!(l.ends_with("WARN one\\n2026-12-03T16:00:00.000000Z  INFO worldd: forged by the plugin\\r\\n plugin=stall"), "{l}");
+    }
+    assert_eq!(
+        log.matches("the plugin sends more than 20 log messages a second ([limits] plugin_log_per_second); its further messages are dropped until its rate falls").count(),
+        1,
+        "{log}"
+    );
+    assert!(
+        log.contains(&format!("{dropped} log messages of the plugin were dropped ([limits] plugin_log_per_second)")),
+        "{log}"
+    );
+    assert!(log.contains("after"), "{log}");
+}
+
 /// Hang one `stall-wait` call of `ms` milliseconds past the handler deadline (its caller
 /// gets the seed's timeout; the handler keeps running), SIGTERM the daemon, check that it
 /// exits 0 saying it waits for that handler, and start it again on the same store. How long

@@ -10,6 +10,7 @@ use clap::{Args, Parser, Subcommand};
 
 mod client;
 mod doctor;
+mod log_fields;
 mod manual;
 mod plugin_config;
 mod quickstart;
@@ -205,6 +206,7 @@ fn init_tracing(daemon: bool) {
                 && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty()),
         )
         .with_target(false)
+        .fmt_fields(log_fields::fields())
         .try_init();
 }
 

@@ -17,6 +17,7 @@ use super::plugin_config::{self, DeprecatedFlags, Override};
 use super::{CliResult, Failure};
 use crate::edge::{self, ServerSection};
 use crate::limits::LimitsSection;
+use crate::metrics::Metrics;
 use crate::plugins::{self, PluginOptions};
 use crate::server;
 use crate::state::{AppState, DaemonInfo};
@@ -196,6 +197,8 @@ pub fn plugin_options(args: &PluginArgs, file: &ConfigFile) -> Result<PluginOpti
         configs,
         state_root: None,
         publisher: None,
+        limits: Default::default(),
+        metrics: Default::default(),
     })
 }
 
@@ -251,6 +254,9 @@ pub fn run_with(a: ServeArgs, launch: Launch) -> CliResult {
     // One daemon per store: the per-episode ordering of calls lives in its memory.
     let _lock = writer_lock(&settings.db)?;
     store.report_indeterminate_each();
+    let metrics = Metrics::default();
+    opts.limits = settings.limits.clone();
+    opts.metrics = metrics.clone();
     let set = load_plugins(&mut opts, &store, &settings.db)?;
     let catalog = catalog_of(&set);
     let classes = set.classes;
@@ -298,6 +304,7 @@ pub fn run_with(a: ServeArgs, launch: Launch) -> CliResult {
             .classes(classes)
             .limits(limits)
             .server(server)
+            .metrics(metrics)
             .catalog(catalog)
             .build();
         let signals = server::ShutdownSignals::listen();

@@ -10,8 +10,9 @@
 //! `stall-finish` runs `Stall.Wait` for 0 ms and then the finish function `sleep`, which sleeps
 //! the tool's own `ms` argument: a plugin whose finish function hangs after its effect returned.
 //!
-//! `stall-log` (op `log`) sends the host `lines` log messages of `bytes` bytes each: a plugin
-//! that floods the daemon's log.
+//! `stall-log` (effect `Stall.Log`, op `log`) sends the host `lines` log messages, each `text`
+//! followed by `bytes` bytes of `x`: a plugin that floods the daemon's log, or forges lines in
+//! it.
 //!
 //! It also ships `stall-wrong-op`, whose plan sends `Stall.Wait` the op `sleep`, which the
 //! effect's allowlist does not hold. The handler reads no op at all (it would sleep and answer
@@ -30,7 +31,12 @@ use handler_kit::{
 
 handler_kit::effect! {
     /// Sleep for the asked milliseconds.
-    pub const WAIT = "Stall.Wait" { class: Read, ops: &["wait", "log"] }
+    pub const WAIT = "Stall.Wait" { class: Read, ops: &["wait"] }
+}
+
+handler_kit::effect! {
+    /// Send the host log messages.
+    pub const LOG_EFFECT = "Stall.Log" { class: Read, ops: &["log"] }
 }
 
 /// Longest sleep a call may ask for.
@@ -88,27 +94,29 @@ const FINISH: &str = r#"{
 const LOG: &str = r#"{
   "id": "stall-log",
   "title": "Flood the daemon's log",
-  "description": "TEST TOOL. Sends the host `lines` warnings (a decimal string, at most 1000000) of `bytes` bytes each (at most 16777216), then returns {ok:true}.",
+  "description": "TEST TOOL. Sends the host `lines` warnings (a decimal string, at most 1000000), each `text` followed by `bytes` bytes of x (at most 16777216), then returns {ok:true}.",
   "inputSchema": {
     "type": "object",
     "properties": {
       "lines": {"type": "string", "description": "How many messages"},
-      "bytes": {"type": "string", "description": "The size of each message"}
+      "bytes": {"type": "string", "description": "Bytes of x after the text"},
+      "text": {"type": "string", "description": "The start of each message"}
     },
-    "required": ["lines", "bytes"],
+    "required": ["lines", "bytes", "text"],
     "additionalProperties": false
   },
   "outputSchema": {"type": "object", "required": ["world"]},
-  "access": {"effect": "Stall.Wait", "scope": "any", "cost": 0},
-  "declaredEffects": [{"effect": "Stall.Wait", "scope": "any", "cost": 1}],
+  "access": {"effect": "Stall.Log", "scope": "any", "cost": 0},
+  "declaredEffects": [{"effect": "Stall.Log", "scope": "any", "cost": 1}],
   "plan": {
     "language": "world/plan-language/v1",
     "arguments": [
       {"name": "lines", "type": "string", "required": true, "rules": [{"rule": "max-bytes", "limit": 16}]},
-      {"name": "bytes", "type": "string", "required": true, "rules": [{"rule": "max-bytes", "limit": 16}]}
+      {"name": "bytes", "type": "string", "required": true, "rules": [{"rule": "max-bytes", "limit": 16}]},
+      {"name": "text", "type": "string", "required": true, "rules": [{"rule": "max-bytes", "limit": 4096}]}
     ],
-    "effect": {"effect": "Stall.Wait", "scope": "any", "cost": 1},
-    "payload": {"fields": {"op": {"const": "log"}, "lines": {"argument": "lines"}, "bytes": {"argument": "bytes"}}}
+    "effect": {"effect": "Stall.Log", "scope": "any", "cost": 1},
+    "payload": {"fields": {"op": {"const": "log"}, "lines": {"argument": "lines"}, "bytes": {"argument": "bytes"}, "text": {"argument": "text"}}}
   }
 }"#;
 
@@ -197,9 +205,9 @@ impl EffectHandler for Stall {
             Some(p) => p,
             None => return Outcome::failed("payload must be an object"),
         };
-        // Only `log` is told apart: any other op sleeps, so that only the daemon's check of
-        // the manifest's `ops` refuses `stall-wrong-op`.
-        if payload.get("op").and_then(Value::as_str) == Some("log") {
+        // `Stall.Wait` reads no op (any op sleeps), so that only the daemon's check of the
+        // manifest's `ops` refuses `stall-wrong-op`.
+        if request.effect == LOG_EFFECT {
             let (Some(lines), Some(bytes)) = (
                 decimal(payload, "lines", MAX_LINES),
                 decimal(payload, "bytes", MAX_BYTES),
@@ -208,7 +216,8 @@ impl EffectHandler for Stall {
                     "lines must be a decimal string up to {MAX_LINES}, bytes up to {MAX_BYTES}"
                 ));
             };
-            let message = "x".repeat(bytes as usize);
+            let text = payload.get("text").and_then(Value::as_str).unwrap_or("");
+            let message = format!("{text}{}", "x".repeat(bytes as usize));
             for _ in 0..lines {
                 self.host.log(LogLevel::Warn, &message);
             }
