@@ -341,21 +341,35 @@ impl fmt::Debug for LoadedHandler {
     }
 }
 
+/// The longest answer the host reads from a handler: an outcome, a preflight's decline or a
+/// finish function's output. A longer one is not parsed (parsing can take many times its size
+/// in memory). The broker keeps at most 1 MiB of a call's output, so no answer of a call that
+/// can succeed comes near it.
+pub const MAX_ANSWER_BYTES: usize = 4 << 20;
+
+/// Why an answer of `len` bytes was not read.
+fn too_long(len: usize) -> String {
+    format!("the handler's answer is {len} bytes; the host reads at most {MAX_ANSWER_BYTES}")
+}
+
 impl LoadedHandler {
     /// Wrap a handler object (e.g. one a built-in handler boxed itself).
     pub fn from_box(inner: HandlerBox) -> LoadedHandler {
         LoadedHandler { inner }
     }
 
-    /// Execute one effect. An answer that is not a valid [`Outcome`] is
-    /// reported as `indeterminate`: the handler ran, and nobody can tell what
-    /// it did.
+    /// Execute one effect. An answer that is not a valid [`Outcome`], or is
+    /// longer than [`MAX_ANSWER_BYTES`], is reported as `indeterminate`: the
+    /// handler ran, and nobody can tell what it did.
     pub fn execute(&self, request: &Request) -> Outcome {
         let json = match serde_json::to_string(request) {
             Ok(json) => json,
             Err(e) => return Outcome::failed(format!("request could not be serialised: {e}")),
         };
         let answer = self.inner.execute(RStr::from_str(&json));
+        if answer.len() > MAX_ANSWER_BYTES {
+            return Outcome::indeterminate(too_long(answer.len()));
+        }
         serde_json::from_str(answer.as_str()).unwrap_or_else(|e| {
             Outcome::indeterminate(format!("the handler returned a malformed outcome: {e}"))
         })
@@ -370,12 +384,14 @@ impl LoadedHandler {
     }
 
     /// Ask the handler whether it declines `request` before admission. A malformed answer
-    /// proceeds (see [`crate::Preflight`]): `execute` checks everything again.
+    /// (or one longer than [`MAX_ANSWER_BYTES`]) proceeds (see [`crate::Preflight`]):
+    /// `execute` checks everything again.
     pub fn preflight(&self, request: &Request) -> Preflight {
         let Ok(json) = serde_json::to_string(request) else {
             return Preflight::Proceed;
         };
         match self.inner.preflight(RStr::from_str(&json)).into_option() {
+            Some(answer) if answer.len() > MAX_ANSWER_BYTES => Preflight::Proceed,
             Some(answer) => match serde_json::from_str(answer.as_str()) {
                 Ok(output) => Preflight::Decline(output),
                 Err(_) => Preflight::Proceed,
@@ -392,6 +408,9 @@ impl LoadedHandler {
             .inner
             .finish(RStr::from_str(name), RStr::from_str(&json))
         {
+            ROk(output) if output.len() > MAX_ANSWER_BYTES => {
+                Err(format!("finish function {name:?}: {}", too_long(output.len())))
+            }
             ROk(output) => serde_json::from_str(output.as_str())
                 .map_err(|e| format!("finish function {name:?} returned a non-object: {e}")),
             RErr(message) => Err(message.into_string()),

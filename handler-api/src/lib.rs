@@ -197,7 +197,7 @@ pub use abi::{
 };
 pub use host::{
     host_callbacks, load_plugin, HostServices, LoadError, LoadErrorKind, LoadedHandler,
-    LoadedPlugin,
+    LoadedPlugin, MAX_ANSWER_BYTES,
 };
 pub use plugin::{
     execute_json, finish_json, manifest_json, new_handler_boxed, panic_text, plugin_module,

@@ -3,7 +3,7 @@
 use std::sync::{Arc, Mutex};
 
 use abi_stable::sabi_trait::TD_Opaque;
-use abi_stable::std_types::{RResult, RStr, RString};
+use abi_stable::std_types::{ROption, RResult, RStr, RString};
 use serde_json::{json, Value};
 
 use crate::host::summarise_layout_report;
@@ -439,6 +439,49 @@ fn a_malformed_outcome_is_indeterminate() {
         .finish("x", &input)
         .unwrap_err()
         .contains("returned a non-object"));
+}
+
+/// A handler implemented on the FFI trait whose every answer is well-formed JSON one byte
+/// over the host's limit.
+struct Huge;
+
+fn huge_answer(prefix: &str, suffix: &str) -> RString {
+    let pad = MAX_ANSWER_BYTES + 1 - prefix.len() - suffix.len();
+    RString::from(format!("{prefix}{}{suffix}", "a".repeat(pad)))
+}
+
+impl Handler for Huge {
+    fn execute(&self, _request_json: RStr<'_>) -> RString {
+        huge_answer("{\"status\":\"ok\",\"output\":{\"x\":\"", "\"}}")
+    }
+    fn preflight(&self, _request_json: RStr<'_>) -> ROption<RString> {
+        abi_stable::std_types::RSome(huge_answer("{\"x\":\"", "\"}"))
+    }
+    fn finish(&self, _name: RStr<'_>, _input_json: RStr<'_>) -> RResult<RString, RString> {
+        abi_stable::std_types::ROk(huge_answer("{\"x\":\"", "\"}"))
+    }
+}
+
+#[test]
+fn an_answer_over_the_limit_is_not_read() {
+    let boxed: HandlerBox = Handler_TO::from_value(Huge, TD_Opaque);
+    let h = LoadedHandler::from_box(boxed);
+    let over = MAX_ANSWER_BYTES + 1;
+    assert_eq!(
+        h.execute(&request(json!({}))),
+        Outcome::indeterminate(format!(
+            "the handler's answer is {over} bytes; the host reads at most 4194304"
+        ))
+    );
+    assert_eq!(h.preflight(&request(json!({}))), Preflight::Proceed);
+    let input = FinishInput {
+        args: json!({}),
+        output: JsonObject::new(),
+    };
+    assert_eq!(
+        h.finish("x", &input).unwrap_err(),
+        format!("finish function \"x\": the handler's answer is {over} bytes; the host reads at most 4194304")
+    );
 }
 
 // ------------------------------------------------------------------ host side
