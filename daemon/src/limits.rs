@@ -46,6 +46,9 @@ pub struct Limits {
     /// Log messages one plugin may send a second, in bursts of as many; the rest are dropped
     /// (`plugin_log_per_second`).
     pub plugin_log_per_second: u32,
+    /// How long a plugin may take to load and start (its library's initialisers, manifest and
+    /// constructor) before the daemon gives up starting (`plugin_start_ms`).
+    pub plugin_start: Duration,
 }
 
 impl Default for Limits {
@@ -64,6 +67,7 @@ impl Default for Limits {
             reply_bytes: 16 * 1024 * 1024,
             plugin_log_bytes: 4096,
             plugin_log_per_second: 100,
+            plugin_start: Duration::from_secs(30),
         }
     }
 }
@@ -84,6 +88,7 @@ pub struct LimitsSection {
     pub reply_bytes: Option<usize>,
     pub plugin_log_bytes: Option<usize>,
     pub plugin_log_per_second: Option<u32>,
+    pub plugin_start_ms: Option<u64>,
 }
 
 impl LimitsSection {
@@ -105,6 +110,7 @@ impl LimitsSection {
             reply_bytes: self.reply_bytes.unwrap_or(d.reply_bytes),
             plugin_log_bytes: self.plugin_log_bytes.unwrap_or(d.plugin_log_bytes),
             plugin_log_per_second: self.plugin_log_per_second.unwrap_or(d.plugin_log_per_second),
+            plugin_start: ms(self.plugin_start_ms, d.plugin_start),
         };
         limits.check()?;
         Ok(limits)
@@ -125,6 +131,7 @@ impl Limits {
             ("reply_bytes", self.reply_bytes as u128),
             ("plugin_log_bytes", self.plugin_log_bytes as u128),
             ("plugin_log_per_second", u128::from(self.plugin_log_per_second)),
+            ("plugin_start_ms", self.plugin_start.as_millis()),
         ];
         for (key, v) in positive {
             if v == 0 {
@@ -166,7 +173,9 @@ mod tests {
             toml::from_str("plugin_log_bytes = 10\nplugin_log_per_second = 2").unwrap();
         let l = s.resolve().unwrap();
         assert_eq!((l.plugin_log_bytes, l.plugin_log_per_second), (10, 2));
-        for key in ["plugin_log_bytes", "plugin_log_per_second"] {
+        let s: LimitsSection = toml::from_str("plugin_start_ms = 250").unwrap();
+        assert_eq!(s.resolve().unwrap().plugin_start, Duration::from_millis(250));
+        for key in ["plugin_log_bytes", "plugin_log_per_second", "plugin_start_ms"] {
             let zero: LimitsSection = toml::from_str(&format!("{key} = 0")).unwrap();
             assert_eq!(
                 zero.resolve().unwrap_err(),

@@ -15,6 +15,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::Duration;
 
 use broker_core::broker::HandlerIdentity;
 use broker_core::coordinator::{EffectHandler, EffectRequest, HandlerOutcome, Handlers};
@@ -161,8 +162,9 @@ fn is_library(path: &Path) -> bool {
     path.is_file() && (name.ends_with(".so") || name.ends_with(".dylib"))
 }
 
-/// Load every library in `dir`, in file-name order.
-pub fn scan(dir: &Path) -> Result<Vec<Scanned>, PluginError> {
+/// Load every library in `dir`, in file-name order. A library whose loading (its initialisers
+/// and manifest) outlasts `deadline` stops the scan: its code is still running in this process.
+pub fn scan(dir: &Path, deadline: Duration) -> Result<Vec<Scanned>, PluginError> {
     let unreadable =
         |e: std::io::Error| PluginError::new(dir, format!("cannot read the plugin directory: {e}"));
     writers::check_dir(dir, &std::fs::metadata(dir).map_err(unreadable)?)?;
@@ -172,7 +174,37 @@ pub fn scan(dir: &Path) -> Result<Vec<Scanned>, PluginError> {
         .filter(|p| is_library(p))
         .collect();
     paths.sort();
-    Ok(paths.iter().map(|p| scan_one(p)).collect())
+    paths
+        .into_iter()
+        .map(|p| within(deadline, &p.clone(), "loading", move || scan_one(&p)))
+        .collect()
+}
+
+/// Run `work` (a plugin's code) on a thread of its own, and wait for it until `deadline`.
+/// Past it, the plugin is still running `what`: the start is given up (the process exits,
+/// and the thread with it).
+fn within<T: Send + 'static>(
+    deadline: Duration,
+    path: &Path,
+    what: &str,
+    work: impl FnOnce() -> T + Send + 'static,
+) -> Result<T, PluginError> {
+    let (tx, rx) = std::sync::mpsc::sync_channel(1);
+    std::thread::Builder::new()
+        .name("worldd-plugin-start".into())
+        .spawn(move || {
+            let _ = tx.send(work());
+        })
+        .map_err(|e| PluginError::new(path, format!("could not start a thread to load it: {e}")))?;
+    rx.recv_timeout(deadline).map_err(|_| {
+        PluginError::new(
+            path,
+            format!(
+                "still {what} after {} ms ([limits] plugin_start_ms); the daemon does not start beside a plugin that hangs",
+                deadline.as_millis()
+            ),
+        )
+    })
 }
 
 fn scan_one(path: &Path) -> Scanned {
@@ -486,7 +518,8 @@ pub fn load(opts: &PluginOptions) -> Result<PluginSet, PluginError> {
     let mut found = Vec::new();
     let mut declined = Vec::new();
     let mut broken = Vec::new();
-    for scanned in scan(&opts.dir)? {
+    let deadline = opts.limits.plugin_start;
+    for scanned in scan(&opts.dir, deadline)? {
         let (info, plugin) = match scanned {
             Scanned::Plugin(i, p) => (i, p),
             // Without --handler every library must load. With it, a broken library that is not
@@ -513,15 +546,19 @@ pub fn load(opts: &PluginOptions) -> Result<PluginSet, PluginError> {
             .effects
             .iter()
             .any(|e| e.name == PUBLISH_EFFECT);
-        let host = handler_api::host_callbacks(Arc::new(PluginHost {
+        let host = Arc::new(PluginHost {
             log: PluginLog::new(&name, &opts.limits, opts.metrics.clone()),
             publisher: if publishes {
                 opts.publisher.clone()
             } else {
                 None
             },
-        }));
-        let handler = match plugin.new_handler(&checked.config, host) {
+        });
+        let config = checked.config.clone();
+        let started = within(deadline, &info.path, "starting", move || {
+            plugin.new_handler(&config, handler_api::host_callbacks(host))
+        })?;
+        let handler = match started {
             Ok(h) => h,
             // A plugin may decline to start (e.g. a tool binary is not configured): its tools
             // are still published, and refused by R8 when called.
@@ -667,7 +704,7 @@ fn plugin_request(req: &EffectRequest<'_>) -> Request {
 pub fn report(opts: &PluginOptions) -> Result<String, PluginError> {
     use std::fmt::Write;
     let mut out = String::new();
-    let scanned = scan(&opts.dir)?;
+    let scanned = scan(&opts.dir, opts.limits.plugin_start)?;
     let _ = writeln!(out, "plugin directory {}", opts.dir.display());
     let mut n = 0;
     let mut claimed = HashMap::new();
@@ -749,4 +786,23 @@ pub fn report(opts: &PluginOptions) -> Result<String, PluginError> {
         broken.len()
     );
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn plugin_code_past_the_start_deadline_is_given_up_and_named() {
+        let path = Path::new("/plugins/libhang.so");
+        let done = within(Duration::from_millis(500), path, "loading", || 7);
+        assert_eq!(done.unwrap(), 7);
+        let hung = within(Duration::from_millis(20), path, "loading", || {
+            std::thread::sleep(Duration::from_secs(5))
+        });
+        assert_eq!(
+            hung.unwrap_err().to_string(),
+            "plugin /plugins/libhang.so: still loading after 20 ms ([limits] plugin_start_ms); the daemon does not start beside a plugin that hangs"
+        );
+    }
 }

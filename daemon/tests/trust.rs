@@ -646,3 +646,60 @@ fn a_plugin_library_another_user_could_write_is_refused_at_start() {
         );
     }
 }
+
+/// Loading a plugin runs its code: one whose constructor hangs stops the start at
+/// `plugin_start_ms`, named, instead of leaving a daemon that never answers and never says why.
+#[test]
+fn a_plugin_that_hangs_while_the_daemon_starts_stops_the_start_at_its_deadline() {
+    let dir = tempfile::tempdir().unwrap();
+    let plugins = plugin_dir_with(dir.path(), &["worldd_workspace", "worldd_stall"]);
+    let lib = plugins.join("libworldd_stall.so");
+    let config = dir.path().join("world.toml");
+    let db = dir.path().join("db");
+    let serve = |start_ms: u64| {
+        std::fs::write(
+            &config,
+            format!("[limits]\nplugin_start_ms = 300\n\n[plugins.stall]\nstartMs = {start_ms}\n"),
+        )
+        .unwrap();
+        let began = std::time::Instant::now();
+        let args = [
+            "serve",
+            "--db",
+            path_str(&db),
+            "--bind",
+            "127.0.0.1:0",
+            "--plugin-dir",
+            path_str(&plugins),
+            "--config",
+            path_str(&config),
+        ];
+        (worldd(&args, None), began.elapsed())
+    };
+    let ((code, _, err), took) = serve(600_000);
+    assert_eq!(code, 2, "{err}");
+    assert_eq!(
+        err.trim(),
+        format!("worldd: daemon startup failed at plugins: plugin {}: still starting after 300 ms ([limits] plugin_start_ms); the daemon does not start beside a plugin that hangs", lib.display())
+    );
+    assert!(took < std::time::Duration::from_secs(30), "took {took:?}");
+    // A constructor that takes less than the deadline starts as before.
+    std::fs::write(
+        &config,
+        "[limits]\nplugin_start_ms = 5000\n\n[plugins.stall]\nstartMs = 100\n",
+    )
+    .unwrap();
+    let d = Daemon::start(
+        &["worldd_workspace", "worldd_stall"],
+        &["--config", path_str(&config)],
+    );
+    let token = d.session("ep", &["Stall.Wait=any:1"]);
+    let a = mcp(
+        &d,
+        &token,
+        "tools/call",
+        json!({"name": "stall-wait", "arguments": {"ms": "0"}}),
+    );
+    assert_eq!(a.status, 200, "{}", a.text());
+    assert_eq!(a.sse_json()["result"]["structuredContent"]["slept_ms"], 0);
+}

@@ -10,6 +10,9 @@
 //! `stall-finish` runs `Stall.Wait` for 0 ms and then the finish function `sleep`, which sleeps
 //! the tool's own `ms` argument: a plugin whose finish function hangs after its effect returned.
 //!
+//! Its config key `startMs` makes its constructor sleep that long first: a plugin that hangs
+//! while the daemon starts.
+//!
 //! `stall-log` (effect `Stall.Log`, op `log`) sends the host `lines` log messages, each `text`
 //! followed by `bytes` bytes of `x`: a plugin that floods the daemon's log, or forges lines in
 //! it.
@@ -189,12 +192,21 @@ impl Plugin for StallPlugin {
             effects: handler_kit::declared_effects!(),
             transitions,
             finish: vec!["sleep".into()],
-            config_schema: json!({"type": "object", "additionalProperties": false, "properties": {}}),
+            config_schema: json!({
+                "type": "object",
+                "additionalProperties": false,
+                "properties": {
+                    "startMs": {"type": "integer", "minimum": 0, "maximum": MAX_MS, "description": "Milliseconds the constructor sleeps"}
+                }
+            }),
             ..Manifest::default()
         })
     }
 
-    fn new(_config: Value, host: Host) -> Result<Stall, String> {
+    fn new(config: Value, host: Host) -> Result<Stall, String> {
+        if let Some(ms) = config.get("startMs").and_then(Value::as_u64) {
+            std::thread::sleep(Duration::from_millis(ms.min(MAX_MS)));
+        }
         Ok(Stall { host })
     }
 }
