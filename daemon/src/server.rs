@@ -36,7 +36,18 @@ pub fn router(state: AppState) -> Router {
             state.clone(),
             edge::host::guard,
         ))
+        .layer(axum::middleware::map_response(no_sniffing))
         .with_state(state)
+}
+
+/// Every answer, refusals included, says its content type is the only one: a browser must not
+/// guess HTML in an object or an error message an agent wrote.
+async fn no_sniffing(mut response: axum::response::Response) -> axum::response::Response {
+    response
+        .headers_mut()
+        .entry(axum::http::header::X_CONTENT_TYPE_OPTIONS)
+        .or_insert(axum::http::HeaderValue::from_static("nosniff"));
+    response
 }
 
 /// Refuse anything but a loopback address.

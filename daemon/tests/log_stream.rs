@@ -953,6 +953,27 @@ async fn the_workbench_is_served_with_its_content_types_and_a_strict_policy() {
     }
 }
 
+/// A browser must not guess HTML in any answer: an object or an error message may hold what
+/// an agent wrote.
+#[tokio::test]
+async fn every_answer_says_nosniff_refusals_included() {
+    let h = harness(false);
+    for (path, headers, status) in [
+        ("/v1/health", &[][..], StatusCode::OK),
+        ("/v1/head", &[][..], StatusCode::UNAUTHORIZED),
+        ("/v1/nothing-here", &[][..], StatusCode::NOT_FOUND),
+        ("/v1/health", &[("host", "evil.example.com")][..], StatusCode::FORBIDDEN),
+    ] {
+        let res = h.get(None, path, headers).await;
+        assert_eq!(res.status(), status, "{path} {headers:?}");
+        assert_eq!(
+            header(res.headers(), "x-content-type-options"),
+            "nosniff",
+            "{path} {headers:?}"
+        );
+    }
+}
+
 #[tokio::test]
 async fn the_workbench_page_has_no_inline_script_or_style_and_fetches_nothing_elsewhere() {
     let h = harness(false);
