@@ -75,7 +75,7 @@ impl Attack {
 /// memory trim (`[server] memory_trim_ms`, 5 s by default).
 const SETTLE: Duration = Duration::from_secs(6);
 
-const NAMES: [&str; 15] = [
+const NAMES: [&str; 17] = [
     "none (baseline)",
     "held 4 MiB bodies x300, no credentials",
     "held 4 MiB bodies x300, with credentials",
@@ -91,7 +91,13 @@ const NAMES: [&str; 15] = [
     "6,000 idle connections, past the 4,096 connection limit",
     "5,000 connections whose refused small body never comes",
     "64 log pages in flight from one credential, each scanning 5,000 entries it cannot see",
+    "hung finish functions: 200 calls past their deadline",
+    "a plugin flooding the log: 100,000 messages per call x16",
 ];
+
+/// Rows whose attackers hang handlers: their daemons get a 2 s handler deadline, and the
+/// measuring starts past it.
+const HUNG_ROWS: [usize; 2] = [7, 15];
 
 /// Run the attacks numbered in `only` (every one when empty); `measure` is how long the
 /// legitimate client runs during each.
@@ -110,7 +116,7 @@ pub fn run_all(
         }
         let run = dir.join(format!("attack-{i}"));
         // Hung handlers get a 2 s deadline so the measured window lies past it.
-        let extra: Vec<String> = if i == 7 {
+        let extra: Vec<String> = if HUNG_ROWS.contains(&i) {
             vec!["--handler-deadline-ms".into(), "2000".into()]
         } else {
             Vec::new()
@@ -129,7 +135,7 @@ pub fn run_all(
         let mut attack = Attack::new();
         start(i, &mut attack, &d, &legit, &attackers);
         // Let the attack take hold before measuring.
-        std::thread::sleep(if i == 7 {
+        std::thread::sleep(if HUNG_ROWS.contains(&i) {
             Duration::from_millis(2500)
         } else {
             Duration::from_millis(500)
@@ -164,7 +170,14 @@ pub fn run_all(
                 "{} ran, {} refused at once (episode busy), {} other",
                 c[0], c[1], c[2]
             ),
-            7 => format!("{} timed out at the deadline, {} other answers", c[0], c[1]),
+            7 | 15 => format!("{} timed out at the deadline, {} other answers", c[0], c[1]),
+            16 => format!(
+                "{} calls answered ({} messages sent), {} other answers; the daemon's log grew by {} KiB",
+                c[0],
+                c[0] * FLOOD_LINES,
+                c[1],
+                log_bytes(&d) / 1024
+            ),
             9 => format!(
                 "{} requests sent, {} answered 200 (then unread), {} refused busy (503), {} closed by the daemon",
                 c[0], c[1], c[2], c[3]
@@ -204,9 +217,10 @@ fn mint_stall(d: &Daemon, count: usize) -> Result<Vec<Client>, String> {
     (0..count)
         .map(|i| {
             let episode = format!("attacker{i}");
-            let grants = vec!["Stall.Wait=any:1000000"
-                .parse()
-                .map_err(|e| format!("{e}"))?];
+            let grants = ["Stall.Wait=any:1000000", "Stall.Log=any:1000000"]
+                .iter()
+                .map(|g| g.parse().map_err(|e| format!("{e}")))
+                .collect::<Result<Vec<_>, String>>()?;
             let m = broker_core::session::mint(&store, &episode, grants, 24 * 3600, now)
                 .map_err(|e| format!("mint: {e}"))?;
             Ok(Client {
@@ -270,8 +284,10 @@ fn start(i: usize, a: &mut Attack, d: &Daemon, legit: &Client, attackers: &[Clie
         12 => idle_past_limit(a, addr),
         13 => bodies_never_come(a, addr),
         14 => log_scans(a, d, &attackers[0]),
+        15 => hung_plugins(a, addr, attackers, "stall-finish"),
+        16 => log_flood(a, addr, &attackers[0]),
         // Row 7.
-        _ => hung_plugins(a, addr, attackers),
+        _ => hung_plugins(a, addr, attackers, "stall-wait"),
     }
 }
 
@@ -470,9 +486,10 @@ fn slow_tool_loop(a: &mut Attack, addr: &str, attacker: &Client) {
     }
 }
 
-/// Row 7: one thread per 20 of `attackers`, each attacker making one hung call on a thread
-/// of its own; counts the calls that timed out at the deadline (`c[0]`) and the others.
-fn hung_plugins(a: &mut Attack, addr: &str, attackers: &[Client]) {
+/// Rows 7 and 15: one thread per 20 of `attackers`, each attacker making one hung call of
+/// `tool` on a thread of its own (its handler, or its finish function, sleeps); counts the
+/// calls that timed out at the deadline (`c[0]`) and the others.
+fn hung_plugins(a: &mut Attack, addr: &str, attackers: &[Client], tool: &'static str) {
     // 200 episodes, one hung call each (60 s, far past the 2 s deadline).
     for chunk in attackers.chunks(20) {
         let chunk: Vec<Client> = chunk.to_vec();
@@ -483,7 +500,7 @@ fn hung_plugins(a: &mut Attack, addr: &str, attackers: &[Client]) {
                 .map(|cl| {
                     let addr = addr.clone();
                     std::thread::spawn(move || {
-                        let body = mcp_call("stall-wait", json!({"ms": "60000"}));
+                        let body = mcp_call(tool, json!({"ms": "60000"}));
                         post(&agent(), &addr, &cl.token, &body)
                     })
                 })
@@ -496,6 +513,38 @@ fn hung_plugins(a: &mut Attack, addr: &str, attackers: &[Client]) {
             }
         });
     }
+}
+
+/// Messages each call of row 16 asks the plugin to log.
+const FLOOD_LINES: u64 = 100_000;
+
+/// Row 16: 16 threads of one episode calling `stall-log` back to back, each call making the
+/// plugin log [`FLOOD_LINES`] messages of 100 bytes; counts the calls answered (`c[0]`).
+fn log_flood(a: &mut Attack, addr: &str, attacker: &Client) {
+    for _ in 0..16 {
+        let (addr, token) = (addr.to_owned(), attacker.token.clone());
+        a.spawn(move |stop, c| {
+            let agent = agent();
+            let lines = FLOOD_LINES.to_string();
+            let body = mcp_call(
+                "stall-log",
+                json!({"lines": lines, "bytes": "100", "text": "flood "}),
+            );
+            while !stop.load(Ordering::Relaxed) {
+                match post(&agent, &addr, &token, &body) {
+                    Ok(b) if b.contains("\"ok\":true") => c[0].fetch_add(1, Ordering::Relaxed),
+                    _ => c[1].fetch_add(1, Ordering::Relaxed),
+                };
+            }
+        });
+    }
+}
+
+/// How many bytes the daemon has written to its log file.
+fn log_bytes(d: &Daemon) -> u64 {
+    d.db.parent()
+        .and_then(|dir| std::fs::metadata(dir.join("daemon.log")).ok())
+        .map_or(0, |m| m.len())
 }
 
 /// Row 8: each of `attackers` posts a call with 1 MB of arguments back to back.
