@@ -1078,7 +1078,10 @@ impl Coordinator {
             busy,
         } = admitted;
         let ((ran, shaped), busy) = match self.handlers.get(&effect.effect).cloned() {
-            None => (((HandlerOutcome::Failed(R8_MESSAGE.into()), None), None), busy),
+            None => (
+                ((HandlerOutcome::Failed(R8_MESSAGE.into()), None), None),
+                busy,
+            ),
             Some(handler) => {
                 // Provenance names the plugin that ran the effect.
                 let ran_by = catch_unwind(AssertUnwindSafe(|| handler.identity())).ok();

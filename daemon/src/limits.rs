@@ -109,7 +109,9 @@ impl LimitsSection {
             batch_items: self.batch_items.unwrap_or(d.batch_items),
             reply_bytes: self.reply_bytes.unwrap_or(d.reply_bytes),
             plugin_log_bytes: self.plugin_log_bytes.unwrap_or(d.plugin_log_bytes),
-            plugin_log_per_second: self.plugin_log_per_second.unwrap_or(d.plugin_log_per_second),
+            plugin_log_per_second: self
+                .plugin_log_per_second
+                .unwrap_or(d.plugin_log_per_second),
             plugin_start: ms(self.plugin_start_ms, d.plugin_start),
         };
         limits.check()?;
@@ -130,7 +132,10 @@ impl Limits {
             ("batch_items", self.batch_items as u128),
             ("reply_bytes", self.reply_bytes as u128),
             ("plugin_log_bytes", self.plugin_log_bytes as u128),
-            ("plugin_log_per_second", u128::from(self.plugin_log_per_second)),
+            (
+                "plugin_log_per_second",
+                u128::from(self.plugin_log_per_second),
+            ),
             ("plugin_start_ms", self.plugin_start.as_millis()),
         ];
         for (key, v) in positive {
@@ -174,8 +179,15 @@ mod tests {
         let l = s.resolve().unwrap();
         assert_eq!((l.plugin_log_bytes, l.plugin_log_per_second), (10, 2));
         let s: LimitsSection = toml::from_str("plugin_start_ms = 250").unwrap();
-        assert_eq!(s.resolve().unwrap().plugin_start, Duration::from_millis(250));
-        for key in ["plugin_log_bytes", "plugin_log_per_second", "plugin_start_ms"] {
+        assert_eq!(
+            s.resolve().unwrap().plugin_start,
+            Duration::from_millis(250)
+        );
+        for key in [
+            "plugin_log_bytes",
+            "plugin_log_per_second",
+            "plugin_start_ms",
+        ] {
             let zero: LimitsSection = toml::from_str(&format!("{key} = 0")).unwrap();
             assert_eq!(
                 zero.resolve().unwrap_err(),

@@ -1654,28 +1654,60 @@ fn a_plugin_flooding_the_log_is_cut_and_dropped_and_cannot_forge_a_line() {
     );
     let t = d.session("flood", &["Stall.Log=any:10"]);
     // One message of a megabyte.
-    let v = call(&d, &t, "stall-log", json!({"lines": "1", "bytes": "1000000", "text": "big:"}));
+    let v = call(
+        &d,
+        &t,
+        "stall-log",
+        json!({"lines": "1", "bytes": "1000000", "text": "big:"}),
+    );
     assert_eq!(v["result"]["structuredContent"]["ok"], true, "{v}");
     // 100,000 messages in one call, each trying to start a line of its own.
     let forged = "one\n2026-12-03T16:00:00.000000Z  INFO worldd: forged by the plugin\r\n";
-    let v = call(&d, &t, "stall-log", json!({"lines": "100000", "bytes": "0", "text": forged}));
+    let v = call(
+        &d,
+        &t,
+        "stall-log",
+        json!({"lines": "100000", "bytes": "0", "text": forged}),
+    );
     assert_eq!(v["result"]["structuredContent"]["ok"], true, "{v}");
     assert_eq!(trips(&d, "plugin_log_bytes"), 1);
     let dropped = trips(&d, "plugin_log_rate");
     assert!(dropped >= 100_000 - 40, "{dropped} dropped");
     // The next message after a pause says how many were dropped.
     std::thread::sleep(Duration::from_millis(200));
-    call(&d, &t, "stall-log", json!({"lines": "1", "bytes": "0", "text": "after"}));
+    call(
+        &d,
+        &t,
+        "stall-log",
+        json!({"lines": "1", "bytes": "0", "text": "after"}),
+    );
     let (_dir, log) = d.halt_with_log();
     assert!(log.len() < 64 * 1024, "the log grew to {} bytes", log.len());
-    let big = log.lines().find(|l| l.contains("big:")).expect("the big message");
+    let big = log
+        .lines()
+        .find(|l| l.contains("big:"))
+        .expect("the big message");
     assert!(
-        big.ends_with(&format!("big:{}… (999004 bytes more; [limits] plugin_log_bytes) plugin=stall", "x".repeat(996))),
+        big.ends_with(&format!(
+            "big:{}… (999004 bytes more; [limits] plugin_log_bytes) plugin=stall",
+            "x".repeat(996)
+        )),
         "{big}"
     );
-    assert!(!log.lines().any(|l| l.contains("INFO worldd: forged") && !l.contains("one\\n")), "{log}");
-    let forged_lines: Vec<_> = log.lines().filter(|l| l.contains("forged by the plugin")).collect();
-    assert!((19..=40).contains(&forged_lines.len()), "{} lines", forged_lines.len());
+    assert!(
+        !log.lines()
+            .any(|l| l.contains("INFO worldd: forged") && !l.contains("one\\n")),
+        "{log}"
+    );
+    let forged_lines: Vec<_> = log
+        .lines()
+        .filter(|l| l.contains("forged by the plugin"))
+        .collect();
+    assert!(
+        (19..=40).contains(&forged_lines.len()),
+        "{} lines",
+        forged_lines.len()
+    );
     for l in &forged_lines {
         assert!(l.ends_with("WARN one\\n2026-12-03T16:00:00.000000Z  INFO worldd: forged by the plugin\\r\\n plugin=stall"), "{l}");
     }
@@ -1685,7 +1717,9 @@ fn a_plugin_flooding_the_log_is_cut_and_dropped_and_cannot_forge_a_line() {
         "{log}"
     );
     assert!(
-        log.contains(&format!("{dropped} log messages of the plugin were dropped ([limits] plugin_log_per_second)")),
+        log.contains(&format!(
+            "{dropped} log messages of the plugin were dropped ([limits] plugin_log_per_second)"
+        )),
         "{log}"
     );
     assert!(log.contains("after"), "{log}");

@@ -962,7 +962,11 @@ async fn every_answer_says_nosniff_refusals_included() {
         ("/v1/health", &[][..], StatusCode::OK),
         ("/v1/head", &[][..], StatusCode::UNAUTHORIZED),
         ("/v1/nothing-here", &[][..], StatusCode::NOT_FOUND),
-        ("/v1/health", &[("host", "evil.example.com")][..], StatusCode::FORBIDDEN),
+        (
+            "/v1/health",
+            &[("host", "evil.example.com")][..],
+            StatusCode::FORBIDDEN,
+        ),
     ] {
         let res = h.get(None, path, headers).await;
         assert_eq!(res.status(), status, "{path} {headers:?}");

@@ -408,9 +408,10 @@ impl LoadedHandler {
             .inner
             .finish(RStr::from_str(name), RStr::from_str(&json))
         {
-            ROk(output) if output.len() > MAX_ANSWER_BYTES => {
-                Err(format!("finish function {name:?}: {}", too_long(output.len())))
-            }
+            ROk(output) if output.len() > MAX_ANSWER_BYTES => Err(format!(
+                "finish function {name:?}: {}",
+                too_long(output.len())
+            )),
             ROk(output) => serde_json::from_str(output.as_str())
                 .map_err(|e| format!("finish function {name:?} returned a non-object: {e}")),
             RErr(message) => Err(message.into_string()),

@@ -216,7 +216,11 @@ fn a_finish_function_past_the_deadline_is_answered_as_timed_out_and_its_effect_j
         c.invoke(&read_call(&session, "t1", "a.ail")),
         Err(CallError::HandlerTimedOut)
     ));
-    assert!(asked.elapsed() < Duration::from_millis(400), "{:?}", asked.elapsed());
+    assert!(
+        asked.elapsed() < Duration::from_millis(400),
+        "{:?}",
+        asked.elapsed()
+    );
     assert_eq!(held(&c).0, vec!["slow".to_owned()]);
     let until = Instant::now() + Duration::from_secs(10);
     while held(&c) != (vec![], vec![]) {

@@ -17,15 +17,17 @@ use tracing_subscriber::fmt::FormatFields;
 /// The field formatter `init_tracing` installs: the message as it is, other fields
 /// `name=value`, space-separated, each escaped.
 pub fn fields() -> impl for<'w> FormatFields<'w> + Send + Sync + 'static {
-    format::debug_fn(|w: &mut Writer<'_>, field: &tracing::field::Field, value: &dyn std::fmt::Debug| {
-        let raw = format!("{value:?}");
-        let text = escape(&raw);
-        if field.name() == "message" {
-            w.write_str(&text)
-        } else {
-            write!(w, "{}={}", field.name(), text)
-        }
-    })
+    format::debug_fn(
+        |w: &mut Writer<'_>, field: &tracing::field::Field, value: &dyn std::fmt::Debug| {
+            let raw = format!("{value:?}");
+            let text = escape(&raw);
+            if field.name() == "message" {
+                w.write_str(&text)
+            } else {
+                write!(w, "{}={}", field.name(), text)
+            }
+        },
+    )
     .delimited(" ")
 }
 
@@ -61,6 +63,9 @@ mod tests {
             escape("a\n2026-12-03T16:00:00Z  INFO worldd: forged\r\n"),
             "a\\n2026-12-03T16:00:00Z  INFO worldd: forged\\r\\n"
         );
-        assert_eq!(escape("\u{1b}[31mred\u{7}\u{7f}\u{9b}"), "\\u{1b}[31mred\\u{7}\\u{7f}\\u{9b}");
+        assert_eq!(
+            escape("\u{1b}[31mred\u{7}\u{7f}\u{9b}"),
+            "\\u{1b}[31mred\\u{7}\\u{7f}\\u{9b}"
+        );
     }
 }
