@@ -1553,8 +1553,10 @@ fn one_credential_flooding_log_scans_takes_turns_and_another_is_served_at_once()
     assert_eq!(trips(&d, "read_wait") as usize, refused);
 }
 
-#[test]
-fn hung_plugins_do_not_stop_other_episodes() {
+/// Three calls of `tool` (which sleeps 20 s past a 300 ms handler deadline) from three
+/// episodes, more than the two execution slots: each is answered timed out at the deadline,
+/// and while all three still run another episode keeps full service.
+fn hung_calls_leave_other_episodes_served(tool: &str) {
     let (d, _c) = start_with(
         WS_STALL,
         "[limits]\nexecution_slots = 2\nhandler_deadline_ms = 300\n",
@@ -1562,51 +1564,12 @@ fn hung_plugins_do_not_stop_other_episodes() {
     );
     let reader = d.session("reader", &["Workspace.Read=worktree:100"]);
     std::fs::write(d.root().join("reader/a.txt"), "hello").unwrap();
-    // Three hung calls from three episodes: more than the two slots.
     let hung: Vec<_> = (0..3)
         .map(|i| {
             let t = d.session(&format!("hung{i}"), &["Stall.Wait=any:5"]);
             let url = d.url("/mcp/");
+            let body = json!({"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":tool,"arguments":{"ms":"20000"}}});
             std::thread::spawn(move || {
-                let body = json!({"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"stall-wait","arguments":{"ms":"20000"}}});
-                request("POST", &url, Some(&t), &mcp_headers(), Some(&serde_json::to_vec(&body).unwrap())).json()
-            })
-        })
-        .collect();
-    for h in hung {
-        assert_eq!(
-            h.join().unwrap(),
-            json!({"jsonrpc":"2.0","id":1,"error":{"code":-32603,"message":"host callback timed out"}})
-        );
-    }
-    assert_eq!(metric(&d, "worldd_handlers_overrunning "), 3);
-    // All three still hang; another episode keeps full service.
-    for _ in 0..10 {
-        let v = call(&d, &reader, "ailang-read", json!({"path": "a.txt"}));
-        assert_eq!(v["result"]["structuredContent"]["content"], "hello", "{v}");
-    }
-    assert_eq!(metric(&d, "worldd_handlers_overrunning "), 3);
-}
-
-/// A plugin's finish function is plugin code like its handler: one that hangs after the
-/// effect returned is answered at the handler deadline, keeps no global slot, and its
-/// effect's outcome is journaled when it returns, the call not committed.
-#[test]
-fn a_finish_function_that_hangs_is_answered_at_the_deadline_and_keeps_no_slot() {
-    let (d, _c) = start_with(
-        WS_STALL,
-        "[limits]\nexecution_slots = 2\nhandler_deadline_ms = 300\n",
-        &[],
-    );
-    let reader = d.session("reader", &["Workspace.Read=worktree:100"]);
-    std::fs::write(d.root().join("reader/a.txt"), "hello").unwrap();
-    // Three hung finish functions in three episodes: more than the two slots.
-    let hung: Vec<_> = (0..3)
-        .map(|i| {
-            let t = d.session(&format!("finish{i}"), &["Stall.Wait=any:5"]);
-            let url = d.url("/mcp/");
-            std::thread::spawn(move || {
-                let body = json!({"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"stall-finish","arguments":{"ms":"20000"}}});
                 let started = Instant::now();
                 let v = request("POST", &url, Some(&t), &mcp_headers(), Some(&serde_json::to_vec(&body).unwrap())).json();
                 (v, started.elapsed())
@@ -1622,12 +1585,24 @@ fn a_finish_function_that_hangs_is_answered_at_the_deadline_and_keeps_no_slot() 
         assert!(took < Duration::from_secs(10), "answered after {took:?}");
     }
     assert_eq!(metric(&d, "worldd_handlers_overrunning "), 3);
-    // All three still sleep in their finish function; another episode keeps full service.
     for _ in 0..10 {
         let v = call(&d, &reader, "ailang-read", json!({"path": "a.txt"}));
         assert_eq!(v["result"]["structuredContent"]["content"], "hello", "{v}");
     }
     assert_eq!(metric(&d, "worldd_handlers_overrunning "), 3);
+}
+
+#[test]
+fn hung_plugins_do_not_stop_other_episodes() {
+    hung_calls_leave_other_episodes_served("stall-wait");
+}
+
+/// A plugin's finish function is plugin code like its handler: one that hangs after the
+/// effect returned is answered at the handler deadline and keeps no global slot; the effect's
+/// outcome is journaled when it returns, the call not committed.
+#[test]
+fn a_finish_function_that_hangs_is_answered_at_the_deadline_and_keeps_no_slot() {
+    hung_calls_leave_other_episodes_served("stall-finish");
 }
 
 /// A finish function that returns in time reshapes the output as before.

@@ -30,6 +30,16 @@ impl EffectHandler for Slow {
 }
 
 fn coordinator(handler_deadline: Duration, delay: Duration) -> (tempfile::TempDir, Coordinator) {
+    coordinator_with(handler_deadline, Arc::new(Slow { delay }), None)
+}
+
+/// A coordinator serving `ailang-read` through `handler`, with the finish function `finish`
+/// when one is named.
+fn coordinator_with(
+    handler_deadline: Duration,
+    handler: Arc<dyn EffectHandler>,
+    finish: Option<&str>,
+) -> (tempfile::TempDir, Coordinator) {
     let dir = tempfile::tempdir().unwrap();
     let store = Store::create(&dir.path().join("db")).unwrap();
     let doc = std::fs::read(concat!(
@@ -37,12 +47,14 @@ fn coordinator(handler_deadline: Duration, delay: Duration) -> (tempfile::TempDi
         "/../transitions/se-tools/ailang-read.json"
     ))
     .unwrap();
-    let tools = vec![Transition::from_slice(&doc).unwrap()];
+    let mut doc: Value = serde_json::from_slice(&doc).unwrap();
+    if let Some(name) = finish {
+        doc["finish"] = json!(name);
+    }
+    let tools = vec![Transition::from_slice(&serde_json::to_vec(&doc).unwrap()).unwrap()];
     registry::publish(&store, registry::DEFAULT_REGISTRY, tools, "test").unwrap();
     let mut handlers = Handlers::new();
-    handlers
-        .insert("Workspace.Read", Arc::new(Slow { delay }))
-        .unwrap();
+    handlers.insert("Workspace.Read", handler).unwrap();
     let config = CoordinatorConfig {
         handler_deadline,
         ..CoordinatorConfig::default()
@@ -168,31 +180,16 @@ impl EffectHandler for SlowFinish {
     }
 }
 
-/// A coordinator whose `ailang-read` has the finish function `slow`.
+/// A coordinator whose `ailang-read` has the finish function `slow`, sleeping `delay`.
 fn finishing_coordinator(
     handler_deadline: Duration,
     delay: Duration,
 ) -> (tempfile::TempDir, Coordinator) {
-    let dir = tempfile::tempdir().unwrap();
-    let store = Store::create(&dir.path().join("db")).unwrap();
-    let doc = std::fs::read(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../transitions/se-tools/ailang-read.json"
-    ))
-    .unwrap();
-    let mut doc: Value = serde_json::from_slice(&doc).unwrap();
-    doc["finish"] = json!("slow");
-    let tools = vec![Transition::from_slice(&serde_json::to_vec(&doc).unwrap()).unwrap()];
-    registry::publish(&store, registry::DEFAULT_REGISTRY, tools, "test").unwrap();
-    let mut handlers = Handlers::new();
-    handlers
-        .insert("Workspace.Read", Arc::new(SlowFinish { delay }))
-        .unwrap();
-    let config = CoordinatorConfig {
+    coordinator_with(
         handler_deadline,
-        ..CoordinatorConfig::default()
-    };
-    (dir, Coordinator::new(store, handlers, config))
+        Arc::new(SlowFinish { delay }),
+        Some("slow"),
+    )
 }
 
 #[test]
