@@ -581,6 +581,26 @@ fn a_library_replaced_after_it_was_hashed_is_not_what_loads() {
     assert_eq!(plugin.manifest().unwrap().name, "workspace");
 }
 
+/// `worldd serve` on `db` with the plugins of `plugins` and `extra` flags, run until it exits
+/// (these tests expect it to refuse to start).
+fn serve_once(
+    db: &std::path::Path,
+    plugins: &std::path::Path,
+    extra: &[&str],
+) -> (i32, String, String) {
+    let mut args = vec![
+        "serve",
+        "--db",
+        path_str(db),
+        "--bind",
+        "127.0.0.1:0",
+        "--plugin-dir",
+        path_str(plugins),
+    ];
+    args.extend_from_slice(extra);
+    worldd(&args, None)
+}
+
 #[test]
 fn a_plugin_library_another_user_could_write_is_refused_at_start() {
     // Loading a library runs its code inside the daemon, beside the store and every
@@ -590,20 +610,7 @@ fn a_plugin_library_another_user_could_write_is_refused_at_start() {
     let plugins = plugin_dir_with(dir.path(), &["worldd_workspace"]);
     let lib = plugins.join("libworldd_workspace.so");
     let db = dir.path().join("db");
-    let serve = || {
-        worldd(
-            &[
-                "serve",
-                "--db",
-                path_str(&db),
-                "--bind",
-                "127.0.0.1:0",
-                "--plugin-dir",
-                path_str(&plugins),
-            ],
-            None,
-        )
-    };
+    let serve = || serve_once(&db, &plugins, &[]);
     let mode = |path: &std::path::Path, mode: u32| {
         std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap()
     };
@@ -656,27 +663,14 @@ fn a_plugin_that_hangs_while_the_daemon_starts_stops_the_start_at_its_deadline()
     let lib = plugins.join("libworldd_stall.so");
     let config = dir.path().join("world.toml");
     let db = dir.path().join("db");
-    let serve = |start_ms: u64| {
-        std::fs::write(
-            &config,
-            format!("[limits]\nplugin_start_ms = 300\n\n[plugins.stall]\nstartMs = {start_ms}\n"),
-        )
-        .unwrap();
-        let began = std::time::Instant::now();
-        let args = [
-            "serve",
-            "--db",
-            path_str(&db),
-            "--bind",
-            "127.0.0.1:0",
-            "--plugin-dir",
-            path_str(&plugins),
-            "--config",
-            path_str(&config),
-        ];
-        (worldd(&args, None), began.elapsed())
-    };
-    let ((code, _, err), took) = serve(600_000);
+    std::fs::write(
+        &config,
+        "[limits]\nplugin_start_ms = 300\n\n[plugins.stall]\nstartMs = 600000\n",
+    )
+    .unwrap();
+    let began = std::time::Instant::now();
+    let (code, _, err) = serve_once(&db, &plugins, &["--config", path_str(&config)]);
+    let took = began.elapsed();
     assert_eq!(code, 2, "{err}");
     assert_eq!(
         err.trim(),
