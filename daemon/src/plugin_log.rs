@@ -63,8 +63,18 @@ impl PluginLog {
         }
     }
 
-    /// Log `message` from this gate's plugin, if its rate allows, cut to the size limit.
+    /// Log `message` from this gate's plugin, if its rate allows, cut to the size limit. A
+    /// message at a level the daemon does not log takes no share of the rate.
     pub fn log(&self, level: LogLevel, message: &str) {
+        let shown = match level {
+            LogLevel::Error => tracing::enabled!(tracing::Level::ERROR),
+            LogLevel::Warn => tracing::enabled!(tracing::Level::WARN),
+            LogLevel::Info => tracing::enabled!(tracing::Level::INFO),
+            _ => tracing::enabled!(tracing::Level::DEBUG),
+        };
+        if !shown {
+            return;
+        }
         match self.pass(Instant::now()) {
             Pass::Drop { first: false } => {}
             Pass::Drop { first: true } => tracing::warn!(
