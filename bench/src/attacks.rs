@@ -92,7 +92,7 @@ const NAMES: [&str; 17] = [
     "5,000 connections whose refused small body never comes",
     "64 log pages in flight from one credential, each scanning 5,000 entries it cannot see",
     "hung finish functions: 200 calls past their deadline",
-    "a plugin flooding the log: 100,000 messages per call x16",
+    "a plugin flooding the log: 100,000 messages per call x16 episodes",
 ];
 
 /// Rows whose attackers hang handlers: their daemons get a 2 s handler deadline, and the
@@ -285,7 +285,7 @@ fn start(i: usize, a: &mut Attack, d: &Daemon, legit: &Client, attackers: &[Clie
         13 => bodies_never_come(a, addr),
         14 => log_scans(a, d, &attackers[0]),
         15 => hung_plugins(a, addr, attackers, "stall-finish"),
-        16 => log_flood(a, addr, &attackers[0]),
+        16 => log_flood(a, addr, &attackers[..16]),
         // Row 7.
         _ => hung_plugins(a, addr, attackers, "stall-wait"),
     }
@@ -518,10 +518,10 @@ fn hung_plugins(a: &mut Attack, addr: &str, attackers: &[Client], tool: &'static
 /// Messages each call of row 16 asks the plugin to log.
 const FLOOD_LINES: u64 = 100_000;
 
-/// Row 16: 16 threads of one episode calling `stall-log` back to back, each call making the
-/// plugin log [`FLOOD_LINES`] messages of 100 bytes; counts the calls answered (`c[0]`).
-fn log_flood(a: &mut Attack, addr: &str, attacker: &Client) {
-    for _ in 0..16 {
+/// Row 16: each of `attackers` calls `stall-log` back to back, each call making the plugin
+/// log [`FLOOD_LINES`] messages of 100 bytes; counts the calls answered (`c[0]`).
+fn log_flood(a: &mut Attack, addr: &str, attackers: &[Client]) {
+    for attacker in attackers {
         let (addr, token) = (addr.to_owned(), attacker.token.clone());
         a.spawn(move |stop, c| {
             let agent = agent();

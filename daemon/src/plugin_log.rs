@@ -8,20 +8,24 @@
 //! - a message longer than `[limits] plugin_log_bytes` is cut at that size (on a character
 //!   boundary), saying how many bytes were left out (`limit="plugin_log_bytes"`);
 //! - a plugin may send `[limits] plugin_log_per_second` messages a second, in bursts of as
-//!   many; past that, its messages are dropped (`limit="plugin_log_rate"`), one line says so
-//!   when the dropping starts, and one line counts what was dropped once the plugin's next
-//!   message is let through.
+//!   many; past that rate its messages are dropped (`limit="plugin_log_rate"`). One line says
+//!   so when a flood starts; while it lasts, one line every [`REPORT_EVERY`] counts what was
+//!   dropped, and one more when the plugin's rate has fallen (its next message finds its
+//!   whole burst available again). A flood costs the log a few lines, not one per message.
 //!
 //! Control characters cannot forge a line either way: every field the daemon logs is escaped
 //! (`crate::cli` sets that up).
 
 use std::sync::{Mutex, PoisonError};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use handler_api::LogLevel;
 
 use crate::limits::Limits;
 use crate::metrics::Metrics;
+
+/// How often a flood's dropped messages are counted in the log while it lasts.
+pub const REPORT_EVERY: Duration = Duration::from_secs(10);
 
 /// One plugin's gate.
 pub struct PluginLog {
@@ -32,24 +36,30 @@ pub struct PluginLog {
     bucket: Mutex<Bucket>,
 }
 
-/// The token bucket: messages the plugin may still send now, and what it dropped since.
+/// The token bucket: messages the plugin may still send now; whether it is flooding, and what
+/// it dropped since the last count was logged.
 struct Bucket {
     tokens: f64,
     refilled: Instant,
+    flooding: bool,
     dropped: u64,
+    reported: Instant,
 }
 
-/// What the gate decided for one message.
+/// What the gate decided for one message, and what to tell the operator first.
 #[derive(Debug, PartialEq, Eq)]
-enum Pass {
-    /// Log it, after saying how many messages were dropped before it (if any).
-    Log { dropped_before: u64 },
-    /// Drop it; `first` when it starts a run of drops (say so once).
-    Drop { first: bool },
+struct Pass {
+    /// Log the message (or drop it).
+    log: bool,
+    /// A flood starts with this message: say so.
+    starts: bool,
+    /// Count these dropped messages in the log first.
+    report: Option<u64>,
 }
 
 impl PluginLog {
     pub fn new(plugin: &str, limits: &Limits, metrics: Metrics) -> PluginLog {
+        let now = Instant::now();
         PluginLog {
             plugin: plugin.to_owned(),
             message_bytes: limits.plugin_log_bytes,
@@ -57,8 +67,10 @@ impl PluginLog {
             metrics,
             bucket: Mutex::new(Bucket {
                 tokens: f64::from(limits.plugin_log_per_second),
-                refilled: Instant::now(),
+                refilled: now,
+                flooding: false,
                 dropped: 0,
+                reported: now,
             }),
         }
     }
@@ -75,49 +87,70 @@ impl PluginLog {
         if !shown {
             return;
         }
-        match self.pass(Instant::now()) {
-            Pass::Drop { first: false } => {}
-            Pass::Drop { first: true } => tracing::warn!(
-                plugin = %self.plugin,
-                "the plugin sends more than {} log messages a second ([limits] plugin_log_per_second); its further messages are dropped until its rate falls",
+        let pass = self.pass(Instant::now());
+        let plugin = &self.plugin;
+        if let Some(dropped) = pass.report {
+            tracing::warn!(
+                plugin = %plugin,
+                "{dropped} log messages of the plugin were dropped ([limits] plugin_log_per_second)"
+            );
+        }
+        if pass.starts {
+            tracing::warn!(
+                plugin = %plugin,
+                "the plugin sends more than {} log messages a second ([limits] plugin_log_per_second); past that rate its messages are dropped and counted",
                 self.per_second
-            ),
-            Pass::Log { dropped_before } => {
-                if dropped_before > 0 {
-                    tracing::warn!(
-                        plugin = %self.plugin,
-                        "{dropped_before} log messages of the plugin were dropped ([limits] plugin_log_per_second)"
-                    );
-                }
-                let message = self.cut(message);
-                let plugin = &self.plugin;
-                match level {
-                    LogLevel::Error => tracing::error!(plugin = %plugin, "{message}"),
-                    LogLevel::Warn => tracing::warn!(plugin = %plugin, "{message}"),
-                    LogLevel::Info => tracing::info!(plugin = %plugin, "{message}"),
-                    _ => tracing::debug!(plugin = %plugin, "{message}"),
-                }
-            }
+            );
+        }
+        if !pass.log {
+            return;
+        }
+        let message = self.cut(message);
+        match level {
+            LogLevel::Error => tracing::error!(plugin = %plugin, "{message}"),
+            LogLevel::Warn => tracing::warn!(plugin = %plugin, "{message}"),
+            LogLevel::Info => tracing::info!(plugin = %plugin, "{message}"),
+            _ => tracing::debug!(plugin = %plugin, "{message}"),
         }
     }
 
-    /// Take a token for a message at `now`, or count it dropped.
+    /// Take a token for a message at `now`, or count it dropped; and what to say about a flood.
     fn pass(&self, now: Instant) -> Pass {
         let mut b = self.bucket.lock().unwrap_or_else(PoisonError::into_inner);
         let rate = f64::from(self.per_second);
         let elapsed = now.saturating_duration_since(b.refilled).as_secs_f64();
         b.tokens = (b.tokens + elapsed * rate).min(rate);
         b.refilled = now;
+        // A whole burst available again: the rate has fallen, the flood is over.
+        let calm = b.tokens >= rate;
+        let due = now.saturating_duration_since(b.reported) >= REPORT_EVERY;
+        let mut report = None;
+        if b.flooding && (calm || due) {
+            if b.dropped > 0 {
+                report = Some(std::mem::take(&mut b.dropped));
+            }
+            b.reported = now;
+            b.flooding = !calm;
+        }
         if b.tokens >= 1.0 {
             b.tokens -= 1.0;
-            let dropped_before = std::mem::take(&mut b.dropped);
-            Pass::Log { dropped_before }
-        } else {
-            b.dropped += 1;
-            self.metrics.limit_tripped("plugin_log_rate");
-            Pass::Drop {
-                first: b.dropped == 1,
-            }
+            return Pass {
+                log: true,
+                starts: false,
+                report,
+            };
+        }
+        b.dropped += 1;
+        self.metrics.limit_tripped("plugin_log_rate");
+        let starts = !b.flooding;
+        if starts {
+            b.flooding = true;
+            b.reported = now;
+        }
+        Pass {
+            log: false,
+            starts,
+            report,
         }
     }
 
@@ -142,8 +175,6 @@ impl PluginLog {
 
 #[cfg(test)]
 mod tests {
-    use std::time::Duration;
-
     use super::*;
 
     fn gate(bytes: usize, per_second: u32) -> PluginLog {
@@ -155,26 +186,47 @@ mod tests {
         PluginLog::new("p", &limits, Metrics::default())
     }
 
+    fn pass(log: bool, starts: bool, report: Option<u64>) -> Pass {
+        Pass {
+            log,
+            starts,
+            report,
+        }
+    }
+
     #[test]
-    fn a_burst_past_the_rate_is_dropped_and_counted_when_the_rate_allows_again() {
+    fn a_flood_past_the_rate_is_dropped_and_counted_in_a_few_lines() {
         let g = gate(100, 3);
         let t0 = g.bucket.lock().unwrap().refilled;
         for _ in 0..3 {
-            assert_eq!(g.pass(t0), Pass::Log { dropped_before: 0 });
+            assert_eq!(g.pass(t0), pass(true, false, None));
         }
-        assert_eq!(g.pass(t0), Pass::Drop { first: true });
-        assert_eq!(g.pass(t0), Pass::Drop { first: false });
+        // The burst is spent: the flood starts, said once.
+        assert_eq!(g.pass(t0), pass(false, true, None));
+        assert_eq!(g.pass(t0), pass(false, false, None));
         assert_eq!(g.metrics.trips("plugin_log_rate"), 2);
-        // A third of a second later one token is back: the next message says what was dropped.
-        let later = t0 + Duration::from_millis(334);
-        assert_eq!(g.pass(later), Pass::Log { dropped_before: 2 });
-        assert_eq!(g.pass(later), Pass::Drop { first: true });
-        // A long pause refills the burst, not more.
-        let much_later = later + Duration::from_secs(60);
-        for _ in 0..3 {
-            assert!(matches!(g.pass(much_later), Pass::Log { .. }));
+        // The flood goes on, a message every 100 ms: about one in three finds a token and is
+        // logged, the rest are dropped, and nothing more is said until REPORT_EVERY.
+        let mut dropped = 2;
+        for k in 1..100 {
+            let p = g.pass(t0 + Duration::from_millis(100 * k));
+            assert!(!p.starts && p.report.is_none(), "{k}: {p:?}");
+            dropped += u64::from(!p.log);
         }
-        assert_eq!(g.pass(much_later), Pass::Drop { first: true });
+        assert!(dropped > 60, "{dropped}");
+        let due = t0 + REPORT_EVERY;
+        let p = g.pass(due);
+        assert_eq!((p.starts, p.report), (false, Some(dropped)));
+        // What is left at that instant is spent; the next message is dropped.
+        while g.pass(due).log {}
+        // A whole burst available again: the flood is over, the rest is counted.
+        let calm = due + Duration::from_secs(2);
+        assert_eq!(g.pass(calm), pass(true, false, Some(1)));
+        assert!(!g.bucket.lock().unwrap().flooding);
+        // Nothing more to count; a new flood is said again.
+        assert_eq!(g.pass(calm), pass(true, false, None));
+        assert_eq!(g.pass(calm), pass(true, false, None));
+        assert_eq!(g.pass(calm), pass(false, true, None));
     }
 
     #[test]
