@@ -118,9 +118,13 @@ impl PluginLog {
     fn pass(&self, now: Instant) -> Pass {
         let mut b = self.bucket.lock().unwrap_or_else(PoisonError::into_inner);
         let rate = f64::from(self.per_second);
-        let elapsed = now.saturating_duration_since(b.refilled).as_secs_f64();
-        b.tokens = (b.tokens + elapsed * rate).min(rate);
-        b.refilled = now;
+        // Threads read the clock before they take the lock, so `now` may be earlier than the
+        // last refill: the bucket's time never goes back, or an interval would count twice.
+        if now > b.refilled {
+            let elapsed = (now - b.refilled).as_secs_f64();
+            b.tokens = (b.tokens + elapsed * rate).min(rate);
+            b.refilled = now;
+        }
         // A whole burst available again: the rate has fallen, the flood is over.
         let calm = b.tokens >= rate;
         let due = now.saturating_duration_since(b.reported) >= REPORT_EVERY;
@@ -217,16 +221,42 @@ mod tests {
         let due = t0 + REPORT_EVERY;
         let p = g.pass(due);
         assert_eq!((p.starts, p.report), (false, Some(dropped)));
+        // A message that read the clock before the last one took the lock finds no more
+        // tokens for the time between.
+        let early = due - Duration::from_millis(500);
+        let p = g.pass(early);
+        let dropped_early = u64::from(!p.log);
+        assert_eq!(p.report, None);
         // What is left at that instant is spent; the next message is dropped.
         while g.pass(due).log {}
         // A whole burst available again: the flood is over, the rest is counted.
         let calm = due + Duration::from_secs(2);
-        assert_eq!(g.pass(calm), pass(true, false, Some(1)));
+        assert_eq!(g.pass(calm), pass(true, false, Some(1 + dropped_early)));
         assert!(!g.bucket.lock().unwrap().flooding);
         // Nothing more to count; a new flood is said again.
         assert_eq!(g.pass(calm), pass(true, false, None));
         assert_eq!(g.pass(calm), pass(true, false, None));
         assert_eq!(g.pass(calm), pass(false, true, None));
+    }
+
+    /// Sixteen threads logging at once read the clock before they take the lock: one that
+    /// read it earlier must not move the bucket's time back and so count an interval twice.
+    #[test]
+    fn an_earlier_clock_reading_adds_no_tokens() {
+        let g = gate(100, 10);
+        let t0 = g.bucket.lock().unwrap().refilled;
+        while g.pass(t0).log {}
+        let t1 = t0 + Duration::from_secs(1);
+        assert!(g.pass(t1).log);
+        assert!(g.pass(t0 + Duration::from_millis(500)).log);
+        let mut more = 0;
+        while g.pass(t1).log {
+            more += 1;
+        }
+        assert_eq!(
+            more, 8,
+            "one second gives ten tokens, however the readings interleave"
+        );
     }
 
     #[test]
