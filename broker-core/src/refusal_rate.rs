@@ -114,7 +114,10 @@ impl RefusalLimiter {
                 let tokens = refilled(bucket);
                 *bucket = Bucket {
                     tokens: if tokens >= 1.0 { tokens - 1.0 } else { tokens },
-                    at: now,
+                    // Callers read the clock before they take the lock: one that read it
+                    // before the last refill must not move the bucket's time back, or that
+                    // interval would be credited twice.
+                    at: now.max(bucket.at),
                 };
                 tokens >= 1.0
             }
@@ -172,6 +175,20 @@ mod tests {
             (0..4).map(|_| l.take("a", later)).collect::<Vec<_>>(),
             [true, true, true, false]
         );
+    }
+
+    /// Concurrent refusals read the clock before they take the lock, so one may come with an
+    /// earlier reading than the last: it must not earn the interval between again.
+    #[test]
+    fn an_earlier_clock_reading_earns_no_token() {
+        let l = limiter(60.0, 1);
+        let t0 = Instant::now();
+        let t1 = t0 + Duration::from_secs(1);
+        assert!(l.take("a", t0));
+        assert!(l.take("a", t1));
+        assert!(!l.take("a", t0 + Duration::from_millis(500)));
+        assert!(!l.take("a", t1 + Duration::from_millis(500)));
+        assert!(l.take("a", t1 + Duration::from_millis(1000)));
     }
 
     #[test]
