@@ -155,8 +155,13 @@ impl Metrics {
 
     /// A limit of the edge or of a protocol tripped (`limit` names it, as in the docs).
     pub fn limit_tripped(&self, limit: &'static str) {
+        self.limit_tripped_times(limit, 1);
+    }
+
+    /// `limit` tripped `times` more times (counted elsewhere, added at once).
+    pub fn limit_tripped_times(&self, limit: &'static str, times: u64) {
         if let Ok(mut m) = self.inner.limit_trips.lock() {
-            *m.entry(limit).or_default() += 1;
+            *m.entry(limit).or_default() += times;
         }
     }
 

@@ -13,10 +13,16 @@
 //!   dropped, and one more when the plugin's rate has fallen (its next message finds its
 //!   whole burst available again). A flood costs the log a few lines, not one per message.
 //!
+//! A flood is many threads calling at once, so the gate takes no lock: the rate is a
+//! generic cell rate algorithm (one atomic "theoretical arrival time" moved forward by compare
+//! and swap; a message is let through while that time stays within one second of now), and
+//! a dropped message costs one atomic increment. Dropped messages reach `/v1/metrics` with
+//! each count written to the log.
+//!
 //! Control characters cannot forge a line either way: every field the daemon logs is escaped
 //! (`crate::cli` sets that up).
 
-use std::sync::{Mutex, PoisonError};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use handler_api::LogLevel;
@@ -27,23 +33,23 @@ use crate::metrics::Metrics;
 /// How often a flood's dropped messages are counted in the log while it lasts.
 pub const REPORT_EVERY: Duration = Duration::from_secs(10);
 
-/// One plugin's gate.
+/// One plugin's gate. Times are nanoseconds since `origin`.
 pub struct PluginLog {
     plugin: String,
     message_bytes: usize,
     per_second: u32,
     metrics: Metrics,
-    bucket: Mutex<Bucket>,
-}
-
-/// The token bucket: messages the plugin may still send now; whether it is flooding, and what
-/// it dropped since the last count was logged.
-struct Bucket {
-    tokens: f64,
-    refilled: Instant,
-    flooding: bool,
-    dropped: u64,
-    reported: Instant,
+    origin: Instant,
+    /// Nanoseconds between two messages at the allowed rate.
+    interval: u64,
+    /// When the plugin's messages so far would have ended at the allowed rate; a message is
+    /// let through while this stays within a burst (one second) of now.
+    tat: AtomicU64,
+    flooding: AtomicBool,
+    /// Dropped since the last count was logged.
+    dropped: AtomicU64,
+    /// When the flood started or was last counted.
+    reported: AtomicU64,
 }
 
 /// What the gate decided for one message, and what to tell the operator first.
@@ -59,19 +65,17 @@ struct Pass {
 
 impl PluginLog {
     pub fn new(plugin: &str, limits: &Limits, metrics: Metrics) -> PluginLog {
-        let now = Instant::now();
         PluginLog {
             plugin: plugin.to_owned(),
             message_bytes: limits.plugin_log_bytes,
             per_second: limits.plugin_log_per_second,
             metrics,
-            bucket: Mutex::new(Bucket {
-                tokens: f64::from(limits.plugin_log_per_second),
-                refilled: now,
-                flooding: false,
-                dropped: 0,
-                reported: now,
-            }),
+            origin: Instant::now(),
+            interval: 1_000_000_000 / u64::from(limits.plugin_log_per_second.max(1)),
+            tat: AtomicU64::new(0),
+            flooding: AtomicBool::new(false),
+            dropped: AtomicU64::new(0),
+            reported: AtomicU64::new(0),
         }
     }
 
@@ -114,42 +118,61 @@ impl PluginLog {
         }
     }
 
-    /// Take a token for a message at `now`, or count it dropped; and what to say about a flood.
+    /// Let a message at `now` through, or count it dropped; and what to say about a flood.
     fn pass(&self, now: Instant) -> Pass {
-        let mut b = self.bucket.lock().unwrap_or_else(PoisonError::into_inner);
-        let rate = f64::from(self.per_second);
-        // Threads read the clock before they take the lock, so `now` may be earlier than the
-        // last refill: the bucket's time never goes back, or an interval would count twice.
-        if now > b.refilled {
-            let elapsed = (now - b.refilled).as_secs_f64();
-            b.tokens = (b.tokens + elapsed * rate).min(rate);
-            b.refilled = now;
-        }
-        // A whole burst available again: the rate has fallen, the flood is over.
-        let calm = b.tokens >= rate;
-        let due = now.saturating_duration_since(b.reported) >= REPORT_EVERY;
-        let mut report = None;
-        if b.flooding && (calm || due) {
-            if b.dropped > 0 {
-                report = Some(std::mem::take(&mut b.dropped));
+        let now = u64::try_from(now.saturating_duration_since(self.origin).as_nanos())
+            .unwrap_or(u64::MAX / 2);
+        let burst = self.interval * u64::from(self.per_second);
+        // A thread that read the clock before another moved `tat` on gets nothing for the
+        // time between: `tat` only ever grows.
+        let mut tat = self.tat.load(Ordering::Acquire);
+        let (log, calm) = loop {
+            // A whole burst available again: the rate has fallen, a flood is over.
+            let calm = tat <= now;
+            let next = tat.max(now) + self.interval;
+            if next > now + burst {
+                break (false, calm);
             }
-            b.reported = now;
-            b.flooding = !calm;
+            match self
+                .tat
+                .compare_exchange_weak(tat, next, Ordering::AcqRel, Ordering::Acquire)
+            {
+                Ok(_) => break (true, calm),
+                Err(moved) => tat = moved,
+            }
+        };
+        let mut report = None;
+        if self.flooding.load(Ordering::Acquire) {
+            let last = self.reported.load(Ordering::Acquire);
+            let due = now.saturating_sub(last) >= REPORT_EVERY.as_nanos() as u64;
+            // One thread counts, the one that moves `reported`.
+            if (calm || due)
+                && self
+                    .reported
+                    .compare_exchange(last, now, Ordering::AcqRel, Ordering::Acquire)
+                    .is_ok()
+            {
+                let dropped = self.dropped.swap(0, Ordering::AcqRel);
+                if dropped > 0 {
+                    self.metrics.limit_tripped_times("plugin_log_rate", dropped);
+                    report = Some(dropped);
+                }
+                if calm {
+                    self.flooding.store(false, Ordering::Release);
+                }
+            }
         }
-        if b.tokens >= 1.0 {
-            b.tokens -= 1.0;
+        if log {
             return Pass {
                 log: true,
                 starts: false,
                 report,
             };
         }
-        b.dropped += 1;
-        self.metrics.limit_tripped("plugin_log_rate");
-        let starts = !b.flooding;
+        self.dropped.fetch_add(1, Ordering::AcqRel);
+        let starts = !self.flooding.swap(true, Ordering::AcqRel);
         if starts {
-            b.flooding = true;
-            b.reported = now;
+            self.reported.store(now, Ordering::Release);
         }
         Pass {
             log: false,
@@ -201,14 +224,15 @@ mod tests {
     #[test]
     fn a_flood_past_the_rate_is_dropped_and_counted_in_a_few_lines() {
         let g = gate(100, 3);
-        let t0 = g.bucket.lock().unwrap().refilled;
+        let t0 = g.origin;
         for _ in 0..3 {
             assert_eq!(g.pass(t0), pass(true, false, None));
         }
         // The burst is spent: the flood starts, said once.
         assert_eq!(g.pass(t0), pass(false, true, None));
         assert_eq!(g.pass(t0), pass(false, false, None));
-        assert_eq!(g.metrics.trips("plugin_log_rate"), 2);
+        // Counted in the metrics with the count in the log.
+        assert_eq!(g.metrics.trips("plugin_log_rate"), 0);
         // The flood goes on, a message every 100 ms: about one in three finds a token and is
         // logged, the rest are dropped, and nothing more is said until REPORT_EVERY.
         let mut dropped = 2;
@@ -221,6 +245,7 @@ mod tests {
         let due = t0 + REPORT_EVERY;
         let p = g.pass(due);
         assert_eq!((p.starts, p.report), (false, Some(dropped)));
+        assert_eq!(g.metrics.trips("plugin_log_rate"), dropped);
         // A message that read the clock before the last one took the lock finds no more
         // tokens for the time between.
         let early = due - Duration::from_millis(500);
@@ -232,7 +257,7 @@ mod tests {
         // A whole burst available again: the flood is over, the rest is counted.
         let calm = due + Duration::from_secs(2);
         assert_eq!(g.pass(calm), pass(true, false, Some(1 + dropped_early)));
-        assert!(!g.bucket.lock().unwrap().flooding);
+        assert!(!g.flooding.load(Ordering::Acquire));
         // Nothing more to count; a new flood is said again.
         assert_eq!(g.pass(calm), pass(true, false, None));
         assert_eq!(g.pass(calm), pass(true, false, None));
@@ -244,7 +269,7 @@ mod tests {
     #[test]
     fn an_earlier_clock_reading_adds_no_tokens() {
         let g = gate(100, 10);
-        let t0 = g.bucket.lock().unwrap().refilled;
+        let t0 = g.origin;
         while g.pass(t0).log {}
         let t1 = t0 + Duration::from_secs(1);
         assert!(g.pass(t1).log);
