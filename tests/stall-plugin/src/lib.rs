@@ -1,8 +1,9 @@
-//! TEST CODE, never shipped: a plugin that hangs on request.
+//! TEST CODE, never shipped: a plugin that hangs, or floods the log, on request.
 //!
 //! | effect | class | op | payload | output |
 //! |---|---|---|---|---|
 //! | `Stall.Wait` | read | `wait` | `{op, ms}` | `{"ok":true,"slept_ms":ms}` after sleeping `ms` |
+//! | `Stall.Log` | read | `log` | `{op, lines, bytes, text}` | `{"ok":true}` after logging `lines` messages |
 //!
 //! It ships the tool `stall-wait` (argument `ms`, a decimal string up to 600000). The handler
 //! deliberately ignores the deadline in its request: it stands for a plugin that hangs.
