@@ -20,9 +20,10 @@
 //!    request (`denied:handler`) is closed here and committed as an entry without an effect,
 //!    with its record; nothing is spent. Refusals and denials each cost the
 //!    credential a token of its refusal rate ([`crate::refusal_rate`]);
-//! 3. **execute** the handler under its deadline ([`crate::deadline`]);
-//! 4. **finish**: the outcome as the broker records it, and the output (reshaped by the
-//!    plugin's finish function when the tool has one);
+//! 3. **execute** the handler, then the tool's finish function when it has one (plugin code
+//!    too), both under the handler's deadline ([`crate::deadline`]);
+//! 4. **finish**: the outcome as the broker records it, and the output (what the finish
+//!    function made of it, when the tool has one);
 //! 5. **commit** outcome, records, output, invocation record, entry, world and task state in
 //!    one transaction (durable point 2): submitted to the store's writer, and answered by the
 //!    [`Committing`] it returns once that commit is durable; the episode stays busy until then.
@@ -274,7 +275,6 @@ struct Admitted {
 struct Executed {
     call: Prepared,
     effect: Arc<PlannedEffect>,
-    finish: bool,
     plan_obj: Object,
     request: Object,
     budget_before: u64,
@@ -1124,7 +1124,6 @@ impl Coordinator {
         Ok(Executed {
             call: p,
             effect,
-            finish,
             plan_obj,
             request,
             budget_before,
@@ -1138,14 +1137,13 @@ impl Coordinator {
     // -- 4. finish -------------------------------------------------------------------------
 
     /// The handler's outcome as the broker records it, and the call's output: the handler's
-    /// output, reshaped by the plugin's finish function when the tool has one, with the
-    /// reserved `world` block. From here on the effect has happened: a failure writes its
+    /// output, or what the finish function made of it in step 3, with the reserved `world`
+    /// block. From here on the effect has happened: a failure writes its
     /// outcome and record alone ([`CallError::EffectsUnrecorded`]).
     fn finish(&self, executed: Executed) -> Result<Finished, CallError> {
         let Executed {
             call: p,
             effect,
-            finish,
             plan_obj,
             request,
             budget_before,
@@ -1164,21 +1162,19 @@ impl Coordinator {
         let effect_objects: Vec<Object> = std::iter::once(record_obj.clone())
             .chain(result_obj)
             .collect();
-        let output = match self.shape_output(
-            &p,
-            finish,
-            &record,
-            &record_obj,
-            &plan_obj,
-            handler_output,
-            shaped,
-        ) {
-            Ok(o) => o,
-            Err(why) => {
-                tracing::error!(invocation = %p.invocation_id, "post-effect failure: {why}");
-                return Err(self.record_unrecorded(&p, status, effect_objects, record_obj.hash));
-            }
-        };
+        let output =
+            match self.shape_output(&p, &record, &record_obj, &plan_obj, handler_output, shaped) {
+                Ok(o) => o,
+                Err(why) => {
+                    tracing::error!(invocation = %p.invocation_id, "post-effect failure: {why}");
+                    return Err(self.record_unrecorded(
+                        &p,
+                        status,
+                        effect_objects,
+                        record_obj.hash,
+                    ));
+                }
+            };
         // The request was stored with the intent; the commit adds the plan and what the effect
         // left.
         let mut objects = vec![plan_obj.clone()];
@@ -1203,29 +1199,19 @@ impl Coordinator {
     /// The result object (without its bytes' hash yet): handler output or what the finish
     /// function made of it (run with the handler, under its deadline), plus the reserved
     /// `world` block.
-    #[allow(clippy::too_many_arguments)]
     fn shape_output(
         &self,
         p: &Prepared,
-        finish: bool,
         record: &EffectRecord,
         record_obj: &Object,
         plan_obj: &Object,
         handler_output: Option<Map<String, Value>>,
         shaped: Option<Shaped>,
     ) -> Result<Value, String> {
-        let body = match (handler_output, finish, p.entry.transition.finish.as_deref()) {
-            (Some(_), true, Some(name)) => {
-                let shaped = shaped.ok_or_else(|| format!("finish {name} did not run"))??;
-                if shaped.contains_key("world") {
-                    return Err(format!(
-                        "finish {name} output carries the reserved key \"world\""
-                    ));
-                }
-                shaped
-            }
-            (Some(out), _, _) => out,
-            (None, _, _) => ended_body(p, &record.effect, record.status()),
+        let body = match (handler_output, shaped) {
+            (Some(_), Some(shaped)) => shaped?,
+            (Some(out), None) => out,
+            (None, _) => ended_body(p, &record.effect, record.status()),
         };
         let output = with_world(body, &plan_obj.hash, &[(record, record_obj.hash)]);
         let len = canon::to_vec(&output).map_err(|e| e.to_string())?.len();

@@ -340,11 +340,7 @@ fn sent(headers: &HeaderMap, req: &Value, id: &Value) -> Result<(Method, TaskSen
         _ => return Err(Box::new(rpc_error(id, -32601, "method not found"))),
     };
     if method == Method::SendMessage && requested_major(headers) != Some(1) {
-        let asked: Vec<_> = headers
-            .get_all(VERSION_HEADER)
-            .iter()
-            .map(|v| String::from_utf8_lossy(v.as_bytes()))
-            .collect();
+        let asked = crate::edge::fields::texts(headers, VERSION_HEADER);
         let asked = if asked.is_empty() {
             "0.3".to_owned()
         } else {

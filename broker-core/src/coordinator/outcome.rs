@@ -40,8 +40,27 @@ pub(super) struct FinishJob {
     pub(super) args: Value,
 }
 
-/// What a finish function made of the handler's output, or why it made nothing.
+/// What a finish function made of the handler's output (never with the reserved `world`), or
+/// why it made nothing.
 pub(super) type Shaped = Result<Map<String, Value>, String>;
+
+impl FinishJob {
+    /// Run the finish function on `output`: a panic, an error or a reserved `world` key is
+    /// why it made nothing.
+    fn run(self, handler: &dyn EffectHandler, output: &Map<String, Value>) -> Shaped {
+        let FinishJob { name, args } = self;
+        let input = serde_json::json!({"args": args, "output": output});
+        let shaped = catch_unwind(AssertUnwindSafe(|| handler.finish(&name, &input))).map_err(
+            |panic| format!("finish {name} panicked: {}", crate::panics::text(&*panic)),
+        )??;
+        if shaped.contains_key("world") {
+            return Err(format!(
+                "finish {name} output carries the reserved key \"world\""
+            ));
+        }
+        Ok(shaped)
+    }
+}
 
 impl HandlerJob {
     pub(super) fn request(&self) -> EffectRequest<'_> {
@@ -83,16 +102,7 @@ impl HandlerJob {
             )),
         };
         let shaped = match (&outcome, self.finish) {
-            (HandlerOutcome::Ok(out), Some(FinishJob { name, args })) => {
-                let input = serde_json::json!({"args": args, "output": out});
-                Some(
-                    catch_unwind(AssertUnwindSafe(|| self.handler.finish(&name, &input)))
-                        .map_err(|panic| {
-                            format!("finish {name} panicked: {}", crate::panics::text(&*panic))
-                        })
-                        .and_then(|shaped| shaped),
-                )
-            }
+            (HandlerOutcome::Ok(out), Some(finish)) => Some(finish.run(&*self.handler, out)),
             _ => None,
         };
         (outcome, shaped)

@@ -22,6 +22,7 @@
 //! trickled in under the deadline keep their connections busy, and connections with a request
 //! in flight are the ones a new client cannot take over ([`super::connections`]).
 
+use std::borrow::Cow;
 use std::sync::Arc;
 
 use axum::body::{Body, Bytes, HttpBody};
@@ -336,14 +337,7 @@ impl Coding {
     /// `Content-Encoding` other than `identity`, or a `Transfer-Encoding` other than one
     /// `chunked`.
     pub fn of(headers: &HeaderMap) -> Option<Coding> {
-        let fields = |name| -> Vec<String> {
-            headers
-                .get_all(name)
-                .iter()
-                .map(|f| String::from_utf8_lossy(f.as_bytes()).into_owned())
-                .collect()
-        };
-        let codings = |fields: &[String]| -> Vec<String> {
+        let codings = |fields: &[Cow<'_, str>]| -> Vec<String> {
             fields
                 .iter()
                 .flat_map(|f| f.split(','))
@@ -351,14 +345,14 @@ impl Coding {
                 .filter(|c| !c.is_empty())
                 .collect()
         };
-        let content = fields(CONTENT_ENCODING);
+        let content = super::fields::texts(headers, CONTENT_ENCODING);
         if codings(&content).iter().any(|c| c != "identity") {
             return Some(Coding {
                 layer: Layer::Content,
                 value: content.join(", "),
             });
         }
-        let transfer = fields(TRANSFER_ENCODING);
+        let transfer = super::fields::texts(headers, TRANSFER_ENCODING);
         if !transfer.is_empty() && codings(&transfer) != ["chunked"] {
             return Some(Coding {
                 layer: Layer::Transfer,

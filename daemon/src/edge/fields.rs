@@ -5,6 +5,9 @@
 //! field the daemon reads (`Authorization`, `Content-Type`, `MCP-Protocol-Version`,
 //! `A2A-Version`, `Last-Event-ID`, the stateless revision's routing headers) is read through
 //! [`single`], and each surface answers a repeated one as it answers a malformed one.
+//! A refusal that quotes what was sent quotes every field, through [`texts`].
+
+use std::borrow::Cow;
 
 use axum::http::header::AsHeaderName;
 use axum::http::{HeaderMap, HeaderValue};
@@ -23,6 +26,15 @@ pub fn single<K: AsHeaderName>(
         (first, None) => Ok(first),
         (_, Some(_)) => Err(Repeated),
     }
+}
+
+/// Every `name` field of the request, in order, as text (bytes that are not UTF-8 replaced).
+pub fn texts<K: AsHeaderName>(headers: &HeaderMap, name: K) -> Vec<Cow<'_, str>> {
+    headers
+        .get_all(name)
+        .iter()
+        .map(|f| String::from_utf8_lossy(f.as_bytes()))
+        .collect()
 }
 
 #[cfg(test)]

@@ -97,11 +97,7 @@ impl HostPolicy {
                 return Err(Refused::Host(authority.as_str().to_owned()));
             }
         }
-        let hosts: Vec<_> = headers
-            .get_all(HOST)
-            .iter()
-            .map(|v| String::from_utf8_lossy(v.as_bytes()))
-            .collect();
+        let hosts = super::fields::texts(headers, HOST);
         match hosts.as_slice() {
             [] => {}
             [text] => {
