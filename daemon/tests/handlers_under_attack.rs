@@ -241,6 +241,29 @@ fn oversized_write_is_declined_before_any_budget_is_spent() {
     assert!(!d.root().join("ep1/big.txt").exists());
 }
 
+#[test]
+fn a_write_twenty_thousand_directories_deep_is_declined_over_mcp_and_makes_nothing() {
+    // It made 20,000 nested directories in one call, whose deepest file git could not open.
+    let d = Daemon::start(WS, &[]);
+    let token = d.session("ep1", &["Workspace.Write=worktree:2"]);
+    let v = mcp(
+        &d,
+        &token,
+        "tools/call",
+        json!({"name": "ailang-write",
+               "arguments": {"path": "a/".repeat(20_000) + "x.txt", "content": "x"}}),
+    )
+    .sse_json();
+    let out = &v["result"]["structuredContent"];
+    assert_eq!(
+        out["refused"], "write: the path is 40005 bytes; the limit is 1024",
+        "{out}"
+    );
+    assert_eq!(out["world"]["effects"][0]["status"], "denied", "{out}");
+    assert_eq!(spent(&d, &token), 0);
+    assert!(!d.root().join("ep1/a").exists());
+}
+
 // ------------------------------------------------------------- children and a killed daemon
 
 fn alive(pid: i32) -> bool {

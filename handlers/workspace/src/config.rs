@@ -32,6 +32,13 @@ pub const DEFAULT_MAX_READ_BYTES: u64 = RESULT_CAP;
 /// Default write limit: 8 MiB, the reference's `max_fs_transfer_bytes`.
 pub const DEFAULT_MAX_WRITE_BYTES: u64 = 8_388_608;
 
+/// The longest worktree-relative path any op accepts, in bytes. Past it a path is refused
+/// before anything is opened or created: one write of `a/a/…/x` could otherwise make
+/// thousands of nested directories whose files lie beyond `PATH_MAX` (4096) from the
+/// worktree's root, where git skips them (`could not open directory`) and the operator's
+/// own tools cannot name them. 1024 leaves the root up to 3,000 bytes of its own.
+pub const MAX_PATH_BYTES: usize = 1024;
+
 /// Upper bound for `maxWriteBytes` (1 GiB): a handler holds a whole file in memory, and the
 /// policy digest must stay exactly representable in JSON.
 pub const LIMIT_CEILING: u64 = 1 << 30;

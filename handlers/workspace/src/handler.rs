@@ -9,7 +9,7 @@ use handler_kit::request::{check, Checked, Quote, Rules};
 use handler_kit::serde_json::{json, Map, Value};
 use handler_kit::{EffectHandler, Host, LogLevel, Outcome, Preflight, Request};
 
-use crate::config::Policy;
+use crate::config::{Policy, MAX_PATH_BYTES};
 use crate::sandbox::{errno_text, lexical, PathError, ReadRules, Sandbox, Target, WriteError};
 use crate::tool_ref;
 
@@ -118,6 +118,17 @@ impl WorkspaceHandler {
     }
 
     /// Why a write of `content` is over the write limit, if it is.
+    /// A path too long for the worktree's own tools (see [`MAX_PATH_BYTES`]). The text
+    /// gives its length, not the path: an attacker's path may be megabytes long.
+    fn overlong_path(op: &str, path: &str) -> Option<String> {
+        (path.len() > MAX_PATH_BYTES).then(|| {
+            format!(
+                "{op}: the path is {} bytes; the limit is {MAX_PATH_BYTES}",
+                path.len()
+            )
+        })
+    }
+
     fn oversized_write(&self, path: &str, content: &str) -> Option<String> {
         let size = content.len() as u64;
         (size > self.policy.max_write_bytes).then(|| {
@@ -384,6 +395,9 @@ impl EffectHandler for WorkspaceHandler {
         let (Ok(path), Ok(worktree)) = (checked.string("path"), checked.worktree()) else {
             return Preflight::Proceed;
         };
+        if let Some(message) = Self::overlong_path(checked.op, path) {
+            return self.stamp.decline(message);
+        }
         match checked.op {
             "write" => match checked
                 .string("content")
@@ -423,6 +437,9 @@ impl EffectHandler for WorkspaceHandler {
         }
         if path.contains('\0') {
             return self.refuse(format!("{op} {path}: the path contains a NUL byte"));
+        }
+        if let Some(message) = Self::overlong_path(op, path) {
+            return self.refuse(message);
         }
         let sandbox = match Sandbox::open(Path::new(worktree)) {
             Ok(s) => s,

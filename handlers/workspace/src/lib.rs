@@ -47,7 +47,8 @@
 //! plus non-UTF-8 files, empty `old_text`, an `old_text` whose only match
 //! overlaps another (`"aa"` in `"aaa"`: ambiguous, refused), content over
 //! the write limit,
-//! directories, FIFOs, NUL bytes and over-long names (`file name too long`).
+//! directories, FIFOs, NUL bytes, over-long names (`file name too long`) and
+//! paths over 1024 bytes (`write: the path is 40005 bytes; the limit is 1024`).
 //!
 //! A `failed` outcome means the request itself was wrong, and nothing was
 //! touched: scope not `worktree` (`broker: Workspace.Read refused: scope "x"
@@ -119,7 +120,7 @@ use handler_kit::{export_plugin, Host, Manifest, Plugin};
 
 pub use config::{
     compile as compile_deny_glob, config_schema, Policy, DEFAULT_DENY_WRITE,
-    DEFAULT_MAX_READ_BYTES, DEFAULT_MAX_WRITE_BYTES, LIMIT_CEILING, RESULT_CAP,
+    DEFAULT_MAX_READ_BYTES, DEFAULT_MAX_WRITE_BYTES, LIMIT_CEILING, MAX_PATH_BYTES, RESULT_CAP,
 };
 pub use handler::{WorkspaceHandler, READ, WRITE};
 pub use handler_kit::identity::ToolSource;

@@ -95,7 +95,9 @@ fn plant(f: &Fixture) {
 fn corpus(f: &Fixture) -> Vec<Case> {
     let canary_abs = f.outside.join("canary.txt").to_string_lossy().into_owned();
     let inside_abs = f.path("sub/ok.txt").to_string_lossy().into_owned();
-    let long_name = "n".repeat(5000);
+    // Past NAME_MAX (255), within the path limit: the file system's own refusal.
+    let long_name = "n".repeat(1000);
+    let huge_name = "n".repeat(5000);
     let deep = "a/".repeat(300) + "x";
     vec![
         // Absolute paths.
@@ -201,11 +203,21 @@ fn corpus(f: &Fixture) -> Vec<Case> {
             Refused("NUL byte"),
         ),
         write("NUL byte write", "x\0y", Refused("NUL byte")),
-        read("5000-byte name", &long_name, Refused("file name too long")),
+        read("1000-byte name", &long_name, Refused("file name too long")),
         write(
-            "5000-byte name write",
+            "1000-byte name write",
             &long_name,
             Refused("file name too long"),
+        ),
+        read(
+            "5000-byte name",
+            &huge_name,
+            Refused("the path is 5000 bytes; the limit is 1024"),
+        ),
+        write(
+            "5000-byte name write",
+            &huge_name,
+            Refused("the path is 5000 bytes; the limit is 1024"),
         ),
         read(
             "300 components",

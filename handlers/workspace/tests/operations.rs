@@ -9,7 +9,7 @@ use common::*;
 use handler_kit::serde_json::{json, Value};
 use handler_kit::{EffectClass, Host, Outcome, Plugin};
 use handler_test_support::sha256_hex;
-use worldd_workspace::{Policy, WorkspacePlugin, DEFAULT_MAX_READ_BYTES};
+use worldd_workspace::{Policy, WorkspacePlugin, DEFAULT_MAX_READ_BYTES, MAX_PATH_BYTES};
 
 fn is_sha256_ref(s: &str) -> bool {
     s.len() == 71
@@ -702,6 +702,37 @@ fn empty_and_nul_paths_are_refused() {
         refused(&f.write("a\0b", "x")),
         "write a\0b: the path contains a NUL byte"
     );
+}
+
+#[test]
+fn a_path_of_twenty_thousand_nested_directories_is_declined_and_nothing_is_made() {
+    // One write of `a/a/…/x.txt` made 20,000 nested directories; git could not open the deepest
+    // (past PATH_MAX from the root) and would have committed the worktree without its file.
+    let f = Fixture::new();
+    let deep = "a/".repeat(20_000) + "x.txt";
+    let write = json!({"op": "write", "path": deep, "content": "x"});
+    let said = "write: the path is 40005 bytes; the limit is 1024";
+    assert_eq!(
+        f.preflight("Workspace.Write", write.clone()).as_deref(),
+        Some(said)
+    );
+    assert_eq!(refused(&f.out("Workspace.Write", write)), said);
+    assert!(!f.path("a").exists());
+    let edit = json!({"op": "edit", "path": deep, "old_text": "x", "new_text": "y"});
+    assert_eq!(
+        refused(&f.out("Workspace.Write", edit)),
+        "edit: the path is 40005 bytes; the limit is 1024"
+    );
+    let read = json!({"op": "read", "path": deep});
+    assert_eq!(
+        f.preflight("Workspace.Read", read).as_deref(),
+        Some("read: the path is 40005 bytes; the limit is 1024")
+    );
+    // The limit itself is a path that may be written.
+    let longest = "b/".repeat(509) + "xyzzyz";
+    assert_eq!(longest.len(), MAX_PATH_BYTES);
+    assert!(is_ok(&f.write(&longest, "x")));
+    assert_eq!(fs::read_to_string(f.path(&longest)).unwrap(), "x");
 }
 
 // ----------------------------------------------------------------- config
