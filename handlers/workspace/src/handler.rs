@@ -117,7 +117,6 @@ impl WorkspaceHandler {
         format!("{op} {path}: file is {size} bytes; the limit is {limit}")
     }
 
-    /// Why a write of `content` is over the write limit, if it is.
     /// A path too long for the worktree's own tools (see [`MAX_PATH_BYTES`]). The text
     /// gives its length, not the path: an attacker's path may be megabytes long.
     fn overlong_path(op: &str, path: &str) -> Option<String> {
@@ -129,6 +128,7 @@ impl WorkspaceHandler {
         })
     }
 
+    /// Why a write of `content` is over the write limit, if it is.
     fn oversized_write(&self, path: &str, content: &str) -> Option<String> {
         let size = content.len() as u64;
         (size > self.policy.max_write_bytes).then(|| {
