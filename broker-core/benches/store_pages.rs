@@ -157,7 +157,7 @@ fn drive(coordinator: &Coordinator, sessions: &[Session], row: &str, calls: u64,
                     let (tool, args) = call_args(kind, n);
                     let out = coordinator.invoke(&Call {
                         surface: Surface::Mcp,
-                        session: session.clone(),
+                        session: session.clone().into(),
                         skill_id: tool.into(),
                         task_id: None,
                         args,

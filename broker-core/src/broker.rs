@@ -11,10 +11,11 @@ use serde_json::json;
 use crate::object::Ref;
 
 /// A grant as the broker sees it at one call: remaining budget after the episode's spend.
+/// It borrows its names from the session's grant: admission builds one per grant on every call.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Capability {
-    pub effect: String,
-    pub scope: String,
+pub struct Capability<'a> {
+    pub effect: &'a str,
+    pub scope: &'a str,
     pub budget: u64,
     pub expires_at: i64,
 }
@@ -67,7 +68,7 @@ pub enum Decision {
 }
 
 /// Decide one request against the capabilities. Pure: the caller supplies `now`.
-pub fn decide(caps: &[Capability], effect: &str, scope: &str, cost: u64, now: i64) -> Decision {
+pub fn decide(caps: &[Capability<'_>], effect: &str, scope: &str, cost: u64, now: i64) -> Decision {
     let mut worst = Denial::EffectName;
     for (i, cap) in caps.iter().enumerate() {
         let verdict = if cap.effect != effect {
@@ -358,10 +359,10 @@ mod optional_ref {
 mod tests {
     use super::*;
 
-    fn cap(effect: &str, scope: &str, budget: u64, expires_at: i64) -> Capability {
+    fn cap<'a>(effect: &'a str, scope: &'a str, budget: u64, expires_at: i64) -> Capability<'a> {
         Capability {
-            effect: effect.into(),
-            scope: scope.into(),
+            effect,
+            scope,
             budget,
             expires_at,
         }

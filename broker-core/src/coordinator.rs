@@ -817,7 +817,9 @@ impl Coordinator {
         let episode = &p.call.session.episode;
         let now = self.now();
         let spent = self.store.read(|r| journal::spent(r, episode))?;
-        let caps = p.call.session.capabilities(&spent);
+        // The capabilities borrow the session, which `p` moves on with.
+        let session = p.call.session.clone();
+        let caps = session.capabilities(&spent);
         let payload = canon::to_vec(&Value::Object(effect.payload.clone()))?;
         let request = Object::new(
             sid::EFFECT_REQUEST,

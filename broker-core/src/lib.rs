@@ -63,7 +63,7 @@
 //! let minted = session::mint(&store, "ep1", vec![grant], 3600, coordinator.now())?;
 //! let out = coordinator.invoke(&Call {
 //!     surface: Surface::Mcp,
-//!     session: minted.session,
+//!     session: Arc::new(minted.session),
 //!     skill_id: "ailang-read".into(),
 //!     task_id: None,
 //!     args: json!({"path": "hello.ail"}),

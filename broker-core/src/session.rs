@@ -5,6 +5,9 @@
 //! grants are live while `now < expiresAt` (so at the expiry second calls are `denied:expired`).
 //! Budgets belong to the episode, not the session: a fresh credential does not refill them.
 
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
@@ -16,6 +19,9 @@ use crate::storage::{shown_bytes, ReadCtx, Store, StoreError};
 
 /// The longest list `list` returns.
 pub const MAX_LIST: usize = 500;
+
+/// How many decoded sessions a [`SessionCache`] keeps before it starts over.
+pub const CACHED_SESSIONS: usize = 1024;
 
 #[derive(Debug, thiserror::Error)]
 pub enum SessionError {
@@ -71,17 +77,19 @@ impl Session {
     pub fn capabilities(
         &self,
         spent: &std::collections::BTreeMap<(String, String), u64>,
-    ) -> Vec<Capability> {
+    ) -> Vec<Capability<'_>> {
         self.grants
             .iter()
             .map(|g| Capability {
-                effect: g.effect.clone(),
-                scope: g.scope.clone(),
+                effect: &g.effect,
+                scope: &g.scope,
+                // A scan, not a keyed lookup: the map's keys are owned pairs, and an episode
+                // spends on few effects.
                 budget: g.budget.saturating_sub(
                     spent
-                        .get(&(g.effect.clone(), g.scope.clone()))
-                        .copied()
-                        .unwrap_or(0),
+                        .iter()
+                        .find(|((e, s), _)| *e == g.effect && *s == g.scope)
+                        .map_or(0, |(_, n)| *n),
                 ),
                 expires_at: self.expires_at,
             })
@@ -221,6 +229,114 @@ pub fn authenticate(
     Ok(session)
 }
 
+/// Sessions already decoded, so that a request whose credential was seen before is not parsed
+/// again.
+///
+/// The store stays the authority: every lookup still reads the session's record, and a cached
+/// session is used only while that record's bytes are exactly the ones it was decoded from. A
+/// revoked credential (no record) or a record written again is seen on the very next request,
+/// as without the cache.
+///
+/// ```
+/// # let dir = tempfile::tempdir().unwrap();
+/// # let store = broker_core::store::Store::create(&dir.path().join("db")).unwrap();
+/// use broker_core::session::{self, SessionCache};
+///
+/// let minted = session::mint(&store, "ep1", vec!["Fs.Read=worktree:5".parse().unwrap()], 60, 0).unwrap();
+/// let header = format!("Bearer {}", minted.token);
+/// let cache = SessionCache::default();
+/// let first = cache.authenticate(&store, Some(&header), 1).unwrap();
+/// let again = cache.authenticate(&store, Some(&header), 2).unwrap();
+/// assert!(std::sync::Arc::ptr_eq(&first, &again));
+///
+/// session::revoke(&store, &minted.session.credential_id).unwrap();
+/// assert!(cache.authenticate(&store, Some(&header), 3).is_err());
+/// ```
+#[derive(Debug)]
+pub struct SessionCache {
+    decoded: Mutex<HashMap<String, Decoded>>,
+    bound: usize,
+}
+
+impl Default for SessionCache {
+    fn default() -> Self {
+        SessionCache::new(CACHED_SESSIONS)
+    }
+}
+
+#[derive(Debug)]
+struct Decoded {
+    record: Box<[u8]>,
+    session: Arc<Session>,
+}
+
+impl SessionCache {
+    /// A cache of at most `bound` sessions.
+    pub fn new(bound: usize) -> SessionCache {
+        SessionCache {
+            decoded: Mutex::new(HashMap::new()),
+            bound: bound.max(1),
+        }
+    }
+
+    /// How many decoded sessions are kept now.
+    pub fn len(&self) -> usize {
+        self.decoded.lock().unwrap_or_else(|e| e.into_inner()).len()
+    }
+
+    /// True when none is.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// [`authenticate`], with the decoded session shared rather than built again.
+    pub fn authenticate(
+        &self,
+        store: &Store,
+        header: Option<&str>,
+        now: i64,
+    ) -> Result<Arc<Session>, AuthenticateError> {
+        let token = parse_authorization(header)?;
+        let id = credential_id(token);
+        let session = store
+            .read(|r: &ReadCtx<'_>| -> Result<_, SessionError> {
+                match SESSIONS.get(r, &id)? {
+                    None => Ok(None),
+                    Some(record) => self.decoded(&id, record).map(Some),
+                }
+            })?
+            .ok_or(AuthError::Unknown)?;
+        if !session.is_valid(now) {
+            return Err(AuthError::Expired.into());
+        }
+        Ok(session)
+    }
+
+    fn decoded(&self, id: &str, record: &[u8]) -> Result<Arc<Session>, SessionError> {
+        // A poisoned lock only means a panic elsewhere mid-insert: the map is still sound.
+        let mut decoded = self.decoded.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(d) = decoded.get(id) {
+            if *d.record == *record {
+                return Ok(d.session.clone());
+            }
+        }
+        let session = Arc::new(decode(id, record)?);
+        // Only minted credentials reach here, so the bound is for a deployment with very many
+        // live sessions: starting over costs one parse per credential.
+        if decoded.len() >= self.bound {
+            decoded.clear();
+        }
+        decoded.insert(
+            id.to_owned(),
+            Decoded {
+                record: record.into(),
+                session: session.clone(),
+            },
+        );
+        Ok(session)
+    }
+}
+
 /// Authentication failure: a refusal, or the store failing underneath.
 #[derive(Debug, thiserror::Error)]
 pub enum AuthenticateError {
@@ -318,6 +434,97 @@ pub fn revoke_episode(store: &Store, episode: &str) -> Result<Vec<String>, Sessi
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn store() -> (tempfile::TempDir, Store) {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::create(&dir.path().join("db")).unwrap();
+        (dir, store)
+    }
+
+    fn grant(text: &str) -> Grant {
+        text.parse().unwrap()
+    }
+
+    #[test]
+    fn a_cached_session_follows_its_record_revoked_rewritten_damaged_or_expired() {
+        let (_dir, store) = store();
+        let cache = SessionCache::default();
+        let m = mint(&store, "ep1", vec![grant("Fs.Read=worktree:5")], 60, 100).unwrap();
+        let header = format!("Bearer {}", m.token);
+        let first = cache.authenticate(&store, Some(&header), 100).unwrap();
+        assert_eq!(*first, m.session);
+        let again = cache.authenticate(&store, Some(&header), 101).unwrap();
+        assert!(
+            Arc::ptr_eq(&first, &again),
+            "the second request is not decoded again"
+        );
+
+        // Expiry is judged on every request, cached or not.
+        let err = cache.authenticate(&store, Some(&header), 161).unwrap_err();
+        assert!(matches!(err, AuthenticateError::Denied(AuthError::Expired)));
+
+        // A record written again (here: other grants) is decoded again.
+        let id = m.session.credential_id.clone();
+        let changed = Session {
+            grants: vec![grant("Fs.Write=worktree:1")],
+            ..m.session.clone()
+        };
+        let bytes = encode(&changed).unwrap();
+        let key = id.clone();
+        store
+            .write(move |w| -> Result<(), StoreError> { SESSIONS.put(w, &key, &bytes) })
+            .unwrap();
+        let now = cache.authenticate(&store, Some(&header), 102).unwrap();
+        assert_eq!(*now, changed);
+
+        // A damaged record authenticates nothing, though a good one was cached.
+        let key = id.clone();
+        store
+            .write(move |w| -> Result<(), StoreError> { SESSIONS.put(w, &key, b"{not json") })
+            .unwrap();
+        let err = cache.authenticate(&store, Some(&header), 103).unwrap_err();
+        assert!(matches!(err, AuthenticateError::Denied(AuthError::Unknown)));
+
+        // Revoked: unknown on the very next request.
+        assert!(revoke(&store, &id).unwrap());
+        let err = cache.authenticate(&store, Some(&header), 104).unwrap_err();
+        assert!(matches!(err, AuthenticateError::Denied(AuthError::Unknown)));
+    }
+
+    #[test]
+    fn the_session_cache_starts_over_past_its_bound() {
+        let (_dir, store) = store();
+        let cache = SessionCache::new(2);
+        let minted: Vec<Minted> = (0..3)
+            .map(|i| {
+                mint(
+                    &store,
+                    &format!("ep{i}"),
+                    vec![grant("Fs.Read=worktree:5")],
+                    60,
+                    0,
+                )
+                .unwrap()
+            })
+            .collect();
+        for (i, m) in minted.iter().enumerate() {
+            let header = format!("Bearer {}", m.token);
+            let s = cache.authenticate(&store, Some(&header), 1).unwrap();
+            assert_eq!(s.episode, format!("ep{i}"));
+            assert!(cache.len() <= 2, "{} sessions kept", cache.len());
+        }
+        // The third started the map over: it alone is kept, and the first still authenticates.
+        assert_eq!(cache.len(), 1);
+        let header = format!("Bearer {}", minted[0].token);
+        assert_eq!(
+            cache
+                .authenticate(&store, Some(&header), 1)
+                .unwrap()
+                .episode,
+            "ep0"
+        );
+        assert_eq!(cache.len(), 2);
+    }
 
     #[test]
     fn episodes_follow_the_grammar() {

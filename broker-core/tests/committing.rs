@@ -33,7 +33,7 @@ fn hold_writer(store: &Store) -> (mpsc::Sender<()>, Submitted<(), StoreError>) {
 fn refused_read(session: &Session) -> Call {
     Call {
         surface: Surface::A2a,
-        session: session.clone(),
+        session: session.clone().into(),
         skill_id: "ailang-read".into(),
         task_id: None,
         args: json!({"path": "a", "limit": 1}),

@@ -37,7 +37,7 @@ fn point_named(name: &str) -> CrashPoint {
 fn call(session: &session::Session) -> Call {
     Call {
         surface: Surface::A2a,
-        session: session.clone(),
+        session: session.clone().into(),
         skill_id: "ailang-write".into(),
         task_id: Some("crash-task".into()),
         args: json!({"path": "a.txt", "content": "hello"}),

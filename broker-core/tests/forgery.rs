@@ -358,7 +358,7 @@ fn mcp_calls_are_written_by_coordinator_a2a_and_their_id_names_the_surface() {
         .coordinator
         .invoke(&Call {
             surface: Surface::Mcp,
-            session: s,
+            session: s.into(),
             skill_id: "ailang-read".into(),
             task_id: Some("k1".into()),
             args: json!({"path": "a"}),

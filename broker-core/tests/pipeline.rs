@@ -439,7 +439,7 @@ fn budgets_survive_reopening_and_a_fresh_credential() {
     ) -> Result<broker_core::coordinator::CallOutput, CallError> {
         c.invoke(&Call {
             surface: Surface::Mcp,
-            session: s.clone(),
+            session: s.clone().into(),
             skill_id: "ailang-read".into(),
             task_id: None,
             args,
@@ -521,7 +521,7 @@ fn r8_refuses_before_planning_with_no_entry_and_no_spend() {
     let err = c
         .invoke(&Call {
             surface: Surface::A2a,
-            session: s,
+            session: s.into(),
             skill_id: "ailang-run".into(),
             task_id: None,
             args: json!({"nope": 1}),
@@ -545,7 +545,7 @@ fn a_transition_fn_pin_must_match() {
     let real = reg.get("ailang-read").unwrap().transition_fn;
     let mut call = Call {
         surface: Surface::A2a,
-        session: s,
+        session: s.into(),
         skill_id: "ailang-read".into(),
         task_id: None,
         args: json!({"path": "a"}),

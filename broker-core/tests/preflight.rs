@@ -121,7 +121,7 @@ fn setup_with(handler_deadline: Duration, refusal_rate: RefusalRate) -> Setup {
 fn call(s: &Setup, tool: &str, task: &str, path: &str) -> Result<CallOutput, CallError> {
     s.coordinator.invoke(&Call {
         surface: Surface::A2a,
-        session: s.session.clone(),
+        session: s.session.clone().into(),
         skill_id: tool.into(),
         task_id: Some(task.into()),
         args: json!({"path": path}),
@@ -247,7 +247,7 @@ fn a_preflight_past_its_deadline_is_answered_as_timed_out_and_nothing_is_spent()
     let next = std::thread::spawn(move || {
         c.invoke(&Call {
             surface: Surface::A2a,
-            session,
+            session: session.into(),
             skill_id: "ailang-read".into(),
             task_id: Some("t2".into()),
             args: json!({"path": "small"}),

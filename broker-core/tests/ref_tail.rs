@@ -680,7 +680,7 @@ fn a_schema_3_store_is_upgraded_in_place_and_its_invocation_rows_stay_where_they
     let call = |task: &str, path: &str| {
         c.invoke(&broker_core::coordinator::Call {
             surface: broker_core::coordinator::Surface::A2a,
-            session: s.clone(),
+            session: s.clone().into(),
             skill_id: "ailang-read".into(),
             task_id: Some(task.into()),
             args: json!({ "path": path }),

@@ -188,7 +188,7 @@ fn calls_after_the_migration_continue_the_chain_and_a_second_open_changes_nothin
     let call = |tool: &str, args: Value, task: &str| {
         coordinator.invoke(&Call {
             surface: Surface::A2a,
-            session: ep1.clone(),
+            session: ep1.clone().into(),
             skill_id: tool.into(),
             task_id: Some(task.into()),
             args,
@@ -206,7 +206,7 @@ fn calls_after_the_migration_continue_the_chain_and_a_second_open_changes_nothin
     let lost = coordinator
         .invoke(&Call {
             surface: Surface::Mcp,
-            session: ep1.clone(),
+            session: ep1.clone().into(),
             skill_id: "ailang-read".into(),
             task_id: Some("lost".into()),
             args: serde_json::from_slice(b"{}").unwrap(),

@@ -62,7 +62,7 @@ fn filling_the_store_warns_then_refuses_client_work_past_the_reserve() {
     let call = |task: &str| {
         coordinator.invoke(&Call {
             surface: Surface::A2a,
-            session: s.clone(),
+            session: s.clone().into(),
             skill_id: "ailang-read".into(),
             task_id: Some(task.into()),
             args: json!({"path": "a"}),

@@ -20,6 +20,8 @@
 //! run?" has an answer. The task id is the idempotency key within the episode: resending a
 //! committed task id returns the committed result without running the tool again.
 
+use std::sync::Arc;
+
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -280,7 +282,7 @@ async fn received(
     headers: &HeaderMap,
     body: axum::body::Body,
     deadline: Instant,
-) -> Result<(Session, Value), Response> {
+) -> Result<(Arc<Session>, Value), Response> {
     let null = Value::Null;
     let session = state
         .authenticate(headers)

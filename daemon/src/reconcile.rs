@@ -23,6 +23,8 @@
 //! | `unrecorded` | 200 | an effect ran and was recorded (`effects`), the call was not committed | do not retry; read the records |
 //! | `not-found` | 404 | nothing was journaled under this key in your episode | safe to send |
 
+use std::sync::Arc;
+
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -49,7 +51,7 @@ pub fn routes() -> Router<AppState> {
         .route("/v1/budget", get(budget))
 }
 
-async fn session(state: &AppState, headers: &HeaderMap) -> Result<Session, ApiError> {
+async fn session(state: &AppState, headers: &HeaderMap) -> Result<Arc<Session>, ApiError> {
     state
         .authenticate(headers)
         .await
@@ -100,10 +102,10 @@ async fn call_by_invocation(
         session
     } else if session.operator {
         // Operators read every episode (the access model); reconcile in the id's episode.
-        Session {
+        Arc::new(Session {
             episode: episode.to_owned(),
-            ..session
-        }
+            ..Session::clone(&session)
+        })
     } else {
         // Another episode's calls are not the caller's to see, nor to learn of.
         return Ok(not_found(surface, &session.episode, task_id));
@@ -134,7 +136,7 @@ fn not_found(surface: Surface, episode: &str, task_id: &str) -> Response {
 
 async fn reconcile(
     state: AppState,
-    session: Session,
+    session: Arc<Session>,
     surface: Surface,
     task_id: String,
 ) -> Result<Response, ApiError> {
@@ -228,7 +230,7 @@ async fn budget(
 }
 
 /// The calling credential's grants against its episode's spend.
-async fn own_budget(state: AppState, session: Session) -> Result<Response, ApiError> {
+async fn own_budget(state: AppState, session: Arc<Session>) -> Result<Response, ApiError> {
     let s = state.clone();
     let operator = session.operator;
     let episode = session.episode.clone();

@@ -59,6 +59,8 @@ struct Inner {
     /// Effect name → class, from the loaded plugins' manifests.
     classes: HashMap<String, EffectClass>,
     store: Store,
+    /// Decoded sessions, checked against their records on every request.
+    sessions: session::SessionCache,
     coordinator: Arc<Coordinator>,
     admission: Admission,
     limits: Limits,
@@ -136,6 +138,7 @@ impl AppStateBuilder {
                     metrics.clone(),
                 ),
                 store: self.store,
+                sessions: session::SessionCache::default(),
                 coordinator: self.coordinator,
                 admission: Admission::new(self.limits.clone()),
                 limits: self.limits,
@@ -236,7 +239,7 @@ impl AppState {
     }
 
     /// Resolve the `Authorization` header to a valid session.
-    pub async fn authenticate(&self, headers: &HeaderMap) -> Result<Session, AuthFailure> {
+    pub async fn authenticate(&self, headers: &HeaderMap) -> Result<Arc<Session>, AuthFailure> {
         // Shape errors need no store access.
         let header = match credential::authorization(headers)
             .and_then(|h| session::parse_authorization(h).map(|_| h))
@@ -250,7 +253,11 @@ impl AppState {
         // An LMDB read never waits for writers and touches a few mapped pages: doing it here
         // saves a hop to the blocking pool on every request.
         let now = self.inner.coordinator.now();
-        match session::authenticate(&self.inner.store, header, now) {
+        match self
+            .inner
+            .sessions
+            .authenticate(&self.inner.store, header, now)
+        {
             Ok(s) => Ok(s),
             Err(AuthenticateError::Denied(d)) => {
                 self.inner.metrics.credential_refused(&d);

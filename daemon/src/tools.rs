@@ -8,7 +8,7 @@ use handler_api::EffectClass;
 
 use crate::state::AppState;
 
-pub use dialect::names::{mcp_name, transition_id, MAX_MCP_NAME};
+pub use dialect::names::{escapes_to, mcp_name, mcp_name_len, transition_id, MAX_MCP_NAME};
 
 /// What a tool may do to the world, from the classes of every effect it may plan: `read`
 /// only if all are reads; `unknown` if any is unknown or served by no loaded plugin.
@@ -75,7 +75,7 @@ pub async fn visible_for_mcp(
     let tools = visible(state, session).await?;
     if let Some(t) = tools
         .iter()
-        .find(|t| mcp_name(&t.transition.id).len() > MAX_MCP_NAME)
+        .find(|t| mcp_name_len(&t.transition.id) > MAX_MCP_NAME)
     {
         return Err(SurfaceError::NameTooLong(t.transition.id.clone()));
     }

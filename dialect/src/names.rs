@@ -22,6 +22,30 @@ pub fn mcp_name(id: &str) -> String {
     out
 }
 
+/// The length in bytes of [`mcp_name`]`(id)`, without building it.
+pub fn mcp_name_len(id: &str) -> usize {
+    id.len()
+        + id.bytes()
+            .filter(|b| matches!(b, b'_' | b'.' | b'/'))
+            .count()
+}
+
+/// True when `name` is [`mcp_name`]`(id)`, compared without building it: admission looks a
+/// call's tool up by its name among the session's tools on every call.
+pub fn escapes_to(id: &str, name: &str) -> bool {
+    // The escaped characters are ASCII, so the escape works byte by byte on UTF-8.
+    let escaped = id.bytes().flat_map(|b| {
+        let pair = match b {
+            b'_' => [b'_', b'u'],
+            b'.' => [b'_', b'd'],
+            b'/' => [b'_', b's'],
+            b => return [Some(b), None],
+        };
+        [Some(pair[0]), Some(pair[1])]
+    });
+    mcp_name_len(id) == name.len() && escaped.flatten().eq(name.bytes())
+}
+
 /// The transition id of an MCP name; `None` when the name is not a valid escape.
 pub fn transition_id(name: &str) -> Option<String> {
     let mut out = String::with_capacity(name.len());
@@ -55,5 +79,36 @@ mod tests {
         }
         assert_eq!(transition_id("bad_x"), None);
         assert_eq!(transition_id("trailing_"), None);
+    }
+
+    #[test]
+    fn names_are_matched_and_measured_as_if_built() {
+        let ids = [
+            "tools.echo",
+            "ailang-read",
+            "a_b/c.d",
+            "x__y",
+            "_._/",
+            "",
+            "é.ü",
+        ];
+        for id in ids {
+            assert_eq!(mcp_name_len(id), mcp_name(id).len(), "{id}");
+            for other in ids
+                .iter()
+                .chain(&["tools_decho", "tools.echo_", "a_ub_sc_d", "é_dü"])
+            {
+                assert_eq!(
+                    escapes_to(id, other),
+                    mcp_name(id) == *other,
+                    "{id} {other}"
+                );
+                assert_eq!(
+                    escapes_to(id, &mcp_name(other)),
+                    id == *other,
+                    "{id} {other}"
+                );
+            }
+        }
     }
 }

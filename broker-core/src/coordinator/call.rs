@@ -1,6 +1,8 @@
 //! Calls, their results and their errors: what a surface hands the coordinator and what it
 //! gets back.
 
+use std::sync::Arc;
+
 use serde_json::Value;
 
 use crate::canon::CanonError;
@@ -39,7 +41,8 @@ impl Surface {
 #[derive(Debug, Clone)]
 pub struct Call {
     pub surface: Surface,
-    pub session: Session,
+    /// Shared, not copied: a surface hands on the session its request authenticated.
+    pub session: Arc<Session>,
     pub skill_id: String,
     /// The idempotency key within the episode; `None` mints a fresh random one.
     pub task_id: Option<String>,

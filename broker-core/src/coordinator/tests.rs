@@ -65,7 +65,7 @@ fn coordinator_with(
 fn read_call(session: &Session, task: &str, path: &str) -> Call {
     Call {
         surface: Surface::Mcp,
-        session: session.clone(),
+        session: session.clone().into(),
         skill_id: "ailang-read".into(),
         task_id: Some(task.into()),
         args: json!({ "path": path }),

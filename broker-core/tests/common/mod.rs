@@ -284,7 +284,7 @@ impl World {
     ) -> Result<CallOutput, CallError> {
         self.coordinator.invoke(&Call {
             surface: Surface::A2a,
-            session: session.clone(),
+            session: session.clone().into(),
             skill_id: tool.into(),
             task_id: task.map(str::to_owned),
             args,
@@ -297,7 +297,7 @@ impl World {
 pub fn a2a_call(session: &Session, tool: &str, task: &str, args: Value) -> Call {
     Call {
         surface: Surface::A2a,
-        session: session.clone(),
+        session: session.clone().into(),
         skill_id: tool.into(),
         task_id: Some(task.into()),
         args,

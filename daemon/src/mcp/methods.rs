@@ -8,6 +8,8 @@
 //! instead for the outcomes only a key can have: a conflicting reuse, a call still in flight,
 //! a first call that is not confirmed committed.
 
+use std::sync::Arc;
+
 use broker_core::coordinator::{Call, CallError, CallOutput, Surface};
 use broker_core::registry::RegistryEntry;
 use broker_core::session::Session;
@@ -29,7 +31,7 @@ pub(super) const SERVER_INFO_META_KEY: &str = "io.modelcontextprotocol/serverInf
 /// What one request runs with.
 pub(super) struct Ctx<'a> {
     pub state: &'a AppState,
-    pub session: &'a Session,
+    pub session: &'a Arc<Session>,
     /// The aggregate deadline of the POST.
     pub deadline: Instant,
     /// The protocol revision in force for this POST.
@@ -486,7 +488,7 @@ async fn tool_named(
     // escape simply names no tool.
     Ok(entries
         .into_iter()
-        .find(|e| tools::mcp_name(&e.transition.id) == name)
+        .find(|e| tools::escapes_to(&e.transition.id, name))
         .ok_or_else(|| Reply::error(id, INVALID_PARAMS, format!("unknown tool {}", quote(name)))))
 }
 
