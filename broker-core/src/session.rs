@@ -527,6 +527,19 @@ mod tests {
     }
 
     #[test]
+    fn the_data_model_page_gives_the_cache_bound() {
+        let page = include_str!("../../docs/data-model.md");
+        let page = page.split_whitespace().collect::<Vec<_>>().join(" ");
+        let bound = format!("{},{:03}", CACHED_SESSIONS / 1000, CACHED_SESSIONS % 1000);
+        assert!(
+            page.contains(&format!(
+                "(up to {bound}, `broker_core::session::SessionCache`)"
+            )),
+            "docs/data-model.md §7 should say the daemon keeps up to {bound} decoded sessions"
+        );
+    }
+
+    #[test]
     fn episodes_follow_the_grammar() {
         for ok in ["a", "ep1", "0", "a-b-c", &"a".repeat(64)] {
             validate_episode(ok).unwrap();
