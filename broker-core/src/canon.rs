@@ -97,6 +97,13 @@ pub fn to_vec(value: &Value) -> Result<Vec<u8>, CanonError> {
     to_string(value).map(String::into_bytes)
 }
 
+/// Like [`to_vec`], for an object held as its map (no `Value` built around it).
+pub fn object_to_vec(map: &Map<String, Value>) -> Result<Vec<u8>, CanonError> {
+    let mut out = String::with_capacity(256);
+    write_object(&mut out, map, 0)?;
+    Ok(out.into_bytes())
+}
+
 /// Like [`to_vec`], as a `String` (canonical JSON is always UTF-8).
 pub fn to_string(value: &Value) -> Result<String, CanonError> {
     // Most documents stored per call are a few hundred bytes: start there instead of growing
@@ -156,24 +163,59 @@ fn write_value(out: &mut String, value: &Value, depth: usize) -> Result<(), Cano
             }
             out.push(']');
         }
-        Value::Object(map) => {
-            let depth = enter(depth)?;
-            // The map iterates in UTF-8 (code point) order; RFC 8785 wants
-            // UTF-16 order. The input is almost always already in that order,
-            // which the stable sort handles in linear time.
-            let mut members: Vec<(&String, &Value)> = map.iter().collect();
-            members.sort_by(|a, b| utf16_cmp(a.0, b.0));
-            out.push('{');
-            for (i, (key, member)) in members.into_iter().enumerate() {
-                if i > 0 {
-                    out.push(',');
-                }
-                write_string(out, key);
-                out.push(':');
-                write_value(out, member, depth)?;
-            }
-            out.push('}');
+        Value::Object(map) => write_object(out, map, depth)?,
+    }
+    Ok(())
+}
+
+fn write_object(
+    out: &mut String,
+    map: &Map<String, Value>,
+    depth: usize,
+) -> Result<(), CanonError> {
+    let depth = enter(depth)?;
+    out.push('{');
+    // RFC 8785 wants UTF-16 order. A map whose names ascend bytewise and hold no character
+    // from U+E000 up (whose UTF-8 order can differ from UTF-16's) is in it already: nearly
+    // every document, written without collecting and sorting its members.
+    if in_utf16_order(map) {
+        write_members(out, map.iter(), depth)?;
+    } else {
+        let mut members: Vec<(&String, &Value)> = map.iter().collect();
+        members.sort_by(|a, b| utf16_cmp(a.0, b.0));
+        write_members(out, members.into_iter(), depth)?;
+    }
+    out.push('}');
+    Ok(())
+}
+
+/// True when the map iterates its names in strictly ascending UTF-16 order, judged without
+/// transcoding (see [`write_object`]).
+fn in_utf16_order(map: &Map<String, Value>) -> bool {
+    let mut previous: Option<&str> = None;
+    for name in map.keys() {
+        // 0xEE is the first UTF-8 lead byte of U+E000..=U+FFFF; 0xF0 and up lead characters
+        // above U+FFFF. Without either, bytewise order is UTF-16 order.
+        if name.bytes().any(|b| b >= 0xEE) || previous.is_some_and(|p| p >= name) {
+            return false;
         }
+        previous = Some(name);
+    }
+    true
+}
+
+fn write_members<'a>(
+    out: &mut String,
+    members: impl Iterator<Item = (&'a String, &'a Value)>,
+    depth: usize,
+) -> Result<(), CanonError> {
+    for (i, (key, member)) in members.enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        write_string(out, key);
+        out.push(':');
+        write_value(out, member, depth)?;
     }
     Ok(())
 }

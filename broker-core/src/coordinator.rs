@@ -820,7 +820,7 @@ impl Coordinator {
         // The capabilities borrow the session, which `p` moves on with.
         let session = p.call.session.clone();
         let caps = session.capabilities(&spent);
-        let payload = canon::to_vec(&Value::Object(effect.payload.clone()))?;
+        let payload = canon::object_to_vec(&effect.payload)?;
         let request = Object::new(
             sid::EFFECT_REQUEST,
             "host/broker",

@@ -740,6 +740,19 @@ proptest! {
         prop_assert_eq!(canon::to_string(&value).unwrap(), expected);
     }
 
+    /// An object written from its map is the object written as a value, byte for byte.
+    #[test]
+    fn an_object_written_from_its_map_is_the_value_written(
+        keys in prop::collection::btree_set(any_string(), 0..12),
+        value in arb_json(),
+    ) {
+        let map: Map<String, Value> = keys.into_iter().map(|k| (k, value.clone())).collect();
+        prop_assert_eq!(
+            canon::object_to_vec(&map).ok(),
+            canon::to_vec(&Value::Object(map.clone())).ok()
+        );
+    }
+
     /// Doubles: the text round-trips exactly; inside the plain range it is
     /// Rust's shortest plain decimal, outside it the shortest scientific form
     /// with an explicit exponent sign — up to ECMAScript's ties-to-even rule

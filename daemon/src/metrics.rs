@@ -48,7 +48,9 @@ impl Histogram {
 
 #[derive(Default)]
 struct Inner {
-    calls: Mutex<BTreeMap<(String, String), u64>>,
+    /// Tool → outcome → count: keyed by tool first, so a call finds its row without copying
+    /// the tool's name.
+    calls: Mutex<BTreeMap<String, BTreeMap<&'static str, u64>>>,
     denials: Mutex<BTreeMap<String, u64>>,
     latency: Mutex<Histogram>,
     callbacks_rejected: AtomicU64,
@@ -108,9 +110,12 @@ impl Metrics {
             Ok(_) => tracing::info!(%tool, %episode, outcome = %label, ms, "call"),
         }
         if let Ok(mut calls) = self.inner.calls.lock() {
-            *calls
-                .entry((tool.to_owned(), label.to_owned()))
-                .or_default() += 1;
+            match calls.get_mut(tool) {
+                Some(outcomes) => *outcomes.entry(label).or_default() += 1,
+                None => {
+                    calls.insert(tool.to_owned(), BTreeMap::from([(label, 1)]));
+                }
+            }
         }
         if let Ok(out) = result {
             for e in &out.effects {
@@ -207,7 +212,10 @@ impl Metrics {
         let mut out = String::new();
         out.push_str("# HELP worldd_calls_total Tool calls by tool and outcome.\n# TYPE worldd_calls_total counter\n");
         if let Ok(calls) = self.inner.calls.lock() {
-            for ((tool, outcome), n) in calls.iter() {
+            for (tool, outcome, n) in calls
+                .iter()
+                .flat_map(|(tool, outcomes)| outcomes.iter().map(move |(o, n)| (tool, o, n)))
+            {
                 let _ = writeln!(
                     out,
                     "worldd_calls_total{{tool=\"{}\",outcome=\"{outcome}\"}} {n}",
