@@ -23,6 +23,10 @@ pub const MAX_LIST: usize = 500;
 /// How many decoded sessions a [`SessionCache`] keeps before it starts over.
 pub const CACHED_SESSIONS: usize = 1024;
 
+/// How many bytes of session records a [`SessionCache`] keeps before it starts over; a record
+/// larger than this is decoded on every request instead.
+pub const CACHED_SESSION_BYTES: usize = 4 << 20;
+
 #[derive(Debug, thiserror::Error)]
 pub enum SessionError {
     #[error(transparent)]
@@ -254,13 +258,21 @@ pub fn authenticate(
 /// ```
 #[derive(Debug)]
 pub struct SessionCache {
-    decoded: Mutex<HashMap<String, Decoded>>,
+    kept: Mutex<Kept>,
     bound: usize,
+    bound_bytes: usize,
+}
+
+#[derive(Debug, Default)]
+struct Kept {
+    decoded: HashMap<String, Decoded>,
+    /// The records' bytes, summed.
+    bytes: usize,
 }
 
 impl Default for SessionCache {
     fn default() -> Self {
-        SessionCache::new(CACHED_SESSIONS)
+        SessionCache::new(CACHED_SESSIONS, CACHED_SESSION_BYTES)
     }
 }
 
@@ -271,17 +283,28 @@ struct Decoded {
 }
 
 impl SessionCache {
-    /// A cache of at most `bound` sessions.
-    pub fn new(bound: usize) -> SessionCache {
+    /// A cache of at most `bound` sessions whose records hold at most `bound_bytes` bytes.
+    pub fn new(bound: usize, bound_bytes: usize) -> SessionCache {
         SessionCache {
-            decoded: Mutex::new(HashMap::new()),
+            kept: Mutex::new(Kept::default()),
             bound: bound.max(1),
+            bound_bytes,
         }
     }
 
     /// How many decoded sessions are kept now.
     pub fn len(&self) -> usize {
-        self.decoded.lock().unwrap_or_else(|e| e.into_inner()).len()
+        self.kept().decoded.len()
+    }
+
+    /// How many bytes of records the kept sessions were decoded from.
+    pub fn bytes(&self) -> usize {
+        self.kept().bytes
+    }
+
+    fn kept(&self) -> std::sync::MutexGuard<'_, Kept> {
+        // A poisoned lock only means a panic elsewhere mid-insert: the map is still sound.
+        self.kept.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// True when none is.
@@ -313,20 +336,27 @@ impl SessionCache {
     }
 
     fn decoded(&self, id: &str, record: &[u8]) -> Result<Arc<Session>, SessionError> {
-        // A poisoned lock only means a panic elsewhere mid-insert: the map is still sound.
-        let mut decoded = self.decoded.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(d) = decoded.get(id) {
+        let mut kept = self.kept();
+        if let Some(d) = kept.decoded.get(id) {
             if *d.record == *record {
                 return Ok(d.session.clone());
             }
         }
         let session = Arc::new(decode(id, record)?);
-        // Only minted credentials reach here, so the bound is for a deployment with very many
-        // live sessions: starting over costs one parse per credential.
-        if decoded.len() >= self.bound {
-            decoded.clear();
+        if record.len() > self.bound_bytes {
+            return Ok(session);
         }
-        decoded.insert(
+        if let Some(old) = kept.decoded.remove(id) {
+            kept.bytes -= old.record.len();
+        }
+        // Only minted credentials reach here, so the bounds are for a deployment with very
+        // many (or very large) live sessions: starting over costs one parse per credential.
+        if kept.decoded.len() >= self.bound || kept.bytes + record.len() > self.bound_bytes {
+            kept.decoded.clear();
+            kept.bytes = 0;
+        }
+        kept.bytes += record.len();
+        kept.decoded.insert(
             id.to_owned(),
             Decoded {
                 record: record.into(),
@@ -494,7 +524,7 @@ mod tests {
     #[test]
     fn the_session_cache_starts_over_past_its_bound() {
         let (_dir, store) = store();
-        let cache = SessionCache::new(2);
+        let cache = SessionCache::new(2, CACHED_SESSION_BYTES);
         let minted: Vec<Minted> = (0..3)
             .map(|i| {
                 mint(
@@ -527,15 +557,62 @@ mod tests {
     }
 
     #[test]
+    fn the_session_cache_starts_over_past_its_bytes_and_keeps_no_record_over_them() {
+        let (_dir, store) = store();
+        let minted: Vec<Minted> = (0..3)
+            .map(|i| {
+                let grants = (0..=i)
+                    .map(|n| grant(&format!("Fs.Read=worktree-{n}:5")))
+                    .collect();
+                mint(&store, &format!("ep{i}"), grants, 60, 0).unwrap()
+            })
+            .collect();
+        let size = |m: &Minted| encode(&m.session).unwrap().len();
+        let header = |m: &Minted| format!("Bearer {}", m.token);
+
+        // Room for the first two records: the third starts the cache over.
+        let cache = SessionCache::new(CACHED_SESSIONS, size(&minted[0]) + size(&minted[1]));
+        cache
+            .authenticate(&store, Some(&header(&minted[0])), 1)
+            .unwrap();
+        cache
+            .authenticate(&store, Some(&header(&minted[1])), 1)
+            .unwrap();
+        assert_eq!(cache.len(), 2);
+        assert_eq!(cache.bytes(), size(&minted[0]) + size(&minted[1]));
+        let third = cache
+            .authenticate(&store, Some(&header(&minted[2])), 1)
+            .unwrap();
+        assert_eq!(third.grants.len(), 3);
+        assert_eq!((cache.len(), cache.bytes()), (1, size(&minted[2])));
+
+        // A record larger than the bound is decoded on every request and never kept.
+        let small = SessionCache::new(CACHED_SESSIONS, size(&minted[2]) - 1);
+        let a = small
+            .authenticate(&store, Some(&header(&minted[2])), 1)
+            .unwrap();
+        let b = small
+            .authenticate(&store, Some(&header(&minted[2])), 1)
+            .unwrap();
+        assert_eq!(a, b);
+        assert!(!Arc::ptr_eq(&a, &b));
+        assert!(small.is_empty());
+        assert_eq!(small.bytes(), 0);
+    }
+
+    #[test]
     fn the_data_model_page_gives_the_cache_bound() {
         let page = include_str!("../../docs/data-model.md");
         let page = page.split_whitespace().collect::<Vec<_>>().join(" ");
         let bound = format!("{},{:03}", CACHED_SESSIONS / 1000, CACHED_SESSIONS % 1000);
+        let mib = CACHED_SESSION_BYTES >> 20;
+        let said = format!(
+            "(up to {bound}, and up to {mib} MiB of their records, \
+             `broker_core::session::SessionCache`;"
+        );
         assert!(
-            page.contains(&format!(
-                "(up to {bound}, `broker_core::session::SessionCache`)"
-            )),
-            "docs/data-model.md §7 should say the daemon keeps up to {bound} decoded sessions"
+            page.contains(&said),
+            "docs/data-model.md §7 should say {said:?}"
         );
     }
 
