@@ -225,9 +225,19 @@ pub fn authenticate(
     header: Option<&str>,
     now: i64,
 ) -> Result<Session, AuthenticateError> {
+    authenticated(header, now, |id| lookup(store, id))
+}
+
+/// The checks every authentication makes around `find`, which reads the session of a
+/// credential id: the header's shape, an unknown credential, expiry.
+fn authenticated<S: std::borrow::Borrow<Session>>(
+    header: Option<&str>,
+    now: i64,
+    find: impl FnOnce(&str) -> Result<Option<S>, SessionError>,
+) -> Result<S, AuthenticateError> {
     let token = parse_authorization(header)?;
-    let session = lookup(store, &credential_id(token))?.ok_or(AuthError::Unknown)?;
-    if !session.is_valid(now) {
+    let session = find(&credential_id(token))?.ok_or(AuthError::Unknown)?;
+    if !session.borrow().is_valid(now) {
         return Err(AuthError::Expired.into());
     }
     Ok(session)
@@ -319,33 +329,28 @@ impl SessionCache {
         header: Option<&str>,
         now: i64,
     ) -> Result<Arc<Session>, AuthenticateError> {
-        let token = parse_authorization(header)?;
-        let id = credential_id(token);
-        let session = store
-            .read(|r: &ReadCtx<'_>| -> Result<_, SessionError> {
-                match SESSIONS.get(r, &id)? {
+        authenticated(header, now, |id| {
+            store.read(|r: &ReadCtx<'_>| -> Result<_, SessionError> {
+                match SESSIONS.get(r, id)? {
                     None => Ok(None),
-                    Some(record) => self.decoded(&id, record).map(Some),
+                    Some(record) => self.decoded(id, record).map(Some),
                 }
-            })?
-            .ok_or(AuthError::Unknown)?;
-        if !session.is_valid(now) {
-            return Err(AuthError::Expired.into());
-        }
-        Ok(session)
+            })
+        })
     }
 
     fn decoded(&self, id: &str, record: &[u8]) -> Result<Arc<Session>, SessionError> {
-        let mut kept = self.kept();
-        if let Some(d) = kept.decoded.get(id) {
+        if let Some(d) = self.kept().decoded.get(id) {
             if *d.record == *record {
                 return Ok(d.session.clone());
             }
         }
+        // Parsed without the lock, so that other requests' hits do not wait for it.
         let session = Arc::new(decode(id, record)?);
         if record.len() > self.bound_bytes {
             return Ok(session);
         }
+        let mut kept = self.kept();
         if let Some(old) = kept.decoded.remove(id) {
             kept.bytes -= old.record.len();
         }

@@ -8,15 +8,35 @@
 /// Longest MCP tool name, in bytes.
 pub const MAX_MCP_NAME: usize = 64;
 
+/// The escape of one byte of an id, when it has one. The escaped characters are ASCII, so the
+/// escape works byte by byte on UTF-8.
+const fn escape(b: u8) -> Option<&'static str> {
+    match b {
+        b'_' => Some("_u"),
+        b'.' => Some("_d"),
+        b'/' => Some("_s"),
+        _ => None,
+    }
+}
+
+/// The bytes of [`mcp_name`]`(id)`, one at a time.
+fn escaped(id: &str) -> impl Iterator<Item = u8> + '_ {
+    id.bytes().flat_map(|b| {
+        let (one, two) = match escape(b) {
+            Some(pair) => (pair.as_bytes()[0], Some(pair.as_bytes()[1])),
+            None => (b, None),
+        };
+        std::iter::once(one).chain(two)
+    })
+}
+
 /// The MCP name of a transition id.
 pub fn mcp_name(id: &str) -> String {
-    let mut out = String::with_capacity(id.len());
+    let mut out = String::with_capacity(mcp_name_len(id));
     for c in id.chars() {
-        match c {
-            '_' => out.push_str("_u"),
-            '.' => out.push_str("_d"),
-            '/' => out.push_str("_s"),
-            c => out.push(c),
+        match u8::try_from(c).ok().and_then(escape) {
+            Some(pair) => out.push_str(pair),
+            None => out.push(c),
         }
     }
     out
@@ -24,26 +44,13 @@ pub fn mcp_name(id: &str) -> String {
 
 /// The length in bytes of [`mcp_name`]`(id)`, without building it.
 pub fn mcp_name_len(id: &str) -> usize {
-    id.len()
-        + id.bytes()
-            .filter(|b| matches!(b, b'_' | b'.' | b'/'))
-            .count()
+    id.len() + id.bytes().filter(|&b| escape(b).is_some()).count()
 }
 
 /// True when `name` is [`mcp_name`]`(id)`, compared without building it: admission looks a
 /// call's tool up by its name among the session's tools on every call.
 pub fn escapes_to(id: &str, name: &str) -> bool {
-    // The escaped characters are ASCII, so the escape works byte by byte on UTF-8.
-    let escaped = id.bytes().flat_map(|b| {
-        let pair = match b {
-            b'_' => [b'_', b'u'],
-            b'.' => [b'_', b'd'],
-            b'/' => [b'_', b's'],
-            b => return [Some(b), None],
-        };
-        [Some(pair[0]), Some(pair[1])]
-    });
-    mcp_name_len(id) == name.len() && escaped.flatten().eq(name.bytes())
+    mcp_name_len(id) == name.len() && escaped(id).eq(name.bytes())
 }
 
 /// The transition id of an MCP name; `None` when the name is not a valid escape.
