@@ -79,6 +79,7 @@ pub mod plugins;
 pub mod quota;
 pub mod reconcile;
 pub mod rest;
+pub mod scheduling;
 pub mod server;
 pub mod state;
 pub mod tools;

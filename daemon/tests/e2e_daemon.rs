@@ -1096,3 +1096,63 @@ fn authentication_and_transport_rows_through_the_real_binary() {
     let a = request("POST", &d.url("/mcp/"), Some(&token), &newer, Some(batch));
     assert_eq!(a.status, 400);
 }
+
+/// The scheduling policy of every thread of process `pid` (field 41 of each task's `stat`),
+/// by thread name.
+fn thread_policies(pid: u32) -> Vec<(String, i32)> {
+    let mut out = Vec::new();
+    for task in std::fs::read_dir(format!("/proc/{pid}/task")).unwrap() {
+        let Ok(stat) = std::fs::read_to_string(task.unwrap().path().join("stat")) else {
+            continue; // a thread that ended meanwhile
+        };
+        let (head, rest) = stat.rsplit_once(')').unwrap();
+        let name = head.split_once('(').unwrap().1.to_owned();
+        let policy = rest
+            .split_whitespace()
+            .nth(41 - 3)
+            .unwrap()
+            .parse()
+            .unwrap();
+        out.push((name, policy));
+    }
+    out
+}
+
+/// With `--scheduling batch` every thread of a serving daemon runs under `SCHED_BATCH` (3):
+/// the runtime's, the store's writer and syncing threads, the blocking thread a call ran on.
+/// The policy is set before any of them starts; one set later would leave the earlier threads
+/// at 0. By default they keep the policy the daemon was started with (this test's, 0).
+#[test]
+fn a_serving_daemon_schedules_every_thread_as_batch_when_told_and_inherits_by_default() {
+    for (flags, want) in [
+        (&["--scheduling", "batch"][..], libc::SCHED_BATCH),
+        (&[][..], 0),
+    ] {
+        let d = Daemon::start(WS, flags);
+        let token = d.session("ep1", &["Workspace.Read=worktree:5"]);
+        std::fs::write(d.root().join("ep1/a.txt"), "alpha").unwrap();
+        let a = mcp(
+            &d,
+            &token,
+            "tools/call",
+            json!({"name": "ailang-read", "arguments": {"path": "a.txt"}}),
+        );
+        assert_eq!(
+            a.sse_json()["result"]["structuredContent"]["content"],
+            "alpha"
+        );
+        let threads = thread_policies(d.child.id());
+        let names: Vec<&str> = threads.iter().map(|(n, _)| n.as_str()).collect();
+        for expected in ["worldd-store-wr", "worldd-store-sy", "tokio-rt-worker"] {
+            assert!(
+                names.contains(&expected),
+                "{flags:?}: no {expected} in {names:?}"
+            );
+        }
+        assert!(
+            threads.iter().all(|(_, p)| *p == want),
+            "{flags:?}: {threads:?}"
+        );
+        assert!(d.stop().success());
+    }
+}

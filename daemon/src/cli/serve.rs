@@ -19,6 +19,7 @@ use crate::edge::{self, ServerSection};
 use crate::limits::LimitsSection;
 use crate::metrics::Metrics;
 use crate::plugins::{self, PluginOptions};
+use crate::scheduling::{self, Scheduling};
 use crate::server;
 use crate::state::{AppState, DaemonInfo};
 
@@ -96,6 +97,9 @@ pub struct ServeArgs {
     /// Largest POST /v1/commit body, in bytes (`limits.commit_body_bytes`; 1 to 8388608).
     #[arg(long, alias = "max-commit-bytes")]
     pub commit_body_bytes: Option<usize>,
+    /// How the kernel schedules the daemon's threads (`serve.scheduling`; default inherit).
+    #[arg(long, value_enum)]
+    pub scheduling: Option<Scheduling>,
     #[command(flatten)]
     pub plugins: PluginArgs,
 }
@@ -159,6 +163,7 @@ pub struct ServeSection {
     pub store_reserve: Option<u64>,
     pub refusals_per_minute: Option<f64>,
     pub refusal_burst: Option<u32>,
+    pub scheduling: Option<Scheduling>,
 }
 
 fn startup(stage: &str, detail: impl std::fmt::Display) -> Failure {
@@ -241,6 +246,13 @@ pub fn run_with(a: ServeArgs, launch: Launch) -> CliResult {
     // Before anything is created: a setting that cannot be read stops here.
     let mut opts = plugin_options(&a.plugins, &file).map_err(|e| startup("config", e))?;
     let mut settings = Settings::resolve(&a, &file)?;
+    // Before the store, the runtime or a plugin starts a thread: they all inherit it.
+    if let Err(e) = scheduling::apply(settings.scheduling) {
+        tracing::warn!(
+            "the daemon's threads keep their scheduling policy: setting {} was refused: {e}",
+            settings.scheduling.name()
+        );
+    }
 
     // Bind policy first: nothing else happens for a non-loopback address.
     let addr = resolve_bind(&settings.bind)?;
@@ -338,6 +350,7 @@ struct Settings {
     ceiling: u64,
     reserve: Option<u64>,
     refusal_rate: RefusalRate,
+    scheduling: Scheduling,
 }
 
 impl Settings {
@@ -385,6 +398,7 @@ impl Settings {
             ceiling,
             reserve,
             refusal_rate,
+            scheduling: a.scheduling.or(file.serve.scheduling).unwrap_or_default(),
         })
     }
 }
