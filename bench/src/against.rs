@@ -49,6 +49,7 @@ pub(crate) fn run(
     this: &Path,
     baseline: &Path,
     run_dir: &Path,
+    out: &Path,
     stop: Stop,
 ) -> Result<(), String> {
     let builds = [Build::new("baseline", baseline)?, Build::new("this", this)?];
@@ -82,10 +83,6 @@ pub(crate) fn run(
     let compared = compare(&runs);
     eprintln!();
     print!("{}", report(&builds, &compared, rounds));
-    let out = args
-        .out
-        .clone()
-        .unwrap_or_else(|| run_dir.join("against.json"));
     let doc = json!({
         "baseline": builds[0].worldd.display().to_string(),
         "this": builds[1].worldd.display().to_string(),
@@ -97,7 +94,7 @@ pub(crate) fn run(
         std::fs::create_dir_all(parent).map_err(|e| format!("{}: {e}", parent.display()))?;
     }
     std::fs::write(
-        &out,
+        out,
         serde_json::to_vec_pretty(&doc).map_err(|e| e.to_string())?,
     )
     .map_err(|e| format!("{}: {e}", out.display()))?;

@@ -132,7 +132,18 @@ fn run(args: Args) -> Result<(), String> {
     let settings = Settings::new(&args);
     let run_dir = RunDir::create(&args, &dirs.target)?;
     if let Some(baseline) = &args.against {
-        return against::run(&args, &worldd, baseline, &run_dir.path, settings.timed());
+        let out = args
+            .out
+            .clone()
+            .unwrap_or_else(|| dirs.target.join("bench").join("against.json"));
+        return against::run(
+            &args,
+            &worldd,
+            baseline,
+            &run_dir.path,
+            &out,
+            settings.timed(),
+        );
     }
     let load_before = loadavg();
     let started = Instant::now();
@@ -185,7 +196,6 @@ fn run(args: Args) -> Result<(), String> {
         &settings,
     );
     write_results(&args, &dirs.target, &results)?;
-    run_dir.clean_up(args.keep);
     if measured.fill.doctor.consistent {
         Ok(())
     } else {
@@ -277,31 +287,47 @@ impl Settings {
 }
 
 /// This run's directory for stores, logs and probes, under the tmp root, and its filesystem.
+/// Removed when the run ends, whichever way it ends (`--keep` keeps it): each run leaves
+/// stores of hundreds of megabytes, and runs left behind once filled the disk until the
+/// daemons under test refused calls for want of room.
 struct RunDir {
     tmp_root: PathBuf,
     path: PathBuf,
     fs: String,
+    keep: bool,
 }
 
 impl RunDir {
     /// Creates `run-<pid>` under the tmp root; warns if it is on tmpfs.
     fn create(args: &Args, target: &Path) -> Result<RunDir, String> {
-        let tmp_root = tmp_root(args, target);
-        let path = tmp_root.join(format!("run-{}", std::process::id()));
-        std::fs::create_dir_all(&path).map_err(|e| format!("{}: {e}", path.display()))?;
-        let fs = fs_type(&path);
-        if fs == "tmpfs" {
+        let run = RunDir::under(tmp_root(args, target), "run", args.keep)?;
+        if run.fs == "tmpfs" {
             eprintln!(
                 "worldd-bench: warning: {} is on tmpfs; fsync figures mean nothing",
-                path.display()
+                run.path.display()
             );
         }
-        Ok(RunDir { tmp_root, path, fs })
+        Ok(run)
     }
 
+    /// `<name>-<pid>` under `tmp_root`, created.
+    fn under(tmp_root: PathBuf, name: &str, keep: bool) -> Result<RunDir, String> {
+        let path = tmp_root.join(format!("{name}-{}", std::process::id()));
+        std::fs::create_dir_all(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+        let fs = fs_type(&path);
+        Ok(RunDir {
+            tmp_root,
+            path,
+            fs,
+            keep,
+        })
+    }
+}
+
+impl Drop for RunDir {
     /// Says where it is with `--keep`; removes it otherwise.
-    fn clean_up(&self, keep: bool) {
-        if keep {
+    fn drop(&mut self) {
+        if self.keep {
             println!("kept: {}", self.path.display());
         } else {
             let _ = std::fs::remove_dir_all(&self.path);
@@ -744,8 +770,8 @@ fn run_attacks(args: &Args, release: &Path, target: &Path) -> Result<(), String>
             "libworldd_stall.so missing: run `cargo build --release -p worldd-stall-plugin`".into(),
         );
     }
-    let dir = tmp_root(args, target).join(format!("attacks-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let run_dir = RunDir::under(tmp_root(args, target), "attacks", args.keep)?;
+    let dir = &run_dir.path;
     let measure = secs(args.seconds.unwrap_or(if args.quick { 2.0 } else { 8.0 }));
     eprintln!(
         "worldd-bench --attacks: {} CPUs, load {}; {:.1}s of legitimate calls per attack",
@@ -754,7 +780,7 @@ fn run_attacks(args: &Args, release: &Path, target: &Path) -> Result<(), String>
         measure.as_secs_f64()
     );
     let log = args.daemon_log.as_deref().or(Some("warn"));
-    let rows = attacks::run_all(&worldd, release, &dir, log, measure, &args.attack_rows)?;
+    let rows = attacks::run_all(&worldd, release, dir, log, measure, &args.attack_rows)?;
     print!("{}", attacks::table(&rows));
     let out = args
         .out
@@ -768,9 +794,6 @@ fn run_attacks(args: &Args, release: &Path, target: &Path) -> Result<(), String>
         serde_json::to_string_pretty(&attacks::to_json(&rows)).map_err(|e| e.to_string())?,
     )
     .map_err(|e| format!("{}: {e}", out.display()))?;
-    if !args.keep {
-        let _ = std::fs::remove_dir_all(&dir);
-    }
     Ok(())
 }
 
@@ -1628,6 +1651,28 @@ fn fs_type(dir: &Path) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A run's directory goes with the run, on an early error as on success, unless kept:
+    /// the stores left by `--against` runs once filled the disk.
+    #[test]
+    fn a_run_directory_is_removed_when_the_run_ends_unless_kept() {
+        let root = tempfile::tempdir().unwrap();
+        let run = RunDir::under(root.path().to_path_buf(), "run", false).unwrap();
+        let path = run.path.clone();
+        std::fs::create_dir_all(path.join("baseline-0/db")).unwrap();
+        std::fs::write(path.join("baseline-0/db/data.mdb"), b"pages").unwrap();
+        let failed = || -> Result<(), String> {
+            let _run = run;
+            Err("sanity read failed".into())
+        };
+        assert!(failed().is_err());
+        assert!(!path.exists(), "{} is still there", path.display());
+
+        let kept = RunDir::under(root.path().to_path_buf(), "attacks", true).unwrap();
+        let path = kept.path.clone();
+        drop(kept);
+        assert!(path.is_dir());
+    }
 
     #[test]
     fn the_steal_share_is_the_stolen_part_of_all_cpu_time_between_two_readings() {
