@@ -8,6 +8,7 @@
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
+use crate::canon::Members;
 use crate::object::Ref;
 
 /// A grant as the broker sees it at one call: remaining budget after the episode's spend.
@@ -287,6 +288,33 @@ impl EffectRecord {
         }
     }
 
+    /// The record's canonical JSON, the payload of its object: the bytes of
+    /// `canon::to_vec(&self.to_value())`, written without building the value (one per effect
+    /// call, so the tree and its frees were a cost of every call).
+    pub fn canonical(&self) -> Result<Vec<u8>, crate::canon::CanonError> {
+        let mut m = Members::new()
+            .boolean("allowed", self.allowed)
+            .integer("budgetAfter", self.budget_after)?
+            .integer("budgetBefore", self.budget_before)?
+            .integer("cost", self.cost)?
+            .string("denial", &self.denial)
+            .string("effect", &self.effect)
+            .boolean("failed", self.failed);
+        if let Some(h) = &self.handler {
+            m = m.object("handler", |m| {
+                Ok(m.plain("library", h.library)
+                    .string("plugin", &h.plugin)
+                    .string("version", &h.version))
+            })?;
+        }
+        let m = m.plain("requestRef", self.request_ref);
+        let m = match &self.result_ref {
+            Some(r) => m.plain("resultRef", r),
+            None => m.string("resultRef", ""),
+        };
+        Ok(m.string("scope", &self.scope).finish().into_bytes())
+    }
+
     /// The same record, naming the plugin that ran the effect.
     pub fn ran_by(mut self, handler: Option<HandlerIdentity>) -> Self {
         self.handler = handler;
@@ -505,6 +533,38 @@ mod tests {
         let mut forged = d.clone();
         forged.denial = "denied:handlers".into();
         assert!(!forged.is_lawful());
+    }
+
+    /// The record's bytes written directly are those of its value written canonically, in every
+    /// shape: each kind of record, with and without a plugin, names that need escaping, the
+    /// largest integer canonical JSON allows, and one past it (refused by both).
+    #[test]
+    fn a_record_written_directly_is_its_value_written_canonically() {
+        let r = Ref::of(b"req");
+        let id = HandlerIdentity {
+            plugin: "p \"quoted\" \u{1F600}".into(),
+            version: "1.0\n".into(),
+            library: Ref::of(b"lib"),
+        };
+        let max = (1u64 << 53) - 1;
+        let records = [
+            EffectRecord::denied("A", "s", 1, 0, Denial::Budget, r),
+            EffectRecord::declined("A", "s", 1, 3, r).ran_by(Some(id.clone())),
+            EffectRecord::succeeded("Workspace.Read", "worktree", 1, 5, r, Ref::of(b"res"))
+                .ran_by(Some(id.clone())),
+            EffectRecord::failed("É\u{e000}\t", "scope/ü", max, max, r),
+            EffectRecord::succeeded("A", "s", 0, max, r, Ref::of(b"x")),
+        ];
+        for record in &records {
+            let direct = record.canonical().unwrap();
+            assert_eq!(
+                String::from_utf8(direct).unwrap(),
+                String::from_utf8(crate::canon::to_vec(&record.to_value()).unwrap()).unwrap()
+            );
+        }
+        let over = EffectRecord::succeeded("A", "s", 1, max + 1, r, Ref::of(b"x"));
+        assert!(over.canonical().is_err());
+        assert!(crate::canon::to_vec(&over.to_value()).is_err());
     }
 
     #[test]

@@ -496,6 +496,12 @@ impl Members {
         }
     }
 
+    pub(crate) fn boolean(mut self, name: &'static str, value: bool) -> Members {
+        self.name(name);
+        self.out.push_str(if value { "true" } else { "false" });
+        self
+    }
+
     pub(crate) fn null(mut self, name: &'static str) -> Members {
         self.name(name);
         self.out.push_str("null");
@@ -518,6 +524,40 @@ impl Members {
         }
         self.out.push(']');
         self
+    }
+
+    /// An object held as its map, at `depth` (the nesting of the member's value in the whole
+    /// document, so that [`MAX_DEPTH`] is counted as [`to_vec`] counts it).
+    pub(crate) fn map(
+        mut self,
+        name: &'static str,
+        map: &Map<String, Value>,
+        depth: usize,
+    ) -> Result<Members, CanonError> {
+        self.name(name);
+        write_object(&mut self.out, map, depth)?;
+        Ok(self)
+    }
+
+    /// An array of objects, each written by `inner`.
+    pub(crate) fn object_array<T>(
+        mut self,
+        name: &'static str,
+        items: &[T],
+        inner: impl Fn(Members, &T) -> Result<Members, CanonError>,
+    ) -> Result<Members, CanonError> {
+        self.name(name);
+        let last = self.last;
+        let mut out = self.out;
+        out.push('[');
+        for (i, item) in items.iter().enumerate() {
+            if i > 0 {
+                out.push(',');
+            }
+            out = inner(Members::with(out), item)?.finish();
+        }
+        out.push(']');
+        Ok(Members { out, last })
     }
 
     /// A nested object, written by `inner`.

@@ -774,11 +774,11 @@ impl Coordinator {
     fn plan(&self, accepted: Accepted) -> Result<Planned, CallError> {
         let Accepted { call, busy } = accepted;
         let plan = call.entry.transition.plan_call(&call.call.args);
-        let plan_obj = Object::json(
+        let plan_obj = Object::new(
             sid::EFFECT_PLAN,
             call.call.surface.written_by(),
-            &plan.to_value(),
-        )?;
+            plan.canonical()?,
+        );
         Ok(Planned {
             call,
             plan,
@@ -913,7 +913,7 @@ impl Coordinator {
             denial,
             request.hash,
         );
-        let record_obj = Object::json(sid::EFFECT_RECORD, "host/broker", &record.to_value())?;
+        let record_obj = Object::new(sid::EFFECT_RECORD, "host/broker", record.canonical()?);
         let body = ended_body(&p, &effect.effect, "denied");
         let output = with_world(body, &plan_obj.hash, &[(&record, record_obj.hash)]);
         Ok(closed_by_denial(

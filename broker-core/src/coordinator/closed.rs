@@ -32,7 +32,7 @@ pub(super) fn declined(
         request.hash,
     )
     .ran_by(by);
-    let record_obj = Object::json(sid::EFFECT_RECORD, "host/broker", &record.to_value())?;
+    let record_obj = Object::new(sid::EFFECT_RECORD, "host/broker", record.canonical()?);
     let body = if p.entry.transition.finish.is_some() {
         let mut body = ended_body(&p, &effect.effect, record.status());
         if let Some(reason) = output.get("refused") {

@@ -200,7 +200,7 @@ pub(super) fn settle(
             (record, None, status, None)
         }
     };
-    let record_obj = Object::json(sid::EFFECT_RECORD, "host/broker", &record.to_value())?;
+    let record_obj = Object::new(sid::EFFECT_RECORD, "host/broker", record.canonical()?);
     Ok(Settled {
         record,
         record_obj,

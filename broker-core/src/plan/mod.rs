@@ -180,6 +180,34 @@ impl Plan {
     /// `{"plan":"world/effect-plan/v1","effects":[{"id":"e1","effect":..,"scope":..,"cost":..,"payload":{..}}],"finish":bool,"result":null}`,
     /// or for a refusal
     /// `{"plan":"world/effect-plan/v1","effects":[],"finish":false,"result":{"ok":false,"refused":"<message>"}}`.
+    /// [`Plan::to_value`]'s canonical JSON, the payload of the plan object, written without
+    /// building the value: every call plans once, and the payload need not be copied.
+    pub fn canonical(&self) -> Result<Vec<u8>, crate::canon::CanonError> {
+        use crate::canon::Members;
+        let m = match self {
+            Plan::Refused { message } => Members::new()
+                .object_array::<()>("effects", &[], |m, _| Ok(m))?
+                .boolean("finish", false)
+                .string("plan", PLAN_SEMANTIC_ID)
+                .object("result", |m| {
+                    Ok(m.boolean("ok", false).string("refused", message))
+                })?,
+            Plan::Effect { effect, finish } => Members::new()
+                .object_array("effects", std::slice::from_ref(effect), |m, e| {
+                    // The payload is the fourth level: the plan, `effects`, the effect, it.
+                    Ok(m.integer("cost", e.cost)?
+                        .string("effect", &e.effect)
+                        .string("id", &e.id)
+                        .map("payload", &e.payload, 3)?
+                        .string("scope", &e.scope))
+                })?
+                .boolean("finish", *finish)
+                .string("plan", PLAN_SEMANTIC_ID)
+                .null("result"),
+        };
+        Ok(m.finish().into_bytes())
+    }
+
     pub fn to_value(&self) -> Value {
         match self {
             Plan::Refused { message } => json!({

@@ -108,3 +108,46 @@ fn plan_interpreter_document() {
         json!({"name":"worldd-plan","version":1,"semanticsEpoch":1,"language":"world/plan-language/v1"})
     );
 }
+
+/// A plan's bytes written directly are those of its value written canonically: a refusal, an
+/// effect whose payload needs escaping and sorting, and payloads nested to the deepest level
+/// canonical JSON allows and one past it (refused by both).
+#[test]
+fn a_plan_written_directly_is_its_value_written_canonically() {
+    fn nested(levels: usize) -> Value {
+        (0..levels).fold(json!(1), |inner, _| json!({ "a": inner }))
+    }
+    fn effect(payload: Value) -> Plan {
+        Plan::Effect {
+            effect: PlannedEffect {
+                id: "e1".into(),
+                effect: "Workspace.Read".into(),
+                scope: "worktree \"w\"".into(),
+                cost: (1 << 53) - 1,
+                payload: payload.as_object().unwrap().clone(),
+            },
+            finish: true,
+        }
+    }
+    let same = |plan: &Plan| {
+        let direct = plan.canonical().map(|b| String::from_utf8(b).unwrap());
+        let through = crate::canon::to_string(&plan.to_value());
+        match (direct, through) {
+            (Ok(a), Ok(b)) => assert_eq!(a, b),
+            (Err(_), Err(_)) => {}
+            (a, b) => panic!("{a:?} against {b:?}"),
+        }
+    };
+    same(&Plan::refused("no \"path\"\n\u{e000}"));
+    same(&effect(
+        json!({"op": "read", "path": "a.txt", "\u{e000}": [1.5, null], "B": {"z": 1, "y": "é"}}),
+    ));
+    // The payload is the fourth level of the plan: a payload 125 levels deep (itself
+    // included) makes 128 in all and fits; 126 does not.
+    let deepest = effect(nested(125));
+    assert!(deepest.canonical().is_ok());
+    same(&deepest);
+    let too_deep = effect(nested(126));
+    assert!(too_deep.canonical().is_err());
+    same(&too_deep);
+}
