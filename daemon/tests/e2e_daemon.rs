@@ -8,6 +8,16 @@ use sha2::Digest;
 
 const WS: &[&str] = &["worldd_workspace"];
 
+/// `ailang-read` of `path` over MCP.
+fn read_over_mcp(d: &Daemon, token: &str, path: &str) -> Answer {
+    mcp(
+        d,
+        token,
+        "tools/call",
+        json!({"name": "ailang-read", "arguments": {"path": path}}),
+    )
+}
+
 #[test]
 fn serve_prints_one_ready_line_and_answers_health() {
     let d = Daemon::start(WS, &[]);
@@ -396,12 +406,7 @@ fn mcp_call_returns_the_committed_bytes() {
         &["Workspace.Read=worktree:5", "Workspace.Write=worktree:5"],
     );
     std::fs::write(d.root().join("ep1/a.txt"), "alpha").unwrap();
-    let a = mcp(
-        &d,
-        &token,
-        "tools/call",
-        json!({"name": "ailang-read", "arguments": {"path": "a.txt"}}),
-    );
+    let a = read_over_mcp(&d, &token, "a.txt");
     assert_eq!(a.status, 200, "{}", a.text());
     assert!(
         a.content_type.starts_with("text/event-stream"),
@@ -689,13 +694,7 @@ fn budget_zero_grant_is_listed_and_its_call_is_denied_over_mcp() {
         .map(|t| t["name"].as_str().unwrap())
         .collect();
     assert_eq!(names, ["ailang-read"]);
-    let call = mcp(
-        &d,
-        &token,
-        "tools/call",
-        json!({"name": "ailang-read", "arguments": {"path": "a"}}),
-    )
-    .sse_json();
+    let call = read_over_mcp(&d, &token, "a").sse_json();
     let out = &call["result"]["structuredContent"];
     assert_eq!(out.as_object().unwrap().len(), 1, "{out}");
     assert_eq!(out["world"]["effects"][0]["status"], "denied");
@@ -759,12 +758,7 @@ fn budget_zero_grant_is_listed_and_its_call_is_denied_over_mcp() {
     );
     // R8 over MCP: the fixed envelope, plain JSON.
     let d = d.restart(&[], &[]);
-    let r8 = mcp(
-        &d,
-        &token,
-        "tools/call",
-        json!({"name": "ailang-read", "arguments": {"path": "a"}}),
-    );
+    let r8 = read_over_mcp(&d, &token, "a");
     assert!(
         r8.content_type.starts_with("application/json"),
         "{}",
@@ -1131,12 +1125,7 @@ fn a_serving_daemon_schedules_every_thread_as_batch_when_told_and_inherits_by_de
         let d = Daemon::start(WS, flags);
         let token = d.session("ep1", &["Workspace.Read=worktree:5"]);
         std::fs::write(d.root().join("ep1/a.txt"), "alpha").unwrap();
-        let a = mcp(
-            &d,
-            &token,
-            "tools/call",
-            json!({"name": "ailang-read", "arguments": {"path": "a.txt"}}),
-        );
+        let a = read_over_mcp(&d, &token, "a.txt");
         assert_eq!(
             a.sse_json()["result"]["structuredContent"]["content"],
             "alpha"

@@ -186,7 +186,7 @@ impl Plan {
         use crate::canon::Members;
         let m = match self {
             Plan::Refused { message } => Members::new()
-                .object_array::<()>("effects", &[], |m, _| Ok(m))?
+                .plain_array::<&str>("effects", &[])
                 .boolean("finish", false)
                 .string("plan", PLAN_SEMANTIC_ID)
                 .object("result", |m| {
