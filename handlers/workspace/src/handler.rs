@@ -119,13 +119,19 @@ impl WorkspaceHandler {
 
     /// A path too long for the worktree's own tools (see [`MAX_PATH_BYTES`]). The text
     /// gives its length, not the path: an attacker's path may be megabytes long.
-    fn overlong_path(op: &str, path: &str) -> Option<String> {
-        (path.len() > MAX_PATH_BYTES).then(|| {
-            format!(
-                "{op}: the path is {} bytes; the limit is {MAX_PATH_BYTES}",
-                path.len()
-            )
-        })
+    fn unusable_path(op: &str, path: &str) -> Option<String> {
+        if path.is_empty() {
+            Some(format!("{op}: the path is empty"))
+        } else if path.contains('\0') {
+            Some(format!("{op} {path}: the path contains a NUL byte"))
+        } else {
+            (path.len() > MAX_PATH_BYTES).then(|| {
+                format!(
+                    "{op}: the path is {} bytes; the limit is {MAX_PATH_BYTES}",
+                    path.len()
+                )
+            })
+        }
     }
 
     /// Why a write of `content` is over the write limit, if it is.
@@ -385,9 +391,10 @@ fn overlaps(haystack: &str, needle: &str) -> bool {
 }
 
 impl EffectHandler for WorkspaceHandler {
-    /// Declines, before any budget is spent, the requests whose size alone makes them
-    /// refusals: a write whose content is over the write limit, a read whose file or result
-    /// is over the read limit. Anything else proceeds to `execute`, which checks it all again.
+    /// Declines, before any budget is spent, the requests whose path or size alone makes them
+    /// refusals: an empty path, a path with a NUL byte or over the path limit, a write whose
+    /// content is over the write limit, a read whose file or result is over the read limit.
+    /// Anything else proceeds to `execute`, which checks it all again.
     fn preflight(&self, request: &Request) -> Preflight {
         let Ok(checked) = self.checked(request) else {
             return Preflight::Proceed;
@@ -395,7 +402,7 @@ impl EffectHandler for WorkspaceHandler {
         let (Ok(path), Ok(worktree)) = (checked.string("path"), checked.worktree()) else {
             return Preflight::Proceed;
         };
-        if let Some(message) = Self::overlong_path(checked.op, path) {
+        if let Some(message) = Self::unusable_path(checked.op, path) {
             return self.stamp.decline(message);
         }
         match checked.op {
@@ -407,12 +414,10 @@ impl EffectHandler for WorkspaceHandler {
                 Some(message) => self.stamp.decline(message),
                 None => Preflight::Proceed,
             },
-            "read" if !path.is_empty() && !path.contains('\0') => {
-                match Sandbox::open(Path::new(worktree)) {
-                    Ok(sandbox) => self.preflight_read(&sandbox, path),
-                    Err(_) => Preflight::Proceed,
-                }
-            }
+            "read" => match Sandbox::open(Path::new(worktree)) {
+                Ok(sandbox) => self.preflight_read(&sandbox, path),
+                Err(_) => Preflight::Proceed,
+            },
             _ => Preflight::Proceed,
         }
     }
@@ -432,13 +437,7 @@ impl EffectHandler for WorkspaceHandler {
             Err(outcome) => return outcome,
         };
         // Path checks that need no file system, before opening anything.
-        if path.is_empty() {
-            return self.refuse(format!("{op}: the path is empty"));
-        }
-        if path.contains('\0') {
-            return self.refuse(format!("{op} {path}: the path contains a NUL byte"));
-        }
-        if let Some(message) = Self::overlong_path(op, path) {
+        if let Some(message) = Self::unusable_path(op, path) {
             return self.refuse(message);
         }
         let sandbox = match Sandbox::open(Path::new(worktree)) {

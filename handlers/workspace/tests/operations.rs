@@ -186,7 +186,6 @@ fn preflight_declines_what_the_read_limit_would_refuse_with_the_same_words() {
         "../outside/canary.txt",
         "linked.txt",
         "bin.dat",
-        "",
     ] {
         assert_eq!(f.preflight("Workspace.Read", read(path)), None, "{path}");
     }
@@ -695,13 +694,41 @@ fn a_missing_or_relative_worktree_fails() {
 }
 
 #[test]
-fn empty_and_nul_paths_are_refused() {
+fn empty_and_nul_paths_are_declined_before_any_spend_and_refused_by_the_effect() {
+    // The shipped transitions' `relative-path` rule refuses these in the plan; a third-party
+    // transition without it still reaches the handler, which declines them before the intent.
     let f = Fixture::new();
-    assert_eq!(refused(&f.read("")), "read: the path is empty");
-    assert_eq!(
-        refused(&f.write("a\0b", "x")),
-        "write a\0b: the path contains a NUL byte"
-    );
+    let cases = [
+        (
+            "Workspace.Read",
+            json!({"op": "read", "path": ""}),
+            "read: the path is empty",
+        ),
+        (
+            "Workspace.Write",
+            json!({"op": "write", "path": "a\0b", "content": "x"}),
+            "write a\0b: the path contains a NUL byte",
+        ),
+        (
+            "Workspace.Write",
+            json!({"op": "edit", "path": "", "old_text": "x", "new_text": "y"}),
+            "edit: the path is empty",
+        ),
+        (
+            "Workspace.Read",
+            json!({"op": "read", "path": "\0"}),
+            "read \0: the path contains a NUL byte",
+        ),
+    ];
+    for (effect, payload, said) in cases {
+        assert_eq!(
+            f.preflight(effect, payload.clone()).as_deref(),
+            Some(said),
+            "{payload}"
+        );
+        assert_eq!(refused(&f.out(effect, payload)), said);
+    }
+    assert_eq!(fs::read_dir(&f.root).unwrap().count(), 0, "nothing made");
 }
 
 #[test]
