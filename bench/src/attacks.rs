@@ -100,7 +100,7 @@ const NAMES: [&str; 17] = [
 const HUNG_ROWS: [usize; 2] = [7, 15];
 
 /// Run the attacks numbered in `only` (every one when empty); `measure` is how long the
-/// legitimate client runs during each.
+/// legitimate client runs during each, and `serve_args` go to every attacked daemon.
 pub fn run_all(
     worldd: &Path,
     plugin_dir: &Path,
@@ -108,6 +108,7 @@ pub fn run_all(
     log: Option<&str>,
     measure: Duration,
     only: &[usize],
+    serve_args: &[String],
 ) -> Result<Vec<AttackRow>, String> {
     let mut rows = Vec::new();
     for (i, name) in NAMES.iter().enumerate() {
@@ -116,11 +117,12 @@ pub fn run_all(
         }
         let run = dir.join(format!("attack-{i}"));
         // Hung handlers get a 2 s deadline so the measured window lies past it.
-        let extra: Vec<String> = if HUNG_ROWS.contains(&i) {
+        let mut extra: Vec<String> = if HUNG_ROWS.contains(&i) {
             vec!["--handler-deadline-ms".into(), "2000".into()]
         } else {
             Vec::new()
         };
+        extra.extend_from_slice(serve_args);
         let d = Daemon::start_with(
             worldd,
             &run,

@@ -78,8 +78,8 @@ struct Args {
     /// target/bench/attacks.json with --attacks).
     #[arg(long)]
     out: Option<PathBuf>,
-    /// An extra `worldd serve` flag for the benchmark daemons (repeatable), e.g.
-    /// `--serve-arg=--execution-slots=32`.
+    /// An extra `worldd serve` flag for the benchmark daemons, the attack rows' included
+    /// (repeatable), e.g. `--serve-arg=--execution-slots=32`.
     #[arg(long = "serve-arg", allow_hyphen_values = true)]
     serve_args: Vec<String>,
     /// Run the attacks instead (held bodies, huge batches, idle and half-sent connections,
@@ -780,7 +780,15 @@ fn run_attacks(args: &Args, release: &Path, target: &Path) -> Result<(), String>
         measure.as_secs_f64()
     );
     let log = args.daemon_log.as_deref().or(Some("warn"));
-    let rows = attacks::run_all(&worldd, release, dir, log, measure, &args.attack_rows)?;
+    let rows = attacks::run_all(
+        &worldd,
+        release,
+        dir,
+        log,
+        measure,
+        &args.attack_rows,
+        &args.serve_args,
+    )?;
     print!("{}", attacks::table(&rows));
     let out = args
         .out
