@@ -61,7 +61,7 @@ use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use serde_json::{json, Map, Value};
+use serde_json::{Map, Value};
 
 use crate::access;
 use crate::broker::{self, Capability, Decision, Denial, EffectRecord, HandlerIdentity};
@@ -93,6 +93,7 @@ mod committing;
 mod handler;
 mod hooks;
 mod outcome;
+mod record;
 mod turns;
 
 pub use call::{BudgetLine, Call, CallError, CallOutput, EffectSummary, Reconciliation, Surface};
@@ -106,6 +107,7 @@ use outcome::{
     settle, settle_unrecorded, submit_unrecorded, write_unrecorded, FinishJob, HandlerJob,
     LateCall, Ran, Settled, Shaped,
 };
+use record::InvocationRecord;
 use turns::EpisodeTurns;
 
 // ---------------------------------------------------------------------------------------------
@@ -291,7 +293,8 @@ struct Finished {
     plan_ref: Ref,
     records: Vec<Ref>,
     objects: Vec<Object>,
-    output: Value,
+    /// The output object's payload: canonical JSON, written once.
+    output: Vec<u8>,
     /// The summaries the caller gets back.
     effects: Vec<EffectSummary>,
     /// The effect that ran, if one did: its journal outcome is committed with the entry.
@@ -542,7 +545,7 @@ impl Coordinator {
         } = self.plan(*opened)?;
         Ok(match plan {
             Plan::Refused { message } => {
-                Begun::Committing(self.commit(refusal(call, plan_obj, message, busy)))
+                Begun::Committing(self.commit(refusal(call, plan_obj, message, busy)?))
             }
             Plan::Effect { effect, finish } => Begun::Effect(EffectCall(Box::new(EffectPlanned {
                 call,
@@ -917,7 +920,13 @@ impl Coordinator {
         let body = ended_body(&p, &effect.effect, "denied");
         let output = with_world(body, &plan_obj.hash, &[(&record, record_obj.hash)]);
         Ok(closed_by_denial(
-            p, plan_obj, request, &record, record_obj, output, busy,
+            p,
+            plan_obj,
+            request,
+            &record,
+            record_obj,
+            canon::to_vec(&output)?,
+            busy,
         ))
     }
 
@@ -1198,9 +1207,9 @@ impl Coordinator {
         })
     }
 
-    /// The result object (without its bytes' hash yet): handler output or what the finish
+    /// The result object's payload (without its hash yet): handler output or what the finish
     /// function made of it (run with the handler, under its deadline), plus the reserved
-    /// `world` block.
+    /// `world` block, as canonical JSON.
     fn shape_output(
         &self,
         p: &Prepared,
@@ -1209,20 +1218,21 @@ impl Coordinator {
         plan_obj: &Object,
         handler_output: Option<Map<String, Value>>,
         shaped: Option<Shaped>,
-    ) -> Result<Value, String> {
+    ) -> Result<Vec<u8>, String> {
         let body = match (handler_output, shaped) {
             (Some(_), Some(shaped)) => shaped?,
             (Some(out), None) => out,
             (None, _) => ended_body(p, &record.effect, record.status()),
         };
         let output = with_world(body, &plan_obj.hash, &[(record, record_obj.hash)]);
-        let len = canon::to_vec(&output).map_err(|e| e.to_string())?.len();
-        if len > MAX_IO_BYTES {
+        let bytes = canon::to_vec(&output).map_err(|e| e.to_string())?;
+        if bytes.len() > MAX_IO_BYTES {
             return Err(format!(
-                "output is {len} bytes; the limit is {MAX_IO_BYTES}"
+                "output is {} bytes; the limit is {MAX_IO_BYTES}",
+                bytes.len()
             ));
         }
-        Ok(output)
+        Ok(bytes)
     }
 
     /// After a post-effect failure: make the outcome and record durable on their own.
@@ -1324,7 +1334,7 @@ impl Coordinator {
         mut objects: Vec<Object>,
         plan_ref: Ref,
         records: &[Ref],
-        output: Value,
+        output: Vec<u8>,
         journal_outcome: Option<(OutcomeStatus, Ref)>,
     ) -> Result<(Submitted<log::Committed, CallError>, Object), CallError> {
         // No effect ran (a plan refusal or a broker denial): the entry costs the caller one
@@ -1337,21 +1347,25 @@ impl Coordinator {
             return Err(CallError::RefusalRate);
         }
         let surface = p.call.surface;
-        let output_obj = Object::json(sid::INVOCATION_OUTPUT, surface.written_by(), &output)?;
+        let output_obj = Object::new(sid::INVOCATION_OUTPUT, surface.written_by(), output);
         let interpreter = log::interpreter_ref()?;
-        let record = json!({
-            "invocationId": p.invocation_id,
-            "episodeId": p.call.session.episode,
-            "skillId": p.call.skill_id,
-            "transitionFn": p.entry.transition_fn,
-            "interpreter": interpreter,
-            "semanticsEpoch": log::SEMANTICS_EPOCH,
-            "input": p.input.hash,
-            "output": output_obj.hash,
-            "plan": plan_ref,
-            "effects": records,
-        });
-        let record_obj = Object::json(sid::INVOCATION_RECORD, surface.written_by(), &record)?;
+        let record = InvocationRecord {
+            invocation_id: &p.invocation_id,
+            episode_id: &p.call.session.episode,
+            skill_id: &p.call.skill_id,
+            transition_fn: p.entry.transition_fn,
+            interpreter,
+            semantics_epoch: log::SEMANTICS_EPOCH,
+            input: p.input.hash,
+            output: output_obj.hash,
+            plan: plan_ref,
+            effects: records,
+        };
+        let record_obj = Object::new(
+            sid::INVOCATION_RECORD,
+            surface.written_by(),
+            record.canonical()?,
+        );
         // After an effect, the intent's transaction already stored the input and granted it to
         // the episode (`journal_intent`); only a call without one stores it here.
         if journal_outcome.is_none() {

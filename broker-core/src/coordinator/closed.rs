@@ -43,8 +43,8 @@ pub(super) fn declined(
         output
     };
     let world = [(&record, record_obj.hash)];
-    let mut output = with_world(body, &plan_obj.hash, &world);
-    let len = canon::to_vec(&output)?.len();
+    let mut output = canon::to_vec(&with_world(body, &plan_obj.hash, &world))?;
+    let len = output.len();
     if len > MAX_IO_BYTES {
         // The answer is the plugin's to shape, not to inflate past what a call may return.
         let mut body = Map::new();
@@ -56,7 +56,7 @@ pub(super) fn declined(
                 effect.effect
             )),
         );
-        output = with_world(body, &plan_obj.hash, &world);
+        output = canon::to_vec(&with_world(body, &plan_obj.hash, &world))?;
     }
     Ok(closed_by_denial(
         p, plan_obj, request, &record, record_obj, output, busy,
@@ -71,7 +71,7 @@ pub(super) fn closed_by_denial(
     request: Object,
     record: &EffectRecord,
     record_obj: Object,
-    output: Value,
+    output: Vec<u8>,
     busy: Busy,
 ) -> Finished {
     Finished {
@@ -88,13 +88,14 @@ pub(super) fn closed_by_denial(
 }
 
 /// A refused plan, closed: committed with no effect.
-pub(super) fn refusal(p: Prepared, plan_obj: Object, message: String, busy: Busy) -> Finished {
-    let output = json!({
-        "ok": false,
-        "refused": message,
-        "world": {"effects": [], "plan": plan_obj.hash},
-    });
-    Finished {
+pub(super) fn refusal(
+    p: Prepared,
+    plan_obj: Object,
+    message: String,
+    busy: Busy,
+) -> Result<Finished, CallError> {
+    let output = refused_output(&message, plan_obj.hash)?;
+    Ok(Finished {
         call: p,
         plan_ref: plan_obj.hash,
         records: Vec::new(),
@@ -104,7 +105,20 @@ pub(super) fn refusal(p: Prepared, plan_obj: Object, message: String, busy: Busy
         ran: None,
         intent: None,
         busy,
-    }
+    })
+}
+
+/// A refused plan's answer, `{"ok":false,"refused":…,"world":{"effects":[],"plan":…}}`, as
+/// canonical JSON written directly (a refusal commits nothing else of its own).
+fn refused_output(message: &str, plan: Ref) -> Result<Vec<u8>, canon::CanonError> {
+    Ok(canon::Members::new()
+        .boolean("ok", false)
+        .string("refused", message)
+        .object("world", |m| {
+            Ok(m.plain_array::<&str>("effects", &[]).plain("plan", plan))
+        })?
+        .finish()
+        .into_bytes())
 }
 
 /// The body for an effect that did not end ok: `{}`, or for tools with a finish phase the
@@ -145,5 +159,30 @@ pub(super) fn summary(record: &EffectRecord, r: Ref) -> EffectSummary {
         record: r,
         budget_after: record.budget_after,
         denial: (!record.denial.is_empty()).then(|| record.denial.clone()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_refused_answer_written_directly_is_its_value_written_canonically() {
+        let plan = Ref::of(b"plan");
+        for message in [
+            "argument \"path\" must be relative",
+            "",
+            "quote \" backslash \\ tab \t nul \u{0} \u{7f} \u{e000} \u{1F600}",
+        ] {
+            let value = json!({
+                "ok": false,
+                "refused": message,
+                "world": {"effects": [], "plan": plan},
+            });
+            assert_eq!(
+                String::from_utf8(refused_output(message, plan).unwrap()).unwrap(),
+                String::from_utf8(canon::to_vec(&value).unwrap()).unwrap()
+            );
+        }
     }
 }
