@@ -616,6 +616,7 @@ fn report(table_rows: &mut [Row], m: &Measured, run_dir: &RunDir, settings: &Set
     report.push_str(&table);
     report.push_str(&steal_line(&m.rows));
     report.push_str(&thread_line(&m.rows));
+    report.push_str(&cpu_bound_line(&m.rows, cpus()));
     report.push_str(&format!(
         "raw fsync (4 KiB write + fdatasync): {:.0}/s, p50 {:.3} ms, p99 {:.3} ms (start of run {:.0}/s p50 {:.3} ms; after the request rows {:.0}/s p50 {:.3} ms)\n",
         fsync.per_second(),
@@ -1017,6 +1018,42 @@ fn thread_line(rows: &[Row]) -> String {
     format!("daemon CPU per call by thread: {}\n", parts.join("; "))
 }
 
+/// One line: for each durable row, the most calls per second the machine's CPUs allow at the
+/// row's own CPU per call (the daemon's plus the load generator's, which share the machine),
+/// as a share of the health row beside it; and the same were the store's two threads to cost
+/// nothing. A row near its first figure is bound by CPU, and no change to the store alone can
+/// take it past the second.
+fn cpu_bound_line(rows: &[Row], cpus: usize) -> String {
+    let parts: Vec<String> = rows
+        .iter()
+        .filter_map(|r| {
+            let writer = r.extra("writer_cpu_us_per_call")?;
+            let syncing = r.extra("answer_cpu_us_per_call").unwrap_or(0.0);
+            let load = r.extra("load_cpu_us_per_call")?;
+            let daemon = r.daemon_cpu_us_per_call?;
+            let health = r.summary.per_second() / r.vs_health_rate.filter(|x| *x > 0.0)?;
+            let allows = |us: f64| cpus as f64 * 1e6 / us.max(1e-9);
+            let whole = allows(daemon + load);
+            let free = allows((daemon - writer - syncing).max(0.0) + load);
+            Some(format!(
+                "{} @{} daemon {:.0} us + load generator {:.0} us per call allow {:.0}/s = {:.3}x health (measured {:.3}x); with the store's threads free {:.3}x",
+                r.scenario,
+                r.concurrency,
+                daemon,
+                load,
+                whole,
+                whole / health,
+                r.vs_health_rate?,
+                free / health
+            ))
+        })
+        .collect();
+    if parts.is_empty() {
+        return String::new();
+    }
+    format!("CPU bound on {cpus} CPUs: {}\n", parts.join("; "))
+}
+
 /// The machine's CPU time from the first line of `/proc/stat`, in ticks: all of it, and what
 /// the hypervisor gave to other guests while this one wanted to run (steal). On a shared host
 /// steal is what moves a row's figures between runs; each row records its share.
@@ -1083,6 +1120,7 @@ fn measure_row(
     // CPU is sampled around the whole run; scaled to the measured window below.
     let m0 = Metrics::scrape(&d.addr);
     let cpu0 = daemon_cpu_seconds(d.pid());
+    let load0 = own_cpu_seconds();
     let threads0 = [WRITER_THREAD, SYNC_THREAD].map(|t| thread_cpu_seconds(d.pid(), t));
     let io0 = daemon_write_bytes(d.pid());
     let writer0 = store_writer_write_bytes(d.pid());
@@ -1090,6 +1128,7 @@ fn measure_row(
     let out = load::run(&d.addr, kind, clients, stop, backoff);
     let total = t0.elapsed().as_secs_f64();
     let cpu = daemon_cpu_seconds(d.pid()).zip(cpu0).map(|(a, b)| a - b);
+    let load = own_cpu_seconds().zip(load0).map(|(a, b)| a - b);
     let threads = [WRITER_THREAD, SYNC_THREAD]
         .map(|t| thread_cpu_seconds(d.pid(), t))
         .into_iter()
@@ -1108,6 +1147,10 @@ fn measure_row(
     let per_call = |seconds: f64| seconds * window_share * 1e6 / s.ok.max(1) as f64;
     let cpu_per_call = cpu.map(per_call);
     let mut extra = Vec::new();
+    // This process is the load generator: its clients' CPU shares the machine with the daemon.
+    if let Some(load) = load {
+        extra.push(("load_cpu_us_per_call".to_owned(), per_call(load)));
+    }
     // The store's threads by name; the rest of the daemon's CPU is the runtime's (requests,
     // effects, handlers). Health and ping leave the store's threads idle.
     if !matches!(kind, Kind::Health | Kind::Ping) {
@@ -1591,6 +1634,11 @@ fn daemon_cpu_seconds(pid: u32) -> Option<f64> {
     cpu_seconds(Path::new(&format!("/proc/{pid}/stat")))
 }
 
+/// This process's CPU seconds, all its threads: the load generator's.
+fn own_cpu_seconds() -> Option<f64> {
+    cpu_seconds(Path::new("/proc/self/stat"))
+}
+
 /// User + system CPU seconds from a `stat` file of `/proc` (a process's or a thread's).
 fn cpu_seconds(stat: &Path) -> Option<f64> {
     let text = std::fs::read_to_string(stat).ok()?;
@@ -1733,6 +1781,36 @@ mod tests {
             "daemon CPU per call by thread: ailang-read @32 writer 110 us, syncing 8 us, the rest 182 us\n"
         );
         assert_eq!(thread_line(&[health]), "", "no store threads, no line");
+    }
+
+    /// The machine's CPUs over a row's whole CPU per call bound its rate; without the store's
+    /// threads, a second bound no store change can pass.
+    #[test]
+    fn the_cpu_bound_line_divides_the_machine_by_each_rows_cpu_per_call() {
+        let mut read = Row {
+            daemon_cpu_us_per_call: Some(160.0),
+            vs_health_rate: Some(0.125),
+            ..row("ailang-read", 8_000)
+        };
+        read.extra.push(("writer_cpu_us_per_call".into(), 50.0));
+        read.extra.push(("answer_cpu_us_per_call".into(), 10.0));
+        read.extra.push(("load_cpu_us_per_call".into(), 40.0));
+        // Health 64,000/s; 2 CPUs at 200 us per call: 10,000/s = 0.156x; at 140 us: 0.223x.
+        assert_eq!(
+            cpu_bound_line(&[read.clone()], 2),
+            "CPU bound on 2 CPUs: ailang-read @32 daemon 160 us + load generator 40 us per call allow 10000/s = 0.156x health (measured 0.125x); with the store's threads free 0.223x\n"
+        );
+        let health = Row {
+            daemon_cpu_us_per_call: Some(14.0),
+            ..row("health", 64_000)
+        };
+        assert_eq!(
+            cpu_bound_line(&[health], 2),
+            "",
+            "no store threads, no line"
+        );
+        read.extra.retain(|(k, _)| k != "load_cpu_us_per_call");
+        assert_eq!(cpu_bound_line(&[read], 2), "", "no load figure, no line");
     }
 
     /// The ping row's CPU is what every MCP call pays at the edge; the rest is the call's own.
