@@ -826,16 +826,17 @@ impl GitHandler {
         if path.is_empty() {
             return Err(self.refuse("commit: a path is empty"));
         }
-        if path.contains('\0') {
-            return Err(self.refuse(format!(
-                "commit {}: the path contains a NUL byte",
-                path.replace('\0', "\\0")
-            )));
-        }
+        // The length first: its text does not repeat the path, which may be megabytes long.
         if path.len() > MAX_PATH_BYTES {
             return Err(self.refuse(format!(
                 "commit: a path is {} bytes; the limit is {MAX_PATH_BYTES}",
                 path.len()
+            )));
+        }
+        if path.contains('\0') {
+            return Err(self.refuse(format!(
+                "commit {}: the path contains a NUL byte",
+                path.replace('\0', "\\0")
             )));
         }
         let parts = normalise(path).map_err(|refusal| self.refuse(refusal))?;

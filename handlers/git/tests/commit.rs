@@ -377,6 +377,11 @@ fn message_and_paths_are_checked_by_the_handler_too() {
             json!({"op": "commit", "message": "m", "paths": ["p".repeat(4097)]}),
             "commit: a path is 4097 bytes; the limit is 4096".to_string(),
         ),
+        (
+            // Refused by its length, so the answer does not repeat a megabyte of path.
+            json!({"op": "commit", "message": "m", "paths": [format!("{}\u{0}", "p".repeat(1 << 20))]}),
+            "commit: a path is 1048577 bytes; the limit is 4096".to_string(),
+        ),
     ];
     for (payload, text) in cases {
         let out = f.commit(payload.clone());

@@ -117,20 +117,22 @@ impl WorkspaceHandler {
         format!("{op} {path}: file is {size} bytes; the limit is {limit}")
     }
 
-    /// A path too long for the worktree's own tools (see [`MAX_PATH_BYTES`]). The text
-    /// gives its length, not the path: an attacker's path may be megabytes long.
+    /// A path no file can have: empty, too long for the worktree's own tools (see
+    /// [`MAX_PATH_BYTES`]), or holding a NUL byte. The length is checked first and its text
+    /// gives the length, not the path: an attacker's path may be megabytes long, NUL bytes
+    /// included, and the answer is committed to the log.
     fn unusable_path(op: &str, path: &str) -> Option<String> {
         if path.is_empty() {
             Some(format!("{op}: the path is empty"))
+        } else if path.len() > MAX_PATH_BYTES {
+            Some(format!(
+                "{op}: the path is {} bytes; the limit is {MAX_PATH_BYTES}",
+                path.len()
+            ))
         } else if path.contains('\0') {
             Some(format!("{op} {path}: the path contains a NUL byte"))
         } else {
-            (path.len() > MAX_PATH_BYTES).then(|| {
-                format!(
-                    "{op}: the path is {} bytes; the limit is {MAX_PATH_BYTES}",
-                    path.len()
-                )
-            })
+            None
         }
     }
 

@@ -732,6 +732,21 @@ fn empty_and_nul_paths_are_declined_before_any_spend_and_refused_by_the_effect()
 }
 
 #[test]
+fn a_megabyte_path_with_a_nul_byte_is_declined_by_its_length_and_not_echoed() {
+    // The decline is the call's committed answer: a path of a megabyte must not be copied
+    // into it, NUL byte or not.
+    let f = Fixture::new();
+    let path = format!("{}\0", "a".repeat(1 << 20));
+    let said = "read: the path is 1048577 bytes; the limit is 1024";
+    let read = json!({"op": "read", "path": path});
+    assert_eq!(
+        f.preflight("Workspace.Read", read.clone()).as_deref(),
+        Some(said)
+    );
+    assert_eq!(refused(&f.out("Workspace.Read", read)), said);
+}
+
+#[test]
 fn a_path_of_twenty_thousand_nested_directories_is_declined_and_nothing_is_made() {
     // One write of `a/a/…/x.txt` made 20,000 nested directories; git could not open the deepest
     // (past PATH_MAX from the root) and would have committed the worktree without its file.
