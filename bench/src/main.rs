@@ -999,8 +999,7 @@ fn thread_line(rows: &[Row]) -> String {
     let parts: Vec<String> = rows
         .iter()
         .filter_map(|r| {
-            let writer = r.extra("writer_cpu_us_per_call")?;
-            let answer = r.extra("answer_cpu_us_per_call").unwrap_or(0.0);
+            let (writer, answer) = store_threads_cpu(r)?;
             let all = r.daemon_cpu_us_per_call?;
             Some(format!(
                 "{} @{} writer {:.0} us, syncing {:.0} us, the rest {:.0} us",
@@ -1018,6 +1017,13 @@ fn thread_line(rows: &[Row]) -> String {
     format!("daemon CPU per call by thread: {}\n", parts.join("; "))
 }
 
+/// A durable row's CPU per call on the store's writer and on its syncing thread, µs; `None`
+/// for a row that does not reach the store.
+fn store_threads_cpu(r: &Row) -> Option<(f64, f64)> {
+    let writer = r.extra("writer_cpu_us_per_call")?;
+    Some((writer, r.extra("answer_cpu_us_per_call").unwrap_or(0.0)))
+}
+
 /// One line: for each durable row, the most calls per second the machine's CPUs allow at the
 /// row's own CPU per call (the daemon's plus the load generator's, which share the machine),
 /// as a share of the health row beside it; and the same were the store's two threads to cost
@@ -1027,8 +1033,7 @@ fn cpu_bound_line(rows: &[Row], cpus: usize) -> String {
     let parts: Vec<String> = rows
         .iter()
         .filter_map(|r| {
-            let writer = r.extra("writer_cpu_us_per_call")?;
-            let syncing = r.extra("answer_cpu_us_per_call").unwrap_or(0.0);
+            let (writer, syncing) = store_threads_cpu(r)?;
             let load = r.extra("load_cpu_us_per_call")?;
             let daemon = r.daemon_cpu_us_per_call?;
             let health = r.summary.per_second() / r.vs_health_rate.filter(|x| *x > 0.0)?;
