@@ -39,6 +39,12 @@ const RESERVED: [&str; 5] = ["ok", "refused", "tool", "policy_digest", "world"];
 /// The host's error prefix for a failure of the store (nothing published).
 const HOST_FAILED: &str = "publishing failed: ";
 
+/// The longest bundle path `publish` accepts, in bytes: the kernel's `PATH_MAX`, past which no
+/// file can be opened by its name. It is checked before anything else in the path, and its
+/// refusal gives the length, not the path: the answer is committed to the log, and an
+/// attacker's path may be megabytes long.
+pub const MAX_PATH_BYTES: usize = 4096;
+
 /// The handler object: an effective policy, the host it publishes through,
 /// and the identity it stamps.
 pub struct RegistryHandler {
@@ -106,6 +112,12 @@ impl RegistryHandler {
     ) -> Result<Value, Outcome> {
         if path.is_empty() {
             return Err(self.refuse("publish: the path is empty"));
+        }
+        if path.len() > MAX_PATH_BYTES {
+            return Err(self.refuse(format!(
+                "publish: the path is {} bytes; the limit is {MAX_PATH_BYTES}",
+                path.len()
+            )));
         }
         if path.contains('\0') {
             return Err(self.refuse(format!(

@@ -45,7 +45,8 @@
 //! `publish /etc/x: path "/etc/x" escapes sandbox "<worktree>"`, `publish
 //! b.json: openat b.json: no such file or directory`, `publish b.json: file
 //! is 2000000 bytes; the limit is 1048576`, `publish b.json: the file is not
-//! JSON: …`.
+//! JSON: …`, and a path over [`MAX_PATH_BYTES`] by its length alone
+//! (`publish: the path is 5000 bytes; the limit is 4096`).
 //!
 //! A `failed` outcome: the request was malformed (scope, op allowlist, key
 //! aliases, both or neither of `path`/`bundle`, in the workspace plugin's
@@ -76,7 +77,7 @@ pub use config::{
     config_schema, Policy, DEFAULT_MAX_BUNDLE_BYTES, DEFAULT_MAX_DOCUMENTS,
     MAX_BUNDLE_BYTES_CEILING, MAX_DOCUMENTS_CEILING,
 };
-pub use handler::{RegistryHandler, PUBLISH};
+pub use handler::{RegistryHandler, MAX_PATH_BYTES, PUBLISH};
 pub use handler_kit::identity::ToolSource;
 
 /// `sha256:` + 64 hex identifying this handler build (the plugin library

@@ -11,7 +11,7 @@ use handler_kit::serde_json::{json, Value};
 use handler_kit::{
     EffectHandler, Host, HostServices, JsonObject, LogLevel, Outcome, Plugin, Request,
 };
-use worldd_registry::{RegistryHandler, RegistryPlugin};
+use worldd_registry::{RegistryHandler, RegistryPlugin, MAX_PATH_BYTES};
 
 /// A host that records what it was asked to publish and answers like the
 /// daemon: it validates every document with the broker's validator.
@@ -361,6 +361,38 @@ fn bundle_files_are_confined_to_the_worktree() {
         let outcome = h.execute(request(&wt, json!({"op": "publish", "path": path})));
         assert_eq!(refused(outcome), text, "{path}");
     }
+    assert!(host.calls().is_empty());
+}
+
+#[test]
+fn a_megabyte_bundle_path_with_a_nul_byte_is_refused_by_its_length_and_not_echoed() {
+    let host = TestRegistry::new();
+    let h = handler_with(host.clone(), json!({}));
+    let tmp = tempfile::tempdir().unwrap();
+    let wt = tmp.path();
+    // A path one byte over the limit, and a megabyte one ending in a NUL byte, are refused by
+    // their length; neither is copied into the answer, which the log keeps.
+    let over = "a".repeat(MAX_PATH_BYTES + 1);
+    let mut huge = "a/".repeat(1 << 19);
+    huge.push('\0');
+    for path in [over, huge] {
+        let outcome = h.execute(request(wt, json!({"op": "publish", "path": path})));
+        assert_eq!(
+            refused(outcome),
+            format!(
+                "publish: the path is {} bytes; the limit is {}",
+                path.len(),
+                MAX_PATH_BYTES
+            )
+        );
+    }
+    // At the limit the path is opened: one name of 4096 bytes is longer than a name may be.
+    let at = "a".repeat(MAX_PATH_BYTES);
+    let outcome = h.execute(request(wt, json!({"op": "publish", "path": &at})));
+    assert_eq!(
+        refused(outcome),
+        format!("publish {at}: openat {at}: file name too long")
+    );
     assert!(host.calls().is_empty());
 }
 
