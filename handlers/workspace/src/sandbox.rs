@@ -265,24 +265,27 @@ impl Sandbox {
     }
 
     /// Step 2: open the target's directory without following any symlink,
-    /// creating missing directories when asked.
-    fn open_parent(&self, target: &Target, create: bool) -> Result<Dir, PathError> {
-        let mut dir = self.root.try_clone()?;
+    /// creating missing directories when asked. `None`: the target is in the root itself,
+    /// which is used as it is (no descriptor is duplicated for it).
+    fn open_parent(&self, target: &Target, create: bool) -> Result<Option<Dir>, PathError> {
+        let mut opened: Option<Dir> = None;
         for c in &target.parent {
-            dir = dir.open_dir_nofollow(c).map_err(changed)?;
+            let dir = opened.as_ref().unwrap_or(&self.root);
+            opened = Some(dir.open_dir_nofollow(c).map_err(changed)?);
         }
         for c in &target.missing {
             if !create {
                 return Err(PathError::Io(io::Error::from_raw_os_error(libc::ENOENT)));
             }
+            let dir = opened.as_ref().unwrap_or(&self.root);
             match dir.create_dir(c) {
-                Ok(()) => sync_dir(&dir)?,
+                Ok(()) => sync_dir(dir)?,
                 Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
                 Err(e) => return Err(e.into()),
             }
-            dir = dir.open_dir_nofollow(c).map_err(changed)?;
+            opened = Some(dir.open_dir_nofollow(c).map_err(changed)?);
         }
-        Ok(dir)
+        Ok(opened)
     }
 
     /// Read a whole file of at most `rules.limit` bytes (resolve, then use).
@@ -308,19 +311,21 @@ impl Sandbox {
             if target.size.is_some_and(|size| size <= skip_at_most) {
                 return Ok(None);
             }
-            let dir = self.open_target_parent(&target)?;
-            read_in(&dir, &target.name, rules, Some(skip_at_most))
+            let opened = self.open_target_parent(&target)?;
+            let dir = opened.as_ref().unwrap_or(&self.root);
+            read_in(dir, &target.name, rules, Some(skip_at_most))
         })
     }
 
     /// Read the file a resolved target names. `Changed` when the chain was
     /// swapped since [`Sandbox::resolve`].
     pub fn read_target(&self, target: &Target, rules: ReadRules) -> Result<Vec<u8>, PathError> {
-        let dir = self.open_target_parent(target)?;
-        read_in(&dir, &target.name, rules, None).map(Option::unwrap_or_default)
+        let opened = self.open_target_parent(target)?;
+        let dir = opened.as_ref().unwrap_or(&self.root);
+        read_in(dir, &target.name, rules, None).map(Option::unwrap_or_default)
     }
 
-    fn open_target_parent(&self, target: &Target) -> Result<Dir, PathError> {
+    fn open_target_parent(&self, target: &Target) -> Result<Option<Dir>, PathError> {
         if !target.exists() {
             return Err(PathError::Io(io::Error::from_raw_os_error(libc::ENOENT)));
         }
@@ -330,7 +335,8 @@ impl Sandbox {
     /// Atomically replace (or create) the file at `target` with `content`.
     /// Returns `Err(PathError::Changed)` when the target's chain changed.
     pub fn write(&self, target: &Target, content: &[u8]) -> Result<(), WriteError> {
-        let dir = self.open_parent(target, true).map_err(WriteError::Before)?;
+        let opened = self.open_parent(target, true).map_err(WriteError::Before)?;
+        let dir = opened.as_ref().unwrap_or(&self.root);
         // Keep an existing file's permission bits (rename installs a new inode).
         let permissions = match dir.symlink_metadata(&target.name) {
             Ok(md) if md.is_file() => Some(md.permissions()),
@@ -342,19 +348,19 @@ impl Sandbox {
             Err(e) if e.kind() == io::ErrorKind::NotFound => None,
             Err(e) => return Err(WriteError::Before(e.into())),
         };
-        let (tmp_name, file) = create_temp(&dir).map_err(WriteError::Before)?;
+        let (tmp_name, file) = create_temp(dir).map_err(WriteError::Before)?;
         let staged = stage(file, content, permissions);
         if let Err(e) = staged {
             let _ = dir.remove_file(&tmp_name);
             return Err(WriteError::Before(e.into()));
         }
-        if let Err(e) = dir.rename(&tmp_name, &dir, &target.name) {
+        if let Err(e) = dir.rename(&tmp_name, dir, &target.name) {
             let _ = dir.remove_file(&tmp_name);
             return Err(WriteError::Before(e.into()));
         }
         // The new content is in place; only its durability is now at stake.
-        sync_dir(&dir).map_err(WriteError::After)?;
-        sweep_once(&dir);
+        sync_dir(dir).map_err(WriteError::After)?;
+        sweep_once(dir);
         Ok(())
     }
 }
