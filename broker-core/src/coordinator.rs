@@ -92,6 +92,7 @@ mod closed;
 mod committing;
 mod handler;
 mod hooks;
+mod known;
 mod outcome;
 mod record;
 mod turns;
@@ -100,9 +101,11 @@ pub use call::{BudgetLine, Call, CallError, CallOutput, EffectSummary, Reconcili
 pub use committing::Committing;
 pub use handler::{EffectHandler, EffectRequest, HandlerOutcome, Handlers};
 pub use hooks::{Clock, CrashPoint, Hooks, SystemClock};
+pub use known::KNOWN_MAX;
 
 use closed::{closed_by_denial, declined, ended_body, refusal, summary, with_world};
 use hooks::NoHooks;
+use known::KnownObjects;
 use outcome::{
     settle, settle_unrecorded, submit_unrecorded, write_unrecorded, FinishJob, HandlerJob,
     LateCall, Ran, Settled, Shaped,
@@ -161,6 +164,8 @@ pub struct Coordinator {
     registry_cache: Mutex<Arc<Registry>>,
     refusals: RefusalLimiter,
     overruns: Arc<Overruns>,
+    /// The objects each episode holds already: a call leaves them out of its commit.
+    known: Arc<KnownObjects>,
 }
 
 /// Handlers that overran their deadline: how many ever did, how many still run.
@@ -325,6 +330,8 @@ struct RanEffect {
     status: OutcomeStatus,
     record: Ref,
     objects: Vec<Object>,
+    /// The effect's request, stored with its intent.
+    request: Ref,
 }
 
 /// Everything that keeps an episode busy with one call: its turn, the in-flight claim of its
@@ -347,9 +354,17 @@ impl Coordinator {
             in_flight: Arc::default(),
             registry_cache: Mutex::new(Arc::new(Registry::default())),
             overruns: Arc::default(),
+            known: Arc::default(),
             refusals: RefusalLimiter::new(config.refusal_rate),
             config,
         }
+    }
+
+    /// How many objects the episode is known to hold ([`KNOWN_MAX`] in all at most): those a
+    /// call leaves out of its commit. For tests.
+    #[doc(hidden)]
+    pub fn objects_known(&self, episode: &str) -> usize {
+        self.known.held_by(episode)
     }
 
     /// True while a call with this surface and task id runs in the episode (an overrunning
@@ -1043,7 +1058,8 @@ impl Coordinator {
         };
         let episode = p.call.session.episode.clone();
         let task = p.task.clone();
-        let objects = [request.clone(), p.input.clone()];
+        let mut objects = vec![request.clone(), p.input.clone()];
+        self.known.keep_unknown(&episode, &mut objects);
         // Checked here, not on the writer's thread, which sets the store's rate.
         log::check_objects(&objects)?;
         let beside = self.config.sole_spender && self.handlers.is_read_only(&effect.effect);
@@ -1201,6 +1217,7 @@ impl Coordinator {
                 status,
                 record: record_obj.hash,
                 objects: effect_objects,
+                request: request.hash,
             }),
             intent,
             busy,
@@ -1268,8 +1285,14 @@ impl Coordinator {
             busy,
         } = finished;
         let outcome = ran.as_ref().map(|r| (r.status, r.record));
+        // What a later call of the episode may make again: every object of this call but its
+        // invocation record, which names the invocation.
+        let mut repeatable: Vec<Ref> = objects.iter().map(|o| o.hash).collect();
+        repeatable.push(p.input.hash);
+        repeatable.extend(ran.as_ref().map(|r| r.request));
         let entry = self.submit_entry(&p, objects, plan_ref, &records, output, outcome);
         let (hooks, store, ids) = (self.config.hooks.clone(), self.store.clone(), p.ids());
+        let known = self.known.clone();
         Committing(Box::pin(async move {
             let committed = match entry {
                 Ok((submitted, output_obj)) => submitted.await.map(|c| (c, output_obj)),
@@ -1298,6 +1321,9 @@ impl Coordinator {
                     if ran.is_some() {
                         hooks.reached(CrashPoint::AfterCommit);
                     }
+                    // Durable, and its intent too (awaited above): the episode holds them.
+                    repeatable.push(output_obj.hash);
+                    known.learn(&ids.episode, &repeatable);
                     Ok(CallOutput {
                         invocation_id: ids.invocation_id,
                         output: output_obj.payload,
@@ -1372,6 +1398,8 @@ impl Coordinator {
             objects.push(p.input.clone());
         }
         objects.push(output_obj.clone());
+        self.known
+            .keep_unknown(&p.call.session.episode, &mut objects);
         objects.push(record_obj.clone());
         let readable: Vec<Ref> = objects.iter().map(|o| o.hash).collect();
         let append = Append {

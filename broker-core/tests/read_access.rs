@@ -120,6 +120,61 @@ fn identical_arguments_from_two_episodes_share_one_input_both_may_read() {
     assert_ne!(out_a.output_ref, out_b.output_ref);
 }
 
+/// A repeated call leaves out of its commit the objects its episode already holds
+/// (`coordinator/known.rs`). What is left out must still be stored and readable, and another
+/// episode making the same objects must still be granted them.
+#[test]
+fn a_repeated_call_leaves_out_what_its_episode_holds_and_another_episode_still_gets_its_grants() {
+    let w = World::new();
+    let a = w.mint("ep-a", &["Workspace.Read=worktree:10"]);
+    let b = w.mint("ep-b", &["Workspace.Read=worktree:10"]);
+    let args = json!({"path": "again.txt"});
+    // In one second: input, plan, request and result repeat.
+    let first = w.call(&a, "ailang-read", args.clone()).unwrap();
+    assert!(w.coordinator.objects_known("ep-a") >= 4);
+    let second = w.call(&a, "ailang-read", args.clone()).unwrap();
+    let third = w.call(&b, "ailang-read", args).unwrap();
+    let (r1, r2, r3) = (
+        refs_of_call(&w, &first),
+        refs_of_call(&w, &second),
+        refs_of_call(&w, &third),
+    );
+    let repeated: Vec<_> = r1.iter().filter(|x| r2.contains(x)).collect();
+    let kinds: Vec<&str> = repeated.iter().map(|(what, _)| *what).collect();
+    assert_eq!(
+        kinds,
+        ["input", "plan", "request", "result"],
+        "{r1:?} {r2:?}"
+    );
+    for (what, r) in &repeated {
+        assert!(r3.contains(&(what, *r)), "ep-b makes the same {what}");
+        assert!(readable(&w, &ep("ep-b"), r), "ep-b is granted the {what}");
+    }
+    for (what, r) in r1.iter().chain(&r2) {
+        assert!(readable(&w, &ep("ep-a"), r), "ep-a reads its {what}");
+    }
+    // ep-b's first call has ep-a's first budget, so its effect record and output are ep-a's
+    // first ones too; its invocation record is its own.
+    let own: Vec<_> = r3
+        .iter()
+        .filter(|x| !r1.contains(x) && !r2.contains(x))
+        .collect();
+    assert_eq!(
+        own.iter().map(|(what, _)| *what).collect::<Vec<_>>(),
+        ["record"]
+    );
+    for (what, r) in own {
+        assert!(
+            !readable(&w, &ep("ep-a"), r),
+            "ep-a must not read ep-b's {what}"
+        );
+    }
+    for out in [&first, &second, &third] {
+        let report = broker_core::verify::verify_entry(&w.store, out.entry_index).unwrap();
+        assert!(report.all_ok(), "{report:?}");
+    }
+}
+
 #[test]
 fn by_semantic_id_lists_only_what_the_reader_may_read() {
     let w = World::new();
