@@ -344,10 +344,16 @@ pub(crate) fn grant(
     let mut added = false;
     for reference in refs {
         // An object this operation stored anew is not looked up: its place and kind (the
-        // caller's) are known. Only this operation can have granted it already.
-        let seq = match w.stored_anew(&ref_key(&reference, OBJECT)) {
-            Some((_, true)) => continue,
-            Some((seq, false)) => seq,
+        // caller's) are known. Only this operation can have granted it already, and the mark
+        // says whether it tried: the first time, no grant of it can exist.
+        let seq = match w.stored_anew_marking(&ref_key(&reference, OBJECT)) {
+            Some((_, true, _)) => continue,
+            Some((seq, false, false)) => {
+                READERS_TAIL.put(w, &tail_key(episode, seq), &[])?;
+                added = true;
+                continue;
+            }
+            Some((seq, false, true)) => seq,
             // The stored kind, not the caller's: the first writer's semantic id wins.
             None => match w.reader().sequenced(&reference)? {
                 Some((seq, o)) if !is_public(o.semantic_id) => seq,
@@ -472,6 +478,34 @@ mod tests {
         assert!(may(&store, "ep-b", &private.hash) && may(&store, "ep-b", &before));
         assert_eq!(listed(&store, "ep-a", 10), vec![before, private.hash]);
         assert_eq!(listed(&store, "ep-b", 10), vec![before, private.hash]);
+    }
+
+    /// The first grant of an object the operation stored anew is written without a lookup.
+    /// A second grant of it in the same operation looks, and finds the first even where it
+    /// made the tail full and moved with it into `readers`: it is not written again.
+    #[test]
+    fn a_grant_repeated_in_the_operation_that_merged_the_tail_is_found_and_not_written_twice() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::create(&dir.path().join("db")).unwrap();
+        let fill = stored(&store, "fill", READERS_MERGE_AT as usize - 1);
+        store
+            .write(move |w| grant(w, "ep", fill.iter().copied()))
+            .unwrap();
+        assert_eq!(rows(&store, "readers_tail"), READERS_MERGE_AT as usize - 1);
+        let new = Object::new(KIND, "test", b"the last one".to_vec());
+        let hash = new.hash;
+        store
+            .write(move |w| {
+                w.put_object(&new)?;
+                grant(w, "ep", [new.hash])?;
+                grant(w, "ep", [new.hash])
+            })
+            .unwrap();
+        assert_eq!(rows(&store, "readers_tail"), 0);
+        assert_eq!(rows(&store, "readers"), READERS_MERGE_AT as usize);
+        let listed = listed(&store, "ep", 10_000);
+        assert_eq!(listed.len(), READERS_MERGE_AT as usize);
+        assert_eq!(listed.last(), Some(&hash));
     }
 
     /// Grants wait in `readers_tail` until it holds [`READERS_MERGE_AT`]; the operation that

@@ -87,8 +87,12 @@ impl WriteCtx<'_, '_> {
         self.reader().object(r)
     }
 
-    /// Whether an object with this ref is stored (without reading it).
+    /// Whether an object with this ref is stored (without reading it). One this operation
+    /// stored is not looked up.
     pub fn has_object(&self, r: &Ref) -> Result<bool, StoreError> {
+        if self.stored_anew(&ref_key(r, OBJECT)).is_some() {
+            return Ok(true);
+        }
         self.reader().has_object(r)
     }
 

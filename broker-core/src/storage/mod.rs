@@ -200,6 +200,9 @@ struct Fresh {
     address: [u8; 33],
     seq: u64,
     flag: bool,
+    /// Set by [`WriteCtx::stored_anew_marking`]: a later writer of the same operation has
+    /// already been to the row (the grants: whether it granted the row to anyone).
+    marked: bool,
 }
 
 impl<'t> ReadCtx<'t> {
@@ -250,6 +253,7 @@ impl<'a, 't> WriteCtx<'a, 't> {
             address: *address,
             seq,
             flag,
+            marked: false,
         });
     }
 
@@ -261,6 +265,14 @@ impl<'a, 't> WriteCtx<'a, 't> {
             .iter()
             .find(|f| &f.address == address)
             .map(|f| (f.seq, f.flag))
+    }
+
+    /// [`WriteCtx::stored_anew`], with whether an earlier call of this marked the row too;
+    /// marks it.
+    pub(crate) fn stored_anew_marking(&mut self, address: &[u8; 33]) -> Option<(u64, bool, bool)> {
+        let fresh = self.fresh.iter_mut().find(|f| &f.address == address)?;
+        let marked = std::mem::replace(&mut fresh.marked, true);
+        Some((fresh.seq, fresh.flag, marked))
     }
 
     /// A read view of this transaction, its own writes included.
