@@ -1063,8 +1063,15 @@ impl Coordinator {
         // Checked here, not on the writer's thread, which sets the store's rate.
         log::check_objects(&objects)?;
         let beside = self.config.sole_spender && self.handlers.is_read_only(&effect.effect);
+        // A minted id (the call brought none) is in no row: its intent writes the first.
+        let minted = p.call.task_id.is_none();
         let op = move |w: &mut WriteCtx<'_, '_>| {
-            match journal::append_intent(w, &intent, budget) {
+            let journaled = if minted {
+                journal::append_minted_intent(w, &intent, budget)
+            } else {
+                journal::append_intent(w, &intent, budget)
+            };
+            match journaled {
                 Ok(_) => {}
                 Err(JournalError::BudgetExhausted { .. }) => return Ok(false),
                 Err(e) => return Err(e.into()),
@@ -1428,6 +1435,9 @@ impl Coordinator {
             p.task.clone(),
         );
         let hooks = self.config.hooks.clone();
+        // Without an effect this commit writes the invocation's first row; a minted id (the
+        // call brought none) is in no row yet.
+        let first_of_minted = journal_outcome.is_none() && p.call.task_id.is_none();
         let submitted = self.store.submit(
             move |w: &mut WriteCtx<'_, '_>| -> Result<log::Committed, CallError> {
                 if let Some((status, record)) = journal_outcome {
@@ -1437,7 +1447,11 @@ impl Coordinator {
                 access::grant(w, &episode, readable.iter().copied())?;
                 task_state.entry_index = Some(committed.entry.header.entry_index);
                 task_state.world_ref = Some(committed.world_ref);
-                task::put(w, &episode, &task, &task_state)?;
+                if first_of_minted {
+                    task::put_minted(w, &episode, &task, &task_state)?;
+                } else {
+                    task::put(w, &episode, &task, &task_state)?;
+                }
                 if journal_outcome.is_some() {
                     hooks.reached(CrashPoint::MidCommit);
                 }

@@ -114,8 +114,8 @@ enum Place {
 /// `id`'s row as stored, and where. A row the index names must hold `id` itself: an index
 /// pointing elsewhere is damage, never another invocation.
 fn located<'t>(r: &ReadCtx<'t>, id: &str) -> Result<Option<(Place, &'t [u8])>, StoreError> {
-    if let Some(seq) = ref_tail::find(r, &invocation_row::key(id.as_bytes()))? {
-        let bytes = INVOCATION_ROWS.get(r, &seq)?.ok_or_else(|| {
+    if let Some((seq, bytes)) = ref_tail::find_row(r, &invocation_row::key(id.as_bytes()))? {
+        let bytes = bytes.ok_or_else(|| {
             StoreError::Corrupt(format!("invocation row {id} is indexed but missing"))
         })?;
         return match invocation_row::split(bytes) {
@@ -252,6 +252,18 @@ pub(crate) fn look<'i>(w: &mut WriteCtx<'_, '_>, id: &'i str) -> Result<Looked<'
         id,
         place: found.map(|(place, _)| place),
         row: found.map(|(_, row)| row.to_vec()),
+    })
+}
+
+/// [`look`] for an id no row can hold: one this process minted from 128 random bits for a
+/// call that brought none (`coordinator`). Nothing is looked up; the tail of the
+/// content-address index is still claimed, for the row's key.
+pub(crate) fn minted<'i>(w: &mut WriteCtx<'_, '_>, id: &'i str) -> Result<Looked<'i>, StoreError> {
+    ref_tail::claim(w)?;
+    Ok(Looked {
+        id,
+        place: None,
+        row: None,
     })
 }
 

@@ -214,6 +214,26 @@ pub fn append_intent(
 ) -> Result<u64, JournalError> {
     // The row is looked up once: to refuse a second intent, then to be written.
     let looked = invocations::look(w, &intent.invocation_id)?;
+    append_intent_to(w, intent, budget, looked)
+}
+
+/// [`append_intent`] for an invocation id minted by this process for a call that brought
+/// none (128 random bits): no row can hold it, so none is looked for.
+pub(crate) fn append_minted_intent(
+    w: &mut WriteCtx<'_, '_>,
+    intent: &Intent,
+    budget: u64,
+) -> Result<u64, JournalError> {
+    let looked = invocations::minted(w, &intent.invocation_id)?;
+    append_intent_to(w, intent, budget, looked)
+}
+
+fn append_intent_to(
+    w: &mut WriteCtx<'_, '_>,
+    intent: &Intent,
+    budget: u64,
+    looked: invocations::Looked<'_>,
+) -> Result<u64, JournalError> {
     if let Some(journal) = looked.parts()?.and_then(|row| row.journal) {
         // A damaged state is reported as such, as a read of it would.
         parse_state(journal)?;

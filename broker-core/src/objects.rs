@@ -140,12 +140,11 @@ pub(crate) fn object_row<'t>(
     r: &ReadCtx<'t>,
     object: &Ref,
 ) -> Result<Option<(u64, &'t [u8])>, StoreError> {
-    let Some(seq) = ref_tail::find(r, &ref_key(object, OBJECT))? else {
+    let Some((seq, row)) = ref_tail::find_row(r, &ref_key(object, OBJECT))? else {
         return Ok(None);
     };
-    let row = OBJECTS
-        .get(r, &seq)?
-        .ok_or_else(|| StoreError::Corrupt(format!("object {object} is indexed but missing")))?;
+    let row =
+        row.ok_or_else(|| StoreError::Corrupt(format!("object {object} is indexed but missing")))?;
     match row.split_at_checked(32) {
         Some((stored, envelope)) if stored == object.as_bytes() => Ok(Some((seq, envelope))),
         _ => Err(StoreError::Corrupt(format!(

@@ -349,6 +349,20 @@ fn keys_from<'t>(
 /// through the tail's map, `refs`, or (where the map cannot vouch for this snapshot) a scan of
 /// the tail's rows.
 pub(crate) fn find(r: &ReadCtx<'_>, key: &Key) -> Result<Option<u64>, StoreError> {
+    Ok(search(r, key, false)?.map(|(seq, _)| seq))
+}
+
+/// A key's row number, with the row itself when it was asked for and exists.
+pub(crate) type Found<'t> = (u64, Option<&'t [u8]>);
+
+/// [`find`], with the row it names in the table of `key`'s kind (`None`: there is no such
+/// row, damage the caller reports). A key found through the map was checked against its row
+/// already, so the row is not read a second time.
+pub(crate) fn find_row<'t>(r: &ReadCtx<'t>, key: &Key) -> Result<Option<Found<'t>>, StoreError> {
+    search(r, key, true)
+}
+
+fn search<'t>(r: &ReadCtx<'t>, key: &Key, want_row: bool) -> Result<Option<Found<'t>>, StoreError> {
     let tail = tail(r)?;
     let kind = Kind::of(key);
     let p = partition(key);
@@ -359,16 +373,22 @@ pub(crate) fn find(r: &ReadCtx<'_>, key: &Key) -> Result<Option<u64>, StoreError
         (known.map.get(key), known.base[slot][p], known.loaded[slot])
     };
     if let Some(seq) = mapped {
-        if kind
-            .table()
-            .get(r, &seq)?
-            .is_some_and(|row| kind.holds(row, key))
-        {
-            return Ok(Some(seq));
+        if let Some(row) = kind.table().get(r, &seq)? {
+            if kind.holds(row, key) {
+                return Ok(Some((seq, Some(row))));
+            }
         }
     }
+    let with_row = |seq: u64| -> Result<Option<Found<'t>>, StoreError> {
+        let row = if want_row {
+            kind.table().get(r, &seq)?
+        } else {
+            None
+        };
+        Ok(Some((seq, row)))
+    };
     if let Some(seq) = REFS.get(r, key)? {
-        return Ok(Some(seq));
+        return with_row(seq);
     }
     let Some(indexed) = indexed(r, kind, p)? else {
         return Ok(None);
@@ -384,7 +404,7 @@ pub(crate) fn find(r: &ReadCtx<'_>, key: &Key) -> Result<Option<u64>, StoreError
     for found in keys_from(r, kind, from)? {
         let (found, seq) = found?;
         if found == *key {
-            return Ok(Some(seq));
+            return with_row(seq);
         }
     }
     Ok(None)

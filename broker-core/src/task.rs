@@ -122,6 +122,22 @@ pub fn put(
     }
 }
 
+/// [`put`] of the first state of an invocation whose id this process minted for a call that
+/// brought none (128 random bits) and which journals no intent: no row can hold the id yet,
+/// so none is looked for.
+pub(crate) fn put_minted(
+    w: &mut WriteCtx<'_, '_>,
+    episode: &str,
+    task: &str,
+    state: &TaskState,
+) -> Result<(), StoreError> {
+    let bytes = state
+        .to_bytes()
+        .map_err(|e| StoreError::Corrupt(e.to_string()))?;
+    let id = invocation_key(episode, task)?;
+    invocations::minted(w, &id)?.put_initial(w, Part::Task, &bytes, None)
+}
+
 /// Split an invocation id `<surface>:<episode>:<task>`.
 pub fn split_invocation_id(id: &str) -> Option<(&str, &str, &str)> {
     let (surface, rest) = id.split_once(':')?;
