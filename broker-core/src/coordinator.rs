@@ -101,7 +101,7 @@ pub use call::{BudgetLine, Call, CallError, CallOutput, EffectSummary, Reconcili
 pub use committing::Committing;
 pub use handler::{EffectHandler, EffectRequest, HandlerOutcome, Handlers};
 pub use hooks::{Clock, CrashPoint, Hooks, SystemClock};
-pub use known::KNOWN_MAX;
+pub use known::{KNOWN_EPISODES_MAX, KNOWN_MAX};
 
 use closed::{closed_by_denial, declined, ended_body, refusal, summary, with_world};
 use hooks::NoHooks;

@@ -15,18 +15,22 @@
 //! An entry is added only after the commit that stored the object and granted it to the
 //! episode is durable, and nothing removes objects or grants from a store while it is open.
 //! Entries are kept per episode: another episode that makes the same object still stores its
-//! own grant. The set keeps at most [`KNOWN_MAX`] entries, then starts over; what it forgot is
-//! sent to the writer again, as before.
+//! own grant. The set keeps at most [`KNOWN_MAX`] objects over at most [`KNOWN_EPISODES_MAX`]
+//! episodes (under a mebibyte, however the objects are spread over the episodes), then starts
+//! over; what it forgot is sent to the writer again, as before.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Mutex, PoisonError};
 
 use crate::object::{Object, Ref};
 
-/// Most (episode, object) pairs kept: about 1.5 MiB. An episode's repeating objects are a
-/// handful, so a full set is mostly objects that will not come again, and starting over
-/// costs each episode one call that sends its objects anew.
+/// Most (episode, object) pairs kept. An episode's repeating objects are a handful, so a full
+/// set is mostly objects that will not come again, and starting over costs each episode one
+/// call that sends its objects anew.
 pub const KNOWN_MAX: usize = 16_384;
+
+/// Most episodes kept (each costs its name and a set of its own).
+pub const KNOWN_EPISODES_MAX: usize = 1_024;
 
 /// The objects each episode is known to hold ([module docs](self)).
 #[derive(Default)]
@@ -52,8 +56,14 @@ impl KnownObjects {
     /// Note that `episode` holds `refs`: call only once the commit that stored them and
     /// granted them to it is durable.
     pub(crate) fn learn(&self, episode: &str, refs: &[Ref]) {
+        if refs.len() > KNOWN_MAX {
+            return;
+        }
         let mut known = self.lock();
-        if known.count + refs.len() > KNOWN_MAX {
+        let new_episode = !known.by_episode.contains_key(episode);
+        if known.count + refs.len() > KNOWN_MAX
+            || (new_episode && known.by_episode.len() >= KNOWN_EPISODES_MAX)
+        {
             *known = Known::default();
         }
         let Known { by_episode, count } = &mut *known;
@@ -126,5 +136,29 @@ mod tests {
         let mut sent = vec![object(0)];
         known.keep_unknown("ep", &mut sent);
         assert_eq!(sent.len(), 1, "what was forgotten is sent again");
+    }
+
+    #[test]
+    fn the_known_objects_start_over_past_their_episodes() {
+        let known = KnownObjects::default();
+        let one = [object(0).hash];
+        for e in 0..KNOWN_EPISODES_MAX {
+            known.learn(&format!("ep-{e}"), &one);
+        }
+        assert_eq!(known.len(), KNOWN_EPISODES_MAX);
+        known.learn("ep-0", &[object(1).hash]);
+        assert_eq!(
+            known.len(),
+            KNOWN_EPISODES_MAX + 1,
+            "a known episode adds no episode"
+        );
+        known.learn("one-too-many", &one);
+        assert_eq!(
+            known.len(),
+            1,
+            "past the episodes' bound the set starts over"
+        );
+        assert_eq!(known.held_by("ep-0"), 0);
+        assert_eq!(known.held_by("one-too-many"), 1);
     }
 }
