@@ -111,10 +111,7 @@ pub fn put(
     task: &str,
     state: &TaskState,
 ) -> Result<(), StoreError> {
-    let bytes = state
-        .to_bytes()
-        .map_err(|e| StoreError::Corrupt(e.to_string()))?;
-    let id = invocation_key(episode, task)?;
+    let (id, bytes) = row_part(episode, task, state)?;
     // A pending task is written with its intent; any later phase resolves the invocation.
     match state.phase {
         TaskPhase::Pending => invocations::put_initial(w, &id, Part::Task, &bytes, None),
@@ -131,11 +128,16 @@ pub(crate) fn put_minted(
     task: &str,
     state: &TaskState,
 ) -> Result<(), StoreError> {
+    let (id, bytes) = row_part(episode, task, state)?;
+    invocations::minted(w, &id)?.put_initial(w, Part::Task, &bytes, None)
+}
+
+/// The invocation id a task state is kept under, and the state's bytes.
+fn row_part(episode: &str, task: &str, state: &TaskState) -> Result<(String, Vec<u8>), StoreError> {
     let bytes = state
         .to_bytes()
         .map_err(|e| StoreError::Corrupt(e.to_string()))?;
-    let id = invocation_key(episode, task)?;
-    invocations::minted(w, &id)?.put_initial(w, Part::Task, &bytes, None)
+    Ok((invocation_key(episode, task)?, bytes))
 }
 
 /// Split an invocation id `<surface>:<episode>:<task>`.
