@@ -29,7 +29,8 @@ use broker_core::object::Ref;
 use broker_core::session::Session;
 use broker_core::task;
 use handler_api::EffectClass;
-use serde_json::{json, Map, Value};
+use serde::ser::{Serialize, SerializeMap, Serializer};
+use serde_json::{json, Value};
 
 use crate::state::{AppState, InvokeFailure};
 
@@ -124,18 +125,26 @@ impl Outcome {
         Outcome::new(Kind::Refused, "key-conflict", false)
     }
 
-    /// `{"kind", "reason"?, "retryable", "remaining"?}`.
+    /// `{"kind", "reason"?, "remaining"?, "retryable"}`.
     pub fn to_json(&self) -> Value {
-        let mut m = Map::new();
-        m.insert("kind".into(), json!(self.kind.as_str()));
+        serde_json::to_value(self).unwrap_or_default()
+    }
+}
+
+/// Written directly where an answer is (MCP's `_meta`), its members in the order a JSON map
+/// keeps them.
+impl Serialize for Outcome {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut m = s.serialize_map(None)?;
+        m.serialize_entry("kind", self.kind.as_str())?;
         if let Some(r) = self.reason {
-            m.insert("reason".into(), json!(r));
+            m.serialize_entry("reason", r)?;
         }
-        m.insert("retryable".into(), json!(self.retryable));
         if let Some(n) = self.remaining {
-            m.insert("remaining".into(), json!(n));
+            m.serialize_entry("remaining", &n)?;
         }
-        Value::Object(m)
+        m.serialize_entry("retryable", &self.retryable)?;
+        m.end()
     }
 }
 
@@ -265,46 +274,40 @@ pub fn of_output(out: &CallOutput, class: EffectClass) -> Outcome {
 /// The effects of a call as agents see them: `[{"id","effect","status","record",
 /// "budgetAfter","denial"?}]`.
 pub fn effects_json(effects: &[EffectSummary]) -> Value {
-    Value::Array(
-        effects
-            .iter()
-            .map(|e| {
-                let mut m = Map::new();
-                m.insert("id".into(), json!(e.id));
-                m.insert("effect".into(), json!(e.effect));
-                m.insert("status".into(), json!(e.status));
-                m.insert("record".into(), json!(e.record));
-                m.insert("budgetAfter".into(), json!(e.budget_after));
-                if let Some(d) = &e.denial {
-                    m.insert("denial".into(), json!(d));
-                }
-                Value::Object(m)
-            })
-            .collect(),
-    )
+    serde_json::to_value(Effects(effects)).unwrap_or_default()
+}
+
+/// A call's effects, `[{"budgetAfter", "denial"?, "effect", "id", "record", "status"}]`,
+/// written directly where an answer is (MCP's `_meta`), each effect's members in the order a
+/// JSON map keeps them.
+pub struct Effects<'a>(pub &'a [EffectSummary]);
+
+impl Serialize for Effects<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_seq(self.0.iter().map(Effect))
+    }
+}
+
+struct Effect<'a>(&'a EffectSummary);
+
+impl Serialize for Effect<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let e = self.0;
+        let mut m = s.serialize_map(None)?;
+        m.serialize_entry("budgetAfter", &e.budget_after)?;
+        if let Some(d) = &e.denial {
+            m.serialize_entry("denial", d)?;
+        }
+        m.serialize_entry("effect", &e.effect)?;
+        m.serialize_entry("id", &e.id)?;
+        m.serialize_entry("record", &e.record)?;
+        m.serialize_entry("status", &e.status)?;
+        m.end()
+    }
 }
 
 /// The prefix of every `_meta` key this daemon writes or reads on MCP.
 pub const MCP_META_PREFIX: &str = "world/";
-
-/// The `_meta` members of an MCP `tools/call` result:
-/// `world/invocationId`, `world/entryIndex`, `world/worldRef`, `world/outputRef`,
-/// `world/replayed`, `world/effects`, `world/outcome` and, for a keyed call,
-/// `world/idempotencyKey`.
-pub fn mcp_meta(out: &CallOutput, outcome: &Outcome, key: Option<&str>) -> Map<String, Value> {
-    let mut m = Map::new();
-    m.insert("world/invocationId".into(), json!(out.invocation_id));
-    m.insert("world/entryIndex".into(), json!(out.entry_index));
-    m.insert("world/worldRef".into(), json!(out.world_ref));
-    m.insert("world/outputRef".into(), json!(out.output_ref));
-    m.insert("world/replayed".into(), json!(out.replayed));
-    m.insert("world/effects".into(), effects_json(&out.effects));
-    m.insert("world/outcome".into(), outcome.to_json());
-    if let Some(k) = key {
-        m.insert("world/idempotencyKey".into(), json!(k));
-    }
-    m
-}
 
 /// The `metadata` of an A2A task: the contract's `invocation_id`, `world_ref` and
 /// `entry_index`, plus `output_ref`, `replayed`, `effects` and `outcome`.

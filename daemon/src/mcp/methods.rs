@@ -10,7 +10,8 @@
 
 use std::sync::Arc;
 
-use broker_core::coordinator::{Call, CallError, CallOutput, Surface};
+use broker_core::coordinator::{Call, CallError, CallOutput, EffectSummary, Surface};
+use broker_core::object::Ref;
 use broker_core::registry::RegistryEntry;
 use broker_core::session::Session;
 use broker_core::task;
@@ -171,10 +172,7 @@ fn initialize(id: &Value, params: Option<&Value>) -> Reply {
                     list_changed: false,
                 },
             },
-            server_info: ServerInfo {
-                name: "worldd",
-                version: env!("CARGO_PKG_VERSION"),
-            },
+            server_info: ServerInfo::ours(),
             instructions: INSTRUCTIONS,
         }),
     )
@@ -353,8 +351,57 @@ pub(super) struct CallToolResult {
     is_error: bool,
     #[serde(flatten, skip_serializing_if = "Option::is_none")]
     modern: Option<ModernFields>,
+    /// Boxed: the other results are small, and a reply is moved a few times.
     #[serde(rename = "_meta")]
-    meta: Map<String, Value>,
+    meta: Box<CallMeta>,
+}
+
+/// The `_meta` of a committed call: `world/invocationId`, `world/entryIndex`,
+/// `world/worldRef`, `world/outputRef`, `world/replayed`, `world/effects`, `world/outcome`,
+/// for a keyed call `world/idempotencyKey`, and under the 2026-07-28 revision the server
+/// identity stamp. Written directly, in the order a JSON map keeps its members: it was a map
+/// of JSON values, about twenty allocations per call.
+#[derive(Debug)]
+pub(super) struct CallMeta {
+    invocation_id: String,
+    entry_index: u64,
+    world_ref: Ref,
+    output_ref: Ref,
+    replayed: bool,
+    effects: Vec<EffectSummary>,
+    outcome: Outcome,
+    key: Option<String>,
+    server_info: bool,
+}
+
+impl Serialize for CallMeta {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let mut m = s.serialize_map(None)?;
+        if self.server_info {
+            m.serialize_entry(SERVER_INFO_META_KEY, &ServerInfo::ours())?;
+        }
+        m.serialize_entry("world/effects", &outcome::Effects(&self.effects))?;
+        m.serialize_entry("world/entryIndex", &self.entry_index)?;
+        if let Some(k) = &self.key {
+            m.serialize_entry("world/idempotencyKey", k)?;
+        }
+        m.serialize_entry("world/invocationId", &self.invocation_id)?;
+        m.serialize_entry("world/outcome", &self.outcome)?;
+        m.serialize_entry("world/outputRef", &self.output_ref)?;
+        m.serialize_entry("world/replayed", &self.replayed)?;
+        m.serialize_entry("world/worldRef", &self.world_ref)?;
+        m.end()
+    }
+}
+
+impl ServerInfo {
+    fn ours() -> ServerInfo {
+        ServerInfo {
+            name: "worldd",
+            version: env!("CARGO_PKG_VERSION"),
+        }
+    }
 }
 
 #[derive(Debug, Serialize)]
@@ -620,33 +667,49 @@ fn call_result(
     key: Option<&str>,
 ) -> Result<Reply, HostFailure> {
     let episode = ctx.session.episode.as_str();
-    let invocation = out.invocation_id.clone();
-    let mut meta = outcome::mcp_meta(&out, &outcome, key);
-    let text = String::from_utf8(out.output).map_err(|_| {
-        tracing::error!(%episode, %tool, %invocation, output = %out.output_ref, "mcp: committed output is not UTF-8");
+    let CallOutput {
+        invocation_id: invocation,
+        output,
+        output_ref,
+        entry_index,
+        world_ref,
+        replayed,
+        effects,
+    } = out;
+    let text = String::from_utf8(output).map_err(|_| {
+        tracing::error!(%episode, %tool, %invocation, output = %output_ref, "mcp: committed output is not UTF-8");
         HostFailure::Failed
     })?;
     let structured = match RawValue::from_string(text.clone()) {
         Ok(raw) if raw.get().starts_with('{') => raw,
         _ => {
-            tracing::error!(%episode, %tool, %invocation, output = %out.output_ref, "mcp: committed output is not a JSON object");
+            tracing::error!(%episode, %tool, %invocation, output = %output_ref, "mcp: committed output is not a JSON object");
             return Err(HostFailure::Failed);
         }
     };
-    tracing::debug!(%episode, %tool, %invocation, entry = out.entry_index, replayed = out.replayed, "mcp tools/call committed");
+    tracing::debug!(%episode, %tool, %invocation, entry = entry_index, replayed, "mcp tools/call committed");
     let modern = ctx.modern();
-    if modern {
-        meta.extend(server_info_meta());
-    }
+    // The handshake revisions keep the contract (a committed result is never an error);
+    // 2026-07-28 flags every outcome that is not `ok`, so a client that reads only `isError`
+    // cannot mistake a refusal or a denial for success.
+    let is_error = modern && outcome.kind != outcome::Kind::Ok;
+    let meta = Box::new(CallMeta {
+        invocation_id: invocation,
+        entry_index,
+        world_ref,
+        output_ref,
+        replayed,
+        effects,
+        outcome,
+        key: key.map(str::to_owned),
+        server_info: modern,
+    });
     Ok(Reply::result(
         id,
         MethodResult::Call(CallToolResult {
             content: vec![TextContent { kind: "text", text }],
             structured_content: structured,
-            // The handshake revisions keep the contract (a committed result is never an
-            // error); 2026-07-28 flags every outcome that is not `ok`, so a client that reads
-            // only `isError` cannot mistake a refusal or a denial for success.
-            is_error: modern && outcome.kind != outcome::Kind::Ok,
+            is_error,
             modern: modern.then(ModernFields::complete),
             meta,
         }),
@@ -657,6 +720,99 @@ fn call_result(
 mod tests {
     use super::*;
     use serde_json::json;
+
+    /// `_meta` as it was built before it was written directly: a map of JSON values.
+    fn meta_as_map(m: &CallMeta) -> Map<String, Value> {
+        let effects: Vec<Value> = m
+            .effects
+            .iter()
+            .map(|e| {
+                let mut o = Map::new();
+                o.insert("id".into(), json!(e.id));
+                o.insert("effect".into(), json!(e.effect));
+                o.insert("status".into(), json!(e.status));
+                o.insert("record".into(), json!(e.record));
+                o.insert("budgetAfter".into(), json!(e.budget_after));
+                if let Some(d) = &e.denial {
+                    o.insert("denial".into(), json!(d));
+                }
+                Value::Object(o)
+            })
+            .collect();
+        let mut outcome = Map::new();
+        outcome.insert("kind".into(), json!(m.outcome.kind.as_str()));
+        if let Some(r) = m.outcome.reason {
+            outcome.insert("reason".into(), json!(r));
+        }
+        outcome.insert("retryable".into(), json!(m.outcome.retryable));
+        if let Some(n) = m.outcome.remaining {
+            outcome.insert("remaining".into(), json!(n));
+        }
+        let mut map = Map::new();
+        map.insert("world/invocationId".into(), json!(m.invocation_id));
+        map.insert("world/entryIndex".into(), json!(m.entry_index));
+        map.insert("world/worldRef".into(), json!(m.world_ref));
+        map.insert("world/outputRef".into(), json!(m.output_ref));
+        map.insert("world/replayed".into(), json!(m.replayed));
+        map.insert("world/effects".into(), Value::Array(effects));
+        map.insert("world/outcome".into(), Value::Object(outcome));
+        if let Some(k) = &m.key {
+            map.insert("world/idempotencyKey".into(), json!(k));
+        }
+        if m.server_info {
+            map.extend(server_info_meta());
+        }
+        map
+    }
+
+    #[test]
+    fn a_calls_meta_written_directly_is_the_map_it_replaced() {
+        let effect = |denial: Option<&str>| EffectSummary {
+            id: "e1".into(),
+            effect: "Workspace.Write".into(),
+            status: "denied".into(),
+            record: Ref::of(b"record \"quoted\""),
+            budget_after: u64::MAX,
+            denial: denial.map(str::to_owned),
+        };
+        let mut denied = Outcome::capacity();
+        denied.remaining = Some(3);
+        let cases = [
+            CallMeta {
+                invocation_id: "mcp:ep:0f".into(),
+                entry_index: 0,
+                world_ref: Ref::of(b"w"),
+                output_ref: Ref::of(b"o"),
+                replayed: false,
+                effects: Vec::new(),
+                outcome: Outcome {
+                    kind: outcome::Kind::Ok,
+                    reason: None,
+                    retryable: true,
+                    remaining: None,
+                },
+                key: None,
+                server_info: false,
+            },
+            CallMeta {
+                invocation_id: "mcp:\u{e9}p\u{2028}:k-1".into(),
+                entry_index: u64::MAX,
+                world_ref: Ref::of(b"w2"),
+                output_ref: Ref::of(b"o2"),
+                replayed: true,
+                effects: vec![effect(None), effect(Some("denied:budget"))],
+                outcome: denied,
+                key: Some("k-1.x_y".into()),
+                server_info: true,
+            },
+        ];
+        for meta in cases {
+            assert_eq!(
+                serde_json::to_string(&meta).unwrap(),
+                serde_json::to_string(&meta_as_map(&meta)).unwrap(),
+            );
+        }
+    }
 
     #[test]
     fn schemas_gain_type_object_only_when_untyped() {
