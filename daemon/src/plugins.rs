@@ -23,7 +23,7 @@ use broker_core::object::Ref;
 use broker_core::transition::Transition;
 use handler_api::{
     EffectClass, FinishInput, HostServices, LoadedHandler, LoadedPlugin, LogLevel, Manifest,
-    Outcome, Preflight, Request,
+    Outcome, Preflight, RequestRef,
 };
 use serde_json::{Map, Value};
 
@@ -655,7 +655,7 @@ impl EffectHandler for PluginHandler {
         if self.refuse_op(req.effect, req.payload).is_some() {
             return None;
         }
-        match self.handler.preflight(&plugin_request(req)) {
+        match with_plugin_request(req, |r| self.handler.preflight_ref(r)) {
             Preflight::Decline(output) => Some(output),
             Preflight::Proceed => None,
         }
@@ -665,7 +665,7 @@ impl EffectHandler for PluginHandler {
         if let Some(message) = self.refuse_op(req.effect, req.payload) {
             return HandlerOutcome::Failed(message);
         }
-        match self.handler.execute(&plugin_request(req)) {
+        match with_plugin_request(req, |r| self.handler.execute_ref(r)) {
             Outcome::Ok { output } => HandlerOutcome::Ok(output),
             Outcome::Failed { message } => HandlerOutcome::Failed(message),
             Outcome::Indeterminate { message } => HandlerOutcome::Indeterminate(message),
@@ -685,18 +685,20 @@ impl EffectHandler for PluginHandler {
     }
 }
 
-/// The ABI's request document for one effect.
-fn plugin_request(req: &EffectRequest<'_>) -> Request {
-    Request {
-        invocation_id: req.invocation_id.to_owned(),
-        episode: req.episode.to_owned(),
-        worktree: req.worktree.map(|p| p.display().to_string()),
-        effect: req.effect.to_owned(),
-        scope: req.scope.to_owned(),
+/// The ABI's request document for one effect, borrowed from it (a worktree path that is not
+/// UTF-8 is sent with its invalid bytes replaced, as it is displayed).
+fn with_plugin_request<T>(req: &EffectRequest<'_>, f: impl FnOnce(&RequestRef<'_>) -> T) -> T {
+    let worktree = req.worktree.map(|p| p.to_string_lossy());
+    f(&RequestRef {
+        invocation_id: req.invocation_id,
+        episode: req.episode,
+        worktree: worktree.as_deref(),
+        effect: req.effect,
+        scope: req.scope,
         cost: req.cost,
-        payload: Value::Object(req.payload.clone()),
+        payload: req.payload,
         deadline_ms: req.deadline.as_millis() as u64,
-    }
+    })
 }
 
 /// The text of `worldd handlers`: every library, its effects and tools, or why it would not

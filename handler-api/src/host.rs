@@ -15,7 +15,9 @@ use serde_json::Value;
 
 use crate::abi::{HandlerBox, HostCallbacks, HostCallbacksRef, PluginModRef, ABI_VERSION};
 use crate::plugin::{panic_text, NO_PUBLISH};
-use crate::types::{FinishInput, JsonObject, LogLevel, Manifest, Outcome, Preflight, Request};
+use crate::types::{
+    FinishInput, JsonObject, LogLevel, Manifest, Outcome, Preflight, Request, RequestRef,
+};
 
 /// Longest summary a [`LoadError`] puts on its one line.
 const SUMMARY_LIMIT: usize = 240;
@@ -362,7 +364,16 @@ impl LoadedHandler {
     /// longer than [`MAX_ANSWER_BYTES`], is reported as `indeterminate`: the
     /// handler ran, and nobody can tell what it did.
     pub fn execute(&self, request: &Request) -> Outcome {
-        let json = match serde_json::to_string(request) {
+        self.execute_serialized(serde_json::to_string(request))
+    }
+
+    /// [`LoadedHandler::execute`] for a request borrowed from the host's own data.
+    pub fn execute_ref(&self, request: &RequestRef<'_>) -> Outcome {
+        self.execute_serialized(serde_json::to_string(request))
+    }
+
+    fn execute_serialized(&self, json: serde_json::Result<String>) -> Outcome {
+        let json = match json {
             Ok(json) => json,
             Err(e) => return Outcome::failed(format!("request could not be serialised: {e}")),
         };
@@ -387,7 +398,16 @@ impl LoadedHandler {
     /// (or one longer than [`MAX_ANSWER_BYTES`]) proceeds (see [`crate::Preflight`]):
     /// `execute` checks everything again.
     pub fn preflight(&self, request: &Request) -> Preflight {
-        let Ok(json) = serde_json::to_string(request) else {
+        self.preflight_serialized(serde_json::to_string(request))
+    }
+
+    /// [`LoadedHandler::preflight`] for a request borrowed from the host's own data.
+    pub fn preflight_ref(&self, request: &RequestRef<'_>) -> Preflight {
+        self.preflight_serialized(serde_json::to_string(request))
+    }
+
+    fn preflight_serialized(&self, json: serde_json::Result<String>) -> Preflight {
+        let Ok(json) = json else {
             return Preflight::Proceed;
         };
         match self.inner.preflight(RStr::from_str(&json)).into_option() {
