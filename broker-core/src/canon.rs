@@ -104,6 +104,71 @@ pub fn object_to_vec(map: &Map<String, Value>) -> Result<Vec<u8>, CanonError> {
     Ok(out.into_bytes())
 }
 
+/// [`object_to_vec`] of `map` with the member `name` set to `member`, canonical JSON text
+/// written where canonical order puts it (a member of `map` with that name is replaced, as
+/// inserting it into the map would): for an answer whose reserved member the broker adds to
+/// what a handler returned, without copying the handler's members into a new map first.
+pub(crate) fn object_with_member_to_vec(
+    map: &Map<String, Value>,
+    name: &str,
+    member: &str,
+) -> Result<Vec<u8>, CanonError> {
+    let depth = enter(0)?;
+    let mut out = String::with_capacity(256 + member.len());
+    out.push('{');
+    if in_utf16_order(map) {
+        write_members_with(&mut out, map.iter(), depth, name, member)?;
+    } else {
+        let mut members: Vec<(&String, &Value)> = map.iter().collect();
+        members.sort_by(|a, b| utf16_cmp(a.0, b.0));
+        write_members_with(&mut out, members.into_iter(), depth, name, member)?;
+    }
+    out.push('}');
+    Ok(out.into_bytes())
+}
+
+/// [`write_members`] of members in canonical order, with `name` and its written `member` in
+/// its place among them.
+fn write_members_with<'a>(
+    out: &mut String,
+    members: impl Iterator<Item = (&'a String, &'a Value)>,
+    depth: usize,
+    name: &str,
+    member: &str,
+) -> Result<(), CanonError> {
+    let mut pending = Some(member);
+    let mut first = true;
+    let mut separate = |out: &mut String| {
+        if !std::mem::take(&mut first) {
+            out.push(',');
+        }
+    };
+    for (key, value) in members {
+        if key == name {
+            continue;
+        }
+        if utf16_cmp(name, key) == Ordering::Less {
+            if let Some(member) = pending.take() {
+                separate(out);
+                write_string(out, name);
+                out.push(':');
+                out.push_str(member);
+            }
+        }
+        separate(out);
+        write_string(out, key);
+        out.push(':');
+        write_value(out, value, depth)?;
+    }
+    if let Some(member) = pending {
+        separate(out);
+        write_string(out, name);
+        out.push(':');
+        out.push_str(member);
+    }
+    Ok(())
+}
+
 /// Like [`to_vec`], as a `String` (canonical JSON is always UTF-8).
 pub fn to_string(value: &Value) -> Result<String, CanonError> {
     // Most documents stored per call are a few hundred bytes: start there instead of growing

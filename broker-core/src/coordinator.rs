@@ -103,7 +103,7 @@ pub use handler::{EffectHandler, EffectRequest, HandlerOutcome, Handlers};
 pub use hooks::{Clock, CrashPoint, Hooks, SystemClock};
 pub use known::{KNOWN_EPISODES_MAX, KNOWN_MAX};
 
-use closed::{closed_by_denial, declined, ended_body, refusal, summary, with_world};
+use closed::{closed_by_denial, declined, ended_body, output_with_world, refusal, summary};
 use hooks::NoHooks;
 use known::KnownObjects;
 use outcome::{
@@ -933,15 +933,9 @@ impl Coordinator {
         );
         let record_obj = Object::new(sid::EFFECT_RECORD, "host/broker", record.canonical()?);
         let body = ended_body(&p, &effect.effect, "denied");
-        let output = with_world(body, &plan_obj.hash, &[(&record, record_obj.hash)]);
+        let output = output_with_world(&body, &plan_obj.hash, &[(&record, record_obj.hash)])?;
         Ok(closed_by_denial(
-            p,
-            plan_obj,
-            request,
-            &record,
-            record_obj,
-            canon::to_vec(&output)?,
-            busy,
+            p, plan_obj, request, &record, record_obj, output, busy,
         ))
     }
 
@@ -1248,8 +1242,8 @@ impl Coordinator {
             (Some(out), None) => out,
             (None, _) => ended_body(p, &record.effect, record.status()),
         };
-        let output = with_world(body, &plan_obj.hash, &[(record, record_obj.hash)]);
-        let bytes = canon::to_vec(&output).map_err(|e| e.to_string())?;
+        let bytes = output_with_world(&body, &plan_obj.hash, &[(record, record_obj.hash)])
+            .map_err(|e| e.to_string())?;
         if bytes.len() > MAX_IO_BYTES {
             return Err(format!(
                 "output is {} bytes; the limit is {MAX_IO_BYTES}",

@@ -43,7 +43,7 @@ pub(super) fn declined(
         output
     };
     let world = [(&record, record_obj.hash)];
-    let mut output = canon::to_vec(&with_world(body, &plan_obj.hash, &world))?;
+    let mut output = output_with_world(&body, &plan_obj.hash, &world)?;
     let len = output.len();
     if len > MAX_IO_BYTES {
         // The answer is the plugin's to shape, not to inflate past what a call may return.
@@ -56,7 +56,7 @@ pub(super) fn declined(
                 effect.effect
             )),
         );
-        output = canon::to_vec(&with_world(body, &plan_obj.hash, &world))?;
+        output = output_with_world(&body, &plan_obj.hash, &world)?;
     }
     Ok(closed_by_denial(
         p, plan_obj, request, &record, record_obj, output, busy,
@@ -137,18 +137,27 @@ pub(super) fn ended_body(p: &Prepared, effect: &str, status: &str) -> Map<String
     Map::new()
 }
 
-pub(super) fn with_world(
-    mut body: Map<String, Value>,
+/// The answer: `body` (what the handler returned, or what the broker says in its place) with
+/// the reserved `world` member, `{"effects":[{"id","record","status"}…],"plan"}`, as canonical
+/// JSON written directly.
+pub(super) fn output_with_world(
+    body: &Map<String, Value>,
     plan: &Ref,
     records: &[(&EffectRecord, Ref)],
-) -> Value {
-    let effects: Vec<Value> = records
-        .iter()
-        .enumerate()
-        .map(|(i, (rec, r))| json!({"id": format!("e{}", i + 1), "status": rec.status(), "record": r}))
+) -> Result<Vec<u8>, canon::CanonError> {
+    let numbered: Vec<(usize, &EffectRecord, Ref)> = (1..)
+        .zip(records)
+        .map(|(n, (rec, r))| (n, *rec, *r))
         .collect();
-    body.insert("world".into(), json!({"effects": effects, "plan": plan}));
-    Value::Object(body)
+    let world = canon::Members::new()
+        .object_array("effects", &numbered, |m, (n, rec, r)| {
+            Ok(m.plain("id", format_args!("e{n}"))
+                .plain("record", r)
+                .plain("status", rec.status()))
+        })?
+        .plain("plan", plan)
+        .finish();
+    canon::object_with_member_to_vec(body, "world", &world)
 }
 
 pub(super) fn summary(record: &EffectRecord, r: Ref) -> EffectSummary {
@@ -165,6 +174,68 @@ pub(super) fn summary(record: &EffectRecord, r: Ref) -> EffectSummary {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The answer as it was written before: `world` inserted into the body as JSON values,
+    /// then the whole value written canonically.
+    fn as_values(
+        mut body: Map<String, Value>,
+        plan: &Ref,
+        records: &[(&EffectRecord, Ref)],
+    ) -> Result<Vec<u8>, canon::CanonError> {
+        let effects: Vec<Value> = records
+            .iter()
+            .enumerate()
+            .map(|(i, (rec, r))| {
+                json!({"id": format!("e{}", i + 1), "status": rec.status(), "record": r})
+            })
+            .collect();
+        body.insert("world".into(), json!({"effects": effects, "plan": plan}));
+        canon::to_vec(&Value::Object(body))
+    }
+
+    #[test]
+    fn an_answer_written_directly_is_its_value_written_canonically() {
+        let plan = Ref::of(b"plan");
+        let request = Ref::of(b"request");
+        let ok = EffectRecord::succeeded("Workspace.Read", "worktree", 1, 9, request, plan);
+        let failed = EffectRecord::failed("Workspace.Write", "worktree", 1, 8, request);
+        let denied = EffectRecord::denied("X.Y", "s", 2, 0, crate::broker::Denial::Budget, request);
+        let mut deep = json!(1);
+        for _ in 0..canon::MAX_DEPTH - 1 {
+            deep = json!([deep]);
+        }
+        let bodies = [
+            json!({}),
+            json!({"ok": true, "content": "a \"quoted\" \u{2028} line\n", "n": 9_007_199_254_740_991u64}),
+            // Members before and after `world` in canonical order, and one it replaces.
+            json!({"aa": 1, "wor": 2, "world": "the handler's", "worldz": 3, "worlD": 4, "zeta": [1, {"b": 2, "a": 1}]}),
+            // Names from U+E000 up, which UTF-8 and UTF-16 order differently.
+            json!({"\u{e000}": 1, "\u{1F600}": 2, "x": 3, "\u{ff61}": 4}),
+            // At the depth limit, and one past it.
+            json!({"deep": deep.clone()}),
+            json!({"deeper": [deep]}),
+            json!({"big": 9_007_199_254_740_992u64}),
+        ];
+        let records: [&[(&EffectRecord, Ref)]; 3] = [
+            &[],
+            &[(&ok, Ref::of(b"r1"))],
+            &[(&failed, Ref::of(b"r2")), (&denied, Ref::of(b"r3"))],
+        ];
+        for body in bodies {
+            let Value::Object(map) = body else {
+                unreachable!()
+            };
+            for records in records {
+                let direct = output_with_world(&map, &plan, records);
+                let values = as_values(map.clone(), &plan, records);
+                assert_eq!(
+                    format!("{direct:?}"),
+                    format!("{values:?}"),
+                    "{map:?} {records:?}"
+                );
+            }
+        }
+    }
 
     #[test]
     fn a_refused_answer_written_directly_is_its_value_written_canonically() {
