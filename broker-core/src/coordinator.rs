@@ -161,7 +161,8 @@ pub struct Coordinator {
     config: CoordinatorConfig,
     episodes: Arc<EpisodeTurns>,
     in_flight: Arc<Mutex<HashSet<String>>>,
-    registry_cache: Mutex<Arc<Registry>>,
+    /// The registry loaded last, and the snapshot its head was last read in.
+    registry_cache: Mutex<(Arc<Registry>, usize)>,
     refusals: RefusalLimiter,
     overruns: Arc<Overruns>,
     /// The objects each episode holds already: a call leaves them out of its commit.
@@ -352,7 +353,7 @@ impl Coordinator {
             handlers,
             episodes: Arc::default(),
             in_flight: Arc::default(),
-            registry_cache: Mutex::new(Arc::new(Registry::default())),
+            registry_cache: Mutex::new((Arc::new(Registry::default()), 0)),
             overruns: Arc::default(),
             known: Arc::default(),
             refusals: RefusalLimiter::new(config.refusal_rate),
@@ -402,15 +403,33 @@ impl Coordinator {
     /// The current registry, reloaded only when its head moved.
     pub fn registry(&self) -> Result<Arc<Registry>, CallError> {
         let name = &self.config.registry;
-        let head = self.store.read(|r| registry::head(r, name))?;
-        let mut cache = self
-            .registry_cache
-            .lock()
-            .map_err(|_| CallError::Internal("registry cache poisoned".into()))?;
-        if cache.reference != head || cache.name != *name {
-            *cache = Arc::new(registry::load(&self.store, name)?);
+        // Nothing committed since the head was last read, here or by another process: it
+        // cannot have moved, and no transaction is needed to know it (a call looks its tool up,
+        // then prepares, each asking for the registry).
+        let last = self.store.last_commit();
+        {
+            let cache = self.registry_cache()?;
+            if cache.1 == last && cache.0.name == *name {
+                return Ok(cache.0.clone());
+            }
         }
-        Ok(cache.clone())
+        let (head, snapshot) = self.store.read(|r| {
+            Ok::<_, crate::store::StoreError>((registry::head(r, name)?, r.snapshot()))
+        })?;
+        let mut cache = self.registry_cache()?;
+        if cache.0.reference != head || cache.0.name != *name {
+            cache.0 = Arc::new(registry::load(&self.store, name)?);
+        }
+        cache.1 = snapshot;
+        Ok(cache.0.clone())
+    }
+
+    fn registry_cache(
+        &self,
+    ) -> Result<std::sync::MutexGuard<'_, (Arc<Registry>, usize)>, CallError> {
+        self.registry_cache
+            .lock()
+            .map_err(|_| CallError::Internal("registry cache poisoned".into()))
     }
 
     /// The tools this session sees: those whose `access` a live grant satisfies.

@@ -601,6 +601,36 @@ fn registry_publication_is_a_content_addressed_chain() {
     );
 }
 
+/// The coordinator keeps the registry it loaded while nothing is committed, and reads the head
+/// again after any commit: a publication is seen by the very next call.
+#[test]
+fn the_registry_is_kept_until_a_commit_and_a_publication_is_seen_at_once() {
+    let w = World::new();
+    let first = w.coordinator.registry().unwrap();
+    assert!(std::sync::Arc::ptr_eq(
+        &first,
+        &w.coordinator.registry().unwrap()
+    ));
+    let before = w.store.last_commit();
+    // A commit that leaves the head alone: the head is read again, the registry kept.
+    let s = w.mint("ep1", &["Workspace.Read=worktree:5"]);
+    assert!(w.store.last_commit() > before);
+    assert!(std::sync::Arc::ptr_eq(
+        &first,
+        &w.coordinator.registry().unwrap()
+    ));
+    let mut doc = se_tool("ailang-read").to_value().clone();
+    doc["id"] = json!("docs-read");
+    let t = Transition::from_value(doc).unwrap();
+    registry::publish(&w.store, registry::DEFAULT_REGISTRY, vec![t], "test").unwrap();
+    let published = w.coordinator.registry().unwrap();
+    assert_eq!((first.len(), published.len()), (8, 9));
+    assert_eq!(
+        output_json(&w.call(&s, "docs-read", json!({"path": "x"})).unwrap())["ok"],
+        true
+    );
+}
+
 #[test]
 fn concurrent_episodes_chain_without_conflicts() {
     let w = std::sync::Arc::new(World::new());

@@ -33,7 +33,7 @@ pub(super) struct Held<'m, T> {
 }
 
 impl MapLock {
-    fn shared(&self) -> RwLockReadGuard<'_, ()> {
+    pub(super) fn shared(&self) -> RwLockReadGuard<'_, ()> {
         self.lock.read().unwrap_or_else(|p| p.into_inner())
     }
 

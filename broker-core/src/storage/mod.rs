@@ -683,6 +683,15 @@ impl Store {
         &self.inner.committed
     }
 
+    /// The id of the newest committed transaction, by this process or another, read from the
+    /// map without beginning a transaction: what a snapshot taken now would see
+    /// ([`ReadCtx::snapshot`]). A value read at snapshot `s` is still current while this is `s`.
+    pub fn last_commit(&self) -> usize {
+        // Under a shared hold, like every transaction: a remap replaces the map being read.
+        let _shared = self.inner.map.shared();
+        self.inner.env.info().last_txn_id
+    }
+
     /// Run `op` in a read transaction on this thread.
     pub fn read<R, E>(&self, op: impl FnOnce(&ReadCtx<'_>) -> Result<R, E>) -> Result<R, E>
     where
