@@ -117,9 +117,16 @@ impl WriteCtx<'_, '_> {
         if ref_tail::find(&r, &key)?.is_some() {
             return Ok(());
         }
-        let seq = match OBJECTS.last(&r)? {
-            Some((last, _)) => last + 1,
-            None => 0,
+        // Objects this operation stored are the table's last rows (nothing else appends to
+        // it): the next follows them without a search for the end.
+        let newest_fresh = self
+            .fresh_rows()
+            .filter(|(address, _)| address[32] == OBJECT)
+            .map(|(_, seq)| seq)
+            .max();
+        let seq = match newest_fresh {
+            Some(newest) => newest + 1,
+            None => OBJECTS.last(&r)?.map_or(0, |(last, _)| last + 1),
         };
         let envelope = object.encode_value();
         let mut row = Vec::with_capacity(32 + envelope.len());

@@ -267,6 +267,12 @@ impl<'a, 't> WriteCtx<'a, 't> {
             .map(|f| (f.seq, f.flag))
     }
 
+    /// The rows this operation stored anew: their keys in the content-address index and their
+    /// sequence numbers.
+    pub(crate) fn fresh_rows(&self) -> impl Iterator<Item = (&[u8; 33], u64)> + '_ {
+        self.fresh.iter().map(|f| (&f.address, f.seq))
+    }
+
     /// [`WriteCtx::stored_anew`], with whether an earlier call of this marked the row too;
     /// marks it.
     pub(crate) fn stored_anew_marking(&mut self, address: &[u8; 33]) -> Option<(u64, bool, bool)> {
