@@ -51,8 +51,10 @@
 //! interface and the loaded set), `call` (calls, their results and errors), `hooks` (the clock
 //! and crash points tests inject), `turns` (one call at a time per episode), `outcome` (a
 //! handler's run, the record its answer settles into, and outcomes journaled without a
-//! commit), `closed` (calls closed without an effect, and the `world` block of every answer)
-//! and `committing` (the answer of a submitted commit).
+//! commit), `closed` (calls closed without an effect, and the `world` block of every answer),
+//! `record` (the invocation record, written directly), `known` (the objects each episode
+//! already holds, left out of its later commits) and `committing` (the answer of a submitted
+//! commit).
 
 use std::collections::HashSet;
 use std::panic::{catch_unwind, AssertUnwindSafe};

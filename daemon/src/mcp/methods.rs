@@ -229,10 +229,10 @@ impl ModernFields {
 /// A 2026-07-28 `_meta` holding only the server identity stamp.
 fn server_info_meta() -> Map<String, Value> {
     let mut m = Map::new();
-    m.insert(
-        SERVER_INFO_META_KEY.into(),
-        json!({"name": "worldd", "version": env!("CARGO_PKG_VERSION")}),
-    );
+    // One stamp, the same as `serverInfo` and a committed call's `_meta` write.
+    if let Ok(stamp) = serde_json::to_value(ServerInfo::ours()) {
+        m.insert(SERVER_INFO_META_KEY.into(), stamp);
+    }
     m
 }
 
