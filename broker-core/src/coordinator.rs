@@ -1432,8 +1432,14 @@ impl Coordinator {
             transition_ref: record_obj.hash,
             state_root: output_obj.hash,
             binding: HeadBinding::AtHead,
-        }
-        .checked()?;
+        };
+        // The record names the invocation: when its task id was minted here (128 random bits),
+        // no row can hold it, and the writer stores it without a look for it.
+        let append = if p.call.task_id.is_none() {
+            append.checked_minted_last()?
+        } else {
+            append.checked()?
+        };
         let mut task_state = TaskState {
             invocation_id: p.invocation_id.clone(),
             skill_id: p.call.skill_id.clone(),

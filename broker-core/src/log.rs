@@ -406,13 +406,30 @@ pub struct Append {
 /// before it was queued for the writer: the one thread that sets the store's rate does not
 /// hash them again.
 #[derive(Debug, Clone)]
-pub struct CheckedAppend(Append);
+pub struct CheckedAppend {
+    append: Append,
+    /// The last object is the invocation record of a call that brought no task id, which
+    /// names an id minted from 128 random bits: it is stored without a look for it.
+    minted_last: bool,
+}
 
 impl Append {
     /// Check every object against its address, on the caller's thread.
     pub fn checked(self) -> Result<CheckedAppend, LogError> {
         check_objects(&self.objects)?;
-        Ok(CheckedAppend(self))
+        Ok(CheckedAppend {
+            append: self,
+            minted_last: false,
+        })
+    }
+
+    /// [`Append::checked`], for an append whose last object no row can hold yet: it names
+    /// something minted for this call (`coordinator`: the invocation record of a call that
+    /// brought no task id), so it is stored without a look for it.
+    pub(crate) fn checked_minted_last(self) -> Result<CheckedAppend, LogError> {
+        let mut checked = self.checked()?;
+        checked.minted_last = !checked.append.objects.is_empty();
+        Ok(checked)
     }
 }
 
@@ -421,18 +438,19 @@ impl Append {
 /// The entry and world are built here from the head, so their hashes are computed once and
 /// not checked again; the caller's objects are, and the record and output must be stored.
 pub fn append(w: &mut WriteCtx<'_, '_>, a: &Append) -> Result<Committed, LogError> {
-    append_at_head(w, a, false)
+    append_at_head(w, a, false, false)
 }
 
 /// [`append`], for objects checked before the append was queued.
 pub fn append_checked(w: &mut WriteCtx<'_, '_>, a: &CheckedAppend) -> Result<Committed, LogError> {
-    append_at_head(w, &a.0, true)
+    append_at_head(w, &a.append, true, a.minted_last)
 }
 
 fn append_at_head(
     w: &mut WriteCtx<'_, '_>,
     a: &Append,
     objects_checked: bool,
+    minted_last: bool,
 ) -> Result<Committed, LogError> {
     let head = head(&w.reader())?;
     if let HeadBinding::Observed(observed) = &a.binding {
@@ -458,7 +476,11 @@ fn append_at_head(
     if !objects_checked {
         check_objects(&a.objects)?;
     }
-    store(w, &a.objects, &entry, &world, &world_bytes, &world_ref)?;
+    let (objects, minted) = match a.objects.split_last() {
+        Some((last, rest)) if minted_last => (rest, Some(last)),
+        _ => (&a.objects[..], None),
+    };
+    store(w, objects, minted, &entry, &world, &world_bytes, &world_ref)?;
     Ok(Committed {
         entry,
         world,
@@ -480,7 +502,7 @@ pub fn commit_exact(
     check_observed(&observed, head.as_ref())?;
     let world_bytes = check_exact(head.as_ref(), entry, world, world_ref)?;
     check_objects(objects)?;
-    store(w, objects, entry, world, &world_bytes, world_ref)?;
+    store(w, objects, None, entry, world, &world_bytes, world_ref)?;
     Ok(Committed {
         entry: entry.clone(),
         world: world.clone(),
@@ -559,10 +581,12 @@ pub(crate) fn check_objects(objects: &[Object]) -> Result<(), LogError> {
 
 /// The one place an entry reaches the log, once its entry and world are known to continue the
 /// head ([`append`] built them, [`check_exact`] checked them) and its objects to hash to their
-/// addresses ([`check_objects`]): the record and output must be stored.
+/// addresses ([`check_objects`]): the record and output must be stored. `minted`, stored
+/// last, is an object no row can hold yet ([`Append::checked_minted_last`]).
 fn store(
     w: &mut WriteCtx<'_, '_>,
     objects: &[Object],
+    minted: Option<&Object>,
     entry: &Entry,
     world: &World,
     world_bytes: &[u8],
@@ -571,6 +595,9 @@ fn store(
     let entry_bytes = entry.to_bytes()?;
     for o in objects {
         w.put_verified_object(o)?;
+    }
+    if let Some(minted) = minted {
+        w.put_minted_object(minted)?;
     }
     for (what, r) in [
         ("transitionRef", &entry.transition_ref),
@@ -649,6 +676,7 @@ fn write_genesis(w: &mut WriteCtx<'_, '_>) -> Result<Committed, LogError> {
     store(
         w,
         &[doc, identity],
+        None,
         &entry,
         &world,
         &world_bytes,

@@ -179,6 +179,9 @@ pub struct ReadCtx<'t> {
     dbs: &'t [RawDb],
     state: &'t LayoutState,
     map_size: usize,
+    /// The writer's view after its operation claimed the content-address tail
+    /// ([`WriteCtx::claimed_tail`]); `false` in a read transaction of its own.
+    tail_claimed: bool,
 }
 
 /// The writable view handed to an operation running on the writer thread.
@@ -191,6 +194,9 @@ pub struct WriteCtx<'a, 't> {
     /// What this operation stored anew, so that its later writes about those rows need not
     /// look them up ([`WriteCtx::stored_anew`]).
     fresh: Vec<Fresh>,
+    /// This operation made its handle the appender of the content-address tail, or found it
+    /// was ([`WriteCtx::claimed_tail`]).
+    tail_claimed: bool,
 }
 
 /// A row an operation stored anew: its key in the content-address index, its sequence number
@@ -210,6 +216,12 @@ impl<'t> ReadCtx<'t> {
     /// [`Store::until_durable`].
     pub fn snapshot(&self) -> usize {
         self.txn.id()
+    }
+
+    /// Whether this is the writer's view after its operation claimed the content-address tail
+    /// ([`WriteCtx::claimed_tail`]).
+    pub(crate) fn claimed_tail(&self) -> bool {
+        self.tail_claimed
     }
 
     /// The layout's state of this store, if it is a `T`.
@@ -239,6 +251,7 @@ impl<'a, 't> WriteCtx<'a, 't> {
             env,
             map_size,
             fresh: Vec::new(),
+            tail_claimed: false,
         }
     }
 
@@ -288,7 +301,20 @@ impl<'a, 't> WriteCtx<'a, 't> {
             dbs: self.dbs,
             state: self.state,
             map_size: self.map_size,
+            tail_claimed: self.tail_claimed,
         }
+    }
+
+    /// Whether this operation already made its handle the content-address tail's appender.
+    /// Only the writer of a transaction changes the appender, so once claimed it stays so for
+    /// the rest of the operation; the next operation asks the table again.
+    pub(crate) fn claimed_tail(&self) -> bool {
+        self.tail_claimed
+    }
+
+    /// Remember that this operation's handle is the tail's appender ([`WriteCtx::claimed_tail`]).
+    pub(crate) fn note_tail_claimed(&mut self) {
+        self.tail_claimed = true;
     }
 
     fn err(&self) -> impl Fn(heed::Error) -> StoreError + Copy + 'static {
@@ -715,6 +741,7 @@ impl Store {
             dbs: &self.inner.dbs,
             state: &*self.inner.state,
             map_size: self.inner.map_size,
+            tail_claimed: false,
         };
         op(&ctx)
     }
