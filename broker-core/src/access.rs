@@ -117,18 +117,31 @@ pub(crate) fn key(episode: &str, seq: u64) -> Vec<u8> {
 }
 
 fn key_of(episode: &[u8], seq: u64) -> Vec<u8> {
-    let mut k = prefix(episode);
-    k.extend_from_slice(&seq.to_be_bytes());
+    let mut k = Vec::with_capacity(episode.len() + 9);
+    append_key_of(&mut k, episode, seq);
     k
+}
+
+/// [`key_of`] appended to `k`: the episode's [`prefix`], then the sequence.
+fn append_key_of(k: &mut Vec<u8>, episode: &[u8], seq: u64) {
+    k.extend_from_slice(episode);
+    k.push(0);
+    k.extend_from_slice(&seq.to_be_bytes());
 }
 
 /// The `readers_tail` key of the same grant: the sequence first, so that the grants of new
 /// objects go to the end of the table, whichever episode they are for.
 fn tail_key(episode: &str, seq: u64) -> Vec<u8> {
     let mut k = Vec::with_capacity(8 + episode.len());
+    write_tail_key(&mut k, episode, seq);
+    k
+}
+
+/// [`tail_key`] into `k`, which is cleared first: one buffer serves an operation's grants.
+fn write_tail_key(k: &mut Vec<u8>, episode: &str, seq: u64) {
+    k.clear();
     k.extend_from_slice(&seq.to_be_bytes());
     k.extend_from_slice(episode.as_bytes());
-    k
 }
 
 /// `(sequence, episode)` of a `readers_tail` key.
@@ -342,6 +355,7 @@ pub(crate) fn grant(
     refs: impl IntoIterator<Item = Ref>,
 ) -> Result<(), StoreError> {
     let mut added = false;
+    let mut key = Vec::with_capacity(8 + episode.len());
     for reference in refs {
         // An object this operation stored anew is not looked up: its place and kind (the
         // caller's) are known. Only this operation can have granted it already, and the mark
@@ -349,7 +363,8 @@ pub(crate) fn grant(
         let seq = match w.stored_anew_marking(&ref_key(&reference, OBJECT)) {
             Some((_, true, _)) => continue,
             Some((seq, false, false)) => {
-                READERS_TAIL.put(w, &tail_key(episode, seq), &[])?;
+                write_tail_key(&mut key, episode, seq);
+                READERS_TAIL.put(w, &key, &[])?;
                 added = true;
                 continue;
             }
@@ -361,7 +376,8 @@ pub(crate) fn grant(
             },
         };
         if !granted(&w.reader(), episode, seq)? {
-            READERS_TAIL.put(w, &tail_key(episode, seq), &[])?;
+            write_tail_key(&mut key, episode, seq);
+            READERS_TAIL.put(w, &key, &[])?;
             added = true;
         }
     }
@@ -374,19 +390,23 @@ pub(crate) fn grant(
 /// Move every grant waiting in `readers_tail` into `readers`, in `readers`' key order, and
 /// empty the tail.
 fn merge_tail(w: &mut WriteCtx<'_, '_>) -> Result<(), StoreError> {
-    let mut keys = Vec::new();
+    // Thousands of keys: laid end to end in one buffer, and sorted as slices of it.
+    let mut bytes = Vec::new();
+    let mut spans = Vec::new();
     for item in READERS_TAIL.iter(&w.reader())? {
         let (k, _) = item?;
         if let Some((seq, episode)) = split_tail_key(k) {
-            keys.push(key_of(episode, seq));
+            let start = bytes.len();
+            append_key_of(&mut bytes, episode, seq);
+            spans.push(start..bytes.len());
         }
     }
-    keys.sort_unstable();
-    for k in &keys {
-        READERS.put(w, k, &[])?;
+    spans.sort_unstable_by(|a, b| bytes[a.clone()].cmp(&bytes[b.clone()]));
+    for span in &spans {
+        READERS.put(w, &bytes[span.clone()], &[])?;
     }
     READERS_TAIL.clear(w)?;
-    tracing::debug!(grants = keys.len(), "readers merged");
+    tracing::debug!(grants = spans.len(), "readers merged");
     Ok(())
 }
 

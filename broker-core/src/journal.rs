@@ -91,6 +91,9 @@ impl Receipt {
     }
 }
 
+/// A journal row's serde shape: the writer writes it directly ([`intent_row`],
+/// [`outcome_row`]), and the tests hold the two writings equal.
+#[cfg(test)]
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "lowercase")]
 enum Record {
@@ -132,52 +135,85 @@ impl OutcomeStatus {
 
 // The store's writer encodes two records and two states per effect: each is written as the
 // canonical form of its serde value directly (the tests compare the two).
+#[cfg(test)]
 impl Record {
     fn to_bytes(&self) -> Result<Vec<u8>, JournalError> {
-        let m = match self {
-            Record::Intent { seq, intent } => Members::new()
-                .integer("cost", intent.cost)?
-                .string("effect", &intent.effect)
-                .string("episode", &intent.episode)
-                .string("invocationId", &intent.invocation_id)
-                .plain("kind", "intent")
-                .plain("requestRef", intent.request_ref)
-                .string("scope", &intent.scope)
-                .integer("seq", *seq)?,
+        match self {
+            Record::Intent { seq, intent } => intent_row(*seq, intent),
             Record::Outcome {
                 seq,
                 invocation_id,
                 status,
                 result_ref,
-            } => Members::new()
-                .string("invocationId", invocation_id)
-                .plain("kind", "outcome")
-                .plain_or_null("resultRef", result_ref.as_ref())
-                .integer("seq", *seq)?
-                .plain("status", status.name()),
-        };
-        Ok(m.finish().into_bytes())
+            } => outcome_row(*seq, invocation_id, *status, result_ref.as_ref()),
+        }
     }
+}
+
+/// The bytes of [`Record::Intent`], from a borrowed intent: the writer does not copy it.
+fn intent_row(seq: u64, intent: &Intent) -> Result<Vec<u8>, JournalError> {
+    let m = Members::new()
+        .integer("cost", intent.cost)?
+        .string("effect", &intent.effect)
+        .string("episode", &intent.episode)
+        .string("invocationId", &intent.invocation_id)
+        .plain("kind", "intent")
+        .plain("requestRef", intent.request_ref)
+        .string("scope", &intent.scope)
+        .integer("seq", seq)?;
+    Ok(m.finish().into_bytes())
+}
+
+/// The bytes of [`Record::Outcome`], from borrowed parts.
+fn outcome_row(
+    seq: u64,
+    invocation_id: &str,
+    status: OutcomeStatus,
+    result_ref: Option<&Ref>,
+) -> Result<Vec<u8>, JournalError> {
+    let m = Members::new()
+        .string("invocationId", invocation_id)
+        .plain("kind", "outcome")
+        .plain_or_null("resultRef", result_ref)
+        .integer("seq", seq)?
+        .plain("status", status.name());
+    Ok(m.finish().into_bytes())
 }
 
 impl JournalState {
     fn to_bytes(&self) -> Result<Vec<u8>, JournalError> {
-        let i = &self.intent;
-        let m = Members::new()
-            .object("intent", |m| {
-                Ok(m.integer("cost", i.cost)?
-                    .string("effect", &i.effect)
-                    .string("episode", &i.episode)
-                    .string("invocationId", &i.invocation_id)
-                    .plain("requestRef", i.request_ref)
-                    .string("scope", &i.scope))
-            })?
-            .integer("intentSeq", self.intent_seq)?
-            .integer_or_null("outcomeSeq", self.outcome_seq)?
-            .plain_or_null("resultRef", self.result_ref.as_ref())
-            .plain_or_null("status", self.status.map(OutcomeStatus::name));
-        Ok(m.finish().into_bytes())
+        state_row(
+            &self.intent,
+            self.intent_seq,
+            self.outcome_seq,
+            self.result_ref.as_ref(),
+            self.status,
+        )
     }
+}
+
+/// The bytes of a [`JournalState`], from a borrowed intent: the writer does not copy it.
+fn state_row(
+    i: &Intent,
+    intent_seq: u64,
+    outcome_seq: Option<u64>,
+    result_ref: Option<&Ref>,
+    status: Option<OutcomeStatus>,
+) -> Result<Vec<u8>, JournalError> {
+    let m = Members::new()
+        .object("intent", |m| {
+            Ok(m.integer("cost", i.cost)?
+                .string("effect", &i.effect)
+                .string("episode", &i.episode)
+                .string("invocationId", &i.invocation_id)
+                .plain("requestRef", i.request_ref)
+                .string("scope", &i.scope))
+        })?
+        .integer("intentSeq", intent_seq)?
+        .integer_or_null("outcomeSeq", outcome_seq)?
+        .plain_or_null("resultRef", result_ref)
+        .plain_or_null("status", status.map(OutcomeStatus::name));
+    Ok(m.finish().into_bytes())
 }
 
 impl From<CanonError> for JournalError {
@@ -249,19 +285,9 @@ fn append_intent_to(
         });
     }
     let seq = next_seq(w)?;
-    let record = Record::Intent {
-        seq,
-        intent: intent.clone(),
-    };
-    JOURNAL.put(w, &seq, &record.to_bytes()?)?;
-    let state = JournalState {
-        intent: intent.clone(),
-        intent_seq: seq,
-        outcome_seq: None,
-        status: None,
-        result_ref: None,
-    };
-    looked.put_initial(w, Part::Journal, &state.to_bytes()?, Some(seq))?;
+    JOURNAL.put(w, &seq, &intent_row(seq, intent)?)?;
+    let state = state_row(intent, seq, None, None, None)?;
+    looked.put_initial(w, Part::Journal, &state, Some(seq))?;
     PENDING.put(w, &intent.invocation_id, &seq)?;
     SPEND.put(w, &key, &(spent + intent.cost))?;
     Ok(seq)
@@ -284,13 +310,11 @@ pub fn append_outcome(
         return Err(JournalError::AlreadyResolved(invocation_id.to_owned()));
     }
     let seq = next_seq(w)?;
-    let record = Record::Outcome {
-        seq,
-        invocation_id: invocation_id.to_owned(),
-        status,
-        result_ref,
-    };
-    JOURNAL.put(w, &seq, &record.to_bytes()?)?;
+    JOURNAL.put(
+        w,
+        &seq,
+        &outcome_row(seq, invocation_id, status, result_ref.as_ref())?,
+    )?;
     state.outcome_seq = Some(seq);
     state.status = Some(status);
     state.result_ref = result_ref;

@@ -74,6 +74,67 @@ fn outcome_wire_forms() {
     assert!(serde_json::from_str::<Outcome>(r#"{"status":"maybe","message":"x"}"#).is_err());
 }
 
+/// The host reads an answer member by member: in any order, past members it does not know,
+/// escapes included, and with serde's own words for what is wrong.
+#[test]
+fn an_outcome_is_read_in_any_order_and_refused_in_serdes_words() {
+    let read = |wire: &str| serde_json::from_str::<Outcome>(wire).map_err(|e| e.to_string());
+    let mut out = JsonObject::new();
+    out.insert("text".into(), json!("a \"quoted\"\nline \u{e9}"));
+    out.insert("n".into(), json!(9007199254740993u64));
+    assert_eq!(
+        read(
+            r#"{"output":{"n":9007199254740993,"text":"a \"quoted\"\nline \u00e9"},"extra":[1,{"x":2}],"status":"ok"}"#
+        ),
+        Ok(Outcome::ok(out))
+    );
+    assert_eq!(
+        read(r#"{"message":"line\tbreak","status":"failed","output":{}}"#),
+        Ok(Outcome::failed("line\tbreak"))
+    );
+    assert_eq!(
+        read(r#"{"status":"indeterminate","message":"timed out"}"#),
+        Ok(Outcome::indeterminate("timed out"))
+    );
+    let refused = [
+        (r#"{"message":"x"}"#, "missing field `status`"),
+        (r#"{"status":"ok"}"#, "missing field `output`"),
+        (r#"{"status":"failed"}"#, "missing field `message`"),
+        (
+            r#"{"status":"indeterminate","output":{}}"#,
+            "missing field `message`",
+        ),
+        (
+            r#"{"status":"maybe","message":"x"}"#,
+            "unknown variant `maybe`, expected one of `ok`, `failed`, `indeterminate`",
+        ),
+        (
+            r#"{"status":"output","output":{}}"#,
+            "unknown variant `output`, expected one of `ok`, `failed`, `indeterminate`",
+        ),
+        (
+            r#"{"status":"ok","status":"ok","output":{}}"#,
+            "duplicate field `status`",
+        ),
+        (
+            r#"{"status":"ok","output":{},"output":{}}"#,
+            "duplicate field `output`",
+        ),
+        (r#"{"status":1,"message":"x"}"#, "invalid type: integer `1`"),
+        (
+            r#"{"status":"ok","output":[1]}"#,
+            "invalid type: sequence, expected a map",
+        ),
+        (r#"["ok"]"#, "invalid type: sequence"),
+    ];
+    for (wire, why) in refused {
+        match read(wire) {
+            Err(e) => assert!(e.contains(why), "{wire}: {e}"),
+            Ok(o) => panic!("{wire} was read as {o:?}"),
+        }
+    }
+}
+
 #[test]
 fn manifest_round_trips_in_camel_case() {
     let m = Manifest {

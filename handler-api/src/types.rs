@@ -155,7 +155,7 @@ pub struct RequestRef<'a> {
 /// - **indeterminate**: the handler cannot tell whether the effect happened
 ///   (a remote call timed out after sending). The daemon fails closed: it
 ///   never retries and reports the effect as possibly applied.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(tag = "status", rename_all = "lowercase")]
 pub enum Outcome {
     /// The effect ran; `output` is the handler's answer (always an object).
@@ -201,6 +201,116 @@ impl Outcome {
             Outcome::Ok { .. } => "ok",
             Outcome::Failed { .. } => "failed",
             Outcome::Indeterminate { .. } => "indeterminate",
+        }
+    }
+}
+
+// Read field by field, in any order, each straight into its type. The derived reading of an
+// internally tagged enum first copies the whole answer into serde's buffer, then copies it
+// again into the output object: twice the allocations of every answer the host reads.
+impl<'de> Deserialize<'de> for Outcome {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        deserializer.deserialize_map(OutcomeVisitor)
+    }
+}
+
+const STATUSES: &[&str] = &["ok", "failed", "indeterminate"];
+
+/// A member name of an outcome, or a status word: read without a copy.
+enum Word {
+    Status,
+    Output,
+    Message,
+    Ok,
+    Failed,
+    Indeterminate,
+    Other(String),
+}
+
+impl<'de> Deserialize<'de> for Word {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct WordVisitor;
+        impl serde::de::Visitor<'_> for WordVisitor {
+            type Value = Word;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a string")
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Word, E> {
+                Ok(match v {
+                    "status" => Word::Status,
+                    "output" => Word::Output,
+                    "message" => Word::Message,
+                    "ok" => Word::Ok,
+                    "failed" => Word::Failed,
+                    "indeterminate" => Word::Indeterminate,
+                    // Only an unknown status word is ever shown (in its error).
+                    other => Word::Other(other.to_owned()),
+                })
+            }
+        }
+        deserializer.deserialize_str(WordVisitor)
+    }
+}
+
+impl Word {
+    fn text(&self) -> &str {
+        match self {
+            Word::Status => "status",
+            Word::Output => "output",
+            Word::Message => "message",
+            Word::Ok => "ok",
+            Word::Failed => "failed",
+            Word::Indeterminate => "indeterminate",
+            Word::Other(other) => other,
+        }
+    }
+}
+
+struct OutcomeVisitor;
+
+impl<'de> serde::de::Visitor<'de> for OutcomeVisitor {
+    type Value = Outcome;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("an outcome object with a `status`")
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Outcome, A::Error> {
+        use serde::de::Error;
+        let mut status: Option<Word> = None;
+        let mut output: Option<JsonObject> = None;
+        let mut message: Option<String> = None;
+        while let Some(key) = map.next_key::<Word>()? {
+            match key {
+                Word::Status if status.is_some() => {
+                    return Err(A::Error::duplicate_field("status"))
+                }
+                Word::Status => status = Some(map.next_value()?),
+                Word::Output if output.is_some() => {
+                    return Err(A::Error::duplicate_field("output"))
+                }
+                Word::Output => output = Some(map.next_value()?),
+                Word::Message if message.is_some() => {
+                    return Err(A::Error::duplicate_field("message"))
+                }
+                Word::Message => message = Some(map.next_value()?),
+                _ => {
+                    map.next_value::<serde::de::IgnoredAny>()?;
+                }
+            }
+        }
+        let missing = |field| A::Error::missing_field(field);
+        match status.ok_or_else(|| missing("status"))? {
+            Word::Ok => Ok(Outcome::Ok {
+                output: output.ok_or_else(|| missing("output"))?,
+            }),
+            Word::Failed => Ok(Outcome::Failed {
+                message: message.ok_or_else(|| missing("message"))?,
+            }),
+            Word::Indeterminate => Ok(Outcome::Indeterminate {
+                message: message.ok_or_else(|| missing("message"))?,
+            }),
+            other => Err(A::Error::unknown_variant(other.text(), STATUSES)),
         }
     }
 }
