@@ -1071,8 +1071,9 @@ impl Coordinator {
             world_ref: None,
             effect_records: Vec::new(),
         };
+        // Written into the invocation's row with the intent's journal state, in one write.
+        let task_bytes = task::stored_bytes(&task_state)?;
         let episode = p.call.session.episode.clone();
-        let task = p.task.clone();
         let mut objects = vec![request.clone(), p.input.clone()];
         self.known.keep_unknown(&episode, &mut objects);
         // Checked here, not on the writer's thread, which sets the store's rate.
@@ -1081,12 +1082,7 @@ impl Coordinator {
         // A minted id (the call brought none) is in no row: its intent writes the first.
         let minted = p.call.task_id.is_none();
         let op = move |w: &mut WriteCtx<'_, '_>| {
-            let journaled = if minted {
-                journal::append_minted_intent(w, &intent, budget)
-            } else {
-                journal::append_intent(w, &intent, budget)
-            };
-            match journaled {
+            match journal::append_intent_with_task(w, &intent, budget, minted, &task_bytes) {
                 Ok(_) => {}
                 Err(JournalError::BudgetExhausted { .. }) => return Ok(false),
                 Err(e) => return Err(e.into()),
@@ -1095,7 +1091,6 @@ impl Coordinator {
                 w.put_verified_object(o)?;
             }
             access::grant(w, &episode, objects.iter().map(|o| o.hash))?;
-            task::put(w, &episode, &task, &task_state)?;
             Ok(true)
         };
         if beside {
@@ -1461,17 +1456,18 @@ impl Coordinator {
         let first_of_minted = journal_outcome.is_none() && p.call.task_id.is_none();
         let submitted = self.store.submit(
             move |w: &mut WriteCtx<'_, '_>| -> Result<log::Committed, CallError> {
-                if let Some((status, record)) = journal_outcome {
-                    journal::append_outcome(w, &id, status, Some(record))?;
-                }
                 let committed = log::append_checked(w, &append)?;
                 access::grant(w, &episode, readable.iter().copied())?;
                 task_state.entry_index = Some(committed.entry.header.entry_index);
                 task_state.world_ref = Some(committed.world_ref);
-                if first_of_minted {
-                    task::put_minted(w, &episode, &task, &task_state)?;
-                } else {
-                    task::put(w, &episode, &task, &task_state)?;
+                match journal_outcome {
+                    // The outcome and the committed task state resolve the intent together.
+                    Some((status, record)) => {
+                        let task = task::stored_bytes(&task_state)?;
+                        journal::append_outcome_with_task(w, &id, status, Some(record), &task)?;
+                    }
+                    None if first_of_minted => task::put_minted(w, &episode, &task, &task_state)?,
+                    None => task::put(w, &episode, &task, &task_state)?,
                 }
                 if journal_outcome.is_some() {
                     hooks.reached(CrashPoint::MidCommit);

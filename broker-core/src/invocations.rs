@@ -283,8 +283,21 @@ impl Looked<'_> {
         bytes: &[u8],
         intent: Option<u64>,
     ) -> Result<(), StoreError> {
+        self.put_initial_parts(w, &[(part, bytes)], intent)
+    }
+
+    /// [`Looked::put_initial`] of several parts in one write of the row: an intent's journal
+    /// state and its task state, which would otherwise each find and write the row.
+    pub(crate) fn put_initial_parts(
+        self,
+        w: &mut WriteCtx<'_, '_>,
+        parts: &[(Part, &[u8])],
+        intent: Option<u64>,
+    ) -> Result<(), StoreError> {
         let current = self.parts()?.unwrap_or_default();
-        let mut next = current.with(part, bytes);
+        let mut next = parts
+            .iter()
+            .fold(current, |row, &(part, bytes)| row.with(part, bytes));
         next.intent = intent.or(current.intent);
         let encoded = next.encode();
         put_row(w, self.id, self.place, &encoded)
@@ -316,8 +329,21 @@ pub(crate) fn put_resolution_of(
     part: Part,
     bytes: &[u8],
 ) -> Result<(), StoreError> {
+    put_resolution_parts_of(w, intent, &[(part, bytes)])
+}
+
+/// [`put_resolution_of`] of several parts in one write: an outcome's journal state and the
+/// task state of the commit that carries it.
+pub(crate) fn put_resolution_parts_of(
+    w: &mut WriteCtx<'_, '_>,
+    intent: u64,
+    parts: &[(Part, &[u8])],
+) -> Result<(), StoreError> {
     let current = resolution(&w.reader(), intent)?.unwrap_or_default();
-    let encoded = current.with(part, bytes).encode();
+    let encoded = parts
+        .iter()
+        .fold(current, |row, &(part, bytes)| row.with(part, bytes))
+        .encode();
     RESOLUTIONS.put(w, &intent, &encoded)
 }
 

@@ -250,18 +250,25 @@ pub fn append_intent(
 ) -> Result<u64, JournalError> {
     // The row is looked up once: to refuse a second intent, then to be written.
     let looked = invocations::look(w, &intent.invocation_id)?;
-    append_intent_to(w, intent, budget, looked)
+    append_intent_to(w, intent, budget, looked, None)
 }
 
-/// [`append_intent`] for an invocation id minted by this process for a call that brought
-/// none (128 random bits): no row can hold it, so none is looked for.
-pub(crate) fn append_minted_intent(
+/// [`append_intent`] with the invocation's task state (`task`, its stored bytes) written in
+/// the same write of its row. `minted`: the invocation id was minted by this process for a
+/// call that brought none (128 random bits), so no row can hold it and none is looked for.
+pub(crate) fn append_intent_with_task(
     w: &mut WriteCtx<'_, '_>,
     intent: &Intent,
     budget: u64,
+    minted: bool,
+    task: &[u8],
 ) -> Result<u64, JournalError> {
-    let looked = invocations::minted(w, &intent.invocation_id)?;
-    append_intent_to(w, intent, budget, looked)
+    let looked = if minted {
+        invocations::minted(w, &intent.invocation_id)?
+    } else {
+        invocations::look(w, &intent.invocation_id)?
+    };
+    append_intent_to(w, intent, budget, looked, Some(task))
 }
 
 fn append_intent_to(
@@ -269,6 +276,7 @@ fn append_intent_to(
     intent: &Intent,
     budget: u64,
     looked: invocations::Looked<'_>,
+    task: Option<&[u8]>,
 ) -> Result<u64, JournalError> {
     if let Some(journal) = looked.parts()?.and_then(|row| row.journal) {
         // A damaged state is reported as such, as a read of it would.
@@ -287,7 +295,14 @@ fn append_intent_to(
     let seq = next_seq(w)?;
     JOURNAL.put(w, &seq, &intent_row(seq, intent)?)?;
     let state = state_row(intent, seq, None, None, None)?;
-    looked.put_initial(w, Part::Journal, &state, Some(seq))?;
+    match task {
+        Some(task) => looked.put_initial_parts(
+            w,
+            &[(Part::Journal, &state[..]), (Part::Task, task)],
+            Some(seq),
+        )?,
+        None => looked.put_initial(w, Part::Journal, &state, Some(seq))?,
+    }
     PENDING.put(w, &intent.invocation_id, &seq)?;
     SPEND.put(w, &key, &(spent + intent.cost))?;
     Ok(seq)
@@ -299,6 +314,29 @@ pub fn append_outcome(
     invocation_id: &str,
     status: OutcomeStatus,
     result_ref: Option<Ref>,
+) -> Result<u64, JournalError> {
+    append_outcome_to(w, invocation_id, status, result_ref, None)
+}
+
+/// [`append_outcome`] with the invocation's resolved task state (`task`, its stored bytes)
+/// written in the same write of its intent's resolution, as the commit that carries the
+/// outcome would otherwise write it after finding the row again.
+pub(crate) fn append_outcome_with_task(
+    w: &mut WriteCtx<'_, '_>,
+    invocation_id: &str,
+    status: OutcomeStatus,
+    result_ref: Option<Ref>,
+    task: &[u8],
+) -> Result<u64, JournalError> {
+    append_outcome_to(w, invocation_id, status, result_ref, Some(task))
+}
+
+fn append_outcome_to(
+    w: &mut WriteCtx<'_, '_>,
+    invocation_id: &str,
+    status: OutcomeStatus,
+    result_ref: Option<Ref>,
+    task: Option<&[u8]>,
 ) -> Result<u64, JournalError> {
     // The row is read once: for the state, and for where its resolution goes.
     let (state, row_intent) = match invocations::get(&w.reader(), invocation_id)? {
@@ -319,10 +357,20 @@ pub fn append_outcome(
     state.status = Some(status);
     state.result_ref = result_ref;
     let bytes = state.to_bytes()?;
-    match row_intent {
-        Some(intent) => invocations::put_resolution_of(w, intent, Part::Journal, &bytes)?,
+    match (row_intent, task) {
+        (Some(intent), Some(task)) => invocations::put_resolution_parts_of(
+            w,
+            intent,
+            &[(Part::Journal, &bytes[..]), (Part::Task, task)],
+        )?,
+        (Some(intent), None) => invocations::put_resolution_of(w, intent, Part::Journal, &bytes)?,
         // A row written before intents were kept beside it (schema 1) takes it in place.
-        None => invocations::put_resolution(w, invocation_id, Part::Journal, &bytes)?,
+        (None, task) => {
+            invocations::put_resolution(w, invocation_id, Part::Journal, &bytes)?;
+            if let Some(task) = task {
+                invocations::put_resolution(w, invocation_id, Part::Task, task)?;
+            }
+        }
     }
     PENDING.delete(w, invocation_id)?;
     Ok(seq)
@@ -633,7 +681,102 @@ pub fn audit(r: &ReadCtx<'_>) -> Result<(Vec<AuditFinding>, u64), JournalError> 
 mod tests {
     use super::*;
     use crate::canon;
+    use crate::task::{self, TaskPhase, TaskState};
     use proptest::prelude::*;
+
+    /// Everything the journal and the invocation's row hold after each step, as stored bytes.
+    fn rows(store: &Store, id: &str) -> Vec<Vec<u8>> {
+        store
+            .read(|r| {
+                let mut out = Vec::new();
+                let (row, resolution) = invocations::stored(r, id)?.expect("the row");
+                out.push(row.to_vec());
+                out.push(resolution.map(<[u8]>::to_vec).unwrap_or_default());
+                for item in JOURNAL.range(r, &(0..))? {
+                    out.push(item?.1.to_vec());
+                }
+                out.push(
+                    PENDING
+                        .get(r, id)?
+                        .map(|s| s.to_be_bytes().to_vec())
+                        .unwrap_or_default(),
+                );
+                Ok::<_, StoreError>(out)
+            })
+            .unwrap()
+    }
+
+    /// An intent written with its task state in one write of the row, and an outcome with the
+    /// committed task state in one write of the resolution, leave exactly the bytes the
+    /// separate writes (the journal's, then `task::put`'s) left.
+    #[test]
+    fn an_intent_and_an_outcome_written_with_their_task_states_leave_the_bytes_of_separate_writes()
+    {
+        for minted in [false, true] {
+            let dirs = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+            let apart = Store::create(&dirs.0.path().join("db")).unwrap();
+            let together = Store::create(&dirs.1.path().join("db")).unwrap();
+            let (id, episode, key) = ("mcp:ep:t1", "ep", "mcp:t1");
+            let intent = Intent {
+                invocation_id: id.into(),
+                episode: episode.into(),
+                effect: "Fs.Read".into(),
+                scope: "worktree".into(),
+                cost: 2,
+                request_ref: Ref::of(b"request"),
+            };
+            let pending = TaskState {
+                invocation_id: id.into(),
+                skill_id: "read \"quoted\"".into(),
+                input_ref: Ref::of(b"input"),
+                phase: TaskPhase::Pending,
+                output_ref: None,
+                entry_index: None,
+                world_ref: None,
+                effect_records: Vec::new(),
+            };
+            let committed = TaskState {
+                phase: TaskPhase::Committed,
+                output_ref: Some(Ref::of(b"output")),
+                entry_index: Some(7),
+                world_ref: Some(Ref::of(b"world")),
+                effect_records: vec![Ref::of(b"record")],
+                ..pending.clone()
+            };
+            let record = Ref::of(b"record");
+            let (i, p) = (intent.clone(), pending.clone());
+            apart
+                .write(move |w| {
+                    append_intent(w, &i, 10)?;
+                    task::put(w, episode, key, &p)?;
+                    Ok::<_, JournalError>(())
+                })
+                .unwrap();
+            let (i, p) = (intent.clone(), task::stored_bytes(&pending).unwrap());
+            together
+                .write(move |w| append_intent_with_task(w, &i, 10, minted, &p).map(drop))
+                .unwrap();
+            assert_eq!(rows(&apart, id), rows(&together, id), "after the intent");
+            let c = committed.clone();
+            apart
+                .write(move |w| {
+                    append_outcome(w, id, OutcomeStatus::Succeeded, Some(record))?;
+                    task::put(w, episode, key, &c)?;
+                    Ok::<_, JournalError>(())
+                })
+                .unwrap();
+            let c = task::stored_bytes(&committed).unwrap();
+            together
+                .write(move |w| {
+                    append_outcome_with_task(w, id, OutcomeStatus::Succeeded, Some(record), &c)
+                        .map(drop)
+                })
+                .unwrap();
+            assert_eq!(rows(&apart, id), rows(&together, id), "after the outcome");
+            let seen = together.read(|r| task::get(r, episode, key)).unwrap();
+            assert_eq!(seen, Some(committed));
+        }
+    }
 
     /// What the records were before they were written directly: the canonical form of their
     /// serde value.

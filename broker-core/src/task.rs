@@ -134,10 +134,15 @@ pub(crate) fn put_minted(
 
 /// The invocation id a task state is kept under, and the state's bytes.
 fn row_part(episode: &str, task: &str, state: &TaskState) -> Result<(String, Vec<u8>), StoreError> {
-    let bytes = state
+    Ok((invocation_key(episode, task)?, stored_bytes(state)?))
+}
+
+/// A task state's bytes as [`put`] stores them, for a writer that puts them into the
+/// invocation's row itself (`journal::append_intent_with_task`).
+pub(crate) fn stored_bytes(state: &TaskState) -> Result<Vec<u8>, StoreError> {
+    state
         .to_bytes()
-        .map_err(|e| StoreError::Corrupt(e.to_string()))?;
-    Ok((invocation_key(episode, task)?, bytes))
+        .map_err(|e| StoreError::Corrupt(e.to_string()))
 }
 
 /// Split an invocation id `<surface>:<episode>:<task>`.
