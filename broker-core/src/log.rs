@@ -423,12 +423,14 @@ impl Append {
         })
     }
 
-    /// [`Append::checked`], for an append whose last object no row can hold yet: it names
-    /// something minted for this call (`coordinator`: the invocation record of a call that
-    /// brought no task id), so it is stored without a look for it.
+    /// [`Append::checked`], for an append whose last object, the invocation record its entry
+    /// names (`transition_ref`), no row can hold yet: it names an invocation id minted for this
+    /// call (`coordinator`: a call that brought no task id), so it is stored without a look for
+    /// it. Any other last object is looked for as usual.
     pub(crate) fn checked_minted_last(self) -> Result<CheckedAppend, LogError> {
         let mut checked = self.checked()?;
-        checked.minted_last = !checked.append.objects.is_empty();
+        let a = &checked.append;
+        checked.minted_last = a.objects.last().is_some_and(|o| o.hash == a.transition_ref);
         Ok(checked)
     }
 }
