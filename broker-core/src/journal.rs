@@ -133,8 +133,6 @@ impl OutcomeStatus {
     }
 }
 
-// The store's writer encodes two records and two states per effect: each is written as the
-// canonical form of its serde value directly (the tests compare the two).
 #[cfg(test)]
 impl Record {
     fn to_bytes(&self) -> Result<Vec<u8>, JournalError> {
@@ -149,6 +147,9 @@ impl Record {
         }
     }
 }
+
+// The store's writer encodes two records and two states per effect: each is written as the
+// canonical form of its serde value directly (the tests compare the two).
 
 /// The bytes of [`Record::Intent`], from a borrowed intent: the writer does not copy it.
 fn intent_row(seq: u64, intent: &Intent) -> Result<Vec<u8>, JournalError> {
