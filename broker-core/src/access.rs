@@ -106,9 +106,14 @@ pub fn is_public(semantic_id: &str) -> bool {
 /// has exactly 8 bytes after it, so no episode's range holds another's keys.
 fn prefix(episode: &[u8]) -> Vec<u8> {
     let mut k = Vec::with_capacity(episode.len() + 9);
+    append_prefix(&mut k, episode);
+    k
+}
+
+/// [`prefix`] appended to `k`.
+fn append_prefix(k: &mut Vec<u8>, episode: &[u8]) {
     k.extend_from_slice(episode);
     k.push(0);
-    k
 }
 
 /// The key that lets `episode` read the object stored at sequence `seq`.
@@ -124,8 +129,7 @@ fn key_of(episode: &[u8], seq: u64) -> Vec<u8> {
 
 /// [`key_of`] appended to `k`: the episode's [`prefix`], then the sequence.
 fn append_key_of(k: &mut Vec<u8>, episode: &[u8], seq: u64) {
-    k.extend_from_slice(episode);
-    k.push(0);
+    append_prefix(k, episode);
     k.extend_from_slice(&seq.to_be_bytes());
 }
 
