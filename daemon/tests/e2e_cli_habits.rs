@@ -409,6 +409,33 @@ fn serve_on_a_taken_port_creates_nothing() {
     );
 }
 
+/// A second `serve` on a store a daemon serves is told that, even when it asks for the port
+/// that daemon holds: the store's lock is certain, a taken port only a guess.
+#[test]
+fn a_second_serve_on_a_served_store_and_its_port_is_told_the_store_is_served() {
+    let first = Daemon::start(&[], &[]);
+    let db = first.db();
+    let (code, out, err) = worldd(
+        &[
+            "serve",
+            "--db",
+            path_str(&db),
+            "--workspace-root",
+            path_str(&first.root()),
+            "--bind",
+            &first.addr,
+        ],
+        None,
+    );
+    assert_eq!((code, out.as_str()), (2, ""), "{err}");
+    assert!(
+        err.ends_with(&format!("worldd: daemon startup failed at store-open: another worldd already serves {} (one daemon per store: it orders each episode's calls)\n", db.display())),
+        "{err}"
+    );
+    // The first daemon still serves.
+    assert_eq!(get(&first.url("/v1/health"), None).status, 200);
+}
+
 #[test]
 fn quickstart_print_only_prints_the_configuration_alone_on_stdout() {
     let dir = tempfile::tempdir().unwrap();

@@ -257,6 +257,10 @@ pub fn run_with(a: ServeArgs, launch: Launch) -> CliResult {
     // Bind policy first: nothing else happens for a non-loopback address.
     let addr = resolve_bind(&settings.bind)?;
     server::check_loopback(&addr).map_err(|e| startup("bind-policy", e))?;
+    // A store another daemon serves is said so before the port, which that daemon may hold
+    // too: "already serves" is certain where "address in use" is a guess. Only a store that
+    // exists can be held, so this creates nothing.
+    let held_early = existing_store_lock(&settings.db)?;
     let listener = match launch.listener {
         Some(l) => l,
         None => bind_now(addr)?,
@@ -264,7 +268,10 @@ pub fn run_with(a: ServeArgs, launch: Launch) -> CliResult {
 
     let store = open_store(&settings)?;
     // One daemon per store: the per-episode ordering of calls lives in its memory.
-    let _lock = writer_lock(&settings.db)?;
+    let _lock = match held_early {
+        Some(lock) => lock,
+        None => writer_lock(&settings.db)?,
+    };
     store.report_indeterminate_each();
     let metrics = Metrics::default();
     opts.limits = settings.limits.clone();
@@ -671,6 +678,16 @@ fn publisher(store: Store, served: Arc<OnceLock<BTreeSet<String>>>) -> plugins::
         })
         .to_string())
     })
+}
+
+/// The store's lock taken now when the store already has a lock file, `None` otherwise (a store
+/// not yet created has no other daemon).
+fn existing_store_lock(db: &std::path::Path) -> Result<Option<std::fs::File>, Failure> {
+    if db.join("worldd.lock").is_file() {
+        writer_lock(db).map(Some)
+    } else {
+        Ok(None)
+    }
 }
 
 /// Hold an exclusive, non-blocking lock on `<db>/worldd.lock` for the daemon's lifetime.
