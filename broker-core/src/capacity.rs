@@ -210,18 +210,44 @@ pub fn disk_free(path: &std::path::Path) -> Option<u64> {
     // SAFETY: `c` is a valid NUL-terminated path and `st` points to writable memory of the
     // right type; statvfs only writes into it, and we read it only when it reports success.
     let rc = unsafe { libc::statvfs(c.as_ptr(), st.as_mut_ptr()) };
-    if rc != 0 {
-        return None;
-    }
-    // SAFETY: statvfs returned 0, so it initialised the structure.
-    let st = unsafe { st.assume_init() };
+    // SAFETY: read only when statvfs returned 0, so it initialised the structure.
+    (rc == 0).then(|| available(unsafe { &st.assume_init() }))
+}
+
+/// [`disk_free`] of the filesystem holding an open file: no path to resolve, which matters to
+/// the store's writer, which asks after every group commit.
+pub(crate) fn disk_free_of(file: &std::fs::File) -> Option<u64> {
+    use std::os::fd::AsRawFd;
+    let mut st = std::mem::MaybeUninit::<libc::statvfs>::uninit();
+    // SAFETY: `file` is an open descriptor for the call's duration and `st` points to
+    // writable memory of the right type; fstatvfs only writes into it.
+    let rc = unsafe { libc::fstatvfs(file.as_raw_fd(), st.as_mut_ptr()) };
+    // SAFETY: read only when fstatvfs returned 0, so it initialised the structure.
+    (rc == 0).then(|| available(unsafe { &st.assume_init() }))
+}
+
+fn available(st: &libc::statvfs) -> u64 {
     #[allow(clippy::unnecessary_cast)] // the field types differ between libc targets
-    Some((st.f_bavail as u64).saturating_mul(st.f_frsize as u64))
+    (st.f_bavail as u64).saturating_mul(st.f_frsize as u64)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The writer's way of asking (an open directory) and the path's way agree.
+    #[test]
+    fn an_open_directorys_free_space_is_its_paths() {
+        let dir = tempfile::tempdir().unwrap();
+        let by_path = disk_free(dir.path()).unwrap();
+        let by_file = disk_free_of(&std::fs::File::open(dir.path()).unwrap()).unwrap();
+        // Other processes may write meanwhile; a wrong field would be off by far more.
+        assert!(
+            by_path.abs_diff(by_file) < 256 * MIB,
+            "{by_path} vs {by_file}"
+        );
+        assert!(by_file > 0);
+    }
 
     const MIB: u64 = 1 << 20;
 

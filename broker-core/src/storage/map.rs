@@ -23,6 +23,8 @@ pub(super) struct MapLock {
     pub(super) gauge: Gauge,
     pub(super) page_size: u64,
     pub(super) dir: PathBuf,
+    /// The store's directory, held open so that asking for its free space resolves no path.
+    pub(super) dir_file: Option<std::fs::File>,
 }
 
 /// A transaction and the shared hold on the map lock it needs (dropped after the transaction:
@@ -93,7 +95,7 @@ impl MapLock {
         match e {
             heed::Error::Io(io)
                 if io.raw_os_error() == Some(libc::EIO)
-                    && capacity::disk_free(&self.dir).is_some_and(|f| f < SHORT_WRITE_SLACK) =>
+                    && self.disk_free().is_some_and(|f| f < SHORT_WRITE_SLACK) =>
             {
                 StoreError::DiskFull(format!("a write stopped short: {io}"))
             }
@@ -104,7 +106,14 @@ impl MapLock {
     /// Read the high-water mark and the free disk space into the gauge.
     pub(super) fn measure(&self, env: &Env<WithoutTls>) {
         let used = (env.info().last_page_number as u64 + 1).saturating_mul(self.page_size);
-        self.gauge.observe(used, capacity::disk_free(&self.dir));
+        self.gauge.observe(used, self.disk_free());
+    }
+
+    fn disk_free(&self) -> Option<u64> {
+        match &self.dir_file {
+            Some(file) => capacity::disk_free_of(file),
+            None => capacity::disk_free(&self.dir),
+        }
     }
 }
 

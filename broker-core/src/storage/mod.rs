@@ -577,6 +577,7 @@ fn measured_map(env: &Env<WithoutTls>, dir: &Path, limits: Limits) -> Arc<MapLoc
         gauge: Gauge::new(limits),
         page_size: env.unnamed_database_stat().page_size as u64,
         dir: dir.to_path_buf(),
+        dir_file: std::fs::File::open(dir).ok(),
     });
     map.measure(env);
     map
