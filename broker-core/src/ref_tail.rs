@@ -34,9 +34,11 @@
 //! every key it adds. In a snapshot whose appender is this handle the map is complete: a ref
 //! found neither there nor in `refs` is absent. In any other snapshot (another process stored
 //! objects since, or this handle never stored one) a miss scans the snapshot's tail rows,
-//! skipping those read into the map when the store was opened. Every map entry is checked
-//! against the row it names, so entries of an aborted transaction (whose sequence another
-//! object may take) are never believed. A merge drops from the map the partition's
+//! skipping those read into the map when the store was opened. A lookup checks the map's
+//! entry against the row it names. A merge believes the map without reading the rows, except
+//! for the rows an undone transaction had written: the writer tells the map when one is undone
+//! ([`ended`]), and the entries in the rows it spanned (whose numbers other rows take next) are
+//! checked against their rows until every partition is merged past them. A merge drops from the map the partition's
 //! generation before the one it indexed; a reader whose snapshot is older than both merges of
 //! that partition scans.
 //!
@@ -56,7 +58,7 @@ use crate::schema::{
     ref_key, ENTRY_HASH, INVOCATION, INVOCATION_ROWS, LOG, OBJECT, OBJECTS, REFS, REF_INDEX,
     WORLD_REF,
 };
-use crate::storage::{LayoutState, ReadCtx, Seq, Store, StoreError, Table, WriteCtx};
+use crate::storage::{Ended, LayoutState, ReadCtx, Seq, Store, StoreError, Table, WriteCtx};
 
 /// The most rows of one kind whose keys wait in the tail: every `MERGE_AT / PARTITIONS` rows,
 /// one partition is merged. A full round of merges copies at most every leaf of `refs` once, so
@@ -259,6 +261,19 @@ struct Known {
     /// By kind: the watermarks as this handle last wrote or read them, which choose the next
     /// merge (a merge reads the real ones in its transaction).
     marks: [Marks; KINDS.len()],
+    /// By kind: the lowest and highest rows noted since the last commit ended.
+    written: [Option<(u64, u64)>; KINDS.len()],
+    /// By kind: rows an undone transaction had written ([`Ended::Undone`]), lowest and highest:
+    /// a merge checks the map's entries among them against their rows.
+    doubtful: [Vec<(u64, u64)>; KINDS.len()],
+}
+
+impl Known {
+    fn doubts(&self, kind: Kind, seq: u64) -> bool {
+        self.doubtful[kind.slot()]
+            .iter()
+            .any(|&(low, high)| (low..=high).contains(&seq))
+    }
 }
 
 impl RefTail {
@@ -289,6 +304,49 @@ impl RefTail {
 /// The world layout's state for a newly opened store ([`crate::storage::Layout::state`]).
 pub(crate) fn state() -> Arc<LayoutState> {
     Arc::new(RefTail::new())
+}
+
+/// How a write transaction ended ([`crate::storage::Layout::ended`]): after an undone one, the
+/// map's entries in the rows noted since the last commit are doubted until merged past.
+pub(crate) fn ended(state: &LayoutState, how: Ended) {
+    let Some(tail) = state.downcast_ref::<RefTail>() else {
+        return;
+    };
+    let mut known = tail.write();
+    let known = &mut *known;
+    for (written, doubtful) in known.written.iter_mut().zip(known.doubtful.iter_mut()) {
+        match how {
+            Ended::Committed => *written = None,
+            // Kept until the commit: a nested transaction's undoing leaves its batch open, and
+            // the batch may still be undone.
+            Ended::Undone => {
+                if let Some(span) = *written {
+                    doubt(doubtful, span);
+                }
+            }
+        }
+    }
+}
+
+/// The most spans of doubted rows kept apart; past it they are doubted as one span, which
+/// costs merges more row reads, never a wrong key.
+const DOUBTFUL_SPANS: usize = 64;
+
+/// Add `span` to `doubtful`, joined with the last span when they meet (an undone batch, then
+/// its undone rebuild, cover the same rows).
+fn doubt(doubtful: &mut Vec<(u64, u64)>, span: (u64, u64)) {
+    if let Some(last) = doubtful.last_mut() {
+        if span.0 <= last.1.saturating_add(1) && last.0 <= span.1.saturating_add(1) {
+            *last = (last.0.min(span.0), last.1.max(span.1));
+            return;
+        }
+    }
+    doubtful.push(span);
+    if doubtful.len() > DOUBTFUL_SPANS {
+        let low = doubtful.iter().map(|s| s.0).min().unwrap_or(span.0);
+        let high = doubtful.iter().map(|s| s.1).max().unwrap_or(span.1);
+        *doubtful = vec![(low, high)];
+    }
 }
 
 fn tail<'t>(r: &ReadCtx<'t>) -> Result<&'t RefTail, StoreError> {
@@ -501,6 +559,8 @@ pub(crate) fn note(w: &mut WriteCtx<'_, '_>, keys: &[Key], seq: u64) -> Result<(
         for key in keys {
             known.map.insert(*key, seq);
         }
+        let written = &mut known.written[kind.slot()];
+        *written = Some(written.map_or((seq, seq), |(low, high)| (low.min(seq), high.max(seq))));
         let marks = known.marks[kind.slot()];
         let newest = marks.iter().copied().max().unwrap_or(0);
         (seq + 1)
@@ -554,6 +614,11 @@ fn merge(w: &mut WriteCtx<'_, '_>, kind: Kind, p: usize, to: u64) -> Result<(), 
     let base = &mut known.base[kind.slot()][p];
     *base = (*base).max(from);
     known.marks[kind.slot()][p] = to;
+    // A partition's entries below its base have left the map, and no merge asks for them
+    // again (`mapped` scans instead), whether or not this transaction commits: doubts below
+    // every partition's base are settled.
+    let floor = lowest(&known.base[kind.slot()]);
+    known.doubtful[kind.slot()].retain(|&(_, high)| high >= floor);
     tracing::debug!(
         ?kind,
         partition = p,
@@ -567,9 +632,9 @@ fn merge(w: &mut WriteCtx<'_, '_>, kind: Kind, p: usize, to: u64) -> Result<(), 
 
 /// The keys of partition `p` of rows `from..to`, from the map, when it holds all of them: this
 /// handle is the appender in this transaction and has dropped none of the partition's keys
-/// from `from` on. Each is checked against the row it names, since the map may still hold a
-/// key of an aborted transaction whose row number another row has taken. This visits a
-/// sixteenth of the rows a scan of the tail would.
+/// from `from` on. Only a key in rows an undone transaction had written is checked against
+/// its row ([`Known::doubtful`]): it may be that transaction's, and another row may have
+/// its number now. The rest are what committed transactions wrote, which no one rewrites.
 fn mapped(
     w: &WriteCtx<'_, '_>,
     kind: Kind,
@@ -582,22 +647,28 @@ fn mapped(
     if !r.claimed_tail() && REF_INDEX.get(&r, APPENDER)? != Some(tail.me) {
         return Ok(None);
     }
-    let mut candidates: Vec<(u64, Key)> = {
+    let mut keys: Vec<(Key, u64)> = Vec::new();
+    let mut doubtful: Vec<(u64, Key)> = Vec::new();
+    {
         let known = tail.read();
         if known.base[kind.slot()][p] > from {
             return Ok(None);
         }
-        known.map.0[kind.slot()][p]
-            .iter()
-            .filter(|(_, seq)| (from..to).contains(*seq))
-            .map(|(key, seq)| (*seq, *key))
-            .collect()
-    };
+        for (key, &seq) in known.map.0[kind.slot()][p].iter() {
+            if !(from..to).contains(&seq) {
+                continue;
+            }
+            if known.doubts(kind, seq) {
+                doubtful.push((seq, *key));
+            } else {
+                keys.push((*key, seq));
+            }
+        }
+    }
     // In row order, so that the rows are read in the order they are stored.
-    candidates.sort_unstable();
+    doubtful.sort_unstable();
     let table = kind.table();
-    let mut keys = Vec::with_capacity(candidates.len());
-    for (seq, key) in candidates {
+    for (seq, key) in doubtful {
         if table
             .get(&r, &seq)?
             .is_some_and(|row| kind.holds(row, &key))
@@ -854,6 +925,36 @@ mod tests {
             let found = store.read(|r| find(r, &ref_key(&o.hash, OBJECT))).unwrap();
             assert!(found.is_some(), "{} not found", o.hash);
         }
+    }
+
+    /// Spans of doubted rows join where they meet, and past their bound collapse into one that
+    /// covers them all: never fewer rows doubted.
+    #[test]
+    fn doubted_spans_join_where_they_meet_and_collapse_past_their_bound() {
+        let mut doubtful = Vec::new();
+        doubt(&mut doubtful, (10, 12));
+        doubt(&mut doubtful, (10, 15));
+        doubt(&mut doubtful, (16, 16));
+        assert_eq!(doubtful, [(10, 16)]);
+        doubt(&mut doubtful, (20, 21));
+        assert_eq!(doubtful, [(10, 16), (20, 21)]);
+        let apart: Vec<u64> = (0..2 * DOUBTFUL_SPANS as u64)
+            .map(|i| 100 + 3 * i)
+            .collect();
+        for (i, &row) in apart.iter().enumerate() {
+            doubt(&mut doubtful, (row, row));
+            assert!(doubtful.len() <= DOUBTFUL_SPANS, "{} spans", doubtful.len());
+            // The bound was passed once: the first row and everything since are one span.
+            if i + 2 == DOUBTFUL_SPANS {
+                assert_eq!(doubtful, [(10, row)]);
+            }
+        }
+        let doubted = |row: u64| {
+            doubtful
+                .iter()
+                .any(|&(low, high)| (low..=high).contains(&row))
+        };
+        assert!([10, 16, 20, 21].into_iter().chain(apart).all(doubted));
     }
 
     /// A merge takes its keys from the map when the map vouches for them, and from the rows

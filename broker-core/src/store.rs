@@ -55,6 +55,7 @@ static LAYOUT: Layout = Layout {
         },
     ],
     state: ref_tail::state,
+    ended: ref_tail::ended,
 };
 
 fn upgrade_from_1(env: &RawEnv, map_size: usize) -> Result<(), StoreError> {

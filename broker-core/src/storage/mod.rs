@@ -160,10 +160,24 @@ pub(crate) struct Layout {
     /// memory beside the tables (the world's is the unindexed tail of `refs`). Every read and
     /// write view hands it out ([`ReadCtx::state`]); the storage layer never looks inside.
     pub state: fn() -> Arc<LayoutState>,
+    /// Told, on the writer thread, how each write transaction ended, so that the state can
+    /// forget what an undone one wrote.
+    pub ended: fn(&LayoutState, Ended),
 }
 
 /// A layout's in-memory state for one open store ([`Layout::state`]).
 pub(crate) type LayoutState = dyn Any + Send + Sync;
+
+/// How a write transaction ended ([`Layout::ended`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Ended {
+    /// A group commit committed: what its operations wrote is in the store.
+    Committed,
+    /// Undone: a failed operation's nested transaction, a batch built again after one of its
+    /// operations failed, or a commit that failed. What was written since the last commit may
+    /// not be in the store, and the row numbers it took will be taken again.
+    Undone,
+}
 
 /// An upgrade of a store of version `from` to the layout's version.
 pub(crate) struct Upgrade {
@@ -644,6 +658,7 @@ impl Store {
                 env: env.clone(),
                 dbs: dbs.clone(),
                 state: state.clone(),
+                ended: layout.ended,
                 map_size,
                 stats: stats.clone(),
                 map: map.clone(),

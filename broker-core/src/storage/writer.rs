@@ -13,7 +13,7 @@ use super::durable_waits::DurableWaits;
 use super::map::{Held, MapLock};
 use super::reply::Answer;
 use super::table::RawDb;
-use super::{LayoutState, StoreError, WriteCtx};
+use super::{Ended, LayoutState, StoreError, WriteCtx};
 use crate::commit_signal::CommitSignal;
 
 const MAX_BATCH: usize = 256;
@@ -43,8 +43,9 @@ pub(super) type Job = Box<dyn Operation>;
 pub(super) trait Operation: Send {
     /// Run in the batch's transaction itself; `true` when it succeeded.
     fn run(&mut self, ctx: &mut WriteCtx<'_, '_>) -> bool;
-    /// Run in a nested transaction of the batch's, so that a failure undoes only its writes.
-    fn run_nested(&mut self, ctx: &mut WriteCtx<'_, '_>);
+    /// Run in a nested transaction of the batch's, so that a failure undoes only its writes;
+    /// `true` when it succeeded.
+    fn run_nested(&mut self, ctx: &mut WriteCtx<'_, '_>) -> bool;
     /// The batch's transaction could not begin: fail without running.
     fn fail(&mut self, err: &StoreError);
     /// Answer the caller once the batch's commit is known.
@@ -76,8 +77,11 @@ where
         ok
     }
 
-    fn run_nested(&mut self, ctx: &mut WriteCtx<'_, '_>) {
-        self.result = Some(run_nested(ctx, &mut self.op, self.map_size));
+    fn run_nested(&mut self, ctx: &mut WriteCtx<'_, '_>) -> bool {
+        let result = run_nested(ctx, &mut self.op, self.map_size);
+        let ok = result.is_ok();
+        self.result = Some(result);
+        ok
     }
 
     fn fail(&mut self, err: &StoreError) {
@@ -125,8 +129,8 @@ pub struct WriterStats {
 
 /// Run one operation, a panic in it becoming its error: the writer thread outlives any
 /// operation, and the batch undoes a panicked one's writes as it does a failed one's. What
-/// the operation changed in memory is no worse off than after an error: the content-address
-/// tail checks every key it keeps against its row.
+/// the operation changed in memory is no worse off than after an error: the layout's state
+/// hears that the writes were undone ([`Ended::Undone`]).
 fn guarded<R, E: From<StoreError>>(op: impl FnOnce() -> Result<R, E>) -> Result<R, E> {
     std::panic::catch_unwind(std::panic::AssertUnwindSafe(op)).unwrap_or_else(|payload| {
         let text = crate::panics::text(&*payload);
@@ -168,6 +172,7 @@ pub(super) struct Writer {
     pub(super) env: Env<WithoutTls>,
     pub(super) dbs: Arc<[RawDb]>,
     pub(super) state: Arc<LayoutState>,
+    pub(super) ended: fn(&LayoutState, Ended),
     pub(super) map_size: usize,
     pub(super) stats: Arc<WriterStats>,
     pub(super) map: Arc<MapLock>,
@@ -304,6 +309,7 @@ impl Writer {
             let Held { txn, _shared } = held;
             txn.abort();
             drop(_shared);
+            (self.ended)(state, Ended::Undone);
             self.stats.rebuilt_batches.fetch_add(1, Ordering::Relaxed);
             held = match self.begin() {
                 Ok(held) => held,
@@ -319,7 +325,9 @@ impl Writer {
             for (i, job) in batch.iter_mut().enumerate() {
                 if i != failed {
                     let mut ctx = WriteCtx::new(&mut held.txn, dbs, state, env, map_size);
-                    job.run_nested(&mut ctx);
+                    if !job.run_nested(&mut ctx) {
+                        (self.ended)(state, Ended::Undone);
+                    }
                 }
             }
         }
@@ -327,6 +335,11 @@ impl Writer {
         let Held { txn, _shared } = held;
         let outcome = txn.commit().map_err(|e| self.map.write_error(e, map_size));
         drop(_shared);
+        let ended = match outcome {
+            Ok(()) => Ended::Committed,
+            Err(_) => Ended::Undone,
+        };
+        (self.ended)(state, ended);
         self.map.measure(env);
         let committed = Instant::now();
         let nanos = |d: std::time::Duration| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX);
