@@ -37,10 +37,10 @@
 //! skipping those read into the map when the store was opened. A lookup checks the map's
 //! entry against the row it names. A merge believes the map without reading the rows, except
 //! for the rows an undone transaction had written: the writer tells the map when one is undone
-//! ([`ended`]), and the entries in the rows it spanned (whose numbers other rows take next) are
-//! checked against their rows until every partition is merged past them. A merge drops from the map the partition's
-//! generation before the one it indexed; a reader whose snapshot is older than both merges of
-//! that partition scans.
+//! ([`ended`]), and the entries in the rows it spanned (whose numbers other rows take next)
+//! are checked against their rows until every partition has dropped them. A merge drops from
+//! the map the partition's generation before the one it indexed; a reader whose snapshot is
+//! older than both merges of that partition scans.
 //!
 //! Crash safety needs nothing new: the tail's rows, and a merge's keys and watermark, are
 //! written in the transactions that write them, and the map is rebuilt from the rows.
