@@ -12,7 +12,8 @@
 //! to the outside waits for [`Store::until_durable`]. Throughput under concurrency comes
 //! from that batching, never from weaker syncing. A failing operation's writes are undone alone
 //! (the batch is built again with each operation in a nested transaction); a failing commit
-//! fails the batch.
+//! fails the batch. The layout hears how each transaction ended ([`Layout::ended`]), so that
+//! what it keeps in memory forgets nothing an undone one wrote.
 //!
 //! The LMDB map is reserved (sparse) at the operator's ceiling and the store grows into it by
 //! itself; [`crate::capacity`] says why, and how client work is refused before the ceiling.
