@@ -236,6 +236,58 @@ fn a_failed_write_leaves_no_object_behind_in_the_map() {
     all_found(&store, &more).unwrap();
 }
 
+/// Writes that fail after storing objects, alone and among others queued with them (so that
+/// batches are built again, and a second failure undoes a nested transaction), with a merge
+/// after every row: no merge indexes a lost object, under its old row number or any other, and
+/// every committed object is found. Debug builds also compare every merge's keys with the rows.
+#[test]
+fn failed_writes_in_and_among_batches_never_index_a_lost_key() {
+    let (_dir, store) = fresh_store(16);
+    let mut committed = Vec::new();
+    let mut lost = Vec::new();
+    for round in 0..40u32 {
+        let mut queued = Vec::new();
+        for op in 0..6u32 {
+            let fails = (round * 7 + op * 3) % 5 == 0;
+            let objects: Vec<Object> = (0..1 + op % 2)
+                .map(|i| object(&format!("r{round}-op{op}"), i))
+                .collect();
+            let stored = objects.clone();
+            let submitted = store.submit(move |w| -> Result<(), StoreError> {
+                for o in &stored {
+                    w.put_object(o)?;
+                }
+                if fails {
+                    return Err(StoreError::Corrupt("fails after storing".into()));
+                }
+                Ok(())
+            });
+            queued.push((fails, objects, submitted));
+        }
+        for (fails, objects, submitted) in queued {
+            assert_eq!(submitted.wait().is_err(), fails);
+            if fails {
+                lost.extend(objects);
+            } else {
+                committed.extend(objects);
+            }
+        }
+        all_found(&store, &committed).unwrap();
+        for o in &lost {
+            assert!(
+                !store.read(|r| r.has_object(&o.hash)).unwrap(),
+                "{}",
+                o.hash
+            );
+        }
+    }
+    store.merge_ref_tail().unwrap();
+    objects_indexed_exactly_below_their_marks(&store);
+    let indexed = indexed_objects(&store);
+    assert!(lost.iter().all(|o| !indexed.contains(&o.hash)));
+    all_found(&store, &committed).unwrap();
+}
+
 #[test]
 fn a_snapshot_older_than_two_merges_still_finds_its_objects() {
     // A partition is merged every row.
