@@ -206,29 +206,31 @@ impl Gauge {
 pub fn disk_free(path: &std::path::Path) -> Option<u64> {
     use std::os::unix::ffi::OsStrExt;
     let c = std::ffi::CString::new(path.as_os_str().as_bytes()).ok()?;
-    let mut st = std::mem::MaybeUninit::<libc::statvfs>::uninit();
-    // SAFETY: `c` is a valid NUL-terminated path and `st` points to writable memory of the
-    // right type; statvfs only writes into it, and we read it only when it reports success.
-    let rc = unsafe { libc::statvfs(c.as_ptr(), st.as_mut_ptr()) };
-    // SAFETY: read only when statvfs returned 0, so it initialised the structure.
-    (rc == 0).then(|| available(unsafe { &st.assume_init() }))
+    // SAFETY: `c` is a valid NUL-terminated path; `st` is what `available` hands over.
+    available(|st| unsafe { libc::statvfs(c.as_ptr(), st) })
 }
 
 /// [`disk_free`] of the filesystem holding an open file: no path to resolve, which matters to
 /// the store's writer, which asks after every group commit.
 pub(crate) fn disk_free_of(file: &std::fs::File) -> Option<u64> {
     use std::os::fd::AsRawFd;
-    let mut st = std::mem::MaybeUninit::<libc::statvfs>::uninit();
-    // SAFETY: `file` is an open descriptor for the call's duration and `st` points to
-    // writable memory of the right type; fstatvfs only writes into it.
-    let rc = unsafe { libc::fstatvfs(file.as_raw_fd(), st.as_mut_ptr()) };
-    // SAFETY: read only when fstatvfs returned 0, so it initialised the structure.
-    (rc == 0).then(|| available(unsafe { &st.assume_init() }))
+    // SAFETY: `file` is an open descriptor for the call's duration; `st` is what `available`
+    // hands over.
+    available(|st| unsafe { libc::fstatvfs(file.as_raw_fd(), st) })
 }
 
-fn available(st: &libc::statvfs) -> u64 {
+/// The free bytes of the `statvfs` structure that `fill` writes into the memory it is given,
+/// returning 0 when it did; `None` when it failed.
+fn available(fill: impl FnOnce(*mut libc::statvfs) -> libc::c_int) -> Option<u64> {
+    let mut st = std::mem::MaybeUninit::<libc::statvfs>::uninit();
+    // `st` is writable memory of the right type, read only after `fill` reports success.
+    if fill(st.as_mut_ptr()) != 0 {
+        return None;
+    }
+    // SAFETY: `fill` returned 0, so it initialised the structure.
+    let st = unsafe { st.assume_init() };
     #[allow(clippy::unnecessary_cast)] // the field types differ between libc targets
-    (st.f_bavail as u64).saturating_mul(st.f_frsize as u64)
+    Some((st.f_bavail as u64).saturating_mul(st.f_frsize as u64))
 }
 
 #[cfg(test)]
