@@ -331,9 +331,9 @@ impl AppState {
         };
         tokio::select! {
             biased;
-            joined = driven => match joined {
+            driven = driven => match driven {
                 Ok(result) => answer(result),
-                Err(_) => Err(InvokeFailure::Canceled),
+                Err(watched::Panicked) => Err(InvokeFailure::Canceled),
             },
             () = tokio::time::sleep_until(until) => Err(self.past_call_deadline()),
         }

@@ -9,12 +9,17 @@
 //! client left, or the call deadline answered first), a task of its own goes on watching, so a
 //! hung handler never keeps its slot.
 //!
-//! The commit is submitted by the pipeline and awaited by a task ([`drive`]): the store's
-//! writer then wakes the runtime once for a whole group commit instead of one blocked thread
-//! per call, and the commit ends (freeing the episode and the slot) whether or not anyone still
-//! waits for it.
+//! The commit is submitted by the pipeline and awaited where its answer is wanted
+//! ([`Driven`]): the store's writer then wakes the runtime once for a whole group commit
+//! instead of one blocked thread per call. A waiter that goes away first hands the commit to a
+//! task of its own, so the commit ends (freeing the episode and the slot) whether or not anyone
+//! still waits for it.
 
+use std::future::Future;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::pin::Pin;
 use std::sync::{Arc, Mutex, PoisonError};
+use std::task::{Context, Poll};
 
 use broker_core::coordinator::{CallError, CallOutput, Committing, Coordinator, EffectCall};
 use broker_core::deadline::Watch;
@@ -25,8 +30,16 @@ use tokio::time::Instant;
 /// What the coordinator answered.
 pub type CallResult = Result<CallOutput, CallError>;
 
-/// A call's commit, driven to its end by a task of its own: its answer.
-pub type Driven = JoinHandle<CallResult>;
+/// What a call's commit ending is shown to (the call's metrics and log line).
+type After = Box<dyn FnOnce(&CallResult) + Send>;
+
+/// A call's commit and what its end frees: awaited in place, its answer. Dropped before the
+/// commit ends, it drives the commit to its end on a task of its own. Awaiting in place saves
+/// spawning that task, and waking it, on every call.
+#[must_use = "the commit is driven to its end only when awaited or dropped"]
+pub struct Driven {
+    parts: Option<(Committing, Box<dyn Send>, After)>,
+}
 
 /// How a watched call ended for its waiter.
 pub enum Ended {
@@ -40,19 +53,75 @@ pub enum Ended {
     CallDeadline,
 }
 
-/// Drive `committing` to its end on a task of its own, then free `slot` and show the result to
-/// `after`.
+/// `committing`, to be driven to its end, then `slot` freed and the result shown to `after`.
 pub fn drive<S: Send + 'static>(
     committing: Committing,
     slot: S,
     after: impl FnOnce(&CallResult) + Send + 'static,
 ) -> Driven {
-    tokio::spawn(async move {
-        let result = committing.await;
+    Driven {
+        parts: Some((committing, Box::new(slot), Box::new(after))),
+    }
+}
+
+/// The commit, or what was shown its end, panicked: the call is answered as canceled, as a
+/// panic on its blocking thread is.
+#[derive(Debug)]
+pub struct Panicked;
+
+impl Future for Driven {
+    type Output = Result<CallResult, Panicked>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let Some((committing, _, _)) = self.parts.as_mut() else {
+            return Poll::Ready(Err(Panicked));
+        };
+        let polled = catch_unwind(AssertUnwindSafe(|| Pin::new(committing).poll(cx)));
+        let result = match polled {
+            Ok(Poll::Pending) => return Poll::Pending,
+            Ok(Poll::Ready(result)) => result,
+            Err(_) => {
+                self.parts = None;
+                return Poll::Ready(Err(Panicked));
+            }
+        };
+        let Some((_, slot, after)) = self.parts.take() else {
+            return Poll::Ready(Err(Panicked));
+        };
         drop(slot);
-        after(&result);
-        result
-    })
+        match catch_unwind(AssertUnwindSafe(|| after(&result))) {
+            Ok(()) => Poll::Ready(Ok(result)),
+            Err(_) => Poll::Ready(Err(Panicked)),
+        }
+    }
+}
+
+impl Drop for Driven {
+    fn drop(&mut self) {
+        let Some((committing, slot, after)) = self.parts.take() else {
+            return;
+        };
+        // Nobody waits any more (the call deadline answered first, the client left, or the
+        // handler was abandoned): the commit still ends, on a task of its own.
+        match tokio::runtime::Handle::try_current() {
+            Ok(runtime) => {
+                let driven = Driven {
+                    parts: Some((committing, slot, after)),
+                };
+                runtime.spawn(async move {
+                    if driven.await.is_err() {
+                        tracing::error!("a call's commit panicked after its waiter left");
+                    }
+                });
+            }
+            // Not on a runtime's thread, so this thread may block.
+            Err(_) => {
+                let result = committing.wait();
+                drop(slot);
+                after(&result);
+            }
+        }
+    }
 }
 
 /// One call's effect steps on a blocking thread, with what its waiter needs.
