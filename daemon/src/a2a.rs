@@ -238,7 +238,7 @@ async fn a2a(
     body: axum::body::Body,
 ) -> Response {
     let deadline = Instant::now() + state.limits().call_deadline;
-    let (session, req) = match received(&state, &headers, body, deadline).await {
+    let (session, req, body_bytes) = match received(&state, &headers, body, deadline).await {
         Ok(received) => received,
         Err(answer) => return answer,
     };
@@ -264,7 +264,7 @@ async fn a2a(
         args: send.args.clone(),
         transition_fn: send.transition_fn,
     };
-    match state.invoke(call, deadline).await {
+    match state.invoke(call, deadline, body_bytes).await {
         Ok(out) => {
             let outcome = outcome::of_output(&out, class);
             success(&id, method, &send.task_id, &context_id, &out, &outcome)
@@ -274,7 +274,8 @@ async fn a2a(
     }
 }
 
-/// The caller's session and its request, parsed strictly. Authorization comes first, from the
+/// The caller's session, its request parsed strictly, and the request body's size.
+/// Authorization comes first, from the
 /// headers alone: an unauthorized caller learns nothing about the transport, and no body is
 /// read for it (its id is unknown, so errors carry null).
 async fn received(
@@ -282,7 +283,7 @@ async fn received(
     headers: &HeaderMap,
     body: axum::body::Body,
     deadline: Instant,
-) -> Result<(Arc<Session>, Value), Response> {
+) -> Result<(Arc<Session>, Value, usize), Response> {
     let null = Value::Null;
     let session = state
         .authenticate(headers)
@@ -319,7 +320,7 @@ async fn received(
         }
     };
     match broker_core::canon::parse(&body.bytes) {
-        Ok(req) => Ok((session, req)),
+        Ok(req) => Ok((session, req, body.bytes.len())),
         Err(e) => Err(
             match crate::invalid_params::a2a_params_error(&body.bytes, &e) {
                 Some(id) => rpc_error(&id, -32602, "invalid params"),

@@ -5,13 +5,20 @@
 //! ([`Refusal::QueueFull`]), and one still waiting when its own deadline passes is refused
 //! then ([`Refusal::EpisodeBusy`]). At the head of its queue it takes one of
 //! [`Limits::execution_slots`] **global execution slots**, waiting at most
-//! [`Limits::slot_wait`] ([`Refusal::NoSlot`]).
+//! [`Limits::slot_wait`] ([`Refusal::NoSlot`]). A **large call** (a request body over
+//! [`Limits::large_call_bytes`]) first takes one of [`Limits::large_calls`] places in the
+//! large-call lane, waiting at most as long ([`Refusal::NoLargeLane`]).
 //!
 //! The order matters: an episode holds at most one slot, so one episode looping a slow tool
 //! cannot starve the others, and calls queued behind a busy episode hold no slot while they
 //! wait. The episode's turn is handed to the coordinator as its *hold*: a handler that overran
 //! its deadline keeps its episode's turn (and queue place) until it really returns, while its
 //! slot is freed as soon as the caller is answered.
+//!
+//! The lane exists because a large call costs far more than its slot: several copies of its
+//! body in memory, and a group commit that writes megabytes, which every call committed after
+//! it waits for. Taken before the slot, it lets large calls queue without holding slots, and
+//! keeps the few that run from filling the store's commits ahead of small calls.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -30,6 +37,8 @@ pub enum Refusal {
     EpisodeBusy,
     /// Every global execution slot stayed busy for the whole slot wait.
     NoSlot,
+    /// Every place in the large-call lane stayed busy for the whole slot wait.
+    NoLargeLane,
 }
 
 impl Refusal {
@@ -39,6 +48,7 @@ impl Refusal {
             Refusal::QueueFull => "episode_queue_full",
             Refusal::EpisodeBusy => "episode_busy",
             Refusal::NoSlot => "no_execution_slot",
+            Refusal::NoLargeLane => "no_large_call_lane",
         }
     }
 }
@@ -52,6 +62,7 @@ struct Queue {
 /// The admission state of a daemon.
 pub struct Admission {
     slots: Arc<Semaphore>,
+    large: Arc<Semaphore>,
     episodes: Arc<Mutex<HashMap<String, Queue>>>,
     limits: Limits,
 }
@@ -61,7 +72,14 @@ pub struct Ticket {
     /// Keep while the episode is busy with the call (the coordinator's hold).
     pub turn: Turn,
     /// Keep while the call runs on the caller's behalf.
-    pub slot: OwnedSemaphorePermit,
+    pub slot: Slot,
+}
+
+/// A global execution slot, with a place in the large-call lane for a large call: both are
+/// given back together.
+pub struct Slot {
+    _global: OwnedSemaphorePermit,
+    _large: Option<OwnedSemaphorePermit>,
 }
 
 /// A place in an episode's queue; at the head, it also holds the episode's turn.
@@ -90,6 +108,7 @@ impl Admission {
     pub fn new(limits: Limits) -> Admission {
         Admission {
             slots: Arc::new(Semaphore::new(limits.execution_slots)),
+            large: Arc::new(Semaphore::new(limits.large_calls)),
             episodes: Arc::default(),
             limits,
         }
@@ -100,8 +119,19 @@ impl Admission {
         self.slots.available_permits()
     }
 
-    /// Join `episode`'s queue, wait for its turn until `until`, then take a global slot.
-    pub async fn admit(&self, episode: &str, until: Instant) -> Result<Ticket, Refusal> {
+    /// Places in the large-call lane free right now.
+    pub fn free_large_lane(&self) -> usize {
+        self.large.available_permits()
+    }
+
+    /// Join `episode`'s queue, wait for its turn until `until`, then take a global slot; a
+    /// call of `body_bytes` over the large-call size first takes a place in the lane.
+    pub async fn admit(
+        &self,
+        episode: &str,
+        until: Instant,
+        body_bytes: usize,
+    ) -> Result<Ticket, Refusal> {
         let mut turn = self.join(episode)?;
         let gate = {
             let episodes = self.episodes.lock().unwrap_or_else(PoisonError::into_inner);
@@ -119,17 +149,36 @@ impl Admission {
                 .map_err(|_| Refusal::EpisodeBusy)?,
         };
         turn.permit = Some(permit);
-        let slot = match self.slots.clone().try_acquire_owned() {
-            Ok(s) => s,
-            Err(_) => {
-                let wait = until.min(Instant::now() + self.limits.slot_wait);
-                tokio::time::timeout_at(wait, self.slots.clone().acquire_owned())
-                    .await
-                    .map_err(|_| Refusal::NoSlot)?
-                    .map_err(|_| Refusal::NoSlot)?
-            }
+        let large = if body_bytes > self.limits.large_call_bytes {
+            Some(self.take(&self.large, until, Refusal::NoLargeLane).await?)
+        } else {
+            None
         };
-        Ok(Ticket { turn, slot })
+        let global = self.take(&self.slots, until, Refusal::NoSlot).await?;
+        Ok(Ticket {
+            turn,
+            slot: Slot {
+                _global: global,
+                _large: large,
+            },
+        })
+    }
+
+    /// A permit of `semaphore` at once, or within the slot wait (and `until`), or `refusal`.
+    async fn take(
+        &self,
+        semaphore: &Arc<Semaphore>,
+        until: Instant,
+        refusal: Refusal,
+    ) -> Result<OwnedSemaphorePermit, Refusal> {
+        if let Ok(permit) = semaphore.clone().try_acquire_owned() {
+            return Ok(permit);
+        }
+        let wait = until.min(Instant::now() + self.limits.slot_wait);
+        tokio::time::timeout_at(wait, semaphore.clone().acquire_owned())
+            .await
+            .map_err(|_| refusal)?
+            .map_err(|_| refusal)
     }
 
     /// A place in the episode's queue, or [`Refusal::QueueFull`] at once.
@@ -179,17 +228,20 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_full_episode_queue_refuses_at_once() {
         let a = Arc::new(admission(8, 2));
-        let running = a.admit("ep", far()).await.unwrap();
+        let running = a.admit("ep", far(), 0).await.unwrap();
         // Two wait behind it; the third is refused without waiting.
         let w1 = tokio::spawn({
             let a = a.clone();
-            async move { a.admit("ep", far()).await.map(|_| ()) }
+            async move { a.admit("ep", far(), 0).await.map(|_| ()) }
         });
         tokio::task::yield_now().await;
         assert_eq!(a.queued("ep"), 2);
         let w2 = a.join("ep").unwrap();
         let before = Instant::now();
-        assert_eq!(a.admit("ep", far()).await.err(), Some(Refusal::QueueFull));
+        assert_eq!(
+            a.admit("ep", far(), 0).await.err(),
+            Some(Refusal::QueueFull)
+        );
         assert_eq!(
             Instant::now(),
             before,
@@ -204,9 +256,12 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_waiting_call_is_refused_busy_at_its_deadline() {
         let a = admission(8, 4);
-        let _running = a.admit("ep", far()).await.unwrap();
+        let _running = a.admit("ep", far(), 0).await.unwrap();
         let until = Instant::now() + Duration::from_secs(3);
-        assert_eq!(a.admit("ep", until).await.err(), Some(Refusal::EpisodeBusy));
+        assert_eq!(
+            a.admit("ep", until, 0).await.err(),
+            Some(Refusal::EpisodeBusy)
+        );
         assert_eq!(Instant::now(), until);
         assert_eq!(a.queued("ep"), 1);
     }
@@ -214,23 +269,81 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn without_a_slot_a_call_waits_the_slot_wait_then_is_refused() {
         let a = admission(1, 4);
-        let _one = a.admit("a", far()).await.unwrap();
+        let _one = a.admit("a", far(), 0).await.unwrap();
         let start = Instant::now();
-        assert_eq!(a.admit("b", far()).await.err(), Some(Refusal::NoSlot));
+        assert_eq!(a.admit("b", far(), 0).await.err(), Some(Refusal::NoSlot));
         assert_eq!(Instant::now() - start, Duration::from_millis(500));
         // Its place in its episode's queue is given back.
         assert_eq!(a.queued("b"), 0);
     }
 
     #[tokio::test(start_paused = true)]
+    async fn large_calls_wait_for_their_lane_without_a_slot_while_small_calls_pass() {
+        let a = Arc::new(Admission::new(Limits {
+            execution_slots: 4,
+            large_calls: 1,
+            large_call_bytes: 100,
+            slot_wait: Duration::from_millis(500),
+            ..Limits::default()
+        }));
+        // A body of exactly the large-call size is not large.
+        let small = a.admit("s", far(), 100).await.unwrap();
+        let big = a.admit("b1", far(), 101).await.unwrap();
+        assert_eq!((a.free_slots(), a.free_large_lane()), (2, 0));
+        // A second large call waits the slot wait, holding no slot, then is refused.
+        let start = Instant::now();
+        let waiting = tokio::spawn({
+            let a = a.clone();
+            async move { a.admit("b2", far(), 1 << 20).await.err() }
+        });
+        tokio::task::yield_now().await;
+        assert_eq!(a.queued("b2"), 1);
+        assert_eq!(
+            a.free_slots(),
+            2,
+            "a large call waiting for its lane holds no slot"
+        );
+        // Meanwhile a small call of another episode is admitted at once.
+        let passed = a.admit("s2", far(), 10).await.unwrap();
+        assert_eq!(Instant::now(), start);
+        assert_eq!(waiting.await.unwrap(), Some(Refusal::NoLargeLane));
+        assert_eq!(Instant::now() - start, Duration::from_millis(500));
+        assert_eq!(a.queued("b2"), 0);
+        // The lane comes back with the slot, and the next large call takes it at once.
+        drop(big);
+        assert_eq!(a.free_large_lane(), 1);
+        let next = a.admit("b3", far(), 101).await.unwrap();
+        drop((small, passed, next));
+        assert_eq!((a.free_slots(), a.free_large_lane()), (4, 1));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_large_call_waiting_for_its_lane_gets_it_when_one_is_given_back() {
+        let a = Arc::new(Admission::new(Limits {
+            large_calls: 1,
+            large_call_bytes: 100,
+            ..Limits::default()
+        }));
+        let big = a.admit("b1", far(), 101).await.unwrap();
+        let waiter = tokio::spawn({
+            let a = a.clone();
+            async move { a.admit("b2", far(), 101).await.map(|_| Instant::now()) }
+        });
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let released = Instant::now();
+        drop(big);
+        assert_eq!(waiter.await.unwrap(), Ok(released));
+    }
+
+    #[tokio::test(start_paused = true)]
     async fn one_episode_holds_at_most_one_slot() {
         let a = admission(2, 8);
-        let busy = a.admit("loop", far()).await.unwrap();
+        let busy = a.admit("loop", far(), 0).await.unwrap();
         // The looping episode's next call waits for its turn, holding no slot.
         let queued = a.join("loop").unwrap();
         assert_eq!(a.free_slots(), 1);
         // So another episode still gets a slot at once.
-        let other = a.admit("other", far()).await.unwrap();
+        let other = a.admit("other", far(), 0).await.unwrap();
         assert_eq!(a.free_slots(), 0);
         drop((busy, queued, other));
         assert_eq!(a.free_slots(), 2);

@@ -13,6 +13,16 @@ use serde::Deserialize;
 /// refusing any; more slots only add threads (see `docs/benchmarks.md`).
 pub const DEFAULT_EXECUTION_SLOTS: usize = 128;
 
+/// Default size past which a call's request body makes it a large call: 64 KiB, about sixty
+/// times an ordinary tool call's.
+pub const DEFAULT_LARGE_CALL_BYTES: usize = 64 * 1024;
+
+/// Default number of large calls executing at once. Measured with 1 MB writes from 32
+/// episodes on the 2-core benchmark machine (`docs/benchmarks.md`, attacks): with one, a small
+/// call of another episode waited a median of 14–17 ms instead of 170–285 ms, and the
+/// daemon's memory stayed under 256 MiB; with two, 52 ms and 265 MiB.
+pub const DEFAULT_LARGE_CALLS: usize = 1;
+
 /// The largest `commit_body_bytes` an operator may configure (the reference's only limit).
 pub const MAX_COMMIT_BODY_BYTES: usize = 8 * 1024 * 1024;
 
@@ -23,8 +33,15 @@ pub struct Limits {
     pub execution_slots: usize,
     /// Calls of one episode that may wait behind its running call (`episode_queue`).
     pub episode_queue: usize,
-    /// How long a call at the head of its episode's queue waits for a slot (`slot_wait_ms`).
+    /// How long a call at the head of its episode's queue waits for a slot (`slot_wait_ms`),
+    /// and a large call for its lane.
     pub slot_wait: Duration,
+    /// A call whose request body is larger than this is a large call (`large_call_bytes`).
+    pub large_call_bytes: usize,
+    /// Large calls that may execute at once, across all episodes (`large_calls`): each holds
+    /// several copies of its body in memory and makes its group commit long, so a few of
+    /// them at a time keep small calls of other episodes from waiting behind them.
+    pub large_calls: usize,
     /// How long a handler may run before its caller is answered (`handler_deadline_ms`).
     pub handler_deadline: Duration,
     /// The aggregate deadline of one MCP POST or A2A call, credential to reply
@@ -57,6 +74,8 @@ impl Default for Limits {
             execution_slots: DEFAULT_EXECUTION_SLOTS,
             episode_queue: 8,
             slot_wait: Duration::from_millis(500),
+            large_call_bytes: DEFAULT_LARGE_CALL_BYTES,
+            large_calls: DEFAULT_LARGE_CALLS,
             handler_deadline: broker_core::coordinator::HANDLER_DEADLINE,
             call_deadline: Duration::from_secs(20),
             mcp_body_bytes: 4 * 1024 * 1024,
@@ -79,6 +98,8 @@ pub struct LimitsSection {
     pub execution_slots: Option<usize>,
     pub episode_queue: Option<usize>,
     pub slot_wait_ms: Option<u64>,
+    pub large_call_bytes: Option<usize>,
+    pub large_calls: Option<usize>,
     pub handler_deadline_ms: Option<u64>,
     pub call_deadline_ms: Option<u64>,
     pub mcp_body_bytes: Option<usize>,
@@ -101,6 +122,8 @@ impl LimitsSection {
             execution_slots: self.execution_slots.unwrap_or(d.execution_slots),
             episode_queue: self.episode_queue.unwrap_or(d.episode_queue),
             slot_wait: ms(self.slot_wait_ms, d.slot_wait),
+            large_call_bytes: self.large_call_bytes.unwrap_or(d.large_call_bytes),
+            large_calls: self.large_calls.unwrap_or(d.large_calls),
             handler_deadline: ms(self.handler_deadline_ms, d.handler_deadline),
             call_deadline: ms(self.call_deadline_ms, d.call_deadline),
             mcp_body_bytes: self.mcp_body_bytes.unwrap_or(d.mcp_body_bytes),
@@ -124,6 +147,8 @@ impl Limits {
     pub fn check(&self) -> Result<(), String> {
         let positive = [
             ("execution_slots", self.execution_slots as u128),
+            ("large_call_bytes", self.large_call_bytes as u128),
+            ("large_calls", self.large_calls as u128),
             ("handler_deadline_ms", self.handler_deadline.as_millis()),
             ("call_deadline_ms", self.call_deadline.as_millis()),
             ("mcp_body_bytes", self.mcp_body_bytes as u128),
@@ -152,6 +177,9 @@ impl Limits {
         // Tokio's semaphore holds at most this many permits.
         if self.execution_slots > tokio::sync::Semaphore::MAX_PERMITS {
             return Err("[limits] execution_slots is too large".into());
+        }
+        if self.large_calls > tokio::sync::Semaphore::MAX_PERMITS {
+            return Err("[limits] large_calls is too large".into());
         }
         Ok(())
     }
@@ -183,10 +211,15 @@ mod tests {
             s.resolve().unwrap().plugin_start,
             Duration::from_millis(250)
         );
+        let s: LimitsSection = toml::from_str("large_call_bytes = 100\nlarge_calls = 3").unwrap();
+        let l = s.resolve().unwrap();
+        assert_eq!((l.large_call_bytes, l.large_calls), (100, 3));
         for key in [
             "plugin_log_bytes",
             "plugin_log_per_second",
             "plugin_start_ms",
+            "large_call_bytes",
+            "large_calls",
         ] {
             let zero: LimitsSection = toml::from_str(&format!("{key} = 0")).unwrap();
             assert_eq!(

@@ -135,6 +135,7 @@ async fn serve_post(state: AppState, headers: HeaderMap, body: Body) -> Response
         session: &session,
         deadline,
         version,
+        body_bytes: body.bytes.len(),
     };
     let bytes = &body.bytes;
     if ctx.modern() {

@@ -302,7 +302,7 @@ impl Metrics {
         by_label(
             &mut out,
             "worldd_admission_refused_total",
-            "Calls refused by admission, by reason: episode_queue_full, episode_busy, no_execution_slot. Nothing ran.",
+            "Calls refused by admission, by reason: episode_queue_full, episode_busy, no_execution_slot, no_large_call_lane. Nothing ran.",
             "reason",
             &inner.admission_refused,
         );

@@ -274,8 +274,16 @@ impl AppState {
     /// `until` at the latest. A call with an effect runs its effect steps on the blocking pool,
     /// where its handler runs too; this task watches it ([`crate::watched`]) and answers as
     /// timed out at the handler's deadline, freeing the global slot then, while the episode
-    /// stays busy until the handler really returns. Every commit is driven by a task of its own.
-    pub async fn invoke(&self, call: Call, until: Instant) -> Result<CallOutput, InvokeFailure> {
+    /// stays busy until the handler really returns. Every commit is driven to its end, by this
+    /// task or, once nobody waits, by a task of its own. `body_bytes` is the size of the
+    /// request body the call came in: past [`crate::limits::Limits::large_call_bytes`] it is a
+    /// large call.
+    pub async fn invoke(
+        &self,
+        call: Call,
+        until: Instant,
+        body_bytes: usize,
+    ) -> Result<CallOutput, InvokeFailure> {
         // A resent task id whose call is still running is named now, not queued behind it.
         if let Some(task) = &call.task_id {
             let coordinator = &self.inner.coordinator;
@@ -286,14 +294,14 @@ impl AppState {
         let Ticket { turn, slot } = match self
             .inner
             .admission
-            .admit(&call.session.episode, until)
+            .admit(&call.session.episode, until, body_bytes)
             .await
         {
             Ok(t) => t,
             Err(refusal) => {
                 self.inner.metrics.admission_refused(refusal);
                 return Err(match refusal {
-                    Refusal::NoSlot => InvokeFailure::Capacity,
+                    Refusal::NoSlot | Refusal::NoLargeLane => InvokeFailure::Capacity,
                     Refusal::QueueFull | Refusal::EpisodeBusy => InvokeFailure::Busy,
                 });
             }

@@ -1319,6 +1319,72 @@ async fn hung_handler_times_out_frees_its_slot_and_is_never_committed() {
     assert_eq!(h.revision(), before + 2);
 }
 
+/// Attack: large writes from many episodes, each call a megabyte, made the small calls of
+/// every other episode wait behind their group commits (and the daemon hold several copies of
+/// each). One large call runs at a time: another, over MCP or A2A, waits for the lane holding
+/// no slot and is answered the capacity error after the slot wait, nothing run; a small call
+/// of another episode is served meanwhile; the lane comes back when the large call ends.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_large_call_waits_for_the_lane_while_small_calls_pass() {
+    let mut h = harness_with(Limits {
+        large_calls: 1,
+        large_call_bytes: 4096,
+        slot_wait: Duration::from_millis(300),
+        ..Limits::default()
+    });
+    let big = "x".repeat(8000);
+    let write = |id: u64, path: &str| {
+        call_body(
+            json!(id),
+            "ailang-write",
+            json!({"path": path, "content": big}),
+        )
+    };
+    let first = h.token("big-1", &["Workspace.Write=worktree:5"]);
+    let second = h.token("big-2", &["Workspace.Write=worktree:5"]);
+    let before = h.revision();
+    let held = tokio::spawn({
+        let (router, body) = (h.router.clone(), write(1, "a.ail"));
+        async move { send(&router, rpc(&first, None, &body)).await }
+    });
+    tokio::time::timeout(Duration::from_secs(30), h.entered.recv())
+        .await
+        .expect("the first large write never reached its handler");
+
+    let start = std::time::Instant::now();
+    h.rpc(&second, &write(2, "b.ail"))
+        .await
+        .assert_envelope("2", "host callback capacity exceeded");
+    assert!(start.elapsed() >= Duration::from_millis(300));
+    let a2a = json!({"jsonrpc": "2.0", "id": 3, "method": "tasks/send", "params": {
+        "id": "t-big", "metadata": {"skill_id": "ailang-write"},
+        "message": {"role": "user", "parts": [{"type": "data",
+            "data": {"path": "c.ail", "content": big}}]}}});
+    let v = h.a2a(&second, None, a2a).await;
+    assert_eq!(
+        v["error"],
+        json!({"code": -32603, "message": "host callback capacity exceeded"}),
+        "{v}"
+    );
+    // A small call of another episode takes no place in the lane.
+    h.reads_ok(&h.reader(), 4).await;
+    let (_, m) = h.get_text("/v1/metrics").await;
+    assert!(
+        m.contains("worldd_admission_refused_total{reason=\"no_large_call_lane\"} 2\n"),
+        "{m}"
+    );
+    assert!(m.contains("worldd_callbacks_rejected_total 0\n"), "{m}");
+
+    // The large write ends, and the lane with it: the next large call runs.
+    h.gate.release();
+    let v = held.await.unwrap().sse();
+    assert_eq!(v["result"]["structuredContent"]["ok"], json!(true), "{v}");
+    let v = h.rpc(&second, &write(5, "b.ail")).await.sse();
+    assert_eq!(v["result"]["structuredContent"]["ok"], json!(true), "{v}");
+    // The read and the two writes that ran were committed; the refused calls left nothing.
+    assert_eq!(h.revision(), before + 3);
+}
+
 /// Attack: start a call to a tool that hangs and go away at once. Nobody waits for the answer,
 /// yet the call's slot is freed at the handler's deadline (another episode is served through the
 /// only slot) and the handler's outcome is journaled, not committed, when it returns.

@@ -37,6 +37,8 @@ pub(super) struct Ctx<'a> {
     pub deadline: Instant,
     /// The protocol revision in force for this POST.
     pub version: &'static str,
+    /// The POST's body size: what each call it carries counts as, for the large-call lane.
+    pub body_bytes: usize,
 }
 
 impl Ctx<'_> {
@@ -494,7 +496,7 @@ async fn tools_call(
     };
     let tool = entry.transition.id.as_str();
     let episode = ctx.session.episode.as_str();
-    match ctx.state.invoke(call, ctx.deadline).await {
+    match ctx.state.invoke(call, ctx.deadline, ctx.body_bytes).await {
         Ok(out) => {
             let outcome = outcome::of_output(&out, class);
             call_result(ctx, id, tool, out, outcome, key.as_deref())
