@@ -10,6 +10,34 @@ use std::time::{Duration, Instant};
 /// Budget of every benchmark grant: far more calls than any run makes.
 pub const BUDGET: u64 = 1_000_000_000;
 
+/// The control group every daemon started from now on joins (`--cpu-groups`).
+static DAEMON_GROUP: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+
+/// Make `worldd-bench-daemon` and `worldd-bench-load` under `dir` (a cgroup directory with the
+/// cpu controller), move this process into the second, and every daemon started afterwards
+/// into the first. The scheduler then shares a busy machine between the two groups, not
+/// between threads: hundreds of attacker threads no longer outnumber the daemon's few.
+pub fn split_cpu_groups(dir: &Path) -> Result<(), String> {
+    let group = |name: &str| -> Result<PathBuf, String> {
+        let g = dir.join(name);
+        match std::fs::create_dir(&g) {
+            Ok(()) => Ok(g),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(g),
+            Err(e) => Err(format!("{}: {e}", g.display())),
+        }
+    };
+    let (daemon, load) = (group("worldd-bench-daemon")?, group("worldd-bench-load")?);
+    join_group(&load, std::process::id())?;
+    DAEMON_GROUP
+        .set(daemon)
+        .map_err(|_| "--cpu-groups set twice".to_owned())
+}
+
+fn join_group(group: &Path, pid: u32) -> Result<(), String> {
+    let procs = group.join("cgroup.procs");
+    std::fs::write(&procs, pid.to_string()).map_err(|e| format!("{}: {e}", procs.display()))
+}
+
 pub struct Daemon {
     child: Child,
     /// Held so the daemon never writes to a closed pipe.
@@ -76,6 +104,13 @@ impl Daemon {
         let mut child = cmd
             .spawn()
             .map_err(|e| format!("{}: {e}", worldd.display()))?;
+        if let Some(group) = DAEMON_GROUP.get() {
+            if let Err(e) = join_group(group, child.id()) {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(e);
+            }
+        }
         let mut stdout = BufReader::new(child.stdout.take().expect("piped stdout"));
         let mut line = String::new();
         let _ = stdout.read_line(&mut line);
@@ -325,4 +360,33 @@ pub fn store_size(db: &Path) -> Result<StoreSize, String> {
     };
     env.prepare_for_closing().wait();
     Ok(size)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cpu_groups_are_made_and_this_process_joins_the_load_generators() {
+        // A plain directory stands in for the cgroup file system: the groups are made, this
+        // process's id is written to the load generator's, and daemons will join the other.
+        let dir = tempfile::tempdir().unwrap();
+        split_cpu_groups(dir.path()).unwrap();
+        let load = dir.path().join("worldd-bench-load").join("cgroup.procs");
+        assert_eq!(
+            std::fs::read_to_string(load).unwrap(),
+            std::process::id().to_string()
+        );
+        assert_eq!(
+            DAEMON_GROUP.get(),
+            Some(&dir.path().join("worldd-bench-daemon"))
+        );
+        assert!(split_cpu_groups(dir.path())
+            .unwrap_err()
+            .contains("set twice"));
+        let missing = dir.path().join("no-such-dir").join("deeper");
+        assert!(split_cpu_groups(&missing)
+            .unwrap_err()
+            .contains("no-such-dir"));
+    }
 }

@@ -91,6 +91,13 @@ struct Args {
     /// With --attacks: run only these attacks, by their row number (0 is the baseline).
     #[arg(long, value_delimiter = ',')]
     attack_rows: Vec<usize>,
+    /// Put the daemons in a CPU control group of their own and this process (the load
+    /// generator and the attackers) in another, both made under DIR (a cgroup directory with
+    /// the cpu controller, e.g. `/sys/fs/cgroup/cpu`; needs root): each group then gets half
+    /// of a busy machine, as a daemon run as a service does beside its clients, instead of a
+    /// share per thread.
+    #[arg(long, value_name = "DIR")]
+    cpu_groups: Option<PathBuf>,
     /// Alternate this build's daemon with another `worldd` binary (its plugins are the ones in
     /// its directory): `--rounds` fresh daemons of each, request rows only, then each row's
     /// share of health, CPU per call and steal side by side.
@@ -124,6 +131,9 @@ fn run(args: Args) -> Result<(), String> {
     let dirs = Dirs::locate()?;
     if !args.no_build {
         build(&dirs.workspace, args.attacks)?;
+    }
+    if let Some(dir) = &args.cpu_groups {
+        daemon::split_cpu_groups(dir)?;
     }
     if args.attacks {
         return run_attacks(&args, &dirs.release, &dirs.target);
@@ -775,10 +785,17 @@ fn run_attacks(args: &Args, release: &Path, target: &Path) -> Result<(), String>
     let dir = &run_dir.path;
     let measure = secs(args.seconds.unwrap_or(if args.quick { 2.0 } else { 8.0 }));
     eprintln!(
-        "worldd-bench --attacks: {} CPUs, load {}; {:.1}s of legitimate calls per attack",
+        "worldd-bench --attacks: {} CPUs, load {}; {:.1}s of legitimate calls per attack{}",
         cpus(),
         loadavg(),
-        measure.as_secs_f64()
+        measure.as_secs_f64(),
+        match &args.cpu_groups {
+            Some(dir) => format!(
+                "; the daemons and this process in CPU groups of their own under {}",
+                dir.display()
+            ),
+            None => String::new(),
+        }
     );
     let log = args.daemon_log.as_deref().or(Some("warn"));
     let rows = attacks::run_all(
