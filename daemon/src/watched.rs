@@ -104,14 +104,13 @@ impl Drop for Driven {
         // Nobody waits any more (the call deadline answered first, the client left, or the
         // handler was abandoned): the commit still ends, on a task of its own.
         match tokio::runtime::Handle::try_current() {
+            // The parts go to the task as they are, not as a `Driven`: a runtime shutting down
+            // drops the task unpolled, and a `Driven` dropped there would hand itself on again.
             Ok(runtime) => {
-                let driven = Driven {
-                    parts: Some((committing, slot, after)),
-                };
                 runtime.spawn(async move {
-                    if driven.await.is_err() {
-                        tracing::error!("a call's commit panicked after its waiter left");
-                    }
+                    let result = committing.await;
+                    drop(slot);
+                    after(&result);
                 });
             }
             // Not on a runtime's thread, so this thread may block.
