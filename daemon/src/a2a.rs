@@ -38,7 +38,7 @@ use serde_json::{json, Value};
 
 use tokio::time::Instant;
 
-use crate::edge::body::BodyError;
+use crate::edge::body::{BodyError, BodyShare};
 use crate::outcome::{self, Kind, Outcome};
 use crate::rest::ApiError;
 use crate::state::{AppState, AuthFailure, InvokeFailure};
@@ -238,7 +238,10 @@ async fn a2a(
     body: axum::body::Body,
 ) -> Response {
     let deadline = Instant::now() + state.limits().call_deadline;
-    let (session, req, body_bytes) = match received(&state, &headers, body, deadline).await {
+    // `_share` keeps the request's place in the body budget until it is answered: queued
+    // behind its episode or the large-call lane, a call holds what was parsed from its body.
+    let (session, req, body_bytes, _share) = match received(&state, &headers, body, deadline).await
+    {
         Ok(received) => received,
         Err(answer) => return answer,
     };
@@ -274,8 +277,8 @@ async fn a2a(
     }
 }
 
-/// The caller's session, its request parsed strictly, and the request body's size.
-/// Authorization comes first, from the
+/// The caller's session, its request parsed strictly, the request body's size and its place
+/// in the body budget. Authorization comes first, from the
 /// headers alone: an unauthorized caller learns nothing about the transport, and no body is
 /// read for it (its id is unknown, so errors carry null).
 async fn received(
@@ -283,7 +286,7 @@ async fn received(
     headers: &HeaderMap,
     body: axum::body::Body,
     deadline: Instant,
-) -> Result<(Arc<Session>, Value, usize), Response> {
+) -> Result<(Arc<Session>, Value, usize, BodyShare), Response> {
     let null = Value::Null;
     let session = state
         .authenticate(headers)
@@ -319,14 +322,13 @@ async fn received(
             return Err(rpc_error(&null, -32600, "invalid JSON-RPC request"))
         }
     };
-    match broker_core::canon::parse(&body.bytes) {
-        Ok(req) => Ok((session, req, body.bytes.len())),
-        Err(e) => Err(
-            match crate::invalid_params::a2a_params_error(&body.bytes, &e) {
-                Some(id) => rpc_error(&id, -32602, "invalid params"),
-                None => rpc_error(&null, -32600, "invalid JSON-RPC request"),
-            },
-        ),
+    let (bytes, share) = body.split();
+    match broker_core::canon::parse(&bytes) {
+        Ok(req) => Ok((session, req, bytes.len(), share)),
+        Err(e) => Err(match crate::invalid_params::a2a_params_error(&bytes, &e) {
+            Some(id) => rpc_error(&id, -32602, "invalid params"),
+            None => rpc_error(&null, -32600, "invalid JSON-RPC request"),
+        }),
     }
 }
 

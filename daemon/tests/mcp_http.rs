@@ -1385,6 +1385,59 @@ async fn a_second_large_call_waits_for_the_lane_while_small_calls_pass() {
     assert_eq!(h.revision(), before + 3);
 }
 
+/// Attack: 1 MB writes over A2A from many episodes took the daemon past 890 MiB. An A2A
+/// request gave its place in the body budget back as soon as its body was parsed, so calls
+/// queued behind their episodes and the large-call lane held their bodies uncounted. The
+/// place is now kept until the call is answered, as an MCP POST keeps it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_a2a_call_keeps_its_place_in_the_body_budget_until_it_is_answered() {
+    let mut h = harness();
+    let t = h.token("a2a-big", &["Workspace.Write=worktree:5"]);
+    let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tasks/send", "params": {
+        "id": "t-held", "metadata": {"skill_id": "ailang-write"},
+        "message": {"role": "user", "parts": [{"type": "data",
+            "data": {"path": "big.ail", "content": "x".repeat(200_000)}}]}}})
+    .to_string();
+    let held = tokio::spawn({
+        let router = h.full.clone();
+        let auth = format!("Bearer {t}");
+        async move {
+            let mut req = request(
+                &[
+                    ("authorization", auth.as_str()),
+                    ("content-type", "application/json"),
+                ],
+                body,
+            );
+            *req.uri_mut() = "/a2a/".parse().unwrap();
+            send(&router, req).await
+        }
+    });
+    tokio::time::timeout(Duration::from_secs(30), h.entered.recv())
+        .await
+        .expect("the A2A write never reached its handler");
+    let held_bytes = |m: &str| -> u64 {
+        m.lines()
+            .find_map(|l| l.strip_prefix("worldd_body_budget_bytes_held "))
+            .expect("the budget gauge")
+            .parse()
+            .unwrap()
+    };
+    let (_, m) = h.get_text("/v1/metrics").await;
+    let during = held_bytes(&m);
+    // All but the first 16 KiB, which no body counts.
+    assert!(
+        (150_000..=200_000).contains(&during),
+        "held while the call runs: {during}"
+    );
+    h.gate.release();
+    let answer = held.await.unwrap();
+    assert_eq!(answer.status, StatusCode::OK, "{}", answer.body);
+    assert!(answer.body.contains(r#""ok":true"#), "{}", answer.body);
+    let (_, m) = h.get_text("/v1/metrics").await;
+    assert_eq!(held_bytes(&m), 0, "given back once answered");
+}
+
 /// Attack: start a call to a tool that hangs and go away at once. Nobody waits for the answer,
 /// yet the call's slot is freed at the handler's deadline (another episode is served through the
 /// only slot) and the handler's outcome is journaled, not committed, when it returns.

@@ -68,6 +68,25 @@ pub struct ReadBody {
     _budget: Option<Share>,
 }
 
+impl ReadBody {
+    /// The body's bytes, and what keeps its place in the budget: for a caller that parses
+    /// the bytes, drops them, and must still count against the budget while what it parsed
+    /// is in use (an A2A call, until it is answered).
+    pub fn split(self) -> (Bytes, BodyShare) {
+        (
+            self.bytes,
+            BodyShare {
+                _share: self._budget,
+            },
+        )
+    }
+}
+
+/// A body's place in the budget, kept after its bytes are gone.
+pub struct BodyShare {
+    _share: Option<Share>,
+}
+
 /// Part of the budget, counted in `worldd_body_budget_bytes_held` while it is held.
 struct Share {
     permit: OwnedSemaphorePermit,
