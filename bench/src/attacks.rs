@@ -75,7 +75,7 @@ impl Attack {
 /// memory trim (`[server] memory_trim_ms`, 5 s by default).
 const SETTLE: Duration = Duration::from_secs(6);
 
-const NAMES: [&str; 17] = [
+const NAMES: [&str; 18] = [
     "none (baseline)",
     "held 4 MiB bodies x300, no credentials",
     "held 4 MiB bodies x300, with credentials",
@@ -93,6 +93,7 @@ const NAMES: [&str; 17] = [
     "64 log pages in flight from one credential, each scanning 5,000 entries it cannot see",
     "hung finish functions: 200 calls past their deadline",
     "a plugin flooding the log: 100,000 messages per call x16 episodes",
+    "1 MB writes over A2A from 32 episodes, 9 in flight each",
 ];
 
 /// Rows whose attackers hang handlers: their daemons get a 2 s handler deadline, and the
@@ -163,7 +164,7 @@ pub fn run_all(
                 "{} pages answered, {} refused busy (503: waited past their turn), {} other answers",
                 c[0], c[1], c[2]
             ),
-            11 => format!(
+            11 | 17 => format!(
                 "{} written, {} refused busy (503: the body budget or its share), {} connections closed while sending, {} other answers",
                 c[0], c[1], c[2], c[3]
             ),
@@ -246,8 +247,18 @@ fn mcp_call(tool: &str, args: Value) -> String {
 }
 
 fn post(agent: &ureq::Agent, addr: &str, token: &str, body: &str) -> Result<String, String> {
+    post_to(agent, addr, "/mcp/", token, body)
+}
+
+fn post_to(
+    agent: &ureq::Agent,
+    addr: &str,
+    path: &str,
+    token: &str,
+    body: &str,
+) -> Result<String, String> {
     let r = agent
-        .post(&format!("http://{addr}/mcp/"))
+        .post(&format!("http://{addr}{path}"))
         .set("Authorization", &format!("Bearer {token}"))
         .set("Content-Type", "application/json")
         .set("Accept", "application/json, text/event-stream")
@@ -282,7 +293,8 @@ fn start(i: usize, a: &mut Attack, d: &Daemon, legit: &Client, attackers: &[Clie
         8 => large_arguments(a, addr, &attackers[..16]),
         9 => slow_readers(a, addr, &attackers[1..9]),
         10 => held_heads(a, addr),
-        11 => large_writes(a, d),
+        11 => large_writes(a, d, Surface::Mcp),
+        17 => large_writes(a, d, Surface::A2a),
         12 => idle_past_limit(a, addr),
         13 => bodies_never_come(a, addr),
         14 => log_scans(a, d, &attackers[0]),
@@ -637,7 +649,14 @@ fn log_scans(a: &mut Attack, d: &Daemon, attacker: &Client) {
 }
 
 /// Row 11: 32 new episodes, 9 threads each of [`write_new_content`].
-fn large_writes(a: &mut Attack, d: &Daemon) {
+/// Which surface an attack's calls go through.
+#[derive(Clone, Copy)]
+enum Surface {
+    Mcp,
+    A2a,
+}
+
+fn large_writes(a: &mut Attack, d: &Daemon, surface: Surface) {
     // Agents writing large files at once: 32 episodes with 9 calls in flight each,
     // every call 1 MB of new content. Bodies past the body budget are refused; the
     // row measures what the calls that run hold.
@@ -647,34 +666,57 @@ fn large_writes(a: &mut Attack, d: &Daemon) {
     for w in writers {
         for k in 0..9 {
             let (addr, token) = (d.addr.clone(), w.token.clone());
-            a.spawn(move |stop, c| write_new_content(&addr, &token, k, &stop, &c));
+            a.spawn(move |stop, c| write_new_content(&addr, &token, k, surface, &stop, &c));
         }
     }
 }
 
-/// Write 1 MB of new content to `w{k}.txt` back to back until told to stop. Counts writes
-/// (`c[0]`), refusals busy (`c[1]`), connections closed while sending (`c[2]`) and other
-/// answers (`c[3]`).
-fn write_new_content(addr: &str, token: &str, k: usize, stop: &AtomicBool, c: &[AtomicU64; 4]) {
+/// Write 1 MB of new content to `w{k}.txt` back to back until told to stop, over MCP or as
+/// A2A `tasks/send`. Counts writes (`c[0]`), refusals busy (`c[1]`), connections closed while
+/// sending (`c[2]`) and other answers (`c[3]`).
+fn write_new_content(
+    addr: &str,
+    token: &str,
+    k: usize,
+    surface: Surface,
+    stop: &AtomicBool,
+    c: &[AtomicU64; 4],
+) {
     let agent = agent();
-    // One body per thread, its first 12 content bytes a counter, so that
-    // every write is new content without the attacker spending its CPU
-    // on building megabytes.
+    // One body per thread, its first 12 content bytes a counter (and, over A2A, the last 12
+    // of its task id), so that every write is new content without the attacker spending its
+    // CPU on building megabytes.
     let content = format!("{:012}{}", 0, "w".repeat(1_000_000 - 12));
-    let mut body = mcp_call(
-        "ailang-write",
-        json!({"path": format!("w{k}.txt"), "content": content}),
-    );
+    let args = json!({"path": format!("w{k}.txt"), "content": content});
+    let (path, mut body) = match surface {
+        Surface::Mcp => ("/mcp/", mcp_call("ailang-write", args)),
+        Surface::A2a => (
+            "/a2a/",
+            json!({"jsonrpc": "2.0", "id": 1, "method": "tasks/send", "params": {
+                "id": format!("w{k}-{:012}", 0), "metadata": {"skill_id": "ailang-write"},
+                "message": {"role": "user", "parts": [{"type": "data", "data": args}]}}})
+            .to_string(),
+        ),
+    };
     let Some(at) = body.find("\"content\":\"").map(|i| i + 11) else {
         return;
     };
+    let task = body
+        .find(&format!("\"w{k}-"))
+        .map(|i| i + 3 + k.to_string().len());
     let mut n = 0u64;
     while !stop.load(Ordering::Relaxed) {
         n += 1;
-        body.replace_range(at..at + 12, &format!("{n:012}"));
-        match post(&agent, addr, token, &body) {
+        let counter = format!("{n:012}");
+        body.replace_range(at..at + 12, &counter);
+        if let Some(t) = task {
+            body.replace_range(t..t + 12, &counter);
+        }
+        match post_to(&agent, addr, path, token, &body) {
             Ok(b) if b.contains("\"ok\":true") => c[0].fetch_add(1, Ordering::Relaxed),
             Err(e) if e.starts_with("HTTP 503") => c[1].fetch_add(1, Ordering::Relaxed),
+            // A2A answers a full body budget as a JSON-RPC error.
+            Ok(b) if b.contains("request bodies") => c[1].fetch_add(1, Ordering::Relaxed),
             Err(e) if e.starts_with("HTTP ") => c[3].fetch_add(1, Ordering::Relaxed),
             Ok(_) => c[3].fetch_add(1, Ordering::Relaxed),
             // The daemon refused before reading the body, and closed.
