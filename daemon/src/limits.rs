@@ -19,8 +19,8 @@ pub const DEFAULT_LARGE_CALL_BYTES: usize = 64 * 1024;
 
 /// Default number of large calls executing at once. Measured with 1 MB writes from 32
 /// episodes on the 2-core benchmark machine (`docs/benchmarks.md`, attacks): with one, a small
-/// call of another episode waited a median of 14–17 ms instead of 170–285 ms, and the
-/// daemon's memory stayed under 256 MiB; with two, 52 ms and 265 MiB.
+/// call of another episode waited a median of 8–17 ms instead of 68–238 ms, and the daemon's
+/// anonymous memory peaked under 75 MiB instead of 193–219 MiB; with two, 17–52 ms and 96 MiB.
 pub const DEFAULT_LARGE_CALLS: usize = 1;
 
 /// The largest `commit_body_bytes` an operator may configure (the reference's only limit).
