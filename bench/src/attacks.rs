@@ -648,7 +648,6 @@ fn log_scans(a: &mut Attack, d: &Daemon, attacker: &Client) {
     }
 }
 
-/// Row 11: 32 new episodes, 9 threads each of [`write_new_content`].
 /// Which surface an attack's calls go through.
 #[derive(Clone, Copy)]
 enum Surface {
@@ -656,6 +655,7 @@ enum Surface {
     A2a,
 }
 
+/// Rows 11 (MCP) and 17 (A2A): 32 new episodes, 9 threads each of [`write_new_content`].
 fn large_writes(a: &mut Attack, d: &Daemon, surface: Surface) {
     // Agents writing large files at once: 32 episodes with 9 calls in flight each,
     // every call 1 MB of new content. Bodies past the body budget are refused; the

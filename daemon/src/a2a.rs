@@ -278,9 +278,9 @@ async fn a2a(
 }
 
 /// The caller's session, its request parsed strictly, the request body's size and its place
-/// in the body budget. Authorization comes first, from the
-/// headers alone: an unauthorized caller learns nothing about the transport, and no body is
-/// read for it (its id is unknown, so errors carry null).
+/// in the body budget. Authorization comes first, from the headers alone: an unauthorized
+/// caller learns nothing about the transport, and no body is read for it (its id is unknown,
+/// so errors carry null).
 async fn received(
     state: &AppState,
     headers: &HeaderMap,
