@@ -7,7 +7,8 @@
 //! [`Limits::execution_slots`] **global execution slots**, waiting at most
 //! [`Limits::slot_wait`] ([`Refusal::NoSlot`]). A **large call** (a request body over
 //! [`Limits::large_call_bytes`]) first takes one of [`Limits::large_calls`] places in the
-//! large-call lane, waiting at most as long ([`Refusal::NoLargeLane`]).
+//! large-call lane, in arrival order, waiting for it until its own deadline
+//! ([`Refusal::NoLargeLane`]).
 //!
 //! The order matters: an episode holds at most one slot, so one episode looping a slow tool
 //! cannot starve the others, and calls queued behind a busy episode hold no slot while they
@@ -18,7 +19,10 @@
 //! The lane exists because a large call costs far more than its slot: several copies of its
 //! body in memory, and a group commit that writes megabytes, which every call committed after
 //! it waits for. Taken before the slot, it lets large calls queue without holding slots, and
-//! keeps the few that run from filling the store's commits ahead of small calls.
+//! keeps the few that run from filling the store's commits ahead of small calls. Large calls
+//! wait for it as long as their deadline allows rather than the slot wait: a burst of them is
+//! worked through in order instead of refused, and what they hold while they wait is bounded
+//! by the body budget ([`crate::edge::body`]).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -37,7 +41,7 @@ pub enum Refusal {
     EpisodeBusy,
     /// Every global execution slot stayed busy for the whole slot wait.
     NoSlot,
-    /// Every place in the large-call lane stayed busy for the whole slot wait.
+    /// The call's deadline passed while it waited for a place in the large-call lane.
     NoLargeLane,
 }
 
@@ -150,11 +154,12 @@ impl Admission {
         };
         turn.permit = Some(permit);
         let large = if body_bytes > self.limits.large_call_bytes {
-            Some(self.take(&self.large, until, Refusal::NoLargeLane).await?)
+            Some(take(&self.large, until, Refusal::NoLargeLane).await?)
         } else {
             None
         };
-        let global = self.take(&self.slots, until, Refusal::NoSlot).await?;
+        let slot_wait = until.min(Instant::now() + self.limits.slot_wait);
+        let global = take(&self.slots, slot_wait, Refusal::NoSlot).await?;
         Ok(Ticket {
             turn,
             slot: Slot {
@@ -162,23 +167,6 @@ impl Admission {
                 _large: large,
             },
         })
-    }
-
-    /// A permit of `semaphore` at once, or within the slot wait (and `until`), or `refusal`.
-    async fn take(
-        &self,
-        semaphore: &Arc<Semaphore>,
-        until: Instant,
-        refusal: Refusal,
-    ) -> Result<OwnedSemaphorePermit, Refusal> {
-        if let Ok(permit) = semaphore.clone().try_acquire_owned() {
-            return Ok(permit);
-        }
-        let wait = until.min(Instant::now() + self.limits.slot_wait);
-        tokio::time::timeout_at(wait, semaphore.clone().acquire_owned())
-            .await
-            .map_err(|_| refusal)?
-            .map_err(|_| refusal)
     }
 
     /// A place in the episode's queue, or [`Refusal::QueueFull`] at once.
@@ -205,6 +193,21 @@ impl Admission {
         let episodes = self.episodes.lock().unwrap_or_else(PoisonError::into_inner);
         episodes.get(episode).map_or(0, |q| q.members)
     }
+}
+
+/// A permit of `semaphore` at once, or by `until` (in arrival order), or `refusal`.
+async fn take(
+    semaphore: &Arc<Semaphore>,
+    until: Instant,
+    refusal: Refusal,
+) -> Result<OwnedSemaphorePermit, Refusal> {
+    if let Ok(permit) = semaphore.clone().try_acquire_owned() {
+        return Ok(permit);
+    }
+    tokio::time::timeout_at(until, semaphore.clone().acquire_owned())
+        .await
+        .map_err(|_| refusal)?
+        .map_err(|_| refusal)
 }
 
 #[cfg(test)]
@@ -290,11 +293,12 @@ mod tests {
         let small = a.admit("s", far(), 100).await.unwrap();
         let big = a.admit("b1", far(), 101).await.unwrap();
         assert_eq!((a.free_slots(), a.free_large_lane()), (2, 0));
-        // A second large call waits the slot wait, holding no slot, then is refused.
+        // A second large call waits until its deadline, holding no slot, then is refused.
         let start = Instant::now();
+        let until = start + Duration::from_secs(3);
         let waiting = tokio::spawn({
             let a = a.clone();
-            async move { a.admit("b2", far(), 1 << 20).await.err() }
+            async move { a.admit("b2", until, 1 << 20).await.err() }
         });
         tokio::task::yield_now().await;
         assert_eq!(a.queued("b2"), 1);
@@ -307,7 +311,11 @@ mod tests {
         let passed = a.admit("s2", far(), 10).await.unwrap();
         assert_eq!(Instant::now(), start);
         assert_eq!(waiting.await.unwrap(), Some(Refusal::NoLargeLane));
-        assert_eq!(Instant::now() - start, Duration::from_millis(500));
+        assert_eq!(
+            Instant::now(),
+            until,
+            "not at the slot wait: at its deadline"
+        );
         assert_eq!(a.queued("b2"), 0);
         // The lane comes back with the slot, and the next large call takes it at once.
         drop(big);
@@ -318,21 +326,34 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
-    async fn a_large_call_waiting_for_its_lane_gets_it_when_one_is_given_back() {
+    async fn large_calls_waiting_for_their_lane_get_it_in_arrival_order_past_the_slot_wait() {
         let a = Arc::new(Admission::new(Limits {
             large_calls: 1,
             large_call_bytes: 100,
+            slot_wait: Duration::from_millis(500),
             ..Limits::default()
         }));
         let big = a.admit("b1", far(), 101).await.unwrap();
-        let waiter = tokio::spawn({
+        let mut waiters = Vec::new();
+        for episode in ["b2", "b3"] {
             let a = a.clone();
-            async move { a.admit("b2", far(), 101).await.map(|_| Instant::now()) }
-        });
-        tokio::time::sleep(Duration::from_millis(200)).await;
+            waiters.push(tokio::spawn(async move {
+                let ticket = a.admit(episode, far(), 101).await.unwrap();
+                let admitted = Instant::now();
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                drop(ticket);
+                admitted
+            }));
+            tokio::task::yield_now().await;
+        }
+        // Well past the slot wait, both still wait.
+        tokio::time::sleep(Duration::from_secs(2)).await;
         let released = Instant::now();
         drop(big);
-        assert_eq!(waiter.await.unwrap(), Ok(released));
+        let second = waiters.remove(0).await.unwrap();
+        let third = waiters.remove(0).await.unwrap();
+        assert_eq!(second, released);
+        assert_eq!(third, released + Duration::from_millis(100));
     }
 
     #[tokio::test(start_paused = true)]

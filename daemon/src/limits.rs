@@ -33,14 +33,14 @@ pub struct Limits {
     pub execution_slots: usize,
     /// Calls of one episode that may wait behind its running call (`episode_queue`).
     pub episode_queue: usize,
-    /// How long a call at the head of its episode's queue waits for a slot (`slot_wait_ms`),
-    /// and a large call for its lane.
+    /// How long a call at the head of its episode's queue waits for a slot (`slot_wait_ms`).
     pub slot_wait: Duration,
     /// A call whose request body is larger than this is a large call (`large_call_bytes`).
     pub large_call_bytes: usize,
     /// Large calls that may execute at once, across all episodes (`large_calls`): each holds
     /// several copies of its body in memory and makes its group commit long, so a few of
-    /// them at a time keep small calls of other episodes from waiting behind them.
+    /// them at a time keep small calls of other episodes from waiting behind them. The
+    /// others wait in arrival order until their deadline.
     pub large_calls: usize,
     /// How long a handler may run before its caller is answered (`handler_deadline_ms`).
     pub handler_deadline: Duration,
