@@ -20,7 +20,7 @@ pub const DEFAULT_LARGE_CALL_BYTES: usize = 64 * 1024;
 /// Default number of large calls executing at once. Measured with 1 MB writes from 32
 /// episodes on the 2-core benchmark machine (`docs/benchmarks.md`, attacks): with one, a small
 /// call of another episode waited a median of 8–17 ms instead of 68–238 ms, and the daemon's
-/// anonymous memory peaked under 75 MiB instead of 193–219 MiB; with two, 17–52 ms and 96 MiB.
+/// anonymous memory peaked under 80 MiB instead of 193–219 MiB; with two, 17–52 ms and 96 MiB.
 pub const DEFAULT_LARGE_CALLS: usize = 1;
 
 /// The largest `commit_body_bytes` an operator may configure (the reference's only limit).
