@@ -1655,6 +1655,51 @@ async fn a_caller_that_leaves_during_its_commit_does_not_lose_it_or_keep_its_slo
     );
 }
 
+/// A runtime shutting down with a call waiting for its commit drops the waiting request, and
+/// with it the commit it awaited in place. The commit is then handed to a task, which the
+/// runtime, shutting down, drops unpolled; a first version handed the commit on again from
+/// there, without end, until the stack overflowed. The store goes on committing.
+#[test]
+fn a_runtime_shutting_down_with_a_commit_in_flight_lets_it_go_once() {
+    use std::sync::atomic::Ordering::SeqCst;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let h = runtime.block_on(async { harness() });
+    let t = h.token("down", &["Workspace.Read=worktree:5"]);
+    h.stall.in_commit.store(true, SeqCst);
+    runtime.spawn({
+        let router = h.router.clone();
+        let body = call_body(json!(1), "ailang-read", json!({"path": "a"}));
+        let t = t.clone();
+        async move { send(&router, rpc(&t, None, &body)).await }
+    });
+    let start = std::time::Instant::now();
+    while !h.stall.commit_held.load(SeqCst) {
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "the commit never started"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    // The writer lets the commit go a moment after the shutdown began, whatever drops it.
+    let stall = h.stall.clone();
+    let release = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(300));
+        stall.in_commit.store(false, SeqCst);
+        stall.gate.release();
+    });
+    runtime.shutdown_timeout(Duration::from_secs(10));
+    release.join().unwrap();
+    // The commit landed, and the store still serves a fresh runtime.
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    runtime.block_on(async {
+        h.reads_ok(&h.reader(), 2).await;
+    });
+}
+
 /// Wait (30 s at most) until `task`'s MCP call of this session is in `state`.
 async fn call_reaches(h: &Harness, t: &str, task: &str, state: &str) {
     let reached = async {
