@@ -119,12 +119,14 @@ impl Admission {
     }
 
     /// Global slots free right now.
-    pub fn free_slots(&self) -> usize {
+    #[cfg(test)]
+    fn free_slots(&self) -> usize {
         self.slots.available_permits()
     }
 
     /// Places in the large-call lane free right now.
-    pub fn free_large_lane(&self) -> usize {
+    #[cfg(test)]
+    fn free_large_lane(&self) -> usize {
         self.large.available_permits()
     }
 

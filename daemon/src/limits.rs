@@ -175,11 +175,13 @@ impl Limits {
             ));
         }
         // Tokio's semaphore holds at most this many permits.
-        if self.execution_slots > tokio::sync::Semaphore::MAX_PERMITS {
-            return Err("[limits] execution_slots is too large".into());
-        }
-        if self.large_calls > tokio::sync::Semaphore::MAX_PERMITS {
-            return Err("[limits] large_calls is too large".into());
+        for (key, permits) in [
+            ("execution_slots", self.execution_slots),
+            ("large_calls", self.large_calls),
+        ] {
+            if permits > tokio::sync::Semaphore::MAX_PERMITS {
+                return Err(format!("[limits] {key} is too large"));
+            }
         }
         Ok(())
     }
