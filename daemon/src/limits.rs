@@ -231,6 +231,19 @@ mod tests {
         }
     }
 
+    /// A semaphore holds at most `MAX_PERMITS`; more slots or places would panic at start.
+    #[test]
+    fn slots_and_large_call_places_past_a_semaphores_bound_are_refused() {
+        let past = (tokio::sync::Semaphore::MAX_PERMITS as u64 + 1).to_string();
+        for key in ["execution_slots", "large_calls"] {
+            let s: LimitsSection = toml::from_str(&format!("{key} = {past}")).unwrap();
+            assert_eq!(
+                s.resolve().unwrap_err(),
+                format!("[limits] {key} is too large")
+            );
+        }
+    }
+
     #[test]
     fn the_example_config_states_the_defaults() {
         #[derive(Deserialize)]
