@@ -29,6 +29,7 @@
 mod durable_waits;
 mod map;
 mod reply;
+mod resident;
 mod table;
 mod writer;
 
@@ -46,6 +47,7 @@ use crate::commit_signal::CommitSignal;
 use durable_waits::{DurableWaits, Wait};
 use map::{page_multiple, MapLock};
 pub use reply::Submitted;
+pub use resident::DEFAULT_RESIDENT_BYTES;
 use table::RawDb;
 pub(crate) use table::{Seq, Table};
 pub use writer::{CommitObserver, WriterStats};
@@ -358,6 +360,7 @@ struct Inner {
     /// Shared with the writer; tests lengthen it.
     #[cfg_attr(not(test), allow(dead_code))]
     follow_wait: writer::FollowWait,
+    resident: resident::Budget,
 }
 
 /// See [`Store::on_read`].
@@ -653,6 +656,7 @@ impl Store {
         committed.mark_durable(env.info().last_txn_id);
         let waits = Arc::new(DurableWaits::default());
         let follow_wait = writer::follow_wait();
+        let resident = resident::budget();
         let state = (layout.state)();
         let writer = spawn_writer(
             Writer {
@@ -667,6 +671,7 @@ impl Store {
                 waits: waits.clone(),
                 observer: observer.clone(),
                 follow_wait: follow_wait.clone(),
+                resident: resident.clone(),
             },
             receiver,
         )?;
@@ -687,6 +692,7 @@ impl Store {
                 waits,
                 read_hook: std::sync::OnceLock::new(),
                 follow_wait,
+                resident,
             }),
         })
     }
@@ -717,6 +723,16 @@ impl Store {
 
     pub fn stats(&self) -> &WriterStats {
         &self.inner.stats
+    }
+
+    /// Release the map's resident pages whenever the process's file-backed resident memory
+    /// has grown by `bytes` since the last release (checked after commits, at most every
+    /// 100 ms); 0 never releases. Default [`DEFAULT_RESIDENT_BYTES`]. The data stays in the
+    /// kernel's page cache: this bounds what the store adds to the process's RSS, not I/O.
+    pub fn keep_resident_under(&self, bytes: u64) {
+        self.inner
+            .resident
+            .store(bytes, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// Install (or with `None`, remove) the observer called after every group commit.

@@ -31,6 +31,24 @@ fn job(object: Object, fail: bool, runs: Arc<AtomicUsize>, map_size: usize) -> (
     (job, Submitted::queued(pending))
 }
 
+/// A writer over `inner`'s environment, run on the test's thread.
+fn writer_of(inner: &Inner) -> Writer {
+    Writer {
+        env: inner.env.clone(),
+        dbs: inner.dbs.clone(),
+        state: inner.state.clone(),
+        ended: crate::ref_tail::ended,
+        map_size: inner.map_size,
+        stats: inner.stats.clone(),
+        map: inner.map.clone(),
+        signal: inner.committed.clone(),
+        waits: inner.waits.clone(),
+        observer: inner.observer.clone(),
+        follow_wait: inner.follow_wait.clone(),
+        resident: inner.resident.clone(),
+    }
+}
+
 fn run_batch(store: &Store, fails: &[bool]) -> (Vec<Result<(), StoreError>>, Vec<usize>, Vec<Ref>) {
     let inner = &store.inner;
     let objects: Vec<Object> = (0..fails.len())
@@ -44,19 +62,7 @@ fn run_batch(store: &Store, fails: &[bool]) -> (Vec<Result<(), StoreError>>, Vec
         .zip(&runs)
         .map(|((o, f), r)| job(o, *f, r.clone(), inner.map_size))
         .unzip();
-    let writer = Writer {
-        env: inner.env.clone(),
-        dbs: inner.dbs.clone(),
-        state: inner.state.clone(),
-        ended: crate::ref_tail::ended,
-        map_size: inner.map_size,
-        stats: inner.stats.clone(),
-        map: inner.map.clone(),
-        signal: inner.committed.clone(),
-        waits: inner.waits.clone(),
-        observer: inner.observer.clone(),
-        follow_wait: inner.follow_wait.clone(),
-    };
+    let writer = writer_of(inner);
     let outcome = writer.build_and_commit(&mut batch, Instant::now());
     assert!(matches!(outcome, Ok(true)), "{outcome:?}");
     for j in batch {
@@ -135,20 +141,7 @@ fn a_rebuilt_batch_raises_the_commit_signal_once_and_is_counted_once() {
         replies.push(reply);
     }
     drop(sender);
-    Writer {
-        env: inner.env.clone(),
-        dbs: inner.dbs.clone(),
-        state: inner.state.clone(),
-        ended: crate::ref_tail::ended,
-        map_size: inner.map_size,
-        stats: inner.stats.clone(),
-        map: inner.map.clone(),
-        signal: inner.committed.clone(),
-        waits: inner.waits.clone(),
-        observer: inner.observer.clone(),
-        follow_wait: inner.follow_wait.clone(),
-    }
-    .run(receiver);
+    writer_of(inner).run(receiver);
 
     let ok: Vec<bool> = replies.into_iter().map(|r| r.wait().is_ok()).collect();
     assert_eq!(ok, [true, false, true]);
@@ -620,4 +613,87 @@ fn every_reader_waiting_on_a_sync_is_answered_once_it_is_done() {
         assert!(w.join().unwrap() >= snapshot);
     }
     write.wait().unwrap();
+}
+
+/// The resident size of this process's mappings of `file`, in bytes (from `/proc/self/smaps`).
+fn mapped_resident(file: &std::path::Path) -> u64 {
+    let file = std::fs::canonicalize(file).unwrap();
+    let smaps = std::fs::read_to_string("/proc/self/smaps").unwrap();
+    let mut ours = false;
+    let mut kib = 0;
+    for line in smaps.lines() {
+        let first = line.split_whitespace().next().unwrap_or("");
+        if first.contains('-') && !first.ends_with(':') {
+            ours = line.ends_with(file.to_str().unwrap());
+        } else if let Some(rss) = line.strip_prefix("Rss:").filter(|_| ours) {
+            kib += rss
+                .trim()
+                .trim_end_matches("kB")
+                .trim()
+                .parse::<u64>()
+                .unwrap();
+        }
+    }
+    kib * 1024
+}
+
+/// Values read through the map stay mapped, and count in the process's RSS, until the writer
+/// sees the file-backed resident memory grown by the budget and releases the map: then what
+/// the reads touched is no longer resident in the process, and the store still reads it.
+#[test]
+fn the_map_is_released_once_what_reads_touched_outgrows_the_budget() {
+    const MIB: usize = 1024 * 1024;
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("db");
+    let store = Store::create(&db).unwrap();
+    store.keep_resident_under(8 * MIB as u64);
+    let objects: Vec<Object> = (0..24u8)
+        .map(|i| Object::new("world/test/v1", "t", vec![i; MIB]))
+        .collect();
+    for o in objects.clone() {
+        store.write(move |w| w.put_object(&o)).unwrap();
+    }
+    let touch_all = || {
+        store
+            .read(|r| {
+                let mut sum = 0u64;
+                for o in &objects {
+                    let view = r.object_view(&o.hash)?.expect("stored");
+                    sum += view.payload.iter().map(|b| u64::from(*b)).sum::<u64>();
+                }
+                Ok::<_, StoreError>(sum)
+            })
+            .unwrap()
+    };
+    let expected: u64 = (0..24u64).map(|i| i * MIB as u64).sum();
+    assert_eq!(touch_all(), expected);
+    let data = db.join("data.mdb");
+    let touched = mapped_resident(&data);
+    assert!(
+        touched >= 24 * MIB as u64,
+        "{touched} bytes resident after reading 24 MiB"
+    );
+    assert_eq!(store.stats().map_releases.load(Ordering::SeqCst), 0);
+
+    // The next commit past the look interval releases the map.
+    std::thread::sleep(resident::LOOK_EVERY + std::time::Duration::from_millis(20));
+    let o = Object::new("world/test/v1", "t", b"after the reads".to_vec());
+    store.write(move |w| w.put_object(&o)).unwrap();
+    assert_eq!(store.stats().map_releases.load(Ordering::SeqCst), 1);
+    let left = mapped_resident(&data);
+    assert!(
+        left < 4 * MIB as u64,
+        "{left} bytes resident after the release"
+    );
+    assert!(store.stats().map_released_bytes.load(Ordering::SeqCst) >= 16 * MIB as u64);
+    // Nothing was lost: the pages come back on the next read.
+    assert_eq!(touch_all(), expected);
+
+    // Off, nothing is released however much is touched.
+    store.keep_resident_under(0);
+    std::thread::sleep(resident::LOOK_EVERY + std::time::Duration::from_millis(20));
+    let o = Object::new("world/test/v1", "t", b"released no more".to_vec());
+    store.write(move |w| w.put_object(&o)).unwrap();
+    assert_eq!(store.stats().map_releases.load(Ordering::SeqCst), 1);
+    assert!(mapped_resident(&data) >= 24 * MIB as u64);
 }

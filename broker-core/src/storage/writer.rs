@@ -12,6 +12,7 @@ use heed::{Env, EnvFlags, FlagSetMode, RwTxn, WithoutTls};
 use super::durable_waits::DurableWaits;
 use super::map::{Held, MapLock};
 use super::reply::Answer;
+use super::resident::{self, Resident};
 use super::table::RawDb;
 use super::{Ended, LayoutState, StoreError, WriteCtx};
 use crate::commit_signal::CommitSignal;
@@ -125,6 +126,11 @@ pub struct WriterStats {
     /// Batches built a second time, each operation in a nested transaction, because one of
     /// them failed in the first.
     pub rebuilt_batches: AtomicU64,
+    /// Times the store's map was released because the process's file-backed resident memory
+    /// had grown by the budget ([`Store::keep_resident_under`]).
+    pub map_releases: AtomicU64,
+    /// File-backed resident memory those releases gave back, bytes.
+    pub map_released_bytes: AtomicU64,
 }
 
 /// Run one operation, a panic in it becoming its error: the writer thread outlives any
@@ -180,6 +186,7 @@ pub(super) struct Writer {
     pub(super) waits: Arc<DurableWaits>,
     pub(super) observer: ObserverSlot,
     pub(super) follow_wait: FollowWait,
+    pub(super) resident: resident::Budget,
 }
 
 impl Writer {
@@ -212,6 +219,7 @@ impl Writer {
             waits: self.waits.clone(),
         };
         let syncer = Syncer::spawn(durability.clone());
+        let mut resident = Resident::new(self.resident.clone(), &self.map.dir);
         while let Ok(first) = receiver.recv() {
             let mut batch = vec![first];
             drain(&receiver, &mut batch);
@@ -250,10 +258,15 @@ impl Writer {
                     observe(batch.len(), matches!(outcome, Ok(Some(_))));
                 }
             }
+            let committed = matches!(outcome, Ok(Some(_)));
             let settled = Settled { batch, outcome };
             match &syncer {
                 Some(syncer) => syncer.hand(settled),
                 None => durability.settle(vec![settled]),
+            }
+            // After the hand-over: a release delays the next batch, not this one's answers.
+            if committed {
+                resident.after_commit(&self.map, &self.stats);
             }
         }
         if let Some(syncer) = syncer {
