@@ -295,6 +295,18 @@ impl Metrics {
         );
         counter(
             &mut out,
+            "worldd_store_map_releases_total",
+            "Times the store's map was released because file-backed resident memory grew by serve.store_resident_bytes.",
+            &load(&stats.map_releases),
+        );
+        counter(
+            &mut out,
+            "worldd_store_map_released_bytes_total",
+            "File-backed resident memory those releases gave back.",
+            &load(&stats.map_released_bytes),
+        );
+        counter(
+            &mut out,
             "worldd_callbacks_rejected_total",
             "Calls refused because all host callback slots were busy.",
             &load(&inner.callbacks_rejected),

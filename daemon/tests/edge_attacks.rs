@@ -1852,6 +1852,100 @@ fn a_burst_of_megabyte_writes_leaves_no_freed_heap_held_once_it_is_over() {
     );
 }
 
+/// The resident size of the daemon's mappings of its store's data file (`/proc/PID/smaps`).
+fn store_pages_mapped(d: &Daemon) -> u64 {
+    let data = std::fs::canonicalize(d.db().join("data.mdb")).unwrap();
+    let data = data.to_str().unwrap();
+    let smaps = std::fs::read_to_string(format!("/proc/{}/smaps", d.child.id())).unwrap();
+    let (mut ours, mut kib) = (false, 0);
+    for line in smaps.lines() {
+        match line.strip_prefix("Rss:") {
+            Some(rss) if ours => {
+                kib += rss
+                    .trim()
+                    .trim_end_matches("kB")
+                    .trim()
+                    .parse::<u64>()
+                    .unwrap()
+            }
+            Some(_) => {}
+            None if line.split(' ').next().is_some_and(|f| f.contains('-')) => {
+                ours = line.ends_with(data);
+            }
+            None => {}
+        }
+    }
+    kib * 1024
+}
+
+/// Megabyte writes read back map the store's pages into the daemon's memory (they count in its
+/// RSS until it exits, though the kernel caches them anyway); past `store_resident_bytes` of
+/// growth the daemon releases its map, and with the budget at 0 it never does.
+#[test]
+fn megabyte_objects_read_back_stay_mapped_only_up_to_the_resident_budget() {
+    const MIB: u64 = 1 << 20;
+    for budget in [4 * MIB, 0] {
+        let config = format!("[serve]\nstore_resident_bytes = {budget}\n");
+        let (d, _c) = start_with(WS, &config, &[]);
+        let token = d.session("ep1", &["Workspace.Write=worktree:1000"]);
+        let refs: Vec<String> = (0..16u8)
+            .map(|i| {
+                let args = json!({"path": format!("f{i}.ail"), "content": char::from(b'a' + i).to_string().repeat(1_000_000)});
+                let v = call(&d, &token, "ailang-write", args.clone());
+                assert_eq!(v["result"]["structuredContent"]["ok"], true, "{v}");
+                broker_core::object::Ref::of_json(&args).unwrap().to_string()
+            })
+            .collect();
+        let mapped_before = store_pages_mapped(&d);
+        let releases_before = metric(&d, "worldd_store_map_releases_total ");
+        let released_before = metric(&d, "worldd_store_map_released_bytes_total ");
+        for r in &refs {
+            let object = get(
+                &d.url(&format!("/v1/objects/{r}?payload=true")),
+                Some(&token),
+            );
+            assert_eq!(object.status, 200);
+            assert!(object.body.len() > 1_000_000);
+        }
+        let read_back = store_pages_mapped(&d);
+        assert!(
+            read_back >= mapped_before + 15 * MIB,
+            "{mapped_before} then {read_back} bytes mapped after reading 16 MiB back"
+        );
+        // The next commit past the writer's look interval releases the map.
+        std::thread::sleep(Duration::from_millis(150));
+        let v = call(
+            &d,
+            &token,
+            "ailang-write",
+            json!({"path": "small.ail", "content": "x"}),
+        );
+        assert_eq!(v["result"]["structuredContent"]["ok"], true, "{v}");
+        let (releases, released) = (
+            metric(&d, "worldd_store_map_releases_total ") - releases_before,
+            metric(&d, "worldd_store_map_released_bytes_total ") - released_before,
+        );
+        let after = store_pages_mapped(&d);
+        if budget == 0 {
+            assert_eq!((releases, released), (0, 0));
+            assert!(after >= read_back, "{read_back} then {after} bytes mapped");
+        } else {
+            assert_eq!(releases, 1);
+            assert!(released >= 15 * MIB, "{released} bytes released");
+            assert!(
+                after <= read_back / 2,
+                "{read_back} then {after} bytes mapped"
+            );
+            // The store reads on as before.
+            let object = get(
+                &d.url(&format!("/v1/objects/{}?payload=true", refs[0])),
+                Some(&token),
+            );
+            assert_eq!(object.status, 200);
+        }
+    }
+}
+
 /// At shutdown the daemon drains what is in flight; connections that never sent a whole
 /// request head have nothing to finish and are closed at once, not waited for until the
 /// header deadline (a minute here).

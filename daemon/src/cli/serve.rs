@@ -116,6 +116,10 @@ pub struct LimitArgs {
     /// new calls are refused (default: 256 MiB, or an eighth of a smaller ceiling).
     #[arg(long)]
     pub store_reserve: Option<u64>,
+    /// Growth of the daemon's file-backed resident memory after which the store's map is
+    /// released (its pages stay cached by the kernel); 0 never releases (default: 64 MiB).
+    #[arg(long)]
+    pub store_resident_bytes: Option<u64>,
     /// Plan refusals and broker denials each credential may have committed per minute,
     /// sustained; 0 turns the limit off (default 60).
     #[arg(long)]
@@ -161,6 +165,7 @@ pub struct ServeSection {
     #[serde(alias = "map_size")]
     pub store_ceiling: Option<u64>,
     pub store_reserve: Option<u64>,
+    pub store_resident_bytes: Option<u64>,
     pub refusals_per_minute: Option<f64>,
     pub refusal_burst: Option<u32>,
     pub scheduling: Option<Scheduling>,
@@ -356,6 +361,7 @@ struct Settings {
     limits: crate::limits::Limits,
     ceiling: u64,
     reserve: Option<u64>,
+    resident: u64,
     refusal_rate: RefusalRate,
     scheduling: Scheduling,
 }
@@ -404,6 +410,10 @@ impl Settings {
             limits,
             ceiling,
             reserve,
+            resident: store_limits
+                .store_resident_bytes
+                .or(file.serve.store_resident_bytes)
+                .unwrap_or(broker_core::store::DEFAULT_RESIDENT_BYTES),
             refusal_rate,
             scheduling: a.scheduling.or(file.serve.scheduling).unwrap_or_default(),
         })
@@ -416,7 +426,7 @@ fn open_store(settings: &Settings) -> Result<Store, Failure> {
     std::fs::create_dir_all(root)
         .map_err(|e| startup("config", format!("workspace root {}: {e}", root.display())))?;
     refuse_store_inside_workspace(&settings.db, root)?;
-    Store::open(
+    let store = Store::open(
         &settings.db,
         StoreOptions {
             ceiling: Some(settings.ceiling),
@@ -424,7 +434,9 @@ fn open_store(settings: &Settings) -> Result<Store, Failure> {
             create: true,
         },
     )
-    .map_err(|e| startup("store-open", e))
+    .map_err(|e| startup("store-open", e))?;
+    store.keep_resident_under(settings.resident);
+    Ok(store)
 }
 
 /// The plugins loaded, and the transitions they ship published to the default registry.
