@@ -85,6 +85,7 @@ impl Resident {
             tracing::debug!(file = %self.file.display(), "the store's map was not found to release");
             return false;
         }
+        tracing::debug!(resident, after, "released the store's map");
         stats.map_releases.fetch_add(1, Ordering::Relaxed);
         stats
             .map_released_bytes
