@@ -7,9 +7,14 @@
 //! socket. Now a new connection at the limit closes an idle connection instead (one with no
 //! request in flight): first one whose refusal is only waiting for the rest of a small body
 //! that has not come ([`super::linger`]), then one that never completed a request, oldest
-//! first, then the one idle longest. Only when every connection has a request in flight is the
-//! new one closed at once. A keep-alive connection closed this way costs its client a
-//! reconnect.
+//! first, then the one idle longest. Only when every connection has a request in flight, or
+//! too many new ones already wait for room, is the new one closed at once. A keep-alive
+//! connection closed this way costs its client a reconnect.
+//!
+//! A flood of connections that send nothing keeps the places to wait for room taken; a new
+//! connection whose request has already arrived when it is accepted (as an HTTP client's does:
+//! it writes its request as soon as it connects) may then wait in a few places kept for such
+//! connections ([`for_senders`]), so that the flood cannot shut a new client out.
 //!
 //! The same registry drains the daemon at shutdown: every connection is told to finish the
 //! request it has in flight and close, and [`Connections::drain`] waits until all have.
@@ -44,11 +49,27 @@ pub fn making_room(limit: usize) -> usize {
     (limit / 16).clamp(4, MAKING_ROOM)
 }
 
+/// Places kept, besides [`making_room`]'s, for new connections that have sent bytes by the
+/// time they are accepted: a quarter as many, at least 1. With every other place taken by a
+/// flood of connections that sent nothing, a new HTTP client still got `Connection reset by
+/// peer` on its first request in one run of bench row 12 with the daemon in a CPU group of its
+/// own (`docs/benchmarks.md`).
+pub fn for_senders(limit: usize) -> usize {
+    (making_room(limit) / 4).max(1)
+}
+
+/// Every descriptor a new connection may hold beside the limit while it waits for room.
+pub fn waiting_places(limit: usize) -> usize {
+    making_room(limit) + for_senders(limit)
+}
+
 /// Every open connection, under the limit.
 pub struct Connections {
     slots: Arc<Semaphore>,
     /// Connections waiting for the slot of one they closed, at most [`making_room`].
     making_room: Arc<Semaphore>,
+    /// Further places for new connections that had sent bytes when accepted ([`for_senders`]).
+    for_senders: Arc<Semaphore>,
     open: Arc<Mutex<HashMap<u64, Arc<Conn>>>>,
     next: AtomicU64,
     /// `true` once the daemon drains: a receiver made after that still sees it.
@@ -228,6 +249,7 @@ impl Connections {
         Connections {
             slots: Arc::new(Semaphore::new(limit)),
             making_room: Arc::new(Semaphore::new(making_room(limit))),
+            for_senders: Arc::new(Semaphore::new(for_senders(limit))),
             open: Arc::default(),
             next: AtomicU64::new(0),
             shutdown: watch::channel(false).0,
@@ -235,13 +257,19 @@ impl Connections {
     }
 
     /// A slot for a new connection, or room made for one by telling an idle connection to
-    /// close.
-    pub fn room(&self) -> Room {
+    /// close. `sent` says whether the new connection has bytes waiting to be read; it is asked
+    /// only when every place of [`making_room`] is taken.
+    pub fn room(&self, sent: impl FnOnce() -> bool) -> Room {
         if let Ok(slot) = self.slots.clone().try_acquire_owned() {
             return Room::Free(self.enter(slot));
         }
-        let Ok(waiting) = self.making_room.clone().try_acquire_owned() else {
-            return Room::Full;
+        let waiting = match self.making_room.clone().try_acquire_owned() {
+            Ok(waiting) => waiting,
+            Err(_) if sent() => match self.for_senders.clone().try_acquire_owned() {
+                Ok(waiting) => waiting,
+                Err(_) => return Room::Full,
+            },
+            Err(_) => return Room::Full,
         };
         let Ok(open) = self.open.lock() else {
             return Room::Full;
@@ -314,7 +342,7 @@ mod tests {
 
     /// A connection that found a free slot.
     fn free(conns: &Connections) -> Registered {
-        let Room::Free(registered) = conns.room() else {
+        let Room::Free(registered) = conns.room(|| false) else {
             panic!("a free slot below the limit");
         };
         registered
@@ -329,7 +357,7 @@ mod tests {
         // third has one in flight.
         drop(held[0].conn.request());
         let busy = held[2].conn.request();
-        let Room::Made(waiting) = conns.room() else {
+        let Room::Made(waiting) = conns.room(|| false) else {
             panic!("room made by closing an idle connection");
         };
         assert!(held[1].conn.state.lock().unwrap().closing);
@@ -337,9 +365,9 @@ mod tests {
             .await
             .expect("the never-served connection is told to close");
         // Next the one served and idle; then nothing is idle.
-        assert!(matches!(conns.room(), Room::Made(_)));
+        assert!(matches!(conns.room(|| false), Room::Made(_)));
         assert!(held[0].conn.state.lock().unwrap().closing);
-        assert!(matches!(conns.room(), Room::Full));
+        assert!(matches!(conns.room(|| false), Room::Full));
         // A connection told to close gives its slot to the one waiting.
         drop(held.remove(1));
         assert!(conns.slot(waiting).await.is_some());
@@ -353,7 +381,7 @@ mod tests {
         let (fresh, waiting) = (free(&conns), free(&conns));
         let request = waiting.conn.request();
         assert!(!waiting.conn.nothing_to_finish());
-        assert!(matches!(conns.room(), Room::Made(_)));
+        assert!(matches!(conns.room(|| false), Room::Made(_)));
         assert!(
             fresh.conn.state.lock().unwrap().closing,
             "only the fresh one was idle"
@@ -361,7 +389,7 @@ mod tests {
         fresh.conn.state.lock().unwrap().closing = false;
         request.lingering(true);
         assert!(waiting.conn.nothing_to_finish());
-        assert!(matches!(conns.room(), Room::Made(_)));
+        assert!(matches!(conns.room(|| false), Room::Made(_)));
         assert!(waiting.conn.state.lock().unwrap().closing);
         assert!(!fresh.conn.state.lock().unwrap().closing);
         // Once its body came, the request is busy again.
@@ -376,7 +404,7 @@ mod tests {
         drop(a.conn.request());
         std::thread::sleep(Duration::from_millis(5));
         drop(b.conn.request());
-        assert!(matches!(conns.room(), Room::Made(_)));
+        assert!(matches!(conns.room(|| false), Room::Made(_)));
         assert!(a.conn.state.lock().unwrap().closing);
         assert!(!b.conn.state.lock().unwrap().closing);
     }
@@ -385,7 +413,7 @@ mod tests {
     async fn a_connection_that_made_room_waits_a_second_at_most() {
         let conns = Connections::new(1);
         let _held = free(&conns);
-        let Room::Made(waiting) = conns.room() else {
+        let Room::Made(waiting) = conns.room(|| false) else {
             panic!("room made");
         };
         let started = tokio::time::Instant::now();
@@ -398,12 +426,25 @@ mod tests {
         let conns = Connections::new(4096);
         let held: Vec<Registered> = (0..4096).map(|_| free(&conns)).collect();
         assert_eq!(making_room(4096), MAKING_ROOM);
-        let waiting: Vec<Room> = (0..MAKING_ROOM).map(|_| conns.room()).collect();
+        let waiting: Vec<Room> = (0..MAKING_ROOM).map(|_| conns.room(|| false)).collect();
         assert!(waiting.iter().all(|r| matches!(r, Room::Made(_))));
-        // Idle connections remain, but no more may wait.
-        assert!(matches!(conns.room(), Room::Full));
+        // Idle connections remain, but no more that sent nothing may wait.
+        assert!(matches!(conns.room(|| false), Room::Full));
+        // A connection whose request has arrived takes one of the places kept for them, while
+        // they last.
+        assert_eq!(for_senders(4096), MAKING_ROOM / 4);
+        let senders: Vec<Room> = (0..MAKING_ROOM / 4).map(|_| conns.room(|| true)).collect();
+        assert!(senders.iter().all(|r| matches!(r, Room::Made(_))));
+        assert!(matches!(conns.room(|| true), Room::Full));
+        drop(senders);
+        assert!(matches!(conns.room(|| false), Room::Full));
+        assert!(matches!(conns.room(|| true), Room::Made(_)));
         drop(waiting);
-        assert!(matches!(conns.room(), Room::Made(_)));
+        // The general places are taken first: `sent` is not even asked.
+        assert!(matches!(
+            conns.room(|| unreachable!("asked with a general place free")),
+            Room::Made(_)
+        ));
         drop(held);
     }
 

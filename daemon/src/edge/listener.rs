@@ -20,7 +20,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::OwnedSemaphorePermit;
 use tower::ServiceExt;
 
-use super::connections::{making_room, Conn, Connections, Registered, Room};
+use super::connections::{waiting_places, Conn, Connections, Registered, Room};
 use super::reply::{Client, ReplyBudget};
 use super::send::SendDeadline;
 use super::{linger, ServerConfig};
@@ -72,10 +72,10 @@ pub fn raise_fd_limit() -> std::io::Result<u64> {
 }
 
 /// The connection limit in force: the configured one, lowered to stay below `fd_limit` with
-/// the connections that may wait for room ([`making_room`]) beside it.
+/// the connections that may wait for room ([`waiting_places`]) beside it.
 pub fn connection_limit(configured: usize, fd_limit: u64) -> usize {
     let room = usize::try_from(fd_limit.saturating_sub(RESERVED_FDS)).unwrap_or(usize::MAX);
-    let allowed = room.saturating_sub(making_room(room)).max(1);
+    let allowed = room.saturating_sub(waiting_places(room)).max(1);
     configured.min(allowed)
 }
 
@@ -104,7 +104,7 @@ pub async fn serve(
     )
     .await
     {
-        let Some(room) = find_room(&shared.connections, &shared.metrics) else {
+        let Some(room) = find_room(&shared.connections, &stream, &shared.metrics) else {
             drop(stream);
             continue;
         };
@@ -163,8 +163,8 @@ async fn accept(
 
 /// Room for a new connection ([`Connections::room`]), counting each time the limit is
 /// reached; `None` when every connection is busy, and the new one is to be closed at once.
-fn find_room(connections: &Connections, metrics: &Metrics) -> Option<Place> {
-    match connections.room() {
+fn find_room(connections: &Connections, stream: &TcpStream, metrics: &Metrics) -> Option<Place> {
+    match connections.room(|| has_sent(stream)) {
         Room::Full => {
             metrics.limit_tripped("connections");
             None
@@ -175,6 +175,24 @@ fn find_room(connections: &Connections, metrics: &Metrics) -> Option<Place> {
         }
         Room::Free(registered) => Some(Ok(registered)),
     }
+}
+
+/// Whether the peer has sent bytes that wait to be read (a look, nothing is consumed).
+fn has_sent(stream: &TcpStream) -> bool {
+    use std::os::fd::AsRawFd;
+    let mut byte = 0u8;
+    // SAFETY: `stream` is an open socket for the duration of the call, and `byte` a valid
+    // one-byte buffer we own; MSG_PEEK leaves the byte in the socket, MSG_DONTWAIT never
+    // blocks.
+    let n = unsafe {
+        libc::recv(
+            stream.as_raw_fd(),
+            std::ptr::addr_of_mut!(byte).cast(),
+            1,
+            libc::MSG_PEEK | libc::MSG_DONTWAIT,
+        )
+    };
+    n > 0
 }
 
 /// An accepted socket set up for serving: no delay for small writes, the configured send
@@ -341,8 +359,29 @@ mod tests {
 
     #[test]
     fn the_connection_limit_stays_below_the_descriptor_limit() {
-        assert_eq!(connection_limit(4096, 1024), 840);
+        // 896 descriptors for connections: 56 places to wait for room and 14 for connections
+        // that have sent their request are kept beside the limit.
+        assert_eq!(connection_limit(4096, 1024), 826);
         assert_eq!(connection_limit(100, 20_000), 100);
         assert_eq!(connection_limit(100, 10), 1);
+    }
+
+    #[tokio::test]
+    async fn a_connection_has_sent_once_its_bytes_wait_and_looking_consumes_none() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let mut client = TcpStream::connect(listener.local_addr().unwrap())
+            .await
+            .unwrap();
+        let (mut accepted, _) = listener.accept().await.unwrap();
+        assert!(!has_sent(&accepted));
+        client.write_all(b"GET").await.unwrap();
+        accepted.readable().await.unwrap();
+        assert!(has_sent(&accepted));
+        assert!(has_sent(&accepted));
+        let mut got = [0u8; 3];
+        accepted.read_exact(&mut got).await.unwrap();
+        assert_eq!(&got, b"GET");
+        assert!(!has_sent(&accepted));
     }
 }
