@@ -127,7 +127,7 @@ pub struct WriterStats {
     /// them failed in the first.
     pub rebuilt_batches: AtomicU64,
     /// Times the store's map was released because the process's file-backed resident memory
-    /// had grown by the budget ([`Store::keep_resident_under`]).
+    /// had grown by the budget ([`super::Store::keep_resident_under`]).
     pub map_releases: AtomicU64,
     /// File-backed resident memory those releases gave back, bytes.
     pub map_released_bytes: AtomicU64,
