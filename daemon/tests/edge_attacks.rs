@@ -1930,7 +1930,9 @@ fn megabyte_objects_read_back_stay_mapped_only_up_to_the_resident_budget() {
             assert_eq!((releases, released), (0, 0));
             assert!(after >= read_back, "{read_back} then {after} bytes mapped");
         } else {
-            assert_eq!(releases, 1);
+            // One release at least: the call's own commits, if more than 100 ms apart, may
+            // map enough again for a second.
+            assert!(releases >= 1, "{releases} releases");
             assert!(released >= 15 * MIB, "{released} bytes released");
             assert!(
                 after <= read_back / 2,

@@ -673,19 +673,24 @@ fn the_map_is_released_once_what_reads_touched_outgrows_the_budget() {
         touched >= 24 * MIB as u64,
         "{touched} bytes resident after reading 24 MiB"
     );
-    assert_eq!(store.stats().map_releases.load(Ordering::SeqCst), 0);
+    // Other tests of this process map their stores too, and count in the same figure: the
+    // counts are compared with what they were, not with zero.
+    let releases = || store.stats().map_releases.load(Ordering::SeqCst);
+    let released = || store.stats().map_released_bytes.load(Ordering::SeqCst);
+    let (before, released_before) = (releases(), released());
 
     // The next commit past the look interval releases the map.
     std::thread::sleep(resident::LOOK_EVERY + std::time::Duration::from_millis(20));
     let o = Object::new("world/test/v1", "t", b"after the reads".to_vec());
     store.write(move |w| w.put_object(&o)).unwrap();
-    assert_eq!(store.stats().map_releases.load(Ordering::SeqCst), 1);
+    assert_eq!(releases(), before + 1);
     let left = mapped_resident(&data);
     assert!(
         left < 4 * MIB as u64,
         "{left} bytes resident after the release"
     );
-    assert!(store.stats().map_released_bytes.load(Ordering::SeqCst) >= 16 * MIB as u64);
+    let given_back = released() - released_before;
+    assert!(given_back >= 16 * MIB as u64, "{given_back} bytes released");
     // Nothing was lost: the pages come back on the next read.
     assert_eq!(touch_all(), expected);
 
@@ -694,6 +699,6 @@ fn the_map_is_released_once_what_reads_touched_outgrows_the_budget() {
     std::thread::sleep(resident::LOOK_EVERY + std::time::Duration::from_millis(20));
     let o = Object::new("world/test/v1", "t", b"released no more".to_vec());
     store.write(move |w| w.put_object(&o)).unwrap();
-    assert_eq!(store.stats().map_releases.load(Ordering::SeqCst), 1);
+    assert_eq!(releases(), before + 1);
     assert!(mapped_resident(&data) >= 24 * MIB as u64);
 }
