@@ -37,21 +37,49 @@ pub(super) fn budget() -> Budget {
 /// The writer's watch over the map.
 pub(super) struct Resident {
     budget: Budget,
-    /// The store's file, as `/proc/self/maps` names it.
-    file: PathBuf,
+    file: StoreFile,
     next_look: Option<Instant>,
     /// The least file-backed resident memory seen since the last release (or what it left).
     floor: Option<u64>,
+    /// A release found no mapping of the store's file, and that was said once.
+    unfound_told: bool,
+}
+
+/// The store's file as `/proc/self/maps` may name it: by its path, or by its device and
+/// inode (a file reached through a bind mount or an overlay may show another path).
+#[derive(Debug)]
+struct StoreFile {
+    path: PathBuf,
+    /// Device (major, minor) and inode.
+    id: Option<((u64, u64), u64)>,
+}
+
+impl StoreFile {
+    fn of(dir: &Path) -> StoreFile {
+        use std::os::unix::fs::MetadataExt;
+        let file = dir.join("data.mdb");
+        let id = std::fs::metadata(&file).ok().map(|m| {
+            let dev = m.dev();
+            (
+                (u64::from(libc::major(dev)), u64::from(libc::minor(dev))),
+                m.ino(),
+            )
+        });
+        StoreFile {
+            path: std::fs::canonicalize(&file).unwrap_or(file),
+            id,
+        }
+    }
 }
 
 impl Resident {
     pub(super) fn new(budget: Budget, dir: &Path) -> Resident {
-        let file = dir.join("data.mdb");
         Resident {
             budget,
-            file: std::fs::canonicalize(&file).unwrap_or(file),
+            file: StoreFile::of(dir),
             next_look: None,
             floor: None,
+            unfound_told: false,
         }
     }
 
@@ -82,7 +110,12 @@ impl Resident {
         let after = file_resident_bytes().unwrap_or(resident);
         self.floor = Some(after);
         if released == 0 {
-            tracing::debug!(file = %self.file.display(), "the store's map was not found to release");
+            if !std::mem::replace(&mut self.unfound_told, true) {
+                tracing::warn!(
+                    file = %self.file.path.display(),
+                    "the store's map is not in /proc/self/maps under its path or inode; the pages it reads stay mapped (serve.store_resident_bytes has no effect)"
+                );
+            }
             return false;
         }
         tracing::debug!(resident, after, "released the store's map");
@@ -110,7 +143,7 @@ fn page_size() -> u64 {
 
 /// Drop the page-table entries of every mapping of `file` in this process; returns how many
 /// mappings there were.
-fn release(file: &Path) -> usize {
+fn release(file: &StoreFile) -> usize {
     let Ok(maps) = std::fs::read_to_string("/proc/self/maps") else {
         return 0;
     };
@@ -128,13 +161,20 @@ fn release(file: &Path) -> usize {
 }
 
 /// The address range of a `/proc/self/maps` line when it maps `file`.
-fn mapping_of(line: &str, file: &Path) -> Option<(usize, usize)> {
+fn mapping_of(line: &str, file: &StoreFile) -> Option<(usize, usize)> {
     // start-end perms offset dev inode path
     let mut fields = line.splitn(6, ' ');
     let range = fields.next()?;
     let shared = fields.next()?.ends_with('s');
-    let path = fields.nth(3)?.trim_start();
-    if !shared || Path::new(path) != file {
+    let (dev, inode) = (fields.nth(1)?, fields.next()?);
+    let path = fields.next()?.trim_start();
+    let id = || -> Option<((u64, u64), u64)> {
+        let (major, minor) = dev.split_once(':')?;
+        let major = u64::from_str_radix(major, 16).ok()?;
+        let minor = u64::from_str_radix(minor, 16).ok()?;
+        Some(((major, minor), inode.parse().ok()?))
+    };
+    if !shared || (Path::new(path) != file.path && (file.id.is_none() || id() != file.id)) {
         return None;
     }
     let (start, end) = range.split_once('-')?;
@@ -149,14 +189,62 @@ mod tests {
 
     #[test]
     fn a_maps_line_is_the_stores_mapping_only_when_shared_and_of_its_file() {
-        let file = Path::new("/srv/world db/data.mdb");
+        let file = &StoreFile {
+            path: PathBuf::from("/srv/world db/data.mdb"),
+            id: Some(((0xfd, 1), 1234)),
+        };
         let line = "7f0000000000-7f0000100000 r--s 00000000 fd:01 1234   /srv/world db/data.mdb";
         assert_eq!(mapping_of(line, file), Some((0x7f00_0000_0000, 0x10_0000)));
         // A private mapping of the same file, or another file, is not the store's map.
         let private = line.replace("r--s", "r--p");
         assert_eq!(mapping_of(&private, file), None);
-        let other = line.replace("data.mdb", "lock.mdb");
+        let other = line
+            .replace("data.mdb", "lock.mdb")
+            .replace(" 1234 ", " 1235 ");
         assert_eq!(mapping_of(&other, file), None);
         assert_eq!(mapping_of("7f0-7f1 rw-p 00000000 00:00 0", file), None);
+        // The same device and inode under another path (a bind mount, an overlay) is.
+        let elsewhere = line.replace("/srv/world db/", "/mnt/store/");
+        assert_eq!(
+            mapping_of(&elsewhere, file),
+            Some((0x7f00_0000_0000, 0x10_0000))
+        );
+        let unknown = &StoreFile {
+            path: file.path.clone(),
+            id: None,
+        };
+        assert_eq!(mapping_of(&elsewhere, unknown), None);
+    }
+
+    #[test]
+    fn the_store_file_is_known_by_the_path_and_inode_this_process_maps_it_under() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("data.mdb"), [0u8; 4096]).unwrap();
+        let file = StoreFile::of(dir.path());
+        let mapped = std::fs::File::open(dir.path().join("data.mdb")).unwrap();
+        // SAFETY: a shared read-only map of a file this test owns, unmapped below.
+        let at = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                4096,
+                libc::PROT_READ,
+                libc::MAP_SHARED,
+                std::os::fd::AsRawFd::as_raw_fd(&mapped),
+                0,
+            )
+        };
+        assert_ne!(at, libc::MAP_FAILED);
+        let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
+        let found: Vec<_> = maps.lines().filter_map(|l| mapping_of(l, &file)).collect();
+        assert_eq!(found, [(at as usize, 4096)]);
+        // Known by its device and inode alone, as under another path.
+        let by_id = StoreFile {
+            path: PathBuf::from("/elsewhere/data.mdb"),
+            id: file.id,
+        };
+        let found: Vec<_> = maps.lines().filter_map(|l| mapping_of(l, &by_id)).collect();
+        assert_eq!(found, [(at as usize, 4096)]);
+        // SAFETY: the map made above, no longer used.
+        unsafe { libc::munmap(at, 4096) };
     }
 }
