@@ -83,24 +83,24 @@ impl Resident {
         }
     }
 
-    /// After a commit: release the map when it is due. Returns whether it was released.
-    pub(super) fn after_commit(&mut self, map: &MapLock, stats: &WriterStats) -> bool {
+    /// After a commit: release the map when it is due.
+    pub(super) fn after_commit(&mut self, map: &MapLock, stats: &WriterStats) {
         let budget = self.budget.load(Ordering::Relaxed);
         if budget == 0 {
-            return false;
+            return;
         }
         let now = Instant::now();
         if self.next_look.is_some_and(|next| now < next) {
-            return false;
+            return;
         }
         self.next_look = Some(now + LOOK_EVERY);
         let Some(resident) = file_resident_bytes() else {
-            return false;
+            return;
         };
         let floor = self.floor.map_or(resident, |f| f.min(resident));
         self.floor = Some(floor);
         if resident < floor.saturating_add(budget) {
-            return false;
+            return;
         }
         let released = {
             // No remap while the map's ranges are released: remaps take this lock exclusively.
@@ -116,14 +116,13 @@ impl Resident {
                     "the store's map is not in /proc/self/maps under its path or inode; the pages it reads stay mapped (serve.store_resident_bytes has no effect)"
                 );
             }
-            return false;
+            return;
         }
         tracing::debug!(resident, after, "released the store's map");
         stats.map_releases.fetch_add(1, Ordering::Relaxed);
         stats
             .map_released_bytes
             .fetch_add(resident.saturating_sub(after), Ordering::Relaxed);
-        true
     }
 }
 
