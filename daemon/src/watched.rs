@@ -88,8 +88,7 @@ impl Future for Driven {
         let Some((_, slot, after)) = self.parts.take() else {
             return Poll::Ready(Err(Panicked));
         };
-        drop(slot);
-        match catch_unwind(AssertUnwindSafe(|| after(&result))) {
+        match catch_unwind(AssertUnwindSafe(|| ended(slot, after, &result))) {
             Ok(()) => Poll::Ready(Ok(result)),
             Err(_) => Poll::Ready(Err(Panicked)),
         }
@@ -107,20 +106,18 @@ impl Drop for Driven {
             // The parts go to the task as they are, not as a `Driven`: a runtime shutting down
             // drops the task unpolled, and a `Driven` dropped there would hand itself on again.
             Ok(runtime) => {
-                runtime.spawn(async move {
-                    let result = committing.await;
-                    drop(slot);
-                    after(&result);
-                });
+                runtime.spawn(async move { ended(slot, after, &committing.await) });
             }
             // Not on a runtime's thread, so this thread may block.
-            Err(_) => {
-                let result = committing.wait();
-                drop(slot);
-                after(&result);
-            }
+            Err(_) => ended(slot, after, &committing.wait()),
         }
     }
+}
+
+/// A commit's end, however it was awaited: its slot freed, then its result shown.
+fn ended(slot: Box<dyn Send>, after: After, result: &CallResult) {
+    drop(slot);
+    after(result);
 }
 
 /// One call's effect steps on a blocking thread, with what its waiter needs.

@@ -117,11 +117,16 @@ impl MapLock {
     }
 }
 
-/// `size` rounded up to the OS page size (LMDB map sizes must be multiples of it).
-pub(super) fn page_multiple(size: u64) -> usize {
+/// The OS page size (4096 where the system does not say).
+pub(super) fn os_page_size() -> u64 {
     // SAFETY: sysconf has no preconditions.
     let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
-    let page = u64::try_from(page).ok().filter(|p| *p > 0).unwrap_or(4096);
+    u64::try_from(page).ok().filter(|p| *p > 0).unwrap_or(4096)
+}
+
+/// `size` rounded up to the OS page size (LMDB map sizes must be multiples of it).
+pub(super) fn page_multiple(size: u64) -> usize {
+    let page = os_page_size();
     let size = size.max(page).div_ceil(page).saturating_mul(page);
     usize::try_from(size).unwrap_or(usize::MAX / 2)
 }

@@ -17,7 +17,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::map::MapLock;
+use super::map::{os_page_size, MapLock};
 use super::WriterStats;
 
 /// Default growth of file-backed resident memory after which the map is released.
@@ -131,13 +131,7 @@ impl Resident {
 fn file_resident_bytes() -> Option<u64> {
     let statm = std::fs::read_to_string("/proc/self/statm").ok()?;
     let pages: u64 = statm.split_whitespace().nth(2)?.parse().ok()?;
-    Some(pages.saturating_mul(page_size()))
-}
-
-fn page_size() -> u64 {
-    // SAFETY: sysconf has no preconditions.
-    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
-    u64::try_from(page).ok().filter(|p| *p > 0).unwrap_or(4096)
+    Some(pages.saturating_mul(os_page_size()))
 }
 
 /// Drop the page-table entries of every mapping of `file` in this process; returns how many
