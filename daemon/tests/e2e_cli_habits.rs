@@ -799,3 +799,39 @@ fn a_keyed_call_from_the_cli_runs_once_and_is_found_by_its_key() {
         "{out}"
     );
 }
+
+/// The operator guide's example of an unknown `[serve]` key is the daemon's own message, word
+/// for word: the list of keys it names cannot fall behind the keys the daemon takes.
+#[test]
+fn the_operator_guides_unknown_key_example_is_what_the_daemon_prints() {
+    let guide =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/operators.md"))
+            .unwrap();
+    let start = guide
+        .find("  worldd: daemon startup failed at config: world.toml: TOML parse error")
+        .expect("the guide's example");
+    let example: Vec<&str> = guide[start..]
+        .lines()
+        .take_while(|l| !l.trim_start().starts_with("```"))
+        .map(|l| l.strip_prefix("  ").unwrap_or(l))
+        .collect();
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("world.toml");
+    std::fs::write(&config, "[serve]\nfoo = 1\n").unwrap();
+    let out = Command::new(WORLDD)
+        .arg("serve")
+        .arg("--config")
+        .arg(&config)
+        .current_dir(dir.path())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let printed: Vec<&str> = stderr.trim_end().lines().collect();
+    // The message names the file as it was given; the guide calls it world.toml.
+    let printed: Vec<String> = printed
+        .iter()
+        .map(|l| l.replace(&config.display().to_string(), "world.toml"))
+        .collect();
+    assert_eq!(printed, example, "{stderr}");
+}
