@@ -83,6 +83,11 @@ impl Ref {
         RefText(buf)
     }
 
+    /// Append the text form (`sha256:` + the digest in hex) to `out`.
+    pub(crate) fn push_text(&self, out: &mut String) {
+        out.push_str(self.text().as_str());
+    }
+
     /// `sha256:` + the first `n` hex digits, for human-readable output.
     pub fn short(&self, n: usize) -> String {
         let hex = self.hex();
@@ -106,6 +111,12 @@ impl RefText {
 impl fmt::Display for Ref {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(self.text().as_str())
+    }
+}
+
+impl canon::Plain for Ref {
+    fn push_plain(&self, out: &mut String) {
+        self.push_text(out);
     }
 }
 
