@@ -186,7 +186,7 @@ impl JournalState {
     #[cfg(test)]
     fn to_bytes(&self) -> Result<Vec<u8>, JournalError> {
         state_row(
-            self.intent.parts(),
+            &self.intent.view(),
             self.intent_seq,
             self.outcome_seq,
             self.result_ref.as_ref(),
@@ -195,24 +195,14 @@ impl JournalState {
     }
 }
 
-/// An intent's fields, borrowed from an [`Intent`] or from a stored state ([`StateView`]).
-#[derive(Clone, Copy)]
-struct IntentParts<'a> {
-    invocation_id: &'a str,
-    episode: &'a str,
-    effect: &'a str,
-    scope: &'a str,
-    cost: u64,
-    request_ref: Ref,
-}
-
 impl Intent {
-    fn parts(&self) -> IntentParts<'_> {
-        IntentParts {
-            invocation_id: &self.invocation_id,
-            episode: &self.episode,
-            effect: &self.effect,
-            scope: &self.scope,
+    /// The intent borrowed, as [`state_row`] writes it.
+    fn view(&self) -> IntentView<'_> {
+        IntentView {
+            invocation_id: Cow::Borrowed(&self.invocation_id),
+            episode: Cow::Borrowed(&self.episode),
+            effect: Cow::Borrowed(&self.effect),
+            scope: Cow::Borrowed(&self.scope),
             cost: self.cost,
             request_ref: self.request_ref,
         }
@@ -236,7 +226,7 @@ struct StateView<'a> {
     result_ref: Option<Ref>,
 }
 
-/// [`Intent`], as [`StateView`] reads it.
+/// [`Intent`], borrowed: as [`StateView`] reads it, or from an intent ([`Intent::view`]).
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
 struct IntentView<'a> {
@@ -252,22 +242,9 @@ struct IntentView<'a> {
     request_ref: Ref,
 }
 
-impl IntentView<'_> {
-    fn parts(&self) -> IntentParts<'_> {
-        IntentParts {
-            invocation_id: &self.invocation_id,
-            episode: &self.episode,
-            effect: &self.effect,
-            scope: &self.scope,
-            cost: self.cost,
-            request_ref: self.request_ref,
-        }
-    }
-}
-
 /// The bytes of a [`JournalState`], from a borrowed intent: the writer does not copy it.
 fn state_row(
-    i: IntentParts<'_>,
+    i: &IntentView<'_>,
     intent_seq: u64,
     outcome_seq: Option<u64>,
     result_ref: Option<&Ref>,
@@ -276,11 +253,11 @@ fn state_row(
     let m = Members::new()
         .object("intent", |m| {
             Ok(m.integer("cost", i.cost)?
-                .string("effect", i.effect)
-                .string("episode", i.episode)
-                .string("invocationId", i.invocation_id)
+                .string("effect", &i.effect)
+                .string("episode", &i.episode)
+                .string("invocationId", &i.invocation_id)
                 .plain("requestRef", i.request_ref)
-                .string("scope", i.scope))
+                .string("scope", &i.scope))
         })?
         .integer("intentSeq", intent_seq)?
         .integer_or_null("outcomeSeq", outcome_seq)?
@@ -367,7 +344,7 @@ fn append_intent_to(
     }
     let seq = next_seq(w)?;
     JOURNAL.put(w, &seq, &intent_row(seq, intent)?)?;
-    let state = state_row(intent.parts(), seq, None, None, None)?;
+    let state = state_row(&intent.view(), seq, None, None, None)?;
     match task {
         Some(task) => looked.put_initial_parts(
             w,
@@ -426,7 +403,7 @@ fn append_outcome_to(
         return Err(JournalError::AlreadyResolved(invocation_id.to_owned()));
     }
     let bytes = state_row(
-        state.intent.parts(),
+        &state.intent,
         state.intent_seq,
         Some(seq),
         result_ref.as_ref(),
@@ -949,7 +926,7 @@ mod tests {
                 // What an outcome reads of it, borrowed, writes the same bytes back.
                 let view: StateView<'_> = serde_json::from_slice(&bytes).unwrap();
                 let again = state_row(
-                    view.intent.parts(),
+                    &view.intent,
                     view.intent_seq,
                     view.outcome_seq,
                     view.result_ref.as_ref(),
