@@ -643,9 +643,10 @@ impl Members {
     }
 }
 
-/// A value [`Members`] writes between quotes as it is: its text needs no escape. Refs and
-/// names are pushed as they are (`Ref`'s impl is beside it); anything else goes through `fmt`. The writer encodes a
-/// dozen refs and integers per call, and `write!` cost it about 4 % of its time.
+/// A value [`Members`] writes between quotes as it is: its text needs no escape. Refs (their
+/// impl is beside `Ref`) and names are pushed as they are; anything else goes through `fmt`.
+/// The writer encodes a dozen refs and integers per call, and `write!` cost it about 4 % of
+/// its time.
 pub(crate) trait Plain {
     fn push_plain(&self, out: &mut String);
 }
