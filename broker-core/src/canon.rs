@@ -486,8 +486,8 @@ pub(crate) struct Members {
 
 impl Members {
     pub(crate) fn new() -> Members {
-        // An entry, with five refs, takes about 480 bytes: one allocation, not two.
-        Members::with(String::with_capacity(512))
+        // An entry, with five refs, takes about 520 bytes: one allocation, not two.
+        Members::with(String::with_capacity(640))
     }
 
     /// An object written after what `out` already holds (a nested member's value).
