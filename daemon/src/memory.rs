@@ -146,8 +146,27 @@ mod tests {
         assert!(w.due(60 * MIB, false));
     }
 
+    /// Set in the process of its own that
+    /// [`anonymous_memory_is_read_and_trimming_returns_a_freed_burst`] runs in.
+    const ALONE: &str = "WORLDD_TEST_TRIM_ALONE";
+
     #[test]
     fn anonymous_memory_is_read_and_trimming_returns_a_freed_burst() {
+        // The figures are the whole process's, and the other tests of this binary allocate
+        // and free beside this one: it runs alone, in a process of its own, as the store's
+        // map-release test does.
+        if std::env::var_os(ALONE).is_none() {
+            let status = std::process::Command::new(std::env::current_exe().unwrap())
+                .args([
+                    "--exact",
+                    "memory::tests::anonymous_memory_is_read_and_trimming_returns_a_freed_burst",
+                ])
+                .env(ALONE, "1")
+                .status()
+                .unwrap();
+            assert!(status.success(), "the test, alone in its process: {status}");
+            return;
+        }
         let Some(before) = anonymous_bytes() else {
             return; // not Linux
         };
