@@ -177,22 +177,13 @@ fn find_room(connections: &Connections, stream: &TcpStream, metrics: &Metrics) -
     }
 }
 
-/// Whether the peer has sent bytes that wait to be read (a look, nothing is consumed).
+/// Whether the peer has sent bytes that wait to be read (a look, nothing is consumed; the
+/// socket is non-blocking, so an empty one answers `WouldBlock` at once).
 fn has_sent(stream: &TcpStream) -> bool {
-    use std::os::fd::AsRawFd;
-    let mut byte = 0u8;
-    // SAFETY: `stream` is an open socket for the duration of the call, and `byte` a valid
-    // one-byte buffer we own; MSG_PEEK leaves the byte in the socket, MSG_DONTWAIT never
-    // blocks.
-    let n = unsafe {
-        libc::recv(
-            stream.as_raw_fd(),
-            std::ptr::addr_of_mut!(byte).cast(),
-            1,
-            libc::MSG_PEEK | libc::MSG_DONTWAIT,
-        )
-    };
-    n > 0
+    let mut byte = [std::mem::MaybeUninit::<u8>::uninit()];
+    socket2::SockRef::from(stream)
+        .peek(&mut byte)
+        .is_ok_and(|n| n > 0)
 }
 
 /// An accepted socket set up for serving: no delay for small writes, the configured send
