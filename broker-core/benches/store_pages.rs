@@ -231,9 +231,13 @@ fn setup(db: PathBuf, threads: usize) -> Bench {
     for effect in ["Workspace.Read", "Workspace.Write"] {
         handlers.insert(effect, Arc::new(Handler)).expect("handler");
     }
+    // As the daemon runs them: the Workspace plugin declares reads of class `read`, and the
+    // daemon is its store's only spender, so a read runs beside its intent.
+    handlers.mark_read_only("Workspace.Read");
     // The refusal row measures committed refusals, not their rate limit.
     let config = CoordinatorConfig {
         refusal_rate: RefusalRate::new(0.0, 1).expect("rate off"),
+        sole_spender: true,
         ..CoordinatorConfig::default()
     };
     let coordinator = Coordinator::new(store.clone(), handlers, config);

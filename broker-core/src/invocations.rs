@@ -12,7 +12,10 @@
 //! to `resolutions`, keyed by the intent's journal sequence, which is always near the end of
 //! that table when the outcome is written — the outcome commit adds to the pages the other
 //! outcomes of its group commit write anyway, instead of one more random leaf per call.
-//! Readers see the resolution's parts over the row's.
+//! Readers see the resolution's parts over the row's. An intent whose outcome comes in the same
+//! group commit (a read runs beside its intent) is the exception: no reader saw its row, whose
+//! page that transaction has copied already, so the resolving states are written into the row
+//! and `resolutions` is not touched ([`resolving`]).
 //!
 //! Row layout (both tables): `u64 BE intent sequence (0: none) | u32 BE length of the journal
 //! part (u32::MAX: none) | journal part | task part` (the rest; empty: none). Each part is the
@@ -304,47 +307,115 @@ impl Looked<'_> {
     }
 }
 
-/// Write a state that resolves the invocation: into the resolution of its intent when it has
-/// one, else into its row.
+/// Claim the tail of the content-address index for the writer's operation, before it reads a
+/// row it will write ([`ref_tail::claim`]): [`resolving`] tells an intent of the transaction
+/// under way only then.
+pub(crate) fn claim(w: &mut WriteCtx<'_, '_>) -> Result<(), StoreError> {
+    ref_tail::claim(w)
+}
+
+/// Where the states that resolve an invocation go.
+#[derive(Debug, Clone, Copy)]
+enum Target {
+    /// Its row where it is stored, in place: a row that journals no intent, or one the
+    /// transaction under way wrote with its intent (no reader has seen the intent's states,
+    /// and its outcome's take their place in the row's own pages).
+    Row(Place),
+    /// The resolution of its intent, at this journal sequence: the row stays as the committed
+    /// intent left it.
+    Resolution(u64),
+}
+
+/// An invocation as the writer about to resolve it read it: what readers see of it, and where
+/// the resolving states go.
+pub(crate) struct Resolving<'t> {
+    /// The row with its resolution's parts over it, as [`get`] reads it.
+    pub(crate) visible: Row<'t>,
+    /// What the resolving states are written over: the row, or the intent's resolution.
+    under: Row<'t>,
+    target: Target,
+}
+
+/// [`get`], for a writer about to resolve `id` (its outcome, the task's end): `None` when no
+/// row holds it. The row of an intent this very transaction journaled takes the resolving
+/// states itself ([`ref_tail::invocation_written_here`]; the writer's operation must have
+/// claimed the tail for that, or the intent is taken as committed); any other intent's go to
+/// its resolution.
+pub(crate) fn resolving<'t>(
+    r: &ReadCtx<'t>,
+    id: &str,
+) -> Result<Option<Resolving<'t>>, StoreError> {
+    let Some((place, bytes)) = located(r, id)? else {
+        return Ok(None);
+    };
+    let row = decode(Some(bytes), || format!("invocation row {id}"))?.unwrap_or_default();
+    let resolving = match (place, row.intent) {
+        (Place::Sequence(at), Some(_)) if ref_tail::invocation_written_here(r, at) => Resolving {
+            visible: row,
+            under: row,
+            target: Target::Row(place),
+        },
+        (_, Some(intent)) => {
+            let resolution = RESOLUTIONS.get(r, &intent)?;
+            Resolving {
+                visible: visible(id, bytes, resolution)?,
+                under: decode(resolution, || format!("the resolution of intent {intent}"))?
+                    .unwrap_or_default(),
+                target: Target::Resolution(intent),
+            }
+        }
+        (place, None) => Resolving {
+            visible: row,
+            under: row,
+            target: Target::Row(place),
+        },
+    };
+    Ok(Some(resolving))
+}
+
+/// A resolving write, encoded while the row is borrowed from the writer's view and made once
+/// the reads are done ([`Resolving::with`]).
+pub(crate) struct Resolved {
+    target: Target,
+    bytes: Vec<u8>,
+}
+
+impl Resolving<'_> {
+    /// The resolving write of `parts` over what was read.
+    pub(crate) fn with(&self, parts: &[(Part, &[u8])]) -> Resolved {
+        let next = parts
+            .iter()
+            .fold(self.under, |row, &(part, bytes)| row.with(part, bytes));
+        Resolved {
+            target: self.target,
+            bytes: next.encode(),
+        }
+    }
+}
+
+impl Resolved {
+    /// Write it: into `id`'s row, or into its intent's resolution.
+    pub(crate) fn put(self, w: &mut WriteCtx<'_, '_>, id: &str) -> Result<(), StoreError> {
+        match self.target {
+            Target::Row(place) => put_row(w, id, Some(place), &self.bytes),
+            Target::Resolution(intent) => RESOLUTIONS.put(w, &intent, &self.bytes),
+        }
+    }
+}
+
+/// Write a state that resolves the invocation where [`resolving`] says it goes.
 pub(crate) fn put_resolution(
     w: &mut WriteCtx<'_, '_>,
     id: &str,
     part: Part,
     bytes: &[u8],
 ) -> Result<(), StoreError> {
-    // Looked up once: a row without an intent (a call that ran no effect) takes the state
-    // itself.
-    let looked = look(w, id)?;
-    match looked.parts()?.and_then(|r| r.intent) {
-        Some(seq) => put_resolution_of(w, seq, part, bytes),
-        None => looked.put_initial(w, part, bytes, None),
+    claim(w)?;
+    match resolving(&w.reader(), id)?.map(|found| found.with(&[(part, bytes)])) {
+        Some(resolved) => resolved.put(w, id),
+        // No row yet (a call that ran no effect): this state is its first.
+        None => put_row(w, id, None, &Row::default().with(part, bytes).encode()),
     }
-}
-
-/// [`put_resolution`] for an invocation whose intent is journaled at `intent`, known to the
-/// caller: its row need not be looked up.
-pub(crate) fn put_resolution_of(
-    w: &mut WriteCtx<'_, '_>,
-    intent: u64,
-    part: Part,
-    bytes: &[u8],
-) -> Result<(), StoreError> {
-    put_resolution_parts_of(w, intent, &[(part, bytes)])
-}
-
-/// [`put_resolution_of`] of several parts in one write: an outcome's journal state and the
-/// task state of the commit that carries it.
-pub(crate) fn put_resolution_parts_of(
-    w: &mut WriteCtx<'_, '_>,
-    intent: u64,
-    parts: &[(Part, &[u8])],
-) -> Result<(), StoreError> {
-    let current = resolution(&w.reader(), intent)?.unwrap_or_default();
-    let encoded = parts
-        .iter()
-        .fold(current, |row, &(part, bytes)| row.with(part, bytes))
-        .encode();
-    RESOLUTIONS.put(w, &intent, &encoded)
 }
 
 /// Replace the part readers see of `id` (maintenance and tamper tests): in its intent's
@@ -447,6 +518,68 @@ mod tests {
         );
         assert_eq!(two, Some((None, None, Some(b"refused".to_vec()))));
         assert!(resolution);
+    }
+
+    /// An intent's row written by the transaction that resolves it takes the resolving states
+    /// itself. A row an earlier transaction committed does not, even when the resolving
+    /// transaction writes rows of its own, or follows one that was undone.
+    #[test]
+    fn an_intent_resolved_in_its_own_transaction_takes_the_states_in_its_row() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::create(&dir.path().join("db")).unwrap();
+        let read = |id: &'static str, intent: u64| {
+            store
+                .read(|r| -> Result<_, StoreError> {
+                    let (row, _) = stored(r, id)?.expect("a row");
+                    let resolution = RESOLUTIONS.get(r, &intent)?.map(<[u8]>::to_vec);
+                    Ok((row.to_vec(), resolution))
+                })
+                .unwrap()
+        };
+        store
+            .write(|w| -> Result<(), StoreError> {
+                put_initial(w, "mcp:e:1", Part::Journal, b"intent", Some(41))?;
+                put_initial(w, "mcp:e:1", Part::Task, b"pending", None)?;
+                put_resolution(w, "mcp:e:1", Part::Journal, b"outcome")?;
+                put_resolution(w, "mcp:e:1", Part::Task, b"committed")
+            })
+            .unwrap();
+        let (row, resolution) = read("mcp:e:1", 41);
+        let expected = Row {
+            intent: Some(41),
+            journal: Some(b"outcome"),
+            task: Some(b"committed"),
+        };
+        assert_eq!(Row::decode(&row), Some(expected));
+        assert_eq!(resolution, None);
+
+        // An undone transaction's row number is taken again by the next one.
+        let undone = store.write(|w| -> Result<(), StoreError> {
+            put_initial(w, "mcp:e:2", Part::Journal, b"intent", Some(42))?;
+            Err(StoreError::Corrupt("undo".into()))
+        });
+        assert!(undone.is_err());
+        store
+            .write(|w| -> Result<(), StoreError> {
+                put_initial(w, "mcp:e:3", Part::Journal, b"intent", Some(43))?;
+                put_resolution(w, "mcp:e:1", Part::Task, b"unrecorded")
+            })
+            .unwrap();
+        let (again, resolution) = read("mcp:e:1", 41);
+        assert_eq!(again, row, "a committed row is left as it was");
+        let resolution = resolution.expect("the resolution of intent 41");
+        assert_eq!(
+            Row::decode(&resolution),
+            Some(Row {
+                intent: None,
+                journal: None,
+                task: Some(b"unrecorded"),
+            })
+        );
+        let seen = store
+            .read(|r| get(r, "mcp:e:1").map(|row| row.map(|row| row.task.map(<[u8]>::to_vec))))
+            .unwrap();
+        assert_eq!(seen, Some(Some(b"unrecorded".to_vec())));
     }
 
     #[test]

@@ -389,14 +389,16 @@ fn append_outcome_to(
     task: Option<&[u8]>,
 ) -> Result<u64, JournalError> {
     let seq = next_seq(w)?;
-    // The row is read once: for the state, and for where its resolution goes. The state is
-    // written back resolved before anything is written, while its bytes are borrowed.
+    // The row is read once: for the state, and for where the resolving states go (the row
+    // itself when this transaction journaled its intent, else the intent's resolution). They
+    // are encoded before anything is written, while the row's bytes are borrowed.
+    invocations::claim(w)?;
     let reader = w.reader();
-    let (state, row_intent) = match invocations::get(&reader, invocation_id)? {
-        Some(row) => (row.journal, row.intent),
-        None => (None, None),
-    };
-    let state = state.ok_or_else(|| JournalError::NoIntent(invocation_id.to_owned()))?;
+    let found = invocations::resolving(&reader, invocation_id)?;
+    let state = found
+        .as_ref()
+        .and_then(|found| found.visible.journal)
+        .ok_or_else(|| JournalError::NoIntent(invocation_id.to_owned()))?;
     let state: StateView<'_> =
         serde_json::from_slice(state).map_err(|e| JournalError::Corrupt(e.to_string()))?;
     if state.status.is_some() {
@@ -409,26 +411,19 @@ fn append_outcome_to(
         result_ref.as_ref(),
         Some(status),
     )?;
+    let Some(found) = found else {
+        return Err(JournalError::NoIntent(invocation_id.to_owned()));
+    };
+    let resolved = match task {
+        Some(task) => found.with(&[(Part::Journal, &bytes[..]), (Part::Task, task)]),
+        None => found.with(&[(Part::Journal, &bytes[..])]),
+    };
     JOURNAL.put(
         w,
         &seq,
         &outcome_row(seq, invocation_id, status, result_ref.as_ref())?,
     )?;
-    match (row_intent, task) {
-        (Some(intent), Some(task)) => invocations::put_resolution_parts_of(
-            w,
-            intent,
-            &[(Part::Journal, &bytes[..]), (Part::Task, task)],
-        )?,
-        (Some(intent), None) => invocations::put_resolution_of(w, intent, Part::Journal, &bytes)?,
-        // A row written before intents were kept beside it (schema 1) takes it in place.
-        (None, task) => {
-            invocations::put_resolution(w, invocation_id, Part::Journal, &bytes)?;
-            if let Some(task) = task {
-                invocations::put_resolution(w, invocation_id, Part::Task, task)?;
-            }
-        }
-    }
+    resolved.put(w, invocation_id)?;
     PENDING.delete(w, invocation_id)?;
     Ok(seq)
 }
@@ -832,6 +827,123 @@ mod tests {
             assert_eq!(rows(&apart, id), rows(&together, id), "after the outcome");
             let seen = together.read(|r| task::get(r, episode, key)).unwrap();
             assert_eq!(seen, Some(committed));
+        }
+    }
+
+    /// An outcome written in the transaction that journaled its intent (a read's intent and
+    /// entry sharing a group commit) resolves the invocation's row in place: no resolution
+    /// row, no pending row left, and readers see exactly what they see of the same calls
+    /// written in two transactions, whose row stays as the committed intent left it.
+    #[test]
+    fn an_outcome_in_its_intents_transaction_resolves_the_row_in_place() {
+        for minted in [false, true] {
+            let dirs = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+            let apart = Store::create(&dirs.0.path().join("db")).unwrap();
+            let together = Store::create(&dirs.1.path().join("db")).unwrap();
+            let (id, episode, key) = ("mcp:ep:t1", "ep", "mcp:t1");
+            let intent = Intent {
+                invocation_id: id.into(),
+                episode: episode.into(),
+                effect: "Fs.Read".into(),
+                scope: "worktree".into(),
+                cost: 2,
+                request_ref: Ref::of(b"request"),
+            };
+            let pending = TaskState {
+                invocation_id: id.into(),
+                skill_id: "read".into(),
+                input_ref: Ref::of(b"input"),
+                phase: TaskPhase::Pending,
+                output_ref: None,
+                entry_index: None,
+                world_ref: None,
+                effect_records: Vec::new(),
+            };
+            let committed = TaskState {
+                phase: TaskPhase::Committed,
+                output_ref: Some(Ref::of(b"output")),
+                entry_index: Some(1),
+                world_ref: Some(Ref::of(b"world")),
+                effect_records: vec![Ref::of(b"record")],
+                ..pending.clone()
+            };
+            let (p, c) = (
+                task::stored_bytes(&pending).unwrap(),
+                task::stored_bytes(&committed).unwrap(),
+            );
+            let record = Some(Ref::of(b"record"));
+            let intend = move |w: &mut WriteCtx<'_, '_>| {
+                append_intent_with_task(w, &intent, 10, minted, &p).map(drop)
+            };
+            let resolve = move |w: &mut WriteCtx<'_, '_>| {
+                append_outcome_with_task(w, id, OutcomeStatus::Succeeded, record, &c).map(drop)
+            };
+            apart.write(intend.clone()).unwrap();
+            let as_intended = rows(&apart, id);
+            apart.write(resolve.clone()).unwrap();
+            let (i, o) = (intend.clone(), resolve.clone());
+            together
+                .write(move |w| {
+                    i(w)?;
+                    o(w)
+                })
+                .unwrap();
+
+            let (a, t) = (rows(&apart, id), rows(&together, id));
+            assert_eq!(
+                a[0], as_intended[0],
+                "the committed intent's row is left alone"
+            );
+            assert!(!a[1].is_empty(), "its outcome went to a resolution");
+            assert!(
+                t[1].is_empty(),
+                "no resolution for an intent of the same transaction"
+            );
+            assert_eq!(&a[2..], &t[2..], "the same journal records, no pending row");
+            let merged = |rows: &[Vec<u8>]| {
+                let row = invocations::visible(
+                    id,
+                    &rows[0],
+                    Some(&rows[1][..]).filter(|r| !r.is_empty()),
+                )
+                .unwrap();
+                (
+                    row.intent,
+                    row.journal.map(<[u8]>::to_vec),
+                    row.task.map(<[u8]>::to_vec),
+                )
+            };
+            assert_eq!(merged(&t), merged(&a), "readers see the same invocation");
+            for store in [&apart, &together] {
+                let seen = store
+                    .read(|r| {
+                        Ok::<_, JournalError>((
+                            state(r, id)?,
+                            task::get(r, episode, key)?,
+                            receipt(r, id)?,
+                            audit(r)?.0,
+                        ))
+                    })
+                    .unwrap();
+                assert_eq!(seen.0.unwrap().status, Some(OutcomeStatus::Succeeded));
+                assert_eq!(seen.1, Some(committed.clone()));
+                assert_eq!(
+                    seen.2,
+                    Receipt::Resolved {
+                        status: OutcomeStatus::Succeeded,
+                        result_ref: record
+                    }
+                );
+                assert_eq!(seen.3, Vec::new());
+            }
+            // A second outcome is refused in either layout.
+            for store in [&apart, &together] {
+                let again = store.write(resolve.clone());
+                assert!(
+                    matches!(again, Err(JournalError::AlreadyResolved(_))),
+                    "{again:?}"
+                );
+            }
         }
     }
 

@@ -413,6 +413,19 @@ pub(crate) fn find(r: &ReadCtx<'_>, key: &Key) -> Result<Option<u64>, StoreError
 /// A key's row number, with the row itself when it was asked for and exists.
 pub(crate) type Found<'t> = (u64, Option<&'t [u8]>);
 
+/// Whether row `seq` of `invocation_rows` was written by the transaction under way, as the
+/// writer sees it once its operation claimed the tail. The rows this handle noted since its
+/// last commit begin just past the last committed row (an undone transaction's rows are taken
+/// again by the next), so a row at or past the lowest of them is this transaction's. Any other
+/// view, or a row another handle wrote, is said not to be: the caller then treats the row as
+/// committed, which is always sound.
+pub(crate) fn invocation_written_here(r: &ReadCtx<'_>, seq: u64) -> bool {
+    r.claimed_tail()
+        && tail(r).is_ok_and(|tail| {
+            tail.read().written[Kind::Invocations.slot()].is_some_and(|(low, _)| seq >= low)
+        })
+}
+
 /// [`find`], with the row it names in the table of `key`'s kind (`None`: there is no such
 /// row, damage the caller reports). A key found through the map was checked against its row
 /// already, so the row is not read a second time.

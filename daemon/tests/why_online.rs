@@ -460,10 +460,10 @@ fn proxy_one(mut client: TcpStream, upstream: &str, lie: Option<&Lie>) -> std::i
 #[test]
 fn online_why_exits_3_when_the_daemon_serves_tampered_bytes() {
     let d = Daemon::start(WS, &[]);
-    let token = d.session("ep1", &["Workspace.Read=worktree:5"]);
+    // A write, whose outcome is always in its intent's resolution (see above).
+    let token = d.session("ep1", &["Workspace.Write=worktree:5"]);
     let agent = session_file(d.dir.path(), "agent.session", &token);
-    std::fs::write(d.root().join("ep1/a.txt"), "alpha").unwrap();
-    let result = call_json_out(&d, &agent, "ailang-read", &["path=a.txt"]);
+    let result = call_json_out(&d, &agent, "ailang-write", &["path=a.txt", "content=alpha"]);
     let e = entry(&d, &token, 1);
     let record = payload(&d, &token, e["transitionRef"].as_str().unwrap());
     let world_ref = get(&d.url("/v1/head"), Some(&token)).text();
@@ -662,11 +662,17 @@ fn online_and_offline_why_agree_on_migrated_and_rewritten_invocation_rows() {
         Path::new(env!("CARGO_MANIFEST_DIR")).join("../broker-core/tests/fixtures/store-v1");
     std::fs::copy(fixture.join("data.mdb"), db.join("data.mdb")).unwrap();
     std::fs::create_dir_all(dir.path().join("worktrees/ep9")).unwrap();
-    std::fs::write(dir.path().join("worktrees/ep9/a.txt"), "after").unwrap();
     let d = Daemon::start_in(dir, WS, &[]);
     let ops_token = d.operator_session("ops", &[]);
-    let token = d.session("ep9", &["Workspace.Read=worktree:5"]);
-    let v = a2a(&d, &token, "r1", "ailang-read", json!({"path": "a.txt"}));
+    // A write, whose outcome is always in its intent's resolution (a read's may be in its row).
+    let token = d.session("ep9", &["Workspace.Write=worktree:5"]);
+    let v = a2a(
+        &d,
+        &token,
+        "r1",
+        "ailang-write",
+        json!({"path": "a.txt", "content": "after"}),
+    );
     let fresh = v["result"]["metadata"]["entry_index"].as_u64().unwrap();
     assert_eq!(fresh, 14, "{v}");
     let ops = session_file(d.dir.path(), "ops.session", &ops_token);
@@ -826,11 +832,19 @@ fn record_short(reference: &str) -> String {
 #[test]
 fn invocation_rows_are_served_as_stored_to_their_episode_and_operators_only() {
     let d = Daemon::start(WS, &[]);
-    let token = d.session("ep1", &["Workspace.Read=worktree:5"]);
+    // A write: its intent is durable before it runs, so its outcome is always written in a
+    // later group commit, into a resolution (a read's often shares its intent's commit, and
+    // then resolves the row itself).
+    let token = d.session("ep1", &["Workspace.Write=worktree:5"]);
     let other = d.session("ep2", &["Workspace.Read=worktree:1"]);
     let ops = d.operator_session("ops", &["World.Commit=log:1"]);
-    std::fs::write(d.root().join("ep1/a.txt"), "alpha").unwrap();
-    a2a(&d, &token, "r1", "ailang-read", json!({"path": "a.txt"}));
+    a2a(
+        &d,
+        &token,
+        "r1",
+        "ailang-write",
+        json!({"path": "a.txt", "content": "alpha"}),
+    );
     let url = d.url("/v1/invocations/a2a:ep1:r1/rows");
 
     let stored = {
