@@ -394,11 +394,9 @@ fn append_outcome_to(
     // are encoded before anything is written, while the row's bytes are borrowed.
     invocations::claim(w)?;
     let reader = w.reader();
-    let found = invocations::resolving(&reader, invocation_id)?;
-    let state = found
-        .as_ref()
-        .and_then(|found| found.visible.journal)
-        .ok_or_else(|| JournalError::NoIntent(invocation_id.to_owned()))?;
+    let no_intent = || JournalError::NoIntent(invocation_id.to_owned());
+    let found = invocations::resolving(&reader, invocation_id)?.ok_or_else(no_intent)?;
+    let state = found.visible.journal.ok_or_else(no_intent)?;
     let state: StateView<'_> =
         serde_json::from_slice(state).map_err(|e| JournalError::Corrupt(e.to_string()))?;
     if state.status.is_some() {
@@ -411,9 +409,6 @@ fn append_outcome_to(
         result_ref.as_ref(),
         Some(status),
     )?;
-    let Some(found) = found else {
-        return Err(JournalError::NoIntent(invocation_id.to_owned()));
-    };
     let resolved = match task {
         Some(task) => found.with(&[(Part::Journal, &bytes[..]), (Part::Task, task)]),
         None => found.with(&[(Part::Journal, &bytes[..])]),
