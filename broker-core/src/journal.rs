@@ -753,6 +753,38 @@ mod tests {
             .unwrap()
     }
 
+    /// One effectful call: its intent, its pending task state, and its task state once
+    /// committed at entry `entry` (a skill id with quotes, so that escapes are written too).
+    fn one_call(id: &str, episode: &str, entry: u64) -> (Intent, TaskState, TaskState) {
+        let intent = Intent {
+            invocation_id: id.into(),
+            episode: episode.into(),
+            effect: "Fs.Read".into(),
+            scope: "worktree".into(),
+            cost: 2,
+            request_ref: Ref::of(b"request"),
+        };
+        let pending = TaskState {
+            invocation_id: id.into(),
+            skill_id: "read \"quoted\"".into(),
+            input_ref: Ref::of(b"input"),
+            phase: TaskPhase::Pending,
+            output_ref: None,
+            entry_index: None,
+            world_ref: None,
+            effect_records: Vec::new(),
+        };
+        let committed = TaskState {
+            phase: TaskPhase::Committed,
+            output_ref: Some(Ref::of(b"output")),
+            entry_index: Some(entry),
+            world_ref: Some(Ref::of(b"world")),
+            effect_records: vec![Ref::of(b"record")],
+            ..pending.clone()
+        };
+        (intent, pending, committed)
+    }
+
     /// An intent written with its task state in one write of the row, and an outcome with the
     /// committed task state in one write of the resolution, leave exactly the bytes the
     /// separate writes (the journal's, then `task::put`'s) left.
@@ -764,32 +796,7 @@ mod tests {
             let apart = Store::create(&dirs.0.path().join("db")).unwrap();
             let together = Store::create(&dirs.1.path().join("db")).unwrap();
             let (id, episode, key) = ("mcp:ep:t1", "ep", "mcp:t1");
-            let intent = Intent {
-                invocation_id: id.into(),
-                episode: episode.into(),
-                effect: "Fs.Read".into(),
-                scope: "worktree".into(),
-                cost: 2,
-                request_ref: Ref::of(b"request"),
-            };
-            let pending = TaskState {
-                invocation_id: id.into(),
-                skill_id: "read \"quoted\"".into(),
-                input_ref: Ref::of(b"input"),
-                phase: TaskPhase::Pending,
-                output_ref: None,
-                entry_index: None,
-                world_ref: None,
-                effect_records: Vec::new(),
-            };
-            let committed = TaskState {
-                phase: TaskPhase::Committed,
-                output_ref: Some(Ref::of(b"output")),
-                entry_index: Some(7),
-                world_ref: Some(Ref::of(b"world")),
-                effect_records: vec![Ref::of(b"record")],
-                ..pending.clone()
-            };
+            let (intent, pending, committed) = one_call(id, episode, 7);
             let record = Ref::of(b"record");
             let (i, p) = (intent.clone(), pending.clone());
             apart
@@ -836,32 +843,7 @@ mod tests {
             let apart = Store::create(&dirs.0.path().join("db")).unwrap();
             let together = Store::create(&dirs.1.path().join("db")).unwrap();
             let (id, episode, key) = ("mcp:ep:t1", "ep", "mcp:t1");
-            let intent = Intent {
-                invocation_id: id.into(),
-                episode: episode.into(),
-                effect: "Fs.Read".into(),
-                scope: "worktree".into(),
-                cost: 2,
-                request_ref: Ref::of(b"request"),
-            };
-            let pending = TaskState {
-                invocation_id: id.into(),
-                skill_id: "read".into(),
-                input_ref: Ref::of(b"input"),
-                phase: TaskPhase::Pending,
-                output_ref: None,
-                entry_index: None,
-                world_ref: None,
-                effect_records: Vec::new(),
-            };
-            let committed = TaskState {
-                phase: TaskPhase::Committed,
-                output_ref: Some(Ref::of(b"output")),
-                entry_index: Some(1),
-                world_ref: Some(Ref::of(b"world")),
-                effect_records: vec![Ref::of(b"record")],
-                ..pending.clone()
-            };
+            let (intent, pending, committed) = one_call(id, episode, 1);
             let (p, c) = (
                 task::stored_bytes(&pending).unwrap(),
                 task::stored_bytes(&committed).unwrap(),
