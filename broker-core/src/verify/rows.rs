@@ -213,6 +213,31 @@ mod tests {
         );
     }
 
+    /// A row whose outcome came in its intent's group commit holds the resolved state itself
+    /// and is served without a resolution: it is checked against both journal rows it names.
+    #[test]
+    fn a_row_resolved_in_place_is_read_and_checked_without_a_resolution() {
+        let mut resolved = state("a2a:ep1:t");
+        resolved["outcomeSeq"] = json!(4);
+        resolved["status"] = json!("succeeded");
+        let mut outcome = json!({"kind": "outcome", "seq": 4, "invocationId": "a2a:ep1:t",
+                                 "status": "succeeded", "resultRef": null});
+        let mut served = rows(resolved, intent_row("a2a:ep1:t", 1));
+        served
+            .journal_rows
+            .insert(4, canon::to_vec(&outcome).unwrap());
+        let s = served.journal_state("a2a:ep1:t").unwrap().unwrap();
+        assert_eq!((s.intent_seq, s.outcome_seq), (3, Some(4)));
+        outcome["status"] = json!("failed");
+        served
+            .journal_rows
+            .insert(4, canon::to_vec(&outcome).unwrap());
+        assert_eq!(
+            served.journal_state("a2a:ep1:t").unwrap_err().0,
+            "journal is damaged: journal row #4 is not the outcome the index records for a2a:ep1:t"
+        );
+    }
+
     #[test]
     fn another_invocations_rows_served_under_this_id_are_refused() {
         let e = rows(state("a2a:ep1:other"), intent_row("a2a:ep1:other", 1))
