@@ -753,6 +753,14 @@ mod tests {
             .unwrap()
     }
 
+    /// Two new stores, to write the same calls into in two ways (and their directories).
+    fn two_stores() -> ([tempfile::TempDir; 2], Store, Store) {
+        let dirs = [tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap()];
+        let apart = Store::create(&dirs[0].path().join("db")).unwrap();
+        let together = Store::create(&dirs[1].path().join("db")).unwrap();
+        (dirs, apart, together)
+    }
+
     /// One effectful call: its intent, its pending task state, and its task state once
     /// committed at entry `entry` (a skill id with quotes, so that escapes are written too).
     fn one_call(id: &str, episode: &str, entry: u64) -> (Intent, TaskState, TaskState) {
@@ -792,9 +800,7 @@ mod tests {
     fn an_intent_and_an_outcome_written_with_their_task_states_leave_the_bytes_of_separate_writes()
     {
         for minted in [false, true] {
-            let dirs = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
-            let apart = Store::create(&dirs.0.path().join("db")).unwrap();
-            let together = Store::create(&dirs.1.path().join("db")).unwrap();
+            let (_dirs, apart, together) = two_stores();
             let (id, episode, key) = ("mcp:ep:t1", "ep", "mcp:t1");
             let (intent, pending, committed) = one_call(id, episode, 7);
             let record = Ref::of(b"record");
@@ -839,9 +845,7 @@ mod tests {
     #[test]
     fn an_outcome_in_its_intents_transaction_resolves_the_row_in_place() {
         for minted in [false, true] {
-            let dirs = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
-            let apart = Store::create(&dirs.0.path().join("db")).unwrap();
-            let together = Store::create(&dirs.1.path().join("db")).unwrap();
+            let (_dirs, apart, together) = two_stores();
             let (id, episode, key) = ("mcp:ep:t1", "ep", "mcp:t1");
             let (intent, pending, committed) = one_call(id, episode, 1);
             let (p, c) = (

@@ -83,11 +83,6 @@ impl Ref {
         RefText(buf)
     }
 
-    /// Append the text form (`sha256:` + the digest in hex) to `out`.
-    pub(crate) fn push_text(&self, out: &mut String) {
-        out.push_str(self.text().as_str());
-    }
-
     /// `sha256:` + the first `n` hex digits, for human-readable output.
     pub fn short(&self, n: usize) -> String {
         let hex = self.hex();
@@ -114,9 +109,10 @@ impl fmt::Display for Ref {
     }
 }
 
+/// The text form (`sha256:` + the digest in hex), pushed without `fmt`.
 impl canon::Plain for Ref {
     fn push_plain(&self, out: &mut String) {
-        self.push_text(out);
+        out.push_str(self.text().as_str());
     }
 }
 

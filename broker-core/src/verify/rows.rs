@@ -150,6 +150,32 @@ mod tests {
                "resultRef": null})
     }
 
+    /// [`state`] resolved by the outcome at journal row 4.
+    fn resolved_state(id: &str) -> serde_json::Value {
+        let mut resolved = state(id);
+        resolved["outcomeSeq"] = json!(4);
+        resolved["status"] = json!("succeeded");
+        resolved
+    }
+
+    /// The outcome row [`resolved_state`] names.
+    fn outcome_row(id: &str) -> serde_json::Value {
+        json!({"kind": "outcome", "seq": 4, "invocationId": id, "status": "succeeded",
+               "resultRef": null})
+    }
+
+    /// `served`, with its outcome row saying another status than its state, is refused.
+    fn refuses_another_outcome_row(served: &mut InvocationRows, mut outcome: serde_json::Value) {
+        outcome["status"] = json!("failed");
+        served
+            .journal_rows
+            .insert(4, canon::to_vec(&outcome).unwrap());
+        assert_eq!(
+            served.journal_state("a2a:ep1:t").unwrap_err().0,
+            "journal is damaged: journal row #4 is not the outcome the index records for a2a:ep1:t"
+        );
+    }
+
     fn intent_row(id: &str, cost: u64) -> serde_json::Value {
         let mut row = intent(id, cost);
         row["kind"] = json!("intent");
@@ -175,11 +201,8 @@ mod tests {
 
     #[test]
     fn a_resolution_is_read_over_the_row_it_resolves() {
-        let mut resolved = state("a2a:ep1:t");
-        resolved["outcomeSeq"] = json!(4);
-        resolved["status"] = json!("succeeded");
-        let mut outcome = json!({"kind": "outcome", "seq": 4, "invocationId": "a2a:ep1:t",
-                                 "status": "succeeded", "resultRef": null});
+        let resolved = resolved_state("a2a:ep1:t");
+        let outcome = outcome_row("a2a:ep1:t");
         let mut served = rows(state("a2a:ep1:t"), intent_row("a2a:ep1:t", 1));
         served.resolution = Some(encode(None, Some(&resolved)));
         served
@@ -189,14 +212,7 @@ mod tests {
         assert_eq!(s.outcome_seq, Some(4));
 
         // The resolution's outcome must be the outcome row's.
-        outcome["status"] = json!("failed");
-        served
-            .journal_rows
-            .insert(4, canon::to_vec(&outcome).unwrap());
-        assert_eq!(
-            served.journal_state("a2a:ep1:t").unwrap_err().0,
-            "journal is damaged: journal row #4 is not the outcome the index records for a2a:ep1:t"
-        );
+        refuses_another_outcome_row(&mut served, outcome);
 
         // A resolution resolves the intent of a row; without one (or without a row) it is
         // refused, not read.
@@ -217,25 +233,15 @@ mod tests {
     /// and is served without a resolution: it is checked against both journal rows it names.
     #[test]
     fn a_row_resolved_in_place_is_read_and_checked_without_a_resolution() {
-        let mut resolved = state("a2a:ep1:t");
-        resolved["outcomeSeq"] = json!(4);
-        resolved["status"] = json!("succeeded");
-        let mut outcome = json!({"kind": "outcome", "seq": 4, "invocationId": "a2a:ep1:t",
-                                 "status": "succeeded", "resultRef": null});
+        let resolved = resolved_state("a2a:ep1:t");
+        let outcome = outcome_row("a2a:ep1:t");
         let mut served = rows(resolved, intent_row("a2a:ep1:t", 1));
         served
             .journal_rows
             .insert(4, canon::to_vec(&outcome).unwrap());
         let s = served.journal_state("a2a:ep1:t").unwrap().unwrap();
         assert_eq!((s.intent_seq, s.outcome_seq), (3, Some(4)));
-        outcome["status"] = json!("failed");
-        served
-            .journal_rows
-            .insert(4, canon::to_vec(&outcome).unwrap());
-        assert_eq!(
-            served.journal_state("a2a:ep1:t").unwrap_err().0,
-            "journal is damaged: journal row #4 is not the outcome the index records for a2a:ep1:t"
-        );
+        refuses_another_outcome_row(&mut served, outcome);
     }
 
     #[test]
