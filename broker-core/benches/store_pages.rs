@@ -13,7 +13,11 @@
 //! - **census**: the same number of calls with a page census of `data.mdb` after every commit
 //!   (`broker_core::pages`), which names the table of every page a commit wrote. The census
 //!   takes milliseconds, so while it runs the other threads queue: batches are larger than in
-//!   the timed pass. Both passes print their operations per commit.
+//!   the timed pass. Both passes print their operations per commit. A third line says where
+//!   a commit's pages went: past the file's old end (LMDB grew the file) or onto pages its
+//!   free list gave back, each side in runs of consecutive pages and lone pages; and how many
+//!   of them, by table, the next commit replaced (the copies of each tree's path that every
+//!   commit rewrites).
 //!
 //! Options: `--fill N` (20000), `--calls N` (400 per pass), `--threads LIST` (1,8,32),
 //! `--rows LIST` (read,write,refusal), `--dir PATH` (where the store goes; default the
@@ -33,7 +37,7 @@ use broker_core::coordinator::{
     Call, Coordinator, CoordinatorConfig, EffectHandler, EffectRequest, HandlerOutcome, Handlers,
     Surface,
 };
-use broker_core::pages::{self, PageCount};
+use broker_core::pages::{self, PageCount, Placement};
 use broker_core::refusal_rate::RefusalRate;
 use broker_core::registry;
 use broker_core::session::{self, Session};
@@ -210,6 +214,14 @@ struct Tally {
     /// Runs of consecutive page numbers among the pages written, summed over commits.
     runs: u64,
     tables: BTreeMap<String, PageCount>,
+    /// Where the pages went (past the file's old end, or reused), summed over commits.
+    placement: Placement,
+    /// By table: pages a commit wrote that the next commit's snapshot no longer holds (it
+    /// wrote them again elsewhere), summed over `followed` commits.
+    replaced: BTreeMap<String, u64>,
+    followed: u64,
+    /// The last commit's new pages, by table, to be checked against the next snapshot.
+    last_written: BTreeMap<String, Vec<u64>>,
 }
 
 /// The store, the coordinator and one session per thread, after the fill.
@@ -327,12 +339,51 @@ fn census_pass(b: &Bench, sessions: &[Session], row: &str, calls: u64) -> Tally 
         for (table, count) in after.written_since(before) {
             tally.tables.entry(table).or_default().add(count);
         }
+        let placed = after.placement_since(before);
+        tally.placement.appended.add(placed.appended);
+        tally.placement.reused.add(placed.reused);
+        let held = after.all_pages();
+        let last = std::mem::replace(&mut tally.last_written, after.new_pages_since(before));
+        if !last.is_empty() {
+            tally.followed += 1;
+        }
+        for (table, written) in last {
+            let gone = written.iter().filter(|p| !held.contains(p)).count() as u64;
+            *tally.replaced.entry(table).or_default() += gone;
+        }
         *before = after;
     })));
     drive(&b.coordinator, sessions, row, calls, &b.seq);
     b.store.observe_commits(None);
     let mut guard = slot.lock().expect("census");
     std::mem::take(&mut guard.1)
+}
+
+/// Where a commit's pages went, and which of them the next commit replaced: the pages LMDB
+/// reuses lie between pages that stay, so each is a run of its own on the disk.
+fn placement_line(tally: &Tally) -> String {
+    let commits = tally.commits.max(1) as f64;
+    let per = |n: u64| n as f64 / commits;
+    let (a, r) = (tally.placement.appended, tally.placement.reused);
+    let followed = tally.followed.max(1) as f64;
+    let mut replaced: Vec<(&String, &u64)> =
+        tally.replaced.iter().filter(|(_, n)| **n > 0).collect();
+    replaced.sort_by_key(|(_, n)| std::cmp::Reverse(**n));
+    let total: u64 = replaced.iter().map(|(_, n)| **n).sum();
+    let by_table = replaced
+        .iter()
+        .map(|(t, n)| format!("{t} {:.1}", **n as f64 / followed))
+        .collect::<Vec<_>>()
+        .join(", ");
+    format!(
+        "per commit: {:.1} pages past the old end in {:.1} runs; {:.1} reused in {:.1} runs, {:.1} of them lone; replaced by the next commit {:.1}: {by_table}",
+        per(a.pages),
+        per(a.runs),
+        per(r.pages),
+        per(r.runs),
+        per(r.lone),
+        total as f64 / followed,
+    )
 }
 
 /// The census columns and the line of pages by table, then the line of page kinds.
@@ -423,12 +474,14 @@ fn main() {
                 println!("{row:<8} {threads:>3} | {timed} |");
                 continue;
             }
-            let (columns, kinds) = census_lines(&census_pass(&b, sessions, row, a.calls));
+            let tally = census_pass(&b, sessions, row, a.calls);
+            let (columns, kinds) = census_lines(&tally);
             println!("{row:<8} {threads:>3} | {timed} | {columns}");
             println!(
                 "{:<12} | {:<48} | branch/leaf/overflow per op: {kinds}",
                 "", ""
             );
+            println!("{:<12} | {:<48} | {}", "", "", placement_line(&tally));
         }
     }
 }

@@ -81,6 +81,52 @@ impl PageCount {
     }
 }
 
+/// Where a commit's pages went ([`Census::placement_since`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Placement {
+    /// Pages past the previous snapshot's last page: LMDB found no free page and grew the file.
+    pub appended: Runs,
+    /// Pages the free list gave back: LMDB takes the lowest free page numbers first.
+    pub reused: Runs,
+}
+
+/// Pages, and how they lie in the file.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Runs {
+    pub pages: u64,
+    /// Runs of consecutive page numbers: about one I/O each when the pages are synced.
+    pub runs: u64,
+    /// Runs of a single page: a page with no written neighbour on either side.
+    pub lone: u64,
+}
+
+impl Runs {
+    /// The runs of `sorted`, a sorted list of distinct page numbers.
+    pub fn of(sorted: &[u64]) -> Runs {
+        let mut r = Runs {
+            pages: sorted.len() as u64,
+            ..Runs::default()
+        };
+        let mut len = 0u64;
+        for (i, p) in sorted.iter().enumerate() {
+            len += 1;
+            let ends = sorted.get(i + 1).is_none_or(|next| *next != p + 1);
+            if ends {
+                r.runs += 1;
+                r.lone += u64::from(len == 1);
+                len = 0;
+            }
+        }
+        r
+    }
+
+    pub fn add(&mut self, other: Runs) {
+        self.pages += other.pages;
+        self.runs += other.runs;
+        self.lone += other.lone;
+    }
+}
+
 /// One snapshot's pages, by database.
 #[derive(Debug, Clone, Default)]
 pub struct Census {
@@ -110,6 +156,24 @@ impl Census {
     /// so the runs, not the pages, are what a sync waits for on a disk with a high cost per
     /// I/O.
     pub fn runs_since(&self, before: &Census) -> (u64, u64) {
+        let r = Runs::of(&self.written_since_sorted(before));
+        (r.pages, r.runs)
+    }
+
+    /// Where the pages written since `before` went: past the last page `before` used (the file
+    /// grew), or onto pages the free list gave back. Each side is counted in runs of its own,
+    /// so a run that crosses the old end counts once on each side.
+    pub fn placement_since(&self, before: &Census) -> Placement {
+        let written = self.written_since_sorted(before);
+        let split = written.partition_point(|p| *p <= before.last_pgno);
+        Placement {
+            reused: Runs::of(&written[..split]),
+            appended: Runs::of(&written[split..]),
+        }
+    }
+
+    /// Every page held now and not in `before`, sorted.
+    fn written_since_sorted(&self, before: &Census) -> Vec<u64> {
         let then = before.all_pages();
         let mut written: Vec<u64> = self
             .all_pages()
@@ -117,13 +181,32 @@ impl Census {
             .filter(|p| !then.contains(p))
             .collect();
         written.sort_unstable();
-        let breaks = written.windows(2).filter(|w| w[1] != w[0] + 1).count() as u64;
-        let runs = if written.is_empty() { 0 } else { breaks + 1 };
-        (written.len() as u64, runs)
+        written
+    }
+
+    /// The pages each database holds now and did not hold in `before` (what a commit between
+    /// the two wrote for it), sorted; databases with none are left out.
+    pub fn new_pages_since(&self, before: &Census) -> BTreeMap<String, Vec<u64>> {
+        let empty = Pages::default();
+        self.tables
+            .iter()
+            .filter_map(|(name, pages)| {
+                let then = before.tables.get(name).unwrap_or(&empty);
+                let mut new: Vec<u64> = pages
+                    .branch
+                    .difference(&then.branch)
+                    .chain(pages.leaf.difference(&then.leaf))
+                    .chain(pages.overflow.difference(&then.overflow))
+                    .copied()
+                    .collect();
+                new.sort_unstable();
+                (!new.is_empty()).then(|| (name.clone(), new))
+            })
+            .collect()
     }
 
     /// Every page of every database in the snapshot.
-    fn all_pages(&self) -> HashSet<u64> {
+    pub fn all_pages(&self) -> HashSet<u64> {
         self.tables
             .values()
             .flat_map(|p| p.branch.iter().chain(&p.leaf).chain(&p.overflow).copied())
@@ -556,6 +639,38 @@ mod tests {
                 (new.len() as u64, runs),
                 "commit {i}"
             );
+            let placed = after.placement_since(&before);
+            let grew: Vec<u64> = sorted
+                .iter()
+                .copied()
+                .filter(|p| *p > before.last_pgno)
+                .collect();
+            let kept: Vec<u64> = sorted
+                .iter()
+                .copied()
+                .filter(|p| *p <= before.last_pgno)
+                .collect();
+            assert_eq!(placed.appended, Runs::of(&grew), "commit {i}");
+            assert_eq!(placed.reused, Runs::of(&kept), "commit {i}");
+            assert!(
+                grew.iter().all(|p| *p <= after.last_pgno),
+                "commit {i}: a page past the file's last page"
+            );
+            let by_table: Vec<u64> = after
+                .new_pages_since(&before)
+                .into_values()
+                .flatten()
+                .collect();
+            assert_eq!(
+                by_table.iter().copied().collect::<HashSet<u64>>(),
+                new,
+                "commit {i}"
+            );
+            assert_eq!(
+                by_table.len(),
+                new.len(),
+                "commit {i}: a page in two tables"
+            );
             let written = after.written_since(&before);
             assert!(
                 written.contains_key("object_rows") && written.contains_key(MAIN),
@@ -584,6 +699,18 @@ mod tests {
             };
             Some((name.clone(), kind))
         })
+    }
+
+    #[test]
+    fn runs_count_consecutive_page_numbers_and_lone_pages() {
+        assert_eq!(Runs::of(&[]), Runs::default());
+        let r = |pages, runs, lone| Runs { pages, runs, lone };
+        assert_eq!(Runs::of(&[7]), r(1, 1, 1));
+        assert_eq!(Runs::of(&[3, 4, 5]), r(3, 1, 0));
+        assert_eq!(Runs::of(&[1, 3, 4, 9, 11, 12, 13]), r(7, 4, 2));
+        let mut total = Runs::of(&[1, 2]);
+        total.add(Runs::of(&[5]));
+        assert_eq!(total, r(3, 2, 1));
     }
 
     #[test]
