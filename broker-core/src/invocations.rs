@@ -349,13 +349,10 @@ pub(crate) fn resolving<'t>(
         return Ok(None);
     };
     let row = decode(Some(bytes), || format!("invocation row {id}"))?.unwrap_or_default();
-    let resolving = match (place, row.intent) {
-        (Place::Sequence(at), Some(_)) if ref_tail::invocation_written_here(r, at) => Resolving {
-            visible: row,
-            under: row,
-            target: Target::Row(place),
-        },
-        (_, Some(intent)) => {
+    let written_here =
+        || matches!(place, Place::Sequence(at) if ref_tail::invocation_written_here(r, at));
+    let resolving = match row.intent {
+        Some(intent) if !written_here() => {
             let resolution = RESOLUTIONS.get(r, &intent)?;
             Resolving {
                 visible: visible(id, bytes, resolution)?,
@@ -364,7 +361,8 @@ pub(crate) fn resolving<'t>(
                 target: Target::Resolution(intent),
             }
         }
-        (place, None) => Resolving {
+        // No intent, or one this transaction journaled: the row takes the states itself.
+        _ => Resolving {
             visible: row,
             under: row,
             target: Target::Row(place),
