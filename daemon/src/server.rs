@@ -2,6 +2,7 @@
 //! ([`crate::edge`]), bound to loopback, with graceful shutdown on SIGINT/SIGTERM.
 
 use std::net::SocketAddr;
+use std::sync::Arc;
 
 use axum::Router;
 use tokio::net::TcpListener;
@@ -76,7 +77,12 @@ pub async fn serve(
     let trimmer = config
         .memory_trim
         .map(|every| tokio::spawn(memory::trim_after_bursts(every, metrics.clone())));
-    let served = edge::listener::serve(listener, router(state), &config, metrics, shutdown).await;
+    let known = {
+        let state = state.clone();
+        Arc::new(move |credential: &str| state.knows_credential(credential))
+    };
+    let served =
+        edge::listener::serve(listener, router(state), &config, metrics, known, shutdown).await;
     if let Some(t) = trimmer {
         t.abort();
     }

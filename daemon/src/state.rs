@@ -270,6 +270,23 @@ impl AppState {
         }
     }
 
+    /// Whether `credential` (an `Authorization` field's value) names a live session: for the
+    /// accept loop, which keeps a few places for new connections that carry one
+    /// ([`crate::edge::arrived`]). Nothing is counted: the request is authenticated again, and
+    /// refused or counted then.
+    pub fn knows_credential(&self, credential: &str) -> bool {
+        session::parse_authorization(Some(credential)).is_ok()
+            && self
+                .inner
+                .sessions
+                .authenticate(
+                    &self.inner.store,
+                    Some(credential),
+                    self.inner.coordinator.now(),
+                )
+                .is_ok()
+    }
+
     /// Admit one call ([`crate::admission`]), open and plan it on this task, and answer by
     /// `until` at the latest. A call with an effect runs its effect steps on the blocking pool,
     /// where its handler runs too; this task watches it ([`crate::watched`]) and answers as
@@ -372,5 +389,38 @@ fn answer(result: CallResult) -> Result<CallOutput, InvokeFailure> {
         // A refusal or denial over the session's rate is answered as the capacity error.
         Err(CallError::RefusalRate) => Err(InvokeFailure::Capacity),
         Err(e) => Err(InvokeFailure::Call(e)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use broker_core::coordinator::{CoordinatorConfig, Handlers};
+
+    #[test]
+    fn a_credential_is_known_to_the_accept_loop_while_its_session_lives() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::create(&dir.path().join("db")).unwrap();
+        let coordinator =
+            Coordinator::new(store.clone(), Handlers::new(), CoordinatorConfig::default());
+        let now = coordinator.now();
+        let info = DaemonInfo {
+            db_path: "db".into(),
+            version: "test",
+            open_reads: false,
+        };
+        let state = AppState::new(store.clone(), Arc::new(coordinator), info);
+        let grants = vec!["Workspace.Read=worktree:10".parse().unwrap()];
+        let minted = session::mint(&store, "ep", grants, 3600, now).unwrap();
+        let credential = format!("Bearer {}", minted.token);
+        assert!(state.knows_credential(&credential));
+        // Another token, another scheme, or no token at all: unknown.
+        let other = format!("Bearer {}", "a".repeat(minted.token.len()));
+        assert!(!state.knows_credential(&other));
+        assert!(!state.knows_credential(&format!("Basic {}", minted.token)));
+        assert!(!state.knows_credential("Bearer"));
+        // Revoked: unknown from then on, though it was known (and cached) before.
+        assert!(session::revoke(&store, &session::credential_id(&minted.token)).unwrap());
+        assert!(!state.knows_credential(&credential));
     }
 }

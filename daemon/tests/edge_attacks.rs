@@ -1373,7 +1373,7 @@ fn idle_connections_past_the_fd_limit_are_refused_not_queued() {
     assert!(ok, "no service after the attack; stderr: {stderr}");
     assert!(!stderr.contains("Too many open files"), "{stderr}");
     assert!(
-        stderr.contains("max_connections lowered from 4096 to 118"),
+        stderr.contains("max_connections lowered from 4096 to 116"),
         "{stderr}"
     );
 }

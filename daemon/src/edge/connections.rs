@@ -14,7 +14,10 @@
 //! A flood of connections that send nothing keeps the places to wait for room taken; a new
 //! connection whose request has already arrived when it is accepted (as an HTTP client's does:
 //! it writes its request as soon as it connects) may then wait in a few places kept for such
-//! connections ([`for_senders`]), so that the flood cannot shut a new client out.
+//! connections ([`for_senders`]), so that the flood cannot shut a new client out. A flood that
+//! sends request heads takes those too; a new connection whose head has arrived with a
+//! credential the daemon knows may then wait in as many places again, kept for such
+//! connections ([`for_credentials`]), which no flood without a session can take.
 //!
 //! The same registry drains the daemon at shutdown: every connection is told to finish the
 //! request it has in flight and close, and [`Connections::drain`] waits until all have.
@@ -58,9 +61,31 @@ pub fn for_senders(limit: usize) -> usize {
     (making_room(limit) / 4).max(1)
 }
 
+/// Places kept, besides the others, for new connections whose request head had arrived with
+/// a credential the daemon knows when they were accepted: as many as [`for_senders`]. A flood
+/// of connections that each send a head and never finish it takes every other place; in bench
+/// row 13 (its heads declare a body that never comes) a new client still got `Connection reset
+/// by peer` on its first request in some runs with the daemon in a CPU group of its own
+/// (`docs/benchmarks.md`). A flood without a session cannot take these.
+pub fn for_credentials(limit: usize) -> usize {
+    for_senders(limit)
+}
+
 /// Every descriptor a new connection may hold beside the limit while it waits for room.
 pub fn waiting_places(limit: usize) -> usize {
-    making_room(limit) + for_senders(limit)
+    making_room(limit) + for_senders(limit) + for_credentials(limit)
+}
+
+/// What a new connection had sent when it was accepted, as far as the places to wait for room
+/// go ([`Connections::room`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Arrived {
+    /// Nothing yet.
+    Nothing,
+    /// Bytes, but not a request head carrying a credential the daemon knows.
+    Bytes,
+    /// A request head with one `Authorization` field whose credential names a live session.
+    Credential,
 }
 
 /// Every open connection, under the limit.
@@ -70,6 +95,9 @@ pub struct Connections {
     making_room: Arc<Semaphore>,
     /// Further places for new connections that had sent bytes when accepted ([`for_senders`]).
     for_senders: Arc<Semaphore>,
+    /// Further places for new connections whose head had arrived with a known credential
+    /// ([`for_credentials`]).
+    for_credentials: Arc<Semaphore>,
     open: Arc<Mutex<HashMap<u64, Arc<Conn>>>>,
     next: AtomicU64,
     /// `true` once the daemon drains: a receiver made after that still sees it.
@@ -250,6 +278,7 @@ impl Connections {
             slots: Arc::new(Semaphore::new(limit)),
             making_room: Arc::new(Semaphore::new(making_room(limit))),
             for_senders: Arc::new(Semaphore::new(for_senders(limit))),
+            for_credentials: Arc::new(Semaphore::new(for_credentials(limit))),
             open: Arc::default(),
             next: AtomicU64::new(0),
             shutdown: watch::channel(false).0,
@@ -257,19 +286,14 @@ impl Connections {
     }
 
     /// A slot for a new connection, or room made for one by telling an idle connection to
-    /// close. `sent` says whether the new connection has bytes waiting to be read; it is asked
-    /// only when every place of [`making_room`] is taken.
-    pub fn room(&self, sent: impl FnOnce() -> bool) -> Room {
+    /// close. `arrived` says what the new connection has sent so far; it is asked only when
+    /// every place of [`making_room`] is taken, and at most once.
+    pub fn room(&self, arrived: impl FnOnce() -> Arrived) -> Room {
         if let Ok(slot) = self.slots.clone().try_acquire_owned() {
             return Room::Free(self.enter(slot));
         }
-        let waiting = match self.making_room.clone().try_acquire_owned() {
-            Ok(waiting) => waiting,
-            Err(_) if sent() => match self.for_senders.clone().try_acquire_owned() {
-                Ok(waiting) => waiting,
-                Err(_) => return Room::Full,
-            },
-            Err(_) => return Room::Full,
+        let Some(waiting) = self.place_to_wait(arrived) else {
+            return Room::Full;
         };
         let Ok(open) = self.open.lock() else {
             return Room::Full;
@@ -289,6 +313,21 @@ impl Connections {
                 Room::Made(waiting)
             }
             None => Room::Full,
+        }
+    }
+
+    /// A place to wait for room: a general one while they last, then one of those kept for
+    /// what the connection has sent.
+    fn place_to_wait(&self, arrived: impl FnOnce() -> Arrived) -> Option<OwnedSemaphorePermit> {
+        let take = |places: &Arc<Semaphore>| places.clone().try_acquire_owned().ok();
+        if let Some(place) = take(&self.making_room) {
+            return Some(place);
+        }
+        match arrived() {
+            Arrived::Nothing => None,
+            Arrived::Bytes => take(&self.for_senders),
+            // Its own places first, so that it leaves the others to clients without a session.
+            Arrived::Credential => take(&self.for_credentials).or_else(|| take(&self.for_senders)),
         }
     }
 
@@ -342,7 +381,7 @@ mod tests {
 
     /// A connection that found a free slot.
     fn free(conns: &Connections) -> Registered {
-        let Room::Free(registered) = conns.room(|| false) else {
+        let Room::Free(registered) = conns.room(|| Arrived::Nothing) else {
             panic!("a free slot below the limit");
         };
         registered
@@ -357,7 +396,7 @@ mod tests {
         // third has one in flight.
         drop(held[0].conn.request());
         let busy = held[2].conn.request();
-        let Room::Made(waiting) = conns.room(|| false) else {
+        let Room::Made(waiting) = conns.room(|| Arrived::Nothing) else {
             panic!("room made by closing an idle connection");
         };
         assert!(held[1].conn.state.lock().unwrap().closing);
@@ -365,9 +404,9 @@ mod tests {
             .await
             .expect("the never-served connection is told to close");
         // Next the one served and idle; then nothing is idle.
-        assert!(matches!(conns.room(|| false), Room::Made(_)));
+        assert!(matches!(conns.room(|| Arrived::Nothing), Room::Made(_)));
         assert!(held[0].conn.state.lock().unwrap().closing);
-        assert!(matches!(conns.room(|| false), Room::Full));
+        assert!(matches!(conns.room(|| Arrived::Nothing), Room::Full));
         // A connection told to close gives its slot to the one waiting.
         drop(held.remove(1));
         assert!(conns.slot(waiting).await.is_some());
@@ -381,7 +420,7 @@ mod tests {
         let (fresh, waiting) = (free(&conns), free(&conns));
         let request = waiting.conn.request();
         assert!(!waiting.conn.nothing_to_finish());
-        assert!(matches!(conns.room(|| false), Room::Made(_)));
+        assert!(matches!(conns.room(|| Arrived::Nothing), Room::Made(_)));
         assert!(
             fresh.conn.state.lock().unwrap().closing,
             "only the fresh one was idle"
@@ -389,7 +428,7 @@ mod tests {
         fresh.conn.state.lock().unwrap().closing = false;
         request.lingering(true);
         assert!(waiting.conn.nothing_to_finish());
-        assert!(matches!(conns.room(|| false), Room::Made(_)));
+        assert!(matches!(conns.room(|| Arrived::Nothing), Room::Made(_)));
         assert!(waiting.conn.state.lock().unwrap().closing);
         assert!(!fresh.conn.state.lock().unwrap().closing);
         // Once its body came, the request is busy again.
@@ -404,7 +443,7 @@ mod tests {
         drop(a.conn.request());
         std::thread::sleep(Duration::from_millis(5));
         drop(b.conn.request());
-        assert!(matches!(conns.room(|| false), Room::Made(_)));
+        assert!(matches!(conns.room(|| Arrived::Nothing), Room::Made(_)));
         assert!(a.conn.state.lock().unwrap().closing);
         assert!(!b.conn.state.lock().unwrap().closing);
     }
@@ -413,7 +452,7 @@ mod tests {
     async fn a_connection_that_made_room_waits_a_second_at_most() {
         let conns = Connections::new(1);
         let _held = free(&conns);
-        let Room::Made(waiting) = conns.room(|| false) else {
+        let Room::Made(waiting) = conns.room(|| Arrived::Nothing) else {
             panic!("room made");
         };
         let started = tokio::time::Instant::now();
@@ -426,19 +465,23 @@ mod tests {
         let conns = Connections::new(4096);
         let held: Vec<Registered> = (0..4096).map(|_| free(&conns)).collect();
         assert_eq!(making_room(4096), MAKING_ROOM);
-        let waiting: Vec<Room> = (0..MAKING_ROOM).map(|_| conns.room(|| false)).collect();
+        let waiting: Vec<Room> = (0..MAKING_ROOM)
+            .map(|_| conns.room(|| Arrived::Nothing))
+            .collect();
         assert!(waiting.iter().all(|r| matches!(r, Room::Made(_))));
         // Idle connections remain, but no more that sent nothing may wait.
-        assert!(matches!(conns.room(|| false), Room::Full));
+        assert!(matches!(conns.room(|| Arrived::Nothing), Room::Full));
         // A connection whose request has arrived takes one of the places kept for them, while
         // they last.
         assert_eq!(for_senders(4096), MAKING_ROOM / 4);
-        let senders: Vec<Room> = (0..MAKING_ROOM / 4).map(|_| conns.room(|| true)).collect();
+        let senders: Vec<Room> = (0..MAKING_ROOM / 4)
+            .map(|_| conns.room(|| Arrived::Bytes))
+            .collect();
         assert!(senders.iter().all(|r| matches!(r, Room::Made(_))));
-        assert!(matches!(conns.room(|| true), Room::Full));
+        assert!(matches!(conns.room(|| Arrived::Bytes), Room::Full));
         drop(senders);
-        assert!(matches!(conns.room(|| false), Room::Full));
-        assert!(matches!(conns.room(|| true), Room::Made(_)));
+        assert!(matches!(conns.room(|| Arrived::Nothing), Room::Full));
+        assert!(matches!(conns.room(|| Arrived::Bytes), Room::Made(_)));
         drop(waiting);
         // The general places are taken first: `sent` is not even asked.
         assert!(matches!(
@@ -446,6 +489,42 @@ mod tests {
             Room::Made(_)
         ));
         drop(held);
+    }
+
+    #[tokio::test]
+    async fn a_client_with_a_known_credential_finds_a_place_when_heads_without_one_take_the_rest() {
+        let conns = Connections::new(4096);
+        let held: Vec<Registered> = (0..4096).map(|_| free(&conns)).collect();
+        let places = |n: usize, arrived: Arrived| -> Vec<Room> {
+            (0..n).map(|_| conns.room(|| arrived)).collect()
+        };
+        let silent = places(MAKING_ROOM, Arrived::Nothing);
+        let heads = places(for_senders(4096), Arrived::Bytes);
+        assert!(silent
+            .iter()
+            .chain(&heads)
+            .all(|r| matches!(r, Room::Made(_))));
+        // A flood of heads without a session has taken every place it may wait in.
+        assert!(matches!(conns.room(|| Arrived::Bytes), Room::Full));
+        // A client whose head carries a credential the daemon knows still finds one, while the
+        // places kept for such clients last.
+        assert_eq!(for_credentials(4096), MAKING_ROOM / 4);
+        let known = places(for_credentials(4096), Arrived::Credential);
+        assert!(known.iter().all(|r| matches!(r, Room::Made(_))));
+        assert!(matches!(conns.room(|| Arrived::Credential), Room::Full));
+        // It takes its own places first, leaving those of clients without a session...
+        drop((heads, known));
+        let known = places(for_credentials(4096), Arrived::Credential);
+        let heads = places(for_senders(4096), Arrived::Bytes);
+        assert!(known
+            .iter()
+            .chain(&heads)
+            .all(|r| matches!(r, Room::Made(_))));
+        assert!(matches!(conns.room(|| Arrived::Bytes), Room::Full));
+        // ...and one of theirs once its own are gone.
+        drop(heads);
+        assert!(matches!(conns.room(|| Arrived::Credential), Room::Made(_)));
+        drop((silent, known, held));
     }
 
     #[tokio::test]

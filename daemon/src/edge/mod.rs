@@ -2,7 +2,7 @@
 //!
 //! | layer | what it bounds | where |
 //! |---|---|---|
-//! | connection limit | at most [`ServerConfig::max_connections`] open; at the limit a new connection closes an idle one (no request in flight), and when none is idle it is accepted and closed at once; a listen backlog of [`listener::LISTEN_BACKLOG`] queues bursts | [`listener`], [`connections`] |
+//! | connection limit | at most [`ServerConfig::max_connections`] open; at the limit a new connection closes an idle one (no request in flight), and when none is idle it is accepted and closed at once; a listen backlog of [`listener::LISTEN_BACKLOG`] queues bursts; the places to wait for room go by what a new connection has sent, and some are kept for heads with a known credential | [`listener`], [`connections`], [`arrived`] |
 //! | file descriptors | the soft `RLIMIT_NOFILE` is raised to the hard limit at start, and the connection limit kept below it | [`listener`] |
 //! | request head | hyper's header-read timeout: a complete request head within [`ServerConfig::header_timeout`] of the connection being accepted or finishing its previous response (so it is also the idle keep-alive timeout); heads over [`ServerConfig::max_head_bytes`] are answered 431 | [`listener`] |
 //! | Host and Origin | loopback names and the operator's lists only (the Host header, and a request target's authority in absolute form), on every route, before anything else (403) | [`host`] |
@@ -20,6 +20,7 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+pub mod arrived;
 pub mod body;
 pub mod connections;
 pub mod credential;
