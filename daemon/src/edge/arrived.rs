@@ -30,8 +30,11 @@ pub fn arrived(stream: &TcpStream, known: &KnownCredential) -> Arrived {
     };
     // SAFETY: `peek` initialised the first `n` bytes of `buf`, and `n` is at most its length.
     let head = unsafe { std::slice::from_raw_parts(buf.as_ptr().cast::<u8>(), n) };
-    match credential_field(head) {
-        Some(credential) if known(credential) => Arrived::Credential,
+    let Some(credential) = credential_field(head) else {
+        return Arrived::Bytes;
+    };
+    match broker_core::session::parse_authorization(Some(credential)) {
+        Ok(token) if known(credential) => Arrived::Credential(token.to_owned()),
         _ => Arrived::Bytes,
     }
 }
@@ -123,34 +126,33 @@ mod tests {
 
     #[tokio::test]
     async fn a_new_connection_is_told_apart_by_what_it_sent_and_the_look_consumes_nothing() {
-        let known: KnownCredential = Arc::new(|c: &str| c == "Bearer live");
+        let (live, gone) = ("1".repeat(64), "2".repeat(64));
+        let known: KnownCredential = Arc::new({
+            let live = format!("Bearer {live}");
+            move |c: &str| c == live
+        });
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
-        let mut sent = Vec::new();
+        let head = |token: &str| format!("GET / HTTP/1.1\r\nAuthorization: Bearer {token}\r\n\r\n");
+        let mut clients = Vec::new();
         for (bytes, expected) in [
-            (&b""[..], Arrived::Nothing),
-            (b"GET", Arrived::Bytes),
-            (
-                b"GET / HTTP/1.1\r\nAuthorization: Bearer gone\r\n\r\n",
-                Arrived::Bytes,
-            ),
-            (
-                b"GET / HTTP/1.1\r\nAuthorization: Bearer live\r\n\r\n",
-                Arrived::Credential,
-            ),
+            (String::new(), Arrived::Nothing),
+            ("GET".to_owned(), Arrived::Bytes),
+            (head(&gone), Arrived::Bytes),
+            (head(&live), Arrived::Credential(live.clone())),
         ] {
             let mut client = TcpStream::connect(addr).await.unwrap();
             let (mut accepted, _) = listener.accept().await.unwrap();
             if !bytes.is_empty() {
-                client.write_all(bytes).await.unwrap();
+                client.write_all(bytes.as_bytes()).await.unwrap();
                 accepted.readable().await.unwrap();
             }
             assert_eq!(arrived(&accepted, &known), expected, "{bytes:?}");
             assert_eq!(arrived(&accepted, &known), expected, "looked at twice");
             let mut got = vec![0u8; bytes.len()];
             accepted.read_exact(&mut got).await.unwrap();
-            assert_eq!(got, bytes, "the look consumed nothing");
-            sent.push(client);
+            assert_eq!(got, bytes.as_bytes(), "the look consumed nothing");
+            clients.push(client);
         }
     }
 }

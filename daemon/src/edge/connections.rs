@@ -17,7 +17,8 @@
 //! connections ([`for_senders`]), so that the flood cannot shut a new client out. A flood that
 //! sends request heads takes those too; a new connection whose head has arrived with a
 //! credential the daemon knows may then wait in as many places again, kept for such
-//! connections ([`for_credentials`]), which no flood without a session can take.
+//! connections ([`for_credentials`]), which no flood without a session can take, and of which
+//! one credential holds at most a quarter.
 //!
 //! The same registry drains the daemon at shutdown: every connection is told to finish the
 //! request it has in flight and close, and [`Connections::drain`] waits until all have.
@@ -33,6 +34,8 @@ use axum::body::{Body, Bytes, HttpBody};
 use axum::response::Response;
 use hyper::body::{Frame, SizeHint};
 use tokio::sync::{watch, Notify, OwnedSemaphorePermit, Semaphore};
+
+use crate::quota::{Held, Quota};
 
 /// How long a new connection that closed an idle one waits for its slot (the idle one closes
 /// as soon as it is told; a request that slipped in first has to finish).
@@ -66,9 +69,17 @@ pub fn for_senders(limit: usize) -> usize {
 /// of connections that each send a head and never finish it takes every other place; in bench
 /// row 13 (its heads declare a body that never comes) a new client still got `Connection reset
 /// by peer` on its first request in some runs with the daemon in a CPU group of its own
-/// (`docs/benchmarks.md`). A flood without a session cannot take these.
+/// (`docs/benchmarks.md`). A flood without a session cannot take these, and one credential
+/// holds at most [`credential_share`] of them.
 pub fn for_credentials(limit: usize) -> usize {
     for_senders(limit)
+}
+
+/// The most of [`for_credentials`]'s places one credential holds at once: a quarter, at least
+/// 1, as with the edge's other shares. Past it, its connection may still take a place kept for
+/// connections that have sent bytes.
+pub fn credential_share(limit: usize) -> usize {
+    (for_credentials(limit) / 4).max(1)
 }
 
 /// Every descriptor a new connection may hold beside the limit while it waits for room.
@@ -78,14 +89,22 @@ pub fn waiting_places(limit: usize) -> usize {
 
 /// What a new connection had sent when it was accepted, as far as the places to wait for room
 /// go ([`Connections::room`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Arrived {
     /// Nothing yet.
     Nothing,
     /// Bytes, but not a request head carrying a credential the daemon knows.
     Bytes,
-    /// A request head with one `Authorization` field whose credential names a live session.
-    Credential,
+    /// A request head with one `Authorization` field whose credential names a live session:
+    /// its bearer token, by which its share of the places is kept.
+    Credential(String),
+}
+
+/// A new connection's place among those waiting for room, and the share of the places it
+/// counts against; both are given back when it is dropped.
+pub struct Waiting {
+    _place: OwnedSemaphorePermit,
+    _share: Option<Held<String>>,
 }
 
 /// Every open connection, under the limit.
@@ -98,6 +117,8 @@ pub struct Connections {
     /// Further places for new connections whose head had arrived with a known credential
     /// ([`for_credentials`]).
     for_credentials: Arc<Semaphore>,
+    /// What each credential holds of them ([`credential_share`]).
+    credential_shares: Quota<String>,
     open: Arc<Mutex<HashMap<u64, Arc<Conn>>>>,
     next: AtomicU64,
     /// `true` once the daemon drains: a receiver made after that still sees it.
@@ -110,7 +131,7 @@ pub enum Room {
     Free(Registered),
     /// The limit was reached and an idle connection was told to close: wait (at most
     /// [`MAKE_ROOM_WAIT`]) for its slot with [`Connections::slot`].
-    Made(OwnedSemaphorePermit),
+    Made(Waiting),
     /// Every connection has a request in flight: close the new one at once.
     Full,
 }
@@ -279,6 +300,7 @@ impl Connections {
             making_room: Arc::new(Semaphore::new(making_room(limit))),
             for_senders: Arc::new(Semaphore::new(for_senders(limit))),
             for_credentials: Arc::new(Semaphore::new(for_credentials(limit))),
+            credential_shares: Quota::new(credential_share(limit)),
             open: Arc::default(),
             next: AtomicU64::new(0),
             shutdown: watch::channel(false).0,
@@ -318,22 +340,33 @@ impl Connections {
 
     /// A place to wait for room: a general one while they last, then one of those kept for
     /// what the connection has sent.
-    fn place_to_wait(&self, arrived: impl FnOnce() -> Arrived) -> Option<OwnedSemaphorePermit> {
-        let take = |places: &Arc<Semaphore>| places.clone().try_acquire_owned().ok();
-        if let Some(place) = take(&self.making_room) {
-            return Some(place);
+    fn place_to_wait(&self, arrived: impl FnOnce() -> Arrived) -> Option<Waiting> {
+        let take = |places: &Arc<Semaphore>, share: Option<Held<String>>| {
+            let place = places.clone().try_acquire_owned().ok()?;
+            Some(Waiting {
+                _place: place,
+                _share: share,
+            })
+        };
+        if let Some(waiting) = take(&self.making_room, None) {
+            return Some(waiting);
         }
         match arrived() {
             Arrived::Nothing => None,
-            Arrived::Bytes => take(&self.for_senders),
-            // Its own places first, so that it leaves the others to clients without a session.
-            Arrived::Credential => take(&self.for_credentials).or_else(|| take(&self.for_senders)),
+            Arrived::Bytes => take(&self.for_senders, None),
+            // Its own places first, within its share, so that it leaves the others to clients
+            // without a session.
+            Arrived::Credential(token) => self
+                .credential_shares
+                .take(&token, 1)
+                .and_then(|share| take(&self.for_credentials, Some(share)))
+                .or_else(|| take(&self.for_senders, None)),
         }
     }
 
     /// The slot a connection that made room waits for (holding `_waiting`, its place among
     /// those making room), registered; `None` after [`MAKE_ROOM_WAIT`] or at shutdown.
-    pub async fn slot(&self, _waiting: OwnedSemaphorePermit) -> Option<Registered> {
+    pub async fn slot(&self, _waiting: Waiting) -> Option<Registered> {
         let mut shutdown = self.shutdown.subscribe();
         let slot = tokio::select! {
             permit = tokio::time::timeout(MAKE_ROOM_WAIT, self.slots.clone().acquire_owned()) => {
@@ -496,35 +529,67 @@ mod tests {
         let conns = Connections::new(4096);
         let held: Vec<Registered> = (0..4096).map(|_| free(&conns)).collect();
         let places = |n: usize, arrived: Arrived| -> Vec<Room> {
-            (0..n).map(|_| conns.room(|| arrived)).collect()
+            (0..n).map(|_| conns.room(|| arrived.clone())).collect()
         };
+        let made = |rooms: &[Room]| rooms.iter().all(|r| matches!(r, Room::Made(_)));
         let silent = places(MAKING_ROOM, Arrived::Nothing);
         let heads = places(for_senders(4096), Arrived::Bytes);
-        assert!(silent
-            .iter()
-            .chain(&heads)
-            .all(|r| matches!(r, Room::Made(_))));
+        assert!(made(&silent) && made(&heads));
         // A flood of heads without a session has taken every place it may wait in.
         assert!(matches!(conns.room(|| Arrived::Bytes), Room::Full));
-        // A client whose head carries a credential the daemon knows still finds one, while the
-        // places kept for such clients last.
+        // Clients whose heads carry a credential the daemon knows still find places, those
+        // kept for them, a quarter of them per credential.
         assert_eq!(for_credentials(4096), MAKING_ROOM / 4);
-        let known = places(for_credentials(4096), Arrived::Credential);
-        assert!(known.iter().all(|r| matches!(r, Room::Made(_))));
-        assert!(matches!(conns.room(|| Arrived::Credential), Room::Full));
-        // It takes its own places first, leaving those of clients without a session...
+        assert_eq!(credential_share(4096), MAKING_ROOM / 16);
+        let token = |i: usize| Arrived::Credential(format!("{i:064x}"));
+        let known: Vec<Room> = (0..4)
+            .flat_map(|i| places(credential_share(4096), token(i)))
+            .collect();
+        assert_eq!(known.len(), for_credentials(4096));
+        assert!(made(&known));
+        assert!(matches!(conns.room(|| token(4)), Room::Full));
+        // They take their own places first, leaving those of clients without a session...
         drop((heads, known));
-        let known = places(for_credentials(4096), Arrived::Credential);
+        let known: Vec<Room> = (0..4)
+            .flat_map(|i| places(credential_share(4096), token(i)))
+            .collect();
         let heads = places(for_senders(4096), Arrived::Bytes);
-        assert!(known
-            .iter()
-            .chain(&heads)
-            .all(|r| matches!(r, Room::Made(_))));
+        assert!(made(&known) && made(&heads));
         assert!(matches!(conns.room(|| Arrived::Bytes), Room::Full));
-        // ...and one of theirs once its own are gone.
+        // ...and one of theirs once their own are gone.
         drop(heads);
-        assert!(matches!(conns.room(|| Arrived::Credential), Room::Made(_)));
+        assert!(matches!(conns.room(|| token(4)), Room::Made(_)));
         drop((silent, known, held));
+    }
+
+    #[tokio::test]
+    async fn one_credential_holds_at_most_its_share_of_the_places_kept_for_credentials() {
+        let conns = Connections::new(4096);
+        let held: Vec<Registered> = (0..4096).map(|_| free(&conns)).collect();
+        let silent: Vec<Room> = (0..MAKING_ROOM)
+            .map(|_| conns.room(|| Arrived::Nothing))
+            .collect();
+        let one = Arrived::Credential("1".repeat(64));
+        let mine: Vec<Room> = (0..credential_share(4096))
+            .map(|_| conns.room(|| one.clone()))
+            .collect();
+        assert!(mine.iter().all(|r| matches!(r, Room::Made(_))));
+        // Past its share it is a sender like any other: it takes their places while they last,
+        // and leaves the rest of its own kind's to other credentials.
+        let more: Vec<Room> = (0..for_senders(4096))
+            .map(|_| conns.room(|| one.clone()))
+            .collect();
+        assert!(more.iter().all(|r| matches!(r, Room::Made(_))));
+        assert!(matches!(conns.room(|| one.clone()), Room::Full));
+        let other = Arrived::Credential("2".repeat(64));
+        let theirs: Vec<Room> = (0..credential_share(4096))
+            .map(|_| conns.room(|| other.clone()))
+            .collect();
+        assert!(theirs.iter().all(|r| matches!(r, Room::Made(_))));
+        // Its share comes back as its places do.
+        drop(mine);
+        assert!(matches!(conns.room(|| one.clone()), Room::Made(_)));
+        drop((silent, more, theirs, held));
     }
 
     #[tokio::test]

@@ -17,11 +17,10 @@ use axum::Router;
 use hyper::server::conn::http1;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::OwnedSemaphorePermit;
 use tower::ServiceExt;
 
 use super::arrived::{arrived, KnownCredential};
-use super::connections::{waiting_places, Conn, Connections, Registered, Room};
+use super::connections::{waiting_places, Conn, Connections, Registered, Room, Waiting};
 use super::reply::{Client, ReplyBudget};
 use super::send::SendDeadline;
 use super::{linger, ServerConfig};
@@ -129,7 +128,7 @@ struct Shared {
 
 /// A new connection's place under the limit: registered in a free slot, or waiting (with
 /// this permit) for the slot of an idle connection told to close.
-type Place = Result<Registered, OwnedSemaphorePermit>;
+type Place = Result<Registered, Waiting>;
 
 /// HTTP/1.1 with keep-alive, a header-read timeout and a bound on the request head.
 fn http1_builder(config: &ServerConfig) -> http1::Builder {
