@@ -75,7 +75,7 @@ impl Attack {
 /// memory trim (`[server] memory_trim_ms`, 5 s by default).
 const SETTLE: Duration = Duration::from_secs(6);
 
-const NAMES: [&str; 18] = [
+const NAMES: [&str; 19] = [
     "none (baseline)",
     "held 4 MiB bodies x300, no credentials",
     "held 4 MiB bodies x300, with credentials",
@@ -94,11 +94,17 @@ const NAMES: [&str; 18] = [
     "hung finish functions: 200 calls past their deadline",
     "a plugin flooding the log: 100,000 messages per call x16 episodes",
     "1 MB writes over A2A from 32 episodes, 9 in flight each",
+    "row 13 against a client that connects for every call",
 ];
 
 /// Rows whose attackers hang handlers: their daemons get a 2 s handler deadline, and the
 /// measuring starts past it.
 const HUNG_ROWS: [usize; 2] = [7, 15];
+
+/// Rows whose legitimate client opens a new connection for every call, as a client without a
+/// connection pool does: at the connection limit each of its calls must find a place to wait
+/// for room, where the other rows' client keeps its one connection.
+const FRESH_CONNECTION_ROWS: [usize; 1] = [18];
 
 /// Run the attacks numbered in `only` (every one when empty); `measure` is how long the
 /// legitimate client runs during each, and `serve_args` go to every attacked daemon.
@@ -145,7 +151,8 @@ pub fn run_all(
         });
         d.reset_peak_rss();
         let sampler = ProcSampler::start(d.pid());
-        let (legit_summary, legit_first_error) = legit_calls(&d.addr, &legit, measure);
+        let fresh = FRESH_CONNECTION_ROWS.contains(&i);
+        let (legit_summary, legit_first_error) = legit_calls(&d.addr, &legit, measure, fresh);
         let peaks = sampler.finish();
         let (peak_fds, peak_anon_kib) = (peaks.fds, peaks.anon_kib.unwrap_or(0));
         let peak_rss_kib = d.peak_rss_kib();
@@ -159,7 +166,7 @@ pub fn run_all(
                 c[0], c[1], c[2]
             ),
             3 => format!("{} batches refused whole, {} other answers", c[0], c[1]),
-            4 | 10 | 12 | 13 => format!("{} connections opened, {} closed by the daemon", c[0], c[1]),
+            4 | 10 | 12 | 13 | 18 => format!("{} connections opened, {} closed by the daemon", c[0], c[1]),
             14 => format!(
                 "{} pages answered, {} refused busy (503: waited past their turn), {} other answers",
                 c[0], c[1], c[2]
@@ -279,6 +286,14 @@ fn agent() -> ureq::Agent {
         .build()
 }
 
+/// An agent that keeps no connection between calls.
+fn agent_without_pool() -> ureq::Agent {
+    ureq::AgentBuilder::new()
+        .timeout(Duration::from_secs(30))
+        .max_idle_connections(0)
+        .build()
+}
+
 /// Start attack number `i` (its row in [`NAMES`]) on `a`'s threads.
 fn start(i: usize, a: &mut Attack, d: &Daemon, legit: &Client, attackers: &[Client]) {
     let addr = d.addr.as_str();
@@ -296,7 +311,7 @@ fn start(i: usize, a: &mut Attack, d: &Daemon, legit: &Client, attackers: &[Clie
         11 => large_writes(a, d, Surface::Mcp),
         17 => large_writes(a, d, Surface::A2a),
         12 => idle_past_limit(a, addr),
-        13 => bodies_never_come(a, addr),
+        13 | 18 => bodies_never_come(a, addr),
         14 => log_scans(a, d, &attackers[0]),
         15 => hung_plugins(a, addr, attackers, "stall-finish"),
         16 => log_flood(a, addr, &attackers[..16]),
@@ -831,10 +846,19 @@ fn legit_token_of(attackers: &[Client]) -> String {
     attackers[0].token.clone()
 }
 
-/// One client of its own episode calling `ailang-read` back to back for `measure`; with the
-/// first unexpected answer, if any.
-fn legit_calls(addr: &str, legit: &Client, measure: Duration) -> (Summary, Option<String>) {
-    let agent = agent();
+/// One client of its own episode calling `ailang-read` back to back for `measure`, over one
+/// kept connection or a new one for every call; with the first unexpected answer, if any.
+fn legit_calls(
+    addr: &str,
+    legit: &Client,
+    measure: Duration,
+    fresh_connections: bool,
+) -> (Summary, Option<String>) {
+    let agent = if fresh_connections {
+        agent_without_pool()
+    } else {
+        agent()
+    };
     let body = mcp_call("ailang-read", json!({"path": "f.txt"}));
     let mut latencies = Vec::new();
     let (mut rejected, mut errors) = (0, 0);

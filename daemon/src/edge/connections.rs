@@ -33,7 +33,7 @@ use std::time::{Duration, Instant};
 use axum::body::{Body, Bytes, HttpBody};
 use axum::response::Response;
 use hyper::body::{Frame, SizeHint};
-use tokio::sync::{watch, Notify, OwnedSemaphorePermit, Semaphore};
+use tokio::sync::{oneshot, watch, Notify, OwnedSemaphorePermit, Semaphore};
 
 use crate::quota::{Held, Quota};
 
@@ -101,10 +101,12 @@ pub enum Arrived {
 }
 
 /// A new connection's place among those waiting for room, and the share of the places it
-/// counts against; both are given back when it is dropped.
+/// counts against; both are given back when it is dropped. With [`Room::Made`], it also
+/// receives the slot of the connection closed for it.
 pub struct Waiting {
     _place: OwnedSemaphorePermit,
     _share: Option<Held<String>>,
+    heir: Option<oneshot::Receiver<OwnedSemaphorePermit>>,
 }
 
 /// Every open connection, under the limit.
@@ -153,6 +155,8 @@ struct State {
     idle_since: Instant,
     /// Told to close to make room.
     closing: bool,
+    /// Where its slot goes when it closes: to the connection it was closed for.
+    heir: Option<oneshot::Sender<OwnedSemaphorePermit>>,
 }
 
 impl Conn {
@@ -164,6 +168,7 @@ impl Conn {
                 served: false,
                 idle_since: Instant::now(),
                 closing: false,
+                heir: None,
             }),
             close: Notify::new(),
         }
@@ -268,7 +273,7 @@ impl HttpBody for Tracked {
 pub struct Registered {
     pub conn: Arc<Conn>,
     id: u64,
-    _slot: OwnedSemaphorePermit,
+    slot: Option<OwnedSemaphorePermit>,
     open: Arc<Mutex<HashMap<u64, Arc<Conn>>>>,
     /// Dropped with the connection, so [`Connections::drain`] knows when all are gone.
     shutdown: watch::Receiver<bool>,
@@ -289,6 +294,12 @@ impl Drop for Registered {
     fn drop(&mut self) {
         if let Ok(mut open) = self.open.lock() {
             open.remove(&self.id);
+        }
+        // Closed to make room: the slot goes to the connection it was closed for. Had that one
+        // given up waiting, the slot comes back here and is dropped into the pool.
+        let heir = self.conn.state.lock().ok().and_then(|mut s| s.heir.take());
+        if let (Some(heir), Some(slot)) = (heir, self.slot.take()) {
+            let _ = heir.send(slot);
         }
     }
 }
@@ -314,7 +325,7 @@ impl Connections {
         if let Ok(slot) = self.slots.clone().try_acquire_owned() {
             return Room::Free(self.enter(slot));
         }
-        let Some(waiting) = self.place_to_wait(arrived) else {
+        let Some(mut waiting) = self.place_to_wait(arrived) else {
             return Room::Full;
         };
         let Ok(open) = self.open.lock() else {
@@ -330,6 +341,9 @@ impl Connections {
             Some(c) => {
                 if let Ok(mut s) = c.state.lock() {
                     s.closing = true;
+                    let (heir, slot) = oneshot::channel();
+                    s.heir = Some(heir);
+                    waiting.heir = Some(slot);
                 }
                 c.close.notify_one();
                 Room::Made(waiting)
@@ -346,6 +360,7 @@ impl Connections {
             Some(Waiting {
                 _place: place,
                 _share: share,
+                heir: None,
             })
         };
         if let Some(waiting) = take(&self.making_room, None) {
@@ -364,14 +379,27 @@ impl Connections {
         }
     }
 
-    /// The slot a connection that made room waits for (holding `_waiting`, its place among
-    /// those making room), registered; `None` after [`MAKE_ROOM_WAIT`] or at shutdown.
-    pub async fn slot(&self, _waiting: Waiting) -> Option<Registered> {
+    /// The slot a connection that made room waits for (holding `waiting`, its place among
+    /// those making room), registered; `None` after [`MAKE_ROOM_WAIT`] or at shutdown. It is
+    /// the slot of the connection closed for it, handed over as that one closes, so that
+    /// connections closed for others earlier do not go first; or any slot freed before that,
+    /// as when the connection closed by itself before it was told (its slot then went back to
+    /// the pool). A slot handed over too late goes back to the pool.
+    pub async fn slot(&self, mut waiting: Waiting) -> Option<Registered> {
         let mut shutdown = self.shutdown.subscribe();
-        let slot = tokio::select! {
-            permit = tokio::time::timeout(MAKE_ROOM_WAIT, self.slots.clone().acquire_owned()) => {
-                permit.ok()?.ok()?
+        let heir = waiting.heir.take();
+        let taken = async {
+            let freed = self.slots.clone().acquire_owned();
+            match heir {
+                Some(heir) => tokio::select! {
+                    Ok(slot) = heir => Some(slot),
+                    slot = freed => slot.ok(),
+                },
+                None => freed.await.ok(),
             }
+        };
+        let slot = tokio::select! {
+            slot = tokio::time::timeout(MAKE_ROOM_WAIT, taken) => slot.ok()??,
             _ = shutdown.wait_for(|draining| *draining) => return None,
         };
         Some(self.enter(slot))
@@ -388,7 +416,7 @@ impl Connections {
         Registered {
             conn,
             id,
-            _slot: slot,
+            slot: Some(slot),
             open: self.open.clone(),
             shutdown: self.shutdown.subscribe(),
         }
@@ -590,6 +618,58 @@ mod tests {
         drop(mine);
         assert!(matches!(conns.room(|| one.clone()), Room::Made(_)));
         drop((silent, more, theirs, held));
+    }
+
+    #[tokio::test]
+    async fn a_connection_that_made_room_takes_the_slot_of_the_one_it_closed() {
+        let conns = Arc::new(Connections::new(2));
+        let (first, second) = (free(&conns), free(&conns));
+        // Each new connection closes the oldest idle one still open: the first, then the second.
+        let Room::Made(early) = conns.room(|| Arrived::Nothing) else {
+            panic!("room made");
+        };
+        let Room::Made(late) = conns.room(|| Arrived::Nothing) else {
+            panic!("room made");
+        };
+        assert!(first.conn.state.lock().unwrap().closing);
+        assert!(second.conn.state.lock().unwrap().closing);
+        let wait = |waiting: Waiting| {
+            let conns = conns.clone();
+            tokio::spawn(async move { conns.slot(waiting).await })
+        };
+        let (early, late) = (wait(early), wait(late));
+        tokio::task::yield_now().await;
+        // The second closes first: its slot goes to the later connection, which closed it, not
+        // to the one that has waited longest.
+        drop(second);
+        let late = tokio::time::timeout(Duration::from_secs(5), late)
+            .await
+            .expect("the later connection has the slot it made")
+            .unwrap();
+        assert!(late.is_some());
+        assert!(
+            !early.is_finished(),
+            "the earlier one still waits for its own"
+        );
+        drop(first);
+        let early = tokio::time::timeout(Duration::from_secs(5), early)
+            .await
+            .expect("the earlier connection has its slot too")
+            .unwrap();
+        assert!(early.is_some());
+        assert_eq!(conns.open(), 2);
+    }
+
+    #[tokio::test]
+    async fn a_slot_handed_to_a_connection_that_gave_up_waiting_goes_back_to_the_pool() {
+        let conns = Connections::new(1);
+        let held = free(&conns);
+        let Room::Made(waiting) = conns.room(|| Arrived::Nothing) else {
+            panic!("room made");
+        };
+        drop(waiting);
+        drop(held);
+        assert!(matches!(conns.room(|| Arrived::Nothing), Room::Free(_)));
     }
 
     #[tokio::test]
