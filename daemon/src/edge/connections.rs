@@ -9,7 +9,9 @@
 //! that has not come ([`super::linger`]), then one that never completed a request, oldest
 //! first, then the one idle longest. Only when every connection has a request in flight, or
 //! too many new ones already wait for room, is the new one closed at once. A keep-alive
-//! connection closed this way costs its client a reconnect.
+//! connection closed this way costs its client a reconnect. The closed connection hands its
+//! slot to the one it was closed for, so a new connection does not queue behind every one that
+//! made room before it.
 //!
 //! A flood of connections that send nothing keeps the places to wait for room taken; a new
 //! connection whose request has already arrived when it is accepted (as an HTTP client's does:
