@@ -108,7 +108,8 @@ pub enum Arrived {
 pub struct Waiting {
     _place: OwnedSemaphorePermit,
     _share: Option<Held<String>>,
-    heir: Option<oneshot::Receiver<OwnedSemaphorePermit>>,
+    /// Where the slot of the connection closed for it arrives.
+    handed_over: Option<oneshot::Receiver<OwnedSemaphorePermit>>,
 }
 
 /// Every open connection, under the limit.
@@ -343,9 +344,9 @@ impl Connections {
             Some(c) => {
                 if let Ok(mut s) = c.state.lock() {
                     s.closing = true;
-                    let (heir, slot) = oneshot::channel();
+                    let (heir, handed_over) = oneshot::channel();
                     s.heir = Some(heir);
-                    waiting.heir = Some(slot);
+                    waiting.handed_over = Some(handed_over);
                 }
                 c.close.notify_one();
                 Room::Made(waiting)
@@ -362,7 +363,7 @@ impl Connections {
             Some(Waiting {
                 _place: place,
                 _share: share,
-                heir: None,
+                handed_over: None,
             })
         };
         if let Some(waiting) = take(&self.making_room, None) {
@@ -389,12 +390,12 @@ impl Connections {
     /// the pool). A slot handed over too late goes back to the pool.
     pub async fn slot(&self, mut waiting: Waiting) -> Option<Registered> {
         let mut shutdown = self.shutdown.subscribe();
-        let heir = waiting.heir.take();
+        let handed_over = waiting.handed_over.take();
         let taken = async {
             let freed = self.slots.clone().acquire_owned();
-            match heir {
-                Some(heir) => tokio::select! {
-                    Ok(slot) = heir => Some(slot),
+            match handed_over {
+                Some(handed_over) => tokio::select! {
+                    Ok(slot) = handed_over => Some(slot),
                     slot = freed => slot.ok(),
                 },
                 None => freed.await.ok(),
