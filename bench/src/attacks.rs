@@ -75,7 +75,7 @@ impl Attack {
 /// memory trim (`[server] memory_trim_ms`, 5 s by default).
 const SETTLE: Duration = Duration::from_secs(6);
 
-const NAMES: [&str; 19] = [
+const NAMES: [&str; 20] = [
     "none (baseline)",
     "held 4 MiB bodies x300, no credentials",
     "held 4 MiB bodies x300, with credentials",
@@ -95,6 +95,7 @@ const NAMES: [&str; 19] = [
     "a plugin flooding the log: 100,000 messages per call x16 episodes",
     "1 MB writes over A2A from 32 episodes, 9 in flight each",
     "row 13 against a client that connects for every call",
+    "row 18 at a limit of 64 connections",
 ];
 
 /// Rows whose attackers hang handlers: their daemons get a 2 s handler deadline, and the
@@ -104,7 +105,11 @@ const HUNG_ROWS: [usize; 2] = [7, 15];
 /// Rows whose legitimate client opens a new connection for every call, as a client without a
 /// connection pool does: at the connection limit each of its calls must find a place to wait
 /// for room, where the other rows' client keeps its one connection.
-const FRESH_CONNECTION_ROWS: [usize; 1] = [18];
+const FRESH_CONNECTION_ROWS: [usize; 2] = [18, 19];
+
+/// The row whose daemon has a limit of 64 connections: 4 places to wait for room, 1 for
+/// connections that have sent bytes, 1 for those with a known credential.
+const SMALL_LIMIT_ROW: usize = 19;
 
 /// Run the attacks numbered in `only` (every one when empty); `measure` is how long the
 /// legitimate client runs during each, and `serve_args` go to every attacked daemon.
@@ -126,6 +131,8 @@ pub fn run_all(
         // Hung handlers get a 2 s deadline so the measured window lies past it.
         let mut extra: Vec<String> = if HUNG_ROWS.contains(&i) {
             vec!["--handler-deadline-ms".into(), "2000".into()]
+        } else if i == SMALL_LIMIT_ROW {
+            vec!["--max-connections".into(), "64".into()]
         } else {
             Vec::new()
         };
@@ -166,7 +173,7 @@ pub fn run_all(
                 c[0], c[1], c[2]
             ),
             3 => format!("{} batches refused whole, {} other answers", c[0], c[1]),
-            4 | 10 | 12 | 13 | 18 => format!("{} connections opened, {} closed by the daemon", c[0], c[1]),
+            4 | 10 | 12 | 13 | 18 | 19 => format!("{} connections opened, {} closed by the daemon", c[0], c[1]),
             14 => format!(
                 "{} pages answered, {} refused busy (503: waited past their turn), {} other answers",
                 c[0], c[1], c[2]
@@ -311,7 +318,7 @@ fn start(i: usize, a: &mut Attack, d: &Daemon, legit: &Client, attackers: &[Clie
         11 => large_writes(a, d, Surface::Mcp),
         17 => large_writes(a, d, Surface::A2a),
         12 => idle_past_limit(a, addr),
-        13 | 18 => bodies_never_come(a, addr),
+        13 | 18 | 19 => bodies_never_come(a, addr),
         14 => log_scans(a, d, &attackers[0]),
         15 => hung_plugins(a, addr, attackers, "stall-finish"),
         16 => log_flood(a, addr, &attackers[..16]),
