@@ -275,16 +275,15 @@ impl AppState {
     /// ([`crate::edge::arrived`]). Nothing is counted: the request is authenticated again, and
     /// refused or counted then.
     pub fn knows_credential(&self, credential: &str) -> bool {
-        session::parse_authorization(Some(credential)).is_ok()
-            && self
-                .inner
-                .sessions
-                .authenticate(
-                    &self.inner.store,
-                    Some(credential),
-                    self.inner.coordinator.now(),
-                )
-                .is_ok()
+        // `authenticate` reads the field's shape first: a malformed one costs no lookup.
+        self.inner
+            .sessions
+            .authenticate(
+                &self.inner.store,
+                Some(credential),
+                self.inner.coordinator.now(),
+            )
+            .is_ok()
     }
 
     /// Admit one call ([`crate::admission`]), open and plan it on this task, and answer by

@@ -68,11 +68,11 @@ pub fn for_senders(limit: usize) -> usize {
 
 /// Places kept, besides the others, for new connections whose request head had arrived with
 /// a credential the daemon knows when they were accepted: as many as [`for_senders`]. A flood
-/// of connections that each send a head and never finish it takes every other place; in bench
-/// row 13 (its heads declare a body that never comes) a new client still got `Connection reset
-/// by peer` on its first request in some runs with the daemon in a CPU group of its own
-/// (`docs/benchmarks.md`). A flood without a session cannot take these, and one credential
-/// holds at most [`credential_share`] of them.
+/// of connections that each send a head and never finish it takes every other place: against
+/// it, a client that connects for every call lost 2–18 % of its calls at the default limit
+/// and three in four at a limit of 64 (bench rows 18 and 19, `docs/benchmarks.md`), and none
+/// with these places. A flood without a session cannot take them, and one credential holds at
+/// most [`credential_share`] of them.
 pub fn for_credentials(limit: usize) -> usize {
     for_senders(limit)
 }

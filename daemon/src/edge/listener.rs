@@ -126,8 +126,8 @@ struct Shared {
     metrics: Metrics,
 }
 
-/// A new connection's place under the limit: registered in a free slot, or waiting (with
-/// this permit) for the slot of an idle connection told to close.
+/// A new connection's place under the limit: registered in a free slot, or waiting (in this
+/// place) for the slot of the idle connection told to close for it.
 type Place = Result<Registered, Waiting>;
 
 /// HTTP/1.1 with keep-alive, a header-read timeout and a bound on the request head.
