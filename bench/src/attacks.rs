@@ -75,7 +75,7 @@ impl Attack {
 /// memory trim (`[server] memory_trim_ms`, 5 s by default).
 const SETTLE: Duration = Duration::from_secs(6);
 
-const NAMES: [&str; 20] = [
+const NAMES: [&str; 21] = [
     "none (baseline)",
     "held 4 MiB bodies x300, no credentials",
     "held 4 MiB bodies x300, with credentials",
@@ -96,6 +96,7 @@ const NAMES: [&str; 20] = [
     "1 MB writes over A2A from 32 episodes, 9 in flight each",
     "row 13 against a client that connects for every call",
     "row 18 at a limit of 64 connections",
+    "200 threads each reconnecting at once with a head whose body never comes, at a limit of 64, against a client writing each request 5 ms after it connects",
 ];
 
 /// Rows whose attackers hang handlers: their daemons get a 2 s handler deadline, and the
@@ -107,9 +108,17 @@ const HUNG_ROWS: [usize; 2] = [7, 15];
 /// for room, where the other rows' client keeps its one connection.
 const FRESH_CONNECTION_ROWS: [usize; 2] = [18, 19];
 
-/// The row whose daemon has a limit of 64 connections: 4 places to wait for room, 1 for
+/// The row whose legitimate client opens a new connection for every call and writes its
+/// request [`LATE_WRITE`] after connecting, as a client on a busy machine may: the daemon
+/// accepts its connection before anything has arrived on it.
+const LATE_WRITE_ROW: usize = 20;
+
+/// How long [`LATE_WRITE_ROW`]'s client waits between connecting and writing its request.
+const LATE_WRITE: Duration = Duration::from_millis(5);
+
+/// The rows whose daemon has a limit of 64 connections: 4 places to wait for room, 1 for
 /// connections that have sent bytes, 1 for those with a known credential.
-const SMALL_LIMIT_ROW: usize = 19;
+const SMALL_LIMIT_ROWS: [usize; 2] = [19, 20];
 
 /// Run the attacks numbered in `only` (every one when empty); `measure` is how long the
 /// legitimate client runs during each, and `serve_args` go to every attacked daemon.
@@ -131,7 +140,7 @@ pub fn run_all(
         // Hung handlers get a 2 s deadline so the measured window lies past it.
         let mut extra: Vec<String> = if HUNG_ROWS.contains(&i) {
             vec!["--handler-deadline-ms".into(), "2000".into()]
-        } else if i == SMALL_LIMIT_ROW {
+        } else if SMALL_LIMIT_ROWS.contains(&i) {
             vec!["--max-connections".into(), "64".into()]
         } else {
             Vec::new()
@@ -158,8 +167,14 @@ pub fn run_all(
         });
         d.reset_peak_rss();
         let sampler = ProcSampler::start(d.pid());
-        let fresh = FRESH_CONNECTION_ROWS.contains(&i);
-        let (legit_summary, legit_first_error) = legit_calls(&d.addr, &legit, measure, fresh);
+        let connecting = if i == LATE_WRITE_ROW {
+            Connecting::FreshWritingLate
+        } else if FRESH_CONNECTION_ROWS.contains(&i) {
+            Connecting::Fresh
+        } else {
+            Connecting::Kept
+        };
+        let (legit_summary, legit_first_error) = legit_calls(&d.addr, &legit, measure, connecting);
         let peaks = sampler.finish();
         let (peak_fds, peak_anon_kib) = (peaks.fds, peaks.anon_kib.unwrap_or(0));
         let peak_rss_kib = d.peak_rss_kib();
@@ -173,7 +188,7 @@ pub fn run_all(
                 c[0], c[1], c[2]
             ),
             3 => format!("{} batches refused whole, {} other answers", c[0], c[1]),
-            4 | 10 | 12 | 13 | 18 | 19 => format!("{} connections opened, {} closed by the daemon", c[0], c[1]),
+            4 | 10 | 12 | 13 | 18..=20 => format!("{} connections opened, {} closed by the daemon", c[0], c[1]),
             14 => format!(
                 "{} pages answered, {} refused busy (503: waited past their turn), {} other answers",
                 c[0], c[1], c[2]
@@ -287,6 +302,32 @@ fn post_to(
     }
 }
 
+/// An MCP call on a new connection whose request is written [`LATE_WRITE`] after it connects;
+/// the answer's body when it is a 200.
+fn post_late(addr: &str, token: &str, body: &str) -> Result<String, String> {
+    use std::io::Read;
+    let mut s = TcpStream::connect(addr).map_err(|e| e.to_string())?;
+    s.set_read_timeout(Some(Duration::from_secs(30)))
+        .map_err(|e| e.to_string())?;
+    std::thread::sleep(LATE_WRITE);
+    let request = format!(
+        "POST /mcp/ HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {token}\r\n\
+         Content-Type: application/json\r\nAccept: application/json, text/event-stream\r\n\
+         Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    s.write_all(request.as_bytes()).map_err(|e| e.to_string())?;
+    let mut answer = Vec::new();
+    s.read_to_end(&mut answer).map_err(|e| e.to_string())?;
+    let answer = String::from_utf8_lossy(&answer);
+    match answer.split_once("\r\n\r\n") {
+        Some((head, body)) if head.starts_with("HTTP/1.1 200") => Ok(body.to_owned()),
+        Some((head, _)) => Err(head.lines().next().unwrap_or_default().to_owned()),
+        None if answer.is_empty() => Err("closed without an answer".to_owned()),
+        None => Err(format!("a cut-off answer: {answer}")),
+    }
+}
+
 fn agent() -> ureq::Agent {
     ureq::AgentBuilder::new()
         .timeout(Duration::from_secs(30))
@@ -319,6 +360,7 @@ fn start(i: usize, a: &mut Attack, d: &Daemon, legit: &Client, attackers: &[Clie
         17 => large_writes(a, d, Surface::A2a),
         12 => idle_past_limit(a, addr),
         13 | 18 | 19 => bodies_never_come(a, addr),
+        20 => heads_reconnecting(a, addr),
         14 => log_scans(a, d, &attackers[0]),
         15 => hung_plugins(a, addr, attackers, "stall-finish"),
         16 => log_flood(a, addr, &attackers[..16]),
@@ -448,6 +490,32 @@ fn bodies_never_come(a: &mut Attack, addr: &str) {
     // could read its answer. Reopened as soon as it closes.
     let head = head(addr, "/mcp/", None, 30_000);
     hold_connections_on_threads(a, addr, head.as_bytes(), 50, 0);
+}
+
+/// Row 20: 200 threads, each sending a head without a credential whose 30,000-byte body never
+/// comes on one connection at a time, and connecting again as soon as the daemon closes it.
+/// Unlike row 13's, this flood opens connections only as fast as the daemon closes them, so
+/// the listening socket's queue stays short and a new client's connection is accepted within
+/// a millisecond or two of its handshake: before a request written late has arrived.
+fn heads_reconnecting(a: &mut Attack, addr: &str) {
+    let head: Arc<[u8]> = head(addr, "/mcp/", None, 30_000).into_bytes().into();
+    for _ in 0..200 {
+        let (addr, head) = (addr.to_owned(), head.clone());
+        a.spawn(move |stop, c| {
+            while !stop.load(Ordering::Relaxed) {
+                let Ok(mut s) = TcpStream::connect(&addr) else {
+                    std::thread::sleep(Duration::from_millis(10));
+                    continue;
+                };
+                c[0].fetch_add(1, Ordering::Relaxed);
+                let _ = s.set_read_timeout(Some(Duration::from_secs(3)));
+                let _ = s.write_all(&head);
+                let mut buf = [0u8; 4096];
+                while matches!(std::io::Read::read(&mut s, &mut buf), Ok(n) if n > 0) {}
+                c[1].fetch_add(1, Ordering::Relaxed);
+            }
+        });
+    }
 }
 
 /// `sending` threads of [`hold_connections`] whose connections each send `first`, then `idle`
@@ -853,20 +921,34 @@ fn legit_token_of(attackers: &[Client]) -> String {
     attackers[0].token.clone()
 }
 
-/// One client of its own episode calling `ailang-read` back to back for `measure`, over one
-/// kept connection or a new one for every call; with the first unexpected answer, if any.
+/// How the legitimate client connects.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Connecting {
+    /// One connection, kept from call to call.
+    Kept,
+    /// A new connection for every call.
+    Fresh,
+    /// A new connection for every call, its request written [`LATE_WRITE`] after connecting.
+    FreshWritingLate,
+}
+
+/// One client of its own episode calling `ailang-read` back to back for `measure`,
+/// connecting as `connecting` says; with the first unexpected answer, if any.
 fn legit_calls(
     addr: &str,
     legit: &Client,
     measure: Duration,
-    fresh_connections: bool,
+    connecting: Connecting,
 ) -> (Summary, Option<String>) {
-    let agent = if fresh_connections {
-        agent_without_pool()
-    } else {
-        agent()
+    let agent = match connecting {
+        Connecting::Kept => agent(),
+        Connecting::Fresh | Connecting::FreshWritingLate => agent_without_pool(),
     };
     let body = mcp_call("ailang-read", json!({"path": "f.txt"}));
+    let post = |agent: &ureq::Agent, addr: &str, token: &str, body: &str| match connecting {
+        Connecting::FreshWritingLate => post_late(addr, token, body),
+        Connecting::Kept | Connecting::Fresh => post(agent, addr, token, body),
+    };
     let mut latencies = Vec::new();
     let (mut rejected, mut errors) = (0, 0);
     let mut first_error = None;
