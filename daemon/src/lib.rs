@@ -24,6 +24,7 @@
 //! | [`outcome`] | the closed outcome classification of a call (shared by MCP, A2A and reconciliation) |
 //! | [`reconcile`] | `/v1/calls/…`, `/v1/invocations/…` and `/v1/budget`: did my call land, what is left |
 //! | [`metrics`] | Prometheus counters at `/v1/metrics` |
+//! | [`log_throttle`] | log lines any client can cause, written at most once per interval |
 //! | [`log_stream`], [`log_summary`], [`visibility`] | the log live: `/v1/log/stream` (SSE) and `/v1/log/summaries`, filtered by who reads |
 //! | [`workbench`] | the provenance explorer at `/workbench` (embedded HTML, CSS and JS) |
 //! | [`verify_reads`] | `/v1/invocations/{id}/rows` and `/v1/log/{i}/world`: the stored rows `worldd why --addr` recomputes from |
@@ -69,6 +70,7 @@ pub mod invalid_params;
 pub mod limits;
 pub mod log_stream;
 pub mod log_summary;
+pub mod log_throttle;
 pub mod mcp;
 pub mod memory;
 pub mod metrics;

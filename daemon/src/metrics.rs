@@ -12,6 +12,7 @@ use broker_core::session::AuthError;
 use broker_core::store::Store;
 
 use crate::admission::Refusal;
+use crate::log_throttle::Throttle;
 
 /// Latency buckets, in seconds.
 const BUCKETS: [f64; 10] = [
@@ -63,6 +64,20 @@ struct Inner {
     memory_trimmed_bytes: AtomicU64,
     /// `POST /v1/commit` answers by result (`accepted` or the refusal's reason).
     commits: Mutex<BTreeMap<&'static str, u64>>,
+    /// Requests refused for their credential, by reason ([`refusal_reason`]).
+    credentials_refused: Mutex<BTreeMap<&'static str, u64>>,
+    /// When each reason's refusal was last logged.
+    refusal_lines: Throttle,
+}
+
+/// The `reason` label of a request refused for its credential.
+fn refusal_reason(denial: &AuthError) -> &'static str {
+    match denial {
+        AuthError::Absent => "absent",
+        AuthError::Malformed => "malformed",
+        AuthError::Unknown => "unknown",
+        AuthError::Expired => "expired",
+    }
 }
 
 /// Shared counters; cheap to clone.
@@ -134,9 +149,20 @@ impl Metrics {
         }
     }
 
-    /// Log a request refused for its credential (the credential itself is never logged).
+    /// Count a request refused for its credential, and log it (the credential itself never):
+    /// each reason's first refusal at once, then at most one line per reason every
+    /// [`crate::log_throttle::LOG_EVERY`], with how many went unlogged since. Anyone can
+    /// cause these, thousands a second.
     pub fn credential_refused(&self, denial: &AuthError) {
-        tracing::warn!("refused a request: {denial}");
+        let reason = refusal_reason(denial);
+        if let Ok(mut m) = self.inner.credentials_refused.lock() {
+            *m.entry(reason).or_default() += 1;
+        }
+        match self.inner.refusal_lines.due(reason) {
+            Some(0) => tracing::warn!("refused a request: {denial}"),
+            Some(unlogged) => tracing::warn!(unlogged, "refused a request: {denial}"),
+            None => {}
+        }
     }
 
     /// One `POST /v1/commit` answer: `accepted`, or why it was refused.
@@ -317,6 +343,13 @@ impl Metrics {
             "Calls refused by admission, by reason: episode_queue_full, episode_busy, no_execution_slot, no_large_call_lane. Nothing ran.",
             "reason",
             &inner.admission_refused,
+        );
+        by_label(
+            &mut out,
+            "worldd_credentials_refused_total",
+            "Requests refused for their credential, by reason: absent, malformed, unknown, expired.",
+            "reason",
+            &inner.credentials_refused,
         );
         by_label(
             &mut out,

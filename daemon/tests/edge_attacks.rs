@@ -1282,6 +1282,45 @@ fn refusals_waiting_for_a_body_that_never_comes_make_room_for_a_new_client() {
     assert!(trips(&d, "connections_idle") >= 1);
 }
 
+/// Anyone can make the daemon refuse a request for its credential, thousands of times a
+/// second. Each refusal was a WARN line: 7,723 lines (633 KB) in 3 s of such a flood, enough to
+/// fill an operator's disk, and to stop the daemon outright when its stderr is a pipe read
+/// slower than that (a worker blocked writing the log holds the log's lock, and the other
+/// waits for it). Each reason is now logged at its first refusal, then at most once every
+/// 10 s with how many went unlogged; the metrics count every one.
+#[test]
+fn requests_refused_for_their_credential_cannot_flood_the_log() {
+    let d = Daemon::start(WS, &[]);
+    let unknown = "7".repeat(64);
+    for _ in 0..300 {
+        assert_eq!(get(&d.url("/v1/budget"), None).status, 401);
+        assert_eq!(
+            get(&d.url("/v1/budget"), Some(unknown.as_str())).status,
+            401
+        );
+    }
+    let refused = |reason: &str| {
+        metric(
+            &d,
+            &format!("worldd_credentials_refused_total{{reason=\"{reason}\"}} "),
+        )
+    };
+    assert_eq!(refused("absent"), 300);
+    assert_eq!(refused("unknown"), 300);
+    let (_, _, log, _) = d.stop_with_log(Duration::from_secs(5));
+    let lines = |text: &str| log.lines().filter(|l| l.contains(text)).count();
+    assert_eq!(
+        lines("refused a request: session credential is absent"),
+        1,
+        "{log}"
+    );
+    assert_eq!(
+        lines("refused a request: unknown session credential"),
+        1,
+        "{log}"
+    );
+}
+
 /// When every connection has a request in flight, a connection past the limit is accepted and
 /// closed at once: not queued, not left hanging.
 #[test]

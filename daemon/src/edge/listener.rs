@@ -24,6 +24,7 @@ use super::connections::{waiting_places, Conn, Connections, Registered, Room, Wa
 use super::reply::{Client, ReplyBudget};
 use super::send::SendDeadline;
 use super::{linger, ServerConfig};
+use crate::log_throttle::Throttle;
 use crate::metrics::Metrics;
 
 /// Descriptors kept free for everything that is not a client connection: the store, plugin
@@ -318,25 +319,16 @@ fn set_send_buffer(stream: &tokio::net::TcpStream, bytes: usize) {
 
 /// Accept errors are counted always and logged at most once every ten seconds.
 #[derive(Default)]
-struct AcceptErrors {
-    last_logged: Option<std::time::Instant>,
-    since: u64,
-}
+struct AcceptErrors(Throttle);
 
 impl AcceptErrors {
     fn report(&mut self, e: &std::io::Error, metrics: &Metrics) {
         metrics.limit_tripped("accept_error");
-        self.since += 1;
-        let due = self
-            .last_logged
-            .is_none_or(|t| t.elapsed() >= Duration::from_secs(10));
-        if due {
+        if let Some(unlogged) = self.0.due("accept_error") {
             tracing::warn!(
-                errors = self.since,
+                errors = unlogged + 1,
                 "accept failed: {e}; backing off (see [server] max_connections)"
             );
-            self.last_logged = Some(std::time::Instant::now());
-            self.since = 0;
         }
     }
 }
