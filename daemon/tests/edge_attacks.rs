@@ -1321,6 +1321,68 @@ fn requests_refused_for_their_credential_cannot_flood_the_log() {
     );
 }
 
+/// A flood of connections that each send a request head and reconnect as soon as the daemon
+/// closes them keeps every place to wait for room taken. A client that writes its request a
+/// few milliseconds after connecting, as one on a busy machine does, had nothing on its
+/// connection when the daemon accepted it, and was closed at once (bench row 20 lost one call
+/// in five). Its connection now waits for its first bytes, and is then placed by its
+/// credential.
+#[test]
+fn a_client_writing_its_request_late_is_served_while_heads_flood_every_place_at_the_limit() {
+    let d = Daemon::start(WS, &["--max-connections", "8"]);
+    let token = d.session("late", &["Workspace.Read=worktree:5"]);
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let head = format!(
+        "POST /mcp/ HTTP/1.1\r\nHost: {}\r\nContent-Type: application/json\r\nContent-Length: 30000\r\n\r\n",
+        d.addr
+    );
+    let flood: Vec<_> = (0..40)
+        .map(|_| {
+            let (addr, head, stop) = (d.addr.clone(), head.clone(), stop.clone());
+            std::thread::spawn(move || {
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    let Ok(mut s) = TcpStream::connect(&addr) else {
+                        continue;
+                    };
+                    let _ = s.set_read_timeout(Some(Duration::from_secs(3)));
+                    let _ = s.write_all(head.as_bytes());
+                    let _ = read_to_close(&mut s);
+                }
+            })
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(300));
+    let ping = r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#;
+    let request = format!(
+        "POST /mcp/ HTTP/1.1\r\nHost: {}\r\nAuthorization: Bearer {token}\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{ping}",
+        d.addr,
+        ping.len()
+    );
+    let mut lost = Vec::new();
+    for i in 0..40 {
+        let mut s = connect(&d);
+        std::thread::sleep(Duration::from_millis(5));
+        // A reset on the write is a connection closed at once too.
+        let _ = s.write_all(request.as_bytes());
+        let (answer, _) = read_to_close(&mut s);
+        if !answer.starts_with(b"HTTP/1.1 200") {
+            lost.push((i, String::from_utf8_lossy(&answer).into_owned()));
+        }
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    for t in flood {
+        t.join().unwrap();
+    }
+    // Without the wait, 25 to 30 of the 40 were lost in each of three runs. With it, this
+    // debug build lost none in most runs and one in some: a connection registered with its
+    // request not yet read can still be closed to make room, as one that never sent any.
+    assert!(lost.len() <= 4, "late requests lost: {lost:?}");
+    assert!(
+        trips(&d, "connections_look") >= 1,
+        "no connection waited for its bytes"
+    );
+}
+
 /// When every connection has a request in flight, a connection past the limit is accepted and
 /// closed at once: not queued, not left hanging.
 #[test]
@@ -1412,7 +1474,7 @@ fn idle_connections_past_the_fd_limit_are_refused_not_queued() {
     assert!(ok, "no service after the attack; stderr: {stderr}");
     assert!(!stderr.contains("Too many open files"), "{stderr}");
     assert!(
-        stderr.contains("max_connections lowered from 4096 to 116"),
+        stderr.contains("max_connections lowered from 4096 to 108"),
         "{stderr}"
     );
 }

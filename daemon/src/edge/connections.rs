@@ -22,6 +22,12 @@
 //! connections ([`for_credentials`]), which no flood without a session can take, and of which
 //! one credential holds at most a quarter.
 //!
+//! A client's request may arrive a little after its connection is accepted (a client on a busy
+//! machine writes it a few milliseconds after connecting), so a new connection on which nothing
+//! has arrived, with every place it could wait in taken, is not closed at once: it may wait up
+//! to [`FIRST_BYTES_WAIT`] for its first bytes in one of a few places kept for that
+//! ([`for_first_bytes`]), and is then placed by what arrived ([`Connections::room_after_look`]).
+//!
 //! The same registry drains the daemon at shutdown: every connection is told to finish the
 //! request it has in flight and close, and [`Connections::drain`] waits until all have.
 
@@ -84,9 +90,26 @@ pub fn credential_share(limit: usize) -> usize {
     (for_credentials(limit) / 4).max(1)
 }
 
+/// How long a new connection on which nothing had arrived, with every place to wait for room
+/// taken, waits for its first bytes ([`for_first_bytes`]). A client writes its request as soon
+/// as it connects; on a busy machine it may write it milliseconds later, and those connections
+/// were then closed at once (bench row 20, `docs/benchmarks.md`).
+pub const FIRST_BYTES_WAIT: Duration = Duration::from_millis(100);
+
+/// Places kept for new connections waiting up to [`FIRST_BYTES_WAIT`] for their first bytes
+/// when every place to wait for room is taken: as many as [`making_room`]'s. A flood that
+/// sends its bytes a few milliseconds after connecting takes them too, for those
+/// milliseconds: at a limit of 64, with a quarter as many, a probe of 200 such connections
+/// kept them all taken and still closed 0.5 % of a client's connections at once. A flood of
+/// connections that send nothing keeps them taken for the whole wait; a new connection on
+/// which nothing has arrived is then closed at once, as it was before there were any.
+pub fn for_first_bytes(limit: usize) -> usize {
+    making_room(limit)
+}
+
 /// Every descriptor a new connection may hold beside the limit while it waits for room.
 pub fn waiting_places(limit: usize) -> usize {
-    making_room(limit) + for_senders(limit) + for_credentials(limit)
+    making_room(limit) + for_senders(limit) + for_credentials(limit) + for_first_bytes(limit)
 }
 
 /// What a new connection had sent when it was accepted, as far as the places to wait for room
@@ -112,6 +135,12 @@ pub struct Waiting {
     handed_over: Option<oneshot::Receiver<OwnedSemaphorePermit>>,
 }
 
+/// A new connection's place among those waiting for its first bytes ([`for_first_bytes`]),
+/// given back when it is dropped.
+pub struct Looking {
+    _place: OwnedSemaphorePermit,
+}
+
 /// Every open connection, under the limit.
 pub struct Connections {
     slots: Arc<Semaphore>,
@@ -124,6 +153,8 @@ pub struct Connections {
     for_credentials: Arc<Semaphore>,
     /// What each credential holds of them ([`credential_share`]).
     credential_shares: Quota<String>,
+    /// Places for new connections waiting for their first bytes ([`for_first_bytes`]).
+    for_first_bytes: Arc<Semaphore>,
     open: Arc<Mutex<HashMap<u64, Arc<Conn>>>>,
     next: AtomicU64,
     /// `true` once the daemon drains: a receiver made after that still sees it.
@@ -137,8 +168,19 @@ pub enum Room {
     /// The limit was reached and an idle connection was told to close: wait (at most
     /// [`MAKE_ROOM_WAIT`]) for its slot with [`Connections::slot`].
     Made(Waiting),
-    /// Every connection has a request in flight: close the new one at once.
+    /// Nothing has arrived on the new connection and every place to wait for room is taken:
+    /// wait (at most [`FIRST_BYTES_WAIT`]) for its first bytes, then ask again with
+    /// [`Connections::room_after_look`].
+    Look(Looking),
+    /// Every connection has a request in flight, or every place the new one may wait in is
+    /// taken: close it at once.
     Full,
+}
+
+/// Where a new connection may wait for room.
+enum Place {
+    Wait(Waiting),
+    Look(Looking),
 }
 
 /// One connection's state, shared between its task, its requests and the registry.
@@ -315,6 +357,7 @@ impl Connections {
             for_senders: Arc::new(Semaphore::new(for_senders(limit))),
             for_credentials: Arc::new(Semaphore::new(for_credentials(limit))),
             credential_shares: Quota::new(credential_share(limit)),
+            for_first_bytes: Arc::new(Semaphore::new(for_first_bytes(limit))),
             open: Arc::default(),
             next: AtomicU64::new(0),
             shutdown: watch::channel(false).0,
@@ -325,11 +368,27 @@ impl Connections {
     /// close. `arrived` says what the new connection has sent so far; it is asked only when
     /// every place of [`making_room`] is taken, and at most once.
     pub fn room(&self, arrived: impl FnOnce() -> Arrived) -> Room {
+        self.room_for(arrived, true)
+    }
+
+    /// [`Connections::room`] for a connection that has waited for its first bytes in
+    /// `looked`'s place ([`Room::Look`]): it is not offered another look.
+    pub fn room_after_look(&self, looked: Looking, arrived: impl FnOnce() -> Arrived) -> Room {
+        let room = self.room_for(arrived, false);
+        // Held until the connection has its next place, so that it never holds none of them
+        // while it still has a descriptor.
+        drop(looked);
+        room
+    }
+
+    fn room_for(&self, arrived: impl FnOnce() -> Arrived, may_look: bool) -> Room {
         if let Ok(slot) = self.slots.clone().try_acquire_owned() {
             return Room::Free(self.enter(slot));
         }
-        let Some(mut waiting) = self.place_to_wait(arrived) else {
-            return Room::Full;
+        let mut waiting = match self.place_to_wait(arrived, may_look) {
+            Some(Place::Wait(waiting)) => waiting,
+            Some(Place::Look(looking)) => return Room::Look(looking),
+            None => return Room::Full,
         };
         let Ok(open) = self.open.lock() else {
             return Room::Full;
@@ -356,8 +415,9 @@ impl Connections {
     }
 
     /// A place to wait for room: a general one while they last, then one of those kept for
-    /// what the connection has sent.
-    fn place_to_wait(&self, arrived: impl FnOnce() -> Arrived) -> Option<Waiting> {
+    /// what the connection has sent; with nothing sent, one to wait for its first bytes in,
+    /// when `may_look`.
+    fn place_to_wait(&self, arrived: impl FnOnce() -> Arrived, may_look: bool) -> Option<Place> {
         let take = |places: &Arc<Semaphore>, share: Option<Held<String>>| {
             let place = places.clone().try_acquire_owned().ok()?;
             Some(Waiting {
@@ -367,9 +427,13 @@ impl Connections {
             })
         };
         if let Some(waiting) = take(&self.making_room, None) {
-            return Some(waiting);
+            return Some(Place::Wait(waiting));
         }
-        match arrived() {
+        let waiting = match arrived() {
+            Arrived::Nothing if may_look => {
+                let place = self.for_first_bytes.clone().try_acquire_owned().ok()?;
+                return Some(Place::Look(Looking { _place: place }));
+            }
             Arrived::Nothing => None,
             Arrived::Bytes => take(&self.for_senders, None),
             // Its own places first, within its share, so that it leaves the others to clients
@@ -379,7 +443,8 @@ impl Connections {
                 .take(&token, 1)
                 .and_then(|share| take(&self.for_credentials, Some(share)))
                 .or_else(|| take(&self.for_senders, None)),
-        }
+        };
+        waiting.map(Place::Wait)
     }
 
     /// The slot a connection that made room waits for (holding `waiting`, its place among
@@ -423,6 +488,13 @@ impl Connections {
             open: self.open.clone(),
             shutdown: self.shutdown.subscribe(),
         }
+    }
+
+    /// Resolves once the daemon drains. While this waits, [`Connections::drain`] waits for
+    /// it too.
+    pub async fn draining(&self) {
+        let mut shutdown = self.shutdown.subscribe();
+        let _ = shutdown.wait_for(|draining| *draining).await;
     }
 
     /// Tell every connection to finish what it has in flight and close, and wait until all
@@ -533,8 +605,8 @@ mod tests {
             .map(|_| conns.room(|| Arrived::Nothing))
             .collect();
         assert!(waiting.iter().all(|r| matches!(r, Room::Made(_))));
-        // Idle connections remain, but no more that sent nothing may wait.
-        assert!(matches!(conns.room(|| Arrived::Nothing), Room::Full));
+        // Idle connections remain, but no more that sent nothing may wait for room.
+        assert!(matches!(conns.room(|| Arrived::Nothing), Room::Look(_)));
         // A connection whose request has arrived takes one of the places kept for them, while
         // they last.
         assert_eq!(for_senders(4096), MAKING_ROOM / 4);
@@ -544,7 +616,7 @@ mod tests {
         assert!(senders.iter().all(|r| matches!(r, Room::Made(_))));
         assert!(matches!(conns.room(|| Arrived::Bytes), Room::Full));
         drop(senders);
-        assert!(matches!(conns.room(|| Arrived::Nothing), Room::Full));
+        assert!(matches!(conns.room(|| Arrived::Nothing), Room::Look(_)));
         assert!(matches!(conns.room(|| Arrived::Bytes), Room::Made(_)));
         drop(waiting);
         // The general places are taken first: `sent` is not even asked.
@@ -553,6 +625,56 @@ mod tests {
             Room::Made(_)
         ));
         drop(held);
+    }
+
+    #[tokio::test]
+    async fn a_new_connection_with_nothing_arrived_waits_for_its_first_bytes_when_every_place_is_taken(
+    ) {
+        let conns = Connections::new(4096);
+        let held: Vec<Registered> = (0..4096).map(|_| free(&conns)).collect();
+        let general: Vec<Room> = (0..MAKING_ROOM)
+            .map(|_| conns.room(|| Arrived::Nothing))
+            .collect();
+        let heads: Vec<Room> = (0..for_senders(4096))
+            .map(|_| conns.room(|| Arrived::Bytes))
+            .collect();
+        assert!(matches!(conns.room(|| Arrived::Bytes), Room::Full));
+        // Nothing has arrived: it may wait for its first bytes, while those places last. No idle
+        // connection is told to close for it yet.
+        assert_eq!(for_first_bytes(4096), MAKING_ROOM);
+        let mut looks: Vec<Looking> = (0..MAKING_ROOM)
+            .map(|_| match conns.room(|| Arrived::Nothing) {
+                Room::Look(looking) => looking,
+                _ => panic!("a place to wait for first bytes"),
+            })
+            .collect();
+        let closing = held
+            .iter()
+            .filter(|r| r.conn.state.lock().unwrap().closing)
+            .count();
+        assert_eq!(closing, MAKING_ROOM + for_senders(4096));
+        assert!(matches!(conns.room(|| Arrived::Nothing), Room::Full));
+        // Then it is placed by what arrived: a head with a known credential finds its place, one
+        // without none, and with still nothing it is closed, never offered a second look.
+        let known = Arrived::Credential("1".repeat(64));
+        let looked = looks.pop().unwrap();
+        assert!(matches!(
+            conns.room_after_look(looked, || known.clone()),
+            Room::Made(_)
+        ));
+        let looked = looks.pop().unwrap();
+        assert!(matches!(
+            conns.room_after_look(looked, || Arrived::Bytes),
+            Room::Full
+        ));
+        let looked = looks.pop().unwrap();
+        assert!(matches!(
+            conns.room_after_look(looked, || Arrived::Nothing),
+            Room::Full
+        ));
+        // The places given back are there for the next.
+        assert!(matches!(conns.room(|| Arrived::Nothing), Room::Look(_)));
+        drop((general, heads, looks, held));
     }
 
     #[tokio::test]

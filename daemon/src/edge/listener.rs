@@ -20,7 +20,9 @@ use tokio::net::{TcpListener, TcpStream};
 use tower::ServiceExt;
 
 use super::arrived::{arrived, KnownCredential};
-use super::connections::{waiting_places, Conn, Connections, Registered, Room, Waiting};
+use super::connections::{
+    waiting_places, Conn, Connections, Looking, Registered, Room, Waiting, FIRST_BYTES_WAIT,
+};
 use super::reply::{Client, ReplyBudget};
 use super::send::SendDeadline;
 use super::{linger, ServerConfig};
@@ -95,6 +97,7 @@ pub async fn serve(
         replies: ReplyBudget::new(config.reply_budget_bytes, metrics.clone()),
         app,
         metrics,
+        known,
     };
     let mut shutdown = std::pin::pin!(shutdown);
     let mut accept_errors = AcceptErrors::default();
@@ -106,12 +109,18 @@ pub async fn serve(
     )
     .await
     {
-        let Some(room) = find_room(&shared.connections, &stream, &known, &shared.metrics) else {
-            drop(stream);
-            continue;
-        };
-        let stream = prepare(stream, config, &shared.metrics);
-        tokio::spawn(serve_connection(stream, room, shared.clone()));
+        let found = find_room(&shared.connections, &stream, &shared.known, &shared.metrics);
+        match found {
+            Found::Place(room) => {
+                let stream = prepare(stream, config, &shared.metrics);
+                tokio::spawn(serve_connection(stream, room, shared.clone()));
+            }
+            Found::Look(looking) => {
+                let stream = prepare(stream, config, &shared.metrics);
+                tokio::spawn(look_then_serve(stream, looking, shared.clone()));
+            }
+            Found::None => drop(stream),
+        }
     }
     shut_down(listener, &shared.connections).await;
     Ok(())
@@ -125,6 +134,8 @@ struct Shared {
     replies: ReplyBudget,
     app: Router,
     metrics: Metrics,
+    /// Whether a credential names a live session ([`super::arrived`]).
+    known: KnownCredential,
 }
 
 /// A new connection's place under the limit: registered in a free slot, or waiting (in this
@@ -163,16 +174,36 @@ async fn accept(
     }
 }
 
+/// What the accept loop found for a new connection.
+enum Found {
+    Place(Place),
+    /// Wait for its first bytes, then look for a place again ([`look_then_serve`]).
+    Look(Looking),
+    /// None: close it at once.
+    None,
+}
+
 /// Room for a new connection ([`Connections::room`]), counting each time the limit is
-/// reached; `None` when every connection is busy, and the new one is to be closed at once.
+/// reached.
 fn find_room(
     connections: &Connections,
     stream: &TcpStream,
     known: &KnownCredential,
     metrics: &Metrics,
-) -> Option<Place> {
+) -> Found {
     match connections.room(|| arrived(stream, known)) {
-        Room::Full => {
+        Room::Look(looking) => {
+            metrics.limit_tripped("connections_look");
+            Found::Look(looking)
+        }
+        room => placed(room, metrics).map_or(Found::None, Found::Place),
+    }
+}
+
+/// The place `room` gives, counted; `None` when the new connection is to be closed at once.
+fn placed(room: Room, metrics: &Metrics) -> Option<Place> {
+    match room {
+        Room::Full | Room::Look(_) => {
             metrics.limit_tripped("connections");
             None
         }
@@ -182,6 +213,44 @@ fn find_room(
         }
         Room::Free(registered) => Some(Ok(registered)),
     }
+}
+
+/// A new connection on which nothing had arrived when every place to wait for room was taken:
+/// wait for its first bytes (at most [`FIRST_BYTES_WAIT`]) in `looking`'s place, then serve it
+/// in the place what arrived finds, if any.
+async fn look_then_serve(stream: SendDeadline<TcpStream>, looking: Looking, shared: Shared) {
+    let (connections, known, metrics) = (&shared.connections, &shared.known, &shared.metrics);
+    let place = look(
+        stream.get_ref(),
+        looking,
+        connections,
+        known,
+        metrics,
+        FIRST_BYTES_WAIT,
+    );
+    if let Some(place) = place.await {
+        serve_connection(stream, place, shared).await;
+    }
+}
+
+/// The place for `stream` once its first bytes have arrived, or `wait` has passed without
+/// them; `None` (counted) when there is none, or when the daemon drains meanwhile.
+async fn look(
+    stream: &TcpStream,
+    looking: Looking,
+    connections: &Connections,
+    known: &KnownCredential,
+    metrics: &Metrics,
+    wait: Duration,
+) -> Option<Place> {
+    let mut first = [0u8; 1];
+    tokio::select! {
+        // Bytes, the peer's close or an error: whichever, look at what is there.
+        _ = tokio::time::timeout(wait, stream.peek(&mut first)) => {}
+        () = connections.draining() => return None,
+    }
+    let room = connections.room_after_look(looking, || arrived(stream, known));
+    placed(room, metrics)
 }
 
 /// An accepted socket set up for serving: no delay for small writes, the configured send
@@ -203,6 +272,7 @@ async fn serve_connection(stream: SendDeadline<TcpStream>, room: Place, shared: 
         replies,
         app,
         metrics,
+        ..
     } = shared;
     let Some(mut registered) = take_slot(room, &connections, &metrics).await else {
         return;
@@ -336,13 +406,119 @@ impl AcceptErrors {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::edge::connections::{for_first_bytes, Arrived};
+    use tokio::io::AsyncWriteExt;
+
+    /// `Connections` at a limit of `limit`, every slot and every place to wait for room taken,
+    /// and a new connection's place to wait for its first bytes; what holds them comes back.
+    fn every_place_taken(limit: usize) -> (Connections, Looking, Vec<Room>) {
+        let conns = Connections::new(limit);
+        let mut held = Vec::new();
+        loop {
+            match conns.room(|| Arrived::Bytes) {
+                Room::Full => break,
+                room => held.push(room),
+            }
+        }
+        let Room::Look(looking) = conns.room(|| Arrived::Nothing) else {
+            panic!("a place to wait for first bytes");
+        };
+        (conns, looking, held)
+    }
+
+    /// A connected pair: the client's end, and the accepted end.
+    async fn pair() -> (TcpStream, TcpStream) {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let client = TcpStream::connect(listener.local_addr().unwrap())
+            .await
+            .unwrap();
+        (client, listener.accept().await.unwrap().0)
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_new_connection_that_sends_nothing_waits_for_its_first_bytes_no_longer_than_the_wait()
+    {
+        let (conns, looking, _held) = every_place_taken(64);
+        let (_client, accepted) = pair().await;
+        let (known, metrics): (KnownCredential, Metrics) = (Arc::new(|_| true), Metrics::default());
+        let started = tokio::time::Instant::now();
+        let place = look(
+            &accepted,
+            looking,
+            &conns,
+            &known,
+            &metrics,
+            FIRST_BYTES_WAIT,
+        )
+        .await;
+        assert!(place.is_none(), "closed: nothing came");
+        assert_eq!(started.elapsed(), FIRST_BYTES_WAIT);
+        assert_eq!(metrics.trips("connections"), 1);
+        // Its place to look in was given back.
+        assert_eq!(for_first_bytes(64), 4);
+        let looks: Vec<Room> = (0..4).map(|_| conns.room(|| Arrived::Nothing)).collect();
+        assert!(looks.iter().all(|r| matches!(r, Room::Look(_))));
+    }
+
+    #[tokio::test]
+    async fn a_request_that_arrives_while_its_connection_waits_for_it_finds_its_place() {
+        let (conns, looking, _held) = every_place_taken(64);
+        let (mut client, accepted) = pair().await;
+        let live = format!("Bearer {}", "1".repeat(64));
+        let known: KnownCredential = Arc::new({
+            let live = live.clone();
+            move |c| c == live
+        });
+        let metrics = Metrics::default();
+        let writer = tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(30)).await;
+            let head = format!("POST /mcp/ HTTP/1.1\r\nAuthorization: {live}\r\n\r\n");
+            client.write_all(head.as_bytes()).await.unwrap();
+            client
+        });
+        let wait = Duration::from_secs(30);
+        let started = std::time::Instant::now();
+        let place = look(&accepted, looking, &conns, &known, &metrics, wait).await;
+        assert!(
+            started.elapsed() < wait,
+            "the look ends when the bytes come"
+        );
+        assert!(
+            matches!(place, Some(Err(_))),
+            "a place kept for a known credential, an idle connection told to close for it"
+        );
+        assert_eq!(metrics.trips("connections_idle"), 1);
+        assert_eq!(metrics.trips("connections"), 0);
+        drop(writer.await.unwrap());
+    }
+
+    #[tokio::test]
+    async fn a_connection_waiting_for_its_first_bytes_is_closed_when_the_daemon_drains() {
+        let (conns, looking, held) = every_place_taken(64);
+        let (_client, accepted) = pair().await;
+        let (known, metrics): (KnownCredential, Metrics) = (Arc::new(|_| true), Metrics::default());
+        let conns = Arc::new(conns);
+        let looked = tokio::spawn({
+            let conns = conns.clone();
+            async move {
+                let wait = Duration::from_secs(30);
+                let place = look(&accepted, looking, &conns, &known, &metrics, wait).await;
+                place.is_none()
+            }
+        });
+        tokio::task::yield_now().await;
+        drop(held);
+        let drained = tokio::time::timeout(Duration::from_secs(5), conns.drain()).await;
+        assert!(drained.is_ok(), "the drain does not wait out the look");
+        assert!(looked.await.unwrap(), "no place once the daemon drains");
+    }
 
     #[test]
     fn the_connection_limit_stays_below_the_descriptor_limit() {
         // 896 descriptors for connections: 56 places to wait for room, 14 for connections
-        // that have sent their request and 14 for those whose head carries a known credential
-        // are kept beside the limit.
-        assert_eq!(connection_limit(4096, 1024), 812);
+        // that have sent their request, 14 for those whose head carries a known credential and
+        // 56 for those waiting for their first bytes are kept beside the limit.
+        assert_eq!(connection_limit(4096, 1024), 756);
         assert_eq!(connection_limit(100, 20_000), 100);
         assert_eq!(connection_limit(100, 10), 1);
     }

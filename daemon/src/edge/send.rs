@@ -61,6 +61,11 @@ impl<S: ResetOnClose> SendDeadline<S> {
         }
     }
 
+    /// The stream written to.
+    pub fn get_ref(&self) -> &S {
+        &self.inner
+    }
+
     /// A write moved `n` bytes: the current wait (if any) ends and is charged.
     fn took(&mut self, n: usize) {
         if let Some((since, _)) = self.waiting.take() {
