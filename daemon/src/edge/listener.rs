@@ -455,8 +455,8 @@ mod tests {
         assert_eq!(started.elapsed(), FIRST_BYTES_WAIT);
         assert_eq!(metrics.trips("connections"), 1);
         // Its place to look in was given back.
-        assert_eq!(for_first_bytes(64), 4);
-        let looks: Vec<Room> = (0..4).map(|_| conns.room(|| Arrived::Nothing)).collect();
+        assert_eq!(for_first_bytes(64), 16);
+        let looks: Vec<Room> = (0..16).map(|_| conns.room(|| Arrived::Nothing)).collect();
         assert!(looks.iter().all(|r| matches!(r, Room::Look(_))));
     }
 
@@ -517,8 +517,8 @@ mod tests {
     fn the_connection_limit_stays_below_the_descriptor_limit() {
         // 896 descriptors for connections: 56 places to wait for room, 14 for connections
         // that have sent their request, 14 for those whose head carries a known credential and
-        // 56 for those waiting for their first bytes are kept beside the limit.
-        assert_eq!(connection_limit(4096, 1024), 756);
+        // 224 for those waiting for their first bytes are kept beside the limit.
+        assert_eq!(connection_limit(4096, 1024), 588);
         assert_eq!(connection_limit(100, 20_000), 100);
         assert_eq!(connection_limit(100, 10), 1);
     }
