@@ -25,8 +25,9 @@
 //! A client's request may arrive a little after its connection is accepted (a client on a busy
 //! machine writes it a few milliseconds after connecting), so a new connection on which nothing
 //! has arrived, with every place it could wait in taken, is not closed at once: it may wait up
-//! to [`FIRST_BYTES_WAIT`] for its first bytes in one of a few places kept for that
-//! ([`for_first_bytes`]), and is then placed by what arrived ([`Connections::room_after_look`]).
+//! to [`FIRST_BYTES_WAIT`] for its first bytes in places kept for that ([`for_first_bytes`]),
+//! and is then placed by what arrived, or closed if nothing has
+//! ([`Connections::room_after_look`]).
 //!
 //! The same registry drains the daemon at shutdown: every connection is told to finish the
 //! request it has in flight and close, and [`Connections::drain`] waits until all have.
@@ -373,10 +374,11 @@ impl Connections {
     }
 
     /// [`Connections::room`] for a connection that has waited for its first bytes in
-    /// `looked`'s place ([`Room::Look`]): with still nothing arrived it is closed at once, not
-    /// offered another look nor a place to wait for room. A flood of connections that send
-    /// nothing would otherwise have each close an idle connection after its wait: the
-    /// legitimate client of bench row 12 made a quarter fewer calls that way.
+    /// `looked`'s place ([`Room::Look`]): with still nothing arrived it takes a free slot if
+    /// there is one, and is otherwise closed at once, neither offered another look nor a place
+    /// to wait for room. A flood of connections that send nothing would otherwise have each
+    /// close an idle connection after its wait: the legitimate client of bench row 12 made a
+    /// quarter fewer calls that way.
     pub fn room_after_look(&self, looked: Looking, arrived: impl FnOnce() -> Arrived) -> Room {
         let room = match arrived() {
             Arrived::Nothing => match self.slots.clone().try_acquire_owned() {
