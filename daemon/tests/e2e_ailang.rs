@@ -7,7 +7,6 @@
 
 mod common;
 
-use std::io::Read;
 use std::path::{Path, PathBuf};
 
 use common::*;
@@ -83,14 +82,8 @@ fn standin_log(d: &Daemon, episode: &str) -> Vec<Value> {
 }
 
 /// Kill the daemon and return everything it wrote to stderr.
-fn daemon_stderr(mut d: Daemon) -> String {
-    let _ = d.child.kill();
-    let _ = d.child.wait();
-    let mut text = String::new();
-    if let Some(mut err) = d.child.stderr.take() {
-        let _ = err.read_to_string(&mut text);
-    }
-    text
+fn daemon_stderr(d: Daemon) -> String {
+    d.halt_with_log().1
 }
 
 fn status(out: &Value) -> &str {
@@ -253,11 +246,7 @@ fn a_capability_the_operator_did_not_enable_fails_the_effect_and_nothing_runs() 
     // Nothing ran: not the program, not even the policy summary.
     assert!(standin_log(&d, "ep1").is_empty());
     // The operator's log has the contract's text.
-    let mut d = d;
-    let mut stderr = d.child.stderr.take().unwrap();
-    let dir = d.halt();
-    let mut log = String::new();
-    stderr.read_to_string(&mut log).unwrap();
+    let (dir, log) = d.halt_with_log();
     assert!(
         log.contains("broker: Ailang.RunEnv refused: capability \"Env\" is not enabled by the operator (ailang config runAllowCaps)"),
         "{log}"

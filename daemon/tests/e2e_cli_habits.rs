@@ -5,7 +5,6 @@
 
 mod common;
 
-use std::io::BufRead;
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::sync::mpsc;
@@ -20,21 +19,6 @@ const DECLINED: &str =
     "declined: no ailang binary configured (start worldd serve with --plugin-config ailang.bin=PATH)";
 const R8_RUN: &str =
     "transition declares an effect this daemon has no handler for (Ailang.Run, Ailang.RunEnv, Ailang.RunNet)";
-
-/// Every stderr line of the daemon, as it comes.
-fn stderr_lines(d: &mut Daemon) -> mpsc::Receiver<String> {
-    let stderr = d.child.stderr.take().unwrap();
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        for line in std::io::BufReader::new(stderr).lines() {
-            let Ok(line) = line else { break };
-            if tx.send(line).is_err() {
-                break;
-            }
-        }
-    });
-    rx
-}
 
 /// Wait for a stderr line containing every needle; the bound only turns a hang into a failure.
 fn expect_line(rx: &mpsc::Receiver<String>, needles: &[&str]) -> String {
@@ -126,8 +110,8 @@ fn handlers_route_names_a_missing_worktree() {
 
 #[test]
 fn call_of_a_tool_without_a_handler_names_rule_r8_not_the_log_hint() {
-    let mut d = Daemon::start(WS_AILANG, &[]);
-    let log = stderr_lines(&mut d);
+    let d = Daemon::start(WS_AILANG, &[]);
+    let log = d.log_lines();
     let token = d.session("demo", &["Ailang.Run=worktree:5"]);
     let (code, out, err) = cli(
         &d,
@@ -301,8 +285,8 @@ fn why_of_an_empty_pipe_says_the_call_before_it_printed_nothing() {
 
 #[test]
 fn the_daemon_logs_each_call_and_each_refused_credential() {
-    let mut d = Daemon::start(&["worldd_workspace"], &[]);
-    let rx = stderr_lines(&mut d);
+    let d = Daemon::start(&["worldd_workspace"], &[]);
+    let rx = d.log_lines();
     let token = d.session(
         "logged",
         &["Workspace.Read=worktree:5", "Workspace.Write=worktree:5"],
@@ -348,8 +332,8 @@ fn the_daemon_logs_each_call_and_each_refused_credential() {
 
 #[test]
 fn a_daemon_with_no_plugin_says_so() {
-    let mut d = Daemon::start(&[], &[]);
-    let rx = stderr_lines(&mut d);
+    let d = Daemon::start(&[], &[]);
+    let rx = d.log_lines();
     let dir = d.plugin_dir().display().to_string();
     expect_line(
         &rx,
@@ -619,8 +603,8 @@ fn the_example_config_serves_as_documented_for_a_normal_user() {
         .current_dir(&cwd)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
-    let mut d = Daemon::spawn(dir, cmd);
-    let rx = stderr_lines(&mut d);
+    let d = Daemon::spawn(dir, cmd);
+    let rx = d.log_lines();
     // The file's author starts the git plugin; the store is where the file says.
     expect_line(&rx, &["loaded plugin plugin=git"]);
     assert!(cwd.join(".world/db/data.mdb").is_file());

@@ -14,10 +14,9 @@
 
 mod common;
 
-use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use base64::Engine;
@@ -329,33 +328,14 @@ fn restart_with(mut d: Daemon, libs: &[&Path], names: &[&str]) -> Daemon {
     start_with(dir, libs, names)
 }
 
-/// Collect the daemon's stderr (its log) from now on.
-fn capture_stderr(d: &mut Daemon) -> Arc<Mutex<String>> {
-    let log = Arc::new(Mutex::new(String::new()));
-    let mut stderr = d.child.stderr.take().unwrap();
-    let sink = log.clone();
-    std::thread::spawn(move || {
-        let mut buf = [0u8; 4096];
-        while let Ok(n) = stderr.read(&mut buf) {
-            if n == 0 {
-                break;
-            }
-            sink.lock()
-                .unwrap()
-                .push_str(&String::from_utf8_lossy(&buf[..n]));
-        }
-    });
-    log
-}
-
-/// Wait until the captured log contains `needle`.
-fn wait_for_log(log: &Mutex<String>, needle: &str) {
+/// Wait until the daemon's log contains `needle`.
+fn wait_for_log(d: &Daemon, needle: &str) {
     let until = Instant::now() + Duration::from_secs(10);
-    while !log.lock().unwrap().contains(needle) {
+    while !d.log().contains(needle) {
         assert!(
             Instant::now() < until,
             "the daemon never logged {needle:?}; its log:\n{}",
-            log.lock().unwrap()
+            d.log()
         );
         std::thread::sleep(Duration::from_millis(20));
     }
@@ -597,7 +577,6 @@ fn a_plugin_built_outside_the_workspace_loads_and_serves_its_tool() {
 #[test]
 fn a_panic_inside_execute_is_a_failed_effect_and_the_next_call_works() {
     let mut d = start_with(tempfile::tempdir().unwrap(), &[echo_library()], &[]);
-    let log = capture_stderr(&mut d);
     let token = d.session("ep1", &["Echo.Say=any:5", "Echo.Panic=any:2"]);
 
     let v = a2a(&d, &token, "p1", "echo-panic", json!({"text": "boom"}));
@@ -626,9 +605,9 @@ fn a_panic_inside_execute_is_a_failed_effect_and_the_next_call_works() {
 
     // The panic was caught at the plugin boundary and reported to the operator, after the
     // plugin's own Host::log line.
-    wait_for_log(&log, "panicking on purpose");
+    wait_for_log(&d, "panicking on purpose");
     wait_for_log(
-        &log,
+        &d,
         "effect failed: handler panicked: echo-panic: asked to panic with \"boom\"",
     );
 
@@ -656,7 +635,7 @@ fn a_panic_inside_execute_is_a_failed_effect_and_the_next_call_works() {
     );
     assert_eq!(structured["world"]["effects"][0]["status"], "failed");
     wait_for_log(
-        &log,
+        &d,
         "handler panicked: echo-panic: asked to panic with \"again\"",
     );
     let v = rpc(&mcp(

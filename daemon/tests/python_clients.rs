@@ -300,19 +300,7 @@ fn start_with_what_loads() -> Daemon {
 
 /// The plugins the daemon reported as not started (it warns on stderr before its ready line).
 fn plugins_not_started(d: &mut Daemon) -> Vec<String> {
-    use std::io::BufRead;
-    let Some(stderr) = d.child.stderr.take() else {
-        return Vec::new();
-    };
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        for line in std::io::BufReader::new(stderr).lines() {
-            let Ok(line) = line else { break };
-            if tx.send(line).is_err() {
-                break;
-            }
-        }
-    });
+    let rx = d.log_lines();
     let mut out = Vec::new();
     while let Ok(line) = rx.recv_timeout(std::time::Duration::from_millis(500)) {
         if let Some(rest) = line.split("plugin ").nth(1) {

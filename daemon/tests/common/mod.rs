@@ -5,6 +5,7 @@
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::{mpsc, Arc, Mutex};
 use std::time::Duration;
 
 use serde_json::Value;
@@ -38,6 +39,71 @@ pub struct Daemon {
     pub dir: tempfile::TempDir,
     pub child: Child,
     pub addr: String,
+    /// Its stderr, read as it comes ([`Log`]).
+    log: Option<Log>,
+}
+
+/// A daemon's stderr (its log), read by a thread of its own from the ready line on: a daemon
+/// whose stderr pipe nobody read blocked writing its log once the pipe was full (64 KiB), and
+/// stopped accepting (a worker blocked holding the log's lock, the other waiting for it).
+struct Log {
+    seen: Arc<Mutex<Seen>>,
+    /// In a mutex so that a daemon stays unwind-safe (tests catch panics around requests).
+    reader: Mutex<Option<std::thread::JoinHandle<()>>>,
+}
+
+/// What a [`Log`] has read so far, and who follows its lines.
+#[derive(Default)]
+struct Seen {
+    text: String,
+    followers: Vec<mpsc::Sender<String>>,
+    /// The daemon's stderr has ended.
+    ended: bool,
+}
+
+impl Log {
+    fn read(stderr: std::process::ChildStderr) -> Log {
+        let seen = Arc::new(Mutex::new(Seen::default()));
+        let sink = seen.clone();
+        let reader = std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines() {
+                let Ok(line) = line else { break };
+                let mut seen = sink.lock().unwrap();
+                seen.text.push_str(&line);
+                seen.text.push('\n');
+                seen.followers.retain(|f| f.send(line.clone()).is_ok());
+            }
+            // The followers' receivers end here.
+            let mut seen = sink.lock().unwrap();
+            seen.followers.clear();
+            seen.ended = true;
+        });
+        Log {
+            seen,
+            reader: Mutex::new(Some(reader)),
+        }
+    }
+
+    /// Every line so far, then each as it comes.
+    fn lines(&self) -> mpsc::Receiver<String> {
+        let (tx, rx) = mpsc::channel();
+        let mut seen = self.seen.lock().unwrap();
+        for line in seen.text.lines() {
+            let _ = tx.send(line.to_owned());
+        }
+        if !seen.ended {
+            seen.followers.push(tx);
+        }
+        rx
+    }
+
+    /// Everything read once the daemon has exited.
+    fn finish(self) -> String {
+        if let Some(reader) = self.reader.lock().unwrap().take() {
+            let _ = reader.join();
+        }
+        std::mem::take(&mut self.seen.lock().unwrap().text)
+    }
 }
 
 impl Daemon {
@@ -118,7 +184,30 @@ impl Daemon {
                 );
             }
         };
-        Daemon { dir, child, addr }
+        let log = child.stderr.take().map(Log::read);
+        Daemon {
+            dir,
+            child,
+            addr,
+            log,
+        }
+    }
+
+    /// Everything the daemon has written to stderr (its log) so far.
+    pub fn log(&self) -> String {
+        self.log
+            .as_ref()
+            .map(|l| l.seen.lock().unwrap().text.clone())
+            .unwrap_or_default()
+    }
+
+    /// Every line the daemon has written to stderr so far, then each as it comes; the
+    /// receiver ends when the daemon's stderr does.
+    pub fn log_lines(&self) -> mpsc::Receiver<String> {
+        match &self.log {
+            Some(log) => log.lines(),
+            None => mpsc::channel().1,
+        }
     }
 
     pub fn url(&self, path: &str) -> String {
@@ -222,9 +311,7 @@ impl Daemon {
 
     /// The directory, and everything the (exited or killed) daemon wrote to stderr.
     fn into_dir_and_log(mut self) -> (tempfile::TempDir, String) {
-        let mut text = String::new();
-        let mut err = self.child.stderr.take().unwrap();
-        std::io::Read::read_to_string(&mut err, &mut text).unwrap();
+        let text = self.log.take().map(Log::finish).unwrap_or_default();
         let dir = std::mem::replace(&mut self.dir, tempfile::tempdir().unwrap());
         (dir, text)
     }
