@@ -66,8 +66,10 @@ impl Log {
         let seen = Arc::new(Mutex::new(Seen::default()));
         let sink = seen.clone();
         let reader = std::thread::spawn(move || {
-            for line in BufReader::new(stderr).lines() {
+            // Bytes that are not UTF-8 do not stop the reading (the pipe would fill again).
+            for line in BufReader::new(stderr).split(b'\n') {
                 let Ok(line) = line else { break };
+                let line = String::from_utf8_lossy(&line).into_owned();
                 let mut seen = sink.lock().unwrap();
                 seen.text.push_str(&line);
                 seen.text.push('\n');
