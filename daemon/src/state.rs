@@ -270,20 +270,18 @@ impl AppState {
         }
     }
 
-    /// Whether `credential` (an `Authorization` field's value) names a live session: for the
-    /// accept loop, which keeps a few places for new connections that carry one
-    /// ([`crate::edge::arrived`]). Nothing is counted: the request is authenticated again, and
-    /// refused or counted then.
-    pub fn knows_credential(&self, credential: &str) -> bool {
+    /// The id of the live session `credential` (an `Authorization` field's value) names, if
+    /// any: for the accept loop, which keeps a few places for new connections that carry one,
+    /// and a share of them for each session ([`crate::edge::arrived`]). Nothing is counted:
+    /// the request is authenticated again, and refused or counted then.
+    pub fn live_credential_id(&self, credential: &str) -> Option<String> {
         // `authenticate` reads the field's shape first: a malformed one costs no lookup.
-        self.inner
-            .sessions
-            .authenticate(
-                &self.inner.store,
-                Some(credential),
-                self.inner.coordinator.now(),
-            )
-            .is_ok()
+        let session = self.inner.sessions.authenticate(
+            &self.inner.store,
+            Some(credential),
+            self.inner.coordinator.now(),
+        );
+        session.ok().map(|s| s.credential_id.clone())
     }
 
     /// Admit one call ([`crate::admission`]), open and plan it on this task, and answer by
@@ -412,14 +410,19 @@ mod tests {
         let grants = vec!["Workspace.Read=worktree:10".parse().unwrap()];
         let minted = session::mint(&store, "ep", grants, 3600, now).unwrap();
         let credential = format!("Bearer {}", minted.token);
-        assert!(state.knows_credential(&credential));
+        assert_eq!(
+            state.live_credential_id(&credential),
+            Some(session::credential_id(&minted.token))
+        );
         // Another token, another scheme, or no token at all: unknown.
         let other = format!("Bearer {}", "a".repeat(minted.token.len()));
-        assert!(!state.knows_credential(&other));
-        assert!(!state.knows_credential(&format!("Basic {}", minted.token)));
-        assert!(!state.knows_credential("Bearer"));
+        assert!(state.live_credential_id(&other).is_none());
+        assert!(state
+            .live_credential_id(&format!("Basic {}", minted.token))
+            .is_none());
+        assert!(state.live_credential_id("Bearer").is_none());
         // Revoked: unknown from then on, though it was known (and cached) before.
         assert!(session::revoke(&store, &session::credential_id(&minted.token)).unwrap());
-        assert!(!state.knows_credential(&credential));
+        assert!(state.live_credential_id(&credential).is_none());
     }
 }

@@ -123,7 +123,7 @@ pub enum Arrived {
     /// Bytes, but not a request head carrying a credential the daemon knows.
     Bytes,
     /// A request head with one `Authorization` field whose credential names a live session:
-    /// its bearer token, by which its share of the places is kept.
+    /// the session's credential id, by which its share of the places is kept.
     Credential(String),
 }
 
@@ -381,10 +381,7 @@ impl Connections {
     /// quarter fewer calls that way.
     pub fn room_after_look(&self, looked: Looking, arrived: impl FnOnce() -> Arrived) -> Room {
         let room = match arrived() {
-            Arrived::Nothing => match self.slots.clone().try_acquire_owned() {
-                Ok(slot) => Room::Free(self.enter(slot)),
-                Err(_) => Room::Full,
-            },
+            Arrived::Nothing => self.free_slot().map_or(Room::Full, Room::Free),
             arrived => self.room_for(|| arrived, false),
         };
         // Held until the connection has its next place, so that it never holds none of them
@@ -394,8 +391,8 @@ impl Connections {
     }
 
     fn room_for(&self, arrived: impl FnOnce() -> Arrived, may_look: bool) -> Room {
-        if let Ok(slot) = self.slots.clone().try_acquire_owned() {
-            return Room::Free(self.enter(slot));
+        if let Some(registered) = self.free_slot() {
+            return Room::Free(registered);
         }
         let mut waiting = match self.place_to_wait(arrived, may_look) {
             Some(Place::Wait(waiting)) => waiting,
@@ -450,9 +447,9 @@ impl Connections {
             Arrived::Bytes => take(&self.for_senders, None),
             // Its own places first, within its share, so that it leaves the others to clients
             // without a session.
-            Arrived::Credential(token) => self
+            Arrived::Credential(id) => self
                 .credential_shares
-                .take(&token, 1)
+                .take(&id, 1)
                 .and_then(|share| take(&self.for_credentials, Some(share)))
                 .or_else(|| take(&self.for_senders, None)),
         };
@@ -482,6 +479,12 @@ impl Connections {
             slot = tokio::time::timeout(MAKE_ROOM_WAIT, taken) => slot.ok()??,
             _ = shutdown.wait_for(|draining| *draining) => return None,
         };
+        Some(self.enter(slot))
+    }
+
+    /// A free slot, taken and registered, if there is one.
+    fn free_slot(&self) -> Option<Registered> {
+        let slot = self.slots.clone().try_acquire_owned().ok()?;
         Some(self.enter(slot))
     }
 
@@ -526,6 +529,14 @@ impl Connections {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// What `task` returned, within 5 s (`what` says what that means).
+    async fn joined<T>(task: tokio::task::JoinHandle<T>, what: &str) -> T {
+        tokio::time::timeout(Duration::from_secs(5), task)
+            .await
+            .expect(what)
+            .unwrap()
+    }
 
     /// A connection that found a free slot.
     fn free(conns: &Connections) -> Registered {
@@ -786,20 +797,14 @@ mod tests {
         // The second closes first: its slot goes to the later connection, which closed it, not
         // to the one that has waited longest.
         drop(second);
-        let late = tokio::time::timeout(Duration::from_secs(5), late)
-            .await
-            .expect("the later connection has the slot it made")
-            .unwrap();
+        let late = joined(late, "the later connection has the slot it made").await;
         assert!(late.is_some());
         assert!(
             !early.is_finished(),
             "the earlier one still waits for its own"
         );
         drop(first);
-        let early = tokio::time::timeout(Duration::from_secs(5), early)
-            .await
-            .expect("the earlier connection has its slot too")
-            .unwrap();
+        let early = joined(early, "the earlier connection has its slot too").await;
         assert!(early.is_some());
         assert_eq!(conns.open(), 2);
     }

@@ -440,7 +440,8 @@ mod tests {
     {
         let (conns, looking, _held) = every_place_taken(64);
         let (_client, accepted) = pair().await;
-        let (known, metrics): (KnownCredential, Metrics) = (Arc::new(|_| true), Metrics::default());
+        let known: KnownCredential = Arc::new(|c| Some(c.to_owned()));
+        let metrics = Metrics::default();
         let started = tokio::time::Instant::now();
         let place = look(
             &accepted,
@@ -467,7 +468,7 @@ mod tests {
         let live = format!("Bearer {}", "1".repeat(64));
         let known: KnownCredential = Arc::new({
             let live = live.clone();
-            move |c| c == live
+            move |c| (c == live).then(|| "the live session".to_owned())
         });
         let metrics = Metrics::default();
         let writer = tokio::spawn(async move {
@@ -496,7 +497,8 @@ mod tests {
     async fn a_connection_waiting_for_its_first_bytes_is_closed_when_the_daemon_drains() {
         let (conns, looking, held) = every_place_taken(64);
         let (_client, accepted) = pair().await;
-        let (known, metrics): (KnownCredential, Metrics) = (Arc::new(|_| true), Metrics::default());
+        let known: KnownCredential = Arc::new(|c| Some(c.to_owned()));
+        let metrics = Metrics::default();
         let conns = Arc::new(conns);
         let looked = tokio::spawn({
             let conns = conns.clone();
