@@ -29,10 +29,16 @@
 //! and is then placed by what arrived, or closed if nothing has
 //! ([`Connections::room_after_look`]).
 //!
+//! The registry keeps the idle connections in the order they are closed in, updated as each
+//! one begins and ends a request, so that finding the one to close costs the same however many
+//! are open. It used to look at every open connection for each new one at the limit: a flood
+//! of connections that send nothing, each reconnecting as it is closed, then spent half the
+//! daemon's CPU in that search (bench row 12, `docs/benchmarks.md`).
+//!
 //! The same registry drains the daemon at shutdown: every connection is told to finish the
 //! request it has in flight and close, and [`Connections::drain`] waits until all have.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -157,7 +163,7 @@ pub struct Connections {
     credential_shares: Quota<String>,
     /// Places for new connections waiting for their first bytes ([`for_first_bytes`]).
     for_first_bytes: Arc<Semaphore>,
-    open: Arc<Mutex<HashMap<u64, Arc<Conn>>>>,
+    registry: Arc<Mutex<Registry>>,
     next: AtomicU64,
     /// `true` once the daemon drains: a receiver made after that still sees it.
     shutdown: watch::Sender<bool>,
@@ -185,8 +191,23 @@ enum Place {
     Look(Looking),
 }
 
+/// Every open connection, and the idle ones in the order they are closed in to make room.
+#[derive(Default)]
+struct Registry {
+    open: HashMap<u64, Arc<Conn>>,
+    /// Each open connection that may be closed to make room, by [`State::eviction_order`]
+    /// and id: the first is the next to close. Changed only with this lock held and then the
+    /// connection's own, so it is always what the connections' states say.
+    idle: BTreeSet<(Order, u64)>,
+}
+
+/// Where an idle connection stands in the order of closing: its rank, then since when.
+type Order = (u8, Instant);
+
 /// One connection's state, shared between its task, its requests and the registry.
 pub struct Conn {
+    id: u64,
+    registry: Arc<Mutex<Registry>>,
     state: Mutex<State>,
     close: Notify,
 }
@@ -204,29 +225,33 @@ struct State {
     closing: bool,
     /// Where its slot goes when it closes: to the connection it was closed for.
     heir: Option<oneshot::Sender<OwnedSemaphorePermit>>,
+    /// Out of the registry: its slot is given up.
+    gone: bool,
+}
+
+impl State {
+    /// The order idle connections are closed in (smallest first), or `None` when this one
+    /// is busy, already closing or gone.
+    fn eviction_order(&self) -> Option<Order> {
+        #[cfg(test)]
+        tests::LOOKED_AT.with(|n| n.set(n.get() + 1));
+        if self.gone || self.closing || (self.in_request && !self.lingering) {
+            return None;
+        }
+        let rank = match (self.lingering, self.served) {
+            (true, _) => 0,
+            (false, false) => 1,
+            (false, true) => 2,
+        };
+        Some((rank, self.idle_since))
+    }
 }
 
 impl Conn {
-    fn new() -> Conn {
-        Conn {
-            state: Mutex::new(State {
-                in_request: false,
-                lingering: false,
-                served: false,
-                idle_since: Instant::now(),
-                closing: false,
-                heir: None,
-            }),
-            close: Notify::new(),
-        }
-    }
-
     /// A request began; the connection is busy until the returned guard is dropped (keep it
     /// with the answer's body, [`InRequest::track`]).
     pub fn request(self: &Arc<Conn>) -> InRequest {
-        if let Ok(mut s) = self.state.lock() {
-            s.in_request = true;
-        }
+        self.update(|s| s.in_request = true);
         InRequest(self.clone())
     }
 
@@ -238,19 +263,26 @@ impl Conn {
             .is_ok_and(|s| s.lingering || (!s.served && !s.in_request))
     }
 
-    /// The order idle connections are closed in (smallest first), or `None` when this one
-    /// is busy or already closing.
-    fn eviction_order(&self) -> Option<(u8, Instant)> {
-        let s = self.state.lock().ok()?;
-        if s.closing || (s.in_request && !s.lingering) {
-            return None;
-        }
-        let rank = match (s.lingering, s.served) {
-            (true, _) => 0,
-            (false, false) => 1,
-            (false, true) => 2,
+    /// Change this connection's state, and its place among the idle ones with it. The
+    /// registry's lock is taken first, as where a connection is chosen to close.
+    fn update(&self, change: impl FnOnce(&mut State)) {
+        let Ok(mut registry) = self.registry.lock() else {
+            return;
         };
-        Some((rank, s.idle_since))
+        let Ok(mut s) = self.state.lock() else {
+            return;
+        };
+        let before = s.eviction_order();
+        change(&mut s);
+        let after = s.eviction_order();
+        if before != after {
+            if let Some(order) = before {
+                registry.idle.remove(&(order, self.id));
+            }
+            if let Some(order) = after {
+                registry.idle.insert((order, self.id));
+            }
+        }
     }
 }
 
@@ -259,12 +291,12 @@ pub struct InRequest(Arc<Conn>);
 
 impl Drop for InRequest {
     fn drop(&mut self) {
-        if let Ok(mut s) = self.0.state.lock() {
+        self.0.update(|s| {
             s.in_request = false;
             s.lingering = false;
             s.served = true;
             s.idle_since = Instant::now();
-        }
+        });
     }
 }
 
@@ -272,9 +304,7 @@ impl InRequest {
     /// The answer is ready and waits only for the rest of a small body (`true`), or no
     /// longer (`false`): meanwhile the connection may be closed to make room.
     pub fn lingering(&self, now: bool) {
-        if let Ok(mut s) = self.0.state.lock() {
-            s.lingering = now;
-        }
+        self.0.update(|s| s.lingering = now);
     }
 
     /// Keep the connection busy until `answer`'s body is sent (or dropped): a stream stays
@@ -319,9 +349,7 @@ impl HttpBody for Tracked {
 /// dropped.
 pub struct Registered {
     pub conn: Arc<Conn>,
-    id: u64,
     slot: Option<OwnedSemaphorePermit>,
-    open: Arc<Mutex<HashMap<u64, Arc<Conn>>>>,
     /// Dropped with the connection, so [`Connections::drain`] knows when all are gone.
     shutdown: watch::Receiver<bool>,
 }
@@ -339,12 +367,22 @@ impl Registered {
 
 impl Drop for Registered {
     fn drop(&mut self) {
-        if let Ok(mut open) = self.open.lock() {
-            open.remove(&self.id);
+        let conn = &self.conn;
+        let mut heir = None;
+        if let Ok(mut registry) = conn.registry.lock() {
+            registry.open.remove(&conn.id);
+            // Out of the order of closing too; a request still held (its answer's body) finds
+            // it gone and puts it back nowhere.
+            if let Ok(mut s) = conn.state.lock() {
+                if let Some(order) = s.eviction_order() {
+                    registry.idle.remove(&(order, conn.id));
+                }
+                s.gone = true;
+                heir = s.heir.take();
+            }
         }
         // Closed to make room: the slot goes to the connection it was closed for. Had that one
         // given up waiting, the slot comes back here and is dropped into the pool.
-        let heir = self.conn.state.lock().ok().and_then(|mut s| s.heir.take());
         if let (Some(heir), Some(slot)) = (heir, self.slot.take()) {
             let _ = heir.send(slot);
         }
@@ -360,7 +398,7 @@ impl Connections {
             for_credentials: Arc::new(Semaphore::new(for_credentials(limit))),
             credential_shares: Quota::new(credential_share(limit)),
             for_first_bytes: Arc::new(Semaphore::new(for_first_bytes(limit))),
-            open: Arc::default(),
+            registry: Arc::default(),
             next: AtomicU64::new(0),
             shutdown: watch::channel(false).0,
         }
@@ -399,28 +437,28 @@ impl Connections {
             Some(Place::Look(looking)) => return Room::Look(looking),
             None => return Room::Full,
         };
-        let Ok(open) = self.open.lock() else {
+        let Ok(mut registry) = self.registry.lock() else {
             return Room::Full;
         };
-        let victim = open
-            .values()
-            .filter_map(|c| c.eviction_order().map(|order| (order, c)))
-            .min_by_key(|(order, _)| *order)
-            .map(|(_, c)| c.clone());
-        drop(open);
-        match victim {
-            Some(c) => {
-                if let Ok(mut s) = c.state.lock() {
-                    s.closing = true;
-                    let (heir, handed_over) = oneshot::channel();
-                    s.heir = Some(heir);
-                    waiting.handed_over = Some(handed_over);
-                }
-                c.close.notify_one();
-                Room::Made(waiting)
+        // Told to close with the registry held, so that it cannot begin a request between
+        // being chosen and being told.
+        let victim = loop {
+            let Some((_, id)) = registry.idle.pop_first() else {
+                return Room::Full;
+            };
+            if let Some(c) = registry.open.get(&id) {
+                break c.clone();
             }
-            None => Room::Full,
+        };
+        if let Ok(mut s) = victim.state.lock() {
+            s.closing = true;
+            let (heir, handed_over) = oneshot::channel();
+            s.heir = Some(heir);
+            waiting.handed_over = Some(handed_over);
         }
+        drop(registry);
+        victim.close.notify_one();
+        Room::Made(waiting)
     }
 
     /// A place to wait for room: a general one while they last, then one of those kept for
@@ -492,15 +530,32 @@ impl Connections {
     /// limit can find it idle.
     fn enter(&self, slot: OwnedSemaphorePermit) -> Registered {
         let id = self.next.fetch_add(1, Ordering::Relaxed);
-        let conn = Arc::new(Conn::new());
-        if let Ok(mut open) = self.open.lock() {
-            open.insert(id, conn.clone());
+        let state = State {
+            in_request: false,
+            lingering: false,
+            served: false,
+            idle_since: Instant::now(),
+            closing: false,
+            heir: None,
+            gone: false,
+        };
+        let conn = Arc::new(Conn {
+            id,
+            registry: self.registry.clone(),
+            close: Notify::new(),
+            state: Mutex::new(state),
+        });
+        if let Ok(mut registry) = self.registry.lock() {
+            registry.open.insert(id, conn.clone());
+            if let Ok(s) = conn.state.lock() {
+                if let Some(order) = s.eviction_order() {
+                    registry.idle.insert((order, id));
+                }
+            }
         }
         Registered {
             conn,
-            id,
             slot: Some(slot),
-            open: self.open.clone(),
             shutdown: self.shutdown.subscribe(),
         }
     }
@@ -522,7 +577,7 @@ impl Connections {
     /// Connections open now.
     #[cfg(test)]
     fn open(&self) -> usize {
-        self.open.lock().map_or(0, |o| o.len())
+        self.registry.lock().map_or(0, |r| r.open.len())
     }
 }
 
@@ -530,12 +585,23 @@ impl Connections {
 mod tests {
     use super::*;
 
+    thread_local! {
+        /// How many times a connection's state was looked at for its place in the order of
+        /// closing, on this thread.
+        pub(super) static LOOKED_AT: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+    }
+
     /// What `task` returned, within 5 s (`what` says what that means).
     async fn joined<T>(task: tokio::task::JoinHandle<T>, what: &str) -> T {
         tokio::time::timeout(Duration::from_secs(5), task)
             .await
             .expect(what)
             .unwrap()
+    }
+
+    /// Whether `r` was told to close to make room.
+    fn closing(r: &Registered) -> bool {
+        r.conn.state.lock().unwrap().closing
     }
 
     /// A connection that found a free slot.
@@ -575,24 +641,140 @@ mod tests {
 
     #[tokio::test]
     async fn a_refusal_waiting_for_a_body_that_does_not_come_makes_room_first() {
-        let conns = Connections::new(2);
-        let (fresh, waiting) = (free(&conns), free(&conns));
+        let conns = Connections::new(3);
+        let (first, second, waiting) = (free(&conns), free(&conns), free(&conns));
         let request = waiting.conn.request();
         assert!(!waiting.conn.nothing_to_finish());
         assert!(matches!(conns.room(|| Arrived::Nothing), Room::Made(_)));
-        assert!(
-            fresh.conn.state.lock().unwrap().closing,
-            "only the fresh one was idle"
-        );
-        fresh.conn.state.lock().unwrap().closing = false;
+        assert!(closing(&first), "the oldest of those never served");
+        assert!(!closing(&waiting), "a request in flight");
+        // Its answer now waits only for the rest of a small body: it goes before the second,
+        // which never finished a request either and has been idle longer.
         request.lingering(true);
         assert!(waiting.conn.nothing_to_finish());
         assert!(matches!(conns.room(|| Arrived::Nothing), Room::Made(_)));
-        assert!(waiting.conn.state.lock().unwrap().closing);
-        assert!(!fresh.conn.state.lock().unwrap().closing);
+        assert!(closing(&waiting));
+        assert!(!closing(&second));
         // Once its body came, the request is busy again.
         request.lingering(false);
         assert!(!waiting.conn.nothing_to_finish());
+    }
+
+    /// What a test does to the connections of [`the_order_of_closing_is_always_what_the_connections_states_say`].
+    #[derive(Debug, Clone)]
+    enum Step {
+        /// A new connection: a free slot, or room made at the limit.
+        Open,
+        Begin(usize),
+        Linger(usize, bool),
+        End(usize),
+        /// The connection closes; a request it had in flight may still be held.
+        Close(usize),
+    }
+
+    fn step() -> impl proptest::strategy::Strategy<Value = Step> {
+        use proptest::prelude::*;
+        prop_oneof![
+            3 => Just(Step::Open),
+            2 => any::<usize>().prop_map(Step::Begin),
+            1 => (any::<usize>(), any::<bool>()).prop_map(|(i, b)| Step::Linger(i, b)),
+            2 => any::<usize>().prop_map(Step::End),
+            2 => any::<usize>().prop_map(Step::Close),
+        ]
+    }
+
+    /// Every open connection that may be closed to make room, found by looking at each.
+    fn idle_by_looking(conns: &Connections) -> BTreeSet<(Order, u64)> {
+        let registry = conns.registry.lock().unwrap();
+        registry
+            .open
+            .iter()
+            .filter_map(|(id, c)| Some((c.state.lock().unwrap().eviction_order()?, *id)))
+            .collect()
+    }
+
+    proptest::proptest! {
+        /// The registry keeps the idle connections in order instead of looking at every one
+        /// for each new connection at the limit. Whatever the connections do, its order is
+        /// what looking at each would find, and the one it closes is the first of them.
+        #[test]
+        fn the_order_of_closing_is_always_what_the_connections_states_say(
+            steps in proptest::collection::vec(step(), 1..120),
+        ) {
+            let conns = Connections::new(6);
+            let mut held: Vec<(Registered, Option<InRequest>)> = Vec::new();
+            let mut orphans: Vec<InRequest> = Vec::new();
+            for step in steps {
+                let first = idle_by_looking(&conns).first().map(|(_, id)| *id);
+                match step {
+                    Step::Open => match conns.room(|| Arrived::Nothing) {
+                        Room::Free(r) => held.push((r, None)),
+                        Room::Made(_) => {
+                            let id = first.expect("room made only with a connection idle");
+                            let (victim, _) = held.iter().find(|(r, _)| r.conn.id == id).unwrap();
+                            proptest::prop_assert!(closing(victim));
+                        }
+                        Room::Look(_) | Room::Full => proptest::prop_assert!(first.is_none()),
+                    },
+                    Step::Begin(i) if !held.is_empty() => {
+                        let n = held.len();
+                        let (r, request) = &mut held[i % n];
+                        if request.is_none() {
+                            *request = Some(r.conn.request());
+                        }
+                    }
+                    Step::Linger(i, now) if !held.is_empty() => {
+                        if let (_, Some(request)) = &held[i % held.len()] {
+                            request.lingering(now);
+                        }
+                    }
+                    Step::End(i) if !held.is_empty() => {
+                        let n = held.len();
+                        held[i % n].1 = None;
+                    }
+                    Step::End(_) => drop(orphans.pop()),
+                    Step::Close(i) if !held.is_empty() => {
+                        let (r, request) = held.remove(i % held.len());
+                        drop(r);
+                        orphans.extend(request);
+                    }
+                    _ => {}
+                }
+                let registry = conns.registry.lock().unwrap().idle.clone();
+                proptest::prop_assert_eq!(registry, idle_by_looking(&conns));
+            }
+            drop(held);
+            drop(orphans);
+            proptest::prop_assert!(conns.registry.lock().unwrap().idle.is_empty());
+            proptest::prop_assert_eq!(conns.open(), 0);
+        }
+    }
+
+    /// Bench row 12's attack: thousands of connections that send nothing, each reopened as
+    /// soon as it is closed, past the limit. Each new one closes the oldest; the registry used
+    /// to find it by looking at every open connection, and the daemon spent half its CPU
+    /// doing that. Now each is found without looking at the others.
+    #[tokio::test]
+    async fn a_flood_reconnecting_at_the_limit_finds_each_connection_to_close_without_looking_at_the_others(
+    ) {
+        let conns = Connections::new(4096);
+        let mut held: std::collections::VecDeque<Registered> =
+            (0..4096).map(|_| free(&conns)).collect();
+        LOOKED_AT.set(0);
+        for _ in 0..1000 {
+            let Room::Made(waiting) = conns.room(|| Arrived::Nothing) else {
+                panic!("room made at the limit");
+            };
+            let oldest = held.pop_front().unwrap();
+            assert!(closing(&oldest), "the oldest is closed first");
+            drop(oldest);
+            held.push_back(conns.slot(waiting).await.expect("its slot"));
+        }
+        let looked = LOOKED_AT.get();
+        assert!(
+            looked <= 4 * 1000,
+            "{looked} looks at connections' states for 1,000 new connections at a limit of 4,096"
+        );
     }
 
     #[tokio::test]
