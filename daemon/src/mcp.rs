@@ -142,15 +142,15 @@ async fn serve_post(state: AppState, headers: HeaderMap, body: Body) -> Response
         return modern::serve(&ctx, &headers, bytes).await;
     }
     // A batch is sized up before it is built: one over the limit costs no memory.
-    if let Some(items) = jsonrpc::batch_len(bytes) {
+    let limit = state.limits().batch_items;
+    if let Some(items) = jsonrpc::batch_len(bytes, limit) {
         if version != BATCH_VERSION {
             return transport::batch_refused(version);
         }
-        let limit = state.limits().batch_items;
-        if items > limit {
+        if let jsonrpc::BatchLen::MoreThan(limit) = items {
             state.metrics().limit_tripped("batch_items");
             let why = format!(
-                "a batch of {items} messages; the limit is {limit} ([limits] batch_items); nothing was run"
+                "a batch of more than {limit} messages ([limits] batch_items); nothing was run"
             );
             return transport::sse(&Reply::invalid_request(Value::Null, &why));
         }

@@ -1811,7 +1811,7 @@ async fn a_huge_mcp_batch_is_refused_whole_and_runs_nothing() {
     assert!(body.len() < Limits::default().mcp_body_bytes);
     assert_eq!(
         h.rpc(&t, &body).await.sse_data(),
-        r#"{"jsonrpc":"2.0","id":null,"error":{"code":-32600,"message":"invalid request: a batch of 80000 messages; the limit is 64 ([limits] batch_items); nothing was run"}}"#
+        r#"{"jsonrpc":"2.0","id":null,"error":{"code":-32600,"message":"invalid request: a batch of more than 64 messages ([limits] batch_items); nothing was run"}}"#
     );
     assert_eq!(h.revision(), before);
     assert_eq!(h.state.metrics().trips("batch_items"), 1);

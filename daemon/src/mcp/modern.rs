@@ -56,8 +56,8 @@ pub(super) async fn serve(ctx: &Ctx<'_>, headers: &HeaderMap, bytes: &[u8]) -> R
             "the body must be a single JSON-RPC request or notification object under MCP-Protocol-Version 2026-07-28",
         ))
     };
-    // An array is refused before it is built.
-    if jsonrpc::batch_len(bytes).is_some() {
+    // An array is refused before it is built, and before more than its first message is read.
+    if jsonrpc::batch_len(bytes, 0).is_some() {
         return not_one_request();
     }
     let message = match jsonrpc::parse(bytes) {
