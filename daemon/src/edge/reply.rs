@@ -17,22 +17,30 @@
 //! quarter of the budget: one session reading nothing
 //! cannot take the large answers of every other, and once its share is full its further
 //! requests are refused before they run ([`ReplyBudget::refuse_early`]), so it cannot make the
-//! daemon build answers only to throw them away.
+//! daemon build answers only to throw them away. Nor can it with a share not quite full: once
+//! an answer of its has been replaced because its share or the budget had no room for it, its
+//! requests are refused before they run for [`REFUSED_HOLD`] (the `Retry-After` it was told),
+//! while there is still no room for an answer that size. Without that, eight sessions each
+//! holding unread megabyte answers had the daemon spend three fifths of its CPU encoding
+//! answers that were then thrown away (bench row 9).
 //!
 //! A counted answer is handed to hyper in [`CHUNK_BYTES`] frames, so that what hyper buffers
 //! per connection stays small and the unsent rest stays counted here until it leaves.
 //!
 //! [`ServerConfig::reply_budget_bytes`]: super::ServerConfig::reply_budget_bytes
 
+use std::collections::HashMap;
 use std::pin::Pin;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
+use std::time::Duration;
 
 use axum::body::{Body, Bytes, HttpBody};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use hyper::body::{Frame, SizeHint};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::time::Instant;
 
 use crate::edge::credential;
 use crate::metrics::Metrics;
@@ -46,6 +54,16 @@ pub const UNCOUNTED_BYTES: usize = 16 * KIB;
 
 /// The frame size of a counted answer.
 pub const CHUNK_BYTES: usize = 16 * KIB;
+
+/// How long after one of its answers was replaced by 503 a client's requests are refused
+/// before they run, while there is still no room for that answer: the `Retry-After` it was
+/// told. So a client that keeps asking for what cannot be sent costs at most one answer built
+/// in vain a second.
+pub const REFUSED_HOLD: Duration = Duration::from_secs(1);
+
+/// Clients remembered at once for an answer refused ([`REFUSED_HOLD`]); past it, those whose
+/// hold is over are forgotten.
+const REFUSED_KEPT: usize = 4096;
 
 /// Why an answer was replaced by 503: the budget is full.
 pub const BUSY_TEXT: &str =
@@ -80,6 +98,8 @@ pub struct ReplyBudget {
     kib: Arc<Semaphore>,
     /// KiB each client holds now, at most a quarter of the budget.
     shares: Quota<Client>,
+    /// Clients whose answer was replaced by 503: the KiB it needed, and when.
+    refused: Arc<Mutex<HashMap<Client, (usize, Instant)>>>,
     metrics: Metrics,
 }
 
@@ -89,6 +109,7 @@ impl ReplyBudget {
         ReplyBudget {
             kib: Arc::new(Semaphore::new(total_kib)),
             shares: Quota::new((total_kib / 4).max(1)),
+            refused: Arc::default(),
             metrics,
         }
     }
@@ -98,15 +119,48 @@ impl ReplyBudget {
         self.kib.available_permits()
     }
 
-    /// 503 before the request runs when its credential's share is already full. Requests
-    /// without a credential always run (health probes among them); with reads open, their
-    /// large answers are still bounded by the anonymous share in [`ReplyBudget::bound`].
+    /// 503 before the request runs when its credential's share is already full, or when an
+    /// answer of its was replaced by 503 less than [`REFUSED_HOLD`] ago and its share or the
+    /// budget still has no room for one that size. Requests without a credential always run
+    /// (health probes among them); with reads open, their large answers are still bounded by
+    /// the anonymous share in [`ReplyBudget::bound`].
     pub fn refuse_early(&self, client: &Client) -> Option<Response> {
-        if client.0.is_none() || !self.shares.is_full(client) {
+        // Without a credential: always run.
+        client.0.as_ref()?;
+        if self.shares.is_full(client) {
+            self.metrics.limit_tripped("reply_share");
+            return Some(busy(SHARE_TEXT));
+        }
+        let mut refused = self.refused.lock().ok()?;
+        let &(kib, at) = refused.get(client)?;
+        if at.elapsed() >= REFUSED_HOLD {
+            refused.remove(client);
             return None;
         }
-        self.metrics.limit_tripped("reply_share");
-        Some(busy(SHARE_TEXT))
+        if self.shares.held(client) + kib > self.shares.cap() {
+            self.metrics.limit_tripped("reply_share");
+            return Some(busy(SHARE_TEXT));
+        }
+        if self.free_kib() < kib {
+            self.metrics.limit_tripped("reply_budget");
+            return Some(busy(BUSY_TEXT));
+        }
+        refused.remove(client);
+        None
+    }
+
+    /// `client`'s answer of `kib` KiB was replaced by 503: see [`ReplyBudget::refuse_early`].
+    fn note_refused(&self, client: &Client, kib: usize) {
+        if client.0.is_none() {
+            return;
+        }
+        let Ok(mut refused) = self.refused.lock() else {
+            return;
+        };
+        if refused.len() >= REFUSED_KEPT {
+            refused.retain(|_, (_, at)| at.elapsed() < REFUSED_HOLD);
+        }
+        refused.insert(client.clone(), (kib, Instant::now()));
     }
 
     /// Count `answer` against `client`'s share and the budget, or replace it by 503 when
@@ -125,6 +179,7 @@ impl ReplyBudget {
             .min(self.shares.cap());
         let Some(held) = self.shares.take(client, kib) else {
             self.metrics.limit_tripped("reply_share");
+            self.note_refused(client, kib);
             return busy(SHARE_TEXT);
         };
         let Ok(permit) = self
@@ -133,6 +188,7 @@ impl ReplyBudget {
             .try_acquire_many_owned(u32::try_from(kib).unwrap_or(u32::MAX))
         else {
             self.metrics.limit_tripped("reply_budget");
+            self.note_refused(client, kib);
             return busy(BUSY_TEXT);
         };
         let (parts, body) = answer.into_parts();
@@ -339,6 +395,52 @@ mod tests {
             0,
             "no client is kept once it holds nothing"
         );
+    }
+
+    /// Bench row 9's attack: sessions that each hold unread megabyte answers, their shares not
+    /// quite full, asking again and again. Each answer was built and then thrown away; now a
+    /// client whose answer did not fit is refused before its requests run for a second, while
+    /// its share or the budget still has no room for one that size.
+    #[tokio::test(start_paused = true)]
+    async fn a_client_whose_large_answer_did_not_fit_is_refused_before_its_next_requests_run() {
+        let metrics = Metrics::default();
+        let b = ReplyBudget::new(256 * KIB, metrics.clone());
+        let a = client("a");
+        let held = b.bound(&a, answer(16 * KIB + 40 * KIB)).await;
+        assert_eq!(held.status(), StatusCode::OK);
+        let refused = b.bound(&a, answer(16 * KIB + 40 * KIB)).await;
+        assert_eq!(message(refused).await, SHARE_TEXT);
+        // 40 of its 64 KiB held: not full, but no room for another 40.
+        let early = b.refuse_early(&a).expect("refused before it runs");
+        assert_eq!(message(early).await, SHARE_TEXT);
+        assert!(
+            b.refuse_early(&client("b")).is_none(),
+            "another client runs"
+        );
+        assert_eq!(metrics.trips("reply_share"), 2);
+        // The hold ends after the second it was told to wait: it may try again.
+        tokio::time::advance(REFUSED_HOLD).await;
+        assert!(b.refuse_early(&a).is_none());
+        let refused = b.bound(&a, answer(16 * KIB + 40 * KIB)).await;
+        assert_eq!(message(refused).await, SHARE_TEXT);
+        assert!(b.refuse_early(&a).is_some());
+        // Room again: its requests run at once.
+        drop(held);
+        assert!(b.refuse_early(&a).is_none());
+        assert!(b.refuse_early(&a).is_none(), "forgotten once it ran");
+
+        // The same when the budget, not its share, has no room.
+        let mut others = Vec::new();
+        for c in ["c", "d", "e", "f"] {
+            others.push(b.bound(&client(c), answer(16 * KIB + 64 * KIB)).await);
+        }
+        assert_eq!(b.free_kib(), 0);
+        let refused = b.bound(&a, answer(16 * KIB + 40 * KIB)).await;
+        assert_eq!(message(refused).await, BUSY_TEXT);
+        let early = b.refuse_early(&a).expect("refused before it runs");
+        assert_eq!(message(early).await, BUSY_TEXT);
+        drop(others);
+        assert!(b.refuse_early(&a).is_none());
     }
 
     /// Requests without a credential are never refused before they run, even with the
