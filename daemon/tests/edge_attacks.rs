@@ -1214,6 +1214,45 @@ fn a_slow_reader_of_large_objects_fills_its_share_of_the_reply_budget_until_the_
     assert_eq!(trips(&d, "reply_budget"), 0);
 }
 
+/// Under `--open-reads` the `Authorization` header of a read is ignored, yet the answer budget
+/// was shared out by the token as sent: a reader who made up a new token for each request got
+/// a share of its own each time, and could hold the whole budget with unread answers. A token
+/// that names no session is nobody's: it takes the anonymous share, as a request without one
+/// does.
+#[test]
+fn made_up_credentials_under_open_reads_share_the_anonymous_share_of_the_reply_budget() {
+    let (d, _c) = start_with(
+        WS,
+        "[server]\nsend_timeout_ms = 30000\nsend_buffer_bytes = 16384\nreply_budget_bytes = 1048576\n",
+        &["--open-reads"],
+    );
+    let grants = ["Workspace.Write=worktree:100000000"];
+    let writer = d.session("ep1", &grants);
+    let args = json!({"path": "big.txt", "content": "z".repeat(600_000)});
+    let v = call(&d, &writer, "ailang-write", args.clone());
+    assert_eq!(v["result"]["structuredContent"]["ok"], true, "{v}");
+    let reference = broker_core::object::Ref::of_json(&args).unwrap();
+    let path = format!("/v1/objects/{reference}?payload=true");
+
+    // The first made-up token's unread answer takes the anonymous share (a quarter of 1 MiB);
+    // another made-up token finds it taken, as a request without a token would.
+    let (_held, status) = unread_get(&d, &path, &"a1".repeat(32));
+    assert_eq!(status, "HTTP/1.1 200");
+    let (mut refused, status) = unread_get(&d, &path, &"b2".repeat(32));
+    assert_eq!(status, "HTTP/1.1 503");
+    let mut rest = String::new();
+    refused.read_to_string(&mut rest).unwrap();
+    assert!(
+        rest.ends_with(r#"{"error":{"class":"Unavailable","message":"too many answers to this credential are waiting unread (a quarter of [server] reply_budget_bytes); read them, then retry"}}"#),
+        "{rest}"
+    );
+    assert_eq!(trips(&d, "reply_share"), 1);
+    // A session's own token keeps a share of its own.
+    let (_own, status) = unread_get(&d, &path, &writer);
+    assert_eq!(status, "HTTP/1.1 200");
+    assert_eq!(trips(&d, "reply_budget"), 0);
+}
+
 /// Connections that send nothing, or half a request head, no longer lock other clients out
 /// by filling the connection limit: a new connection at the limit closes an idle one.
 #[test]

@@ -272,12 +272,12 @@ async fn serve_connection(stream: SendDeadline<TcpStream>, room: Place, shared: 
         replies,
         app,
         metrics,
-        ..
+        known,
     } = shared;
     let Some(mut registered) = take_slot(room, &connections, &metrics).await else {
         return;
     };
-    let service = service(app, replies, registered.conn.clone());
+    let service = service(app, replies, known, registered.conn.clone());
     let conn = http.serve_connection(TokioIo::new(stream), service);
     let mut conn = std::pin::pin!(conn);
     metrics.connections(1);
@@ -346,6 +346,7 @@ async fn shut_down(listener: TcpListener, connections: &Connections) {
 fn service(
     app: Router,
     replies: ReplyBudget,
+    known: KnownCredential,
     conn: Arc<Conn>,
 ) -> impl hyper::service::Service<
     hyper::Request<hyper::body::Incoming>,
@@ -355,8 +356,8 @@ fn service(
 > + Clone {
     hyper::service::service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
         let (app, replies, in_request) = (app.clone(), replies.clone(), conn.request());
+        let client = Client::named(req.headers(), &*known);
         async move {
-            let client = Client::of(req.headers());
             let (req, remainder) = linger::track(req);
             let answer = match replies.refuse_early(&client) {
                 Some(refused) => refused,

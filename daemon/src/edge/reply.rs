@@ -73,15 +73,18 @@ pub const BUSY_TEXT: &str =
 pub const SHARE_TEXT: &str =
     "too many answers to this credential are waiting unread (a quarter of [server] reply_budget_bytes); read them, then retry";
 
-/// Whose answer it is: the bearer token of the request's `Authorization` header, or nobody
-/// (no header, or one that is not a bearer token: such requests are refused small, or served
-/// anonymously under `--open-reads`). The token, not the header as sent: the header may
-/// spell one credential many ways (spaces and tabs around its fields), and each spelling
-/// must not get a share of its own.
+/// Whose answer it is: the session named by the bearer token of the request's
+/// `Authorization` header ([`Client::named`]), or nobody. Within the daemon's edge the token
+/// alone also serves, once the request is authenticated ([`Client::of`]).
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Client(Option<String>);
 
 impl Client {
+    /// The bearer token of the request's `Authorization` header, or nobody (no header, or
+    /// one that is not a bearer token). The token, not the header as sent: the header may
+    /// spell one credential many ways (spaces and tabs around its fields), and each spelling
+    /// must not get a share of its own. For requests already authenticated (their bodies are
+    /// read only then); before that, see [`Client::named`].
     pub fn of(headers: &HeaderMap) -> Client {
         let header = credential::authorization(headers).ok().flatten();
         Client(
@@ -89,6 +92,17 @@ impl Client {
                 .ok()
                 .map(str::to_owned),
         )
+    }
+
+    /// The session the request's `Authorization` header names, by its credential id, as
+    /// `known` finds it (a live session's, [`super::arrived::KnownCredential`]); a token that
+    /// names none is nobody's, as a request without one is. For what is counted before a
+    /// request is authenticated, or where it never is (reads under `--open-reads`, which
+    /// ignore the header): keyed by the token as sent, every made-up token had a share, and
+    /// a turn, of its own.
+    pub fn named(headers: &HeaderMap, known: impl Fn(&str) -> Option<String>) -> Client {
+        let header = credential::authorization(headers).ok().flatten();
+        Client(header.and_then(known))
     }
 }
 
@@ -285,6 +299,32 @@ mod tests {
         }
         assert_eq!(Client::of(&headers("Basic dXNlcg==")), Client(None));
         assert_eq!(Client::of(&HeaderMap::new()), Client(None));
+    }
+
+    /// A made-up token is nobody's: it shares the anonymous share and turn, as a request
+    /// without one does, instead of taking a share of its own; a live session's token is
+    /// its session's, however the header spells it.
+    #[test]
+    fn a_client_is_named_by_the_session_its_token_names_or_is_nobody() {
+        let token = "ab".repeat(32);
+        let known = |header: &str| {
+            let parsed = broker_core::session::parse_authorization(Some(header)).ok()?;
+            (parsed == token).then(|| "cred-1".to_owned())
+        };
+        let one = Client::named(&headers(&format!("Bearer {token}")), known);
+        assert_eq!(one, Client(Some("cred-1".to_owned())));
+        assert_eq!(
+            Client::named(&headers(&format!("Bearer \t {token}")), known),
+            one
+        );
+        for other in ["Bearer made-up", "Basic dXNlcg=="] {
+            assert_eq!(
+                Client::named(&headers(other), known),
+                Client(None),
+                "{other}"
+            );
+        }
+        assert_eq!(Client::named(&HeaderMap::new(), known), Client(None));
     }
 
     async fn next_frame(body: &mut Body) -> Option<Bytes> {
