@@ -483,6 +483,30 @@ mod tests {
         assert!(b.refuse_early(&a).is_none());
     }
 
+    /// The clients remembered for a refused answer are forgotten once their hold is over and
+    /// the map has reached [`REFUSED_KEPT`], so that it grows no further than the clients
+    /// refused within one hold.
+    #[tokio::test(start_paused = true)]
+    async fn clients_whose_hold_is_over_are_forgotten_past_refused_kept() {
+        let b = ReplyBudget::new(256 * KIB, Metrics::default());
+        let kept = |b: &ReplyBudget| b.refused.lock().unwrap().len();
+        for i in 0..REFUSED_KEPT {
+            b.note_refused(&client(&i.to_string()), 1);
+        }
+        b.note_refused(&Client(None), 1);
+        assert_eq!(
+            kept(&b),
+            REFUSED_KEPT,
+            "nobody's refusals are not remembered"
+        );
+        // Within their hold none is forgotten.
+        b.note_refused(&client("within"), 1);
+        assert_eq!(kept(&b), REFUSED_KEPT + 1);
+        tokio::time::advance(REFUSED_HOLD).await;
+        b.note_refused(&client("after"), 1);
+        assert_eq!(kept(&b), 1, "only the one refused after their hold");
+    }
+
     /// Requests without a credential are never refused before they run, even with the
     /// anonymous share full: their large answers are bounded when they are ready.
     #[tokio::test]
