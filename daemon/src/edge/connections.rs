@@ -408,7 +408,7 @@ impl Connections {
     /// close. `arrived` says what the new connection has sent so far; it is asked only when
     /// every place of [`making_room`] is taken, and at most once.
     pub fn room(&self, arrived: impl FnOnce() -> Arrived) -> Room {
-        self.room_for(arrived, true)
+        self.room_for(arrived)
     }
 
     /// [`Connections::room`] for a connection that has waited for its first bytes in
@@ -420,7 +420,7 @@ impl Connections {
     pub fn room_after_look(&self, looked: Looking, arrived: impl FnOnce() -> Arrived) -> Room {
         let room = match arrived() {
             Arrived::Nothing => self.free_slot().map_or(Room::Full, Room::Free),
-            arrived => self.room_for(|| arrived, false),
+            arrived => self.room_for(|| arrived),
         };
         // Held until the connection has its next place, so that it never holds none of them
         // while it still has a descriptor.
@@ -428,11 +428,11 @@ impl Connections {
         room
     }
 
-    fn room_for(&self, arrived: impl FnOnce() -> Arrived, may_look: bool) -> Room {
+    fn room_for(&self, arrived: impl FnOnce() -> Arrived) -> Room {
         if let Some(registered) = self.free_slot() {
             return Room::Free(registered);
         }
-        let mut waiting = match self.place_to_wait(arrived, may_look) {
+        let mut waiting = match self.place_to_wait(arrived) {
             Some(Place::Wait(waiting)) => waiting,
             Some(Place::Look(looking)) => return Room::Look(looking),
             None => return Room::Full,
@@ -462,9 +462,9 @@ impl Connections {
     }
 
     /// A place to wait for room: a general one while they last, then one of those kept for
-    /// what the connection has sent; with nothing sent, one to wait for its first bytes in,
-    /// when `may_look`.
-    fn place_to_wait(&self, arrived: impl FnOnce() -> Arrived, may_look: bool) -> Option<Place> {
+    /// what the connection has sent; with nothing sent, one to wait for its first bytes in
+    /// (after such a wait, [`Connections::room_after_look`] never asks with nothing sent).
+    fn place_to_wait(&self, arrived: impl FnOnce() -> Arrived) -> Option<Place> {
         let take = |places: &Arc<Semaphore>, share: Option<Held<String>>| {
             let place = places.clone().try_acquire_owned().ok()?;
             Some(Waiting {
@@ -477,11 +477,10 @@ impl Connections {
             return Some(Place::Wait(waiting));
         }
         let waiting = match arrived() {
-            Arrived::Nothing if may_look => {
+            Arrived::Nothing => {
                 let place = self.for_first_bytes.clone().try_acquire_owned().ok()?;
                 return Some(Place::Look(Looking { _place: place }));
             }
-            Arrived::Nothing => None,
             Arrived::Bytes => take(&self.for_senders, None),
             // Its own places first, within its share, so that it leaves the others to clients
             // without a session.

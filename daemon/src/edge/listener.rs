@@ -134,7 +134,7 @@ struct Shared {
     replies: ReplyBudget,
     app: Router,
     metrics: Metrics,
-    /// Whether a credential names a live session ([`super::arrived`]).
+    /// The live session a credential names, if any ([`super::arrived`], [`Client::named`]).
     known: KnownCredential,
 }
 
@@ -358,7 +358,9 @@ fn service(
         let (app, replies, in_request) = (app.clone(), replies.clone(), conn.request());
         let client = Client::named(req.headers(), &*known);
         async move {
-            let (req, remainder) = linger::track(req);
+            let (mut req, remainder) = linger::track(req);
+            // Resolved once: the read turns go by the same client ([`super::turns`]).
+            req.extensions_mut().insert(client.clone());
             let answer = match replies.refuse_early(&client) {
                 Some(refused) => refused,
                 None => match app.oneshot(req).await {

@@ -100,7 +100,13 @@ impl Drop for Turn {
 
 /// The middleware: run the request in its client's turn.
 pub async fn take_turn(State(state): State<AppState>, request: Request, next: Next) -> Response {
-    let client = Client::named(request.headers(), |h| state.live_credential_id(h));
+    // The accept loop's service named the client already; the router served on its own
+    // (its tests) names it here.
+    let client = request
+        .extensions()
+        .get::<Client>()
+        .cloned()
+        .unwrap_or_else(|| Client::named(request.headers(), |h| state.live_credential_id(h)));
     let deadline = Instant::now() + state.server().read_wait;
     match state.turns().take(client, deadline).await {
         Some(turn) => {
