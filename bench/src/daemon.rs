@@ -76,11 +76,34 @@ impl Daemon {
         handlers: &[&str],
         extra: &[String],
     ) -> Result<Daemon, String> {
+        let under: &[String] = &[];
+        Daemon::start_under(under, worldd, dir, plugin_dir, log_filter, handlers, extra)
+    }
+
+    /// [`Daemon::start_with`], the daemon run by `wrapper` (a program and its arguments, the
+    /// daemon's command line appended), e.g. Valgrind. The wrapper must run the daemon in its
+    /// own process, as Valgrind does, for [`Daemon::pid`] to be the daemon's.
+    pub fn start_under(
+        wrapper: &[String],
+        worldd: &Path,
+        dir: &Path,
+        plugin_dir: &Path,
+        log_filter: Option<&str>,
+        handlers: &[&str],
+        extra: &[String],
+    ) -> Result<Daemon, String> {
         let db = dir.join("db");
         let root = dir.join("wt");
         std::fs::create_dir_all(&root).map_err(|e| format!("{}: {e}", root.display()))?;
         let log = File::create(dir.join("daemon.log")).map_err(|e| e.to_string())?;
-        let mut cmd = Command::new(worldd);
+        let mut cmd = match wrapper.split_first() {
+            Some((program, args)) => {
+                let mut cmd = Command::new(program);
+                cmd.args(args).arg(worldd);
+                cmd
+            }
+            None => Command::new(worldd),
+        };
         cmd.arg("serve")
             .arg("--db")
             .arg(&db)
@@ -101,9 +124,10 @@ impl Daemon {
         if let Some(f) = log_filter {
             cmd.env("WORLDD_LOG", f);
         }
-        let mut child = cmd
-            .spawn()
-            .map_err(|e| format!("{}: {e}", worldd.display()))?;
+        let mut child = cmd.spawn().map_err(|e| {
+            let program = wrapper.first().map_or(worldd, Path::new);
+            format!("{}: {e}", program.display())
+        })?;
         if let Some(group) = DAEMON_GROUP.get() {
             if let Err(e) = join_group(group, child.id()) {
                 let _ = child.kill();

@@ -215,6 +215,27 @@ impl Backoff {
     }
 }
 
+/// Requests `from..from + calls` of `kind` from one client (a write's content is unique by
+/// its number), one after the other, each answered before the next is sent; the first
+/// answer that is not a success ends them.
+pub fn in_sequence(
+    addr: &str,
+    client: &Client,
+    kind: Kind,
+    from: u64,
+    calls: u64,
+) -> Result<(), String> {
+    let requester = Requester::new(addr, client);
+    for k in from..from + calls {
+        match requester.call(kind, 0, k) {
+            Answer::Ok => {}
+            Answer::Rejected => return Err(format!("{kind:?} call {k}: refused for capacity")),
+            Answer::Error(e) => return Err(format!("{kind:?} call {k}: {e}")),
+        }
+    }
+    Ok(())
+}
+
 /// One client's requests: its own agent (one keep-alive connection), credential and bodies.
 struct Requester {
     agent: ureq::Agent,

@@ -11,6 +11,7 @@
 mod against;
 mod attacks;
 mod daemon;
+mod instructions;
 mod load;
 mod stats;
 
@@ -106,6 +107,12 @@ struct Args {
     /// With --against: how many times each build runs.
     #[arg(long, default_value_t = 3)]
     rounds: usize,
+    /// Count the daemon's instructions per call instead, under Valgrind's callgrind: health
+    /// and each of `--rows`, CALLS calls from one client in sequence, each row on a fresh
+    /// daemon. Run-to-run noise is a fraction of a per cent, so it shows CPU changes too small
+    /// for the rates to tell (user space only; SHA-256's block function left out).
+    #[arg(long, value_name = "CALLS", conflicts_with_all = ["attacks", "against"])]
+    instructions: Option<u64>,
 }
 
 fn main() {
@@ -141,6 +148,20 @@ fn run(args: Args) -> Result<(), String> {
     let worldd = dirs.built_worldd()?;
     let settings = Settings::new(&args);
     let run_dir = RunDir::create(&args, &dirs.target)?;
+    if let Some(calls) = args.instructions {
+        let out = args
+            .out
+            .clone()
+            .unwrap_or_else(|| dirs.target.join("bench").join("instructions.json"));
+        return instructions::run(
+            &worldd,
+            &dirs.release,
+            &run_dir.path,
+            &args.rows,
+            calls.max(1),
+            &out,
+        );
+    }
     if let Some(baseline) = &args.against {
         let out = args
             .out

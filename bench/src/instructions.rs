@@ -1,0 +1,337 @@
+//! Instructions per call: each request row's daemon run under Valgrind's callgrind, one
+//! client calling in sequence, the daemon's instructions counted between a zeroing and a dump.
+//!
+//! Rates and CPU times move by several per cent from one run to the next on a shared machine,
+//! so a change that saves a few per cent of a call's CPU cannot be told from noise by them. An
+//! instruction count can: it is the same from run to run within a fraction of a per cent. It
+//! counts user space only (the kernel's side of a system call is not in it), and every thread
+//! of the daemon runs one at a time under Valgrind, so it says nothing about waiting.
+//!
+//! SHA-256's block function is taken out of the count: Valgrind does not offer the
+//! processor's SHA instructions, so the `sha2` crate falls back to its portable code, many
+//! times the instructions the daemon runs natively, and half of a read's count. The block
+//! function's own instructions are read from the dump and subtracted.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use serde_json::json;
+
+use crate::daemon::Daemon;
+use crate::load::{self, Kind};
+
+/// Calls made before the count starts: the daemon's caches and the store's first pages.
+const WARMUP: u64 = 50;
+
+/// The function whose instructions are taken out (see the module's comment).
+const LEFT_OUT: &str = "sha2::sha256::compress256";
+
+/// The rows counted, in the order printed: (the `--rows` name, the row's name, its request).
+const ROWS: [(&str, &str, Kind); 5] = [
+    ("health", "health", Kind::Health),
+    ("ping", "mcp-ping", Kind::Ping),
+    ("refusal", "plan-refusal", Kind::Refusal),
+    ("read", "ailang-read", Kind::Read),
+    ("write", "ailang-write", Kind::Write),
+];
+
+/// One row's count.
+struct Counted {
+    name: &'static str,
+    calls: u64,
+    /// The daemon's instructions over the calls, [`LEFT_OUT`]'s taken out.
+    instructions: u64,
+    /// [`LEFT_OUT`]'s own instructions over the calls, as Valgrind ran them.
+    left_out: u64,
+}
+
+/// Count `calls` calls of each row named in `rows` (health always) against `worldd`, each row
+/// on a fresh daemon and store under `run_dir`, print the table and write it to `out`.
+pub fn run(
+    worldd: &Path,
+    release: &Path,
+    run_dir: &Path,
+    rows: &[String],
+    calls: u64,
+    out: &Path,
+) -> Result<(), String> {
+    check_valgrind()?;
+    println!(
+        "worldd-bench: instructions per call under callgrind ({calls} calls per row after {WARMUP}, one client in sequence; user space only, {LEFT_OUT} left out)"
+    );
+    let mut counted = Vec::new();
+    for (row, name, kind) in ROWS {
+        if kind != Kind::Health && !rows.iter().any(|r| r == row) {
+            continue;
+        }
+        let dir = run_dir.join(format!("instructions-{row}"));
+        let dump = count(worldd, release, &dir, kind, calls)?;
+        let total =
+            summary(&dump).ok_or_else(|| format!("{row}: the dump has no `summary:` line"))?;
+        let left_out = own_cost(&dump, LEFT_OUT);
+        let instructions = total.saturating_sub(left_out);
+        println!(
+            "  {name} … {} instructions per call ({} more in {LEFT_OUT})",
+            instructions / calls,
+            left_out / calls
+        );
+        counted.push(Counted {
+            name,
+            calls,
+            instructions,
+            left_out,
+        });
+    }
+    print!("{}", table(&counted));
+    let results = json!({
+        "left_out": LEFT_OUT,
+        "warmup_calls": WARMUP,
+        "rows": counted.iter().map(|c| json!({
+            "scenario": c.name,
+            "calls": c.calls,
+            "instructions": c.instructions,
+            "instructions_per_call": c.instructions / c.calls,
+            "left_out_per_call": c.left_out / c.calls,
+        })).collect::<Vec<_>>(),
+    });
+    if let Some(parent) = out.parent() {
+        std::fs::create_dir_all(parent).map_err(|e| format!("{}: {e}", parent.display()))?;
+    }
+    std::fs::write(
+        out,
+        serde_json::to_string_pretty(&results).unwrap_or_default(),
+    )
+    .map_err(|e| format!("{}: {e}", out.display()))?;
+    println!("results: {}", out.display());
+    Ok(())
+}
+
+fn check_valgrind() -> Result<(), String> {
+    for tool in ["valgrind", "callgrind_control"] {
+        let found = Command::new(tool)
+            .arg("--version")
+            .output()
+            .is_ok_and(|o| o.status.success());
+        if !found {
+            return Err(format!(
+                "--instructions needs Valgrind: `{tool}` did not run (Debian: apt-get install valgrind)"
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// One row: a daemon under callgrind, [`WARMUP`] calls, the count zeroed, `calls` calls, a
+/// dump, the daemon stopped; the dump's text.
+fn count(
+    worldd: &Path,
+    release: &Path,
+    dir: &Path,
+    kind: Kind,
+    calls: u64,
+) -> Result<String, String> {
+    std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let dump: PathBuf = dir.join("callgrind.out");
+    let wrapper = [
+        "valgrind".to_owned(),
+        "--tool=callgrind".to_owned(),
+        format!("--callgrind-out-file={}", dump.display()),
+        "--dump-instr=no".to_owned(),
+    ];
+    let d = Daemon::start_under(
+        &wrapper,
+        worldd,
+        dir,
+        release,
+        Some("off"),
+        &["workspace"],
+        &[],
+    )?;
+    let client = d
+        .mint("instructions-", 1, 1024)?
+        .pop()
+        .ok_or("no session minted")?;
+    load::in_sequence(&d.addr, &client, kind, 0, WARMUP)?;
+    callgrind_control(d.pid(), "-z")?;
+    load::in_sequence(&d.addr, &client, kind, WARMUP, calls)?;
+    callgrind_control(d.pid(), "-d")?;
+    let pid = d.pid();
+    d.stop()?;
+    // callgrind numbers the dumps a client asks for after the file's name: the first is `.1`.
+    let dumped = dump.with_extension("out.1");
+    std::fs::read_to_string(&dumped)
+        .map_err(|e| format!("{} (daemon {pid}): {e}", dumped.display()))
+}
+
+fn callgrind_control(pid: u32, action: &str) -> Result<(), String> {
+    let out = Command::new("callgrind_control")
+        .arg(action)
+        .arg(pid.to_string())
+        .output()
+        .map_err(|e| format!("callgrind_control: {e}"))?;
+    if out.status.success() {
+        Ok(())
+    } else {
+        Err(format!(
+            "callgrind_control {action} {pid}: {}",
+            String::from_utf8_lossy(&out.stderr).trim()
+        ))
+    }
+}
+
+/// The total of a callgrind dump's first event (`summary: N …`; `totals:` in older dumps).
+fn summary(dump: &str) -> Option<u64> {
+    dump.lines().find_map(|line| {
+        let rest = line
+            .strip_prefix("summary:")
+            .or_else(|| line.strip_prefix("totals:"))?;
+        rest.split_whitespace().next()?.parse().ok()
+    })
+}
+
+/// The instructions a dump counts in `function` itself (not in what it calls).
+///
+/// In callgrind's format a `fn=` line starts a function's block; a name is given once, with
+/// its number in brackets, and later lines name it by the number alone (`cfn=` lines may give
+/// it first). In a block, each line of numbers is a position and its cost, except the line
+/// after a `calls=` line, which is the cost of that call.
+fn own_cost(dump: &str, function: &str) -> u64 {
+    let mut names: std::collections::HashMap<&str, &str> = std::collections::HashMap::new();
+    let mut inside = false;
+    let mut call_cost_next = false;
+    let mut total = 0u64;
+    for line in dump.lines() {
+        if let Some(spec) = line.strip_prefix("fn=") {
+            inside = named(&mut names, spec) == Some(function);
+            call_cost_next = false;
+        } else if let Some(spec) = line.strip_prefix("cfn=") {
+            named(&mut names, spec);
+        } else if line.starts_with("calls=") {
+            call_cost_next = true;
+        } else if line.starts_with(|c: char| c.is_ascii_digit() || "+-*".contains(c)) {
+            if std::mem::take(&mut call_cost_next) || !inside {
+                continue;
+            }
+            total += line
+                .split_whitespace()
+                .nth(1)
+                .and_then(|cost| cost.parse::<u64>().ok())
+                .unwrap_or(0);
+        }
+    }
+    total
+}
+
+/// The name a `fn=`/`cfn=` specification gives, `(id) name` or `(id)`, recording new ones.
+fn named<'a>(
+    names: &mut std::collections::HashMap<&'a str, &'a str>,
+    spec: &'a str,
+) -> Option<&'a str> {
+    match spec.strip_prefix('(').and_then(|s| s.split_once(')')) {
+        Some((id, rest)) => {
+            let name = rest.trim();
+            if name.is_empty() {
+                names.get(id).copied()
+            } else {
+                names.insert(id, name);
+                Some(name)
+            }
+        }
+        None => Some(spec.trim()),
+    }
+}
+
+/// The rows side by side, each against health's count.
+fn table(counted: &[Counted]) -> String {
+    let health = counted
+        .iter()
+        .find(|c| c.name == "health")
+        .map(|c| c.instructions / c.calls);
+    let mut text = format!(
+        "{:<14}{:>7}{:>16}{:>12}\n",
+        "scenario", "calls", "instr/call", "x health"
+    );
+    for c in counted {
+        let per_call = c.instructions / c.calls;
+        let ratio = match health {
+            Some(h) if h > 0 => format!("{:.2}x", per_call as f64 / h as f64),
+            _ => "-".to_owned(),
+        };
+        text.push_str(&format!(
+            "{:<14}{:>7}{:>16}{:>12}\n",
+            c.name,
+            c.calls,
+            thousands(per_call),
+            ratio
+        ));
+    }
+    text
+}
+
+fn thousands(n: u64) -> String {
+    let digits = n.to_string();
+    let mut out = String::new();
+    for (i, ch) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i) % 3 == 0 {
+            out.push(',');
+        }
+        out.push(ch);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_count_is_the_dumps_summary_line() {
+        let dump = "# callgrind format\nversion: 1\ncreator: callgrind-3.19.0\npid: 7\n\
+                    positions: line\nevents: Ir\nsummary: 184561454\n\nfn=(1) main\n0 12\n\
+                    totals: 184575775\n";
+        assert_eq!(summary(dump), Some(184_561_454));
+        assert_eq!(summary("events: Ir\ntotals: 42\n"), Some(42));
+        assert_eq!(summary("events: Ir\nfn=(1) summary\n0 5\n"), None);
+    }
+
+    #[test]
+    fn a_functions_own_cost_leaves_out_the_calls_it_makes_and_follows_its_number() {
+        // compress256 is named once, in a `cfn=` line, then its block comes twice by number;
+        // the `calls=` cost inside Ref::of belongs to compress256, not to Ref::of.
+        let dump = "events: Ir\nsummary: 1000\n\
+                    fn=(1) broker_core::object::Ref::of\n0 40\n\
+                    cfn=(2) sha2::sha256::compress256\ncalls=3 0\n0 600\n+2 10\n\
+                    fn=(2)\n0 500\n\
+                    fn=(3) other\n0 7\ncfn=(2)\ncalls=1 0\n0 100\n\
+                    fn=(2)\n* 100\n-1 0\n";
+        assert_eq!(own_cost(dump, "sha2::sha256::compress256"), 600);
+        assert_eq!(own_cost(dump, "broker_core::object::Ref::of"), 50);
+        assert_eq!(own_cost(dump, "other"), 7);
+        assert_eq!(own_cost(dump, "absent"), 0);
+    }
+
+    #[test]
+    fn each_row_is_set_beside_healths_count() {
+        let rows = [
+            Counted {
+                name: "health",
+                calls: 10,
+                instructions: 400_000,
+                left_out: 0,
+            },
+            Counted {
+                name: "ailang-read",
+                calls: 10,
+                instructions: 4_580_020,
+                left_out: 4_410_000,
+            },
+        ];
+        let text = table(&rows);
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines.len(), 3);
+        assert!(lines[1].starts_with("health") && lines[1].ends_with("40,000       1.00x"));
+        assert!(lines[2].ends_with("458,002      11.45x"), "{text}");
+        assert_eq!(thousands(1_234_567), "1,234,567");
+        assert_eq!(thousands(999), "999");
+    }
+}
