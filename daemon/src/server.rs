@@ -79,7 +79,7 @@ pub async fn serve(
         .map(|every| tokio::spawn(memory::trim_after_bursts(every, metrics.clone())));
     let known = {
         let state = state.clone();
-        Arc::new(move |credential: &str| state.live_credential_id(credential))
+        Arc::new(move |credential: &str| state.live_session(credential))
     };
     let served =
         edge::listener::serve(listener, router(state), &config, metrics, known, shutdown).await;

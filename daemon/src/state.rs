@@ -240,10 +240,17 @@ impl AppState {
 
     /// Resolve the `Authorization` header to a valid session.
     pub async fn authenticate(&self, headers: &HeaderMap) -> Result<Arc<Session>, AuthFailure> {
-        // Shape errors need no store access.
-        let header = match credential::authorization(headers)
-            .and_then(|h| session::parse_authorization(h).map(|_| h))
+        let field = credential::authorization(headers);
+        // Found live a moment ago, before the request was routed: one lookup per request.
+        if let Some(found) = field
+            .ok()
+            .flatten()
+            .and_then(credential::found_before_routing)
         {
+            return Ok(found);
+        }
+        // Shape errors need no store access.
+        let header = match field.and_then(|h| session::parse_authorization(h).map(|_| h)) {
             Ok(h) => h,
             Err(d) => {
                 self.inner.metrics.credential_refused(&d);
@@ -275,13 +282,20 @@ impl AppState {
     /// and a share of them for each session ([`crate::edge::arrived`]). Nothing is counted:
     /// the request is authenticated again, and refused or counted then.
     pub fn live_credential_id(&self, credential: &str) -> Option<String> {
+        self.live_session(credential)
+            .map(|s| s.credential_id.clone())
+    }
+
+    /// [`AppState::live_credential_id`]'s session: what the accept loop's service finds for a
+    /// request before it is routed, which [`AppState::authenticate`] then takes as found.
+    pub fn live_session(&self, credential: &str) -> Option<Arc<Session>> {
         // `authenticate` reads the field's shape first: a malformed one costs no lookup.
         let session = self.inner.sessions.authenticate(
             &self.inner.store,
             Some(credential),
             self.inner.coordinator.now(),
         );
-        session.ok().map(|s| s.credential_id.clone())
+        session.ok()
     }
 
     /// Admit one call ([`crate::admission`]), open and plan it on this task, and answer by
@@ -424,5 +438,63 @@ mod tests {
         // Revoked: unknown from then on, though it was known (and cached) before.
         assert!(session::revoke(&store, &session::credential_id(&minted.token)).unwrap());
         assert!(state.live_credential_id(&credential).is_none());
+    }
+
+    #[tokio::test]
+    async fn a_request_whose_session_was_found_before_routing_is_not_looked_up_again() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::create(&dir.path().join("db")).unwrap();
+        let coordinator =
+            Coordinator::new(store.clone(), Handlers::new(), CoordinatorConfig::default());
+        let now = coordinator.now();
+        let info = DaemonInfo {
+            db_path: "db".into(),
+            version: "test",
+            open_reads: false,
+        };
+        let state = AppState::new(store.clone(), Arc::new(coordinator), info);
+        let grants = vec!["Workspace.Read=worktree:10".parse().unwrap()];
+        let minted = session::mint(&store, "ep", grants, 3600, now).unwrap();
+        let credential = format!("Bearer {}", minted.token);
+        let mut headers = HeaderMap::new();
+        headers.insert(
+            axum::http::header::AUTHORIZATION,
+            credential.parse().unwrap(),
+        );
+        let found = state.live_session(&credential).expect("live");
+        // Revoked between the accept loop's lookup and the route's: the request in flight
+        // keeps the session it was found with, and the store is not asked again.
+        assert!(session::revoke(&store, &found.credential_id).unwrap());
+        let resolved = credential::Resolved::new(&credential, found.clone());
+        credential::routed_with(Some(resolved), async {
+            let session = state.authenticate(&headers).await.expect("found before");
+            assert!(Arc::ptr_eq(&session, &found));
+        })
+        .await;
+        // The next request, and one routed without a lookup, ask the store: revoked.
+        for resolved in [
+            None,
+            Some(credential::Resolved::new(&credential, found.clone())),
+        ] {
+            let another_credential = resolved.is_some();
+            let other_request = async {
+                let mut stale = headers.clone();
+                if another_credential {
+                    // What was found for another credential is not this request's.
+                    let other = format!("Bearer {}", "b".repeat(minted.token.len()));
+                    stale.insert(axum::http::header::AUTHORIZATION, other.parse().unwrap());
+                }
+                state.authenticate(&stale).await
+            };
+            let refused = credential::routed_with(resolved, other_request).await;
+            assert!(matches!(
+                refused,
+                Err(AuthFailure::Denied(AuthError::Unknown))
+            ));
+        }
+        assert!(matches!(
+            state.authenticate(&headers).await,
+            Err(AuthFailure::Denied(AuthError::Unknown))
+        ));
     }
 }

@@ -8,6 +8,7 @@
 
 use std::mem::MaybeUninit;
 
+use broker_core::session::Session;
 use tokio::net::TcpStream;
 
 use super::connections::Arrived;
@@ -16,8 +17,9 @@ use super::connections::Arrived;
 /// `Authorization` field ends past this counts as bytes only.
 pub const PEEK_BYTES: usize = 4096;
 
-/// The id of the live session a credential (an `Authorization` field's value) names, if any.
-pub type KnownCredential = std::sync::Arc<dyn Fn(&str) -> Option<String> + Send + Sync>;
+/// The live session a credential (an `Authorization` field's value) names, if any.
+pub type KnownCredential =
+    std::sync::Arc<dyn Fn(&str) -> Option<std::sync::Arc<Session>> + Send + Sync>;
 
 /// What `stream`'s peer has sent and not yet had read; `known` is asked about the head's
 /// credential, if it carries one. The socket is non-blocking, so a peer that sent nothing
@@ -33,7 +35,9 @@ pub fn arrived(stream: &TcpStream, known: &KnownCredential) -> Arrived {
     let Some(credential) = credential_field(head) else {
         return Arrived::Bytes;
     };
-    known(credential).map_or(Arrived::Bytes, Arrived::Credential)
+    known(credential).map_or(Arrived::Bytes, |session| {
+        Arrived::Credential(session.credential_id.clone())
+    })
 }
 
 /// The value of the one `Authorization` field among the complete header lines of `head` (the
@@ -77,6 +81,7 @@ pub fn credential_field(head: &[u8]) -> Option<&str> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::edge::credential::session_of;
     use std::sync::Arc;
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     use tokio::net::TcpListener;
@@ -125,8 +130,8 @@ mod tests {
     async fn a_new_connection_is_told_apart_by_what_it_sent_and_the_look_consumes_nothing() {
         let (live, gone) = ("1".repeat(64), "2".repeat(64));
         let known: KnownCredential = Arc::new({
-            let (credential, id) = (format!("Bearer {live}"), live.clone());
-            move |c: &str| (c == credential).then(|| id.clone())
+            let (credential, session) = (format!("Bearer {live}"), session_of(&live));
+            move |c: &str| (c == credential).then(|| session.clone())
         });
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();

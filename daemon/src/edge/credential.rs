@@ -1,13 +1,69 @@
-//! The request's credential header: its one `Authorization` field, or none.
+//! The request's credential header: its one `Authorization` field, or none; and the session
+//! it was found to name before the request was routed.
 //!
 //! `Authorization` is not a list: a request that carries it twice is refused as malformed,
 //! whatever the two say. Which of two credentials counts would otherwise depend on who reads
 //! the request. A proxy in front that checks the last while the daemon takes the first would
 //! let a request be accounted and authorised as one session and checked as another.
+//!
+//! The accept loop's service looks the credential up before routing a request, to count the
+//! request as its session's ([`super::reply::Client`]). The routes authenticate the request
+//! again; [`found_before_routing`] hands them that first lookup's session, so that a request
+//! costs one lookup of its credential, not two. Only a live session is handed on: a credential
+//! that was absent, malformed, unknown or expired is looked up again by the route, which
+//! refuses it and counts the refusal.
+
+use std::future::Future;
+use std::sync::Arc;
 
 use axum::http::header::AUTHORIZATION;
 use axum::http::HeaderMap;
-use broker_core::session::AuthError;
+use broker_core::session::{AuthError, Session};
+
+tokio::task_local! {
+    /// The live session found for the request's credential before it was routed.
+    static FOUND: Option<Resolved>;
+}
+
+/// A live session, and the `Authorization` value it was found for.
+pub struct Resolved {
+    credential: Box<str>,
+    session: Arc<Session>,
+}
+
+impl Resolved {
+    pub fn new(credential: &str, session: Arc<Session>) -> Resolved {
+        Resolved {
+            credential: credential.into(),
+            session,
+        }
+    }
+
+    pub fn session(&self) -> &Arc<Session> {
+        &self.session
+    }
+}
+
+/// Run `request` (a request's routing and answer) with `found` as what was found for its
+/// credential.
+pub async fn routed_with<F: Future>(found: Option<Resolved>, request: F) -> F::Output {
+    FOUND.scope(found, request).await
+}
+
+/// The session found live for `credential` before the running request was routed, when it
+/// is that request's credential. `None` outside a request's routing (a streamed body, a
+/// spawned task, the router served on its own) or for another credential.
+pub fn found_before_routing(credential: &str) -> Option<Arc<Session>> {
+    FOUND
+        .try_with(|found| {
+            found
+                .as_ref()
+                .filter(|f| &*f.credential == credential)
+                .map(|f| f.session.clone())
+        })
+        .ok()
+        .flatten()
+}
 
 /// The request's `Authorization` field: `Ok(None)` without one; malformed when it appears more
 /// than once or is not visible ASCII.
@@ -19,10 +75,51 @@ pub fn authorization(headers: &HeaderMap) -> Result<Option<&str>, AuthError> {
     }
 }
 
+/// A live session of credential id `id`, for tests.
+#[cfg(test)]
+pub fn session_of(id: &str) -> Arc<Session> {
+    Arc::new(Session {
+        credential_id: id.to_owned(),
+        episode: format!("episode-of-{id}"),
+        grants: Vec::new(),
+        created_at: 0,
+        expires_at: i64::MAX,
+        operator: false,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use axum::http::HeaderValue;
+
+    #[tokio::test]
+    async fn a_session_found_before_routing_is_handed_on_for_its_own_credential_only() {
+        let credential = format!("Bearer {}", "1".repeat(64));
+        let session = session_of("one");
+        assert!(
+            found_before_routing(&credential).is_none(),
+            "outside a request"
+        );
+        let found = Some(Resolved::new(&credential, session.clone()));
+        routed_with(found, async {
+            let handed = found_before_routing(&credential).expect("its own credential");
+            assert!(Arc::ptr_eq(&handed, &session));
+            let other = format!("Bearer {}", "2".repeat(64));
+            assert!(found_before_routing(&other).is_none(), "another credential");
+            // A task the request spawns looks its credential up itself.
+            let spawned = tokio::spawn({
+                let credential = credential.clone();
+                async move { found_before_routing(&credential).is_none() }
+            });
+            assert!(spawned.await.unwrap());
+        })
+        .await;
+        routed_with(None, async {
+            assert!(found_before_routing(&credential).is_none(), "nothing found");
+        })
+        .await;
+    }
 
     fn with(fields: &[&[u8]]) -> HeaderMap {
         let mut h = HeaderMap::new();

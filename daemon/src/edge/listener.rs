@@ -23,6 +23,7 @@ use super::arrived::{arrived, KnownCredential};
 use super::connections::{
     waiting_places, Conn, Connections, Looking, Registered, Room, Waiting, FIRST_BYTES_WAIT,
 };
+use super::credential::{self, Resolved};
 use super::reply::{Client, ReplyBudget};
 use super::send::SendDeadline;
 use super::{linger, ServerConfig};
@@ -356,14 +357,19 @@ fn service(
 > + Clone {
     hyper::service::service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
         let (app, replies, in_request) = (app.clone(), replies.clone(), conn.request());
-        let client = Client::named(req.headers(), &*known);
+        // Looked up once: the read turns go by the same client ([`super::turns`]), and the
+        // routes take the session found instead of looking the credential up again.
+        let found = credential::authorization(req.headers())
+            .ok()
+            .flatten()
+            .and_then(|c| known(c).map(|session| Resolved::new(c, session)));
+        let client = Client::of_session(found.as_ref().map(|f| &**f.session()));
         async move {
             let (mut req, remainder) = linger::track(req);
-            // Resolved once: the read turns go by the same client ([`super::turns`]).
             req.extensions_mut().insert(client.clone());
             let answer = match replies.refuse_early(&client) {
                 Some(refused) => refused,
-                None => match app.oneshot(req).await {
+                None => match credential::routed_with(found, app.oneshot(req)).await {
                     Ok(answer) => answer,
                     Err(never) => match never {},
                 },
@@ -410,6 +416,7 @@ impl AcceptErrors {
 mod tests {
     use super::*;
     use crate::edge::connections::{for_first_bytes, Arrived};
+    use crate::edge::credential::session_of;
     use tokio::io::AsyncWriteExt;
 
     /// `Connections` at a limit of `limit`, every slot and every place to wait for room taken,
@@ -443,7 +450,7 @@ mod tests {
     {
         let (conns, looking, _held) = every_place_taken(64);
         let (_client, accepted) = pair().await;
-        let known: KnownCredential = Arc::new(|c| Some(c.to_owned()));
+        let known: KnownCredential = Arc::new(|c| Some(session_of(c)));
         let metrics = Metrics::default();
         let started = tokio::time::Instant::now();
         let place = look(
@@ -471,7 +478,7 @@ mod tests {
         let live = format!("Bearer {}", "1".repeat(64));
         let known: KnownCredential = Arc::new({
             let live = live.clone();
-            move |c| (c == live).then(|| "the live session".to_owned())
+            move |c| (c == live).then(|| session_of("the live session"))
         });
         let metrics = Metrics::default();
         let writer = tokio::spawn(async move {
@@ -500,7 +507,7 @@ mod tests {
     async fn a_connection_waiting_for_its_first_bytes_is_closed_when_the_daemon_drains() {
         let (conns, looking, held) = every_place_taken(64);
         let (_client, accepted) = pair().await;
-        let known: KnownCredential = Arc::new(|c| Some(c.to_owned()));
+        let known: KnownCredential = Arc::new(|c| Some(session_of(c)));
         let metrics = Metrics::default();
         let conns = Arc::new(conns);
         let looked = tokio::spawn({

@@ -38,6 +38,7 @@ use std::time::Duration;
 use axum::body::{Body, Bytes, HttpBody};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
+use broker_core::session::Session;
 use hyper::body::{Frame, SizeHint};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
@@ -103,6 +104,11 @@ impl Client {
     pub fn named(headers: &HeaderMap, known: impl Fn(&str) -> Option<String>) -> Client {
         let header = credential::authorization(headers).ok().flatten();
         Client(header.and_then(known))
+    }
+
+    /// [`Client::named`] once the session is found: the live session's client, or nobody.
+    pub fn of_session(session: Option<&Session>) -> Client {
+        Client(session.map(|s| s.credential_id.clone()))
     }
 }
 

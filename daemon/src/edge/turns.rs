@@ -15,6 +15,7 @@
 //! stream has its own limits, and the other two read nothing from the store.
 
 use std::collections::HashMap;
+use std::future::Future;
 use std::sync::{Arc, Mutex};
 
 use axum::extract::{Request, State};
@@ -108,7 +109,20 @@ pub async fn take_turn(State(state): State<AppState>, request: Request, next: Ne
         .cloned()
         .unwrap_or_else(|| Client::named(request.headers(), |h| state.live_credential_id(h)));
     let deadline = Instant::now() + state.server().read_wait;
-    match state.turns().take(client, deadline).await {
+    let mut take = std::pin::pin!(state.turns().take(client, deadline));
+    let first = std::future::poll_fn(|cx| std::task::Poll::Ready(take.as_mut().poll(cx)));
+    let (turn, waited) = match first.await {
+        std::task::Poll::Ready(turn) => (turn, false),
+        std::task::Poll::Pending => (take.await, true),
+    };
+    match turn {
+        // A read that waited for its turn is authenticated afresh: its session may have been
+        // revoked or have expired meanwhile.
+        Some(turn) if waited => {
+            let response = super::credential::routed_with(None, next.run(request)).await;
+            drop(turn);
+            response
+        }
         Some(turn) => {
             let response = next.run(request).await;
             drop(turn);
@@ -164,6 +178,65 @@ mod tests {
         drop(other);
         // Clients with nothing in flight are forgotten.
         assert_eq!(t.clients(), 0);
+    }
+
+    #[tokio::test]
+    async fn a_read_that_waited_for_its_turn_looks_its_credential_up_afresh() {
+        use crate::edge::credential::{self, session_of, Resolved};
+        use crate::state::{AppState, DaemonInfo};
+        use broker_core::coordinator::{Coordinator, CoordinatorConfig, Handlers};
+        use tower::ServiceExt;
+
+        let dir = tempfile::tempdir().unwrap();
+        let store = broker_core::store::Store::create(&dir.path().join("db")).unwrap();
+        let coordinator =
+            Coordinator::new(store.clone(), Handlers::new(), CoordinatorConfig::default());
+        let info = DaemonInfo {
+            db_path: "db".into(),
+            version: "test",
+            open_reads: false,
+        };
+        let state = AppState::new(store, Arc::new(coordinator), info);
+        let credential = format!("Bearer {}", "a".repeat(64));
+        // The route says whether the session found before routing reached it.
+        let app = axum::Router::new()
+            .route(
+                "/",
+                axum::routing::get({
+                    let credential = credential.clone();
+                    move || async move {
+                        credential::found_before_routing(&credential)
+                            .map_or("looked up", |_| "found")
+                    }
+                }),
+            )
+            .route_layer(axum::middleware::from_fn_with_state(
+                state.clone(),
+                take_turn,
+            ))
+            .with_state(state.clone());
+        let read = |app: axum::Router| {
+            let credential = credential.clone();
+            async move {
+                let mut request = Request::new(axum::body::Body::empty());
+                request.extensions_mut().insert(client("a"));
+                let found = Resolved::new(&credential, session_of("a"));
+                let answer = credential::routed_with(Some(found), app.oneshot(request)).await;
+                let body = axum::body::to_bytes(answer.unwrap().into_body(), 64).await;
+                String::from_utf8(body.unwrap().to_vec()).unwrap()
+            }
+        };
+        assert_eq!(read(app.clone()).await, "found", "its turn came at once");
+        let soon = Instant::now() + Duration::from_secs(10);
+        let held = state.turns().take(client("a"), soon).await.unwrap();
+        let waiting = tokio::spawn(read(app.clone()));
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        drop(held);
+        assert_eq!(
+            waiting.await.unwrap(),
+            "looked up",
+            "it waited for its turn"
+        );
     }
 
     #[tokio::test(start_paused = true)]
