@@ -256,14 +256,10 @@ fn classify(
 }
 
 /// [`of_committed`]'s policy refusal, read from a committed output's bytes: the effect ran
-/// and the output says `"ok": false`. Only the top-level `ok` is built; the rest of the
-/// output is skipped (the metrics count every call this way).
+/// and the output says `"ok": false`. The output's top level is walked, not parsed: the
+/// metrics and the answer each ask this of every call ([`crate::json_scan`]).
 pub fn refused_by_policy(output: &[u8]) -> bool {
-    #[derive(serde::Deserialize)]
-    struct Head {
-        ok: Option<bool>,
-    }
-    serde_json::from_slice::<Head>(output).is_ok_and(|h| h.ok == Some(false))
+    crate::json_scan::top_level_member(output, b"ok") == Some(b"false")
 }
 
 /// [`of_committed`] for a [`CallOutput`] whose output bytes are the committed JSON object.

@@ -1,0 +1,211 @@
+//! One member of a JSON object, found by walking the object's top level instead of parsing it.
+//!
+//! The daemon asks the same question of every call's committed output twice (the metrics'
+//! outcome label and the answer's classification): does its top-level `ok` say `false`? A
+//! read's output carries a whole file, and a parser walks every byte of it, building nothing
+//! but still looking at each. Here a string is skipped with one search for its closing quote
+//! or a backslash, so the question costs a few hundred instructions instead of thousands.
+//!
+//! The walk checks the shape it steps through (an object of `"name": value` members, strings
+//! and brackets closed, nothing after the object) and not the rest of JSON's grammar: a
+//! number or literal is taken as the bytes up to the next delimiter. On JSON a serializer
+//! wrote, which is what it reads (committed outputs are canonical), it answers as
+//! `serde_json` does; on anything else it answers `None` or some value, and never panics.
+
+/// The raw bytes of the value of member `name` of the JSON object `json`, whitespace around
+/// it excluded. `None` when `json` is not one object, when no member or more than one has that
+/// name, or when the walk finds it malformed. The name is compared as written: a serializer
+/// escapes nothing a member name needs to match (`"ok"`).
+pub fn top_level_member<'a>(json: &'a [u8], name: &[u8]) -> Option<&'a [u8]> {
+    let mut at = skip_ws(json, 0);
+    if json.get(at) != Some(&b'{') {
+        return None;
+    }
+    at = skip_ws(json, at + 1);
+    let mut found = None;
+    if json.get(at) == Some(&b'}') {
+        return finished(json, at + 1, found);
+    }
+    loop {
+        if json.get(at) != Some(&b'"') {
+            return None;
+        }
+        let key_end = string_end(json, at + 1)?;
+        let key = &json[at + 1..key_end];
+        at = skip_ws(json, key_end + 1);
+        if json.get(at) != Some(&b':') {
+            return None;
+        }
+        let start = skip_ws(json, at + 1);
+        let end = value_end(json, start)?;
+        if key == name {
+            if found.is_some() {
+                return None;
+            }
+            found = Some(&json[start..end]);
+        }
+        at = skip_ws(json, end);
+        match json.get(at) {
+            Some(b',') => at = skip_ws(json, at + 1),
+            Some(b'}') => return finished(json, at + 1, found),
+            _ => return None,
+        }
+    }
+}
+
+/// `found`, if nothing but whitespace follows the object.
+fn finished<'a>(json: &[u8], at: usize, found: Option<&'a [u8]>) -> Option<&'a [u8]> {
+    (skip_ws(json, at) == json.len()).then_some(found).flatten()
+}
+
+fn skip_ws(json: &[u8], mut at: usize) -> usize {
+    while json
+        .get(at)
+        .is_some_and(|b| matches!(b, b' ' | b'\t' | b'\n' | b'\r'))
+    {
+        at += 1;
+    }
+    at
+}
+
+/// The place of the quote that closes the string whose content starts at `at`.
+fn string_end(json: &[u8], mut at: usize) -> Option<usize> {
+    loop {
+        at += memchr::memchr2(b'"', b'\\', json.get(at..)?)?;
+        if json[at] == b'"' {
+            return Some(at);
+        }
+        // A backslash and the byte it escapes; `\uXXXX`'s digits need no care.
+        at += 2;
+    }
+}
+
+/// Where the value starting at `at` ends (one past its last byte).
+fn value_end(json: &[u8], at: usize) -> Option<usize> {
+    match json.get(at)? {
+        b'"' => Some(string_end(json, at + 1)? + 1),
+        b'{' | b'[' => {
+            let mut depth = 0usize;
+            let mut i = at;
+            loop {
+                match json.get(i)? {
+                    b'"' => i = string_end(json, i + 1)?,
+                    b'{' | b'[' => depth += 1,
+                    b'}' | b']' => {
+                        depth -= 1;
+                        if depth == 0 {
+                            return Some(i + 1);
+                        }
+                    }
+                    _ => {}
+                }
+                i += 1;
+            }
+        }
+        _ => {
+            let len = json[at..]
+                .iter()
+                .position(|b| matches!(b, b',' | b'}' | b']' | b' ' | b'\t' | b'\n' | b'\r'))
+                .unwrap_or(json.len() - at);
+            (len > 0).then_some(at + len)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::Value;
+
+    /// What `serde_json` says of member `ok`: the oracle for JSON a serializer wrote.
+    fn parsed_ok(json: &[u8]) -> Option<bool> {
+        #[derive(serde::Deserialize)]
+        struct Head {
+            ok: Option<bool>,
+        }
+        serde_json::from_slice::<Head>(json).ok().and_then(|h| h.ok)
+    }
+
+    fn scanned_ok(json: &[u8]) -> Option<bool> {
+        match top_level_member(json, b"ok")? {
+            b"true" => Some(true),
+            b"false" => Some(false),
+            _ => None,
+        }
+    }
+
+    #[test]
+    fn the_top_level_member_is_found_past_strings_and_nested_values_that_look_like_it() {
+        let cases: [(&str, Option<&str>); 12] = [
+            (r#"{"ok":false}"#, Some("false")),
+            (r#" { "ok" : true } "#, Some("true")),
+            (r#"{"a":{"ok":false},"ok":true}"#, Some("true")),
+            (
+                r#"{"a":"\"ok\":false","b":["ok",{"ok":1}],"ok":null}"#,
+                Some("null"),
+            ),
+            (r#"{"content":"x\\","ok":false,"z":[1,2]}"#, Some("false")),
+            (r#"{"a":1}"#, None),
+            (r#"{}"#, None),
+            (r#"{"ok":false,"ok":false}"#, None),
+            (r#"{"ok":false"#, None),
+            (r#"{"ok":false} x"#, None),
+            (r#"[{"ok":false}]"#, None),
+            (r#"{"ok":"a"#, None),
+        ];
+        for (json, expected) in cases {
+            assert_eq!(
+                top_level_member(json.as_bytes(), b"ok"),
+                expected.map(str::as_bytes),
+                "{json}"
+            );
+        }
+    }
+
+    proptest::proptest! {
+        /// Any JSON object a serializer writes, compact or pretty, answers as the parser does.
+        #[test]
+        fn any_written_object_answers_as_the_parser_does(
+            members in proptest::collection::vec((key(), value()), 0..6),
+            pretty in proptest::bool::ANY,
+        ) {
+            let object: serde_json::Map<String, Value> = members.into_iter().collect();
+            let json = if pretty {
+                serde_json::to_vec_pretty(&object).unwrap()
+            } else {
+                serde_json::to_vec(&object).unwrap()
+            };
+            proptest::prop_assert_eq!(scanned_ok(&json), parsed_ok(&json));
+        }
+
+        /// Bytes of any kind are answered without a panic.
+        #[test]
+        fn any_bytes_are_walked_without_a_panic(bytes in proptest::collection::vec(
+            proptest::sample::select(b"{}[]\",:\\ oktruefalse0\n".to_vec()), 0..40)) {
+            let _ = top_level_member(&bytes, b"ok");
+        }
+    }
+
+    fn key() -> impl proptest::strategy::Strategy<Value = String> {
+        use proptest::prelude::*;
+        proptest::sample::select(vec!["ok", "okay", "o", "content", "\"ok\"", "\\", "k\n"])
+            .prop_map(String::from)
+    }
+
+    fn value() -> impl proptest::strategy::Strategy<Value = Value> {
+        use proptest::prelude::*;
+        let leaf = prop_oneof![
+            Just(Value::Null),
+            any::<bool>().prop_map(Value::Bool),
+            any::<i64>().prop_map(Value::from),
+            "(\\PC|[\"\\\\]|ok|\\{|\\}){0,12}".prop_map(Value::String),
+        ];
+        leaf.prop_recursive(3, 16, 4, |inner| {
+            prop_oneof![
+                proptest::collection::vec(inner.clone(), 0..4).prop_map(Value::Array),
+                proptest::collection::vec((key(), inner), 0..4)
+                    .prop_map(|m| Value::Object(m.into_iter().collect())),
+            ]
+        })
+    }
+}
