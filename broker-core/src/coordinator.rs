@@ -1523,7 +1523,7 @@ fn random_task_id() -> Result<String, CallError> {
     let mut raw = [0u8; 16];
     getrandom::fill(&mut raw)
         .map_err(|e| CallError::Internal(format!("random source failed: {e}")))?;
-    Ok(hex::encode(raw))
+    Ok(crate::session::lower_hex(&raw))
 }
 
 /// `<root>/<episode>`, when it is a directory that resolves to itself (no symlink escape).

@@ -135,7 +135,16 @@ pub fn validate_episode(episode: &str) -> Result<(), SessionError> {
 
 /// `hex(sha256(token text))`.
 pub fn credential_id(token: &str) -> String {
-    hex::encode(Sha256::digest(token.as_bytes()))
+    lower_hex(&Sha256::digest(token.as_bytes()))
+}
+
+/// `bytes` in lowercase hex, as `hex::encode` writes them, through its table into one buffer
+/// (`hex::encode` collects characters one at a time: every request's credential id is one).
+pub(crate) fn lower_hex(bytes: &[u8]) -> String {
+    let mut text = vec![0u8; bytes.len() * 2];
+    // The buffer is exactly twice the input's length, the one length the encoder accepts.
+    let _ = hex::encode_to_slice(bytes, &mut text);
+    String::from_utf8(text).unwrap_or_default()
 }
 
 /// Mint a session for `episode` valid for `ttl_secs` from `now`.
@@ -469,6 +478,18 @@ pub fn revoke_episode(store: &Store, episode: &str) -> Result<Vec<String>, Sessi
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn hex_is_written_as_the_hex_crate_writes_it() {
+        let bytes: Vec<u8> = (0..=255u8).collect();
+        assert_eq!(lower_hex(&bytes), hex::encode(&bytes));
+        assert_eq!(lower_hex(&[]), "");
+        let token = "ab".repeat(32);
+        assert_eq!(
+            credential_id(&token),
+            hex::encode(Sha256::digest(token.as_bytes()))
+        );
+    }
 
     fn store() -> (tempfile::TempDir, Store) {
         let dir = tempfile::tempdir().unwrap();
