@@ -7,6 +7,9 @@
 //! counts user space only (the kernel's side of a system call is not in it), and every thread
 //! of the daemon runs one at a time under Valgrind, so it says nothing about waiting.
 //!
+//! Each thread is counted apart (`--separate-threads`), so the store writer's share, which
+//! every call's commit waits for in turn, is reported beside the whole.
+//!
 //! SHA-256's block function is taken out of the count: Valgrind does not offer the
 //! processor's SHA instructions, so the `sha2` crate falls back to its portable code, many
 //! times the instructions the daemon runs natively, and half of a read's count. The block
@@ -39,10 +42,42 @@ const ROWS: [(&str, &str, Kind); 5] = [
 struct Counted {
     name: &'static str,
     calls: u64,
-    /// The daemon's instructions over the calls, [`LEFT_OUT`]'s taken out.
-    instructions: u64,
-    /// [`LEFT_OUT`]'s own instructions over the calls, as Valgrind ran them.
+    threads: Threads,
+}
+
+/// A row's instructions over its calls, [`LEFT_OUT`]'s taken out, and by thread.
+#[derive(Debug, Default, PartialEq)]
+struct Threads {
+    /// Every thread of the daemon.
+    total: u64,
+    /// The store writer's thread (its dump holds `Writer::run`), which every call's commit
+    /// waits for in turn.
+    writer: u64,
+    /// The thread that syncs the writer's commits (its dump holds `Durability::settle`).
+    syncing: u64,
+    /// [`LEFT_OUT`]'s own instructions, as Valgrind ran them.
     left_out: u64,
+}
+
+const WRITER_FN: &str = "broker_core::storage::writer::Writer::run";
+const SYNCING_FN: &str = "broker_core::storage::writer::Durability::settle";
+
+/// The instructions of one dump per thread ([`count`]), told apart by what each thread ran.
+fn tally(dumps: &[String]) -> Result<Threads, String> {
+    let mut t = Threads::default();
+    for dump in dumps {
+        let all = summary(dump).ok_or("a dump has no `summary:` line")?;
+        let left_out = own_cost(dump, LEFT_OUT);
+        let net = all.saturating_sub(left_out);
+        if ran(dump, WRITER_FN) {
+            t.writer += net;
+        } else if ran(dump, SYNCING_FN) {
+            t.syncing += net;
+        }
+        t.total += net;
+        t.left_out += left_out;
+    }
+    Ok(t)
 }
 
 /// Count `calls` calls of each row named in `rows` (health always) against `worldd`, each row
@@ -65,21 +100,18 @@ pub fn run(
             continue;
         }
         let dir = run_dir.join(format!("instructions-{row}"));
-        let dump = count(worldd, release, &dir, kind, calls)?;
-        let total =
-            summary(&dump).ok_or_else(|| format!("{row}: the dump has no `summary:` line"))?;
-        let left_out = own_cost(&dump, LEFT_OUT);
-        let instructions = total.saturating_sub(left_out);
+        let threads = tally(&count(worldd, release, &dir, kind, calls)?)
+            .map_err(|e| format!("{row}: {e}"))?;
         println!(
-            "  {name} … {} instructions per call ({} more in {LEFT_OUT})",
-            instructions / calls,
-            left_out / calls
+            "  {name} … {} instructions per call, {} of them the store writer's ({} more in {LEFT_OUT})",
+            threads.total / calls,
+            threads.writer / calls,
+            threads.left_out / calls
         );
         counted.push(Counted {
             name,
             calls,
-            instructions,
-            left_out,
+            threads,
         });
     }
     print!("{}", table(&counted));
@@ -89,9 +121,11 @@ pub fn run(
         "rows": counted.iter().map(|c| json!({
             "scenario": c.name,
             "calls": c.calls,
-            "instructions": c.instructions,
-            "instructions_per_call": c.instructions / c.calls,
-            "left_out_per_call": c.left_out / c.calls,
+            "instructions": c.threads.total,
+            "instructions_per_call": c.threads.total / c.calls,
+            "writer_per_call": c.threads.writer / c.calls,
+            "syncing_per_call": c.threads.syncing / c.calls,
+            "left_out_per_call": c.threads.left_out / c.calls,
         })).collect::<Vec<_>>(),
     });
     if let Some(parent) = out.parent() {
@@ -122,14 +156,14 @@ fn check_valgrind() -> Result<(), String> {
 }
 
 /// One row: a daemon under callgrind, [`WARMUP`] calls, the count zeroed, `calls` calls, a
-/// dump, the daemon stopped; the dump's text.
+/// dump, the daemon stopped; the dump's text, one per thread.
 fn count(
     worldd: &Path,
     release: &Path,
     dir: &Path,
     kind: Kind,
     calls: u64,
-) -> Result<String, String> {
+) -> Result<Vec<String>, String> {
     std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
     let dump: PathBuf = dir.join("callgrind.out");
     let wrapper = [
@@ -137,6 +171,7 @@ fn count(
         "--tool=callgrind".to_owned(),
         format!("--callgrind-out-file={}", dump.display()),
         "--dump-instr=no".to_owned(),
+        "--separate-threads=yes".to_owned(),
     ];
     let d = Daemon::start_under(
         &wrapper,
@@ -157,10 +192,30 @@ fn count(
     callgrind_control(d.pid(), "-d")?;
     let pid = d.pid();
     d.stop()?;
-    // callgrind numbers the dumps a client asks for after the file's name: the first is `.1`.
-    let dumped = dump.with_extension("out.1");
-    std::fs::read_to_string(&dumped)
-        .map_err(|e| format!("{} (daemon {pid}): {e}", dumped.display()))
+    // callgrind numbers the dumps a client asks for after the file's name, the first `.1`,
+    // and with threads apart, each thread's after that: `callgrind.out.1-01`, `-02`, …
+    let first = "callgrind.out.1-";
+    let mut dumps = Vec::new();
+    for entry in std::fs::read_dir(dir).map_err(|e| format!("{}: {e}", dir.display()))? {
+        let path = entry.map_err(|e| e.to_string())?.path();
+        if path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .is_some_and(|n| n.starts_with(first))
+        {
+            dumps.push(
+                std::fs::read_to_string(&path)
+                    .map_err(|e| format!("{} (daemon {pid}): {e}", path.display()))?,
+            );
+        }
+    }
+    if dumps.is_empty() {
+        return Err(format!(
+            "no {first}* dump in {} (daemon {pid})",
+            dir.display()
+        ));
+    }
+    Ok(dumps)
 }
 
 fn callgrind_control(pid: u32, action: &str) -> Result<(), String> {
@@ -222,6 +277,21 @@ fn own_cost(dump: &str, function: &str) -> u64 {
     total
 }
 
+/// Whether a dump has a block of `function`'s own (its name may be given first by a `cfn=`).
+fn ran(dump: &str, function: &str) -> bool {
+    let mut names = std::collections::HashMap::new();
+    dump.lines().any(|line| {
+        if let Some(spec) = line.strip_prefix("fn=") {
+            named(&mut names, spec) == Some(function)
+        } else {
+            if let Some(spec) = line.strip_prefix("cfn=") {
+                named(&mut names, spec);
+            }
+            false
+        }
+    })
+}
+
 /// The name a `fn=`/`cfn=` specification gives, `(id) name` or `(id)`, recording new ones.
 fn named<'a>(
     names: &mut std::collections::HashMap<&'a str, &'a str>,
@@ -241,28 +311,30 @@ fn named<'a>(
     }
 }
 
-/// The rows side by side, each against health's count.
+/// The rows side by side, each against health's count, with the store threads' shares.
 fn table(counted: &[Counted]) -> String {
     let health = counted
         .iter()
         .find(|c| c.name == "health")
-        .map(|c| c.instructions / c.calls);
+        .map(|c| c.threads.total / c.calls);
     let mut text = format!(
-        "{:<14}{:>7}{:>16}{:>12}\n",
-        "scenario", "calls", "instr/call", "x health"
+        "{:<14}{:>7}{:>14}{:>10}{:>12}{:>10}\n",
+        "scenario", "calls", "instr/call", "x health", "writer", "syncing"
     );
     for c in counted {
-        let per_call = c.instructions / c.calls;
+        let per_call = c.threads.total / c.calls;
         let ratio = match health {
             Some(h) if h > 0 => format!("{:.2}x", per_call as f64 / h as f64),
             _ => "-".to_owned(),
         };
         text.push_str(&format!(
-            "{:<14}{:>7}{:>16}{:>12}\n",
+            "{:<14}{:>7}{:>14}{:>10}{:>12}{:>10}\n",
             c.name,
             c.calls,
             thousands(per_call),
-            ratio
+            ratio,
+            thousands(c.threads.writer / c.calls),
+            thousands(c.threads.syncing / c.calls)
         ));
     }
     text
@@ -311,26 +383,61 @@ mod tests {
     }
 
     #[test]
+    fn each_thread_is_told_apart_by_what_it_ran_and_the_left_out_function_taken_out() {
+        // The writer's name comes first in a call to it, then its block by number.
+        let writer = format!(
+            "events: Ir\nsummary: 900\nfn=(3) start\ncfn=(1) {WRITER_FN}\ncalls=1 0\n0 0\n\
+             fn=(1)\n0 700\nfn=(2) {LEFT_OUT}\n0 200\n"
+        );
+        let syncing = format!("events: Ir\nsummary: 50\nfn=(1) {SYNCING_FN}\n0 50\n");
+        let worker = "events: Ir\nsummary: 1000\nfn=(7) hyper::parse\n0 1000\n\
+                      cfn=(8) broker_core::storage::writer::Writer::run_soon\ncalls=1 0\n0 0\n"
+            .to_owned();
+        let t = tally(&[writer, syncing, worker]).unwrap();
+        assert_eq!(
+            t,
+            Threads {
+                total: 1_750,
+                writer: 700,
+                syncing: 50,
+                left_out: 200,
+            }
+        );
+        assert!(tally(&["events: Ir\n".to_owned()]).is_err());
+    }
+
+    #[test]
     fn each_row_is_set_beside_healths_count() {
+        let threads = |total, writer| Threads {
+            total,
+            writer,
+            syncing: writer / 10,
+            left_out: 0,
+        };
         let rows = [
             Counted {
                 name: "health",
                 calls: 10,
-                instructions: 400_000,
-                left_out: 0,
+                threads: threads(400_000, 0),
             },
             Counted {
                 name: "ailang-read",
                 calls: 10,
-                instructions: 4_580_020,
-                left_out: 4_410_000,
+                threads: threads(4_580_020, 1_100_000),
             },
         ];
         let text = table(&rows);
         let lines: Vec<&str> = text.lines().collect();
         assert_eq!(lines.len(), 3);
-        assert!(lines[1].starts_with("health") && lines[1].ends_with("40,000       1.00x"));
-        assert!(lines[2].ends_with("458,002      11.45x"), "{text}");
+        assert!(lines[1].starts_with("health"), "{text}");
+        assert!(
+            lines[1].ends_with("40,000     1.00x           0         0"),
+            "{text}"
+        );
+        assert!(
+            lines[2].ends_with("458,002    11.45x     110,000    11,000"),
+            "{text}"
+        );
         assert_eq!(thousands(1_234_567), "1,234,567");
         assert_eq!(thousands(999), "999");
     }
