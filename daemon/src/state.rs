@@ -403,26 +403,37 @@ fn answer(result: CallResult) -> Result<CallOutput, InvokeFailure> {
     }
 }
 
+/// A state on a new store of its own, with no handlers (tests).
+#[cfg(test)]
+pub(crate) fn on_a_new_store() -> (tempfile::TempDir, Store, AppState) {
+    use broker_core::coordinator::{CoordinatorConfig, Handlers};
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::create(&dir.path().join("db")).unwrap();
+    let coordinator =
+        Coordinator::new(store.clone(), Handlers::new(), CoordinatorConfig::default());
+    let info = DaemonInfo {
+        db_path: "db".into(),
+        version: "test",
+        open_reads: false,
+    };
+    let state = AppState::new(store.clone(), Arc::new(coordinator), info);
+    (dir, store, state)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use broker_core::coordinator::{CoordinatorConfig, Handlers};
+
+    /// A session of episode `ep` minted now, by the state's clock.
+    fn minted(store: &Store, state: &AppState) -> session::Minted {
+        let grants = vec!["Workspace.Read=worktree:10".parse().unwrap()];
+        session::mint(store, "ep", grants, 3600, state.inner.coordinator.now()).unwrap()
+    }
 
     #[test]
     fn a_credential_is_known_to_the_accept_loop_while_its_session_lives() {
-        let dir = tempfile::tempdir().unwrap();
-        let store = Store::create(&dir.path().join("db")).unwrap();
-        let coordinator =
-            Coordinator::new(store.clone(), Handlers::new(), CoordinatorConfig::default());
-        let now = coordinator.now();
-        let info = DaemonInfo {
-            db_path: "db".into(),
-            version: "test",
-            open_reads: false,
-        };
-        let state = AppState::new(store.clone(), Arc::new(coordinator), info);
-        let grants = vec!["Workspace.Read=worktree:10".parse().unwrap()];
-        let minted = session::mint(&store, "ep", grants, 3600, now).unwrap();
+        let (_dir, store, state) = on_a_new_store();
+        let minted = minted(&store, &state);
         let credential = format!("Bearer {}", minted.token);
         assert_eq!(
             state.live_credential_id(&credential),
@@ -442,19 +453,8 @@ mod tests {
 
     #[tokio::test]
     async fn a_request_whose_session_was_found_before_routing_is_not_looked_up_again() {
-        let dir = tempfile::tempdir().unwrap();
-        let store = Store::create(&dir.path().join("db")).unwrap();
-        let coordinator =
-            Coordinator::new(store.clone(), Handlers::new(), CoordinatorConfig::default());
-        let now = coordinator.now();
-        let info = DaemonInfo {
-            db_path: "db".into(),
-            version: "test",
-            open_reads: false,
-        };
-        let state = AppState::new(store.clone(), Arc::new(coordinator), info);
-        let grants = vec!["Workspace.Read=worktree:10".parse().unwrap()];
-        let minted = session::mint(&store, "ep", grants, 3600, now).unwrap();
+        let (_dir, store, state) = on_a_new_store();
+        let minted = minted(&store, &state);
         let credential = format!("Bearer {}", minted.token);
         let mut headers = HeaderMap::new();
         headers.insert(

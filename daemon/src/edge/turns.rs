@@ -180,23 +180,13 @@ mod tests {
         assert_eq!(t.clients(), 0);
     }
 
-    #[tokio::test]
+    // Paused time: the spawned read is surely waiting for its turn when the held one ends.
+    #[tokio::test(start_paused = true)]
     async fn a_read_that_waited_for_its_turn_looks_its_credential_up_afresh() {
         use crate::edge::credential::{self, session_of, Resolved};
-        use crate::state::{AppState, DaemonInfo};
-        use broker_core::coordinator::{Coordinator, CoordinatorConfig, Handlers};
         use tower::ServiceExt;
 
-        let dir = tempfile::tempdir().unwrap();
-        let store = broker_core::store::Store::create(&dir.path().join("db")).unwrap();
-        let coordinator =
-            Coordinator::new(store.clone(), Handlers::new(), CoordinatorConfig::default());
-        let info = DaemonInfo {
-            db_path: "db".into(),
-            version: "test",
-            open_reads: false,
-        };
-        let state = AppState::new(store, Arc::new(coordinator), info);
+        let (_dir, _store, state) = crate::state::on_a_new_store();
         let credential = format!("Bearer {}", "a".repeat(64));
         // The route says whether the session found before routing reached it.
         let app = axum::Router::new()
