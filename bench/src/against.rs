@@ -15,14 +15,15 @@ use crate::stats::Row;
 use crate::{request_daemon, request_rows, row_at, Args, RowCtx, Stop};
 
 /// One build: what it is called in the report, its binary and its plugin directory.
-struct Build {
-    name: &'static str,
-    worldd: PathBuf,
-    plugins: PathBuf,
+pub(crate) struct Build {
+    pub(crate) name: &'static str,
+    pub(crate) worldd: PathBuf,
+    /// The directory the daemon loads its plugins from: the binary's own.
+    pub(crate) plugins: PathBuf,
 }
 
 impl Build {
-    fn new(name: &'static str, worldd: &Path) -> Result<Build, String> {
+    pub(crate) fn new(name: &'static str, worldd: &Path) -> Result<Build, String> {
         let plugins = worldd
             .parent()
             .ok_or_else(|| format!("{}: no directory", worldd.display()))?

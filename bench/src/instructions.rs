@@ -20,6 +20,7 @@ use std::process::Command;
 
 use serde_json::json;
 
+use crate::against::Build;
 use crate::daemon::Daemon;
 use crate::load::{self, Kind};
 
@@ -80,11 +81,12 @@ fn tally(dumps: &[String]) -> Result<Threads, String> {
     Ok(t)
 }
 
-/// Count `calls` calls of each row named in `rows` (health always) against `worldd`, each row
-/// on a fresh daemon and store under `run_dir`, print the table and write it to `out`.
+/// Count `calls` calls of each row named in `rows` (health always) on each build, each row on
+/// a fresh daemon and store under `run_dir`; print each build's table, and with two builds
+/// (`--against`: the other build first) the change from the first to the second; write them
+/// to `out`.
 pub fn run(
-    worldd: &Path,
-    release: &Path,
+    builds: &[Build],
     run_dir: &Path,
     rows: &[String],
     calls: u64,
@@ -94,14 +96,58 @@ pub fn run(
     println!(
         "worldd-bench: instructions per call under callgrind ({calls} calls per row after {WARMUP}, one client in sequence; user space only, {LEFT_OUT} left out)"
     );
+    let mut results = Vec::new();
+    let mut tables = Vec::new();
+    for build in builds {
+        println!("{}: {}", build.name, build.worldd.display());
+        let counted = count_rows(build, run_dir, rows, calls)?;
+        print!("{}", table(&counted));
+        results.push(json!({
+            "build": build.name,
+            "worldd": build.worldd.display().to_string(),
+            "rows": counted.iter().map(|c| json!({
+                "scenario": c.name,
+                "calls": c.calls,
+                "instructions": c.threads.total,
+                "instructions_per_call": c.threads.total / c.calls,
+                "writer_per_call": c.threads.writer / c.calls,
+                "syncing_per_call": c.threads.syncing / c.calls,
+                "left_out_per_call": c.threads.left_out / c.calls,
+            })).collect::<Vec<_>>(),
+        }));
+        tables.push(counted);
+    }
+    if let [before, after] = &tables[..] {
+        print!("{}", change(&builds[0], before, &builds[1], after));
+    }
+    let results = json!({"left_out": LEFT_OUT, "warmup_calls": WARMUP, "builds": results});
+    if let Some(parent) = out.parent() {
+        std::fs::create_dir_all(parent).map_err(|e| format!("{}: {e}", parent.display()))?;
+    }
+    std::fs::write(
+        out,
+        serde_json::to_string_pretty(&results).unwrap_or_default(),
+    )
+    .map_err(|e| format!("{}: {e}", out.display()))?;
+    println!("results: {}", out.display());
+    Ok(())
+}
+
+/// Every row of one build.
+fn count_rows(
+    build: &Build,
+    run_dir: &Path,
+    rows: &[String],
+    calls: u64,
+) -> Result<Vec<Counted>, String> {
     let mut counted = Vec::new();
     for (row, name, kind) in ROWS {
         if kind != Kind::Health && !rows.iter().any(|r| r == row) {
             continue;
         }
-        let dir = run_dir.join(format!("instructions-{row}"));
-        let threads = tally(&count(worldd, release, &dir, kind, calls)?)
-            .map_err(|e| format!("{row}: {e}"))?;
+        let dir = run_dir.join(format!("instructions-{}-{row}", build.name));
+        let threads = tally(&count(&build.worldd, &build.plugins, &dir, kind, calls)?)
+            .map_err(|e| format!("{}, {row}: {e}", build.name))?;
         println!(
             "  {name} … {} instructions per call, {} of them the store writer's ({} more in {LEFT_OUT})",
             threads.total / calls,
@@ -114,30 +160,48 @@ pub fn run(
             threads,
         });
     }
-    print!("{}", table(&counted));
-    let results = json!({
-        "left_out": LEFT_OUT,
-        "warmup_calls": WARMUP,
-        "rows": counted.iter().map(|c| json!({
-            "scenario": c.name,
-            "calls": c.calls,
-            "instructions": c.threads.total,
-            "instructions_per_call": c.threads.total / c.calls,
-            "writer_per_call": c.threads.writer / c.calls,
-            "syncing_per_call": c.threads.syncing / c.calls,
-            "left_out_per_call": c.threads.left_out / c.calls,
-        })).collect::<Vec<_>>(),
-    });
-    if let Some(parent) = out.parent() {
-        std::fs::create_dir_all(parent).map_err(|e| format!("{}: {e}", parent.display()))?;
+    Ok(counted)
+}
+
+/// Each row's count per call on two builds, and the change from the first to the second.
+fn change(first: &Build, before: &[Counted], second: &Build, after: &[Counted]) -> String {
+    let pct = |b: u64, a: u64| {
+        if b == 0 {
+            "-".to_owned()
+        } else {
+            format!("{:+.1} %", (a as f64 - b as f64) * 100.0 / b as f64)
+        }
+    };
+    let mut text = format!(
+        "{} -> {}\n{:<14}{:>14}{:>14}{:>10}{:>12}{:>12}{:>10}\n",
+        first.name,
+        second.name,
+        "scenario",
+        "instr/call",
+        "instr/call",
+        "change",
+        "writer",
+        "writer",
+        "change"
+    );
+    for b in before {
+        let Some(a) = after.iter().find(|a| a.name == b.name) else {
+            continue;
+        };
+        let (tb, ta) = (b.threads.total / b.calls, a.threads.total / a.calls);
+        let (wb, wa) = (b.threads.writer / b.calls, a.threads.writer / a.calls);
+        text.push_str(&format!(
+            "{:<14}{:>14}{:>14}{:>10}{:>12}{:>12}{:>10}\n",
+            b.name,
+            thousands(tb),
+            thousands(ta),
+            pct(tb, ta),
+            thousands(wb),
+            thousands(wa),
+            pct(wb, wa)
+        ));
     }
-    std::fs::write(
-        out,
-        serde_json::to_string_pretty(&results).unwrap_or_default(),
-    )
-    .map_err(|e| format!("{}: {e}", out.display()))?;
-    println!("results: {}", out.display());
-    Ok(())
+    text
 }
 
 fn check_valgrind() -> Result<(), String> {
@@ -404,6 +468,44 @@ mod tests {
             }
         );
         assert!(tally(&["events: Ir\n".to_owned()]).is_err());
+    }
+
+    #[test]
+    fn two_builds_are_set_side_by_side_with_the_change() {
+        let build = |name| Build {
+            name,
+            worldd: PathBuf::from(format!("/{name}/worldd")),
+            plugins: PathBuf::from(format!("/{name}")),
+        };
+        let row = |name, total, writer| Counted {
+            name,
+            calls: 100,
+            threads: Threads {
+                total,
+                writer,
+                syncing: 0,
+                left_out: 0,
+            },
+        };
+        let before = [
+            row("health", 4_400_000, 0),
+            row("ailang-read", 45_843_000, 11_120_700),
+        ];
+        let after = [
+            row("health", 4_400_000, 0),
+            row("ailang-read", 44_204_400, 11_120_700),
+        ];
+        let text = change(&build("baseline"), &before, &build("this"), &after);
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines[0], "baseline -> this");
+        assert!(
+            lines[2].ends_with("44,000        44,000    +0.0 %           0           0         -"),
+            "{text}"
+        );
+        assert!(
+            lines[3].ends_with("458,430       442,044    -3.6 %     111,207     111,207    +0.0 %"),
+            "{text}"
+        );
     }
 
     #[test]

@@ -110,8 +110,9 @@ struct Args {
     /// Count the daemon's instructions per call instead, under Valgrind's callgrind: health
     /// and each of `--rows`, CALLS calls from one client in sequence, each row on a fresh
     /// daemon. Run-to-run noise is a fraction of a per cent, so it shows CPU changes too small
-    /// for the rates to tell (user space only; SHA-256's block function left out).
-    #[arg(long, value_name = "CALLS", conflicts_with_all = ["attacks", "against"])]
+    /// for the rates to tell (user space only; SHA-256's block function left out). With
+    /// `--against`, the other build is counted first and the change is printed.
+    #[arg(long, value_name = "CALLS", conflicts_with = "attacks")]
     instructions: Option<u64>,
 }
 
@@ -153,14 +154,12 @@ fn run(args: Args) -> Result<(), String> {
             .out
             .clone()
             .unwrap_or_else(|| dirs.target.join("bench").join("instructions.json"));
-        return instructions::run(
-            &worldd,
-            &dirs.release,
-            &run_dir.path,
-            &args.rows,
-            calls.max(1),
-            &out,
-        );
+        let mut builds = Vec::new();
+        if let Some(other) = &args.against {
+            builds.push(against::Build::new("baseline", other)?);
+        }
+        builds.push(against::Build::new("this", &worldd)?);
+        return instructions::run(&builds, &run_dir.path, &args.rows, calls.max(1), &out);
     }
     if let Some(baseline) = &args.against {
         let out = args
