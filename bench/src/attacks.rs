@@ -147,6 +147,7 @@ pub fn run_all(
         };
         extra.extend_from_slice(serve_args);
         let d = Daemon::start_with(
+            &[],
             worldd,
             &run,
             plugin_dir,

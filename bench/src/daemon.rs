@@ -64,26 +64,22 @@ impl Daemon {
         plugin_dir: &Path,
         log_filter: Option<&str>,
     ) -> Result<Daemon, String> {
-        Daemon::start_with(worldd, dir, plugin_dir, log_filter, &["workspace"], &[])
+        Daemon::start_with(
+            &[],
+            worldd,
+            dir,
+            plugin_dir,
+            log_filter,
+            &["workspace"],
+            &[],
+        )
     }
 
-    /// The same with these plugins enabled and extra `serve` flags.
+    /// The same with these plugins enabled and extra `serve` flags, the daemon run by
+    /// `wrapper` when it names one (a program and its arguments, the daemon's command line
+    /// appended; e.g. Valgrind). The wrapper must run the daemon in its own process, as
+    /// Valgrind does, for [`Daemon::pid`] to be the daemon's.
     pub fn start_with(
-        worldd: &Path,
-        dir: &Path,
-        plugin_dir: &Path,
-        log_filter: Option<&str>,
-        handlers: &[&str],
-        extra: &[String],
-    ) -> Result<Daemon, String> {
-        let under: &[String] = &[];
-        Daemon::start_under(under, worldd, dir, plugin_dir, log_filter, handlers, extra)
-    }
-
-    /// [`Daemon::start_with`], the daemon run by `wrapper` (a program and its arguments, the
-    /// daemon's command line appended), e.g. Valgrind. The wrapper must run the daemon in its
-    /// own process, as Valgrind does, for [`Daemon::pid`] to be the daemon's.
-    pub fn start_under(
         wrapper: &[String],
         worldd: &Path,
         dir: &Path,

@@ -237,7 +237,7 @@ fn count(
         "--dump-instr=no".to_owned(),
         "--separate-threads=yes".to_owned(),
     ];
-    let d = Daemon::start_under(
+    let d = Daemon::start_with(
         &wrapper,
         worldd,
         dir,
@@ -496,16 +496,23 @@ mod tests {
             row("ailang-read", 44_204_400, 11_120_700),
         ];
         let text = change(&build("baseline"), &before, &build("this"), &after);
-        let lines: Vec<&str> = text.lines().collect();
-        assert_eq!(lines[0], "baseline -> this");
-        assert!(
-            lines[2].ends_with("44,000        44,000    +0.0 %           0           0         -"),
-            "{text}"
+        assert_eq!(text.lines().next(), Some("baseline -> this"));
+        line_ends(
+            &text,
+            2,
+            "44,000        44,000    +0.0 %           0           0         -",
         );
-        assert!(
-            lines[3].ends_with("458,430       442,044    -3.6 %     111,207     111,207    +0.0 %"),
-            "{text}"
+        line_ends(
+            &text,
+            3,
+            "458,430       442,044    -3.6 %     111,207     111,207    +0.0 %",
         );
+    }
+
+    /// Line `n` of a printed table ends with `tail`.
+    fn line_ends(text: &str, n: usize, tail: &str) {
+        let line = text.lines().nth(n).unwrap_or_default();
+        assert!(line.ends_with(tail), "line {n} of:\n{text}");
     }
 
     #[test]
@@ -529,17 +536,10 @@ mod tests {
             },
         ];
         let text = table(&rows);
-        let lines: Vec<&str> = text.lines().collect();
-        assert_eq!(lines.len(), 3);
-        assert!(lines[1].starts_with("health"), "{text}");
-        assert!(
-            lines[1].ends_with("40,000     1.00x           0         0"),
-            "{text}"
-        );
-        assert!(
-            lines[2].ends_with("458,002    11.45x     110,000    11,000"),
-            "{text}"
-        );
+        assert_eq!(text.lines().count(), 3);
+        assert!(text.lines().nth(1).is_some_and(|l| l.starts_with("health")));
+        line_ends(&text, 1, "40,000     1.00x           0         0");
+        line_ends(&text, 2, "458,002    11.45x     110,000    11,000");
         assert_eq!(thousands(1_234_567), "1,234,567");
         assert_eq!(thousands(999), "999");
     }

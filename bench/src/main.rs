@@ -906,6 +906,7 @@ fn request_daemon(
         .max()
         .unwrap_or(1);
     let d = Daemon::start_with(
+        &[],
         worldd,
         dir,
         plugins,
