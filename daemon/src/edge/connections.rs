@@ -266,22 +266,34 @@ impl Conn {
     /// Change this connection's state, and its place among the idle ones with it. The
     /// registry's lock is taken first, as where a connection is chosen to close.
     fn update(&self, change: impl FnOnce(&mut State)) {
-        let Ok(mut registry) = self.registry.lock() else {
-            return;
-        };
+        if let Ok(mut registry) = self.registry.lock() {
+            self.update_in(&mut registry, change);
+        }
+    }
+
+    /// [`Conn::update`] with the registry's lock already held.
+    fn update_in(&self, registry: &mut Registry, change: impl FnOnce(&mut State)) {
         let Ok(mut s) = self.state.lock() else {
             return;
         };
         let before = s.eviction_order();
         change(&mut s);
-        let after = s.eviction_order();
-        if before != after {
-            if let Some(order) = before {
-                registry.idle.remove(&(order, self.id));
-            }
-            if let Some(order) = after {
-                registry.idle.insert((order, self.id));
-            }
+        registry.reorder(self.id, before, s.eviction_order());
+    }
+}
+
+impl Registry {
+    /// Move connection `id` in the order of closing from `before` to `after` (`None`: not
+    /// among the idle ones).
+    fn reorder(&mut self, id: u64, before: Option<Order>, after: Option<Order>) {
+        if before == after {
+            return;
+        }
+        if let Some(order) = before {
+            self.idle.remove(&(order, id));
+        }
+        if let Some(order) = after {
+            self.idle.insert((order, id));
         }
     }
 }
@@ -373,13 +385,10 @@ impl Drop for Registered {
             registry.open.remove(&conn.id);
             // Out of the order of closing too; a request still held (its answer's body) finds
             // it gone and puts it back nowhere.
-            if let Ok(mut s) = conn.state.lock() {
-                if let Some(order) = s.eviction_order() {
-                    registry.idle.remove(&(order, conn.id));
-                }
+            conn.update_in(&mut registry, |s| {
                 s.gone = true;
                 heir = s.heir.take();
-            }
+            });
         }
         // Closed to make room: the slot goes to the connection it was closed for. Had that one
         // given up waiting, the slot comes back here and is dropped into the pool.
@@ -546,11 +555,8 @@ impl Connections {
         });
         if let Ok(mut registry) = self.registry.lock() {
             registry.open.insert(id, conn.clone());
-            if let Ok(s) = conn.state.lock() {
-                if let Some(order) = s.eviction_order() {
-                    registry.idle.insert((order, id));
-                }
-            }
+            let order = conn.state.lock().ok().and_then(|s| s.eviction_order());
+            registry.reorder(id, None, order);
         }
         Registered {
             conn,
