@@ -289,6 +289,10 @@ impl AppState {
     /// [`AppState::live_credential_id`]'s session: what the accept loop's service finds for a
     /// request before it is routed, which [`AppState::authenticate`] then takes as found.
     pub fn live_session(&self, credential: &str) -> Option<Arc<Session>> {
+        // Looked up already for this request, before it was routed.
+        if let Some(found) = credential::looked_up_before_routing(credential) {
+            return found;
+        }
         // `authenticate` reads the field's shape first: a malformed one costs no lookup.
         let session = self.inner.sessions.authenticate(
             &self.inner.store,
@@ -465,7 +469,7 @@ mod tests {
         // Revoked between the accept loop's lookup and the route's: the request in flight
         // keeps the session it was found with, and the store is not asked again.
         assert!(session::revoke(&store, &found.credential_id).unwrap());
-        let resolved = credential::Resolved::new(&credential, found.clone());
+        let resolved = credential::Resolved::new(&credential, Some(found.clone()));
         credential::routed_with(Some(resolved), async {
             let session = state.authenticate(&headers).await.expect("found before");
             assert!(Arc::ptr_eq(&session, &found));
@@ -474,7 +478,7 @@ mod tests {
         // The next request, and one routed without a lookup, ask the store: revoked.
         for resolved in [
             None,
-            Some(credential::Resolved::new(&credential, found.clone())),
+            Some(credential::Resolved::new(&credential, Some(found.clone()))),
         ] {
             let another_credential = resolved.is_some();
             let other_request = async {

@@ -7,11 +7,12 @@
 //! let a request be accounted and authorised as one session and checked as another.
 //!
 //! The accept loop's service looks the credential up before routing a request, to count the
-//! request as its session's ([`super::reply::Client`]). The routes authenticate the request
-//! again; [`found_before_routing`] hands them that first lookup's session, so that a request
-//! costs one lookup of its credential, not two. Only a live session is handed on: a credential
-//! that was absent, malformed, unknown or expired is looked up again by the route, which
-//! refuses it and counts the refusal.
+//! request as its session's ([`super::reply::Client`]), and runs the routing with what it
+//! found ([`routed_with`]): the read turns name their client from it ([`looked_up_before_routing`])
+//! and the routes that authenticate the request take its session ([`found_before_routing`]),
+//! so that a request costs one lookup of its credential, not two or three. Only a live session
+//! is taken as authenticated: a credential that was absent, malformed, unknown or expired is
+//! looked up again by the route, which refuses it and counts the refusal.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -21,26 +22,26 @@ use axum::http::HeaderMap;
 use broker_core::session::{AuthError, Session};
 
 tokio::task_local! {
-    /// The live session found for the request's credential before it was routed.
+    /// What was found for the request's credential before it was routed.
     static FOUND: Option<Resolved>;
 }
 
-/// A live session, and the `Authorization` value it was found for.
+/// An `Authorization` value, and the live session it names, if any.
 pub struct Resolved {
     credential: Box<str>,
-    session: Arc<Session>,
+    session: Option<Arc<Session>>,
 }
 
 impl Resolved {
-    pub fn new(credential: &str, session: Arc<Session>) -> Resolved {
+    pub fn new(credential: &str, session: Option<Arc<Session>>) -> Resolved {
         Resolved {
             credential: credential.into(),
             session,
         }
     }
 
-    pub fn session(&self) -> &Arc<Session> {
-        &self.session
+    pub fn session(&self) -> Option<&Session> {
+        self.session.as_deref()
     }
 }
 
@@ -50,10 +51,11 @@ pub async fn routed_with<F: Future>(found: Option<Resolved>, request: F) -> F::O
     FOUND.scope(found, request).await
 }
 
-/// The session found live for `credential` before the running request was routed, when it
-/// is that request's credential. `None` outside a request's routing (a streamed body, a
-/// spawned task, the router served on its own) or for another credential.
-pub fn found_before_routing(credential: &str) -> Option<Arc<Session>> {
+/// What the lookup before the running request was routed found for `credential`, when it is
+/// that request's credential: `Some(None)` when it names no live session. `None` when no such
+/// lookup was made: outside a request's routing (a streamed body, a spawned task, the router
+/// served on its own), or for another credential.
+pub fn looked_up_before_routing(credential: &str) -> Option<Option<Arc<Session>>> {
     FOUND
         .try_with(|found| {
             found
@@ -63,6 +65,11 @@ pub fn found_before_routing(credential: &str) -> Option<Arc<Session>> {
         })
         .ok()
         .flatten()
+}
+
+/// The live session [`looked_up_before_routing`] found for `credential`, if any.
+pub fn found_before_routing(credential: &str) -> Option<Arc<Session>> {
+    looked_up_before_routing(credential).flatten()
 }
 
 /// The request's `Authorization` field: `Ok(None)` without one; malformed when it appears more
@@ -101,7 +108,7 @@ mod tests {
             found_before_routing(&credential).is_none(),
             "outside a request"
         );
-        let found = Some(Resolved::new(&credential, session.clone()));
+        let found = Some(Resolved::new(&credential, Some(session.clone())));
         routed_with(found, async {
             let handed = found_before_routing(&credential).expect("its own credential");
             assert!(Arc::ptr_eq(&handed, &session));
@@ -117,6 +124,15 @@ mod tests {
         .await;
         routed_with(None, async {
             assert!(found_before_routing(&credential).is_none(), "nothing found");
+        })
+        .await;
+        // Looked up and not live: known as such, so not looked up again, and not handed on.
+        routed_with(Some(Resolved::new(&credential, None)), async {
+            assert_eq!(
+                looked_up_before_routing(&credential).map(|s| s.is_none()),
+                Some(true)
+            );
+            assert!(found_before_routing(&credential).is_none());
         })
         .await;
     }

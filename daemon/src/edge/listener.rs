@@ -357,16 +357,15 @@ fn service(
 > + Clone {
     hyper::service::service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
         let (app, replies, in_request) = (app.clone(), replies.clone(), conn.request());
-        // Looked up once: the read turns go by the same client ([`super::turns`]), and the
-        // routes take the session found instead of looking the credential up again.
+        // Looked up once: the read turns and the routes take what was found here
+        // ([`credential::routed_with`]) instead of looking the credential up again.
         let found = credential::authorization(req.headers())
             .ok()
             .flatten()
-            .and_then(|c| known(c).map(|session| Resolved::new(c, session)));
-        let client = Client::of_session(found.as_ref().map(|f| &**f.session()));
+            .map(|c| Resolved::new(c, known(c)));
+        let client = Client::of_session(found.as_ref().and_then(Resolved::session));
         async move {
-            let (mut req, remainder) = linger::track(req);
-            req.extensions_mut().insert(client.clone());
+            let (req, remainder) = linger::track(req);
             let answer = match replies.refuse_early(&client) {
                 Some(refused) => refused,
                 None => match credential::routed_with(found, app.oneshot(req)).await {

@@ -101,13 +101,9 @@ impl Drop for Turn {
 
 /// The middleware: run the request in its client's turn.
 pub async fn take_turn(State(state): State<AppState>, request: Request, next: Next) -> Response {
-    // The accept loop's service named the client already; the router served on its own
-    // (its tests) names it here.
-    let client = request
-        .extensions()
-        .get::<Client>()
-        .cloned()
-        .unwrap_or_else(|| Client::named(request.headers(), |h| state.live_credential_id(h)));
+    // What the accept loop's service found for the credential is taken, not looked up again
+    // ([`AppState::live_session`]).
+    let client = Client::named(request.headers(), |h| state.live_credential_id(h));
     let deadline = Instant::now() + state.server().read_wait;
     let mut take = std::pin::pin!(state.turns().take(client, deadline));
     let first = std::future::poll_fn(|cx| std::task::Poll::Ready(take.as_mut().poll(cx)));
@@ -209,8 +205,9 @@ mod tests {
             let credential = credential.clone();
             async move {
                 let mut request = Request::new(axum::body::Body::empty());
-                request.extensions_mut().insert(client("a"));
-                let found = Resolved::new(&credential, session_of("a"));
+                let field = credential.parse().unwrap();
+                request.headers_mut().insert("authorization", field);
+                let found = Resolved::new(&credential, Some(session_of("a")));
                 let answer = credential::routed_with(Some(found), app.oneshot(request)).await;
                 let body = axum::body::to_bytes(answer.unwrap().into_body(), 64).await;
                 String::from_utf8(body.unwrap().to_vec()).unwrap()
@@ -218,7 +215,8 @@ mod tests {
         };
         assert_eq!(read(app.clone()).await, "found", "its turn came at once");
         let soon = Instant::now() + Duration::from_secs(10);
-        let held = state.turns().take(client("a"), soon).await.unwrap();
+        let its_client = Client::of_session(Some(&session_of("a")));
+        let held = state.turns().take(its_client, soon).await.unwrap();
         let waiting = tokio::spawn(read(app.clone()));
         tokio::time::sleep(Duration::from_millis(50)).await;
         drop(held);
