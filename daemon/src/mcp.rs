@@ -147,7 +147,7 @@ async fn serve_post(state: AppState, headers: HeaderMap, body: Body) -> Response
         if version != BATCH_VERSION {
             return transport::batch_refused(version);
         }
-        if let jsonrpc::BatchLen::MoreThan(limit) = items {
+        if items == jsonrpc::BatchLen::MoreThan {
             state.metrics().limit_tripped("batch_items");
             let why = format!(
                 "a batch of more than {limit} messages ([limits] batch_items); nothing was run"

@@ -212,8 +212,8 @@ impl Reply {
 pub(super) enum BatchLen {
     /// This many.
     Exactly(usize),
-    /// More than this many: counting stopped there.
-    MoreThan(usize),
+    /// More than the limit: counting stopped one past it.
+    MoreThan,
 }
 
 /// The number of messages in a body that is one JSON array, counted without building them
@@ -256,7 +256,7 @@ pub(super) fn batch_len(bytes: &[u8], limit: usize) -> Option<BatchLen> {
         stopped: &stopped,
     }) {
         Ok(n) => de.end().ok().map(|()| BatchLen::Exactly(n)),
-        Err(_) if stopped.get() => Some(BatchLen::MoreThan(limit)),
+        Err(_) if stopped.get() => Some(BatchLen::MoreThan),
         Err(_) => None,
     }
 }
@@ -368,12 +368,9 @@ mod tests {
             batch_len(b" [1, {\"a\": [2]}, \"x\"] ", 3),
             Some(Exactly(3))
         );
-        assert_eq!(
-            batch_len(b" [1, {\"a\": [2]}, \"x\"] ", 2),
-            Some(MoreThan(2))
-        );
+        assert_eq!(batch_len(b" [1, {\"a\": [2]}, \"x\"] ", 2), Some(MoreThan));
         assert_eq!(batch_len(b"[]", 0), Some(Exactly(0)));
-        assert_eq!(batch_len(b"[{}]", 0), Some(MoreThan(0)));
+        assert_eq!(batch_len(b"[{}]", 0), Some(MoreThan));
         assert_eq!(batch_len(b"{\"a\":1}", 64), None);
         assert_eq!(batch_len(b"[1,", 64), None);
         assert_eq!(batch_len(b"[1] x", 64), None);
@@ -392,7 +389,7 @@ mod tests {
             ));
         }
         body.push_str("not json");
-        assert_eq!(batch_len(body.as_bytes(), 64), Some(BatchLen::MoreThan(64)));
+        assert_eq!(batch_len(body.as_bytes(), 64), Some(BatchLen::MoreThan));
         assert_eq!(
             batch_len(body.as_bytes(), 80_000),
             None,
