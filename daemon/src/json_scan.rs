@@ -17,12 +17,27 @@
 /// name, or when the walk finds it malformed. The name is compared as written: a serializer
 /// escapes nothing a member name needs to match (`"ok"`).
 pub fn top_level_member<'a>(json: &'a [u8], name: &[u8]) -> Option<&'a [u8]> {
+    walk(json, name).flatten()
+}
+
+/// Whether `json` is one object whose shape the walk finds well formed (see the module's
+/// note on what it checks): bytes that can stand as a JSON value inside an answer written
+/// around them without unbalancing it.
+pub fn is_one_object(json: &[u8]) -> bool {
+    walk(json, b"").is_some()
+}
+
+/// Walk the object's top level: `None` when the shape is malformed or `json` is not one
+/// object; otherwise the value of the one member named `name`, or `Some(None)` when no member
+/// or more than one has that name.
+fn walk<'a>(json: &'a [u8], name: &[u8]) -> Option<Option<&'a [u8]>> {
     let mut at = skip_ws(json, 0);
     if json.get(at) != Some(&b'{') {
         return None;
     }
     at = skip_ws(json, at + 1);
     let mut found = None;
+    let mut named_twice = false;
     if json.get(at) == Some(&b'}') {
         return finished(json, at + 1, found);
     }
@@ -39,23 +54,21 @@ pub fn top_level_member<'a>(json: &'a [u8], name: &[u8]) -> Option<&'a [u8]> {
         let start = skip_ws(json, at + 1);
         let end = value_end(json, start)?;
         if key == name {
-            if found.is_some() {
-                return None;
-            }
+            named_twice |= found.is_some();
             found = Some(&json[start..end]);
         }
         at = skip_ws(json, end);
         match json.get(at) {
             Some(b',') => at = skip_ws(json, at + 1),
-            Some(b'}') => return finished(json, at + 1, found),
+            Some(b'}') => return finished(json, at + 1, found.filter(|_| !named_twice)),
             _ => return None,
         }
     }
 }
 
-/// `found`, if nothing but whitespace follows the object.
-fn finished<'a>(json: &[u8], at: usize, found: Option<&'a [u8]>) -> Option<&'a [u8]> {
-    (skip_ws(json, at) == json.len()).then_some(found).flatten()
+/// `Some(found)`, if nothing but whitespace follows the object.
+fn finished<'a>(json: &[u8], at: usize, found: Option<&'a [u8]>) -> Option<Option<&'a [u8]>> {
+    (skip_ws(json, at) == json.len()).then_some(found)
 }
 
 fn skip_ws(json: &[u8], mut at: usize) -> usize {
@@ -80,18 +93,35 @@ fn string_end(json: &[u8], mut at: usize) -> Option<usize> {
     }
 }
 
+/// The deepest nesting of a member's value the walk follows: serde_json's own limit, so no
+/// JSON it parsed is refused.
+const MAX_DEPTH: u32 = u128::BITS;
+
 /// Where the value starting at `at` ends (one past its last byte).
 fn value_end(json: &[u8], at: usize) -> Option<usize> {
     match json.get(at)? {
         b'"' => Some(string_end(json, at + 1)? + 1),
         b'{' | b'[' => {
-            let mut depth = 0usize;
+            // Which brackets are open, one bit each (set for a brace), so that a bracket
+            // closed by the other kind is malformed. Deeper than `MAX_DEPTH` is refused, as
+            // serde_json refuses it.
+            let (mut open, mut depth) = (0u128, 0u32);
             let mut i = at;
             loop {
-                match json.get(i)? {
+                match *json.get(i)? {
                     b'"' => i = string_end(json, i + 1)?,
-                    b'{' | b'[' => depth += 1,
-                    b'}' | b']' => {
+                    b @ (b'{' | b'[') => {
+                        if depth == MAX_DEPTH {
+                            return None;
+                        }
+                        open = open << 1 | u128::from(b == b'{');
+                        depth += 1;
+                    }
+                    b @ (b'}' | b']') => {
+                        if (open & 1 == 1) != (b == b'}') {
+                            return None;
+                        }
+                        open >>= 1;
                         depth -= 1;
                         if depth == 0 {
                             return Some(i + 1);
@@ -162,6 +192,39 @@ mod tests {
         }
     }
 
+    #[test]
+    fn one_object_is_told_from_bytes_that_would_unbalance_an_answer_around_them() {
+        for json in [
+            r#"{}"#,
+            r#"{"a":{"b":["}",1]},"c":"\\\""}"#,
+            " {\"ok\":true}\n",
+        ] {
+            assert!(is_one_object(json.as_bytes()), "{json}");
+        }
+        for json in [
+            "",
+            "[]",
+            r#""a""#,
+            r#"{"a":"x}"#,
+            r#"{"a":1}}"#,
+            r#"{"a":1},{"b":2}"#,
+            r#"{"a":[1}"#,
+            r#"{"a":[1}}"#,
+            r#"{"a":{"b":1]}"#,
+            r#"{"a"}"#,
+            r#"{"a":1,}"#,
+        ] {
+            assert!(!is_one_object(json.as_bytes()), "{json}");
+        }
+        // The deepest value serde_json parses is followed; one past the walk's limit is not.
+        let nested = |depth: usize| format!("{{\"a\":{}{}}}", "[".repeat(depth), "]".repeat(depth));
+        let deepest = nested(126);
+        assert!(serde_json::from_str::<Value>(&deepest).is_ok());
+        assert!(is_one_object(deepest.as_bytes()));
+        assert!(serde_json::from_str::<Value>(&nested(127)).is_err());
+        assert!(!is_one_object(nested(129).as_bytes()));
+    }
+
     proptest::proptest! {
         /// Any JSON object a serializer writes, compact or pretty, answers as the parser does.
         #[test]
@@ -176,6 +239,7 @@ mod tests {
                 serde_json::to_vec(&object).unwrap()
             };
             proptest::prop_assert_eq!(scanned_ok(&json), parsed_ok(&json));
+            proptest::prop_assert!(is_one_object(&json));
         }
 
         /// Bytes of any kind are answered without a panic.

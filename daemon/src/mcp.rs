@@ -152,12 +152,12 @@ async fn serve_post(state: AppState, headers: HeaderMap, body: Body) -> Response
             let why = format!(
                 "a batch of more than {limit} messages ([limits] batch_items); nothing was run"
             );
-            return transport::sse(&Reply::invalid_request(Value::Null, &why));
+            return transport::sse_reply(&Reply::invalid_request(Value::Null, &why));
         }
     }
     let message = match jsonrpc::parse(bytes) {
         Ok(v) => v,
-        Err(why) => return transport::sse(&Reply::parse_error(&why)),
+        Err(why) => return transport::sse_reply(&Reply::parse_error(&why)),
     };
     match message {
         Value::Array(items) => serve_batch(&ctx, version, items).await,
@@ -169,9 +169,9 @@ async fn serve_post(state: AppState, headers: HeaderMap, body: Body) -> Response
 async fn serve_single(ctx: &Ctx<'_>, message: Value) -> Response {
     match jsonrpc::classify(message) {
         Message::Ignored => transport::accepted(),
-        Message::Invalid { id, why } => transport::sse(&Reply::invalid_request(id, why)),
+        Message::Invalid { id, why } => transport::sse_reply(&Reply::invalid_request(id, why)),
         Message::Request { id, method, params } => match run(ctx, &id, &method, params).await {
-            Ok(reply) => transport::sse(&reply),
+            Ok(reply) => transport::sse_reply(&reply),
             Err(failure) => transport::host_failure(&id, failure),
         },
     }
@@ -184,17 +184,16 @@ async fn serve_batch(ctx: &Ctx<'_>, version: &'static str, items: Vec<Value>) ->
     }
     if items.is_empty() {
         // JSON-RPC 2.0: an empty array is answered with one error, not an array.
-        return transport::sse(&Reply::invalid_request(Value::Null, "empty batch"));
+        return transport::sse_reply(&Reply::invalid_request(Value::Null, "empty batch"));
     }
     // The item count was checked before the batch was built (`serve_post`).
     let limits = ctx.state.limits();
-    let mut replies = Vec::with_capacity(items.len());
-    let mut reply_bytes = 0usize;
+    let mut replies = BatchReplies::default();
     for item in items {
-        if reply_bytes >= limits.reply_bytes {
+        if replies.bytes >= limits.reply_bytes {
             // Nothing runs past the limit; each request left is told so by its id.
             if let Message::Request { id, .. } = jsonrpc::classify(item) {
-                replies.push(Reply::not_run(id, limits.reply_bytes));
+                replies.push_uncounted(&Reply::not_run(id, limits.reply_bytes));
             }
             continue;
         }
@@ -207,16 +206,56 @@ async fn serve_batch(ctx: &Ctx<'_>, version: &'static str, items: Vec<Value>) ->
                 Err(failure) => return transport::host_failure(&Value::Null, failure),
             },
         };
-        reply_bytes += reply.encoded_len();
-        if reply_bytes >= limits.reply_bytes {
+        replies.push(&reply);
+        if replies.bytes >= limits.reply_bytes {
             ctx.state.metrics().limit_tripped("reply_bytes");
         }
-        replies.push(reply);
     }
-    if replies.is_empty() {
-        transport::accepted()
-    } else {
-        transport::sse(&replies)
+    match replies.finish() {
+        None => transport::accepted(),
+        Some(Ok(json)) => transport::sse(|out| {
+            out.extend_from_slice(&json);
+            Ok(())
+        }),
+        Some(Err(e)) => transport::sse(|_| Err(e)),
+    }
+}
+
+/// The replies to a batch, written into one JSON array as they come, with the bytes of those
+/// that count toward `[limits] reply_bytes`.
+#[derive(Default)]
+struct BatchReplies {
+    json: Vec<u8>,
+    bytes: usize,
+    error: Option<serde_json::Error>,
+}
+
+impl BatchReplies {
+    fn push(&mut self, reply: &Reply) {
+        self.bytes += self.push_uncounted(reply);
+    }
+
+    /// Append `reply`; its length.
+    fn push_uncounted(&mut self, reply: &Reply) -> usize {
+        self.json
+            .push(if self.json.is_empty() { b'[' } else { b',' });
+        let before = self.json.len();
+        if let Err(e) = reply.write_json(&mut self.json) {
+            self.error.get_or_insert(e);
+        }
+        self.json.len() - before
+    }
+
+    /// The array, or `None` when there is no reply.
+    fn finish(mut self) -> Option<serde_json::Result<Vec<u8>>> {
+        if self.json.is_empty() {
+            return None;
+        }
+        if let Some(e) = self.error {
+            return Some(Err(e));
+        }
+        self.json.push(b']');
+        Some(Ok(self.json))
     }
 }
 

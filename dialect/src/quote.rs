@@ -13,6 +13,7 @@
 //! | [`escape`] | the inside of [`quote`], without the quotes | refusal templates that write the quotes themselves (`path "{value}" refused`) |
 //! | [`json_string_len`] | the bytes [`json_string`] would produce, without building it | sizing a result before it exists |
 //! | [`push_json_string`], [`push_escaped`] | the same, appended to a buffer | canonical JSON (broker-core's `canon`) |
+//! | [`push_escaped_bytes`] | [`push_escaped`] appended to bytes | an answer written around JSON already in bytes (the MCP reply's text) |
 
 /// Longest part of a value (in bytes of the value, before escaping) that [`quote`] and
 /// [`escape`] write; a longer value is cut at the last character boundary at or below it.
@@ -25,6 +26,35 @@ pub const MAX_QUOTED_BYTES: usize = 256;
 /// are tested at once where none of them needs an escape, which is nearly all of a call's
 /// text (file contents, refs).
 pub fn push_escaped(out: &mut String, s: &str) {
+    escape_into(out, s);
+}
+
+/// [`push_escaped`] into bytes: for an answer written around JSON that is already bytes (the
+/// MCP reply that carries a committed output as text).
+pub fn push_escaped_bytes(out: &mut Vec<u8>, s: &str) {
+    out.reserve(s.len());
+    escape_into(out, s);
+}
+
+/// Where escaped text goes: a `String`, or bytes that stay UTF-8 because only whole `str`s
+/// are appended.
+trait Sink {
+    fn push_str(&mut self, s: &str);
+}
+
+impl Sink for String {
+    fn push_str(&mut self, s: &str) {
+        String::push_str(self, s);
+    }
+}
+
+impl Sink for Vec<u8> {
+    fn push_str(&mut self, s: &str) {
+        self.extend_from_slice(s.as_bytes());
+    }
+}
+
+fn escape_into(out: &mut impl Sink, s: &str) {
     const HEX: &[u8; 16] = b"0123456789abcdef";
     let mut run_start = 0;
     for (i, b) in Escapes::new(s) {
@@ -40,9 +70,16 @@ pub fn push_escaped(out: &mut String, s: &str) {
             b'\r' => out.push_str("\\r"),
             // Remaining control characters: \u00xx with lowercase hex.
             _ => {
-                out.push_str("\\u00");
-                out.push(char::from(HEX[usize::from(b >> 4)]));
-                out.push(char::from(HEX[usize::from(b & 0xf)]));
+                let hex = [
+                    b'\\',
+                    b'u',
+                    b'0',
+                    b'0',
+                    HEX[usize::from(b >> 4)],
+                    HEX[usize::from(b & 0xf)],
+                ];
+                // Six ASCII bytes.
+                out.push_str(std::str::from_utf8(&hex).unwrap_or_default());
             }
         }
     }
@@ -185,6 +222,13 @@ mod tests {
             let expected = serde_json::to_string(&s).unwrap_or_default();
             assert_eq!(json_string(&s), expected, "U+{n:04X}");
             assert_eq!(json_string_len(&s), expected.len() as u64, "U+{n:04X}");
+            let mut bytes = Vec::new();
+            push_escaped_bytes(&mut bytes, &s);
+            assert_eq!(
+                bytes,
+                expected.as_bytes()[1..expected.len() - 1],
+                "U+{n:04X}"
+            );
         }
         let s = "é\u{7f}\u{2028}😀";
         assert_eq!(json_string(s), serde_json::to_string(s).unwrap_or_default());
@@ -197,6 +241,9 @@ mod tests {
             let expected = serde_json::to_string(&s).unwrap_or_default();
             proptest::prop_assert_eq!(json_string(&s), expected.clone());
             proptest::prop_assert_eq!(json_string_len(&s), expected.len() as u64);
+            let mut bytes = b"x".to_vec();
+            push_escaped_bytes(&mut bytes, &s);
+            proptest::prop_assert_eq!(&bytes[1..], &expected.as_bytes()[1..expected.len() - 1]);
         }
 
         /// Long runs that need no escape, broken anywhere by one that does: the eight-byte
@@ -209,6 +256,9 @@ mod tests {
             let expected = serde_json::to_string(&s).unwrap_or_default();
             proptest::prop_assert_eq!(json_string(&s), expected.clone());
             proptest::prop_assert_eq!(json_string_len(&s), expected.len() as u64);
+            let mut bytes = b"x".to_vec();
+            push_escaped_bytes(&mut bytes, &s);
+            proptest::prop_assert_eq!(&bytes[1..], &expected.as_bytes()[1..expected.len() - 1]);
         }
     }
 

@@ -92,19 +92,13 @@ fn valid_id(id: &Value) -> bool {
 }
 
 /// One outgoing reply.
-#[derive(Debug, Serialize)]
-#[serde(untagged)]
+///
+/// Written by [`Reply::write_json`], not by serde: a committed call's result is written by
+/// hand around the committed output (see [`MethodResult::write_json`]).
+#[derive(Debug)]
 pub(super) enum Reply {
-    Result {
-        jsonrpc: &'static str,
-        id: Value,
-        result: MethodResult,
-    },
-    Error {
-        jsonrpc: &'static str,
-        id: Value,
-        error: ErrorObject,
-    },
+    Result { id: Value, result: MethodResult },
+    Error { id: Value, error: ErrorObject },
 }
 
 #[derive(Debug, Serialize)]
@@ -119,7 +113,6 @@ pub(super) struct ErrorObject {
 impl Reply {
     pub(super) fn result(id: &Value, result: MethodResult) -> Reply {
         Reply::Result {
-            jsonrpc: "2.0",
             id: id.clone(),
             result,
         }
@@ -127,7 +120,6 @@ impl Reply {
 
     pub(super) fn error(id: &Value, code: i64, message: impl Into<String>) -> Reply {
         Reply::Error {
-            jsonrpc: "2.0",
             id: id.clone(),
             error: ErrorObject {
                 code,
@@ -188,21 +180,41 @@ impl Reply {
         )
     }
 
-    /// The length of this reply as compact JSON.
-    pub(super) fn encoded_len(&self) -> usize {
-        struct Count(usize);
-        impl std::io::Write for Count {
-            fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
-                self.0 += b.len();
-                Ok(b.len())
+    /// Append this reply to `out` as compact JSON: `jsonrpc`, `id`, then `result` or
+    /// `error`. An error leaves `out` as it was.
+    pub(super) fn write_json(&self, out: &mut Vec<u8>) -> serde_json::Result<()> {
+        let start = out.len();
+        let written = self.write_members(out);
+        if written.is_err() {
+            out.truncate(start);
+        }
+        written
+    }
+
+    fn write_members(&self, out: &mut Vec<u8>) -> serde_json::Result<()> {
+        out.extend_from_slice(br#"{"jsonrpc":"2.0","id":"#);
+        match self {
+            Reply::Result { id, result } => {
+                serde_json::to_writer(&mut *out, id)?;
+                out.extend_from_slice(br#","result":"#);
+                result.write_json(out)?;
             }
-            fn flush(&mut self) -> std::io::Result<()> {
-                Ok(())
+            Reply::Error { id, error } => {
+                serde_json::to_writer(&mut *out, id)?;
+                out.extend_from_slice(br#","error":"#);
+                serde_json::to_writer(&mut *out, error)?;
             }
         }
-        let mut n = Count(0);
-        let _ = serde_json::to_writer(&mut n, self);
-        n.0
+        out.push(b'}');
+        Ok(())
+    }
+
+    /// This reply as compact JSON text.
+    pub(super) fn to_json(&self) -> serde_json::Result<String> {
+        let mut out = Vec::with_capacity(256);
+        self.write_json(&mut out)?;
+        // Only JSON, which is UTF-8, was written.
+        String::from_utf8(out).map_err(serde::ser::Error::custom)
     }
 }
 
@@ -290,7 +302,7 @@ mod tests {
     fn a_member_named_twice_is_a_parse_error_that_names_it_and_is_bounded() {
         let reply = |text: &str| {
             let why = parse(text.as_bytes()).unwrap_err();
-            serde_json::to_string(&Reply::parse_error(&why)).unwrap()
+            Reply::parse_error(&why).to_json().unwrap()
         };
         assert_eq!(
             reply(r#"{"id":1,"id":2}"#),
@@ -401,7 +413,7 @@ mod tests {
     fn replies_keep_member_order() {
         let r = Reply::error(&json!(2), INTERNAL_ERROR, "host callback failed");
         assert_eq!(
-            serde_json::to_string(&r).unwrap(),
+            r.to_json().unwrap(),
             r#"{"jsonrpc":"2.0","id":2,"error":{"code":-32603,"message":"host callback failed"}}"#
         );
         assert_eq!(quote("a\"b\n"), r#""a\"b\n""#);

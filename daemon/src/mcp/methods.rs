@@ -16,7 +16,6 @@ use broker_core::registry::RegistryEntry;
 use broker_core::session::Session;
 use broker_core::task;
 use serde::Serialize;
-use serde_json::value::RawValue;
 use serde_json::{json, Map, Value};
 use tokio::time::Instant;
 
@@ -109,14 +108,26 @@ pub(super) async fn dispatch(
 }
 
 /// The `result` member of a successful reply.
-#[derive(Debug, Serialize)]
-#[serde(untagged)]
+#[derive(Debug)]
 pub(super) enum MethodResult {
     Initialize(InitializeResult),
     Discover(DiscoverResult),
     Empty(Empty),
     Tools(ToolsList),
     Call(CallToolResult),
+}
+
+impl MethodResult {
+    /// Append this result to `out` as compact JSON.
+    pub(super) fn write_json(&self, out: &mut Vec<u8>) -> serde_json::Result<()> {
+        match self {
+            MethodResult::Initialize(r) => serde_json::to_writer(out, r),
+            MethodResult::Discover(r) => serde_json::to_writer(out, r),
+            MethodResult::Empty(r) => serde_json::to_writer(out, r),
+            MethodResult::Tools(r) => serde_json::to_writer(out, r),
+            MethodResult::Call(r) => r.write_json(out),
+        }
+    }
 }
 
 /// `{}` (a braced struct without fields serializes as an empty object, not `null`).
@@ -344,18 +355,52 @@ async fn surface(ctx: &Ctx<'_>) -> Result<Result<Vec<RegistryEntry>, String>, Ho
 // -- tools/call ---------------------------------------------------------------------------
 
 /// The result of a committed call: the committed output twice, then `_meta`.
-#[derive(Debug, Serialize)]
-#[serde(rename_all = "camelCase")]
+#[derive(Debug)]
 pub(super) struct CallToolResult {
-    content: Vec<TextContent>,
-    /// The committed output as stored: canonical JSON, sent without being built again.
-    structured_content: Box<RawValue>,
+    /// The committed output as stored: canonical JSON, one object
+    /// ([`crate::json_scan::is_one_object`]).
+    output: String,
     is_error: bool,
-    #[serde(flatten, skip_serializing_if = "Option::is_none")]
     modern: Option<ModernFields>,
     /// Boxed: the other results are small, and a reply is moved a few times.
-    #[serde(rename = "_meta")]
     meta: Box<CallMeta>,
+}
+
+impl CallToolResult {
+    /// `{"content":[{"type":"text","text":…}],"structuredContent":…,"isError":…,` the
+    /// revision's fields, `"_meta":…}`. Written by hand around the output, which may hold a
+    /// whole file: its text is escaped eight bytes at a time
+    /// ([`dialect::quote::push_escaped_bytes`]), where serde_json escapes a byte at a time,
+    /// and it is copied as stored for `structuredContent`, where serde_json would parse it
+    /// again to check it.
+    fn write_json(&self, out: &mut Vec<u8>) -> serde_json::Result<()> {
+        out.reserve(2 * self.output.len() + 1024);
+        out.extend_from_slice(br#"{"content":[{"type":"text","text":""#);
+        dialect::quote::push_escaped_bytes(out, &self.output);
+        out.extend_from_slice(br#""}],"structuredContent":"#);
+        out.extend_from_slice(self.output.as_bytes());
+        out.extend_from_slice(if self.is_error {
+            br#","isError":true"#
+        } else {
+            br#","isError":false"#
+        });
+        if let Some(modern) = &self.modern {
+            // The revision's members, as if flattened into this object.
+            let members = serde_json::to_vec(modern)?;
+            if let Some(inner) = members
+                .strip_prefix(b"{")
+                .and_then(|m| m.strip_suffix(b"}"))
+                .filter(|m| !m.is_empty())
+            {
+                out.push(b',');
+                out.extend_from_slice(inner);
+            }
+        }
+        out.extend_from_slice(br#","_meta":"#);
+        serde_json::to_writer(&mut *out, &self.meta)?;
+        out.push(b'}');
+        Ok(())
+    }
 }
 
 /// The `_meta` of a committed call: `world/invocationId`, `world/entryIndex`,
@@ -404,13 +449,6 @@ impl ServerInfo {
             version: env!("CARGO_PKG_VERSION"),
         }
     }
-}
-
-#[derive(Debug, Serialize)]
-struct TextContent {
-    #[serde(rename = "type")]
-    kind: &'static str,
-    text: String,
 }
 
 /// The parsed params of a `tools/call`.
@@ -678,17 +716,16 @@ fn call_result(
         replayed,
         effects,
     } = out;
-    let text = String::from_utf8(output).map_err(|_| {
+    let output = String::from_utf8(output).map_err(|_| {
         tracing::error!(%episode, %tool, %invocation, output = %output_ref, "mcp: committed output is not UTF-8");
         HostFailure::Failed
     })?;
-    let structured = match RawValue::from_string(text.clone()) {
-        Ok(raw) if raw.get().starts_with('{') => raw,
-        _ => {
-            tracing::error!(%episode, %tool, %invocation, output = %output_ref, "mcp: committed output is not a JSON object");
-            return Err(HostFailure::Failed);
-        }
-    };
+    // The store's canonical JSON, written by this daemon; a walk of its shape (not a parse)
+    // keeps bytes that would unbalance the answer around them out of it.
+    if !crate::json_scan::is_one_object(output.as_bytes()) {
+        tracing::error!(%episode, %tool, %invocation, output = %output_ref, "mcp: committed output is not a JSON object");
+        return Err(HostFailure::Failed);
+    }
     tracing::debug!(%episode, %tool, %invocation, entry = entry_index, replayed, "mcp tools/call committed");
     let modern = ctx.modern();
     // The handshake revisions keep the contract (a committed result is never an error);
@@ -709,8 +746,7 @@ fn call_result(
     Ok(Reply::result(
         id,
         MethodResult::Call(CallToolResult {
-            content: vec![TextContent { kind: "text", text }],
-            structured_content: structured,
+            output,
             is_error,
             modern: modern.then(ModernFields::complete),
             meta,
@@ -813,6 +849,119 @@ mod tests {
                 serde_json::to_string(&meta).unwrap(),
                 serde_json::to_string(&meta_as_map(&meta)).unwrap(),
             );
+        }
+    }
+
+    /// A call's reply as serde_json wrote it before it was written by hand: the oracle.
+    #[derive(Serialize)]
+    struct SerdeReply<'a> {
+        jsonrpc: &'static str,
+        id: &'a Value,
+        result: SerdeCallResult<'a>,
+    }
+
+    #[derive(Serialize)]
+    #[serde(rename_all = "camelCase")]
+    struct SerdeCallResult<'a> {
+        content: [SerdeText<'a>; 1],
+        structured_content: Box<serde_json::value::RawValue>,
+        is_error: bool,
+        #[serde(flatten, skip_serializing_if = "Option::is_none")]
+        modern: Option<ModernFields>,
+        #[serde(rename = "_meta")]
+        meta: &'a CallMeta,
+    }
+
+    #[derive(Serialize)]
+    struct SerdeText<'a> {
+        #[serde(rename = "type")]
+        kind: &'static str,
+        text: &'a str,
+    }
+
+    fn a_meta() -> CallMeta {
+        CallMeta {
+            invocation_id: "mcp:ep:0f".into(),
+            entry_index: 7,
+            world_ref: Ref::of(b"w"),
+            output_ref: Ref::of(b"o"),
+            replayed: false,
+            effects: Vec::new(),
+            outcome: Outcome {
+                kind: outcome::Kind::Ok,
+                reason: None,
+                retryable: true,
+                remaining: None,
+            },
+            key: None,
+            server_info: false,
+        }
+    }
+
+    /// The reply written by hand, and as serde_json wrote it.
+    fn both_ways(output: &str, is_error: bool, modern: bool) -> (String, String) {
+        let id = json!("r-1");
+        let by_hand = Reply::result(
+            &id,
+            MethodResult::Call(CallToolResult {
+                output: output.to_owned(),
+                is_error,
+                modern: modern.then(ModernFields::complete),
+                meta: Box::new(a_meta()),
+            }),
+        )
+        .to_json()
+        .unwrap();
+        let meta = a_meta();
+        let oracle = SerdeReply {
+            jsonrpc: "2.0",
+            id: &id,
+            result: SerdeCallResult {
+                content: [SerdeText {
+                    kind: "text",
+                    text: output,
+                }],
+                structured_content: serde_json::value::RawValue::from_string(output.to_owned())
+                    .unwrap(),
+                is_error,
+                modern: modern.then(ModernFields::complete),
+                meta: &meta,
+            },
+        };
+        (by_hand, serde_json::to_string(&oracle).unwrap())
+    }
+
+    #[test]
+    fn a_calls_result_written_by_hand_is_what_serde_json_wrote() {
+        let file = "line \"one\"\n\tback\\slash \u{1} \u{7f} é \u{2028} 😀";
+        let output =
+            serde_json::to_string(&json!({"content": file, "ok": true, "path": "f.txt"})).unwrap();
+        for (is_error, modern) in [(false, false), (true, false), (false, true), (true, true)] {
+            let (by_hand, oracle) = both_ways(&output, is_error, modern);
+            assert_eq!(by_hand, oracle);
+        }
+        let (by_hand, _) = both_ways(r#"{"ok":true}"#, false, true);
+        assert_eq!(
+            by_hand,
+            format!(
+                r#"{{"jsonrpc":"2.0","id":"r-1","result":{{"content":[{{"type":"text","text":"{{\"ok\":true}}"}}],"structuredContent":{{"ok":true}},"isError":false,"resultType":"complete","_meta":{}}}}}"#,
+                serde_json::to_string(&a_meta()).unwrap()
+            )
+        );
+    }
+
+    proptest::proptest! {
+        /// Any committed output, whatever its strings hold, is written as serde_json wrote it.
+        #[test]
+        fn any_committed_output_is_written_as_serde_json_wrote_it(
+            members in proptest::collection::btree_map(
+                "(\\PC|[\\x00-\\x1f\"\\\\])", "(\\PC|[\\x00-\\x1f\"\\\\]|é|😀){0,60}", 0..5),
+            is_error in proptest::bool::ANY,
+            modern in proptest::bool::ANY,
+        ) {
+            let output = serde_json::to_string(&members).unwrap();
+            let (by_hand, oracle) = both_ways(&output, is_error, modern);
+            proptest::prop_assert_eq!(by_hand, oracle);
         }
     }
 

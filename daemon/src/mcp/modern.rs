@@ -222,7 +222,7 @@ fn status_of(code: i64) -> StatusCode {
 /// A reply as plain JSON with the status of its error code (200 for results).
 fn json_reply(reply: &Reply) -> Response {
     let status = reply.error_code().map(status_of).unwrap_or(StatusCode::OK);
-    match serde_json::to_string(reply) {
+    match reply.to_json() {
         Ok(body) => (
             status,
             [(CONTENT_TYPE, HeaderValue::from_static("application/json"))],
@@ -245,7 +245,7 @@ fn host_failure(id: &Value, failure: HostFailure) -> Response {
         failure.message(),
         failure.outcome().to_json(),
     );
-    let body = serde_json::to_string(&reply).unwrap_or_else(|_| {
+    let body = reply.to_json().unwrap_or_else(|_| {
         format!(
             r#"{{"jsonrpc":"2.0","id":null,"error":{{"code":-32603,"message":"{}"}}}}"#,
             failure.message()

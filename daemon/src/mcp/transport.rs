@@ -17,7 +17,6 @@ use axum::http::header::{ACCEPT, CONTENT_TYPE, WWW_AUTHENTICATE};
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use broker_core::session::AuthError;
-use serde::Serialize;
 use serde_json::Value;
 
 use super::jsonrpc::{Reply, INTERNAL_ERROR};
@@ -191,14 +190,14 @@ pub(super) fn batch_refused(version: &str) -> Response {
     ))
 }
 
-/// One Server-Sent Event carrying `payload` as compact JSON. Compact JSON escapes every
-/// control character inside strings, so the data never spans more than one line.
-pub(super) fn sse<T: Serialize>(payload: &T) -> Response {
+/// One Server-Sent Event carrying the compact JSON that `write` appends. Compact JSON escapes
+/// every control character inside strings, so the data never spans more than one line.
+pub(super) fn sse(write: impl FnOnce(&mut Vec<u8>) -> serde_json::Result<()>) -> Response {
     // The event is written in place around the JSON: no second copy of a reply that may carry
     // a whole file twice.
     let mut event = Vec::with_capacity(1024);
     event.extend_from_slice(b"event: message\ndata: ");
-    match serde_json::to_writer(&mut event, payload) {
+    match write(&mut event) {
         Ok(()) => {
             event.extend_from_slice(b"\n\n");
             (
@@ -219,10 +218,15 @@ pub(super) fn sse<T: Serialize>(payload: &T) -> Response {
     }
 }
 
+/// [`sse`] for one reply.
+pub(super) fn sse_reply(reply: &Reply) -> Response {
+    sse(|out| reply.write_json(out))
+}
+
 /// The fixed plain-JSON envelope that answers a whole POST when the host fails.
 pub(super) fn host_failure(id: &Value, failure: HostFailure) -> Response {
     let reply = Reply::error(id, INTERNAL_ERROR, failure.message());
-    let body = serde_json::to_string(&reply).unwrap_or_else(|_| {
+    let body = reply.to_json().unwrap_or_else(|_| {
         format!(
             r#"{{"jsonrpc":"2.0","id":null,"error":{{"code":-32603,"message":"{}"}}}}"#,
             failure.message()
