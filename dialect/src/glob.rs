@@ -154,11 +154,17 @@ fn run(toks: &[Tok], text: &str) -> bool {
         return true;
     }
     let n = text.len();
-    // cur[i]: the tokens so far match text[..i].
+    // cur[i]: the tokens so far match text[..i]. Two rows, reused token after token: a deny
+    // list is matched against every path a write names.
     let mut cur = vec![false; n + 1];
+    let mut next = vec![false; n + 1];
     cur[0] = true;
     for tok in toks {
-        let mut next = vec![false; n + 1];
+        // No prefix of the text matches the tokens so far: nothing after can match either.
+        if !cur.contains(&true) {
+            return false;
+        }
+        next.fill(false);
         match *tok {
             Tok::Lit(c) => {
                 for i in 0..n {
@@ -215,7 +221,7 @@ fn run(toks: &[Tok], text: &str) -> bool {
                 }
             }
         }
-        cur = next;
+        std::mem::swap(&mut cur, &mut next);
     }
     cur[n]
 }
