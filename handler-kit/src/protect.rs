@@ -24,6 +24,16 @@ use unicode_normalization::UnicodeNormalization;
 
 /// The folded form of one name (see the module docs).
 pub fn fold(name: &str) -> String {
+    // ASCII is its own NFKC form, folds to its lowercase and holds no default-ignorable code
+    // point: the names of nearly every path, without the three passes.
+    if name.is_ascii() {
+        return name.to_ascii_lowercase();
+    }
+    unicode_fold(name)
+}
+
+/// [`fold`] by the Unicode passes themselves, whatever the name.
+fn unicode_fold(name: &str) -> String {
     name.nfkc()
         .default_case_fold()
         .nfkc()
@@ -120,6 +130,15 @@ mod tests {
             "..",
         ] {
             assert!(!is_git_name(name), "{name:?}");
+        }
+    }
+
+    #[test]
+    fn an_ascii_name_folds_as_the_unicode_passes_fold_it() {
+        let every: String = (0u8..0x80).map(char::from).collect();
+        assert_eq!(fold(&every), unicode_fold(&every));
+        for name in [".GIT", "Makefile", "a b.TXT", "GIT~1", "\u{7f}x"] {
+            assert_eq!(fold(name), unicode_fold(name), "{name:?}");
         }
     }
 
