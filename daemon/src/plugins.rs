@@ -23,7 +23,7 @@ use broker_core::object::Ref;
 use broker_core::transition::Transition;
 use handler_api::{
     EffectClass, FinishInput, HostServices, LoadedHandler, LoadedPlugin, LogLevel, Manifest,
-    Outcome, Preflight, RequestRef,
+    Outcome, Preflight,
 };
 use serde_json::{Map, Value};
 
@@ -655,7 +655,10 @@ impl EffectHandler for PluginHandler {
         if self.refuse_op(req.effect, req.payload).is_some() {
             return None;
         }
-        match with_plugin_request(req, |r| self.handler.preflight_ref(r)) {
+        match self
+            .handler
+            .preflight_request_json(&crate::plugin_request::write(req))
+        {
             Preflight::Decline(output) => Some(output),
             Preflight::Proceed => None,
         }
@@ -665,7 +668,10 @@ impl EffectHandler for PluginHandler {
         if let Some(message) = self.refuse_op(req.effect, req.payload) {
             return HandlerOutcome::Failed(message);
         }
-        match with_plugin_request(req, |r| self.handler.execute_ref(r)) {
+        match self
+            .handler
+            .execute_request_json(&crate::plugin_request::write(req))
+        {
             Outcome::Ok { output } => HandlerOutcome::Ok(output),
             Outcome::Failed { message } => HandlerOutcome::Failed(message),
             Outcome::Indeterminate { message } => HandlerOutcome::Indeterminate(message),
@@ -683,22 +689,6 @@ impl EffectHandler for PluginHandler {
         };
         self.handler.finish(name, &input)
     }
-}
-
-/// The ABI's request document for one effect, borrowed from it (a worktree path that is not
-/// UTF-8 is sent with its invalid bytes replaced, as it is displayed).
-fn with_plugin_request<T>(req: &EffectRequest<'_>, f: impl FnOnce(&RequestRef<'_>) -> T) -> T {
-    let worktree = req.worktree.map(|p| p.to_string_lossy());
-    f(&RequestRef {
-        invocation_id: req.invocation_id,
-        episode: req.episode,
-        worktree: worktree.as_deref(),
-        effect: req.effect,
-        scope: req.scope,
-        cost: req.cost,
-        payload: req.payload,
-        deadline_ms: req.deadline.as_millis() as u64,
-    })
 }
 
 /// The text of `worldd handlers`: every library, its effects and tools, or why it would not

@@ -15,9 +15,7 @@ use serde_json::Value;
 
 use crate::abi::{HandlerBox, HostCallbacks, HostCallbacksRef, PluginModRef, ABI_VERSION};
 use crate::plugin::{panic_text, NO_PUBLISH};
-use crate::types::{
-    FinishInput, JsonObject, LogLevel, Manifest, Outcome, Preflight, Request, RequestRef,
-};
+use crate::types::{FinishInput, JsonObject, LogLevel, Manifest, Outcome, Preflight, Request};
 
 /// Longest summary a [`LoadError`] puts on its one line.
 const SUMMARY_LIMIT: usize = 240;
@@ -364,20 +362,16 @@ impl LoadedHandler {
     /// longer than [`MAX_ANSWER_BYTES`], is reported as `indeterminate`: the
     /// handler ran, and nobody can tell what it did.
     pub fn execute(&self, request: &Request) -> Outcome {
-        self.execute_serialized(serde_json::to_string(request))
+        match serde_json::to_string(request) {
+            Ok(json) => self.execute_request_json(&json),
+            Err(e) => Outcome::failed(format!("request could not be serialised: {e}")),
+        }
     }
 
-    /// [`LoadedHandler::execute`] for a request borrowed from the host's own data.
-    pub fn execute_ref(&self, request: &RequestRef<'_>) -> Outcome {
-        self.execute_serialized(serde_json::to_string(request))
-    }
-
-    fn execute_serialized(&self, json: serde_json::Result<String>) -> Outcome {
-        let json = match json {
-            Ok(json) => json,
-            Err(e) => return Outcome::failed(format!("request could not be serialised: {e}")),
-        };
-        let answer = self.inner.execute(RStr::from_str(&json));
+    /// [`LoadedHandler::execute`] for a host that writes the [`Request`] document itself
+    /// (`request_json` must be one).
+    pub fn execute_request_json(&self, request_json: &str) -> Outcome {
+        let answer = self.inner.execute(RStr::from_str(request_json));
         if answer.len() > MAX_ANSWER_BYTES {
             return Outcome::indeterminate(too_long(answer.len()));
         }
@@ -398,19 +392,20 @@ impl LoadedHandler {
     /// (or one longer than [`MAX_ANSWER_BYTES`]) proceeds (see [`crate::Preflight`]):
     /// `execute` checks everything again.
     pub fn preflight(&self, request: &Request) -> Preflight {
-        self.preflight_serialized(serde_json::to_string(request))
+        match serde_json::to_string(request) {
+            Ok(json) => self.preflight_request_json(&json),
+            Err(_) => Preflight::Proceed,
+        }
     }
 
-    /// [`LoadedHandler::preflight`] for a request borrowed from the host's own data.
-    pub fn preflight_ref(&self, request: &RequestRef<'_>) -> Preflight {
-        self.preflight_serialized(serde_json::to_string(request))
-    }
-
-    fn preflight_serialized(&self, json: serde_json::Result<String>) -> Preflight {
-        let Ok(json) = json else {
-            return Preflight::Proceed;
-        };
-        match self.inner.preflight(RStr::from_str(&json)).into_option() {
+    /// [`LoadedHandler::preflight`] for a host that writes the [`Request`] document itself
+    /// (`request_json` must be one).
+    pub fn preflight_request_json(&self, request_json: &str) -> Preflight {
+        match self
+            .inner
+            .preflight(RStr::from_str(request_json))
+            .into_option()
+        {
             Some(answer) if answer.len() > MAX_ANSWER_BYTES => Preflight::Proceed,
             Some(answer) => match serde_json::from_str(answer.as_str()) {
                 Ok(output) => Preflight::Decline(output),

@@ -205,7 +205,7 @@ pub use plugin::{
 };
 pub use types::{
     EffectClass, EffectDecl, FinishInput, JsonObject, LogLevel, Manifest, Outcome, Preflight,
-    Request, RequestRef,
+    Request,
 };
 
 /// The serde_json this crate's types use; plugins should use it (or the same

@@ -114,31 +114,6 @@ pub struct Request {
     pub deadline_ms: u64,
 }
 
-/// A [`Request`] borrowed from what the host holds: serialised exactly as the request is,
-/// without copying its strings and payload into one first (a host sends each effect's request
-/// twice, to the preflight and to the execution).
-#[derive(Debug, Clone, Copy, Serialize)]
-#[serde(rename_all = "camelCase")]
-pub struct RequestRef<'a> {
-    /// [`Request::invocation_id`].
-    pub invocation_id: &'a str,
-    /// [`Request::episode`].
-    pub episode: &'a str,
-    /// [`Request::worktree`].
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub worktree: Option<&'a str>,
-    /// [`Request::effect`].
-    pub effect: &'a str,
-    /// [`Request::scope`].
-    pub scope: &'a str,
-    /// [`Request::cost`].
-    pub cost: u64,
-    /// [`Request::payload`], an object.
-    pub payload: &'a JsonObject,
-    /// [`Request::deadline_ms`].
-    pub deadline_ms: u64,
-}
-
 /// How an effect ended.
 ///
 /// `{"status":"ok","output":{…}}`, `{"status":"failed","message":"…"}` or
@@ -381,47 +356,6 @@ impl LogLevel {
             LogLevel::Info => "info",
             LogLevel::Debug => "debug",
             LogLevel::Trace => "trace",
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use serde_json::json;
-
-    /// A borrowed request is the request, byte for byte, with and without a worktree.
-    #[test]
-    fn a_borrowed_request_serialises_as_the_request() {
-        let payload = json!({"op": "read", "path": "a \"b\"\u{2028}.txt", "n": u64::MAX});
-        let Value::Object(map) = &payload else {
-            unreachable!()
-        };
-        for worktree in [Some("/w/\u{e9}p-1"), None] {
-            let owned = Request {
-                invocation_id: "mcp:ep-1:k".into(),
-                episode: "ep-1".into(),
-                worktree: worktree.map(str::to_owned),
-                effect: "Workspace.Read".into(),
-                scope: "worktree".into(),
-                cost: 1,
-                payload: payload.clone(),
-                deadline_ms: 10_000,
-            };
-            let borrowed = RequestRef {
-                invocation_id: "mcp:ep-1:k",
-                episode: "ep-1",
-                worktree,
-                effect: "Workspace.Read",
-                scope: "worktree",
-                cost: 1,
-                payload: map,
-                deadline_ms: 10_000,
-            };
-            assert_eq!(
-                serde_json::to_string(&borrowed).unwrap(),
-                serde_json::to_string(&owned).unwrap()
-            );
         }
     }
 }
