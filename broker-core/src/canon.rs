@@ -104,13 +104,6 @@ pub fn object_to_vec(map: &Map<String, Value>) -> Result<Vec<u8>, CanonError> {
     Ok(out.into_bytes())
 }
 
-/// Append the canonical JSON of the object `map` to `out`; on an error `out` is left as it was.
-/// For a document written around a canonical object (the request a plugin is sent).
-pub fn push_object(out: &mut String, map: &Map<String, Value>) -> Result<(), CanonError> {
-    let start = out.len();
-    write_object(out, map, 0).inspect_err(|_| out.truncate(start))
-}
-
 /// [`object_to_vec`] of `map` with the member `name` set to `member`, canonical JSON text
 /// written where canonical order puts it (a member of `map` with that name is replaced, as
 /// inserting it into the map would): for an answer whose reserved member the broker adds to

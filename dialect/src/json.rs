@@ -15,6 +15,9 @@
 //! );
 //! assert!(matches!(parse(b"{"), Err(Unparsed::Syntax(_))));
 //! ```
+//!
+//! Writing goes the other way: [`write_compact`] writes what `serde_json::to_string` writes,
+//! byte for byte, with strings quoted eight bytes at a time ([`crate::quote`]).
 
 use std::cell::RefCell;
 use std::fmt;
@@ -130,9 +133,100 @@ impl<'de> Visitor<'de> for Unique<'_> {
     }
 }
 
+/// Append `value` to `out` as compact JSON, byte for byte what `serde_json::to_string` writes
+/// (members in the map's order, numbers as serde_json prints them), with every string quoted by
+/// [`crate::quote`]: eight bytes at a time where serde_json goes a byte at a time. For the
+/// documents that carry a whole file across the plugin boundary.
+pub fn write_compact(out: &mut String, value: &Value) {
+    match value {
+        Value::Null => out.push_str("null"),
+        Value::Bool(true) => out.push_str("true"),
+        Value::Bool(false) => out.push_str("false"),
+        Value::Number(n) => write_number(out, n),
+        Value::String(s) => crate::quote::push_json_string(out, s),
+        Value::Array(items) => {
+            out.push('[');
+            for (i, item) in items.iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                write_compact(out, item);
+            }
+            out.push(']');
+        }
+        Value::Object(map) => write_compact_object(out, map),
+    }
+}
+
+/// [`write_compact`] of an object held as its map.
+pub fn write_compact_object(out: &mut String, map: &Map<String, Value>) {
+    out.push('{');
+    for (i, (name, value)) in map.iter().enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        crate::quote::push_json_string(out, name);
+        out.push(':');
+        write_compact(out, value);
+    }
+    out.push('}');
+}
+
+/// A number as serde_json prints it (its `Display` is its serialization).
+fn write_number(out: &mut String, n: &Number) {
+    use fmt::Write as _;
+    let _ = write!(out, "{n}");
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn compact(value: &Value) -> String {
+        let mut out = String::new();
+        write_compact(&mut out, value);
+        out
+    }
+
+    #[test]
+    fn writes_what_serde_json_writes() {
+        let value = serde_json::json!({
+            "content": "a \"b\"\n\t\u{1}\u{7f} é \u{2028} 😀 \\",
+            "n": [0, -1, u64::MAX, i64::MIN, 1.5, -0.0, 1e300, 5e-324, 0.1],
+            "nested": {"b": [true, false, null, {}], "a": []},
+            "\u{1}key\"": "",
+        });
+        assert_eq!(compact(&value), serde_json::to_string(&value).unwrap());
+    }
+
+    fn any_value() -> impl proptest::strategy::Strategy<Value = Value> {
+        use proptest::prelude::*;
+        let leaf = prop_oneof![
+            Just(Value::Null),
+            any::<bool>().prop_map(Value::from),
+            any::<i64>().prop_map(Value::from),
+            any::<u64>().prop_map(Value::from),
+            any::<f64>()
+                .prop_filter("finite", |f| f.is_finite())
+                .prop_map(Value::from),
+            "(\\PC|[\\x00-\\x1f\"\\\\]|é|😀){0,24}".prop_map(Value::from),
+        ];
+        leaf.prop_recursive(4, 32, 6, |inner| {
+            prop_oneof![
+                proptest::collection::vec(inner.clone(), 0..6).prop_map(Value::Array),
+                proptest::collection::btree_map("(\\PC|[\\x00-\\x1f\"]){0,6}", inner, 0..6)
+                    .prop_map(|m| Value::Object(m.into_iter().collect())),
+            ]
+        })
+    }
+
+    proptest::proptest! {
+        /// Any value, whatever its strings and numbers, is written as serde_json writes it.
+        #[test]
+        fn any_value_is_written_as_serde_json_writes_it(value in any_value()) {
+            proptest::prop_assert_eq!(compact(&value), serde_json::to_string(&value).unwrap());
+        }
+    }
 
     #[test]
     fn builds_what_serde_json_builds_and_refuses_a_member_named_twice() {
