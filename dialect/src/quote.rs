@@ -106,6 +106,18 @@ impl Iterator for Escapes<'_> {
     type Item = (usize, u8);
 
     fn next(&mut self) -> Option<(usize, u8)> {
+        // Four words a step while none of them needs an escape: one test and one branch per
+        // 32 bytes of a file's text, instead of one per 8.
+        while let Some(block) = self
+            .bytes
+            .get(self.at..)
+            .and_then(<[u8]>::first_chunk::<BLOCK>)
+        {
+            if block_needs_escape(block) {
+                break;
+            }
+            self.at += BLOCK;
+        }
         while self.at < self.bytes.len() {
             if let Some(w) = word_at(self.bytes, self.at) {
                 if !word_needs_escape(w) {
@@ -126,6 +138,19 @@ impl Iterator for Escapes<'_> {
 /// Bytes tested at once by [`word_needs_escape`].
 const WORD: usize = std::mem::size_of::<u64>();
 
+/// Bytes tested at once by [`block_needs_escape`].
+const BLOCK: usize = 4 * WORD;
+
+/// Whether any byte of `block` [`needs_escape`]: its four words' marks joined, then tested once.
+fn block_needs_escape(block: &[u8; BLOCK]) -> bool {
+    let word = |i: usize| {
+        let mut w = [0u8; WORD];
+        w.copy_from_slice(&block[i * WORD..(i + 1) * WORD]);
+        escape_marks(u64::from_le_bytes(w))
+    };
+    word(0) | word(1) | word(2) | word(3) != 0
+}
+
 /// The `WORD` bytes of `bytes` from `i`, if there are that many.
 fn word_at(bytes: &[u8], i: usize) -> Option<u64> {
     let chunk = bytes.get(i..i.checked_add(WORD)?)?;
@@ -142,13 +167,19 @@ fn needs_escape(b: u8) -> bool {
 /// whole word is marked exactly when one of its bytes matches (the bound 0x20 is at most 0x80,
 /// as the less-than test needs).
 fn word_needs_escape(w: u64) -> bool {
+    escape_marks(w) != 0
+}
+
+/// The high bits [`word_needs_escape`] tests: not zero exactly when a byte of `w` needs an
+/// escape.
+fn escape_marks(w: u64) -> u64 {
     const ONES: u64 = u64::from_le_bytes([0x01; WORD]);
     const HIGH: u64 = u64::from_le_bytes([0x80; WORD]);
     let has_zero = |x: u64| x.wrapping_sub(ONES) & !x & HIGH;
     let below_space = w.wrapping_sub(ONES * 0x20) & !w & HIGH;
     let quote = has_zero(w ^ (ONES * u64::from(b'"')));
     let backslash = has_zero(w ^ (ONES * u64::from(b'\\')));
-    below_space | quote | backslash != 0
+    below_space | quote | backslash
 }
 
 /// Append `s` to `out` as a JSON string literal, quotes included.
@@ -234,10 +265,29 @@ mod tests {
         assert_eq!(json_string(s), serde_json::to_string(s).unwrap_or_default());
     }
 
+    #[test]
+    fn an_escape_is_found_at_any_place_in_a_long_run_without_one() {
+        for len in [31, 32, 33, 64, 100] {
+            for at in 0..len {
+                for c in ['"', '\\', '\n', '\u{1f}'] {
+                    let mut s: String = "x".repeat(len);
+                    s.replace_range(at..=at, &c.to_string());
+                    let expected = serde_json::to_string(&s).unwrap_or_default();
+                    assert_eq!(json_string(&s), expected, "{len} {at} {c:?}");
+                    assert_eq!(
+                        json_string_len(&s),
+                        expected.len() as u64,
+                        "{len} {at} {c:?}"
+                    );
+                }
+            }
+        }
+    }
+
     proptest::proptest! {
         /// Any string, escapes and multi-byte characters mixed, is quoted as serde_json does.
         #[test]
-        fn any_string_is_quoted_as_serde_json_does(s in "(\\PC|[\\x00-\\x1f\"\\\\]|é|😀){0,40}") {
+        fn any_string_is_quoted_as_serde_json_does(s in "(\\PC|[\\x00-\\x1f\"\\\\]|é|😀){0,40}|x{30,70}[\\x00-\\x1f\"\\\\]x{0,40}") {
             let expected = serde_json::to_string(&s).unwrap_or_default();
             proptest::prop_assert_eq!(json_string(&s), expected.clone());
             proptest::prop_assert_eq!(json_string_len(&s), expected.len() as u64);
