@@ -222,8 +222,9 @@ fn status_of(code: i64) -> StatusCode {
 /// A reply as plain JSON with the status of its error code (200 for results).
 fn json_reply(reply: &Reply) -> Response {
     let status = reply.error_code().map(status_of).unwrap_or(StatusCode::OK);
-    match reply.to_json() {
-        Ok(body) => (
+    let mut body = Vec::with_capacity(1024);
+    match reply.write_json(&mut body) {
+        Ok(()) => (
             status,
             [(CONTENT_TYPE, HeaderValue::from_static("application/json"))],
             body,
