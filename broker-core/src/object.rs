@@ -76,10 +76,7 @@ impl Ref {
     fn text(&self) -> RefText {
         let mut buf = [0u8; PREFIX.len() + 64];
         buf[..PREFIX.len()].copy_from_slice(PREFIX.as_bytes());
-        for (i, b) in self.0.iter().enumerate() {
-            buf[PREFIX.len() + 2 * i] = HEX[usize::from(b >> 4)];
-            buf[PREFIX.len() + 2 * i + 1] = HEX[usize::from(b & 0xf)];
-        }
+        hex_into(&self.0, &mut buf[PREFIX.len()..]);
         RefText(buf)
     }
 
@@ -92,6 +89,39 @@ impl Ref {
 
 const PREFIX: &str = "sha256:";
 const HEX: &[u8; 16] = b"0123456789abcdef";
+
+/// `bytes` in lowercase hex into `out`, which is twice as long (a shorter `out` takes the hex
+/// of as many bytes as fit). Four bytes a step: each nibble is spread into a byte of its own
+/// and made a digit by arithmetic, where a table takes a byte at a time. Every ref printed
+/// (records, entries, answers) and every credential id goes through here.
+pub(crate) fn hex_into(bytes: &[u8], out: &mut [u8]) {
+    let mut chunks = bytes.chunks_exact(4);
+    let mut digits = out.chunks_exact_mut(8);
+    for (chunk, digits) in (&mut chunks).zip(&mut digits) {
+        let mut four = [0u8; 4];
+        four.copy_from_slice(chunk);
+        digits.copy_from_slice(&hex8(u32::from_be_bytes(four)));
+    }
+    let rest = &mut out[bytes.len() / 4 * 8..];
+    for (b, pair) in chunks.remainder().iter().zip(rest.chunks_exact_mut(2)) {
+        pair[0] = HEX[usize::from(b >> 4)];
+        pair[1] = HEX[usize::from(b & 0xf)];
+    }
+}
+
+/// The eight hex digits of `v`, most significant first.
+fn hex8(v: u32) -> [u8; 8] {
+    const NIBBLES: u64 = 0x0F0F_0F0F_0F0F_0F0F;
+    const ONES: u64 = 0x0101_0101_0101_0101;
+    let mut x = u64::from(v);
+    // Each 16-bit half, then each byte, then each nibble into a byte of its own, in order.
+    x = (x | (x << 16)) & 0x0000_FFFF_0000_FFFF;
+    x = (x | (x << 8)) & 0x00FF_00FF_00FF_00FF;
+    x = (x | (x << 4)) & NIBBLES;
+    // 1 in each byte whose nibble is 10 or more (adding 6 carries it into bit 4).
+    let letters = ((x + 6 * ONES) >> 4) & ONES;
+    (x + u64::from(b'0') * ONES + letters * u64::from(b'a' - b'0' - 10)).to_be_bytes()
+}
 
 /// A ref's text form on the stack.
 struct RefText([u8; PREFIX.len() + 64]);
@@ -306,6 +336,33 @@ impl fmt::Debug for Object {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn hex_of(bytes: &[u8]) -> String {
+        let mut out = vec![0u8; 2 * bytes.len()];
+        hex_into(bytes, &mut out);
+        String::from_utf8(out).unwrap()
+    }
+
+    #[test]
+    fn every_byte_is_written_in_hex_as_the_hex_crate_writes_it() {
+        // Each byte value in each of a step's four places, and a remainder of every length.
+        for shift in 0..4 {
+            let bytes: Vec<u8> = (0..=255u8).map(|b| b.rotate_left(shift)).collect();
+            for start in 0..4 {
+                assert_eq!(hex_of(&bytes[start..]), hex::encode(&bytes[start..]));
+            }
+        }
+        assert_eq!(hex_of(&[]), "");
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn any_bytes_are_written_in_hex_as_the_hex_crate_writes_them(
+            bytes in proptest::collection::vec(proptest::num::u8::ANY, 0..80),
+        ) {
+            proptest::prop_assert_eq!(hex_of(&bytes), hex::encode(&bytes));
+        }
+    }
 
     #[test]
     fn ref_of_empty_is_the_sha256_vector() {

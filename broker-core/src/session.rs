@@ -138,12 +138,11 @@ pub fn credential_id(token: &str) -> String {
     lower_hex(&Sha256::digest(token.as_bytes()))
 }
 
-/// `bytes` in lowercase hex, as `hex::encode` writes them, through its table into one buffer
-/// (`hex::encode` collects characters one at a time: every request's credential id is one).
+/// `bytes` in lowercase hex, as `hex::encode` writes them, into one buffer (`hex::encode`
+/// collects characters one at a time: every request's credential id is one).
 pub(crate) fn lower_hex(bytes: &[u8]) -> String {
     let mut text = vec![0u8; bytes.len() * 2];
-    // The buffer is exactly twice the input's length, the one length the encoder accepts.
-    let _ = hex::encode_to_slice(bytes, &mut text);
+    crate::object::hex_into(bytes, &mut text);
     String::from_utf8(text).unwrap_or_default()
 }
 
