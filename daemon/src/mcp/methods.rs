@@ -817,20 +817,8 @@ mod tests {
         denied.remaining = Some(3);
         let cases = [
             CallMeta {
-                invocation_id: "mcp:ep:0f".into(),
                 entry_index: 0,
-                world_ref: Ref::of(b"w"),
-                output_ref: Ref::of(b"o"),
-                replayed: false,
-                effects: Vec::new(),
-                outcome: Outcome {
-                    kind: outcome::Kind::Ok,
-                    reason: None,
-                    retryable: true,
-                    remaining: None,
-                },
-                key: None,
-                server_info: false,
+                ..a_meta()
             },
             CallMeta {
                 invocation_id: "mcp:\u{e9}p\u{2028}:k-1".into(),
