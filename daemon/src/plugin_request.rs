@@ -3,7 +3,7 @@
 //!
 //! A plugin gets each effect's request twice, for its preflight and for its execute, and a
 //! write's payload carries the whole content. serde_json escapes a string a byte at a time;
-//! here every string goes through `dialect::quote` (eight bytes at a time). The bytes are those
+//! here every string goes through `dialect::quote` (32 bytes a step). The bytes are those
 //! serde_json writes for a `Request` (its members, in its order), so a plugin reads the same
 //! document either way.
 

@@ -17,7 +17,7 @@
 //! ```
 //!
 //! Writing goes the other way: [`write_compact`] writes what `serde_json::to_string` writes,
-//! byte for byte, with strings quoted eight bytes at a time ([`crate::quote`]).
+//! byte for byte, with strings quoted 32 bytes a step ([`crate::quote`]).
 
 use std::cell::RefCell;
 use std::fmt;
@@ -135,7 +135,7 @@ impl<'de> Visitor<'de> for Unique<'_> {
 
 /// Append `value` to `out` as compact JSON, byte for byte what `serde_json::to_string` writes
 /// (members in the map's order, numbers as serde_json prints them), with every string quoted by
-/// [`crate::quote`]: eight bytes at a time where serde_json goes a byte at a time. For the
+/// [`crate::quote`]: 32 bytes a step where serde_json goes a byte at a time. For the
 /// documents that carry a whole file across the plugin boundary.
 pub fn write_compact(out: &mut String, value: &Value) {
     match value {

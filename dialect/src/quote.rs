@@ -22,9 +22,9 @@ pub const MAX_QUOTED_BYTES: usize = 256;
 /// Append `s` to `out` escaped as inside a JSON string (no quotes). Runs of characters that
 /// need no escape are copied in one go: canonical JSON writes every string through here. The
 /// scan is by byte: every character that needs an escape is ASCII, and no byte of a multi-byte
-/// UTF-8 character is below 0x80, so each escape sits at a character boundary. Eight bytes
-/// are tested at once where none of them needs an escape, which is nearly all of a call's
-/// text (file contents, refs).
+/// UTF-8 character is below 0x80, so each escape sits at a character boundary. Where none needs
+/// an escape, which is nearly all of a call's text (file contents, refs), 32 bytes are tested a
+/// step, then eight.
 pub fn push_escaped(out: &mut String, s: &str) {
     escape_into(out, s);
 }
@@ -86,8 +86,8 @@ fn escape_into(out: &mut impl Sink, s: &str) {
     out.push_str(&s[run_start..]);
 }
 
-/// The bytes of a string that need an escape, with their places, in order. Eight bytes are
-/// tested at once; a word holding one is walked byte by byte.
+/// The bytes of a string that need an escape, with their places, in order. 32 bytes are tested
+/// a step, then eight; a word holding one is walked byte by byte.
 struct Escapes<'a> {
     bytes: &'a [u8],
     at: usize,

@@ -369,7 +369,7 @@ pub(super) struct CallToolResult {
 impl CallToolResult {
     /// `{"content":[{"type":"text","text":…}],"structuredContent":…,"isError":…,` the
     /// revision's fields, `"_meta":…}`. Written by hand around the output, which may hold a
-    /// whole file: its text is escaped eight bytes at a time
+    /// whole file: its text is escaped 32 bytes a step
     /// ([`dialect::quote::push_escaped_bytes`]), where serde_json escapes a byte at a time,
     /// and it is copied as stored for `structuredContent`, where serde_json would parse it
     /// again to check it.
