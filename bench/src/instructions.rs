@@ -46,6 +46,12 @@ struct Counted {
     threads: Threads,
 }
 
+impl Counted {
+    fn allocations_per_call(&self) -> f64 {
+        self.threads.allocations as f64 / self.calls as f64
+    }
+}
+
 /// A row's instructions over its calls, [`LEFT_OUT`]'s taken out, and by thread.
 #[derive(Debug, Default, PartialEq)]
 struct Threads {
@@ -58,7 +64,14 @@ struct Threads {
     syncing: u64,
     /// [`LEFT_OUT`]'s own instructions, as Valgrind ran them.
     left_out: u64,
+    /// Calls into the C allocator's allocating functions ([`ALLOCATING`]), every thread's.
+    allocations: u64,
 }
+
+/// What an allocation is a call of: Rust's global allocator comes here for every `Box`,
+/// `Vec` and `String` (zeroed ones through `calloc`, over-aligned ones through
+/// `posix_memalign`), and so do C libraries. A `realloc` resizes; it is not counted.
+const ALLOCATING: [&str; 3] = ["malloc", "calloc", "posix_memalign"];
 
 const WRITER_FN: &str = "broker_core::storage::writer::Writer::run";
 const SYNCING_FN: &str = "broker_core::storage::writer::Durability::settle";
@@ -77,6 +90,7 @@ fn tally(dumps: &[String]) -> Result<Threads, String> {
         }
         t.total += net;
         t.left_out += left_out;
+        t.allocations += calls_into(dump, &ALLOCATING);
     }
     Ok(t)
 }
@@ -113,6 +127,7 @@ pub fn run(
                 "writer_per_call": c.threads.writer / c.calls,
                 "syncing_per_call": c.threads.syncing / c.calls,
                 "left_out_per_call": c.threads.left_out / c.calls,
+                "allocations_per_call": c.threads.allocations as f64 / c.calls as f64,
             })).collect::<Vec<_>>(),
         }));
         tables.push(counted);
@@ -149,10 +164,11 @@ fn count_rows(
         let threads = tally(&count(&build.worldd, &build.plugins, &dir, kind, calls)?)
             .map_err(|e| format!("{}, {row}: {e}", build.name))?;
         println!(
-            "  {name} … {} instructions per call, {} of them the store writer's ({} more in {LEFT_OUT})",
+            "  {name} … {} instructions per call, {} of them the store writer's ({} more in {LEFT_OUT}); {:.1} allocations per call",
             threads.total / calls,
             threads.writer / calls,
-            threads.left_out / calls
+            threads.left_out / calls,
+            threads.allocations as f64 / calls as f64
         );
         counted.push(Counted {
             name,
@@ -173,7 +189,7 @@ fn change(first: &Build, before: &[Counted], second: &Build, after: &[Counted]) 
         }
     };
     let mut text = format!(
-        "{} -> {}\n{:<14}{:>14}{:>14}{:>10}{:>12}{:>12}{:>10}\n",
+        "{} -> {}\n{:<14}{:>14}{:>14}{:>10}{:>12}{:>12}{:>10}{:>9}{:>9}\n",
         first.name,
         second.name,
         "scenario",
@@ -182,7 +198,9 @@ fn change(first: &Build, before: &[Counted], second: &Build, after: &[Counted]) 
         "change",
         "writer",
         "writer",
-        "change"
+        "change",
+        "allocs",
+        "allocs"
     );
     for b in before {
         let Some(a) = after.iter().find(|a| a.name == b.name) else {
@@ -191,14 +209,16 @@ fn change(first: &Build, before: &[Counted], second: &Build, after: &[Counted]) 
         let (tb, ta) = (b.threads.total / b.calls, a.threads.total / a.calls);
         let (wb, wa) = (b.threads.writer / b.calls, a.threads.writer / a.calls);
         text.push_str(&format!(
-            "{:<14}{:>14}{:>14}{:>10}{:>12}{:>12}{:>10}\n",
+            "{:<14}{:>14}{:>14}{:>10}{:>12}{:>12}{:>10}{:>9.1}{:>9.1}\n",
             b.name,
             thousands(tb),
             thousands(ta),
             pct(tb, ta),
             thousands(wb),
             thousands(wa),
-            pct(wb, wa)
+            pct(wb, wa),
+            b.allocations_per_call(),
+            a.allocations_per_call()
         ));
     }
     text
@@ -356,6 +376,31 @@ fn ran(dump: &str, function: &str) -> bool {
     })
 }
 
+/// How many calls a dump counts into any of `functions`, from anywhere: the sum of the
+/// `calls=N` lines whose `cfn=` names one of them (callgrind names the callee before each).
+fn calls_into(dump: &str, functions: &[&str]) -> u64 {
+    let mut names = std::collections::HashMap::new();
+    let mut callee = None;
+    let mut total = 0u64;
+    for line in dump.lines() {
+        if let Some(spec) = line.strip_prefix("fn=") {
+            named(&mut names, spec);
+            callee = None;
+        } else if let Some(spec) = line.strip_prefix("cfn=") {
+            callee = named(&mut names, spec);
+        } else if let Some(rest) = line.strip_prefix("calls=") {
+            if callee.is_some_and(|c| functions.contains(&c)) {
+                total += rest
+                    .split_whitespace()
+                    .next()
+                    .and_then(|n| n.parse::<u64>().ok())
+                    .unwrap_or(0);
+            }
+        }
+    }
+    total
+}
+
 /// The name a `fn=`/`cfn=` specification gives, `(id) name` or `(id)`, recording new ones.
 fn named<'a>(
     names: &mut std::collections::HashMap<&'a str, &'a str>,
@@ -382,8 +427,8 @@ fn table(counted: &[Counted]) -> String {
         .find(|c| c.name == "health")
         .map(|c| c.threads.total / c.calls);
     let mut text = format!(
-        "{:<14}{:>7}{:>14}{:>10}{:>12}{:>10}\n",
-        "scenario", "calls", "instr/call", "x health", "writer", "syncing"
+        "{:<14}{:>7}{:>14}{:>10}{:>12}{:>10}{:>13}\n",
+        "scenario", "calls", "instr/call", "x health", "writer", "syncing", "allocs/call"
     );
     for c in counted {
         let per_call = c.threads.total / c.calls;
@@ -392,13 +437,14 @@ fn table(counted: &[Counted]) -> String {
             _ => "-".to_owned(),
         };
         text.push_str(&format!(
-            "{:<14}{:>7}{:>14}{:>10}{:>12}{:>10}\n",
+            "{:<14}{:>7}{:>14}{:>10}{:>12}{:>10}{:>13.1}\n",
             c.name,
             c.calls,
             thousands(per_call),
             ratio,
             thousands(c.threads.writer / c.calls),
-            thousands(c.threads.syncing / c.calls)
+            thousands(c.threads.syncing / c.calls),
+            c.allocations_per_call()
         ));
     }
     text
@@ -447,6 +493,22 @@ mod tests {
     }
 
     #[test]
+    fn allocations_are_the_calls_into_the_allocating_functions_from_anywhere() {
+        // malloc named first in a call, then by number from another function; calloc once;
+        // realloc and free are not allocations, nor is a `calls=` line with no callee named.
+        let dump = "events: Ir\nsummary: 10\n\
+                    fn=(1) alloc::raw_vec::finish_grow\ncfn=(2) malloc\ncalls=3 0\n0 90\n\
+                    cfn=(3) realloc\ncalls=2 0\n0 40\n\
+                    fn=(4) mdb_txn_begin\ncfn=(5) calloc\ncalls=1 0\n0 30\ncfn=(2)\ncalls=4 0\n0 120\n\
+                    fn=(6) drop\ncfn=(7) free\ncalls=7 0\n0 70\n\
+                    fn=(2)\n0 5\ncalls=9 0\n0 1\n";
+        assert_eq!(calls_into(dump, &ALLOCATING), 8);
+        assert_eq!(calls_into(dump, &["free"]), 7);
+        let t = tally(&[dump.to_owned(), dump.to_owned()]).unwrap();
+        assert_eq!(t.allocations, 16);
+    }
+
+    #[test]
     fn each_thread_is_told_apart_by_what_it_ran_and_the_left_out_function_taken_out() {
         // The writer's name comes first in a call to it, then its block by number.
         let writer = format!(
@@ -465,6 +527,7 @@ mod tests {
                 writer: 700,
                 syncing: 50,
                 left_out: 200,
+                allocations: 0,
             }
         );
         assert!(tally(&["events: Ir\n".to_owned()]).is_err());
@@ -485,6 +548,7 @@ mod tests {
                 writer,
                 syncing: 0,
                 left_out: 0,
+                allocations: total / 1_000,
             },
         };
         let before = [
@@ -500,12 +564,12 @@ mod tests {
         line_ends(
             &text,
             2,
-            "44,000        44,000    +0.0 %           0           0         -",
+            "44,000        44,000    +0.0 %           0           0         -     44.0     44.0",
         );
         line_ends(
             &text,
             3,
-            "458,430       442,044    -3.6 %     111,207     111,207    +0.0 %",
+            "458,430       442,044    -3.6 %     111,207     111,207    +0.0 %    458.4    442.0",
         );
     }
 
@@ -522,6 +586,7 @@ mod tests {
             writer,
             syncing: writer / 10,
             left_out: 0,
+            allocations: 3_235,
         };
         let rows = [
             Counted {
@@ -538,8 +603,8 @@ mod tests {
         let text = table(&rows);
         assert_eq!(text.lines().count(), 3);
         assert!(text.lines().nth(1).is_some_and(|l| l.starts_with("health")));
-        line_ends(&text, 1, "40,000     1.00x           0         0");
-        line_ends(&text, 2, "458,002    11.45x     110,000    11,000");
+        line_ends(&text, 1, "40,000     1.00x           0         0        323.5");
+        line_ends(&text, 2, "458,002    11.45x     110,000    11,000        323.5");
         assert_eq!(thousands(1_234_567), "1,234,567");
         assert_eq!(thousands(999), "999");
     }
