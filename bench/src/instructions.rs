@@ -603,8 +603,16 @@ mod tests {
         let text = table(&rows);
         assert_eq!(text.lines().count(), 3);
         assert!(text.lines().nth(1).is_some_and(|l| l.starts_with("health")));
-        line_ends(&text, 1, "40,000     1.00x           0         0        323.5");
-        line_ends(&text, 2, "458,002    11.45x     110,000    11,000        323.5");
+        line_ends(
+            &text,
+            1,
+            "40,000     1.00x           0         0        323.5",
+        );
+        line_ends(
+            &text,
+            2,
+            "458,002    11.45x     110,000    11,000        323.5",
+        );
         assert_eq!(thousands(1_234_567), "1,234,567");
         assert_eq!(thousands(999), "999");
     }
