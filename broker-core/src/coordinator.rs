@@ -105,7 +105,10 @@ pub use handler::{EffectHandler, EffectRequest, HandlerOutcome, Handlers};
 pub use hooks::{Clock, CrashPoint, Hooks, SystemClock};
 pub use known::{KNOWN_EPISODES_MAX, KNOWN_MAX};
 
-use closed::{closed_by_denial, declined, ended_body, output_with_world, refusal, summary};
+use closed::{
+    closed_by_denial, declined, ended_body, output_with_world, output_with_world_after, refusal,
+    summary,
+};
 use hooks::NoHooks;
 use known::KnownObjects;
 use outcome::{
@@ -1203,22 +1206,25 @@ impl Coordinator {
             status,
             output: handler_output,
         } = settle(&p.invocation_id, &effect, budget_before, request.hash, ran)?;
+        let output = self.shape_output(
+            &p,
+            &record,
+            &record_obj,
+            &plan_obj,
+            handler_output,
+            shaped,
+            result_obj.as_ref(),
+        );
         let effect_objects: Vec<Object> = std::iter::once(record_obj.clone())
             .chain(result_obj)
             .collect();
-        let output =
-            match self.shape_output(&p, &record, &record_obj, &plan_obj, handler_output, shaped) {
-                Ok(o) => o,
-                Err(why) => {
-                    tracing::error!(invocation = %p.invocation_id, "post-effect failure: {why}");
-                    return Err(self.record_unrecorded(
-                        &p,
-                        status,
-                        effect_objects,
-                        record_obj.hash,
-                    ));
-                }
-            };
+        let output = match output {
+            Ok(o) => o,
+            Err(why) => {
+                tracing::error!(invocation = %p.invocation_id, "post-effect failure: {why}");
+                return Err(self.record_unrecorded(&p, status, effect_objects, record_obj.hash));
+            }
+        };
         // The request was stored with the intent; the commit adds the plan and what the effect
         // left.
         let mut objects = vec![plan_obj.clone()];
@@ -1243,7 +1249,9 @@ impl Coordinator {
 
     /// The result object's payload (without its hash yet): handler output or what the finish
     /// function made of it (run with the handler, under its deadline), plus the reserved
-    /// `world` block, as canonical JSON.
+    /// `world` block, as canonical JSON. `result` is the effect's result object, whose payload
+    /// is the handler output's canonical JSON.
+    #[allow(clippy::too_many_arguments)]
     fn shape_output(
         &self,
         p: &Prepared,
@@ -1252,14 +1260,22 @@ impl Coordinator {
         plan_obj: &Object,
         handler_output: Option<Map<String, Value>>,
         shaped: Option<Shaped>,
+        result: Option<&Object>,
     ) -> Result<Vec<u8>, String> {
-        let body = match (handler_output, shaped) {
-            (Some(_), Some(shaped)) => shaped?,
-            (Some(out), None) => out,
-            (None, _) => ended_body(p, &record.effect, record.status()),
-        };
-        let bytes = output_with_world(&body, &plan_obj.hash, &[(record, record_obj.hash)])
-            .map_err(|e| e.to_string())?;
+        let world = [(record, record_obj.hash)];
+        let bytes = match (handler_output, shaped, result) {
+            (Some(_), Some(shaped), _) => output_with_world(&shaped?, &plan_obj.hash, &world),
+            (Some(out), None, Some(result)) => {
+                output_with_world_after(&result.payload, &out, &plan_obj.hash, &world)
+            }
+            (Some(out), None, None) => output_with_world(&out, &plan_obj.hash, &world),
+            (None, _, _) => output_with_world(
+                &ended_body(p, &record.effect, record.status()),
+                &plan_obj.hash,
+                &world,
+            ),
+        }
+        .map_err(|e| e.to_string())?;
         if bytes.len() > MAX_IO_BYTES {
             return Err(format!(
                 "output is {} bytes; the limit is {MAX_IO_BYTES}",

@@ -145,19 +145,54 @@ pub(super) fn output_with_world(
     plan: &Ref,
     records: &[(&EffectRecord, Ref)],
 ) -> Result<Vec<u8>, canon::CanonError> {
+    canon::object_with_member_to_vec(body, "world", &world_block(plan, records)?)
+}
+
+/// [`output_with_world`] of a `body` whose canonical JSON is `canonical` (the effect's result
+/// object holds it already). When every member of `body` sorts before `world`, as a
+/// handler's usually do, the answer is those bytes with `world` written before the closing
+/// brace: a read's file is not written a second time. Otherwise as [`output_with_world`].
+/// (Against a name of ASCII letters, UTF-8's order and canonical JSON's UTF-16 order agree.)
+pub(super) fn output_with_world_after(
+    canonical: &[u8],
+    body: &Map<String, Value>,
+    plan: &Ref,
+    records: &[(&EffectRecord, Ref)],
+) -> Result<Vec<u8>, canon::CanonError> {
+    let before_world = body.keys().all(|name| name.as_str() < "world");
+    let open = canonical
+        .strip_prefix(b"{")
+        .and_then(|rest| rest.strip_suffix(b"}"));
+    let Some(members) = open.filter(|_| before_world) else {
+        return output_with_world(body, plan, records);
+    };
+    let world = world_block(plan, records)?;
+    let mut out = Vec::with_capacity(canonical.len() + world.len() + 10);
+    out.push(b'{');
+    out.extend_from_slice(members);
+    if !members.is_empty() {
+        out.push(b',');
+    }
+    out.extend_from_slice(br#""world":"#);
+    out.extend_from_slice(world.as_bytes());
+    out.push(b'}');
+    Ok(out)
+}
+
+/// `{"effects":[{"id","record","status"}…],"plan"}`, canonical.
+fn world_block(plan: &Ref, records: &[(&EffectRecord, Ref)]) -> Result<String, canon::CanonError> {
     let numbered: Vec<(usize, &EffectRecord, Ref)> = (1..)
         .zip(records)
         .map(|(n, (rec, r))| (n, *rec, *r))
         .collect();
-    let world = canon::Members::new()
+    Ok(canon::Members::new()
         .object_array("effects", &numbered, |m, (n, rec, r)| {
             Ok(m.plain("id", format_args!("e{n}"))
                 .plain("record", r)
                 .plain("status", rec.status()))
         })?
         .plain("plan", plan)
-        .finish();
-    canon::object_with_member_to_vec(body, "world", &world)
+        .finish())
 }
 
 pub(super) fn summary(record: &EffectRecord, r: Ref) -> EffectSummary {
@@ -207,6 +242,8 @@ mod tests {
         let bodies = [
             json!({}),
             json!({"ok": true, "content": "a \"quoted\" \u{2028} line\n", "n": 9_007_199_254_740_991u64}),
+            // A member `world` replaces, with nothing after it.
+            json!({"a": 1, "world": "the handler's"}),
             // Members before and after `world` in canonical order, and one it replaces.
             json!({"aa": 1, "wor": 2, "world": "the handler's", "worldz": 3, "worlD": 4, "zeta": [1, {"b": 2, "a": 1}]}),
             // Names from U+E000 up, which UTF-8 and UTF-16 order differently.
@@ -233,6 +270,15 @@ mod tests {
                     format!("{values:?}"),
                     "{map:?} {records:?}"
                 );
+                // Spliced into the body's own canonical bytes, where it has them.
+                if let Ok(canonical) = canon::object_to_vec(&map) {
+                    let after = output_with_world_after(&canonical, &map, &plan, records);
+                    assert_eq!(
+                        format!("{after:?}"),
+                        format!("{values:?}"),
+                        "{map:?} {records:?}"
+                    );
+                }
             }
         }
     }
