@@ -1202,21 +1202,12 @@ impl Coordinator {
         let Settled {
             record,
             record_obj,
-            result_obj,
             status,
-            output: handler_output,
+            result,
         } = settle(&p.invocation_id, &effect, budget_before, request.hash, ran)?;
-        let output = self.shape_output(
-            &p,
-            &record,
-            &record_obj,
-            &plan_obj,
-            handler_output,
-            shaped,
-            result_obj.as_ref(),
-        );
+        let output = self.shape_output(&p, &record, &record_obj, &plan_obj, &result, shaped);
         let effect_objects: Vec<Object> = std::iter::once(record_obj.clone())
-            .chain(result_obj)
+            .chain(result.map(|(obj, _)| obj))
             .collect();
         let output = match output {
             Ok(o) => o,
@@ -1249,27 +1240,24 @@ impl Coordinator {
 
     /// The result object's payload (without its hash yet): handler output or what the finish
     /// function made of it (run with the handler, under its deadline), plus the reserved
-    /// `world` block, as canonical JSON. `result` is the effect's result object, whose payload
-    /// is the handler output's canonical JSON.
-    #[allow(clippy::too_many_arguments)]
+    /// `world` block, as canonical JSON. `result` is the effect's result object and the
+    /// handler output it holds, when the handler succeeded.
     fn shape_output(
         &self,
         p: &Prepared,
         record: &EffectRecord,
         record_obj: &Object,
         plan_obj: &Object,
-        handler_output: Option<Map<String, Value>>,
+        result: &Option<(Object, Map<String, Value>)>,
         shaped: Option<Shaped>,
-        result: Option<&Object>,
     ) -> Result<Vec<u8>, String> {
         let world = [(record, record_obj.hash)];
-        let bytes = match (handler_output, shaped, result) {
-            (Some(_), Some(shaped), _) => output_with_world(&shaped?, &plan_obj.hash, &world),
-            (Some(out), None, Some(result)) => {
-                output_with_world_after(&result.payload, &out, &plan_obj.hash, &world)
+        let bytes = match (result, shaped) {
+            (Some(_), Some(shaped)) => output_with_world(&shaped?, &plan_obj.hash, &world),
+            (Some((result, out)), None) => {
+                output_with_world_after(&result.payload, out, &plan_obj.hash, &world)
             }
-            (Some(out), None, None) => output_with_world(&out, &plan_obj.hash, &world),
-            (None, _, _) => output_with_world(
+            (None, _) => output_with_world(
                 &ended_body(p, &record.effect, record.status()),
                 &plan_obj.hash,
                 &world,

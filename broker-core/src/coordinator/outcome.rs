@@ -130,7 +130,7 @@ impl LateCall {
         match settle(id, &self.effect, self.budget_before, self.request_ref, ran) {
             Ok(s) => {
                 let objects = std::iter::once(s.record_obj.clone())
-                    .chain(s.result_obj)
+                    .chain(s.result.map(|(obj, _)| obj))
                     .collect();
                 write_unrecorded(&self.store, &self.ids, s.status, objects, s.record_obj.hash);
                 tracing::warn!(invocation = %id, record = %s.record_obj.hash,
@@ -147,10 +147,10 @@ impl LateCall {
 pub(super) struct Settled {
     pub(super) record: EffectRecord,
     pub(super) record_obj: Object,
-    pub(super) result_obj: Option<Object>,
     pub(super) status: OutcomeStatus,
-    /// The handler's output object, when it succeeded.
-    pub(super) output: Option<Map<String, Value>>,
+    /// When the handler succeeded: its result object, whose payload is the output's canonical
+    /// JSON, and the output object itself.
+    pub(super) result: Option<(Object, Map<String, Value>)>,
 }
 
 /// The effect record, the result object and the journal status of a handler outcome. An
@@ -179,7 +179,7 @@ pub(super) fn settle(
         HandlerOutcome::Failed(msg) => Err((OutcomeStatus::Failed, msg)),
         HandlerOutcome::Indeterminate(msg) => Err((OutcomeStatus::Indeterminate, msg)),
     };
-    let (record, result_obj, status, output) = match outcome {
+    let (record, status, result) = match outcome {
         Ok((value, result)) => {
             let record = EffectRecord::succeeded(e, s, c, budget_before, request_ref, result.hash)
                 .ran_by(ran_by);
@@ -187,7 +187,7 @@ pub(super) fn settle(
                 Value::Object(m) => m,
                 _ => Map::new(),
             };
-            (record, Some(result), OutcomeStatus::Succeeded, Some(out))
+            (record, OutcomeStatus::Succeeded, Some((result, out)))
         }
         Err((status, msg)) => {
             let how = if status == OutcomeStatus::Indeterminate {
@@ -197,16 +197,15 @@ pub(super) fn settle(
             };
             tracing::warn!(invocation = %invocation_id, effect = %e, "effect {how}: {msg}");
             let record = EffectRecord::failed(e, s, c, budget_before, request_ref).ran_by(ran_by);
-            (record, None, status, None)
+            (record, status, None)
         }
     };
     let record_obj = Object::new(sid::EFFECT_RECORD, "host/broker", record.canonical()?);
     Ok(Settled {
         record,
         record_obj,
-        result_obj,
         status,
-        output,
+        result,
     })
 }
 
