@@ -187,7 +187,7 @@ fn mint_as(
     }
     let mut raw = [0u8; 32];
     getrandom::fill(&mut raw).map_err(|e| SessionError::Random(e.to_string()))?;
-    let token = hex::encode(raw);
+    let token = lower_hex(&raw);
     let session = Session {
         credential_id: credential_id(&token),
         episode: episode.to_owned(),
