@@ -277,17 +277,12 @@ impl AppState {
         }
     }
 
-    /// The id of the live session `credential` (an `Authorization` field's value) names, if
-    /// any: for the accept loop, which keeps a few places for new connections that carry one,
-    /// and a share of them for each session ([`crate::edge::arrived`]). Nothing is counted:
-    /// the request is authenticated again, and refused or counted then.
-    pub fn live_credential_id(&self, credential: &str) -> Option<String> {
-        self.live_session(credential)
-            .map(|s| s.credential_id.clone())
-    }
-
-    /// [`AppState::live_credential_id`]'s session: what the accept loop's service finds for a
+    /// The live session `credential` (an `Authorization` field's value) names, if any: for the
+    /// accept loop, which keeps a few places for new connections that carry one, and a share of
+    /// them for each session ([`crate::edge::arrived`]), and what its service finds for a
     /// request before it is routed, which [`AppState::authenticate`] then takes as found.
+    /// Nothing is counted: a credential found not live is authenticated again, and refused or
+    /// counted then.
     pub fn live_session(&self, credential: &str) -> Option<Arc<Session>> {
         // Looked up already for this request, before it was routed.
         if let Some(found) = credential::looked_up_before_routing(credential) {
@@ -439,20 +434,23 @@ mod tests {
         let (_dir, store, state) = on_a_new_store();
         let minted = minted(&store, &state);
         let credential = format!("Bearer {}", minted.token);
+        let live_id = |credential: &str| {
+            state
+                .live_session(credential)
+                .map(|s| s.credential_id.clone())
+        };
         assert_eq!(
-            state.live_credential_id(&credential),
+            live_id(&credential),
             Some(session::credential_id(&minted.token))
         );
         // Another token, another scheme, or no token at all: unknown.
         let other = format!("Bearer {}", "a".repeat(minted.token.len()));
-        assert!(state.live_credential_id(&other).is_none());
-        assert!(state
-            .live_credential_id(&format!("Basic {}", minted.token))
-            .is_none());
-        assert!(state.live_credential_id("Bearer").is_none());
+        assert!(live_id(&other).is_none());
+        assert!(live_id(&format!("Basic {}", minted.token)).is_none());
+        assert!(live_id("Bearer").is_none());
         // Revoked: unknown from then on, though it was known (and cached) before.
         assert!(session::revoke(&store, &session::credential_id(&minted.token)).unwrap());
-        assert!(state.live_credential_id(&credential).is_none());
+        assert!(live_id(&credential).is_none());
     }
 
     #[tokio::test]

@@ -101,9 +101,9 @@ impl Client {
     /// request is authenticated, or where it never is (reads under `--open-reads`, which
     /// ignore the header): keyed by the token as sent, every made-up token had a share, and
     /// a turn, of its own.
-    pub fn named(headers: &HeaderMap, known: impl Fn(&str) -> Option<String>) -> Client {
+    pub fn named(headers: &HeaderMap, known: impl Fn(&str) -> Option<Arc<Session>>) -> Client {
         let header = credential::authorization(headers).ok().flatten();
-        Client(header.and_then(known))
+        Client::of_session(header.and_then(known).as_deref())
     }
 
     /// [`Client::named`] once the session is found: the live session's client, or nobody.
@@ -315,7 +315,7 @@ mod tests {
         let token = "ab".repeat(32);
         let known = |header: &str| {
             let parsed = broker_core::session::parse_authorization(Some(header)).ok()?;
-            (parsed == token).then(|| "cred-1".to_owned())
+            (parsed == token).then(|| crate::edge::credential::session_of("cred-1"))
         };
         let one = Client::named(&headers(&format!("Bearer {token}")), known);
         assert_eq!(one, Client(Some("cred-1".to_owned())));

@@ -103,7 +103,7 @@ impl Drop for Turn {
 pub async fn take_turn(State(state): State<AppState>, request: Request, next: Next) -> Response {
     // What the accept loop's service found for the credential is taken, not looked up again
     // ([`AppState::live_session`]).
-    let client = Client::named(request.headers(), |h| state.live_credential_id(h));
+    let client = Client::named(request.headers(), |h| state.live_session(h));
     let deadline = Instant::now() + state.server().read_wait;
     let mut take = std::pin::pin!(state.turns().take(client, deadline));
     let first = std::future::poll_fn(|cx| std::task::Poll::Ready(take.as_mut().poll(cx)));
