@@ -647,6 +647,7 @@ fn report(table_rows: &mut [Row], m: &Measured, run_dir: &RunDir, settings: &Set
     report.push_str(&steal_line(&m.rows));
     report.push_str(&thread_line(&m.rows));
     report.push_str(&cpu_bound_line(&m.rows, cpus()));
+    report.push_str(&writer_bound_line(&m.rows));
     report.push_str(&format!(
         "raw fsync (4 KiB write + fdatasync): {:.0}/s, p50 {:.3} ms, p99 {:.3} ms (start of run {:.0}/s p50 {:.3} ms; after the request rows {:.0}/s p50 {:.3} ms)\n",
         fsync.per_second(),
@@ -1095,6 +1096,40 @@ fn cpu_bound_line(rows: &[Row], cpus: usize) -> String {
         return String::new();
     }
     format!("CPU bound on {cpus} CPUs: {}\n", parts.join("; "))
+}
+
+/// One line: for each durable row, the most calls per second the one store writer allows at
+/// the group commits the row made: its time per group commit (building the batch, then LMDB's
+/// commit with its page writes and sync) times the group commits per call, as a share of the
+/// health row beside it. A row whose measured share is near this figure, with the writer near
+/// 100 % busy, is bound by the writer's serial cycle at that batch size, not by the CPUs.
+fn writer_bound_line(rows: &[Row]) -> String {
+    let parts: Vec<String> = rows
+        .iter()
+        .filter_map(|r| {
+            let (build, lmdb) = (r.build_us_per_commit?, r.sync_us_per_commit?);
+            let commits = r.commits_per_call.filter(|c| *c > 0.0)?;
+            let health = r.summary.per_second() / r.vs_health_rate.filter(|x| *x > 0.0)?;
+            let allows = 1e6 / ((build + lmdb) * commits).max(1e-9);
+            Some(format!(
+                "{} @{} {:.0} us per group commit ({:.0} building, {:.0} in LMDB's commit) x {:.3} commits per call allow {:.0}/s = {:.3}x health (measured {:.3}x, the writer {:.0}% busy)",
+                r.scenario,
+                r.concurrency,
+                build + lmdb,
+                build,
+                lmdb,
+                commits,
+                allows,
+                allows / health,
+                r.vs_health_rate?,
+                r.writer_busy? * 100.0
+            ))
+        })
+        .collect();
+    if parts.is_empty() {
+        return String::new();
+    }
+    format!("store writer bound: {}\n", parts.join("; "))
 }
 
 /// The machine's CPU time from the first line of `/proc/stat`, in ticks: all of it, and what
@@ -1854,6 +1889,36 @@ mod tests {
         );
         read.extra.retain(|(k, _)| k != "load_cpu_us_per_call");
         assert_eq!(cpu_bound_line(&[read], 2), "", "no load figure, no line");
+    }
+
+    /// The writer's time per group commit, times the group commits per call, bounds a row by
+    /// the one serial thread; a row without writer figures gets no line.
+    #[test]
+    fn the_writer_bound_line_divides_a_second_by_the_writers_time_per_call() {
+        let read = Row {
+            vs_health_rate: Some(0.075),
+            build_us_per_commit: Some(400.0),
+            sync_us_per_commit: Some(1_200.0),
+            commits_per_call: Some(0.125),
+            writer_busy: Some(0.96),
+            ..row("ailang-read", 4_800)
+        };
+        // Health 64,000/s; 1,600 us per commit x 0.125 commits per call = 200 us: 5,000/s.
+        assert_eq!(
+            writer_bound_line(&[read.clone()]),
+            "store writer bound: ailang-read @32 1600 us per group commit (400 building, 1200 in LMDB's commit) x 0.125 commits per call allow 5000/s = 0.078x health (measured 0.075x, the writer 96% busy)\n"
+        );
+        let health = row("health", 64_000);
+        assert_eq!(
+            writer_bound_line(&[health]),
+            "",
+            "no writer figures, no line"
+        );
+        let idle = Row {
+            commits_per_call: Some(0.0),
+            ..read
+        };
+        assert_eq!(writer_bound_line(&[idle]), "", "no commits, no line");
     }
 
     /// The ping row's CPU is what every MCP call pays at the edge; the rest is the call's own.
