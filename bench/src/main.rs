@@ -1905,7 +1905,7 @@ mod tests {
         };
         // Health 64,000/s; 1,600 us per commit x 0.125 commits per call = 200 us: 5,000/s.
         assert_eq!(
-            writer_bound_line(&[read.clone()]),
+            writer_bound_line(std::slice::from_ref(&read)),
             "store writer bound: ailang-read @32 1600 us per group commit (400 building, 1200 in LMDB's commit) x 0.125 commits per call allow 5000/s = 0.078x health (measured 0.075x, the writer 96% busy)\n"
         );
         let health = row("health", 64_000);
