@@ -11,6 +11,7 @@
 mod against;
 mod attacks;
 mod daemon;
+mod disk;
 mod instructions;
 mod load;
 mod stats;
@@ -648,6 +649,7 @@ fn report(table_rows: &mut [Row], m: &Measured, run_dir: &RunDir, settings: &Set
     report.push_str(&thread_line(&m.rows));
     report.push_str(&cpu_bound_line(&m.rows, cpus()));
     report.push_str(&writer_bound_line(&m.rows));
+    report.push_str(&disk::line(&m.rows));
     report.push_str(&format!(
         "raw fsync (4 KiB write + fdatasync): {:.0}/s, p50 {:.3} ms, p99 {:.3} ms (start of run {:.0}/s p50 {:.3} ms; after the request rows {:.0}/s p50 {:.3} ms)\n",
         fsync.per_second(),
@@ -980,6 +982,7 @@ impl RowCtx<'_> {
         let mut no_samples = Vec::new();
         let fsync_before = fsync_probe(self.probe_dir, secs(0.25), &mut no_samples).ok();
         let cpu_before = CpuTicks::read();
+        let disk = disk::Sample::start(self.probe_dir);
         let mut row = measure_row(
             self.d,
             scenario,
@@ -990,6 +993,9 @@ impl RowCtx<'_> {
             health,
             self.errors,
         );
+        if let Some(disk) = disk {
+            disk.finish(&mut row);
+        }
         if let Some(f) = fsync_before {
             row.extra
                 .push(("fsync_p50_ms_just_before".into(), ms(f.p50_ns)));
@@ -1284,6 +1290,7 @@ fn measure_row(
         pages_per_commit,
         write_kib_per_call,
         summary: s,
+        disk_device: None,
         extra,
     }
 }
@@ -1307,6 +1314,7 @@ fn row_json(r: &Row, errors: &[(String, usize, String)]) -> Value {
         "store_pages_per_group_commit": r.pages_per_commit,
         "store_pages_per_call": r.pages_per_commit.zip(r.commits_per_call).map(|(p, c)| p * c),
         "daemon_write_syscall_kib_per_call": r.write_kib_per_call,
+        "disk_device": r.disk_device,
         "attempt_p50_ms": r.attempts.as_ref().map(|a| ms(a.p50_ns)),
         "attempt_p99_ms": r.attempts.as_ref().map(|a| ms(a.p99_ns)),
         "attempt_max_ms": r.attempts.as_ref().map(|a| ms(a.max_ns)),

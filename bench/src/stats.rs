@@ -116,6 +116,9 @@ pub struct Row {
     pub vs_health_rate: Option<f64>,
     /// p50 of this row ÷ p50 of the health baseline at the same concurrency.
     pub vs_health_p50: Option<f64>,
+    /// The block device that holds the store, as `/proc/diskstats` names it, when the row's
+    /// disk figures (`disk_*` in [`Row::extra`]) were read from it.
+    pub disk_device: Option<String>,
     /// Further named facts for the JSON (conditions of the machine during the row).
     pub extra: Vec<(String, f64)>,
 }
