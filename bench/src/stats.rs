@@ -104,7 +104,8 @@ pub struct Row {
     pub writer_busy: Option<f64>,
     /// Mean µs per group commit running its operations.
     pub build_us_per_commit: Option<f64>,
-    /// Mean µs per group commit inside LMDB's commit (page writes and both syncs).
+    /// Mean µs per group commit inside LMDB's commit (page writes, their sync and the meta
+    /// page's write; the meta page's sync is the syncing thread's).
     pub sync_us_per_commit: Option<f64>,
     /// 4 KiB pages the store writer wrote per group commit: its thread's `wchar`
     /// (`/proc/PID/task/TID/io`) ÷ group commits ÷ 4096 (LMDB's page writes plus one small
