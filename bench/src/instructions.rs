@@ -127,7 +127,7 @@ pub fn run(
                 "writer_per_call": c.threads.writer / c.calls,
                 "syncing_per_call": c.threads.syncing / c.calls,
                 "left_out_per_call": c.threads.left_out / c.calls,
-                "allocations_per_call": c.threads.allocations as f64 / c.calls as f64,
+                "allocations_per_call": c.allocations_per_call(),
             })).collect::<Vec<_>>(),
         }));
         tables.push(counted);
@@ -163,18 +163,19 @@ fn count_rows(
         let dir = run_dir.join(format!("instructions-{}-{row}", build.name));
         let threads = tally(&count(&build.worldd, &build.plugins, &dir, kind, calls)?)
             .map_err(|e| format!("{}, {row}: {e}", build.name))?;
-        println!(
-            "  {name} … {} instructions per call, {} of them the store writer's ({} more in {LEFT_OUT}); {:.1} allocations per call",
-            threads.total / calls,
-            threads.writer / calls,
-            threads.left_out / calls,
-            threads.allocations as f64 / calls as f64
-        );
-        counted.push(Counted {
+        let c = Counted {
             name,
             calls,
             threads,
-        });
+        };
+        println!(
+            "  {name} … {} instructions per call, {} of them the store writer's ({} more in {LEFT_OUT}); {:.1} allocations per call",
+            c.threads.total / calls,
+            c.threads.writer / calls,
+            c.threads.left_out / calls,
+            c.allocations_per_call()
+        );
+        counted.push(c);
     }
     Ok(counted)
 }
