@@ -193,14 +193,14 @@ impl Reply {
 
     fn write_members(&self, out: &mut Vec<u8>) -> serde_json::Result<()> {
         out.extend_from_slice(br#"{"jsonrpc":"2.0","id":"#);
+        let (Reply::Result { id, .. } | Reply::Error { id, .. }) = self;
+        serde_json::to_writer(&mut *out, id)?;
         match self {
-            Reply::Result { id, result } => {
-                serde_json::to_writer(&mut *out, id)?;
+            Reply::Result { result, .. } => {
                 out.extend_from_slice(br#","result":"#);
                 result.write_json(out)?;
             }
-            Reply::Error { id, error } => {
-                serde_json::to_writer(&mut *out, id)?;
+            Reply::Error { error, .. } => {
                 out.extend_from_slice(br#","error":"#);
                 serde_json::to_writer(&mut *out, error)?;
             }
