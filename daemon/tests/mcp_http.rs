@@ -668,17 +668,47 @@ async fn other_http_methods_are_405_and_the_slashless_path_works() {
 // JSON-RPC framing.
 
 #[tokio::test]
-async fn malformed_json_is_a_parse_error_event() {
+async fn malformed_json_is_a_parse_error_event_that_says_where() {
     let h = harness();
     let t = h.reader();
-    for body in ["{bad", "", "[1,", "\u{feff}{}"] {
+    for (body, why) in [
+        ("{bad", "key must be a string at line 1 column 2"),
+        ("", "EOF while parsing a value at line 1 column 0"),
+        ("[1,", "EOF while parsing a value at line 1 column 3"),
+        ("\u{feff}{}", "expected value at line 1 column 1"),
+    ] {
         let r = h.rpc(&t, body).await;
         assert_eq!(
             r.sse_data(),
-            r#"{"jsonrpc":"2.0","id":null,"error":{"code":-32700,"message":"Parse error"}}"#,
+            format!(
+                r#"{{"jsonrpc":"2.0","id":null,"error":{{"code":-32700,"message":"Parse error: {why}; nothing was run"}}}}"#
+            ),
             "{body:?}"
         );
     }
+}
+
+/// An attacker's body nested far past what the parser follows (20,000 arrays, 40 KB): a parse
+/// error that says so, at the 126th array (three objects and 125 arrays are serde_json's 128
+/// levels; the prefix is 97 bytes), nothing run, and the daemon answers the next call.
+#[tokio::test]
+async fn a_body_nested_past_the_parsers_limit_is_a_parse_error_that_says_so() {
+    let h = harness();
+    let t = h.reader();
+    let deep = format!(
+        r#"{{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{{"name":"ailang-read","arguments":{{"path":{}{}}}}}}}"#,
+        "[".repeat(20_000),
+        "]".repeat(20_000)
+    );
+    let r = h.rpc(&t, &deep).await;
+    assert_eq!(
+        r.sse_data(),
+        r#"{"jsonrpc":"2.0","id":null,"error":{"code":-32700,"message":"Parse error: recursion limit exceeded at line 1 column 222; nothing was run"}}"#
+    );
+    let r = h
+        .rpc(&t, r#"{"jsonrpc":"2.0","id":2,"method":"ping"}"#)
+        .await;
+    assert_eq!(r.sse()["result"], json!({}));
 }
 
 #[tokio::test]
@@ -2594,7 +2624,8 @@ async fn modern_request_rules() {
     *r.body_mut() = Body::from("{nope");
     assert_eq!(
         h.send(r).await.json(StatusCode::BAD_REQUEST),
-        json!({"jsonrpc": "2.0", "id": null, "error": {"code": -32700, "message": "Parse error"}})
+        json!({"jsonrpc": "2.0", "id": null, "error": {"code": -32700,
+               "message": "Parse error: key must be a string at line 1 column 2; nothing was run"}})
     );
     // A routing header sent twice.
     let v = h

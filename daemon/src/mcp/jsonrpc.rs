@@ -151,11 +151,16 @@ impl Reply {
         }
     }
 
-    /// `-32700` for a body that is not one message: not JSON, or an object that repeats a
-    /// member (its name quoted, at most 256 bytes of it).
+    /// `-32700` for a body that is not one message: not JSON (where the parser stopped, and
+    /// why), or an object that repeats a member (its name quoted, at most 256 bytes of it).
     pub(super) fn parse_error(why: &Unparsed) -> Reply {
         match why {
-            Unparsed::Syntax(_) => Reply::error(&Value::Null, PARSE_ERROR, "Parse error"),
+            // serde_json's account is one short line that names the line and column.
+            Unparsed::Syntax(err) => Reply::error(
+                &Value::Null,
+                PARSE_ERROR,
+                format!("Parse error: {err}; nothing was run"),
+            ),
             Unparsed::DuplicateKey(key) => Reply::error(
                 &Value::Null,
                 PARSE_ERROR,
@@ -310,7 +315,7 @@ mod tests {
         );
         assert_eq!(
             reply("{"),
-            r#"{"jsonrpc":"2.0","id":null,"error":{"code":-32700,"message":"Parse error"}}"#
+            r#"{"jsonrpc":"2.0","id":null,"error":{"code":-32700,"message":"Parse error: EOF while parsing an object at line 1 column 1; nothing was run"}}"#
         );
         let long = format!(r#"{{"{0}":1,"{0}":2}}"#, "k".repeat(1000));
         let text = reply(&long);
