@@ -19,11 +19,10 @@
 //!    `[server] body_timeout_ms`, else 408 ([`crate::edge::body`]).
 //! 4. **JSON-RPC** (`jsonrpc`): malformed JSON, or an object that names a member twice, is
 //!    answered `-32700 Parse error: …` (id null; where the parser stopped, and why) and a
-//!    malformed message `-32600`, both as an SSE
-//!    event with HTTP 200 like any other JSON-RPC reply: once the request is authorized and
-//!    well-formed HTTP, the client reads every protocol answer the same way. Notifications and
-//!    responses are accepted and ignored: a POST that carries only those is answered 202 with
-//!    an empty body.
+//!    malformed message `-32600`, both as an SSE event with HTTP 200 like any other JSON-RPC
+//!    reply: once the request is authorized and well-formed HTTP, the client reads every
+//!    protocol answer the same way. Notifications and responses are accepted and ignored: a
+//!    POST that carries only those is answered 202 with an empty body.
 //! 5. **Methods** (`methods`): `initialize`, `ping`, `tools/list`, `tools/call`.
 //!
 //! A successful reply is one Server-Sent Event, `event: message\ndata: <compact JSON>\n\n`.
