@@ -689,18 +689,29 @@ async fn malformed_json_is_a_parse_error_event_that_says_where() {
 }
 
 /// An attacker's body nested far past what the parser follows (20,000 arrays, 40 KB): a parse
-/// error that says so, at the 126th array (three objects and 125 arrays are serde_json's 128
-/// levels; the prefix is 97 bytes), nothing run, and the daemon answers the next call.
+/// error that says so, at the 125th array (three objects and 125 arrays make the 128th level,
+/// one past the 127 serde_json parses; the prefix is 97 bytes, so that bracket is column 222),
+/// nothing run, and the daemon answers the next call. One level less still parses.
 #[tokio::test]
 async fn a_body_nested_past_the_parsers_limit_is_a_parse_error_that_says_so() {
     let h = harness();
     let t = h.reader();
-    let deep = format!(
-        r#"{{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{{"name":"ailang-read","arguments":{{"path":{}{}}}}}}}"#,
-        "[".repeat(20_000),
-        "]".repeat(20_000)
+    let nested = |arrays: usize| {
+        format!(
+            r#"{{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{{"name":"ailang-read","arguments":{{"path":{}{}}}}}}}"#,
+            "[".repeat(arrays),
+            "]".repeat(arrays)
+        )
+    };
+    // 127 levels parse: the call goes on, and its plan refuses the argument.
+    let r = h.rpc(&t, &nested(124)).await;
+    assert_eq!(
+        r.sse()["result"]["structuredContent"]["refused"],
+        json!("argument \"path\" must be a string"),
+        "{}",
+        r.sse_data()
     );
-    let r = h.rpc(&t, &deep).await;
+    let r = h.rpc(&t, &nested(20_000)).await;
     assert_eq!(
         r.sse_data(),
         r#"{"jsonrpc":"2.0","id":null,"error":{"code":-32700,"message":"Parse error: recursion limit exceeded at line 1 column 222; nothing was run"}}"#
