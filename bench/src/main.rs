@@ -699,6 +699,7 @@ fn report(table_rows: &mut [Row], m: &Measured, run_dir: &RunDir, settings: &Set
         ));
     }
     report.push_str(&ceilings(table_rows, &m.rows, fsync.p50_ns));
+    report.push_str(&tail_line(&m.rows));
     report.push_str(&format!(
         "page writes: {PROBE_PAGES} x 4 KiB + fdatasync p50 {:.3} ms (p99 {:.3}) at random places = {:.1} us per page beyond one fsync; {:.3} ms (p99 {:.3}) adjacent = {:.1} us per page\n",
         ms(disk.scatter.p50_ns),
@@ -1160,6 +1161,47 @@ fn writer_bound_line(rows: &[Row]) -> String {
         return String::new();
     }
     format!("store writer bound: {}\n", parts.join("; "))
+}
+
+/// The @128 target holds each durable row's p99 to 4× its p99 @32. In a closed loop whose rate
+/// no longer grows with its clients, the mean latency grows with them (Little's law: clients ÷
+/// rate), so the ratio is about the clients' ratio over the rates', times how each p99 stands
+/// to its own mean. The line sets those side by side for every durable row above 32 clients.
+fn tail_line(rows: &[Row]) -> String {
+    let parts: Vec<String> = rows
+        .iter()
+        .filter(|r| {
+            r.concurrency > 32
+                && matches!(
+                    r.scenario.as_str(),
+                    "ailang-read" | "ailang-write" | "plan-refusal"
+                )
+        })
+        .filter_map(|r| {
+            let base = row_at(rows, &r.scenario, 32)?;
+            let (s, b) = (&r.summary, &base.summary);
+            if [s.p99_ns, s.mean_ns, b.p99_ns, b.mean_ns].contains(&0) {
+                return None;
+            }
+            let rates = s.per_second() / b.per_second().max(1e-9);
+            let clients = r.concurrency as f64 / 32.0;
+            Some(format!(
+                "{} @{}: p99 {:.1} ms = {:.2}x p99 @32 (the target allows 4x); mean {:.1} ms = {:.2}x @32's, at {:.2}x its rate with {:.0}x its clients (Little's law: {:.2}x); p99 {:.2}x the mean, @32 {:.2}x",
+                r.scenario,
+                r.concurrency,
+                ms(s.p99_ns),
+                s.p99_ns as f64 / b.p99_ns as f64,
+                ms(s.mean_ns),
+                s.mean_ns as f64 / b.mean_ns as f64,
+                rates,
+                clients,
+                clients / rates.max(1e-9),
+                s.p99_ns as f64 / s.mean_ns as f64,
+                b.p99_ns as f64 / b.mean_ns as f64,
+            ))
+        })
+        .collect();
+    parts.iter().map(|p| format!("{p}\n")).collect()
 }
 
 /// The machine's CPU time from the first line of `/proc/stat`, in ticks: all of it, and what
@@ -1972,6 +2014,29 @@ mod tests {
             ..read
         };
         assert_eq!(writer_bound_line(&[idle]), "", "no commits, no line");
+    }
+
+    /// The @128 line: p99 against p99 @32, the mean latencies against Little's law, and each
+    /// p99 against its own mean; a row without its @32 counterpart gets no line.
+    #[test]
+    fn the_tail_line_sets_the_p99_ratio_beside_littles_law() {
+        let at = |c: usize, per_second: u64, mean_ms: u64, p99_ms: u64| Row {
+            concurrency: c,
+            summary: Summary {
+                mean_ns: mean_ms * 1_000_000,
+                p99_ns: p99_ms * 1_000_000,
+                ..row("ailang-read", per_second).summary
+            },
+            ..row("ailang-read", per_second)
+        };
+        // 32 clients at 6,400/s wait 5 ms on average; 128 at 6,400/s wait 20 ms.
+        let rows = [at(32, 6_400, 5, 10), at(128, 6_400, 20, 36)];
+        assert_eq!(
+            tail_line(&rows),
+            "ailang-read @128: p99 36.0 ms = 3.60x p99 @32 (the target allows 4x); mean 20.0 ms = 4.00x @32's, at 1.00x its rate with 4x its clients (Little's law: 4.00x); p99 1.80x the mean, @32 2.00x\n"
+        );
+        assert_eq!(tail_line(&rows[1..]), "", "no row @32, no line");
+        assert_eq!(tail_line(&rows[..1]), "", "nothing above 32 clients");
     }
 
     /// The ping row's CPU is what every MCP call pays at the edge; the rest is the call's own.
