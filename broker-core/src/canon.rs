@@ -63,8 +63,9 @@ pub enum CanonError {
     /// The input violates the RFC 8259 grammar; `message` says what and where.
     #[error("invalid JSON: {message}")]
     Syntax { message: String },
-    /// An object has the same member name twice.
-    #[error("duplicate key {key:?}")]
+    /// An object has the same member name twice. The message quotes at most
+    /// [`dialect::quote::MAX_QUOTED_BYTES`] bytes of it: it may be shown to whoever sent it.
+    #[error("duplicate key {}", dialect::quote::quote(key))]
     DuplicateKey { key: String },
     /// A `\u` escape encodes a UTF-16 surrogate without its partner.
     #[error("unpaired UTF-16 surrogate in \\u escape")]

@@ -325,9 +325,10 @@ async fn received(
     let (bytes, share) = body.split();
     match broker_core::canon::parse(&bytes) {
         Ok(req) => Ok((session, req, bytes.len(), share)),
+        // The parser's account says what and where (line, column, byte), in one bounded line.
         Err(e) => Err(match crate::invalid_params::a2a_params_error(&bytes, &e) {
             Some(id) => rpc_error(&id, -32602, "invalid params"),
-            None => rpc_error(&null, -32600, "invalid JSON-RPC request"),
+            None => rpc_error(&null, -32600, format!("invalid JSON-RPC request: {e}")),
         }),
     }
 }

@@ -465,6 +465,59 @@ fn a_query_parameter_given_twice_is_refused_400_on_every_route() {
     }
 }
 
+/// An A2A body that is not strict JSON is refused with the parser's account of what and where,
+/// in one bounded line: a syntax error, a body nested past 128 levels (20,000 arrays), a
+/// member named twice with a 10,000-byte name (quoted to 256 bytes). Nothing runs.
+#[test]
+fn an_a2a_body_that_is_not_strict_json_says_what_and_where_and_runs_nothing() {
+    let d = Daemon::start(WS, &[]);
+    let token = d.session("ep1", &["Workspace.Write=worktree:5"]);
+    let head = || get(&d.url("/v1/head"), Some(&token)).text();
+    let before = head();
+    let send = |body: &[u8]| {
+        let a = request(
+            "POST",
+            &d.url("/a2a/"),
+            Some(&token),
+            &mcp_headers(),
+            Some(body),
+        );
+        assert_eq!(a.status, 200, "{}", a.text());
+        a.json()
+    };
+    let deep = format!(
+        r#"{{"jsonrpc":"2.0","id":1,"method":"tasks/send","params":{{"id":"t1","metadata":{{"skill_id":"ailang-write"}},"message":{{"role":"user","parts":[{{"type":"data","data":{{"path":{}{}}}}}]}}}}}}"#,
+        "[".repeat(20_000),
+        "]".repeat(20_000)
+    );
+    let key = "k".repeat(10_000);
+    let twice = format!(
+        r#"{{"jsonrpc":"2.0","id":1,"method":"tasks/send","params":{{"{key}":1,"{key}":2}}}}"#
+    );
+    let quoted = format!("\"{}…\"", "k".repeat(256));
+    for (body, message) in [
+        (
+            r#"{"jsonrpc":"2.0","id":1,"#.to_owned(),
+            "invalid JSON-RPC request: invalid JSON: expected a string member name, found end of input at line 1, column 25 (byte 24)".to_owned(),
+        ),
+        (
+            deep,
+            "invalid JSON-RPC request: nesting deeper than 128 levels".to_owned(),
+        ),
+        (
+            twice,
+            format!("invalid JSON-RPC request: duplicate key {quoted}"),
+        ),
+    ] {
+        assert_eq!(
+            send(body.as_bytes()),
+            json!({"jsonrpc": "2.0", "id": null,
+                   "error": {"code": -32600, "message": message}}),
+        );
+    }
+    assert_eq!(head(), before, "nothing was committed");
+}
+
 #[test]
 fn a_coded_body_is_refused_415_or_501_and_runs_nothing() {
     // Nothing here decodes a body: read as JSON, gzip'd bytes were answered "Parse error",
