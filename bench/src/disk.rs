@@ -129,12 +129,9 @@ pub fn line(rows: &[Row]) -> String {
             ))
         })
         .collect();
-    match device {
-        Some(device) if !parts.is_empty() => {
-            format!("disk {device}: {}\n", parts.join("; "))
-        }
-        _ => String::new(),
-    }
+    device.map_or_else(String::new, |device| {
+        crate::labelled_line(&format!("disk {device}"), &parts, "; ")
+    })
 }
 
 #[cfg(test)]

@@ -1040,6 +1040,19 @@ impl RowCtx<'_> {
     }
 }
 
+/// `label: ` and the parts joined by `sep`, one line; nothing when no row gave a part.
+pub(crate) fn labelled_line(label: &str, parts: &[String], sep: &str) -> String {
+    if parts.is_empty() {
+        return String::new();
+    }
+    format!("{label}: {}\n", parts.join(sep))
+}
+
+/// The calls per second of the health row beside `r`, from `r`'s share of it.
+fn health_beside(r: &Row) -> Option<f64> {
+    Some(r.summary.per_second() / r.vs_health_rate.filter(|x| *x > 0.0)?)
+}
+
 /// One line: each row's share of CPU time stolen by the hypervisor (empty where `/proc/stat`
 /// gave none).
 fn steal_line(rows: &[Row]) -> String {
@@ -1055,10 +1068,7 @@ fn steal_line(rows: &[Row]) -> String {
             ))
         })
         .collect();
-    if shares.is_empty() {
-        return String::new();
-    }
-    format!("CPU time stolen by the hypervisor: {}\n", shares.join(", "))
+    labelled_line("CPU time stolen by the hypervisor", &shares, ", ")
 }
 
 /// One line: each durable row's daemon CPU per call by thread: the store's writer (the one
@@ -1081,10 +1091,7 @@ fn thread_line(rows: &[Row]) -> String {
             ))
         })
         .collect();
-    if parts.is_empty() {
-        return String::new();
-    }
-    format!("daemon CPU per call by thread: {}\n", parts.join("; "))
+    labelled_line("daemon CPU per call by thread", &parts, "; ")
 }
 
 /// A durable row's CPU per call on the store's writer and on its syncing thread, µs; `None`
@@ -1106,7 +1113,7 @@ fn cpu_bound_line(rows: &[Row], cpus: usize) -> String {
             let (writer, syncing) = store_threads_cpu(r)?;
             let load = r.extra("load_cpu_us_per_call")?;
             let daemon = r.daemon_cpu_us_per_call?;
-            let health = r.summary.per_second() / r.vs_health_rate.filter(|x| *x > 0.0)?;
+            let health = health_beside(r)?;
             let allows = |us: f64| cpus as f64 * 1e6 / us.max(1e-9);
             let whole = allows(daemon + load);
             let free = allows((daemon - writer - syncing).max(0.0) + load);
@@ -1123,10 +1130,7 @@ fn cpu_bound_line(rows: &[Row], cpus: usize) -> String {
             ))
         })
         .collect();
-    if parts.is_empty() {
-        return String::new();
-    }
-    format!("CPU bound on {cpus} CPUs: {}\n", parts.join("; "))
+    labelled_line(&format!("CPU bound on {cpus} CPUs"), &parts, "; ")
 }
 
 /// One line: for each durable row, the most calls per second the one store writer allows at
@@ -1140,7 +1144,7 @@ fn writer_bound_line(rows: &[Row]) -> String {
         .filter_map(|r| {
             let (build, lmdb) = (r.build_us_per_commit?, r.sync_us_per_commit?);
             let commits = r.commits_per_call.filter(|c| *c > 0.0)?;
-            let health = r.summary.per_second() / r.vs_health_rate.filter(|x| *x > 0.0)?;
+            let health = health_beside(r)?;
             let allows = 1e6 / ((build + lmdb) * commits).max(1e-9);
             Some(format!(
                 "{} @{} {:.0} us per group commit ({:.0} building, {:.0} in LMDB's commit) x {:.3} commits per call allow {:.0}/s = {:.3}x health (measured {:.3}x, the writer {:.0}% busy)",
@@ -1157,10 +1161,7 @@ fn writer_bound_line(rows: &[Row]) -> String {
             ))
         })
         .collect();
-    if parts.is_empty() {
-        return String::new();
-    }
-    format!("store writer bound: {}\n", parts.join("; "))
+    labelled_line("store writer bound", &parts, "; ")
 }
 
 /// The @128 target holds each durable row's p99 to 4× its p99 @32. In a closed loop whose rate
@@ -1168,8 +1169,7 @@ fn writer_bound_line(rows: &[Row]) -> String {
 /// rate), so the ratio is about the clients' ratio over the rates', times how each p99 stands
 /// to its own mean. The line sets those side by side for every durable row above 32 clients.
 fn tail_line(rows: &[Row]) -> String {
-    let parts: Vec<String> = rows
-        .iter()
+    rows.iter()
         .filter(|r| {
             r.concurrency > 32
                 && matches!(
@@ -1186,7 +1186,7 @@ fn tail_line(rows: &[Row]) -> String {
             let rates = s.per_second() / b.per_second().max(1e-9);
             let clients = r.concurrency as f64 / 32.0;
             Some(format!(
-                "{} @{}: p99 {:.1} ms = {:.2}x p99 @32 (the target allows 4x); mean {:.1} ms = {:.2}x @32's, at {:.2}x its rate with {:.0}x its clients (Little's law: {:.2}x); p99 {:.2}x the mean, @32 {:.2}x",
+                "{} @{}: p99 {:.1} ms = {:.2}x p99 @32 (the target allows 4x); mean {:.1} ms = {:.2}x @32's, at {:.2}x its rate with {:.0}x its clients (Little's law: {:.2}x); p99 {:.2}x the mean, @32 {:.2}x\n",
                 r.scenario,
                 r.concurrency,
                 ms(s.p99_ns),
@@ -1200,8 +1200,7 @@ fn tail_line(rows: &[Row]) -> String {
                 b.p99_ns as f64 / b.mean_ns as f64,
             ))
         })
-        .collect();
-    parts.iter().map(|p| format!("{p}\n")).collect()
+        .collect()
 }
 
 /// The machine's CPU time from the first line of `/proc/stat`, in ticks: all of it, and what
