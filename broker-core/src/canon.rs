@@ -82,6 +82,10 @@ pub enum CanonError {
     /// Arrays/objects nested more than `limit` levels deep.
     #[error("nesting deeper than {limit} levels")]
     TooDeep { limit: usize },
+    /// More than `limit` values (scalars, arrays and objects, at any depth): the text would
+    /// build more than the caller is willing to hold ([`parse_bounded`]).
+    #[error("more than {limit} JSON values")]
+    TooManyValues { limit: usize },
     /// Something other than whitespace follows the JSON value.
     #[error("trailing data after the JSON value")]
     TrailingData,
@@ -186,8 +190,33 @@ pub fn to_string(value: &Value) -> Result<String, CanonError> {
 /// lone surrogates, integers outside ±(2^53−1), number literals that overflow
 /// a double, and nesting deeper than [`MAX_DEPTH`].
 pub fn parse(bytes: &[u8]) -> Result<Value, CanonError> {
+    parse_bounded(bytes, usize::MAX)
+}
+
+/// [`parse`], refusing a text of more than `max_values` values (every scalar, array and
+/// object counts one, member names none) with [`CanonError::TooManyValues`] as soon as it
+/// meets the next one.
+///
+/// A value costs far more built than written: `{"a":0}` is 7 bytes of text and several
+/// hundred of `Value`. A body limit in bytes alone would let a megabyte of such objects
+/// take hundreds of megabytes; this bounds what a parse can build whatever its bytes.
+///
+/// ```
+/// use broker_core::canon::{parse_bounded, CanonError};
+/// assert!(parse_bounded(br#"{"a":[1,2]}"#, 4).is_ok());
+/// assert_eq!(
+///     parse_bounded(br#"{"a":[1,2,3]}"#, 4).unwrap_err(),
+///     CanonError::TooManyValues { limit: 4 }
+/// );
+/// ```
+pub fn parse_bounded(bytes: &[u8], max_values: usize) -> Result<Value, CanonError> {
     let src = std::str::from_utf8(bytes).map_err(|_| CanonError::NotUtf8)?;
-    let mut parser = Parser { src, pos: 0 };
+    let mut parser = Parser {
+        src,
+        pos: 0,
+        values_left: max_values,
+        max_values,
+    };
     parser.skip_ws();
     let value = parser.parse_value(0)?;
     parser.skip_ws();
@@ -698,6 +727,9 @@ fn push_decimal(out: &mut String, mut n: u64) {
 struct Parser<'a> {
     src: &'a str,
     pos: usize,
+    /// How many more values the text may hold before [`CanonError::TooManyValues`].
+    values_left: usize,
+    max_values: usize,
 }
 
 impl Parser<'_> {
@@ -743,6 +775,12 @@ impl Parser<'_> {
     }
 
     fn parse_value(&mut self, depth: usize) -> Result<Value, CanonError> {
+        self.values_left = self
+            .values_left
+            .checked_sub(1)
+            .ok_or(CanonError::TooManyValues {
+                limit: self.max_values,
+            })?;
         match self.peek() {
             Some(b'{') => self.parse_object(depth),
             Some(b'[') => self.parse_array(depth),

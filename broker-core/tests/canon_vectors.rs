@@ -423,6 +423,49 @@ fn rejects_lone_surrogates() {
     );
 }
 
+/// Every scalar, array and object counts one value, member names none; the parse stops at the
+/// first value past the bound, before building it, whatever follows.
+#[test]
+fn value_limit() {
+    // The object, its array and the array's three items, and the empty object: 6.
+    let text = br#"{"a":[1,"x",null],"b":{}}"#;
+    let want = json!({"a": [1, "x", null], "b": {}});
+    assert_eq!(canon::parse_bounded(text, 6), Ok(want));
+    assert_eq!(
+        canon::parse_bounded(text, 5),
+        Err(CanonError::TooManyValues { limit: 5 })
+    );
+    assert_eq!(
+        CanonError::TooManyValues { limit: 6 }.to_string(),
+        "more than 6 JSON values"
+    );
+    // The bound is met before anything after it is read: a megabyte of small objects, then
+    // text that does not parse.
+    let mut hostile = String::from("[");
+    hostile.push_str(&r#"{"a":0},"#.repeat(150_000));
+    hostile.push_str("oops");
+    assert_eq!(
+        canon::parse_bounded(hostile.as_bytes(), 16_384),
+        Err(CanonError::TooManyValues { limit: 16_384 })
+    );
+    // Errors met before the bound are reported as they were.
+    assert_eq!(
+        canon::parse_bounded(br#"[1,2,{"a":1,"a":2}]"#, 100),
+        Err(CanonError::DuplicateKey { key: "a".into() })
+    );
+    // Unbounded, `parse` takes them all.
+    assert!(canon::parse(&hostile.as_bytes()[..hostile.len() - 5]).is_err());
+    let whole = format!("{}]", &hostile[..hostile.len() - 5]);
+    assert_eq!(
+        canon::parse(whole.as_bytes())
+            .unwrap()
+            .as_array()
+            .unwrap()
+            .len(),
+        150_000
+    );
+}
+
 #[test]
 fn depth_limit() {
     assert_eq!(MAX_DEPTH, 128);

@@ -323,13 +323,22 @@ async fn received(
         }
     };
     let (bytes, share) = body.split();
-    match broker_core::canon::parse(&bytes) {
+    match crate::json_bounds::parse_strict(state, &bytes) {
         Ok(req) => Ok((session, req, bytes.len(), share)),
         // The parser's account says what and where (line, column, byte), in one bounded line.
-        Err(e) => Err(match crate::invalid_params::a2a_params_error(&bytes, &e) {
-            Some(id) => rpc_error(&id, -32602, "invalid params"),
-            None => rpc_error(&null, -32600, format!("invalid JSON-RPC request: {e}")),
-        }),
+        Err(e) => Err(
+            match crate::invalid_params::a2a_params_error(&bytes, &e, state.limits().json_values) {
+                Some(id) => rpc_error(&id, -32602, "invalid params"),
+                None => rpc_error(
+                    &null,
+                    -32600,
+                    format!(
+                        "invalid JSON-RPC request: {}",
+                        crate::json_bounds::strict_account(&e)
+                    ),
+                ),
+            },
+        ),
     }
 }
 

@@ -13,15 +13,16 @@ use serde_json::Value;
 
 /// The request id to answer `-32602 invalid params` with, when `error` (from parsing `body`)
 /// is a number without a canonical form that lies inside `params` of an otherwise valid
-/// JSON-RPC 2.0 request; `None` leaves it an invalid request.
-pub fn a2a_params_error(body: &[u8], error: &CanonError) -> Option<Value> {
+/// JSON-RPC 2.0 request; `None` leaves it an invalid request. The body is read again within
+/// `max_values` (`[limits] json_values`), as the strict parse that failed was.
+pub fn a2a_params_error(body: &[u8], error: &CanonError, max_values: usize) -> Option<Value> {
     if !matches!(
         error,
         CanonError::UnsafeInteger { .. } | CanonError::NonFinite
     ) {
         return None;
     }
-    let Ok(Value::Object(mut request)) = serde_json::from_slice::<Value>(body) else {
+    let Ok(Value::Object(mut request)) = dialect::json::parse_bounded(body, max_values) else {
         return None;
     };
     request.remove("params")?;
@@ -40,7 +41,7 @@ mod tests {
 
     fn classify(body: &str) -> Option<Value> {
         let error = canon::parse(body.as_bytes()).unwrap_err();
-        a2a_params_error(body.as_bytes(), &error)
+        a2a_params_error(body.as_bytes(), &error, usize::MAX)
     }
 
     #[test]

@@ -67,6 +67,7 @@ pub mod edge;
 pub mod extract;
 pub mod fallback;
 pub mod invalid_params;
+pub mod json_bounds;
 mod json_scan;
 pub mod limits;
 pub mod log_stream;

@@ -23,6 +23,13 @@ pub const DEFAULT_LARGE_CALL_BYTES: usize = 64 * 1024;
 /// anonymous memory peaked under 80 MiB instead of 193–219 MiB; with two, 17–52 ms and 96 MiB.
 pub const DEFAULT_LARGE_CALLS: usize = 1;
 
+/// Default number of JSON values one request body may hold. Measured on the release daemon: a
+/// 64 KiB MCP call of 16,386 values in one-member objects (the costliest value per byte) took
+/// 5.3 MiB of anonymous memory while it ran, and a 4 MiB body of them 346 MiB without the
+/// limit. Ordinary calls hold tens of values; a transition published with two 64 KiB schemas,
+/// a few thousand.
+pub const DEFAULT_JSON_VALUES: usize = 16 * 1024;
+
 /// The largest `commit_body_bytes` an operator may configure (the reference's only limit).
 pub const MAX_COMMIT_BODY_BYTES: usize = 8 * 1024 * 1024;
 
@@ -55,6 +62,11 @@ pub struct Limits {
     pub commit_body_bytes: usize,
     /// Most messages in one JSON-RPC batch (`batch_items`).
     pub batch_items: usize,
+    /// Most JSON values in one request body (`json_values`): every scalar, array and object
+    /// counts one, at any depth. A value costs far more parsed than written (`{"a":0}` is 7
+    /// bytes and several hundred parsed), so the byte limits alone would let a body of small
+    /// objects take hundreds of megabytes.
+    pub json_values: usize,
     /// Bytes of replies one MCP batch may gather before its further items are not run
     /// (`reply_bytes`); a single reply is bounded by the output limit of a call instead.
     pub reply_bytes: usize,
@@ -83,6 +95,7 @@ impl Default for Limits {
             // An operator's commit carries a few records, not bulk data.
             commit_body_bytes: 1024 * 1024,
             batch_items: 64,
+            json_values: DEFAULT_JSON_VALUES,
             reply_bytes: 16 * 1024 * 1024,
             plugin_log_bytes: 4096,
             plugin_log_per_second: 100,
@@ -106,6 +119,7 @@ pub struct LimitsSection {
     pub a2a_body_bytes: Option<usize>,
     pub commit_body_bytes: Option<usize>,
     pub batch_items: Option<usize>,
+    pub json_values: Option<usize>,
     pub reply_bytes: Option<usize>,
     pub plugin_log_bytes: Option<usize>,
     pub plugin_log_per_second: Option<u32>,
@@ -130,6 +144,7 @@ impl LimitsSection {
             a2a_body_bytes: self.a2a_body_bytes.unwrap_or(d.a2a_body_bytes),
             commit_body_bytes: self.commit_body_bytes.unwrap_or(d.commit_body_bytes),
             batch_items: self.batch_items.unwrap_or(d.batch_items),
+            json_values: self.json_values.unwrap_or(d.json_values),
             reply_bytes: self.reply_bytes.unwrap_or(d.reply_bytes),
             plugin_log_bytes: self.plugin_log_bytes.unwrap_or(d.plugin_log_bytes),
             plugin_log_per_second: self
@@ -155,6 +170,7 @@ impl Limits {
             ("a2a_body_bytes", self.a2a_body_bytes as u128),
             ("commit_body_bytes", self.commit_body_bytes as u128),
             ("batch_items", self.batch_items as u128),
+            ("json_values", self.json_values as u128),
             ("reply_bytes", self.reply_bytes as u128),
             ("plugin_log_bytes", self.plugin_log_bytes as u128),
             (
@@ -216,12 +232,15 @@ mod tests {
         let s: LimitsSection = toml::from_str("large_call_bytes = 100\nlarge_calls = 3").unwrap();
         let l = s.resolve().unwrap();
         assert_eq!((l.large_call_bytes, l.large_calls), (100, 3));
+        let s: LimitsSection = toml::from_str("json_values = 200").unwrap();
+        assert_eq!(s.resolve().unwrap().json_values, 200);
         for key in [
             "plugin_log_bytes",
             "plugin_log_per_second",
             "plugin_start_ms",
             "large_call_bytes",
             "large_calls",
+            "json_values",
         ] {
             let zero: LimitsSection = toml::from_str(&format!("{key} = 0")).unwrap();
             assert_eq!(

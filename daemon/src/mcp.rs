@@ -19,9 +19,10 @@
 //!    `[server] body_timeout_ms`, else 408 ([`crate::edge::body`]).
 //! 4. **JSON-RPC** (`jsonrpc`): malformed JSON, or an object that names a member twice, is
 //!    answered `-32700 Parse error: …` (id null; where the parser stopped, and why) and a
-//!    malformed message `-32600`, both as an SSE event with HTTP 200 like any other JSON-RPC
-//!    reply: once the request is authorized and well-formed HTTP, the client reads every
-//!    protocol answer the same way. Notifications and responses are accepted and ignored: a
+//!    malformed message `-32600`; so is a body of more than `[limits] json_values` values,
+//!    whose parse stops there ([`crate::json_bounds`]). Each is an SSE event with HTTP 200
+//!    like any other JSON-RPC reply: once the request is authorized and well-formed HTTP, the
+//!    client reads every protocol answer the same way. Notifications and responses are accepted and ignored: a
 //!    POST that carries only those is answered 202 with an empty body.
 //! 5. **Methods** (`methods`): `initialize`, `ping`, `tools/list`, `tools/call`.
 //!
@@ -155,9 +156,10 @@ async fn serve_post(state: AppState, headers: HeaderMap, body: Body) -> Response
             return transport::sse_reply(&Reply::invalid_request(Value::Null, &why));
         }
     }
-    let message = match jsonrpc::parse(bytes) {
+    // Within `[limits] json_values`, and refused whole otherwise.
+    let message = match crate::json_bounds::parse(&state, bytes) {
         Ok(v) => v,
-        Err(why) => return transport::sse_reply(&Reply::parse_error(&why)),
+        Err(why) => return transport::sse_reply(&Reply::unparsed(&why)),
     };
     match message {
         Value::Array(items) => serve_batch(&ctx, version, items).await,

@@ -97,7 +97,7 @@ async fn commit_checked(
             };
             Refusal::new(reason, crate::edge::body::rest_error(e, limit))
         })?;
-    let c = parse_commit(&read.bytes).map_err(|e| Refusal::new("invalid", e))?;
+    let c = parse_commit(state, &read.bytes).map_err(|e| Refusal::new("invalid", e))?;
     if let Some(id) = &c.invocation_id {
         if !id.starts_with("rest:") {
             return Err(Refusal::new(

@@ -467,10 +467,15 @@ struct NextWorld {
     log_head: String,
 }
 
-/// Parse a `POST /v1/commit` body (strict JSON, every ref and object checked).
-pub(crate) fn parse_commit(body: &[u8]) -> Result<RestCommit, ApiError> {
-    let v = broker_core::canon::parse(body)
-        .map_err(|e| ApiError::bad_request(format!("invalid commit JSON: {e}")))?;
+/// Parse a `POST /v1/commit` body (strict JSON within `[limits] json_values`, every ref and
+/// object checked).
+pub(crate) fn parse_commit(state: &AppState, body: &[u8]) -> Result<RestCommit, ApiError> {
+    let v = crate::json_bounds::parse_strict(state, body).map_err(|e| {
+        ApiError::bad_request(format!(
+            "invalid commit JSON: {}",
+            crate::json_bounds::strict_account(&e)
+        ))
+    })?;
     let c: CommitBody = serde_json::from_value(v)
         .map_err(|e| ApiError::bad_request(format!("invalid commit JSON: {e}")))?;
     let observed_head = if c.observed_head.is_empty() {

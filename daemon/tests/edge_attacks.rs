@@ -518,6 +518,141 @@ fn an_a2a_body_that_is_not_strict_json_says_what_and_where_and_runs_nothing() {
     assert_eq!(head(), before, "nothing was committed");
 }
 
+/// A body of small objects is refused at `[limits] json_values`, before it is built, on every
+/// surface that reads one. `{"a":0}` is 7 bytes of text and several hundred bytes parsed: a
+/// 4 MiB MCP body of them took the daemon to 346 MiB, a 1 MiB A2A body to 177 MiB. Both sides
+/// of a limit of 200 values; then the default limit against those bodies, with the daemon's
+/// memory measured; the nesting limit is counted beside it.
+#[test]
+fn a_body_of_small_objects_is_refused_at_its_value_limit_before_it_is_built() {
+    let (d, _c) = start_with(WS, "[limits]\njson_values = 200\n", &[]);
+    let token = d.session("ep1", &["Workspace.Write=worktree:5"]);
+    let ops = d.operator_session("ops", &["World.Commit=log:5"]);
+    let head = || get(&d.url("/v1/head"), Some(&token)).text();
+    let before = head();
+    let numbers = |n: usize| vec!["0"; n].join(",");
+    let post = |d: &Daemon, path: &str, credential: &str, headers: &[(&str, &str)], body: &str| {
+        request(
+            "POST",
+            &d.url(path),
+            Some(credential),
+            headers,
+            Some(body.as_bytes()),
+        )
+    };
+    // A ping with an array of `n` numbers in its params holds 6 + n values.
+    let ping = |n: usize| {
+        format!(
+            r#"{{"jsonrpc":"2.0","id":1,"method":"ping","params":{{"a":[{}]}}}}"#,
+            numbers(n)
+        )
+    };
+    let a = post(&d, "/mcp/", &token, &mcp_headers(), &ping(194));
+    assert_eq!(a.status, 200);
+    assert_eq!(
+        a.sse_json(),
+        json!({"jsonrpc": "2.0", "id": 1, "result": {}})
+    );
+    let refused = "invalid request: a body of more than 200 JSON values ([limits] json_values); nothing was run";
+    let a = post(&d, "/mcp/", &token, &mcp_headers(), &ping(195));
+    assert_eq!(a.status, 200);
+    assert_eq!(
+        a.sse_json(),
+        json!({"jsonrpc": "2.0", "id": null, "error": {"code": -32600, "message": refused}})
+    );
+    // The stateless revision answers the same with its 400.
+    let mut modern = mcp_headers();
+    modern.push(("MCP-Protocol-Version", "2026-07-28"));
+    let a = post(&d, "/mcp/", &token, &modern, &ping(195));
+    assert_eq!(a.status, 400, "{}", a.text());
+    assert_eq!(
+        a.json(),
+        json!({"jsonrpc": "2.0", "id": null, "error": {"code": -32600, "message": refused}})
+    );
+    // A2A: `tasks/get` of an unknown task with an array beside its id holds 7 + n values.
+    let get_task = |n: usize| {
+        format!(
+            r#"{{"jsonrpc":"2.0","id":1,"method":"tasks/get","params":{{"id":"t1","a":[{}]}}}}"#,
+            numbers(n)
+        )
+    };
+    let a = post(&d, "/a2a/", &token, &mcp_headers(), &get_task(193));
+    assert_eq!(a.status, 200);
+    assert_ne!(a.json()["error"]["code"], json!(-32600), "{}", a.text());
+    let a = post(&d, "/a2a/", &token, &mcp_headers(), &get_task(194));
+    assert_eq!(
+        a.json(),
+        json!({"jsonrpc": "2.0", "id": null, "error": {"code": -32600,
+               "message": "invalid JSON-RPC request: a body of more than 200 JSON values ([limits] json_values)"}})
+    );
+    // An operator's commit: an object with one array member holds 2 + n values.
+    let commit = |n: usize| format!(r#"{{"a":[{}]}}"#, numbers(n));
+    let a = post(&d, "/v1/commit", &ops, &mcp_headers(), &commit(198));
+    assert_eq!(a.status, 400);
+    assert!(
+        !a.text().contains("json_values"),
+        "at the limit the body is read: {}",
+        a.text()
+    );
+    let a = post(&d, "/v1/commit", &ops, &mcp_headers(), &commit(199));
+    assert_eq!(
+        (a.status, a.json()),
+        (
+            400,
+            json!({"error": {"class": "BadRequest",
+                   "message": "invalid commit JSON: a body of more than 200 JSON values ([limits] json_values)"}})
+        )
+    );
+    assert_eq!(trips(&d, "json_values"), 4);
+    // Nesting past the parsers' limit is counted beside it, on both parsers.
+    let deep = format!("{}{}", "[".repeat(200), "]".repeat(200));
+    let a = post(&d, "/mcp/", &token, &mcp_headers(), &deep);
+    assert_eq!(a.sse_json()["error"]["code"], json!(-32700));
+    let a = post(&d, "/a2a/", &token, &mcp_headers(), &deep);
+    assert_eq!(
+        a.json()["error"]["message"],
+        json!("invalid JSON-RPC request: nesting deeper than 128 levels")
+    );
+    assert_eq!(trips(&d, "json_depth"), 2);
+    assert_eq!(head(), before, "nothing was committed");
+    drop(d);
+
+    // The default limit against the bodies that took hundreds of megabytes.
+    let d = Daemon::start(WS, &[]);
+    let token = d.session("ep1", &["Workspace.Write=worktree:5"]);
+    let objects = |bytes: usize| {
+        let mut body = String::from(
+            r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"ailang-write","arguments":{"path":"a.txt","content":"x","a":["#,
+        );
+        while body.len() + 16 < bytes {
+            body.push_str(r#"{"a":0},"#);
+        }
+        body.push_str(r#"{"a":0}]}}}"#);
+        body
+    };
+    let a = post(
+        &d,
+        "/mcp/",
+        &token,
+        &mcp_headers(),
+        &objects(4 * 1024 * 1024),
+    );
+    assert_eq!(
+        a.sse_json()["error"]["message"],
+        json!("invalid request: a body of more than 16384 JSON values ([limits] json_values); nothing was run")
+    );
+    let a = post(&d, "/a2a/", &token, &mcp_headers(), &objects(1024 * 1024));
+    assert_eq!(
+        a.json()["error"]["message"],
+        json!("invalid JSON-RPC request: a body of more than 16384 JSON values ([limits] json_values)")
+    );
+    let rss = rss_kib(d.child.id());
+    assert!(
+        rss < 64 * 1024,
+        "daemon RSS {rss} KiB after a 4 MiB MCP body and a 1 MiB A2A body of small objects"
+    );
+}
+
 #[test]
 fn a_coded_body_is_refused_415_or_501_and_runs_nothing() {
     // Nothing here decodes a body: read as JSON, gzip'd bytes were answered "Parse error",

@@ -19,7 +19,7 @@
 //! Writing goes the other way: [`write_compact`] writes what `serde_json::to_string` writes,
 //! byte for byte, with strings quoted 32 bytes a step ([`crate::quote`]).
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::fmt;
 
 use serde::de::{DeserializeSeed, Deserializer, Error as _, MapAccess, SeqAccess, Visitor};
@@ -32,6 +32,8 @@ pub enum Unparsed {
     Syntax(serde_json::Error),
     /// An object names this member twice (the first such name met).
     DuplicateKey(String),
+    /// More values than the caller's bound ([`parse_bounded`]), which it names.
+    TooManyValues(usize),
 }
 
 impl PartialEq for Unparsed {
@@ -39,6 +41,7 @@ impl PartialEq for Unparsed {
         match (self, other) {
             (Unparsed::Syntax(a), Unparsed::Syntax(b)) => a.to_string() == b.to_string(),
             (Unparsed::DuplicateKey(a), Unparsed::DuplicateKey(b)) => a == b,
+            (Unparsed::TooManyValues(a), Unparsed::TooManyValues(b)) => a == b,
             _ => false,
         }
     }
@@ -51,7 +54,18 @@ impl fmt::Display for Unparsed {
             Unparsed::DuplicateKey(key) => {
                 write!(f, "duplicate key {}", crate::quote::quote(key))
             }
+            Unparsed::TooManyValues(limit) => write!(f, "more than {limit} JSON values"),
         }
+    }
+}
+
+impl Unparsed {
+    /// Whether the text nests arrays and objects past serde_json's recursion limit (128
+    /// levels): a limit of the parser's own, which callers count apart from other syntax.
+    pub fn is_too_deep(&self) -> bool {
+        matches!(self, Unparsed::Syntax(e)
+            if e.classify() == serde_json::error::Category::Syntax
+                && e.to_string().starts_with("recursion limit exceeded"))
     }
 }
 
@@ -60,27 +74,64 @@ impl std::error::Error for Unparsed {}
 /// `bytes` as one JSON value (whitespace around it allowed), every object's member names
 /// unique. The value is the one `serde_json::from_slice` would build.
 pub fn parse(bytes: &[u8]) -> Result<Value, Unparsed> {
-    let duplicate = RefCell::new(None);
+    parse_bounded(bytes, usize::MAX)
+}
+
+/// [`parse`], refusing a text of more than `max_values` values (every scalar, array and
+/// object counts one, member names none) as soon as it meets the next one, so that what it
+/// builds is bounded whatever the bytes: `{"a":0}` is 7 bytes of text and several hundred
+/// bytes of `Value`.
+///
+/// ```
+/// use dialect::json::{parse_bounded, Unparsed};
+/// assert!(parse_bounded(br#"{"a":[1,2]}"#, 4).is_ok());
+/// assert_eq!(
+///     parse_bounded(br#"{"a":[1,2,3]}"#, 4).unwrap_err(),
+///     Unparsed::TooManyValues(4)
+/// );
+/// ```
+pub fn parse_bounded(bytes: &[u8], max_values: usize) -> Result<Value, Unparsed> {
+    let state = State {
+        duplicate: RefCell::new(None),
+        values_left: Cell::new(max_values),
+        too_many: Cell::new(false),
+    };
     let mut de = serde_json::Deserializer::from_slice(bytes);
-    let parsed = Unique(&duplicate)
+    let parsed = Unique(&state)
         .deserialize(&mut de)
         .and_then(|v| de.end().map(|()| v));
-    match (parsed, duplicate.into_inner()) {
-        (Ok(v), _) => Ok(v),
-        (Err(_), Some(key)) => Err(Unparsed::DuplicateKey(key)),
-        (Err(e), None) => Err(Unparsed::Syntax(e)),
+    match parsed {
+        Ok(v) => Ok(v),
+        Err(_) if state.too_many.get() => Err(Unparsed::TooManyValues(max_values)),
+        Err(e) => match state.duplicate.into_inner() {
+            Some(key) => Err(Unparsed::DuplicateKey(key)),
+            None => Err(Unparsed::Syntax(e)),
+        },
     }
+}
+
+/// What one parse has seen: the first repeated member name, and the values it may still
+/// build.
+struct State {
+    duplicate: RefCell<Option<String>>,
+    values_left: Cell<usize>,
+    too_many: Cell<bool>,
 }
 
 /// Builds a `Value` as serde_json's own visitor does, and records the first member name an
 /// object repeats.
 #[derive(Clone, Copy)]
-struct Unique<'a>(&'a RefCell<Option<String>>);
+struct Unique<'a>(&'a State);
 
 impl<'de> DeserializeSeed<'de> for Unique<'_> {
     type Value = Value;
 
     fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Value, D::Error> {
+        let Some(left) = self.0.values_left.get().checked_sub(1) else {
+            self.0.too_many.set(true);
+            return Err(D::Error::custom("too many values"));
+        };
+        self.0.values_left.set(left);
         d.deserialize_any(self)
     }
 }
@@ -124,7 +175,7 @@ impl<'de> Visitor<'de> for Unique<'_> {
         while let Some(key) = map.next_key::<String>()? {
             let value = map.next_value_seed(self)?;
             if members.contains_key(&key) {
-                *self.0.borrow_mut() = Some(key);
+                *self.0.duplicate.borrow_mut() = Some(key);
                 return Err(A::Error::custom("duplicate key"));
             }
             members.insert(key, value);
@@ -186,6 +237,60 @@ mod tests {
         let mut out = String::new();
         write_compact(&mut out, value);
         out
+    }
+
+    /// Every scalar, array and object counts one value, member names none; the parse stops at
+    /// the first value past the bound, before building it, whatever follows.
+    #[test]
+    fn a_text_past_its_values_is_refused_at_the_first_value_too_many() {
+        // The object, its array and the array's three items, and the empty object: 6.
+        let text = br#"{"a":[1,"x",null],"b":{}}"#;
+        assert_eq!(
+            parse_bounded(text, 6).unwrap(),
+            serde_json::json!({"a": [1, "x", null], "b": {}})
+        );
+        assert_eq!(
+            parse_bounded(text, 5).unwrap_err(),
+            Unparsed::TooManyValues(5)
+        );
+        assert_eq!(
+            Unparsed::TooManyValues(6).to_string(),
+            "more than 6 JSON values"
+        );
+        let mut hostile = String::from("[");
+        hostile.push_str(&r#"{"a":0},"#.repeat(150_000));
+        hostile.push_str("oops");
+        assert_eq!(
+            parse_bounded(hostile.as_bytes(), 16_384).unwrap_err(),
+            Unparsed::TooManyValues(16_384)
+        );
+        assert!(matches!(
+            parse(hostile.as_bytes()),
+            Err(Unparsed::Syntax(_))
+        ));
+        // What is met before the bound is reported as it was.
+        assert_eq!(
+            parse_bounded(br#"[1,{"a":1,"a":2}]"#, 100).unwrap_err(),
+            Unparsed::DuplicateKey("a".into())
+        );
+    }
+
+    /// serde_json parses 127 levels of nesting; the 128th is its recursion limit, told apart
+    /// from other syntax errors by its message, which this pins.
+    #[test]
+    fn nesting_past_serde_jsons_limit_is_told_apart() {
+        let nested = |n: usize| format!("{}{}", "[".repeat(n), "]".repeat(n));
+        assert!(parse(nested(127).as_bytes()).is_ok());
+        let deep = parse(nested(128).as_bytes()).unwrap_err();
+        assert!(deep.is_too_deep(), "{deep}");
+        assert_eq!(
+            deep.to_string(),
+            "recursion limit exceeded at line 1 column 128"
+        );
+        for other in [&b"[1,"[..], br#"{"a":1,"a":2}"#, b"[[[]]"] {
+            assert!(!parse(other).unwrap_err().is_too_deep());
+        }
+        assert!(!Unparsed::TooManyValues(1).is_too_deep());
     }
 
     #[test]

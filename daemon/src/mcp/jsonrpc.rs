@@ -151,10 +151,19 @@ impl Reply {
         }
     }
 
-    /// `-32700` for a body that is not one message: not JSON (where the parser stopped, and
-    /// why), or an object that repeats a member (its name quoted, at most 256 bytes of it).
-    pub(super) fn parse_error(why: &Unparsed) -> Reply {
+    /// The reply to a body that was not parsed, and so ran nothing: `-32700` when it is not
+    /// one JSON value (where the parser stopped, and why) or has an object that repeats a
+    /// member (its name quoted, at most 256 bytes of it); `-32600` when it holds more values
+    /// than `[limits] json_values`, as for a batch past `batch_items`.
+    pub(super) fn unparsed(why: &Unparsed) -> Reply {
         match why {
+            Unparsed::TooManyValues(limit) => Reply::invalid_request(
+                Value::Null,
+                &format!(
+                    "{}; nothing was run",
+                    crate::json_bounds::too_many_values(*limit)
+                ),
+            ),
             // serde_json's account is one short line that names the line and column.
             Unparsed::Syntax(err) => Reply::error(
                 &Value::Null,
@@ -284,8 +293,9 @@ pub(super) fn batch_len(bytes: &[u8], limit: usize) -> Option<BatchLen> {
 /// the one that ran).
 pub(super) use dialect::json::Unparsed;
 
-/// The body as one JSON value whose objects name each member once.
-pub(super) use dialect::json::parse;
+/// The body as one JSON value of at most so many values, whose objects name each member once.
+#[cfg(test)]
+use dialect::json::parse_bounded as parse;
 
 /// `s` as a JSON string literal, for names quoted in error texts (`unknown tool "x"`): quotes
 /// and control characters come out escaped, so a hostile name cannot break the message.
@@ -306,8 +316,8 @@ mod tests {
     #[test]
     fn a_member_named_twice_is_a_parse_error_that_names_it_and_is_bounded() {
         let reply = |text: &str| {
-            let why = parse(text.as_bytes()).unwrap_err();
-            Reply::parse_error(&why).to_json().unwrap()
+            let why = parse(text.as_bytes(), usize::MAX).unwrap_err();
+            Reply::unparsed(&why).to_json().unwrap()
         };
         assert_eq!(
             reply(r#"{"id":1,"id":2}"#),

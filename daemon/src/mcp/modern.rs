@@ -60,9 +60,9 @@ pub(super) async fn serve(ctx: &Ctx<'_>, headers: &HeaderMap, bytes: &[u8]) -> R
     if jsonrpc::batch_len(bytes, 0).is_some() {
         return not_one_request();
     }
-    let message = match jsonrpc::parse(bytes) {
+    let message = match crate::json_bounds::parse(ctx.state, bytes) {
         Ok(v) => v,
-        Err(why) => return json_reply(&Reply::parse_error(&why)),
+        Err(why) => return json_reply(&Reply::unparsed(&why)),
     };
     let Value::Object(object) = &message else {
         return not_one_request();
