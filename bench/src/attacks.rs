@@ -75,7 +75,7 @@ impl Attack {
 /// memory trim (`[server] memory_trim_ms`, 5 s by default).
 const SETTLE: Duration = Duration::from_secs(6);
 
-const NAMES: [&str; 21] = [
+const NAMES: [&str; 22] = [
     "none (baseline)",
     "held 4 MiB bodies x300, no credentials",
     "held 4 MiB bodies x300, with credentials",
@@ -97,6 +97,7 @@ const NAMES: [&str; 21] = [
     "row 13 against a client that connects for every call",
     "row 18 at a limit of 64 connections",
     "200 threads each reconnecting at once with a head whose body never comes, at a limit of 64, against a client writing each request 5 ms after it connects",
+    "bodies of small objects at the byte limits (4 MiB MCP, 1 MiB A2A) x16 episodes",
 ];
 
 /// Rows whose attackers hang handlers: their daemons get a 2 s handler deadline, and the
@@ -204,6 +205,10 @@ pub fn run_all(
                 c[0], c[1], c[2]
             ),
             7 | 15 => format!("{} timed out at the deadline, {} other answers", c[0], c[1]),
+            21 => format!(
+                "{} refused at [limits] json_values, {} refused busy (the body budget or its share), {} connections closed while sending, {} other answers",
+                c[0], c[1], c[2], c[3]
+            ),
             16 => format!(
                 "{} calls answered ({} messages sent), {} other answers; the daemon's log grew by {} KiB",
                 c[0],
@@ -362,6 +367,7 @@ fn start(i: usize, a: &mut Attack, d: &Daemon, legit: &Client, attackers: &[Clie
         12 => idle_past_limit(a, addr),
         13 | 18 | 19 => bodies_never_come(a, addr),
         20 => heads_reconnecting(a, addr),
+        21 => small_objects(a, addr, &attackers[..16]),
         14 => log_scans(a, d, &attackers[0]),
         15 => hung_plugins(a, addr, attackers, "stall-finish"),
         16 => log_flood(a, addr, &attackers[..16]),
@@ -456,14 +462,70 @@ fn keep_posting(
     body: Arc<String>,
     count: fn(&Result<String, String>) -> usize,
 ) {
+    keep_posting_to(a, addr, "/mcp/", token, body, count);
+}
+
+/// [`keep_posting`] to `path`.
+fn keep_posting_to(
+    a: &mut Attack,
+    addr: &str,
+    path: &'static str,
+    token: &str,
+    body: Arc<String>,
+    count: fn(&Result<String, String>) -> usize,
+) {
     let (addr, token) = (addr.to_owned(), token.to_owned());
     a.spawn(move |stop, c| {
         let agent = agent();
         while !stop.load(Ordering::Relaxed) {
-            let answer = post(&agent, &addr, &token, &body);
+            let answer = post_to(&agent, &addr, path, &token, &body);
             c[count(&answer)].fetch_add(1, Ordering::Relaxed);
         }
     });
+}
+
+/// Row 21: each of `attackers` posts bodies of one-member objects back to back, each body just
+/// under its route's byte limit: the even ones 4 MiB over MCP, the odd ones 1 MiB over A2A.
+/// `{"a":0}` is 7 bytes of text and hundreds of bytes parsed: before `[limits] json_values`
+/// one such MCP body took the daemon to 346 MiB. Counts refusals at that limit (`c[0]`), busy
+/// refusals (`c[1]`), bodies cut off by the daemon's early answer (`c[2]`) and the rest.
+fn small_objects(a: &mut Attack, addr: &str, attackers: &[Client]) {
+    let objects = |head: &str, tail: &str, bytes: usize| {
+        let mut body = String::with_capacity(bytes);
+        body.push_str(head);
+        // Each object and its comma is 8 bytes; the last, without one, 7.
+        while body.len() + 8 + 7 + tail.len() <= bytes {
+            body.push_str(r#"{"a":0},"#);
+        }
+        body.push_str(r#"{"a":0}"#);
+        body.push_str(tail);
+        Arc::new(body)
+    };
+    let mcp = objects(
+        r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"stall-wait","arguments":{"ms":"1","a":["#,
+        "]}}}",
+        4 * 1024 * 1024,
+    );
+    let a2a = objects(
+        r#"{"jsonrpc":"2.0","id":1,"method":"message/send","params":{"message":{"role":"user","messageId":"m1","parts":[{"kind":"data","data":{"skill":"stall-wait","arguments":{"ms":"1","a":["#,
+        "]}}}]}}}",
+        1024 * 1024,
+    );
+    let count = |answer: &Result<String, String>| match answer {
+        Ok(b) if b.contains("json_values") => 0,
+        Ok(b) | Err(b) if b.contains("body_budget_bytes") => 1,
+        // Refused by its declared length before its body was read, and the connection closed.
+        Err(e) if e.contains("Broken pipe") || e.contains("Unexpected EOF") => 2,
+        _ => 3,
+    };
+    for (i, attacker) in attackers.iter().enumerate() {
+        let (path, body) = if i % 2 == 0 {
+            ("/mcp/", mcp.clone())
+        } else {
+            ("/a2a/", a2a.clone())
+        };
+        keep_posting_to(a, addr, path, &attacker.token, body, count);
+    }
 }
 
 /// Row 4: 300 half-sent heads and 2,000 idle connections.

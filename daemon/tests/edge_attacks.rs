@@ -624,10 +624,12 @@ fn a_body_of_small_objects_is_refused_at_its_value_limit_before_it_is_built() {
         let mut body = String::from(
             r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"ailang-write","arguments":{"path":"a.txt","content":"x","a":["#,
         );
-        while body.len() + 16 < bytes {
+        // Each object and its comma is 8 bytes; the last, and the brackets closing, 11.
+        while body.len() + 8 + 11 <= bytes {
             body.push_str(r#"{"a":0},"#);
         }
         body.push_str(r#"{"a":0}]}}}"#);
+        assert!(body.len() <= bytes && body.len() > bytes - 8);
         body
     };
     let a = post(
