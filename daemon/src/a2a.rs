@@ -318,6 +318,16 @@ async fn received(
                 format!("invalid JSON-RPC request: {}", coding.text()),
             ))
         }
+        Err(BodyError::TooManyPieces(n)) => {
+            return Err(rpc_error(
+                &null,
+                -32600,
+                format!(
+                    "invalid JSON-RPC request: {}",
+                    crate::edge::body::too_many_pieces(n)
+                ),
+            ))
+        }
         Err(BodyError::Unreadable) => {
             return Err(rpc_error(&null, -32600, "invalid JSON-RPC request"))
         }

@@ -128,6 +128,9 @@ async fn serve_post(state: AppState, headers: HeaderMap, body: Body) -> Response
             return transport::body_timed_out();
         }
         Err(BodyError::Unreadable) => return transport::body_unreadable(),
+        Err(BodyError::TooManyPieces(n)) => {
+            return transport::bad_request(crate::edge::body::too_many_pieces(n))
+        }
         Err(BodyError::Coded(coding)) => return transport::body_coded(&coding),
     };
 

@@ -148,7 +148,8 @@ impl AppStateBuilder {
                     self.server.body_budget_bytes,
                     self.server.max_connections,
                     metrics.clone(),
-                ),
+                )
+                .small_pieces(self.server.body_small_pieces),
                 server: self.server,
                 info: self.info,
                 metrics,

@@ -655,6 +655,79 @@ fn a_body_of_small_objects_is_refused_at_its_value_limit_before_it_is_built() {
     );
 }
 
+/// A body sent in one-byte chunks is refused at `[server] body_small_pieces`: each chunk costs
+/// the daemon a hand-over between two tasks whatever its size, and a megabyte sent so took
+/// 2.2 s of its CPU for six megabytes on the wire. Both sides of a limit of 100 on every
+/// surface; chunks of 512 bytes and more are not counted.
+#[test]
+fn a_body_sent_in_one_byte_chunks_is_refused_at_its_small_pieces_limit() {
+    let (d, _c) = start_with(WS, "[server]\nbody_small_pieces = 100\n", &[]);
+    let token = d.session("ep1", &["Workspace.Write=worktree:5"]);
+    let ops = d.operator_session("ops", &["World.Commit=log:5"]);
+    let head = || get(&d.url("/v1/head"), Some(&token)).text();
+    let before = head();
+    // `body` in chunks of `size` bytes; the terminating chunk only when `end`, so that a
+    // refusal finds nothing unread and its client reads it rather than a reset.
+    let chunked = |path: &str, credential: &str, body: &[u8], size: usize, end: bool| {
+        let mut request = format!(
+            "POST {path} HTTP/1.1\r\nHost: {}\r\nAuthorization: Bearer {credential}\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n",
+            d.addr
+        )
+        .into_bytes();
+        for part in body.chunks(size) {
+            request.extend_from_slice(format!("{:x}\r\n", part.len()).as_bytes());
+            request.extend_from_slice(part);
+            request.extend_from_slice(b"\r\n");
+        }
+        if end {
+            request.extend_from_slice(b"0\r\n\r\n");
+        }
+        raw_exchange(&d.addr, &request)
+    };
+    // A ping padded with JSON's own whitespace to `n` bytes.
+    let padded = |json: &str, n: usize| format!("{json}{}", " ".repeat(n - json.len()));
+    let ping = r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#;
+    let refused = "request body arrives in more than 100 pieces of under 512 bytes ([server] body_small_pieces); send it with a Content-Length, or in larger chunks";
+
+    let a = chunked("/mcp/", &token, padded(ping, 100).as_bytes(), 1, true);
+    assert_eq!(a.status, 200, "{}", a.text());
+    assert_eq!(a.sse_json()["result"], json!({}));
+    let a = chunked("/mcp/", &token, padded(ping, 101).as_bytes(), 1, false);
+    assert_eq!((a.status, a.text()), (400, refused.to_owned()));
+    // Chunks of 512 bytes are not small, however many.
+    let a = chunked(
+        "/mcp/",
+        &token,
+        padded(ping, 512 * 120).as_bytes(),
+        512,
+        true,
+    );
+    assert_eq!(a.sse_json()["result"], json!({}), "{}", a.text());
+
+    let task = r#"{"jsonrpc":"2.0","id":1,"method":"tasks/get","params":{"id":"t1"}}"#;
+    let a = chunked("/a2a/", &token, padded(task, 100).as_bytes(), 1, true);
+    assert_ne!(a.json()["error"]["code"], json!(-32600), "{}", a.text());
+    let a = chunked("/a2a/", &token, padded(task, 101).as_bytes(), 1, false);
+    assert_eq!(
+        a.json(),
+        json!({"jsonrpc": "2.0", "id": null, "error": {"code": -32600,
+               "message": format!("invalid JSON-RPC request: {refused}")}})
+    );
+    let a = chunked("/v1/commit", &ops, padded("{}", 100).as_bytes(), 1, true);
+    assert_eq!(a.status, 400);
+    assert!(!a.text().contains("pieces"), "{}", a.text());
+    let a = chunked("/v1/commit", &ops, padded("{}", 101).as_bytes(), 1, false);
+    assert_eq!(
+        (a.status, a.json()),
+        (
+            400,
+            json!({"error": {"class": "BadRequest", "message": refused}})
+        )
+    );
+    assert_eq!(trips(&d, "body_small_pieces"), 3);
+    assert_eq!(head(), before, "nothing was committed");
+}
+
 #[test]
 fn a_coded_body_is_refused_415_or_501_and_runs_nothing() {
     // Nothing here decodes a body: read as JSON, gzip'd bytes were answered "Parse error",

@@ -5,7 +5,10 @@
 //! the body is read frame by frame and refused as soon as it grows past the limit, so an
 //! oversized upload is never buffered whole. A body that overshoots by at most
 //! [`LINGER_BYTES`] is read to its end (and dropped) before the refusal, so its client reads
-//! the 413 rather than a reset connection. The deadline covers the whole body (a client trickling one
+//! the 413 rather than a reset connection. A body may arrive in at most
+//! [`ServerConfig::body_small_pieces`](super::ServerConfig::body_small_pieces) pieces under
+//! [`SMALL_PIECE_BYTES`]: every piece costs a hand-over between two tasks, so one-byte chunks
+//! would cost the daemon hundreds of times what their bytes do. The deadline covers the whole body (a client trickling one
 //! byte at a time cannot hold the connection and its buffer), measured from when reading
 //! starts, which is right after the request head arrived and was authenticated.
 //!
@@ -43,6 +46,17 @@ const KIB: usize = 1024;
 /// same: at most `max_connections` × this.
 pub const UNCOUNTED_BYTES: usize = 16 * KIB;
 
+/// A piece of a body (a chunk of chunked framing, or what one read of the connection brought)
+/// under this many bytes is a small one: [`ServerConfig::body_small_pieces`](super::ServerConfig::body_small_pieces)
+/// bound how many a body may arrive in. A client over a slow link sends pieces of a network
+/// packet (about 1,400 bytes); one that means harm sends chunks of one byte, six bytes each on
+/// the wire, each of which costs the daemon a hand-over between two tasks.
+pub const SMALL_PIECE_BYTES: usize = 512;
+
+/// Default most small pieces of one body: at about 2 µs each, a body costs at most about 9 ms
+/// of CPU for its framing, as a large ordinary call does to parse.
+pub const DEFAULT_SMALL_PIECES: usize = 4096;
+
 /// How much of an oversized body is still read, and thrown away, before the refusal is sent.
 /// Closing a connection with unread bytes in its receive buffer makes the kernel reset it, and
 /// a reset can destroy the client's copy of the 413 before it reads it: a client that overshot
@@ -58,6 +72,8 @@ pub struct Bodies {
     shares: Quota<Client>,
     /// Bodies each credential has being read now, at most a quarter of the connections.
     reading: Quota<Client>,
+    /// Most pieces under [`SMALL_PIECE_BYTES`] one body may arrive in.
+    small_pieces: usize,
     metrics: Metrics,
 }
 
@@ -116,6 +132,9 @@ pub enum BodyError {
     Coded(Coding),
     /// Over the route's limit (`limit_trips_total{limit="body_size"}`).
     TooLarge,
+    /// Arriving in more small pieces than this
+    /// (`limit_trips_total{limit="body_small_pieces"}`).
+    TooManyPieces(usize),
     /// Not complete before the deadline (`limit_trips_total{limit="body_timeout"}`).
     TimedOut,
     /// The connection failed or the framing was broken.
@@ -156,8 +175,15 @@ impl Bodies {
             budget: Arc::new(Semaphore::new(units)),
             shares: Quota::new((units / 4).max(1)),
             reading: Quota::new((max_connections / 4).max(1)),
+            small_pieces: DEFAULT_SMALL_PIECES,
             metrics,
         }
+    }
+
+    /// At most `n` pieces under [`SMALL_PIECE_BYTES`] per body.
+    pub fn small_pieces(mut self, n: usize) -> Bodies {
+        self.small_pieces = n.max(1);
+        self
     }
 
     /// Read at most `limit` bytes, complete by `deadline`, within the shared budget.
@@ -175,6 +201,7 @@ impl Bodies {
         };
         match &result {
             Err(BodyError::TooLarge) => self.metrics.limit_tripped("body_size"),
+            Err(BodyError::TooManyPieces(_)) => self.metrics.limit_tripped("body_small_pieces"),
             Err(BodyError::TimedOut) => self.metrics.limit_tripped("body_timeout"),
             Err(BodyError::Busy(Busy::Budget)) => self.metrics.limit_tripped("body_budget"),
             Err(BodyError::Busy(Busy::Share)) => self.metrics.limit_tripped("body_share"),
@@ -250,7 +277,7 @@ impl Bodies {
         let declared = declared_length(headers);
         if let Some(n) = declared.filter(|&n| n > limit as u64) {
             if n <= (limit + LINGER_BYTES) as u64 {
-                discard(body, limit + LINGER_BYTES).await;
+                discard(body, limit + LINGER_BYTES, self.small_pieces).await;
             }
             return Err(BodyError::TooLarge);
         }
@@ -266,14 +293,23 @@ impl Bodies {
         let mut taken = UNCOUNTED_BYTES.max(declared.div_ceil(KIB) * KIB);
         let mut body = std::pin::pin!(body);
         let mut buf: Vec<u8> = Vec::with_capacity(declared);
+        let mut small = 0usize;
         while let Some(frame) = std::future::poll_fn(|cx| body.as_mut().poll_frame(cx)).await {
             let frame = frame.map_err(|_| BodyError::Unreadable)?;
             // Trailers carry nothing for JSON; only data frames count.
             if let Ok(data) = frame.into_data() {
                 if buf.len() + data.len() > limit {
                     drop(buf);
-                    discard(body, LINGER_BYTES).await;
+                    discard(body, LINGER_BYTES, self.small_pieces.saturating_sub(small)).await;
                     return Err(BodyError::TooLarge);
+                }
+                if data.len() < SMALL_PIECE_BYTES {
+                    small += 1;
+                    if small > self.small_pieces {
+                        // Read no more of it: its client is told at once, and what it
+                        // still sends goes with the connection.
+                        return Err(BodyError::TooManyPieces(self.small_pieces));
+                    }
                 }
                 if buf.len() + data.len() > taken {
                     let more = buf.len() + data.len() - taken;
@@ -301,19 +337,31 @@ pub(super) fn declared_length(headers: &HeaderMap) -> Option<u64> {
         .ok()
 }
 
-/// Read and drop at most `max` more bytes of `body` (the caller's deadline bounds the time).
-pub(super) async fn discard<B>(body: B, max: usize)
+/// Read and drop at most `max` more bytes of `body`, in at most `max_small` pieces under
+/// [`SMALL_PIECE_BYTES`] (the caller's deadline bounds the time).
+pub(super) async fn discard<B>(body: B, max: usize, max_small: usize)
 where
     B: HttpBody<Data = Bytes>,
 {
     let mut body = std::pin::pin!(body);
-    let mut seen = 0usize;
-    while seen <= max {
+    let (mut seen, mut small) = (0usize, 0usize);
+    while seen <= max && small <= max_small {
         match std::future::poll_fn(|cx| body.as_mut().poll_frame(cx)).await {
-            Some(Ok(frame)) => seen += frame.data_ref().map_or(0, |d| d.len()),
+            Some(Ok(frame)) => {
+                let len = frame.data_ref().map_or(0, |d| d.len());
+                seen += len;
+                small += usize::from(len < SMALL_PIECE_BYTES);
+            }
             _ => return,
         }
     }
+}
+
+/// What a client is told of a body that arrived in more than `n` small pieces.
+pub fn too_many_pieces(n: usize) -> String {
+    format!(
+        "request body arrives in more than {n} pieces of under {SMALL_PIECE_BYTES} bytes ([server] body_small_pieces); send it with a Content-Length, or in larger chunks"
+    )
 }
 
 /// The REST envelope of a body that was not read (`POST /v1/commit`).
@@ -331,6 +379,7 @@ pub fn rest_error(e: BodyError, limit: usize) -> crate::rest::ApiError {
             "request body not received in time ([server] body_timeout_ms)",
         ),
         BodyError::Unreadable => ApiError::bad_request("request body could not be read"),
+        BodyError::TooManyPieces(n) => ApiError::bad_request(too_many_pieces(n)),
         BodyError::Busy(busy) => ApiError::busy(busy.text()),
         BodyError::Coded(coding) => ApiError::new(coding.status(), coding.class(), coding.text()),
     }

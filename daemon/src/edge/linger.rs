@@ -23,7 +23,7 @@ use axum::http::Request;
 use hyper::body::{Frame, Incoming, SizeHint};
 
 pub use super::body::LINGER_BYTES;
-use super::body::{declared_length, discard};
+use super::body::{declared_length, discard, DEFAULT_SMALL_PIECES};
 
 /// The longest an answer waits for the rest of a small unread body.
 pub const LINGER_TIME: Duration = Duration::from_secs(2);
@@ -112,7 +112,7 @@ impl Remainder {
         if !self.waits() {
             return;
         }
-        let rest = discard(Tracked(self.shared), LINGER_BYTES);
+        let rest = discard(Tracked(self.shared), LINGER_BYTES, DEFAULT_SMALL_PIECES);
         let _ = tokio::time::timeout(LINGER_TIME, rest).await;
     }
 }

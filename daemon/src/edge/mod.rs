@@ -9,7 +9,7 @@
 //! | authentication | every route that reads a body authenticates from its headers first; a request with two `Authorization` fields is refused as malformed | the routes, [`credential`] |
 //! | singleton fields | `Authorization`, `Content-Type`, `MCP-Protocol-Version`, `A2A-Version`, `Last-Event-ID` and the routing headers are read once or refused, never first-of-two | [`fields`] |
 //! | unread bodies | an answer sent before its request body was read waits (at most 2 s) for a remainder of at most 64 KiB, so the client reads it instead of a reset connection | [`linger`] |
-//! | request body | no coding but `chunked` framing (415 for a `Content-Encoding`, 501 for another `Transfer-Encoding`), a per-route size limit, a whole-body deadline ([`ServerConfig::body_timeout`]) and one byte budget for all bodies in flight ([`ServerConfig::body_budget_bytes`]), of which one credential holds at most a quarter | [`body`] |
+//! | request body | no coding but `chunked` framing (415 for a `Content-Encoding`, 501 for another `Transfer-Encoding`), a per-route size limit, at most [`ServerConfig::body_small_pieces`] pieces of under 512 bytes, a whole-body deadline ([`ServerConfig::body_timeout`]) and one byte budget for all bodies in flight ([`ServerConfig::body_budget_bytes`]), of which one credential holds at most a quarter | [`body`] |
 //! | reads per client | one credential's REST reads run [`ServerConfig::reads_per_client`] at a time (1); the rest wait in arrival order, at most [`ServerConfig::read_wait`], then 503 | [`turns`] |
 //! | answers in flight | answers of known size over 16 KiB share one budget of bytes until they are handed to the kernel ([`ServerConfig::reply_budget_bytes`]); past it an answer is replaced by 503 | [`reply`] |
 //! | answers | a fixed kernel send buffer per connection ([`ServerConfig::send_buffer_bytes`]), and a client that keeps the daemon waiting must take 64 KiB (or the rest) in every [`ServerConfig::send_timeout`] of waiting, or its connection is reset | [`send`] |
@@ -58,6 +58,11 @@ pub struct ServerConfig {
     /// daemon's anonymous memory peaked at 318 MiB under a 64 MiB budget and 141 MiB under
     /// the default 16 MiB, with the same number of writes done.
     pub body_budget_bytes: usize,
+    /// Pieces of under [`body::SMALL_PIECE_BYTES`] in which one request body may arrive
+    /// (`body_small_pieces`): chunks of chunked framing, or reads of a body trickled in. Each
+    /// piece costs the daemon a hand-over between two tasks (about 2 µs) however few its
+    /// bytes, so a megabyte sent in one-byte chunks took 2.2 s of CPU.
+    pub body_small_pieces: usize,
     /// A client that keeps the daemon waiting to send it an answer must take 64 KiB (or what
     /// is left) in every this long of waiting (`send_timeout_ms`).
     pub send_timeout: Duration,
@@ -105,6 +110,7 @@ impl Default for ServerConfig {
             header_timeout: Duration::from_secs(10),
             body_timeout: Duration::from_secs(10),
             body_budget_bytes: 16 * 1024 * 1024,
+            body_small_pieces: 4096,
             send_timeout: Duration::from_secs(10),
             send_buffer_bytes: 256 * 1024,
             reply_budget_bytes: 64 * 1024 * 1024,
@@ -131,6 +137,7 @@ pub struct ServerSection {
     pub header_timeout_ms: Option<u64>,
     pub body_timeout_ms: Option<u64>,
     pub body_budget_bytes: Option<usize>,
+    pub body_small_pieces: Option<usize>,
     pub send_timeout_ms: Option<u64>,
     pub send_buffer_bytes: Option<usize>,
     pub reply_budget_bytes: Option<usize>,
@@ -156,6 +163,7 @@ impl ServerSection {
             header_timeout: ms(self.header_timeout_ms, d.header_timeout),
             body_timeout: ms(self.body_timeout_ms, d.body_timeout),
             body_budget_bytes: self.body_budget_bytes.unwrap_or(d.body_budget_bytes),
+            body_small_pieces: self.body_small_pieces.unwrap_or(d.body_small_pieces),
             send_timeout: ms(self.send_timeout_ms, d.send_timeout),
             send_buffer_bytes: self.send_buffer_bytes.unwrap_or(d.send_buffer_bytes),
             reply_budget_bytes: self.reply_budget_bytes.unwrap_or(d.reply_budget_bytes),
@@ -182,6 +190,9 @@ impl ServerConfig {
     pub fn check(&self) -> Result<(), String> {
         if self.body_budget_bytes == 0 {
             return Err("[server] body_budget_bytes must be at least 1".into());
+        }
+        if self.body_small_pieces == 0 {
+            return Err("[server] body_small_pieces must be at least 1".into());
         }
         if self.reply_budget_bytes < 1024 {
             return Err("[server] reply_budget_bytes must be at least 1024".into());
@@ -249,6 +260,17 @@ impl ServerConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_small_pieces_key_sets_its_limit_and_zero_is_refused() {
+        let s: ServerSection = toml::from_str("body_small_pieces = 100").unwrap();
+        assert_eq!(s.resolve().unwrap().body_small_pieces, 100);
+        let zero: ServerSection = toml::from_str("body_small_pieces = 0").unwrap();
+        assert_eq!(
+            zero.resolve().unwrap_err(),
+            "[server] body_small_pieces must be at least 1"
+        );
+    }
 
     #[test]
     fn the_send_keys_override_defaults_and_zero_is_refused() {
