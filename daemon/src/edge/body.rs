@@ -8,9 +8,10 @@
 //! the 413 rather than a reset connection. A body may arrive in at most
 //! [`ServerConfig::body_small_pieces`](super::ServerConfig::body_small_pieces) pieces under
 //! [`SMALL_PIECE_BYTES`]: every piece costs a hand-over between two tasks, so one-byte chunks
-//! would cost the daemon hundreds of times what their bytes do. The deadline covers the whole body (a client trickling one
-//! byte at a time cannot hold the connection and its buffer), measured from when reading
-//! starts, which is right after the request head arrived and was authenticated.
+//! would cost the daemon hundreds of times what their bytes do. The deadline covers the whole
+//! body (a client trickling one byte at a time cannot hold the connection and its buffer),
+//! measured from when reading starts, which is right after the request head arrived and was
+//! authenticated.
 //!
 //! All bodies being read or processed at once share one budget of bytes
 //! ([`ServerConfig::body_budget_bytes`](super::ServerConfig::body_budget_bytes)): a body that
@@ -47,8 +48,9 @@ const KIB: usize = 1024;
 pub const UNCOUNTED_BYTES: usize = 16 * KIB;
 
 /// A piece of a body (a chunk of chunked framing, or what one read of the connection brought)
-/// under this many bytes is a small one: [`ServerConfig::body_small_pieces`](super::ServerConfig::body_small_pieces)
-/// bound how many a body may arrive in. A client over a slow link sends pieces of a network
+/// under this many bytes is a small one, and
+/// [`ServerConfig::body_small_pieces`](super::ServerConfig::body_small_pieces) bounds how many
+/// a body may arrive in. A client over a slow link sends pieces of a network
 /// packet (about 1,400 bytes); one that means harm sends chunks of one byte, six bytes each on
 /// the wire, each of which costs the daemon a hand-over between two tasks.
 pub const SMALL_PIECE_BYTES: usize = 512;
