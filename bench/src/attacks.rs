@@ -35,6 +35,8 @@ pub struct AttackRow {
     /// `RssAnon` [`SETTLE`] after the attack stopped: what the daemon goes on holding.
     pub anon_after_kib: Option<u64>,
     pub peak_fds: u64,
+    /// The daemon's user and system CPU seconds while the legitimate client was measured.
+    pub daemon_cpu_s: Option<f64>,
     /// What the attackers saw, in words.
     pub note: String,
 }
@@ -75,7 +77,7 @@ impl Attack {
 /// memory trim (`[server] memory_trim_ms`, 5 s by default).
 const SETTLE: Duration = Duration::from_secs(6);
 
-const NAMES: [&str; 22] = [
+const NAMES: [&str; 23] = [
     "none (baseline)",
     "held 4 MiB bodies x300, no credentials",
     "held 4 MiB bodies x300, with credentials",
@@ -98,6 +100,7 @@ const NAMES: [&str; 22] = [
     "row 18 at a limit of 64 connections",
     "200 threads each reconnecting at once with a head whose body never comes, at a limit of 64, against a client writing each request 5 ms after it connects",
     "bodies of small objects at the byte limits (4 MiB MCP, 1 MiB A2A) x16 episodes",
+    "1 MB bodies in one-byte chunks x16 episodes",
 ];
 
 /// Rows whose attackers hang handlers: their daemons get a 2 s handler deadline, and the
@@ -169,6 +172,7 @@ pub fn run_all(
         });
         d.reset_peak_rss();
         let sampler = ProcSampler::start(d.pid());
+        let cpu_before = crate::daemon_cpu_seconds(d.pid());
         let connecting = if i == LATE_WRITE_ROW {
             Connecting::FreshWritingLate
         } else if FRESH_CONNECTION_ROWS.contains(&i) {
@@ -177,6 +181,9 @@ pub fn run_all(
             Connecting::Kept
         };
         let (legit_summary, legit_first_error) = legit_calls(&d.addr, &legit, measure, connecting);
+        let daemon_cpu_s = crate::daemon_cpu_seconds(d.pid())
+            .zip(cpu_before)
+            .map(|(after, before)| after - before);
         let peaks = sampler.finish();
         let (peak_fds, peak_anon_kib) = (peaks.fds, peaks.anon_kib.unwrap_or(0));
         let peak_rss_kib = d.peak_rss_kib();
@@ -205,6 +212,10 @@ pub fn run_all(
                 c[0], c[1], c[2]
             ),
             7 | 15 => format!("{} timed out at the deadline, {} other answers", c[0], c[1]),
+            22 => format!(
+                "{} refused at [server] body_small_pieces, {} connections closed while sending, {} other answers",
+                c[0], c[1], c[2]
+            ),
             21 => format!(
                 "{} refused at [limits] json_values, {} refused busy (the body budget or its share), {} connections closed while sending, {} other answers",
                 c[0], c[1], c[2], c[3]
@@ -233,6 +244,7 @@ pub fn run_all(
             peak_anon_kib,
             anon_after_kib,
             peak_fds,
+            daemon_cpu_s,
             note,
         });
         d.stop().or_else(|e| {
@@ -368,6 +380,7 @@ fn start(i: usize, a: &mut Attack, d: &Daemon, legit: &Client, attackers: &[Clie
         13 | 18 | 19 => bodies_never_come(a, addr),
         20 => heads_reconnecting(a, addr),
         21 => small_objects(a, addr, &attackers[..16]),
+        22 => one_byte_chunks(a, addr, &attackers[..16]),
         14 => log_scans(a, d, &attackers[0]),
         15 => hung_plugins(a, addr, attackers, "stall-finish"),
         16 => log_flood(a, addr, &attackers[..16]),
@@ -808,6 +821,50 @@ enum Surface {
     A2a,
 }
 
+/// Row 22: each of `attackers` posts a 1 MB MCP call in chunks of one byte (six bytes each on
+/// the wire) back to back, on a connection of its own each time. Each chunk costs the daemon a
+/// hand-over between two tasks: before `[server] body_small_pieces` one such body took 2.2 s of
+/// its CPU. Counts refusals at that limit (`c[0]`), connections closed while sending with no
+/// answer read (`c[1]`) and other answers (`c[2]`).
+fn one_byte_chunks(a: &mut Attack, addr: &str, attackers: &[Client]) {
+    let pad = "y".repeat(1_000_000);
+    let body = mcp_call("stall-wait", json!({"ms": "1", "pad": pad}));
+    let mut chunks = Vec::with_capacity(body.len() * 6 + 8);
+    for b in body.bytes() {
+        chunks.extend_from_slice(b"1\r\n");
+        chunks.push(b);
+        chunks.extend_from_slice(b"\r\n");
+    }
+    chunks.extend_from_slice(b"0\r\n\r\n");
+    let chunks = Arc::new(chunks);
+    for attacker in attackers {
+        let (addr, token, chunks) = (addr.to_owned(), attacker.token.clone(), chunks.clone());
+        a.spawn(move |stop, c| {
+            let head = format!(
+                "POST /mcp/ HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {token}\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n"
+            );
+            while !stop.load(Ordering::Relaxed) {
+                let Ok(mut s) = TcpStream::connect(&addr) else {
+                    continue;
+                };
+                let _ = s.set_read_timeout(Some(Duration::from_secs(30)));
+                let sent = s.write_all(head.as_bytes()).and_then(|()| s.write_all(&chunks));
+                let mut answer = Vec::new();
+                let _ = std::io::Read::read_to_end(&mut s, &mut answer);
+                let text = String::from_utf8_lossy(&answer);
+                let k = if text.contains("body_small_pieces") {
+                    0
+                } else if sent.is_err() && answer.is_empty() {
+                    1
+                } else {
+                    2
+                };
+                c[k].fetch_add(1, Ordering::Relaxed);
+            }
+        });
+    }
+}
+
 /// Rows 11 (MCP) and 17 (A2A): 32 new episodes, 9 threads each of [`write_new_content`].
 fn large_writes(a: &mut Attack, d: &Daemon, surface: Surface) {
     // Agents writing large files at once: 32 episodes with 9 calls in flight each,
@@ -1043,17 +1100,20 @@ fn legit_calls(
 /// The printed table.
 pub fn table(rows: &[AttackRow]) -> String {
     let mut out = String::from(
-        "| attack | legit ok | legit refused | legit errors | p50 ms | p99 ms | peak RSS MiB | peak anon MiB | anon MiB 6 s after | peak fds | attackers saw |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n",
+        "| attack | legit ok | legit refused | legit errors | p50 ms | p99 ms | daemon CPU s | peak RSS MiB | peak anon MiB | anon MiB 6 s after | peak fds | attackers saw |\n|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|\n",
     );
     for r in rows {
         out.push_str(&format!(
-            "| {} | {} | {} | {} | {:.2} | {:.2} | {} | {:.1} | {} | {} | {} |\n",
+            "| {} | {} | {} | {} | {:.2} | {:.2} | {} | {} | {:.1} | {} | {} | {} |\n",
             r.name,
             r.legit.ok,
             r.legit.rejected,
             r.legit.errors,
             r.legit.p50_ns as f64 / 1e6,
             r.legit.p99_ns as f64 / 1e6,
+            r.daemon_cpu_s
+                .map(|s| format!("{s:.2}"))
+                .unwrap_or_else(|| "?".into()),
             r.peak_rss_kib
                 .map(|k| format!("{:.1}", k as f64 / 1024.0))
                 .unwrap_or_else(|| "?".into()),
@@ -1086,7 +1146,7 @@ pub fn to_json(rows: &[AttackRow]) -> Value {
                     "legit_errors": r.legit.errors, "p50_ms": r.legit.p50_ns as f64 / 1e6,
                     "p99_ms": r.legit.p99_ns as f64 / 1e6, "peak_rss_kib": r.peak_rss_kib,
                     "peak_anon_kib": r.peak_anon_kib, "anon_after_kib": r.anon_after_kib,
-                    "peak_fds": r.peak_fds, "attackers": r.note,
+                    "peak_fds": r.peak_fds, "daemon_cpu_s": r.daemon_cpu_s, "attackers": r.note,
                     "legit_first_error": r.legit_first_error,
                 })
             })

@@ -1781,7 +1781,7 @@ fn thread_cpu_seconds(pid: u32, comms: &[&str]) -> Option<f64> {
 }
 
 /// User + system CPU seconds of a process, from `/proc/<pid>/stat`.
-fn daemon_cpu_seconds(pid: u32) -> Option<f64> {
+pub(crate) fn daemon_cpu_seconds(pid: u32) -> Option<f64> {
     cpu_seconds(Path::new(&format!("/proc/{pid}/stat")))
 }
 
