@@ -86,8 +86,9 @@ struct Args {
     serve_args: Vec<String>,
     /// Run the attacks instead (held bodies, huge batches, idle and half-sent connections,
     /// Host/Origin rebinding, one episode looping a slow tool, hung plugins and finish
-    /// functions, a plugin flooding the log, …), each against a fresh daemon, measuring a
-    /// legitimate client of another episode meanwhile.
+    /// functions, a plugin flooding the log, bodies of small objects or in one-byte chunks,
+    /// …), each against a fresh daemon, measuring a legitimate client of another episode
+    /// meanwhile.
     #[arg(long)]
     attacks: bool,
     /// With --attacks: run only these attacks, by their row number (0 is the baseline).
