@@ -293,10 +293,6 @@ pub(super) fn batch_len(bytes: &[u8], limit: usize) -> Option<BatchLen> {
 /// the one that ran).
 pub(super) use dialect::json::Unparsed;
 
-/// The body as one JSON value of at most so many values, whose objects name each member once.
-#[cfg(test)]
-use dialect::json::parse_bounded as parse;
-
 /// `s` as a JSON string literal, for names quoted in error texts (`unknown tool "x"`): quotes
 /// and control characters come out escaped, so a hostile name cannot break the message.
 pub(super) use dialect::quote::json_string as quote;
@@ -316,7 +312,7 @@ mod tests {
     #[test]
     fn a_member_named_twice_is_a_parse_error_that_names_it_and_is_bounded() {
         let reply = |text: &str| {
-            let why = parse(text.as_bytes(), usize::MAX).unwrap_err();
+            let why = dialect::json::parse(text.as_bytes()).unwrap_err();
             Reply::unparsed(&why).to_json().unwrap()
         };
         assert_eq!(
