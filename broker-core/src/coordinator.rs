@@ -374,13 +374,24 @@ impl Coordinator {
     }
 
     /// True while a call with this surface and task id runs in the episode (an overrunning
-    /// handler included): a resend would be refused [`CallError::TaskIdReused`].
+    /// handler included) and its outcome is not yet durable: a resend would be refused
+    /// [`CallError::TaskIdReused`]. A late handler's outcome is journaled just before its mark
+    /// is released; in between, the store's answer is the one a resend gets (as in `open`).
     pub fn in_flight(&self, surface: Surface, episode: &str, task_id: &str) -> bool {
         let id = format!("{}:{episode}:{task_id}", surface.prefix());
-        self.in_flight
+        let marked = self
+            .in_flight
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
-            .contains(&id)
+            .contains(&id);
+        if !marked {
+            return false;
+        }
+        let task = format!("{}:{task_id}", surface.prefix());
+        !matches!(
+            self.store.read(|r| task::get(r, episode, &task)),
+            Ok(Some(state)) if state.phase != TaskPhase::Pending
+        )
     }
 
     /// Handlers that overran their deadline.

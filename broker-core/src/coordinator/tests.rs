@@ -235,13 +235,19 @@ fn a_finish_function_past_the_deadline_is_answered_as_timed_out_and_its_effect_j
 
 /// A late handler's outcome is journaled just before its call releases its task id's claim.
 /// A resend in between must get what the store says, not "still running": here the claim is
-/// held by hand over a call already committed.
+/// held by hand over a call already committed. The daemon asks [`Coordinator::in_flight`]
+/// before admission, and answered "in-flight" in that window while the store said
+/// "unrecorded"; it now answers as the store does too.
 #[test]
 fn a_resend_gets_the_durable_outcome_even_while_the_claim_is_still_held() {
     let (_dir, c) = coordinator(HANDLER_DEADLINE, Duration::ZERO);
     let session = session_of(&c, "ep");
     let first = c.invoke(&read_call(&session, "t1", "a.ail")).unwrap();
     c.in_flight.lock().unwrap().insert("mcp:ep:t1".to_owned());
+    assert!(
+        !c.in_flight(Surface::Mcp, "ep", "t1"),
+        "resolved in the store"
+    );
     let again = c.invoke(&read_call(&session, "t1", "a.ail")).unwrap();
     assert!(again.replayed);
     assert_eq!(again.output, first.output);
@@ -252,6 +258,14 @@ fn a_resend_gets_the_durable_outcome_even_while_the_claim_is_still_held() {
         Err(CallError::TaskIdReused)
     ));
     c.in_flight.lock().unwrap().insert("mcp:ep:t2".to_owned());
+    assert!(
+        c.in_flight(Surface::Mcp, "ep", "t2"),
+        "claimed, nothing durable yet"
+    );
+    assert!(
+        !c.in_flight(Surface::A2a, "ep", "t2"),
+        "another surface's key"
+    );
     assert!(matches!(
         c.invoke(&read_call(&session, "t2", "a.ail")),
         Err(CallError::TaskIdReused)
