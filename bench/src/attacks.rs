@@ -77,7 +77,7 @@ impl Attack {
 /// memory trim (`[server] memory_trim_ms`, 5 s by default).
 const SETTLE: Duration = Duration::from_secs(6);
 
-const NAMES: [&str; 23] = [
+const NAMES: [&str; 24] = [
     "none (baseline)",
     "held 4 MiB bodies x300, no credentials",
     "held 4 MiB bodies x300, with credentials",
@@ -101,6 +101,7 @@ const NAMES: [&str; 23] = [
     "200 threads each reconnecting at once with a head whose body never comes, at a limit of 64, against a client writing each request 5 ms after it connects",
     "bodies of small objects at the byte limits (4 MiB MCP, 1 MiB A2A) x16 episodes",
     "1 MB bodies in one-byte chunks x16 episodes",
+    "calls of 16,380 values in small objects (64 KiB) x16 episodes, 9 in flight each",
 ];
 
 /// Rows whose attackers hang handlers: their daemons get a 2 s handler deadline, and the
@@ -212,6 +213,10 @@ pub fn run_all(
                 c[0], c[1], c[2]
             ),
             7 | 15 => format!("{} timed out at the deadline, {} other answers", c[0], c[1]),
+            23 => format!(
+                "{} refused plans, {} refused busy (the body budget or its share), {} connections closed under a busy answer, {} other answers",
+                c[0], c[1], c[2], c[3]
+            ),
             22 => format!(
                 "{} refused at [server] body_small_pieces, {} connections closed while sending, {} other answers",
                 c[0], c[1], c[2]
@@ -381,6 +386,7 @@ fn start(i: usize, a: &mut Attack, d: &Daemon, legit: &Client, attackers: &[Clie
         20 => heads_reconnecting(a, addr),
         21 => small_objects(a, addr, &attackers[..16]),
         22 => one_byte_chunks(a, addr, &attackers[..16]),
+        23 => values_at_the_limit(a, addr, &attackers[..16]),
         14 => log_scans(a, d, &attackers[0]),
         15 => hung_plugins(a, addr, attackers, "stall-finish"),
         16 => log_flood(a, addr, &attackers[..16]),
@@ -819,6 +825,35 @@ fn log_scans(a: &mut Attack, d: &Daemon, attacker: &Client) {
 enum Surface {
     Mcp,
     A2a,
+}
+
+/// Row 23: each of `attackers` keeps nine calls in flight, each a 64 KiB body of one-member
+/// objects just under `[limits] json_values` (16,380 values): byte limits let them through, and
+/// a call waiting its episode's turn holds what its parse built, some 200 bytes a value.
+/// `stall-wait` refuses the unknown argument once the call's turn comes. Counts those refusals
+/// (`c[0]`), busy refusals (`c[1]`), connections closed under a busy answer (`c[2]`) and the
+/// rest.
+fn values_at_the_limit(a: &mut Attack, addr: &str, attackers: &[Client]) {
+    let mut body = String::from(
+        r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"stall-wait","arguments":{"ms":"1","a":["#,
+    );
+    // 8 values in the envelope and arguments, 2 in each object.
+    body.push_str(&[r#"{"a":0}"#; 8_186].join(","));
+    body.push_str("]}}}");
+    let body = Arc::new(body);
+    let count = |answer: &Result<String, String>| match answer {
+        Ok(b) if b.contains("unknown argument") => 0,
+        Ok(b) | Err(b) if b.contains("body_budget_bytes") => 1,
+        // Refused busy before the body was read, which is then not waited for (it is over
+        // 64 KiB), so the connection closes under the answer.
+        Err(e) if e.contains("Unexpected EOF") || e.contains("reset") => 2,
+        _ => 3,
+    };
+    for attacker in attackers {
+        for _ in 0..9 {
+            keep_posting(a, addr, &attacker.token, body.clone(), count);
+        }
+    }
 }
 
 /// Row 22: each of `attackers` posts a 1 MB MCP call in chunks of one byte (six bytes each on

@@ -39,6 +39,7 @@ use serde_json::{json, Value};
 use tokio::time::Instant;
 
 use crate::edge::body::{BodyError, BodyShare};
+use crate::json_bounds::Refused;
 use crate::outcome::{self, Kind, Outcome};
 use crate::rest::ApiError;
 use crate::state::{AppState, AuthFailure, InvokeFailure};
@@ -332,11 +333,13 @@ async fn received(
             return Err(rpc_error(&null, -32600, "invalid JSON-RPC request"))
         }
     };
-    let (bytes, share) = body.split();
-    match crate::json_bounds::parse_strict(state, &bytes) {
+    let (bytes, mut share) = body.split();
+    // What the parse builds is held in the body budget until the call is answered.
+    match crate::json_bounds::parse_strict_held(state, headers, &mut share, &bytes) {
         Ok(req) => Ok((session, req, bytes.len(), share)),
+        Err(Refused::Busy(busy)) => Err(rpc_error(&null, -32603, busy.text())),
         // The parser's account says what and where (line, column, byte), in one bounded line.
-        Err(e) => Err(
+        Err(Refused::Unparsed(e)) => Err(
             match crate::invalid_params::a2a_params_error(&bytes, &e, state.limits().json_values) {
                 Some(id) => rpc_error(&id, -32602, "invalid params"),
                 None => rpc_error(

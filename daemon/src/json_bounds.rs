@@ -7,6 +7,12 @@
 //! the first value past it; and nesting stops at the parsers' own limit, 128 levels. Both are
 //! counted in `worldd_limit_trips_total` (`json_values`, `json_depth`) when they trip.
 //!
+//! What a body's parse will build is also counted against the body budget, from one scan of
+//! its bytes ([`crate::json_scan::values`]), before the parse and until its call is answered
+//! ([`crate::edge::body::BodyShare::hold_parsed`]): bodies at the value limit from many
+//! sessions would otherwise hold megabytes each while they wait their turn, which no byte
+//! budget sees.
+//!
 //! MCP reads its body as serde_json does, refusing repeated members ([`dialect::json`]); A2A and
 //! `POST /v1/commit` read theirs strictly ([`broker_core::canon`]).
 
@@ -14,6 +20,9 @@ use broker_core::canon::{self, CanonError};
 use dialect::json::Unparsed;
 use serde_json::Value;
 
+use axum::http::HeaderMap;
+
+use crate::edge::body::{BodyShare, Busy};
 use crate::state::AppState;
 
 /// The operator's key, named in every refusal of a body past it.
@@ -39,6 +48,67 @@ pub fn parse_strict(state: &AppState, bytes: &[u8]) -> Result<Value, CanonError>
     })
 }
 
+/// How many values `value` holds: every scalar, array and object, at any depth, as the
+/// parsers count them (the oracle of the scan's count).
+#[cfg(test)]
+pub fn values(value: &Value) -> usize {
+    1 + match value {
+        Value::Array(items) => items.iter().map(values).sum(),
+        Value::Object(members) => members.values().map(values).sum(),
+        _ => 0,
+    }
+}
+
+/// Why a request body's JSON was not taken.
+pub enum Refused<E> {
+    /// The parser refused it: why.
+    Unparsed(E),
+    /// The body budget has no room for what its parse would build.
+    Busy(Busy),
+}
+
+/// `bytes` as MCP reads them ([`parse`]), what the parse builds counted against `share` in
+/// the body budget until the share is dropped ([`held`]).
+pub fn parse_held(
+    state: &AppState,
+    headers: &HeaderMap,
+    share: &mut BodyShare,
+    bytes: &[u8],
+) -> Result<Value, Refused<Unparsed>> {
+    held(state, headers, share, bytes, parse)
+}
+
+/// `bytes` read strictly ([`parse_strict`]), what the parse builds counted against `share` in
+/// the body budget until the share is dropped ([`held`]).
+pub fn parse_strict_held(
+    state: &AppState,
+    headers: &HeaderMap,
+    share: &mut BodyShare,
+    bytes: &[u8],
+) -> Result<Value, Refused<CanonError>> {
+    held(state, headers, share, bytes, parse_strict)
+}
+
+/// Count the values of `bytes` with one scan ([`crate::json_scan::values`]) and take what
+/// their parse will build from the body budget ([`BodyShare::hold_parsed`]) before `parse`
+/// builds it, so that a refusal for want of room costs a scan, not a parse. At most
+/// `[limits] json_values` values are counted: the parse stops one past them, and which error
+/// a body gets (not JSON, nested too deep, too many values) is the parse's, in the order its
+/// bytes come.
+fn held<E>(
+    state: &AppState,
+    headers: &HeaderMap,
+    share: &mut BodyShare,
+    bytes: &[u8],
+    parse: impl FnOnce(&AppState, &[u8]) -> Result<Value, E>,
+) -> Result<Value, Refused<E>> {
+    let values = crate::json_scan::values(bytes).min(state.limits().json_values);
+    share
+        .hold_parsed(state.bodies(), headers, bytes.len(), values)
+        .map_err(Refused::Busy)?;
+    parse(state, bytes).map_err(Refused::Unparsed)
+}
+
 /// What a refusal says of a body past `[limits] json_values`: the limit and its key.
 pub fn too_many_values(limit: usize) -> String {
     format!("a body of more than {limit} JSON values ({KEY})")
@@ -50,5 +120,17 @@ pub fn strict_account(why: &CanonError) -> String {
     match why {
         CanonError::TooManyValues { limit } => too_many_values(*limit),
         other => other.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn values_are_counted_as_the_parsers_count_them() {
+        let text = br#"{"a":[1,"x",null],"b":{},"c":{"d":[[]]}}"#;
+        let value = dialect::json::parse(text).unwrap();
+        assert_eq!(super::values(&value), 9);
+        assert!(dialect::json::parse_bounded(text, 9).is_ok());
+        assert!(dialect::json::parse_bounded(text, 8).is_err());
     }
 }

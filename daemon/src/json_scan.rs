@@ -1,4 +1,5 @@
-//! One member of a JSON object, found by walking the object's top level instead of parsing it.
+//! One member of a JSON object, found by walking the object's top level instead of parsing it;
+//! and how many values a text holds, found by one pass ([`values`]).
 //!
 //! The daemon asks the same question of every call's committed output twice (the metrics'
 //! outcome label and the answer's classification): does its top-level `ok` say `false`? A
@@ -64,6 +65,50 @@ fn walk<'a>(json: &'a [u8], name: &[u8]) -> Option<Option<&'a [u8]>> {
             _ => return None,
         }
     }
+}
+
+/// How many values a parser builds from `json` (every scalar, array and object, at any depth),
+/// found by one pass over its bytes: what a request body's parse will build is counted in the
+/// body budget before it is parsed, so that a refusal for want of room costs a scan, not a
+/// parse. Strings are counted, and one taken back at each `:`
+/// (its key); arrays and objects at their opening bracket; other scalars at their first byte
+/// after a `[`, `,` or `:`. Exact on JSON; on bytes that are not, some count and no panic
+/// (the parse refuses them, and builds no more than `[limits] json_values` meanwhile).
+pub fn values(json: &[u8]) -> usize {
+    let (mut count, mut keys) = (0usize, 0usize);
+    // At the start, or after a `[`, `{`, `,` or `:` and whitespace: a scalar may start here.
+    let mut may_start = true;
+    let mut i = 0;
+    while let Some(&b) = json.get(i) {
+        match b {
+            b'"' => {
+                count += 1;
+                let Some(end) = string_end(json, i + 1) else {
+                    // An unclosed string: nothing after it is a value.
+                    break;
+                };
+                i = end;
+                may_start = false;
+            }
+            b'[' | b'{' => {
+                count += 1;
+                may_start = true;
+            }
+            b',' => may_start = true,
+            b':' => {
+                keys += 1;
+                may_start = true;
+            }
+            b' ' | b'\t' | b'\n' | b'\r' => {}
+            b'-' | b'0'..=b'9' | b't' | b'f' | b'n' => {
+                count += usize::from(may_start);
+                may_start = false;
+            }
+            _ => may_start = false,
+        }
+        i += 1;
+    }
+    count.saturating_sub(keys)
 }
 
 /// `Some(found)`, if nothing but whitespace follows the object.
@@ -247,13 +292,30 @@ mod tests {
         fn any_bytes_are_walked_without_a_panic(bytes in proptest::collection::vec(
             proptest::sample::select(b"{}[]\",:\\ oktruefalse0\n".to_vec()), 0..40)) {
             let _ = top_level_member(&bytes, b"ok");
+            let _ = values(&bytes);
+        }
+
+        /// The scan counts the values the parser builds, compact or pretty.
+        #[test]
+        fn the_scan_counts_the_values_the_parser_builds(
+            v in value(),
+            pretty in proptest::bool::ANY,
+        ) {
+            let json = if pretty {
+                serde_json::to_vec_pretty(&v).unwrap()
+            } else {
+                serde_json::to_vec(&v).unwrap()
+            };
+            proptest::prop_assert_eq!(values(&json), crate::json_bounds::values(&v));
         }
     }
 
     fn key() -> impl proptest::strategy::Strategy<Value = String> {
         use proptest::prelude::*;
-        proptest::sample::select(vec!["ok", "okay", "o", "content", "\"ok\"", "\\", "k\n"])
-            .prop_map(String::from)
+        proptest::sample::select(vec![
+            "ok", "okay", "o", "content", "\"ok\"", "\\", "k\n", ":", "a,[b",
+        ])
+        .prop_map(String::from)
     }
 
     fn value() -> impl proptest::strategy::Strategy<Value = Value> {
@@ -262,7 +324,8 @@ mod tests {
             Just(Value::Null),
             any::<bool>().prop_map(Value::Bool),
             any::<i64>().prop_map(Value::from),
-            "(\\PC|[\"\\\\]|ok|\\{|\\}){0,12}".prop_map(Value::String),
+            (-1e300f64..1e300).prop_map(Value::from),
+            "(\\PC|[\"\\\\:,\\[\\]]|ok|\\{|\\}){0,12}".prop_map(Value::String),
         ];
         leaf.prop_recursive(3, 16, 4, |inner| {
             prop_oneof![

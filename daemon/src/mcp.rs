@@ -62,6 +62,7 @@ use serde_json::Value;
 use tokio::time::Instant;
 
 use crate::edge::body::BodyError;
+use crate::json_bounds::Refused;
 use crate::state::AppState;
 
 mod jsonrpc;
@@ -134,16 +135,19 @@ async fn serve_post(state: AppState, headers: HeaderMap, body: Body) -> Response
         Err(BodyError::Coded(coding)) => return transport::body_coded(&coding),
     };
 
+    // The share keeps the body's place in the budget, and what its parse holds, until the
+    // POST is answered.
+    let (bytes, mut share) = body.split();
     let ctx = Ctx {
         state: &state,
         session: &session,
         deadline,
         version,
-        body_bytes: body.bytes.len(),
+        body_bytes: bytes.len(),
     };
-    let bytes = &body.bytes;
+    let bytes = &bytes[..];
     if ctx.modern() {
-        return modern::serve(&ctx, &headers, bytes).await;
+        return modern::serve(&ctx, &headers, bytes, &mut share).await;
     }
     // A batch is sized up before it is built: one over the limit costs no memory.
     let limit = state.limits().batch_items;
@@ -159,10 +163,12 @@ async fn serve_post(state: AppState, headers: HeaderMap, body: Body) -> Response
             return transport::sse_reply(&Reply::invalid_request(Value::Null, &why));
         }
     }
-    // Within `[limits] json_values`, and refused whole otherwise.
-    let message = match crate::json_bounds::parse(&state, bytes) {
+    // Within `[limits] json_values`, and refused whole otherwise; what the parse builds is
+    // held in the body budget until the POST is answered.
+    let message = match crate::json_bounds::parse_held(&state, &headers, &mut share, bytes) {
         Ok(v) => v,
-        Err(why) => return transport::sse_reply(&Reply::unparsed(&why)),
+        Err(Refused::Unparsed(why)) => return transport::sse_reply(&Reply::unparsed(&why)),
+        Err(Refused::Busy(busy)) => return transport::body_busy(busy.text()),
     };
     match message {
         Value::Array(items) => serve_batch(&ctx, version, items).await,

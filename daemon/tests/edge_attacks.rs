@@ -655,6 +655,71 @@ fn a_body_of_small_objects_is_refused_at_its_value_limit_before_it_is_built() {
     );
 }
 
+/// What a body's parse builds counts against the body budget while its call is in flight, at
+/// 256 bytes a value beyond what the body's bytes hold (or the first 16 KiB of each, never
+/// counted), counted by a scan before the parse (so a refusal costs no parse): eight sessions sending calls of 16,380
+/// values, nine at a time each, held 269 MiB while they waited their turn. Both sides of a
+/// 256 KiB budget part of which another session's upload holds, over MCP and A2A; a call that
+/// needs more than the whole budget takes all of it when it is free.
+#[test]
+fn what_a_bodys_parse_holds_counts_against_the_body_budget() {
+    let (d, _c) = start_with(WS, "[server]\nbody_budget_bytes = 262144\n", &[]);
+    let token = d.session("ep1", &["Workspace.Write=worktree:5"]);
+    let other = d.session("ep2", &["Workspace.Write=worktree:5"]);
+    let numbers = |n: usize| vec!["0"; n].join(",");
+    let post = |path: &str, body: &str| {
+        request(
+            "POST",
+            &d.url(path),
+            Some(&token),
+            &mcp_headers(),
+            Some(body.as_bytes()),
+        )
+    };
+    // 6 + n values: n = 1,000 take 235.5 KiB past the 16 KiB never counted, 600 135.5 KiB.
+    let ping = |n: usize| {
+        format!(
+            r#"{{"jsonrpc":"2.0","id":1,"method":"ping","params":{{"a":[{}]}}}}"#,
+            numbers(n)
+        )
+    };
+    let held = || metric(&d, "worldd_body_budget_bytes_held ");
+    let a = post("/mcp/", &ping(1_000));
+    assert_eq!(a.sse_json()["result"], json!({}), "{}", a.text());
+    // Another session's 100 KiB upload holds 84 KiB of the budget, leaving 172.
+    let mut upload = connect(&d);
+    upload
+        .write_all(mcp_post_head(&d, &other, 100 * 1024, false).as_bytes())
+        .unwrap();
+    upload.write_all(b"{").unwrap();
+    assert!(eventually(500, || held() == 84 * 1024), "{}", held());
+    let busy = "too many request bodies in flight ([server] body_budget_bytes); retry shortly";
+    assert_busy(&post("/mcp/", &ping(1_000)), busy);
+    let a = post("/mcp/", &ping(600));
+    assert_eq!(a.sse_json()["result"], json!({}), "{}", a.text());
+    // A2A: 7 + n values.
+    let get_task = |n: usize| {
+        format!(
+            r#"{{"jsonrpc":"2.0","id":1,"method":"tasks/get","params":{{"id":"t1","a":[{}]}}}}"#,
+            numbers(n)
+        )
+    };
+    let a = post("/a2a/", &get_task(1_000));
+    assert_eq!(
+        a.json(),
+        json!({"jsonrpc": "2.0", "id": null, "error": {"code": -32603, "message": busy}})
+    );
+    let a = post("/a2a/", &get_task(600));
+    assert_ne!(a.json()["error"]["code"], json!(-32603), "{}", a.text());
+    assert_eq!(trips(&d, "body_budget"), 2);
+    drop(upload);
+    assert!(eventually(500, || held() == 0), "{}", held());
+    // 2,006 values would take 501.5 KiB: the whole budget, when it is free.
+    let a = post("/mcp/", &ping(2_000));
+    assert_eq!(a.sse_json()["result"], json!({}), "{}", a.text());
+    assert_eq!(held(), 0, "answered calls hold nothing");
+}
+
 /// A body sent in one-byte chunks is refused at `[server] body_small_pieces`: each chunk costs
 /// the daemon a hand-over between two tasks whatever its size, and a megabyte sent so took
 /// 2.2 s of its CPU for six megabytes on the wire. Both sides of a limit of 100 on every

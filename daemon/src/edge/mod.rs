@@ -9,7 +9,7 @@
 //! | authentication | every route that reads a body authenticates from its headers first; a request with two `Authorization` fields is refused as malformed | the routes, [`credential`] |
 //! | singleton fields | `Authorization`, `Content-Type`, `MCP-Protocol-Version`, `A2A-Version`, `Last-Event-ID` and the routing headers are read once or refused, never first-of-two | [`fields`] |
 //! | unread bodies | an answer sent before its request body was read waits (at most 2 s) for a remainder of at most 64 KiB, so the client reads it instead of a reset connection | [`linger`] |
-//! | request body | no coding but `chunked` framing (415 for a `Content-Encoding`, 501 for another `Transfer-Encoding`), a per-route size limit, at most [`ServerConfig::body_small_pieces`] pieces of under 512 bytes, a whole-body deadline ([`ServerConfig::body_timeout`]) and one byte budget for all bodies in flight ([`ServerConfig::body_budget_bytes`]), of which one credential holds at most a quarter | [`body`] |
+//! | request body | no coding but `chunked` framing (415 for a `Content-Encoding`, 501 for another `Transfer-Encoding`), a per-route size limit, at most [`ServerConfig::body_small_pieces`] pieces of under 512 bytes, a whole-body deadline ([`ServerConfig::body_timeout`]) and one byte budget for all bodies in flight and what their parses built ([`ServerConfig::body_budget_bytes`]), of which one credential holds at most a quarter | [`body`] |
 //! | reads per client | one credential's REST reads run [`ServerConfig::reads_per_client`] at a time (1); the rest wait in arrival order, at most [`ServerConfig::read_wait`], then 503 | [`turns`] |
 //! | answers in flight | answers of known size over 16 KiB share one budget of bytes until they are handed to the kernel ([`ServerConfig::reply_budget_bytes`]); past it an answer is replaced by 503 | [`reply`] |
 //! | answers | a fixed kernel send buffer per connection ([`ServerConfig::send_buffer_bytes`]), and a client that keeps the daemon waiting must take 64 KiB (or the rest) in every [`ServerConfig::send_timeout`] of waiting, or its connection is reset | [`send`] |
@@ -52,7 +52,8 @@ pub struct ServerConfig {
     /// A request body must arrive within this long of its head (`body_timeout_ms`).
     pub body_timeout: Duration,
     /// Bytes of request bodies that may be held at once, across connections
-    /// (`body_budget_bytes`). A call holds several parsed copies of its body while it runs
+    /// (`body_budget_bytes`), what their parses built included (at
+    /// [`body::PARSED_VALUE_BYTES`] a JSON value). A call holds several parsed copies of its body while it runs
     /// (arguments, the canonical input, the effect request, the plugin's copy), so the
     /// memory this bounds is several times the budget: with 1 MB writes from 32 episodes the
     /// daemon's anonymous memory peaked at 318 MiB under a 64 MiB budget and 141 MiB under

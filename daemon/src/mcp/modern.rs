@@ -38,6 +38,8 @@ use super::jsonrpc::{
 };
 use super::methods::{Ctx, HostFailure};
 use super::MODERN_VERSION;
+use crate::edge::body::BodyShare;
+use crate::json_bounds::Refused;
 
 /// The envelope key naming the request's protocol version.
 pub(super) const PROTOCOL_VERSION_META_KEY: &str = "io.modelcontextprotocol/protocolVersion";
@@ -49,7 +51,12 @@ const METHOD_HEADER: &str = "mcp-method";
 const NAME_HEADER: &str = "mcp-name";
 
 /// One POST under 2026-07-28, after the transport's header checks and the body limit.
-pub(super) async fn serve(ctx: &Ctx<'_>, headers: &HeaderMap, bytes: &[u8]) -> Response {
+pub(super) async fn serve(
+    ctx: &Ctx<'_>,
+    headers: &HeaderMap,
+    bytes: &[u8],
+    share: &mut BodyShare,
+) -> Response {
     let not_one_request = || {
         json_reply(&Reply::invalid_request(
             Value::Null,
@@ -60,9 +67,10 @@ pub(super) async fn serve(ctx: &Ctx<'_>, headers: &HeaderMap, bytes: &[u8]) -> R
     if jsonrpc::batch_len(bytes, 0).is_some() {
         return not_one_request();
     }
-    let message = match crate::json_bounds::parse(ctx.state, bytes) {
+    let message = match crate::json_bounds::parse_held(ctx.state, headers, share, bytes) {
         Ok(v) => v,
-        Err(why) => return json_reply(&Reply::unparsed(&why)),
+        Err(Refused::Unparsed(why)) => return json_reply(&Reply::unparsed(&why)),
+        Err(Refused::Busy(busy)) => return super::transport::body_busy(busy.text()),
     };
     let Value::Object(object) = &message else {
         return not_one_request();
