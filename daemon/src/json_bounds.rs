@@ -16,11 +16,10 @@
 //! MCP reads its body as serde_json does, refusing repeated members ([`dialect::json`]); A2A and
 //! `POST /v1/commit` read theirs strictly ([`broker_core::canon`]).
 
+use axum::http::HeaderMap;
 use broker_core::canon::{self, CanonError};
 use dialect::json::Unparsed;
 use serde_json::Value;
-
-use axum::http::HeaderMap;
 
 use crate::edge::body::{BodyShare, Busy};
 use crate::state::AppState;
