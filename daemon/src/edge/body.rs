@@ -565,6 +565,69 @@ mod tests {
         }
     }
 
+    /// A body of `left` one-byte frames, counting the frames read from it in `read`.
+    struct Drip {
+        left: usize,
+        read: Arc<std::sync::atomic::AtomicUsize>,
+    }
+
+    impl HttpBody for Drip {
+        type Data = Bytes;
+        type Error = std::io::Error;
+        fn poll_frame(
+            mut self: std::pin::Pin<&mut Self>,
+            _: &mut std::task::Context<'_>,
+        ) -> std::task::Poll<Option<Result<hyper::body::Frame<Bytes>, std::io::Error>>> {
+            if self.left == 0 {
+                return std::task::Poll::Ready(None);
+            }
+            self.left -= 1;
+            self.read.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            std::task::Poll::Ready(Some(Ok(hyper::body::Frame::data(Bytes::from_static(b" ")))))
+        }
+    }
+
+    /// A body dripped in one-byte pieces is refused one piece past the limit, having read no
+    /// further; one that also passes the size limit is drained for at most the pieces left.
+    #[tokio::test]
+    async fn a_body_in_small_pieces_is_refused_one_past_the_limit_and_read_no_further() {
+        let b = bodies(1 << 20).small_pieces(100);
+        let far = Instant::now() + Duration::from_secs(60);
+        let drip = |left: usize| {
+            let read = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+            let body = Body::new(Drip {
+                left,
+                read: read.clone(),
+            });
+            (body, read)
+        };
+        let frames = |read: &Arc<std::sync::atomic::AtomicUsize>| {
+            read.load(std::sync::atomic::Ordering::Relaxed)
+        };
+        let (body, read) = drip(100);
+        let r = b.read(&HeaderMap::new(), body, 1 << 20, far).await;
+        assert_eq!(r.unwrap().bytes.len(), 100);
+        assert_eq!(frames(&read), 100);
+        let (body, read) = drip(10_000);
+        let r = b.read(&HeaderMap::new(), body, 1 << 20, far).await;
+        assert_eq!(r.err(), Some(BodyError::TooManyPieces(100)));
+        assert_eq!(frames(&read), 101);
+        assert_eq!(b.metrics.trips("body_small_pieces"), 1);
+        // Past a 10-byte size limit at the 11th piece, then drained: 90 pieces are left of the
+        // 100, and the drain stops at the one past them.
+        let (body, read) = drip(10_000);
+        let r = b.read(&HeaderMap::new(), body, 10, far).await;
+        assert_eq!(r.err(), Some(BodyError::TooLarge));
+        assert_eq!(frames(&read), 11 + 91);
+        // Pieces of 512 bytes are not small.
+        let big =
+            Body::from_stream(futures_util::stream::iter((0..200).map(|_| {
+                Ok::<_, std::io::Error>(Bytes::from(vec![b' '; SMALL_PIECE_BYTES]))
+            })));
+        let r = b.read(&HeaderMap::new(), big, 1 << 20, far).await;
+        assert_eq!(r.unwrap().bytes.len(), 200 * SMALL_PIECE_BYTES);
+    }
+
     fn bodies(budget: usize) -> Bodies {
         Bodies::new(budget, 4096, Metrics::default())
     }
