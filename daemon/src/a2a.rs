@@ -39,7 +39,7 @@ use serde_json::{json, Value};
 use tokio::time::Instant;
 
 use crate::edge::body::{BodyError, BodyShare};
-use crate::json_bounds::Refused;
+use crate::json_bounds::{self, Refused};
 use crate::outcome::{self, Kind, Outcome};
 use crate::rest::ApiError;
 use crate::state::{AppState, AuthFailure, InvokeFailure};
@@ -335,7 +335,13 @@ async fn received(
     };
     let (bytes, mut share) = body.split();
     // What the parse builds is held in the body budget until the call is answered.
-    match crate::json_bounds::parse_strict_held(state, headers, &mut share, &bytes) {
+    match json_bounds::held(
+        state,
+        headers,
+        &mut share,
+        &bytes,
+        json_bounds::parse_strict,
+    ) {
         Ok(req) => Ok((session, req, bytes.len(), share)),
         Err(Refused::Busy(busy)) => Err(rpc_error(&null, -32603, busy.text())),
         // The parser's account says what and where (line, column, byte), in one bounded line.

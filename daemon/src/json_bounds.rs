@@ -66,35 +66,14 @@ pub enum Refused<E> {
     Busy(Busy),
 }
 
-/// `bytes` as MCP reads them ([`parse`]), what the parse builds counted against `share` in
-/// the body budget until the share is dropped ([`held`]).
-pub fn parse_held(
-    state: &AppState,
-    headers: &HeaderMap,
-    share: &mut BodyShare,
-    bytes: &[u8],
-) -> Result<Value, Refused<Unparsed>> {
-    held(state, headers, share, bytes, parse)
-}
-
-/// `bytes` read strictly ([`parse_strict`]), what the parse builds counted against `share` in
-/// the body budget until the share is dropped ([`held`]).
-pub fn parse_strict_held(
-    state: &AppState,
-    headers: &HeaderMap,
-    share: &mut BodyShare,
-    bytes: &[u8],
-) -> Result<Value, Refused<CanonError>> {
-    held(state, headers, share, bytes, parse_strict)
-}
-
-/// Count the values of `bytes` with one scan ([`crate::json_scan::values`]) and take what
-/// their parse will build from the body budget ([`BodyShare::hold_parsed`]) before `parse`
-/// builds it, so that a refusal for want of room costs a scan, not a parse. At most
+/// `bytes` parsed by `parse` ([`parse`] for MCP, [`parse_strict`] for A2A), what the parse
+/// builds counted against `share` in the body budget until the share is dropped. The values
+/// are counted with one scan ([`crate::json_scan::values`]) and taken from the budget
+/// ([`BodyShare::hold_parsed`]) before `parse` builds them, so that a refusal for want of room costs a scan, not a parse. At most
 /// `[limits] json_values` values are counted: the parse stops one past them, and which error
 /// a body gets (not JSON, nested too deep, too many values) is the parse's, in the order its
 /// bytes come.
-fn held<E>(
+pub fn held<E>(
     state: &AppState,
     headers: &HeaderMap,
     share: &mut BodyShare,

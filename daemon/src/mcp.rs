@@ -62,7 +62,7 @@ use serde_json::Value;
 use tokio::time::Instant;
 
 use crate::edge::body::BodyError;
-use crate::json_bounds::Refused;
+use crate::json_bounds::{self, Refused};
 use crate::state::AppState;
 
 mod jsonrpc;
@@ -165,7 +165,7 @@ async fn serve_post(state: AppState, headers: HeaderMap, body: Body) -> Response
     }
     // Within `[limits] json_values`, and refused whole otherwise; what the parse builds is
     // held in the body budget until the POST is answered.
-    let message = match crate::json_bounds::parse_held(&state, &headers, &mut share, bytes) {
+    let message = match json_bounds::held(&state, &headers, &mut share, bytes, json_bounds::parse) {
         Ok(v) => v,
         Err(Refused::Unparsed(why)) => return transport::sse_reply(&Reply::unparsed(&why)),
         Err(Refused::Busy(busy)) => return transport::body_busy(busy.text()),

@@ -565,40 +565,20 @@ mod tests {
         }
     }
 
-    /// A body of `left` one-byte frames, counting the frames read from it in `read`.
-    struct Drip {
-        left: usize,
-        read: Arc<std::sync::atomic::AtomicUsize>,
-    }
-
-    impl HttpBody for Drip {
-        type Data = Bytes;
-        type Error = std::io::Error;
-        fn poll_frame(
-            mut self: std::pin::Pin<&mut Self>,
-            _: &mut std::task::Context<'_>,
-        ) -> std::task::Poll<Option<Result<hyper::body::Frame<Bytes>, std::io::Error>>> {
-            if self.left == 0 {
-                return std::task::Poll::Ready(None);
-            }
-            self.left -= 1;
-            self.read.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            std::task::Poll::Ready(Some(Ok(hyper::body::Frame::data(Bytes::from_static(b" ")))))
-        }
-    }
-
     /// A body dripped in one-byte pieces is refused one piece past the limit, having read no
     /// further; one that also passes the size limit is drained for at most the pieces left.
     #[tokio::test]
     async fn a_body_in_small_pieces_is_refused_one_past_the_limit_and_read_no_further() {
         let b = bodies(1 << 20).small_pieces(100);
         let far = Instant::now() + Duration::from_secs(60);
+        // `left` one-byte frames, each counted in `read` as it is polled.
         let drip = |left: usize| {
             let read = Arc::new(std::sync::atomic::AtomicUsize::new(0));
-            let body = Body::new(Drip {
-                left,
-                read: read.clone(),
-            });
+            let counted = read.clone();
+            let body = Body::from_stream(futures_util::stream::iter((0..left).map(move |_| {
+                counted.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                Ok::<_, std::io::Error>(Bytes::from_static(b" "))
+            })));
             (body, read)
         };
         let frames = |read: &Arc<std::sync::atomic::AtomicUsize>| {

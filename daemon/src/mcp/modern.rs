@@ -39,7 +39,7 @@ use super::jsonrpc::{
 use super::methods::{Ctx, HostFailure};
 use super::MODERN_VERSION;
 use crate::edge::body::BodyShare;
-use crate::json_bounds::Refused;
+use crate::json_bounds::{self, Refused};
 
 /// The envelope key naming the request's protocol version.
 pub(super) const PROTOCOL_VERSION_META_KEY: &str = "io.modelcontextprotocol/protocolVersion";
@@ -67,7 +67,7 @@ pub(super) async fn serve(
     if jsonrpc::batch_len(bytes, 0).is_some() {
         return not_one_request();
     }
-    let message = match crate::json_bounds::parse_held(ctx.state, headers, share, bytes) {
+    let message = match json_bounds::held(ctx.state, headers, share, bytes, json_bounds::parse) {
         Ok(v) => v,
         Err(Refused::Unparsed(why)) => return json_reply(&Reply::unparsed(&why)),
         Err(Refused::Busy(busy)) => return super::transport::body_busy(busy.text()),
