@@ -329,8 +329,15 @@ async fn received(
                 ),
             ))
         }
-        Err(BodyError::Unreadable) => {
-            return Err(rpc_error(&null, -32600, "invalid JSON-RPC request"))
+        Err(BodyError::Unreadable(cause)) => {
+            return Err(rpc_error(
+                &null,
+                -32600,
+                format!(
+                    "invalid JSON-RPC request: {}",
+                    crate::edge::body::unreadable(&cause)
+                ),
+            ))
         }
     };
     let (bytes, mut share) = body.split();

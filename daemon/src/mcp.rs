@@ -128,7 +128,9 @@ async fn serve_post(state: AppState, headers: HeaderMap, body: Body) -> Response
             tracing::warn!(episode = %session.episode, "mcp: request body not received in time");
             return transport::body_timed_out();
         }
-        Err(BodyError::Unreadable) => return transport::body_unreadable(),
+        Err(BodyError::Unreadable(cause)) => {
+            return transport::bad_request(crate::edge::body::unreadable(&cause))
+        }
         Err(BodyError::TooManyPieces(n)) => {
             return transport::bad_request(crate::edge::body::too_many_pieces(n))
         }

@@ -794,6 +794,85 @@ fn a_body_sent_in_one_byte_chunks_is_refused_at_its_small_pieces_limit() {
 }
 
 #[test]
+fn a_body_with_broken_chunked_framing_is_refused_with_its_cause_and_runs_nothing() {
+    // Each breaks one rule of chunked framing, two of them one of hyper's own bounds (16 KiB
+    // of chunk extensions, of trailers). The answer said only "could not be read"; a client
+    // (or whoever debugs its HTTP stack) is told which rule.
+    let d = Daemon::start(WS, &[]);
+    let token = d.session("ep1", &["Workspace.Write=worktree:5"]);
+    let ops = d.operator_session("ops", &["World.Commit=log:5"]);
+    let head = || get(&d.url("/v1/head"), Some(&token)).text();
+    let before = head();
+    let write = r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"ailang-write","arguments":{"path":"a.txt","content":"x"}}}"#;
+    let chunk = |part: &str| format!("{:x}\r\n{part}\r\n", part.len());
+    let trailers: String = (0..20)
+        .map(|i| format!("X-Pad-{i}: {}\r\n", "a".repeat(1000)))
+        .collect();
+    let broken: [(String, &str); 5] = [
+        (
+            format!("{}zz\r\n", chunk(write)),
+            "Invalid chunk size line: missing size digit",
+        ),
+        (
+            format!("{}fffffffffffffffffff\r\n", chunk(write)),
+            "invalid chunk size: overflow",
+        ),
+        (
+            format!("{:x}\r\n{write}XX0\r\n\r\n", write.len()),
+            "Invalid chunk body CR",
+        ),
+        (
+            format!("{:x};{}\r\n", write.len(), "e".repeat(20_000)),
+            "chunk extensions over limit",
+        ),
+        (
+            format!("{}0\r\n{trailers}\r\n", chunk(write)),
+            "chunk trailers bytes over limit",
+        ),
+    ];
+    let send = |path: &str, credential: &str, body: &str| {
+        let request = format!(
+            "POST {path} HTTP/1.1\r\nHost: {}\r\nAuthorization: Bearer {credential}\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nTransfer-Encoding: chunked\r\nConnection: close\r\n\r\n{body}",
+            d.addr
+        );
+        raw_exchange(&d.addr, request.as_bytes())
+    };
+    for (body, cause) in &broken {
+        let refused = format!("request body could not be read: {cause}");
+        let a = send("/mcp/", &token, body);
+        assert_eq!((a.status, a.text()), (400, refused.clone()));
+        let a = send("/a2a/", &token, body);
+        assert_eq!(
+            a.json(),
+            json!({"jsonrpc": "2.0", "id": null, "error": {"code": -32600,
+                   "message": format!("invalid JSON-RPC request: {refused}")}})
+        );
+        let a = send("/v1/commit", &ops, body);
+        assert_eq!(
+            (a.status, a.json()),
+            (
+                400,
+                json!({"error": {"class": "BadRequest", "message": refused}})
+            )
+        );
+    }
+    assert_eq!(head(), before, "nothing was committed");
+    assert!(
+        !d.root().join("ep1").join("a.txt").exists(),
+        "nothing was written"
+    );
+    // The same call, framed well, runs.
+    let a = send("/mcp/", &token, &format!("{}0\r\n\r\n", chunk(write)));
+    assert_eq!(
+        a.sse_json()["result"]["isError"],
+        json!(false),
+        "{}",
+        a.text()
+    );
+    assert!(d.root().join("ep1").join("a.txt").exists());
+}
+
+#[test]
 fn a_coded_body_is_refused_415_or_501_and_runs_nothing() {
     // Nothing here decodes a body: read as JSON, gzip'd bytes were answered "Parse error",
     // and a plain body labelled gzip ran as if the label were not there.

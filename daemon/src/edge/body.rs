@@ -185,8 +185,9 @@ pub enum BodyError {
     TooManyPieces(usize),
     /// Not complete before the deadline (`limit_trips_total{limit="body_timeout"}`).
     TimedOut,
-    /// The connection failed or the framing was broken.
-    Unreadable,
+    /// The connection failed or the framing was broken: the cause, as the HTTP layer names it
+    /// (`invalid chunk size line`, `chunk extensions over limit`, …).
+    Unreadable(String),
     /// The bodies in flight already fill the budget, or the credential's share of it.
     Busy(Busy),
 }
@@ -351,7 +352,7 @@ impl Bodies {
         let mut buf: Vec<u8> = Vec::with_capacity(declared);
         let mut small = 0usize;
         while let Some(frame) = std::future::poll_fn(|cx| body.as_mut().poll_frame(cx)).await {
-            let frame = frame.map_err(|_| BodyError::Unreadable)?;
+            let frame = frame.map_err(|e| BodyError::Unreadable(root_cause(&e)))?;
             // Trailers carry nothing for JSON; only data frames count.
             if let Ok(data) = frame.into_data() {
                 if buf.len() + data.len() > limit {
@@ -413,6 +414,22 @@ where
     }
 }
 
+/// What a client is told of a body whose framing broke (or whose connection failed) while it
+/// was read.
+pub fn unreadable(cause: &str) -> String {
+    format!("request body could not be read: {cause}")
+}
+
+/// The innermost error `e` was caused by: hyper's own text is only "error reading a body from
+/// connection", its source says which rule of the framing the client broke.
+fn root_cause(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut cause = e;
+    while let Some(inner) = cause.source() {
+        cause = inner;
+    }
+    cause.to_string()
+}
+
 /// What a client is told of a body that arrived in more than `n` small pieces.
 pub fn too_many_pieces(n: usize) -> String {
     format!(
@@ -434,7 +451,7 @@ pub fn rest_error(e: BodyError, limit: usize) -> crate::rest::ApiError {
             "RequestTimeout",
             "request body not received in time ([server] body_timeout_ms)",
         ),
-        BodyError::Unreadable => ApiError::bad_request("request body could not be read"),
+        BodyError::Unreadable(cause) => ApiError::bad_request(unreadable(&cause)),
         BodyError::TooManyPieces(n) => ApiError::bad_request(too_many_pieces(n)),
         BodyError::Busy(busy) => ApiError::busy(busy.text()),
         BodyError::Coded(coding) => ApiError::new(coding.status(), coding.class(), coding.text()),

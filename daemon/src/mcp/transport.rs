@@ -168,10 +168,6 @@ pub(super) fn body_timed_out() -> Response {
     )
 }
 
-pub(super) fn body_unreadable() -> Response {
-    bad_request("request body could not be read".to_owned())
-}
-
 /// 415 for a content-coded body (with the one coding accepted, RFC 9110 §15.5.16), 501 for
 /// a transfer coding other than `chunked`.
 pub(super) fn body_coded(coding: &crate::edge::body::Coding) -> Response {
