@@ -13,9 +13,13 @@
 //! own, because the `cargo test` running us holds the lock on the main one.
 
 mod common;
+// The executed-docs runner: the guide's commands run on a terminal, as a person runs them.
+#[allow(dead_code)]
+#[path = "common/transcript.rs"]
+mod transcript;
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::process::{Command, Stdio};
 use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -161,18 +165,7 @@ fn incompatible_plugin() -> &'static Incompatible {
             &fixture_copy.join("Cargo.toml"),
             toml::to_string(&fixture).unwrap().as_bytes(),
         );
-        // The echo plugin's lock file, so that both fixtures resolve the same abi_stable,
-        // serde, … and share their compiled artifacts in <target>/fixtures.
-        let lock = fixture_copy.join("Cargo.lock");
-        if !lock.exists() {
-            let echo_lock = root.join("tests/fixtures/echo-plugin/Cargo.lock");
-            let from = if echo_lock.exists() {
-                echo_lock
-            } else {
-                root.join("Cargo.lock")
-            };
-            std::fs::copy(from, &lock).unwrap();
-        }
+        share_echo_lock(&fixture_copy);
         let library = cargo_build(&fixture_copy.join("Cargo.toml"), "worldd_incompatible");
         Incompatible {
             library,
@@ -180,6 +173,24 @@ fn incompatible_plugin() -> &'static Incompatible {
             found,
         }
     })
+}
+
+/// Give the crate in `dir` the echo plugin's lock file (when it has none), so that every
+/// fixture resolves the same abi_stable, serde, … and shares their compiled artifacts in
+/// <target>/fixtures.
+fn share_echo_lock(dir: &Path) {
+    let lock = dir.join("Cargo.lock");
+    if lock.exists() {
+        return;
+    }
+    let root = repo_root();
+    let echo_lock = root.join("tests/fixtures/echo-plugin/Cargo.lock");
+    let from = if echo_lock.exists() {
+        echo_lock
+    } else {
+        root.join("Cargo.lock")
+    };
+    std::fs::copy(from, &lock).unwrap();
 }
 
 fn read_toml(path: &Path) -> toml::Table {
@@ -777,5 +788,155 @@ fn r8_a_published_tool_whose_effect_no_loaded_plugin_handles_is_refused_without_
     assert_eq!(
         spent(&d, "ep1"),
         vec![(("Echo.Say".to_owned(), "any".to_owned()), 1)]
+    );
+}
+
+// -------------------------------------------------------------------------------------------
+// The handler-author guide, executed.
+
+/// The fenced blocks of the section of `page` under the heading `title`.
+fn section_blocks(page: &str, title: &str) -> (String, Vec<transcript::Block>) {
+    let start = page
+        .find(&format!("\n{title}\n"))
+        .unwrap_or_else(|| panic!("docs/handler-authors.md has no heading {title:?}"));
+    let rest = &page[start + 1..];
+    let end = rest[title.len()..]
+        .find("\n## ")
+        .map_or(rest.len(), |e| e + title.len());
+    let text = rest[..end].to_owned();
+    let blocks = transcript::blocks(&text);
+    (text, blocks)
+}
+
+/// The body of the one block of `info` among `blocks`.
+fn block_body(blocks: &[transcript::Block], info: &str, title: &str) -> String {
+    let mut found = blocks.iter().filter(|b| b.info == info);
+    let block = found
+        .next()
+        .unwrap_or_else(|| panic!("{title} has no ```{info} block"));
+    assert!(found.next().is_none(), "{title} has two ```{info} blocks");
+    block.body.join("\n") + "\n"
+}
+
+/// `actual` is the JSON `expected` shows, where a string with `…` stands for any text there.
+fn json_like(expected: &Value, actual: &Value) -> bool {
+    match (expected, actual) {
+        (Value::String(e), Value::String(a)) => transcript::matches(std::slice::from_ref(e), &[a]),
+        (Value::Array(e), Value::Array(a)) => {
+            e.len() == a.len() && e.iter().zip(a).all(|(e, a)| json_like(e, a))
+        }
+        (Value::Object(e), Value::Object(a)) => {
+            e.len() == a.len()
+                && e.iter()
+                    .all(|(k, e)| a.get(k).is_some_and(|a| json_like(e, a)))
+        }
+        _ => expected == actual,
+    }
+}
+
+/// A person following docs/handler-authors.md: the page's own `Cargo.toml` and `src/lib.rs`
+/// (section 1, the `handler-kit` path pointed at this checkout) build a plugin outside the
+/// workspace; with it in `target/release` and a daemon serving it, the commands of section 4
+/// run on a terminal print what the page shows, and the `why` pipeline the page gives verifies
+/// the call, naming the plugin as section 3 says. The page's code is what a reader copies:
+/// were it to drift from the kit, this would fail where a reader would.
+#[test]
+fn the_handler_author_guides_plugin_builds_and_answers_as_the_guide_says() {
+    let page = std::fs::read_to_string(repo_root().join("docs/handler-authors.md")).unwrap();
+
+    let title = "## 1. A minimal plugin";
+    let (_, blocks) = section_blocks(&page, title);
+    let manifest = block_body(&blocks, "toml", title);
+    let source = block_body(&blocks, "rust", title);
+    let placeholder = r#"handler-kit = { path = "/path/to/worldd/handler-kit" }"#;
+    assert!(manifest.contains(placeholder), "{manifest}");
+    let kit = repo_root().join("handler-kit").display().to_string();
+    let manifest = manifest.replace(placeholder, &format!("handler-kit = {{ path = {kit:?} }}"));
+    let crate_dir = fixtures_target().join("guide-hello");
+    std::fs::create_dir_all(crate_dir.join("src")).unwrap();
+    write_if_changed(&crate_dir.join("Cargo.toml"), manifest.as_bytes());
+    write_if_changed(&crate_dir.join("src/lib.rs"), source.as_bytes());
+    share_echo_lock(&crate_dir);
+    let library = cargo_build(&crate_dir.join("Cargo.toml"), "worldd_hello");
+
+    // Section 4's setting: the library in target/release, the daemon running on .world/db.
+    let dir = tempfile::tempdir().unwrap();
+    let cwd = dir.path().join("project");
+    let release = cwd.join("target/release");
+    std::fs::create_dir_all(&release).unwrap();
+    std::fs::copy(&library, release.join(library_file("worldd_hello"))).unwrap();
+    let mut serve = Command::new(WORLDD);
+    serve
+        .args([
+            "serve",
+            "--bind",
+            "127.0.0.1:0",
+            "--plugin-dir",
+            "target/release",
+        ])
+        .current_dir(&cwd)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null());
+    let daemon = Daemon::spawn(dir, serve);
+    let bin = Path::new(WORLDD).parent().unwrap().display().to_string();
+    let env: Vec<(String, String)> = vec![
+        (
+            "PATH".into(),
+            format!("{bin}:{}", std::env::var("PATH").unwrap_or_default()),
+        ),
+        ("WORLD_ADDR".into(), daemon.url("")),
+        ("NO_COLOR".into(), "1".into()),
+        ("WORLDD_LOG".into(), "warn".into()),
+    ];
+    let run = |command: &str| {
+        let (code, shown) = transcript::run_on_terminal(command, &cwd, &env);
+        assert_eq!(code, 0, "$ {command}\n{shown}");
+        shown
+    };
+
+    let title = "## 4. Grant it and call it";
+    let (text, blocks) = section_blocks(&page, title);
+    let commands = block_body(&blocks, "sh", title);
+    let shown_json: Value = serde_json::from_str(&block_body(&blocks, "json", title)).unwrap();
+    let mut last = String::new();
+    for line in commands.lines() {
+        let (command, comment) = match line.split_once(" # ") {
+            Some((command, comment)) => (command.trim(), Some(comment.trim())),
+            None => (line.trim(), None),
+        };
+        last = run(command);
+        if let Some(comment) = comment {
+            // The comment abridges the listing: its parts appear in order.
+            let listing = last.lines().collect::<Vec<_>>().join(" ");
+            assert!(
+                transcript::matches(&[format!("…{comment}…")], &[&listing]),
+                "$ {command}: the page says {comment:?}; it printed:\n{last}"
+            );
+        }
+    }
+    let answer: Value = serde_json::from_str(&last).unwrap_or_else(|e| panic!("{e}: {last}"));
+    assert!(
+        json_like(&shown_json, &answer),
+        "the page shows:\n{shown_json:#}\nthe call printed:\n{last}"
+    );
+
+    // The pipeline the prose gives, and the plugin line section 3 describes.
+    let why = text
+        .split('`')
+        .find(|s| s.starts_with("worldd call") && s.contains("| worldd why -"))
+        .unwrap_or_else(|| panic!("{title} gives no `worldd call … | worldd why -` pipeline"));
+    let verified = run(why);
+    let lines: Vec<&str> = verified.lines().collect();
+    assert!(
+        transcript::matches(
+            &[
+                "…".into(),
+                "  ✓ plugin  sha256:…  hello 0.1.0 ran e1".into(),
+                "…".into(),
+                "all 10 link(s) verified".into(),
+            ],
+            &lines
+        ),
+        "$ {why}\n{verified}"
     );
 }
