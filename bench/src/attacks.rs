@@ -12,7 +12,7 @@ use std::io::Write;
 use std::net::TcpStream;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -47,6 +47,9 @@ struct Attack {
     threads: Vec<JoinHandle<()>>,
     /// Answers the attackers counted (meaning depends on the attack).
     counters: Arc<[AtomicU64; 4]>,
+    /// The first answer an attacker counted as none of the kinds its row expects: shown in the
+    /// row's note, so that "other answers" always says what they were.
+    first_other: Arc<Mutex<Option<String>>>,
 }
 
 impl Attack {
@@ -55,6 +58,7 @@ impl Attack {
             stop: Arc::new(AtomicBool::new(false)),
             threads: Vec::new(),
             counters: Arc::new(Default::default()),
+            first_other: Arc::default(),
         }
     }
 
@@ -64,12 +68,18 @@ impl Attack {
             .push(std::thread::spawn(move || f(stop, counters)));
     }
 
-    fn finish(self) -> [u64; 4] {
+    fn finish(self) -> ([u64; 4], Option<String>) {
         self.stop.store(true, Ordering::SeqCst);
         for t in self.threads {
             let _ = t.join();
         }
-        [0, 1, 2, 3].map(|i| self.counters[i].load(Ordering::Relaxed))
+        let counts = [0, 1, 2, 3].map(|i| self.counters[i].load(Ordering::Relaxed));
+        let other = self
+            .first_other
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take();
+        (counts, other)
     }
 }
 
@@ -188,7 +198,7 @@ pub fn run_all(
         let peaks = sampler.finish();
         let (peak_fds, peak_anon_kib) = (peaks.fds, peaks.anon_kib.unwrap_or(0));
         let peak_rss_kib = d.peak_rss_kib();
-        let c = attack.finish();
+        let (c, first_other) = attack.finish();
         std::thread::sleep(SETTLE);
         let anon_after_kib = proc_status_kib(d.pid(), "RssAnon:");
         let note = match i {
@@ -241,6 +251,7 @@ pub fn run_all(
                 c[0], c[1], c[2]
             ),
         };
+        let note = with_first_other(note, first_other);
         rows.push(AttackRow {
             name,
             legit: legit_summary,
@@ -465,21 +476,40 @@ fn huge_batches(a: &mut Attack, addr: &str, attackers: &[Client]) {
             &attacker.token,
             batch.clone(),
             |answer| match answer {
-                Ok(b) if b.contains("batch_items") => 0,
-                _ => 1,
+                Ok(b) if b.contains("batch_items") => Ok(0),
+                _ => Err(1),
             },
         );
     }
 }
 
+/// A row's note, with the first answer its attackers counted as other: one line of it, cut,
+/// enough to tell a reset from a status.
+fn with_first_other(note: String, first_other: Option<String>) -> String {
+    match first_other {
+        Some(other) => {
+            let line: String = other
+                .lines()
+                .next()
+                .unwrap_or("")
+                .chars()
+                .take(160)
+                .collect();
+            format!("{note}; the first other answer: {line}")
+        }
+        None => note,
+    }
+}
+
 /// One thread posting `body` to `/mcp/` with `token` back to back until the attack stops,
-/// counting each answer in the counter `count` picks for it.
+/// counting each answer in the counter `count` picks for it: `Ok(i)` for the kinds the row
+/// expects, `Err(i)` for anything else, the first of which the row's note shows.
 fn keep_posting(
     a: &mut Attack,
     addr: &str,
     token: &str,
     body: Arc<String>,
-    count: fn(&Result<String, String>) -> usize,
+    count: fn(&Result<String, String>) -> Result<usize, usize>,
 ) {
     keep_posting_to(a, addr, "/mcp/", token, body, count);
 }
@@ -491,14 +521,22 @@ fn keep_posting_to(
     path: &'static str,
     token: &str,
     body: Arc<String>,
-    count: fn(&Result<String, String>) -> usize,
+    count: fn(&Result<String, String>) -> Result<usize, usize>,
 ) {
     let (addr, token) = (addr.to_owned(), token.to_owned());
+    let first_other = a.first_other.clone();
     a.spawn(move |stop, c| {
         let agent = agent();
         while !stop.load(Ordering::Relaxed) {
             let answer = post_to(&agent, &addr, path, &token, &body);
-            c[count(&answer)].fetch_add(1, Ordering::Relaxed);
+            let i = count(&answer).unwrap_or_else(|other| {
+                let mut first = first_other.lock().unwrap_or_else(|p| p.into_inner());
+                first.get_or_insert_with(|| match &answer {
+                    Ok(b) | Err(b) => b.clone(),
+                });
+                other
+            });
+            c[i].fetch_add(1, Ordering::Relaxed);
         }
     });
 }
@@ -531,11 +569,11 @@ fn small_objects(a: &mut Attack, addr: &str, attackers: &[Client]) {
         1024 * 1024,
     );
     let count = |answer: &Result<String, String>| match answer {
-        Ok(b) if b.contains("json_values") => 0,
-        Ok(b) | Err(b) if b.contains("body_budget_bytes") => 1,
+        Ok(b) if b.contains("json_values") => Ok(0),
+        Ok(b) | Err(b) if b.contains("body_budget_bytes") => Ok(1),
         // Refused by its declared length before its body was read, and the connection closed.
-        Err(e) if e.contains("Broken pipe") || e.contains("Unexpected EOF") => 2,
-        _ => 3,
+        Err(e) if e.contains("Broken pipe") || e.contains("Unexpected EOF") => Ok(2),
+        _ => Err(3),
     };
     for (i, attacker) in attackers.iter().enumerate() {
         let (path, body) = if i % 2 == 0 {
@@ -746,9 +784,9 @@ fn large_arguments(a: &mut Attack, addr: &str, attackers: &[Client]) {
             &attacker.token,
             body.clone(),
             |answer| match answer {
-                Ok(b) if b.contains("unknown argument") => 0,
-                Ok(b) if b.contains("capacity exceeded") => 1,
-                _ => 2,
+                Ok(b) if b.contains("unknown argument") => Ok(0),
+                Ok(b) if b.contains("capacity exceeded") => Ok(1),
+                _ => Err(2),
             },
         );
     }
@@ -842,12 +880,12 @@ fn values_at_the_limit(a: &mut Attack, addr: &str, attackers: &[Client]) {
     body.push_str("]}}}");
     let body = Arc::new(body);
     let count = |answer: &Result<String, String>| match answer {
-        Ok(b) if b.contains("unknown argument") => 0,
-        Ok(b) | Err(b) if b.contains("body_budget_bytes") => 1,
+        Ok(b) if b.contains("unknown argument") => Ok(0),
+        Ok(b) | Err(b) if b.contains("body_budget_bytes") => Ok(1),
         // Refused busy before the body was read, which is then not waited for (it is over
         // 64 KiB), so the connection closes under the answer.
-        Err(e) if e.contains("Unexpected EOF") || e.contains("reset") => 2,
-        _ => 3,
+        Err(e) if e.contains("Unexpected EOF") || e.contains("reset") => Ok(2),
+        _ => Err(3),
     };
     for attacker in attackers {
         for _ in 0..9 {
@@ -1187,4 +1225,21 @@ pub fn to_json(rows: &[AttackRow]) -> Value {
             })
             .collect(),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_rows_note_names_the_first_other_answer_in_one_cut_line() {
+        let note = || "3 refused, 1 other answers".to_owned();
+        assert_eq!(with_first_other(note(), None), note());
+        assert_eq!(
+            with_first_other(note(), Some("Broken pipe (os error 32)\nmore".into())),
+            "3 refused, 1 other answers; the first other answer: Broken pipe (os error 32)"
+        );
+        let long = with_first_other(note(), Some("x".repeat(500)));
+        assert!(long.ends_with(&format!(": {}", "x".repeat(160))), "{long}");
+    }
 }

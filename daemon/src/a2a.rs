@@ -297,47 +297,20 @@ async fn received(
     let read_by = deadline.min(Instant::now() + state.server().body_timeout);
     let body = match state.bodies().read(headers, body, limit, read_by).await {
         Ok(b) => b,
-        Err(BodyError::Busy(busy)) => return Err(rpc_error(&null, -32603, busy.text())),
-        Err(BodyError::TooLarge) => {
+        Err(unread) => {
+            let why = match unread {
+                BodyError::Busy(busy) => return Err(rpc_error(&null, -32603, busy.text())),
+                BodyError::TooLarge => format!("body exceeds {limit} bytes"),
+                BodyError::TimedOut => "body not received in time".to_owned(),
+                BodyError::Coded(coding) => coding.text(),
+                BodyError::TooManyPieces(n) => crate::edge::body::too_many_pieces(n),
+                BodyError::Unreadable(cause) => crate::edge::body::unreadable(&cause),
+            };
             return Err(rpc_error(
                 &null,
                 -32600,
-                format!("invalid JSON-RPC request: body exceeds {limit} bytes"),
-            ))
-        }
-        Err(BodyError::TimedOut) => {
-            return Err(rpc_error(
-                &null,
-                -32600,
-                "invalid JSON-RPC request: body not received in time",
-            ))
-        }
-        Err(BodyError::Coded(coding)) => {
-            return Err(rpc_error(
-                &null,
-                -32600,
-                format!("invalid JSON-RPC request: {}", coding.text()),
-            ))
-        }
-        Err(BodyError::TooManyPieces(n)) => {
-            return Err(rpc_error(
-                &null,
-                -32600,
-                format!(
-                    "invalid JSON-RPC request: {}",
-                    crate::edge::body::too_many_pieces(n)
-                ),
-            ))
-        }
-        Err(BodyError::Unreadable(cause)) => {
-            return Err(rpc_error(
-                &null,
-                -32600,
-                format!(
-                    "invalid JSON-RPC request: {}",
-                    crate::edge::body::unreadable(&cause)
-                ),
-            ))
+                format!("invalid JSON-RPC request: {why}"),
+            ));
         }
     };
     let (bytes, mut share) = body.split();
