@@ -1,6 +1,6 @@
-//! The documentation runs: the `console` transcripts of the README, `docs/cli.md` and
+//! The documentation runs: the `console` transcripts of the README, `docs/cli.md`,
 //! `docs/agents.md` (including the Python MCP SDK, TypeScript SDK and curl clients of the
-//! latter) are executed against the real binary and a real daemon, and their output must match
+//! latter) and `docs/http-api.md` (every curl example of the HTTP API) are executed against the real binary and a real daemon, and their output must match
 //! what the page shows. The rules of a page are in `common/transcript.rs` and
 //! `docs/testing.md`.
 
@@ -118,6 +118,38 @@ impl Stage {
         self
     }
 
+    /// The history the HTTP API reference's examples read: in episode `demo`, a write of
+    /// `hello.txt` under the idempotency key `write-1` and a read of it, both over MCP.
+    fn with_http_api_history(self) -> Stage {
+        for args in [
+            &[
+                "call",
+                "ailang-write",
+                "--arg",
+                "path=hello.txt",
+                "--arg",
+                "content=hi\n",
+                "--idempotency-key",
+                "write-1",
+            ][..],
+            &["call", "ailang-read", "--arg", "path=hello.txt"],
+        ] {
+            let out = Command::new(WORLDD)
+                .args(args)
+                .args(["--session", ".world/demo.session"])
+                .current_dir(&self.cwd)
+                .envs(self.env.iter().map(|(k, v)| (k, v)))
+                .output()
+                .unwrap();
+            assert!(
+                out.status.success(),
+                "{args:?}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        self
+    }
+
     /// Run every block of the page in order; panic at the first transcript that differs.
     fn run_page(mut self, page: &str) {
         let text = std::fs::read_to_string(repo_root().join(page)).unwrap();
@@ -147,9 +179,9 @@ impl Stage {
                 }
             }
             for step in transcript::steps(&block) {
+                let command = step.command.replace("127.0.0.1:7644", real);
                 // `export NAME=VALUE` holds for the rest of the page, as in one terminal.
-                if let Some((name, value)) = step
-                    .command
+                if let Some((name, value)) = command
                     .strip_prefix("export ")
                     .and_then(|a| a.split_once('='))
                 {
@@ -170,7 +202,6 @@ impl Stage {
                     ran += 1;
                     continue;
                 }
-                let command = step.command.replace("127.0.0.1:7644", real);
                 let (code, shown) = transcript::run_on_terminal(&command, &self.cwd, &self.env);
                 let shown = shown.replace(real, "127.0.0.1:7644");
                 let lines: Vec<&str> = shown.trim_end().lines().collect();
@@ -214,6 +245,14 @@ fn cli_reference_examples_run_as_written() {
 #[test]
 fn agent_guide_clients_run_as_written() {
     Stage::new().with_demo_session().run_page("docs/agents.md");
+}
+
+#[test]
+fn http_api_examples_run_as_written() {
+    Stage::new()
+        .with_demo_session()
+        .with_http_api_history()
+        .run_page("docs/http-api.md");
 }
 
 #[test]
