@@ -819,3 +819,49 @@ fn the_operator_guides_unknown_key_example_is_what_the_daemon_prints() {
         .collect();
     assert_eq!(printed, example, "{stderr}");
 }
+
+/// The operator guide's short configuration (its one `toml` block) is one the daemon takes:
+/// `worldd handlers --config` reads it as `serve` would, `[serve]` and `[limits]` keys and every
+/// `[plugins.NAME]` table checked against the shipped plugins' schemas, and finds no problem.
+#[test]
+fn the_operator_guides_example_configuration_is_accepted_as_written() {
+    let guide =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/operators.md"))
+            .unwrap();
+    let mut blocks = guide.split("```toml\n").skip(1);
+    let block = blocks.next().expect("the guide's configuration");
+    assert!(blocks.next().is_none(), "the guide has one toml block");
+    let config_text = &block[..block.find("```").unwrap()];
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("world.toml");
+    std::fs::write(&config, config_text).unwrap();
+    let plugins = plugin_dir_with(
+        dir.path(),
+        &[
+            "worldd_workspace",
+            "worldd_ailang",
+            "worldd_git",
+            "worldd_registry",
+        ],
+    );
+    let (code, out, err) = worldd(
+        &[
+            "handlers",
+            "--plugin-dir",
+            path_str(&plugins),
+            "--config",
+            path_str(&config),
+        ],
+        None,
+    );
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(!out.contains("problem:"), "{out}");
+    // The three handlers it names are the ones listed, with the guide's settings.
+    for name in ["workspace 0.1.0", "git 0.1.0", "registry 0.1.0"] {
+        assert!(out.contains(name), "{name}: {out}");
+    }
+    assert!(
+        out.contains(r#""author":"World Agent <agent@example.com>""#),
+        "{out}"
+    );
+}
