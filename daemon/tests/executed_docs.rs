@@ -1,6 +1,7 @@
 //! The documentation runs: the `console` transcripts of the README, `docs/cli.md`,
 //! `docs/agents.md` (including the Python MCP SDK, TypeScript SDK and curl clients of the
-//! latter) and `docs/http-api.md` (every curl example of the HTTP API) are executed against the real binary and a real daemon, and their output must match
+//! latter), `docs/http-api.md` (every curl example of the HTTP API) and the worked example of
+//! `docs/plugins/registry.md` are executed against the real binary and a real daemon, and their output must match
 //! what the page shows. The rules of a page are in `common/transcript.rs` and
 //! `docs/testing.md`.
 
@@ -253,6 +254,11 @@ fn http_api_examples_run_as_written() {
         .with_demo_session()
         .with_http_api_history()
         .run_page("docs/http-api.md");
+}
+
+#[test]
+fn registry_worked_example_runs_as_written() {
+    Stage::new().run_page("docs/plugins/registry.md");
 }
 
 #[test]
