@@ -1,7 +1,7 @@
 //! The documentation runs: the `console` transcripts of the README, `docs/cli.md`,
 //! `docs/agents.md` (including the Python MCP SDK, TypeScript SDK and curl clients of the
-//! latter), `docs/http-api.md` (every curl example of the HTTP API) and the worked example of
-//! `docs/plugins/registry.md` are executed against the real binary and a real daemon, and their output must match
+//! latter), `docs/http-api.md` (every curl example of the HTTP API) and the worked examples of
+//! `docs/plugins/registry.md` and `docs/plugins/git.md` are executed against the real binary and a real daemon, and their output must match
 //! what the page shows. The rules of a page are in `common/transcript.rs` and
 //! `docs/testing.md`.
 
@@ -259,6 +259,11 @@ fn http_api_examples_run_as_written() {
 #[test]
 fn registry_worked_example_runs_as_written() {
     Stage::new().run_page("docs/plugins/registry.md");
+}
+
+#[test]
+fn git_example_runs_as_written() {
+    Stage::new().run_page("docs/plugins/git.md");
 }
 
 #[test]
