@@ -210,6 +210,47 @@ fn rebinding_host_and_origin_are_refused_403_on_every_route() {
 }
 
 #[test]
+fn an_http11_request_without_host_is_refused_400_and_runs_nothing() {
+    // RFC 9112 §3.2: a server must answer 400 to an HTTP/1.1 request without Host. It was
+    // served: the host check passed a request that named no host at all.
+    let d = Daemon::start(WS, &[]);
+    let token = d.session("ep1", &["Workspace.Write=worktree:5"]);
+    let write = r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"ailang-write","arguments":{"path":"a.txt","content":"x"}}}"#;
+    let send = |request: String| raw_exchange(&d.addr, request.as_bytes());
+    let refused = json!({"error": {"class": "BadRequest", "message": "an HTTP/1.1 request must carry a Host header (RFC 9112 §3.2): send the name and port you reach this daemon by, e.g. Host: 127.0.0.1:7644"}});
+    let a = send("GET /v1/health HTTP/1.1\r\nConnection: close\r\n\r\n".into());
+    assert_eq!((a.status, a.json()), (400, refused.clone()));
+    let a = send(format!(
+        "POST /mcp/ HTTP/1.1\r\nAuthorization: Bearer {token}\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{write}",
+        write.len()
+    ));
+    assert_eq!((a.status, a.json()), (400, refused));
+    assert!(!d.root().join("ep1/a.txt").exists(), "nothing ran");
+    assert_eq!(trips(&d, "host"), 2);
+    // HTTP/1.0 has no Host to require, and a target in absolute form names its host.
+    let a = send("GET /v1/health HTTP/1.0\r\n\r\n".into());
+    assert_eq!(a.status, 200, "{}", a.text());
+    let a = send(format!(
+        "GET http://{}/v1/health HTTP/1.1\r\nConnection: close\r\n\r\n",
+        d.addr
+    ));
+    assert_eq!(a.status, 200, "{}", a.text());
+    // With Host, the same write runs.
+    let a = send(format!(
+        "POST /mcp/ HTTP/1.1\r\nHost: {}\r\nAuthorization: Bearer {token}\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{write}",
+        d.addr,
+        write.len()
+    ));
+    assert_eq!(
+        a.sse_json()["result"]["isError"],
+        json!(false),
+        "{}",
+        a.text()
+    );
+    assert_eq!(trips(&d, "host"), 2);
+}
+
+#[test]
 fn an_absolute_form_target_naming_a_foreign_host_is_refused_403() {
     // RFC 9112 §3.2.2: with `GET http://name/path` the target's authority is the host, and a
     // server ignores Host. Checking only Host let `http://evil.example.com/…` through.

@@ -7,7 +7,9 @@
 //!
 //! - **Host** (without its port) must be a loopback name — `localhost`, an IPv4 address in
 //!   127.0.0.0/8, `[::1]` — or one of `[server] allowed_hosts`, compared case-insensitively.
-//!   A request without Host (HTTP/1.0, in-process tests) is not a browser's and passes.
+//!   An HTTP/1.1 request without Host that came over a connection is malformed (RFC 9112
+//!   §3.2) and answered `400`; without Host, HTTP/1.0 (which has none) and in-process requests
+//!   pass.
 //!   A request target in absolute form (`GET http://name/path`) names the host that counts
 //!   (RFC 9112 §3.2.2 tells a server to ignore Host then): its authority must pass the same
 //!   rule, and so must any Host sent beside it.
@@ -173,8 +175,32 @@ pub fn check_host_entry(entry: &str) -> Result<(), String> {
     }
 }
 
+/// Marks a request that came over a connection the listener accepted, as opposed to one a
+/// test hands the router in process.
+#[derive(Debug, Clone, Copy)]
+pub struct FromConnection;
+
+/// What an HTTP/1.1 client that sent no Host is told.
+pub const HOST_REQUIRED: &str = "an HTTP/1.1 request must carry a Host header (RFC 9112 §3.2): send the name and port you reach this daemon by, e.g. Host: 127.0.0.1:7644";
+
+/// An HTTP/1.1 request from a connection, with no Host and no authority in its target.
+fn lacks_host(request: &Request) -> bool {
+    request.extensions().get::<FromConnection>().is_some()
+        && request.version() == axum::http::Version::HTTP_11
+        && request.uri().authority().is_none()
+        && !request.headers().contains_key(HOST)
+}
+
 /// The middleware: refuse before anything else runs.
 pub async fn guard(State(state): State<AppState>, request: Request, next: Next) -> Response {
+    if lacks_host(&request) {
+        state.metrics().limit_tripped("host");
+        return (
+            StatusCode::BAD_REQUEST,
+            Json(json!({"error": {"class": "BadRequest", "message": HOST_REQUIRED}})),
+        )
+            .into_response();
+    }
     match state.host_policy().check(request.uri(), request.headers()) {
         Ok(()) => next.run(request).await,
         Err(refused) => {

@@ -365,7 +365,8 @@ fn service(
             .map(|c| Resolved::new(c, known(c)));
         let client = Client::of_session(found.as_ref().and_then(Resolved::session));
         async move {
-            let (req, remainder) = linger::track(req);
+            let (mut req, remainder) = linger::track(req);
+            req.extensions_mut().insert(super::host::FromConnection);
             let answer = match replies.refuse_early(&client) {
                 Some(refused) => refused,
                 None => match credential::routed_with(found, app.oneshot(req)).await {
