@@ -270,3 +270,95 @@ fn git_example_runs_as_written() {
 fn transcript_wildcards() {
     transcript::self_test();
 }
+
+/// The anchors GitHub gives a page's headings: lower case, every character that is not a
+/// letter, digit, `_`, `-` or space dropped, spaces made hyphens, a repeated anchor numbered.
+fn heading_anchors(markdown: &str) -> std::collections::HashSet<String> {
+    let mut seen: std::collections::HashMap<String, usize> = Default::default();
+    let mut anchors = std::collections::HashSet::new();
+    let mut fenced = false;
+    for line in markdown.lines() {
+        if line.trim_start().starts_with("```") {
+            fenced = !fenced;
+            continue;
+        }
+        let Some(title) = line
+            .strip_prefix('#')
+            .map(|l| l.trim_start_matches('#'))
+            .and_then(|l| l.strip_prefix(' '))
+        else {
+            continue;
+        };
+        if fenced {
+            continue;
+        }
+        let anchor: String = title
+            .trim()
+            .to_lowercase()
+            .chars()
+            .filter(|c| c.is_alphanumeric() || matches!(c, '_' | '-' | ' '))
+            .map(|c| if c == ' ' { '-' } else { c })
+            .collect();
+        let n = seen.entry(anchor.clone()).or_default();
+        anchors.insert(if *n == 0 {
+            anchor.clone()
+        } else {
+            format!("{anchor}-{n}")
+        });
+        *n += 1;
+    }
+    anchors
+}
+
+/// Every relative link of the README and `docs/` names a file that exists and, with a
+/// `#fragment`, a heading of that page: a page renamed, or a heading reworded, breaks the test
+/// instead of a reader's click.
+#[test]
+fn every_link_between_the_pages_resolves() {
+    let root = repo_root();
+    let mut pages = vec![root.join("README.md")];
+    for dir in ["docs", "docs/plugins"] {
+        for entry in std::fs::read_dir(root.join(dir)).unwrap() {
+            let path = entry.unwrap().path();
+            if path.extension().is_some_and(|e| e == "md") {
+                pages.push(path);
+            }
+        }
+    }
+    let mut checked = 0;
+    let mut broken = Vec::new();
+    for page in &pages {
+        let text = std::fs::read_to_string(page).unwrap();
+        // Links in prose only: a fenced block is code.
+        let prose: String = transcript::blocks(&text)
+            .iter()
+            .fold(text.clone(), |t, b| t.replace(&b.body.join("\n"), ""));
+        for (at, _) in prose.match_indices("](") {
+            let rest = &prose[at + 2..];
+            let Some(end) = rest.find(')') else { continue };
+            let link = &rest[..end];
+            if link.contains("://") || link.starts_with("mailto:") || link.contains(' ') {
+                continue;
+            }
+            checked += 1;
+            let (file, fragment) = link.split_once('#').unwrap_or((link, ""));
+            let target = if file.is_empty() {
+                page.clone()
+            } else {
+                page.parent().unwrap().join(file)
+            };
+            if !target.exists() {
+                broken.push(format!("{}: {link} (no such file)", page.display()));
+                continue;
+            }
+            if !fragment.is_empty() && target.extension().is_some_and(|e| e == "md") {
+                let anchors = heading_anchors(&std::fs::read_to_string(&target).unwrap());
+                if !anchors.contains(fragment) {
+                    broken.push(format!("{}: {link} (no such heading)", page.display()));
+                }
+            }
+        }
+    }
+    assert!(broken.is_empty(), "broken links:\n{}", broken.join("\n"));
+    assert!(checked > 300, "only {checked} links found");
+}
