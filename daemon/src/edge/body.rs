@@ -137,17 +137,9 @@ impl BodyShare {
             // An ordinary call: nothing to count, and no credential to read for it.
             return Ok(());
         }
-        match bodies.take(&mut self._share, &Client::of(headers), extra) {
-            Ok(()) => Ok(()),
-            Err(e) => {
-                let busy = match e {
-                    BodyError::Busy(busy) => busy,
-                    _ => Busy::Budget,
-                };
-                bodies.metrics.limit_tripped(busy.limit());
-                Err(busy)
-            }
-        }
+        bodies
+            .take(&mut self._share, &Client::of(headers), extra)
+            .inspect_err(|busy| bodies.metrics.limit_tripped(busy.limit()))
     }
 }
 
@@ -203,6 +195,12 @@ pub enum Busy {
     /// This credential's bodies being read: a quarter of the connection limit
     /// (`limit_trips_total{limit="body_readers"}`).
     Readers,
+}
+
+impl From<Busy> for BodyError {
+    fn from(busy: Busy) -> BodyError {
+        BodyError::Busy(busy)
+    }
 }
 
 impl Busy {
@@ -269,12 +267,7 @@ impl Bodies {
     }
 
     /// Take `bytes` more of `client`'s share and of the budget, now or never.
-    fn take(
-        &self,
-        held: &mut Option<Share>,
-        client: &Client,
-        bytes: usize,
-    ) -> Result<(), BodyError> {
+    fn take(&self, held: &mut Option<Share>, client: &Client, bytes: usize) -> Result<(), Busy> {
         let units = bytes.div_ceil(KIB);
         if units == 0 {
             return Ok(());
@@ -288,18 +281,14 @@ impl Bodies {
         let from_share = units.min(self.shares.cap().saturating_sub(in_share));
         let quota = match from_share {
             0 => None,
-            n => Some(
-                self.shares
-                    .take(client, n)
-                    .ok_or(BodyError::Busy(Busy::Share))?,
-            ),
+            n => Some(self.shares.take(client, n).ok_or(Busy::Share)?),
         };
-        let permits = u32::try_from(units).map_err(|_| BodyError::Busy(Busy::Budget))?;
+        let permits = u32::try_from(units).map_err(|_| Busy::Budget)?;
         let more = self
             .budget
             .clone()
             .try_acquire_many_owned(permits)
-            .map_err(|_| BodyError::Busy(Busy::Budget))?;
+            .map_err(|_| Busy::Budget)?;
         self.metrics
             .body_bytes_held((more.num_permits() * KIB) as i64);
         match held {
