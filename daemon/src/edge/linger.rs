@@ -23,7 +23,7 @@ use axum::http::Request;
 use hyper::body::{Frame, Incoming, SizeHint};
 
 pub use super::body::LINGER_BYTES;
-use super::body::{declared_length, discard, DEFAULT_SMALL_PIECES};
+use super::body::{declared_length, discard};
 
 /// The longest an answer waits for the rest of a small unread body.
 pub const LINGER_TIME: Duration = Duration::from_secs(2);
@@ -70,8 +70,9 @@ impl HttpBody for Tracked {
     }
 }
 
-/// A request whose body is tracked, and the handle that drains what is left of it.
-pub fn track(req: Request<Incoming>) -> (Request<Body>, Remainder) {
+/// A request whose body is tracked, and the handle that drains what is left of it, in at most
+/// `small_pieces` small pieces (`[server] body_small_pieces`, as a body read by a route).
+pub fn track(req: Request<Incoming>, small_pieces: usize) -> (Request<Body>, Remainder) {
     let (parts, body) = req.into_parts();
     let declared = declared_length(&parts.headers);
     let shared = Arc::new(Mutex::new(Shared {
@@ -80,13 +81,21 @@ pub fn track(req: Request<Incoming>) -> (Request<Body>, Remainder) {
         ended: false,
     }));
     let req = Request::from_parts(parts, Body::new(Tracked(shared.clone())));
-    (req, Remainder { shared, declared })
+    (
+        req,
+        Remainder {
+            shared,
+            declared,
+            small_pieces,
+        },
+    )
 }
 
 /// What the route did not read of a request body.
 pub struct Remainder {
     shared: Arc<Mutex<Shared>>,
     declared: Option<u64>,
+    small_pieces: usize,
 }
 
 impl Remainder {
@@ -112,7 +121,7 @@ impl Remainder {
         if !self.waits() {
             return;
         }
-        let rest = discard(Tracked(self.shared), LINGER_BYTES, DEFAULT_SMALL_PIECES);
+        let rest = discard(Tracked(self.shared), LINGER_BYTES, self.small_pieces);
         let _ = tokio::time::timeout(LINGER_TIME, rest).await;
     }
 }

@@ -99,6 +99,7 @@ pub async fn serve(
         app,
         metrics,
         known,
+        small_pieces: config.body_small_pieces,
     };
     let mut shutdown = std::pin::pin!(shutdown);
     let mut accept_errors = AcceptErrors::default();
@@ -137,6 +138,8 @@ struct Shared {
     metrics: Metrics,
     /// The live session a credential names, if any ([`super::arrived`], [`Client::named`]).
     known: KnownCredential,
+    /// `[server] body_small_pieces`, which also bounds the drain of a refused body's rest.
+    small_pieces: usize,
 }
 
 /// A new connection's place under the limit: registered in a free slot, or waiting (in this
@@ -274,11 +277,12 @@ async fn serve_connection(stream: SendDeadline<TcpStream>, room: Place, shared: 
         app,
         metrics,
         known,
+        small_pieces,
     } = shared;
     let Some(mut registered) = take_slot(room, &connections, &metrics).await else {
         return;
     };
-    let service = service(app, replies, known, registered.conn.clone());
+    let service = service(app, replies, known, small_pieces, registered.conn.clone());
     let conn = http.serve_connection(TokioIo::new(stream), service);
     let mut conn = std::pin::pin!(conn);
     metrics.connections(1);
@@ -348,6 +352,7 @@ fn service(
     app: Router,
     replies: ReplyBudget,
     known: KnownCredential,
+    small_pieces: usize,
     conn: Arc<Conn>,
 ) -> impl hyper::service::Service<
     hyper::Request<hyper::body::Incoming>,
@@ -365,7 +370,7 @@ fn service(
             .map(|c| Resolved::new(c, known(c)));
         let client = Client::of_session(found.as_ref().and_then(Resolved::session));
         async move {
-            let (mut req, remainder) = linger::track(req);
+            let (mut req, remainder) = linger::track(req, small_pieces);
             req.extensions_mut().insert(super::host::FromConnection);
             let answer = match replies.refuse_early(&client) {
                 Some(refused) => refused,
