@@ -698,8 +698,9 @@ fn a_body_of_small_objects_is_refused_at_its_value_limit_before_it_is_built() {
 
 /// What a body's parse builds counts against the body budget while its call is in flight, at
 /// 256 bytes a value beyond what the body's bytes hold (or the first 16 KiB of each, never
-/// counted), counted by a scan before the parse (so a refusal costs no parse): eight sessions sending calls of 16,380
-/// values, nine at a time each, held 269 MiB while they waited their turn. Both sides of a
+/// counted), counted by a scan before the parse (so a refusal costs no parse): eight sessions
+/// sending calls of 16,380 values, nine at a time each, held 269 MiB while they waited their
+/// turn. Both sides of a
 /// 256 KiB budget part of which another session's upload holds, over MCP and A2A; a call that
 /// needs more than the whole budget takes all of it when it is free.
 #[test]

@@ -6,6 +6,8 @@
 //! in `common/transcript.rs` and `docs/testing.md`.
 
 mod common;
+// The executed-docs reader; each test file uses the part of it it needs.
+#[allow(dead_code)]
 #[path = "common/transcript.rs"]
 mod transcript;
 

@@ -794,18 +794,10 @@ fn r8_a_published_tool_whose_effect_no_loaded_plugin_handles_is_refused_without_
 // -------------------------------------------------------------------------------------------
 // The handler-author guide, executed.
 
-/// The fenced blocks of the section of `page` under the heading `title`.
+/// The text of the section of `page` under the heading `title`, and its fenced blocks.
 fn section_blocks(page: &str, title: &str) -> (String, Vec<transcript::Block>) {
-    let start = page
-        .find(&format!("\n{title}\n"))
-        .unwrap_or_else(|| panic!("docs/handler-authors.md has no heading {title:?}"));
-    let rest = &page[start + 1..];
-    let end = rest[title.len()..]
-        .find("\n## ")
-        .map_or(rest.len(), |e| e + title.len());
-    let text = rest[..end].to_owned();
-    let blocks = transcript::blocks(&text);
-    (text, blocks)
+    let text = transcript::section(page, title);
+    (text.to_owned(), transcript::blocks(text))
 }
 
 /// The body of the one block of `info` among `blocks`.

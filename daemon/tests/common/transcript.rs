@@ -57,6 +57,35 @@ pub fn blocks(markdown: &str) -> Vec<Block> {
     out
 }
 
+/// The text of `markdown` under the heading line `title` (`## Name`), up to the next heading
+/// of its level or above; headings inside fenced blocks do not count. Panics when the page has
+/// no such heading: a test reading a section its page lost must say so.
+pub fn section<'a>(markdown: &'a str, title: &str) -> &'a str {
+    let level = title.bytes().take_while(|&b| b == b'#').count();
+    let mut start = None;
+    let mut fenced = false;
+    let mut at = 0;
+    for line in markdown.split_inclusive('\n') {
+        let text = line.trim_end_matches('\n');
+        if text.trim_start().starts_with("```") {
+            fenced = !fenced;
+        } else if !fenced {
+            let hashes = text.bytes().take_while(|&b| b == b'#').count();
+            let heading = hashes > 0 && text[hashes..].starts_with(' ');
+            match start {
+                None if text == title => start = Some(at),
+                Some(from) if heading && hashes <= level => return &markdown[from..at],
+                _ => {}
+            }
+        }
+        at += line.len();
+    }
+    match start {
+        Some(from) => &markdown[from..],
+        None => panic!("the page has no heading {title:?}"),
+    }
+}
+
 /// One command of a transcript and what it should print.
 #[derive(Debug)]
 pub struct Step {
