@@ -865,3 +865,67 @@ fn the_operator_guides_example_configuration_is_accepted_as_written() {
         "{out}"
     );
 }
+
+/// `--commit-body-bytes -1` used to be answered `unexpected argument '-1' found`, as if the
+/// number were a stray word: a negative number after a flag that takes a value is that flag's
+/// value, refused by the flag's own parser or check with what it wants, and nothing starts.
+#[test]
+fn a_negative_number_after_a_flag_is_its_value_refused_by_the_flags_own_check() {
+    let dir = tempfile::tempdir().unwrap();
+    let in_dir = |args: &[&str]| {
+        let out = Command::new(WORLDD)
+            .args(args)
+            .current_dir(dir.path())
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    let (code, err) = in_dir(&["serve", "--commit-body-bytes", "-1"]);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(
+        err.starts_with(
+            "error: invalid value '-1' for '--commit-body-bytes <COMMIT_BODY_BYTES>': invalid digit found in string"
+        ),
+        "{err}"
+    );
+    let (code, err) = in_dir(&[
+        "serve",
+        "--bind",
+        "127.0.0.1:0",
+        "--refusals-per-minute",
+        "-1",
+    ]);
+    assert_eq!(code, Some(2), "{err}");
+    assert_eq!(
+        err.trim_end(),
+        "worldd: daemon startup failed at config: the refusal rate must be a finite number of refusals per minute, 0 or more (0 turns the limit off), not -1"
+    );
+    let (code, err) = in_dir(&[
+        "session",
+        "mint",
+        "--episode",
+        "ep",
+        "--grant",
+        "A.B=s:1",
+        "--ttl",
+        "-5",
+    ]);
+    assert_eq!(code, Some(1), "{err}");
+    assert_eq!(err.trim_end(), "worldd: --ttl must be at least 1 second");
+    // A word that is no flag is still one.
+    let (code, err) = in_dir(&["serve", "--bogus"]);
+    assert_eq!(code, Some(1), "{err}");
+    assert!(
+        err.starts_with("error: unexpected argument '--bogus' found"),
+        "{err}"
+    );
+    assert_eq!(
+        std::fs::read_dir(dir.path()).unwrap().count(),
+        0,
+        "nothing is created"
+    );
+}

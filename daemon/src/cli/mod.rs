@@ -6,7 +6,7 @@
 
 use std::path::PathBuf;
 
-use clap::{Args, Parser, Subcommand};
+use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
 
 mod client;
 mod doctor;
@@ -148,9 +148,32 @@ pub struct DbArg {
     pub db: PathBuf,
 }
 
+/// The command line, with a leading `-` followed by a digit read as a value wherever a flag
+/// takes one: `--ttl -5` is then refused by the flag's own parser (`invalid value '-5' for
+/// '--ttl <TTL>'`) and `--refusals-per-minute -1` by the rate's own check, instead of clap
+/// calling the number an unexpected argument.
+pub fn command_line() -> clap::Command {
+    fn negatives(cmd: clap::Command) -> clap::Command {
+        cmd.mut_args(|arg| {
+            if arg.get_action().takes_values() {
+                arg.allow_negative_numbers(true)
+            } else {
+                arg
+            }
+        })
+        .mut_subcommands(negatives)
+    }
+    negatives(Cli::command())
+}
+
 /// Entry point used by `main`: parse, run, report.
 pub fn main() -> i32 {
-    let cli = match Cli::try_parse() {
+    let mut cmd = command_line();
+    let parsed = cmd
+        .try_get_matches_from_mut(std::env::args_os())
+        .and_then(|matches| Cli::from_arg_matches(&matches))
+        .map_err(|e| e.format(&mut cmd));
+    let cli = match parsed {
         Ok(c) => c,
         Err(e) => {
             let code = if e.use_stderr() { 1 } else { 0 };
