@@ -35,22 +35,28 @@ pub struct Block {
     pub body: Vec<String>,
 }
 
-/// The fenced blocks of a Markdown text.
+/// The fenced blocks of a Markdown text. A block indented under a list item loses its fence's
+/// indentation from every line, as Markdown renders it.
 pub fn blocks(markdown: &str) -> Vec<Block> {
     let mut out = Vec::new();
-    let mut open: Option<Block> = None;
+    let mut open: Option<(Block, usize)> = None;
     for (i, line) in markdown.lines().enumerate() {
-        let fence = line.trim_start().starts_with("```");
+        let text = line.trim_start();
+        let fence = text.starts_with("```");
         match (&mut open, fence) {
             (None, true) => {
-                open = Some(Block {
+                let block = Block {
                     line: i + 1,
-                    info: line.trim_start().trim_start_matches('`').trim().to_owned(),
+                    info: text.trim_start_matches('`').trim().to_owned(),
                     body: Vec::new(),
-                })
+                };
+                open = Some((block, line.len() - text.len()));
             }
-            (Some(_), true) => out.push(open.take().unwrap()),
-            (Some(b), false) => b.body.push(line.to_owned()),
+            (Some(_), true) => out.push(open.take().unwrap().0),
+            (Some((b, indent)), false) => {
+                let cut = line.len() - line.trim_start_matches(' ').len();
+                b.body.push(line[cut.min(*indent)..].to_owned());
+            }
             (None, false) => {}
         }
     }
