@@ -471,3 +471,136 @@ fn without_tool_ailang_bin_the_plugin_declines_and_its_tools_are_refused_by_r8()
         "{log}"
     );
 }
+
+/// `docs/plugins/ailang.md` says what the plugin writes and answers; this holds the page to the
+/// plugin run with the stand-in: its configuration example starts a daemon; the base policy it
+/// shows is the file written for an episode, byte for byte but the worktree's path; the policy
+/// files, cache and archived binary lie where and with the modes it lists; the run variant of
+/// the default caps has the name it gives; and the refusals it quotes (no corpus, a config
+/// entry, an unknown key, the decline) are what the daemon says.
+#[test]
+fn the_ailang_page_is_what_the_plugin_writes_and_says() {
+    let page = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/plugins/ailang.md"),
+    )
+    .unwrap();
+    let toml_blocks: Vec<String> = page
+        .split("```toml\n")
+        .skip(1)
+        .map(|b| b.split("```").next().unwrap().to_owned())
+        .collect();
+    assert_eq!(
+        toml_blocks.len(),
+        2,
+        "the configuration and the base policy"
+    );
+    fn quoted<'t>(page: &str, text: &'t str) -> &'t str {
+        assert!(page.contains(text), "the page does not say {text:?}");
+        text
+    }
+
+    // The configuration example, with this machine's binary and corpus.
+    let corpus = tempfile::tempdir().unwrap();
+    let config = toml_blocks[0]
+        .replace("/usr/local/bin/ailang", path_str(&standin()))
+        .replace("/srv/ailang/examples", path_str(corpus.path()));
+    assert_ne!(
+        config, toml_blocks[0],
+        "the example names a binary and a corpus"
+    );
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("world.toml"), &config).unwrap();
+    let file = path_str(&dir.path().join("world.toml")).to_owned();
+    let configured = Daemon::start_in(dir, PLUGINS, &["--config", &file]);
+    drop(configured);
+
+    // One check and one run in episode ep1 write the base policy and the default run variant.
+    let d = start(&[]);
+    let token = d.session("ep1", SE_TOOLS);
+    let wt = d.root().join("ep1");
+    std::fs::write(wt.join("hello.ail"), HELLO).unwrap();
+    let out = call(
+        &d,
+        &token,
+        "c1",
+        "ailang-check",
+        json!({"path": "hello.ail"}),
+    );
+    assert_eq!(out["passed"], true, "{out}");
+    let out = call(&d, &token, "r1", "ailang-run", json!({"path": "hello.ail"}));
+    assert_eq!(out["admitted"], true, "{out}");
+    let state = d.db().join("plugin-state/ailang");
+    let written = std::fs::read_to_string(state.join("policies/ep1.toml")).unwrap();
+    let shown = toml_blocks[1].replace(
+        "\"/srv/world/worktrees/ep1\"",
+        &format!("\"{}\"", path_str(&wt.canonicalize().unwrap())),
+    );
+    assert_eq!(
+        written, shown,
+        "the base policy the page shows is the one written"
+    );
+    use std::os::unix::fs::PermissionsExt;
+    let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o7777;
+    quoted(
+        &page,
+        "policies/<ep>.toml                     base policy (check, discover, cli), mode 0600",
+    );
+    assert_eq!(mode(&state.join("policies/ep1.toml")), 0o600);
+    quoted(&page, "`ep1.run-IO-FS.toml`");
+    assert_eq!(mode(&state.join("policies/ep1.run-IO-FS.toml")), 0o600);
+    quoted(
+        &page,
+        "cache/<ep>/                            the episode's HOME and AILANG_CACHE_DIR, mode 0700",
+    );
+    assert_eq!(mode(&state.join("cache/ep1")), 0o700);
+    quoted(
+        &page,
+        "bin/<sha256>/ailang                    the archived binary, mode 0555",
+    );
+    let digest = hex::encode(<sha2::Sha256 as sha2::Digest>::digest(
+        std::fs::read(standin()).unwrap(),
+    ));
+    let archived = state.join("bin").join(&digest).join("ailang");
+    assert_eq!(mode(&archived), 0o555);
+    assert_eq!(
+        std::fs::read(&archived).unwrap(),
+        std::fs::read(standin()).unwrap()
+    );
+
+    // examples-search without a corpus: the page's refusal, whole.
+    let out = call(&d, &token, "e1", "examples-search", json!({"query": "x"}));
+    let refused = out["refused"].as_str().unwrap().to_owned();
+    quoted(&page, &format!("\"refused\": \"{refused}\","));
+    drop(d);
+
+    // The refusals the configuration section quotes.
+    let refused_config = |config: &str| {
+        let dir = tempfile::tempdir().unwrap();
+        let bin = format!("ailang.bin={}", path_str(&standin()));
+        let mut cmd = Daemon::serve_command(&dir, PLUGINS);
+        cmd.args(["--plugin-config", &bin, "--plugin-config", config]);
+        let out = cmd.output().unwrap();
+        assert_eq!(out.status.code(), Some(2));
+        String::from_utf8_lossy(&out.stderr).trim_end().to_owned()
+    };
+    let err = refused_config(r#"ailang.runNetAllow=["10.0.0.1:80"]"#);
+    let said = quoted(
+        &page,
+        r#"the plugin rejected its config: ailang config: runNetAllow entry "10.0.0.1:80" must be a canonical loopback IP:PORT with a port from 1 to 65535 (e.g. 127.0.0.1:8080 or [::1]:8080)"#,
+    );
+    assert!(err.ends_with(said), "{err}");
+    let err = refused_config("ailang.x=1");
+    let said = quoted(
+        &page,
+        r#"unknown config key "x" (known: bin, examplesDir, memoryMiB, runAllowCaps, runNetAllow, runNetAllowHttp, stateDir)"#,
+    );
+    assert!(err.ends_with(said), "{err}");
+
+    // Without `bin` the plugin declines with the page's line.
+    let (_, log) = Daemon::start(PLUGINS, &[]).halt_with_log();
+    let said = quoted(
+        &page,
+        "plugin ailang not started: declined: no ailang binary configured (start worldd serve with --plugin-config ailang.bin=PATH)",
+    );
+    assert!(log.contains(said), "{log}");
+}
