@@ -240,3 +240,49 @@ pub fn now() -> i64 {
         .map(|d| d.as_secs() as i64)
         .unwrap_or(0)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::command_line;
+
+    /// Every `worldd …` command line in every verb's `Examples:` help: each part of a pipeline
+    /// that runs `worldd`, without its redirection or trailing comment.
+    fn help_examples(cmd: &clap::Command, out: &mut Vec<String>) {
+        if let Some(help) = cmd.get_after_help() {
+            for line in help.to_string().lines() {
+                for part in line.split(" | ") {
+                    let part = part.split(" #").next().unwrap_or("");
+                    let part = part.split(" > ").next().unwrap_or("").trim();
+                    if part.starts_with("worldd ") {
+                        out.push(part.to_owned());
+                    }
+                }
+            }
+        }
+        for sub in cmd.get_subcommands() {
+            help_examples(sub, out);
+        }
+    }
+
+    /// A flag renamed or dropped cannot leave an example in `--help` that the binary refuses:
+    /// every example parses as the command line it shows.
+    #[test]
+    fn every_example_in_the_help_parses() {
+        let mut examples = Vec::new();
+        help_examples(&command_line(), &mut examples);
+        assert!(examples.len() > 40, "only {} examples", examples.len());
+        let refused: Vec<String> = examples
+            .iter()
+            .filter_map(|example| {
+                let Some(words) = shlex::split(example) else {
+                    return Some(format!("{example}\nan unclosed quote"));
+                };
+                command_line()
+                    .try_get_matches_from(&words)
+                    .err()
+                    .map(|e| format!("{example}\n{e}"))
+            })
+            .collect();
+        assert!(refused.is_empty(), "{}", refused.join("\n"));
+    }
+}
