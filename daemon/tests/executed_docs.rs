@@ -667,3 +667,156 @@ fn the_operator_guides_start_up_failures_are_what_the_daemon_prints() {
         cases.len()
     );
 }
+
+/// The keys `[table]` of the config file accepts, as the daemon lists them when it refuses one
+/// it does not know.
+fn accepted_keys(table: &str) -> std::collections::BTreeSet<String> {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("probe.toml");
+    std::fs::write(&file, format!("[{table}]\nno_such_key = 1\n")).unwrap();
+    let out = Command::new(WORLDD)
+        .args(["handlers", "--config"])
+        .arg(&file)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    let list = err
+        .split("expected one of ")
+        .nth(1)
+        .unwrap_or_else(|| panic!("[{table}]: no list of keys in {err}"));
+    list.lines()
+        .next()
+        .unwrap()
+        .split(", ")
+        .map(|k| k.trim_matches('`').to_owned())
+        .collect()
+}
+
+/// The code spans of the first cell of each row of the Markdown table under `heading`.
+fn first_cells(page: &str, heading: &str) -> Vec<Vec<String>> {
+    transcript::section(page, heading)
+        .lines()
+        .filter(|l| l.starts_with("| ") && !l.starts_with("|---"))
+        .skip(1)
+        .map(|l| code_spans(l.split(" | ").next().unwrap()))
+        .collect()
+}
+
+/// The operator guide's tables of settings are the daemon's: every key `[serve]`, `[server]`
+/// and `[limits]` accept has its row, no row names a key the daemon refuses, and every flag the
+/// tables give is one `worldd serve` takes. A setting added, renamed or dropped in the code
+/// fails this test until the guide says so.
+#[test]
+fn the_operator_guides_settings_tables_are_the_keys_and_flags_the_daemon_takes() {
+    let page = std::fs::read_to_string(repo_root().join("docs/operators.md")).unwrap();
+    let keys = |cells: Vec<Vec<String>>| -> std::collections::BTreeSet<String> {
+        cells
+            .into_iter()
+            .filter_map(|spans| spans.into_iter().next())
+            .collect()
+    };
+    for (table, heading) in [("server", "### `[server]`"), ("limits", "### `[limits]`")] {
+        assert_eq!(
+            keys(first_cells(&page, heading)),
+            accepted_keys(table),
+            "the guide's [{table}] table and the keys the daemon takes"
+        );
+    }
+    // `[serve]` is the `serve` flags table's `serve.KEY` column, old names included.
+    let flags_table = transcript::section(&page, "### `worldd serve` flags");
+    let mut serve_keys = std::collections::BTreeSet::new();
+    let mut flags = Vec::new();
+    let mut old_flags = Vec::new();
+    for row in flags_table.lines().filter(|l| l.starts_with("| `")) {
+        let cells: Vec<&str> = row.split(" | ").collect();
+        for span in code_spans(cells[1]) {
+            let key = span.strip_prefix("serve.").unwrap_or(&span);
+            if span.starts_with("serve.") || cells[1].contains("old name") {
+                serve_keys.insert(key.to_owned());
+            }
+        }
+        let (now, old) = cells[0].split_once("(old name").unwrap_or((cells[0], ""));
+        flags.extend(code_spans(now));
+        old_flags.extend(code_spans(old));
+    }
+    assert_eq!(
+        serve_keys,
+        accepted_keys("serve"),
+        "the guide's serve flags table and the [serve] keys the daemon takes"
+    );
+    for heading in ["### `[server]`", "### `[limits]`"] {
+        for row in transcript::section(&page, heading)
+            .lines()
+            .filter(|l| l.starts_with("| `"))
+        {
+            flags.extend(code_spans(row.split(" | ").nth(1).unwrap()));
+        }
+    }
+    let help = Command::new(WORLDD)
+        .args(["serve", "--help"])
+        .output()
+        .unwrap();
+    let help = String::from_utf8_lossy(&help.stdout);
+    let flags: std::collections::BTreeSet<&str> = flags
+        .iter()
+        .filter_map(|f| f.split_whitespace().next())
+        .filter(|f| f.starts_with("--"))
+        .collect();
+    assert!(flags.len() > 20, "only {} flags in the tables", flags.len());
+    let unknown: Vec<&&str> = flags
+        .iter()
+        .filter(|f| !help.contains(&format!("{} ", f)) && !help.contains(&format!("{}\n", f)))
+        .collect();
+    assert!(
+        unknown.is_empty(),
+        "flags `worldd serve` does not take: {unknown:?}"
+    );
+    // An old name is a hidden alias: parsed (the start then stops at the bind policy, exit 2),
+    // not refused as unknown (exit 1).
+    assert!(!old_flags.is_empty());
+    for old in &old_flags {
+        let out = Command::new(WORLDD)
+            .args(["serve", &format!("{old}=1"), "--bind", "0.0.0.0:1"])
+            .output()
+            .unwrap();
+        assert_eq!(
+            out.status.code(),
+            Some(2),
+            "{old}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
+
+/// The operator guide's table of metrics is what `GET /v1/metrics` serves: every family the
+/// daemon exports has its row with its type, and no row names one it does not export.
+#[test]
+fn the_operator_guides_metrics_table_is_what_the_daemon_exports() {
+    let page = std::fs::read_to_string(repo_root().join("docs/operators.md")).unwrap();
+    let section = transcript::section(&page, "## Metrics");
+    let documented: std::collections::BTreeSet<(String, String)> = section
+        .lines()
+        .filter(|l| l.starts_with("| `worldd_"))
+        .map(|l| {
+            let cells: Vec<&str> = l.split(" | ").collect();
+            (code_spans(cells[0]).remove(0), cells[1].trim().to_owned())
+        })
+        .collect();
+    let d = Daemon::start(&["worldd_workspace"], &[]);
+    let text = get(&d.url("/v1/metrics"), None).text();
+    let exported: std::collections::BTreeSet<(String, String)> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("# TYPE "))
+        .map(|l| {
+            let (name, kind) = l.split_once(' ').unwrap();
+            (name.to_owned(), kind.to_owned())
+        })
+        .collect();
+    assert!(exported.len() > 30, "{text}");
+    let missing: Vec<_> = exported.difference(&documented).collect();
+    let extra: Vec<_> = documented.difference(&exported).collect();
+    assert!(
+        missing.is_empty() && extra.is_empty(),
+        "exported but not in the guide's table: {missing:?}\nin the table but not exported: {extra:?}"
+    );
+}
