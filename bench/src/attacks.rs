@@ -222,7 +222,10 @@ pub fn run_all(
                 "{} ran, {} refused at once (episode busy), {} other",
                 c[0], c[1], c[2]
             ),
-            7 | 15 => format!("{} timed out at the deadline, {} other answers", c[0], c[1]),
+            7 | 15 => format!(
+                "{} timed out at the deadline, {} refused for capacity (every slot held by a hung call), {} other answers",
+                c[0], c[1], c[2]
+            ),
             23 => format!(
                 "{} refused plans, {} refused busy (the body budget or its share), {} connections closed under a busy answer, {} other answers",
                 c[0], c[1], c[2], c[3]
@@ -712,12 +715,14 @@ fn slow_tool_loop(a: &mut Attack, addr: &str, attacker: &Client) {
 
 /// Rows 7 and 15: one thread per 20 of `attackers`, each attacker making one hung call of
 /// `tool` on a thread of its own (its handler, or its finish function, sleeps); counts the
-/// calls that timed out at the deadline (`c[0]`) and the others.
+/// calls that timed out at the deadline (`c[0]`), those refused for capacity because every
+/// execution slot was held by a hung call (`c[1]`), and the others (`c[2]`).
 fn hung_plugins(a: &mut Attack, addr: &str, attackers: &[Client], tool: &'static str) {
     // 200 episodes, one hung call each (60 s, far past the 2 s deadline).
     for chunk in attackers.chunks(20) {
         let chunk: Vec<Client> = chunk.to_vec();
         let addr = addr.to_owned();
+        let first_other = a.first_other.clone();
         a.spawn(move |_stop, c| {
             let handles: Vec<_> = chunk
                 .into_iter()
@@ -730,10 +735,19 @@ fn hung_plugins(a: &mut Attack, addr: &str, attackers: &[Client], tool: &'static
                 })
                 .collect();
             for h in handles {
-                match h.join() {
-                    Ok(Ok(b)) if b.contains("timed out") => c[0].fetch_add(1, Ordering::Relaxed),
-                    _ => c[1].fetch_add(1, Ordering::Relaxed),
+                let i = match h.join() {
+                    Ok(Ok(b)) if b.contains("timed out") => 0,
+                    Ok(Ok(b)) if b.contains("capacity exceeded") => 1,
+                    other => {
+                        let mut first = first_other.lock().unwrap_or_else(|p| p.into_inner());
+                        first.get_or_insert_with(|| match other {
+                            Ok(Ok(b)) | Ok(Err(b)) => b,
+                            Err(_) => "the calling thread panicked".into(),
+                        });
+                        2
+                    }
                 };
+                c[i].fetch_add(1, Ordering::Relaxed);
             }
         });
     }
