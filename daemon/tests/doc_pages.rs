@@ -97,13 +97,11 @@ fn json_block(text: &str, at: usize) -> Value {
     serde_json::from_str(block).unwrap_or_else(|e| panic!("{e}:\n{block}"))
 }
 
-/// The text between the first pair of backticks in `cell`, and what follows it.
-fn code(cell: &str) -> (&str, &str) {
-    let (_, rest) = cell
-        .split_once('`')
-        .unwrap_or_else(|| panic!("no code in {cell:?}"));
-    rest.split_once('`')
-        .unwrap_or_else(|| panic!("unclosed code in {cell:?}"))
+/// The first `n` code spans of a table cell.
+fn code(cell: &str, n: usize) -> Vec<String> {
+    let spans = transcript::code_spans(cell);
+    assert!(spans.len() >= n, "{n} code spans wanted in {cell:?}");
+    spans
 }
 
 fn shipped(name: &str) -> Value {
@@ -123,15 +121,15 @@ fn the_docs_only_tool_plans_each_row_of_its_table_as_the_page_shows() {
     assert_eq!(rows.len(), 4, "{text}");
     for row in rows {
         let cells: Vec<&str> = row.trim_matches('|').split(" | ").collect();
-        let args: Value = serde_json::from_str(code(cells[0]).0).unwrap();
+        let args: Value = serde_json::from_str(&code(cells[0], 1)[0]).unwrap();
         let plan = tool.plan_call(&args);
         match cells[1].strip_prefix("refused: ") {
             Some(refusal) => {
-                assert_eq!(plan.refusal(), Some(code(refusal).0), "{args}");
+                assert_eq!(plan.refusal(), Some(code(refusal, 1)[0].as_str()), "{args}");
             }
             None => {
-                let (effect, rest) = code(cells[1]);
-                let (payload, _) = code(rest);
+                let spans = code(cells[1], 2);
+                let (effect, payload) = (&spans[0], &spans[1]);
                 let payload: Value = serde_json::from_str(payload).unwrap();
                 let Plan::Effect {
                     effect: planned, ..
@@ -139,7 +137,7 @@ fn the_docs_only_tool_plans_each_row_of_its_table_as_the_page_shows() {
                 else {
                     panic!("{args} should plan {effect}, refused: {plan:?}");
                 };
-                assert_eq!(planned.effect, effect, "{args}");
+                assert_eq!(&planned.effect, effect, "{args}");
                 assert_eq!(Value::Object(planned.payload.clone()), payload, "{args}");
             }
         }

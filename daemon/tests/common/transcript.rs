@@ -92,6 +92,22 @@ pub fn section<'a>(markdown: &'a str, title: &str) -> &'a str {
     }
 }
 
+/// The code spans of a Markdown table cell: `` `a` `` and, for text holding a backtick,
+/// ``` `` a `b` `` ```.
+pub fn code_spans(cell: &str) -> Vec<String> {
+    let mut spans = Vec::new();
+    let mut rest = cell;
+    while let Some(at) = rest.find('`') {
+        let ticks = rest[at..].len() - rest[at..].trim_start_matches('`').len();
+        let fence = "`".repeat(ticks);
+        let body = &rest[at + ticks..];
+        let Some(end) = body.find(&fence) else { break };
+        spans.push(body[..end].trim().to_owned());
+        rest = &body[end + ticks..];
+    }
+    spans
+}
+
 /// One command of a transcript and what it should print.
 #[derive(Debug)]
 pub struct Step {

@@ -1,0 +1,443 @@
+//! The operator guide's tables held to the daemon they describe, through the real binary: its
+//! start-up failures, each caused, must be the lines the daemon prints; its settings tables must
+//! name exactly the keys `[serve]`, `[server]` and `[limits]` accept and flags `worldd serve`
+//! takes; its metrics table must be exactly the families `GET /v1/metrics` exports. A setting,
+//! metric or message changed in the code fails here until `docs/operators.md` says so. The page
+//! is read with the executed-docs reader (`common/transcript.rs`).
+
+mod common;
+#[allow(dead_code)]
+#[path = "common/transcript.rs"]
+mod transcript;
+
+use std::collections::BTreeSet;
+use std::path::PathBuf;
+use std::process::Command;
+
+use common::*;
+
+fn operator_guide() -> String {
+    let page = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../docs/operators.md");
+    std::fs::read_to_string(page).unwrap()
+}
+
+/// One way to cause a row of the start-up failures table.
+struct Provoked {
+    /// The row's code span this causes, exactly as the page writes it.
+    span: &'static str,
+    /// The page's placeholders, each with what it stands for here.
+    names: Vec<(&'static str, String)>,
+    args: Vec<String>,
+}
+
+/// Every start-up failure the operator guide's table names that a test can cause is caused,
+/// against the real binary: the daemon exits 2 and its last stderr line is the row's line (with
+/// `…` any text and the row's placeholders what they stand for here). A row reworded, or a
+/// message changed, breaks this test instead of an operator's search of the page.
+#[test]
+fn the_operator_guides_start_up_failures_are_what_the_daemon_prints() {
+    let page = operator_guide();
+    let table = transcript::section(&page, "### Start-up failures");
+    let rows: Vec<Vec<String>> = table
+        .lines()
+        .filter(|l| l.starts_with("| `"))
+        .map(|l| transcript::code_spans(l.split(" | ").next().unwrap()))
+        .collect();
+    assert!(rows.len() > 20, "the table has only {} rows", rows.len());
+
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let at = |p: &str| d.join(p).display().to_string();
+    let s = |v: &[&str]| v.iter().map(|a| a.to_string()).collect::<Vec<_>>();
+    let plugins = |name: &str, libs: &[&str]| {
+        let own = d.join(name);
+        std::fs::create_dir_all(&own).unwrap();
+        let made = plugin_dir_with(&own, libs);
+        made.display().to_string()
+    };
+    std::fs::write(d.join("unknown-key.toml"), "[serve]\nbindd = \"x\"\n").unwrap();
+    std::fs::write(d.join("a-file"), "").unwrap();
+    let world_writable = plugins("p-0666", &["worldd_workspace"]);
+    let lib_0666 = format!("{world_writable}/libworldd_workspace.so");
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&lib_0666, std::fs::Permissions::from_mode(0o666)).unwrap();
+    let open_dir = plugins("p-0777", &["worldd_workspace"]);
+    std::fs::set_permissions(&open_dir, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let stale = plugins("p-stale", &["worldd_workspace"]);
+    std::fs::write(format!("{stale}/libstale.so"), "x").unwrap();
+    let workspace = plugins("p-workspace", &["worldd_workspace"]);
+    let git = plugins("p-git", &["worldd_git"]);
+    let twice = plugins("p-twice", &["worldd_workspace"]);
+    std::fs::copy(
+        format!("{twice}/libworldd_workspace.so"),
+        format!("{twice}/libworldd_workspace2.so"),
+    )
+    .unwrap();
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let taken_port = taken.local_addr().unwrap().port().to_string();
+    let serving = Daemon::start(&["worldd_workspace"], &[]);
+    let served_db = serving.db().display().to_string();
+
+    let own_lib = format!("{workspace}/libworldd_workspace.so");
+    let mut cases = vec![
+        Provoked {
+            span: r#"… at bind-policy: bind host "0.0.0.0" is not loopback"#,
+            names: vec![],
+            args: s(&["--bind", "0.0.0.0:7644"]),
+        },
+        Provoked {
+            span: r#"… at bind-policy: --bind "foo" is not HOST:PORT"#,
+            names: vec![],
+            args: s(&["--bind", "foo"]),
+        },
+        Provoked {
+            span: r#"bad port in "localhost:x""#,
+            names: vec![],
+            args: s(&["--bind", "localhost:x"]),
+        },
+        Provoked {
+            span: "… at config: world.toml: No such file or directory (os error 2)",
+            names: vec![("world.toml", at("nope.toml"))],
+            args: s(&["--config", &at("nope.toml")]),
+        },
+        Provoked {
+            span: "… at config: workspace root DIR: …",
+            names: vec![("DIR", at("a-file/worktrees"))],
+            args: s(&["--workspace-root", &at("a-file/worktrees")]),
+        },
+        Provoked {
+            span: "… at config: the store DB is inside the workspace root ROOT",
+            names: vec![("DB", at("wt/db")), ("ROOT", at("wt"))],
+            args: s(&["--workspace-root", &at("wt"), "--db", &at("wt/db")]),
+        },
+        Provoked {
+            span: "… at config: [limits] commit_body_bytes N is out of range (1 to 8388608)",
+            names: vec![(" N ", " 8388609 ".into())],
+            args: s(&["--commit-body-bytes", "8388609"]),
+        },
+        Provoked {
+            span: "… at config: the store reserve (R bytes) must be smaller than its ceiling (C bytes)",
+            names: vec![("(R ", "(2000000 ".into()), ("(C ", "(1000000 ".into())],
+            args: s(&["--store-ceiling", "1000000", "--store-reserve", "2000000"]),
+        },
+        Provoked {
+            span: "… at config: the refusal burst must be at least 1",
+            names: vec![],
+            args: s(&["--refusal-burst", "0"]),
+        },
+        Provoked {
+            span: "the refusal rate must be …",
+            names: vec![],
+            args: s(&["--refusals-per-minute", "-1"]),
+        },
+        Provoked {
+            span: "… at store-open: another worldd already serves DB (one daemon per store: it orders each episode's calls)",
+            names: vec![("DB", served_db.clone())],
+            args: s(&["--db", &served_db]),
+        },
+        Provoked {
+            span: "… at plugins: plugin DIR: cannot read the plugin directory: …",
+            names: vec![("DIR", at("no-plugins"))],
+            args: s(&["--plugin-dir", &at("no-plugins")]),
+        },
+        Provoked {
+            span: "… at plugins: plugin FILE: refusing to load a library every user may write (mode 0666); `chmod o-w` it",
+            names: vec![("FILE", lib_0666)],
+            args: s(&["--plugin-dir", &world_writable]),
+        },
+        Provoked {
+            span: "plugin DIR: refusing a plugin directory every user may write, without the sticky bit (mode 0777): …",
+            names: vec![("DIR", open_dir.clone())],
+            args: s(&["--plugin-dir", &open_dir]),
+        },
+        Provoked {
+            span: "cannot be opened: …",
+            names: vec![],
+            args: s(&["--plugin-dir", &stale]),
+        },
+        Provoked {
+            span: r#"… at plugins: plugin FILE: unknown config key "k" (known: …)"#,
+            names: vec![("FILE", own_lib.clone())],
+            args: s(&["--plugin-dir", &workspace, "--plugin-config", "workspace.k=1"]),
+        },
+        Provoked {
+            span: r#"config key "k" must be of type T"#,
+            names: vec![(r#""k""#, r#""maxReadBytes""#.into()), (" T", " integer".into())],
+            args: s(&["--plugin-dir", &workspace, "--plugin-config", "workspace.maxReadBytes=true"]),
+        },
+        Provoked {
+            span: "… must be at least N",
+            names: vec![(" N", " 0".into())],
+            args: s(&["--plugin-dir", &workspace, "--plugin-config", "workspace.maxReadBytes=-1"]),
+        },
+        Provoked {
+            span: "… must be at most N",
+            names: vec![(" N", " 1048576".into())],
+            args: s(&["--plugin-dir", &workspace, "--plugin-config", "workspace.maxReadBytes=2000000"]),
+        },
+        Provoked {
+            span: r#"… at plugins: plugin …/libworldd_git.so: the plugin rejected its config: git config: "stateDir" must be an absolute path, not "…""#,
+            names: vec![],
+            args: s(&[
+                "--plugin-dir",
+                &git,
+                "--plugin-config",
+                "git.stateDir=relative",
+                "--plugin-config",
+                "git.author=Ada Lovelace <ada@example.com>",
+            ]),
+        },
+        Provoked {
+            span: "… at plugins: plugin FILE: effect E is already claimed by OTHER",
+            names: vec![
+                ("FILE", format!("{twice}/libworldd_workspace2.so")),
+                (" E ", " Workspace.Read ".into()),
+                ("OTHER", format!("{twice}/libworldd_workspace.so")),
+            ],
+            args: s(&["--plugin-dir", &twice]),
+        },
+        Provoked {
+            span: "… at plugins: plugin DIR: --handler NAME: no plugin of that name here (found: …)",
+            names: vec![("DIR", workspace.clone()), ("NAME", "nope".into())],
+            args: s(&["--plugin-dir", &workspace, "--handler", "nope"]),
+        },
+        Provoked {
+            span: "… (found: …); not loadable: …",
+            names: vec![],
+            args: s(&["--plugin-dir", &stale, "--handler", "nope"]),
+        },
+        Provoked {
+            span: "… at listen: 127.0.0.1:7644: Address already in use (os error 98); is another worldd already serving here? Stop it, or pick a free port with --bind 127.0.0.1:PORT (nothing was created)",
+            names: vec![("7644", taken_port.clone())],
+            args: s(&["--bind", &format!("127.0.0.1:{taken_port}")]),
+        },
+    ];
+    // A library another user owns can only be made by root.
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } == 0 {
+        let theirs = plugins("p-theirs", &["worldd_workspace"]);
+        let lib = format!("{theirs}/libworldd_workspace.so");
+        std::os::unix::fs::chown(&lib, Some(65534), None).unwrap();
+        cases.push(Provoked {
+            span: "refusing to load a library owned by uid N, neither this process's user (uid M) nor root",
+            names: vec![("uid N", "uid 65534".into()), ("uid M", "uid 0".into())],
+            args: s(&["--plugin-dir", &theirs]),
+        });
+    } else {
+        eprintln!("*** not root: the row of a library another user owns is not caused ***");
+    }
+
+    let mut wrong = Vec::new();
+    for case in &cases {
+        assert!(
+            rows.iter().flatten().any(|span| span == case.span),
+            "the table has no line {:?}",
+            case.span
+        );
+        // `… at STAGE: …` is the whole line; a span without its stage is the line's end.
+        let mut line = match case.span.strip_prefix("… at ") {
+            Some(rest) => format!("worldd: daemon startup failed at {rest}"),
+            None if case.span.starts_with('…') => {
+                format!("worldd: daemon startup failed at {}", case.span)
+            }
+            None => format!("worldd: daemon startup failed at …{}", case.span),
+        };
+        for (name, value) in &case.names {
+            assert!(line.contains(name), "{name:?} is not in {:?}", case.span);
+            line = line.replace(name, value);
+        }
+        let cwd = tempfile::tempdir().unwrap();
+        let mut args = case.args.clone();
+        if !args.contains(&"--bind".to_owned()) {
+            args.extend(s(&["--bind", "127.0.0.1:0"]));
+        }
+        if !args.contains(&"--plugin-dir".to_owned()) {
+            args.extend(s(&["--plugin-dir", &workspace]));
+        }
+        let out = Command::new(WORLDD)
+            .arg("serve")
+            .args(&args)
+            .current_dir(cwd.path())
+            .env("WORLDD_LOG", "warn")
+            .stdin(std::process::Stdio::null())
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        let last = stderr.trim_end().lines().last().unwrap_or("");
+        if out.status.code() != Some(2) || !transcript::matches(&[line.clone()], &[last]) {
+            wrong.push(format!(
+                "{:?}\n  expected (exit 2): {line}\n  printed (exit {:?}): {}",
+                case.span,
+                out.status.code(),
+                stderr.trim_end()
+            ));
+        }
+    }
+    drop((taken, serving));
+    assert!(
+        wrong.is_empty(),
+        "rows that are not what the daemon prints:\n{}",
+        wrong.join("\n")
+    );
+    let spans: usize = rows.iter().map(Vec::len).sum();
+    eprintln!(
+        "{} of the table's {spans} lines caused and matched",
+        cases.len()
+    );
+}
+
+/// The keys `[table]` of the config file accepts, as the daemon lists them when it refuses one
+/// it does not know.
+fn accepted_keys(table: &str) -> BTreeSet<String> {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("probe.toml");
+    std::fs::write(&file, format!("[{table}]\nno_such_key = 1\n")).unwrap();
+    let out = Command::new(WORLDD)
+        .args(["handlers", "--config"])
+        .arg(&file)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    let list = err
+        .split("expected one of ")
+        .nth(1)
+        .unwrap_or_else(|| panic!("[{table}]: no list of keys in {err}"));
+    list.lines()
+        .next()
+        .unwrap()
+        .split(", ")
+        .map(|k| k.trim_matches('`').to_owned())
+        .collect()
+}
+
+/// The code spans of the first cell of each row of the Markdown table under `heading`.
+fn first_cells(page: &str, heading: &str) -> Vec<Vec<String>> {
+    transcript::section(page, heading)
+        .lines()
+        .filter(|l| l.starts_with("| ") && !l.starts_with("|---"))
+        .skip(1)
+        .map(|l| transcript::code_spans(l.split(" | ").next().unwrap()))
+        .collect()
+}
+
+/// The operator guide's tables of settings are the daemon's: every key `[serve]`, `[server]`
+/// and `[limits]` accept has its row, no row names a key the daemon refuses, and every flag the
+/// tables give is one `worldd serve` takes. A setting added, renamed or dropped in the code
+/// fails this test until the guide says so.
+#[test]
+fn the_operator_guides_settings_tables_are_the_keys_and_flags_the_daemon_takes() {
+    let page = operator_guide();
+    let keys = |cells: Vec<Vec<String>>| -> BTreeSet<String> {
+        cells
+            .into_iter()
+            .filter_map(|spans| spans.into_iter().next())
+            .collect()
+    };
+    for (table, heading) in [("server", "### `[server]`"), ("limits", "### `[limits]`")] {
+        assert_eq!(
+            keys(first_cells(&page, heading)),
+            accepted_keys(table),
+            "the guide's [{table}] table and the keys the daemon takes"
+        );
+    }
+    // `[serve]` is the `serve` flags table's `serve.KEY` column, old names included.
+    let flags_table = transcript::section(&page, "### `worldd serve` flags");
+    let mut serve_keys = BTreeSet::new();
+    let mut flags = Vec::new();
+    let mut old_flags = Vec::new();
+    for row in flags_table.lines().filter(|l| l.starts_with("| `")) {
+        let cells: Vec<&str> = row.split(" | ").collect();
+        for span in transcript::code_spans(cells[1]) {
+            let key = span.strip_prefix("serve.").unwrap_or(&span);
+            if span.starts_with("serve.") || cells[1].contains("old name") {
+                serve_keys.insert(key.to_owned());
+            }
+        }
+        let (now, old) = cells[0].split_once("(old name").unwrap_or((cells[0], ""));
+        flags.extend(transcript::code_spans(now));
+        old_flags.extend(transcript::code_spans(old));
+    }
+    assert_eq!(
+        serve_keys,
+        accepted_keys("serve"),
+        "the guide's serve flags table and the [serve] keys the daemon takes"
+    );
+    for heading in ["### `[server]`", "### `[limits]`"] {
+        for row in transcript::section(&page, heading)
+            .lines()
+            .filter(|l| l.starts_with("| `"))
+        {
+            flags.extend(transcript::code_spans(row.split(" | ").nth(1).unwrap()));
+        }
+    }
+    let help = Command::new(WORLDD)
+        .args(["serve", "--help"])
+        .output()
+        .unwrap();
+    let help = String::from_utf8_lossy(&help.stdout);
+    let flags: BTreeSet<&str> = flags
+        .iter()
+        .filter_map(|f| f.split_whitespace().next())
+        .filter(|f| f.starts_with("--"))
+        .collect();
+    assert!(flags.len() > 20, "only {} flags in the tables", flags.len());
+    let unknown: Vec<&&str> = flags
+        .iter()
+        .filter(|f| !help.contains(&format!("{} ", f)) && !help.contains(&format!("{}\n", f)))
+        .collect();
+    assert!(
+        unknown.is_empty(),
+        "flags `worldd serve` does not take: {unknown:?}"
+    );
+    // An old name is a hidden alias: parsed (the start then stops at the bind policy, exit 2),
+    // not refused as unknown (exit 1).
+    assert!(!old_flags.is_empty());
+    for old in &old_flags {
+        let out = Command::new(WORLDD)
+            .args(["serve", &format!("{old}=1"), "--bind", "0.0.0.0:1"])
+            .output()
+            .unwrap();
+        assert_eq!(
+            out.status.code(),
+            Some(2),
+            "{old}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
+
+/// The operator guide's table of metrics is what `GET /v1/metrics` serves: every family the
+/// daemon exports has its row with its type, and no row names one it does not export.
+#[test]
+fn the_operator_guides_metrics_table_is_what_the_daemon_exports() {
+    let page = operator_guide();
+    let section = transcript::section(&page, "## Metrics");
+    let documented: BTreeSet<(String, String)> = section
+        .lines()
+        .filter(|l| l.starts_with("| `worldd_"))
+        .map(|l| {
+            let cells: Vec<&str> = l.split(" | ").collect();
+            (
+                transcript::code_spans(cells[0]).remove(0),
+                cells[1].trim().to_owned(),
+            )
+        })
+        .collect();
+    let d = Daemon::start(&["worldd_workspace"], &[]);
+    let text = get(&d.url("/v1/metrics"), None).text();
+    let exported: BTreeSet<(String, String)> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("# TYPE "))
+        .map(|l| {
+            let (name, kind) = l.split_once(' ').unwrap();
+            (name.to_owned(), kind.to_owned())
+        })
+        .collect();
+    assert!(exported.len() > 30, "{text}");
+    let missing: Vec<_> = exported.difference(&documented).collect();
+    let extra: Vec<_> = documented.difference(&exported).collect();
+    assert!(
+        missing.is_empty() && extra.is_empty(),
+        "exported but not in the guide's table: {missing:?}\nin the table but not exported: {extra:?}"
+    );
+}
