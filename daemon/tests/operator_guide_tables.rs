@@ -212,6 +212,28 @@ fn the_operator_guides_start_up_failures_are_what_the_daemon_prints() {
             args: s(&["--bind", &format!("127.0.0.1:{taken_port}")]),
         },
     ];
+    // A real shared library that is no plugin, where the system has one.
+    if let Some(libm) = [
+        "/lib/x86_64-linux-gnu/libm.so.6",
+        "/usr/lib/x86_64-linux-gnu/libm.so.6",
+        "/lib64/libm.so.6",
+    ]
+    .into_iter()
+    .find(|p| std::path::Path::new(p).exists())
+    {
+        let dir = plugins("p-libm", &[]);
+        let lib = format!("{dir}/libm.so");
+        std::fs::copy(libm, &lib).unwrap();
+        cases.push(Provoked {
+            span: "… at plugins: plugin FILE: not a worldd plugin: it exports no abi_stable 0.11 root module (…)",
+            names: vec![("FILE", lib)],
+            args: s(&["--plugin-dir", &dir]),
+        });
+    } else {
+        eprintln!(
+            "*** no libm.so.6 here: the row of a library that is no plugin is not caused ***"
+        );
+    }
     // A library another user owns can only be made by root.
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } == 0 {
