@@ -1,7 +1,8 @@
 //! The operator guide's tables held to the daemon they describe, through the real binary: its
 //! start-up failures, each caused, must be the lines the daemon prints; its settings tables must
 //! name exactly the keys `[serve]`, `[server]` and `[limits]` accept and flags `worldd serve`
-//! takes; its metrics table must be exactly the families `GET /v1/metrics` exports. A setting,
+//! takes; its metrics table must be exactly the families `GET /v1/metrics` exports; the log
+//! lines it lists that a test can cause must be lines the daemon logs. A setting,
 //! metric or message changed in the code fails here until `docs/operators.md` says so. The page
 //! is read with the executed-docs reader (`common/transcript.rs`).
 
@@ -31,7 +32,7 @@ struct Provoked {
 }
 
 /// Every start-up failure the operator guide's table names that a test can cause is caused,
-/// against the real binary: the daemon exits 2 and its last stderr line is the row's line (with
+/// against the real binary: the daemon exits 2 and its `worldd: …` line is the row's line (with
 /// `…` any text and the row's placeholders what they stand for here). A row reworded, or a
 /// message changed, breaks this test instead of an operator's search of the page.
 #[test]
@@ -94,6 +95,11 @@ fn the_operator_guides_start_up_failures_are_what_the_daemon_prints() {
             span: r#"bad port in "localhost:x""#,
             names: vec![],
             args: s(&["--bind", "localhost:x"]),
+        },
+        Provoked {
+            span: "… at config: world.toml: TOML parse error …",
+            names: vec![("world.toml", at("unknown-key.toml"))],
+            args: s(&["--config", &at("unknown-key.toml")]),
         },
         Provoked {
             span: "… at config: world.toml: No such file or directory (os error 2)",
@@ -178,6 +184,18 @@ fn the_operator_guides_start_up_failures_are_what_the_daemon_prints() {
         Provoked {
             span: r#"… at plugins: plugin …/libworldd_git.so: the plugin rejected its config: git config: "stateDir" must be an absolute path, not "…""#,
             names: vec![],
+            args: s(&[
+                "--plugin-dir",
+                &git,
+                "--plugin-config",
+                "git.stateDir=relative",
+                "--plugin-config",
+                "git.author=Ada Lovelace <ada@example.com>",
+            ]),
+        },
+        Provoked {
+            span: "… at plugins: plugin FILE: the plugin rejected its config: …",
+            names: vec![("FILE", format!("{git}/libworldd_git.so"))],
             args: s(&[
                 "--plugin-dir",
                 &git,
@@ -284,8 +302,14 @@ fn the_operator_guides_start_up_failures_are_what_the_daemon_prints() {
             .stdin(std::process::Stdio::null())
             .output()
             .unwrap();
+        // The failure's own line: log lines before it start with their time, and a TOML
+        // error's excerpt of the file follows it.
         let stderr = String::from_utf8_lossy(&out.stderr);
-        let last = stderr.trim_end().lines().last().unwrap_or("");
+        let last = stderr
+            .lines()
+            .filter(|l| l.starts_with("worldd: "))
+            .last()
+            .unwrap_or("");
         if out.status.code() != Some(2) || !transcript::matches(&[line.clone()], &[last]) {
             wrong.push(format!(
                 "{:?}\n  expected (exit 2): {line}\n  printed (exit {:?}): {}",
@@ -461,5 +485,152 @@ fn the_operator_guides_metrics_table_is_what_the_daemon_exports() {
     assert!(
         missing.is_empty() && extra.is_empty(),
         "exported but not in the guide's table: {missing:?}\nin the table but not exported: {extra:?}"
+    );
+}
+
+/// One line of the guide's log table, and what its placeholders stand for here.
+struct Logged {
+    level: &'static str,
+    span: &'static str,
+    names: Vec<(&'static str, String)>,
+}
+
+/// The guide's table of log lines is what the daemon logs: each line a test can cause (a plugin
+/// loaded, declined, skipped, or none at all; the tools published; the git plugin's author; a
+/// call; a call refused by rule R8; refused credentials; the shutdown) is caused, and some line
+/// of the daemon's stderr must be it, at its level, with `…` any text and the row's placeholders
+/// what they stand for here.
+#[test]
+fn the_operator_guides_log_lines_are_what_the_daemon_logs() {
+    let page = operator_guide();
+    let section = transcript::section(&page, "## Logs");
+    let rows: Vec<(String, Vec<String>)> = section
+        .lines()
+        .filter(|l| l.starts_with("| INFO") || l.starts_with("| WARN") || l.starts_with("| ERROR"))
+        .map(|l| {
+            let cells: Vec<&str> = l.split(" | ").collect();
+            (
+                cells[0].trim_start_matches("| ").to_owned(),
+                transcript::code_spans(cells[1]),
+            )
+        })
+        .collect();
+    assert!(rows.len() > 15, "the table has only {} rows", rows.len());
+
+    // A daemon with the workspace, ailang (no binary: it declines) and git (an author from git's
+    // configuration) plugins; a read, a call refused by R8, refused credentials, SIGTERM.
+    let home = tempfile::tempdir().unwrap();
+    let gitconfig = home.path().join("gitconfig");
+    std::fs::write(
+        &gitconfig,
+        "[user]\n\tname = Ada Lovelace\n\temail = ada@example.com\n",
+    )
+    .unwrap();
+    let gitconfig = gitconfig.display().to_string();
+    let d = Daemon::start_env(
+        &["worldd_workspace", "worldd_ailang", "worldd_git"],
+        &[],
+        &[
+            ("GIT_CONFIG_GLOBAL", &gitconfig),
+            ("GIT_CONFIG_NOSYSTEM", "1"),
+            ("WORLDD_LOG", "info"),
+        ],
+    );
+    let token = d.session(
+        "demo",
+        &["Workspace.Read=worktree:5", "Ailang.Check=worktree:5"],
+    );
+    std::fs::write(d.root().join("demo/hello.txt"), "hi").unwrap();
+    let read = mcp(
+        &d,
+        &token,
+        "tools/call",
+        serde_json::json!({"name": "ailang-read", "arguments": {"path": "hello.txt"}}),
+    );
+    assert_eq!(read.status, 200);
+    let _ = mcp(
+        &d,
+        &token,
+        "tools/call",
+        serde_json::json!({"name": "ailang-check", "arguments": {"path": "hello.txt"}}),
+    );
+    let unknown = "0".repeat(64);
+    assert_eq!(get(&d.url("/v1/head"), Some(&unknown)).status, 401);
+    assert_eq!(get(&d.url("/v1/head"), None).status, 401);
+    let (status, _, mut log, _dir) = d.stop_with_log(std::time::Duration::from_secs(10));
+    assert!(status.success());
+
+    // A daemon with no plugin, and one with a selection beside a library that is no plugin.
+    let (_, empty) = Daemon::start(&[], &[]).halt_with_log();
+    log.push_str(&empty);
+    let dir = tempfile::tempdir().unwrap();
+    let mut cmd = Daemon::serve_command(&dir, &["worldd_workspace"]);
+    let stale = dir.path().join("plugins/libstale.so");
+    std::fs::write(&stale, "x").unwrap();
+    cmd.args(["--handler", "workspace"]);
+    let (_, selected) = Daemon::spawn(dir, cmd).halt_with_log();
+    log.push_str(&selected);
+
+    let cases = [
+        Logged { level: "INFO", span: "loaded plugin plugin=workspace version=0.1.0 path=…", names: vec![] },
+        Logged { level: "INFO", span: "published plugin transitions revision=N changed=true", names: vec![("=N ", "=1 ".into())] },
+        Logged { level: "WARN", span: "plugin NAME not started: declined: …", names: vec![("NAME", "ailang".into())] },
+        Logged { level: "WARN", span: "no plugin loaded from DIR: every tool call will be refused (rule R8). …", names: vec![("DIR", "…".into())] },
+        Logged {
+            level: "INFO",
+            span: "git plugin: commits are authored by Name <email>, the identity … gives here (…) plugin=git",
+            names: vec![("Name <email>", "Ada Lovelace <ada@example.com>".into())],
+        },
+        Logged {
+            level: "INFO",
+            span: "call tool=ailang-read episode=demo outcome=ok ms=3",
+            names: vec![("ms=3", "ms=…".into())],
+        },
+        Logged { level: "WARN", span: "refused a request: unknown session credential", names: vec![] },
+        Logged { level: "WARN", span: "… is absent", names: vec![] },
+        Logged { level: "WARN", span: "skipping plugin FILE: <cause>", names: vec![("FILE", stale.display().to_string()), ("<cause>", "…".into())] },
+        Logged {
+            level: "WARN",
+            span: "mcp tools/call: host callback <failed\\|timed out\\|canceled>: <cause> episode=… tool=… rpc_id=…",
+            names: vec![("<failed\\|timed out\\|canceled>", "failed".into()), ("<cause>", "…".into())],
+        },
+        Logged { level: "INFO", span: "shutting down: draining in-flight calls", names: vec![] },
+    ];
+    let lines: Vec<&str> = log.lines().collect();
+    let mut wrong = Vec::new();
+    for case in &cases {
+        assert!(
+            rows.iter()
+                .any(|(level, spans)| level.contains(case.level)
+                    && spans.iter().any(|s| s == case.span)),
+            "the table has no {} line {:?}",
+            case.level,
+            case.span
+        );
+        let mut line = case.span.to_owned();
+        for (name, value) in &case.names {
+            assert!(line.contains(name), "{name:?} is not in {:?}", case.span);
+            line = line.replace(name, value);
+        }
+        // The level, then the line; a line the table starts with `…` may start anyhow.
+        let pattern = match line.strip_prefix('…') {
+            Some(rest) => format!("…{} …{rest}", case.level),
+            None => format!("…{} {line}", case.level),
+        };
+        if !lines
+            .iter()
+            .any(|l| transcript::matches(&[pattern.clone()], &[l]))
+        {
+            wrong.push(format!("{} {:?} (as {pattern:?})", case.level, case.span));
+        }
+    }
+    assert!(
+        wrong.is_empty(),
+        "lines the daemon did not log:\n{}\n--- its log:\n{log}",
+        wrong.join("\n")
+    );
+    eprintln!(
+        "{} of the table's lines caused and found in the log",
+        cases.len()
     );
 }
