@@ -80,6 +80,14 @@ fn the_operator_guides_start_up_failures_are_what_the_daemon_prints() {
     let served_db = serving.db().display().to_string();
 
     let own_lib = format!("{workspace}/libworldd_workspace.so");
+    let relative_git_state = s(&[
+        "--plugin-dir",
+        &git,
+        "--plugin-config",
+        "git.stateDir=relative",
+        "--plugin-config",
+        "git.author=Ada Lovelace <ada@example.com>",
+    ]);
     let mut cases = vec![
         Provoked {
             span: r#"… at bind-policy: bind host "0.0.0.0" is not loopback"#,
@@ -184,26 +192,12 @@ fn the_operator_guides_start_up_failures_are_what_the_daemon_prints() {
         Provoked {
             span: r#"… at plugins: plugin …/libworldd_git.so: the plugin rejected its config: git config: "stateDir" must be an absolute path, not "…""#,
             names: vec![],
-            args: s(&[
-                "--plugin-dir",
-                &git,
-                "--plugin-config",
-                "git.stateDir=relative",
-                "--plugin-config",
-                "git.author=Ada Lovelace <ada@example.com>",
-            ]),
+            args: relative_git_state.clone(),
         },
         Provoked {
             span: "… at plugins: plugin FILE: the plugin rejected its config: …",
             names: vec![("FILE", format!("{git}/libworldd_git.so"))],
-            args: s(&[
-                "--plugin-dir",
-                &git,
-                "--plugin-config",
-                "git.stateDir=relative",
-                "--plugin-config",
-                "git.author=Ada Lovelace <ada@example.com>",
-            ]),
+            args: relative_git_state.clone(),
         },
         Provoked {
             span: "… at plugins: plugin FILE: effect E is already claimed by OTHER",
@@ -307,8 +301,7 @@ fn the_operator_guides_start_up_failures_are_what_the_daemon_prints() {
         let stderr = String::from_utf8_lossy(&out.stderr);
         let last = stderr
             .lines()
-            .filter(|l| l.starts_with("worldd: "))
-            .last()
+            .rfind(|l| l.starts_with("worldd: "))
             .unwrap_or("");
         if out.status.code() != Some(2) || !transcript::matches(&[line.clone()], &[last]) {
             wrong.push(format!(
@@ -619,7 +612,7 @@ fn the_operator_guides_log_lines_are_what_the_daemon_logs() {
         };
         if !lines
             .iter()
-            .any(|l| transcript::matches(&[pattern.clone()], &[l]))
+            .any(|l| transcript::matches(std::slice::from_ref(&pattern), &[l]))
         {
             wrong.push(format!("{} {:?} (as {pattern:?})", case.level, case.span));
         }
