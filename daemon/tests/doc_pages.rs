@@ -85,7 +85,7 @@ fn with_prose(text: &str) -> Vec<Prosed> {
 
 /// The text of the plan language page under the heading `title`.
 fn plan_language_section(title: &str) -> String {
-    let page = std::fs::read_to_string(repo().join("docs/plan-language.md")).unwrap();
+    let page = transcript::page("docs/plan-language.md");
     transcript::section(&page, title).to_owned()
 }
 
@@ -222,7 +222,7 @@ fn ailang_runs_annotated_arguments_and_refusals_are_the_shipped_tools() {
 // docs/data-model.md
 
 fn data_model_page() -> String {
-    std::fs::read_to_string(repo().join("docs/data-model.md")).unwrap()
+    transcript::page("docs/data-model.md")
 }
 
 fn sha256(bytes: &[u8]) -> String {

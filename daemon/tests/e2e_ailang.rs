@@ -6,6 +6,10 @@
 //! `cargo build --workspace`) before `cargo test -p worldd --test e2e_ailang`.
 
 mod common;
+// The executed-docs reader, for the page this file holds to the plugin.
+#[allow(dead_code)]
+#[path = "common/transcript.rs"]
+mod transcript;
 
 use std::path::{Path, PathBuf};
 
@@ -480,10 +484,7 @@ fn without_tool_ailang_bin_the_plugin_declines_and_its_tools_are_refused_by_r8()
 /// entry, an unknown key, the decline) are what the daemon says.
 #[test]
 fn the_ailang_page_is_what_the_plugin_writes_and_says() {
-    let page = std::fs::read_to_string(
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/plugins/ailang.md"),
-    )
-    .unwrap();
+    let page = transcript::page("docs/plugins/ailang.md");
     let toml_blocks: Vec<String> = page
         .split("```toml\n")
         .skip(1)

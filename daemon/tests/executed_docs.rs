@@ -163,7 +163,7 @@ impl Stage {
 
     /// Run every block of the page in order; panic at the first transcript that differs.
     fn run_page(mut self, page: &str) {
-        let text = std::fs::read_to_string(repo_root().join(page)).unwrap();
+        let text = transcript::page(page);
         let real = self.daemon.addr.as_str();
         let mut ran = 0;
         for block in transcript::blocks(&text) {

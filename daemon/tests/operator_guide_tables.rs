@@ -2,7 +2,8 @@
 //! start-up failures, each caused, must be the lines the daemon prints; its settings tables must
 //! name exactly the keys `[serve]`, `[server]` and `[limits]` accept and flags `worldd serve`
 //! takes; its metrics table must be exactly the families `GET /v1/metrics` exports; the log
-//! lines it lists that a test can cause must be lines the daemon logs. A setting,
+//! lines it lists that a test can cause must be lines the daemon logs; its example of an
+//! unknown key and its example configuration must be what the daemon prints and takes. A setting,
 //! metric or message changed in the code fails here until `docs/operators.md` says so. The page
 //! is read with the executed-docs reader (`common/transcript.rs`).
 
@@ -12,14 +13,21 @@ mod common;
 mod transcript;
 
 use std::collections::BTreeSet;
-use std::path::PathBuf;
 use std::process::Command;
 
 use common::*;
 
 fn operator_guide() -> String {
-    let page = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../docs/operators.md");
-    std::fs::read_to_string(page).unwrap()
+    transcript::page("docs/operators.md")
+}
+
+/// `line` with each of a row's placeholders replaced by what it stands for here; a placeholder
+/// the row (`span`) does not hold is the test's mistake.
+fn named(line: &str, span: &str, names: &[(&'static str, String)]) -> String {
+    names.iter().fold(line.to_owned(), |line, (name, value)| {
+        assert!(line.contains(name), "{name:?} is not in {span:?}");
+        line.replace(name, value)
+    })
 }
 
 /// One way to cause a row of the start-up failures table.
@@ -269,17 +277,14 @@ fn the_operator_guides_start_up_failures_are_what_the_daemon_prints() {
             case.span
         );
         // `… at STAGE: …` is the whole line; a span without its stage is the line's end.
-        let mut line = match case.span.strip_prefix("… at ") {
+        let line = match case.span.strip_prefix("… at ") {
             Some(rest) => format!("worldd: daemon startup failed at {rest}"),
             None if case.span.starts_with('…') => {
                 format!("worldd: daemon startup failed at {}", case.span)
             }
             None => format!("worldd: daemon startup failed at …{}", case.span),
         };
-        for (name, value) in &case.names {
-            assert!(line.contains(name), "{name:?} is not in {:?}", case.span);
-            line = line.replace(name, value);
-        }
+        let line = named(&line, case.span, &case.names);
         let cwd = tempfile::tempdir().unwrap();
         let mut args = case.args.clone();
         if !args.contains(&"--bind".to_owned()) {
@@ -303,7 +308,9 @@ fn the_operator_guides_start_up_failures_are_what_the_daemon_prints() {
             .lines()
             .rfind(|l| l.starts_with("worldd: "))
             .unwrap_or("");
-        if out.status.code() != Some(2) || !transcript::matches(&[line.clone()], &[last]) {
+        if out.status.code() != Some(2)
+            || !transcript::matches(std::slice::from_ref(&line), &[last])
+        {
             wrong.push(format!(
                 "{:?}\n  expected (exit 2): {line}\n  printed (exit {:?}): {}",
                 case.span,
@@ -600,11 +607,7 @@ fn the_operator_guides_log_lines_are_what_the_daemon_logs() {
             case.level,
             case.span
         );
-        let mut line = case.span.to_owned();
-        for (name, value) in &case.names {
-            assert!(line.contains(name), "{name:?} is not in {:?}", case.span);
-            line = line.replace(name, value);
-        }
+        let line = named(case.span, case.span, &case.names);
         // The level, then the line; a line the table starts with `…` may start anyhow.
         let pattern = match line.strip_prefix('…') {
             Some(rest) => format!("…{} …{rest}", case.level),
@@ -625,5 +628,83 @@ fn the_operator_guides_log_lines_are_what_the_daemon_logs() {
     eprintln!(
         "{} of the table's lines caused and found in the log",
         cases.len()
+    );
+}
+
+/// The operator guide's example of an unknown `[serve]` key is the daemon's own message, word
+/// for word: the list of keys it names cannot fall behind the keys the daemon takes.
+#[test]
+fn the_operator_guides_unknown_key_example_is_what_the_daemon_prints() {
+    let guide = operator_guide();
+    let start = guide
+        .find("  worldd: daemon startup failed at config: world.toml: TOML parse error")
+        .expect("the guide's example");
+    let example: Vec<&str> = guide[start..]
+        .lines()
+        .take_while(|l| !l.trim_start().starts_with("```"))
+        .map(|l| l.strip_prefix("  ").unwrap_or(l))
+        .collect();
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("world.toml");
+    std::fs::write(&config, "[serve]\nfoo = 1\n").unwrap();
+    let out = Command::new(WORLDD)
+        .arg("serve")
+        .arg("--config")
+        .arg(&config)
+        .current_dir(dir.path())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let printed: Vec<&str> = stderr.trim_end().lines().collect();
+    // The message names the file as it was given; the guide calls it world.toml.
+    let printed: Vec<String> = printed
+        .iter()
+        .map(|l| l.replace(&config.display().to_string(), "world.toml"))
+        .collect();
+    assert_eq!(printed, example, "{stderr}");
+}
+
+/// The operator guide's short configuration (its one `toml` block) is one the daemon takes:
+/// `worldd handlers --config` reads it as `serve` would, `[serve]` and `[limits]` keys and every
+/// `[plugins.NAME]` table checked against the shipped plugins' schemas, and finds no problem.
+#[test]
+fn the_operator_guides_example_configuration_is_accepted_as_written() {
+    let guide = operator_guide();
+    let mut blocks = guide.split("```toml\n").skip(1);
+    let block = blocks.next().expect("the guide's configuration");
+    assert!(blocks.next().is_none(), "the guide has one toml block");
+    let config_text = &block[..block.find("```").unwrap()];
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("world.toml");
+    std::fs::write(&config, config_text).unwrap();
+    let plugins = plugin_dir_with(
+        dir.path(),
+        &[
+            "worldd_workspace",
+            "worldd_ailang",
+            "worldd_git",
+            "worldd_registry",
+        ],
+    );
+    let (code, out, err) = worldd(
+        &[
+            "handlers",
+            "--plugin-dir",
+            path_str(&plugins),
+            "--config",
+            path_str(&config),
+        ],
+        None,
+    );
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(!out.contains("problem:"), "{out}");
+    // The three handlers it names are the ones listed, with the guide's settings.
+    for name in ["workspace 0.1.0", "git 0.1.0", "registry 0.1.0"] {
+        assert!(out.contains(name), "{name}: {out}");
+    }
+    assert!(
+        out.contains(r#""author":"World Agent <agent@example.com>""#),
+        "{out}"
     );
 }

@@ -834,7 +834,7 @@ fn json_like(expected: &Value, actual: &Value) -> bool {
 /// were it to drift from the kit, this would fail where a reader would.
 #[test]
 fn the_handler_author_guides_plugin_builds_and_answers_as_the_guide_says() {
-    let page = std::fs::read_to_string(repo_root().join("docs/handler-authors.md")).unwrap();
+    let page = transcript::page("docs/handler-authors.md");
 
     let title = "## 1. A minimal plugin";
     let (_, blocks) = section_blocks(&page, title);

@@ -35,6 +35,15 @@ pub struct Block {
     pub body: Vec<String>,
 }
 
+/// The text of a page of this repository, by its path from the repository's root
+/// (`docs/operators.md`).
+pub fn page(relative: &str) -> String {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("..")
+        .join(relative);
+    std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
 /// The fenced blocks of a Markdown text. A block indented under a list item loses its fence's
 /// indentation from every line, as Markdown renders it.
 pub fn blocks(markdown: &str) -> Vec<Block> {
