@@ -69,10 +69,10 @@ pub enum Refused<E> {
 /// `bytes` parsed by `parse` ([`parse`] for MCP, [`parse_strict`] for A2A), what the parse
 /// builds counted against `share` in the body budget until the share is dropped. The values
 /// are counted with one scan ([`crate::json_scan::values`]) and taken from the budget
-/// ([`BodyShare::hold_parsed`]) before `parse` builds them, so that a refusal for want of room costs a scan, not a parse. At most
-/// `[limits] json_values` values are counted: the parse stops one past them, and which error
-/// a body gets (not JSON, nested too deep, too many values) is the parse's, in the order its
-/// bytes come.
+/// ([`BodyShare::hold_parsed`]) before `parse` builds them, so that a refusal for want of room
+/// costs a scan, not a parse. At most `[limits] json_values` values are counted: the parse
+/// stops one past them, and which error a body gets (not JSON, nested too deep, too many
+/// values) is the parse's, in the order its bytes come.
 pub fn held<E>(
     state: &AppState,
     headers: &HeaderMap,
