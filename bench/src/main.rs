@@ -140,7 +140,7 @@ fn run(args: Args) -> Result<(), String> {
     }
     let dirs = Dirs::locate()?;
     if !args.no_build {
-        build(&dirs.workspace, args.attacks)?;
+        build(&dirs.workspace, &dirs.target, args.attacks)?;
     }
     if let Some(dir) = &args.cpu_groups {
         daemon::split_cpu_groups(dir)?;
@@ -825,10 +825,22 @@ fn write_results(args: &Args, target: &Path, results: &Value) -> Result<(), Stri
 /// `--attacks`: every attack on a fresh daemon; prints the table, writes the JSON.
 fn run_attacks(args: &Args, release: &Path, target: &Path) -> Result<(), String> {
     let worldd = release.join("worldd");
-    if !release.join("libworldd_stall.so").exists() {
-        return Err(
-            "libworldd_stall.so missing: run `cargo build --release -p worldd-stall-plugin`".into(),
-        );
+    let stall = stall_library(target);
+    if !stall.exists() {
+        return Err(format!(
+            "{} missing: run `cargo build --release --manifest-path {STALL_MANIFEST} --target-dir target/fixtures`",
+            stall.display()
+        ));
+    }
+    let run_dir = RunDir::under(tmp_root(args, target), "attacks", args.keep)?;
+    // The attacked daemons load the workspace plugin and the test plugin from a directory of
+    // their own: the test plugin is never put where `worldd serve` looks by default.
+    let plugin_dir = run_dir.path.join("plugins");
+    std::fs::create_dir_all(&plugin_dir).map_err(|e| format!("{}: {e}", plugin_dir.display()))?;
+    for lib in [release.join("libworldd_workspace.so"), stall] {
+        let to = plugin_dir.join(lib.file_name().unwrap_or_default());
+        std::fs::copy(&lib, &to)
+            .map_err(|e| format!("{} -> {}: {e}", lib.display(), to.display()))?;
     }
     let run_dir = RunDir::under(tmp_root(args, target), "attacks", args.keep)?;
     let dir = &run_dir.path;
@@ -849,7 +861,7 @@ fn run_attacks(args: &Args, release: &Path, target: &Path) -> Result<(), String>
     let log = args.daemon_log.as_deref().or(Some("warn"));
     let rows = attacks::run_all(
         &worldd,
-        release,
+        &plugin_dir,
         dir,
         log,
         measure,
@@ -872,18 +884,41 @@ fn run_attacks(args: &Args, release: &Path, target: &Path) -> Result<(), String>
     Ok(())
 }
 
-fn build(workspace: &Path, attacks: bool) -> Result<(), String> {
-    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-    let mut packages = vec!["-p", "worldd", "-p", "worldd-handler-workspace"];
+/// The test plugin that hangs on request, built on its own (outside the workspace, as the
+/// tests' fixtures are) so that no build of the workspace puts it beside the shipped plugins.
+const STALL_MANIFEST: &str = "tests/fixtures/stall-plugin/Cargo.toml";
+
+/// Where [`build`] leaves the test plugin: `<target>/fixtures/release`.
+fn stall_library(target: &Path) -> PathBuf {
+    target
+        .join("fixtures")
+        .join("release")
+        .join("libworldd_stall.so")
+}
+
+fn build(workspace: &Path, target: &Path, attacks: bool) -> Result<(), String> {
+    let packages = ["-p", "worldd", "-p", "worldd-handler-workspace"];
+    cargo(workspace, &packages)?;
     if attacks {
-        packages.extend(["-p", "worldd-stall-plugin"]);
+        let fixtures = target.join("fixtures");
+        let fixtures = fixtures.to_string_lossy();
+        cargo(
+            workspace,
+            &["--manifest-path", STALL_MANIFEST, "--target-dir", &fixtures],
+        )?;
     }
-    eprintln!("worldd-bench: cargo build --release {}", packages.join(" "));
+    Ok(())
+}
+
+/// `cargo build --release ARGS` in the workspace.
+fn cargo(workspace: &Path, args: &[&str]) -> Result<(), String> {
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    eprintln!("worldd-bench: cargo build --release {}", args.join(" "));
     let status = Command::new(cargo)
         .current_dir(workspace)
         .arg("build")
         .arg("--release")
-        .args(&packages)
+        .args(args)
         .status()
         .map_err(|e| format!("cargo: {e}"))?;
     if status.success() {

@@ -343,6 +343,34 @@ fn a_daemon_with_no_plugin_says_so() {
     );
 }
 
+/// `worldd serve` with no `--plugin-dir` loads every library beside its executable: after a
+/// build and a test run, the shipped plugins and nothing else. The test plugin that hangs on
+/// request (`tests/fixtures/stall-plugin`) once sat there as a workspace member, so that a
+/// `cargo test`, or `worldd-bench --attacks` in `target/release`, left its tools in every
+/// default daemon's `tools/list`.
+#[test]
+fn a_build_leaves_no_test_plugin_where_serve_looks_by_default() {
+    let (code, out, err) = worldd(&["handlers"], None);
+    assert_eq!(code, 0, "{out}{err}");
+    let dir = Path::new(WORLDD).parent().unwrap();
+    assert!(
+        out.starts_with(&format!("plugin directory {}\n", dir.display())),
+        "{out}"
+    );
+    let loaded: Vec<&str> = out
+        .lines()
+        .filter(|l| l.contains(" (abi ") && !l.starts_with(' '))
+        .map(|l| l.split(' ').next().unwrap())
+        .collect();
+    assert_eq!(
+        loaded,
+        ["ailang", "git", "registry", "workspace"],
+        "{} holds a library that is not a shipped plugin (one left by an older build? remove \
+         it):\n{out}",
+        dir.display()
+    );
+}
+
 #[test]
 fn quickstart_on_a_taken_port_creates_nothing() {
     let holder = std::net::TcpListener::bind("127.0.0.1:0").unwrap();

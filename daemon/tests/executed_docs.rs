@@ -32,13 +32,6 @@ struct Stage {
     env: Vec<(String, String)>,
 }
 
-fn repo_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .unwrap()
-        .to_path_buf()
-}
-
 impl Stage {
     fn new() -> Stage {
         let dir = tempfile::tempdir().unwrap();

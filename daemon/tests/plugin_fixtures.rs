@@ -8,9 +8,8 @@
 //! - `tests/fixtures/incompatible-plugin` is built against a scratch copy of `handler-api` whose
 //!   package version is moved to the next `0.y` minor: the daemon must refuse it with one line.
 //!
-//! The fixtures are built once per test binary (one `OnceLock` each, one build at a time) with
-//! `cargo build --manifest-path … --target-dir <target>/fixtures`: a target directory of their
-//! own, because the `cargo test` running us holds the lock on the main one.
+//! The fixtures are built once per test process (one `OnceLock` each, one build at a time) with
+//! `cargo build --manifest-path … --target-dir <target>/fixtures` (`common/fixtures.rs`).
 
 mod common;
 // The executed-docs runner: the guide's commands run on a terminal, as a person runs them.
@@ -20,10 +19,11 @@ mod transcript;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::sync::{Mutex, OnceLock};
+use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
 use base64::Engine;
+use common::fixtures::{cargo_build, echo_library, fixtures_target, library_file, share_echo_lock};
 use common::*;
 use serde_json::{json, Value};
 use sha2::Digest;
@@ -33,74 +33,6 @@ const R8: &str = "transition declares an effect this daemon has no handler for";
 
 // -------------------------------------------------------------------------------------------
 // Building the fixtures.
-
-/// The worldd checkout (the parent of `daemon/`).
-fn repo_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .unwrap()
-        .to_path_buf()
-}
-
-/// `<target>/fixtures`, next to `<target>/debug` (found from this test executable).
-fn fixtures_target() -> PathBuf {
-    target_dir().parent().unwrap().join("fixtures")
-}
-
-fn library_file(lib: &str) -> String {
-    format!(
-        "{}{lib}{}",
-        std::env::consts::DLL_PREFIX,
-        std::env::consts::DLL_SUFFIX
-    )
-}
-
-/// One fixture build at a time (cargo would serialise them on its lock anyway).
-static BUILD: Mutex<()> = Mutex::new(());
-
-/// `cargo build --manifest-path MANIFEST --target-dir <target>/fixtures`; returns the cdylib.
-fn cargo_build(manifest: &Path, lib: &str) -> PathBuf {
-    let _one_at_a_time = BUILD.lock().unwrap_or_else(|p| p.into_inner());
-    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| env!("CARGO").into());
-    let target = fixtures_target();
-    let started = Instant::now();
-    let out = Command::new(cargo)
-        .arg("build")
-        .arg("--manifest-path")
-        .arg(manifest)
-        .arg("--target-dir")
-        .arg(&target)
-        .env("CARGO_TERM_COLOR", "never")
-        .env_remove("CARGO_TARGET_DIR")
-        .env_remove("CARGO_BUILD_TARGET_DIR")
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "cargo build --manifest-path {} failed:\n{}",
-        manifest.display(),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    eprintln!(
-        "built fixture {} in {:.1}s",
-        manifest.display(),
-        started.elapsed().as_secs_f64()
-    );
-    let path = target.join("debug").join(library_file(lib));
-    assert!(path.is_file(), "{} was not built", path.display());
-    path
-}
-
-/// The echo plugin, built in place from `tests/fixtures/echo-plugin`.
-fn echo_library() -> &'static Path {
-    static LIB: OnceLock<PathBuf> = OnceLock::new();
-    LIB.get_or_init(|| {
-        cargo_build(
-            &repo_root().join("tests/fixtures/echo-plugin/Cargo.toml"),
-            "worldd_echo",
-        )
-    })
-}
 
 /// The incompatible plugin and the versions the refusal names.
 struct Incompatible {
@@ -173,24 +105,6 @@ fn incompatible_plugin() -> &'static Incompatible {
             found,
         }
     })
-}
-
-/// Give the crate in `dir` the echo plugin's lock file (when it has none), so that every
-/// fixture resolves the same abi_stable, serde, … and shares their compiled artifacts in
-/// <target>/fixtures.
-fn share_echo_lock(dir: &Path) {
-    let lock = dir.join("Cargo.lock");
-    if lock.exists() {
-        return;
-    }
-    let root = repo_root();
-    let echo_lock = root.join("tests/fixtures/echo-plugin/Cargo.lock");
-    let from = if echo_lock.exists() {
-        echo_lock
-    } else {
-        root.join("Cargo.lock")
-    };
-    std::fs::copy(from, &lock).unwrap();
 }
 
 fn read_toml(path: &Path) -> toml::Table {

@@ -18,15 +18,10 @@ use std::sync::OnceLock;
 
 use sha2::{Digest, Sha256};
 
+use super::repo_root;
+
 /// Set (to anything but `0`) by `.ci/run`: a test that needs Node fails instead of skipping.
 pub const REQUIRE_NODE_ENV: &str = "WORLDD_TESTS_REQUIRE_NODE";
-
-fn repo_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .unwrap()
-        .to_path_buf()
-}
 
 fn cache_root() -> PathBuf {
     super::target_dir().parent().unwrap().join("test-clients")

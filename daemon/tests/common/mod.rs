@@ -11,6 +11,7 @@ use std::time::Duration;
 use serde_json::Value;
 
 pub mod clients;
+pub mod fixtures;
 
 pub const WORLDD: &str = env!("CARGO_BIN_EXE_worldd");
 
@@ -20,8 +21,20 @@ pub fn target_dir() -> PathBuf {
     exe.parent().unwrap().parent().unwrap().to_path_buf()
 }
 
-/// Find a built plugin library by its lib name (e.g. `worldd_workspace`).
+/// The worldd checkout (the parent of `daemon/`).
+pub fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap()
+        .to_path_buf()
+}
+
+/// Find a built plugin library by its lib name (e.g. `worldd_workspace`). The test plugin
+/// `worldd_stall` is a fixture built on its own ([`fixtures::stall_library`]).
 pub fn plugin_library(name: &str) -> PathBuf {
+    if name == "worldd_stall" {
+        return fixtures::stall_library().to_path_buf();
+    }
     let file = format!("lib{name}.so");
     let dir = target_dir();
     for candidate in [dir.join(&file), dir.join("deps").join(&file)] {
