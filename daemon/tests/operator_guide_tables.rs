@@ -13,6 +13,7 @@ mod common;
 mod transcript;
 
 use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use common::*;
@@ -232,6 +233,45 @@ fn the_operator_guides_start_up_failures_are_what_the_daemon_prints() {
             args: s(&["--bind", &format!("127.0.0.1:{taken_port}")]),
         },
     ];
+    // Plugins built on their own: one against another handler-api, one shipping a tool
+    // document that is no valid transition.
+    let foreign = plugins("p-foreign", &[]);
+    let foreign_lib = copied(fixtures::incompatible_plugin().library.as_path(), &foreign);
+    cases.push(Provoked {
+        span: "… at plugins: plugin FILE: incompatible ABI: …",
+        names: vec![("FILE", foreign_lib)],
+        args: s(&["--plugin-dir", &foreign]),
+    });
+    let broken = plugins("p-broken-tool", &[]);
+    let broken_lib = copied(fixtures::broken_tool_library(), &broken);
+    cases.push(Provoked {
+        span: "… at plugins: plugin FILE: shipped transition: …",
+        names: vec![("FILE", broken_lib)],
+        args: s(&["--plugin-dir", &broken]),
+    });
+    // Stores the daemon will not open: another schema, and a schema-1 store it would migrate
+    // while another process has it open, or whose head lags its log.
+    let other_schema = d.join("other-schema");
+    store_of_schema(&other_schema, "99");
+    cases.push(Provoked {
+        span: "… at store-open: store schema version …",
+        names: vec![],
+        args: s(&["--db", &other_schema.display().to_string()]),
+    });
+    let held = schema_1_copy(&d.join("held"));
+    let _holder = hold_open(&held);
+    cases.push(Provoked {
+        span: "… at store-open: store DIR uses schema 1 and another process has it open; …",
+        names: vec![("DIR", held.display().to_string())],
+        args: s(&["--db", &held.display().to_string()]),
+    });
+    let damaged = schema_1_copy(&d.join("damaged"));
+    lag_head(&damaged);
+    cases.push(Provoked {
+        span: "… at store-open: store is damaged: cannot migrate this schema-1 store: …",
+        names: vec![],
+        args: s(&["--db", &damaged.display().to_string()]),
+    });
     // A real shared library that is no plugin, where the system has one.
     if let Some(libm) = [
         "/lib/x86_64-linux-gnu/libm.so.6",
@@ -293,14 +333,13 @@ fn the_operator_guides_start_up_failures_are_what_the_daemon_prints() {
         if !args.contains(&"--plugin-dir".to_owned()) {
             args.extend(s(&["--plugin-dir", &workspace]));
         }
-        let out = Command::new(WORLDD)
-            .arg("serve")
-            .args(&args)
-            .current_dir(cwd.path())
-            .env("WORLDD_LOG", "warn")
-            .stdin(std::process::Stdio::null())
-            .output()
-            .unwrap();
+        let out = refused_start(
+            Command::new(WORLDD)
+                .arg("serve")
+                .args(&args)
+                .current_dir(cwd.path())
+                .env("WORLDD_LOG", "warn"),
+        );
         // The failure's own line: log lines before it start with their time, and a TOML
         // error's excerpt of the file follows it.
         let stderr = String::from_utf8_lossy(&out.stderr);
@@ -330,6 +369,116 @@ fn the_operator_guides_start_up_failures_are_what_the_daemon_prints() {
         "{} of the table's {spans} lines caused and matched",
         cases.len()
     );
+}
+
+/// Run `serve`, which must stop at start-up: a daemon still running after 30 s has started,
+/// and is stopped and reported as such (exit `None`) instead of keeping the test waiting.
+fn refused_start(cmd: &mut Command) -> std::process::Output {
+    use std::process::Stdio;
+    let mut child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while child.try_wait().unwrap().is_none() {
+        if std::time::Instant::now() > until {
+            let _ = child.kill();
+            let mut out = child.wait_with_output().unwrap();
+            out.stderr
+                .extend_from_slice(b"\n(still serving after 30 s: it started)");
+            return out;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    child.wait_with_output().unwrap()
+}
+
+/// `lib` copied into `dir`; its path there.
+fn copied(lib: &Path, dir: &str) -> String {
+    let to = Path::new(dir).join(lib.file_name().unwrap());
+    std::fs::copy(lib, &to).unwrap();
+    to.display().to_string()
+}
+
+/// The schema-1 store broker-core's migration tests keep, copied to `db`.
+fn schema_1_copy(db: &Path) -> PathBuf {
+    std::fs::create_dir_all(db).unwrap();
+    let fixture = repo_root().join("broker-core/tests/fixtures/store-v1/data.mdb");
+    std::fs::copy(fixture, db.join("data.mdb")).unwrap();
+    db.to_path_buf()
+}
+
+/// Run `f` on a raw LMDB write transaction of the store at `db`, with its table `name`.
+fn with_table(db: &Path, name: &str, f: impl FnOnce(&mut heed::RwTxn, RawTable)) {
+    std::fs::create_dir_all(db).unwrap();
+    // SAFETY: no other handle on `db` is open in this process, and no daemon runs on it yet.
+    let env = unsafe { heed::EnvOpenOptions::new().max_dbs(32).open(db).unwrap() };
+    let table: RawTable = env
+        .create_databases_and_commit(env.write_txn().unwrap(), |dbo, wtxn| {
+            dbo.create_database(wtxn, Some(name))
+                .map(heed::CommitOrAbort::<_, ()>::Commit)
+        })
+        .unwrap()
+        .unwrap_commit();
+    let mut wtxn = env.write_txn().unwrap();
+    f(&mut wtxn, table);
+    wtxn.commit().unwrap();
+    env.prepare_for_closing().wait();
+}
+
+type RawTable = heed::Database<'static, heed::types::Bytes, heed::types::Bytes>;
+
+/// A store whose meta table says it is of schema `version` and holds nothing else.
+fn store_of_schema(db: &Path, version: &str) {
+    with_table(db, "meta", |wtxn, meta| {
+        meta.put(wtxn, b"schema_version", version.as_bytes())
+            .unwrap()
+    });
+}
+
+/// Point the schema-1 store's head at its first world, behind the log's last entry.
+fn lag_head(db: &Path) {
+    let expected: serde_json::Value = serde_json::from_slice(
+        &std::fs::read(repo_root().join("broker-core/tests/fixtures/store-v1/expected.json"))
+            .unwrap(),
+    )
+    .unwrap();
+    let first = expected["entries"][0]["worldRef"].as_str().unwrap();
+    let first = hex::decode(first.strip_prefix("sha256:").unwrap()).unwrap();
+    with_table(db, "heads", |wtxn, heads| {
+        heads.put(wtxn, b"selected", &first).unwrap()
+    });
+}
+
+/// Hold the store at `db` open as any process with its LMDB environment open does: a read
+/// lock on the first byte of `lock.mdb`, held until the returned file is dropped. (This test
+/// process never opens the environment itself, so the daemon, another process, sees the lock.)
+fn hold_open(db: &Path) -> std::fs::File {
+    use std::os::fd::AsRawFd;
+    // lock.mdb made by LMDB itself: the environment opened and closed again.
+    {
+        // SAFETY: no other handle on `db` is open in this process, and no daemon runs on it.
+        let env = unsafe { heed::EnvOpenOptions::new().max_dbs(32).open(db).unwrap() };
+        env.prepare_for_closing().wait();
+    }
+    let lock = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(db.join("lock.mdb"))
+        .unwrap();
+    // SAFETY: `flock` is a plain C struct for which all-zero is a valid value.
+    let mut l: libc::flock = unsafe { std::mem::zeroed() };
+    l.l_type = libc::F_RDLCK as libc::c_short;
+    l.l_whence = libc::SEEK_SET as libc::c_short;
+    l.l_len = 1;
+    // SAFETY: `lock` is open for the call, and `l` a valid `flock` F_SETLK only reads.
+    assert_eq!(
+        unsafe { libc::fcntl(lock.as_raw_fd(), libc::F_SETLK, &l) },
+        0
+    );
+    lock
 }
 
 /// The keys `[table]` of the config file accepts, as the daemon lists them when it refuses one

@@ -100,3 +100,233 @@ pub fn stall_library() -> &'static Path {
     static LIB: OnceLock<PathBuf> = OnceLock::new();
     built(&LIB, "stall-plugin", "worldd_stall")
 }
+
+/// The incompatible plugin and the versions the refusal names.
+pub struct Incompatible {
+    pub library: PathBuf,
+    /// handler-api's version, which the daemon is built against.
+    pub expected: String,
+    /// The version of the copy the plugin is built against.
+    pub found: String,
+}
+
+/// Build `tests/fixtures/incompatible-plugin` against a copy of `handler-api/` whose package
+/// version is moved to the next `0.y` minor.
+///
+/// Both copies live in `<target>/fixtures/incompatible-src/` (scratch space, never committed),
+/// rewritten only where their content changed so that warm runs rebuild nothing:
+/// - `handler-api/`: every file of `handler-api/` except `Cargo.toml`, which is rewritten with
+///   the workspace-inherited keys resolved from the root manifest, the new version, no
+///   dev-dependencies and an empty `[workspace]` table (it is built on its own);
+/// - `incompatible-plugin/`: the fixture, its `handler-api` dependency pointed at that copy.
+pub fn incompatible_plugin() -> &'static Incompatible {
+    static LIB: OnceLock<Incompatible> = OnceLock::new();
+    LIB.get_or_init(|| {
+        let root = repo_root();
+        let scratch = fixtures_target().join("incompatible-src");
+        let api_dir = root.join("handler-api");
+
+        let mut api = read_toml(&api_dir.join("Cargo.toml"));
+        let workspace = read_toml(&root.join("Cargo.toml"))
+            .get("workspace")
+            .and_then(toml::Value::as_table)
+            .cloned()
+            .expect("the root Cargo.toml has a [workspace] table");
+        resolve_inherited(&mut api, &workspace, &root, &api_dir);
+        let package = api["package"].as_table_mut().unwrap();
+        let expected = package["version"].as_str().unwrap().to_owned();
+        let found = next_minor(&expected);
+        package.insert("version".into(), toml::Value::String(found.clone()));
+        api.remove("dev-dependencies");
+        api.insert("workspace".into(), toml::Value::Table(toml::Table::new()));
+        let api_copy = scratch.join("handler-api");
+        sync_dir(&api_dir, &api_copy);
+        write_if_changed(
+            &api_copy.join("Cargo.toml"),
+            toml::to_string(&api).unwrap().as_bytes(),
+        );
+
+        let fixture_dir = root.join("tests/fixtures/incompatible-plugin");
+        let mut fixture = read_toml(&fixture_dir.join("Cargo.toml"));
+        fixture["dependencies"]
+            .as_table_mut()
+            .expect("the fixture has [dependencies]")
+            .insert(
+                "handler-api".into(),
+                toml::Value::Table(toml::Table::from_iter([(
+                    "path".to_owned(),
+                    toml::Value::String("../handler-api".into()),
+                )])),
+            );
+        let fixture_copy = scratch.join("incompatible-plugin");
+        sync_dir(&fixture_dir, &fixture_copy);
+        write_if_changed(
+            &fixture_copy.join("Cargo.toml"),
+            toml::to_string(&fixture).unwrap().as_bytes(),
+        );
+        share_echo_lock(&fixture_copy);
+        let library = cargo_build(&fixture_copy.join("Cargo.toml"), "worldd_incompatible");
+        Incompatible {
+            library,
+            expected,
+            found,
+        }
+    })
+}
+
+fn read_toml(path: &Path) -> toml::Table {
+    let text = std::fs::read_to_string(path)
+        .unwrap_or_else(|e| panic!("cannot read {}: {e}", path.display()));
+    toml::from_str(&text).unwrap_or_else(|e| panic!("{}: {e}", path.display()))
+}
+
+fn is_inherited(v: &toml::Value) -> bool {
+    v.get("workspace").and_then(toml::Value::as_bool) == Some(true)
+}
+
+/// Replace `key.workspace = true` in `[package]`, `[dependencies]`, `[build-dependencies]` and
+/// `[lints]` by the workspace's values, and make relative dependency paths absolute, so that
+/// the manifest builds outside the workspace.
+fn resolve_inherited(
+    manifest: &mut toml::Table,
+    workspace: &toml::Table,
+    root: &Path,
+    crate_dir: &Path,
+) {
+    let absolute = |dir: &Path, dep: &mut toml::Table| {
+        if let Some(toml::Value::String(p)) = dep.get("path") {
+            let p = dir.join(p).display().to_string();
+            dep.insert("path".into(), toml::Value::String(p));
+        }
+    };
+    if let Some(package) = manifest
+        .get_mut("package")
+        .and_then(toml::Value::as_table_mut)
+    {
+        for (key, value) in package.iter_mut() {
+            if is_inherited(value) {
+                *value = workspace["package"]
+                    .get(key)
+                    .unwrap_or_else(|| panic!("workspace.package.{key} is missing"))
+                    .clone();
+            }
+        }
+    }
+    for section in ["dependencies", "build-dependencies"] {
+        let Some(deps) = manifest
+            .get_mut(section)
+            .and_then(toml::Value::as_table_mut)
+        else {
+            continue;
+        };
+        for (name, dep) in deps.iter_mut() {
+            if !is_inherited(dep) {
+                if let Some(t) = dep.as_table_mut() {
+                    absolute(crate_dir, t);
+                }
+                continue;
+            }
+            let mut resolved = match workspace["dependencies"].get(name) {
+                Some(toml::Value::String(version)) => toml::Table::from_iter([(
+                    "version".to_owned(),
+                    toml::Value::String(version.clone()),
+                )]),
+                Some(toml::Value::Table(t)) => t.clone(),
+                _ => panic!("workspace.dependencies.{name} is missing"),
+            };
+            absolute(root, &mut resolved);
+            for (k, v) in dep.as_table().unwrap() {
+                match (k.as_str(), resolved.get_mut(k)) {
+                    ("workspace", _) => {}
+                    ("features", Some(toml::Value::Array(features))) => {
+                        features.extend(v.as_array().unwrap().iter().cloned())
+                    }
+                    _ => {
+                        resolved.insert(k.clone(), v.clone());
+                    }
+                }
+            }
+            *dep = toml::Value::Table(resolved);
+        }
+    }
+    if manifest.get("lints").is_some_and(is_inherited) {
+        match workspace.get("lints") {
+            Some(lints) => manifest.insert("lints".into(), lints.clone()),
+            None => manifest.remove("lints"),
+        };
+    }
+}
+
+/// The next incompatible version: `0.y.z` → `0.(y+1).0`, `x.y.z` → `(x+1).0.0`.
+fn next_minor(version: &str) -> String {
+    let mut parts = version.split(['.', '-', '+']).map(|p| p.parse::<u64>());
+    let (Some(Ok(major)), Some(Ok(minor))) = (parts.next(), parts.next()) else {
+        panic!("handler-api version {version:?} is not x.y.z");
+    };
+    if major == 0 {
+        format!("0.{}.0", minor + 1)
+    } else {
+        format!("{}.0.0", major + 1)
+    }
+}
+
+/// Copy `from` into `to` (files whose content changed only; no `Cargo.toml`, `Cargo.lock` or
+/// `target`).
+fn sync_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        let name = entry.file_name();
+        if ["Cargo.toml", "Cargo.lock", "target"].contains(&name.to_str().unwrap_or("")) {
+            continue;
+        }
+        let kind = entry.file_type().unwrap();
+        if kind.is_dir() {
+            sync_dir(&entry.path(), &to.join(&name));
+        } else if kind.is_file() {
+            write_if_changed(&to.join(&name), &std::fs::read(entry.path()).unwrap());
+        }
+    }
+}
+
+/// Cargo rebuilds what is newer than its last build: leave unchanged files alone.
+pub fn write_if_changed(path: &Path, bytes: &[u8]) {
+    if std::fs::read(path).ok().as_deref() != Some(bytes) {
+        std::fs::write(path, bytes).unwrap();
+    }
+}
+
+/// A copy of the echo plugin whose `echo-say` tool document is not a valid transition (its id
+/// has a space), built as `libworldd_broken_tool.so`: a plugin shipping an invalid tool, which
+/// the daemon refuses to start beside.
+///
+/// The copy lives in `<target>/fixtures/broken-tool-src/` (scratch space, rewritten only where
+/// its content changed), with its own package and library names so that its library never
+/// takes the echo plugin's place in `<target>/fixtures/debug`.
+pub fn broken_tool_library() -> &'static Path {
+    static LIB: OnceLock<PathBuf> = OnceLock::new();
+    LIB.get_or_init(|| {
+        let root = repo_root();
+        let echo = root.join("tests/fixtures/echo-plugin");
+        let copy = fixtures_target().join("broken-tool-src");
+        sync_dir(&echo, &copy);
+        let mut manifest = read_toml(&echo.join("Cargo.toml"));
+        manifest["package"]["name"] = toml::Value::String("worldd-handler-broken-tool".into());
+        manifest["lib"]["name"] = toml::Value::String("worldd_broken_tool".into());
+        manifest["dependencies"]["handler-kit"]["path"] =
+            toml::Value::String(root.join("handler-kit").display().to_string());
+        write_if_changed(
+            &copy.join("Cargo.toml"),
+            toml::to_string(&manifest).unwrap().as_bytes(),
+        );
+        let say = std::fs::read_to_string(echo.join("transitions/echo-say.json")).unwrap();
+        let broken = say.replacen(r#""id": "echo-say""#, r#""id": "echo say""#, 1);
+        assert_ne!(
+            broken, say,
+            "echo-say.json has no \"id\": \"echo-say\" to break"
+        );
+        write_if_changed(&copy.join("transitions/echo-say.json"), broken.as_bytes());
+        share_echo_lock(&copy);
+        cargo_build(&copy.join("Cargo.toml"), "worldd_broken_tool")
+    })
+}
