@@ -4,6 +4,8 @@
 
 mod common;
 
+use std::process::Command;
+
 use common::*;
 use serde_json::{json, Value};
 
@@ -277,6 +279,63 @@ fn a_full_disk_reads_disk_full_in_the_daemons_log() {
         "{log}"
     );
     assert!(!log.contains("store I/O error"), "{log}");
+}
+
+/// A disk that fills up while the daemon makes its store (LMDB's meta pages, the tables, the
+/// first sync) or publishes the shipped tools into it stops the start with "disk full" at
+/// whichever stage it stopped, never a bare I/O error: LMDB reports a write that stopped short
+/// as EIO, which the store took for "disk full" only in its writer's commits. A store made on
+/// a 16 KiB disk was refused with `store I/O error: Input/output error (os error 5)`.
+#[test]
+fn a_disk_that_fills_while_the_store_is_made_says_disk_full_wherever_it_stops() {
+    let plugins = tempfile::tempdir().unwrap();
+    let plugins = plugin_dir_with(plugins.path(), WS);
+    let mut stages = std::collections::BTreeSet::new();
+    let mut wrong = Vec::new();
+    for kib in (4..=64).step_by(4) {
+        let Some(fs) = Tmpfs::mount(kib << 10) else {
+            eprintln!("skipped: mounting a tmpfs needs root");
+            return;
+        };
+        let out = run_to_exit(
+            Command::new(WORLDD)
+                .arg("serve")
+                .arg("--db")
+                .arg(fs.dir.path().join("db"))
+                .arg("--workspace-root")
+                .arg(fs.dir.path().join("wt"))
+                .args(["--bind", "127.0.0.1:0", "--plugin-dir"])
+                .arg(&plugins)
+                .env("WORLDD_LOG", "warn"),
+            std::time::Duration::from_secs(30),
+        );
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        let last = stderr
+            .lines()
+            .rfind(|l| l.starts_with("worldd: "))
+            .unwrap_or("");
+        let stage = ["store-open", "registry-bootstrap"].into_iter().find(|stage| {
+            last.starts_with(&format!(
+                "worldd: daemon startup failed at {stage}: disk full: the store's filesystem has no space left ("
+            ))
+        });
+        match stage {
+            Some(stage) if out.status.code() == Some(2) => {
+                stages.insert(stage);
+            }
+            _ => wrong.push(format!(
+                "{kib} KiB: exit {:?}: {}",
+                out.status.code(),
+                stderr.trim_end()
+            )),
+        }
+    }
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+    assert_eq!(
+        stages.into_iter().collect::<Vec<_>>(),
+        ["registry-bootstrap", "store-open"],
+        "disks of 4 to 64 KiB stop the start at both stages"
+    );
 }
 
 #[test]

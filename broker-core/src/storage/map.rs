@@ -88,19 +88,9 @@ impl MapLock {
         Err(StoreError::MapResized)
     }
 
-    /// A failed commit. LMDB reports a write that stopped short as EIO, which is what a disk
-    /// that fills up mid-write produces: with (almost) nothing left on the filesystem, that is
-    /// "disk full", not an I/O fault.
+    /// A failed commit ([`write_error`]).
     pub(super) fn write_error(&self, e: heed::Error, map_size: usize) -> StoreError {
-        match e {
-            heed::Error::Io(io)
-                if io.raw_os_error() == Some(libc::EIO)
-                    && self.disk_free().is_some_and(|f| f < SHORT_WRITE_SLACK) =>
-            {
-                StoreError::DiskFull(format!("a write stopped short: {io}"))
-            }
-            other => StoreError::from_heed(other, map_size),
-        }
+        write_error(e, map_size, || self.disk_free())
     }
 
     /// Read the high-water mark and the free disk space into the gauge.
@@ -114,6 +104,26 @@ impl MapLock {
             Some(file) => capacity::disk_free_of(file),
             None => capacity::disk_free(&self.dir),
         }
+    }
+}
+
+/// A failed write to the store (a commit, a sync). LMDB reports a write that stopped short as
+/// EIO, which is what a disk that fills up mid-write produces: with (almost) nothing left on
+/// the filesystem (`free`, asked only then), that is "disk full", not an I/O fault. The writer's
+/// commits and the commits that create or open a store both meet it.
+pub(super) fn write_error(
+    e: heed::Error,
+    map_size: usize,
+    free: impl FnOnce() -> Option<u64>,
+) -> StoreError {
+    match e {
+        heed::Error::Io(io)
+            if io.raw_os_error() == Some(libc::EIO)
+                && free().is_some_and(|f| f < SHORT_WRITE_SLACK) =>
+        {
+            StoreError::DiskFull(format!("a write stopped short: {io}"))
+        }
+        other => StoreError::from_heed(other, map_size),
     }
 }
 

@@ -563,11 +563,12 @@ fn check_or_upgrade_version(
 /// stamps a `new` store with the layout's version.
 fn open_tables(
     env: &Env<WithoutTls>,
+    dir: &Path,
     layout: &'static Layout,
     new: bool,
     map_size: usize,
 ) -> Result<Arc<[RawDb]>, StoreError> {
-    let heed_err = |e| StoreError::from_heed(e, map_size);
+    let heed_err = |e| map::write_error(e, map_size, || crate::capacity::disk_free(dir));
     let wtxn = env.write_txn().map_err(heed_err)?;
     let dbs = env
         .create_databases_and_commit(wtxn, |dbo, wtxn| -> heed::Result<_> {
@@ -630,7 +631,7 @@ impl Store {
         let _ = env.clear_stale_readers();
 
         let new = check_or_upgrade_version(&env, layout, dir, shared, map_size)?;
-        let dbs = open_tables(&env, layout, new, map_size)?;
+        let dbs = open_tables(&env, dir, layout, new, map_size)?;
         Store::start(env, dbs, layout, dir, map_size, limits)
     }
 
@@ -652,7 +653,7 @@ impl Store {
         // another process's last commit may still wait for its meta page's sync (the daemon
         // leaves it to its syncing thread), and a sync by anyone flushes it.
         env.force_sync()
-            .map_err(|e| StoreError::from_heed(e, map_size))?;
+            .map_err(|e| map::write_error(e, map_size, || crate::capacity::disk_free(dir)))?;
         committed.mark_durable(env.info().last_txn_id);
         let waits = Arc::new(DurableWaits::default());
         let follow_wait = writer::follow_wait();

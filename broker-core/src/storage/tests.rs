@@ -173,6 +173,27 @@ fn enospc_and_edquot_read_disk_full_other_io_errors_do_not() {
     );
 }
 
+/// A write that stopped short (EIO) is a full disk only when the filesystem has (almost) no
+/// room left; with room, or when its room cannot be read, it is an I/O fault.
+#[test]
+fn a_short_write_is_disk_full_only_on_a_disk_without_room() {
+    let eio = || heed::Error::Io(std::io::Error::from_raw_os_error(libc::EIO));
+    assert_eq!(
+        map::write_error(eio(), 0, || Some(4096)).to_string(),
+        "disk full: the store's filesystem has no space left (a write stopped short: Input/output error (os error 5))"
+    );
+    assert_eq!(
+        map::write_error(eio(), 0, || Some(1 << 30)),
+        StoreError::Io("Input/output error (os error 5)".into())
+    );
+    assert_eq!(
+        map::write_error(eio(), 0, || None),
+        StoreError::Io("Input/output error (os error 5)".into())
+    );
+    let enospc = heed::Error::Io(std::io::Error::from_raw_os_error(libc::ENOSPC));
+    assert!(map::write_error(enospc, 0, || unreachable!("asked only for EIO")).is_disk_full());
+}
+
 /// A daemon's worth of concurrent readers (one per tokio blocking thread, 512, and more) fit;
 /// one past the slots is an error of its own, and a slot comes back when its reader ends.
 #[test]

@@ -342,6 +342,31 @@ impl Daemon {
     }
 }
 
+/// Run `cmd` to its exit, its output captured. A process still running after `within` (a
+/// daemon that started where it should have stopped) is killed, and its output returned with
+/// `(still running after N s: killed)` appended to its stderr, instead of keeping the test
+/// waiting.
+pub fn run_to_exit(cmd: &mut Command, within: Duration) -> std::process::Output {
+    let mut child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let until = std::time::Instant::now() + within;
+    while child.try_wait().unwrap().is_none() {
+        if std::time::Instant::now() > until {
+            let _ = child.kill();
+            let mut out = child.wait_with_output().unwrap();
+            let note = format!("\n(still running after {} s: killed)", within.as_secs());
+            out.stderr.extend_from_slice(note.as_bytes());
+            return out;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child.wait_with_output().unwrap()
+}
+
 /// A small tmpfs mounted on a temporary directory, unmounted on drop: a real filesystem that
 /// runs out of space. `None` when this process may not mount (not root).
 pub struct Tmpfs {
