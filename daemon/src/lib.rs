@@ -78,6 +78,7 @@ pub mod memory;
 pub mod metrics;
 pub mod operator_commit;
 pub mod outcome;
+pub mod plugin_image;
 pub mod plugin_log;
 mod plugin_request;
 pub mod plugins;

@@ -7,10 +7,12 @@
 //! plugin rejects, a transition document that does not validate — stops start-up with one line
 //! naming the file and the cause.
 //!
-//! Provenance names the exact build that ran an effect: each library is opened once, the
-//! sha256 is taken of the bytes read from that open file, and the dynamic loader is handed
-//! that same open file (`/proc/self/fd/N` on Linux), never the path again. Replacing the file
-//! at the path after it was hashed cannot swap the code that runs under the hash.
+//! Provenance names the exact build that ran an effect: each library is opened once, its bytes
+//! are copied into a sealed memory file and hashed as they are copied, and the dynamic loader
+//! is handed that copy (`/proc/self/fd/N`), never the path again (`plugin_image`). Neither
+//! replacing the file at the path nor rewriting it in place, before or after it was loaded,
+//! can change the code that runs under the hash. Where the system has no sealed memory files
+//! (not Linux), the loader maps the hashed file itself.
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
@@ -230,25 +232,45 @@ fn scan_one(path: &Path) -> Scanned {
 /// the bytes that were hashed.
 pub struct OpenedLibrary {
     path: PathBuf,
+    /// The sealed copy of the library's bytes, or (without one) the library's own open file.
     file: std::fs::File,
     file_ref: Ref,
 }
 
 impl OpenedLibrary {
-    /// Open `path` and hash the bytes read from the open file.
+    /// Open `path`, check who may write it, and copy its bytes into a sealed memory file,
+    /// hashing them on the way; without such files, hash the bytes read from the open file.
     pub fn open(path: &Path) -> Result<OpenedLibrary, PluginError> {
+        use crate::plugin_image::{self, ImageError};
         use sha2::Digest;
         let unreadable =
             |e: std::io::Error| PluginError::new(path, format!("cannot read the library: {e}"));
         let mut file = std::fs::File::open(path).map_err(unreadable)?;
-        // Of the open descriptor: the inode that is hashed and loaded.
+        // Of the open descriptor: the inode that is copied or loaded.
         writers::check_library(path, &file.metadata().map_err(unreadable)?)?;
-        let mut hasher = sha2::Sha256::new();
-        std::io::copy(&mut file, &mut hasher).map_err(unreadable)?;
+        let name = path.file_name().unwrap_or_default().to_string_lossy();
+        let (file, file_ref) = match plugin_image::sealed_copy(&name, &mut file) {
+            Ok(image) => (image.file, image.file_ref),
+            Err(ImageError::Read(e)) => return Err(unreadable(e)),
+            Err(ImageError::Write(e)) => {
+                return Err(PluginError::new(
+                    path,
+                    format!("cannot copy the library into memory: {e}"),
+                ))
+            }
+            Err(ImageError::Unavailable(why)) => {
+                tracing::debug!(path = %path.display(), "plugin mapped from its own file (no sealed copy: {why})");
+                use std::io::Seek;
+                file.rewind().map_err(unreadable)?;
+                let mut hasher = sha2::Sha256::new();
+                std::io::copy(&mut file, &mut hasher).map_err(unreadable)?;
+                (file, Ref::from_bytes(hasher.finalize().into()))
+            }
+        };
         Ok(OpenedLibrary {
             path: path.to_path_buf(),
             file,
-            file_ref: Ref::from_bytes(hasher.finalize().into()),
+            file_ref,
         })
     }
 
@@ -257,10 +279,10 @@ impl OpenedLibrary {
         self.file_ref
     }
 
-    /// Load the file that was hashed.
+    /// Load the bytes that were hashed.
     ///
-    /// On Linux the loader opens `/proc/self/fd/N` of the descriptor that was hashed, so the
-    /// code mapped is the inode that was read, whatever happens to the path meanwhile. The
+    /// On Linux the loader opens `/proc/self/fd/N` of the sealed copy (or of the hashed file),
+    /// so the code mapped is what was read, whatever happens to the path meanwhile. The
     /// descriptor is then kept open for the life of the process: plugins are never unloaded, a
     /// plugin that looks up its own file (`dladdr`, e.g. for its `tool` ref) is told that path,
     /// and the loader must never see one `/proc/self/fd/N` name stand for two files. Elsewhere

@@ -472,10 +472,8 @@ fn hold_open(db: &Path) -> std::fs::File {
     l.l_whence = libc::SEEK_SET as libc::c_short;
     l.l_len = 1;
     // SAFETY: `lock` is open for the call, and `l` a valid `flock` F_SETLK only reads.
-    assert_eq!(
-        unsafe { libc::fcntl(lock.as_raw_fd(), libc::F_SETLK, &l) },
-        0
-    );
+    let rc = unsafe { libc::fcntl(lock.as_raw_fd(), libc::F_SETLK, &l) };
+    assert_eq!(rc, 0, "{}", std::io::Error::last_os_error());
     lock
 }
 

@@ -581,6 +581,79 @@ fn a_library_replaced_after_it_was_hashed_is_not_what_loads() {
     assert_eq!(plugin.manifest().unwrap().name, "workspace");
 }
 
+/// `cp` over an installed library writes the same inode in place. The loader maps a library
+/// privately, and a private mapping shows later writes to its file wherever the process has not
+/// written the page itself: a library rewritten between its hash and its load became another
+/// build's code under the old hash.
+#[cfg(target_os = "linux")]
+#[test]
+fn a_library_rewritten_in_place_after_it_was_hashed_is_not_what_loads() {
+    use std::os::unix::fs::MetadataExt;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("libworldd_plugin.so");
+    let workspace = std::fs::read(plugin_library("worldd_workspace")).unwrap();
+    std::fs::write(&path, &workspace).unwrap();
+    let inode = std::fs::metadata(&path).unwrap().ino();
+    let opened = worldd::plugins::OpenedLibrary::open(&path).unwrap();
+    // Between the hash and the load, another plugin's bytes are written into the same file.
+    std::fs::write(
+        &path,
+        std::fs::read(plugin_library("worldd_registry")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(std::fs::metadata(&path).unwrap().ino(), inode);
+    let (file_ref, plugin) = opened.load().unwrap();
+    assert_eq!(file_ref.to_string(), sha(&workspace));
+    assert_eq!(plugin.manifest().unwrap().name, "workspace");
+}
+
+/// The same, while the daemon runs: a plugin copied over with `cp` (another build's bytes in
+/// the same inode) killed the daemon with a general protection fault at its next call. The
+/// daemon runs the sealed copy it loaded, and its records name that copy's hash.
+#[cfg(target_os = "linux")]
+#[test]
+fn a_plugin_rewritten_in_place_while_the_daemon_runs_changes_nothing_it_runs() {
+    use std::os::unix::fs::MetadataExt;
+    let d = Daemon::start(&["worldd_workspace"], &[]);
+    let token = d.session(
+        "ep1",
+        &["Workspace.Read=worktree:5", "Workspace.Write=worktree:5"],
+    );
+    let lib = d.plugin_dir().join("libworldd_workspace.so");
+    let loaded = sha(&std::fs::read(&lib).unwrap());
+    let before = a2a(
+        &d,
+        &token,
+        "w1",
+        "ailang-write",
+        json!({"path": "a.txt", "content": "alpha"}),
+    );
+    assert_eq!(before["result"]["status"]["state"], "completed", "{before}");
+
+    let inode = std::fs::metadata(&lib).unwrap().ino();
+    std::fs::write(
+        &lib,
+        std::fs::read(plugin_library("worldd_registry")).unwrap(),
+    )
+    .unwrap();
+    assert_eq!(std::fs::metadata(&lib).unwrap().ino(), inode);
+
+    let (v, _, record) = genuine_read(&d, &token, "r1");
+    assert_eq!(v["result"]["status"]["state"], "completed", "{v}");
+    let effect = payload(&d, &token, record["effects"][0].as_str().unwrap());
+    assert_eq!(
+        effect["handler"],
+        json!({"plugin": "workspace", "version": env!("CARGO_PKG_VERSION"), "library": loaded})
+    );
+    // What the daemon maps is its sealed copy, not the file in the plugin directory.
+    let maps = std::fs::read_to_string(format!("/proc/{}/maps", d.child.id())).unwrap();
+    assert!(
+        maps.contains("/memfd:worldd-plugin:libworldd_workspace.so"),
+        "{maps}"
+    );
+    assert!(!maps.contains(lib.to_str().unwrap()), "{maps}");
+}
+
 /// `worldd serve` on `db` with the plugins of `plugins` and `extra` flags, run until it exits
 /// (these tests expect it to refuse to start).
 fn serve_once(

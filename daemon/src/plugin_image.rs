@@ -1,0 +1,141 @@
+//! A plugin library's bytes, copied once into a sealed memory file (Linux `memfd`) that the
+//! dynamic loader then maps: the code that runs is exactly the bytes that were hashed, and
+//! stays so for the life of the process.
+//!
+//! Mapping the library's own file left the running code at the mercy of that file. The loader
+//! maps it privately, but a private mapping shows every later write to the file in the pages
+//! the process has not written itself; so a library rewritten in place (as `cp` does over an
+//! installed plugin, or any write between the hash and the mapping) became code of another
+//! build than the hash every effect record names, and the daemon crashed at its next call. A
+//! sealed copy cannot be written, grown or shrunk by anyone, this process included.
+
+use std::fs::File;
+use std::io::{self, Read, Write};
+
+use broker_core::object::Ref;
+
+/// A library's bytes in a memory file sealed against every change, and their sha256.
+pub struct Image {
+    pub file: File,
+    pub file_ref: Ref,
+}
+
+/// Why no sealed copy was made.
+#[derive(Debug)]
+pub enum ImageError {
+    /// The system offers no sealed memory file (a kernel without `memfd_create`, one that
+    /// forbids executable memory files, or not Linux): the caller maps the library's own file.
+    Unavailable(io::Error),
+    /// Reading the library failed.
+    Read(io::Error),
+    /// Writing the copy failed (no memory left for it).
+    Write(io::Error),
+}
+
+/// Copy what `library` holds into a new sealed memory file named after `name` (shown in
+/// `/proc/PID/maps` as `/memfd:worldd-plugin:NAME`), hashing the bytes as they are copied.
+#[cfg(target_os = "linux")]
+pub fn sealed_copy(name: &str, library: &mut File) -> Result<Image, ImageError> {
+    use sha2::Digest;
+    use std::os::fd::AsRawFd;
+
+    let mut file = memory_file(name).map_err(ImageError::Unavailable)?;
+    let mut hasher = sha2::Sha256::new();
+    let mut buf = vec![0u8; 1 << 16];
+    loop {
+        let n = match library.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(ImageError::Read(e)),
+        };
+        hasher.update(&buf[..n]);
+        file.write_all(&buf[..n]).map_err(ImageError::Write)?;
+    }
+    let seals = libc::F_SEAL_SEAL | libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_SEAL_WRITE;
+    // SAFETY: F_ADD_SEALS on a descriptor `file` owns; it reads no memory.
+    if unsafe { libc::fcntl(file.as_raw_fd(), libc::F_ADD_SEALS, seals) } != 0 {
+        return Err(ImageError::Unavailable(io::Error::last_os_error()));
+    }
+    Ok(Image {
+        file,
+        file_ref: Ref::from_bytes(hasher.finalize().into()),
+    })
+}
+
+/// No sealed memory files here: the caller maps the library's own file.
+#[cfg(not(target_os = "linux"))]
+pub fn sealed_copy(_name: &str, _library: &mut File) -> Result<Image, ImageError> {
+    Err(ImageError::Unavailable(io::ErrorKind::Unsupported.into()))
+}
+
+/// A new memory file that may be sealed, and executed: `MFD_EXEC` says so explicitly where the
+/// kernel knows the flag (6.3 and later log a warning without it, and refuse executable memory
+/// files altogether under `vm.memfd_noexec = 2`); older kernels refuse the flag itself.
+#[cfg(target_os = "linux")]
+fn memory_file(name: &str) -> io::Result<File> {
+    use std::os::fd::FromRawFd;
+    let name = std::ffi::CString::new(format!("worldd-plugin:{name}"))
+        .map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+    let create = |flags: libc::c_uint| {
+        // SAFETY: `name` is a valid NUL-terminated string for the call's duration.
+        let fd = unsafe { libc::memfd_create(name.as_ptr(), flags) };
+        if fd < 0 {
+            Err(io::Error::last_os_error())
+        } else {
+            // SAFETY: `fd` is a new descriptor nothing else owns.
+            Ok(unsafe { File::from_raw_fd(fd) })
+        }
+    };
+    let flags = libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING;
+    match create(flags | libc::MFD_EXEC) {
+        Err(e) if e.raw_os_error() == Some(libc::EINVAL) => create(flags),
+        other => other,
+    }
+}
+
+#[cfg(all(test, target_os = "linux"))]
+mod tests {
+    use super::*;
+    use std::io::Seek;
+    use std::os::fd::AsRawFd;
+
+    #[test]
+    fn a_sealed_copy_holds_the_bytes_it_hashed_and_refuses_every_change() {
+        let mut source = tempfile::tempfile().unwrap();
+        let bytes: Vec<u8> = (0..200_000u32).map(|i| (i % 251) as u8).collect();
+        source.write_all(&bytes).unwrap();
+        source.rewind().unwrap();
+
+        let Ok(mut image) = sealed_copy("test.so", &mut source) else {
+            panic!("no sealed copy")
+        };
+        use sha2::Digest;
+        let expected: [u8; 32] = sha2::Sha256::digest(&bytes).into();
+        assert_eq!(image.file_ref, Ref::from_bytes(expected));
+        let mut copied = Vec::new();
+        image.file.rewind().unwrap();
+        image.file.read_to_end(&mut copied).unwrap();
+        assert_eq!(copied, bytes);
+
+        // Rewriting the source changes nothing in the copy.
+        source.rewind().unwrap();
+        source.write_all(&[0u8; 1024]).unwrap();
+        image.file.rewind().unwrap();
+        copied.clear();
+        image.file.read_to_end(&mut copied).unwrap();
+        assert_eq!(copied, bytes);
+
+        // The copy itself can be neither written, shrunk, grown nor unsealed.
+        let fd = image.file.as_raw_fd();
+        // SAFETY: pwrite from a live buffer into a descriptor `image` owns.
+        let wrote = unsafe { libc::pwrite(fd, b"x".as_ptr().cast(), 1, 0) };
+        assert_eq!(wrote, -1);
+        assert_eq!(io::Error::last_os_error().raw_os_error(), Some(libc::EPERM));
+        assert!(image.file.set_len(10).is_err());
+        assert!(image.file.set_len(300_000).is_err());
+        // SAFETY: F_ADD_SEALS on a descriptor `image` owns; it reads no memory.
+        let unsealed = unsafe { libc::fcntl(fd, libc::F_ADD_SEALS, 0) };
+        assert_eq!(unsealed, -1);
+    }
+}
