@@ -875,3 +875,121 @@ fn a_negative_number_after_a_flag_is_its_value_refused_by_the_flags_own_check() 
         "nothing is created"
     );
 }
+
+/// The write end of a pipe whose read end is already closed: every write to it fails with a
+/// broken pipe, as `worldd … | head -1` does once `head` has its line.
+fn closed_pipe() -> std::fs::File {
+    use std::os::fd::FromRawFd;
+    let mut fds = [0i32; 2];
+    // SAFETY: a fresh pipe into an array with room for both descriptors.
+    assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
+    // SAFETY: both descriptors are new and owned here: the read end is closed at once, the
+    // write end handed to a `File`.
+    unsafe {
+        libc::close(fds[0]);
+        std::fs::File::from_raw_fd(fds[1])
+    }
+}
+
+/// Run `worldd args` with stdout and stderr where given (piped otherwise); its exit code and
+/// what stdout and stderr caught.
+fn run_with(
+    args: &[&str],
+    stdout: Option<std::fs::File>,
+    stderr: Option<std::fs::File>,
+) -> (i32, String, String) {
+    let out = Command::new(WORLDD)
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(stdout.map_or_else(Stdio::piped, Stdio::from))
+        .stderr(stderr.map_or_else(Stdio::piped, Stdio::from))
+        .output()
+        .unwrap();
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// `println!` panics when stdout takes nothing, and every verb printed with it: `worldd
+/// session list | head -0` ended in `failed printing to stdout: Broken pipe` and exit 101, and
+/// `> /dev/full` the same with "No space left on device". A closed pipe now ends the verb
+/// quietly (exit 0, as the reader chose), any other failure to write is named (exit 1), and a
+/// stderr that takes nothing leaves the exit code the verb's own.
+#[test]
+fn output_into_a_closed_pipe_or_a_full_disk_is_never_a_panic() {
+    let d = Daemon::start(&["worldd_workspace"], &[]);
+    d.session("ep1", &["Workspace.Read=worktree:5"]);
+    let db = d.db();
+    let plugins = d.plugin_dir();
+    let full = || {
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open("/dev/full")
+            .unwrap()
+    };
+    let verbs: [&[&str]; 4] = [
+        &["session", "list", "--db", path_str(&db)],
+        &["doctor", "--db", path_str(&db)],
+        &["handlers", "--plugin-dir", path_str(&plugins)],
+        &["completions", "bash"],
+    ];
+    for args in verbs {
+        let (code, _, err) = run_with(args, Some(closed_pipe()), None);
+        assert_eq!((code, err.as_str()), (0, ""), "{args:?} into a closed pipe");
+        let (code, _, err) = run_with(args, Some(full()), None);
+        assert_eq!(
+            (code, err.as_str()),
+            (
+                1,
+                "worldd: cannot write to stdout: No space left on device (os error 28)\n"
+            ),
+            "{args:?} into a full disk"
+        );
+    }
+    // A verb that fails, its message going nowhere: its own exit code, not a panic's 101.
+    let (code, _, _) = run_with(&["why", "--db", path_str(&db), "99"], None, Some(full()));
+    let (expected, _, err) = worldd(&["why", "--db", path_str(&db), "99"], None);
+    assert_ne!(expected, 101, "{err}");
+    assert_eq!(code, expected);
+
+    // The daemon's ready line into a closed pipe: it says so on stderr and serves.
+    let dir = tempfile::tempdir().unwrap();
+    let mut serve = Command::new(WORLDD)
+        .args([
+            "serve",
+            "--db",
+            path_str(&dir.path().join("db")),
+            "--bind",
+            "127.0.0.1:0",
+        ])
+        .args([
+            "--workspace-root",
+            path_str(&dir.path().join("wt")),
+            "--plugin-dir",
+        ])
+        .arg(&plugins)
+        .env("WORLDD_LOG", "warn")
+        .stdin(Stdio::null())
+        .stdout(Stdio::from(closed_pipe()))
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let lines = lines_of(serve.stderr.take().unwrap());
+    let warned = next_line(&lines, "the ready line's warning");
+    let addr = warned
+        .split("serving: worldd listening on http://")
+        .nth(1)
+        .unwrap_or_else(|| panic!("{warned}"))
+        .to_owned();
+    assert!(
+        warned.contains(
+            " WARN could not print the ready line on stdout (its reader has closed it); serving: "
+        ),
+        "{warned}"
+    );
+    assert_eq!(get(&format!("http://{addr}/v1/health"), None).status, 200);
+    let _ = serve.kill();
+    let _ = serve.wait();
+}

@@ -177,7 +177,7 @@ pub(super) fn credential(arg: &Option<String>) -> Result<Option<String>, Failure
         )));
     }
     if is_credential(&raw) {
-        eprintln!("worldd: warning: a credential on the command line or in the environment is visible to other processes; prefer a file");
+        errln!("worldd: warning: a credential on the command line or in the environment is visible to other processes; prefer a file");
         return Ok(Some(raw));
     }
     let path = Path::new(&raw);
@@ -209,7 +209,7 @@ pub(super) fn credential(arg: &Option<String>) -> Result<Option<String>, Failure
     {
         use std::os::unix::fs::PermissionsExt;
         if meta.permissions().mode() & 0o077 != 0 {
-            eprintln!("worldd: warning: session file {raw} is readable by group or others");
+            errln!("worldd: warning: session file {raw} is readable by group or others");
         }
     }
     let text = std::fs::read_to_string(path)
@@ -374,24 +374,23 @@ pub(super) fn get(c: &ClientArgs, path: &str) -> Result<Vec<u8>, Failure> {
     )))
 }
 
-fn print_body(body: &[u8]) {
-    println!("{}", String::from_utf8_lossy(body).trim_end());
+fn print_body(body: &[u8]) -> CliResult {
+    outln!("{}", String::from_utf8_lossy(body).trim_end());
+    Ok(())
 }
 
 pub fn health(c: ClientArgs) -> CliResult {
-    print_body(&get(&c, "/v1/health")?);
-    Ok(())
+    print_body(&get(&c, "/v1/health")?)
 }
 
 pub fn head(c: ClientArgs) -> CliResult {
-    print_body(&get(&c, "/v1/head")?);
-    Ok(())
+    print_body(&get(&c, "/v1/head")?)
 }
 
 pub fn log(cmd: LogCommand) -> CliResult {
     match cmd {
         LogCommand::Get { index, client } => {
-            print_body(&get(&client, &format!("/v1/log/{index}"))?)
+            print_body(&get(&client, &format!("/v1/log/{index}"))?)?
         }
         LogCommand::Range {
             from,
@@ -402,7 +401,7 @@ pub fn log(cmd: LogCommand) -> CliResult {
             if let Some(l) = limit {
                 path.push_str(&format!("&limit={l}"));
             }
-            print_body(&get(&client, &path)?)
+            print_body(&get(&client, &path)?)?
         }
         LogCommand::Tail(a) => return super::tail::run(a),
     }
@@ -417,7 +416,7 @@ pub fn object(cmd: ObjectCommand) -> CliResult {
             client,
         } => {
             let q = if payload { "?payload=true" } else { "" };
-            print_body(&get(&client, &format!("/v1/objects/{reference}{q}"))?)
+            print_body(&get(&client, &format!("/v1/objects/{reference}{q}"))?)?
         }
         ObjectCommand::Find {
             semantic_id,
@@ -440,7 +439,7 @@ pub fn object(cmd: ObjectCommand) -> CliResult {
             print_body(&get(
                 &client,
                 &format!("/v1/objects/by-semantic-id/{semantic_id}{q}"),
-            )?)
+            )?)?
         }
     }
     Ok(())
@@ -527,7 +526,7 @@ pub fn tools(cmd: ToolsCommand) -> CliResult {
     let v = mcp(&client, "tools/list", json!({}))?;
     let tools = v["result"]["tools"].as_array().cloned().unwrap_or_default();
     if json {
-        println!("{}", Value::Array(tools));
+        outln!("{}", Value::Array(tools));
         return Ok(());
     }
     let report = handlers_report(&client);
@@ -544,7 +543,7 @@ pub fn tools(cmd: ToolsCommand) -> CliResult {
             .as_array()
             .map(|a| a.iter().filter_map(Value::as_str).collect())
             .unwrap_or_default();
-        println!(
+        outln!(
             "{}  {}{}{}",
             name,
             summary(t["description"].as_str().unwrap_or("")),
@@ -564,11 +563,11 @@ pub fn tools(cmd: ToolsCommand) -> CliResult {
         .filter(|t| blocked.contains_key(t["name"].as_str().unwrap_or("")))
         .count();
     if stuck == 0 {
-        println!("{} tool(s)", tools.len());
+        outln!("{} tool(s)", tools.len());
     } else {
-        println!("{} tool(s), {stuck} cannot run here", tools.len());
+        outln!("{} tool(s), {stuck} cannot run here", tools.len());
         for line in report.as_ref().map(declined_lines).unwrap_or_default() {
-            println!("{line}");
+            outln!("{line}");
         }
     }
     Ok(())
@@ -684,13 +683,13 @@ pub fn call(a: CallArgs) -> CliResult {
         .unwrap_or("")
         .to_owned();
     if a.json_out {
-        println!("{text}");
+        outln!("{text}");
     } else {
         let pretty = serde_json::from_str::<Value>(&text)
             .ok()
             .and_then(|o| serde_json::to_string_pretty(&o).ok())
             .unwrap_or(text.clone());
-        println!("{pretty}");
+        outln!("{pretty}");
     }
     if a.strict {
         let out = &v["result"]["structuredContent"];
@@ -734,7 +733,7 @@ pub fn publish(a: PublishArgs) -> CliResult {
         json!({"name": "registry-publish", "arguments": {"bundle": bundle}}),
     )?;
     let out = &v["result"]["structuredContent"];
-    println!("{}", serde_json::to_string_pretty(out).unwrap_or_default());
+    outln!("{}", serde_json::to_string_pretty(out).unwrap_or_default());
     if out["ok"] == Value::Bool(true) {
         Ok(())
     } else {

@@ -25,7 +25,7 @@ pub fn run(a: DoctorArgs) -> CliResult {
     let secs = started.elapsed().as_secs_f64();
     seen_is_durable(&store)?;
     if a.json {
-        println!(
+        outln!(
             "{}",
             serde_json::json!({
                 "consistent": audit.consistent(),
@@ -42,8 +42,8 @@ pub fn run(a: DoctorArgs) -> CliResult {
             })
         );
     } else {
-        println!("doctor: {}", a.db.db.display());
-        println!(
+        outln!("doctor: {}", a.db.db.display());
+        outln!(
             "  {} {} entr(ies) checked, {} broken ({:.0} entries/s)",
             mark(audit.broken.is_empty()),
             audit.entries,
@@ -51,7 +51,7 @@ pub fn run(a: DoctorArgs) -> CliResult {
             audit.entries as f64 / secs.max(1e-9)
         );
         for (i, d) in audit.broken.iter().take(20) {
-            println!("      entry {i}: {d}");
+            outln!("      entry {i}: {d}");
         }
         let journal = if audit.journal_findings.is_empty() {
             "equal the sum of intents"
@@ -64,8 +64,8 @@ pub fn run(a: DoctorArgs) -> CliResult {
                 audit.journal_records
             ),
             &audit.journal_findings,
-        );
-        section("head".into(), &audit.head_findings);
+        )?;
+        section("head".into(), &audit.head_findings)?;
         let index = if audit.index_findings.is_empty() {
             "each names its row"
         } else {
@@ -77,13 +77,13 @@ pub fn run(a: DoctorArgs) -> CliResult {
                 audit.index_keys, audit.index_waiting
             ),
             &audit.index_findings,
-        );
-        println!(
+        )?;
+        outln!(
             "  {} indeterminate intent(s) (never retried; budget stays spent)",
             audit.indeterminate.len()
         );
         for i in audit.indeterminate.iter().take(20) {
-            println!("      {i}");
+            outln!("      {i}");
         }
     }
     if audit.consistent() {
@@ -95,11 +95,12 @@ pub fn run(a: DoctorArgs) -> CliResult {
 
 /// One checked part of the store: its line, marked by whether it has findings, then each
 /// finding.
-fn section(line: String, findings: &[String]) {
-    println!("  {} {line}", mark(findings.is_empty()));
+fn section(line: String, findings: &[String]) -> CliResult {
+    outln!("  {} {line}", mark(findings.is_empty()));
     for f in findings {
-        println!("      {f}");
+        outln!("      {f}");
     }
+    Ok(())
 }
 
 fn mark(ok: bool) -> &'static str {

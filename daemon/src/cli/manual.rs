@@ -27,18 +27,7 @@ pub fn completions(a: CompletionsArgs) -> CliResult {
     // Into a buffer first: clap_complete panics when its writer fails (`| head`).
     let mut script = Vec::new();
     clap_complete::generate(a.shell, &mut cmd, "worldd", &mut script);
-    write_stdout(&script)
-}
-
-/// Write to stdout; a closed pipe is the reader's choice, not an error worth a message.
-fn write_stdout(bytes: &[u8]) -> CliResult {
-    use std::io::Write;
-    match std::io::stdout().write_all(bytes) {
-        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => {
-            Err(Failure::usage(format!("cannot write to stdout: {e}")))
-        }
-        _ => Ok(()),
-    }
+    super::output::write(&script)
 }
 
 pub fn man(a: ManArgs) -> CliResult {
@@ -49,14 +38,14 @@ pub fn man(a: ManArgs) -> CliResult {
             clap_mangen::Man::new(cmd)
                 .render(&mut page)
                 .map_err(|e| Failure::usage(format!("cannot render the man page: {e}")))?;
-            write_stdout(&page)
+            super::output::write(&page)
         }
         Some(dir) => {
             std::fs::create_dir_all(&dir)
                 .map_err(|e| Failure::usage(format!("{}: {e}", dir.display())))?;
             clap_mangen::generate_to(cmd, &dir)
                 .map_err(|e| Failure::usage(format!("{}: {e}", dir.display())))?;
-            println!("man pages written to {}", dir.display());
+            outln!("man pages written to {}", dir.display());
             Ok(())
         }
     }

@@ -8,10 +8,30 @@ use std::path::PathBuf;
 
 use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
 
+/// `println!` for a verb's output, in a function that returns [`CliResult`] (or a `Result`
+/// whose error a [`Failure`] converts into): a failed write ends the verb ([`output::write`])
+/// instead of panicking.
+macro_rules! outln {
+    ($($arg:tt)*) => {
+        $crate::cli::output::write(format!("{}\n", format_args!($($arg)*)))?
+    };
+}
+
+/// `eprintln!` for the command line's messages on stderr, which panics where stderr takes
+/// nothing (`2>/dev/full`, a closed pipe): there is then no one to tell, and the exit code
+/// still says how the command ended.
+macro_rules! errln {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stderr(), $($arg)*);
+    }};
+}
+
 mod client;
 mod doctor;
 mod log_fields;
 mod manual;
+mod output;
 mod plugin_config;
 mod quickstart;
 mod reconcile;
@@ -209,7 +229,7 @@ pub fn main() -> i32 {
         Ok(()) => 0,
         Err(f) => {
             if !f.message.is_empty() {
-                eprintln!("worldd: {}", f.message);
+                errln!("worldd: {}", f.message);
             }
             f.code
         }

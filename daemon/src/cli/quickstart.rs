@@ -88,21 +88,17 @@ pub fn run(a: QuickstartArgs) -> CliResult {
             }
         }
     });
-    eprintln!(
+    errln!(
         "worldd quickstart: episode {} with worktree {}; credential in {}\nworldd quickstart: the MCP client configuration follows on stdout; A2A clients POST http://{}/a2a/ with the same Authorization header",
         a.episode,
         root.join(&a.episode).display(),
         token_file.display(),
         a.bind
     );
-    println!(
+    outln!(
         "{}",
         serde_json::to_string_pretty(&config).unwrap_or_default()
     );
-    {
-        use std::io::Write;
-        let _ = std::io::stdout().flush();
-    }
     if a.print_only {
         return Ok(());
     }

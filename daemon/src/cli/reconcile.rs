@@ -57,7 +57,7 @@ pub fn calls(cmd: CallsCommand) -> CliResult {
     })?;
     if status == 404 && v["state"] == "not-found" {
         if a.json {
-            println!("{v}");
+            outln!("{v}");
         }
         return Err(Failure::usage(format!(
             "calls get: not found: {} (nothing was journaled under it in your episode; it is safe to send)",
@@ -72,17 +72,17 @@ pub fn calls(cmd: CallsCommand) -> CliResult {
         )));
     }
     if a.json {
-        println!("{v}");
+        outln!("{v}");
         return Ok(());
     }
     let state = v["state"].as_str().unwrap_or("?");
-    println!(
+    outln!(
         "{}  {}  {state}",
         v["invocationId"].as_str().unwrap_or("?"),
         v["skillId"].as_str().unwrap_or("?")
     );
     let outcome = &v["outcome"];
-    println!(
+    outln!(
         "  outcome   {}{}  retryable: {}",
         outcome["kind"].as_str().unwrap_or("?"),
         outcome["reason"]
@@ -92,15 +92,15 @@ pub fn calls(cmd: CallsCommand) -> CliResult {
         outcome["retryable"]
     );
     if let Some(i) = v["entryIndex"].as_u64() {
-        println!("  entry     {i}");
+        outln!("  entry     {i}");
     }
     for (label, key) in [("output", "outputRef"), ("world", "worldRef")] {
         if let Some(r) = v[key].as_str() {
-            println!("  {label:<9} {r}");
+            outln!("  {label:<9} {r}");
         }
     }
     for e in v["effects"].as_array().into_iter().flatten() {
-        println!(
+        outln!(
             "  effect    {} {} {} budgetAfter {}{}  record {}",
             e["id"].as_str().unwrap_or("?"),
             e["effect"].as_str().unwrap_or("?"),
@@ -114,9 +114,9 @@ pub fn calls(cmd: CallsCommand) -> CliResult {
         );
     }
     match state {
-        "committed" => println!("committed: resending the same key returns this result; nothing runs again"),
-        "indeterminate" => println!("indeterminate: the effect may have run; do not retry, inspect the worktree"),
-        "unrecorded" => println!("unrecorded: the effect ran but the call was not committed; do not retry, read the effect records"),
+        "committed" => outln!("committed: resending the same key returns this result; nothing runs again"),
+        "indeterminate" => outln!("indeterminate: the effect may have run; do not retry, inspect the worktree"),
+        "unrecorded" => outln!("unrecorded: the effect ran but the call was not committed; do not retry, read the effect records"),
         _ => {}
     }
     Ok(())
@@ -136,15 +136,19 @@ pub fn budget(a: BudgetArgs) -> CliResult {
         )));
     }
     if a.json {
-        println!("{v}");
+        outln!("{v}");
         return Ok(());
     }
-    println!(
+    outln!(
         "{:<24} {:<12} {:>8} {:>8} {:>10}  live",
-        "effect", "scope", "granted", "spent", "remaining"
+        "effect",
+        "scope",
+        "granted",
+        "spent",
+        "remaining"
     );
     for g in v["grants"].as_array().into_iter().flatten() {
-        println!(
+        outln!(
             "{:<24} {:<12} {:>8} {:>8} {:>10}  {}",
             g["effect"].as_str().unwrap_or("?"),
             g["scope"].as_str().unwrap_or("?"),
@@ -159,7 +163,7 @@ pub fn budget(a: BudgetArgs) -> CliResult {
         );
     }
     for p in v["indeterminate"].as_array().into_iter().flatten() {
-        println!(
+        outln!(
             "indeterminate: {} {}@{} cost {} (intent without outcome: it may have run; never retried)",
             p["invocationId"].as_str().unwrap_or("?"),
             p["effect"].as_str().unwrap_or("?"),

@@ -216,8 +216,7 @@ pub fn handlers(a: HandlersArgs) -> CliResult {
     let file = read_config(&a.plugins.config)?;
     let opts = plugin_options(&a.plugins, &file).map_err(Failure::usage)?;
     let text = plugins::report(&opts).map_err(|e| Failure::usage(e.to_string()))?;
-    print!("{text}");
-    Ok(())
+    super::output::write(text)
 }
 
 /// How `serve` gets its socket and where it announces readiness.
@@ -494,14 +493,19 @@ fn fit_connections_to_fds(server: &mut edge::ServerConfig) {
 }
 
 /// Exactly one line on stdout when ready (stderr under `quickstart`); everything else goes to
-/// stderr.
+/// stderr. The line only tells: where stdout takes nothing (a closed pipe, a full disk) the
+/// daemon says so on stderr and serves.
 fn announce(local: SocketAddr, on_stderr: bool) {
+    let line = format!("worldd listening on http://{local}");
     if on_stderr {
-        eprintln!("worldd listening on http://{local}");
-    } else {
-        println!("worldd listening on http://{local}");
-        use std::io::Write;
-        let _ = std::io::stdout().flush();
+        errln!("{line}");
+    } else if let Err(e) = super::output::write(format!("{line}\n")) {
+        let why = if e.message.is_empty() {
+            "its reader has closed it".to_owned()
+        } else {
+            e.message
+        };
+        tracing::warn!("could not print the ready line on stdout ({why}); serving: {line}");
     }
 }
 

@@ -240,9 +240,10 @@ fn mint(
     }
     .map_err(|e| Failure::fatal(e.to_string()))?;
     let s = &minted.session;
-    eprintln!(
+    errln!(
         "worldd session mint: credential_id={} (episode {episode}, {n} grant(s), expires {})",
-        s.credential_id, s.expires_at
+        s.credential_id,
+        s.expires_at
     );
     match (out, file) {
         (Some(path), Some(file)) => {
@@ -252,13 +253,13 @@ fn mint(
                 let _ = session::revoke(&store, &s.credential_id);
                 return Err(Failure::usage(format!("{e}; the credential was revoked")));
             }
-            println!(
+            outln!(
                 "minted session credential for episode {episode}: {n} grant(s), expires epoch {}, written to {}",
                 s.expires_at,
                 path.display()
             );
         }
-        _ => println!("{}", minted.token),
+        _ => outln!("{}", minted.token),
     }
     Ok(())
 }
@@ -315,7 +316,7 @@ fn new(a: NewArgs) -> CliResult {
         // Leave nothing half-made behind.
         remove_worktree(&worktree, a.repo.as_deref());
     } else {
-        eprintln!("worldd session new: worktree {}", worktree.display());
+        errln!("worldd session new: worktree {}", worktree.display());
     }
     result
 }
@@ -393,12 +394,12 @@ fn list(a: ListArgs) -> CliResult {
                     .map(|id| serde_json::json!({"credentialId": id, "damaged": true})),
             )
             .collect();
-        println!("{}", serde_json::Value::Array(items));
+        outln!("{}", serde_json::Value::Array(items));
         return Ok(());
     }
     for s in &sessions {
         let grants: Vec<String> = s.grants.iter().map(Grant::to_string).collect();
-        println!(
+        outln!(
             "{}  {}  {}  expires {}  {}{}",
             s.credential_id,
             s.episode,
@@ -410,12 +411,12 @@ fn list(a: ListArgs) -> CliResult {
     }
     // A damaged record authenticates nothing, but the operator should know it is there.
     for id in &damaged {
-        println!("{id}  damaged: the record does not decode and authenticates nothing; `worldd session revoke {id}` removes it");
+        outln!("{id}  damaged: the record does not decode and authenticates nothing; `worldd session revoke {id}` removes it");
     }
     if damaged.is_empty() {
-        println!("{} session credential(s)", sessions.len());
+        outln!("{} session credential(s)", sessions.len());
     } else {
-        println!(
+        outln!(
             "{} session credential(s), {} damaged",
             sessions.len(),
             damaged.len()
@@ -441,7 +442,7 @@ fn revoke(a: RevokeArgs) -> CliResult {
     match (a.credential_id, a.episode) {
         (Some(id), None) => {
             if session::revoke(&store, &id).map_err(|e| Failure::fatal(e.to_string()))? {
-                println!("revoked session credential {id}");
+                outln!("revoked session credential {id}");
                 Ok(())
             } else {
                 Err(Failure::usage(format!(
@@ -460,7 +461,7 @@ fn revoke(a: RevokeArgs) -> CliResult {
                 )));
             }
             for id in ids {
-                println!("revoked session credential {id}");
+                outln!("revoked session credential {id}");
             }
             Ok(())
         }

@@ -62,9 +62,14 @@ fn line(v: &Value, json: bool) -> String {
     )
 }
 
-/// Print; `false` when stdout is gone (the reader of a pipe quit), which ends the verb quietly.
-fn print(out: &mut impl Write, text: &str) -> bool {
-    writeln!(out, "{text}").and_then(|_| out.flush()).is_ok()
+/// Print; `false` when stdout is gone (the reader of a pipe quit), which ends the verb quietly;
+/// any other failure to write ends it with its cause.
+fn print(out: &mut impl Write, text: &str) -> Result<bool, Failure> {
+    match writeln!(out, "{text}").and_then(|_| out.flush()) {
+        Ok(()) => Ok(true),
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(false),
+        Err(e) => Err(super::output::failure(e)),
+    }
 }
 
 pub fn run(a: TailArgs) -> CliResult {
@@ -76,7 +81,7 @@ pub fn run(a: TailArgs) -> CliResult {
     let mut out = std::io::stdout().lock();
     let skip = items.len().saturating_sub(a.lines);
     for v in &items[skip..] {
-        if !print(&mut out, &line(v, a.json)) {
+        if !print(&mut out, &line(v, a.json))? {
             return Ok(());
         }
     }
@@ -177,7 +182,7 @@ fn follow_once(a: &TailArgs, next: &mut u64, out: &mut impl Write) -> Result<Fol
                         if let Some(i) = v["header"]["entryIndex"].as_u64() {
                             *next = i + 1;
                         }
-                        if !print(out, &line(&v, a.json)) {
+                        if !print(out, &line(&v, a.json))? {
                             return Ok(Followed::OutputClosed);
                         }
                     }

@@ -216,16 +216,16 @@ fn malformed(base: &str, detail: &str) -> Failure {
 fn report(why: &Explanation, json: bool, source: &str) -> CliResult {
     let several = why.reports.len() > 1;
     if json {
-        println!("{}", why.to_json());
+        outln!("{}", why.to_json());
     } else {
         if several {
-            println!(
+            outln!(
                 "why: {} entries carry this handle; each is verified on its own",
                 why.reports.len()
             );
         }
         for report in &why.reports {
-            print_report(report, several);
+            print_report(report, several)?;
         }
     }
     let failing: Vec<&Report> = why.reports.iter().filter(|r| !r.all_ok()).collect();
@@ -251,13 +251,14 @@ fn report(why: &Explanation, json: bool, source: &str) -> CliResult {
 }
 
 /// One entry's chain, then its verdict.
-fn print_report(report: &Report, several: bool) {
-    println!(
+fn print_report(report: &Report, several: bool) -> CliResult {
+    outln!(
         "why: entry {} (matched by {})",
-        report.entry_index, report.matched_by
+        report.entry_index,
+        report.matched_by
     );
     for l in &report.links {
-        println!(
+        outln!(
             "  {} {:<7} {}  {}",
             if l.ok { "✓" } else { "✗" },
             l.kind,
@@ -269,12 +270,13 @@ fn print_report(report: &Report, several: bool) {
     }
     let broken = report.links.iter().filter(|l| !l.ok).count();
     if broken == 0 {
-        println!("all {} link(s) verified", report.links.len());
+        outln!("all {} link(s) verified", report.links.len());
     } else if several {
-        println!(
+        outln!(
             "✗ entry {}: {broken} of {} link(s) broken: it is not what it claims",
             report.entry_index,
             report.links.len()
         );
     }
+    Ok(())
 }
