@@ -993,3 +993,27 @@ fn output_into_a_closed_pipe_or_a_full_disk_is_never_a_panic() {
     let _ = serve.kill();
     let _ = serve.wait();
 }
+
+/// A store or workspace root that names a file was refused as `store I/O error: File exists
+/// (os error 17)`, which names neither the path nor the mistake.
+#[test]
+fn a_store_or_workspace_root_that_names_a_file_is_refused_by_name() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("a-file");
+    std::fs::write(&file, "x").unwrap();
+    let f = path_str(&file);
+    let serve = |extra: &[&str]| {
+        let mut args = vec!["serve", "--bind", "127.0.0.1:0"];
+        args.extend_from_slice(extra);
+        worldd(&args, None)
+    };
+    let db = dir.path().join("db");
+    let (code, _, err) = serve(&["--db", f]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.ends_with(&format!("worldd: daemon startup failed at store-open: world store {f} is not a directory (a store is a directory holding data.mdb and lock.mdb)\n")), "{err}");
+    let (code, _, err) = serve(&["--db", path_str(&db), "--workspace-root", f]);
+    assert_eq!(code, 2, "{err}");
+    assert!(err.ends_with(&format!("worldd: daemon startup failed at config: workspace root {f}: it exists and is not a directory\n")), "{err}");
+    assert!(!db.exists(), "the store was created");
+    assert_eq!(std::fs::read(&file).unwrap(), b"x");
+}

@@ -251,6 +251,11 @@ fn the_operator_guides_start_up_failures_are_what_the_daemon_prints() {
     });
     // Stores the daemon will not open: another schema, and a schema-1 store it would migrate
     // while another process has it open, or whose head lags its log.
+    cases.push(Provoked {
+        span: "… at store-open: world store DB is not a directory (a store is a directory holding data.mdb and lock.mdb)",
+        names: vec![("DB", at("a-file"))],
+        args: s(&["--db", &at("a-file")]),
+    });
     let other_schema = d.join("other-schema");
     store_of_schema(&other_schema, "99");
     cases.push(Provoked {

@@ -70,6 +70,10 @@ pub(crate) const VERSION_KEY: &str = "schema_version";
 pub enum StoreError {
     #[error("world store {0} does not exist")]
     NotFound(PathBuf),
+    #[error(
+        "world store {0} is not a directory (a store is a directory holding data.mdb and lock.mdb)"
+    )]
+    NotADirectory(PathBuf),
     #[error("the store is full: LMDB map size {map_size} bytes reached (its ceiling); restart with a larger --store-ceiling")]
     MapFull { map_size: usize },
     #[error("disk full: the store's filesystem has no space left ({0})")]
@@ -486,7 +490,16 @@ fn check_or_create_dir(dir: &Path, create: bool) -> Result<bool, StoreError> {
         if !create {
             return Err(StoreError::NotFound(dir.to_path_buf()));
         }
-        std::fs::create_dir_all(dir).map_err(StoreError::from_io)?;
+        std::fs::create_dir_all(dir).map_err(|e| {
+            if dir.exists() && !dir.is_dir() {
+                return StoreError::NotADirectory(dir.to_path_buf());
+            }
+            // "disk full" as such; any other cause with the directory it concerns.
+            match StoreError::from_io(e) {
+                StoreError::Io(e) => StoreError::Io(format!("{}: {e}", dir.display())),
+                other => other,
+            }
+        })?;
     }
     Ok(exists)
 }

@@ -173,6 +173,30 @@ fn enospc_and_edquot_read_disk_full_other_io_errors_do_not() {
     );
 }
 
+/// A store path that names a file (or lies under one) is refused with what it is, and the
+/// path, before anything is created.
+#[test]
+fn a_store_path_that_is_a_file_is_refused_as_not_a_directory() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("a-file");
+    std::fs::write(&file, "not a store").unwrap();
+    let e = Store::create(&file).unwrap_err();
+    assert_eq!(e, StoreError::NotADirectory(file.clone()));
+    assert_eq!(
+        e.to_string(),
+        format!("world store {} is not a directory (a store is a directory holding data.mdb and lock.mdb)", file.display())
+    );
+    let under = file.join("db");
+    assert_eq!(
+        Store::create(&under).unwrap_err(),
+        StoreError::Io(format!(
+            "{}: Not a directory (os error 20)",
+            under.display()
+        ))
+    );
+    assert_eq!(std::fs::read(&file).unwrap(), b"not a store");
+}
+
 /// A write that stopped short (EIO) is a full disk only when the filesystem has (almost) no
 /// room left; with room, or when its room cannot be read, it is an I/O fault.
 #[test]

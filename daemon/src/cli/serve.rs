@@ -422,8 +422,14 @@ impl Settings {
 /// The workspace root made, and the store opened outside it.
 fn open_store(settings: &Settings) -> Result<Store, Failure> {
     let root = &settings.workspace_root;
-    std::fs::create_dir_all(root)
-        .map_err(|e| startup("config", format!("workspace root {}: {e}", root.display())))?;
+    std::fs::create_dir_all(root).map_err(|e| {
+        let e = if root.exists() && !root.is_dir() {
+            "it exists and is not a directory".to_owned()
+        } else {
+            e.to_string()
+        };
+        startup("config", format!("workspace root {}: {e}", root.display()))
+    })?;
     refuse_store_inside_workspace(&settings.db, root)?;
     let store = Store::open(
         &settings.db,
