@@ -359,29 +359,15 @@ fn the_operator_guides_start_up_failures_are_what_the_daemon_prints() {
             args.extend(s(&["--plugin-dir", &workspace]));
         }
         // A daemon that starts instead is stopped and reported.
-        let out = run_to_exit(
-            Command::new(WORLDD)
-                .arg("serve")
-                .args(&args)
-                .current_dir(cwd.path())
-                .env("WORLDD_LOG", "warn"),
-            std::time::Duration::from_secs(30),
-        );
-        // The failure's own line: log lines before it start with their time, and a TOML
-        // error's excerpt of the file follows it.
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        let last = stderr
-            .lines()
-            .rfind(|l| l.starts_with("worldd: "))
-            .unwrap_or("");
-        if out.status.code() != Some(2)
-            || !transcript::matches(std::slice::from_ref(&line), &[last])
+        let refusal = refused_start(&args, cwd.path());
+        if refusal.code != Some(2)
+            || !transcript::matches(std::slice::from_ref(&line), &[refusal.line.as_str()])
         {
             wrong.push(format!(
                 "{:?}\n  expected (exit 2): {line}\n  printed (exit {:?}): {}",
                 case.span,
-                out.status.code(),
-                stderr.trim_end()
+                refusal.code,
+                refusal.stderr.trim_end()
             ));
         }
     }

@@ -3,9 +3,6 @@
 //! verbs keep working, the store warns on the way, and a full disk reads "disk full".
 
 mod common;
-
-use std::process::Command;
-
 use common::*;
 use serde_json::{json, Value};
 
@@ -297,36 +294,34 @@ fn a_disk_that_fills_while_the_store_is_made_says_disk_full_wherever_it_stops() 
             eprintln!("skipped: mounting a tmpfs needs root");
             return;
         };
-        let out = run_to_exit(
-            Command::new(WORLDD)
-                .arg("serve")
-                .arg("--db")
-                .arg(fs.dir.path().join("db"))
-                .arg("--workspace-root")
-                .arg(fs.dir.path().join("wt"))
-                .args(["--bind", "127.0.0.1:0", "--plugin-dir"])
-                .arg(&plugins)
-                .env("WORLDD_LOG", "warn"),
-            std::time::Duration::from_secs(30),
+        let on = |p: &str| fs.dir.path().join(p).display().to_string();
+        let refusal = refused_start(
+            &[
+                "--db",
+                &on("db"),
+                "--workspace-root",
+                &on("wt"),
+                "--bind",
+                "127.0.0.1:0",
+                "--plugin-dir",
+                path_str(&plugins),
+            ],
+            fs.dir.path(),
         );
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        let last = stderr
-            .lines()
-            .rfind(|l| l.starts_with("worldd: "))
-            .unwrap_or("");
+        let last = refusal.line.as_str();
         let stage = ["store-open", "registry-bootstrap"].into_iter().find(|stage| {
             last.starts_with(&format!(
                 "worldd: daemon startup failed at {stage}: disk full: the store's filesystem has no space left ("
             ))
         });
         match stage {
-            Some(stage) if out.status.code() == Some(2) => {
+            Some(stage) if refusal.code == Some(2) => {
                 stages.insert(stage);
             }
             _ => wrong.push(format!(
                 "{kib} KiB: exit {:?}: {}",
-                out.status.code(),
-                stderr.trim_end()
+                refusal.code,
+                refusal.stderr.trim_end()
             )),
         }
     }

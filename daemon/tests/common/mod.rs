@@ -367,6 +367,39 @@ pub fn run_to_exit(cmd: &mut Command, within: Duration) -> std::process::Output 
     child.wait_with_output().unwrap()
 }
 
+/// How `worldd serve` stopped at start-up.
+pub struct Refusal {
+    /// Its exit code (`None` when it was still serving after 30 s and was stopped).
+    pub code: Option<i32>,
+    /// Its `worldd: …` line: log lines before it start with their time, and a TOML error's
+    /// excerpt of the file follows it.
+    pub line: String,
+    pub stderr: String,
+}
+
+/// Run `worldd serve ARGS` in `cwd` with `WORLDD_LOG=warn`, expecting it to stop at start-up.
+pub fn refused_start<S: AsRef<std::ffi::OsStr>>(args: &[S], cwd: &Path) -> Refusal {
+    let out = run_to_exit(
+        Command::new(WORLDD)
+            .arg("serve")
+            .args(args)
+            .current_dir(cwd)
+            .env("WORLDD_LOG", "warn"),
+        Duration::from_secs(30),
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    let line = stderr
+        .lines()
+        .rfind(|l| l.starts_with("worldd: "))
+        .unwrap_or("")
+        .to_owned();
+    Refusal {
+        code: out.status.code(),
+        line,
+        stderr,
+    }
+}
+
 /// A small tmpfs mounted on a temporary directory, unmounted on drop: a real filesystem that
 /// runs out of space. `None` when this process may not mount (not root).
 pub struct Tmpfs {
