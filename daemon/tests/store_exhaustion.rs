@@ -3,6 +3,7 @@
 //! verbs keep working, the store warns on the way, and a full disk reads "disk full".
 
 mod common;
+
 use common::*;
 use serde_json::{json, Value};
 
