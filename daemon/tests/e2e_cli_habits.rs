@@ -948,6 +948,36 @@ fn output_into_a_closed_pipe_or_a_full_disk_is_never_a_panic() {
             "{args:?} into a full disk"
         );
     }
+    // A credential printed where no one can read it is revoked, and said so, whatever the
+    // cause: a closed pipe is no quiet ending for it.
+    let (code, terminal) = mint_at_terminal(
+        &db,
+        "--episode ep2 --grant Workspace.Read=worktree:5 > /dev/full",
+    );
+    assert_eq!(code, 1, "{terminal}");
+    assert!(
+        terminal.contains("worldd: cannot write to stdout: No space left on device (os error 28); the credential was revoked"),
+        "{terminal}"
+    );
+    let (code, terminal) = mint_at_terminal(
+        &db,
+        "--episode ep3 --grant Workspace.Read=worktree:5 | true",
+    );
+    assert_eq!(code, 0, "the pipeline's status is true's: {terminal}");
+    assert!(
+        terminal.contains(
+            "worldd: cannot write to stdout: its reader has closed it; the credential was revoked"
+        ),
+        "{terminal}"
+    );
+    let (code, listed, err) = worldd(&["session", "list", "--db", path_str(&db)], None);
+    assert_eq!(code, 0, "{err}");
+    assert!(listed.contains("  ep1  live"), "{listed}");
+    assert!(
+        !listed.contains("  ep2  ") && !listed.contains("  ep3  "),
+        "{listed}"
+    );
+
     // A verb that fails, its message going nowhere: its own exit code, not a panic's 101.
     let (code, _, _) = run_with(&["why", "--db", path_str(&db), "99"], None, Some(full()));
     let (expected, _, err) = worldd(&["why", "--db", path_str(&db), "99"], None);

@@ -259,7 +259,18 @@ fn mint(
                 path.display()
             );
         }
-        _ => outln!("{}", minted.token),
+        _ => {
+            if let Err(f) = super::output::write(format!("{}\n", minted.token)) {
+                // Undelivered, as above; and said, even for a closed pipe.
+                let _ = session::revoke(&store, &s.credential_id);
+                let why = if f.message.is_empty() {
+                    "cannot write to stdout: its reader has closed it".to_owned()
+                } else {
+                    f.message
+                };
+                return Err(Failure::usage(format!("{why}; the credential was revoked")));
+            }
+        }
     }
     Ok(())
 }
