@@ -688,3 +688,59 @@ fn the_pages_canonical_json_and_sha256_agree_with_the_daemons() {
         }
     }
 }
+
+/// A page on one loopback origin (`localhost`) calls the daemon on another (`127.0.0.1`), as
+/// a browser-based MCP client connecting directly does: Chromium sends its preflight, then the
+/// call, and hands the page the answer, a refusal's included. The daemon answered preflights
+/// 405, so such a page got only `Failed to fetch`.
+#[test]
+fn a_page_on_another_loopback_origin_calls_the_daemon_over_mcp() {
+    let Some(b) = Browser::start_or_skip(
+        "a_page_on_another_loopback_origin_calls_the_daemon_over_mcp",
+        800,
+        600,
+    ) else {
+        return;
+    };
+    let d = Daemon::start(WS, &[]);
+    let token = d.session("ep1", &["Workspace.Read=worktree:5"]);
+    std::fs::write(d.root().join("ep1/hello.txt"), "hi from the worktree").unwrap();
+    let port = d.addr.rsplit(':').next().unwrap();
+    // A page of the daemon's own without the workbench's content security policy (which lets
+    // the workbench fetch from its own origin only): the health answer, shown as a document.
+    b.goto(&format!("http://localhost:{port}/v1/health"));
+    let got = b.exec_async(
+        "const [url, token] = arguments;
+         const done = arguments[arguments.length - 1];
+         const call = (auth) => fetch(url, {
+           method: 'POST',
+           headers: Object.assign({
+             'content-type': 'application/json',
+             'accept': 'application/json, text/event-stream',
+             'mcp-protocol-version': '2025-06-18',
+           }, auth ? {'authorization': 'Bearer ' + token} : {}),
+           body: JSON.stringify({jsonrpc: '2.0', id: 1, method: 'tools/call',
+             params: {name: 'ailang-read', arguments: {path: 'hello.txt'}}}),
+         }).then(async (r) => [r.status, await r.text()]);
+         Promise.all([location.origin, call(true), call(false)])
+           .then(done).catch((e) => done(String(e)));",
+        json!([format!("http://127.0.0.1:{port}/mcp/"), token]),
+    );
+    let got = got
+        .as_array()
+        .unwrap_or_else(|| panic!("the page's calls failed: {got}"));
+    assert_eq!(got[0], format!("http://localhost:{port}"));
+    assert_eq!(got[1][0], 200, "{got:?}");
+    assert!(
+        got[1][1].as_str().unwrap().contains("hi from the worktree"),
+        "{got:?}"
+    );
+    assert_eq!(got[2][0], 401, "{got:?}");
+    assert!(
+        got[2][1]
+            .as_str()
+            .unwrap()
+            .contains("session credential is absent"),
+        "{got:?}"
+    );
+}

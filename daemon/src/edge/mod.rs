@@ -6,6 +6,7 @@
 //! | file descriptors | the soft `RLIMIT_NOFILE` is raised to the hard limit at start, and the connection limit kept below it | [`listener`] |
 //! | request head | hyper's header-read timeout: a complete request head within [`ServerConfig::header_timeout`] of the connection being accepted or finishing its previous response (so it is also the idle keep-alive timeout); heads over [`ServerConfig::max_head_bytes`] are answered 431 | [`listener`] |
 //! | Host and Origin | loopback names and the operator's lists only (the Host header, and a request target's authority in absolute form), on every route, before anything else (403) | [`host`] |
+//! | cross-origin answers | a browser's preflight from an accepted origin answered before authentication (204, the methods and headers the daemon reads); every answer to a request from one names its origin, refusals included; none allows credentials | [`cors`] |
 //! | authentication | every route that reads a body authenticates from its headers first; a request with two `Authorization` fields is refused as malformed | the routes, [`credential`] |
 //! | singleton fields | `Authorization`, `Content-Type`, `MCP-Protocol-Version`, `A2A-Version`, `Last-Event-ID` and the routing headers are read once or refused, never first-of-two | [`fields`] |
 //! | unread bodies | an answer sent before its request body was read waits (at most 2 s) for a remainder of at most 64 KiB, so the client reads it instead of a reset connection | [`linger`] |
@@ -23,6 +24,7 @@ use serde::Deserialize;
 pub mod arrived;
 pub mod body;
 pub mod connections;
+pub mod cors;
 pub mod credential;
 pub mod fields;
 pub mod host;

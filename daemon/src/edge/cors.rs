@@ -1,0 +1,88 @@
+//! Answers a browser may read across origins: for a page on an origin the Host and Origin check
+//! accepts ([`super::host`]: a loopback origin or one of `[server] allowed_origins`).
+//!
+//! A browser sends a preflight (`OPTIONS` with `Access-Control-Request-Method`) before any
+//! request that carries `Authorization`, a JSON body or an MCP header, and hands a page an
+//! answer only when the answer names the page's origin. Without these headers the operator's
+//! `allowed_origins` let a browser-based client past the Origin check and no further: its
+//! preflight was answered 405 and its requests never sent.
+//!
+//! The preflight is answered here, before authentication (a browser never sends credentials
+//! with one) and before any route; every answer to a request that names an accepted origin,
+//! refusals included, names that origin back, so that a page can read why it was refused. No
+//! answer allows credentials: the daemon reads no cookie, only the `Authorization` header a
+//! page sets itself. Runs behind [`super::host::guard`], which has refused any other origin.
+
+use axum::extract::Request;
+use axum::http::header::{
+    ACCESS_CONTROL_ALLOW_HEADERS, ACCESS_CONTROL_ALLOW_METHODS, ACCESS_CONTROL_ALLOW_ORIGIN,
+    ACCESS_CONTROL_EXPOSE_HEADERS, ACCESS_CONTROL_MAX_AGE, ACCESS_CONTROL_REQUEST_METHOD, ORIGIN,
+    VARY,
+};
+use axum::http::{HeaderMap, HeaderValue, Method, StatusCode};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+
+/// The methods the daemon serves.
+pub const ALLOW_METHODS: &str = "GET, POST";
+/// The request headers the daemon reads, beside the ones a browser always may send.
+pub const ALLOW_HEADERS: &str = "authorization, content-type, accept, mcp-protocol-version, \
+     mcp-method, mcp-name, mcp-session-id, last-event-id, a2a-version";
+/// The answer headers a page may read, beside the ones it always may.
+pub const EXPOSE_HEADERS: &str = "retry-after, allow";
+/// How long a browser may keep a preflight's answer, in seconds.
+pub const MAX_AGE_SECS: &str = "600";
+
+/// The request's one `Origin`, as sent; none when it is absent or sent twice (a browser sends
+/// it once; the Host and Origin check has accepted every one sent).
+fn origin(headers: &HeaderMap) -> Option<HeaderValue> {
+    let mut all = headers.get_all(ORIGIN).iter();
+    match (all.next(), all.next()) {
+        (Some(one), None) => Some(one.clone()),
+        _ => None,
+    }
+}
+
+/// The middleware: a preflight answered, and every other answer to a browser's request
+/// naming its origin.
+pub async fn answer(request: Request, next: Next) -> Response {
+    let Some(origin) = origin(request.headers()) else {
+        return next.run(request).await;
+    };
+    if request.method() == Method::OPTIONS
+        && request
+            .headers()
+            .contains_key(ACCESS_CONTROL_REQUEST_METHOD)
+    {
+        let mut response = StatusCode::NO_CONTENT.into_response();
+        let headers = response.headers_mut();
+        headers.insert(
+            ACCESS_CONTROL_ALLOW_METHODS,
+            HeaderValue::from_static(ALLOW_METHODS),
+        );
+        headers.insert(
+            ACCESS_CONTROL_ALLOW_HEADERS,
+            HeaderValue::from_static(ALLOW_HEADERS),
+        );
+        headers.insert(
+            ACCESS_CONTROL_MAX_AGE,
+            HeaderValue::from_static(MAX_AGE_SECS),
+        );
+        name_origin(headers, origin);
+        return response;
+    }
+    let mut response = next.run(request).await;
+    let headers = response.headers_mut();
+    headers.insert(
+        ACCESS_CONTROL_EXPOSE_HEADERS,
+        HeaderValue::from_static(EXPOSE_HEADERS),
+    );
+    name_origin(headers, origin);
+    response
+}
+
+/// The origin named back, and the answer marked as one that differs by origin.
+fn name_origin(headers: &mut HeaderMap, origin: HeaderValue) {
+    headers.insert(ACCESS_CONTROL_ALLOW_ORIGIN, origin);
+    headers.append(VARY, HeaderValue::from_static("origin"));
+}
