@@ -14,6 +14,11 @@ use std::io::{self, Read, Write};
 
 use broker_core::object::Ref;
 
+/// The largest library copied. A plugin is a few megabytes (the shipped ones 1–2 MiB built
+/// for release, about 15 MiB with debug information); a larger file in the plugin directory is
+/// no plugin, and copying it would take its size in memory before the loader could say so.
+pub const MAX_LIBRARY_BYTES: u64 = 512 << 20;
+
 /// A library's bytes in a memory file sealed against every change, and their sha256.
 pub struct Image {
     pub file: File,
@@ -30,18 +35,24 @@ pub enum ImageError {
     Read(io::Error),
     /// Writing the copy failed (no memory left for it).
     Write(io::Error),
+    /// The library held more than the copy's bound (it grew past [`MAX_LIBRARY_BYTES`] while
+    /// it was copied, its size having been checked first).
+    TooLarge,
 }
 
-/// Copy what `library` holds into a new sealed memory file named after `name` (shown in
-/// `/proc/PID/maps` as `/memfd:worldd-plugin:NAME`), hashing the bytes as they are copied.
+/// Copy what `library` holds, at most `max` bytes, into a new sealed memory file named after
+/// `name` (shown in `/proc/PID/maps` as `/memfd:worldd-plugin:NAME`), hashing the bytes as they
+/// are copied.
 #[cfg(target_os = "linux")]
-pub fn sealed_copy(name: &str, library: &mut File) -> Result<Image, ImageError> {
+pub fn sealed_copy(name: &str, library: &mut File, max: u64) -> Result<Image, ImageError> {
     use sha2::Digest;
     use std::os::fd::AsRawFd;
 
     let mut file = memory_file(name).map_err(ImageError::Unavailable)?;
     let mut hasher = sha2::Sha256::new();
     let mut buf = vec![0u8; 1 << 16];
+    let mut copied = 0u64;
+    let mut library = library.take(max.saturating_add(1));
     loop {
         let n = match library.read(&mut buf) {
             Ok(0) => break,
@@ -49,6 +60,10 @@ pub fn sealed_copy(name: &str, library: &mut File) -> Result<Image, ImageError> 
             Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
             Err(e) => return Err(ImageError::Read(e)),
         };
+        copied += n as u64;
+        if copied > max {
+            return Err(ImageError::TooLarge);
+        }
         hasher.update(&buf[..n]);
         file.write_all(&buf[..n]).map_err(ImageError::Write)?;
     }
@@ -65,7 +80,7 @@ pub fn sealed_copy(name: &str, library: &mut File) -> Result<Image, ImageError> 
 
 /// No sealed memory files here: the caller maps the library's own file.
 #[cfg(not(target_os = "linux"))]
-pub fn sealed_copy(_name: &str, _library: &mut File) -> Result<Image, ImageError> {
+pub fn sealed_copy(_name: &str, _library: &mut File, _max: u64) -> Result<Image, ImageError> {
     Err(ImageError::Unavailable(io::ErrorKind::Unsupported.into()))
 }
 
@@ -107,7 +122,7 @@ mod tests {
         source.write_all(&bytes).unwrap();
         source.rewind().unwrap();
 
-        let Ok(mut image) = sealed_copy("test.so", &mut source) else {
+        let Ok(mut image) = sealed_copy("test.so", &mut source, MAX_LIBRARY_BYTES) else {
             panic!("no sealed copy")
         };
         use sha2::Digest;
@@ -137,5 +152,18 @@ mod tests {
         // SAFETY: F_ADD_SEALS on a descriptor `image` owns; it reads no memory.
         let unsealed = unsafe { libc::fcntl(fd, libc::F_ADD_SEALS, 0) };
         assert_eq!(unsealed, -1);
+    }
+
+    #[test]
+    fn a_library_past_the_bound_is_not_copied_whole() {
+        let mut source = tempfile::tempfile().unwrap();
+        source.write_all(&[7u8; 2000]).unwrap();
+        source.rewind().unwrap();
+        assert!(matches!(
+            sealed_copy("big.so", &mut source, 1999),
+            Err(ImageError::TooLarge)
+        ));
+        source.rewind().unwrap();
+        assert!(sealed_copy("big.so", &mut source, 2000).is_ok());
     }
 }

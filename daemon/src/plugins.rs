@@ -247,11 +247,30 @@ impl OpenedLibrary {
             |e: std::io::Error| PluginError::new(path, format!("cannot read the library: {e}"));
         let mut file = std::fs::File::open(path).map_err(unreadable)?;
         // Of the open descriptor: the inode that is copied or loaded.
-        writers::check_library(path, &file.metadata().map_err(unreadable)?)?;
+        let meta = file.metadata().map_err(unreadable)?;
+        writers::check_library(path, &meta)?;
+        let too_large = |size: Option<u64>| {
+            let max = plugin_image::MAX_LIBRARY_BYTES;
+            PluginError::new(
+                path,
+                match size {
+                    Some(bytes) => format!("not a worldd plugin: the file is {bytes} bytes, more than the {max} a plugin library may be"),
+                    None => format!("not a worldd plugin: the file grew past the {max} bytes a plugin library may be while it was read"),
+                },
+            )
+        };
+        if meta.len() > plugin_image::MAX_LIBRARY_BYTES {
+            return Err(too_large(Some(meta.len())));
+        }
         let name = path.file_name().unwrap_or_default().to_string_lossy();
-        let (file, file_ref) = match plugin_image::sealed_copy(&name, &mut file) {
+        let (file, file_ref) = match plugin_image::sealed_copy(
+            &name,
+            &mut file,
+            plugin_image::MAX_LIBRARY_BYTES,
+        ) {
             Ok(image) => (image.file, image.file_ref),
             Err(ImageError::Read(e)) => return Err(unreadable(e)),
+            Err(ImageError::TooLarge) => return Err(too_large(None)),
             Err(ImageError::Write(e)) => {
                 return Err(PluginError::new(
                     path,

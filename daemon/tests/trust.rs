@@ -654,6 +654,31 @@ fn a_plugin_rewritten_in_place_while_the_daemon_runs_changes_nothing_it_runs() {
     assert!(!maps.contains(lib.to_str().unwrap()), "{maps}");
 }
 
+/// Loading copies a library into memory first (the two tests above), so a file in the plugin
+/// directory far larger than any plugin would have cost its size in memory before the loader
+/// could refuse it. It is refused from its size, and nothing is read.
+#[test]
+fn a_file_too_large_to_be_a_plugin_is_refused_before_it_is_copied() {
+    let dir = tempfile::tempdir().unwrap();
+    let plugins = plugin_dir_with(dir.path(), &["worldd_workspace"]);
+    let big = plugins.join("libbig.so");
+    // Sparse: it takes no room on the disk.
+    let file = std::fs::File::create(&big).unwrap();
+    file.set_len(worldd::plugin_image::MAX_LIBRARY_BYTES + 1)
+        .unwrap();
+    let (code, out, err) = worldd(&["handlers", "--plugin-dir", path_str(&plugins)], None);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(
+        out.contains(&format!(
+            "not a worldd plugin: the file is {} bytes, more than the {} a plugin library may be",
+            worldd::plugin_image::MAX_LIBRARY_BYTES + 1,
+            worldd::plugin_image::MAX_LIBRARY_BYTES
+        )),
+        "{out}"
+    );
+    assert!(out.contains("workspace 0.1.0"), "{out}");
+}
+
 /// `worldd serve` on `db` with the plugins of `plugins` and `extra` flags, run until it exits
 /// (these tests expect it to refuse to start).
 fn serve_once(
