@@ -1090,3 +1090,68 @@ fn a_store_or_workspace_root_that_names_a_file_is_refused_by_name() {
     assert!(!db.exists(), "the store was created");
     assert_eq!(std::fs::read(&file).unwrap(), b"x");
 }
+
+/// A file's size says nothing of a device or a pipe: `--session /dev/zero`, `--json @/dev/zero`,
+/// `worldd why - < /dev/zero`, `--config /dev/zero` and `publish /dev/zero` read until memory ran
+/// out (under a 2 GB address-space limit, `out of memory`; without one, the machine's memory).
+/// Each is now read to a bound and refused past it.
+#[test]
+fn endless_inputs_are_read_to_a_bound_not_until_memory_runs_out() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("db");
+    let zero = || std::fs::File::open("/dev/zero").unwrap();
+    let run = |args: &[&str]| {
+        let out = Command::new(WORLDD)
+            .args(args)
+            .current_dir(dir.path())
+            .stdin(Stdio::from(zero()))
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr).into_owned();
+        (
+            out.status.code().unwrap_or(-1),
+            err.lines().last().unwrap_or("").to_owned(),
+        )
+    };
+    let session = "0".repeat(64);
+    let cases: [(&[&str], i32, &str); 5] = [
+        (
+            &["tools", "list", "--session", "/dev/zero"],
+            1,
+            "worldd: session file /dev/zero is larger than 256 bytes",
+        ),
+        (
+            &[
+                "call",
+                "ailang-read",
+                "--session",
+                &session,
+                "--json",
+                "@/dev/zero",
+            ],
+            1,
+            "worldd: /dev/zero is larger than 67108864 bytes",
+        ),
+        (
+            &["call", "ailang-read", "--session", &session, "--json", "-"],
+            1,
+            "worldd: stdin is larger than 67108864 bytes",
+        ),
+        (
+            &["why", "--db", path_str(&db), "-"],
+            1,
+            "worldd: stdin is larger than 67108864 bytes",
+        ),
+        (
+            &["serve", "--config", "/dev/zero", "--bind", "127.0.0.1:0"],
+            2,
+            "worldd: daemon startup failed at config: /dev/zero is larger than 1048576 bytes",
+        ),
+    ];
+    for (args, code, line) in cases {
+        assert_eq!(run(args), (code, line.to_owned()), "{args:?}");
+    }
+    assert!(!db.exists(), "a refused read created the store");
+}

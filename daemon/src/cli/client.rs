@@ -212,8 +212,11 @@ pub(super) fn credential(arg: &Option<String>) -> Result<Option<String>, Failure
             errln!("worldd: warning: session file {raw} is readable by group or others");
         }
     }
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| Failure::usage(format!("session file {raw}: {e}")))?;
+    let text = super::input::file_text(
+        path,
+        super::input::SESSION_FILE_BYTES,
+        &format!("session file {raw}"),
+    )?;
     let token = text.trim();
     if !is_credential(token) {
         return Err(Failure::usage(format!(
@@ -608,13 +611,9 @@ fn call_arguments(a: &CallArgs) -> Result<Value, Failure> {
         None => serde_json::Map::new(),
         Some(spec) => {
             let text = if spec == "-" {
-                let mut s = String::new();
-                std::io::stdin()
-                    .read_to_string(&mut s)
-                    .map_err(|e| Failure::usage(e.to_string()))?;
-                s
+                super::input::text(std::io::stdin(), super::input::DOCUMENT_BYTES, "stdin")?
             } else if let Some(file) = spec.strip_prefix('@') {
-                std::fs::read_to_string(file).map_err(|e| Failure::usage(format!("{file}: {e}")))?
+                super::input::file_text(Path::new(file), super::input::DOCUMENT_BYTES, file)?
             } else {
                 spec.clone()
             };
@@ -723,8 +722,11 @@ pub struct PublishArgs {
 /// Publish a bundle through the broker: the `registry-publish` tool, so the session needs a
 /// `Registry.Publish` grant and the call is journaled and committed like any other.
 pub fn publish(a: PublishArgs) -> CliResult {
-    let text = std::fs::read_to_string(&a.bundle)
-        .map_err(|e| Failure::usage(format!("{}: {e}", a.bundle.display())))?;
+    let text = super::input::file_text(
+        &a.bundle,
+        super::input::DOCUMENT_BYTES,
+        &a.bundle.display().to_string(),
+    )?;
     let bundle: Value = serde_json::from_str(&text)
         .map_err(|e| Failure::usage(format!("{}: not JSON: {e}", a.bundle.display())))?;
     let v = mcp(

@@ -29,6 +29,7 @@ macro_rules! errln {
 
 mod client;
 mod doctor;
+mod input;
 mod log_fields;
 mod manual;
 mod output;

@@ -75,10 +75,13 @@ pub fn run(a: QuickstartArgs) -> CliResult {
             },
         ))?;
     }
-    let token = std::fs::read_to_string(&token_file)
-        .map_err(|e| Failure::usage(format!("{}: {e}", token_file.display())))?
-        .trim()
-        .to_owned();
+    let token = super::input::file_text(
+        &token_file,
+        super::input::SESSION_FILE_BYTES,
+        &token_file.display().to_string(),
+    )?
+    .trim()
+    .to_owned();
     let config = serde_json::json!({
         "mcpServers": {
             "worldd": {
@@ -121,7 +124,11 @@ pub fn run(a: QuickstartArgs) -> CliResult {
 
 /// True when the credential file holds a session that exists and has not expired.
 fn credential_is_live(db: &std::path::Path, token_file: &std::path::Path) -> bool {
-    let Ok(token) = std::fs::read_to_string(token_file) else {
+    let Ok(token) = super::input::file_text(
+        token_file,
+        super::input::SESSION_FILE_BYTES,
+        "the credential file",
+    ) else {
         return false;
     };
     let Ok(store) = broker_core::store::Store::open(db, Default::default()) else {

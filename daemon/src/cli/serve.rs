@@ -179,8 +179,12 @@ fn read_config(path: &Option<PathBuf>) -> Result<ConfigFile, Failure> {
     let Some(path) = path else {
         return Ok(ConfigFile::default());
     };
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| startup("config", format!("{}: {e}", path.display())))?;
+    let text = super::input::file_text(
+        path,
+        super::input::CONFIG_BYTES,
+        &path.display().to_string(),
+    )
+    .map_err(|f| startup("config", f.message))?;
     toml::from_str(&text).map_err(|e| startup("config", format!("{}: {e}", path.display())))
 }
 

@@ -7,7 +7,6 @@
 //! through [`why_remote`](super::why_remote)), so an agent on a machine without the store can
 //! verify its own calls. Which one runs without either flag is decided by [`mode`].
 
-use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -93,10 +92,8 @@ fn mode(a: &WhyArgs) -> Mode {
 
 pub fn run(a: WhyArgs) -> CliResult {
     let handle = if a.handle == "-" {
-        let mut bytes = Vec::new();
-        std::io::stdin()
-            .read_to_end(&mut bytes)
-            .map_err(|e| Failure::usage(format!("cannot read stdin: {e}")))?;
+        let mut bytes =
+            super::input::bytes(std::io::stdin(), super::input::DOCUMENT_BYTES, "stdin")?;
         // `--json-out` adds one newline after the committed bytes.
         if bytes.last() == Some(&b'\n') {
             bytes.pop();
