@@ -11,8 +11,8 @@ use tokio::signal::unix::{signal, Signal, SignalKind};
 use crate::state::AppState;
 use crate::{a2a, durable_answers, edge, fallback, log_stream, mcp, memory, rest, workbench};
 
-/// The whole HTTP surface of the daemon, Host and Origin checked first on every route, then a
-/// browser's preflight answered and its answers made readable across origins.
+/// The whole HTTP surface of the daemon, Host and Origin checked first on every route (a
+/// browser's preflight answered there, and its answers made readable across origins).
 pub fn router(state: AppState) -> Router {
     Router::new()
         .merge(mcp::routes())
@@ -34,8 +34,6 @@ pub fn router(state: AppState) -> Router {
             state.store().clone(),
             durable_answers::hold,
         ))
-        // Inside the Host and Origin check: only an accepted origin gets here.
-        .layer(axum::middleware::from_fn(edge::cors::answer))
         .layer(axum::middleware::from_fn_with_state(
             state.clone(),
             edge::host::guard,

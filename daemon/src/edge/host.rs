@@ -202,7 +202,18 @@ pub async fn guard(State(state): State<AppState>, request: Request, next: Next) 
             .into_response();
     }
     match state.host_policy().check(request.uri(), request.headers()) {
-        Ok(()) => next.run(request).await,
+        // A browser's request: its preflight answered here, its answers made readable.
+        Ok(()) => match super::cors::origin(request.headers()) {
+            None => next.run(request).await,
+            Some(origin) => {
+                if let Some(answer) = super::cors::preflight(&request, &origin) {
+                    return answer;
+                }
+                let mut response = next.run(request).await;
+                super::cors::readable(&mut response, origin);
+                response
+            }
+        },
         Err(refused) => {
             state.metrics().limit_tripped(refused.limit());
             (
