@@ -8,7 +8,7 @@
 //! counted in `worldd_limit_trips_total` (`json_values`, `json_depth`) when they trip.
 //!
 //! What a body's parse will build is also counted against the body budget, from one scan of
-//! its bytes ([`crate::json_scan::values`]), before the parse and until its call is answered
+//! its bytes (`json_scan::values`), before the parse and until its call is answered
 //! ([`crate::edge::body::BodyShare::hold_parsed`]): bodies at the value limit from many
 //! sessions would otherwise hold megabytes each while they wait their turn, which no byte
 //! budget sees.
@@ -68,7 +68,7 @@ pub enum Refused<E> {
 
 /// `bytes` parsed by `parse` ([`parse`] for MCP, [`parse_strict`] for A2A), what the parse
 /// builds counted against `share` in the body budget until the share is dropped. The values
-/// are counted with one scan ([`crate::json_scan::values`]) and taken from the budget
+/// are counted with one scan (`json_scan::values`) and taken from the budget
 /// ([`BodyShare::hold_parsed`]) before `parse` builds them, so that a refusal for want of room
 /// costs a scan, not a parse. At most `[limits] json_values` values are counted: the parse
 /// stops one past them, and which error a body gets (not JSON, nested too deep, too many

@@ -257,7 +257,7 @@ fn classify(
 
 /// [`of_committed`]'s policy refusal, read from a committed output's bytes: the effect ran
 /// and the output says `"ok": false`. The output's top level is walked, not parsed: the
-/// metrics and the answer each ask this of every call ([`crate::json_scan`]).
+/// metrics and the answer each ask this of every call (`json_scan`).
 pub fn refused_by_policy(output: &[u8]) -> bool {
     crate::json_scan::top_level_member(output, b"ok") == Some(b"false")
 }
