@@ -491,6 +491,38 @@ fn a_second_serve_on_a_served_store_and_its_port_is_told_the_store_is_served() {
     assert_eq!(get(&first.url("/v1/health"), None).status, 200);
 }
 
+/// The daemon's store lock was a `worldd.lock` beside the store. Removed while the daemon ran
+/// (as lock files are, by hand, after a crash), it let a second daemon start on the same store,
+/// and per-episode ordering lives in one daemon. The lock is now held on the store's data file.
+#[test]
+fn a_second_serve_is_refused_when_every_lock_file_beside_the_store_was_removed() {
+    let first = Daemon::start(&[], &[]);
+    let db = first.db();
+    for entry in std::fs::read_dir(&db).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_some_and(|e| e == "lock") {
+            std::fs::remove_file(path).unwrap();
+        }
+    }
+    let refusal = refused_start(
+        &[
+            "--db",
+            path_str(&db),
+            "--workspace-root",
+            path_str(&first.root()),
+            "--bind",
+            "127.0.0.1:0",
+        ],
+        first.dir.path(),
+    );
+    assert_eq!(refusal.code, Some(2), "{}", refusal.stderr);
+    assert_eq!(
+        refusal.line,
+        format!("worldd: daemon startup failed at store-open: another worldd already serves {} (one daemon per store: it orders each episode's calls)", db.display())
+    );
+    assert_eq!(get(&first.url("/v1/health"), None).status, 200);
+}
+
 #[test]
 fn quickstart_print_only_prints_the_configuration_alone_on_stdout() {
     let dir = tempfile::tempdir().unwrap();

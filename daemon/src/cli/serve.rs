@@ -706,31 +706,33 @@ fn publisher(store: Store, served: Arc<OnceLock<BTreeSet<String>>>) -> plugins::
     })
 }
 
-/// The store's lock taken now when the store already has a lock file, `None` otherwise (a store
-/// not yet created has no other daemon).
+/// The store's lock taken now when the store already exists, `None` otherwise (a store not yet
+/// created has no other daemon).
 fn existing_store_lock(db: &std::path::Path) -> Result<Option<std::fs::File>, Failure> {
-    if db.join("worldd.lock").is_file() {
+    if store_lock_file(db).is_file() {
         writer_lock(db).map(Some)
     } else {
         Ok(None)
     }
 }
 
-/// Hold an exclusive, non-blocking lock on `<db>/worldd.lock` for the daemon's lifetime.
-/// Other verbs (session mint, why, doctor) do not take it: LMDB serialises their writes.
+/// The file a serving daemon locks: the store's own data file. A lock file beside it
+/// (`worldd.lock`, once) could be removed while the daemon ran, as lock files are after a crash,
+/// and a second daemon then started on the same store; the data file is the store.
+fn store_lock_file(db: &std::path::Path) -> std::path::PathBuf {
+    db.join("data.mdb")
+}
+
+/// Hold an exclusive, non-blocking `flock` on the store's data file for the daemon's lifetime.
+/// LMDB locks only `lock.mdb` (with `fcntl`, which `flock` does not meet). Other verbs (session
+/// mint, why, doctor) do not take it: LMDB serialises their writes.
 fn writer_lock(db: &std::path::Path) -> Result<std::fs::File, Failure> {
     use std::os::fd::AsRawFd;
-    let path = db.join("worldd.lock");
-    let file = std::fs::OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(&path)
-        .map_err(|e| {
-            // "disk full", not an I/O fault, when that is what it is.
-            let e = broker_core::store::StoreError::from_io(e);
-            startup("store-open", format!("{}: {e}", path.display()))
-        })?;
+    let path = store_lock_file(db);
+    let file = std::fs::File::open(&path).map_err(|e| {
+        let e = broker_core::store::StoreError::from_io(e);
+        startup("store-open", format!("{}: {e}", path.display()))
+    })?;
     // SAFETY: flock on a file descriptor we own; no memory is shared.
     let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
     if rc != 0 {
