@@ -842,7 +842,6 @@ fn run_attacks(args: &Args, release: &Path, target: &Path) -> Result<(), String>
         std::fs::copy(&lib, &to)
             .map_err(|e| format!("{} -> {}: {e}", lib.display(), to.display()))?;
     }
-    let run_dir = RunDir::under(tmp_root(args, target), "attacks", args.keep)?;
     let dir = &run_dir.path;
     let measure = secs(args.seconds.unwrap_or(if args.quick { 2.0 } else { 8.0 }));
     eprintln!(
