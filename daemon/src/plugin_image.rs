@@ -19,69 +19,96 @@ use broker_core::object::Ref;
 /// no plugin, and copying it would take its size in memory before the loader could say so.
 pub const MAX_LIBRARY_BYTES: u64 = 512 << 20;
 
-/// A library's bytes in a memory file sealed against every change, and their sha256.
+/// A library's bytes as the loader will map them, and their sha256.
 pub struct Image {
+    /// A memory file sealed against every change, or (where the system has none) the library's
+    /// own open file.
     pub file: File,
     pub file_ref: Ref,
 }
 
-/// Why no sealed copy was made.
+/// Why a library's bytes could not be taken.
 #[derive(Debug)]
 pub enum ImageError {
-    /// The system offers no sealed memory file (a kernel without `memfd_create`, one that
-    /// forbids executable memory files, or not Linux): the caller maps the library's own file.
-    Unavailable(io::Error),
     /// Reading the library failed.
     Read(io::Error),
     /// Writing the copy failed (no memory left for it).
     Write(io::Error),
-    /// The library held more than the copy's bound (it grew past [`MAX_LIBRARY_BYTES`] while
-    /// it was copied, its size having been checked first).
+    /// The library held more than the bound (it grew past it while it was read, its size
+    /// having been checked first).
     TooLarge,
 }
 
-/// Copy what `library` holds, at most `max` bytes, into a new sealed memory file named after
-/// `name` (shown in `/proc/PID/maps` as `/memfd:worldd-plugin:NAME`), hashing the bytes as they
-/// are copied.
-#[cfg(target_os = "linux")]
-pub fn sealed_copy(name: &str, library: &mut File, max: u64) -> Result<Image, ImageError> {
-    use sha2::Digest;
-    use std::os::fd::AsRawFd;
+/// What the loader is to map of `library`, at most `max` bytes of it: a sealed copy named after
+/// `name` (shown in `/proc/PID/maps` as `/memfd:worldd-plugin:NAME`) where the system has sealed
+/// memory files; elsewhere (a kernel without `memfd_create`, one that forbids executable memory
+/// files, not Linux) the library's own file. Either way hashed as it is read.
+pub fn of(name: &str, mut library: File, max: u64) -> Result<Image, ImageError> {
+    if let Some(image) = sealed_copy(name, &mut library, max)? {
+        return Ok(image);
+    }
+    use std::io::Seek;
+    library.rewind().map_err(ImageError::Read)?;
+    let file_ref = read_hashed(&mut library, max, &mut io::sink())?;
+    Ok(Image {
+        file: library,
+        file_ref,
+    })
+}
 
-    let mut file = memory_file(name).map_err(ImageError::Unavailable)?;
+/// Copy `library` into a new sealed memory file, hashing it on the way; `None` (said in the
+/// log) where the system offers no such file.
+#[cfg(target_os = "linux")]
+fn sealed_copy(name: &str, library: &mut File, max: u64) -> Result<Option<Image>, ImageError> {
+    use std::os::fd::AsRawFd;
+    let unavailable = |why: io::Error| {
+        tracing::debug!(
+            library = name,
+            "mapped from its own file (no sealed copy: {why})"
+        );
+        Ok(None)
+    };
+    let mut file = match memory_file(name) {
+        Ok(file) => file,
+        Err(why) => return unavailable(why),
+    };
+    let file_ref = read_hashed(library, max, &mut file)?;
+    let seals = libc::F_SEAL_SEAL | libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_SEAL_WRITE;
+    // SAFETY: F_ADD_SEALS on a descriptor `file` owns; it reads no memory.
+    if unsafe { libc::fcntl(file.as_raw_fd(), libc::F_ADD_SEALS, seals) } != 0 {
+        return unavailable(io::Error::last_os_error());
+    }
+    Ok(Some(Image { file, file_ref }))
+}
+
+/// No sealed memory files here.
+#[cfg(not(target_os = "linux"))]
+fn sealed_copy(_name: &str, _library: &mut File, _max: u64) -> Result<Option<Image>, ImageError> {
+    Ok(None)
+}
+
+/// Read `from` to its end into `into`, at most `max` bytes, and hash what was read.
+fn read_hashed(from: &mut File, max: u64, into: &mut impl Write) -> Result<Ref, ImageError> {
+    use sha2::Digest;
     let mut hasher = sha2::Sha256::new();
     let mut buf = vec![0u8; 1 << 16];
-    let mut copied = 0u64;
-    let mut library = library.take(max.saturating_add(1));
+    let mut read = 0u64;
+    let mut from = from.take(max.saturating_add(1));
     loop {
-        let n = match library.read(&mut buf) {
+        let n = match from.read(&mut buf) {
             Ok(0) => break,
             Ok(n) => n,
             Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
             Err(e) => return Err(ImageError::Read(e)),
         };
-        copied += n as u64;
-        if copied > max {
+        read += n as u64;
+        if read > max {
             return Err(ImageError::TooLarge);
         }
         hasher.update(&buf[..n]);
-        file.write_all(&buf[..n]).map_err(ImageError::Write)?;
+        into.write_all(&buf[..n]).map_err(ImageError::Write)?;
     }
-    let seals = libc::F_SEAL_SEAL | libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_SEAL_WRITE;
-    // SAFETY: F_ADD_SEALS on a descriptor `file` owns; it reads no memory.
-    if unsafe { libc::fcntl(file.as_raw_fd(), libc::F_ADD_SEALS, seals) } != 0 {
-        return Err(ImageError::Unavailable(io::Error::last_os_error()));
-    }
-    Ok(Image {
-        file,
-        file_ref: Ref::from_bytes(hasher.finalize().into()),
-    })
-}
-
-/// No sealed memory files here: the caller maps the library's own file.
-#[cfg(not(target_os = "linux"))]
-pub fn sealed_copy(_name: &str, _library: &mut File, _max: u64) -> Result<Image, ImageError> {
-    Err(ImageError::Unavailable(io::ErrorKind::Unsupported.into()))
+    Ok(Ref::from_bytes(hasher.finalize().into()))
 }
 
 /// A new memory file that may be sealed, and executed: `MFD_EXEC` says so explicitly where the
@@ -122,7 +149,7 @@ mod tests {
         source.write_all(&bytes).unwrap();
         source.rewind().unwrap();
 
-        let Ok(mut image) = sealed_copy("test.so", &mut source, MAX_LIBRARY_BYTES) else {
+        let Ok(mut image) = of("test.so", source.try_clone().unwrap(), MAX_LIBRARY_BYTES) else {
             panic!("no sealed copy")
         };
         use sha2::Digest;
@@ -160,10 +187,10 @@ mod tests {
         source.write_all(&[7u8; 2000]).unwrap();
         source.rewind().unwrap();
         assert!(matches!(
-            sealed_copy("big.so", &mut source, 1999),
+            of("big.so", source.try_clone().unwrap(), 1999),
             Err(ImageError::TooLarge)
         ));
         source.rewind().unwrap();
-        assert!(sealed_copy("big.so", &mut source, 2000).is_ok());
+        assert!(of("big.so", source, 2000).is_ok());
     }
 }

@@ -238,14 +238,13 @@ pub struct OpenedLibrary {
 }
 
 impl OpenedLibrary {
-    /// Open `path`, check who may write it, and copy its bytes into a sealed memory file,
-    /// hashing them on the way; without such files, hash the bytes read from the open file.
+    /// Open `path`, check who may write it and its size, and take its bytes as the loader will
+    /// map them ([`crate::plugin_image::of`]: a sealed copy, hashed as it is made).
     pub fn open(path: &Path) -> Result<OpenedLibrary, PluginError> {
         use crate::plugin_image::{self, ImageError};
-        use sha2::Digest;
         let unreadable =
             |e: std::io::Error| PluginError::new(path, format!("cannot read the library: {e}"));
-        let mut file = std::fs::File::open(path).map_err(unreadable)?;
+        let file = std::fs::File::open(path).map_err(unreadable)?;
         // Of the open descriptor: the inode that is copied or loaded.
         let meta = file.metadata().map_err(unreadable)?;
         writers::check_library(path, &meta)?;
@@ -263,33 +262,19 @@ impl OpenedLibrary {
             return Err(too_large(Some(meta.len())));
         }
         let name = path.file_name().unwrap_or_default().to_string_lossy();
-        let (file, file_ref) = match plugin_image::sealed_copy(
-            &name,
-            &mut file,
-            plugin_image::MAX_LIBRARY_BYTES,
-        ) {
-            Ok(image) => (image.file, image.file_ref),
-            Err(ImageError::Read(e)) => return Err(unreadable(e)),
-            Err(ImageError::TooLarge) => return Err(too_large(None)),
-            Err(ImageError::Write(e)) => {
-                return Err(PluginError::new(
-                    path,
-                    format!("cannot copy the library into memory: {e}"),
-                ))
-            }
-            Err(ImageError::Unavailable(why)) => {
-                tracing::debug!(path = %path.display(), "plugin mapped from its own file (no sealed copy: {why})");
-                use std::io::Seek;
-                file.rewind().map_err(unreadable)?;
-                let mut hasher = sha2::Sha256::new();
-                std::io::copy(&mut file, &mut hasher).map_err(unreadable)?;
-                (file, Ref::from_bytes(hasher.finalize().into()))
-            }
-        };
+        let image = plugin_image::of(&name, file, plugin_image::MAX_LIBRARY_BYTES).map_err(
+            |e| match e {
+                ImageError::Read(e) => unreadable(e),
+                ImageError::TooLarge => too_large(None),
+                ImageError::Write(e) => {
+                    PluginError::new(path, format!("cannot copy the library into memory: {e}"))
+                }
+            },
+        )?;
         Ok(OpenedLibrary {
             path: path.to_path_buf(),
-            file,
-            file_ref,
+            file: image.file,
+            file_ref: image.file_ref,
         })
     }
 
