@@ -10,20 +10,37 @@ use super::{CliResult, Failure};
 /// that the verb stops there and the command exits as if it had finished; another failure is
 /// `cannot write to stdout: …`, exit 1.
 pub fn write(text: impl AsRef<[u8]>) -> CliResult {
+    try_write(text).map_err(failure)
+}
+
+/// Write `text` to stdout and flush it, for a caller with its own answer to a failure.
+pub fn try_write(text: impl AsRef<[u8]>) -> std::io::Result<()> {
     let mut out = std::io::stdout().lock();
-    out.write_all(text.as_ref())
-        .and_then(|()| out.flush())
-        .map_err(failure)
+    out.write_all(text.as_ref()).and_then(|()| out.flush())
+}
+
+/// Whether a failed write met a pipe whose reader has gone.
+pub fn reader_gone(e: &std::io::Error) -> bool {
+    e.kind() == std::io::ErrorKind::BrokenPipe
+}
+
+/// A failed write to stdout, said: `cannot write to stdout: …`.
+pub fn unwritten(e: &std::io::Error) -> String {
+    if reader_gone(e) {
+        "cannot write to stdout: its reader has closed it".to_owned()
+    } else {
+        format!("cannot write to stdout: {e}")
+    }
 }
 
 /// What a failed write to stdout makes of the verb.
 pub fn failure(e: std::io::Error) -> Failure {
-    if e.kind() == std::io::ErrorKind::BrokenPipe {
+    if reader_gone(&e) {
         Failure {
             code: 0,
             message: String::new(),
         }
     } else {
-        Failure::usage(format!("cannot write to stdout: {e}"))
+        Failure::usage(unwritten(&e))
     }
 }

@@ -509,11 +509,11 @@ fn announce(local: SocketAddr, on_stderr: bool) {
     let line = format!("worldd listening on http://{local}");
     if on_stderr {
         errln!("{line}");
-    } else if let Err(e) = super::output::write(format!("{line}\n")) {
-        let why = if e.message.is_empty() {
+    } else if let Err(e) = super::output::try_write(format!("{line}\n")) {
+        let why = if super::output::reader_gone(&e) {
             "its reader has closed it".to_owned()
         } else {
-            e.message
+            super::output::unwritten(&e)
         };
         tracing::warn!("could not print the ready line on stdout ({why}); serving: {line}");
     }

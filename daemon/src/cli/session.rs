@@ -260,15 +260,13 @@ fn mint(
             );
         }
         _ => {
-            if let Err(f) = super::output::write(format!("{}\n", minted.token)) {
+            if let Err(e) = super::output::try_write(format!("{}\n", minted.token)) {
                 // Undelivered, as above; and said, even for a closed pipe.
                 let _ = session::revoke(&store, &s.credential_id);
-                let why = if f.message.is_empty() {
-                    "cannot write to stdout: its reader has closed it".to_owned()
-                } else {
-                    f.message
-                };
-                return Err(Failure::usage(format!("{why}; the credential was revoked")));
+                return Err(Failure::usage(format!(
+                    "{}; the credential was revoked",
+                    super::output::unwritten(&e)
+                )));
             }
         }
     }

@@ -67,7 +67,7 @@ fn line(v: &Value, json: bool) -> String {
 fn print(out: &mut impl Write, text: &str) -> Result<bool, Failure> {
     match writeln!(out, "{text}").and_then(|_| out.flush()) {
         Ok(()) => Ok(true),
-        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(false),
+        Err(e) if super::output::reader_gone(&e) => Ok(false),
         Err(e) => Err(super::output::failure(e)),
     }
 }
