@@ -201,22 +201,18 @@ pub(super) fn credential(arg: &Option<String>) -> Result<Option<String>, Failure
             "{source} {raw} is a directory, not a session file ({MAKE_ONE})"
         )));
     }
-    if meta.len() > 256 {
-        return Err(Failure::usage(format!(
-            "session file {raw} is larger than 256 bytes"
-        )));
-    }
+    // Read to its bound (a size says nothing of a device) before anything is said of it.
+    let text = super::input::file_text(
+        path,
+        super::input::SESSION_FILE_BYTES,
+        &format!("session file {raw}"),
+    )?;
     {
         use std::os::unix::fs::PermissionsExt;
         if meta.permissions().mode() & 0o077 != 0 {
             errln!("worldd: warning: session file {raw} is readable by group or others");
         }
     }
-    let text = super::input::file_text(
-        path,
-        super::input::SESSION_FILE_BYTES,
-        &format!("session file {raw}"),
-    )?;
     let token = text.trim();
     if !is_credential(token) {
         return Err(Failure::usage(format!(
