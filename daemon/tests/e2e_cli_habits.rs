@@ -966,16 +966,17 @@ fn closed_pipe() -> std::fs::File {
     }
 }
 
-/// Run `worldd args` with stdout and stderr where given (piped otherwise); its exit code and
-/// what stdout and stderr caught.
+/// Run `worldd args` with stdin, stdout and stderr where given (stdin empty, the others piped
+/// otherwise); its exit code and what stdout and stderr caught.
 fn run_with(
     args: &[&str],
+    stdin: Option<std::fs::File>,
     stdout: Option<std::fs::File>,
     stderr: Option<std::fs::File>,
 ) -> (i32, String, String) {
     let out = Command::new(WORLDD)
         .args(args)
-        .stdin(Stdio::null())
+        .stdin(stdin.map_or_else(Stdio::null, Stdio::from))
         .stdout(stdout.map_or_else(Stdio::piped, Stdio::from))
         .stderr(stderr.map_or_else(Stdio::piped, Stdio::from))
         .output()
@@ -1011,9 +1012,9 @@ fn output_into_a_closed_pipe_or_a_full_disk_is_never_a_panic() {
         &["completions", "bash"],
     ];
     for args in verbs {
-        let (code, _, err) = run_with(args, Some(closed_pipe()), None);
+        let (code, _, err) = run_with(args, None, Some(closed_pipe()), None);
         assert_eq!((code, err.as_str()), (0, ""), "{args:?} into a closed pipe");
-        let (code, _, err) = run_with(args, Some(full()), None);
+        let (code, _, err) = run_with(args, None, Some(full()), None);
         assert_eq!(
             (code, err.as_str()),
             (
@@ -1054,7 +1055,12 @@ fn output_into_a_closed_pipe_or_a_full_disk_is_never_a_panic() {
     );
 
     // A verb that fails, its message going nowhere: its own exit code, not a panic's 101.
-    let (code, _, _) = run_with(&["why", "--db", path_str(&db), "99"], None, Some(full()));
+    let (code, _, _) = run_with(
+        &["why", "--db", path_str(&db), "99"],
+        None,
+        None,
+        Some(full()),
+    );
     let (expected, _, err) = worldd(&["why", "--db", path_str(&db), "99"], None);
     assert_ne!(expected, 101, "{err}");
     assert_eq!(code, expected);
@@ -1133,19 +1139,8 @@ fn endless_inputs_are_read_to_a_bound_not_until_memory_runs_out() {
     let db = dir.path().join("db");
     let zero = || std::fs::File::open("/dev/zero").unwrap();
     let run = |args: &[&str]| {
-        let out = Command::new(WORLDD)
-            .args(args)
-            .current_dir(dir.path())
-            .stdin(Stdio::from(zero()))
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .output()
-            .unwrap();
-        let err = String::from_utf8_lossy(&out.stderr).into_owned();
-        (
-            out.status.code().unwrap_or(-1),
-            err.lines().last().unwrap_or("").to_owned(),
-        )
+        let (code, _, err) = run_with(args, Some(zero()), None, None);
+        (code, err.lines().last().unwrap_or("").to_owned())
     };
     let session = "0".repeat(64);
     let cases: [(&[&str], i32, &str); 5] = [

@@ -141,40 +141,6 @@ fn mcp_headers() -> Vec<(&'static str, &'static str)> {
 // ------------------------------------------------------------------------------------------
 // Browsers on accepted origins.
 
-/// One request written as is on a fresh connection (it must say `Connection: close`): the
-/// answer's status and header fields, names lowercased.
-fn exchange_head(addr: &str, request: &str) -> (u16, Vec<(String, String)>) {
-    use std::io::{Read, Write};
-    let mut s = std::net::TcpStream::connect(addr).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
-    s.write_all(request.as_bytes()).unwrap();
-    let mut answer = Vec::new();
-    s.read_to_end(&mut answer).unwrap();
-    let answer = String::from_utf8_lossy(&answer);
-    let head = answer.split("\r\n\r\n").next().unwrap();
-    let mut lines = head.lines();
-    let status = lines
-        .next()
-        .unwrap()
-        .split(' ')
-        .nth(1)
-        .unwrap()
-        .parse()
-        .unwrap();
-    let fields = lines
-        .filter_map(|l| l.split_once(':'))
-        .map(|(k, v)| (k.to_ascii_lowercase(), v.trim().to_owned()))
-        .collect();
-    (status, fields)
-}
-
-fn field<'a>(fields: &'a [(String, String)], name: &str) -> Option<&'a str> {
-    fields
-        .iter()
-        .find(|(k, _)| k == name)
-        .map(|(_, v)| v.as_str())
-}
-
 /// A browser sends a preflight before a request with `Authorization`, a JSON body or an MCP
 /// header, and hands the page only an answer that names its origin. The daemon answered the
 /// preflight 405 and named no origin, so the operator's `allowed_origins` let a browser-based
@@ -186,19 +152,20 @@ fn a_browser_on_an_accepted_origin_gets_its_preflight_and_answers_it_can_read() 
     let token = d.session("ep1", &["Workspace.Read=worktree:5"]);
     let ping = r#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#;
     for origin in ["http://localhost:6274", "https://agents.example.com"] {
-        let (status, h) = exchange_head(
-            &d.addr,
+        let a = raw(
+            &d,
+            "OPTIONS",
+            "/mcp/",
             &format!(
-                "OPTIONS /mcp/ HTTP/1.1\r\nHost: 127.0.0.1\r\nOrigin: {origin}\r\n\
-                 Access-Control-Request-Method: POST\r\n\
-                 Access-Control-Request-Headers: authorization, content-type, mcp-protocol-version\r\n\
-                 Connection: close\r\n\r\n"
+                "Origin: {origin}\r\nAccess-Control-Request-Method: POST\r\n\
+                 Access-Control-Request-Headers: authorization, content-type, mcp-protocol-version\r\n"
             ),
+            "",
         );
-        assert_eq!(status, 204, "{origin}: {h:?}");
-        assert_eq!(field(&h, "access-control-allow-origin"), Some(origin));
-        assert_eq!(field(&h, "access-control-allow-methods"), Some("GET, POST"));
-        let allowed = field(&h, "access-control-allow-headers").unwrap();
+        assert_eq!(a.status, 204, "{origin}: {:?}", a.fields);
+        assert_eq!(a.field("access-control-allow-origin"), Some(origin));
+        assert_eq!(a.field("access-control-allow-methods"), Some("GET, POST"));
+        let allowed = a.field("access-control-allow-headers").unwrap();
         for name in [
             "authorization",
             "content-type",
@@ -210,51 +177,47 @@ fn a_browser_on_an_accepted_origin_gets_its_preflight_and_answers_it_can_read() 
                 "{name} in {allowed}"
             );
         }
-        assert_eq!(field(&h, "access-control-max-age"), Some("600"));
-        assert_eq!(field(&h, "access-control-allow-credentials"), None);
+        assert_eq!(a.field("access-control-max-age"), Some("600"));
+        assert_eq!(a.field("access-control-allow-credentials"), None);
 
         // The request itself, and a refusal, each name the origin back.
         for (credential, expected) in [(Some(token.as_str()), 200), (None, 401)] {
             let auth =
                 credential.map_or(String::new(), |t| format!("Authorization: Bearer {t}\r\n"));
-            let (status, h) = exchange_head(
-                &d.addr,
+            let a = raw(
+                &d,
+                "POST",
+                "/mcp/",
                 &format!(
-                    "POST /mcp/ HTTP/1.1\r\nHost: 127.0.0.1\r\nOrigin: {origin}\r\n{auth}\
-                     Content-Type: application/json\r\nAccept: application/json, text/event-stream\r\n\
-                     Content-Length: {}\r\nConnection: close\r\n\r\n{ping}",
-                    ping.len()
+                    "Origin: {origin}\r\n{auth}Content-Type: application/json\r\n\
+                     Accept: application/json, text/event-stream\r\n"
                 ),
+                ping,
             );
-            assert_eq!(status, expected, "{origin}: {h:?}");
-            assert_eq!(field(&h, "access-control-allow-origin"), Some(origin));
+            assert_eq!(a.status, expected, "{origin}: {:?}", a.fields);
+            assert_eq!(a.field("access-control-allow-origin"), Some(origin));
             assert_eq!(
-                field(&h, "access-control-expose-headers"),
+                a.field("access-control-expose-headers"),
                 Some("retry-after, allow")
             );
-            assert_eq!(field(&h, "vary"), Some("origin"));
+            assert_eq!(a.field("vary"), Some("origin"));
         }
     }
     // A foreign origin's preflight is refused before anything else, and names no origin.
-    let (status, h) = exchange_head(
-        &d.addr,
-        "OPTIONS /mcp/ HTTP/1.1\r\nHost: 127.0.0.1\r\nOrigin: http://evil.example.com\r\n\
-         Access-Control-Request-Method: POST\r\nConnection: close\r\n\r\n",
+    let a = raw(
+        &d,
+        "OPTIONS",
+        "/mcp/",
+        "Origin: http://evil.example.com\r\nAccess-Control-Request-Method: POST\r\n",
+        "",
     );
-    assert_eq!(status, 403);
-    assert_eq!(field(&h, "access-control-allow-origin"), None);
+    assert_eq!(a.status, 403);
+    assert_eq!(a.field("access-control-allow-origin"), None);
     // Without an Origin (any client but a browser) nothing changes, and OPTIONS stays unserved.
-    let (status, h) = exchange_head(
-        &d.addr,
-        "GET /v1/health HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n",
-    );
-    assert_eq!(status, 200);
-    assert_eq!(field(&h, "access-control-allow-origin"), None);
-    let (status, _) = exchange_head(
-        &d.addr,
-        "OPTIONS /mcp/ HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n",
-    );
-    assert_eq!(status, 405);
+    let a = raw(&d, "GET", "/v1/health", "", "");
+    assert_eq!(a.status, 200);
+    assert_eq!(a.field("access-control-allow-origin"), None);
+    assert_eq!(raw(&d, "OPTIONS", "/mcp/", "", "").status, 405);
 }
 
 // ------------------------------------------------------------------------------------------

@@ -463,10 +463,20 @@ pub struct Answer {
     pub content_type: String,
     /// The `Retry-After` header, when there was one.
     pub retry_after: Option<String>,
+    /// Every header field, its name lowercased, in the order sent.
+    pub fields: Vec<(String, String)>,
     pub body: Vec<u8>,
 }
 
 impl Answer {
+    /// The first header field named `name` (lowercase), when there was one.
+    pub fn field(&self, name: &str) -> Option<&str> {
+        self.fields
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.as_str())
+    }
+
     pub fn json(&self) -> Value {
         serde_json::from_slice(&self.body)
             .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&self.body)))
@@ -516,12 +526,25 @@ pub fn request(
     let status = res.status();
     let content_type = res.header("content-type").unwrap_or("").to_owned();
     let retry_after = res.header("retry-after").map(str::to_owned);
+    let fields = res
+        .headers_names()
+        .into_iter()
+        .flat_map(|name| {
+            let values: Vec<(String, String)> = res
+                .all(&name)
+                .into_iter()
+                .map(|v| (name.to_ascii_lowercase(), v.to_owned()))
+                .collect();
+            values
+        })
+        .collect();
     let mut body = Vec::new();
     std::io::Read::read_to_end(&mut res.into_reader(), &mut body).unwrap();
     Answer {
         status,
         content_type,
         retry_after,
+        fields,
         body,
     }
 }
@@ -622,17 +645,24 @@ pub fn raw_exchange(addr: &str, bytes: &[u8]) -> Answer {
                     .nth(1)
                     .and_then(|c| c.parse().ok())
                     .unwrap_or(0);
+                let fields: Vec<(String, String)> = head
+                    .lines()
+                    .skip(1)
+                    .filter_map(|l| l.split_once(':'))
+                    .map(|(k, v)| (k.to_ascii_lowercase(), v.trim().to_owned()))
+                    .collect();
                 let header = |name: &str| {
-                    head.lines().find_map(|l| {
-                        let (k, v) = l.split_once(':')?;
-                        k.eq_ignore_ascii_case(name).then(|| v.trim().to_owned())
-                    })
+                    fields
+                        .iter()
+                        .find(|(k, _)| k == name)
+                        .map(|(_, v)| v.clone())
                 };
                 return Answer {
                     status,
                     content_type: header("content-type").unwrap_or_default(),
                     retry_after: header("retry-after"),
                     body: buf[end + 4..end + 4 + length].to_vec(),
+                    fields,
                 };
             }
         }
