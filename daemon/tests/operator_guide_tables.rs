@@ -277,6 +277,17 @@ fn the_operator_guides_start_up_failures_are_what_the_daemon_prints() {
         names: vec![],
         args: s(&["--db", &damaged.display().to_string()]),
     });
+    // A copy of a store that stopped short (a full disk, an interrupted `cp`): its meta pages
+    // name pages past the end of the file.
+    let cut = d.join("cut");
+    std::fs::create_dir(&cut).unwrap();
+    let whole = std::fs::read(serving.db().join("data.mdb")).unwrap();
+    std::fs::write(cut.join("data.mdb"), &whole[..16 << 10]).unwrap();
+    cases.push(Provoked {
+        span: "… at store-open: world store DB is damaged: its data.mdb holds N bytes, and its last commit names pages up to byte … (a copy or a disk that stopped short?); restore the directory from a backup",
+        names: vec![("DB", cut.display().to_string()), ("N", "16384".into())],
+        args: s(&["--db", &cut.display().to_string()]),
+    });
     // A disk that fills up while the store is made, or while the shipped tools are published
     // into it: a tmpfs of a few pages (root only, as the store tests' full disks).
     let small_disks = [

@@ -74,6 +74,10 @@ pub enum StoreError {
         "world store {0} is not a directory (a store is a directory holding data.mdb and lock.mdb)"
     )]
     NotADirectory(PathBuf),
+    #[error("world store {0} has an empty data.mdb: no store was ever written there, or the file was emptied; refusing to make a new store in its place (worldd serve makes one)")]
+    Empty(PathBuf),
+    #[error("world store {dir} is damaged: its data.mdb holds {len} bytes, and its last commit names pages up to byte {needed} (a copy or a disk that stopped short?); restore the directory from a backup")]
+    Truncated { dir: PathBuf, len: u64, needed: u64 },
     #[error("the store is full: LMDB map size {map_size} bytes reached (its ceiling); restart with a larger --store-ceiling")]
     MapFull { map_size: usize },
     #[error("disk full: the store's filesystem has no space left ({0})")]
@@ -485,7 +489,13 @@ fn read_version(env: &Env<WithoutTls>, layout: &'static Layout) -> heed::Result<
 /// Whether `dir` holds a store already (its data file). An absent one is refused unless
 /// `create`, which makes the directory.
 fn check_or_create_dir(dir: &Path, create: bool) -> Result<bool, StoreError> {
-    let exists = dir.join("data.mdb").exists();
+    // An empty data file is a store whose making stopped before LMDB wrote its first page (or a
+    // file emptied since): LMDB would make a new store in it, which only `create` may do.
+    let exists = match std::fs::metadata(dir.join("data.mdb")) {
+        Ok(m) if m.len() == 0 && !create => return Err(StoreError::Empty(dir.to_path_buf())),
+        Ok(m) => m.len() > 0,
+        Err(_) => false,
+    };
     if !exists {
         if !create {
             return Err(StoreError::NotFound(dir.to_path_buf()));
@@ -540,6 +550,25 @@ fn open_env(dir: &Path, wanted: Option<usize>) -> Result<Env<WithoutTls>, StoreE
         heed::Error::EnvAlreadyOpened => StoreError::AlreadyOpen(dir.to_path_buf()),
         other => StoreError::from_heed(other, wanted.unwrap_or(0)),
     })
+}
+
+/// Refuse a data file shorter than its last commit says: LMDB reads pages through its map, and
+/// a page past the end of the file is a SIGBUS, not an error (a copy of a store that stopped
+/// short, on a full disk or when interrupted, is such a file).
+fn check_length(env: &Env<WithoutTls>, dir: &Path) -> Result<(), StoreError> {
+    let page_size = env.unnamed_database_stat().page_size as u64;
+    let needed = (env.info().last_page_number as u64 + 1) * page_size;
+    let len = std::fs::metadata(dir.join("data.mdb"))
+        .map_err(StoreError::from_io)?
+        .len();
+    if len < needed {
+        return Err(StoreError::Truncated {
+            dir: dir.to_path_buf(),
+            len,
+            needed,
+        });
+    }
+    Ok(())
 }
 
 /// The version: refuse an unknown one without touching anything; upgrade an older one.
@@ -638,6 +667,7 @@ impl Store {
         // Asked before this process opens the environment (see `open_elsewhere`).
         let shared = exists && map::open_elsewhere(dir);
         let env = open_env(dir, wanted)?;
+        check_length(&env, dir)?;
         let map_size = env.info().map_size;
         let limits = Limits::new(options.ceiling.unwrap_or(map_size as u64), options.reserve)?;
         // Reader slots of crashed processes would otherwise leak.

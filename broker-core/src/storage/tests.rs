@@ -197,6 +197,85 @@ fn a_store_path_that_is_a_file_is_refused_as_not_a_directory() {
     assert_eq!(std::fs::read(&file).unwrap(), b"not a store");
 }
 
+/// A data file shorter than its last commit says (a copy that stopped short) is refused by
+/// its length before any page is read, and left as it is: LMDB would read past its end through
+/// the map, which is a SIGBUS. The whole file still opens.
+#[test]
+fn a_store_cut_short_is_refused_as_damaged_and_never_read_past_its_end() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("db");
+    let (needed, page, kept) = {
+        let store = Store::create(&db).unwrap();
+        let objects: Vec<Object> = (0..300)
+            .map(|i| Object::new("world/test/v1", "t", vec![i as u8; 1000 + i]))
+            .collect();
+        let kept = objects[299].hash;
+        store
+            .write(move |w| {
+                for o in &objects {
+                    w.put_object(o)?;
+                }
+                Ok::<_, StoreError>(())
+            })
+            .unwrap();
+        let page = store.inner.env.unnamed_database_stat().page_size as u64;
+        let needed = (store.inner.env.info().last_page_number as u64 + 1) * page;
+        (needed, page, kept)
+    };
+    let data = db.join("data.mdb");
+    let whole = std::fs::read(&data).unwrap();
+    assert!(needed > 16 * page, "{needed}");
+    for len in [
+        2 * page,
+        needed / 2 / page * page,
+        needed - page,
+        needed - 1,
+    ] {
+        std::fs::write(&data, &whole[..len as usize]).unwrap();
+        let e = Store::open(&db, StoreOptions::default()).unwrap_err();
+        assert_eq!(
+            e,
+            StoreError::Truncated {
+                dir: db.clone(),
+                len,
+                needed
+            }
+        );
+        assert_eq!(std::fs::metadata(&data).unwrap().len(), len);
+    }
+    assert_eq!(
+        Store::open(&db, StoreOptions::default()).unwrap_err().to_string(),
+        format!(
+            "world store {} is damaged: its data.mdb holds {} bytes, and its last commit names pages up to byte {needed} (a copy or a disk that stopped short?); restore the directory from a backup",
+            db.display(),
+            needed - 1
+        )
+    );
+    std::fs::write(&data, &whole).unwrap();
+    let store = Store::open(&db, StoreOptions::default()).unwrap();
+    assert!(store.read(|r| r.object(&kept)).unwrap().is_some());
+}
+
+/// An empty data file holds no store: a command that opens an existing store refuses it
+/// without writing one there; only a command that creates stores makes one in its place.
+#[test]
+fn an_empty_data_file_is_no_store_and_only_creating_one_writes_there() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("db");
+    std::fs::create_dir(&db).unwrap();
+    std::fs::write(db.join("data.mdb"), b"").unwrap();
+    let e = Store::open(&db, StoreOptions::default()).unwrap_err();
+    assert_eq!(e, StoreError::Empty(db.clone()));
+    assert_eq!(
+        e.to_string(),
+        format!("world store {} has an empty data.mdb: no store was ever written there, or the file was emptied; refusing to make a new store in its place (worldd serve makes one)", db.display())
+    );
+    assert_eq!(std::fs::metadata(db.join("data.mdb")).unwrap().len(), 0);
+    drop(Store::create(&db).unwrap());
+    assert!(std::fs::metadata(db.join("data.mdb")).unwrap().len() > 0);
+    Store::open(&db, StoreOptions::default()).unwrap();
+}
+
 /// A write that stopped short (EIO) is a full disk only when the filesystem has (almost) no
 /// room left; with room, or when its room cannot be read, it is an I/O fault.
 #[test]
