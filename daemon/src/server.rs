@@ -90,16 +90,21 @@ pub async fn serve(
     served
 }
 
-/// SIGINT and SIGTERM, caught from the moment this is made. Make it before the daemon says it
-/// is ready: a signal's default action ends the process at once, so one sent just after the
-/// ready line would otherwise kill the daemon instead of draining it.
+/// SIGINT, SIGTERM and SIGHUP, caught from the moment this is made. Make it before the daemon
+/// says it is ready: a signal's default action ends the process at once, so one sent just after
+/// the ready line would otherwise kill the daemon instead of draining it. SIGHUP is a terminal
+/// that closed: its default action, too, would end the daemon mid-call.
 pub struct ShutdownSignals {
     interrupt: Option<Signal>,
     terminate: Option<Signal>,
+    hangup: Option<Signal>,
 }
 
 impl ShutdownSignals {
-    /// Catch both signals from now on (inside the runtime).
+    /// Catch the signals from now on (inside the runtime). SIGINT and SIGHUP that this process
+    /// was started ignoring stay ignored: `nohup` ignores SIGHUP so that the daemon outlives its
+    /// terminal, and a shell without job control ignores SIGINT for what it starts in the
+    /// background so that Ctrl-C stops the script and not its daemon.
     pub fn listen() -> ShutdownSignals {
         let catch = |kind: SignalKind, name: &str| match signal(kind) {
             Ok(s) => Some(s),
@@ -108,13 +113,21 @@ impl ShutdownSignals {
                 None
             }
         };
+        let unless_ignored = |number: libc::c_int, kind: SignalKind, name: &str| {
+            if ignored(number) {
+                tracing::debug!("{name} was ignored when the daemon started; it stays ignored");
+                return None;
+            }
+            catch(kind, name)
+        };
         ShutdownSignals {
-            interrupt: catch(SignalKind::interrupt(), "SIGINT"),
+            interrupt: unless_ignored(libc::SIGINT, SignalKind::interrupt(), "SIGINT"),
             terminate: catch(SignalKind::terminate(), "SIGTERM"),
+            hangup: unless_ignored(libc::SIGHUP, SignalKind::hangup(), "SIGHUP"),
         }
     }
 
-    /// Resolves when either signal arrives.
+    /// Resolves when any of the signals arrives.
     async fn received(mut self) {
         async fn one(s: Option<&mut Signal>) {
             match s {
@@ -127,7 +140,19 @@ impl ShutdownSignals {
         tokio::select! {
             () = one(self.interrupt.as_mut()) => {},
             () = one(self.terminate.as_mut()) => {},
+            () = one(self.hangup.as_mut()) => {},
         }
         tracing::info!("shutting down: draining in-flight calls");
+    }
+}
+
+/// Whether `number`'s action is "ignore" (as inherited from the process that started this one).
+fn ignored(number: libc::c_int) -> bool {
+    // SAFETY: a query only: a null new action changes nothing, and `old` is a valid place for
+    // the current one.
+    unsafe {
+        let mut old: libc::sigaction = std::mem::zeroed();
+        libc::sigaction(number, std::ptr::null(), &mut old) == 0
+            && old.sa_sigaction == libc::SIG_IGN
     }
 }

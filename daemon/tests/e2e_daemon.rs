@@ -47,6 +47,41 @@ fn sigterm_right_after_the_ready_line_drains_instead_of_killing_the_daemon() {
     }
 }
 
+/// A terminal that closes sends its processes SIGHUP, whose default action ended the daemon
+/// mid-call: it drains and exits 0 as on SIGTERM. A daemon started under `nohup` (SIGHUP
+/// ignored) keeps serving through a hangup, and one a script started in the background
+/// (SIGINT ignored) through the script's Ctrl-C.
+#[test]
+fn a_hangup_drains_the_daemon_and_a_signal_ignored_at_start_stays_ignored() {
+    let d = Daemon::start(WS, &[]);
+    let (status, log) = d.stop_by(libc::SIGHUP, std::time::Duration::from_secs(5));
+    assert!(status.success(), "{status:?}\n{log}");
+    assert!(
+        log.contains("shutting down: draining in-flight calls"),
+        "{log}"
+    );
+
+    let dir = tempfile::tempdir().unwrap();
+    let mut cmd = Daemon::serve_command(&dir, WS);
+    // SAFETY: signal(2) is async-signal-safe, as pre_exec requires.
+    unsafe {
+        use std::os::unix::process::CommandExt;
+        cmd.pre_exec(|| {
+            libc::signal(libc::SIGHUP, libc::SIG_IGN);
+            libc::signal(libc::SIGINT, libc::SIG_IGN);
+            Ok(())
+        });
+    }
+    let d = Daemon::spawn(dir, cmd);
+    d.signal(libc::SIGHUP);
+    d.signal(libc::SIGINT);
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    assert_eq!(get(&d.url("/v1/health"), None).status, 200);
+    assert!(!d.log().contains("shutting down"), "{}", d.log());
+    let status = d.stop();
+    assert!(status.success(), "{status:?}");
+}
+
 #[test]
 fn non_loopback_bind_is_refused_at_startup() {
     let dir = tempfile::tempdir().unwrap();

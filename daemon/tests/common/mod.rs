@@ -305,20 +305,44 @@ impl Daemon {
         (status, took, log, dir)
     }
 
-    /// SIGTERM, then wait up to `limit` for the exit (killed, and the test fails, past it).
-    fn terminate(&mut self, limit: Duration) -> (std::process::ExitStatus, Duration) {
-        let started = std::time::Instant::now();
+    /// Send `signal` to the daemon and wait up to `limit` for it to exit; the exit status and
+    /// everything it wrote to stderr.
+    pub fn stop_by(
+        mut self,
+        signal: libc::c_int,
+        limit: Duration,
+    ) -> (std::process::ExitStatus, String) {
+        let (status, _) = self.signalled(signal, limit);
+        (status, self.into_dir_and_log().1)
+    }
+
+    /// Send `signal` to the daemon (which may go on serving).
+    pub fn signal(&self, signal: libc::c_int) {
         // SAFETY: a plain kill(2) of our own child; no memory is involved.
         unsafe {
-            libc::kill(self.child.id() as i32, libc::SIGTERM);
+            libc::kill(self.child.id() as i32, signal);
         }
+    }
+
+    /// SIGTERM, then wait up to `limit` for the exit (killed, and the test fails, past it).
+    fn terminate(&mut self, limit: Duration) -> (std::process::ExitStatus, Duration) {
+        self.signalled(libc::SIGTERM, limit)
+    }
+
+    fn signalled(
+        &mut self,
+        signal: libc::c_int,
+        limit: Duration,
+    ) -> (std::process::ExitStatus, Duration) {
+        let started = std::time::Instant::now();
+        self.signal(signal);
         loop {
             if let Some(status) = self.child.try_wait().unwrap() {
                 return (status, started.elapsed());
             }
             if started.elapsed() > limit {
                 let _ = self.child.kill();
-                panic!("daemon did not stop on SIGTERM within {limit:?}");
+                panic!("daemon did not stop on signal {signal} within {limit:?}");
             }
             std::thread::sleep(Duration::from_millis(20));
         }
