@@ -5,7 +5,8 @@
 //!
 //! | module | what |
 //! |---|---|
-//! | [`cli`] | the clap tree: `serve`, `quickstart`, `session …`, `why`, `handlers`, `publish` and the client verbs |
+//! | [`cli`] | the clap tree: `serve`, `quickstart`, `session …`, `why`, `doctor`, `backup`, `handlers`, `publish` and the client verbs |
+//! | [`backup`] | a consistent copy of a store (and its plugins' state) taken while the daemon serves it |
 //! | [`plugins`] | find, load (abi_stable) and configure effect-handler plugins; adapt them to broker-core |
 //! | [`state`] | the shared state: store, coordinator, authentication, invocation |
 //! | [`admission`] | per-episode queues, then global execution slots |
@@ -60,6 +61,7 @@
 
 pub mod a2a;
 pub mod admission;
+pub mod backup;
 pub mod catalog;
 pub mod cli;
 pub mod durable_answers;

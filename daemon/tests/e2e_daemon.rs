@@ -1180,3 +1180,170 @@ fn a_serving_daemon_schedules_every_thread_as_batch_when_told_and_inherits_by_de
         assert!(d.stop().success());
     }
 }
+
+/// An operator backs the store up while agents' writes are committed, without stopping the
+/// daemon: the copy is one commit's state (it opens, `doctor` finds it consistent and `why`
+/// verifies its head's chain), the plugins' state comes with it, and a daemon started on the
+/// copy serves the credentials minted before it.
+#[test]
+fn a_backup_taken_while_writes_are_committed_restores_to_a_daemon_that_serves_and_verifies() {
+    let d = Daemon::start(WS, &[]);
+    let token = d.session(
+        "ep1",
+        &[
+            "Workspace.Read=worktree:1000",
+            "Workspace.Write=worktree:1000",
+        ],
+    );
+    let state = d.db().join("plugin-state/example/deep");
+    std::fs::create_dir_all(&state).unwrap();
+    std::fs::write(state.join("kept.json"), "{\"n\":1}").unwrap();
+    std::os::unix::fs::symlink("kept.json", state.join("link")).unwrap();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let writer = {
+        let (url, token, stop) = (d.url("/mcp/"), token.clone(), stop.clone());
+        std::thread::spawn(move || {
+            let mut acked = 0;
+            while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+                let body = json!({"jsonrpc": "2.0", "id": acked, "method": "tools/call",
+                    "params": {"name": "ailang-write", "arguments": {"path": format!("f{acked}.txt"), "content": "x"}}});
+                let a = request(
+                    "POST",
+                    &url,
+                    Some(&token),
+                    &[
+                        ("Content-Type", "application/json"),
+                        ("Accept", "application/json, text/event-stream"),
+                        ("MCP-Protocol-Version", "2025-11-25"),
+                    ],
+                    Some(&serde_json::to_vec(&body).unwrap()),
+                );
+                assert_eq!(a.sse_json()["result"]["structuredContent"]["ok"], true);
+                acked += 1;
+            }
+            acked
+        })
+    };
+    while d.log().matches("outcome=ok").count() < 20 {
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let backups = tempfile::tempdir().unwrap();
+    let dest = backups.path().join("db");
+    let (code, out, err) = worldd(
+        &["backup", "--db", path_str(&d.db()), path_str(&dest)],
+        None,
+    );
+    assert_eq!(code, 0, "{out}{err}");
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    let acked = writer.join().unwrap();
+    assert!(acked >= 20, "{acked}");
+    assert!(
+        out.starts_with(&format!(
+            "backup: {} -> {}\n  data.mdb: ",
+            d.db().display(),
+            dest.display()
+        )),
+        "{out}"
+    );
+    assert!(
+        out.contains("\n  plugin-state: 1 file(s), 7 bytes\n"),
+        "{out}"
+    );
+    let entries: u64 = out
+        .split("\n  ✓ the copy opens and doctor's checks pass: ")
+        .nth(1)
+        .and_then(|rest| rest.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("{out}"));
+    assert!(
+        entries > 20 && entries <= acked + 3,
+        "{entries} of {acked}: {out}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(dest.join("plugin-state/example/deep/kept.json")).unwrap(),
+        "{\"n\":1}"
+    );
+    assert_eq!(
+        std::fs::read_link(dest.join("plugin-state/example/deep/link")).unwrap(),
+        std::path::Path::new("kept.json")
+    );
+    use std::os::unix::fs::PermissionsExt;
+    let mode = |p: &std::path::Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+    assert_eq!(mode(&dest), 0o700);
+    assert_eq!(mode(&dest.join("data.mdb")), 0o600);
+    d.stop();
+
+    let (code, out, err) = worldd(&["doctor", "--db", path_str(&dest)], None);
+    assert_eq!(code, 0, "{out}{err}");
+    let (code, out, err) = worldd(&["why", "--db", path_str(&dest), "head"], None);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("link(s) verified"), "{out}");
+    let restored = Daemon::start_in(backups, WS, &[]);
+    std::fs::create_dir_all(restored.root().join("ep1")).unwrap();
+    std::fs::write(restored.root().join("ep1/a.txt"), "after").unwrap();
+    let a = read_over_mcp(&restored, &token, "a.txt");
+    assert_eq!(
+        a.sse_json()["result"]["structuredContent"]["content"],
+        "after",
+        "{}",
+        a.text()
+    );
+}
+
+/// A backup never writes over anything, nor into the store it copies; one that fails midway
+/// (its disk fills) says so and leaves nothing that could pass for a backup.
+#[test]
+fn a_backup_refuses_an_occupied_destination_and_leaves_nothing_when_its_disk_fills() {
+    let d = Daemon::start(WS, &[]);
+    let dir = tempfile::tempdir().unwrap();
+    let occupied = dir.path().join("occupied");
+    std::fs::create_dir(&occupied).unwrap();
+    std::fs::write(occupied.join("mine"), "keep").unwrap();
+    let db = path_str(&d.db()).to_owned();
+    let (code, out, err) = worldd(&["backup", "--db", &db, path_str(&occupied)], None);
+    assert_eq!((code, out.as_str()), (1, ""), "{err}");
+    assert_eq!(
+        err,
+        format!(
+            "worldd: backup: destination {} exists and is not an empty directory; refusing to write over it\n",
+            occupied.display()
+        )
+    );
+    assert_eq!(
+        std::fs::read_to_string(occupied.join("mine")).unwrap(),
+        "keep"
+    );
+    let a_file = dir.path().join("a-file");
+    std::fs::write(&a_file, "keep").unwrap();
+    let (code, _, err) = worldd(&["backup", "--db", &db, path_str(&a_file)], None);
+    assert_eq!(code, 1, "{err}");
+    assert_eq!(std::fs::read_to_string(&a_file).unwrap(), "keep");
+    let inside = d.db().join("copy");
+    let (code, _, err) = worldd(&["backup", "--db", &db, path_str(&inside)], None);
+    assert_eq!(code, 1, "{err}");
+    assert!(
+        err.contains(" is inside the store ") && !d.db().join("copy").exists(),
+        "{err}"
+    );
+
+    let Some(fs) = Tmpfs::mount(64 << 10) else {
+        eprintln!("*** not root: a backup onto a full disk is not tried ***");
+        return;
+    };
+    for dest in [fs.dir.path().join("new"), fs.dir.path().to_path_buf()] {
+        let (code, out, err) = worldd(&["backup", "--db", &db, path_str(&dest)], None);
+        assert_eq!((code, out.as_str()), (2, ""), "{err}");
+        assert!(
+            err.starts_with(&format!(
+                "worldd: backup: copying the store into {}: disk full: ",
+                dest.display()
+            )) && err.ends_with(&format!("; nothing was left in {}\n", dest.display())),
+            "{err}"
+        );
+        assert_eq!(
+            std::fs::read_dir(fs.dir.path()).unwrap().count(),
+            0,
+            "{err}"
+        );
+    }
+}

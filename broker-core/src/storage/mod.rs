@@ -801,6 +801,28 @@ impl Store {
         self.inner.env.info().last_txn_id
     }
 
+    /// Write a consistent copy of the store's data file into `file` (LMDB's copy, made under
+    /// one read transaction: other processes, the daemon among them, go on writing meanwhile).
+    /// `compact` leaves out free pages and renumbers the rest, so the copy is as small as its
+    /// rows. The copy is not synced here; the caller owns `file`.
+    pub fn copy_to(&self, file: &mut std::fs::File, compact: bool) -> Result<(), StoreError> {
+        // Begun first to adopt a size another process may have grown the store to, and held so
+        // that this process's map is not replaced under the copy.
+        let _held = self
+            .inner
+            .map
+            .begin(&self.inner.env, |env| env.read_txn())?;
+        let option = if compact {
+            heed::CompactionOption::Enabled
+        } else {
+            heed::CompactionOption::Disabled
+        };
+        self.inner
+            .env
+            .copy_to_file(file, option)
+            .map_err(|e| StoreError::from_heed(e, self.inner.map_size))
+    }
+
     /// Run `op` in a read transaction on this thread.
     pub fn read<R, E>(&self, op: impl FnOnce(&ReadCtx<'_>) -> Result<R, E>) -> Result<R, E>
     where

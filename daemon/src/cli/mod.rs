@@ -27,6 +27,7 @@ macro_rules! errln {
     }};
 }
 
+mod backup;
 mod client;
 mod doctor;
 mod input;
@@ -113,6 +114,12 @@ pub enum Command {
         after_help = "Examples:\n  worldd doctor\n  worldd doctor --db /srv/world/db --json"
     )]
     Doctor(doctor::DoctorArgs),
+    /// Copy a store, and its plugins' state, into a new directory while the daemon serves it;
+    /// then check the copy as doctor does.
+    #[command(
+        after_help = "Examples:\n  worldd backup /backup/world-db-2026-12-06\n  worldd backup --db /srv/world/db --compact /backup/world-db"
+    )]
+    Backup(backup::BackupArgs),
     /// List the plugin libraries, their effects and tools, and why a library would not load.
     #[command(
         after_help = "Examples:\n  worldd handlers\n  worldd handlers --plugin-dir target/release --handler workspace\n  worldd handlers --config world.toml"
@@ -213,6 +220,7 @@ pub fn main() -> i32 {
         Command::Session(c) => session::run(c),
         Command::Why(a) => why::run(a),
         Command::Doctor(a) => doctor::run(a),
+        Command::Backup(a) => backup::run(a),
         Command::Handlers(a) => serve::handlers(a),
         Command::Health(a) => client::health(a),
         Command::Head(a) => client::head(a),

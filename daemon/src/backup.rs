@@ -1,0 +1,249 @@
+//! A consistent copy of a store, taken while the daemon serves it (`worldd backup`).
+//!
+//! The store's data file is copied by LMDB under one read transaction, so the copy holds one
+//! commit's state whatever the daemon commits meanwhile. The plugins' state directory
+//! (`plugin-state/`) is copied after it, file by file: every effect the copied log records was
+//! done before that copy began (the state may also hold effects of calls committed after the
+//! store's copy, which the restored log does not know of). A copy that fails midway is removed,
+//! so that no partial copy looks like a backup.
+//!
+//! ```no_run
+//! use broker_core::store::Store;
+//! use std::path::Path;
+//!
+//! let db = Path::new(".world/db");
+//! let store = Store::open(db, Default::default())?;
+//! let taken = worldd::backup::take(&store, db, Path::new("/backup/world-db"), false)?;
+//! println!("{} bytes of store", taken.data_bytes);
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+use std::fs::{self, DirBuilder, File, OpenOptions};
+use std::io;
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+
+use broker_core::store::{Store, StoreError};
+
+/// The plugins' state directory inside a store directory.
+pub const PLUGIN_STATE: &str = "plugin-state";
+
+/// Deeper than any plugin's state needs; a bound so that a directory nested without end ends
+/// the copy with an error instead of the process's stack.
+const MAX_DEPTH: usize = 128;
+
+/// What a backup copied.
+#[derive(Debug, Default)]
+pub struct Taken {
+    /// The size of the copied `data.mdb`.
+    pub data_bytes: u64,
+    /// Regular files copied from `plugin-state/`, and their bytes.
+    pub state_files: u64,
+    pub state_bytes: u64,
+    /// Entries of `plugin-state/` that are no file, directory or symbolic link (a FIFO, a
+    /// socket, a device): not copied.
+    pub skipped: Vec<PathBuf>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum BackupError {
+    #[error("destination {0} exists and is not an empty directory; refusing to write over it")]
+    Occupied(PathBuf),
+    #[error("destination {dest} is inside the store {db}; choose a directory outside it")]
+    InsideStore { dest: PathBuf, db: PathBuf },
+    #[error("plugin state {0} is nested deeper than {MAX_DEPTH} directories; not copied")]
+    TooDeep(PathBuf),
+    #[error("{path}: {source}")]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: io::Error,
+    },
+    #[error("copying the store into {path}: {source}")]
+    Store {
+        path: PathBuf,
+        #[source]
+        source: StoreError,
+    },
+}
+
+impl BackupError {
+    /// The destination was refused before anything was written.
+    pub fn is_refusal(&self) -> bool {
+        matches!(
+            self,
+            BackupError::Occupied(_) | BackupError::InsideStore { .. }
+        )
+    }
+}
+
+fn io_at(path: &Path) -> impl FnOnce(io::Error) -> BackupError + '_ {
+    move |source| BackupError::Io {
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+/// Copy the store open as `store` (its directory `db`) into `dest`, which must be absent or an
+/// empty directory outside `db`. Everything written is synced before this returns; on failure,
+/// what was written is removed.
+pub fn take(store: &Store, db: &Path, dest: &Path, compact: bool) -> Result<Taken, BackupError> {
+    let made = prepare(db, dest)?;
+    let copied = copy_store(store, db, dest, compact);
+    if copied.is_err() {
+        undo(dest, made);
+    }
+    copied
+}
+
+/// Check `dest` and make it (mode 0700: the store holds credentials' hashes) when absent.
+/// Returns whether it was made here.
+fn prepare(db: &Path, dest: &Path) -> Result<bool, BackupError> {
+    let inside = match (db.canonicalize(), lexical_target(dest)) {
+        (Ok(db), Some(dest)) => dest.starts_with(db),
+        _ => false,
+    };
+    if inside {
+        return Err(BackupError::InsideStore {
+            dest: dest.to_path_buf(),
+            db: db.to_path_buf(),
+        });
+    }
+    match fs::symlink_metadata(dest) {
+        Ok(md) if md.is_dir() => {
+            let mut entries = fs::read_dir(dest).map_err(io_at(dest))?;
+            if entries.next().is_some() {
+                return Err(BackupError::Occupied(dest.to_path_buf()));
+            }
+            Ok(false)
+        }
+        Ok(_) => Err(BackupError::Occupied(dest.to_path_buf())),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            DirBuilder::new()
+                .mode(0o700)
+                .create(dest)
+                .map_err(io_at(dest))?;
+            Ok(true)
+        }
+        Err(e) => Err(io_at(dest)(e)),
+    }
+}
+
+/// Where `dest` would be, through its existing ancestors (it need not exist yet).
+fn lexical_target(dest: &Path) -> Option<PathBuf> {
+    let absolute = std::path::absolute(dest).ok()?;
+    let mut tail = Vec::new();
+    let mut at = absolute.as_path();
+    loop {
+        if let Ok(real) = at.canonicalize() {
+            return Some(tail.iter().rev().fold(real, |p, name| p.join(name)));
+        }
+        tail.push(at.file_name()?.to_owned());
+        at = at.parent()?;
+    }
+}
+
+fn copy_store(store: &Store, db: &Path, dest: &Path, compact: bool) -> Result<Taken, BackupError> {
+    let data = dest.join("data.mdb");
+    let mut file = OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&data)
+        .map_err(io_at(&data))?;
+    let store_err = |source| BackupError::Store {
+        path: dest.to_path_buf(),
+        source,
+    };
+    store.copy_to(&mut file, compact).map_err(store_err)?;
+    file.sync_all().map_err(io_at(&data))?;
+    let mut taken = Taken {
+        data_bytes: file.metadata().map_err(io_at(&data))?.len(),
+        ..Taken::default()
+    };
+    // The snapshot copied may be one the daemon has committed and not yet synced: it is made
+    // durable at the source too, so that the copy never holds more than the store can.
+    store.sync_seen().map_err(store_err)?;
+    let state = db.join(PLUGIN_STATE);
+    if fs::symlink_metadata(&state).is_ok_and(|md| md.is_dir()) {
+        copy_tree(&state, &dest.join(PLUGIN_STATE), 0, &mut taken)?;
+    }
+    sync_dir(dest)?;
+    Ok(taken)
+}
+
+/// Copy the directory `from` into the new directory `to`, keeping modes and symbolic links
+/// (never followed).
+fn copy_tree(from: &Path, to: &Path, depth: usize, taken: &mut Taken) -> Result<(), BackupError> {
+    if depth > MAX_DEPTH {
+        return Err(BackupError::TooDeep(from.to_path_buf()));
+    }
+    let mode = fs::symlink_metadata(from)
+        .map_err(io_at(from))?
+        .permissions()
+        .mode();
+    DirBuilder::new()
+        .mode(mode & 0o7777)
+        .create(to)
+        .map_err(io_at(to))?;
+    let mut entries = fs::read_dir(from)
+        .map_err(io_at(from))?
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(io_at(from))?;
+    entries.sort_by_key(|e| e.file_name());
+    for entry in entries {
+        let src = entry.path();
+        let dst = to.join(entry.file_name());
+        let md = fs::symlink_metadata(&src).map_err(io_at(&src))?;
+        let kind = md.file_type();
+        if kind.is_dir() {
+            copy_tree(&src, &dst, depth + 1, taken)?;
+        } else if kind.is_file() {
+            taken.state_bytes += copy_file(&src, &dst, md.permissions().mode())?;
+            taken.state_files += 1;
+        } else if kind.is_symlink() {
+            let target = fs::read_link(&src).map_err(io_at(&src))?;
+            std::os::unix::fs::symlink(target, &dst).map_err(io_at(&dst))?;
+        } else {
+            taken.skipped.push(src);
+        }
+    }
+    sync_dir(to)
+}
+
+fn copy_file(from: &Path, to: &Path, mode: u32) -> Result<u64, BackupError> {
+    let mut src = File::open(from).map_err(io_at(from))?;
+    let mut dst = OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(mode & 0o7777)
+        .open(to)
+        .map_err(io_at(to))?;
+    let bytes = io::copy(&mut src, &mut dst).map_err(io_at(to))?;
+    dst.sync_all().map_err(io_at(to))?;
+    Ok(bytes)
+}
+
+fn sync_dir(dir: &Path) -> Result<(), BackupError> {
+    File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(io_at(dir))
+}
+
+/// Remove what a failed backup wrote: the destination when it was made here, else its
+/// contents (it was empty).
+fn undo(dest: &Path, made: bool) {
+    if made {
+        let _ = fs::remove_dir_all(dest);
+        return;
+    }
+    if let Ok(entries) = fs::read_dir(dest) {
+        for entry in entries.flatten() {
+            let path = entry.path();
+            let _ = match entry.file_type() {
+                Ok(t) if t.is_dir() => fs::remove_dir_all(&path),
+                _ => fs::remove_file(&path),
+            };
+        }
+    }
+}
