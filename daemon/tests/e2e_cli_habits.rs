@@ -594,30 +594,27 @@ fn completions_man_pages_and_examples_in_every_verbs_help() {
     ] {
         assert!(dir.path().join(page).is_file(), "{page}");
     }
-    for verb in [
-        "serve",
-        "quickstart",
-        "session mint",
-        "session new",
-        "session list",
-        "session revoke",
-        "why",
-        "doctor",
-        "handlers",
-        "health",
-        "head",
-        "log get",
-        "log range",
-        "object get",
-        "object find",
-        "tools list",
-        "call",
-        "calls get",
-        "budget",
-        "publish",
-        "completions",
-        "man",
-    ] {
+    // Every verb of the clap tree (a leaf: `session mint`, not `session`), so that a verb added
+    // later is held to the same.
+    fn leaves(cmd: &clap::Command, above: &str, into: &mut Vec<String>) {
+        for sub in cmd.get_subcommands().filter(|c| c.get_name() != "help") {
+            let name = format!("{above}{}", sub.get_name());
+            if sub.has_subcommands() {
+                leaves(sub, &format!("{name} "), into);
+            } else {
+                into.push(name);
+            }
+        }
+    }
+    let mut verbs = Vec::new();
+    leaves(&worldd::cli::command_line(), "", &mut verbs);
+    assert!(verbs.len() > 20, "{verbs:?}");
+    let page = std::fs::read_to_string(repo_root().join("docs/cli.md")).unwrap();
+    for verb in &verbs {
+        assert!(
+            page.contains(&format!("`{verb}`")),
+            "docs/cli.md does not name the verb `{verb}`"
+        );
         let mut args: Vec<&str> = verb.split(' ').collect();
         args.push("--help");
         let (code, out, _) = worldd(&args, None);

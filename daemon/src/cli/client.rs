@@ -83,6 +83,9 @@ pub enum LogCommand {
         client: ClientArgs,
     },
     /// The newest entries, one line each; `--follow` prints new ones as they are committed.
+    #[command(
+        after_help = "Examples:\n  worldd log tail\n  worldd log tail -n 50 --follow --session .world/demo.session\n  worldd log tail -f --json | jq -c 'select(.outcome != \"ok\")'"
+    )]
     Tail(super::tail::TailArgs),
 }
 
