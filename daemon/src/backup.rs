@@ -89,9 +89,10 @@ fn io_at(path: &Path) -> impl FnOnce(io::Error) -> BackupError + '_ {
 /// what was written is removed.
 pub fn take(store: &Store, db: &Path, dest: &Path, compact: bool) -> Result<Taken, BackupError> {
     let made = prepare(db, dest)?;
-    let copied = copy_store(store, db, dest, compact);
+    let mut wrote = Vec::new();
+    let copied = copy_store(store, db, dest, compact, &mut wrote);
     if copied.is_err() {
-        undo(dest, made);
+        undo(dest, made, &wrote);
     }
     copied
 }
@@ -143,7 +144,14 @@ fn lexical_target(dest: &Path) -> Option<PathBuf> {
     }
 }
 
-fn copy_store(store: &Store, db: &Path, dest: &Path, compact: bool) -> Result<Taken, BackupError> {
+/// Copy into `dest`, noting in `wrote` each entry of `dest` this made.
+fn copy_store(
+    store: &Store,
+    db: &Path,
+    dest: &Path,
+    compact: bool,
+    wrote: &mut Vec<PathBuf>,
+) -> Result<Taken, BackupError> {
     let data = dest.join("data.mdb");
     let mut file = OpenOptions::new()
         .write(true)
@@ -151,6 +159,7 @@ fn copy_store(store: &Store, db: &Path, dest: &Path, compact: bool) -> Result<Ta
         .mode(0o600)
         .open(&data)
         .map_err(io_at(&data))?;
+    wrote.push(data.clone());
     let store_err = |source| BackupError::Store {
         path: dest.to_path_buf(),
         source,
@@ -166,18 +175,17 @@ fn copy_store(store: &Store, db: &Path, dest: &Path, compact: bool) -> Result<Ta
     store.sync_seen().map_err(store_err)?;
     let state = db.join(PLUGIN_STATE);
     if fs::symlink_metadata(&state).is_ok_and(|md| md.is_dir()) {
-        copy_tree(&state, &dest.join(PLUGIN_STATE), 0, &mut taken)?;
+        let into = dest.join(PLUGIN_STATE);
+        make_dir_like(&state, &into)?;
+        wrote.push(into.clone());
+        copy_tree(&state, &into, 0, &mut taken)?;
     }
     sync_dir(dest)?;
     Ok(taken)
 }
 
-/// Copy the directory `from` into the new directory `to`, keeping modes and symbolic links
-/// (never followed).
-fn copy_tree(from: &Path, to: &Path, depth: usize, taken: &mut Taken) -> Result<(), BackupError> {
-    if depth > MAX_DEPTH {
-        return Err(BackupError::TooDeep(from.to_path_buf()));
-    }
+/// Make the directory `to` with the mode of the directory `from`.
+fn make_dir_like(from: &Path, to: &Path) -> Result<(), BackupError> {
     let mode = fs::symlink_metadata(from)
         .map_err(io_at(from))?
         .permissions()
@@ -185,7 +193,15 @@ fn copy_tree(from: &Path, to: &Path, depth: usize, taken: &mut Taken) -> Result<
     DirBuilder::new()
         .mode(mode & 0o7777)
         .create(to)
-        .map_err(io_at(to))?;
+        .map_err(io_at(to))
+}
+
+/// Copy the directory `from` into the made directory `to`, keeping modes and symbolic links
+/// (never followed).
+fn copy_tree(from: &Path, to: &Path, depth: usize, taken: &mut Taken) -> Result<(), BackupError> {
+    if depth > MAX_DEPTH {
+        return Err(BackupError::TooDeep(from.to_path_buf()));
+    }
     let mut entries = fs::read_dir(from)
         .map_err(io_at(from))?
         .collect::<Result<Vec<_>, _>>()
@@ -197,6 +213,7 @@ fn copy_tree(from: &Path, to: &Path, depth: usize, taken: &mut Taken) -> Result<
         let md = fs::symlink_metadata(&src).map_err(io_at(&src))?;
         let kind = md.file_type();
         if kind.is_dir() {
+            make_dir_like(&src, &dst)?;
             copy_tree(&src, &dst, depth + 1, taken)?;
         } else if kind.is_file() {
             taken.state_bytes += copy_file(&src, &dst, md.permissions().mode())?;
@@ -230,20 +247,71 @@ fn sync_dir(dir: &Path) -> Result<(), BackupError> {
         .map_err(io_at(dir))
 }
 
-/// Remove what a failed backup wrote: the destination when it was made here, else its
-/// contents (it was empty).
-fn undo(dest: &Path, made: bool) {
-    if made {
-        let _ = fs::remove_dir_all(dest);
-        return;
+/// Remove what a failed backup wrote, and the destination when it was made here and is empty
+/// again. Only what this process made is removed: another backup racing it into the same
+/// directory keeps its files.
+fn undo(dest: &Path, made: bool, wrote: &[PathBuf]) {
+    for path in wrote.iter().rev() {
+        let _ = match fs::symlink_metadata(path) {
+            Ok(md) if md.is_dir() => fs::remove_dir_all(path),
+            _ => fs::remove_file(path),
+        };
     }
-    if let Ok(entries) = fs::read_dir(dest) {
-        for entry in entries.flatten() {
-            let path = entry.path();
-            let _ = match entry.file_type() {
-                Ok(t) if t.is_dir() => fs::remove_dir_all(&path),
-                _ => fs::remove_file(&path),
-            };
+    if made {
+        let _ = fs::remove_dir(dest);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A failed backup removes what it wrote and nothing else: a file another backup put in the
+    /// same directory meanwhile stays, and so does the directory holding it.
+    #[test]
+    fn undoing_a_failed_backup_removes_only_what_it_wrote() {
+        let dir = tempfile::tempdir().unwrap();
+        let dest = dir.path().join("dest");
+        fs::create_dir(&dest).unwrap();
+        fs::write(dest.join("data.mdb"), "ours").unwrap();
+        fs::create_dir_all(dest.join("plugin-state/a")).unwrap();
+        fs::write(dest.join("plugin-state/a/f"), "ours").unwrap();
+        fs::write(dest.join("theirs"), "theirs").unwrap();
+        undo(
+            &dest,
+            true,
+            &[dest.join("data.mdb"), dest.join("plugin-state")],
+        );
+        let left: Vec<_> = fs::read_dir(&dest)
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(left, ["theirs"]);
+        fs::remove_file(dest.join("theirs")).unwrap();
+        undo(&dest, true, &[]);
+        assert!(!dest.exists());
+    }
+
+    /// A destination inside the store is refused however it is reached: through a symbolic
+    /// link, or with `..`, and before it exists.
+    #[test]
+    fn a_destination_inside_the_store_is_refused_through_links_and_dots() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = dir.path().join("db");
+        fs::create_dir_all(db.join("plugin-state")).unwrap();
+        std::os::unix::fs::symlink(&db, dir.path().join("link")).unwrap();
+        for dest in [
+            db.join("copy"),
+            dir.path().join("link/new/copy"),
+            db.join("plugin-state/../copy"),
+        ] {
+            let e = prepare(&db, &dest).unwrap_err();
+            assert!(
+                matches!(e, BackupError::InsideStore { .. }),
+                "{dest:?}: {e}"
+            );
+            assert!(!dest.exists());
         }
+        assert!(prepare(&db, &dir.path().join("db-copy")).unwrap());
     }
 }
