@@ -345,8 +345,78 @@ fn the_operator_guides_start_up_failures_are_what_the_daemon_prints() {
         eprintln!("*** not root: the row of a library another user owns is not caused ***");
     }
 
+    // A store another user owns, opened by `nobody` (a copy of the binary it may run), and a
+    // store on a read-only mount: root only.
+    let mut as_nobody = Vec::new();
+    let mut mounts = Vec::new();
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } == 0 {
+        use std::os::unix::fs::PermissionsExt;
+        let open = |p: &Path, mode| {
+            std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode)).unwrap()
+        };
+        let others = d.join("others");
+        std::fs::create_dir(&others).unwrap();
+        open(d, 0o755);
+        open(&others, 0o755);
+        let bin = others.join("worldd");
+        std::fs::copy(WORLDD, &bin).unwrap();
+        let theirs = others.join("db");
+        drop(broker_core::store::Store::create(&theirs).unwrap());
+        for file in ["data.mdb", "lock.mdb"] {
+            open(&theirs.join(file), 0o644);
+        }
+        open(&theirs, 0o755);
+        let plugins_for_nobody = others.join("plugins");
+        std::fs::create_dir(&plugins_for_nobody).unwrap();
+        std::fs::create_dir(others.join("wt")).unwrap();
+        std::os::unix::fs::chown(others.join("wt"), Some(65534), None).unwrap();
+        let runuser: Vec<std::ffi::OsString> = vec![
+            "runuser".into(),
+            "-u".into(),
+            "nobody".into(),
+            "--".into(),
+            bin.into_os_string(),
+        ];
+        as_nobody.push((
+            runuser,
+            Provoked {
+                span: "… at store-open: store I/O error: FILE: Permission denied (os error 13) (owned by uid U, mode 0644; this process runs as uid N): run worldd as the store's owner, or give this user read and write access to the directory and its files",
+                names: vec![
+                    ("FILE", theirs.join("lock.mdb").display().to_string()),
+                    ("uid U", "uid 0".into()),
+                    ("uid N", "uid 65534".into()),
+                ],
+                args: s(&[
+                    "--db",
+                    &theirs.display().to_string(),
+                    "--workspace-root",
+                    &others.join("wt").display().to_string(),
+                    "--plugin-dir",
+                    &plugins_for_nobody.display().to_string(),
+                ]),
+            },
+        ));
+        let read_only = d.join("read-only");
+        std::fs::create_dir(&read_only).unwrap();
+        let source = d.join("read-only-source");
+        drop(broker_core::store::Store::create(&source).unwrap());
+        if let Some(mount) = BindMount::read_only(&source, &read_only) {
+            cases.push(Provoked {
+                span: "… at store-open: store I/O error: DB: Read-only file system (os error 30): worldd opens a store for reading and writing, so it cannot open one on a read-only filesystem (copy the directory to a writable disk)",
+                names: vec![("DB", read_only.display().to_string())],
+                args: s(&["--db", &read_only.display().to_string()]),
+            });
+            mounts.push(mount);
+        }
+    } else {
+        eprintln!("*** not root: the rows of a store another user owns, or on a read-only mount, are not caused ***");
+    }
+
     let mut wrong = Vec::new();
-    for case in &cases {
+    let by_worldd = cases.iter().map(|case| (None, case));
+    let by_others = as_nobody.iter().map(|(runner, case)| (Some(runner), case));
+    for (runner, case) in by_worldd.chain(by_others) {
         assert!(
             rows.iter().flatten().any(|span| span == case.span),
             "the table has no line {:?}",
@@ -370,7 +440,14 @@ fn the_operator_guides_start_up_failures_are_what_the_daemon_prints() {
             args.extend(s(&["--plugin-dir", &workspace]));
         }
         // A daemon that starts instead is stopped and reported.
-        let refusal = refused_start(&args, cwd.path());
+        let refusal = match runner {
+            Some(argv) => {
+                let mut command = Command::new(&argv[0]);
+                command.args(&argv[1..]);
+                refused_start_by(command, &args, cwd.path())
+            }
+            None => refused_start(&args, cwd.path()),
+        };
         if refusal.code != Some(2)
             || !transcript::matches(std::slice::from_ref(&line), &[refusal.line.as_str()])
         {
@@ -382,17 +459,15 @@ fn the_operator_guides_start_up_failures_are_what_the_daemon_prints() {
             ));
         }
     }
-    drop((taken, serving, disks));
+    let caused = cases.len() + as_nobody.len();
+    drop((taken, serving, disks, mounts));
     assert!(
         wrong.is_empty(),
         "rows that are not what the daemon prints:\n{}",
         wrong.join("\n")
     );
     let spans: usize = rows.iter().map(Vec::len).sum();
-    eprintln!(
-        "{} of the table's {spans} lines caused and matched",
-        cases.len()
-    );
+    eprintln!("{caused} of the table's {spans} lines caused and matched");
 }
 
 /// `lib` copied into `dir`; its path there.

@@ -548,8 +548,58 @@ fn open_env(dir: &Path, wanted: Option<usize>) -> Result<Env<WithoutTls>, StoreE
     }
     .map_err(|e| match e {
         heed::Error::EnvAlreadyOpened => StoreError::AlreadyOpen(dir.to_path_buf()),
+        heed::Error::Io(io)
+            if matches!(
+                io.raw_os_error(),
+                Some(libc::EACCES | libc::EPERM | libc::EROFS)
+            ) =>
+        {
+            StoreError::Io(access_refused(dir, &io))
+        }
         other => StoreError::from_heed(other, wanted.unwrap_or(0)),
     })
+}
+
+/// What a store that could not be opened for reading and writing was refused by: LMDB says
+/// only "Permission denied", not which of its files, whose they are, or what to do.
+fn access_refused(dir: &Path, io: &std::io::Error) -> String {
+    use std::os::unix::ffi::OsStrExt;
+    use std::os::unix::fs::MetadataExt;
+    if io.raw_os_error() == Some(libc::EROFS) {
+        return format!(
+            "{}: {io}: worldd opens a store for reading and writing, so it cannot open one on a read-only filesystem (copy the directory to a writable disk)",
+            dir.display()
+        );
+    }
+    // The files first: the directory needs writing only to make a lock file that is absent.
+    let wanted = [
+        (dir.join("lock.mdb"), libc::R_OK | libc::W_OK),
+        (dir.join("data.mdb"), libc::R_OK | libc::W_OK),
+        (dir.to_path_buf(), libc::R_OK | libc::W_OK | libc::X_OK),
+    ];
+    for (path, mode) in wanted {
+        let Ok(md) = std::fs::metadata(&path) else {
+            continue;
+        };
+        let Ok(c_path) = std::ffi::CString::new(path.as_os_str().as_bytes()) else {
+            continue;
+        };
+        // SAFETY: a query on a NUL-terminated path this function owns; no memory is shared.
+        let allowed =
+            unsafe { libc::faccessat(libc::AT_FDCWD, c_path.as_ptr(), mode, libc::AT_EACCESS) }
+                == 0;
+        if !allowed {
+            // SAFETY: geteuid cannot fail and touches no memory.
+            let euid = unsafe { libc::geteuid() };
+            return format!(
+                "{}: {io} (owned by uid {}, mode {:04o}; this process runs as uid {euid}): run worldd as the store's owner, or give this user read and write access to the directory and its files",
+                path.display(),
+                md.uid(),
+                md.mode() & 0o7777
+            );
+        }
+    }
+    format!("{}: {io}", dir.display())
 }
 
 /// Refuse a data file shorter than its last commit says: LMDB reads pages through its map, and

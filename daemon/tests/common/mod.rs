@@ -403,8 +403,17 @@ pub struct Refusal {
 
 /// Run `worldd serve ARGS` in `cwd` with `WORLDD_LOG=warn`, expecting it to stop at start-up.
 pub fn refused_start<S: AsRef<std::ffi::OsStr>>(args: &[S], cwd: &Path) -> Refusal {
+    refused_start_by(Command::new(WORLDD), args, cwd)
+}
+
+/// [`refused_start`] with `worldd` run by `command` (e.g. `runuser -u nobody -- WORLDD`).
+pub fn refused_start_by<S: AsRef<std::ffi::OsStr>>(
+    mut command: Command,
+    args: &[S],
+    cwd: &Path,
+) -> Refusal {
     let out = run_to_exit(
-        Command::new(WORLDD)
+        command
             .arg("serve")
             .args(args)
             .current_dir(cwd)
@@ -449,6 +458,37 @@ impl Drop for Tmpfs {
             .arg("-l")
             .arg(self.dir.path())
             .status();
+    }
+}
+
+/// `source` bind-mounted read-only at `at`, unmounted on drop: a store on a read-only
+/// filesystem. `None` when this process may not mount (not root).
+pub struct BindMount {
+    at: PathBuf,
+}
+
+impl BindMount {
+    pub fn read_only(source: &Path, at: &Path) -> Option<BindMount> {
+        let run = |args: &[&std::ffi::OsStr]| {
+            Command::new("mount")
+                .args(args)
+                .stderr(Stdio::null())
+                .status()
+                .is_ok_and(|s| s.success())
+        };
+        if !run(&["--bind".as_ref(), source.as_os_str(), at.as_os_str()]) {
+            return None;
+        }
+        let mount = BindMount {
+            at: at.to_path_buf(),
+        };
+        run(&["-o".as_ref(), "remount,bind,ro".as_ref(), at.as_os_str()]).then_some(mount)
+    }
+}
+
+impl Drop for BindMount {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg("-l").arg(&self.at).status();
     }
 }
 
