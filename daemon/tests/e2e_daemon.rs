@@ -1347,3 +1347,32 @@ fn a_backup_refuses_an_occupied_destination_and_leaves_nothing_when_its_disk_fil
         );
     }
 }
+
+/// Two daemons started in one directory on different stores shared `.world/worktrees`: each
+/// wrote the same episodes' worktrees and recorded only its own calls. The second is refused
+/// before it makes its store or takes a port, and starts once the first has stopped.
+#[test]
+fn a_second_daemon_on_another_store_is_refused_the_workspace_root_the_first_serves() {
+    let first = Daemon::start(WS, &[]);
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("db");
+    let root = path_str(&first.root()).to_owned();
+    let args = ["--db", path_str(&db), "--workspace-root", &root];
+    let refusal = refused_start(&args, dir.path());
+    assert_eq!(refusal.code, Some(2), "{}", refusal.stderr);
+    assert_eq!(
+        refusal.line,
+        format!("worldd: daemon startup failed at config: another worldd already serves the workspace root {root} (one daemon per workspace root: each records only its own calls to a worktree); give this daemon its own --workspace-root")
+    );
+    assert!(!db.exists());
+    assert!(first.stop().success());
+    let plugins = plugin_dir_with(dir.path(), WS);
+    let mut cmd = std::process::Command::new(WORLDD);
+    cmd.arg("serve")
+        .args(args)
+        .args(["--bind", "127.0.0.1:0", "--plugin-dir", path_str(&plugins)])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    let second = Daemon::spawn(dir, cmd);
+    assert_eq!(get(&second.url("/v1/health"), None).status, 200);
+}

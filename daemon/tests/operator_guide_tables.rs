@@ -277,6 +277,17 @@ fn the_operator_guides_start_up_failures_are_what_the_daemon_prints() {
         names: vec![],
         args: s(&["--db", &damaged.display().to_string()]),
     });
+    // Another store, and the worktrees the serving daemon writes.
+    cases.push(Provoked {
+        span: "… at config: another worldd already serves the workspace root ROOT (one daemon per workspace root: each records only its own calls to a worktree); give this daemon its own --workspace-root",
+        names: vec![("ROOT", serving.root().display().to_string())],
+        args: s(&[
+            "--db",
+            &at("second-db"),
+            "--workspace-root",
+            &serving.root().display().to_string(),
+        ]),
+    });
     // A copy of a store that stopped short (a full disk, an interrupted `cp`): its meta pages
     // name pages past the end of the file.
     let cut = d.join("cut");

@@ -269,6 +269,11 @@ pub fn run_with(a: ServeArgs, launch: Launch) -> CliResult {
     // too: "already serves" is certain where "address in use" is a guess. Only a store that
     // exists can be held, so this creates nothing.
     let held_early = existing_store_lock(&settings.db)?;
+    let root_early = if settings.workspace_root.is_dir() {
+        workspace_lock(&settings.workspace_root)?
+    } else {
+        None
+    };
     let listener = match launch.listener {
         Some(l) => l,
         None => bind_now(addr)?,
@@ -279,6 +284,10 @@ pub fn run_with(a: ServeArgs, launch: Launch) -> CliResult {
     let _lock = match held_early {
         Some(lock) => lock,
         None => writer_lock(&settings.db)?,
+    };
+    let _root_lock = match root_early {
+        Some(lock) => Some(lock),
+        None => workspace_lock(&settings.workspace_root)?,
     };
     store.report_indeterminate_each();
     let metrics = Metrics::default();
@@ -704,6 +713,35 @@ fn publisher(store: Store, served: Arc<OnceLock<BTreeSet<String>>>) -> plugins::
         })
         .to_string())
     })
+}
+
+/// Hold an exclusive, non-blocking `flock` on the workspace root directory for the daemon's
+/// lifetime: two daemons on different stores writing one episode's worktree would each record
+/// only its own calls, and order them apart. `None` where the filesystem has no `flock` (the
+/// daemon then serves unguarded, and says so).
+fn workspace_lock(root: &std::path::Path) -> Result<Option<std::fs::File>, Failure> {
+    use std::os::fd::AsRawFd;
+    let dir = std::fs::File::open(root)
+        .map_err(|e| startup("config", format!("workspace root {}: {e}", root.display())))?;
+    // SAFETY: flock on a file descriptor we own; no memory is shared.
+    if unsafe { libc::flock(dir.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0 {
+        return Ok(Some(dir));
+    }
+    let e = std::io::Error::last_os_error();
+    if e.raw_os_error() == Some(libc::EWOULDBLOCK) {
+        return Err(startup(
+            "config",
+            format!(
+                "another worldd already serves the workspace root {} (one daemon per workspace root: each records only its own calls to a worktree); give this daemon its own --workspace-root",
+                root.display()
+            ),
+        ));
+    }
+    tracing::warn!(
+        "cannot lock the workspace root {} ({e}); a second daemon on it would not be refused",
+        root.display()
+    );
+    Ok(None)
 }
 
 /// The store's lock taken now when the store already exists, `None` otherwise (a store not yet
