@@ -246,9 +246,12 @@ pub fn main() -> i32 {
 }
 
 fn init_tracing(daemon: bool) {
-    use tracing_subscriber::EnvFilter;
     let default = if daemon { "info" } else { "warn" };
-    let filter = EnvFilter::try_from_env("WORLDD_LOG").unwrap_or_else(|_| EnvFilter::new(default));
+    let (filter, complaint) = log_filter(std::env::var("WORLDD_LOG").ok(), default);
+    // Said on stderr itself: the filter may let no warning through.
+    if let Some(complaint) = complaint {
+        errln!("worldd: {complaint}");
+    }
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
@@ -262,6 +265,59 @@ fn init_tracing(daemon: bool) {
         .try_init();
 }
 
+/// Modules whose name alone is a sensible `WORLDD_LOG` directive (every line of that module).
+const LOG_TARGETS: &[&str] = &[
+    "worldd",
+    "broker_core",
+    "dialect",
+    "handler_api",
+    "handler_kit",
+    "axum",
+    "hyper",
+    "hyper_util",
+    "tower",
+    "tower_http",
+    "tokio",
+    "heed",
+    "abi_stable",
+];
+
+/// The log filter `WORLDD_LOG` gives, or `default`; and what to tell the operator about it. A
+/// value that does not parse would otherwise be dropped without a word, and a bare word that is
+/// no level (`warning`, `debg`) reads as a module's name, which leaves the daemon silent.
+fn log_filter(
+    value: Option<String>,
+    default: &str,
+) -> (tracing_subscriber::EnvFilter, Option<String>) {
+    use tracing_subscriber::filter::LevelFilter;
+    use tracing_subscriber::EnvFilter;
+    let Some(value) = value.filter(|v| !v.trim().is_empty()) else {
+        return (EnvFilter::new(default), None);
+    };
+    let filter = match EnvFilter::try_new(&value) {
+        Ok(filter) => filter,
+        Err(e) => {
+            let shown = dialect::quote::quote(&value);
+            let complaint =
+                format!("WORLDD_LOG={shown} does not parse ({e}); logging at {default}");
+            return (EnvFilter::new(default), Some(complaint));
+        }
+    };
+    let stray = value.split(',').map(str::trim).find(|item| {
+        !item.is_empty()
+            && !item.contains(['=', '['])
+            && item.parse::<LevelFilter>().is_err()
+            && !LOG_TARGETS.contains(&item.split("::").next().unwrap_or(item))
+    });
+    let complaint = stray.map(|item| {
+        format!(
+            "WORLDD_LOG: {} is no level (off, error, warn, info, debug, trace), so it names a module, and only that module's lines are logged; for a level write e.g. WORLDD_LOG=warn",
+            dialect::quote::quote(item)
+        )
+    });
+    (filter, complaint)
+}
+
 /// Seconds since the Unix epoch.
 pub fn now() -> i64 {
     std::time::SystemTime::now()
@@ -272,7 +328,41 @@ pub fn now() -> i64 {
 
 #[cfg(test)]
 mod tests {
-    use super::command_line;
+    use super::{command_line, log_filter};
+
+    /// A `WORLDD_LOG` that does not parse, or names a level that does not exist, is said once on
+    /// stderr instead of leaving the daemon silent without a word; levels, module names and
+    /// `module=level` directives pass quietly.
+    #[test]
+    fn a_log_filter_that_is_no_level_or_does_not_parse_is_said() {
+        let said = |v: &str| log_filter(Some(v.to_owned()), "info").1;
+        for quiet in [
+            "",
+            "debug",
+            "WARN",
+            "info,worldd=debug",
+            "worldd",
+            "broker_core::storage",
+            "off",
+            "hyper=trace,warn",
+        ] {
+            assert_eq!(said(quiet), None, "{quiet:?}");
+        }
+        assert_eq!(
+            said("warning").as_deref(),
+            Some("WORLDD_LOG: \"warning\" is no level (off, error, warn, info, debug, trace), so it names a module, and only that module's lines are logged; for a level write e.g. WORLDD_LOG=warn")
+        );
+        assert!(said("info,debg")
+            .unwrap()
+            .starts_with("WORLDD_LOG: \"debg\" is no level"));
+        let broken = said("worldd=[").unwrap();
+        assert!(
+            broken.starts_with("WORLDD_LOG=\"worldd=[\" does not parse (")
+                && broken.ends_with("); logging at info"),
+            "{broken}"
+        );
+        assert_eq!(log_filter(None, "warn").1, None);
+    }
 
     /// Every `worldd …` command line in every verb's `Examples:` help: each part of a pipeline
     /// that runs `worldd`, without its redirection or trailing comment.
