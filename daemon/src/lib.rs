@@ -14,6 +14,7 @@
 //! | [`edge`] | the HTTP edge: connections, timeouts, Host and Origin, body reads, answers waiting for their clients (`[server]`) |
 //! | [`quota`] | per-key caps (a credential's share of the answer budget, an episode's log streams) |
 //! | [`server`] | the axum router and graceful shutdown |
+//! | [`service_manager`] | `READY=1` and `STOPPING=1` for a service manager that asked (`$NOTIFY_SOCKET`, systemd's `Type=notify`) |
 //! | [`durable_answers`] | an answer waits until every snapshot it read is durable |
 //! | [`mcp`] | `POST /mcp/` |
 //! | [`a2a`] | `POST /a2a/` and the agent card |
@@ -89,6 +90,7 @@ pub mod reconcile;
 pub mod rest;
 pub mod scheduling;
 pub mod server;
+pub mod service_manager;
 pub mod state;
 pub mod tools;
 pub mod verify_reads;

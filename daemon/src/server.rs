@@ -98,6 +98,7 @@ pub struct ShutdownSignals {
     interrupt: Option<Signal>,
     terminate: Option<Signal>,
     hangup: Option<Signal>,
+    manager: crate::service_manager::Notifier,
 }
 
 impl ShutdownSignals {
@@ -124,7 +125,14 @@ impl ShutdownSignals {
             interrupt: unless_ignored(libc::SIGINT, SignalKind::interrupt(), "SIGINT"),
             terminate: catch(SignalKind::terminate(), "SIGTERM"),
             hangup: unless_ignored(libc::SIGHUP, SignalKind::hangup(), "SIGHUP"),
+            manager: Default::default(),
         }
+    }
+
+    /// Tell `manager` `STOPPING=1` when a signal arrives, before the drain.
+    pub fn telling(mut self, manager: crate::service_manager::Notifier) -> ShutdownSignals {
+        self.manager = manager;
+        self
     }
 
     /// Resolves when any of the signals arrives.
@@ -143,6 +151,7 @@ impl ShutdownSignals {
             () = one(self.hangup.as_mut()) => {},
         }
         tracing::info!("shutting down: draining in-flight calls");
+        self.manager.tell("STOPPING=1");
     }
 }
 

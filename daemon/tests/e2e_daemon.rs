@@ -1376,3 +1376,50 @@ fn a_second_daemon_on_another_store_is_refused_the_workspace_root_the_first_serv
     let second = Daemon::spawn(dir, cmd);
     assert_eq!(get(&second.url("/v1/health"), None).status, 200);
 }
+
+/// The systemd unit the operator guide gives starts the daemon as written (its paths moved to a
+/// scratch directory), and the daemon tells the manager `NOTIFY_SOCKET` names that it is ready
+/// once it answers, and that it is stopping when SIGTERM comes, as `Type=notify` needs.
+#[test]
+fn the_systemd_units_daemon_tells_its_manager_when_it_is_ready_and_when_it_stops() {
+    let unit = std::fs::read_to_string(repo_root().join("docs/worldd.service")).unwrap();
+    let service = |key: &str| {
+        unit.lines()
+            .find_map(|l| l.strip_prefix(&format!("{key}=")))
+            .unwrap_or_else(|| panic!("the unit has no {key}="))
+            .to_owned()
+    };
+    assert_eq!(service("Type"), "notify");
+    assert_eq!(service("NotifyAccess"), "main");
+    let exec = service("ExecStart");
+    let dir = tempfile::tempdir().unwrap();
+    let lib = dir.path().join("lib");
+    let plugins = plugin_dir_with(dir.path(), WS);
+    let line = exec
+        .replace("/opt/worldd/worldd ", &format!("{WORLDD} "))
+        .replace("/var/lib/worldd", path_str(&lib))
+        .replace("127.0.0.1:7644", "127.0.0.1:0");
+    let mut words = line.split(' ');
+    let mut cmd = std::process::Command::new(words.next().unwrap());
+    cmd.args(words)
+        .arg("--plugin-dir")
+        .arg(&plugins)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    let manager = std::os::unix::net::UnixDatagram::bind(dir.path().join("notify")).unwrap();
+    manager
+        .set_read_timeout(Some(std::time::Duration::from_secs(10)))
+        .unwrap();
+    cmd.env("NOTIFY_SOCKET", dir.path().join("notify"));
+    let d = Daemon::spawn(dir, cmd);
+    let mut notice = [0u8; 64];
+    let n = manager.recv(&mut notice).unwrap();
+    assert_eq!(&notice[..n], b"READY=1");
+    assert_eq!(get(&d.url("/v1/health"), None).status, 200);
+    assert!(lib.join("db/data.mdb").is_file() && lib.join("worktrees").is_dir());
+    let (status, log) = d.stop_by(libc::SIGTERM, std::time::Duration::from_secs(10));
+    assert!(status.success(), "{status:?}\n{log}");
+    let n = manager.recv(&mut notice).unwrap();
+    assert_eq!(&notice[..n], b"STOPPING=1");
+    assert!(!log.contains("could not tell the service manager"), "{log}");
+}

@@ -250,6 +250,8 @@ pub fn bind_now(addr: SocketAddr) -> Result<std::net::TcpListener, Failure> {
 }
 
 pub fn run_with(a: ServeArgs, launch: Launch) -> CliResult {
+    // First, while this is the only thread: it takes the variable out of the environment.
+    let manager = crate::service_manager::Notifier::from_env();
     let file = read_config(&a.plugins.config)?;
     // Before anything is created: a setting that cannot be read stops here.
     let mut opts = plugin_options(&a.plugins, &file).map_err(|e| startup("config", e))?;
@@ -343,8 +345,9 @@ pub fn run_with(a: ServeArgs, launch: Launch) -> CliResult {
             .metrics(metrics)
             .catalog(catalog)
             .build();
-        let signals = server::ShutdownSignals::listen();
+        let signals = server::ShutdownSignals::listen().telling(manager.clone());
         announce(local, launch.ready_on_stderr);
+        manager.tell("READY=1");
         server::serve(listener, state, signals)
             .await
             .map_err(|e| Failure::fatal(format!("server error: {e}")))
