@@ -1,5 +1,5 @@
 //! The HTTP server: one axum router with the MCP, A2A and REST surfaces behind the edge
-//! ([`crate::edge`]), bound to loopback, with graceful shutdown on SIGINT/SIGTERM.
+//! ([`crate::edge`]), bound to loopback, with graceful shutdown on SIGINT, SIGTERM or SIGHUP.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -61,7 +61,8 @@ pub fn check_loopback(addr: &SocketAddr) -> Result<(), String> {
     }
 }
 
-/// Serve until SIGINT or SIGTERM; in-flight requests drain before this returns.
+/// Serve until a shutdown signal ([`ShutdownSignals`]); in-flight requests drain before this
+/// returns.
 pub async fn serve(
     listener: TcpListener,
     state: AppState,

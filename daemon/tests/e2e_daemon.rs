@@ -53,7 +53,23 @@ fn sigterm_right_after_the_ready_line_drains_instead_of_killing_the_daemon() {
 /// (SIGINT ignored) through the script's Ctrl-C.
 #[test]
 fn a_hangup_drains_the_daemon_and_a_signal_ignored_at_start_stays_ignored() {
-    let d = Daemon::start(WS, &[]);
+    // Both daemons get the dispositions the test names, whatever this test was started with
+    // (a suite run under `nohup` ignores SIGHUP in every process it starts).
+    let started_with = |action: libc::sighandler_t| {
+        let dir = tempfile::tempdir().unwrap();
+        let mut cmd = Daemon::serve_command(&dir, WS);
+        // SAFETY: signal(2) is async-signal-safe, as pre_exec requires.
+        unsafe {
+            use std::os::unix::process::CommandExt;
+            cmd.pre_exec(move || {
+                libc::signal(libc::SIGHUP, action);
+                libc::signal(libc::SIGINT, action);
+                Ok(())
+            });
+        }
+        Daemon::spawn(dir, cmd)
+    };
+    let d = started_with(libc::SIG_DFL);
     let (status, log) = d.stop_by(libc::SIGHUP, std::time::Duration::from_secs(5));
     assert!(status.success(), "{status:?}\n{log}");
     assert!(
@@ -61,18 +77,7 @@ fn a_hangup_drains_the_daemon_and_a_signal_ignored_at_start_stays_ignored() {
         "{log}"
     );
 
-    let dir = tempfile::tempdir().unwrap();
-    let mut cmd = Daemon::serve_command(&dir, WS);
-    // SAFETY: signal(2) is async-signal-safe, as pre_exec requires.
-    unsafe {
-        use std::os::unix::process::CommandExt;
-        cmd.pre_exec(|| {
-            libc::signal(libc::SIGHUP, libc::SIG_IGN);
-            libc::signal(libc::SIGINT, libc::SIG_IGN);
-            Ok(())
-        });
-    }
-    let d = Daemon::spawn(dir, cmd);
+    let d = started_with(libc::SIG_IGN);
     d.signal(libc::SIGHUP);
     d.signal(libc::SIGINT);
     std::thread::sleep(std::time::Duration::from_millis(300));
