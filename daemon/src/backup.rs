@@ -100,7 +100,7 @@ pub fn take(store: &Store, db: &Path, dest: &Path, compact: bool) -> Result<Take
 /// Check `dest` and make it (mode 0700: the store holds credentials' hashes) when absent.
 /// Returns whether it was made here.
 fn prepare(db: &Path, dest: &Path) -> Result<bool, BackupError> {
-    let inside = match (db.canonicalize(), lexical_target(dest)) {
+    let inside = match (db.canonicalize(), resolved_target(dest)) {
         (Ok(db), Some(dest)) => dest.starts_with(db),
         _ => false,
     };
@@ -131,7 +131,7 @@ fn prepare(db: &Path, dest: &Path) -> Result<bool, BackupError> {
 }
 
 /// Where `dest` would be, through its existing ancestors (it need not exist yet).
-fn lexical_target(dest: &Path) -> Option<PathBuf> {
+fn resolved_target(dest: &Path) -> Option<PathBuf> {
     let absolute = std::path::absolute(dest).ok()?;
     let mut tail = Vec::new();
     let mut at = absolute.as_path();
@@ -290,6 +290,37 @@ mod tests {
         fs::remove_file(dest.join("theirs")).unwrap();
         undo(&dest, true, &[]);
         assert!(!dest.exists());
+    }
+
+    /// Plugin state nested past the bound ends the copy with an error naming where, not the
+    /// process's stack; at the bound it is copied.
+    #[test]
+    fn plugin_state_nested_past_the_bound_is_refused_by_name() {
+        let dir = tempfile::tempdir().unwrap();
+        let from = dir.path().join("state");
+        let mut deepest = from.clone();
+        for _ in 0..=MAX_DEPTH {
+            deepest.push("d");
+        }
+        fs::create_dir_all(&deepest).unwrap();
+        let to = dir.path().join("copy");
+        fs::create_dir(&to).unwrap();
+        let e = copy_tree(&from, &to, 0, &mut Taken::default()).unwrap_err();
+        assert!(
+            matches!(&e, BackupError::TooDeep(at) if *at == deepest),
+            "{e}"
+        );
+        assert_eq!(
+            e.to_string(),
+            format!(
+                "plugin state {} is nested deeper than 128 directories; not copied",
+                deepest.display()
+            )
+        );
+        fs::remove_dir(&deepest).unwrap();
+        let to = dir.path().join("copy-2");
+        fs::create_dir(&to).unwrap();
+        copy_tree(&from, &to, 0, &mut Taken::default()).unwrap();
     }
 
     /// A destination inside the store is refused however it is reached: through a symbolic
