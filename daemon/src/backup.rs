@@ -18,12 +18,13 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
-use std::fs::{self, DirBuilder, File, OpenOptions};
+use std::fs::{self, File};
 use std::io;
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt as _, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 use broker_core::store::{Store, StoreError};
+use cap_std::fs::{Dir, DirBuilder, DirBuilderExt, OpenOptions, OpenOptionsExt as _};
 
 /// The plugins' state directory inside a store directory.
 pub const PLUGIN_STATE: &str = "plugin-state";
@@ -51,6 +52,13 @@ pub enum BackupError {
     Occupied(PathBuf),
     #[error("destination {dest} is inside the store {db}; choose a directory outside it")]
     InsideStore { dest: PathBuf, db: PathBuf },
+    #[error("destination {dest} is owned by uid {uid} with mode {mode:04o}, so another user could change the copy as it is written; use a directory that only this user (uid {euid}) may write")]
+    Foreign {
+        dest: PathBuf,
+        uid: u32,
+        mode: u32,
+        euid: u32,
+    },
     #[error("plugin state {0} is nested deeper than {MAX_DEPTH} directories; not copied")]
     TooDeep(PathBuf),
     #[error("{path}: {source}")]
@@ -72,7 +80,9 @@ impl BackupError {
     pub fn is_refusal(&self) -> bool {
         matches!(
             self,
-            BackupError::Occupied(_) | BackupError::InsideStore { .. }
+            BackupError::Occupied(_)
+                | BackupError::InsideStore { .. }
+                | BackupError::Foreign { .. }
         )
     }
 }
@@ -85,21 +95,23 @@ fn io_at(path: &Path) -> impl FnOnce(io::Error) -> BackupError + '_ {
 }
 
 /// Copy the store open as `store` (its directory `db`) into `dest`, which must be absent or an
-/// empty directory outside `db`. Everything written is synced before this returns; on failure,
-/// what was written is removed.
+/// empty directory outside `db` that only this user may write. Everything written is synced
+/// before this returns; on failure, what was written is removed.
 pub fn take(store: &Store, db: &Path, dest: &Path, compact: bool) -> Result<Taken, BackupError> {
-    let made = prepare(db, dest)?;
+    let (target, made) = prepare(db, dest)?;
     let mut wrote = Vec::new();
-    let copied = copy_store(store, db, dest, compact, &mut wrote);
+    let copied = copy_store(store, db, &target, dest, compact, &mut wrote);
     if copied.is_err() {
-        undo(dest, made, &wrote);
+        undo(&target, dest, made, &wrote);
     }
     copied
 }
 
-/// Check `dest` and make it (mode 0700: the store holds credentials' hashes) when absent.
-/// Returns whether it was made here.
-fn prepare(db: &Path, dest: &Path) -> Result<bool, BackupError> {
+/// Check `dest`, make it (mode 0700: the store holds credentials' hashes) when absent, and open
+/// it. Everything is then written through that handle, never by path: a directory above it
+/// that another user may write could otherwise be swapped for a link mid-copy, and the writes
+/// follow it elsewhere. Returns the handle and whether the directory was made here.
+fn prepare(db: &Path, dest: &Path) -> Result<(Dir, bool), BackupError> {
     let inside = match (db.canonicalize(), resolved_target(dest)) {
         (Ok(db), Some(dest)) => dest.starts_with(db),
         _ => false,
@@ -110,24 +122,48 @@ fn prepare(db: &Path, dest: &Path) -> Result<bool, BackupError> {
             db: db.to_path_buf(),
         });
     }
-    match fs::symlink_metadata(dest) {
-        Ok(md) if md.is_dir() => {
-            let mut entries = fs::read_dir(dest).map_err(io_at(dest))?;
-            if entries.next().is_some() {
-                return Err(BackupError::Occupied(dest.to_path_buf()));
-            }
-            Ok(false)
-        }
-        Ok(_) => Err(BackupError::Occupied(dest.to_path_buf())),
+    let made = match fs::symlink_metadata(dest) {
+        Ok(md) if md.is_dir() => false,
+        Ok(_) => return Err(BackupError::Occupied(dest.to_path_buf())),
         Err(e) if e.kind() == io::ErrorKind::NotFound => {
-            DirBuilder::new()
-                .mode(0o700)
+            std::os::unix::fs::DirBuilderExt::mode(&mut fs::DirBuilder::new(), 0o700)
                 .create(dest)
                 .map_err(io_at(dest))?;
-            Ok(true)
+            true
         }
-        Err(e) => Err(io_at(dest)(e)),
+        Err(e) => return Err(io_at(dest)(e)),
+    };
+    let opened = open_own_dir(dest);
+    if opened.is_err() && made {
+        let _ = fs::remove_dir(dest);
     }
+    Ok((opened?, made))
+}
+
+/// `dest` opened (never through a link), refused unless it is this user's, writable by no one
+/// else, and empty.
+fn open_own_dir(dest: &Path) -> Result<Dir, BackupError> {
+    let file = fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_DIRECTORY | libc::O_NOFOLLOW)
+        .open(dest)
+        .map_err(io_at(dest))?;
+    let md = file.metadata().map_err(io_at(dest))?;
+    // SAFETY: geteuid cannot fail and touches no memory.
+    let euid = unsafe { libc::geteuid() };
+    if md.uid() != euid || md.mode() & 0o022 != 0 {
+        return Err(BackupError::Foreign {
+            dest: dest.to_path_buf(),
+            uid: md.uid(),
+            mode: md.mode() & 0o7777,
+            euid,
+        });
+    }
+    let dir = Dir::from_std_file(file);
+    if dir.entries().map_err(io_at(dest))?.next().is_some() {
+        return Err(BackupError::Occupied(dest.to_path_buf()));
+    }
+    Ok(dir)
 }
 
 /// Where `dest` would be, through its existing ancestors (it need not exist yet).
@@ -144,22 +180,24 @@ fn resolved_target(dest: &Path) -> Option<PathBuf> {
     }
 }
 
-/// Copy into `dest`, noting in `wrote` each entry of `dest` this made.
+/// Copy into `target` (the directory `dest`), noting in `wrote` each entry of it this made.
 fn copy_store(
     store: &Store,
     db: &Path,
+    target: &Dir,
     dest: &Path,
     compact: bool,
-    wrote: &mut Vec<PathBuf>,
+    wrote: &mut Vec<&'static str>,
 ) -> Result<Taken, BackupError> {
     let data = dest.join("data.mdb");
-    let mut file = OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(&data)
-        .map_err(io_at(&data))?;
-    wrote.push(data.clone());
+    let mut file = target
+        .open_with(
+            "data.mdb",
+            OpenOptions::new().write(true).create_new(true).mode(0o600),
+        )
+        .map_err(io_at(&data))?
+        .into_std();
+    wrote.push("data.mdb");
     let store_err = |source| BackupError::Store {
         path: dest.to_path_buf(),
         source,
@@ -175,30 +213,37 @@ fn copy_store(
     store.sync_seen().map_err(store_err)?;
     let state = db.join(PLUGIN_STATE);
     if fs::symlink_metadata(&state).is_ok_and(|md| md.is_dir()) {
-        let into = dest.join(PLUGIN_STATE);
-        make_dir_like(&state, &into)?;
-        wrote.push(into.clone());
-        copy_tree(&state, &into, 0, &mut taken)?;
+        let shown = dest.join(PLUGIN_STATE);
+        let into = make_dir_like(&state, target, PLUGIN_STATE.as_ref(), &shown)?;
+        wrote.push(PLUGIN_STATE);
+        copy_tree(&state, &into, &shown, 0, &mut taken)?;
     }
-    sync_dir(dest)?;
+    sync_dir(target, dest)?;
     Ok(taken)
 }
 
-/// Make the directory `to` with the mode of the directory `from`.
-fn make_dir_like(from: &Path, to: &Path) -> Result<(), BackupError> {
+/// Make `name` in `parent` with the mode of the directory `from`, and open it; `shown` is its
+/// path, for messages.
+fn make_dir_like(from: &Path, parent: &Dir, name: &Path, shown: &Path) -> Result<Dir, BackupError> {
     let mode = fs::symlink_metadata(from)
         .map_err(io_at(from))?
         .permissions()
         .mode();
-    DirBuilder::new()
-        .mode(mode & 0o7777)
-        .create(to)
-        .map_err(io_at(to))
+    parent
+        .create_dir_with(name, DirBuilder::new().mode(mode & 0o7777))
+        .map_err(io_at(shown))?;
+    parent.open_dir(name).map_err(io_at(shown))
 }
 
-/// Copy the directory `from` into the made directory `to`, keeping modes and symbolic links
-/// (never followed).
-fn copy_tree(from: &Path, to: &Path, depth: usize, taken: &mut Taken) -> Result<(), BackupError> {
+/// Copy the directory `from` into the made directory `to` (at `shown`), keeping modes and
+/// symbolic links (never followed).
+fn copy_tree(
+    from: &Path,
+    to: &Dir,
+    shown: &Path,
+    depth: usize,
+    taken: &mut Taken,
+) -> Result<(), BackupError> {
     if depth > MAX_DEPTH {
         return Err(BackupError::TooDeep(from.to_path_buf()));
     }
@@ -209,52 +254,53 @@ fn copy_tree(from: &Path, to: &Path, depth: usize, taken: &mut Taken) -> Result<
     entries.sort_by_key(|e| e.file_name());
     for entry in entries {
         let src = entry.path();
-        let dst = to.join(entry.file_name());
+        let name = PathBuf::from(entry.file_name());
+        let dst = shown.join(&name);
         let md = fs::symlink_metadata(&src).map_err(io_at(&src))?;
         let kind = md.file_type();
         if kind.is_dir() {
-            make_dir_like(&src, &dst)?;
-            copy_tree(&src, &dst, depth + 1, taken)?;
+            let sub = make_dir_like(&src, to, &name, &dst)?;
+            copy_tree(&src, &sub, &dst, depth + 1, taken)?;
         } else if kind.is_file() {
-            taken.state_bytes += copy_file(&src, &dst, md.permissions().mode())?;
+            let mut source = File::open(&src).map_err(io_at(&src))?;
+            let mut copy = to
+                .open_with(
+                    &name,
+                    OpenOptions::new()
+                        .write(true)
+                        .create_new(true)
+                        .mode(md.permissions().mode() & 0o7777),
+                )
+                .map_err(io_at(&dst))?;
+            taken.state_bytes += io::copy(&mut source, &mut copy).map_err(io_at(&dst))?;
+            copy.sync_all().map_err(io_at(&dst))?;
             taken.state_files += 1;
         } else if kind.is_symlink() {
-            let target = fs::read_link(&src).map_err(io_at(&src))?;
-            std::os::unix::fs::symlink(target, &dst).map_err(io_at(&dst))?;
+            let link = fs::read_link(&src).map_err(io_at(&src))?;
+            to.symlink_contents(link, &name).map_err(io_at(&dst))?;
         } else {
             taken.skipped.push(src);
         }
     }
-    sync_dir(to)
+    sync_dir(to, shown)
 }
 
-fn copy_file(from: &Path, to: &Path, mode: u32) -> Result<u64, BackupError> {
-    let mut src = File::open(from).map_err(io_at(from))?;
-    let mut dst = OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(mode & 0o7777)
-        .open(to)
-        .map_err(io_at(to))?;
-    let bytes = io::copy(&mut src, &mut dst).map_err(io_at(to))?;
-    dst.sync_all().map_err(io_at(to))?;
-    Ok(bytes)
-}
-
-fn sync_dir(dir: &Path) -> Result<(), BackupError> {
-    File::open(dir)
+/// Sync `dir` (at `shown`). Its handle may be an `O_PATH` one, which cannot be synced: the
+/// directory is opened for reading through it.
+fn sync_dir(dir: &Dir, shown: &Path) -> Result<(), BackupError> {
+    dir.open(".")
         .and_then(|d| d.sync_all())
-        .map_err(io_at(dir))
+        .map_err(io_at(shown))
 }
 
 /// Remove what a failed backup wrote, and the destination when it was made here and is empty
 /// again. Only what this process made is removed: another backup racing it into the same
 /// directory keeps its files.
-fn undo(dest: &Path, made: bool, wrote: &[PathBuf]) {
-    for path in wrote.iter().rev() {
-        let _ = match fs::symlink_metadata(path) {
-            Ok(md) if md.is_dir() => fs::remove_dir_all(path),
-            _ => fs::remove_file(path),
+fn undo(target: &Dir, dest: &Path, made: bool, wrote: &[&str]) {
+    for name in wrote.iter().rev() {
+        let _ = match target.symlink_metadata(name) {
+            Ok(md) if md.is_dir() => target.remove_dir_all(name),
+            _ => target.remove_file(name),
         };
     }
     if made {
@@ -265,6 +311,10 @@ fn undo(dest: &Path, made: bool, wrote: &[PathBuf]) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn opened(path: &Path) -> Dir {
+        Dir::open_ambient_dir(path, cap_std::ambient_authority()).unwrap()
+    }
 
     /// A failed backup removes what it wrote and nothing else: a file another backup put in the
     /// same directory meanwhile stays, and so does the directory holding it.
@@ -277,18 +327,15 @@ mod tests {
         fs::create_dir_all(dest.join("plugin-state/a")).unwrap();
         fs::write(dest.join("plugin-state/a/f"), "ours").unwrap();
         fs::write(dest.join("theirs"), "theirs").unwrap();
-        undo(
-            &dest,
-            true,
-            &[dest.join("data.mdb"), dest.join("plugin-state")],
-        );
+        let target = opened(&dest);
+        undo(&target, &dest, true, &["data.mdb", PLUGIN_STATE]);
         let left: Vec<_> = fs::read_dir(&dest)
             .unwrap()
             .map(|e| e.unwrap().file_name())
             .collect();
         assert_eq!(left, ["theirs"]);
         fs::remove_file(dest.join("theirs")).unwrap();
-        undo(&dest, true, &[]);
+        undo(&target, &dest, true, &[]);
         assert!(!dest.exists());
     }
 
@@ -305,7 +352,7 @@ mod tests {
         fs::create_dir_all(&deepest).unwrap();
         let to = dir.path().join("copy");
         fs::create_dir(&to).unwrap();
-        let e = copy_tree(&from, &to, 0, &mut Taken::default()).unwrap_err();
+        let e = copy_tree(&from, &opened(&to), &to, 0, &mut Taken::default()).unwrap_err();
         assert!(
             matches!(&e, BackupError::TooDeep(at) if *at == deepest),
             "{e}"
@@ -320,7 +367,7 @@ mod tests {
         fs::remove_dir(&deepest).unwrap();
         let to = dir.path().join("copy-2");
         fs::create_dir(&to).unwrap();
-        copy_tree(&from, &to, 0, &mut Taken::default()).unwrap();
+        copy_tree(&from, &opened(&to), &to, 0, &mut Taken::default()).unwrap();
     }
 
     /// A destination inside the store is refused however it is reached: through a symbolic
@@ -343,6 +390,78 @@ mod tests {
             );
             assert!(!dest.exists());
         }
-        assert!(prepare(&db, &dir.path().join("db-copy")).unwrap());
+        assert!(prepare(&db, &dir.path().join("db-copy")).unwrap().1);
+    }
+
+    /// Another user who may write a directory above the destination moves it away mid-copy and
+    /// puts a link to a directory of their choosing in its place: every write still lands in
+    /// the directory that was checked, none where the link points.
+    #[test]
+    fn a_destination_swapped_for_a_link_mid_copy_does_not_redirect_the_writes() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = dir.path().join("db");
+        let store = Store::create(&db).unwrap();
+        fs::create_dir_all(db.join("plugin-state/p")).unwrap();
+        fs::write(db.join("plugin-state/p/f"), "state").unwrap();
+        let dest = dir.path().join("dest");
+        let (target, made) = prepare(&db, &dest).unwrap();
+        assert!(made);
+        let moved = dir.path().join("moved");
+        fs::rename(&dest, &moved).unwrap();
+        let elsewhere = dir.path().join("elsewhere");
+        fs::create_dir(&elsewhere).unwrap();
+        std::os::unix::fs::symlink(&elsewhere, &dest).unwrap();
+        let taken = copy_store(&store, &db, &target, &dest, false, &mut Vec::new()).unwrap();
+        assert_eq!(taken.state_files, 1);
+        assert!(moved.join("data.mdb").is_file());
+        assert_eq!(
+            fs::read_to_string(moved.join("plugin-state/p/f")).unwrap(),
+            "state"
+        );
+        assert_eq!(fs::read_dir(&elsewhere).unwrap().count(), 0);
+    }
+
+    /// A destination another user owns, or may write, is refused before anything is written:
+    /// they could swap what is inside it for links while the copy is written (a directory left
+    /// empty in /tmp for an operator to back up into). A destination that is a link is refused
+    /// too, and a directory made here passes.
+    #[test]
+    fn a_destination_another_user_could_change_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = dir.path().join("db");
+        fs::create_dir(&db).unwrap();
+        let open_to_all = dir.path().join("open");
+        fs::create_dir(&open_to_all).unwrap();
+        fs::set_permissions(&open_to_all, fs::Permissions::from_mode(0o777)).unwrap();
+        let e = prepare(&db, &open_to_all).unwrap_err();
+        assert!(e.is_refusal());
+        // SAFETY: geteuid has no preconditions.
+        let euid = unsafe { libc::geteuid() };
+        assert_eq!(
+            e.to_string(),
+            format!("destination {} is owned by uid {euid} with mode 0777, so another user could change the copy as it is written; use a directory that only this user (uid {euid}) may write", open_to_all.display())
+        );
+        let link = dir.path().join("link");
+        let empty = dir.path().join("empty");
+        fs::create_dir(&empty).unwrap();
+        std::os::unix::fs::symlink(&empty, &link).unwrap();
+        assert!(matches!(
+            prepare(&db, &link).unwrap_err(),
+            BackupError::Occupied(_)
+        ));
+        if euid == 0 {
+            let theirs = dir.path().join("theirs");
+            fs::create_dir(&theirs).unwrap();
+            fs::set_permissions(&theirs, fs::Permissions::from_mode(0o700)).unwrap();
+            std::os::unix::fs::chown(&theirs, Some(65534), None).unwrap();
+            let e = prepare(&db, &theirs).unwrap_err();
+            assert_eq!(
+                e.to_string(),
+                format!("destination {} is owned by uid 65534 with mode 0700, so another user could change the copy as it is written; use a directory that only this user (uid 0) may write", theirs.display())
+            );
+            assert_eq!(fs::read_dir(&theirs).unwrap().count(), 0);
+        }
+        let (_, made) = prepare(&db, &dir.path().join("mine")).unwrap();
+        assert!(made);
     }
 }

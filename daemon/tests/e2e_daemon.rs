@@ -1335,6 +1335,9 @@ fn a_backup_refuses_an_occupied_destination_and_leaves_nothing_when_its_disk_fil
         eprintln!("*** not root: a backup onto a full disk is not tried ***");
         return;
     };
+    // A tmpfs is made open to all (1777), which a destination may not be.
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(fs.dir.path(), std::fs::Permissions::from_mode(0o700)).unwrap();
     for dest in [fs.dir.path().join("new"), fs.dir.path().to_path_buf()] {
         let (code, out, err) = worldd(&["backup", "--db", &db, path_str(&dest)], None);
         assert_eq!((code, out.as_str()), (2, ""), "{err}");

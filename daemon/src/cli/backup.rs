@@ -15,7 +15,8 @@ use crate::backup;
 pub struct BackupArgs {
     #[command(flatten)]
     pub db: DbArg,
-    /// The directory to copy into: absent (it is made, mode 0700) or empty, outside the store.
+    /// The directory to copy into: absent (it is made, mode 0700) or empty, outside the store,
+    /// and writable by this user alone.
     pub dest: PathBuf,
     /// Leave out the store's free pages: a copy as small as its rows, which takes longer.
     #[arg(long)]
