@@ -1431,3 +1431,64 @@ fn the_systemd_units_daemon_tells_its_manager_when_it_is_ready_and_when_it_stops
     assert_eq!(&notice[..n], b"STOPPING=1");
     assert!(!log.contains("could not tell the service manager"), "{log}");
 }
+
+/// A store on a read-only filesystem (a snapshot, a backup medium) is checked where it is:
+/// `doctor`, `why --db`, `session list` and `backup` read it without its lock file, and change
+/// nothing; a verb that writes is refused naming the cause, and so is `serve`.
+#[test]
+fn a_store_on_a_read_only_mount_is_read_where_it_is_and_written_by_nothing() {
+    let d = Daemon::start(WS, &[]);
+    let token = d.session("ep1", &["Workspace.Write=worktree:5"]);
+    let w = mcp(
+        &d,
+        &token,
+        "tools/call",
+        json!({"name": "ailang-write", "arguments": {"path": "a.txt", "content": "kept"}}),
+    );
+    assert_eq!(w.sse_json()["result"]["structuredContent"]["ok"], true);
+    let (status, _, _, dir) = d.stop_with_log(std::time::Duration::from_secs(10));
+    assert!(status.success());
+    let db = dir.path().join("db");
+    let mount_point = tempfile::tempdir().unwrap();
+    let Some(_mount) = BindMount::read_only(&db, mount_point.path()) else {
+        eprintln!("*** not root: a store on a read-only mount is not tried ***");
+        return;
+    };
+    let ro = path_str(mount_point.path());
+    let before = std::fs::read(db.join("data.mdb")).unwrap();
+
+    let (code, out, err) = worldd(&["doctor", "--db", ro], None);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(
+        out.contains(" 0 broken ") && out.contains("✓ head"),
+        "{out}"
+    );
+    let (code, out, err) = worldd(&["why", "--db", ro, "head"], None);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("link(s) verified"), "{out}");
+    let (code, out, err) = worldd(&["session", "list", "--db", ro], None);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("ep1"), "{out}");
+    let copy = dir.path().join("copy");
+    let (code, out, err) = worldd(&["backup", "--db", ro, path_str(&copy)], None);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(
+        out.contains("✓ the copy opens and doctor's checks pass"),
+        "{out}"
+    );
+
+    let (code, _, err) = worldd(&["session", "revoke", "--db", ro, "--episode", "ep1"], None);
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains(&format!("{ro}: Read-only file system (os error 30): worldd opens a store for reading and writing")),
+        "{err}"
+    );
+    let refusal = refused_start(&["--db", ro, "--bind", "127.0.0.1:0"], dir.path());
+    assert_eq!(refusal.code, Some(2), "{}", refusal.stderr);
+    assert!(
+        refusal.line.contains("Read-only file system (os error 30)"),
+        "{}",
+        refusal.line
+    );
+    assert_eq!(std::fs::read(db.join("data.mdb")).unwrap(), before);
+}

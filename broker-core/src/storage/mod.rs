@@ -98,6 +98,14 @@ pub enum StoreError {
     },
     #[error("store I/O error: {0}")]
     Io(String),
+    #[error("world store {0} is open read-only (it is on a read-only filesystem); this command writes, so copy the directory to a writable disk first")]
+    ReadOnly(PathBuf),
+    #[error("world store {dir} uses schema {found}, and read-only it cannot be upgraded to schema {expected}; copy the directory to a writable disk and open it there")]
+    ReadOnlyUpgrade {
+        dir: PathBuf,
+        found: String,
+        expected: u32,
+    },
     #[error("LMDB error: {0}")]
     Lmdb(String),
     #[error("store is damaged: {0}")]
@@ -369,6 +377,8 @@ struct Inner {
     #[cfg_attr(not(test), allow(dead_code))]
     follow_wait: writer::FollowWait,
     resident: resident::Budget,
+    /// Opened with [`StoreOptions::read_only`]: every write is refused before it is queued.
+    read_only: bool,
 }
 
 /// See [`Store::on_read`].
@@ -401,6 +411,10 @@ pub struct StoreOptions {
     pub reserve: Option<u64>,
     /// Create the directory and the genesis when absent.
     pub create: bool,
+    /// Open without writing anything (LMDB's `MDB_RDONLY`): for a store on a read-only
+    /// filesystem, which LMDB then reads without its lock file. Every write is refused with
+    /// [`StoreError::ReadOnly`]; nothing is created, synced or upgraded.
+    pub read_only: bool,
 }
 
 /// A handle to the store; cheap to clone and usable from any thread.
@@ -531,7 +545,11 @@ fn check_ceiling(options: &StoreOptions) -> Result<(), StoreError> {
 }
 
 /// Open the LMDB environment in `dir`, with the map size `wanted` when there is one.
-fn open_env(dir: &Path, wanted: Option<usize>) -> Result<Env<WithoutTls>, StoreError> {
+fn open_env(
+    dir: &Path,
+    wanted: Option<usize>,
+    read_only: bool,
+) -> Result<Env<WithoutTls>, StoreError> {
     unsafe {
         // SAFETY: heed requires that the environment is not opened twice in one process
         // (it checks and reports EnvAlreadyOpened) and that the files are not modified by
@@ -544,6 +562,9 @@ fn open_env(dir: &Path, wanted: Option<usize>) -> Result<Env<WithoutTls>, StoreE
         // on each of tokio's (up to 512) blocking threads and each worker at once, and
         // other processes (doctor, why) need theirs: 1024 slots keep MDB_READERS_FULL out
         // of reach (a slot is 64 bytes of lock file, and only slots in use are scanned).
+        if read_only {
+            o.flags(heed::EnvFlags::READ_ONLY);
+        }
         o.max_dbs(32).max_readers(MAX_READERS).open(dir)
     }
     .map_err(|e| match e {
@@ -681,6 +702,57 @@ fn open_tables(
     Ok(dbs.into())
 }
 
+/// The layout's tables opened in a read transaction, for a store opened read-only: its version
+/// must be the layout's (nothing can be upgraded) and every table must exist (nothing can be
+/// created).
+fn open_tables_read_only(
+    env: &Env<WithoutTls>,
+    dir: &Path,
+    layout: &'static Layout,
+    map_size: usize,
+) -> Result<Arc<[RawDb]>, StoreError> {
+    let heed_err = |e| StoreError::from_heed(e, map_size);
+    match read_version(env, layout).map_err(heed_err)? {
+        Version::Current => {}
+        Version::Upgradable(_, found) => {
+            return Err(StoreError::ReadOnlyUpgrade {
+                dir: dir.to_path_buf(),
+                found,
+                expected: layout.version,
+            })
+        }
+        Version::New => {
+            return Err(StoreError::SchemaMismatch {
+                found: "none".into(),
+                expected: layout.version,
+            })
+        }
+        Version::Other(found) => {
+            return Err(StoreError::SchemaMismatch {
+                found,
+                expected: layout.version,
+            })
+        }
+    }
+    let rtxn = env.read_txn().map_err(heed_err)?;
+    let opened = env
+        .open_databases_and_commit(rtxn, |dbo, rtxn| -> heed::Result<_> {
+            let mut dbs = Vec::with_capacity(layout.tables.len());
+            for name in layout.tables {
+                match dbo.open_database::<Bytes, Bytes>(rtxn, Some(name))? {
+                    Some(db) => dbs.push(db),
+                    None => return Ok(CommitOrAbort::Abort(*name)),
+                }
+            }
+            Ok(CommitOrAbort::Commit(Opened(dbs)))
+        })
+        .map_err(heed_err)?;
+    match opened {
+        CommitOrAbort::Commit(dbs) => Ok(dbs.into()),
+        CommitOrAbort::Abort(missing) => Err(StoreError::Corrupt(format!("no table {missing}"))),
+    }
+}
+
 /// The map lock and the capacity gauge against `limits`, with the store's size read once.
 fn measured_map(env: &Env<WithoutTls>, dir: &Path, limits: Limits) -> Arc<MapLock> {
     let map = Arc::new(MapLock {
@@ -711,21 +783,26 @@ impl Store {
         options: StoreOptions,
         layout: &'static Layout,
     ) -> Result<Store, StoreError> {
-        let exists = check_or_create_dir(dir, options.create)?;
+        let read_only = options.read_only;
+        let exists = check_or_create_dir(dir, options.create && !read_only)?;
         let wanted = wanted_map_size(options.ceiling, exists);
         check_ceiling(&options)?;
         // Asked before this process opens the environment (see `open_elsewhere`).
-        let shared = exists && map::open_elsewhere(dir);
-        let env = open_env(dir, wanted)?;
+        let shared = exists && !read_only && map::open_elsewhere(dir);
+        let env = open_env(dir, wanted, read_only)?;
         check_length(&env, dir)?;
         let map_size = env.info().map_size;
         let limits = Limits::new(options.ceiling.unwrap_or(map_size as u64), options.reserve)?;
+        if read_only {
+            let dbs = open_tables_read_only(&env, dir, layout, map_size)?;
+            return Store::start(env, dbs, layout, dir, map_size, limits, true);
+        }
         // Reader slots of crashed processes would otherwise leak.
         let _ = env.clear_stale_readers();
 
         let new = check_or_upgrade_version(&env, layout, dir, shared, map_size)?;
         let dbs = open_tables(&env, dir, layout, new, map_size)?;
-        Store::start(env, dbs, layout, dir, map_size, limits)
+        Store::start(env, dbs, layout, dir, map_size, limits, false)
     }
 
     /// Start the writer thread over the opened tables and hand out the store.
@@ -736,6 +813,7 @@ impl Store {
         dir: &Path,
         map_size: usize,
         limits: Limits,
+        read_only: bool,
     ) -> Result<Store, StoreError> {
         let (sender, receiver) = mpsc::channel::<Job>();
         let stats = Arc::new(WriterStats::default());
@@ -745,8 +823,11 @@ impl Store {
         // What this process found on opening is made durable before it is taken as such:
         // another process's last commit may still wait for its meta page's sync (the daemon
         // leaves it to its syncing thread), and a sync by anyone flushes it.
-        env.force_sync()
-            .map_err(|e| map::write_error(e, map_size, || crate::capacity::disk_free(dir)))?;
+        // Read-only, nothing can be written (a read-only filesystem): what is there is durable.
+        if !read_only {
+            env.force_sync()
+                .map_err(|e| map::write_error(e, map_size, || crate::capacity::disk_free(dir)))?;
+        }
         committed.mark_durable(env.info().last_txn_id);
         let waits = Arc::new(DurableWaits::default());
         let follow_wait = writer::follow_wait();
@@ -787,6 +868,7 @@ impl Store {
                 read_hook: std::sync::OnceLock::new(),
                 follow_wait,
                 resident,
+                read_only,
             }),
         })
     }
@@ -982,6 +1064,9 @@ impl Store {
         R: Send + 'static,
         E: From<StoreError> + Send + 'static,
     {
+        if self.inner.read_only {
+            return Submitted::failed(StoreError::ReadOnly(self.inner.path.clone()).into());
+        }
         let (reply, pending) = reply::slot();
         let job: Job = Box::new(Write {
             op,

@@ -276,6 +276,69 @@ fn an_empty_data_file_is_no_store_and_only_creating_one_writes_there() {
     Store::open(&db, StoreOptions::default()).unwrap();
 }
 
+/// A store opened read-only (its filesystem is: a snapshot, a backup medium) reads as any
+/// other, refuses every write before it is queued, and has nothing to wait for to be durable;
+/// an older schema, which it could not upgrade, is refused untouched.
+#[test]
+fn a_store_opened_read_only_reads_and_refuses_every_write() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("db");
+    let kept = Object::new("world/test/v1", "t", b"kept".to_vec());
+    {
+        let store = Store::create(&db).unwrap();
+        let object = kept.clone();
+        store
+            .write(move |w| w.put_object(&object).map(drop))
+            .unwrap();
+    }
+    let read_only = StoreOptions {
+        read_only: true,
+        ..StoreOptions::default()
+    };
+    let bytes = std::fs::read(db.join("data.mdb")).unwrap();
+    {
+        let store = Store::open(&db, read_only.clone()).unwrap();
+        assert!(store.read(|r| r.object(&kept.hash)).unwrap().is_some());
+        let other = Object::new("world/test/v1", "t", b"other".to_vec());
+        let e = store
+            .write(move |w| w.put_object(&other).map(drop))
+            .unwrap_err();
+        assert_eq!(e, StoreError::ReadOnly(db.clone()));
+        assert_eq!(
+            e.to_string(),
+            format!("world store {} is open read-only (it is on a read-only filesystem); this command writes, so copy the directory to a writable disk first", db.display())
+        );
+        store.sync_seen().unwrap();
+    }
+    assert_eq!(std::fs::read(db.join("data.mdb")).unwrap(), bytes);
+
+    {
+        // SAFETY: no other handle on `db` is open in this process now.
+        let env = unsafe { heed::EnvOpenOptions::new().max_dbs(32).open(&db).unwrap() };
+        let meta: heed::Database<'static, Str, Bytes> = env
+            .create_databases_and_commit(env.write_txn().unwrap(), |dbo, wtxn| {
+                dbo.create_database(wtxn, Some(META_TABLE))
+                    .map(CommitOrAbort::<_, ()>::Commit)
+            })
+            .unwrap()
+            .unwrap_commit();
+        let mut wtxn = env.write_txn().unwrap();
+        meta.put(&mut wtxn, VERSION_KEY, b"4").unwrap();
+        wtxn.commit().unwrap();
+        env.prepare_for_closing().wait();
+    }
+    let bytes = std::fs::read(db.join("data.mdb")).unwrap();
+    assert_eq!(
+        Store::open(&db, read_only).unwrap_err(),
+        StoreError::ReadOnlyUpgrade {
+            dir: db.clone(),
+            found: "4".into(),
+            expected: crate::schema::SCHEMA_VERSION,
+        }
+    );
+    assert_eq!(std::fs::read(db.join("data.mdb")).unwrap(), bytes);
+}
+
 /// A write that stopped short (EIO) is a full disk only when the filesystem has (almost) no
 /// room left; with room, or when its room cannot be read, it is an I/O fault.
 #[test]

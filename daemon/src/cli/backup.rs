@@ -7,7 +7,7 @@ use broker_core::store::{Store, StoreOptions};
 use broker_core::verify;
 use clap::Args;
 
-use super::session::open_existing;
+use super::session::open_to_read;
 use super::{CliResult, DbArg, Failure};
 use crate::backup;
 
@@ -25,7 +25,7 @@ pub struct BackupArgs {
 
 pub fn run(a: BackupArgs) -> CliResult {
     let db = &a.db.db;
-    let store = open_existing(db)?;
+    let store = open_to_read(db)?;
     let taken = backup::take(&store, db, &a.dest, a.compact).map_err(|e| {
         let message = format!("backup: {e}");
         if e.is_refusal() {

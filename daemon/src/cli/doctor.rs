@@ -6,7 +6,7 @@
 use broker_core::verify;
 use clap::Args;
 
-use super::session::{open_existing, seen_is_durable};
+use super::session::{open_to_read, seen_is_durable};
 use super::{CliResult, DbArg, Failure};
 
 #[derive(Args, Debug)]
@@ -19,7 +19,7 @@ pub struct DoctorArgs {
 }
 
 pub fn run(a: DoctorArgs) -> CliResult {
-    let store = open_existing(&a.db.db)?;
+    let store = open_to_read(&a.db.db)?;
     let started = std::time::Instant::now();
     let audit = verify::audit_store(&store).map_err(|e| Failure::usage(format!("doctor: {e}")))?;
     let secs = started.elapsed().as_secs_f64();

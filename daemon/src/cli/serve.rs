@@ -453,6 +453,7 @@ fn open_store(settings: &Settings) -> Result<Store, Failure> {
             ceiling: Some(settings.ceiling),
             reserve: settings.reserve,
             create: true,
+            read_only: false,
         },
     )
     .map_err(|e| startup("store-open", e))?;

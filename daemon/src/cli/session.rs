@@ -166,14 +166,47 @@ pub fn seen_is_durable(store: &Store) -> CliResult {
 
 /// Open an existing store; never create one here.
 pub fn open_existing(db: &Path) -> Result<Store, Failure> {
+    open_with(db, StoreOptions::default())
+}
+
+/// Open an existing store for a verb that only reads it (`doctor`, `why --db`, `session list`,
+/// `backup`): read-only where its filesystem is read-only (a snapshot, a backup medium), which
+/// LMDB reads without its lock file; as [`open_existing`] elsewhere, so that an older schema
+/// is still upgraded where it can be.
+pub fn open_to_read(db: &Path) -> Result<Store, Failure> {
+    let read_only = on_read_only_filesystem(db);
+    open_with(
+        db,
+        StoreOptions {
+            read_only,
+            ..StoreOptions::default()
+        },
+    )
+}
+
+fn open_with(db: &Path, options: StoreOptions) -> Result<Store, Failure> {
     if !db.join("data.mdb").exists() {
         return Err(Failure::usage(format!(
             "world store {} does not exist; refusing to create one (worldd serve creates the store)",
             db.display()
         )));
     }
-    Store::open(db, StoreOptions::default())
+    Store::open(db, options)
         .map_err(|e| Failure::fatal(format!("cannot open {}: {e}", db.display())))
+}
+
+/// Whether `dir` lies on a filesystem mounted read-only.
+fn on_read_only_filesystem(dir: &Path) -> bool {
+    use std::os::unix::ffi::OsStrExt;
+    let Ok(path) = std::ffi::CString::new(dir.as_os_str().as_bytes()) else {
+        return false;
+    };
+    // SAFETY: `statvfs` is a plain C struct for which all-zero is a valid value; the call only
+    // fills it, from a NUL-terminated path that lives through it.
+    unsafe {
+        let mut fs: libc::statvfs = std::mem::zeroed();
+        libc::statvfs(path.as_ptr(), &mut fs) == 0 && fs.f_flag & libc::ST_RDONLY != 0
+    }
 }
 
 /// Ask on the controlling terminal; `Ok(())` only for `y` or `yes`.
@@ -388,7 +421,7 @@ fn rfc3339(t: i64) -> String {
 }
 
 fn list(a: ListArgs) -> CliResult {
-    let store = open_existing(&a.db.db)?;
+    let store = open_to_read(&a.db.db)?;
     let session::Listing { sessions, damaged } =
         session::list(&store).map_err(|e| Failure::fatal(e.to_string()))?;
     seen_is_durable(&store)?;

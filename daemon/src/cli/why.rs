@@ -14,7 +14,7 @@ use broker_core::verify::{self, Explanation, Handle, Report, VerifyError};
 use clap::Args;
 
 use super::client::{seconds, ClientArgs, Connection, DEFAULT_ADDR, DEFAULT_TIMEOUT};
-use super::session::{open_existing, seen_is_durable};
+use super::session::{open_to_read, seen_is_durable};
 use super::why_remote::{RemoteSource, Trouble};
 use super::{CliResult, Failure};
 
@@ -111,7 +111,7 @@ pub fn run(a: WhyArgs) -> CliResult {
     };
     match mode(&a) {
         Mode::Store(db) => {
-            let store = open_existing(&db)?;
+            let store = open_to_read(&db)?;
             let why = verify::why(&store, &handle, a.scan).map_err(|e| failure(e, a.scan))?;
             seen_is_durable(&store)?;
             report(&why, a.json, "what the store holds")
