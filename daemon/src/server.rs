@@ -54,7 +54,8 @@ async fn no_sniffing(mut response: axum::response::Response) -> axum::response::
 
 /// Refuse anything but a loopback address.
 pub fn check_loopback(addr: &SocketAddr) -> Result<(), String> {
-    if addr.ip().is_loopback() {
+    // An IPv4 loopback mapped into IPv6 (`[::ffff:127.0.0.1]`) is loopback too.
+    if addr.ip().to_canonical().is_loopback() {
         Ok(())
     } else {
         Err(format!("bind host \"{}\" is not loopback", addr.ip()))

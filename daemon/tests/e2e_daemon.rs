@@ -87,6 +87,50 @@ fn a_hangup_drains_the_daemon_and_a_signal_ignored_at_start_stays_ignored() {
     assert!(status.success(), "{status:?}");
 }
 
+/// An IPv4 loopback written as IPv6 (`[::ffff:127.0.0.1]`, a dual-stack socket reached over
+/// 127.0.0.1) is loopback: the daemon binds it and answers a client that names it in `Host`.
+/// A mapped address that is not loopback is refused as any other.
+#[test]
+fn an_ipv4_loopback_mapped_into_ipv6_is_loopback_for_the_bind_and_the_host_check() {
+    let dir = tempfile::tempdir().unwrap();
+    let (code, _, err) = worldd(
+        &[
+            "serve",
+            "--db",
+            path_str(&dir.path().join("db")),
+            "--bind",
+            "[::ffff:10.0.0.1]:7644",
+        ],
+        None,
+    );
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains("at bind-policy: bind host \"::ffff:10.0.0.1\" is not loopback"),
+        "{err}"
+    );
+    if std::net::TcpListener::bind("[::ffff:127.0.0.1]:0").is_err() {
+        eprintln!("*** no IPv6 here: a mapped loopback bind is not tried ***");
+        return;
+    }
+    let plugins = plugin_dir_with(dir.path(), WS);
+    let mut cmd = std::process::Command::new(WORLDD);
+    cmd.args(["serve", "--bind", "[::ffff:127.0.0.1]:0", "--db"])
+        .arg(dir.path().join("db"))
+        .arg("--workspace-root")
+        .arg(dir.path().join("wt"))
+        .arg("--plugin-dir")
+        .arg(&plugins)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    let d = Daemon::spawn(dir, cmd);
+    assert!(
+        d.url("/").starts_with("http://[::ffff:127.0.0.1]:"),
+        "{}",
+        d.url("/")
+    );
+    assert_eq!(get(&d.url("/v1/health"), None).status, 200);
+}
+
 #[test]
 fn non_loopback_bind_is_refused_at_startup() {
     let dir = tempfile::tempdir().unwrap();

@@ -146,10 +146,18 @@ pub fn host_name(value: &str) -> Option<&str> {
     (port_ok && !name.is_empty()).then_some(name)
 }
 
-/// `localhost`, any IPv4 address in 127.0.0.0/8, or `[::1]`.
+/// `localhost`, any IPv4 address in 127.0.0.0/8, or the IPv6 loopback in brackets, however
+/// written (`[::1]`, `[0:0:0:0:0:0:0:1]`), or an IPv4 loopback mapped into IPv6
+/// (`[::ffff:127.0.0.1]`, what a dual-stack socket bound so is reached by). Address literals
+/// only: no name but `localhost` is resolved, so DNS rebinding gains nothing here.
 pub fn is_loopback_name(name: &str) -> bool {
-    if name.eq_ignore_ascii_case("localhost") || name == "[::1]" {
+    if name.eq_ignore_ascii_case("localhost") {
         return true;
+    }
+    if let Some(v6) = name.strip_prefix('[').and_then(|n| n.strip_suffix(']')) {
+        return v6
+            .parse::<std::net::Ipv6Addr>()
+            .is_ok_and(|ip| std::net::IpAddr::V6(ip).to_canonical().is_loopback());
     }
     name.parse::<std::net::Ipv4Addr>()
         .is_ok_and(|ip| ip.is_loopback())
@@ -261,6 +269,9 @@ mod tests {
             "127.8.9.10:65535",
             "[::1]",
             "[::1]:7644",
+            "[0:0:0:0:0:0:0:1]:7644",
+            "[::ffff:127.0.0.1]:7644",
+            "[::FFFF:7f00:1]",
         ] {
             assert_eq!(
                 p.check(&origin_form(), &headers(&[("host", host)])),
@@ -281,6 +292,9 @@ mod tests {
             "127.0.0.1.nip.io",
             "128.0.0.1",
             "[::2]",
+            "[::ffff:10.0.0.1]:7644",
+            "[::127.0.0.1]",
+            "[::1",
             "localhost:",
             "localhost:port",
             "a\"b<script>",
