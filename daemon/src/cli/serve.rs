@@ -185,7 +185,36 @@ fn read_config(path: &Option<PathBuf>) -> Result<ConfigFile, Failure> {
         &path.display().to_string(),
     )
     .map_err(|f| startup("config", f.message))?;
-    toml::from_str(&text).map_err(|e| startup("config", format!("{}: {e}", path.display())))
+    toml::from_str(&text).map_err(|e| {
+        let shown = toml_error(&text, &e);
+        startup("config", format!("{}: {shown}", path.display()))
+    })
+}
+
+/// The parser's account of a config file that does not parse: as the parser gives it (the
+/// line it stopped at, and a caret under the place), unless that line is too long to show,
+/// when only where and why (a file of one 200 KB line would otherwise be printed whole).
+fn toml_error(text: &str, e: &toml::de::Error) -> String {
+    const LONGEST_SHOWN_LINE: usize = 200;
+    let Some(at) = e
+        .span()
+        .map(|s| s.start)
+        .filter(|&at| text.is_char_boundary(at))
+    else {
+        return e.to_string();
+    };
+    let start = text[..at].rfind('\n').map_or(0, |i| i + 1);
+    let end = text[at..].find('\n').map_or(text.len(), |i| at + i);
+    if end - start <= LONGEST_SHOWN_LINE {
+        return e.to_string();
+    }
+    let line = text[..at].matches('\n').count() + 1;
+    let column = text[start..at].chars().count() + 1;
+    format!(
+        "TOML parse error at line {line}, column {column}: {} (the line is {} bytes long, not shown)",
+        e.message().trim_end(),
+        end - start
+    )
 }
 
 /// Plugin options from the flags over the config file. `Err` names the table or flag that
@@ -787,4 +816,32 @@ fn writer_lock(db: &std::path::Path) -> Result<std::fs::File, Failure> {
         ));
     }
     Ok(file)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{toml_error, ConfigFile};
+
+    /// A config file that does not parse is shown as the parser shows it, the line and a caret
+    /// under the place; a line too long to show (a file of one nested line of 200 KB) is only
+    /// placed and explained, not printed whole.
+    #[test]
+    fn a_config_error_on_a_line_too_long_to_show_says_where_and_why_only() {
+        let short = "[serve]\nbind = \n";
+        let e = toml::from_str::<ConfigFile>(short).unwrap_err();
+        assert_eq!(toml_error(short, &e), e.to_string());
+        assert!(toml_error(short, &e).contains("2 | bind = "), "{e}");
+
+        let deep = format!("a = {}{}\n", "[".repeat(100_000), "]".repeat(100_000));
+        let e = toml::from_str::<ConfigFile>(&deep).unwrap_err();
+        let shown = toml_error(&deep, &e);
+        assert!(
+            shown.starts_with("TOML parse error at line 1, column ")
+                && shown.ends_with(" (the line is 200004 bytes long, not shown)"),
+            "{}",
+            &shown[..shown.len().min(400)]
+        );
+        assert!(shown.contains("recursion limit exceeded"), "{shown}");
+        assert!(shown.len() < 200, "{}", shown.len());
+    }
 }
