@@ -112,16 +112,8 @@ fn an_ipv4_loopback_mapped_into_ipv6_is_loopback_for_the_bind_and_the_host_check
         eprintln!("*** no IPv6 here: a mapped loopback bind is not tried ***");
         return;
     }
-    let plugins = plugin_dir_with(dir.path(), WS);
-    let mut cmd = std::process::Command::new(WORLDD);
-    cmd.args(["serve", "--bind", "[::ffff:127.0.0.1]:0", "--db"])
-        .arg(dir.path().join("db"))
-        .arg("--workspace-root")
-        .arg(dir.path().join("wt"))
-        .arg("--plugin-dir")
-        .arg(&plugins)
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped());
+    let root = dir.path().join("worktrees");
+    let cmd = Daemon::serve_command_on(&dir, WS, "[::ffff:127.0.0.1]:0", &root);
     let d = Daemon::spawn(dir, cmd);
     assert!(
         d.url("/").starts_with("http://[::ffff:127.0.0.1]:"),
@@ -1418,13 +1410,7 @@ fn a_second_daemon_on_another_store_is_refused_the_workspace_root_the_first_serv
     );
     assert!(!db.exists());
     assert!(first.stop().success());
-    let plugins = plugin_dir_with(dir.path(), WS);
-    let mut cmd = std::process::Command::new(WORLDD);
-    cmd.arg("serve")
-        .args(args)
-        .args(["--bind", "127.0.0.1:0", "--plugin-dir", path_str(&plugins)])
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped());
+    let cmd = Daemon::serve_command_on(&dir, WS, "127.0.0.1:0", std::path::Path::new(&root));
     let second = Daemon::spawn(dir, cmd);
     assert_eq!(get(&second.url("/v1/health"), None).status, 200);
 }

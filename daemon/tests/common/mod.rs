@@ -166,15 +166,25 @@ impl Daemon {
     /// free loopback port, its output piped; add flags, environment or a working directory,
     /// then [`Daemon::spawn`] it.
     pub fn serve_command(dir: &tempfile::TempDir, plugins: &[&str]) -> Command {
+        Daemon::serve_command_on(dir, plugins, "127.0.0.1:0", &dir.path().join("worktrees"))
+    }
+
+    /// [`Daemon::serve_command`] bound to `bind`, with the workspace root `root`.
+    pub fn serve_command_on(
+        dir: &tempfile::TempDir,
+        plugins: &[&str],
+        bind: &str,
+        root: &Path,
+    ) -> Command {
         let plugin_dir = plugin_dir_with(dir.path(), plugins);
         let mut cmd = Command::new(WORLDD);
         cmd.arg("serve")
             .arg("--db")
             .arg(dir.path().join("db"))
             .arg("--workspace-root")
-            .arg(dir.path().join("worktrees"))
+            .arg(root)
             .arg("--bind")
-            .arg("127.0.0.1:0")
+            .arg(bind)
             .arg("--plugin-dir")
             .arg(&plugin_dir)
             .stdout(Stdio::piped())
