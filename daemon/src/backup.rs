@@ -29,6 +29,10 @@ use cap_std::fs::{Dir, DirBuilder, DirBuilderExt, OpenOptions, OpenOptionsExt as
 /// The plugins' state directory inside a store directory.
 pub const PLUGIN_STATE: &str = "plugin-state";
 
+/// Where a backup writes its copy before moving it into place, inside the destination: a
+/// backup killed midway leaves this and no `data.mdb`, so nothing takes it for a store.
+pub const PARTIAL: &str = ".partial";
+
 /// Deeper than any plugin's state needs; a bound so that a directory nested without end ends
 /// the copy with an error instead of the process's stack.
 const MAX_DEPTH: usize = 128;
@@ -50,6 +54,8 @@ pub struct Taken {
 pub enum BackupError {
     #[error("destination {0} exists and is not an empty directory; refusing to write over it")]
     Occupied(PathBuf),
+    #[error("destination {0} holds an interrupted backup (its {PARTIAL} directory, and no store); remove the directory, then back up again")]
+    Interrupted(PathBuf),
     #[error("destination {dest} is inside the store {db}; choose a directory outside it")]
     InsideStore { dest: PathBuf, db: PathBuf },
     #[error("destination {dest} is owned by uid {uid} with mode {mode:04o}, so another user could change the copy as it is written; use a directory that only this user (uid {euid}) may write")]
@@ -81,6 +87,7 @@ impl BackupError {
         matches!(
             self,
             BackupError::Occupied(_)
+                | BackupError::Interrupted(_)
                 | BackupError::InsideStore { .. }
                 | BackupError::Foreign { .. }
         )
@@ -160,10 +167,15 @@ fn open_own_dir(dest: &Path) -> Result<Dir, BackupError> {
         });
     }
     let dir = Dir::from_std_file(file);
-    if dir.entries().map_err(io_at(dest))?.next().is_some() {
-        return Err(BackupError::Occupied(dest.to_path_buf()));
+    let mut names = Vec::new();
+    for entry in dir.entries().map_err(io_at(dest))?.take(2) {
+        names.push(entry.map_err(io_at(dest))?.file_name());
     }
-    Ok(dir)
+    match names.as_slice() {
+        [] => Ok(dir),
+        [only] if only.as_os_str() == PARTIAL => Err(BackupError::Interrupted(dest.to_path_buf())),
+        _ => Err(BackupError::Occupied(dest.to_path_buf())),
+    }
 }
 
 /// Where `dest` would be, through its existing ancestors (it need not exist yet).
@@ -181,6 +193,8 @@ fn resolved_target(dest: &Path) -> Option<PathBuf> {
 }
 
 /// Copy into `target` (the directory `dest`), noting in `wrote` each entry of it this made.
+/// Everything is written into [`PARTIAL`] first and synced, then moved into place, the plugins'
+/// state first and `data.mdb` last: the destination holds a store only once the copy is whole.
 fn copy_store(
     store: &Store,
     db: &Path,
@@ -189,15 +203,20 @@ fn copy_store(
     compact: bool,
     wrote: &mut Vec<&'static str>,
 ) -> Result<Taken, BackupError> {
-    let data = dest.join("data.mdb");
-    let mut file = target
+    let partial = dest.join(PARTIAL);
+    target
+        .create_dir_with(PARTIAL, DirBuilder::new().mode(0o700))
+        .map_err(io_at(&partial))?;
+    wrote.push(PARTIAL);
+    let stage = target.open_dir(PARTIAL).map_err(io_at(&partial))?;
+    let data = partial.join("data.mdb");
+    let mut file = stage
         .open_with(
             "data.mdb",
             OpenOptions::new().write(true).create_new(true).mode(0o600),
         )
         .map_err(io_at(&data))?
         .into_std();
-    wrote.push("data.mdb");
     let store_err = |source| BackupError::Store {
         path: dest.to_path_buf(),
         source,
@@ -212,12 +231,25 @@ fn copy_store(
     // durable at the source too, so that the copy never holds more than the store can.
     store.sync_seen().map_err(store_err)?;
     let state = db.join(PLUGIN_STATE);
-    if fs::symlink_metadata(&state).is_ok_and(|md| md.is_dir()) {
-        let shown = dest.join(PLUGIN_STATE);
-        let into = make_dir_like(&state, target, PLUGIN_STATE.as_ref(), &shown)?;
-        wrote.push(PLUGIN_STATE);
+    let has_state = fs::symlink_metadata(&state).is_ok_and(|md| md.is_dir());
+    if has_state {
+        let shown = partial.join(PLUGIN_STATE);
+        let into = make_dir_like(&state, &stage, PLUGIN_STATE.as_ref(), &shown)?;
         copy_tree(&state, &into, &shown, 0, &mut taken)?;
     }
+    sync_dir(&stage, &partial)?;
+    let moved = |name: &'static str, wrote: &mut Vec<&'static str>| {
+        stage
+            .rename(name, target, name)
+            .map_err(io_at(&dest.join(name)))?;
+        wrote.push(name);
+        Ok::<_, BackupError>(())
+    };
+    if has_state {
+        moved(PLUGIN_STATE, wrote)?;
+    }
+    moved("data.mdb", wrote)?;
+    target.remove_dir(PARTIAL).map_err(io_at(&partial))?;
     sync_dir(target, dest)?;
     Ok(taken)
 }
@@ -419,6 +451,26 @@ mod tests {
             "state"
         );
         assert_eq!(fs::read_dir(&elsewhere).unwrap().count(), 0);
+    }
+
+    /// A destination holding only an interrupted backup's partial copy is refused as such; one
+    /// holding anything besides is refused as occupied.
+    #[test]
+    fn a_destination_holding_an_interrupted_backup_is_refused_as_such() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = dir.path().join("db");
+        fs::create_dir(&db).unwrap();
+        let dest = dir.path().join("dest");
+        fs::create_dir_all(dest.join(PARTIAL)).unwrap();
+        fs::set_permissions(&dest, fs::Permissions::from_mode(0o700)).unwrap();
+        let e = prepare(&db, &dest).unwrap_err();
+        assert!(matches!(e, BackupError::Interrupted(_)), "{e}");
+        assert!(e.is_refusal());
+        fs::write(dest.join("other"), "x").unwrap();
+        assert!(matches!(
+            prepare(&db, &dest).unwrap_err(),
+            BackupError::Occupied(_)
+        ));
     }
 
     /// A destination another user owns, or may write, is refused before anything is written:

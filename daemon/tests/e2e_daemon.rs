@@ -1522,3 +1522,60 @@ fn a_store_on_a_read_only_mount_is_read_where_it_is_and_written_by_nothing() {
     );
     assert_eq!(std::fs::read(db.join("data.mdb")).unwrap(), before);
 }
+
+/// A backup killed midway (Ctrl-C, a lost terminal, the OOM killer) leaves its partial copy
+/// apart, and no `data.mdb`: nothing opens it as a store or restores it by mistake, and the next
+/// backup into it says what it is.
+#[test]
+fn a_backup_killed_midway_leaves_no_store_where_it_was_writing() {
+    let d = Daemon::start(WS, &[]);
+    // Plugin state that takes a while to copy: a sparse file of 4 GiB, read as zeros.
+    let state = d.db().join("plugin-state/bulky");
+    std::fs::create_dir_all(&state).unwrap();
+    std::fs::File::create(state.join("sparse"))
+        .unwrap()
+        .set_len(4 << 30)
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let dest = dir.path().join("copy");
+    let mut backup = std::process::Command::new(WORLDD)
+        .args(["backup", "--db", path_str(&d.db()), path_str(&dest)])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let copying = dest.join(".partial/plugin-state/bulky/sparse");
+    let started = std::time::Instant::now();
+    while !copying.exists() {
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(30),
+            "the backup never reached the plugins' state"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    backup.kill().unwrap();
+    let status = backup.wait().unwrap();
+    use std::os::unix::process::ExitStatusExt;
+    if status.signal() != Some(libc::SIGKILL) {
+        // A filesystem that copies by reference copies the file at once.
+        eprintln!("*** the backup finished before it was killed ({status:?}): not tried ***");
+        return;
+    }
+    assert!(dest.join(".partial/data.mdb").is_file());
+    assert!(!dest.join("data.mdb").exists());
+    let (code, _, err) = worldd(&["doctor", "--db", path_str(&dest)], None);
+    assert_eq!(code, 1, "{err}");
+    assert!(
+        err.contains("does not exist; refusing to create one"),
+        "{err}"
+    );
+    let (code, _, err) = worldd(
+        &["backup", "--db", path_str(&d.db()), path_str(&dest)],
+        None,
+    );
+    assert_eq!(code, 1, "{err}");
+    assert_eq!(
+        err,
+        format!("worldd: backup: destination {} holds an interrupted backup (its .partial directory, and no store); remove the directory, then back up again\n", dest.display())
+    );
+}
