@@ -144,6 +144,11 @@ fn the_operator_guides_start_up_failures_are_what_the_daemon_prints() {
             args: s(&["--store-ceiling", "1000000", "--store-reserve", "2000000"]),
         },
         Provoked {
+            span: "… at config: the store ceiling (C bytes) is below 1048576 bytes, the least a store is given (--store-ceiling and [serve] store_ceiling are in bytes)",
+            names: vec![("C bytes", "100 bytes".into())],
+            args: s(&["--store-ceiling", "100", "--db", &at("tiny-ceiling")]),
+        },
+        Provoked {
             span: "… at config: the refusal burst must be at least 1",
             names: vec![],
             args: s(&["--refusal-burst", "0"]),
@@ -296,7 +301,11 @@ fn the_operator_guides_start_up_failures_are_what_the_daemon_prints() {
     std::fs::write(cut.join("data.mdb"), &whole[..16 << 10]).unwrap();
     cases.push(Provoked {
         span: "… at store-open: world store DB is damaged: its data.mdb holds N bytes, and its last commit names pages up to byte … (a copy or a disk that stopped short?); restore the directory from a backup",
-        names: vec![("DB", cut.display().to_string()), ("N", "16384".into())],
+        // "N bytes", not "N": the path put in for DB may hold an N of its own.
+        names: vec![
+            ("DB", cut.display().to_string()),
+            ("N bytes", "16384 bytes".into()),
+        ],
         args: s(&["--db", &cut.display().to_string()]),
     });
     // A disk that fills up while the store is made, or while the shipped tools are published

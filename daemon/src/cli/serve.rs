@@ -175,6 +175,9 @@ fn startup(stage: &str, detail: impl std::fmt::Display) -> Failure {
     Failure::fatal(format!("daemon startup failed at {stage}: {detail}"))
 }
 
+/// The least store ceiling `serve` accepts: 1 MiB.
+const MIN_CEILING: u64 = 1 << 20;
+
 fn read_config(path: &Option<PathBuf>) -> Result<ConfigFile, Failure> {
     let Some(path) = path else {
         return Ok(ConfigFile::default());
@@ -434,6 +437,14 @@ impl Settings {
             .unwrap_or(broker_core::capacity::DEFAULT_CEILING);
         let reserve = store_limits.store_reserve.or(file.serve.store_reserve);
         broker_core::capacity::Limits::new(ceiling, reserve).map_err(|e| startup("config", e))?;
+        // A ceiling of a few bytes is a unit mistaken (`--store-ceiling 100` for 100 MB): the
+        // store would be made and every call refused as full.
+        if ceiling < MIN_CEILING {
+            return Err(startup(
+                "config",
+                format!("the store ceiling ({ceiling} bytes) is below {MIN_CEILING} bytes, the least a store is given (--store-ceiling and [serve] store_ceiling are in bytes)"),
+            ));
+        }
         let refusal_rate = RefusalRate::new(
             store_limits
                 .refusals_per_minute
