@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 
 use broker_core::grant::Grant;
 use broker_core::session::{self, Session};
-use broker_core::store::{Store, StoreOptions};
+use broker_core::store::{Store, StoreError, StoreOptions};
 use clap::{Args, Subcommand};
 
 use super::secret_file::SecretFile;
@@ -185,14 +185,14 @@ pub fn open_to_read(db: &Path) -> Result<Store, Failure> {
 }
 
 fn open_with(db: &Path, options: StoreOptions) -> Result<Store, Failure> {
-    if !db.join("data.mdb").exists() {
-        return Err(Failure::usage(format!(
+    Store::open(db, options).map_err(|e| match e {
+        // The store says it is absent (it never creates one unless asked): a usage error here.
+        StoreError::NotFound(_) => Failure::usage(format!(
             "world store {} does not exist; refusing to create one (worldd serve creates the store)",
             db.display()
-        )));
-    }
-    Store::open(db, options)
-        .map_err(|e| Failure::fatal(format!("cannot open {}: {e}", db.display())))
+        )),
+        e => Failure::fatal(format!("cannot open {}: {e}", db.display())),
+    })
 }
 
 /// Whether `dir` lies on a filesystem mounted read-only.
