@@ -642,19 +642,30 @@ fn check_length(env: &Env<WithoutTls>, dir: &Path) -> Result<(), StoreError> {
     Ok(())
 }
 
-/// The version: refuse an unknown one without touching anything; upgrade an older one.
+/// The version: refuse an unknown one without touching anything; upgrade an older one, unless
+/// the store is opened `read_only`, which can neither upgrade a store nor make a new one.
 /// Returns whether the store is new (its tables and version are still to be made).
 fn check_or_upgrade_version(
     env: &Env<WithoutTls>,
     layout: &'static Layout,
     dir: &Path,
     shared: bool,
+    read_only: bool,
     map_size: usize,
 ) -> Result<bool, StoreError> {
     let heed_err = |e| StoreError::from_heed(e, map_size);
     match read_version(env, layout).map_err(heed_err)? {
         Version::Current => Ok(false),
+        Version::New if read_only => Err(StoreError::SchemaMismatch {
+            found: "none".into(),
+            expected: layout.version,
+        }),
         Version::New => Ok(true),
+        Version::Upgradable(_, found) if read_only => Err(StoreError::ReadOnlyUpgrade {
+            dir: dir.to_path_buf(),
+            found,
+            expected: layout.version,
+        }),
         // A process of an older build would lose its tables under its feet.
         Version::Upgradable(_, found) if shared => Err(StoreError::MigrationBusy {
             dir: dir.to_path_buf(),
@@ -702,38 +713,14 @@ fn open_tables(
     Ok(dbs.into())
 }
 
-/// The layout's tables opened in a read transaction, for a store opened read-only: its version
-/// must be the layout's (nothing can be upgraded) and every table must exist (nothing can be
-/// created).
+/// The layout's tables opened in a read transaction, for a store opened read-only (its version
+/// checked already): every table must exist, since nothing can be created.
 fn open_tables_read_only(
     env: &Env<WithoutTls>,
-    dir: &Path,
     layout: &'static Layout,
     map_size: usize,
 ) -> Result<Arc<[RawDb]>, StoreError> {
     let heed_err = |e| StoreError::from_heed(e, map_size);
-    match read_version(env, layout).map_err(heed_err)? {
-        Version::Current => {}
-        Version::Upgradable(_, found) => {
-            return Err(StoreError::ReadOnlyUpgrade {
-                dir: dir.to_path_buf(),
-                found,
-                expected: layout.version,
-            })
-        }
-        Version::New => {
-            return Err(StoreError::SchemaMismatch {
-                found: "none".into(),
-                expected: layout.version,
-            })
-        }
-        Version::Other(found) => {
-            return Err(StoreError::SchemaMismatch {
-                found,
-                expected: layout.version,
-            })
-        }
-    }
     let rtxn = env.read_txn().map_err(heed_err)?;
     let opened = env
         .open_databases_and_commit(rtxn, |dbo, rtxn| -> heed::Result<_> {
@@ -793,16 +780,18 @@ impl Store {
         check_length(&env, dir)?;
         let map_size = env.info().map_size;
         let limits = Limits::new(options.ceiling.unwrap_or(map_size as u64), options.reserve)?;
-        if read_only {
-            let dbs = open_tables_read_only(&env, dir, layout, map_size)?;
-            return Store::start(env, dbs, layout, dir, map_size, limits, true);
+        // Reader slots of crashed processes would otherwise leak (read-only, nothing is written).
+        if !read_only {
+            let _ = env.clear_stale_readers();
         }
-        // Reader slots of crashed processes would otherwise leak.
-        let _ = env.clear_stale_readers();
 
-        let new = check_or_upgrade_version(&env, layout, dir, shared, map_size)?;
-        let dbs = open_tables(&env, dir, layout, new, map_size)?;
-        Store::start(env, dbs, layout, dir, map_size, limits, false)
+        let new = check_or_upgrade_version(&env, layout, dir, shared, read_only, map_size)?;
+        let dbs = if read_only {
+            open_tables_read_only(&env, layout, map_size)?
+        } else {
+            open_tables(&env, dir, layout, new, map_size)?
+        };
+        Store::start(env, dbs, layout, dir, map_size, limits, read_only)
     }
 
     /// Start the writer thread over the opened tables and hand out the store.
