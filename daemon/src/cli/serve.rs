@@ -764,28 +764,25 @@ fn publisher(store: Store, served: Arc<OnceLock<BTreeSet<String>>>) -> plugins::
 /// only its own calls, and order them apart. `None` where the filesystem has no `flock` (the
 /// daemon then serves unguarded, and says so).
 fn workspace_lock(root: &std::path::Path) -> Result<Option<std::fs::File>, Failure> {
-    use std::os::fd::AsRawFd;
     let dir = std::fs::File::open(root)
         .map_err(|e| startup("config", format!("workspace root {}: {e}", root.display())))?;
-    // SAFETY: flock on a file descriptor we own; no memory is shared.
-    if unsafe { libc::flock(dir.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0 {
-        return Ok(Some(dir));
-    }
-    let e = std::io::Error::last_os_error();
-    if e.raw_os_error() == Some(libc::EWOULDBLOCK) {
-        return Err(startup(
+    match lock_exclusively(&dir) {
+        Ok(true) => Ok(Some(dir)),
+        Ok(false) => Err(startup(
             "config",
             format!(
                 "another worldd already serves the workspace root {} (one daemon per workspace root: each records only its own calls to a worktree); give this daemon its own --workspace-root",
                 root.display()
             ),
-        ));
+        )),
+        Err(e) => {
+            tracing::warn!(
+                "cannot lock the workspace root {} ({e}); a second daemon on it would not be refused",
+                root.display()
+            );
+            Ok(None)
+        }
     }
-    tracing::warn!(
-        "cannot lock the workspace root {} ({e}); a second daemon on it would not be refused",
-        root.display()
-    );
-    Ok(None)
 }
 
 /// The store's lock taken now when the store already exists, `None` otherwise (a store not yet
@@ -809,15 +806,12 @@ fn store_lock_file(db: &std::path::Path) -> std::path::PathBuf {
 /// LMDB locks only `lock.mdb` (with `fcntl`, which `flock` does not meet). Other verbs (session
 /// mint, why, doctor) do not take it: LMDB serialises their writes.
 fn writer_lock(db: &std::path::Path) -> Result<std::fs::File, Failure> {
-    use std::os::fd::AsRawFd;
     let path = store_lock_file(db);
     let file = std::fs::File::open(&path).map_err(|e| {
         let e = broker_core::store::StoreError::from_io(e);
         startup("store-open", format!("{}: {e}", path.display()))
     })?;
-    // SAFETY: flock on a file descriptor we own; no memory is shared.
-    let rc = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) };
-    if rc != 0 {
+    if !matches!(lock_exclusively(&file), Ok(true)) {
         return Err(startup(
             "store-open",
             format!(
@@ -827,6 +821,21 @@ fn writer_lock(db: &std::path::Path) -> Result<std::fs::File, Failure> {
         ));
     }
     Ok(file)
+}
+
+/// Take an exclusive `flock` on `file` without waiting: `Ok(false)` when another process holds
+/// one, an error where the filesystem cannot lock.
+fn lock_exclusively(file: &std::fs::File) -> std::io::Result<bool> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: flock on a file descriptor we own; no memory is shared.
+    if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0 {
+        return Ok(true);
+    }
+    let e = std::io::Error::last_os_error();
+    match e.raw_os_error() {
+        Some(libc::EWOULDBLOCK) => Ok(false),
+        _ => Err(e),
+    }
 }
 
 #[cfg(test)]
