@@ -231,10 +231,11 @@ fn copy_store(
     // durable at the source too, so that the copy never holds more than the store can.
     store.sync_seen().map_err(store_err)?;
     let state = db.join(PLUGIN_STATE);
-    let has_state = fs::symlink_metadata(&state).is_ok_and(|md| md.is_dir());
-    if has_state {
+    let state_md = fs::symlink_metadata(&state).ok().filter(|md| md.is_dir());
+    let has_state = state_md.is_some();
+    if let Some(md) = state_md {
         let shown = partial.join(PLUGIN_STATE);
-        let into = make_dir_like(&state, &stage, PLUGIN_STATE.as_ref(), &shown)?;
+        let into = make_dir_like(&md, &stage, PLUGIN_STATE.as_ref(), &shown)?;
         copy_tree(&state, &into, &shown, 0, &mut taken)?;
     }
     sync_dir(&stage, &partial)?;
@@ -254,15 +255,19 @@ fn copy_store(
     Ok(taken)
 }
 
-/// Make `name` in `parent` with the mode of the directory `from`, and open it; `shown` is its
-/// path, for messages.
-fn make_dir_like(from: &Path, parent: &Dir, name: &Path, shown: &Path) -> Result<Dir, BackupError> {
-    let mode = fs::symlink_metadata(from)
-        .map_err(io_at(from))?
-        .permissions()
-        .mode();
+/// Make `name` in `parent` with the mode of a directory whose metadata is `like`, and open it;
+/// `shown` is its path, for messages.
+fn make_dir_like(
+    like: &fs::Metadata,
+    parent: &Dir,
+    name: &Path,
+    shown: &Path,
+) -> Result<Dir, BackupError> {
     parent
-        .create_dir_with(name, DirBuilder::new().mode(mode & 0o7777))
+        .create_dir_with(
+            name,
+            DirBuilder::new().mode(like.permissions().mode() & 0o7777),
+        )
         .map_err(io_at(shown))?;
     parent.open_dir(name).map_err(io_at(shown))
 }
@@ -291,7 +296,7 @@ fn copy_tree(
         let md = fs::symlink_metadata(&src).map_err(io_at(&src))?;
         let kind = md.file_type();
         if kind.is_dir() {
-            let sub = make_dir_like(&src, to, &name, &dst)?;
+            let sub = make_dir_like(&md, to, &name, &dst)?;
             copy_tree(&src, &sub, &dst, depth + 1, taken)?;
         } else if kind.is_file() {
             let mut source = File::open(&src).map_err(io_at(&src))?;
