@@ -11,6 +11,7 @@
 //! | [`state`] | the shared state: store, coordinator, authentication, invocation |
 //! | [`admission`] | per-episode queues, then global execution slots |
 //! | [`limits`] | the operator's sizes, counts and deadlines (`[limits]`) |
+//! | [`byte_size`] | sizes as an operator writes them (`64GiB`, `"16 MiB"`), for flags and the config file |
 //! | [`edge`] | the HTTP edge: connections, timeouts, Host and Origin, body reads, answers waiting for their clients (`[server]`) |
 //! | [`quota`] | per-key caps (a credential's share of the answer budget, an episode's log streams) |
 //! | [`server`] | the axum router and graceful shutdown |
@@ -63,6 +64,7 @@
 pub mod a2a;
 pub mod admission;
 pub mod backup;
+pub mod byte_size;
 pub mod catalog;
 pub mod cli;
 pub mod durable_answers;

@@ -8,6 +8,8 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+use crate::byte_size::ByteSize;
+
 /// Default number of global execution slots. Measured on the 2-core benchmark machine, 128
 /// lets the store's group commit gather tens of calls per LMDB commit at 128 clients without
 /// refusing any; more slots only add threads (see `docs/benchmarks.md`).
@@ -111,17 +113,17 @@ pub struct LimitsSection {
     pub execution_slots: Option<usize>,
     pub episode_queue: Option<usize>,
     pub slot_wait_ms: Option<u64>,
-    pub large_call_bytes: Option<usize>,
+    pub large_call_bytes: Option<ByteSize>,
     pub large_calls: Option<usize>,
     pub handler_deadline_ms: Option<u64>,
     pub call_deadline_ms: Option<u64>,
-    pub mcp_body_bytes: Option<usize>,
-    pub a2a_body_bytes: Option<usize>,
-    pub commit_body_bytes: Option<usize>,
+    pub mcp_body_bytes: Option<ByteSize>,
+    pub a2a_body_bytes: Option<ByteSize>,
+    pub commit_body_bytes: Option<ByteSize>,
     pub batch_items: Option<usize>,
     pub json_values: Option<usize>,
-    pub reply_bytes: Option<usize>,
-    pub plugin_log_bytes: Option<usize>,
+    pub reply_bytes: Option<ByteSize>,
+    pub plugin_log_bytes: Option<ByteSize>,
     pub plugin_log_per_second: Option<u32>,
     pub plugin_start_ms: Option<u64>,
 }
@@ -136,17 +138,27 @@ impl LimitsSection {
             execution_slots: self.execution_slots.unwrap_or(d.execution_slots),
             episode_queue: self.episode_queue.unwrap_or(d.episode_queue),
             slot_wait: ms(self.slot_wait_ms, d.slot_wait),
-            large_call_bytes: self.large_call_bytes.unwrap_or(d.large_call_bytes),
+            large_call_bytes: self
+                .large_call_bytes
+                .map_or(d.large_call_bytes, ByteSize::get_usize),
             large_calls: self.large_calls.unwrap_or(d.large_calls),
             handler_deadline: ms(self.handler_deadline_ms, d.handler_deadline),
             call_deadline: ms(self.call_deadline_ms, d.call_deadline),
-            mcp_body_bytes: self.mcp_body_bytes.unwrap_or(d.mcp_body_bytes),
-            a2a_body_bytes: self.a2a_body_bytes.unwrap_or(d.a2a_body_bytes),
-            commit_body_bytes: self.commit_body_bytes.unwrap_or(d.commit_body_bytes),
+            mcp_body_bytes: self
+                .mcp_body_bytes
+                .map_or(d.mcp_body_bytes, ByteSize::get_usize),
+            a2a_body_bytes: self
+                .a2a_body_bytes
+                .map_or(d.a2a_body_bytes, ByteSize::get_usize),
+            commit_body_bytes: self
+                .commit_body_bytes
+                .map_or(d.commit_body_bytes, ByteSize::get_usize),
             batch_items: self.batch_items.unwrap_or(d.batch_items),
             json_values: self.json_values.unwrap_or(d.json_values),
-            reply_bytes: self.reply_bytes.unwrap_or(d.reply_bytes),
-            plugin_log_bytes: self.plugin_log_bytes.unwrap_or(d.plugin_log_bytes),
+            reply_bytes: self.reply_bytes.map_or(d.reply_bytes, ByteSize::get_usize),
+            plugin_log_bytes: self
+                .plugin_log_bytes
+                .map_or(d.plugin_log_bytes, ByteSize::get_usize),
             plugin_log_per_second: self
                 .plugin_log_per_second
                 .unwrap_or(d.plugin_log_per_second),

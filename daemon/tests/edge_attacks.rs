@@ -787,7 +787,7 @@ fn a_body_of_small_objects_is_refused_at_its_value_limit_before_it_is_built() {
 /// needs more than the whole budget takes all of it when it is free.
 #[test]
 fn what_a_bodys_parse_holds_counts_against_the_body_budget() {
-    let (d, _c) = start_with(WS, "[server]\nbody_budget_bytes = 262144\n", &[]);
+    let (d, _c) = start_with(WS, "[server]\nbody_budget_bytes = \"256 KiB\"\n", &[]);
     let token = d.session("ep1", &["Workspace.Write=worktree:5"]);
     let other = d.session("ep2", &["Workspace.Write=worktree:5"]);
     let numbers = |n: usize| vec!["0"; n].join(",");

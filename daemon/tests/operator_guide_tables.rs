@@ -144,7 +144,7 @@ fn the_operator_guides_start_up_failures_are_what_the_daemon_prints() {
             args: s(&["--store-ceiling", "1000000", "--store-reserve", "2000000"]),
         },
         Provoked {
-            span: "… at config: the store ceiling (C bytes) is below 1048576 bytes, the least a store is given (--store-ceiling and [serve] store_ceiling are in bytes)",
+            span: "… at config: the store ceiling (C bytes) is below 1048576 bytes, the least a store is given (a size without a unit is in bytes: write 64GiB, for example)",
             names: vec![("C bytes", "100 bytes".into())],
             args: s(&["--store-ceiling", "100", "--db", &at("tiny-ceiling")]),
         },

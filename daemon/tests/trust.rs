@@ -258,7 +258,8 @@ fn a_session_without_the_commit_grant_gets_403() {
 
 #[test]
 fn an_oversized_commit_is_refused_before_it_spends() {
-    let d = Daemon::start(WS, &["--commit-body-bytes", "4096"]);
+    // A size with a unit, as an operator writes it.
+    let d = Daemon::start(WS, &["--commit-body-bytes", "4KiB"]);
     let operator = d.operator_session("ops", &["World.Commit=log:1"]);
     let big = "x".repeat(4096);
     let a = commit(&d, &operator, &note_commit(&d, &operator, &big));

@@ -15,6 +15,7 @@ use serde_json::Value;
 
 use super::plugin_config::{self, DeprecatedFlags, Override};
 use super::{CliResult, Failure};
+use crate::byte_size::ByteSize;
 use crate::edge::{self, ServerSection};
 use crate::limits::LimitsSection;
 use crate::metrics::Metrics;
@@ -94,9 +95,10 @@ pub struct ServeArgs {
     /// How long a handler may run, in milliseconds (`limits.handler_deadline_ms`).
     #[arg(long)]
     pub handler_deadline_ms: Option<u64>,
-    /// Largest POST /v1/commit body, in bytes (`limits.commit_body_bytes`; 1 to 8388608).
-    #[arg(long, alias = "max-commit-bytes")]
-    pub commit_body_bytes: Option<usize>,
+    /// Largest POST /v1/commit body, in bytes or a size such as 4MiB
+    /// (`limits.commit_body_bytes`; 1 to 8MiB).
+    #[arg(long, alias = "max-commit-bytes", value_name = "SIZE")]
+    pub commit_body_bytes: Option<ByteSize>,
     /// How the kernel schedules the daemon's threads (`serve.scheduling`; default inherit).
     #[arg(long, value_enum)]
     pub scheduling: Option<Scheduling>,
@@ -108,18 +110,18 @@ pub struct ServeArgs {
 /// names, in snake case).
 #[derive(Args, Debug, Clone, Default)]
 pub struct LimitArgs {
-    /// The most the store may occupy, in bytes; it grows by itself up to this ceiling
-    /// (`--map-size` is the old name).
-    #[arg(long, alias = "map-size")]
-    pub store_ceiling: Option<u64>,
-    /// Bytes kept below the ceiling for calls in flight and the operator's verbs; past it,
-    /// new calls are refused (default: 256 MiB, or an eighth of a smaller ceiling).
-    #[arg(long)]
-    pub store_reserve: Option<u64>,
+    /// The most the store may occupy (bytes, or a size such as 64GiB); it grows by itself up
+    /// to this ceiling (`--map-size` is the old name).
+    #[arg(long, alias = "map-size", value_name = "SIZE")]
+    pub store_ceiling: Option<ByteSize>,
+    /// Room kept below the ceiling for calls in flight and the operator's verbs; past it,
+    /// new calls are refused (default: 256MiB, or an eighth of a smaller ceiling).
+    #[arg(long, value_name = "SIZE")]
+    pub store_reserve: Option<ByteSize>,
     /// Growth of the daemon's file-backed resident memory after which the store's map is
-    /// released (its pages stay cached by the kernel); 0 never releases (default: 64 MiB).
-    #[arg(long)]
-    pub store_resident_bytes: Option<u64>,
+    /// released (its pages stay cached by the kernel); 0 never releases (default: 64MiB).
+    #[arg(long, value_name = "SIZE")]
+    pub store_resident_bytes: Option<ByteSize>,
     /// Plan refusals and broker denials each credential may have committed per minute,
     /// sustained; 0 turns the limit off (default 60).
     #[arg(long)]
@@ -163,9 +165,9 @@ pub struct ServeSection {
     #[serde(default)]
     pub open_reads: bool,
     #[serde(alias = "map_size")]
-    pub store_ceiling: Option<u64>,
-    pub store_reserve: Option<u64>,
-    pub store_resident_bytes: Option<u64>,
+    pub store_ceiling: Option<ByteSize>,
+    pub store_reserve: Option<ByteSize>,
+    pub store_resident_bytes: Option<ByteSize>,
     pub refusals_per_minute: Option<f64>,
     pub refusal_burst: Option<u32>,
     pub scheduling: Option<Scheduling>,
@@ -434,15 +436,18 @@ impl Settings {
         let ceiling = store_limits
             .store_ceiling
             .or(file.serve.store_ceiling)
-            .unwrap_or(broker_core::capacity::DEFAULT_CEILING);
-        let reserve = store_limits.store_reserve.or(file.serve.store_reserve);
+            .map_or(broker_core::capacity::DEFAULT_CEILING, ByteSize::get);
+        let reserve = store_limits
+            .store_reserve
+            .or(file.serve.store_reserve)
+            .map(ByteSize::get);
         broker_core::capacity::Limits::new(ceiling, reserve).map_err(|e| startup("config", e))?;
         // A ceiling of a few bytes is a unit mistaken (`--store-ceiling 100` for 100 MB): the
         // store would be made and every call refused as full.
         if ceiling < MIN_CEILING {
             return Err(startup(
                 "config",
-                format!("the store ceiling ({ceiling} bytes) is below {MIN_CEILING} bytes, the least a store is given (--store-ceiling and [serve] store_ceiling are in bytes)"),
+                format!("the store ceiling ({ceiling} bytes) is below {MIN_CEILING} bytes, the least a store is given (a size without a unit is in bytes: write 64GiB, for example)"),
             ));
         }
         let refusal_rate = RefusalRate::new(
@@ -468,7 +473,7 @@ impl Settings {
             resident: store_limits
                 .store_resident_bytes
                 .or(file.serve.store_resident_bytes)
-                .unwrap_or(broker_core::store::DEFAULT_RESIDENT_BYTES),
+                .map_or(broker_core::store::DEFAULT_RESIDENT_BYTES, ByteSize::get),
             refusal_rate,
             scheduling: a.scheduling.or(file.serve.scheduling).unwrap_or_default(),
         })
@@ -597,7 +602,7 @@ fn edge_settings(
         limits.handler_deadline = std::time::Duration::from_millis(ms);
     }
     if let Some(n) = a.commit_body_bytes {
-        limits.commit_body_bytes = n;
+        limits.commit_body_bytes = n.get_usize();
     }
     limits.check().map_err(|e| startup("config", e))?;
     Ok((server, limits))

@@ -21,6 +21,8 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
+use crate::byte_size::ByteSize;
+
 pub mod arrived;
 pub mod body;
 pub mod connections;
@@ -139,12 +141,12 @@ pub struct ServerSection {
     pub max_connections: Option<usize>,
     pub header_timeout_ms: Option<u64>,
     pub body_timeout_ms: Option<u64>,
-    pub body_budget_bytes: Option<usize>,
+    pub body_budget_bytes: Option<ByteSize>,
     pub body_small_pieces: Option<usize>,
     pub send_timeout_ms: Option<u64>,
-    pub send_buffer_bytes: Option<usize>,
-    pub reply_budget_bytes: Option<usize>,
-    pub max_head_bytes: Option<usize>,
+    pub send_buffer_bytes: Option<ByteSize>,
+    pub reply_budget_bytes: Option<ByteSize>,
+    pub max_head_bytes: Option<ByteSize>,
     pub log_streams: Option<usize>,
     pub log_streams_per_episode: Option<usize>,
     pub reads_per_client: Option<usize>,
@@ -165,12 +167,20 @@ impl ServerSection {
             max_connections: self.max_connections.unwrap_or(d.max_connections),
             header_timeout: ms(self.header_timeout_ms, d.header_timeout),
             body_timeout: ms(self.body_timeout_ms, d.body_timeout),
-            body_budget_bytes: self.body_budget_bytes.unwrap_or(d.body_budget_bytes),
+            body_budget_bytes: self
+                .body_budget_bytes
+                .map_or(d.body_budget_bytes, ByteSize::get_usize),
             body_small_pieces: self.body_small_pieces.unwrap_or(d.body_small_pieces),
             send_timeout: ms(self.send_timeout_ms, d.send_timeout),
-            send_buffer_bytes: self.send_buffer_bytes.unwrap_or(d.send_buffer_bytes),
-            reply_budget_bytes: self.reply_budget_bytes.unwrap_or(d.reply_budget_bytes),
-            max_head_bytes: self.max_head_bytes.unwrap_or(d.max_head_bytes),
+            send_buffer_bytes: self
+                .send_buffer_bytes
+                .map_or(d.send_buffer_bytes, ByteSize::get_usize),
+            reply_budget_bytes: self
+                .reply_budget_bytes
+                .map_or(d.reply_budget_bytes, ByteSize::get_usize),
+            max_head_bytes: self
+                .max_head_bytes
+                .map_or(d.max_head_bytes, ByteSize::get_usize),
             log_streams: self.log_streams.unwrap_or(d.log_streams),
             log_streams_per_episode: self
                 .log_streams_per_episode
