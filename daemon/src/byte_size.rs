@@ -61,6 +61,8 @@ pub enum ByteSizeError {
     },
     #[error("{given:?} has the unit {unit:?}, which is not one of {UNITS}")]
     UnknownUnit { given: String, unit: String },
+    #[error("{0:?} is not a size: a size cannot be negative")]
+    Negative(String),
     #[error(
         "{0:?} is a fraction: a size is a whole number of its unit (write it in a smaller unit)"
     )]
@@ -111,7 +113,14 @@ impl FromStr for ByteSize {
         let digits = s.bytes().take_while(u8::is_ascii_digit).count();
         let (number, rest) = s.split_at(digits);
         if number.is_empty() {
-            return Err(ByteSizeError::NotASize(given.into()));
+            let negative = s
+                .strip_prefix('-')
+                .is_some_and(|n| n.starts_with(|c: char| c.is_ascii_digit()));
+            return Err(if negative {
+                ByteSizeError::Negative(given.into())
+            } else {
+                ByteSizeError::NotASize(given.into())
+            });
         }
         if rest.starts_with(['.', ',']) && rest[1..].starts_with(|c: char| c.is_ascii_digit()) {
             return Err(ByteSizeError::Fraction(given.into()));
@@ -155,7 +164,7 @@ impl<'de> Deserialize<'de> for ByteSize {
             fn visit_i64<E: de::Error>(self, v: i64) -> Result<ByteSize, E> {
                 u64::try_from(v)
                     .map(ByteSize)
-                    .map_err(|_| E::custom(format!("{v} is not a size: a size cannot be negative")))
+                    .map_err(|_| E::custom(ByteSizeError::Negative(v.to_string())))
             }
 
             fn visit_str<E: de::Error>(self, v: &str) -> Result<ByteSize, E> {
@@ -226,8 +235,12 @@ mod tests {
             "\"1.5GiB\" is a fraction: a size is a whole number of its unit (write it in a smaller unit)"
         );
         assert!(size("2,5MB").unwrap_err().contains("is a fraction"));
+        assert_eq!(
+            size("-1").unwrap_err(),
+            "\"-1\" is not a size: a size cannot be negative"
+        );
         for not_a_size in [
-            "", "GiB", "-1", "+5", "1e9", "0x100", "16 Gi B", "12MiB!", "1 2",
+            "", "GiB", "-", "+5", "1e9", "0x100", "16 Gi B", "12MiB!", "1 2",
         ] {
             assert!(
                 size(not_a_size).unwrap_err().contains("is not a size"),
@@ -261,7 +274,7 @@ mod tests {
         assert_eq!(read("\"1048576\"").unwrap(), 1 << 20);
         let negative = read("-1").unwrap_err().to_string();
         assert!(
-            negative.contains("-1 is not a size: a size cannot be negative"),
+            negative.contains("\"-1\" is not a size: a size cannot be negative"),
             "{negative}"
         );
         let ambiguous = read("\"16G\"").unwrap_err().to_string();

@@ -906,7 +906,7 @@ fn a_negative_number_after_a_flag_is_its_value_refused_by_the_flags_own_check() 
     assert_eq!(code, Some(1), "{err}");
     assert!(
         err.starts_with(
-            "error: invalid value '-1' for '--commit-body-bytes <COMMIT_BODY_BYTES>': invalid digit found in string"
+            "error: invalid value '-1' for '--commit-body-bytes <SIZE>': \"-1\" is not a size: a size cannot be negative"
         ),
         "{err}"
     );
