@@ -19,7 +19,7 @@
 //!    [`CoordinatorConfig::sole_spender`]). A denied effect or a declined
 //!    request (`denied:handler`) is closed here and committed as an entry without an effect,
 //!    with its record; nothing is spent. Refusals and denials each cost the
-//!    credential a token of its refusal rate ([`crate::refusal_rate`]);
+//!    credential tokens of its refusal rate, by the bytes they store ([`crate::refusal_rate`]);
 //! 3. **execute** the handler, then the tool's finish function when it has one (plugin code
 //!    too), both under the handler's deadline ([`crate::deadline`]);
 //! 4. **finish**: the outcome as the broker records it, and the output (what the finish
@@ -1395,15 +1395,6 @@ impl Coordinator {
         output: Vec<u8>,
         journal_outcome: Option<(OutcomeStatus, Ref)>,
     ) -> Result<(Submitted<log::Committed, CallError>, Object), CallError> {
-        // No effect ran (a plan refusal or a broker denial): the entry costs the caller one
-        // token of its refusal rate, and without one nothing is committed.
-        if journal_outcome.is_none()
-            && !self
-                .refusals
-                .take(&p.call.session.credential_id, std::time::Instant::now())
-        {
-            return Err(CallError::RefusalRate);
-        }
         let surface = p.call.surface;
         let output_obj = Object::new(sid::INVOCATION_OUTPUT, surface.written_by(), output);
         let interpreter = log::interpreter_ref()?;
@@ -1433,6 +1424,18 @@ impl Coordinator {
         self.known
             .keep_unknown(&p.call.session.episode, &mut objects);
         objects.push(record_obj.clone());
+        // No effect ran (a plan refusal or a broker denial): the entry costs the caller tokens
+        // of its refusal rate by the bytes it stores, and without them nothing is committed.
+        if journal_outcome.is_none() {
+            let stored = objects.iter().map(|o| o.payload.len()).sum();
+            if !self.refusals.take(
+                &p.call.session.credential_id,
+                std::time::Instant::now(),
+                stored,
+            ) {
+                return Err(CallError::RefusalRate);
+            }
+        }
         let readable: Vec<Ref> = objects.iter().map(|o| o.hash).collect();
         let append = Append {
             objects,

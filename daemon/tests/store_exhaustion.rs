@@ -111,6 +111,68 @@ fn a_denial_flood_in_one_mcp_batch_ends_in_the_capacity_error_and_other_episodes
     );
 }
 
+/// A refused call stores the caller's arguments whole, and refusals spend no budget: at one
+/// token of the refusal rate a refusal, one session sending 1 MB of arguments to a tool that
+/// refuses them grew the store by 60 MB a minute, until it was full and every episode was
+/// refused. A refusal now takes a token for each started 16 KiB it stores.
+#[test]
+fn megabyte_arguments_to_a_tool_that_refuses_them_cannot_fill_the_store_at_the_refusal_rate() {
+    let d = Daemon::start(WS, &[]);
+    let flood = d.session("ep-flood", &["Workspace.Read=worktree:5"]);
+    let other = d.session("ep-ok", &["Workspace.Read=worktree:5"]);
+    let data = d.db().join("data.mdb");
+    let stored = || std::fs::metadata(&data).unwrap().len();
+    let before = (stored(), revision(&d, &other));
+    // Ten different megabytes (the same one would be stored once; arguments may hold 1 MiB):
+    // the first is committed as a refusal from the credential's full bucket of 60 tokens, for
+    // 62 of them; the rest find the bucket in debt.
+    let mut answers = Vec::new();
+    for i in 0..10 {
+        let pad = format!("{i}{}", "y".repeat(1_000_000));
+        let a = mcp_call(&d, &flood, "ailang-read", json!({"path": "x", "pad": pad}));
+        answers.push(a);
+    }
+    let refused = answers[0].sse_json();
+    assert_eq!(refused["result"]["structuredContent"]["ok"], false);
+    assert!(refused["result"]["structuredContent"]["refused"]
+        .as_str()
+        .unwrap()
+        .starts_with("unknown argument \"pad\""));
+    for a in &answers[1..] {
+        assert_eq!(
+            a.json()["error"],
+            json!({"code": -32603, "message": CAPACITY})
+        );
+    }
+    // A small refusal of the same credential waits for the debt too.
+    let small = mcp_call(&d, &flood, "ailang-read", json!({"path": "x", "limit": 1}));
+    assert_eq!(
+        small.json()["error"],
+        json!({"code": -32603, "message": CAPACITY})
+    );
+    assert_eq!(revision(&d, &other), before.1 + 1);
+    let grown = stored() - before.0;
+    assert!(
+        (1_000_000..3_000_000).contains(&grown),
+        "one megabyte refusal stored, not ten: the store grew by {grown} bytes"
+    );
+    assert_eq!(
+        metric(
+            &d,
+            "worldd_calls_total{tool=\"ailang-read\",outcome=\"refusal_rate\"}"
+        ),
+        10.0
+    );
+    // Another credential's refusals, and its calls, go on.
+    let theirs = mcp_call(&d, &other, "ailang-read", json!({"path": "x", "limit": 1})).sse_json();
+    assert_eq!(theirs["result"]["structuredContent"]["ok"], false);
+    let ok = mcp_call(&d, &other, "ailang-read", json!({"path": "y"})).sse_json();
+    assert_eq!(
+        ok["result"]["structuredContent"]["world"]["effects"][0]["status"],
+        "ok"
+    );
+}
+
 #[test]
 fn a_store_fill_attempt_ends_in_the_capacity_error_while_the_operators_verbs_still_work() {
     let ceiling = 16u64 << 20;

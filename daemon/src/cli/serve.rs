@@ -123,7 +123,8 @@ pub struct LimitArgs {
     #[arg(long, value_name = "SIZE")]
     pub store_resident_bytes: Option<ByteSize>,
     /// Plan refusals and broker denials each credential may have committed per minute,
-    /// sustained; 0 turns the limit off (default 60).
+    /// sustained, each counted once per started 16 KiB it stores; 0 turns the limit off
+    /// (default 60).
     #[arg(long)]
     pub refusals_per_minute: Option<f64>,
     /// How many refusals and denials a credential may have committed in a burst (default 60).
