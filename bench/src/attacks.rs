@@ -96,7 +96,7 @@ const NAMES: [&str; 24] = [
     "Host/Origin rebinding x8 clients",
     "one episode looping a slow tool x16",
     "hung plugins: 200 calls past their deadline",
-    "1 MiB arguments x16 episodes",
+    "1 MiB arguments, each new, x16 episodes",
     "slow readers: a 1 MiB object x400 connections (8 sessions), unread",
     "4,000 request heads held just under the 16 KiB head limit",
     "1 MB writes from 32 episodes, 9 in flight each",
@@ -173,6 +173,7 @@ pub fn run_all(
         let legit = d.mint("legit", 1, 1024)?.remove(0);
         let attackers = mint_stall(&d, 200)?;
         eprintln!("  attack: {name}");
+        let stored_before = store_bytes(&d);
         let mut attack = Attack::new();
         start(i, &mut attack, &d, &legit, &attackers);
         // Let the attack take hold before measuring.
@@ -225,6 +226,13 @@ pub fn run_all(
             7 | 15 => format!(
                 "{} timed out at the deadline, {} refused for capacity (every slot held by a hung call), {} other answers",
                 c[0], c[1], c[2]
+            ),
+            8 => format!(
+                "{} refused plans, {} refused for capacity or rate, {} other answers; the store grew by {:.1} MiB",
+                c[0],
+                c[1],
+                c[2],
+                store_bytes(&d).saturating_sub(stored_before) as f64 / (1u64 << 20) as f64
             ),
             23 => format!(
                 "{} refused plans, {} refused busy (the body budget or its share), {} connections closed under a busy answer, {} other answers",
@@ -779,30 +787,47 @@ fn log_flood(a: &mut Attack, addr: &str, attackers: &[Client]) {
 }
 
 /// How many bytes the daemon has written to its log file.
+/// The length of the daemon's store file.
+fn store_bytes(d: &Daemon) -> u64 {
+    std::fs::metadata(d.db.join("data.mdb")).map_or(0, |m| m.len())
+}
+
 fn log_bytes(d: &Daemon) -> u64 {
     d.db.parent()
         .and_then(|dir| std::fs::metadata(dir.join("daemon.log")).ok())
         .map_or(0, |m| m.len())
 }
 
-/// Row 8: each of `attackers` posts a call with 1 MB of arguments back to back.
+/// Row 8: each of `attackers` posts calls with 1 MB of arguments back to back, each call's
+/// arguments new (the same bytes again would be stored once). Counts refused plans (`c[0]`),
+/// capacity or rate refusals (`c[1]`) and other answers (`c[2]`).
 fn large_arguments(a: &mut Attack, addr: &str, attackers: &[Client]) {
-    // Calls whose arguments are just under the 1 MiB input limit, from 16 episodes:
-    // each is parsed, canonicalised and hashed before its plan refuses it.
-    let pad = "x".repeat(1_000_000);
-    let body = Arc::new(mcp_call("stall-wait", json!({"ms": "1", "pad": pad})));
-    for attacker in attackers {
-        keep_posting(
-            a,
-            addr,
-            &attacker.token,
-            body.clone(),
-            |answer| match answer {
-                Ok(b) if b.contains("unknown argument") => Ok(0),
-                Ok(b) if b.contains("capacity exceeded") => Ok(1),
-                _ => Err(2),
-            },
-        );
+    // Arguments just under the 1 MiB input limit, from 16 episodes: each is parsed,
+    // canonicalised and hashed before its plan refuses it, and a refusal stores them whole.
+    let pad = Arc::new("x".repeat(1_000_000));
+    for (k, attacker) in attackers.iter().enumerate() {
+        let (addr, token, pad) = (addr.to_owned(), attacker.token.clone(), pad.clone());
+        let first_other = a.first_other.clone();
+        a.spawn(move |stop, c| {
+            let agent = agent();
+            let mut n = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                n += 1;
+                // New to the store: another episode's same bytes would be stored once.
+                let args = json!({"ms": "1", "pad": format!("{k:04}{n:08}{}", &pad[12..])});
+                let answer = post(&agent, &addr, &token, &mcp_call("stall-wait", args));
+                let i = match &answer {
+                    Ok(b) if b.contains("unknown argument") => 0,
+                    Ok(b) if b.contains("capacity exceeded") => 1,
+                    Ok(b) | Err(b) => {
+                        let mut first = first_other.lock().unwrap_or_else(|p| p.into_inner());
+                        first.get_or_insert_with(|| b.clone());
+                        2
+                    }
+                };
+                c[i].fetch_add(1, Ordering::Relaxed);
+            }
+        });
     }
 }
 

@@ -38,6 +38,10 @@ fn join_group(group: &Path, pid: u32) -> Result<(), String> {
     std::fs::write(&procs, pid.to_string()).map_err(|e| format!("{}: {e}", procs.display()))
 }
 
+/// `serve` flags that take the refusal rate's limit off: the plan-refusal row measures
+/// committed refusals, not their rate limit. The attacks keep the default rate.
+pub const REFUSALS_UNLIMITED: [&str; 2] = ["--refusals-per-minute", "0"];
+
 pub struct Daemon {
     child: Child,
     /// Held so the daemon never writes to a closed pipe.
@@ -71,7 +75,7 @@ impl Daemon {
             plugin_dir,
             log_filter,
             &["workspace"],
-            &[],
+            &REFUSALS_UNLIMITED.map(String::from),
         )
     }
 
@@ -110,9 +114,6 @@ impl Daemon {
             .arg("--plugin-dir")
             .arg(plugin_dir)
             .args(handlers.iter().flat_map(|h| ["--handler", h]))
-            // The plan-refusal row measures committed refusals, not their rate limit.
-            .arg("--refusals-per-minute")
-            .arg("0")
             .args(extra)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())

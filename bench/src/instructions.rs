@@ -265,7 +265,7 @@ fn count(
         release,
         Some("off"),
         &["workspace"],
-        &[],
+        &crate::daemon::REFUSALS_UNLIMITED.map(String::from),
     )?;
     let client = d
         .mint("instructions-", 1, 1024)?

@@ -968,6 +968,11 @@ fn request_daemon(
         .chain([args.refusal_concurrency])
         .max()
         .unwrap_or(1);
+    let serve_args: Vec<String> = daemon::REFUSALS_UNLIMITED
+        .iter()
+        .map(|a| a.to_string())
+        .chain(args.serve_args.iter().cloned())
+        .collect();
     let d = Daemon::start_with(
         &[],
         worldd,
@@ -975,7 +980,7 @@ fn request_daemon(
         plugins,
         args.daemon_log.as_deref(),
         &["workspace"],
-        &args.serve_args,
+        &serve_args,
     )?;
     let clients = d.mint("bench-", max_c, 1024)?;
     sanity_check(&d, &clients[0])?;
