@@ -2371,6 +2371,67 @@ fn a_plugin_flooding_the_log_is_cut_and_dropped_and_cannot_forge_a_line() {
     assert!(log.contains("after"), "{log}");
 }
 
+/// With `WORLDD_LOG_FORMAT=json` every line of the daemon's log is one JSON object, and what a
+/// plugin writes stays inside its record's `message`, however it tries to start a line or a
+/// record of its own.
+#[test]
+fn json_log_lines_are_one_record_each_and_a_plugin_cannot_forge_one() {
+    let d = Daemon::start_env(WS_STALL, &[], &[("WORLDD_LOG_FORMAT", "json")]);
+    let t = d.session("forger", &["Stall.Log=any:10", "Stall.Wait=any:10"]);
+    let forged = "one\n{\"timestamp\":\"2026-12-03T16:00:00Z\",\"level\":\"INFO\",\"message\":\"forged\"}\r\n\u{1b}[2J";
+    let v = call(
+        &d,
+        &t,
+        "stall-log",
+        json!({"lines": "3", "bytes": "0", "text": forged}),
+    );
+    assert_eq!(v["result"]["structuredContent"]["ok"], true, "{v}");
+    let v = call(&d, &t, "stall-wait", json!({"ms": "1"}));
+    assert_eq!(v["result"]["structuredContent"]["ok"], true, "{v}");
+    let (_dir, log) = d.halt_with_log();
+    let records: Vec<Value> = log
+        .lines()
+        .filter(|l| !l.is_empty())
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l:?}\n{log}")))
+        .collect();
+    let level_and_message = |r: &Value| {
+        (
+            r["level"].as_str().unwrap().to_owned(),
+            r["message"].as_str().unwrap().to_owned(),
+        )
+    };
+    let plugin_lines: Vec<_> = records
+        .iter()
+        .filter(|r| r["plugin"] == "stall" && r["message"].as_str() == Some(forged))
+        .map(level_and_message)
+        .collect();
+    assert_eq!(plugin_lines.len(), 3, "{log}");
+    assert!(
+        !records.iter().any(|r| r["message"] == "forged"),
+        "a record of the plugin's making: {log}"
+    );
+    // The daemon's own records keep their fields as JSON values.
+    let loaded = records
+        .iter()
+        .find(|r| r["message"] == "loaded plugin" && r["plugin"] == "stall")
+        .unwrap_or_else(|| panic!("{log}"));
+    assert_eq!(loaded["level"], "INFO");
+    assert!(
+        loaded["timestamp"].as_str().unwrap().ends_with('Z'),
+        "{loaded}"
+    );
+    let call_line = records
+        .iter()
+        .find(|r| r["message"] == "call" && r["tool"] == "stall-wait")
+        .unwrap_or_else(|| panic!("{log}"));
+    assert_eq!(
+        (&call_line["episode"], &call_line["outcome"]),
+        (&json!("forger"), &json!("ok"))
+    );
+    assert!(call_line["ms"].is_u64(), "{call_line}");
+    assert_eq!(call_line["target"], "worldd::metrics");
+}
+
 /// Hang one `stall-wait` call of `ms` milliseconds past the handler deadline (its caller
 /// gets the seed's timeout; the handler keeps running), SIGTERM the daemon, check that it
 /// exits 0 saying it waits for that handler, and start it again on the same store. How long

@@ -252,9 +252,25 @@ fn init_tracing(daemon: bool) {
     if let Some(complaint) = complaint {
         errln!("worldd: {complaint}");
     }
-    let _ = tracing_subscriber::fmt()
+    let (json, complaint) = log_format(std::env::var("WORLDD_LOG_FORMAT").ok());
+    if let Some(complaint) = complaint {
+        errln!("worldd: {complaint}");
+    }
+    let lines = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
+        .with_writer(std::io::stderr);
+    if json {
+        // One JSON object a line for a log collector: the event's fields beside its time,
+        // level and module, each string escaped by JSON's own rules.
+        let _ = lines
+            .json()
+            .flatten_event(true)
+            .with_current_span(false)
+            .with_span_list(false)
+            .try_init();
+        return;
+    }
+    let _ = lines
         // Colours only for a person at a terminal, not for log files and collectors.
         .with_ansi(
             std::io::IsTerminal::is_terminal(&std::io::stderr())
@@ -263,6 +279,25 @@ fn init_tracing(daemon: bool) {
         .with_target(false)
         .fmt_fields(log_fields::fields())
         .try_init();
+}
+
+/// Whether `WORLDD_LOG_FORMAT` asks for JSON lines (`json`) rather than text (`text`, or
+/// unset); and what to tell the operator when it names neither.
+fn log_format(value: Option<String>) -> (bool, Option<String>) {
+    let Some(value) = value.filter(|v| !v.trim().is_empty()) else {
+        return (false, None);
+    };
+    match value.trim().to_ascii_lowercase().as_str() {
+        "json" => (true, None),
+        "text" => (false, None),
+        _ => (
+            false,
+            Some(format!(
+                "WORLDD_LOG_FORMAT={} is neither text nor json; logging text",
+                dialect::quote::quote(&value)
+            )),
+        ),
+    }
 }
 
 /// Modules whose name alone is a sensible `WORLDD_LOG` directive (every line of that module).
@@ -328,7 +363,23 @@ pub fn now() -> i64 {
 
 #[cfg(test)]
 mod tests {
-    use super::{command_line, log_filter};
+    use super::{command_line, log_filter, log_format};
+
+    #[test]
+    fn the_log_format_is_text_or_json_and_anything_else_is_said() {
+        assert_eq!(log_format(None), (false, None));
+        assert_eq!(log_format(Some(" ".into())), (false, None));
+        assert_eq!(log_format(Some("json".into())), (true, None));
+        assert_eq!(log_format(Some("JSON".into())), (true, None));
+        assert_eq!(log_format(Some("text".into())), (false, None));
+        assert_eq!(
+            log_format(Some("logfmt".into())),
+            (
+                false,
+                Some("WORLDD_LOG_FORMAT=\"logfmt\" is neither text nor json; logging text".into())
+            )
+        );
+    }
 
     /// A `WORLDD_LOG` that does not parse, or names a level that does not exist, is said once on
     /// stderr instead of leaving the daemon silent without a word; levels, module names and
