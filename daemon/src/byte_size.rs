@@ -71,6 +71,9 @@ pub enum ByteSizeError {
     TooLarge(String),
 }
 
+/// The longest value read as a size, in bytes; longer ones are refused and shown cut here.
+const LONGEST: usize = 32;
+
 const UNITS: &str = "B; KiB, MiB, GiB, TiB (powers of 1024); kB, MB, GB, TB (powers of 1000)";
 
 /// The multiplier of `unit` (any case), or why it has none.
@@ -110,6 +113,14 @@ impl FromStr for ByteSize {
 
     fn from_str(given: &str) -> Result<ByteSize, ByteSizeError> {
         let s = given.trim();
+        // The longest size is 20 digits, a space and a unit; a longer value is echoed cut.
+        if s.len() > LONGEST {
+            let cut = (0..=LONGEST)
+                .rev()
+                .find(|&i| s.is_char_boundary(i))
+                .unwrap_or(0);
+            return Err(ByteSizeError::NotASize(format!("{}…", &s[..cut])));
+        }
         let digits = s.bytes().take_while(u8::is_ascii_digit).count();
         let (number, rest) = s.split_at(digits);
         if number.is_empty() {
@@ -260,6 +271,12 @@ mod tests {
         assert!(size("16777216TiB")
             .unwrap_err()
             .contains("more bytes than 2^64 - 1"));
+        // A value no size is as long as is refused whole, and shown cut.
+        let long = format!("{}G", "9".repeat(100_000));
+        assert_eq!(
+            size(&long).unwrap_err(),
+            format!("\"{}…\" is not a size: write a whole number of bytes, optionally with a unit ({UNITS})", "9".repeat(32))
+        );
     }
 
     #[test]
