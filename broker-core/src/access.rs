@@ -148,6 +148,35 @@ fn write_tail_key(k: &mut Vec<u8>, episode: &str, seq: u64) {
     k.extend_from_slice(episode.as_bytes());
 }
 
+/// `(episode, sequence)` of a `readers` key.
+fn split_key(k: &[u8]) -> Option<(&[u8], u64)> {
+    let (head, seq) = k.split_last_chunk::<8>()?;
+    let episode = head.strip_suffix(&[0])?;
+    Some((episode, u64::from_be_bytes(*seq)))
+}
+
+/// Call `each` with every grant in the store, `(episode, object sequence)`, merged into
+/// `readers` or waiting in `readers_tail`: each table in its key order.
+pub(crate) fn for_each_grant(
+    r: &ReadCtx<'_>,
+    mut each: impl FnMut(&[u8], u64),
+) -> Result<(), StoreError> {
+    let damaged = |table: &str, k: &[u8]| {
+        StoreError::Corrupt(format!("{table} holds a damaged key of {} bytes", k.len()))
+    };
+    for item in READERS.iter(r)? {
+        let (k, _) = item?;
+        let (episode, seq) = split_key(k).ok_or_else(|| damaged("readers", k))?;
+        each(episode, seq);
+    }
+    for item in READERS_TAIL.iter(r)? {
+        let (k, _) = item?;
+        let (seq, episode) = split_tail_key(k).ok_or_else(|| damaged("readers_tail", k))?;
+        each(episode, seq);
+    }
+    Ok(())
+}
+
 /// `(sequence, episode)` of a `readers_tail` key.
 fn split_tail_key(k: &[u8]) -> Option<(u64, &[u8])> {
     let (seq, episode) = k.split_first_chunk::<8>()?;

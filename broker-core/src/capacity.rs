@@ -195,7 +195,7 @@ impl Gauge {
             (None, p) => tracing::warn!(
                 used = usage.used,
                 ceiling = usage.limits.ceiling,
-                "store at {pct:.1}% of its ceiling (warning threshold {p}%); new calls are refused past the {}-byte reserve; raise --store-ceiling",
+                "store at {pct:.1}% of its ceiling (warning threshold {p}%); new calls are refused past the {}-byte reserve; raise --store-ceiling (`worldd usage` names the episodes whose calls filled it)",
                 usage.limits.reserve
             ),
         }

@@ -100,6 +100,7 @@ pub mod commit_signal;
 pub mod coordinator;
 pub mod deadline;
 pub mod grant;
+pub mod holdings;
 mod invocation_row;
 mod invocations;
 pub mod journal;

@@ -37,6 +37,22 @@ impl ByteSize {
         self.0
     }
 
+    /// The size for a person to read, in the largest binary unit it reaches, to one decimal:
+    /// `512 B`, `1.5 KiB`, `16.0 GiB`.
+    pub fn human(self) -> String {
+        const UNITS: [&str; 4] = ["KiB", "MiB", "GiB", "TiB"];
+        if self.0 < 1024 {
+            return format!("{} B", self.0);
+        }
+        let mut value = self.0 as f64 / 1024.0;
+        let mut unit = 0;
+        while value >= 1024.0 && unit + 1 < UNITS.len() {
+            value /= 1024.0;
+            unit += 1;
+        }
+        format!("{value:.1} {}", UNITS[unit])
+    }
+
     /// The number of bytes as a `usize`; a size past `usize::MAX` (on a 32-bit target) is
     /// taken as `usize::MAX`, which every limit's range check refuses.
     pub fn get_usize(self) -> usize {
@@ -220,6 +236,22 @@ mod tests {
             ("18446744073709551615", u64::MAX),
         ] {
             assert_eq!(size(given), Ok(bytes), "{given}");
+        }
+    }
+
+    #[test]
+    fn a_size_reads_in_the_largest_binary_unit_it_reaches() {
+        for (bytes, shown) in [
+            (0, "0 B"),
+            (1023, "1023 B"),
+            (1024, "1.0 KiB"),
+            (1536, "1.5 KiB"),
+            (20 << 20, "20.0 MiB"),
+            (16 << 30, "16.0 GiB"),
+            (3 << 40, "3.0 TiB"),
+            (5000 << 40, "5000.0 TiB"),
+        ] {
+            assert_eq!(ByteSize::new(bytes).human(), shown);
         }
     }
 

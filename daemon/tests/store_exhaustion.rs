@@ -173,6 +173,73 @@ fn megabyte_arguments_to_a_tool_that_refuses_them_cannot_fill_the_store_at_the_r
     );
 }
 
+/// When the store fills up, the operator's first question is whose calls filled it:
+/// `worldd usage` names the episode whose own objects are the largest first, beside a running
+/// daemon, and counts an object two episodes made as held by both and owned by neither.
+#[test]
+fn worldd_usage_names_the_episode_that_filled_the_store_first() {
+    let d = Daemon::start(WS, &[]);
+    let hoarder = d.session(
+        "hoarder",
+        &["Workspace.Write=worktree:10", "Workspace.Read=worktree:5"],
+    );
+    let quiet = d.session("quiet", &["Workspace.Read=worktree:5"]);
+    for i in 0..4 {
+        let content = format!("{i}{}", "h".repeat(300_000));
+        let v = mcp_call(
+            &d,
+            &hoarder,
+            "ailang-write",
+            json!({"path": format!("big-{i}.txt"), "content": content}),
+        )
+        .sse_json();
+        assert_eq!(v["result"]["structuredContent"]["ok"], true, "{v}");
+    }
+    // The same arguments from both, answered the same: objects held by both, owned by neither.
+    for token in [&hoarder, &quiet] {
+        mcp_call(&d, token, "ailang-read", json!({"path": "absent.txt"})).sse_json();
+    }
+    let db = d.db();
+    let (code, out, err) = worldd(&["usage", "--db", path_str(&db), "--json"], None);
+    assert_eq!(code, 0, "{err}");
+    let usage: Value = serde_json::from_str(&out).unwrap();
+    let episodes = usage["episodes"].as_array().unwrap();
+    let names: Vec<&str> = episodes
+        .iter()
+        .map(|e| e["episode"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["hoarder", "quiet"], "{out}");
+    let n = |e: &Value, k: &str| e[k].as_u64().unwrap();
+    // Each write stores its content in its input, its plan and its request.
+    assert!(n(&episodes[0], "ownBytes") > 3 * 4 * 300_000, "{out}");
+    assert!(n(&episodes[1], "ownBytes") < 20_000, "{out}");
+    assert!(
+        n(&episodes[1], "bytes") > n(&episodes[1], "ownBytes"),
+        "{out}"
+    );
+    // The same read refused the same way: its input, plan, request, result and record.
+    assert!(
+        n(&episodes[1], "objects") > n(&episodes[1], "ownObjects"),
+        "{out}"
+    );
+    assert!(n(&usage, "usedBytes") > n(&episodes[0], "bytes"), "{out}");
+    assert_eq!(n(&usage, "ceilingBytes"), 16 << 30, "{out}");
+    let (code, text, err) = worldd(&["usage", "--db", path_str(&db)], None);
+    assert_eq!(code, 0, "{err}");
+    let lines: Vec<&str> = text.lines().collect();
+    assert!(
+        lines[0].ends_with("used of its 16.0 GiB ceiling (0.0 %)"),
+        "{text}"
+    );
+    assert!(lines[1].starts_with("episode  objects"), "{text}");
+    assert!(
+        lines[2].starts_with("hoarder") && lines[2].ends_with(" MiB"),
+        "{text}"
+    );
+    assert!(lines[3].starts_with("quiet  "), "{text}");
+    assert!(lines[4].starts_with("2 episode(s) hold "), "{text}");
+}
+
 #[test]
 fn a_store_fill_attempt_ends_in_the_capacity_error_while_the_operators_verbs_still_work() {
     let ceiling = 16u64 << 20;

@@ -41,6 +41,7 @@ mod secret_file;
 mod serve;
 mod session;
 mod tail;
+mod usage;
 mod why;
 mod why_remote;
 
@@ -120,6 +121,10 @@ pub enum Command {
         after_help = "Examples:\n  worldd backup /backup/world-db-2026-12-06\n  worldd backup --db /srv/world/db --compact /backup/world-db"
     )]
     Backup(backup::BackupArgs),
+    /// How full the store is, and which episodes' calls filled it: each episode's objects and
+    /// their bytes, and those no other episode holds.
+    #[command(after_help = "Examples:\n  worldd usage\n  worldd usage --db /srv/world/db --json")]
+    Usage(usage::UsageArgs),
     /// List the plugin libraries, their effects and tools, and why a library would not load.
     #[command(
         after_help = "Examples:\n  worldd handlers\n  worldd handlers --plugin-dir target/release --handler workspace\n  worldd handlers --config world.toml"
@@ -221,6 +226,7 @@ pub fn main() -> i32 {
         Command::Why(a) => why::run(a),
         Command::Doctor(a) => doctor::run(a),
         Command::Backup(a) => backup::run(a),
+        Command::Usage(a) => usage::run(a),
         Command::Handlers(a) => serve::handlers(a),
         Command::Health(a) => client::health(a),
         Command::Head(a) => client::head(a),

@@ -1,0 +1,104 @@
+//! `worldd usage`: how full the store is, and which episodes' calls filled it
+//! ([`broker_core::holdings`]).
+
+use broker_core::holdings::{self, Holding};
+use clap::Args;
+use serde_json::json;
+
+use super::session::{open_to_read, seen_is_durable};
+use super::{CliResult, DbArg, Failure};
+use crate::byte_size::ByteSize;
+
+#[derive(Args, Debug)]
+pub struct UsageArgs {
+    #[command(flatten)]
+    pub db: DbArg,
+    /// One JSON document: the store's size and ceiling, and every episode's holdings.
+    #[arg(long)]
+    pub json: bool,
+}
+
+pub fn run(a: UsageArgs) -> CliResult {
+    let store = open_to_read(&a.db.db)?;
+    let held = store
+        .read(holdings::holdings)
+        .map_err(|e| Failure::fatal(format!("cannot read {}: {e}", a.db.db.display())))?;
+    seen_is_durable(&store)?;
+    let usage = store.usage();
+    let (used, ceiling) = (usage.used, usage.limits.ceiling);
+    if a.json {
+        let episodes: Vec<_> = held
+            .iter()
+            .map(|h| {
+                json!({"episode": h.episode, "objects": h.objects, "bytes": h.bytes,
+                       "ownObjects": h.own_objects, "ownBytes": h.own_bytes})
+            })
+            .collect();
+        outln!(
+            "{}",
+            json!({"store": a.db.db.display().to_string(), "usedBytes": used,
+                   "ceilingBytes": ceiling, "episodes": episodes})
+        );
+        return Ok(());
+    }
+    outln!(
+        "store {}: {} used of its {} ceiling ({:.1} %)",
+        a.db.db.display(),
+        ByteSize::new(used).human(),
+        ByteSize::new(ceiling).human(),
+        used as f64 * 100.0 / ceiling.max(1) as f64
+    );
+    if held.is_empty() {
+        outln!("no episode holds an object yet");
+        return Ok(());
+    }
+    print_table(&held)?;
+    let (bytes, own): (u64, u64) = held
+        .iter()
+        .fold((0, 0), |(b, o), h| (b + h.bytes, o + h.own_bytes));
+    outln!(
+        "{} episode(s) hold {} of objects, {} of them their own (held by no other episode)",
+        held.len(),
+        ByteSize::new(bytes).human(),
+        ByteSize::new(own).human()
+    );
+    Ok(())
+}
+
+/// One line an episode, the columns aligned: the largest own bytes first.
+fn print_table(held: &[Holding]) -> CliResult {
+    let rows: Vec<[String; 4]> = held
+        .iter()
+        .map(|h| {
+            [
+                h.episode.clone(),
+                h.objects.to_string(),
+                ByteSize::new(h.bytes).human(),
+                ByteSize::new(h.own_bytes).human(),
+            ]
+        })
+        .collect();
+    let head = ["episode", "objects", "held", "own"].map(String::from);
+    let width = |i: usize| {
+        rows.iter()
+            .chain([&head])
+            .map(|r| r[i].chars().count())
+            .max()
+            .unwrap_or(0)
+    };
+    let widths = [width(0), width(1), width(2), width(3)];
+    for r in std::iter::once(&head).chain(&rows) {
+        outln!(
+            "{:<w0$}  {:>w1$}  {:>w2$}  {:>w3$}",
+            r[0],
+            r[1],
+            r[2],
+            r[3],
+            w0 = widths[0],
+            w1 = widths[1],
+            w2 = widths[2],
+            w3 = widths[3]
+        );
+    }
+    Ok(())
+}
