@@ -167,12 +167,6 @@ impl FromStr for ByteSize {
     }
 }
 
-impl fmt::Display for ByteSize {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{} bytes", self.0)
-    }
-}
-
 /// A TOML value: an integer of bytes, or a string read as [`FromStr`] reads it.
 impl<'de> Deserialize<'de> for ByteSize {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<ByteSize, D::Error> {
