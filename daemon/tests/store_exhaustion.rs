@@ -144,12 +144,20 @@ fn megabyte_arguments_to_a_tool_that_refuses_them_cannot_fill_the_store_at_the_r
             json!({"code": -32603, "message": CAPACITY})
         );
     }
-    // A small refusal of the same credential waits for the debt too.
+    // A small refusal of the same credential waits for the debt too, over A2A as well.
     let small = mcp_call(&d, &flood, "ailang-read", json!({"path": "x", "limit": 1}));
     assert_eq!(
         small.json()["error"],
         json!({"code": -32603, "message": CAPACITY})
     );
+    let v = a2a(
+        &d,
+        &flood,
+        "t1",
+        "ailang-read",
+        json!({"path": "x", "limit": 1}),
+    );
+    assert_eq!(v["error"], json!({"code": -32603, "message": CAPACITY}));
     assert_eq!(revision(&d, &other), before.1 + 1);
     let grown = stored() - before.0;
     assert!(
@@ -161,7 +169,7 @@ fn megabyte_arguments_to_a_tool_that_refuses_them_cannot_fill_the_store_at_the_r
             &d,
             "worldd_calls_total{tool=\"ailang-read\",outcome=\"refusal_rate\"}"
         ),
-        10.0
+        11.0
     );
     // Another credential's refusals, and its calls, go on.
     let theirs = mcp_call(&d, &other, "ailang-read", json!({"path": "x", "limit": 1})).sse_json();
