@@ -1,6 +1,6 @@
-//! What each episode holds in the store: the objects its calls stored or were granted, and
-//! their bytes. It answers the operator's question when the store fills up: which episode's
-//! calls filled it.
+//! What each episode holds in the store: the calls it recorded, the objects its calls stored or
+//! were granted, and their bytes. It answers the operator's question when the store fills up:
+//! which episode's calls filled it.
 //!
 //! An object is stored once however many episodes made it (the store is content-addressed),
 //! and each episode that made it holds a grant to read it ([`crate::access`]). So an episode's
@@ -24,13 +24,17 @@
 use std::collections::HashMap;
 
 use crate::access;
-use crate::schema::OBJECTS;
+use crate::invocation_row;
+use crate::schema::{INVOCATIONS, INVOCATION_ROWS, OBJECTS};
 use crate::storage::{ReadCtx, StoreError};
 
-/// One episode's objects in the store.
+/// One episode's calls and objects in the store.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Holding {
     pub episode: String,
+    /// Calls the store records for it (committed, refused or unrecorded; not those turned away
+    /// before anything was written, for capacity or the refusal rate).
+    pub calls: u64,
     /// Objects it holds, and their stored bytes.
     pub objects: u64,
     pub bytes: u64,
@@ -39,22 +43,58 @@ pub struct Holding {
     pub own_bytes: u64,
 }
 
-/// Every episode's [`Holding`], the largest own bytes first (then held bytes, then name).
-pub fn holdings(r: &ReadCtx<'_>) -> Result<Vec<Holding>, StoreError> {
-    let mut episodes: Vec<Holding> = Vec::new();
-    let mut index: HashMap<Vec<u8>, u32> = HashMap::new();
-    let mut grants: Vec<(u64, u32)> = Vec::new();
-    access::for_each_grant(r, |episode, seq| {
-        let next = episodes.len() as u32;
-        let i = *index.entry(episode.to_vec()).or_insert_with(|| {
-            episodes.push(Holding {
+/// The episodes met so far, each with its place in the list.
+#[derive(Default)]
+struct Episodes {
+    list: Vec<Holding>,
+    index: HashMap<Vec<u8>, u32>,
+}
+
+impl Episodes {
+    fn place(&mut self, episode: &[u8]) -> u32 {
+        let next = self.list.len() as u32;
+        *self.index.entry(episode.to_vec()).or_insert_with(|| {
+            self.list.push(Holding {
                 episode: String::from_utf8_lossy(episode).into_owned(),
                 ..Holding::default()
             });
             next
-        });
-        grants.push((seq, i));
+        })
+    }
+}
+
+/// The episode an invocation id `<surface>:<episode>:<task>` names.
+fn episode_of(id: &[u8]) -> Option<&[u8]> {
+    let mut parts = id.splitn(3, |&b| b == b':');
+    let (_, episode, _) = (parts.next()?, parts.next()?, parts.next()?);
+    Some(episode)
+}
+
+/// Every episode's [`Holding`], the largest own bytes first (then held bytes, then name).
+pub fn holdings(r: &ReadCtx<'_>) -> Result<Vec<Holding>, StoreError> {
+    let mut episodes = Episodes::default();
+    let mut grants: Vec<(u64, u32)> = Vec::new();
+    access::for_each_grant(r, |episode, seq| {
+        grants.push((seq, episodes.place(episode)))
     })?;
+    // The invocations since schema 4 in arrival order, and those of older stores by id.
+    for row in INVOCATION_ROWS.iter(r)? {
+        let (seq, row) = row?;
+        let (id, _) = invocation_row::split(row)
+            .ok_or_else(|| StoreError::Corrupt(format!("invocation row {seq} is damaged")))?;
+        if let Some(episode) = episode_of(id) {
+            let i = episodes.place(episode);
+            episodes.list[i as usize].calls += 1;
+        }
+    }
+    for row in INVOCATIONS.iter(r)? {
+        let (id, _) = row?;
+        if let Some(episode) = episode_of(id.as_bytes()) {
+            let i = episodes.place(episode);
+            episodes.list[i as usize].calls += 1;
+        }
+    }
+    let mut episodes = episodes.list;
     grants.sort_unstable();
     grants.dedup();
     for group in grants.chunk_by(|a, b| a.0 == b.0) {
@@ -101,6 +141,14 @@ mod tests {
         store
             .write(move |w| grant(w, episode, refs.iter().copied()))
             .unwrap();
+    }
+
+    #[test]
+    fn an_invocation_id_names_its_episode_between_its_surface_and_its_task() {
+        assert_eq!(episode_of(b"mcp:demo:write-1"), Some(&b"demo"[..]));
+        assert_eq!(episode_of(b"a2a:ep-2:task:with:colons"), Some(&b"ep-2"[..]));
+        assert_eq!(episode_of(b"mcp:demo"), None);
+        assert_eq!(episode_of(b"genesis"), None);
     }
 
     /// Held bytes count every object an episode holds; own bytes only those nobody else
@@ -157,6 +205,7 @@ mod tests {
             [
                 Holding {
                     episode: "hoarder".into(),
+                    calls: 0,
                     objects: 4,
                     bytes: big_bytes + shared_bytes,
                     own_objects: 3,
@@ -164,6 +213,7 @@ mod tests {
                 },
                 Holding {
                     episode: "filler".into(),
+                    calls: 0,
                     objects: small.len() as u64 + 1,
                     bytes: small_bytes + shared_bytes,
                     own_objects: small.len() as u64,
@@ -171,6 +221,7 @@ mod tests {
                 },
                 Holding {
                     episode: "quiet".into(),
+                    calls: 0,
                     objects: 1,
                     bytes: shared_bytes,
                     own_objects: 0,

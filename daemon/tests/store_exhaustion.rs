@@ -217,6 +217,11 @@ fn worldd_usage_names_the_episode_that_filled_the_store_first() {
         .map(|e| e["episode"].as_str().unwrap())
         .collect();
     assert_eq!(names, ["hoarder", "quiet"], "{out}");
+    let calls: Vec<u64> = episodes
+        .iter()
+        .map(|e| e["calls"].as_u64().unwrap())
+        .collect();
+    assert_eq!(calls, [5, 1], "four writes and a read, one read: {out}");
     let n = |e: &Value, k: &str| e[k].as_u64().unwrap();
     // Each write stores its content in its input, its plan and its request.
     assert!(n(&episodes[0], "ownBytes") > 3 * 4 * 300_000, "{out}");
@@ -239,7 +244,7 @@ fn worldd_usage_names_the_episode_that_filled_the_store_first() {
         lines[0].ends_with("used of its 16.0 GiB ceiling (0.0 %)"),
         "{text}"
     );
-    assert!(lines[1].starts_with("episode  objects"), "{text}");
+    assert!(lines[1].starts_with("episode  calls  objects"), "{text}");
     assert!(
         lines[2].starts_with("hoarder") && lines[2].ends_with(" MiB"),
         "{text}"

@@ -30,7 +30,7 @@ pub fn run(a: UsageArgs) -> CliResult {
         let episodes: Vec<_> = held
             .iter()
             .map(|h| {
-                json!({"episode": h.episode, "objects": h.objects, "bytes": h.bytes,
+                json!({"episode": h.episode, "calls": h.calls, "objects": h.objects, "bytes": h.bytes,
                        "ownObjects": h.own_objects, "ownBytes": h.own_bytes})
             })
             .collect();
@@ -67,18 +67,19 @@ pub fn run(a: UsageArgs) -> CliResult {
 
 /// One line an episode, the columns aligned: the largest own bytes first.
 fn print_table(held: &[Holding]) -> CliResult {
-    let rows: Vec<[String; 4]> = held
+    let rows: Vec<[String; 5]> = held
         .iter()
         .map(|h| {
             [
                 h.episode.clone(),
+                h.calls.to_string(),
                 h.objects.to_string(),
                 ByteSize::new(h.bytes).human(),
                 ByteSize::new(h.own_bytes).human(),
             ]
         })
         .collect();
-    let head = ["episode", "objects", "held", "own"].map(String::from);
+    let head = ["episode", "calls", "objects", "held", "own"].map(String::from);
     let width = |i: usize| {
         rows.iter()
             .chain([&head])
@@ -86,19 +87,13 @@ fn print_table(held: &[Holding]) -> CliResult {
             .max()
             .unwrap_or(0)
     };
-    let widths = [width(0), width(1), width(2), width(3)];
+    let widths = [0, 1, 2, 3, 4].map(width);
     for r in std::iter::once(&head).chain(&rows) {
-        outln!(
-            "{:<w0$}  {:>w1$}  {:>w2$}  {:>w3$}",
-            r[0],
-            r[1],
-            r[2],
-            r[3],
-            w0 = widths[0],
-            w1 = widths[1],
-            w2 = widths[2],
-            w3 = widths[3]
-        );
+        let mut line = format!("{:<w$}", r[0], w = widths[0]);
+        for (cell, w) in r[1..].iter().zip(&widths[1..]) {
+            line.push_str(&format!("  {cell:>w$}"));
+        }
+        outln!("{line}");
     }
     Ok(())
 }
