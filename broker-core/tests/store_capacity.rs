@@ -24,7 +24,7 @@ fn open(dir: &Path, ceiling: u64, reserve: u64) -> Store {
             ceiling: Some(ceiling),
             reserve: Some(reserve),
             create: true,
-            read_only: false,
+            ..StoreOptions::default()
         },
     )
     .unwrap()
@@ -143,7 +143,7 @@ fn a_reserve_as_large_as_the_ceiling_is_refused_before_the_store_is_created() {
             ceiling: Some(MIB),
             reserve: Some(MIB),
             create: true,
-            read_only: false,
+            ..StoreOptions::default()
         },
     )
     .unwrap_err();

@@ -1331,6 +1331,99 @@ fn a_backup_taken_while_writes_are_committed_restores_to_a_daemon_that_serves_an
     );
 }
 
+/// LMDB shares its locks and its map only between processes of one host: a store on a network
+/// filesystem (two replicas of a service sharing a volume) could be written by two daemons at
+/// once. `serve` refuses such a store before making anything, and so does every verb that opens
+/// a store for writing; a backup may still be written onto a network share and checked there.
+/// The kernel's answer is faked by a preloaded `statfs` (no NFS server here).
+#[test]
+fn a_store_on_a_network_filesystem_is_refused_and_a_backup_onto_one_is_taken() {
+    let dir = tempfile::tempdir().unwrap();
+    let shim = nfs_shim(dir.path());
+    let nfs = dir.path().join("nfs");
+    std::fs::create_dir(&nfs).unwrap();
+    let plugins = plugin_dir_with(dir.path(), WS);
+    let db = nfs.join("db");
+    let out = run_to_exit(
+        worldd_on_nfs(&shim, &nfs)
+            .args(["serve", "--bind", "127.0.0.1:0", "--db"])
+            .arg(&db)
+            .arg("--workspace-root")
+            .arg(dir.path().join("wt"))
+            .arg("--plugin-dir")
+            .arg(&plugins),
+        std::time::Duration::from_secs(30),
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert_eq!(
+        stderr.trim_end(),
+        format!(
+            "worldd: daemon startup failed at store-open: world store {} lies on a network filesystem (nfs): LMDB shares its locks and its map only between processes of one host, so a process on another host could write the store at the same time and corrupt it; put the store on a local disk (to read a copy where it is, mount it read-only)",
+            db.display()
+        )
+    );
+    assert!(!db.exists(), "nothing is made on the share");
+
+    // A store on a local disk, backed up onto the share: the copy is written and checked there.
+    let d = Daemon::start(WS, &[]);
+    let token = d.session("ep1", &["Workspace.Write=worktree:5"]);
+    let v = a2a(
+        &d,
+        &token,
+        "w1",
+        "ailang-write",
+        json!({"path": "a.txt", "content": "x"}),
+    );
+    assert_eq!(v["result"]["status"]["state"], "completed", "{v}");
+    let dest = nfs.join("backup");
+    let out = run_to_exit(
+        worldd_on_nfs(&shim, &nfs)
+            .arg("backup")
+            .arg("--db")
+            .arg(d.db())
+            .arg(&dest),
+        std::time::Duration::from_secs(60),
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        stdout.contains("✓ the copy opens and doctor's checks pass"),
+        "{stdout}"
+    );
+    // The copy on the share is refused to a verb that would open it for writing; the store
+    // off the share opens as before under the same preload.
+    let out = run_to_exit(
+        worldd_on_nfs(&shim, &nfs)
+            .args(["session", "list", "--db"])
+            .arg(&dest),
+        std::time::Duration::from_secs(30),
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("lies on a network filesystem (nfs)"),
+        "{stderr}"
+    );
+    let out = run_to_exit(
+        worldd_on_nfs(&shim, &nfs)
+            .args(["session", "list", "--db"])
+            .arg(d.db()),
+        std::time::Duration::from_secs(30),
+    );
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 /// A backup never writes over anything, nor into the store it copies; one that fails midway
 /// (its disk fills) says so and leaves nothing that could pass for a backup.
 #[test]

@@ -365,9 +365,31 @@ fn the_operator_guides_start_up_failures_are_what_the_daemon_prints() {
         eprintln!("*** not root: the row of a library another user owns is not caused ***");
     }
 
-    // A store another user owns, opened by `nobody` (a copy of the binary it may run), and a
-    // store on a read-only mount: root only.
-    let mut as_nobody = Vec::new();
+    // Rows caused through a runner in front of the binary: a store on a network filesystem (the
+    // kernel's answer faked by a preloaded `statfs`), and, root only, a store another user
+    // owns, opened by `nobody` (a copy of the binary it may run).
+    let mut by_runner = Vec::new();
+    let shim = nfs_shim(d);
+    let nfs = d.join("nfs");
+    std::fs::create_dir(&nfs).unwrap();
+    let on_nfs: Vec<std::ffi::OsString> = vec![
+        "env".into(),
+        format!("LD_PRELOAD={}", shim.display()).into(),
+        format!("SHIM_NFS_UNDER={}", nfs.display()).into(),
+        WORLDD.into(),
+    ];
+    by_runner.push((
+        on_nfs,
+        Provoked {
+            span: "… at store-open: world store DB lies on a network filesystem (nfs): LMDB shares its locks and its map only between processes of one host, …",
+            names: vec![(
+                "store DB lies",
+                format!("store {} lies", nfs.join("db").display()),
+            )],
+            args: s(&["--db", &nfs.join("db").display().to_string()]),
+        },
+    ));
+    // A store on a read-only mount: root only.
     let mut mounts = Vec::new();
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } == 0 {
@@ -398,7 +420,7 @@ fn the_operator_guides_start_up_failures_are_what_the_daemon_prints() {
             "--".into(),
             bin.into_os_string(),
         ];
-        as_nobody.push((
+        by_runner.push((
             runuser,
             Provoked {
                 span: "… at store-open: store I/O error: FILE: Permission denied (os error 13) (owned by uid U, mode 0644; this process runs as uid N): run worldd as the store's owner, or give this user read and write access to the directory and its files",
@@ -435,7 +457,7 @@ fn the_operator_guides_start_up_failures_are_what_the_daemon_prints() {
 
     let mut wrong = Vec::new();
     let by_worldd = cases.iter().map(|case| (None, case));
-    let by_others = as_nobody.iter().map(|(runner, case)| (Some(runner), case));
+    let by_others = by_runner.iter().map(|(runner, case)| (Some(runner), case));
     for (runner, case) in by_worldd.chain(by_others) {
         assert!(
             rows.iter().flatten().any(|span| span == case.span),
@@ -479,7 +501,7 @@ fn the_operator_guides_start_up_failures_are_what_the_daemon_prints() {
             ));
         }
     }
-    let caused = cases.len() + as_nobody.len();
+    let caused = cases.len() + by_runner.len();
     drop((taken, serving, disks, mounts));
     assert!(
         wrong.is_empty(),

@@ -27,6 +27,7 @@
 //! inside this crate.
 
 mod durable_waits;
+mod filesystem;
 mod map;
 mod reply;
 mod resident;
@@ -76,6 +77,8 @@ pub enum StoreError {
     NotADirectory(PathBuf),
     #[error("world store {0} has an empty data.mdb: no store was ever written there, or the file was emptied; refusing to make a new store in its place (worldd serve makes one)")]
     Empty(PathBuf),
+    #[error("world store {dir} lies on a network filesystem ({kind}): LMDB shares its locks and its map only between processes of one host, so a process on another host could write the store at the same time and corrupt it; put the store on a local disk (to read a copy where it is, mount it read-only)")]
+    NetworkFilesystem { dir: PathBuf, kind: &'static str },
     #[error("world store {dir} is damaged: its data.mdb holds {len} bytes, and its last commit names pages up to byte {needed} (a copy or a disk that stopped short?); restore the directory from a backup")]
     Truncated { dir: PathBuf, len: u64, needed: u64 },
     #[error("the store is full: LMDB map size {map_size} bytes reached (its ceiling); restart with a larger --store-ceiling")]
@@ -415,6 +418,10 @@ pub struct StoreOptions {
     /// filesystem, which LMDB then reads without its lock file. Every write is refused with
     /// [`StoreError::ReadOnly`]; nothing is created, synced or upgraded.
     pub read_only: bool,
+    /// Open a store on a network filesystem all the same ([`StoreError::NetworkFilesystem`]):
+    /// only for a store no other process can have reached, such as a backup's fresh copy
+    /// checked by the process that wrote it.
+    pub allow_network_filesystem: bool,
 }
 
 /// A handle to the store; cheap to clone and usable from any thread.
@@ -771,6 +778,15 @@ impl Store {
         layout: &'static Layout,
     ) -> Result<Store, StoreError> {
         let read_only = options.read_only;
+        // Before anything is made: a store being created is judged by the directory it goes in.
+        if !read_only && !options.allow_network_filesystem {
+            if let Some(kind) = filesystem::network(dir) {
+                return Err(StoreError::NetworkFilesystem {
+                    dir: dir.to_path_buf(),
+                    kind,
+                });
+            }
+        }
         let exists = check_or_create_dir(dir, options.create && !read_only)?;
         let wanted = wanted_map_size(options.ceiling, exists);
         check_ceiling(&options)?;

@@ -53,7 +53,12 @@ pub fn run(a: BackupArgs) -> CliResult {
         );
     }
     // The copy is checked as a store of its own: it opens, and doctor's checks pass.
-    let copy = Store::open(&a.dest, StoreOptions::default()).map_err(|e| {
+    // The copy is this process's alone until the verb ends: it may lie on a network share.
+    let options = StoreOptions {
+        allow_network_filesystem: true,
+        ..StoreOptions::default()
+    };
+    let copy = Store::open(&a.dest, options).map_err(|e| {
         Failure::integrity(format!(
             "backup: the copy in {} does not open: {e}",
             a.dest.display()

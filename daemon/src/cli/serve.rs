@@ -499,7 +499,7 @@ fn open_store(settings: &Settings) -> Result<Store, Failure> {
             ceiling: Some(settings.ceiling),
             reserve: settings.reserve,
             create: true,
-            read_only: false,
+            ..StoreOptions::default()
         },
     )
     .map_err(|e| startup("store-open", e))?;

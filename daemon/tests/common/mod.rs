@@ -502,6 +502,59 @@ impl Drop for BindMount {
     }
 }
 
+/// A library that, preloaded (`LD_PRELOAD`), makes the kernel's answer to `statfs` name NFS
+/// for every path under `$SHIM_NFS_UNDER`: a store on a network filesystem, for a test with no
+/// NFS server. Built with the C compiler into `dir`; its path.
+pub fn nfs_shim(dir: &Path) -> PathBuf {
+    let source = dir.join("nfs_shim.c");
+    std::fs::write(
+        &source,
+        r#"#define _GNU_SOURCE
+#include <dlfcn.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/vfs.h>
+
+static int under(const char *path) {
+    const char *dir = getenv("SHIM_NFS_UNDER");
+    return dir && path && strncmp(path, dir, strlen(dir)) == 0;
+}
+
+int statfs(const char *path, struct statfs *buf) {
+    int (*real)(const char *, struct statfs *) = dlsym(RTLD_NEXT, "statfs");
+    int r = real(path, buf);
+    if (r == 0 && under(path)) buf->f_type = 0x6969;
+    return r;
+}
+
+int statfs64(const char *path, struct statfs64 *buf) {
+    int (*real)(const char *, struct statfs64 *) = dlsym(RTLD_NEXT, "statfs64");
+    int r = real(path, buf);
+    if (r == 0 && under(path)) buf->f_type = 0x6969;
+    return r;
+}
+"#,
+    )
+    .unwrap();
+    let lib = dir.join("libnfs_shim.so");
+    let built = Command::new("cc")
+        .args(["-shared", "-fPIC", "-o"])
+        .arg(&lib)
+        .arg(&source)
+        .arg("-ldl")
+        .status()
+        .unwrap();
+    assert!(built.success(), "cc could not build the statfs shim");
+    lib
+}
+
+/// `worldd` run with [`nfs_shim`] preloaded, every path under `nfs` on "NFS".
+pub fn worldd_on_nfs(shim: &Path, nfs: &Path) -> Command {
+    let mut cmd = Command::new(WORLDD);
+    cmd.env("LD_PRELOAD", shim).env("SHIM_NFS_UNDER", nfs);
+    cmd
+}
+
 /// Mint a session with `worldd session mint` at a pseudo-terminal (`script`), answering `y`.
 /// Returns (exit code, what the terminal showed).
 pub fn mint_at_terminal(db: &Path, args: &str) -> (i32, String) {
