@@ -1398,30 +1398,24 @@ fn a_store_on_a_network_filesystem_is_refused_and_a_backup_onto_one_is_taken() {
     );
     // The copy on the share is refused to a verb that would open it for writing; the store
     // off the share opens as before under the same preload.
-    let out = run_to_exit(
-        worldd_on_nfs(&shim, &nfs)
-            .args(["session", "list", "--db"])
-            .arg(&dest),
-        std::time::Duration::from_secs(30),
-    );
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    let session_list = |db: &std::path::Path| {
+        let out = run_to_exit(
+            worldd_on_nfs(&shim, &nfs)
+                .args(["session", "list", "--db"])
+                .arg(db),
+            std::time::Duration::from_secs(30),
+        );
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        (out.status.code(), stderr)
+    };
+    let (code, stderr) = session_list(&dest);
+    assert_eq!(code, Some(2), "{stderr}");
     assert!(
         stderr.contains("lies on a network filesystem (nfs)"),
         "{stderr}"
     );
-    let out = run_to_exit(
-        worldd_on_nfs(&shim, &nfs)
-            .args(["session", "list", "--db"])
-            .arg(d.db()),
-        std::time::Duration::from_secs(30),
-    );
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let (code, stderr) = session_list(&d.db());
+    assert_eq!(code, Some(0), "{stderr}");
 }
 
 /// A backup never writes over anything, nor into the store it copies; one that fails midway
