@@ -4,7 +4,9 @@
 //! sees, and both write it, which corrupts it. The one-daemon-per-store lock (`flock` beside the
 //! store) is not shared across hosts by every such filesystem either. So a store is refused on a
 //! filesystem that other hosts can mount (two replicas of a service sharing a volume, a store
-//! moved to a shared disk), by the type the kernel reports for it.
+//! moved to a shared disk), by the type the kernel reports for it. Every FUSE filesystem has one
+//! type, local or not, so on FUSE the mount table's name for it decides (`fuse.sshfs`,
+//! `fuse.juicefs`).
 
 use std::path::Path;
 
@@ -12,7 +14,76 @@ use std::path::Path;
 /// ancestors that does) lies on, by name; `None` for any other, or where it cannot be told.
 pub(crate) fn network(dir: &Path) -> Option<&'static str> {
     let existing = dir.ancestors().find(|d| d.exists())?;
-    named(type_of(existing)?)
+    match type_of(existing)? & 0xFFFF_FFFF {
+        FUSE => {
+            let table = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
+            named_fuse(mount_type(&table, &existing.canonicalize().ok()?)?)
+        }
+        magic => named(magic),
+    }
+}
+
+/// `FUSE_SUPER_MAGIC`: every FUSE filesystem's type.
+const FUSE: u64 = 0x6573_5546;
+
+/// The filesystem type the mount table (`/proc/self/mountinfo`) gives for the mount holding
+/// `path`, an absolute path with no links: the mount point that is the longest prefix of it.
+fn mount_type<'t>(table: &'t str, path: &Path) -> Option<&'t str> {
+    table
+        .lines()
+        .filter_map(|line| {
+            // `id parent major:minor root mountpoint options [optional…] - type source …`
+            let mut fields = line.split(' ');
+            let point = unescape(fields.nth(4)?);
+            let (_, after) = line.split_once(" - ")?;
+            Some((point, after.split(' ').next()?))
+        })
+        .filter(|(point, _)| path.starts_with(point))
+        // The last mount of the longest point is the one on top.
+        .max_by_key(|(point, _)| point.len())
+        .map(|(_, kind)| kind)
+}
+
+/// A mount table field with its `\ooo` escapes (space, tab, newline, backslash) undone.
+fn unescape(field: &str) -> String {
+    let mut out = String::with_capacity(field.len());
+    let mut rest = field;
+    while let Some(at) = rest.find('\\') {
+        out.push_str(&rest[..at]);
+        let code = rest.get(at + 1..at + 4);
+        match code.and_then(|c| u8::from_str_radix(c, 8).ok()) {
+            Some(byte) => {
+                out.push(char::from(byte));
+                rest = &rest[at + 4..];
+            }
+            None => {
+                out.push('\\');
+                rest = &rest[at + 1..];
+            }
+        }
+    }
+    out.push_str(rest);
+    out
+}
+
+/// The FUSE filesystems that reach other hosts, by the mount table's type (`fuse.NAME`, or
+/// `fuseblk.NAME`).
+fn named_fuse(kind: &str) -> Option<&'static str> {
+    let name = kind.split_once('.')?.1;
+    Some(match name {
+        "sshfs" => "sshfs",
+        "glusterfs" => "glusterfs",
+        "ceph-fuse" | "ceph" => "ceph",
+        "juicefs" => "juicefs",
+        "s3fs" => "s3fs",
+        "gcsfuse" => "gcsfuse",
+        "rclone" => "rclone",
+        "goofys" => "goofys",
+        "mfs" | "moosefs" => "moosefs",
+        "lizardfs" => "lizardfs",
+        "davfs" => "davfs",
+        _ => return None,
+    })
 }
 
 /// The kernel's magic number of the filesystem holding `path`.
@@ -80,6 +151,50 @@ mod tests {
         ] {
             assert_eq!(named(local), None, "{local:#x}");
         }
+    }
+
+    /// On FUSE the mount table names the filesystem: the mount holding the path is the longest
+    /// mount point above it, the last one mounted there, escapes undone.
+    #[test]
+    fn a_fuse_mount_is_judged_by_its_name_in_the_mount_table() {
+        let table = "\
+22 27 0:21 / /proc rw,relatime - proc proc rw
+27 1 253:1 / / rw,relatime shared:1 - ext4 /dev/vda rw
+40 27 0:50 / /srv rw,nosuid,nodev,relatime shared:30 - fuse.sshfs host:/srv rw,user_id=0
+41 40 0:51 / /srv/local rw,relatime - fuse.bindfs /data rw
+42 27 0:52 / /mnt/with\\040space rw,relatime - fuse.juicefs redis://h/1 rw
+43 27 0:53 / /mnt/mem rw,relatime - tmpfs tmpfs rw
+44 43 0:54 / /mnt/mem rw,relatime - fuse.glusterfs g:/v rw
+";
+        let kind = |p: &str| mount_type(table, Path::new(p));
+        assert_eq!(kind("/srv/world/db"), Some("fuse.sshfs"));
+        assert_eq!(kind("/srv"), Some("fuse.sshfs"));
+        assert_eq!(kind("/srv/local/db"), Some("fuse.bindfs"));
+        assert_eq!(
+            kind("/srvx/db"),
+            Some("ext4"),
+            "a prefix of a name is not a parent"
+        );
+        assert_eq!(kind("/mnt/with space/db"), Some("fuse.juicefs"));
+        assert_eq!(
+            kind("/mnt/mem/db"),
+            Some("fuse.glusterfs"),
+            "the mount on top"
+        );
+        assert_eq!(kind("/var/lib/worldd"), Some("ext4"));
+        for (kind, name) in [
+            ("fuse.sshfs", Some("sshfs")),
+            ("fuse.juicefs", Some("juicefs")),
+            ("fuse.ceph-fuse", Some("ceph")),
+            ("fuse.glusterfs", Some("glusterfs")),
+            ("fuseblk.ntfs", None),
+            ("fuse.bindfs", None),
+            ("fuse", None),
+            ("ext4", None),
+        ] {
+            assert_eq!(named_fuse(kind), name, "{kind}");
+        }
+        assert_eq!(unescape("a\\040b\\134c\\0"), "a b\\c\\0");
     }
 
     #[test]
