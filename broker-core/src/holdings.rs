@@ -63,10 +63,9 @@ impl Episodes {
     }
 }
 
-/// The episode an invocation id `<surface>:<episode>:<task>` names.
-fn episode_of(id: &[u8]) -> Option<&[u8]> {
-    let mut parts = id.splitn(3, |&b| b == b':');
-    let (_, episode, _) = (parts.next()?, parts.next()?, parts.next()?);
+/// The episode a stored invocation id names ([`crate::task::split_invocation_id`]).
+fn episode_of(id: &[u8]) -> Option<&str> {
+    let (_, episode, _) = crate::task::split_invocation_id(std::str::from_utf8(id).ok()?)?;
     Some(episode)
 }
 
@@ -83,14 +82,14 @@ pub fn holdings(r: &ReadCtx<'_>) -> Result<Vec<Holding>, StoreError> {
         let (id, _) = invocation_row::split(row)
             .ok_or_else(|| StoreError::Corrupt(format!("invocation row {seq} is damaged")))?;
         if let Some(episode) = episode_of(id) {
-            let i = episodes.place(episode);
+            let i = episodes.place(episode.as_bytes());
             episodes.list[i as usize].calls += 1;
         }
     }
     for row in INVOCATIONS.iter(r)? {
         let (id, _) = row?;
         if let Some(episode) = episode_of(id.as_bytes()) {
-            let i = episodes.place(episode);
+            let i = episodes.place(episode.as_bytes());
             episodes.list[i as usize].calls += 1;
         }
     }
@@ -145,8 +144,8 @@ mod tests {
 
     #[test]
     fn an_invocation_id_names_its_episode_between_its_surface_and_its_task() {
-        assert_eq!(episode_of(b"mcp:demo:write-1"), Some(&b"demo"[..]));
-        assert_eq!(episode_of(b"a2a:ep-2:task:with:colons"), Some(&b"ep-2"[..]));
+        assert_eq!(episode_of(b"mcp:demo:write-1"), Some("demo"));
+        assert_eq!(episode_of(b"a2a:ep-2:task:with:colons"), Some("ep-2"));
         assert_eq!(episode_of(b"mcp:demo"), None);
         assert_eq!(episode_of(b"genesis"), None);
     }
