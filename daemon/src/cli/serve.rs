@@ -306,11 +306,13 @@ pub fn run_with(a: ServeArgs, launch: Launch) -> CliResult {
     // too: "already serves" is certain where "address in use" is a guess. Only a store that
     // exists can be held, so this creates nothing.
     let held_early = existing_store_lock(&settings.db)?;
-    let root_early = if settings.workspace_root.is_dir() {
-        workspace_lock(&settings.workspace_root)?
-    } else {
-        None
-    };
+    // Tried now only where the root exists; a root without `flock` is tried (and warned of)
+    // once.
+    let root_early = settings
+        .workspace_root
+        .is_dir()
+        .then(|| workspace_lock(&settings.workspace_root))
+        .transpose()?;
     let listener = match launch.listener {
         Some(l) => l,
         None => bind_now(addr)?,
@@ -323,7 +325,7 @@ pub fn run_with(a: ServeArgs, launch: Launch) -> CliResult {
         None => writer_lock(&settings.db)?,
     };
     let _root_lock = match root_early {
-        Some(lock) => Some(lock),
+        Some(tried) => tried,
         None => workspace_lock(&settings.workspace_root)?,
     };
     store.report_indeterminate_each();
