@@ -1,4 +1,5 @@
-//! The filesystem a store lies on. LMDB shares its lock table (`lock.mdb`, mapped into every
+//! The filesystem a store lies on: whether it is mounted read-only, and whether other hosts
+//! share it. LMDB shares its lock table (`lock.mdb`, mapped into every
 //! process that opens the store) and its data map only between processes of one host: on a
 //! network filesystem, a daemon on another host that opens the same store takes no lock this one
 //! sees, and both write it, which corrupts it. The one-daemon-per-store lock (`flock` beside the
@@ -84,6 +85,21 @@ fn named_fuse(kind: &str) -> Option<&'static str> {
         "davfs" => "davfs",
         _ => return None,
     })
+}
+
+/// Whether `dir` lies on a filesystem mounted read-only (a snapshot, a backup medium): a store
+/// there can be opened only [`read_only`](super::StoreOptions::read_only).
+pub fn mounted_read_only(dir: &Path) -> bool {
+    use std::os::unix::ffi::OsStrExt;
+    let Ok(path) = std::ffi::CString::new(dir.as_os_str().as_bytes()) else {
+        return false;
+    };
+    // SAFETY: `statvfs` is a plain C struct for which all-zero is a valid value; the call only
+    // fills it, from a NUL-terminated path that lives through it.
+    unsafe {
+        let mut fs: libc::statvfs = std::mem::zeroed();
+        libc::statvfs(path.as_ptr(), &mut fs) == 0 && fs.f_flag & libc::ST_RDONLY != 0
+    }
 }
 
 /// The kernel's magic number of the filesystem holding `path`.

@@ -28,6 +28,7 @@
 
 mod durable_waits;
 mod filesystem;
+pub use filesystem::mounted_read_only;
 mod map;
 mod reply;
 mod resident;

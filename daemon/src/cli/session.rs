@@ -174,7 +174,7 @@ pub fn open_existing(db: &Path) -> Result<Store, Failure> {
 /// LMDB reads without its lock file; as [`open_existing`] elsewhere, so that an older schema
 /// is still upgraded where it can be.
 pub fn open_to_read(db: &Path) -> Result<Store, Failure> {
-    let read_only = on_read_only_filesystem(db);
+    let read_only = broker_core::store::mounted_read_only(db);
     open_with(
         db,
         StoreOptions {
@@ -193,20 +193,6 @@ fn open_with(db: &Path, options: StoreOptions) -> Result<Store, Failure> {
         )),
         e => Failure::fatal(format!("cannot open {}: {e}", db.display())),
     })
-}
-
-/// Whether `dir` lies on a filesystem mounted read-only.
-fn on_read_only_filesystem(dir: &Path) -> bool {
-    use std::os::unix::ffi::OsStrExt;
-    let Ok(path) = std::ffi::CString::new(dir.as_os_str().as_bytes()) else {
-        return false;
-    };
-    // SAFETY: `statvfs` is a plain C struct for which all-zero is a valid value; the call only
-    // fills it, from a NUL-terminated path that lives through it.
-    unsafe {
-        let mut fs: libc::statvfs = std::mem::zeroed();
-        libc::statvfs(path.as_ptr(), &mut fs) == 0 && fs.f_flag & libc::ST_RDONLY != 0
-    }
 }
 
 /// Ask on the controlling terminal; `Ok(())` only for `y` or `yes`.
