@@ -534,12 +534,26 @@ fn keep_posting_to(
     body: Arc<String>,
     count: fn(&Result<String, String>) -> Result<usize, usize>,
 ) {
+    keep_posting_each(a, addr, path, token, move |_| body.clone(), count);
+}
+
+/// [`keep_posting_to`] with the `n`th request's body (from 1) made by `body(n)`.
+fn keep_posting_each(
+    a: &mut Attack,
+    addr: &str,
+    path: &'static str,
+    token: &str,
+    mut body: impl FnMut(u64) -> Arc<String> + Send + 'static,
+    count: fn(&Result<String, String>) -> Result<usize, usize>,
+) {
     let (addr, token) = (addr.to_owned(), token.to_owned());
     let first_other = a.first_other.clone();
     a.spawn(move |stop, c| {
         let agent = agent();
+        let mut n = 0;
         while !stop.load(Ordering::Relaxed) {
-            let answer = post_to(&agent, &addr, path, &token, &body);
+            n += 1;
+            let answer = post_to(&agent, &addr, path, &token, &body(n));
             let i = count(&answer).unwrap_or_else(|other| {
                 let mut first = first_other.lock().unwrap_or_else(|p| p.into_inner());
                 first.get_or_insert_with(|| match &answer {
@@ -806,28 +820,24 @@ fn large_arguments(a: &mut Attack, addr: &str, attackers: &[Client]) {
     // canonicalised and hashed before its plan refuses it, and a refusal stores them whole.
     let pad = Arc::new("x".repeat(1_000_000));
     for (k, attacker) in attackers.iter().enumerate() {
-        let (addr, token, pad) = (addr.to_owned(), attacker.token.clone(), pad.clone());
-        let first_other = a.first_other.clone();
-        a.spawn(move |stop, c| {
-            let agent = agent();
-            let mut n = 0u64;
-            while !stop.load(Ordering::Relaxed) {
-                n += 1;
-                // New to the store: another episode's same bytes would be stored once.
-                let args = json!({"ms": "1", "pad": format!("{k:04}{n:08}{}", &pad[12..])});
-                let answer = post(&agent, &addr, &token, &mcp_call("stall-wait", args));
-                let i = match &answer {
-                    Ok(b) if b.contains("unknown argument") => 0,
-                    Ok(b) if b.contains("capacity exceeded") => 1,
-                    Ok(b) | Err(b) => {
-                        let mut first = first_other.lock().unwrap_or_else(|p| p.into_inner());
-                        first.get_or_insert_with(|| b.clone());
-                        2
-                    }
-                };
-                c[i].fetch_add(1, Ordering::Relaxed);
-            }
-        });
+        let pad = pad.clone();
+        // New to the store: another episode's same bytes would be stored once.
+        let body = move |n: u64| {
+            let args = json!({"ms": "1", "pad": format!("{k:04}{n:08}{}", &pad[12..])});
+            Arc::new(mcp_call("stall-wait", args))
+        };
+        keep_posting_each(
+            a,
+            addr,
+            "/mcp/",
+            &attacker.token,
+            body,
+            |answer| match answer {
+                Ok(b) if b.contains("unknown argument") => Ok(0),
+                Ok(b) if b.contains("capacity exceeded") => Ok(1),
+                _ => Err(2),
+            },
+        );
     }
 }
 
