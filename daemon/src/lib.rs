@@ -67,6 +67,7 @@ pub mod backup;
 pub mod byte_size;
 pub mod catalog;
 pub mod cli;
+mod descriptors;
 pub mod durable_answers;
 pub mod edge;
 pub mod extract;

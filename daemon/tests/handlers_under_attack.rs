@@ -467,6 +467,46 @@ fn plan_sending_an_op_outside_the_manifest_allowlist_never_reaches_the_plugin() 
 /// descriptors there (the listening socket, other agents' connections, the store's files),
 /// only its own three pipes. It is the OOM killer's first choice, writes no core file, and
 /// may allocate at most the default `memoryMiB` (4096 MiB).
+/// A plugin that starts a program with plain `std::process::Command`, not the kit's `child`
+/// module, hands it no descriptor of the daemon's: not the store's data file, which LMDB opens
+/// read-write without close-on-exec (a program an agent steers could rewrite the log with
+/// it), nor one the daemon inherited from whoever started it, nor a client's connection.
+#[test]
+fn a_program_a_plugin_starts_with_plain_command_inherits_no_descriptor_not_even_the_stores() {
+    use std::os::fd::AsRawFd;
+    // What a careless supervisor leaves open when it starts the daemon.
+    let stray = tempfile::tempfile().unwrap();
+    // SAFETY: clears the close-on-exec flag of the descriptor `stray` owns.
+    let cleared = unsafe { libc::fcntl(stray.as_raw_fd(), libc::F_SETFD, 0) };
+    assert_eq!(cleared, 0);
+    let d = Daemon::start(&["worldd_stall"], &[]);
+    drop(stray);
+    let token = d.session("spawner", &["Stall.Spawn=any:5"]);
+    let _other = std::net::TcpStream::connect(&d.addr).unwrap();
+    let a = mcp(
+        &d,
+        &token,
+        "tools/call",
+        json!({"name": "stall-spawn", "arguments": {}}),
+    );
+    assert_eq!(a.status, 200, "{}", a.text());
+    let out = &a.sse_json()["result"]["structuredContent"];
+    assert_eq!(out["ok"], true, "{out}");
+    let held: Vec<&str> = out["descriptors"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_str().unwrap())
+        .collect();
+    let numbers: Vec<&str> = held.iter().map(|h| h.split(' ').next().unwrap()).collect();
+    assert_eq!(numbers, ["0", "1", "2"], "{held:?}");
+    assert!(
+        held.iter()
+            .all(|h| !h.contains("data.mdb") && !h.contains("socket:")),
+        "{held:?}"
+    );
+}
+
 #[test]
 fn an_ailang_child_inherits_no_descriptor_of_the_daemon_and_goes_first_when_memory_runs_out() {
     let (d, token) = ailang_daemon();

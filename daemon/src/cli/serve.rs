@@ -329,10 +329,14 @@ pub fn run_with(a: ServeArgs, launch: Launch) -> CliResult {
         None => workspace_lock(&settings.workspace_root)?,
     };
     store.report_indeterminate_each();
+    // Before a plugin's constructor can start a program, and again once their libraries
+    // have opened what they open.
+    crate::descriptors::keep_from_programs();
     let metrics = Metrics::default();
     opts.limits = settings.limits.clone();
     opts.metrics = metrics.clone();
     let set = load_plugins(&mut opts, &store, &settings.db)?;
+    crate::descriptors::keep_from_programs();
     let catalog = catalog_of(&set);
     let classes = set.classes;
     let runtime = tokio::runtime::Builder::new_multi_thread()
