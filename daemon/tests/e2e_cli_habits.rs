@@ -569,6 +569,39 @@ fn quickstart_print_only_prints_the_configuration_alone_on_stdout() {
     assert!(world.join("worktrees/demo").is_dir());
 }
 
+/// The first run mints the credential at the terminal; what it reports of that goes to
+/// stderr too, so `quickstart > mcp.json` holds the configuration alone on a first run as well.
+#[test]
+fn quickstart_on_a_first_run_still_prints_the_configuration_alone_on_stdout() {
+    let dir = tempfile::tempdir().unwrap();
+    let world = dir.path().join("w");
+    let captured = dir.path().join("mcp.json");
+    let (code, shown) = at_terminal(
+        &format!(
+            "{WORLDD} quickstart --dir {} --print-only --bind 127.0.0.1:7999 > {}",
+            world.display(),
+            captured.display()
+        ),
+        b"y\n",
+    );
+    assert_eq!(code, 0, "{shown}");
+    assert!(
+        shown.contains("Confirm mint for episode demo (8 grant(s), expiry +86400s)"),
+        "{shown}"
+    );
+    assert!(
+        shown.contains("minted session credential for episode demo: 8 grant(s)"),
+        "{shown}"
+    );
+    let text = std::fs::read_to_string(&captured).unwrap();
+    let config: Value = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{e}: {text}"));
+    let token = std::fs::read_to_string(world.join("demo.session")).unwrap();
+    assert_eq!(
+        config["mcpServers"]["worldd"]["headers"]["Authorization"],
+        format!("Bearer {}", token.trim())
+    );
+}
+
 #[test]
 fn completions_man_pages_and_examples_in_every_verbs_help() {
     let (code, out, _) = worldd(&["completions", "bash"], None);

@@ -272,7 +272,9 @@ fn mint(
                 let _ = session::revoke(&store, &s.credential_id);
                 return Err(Failure::usage(format!("{e}; the credential was revoked")));
             }
-            outln!(
+            // On stderr, as a report: stdout carries only data (the credential, without
+            // `--out`), so that `quickstart > mcp.json` holds the configuration alone.
+            errln!(
                 "minted session credential for episode {episode}: {n} grant(s), expires epoch {}, written to {}",
                 s.expires_at,
                 path.display()

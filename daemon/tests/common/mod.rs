@@ -558,9 +558,17 @@ pub fn worldd_on_nfs(shim: &Path, nfs: &Path) -> Command {
 /// Mint a session with `worldd session mint` at a pseudo-terminal (`script`), answering `y`.
 /// Returns (exit code, what the terminal showed).
 pub fn mint_at_terminal(db: &Path, args: &str) -> (i32, String) {
-    let cmd = format!("{WORLDD} session mint --db {} {args}", db.display());
+    at_terminal(
+        &format!("{WORLDD} session mint --db {} {args}", db.display()),
+        b"y\n",
+    )
+}
+
+/// Run the shell command `cmd` at a pseudo-terminal (`script`), typing `typed` into it.
+/// Returns (exit code, what the terminal showed).
+pub fn at_terminal(cmd: &str, typed: &[u8]) -> (i32, String) {
     let mut child = Command::new("script")
-        .args(["-qec", &cmd, "/dev/null"])
+        .args(["-qec", cmd, "/dev/null"])
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -568,7 +576,7 @@ pub fn mint_at_terminal(db: &Path, args: &str) -> (i32, String) {
         .unwrap();
     {
         use std::io::Write;
-        child.stdin.take().unwrap().write_all(b"y\n").unwrap();
+        child.stdin.take().unwrap().write_all(typed).unwrap();
     }
     let out = child.wait_with_output().unwrap();
     (
