@@ -326,7 +326,7 @@ async fn received(
         Err(Refused::Busy(busy)) => Err(rpc_error(&null, -32603, busy.text())),
         // The parser's account says what and where (line, column, byte), in one bounded line.
         Err(Refused::Unparsed(e)) => Err(
-            match crate::invalid_params::a2a_params_error(&bytes, &e, state.limits().json_values) {
+            match crate::invalid_params::params_error(&bytes, &e, state.limits().json_values) {
                 Some(id) => rpc_error(&id, -32602, "invalid params"),
                 None => rpc_error(
                     &null,

@@ -5,8 +5,10 @@
 //! whose number has no canonical form (an integer beyond ±(2^53−1), such as
 //! `9007199254740993`) is refused in admission, before the journal, so it is invalid params.
 //! A2A reads its body with the strict canonical parser, which refuses such a number wherever
-//! it is; [`a2a_params_error`] tells a number problem inside `params` (invalid params) from
-//! one in the envelope itself (an invalid request).
+//! it is; MCP reads it as serde_json does, and reads the text again for an integer literal too
+//! wide for `u64` (which serde_json rounds to a double). [`params_error`] tells a number
+//! problem inside `params` (invalid params) from one in the envelope itself (an invalid
+//! request).
 
 use broker_core::canon::{self, CanonError};
 use serde_json::Value;
@@ -15,7 +17,7 @@ use serde_json::Value;
 /// is a number without a canonical form that lies inside `params` of an otherwise valid
 /// JSON-RPC 2.0 request; `None` leaves it an invalid request. The body is read again within
 /// `max_values` (`[limits] json_values`), as the strict parse that failed was.
-pub fn a2a_params_error(body: &[u8], error: &CanonError, max_values: usize) -> Option<Value> {
+pub fn params_error(body: &[u8], error: &CanonError, max_values: usize) -> Option<Value> {
     if !matches!(
         error,
         CanonError::UnsafeInteger { .. } | CanonError::NonFinite
@@ -41,7 +43,7 @@ mod tests {
 
     fn classify(body: &str) -> Option<Value> {
         let error = canon::parse(body.as_bytes()).unwrap_err();
-        a2a_params_error(body.as_bytes(), &error, usize::MAX)
+        params_error(body.as_bytes(), &error, usize::MAX)
     }
 
     #[test]

@@ -27,15 +27,44 @@ use crate::state::AppState;
 /// The operator's key, named in every refusal of a body past it.
 const KEY: &str = "[limits] json_values";
 
+/// Why an MCP body was not taken.
+#[derive(Debug)]
+pub enum McpUnparsed {
+    /// Not one JSON value, a member named twice, or past `[limits] json_values`.
+    Json(Unparsed),
+    /// It holds an integer literal beyond ±(2^53−1) that serde_json read as the nearest
+    /// double (`1000000000000000000001` as `1e21`): refused as the canonical parser refuses
+    /// it, so that a rounded number is never run or taken for another call's. `params_id` is
+    /// the request's id when the number lies in the `params` of one otherwise valid request
+    /// (invalid params), `None` otherwise (an invalid request; a whole batch).
+    Inexact {
+        why: CanonError,
+        params_id: Option<Value>,
+    },
+}
+
 /// `bytes` as MCP reads them, within `[limits] json_values`.
-pub fn parse(state: &AppState, bytes: &[u8]) -> Result<Value, Unparsed> {
-    dialect::json::parse_bounded(bytes, state.limits().json_values).inspect_err(|why| {
-        if why.is_too_deep() {
-            state.metrics().limit_tripped("json_depth");
-        } else if matches!(why, Unparsed::TooManyValues(_)) {
-            state.metrics().limit_tripped("json_values");
+pub fn parse(state: &AppState, bytes: &[u8]) -> Result<Value, McpUnparsed> {
+    let limit = state.limits().json_values;
+    let (value, wide) = dialect::json::parse_noting_wide(bytes, limit)
+        .inspect_err(|why| {
+            if why.is_too_deep() {
+                state.metrics().limit_tripped("json_depth");
+            } else if matches!(why, Unparsed::TooManyValues(_)) {
+                state.metrics().limit_tripped("json_values");
+            }
+        })
+        .map_err(McpUnparsed::Json)?;
+    if wide {
+        if let Some(literal) = crate::json_scan::first_inexact_integer(bytes) {
+            // The canonical parser's own refusal: the literal as sent, cut if long.
+            if let Err(why) = canon::parse(literal) {
+                let params_id = crate::invalid_params::params_error(bytes, &why, limit);
+                return Err(McpUnparsed::Inexact { why, params_id });
+            }
         }
-    })
+    }
+    Ok(value)
 }
 
 /// `bytes` read strictly (A2A, `POST /v1/commit`), within `[limits] json_values`.

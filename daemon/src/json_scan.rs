@@ -1,5 +1,6 @@
 //! One member of a JSON object, found by walking the object's top level instead of parsing it;
-//! and how many values a text holds, found by one pass ([`values`]).
+//! how many values a text holds, found by one pass ([`values`]); and the first integer literal
+//! no double holds exactly ([`first_inexact_integer`]).
 //!
 //! The daemon asks the same question of every call's committed output twice (the metrics'
 //! outcome label and the answer's classification): does its top-level `ok` say `false`? A
@@ -111,6 +112,46 @@ pub fn values(json: &[u8]) -> usize {
     count.saturating_sub(keys)
 }
 
+/// The first integer literal in `json`, outside strings, beyond ±(2^53−1): the range in
+/// which every integer has a double of its own, and so the range canonical JSON keeps. A
+/// number with a fraction or an exponent is no integer literal. serde_json reads such a
+/// literal as the nearest double when it is too wide for `u64` or `i64`, so only the text
+/// says it was sent; it is looked for only when a parse built a whole double that large
+/// ([`dialect::json::parse_noting_wide`]). On bytes that are not JSON, some answer and no
+/// panic.
+pub fn first_inexact_integer(json: &[u8]) -> Option<&[u8]> {
+    let mut i = 0;
+    while let Some(&b) = json.get(i) {
+        match b {
+            b'"' => i = string_end(json, i + 1)? + 1,
+            b'-' | b'0'..=b'9' => {
+                let digits_from = i + usize::from(b == b'-');
+                let mut end = digits_from;
+                while json.get(end).is_some_and(u8::is_ascii_digit) {
+                    end += 1;
+                }
+                let digits = &json[digits_from..end];
+                let fraction_or_exponent = matches!(json.get(end), Some(b'.' | b'e' | b'E'));
+                // 9007199254740991 has 16 digits; JSON writes no leading zeros.
+                let inexact = digits.len() > 16
+                    || (digits.len() == 16 && digits > b"9007199254740991".as_slice());
+                if inexact && !fraction_or_exponent {
+                    return Some(&json[i..end]);
+                }
+                // Past the number, its fraction and exponent included.
+                i = end;
+                while json.get(i).is_some_and(|c| {
+                    c.is_ascii_digit() || matches!(c, b'.' | b'e' | b'E' | b'+' | b'-')
+                }) {
+                    i += 1;
+                }
+            }
+            _ => i += 1,
+        }
+    }
+    None
+}
+
 /// `Some(found)`, if nothing but whitespace follows the object.
 fn finished<'a>(json: &[u8], at: usize, found: Option<&'a [u8]>) -> Option<Option<&'a [u8]>> {
     (skip_ws(json, at) == json.len()).then_some(found)
@@ -191,6 +232,33 @@ fn value_end(json: &[u8], at: usize) -> Option<usize> {
 mod tests {
     use super::*;
     use serde_json::Value;
+
+    #[test]
+    fn the_first_integer_literal_past_the_exact_range_is_found_and_floats_are_not() {
+        let first = |text: &str| first_inexact_integer(text.as_bytes()).map(|b| b.to_vec());
+        assert_eq!(
+            first(r#"{"n":9007199254740991,"m":-9007199254740991}"#),
+            None
+        );
+        assert_eq!(
+            first(r#"{"n":9007199254740992}"#),
+            Some(b"9007199254740992".to_vec())
+        );
+        assert_eq!(
+            first(r#"[1e21, 1.5, 1000000000000000000000.0, 2E+300, -1000000000000000000001, 7]"#),
+            Some(b"-1000000000000000000001".to_vec())
+        );
+        // Inside a string, digits are text.
+        assert_eq!(first(r#"{"s":"1000000000000000000001","n":1}"#), None);
+        assert_eq!(
+            first(r#"{"s\"":"\\","n":[99999999999999999999]}"#),
+            Some(b"99999999999999999999".to_vec())
+        );
+        // Not JSON: some answer, no panic.
+        for junk in ["-", "--1", "1e", "\"", "[1,", "12345678901234567890x"] {
+            first(junk);
+        }
+    }
 
     /// What `serde_json` says of member `ok`: the oracle for JSON a serializer wrote.
     fn parsed_ok(json: &[u8]) -> Option<bool> {

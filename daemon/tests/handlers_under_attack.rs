@@ -69,6 +69,83 @@ fn unsafe_integer_argument_is_invalid_params_over_mcp_and_a2a() {
     assert_eq!(v["result"]["status"]["state"], "completed", "{v}");
 }
 
+/// An integer literal too wide for `u64` (which serde_json reads as the nearest double, so
+/// that `1000000000000000000000` and `1000000000000000000001` were both run as `1e21`, the
+/// second replayed as the first's call under one idempotency key) is refused over MCP as the
+/// narrower ones are, quoted as sent; a float of the same size still runs; a batch holding one
+/// runs nothing.
+#[test]
+fn integers_too_wide_for_u64_are_invalid_params_over_mcp_not_rounded_into_another_call() {
+    let d = Daemon::start(WS, &[]);
+    let token = d.session("ep1", &["Workspace.Read=worktree:5"]);
+    let before = head(&d, &token);
+    let post = |version: &str, body: String| {
+        let a = request(
+            "POST",
+            &d.url("/mcp/"),
+            Some(&token),
+            &[
+                ("Content-Type", "application/json"),
+                ("Accept", "application/json, text/event-stream"),
+                ("MCP-Protocol-Version", version),
+            ],
+            Some(body.as_bytes()),
+        );
+        assert_eq!(a.status, 200, "{}", a.text());
+        a.sse_json()
+    };
+    let call = |n: &str| {
+        format!(
+            r#"{{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{{"name":"ailang-read","arguments":{{"path":"nope","n":{n}}},"_meta":{{"world/idempotencyKey":"wide-1"}}}}}}"#
+        )
+    };
+    for n in [
+        "1000000000000000000000",
+        "1000000000000000000001",
+        "18446744073709551616",
+        "-9223372036854775809",
+    ] {
+        assert_eq!(
+            post("2025-11-25", call(n)),
+            json!({"jsonrpc": "2.0", "id": 3, "error": {"code": -32602, "message": format!(
+                "invalid params: number {n} is outside the exact integer range of canonical JSON (±2^53−1)")}}),
+            "{n}"
+        );
+    }
+    let long = "9".repeat(300);
+    let v = post("2025-11-25", call(&long));
+    let message = v["error"]["message"].as_str().unwrap();
+    assert!(
+        message.ends_with(
+            "… (300 characters) is outside the exact integer range of canonical JSON (±2^53−1)"
+        ),
+        "{message}"
+    );
+    // In a batch, the number cannot be told to one request: nothing runs.
+    let batch = format!(
+        r#"[{{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{{"name":"ailang-read","arguments":{{"path":"nope"}}}}}},{}]"#,
+        call("1000000000000000000001")
+    );
+    assert_eq!(
+        post("2025-03-26", batch),
+        json!({"jsonrpc": "2.0", "id": null, "error": {"code": -32600, "message":
+               "invalid request: number 1000000000000000000001 is outside the exact integer range of canonical JSON (±2^53−1); nothing was run"}})
+    );
+    // Nothing was committed, and the key is still free.
+    assert_eq!(head(&d, &token), before);
+    // A float of the same size is a number like any other: the call is taken (and its plan
+    // refuses the argument `n`, which ailang-read does not admit), under the key still free.
+    let v = post("2025-11-25", call("1e21"));
+    let meta = &v["result"]["_meta"];
+    assert_eq!(meta["world/replayed"], false, "{v}");
+    assert_eq!(meta["world/invocationId"], "mcp:ep1:wide-1", "{v}");
+    assert_eq!(
+        v["result"]["structuredContent"]["refused"],
+        "unknown argument \"n\"; ailang-read admits only: path"
+    );
+    assert_ne!(head(&d, &token), before);
+}
+
 /// An agent sends arguments just over the coordinator's 1 MiB limit (the MCP body may be
 /// 4 MiB): refused as invalid params before anything is journaled, spent or committed, and
 /// its idempotency key stays free.

@@ -91,17 +91,35 @@ pub fn parse(bytes: &[u8]) -> Result<Value, Unparsed> {
 /// );
 /// ```
 pub fn parse_bounded(bytes: &[u8], max_values: usize) -> Result<Value, Unparsed> {
+    parse_noting_wide(bytes, max_values).map(|(value, _)| value)
+}
+
+/// [`parse_bounded`], and whether the value holds a whole number of at least 2^63 in
+/// magnitude that was read as a double. serde_json reads an integer literal too wide for
+/// `u64` or `i64` as the nearest double, so `1000000000000000000001` and `1e21` build the
+/// same value: only the text tells an inexact integer from a float, and a caller that
+/// refuses the first reads the text again when this is true (rarely: floats that large
+/// are).
+///
+/// ```
+/// use dialect::json::parse_noting_wide;
+/// assert!(parse_noting_wide(br#"{"n":1000000000000000000001}"#, 8).unwrap().1);
+/// assert!(parse_noting_wide(br#"{"n":1e21}"#, 8).unwrap().1);
+/// assert!(!parse_noting_wide(br#"{"n":18446744073709551615,"f":0.5}"#, 8).unwrap().1);
+/// ```
+pub fn parse_noting_wide(bytes: &[u8], max_values: usize) -> Result<(Value, bool), Unparsed> {
     let state = State {
         duplicate: RefCell::new(None),
         values_left: Cell::new(max_values),
         too_many: Cell::new(false),
+        wide: Cell::new(false),
     };
     let mut de = serde_json::Deserializer::from_slice(bytes);
     let parsed = Unique(&state)
         .deserialize(&mut de)
         .and_then(|v| de.end().map(|()| v));
     match parsed {
-        Ok(v) => Ok(v),
+        Ok(v) => Ok((v, state.wide.get())),
         Err(_) if state.too_many.get() => Err(Unparsed::TooManyValues(max_values)),
         Err(e) => match state.duplicate.into_inner() {
             Some(key) => Err(Unparsed::DuplicateKey(key)),
@@ -116,6 +134,8 @@ struct State {
     duplicate: RefCell<Option<String>>,
     values_left: Cell<usize>,
     too_many: Cell<bool>,
+    /// A whole double of at least 2^63 in magnitude was built ([`parse_noting_wide`]).
+    wide: Cell<bool>,
 }
 
 /// Builds a `Value` as serde_json's own visitor does, and records the first member name an
@@ -152,6 +172,10 @@ impl<'de> Visitor<'de> for Unique<'_> {
         Ok(Value::from(v))
     }
     fn visit_f64<E>(self, v: f64) -> Result<Value, E> {
+        // Where an integer literal past u64 and i64 lands; 2^63 exactly as a double.
+        if v.fract() == 0.0 && v.abs() >= 9_223_372_036_854_775_808.0 {
+            self.0.wide.set(true);
+        }
         Ok(Number::from_f64(v).map_or(Value::Null, Value::Number))
     }
     fn visit_str<E>(self, v: &str) -> Result<Value, E> {

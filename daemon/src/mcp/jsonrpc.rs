@@ -151,6 +151,24 @@ impl Reply {
         }
     }
 
+    /// The reply to a body that was not taken, and so ran nothing: [`Reply::unparsed`]'s, or,
+    /// for an integer literal beyond the exact range, `-32602 invalid params` when it lies in
+    /// one request's `params` (the reply the same number within `u64` gets from admission)
+    /// and `-32600` otherwise.
+    pub(super) fn not_taken(why: &McpUnparsed) -> Reply {
+        match why {
+            McpUnparsed::Json(why) => Reply::unparsed(why),
+            McpUnparsed::Inexact {
+                why,
+                params_id: Some(id),
+            } => Reply::error(id, INVALID_PARAMS, format!("invalid params: {why}")),
+            McpUnparsed::Inexact {
+                why,
+                params_id: None,
+            } => Reply::invalid_request(Value::Null, &format!("{why}; nothing was run")),
+        }
+    }
+
     /// The reply to a body that was not parsed, and so ran nothing: `-32700` when it is not
     /// one JSON value (where the parser stopped, and why) or has an object that repeats a
     /// member (its name quoted, at most 256 bytes of it); `-32600` when it holds more values
@@ -292,6 +310,8 @@ pub(super) fn batch_len(bytes: &[u8], limit: usize) -> Option<BatchLen> {
 /// runs ([`dialect::json`]: a proxy that checked the first `path` would see another call than
 /// the one that ran).
 pub(super) use dialect::json::Unparsed;
+
+pub(super) use crate::json_bounds::McpUnparsed;
 
 /// `s` as a JSON string literal, for names quoted in error texts (`unknown tool "x"`): quotes
 /// and control characters come out escaped, so a hostile name cannot break the message.
