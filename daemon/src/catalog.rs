@@ -92,9 +92,11 @@ pub fn runnable(state: &AppState, session: &Session, t: &Transition) -> Runnable
     let needs_worktree = t.declared_effects.iter().any(|e| e.scope == "worktree");
     if let (true, Some(root)) = (needs_worktree, state.coordinator().workspace_root()) {
         if bind_worktree(root, &session.episode).is_none() {
+            // The cause first (the R8 text is the contract's); then what an operator does, which
+            // is not `session new` for an episode that already has its credential.
             return Runnable::No(format!(
-                "{R8_MESSAGE}: episode {}'s worktree does not exist (worldd session new {} creates it)",
-                session.episode, session.episode
+                "{R8_MESSAGE}: episode {ep}'s worktree does not exist: an operator creates it (the directory {ep} in the workspace root; worldd session new makes a worktree and a credential together, for an episode that has neither)",
+                ep = session.episode
             ));
         }
     }

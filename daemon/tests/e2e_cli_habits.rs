@@ -104,7 +104,7 @@ fn handlers_route_names_a_missing_worktree() {
     assert_eq!(
         v["tools"],
         json!([{"name": "ailang-read", "effects": ["Workspace.Read"], "canRun": false,
-                "reason": "transition declares an effect this daemon has no handler for: episode nowhere's worktree does not exist (worldd session new nowhere creates it)"}])
+                "reason": "transition declares an effect this daemon has no handler for: episode nowhere's worktree does not exist: an operator creates it (the directory nowhere in the workspace root; worldd session new makes a worktree and a credential together, for an episode that has neither)"}])
     );
 }
 
@@ -600,6 +600,88 @@ fn quickstart_on_a_first_run_still_prints_the_configuration_alone_on_stdout() {
         config["mcpServers"]["worldd"]["headers"]["Authorization"],
         format!("Bearer {}", token.trim())
     );
+}
+
+/// The pid of the process whose command line holds `needle`, once there is one.
+fn pid_running(needle: &str) -> u32 {
+    for _ in 0..500 {
+        for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+            let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
+                continue;
+            };
+            let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) else {
+                continue;
+            };
+            let args: Vec<&[u8]> = cmdline.split(|b| *b == 0).collect();
+            if args.first().is_some_and(|a| a.ends_with(b"worldd"))
+                && args.contains(&needle.as_bytes())
+            {
+                return pid;
+            }
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    panic!("no worldd running with {needle}");
+}
+
+/// `session new` asks before it makes anything: killed at its prompt (as an interrupt or a
+/// closed terminal would end it; SIGKILL, which no handler can catch), it leaves no worktree
+/// and no temporary credential file, and the same command then runs.
+#[test]
+fn session_new_killed_at_its_prompt_leaves_nothing_and_runs_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("db");
+    drop(broker_core::store::Store::create(&db).unwrap());
+    let root = dir.path().join("worktrees");
+    let out = dir.path().join("ep.session");
+    let cmd = format!(
+        "{WORLDD} session new ep --preset se-tools --db {} --workspace-root {} --out {}",
+        db.display(),
+        root.display(),
+        out.display()
+    );
+    let mut script = Command::new("script")
+        .args(["-qec", &cmd, "/dev/null"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut shown = script.stdout.take().unwrap();
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        use std::io::Read;
+        let mut text = Vec::new();
+        let mut buf = [0u8; 256];
+        while let Ok(n @ 1..) = shown.read(&mut buf) {
+            text.extend_from_slice(&buf[..n]);
+            if text.windows(12).any(|w| w == b"Confirm mint") {
+                let _ = tx.send(());
+            }
+        }
+    });
+    rx.recv_timeout(Duration::from_secs(30))
+        .expect("the prompt never showed");
+    let pid = pid_running(path_str(&out));
+    let killed = Command::new("kill")
+        .args(["-KILL", &pid.to_string()])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    drop(script.stdin.take());
+    script.wait().unwrap();
+    assert!(!root.join("ep").exists(), "a worktree was left behind");
+    let left: Vec<String> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|name| name.contains("ep.session"))
+        .collect();
+    assert!(left.is_empty(), "{left:?}");
+    let (code, shown) = at_terminal(&cmd, b"y\n");
+    assert_eq!(code, 0, "{shown}");
+    assert!(shown.contains("worldd session new: worktree"), "{shown}");
+    assert!(root.join("ep").is_dir());
+    assert!(out.is_file());
 }
 
 #[test]

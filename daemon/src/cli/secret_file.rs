@@ -45,6 +45,24 @@ pub struct SecretFile {
 static COUNTER: AtomicU64 = AtomicU64::new(0);
 
 impl SecretFile {
+    /// Check `target` as [`SecretFile::prepare`] does, creating nothing: for a caller that
+    /// asks a question first, so that an answer never comes (an interrupt at the prompt)
+    /// leaves no temporary file behind.
+    pub fn check(target: &Path) -> Result<(), SecretFileError> {
+        match std::fs::symlink_metadata(target) {
+            Ok(md) if md.file_type().is_symlink() => {
+                Err(SecretFileError::Symlink(target.to_path_buf()))
+            }
+            Ok(md) if !md.is_file() => Err(SecretFileError::NotAFile(target.to_path_buf())),
+            Ok(_) => Ok(()),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+            Err(source) => Err(SecretFileError::Io {
+                path: target.to_path_buf(),
+                source,
+            }),
+        }
+    }
+
     /// Check `target` and create the temporary file beside it.
     pub fn prepare(target: &Path) -> Result<SecretFile, SecretFileError> {
         let io_err = |source: io::Error| SecretFileError::Io {
@@ -58,15 +76,7 @@ impl SecretFile {
             Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
             _ => PathBuf::from("."),
         };
-        match std::fs::symlink_metadata(target) {
-            Ok(md) if md.file_type().is_symlink() => {
-                return Err(SecretFileError::Symlink(target.to_path_buf()))
-            }
-            Ok(md) if !md.is_file() => return Err(SecretFileError::NotAFile(target.to_path_buf())),
-            Ok(_) => {}
-            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-            Err(e) => return Err(io_err(e)),
-        }
+        SecretFile::check(target)?;
         let mut temp_name = OsString::from(".");
         temp_name.push(name);
         temp_name.push(format!(

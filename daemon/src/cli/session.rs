@@ -227,71 +227,126 @@ fn mint(
     ttl: i64,
     out: Option<&Path>,
 ) -> CliResult {
-    session::validate_episode(episode).map_err(|e| Failure::usage(e.to_string()))?;
-    if grants.is_empty() && !operator {
-        return Err(Failure::usage(
-            "at least one --grant EFFECT=SCOPE:BUDGET is required",
-        ));
-    }
-    if ttl < 1 {
-        return Err(Failure::usage("--ttl must be at least 1 second"));
-    }
-    let store = open_existing(db)?;
-    let kind = if operator {
-        "an OPERATOR credential (reads every episode)"
-    } else {
-        "a session credential"
-    };
-    // Check and create the output before anything is minted: a refusal mints nothing.
-    let file = out
-        .map(SecretFile::prepare)
-        .transpose()
-        .map_err(|e| Failure::usage(e.to_string()))?;
-    confirm(&format!(
-        "Confirm mint for episode {episode} ({} grant(s), expiry +{ttl}s) with {kind}? [y/N] ",
-        grants.len()
-    ))?;
-    let n = grants.len();
-    let minted = if operator {
-        session::mint_operator(&store, episode, grants, ttl, now())
-    } else {
-        session::mint(&store, episode, grants, ttl, now())
-    }
-    .map_err(|e| Failure::fatal(e.to_string()))?;
-    let s = &minted.session;
-    errln!(
-        "worldd session mint: credential_id={} (episode {episode}, {n} grant(s), expires {})",
-        s.credential_id,
-        s.expires_at
-    );
-    match (out, file) {
-        (Some(path), Some(file)) => {
-            if let Err(e) = file.commit(format!("{}\n", minted.token).as_bytes()) {
-                // Undelivered, so unusable: revoke it rather than leave a live credential
-                // nobody holds.
-                let _ = session::revoke(&store, &s.credential_id);
-                return Err(Failure::usage(format!("{e}; the credential was revoked")));
-            }
-            // On stderr, as a report: stdout carries only data (the credential, without
-            // `--out`), so that `quickstart > mcp.json` holds the configuration alone.
-            errln!(
-                "minted session credential for episode {episode}: {n} grant(s), expires epoch {}, written to {}",
-                s.expires_at,
-                path.display()
-            );
+    let minting = Minting::check(db, episode, grants, operator, ttl, out)?;
+    minting.confirm()?;
+    minting.deliver()
+}
+
+/// A mint checked and not yet confirmed: nothing is made until the operator says `y`, so an
+/// interrupt at the prompt leaves nothing behind.
+struct Minting<'a> {
+    store: Store,
+    episode: &'a str,
+    grants: Vec<Grant>,
+    operator: bool,
+    ttl: i64,
+    out: Option<&'a Path>,
+}
+
+impl<'a> Minting<'a> {
+    fn check(
+        db: &Path,
+        episode: &'a str,
+        grants: Vec<Grant>,
+        operator: bool,
+        ttl: i64,
+        out: Option<&'a Path>,
+    ) -> Result<Minting<'a>, Failure> {
+        session::validate_episode(episode).map_err(|e| Failure::usage(e.to_string()))?;
+        if grants.is_empty() && !operator {
+            return Err(Failure::usage(
+                "at least one --grant EFFECT=SCOPE:BUDGET is required",
+            ));
         }
-        _ => {
-            if let Err(e) = super::output::try_write(format!("{}\n", minted.token)) {
-                // Undelivered, as above; and said, even for a closed pipe.
-                let _ = session::revoke(&store, &s.credential_id);
-                return Err(Failure::usage(format!(
-                    "{}; the credential was revoked",
-                    super::output::unwritten(&e)
-                )));
+        if ttl < 1 {
+            return Err(Failure::usage("--ttl must be at least 1 second"));
+        }
+        let store = open_existing(db)?;
+        if let Some(path) = out {
+            SecretFile::check(path).map_err(|e| Failure::usage(e.to_string()))?;
+        }
+        Ok(Minting {
+            store,
+            episode,
+            grants,
+            operator,
+            ttl,
+            out,
+        })
+    }
+
+    fn confirm(&self) -> CliResult {
+        let kind = if self.operator {
+            "an OPERATOR credential (reads every episode)"
+        } else {
+            "a session credential"
+        };
+        confirm(&format!(
+            "Confirm mint for episode {} ({} grant(s), expiry +{}s) with {kind}? [y/N] ",
+            self.episode,
+            self.grants.len(),
+            self.ttl
+        ))
+    }
+
+    /// Mint, and hand the credential over: into the file (created now, before the mint, so
+    /// that a file that cannot be made mints nothing) or onto stdout. Undelivered, it is
+    /// revoked.
+    fn deliver(self) -> CliResult {
+        let Minting {
+            store,
+            episode,
+            grants,
+            operator,
+            ttl,
+            out,
+        } = self;
+        let file = out
+            .map(SecretFile::prepare)
+            .transpose()
+            .map_err(|e| Failure::usage(e.to_string()))?;
+        let n = grants.len();
+        let minted = if operator {
+            session::mint_operator(&store, episode, grants, ttl, now())
+        } else {
+            session::mint(&store, episode, grants, ttl, now())
+        }
+        .map_err(|e| Failure::fatal(e.to_string()))?;
+        let s = &minted.session;
+        errln!(
+            "worldd session mint: credential_id={} (episode {episode}, {n} grant(s), expires {})",
+            s.credential_id,
+            s.expires_at
+        );
+        match (out, file) {
+            (Some(path), Some(file)) => {
+                if let Err(e) = file.commit(format!("{}\n", minted.token).as_bytes()) {
+                    // Undelivered, so unusable: revoke it rather than leave a live credential
+                    // nobody holds.
+                    let _ = session::revoke(&store, &s.credential_id);
+                    return Err(Failure::usage(format!("{e}; the credential was revoked")));
+                }
+                // On stderr, as a report: stdout carries only data (the credential, without
+                // `--out`), so that `quickstart > mcp.json` holds the configuration alone.
+                errln!(
+                    "minted session credential for episode {episode}: {n} grant(s), expires epoch {}, written to {}",
+                    s.expires_at,
+                    path.display()
+                );
+            }
+            _ => {
+                if let Err(e) = super::output::try_write(format!("{}\n", minted.token)) {
+                    // Undelivered, as above; and said, even for a closed pipe.
+                    let _ = session::revoke(&store, &s.credential_id);
+                    return Err(Failure::usage(format!(
+                        "{}; the credential was revoked",
+                        super::output::unwritten(&e)
+                    )));
+                }
             }
         }
+        Ok(())
     }
-    Ok(())
 }
 
 fn new(a: NewArgs) -> CliResult {
@@ -321,27 +376,31 @@ fn new(a: NewArgs) -> CliResult {
             "give --preset se-tools or at least one --grant",
         ));
     }
-    // Check the store before touching the filesystem.
-    drop(open_existing(&a.db.db)?);
-    std::fs::create_dir_all(&a.workspace_root).map_err(|e| {
-        Failure::usage(format!("cannot create {}: {e}", a.workspace_root.display()))
-    })?;
-    let worktree = a.workspace_root.join(&a.episode);
-    if worktree.exists() {
-        return Err(Failure::usage(format!(
-            "worktree {} already exists",
-            worktree.display()
-        )));
-    }
-    create_worktree(&worktree, a.repo.as_deref())?;
-    let result = mint(
+    // Everything is checked, then asked, before anything is made: an interrupt at the
+    // prompt leaves no worktree (which would make the same command fail next time).
+    let minting = Minting::check(
         &a.db.db,
         &a.episode,
         grants,
         false,
         a.credential.ttl,
         a.credential.out.as_deref(),
-    );
+    )?;
+    let worktree = a.workspace_root.join(&a.episode);
+    if worktree.exists() {
+        return Err(Failure::usage(format!(
+            "worktree {} already exists; to give episode {} another credential, run worldd session mint --episode {} --grant EFFECT=SCOPE:BUDGET (its worktree stays); to start it afresh, remove the directory first",
+            worktree.display(),
+            a.episode,
+            a.episode
+        )));
+    }
+    minting.confirm()?;
+    std::fs::create_dir_all(&a.workspace_root).map_err(|e| {
+        Failure::usage(format!("cannot create {}: {e}", a.workspace_root.display()))
+    })?;
+    create_worktree(&worktree, a.repo.as_deref())?;
+    let result = minting.deliver();
     if result.is_err() {
         // Leave nothing half-made behind.
         remove_worktree(&worktree, a.repo.as_deref());
