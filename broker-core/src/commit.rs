@@ -54,6 +54,8 @@ pub enum CommitError {
     Reused(String),
     #[error("invalid commit: writtenBy {0:?} is reserved: coordinator:* and world:* entries are written only by the daemon itself")]
     ReservedWriter(String),
+    #[error("invalid commit: {what} holds {}, which a terminal acts on instead of showing (operators read it in worldd log tail and worldd why); write it as plain text", unicode_name(*.found))]
+    NotPlainText { what: String, found: char },
     #[error("invalid commit: transitionRef is an invocation record of the coordinator ({0}); only the coordinator commits those")]
     ReservedInvocation(String),
     #[error("denied:budget: the World.Commit=log grant has {remaining} commit(s) left")]
@@ -64,6 +66,11 @@ pub enum CommitError {
     Store(#[from] StoreError),
     #[error("journal: {0}")]
     Journal(String),
+}
+
+/// `U+001B`, as an error names a character it cannot show.
+fn unicode_name(c: char) -> String {
+    format!("U+{:04X}", u32::from(c))
 }
 
 impl From<LogError> for CommitError {
@@ -120,6 +127,20 @@ pub fn rest_commit(
         return Err(CommitError::ReservedWriter(
             commit.entry.header.written_by.clone(),
         ));
+    }
+    // What the log keeps for people to read is plain text: `log tail` and `why` print it, and
+    // a line break or an escape sequence there could forge what an operator reads.
+    let readable = std::iter::once(("writtenBy".to_owned(), &commit.entry.header.written_by))
+        .chain(commit.objects.iter().map(|o| {
+            (
+                format!("the semanticId of object {}", o.hash),
+                &o.semantic_id,
+            )
+        }));
+    for (what, text) in readable {
+        if let Some(found) = crate::plain_text::first_acted_on(text) {
+            return Err(CommitError::NotPlainText { what, found });
+        }
     }
     // The commit must be self-consistent before anything else, including an idempotent resend.
     let recomputed = Entry::compute_hash(&commit.entry.header, &commit.entry.transition_ref)

@@ -111,6 +111,7 @@ pub mod object;
 mod objects;
 pub mod pages;
 mod panics;
+pub mod plain_text;
 pub mod plan;
 mod ref_tail;
 pub mod refusal_rate;

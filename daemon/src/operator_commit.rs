@@ -131,7 +131,11 @@ async fn commit_checked(
             "invalid",
             ApiError::bad_request(e.to_string()),
         )),
-        Err(e @ (CommitError::BadInvocationId | CommitError::Reused(_))) => Err(Refusal::new(
+        Err(
+            e @ (CommitError::BadInvocationId
+            | CommitError::Reused(_)
+            | CommitError::NotPlainText { .. }),
+        ) => Err(Refusal::new(
             "invalid",
             ApiError::bad_request(e.to_string()),
         )),

@@ -796,3 +796,121 @@ fn a_plugin_that_hangs_while_the_daemon_starts_stops_the_start_at_its_deadline()
     assert_eq!(a.status, 200, "{}", a.text());
     assert_eq!(a.sse_json()["result"]["structuredContent"]["slept_ms"], 0);
 }
+
+/// Whether `text` holds a character a terminal acts on, line breaks and tabs apart.
+fn acted_on_by_a_terminal(text: &str) -> Vec<char> {
+    text.chars()
+        .filter(|c| *c != '\n' && *c != '\t' && broker_core::plain_text::acted_on(*c))
+        .collect()
+}
+
+/// A daemon that answers one request with `body` (JSON, 200) and closes.
+fn lying_daemon(body: Value) -> String {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    std::thread::spawn(move || {
+        use std::io::{Read, Write};
+        let (mut s, _) = listener.accept().unwrap();
+        let mut head = Vec::new();
+        let mut byte = [0u8; 1];
+        while !head.ends_with(b"\r\n\r\n") && s.read(&mut byte).unwrap_or(0) == 1 {
+            head.push(byte[0]);
+        }
+        let body = body.to_string();
+        let _ = write!(
+            s,
+            "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            body.len()
+        );
+    });
+    addr
+}
+
+/// Text written by someone else reaches the operator's terminal shown, never acted on: a
+/// client commit cannot put an escape sequence or a line break in `writtenBy` or an object's
+/// semantic id (which `log tail` and `why` print); what an agent's arguments hold is escaped
+/// in `why`; and a daemon that serves such text anyway (a store from before the check, or a
+/// daemon that lies) gets it escaped, each entry on its own line.
+#[test]
+fn text_from_commits_calls_and_a_lying_daemon_reaches_the_operators_terminal_escaped() {
+    let d = Daemon::start(WS, &[]);
+    let ops = d.operator_session("ops", &["World.Commit=log:5"]);
+    let before = get(&d.url("/v1/head"), Some(&ops)).text();
+    let hostile = "rest:ops\u{1b}]0;pwned\u{7}\n    27  ok   forged";
+    let mut body = note_commit(&d, &ops, "t1");
+    body["entry"]["header"]["writtenBy"] = json!(hostile);
+    let (status, v) = error_of(&commit(&d, &ops, &body));
+    assert_eq!(status, 400, "{v}");
+    assert_eq!(
+        v["error"]["message"],
+        "invalid commit: writtenBy holds U+001B, which a terminal acts on instead of showing (operators read it in worldd log tail and worldd why); write it as plain text"
+    );
+    let (out, rec) = (br#"{"note":"t2"}"#.to_vec(), br#"{"record":"t2"}"#.to_vec());
+    let body = commit_body(
+        &d,
+        &ops,
+        &Claim {
+            written_by: "rest:ops",
+            transition_fn: &sha(b"fn"),
+            interpreter: &sha(b"interp"),
+            record_ref: &sha(&rec),
+            output_ref: &sha(&out),
+        },
+        &[
+            (out.clone(), "world/note/v1\u{202e}"),
+            (rec.clone(), "world/note-record/v1"),
+        ],
+    );
+    let (status, v) = error_of(&commit(&d, &ops, &body));
+    assert_eq!(status, 400, "{v}");
+    let message = v["error"]["message"].as_str().unwrap();
+    assert!(
+        message.starts_with("invalid commit: the semanticId of object sha256:")
+            && message.contains(" holds U+202E, which a terminal acts on"),
+        "{message}"
+    );
+    assert_eq!(get(&d.url("/v1/head"), Some(&ops)).text(), before);
+
+    // An agent's arguments, in `why`'s excerpt of the call's input.
+    let agent = d.session("ep1", &["Workspace.Write=worktree:5"]);
+    let v = a2a(
+        &d,
+        &agent,
+        "w1",
+        "ailang-write",
+        json!({"path": "x.txt", "content": "a\u{9b}2J\u{202e}b\u{1b}[2Jc"}),
+    );
+    let index = v["result"]["metadata"]["entry_index"].as_u64().unwrap();
+    let (code, out, err) = worldd(
+        &["why", "--db", path_str(&d.db()), &index.to_string()],
+        None,
+    );
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(acted_on_by_a_terminal(&out), Vec::<char>::new(), "{out}");
+    assert!(out.contains("a\\u009b2J\\u202eb\\u001b[2Jc"), "{out}");
+
+    // A daemon that serves such text anyway.
+    let session = d.dir.path().join("ops.session");
+    std::fs::write(&session, format!("{ops}\n")).unwrap();
+    let addr = lying_daemon(json!({"items": [{
+        "header": {"entryIndex": 26, "writtenBy": hostile},
+        "entryHash": "sha256:00", "outcome": "-"}], "next": 27}));
+    let (code, out, err) = worldd(
+        &[
+            "log",
+            "tail",
+            "--addr",
+            &addr,
+            "--session",
+            path_str(&session),
+        ],
+        None,
+    );
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(out.lines().count(), 1, "{out}");
+    assert_eq!(acted_on_by_a_terminal(&out), Vec::<char>::new(), "{out}");
+    assert!(
+        out.contains("commit by rest:ops\\u001b]0;pwned\\u0007\\n    27  ok   forged"),
+        "{out}"
+    );
+}

@@ -548,7 +548,7 @@ pub fn tools(cmd: ToolsCommand) -> CliResult {
         outln!(
             "{}  {}{}{}",
             name,
-            summary(t["description"].as_str().unwrap_or("")),
+            super::terminal::one_line(&summary(t["description"].as_str().unwrap_or(""))),
             if required.is_empty() {
                 String::new()
             } else {

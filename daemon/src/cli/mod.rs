@@ -23,7 +23,8 @@ macro_rules! outln {
 macro_rules! errln {
     ($($arg:tt)*) => {{
         use std::io::Write as _;
-        let _ = writeln!(std::io::stderr(), $($arg)*);
+        let line = format!($($arg)*);
+        let _ = writeln!(std::io::stderr(), "{}", $crate::cli::terminal::shown(&line));
     }};
 }
 
@@ -41,6 +42,7 @@ mod secret_file;
 mod serve;
 mod session;
 mod tail;
+mod terminal;
 mod usage;
 mod why;
 mod why_remote;
@@ -244,12 +246,16 @@ pub fn main() -> i32 {
         Ok(()) => 0,
         Err(f) => {
             if !f.message.is_empty() {
-                errln!("worldd: {}", f.message);
+                errln!("worldd: {}", terminal::cut(&f.message, MESSAGE_BYTES));
             }
             f.code
         }
     }
 }
+
+/// The most of a failure's message the edge prints: a message quotes what the daemon
+/// answered, and a daemon that answers endlessly must not make a line of megabytes.
+const MESSAGE_BYTES: usize = 8192;
 
 fn init_tracing(daemon: bool) {
     let default = if daemon { "info" } else { "warn" };

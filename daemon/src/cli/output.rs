@@ -1,6 +1,7 @@
 //! The verbs' output on stdout. A failed write is never a panic (`println!` panics on one):
 //! a closed pipe ends the verb quietly, as the reader chose (`worldd session list | head -1`),
-//! and any other failure (a full disk under `> file`) is the verb's failure, named.
+//! and any other failure (a full disk under `> file`) is the verb's failure, named. What is
+//! written is shown, never acted on, by a terminal ([`super::terminal`]).
 
 use std::io::Write;
 
@@ -15,8 +16,10 @@ pub fn write(text: impl AsRef<[u8]>) -> CliResult {
 
 /// Write `text` to stdout and flush it, for a caller with its own answer to a failure.
 pub fn try_write(text: impl AsRef<[u8]>) -> std::io::Result<()> {
+    let text = String::from_utf8_lossy(text.as_ref());
     let mut out = std::io::stdout().lock();
-    out.write_all(text.as_ref()).and_then(|()| out.flush())
+    out.write_all(super::terminal::shown(&text).as_bytes())
+        .and_then(|()| out.flush())
 }
 
 /// Whether a failed write met a pipe whose reader has gone.

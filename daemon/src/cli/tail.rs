@@ -9,6 +9,7 @@ use clap::Args;
 use serde_json::Value;
 
 use super::client::{self, ClientArgs};
+use super::terminal::{one_line, shown};
 use super::{CliResult, Failure};
 
 /// Reconnections in a row without an event before `--follow` gives up.
@@ -41,11 +42,12 @@ fn line(v: &Value, json: bool) -> String {
     if json {
         return v.to_string();
     }
-    let s = |k: &str| v[k].as_str().unwrap_or("-");
+    // Each field on the entry's own line, whatever the daemon served in it.
+    let s = |k: &str| one_line(v[k].as_str().unwrap_or("-"));
     let tool = match (v["tool"].as_str(), v["header"]["writtenBy"].as_str()) {
-        (Some(t), _) => t.to_owned(),
+        (Some(t), _) => one_line(t).into_owned(),
         (None, Some("world:genesis")) => "genesis".into(),
-        (None, Some(w)) => format!("commit by {w}"),
+        (None, Some(w)) => format!("commit by {}", one_line(w)),
         (None, None) => "-".into(),
     };
     let hash = s("entryHash");
@@ -58,14 +60,15 @@ fn line(v: &Value, json: bool) -> String {
         tool,
         s("episode"),
         s("invocationId"),
-        hash.get(..15).map_or(hash.to_owned(), |h| format!("{h}…"))
+        hash.get(..15)
+            .map_or(hash.clone().into_owned(), |h| format!("{h}…"))
     )
 }
 
 /// Print; `false` when stdout is gone (the reader of a pipe quit), which ends the verb quietly;
 /// any other failure to write ends it with its cause.
 fn print(out: &mut impl Write, text: &str) -> Result<bool, Failure> {
-    match writeln!(out, "{text}").and_then(|_| out.flush()) {
+    match writeln!(out, "{}", shown(text)).and_then(|_| out.flush()) {
         Ok(()) => Ok(true),
         Err(e) if super::output::reader_gone(&e) => Ok(false),
         Err(e) => Err(super::output::failure(e)),

@@ -1,0 +1,96 @@
+//! What the verbs print is shown on the operator's terminal, never acted on.
+//!
+//! Much of what they print was written by someone else: a tool's description by its
+//! publisher, a call's arguments by an agent, an entry's `writtenBy` by a client, and every
+//! answer by the daemon the verb asked, which `why --addr` does not even trust. A terminal
+//! acts on control characters and bidirectional formatting
+//! ([`broker_core::plain_text::acted_on`]): an escape sequence can clear the screen, retitle
+//! the window or hide a link, a carriage return can write over a line, and a line break inside
+//! a value can add a line of its own (a log entry that never was). So everything the verbs
+//! write passes through [`shown`] at the edge, and a value printed inside a line through
+//! [`one_line`]. The escapes are JSON's (`\u001b`, `\n`), so JSON output means what it did.
+
+use std::borrow::Cow;
+use std::fmt::Write as _;
+
+use broker_core::plain_text::acted_on;
+
+/// `text` with every character a terminal acts on, other than line breaks and tabs, escaped.
+pub fn shown(text: &str) -> Cow<'_, str> {
+    escaped(text, |c| c != '\n' && c != '\t' && acted_on(c))
+}
+
+/// `text` as one line: its line breaks and tabs escaped too, for a value inside a line.
+pub fn one_line(text: &str) -> Cow<'_, str> {
+    escaped(text, acted_on)
+}
+
+/// `text` cut to at most `max` bytes (at a character's edge), saying how much was left out.
+pub fn cut(text: &str, max: usize) -> Cow<'_, str> {
+    if text.len() <= max {
+        return Cow::Borrowed(text);
+    }
+    let mut end = max;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    Cow::Owned(format!(
+        "{}… ({} more bytes not shown)",
+        &text[..end],
+        text.len() - end
+    ))
+}
+
+fn escaped(text: &str, escape: impl Fn(char) -> bool) -> Cow<'_, str> {
+    if !text.chars().any(&escape) {
+        return Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len() + 16);
+    for c in text.chars() {
+        match c {
+            c if !escape(c) => out.push(c),
+            '\n' => out.push_str("\\n"),
+            '\t' => out.push_str("\\t"),
+            '\r' => out.push_str("\\r"),
+            c => {
+                let _ = write!(out, "\\u{:04x}", u32::from(c));
+            }
+        }
+    }
+    Cow::Owned(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn escape_sequences_carriage_returns_and_bidi_overrides_are_shown_not_acted_on() {
+        let hostile = "D\u{1b}]0;pwned\u{7}\u{1b}[2J\r\u{8}\u{202e}evil\u{9b}2J\nline2\té…✓";
+        assert_eq!(
+            shown(hostile),
+            "D\\u001b]0;pwned\\u0007\\u001b[2J\\r\\u0008\\u202eevil\\u009b2J\nline2\té…✓"
+        );
+        assert_eq!(
+            one_line(hostile),
+            "D\\u001b]0;pwned\\u0007\\u001b[2J\\r\\u0008\\u202eevil\\u009b2J\\nline2\\té…✓"
+        );
+        // Plain text is handed back as it is, without a copy.
+        assert!(matches!(shown("plain ✓ text\n"), Cow::Borrowed(_)));
+    }
+
+    #[test]
+    fn a_long_message_is_cut_at_a_characters_edge_and_says_so() {
+        assert_eq!(cut("short", 8), "short");
+        assert_eq!(cut("ééééé", 5), "éé… (6 more bytes not shown)");
+    }
+
+    #[test]
+    fn json_escaped_for_the_terminal_is_the_same_json() {
+        let value = serde_json::json!({"s": "a\u{9b}b\u{202e}c\u{7f}", "t": "x"});
+        let text = value.to_string();
+        assert_ne!(shown(&text), text);
+        let back: serde_json::Value = serde_json::from_str(&shown(&text)).unwrap();
+        assert_eq!(back, value);
+    }
+}
