@@ -602,6 +602,48 @@ fn quickstart_on_a_first_run_still_prints_the_configuration_alone_on_stdout() {
     );
 }
 
+/// A grant for a misspelled effect gives nothing (`0 tool(s)`), so it is named, with the
+/// likely spelling, before the question; a grant no tool could ask for (a scope holding an
+/// escape sequence) is refused, and said with the sequence escaped.
+#[test]
+fn a_misspelled_grant_is_named_before_the_question_and_an_impossible_one_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("db");
+    drop(broker_core::store::Store::create(&db).unwrap());
+    let out = dir.path().join("typo.session");
+    let (code, shown) = mint_at_terminal(
+        &db,
+        &format!(
+            "--episode typo --grant Workspace.Raed=worktree:5 --grant Workspace.Write=worktre:5 --out {}",
+            out.display()
+        ),
+    );
+    assert_eq!(code, 0, "{shown}");
+    let warned = shown
+        .find("warning: --grant Workspace.Raed=worktree:5: no shipped tool uses the effect Workspace.Raed; did you mean Workspace.Read?")
+        .unwrap_or_else(|| panic!("{shown}"));
+    assert!(
+        shown.contains("no shipped tool uses the scope worktre; did you mean worktree?"),
+        "{shown}"
+    );
+    assert!(warned < shown.find("Confirm mint").unwrap(), "{shown}");
+    let (code, _, err) = worldd(
+        &[
+            "session",
+            "mint",
+            "--db",
+            path_str(&db),
+            "--episode",
+            "typo",
+            "--grant",
+            "Workspace.Read=work\u{1b}]0;x\u{7}tree:1",
+        ],
+        None,
+    );
+    assert_eq!(code, 1);
+    assert_eq!(err, "worldd: invalid --grant \"Workspace.Read=work\\u{1b}]0;x\\u{7}tree:1\": the scope must be letters, digits and . _ / - (worktree), at most 128 bytes\n");
+}
+
 /// The pid of the process whose command line holds `needle`, once there is one.
 fn pid_running(needle: &str) -> u32 {
     for _ in 0..500 {

@@ -29,7 +29,7 @@ pub fn valid_name(s: &str) -> bool {
 }
 
 /// Effect names: dot-separated identifiers, e.g. `Workspace.Read`; at most 128 bytes.
-fn valid_effect_name(s: &str) -> bool {
+pub fn valid_effect_name(s: &str) -> bool {
     !s.is_empty()
         && s.len() <= 128
         && s.split('.').all(|part| {

@@ -108,7 +108,7 @@ mod spec;
 mod tests;
 
 pub(crate) use effect::parse_effect_spec;
-pub use effect::{valid_name, EffectSpec, MAX_NAME_BYTES};
+pub use effect::{valid_effect_name, valid_name, EffectSpec, MAX_NAME_BYTES};
 pub use fields::{escape_for_message, SpecError};
 pub use glob::{glob_match, relative_path_ok};
 pub use spec::PlanSpec;

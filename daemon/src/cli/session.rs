@@ -145,14 +145,71 @@ pub fn run(cmd: SessionCommand) -> CliResult {
     }
 }
 
+/// Effects of the shipped plugins and the daemon, and the scopes their tools use: what a
+/// grant's effect or scope a letter or two away from one is most likely a typo of.
+const KNOWN_EFFECTS: [&str; 11] = [
+    "Workspace.Read",
+    "Workspace.Write",
+    "Ailang.Check",
+    "Ailang.Run",
+    "Ailang.RunEnv",
+    "Ailang.RunNet",
+    "Ailang.Discover",
+    "Ailang.CLI",
+    "Git.Commit",
+    "Registry.Publish",
+    "World.Commit",
+];
+const KNOWN_SCOPES: [&str; 3] = ["worktree", "log", "any"];
+
+/// Parse `--grant`s. An effect or scope no tool could ask for (not a name) is refused; one
+/// that is a letter or two from a shipped one is said on stderr before the question, since a
+/// grant for a misspelled effect silently gives nothing (`0 tool(s)`).
 fn parse_grants(texts: &[String]) -> Result<Vec<Grant>, Failure> {
     texts
         .iter()
-        .map(|g| {
-            g.parse::<Grant>()
-                .map_err(|e| Failure::usage(e.to_string()))
+        .map(|text| {
+            let grant = text
+                .parse::<Grant>()
+                .map_err(|e| Failure::usage(e.to_string()))?;
+            if !broker_core::plan::valid_effect_name(&grant.effect) {
+                return Err(Failure::usage(format!(
+                    "invalid --grant {text:?}: the effect must be dot-separated names of letters, digits and _ (Workspace.Read)"
+                )));
+            }
+            if !broker_core::plan::valid_name(&grant.scope) {
+                return Err(Failure::usage(format!(
+                    "invalid --grant {text:?}: the scope must be letters, digits and . _ / - (worktree), at most 128 bytes"
+                )));
+            }
+            for (what, given, known) in [
+                ("effect", &grant.effect, &KNOWN_EFFECTS[..]),
+                ("scope", &grant.scope, &KNOWN_SCOPES[..]),
+            ] {
+                if let Some(near) = near_miss(given, known) {
+                    errln!(
+                        "worldd session: warning: --grant {text}: no shipped tool uses the {what} {given}; did you mean {near}? (a third-party plugin's {what} is fine: answer n to stop here)"
+                    );
+                }
+            }
+            Ok(grant)
         })
         .collect()
+}
+
+/// The known name `given` is most likely a misspelling of: not one of them, and at most two
+/// edits from one, case aside.
+fn near_miss<'k>(given: &str, known: &[&'k str]) -> Option<&'k str> {
+    if known.contains(&given) {
+        return None;
+    }
+    let given = given.to_ascii_lowercase();
+    known
+        .iter()
+        .map(|k| (strsim::levenshtein(&given, &k.to_ascii_lowercase()), *k))
+        .filter(|(distance, _)| *distance <= 2)
+        .min()
+        .map(|(_, k)| k)
 }
 
 /// Before printing what was read from a store the daemon may be writing: wait until all of it
@@ -316,7 +373,7 @@ impl<'a> Minting<'a> {
         errln!(
             "worldd session mint: credential_id={} (episode {episode}, {n} grant(s), expires {})",
             s.credential_id,
-            s.expires_at
+            rfc3339(s.expires_at)
         );
         match (out, file) {
             (Some(path), Some(file)) => {
@@ -329,8 +386,9 @@ impl<'a> Minting<'a> {
                 // On stderr, as a report: stdout carries only data (the credential, without
                 // `--out`), so that `quickstart > mcp.json` holds the configuration alone.
                 errln!(
-                    "minted session credential for episode {episode}: {n} grant(s), expires epoch {}, written to {}",
+                    "minted session credential for episode {episode}: {n} grant(s), expires epoch {} ({}), written to {}",
                     s.expires_at,
+                    rfc3339(s.expires_at),
                     path.display()
                 );
             }
@@ -562,6 +620,31 @@ fn revoke(a: RevokeArgs) -> CliResult {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_grant_a_letter_or_two_from_a_shipped_one_is_named_as_its_likely_typo() {
+        let near = |given| super::near_miss(given, &super::KNOWN_EFFECTS);
+        assert_eq!(near("Workspace.Raed"), Some("Workspace.Read"));
+        assert_eq!(near("workspace.read"), Some("Workspace.Read"));
+        assert_eq!(near("Workspace.Read"), None);
+        assert_eq!(near("Hello.Greet"), None);
+        assert_eq!(
+            super::near_miss("worktre", &super::KNOWN_SCOPES),
+            Some("worktree")
+        );
+        assert_eq!(super::near_miss("repo/main", &super::KNOWN_SCOPES), None);
+    }
+
+    #[test]
+    fn grants_no_tool_could_ask_for_are_refused_with_their_text_escaped() {
+        let refused = |text: &str| super::parse_grants(&[text.to_owned()]).unwrap_err().message;
+        assert_eq!(
+            refused("Workspace.Read=work\u{1b}]0;x\u{7}tree:1"),
+            "invalid --grant \"Workspace.Read=work\\u{1b}]0;x\\u{7}tree:1\": the scope must be letters, digits and . _ / - (worktree), at most 128 bytes"
+        );
+        assert!(refused("Work space=worktree:1").contains("the effect must be"));
+        assert!(super::parse_grants(&["Hello.Greet=any:3".into()]).is_ok());
+    }
+
     #[test]
     fn rfc3339_formats_utc() {
         assert_eq!(super::rfc3339(0), "1970-01-01T00:00:00Z");
