@@ -399,12 +399,74 @@ pub fn check_config(schema: &Value, config: &Value) -> Result<(), String> {
                         _ => true,
                     };
                     if !ok {
-                        return Err(format!("config key {k:?} must be of type {t}"));
+                        return Err(format!(
+                            "config key {k:?} must be of type {t}{}",
+                            size_hint(t, v)
+                        ));
                     }
                 }
                 within_bounds(k, v, p)?;
             }
         }
+    }
+    Ok(())
+}
+
+/// For a size written with a unit where a plugin wants an integer: the number to write. The
+/// daemon's own tables take units; a plugin's schema says what its keys take.
+fn size_hint(wanted: &str, value: &Value) -> String {
+    match value.as_str().map(str::parse::<crate::byte_size::ByteSize>) {
+        Some(Ok(size)) if wanted == "integer" => format!(
+            " (a plugin's keys take plain numbers, not units: write {})",
+            size.get()
+        ),
+        _ => String::new(),
+    }
+}
+
+/// A plugin table (`[plugins.NAME]`, `--plugin-config NAME.KEY=…`) that names no plugin found
+/// here, and whether it is most likely a misspelling of one that is (at most two edits
+/// away): that one stops the start, since its plugin would otherwise run on its defaults
+/// unnoticed; any other is a table for a plugin this deployment does not have, said and
+/// ignored.
+fn stray_tables(opts: &PluginOptions, found: &[String]) -> Vec<(String, Option<String>)> {
+    opts.configs
+        .keys()
+        .filter(|name| !found.contains(name))
+        .map(|name| {
+            let near = found
+                .iter()
+                .map(|f| (strsim::levenshtein(name, f), f))
+                .filter(|(distance, _)| *distance <= 2)
+                .min()
+                .map(|(_, f)| f.clone());
+            (name.clone(), near)
+        })
+        .collect()
+}
+
+/// What [`stray_tables`] says of one table.
+fn stray_table_text(name: &str, near: Option<&str>, found: &[String]) -> String {
+    match near {
+        Some(near) => format!(
+            "[plugins.{name}] (or --plugin-config {name}.KEY=…) names no plugin here; did you mean [plugins.{near}]? (found: {})",
+            found.join(", ")
+        ),
+        None => format!(
+            "[plugins.{name}] names no plugin here (found: {}): its keys are ignored",
+            found.join(", ")
+        ),
+    }
+}
+
+/// A misspelled plugin table stops the start; a table for an absent plugin is warned of.
+fn check_tables(opts: &PluginOptions, found: &[String]) -> Result<(), PluginError> {
+    for (name, near) in stray_tables(opts, found) {
+        let text = stray_table_text(&name, near.as_deref(), found);
+        if near.is_some() {
+            return Err(PluginError::new(&opts.dir, text));
+        }
+        tracing::warn!("{text}");
     }
     Ok(())
 }
@@ -474,8 +536,9 @@ pub fn check(
     let config = effective_config(opts, &info.manifest);
     let selected = opts.is_selected(&info.manifest.name);
     if selected {
-        check_config(&info.manifest.config_schema, &config)
-            .map_err(|e| PluginError::new(&info.path, e))?;
+        check_config(&info.manifest.config_schema, &config).map_err(|e| {
+            PluginError::new(&info.path, format!("[plugins.{}]: {e}", info.manifest.name))
+        })?;
         for e in &info.manifest.effects {
             if let Some(other) = claimed.get(&e.name) {
                 return Err(PluginError::new(
@@ -626,6 +689,7 @@ pub fn load(opts: &PluginOptions) -> Result<PluginSet, PluginError> {
         plugins.push(info);
     }
     check_selected(opts, &found, &broken)?;
+    check_tables(opts, &found)?;
     Ok(PluginSet {
         handlers,
         transitions,
@@ -797,6 +861,11 @@ pub fn report(opts: &PluginOptions) -> Result<String, PluginError> {
     }
     if let Err(e) = check_selected(opts, &found, &broken) {
         let _ = writeln!(out, "\nproblem: {}", e.cause);
+    }
+    for (name, near) in stray_tables(opts, &found) {
+        let text = stray_table_text(&name, near.as_deref(), &found);
+        let kind = if near.is_some() { "problem" } else { "note" };
+        let _ = writeln!(out, "\n{kind}: {text}");
     }
     let _ = writeln!(
         out,

@@ -878,23 +878,28 @@ fn handlers_reports_exactly_what_stops_serve() {
     for (args, problem) in [
         (
             vec!["--plugin-config", "workspace.nope=1"],
-            format!("unknown config key \"nope\" ({known})"),
+            format!("[plugins.workspace]: unknown config key \"nope\" ({known})"),
         ),
         (
             vec!["--plugin-config", "workspace.maxReadBytes=many"],
-            "config key \"maxReadBytes\" must be of type integer".to_owned(),
+            "[plugins.workspace]: config key \"maxReadBytes\" must be of type integer".to_owned(),
         ),
         (
             vec!["--plugin-config", "workspace.maxReadBytes=-1"],
-            "config key \"maxReadBytes\" must be at least 0".to_owned(),
+            "[plugins.workspace]: config key \"maxReadBytes\" must be at least 0".to_owned(),
         ),
         (
             vec!["--plugin-config", "workspace.maxWriteBytes=1e12"],
-            "config key \"maxWriteBytes\" must be of type integer".to_owned(),
+            "[plugins.workspace]: config key \"maxWriteBytes\" must be of type integer".to_owned(),
         ),
         (
             vec!["--plugin-config", "workspace.maxReadBytes=2000000"],
-            "config key \"maxReadBytes\" must be at most 1048576".to_owned(),
+            "[plugins.workspace]: config key \"maxReadBytes\" must be at most 1048576".to_owned(),
+        ),
+        // The daemon's own tables take sizes with units; a plugin's keys, what its schema says.
+        (
+            vec!["--plugin-config", "workspace.maxWriteBytes=8MiB"],
+            "[plugins.workspace]: config key \"maxWriteBytes\" must be of type integer (a plugin's keys take plain numbers, not units: write 8388608)".to_owned(),
         ),
     ] {
         let (code, out, err) = worldd(
@@ -952,6 +957,77 @@ fn handlers_reports_exactly_what_stops_serve() {
         out.contains("\nproblem: --handler git: no plugin of that name here (found: workspace)\n"),
         "{out}"
     );
+    // A plugin table whose name is a letter or two from a plugin's: its plugin would run on
+    // its defaults unnoticed, so `serve` stops; a table for a plugin not here is said.
+    let config = dir.path().join("world.toml");
+    std::fs::write(
+        &config,
+        "[plugins.workspce]\ndenyWrite = [\"*.lock\"]\n\n[plugins.ailang]\nbin = \"/usr/bin/ailang\"\n",
+    )
+    .unwrap();
+    let typo = "[plugins.workspce] (or --plugin-config workspce.KEY=…) names no plugin here; did you mean [plugins.workspace]? (found: workspace)";
+    let absent = "[plugins.ailang] names no plugin here (found: workspace): its keys are ignored";
+    let (code, out, _) = worldd(
+        &[
+            "handlers",
+            "--plugin-dir",
+            path_str(&plugins),
+            "--config",
+            path_str(&config),
+        ],
+        None,
+    );
+    assert_eq!(code, 0);
+    assert!(out.contains(&format!("\nproblem: {typo}\n")), "{out}");
+    assert!(out.contains(&format!("\nnote: {absent}\n")), "{out}");
+    let serve = |config: &Path| {
+        worldd(
+            &[
+                "serve",
+                "--db",
+                path_str(&dir.path().join("db2")),
+                "--workspace-root",
+                path_str(&dir.path().join("wt2")),
+                "--bind",
+                "127.0.0.1:0",
+                "--plugin-dir",
+                path_str(&plugins),
+                "--config",
+                path_str(config),
+            ],
+            None,
+        )
+    };
+    let (code, _, err) = serve(&config);
+    assert_eq!(code, 2, "{err}");
+    assert_eq!(
+        err.lines().last().unwrap(),
+        format!(
+            "worldd: daemon startup failed at plugins: plugin {}: {typo}",
+            plugins.display()
+        )
+    );
+    // The absent plugin's table alone is warned of, and the daemon serves.
+    std::fs::write(&config, "[plugins.ailang]\nbin = \"/usr/bin/ailang\"\n").unwrap();
+    let mut cmd = Command::new(WORLDD);
+    cmd.args([
+        "serve",
+        "--db",
+        path_str(&dir.path().join("db3")),
+        "--workspace-root",
+        path_str(&dir.path().join("wt3")),
+        "--bind",
+        "127.0.0.1:0",
+        "--plugin-dir",
+        path_str(&plugins),
+        "--config",
+        path_str(&config),
+    ])
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped());
+    let d = Daemon::spawn(tempfile::tempdir().unwrap(), cmd);
+    expect_line(&d.log_lines(), &[absent]);
+    assert_eq!(get(&d.url("/v1/health"), None).status, 200);
 }
 
 #[test]

@@ -184,8 +184,8 @@ fn the_operator_guides_start_up_failures_are_what_the_daemon_prints() {
             args: s(&["--plugin-dir", &stale]),
         },
         Provoked {
-            span: r#"… at plugins: plugin FILE: unknown config key "k" (known: …)"#,
-            names: vec![("FILE", own_lib.clone())],
+            span: r#"… at plugins: plugin FILE: [plugins.NAME]: unknown config key "k" (known: …)"#,
+            names: vec![("FILE", own_lib.clone()), ("NAME", "workspace".into())],
             args: s(&["--plugin-dir", &workspace, "--plugin-config", "workspace.k=1"]),
         },
         Provoked {
@@ -226,6 +226,15 @@ fn the_operator_guides_start_up_failures_are_what_the_daemon_prints() {
             span: "… at plugins: plugin DIR: --handler NAME: no plugin of that name here (found: …)",
             names: vec![("DIR", workspace.clone()), ("NAME", "nope".into())],
             args: s(&["--plugin-dir", &workspace, "--handler", "nope"]),
+        },
+        Provoked {
+            span: "… at plugins: plugin DIR: [plugins.NAME] (or --plugin-config NAME.KEY=…) names no plugin here; did you mean [plugins.OTHER]? (found: …)",
+            names: vec![
+                ("DIR", workspace.clone()),
+                ("NAME", "workspce".into()),
+                ("OTHER", "workspace".into()),
+            ],
+            args: s(&["--plugin-dir", &workspace, "--plugin-config", "workspce.denyWrite=[]"]),
         },
         Provoked {
             span: "… (found: …); not loadable: …",
