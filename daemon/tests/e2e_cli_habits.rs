@@ -1030,6 +1030,20 @@ fn handlers_reports_exactly_what_stops_serve() {
     assert_eq!(get(&d.url("/v1/health"), None).status, 200);
 }
 
+/// `handlers` starts nothing, so a config file it cannot read is its own failure (exit 1),
+/// not a daemon's start-up failure (exit 2) as `serve` says it.
+#[test]
+fn handlers_on_a_config_that_does_not_parse_fails_as_itself() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("world.toml");
+    std::fs::write(&config, "[serve\n").unwrap();
+    let (code, out, err) = worldd(&["handlers", "--config", path_str(&config)], None);
+    assert_eq!((code, out.as_str()), (1, ""), "{err}");
+    let prefix = format!("worldd: {}: ", config.display());
+    assert!(err.starts_with(&prefix), "{err}");
+    assert!(!err.contains("daemon startup failed"), "{err}");
+}
+
 #[test]
 fn malformed_plugin_config_stops_serve_before_anything_is_created() {
     let dir = tempfile::tempdir().unwrap();

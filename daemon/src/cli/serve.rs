@@ -181,7 +181,8 @@ fn startup(stage: &str, detail: impl std::fmt::Display) -> Failure {
 /// The least store ceiling `serve` accepts: 1 MiB.
 const MIN_CEILING: u64 = 1 << 20;
 
-fn read_config(path: &Option<PathBuf>) -> Result<ConfigFile, Failure> {
+/// The config file, or what is wrong with it (each verb says it in its own words).
+fn read_config(path: &Option<PathBuf>) -> Result<ConfigFile, String> {
     let Some(path) = path else {
         return Ok(ConfigFile::default());
     };
@@ -190,11 +191,8 @@ fn read_config(path: &Option<PathBuf>) -> Result<ConfigFile, Failure> {
         super::input::CONFIG_BYTES,
         &path.display().to_string(),
     )
-    .map_err(|f| startup("config", f.message))?;
-    toml::from_str(&text).map_err(|e| {
-        let shown = toml_error(&text, &e);
-        startup("config", format!("{}: {shown}", path.display()))
-    })
+    .map_err(|f| f.message)?;
+    toml::from_str(&text).map_err(|e| format!("{}: {}", path.display(), toml_error(&text, &e)))
 }
 
 /// The parser's account of a config file that does not parse: as the parser gives it (the
@@ -252,7 +250,8 @@ pub fn plugin_options(args: &PluginArgs, file: &ConfigFile) -> Result<PluginOpti
 }
 
 pub fn handlers(a: HandlersArgs) -> CliResult {
-    let file = read_config(&a.plugins.config)?;
+    // `handlers` starts nothing: a file it cannot read is its own failure, exit 1.
+    let file = read_config(&a.plugins.config).map_err(Failure::usage)?;
     let opts = plugin_options(&a.plugins, &file).map_err(Failure::usage)?;
     let text = plugins::report(&opts).map_err(|e| Failure::usage(e.to_string()))?;
     super::output::write(text)
@@ -287,7 +286,7 @@ pub fn bind_now(addr: SocketAddr) -> Result<std::net::TcpListener, Failure> {
 pub fn run_with(a: ServeArgs, launch: Launch) -> CliResult {
     // First, while this is the only thread: it takes the variable out of the environment.
     let manager = crate::service_manager::Notifier::from_env();
-    let file = read_config(&a.plugins.config)?;
+    let file = read_config(&a.plugins.config).map_err(|e| startup("config", e))?;
     // Before anything is created: a setting that cannot be read stops here.
     let mut opts = plugin_options(&a.plugins, &file).map_err(|e| startup("config", e))?;
     let mut settings = Settings::resolve(&a, &file)?;
