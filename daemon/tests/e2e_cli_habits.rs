@@ -1030,6 +1030,30 @@ fn handlers_reports_exactly_what_stops_serve() {
     assert_eq!(get(&d.url("/v1/health"), None).status, 200);
 }
 
+/// What the operator types as a ref, a task id or a semantic id names that one resource:
+/// `object get ../../v1/budget?episode=ep` printed the budget as if it were the object.
+#[test]
+fn a_ref_typed_as_a_path_reaches_no_other_route() {
+    let d = Daemon::start(&["worldd_workspace"], &[]);
+    let token = d.operator_session("ops", &[]);
+    let session = d.dir.path().join("ops.session");
+    std::fs::write(&session, format!("{token}\n")).unwrap();
+    let addr = d.addr.clone();
+    for args in [
+        &["object", "get", "../../v1/budget?episode=ops"][..],
+        &["object", "get", "../../v1/head"],
+        &["object", "find", "../../../v1/head"],
+        &["calls", "get", "x/../../head"],
+    ] {
+        let (code, out, err) = worldd(
+            &[args, &["--addr", &addr, "--session", path_str(&session)]].concat(),
+            None,
+        );
+        assert_eq!((code, out.as_str()), (1, ""), "{args:?}: {err}");
+        assert!(!err.contains("sha256:"), "{args:?}: {err}");
+    }
+}
+
 /// `handlers` starts nothing, so a config file it cannot read is its own failure (exit 1),
 /// not a daemon's start-up failure (exit 2) as `serve` says it.
 #[test]

@@ -376,6 +376,39 @@ pub(super) fn get(c: &ClientArgs, path: &str) -> Result<Vec<u8>, Failure> {
     )))
 }
 
+/// `text` as one path segment (or query value): every byte but letters, digits, `-`, `.`,
+/// `_`, `~` and `:` percent-encoded, so that what the operator typed (`../../v1/budget`) names the one
+/// resource it was given for and no other route. (A whole segment `.` or `..` would still be
+/// a step up to a URL parser, encoded or not: see [`pieces`].)
+pub(super) fn segment(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for b in text.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~' | b':') {
+            out.push(char::from(b));
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+/// `text` as path segments, its `/`s kept (a semantic id's are the route's own); `what` names
+/// it in the refusal of a piece that is empty, `.` or `..`, which no name has and a URL parser
+/// would take as a step.
+pub(super) fn pieces(text: &str, what: &str) -> Result<String, Failure> {
+    let mut out = Vec::new();
+    for piece in text.split('/') {
+        if matches!(piece, "" | "." | "..") {
+            return Err(Failure::usage(format!(
+                "{what} {}: no part of it between slashes may be empty, . or ..",
+                super::terminal::one_line(text)
+            )));
+        }
+        out.push(segment(piece));
+    }
+    Ok(out.join("/"))
+}
+
 fn print_body(body: &[u8]) -> CliResult {
     outln!("{}", String::from_utf8_lossy(body).trim_end());
     Ok(())
@@ -418,7 +451,10 @@ pub fn object(cmd: ObjectCommand) -> CliResult {
             client,
         } => {
             let q = if payload { "?payload=true" } else { "" };
-            print_body(&get(&client, &format!("/v1/objects/{reference}{q}"))?)?
+            print_body(&get(
+                &client,
+                &format!("/v1/objects/{}{q}", pieces(&reference, "ref")?),
+            )?)?
         }
         ObjectCommand::Find {
             semantic_id,
@@ -428,7 +464,7 @@ pub fn object(cmd: ObjectCommand) -> CliResult {
         } => {
             let mut q = Vec::new();
             if let Some(a) = after {
-                q.push(format!("after={a}"));
+                q.push(format!("after={}", segment(&a)));
             }
             if let Some(l) = limit {
                 q.push(format!("limit={l}"));
@@ -440,7 +476,11 @@ pub fn object(cmd: ObjectCommand) -> CliResult {
             };
             print_body(&get(
                 &client,
-                &format!("/v1/objects/by-semantic-id/{semantic_id}{q}"),
+                // A semantic id's `/`s are the route's own; each piece is encoded.
+                &format!(
+                    "/v1/objects/by-semantic-id/{}{q}",
+                    pieces(&semantic_id, "semantic id")?
+                ),
             )?)?
         }
     }

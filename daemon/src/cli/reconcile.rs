@@ -44,9 +44,16 @@ pub struct BudgetArgs {
 pub fn calls(cmd: CallsCommand) -> CliResult {
     let CallsCommand::Get(a) = cmd;
     let path = if a.handle.contains(':') {
-        format!("/v1/invocations/{}", a.handle)
+        format!(
+            "/v1/invocations/{}",
+            super::client::pieces(&a.handle, "invocation id")?
+        )
     } else {
-        format!("/v1/calls/{}/{}", a.surface, a.handle)
+        format!(
+            "/v1/calls/{}/{}",
+            a.surface,
+            super::client::pieces(&a.handle, "task id")?
+        )
     };
     let (status, body) = get(&a.client, &path)?;
     let v: Value = serde_json::from_slice(&body).map_err(|_| {

@@ -79,20 +79,6 @@ struct RowsAnswer {
     journal_rows: BTreeMap<u64, String>,
 }
 
-/// Percent-encode a path segment (an invocation id comes from a stored record, so it may hold
-/// anything).
-fn segment(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for b in text.bytes() {
-        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~' | b':') {
-            out.push(b as char);
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
-    }
-    out
-}
-
 fn b64(text: &str) -> Result<Vec<u8>, String> {
     base64::engine::general_purpose::STANDARD
         .decode(text)
@@ -220,7 +206,10 @@ impl RemoteSource {
         if let Some(r) = self.rows.borrow().get(invocation_id) {
             return Ok(r.clone());
         }
-        let path = format!("/v1/invocations/{}/rows", segment(invocation_id));
+        let path = format!(
+            "/v1/invocations/{}/rows",
+            super::client::segment(invocation_id)
+        );
         let rows = match self.get(&path)? {
             Got::Absent => None,
             Got::Found(body) => {
@@ -372,7 +361,7 @@ impl verify::Source for RemoteSource {
 
 #[cfg(test)]
 mod tests {
-    use super::segment;
+    use super::super::client::segment;
 
     #[test]
     fn an_invocation_id_is_one_path_segment_whatever_it_holds() {
