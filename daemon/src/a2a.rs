@@ -246,7 +246,18 @@ async fn a2a(
         Ok(received) => received,
         Err(answer) => return answer,
     };
-    let id = req.get("id").cloned().unwrap_or(Value::Null);
+    let id = match envelope(&req) {
+        Ok(Some(id)) => id,
+        // A notification: JSON-RPC gives it no answer, so nothing is run that no one hears of.
+        Ok(None) => return StatusCode::ACCEPTED.into_response(),
+        Err(why) => {
+            return rpc_error(
+                &Value::Null,
+                -32600,
+                format!("invalid JSON-RPC request: {why}"),
+            )
+        }
+    };
     let (method, send) = match sent(&headers, &req, &id) {
         Ok(sent) => sent,
         Err(answer) => return *answer,
@@ -275,6 +286,34 @@ async fn a2a(
         }
         Err(f) if method == Method::TasksSend => invoke_error(&id, f),
         Err(f) => failed(&state, &call_session, &id, &send, f).await,
+    }
+}
+
+/// The request's id (`None` for a notification), or why the message is no JSON-RPC 2.0
+/// request: an id that is not a string, a number or null; a method that is not a string; a
+/// message that is both a request and a response (`method` beside `result` or `error`),
+/// which a proxy reading it as a response would let through while this daemon ran it.
+fn envelope(req: &Value) -> Result<Option<Value>, &'static str> {
+    let Some(m) = req.as_object() else {
+        return Err("expected a JSON-RPC object");
+    };
+    if m.get("jsonrpc").and_then(Value::as_str) != Some("2.0") {
+        return Err("\"jsonrpc\" must be \"2.0\"");
+    }
+    match m.get("method") {
+        Some(Value::String(_)) => {}
+        Some(_) => return Err("\"method\" must be a string"),
+        None => return Err("a request needs \"method\""),
+    }
+    if m.contains_key("result") || m.contains_key("error") {
+        return Err(
+            "a message is a request (\"method\") or a response (\"result\", \"error\"), not both",
+        );
+    }
+    match m.get("id") {
+        None => Ok(None),
+        Some(id @ (Value::String(_) | Value::Number(_) | Value::Null)) => Ok(Some(id.clone())),
+        Some(_) => Err("\"id\" must be a string, a number or null"),
     }
 }
 

@@ -446,6 +446,82 @@ fn a_request_carrying_two_credentials_is_refused_as_malformed_and_runs_nothing()
     assert_ne!(head(), before);
 }
 
+/// JSON-RPC 2.0 answers no notification, so an A2A notification runs nothing (it wrote a file
+/// and was answered); a message that is both a request and a response (`method` beside
+/// `result`, which a proxy reading responses would let through) is refused on both surfaces;
+/// and an A2A id or method JSON-RPC forbids is an invalid request, not echoed back.
+#[test]
+fn notifications_and_messages_json_rpc_forbids_run_nothing_on_either_surface() {
+    let d = Daemon::start(WS, &[]);
+    let token = d.session("ep1", &["Workspace.Write=worktree:9"]);
+    let head = || get(&d.url("/v1/head"), Some(&token)).text();
+    let before = head();
+    let write = |envelope: &str| {
+        format!(
+            r#"{{"jsonrpc":"2.0",{envelope}"params":{{"id":"n-1","metadata":{{"skill_id":"ailang-write"}},"message":{{"role":"user","parts":[{{"type":"data","data":{{"path":"ran.txt","content":"ran"}}}}]}}}}}}"#
+        )
+    };
+    let a2a_post = |body: String| {
+        request(
+            "POST",
+            &d.url("/a2a/"),
+            Some(&token),
+            &[("Content-Type", "application/json")],
+            Some(body.as_bytes()),
+        )
+    };
+    let a = a2a_post(write(r#""method":"tasks/send","#));
+    assert_eq!((a.status, a.text()), (202, String::new()));
+    for (envelope, why) in [
+        (
+            r#""id":{"x":[1]},"method":"tasks/send","#,
+            r#""id" must be a string, a number or null"#,
+        ),
+        (
+            r#""id":[1],"method":"tasks/send","#,
+            r#""id" must be a string, a number or null"#,
+        ),
+        (
+            r#""id":true,"method":"tasks/send","#,
+            r#""id" must be a string, a number or null"#,
+        ),
+        (r#""id":1,"method":7,"#, r#""method" must be a string"#),
+        (
+            r#""id":1,"result":{},"method":"tasks/send","#,
+            r#"a message is a request ("method") or a response ("result", "error"), not both"#,
+        ),
+        (
+            r#""id":1,"error":{"code":1,"message":"x"},"method":"tasks/send","#,
+            r#"a message is a request ("method") or a response ("result", "error"), not both"#,
+        ),
+    ] {
+        let a = a2a_post(write(envelope));
+        assert_eq!(a.status, 200, "{envelope}");
+        assert_eq!(
+            a.json(),
+            json!({"jsonrpc": "2.0", "id": null, "error": {"code": -32600,
+                   "message": format!("invalid JSON-RPC request: {why}")}}),
+            "{envelope}"
+        );
+    }
+    // Over MCP, the same both-at-once message.
+    let body = r#"{"jsonrpc":"2.0","id":5,"result":{},"method":"tools/call","params":{"name":"ailang-write","arguments":{"path":"ran.txt","content":"ran"}}}"#;
+    let a = request(
+        "POST",
+        &d.url("/mcp/"),
+        Some(&token),
+        &mcp_headers(),
+        Some(body.as_bytes()),
+    );
+    assert_eq!(
+        a.sse_json(),
+        json!({"jsonrpc": "2.0", "id": 5, "error": {"code": -32600, "message":
+               "invalid request: a message is a request (\"method\") or a response (\"result\", \"error\"), not both"}})
+    );
+    assert_eq!(head(), before);
+    assert!(!d.root().join("ep1/ran.txt").exists());
+}
+
 #[test]
 fn a_member_named_twice_in_an_mcp_message_is_refused_and_runs_nothing() {
     // serde_json keeps the last of two members, many parsers the first: a policy proxy that

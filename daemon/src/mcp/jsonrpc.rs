@@ -66,6 +66,13 @@ pub(super) fn classify(message: Value) -> Message {
         Some(_) => return invalid("\"method\" must be a string"),
         None => return invalid("a request needs \"method\""),
     };
+    // Both a request and a response: a proxy reading it as a response would let it through
+    // while this server ran it.
+    if m.contains_key("result") || m.contains_key("error") {
+        return invalid(
+            "a message is a request (\"method\") or a response (\"result\", \"error\"), not both",
+        );
+    }
     let params = m.remove("params");
     if matches!(&params, Some(p) if !p.is_object() && !p.is_array()) {
         return invalid("\"params\" must be an object or an array");
