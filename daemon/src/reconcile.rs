@@ -88,16 +88,7 @@ async fn call_by_invocation(
     Segments(id): Segments<String>,
 ) -> Result<Response, ApiError> {
     let session = session(&state, &headers).await?;
-    let bad = || {
-        ApiError::bad_request(
-            "invocation id must be mcp:<episode>:<task id> or a2a:<episode>:<task id>",
-        )
-    };
-    let (surface, episode, task_id) = task::split_invocation_id(&id).ok_or_else(bad)?;
-    let surface = parse_surface(surface).ok_or_else(bad)?;
-    if !task::valid_task_id(task_id) {
-        return Err(bad());
-    }
+    let (surface, episode, task_id) = checked_invocation_id(&id)?;
     let session = if episode == session.episode {
         session
     } else if session.operator {
@@ -107,28 +98,50 @@ async fn call_by_invocation(
             ..Session::clone(&session)
         })
     } else {
-        // Another episode's calls are not the caller's to see, nor to learn of.
-        return Ok(not_found(surface, &session.episode, task_id));
+        // Another episode's calls are not the caller's to see, nor to learn of: the answer is
+        // the same whether the call exists or not, and names the id as it was asked for (not
+        // the caller's own call with that task id, which may well exist).
+        return Ok(not_found(surface, &id, task_id, true));
     };
     let task_id = task_id.to_owned();
     reconcile(state, session, surface, task_id).await
 }
 
-fn not_found(surface: Surface, episode: &str, task_id: &str) -> Response {
+/// An invocation id's surface, episode and task id, each checked (`mcp:` or `a2a:`, a valid
+/// episode name, a valid task id); else the route's `400`.
+pub fn checked_invocation_id(id: &str) -> Result<(Surface, &str, &str), ApiError> {
+    let bad = || {
+        ApiError::bad_request(
+            "invocation id must be mcp:<episode>:<task id> or a2a:<episode>:<task id>",
+        )
+    };
+    let (surface, episode, task_id) = task::split_invocation_id(id).ok_or_else(bad)?;
+    let surface = parse_surface(surface).ok_or_else(bad)?;
+    if broker_core::session::validate_episode(episode).is_err() || !task::valid_task_id(task_id) {
+        return Err(bad());
+    }
+    Ok((surface, episode, task_id))
+}
+
+/// The `404 not-found` answer for `invocation_id`: in the caller's own episode, or in
+/// another (`elsewhere`), whose calls it may not read, exist or not.
+fn not_found(surface: Surface, invocation_id: &str, task_id: &str, elsewhere: bool) -> Response {
+    let message = if elsewhere {
+        format!("no call {invocation_id} that this session may read (another episode's calls are its own)")
+    } else {
+        format!(
+            "no call with task id {task_id:?} on surface {} in this session's episode",
+            surface.prefix()
+        )
+    };
     (
         StatusCode::NOT_FOUND,
         Json(json!({
             "state": "not-found",
             "surface": surface.prefix(),
             "taskId": task_id,
-            "invocationId": format!("{}:{episode}:{task_id}", surface.prefix()),
-            "error": {
-                "class": "NotFound",
-                "message": format!(
-                    "no call with task id {task_id:?} on surface {} in this session's episode",
-                    surface.prefix()
-                ),
-            },
+            "invocationId": invocation_id,
+            "error": {"class": "NotFound", "message": message},
         })),
     )
         .into_response()
@@ -157,7 +170,8 @@ async fn reconcile(
     .await
     .map_err(|e| ApiError::internal("reconcile task", e))??;
     let Some((r, outcome)) = found else {
-        return Ok(not_found(surface, &episode, &task_id));
+        let id = format!("{}:{episode}:{task_id}", surface.prefix());
+        return Ok(not_found(surface, &id, &task_id, false));
     };
     Ok(Json(json!({
         "state": r.state,

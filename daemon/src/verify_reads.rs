@@ -19,9 +19,7 @@ use axum::routing::get;
 use axum::{Json, Router};
 use base64::Engine;
 use broker_core::access;
-use broker_core::commit::COORDINATOR_NAMESPACES;
 use broker_core::log;
-use broker_core::task;
 use broker_core::verify::InvocationRows;
 use serde_json::{json, Value};
 
@@ -41,13 +39,8 @@ async fn invocation_rows(
     Segments(id): Segments<String>,
 ) -> Result<Json<Value>, ApiError> {
     let reader = crate::visibility::reader_of_request(&state, &headers).await?;
-    let coordinator_id = COORDINATOR_NAMESPACES.iter().any(|ns| id.starts_with(ns))
-        && task::split_invocation_id(&id).is_some();
-    if !coordinator_id {
-        return Err(ApiError::bad_request(
-            "invocation id must be mcp:<episode>:<task id> or a2a:<episode>:<task id>",
-        ));
-    }
+    // Checked as `/v1/invocations/{id}` checks it: an id no call could have is a 400.
+    crate::reconcile::checked_invocation_id(&id)?;
     // Another episode's rows: the same answer whether they exist or not.
     if !access::may_read_invocation(&reader, &id) {
         return Err(ApiError::not_found("invocation not found"));

@@ -195,6 +195,44 @@ fn episode_b_cannot_read_list_or_find_episode_as_input_output_or_effect_objects(
     let theirs = get(&d.url("/v1/invocations/a2a:ep-a:w1"), Some(&b));
     assert_eq!(theirs.status, 404);
     assert_eq!(theirs.json()["state"], "not-found");
+    // It names the id asked for, not B's own call with that task id, which exists: the same
+    // answer whether A's call does or not.
+    a2a(&d, &b, "w1", "ailang-read", json!({"path": "b.txt"}));
+    assert_eq!(
+        get(&d.url("/v1/invocations/a2a:ep-b:w1"), Some(&b)).status,
+        200
+    );
+    let theirs = get(&d.url("/v1/invocations/a2a:ep-a:w1"), Some(&b));
+    assert_eq!(theirs.status, 404);
+    assert_eq!(theirs.json()["invocationId"], "a2a:ep-a:w1");
+    let never = get(&d.url("/v1/invocations/a2a:ep-a:never"), Some(&b));
+    assert_eq!(never.status, 404);
+    let mut never = never.json();
+    never["invocationId"] = json!("a2a:ep-a:w1");
+    never["taskId"] = json!("w1");
+    never["error"]["message"] = theirs.json()["error"]["message"].clone();
+    assert_eq!(never, theirs.json());
+    // Ids no call could have are refused alike on both invocation routes.
+    for bad in [
+        "a2a:ep-b:a%2Fb",
+        "a2a:ep-b:",
+        "a2a::r-1",
+        "a2a:Ep-b:w1",
+        "mcp:ep-b:a%20b",
+    ] {
+        for route in [
+            format!("/v1/invocations/{bad}"),
+            format!("/v1/invocations/{bad}/rows"),
+        ] {
+            let a = get(&d.url(&route), Some(&b));
+            assert_eq!(a.status, 400, "{route}: {}", a.text());
+            assert_eq!(
+                a.json()["error"]["message"],
+                "invocation id must be mcp:<episode>:<task id> or a2a:<episode>:<task id>",
+                "{route}"
+            );
+        }
+    }
     let looked = get(&d.url("/v1/invocations/a2a:ep-a:w1"), Some(&operator));
     assert_eq!(looked.status, 200, "{}", looked.text());
     assert_eq!(looked.json()["state"], "committed");

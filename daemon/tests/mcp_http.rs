@@ -2347,7 +2347,12 @@ async fn reconciliation_and_budget_after_denials_and_failures() {
         (status, v["state"].clone()),
         (StatusCode::NOT_FOUND, json!("not-found"))
     );
-    assert_eq!(v["invocationId"], "mcp:stranger:r1");
+    // The id as asked for: not the stranger's own call r1, which this does not say of.
+    assert_eq!(v["invocationId"], "mcp:rec:r1");
+    assert_eq!(
+        v["error"]["message"],
+        "no call mcp:rec:r1 that this session may read (another episode's calls are its own)"
+    );
     // Malformed handles and a missing session.
     assert_eq!(
         h.get_json(&t, "/v1/calls/rest/r1").await,
