@@ -106,6 +106,11 @@ impl Outcome {
     }
 
     /// Nothing ran: every callback slot was busy.
+    /// This daemon cannot run the tool (no handler, no world); nothing ran.
+    pub fn unavailable() -> Outcome {
+        Outcome::new(Kind::Refused, "unavailable", false)
+    }
+
     pub fn capacity() -> Outcome {
         Outcome::new(Kind::Refused, "capacity", true)
     }
@@ -169,9 +174,7 @@ pub fn of_failure(f: &InvokeFailure) -> Option<Outcome> {
             CallError::NotCommitted => Outcome::indeterminate("pending"),
             CallError::EffectsUnrecorded { .. } => Outcome::indeterminate("unrecorded"),
             CallError::HandlerTimedOut => Outcome::indeterminate("timeout"),
-            CallError::NoHandler | CallError::NoWorld => {
-                Outcome::new(Kind::Refused, "unavailable", false)
-            }
+            CallError::NoHandler | CallError::NoWorld => Outcome::unavailable(),
             CallError::Store(_) | CallError::Registry(_) | CallError::Internal(_) => {
                 Outcome::indeterminate("host")
             }

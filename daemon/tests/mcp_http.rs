@@ -2677,10 +2677,24 @@ async fn modern_host_failures_are_500_with_their_classification() {
             json!({"name": "ailang-run", "arguments": {"path": "m.ail"}}),
         ))
         .await;
+    // Rule R8: no handler here runs the tool, so nothing ran: refused, as A2A classifies the
+    // same call (it said "indeterminate", may have run).
     assert_eq!(r.status, StatusCode::INTERNAL_SERVER_ERROR);
     assert_eq!(
         r.body,
-        r#"{"jsonrpc":"2.0","id":2,"error":{"code":-32603,"message":"host callback failed","data":{"kind":"indeterminate","reason":"host","retryable":false}}}"#
+        r#"{"jsonrpc":"2.0","id":2,"error":{"code":-32603,"message":"host callback failed","data":{"kind":"refused","reason":"unavailable","retryable":false}}}"#
+    );
+    let v = h
+        .a2a(
+            &runner,
+            None,
+            v03_send("m-r8", "ailang-run", json!({"path": "m.ail"})),
+        )
+        .await;
+    assert_eq!(
+        (&v["error"]["data"]["kind"], &v["error"]["data"]["reason"]),
+        (&json!("refused"), &json!("unavailable")),
+        "{v}"
     );
 }
 

@@ -51,6 +51,9 @@ impl Ctx<'_> {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum HostFailure {
     Failed,
+    /// No loaded plugin handles the tool's effect (rule R8), or there is no world: the
+    /// fixed "failed" message, classified `refused` / `unavailable`, since nothing ran.
+    Unavailable,
     TimedOut,
     Canceled,
     Capacity,
@@ -64,7 +67,7 @@ pub(super) enum HostFailure {
 impl HostFailure {
     pub(super) fn message(self) -> &'static str {
         match self {
-            HostFailure::Failed => "host callback failed",
+            HostFailure::Failed | HostFailure::Unavailable => "host callback failed",
             HostFailure::TimedOut => "host callback timed out",
             HostFailure::Canceled => "host callback canceled",
             HostFailure::Capacity | HostFailure::Busy | HostFailure::StoreFull => {
@@ -77,6 +80,7 @@ impl HostFailure {
     pub(super) fn outcome(self) -> Outcome {
         match self {
             HostFailure::Failed => Outcome::indeterminate("host"),
+            HostFailure::Unavailable => Outcome::unavailable(),
             HostFailure::TimedOut => Outcome::indeterminate("timeout"),
             HostFailure::Canceled => Outcome::indeterminate("canceled"),
             HostFailure::Capacity => Outcome::capacity(),
@@ -583,11 +587,13 @@ async fn tool_named(
 /// the operator's log gets the cause, including the effect record refs of an
 /// EffectsUnrecorded failure.
 fn host_failure(episode: &str, tool: &str, id: &Value, failure: InvokeFailure) -> HostFailure {
-    // A tool no loaded plugin can run is the deployment's choice, not a fault.
-    let no_handler = matches!(failure, InvokeFailure::Call(CallError::NoHandler));
     let (host, cause) = match failure {
         // Nothing ran: the store is past its reserve (the operator's log says why).
         InvokeFailure::Call(e @ CallError::StoreFull(_)) => (HostFailure::StoreFull, e.to_string()),
+        // Nothing ran either: no plugin here runs the tool, or there is no world.
+        InvokeFailure::Call(e @ (CallError::NoHandler | CallError::NoWorld)) => {
+            (HostFailure::Unavailable, e.to_string())
+        }
         InvokeFailure::Call(e) => (HostFailure::Failed, e.to_string()),
         InvokeFailure::Capacity => (
             HostFailure::Capacity,
@@ -614,7 +620,8 @@ fn host_failure(episode: &str, tool: &str, id: &Value, failure: InvokeFailure) -
         HostFailure::Capacity | HostFailure::Busy | HostFailure::StoreFull => {
             tracing::debug!(%episode, %tool, rpc_id = %id, "mcp tools/call: {}: {cause}", host.message())
         }
-        HostFailure::Failed if no_handler => {
+        // A tool no loaded plugin can run is the deployment's choice, not a fault.
+        HostFailure::Unavailable => {
             tracing::warn!(%episode, %tool, rpc_id = %id, "mcp tools/call: {}: {cause}", host.message())
         }
         HostFailure::TimedOut => {
