@@ -416,3 +416,69 @@ fn a_damaged_registry_head_is_a_doctor_finding() {
     put(original);
     assert_eq!(doctor().0, 0);
 }
+
+/// A copy of `db` with every B-tree page's first node offset pointed far out of its page, as
+/// a flipped bit could: LMDB, which trusts its pages, follows it out of the map.
+fn with_offsets_out_of_their_pages(db: &Path, into: &Path) {
+    const PAGE: usize = 4096;
+    let mut data = std::fs::read(db.join("data.mdb")).unwrap();
+    let mut damaged = 0;
+    for page in 2..data.len() / PAGE {
+        let at = page * PAGE;
+        let flags = u16::from_le_bytes([data[at + 10], data[at + 11]]);
+        let lower = u16::from_le_bytes([data[at + 12], data[at + 13]]);
+        // A branch or leaf page with at least one node: the high byte of its first offset.
+        if flags & 0x03 != 0 && lower > 16 {
+            data[at + 17] = 0xf4;
+            damaged += 1;
+        }
+    }
+    assert!(damaged > 0);
+    std::fs::create_dir_all(into).unwrap();
+    std::fs::write(into.join("data.mdb"), data).unwrap();
+}
+
+/// The verbs an operator runs on a damaged store say that it is damaged, instead of dying by
+/// SIGBUS or SIGSEGV without a word (LMDB follows a corrupt page out of the map).
+#[test]
+fn a_store_whose_pages_point_out_of_the_map_is_said_damaged_by_every_verb_that_reads_it() {
+    let d = Daemon::start(WS, &[]);
+    let token = d.session("ep1", &["Workspace.Write=worktree:20"]);
+    for i in 0..12 {
+        a2a(
+            &d,
+            &token,
+            &format!("w{i}"),
+            "ailang-write",
+            json!({"path": format!("f{i}.txt"), "content": "hello"}),
+        );
+    }
+    let db = d.db();
+    let dir = d.halt();
+    let bad = dir.path().join("bad");
+    with_offsets_out_of_their_pages(&db, &bad);
+    let bad_db = path_str(&bad);
+    for (verb, args) in [
+        ("worldd doctor", vec!["doctor", "--db", bad_db]),
+        ("worldd usage", vec!["usage", "--db", bad_db]),
+        ("worldd session", vec!["session", "list", "--db", bad_db]),
+        ("worldd why", vec!["why", "--db", bad_db, "head"]),
+    ] {
+        let (code, _, err) = worldd(&args, None);
+        assert_eq!(code, 3, "{args:?}: {err}");
+        let line = err.lines().last().unwrap_or("");
+        assert!(
+            line.starts_with(&format!(
+                "worldd: store is damaged: {verb} crashed reading it (SIG"
+            )),
+            "{args:?}: {err}"
+        );
+        assert!(
+            line.ends_with("one of them is corrupt; restore the store from a backup (worldd backup makes one), and keep this copy for inspection"),
+            "{args:?}: {err}"
+        );
+    }
+    // The store it was copied from is sound.
+    let (code, _, err) = worldd(&["doctor", "--db", path_str(&db)], None);
+    assert_eq!(code, 0, "{err}");
+}

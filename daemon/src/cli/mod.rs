@@ -30,6 +30,7 @@ macro_rules! errln {
 
 mod backup;
 mod client;
+mod crash_guard;
 mod doctor;
 mod input;
 mod log_fields;
@@ -221,7 +222,24 @@ pub fn main() -> i32 {
         cli.command,
         Command::Serve(_) | Command::Quickstart(_)
     ));
-    let result = match cli.command {
+    // The verbs that read a store themselves run guarded against a store LMDB crashes on.
+    let guarded = match &cli.command {
+        Command::Session(_) => Some("worldd session"),
+        Command::Why(_) => Some("worldd why"),
+        Command::Doctor(_) => Some("worldd doctor"),
+        Command::Backup(_) => Some("worldd backup"),
+        Command::Usage(_) => Some("worldd usage"),
+        _ => None,
+    };
+    match guarded {
+        Some(verb) => crash_guard::guarded(verb, move || run(cli.command)),
+        None => run(cli.command),
+    }
+}
+
+/// Run one verb and report its failure: the command line's one reporting edge.
+fn run(command: Command) -> i32 {
+    let result = match command {
         Command::Serve(a) => serve::run(a),
         Command::Quickstart(a) => quickstart::run(a),
         Command::Session(c) => session::run(c),
