@@ -1054,6 +1054,39 @@ fn a_ref_typed_as_a_path_reaches_no_other_route() {
     }
 }
 
+/// A credential the daemon refuses is said with what to do about it, on REST and MCP verbs.
+#[test]
+fn a_revoked_credential_is_refused_with_what_to_do() {
+    let d = Daemon::start(&["worldd_workspace"], &[]);
+    let token = d.session("gone", &["Workspace.Read=worktree:5"]);
+    let session = d.dir.path().join("gone.session");
+    std::fs::write(&session, format!("{token}\n")).unwrap();
+    let (code, _, err) = worldd(
+        &[
+            "session",
+            "revoke",
+            "--db",
+            path_str(&d.db()),
+            "--episode",
+            "gone",
+        ],
+        None,
+    );
+    assert_eq!(code, 0, "{err}");
+    let hint = "(a credential this daemon does not know or no longer honours: revoked, expired, or minted for another store; mint a new one with worldd session mint)\n";
+    for verb in [&["head"][..], &["budget"], &["tools", "list"]] {
+        let (code, _, err) = worldd(
+            &[verb, &["--addr", &d.addr, "--session", path_str(&session)]].concat(),
+            None,
+        );
+        assert_eq!(code, 1, "{verb:?}: {err}");
+        assert!(
+            err.contains("HTTP 401") && err.ends_with(hint),
+            "{verb:?}: {err}"
+        );
+    }
+}
+
 /// `handlers` starts nothing, so a config file it cannot read is its own failure (exit 1),
 /// not a daemon's start-up failure (exit 2) as `serve` says it.
 #[test]

@@ -372,8 +372,19 @@ pub(super) fn get(c: &ClientArgs, path: &str) -> Result<Vec<u8>, Failure> {
         })
         .unwrap_or_else(|| ("Error".into(), String::from_utf8_lossy(&body).into_owned()));
     Err(Failure::usage(format!(
-        "{path} returned HTTP {status} {class}: {message}"
+        "{path} returned HTTP {status} {class}: {message}{}",
+        credential_hint(status, &class)
     )))
+}
+
+/// What to do about a credential the daemon refused (401, but sent): the answer says which
+/// way it was refused, not why the operator's file holds such a one.
+pub(super) fn credential_hint(status: u16, class: &str) -> &'static str {
+    if status == 401 && class != "SessionAbsent" {
+        " (a credential this daemon does not know or no longer honours: revoked, expired, or minted for another store; mint a new one with worldd session mint)"
+    } else {
+        ""
+    }
 }
 
 /// `text` as one path segment (or query value): every byte but letters, digits, `-`, `.`,
@@ -504,8 +515,9 @@ fn mcp(c: &ClientArgs, method: &str, params: Value) -> Result<Value, Failure> {
     let text = String::from_utf8_lossy(&reply).into_owned();
     if status != 200 {
         return Err(Failure::usage(format!(
-            "/mcp/ returned HTTP {status}: {}",
-            text.trim()
+            "/mcp/ returned HTTP {status}: {}{}",
+            text.trim(),
+            credential_hint(status, "")
         )));
     }
     let json_text = text

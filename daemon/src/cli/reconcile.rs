@@ -66,8 +66,19 @@ pub fn calls(cmd: CallsCommand) -> CliResult {
         if a.json {
             outln!("{v}");
         }
+        // A bare key is looked for on one surface: an A2A task id asked for on MCP's is not
+        // found, though the call exists.
+        let elsewhere = if a.handle.contains(':') {
+            String::new()
+        } else {
+            let other = if a.surface == "mcp" { "a2a" } else { "mcp" };
+            format!(
+                " on surface {}; a task id sent over {other}? add --surface {other}",
+                a.surface
+            )
+        };
         return Err(Failure::usage(format!(
-            "calls get: not found: {} (nothing was journaled under it in your episode; it is safe to send)",
+            "calls get: not found: {} (nothing was journaled under it in your episode; it is safe to send){elsewhere}",
             v["invocationId"].as_str().unwrap_or(&a.handle)
         )));
     }
@@ -134,12 +145,13 @@ pub fn budget(a: BudgetArgs) -> CliResult {
     let v: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
     if !(200..300).contains(&status) {
         return Err(Failure::usage(format!(
-            "/v1/budget returned HTTP {status} {}: {}",
+            "/v1/budget returned HTTP {status} {}: {}{}",
             v["error"]["class"].as_str().unwrap_or("Error"),
             v["error"]["message"]
                 .as_str()
                 .map(str::to_owned)
-                .unwrap_or_else(|| String::from_utf8_lossy(&body).trim().to_owned())
+                .unwrap_or_else(|| String::from_utf8_lossy(&body).trim().to_owned()),
+            super::client::credential_hint(status, v["error"]["class"].as_str().unwrap_or(""))
         )));
     }
     if a.json {
