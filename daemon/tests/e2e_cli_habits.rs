@@ -1054,6 +1054,72 @@ fn a_ref_typed_as_a_path_reaches_no_other_route() {
     }
 }
 
+/// A start that fails once it has made the store or the workspace root takes them away
+/// again (a mistyped `--handler` left a new store with its genesis entry behind); a store
+/// that was there before is left as it was.
+#[test]
+fn a_start_that_fails_leaves_no_store_or_workspace_root_it_made() {
+    let dir = tempfile::tempdir().unwrap();
+    let (db, root) = (dir.path().join("db"), dir.path().join("wt"));
+    let serve = |extra: &[&str]| {
+        worldd(
+            &[
+                &[
+                    "serve",
+                    "--db",
+                    path_str(&db),
+                    "--workspace-root",
+                    path_str(&root),
+                    "--bind",
+                    "127.0.0.1:0",
+                ][..],
+                extra,
+            ]
+            .concat(),
+            None,
+        )
+    };
+    for extra in [
+        &["--handler", "nope"][..],
+        &["--plugin-config", "workspace.nope=1"],
+    ] {
+        let (code, _, err) = serve(extra);
+        assert_eq!(code, 2, "{extra:?}: {err}");
+        assert!(err.contains("daemon startup failed at plugins"), "{err}");
+        assert!(
+            !db.exists() && !root.exists(),
+            "{extra:?} left {:?}",
+            std::fs::read_dir(dir.path())
+                .unwrap()
+                .map(|e| e.unwrap().file_name())
+                .collect::<Vec<_>>()
+        );
+    }
+    // The store inside the workspace root: refused, and the root it made is gone.
+    let inside = root.join("db");
+    let (code, _, err) = worldd(
+        &[
+            "serve",
+            "--db",
+            path_str(&inside),
+            "--workspace-root",
+            path_str(&root),
+            "--bind",
+            "127.0.0.1:0",
+        ],
+        None,
+    );
+    assert_eq!(code, 2, "{err}");
+    assert!(!root.exists(), "{err}");
+    // A store that existed stays.
+    drop(broker_core::store::Store::create(&db).unwrap());
+    let (code, _, err) = serve(&["--handler", "nope"]);
+    assert_eq!(code, 2, "{err}");
+    assert!(db.join("data.mdb").is_file());
+    let (code, _, err) = worldd(&["doctor", "--db", path_str(&db)], None);
+    assert_eq!(code, 0, "{err}");
+}
+
 /// A credential the daemon refuses is said with what to do about it, on REST and MCP verbs.
 #[test]
 fn a_revoked_credential_is_refused_with_what_to_do() {

@@ -317,25 +317,38 @@ pub fn run_with(a: ServeArgs, launch: Launch) -> CliResult {
         None => bind_now(addr)?,
     };
 
-    let store = open_store(&settings)?;
-    // One daemon per store: the per-episode ordering of calls lives in its memory.
-    let _lock = match held_early {
-        Some(lock) => lock,
-        None => writer_lock(&settings.db)?,
-    };
-    let _root_lock = match root_early {
-        Some(tried) => tried,
-        None => workspace_lock(&settings.workspace_root)?,
-    };
-    store.report_indeterminate_each();
-    // Before a plugin's constructor can start a program, and again once their libraries
-    // have opened what they open.
-    crate::descriptors::keep_from_programs();
+    // A start that fails from here on leaves nothing it made: not a new store, not a new
+    // workspace root (a mistyped flag would otherwise leave a store where none was meant).
+    let fresh = Fresh::note(&settings.db, &settings.workspace_root);
     let metrics = Metrics::default();
-    opts.limits = settings.limits.clone();
-    opts.metrics = metrics.clone();
-    let set = load_plugins(&mut opts, &store, &settings.db)?;
-    crate::descriptors::keep_from_programs();
+    let started = (|| {
+        let store = open_store(&settings)?;
+        // One daemon per store: the per-episode ordering of calls lives in its memory.
+        let lock = match held_early {
+            Some(lock) => lock,
+            None => writer_lock(&settings.db)?,
+        };
+        let root_lock = match root_early {
+            Some(tried) => tried,
+            None => workspace_lock(&settings.workspace_root)?,
+        };
+        store.report_indeterminate_each();
+        // Before a plugin's constructor can start a program, and again once their libraries
+        // have opened what they open.
+        crate::descriptors::keep_from_programs();
+        opts.limits = settings.limits.clone();
+        opts.metrics = metrics.clone();
+        let set = load_plugins(&mut opts, &store, &settings.db)?;
+        crate::descriptors::keep_from_programs();
+        Ok((store, lock, root_lock, set))
+    })();
+    let (store, _lock, _root_lock, set) = match started {
+        Ok(started) => started,
+        Err(failure) => {
+            fresh.undo();
+            return Err(failure);
+        }
+    };
     let catalog = catalog_of(&set);
     let classes = set.classes;
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -404,6 +417,39 @@ pub fn run_with(a: ServeArgs, launch: Launch) -> CliResult {
     }
     runtime.shutdown_timeout(HUNG_HANDLER_GRACE);
     served
+}
+
+/// The store directory and workspace root as a start found them: what it may take away
+/// again when it fails, which is only what it made.
+struct Fresh {
+    db: Option<PathBuf>,
+    root: Option<PathBuf>,
+}
+
+impl Fresh {
+    fn note(db: &std::path::Path, root: &std::path::Path) -> Fresh {
+        let absent = |p: &std::path::Path| (!p.exists()).then(|| p.to_path_buf());
+        Fresh {
+            db: absent(db),
+            root: absent(root),
+        }
+    }
+
+    /// Remove the store directory and the workspace root this start made (the root only while
+    /// empty). Called once the store is closed.
+    fn undo(self) {
+        if let Some(db) = self.db {
+            if let Err(e) = std::fs::remove_dir_all(&db) {
+                tracing::warn!(
+                    "could not remove the store {} this failed start made: {e}",
+                    db.display()
+                );
+            }
+        }
+        if let Some(root) = self.root {
+            let _ = std::fs::remove_dir(&root);
+        }
+    }
 }
 
 /// What `serve` runs with: each setting from its flag, else the config file, else its default.
