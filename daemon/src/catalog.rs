@@ -11,6 +11,7 @@
 //!              "library":"sha256:…","path":"/abs/path/libworldd_workspace.so",
 //!              "effects":[{"effect":"Workspace.Read","class":"read"}]}],
 //!  "declined":[{"name":"ailang","path":"/abs/path/libworldd_ailang.so","reason":"declined: …"}],
+//!  "unselected":[{"name":"git","path":"/abs/path/libworldd_git.so"}],
 //!  "tools":[{"name":"ailang-read","effects":["Workspace.Read"],"canRun":true},
 //!           {"name":"ailang-run","effects":["Ailang.Run"],"canRun":false,
 //!            "reason":"transition declares an effect this daemon has no handler for (Ailang.Run)"}]}
@@ -63,11 +64,20 @@ pub struct DeclinedPlugin {
     pub reason: String,
 }
 
+/// A plugin that was found but is not selected here (`--handler`, `[serve] handlers`); its
+/// tools are refused by R8.
+#[derive(Debug, Clone, Serialize)]
+pub struct UnselectedPlugin {
+    pub name: String,
+    pub path: String,
+}
+
 /// The plugins of a running daemon, fixed at start-up.
 #[derive(Debug, Clone, Default)]
 pub struct Catalog {
     pub plugins: Vec<LoadedPlugin>,
     pub declined: Vec<DeclinedPlugin>,
+    pub unselected: Vec<UnselectedPlugin>,
 }
 
 /// Whether a session can run a tool here, and if not, why.
@@ -141,6 +151,7 @@ async fn handlers(
     Ok(Json(json!({
         "plugins": catalog.plugins,
         "declined": catalog.declined,
+        "unselected": catalog.unselected,
         "tools": tools,
     })))
 }

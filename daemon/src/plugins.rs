@@ -148,6 +148,9 @@ pub struct PluginSet {
     /// Plugins that declined to start, with their reason; their tools are published and
     /// refused by R8.
     pub declined: Vec<(PluginInfo, String)>,
+    /// Plugins found but left out by the selection (`--handler`, `[serve] handlers`); their
+    /// tools are published and refused by R8 too.
+    pub unselected: Vec<PluginInfo>,
     pub classes: HashMap<String, EffectClass>,
 }
 
@@ -606,6 +609,7 @@ pub fn load(opts: &PluginOptions) -> Result<PluginSet, PluginError> {
     let mut claimed: HashMap<String, PathBuf> = HashMap::new();
     let mut found = Vec::new();
     let mut declined = Vec::new();
+    let mut unselected = Vec::new();
     let mut broken = Vec::new();
     let deadline = opts.limits.plugin_start;
     for scanned in scan(&opts.dir, deadline)? {
@@ -627,6 +631,7 @@ pub fn load(opts: &PluginOptions) -> Result<PluginSet, PluginError> {
             // Not enabled here: its tools are still published, so a call to one is refused
             // by R8 ("not enabled for this daemon") rather than looking like an unknown tool.
             transitions.extend(checked.transitions);
+            unselected.push(info);
             continue;
         }
         let name = info.manifest.name.clone();
@@ -695,6 +700,7 @@ pub fn load(opts: &PluginOptions) -> Result<PluginSet, PluginError> {
         transitions,
         plugins,
         declined,
+        unselected,
         classes,
     })
 }

@@ -72,6 +72,7 @@ fn handlers_route_lists_the_plugins_and_says_why_a_tool_cannot_run() {
     assert_eq!(v["declined"].as_array().unwrap().len(), 1, "{v}");
     assert_eq!(v["declined"][0]["name"], "ailang");
     assert_eq!(v["declined"][0]["reason"], DECLINED);
+    assert_eq!(v["unselected"], json!([]), "{v}");
     let tools: Vec<&Value> = v["tools"].as_array().unwrap().iter().collect();
     let find = |name: &str| {
         tools
@@ -94,6 +95,40 @@ fn handlers_route_lists_the_plugins_and_says_why_a_tool_cannot_run() {
     let anonymous = get(&d.url("/v1/handlers"), None);
     assert_eq!(anonymous.status, 401);
     assert_eq!(anonymous.json()["error"]["class"], "SessionAbsent");
+}
+
+/// A tool whose plugin the selection leaves out is refused by R8 like one whose plugin
+/// declined, and the route and `worldd call` say which plugin it was and why.
+#[test]
+fn a_tool_of_a_plugin_left_out_by_the_selection_says_so() {
+    let d = Daemon::start(WS_AILANG, &["--handler", "workspace"]);
+    let token = d.session("demo", &["Ailang.Run=worktree:5"]);
+    let v = get(&d.url("/v1/handlers"), Some(&token)).json();
+    assert_eq!(v["declined"], json!([]), "{v}");
+    assert_eq!(v["unselected"].as_array().unwrap().len(), 1, "{v}");
+    assert_eq!(v["unselected"][0]["name"], "ailang", "{v}");
+    let session = d.dir.path().join("demo.session");
+    std::fs::write(&session, format!("{token}\n")).unwrap();
+    let (code, _, err) = worldd(
+        &[
+            "call",
+            "ailang-run",
+            "--arg",
+            "path=m.ail",
+            "--addr",
+            &d.addr,
+            "--session",
+            path_str(&session),
+        ],
+        None,
+    );
+    assert_eq!(code, 1, "{err}");
+    assert!(
+        err.contains(
+            "plugin ailang is not selected here: --handler or [serve] handlers leave it out"
+        ),
+        "{err}"
+    );
 }
 
 #[test]

@@ -561,18 +561,21 @@ fn cannot_run(report: &Value) -> BTreeMap<String, String> {
 
 /// One line per plugin that declined to start, in its own words.
 fn declined_lines(report: &Value) -> Vec<String> {
-    report["declined"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .map(|d| {
-            format!(
-                "plugin {} did not start: {}",
-                d["name"].as_str().unwrap_or("?"),
-                d["reason"].as_str().unwrap_or("")
-            )
-        })
-        .collect()
+    let list = |key: &str| report[key].as_array().cloned().unwrap_or_default();
+    let declined = list("declined").into_iter().map(|d| {
+        format!(
+            "plugin {} did not start: {}",
+            d["name"].as_str().unwrap_or("?"),
+            d["reason"].as_str().unwrap_or("")
+        )
+    });
+    let unselected = list("unselected").into_iter().map(|u| {
+        format!(
+            "plugin {} is not selected here: --handler or [serve] handlers leave it out",
+            u["name"].as_str().unwrap_or("?")
+        )
+    });
+    declined.chain(unselected).collect()
 }
 
 pub fn tools(cmd: ToolsCommand) -> CliResult {

@@ -674,7 +674,7 @@ fn warn_when_nothing_serves(dir: &std::path::Path, set: &plugins::PluginSet) {
 
 /// What `GET /v1/handlers` reports: the plugins that loaded and those that declined.
 fn catalog_of(set: &plugins::PluginSet) -> crate::catalog::Catalog {
-    use crate::catalog::{Catalog, DeclinedPlugin, LoadedPlugin, PluginEffect};
+    use crate::catalog::{Catalog, DeclinedPlugin, LoadedPlugin, PluginEffect, UnselectedPlugin};
     let abs = |p: &std::path::Path| {
         std::path::absolute(p)
             .unwrap_or_else(|_| p.to_path_buf())
@@ -709,6 +709,14 @@ fn catalog_of(set: &plugins::PluginSet) -> crate::catalog::Catalog {
                 name: info.manifest.name.clone(),
                 path: abs(&info.path),
                 reason: reason.clone(),
+            })
+            .collect(),
+        unselected: set
+            .unselected
+            .iter()
+            .map(|info| UnselectedPlugin {
+                name: info.manifest.name.clone(),
+                path: abs(&info.path),
             })
             .collect(),
     }
