@@ -6,13 +6,16 @@
 //! would happen in `doctor`, and in the other verbs an operator runs on exactly such a store.
 //! So the verbs that read a store directly run in a child forked before any thread exists;
 //! the parent waits for it, passes its exit code on, and says a death by SIGSEGV or SIGBUS as
-//! the damaged store it is (exit 3, an integrity failure). `serve` is not guarded: a daemon
-//! is supervised, and a second process would stand between it and its supervisor.
+//! the damaged store it is (exit 3, an integrity failure). The child dies with its parent, so
+//! killing the `worldd` a caller started stops the verb. `serve` is not guarded: a daemon is
+//! supervised, and a second process would stand between it and its supervisor.
 
 /// Run `verb` in a child process and return its exit code; a crash on a bad memory access is
 /// said on stderr and is exit 3. Must be called while this process has one thread.
 #[cfg(unix)]
 pub fn guarded(verb: &str, run: impl FnOnce() -> i32) -> i32 {
+    // SAFETY: getpid cannot fail.
+    let parent = unsafe { libc::getpid() };
     // SAFETY: fork in a process with one thread (the caller's contract): the child is a full
     // copy with no lock held by a thread that does not exist there.
     let pid = unsafe { libc::fork() };
@@ -21,6 +24,16 @@ pub fn guarded(verb: &str, run: impl FnOnce() -> i32) -> i32 {
         return run();
     }
     if pid == 0 {
+        // The verb dies with the process its caller knows: a backup whose `worldd` a script
+        // kills must not go on copying unseen.
+        #[cfg(target_os = "linux")]
+        // SAFETY: prctl on this process alone; getppid cannot fail.
+        unsafe {
+            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+            if libc::getppid() != parent {
+                libc::_exit(1);
+            }
+        }
         let code = run();
         std::process::exit(code);
     }

@@ -243,6 +243,14 @@ pub fn open_to_read(db: &Path) -> Result<Store, Failure> {
 
 fn open_with(db: &Path, options: StoreOptions) -> Result<Store, Failure> {
     Store::open(db, options).map_err(|e| match e {
+        // A backup's destination whose copy was cut short: the store is not there, and why.
+        StoreError::NotFound(_) if db.join(crate::backup::PARTIAL).is_dir() => {
+            Failure::usage(format!(
+                "{} holds no store, only the unfinished copy of a backup that was interrupted ({}); run the backup again (worldd backup says what it finds there), or remove the directory",
+                db.display(),
+                db.join(crate::backup::PARTIAL).display()
+            ))
+        }
         // The store says it is absent (it never creates one unless asked): a usage error here.
         StoreError::NotFound(_) => Failure::usage(format!(
             "world store {} does not exist; refusing to create one (worldd serve creates the store)",
