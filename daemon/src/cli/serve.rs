@@ -439,7 +439,12 @@ impl Fresh {
     /// empty). Called once the store is closed.
     fn undo(self) {
         if let Some(db) = self.db {
-            if let Err(e) = std::fs::remove_dir_all(&db) {
+            // A start refused before the store was made has nothing to take away.
+            let removed = std::fs::remove_dir_all(&db);
+            if let Some(e) = removed
+                .err()
+                .filter(|e| e.kind() != std::io::ErrorKind::NotFound)
+            {
                 tracing::warn!(
                     "could not remove the store {} this failed start made: {e}",
                     db.display()
