@@ -877,6 +877,28 @@ fn tool_names(v: &Value) -> Vec<String> {
         .collect()
 }
 
+/// Every list is one page and no `nextCursor` is ever sent, so a cursor is one this server
+/// never gave: refused (MCP says SHOULD), not answered with the first page as if it were.
+#[tokio::test]
+async fn tools_list_refuses_a_cursor_it_never_gave() {
+    let h = harness();
+    let reader = h.reader();
+    let v = h
+        .rpc(
+            &reader,
+            r#"{"jsonrpc":"2.0","id":3,"method":"tools/list","params":{"cursor":"zzz"}}"#,
+        )
+        .await
+        .sse();
+    assert_eq!(
+        v,
+        json!({"jsonrpc": "2.0", "id": 3, "error": {"code": -32602, "message":
+               "invalid params: unknown cursor \"zzz\": tools/list answers in one page and gives no cursor"}})
+    );
+    let v = h.rpc(&reader, list_body()).await.sse();
+    assert!(v["result"]["nextCursor"].is_null(), "{v}");
+}
+
 #[tokio::test]
 async fn tools_list_follows_the_sessions_grants() {
     let h = harness();

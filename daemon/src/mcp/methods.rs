@@ -101,7 +101,22 @@ pub(super) async fn dispatch(
         ("initialize", false) => Ok(initialize(id, params.as_ref())),
         ("ping", false) => Ok(Reply::result(id, MethodResult::Empty(Empty {}))),
         ("server/discover", true) => Ok(discover(id)),
-        ("tools/list", _) => tools_list(ctx, id).await,
+        ("tools/list", _) => match params.as_ref().and_then(|p| p.get("cursor")) {
+            // Every list is one page (no `nextCursor` is ever sent), so a cursor was not ours.
+            Some(cursor) => Ok(Reply::error(
+                id,
+                INVALID_PARAMS,
+                format!(
+                    "invalid params: unknown cursor {}: tools/list answers in one page and gives no cursor",
+                    dialect::quote::quote(
+                        &cursor
+                            .as_str()
+                            .map_or_else(|| cursor.to_string(), str::to_owned)
+                    )
+                ),
+            )),
+            None => tools_list(ctx, id).await,
+        },
         ("tools/call", _) => tools_call(ctx, id, params).await,
         (other, _) => Ok(Reply::error(
             id,
