@@ -107,8 +107,7 @@ fn a_tool_of_a_plugin_left_out_by_the_selection_says_so() {
     assert_eq!(v["declined"], json!([]), "{v}");
     assert_eq!(v["unselected"].as_array().unwrap().len(), 1, "{v}");
     assert_eq!(v["unselected"][0]["name"], "ailang", "{v}");
-    let session = d.dir.path().join("demo.session");
-    std::fs::write(&session, format!("{token}\n")).unwrap();
+    let session = d.session_file("demo", &token);
     let (code, _, err) = worldd(
         &[
             "call",
@@ -1015,25 +1014,26 @@ fn handlers_reports_exactly_what_stops_serve() {
     assert_eq!(code, 0);
     assert!(out.contains(&format!("\nproblem: {typo}\n")), "{out}");
     assert!(out.contains(&format!("\nnote: {absent}\n")), "{out}");
-    let serve = |config: &Path| {
-        worldd(
-            &[
-                "serve",
-                "--db",
-                path_str(&dir.path().join("db2")),
-                "--workspace-root",
-                path_str(&dir.path().join("wt2")),
-                "--bind",
-                "127.0.0.1:0",
-                "--plugin-dir",
-                path_str(&plugins),
-                "--config",
-                path_str(config),
-            ],
-            None,
-        )
+    // `serve` of this config, on a store and root of its own (`n`).
+    let serve_args = |n: &str| -> Vec<String> {
+        [
+            "serve",
+            "--db",
+            path_str(&dir.path().join(format!("db{n}"))),
+            "--workspace-root",
+            path_str(&dir.path().join(format!("wt{n}"))),
+            "--bind",
+            "127.0.0.1:0",
+            "--plugin-dir",
+            path_str(&plugins),
+            "--config",
+            path_str(&config),
+        ]
+        .map(str::to_owned)
+        .to_vec()
     };
-    let (code, _, err) = serve(&config);
+    let args = serve_args("2");
+    let (code, _, err) = worldd(&args.iter().map(String::as_str).collect::<Vec<_>>(), None);
     assert_eq!(code, 2, "{err}");
     assert_eq!(
         err.lines().last().unwrap(),
@@ -1045,21 +1045,9 @@ fn handlers_reports_exactly_what_stops_serve() {
     // The absent plugin's table alone is warned of, and the daemon serves.
     std::fs::write(&config, "[plugins.ailang]\nbin = \"/usr/bin/ailang\"\n").unwrap();
     let mut cmd = Command::new(WORLDD);
-    cmd.args([
-        "serve",
-        "--db",
-        path_str(&dir.path().join("db3")),
-        "--workspace-root",
-        path_str(&dir.path().join("wt3")),
-        "--bind",
-        "127.0.0.1:0",
-        "--plugin-dir",
-        path_str(&plugins),
-        "--config",
-        path_str(&config),
-    ])
-    .stdout(Stdio::piped())
-    .stderr(Stdio::piped());
+    cmd.args(serve_args("3"))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
     let d = Daemon::spawn(tempfile::tempdir().unwrap(), cmd);
     expect_line(&d.log_lines(), &[absent]);
     assert_eq!(get(&d.url("/v1/health"), None).status, 200);
@@ -1071,8 +1059,7 @@ fn handlers_reports_exactly_what_stops_serve() {
 fn a_ref_typed_as_a_path_reaches_no_other_route() {
     let d = Daemon::start(&["worldd_workspace"], &[]);
     let token = d.operator_session("ops", &[]);
-    let session = d.dir.path().join("ops.session");
-    std::fs::write(&session, format!("{token}\n")).unwrap();
+    let session = d.session_file("ops", &token);
     let addr = d.addr.clone();
     for args in [
         &["object", "get", "../../v1/budget?episode=ops"][..],
@@ -1160,8 +1147,7 @@ fn a_start_that_fails_leaves_no_store_or_workspace_root_it_made() {
 fn a_revoked_credential_is_refused_with_what_to_do() {
     let d = Daemon::start(&["worldd_workspace"], &[]);
     let token = d.session("gone", &["Workspace.Read=worktree:5"]);
-    let session = d.dir.path().join("gone.session");
-    std::fs::write(&session, format!("{token}\n")).unwrap();
+    let session = d.session_file("gone", &token);
     let (code, _, err) = worldd(
         &[
             "session",

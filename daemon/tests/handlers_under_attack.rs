@@ -31,17 +31,7 @@ fn unsafe_integer_argument_is_invalid_params_over_mcp_and_a2a() {
     let before = head(&d, &token);
     // Over MCP: the body is sent as text, so the integer arrives exactly.
     let body = r#"{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"ailang-read","arguments":{"path":9007199254740993}}}"#;
-    let a = request(
-        "POST",
-        &d.url("/mcp/"),
-        Some(&token),
-        &[
-            ("Content-Type", "application/json"),
-            ("Accept", "application/json, text/event-stream"),
-            ("MCP-Protocol-Version", "2025-11-25"),
-        ],
-        Some(body.as_bytes()),
-    );
+    let a = mcp_text(&d, &token, "2025-11-25", body.as_bytes());
     assert_eq!(a.status, 200, "{}", a.text());
     assert_eq!(
         a.sse_json(),
@@ -80,17 +70,7 @@ fn integers_too_wide_for_u64_are_invalid_params_over_mcp_not_rounded_into_anothe
     let token = d.session("ep1", &["Workspace.Read=worktree:5"]);
     let before = head(&d, &token);
     let post = |version: &str, body: String| {
-        let a = request(
-            "POST",
-            &d.url("/mcp/"),
-            Some(&token),
-            &[
-                ("Content-Type", "application/json"),
-                ("Accept", "application/json, text/event-stream"),
-                ("MCP-Protocol-Version", version),
-            ],
-            Some(body.as_bytes()),
-        );
+        let a = mcp_text(&d, &token, version, body.as_bytes());
         assert_eq!(a.status, 200, "{}", a.text());
         a.sse_json()
     };

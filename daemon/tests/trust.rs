@@ -69,6 +69,11 @@ fn commit_body(d: &Daemon, token: &str, claim: &Claim<'_>, objects: &[(Vec<u8>, 
 
 /// An opaque client commit (a note), valid on the current head.
 fn note_commit(d: &Daemon, token: &str, tag: &str) -> Value {
+    note_commit_as(d, token, tag, "world/note/v1")
+}
+
+/// [`note_commit`] with the note's object under `semantic_id`.
+fn note_commit_as(d: &Daemon, token: &str, tag: &str, semantic_id: &str) -> Value {
     let out = format!(r#"{{"note":"{tag}"}}"#).into_bytes();
     let rec = format!(r#"{{"record":"{tag}"}}"#).into_bytes();
     commit_body(
@@ -82,7 +87,7 @@ fn note_commit(d: &Daemon, token: &str, tag: &str) -> Value {
             output_ref: &sha(&out),
         },
         &[
-            (out.clone(), "world/note/v1"),
+            (out.clone(), semantic_id),
             (rec.clone(), "world/note-record/v1"),
         ],
     )
@@ -845,22 +850,7 @@ fn text_from_commits_calls_and_a_lying_daemon_reaches_the_operators_terminal_esc
         v["error"]["message"],
         "invalid commit: writtenBy holds U+001B, which a terminal acts on instead of showing (operators read it in worldd log tail and worldd why); write it as plain text"
     );
-    let (out, rec) = (br#"{"note":"t2"}"#.to_vec(), br#"{"record":"t2"}"#.to_vec());
-    let body = commit_body(
-        &d,
-        &ops,
-        &Claim {
-            written_by: "rest:ops",
-            transition_fn: &sha(b"fn"),
-            interpreter: &sha(b"interp"),
-            record_ref: &sha(&rec),
-            output_ref: &sha(&out),
-        },
-        &[
-            (out.clone(), "world/note/v1\u{202e}"),
-            (rec.clone(), "world/note-record/v1"),
-        ],
-    );
+    let body = note_commit_as(&d, &ops, "t2", "world/note/v1\u{202e}");
     let (status, v) = error_of(&commit(&d, &ops, &body));
     assert_eq!(status, 400, "{v}");
     let message = v["error"]["message"].as_str().unwrap();
@@ -890,8 +880,7 @@ fn text_from_commits_calls_and_a_lying_daemon_reaches_the_operators_terminal_esc
     assert!(out.contains("a\\u009b2J\\u202eb\\u001b[2Jc"), "{out}");
 
     // A daemon that serves such text anyway.
-    let session = d.dir.path().join("ops.session");
-    std::fs::write(&session, format!("{ops}\n")).unwrap();
+    let session = d.session_file("ops", &ops);
     let addr = lying_daemon(json!({"items": [{
         "header": {"entryIndex": 26, "writtenBy": hostile},
         "entryHash": "sha256:00", "outcome": "-"}], "next": 27}));

@@ -145,22 +145,19 @@ pub fn run(cmd: SessionCommand) -> CliResult {
     }
 }
 
-/// Effects of the shipped plugins and the daemon, and the scopes their tools use: what a
-/// grant's effect or scope a letter or two away from one is most likely a typo of.
-const KNOWN_EFFECTS: [&str; 11] = [
-    "Workspace.Read",
-    "Workspace.Write",
-    "Ailang.Check",
-    "Ailang.Run",
-    "Ailang.RunEnv",
-    "Ailang.RunNet",
-    "Ailang.Discover",
-    "Ailang.CLI",
-    "Git.Commit",
-    "Registry.Publish",
-    "World.Commit",
-];
+/// Effects of the shipped plugins and the daemon beyond the se-tools set, and the scopes
+/// their tools use: what a grant's effect or scope a letter or two away from one is most
+/// likely a typo of.
+const OTHER_SHIPPED_EFFECTS: [&str; 3] = ["Git.Commit", "Registry.Publish", "World.Commit"];
 const KNOWN_SCOPES: [&str; 3] = ["worktree", "log", "any"];
+
+fn known_effects() -> Vec<&'static str> {
+    SE_TOOLS_EFFECTS
+        .iter()
+        .chain(&OTHER_SHIPPED_EFFECTS)
+        .copied()
+        .collect()
+}
 
 /// Parse `--grant`s. An effect or scope no tool could ask for (not a name) is refused; one
 /// that is a letter or two from a shipped one is said on stderr before the question, since a
@@ -182,8 +179,9 @@ fn parse_grants(texts: &[String]) -> Result<Vec<Grant>, Failure> {
                     "invalid --grant {text:?}: the scope must be letters, digits and . _ / - (worktree), at most 128 bytes"
                 )));
             }
+            let effects = known_effects();
             for (what, given, known) in [
-                ("effect", &grant.effect, &KNOWN_EFFECTS[..]),
+                ("effect", &grant.effect, &effects[..]),
                 ("scope", &grant.scope, &KNOWN_SCOPES[..]),
             ] {
                 if let Some(near) = near_miss(given, known) {
@@ -630,7 +628,8 @@ fn revoke(a: RevokeArgs) -> CliResult {
 mod tests {
     #[test]
     fn a_grant_a_letter_or_two_from_a_shipped_one_is_named_as_its_likely_typo() {
-        let near = |given| super::near_miss(given, &super::KNOWN_EFFECTS);
+        let effects = super::known_effects();
+        let near = |given| super::near_miss(given, &effects);
         assert_eq!(near("Workspace.Raed"), Some("Workspace.Read"));
         assert_eq!(near("workspace.read"), Some("Workspace.Read"));
         assert_eq!(near("Workspace.Read"), None);

@@ -251,6 +251,16 @@ impl Daemon {
         self.mint_with(broker_core::session::mint, episode, grants)
     }
 
+    /// `token` in the session file `NAME.session` of the daemon's directory (mode 0600), as
+    /// an agent or the operator keeps it for the client verbs' `--session`.
+    pub fn session_file(&self, name: &str, token: &str) -> PathBuf {
+        use std::os::unix::fs::PermissionsExt;
+        let file = self.dir.path().join(format!("{name}.session"));
+        std::fs::write(&file, format!("{token}\n")).unwrap();
+        std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600)).unwrap();
+        file
+    }
+
     /// Mint an operator credential directly in the store (as `session mint --operator`).
     pub fn operator_session(&self, episode: &str, grants: &[&str]) -> String {
         self.mint_with(broker_core::session::mint_operator, episode, grants)
@@ -713,6 +723,12 @@ pub fn a2a(d: &Daemon, token: &str, task: &str, skill: &str, args: Value) -> Val
 /// MCP `tools/call` (2025-11-25).
 pub fn mcp(d: &Daemon, token: &str, method: &str, params: Value) -> Answer {
     let body = serde_json::json!({"jsonrpc": "2.0", "id": 7, "method": method, "params": params});
+    mcp_text(d, token, "2025-11-25", &serde_json::to_vec(&body).unwrap())
+}
+
+/// POST `body` to `/mcp/` as it is (text a serializer would not write, such as an integer
+/// wider than 64 bits), under MCP revision `version`.
+pub fn mcp_text(d: &Daemon, token: &str, version: &str, body: &[u8]) -> Answer {
     request(
         "POST",
         &d.url("/mcp/"),
@@ -720,9 +736,9 @@ pub fn mcp(d: &Daemon, token: &str, method: &str, params: Value) -> Answer {
         &[
             ("Content-Type", "application/json"),
             ("Accept", "application/json, text/event-stream"),
-            ("MCP-Protocol-Version", "2025-11-25"),
+            ("MCP-Protocol-Version", version),
         ],
-        Some(&serde_json::to_vec(&body).unwrap()),
+        Some(body),
     )
 }
 
