@@ -903,3 +903,24 @@ fn text_from_commits_calls_and_a_lying_daemon_reaches_the_operators_terminal_esc
         "{out}"
     );
 }
+
+/// A client commit belongs to no episode, and what an operator commits is the operators' to
+/// read: an agent's log listing leaves it out (the genesis stays in), an operator's has it.
+#[test]
+fn an_operators_commit_is_listed_to_operators_and_not_to_agents() {
+    let d = Daemon::start(WS, &[]);
+    let ops = d.operator_session("ops", &["World.Commit=log:5"]);
+    let agent = d.session("ep1", &["Workspace.Read=worktree:5"]);
+    let (status, v) = error_of(&commit(&d, &ops, &note_commit(&d, &ops, "listed")));
+    assert_eq!(status, 200, "{v}");
+    let indexes = |token: &str| -> Vec<u64> {
+        get(&d.url("/v1/log?from=0"), Some(token)).json()["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| e["header"]["entryIndex"].as_u64().unwrap())
+            .collect()
+    };
+    assert_eq!(indexes(&ops), [0, 1]);
+    assert_eq!(indexes(&agent), [0]);
+}
