@@ -811,6 +811,11 @@ fn acted_on_by_a_terminal(text: &str) -> Vec<char> {
 
 /// A daemon that answers one request with `body` (JSON, 200) and closes.
 fn lying_daemon(body: Value) -> String {
+    lying_daemon_with("200 OK", body)
+}
+
+/// A daemon that answers one request with `status` and `body` (JSON) and closes.
+fn lying_daemon_with(status: &'static str, body: Value) -> String {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = listener.local_addr().unwrap().to_string();
     std::thread::spawn(move || {
@@ -824,7 +829,7 @@ fn lying_daemon(body: Value) -> String {
         let body = body.to_string();
         let _ = write!(
             s,
-            "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            "HTTP/1.1 {status}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
             body.len()
         );
     });
@@ -923,4 +928,36 @@ fn an_operators_commit_is_listed_to_operators_and_not_to_agents() {
     };
     assert_eq!(indexes(&ops), [0, 1]);
     assert_eq!(indexes(&agent), [0]);
+}
+
+/// An error message quoting what a daemon answered stops after 8 KiB: a daemon that answers a
+/// megabyte (or endlessly) does not make the operator's terminal a line of megabytes.
+#[test]
+fn a_megabyte_error_message_from_a_lying_daemon_is_cut_to_8_kib() {
+    let addr = lying_daemon_with(
+        "404 Not Found",
+        json!({"error": {"class": "NotFound", "message": "x".repeat(1 << 20)}}),
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let session = dir.path().join("s.session");
+    std::fs::write(&session, format!("{}\n", "a".repeat(64))).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&session, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let (code, _, err) = worldd(
+        &["head", "--addr", &addr, "--session", path_str(&session)],
+        None,
+    );
+    assert_eq!(code, 1, "{}", &err[..200.min(err.len())]);
+    assert_eq!(err.lines().count(), 1);
+    assert!(err.len() < 8192 + 100, "{} bytes", err.len());
+    assert!(
+        err.starts_with("worldd: /v1/head returned HTTP 404 NotFound: xxx"),
+        "{}",
+        &err[..100]
+    );
+    assert!(
+        err.ends_with(" more bytes not shown)\n"),
+        "{}",
+        &err[err.len() - 100..]
+    );
 }
