@@ -202,12 +202,38 @@ pub fn load_in(r: &ReadCtx<'_>, name: &str) -> Result<Registry, RegistryError> {
     })
 }
 
-/// Add or replace `docs` in registry `name`, producing a new revision when anything changed.
+/// Add or replace `docs` in registry `name`, producing a new revision when anything changed;
+/// refused when the revision would pass [`MAX_REGISTRY_BYTES`].
 pub fn publish(
     store: &Store,
     name: &str,
     docs: Vec<Transition>,
     provenance: &str,
+) -> Result<Published, RegistryError> {
+    publish_within(store, name, docs, provenance, Some(MAX_REGISTRY_BYTES))
+}
+
+/// [`publish`] for the tools the loaded plugins ship, which a daemon publishes at every start:
+/// never refused for the registry's size. Publishers may have filled the registry to its
+/// limit with smaller versions of the same ids (replacing a shipped tool is theirs to do, and
+/// a restart puts it back); refusing the shipped documents then would keep the daemon from
+/// starting at all. What they add past the limit is bounded by the shipped documents' own
+/// size, and further publications are refused until the registry is under it again.
+pub fn publish_shipped(
+    store: &Store,
+    name: &str,
+    docs: Vec<Transition>,
+    provenance: &str,
+) -> Result<Published, RegistryError> {
+    publish_within(store, name, docs, provenance, None)
+}
+
+fn publish_within(
+    store: &Store,
+    name: &str,
+    docs: Vec<Transition>,
+    provenance: &str,
+    limit: Option<usize>,
 ) -> Result<Published, RegistryError> {
     let mut objects = Vec::with_capacity(docs.len());
     let mut seen = std::collections::BTreeSet::new();
@@ -224,7 +250,7 @@ pub fn publish(
     let name = name.to_owned();
     let provenance = provenance.to_owned();
     // The writer may run the operation twice (store::Store::write): it gets its own copy.
-    store.write(move |w| publish_in(w, &name, objects.clone(), &provenance))
+    store.write(move |w| publish_in(w, &name, objects.clone(), &provenance, limit))
 }
 
 type Part = (String, Object, Value);
@@ -239,6 +265,7 @@ fn publish_in(
     name: &str,
     parts: Vec<Part>,
     provenance: &str,
+    limit: Option<usize>,
 ) -> Result<Published, RegistryError> {
     let interpreter = interpreter_ref()?;
     let parent = head(&w.reader(), name)?;
@@ -282,7 +309,7 @@ fn publish_in(
         "entries": entries.into_values().collect::<Vec<_>>(),
     });
     let obj = Object::json(sid::TRANSITION_REGISTRY, provenance, &doc)?;
-    if obj.payload.len() > MAX_REGISTRY_BYTES {
+    if limit.is_some_and(|limit| obj.payload.len() > limit) {
         // The batch's write is undone with this operation: nothing of it is stored.
         return Err(RegistryError::TooLarge {
             name: name.to_owned(),

@@ -152,4 +152,16 @@ fn a_registry_cannot_be_grown_past_its_limit_by_many_publications() {
     )
     .unwrap();
     assert!(replaced.changed);
+    // What the loaded plugins ship is admitted past the limit: a daemon publishes it at every
+    // start, and a refusal would keep it from starting.
+    let shipped = registry::publish_shipped(
+        &w.store,
+        registry::DEFAULT_REGISTRY,
+        (60..70).map(|i| big(format!("big-{i}"))).collect(),
+        "worldd:plugins",
+    )
+    .unwrap();
+    assert!(shipped.changed);
+    // And publications are refused again until the registry is back under it.
+    assert!(publish(70..71).is_err());
 }

@@ -623,3 +623,82 @@ fn a_registry_grown_past_8_mib_is_refused_and_publishes_nothing() {
     );
     assert_eq!(mcp_tools(&d, &token), before, "nothing was published");
 }
+
+/// A shipped tool's document, as the repository holds it.
+fn shipped_doc(id: &str) -> Value {
+    let path = format!(
+        "{}/../transitions/se-tools/{id}.json",
+        env!("CARGO_MANIFEST_DIR")
+    );
+    serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap()
+}
+
+/// A publisher shrinks the shipped tools (replacing a tool is its right) and fills the
+/// registry to within bytes of its limit: the next start publishes the shipped documents
+/// again, larger than what they replace, and was refused for the registry's size, so the
+/// daemon could never start again (`startup failed at registry-bootstrap`). The shipped
+/// documents are always admitted: the daemon starts, serves them whole, and the store checks.
+#[test]
+fn a_registry_filled_to_its_limit_around_shrunk_shipped_tools_does_not_stop_the_next_start() {
+    use broker_core::registry::{self, RegistryError, MAX_REGISTRY_BYTES};
+    use broker_core::transition::{Transition, MAX_SCHEMA_BYTES};
+    let dir = tempfile::tempdir().unwrap();
+    let store = broker_core::store::Store::create(&dir.path().join("db")).unwrap();
+    let publish = |docs: Vec<Value>| {
+        let docs = docs
+            .into_iter()
+            .map(|d| Transition::from_value(d).unwrap())
+            .collect();
+        registry::publish(&store, registry::DEFAULT_REGISTRY, docs, "publisher")
+    };
+    let shrunk: Vec<Value> = ["ailang-read", "ailang-write", "ailang-edit"]
+        .into_iter()
+        .map(|id| {
+            let mut doc = shipped_doc(id);
+            doc["title"] = json!("x");
+            doc["description"] = json!("x");
+            doc
+        })
+        .collect();
+    publish(shrunk).unwrap();
+    let wide = MAX_SCHEMA_BYTES - 1024;
+    let filler = |n: usize, input: usize, output: usize| {
+        let mut doc = shipped_doc("ailang-read");
+        doc["id"] = json!(format!("filler-{n}"));
+        doc["inputSchema"]["description"] = json!("i".repeat(input));
+        doc["outputSchema"]["description"] = json!("o".repeat(output));
+        doc
+    };
+    let mut n = 0;
+    let over = loop {
+        match publish(vec![filler(n, wide, wide)]) {
+            Ok(_) => n += 1,
+            Err(RegistryError::TooLarge { bytes, .. }) => break bytes - MAX_REGISTRY_BYTES,
+            Err(e) => panic!("{e}"),
+        }
+    };
+    // The last filler cut to leave 64 bytes: the shrunk tools cannot grow back within them.
+    let left = 2 * wide - (over + 64);
+    publish(vec![filler(n, left.min(wide), left - left.min(wide))]).unwrap();
+    drop(store);
+
+    let d = Daemon::start_in(dir, &["worldd_workspace"], &[]);
+    let token = d.session("ep1", &["Workspace.Read=worktree:5"]);
+    let v = mcp(&d, &token, "tools/list", json!({})).sse_json();
+    let read = v["result"]["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["name"] == "ailang-read")
+        .cloned()
+        .unwrap_or_else(|| panic!("{v}"));
+    assert_eq!(
+        read["description"],
+        shipped_doc("ailang-read")["description"]
+    );
+    let db = d.db();
+    let dir = d.halt();
+    let (code, _, err) = worldd(&["doctor", "--db", path_str(&db)], None);
+    assert_eq!(code, 0, "{err}");
+    drop(dir);
+}

@@ -584,7 +584,7 @@ fn load_plugins(
             .collect::<BTreeSet<_>>(),
     );
     if !set.transitions.is_empty() {
-        let published = registry::publish(
+        let published = registry::publish_shipped(
             store,
             registry::DEFAULT_REGISTRY,
             set.transitions.clone(),
