@@ -562,6 +562,11 @@ fn a_program_a_plugin_starts_with_plain_command_inherits_no_descriptor_not_even_
             .all(|h| !h.contains("data.mdb") && !h.contains("socket:")),
         "{held:?}"
     );
+    // stdin and stdout are the plugin's own pipes; stderr is the daemon's.
+    assert!(
+        held[0].starts_with("0 pipe:[") && held[1].starts_with("1 pipe:["),
+        "{held:?}"
+    );
 }
 
 #[test]
