@@ -38,17 +38,24 @@ pub fn router(state: AppState) -> Router {
             state.clone(),
             edge::host::guard,
         ))
-        .layer(axum::middleware::map_response(no_sniffing))
+        .layer(axum::middleware::map_response(for_browsers))
         .with_state(state)
 }
 
-/// Every answer, refusals included, says its content type is the only one: a browser must not
-/// guess HTML in an object or an error message an agent wrote.
-async fn no_sniffing(mut response: axum::response::Response) -> axum::response::Response {
-    response
-        .headers_mut()
-        .entry(axum::http::header::X_CONTENT_TYPE_OPTIONS)
-        .or_insert(axum::http::HeaderValue::from_static("nosniff"));
+/// What every answer, refusals included, tells a browser. Its content type is the only one: a
+/// browser must not guess HTML in an object or an error message an agent wrote. And it is not
+/// to be kept (`no-store`, unless the route set its own policy, as the workbench's page does):
+/// answers carry an episode's objects and log, which a browser client would otherwise write to
+/// its disk cache.
+async fn for_browsers(mut response: axum::response::Response) -> axum::response::Response {
+    use axum::http::{header, HeaderValue};
+    let headers = response.headers_mut();
+    headers
+        .entry(header::X_CONTENT_TYPE_OPTIONS)
+        .or_insert(HeaderValue::from_static("nosniff"));
+    headers
+        .entry(header::CACHE_CONTROL)
+        .or_insert(HeaderValue::from_static("no-store"));
     response
 }
 

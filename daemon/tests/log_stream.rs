@@ -954,28 +954,40 @@ async fn the_workbench_is_served_with_its_content_types_and_a_strict_policy() {
 }
 
 /// A browser must not guess HTML in any answer: an object or an error message may hold what
-/// an agent wrote.
+/// an agent wrote. Nor keep one: answers carry an episode's log and objects, which a browser
+/// client's disk cache would otherwise hold (the workbench's page sets its own policy).
 #[tokio::test]
-async fn every_answer_says_nosniff_refusals_included() {
+async fn every_answer_says_nosniff_and_no_store_refusals_included() {
     let h = harness(false);
-    for (path, headers, status) in [
-        ("/v1/health", &[][..], StatusCode::OK),
-        ("/v1/head", &[][..], StatusCode::UNAUTHORIZED),
-        ("/v1/nothing-here", &[][..], StatusCode::NOT_FOUND),
+    let token = h.token("ep1", &["Workspace.Read=worktree:5"]);
+    for (credential, path, headers, status) in [
+        (None, "/v1/health", &[][..], StatusCode::OK),
+        (None, "/v1/head", &[][..], StatusCode::UNAUTHORIZED),
+        (Some(token.as_str()), "/v1/head", &[][..], StatusCode::OK),
+        (Some(token.as_str()), "/v1/log?from=0", &[][..], StatusCode::OK),
+        (None, "/v1/nothing-here", &[][..], StatusCode::NOT_FOUND),
         (
+            None,
             "/v1/health",
             &[("host", "evil.example.com")][..],
             StatusCode::FORBIDDEN,
         ),
     ] {
-        let res = h.get(None, path, headers).await;
+        let res = h.get(credential, path, headers).await;
         assert_eq!(res.status(), status, "{path} {headers:?}");
         assert_eq!(
             header(res.headers(), "x-content-type-options"),
             "nosniff",
             "{path} {headers:?}"
         );
+        assert_eq!(
+            header(res.headers(), "cache-control"),
+            "no-store",
+            "{path} {headers:?}"
+        );
     }
+    let page = h.get(None, "/workbench", &[]).await;
+    assert_eq!(header(page.headers(), "cache-control"), "no-cache");
 }
 
 #[tokio::test]
