@@ -964,7 +964,12 @@ async fn every_answer_says_nosniff_and_no_store_refusals_included() {
         (None, "/v1/health", &[][..], StatusCode::OK),
         (None, "/v1/head", &[][..], StatusCode::UNAUTHORIZED),
         (Some(token.as_str()), "/v1/head", &[][..], StatusCode::OK),
-        (Some(token.as_str()), "/v1/log?from=0", &[][..], StatusCode::OK),
+        (
+            Some(token.as_str()),
+            "/v1/log?from=0",
+            &[][..],
+            StatusCode::OK,
+        ),
         (None, "/v1/nothing-here", &[][..], StatusCode::NOT_FOUND),
         (
             None,
