@@ -1083,6 +1083,8 @@ fn a_ref_typed_as_a_path_reaches_no_other_route() {
 fn a_start_that_fails_leaves_no_store_or_workspace_root_it_made() {
     let dir = tempfile::tempdir().unwrap();
     let (db, root) = (dir.path().join("db"), dir.path().join("wt"));
+    // A plugin directory of its own: what `serve` finds by default depends on the build.
+    let plugins = plugin_dir_with(dir.path(), &["worldd_workspace"]);
     let serve = |extra: &[&str]| {
         worldd(
             &[
@@ -1094,6 +1096,8 @@ fn a_start_that_fails_leaves_no_store_or_workspace_root_it_made() {
                     path_str(&root),
                     "--bind",
                     "127.0.0.1:0",
+                    "--plugin-dir",
+                    path_str(&plugins),
                 ][..],
                 extra,
             ]
