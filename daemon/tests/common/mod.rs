@@ -743,7 +743,11 @@ pub fn mcp_text(d: &Daemon, token: &str, version: &str, body: &[u8]) -> Answer {
 }
 
 /// Run `worldd` with args; returns (exit code, stdout, stderr).
+/// How long [`worldd`] waits for a verb to end.
+const WORLDD_VERB_LIMIT: Duration = Duration::from_secs(120);
+
 pub fn worldd(args: &[&str], stdin: Option<&[u8]>) -> (i32, String, String) {
+    use std::sync::atomic::{AtomicBool, Ordering};
     let mut child = Command::new(WORLDD)
         .args(args)
         .stdin(Stdio::piped())
@@ -758,7 +762,35 @@ pub fn worldd(args: &[&str], stdin: Option<&[u8]>) -> (i32, String, String) {
             sin.write_all(b).unwrap();
         }
     }
+    // A verb that does not end (a `serve` a test expected to be refused, which started) fails
+    // the test after two minutes instead of holding the suite forever.
+    let (pid, ended, killed) = (
+        child.id() as libc::pid_t,
+        Arc::new(AtomicBool::new(false)),
+        Arc::new(AtomicBool::new(false)),
+    );
+    let watch = (ended.clone(), killed.clone());
+    std::thread::spawn(move || {
+        let until = std::time::Instant::now() + WORLDD_VERB_LIMIT;
+        while std::time::Instant::now() < until {
+            if watch.0.load(Ordering::SeqCst) {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        if !watch.0.load(Ordering::SeqCst) {
+            watch.1.store(true, Ordering::SeqCst);
+            // SAFETY: signals the child this test started, which has not been waited for.
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+        }
+    });
     let out = child.wait_with_output().unwrap();
+    ended.store(true, Ordering::SeqCst);
+    assert!(
+        !killed.load(Ordering::SeqCst),
+        "worldd {args:?} did not exit within {WORLDD_VERB_LIMIT:?}; its stderr: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     (
         out.status.code().unwrap_or(-1),
         String::from_utf8_lossy(&out.stdout).into_owned(),
