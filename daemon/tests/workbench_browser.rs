@@ -744,3 +744,80 @@ fn a_page_on_another_loopback_origin_calls_the_daemon_over_mcp() {
         "{got:?}"
     );
 }
+
+/// A process that takes over a stopped daemon's port: it records every request's head and
+/// answers each `503`.
+fn squat(addr: &str) -> std::sync::Arc<std::sync::Mutex<Vec<String>>> {
+    let heads = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let listener = (0..200)
+        .find_map(|_| {
+            TcpListener::bind(addr).ok().or_else(|| {
+                std::thread::sleep(std::time::Duration::from_millis(25));
+                None
+            })
+        })
+        .expect("the stopped daemon's port never came free");
+    let seen = heads.clone();
+    std::thread::spawn(move || {
+        for mut s in listener.incoming().flatten() {
+            let mut head = Vec::new();
+            let mut byte = [0u8; 1];
+            while !head.ends_with(b"\r\n\r\n") && s.read(&mut byte).unwrap_or(0) == 1 {
+                head.push(byte[0]);
+            }
+            seen.lock()
+                .unwrap()
+                .push(String::from_utf8_lossy(&head).into_owned());
+            let _ = s.write_all(
+                b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\nConnection: close\r\n\r\n",
+            );
+        }
+    });
+    heads
+}
+
+/// When its daemon stops, the page stops: whatever binds the port next is never sent the
+/// credential (it retried the log stream with it every few seconds, to anyone), and the page
+/// says it is disconnected and offers to reconnect.
+#[test]
+fn a_page_whose_daemon_stopped_sends_its_credential_to_nothing_that_takes_the_port() {
+    let Some(b) = Browser::start_or_skip(
+        "a_page_whose_daemon_stopped_sends_its_credential_to_nothing_that_takes_the_port",
+        1280,
+        800,
+    ) else {
+        return;
+    };
+    let d = Daemon::start(WS, &[]);
+    let token = d.operator_session("ops", &[]);
+    let addr = d.addr.clone();
+    sign_in(&b, &format!("http://{addr}"), &token, "#log");
+    let dir = d.halt();
+    let heads = squat(&addr);
+    b.wait_for("the page to say it is disconnected", |b| {
+        (b.text_of("#live").as_deref() == Some("disconnected")).then_some(())
+    });
+    let offered = b.exec(
+        "return !document.getElementById('reconnect').hidden",
+        json!([]),
+    );
+    assert_eq!(offered, json!(true));
+    // Asked to reconnect while the port is still another's, it still sends nothing.
+    b.click(&b.find("#reconnect"));
+    b.wait_for("the page to say it is disconnected again", |b| {
+        (b.text_of("#live").as_deref() == Some("disconnected")).then_some(())
+    });
+    // Long enough for the retries it used to make.
+    std::thread::sleep(std::time::Duration::from_secs(3));
+    let heads = heads.lock().unwrap().clone();
+    assert!(!heads.is_empty(), "the page asked nothing of the port");
+    for head in &heads {
+        assert!(
+            !head.to_ascii_lowercase().contains("authorization"),
+            "the credential went to the squatter: {head}"
+        );
+        assert!(head.starts_with("GET /v1/health "), "{head}");
+    }
+    b.screenshot(&shots().join("workbench-disconnected.png"));
+    drop(dir);
+}

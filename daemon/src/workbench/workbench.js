@@ -163,6 +163,7 @@ const state = {
   started: false, // signed in and showing the app
   me: null, // {episode, operator} of the credential, from GET /v1/budget
   episodeView: 0, // generation of the episode view, so a stale answer does not paint
+  daemon: null, // the daemon's store path, from GET /v1/health when the stream first opened
 };
 
 // ---------------------------------------------------------------------------------------
@@ -170,6 +171,8 @@ const state = {
 
 function showLogin(message) {
   state.started = false;
+  state.daemon = null;
+  $("reconnect").hidden = true;
   $("who").hidden = true;
   $("login").hidden = false;
   document.querySelectorAll(".view").forEach((v) => { v.hidden = true; });
@@ -372,10 +375,41 @@ function stopStream() {
   state.stream = null;
 }
 
+/**
+ * The store path of the daemon answering on this page's port, asked without the credential;
+ * null when nothing answers as a worldd does.
+ */
+async function daemonHere(signal) {
+  try {
+    const res = await fetch("/v1/health", { cache: "no-store", credentials: "omit", signal });
+    const v = res.ok ? await res.json() : null;
+    return v && v.status === "ok" && typeof v.db_path === "string" ? v.db_path : null;
+  } catch {
+    return null;
+  }
+}
+
+/** The daemon went away: nothing is sent again until the operator says so. */
+function disconnected() {
+  stopStream();
+  setLive("disconnected", "");
+  $("reconnect").hidden = false;
+}
+
 async function follow() {
   stopStream();
+  $("reconnect").hidden = true;
   const ctl = new AbortController();
   state.stream = ctl;
+  // The daemon this page signed in to, or one serving the same store (restarted): anything
+  // else on the port is not sent the credential, even when the operator asks to reconnect.
+  const here = await daemonHere(ctl.signal);
+  if (state.stream !== ctl) return;
+  if (state.daemon !== null && here !== state.daemon) {
+    disconnected();
+    return;
+  }
+  state.daemon = here;
   while (state.stream === ctl) {
     try {
       const headers = authHeaders(state.next > 0 ? { "Last-Event-ID": String(state.next - 1) } : {});
@@ -397,6 +431,16 @@ async function follow() {
     state.retry = Math.min(state.retry + 1, 5);
     setLive("reconnecting…", "wait");
     await new Promise((r) => setTimeout(r, 500 * 2 ** state.retry));
+    // Before the credential goes out again: is it still this daemon that answers? One that
+    // stopped leaves its port to whatever binds it next, which must not be sent the
+    // credential unasked; the operator reconnects once the daemon is back.
+    if (state.stream !== ctl) return;
+    const here = await daemonHere(ctl.signal);
+    if (state.stream !== ctl) return;
+    if (here === null || (state.daemon !== null && here !== state.daemon)) {
+      disconnected();
+      return;
+    }
   }
 }
 
@@ -917,6 +961,7 @@ function init() {
     $("credential").value = "";
   });
   $("signout").addEventListener("click", signOut);
+  $("reconnect").addEventListener("click", () => follow());
   $("older").addEventListener("click", loadOlder);
   for (const id of ["filter-episode", "filter-tool", "filter-outcome"]) $(id).addEventListener("change", renderTimeline);
   $("help-button").addEventListener("click", () => { $("help").hidden = !$("help").hidden; });
