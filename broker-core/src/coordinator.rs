@@ -448,16 +448,40 @@ impl Coordinator {
             .map_err(|_| CallError::Internal("registry cache poisoned".into()))
     }
 
-    /// The tools this session sees: those whose `access` a live grant satisfies.
+    /// The tools this session sees: those whose `access` one of its grants satisfies (seed
+    /// 001): the effect and scope match, and the access's cost is within the grant's remaining
+    /// budget. An access that costs 0 (every shipped tool's) is within any, so the episode's
+    /// spend is read only when a tool's access costs more.
     pub fn visible(&self, session: &Session) -> Result<Vec<RegistryEntry>, CallError> {
-        Ok(self
-            .registry()?
-            .entries()
-            .filter(|e| {
-                session.grants_access(&e.transition.access.effect, &e.transition.access.scope)
-            })
-            .cloned()
-            .collect())
+        let registry = self.registry()?;
+        let mut spent = None;
+        let mut seen = Vec::new();
+        for e in registry.entries() {
+            let access = &e.transition.access;
+            if !session.grants_access(&access.effect, &access.scope) {
+                continue;
+            }
+            if access.cost > 0 {
+                let spent = match &spent {
+                    Some(spent) => spent,
+                    None => spent.insert(self.store.read(|r| journal::spent(r, &session.episode))?),
+                };
+                let used = spent
+                    .get(&(access.effect.clone(), access.scope.clone()))
+                    .copied()
+                    .unwrap_or(0);
+                let covered = session.grants.iter().any(|g| {
+                    g.effect == access.effect
+                        && g.scope == access.scope
+                        && g.budget.saturating_sub(used) >= access.cost
+                });
+                if !covered {
+                    continue;
+                }
+            }
+            seen.push(e.clone());
+        }
+        Ok(seen)
     }
 
     /// What the journal and the task table know of one call of this session's episode, by

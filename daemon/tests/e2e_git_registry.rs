@@ -702,3 +702,65 @@ fn a_registry_filled_to_its_limit_around_shrunk_shipped_tools_does_not_stop_the_
     assert_eq!(code, 0, "{err}");
     drop(dir);
 }
+
+/// A session sees a tool whose access costs more than nothing only while one of its grants
+/// has that much budget left (seed 001: a grant matches "on effect name, scope, liveness and
+/// cost ≤ remaining budget"): it saw, and could call, a tool whose access cost 2^53−1 with a
+/// budget of 50.
+#[test]
+fn a_tool_whose_access_costs_more_than_the_grants_remaining_budget_is_neither_seen_nor_called() {
+    use broker_core::registry;
+    use broker_core::transition::Transition;
+    let dir = tempfile::tempdir().unwrap();
+    let store = broker_core::store::Store::create(&dir.path().join("db")).unwrap();
+    let mut doc = shipped_doc("ailang-read");
+    doc["id"] = json!("costly-read");
+    doc["access"]["cost"] = json!(30);
+    registry::publish(
+        &store,
+        registry::DEFAULT_REGISTRY,
+        vec![Transition::from_value(doc).unwrap()],
+        "publisher",
+    )
+    .unwrap();
+    drop(store);
+    let d = Daemon::start_in(dir, &["worldd_workspace"], &[]);
+    let token = d.session("ep1", &["Workspace.Read=worktree:30"]);
+    let names = |token: &str| -> Vec<String> {
+        mcp(&d, token, "tools/list", json!({})).sse_json()["result"]["tools"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| t["name"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    assert_eq!(names(&token), ["ailang-read", "costly-read"]);
+    // One read spends a unit: 29 are left, under the tool's access cost of 30.
+    let read = mcp(
+        &d,
+        &token,
+        "tools/call",
+        json!({"name": "ailang-read", "arguments": {"path": "nope.txt"}}),
+    )
+    .sse_json();
+    assert!(
+        read["result"]["structuredContent"]["world"].is_object(),
+        "{read}"
+    );
+    assert_eq!(names(&token), ["ailang-read"]);
+    let call = mcp(
+        &d,
+        &token,
+        "tools/call",
+        json!({"name": "costly-read", "arguments": {"path": "nope.txt"}}),
+    )
+    .sse_json();
+    assert_eq!(
+        call["error"],
+        json!({"code": -32602, "message": "unknown tool \"costly-read\""}),
+        "{call}"
+    );
+    // Another episode, its budget whole, sees it.
+    let other = d.session("ep2", &["Workspace.Read=worktree:30"]);
+    assert_eq!(names(&other), ["ailang-read", "costly-read"]);
+}
