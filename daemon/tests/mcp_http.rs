@@ -897,6 +897,15 @@ async fn tools_list_refuses_a_cursor_it_never_gave() {
     );
     let v = h.rpc(&reader, list_body()).await.sse();
     assert!(v["result"]["nextCursor"].is_null(), "{v}");
+    // A null cursor is none.
+    let v = h
+        .rpc(
+            &reader,
+            r#"{"jsonrpc":"2.0","id":4,"method":"tools/list","params":{"cursor":null}}"#,
+        )
+        .await
+        .sse();
+    assert_eq!(tool_names(&v), ["ailang-read", "tools_decho"], "{v}");
 }
 
 #[tokio::test]

@@ -101,7 +101,12 @@ pub(super) async fn dispatch(
         ("initialize", false) => Ok(initialize(id, params.as_ref())),
         ("ping", false) => Ok(Reply::result(id, MethodResult::Empty(Empty {}))),
         ("server/discover", true) => Ok(discover(id)),
-        ("tools/list", _) => match params.as_ref().and_then(|p| p.get("cursor")) {
+        // A `null` cursor is no cursor: clients that serialize an empty field send one.
+        ("tools/list", _) => match params
+            .as_ref()
+            .and_then(|p| p.get("cursor"))
+            .filter(|c| !c.is_null())
+        {
             // Every list is one page (no `nextCursor` is ever sent), so a cursor was not ours.
             Some(cursor) => Ok(Reply::error(
                 id,
