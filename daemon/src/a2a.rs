@@ -383,9 +383,7 @@ async fn received(
 /// The method asked for and what it sends, or the JSON-RPC error that answers it (boxed: a
 /// response is large beside what it stands in for).
 fn sent(headers: &HeaderMap, req: &Value, id: &Value) -> Result<(Method, TaskSend), Box<Response>> {
-    if req.get("jsonrpc").and_then(Value::as_str) != Some("2.0") || !req.is_object() {
-        return Err(Box::new(rpc_error(id, -32600, "invalid JSON-RPC request")));
-    }
+    // The envelope (`jsonrpc`, the id's and the method's types) was checked by [`envelope`].
     let method = match req.get("method").and_then(Value::as_str) {
         Some("tasks/send") => Method::TasksSend,
         Some("message/send") => Method::MessageSend,

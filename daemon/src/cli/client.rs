@@ -362,19 +362,23 @@ pub(super) fn get(c: &ClientArgs, path: &str) -> Result<Vec<u8>, Failure> {
     if (200..300).contains(&status) {
         return Ok(body);
     }
-    let (class, message) = serde_json::from_slice::<Value>(&body)
-        .ok()
-        .map(|v| {
-            (
-                v["error"]["class"].as_str().unwrap_or("Error").to_owned(),
-                v["error"]["message"].as_str().unwrap_or("").to_owned(),
-            )
-        })
-        .unwrap_or_else(|| ("Error".into(), String::from_utf8_lossy(&body).into_owned()));
-    Err(Failure::usage(format!(
+    Err(refused(path, status, &body))
+}
+
+/// A REST route's error answer, said: `{path} returned HTTP {status} {class}: {message}`
+/// from its envelope (the body itself when it is none), and what to do about a refused
+/// credential.
+pub(super) fn refused(path: &str, status: u16, body: &[u8]) -> Failure {
+    let v: Value = serde_json::from_slice(body).unwrap_or(Value::Null);
+    let class = v["error"]["class"].as_str().unwrap_or("Error");
+    let message = match v["error"]["message"].as_str() {
+        Some(m) => m.to_owned(),
+        None => String::from_utf8_lossy(body).trim().to_owned(),
+    };
+    Failure::usage(format!(
         "{path} returned HTTP {status} {class}: {message}{}",
-        credential_hint(status, &class)
-    )))
+        credential_hint(status, class)
+    ))
 }
 
 /// What to do about a credential the daemon refused (401, but sent): the answer says which

@@ -83,11 +83,7 @@ pub fn calls(cmd: CallsCommand) -> CliResult {
         )));
     }
     if !(200..300).contains(&status) {
-        return Err(Failure::usage(format!(
-            "{path} returned HTTP {status} {}: {}",
-            v["error"]["class"].as_str().unwrap_or("Error"),
-            v["error"]["message"].as_str().unwrap_or("")
-        )));
+        return Err(super::client::refused(&path, status, &body));
     }
     if a.json {
         outln!("{v}");
@@ -144,15 +140,7 @@ pub fn budget(a: BudgetArgs) -> CliResult {
     let (status, body) = get(&a.client, "/v1/budget")?;
     let v: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
     if !(200..300).contains(&status) {
-        return Err(Failure::usage(format!(
-            "/v1/budget returned HTTP {status} {}: {}{}",
-            v["error"]["class"].as_str().unwrap_or("Error"),
-            v["error"]["message"]
-                .as_str()
-                .map(str::to_owned)
-                .unwrap_or_else(|| String::from_utf8_lossy(&body).trim().to_owned()),
-            super::client::credential_hint(status, v["error"]["class"].as_str().unwrap_or(""))
-        )));
+        return Err(super::client::refused("/v1/budget", status, &body));
     }
     if a.json {
         outln!("{v}");
