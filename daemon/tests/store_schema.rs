@@ -482,3 +482,55 @@ fn a_store_whose_pages_point_out_of_the_map_is_said_damaged_by_every_verb_that_r
     let (code, _, err) = worldd(&["doctor", "--db", path_str(&db)], None);
     assert_eq!(code, 0, "{err}");
 }
+
+/// `serve` on such a store says so too, from its signal handler, and still dies by the signal
+/// (a supervisor sees the crash it is); it dies on opening, before it listens.
+#[test]
+fn serve_on_a_store_whose_pages_point_out_of_the_map_says_the_store_is_damaged() {
+    let d = Daemon::start(WS, &[]);
+    let token = d.session("ep1", &["Workspace.Write=worktree:20"]);
+    for i in 0..4 {
+        a2a(
+            &d,
+            &token,
+            &format!("w{i}"),
+            "ailang-write",
+            json!({"path": format!("f{i}.txt"), "content": "hello"}),
+        );
+    }
+    let db = d.db();
+    let dir = d.halt();
+    let bad = dir.path().join("bad");
+    with_offsets_out_of_their_pages(&db, &bad);
+    let plugins = plugin_dir_with(dir.path(), &["worldd_workspace"]);
+    let root = dir.path().join("roots");
+    let (code, _, err) = worldd(
+        &[
+            "serve",
+            "--db",
+            path_str(&bad),
+            "--workspace-root",
+            path_str(&root),
+            "--bind",
+            "127.0.0.1:0",
+            "--plugin-dir",
+            path_str(&plugins),
+        ],
+        None,
+    );
+    // Killed by the signal: no exit code.
+    assert_eq!(code, -1, "{err}");
+    let line = err
+        .lines()
+        .find(|l| l.starts_with("worldd: store is damaged: "))
+        .unwrap_or_else(|| panic!("no word of the damage: {err}"));
+    assert!(
+        line.starts_with("worldd: store is damaged: worldd serve crashed reading it (SIG"),
+        "{line}"
+    );
+    assert!(
+        line.contains("check the store with worldd doctor"),
+        "{line}"
+    );
+    assert!(!err.contains("worldd listening on"), "{err}");
+}

@@ -20,6 +20,8 @@ const REMAP_PAUSE: Duration = Duration::from_millis(5);
 /// The lock every transaction of this process holds shared, and the size gauge.
 pub(super) struct MapLock {
     pub(super) lock: RwLock<()>,
+    /// The map as a crash inside it is said ([`super::fault`]).
+    pub(super) noted: super::fault::Noted,
     pub(super) gauge: Gauge,
     pub(super) page_size: u64,
     pub(super) dir: PathBuf,
@@ -77,6 +79,7 @@ impl MapLock {
                 // `lock` and ends before that hold is released; holding it exclusively means
                 // no transaction is active, which is what mdb_env_set_mapsize requires.
                 unsafe { env.resize(0) }.map_err(|e| StoreError::from_heed(e, 0))?;
+                self.noted.moved(super::resident::map_of(&self.dir));
                 tracing::info!(
                     map_size = env.info().map_size,
                     "another process grew the store; adopted its map size"

@@ -27,6 +27,8 @@
 //! inside this crate.
 
 mod durable_waits;
+mod fault;
+pub use fault::say_faults_in_store_maps;
 mod filesystem;
 pub use filesystem::mounted_read_only;
 mod map;
@@ -748,17 +750,22 @@ fn open_tables_read_only(
     }
 }
 
-/// The map lock and the capacity gauge against `limits`, with the store's size read once.
-fn measured_map(env: &Env<WithoutTls>, dir: &Path, limits: Limits) -> Arc<MapLock> {
-    let map = Arc::new(MapLock {
+/// The map lock and the capacity gauge against `limits` (the store's size is read by
+/// [`Store::start`], once the tables are made).
+fn map_lock(
+    env: &Env<WithoutTls>,
+    dir: &Path,
+    limits: Limits,
+    noted: fault::Noted,
+) -> Arc<MapLock> {
+    Arc::new(MapLock {
         lock: RwLock::new(()),
+        noted,
         gauge: Gauge::new(limits),
         page_size: env.unnamed_database_stat().page_size as u64,
         dir: dir.to_path_buf(),
         dir_file: std::fs::File::open(dir).ok(),
-    });
-    map.measure(env);
-    map
+    })
 }
 
 /// Start the store's writer thread, which runs the jobs `receiver` brings.
@@ -794,6 +801,8 @@ impl Store {
         // Asked before this process opens the environment (see `open_elsewhere`).
         let shared = exists && !read_only && map::open_elsewhere(dir);
         let env = open_env(dir, wanted, read_only)?;
+        // Before the first page is read: a crash on a corrupt one is then said as such.
+        let noted = fault::note(resident::map_of(dir));
         check_length(&env, dir)?;
         let map_size = env.info().map_size;
         let limits = Limits::new(options.ceiling.unwrap_or(map_size as u64), options.reserve)?;
@@ -808,7 +817,8 @@ impl Store {
         } else {
             open_tables(&env, dir, layout, new, map_size)?
         };
-        Store::start(env, dbs, layout, dir, map_size, limits, read_only)
+        let map = map_lock(&env, dir, limits, noted);
+        Store::start(env, dbs, layout, dir, map_size, map, read_only)
     }
 
     /// Start the writer thread over the opened tables and hand out the store.
@@ -818,13 +828,13 @@ impl Store {
         layout: &'static Layout,
         dir: &Path,
         map_size: usize,
-        limits: Limits,
+        map: Arc<MapLock>,
         read_only: bool,
     ) -> Result<Store, StoreError> {
         let (sender, receiver) = mpsc::channel::<Job>();
         let stats = Arc::new(WriterStats::default());
         let observer = ObserverSlot::default();
-        let map = measured_map(&env, dir, limits);
+        map.measure(&env);
         let committed = Arc::new(CommitSignal::default());
         // What this process found on opening is made durable before it is taken as such:
         // another process's last commit may still wait for its meta page's sync (the daemon

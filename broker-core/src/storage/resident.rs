@@ -153,6 +153,14 @@ fn release(file: &StoreFile) -> usize {
     released
 }
 
+/// Where this process maps the store in `dir`: the first mapping of its data file, `None`
+/// where `/proc/self/maps` is not there to say.
+pub(super) fn map_of(dir: &Path) -> Option<(usize, usize)> {
+    let file = StoreFile::of(dir);
+    let maps = std::fs::read_to_string("/proc/self/maps").ok()?;
+    maps.lines().find_map(|line| mapping_of(line, &file))
+}
+
 /// The address range of a `/proc/self/maps` line when it maps `file`.
 fn mapping_of(line: &str, file: &StoreFile) -> Option<(usize, usize)> {
     // start-end perms offset dev inode path

@@ -7,8 +7,9 @@
 //! So the verbs that read a store directly run in a child forked before any thread exists;
 //! the parent waits for it, passes its exit code on, and says a death by SIGSEGV or SIGBUS as
 //! the damaged store it is (exit 3, an integrity failure). The child dies with its parent, so
-//! killing the `worldd` a caller started stops the verb. `serve` is not guarded: a daemon is
-//! supervised, and a second process would stand between it and its supervisor.
+//! killing the `worldd` a caller started stops the verb. `serve` is not forked: a second process
+//! would stand between a daemon and its supervisor; it says such a crash from a signal handler
+//! instead (`broker_core::store::say_faults_in_store_maps`).
 
 /// Run `verb` in a child process and return its exit code; a crash on a bad memory access is
 /// said on stderr and is exit 3. Must be called while this process has one thread.

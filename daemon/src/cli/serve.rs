@@ -320,6 +320,9 @@ pub fn run_with(a: ServeArgs, launch: Launch) -> CliResult {
     // A start that fails from here on leaves nothing it made: not a new store, not a new
     // workspace root (a mistyped flag would otherwise leave a store where none was meant).
     let fresh = Fresh::note(&settings.db, &settings.workspace_root);
+    // A daemon that dies on a corrupt page of its store says so (the verbs run in a child
+    // that does; a daemon has its supervisor instead).
+    broker_core::store::say_faults_in_store_maps("worldd serve");
     let metrics = Metrics::default();
     let started = (|| {
         let store = open_store(&settings)?;
