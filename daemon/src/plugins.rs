@@ -162,9 +162,12 @@ pub fn default_dir() -> PathBuf {
         .unwrap_or_else(|| PathBuf::from("."))
 }
 
+/// A library by its file name's ending, read as bytes: a name that is not UTF-8 is a library
+/// all the same, not one skipped without a word.
 fn is_library(path: &Path) -> bool {
-    let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
-    path.is_file() && (name.ends_with(".so") || name.ends_with(".dylib"))
+    use std::os::unix::ffi::OsStrExt;
+    let name = path.file_name().map(OsStrExt::as_bytes).unwrap_or_default();
+    path.is_file() && (name.ends_with(b".so") || name.ends_with(b".dylib"))
 }
 
 /// Load every library in `dir`, in file-name order. A library whose loading (its initialisers

@@ -1574,3 +1574,23 @@ fn endless_inputs_are_read_to_a_bound_not_until_memory_runs_out() {
     }
     assert!(!db.exists(), "a refused read created the store");
 }
+
+/// A library whose file name is not UTF-8 is loaded like any other (it was skipped without a
+/// word, and its tools were then "no handler" with nothing to say why).
+#[test]
+fn a_plugin_library_whose_file_name_is_not_utf8_is_loaded_not_skipped() {
+    use std::os::unix::ffi::OsStrExt;
+    let dir = tempfile::tempdir().unwrap();
+    let plugins = dir.path().join("plugins");
+    std::fs::create_dir_all(&plugins).unwrap();
+    let name = std::ffi::OsStr::from_bytes(b"libworldd_\xffworkspace.so");
+    std::fs::copy(plugin_library("worldd_workspace"), plugins.join(name)).unwrap();
+    let (code, out, err) = worldd(&["handlers", "--plugin-dir", path_str(&plugins)], None);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("\nworkspace 0.1.0 (abi "), "{out}");
+    assert!(out.contains("libworldd_\u{fffd}workspace.so"), "{out}");
+    assert!(
+        out.contains("1 plugin(s), 0 library(ies) not loadable"),
+        "{out}"
+    );
+}
