@@ -821,3 +821,68 @@ fn a_page_whose_daemon_stopped_sends_its_credential_to_nothing_that_takes_the_po
     b.screenshot(&shots().join("workbench-disconnected.png"));
     drop(dir);
 }
+
+/// A log stream the daemon refuses (every place taken) is said on the page with the daemon's
+/// reason, not only retried behind a "reconnecting…" pill; once a place is free, the page
+/// follows the log again and the notice goes.
+#[test]
+fn a_log_stream_refused_for_want_of_a_place_is_said_on_the_page_with_the_daemons_reason() {
+    let Some(b) = Browser::start_or_skip(
+        "a_log_stream_refused_for_want_of_a_place_is_said_on_the_page_with_the_daemons_reason",
+        1280,
+        800,
+    ) else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("world.toml");
+    std::fs::write(&config, "[server]\nlog_streams = 1\n").unwrap();
+    let config = path_str(&config).to_owned();
+    let d = Daemon::start_in(dir, WS, &["--config", &config]);
+    let token = d.operator_session("ops", &[]);
+    // The one place, held by another reader.
+    let mut held = TcpStream::connect(&d.addr).unwrap();
+    write!(
+        held,
+        "GET /v1/log/stream HTTP/1.1\r\nHost: {}\r\nAuthorization: Bearer {token}\r\n\r\n",
+        d.addr
+    )
+    .unwrap();
+    let mut head = [0u8; 12];
+    held.read_exact(&mut head).unwrap();
+    assert_eq!(&head, b"HTTP/1.1 200");
+
+    b.goto(&format!("http://{}/workbench#log", d.addr));
+    let input = b.wait_for_element("#credential");
+    b.type_into(&input, &token);
+    b.click(&b.find("#login-submit"));
+    b.wait_for_element("#entries li[data-index='0']");
+    let said = b.wait_for("the page to say why the log is not followed", |b| {
+        let shown = b.exec(
+            "return !document.getElementById('stream-problem').hidden",
+            json!([]),
+        );
+        (shown == json!(true))
+            .then(|| b.text_of("#stream-problem"))
+            .flatten()
+    });
+    assert!(
+        said.starts_with(
+            "The live log is not followed: HTTP 503 Unavailable: too many open log streams: the limit is 1. Trying again in "
+        ),
+        "{said}"
+    );
+    assert_ne!(b.text_of("#live").as_deref(), Some("live"));
+    b.screenshot(&shots().join("workbench-stream-refused.png"));
+
+    // The place freed: the page follows again, and says nothing more.
+    drop(held);
+    b.wait_for("the live indicator", |b| {
+        (b.text_of("#live").as_deref() == Some("live")).then_some(())
+    });
+    let shown = b.exec(
+        "return !document.getElementById('stream-problem').hidden",
+        json!([]),
+    );
+    assert_eq!(shown, json!(false));
+}

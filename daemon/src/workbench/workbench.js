@@ -373,6 +373,7 @@ async function loadOlder() {
 function stopStream() {
   if (state.stream) state.stream.abort();
   state.stream = null;
+  streamProblem(null);
 }
 
 /**
@@ -396,6 +397,13 @@ function disconnected() {
   $("reconnect").hidden = false;
 }
 
+/** Say why the live log is not followed, or (null) hide it. */
+function streamProblem(text) {
+  const el = $("stream-problem");
+  el.textContent = text || "";
+  el.hidden = !text;
+}
+
 async function follow() {
   stopStream();
   $("reconnect").hidden = true;
@@ -410,6 +418,7 @@ async function follow() {
     return;
   }
   state.daemon = here;
+  let refused = null;
   while (state.stream === ctl) {
     try {
       const headers = authHeaders(state.next > 0 ? { "Last-Event-ID": String(state.next - 1) } : {});
@@ -420,7 +429,15 @@ async function follow() {
         signedOut(new ApiError(401, body.error?.class, body.error?.message));
         return;
       }
-      if (!res.ok || !res.body) throw new Error(`HTTP ${res.status}`);
+      if (!res.ok || !res.body) {
+        // Said, not only retried: a stream refused (every place taken, the daemon stopping)
+        // is something the operator can act on.
+        const body = await res.json().catch(() => ({}));
+        refused = new ApiError(res.status, body.error?.class, body.error?.message);
+        throw refused;
+      }
+      refused = null;
+      streamProblem(null);
       setLive("live", "on");
       state.retry = 0;
       await readEvents(res.body, ctl);
@@ -430,7 +447,9 @@ async function follow() {
     if (state.stream !== ctl) return;
     state.retry = Math.min(state.retry + 1, 5);
     setLive("reconnecting…", "wait");
-    await new Promise((r) => setTimeout(r, 500 * 2 ** state.retry));
+    const wait = 500 * 2 ** state.retry;
+    if (refused) streamProblem(`The live log is not followed: ${refused.message}. Trying again in ${Math.round(wait / 1000)} s.`);
+    await new Promise((r) => setTimeout(r, wait));
     // Before the credential goes out again: is it still this daemon that answers? One that
     // stopped leaves its port to whatever binds it next, which must not be sent the
     // credential unasked; the operator reconnects once the daemon is back.
