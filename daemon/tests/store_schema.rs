@@ -438,10 +438,9 @@ fn with_offsets_out_of_their_pages(db: &Path, into: &Path) {
     std::fs::write(into.join("data.mdb"), data).unwrap();
 }
 
-/// The verbs an operator runs on a damaged store say that it is damaged, instead of dying by
-/// SIGBUS or SIGSEGV without a word (LMDB follows a corrupt page out of the map).
-#[test]
-fn a_store_whose_pages_point_out_of_the_map_is_said_damaged_by_every_verb_that_reads_it() {
+/// A store with a few calls (the tempdir holding it, its path) and a copy of it whose pages all
+/// point out of the map.
+fn a_damaged_copy() -> (tempfile::TempDir, std::path::PathBuf, std::path::PathBuf) {
     let d = Daemon::start(WS, &[]);
     let token = d.session("ep1", &["Workspace.Write=worktree:20"]);
     for i in 0..12 {
@@ -457,6 +456,14 @@ fn a_store_whose_pages_point_out_of_the_map_is_said_damaged_by_every_verb_that_r
     let dir = d.halt();
     let bad = dir.path().join("bad");
     with_offsets_out_of_their_pages(&db, &bad);
+    (dir, db, bad)
+}
+
+/// The verbs an operator runs on a damaged store say that it is damaged, instead of dying by
+/// SIGBUS or SIGSEGV without a word (LMDB follows a corrupt page out of the map).
+#[test]
+fn a_store_whose_pages_point_out_of_the_map_is_said_damaged_by_every_verb_that_reads_it() {
+    let (_dir, db, bad) = a_damaged_copy();
     let bad_db = path_str(&bad);
     for (verb, args) in [
         ("worldd doctor", vec!["doctor", "--db", bad_db]),
@@ -487,21 +494,7 @@ fn a_store_whose_pages_point_out_of_the_map_is_said_damaged_by_every_verb_that_r
 /// (a supervisor sees the crash it is); it dies on opening, before it listens.
 #[test]
 fn serve_on_a_store_whose_pages_point_out_of_the_map_says_the_store_is_damaged() {
-    let d = Daemon::start(WS, &[]);
-    let token = d.session("ep1", &["Workspace.Write=worktree:20"]);
-    for i in 0..4 {
-        a2a(
-            &d,
-            &token,
-            &format!("w{i}"),
-            "ailang-write",
-            json!({"path": format!("f{i}.txt"), "content": "hello"}),
-        );
-    }
-    let db = d.db();
-    let dir = d.halt();
-    let bad = dir.path().join("bad");
-    with_offsets_out_of_their_pages(&db, &bad);
+    let (dir, _, bad) = a_damaged_copy();
     let plugins = plugin_dir_with(dir.path(), &["worldd_workspace"]);
     let root = dir.path().join("roots");
     let (code, _, err) = worldd(
