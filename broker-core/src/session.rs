@@ -337,13 +337,18 @@ impl SessionCache {
         header: Option<&str>,
         now: i64,
     ) -> Result<Arc<Session>, AuthenticateError> {
-        authenticated(header, now, |id| {
-            store.read(|r: &ReadCtx<'_>| -> Result<_, SessionError> {
-                match SESSIONS.get(r, id)? {
-                    None => Ok(None),
-                    Some(record) => self.decoded(id, record).map(Some),
-                }
-            })
+        authenticated(header, now, |id| self.current(store, id))
+    }
+
+    /// The session whose credential id is `id` as its record is now, `None` once revoked: for
+    /// a request authenticated earlier that waited (a call queued behind its episode's running
+    /// call), which must not outlive a revocation made meanwhile.
+    pub fn current(&self, store: &Store, id: &str) -> Result<Option<Arc<Session>>, SessionError> {
+        store.read(|r: &ReadCtx<'_>| -> Result<_, SessionError> {
+            match SESSIONS.get(r, id)? {
+                None => Ok(None),
+                Some(record) => self.decoded(id, record).map(Some),
+            }
         })
     }
 

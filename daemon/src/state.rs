@@ -319,12 +319,21 @@ impl AppState {
                 return Err(InvokeFailure::Call(CallError::TaskIdReused));
             }
         }
-        let Ticket { turn, slot } = match self
-            .inner
-            .admission
-            .admit(&call.session.episode, until, body_bytes)
-            .await
-        {
+        use std::future::Future as _;
+        let episode = call.session.episode.clone();
+        let mut admit = std::pin::pin!(self.inner.admission.admit(&episode, until, body_bytes));
+        let first = std::future::poll_fn(|cx| std::task::Poll::Ready(admit.as_mut().poll(cx)));
+        let (admitted, waited) = match first.await {
+            std::task::Poll::Ready(admitted) => (admitted, false),
+            std::task::Poll::Pending => (admit.await, true),
+        };
+        let mut call = call;
+        if waited && admitted.is_ok() {
+            // A call that waited (behind its episode's running call, or for a slot) runs on
+            // its credential as it is now: one revoked meanwhile runs nothing.
+            call.session = self.session_now(&call.session)?;
+        }
+        let Ticket { turn, slot } = match admitted {
             Ok(t) => t,
             Err(refusal) => {
                 self.inner.metrics.admission_refused(refusal);
@@ -372,6 +381,29 @@ impl AppState {
                 Err(watched::Panicked) => Err(InvokeFailure::Canceled),
             },
             () = tokio::time::sleep_until(until) => Err(self.past_call_deadline()),
+        }
+    }
+
+    /// `session` as its record is now. A revoked one is taken as expired a second ago: its
+    /// call reaches the broker, which denies it `denied:expired` (the grant is not live), in
+    /// the log like any denial, and nothing runs.
+    fn session_now(&self, session: &Arc<Session>) -> Result<Arc<Session>, InvokeFailure> {
+        match self
+            .inner
+            .sessions
+            .current(&self.inner.store, &session.credential_id)
+        {
+            Ok(Some(now)) => Ok(now),
+            Ok(None) => Ok(Arc::new(Session {
+                expires_at: session
+                    .expires_at
+                    .min(self.inner.coordinator.now().saturating_sub(1)),
+                ..Session::clone(session)
+            })),
+            Err(e) => {
+                tracing::error!("credential lookup failed: {e}");
+                Err(InvokeFailure::Canceled)
+            }
         }
     }
 

@@ -2783,3 +2783,71 @@ fn shutdown_does_not_wait_for_connections_that_never_sent_a_request() {
         assert!(closed_by_peer(s));
     }
 }
+
+/// A revoked agent's calls that were queued behind its episode's running call ran after the
+/// revocation (the credential was checked when the request arrived): they wrote files and
+/// spent budget. A call that waited is now checked against its credential as it is when its
+/// turn comes, and one revoked meanwhile is denied `denied:expired` (the grant is not live)
+/// and runs nothing.
+#[test]
+fn calls_queued_behind_their_episode_run_nothing_once_their_credential_is_revoked() {
+    let (d, _c) = start_with(WS_STALL, "[limits]\nhandler_deadline_ms = 10000\n", &[]);
+    let holder = d.session("revoked", &["Stall.Wait=any:5"]);
+    let queued = d.session("revoked", &["Workspace.Write=worktree:5"]);
+    let in_background = |token: &str, tool: &str, args: Value| {
+        let (url, token) = (d.url("/mcp/"), token.to_owned());
+        let body = json!({"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":tool,"arguments":args}});
+        std::thread::spawn(move || {
+            let a = request(
+                "POST",
+                &url,
+                Some(&token),
+                &mcp_headers(),
+                Some(&serde_json::to_vec(&body).unwrap()),
+            );
+            if a.content_type.starts_with("text/event-stream") {
+                a.sse_json()
+            } else {
+                a.json()
+            }
+        })
+    };
+    let slow = in_background(&holder, "stall-wait", json!({"ms": "2500"}));
+    std::thread::sleep(Duration::from_millis(300));
+    let write = in_background(
+        &queued,
+        "ailang-write",
+        json!({"path": "after-revoke.txt", "content": "x"}),
+    );
+    std::thread::sleep(Duration::from_millis(300));
+    let id = broker_core::session::credential_id(&queued);
+    let (code, _, err) = worldd(&["session", "revoke", "--db", path_str(&d.db()), &id], None);
+    assert_eq!(code, 0, "{err}");
+    let v = write.join().unwrap();
+    let out = &v["result"]["structuredContent"];
+    assert_eq!(out["world"]["effects"][0]["status"], "denied", "{v}");
+    assert!(
+        !d.root().join("revoked/after-revoke.txt").exists(),
+        "the revoked credential's queued call wrote its file"
+    );
+    let v = slow.join().unwrap();
+    assert_eq!(v["result"]["structuredContent"]["ok"], true, "{v}");
+    // The denial is in the log under its fixed label, and nothing was spent.
+    let record = &out["world"]["effects"][0]["record"];
+    let operator = d.operator_session("ops", &[]);
+    let r = get(
+        &d.url(&format!(
+            "/v1/objects/{}?payload=true",
+            record.as_str().unwrap()
+        )),
+        Some(&operator),
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    use base64::Engine;
+    let payload = base64::engine::general_purpose::STANDARD
+        .decode(r.json()["payload"].as_str().unwrap())
+        .unwrap();
+    let payload: Value = serde_json::from_slice(&payload).unwrap();
+    assert_eq!(payload["denial"], "denied:expired", "{payload}");
+    assert_eq!(payload["allowed"], false, "{payload}");
+}
