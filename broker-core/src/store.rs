@@ -123,6 +123,10 @@ impl Store {
                     log::overwrite_row(w, index, None, Some(&value))
                 }
                 RawTable::Log => log::overwrite_row(w, raw_index(&key)?, Some(&value), None),
+                RawTable::LogRow if value.is_empty() => {
+                    schema::LOG.delete(w, &raw_index(&key)?).map(|_| ())
+                }
+                RawTable::LogRow => schema::LOG.put(w, &raw_index(&key)?, &value),
                 RawTable::Journal => JOURNAL.put(w, &raw_index(&key)?, &value),
                 RawTable::JournalIndex => {
                     invocations::overwrite_visible(w, str_key(&key)?, Part::Journal, &value)
@@ -155,6 +159,7 @@ impl Store {
                 RawTable::Objects => object_row(r, &raw_ref(key)?)?.map(|(_, v)| v.to_vec()),
                 RawTable::Worlds => log::world_bytes(r, &raw_ref(key)?)?,
                 RawTable::Log => log::entry_bytes(r, raw_index(key)?)?,
+                RawTable::LogRow => schema::LOG.get(r, &raw_index(key)?)?.map(<[u8]>::to_vec),
                 RawTable::Journal => JOURNAL.get(r, &raw_index(key)?)?.map(<[u8]>::to_vec),
                 RawTable::JournalIndex => invocations::get(r, str_key(key)?)?
                     .and_then(|row| row.journal)
@@ -205,6 +210,10 @@ pub enum RawTable {
     Objects,
     Worlds,
     Log,
+    /// A log row whole, by index (u64 BE key), in the layout of `log_row`: world ref, entry
+    /// length, entry hash, entry and world. Written as given; an empty value deletes the row,
+    /// as a log cut short (a bad restore, a lost end) leaves it.
+    LogRow,
     /// Journal rows by sequence (u64 big-endian key).
     Journal,
     /// An invocation's journal state as readers see it, by invocation id (UTF-8 key): the

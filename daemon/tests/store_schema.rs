@@ -527,3 +527,37 @@ fn serve_on_a_store_whose_pages_point_out_of_the_map_says_the_store_is_damaged()
     );
     assert!(!err.contains("worldd listening on"), "{err}");
 }
+
+/// A log row whose entry length points past its end does not decode: `why` of that entry is an
+/// integrity failure (exit 3), as a broken link is, not a usage error (it used to exit 1).
+#[test]
+fn why_of_an_entry_whose_log_row_length_is_damaged_exits_3() {
+    use broker_core::store::{RawTable, Store};
+    let d = Daemon::start(WS, &[]);
+    let token = d.session("ep1", &["Workspace.Read=worktree:5"]);
+    std::fs::write(d.root().join("ep1/a.txt"), "alpha").unwrap();
+    let v = a2a(&d, &token, "r1", "ailang-read", json!({"path": "a.txt"}));
+    let index = v["result"]["metadata"]["entry_index"].as_u64().unwrap();
+    // Calls after it, so that the damaged row is not one opening the store reads (the newest
+    // rows are: a store that cannot be opened is exit 2, as for every verb).
+    for t in ["r2", "r3"] {
+        a2a(&d, &token, t, "ailang-read", json!({"path": "a.txt"}));
+    }
+    let kept = d.halt();
+    let db = kept.path().join("db");
+    let key = index.to_be_bytes().to_vec();
+    let store = Store::open(&db, Default::default()).unwrap();
+    let mut row = store.raw_get(RawTable::LogRow, &key).unwrap().unwrap();
+    // The entry length (bytes 32..36, after the world ref), made far longer than the row.
+    row[33] = 0x7f;
+    store.raw_overwrite(RawTable::LogRow, key, row).unwrap();
+    drop(store);
+    for handle in [index.to_string(), "a2a:ep1:r1".to_string()] {
+        let (code, out, err) = worldd(&["why", "--db", path_str(&db), &handle], None);
+        assert_eq!(code, 3, "why {handle}: {out}{err}");
+        assert!(
+            err.contains(&format!("store is damaged: log row {index} is damaged")),
+            "why {handle}: {err}"
+        );
+    }
+}

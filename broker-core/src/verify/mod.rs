@@ -88,6 +88,21 @@ pub enum VerifyError {
     Integrity(String),
 }
 
+impl VerifyError {
+    /// True when nothing could be walked because what the source holds is damaged or is not
+    /// what its address names: an integrity failure, as a broken link is.
+    pub fn is_integrity(&self) -> bool {
+        match self {
+            VerifyError::Integrity(_) => true,
+            VerifyError::Store(e) => {
+                matches!(e, StoreError::Corrupt(_) | StoreError::Truncated { .. })
+            }
+            VerifyError::Source(e) => e.is_damage(),
+            VerifyError::BadHandle(_) | VerifyError::NotFound(_) => false,
+        }
+    }
+}
+
 /// One checked link.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Link {

@@ -28,6 +28,21 @@ pub struct StoredObject<'a> {
 #[error("{0}")]
 pub struct SourceError(pub String);
 
+impl SourceError {
+    /// True when the source could not answer because a row it holds (or served) is damaged:
+    /// an integrity failure, not a failure to reach the source. Told by the text the store's,
+    /// log's and journal's `Corrupt` errors begin with, the only form that survives a
+    /// conversion into this error (and a remote source's answer).
+    pub fn is_damage(&self) -> bool {
+        let prefixes = [
+            StoreError::Corrupt(String::new()).to_string(),
+            LogError::Corrupt(String::new()).to_string(),
+            JournalError::Corrupt(String::new()).to_string(),
+        ];
+        prefixes.iter().any(|p| self.0.starts_with(p.as_str()))
+    }
+}
+
 impl From<StoreError> for SourceError {
     fn from(e: StoreError) -> Self {
         SourceError(e.to_string())

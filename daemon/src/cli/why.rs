@@ -153,6 +153,8 @@ fn failure(e: VerifyError, scan: u64) -> Failure {
         VerifyError::Integrity(what) => {
             Failure::integrity(format!("why: {what}; do not trust this answer"))
         }
+        // A damaged row is an integrity failure like a broken link (exit 3), not a usage error.
+        e if e.is_integrity() => Failure::integrity(format!("why: {e}")),
         e => Failure::usage(format!("why: {e}")),
     }
 }
