@@ -452,3 +452,66 @@ fn entries_written_as_coordinator_mcp_by_earlier_builds_still_verify() {
         )]
     );
 }
+
+/// The log of a stopped store cut after its last entry (a bad restore, a lost end): the cut
+/// call's task state still names that entry.
+fn cut_last_entry(w: &World) -> u64 {
+    let last = w.store.read(log::last_index).unwrap().unwrap();
+    w.store
+        .raw_overwrite(RawTable::LogRow, last.to_be_bytes().to_vec(), Vec::new())
+        .unwrap();
+    last
+}
+
+fn integrity(e: verify::VerifyError) -> String {
+    match e {
+        verify::VerifyError::Integrity(m) => m,
+        other => panic!("not an integrity failure: {other}"),
+    }
+}
+
+/// The log lost its end and grew again: the index of ep2's cut call now holds ep1's next call.
+/// `why` of ep2's invocation id must not verify ep1's call in its place.
+#[test]
+fn why_of_a_call_cut_from_the_log_does_not_verify_the_call_that_reused_its_index() {
+    let w = World::new();
+    let s1 = w.mint("ep1", &["Workspace.Read=worktree:50"]);
+    let s2 = w.mint("ep2", &["Workspace.Read=worktree:50"]);
+    w.call_task(&s1, "ailang-read", json!({"path": "a"}), Some("a1"))
+        .unwrap();
+    let cut = w
+        .call_task(&s2, "ailang-read", json!({"path": "b"}), Some("b1"))
+        .unwrap();
+    assert_eq!(cut_last_entry(&w), cut.entry_index);
+    let b1 = Handle::Invocation("a2a:ep2:b1".into());
+    let e = integrity(verify::why(&w.store, &b1, verify::DEFAULT_SCAN).unwrap_err());
+    assert_eq!(
+        e,
+        format!(
+            "the task state of a2a:ep2:b1 says it committed at entry {i}, which the log does not hold (its last entry is {}): the log lost its end",
+            cut.entry_index - 1,
+            i = cut.entry_index
+        )
+    );
+
+    let next = w
+        .call_task(&s1, "ailang-read", json!({"path": "a"}), Some("a2"))
+        .unwrap();
+    assert_eq!(next.entry_index, cut.entry_index, "the index is reused");
+    let e = integrity(verify::why(&w.store, &b1, verify::DEFAULT_SCAN).unwrap_err());
+    assert_eq!(
+        e,
+        format!(
+            "the task state of a2a:ep2:b1 says it committed at entry {i}, but entry {i}'s record is a2a:ep1:a2's: the log lost its end or was rewritten",
+            i = cut.entry_index
+        )
+    );
+    // The call that holds the index now is genuine, and verifies by its own id.
+    let a2 = verify::why(
+        &w.store,
+        &Handle::Invocation("a2a:ep1:a2".into()),
+        verify::DEFAULT_SCAN,
+    )
+    .unwrap();
+    assert!(a2.all_ok(), "{:?}", a2.reports);
+}

@@ -246,6 +246,7 @@ fn locate<S: Source + ?Sized>(
             if let Some((surface, ep, t)) = task::split_invocation_id(id) {
                 if let Some(state) = src.task(ep, &format!("{surface}:{t}"))? {
                     if let (true, Some(i)) = (state.invocation_id == *id, state.entry_index) {
+                        named_entry_is(src, id, i)?;
                         if !found.iter().any(|(j, _)| *j == i) {
                             found.push((i, "invocation id".into()));
                         }
@@ -286,6 +287,36 @@ fn locate<S: Source + ?Sized>(
             }
             Ok(found)
         }
+    }
+}
+
+/// The entry a task state names must hold that invocation's record: an index alone would have
+/// `why` verify whichever call now sits there, as after a log lost its end and grew again. An
+/// entry or record that cannot be read is left to the walk, whose link says why.
+fn named_entry_is<S: Source + ?Sized>(src: &S, id: &str, i: u64) -> Result<(), VerifyError> {
+    let Some(bytes) = src.entry(i)? else {
+        let last = head_index(src)
+            .map(|h| format!(" (its last entry is {h})"))
+            .unwrap_or_default();
+        return Err(VerifyError::Integrity(format!(
+            "the task state of {id} says it committed at entry {i}, which the log does not hold{last}: the log lost its end"
+        )));
+    };
+    let Ok(entry) = Entry::from_bytes(&bytes) else {
+        return Ok(());
+    };
+    let Some(record) = src.object(&entry.transition_ref).ok().flatten() else {
+        return Ok(());
+    };
+    if Ref::of(&record.payload) != entry.transition_ref {
+        return Ok(());
+    }
+    match walk::record_invocation_id(&record.payload) {
+        Some(named) if named == id => Ok(()),
+        named => Err(VerifyError::Integrity(format!(
+            "the task state of {id} says it committed at entry {i}, but entry {i}'s record is {}: the log lost its end or was rewritten",
+            named.map_or_else(|| "no invocation's".to_string(), |n| format!("{n}'s"))
+        ))),
     }
 }
 

@@ -133,6 +133,13 @@ struct Claim<'a> {
     invocation_id: Option<Cow<'a, str>>,
 }
 
+/// The invocation id a record's bytes name, if they are JSON that names one.
+pub(crate) fn record_invocation_id(payload: &[u8]) -> Option<String> {
+    serde_json::from_slice::<Claim<'_>>(payload)
+        .ok()
+        .and_then(|c| c.invocation_id.map(Cow::into_owned))
+}
+
 /// One effect of a record: its ref and parsed record, or why it could not be read.
 struct EffectRow {
     reference: Option<Ref>,
