@@ -224,6 +224,38 @@ pub(crate) fn visible<'a>(
     })
 }
 
+/// Every invocation's id and what readers see of it, in storage order (`invocation_rows`,
+/// then the rows of `invocations` written before schema 4), for the audit. A row that does not
+/// decode is skipped: whatever reads it by id (the walk of its entry) reports it.
+pub(crate) fn for_each_visible<'t>(
+    r: &ReadCtx<'t>,
+    mut f: impl FnMut(&str, Row<'t>),
+) -> Result<(), StoreError> {
+    let mut seen = |id: &str, row: &'t [u8]| -> Result<(), StoreError> {
+        let resolution = match Row::decode(row).and_then(|row| row.intent) {
+            Some(seq) => RESOLUTIONS.get(r, &seq)?,
+            None => None,
+        };
+        if let Ok(row) = visible(id, row, resolution) {
+            f(id, row);
+        }
+        Ok(())
+    };
+    for item in INVOCATION_ROWS.iter(r)? {
+        let (_, bytes) = item?;
+        if let Some((id, row)) = invocation_row::split(bytes) {
+            if let Ok(id) = std::str::from_utf8(id) {
+                seen(id, row)?;
+            }
+        }
+    }
+    for item in INVOCATIONS.iter(r)? {
+        let (id, row) = item?;
+        seen(id, row)?;
+    }
+    Ok(())
+}
+
 /// Write a state of the invocation's first durable point into its row (keeping the other
 /// part); `intent` is the journal sequence of its intent, when this write journals it.
 pub(crate) fn put_initial(

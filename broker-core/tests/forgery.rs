@@ -515,3 +515,44 @@ fn why_of_a_call_cut_from_the_log_does_not_verify_the_call_that_reused_its_index
     .unwrap();
     assert!(a2.all_ok(), "{:?}", a2.reports);
 }
+
+/// The audit walks entry → task state; a log cut after its end (and grown again over the cut
+/// index) passes that walk. Each committed task state must name an entry that holds its call.
+#[test]
+fn the_audit_finds_a_committed_call_whose_entry_the_log_lost_or_gave_to_another_call() {
+    let w = World::new();
+    let s1 = w.mint("ep1", &["Workspace.Read=worktree:50"]);
+    let s2 = w.mint("ep2", &["Workspace.Read=worktree:50"]);
+    w.call_task(&s1, "ailang-read", json!({"path": "a"}), Some("a1"))
+        .unwrap();
+    w.call_task(&s2, "ailang-read", json!({"path": "b"}), Some("b1"))
+        .unwrap();
+    let audit = verify::audit_store(&w.store).unwrap();
+    assert!(audit.consistent(), "{audit:?}");
+    assert_eq!(audit.committed_calls, 2);
+
+    let cut = cut_last_entry(&w);
+    let audit = verify::audit_store(&w.store).unwrap();
+    assert!(audit.broken.is_empty() && audit.head_findings.is_empty());
+    assert_eq!(
+        audit.call_findings,
+        [format!(
+            "the task state of a2a:ep2:b1 says it committed at entry {cut}, which the log does not hold (its last entry is {}): the log lost its end",
+            cut - 1
+        )]
+    );
+    assert!(!audit.consistent());
+
+    w.call_task(&s1, "ailang-read", json!({"path": "a"}), Some("a2"))
+        .unwrap();
+    let audit = verify::audit_store(&w.store).unwrap();
+    assert!(audit.broken.is_empty(), "{:?}", audit.broken);
+    assert_eq!(audit.committed_calls, 3);
+    assert_eq!(
+        audit.call_findings,
+        [format!(
+            "the task state of a2a:ep2:b1 says it committed at entry {cut}, but entry {cut}'s record is a2a:ep1:a2's: the log lost its end or was rewritten"
+        )]
+    );
+    assert!(!audit.consistent());
+}

@@ -216,3 +216,31 @@ fn concurrent_commits_never_spend_more_than_the_grant() {
     assert!(audit.consistent(), "{audit:?}");
     assert_eq!(audit.entries, BUDGET + 1);
 }
+
+/// A REST commit's receipt names the world it selected; a log cut after that entry leaves a
+/// receipt that says `resolved` for a world no row holds: an audit finding.
+#[test]
+fn the_audit_finds_a_rest_commit_whose_world_the_cut_log_lost() {
+    use broker_core::store::RawTable;
+    let w = World::new();
+    let mut c = commit_on_head(&w.store, "rest:ops", &json!({"n": 1}), None);
+    c.invocation_id = Some("rest:note-1".into());
+    let (world, index) = (c.world_ref, c.entry.header.entry_index);
+    assert_eq!(commit::rest_commit(&w.store, c, &grant(1)).unwrap(), world);
+    let audit = verify::audit_store(&w.store).unwrap();
+    assert!(audit.consistent(), "{audit:?}");
+    assert_eq!(audit.committed_calls, 1);
+
+    w.store
+        .raw_overwrite(RawTable::LogRow, index.to_be_bytes().to_vec(), Vec::new())
+        .unwrap();
+    let audit = verify::audit_store(&w.store).unwrap();
+    assert_eq!(
+        audit.call_findings,
+        [format!(
+            "the REST commit rest:note-1 landed as world {world} (its receipt says so), which no log row holds (its last entry is {}): the log lost its end or was rewritten",
+            index - 1
+        )]
+    );
+    assert!(!audit.consistent());
+}

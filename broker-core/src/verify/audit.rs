@@ -3,10 +3,13 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::source::LocalSource;
-use super::walk::Verifier;
+use super::walk::{self, Verifier};
 use super::VerifyError;
+use crate::journal::{JournalState, OutcomeStatus};
 use crate::log;
-use crate::store::Store;
+use crate::object::Ref;
+use crate::store::{ReadCtx, Store, StoreError};
+use crate::task::{TaskPhase, TaskState};
 
 /// The result of checking a whole store offline (`worldd doctor`).
 #[derive(Debug, Clone, Default)]
@@ -24,6 +27,11 @@ pub struct StoreAudit {
     /// The head does not select the last entry, or the log has a gap; a registry head that
     /// names no revision whose transitions load.
     pub head_findings: Vec<String>,
+    /// Committed calls (task states marked committed) checked against the entry they name.
+    pub committed_calls: u64,
+    /// Committed calls whose entry the log does not hold, or holds another call's record: the
+    /// log lost its end (perhaps grown again over the same indexes) or was rewritten.
+    pub call_findings: Vec<String>,
     /// Keys of the content-address index (`refs`) checked against their rows.
     pub index_keys: u64,
     /// Keys of the newest rows, found through the tail instead (not yet merged into `refs`).
@@ -40,6 +48,7 @@ impl StoreAudit {
         self.broken.is_empty()
             && self.journal_findings.is_empty()
             && self.head_findings.is_empty()
+            && self.call_findings.is_empty()
             && self.index_findings.is_empty()
     }
 }
@@ -95,8 +104,9 @@ pub fn audit_store(store: &Store) -> Result<StoreAudit, VerifyError> {
             })?;
         }
     };
-    let (results, journal, index) = std::thread::scope(|scope| {
+    let (results, journal, index, calls) = std::thread::scope(|scope| {
         let journal = scope.spawn(|| store.read(crate::journal::audit));
+        let calls = scope.spawn(|| store.read(committed_calls));
         let index = scope.spawn(|| {
             store.read(|r| {
                 let mut index = crate::ref_tail::audit(r)?;
@@ -122,7 +132,12 @@ pub fn audit_store(store: &Store) -> Result<StoreAudit, VerifyError> {
                 "the index audit thread panicked".into(),
             ))
         });
-        (results, journal, index)
+        let calls = calls.join().unwrap_or_else(|_| {
+            Err(crate::storage::StoreError::Corrupt(
+                "the committed-call audit thread panicked".into(),
+            ))
+        });
+        (results, journal, index, calls)
     });
     audit.entries = total;
     for r in results {
@@ -133,6 +148,7 @@ pub fn audit_store(store: &Store) -> Result<StoreAudit, VerifyError> {
         journal.map_err(|e| VerifyError::NotFound(format!("a readable journal ({e})")))?;
     audit.journal_records = n;
     audit.journal_findings = findings.into_iter().map(|f| f.0).collect();
+    (audit.committed_calls, audit.call_findings) = calls?;
     let index = index?;
     audit.index_keys = index.indexed;
     audit.index_waiting = index.waiting;
@@ -149,4 +165,75 @@ pub fn audit_store(store: &Store) -> Result<StoreAudit, VerifyError> {
         })
         .collect();
     Ok(audit)
+}
+
+/// Every committed task state against the entry it names, which must exist and hold that
+/// invocation's record. The entry walk checks only the other way (entry → task state), so a log
+/// cut after its end, or grown again over the cut indexes, passes it. One log row read per
+/// committed call: the row's world ref, which the entry's own walk ties to its record, must be
+/// the task state's; only when it is not is the record read, to say whose the entry is.
+fn committed_calls(r: &ReadCtx<'_>) -> Result<(u64, Vec<String>), StoreError> {
+    let last = log::last_index(r)?.map_or_else(|| "none".to_string(), |l| l.to_string());
+    let mut committed = 0;
+    let mut findings = Vec::new();
+    crate::invocations::for_each_visible(r, |id, row| {
+        // A REST commit's outcome (what its receipt says) names the world it selected; only
+        // `rest:` journal states are parsed, so effects' states cost nothing here.
+        if id.starts_with("rest:") {
+            let landed = row
+                .journal
+                .and_then(|b| serde_json::from_slice::<JournalState>(b).ok())
+                .filter(|j| j.status == Some(OutcomeStatus::Committed))
+                .and_then(|j| j.result_ref);
+            if let Some(world) = landed {
+                committed += 1;
+                if matches!(log::stored_world(r, &world), Ok(None)) {
+                    findings.push(format!(
+                        "the REST commit {id} landed as world {world} (its receipt says so), which no log row holds (its last entry is {last}): the log lost its end or was rewritten"
+                    ));
+                }
+            }
+            return;
+        }
+        // An unreadable task state is reported by the walk of the entry that names it.
+        let Some(state) = row
+            .task
+            .and_then(|b| serde_json::from_slice::<TaskState>(b).ok())
+        else {
+            return;
+        };
+        let (TaskPhase::Committed, Some(i)) = (state.phase, state.entry_index) else {
+            return;
+        };
+        committed += 1;
+        match log::world_ref_at(r, i) {
+            Ok(None) => findings.push(format!(
+                "the task state of {id} says it committed at entry {i}, which the log does not hold (its last entry is {last}): the log lost its end"
+            )),
+            Ok(Some(world)) if Some(world) == state.world_ref => {}
+            Ok(Some(_)) => match entry_invocation(r, i) {
+                // Unreadable, or this call's with another world: the entry's walk says so.
+                None => {}
+                Some(Some(named)) if named == id => {}
+                Some(named) => findings.push(format!(
+                    "the task state of {id} says it committed at entry {i}, but entry {i}'s record is {}: the log lost its end or was rewritten",
+                    named.map_or_else(|| "no invocation's".to_string(), |n| format!("{n}'s"))
+                )),
+            },
+            // A damaged row: the walk of its entry reports it.
+            Err(_) => {}
+        }
+    })?;
+    Ok((committed, findings))
+}
+
+/// The invocation entry `i`'s record names (`None` inside when it names none); `None` when the
+/// entry or its record cannot be read, which the entry's walk reports.
+fn entry_invocation(r: &ReadCtx<'_>, i: u64) -> Option<Option<String>> {
+    let entry = log::entry(r, i).ok()??;
+    let record = r.object_view(&entry.transition_ref).ok()??;
+    if Ref::of(record.payload) != entry.transition_ref {
+        return None;
+    }
+    Some(walk::record_invocation_id(record.payload))
 }

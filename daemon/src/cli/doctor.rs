@@ -1,6 +1,7 @@
 //! `worldd doctor`: check an existing store offline — every entry's links, every spend
-//! counter against the journal, the pending-intent index, the head and the registry heads, and
-//! the content-address index. Exit 3 on any inconsistency. Indeterminate intents are listed but are not
+//! counter against the journal, the pending-intent index, the head and the registry heads,
+//! every committed call against the entry its task state names, and the content-address
+//! index. Exit 3 on any inconsistency. Indeterminate intents are listed but are not
 //! inconsistencies.
 
 use broker_core::verify;
@@ -34,6 +35,8 @@ pub fn run(a: DoctorArgs) -> CliResult {
                 "journalRecords": audit.journal_records,
                 "journalFindings": audit.journal_findings,
                 "headFindings": audit.head_findings,
+                "committedCalls": audit.committed_calls,
+                "callFindings": audit.call_findings,
                 "indexKeys": audit.index_keys,
                 "indexWaiting": audit.index_waiting,
                 "indexFindings": audit.index_findings,
@@ -66,6 +69,15 @@ pub fn run(a: DoctorArgs) -> CliResult {
             &audit.journal_findings,
         )?;
         section("head".into(), &audit.head_findings)?;
+        let calls = if audit.call_findings.is_empty() {
+            "each at the entry its task state names"
+        } else {
+            "some NOT at the entry their task state names"
+        };
+        section(
+            format!("{} committed call(s), {calls}", audit.committed_calls),
+            &audit.call_findings,
+        )?;
         let index = if audit.index_findings.is_empty() {
             "each names its row"
         } else {
