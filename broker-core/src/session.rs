@@ -20,6 +20,11 @@ use crate::storage::{shown_bytes, ReadCtx, Store, StoreError};
 /// The longest list `list` returns.
 pub const MAX_LIST: usize = 500;
 
+/// The longest lifetime a credential may be minted with: ten years of 365 days. Far enough
+/// for any deployment, and near enough that its expiry stays a plain date (and well within
+/// the integers a record's canonical JSON holds exactly).
+pub const MAX_TTL_SECS: i64 = 10 * 365 * 86_400;
+
 /// How many decoded sessions a [`SessionCache`] keeps before it starts over.
 pub const CACHED_SESSIONS: usize = 1024;
 
@@ -37,6 +42,21 @@ pub enum SessionError {
     NoGrants,
     #[error("--ttl must be at least 1 second")]
     InvalidTtl,
+    #[error("--ttl {0} is too long: at most {MAX_TTL_SECS} seconds (ten years)")]
+    TtlTooLong(i64),
+    /// Two grants of one effect and scope: the broker would take the first that allows a call
+    /// and budget reports would list both, so the record would misreport what is left.
+    #[error("two grants of {effect} at scope {scope} ({first} and {second}): give each effect and scope once")]
+    DuplicateGrant {
+        effect: String,
+        scope: String,
+        first: u64,
+        second: u64,
+    },
+    /// A session being made that has no canonical form (an expiry or budget beyond what
+    /// canonical JSON holds): nothing was stored.
+    #[error("cannot store the session being minted: {0}")]
+    Unencodable(String),
     #[error("the system random source failed: {0}")]
     Random(String),
     #[error("session record {0} is damaged")]
@@ -185,6 +205,17 @@ fn mint_as(
     if ttl_secs < 1 {
         return Err(SessionError::InvalidTtl);
     }
+    if ttl_secs > MAX_TTL_SECS {
+        return Err(SessionError::TtlTooLong(ttl_secs));
+    }
+    if let Some((a, b)) = duplicate_grant(&grants) {
+        return Err(SessionError::DuplicateGrant {
+            effect: a.effect.clone(),
+            scope: a.scope.clone(),
+            first: a.budget,
+            second: b.budget,
+        });
+    }
     let mut raw = [0u8; 32];
     getrandom::fill(&mut raw).map_err(|e| SessionError::Random(e.to_string()))?;
     let token = lower_hex(&raw);
@@ -202,9 +233,21 @@ fn mint_as(
     Ok(Minted { token, session })
 }
 
+/// The first two grants of one effect and scope, if any. Records minted before this check
+/// may hold such a pair; they are still read (the broker takes the first grant that allows).
+pub fn duplicate_grant(grants: &[Grant]) -> Option<(&Grant, &Grant)> {
+    grants.iter().enumerate().find_map(|(i, a)| {
+        grants[i + 1..]
+            .iter()
+            .find(|b| b.effect == a.effect && b.scope == a.scope)
+            .map(|b| (a, b))
+    })
+}
+
+/// A record being written: failing here is a session that cannot be stored, not damage.
 fn encode(s: &Session) -> Result<Vec<u8>, SessionError> {
-    let v = serde_json::to_value(s).map_err(|e| SessionError::Corrupt(e.to_string()))?;
-    canon::to_vec(&v).map_err(|e| SessionError::Corrupt(e.to_string()))
+    let v = serde_json::to_value(s).map_err(|e| SessionError::Unencodable(e.to_string()))?;
+    canon::to_vec(&v).map_err(|e| SessionError::Unencodable(e.to_string()))
 }
 
 fn decode(id: &str, bytes: &[u8]) -> Result<Session, SessionError> {
@@ -718,6 +761,97 @@ mod tests {
             mint(&store, "ep1", Vec::new(), 60, 0),
             Err(SessionError::NoGrants)
         ));
+    }
+
+    #[test]
+    fn two_grants_of_one_effect_and_scope_are_not_minted_but_an_old_record_holding_them_reads() {
+        let (_dir, store) = store();
+        let dup = vec![
+            grant("Workspace.Read=worktree:1"),
+            grant("Workspace.Write=worktree:2"),
+            grant("Workspace.Read=worktree:4"),
+        ];
+        for operator in [false, true] {
+            let made = if operator {
+                mint_operator(&store, "dup", dup.clone(), 60, 0)
+            } else {
+                mint(&store, "dup", dup.clone(), 60, 0)
+            };
+            let err = made.unwrap_err();
+            assert!(
+                matches!(&err, SessionError::DuplicateGrant { effect, scope, first: 1, second: 4 }
+                    if effect == "Workspace.Read" && scope == "worktree"),
+                "{err:?}"
+            );
+            assert_eq!(
+                err.to_string(),
+                "two grants of Workspace.Read at scope worktree (1 and 4): give each effect and scope once"
+            );
+        }
+        assert!(list(&store).unwrap().sessions.is_empty(), "nothing stored");
+        // The same effect at another scope is another grant.
+        mint(
+            &store,
+            "two",
+            vec![grant("Fs.Read=a:1"), grant("Fs.Read=b:1")],
+            60,
+            0,
+        )
+        .unwrap();
+
+        // A record written before the check still authenticates and lists.
+        let m = mint(
+            &store,
+            "old",
+            vec![grant("Workspace.Read=worktree:1")],
+            60,
+            0,
+        )
+        .unwrap();
+        let old = Session {
+            grants: dup,
+            ..m.session.clone()
+        };
+        let bytes = encode(&old).unwrap();
+        let key = old.credential_id.clone();
+        store
+            .write(move |w| -> Result<(), StoreError> { SESSIONS.put(w, &key, &bytes) })
+            .unwrap();
+        assert_eq!(lookup(&store, &old.credential_id).unwrap(), Some(old));
+        assert!(list(&store).unwrap().damaged.is_empty());
+    }
+
+    #[test]
+    fn a_ttl_past_ten_years_is_refused_and_a_session_that_cannot_be_stored_is_not_called_damaged() {
+        let (_dir, store) = store();
+        let g = || vec![grant("Fs.Read=worktree:5")];
+        mint(&store, "ep", g(), MAX_TTL_SECS, 1_700_000_000).unwrap();
+        let err = mint(&store, "ep", g(), MAX_TTL_SECS + 1, 1_700_000_000).unwrap_err();
+        assert!(matches!(err, SessionError::TtlTooLong(t) if t == MAX_TTL_SECS + 1));
+        assert_eq!(
+            err.to_string(),
+            "--ttl 315360001 is too long: at most 315360000 seconds (ten years)"
+        );
+        // A budget no parse would give, or a clock past canonical JSON's integers: the
+        // session cannot be written, which is said as such.
+        let huge = vec![Grant {
+            effect: "Fs.Read".into(),
+            scope: "worktree".into(),
+            budget: canon::MAX_SAFE_INTEGER + 1,
+        }];
+        for err in [
+            mint(&store, "huge", huge, 60, 0).unwrap_err(),
+            mint(&store, "late", g(), 60, canon::MAX_SAFE_INTEGER as i64).unwrap_err(),
+        ] {
+            assert!(matches!(err, SessionError::Unencodable(_)), "{err:?}");
+            let said = err.to_string();
+            assert!(
+                said.starts_with("cannot store the session being minted: number "),
+                "{said}"
+            );
+            assert!(!said.contains("damaged"), "{said}");
+        }
+        assert_eq!(list(&store).unwrap().sessions.len(), 1, "only the first");
     }
 
     #[test]

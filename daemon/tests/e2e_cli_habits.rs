@@ -678,6 +678,180 @@ fn a_misspelled_grant_is_named_before_the_question_and_an_impossible_one_refused
     assert_eq!(err, "worldd: invalid --grant \"Workspace.Read=work\\u{1b}]0;x\\u{7}tree:1\": the scope must be letters, digits and . _ / - (worktree), at most 128 bytes\n");
 }
 
+/// The session credentials listed in `db`, by their lines.
+fn listed(db: &Path) -> String {
+    let (code, out, err) = worldd(&["session", "list", "--db", path_str(db)], None);
+    assert_eq!(code, 0, "{err}");
+    out
+}
+
+/// `text` without its SGR colour sequences (`ESC [ … m`).
+fn plain(text: &str) -> String {
+    let mut out = String::new();
+    let mut rest = text;
+    while let Some(at) = rest.find("\x1b[") {
+        out.push_str(&rest[..at]);
+        rest = &rest[at..];
+        rest = rest.find('m').map_or("", |m| &rest[m + 1..]);
+    }
+    out.push_str(rest);
+    out
+}
+
+/// A budget or `--ttl` no session record can hold (beyond 2^53−1, or an expiry centuries away)
+/// is refused by name before the question, exit 1, at `session mint`, `session new` and
+/// `quickstart` alike: it used to be asked, answered `y`, and then called a damaged record
+/// (exit 2), or for a long TTL minted to expire in the year 285200673.
+#[test]
+fn a_budget_or_ttl_no_record_can_hold_is_refused_before_the_question_not_called_damaged() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("db");
+    drop(broker_core::store::Store::create(&db).unwrap());
+    let root = dir.path().join("worktrees");
+    let too_big = "the budget is at most 9007199254740991 (2^53−1, the largest integer a session record stores exactly)";
+    let new = |args: &str| {
+        at_terminal(
+            &format!(
+                "{WORLDD} session new ep --db {} --workspace-root {} {args}",
+                db.display(),
+                root.display()
+            ),
+            b"y\n",
+        )
+    };
+    for (shown, said) in [
+        (
+            mint_at_terminal(&db, "--episode huge2 --grant Workspace.Read=worktree:9007199254740992"),
+            format!("worldd: invalid --grant \"Workspace.Read=worktree:9007199254740992\": {too_big}"),
+        ),
+        (
+            mint_at_terminal(&db, "--episode huge2 --grant Workspace.Read=worktree:99999999999999999999999"),
+            format!("worldd: invalid --grant \"Workspace.Read=worktree:99999999999999999999999\": {too_big}"),
+        ),
+        (
+            mint_at_terminal(&db, "--episode huge2 --grant Workspace.Read=worktree:1 --ttl 9007199254740991"),
+            "worldd: --ttl 9007199254740991 is too long: at most 315360000 seconds (ten years)".to_owned(),
+        ),
+        (
+            mint_at_terminal(&db, "--episode huge2 --grant Workspace.Read=worktree:1 --ttl 9000000000000000"),
+            "worldd: --ttl 9000000000000000 is too long: at most 315360000 seconds (ten years)".to_owned(),
+        ),
+        (
+            new("--grant Workspace.Read=worktree:9007199254740992"),
+            format!("worldd: invalid --grant \"Workspace.Read=worktree:9007199254740992\": {too_big}"),
+        ),
+        (
+            new("--preset se-tools --budget 9007199254740992"),
+            format!("error: invalid value '9007199254740992' for '--budget <BUDGET>': {too_big}"),
+        ),
+        (
+            new("--preset se-tools --ttl 315360001"),
+            "worldd: --ttl 315360001 is too long: at most 315360000 seconds (ten years)".to_owned(),
+        ),
+    ] {
+        let (code, shown) = shown;
+        // clap colours its own refusals at a terminal.
+        let shown = plain(&shown);
+        assert_eq!(code, 1, "{shown}");
+        assert!(shown.contains(&said), "{shown}");
+        assert!(!shown.contains("Confirm mint"), "asked first: {shown}");
+        assert!(!shown.contains("damaged"), "{shown}");
+    }
+    assert!(!root.join("ep").exists(), "a worktree was made");
+    assert_eq!(
+        listed(&db),
+        "0 session credential(s)\n",
+        "something was minted"
+    );
+
+    let (code, _, err) = worldd(
+        &[
+            "quickstart",
+            "--dir",
+            path_str(&dir.path().join("qs")),
+            "--budget",
+            "9007199254740992",
+            "--print-only",
+        ],
+        None,
+    );
+    assert_eq!(code, 1, "{err}");
+    assert!(err.contains(too_big), "{err}");
+    assert!(
+        !dir.path().join("qs").exists(),
+        "quickstart made its directory"
+    );
+
+    // The bounds themselves are minted.
+    let (code, shown) = mint_at_terminal(
+        &db,
+        "--episode edge --grant Workspace.Read=worktree:9007199254740991 --ttl 315360000",
+    );
+    assert_eq!(code, 0, "{shown}");
+    assert!(
+        shown.contains("Confirm mint for episode edge (1 grant(s), expiry +315360000s)"),
+        "{shown}"
+    );
+    assert!(listed(&db).contains("Workspace.Read=worktree:9007199254740991"));
+}
+
+/// Two `--grant`s of one effect and scope are refused before the question, naming both: minted,
+/// the broker took the first that allowed a call while `/v1/budget` listed both, so five reads
+/// under `worktree:1` and `worktree:4` reported `budgetAfter` 0, 2, 1, 0 and then a denial.
+/// `session new` still lets a `--grant` replace a preset grant.
+#[test]
+fn two_grants_of_one_effect_and_scope_are_refused_before_the_question() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("db");
+    drop(broker_core::store::Store::create(&db).unwrap());
+    let root = dir.path().join("worktrees");
+    let said = "worldd: --grant Workspace.Read=worktree:1 and --grant Workspace.Read=worktree:4 both grant Workspace.Read at scope worktree: give each effect and scope once";
+    let new = |args: &str| {
+        at_terminal(
+            &format!(
+                "{WORLDD} session new ep --db {} --workspace-root {} {args}",
+                db.display(),
+                root.display()
+            ),
+            b"y\n",
+        )
+    };
+    for (code, shown) in [
+        mint_at_terminal(
+            &db,
+            "--episode dup --grant Workspace.Read=worktree:1 --grant Workspace.Write=worktree:2 --grant Workspace.Read=worktree:4",
+        ),
+        mint_at_terminal(
+            &db,
+            "--operator --episode dup --grant Workspace.Read=worktree:1 --grant Workspace.Read=worktree:4",
+        ),
+        new("--preset se-tools --grant Workspace.Read=worktree:1 --grant Workspace.Read=worktree:4"),
+    ] {
+        assert_eq!(code, 1, "{shown}");
+        assert!(shown.contains(said), "{shown}");
+        assert!(!shown.contains("Confirm mint"), "asked first: {shown}");
+    }
+    assert!(!root.join("ep").exists(), "a worktree was made");
+    assert_eq!(
+        listed(&db),
+        "0 session credential(s)\n",
+        "something was minted"
+    );
+
+    // Another scope is another grant; a --grant replaces the preset's grant of its effect.
+    let (code, shown) = mint_at_terminal(
+        &db,
+        "--episode two --grant Workspace.Read=worktree:1 --grant Workspace.Read=log:4",
+    );
+    assert_eq!(code, 0, "{shown}");
+    let (code, shown) = new("--preset se-tools --grant Workspace.Read=worktree:7");
+    assert_eq!(code, 0, "{shown}");
+    assert!(shown.contains("(8 grant(s),"), "{shown}");
+    let list = listed(&db);
+    assert!(list.contains("Workspace.Read=worktree:7"), "{list}");
+    assert!(!list.contains("Workspace.Read=worktree:50"), "{list}");
+}
+
 /// The pid of the process whose command line holds `needle`, once there is one.
 fn pid_running(needle: &str) -> u32 {
     for _ in 0..500 {

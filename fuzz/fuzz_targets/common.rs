@@ -55,7 +55,8 @@ pub fn fixture() -> &'static Fixture {
             .iter()
             .map(|g| g.parse().expect("grant"))
             .collect();
-        let token = broker_core::session::mint(&store, "fuzz", grants, 1 << 40, coordinator.now()).expect("mint").token;
+        // The longest a credential may live: the fuzz run never sees it expire.
+        let token = broker_core::session::mint(&store, "fuzz", grants, broker_core::session::MAX_TTL_SECS, coordinator.now()).expect("mint").token;
         let info = DaemonInfo { db_path: "fuzz".into(), version: "fuzz", open_reads: false };
         let router = worldd::server::router(AppState::new(store, Arc::new(coordinator), info));
         let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(1).enable_all().build().expect("runtime");

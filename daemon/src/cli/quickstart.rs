@@ -24,8 +24,8 @@ pub struct QuickstartArgs {
     /// Loopback address to listen on.
     #[arg(long, default_value = serve::DEFAULT_BIND)]
     pub bind: String,
-    /// Budget for each se-tools grant.
-    #[arg(long, default_value_t = 50)]
+    /// Budget for each se-tools grant (at most 9007199254740991).
+    #[arg(long, default_value_t = 50, value_parser = super::session::budget_arg)]
     pub budget: u64,
     /// Set up (store, episode, credential) and print the client configuration, without
     /// serving.

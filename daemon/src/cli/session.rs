@@ -55,7 +55,8 @@ pub struct MintArgs {
     /// The episode: ^[a-z0-9][a-z0-9-]{0,63}$
     #[arg(long)]
     pub episode: String,
-    /// EFFECT=SCOPE:BUDGET (repeatable).
+    /// EFFECT=SCOPE:BUDGET (repeatable; each effect and scope once; a budget is at most
+    /// 9007199254740991).
     #[arg(long = "grant")]
     pub grants: Vec<String>,
     /// Mint an operator credential: it reads every episode and, with a World.Commit grant,
@@ -73,7 +74,7 @@ pub const DEFAULT_TTL: i64 = 24 * 3600;
 /// Where a minted credential goes and how long it lives (`mint` and `new`).
 #[derive(Args, Debug, Clone)]
 pub struct CredentialArgs {
-    /// Lifetime in seconds (default: 24 hours).
+    /// Lifetime in seconds (default: 24 hours), 1 to 315360000 (ten years).
     #[arg(long, default_value_t = DEFAULT_TTL)]
     pub ttl: i64,
     /// Write the credential to this file instead of stdout: created (or atomically replaced)
@@ -97,8 +98,8 @@ pub struct NewArgs {
     /// A named grant set: `se-tools` grants the eight se-tools effects at worktree:<budget>.
     #[arg(long)]
     pub preset: Option<String>,
-    /// Budget for each preset grant.
-    #[arg(long, default_value_t = 50)]
+    /// Budget for each preset grant (at most 9007199254740991).
+    #[arg(long, default_value_t = 50, value_parser = budget_arg)]
     pub budget: u64,
     /// Extra or overriding grants, EFFECT=SCOPE:BUDGET.
     #[arg(long = "grant")]
@@ -143,6 +144,23 @@ pub fn run(cmd: SessionCommand) -> CliResult {
         SessionCommand::List(a) => list(a),
         SessionCommand::Revoke(a) => revoke(a),
     }
+}
+
+/// `--budget N`: a budget a grant can hold (at most 2^53−1), refused by the flag before anything
+/// is made or asked rather than by the store after the question.
+pub fn budget_arg(text: &str) -> Result<u64, String> {
+    if text.is_empty() || !text.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(format!(
+            "{text:?} is not a budget: want a whole number of calls, 0 or more"
+        ));
+    }
+    let max = broker_core::grant::MAX_BUDGET;
+    text.parse::<u64>()
+        .ok()
+        .filter(|b| *b <= max)
+        .ok_or_else(|| {
+            format!("the budget is at most {max} (2^53−1, the largest integer a session record stores exactly)")
+        })
 }
 
 /// Effects of the shipped plugins and the daemon beyond the se-tools set, and the scopes
@@ -193,6 +211,18 @@ fn parse_grants(texts: &[String]) -> Result<Vec<Grant>, Failure> {
             Ok(grant)
         })
         .collect()
+}
+
+/// Two grants of one effect and scope, refused before the question: the broker would take the
+/// first that allows a call while budget reports list both, so what is left would disagree.
+fn refuse_duplicates(grants: &[Grant]) -> CliResult {
+    match session::duplicate_grant(grants) {
+        None => Ok(()),
+        Some((a, b)) => Err(Failure::usage(format!(
+            "--grant {a} and --grant {b} both grant {} at scope {}: give each effect and scope once",
+            a.effect, a.scope
+        ))),
+    }
 }
 
 /// The known name `given` is most likely a misspelling of: not one of them, and at most two
@@ -324,6 +354,12 @@ impl<'a> Minting<'a> {
         if ttl < 1 {
             return Err(Failure::usage("--ttl must be at least 1 second"));
         }
+        if ttl > session::MAX_TTL_SECS {
+            return Err(Failure::usage(
+                session::SessionError::TtlTooLong(ttl).to_string(),
+            ));
+        }
+        refuse_duplicates(&grants)?;
         let store = open_existing(db)?;
         if let Some(path) = out {
             SecretFile::check(path).map_err(|e| Failure::usage(e.to_string()))?;
@@ -431,7 +467,11 @@ fn new(a: NewArgs) -> CliResult {
             )))
         }
     };
-    for g in parse_grants(&a.grants)? {
+    // A --grant overrides a preset grant of its effect and scope; two --grants of one are a
+    // mistake, as in `session mint`, not a silent last-wins.
+    let extra = parse_grants(&a.grants)?;
+    refuse_duplicates(&extra)?;
+    for g in extra {
         grants.retain(|x| !(x.effect == g.effect && x.scope == g.scope));
         grants.push(g);
     }
@@ -650,6 +690,34 @@ mod tests {
         );
         assert!(refused("Work space=worktree:1").contains("the effect must be"));
         assert!(super::parse_grants(&["Hello.Greet=any:3".into()]).is_ok());
+    }
+
+    #[test]
+    fn the_help_gives_the_bounds_the_checks_apply() {
+        let cmd = super::super::command_line();
+        let help = |verb: &str, flag: &str| {
+            let mut path = verb.split(' ');
+            let first = path.next().unwrap();
+            let mut sub = cmd.find_subcommand(first).unwrap();
+            for name in path {
+                sub = sub.find_subcommand(name).unwrap();
+            }
+            let arg = sub.get_arguments().find(|a| a.get_id() == flag).unwrap();
+            arg.get_help().unwrap().to_string()
+        };
+        let max_ttl = broker_core::session::MAX_TTL_SECS.to_string();
+        let max_budget = broker_core::grant::MAX_BUDGET.to_string();
+        assert!(help("session mint", "ttl").contains(&max_ttl));
+        assert!(help("session new", "ttl").contains(&max_ttl));
+        assert!(help("session mint", "grants").contains(&max_budget));
+        assert!(help("session new", "budget").contains(&max_budget));
+        assert!(help("quickstart", "budget").contains(&max_budget));
+        assert_eq!(
+            super::budget_arg(&max_budget),
+            Ok(broker_core::grant::MAX_BUDGET)
+        );
+        assert!(super::budget_arg("9007199254740992").is_err());
+        assert!(super::budget_arg("-1").is_err());
     }
 
     #[test]
