@@ -1090,3 +1090,77 @@ fn without_addr_or_db_why_reads_world_addr_then_the_local_store_then_the_default
         eprintln!("*** 127.0.0.1:7644 is in use here: the default-address case was not run ***");
     }
 }
+
+/// Objects are deduplicated by content, first writer wins. An agent calls a tool with
+/// arguments equal to the exact plan another episode's next call will have (plans are
+/// deterministic): its own call is refused, but the bytes are stored first as its
+/// `world/invocation-input/v1`. The victim's genuine call must still verify — its record says
+/// those bytes are its plan, and they hash to the plan ref and read as a plan — with a note,
+/// offline, online, as JSON and in doctor.
+#[test]
+fn an_agent_storing_another_calls_plan_first_as_its_own_input_does_not_break_that_calls_why() {
+    let d = Daemon::start(WS, &[]);
+    let mallory = d.session("mallory", &["Workspace.Read=worktree:5"]);
+    let victim = d.session("victim", &["Workspace.Read=worktree:5"]);
+    std::fs::write(d.root().join("victim/notes.txt"), "password=hunter2\n").unwrap();
+    let plan = json!({"effects": [{"cost": 1, "effect": "Workspace.Read", "id": "e1",
+        "payload": {"op": "read", "path": "notes.txt"}, "scope": "worktree"}],
+        "finish": false, "plan": "world/effect-plan/v1", "result": null});
+    let plan_ref = sha(&canon(&plan));
+    a2a(&d, &mallory, "poison", "ailang-read", plan.clone());
+    let v = a2a(
+        &d,
+        &victim,
+        "read",
+        "ailang-read",
+        json!({"path": "notes.txt"}),
+    );
+    let index = v["result"]["metadata"]["entry_index"].as_u64().unwrap();
+    let operator = d.operator_session("ops", &[]);
+    let stored = get(&d.url(&format!("/v1/objects/{plan_ref}")), Some(&operator)).json();
+    assert_eq!(
+        stored["semanticId"], "world/invocation-input/v1",
+        "the attack stores the victim's plan first as an input: {stored}"
+    );
+
+    let note = format!(
+        "note: {}… was first stored as world/invocation-input/v1 (objects are deduplicated by content); it reads as world/effect-plan/v1, the kind its record gives it",
+        &plan_ref[..15]
+    );
+    let (code, out, err) = offline(&d, &[&index.to_string()], None);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(
+        out.contains(&format!("  ✓ plan    {}…", &plan_ref[..15])),
+        "{out}"
+    );
+    assert!(out.contains(&format!("\n            {note}\n")), "{out}");
+    let session = session_file(d.root().as_path(), "victim.session", &victim);
+    let (code, online_out, err) = online(&d.addr, &session, &[&index.to_string()], None);
+    assert_eq!((code, &online_out), (0, &out), "{err}");
+
+    let (code, out, err) = offline(&d, &[&index.to_string(), "--json"], None);
+    assert_eq!(code, 0, "{out}{err}");
+    let report: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(report["verified"], true);
+    let link = report["links"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|l| l["kind"] == "plan")
+        .unwrap();
+    assert_eq!(
+        (&link["ok"], &link["ref"]),
+        (&json!(true), &json!(plan_ref))
+    );
+    assert_eq!(link["note"], note.trim_start_matches("note: "));
+
+    let (code, out, err) = worldd(&["doctor", "--db", path_str(&d.db())], None);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(
+        out.contains(&format!(
+            "      entry {index}: note: plan: {}\n",
+            note.trim_start_matches("note: ")
+        )),
+        "{out}"
+    );
+}

@@ -22,6 +22,9 @@ pub struct StoreAudit {
     pub journal_records: u64,
     /// Spend and journal inconsistencies.
     pub journal_findings: Vec<String>,
+    /// Notes of entries that verify, by entry: e.g. an object whose bytes were first stored
+    /// as another kind than its record gives it. Not inconsistencies.
+    pub notes: Vec<(u64, String)>,
     /// Intents without an outcome (indeterminate effects; not an inconsistency).
     pub indeterminate: Vec<String>,
     /// The head does not select the last entry, or the log has a gap; a registry head that
@@ -83,12 +86,13 @@ pub fn audit_store(store: &Store) -> Result<StoreAudit, VerifyError> {
         .map_or(1, |n| n.get())
         .clamp(1, 16);
     let next = AtomicU64::new(0);
-    let verify_blocks = || -> Result<Vec<(u64, String)>, VerifyError> {
-        let mut broken = Vec::new();
+    type Found = (Vec<(u64, String)>, Vec<(u64, String)>);
+    let verify_blocks = || -> Result<Found, VerifyError> {
+        let (mut broken, mut notes) = (Vec::new(), Vec::new());
         loop {
             let from = next.fetch_add(AUDIT_BLOCK, Ordering::Relaxed);
             if from >= total {
-                return Ok(broken);
+                return Ok((broken, notes));
             }
             let to = (from + AUDIT_BLOCK).min(total);
             store.read(|r| {
@@ -98,6 +102,11 @@ pub fn audit_store(store: &Store) -> Result<StoreAudit, VerifyError> {
                     let report = verifier.report(i, String::new());
                     if let Some(l) = report.links.iter().find(|l| !l.ok) {
                         broken.push((i, format!("{}: {}", l.kind, l.detail)));
+                    }
+                    for l in &report.links {
+                        if let Some(note) = &l.note {
+                            notes.push((i, format!("{}: {note}", l.kind)));
+                        }
                     }
                 }
                 Ok::<_, VerifyError>(())
@@ -115,7 +124,7 @@ pub fn audit_store(store: &Store) -> Result<StoreAudit, VerifyError> {
             })
         });
         let handles: Vec<_> = (0..workers).map(|_| scope.spawn(verify_blocks)).collect();
-        let results: Vec<Result<Vec<(u64, String)>, VerifyError>> = handles
+        let results: Vec<Result<Found, VerifyError>> = handles
             .into_iter()
             .map(|h| {
                 h.join()
@@ -141,9 +150,12 @@ pub fn audit_store(store: &Store) -> Result<StoreAudit, VerifyError> {
     });
     audit.entries = total;
     for r in results {
-        audit.broken.extend(r?);
+        let (broken, notes) = r?;
+        audit.broken.extend(broken);
+        audit.notes.extend(notes);
     }
     audit.broken.sort_by_key(|(i, _)| *i);
+    audit.notes.sort_by_key(|(i, _)| *i);
     let (findings, n) =
         journal.map_err(|e| VerifyError::NotFound(format!("a readable journal ({e})")))?;
     audit.journal_records = n;

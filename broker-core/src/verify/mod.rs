@@ -112,6 +112,9 @@ pub struct Link {
     pub reference: Option<Ref>,
     pub ok: bool,
     pub detail: String,
+    /// Said beside the verdict, not part of it: e.g. that an object's bytes were first stored
+    /// as another kind than the one its record gives them.
+    pub note: Option<String>,
 }
 
 /// The verified chain of one entry.
@@ -133,12 +136,18 @@ impl Report {
             "entryIndex": self.entry_index,
             "matchedBy": self.matched_by,
             "verified": self.all_ok(),
-            "links": self.links.iter().map(|l| serde_json::json!({
-                "kind": l.kind,
-                "ref": l.reference.map(|r| r.to_string()),
-                "ok": l.ok,
-                "detail": l.detail,
-            })).collect::<Vec<_>>(),
+            "links": self.links.iter().map(|l| {
+                let mut link = serde_json::json!({
+                    "kind": l.kind,
+                    "ref": l.reference.map(|r| r.to_string()),
+                    "ok": l.ok,
+                    "detail": l.detail,
+                });
+                if let Some(note) = &l.note {
+                    link["note"] = note.as_str().into();
+                }
+                link
+            }).collect::<Vec<_>>(),
         })
     }
 }

@@ -37,6 +37,9 @@ use crate::plan::Plan;
 use crate::task::{self, TaskPhase};
 use crate::transition::Transition;
 
+/// A transition document, parsed, with the note of its kind; or why it could not be.
+type Loaded = Result<(Arc<Transition>, Option<String>), String>;
+
 /// Verifies entries read from one source; caches parsed transition documents (many entries
 /// share a few tools).
 pub(crate) struct Verifier<'s, S: Source + ?Sized> {
@@ -44,24 +47,31 @@ pub(crate) struct Verifier<'s, S: Source + ?Sized> {
     /// This build's interpreter ref, or why it has none (its identity document has no
     /// canonical form): then no entry is pinned to it and no plan is replayed.
     interpreter: Result<Ref, String>,
-    transitions: RefCell<HashMap<Ref, Result<Arc<Transition>, String>>>,
+    /// Each transition document with the note of its kind, if any ([`Verifier::checked`]).
+    transitions: RefCell<HashMap<Ref, Loaded>>,
+    /// Notes of the objects checked since the last link was pushed: the link that needed
+    /// them carries them.
+    notes: RefCell<Vec<String>>,
 }
 
-pub(crate) struct Walk {
+pub(crate) struct Walk<'n> {
     links: Vec<Link>,
+    notes: &'n RefCell<Vec<String>>,
 }
 
-impl Walk {
+impl Walk<'_> {
     fn push(&mut self, kind: &'static str, reference: Option<Ref>, result: Result<String, String>) {
         let (ok, detail) = match result {
             Ok(d) => (true, d),
             Err(d) => (false, d),
         };
+        let notes = self.notes.take();
         self.links.push(Link {
             kind,
             reference,
             ok,
             detail,
+            note: (!notes.is_empty()).then(|| notes.join("; ")),
         });
     }
 
@@ -140,10 +150,35 @@ pub(crate) fn record_invocation_id(payload: &[u8]) -> Option<String> {
         .and_then(|c| c.invocation_id.map(Cow::into_owned))
 }
 
+/// Why `payload` does not read as an object of kind `semantic_id`, if it does not: the check
+/// for bytes first stored as another kind. Each kind's own link checks the rest (the plan is
+/// replayed, the effect record parsed, the request decoded, the output's world block compared).
+fn reads_as(payload: &[u8], semantic_id: &str) -> Result<(), String> {
+    let json = || canon::parse(payload).map_err(|e| format!("not canonical JSON: {e}"));
+    match semantic_id {
+        sid::EFFECT_REQUEST => broker::decode_request(payload)
+            .map(|_| ())
+            .ok_or_else(|| "not a broker request".to_string()),
+        sid::EFFECT_PLAN => match json()? {
+            v if v["plan"] == sid::EFFECT_PLAN => Ok(()),
+            _ => Err(format!("its \"plan\" is not {}", sid::EFFECT_PLAN)),
+        },
+        sid::INVOCATION_RECORD | sid::INVOCATION_OUTPUT | sid::EFFECT_RECORD | sid::TRANSITION => {
+            match json()? {
+                Value::Object(_) => Ok(()),
+                _ => Err("not a JSON object".into()),
+            }
+        }
+        _ => json().map(|_| ()),
+    }
+}
+
 /// One effect of a record: its ref and parsed record, or why it could not be read.
 struct EffectRow {
     reference: Option<Ref>,
     record: Result<EffectRecord, String>,
+    /// The note of the record's kind, said on its effect link (it is read before the others).
+    notes: Vec<String>,
 }
 
 /// An invocation id, and its parts.
@@ -308,6 +343,7 @@ impl<'s, S: Source + ?Sized> Verifier<'s, S> {
             src,
             interpreter: log::interpreter_ref().map_err(|e| e.to_string()),
             transitions: RefCell::new(HashMap::new()),
+            notes: RefCell::new(Vec::new()),
         }
     }
 
@@ -327,12 +363,23 @@ impl<'s, S: Source + ?Sized> Verifier<'s, S> {
         Ok(obj)
     }
 
-    /// Load an object, check it hashes to its address and has the expected semantic id.
+    /// Load an object the referring record says is a `semantic_id`, and check it hashes to its
+    /// address. The kind is the record's word, not the stored row's: objects are deduplicated by
+    /// content, first writer wins, so the same bytes written earlier as another kind (anyone's
+    /// call arguments can equal another call's plan) keep that writer's semantic id. Such bytes
+    /// must still read as `semantic_id`; the link then verifies with a note saying so.
     fn checked(&self, reference: &Ref, semantic_id: &str) -> Result<StoredObject<'s>, String> {
         let obj = self.hashed(reference)?;
         if obj.semantic_id != semantic_id {
-            return Err(format!(
-                "semantic id is {}, expected {semantic_id}",
+            reads_as(&obj.payload, semantic_id).map_err(|e| {
+                format!(
+                    "semantic id is {}, expected {semantic_id}, and the bytes do not read as one: {e}",
+                    obj.semantic_id
+                )
+            })?;
+            self.notes.borrow_mut().push(format!(
+                "{} was first stored as {} (objects are deduplicated by content); it reads as {semantic_id}, the kind its record gives it",
+                reference.short(8),
                 obj.semantic_id
             ));
         }
@@ -341,26 +388,40 @@ impl<'s, S: Source + ?Sized> Verifier<'s, S> {
 
     /// The transition document at `transition_fn`, parsed (cached per verifier).
     fn transition(&self, transition_fn: &Ref) -> Result<Arc<Transition>, String> {
-        if let Some(t) = self.transitions.borrow().get(transition_fn) {
-            return t.clone();
-        }
-        let parsed = self
-            .checked(transition_fn, sid::TRANSITION)
-            .and_then(|o| {
-                Transition::from_slice(&o.payload)
-                    .map(Arc::new)
-                    .map_err(|e| format!("not a transition document: {e}"))
-            })
-            .map_err(|e| format!("transition {transition_fn}: {e}"));
-        self.transitions
-            .borrow_mut()
-            .insert(*transition_fn, parsed.clone());
-        parsed
+        let cached = self.transitions.borrow().get(transition_fn).cloned();
+        let parsed = match cached {
+            Some(parsed) => parsed,
+            None => {
+                let before = self.notes.borrow().len();
+                let parsed = self
+                    .checked(transition_fn, sid::TRANSITION)
+                    .and_then(|o| {
+                        Transition::from_slice(&o.payload)
+                            .map(Arc::new)
+                            .map_err(|e| format!("not a transition document: {e}"))
+                    })
+                    .map_err(|e| format!("transition {transition_fn}: {e}"))
+                    .map(|t| (t, self.notes.borrow_mut().split_off(before).pop()));
+                self.transitions
+                    .borrow_mut()
+                    .insert(*transition_fn, parsed.clone());
+                parsed
+            }
+        };
+        parsed.map(|(t, note)| {
+            // Every entry of this tool carries the note, not only the first walked.
+            self.notes.borrow_mut().extend(note);
+            t
+        })
     }
 
     /// Verify entry `index`.
     pub(crate) fn report(&self, index: u64, matched_by: String) -> Report {
-        let mut walk = Walk { links: Vec::new() };
+        self.notes.take();
+        let mut walk = Walk {
+            links: Vec::new(),
+            notes: &self.notes,
+        };
         let entry = match self.src.entry(index) {
             Ok(Some(bytes)) => self.check_entry(index, &bytes),
             Ok(None) => Err("missing from the log".to_string()),
@@ -586,16 +647,19 @@ impl<'s, S: Source + ?Sized> Verifier<'s, S> {
                     Ok(r) => EffectRow {
                         reference: Some(r),
                         record: self.effect_record(&r),
+                        notes: self.notes.take(),
                     },
                     Err(e) => EffectRow {
                         reference: None,
                         record: Err(e.to_string()),
+                        notes: Vec::new(),
                     },
                 })
                 .collect(),
             None => vec![EffectRow {
                 reference: None,
                 record: Err("effects is not a list".into()),
+                notes: Vec::new(),
             }],
         }
     }
@@ -671,6 +735,7 @@ impl<'s, S: Source + ?Sized> Verifier<'s, S> {
     /// The effect links, and the plugin that ran (or declined) each.
     fn effect_links(&self, effects: &[EffectRow], planned: &[Value], walk: &mut Walk) {
         for (i, row) in effects.iter().enumerate() {
+            self.notes.borrow_mut().extend(row.notes.iter().cloned());
             let res = row
                 .record
                 .clone()

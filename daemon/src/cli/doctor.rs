@@ -32,6 +32,7 @@ pub fn run(a: DoctorArgs) -> CliResult {
                 "consistent": audit.consistent(),
                 "entries": audit.entries,
                 "brokenEntries": audit.broken.iter().map(|(i, d)| serde_json::json!({"entry": i, "detail": d})).collect::<Vec<_>>(),
+                "notes": audit.notes.iter().map(|(i, d)| serde_json::json!({"entry": i, "detail": d})).collect::<Vec<_>>(),
                 "journalRecords": audit.journal_records,
                 "journalFindings": audit.journal_findings,
                 "headFindings": audit.head_findings,
@@ -55,6 +56,10 @@ pub fn run(a: DoctorArgs) -> CliResult {
         );
         for (i, d) in audit.broken.iter().take(20) {
             outln!("      entry {i}: {d}");
+        }
+        // Verified entries with something to say (not inconsistencies).
+        for (i, d) in audit.notes.iter().take(20) {
+            outln!("      entry {i}: note: {d}");
         }
         let journal = if audit.journal_findings.is_empty() {
             "equal the sum of intents"

@@ -266,6 +266,9 @@ fn print_report(report: &Report, several: bool) -> CliResult {
                 .unwrap_or_else(|| "-".into()),
             l.detail
         );
+        if let Some(note) = &l.note {
+            outln!("            note: {note}");
+        }
     }
     let broken = report.links.iter().filter(|l| !l.ok).count();
     if broken == 0 {
