@@ -31,8 +31,10 @@
 //! # Who sees what
 //!
 //! Entries are filtered by [`crate::visibility`]. A session's credential is checked again
-//! before every batch: when it is revoked or expires, the stream sends one `error` event with
-//! the REST error envelope and ends.
+//! before every batch, and by a caught-up stream when it expires and every
+//! [`CREDENTIAL_RECHECK`] (a revocation made by another process commits nothing this daemon
+//! sees): when it is revoked or expires, the stream sends one `error` event with the REST
+//! error envelope and ends, freeing its places.
 
 use std::collections::VecDeque;
 use std::convert::Infallible;
@@ -63,6 +65,10 @@ pub const STREAM_BATCH: usize = 64;
 /// A comment line is sent after this long without an event, so idle connections stay open
 /// and a dead peer is noticed.
 pub const KEEP_ALIVE: Duration = Duration::from_secs(15);
+/// How often a caught-up stream looks its credential up again while nothing is committed: a
+/// credential revoked by `worldd session revoke` (another process, whose commit this daemon's
+/// commit signal does not see) ends its streams within this, and frees their places.
+pub const CREDENTIAL_RECHECK: Duration = Duration::from_secs(5);
 
 struct HubInner {
     commits: Arc<watch::Sender<u64>>,
@@ -169,6 +175,9 @@ struct Follow {
     pending: VecDeque<Summary>,
     commits: watch::Receiver<u64>,
     closed: watch::Receiver<bool>,
+    /// The credential's `expiresAt` when it was last found live: a caught-up stream wakes
+    /// when it passes, and ends.
+    expires_at: Option<i64>,
     ended: bool,
     _slot: OwnedSemaphorePermit,
     _episode_slot: Option<Held<String>>,
@@ -188,6 +197,18 @@ fn error_event(e: ApiError) -> Event {
 }
 
 impl Follow {
+    /// How long a caught-up stream waits before it looks its credential up again: until just
+    /// past its expiry (a credential is live while `now <= expiresAt`, in whole seconds), and
+    /// never longer than [`CREDENTIAL_RECHECK`].
+    fn recheck_in(&self) -> Duration {
+        let Some(expires_at) = self.expires_at else {
+            return CREDENTIAL_RECHECK;
+        };
+        let now = self.state.coordinator().now();
+        let left = u64::try_from(expires_at.saturating_sub(now).saturating_add(1)).unwrap_or(0);
+        CREDENTIAL_RECHECK.min(Duration::from_secs(left))
+    }
+
     /// The next event, reading the log only when the previous batch has been sent.
     async fn step(mut self) -> Option<(Result<Event, Infallible>, Follow)> {
         loop {
@@ -204,9 +225,12 @@ impl Follow {
                 return None;
             }
             if let Some(h) = &self.auth {
-                if let Err(f) = self.state.authenticate(h).await {
-                    self.ended = true;
-                    return Some((Ok(error_event(ApiError::from_auth(f))), self));
+                match self.state.authenticate(h).await {
+                    Ok(session) => self.expires_at = Some(session.expires_at),
+                    Err(f) => {
+                        self.ended = true;
+                        return Some((Ok(error_event(ApiError::from_auth(f))), self));
+                    }
                 }
             }
             // Mark the commits seen *before* reading, so one that lands during the read wakes
@@ -243,7 +267,9 @@ impl Follow {
             self.next = page.next;
             self.pending.extend(page.items);
             if self.pending.is_empty() && self.next > page.head {
-                // Caught up: wait for a commit or for shutdown.
+                // Caught up: wait for a commit, for shutdown, or for the credential to be
+                // looked up again (its expiry, or the next recheck for a revocation).
+                let recheck = self.recheck_in();
                 tokio::select! {
                     changed = self.commits.changed() => {
                         if changed.is_err() {
@@ -251,6 +277,7 @@ impl Follow {
                         }
                     }
                     _ = self.closed.changed() => {}
+                    () = tokio::time::sleep(recheck), if self.auth.is_some() => {}
                 }
             }
         }
@@ -340,6 +367,7 @@ async fn stream(
         reader,
         next,
         pending: VecDeque::new(),
+        expires_at: None,
         ended: false,
         _slot: slot,
         _episode_slot: episode_slot,

@@ -174,3 +174,77 @@ fn log_tail_follow_reports_a_revoked_credential_and_exits_1() {
         "worldd: the log stream ended: SessionUnknown: unknown session credential"
     );
 }
+
+/// Open `GET /v1/log/stream` (only new entries) with `token`; the status line and the lines
+/// that follow.
+fn open_stream(d: &Daemon, token: &str) -> (String, std::sync::mpsc::Receiver<String>) {
+    let mut conn = TcpStream::connect(&d.addr).unwrap();
+    write!(
+        conn,
+        "GET /v1/log/stream HTTP/1.1\r\nHost: {}\r\nAuthorization: Bearer {token}\r\n\r\n",
+        d.addr
+    )
+    .unwrap();
+    let rx = lines_of(conn);
+    let status = next_line(&rx, "status line");
+    (status, rx)
+}
+
+/// The `data:` line of the stream's `error` event (nothing else is committed meanwhile),
+/// within 30 s: keep-alive comments alone do not keep the test waiting.
+fn error_event_of(rx: &std::sync::mpsc::Receiver<String>) -> Value {
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        assert!(
+            std::time::Instant::now() < until,
+            "no error event within 30 s: the stream outlived its credential"
+        );
+        if next_line(rx, "the error event") == "event: error" {
+            let data = next_line(rx, "its data");
+            return serde_json::from_str(data.strip_prefix("data: ").unwrap()).unwrap();
+        }
+    }
+}
+
+/// A stream whose credential expired, or was revoked by `worldd session revoke` (another
+/// process: no commit this daemon sees), stayed open on a quiet daemon, holding its episode's
+/// places, until something else was committed. Now it ends with its error event at the
+/// expiry, or at the next recheck after the revocation, and its place is free.
+#[test]
+fn a_quiet_stream_ends_when_its_credential_expires_or_is_revoked_elsewhere_and_frees_its_place() {
+    let conf = tempfile::tempdir().unwrap();
+    let path = conf.path().join("world.toml");
+    std::fs::write(&path, "[server]\nlog_streams_per_episode = 1\n").unwrap();
+    let d = Daemon::start(WS, &["--config", path_str(&path)]);
+    let short_lived = {
+        let store = broker_core::store::Store::open(&d.db(), Default::default()).unwrap();
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs() as i64;
+        let grants = vec!["Workspace.Read=worktree:1".parse().unwrap()];
+        broker_core::session::mint(&store, "quiet", grants, 2, now)
+            .unwrap()
+            .token
+    };
+    let other = d.session("quiet", &["Workspace.Read=worktree:1"]);
+    let (status, expiring) = open_stream(&d, &short_lived);
+    assert_eq!(status, "HTTP/1.1 200 OK");
+    // The episode's one place is taken.
+    let (status, _) = open_stream(&d, &other);
+    assert_eq!(status, "HTTP/1.1 503 Service Unavailable");
+    assert_eq!(
+        error_event_of(&expiring),
+        json!({"error": {"class": "SessionExpired", "message": "session credential has expired"}})
+    );
+    // Its place is free again.
+    let (status, revoked) = open_stream(&d, &other);
+    assert_eq!(status, "HTTP/1.1 200 OK");
+    let id = broker_core::session::credential_id(&other);
+    let (code, _, err) = worldd(&["session", "revoke", "--db", path_str(&d.db()), &id], None);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(
+        error_event_of(&revoked),
+        json!({"error": {"class": "SessionUnknown", "message": "unknown session credential"}})
+    );
+}
