@@ -4,6 +4,8 @@
 
 mod common;
 
+use std::time::Duration;
+
 use common::*;
 use serde_json::{json, Value};
 
@@ -499,6 +501,70 @@ fn a_disk_with_less_room_than_the_reserve_refuses_new_calls_before_it_fills() {
         log.contains("store full: new client calls are refused: the store's filesystem has "),
         "{log}"
     );
+}
+
+/// Bytes free on the filesystem holding `path`.
+fn free_bytes(path: &std::path::Path) -> u64 {
+    use std::os::unix::ffi::OsStrExt;
+    let c = std::ffi::CString::new(path.as_os_str().as_bytes()).unwrap();
+    // SAFETY: a valid NUL-terminated path and an out-struct statvfs fills.
+    let st = unsafe {
+        let mut st: libc::statvfs = std::mem::zeroed();
+        assert_eq!(libc::statvfs(c.as_ptr(), &mut st), 0);
+        st
+    };
+    st.f_bavail as u64 * st.f_frsize as u64
+}
+
+/// A daemon that refused calls because its disk was short learned of the disk only from its
+/// own commits, and makes none while it refuses: after the operator freed space it went on
+/// refusing every call (25 to 47 s in a probe, until another process happened to write to the
+/// store). It now reads the disk again while it refuses, and takes calls once there is room.
+#[test]
+fn a_daemon_refusing_for_a_full_disk_takes_calls_again_once_space_is_freed() {
+    let Some(fs) = Tmpfs::mount(8 << 20) else {
+        eprintln!("skipped: mounting a tmpfs needs root");
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(fs.dir.path().join("db")).unwrap();
+    std::os::unix::fs::symlink(fs.dir.path().join("db"), dir.path().join("db")).unwrap();
+    let d = Daemon::start_in(
+        dir,
+        WS,
+        &[
+            "--store-ceiling",
+            &(1u64 << 30).to_string(),
+            "--store-reserve",
+            "1MiB",
+        ],
+    );
+    let token = d.session("ep1", &["Workspace.Read=worktree:50"]);
+    std::fs::write(d.root().join("ep1/a.txt"), "a").unwrap();
+    let read = |task: &str| a2a(&d, &token, task, "ailang-read", json!({"path": "a.txt"}));
+    // Fill the disk to half a MiB of free space, under the reserve.
+    let filler = fs.dir.path().join("filler");
+    let room = free_bytes(fs.dir.path()).saturating_sub(512 << 10);
+    std::fs::write(&filler, vec![0u8; room as usize]).unwrap();
+    // A commit makes the daemon measure the disk; from then on it refuses.
+    let refused = (0..5)
+        .map(|i| read(&format!("r{i}")))
+        .find(|v| v.get("error").is_some())
+        .expect("a disk under the reserve refuses calls");
+    assert_eq!(refused["error"]["message"], STORE_FULL, "{refused}");
+    assert_eq!(metric(&d, "worldd_store_refusing"), 1.0);
+    // The operator frees space; nothing else writes to the store.
+    std::fs::remove_file(&filler).unwrap();
+    let taken = (0..50).find_map(|i| {
+        std::thread::sleep(Duration::from_millis(100));
+        let v = read(&format!("after{i}"));
+        v.get("result").is_some().then_some(v)
+    });
+    assert!(
+        taken.is_some(),
+        "calls are still refused 5 s after space was freed"
+    );
+    assert_eq!(metric(&d, "worldd_store_refusing"), 0.0);
 }
 
 #[test]

@@ -27,7 +27,13 @@ pub(super) struct MapLock {
     pub(super) dir: PathBuf,
     /// The store's directory, held open so that asking for its free space resolves no path.
     pub(super) dir_file: Option<std::fs::File>,
+    /// When [`MapLock::remeasure`] last read the disk, in ms since [`MapLock::made`].
+    pub(super) remeasured_ms: std::sync::atomic::AtomicU64,
+    pub(super) made: std::time::Instant,
 }
+
+/// How often, at most, a refusing store reads the disk again to see whether room was made.
+const REMEASURE_EVERY: Duration = Duration::from_millis(500);
 
 /// A transaction and the shared hold on the map lock it needs (dropped after the transaction:
 /// fields drop in declaration order).
@@ -100,6 +106,25 @@ impl MapLock {
     pub(super) fn measure(&self, env: &Env<WithoutTls>) {
         let used = (env.info().last_page_number as u64 + 1).saturating_mul(self.page_size);
         self.gauge.observe(used, self.disk_free());
+    }
+
+    /// Read the store's size and the disk's free space again, at most every
+    /// [`REMEASURE_EVERY`]: for a store that refuses client work, which otherwise learns only
+    /// from its own commits, and makes none while it refuses; an operator who frees disk space
+    /// must not wait for some other write to be noticed.
+    pub(super) fn remeasure(&self, env: &Env<WithoutTls>) {
+        use std::sync::atomic::Ordering;
+        let now = u64::try_from(self.made.elapsed().as_millis()).unwrap_or(u64::MAX);
+        let last = self.remeasured_ms.load(Ordering::Relaxed);
+        let due = last == 0 || now.saturating_sub(last) >= REMEASURE_EVERY.as_millis() as u64;
+        if due
+            && self
+                .remeasured_ms
+                .compare_exchange(last, now.max(1), Ordering::Relaxed, Ordering::Relaxed)
+                .is_ok()
+        {
+            self.measure(env);
+        }
     }
 
     fn disk_free(&self) -> Option<u64> {

@@ -765,6 +765,8 @@ fn map_lock(
         page_size: env.unnamed_database_stat().page_size as u64,
         dir: dir.to_path_buf(),
         dir_file: std::fs::File::open(dir).ok(),
+        remeasured_ms: std::sync::atomic::AtomicU64::new(0),
+        made: std::time::Instant::now(),
     })
 }
 
@@ -907,6 +909,10 @@ impl Store {
     /// `Err` when new client work must be refused: past the reserve, or the disk is short.
     /// Operator verbs and calls already admitted are not asked.
     pub fn admits_client_work(&self) -> Result<(), Full> {
+        if self.usage().refusal().is_some() {
+            // Room may have been made since (disk space freed): look again, now and then.
+            self.inner.map.remeasure(&self.inner.env);
+        }
         match self.usage().refusal() {
             Some(full) => Err(full),
             None => Ok(()),
