@@ -32,6 +32,14 @@ pub enum RegistryError {
     Store(#[from] StoreError),
     #[error("registry revision {0} is damaged: {1}")]
     Corrupt(Ref, String),
+    /// A transition document the revision lists is missing or does not hash to its address:
+    /// named for what it is, with the revision that lists it.
+    #[error("transition document {transition} (listed by registry revision {revision}) is damaged: {detail}")]
+    TransitionDamaged {
+        transition: Ref,
+        revision: Ref,
+        detail: String,
+    },
     #[error("transition {0}: {1}")]
     Transition(String, TransitionError),
     #[error("transition document cannot be canonicalised: {0}")]
@@ -175,14 +183,19 @@ pub fn load_in(r: &ReadCtx<'_>, name: &str) -> Result<Registry, RegistryError> {
             .as_str()
             .and_then(|s| s.parse().ok())
             .ok_or_else(|| corrupt("entry without transitionFn"))?;
+        let damaged = |detail: String| RegistryError::TransitionDamaged {
+            transition: tf,
+            revision: reference,
+            detail,
+        };
         let tobj = r
             .object(&tf)?
-            .ok_or_else(|| corrupt("transition object missing"))?;
+            .ok_or_else(|| damaged("missing from the store".into()))?;
         if !tobj.verify() {
-            return Err(RegistryError::Corrupt(
-                tf,
-                "transition does not hash to its address".into(),
-            ));
+            return Err(damaged(format!(
+                "its stored bytes hash to {}, not to its address",
+                Ref::of(&tobj.payload)
+            )));
         }
         let t = Transition::from_slice(&tobj.payload)
             .map_err(|err| RegistryError::Transition(tf.to_string(), err))?;

@@ -561,3 +561,36 @@ mod rest {
         }
     }
 }
+
+#[test]
+fn a_tampered_transition_document_is_named_as_the_transition_not_as_its_registry_revision() {
+    use broker_core::registry::{self, DEFAULT_REGISTRY};
+    let w = World::new();
+    let reg = registry::load(&w.store, DEFAULT_REGISTRY).unwrap();
+    let revision = reg.reference.unwrap();
+    let tf = reg.get("ailang-read").unwrap().transition_fn;
+    let mut row = w
+        .store
+        .raw_get(RawTable::Objects, tf.as_bytes())
+        .unwrap()
+        .unwrap();
+    let last = row.len() - 1;
+    flip(&mut row, last);
+    w.store
+        .raw_overwrite(RawTable::Objects, tf.as_bytes().to_vec(), row)
+        .unwrap();
+    let named = format!(
+        "transition document {tf} (listed by registry revision {revision}) is damaged: its stored bytes hash to sha256:"
+    );
+    let e = registry::load(&w.store, DEFAULT_REGISTRY)
+        .unwrap_err()
+        .to_string();
+    assert!(e.starts_with(&named), "{e}");
+    let audit = verify::audit_store(&w.store).unwrap();
+    assert_eq!(audit.head_findings.len(), 1, "{:?}", audit.head_findings);
+    assert!(
+        audit.head_findings[0].starts_with(&format!("registry \"tools\": {named}")),
+        "{:?}",
+        audit.head_findings
+    );
+}

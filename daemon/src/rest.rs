@@ -82,6 +82,17 @@ impl ApiError {
         )
     }
 
+    /// 500 `Damaged`: a stored object's payload no longer hashes to its address. Said (and
+    /// logged) rather than hidden behind "internal": serving the bytes would pass damage off as
+    /// what the address names, and the operator has a store to repair.
+    pub fn damaged_object(reference: &Ref, hashes_to: &Ref) -> ApiError {
+        let message = format!(
+            "object {reference} is damaged: its stored payload hashes to {hashes_to}, not to its address; it is not served (run worldd doctor, and restore the store from a backup)"
+        );
+        tracing::error!("{message}");
+        ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "Damaged", message)
+    }
+
     /// The REST mapping of a session refusal.
     pub fn from_auth(f: AuthFailure) -> ApiError {
         match f {
@@ -300,9 +311,17 @@ async fn object(
     };
     let store = state.store().clone();
     let o = blocking(move || {
-        Ok(store.read(|rd| -> Result<_, StoreError> {
-            Ok(access::object(rd, &reader, &r)?.map(|o| object_json(&o, with_payload)))
-        })?)
+        store.read(|rd| -> Result<_, ApiError> {
+            let Some(o) = access::object(rd, &reader, &r)? else {
+                return Ok(None);
+            };
+            // Served bytes are vouched for by their address: damaged ones are refused, not
+            // passed on as genuine (one hash, cheap beside the answer).
+            if with_payload && !o.verify() {
+                return Err(ApiError::damaged_object(&r, &Ref::of(o.payload)));
+            }
+            Ok(Some(object_json(&o, with_payload)))
+        })
     })
     .await?;
     // Absent and another episode's: one answer, so it says nothing about existence.

@@ -585,6 +585,55 @@ fn online_why_exits_3_when_the_daemon_serves_tampered_bytes() {
     );
 }
 
+/// One payload byte of a stored object changed while the daemon was stopped: the objects route
+/// names the damage (and logs it) instead of serving the changed bytes under the address.
+#[test]
+fn the_objects_route_does_not_serve_a_tampered_payload_under_its_address() {
+    use broker_core::object::Ref;
+    use broker_core::store::{RawTable, Store};
+    let d = Daemon::start(WS, &[]);
+    let token = d.session("ep1", &["Workspace.Read=worktree:5"]);
+    std::fs::write(d.root().join("ep1/a.txt"), "alpha").unwrap();
+    let v = a2a(&d, &token, "r1", "ailang-read", json!({"path": "a.txt"}));
+    let at = v["result"]["metadata"]["entry_index"].as_u64().unwrap();
+    let record = payload(
+        &d,
+        &token,
+        entry(&d, &token, at)["transitionRef"].as_str().unwrap(),
+    );
+    let output = record["output"].as_str().unwrap().to_owned();
+    let kept = d.halt();
+    let key: Ref = output.parse().unwrap();
+    {
+        let store = Store::open(&kept.path().join("db"), Default::default()).unwrap();
+        let mut row = store
+            .raw_get(RawTable::Objects, key.as_bytes())
+            .unwrap()
+            .unwrap();
+        *row.last_mut().unwrap() ^= 0x01;
+        store
+            .raw_overwrite(RawTable::Objects, key.as_bytes().to_vec(), row)
+            .unwrap();
+    }
+    let d = Daemon::start_in(kept, WS, &[]);
+    let a = get(
+        &d.url(&format!("/v1/objects/{output}?payload=true")),
+        Some(&token),
+    );
+    assert_eq!(a.status, 500, "{}", a.text());
+    let body = a.json();
+    assert_eq!(body["error"]["class"], "Damaged", "{body}");
+    let message = body["error"]["message"].as_str().unwrap();
+    let said = format!("object {output} is damaged: its stored payload hashes to sha256:");
+    assert!(message.starts_with(&said), "{message}");
+    assert!(body.get("payload").is_none(), "{body}");
+    // Without the payload nothing is vouched for by the address: the labels are served.
+    let a = get(&d.url(&format!("/v1/objects/{output}")), Some(&token));
+    assert_eq!(a.status, 200, "{}", a.text());
+    let (_, log) = d.halt_with_log();
+    assert!(log.contains(&said), "{log}");
+}
+
 // -------------------------------------------------------------------------------------------
 // Forgeries, other episodes, errors.
 

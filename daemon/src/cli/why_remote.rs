@@ -172,6 +172,14 @@ impl RemoteSource {
             }
             _ => {
                 let (class, message) = envelope();
+                // A stored object the daemon found damaged and would not serve: a broken link
+                // of the walk, as the same damage read from the store is, not a daemon away.
+                if status == 500 && class == "Damaged" {
+                    return Err(SourceError(format!(
+                        "the daemon at {} does not serve it: {message}",
+                        self.base()
+                    )));
+                }
                 Err(self.note(Trouble::Unavailable(format!(
                     "GET {path} returned HTTP {status} {class}: {message}"
                 ))))
