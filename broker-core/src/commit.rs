@@ -7,9 +7,11 @@
 //! (compare-and-swap).
 //!
 //! What a client may not claim: a `writtenBy` of the coordinator (`coordinator:…`) or of the
-//! store (`world:…`), or an invocation record in the coordinator's namespaces (`a2a:…`,
-//! `mcp:…`). Those are written only by the coordinator, and `worldd why` checks them against
-//! the journal and task state only the coordinator writes.
+//! store (`world:…`), in any letter case, or an invocation record in the coordinator's
+//! namespaces (`a2a:…`, `mcp:…`). Those are written only by the coordinator, and `worldd why`
+//! checks them against the journal and task state only the coordinator writes. Nor may it
+//! pass for them: `writtenBy` and a record's `invocationId` are ASCII (no lookalike letters),
+//! and the id does not spell `a2a:`, `mcp:` or `rest:` in another letter case.
 //!
 //! Every commit spends one unit of the operator's `World.Commit=log:N` grant, journaled like
 //! any effect (an intent under the operator's episode, raising its spend counter, checked
@@ -37,6 +39,23 @@ pub const COMMIT_COST: u64 = 1;
 pub const REST_EPISODE: &str = "<rest>";
 /// Invocation-id namespaces of the coordinator: a client commit may not carry their records.
 pub const COORDINATOR_NAMESPACES: [&str; 2] = ["a2a:", "mcp:"];
+/// Every namespace an invocation id of the daemon's starts with: the coordinator's and the
+/// receipts' of REST commits. A client record's id may not imitate one in another letter case.
+const DAEMON_NAMESPACES: [&str; 3] = ["a2a:", "mcp:", "rest:"];
+
+/// True when `id` is in one of the coordinator's namespaces, byte for byte.
+pub fn in_coordinator_namespace(id: &str) -> bool {
+    COORDINATOR_NAMESPACES.iter().any(|ns| id.starts_with(ns))
+}
+
+/// True when `id` starts with one of the daemon's namespaces in another letter case
+/// (`MCP:…`, `Rest:…`): read by a person, it passes for that namespace.
+pub fn imitates_a_namespace(id: &str) -> bool {
+    DAEMON_NAMESPACES.iter().any(|ns| {
+        id.get(..ns.len())
+            .is_some_and(|p| p != *ns && p.eq_ignore_ascii_case(ns))
+    })
+}
 
 /// Whose budget a commit spends: the operator's episode and its `World.Commit=log` grant.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -58,6 +77,10 @@ pub enum CommitError {
     NotPlainText { what: String, found: char },
     #[error("invalid commit: transitionRef is an invocation record of the coordinator ({0}); only the coordinator commits those")]
     ReservedInvocation(String),
+    #[error("invalid commit: {what} holds {}, which is not ASCII: writtenBy and a record's invocationId are ASCII, so that no lookalike letter can pass for the coordinator's names (coordinator:a2a, a2a:…, mcp:…)", unicode_name(*.found))]
+    NotAscii { what: String, found: char },
+    #[error("invalid commit: the record's invocationId {0:?} is spelled like a daemon's id (a2a:, mcp:, rest:) in another letter case; only the coordinator writes a2a: and mcp: ids, and a client's rest: ids are in lower case")]
+    ImitatedInvocation(String),
     #[error("denied:budget: the World.Commit=log grant has {remaining} commit(s) left")]
     Budget { remaining: u64 },
     #[error(transparent)]
@@ -122,8 +145,9 @@ pub fn rest_commit(
     commit: RestCommit,
     grant: &CommitGrant,
 ) -> Result<Ref, CommitError> {
-    // Only the daemon writes as the coordinator or the store.
-    if log::is_reserved_writer(&commit.entry.header.written_by) {
+    // Only the daemon writes as the coordinator or the store, in any letter case: a reader
+    // takes `Coordinator:a2a` for the coordinator.
+    if log::is_reserved_writer(&commit.entry.header.written_by.to_ascii_lowercase()) {
         return Err(CommitError::ReservedWriter(
             commit.entry.header.written_by.clone(),
         ));
@@ -142,6 +166,8 @@ pub fn rest_commit(
             return Err(CommitError::NotPlainText { what, found });
         }
     }
+    // Lookalike letters (a Greek ο in `coordinatοr:a2a`) would pass for the coordinator's name.
+    not_ascii("writtenBy", &commit.entry.header.written_by)?;
     // The commit must be self-consistent before anything else, including an idempotent resend.
     let recomputed = Entry::compute_hash(&commit.entry.header, &commit.entry.transition_ref)
         .map_err(|e| CommitError::Log(e.into()))?;
@@ -180,9 +206,7 @@ pub fn rest_commit(
                 }
             }
         }
-        if let Some(id) = coordinator_invocation(w, c)? {
-            return Err(CommitError::ReservedInvocation(id));
-        }
+        record_claim(w, c)?;
         let committed: Committed = log::commit_exact(
             w,
             &c.objects,
@@ -219,10 +243,36 @@ pub fn rest_commit(
     })
 }
 
-/// The invocation id of the commit's record, when that record is one of the coordinator's
-/// (its `invocationId` is in the `a2a:` or `mcp:` namespace). The record is looked up among
-/// the commit's objects, then in the store (a forger may reuse a genuine record's ref).
-fn coordinator_invocation(
+fn not_ascii(what: &str, text: &str) -> Result<(), CommitError> {
+    match text.chars().find(|c| !c.is_ascii()) {
+        Some(found) => Err(CommitError::NotAscii {
+            what: what.to_owned(),
+            found,
+        }),
+        None => Ok(()),
+    }
+}
+
+/// The commit's record may not be, or pass for, one of the coordinator's: its `invocationId`
+/// is not in the `a2a:` or `mcp:` namespace, is ASCII, and does not spell a daemon's namespace
+/// in another letter case. The record is looked up among the commit's objects, then in the
+/// store (a forger may reuse a genuine record's ref).
+fn record_claim(w: &WriteCtx<'_, '_>, c: &RestCommit) -> Result<(), CommitError> {
+    let Some(id) = record_invocation_id(w, c)? else {
+        return Ok(());
+    };
+    if in_coordinator_namespace(&id) {
+        return Err(CommitError::ReservedInvocation(id));
+    }
+    not_ascii("the record's invocationId", &id)?;
+    if imitates_a_namespace(&id) {
+        return Err(CommitError::ImitatedInvocation(id));
+    }
+    Ok(())
+}
+
+/// The `invocationId` the commit's record names, if it is JSON that names one.
+fn record_invocation_id(
     w: &WriteCtx<'_, '_>,
     c: &RestCommit,
 ) -> Result<Option<String>, CommitError> {
@@ -244,7 +294,6 @@ fn coordinator_invocation(
     Ok(value
         .get("invocationId")
         .and_then(serde_json::Value::as_str)
-        .filter(|id| COORDINATOR_NAMESPACES.iter().any(|ns| id.starts_with(ns)))
         .map(str::to_owned))
 }
 

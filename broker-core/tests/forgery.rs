@@ -556,3 +556,132 @@ fn the_audit_finds_a_committed_call_whose_entry_the_log_lost_or_gave_to_another_
     );
     assert!(!audit.consistent());
 }
+
+/// A client's commit, through the REST rules, of `record` (its objects already stored).
+fn client_commit_of(w: &World, record: &Value) -> u64 {
+    let rec = Object::json(sid::INVOCATION_RECORD, "rest:ops", record).unwrap();
+    let r = |k: &str| record[k].as_str().unwrap().parse::<Ref>().unwrap();
+    let head = w.store.read(log::head).unwrap().unwrap();
+    let entry = Entry::new(
+        EntryHeader {
+            entry_index: head.world.revision + 1,
+            semantics_epoch: 1,
+            transition_fn: r("transitionFn"),
+            interpreter: r("interpreter"),
+            prev_entry_hash: head.world.log_head,
+            written_by: "rest:ops".into(),
+        },
+        rec.hash,
+    )
+    .unwrap();
+    let world = WorldDoc {
+        revision: entry.header.entry_index,
+        state_root: r("output"),
+        log_head: entry.entry_hash,
+    };
+    let c = RestCommit {
+        invocation_id: None,
+        observed_head: Some(head.world_ref),
+        objects: vec![rec],
+        world_ref: world.reference().unwrap(),
+        entry,
+        world,
+    };
+    let grant = CommitGrant {
+        episode: "ops".into(),
+        budget: 10,
+    };
+    commit::rest_commit(&w.store, c, &grant).unwrap();
+    head.world.revision + 1
+}
+
+fn write_call(w: &World) -> broker_core::coordinator::CallOutput {
+    let s = w.mint("ep1", &["Workspace.Write=worktree:5"]);
+    w.call_task(
+        &s,
+        "ailang-write",
+        json!({"path": "a.txt", "content": "alpha"}),
+        Some("w1"),
+    )
+    .unwrap()
+}
+
+fn claimed_links(report: &Report) -> Vec<&'static str> {
+    report
+        .links
+        .iter()
+        .filter(|l| l.claimed)
+        .map(|l| l.kind)
+        .collect()
+}
+
+#[test]
+fn a_client_commit_claiming_an_effect_ran_is_a_claim_not_a_verified_effect() {
+    let w = World::new();
+    let out = write_call(&w);
+    let genuine = verify::verify_entry(&w.store, out.entry_index).unwrap();
+    assert!(genuine.verified(), "{genuine:?}");
+    assert!(claimed_links(&genuine).is_empty());
+    // The genuine record's effect (allowed, its plugin named) under a client's invocation id:
+    // consistent with its plan, and nothing journaled it.
+    let mut copy = record_of(&w, out.entry_index);
+    copy["invocationId"] = json!("rest:copy-1");
+    let at = client_commit_of(&w, &copy);
+    let report = verify::verify_entry(&w.store, at).unwrap();
+    assert!(report.all_ok(), "{report:?}");
+    assert!(!report.verified());
+    assert_eq!(claimed_links(&report), ["effect", "plugin"]);
+    for l in report.links.iter().filter(|l| l.claimed) {
+        assert!(
+            l.detail
+                .ends_with(" (claimed by a client commit, not journaled)"),
+            "{l:?}"
+        );
+    }
+    let json = report.to_json();
+    assert_eq!(json["verified"], false);
+    assert_eq!(json["claimed"], 2);
+    assert_eq!(
+        json["links"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|l| l["claimed"] == true)
+            .count(),
+        2
+    );
+    // The audit: nothing inconsistent, and the claims listed as claims.
+    let audit = verify::audit_store(&w.store).unwrap();
+    assert!(audit.consistent(), "{audit:?}");
+    let at_entries: Vec<u64> = audit.claims.iter().map(|(i, _)| *i).collect();
+    assert_eq!(at_entries, [at, at]);
+    assert!(
+        audit.claims[0]
+            .1
+            .starts_with("effect: e1 allowed Workspace.Write@worktree"),
+        "{:?}",
+        audit.claims
+    );
+}
+
+#[test]
+fn a_copy_of_a_genuine_record_under_an_upper_case_mcp_id_is_held_to_the_coordinators_rows() {
+    let w = World::new();
+    let out = write_call(&w);
+    let id = &out.invocation_id;
+    let upper = format!("{}{}", id[..4].to_uppercase(), &id[4..]);
+    let mut copy = record_of(&w, out.entry_index);
+    copy["invocationId"] = json!(upper);
+    // Written into the store directly: POST /v1/commit refuses it (operator_commits.rs).
+    let at = append_raw(&w, "rest:mallory", &copy);
+    let report = verify::verify_entry(&w.store, at).unwrap();
+    assert_eq!(
+        broken(&report),
+        [(
+            "journal",
+            format!("no task state for {upper}: the coordinator never committed this invocation")
+        )],
+        "{report:?}"
+    );
+    assert_eq!(claimed_links(&report), ["effect", "plugin"]);
+}

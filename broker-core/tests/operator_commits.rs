@@ -244,3 +244,41 @@ fn the_audit_finds_a_rest_commit_whose_world_the_cut_log_lost() {
     );
     assert!(!audit.consistent());
 }
+
+#[test]
+fn a_commit_passing_for_the_coordinator_with_lookalike_letters_or_another_letter_case_is_refused() {
+    let w = World::new();
+    let head = w.store.read(log::head).unwrap().unwrap();
+    let refused = |writer: &str, record: Value| {
+        let c = commit_on_head(&w.store, writer, &record, None);
+        commit::rest_commit(&w.store, c, &grant(5))
+            .unwrap_err()
+            .to_string()
+    };
+    for writer in ["Coordinator:a2a", "COORDINATOR:mcp", "World:genesis"] {
+        assert_eq!(
+            refused(writer, json!({})),
+            format!("invalid commit: writtenBy {writer:?} is reserved: coordinator:* and world:* entries are written only by the daemon itself")
+        );
+    }
+    // A Greek omicron in the writer, a Cyrillic es in the record's invocation id.
+    let not_ascii = |what: &str, c: &str| {
+        format!("invalid commit: {what} holds {c}, which is not ASCII: writtenBy and a record's invocationId are ASCII, so that no lookalike letter can pass for the coordinator's names (coordinator:a2a, a2a:…, mcp:…)")
+    };
+    assert_eq!(
+        refused("coordinat\u{3bf}r:a2a", json!({})),
+        not_ascii("writtenBy", "U+03BF")
+    );
+    assert_eq!(
+        refused("rest:ops", json!({"invocationId": "m\u{441}p:demo:7f3a9c"})),
+        not_ascii("the record's invocationId", "U+0441")
+    );
+    for id in ["MCP:demo:7f3a9c", "A2a:ep1:t1", "REST:mine"] {
+        assert_eq!(
+            refused("rest:ops", json!({"invocationId": id})),
+            format!("invalid commit: the record's invocationId {id:?} is spelled like a daemon's id (a2a:, mcp:, rest:) in another letter case; only the coordinator writes a2a: and mcp: ids, and a client's rest: ids are in lower case")
+        );
+    }
+    assert_eq!(w.store.read(log::head).unwrap().unwrap(), head);
+    assert_eq!(spent(&w.store), 0);
+}

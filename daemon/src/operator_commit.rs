@@ -14,8 +14,9 @@
 //!    deadline and budget ([`crate::edge::body`]), else 413 `PayloadTooLarge`.
 //!
 //! Then the commit itself is checked ([`broker_core::commit::rest_commit`]): a `writtenBy` of
-//! the coordinator or the store, or a coordinator's invocation record, is refused with 400
-//! `BadRequest`, like any other invalid commit. Every answer is counted in `/v1/metrics`
+//! the coordinator or the store, or a coordinator's invocation record, or one that passes for
+//! them (lookalike letters, another letter case), is refused with 400 `BadRequest`, like any
+//! other invalid commit. Every answer is counted in `/v1/metrics`
 //! (`worldd_commits_total{result=…}`).
 
 use axum::body::Body;
@@ -124,9 +125,14 @@ async fn commit_checked(
                 )
             },
         )),
-        Err(e @ (CommitError::ReservedWriter(_) | CommitError::ReservedInvocation(_))) => Err(
-            Refusal::new("reserved", ApiError::bad_request(e.to_string())),
-        ),
+        Err(
+            e @ (CommitError::ReservedWriter(_)
+            | CommitError::ReservedInvocation(_)
+            | CommitError::ImitatedInvocation(_)),
+        ) => Err(Refusal::new(
+            "reserved",
+            ApiError::bad_request(e.to_string()),
+        )),
         Err(CommitError::Log(e)) => Err(Refusal::new(
             "invalid",
             ApiError::bad_request(e.to_string()),
@@ -134,7 +140,8 @@ async fn commit_checked(
         Err(
             e @ (CommitError::BadInvocationId
             | CommitError::Reused(_)
-            | CommitError::NotPlainText { .. }),
+            | CommitError::NotPlainText { .. }
+            | CommitError::NotAscii { .. }),
         ) => Err(Refusal::new(
             "invalid",
             ApiError::bad_request(e.to_string()),

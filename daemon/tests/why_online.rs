@@ -634,6 +634,151 @@ fn the_objects_route_does_not_serve_a_tampered_payload_under_its_address() {
     assert!(log.contains(&said), "{log}");
 }
 
+/// `POST /v1/commit` of `record` (a new object; the objects it names already stored) as
+/// `writer`, on the current head.
+fn commit_record(d: &Daemon, operator: &str, record: &Value, writer: &str) -> Answer {
+    let rec = canon(record);
+    let head = get(&d.url("/v1/head"), Some(operator)).text();
+    let world0 = get(&d.url(&format!("/v1/worlds/{head}")), Some(operator)).json();
+    let index = world0["revision"].as_u64().unwrap() + 1;
+    let fields = json!({
+        "entryIndex": index, "semanticsEpoch": 1, "transitionFn": record["transitionFn"],
+        "interpreter": record["interpreter"], "prevEntryHash": world0["logHead"],
+        "writtenBy": writer, "transitionRef": sha(&rec),
+    });
+    let entry_hash = sha(&canon(&fields));
+    let world = json!({"revision": index, "stateRoot": record["output"], "logHead": entry_hash});
+    let mut header = fields.clone();
+    header.as_object_mut().unwrap().remove("transitionRef");
+    let s = "world/invocation-record/v2";
+    let body = json!({
+        "observedHead": head,
+        "objects": [{"hash": sha(&rec), "interfaceHash": sha(s.as_bytes()), "semanticId": s,
+                     "provenance": "rest:test", "payload": b64().encode(&rec)}],
+        "nextWorld": {"ref": sha(&canon(&world)), "revision": index, "stateRoot": record["output"],
+                      "logHead": entry_hash},
+        "entry": {"header": header, "entryHash": entry_hash, "transitionRef": sha(&rec)},
+    });
+    post_json(&d.url("/v1/commit"), Some(operator), &body)
+}
+
+/// An operator's commit that passes for the coordinator's with lookalike letters or another
+/// letter case is refused; one that honestly says it is a client's shows its effect as a claim.
+#[test]
+fn a_client_commit_of_an_effect_that_never_ran_is_shown_as_claimed_not_verified() {
+    let d = Daemon::start(WS, &[]);
+    let token = d.session("demo", &["Workspace.Write=worktree:5"]);
+    let ops = d.operator_session("ops", &["World.Commit=log:5"]);
+    let v = a2a(
+        &d,
+        &token,
+        "w1",
+        "ailang-write",
+        json!({"path": "a.txt", "content": "alpha"}),
+    );
+    let at = v["result"]["metadata"]["entry_index"].as_u64().unwrap();
+    let genuine = payload(
+        &d,
+        &token,
+        entry(&d, &token, at)["transitionRef"].as_str().unwrap(),
+    );
+    let with_id = |id: &str| {
+        let mut r = genuine.clone();
+        r["invocationId"] = json!(id);
+        r
+    };
+    let refused = |a: Answer| {
+        assert_eq!(a.status, 400, "{}", a.text());
+        a.json()["error"]["message"].as_str().unwrap().to_owned()
+    };
+    let m = refused(commit_record(
+        &d,
+        &ops,
+        &with_id("rest:x"),
+        "coordinat\u{3bf}r:a2a",
+    ));
+    assert!(
+        m.starts_with("invalid commit: writtenBy holds U+03BF, which is not ASCII"),
+        "{m}"
+    );
+    let m = refused(commit_record(
+        &d,
+        &ops,
+        &with_id("m\u{441}p:demo:7f3a9c"),
+        "rest:ops",
+    ));
+    assert!(
+        m.starts_with("invalid commit: the record's invocationId holds U+0441, which is not ASCII"),
+        "{m}"
+    );
+    let upper = format!("MCP{}", &genuine["invocationId"].as_str().unwrap()[3..]);
+    let m = refused(commit_record(&d, &ops, &with_id(&upper), "rest:ops"));
+    assert!(
+        m.starts_with(&format!(
+            "invalid commit: the record's invocationId {upper:?} is spelled like a daemon's id"
+        )),
+        "{m}"
+    );
+
+    // Said honestly to be a client's: accepted, and its effect is the committer's word.
+    let a = commit_record(&d, &ops, &with_id("rest:copy-1"), "rest:ops");
+    assert_eq!(a.status, 200, "{}", a.text());
+    let copy_at = (at + 1).to_string();
+    let (code, out, err) = offline(&d, &[&copy_at], None);
+    assert_eq!(code, 0, "{out}{err}");
+    let claimed = " (claimed by a client commit, not journaled)\n";
+    let effect = out
+        .lines()
+        .find(|l| l.starts_with("  ? effect  "))
+        .unwrap_or_else(|| panic!("{out}"));
+    assert!(
+        effect.contains(" e1 allowed Workspace.Write@worktree cost 1 "),
+        "{out}"
+    );
+    assert!(
+        out.contains(&format!("{effect}\n")) && effect.ends_with(claimed.trim_end()),
+        "{out}"
+    );
+    let plugin = out
+        .lines()
+        .find(|l| l.starts_with("  ? plugin  "))
+        .unwrap_or_else(|| panic!("{out}"));
+    assert!(
+        plugin.ends_with(&format!(" ran e1{}", claimed.trim_end())),
+        "{out}"
+    );
+    assert!(
+        !out.contains("✓ effect") && !out.contains("✓ plugin") && !out.contains("all "),
+        "{out}"
+    );
+    assert!(out.ends_with("7 of 9 link(s) verified; 2 only claimed by a client commit, not journaled: nothing shows its effects happened\n"), "{out}");
+    let (code, out, _) = offline(&d, &[&copy_at, "--json"], None);
+    assert_eq!(code, 0);
+    let j: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(
+        (&j["verified"], &j["claimed"]),
+        (&json!(false), &json!(2)),
+        "{j}"
+    );
+    // Online, the same.
+    let ops_file = session_file(d.dir.path(), "ops.session", &ops);
+    assert_agree(&d, &ops_file, &[&copy_at], None);
+    // The genuine call still verifies in full.
+    let (code, out, _) = offline(&d, &[&at.to_string()], None);
+    assert_eq!(code, 0);
+    assert!(out.ends_with("all 10 link(s) verified\n"), "{out}");
+
+    let (code, out, err) = worldd(&["doctor", "--db", path_str(&d.db())], None);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("\n  ? 1 client commit(s) claim effects that nothing journaled (not verified: the committer's word)\n"), "{out}");
+    assert!(
+        out.contains(&format!(
+            "\n      entry {copy_at}: effect: e1 allowed Workspace.Write@worktree"
+        )),
+        "{out}"
+    );
+}
+
 // -------------------------------------------------------------------------------------------
 // Forgeries, other episodes, errors.
 

@@ -25,6 +25,9 @@ pub struct StoreAudit {
     /// Notes of entries that verify, by entry: e.g. an object whose bytes were first stored
     /// as another kind than its record gives it. Not inconsistencies.
     pub notes: Vec<(u64, String)>,
+    /// Effect and plugin links of client commits, by entry: what the committer claims, which
+    /// nothing the coordinator writes backs. Not inconsistencies, and not verified facts.
+    pub claims: Vec<(u64, String)>,
     /// Intents without an outcome (indeterminate effects; not an inconsistency).
     pub indeterminate: Vec<String>,
     /// The head does not select the last entry, or the log has a gap; a registry head that
@@ -86,13 +89,13 @@ pub fn audit_store(store: &Store) -> Result<StoreAudit, VerifyError> {
         .map_or(1, |n| n.get())
         .clamp(1, 16);
     let next = AtomicU64::new(0);
-    type Found = (Vec<(u64, String)>, Vec<(u64, String)>);
+    type Found = (Vec<(u64, String)>, Vec<(u64, String)>, Vec<(u64, String)>);
     let verify_blocks = || -> Result<Found, VerifyError> {
-        let (mut broken, mut notes) = (Vec::new(), Vec::new());
+        let (mut broken, mut notes, mut claims) = (Vec::new(), Vec::new(), Vec::new());
         loop {
             let from = next.fetch_add(AUDIT_BLOCK, Ordering::Relaxed);
             if from >= total {
-                return Ok((broken, notes));
+                return Ok((broken, notes, claims));
             }
             let to = (from + AUDIT_BLOCK).min(total);
             store.read(|r| {
@@ -106,6 +109,9 @@ pub fn audit_store(store: &Store) -> Result<StoreAudit, VerifyError> {
                     for l in &report.links {
                         if let Some(note) = &l.note {
                             notes.push((i, format!("{}: {note}", l.kind)));
+                        }
+                        if l.claimed {
+                            claims.push((i, format!("{}: {}", l.kind, l.detail)));
                         }
                     }
                 }
@@ -150,12 +156,15 @@ pub fn audit_store(store: &Store) -> Result<StoreAudit, VerifyError> {
     });
     audit.entries = total;
     for r in results {
-        let (broken, notes) = r?;
+        let (broken, notes, claims) = r?;
         audit.broken.extend(broken);
         audit.notes.extend(notes);
+        audit.claims.extend(claims);
     }
     audit.broken.sort_by_key(|(i, _)| *i);
     audit.notes.sort_by_key(|(i, _)| *i);
+    // Stable: an entry's effect and plugin lines stay in walk order.
+    audit.claims.sort_by_key(|(i, _)| *i);
     let (findings, n) =
         journal.map_err(|e| VerifyError::NotFound(format!("a readable journal ({e})")))?;
     audit.journal_records = n;

@@ -110,7 +110,12 @@ pub struct Link {
     /// `output`.
     pub kind: &'static str,
     pub reference: Option<Ref>,
+    /// Its checks passed (false: broken).
     pub ok: bool,
+    /// What a client's commit claims, not a verified fact: the effect and plugin links of an
+    /// entry the coordinator did not write. Consistent (`ok`), but nothing the coordinator
+    /// writes (journal, task state) says the effect ran; the detail says so.
+    pub claimed: bool,
     pub detail: String,
     /// Said beside the verdict, not part of it: e.g. that an object's bytes were first stored
     /// as another kind than the one its record gives them.
@@ -127,15 +132,26 @@ pub struct Report {
 }
 
 impl Report {
+    /// No link is broken (claims are not broken).
     pub fn all_ok(&self) -> bool {
         self.links.iter().all(|l| l.ok)
     }
 
+    /// Links that are only a client commit's claim.
+    pub fn claimed(&self) -> usize {
+        self.links.iter().filter(|l| l.claimed).count()
+    }
+
+    /// Every link verified: none broken, none only claimed.
+    pub fn verified(&self) -> bool {
+        self.all_ok() && self.claimed() == 0
+    }
+
     pub fn to_json(&self) -> Value {
-        serde_json::json!({
+        let mut v = serde_json::json!({
             "entryIndex": self.entry_index,
             "matchedBy": self.matched_by,
-            "verified": self.all_ok(),
+            "verified": self.verified(),
             "links": self.links.iter().map(|l| {
                 let mut link = serde_json::json!({
                     "kind": l.kind,
@@ -143,12 +159,19 @@ impl Report {
                     "ok": l.ok,
                     "detail": l.detail,
                 });
+                if l.claimed {
+                    link["claimed"] = true.into();
+                }
                 if let Some(note) = &l.note {
                     link["note"] = note.as_str().into();
                 }
                 link
             }).collect::<Vec<_>>(),
-        })
+        });
+        if self.claimed() > 0 {
+            v["claimed"] = self.claimed().into();
+        }
+        v
     }
 }
 
@@ -170,7 +193,7 @@ impl Explanation {
             [one] => one.to_json(),
             many => serde_json::json!({
                 "matches": many.len(),
-                "verified": self.all_ok(),
+                "verified": self.reports.iter().all(Report::verified),
                 "entries": many.iter().map(Report::to_json).collect::<Vec<_>>(),
             }),
         }

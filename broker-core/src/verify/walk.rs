@@ -8,8 +8,13 @@
 //!   **replay**: the stored plan must be the plan this build's interpreter computes from the
 //!   transition document at `transitionFn` and the stored input. An entry naming another
 //!   interpreter cannot be replayed, so it is a broken link, not a pass;
+//! - a client's invocation: its effect and plugin links are checked for consistency (the
+//!   records hash, have a lawful shape and are the plan's effects) but are **claims**
+//!   ([`Link::claimed`]): nothing journaled them, so they are not verified facts of an effect
+//!   that ran;
 //! - a coordinator's invocation (`writtenBy` `coordinator:…`, or a record in the `a2a:`/`mcp:`
-//!   namespaces, whoever's entry carries it) additionally against what only the coordinator
+//!   namespaces in any letter case, whoever's entry carries it) additionally against what only
+//!   the coordinator
 //!   writes: the task state of the invocation (committed at this very entry, with this record's
 //!   input, output and effects) and the journal's intent and outcome of every effect that ran
 //!   (none for a refusal or a denial). An entry a client made up, relabelled or copied has no
@@ -36,6 +41,10 @@ use crate::object::{sid, Ref};
 use crate::plan::Plan;
 use crate::task::{self, TaskPhase};
 use crate::transition::Transition;
+
+/// Said on each effect and plugin link of a client's entry: the committer's word, which no
+/// journal or task state of the coordinator backs.
+pub(crate) const CLAIMED: &str = " (claimed by a client commit, not journaled)";
 
 /// A transition document, parsed, with the note of its kind; or why it could not be.
 type Loaded = Result<(Arc<Transition>, Option<String>), String>;
@@ -70,9 +79,19 @@ impl Walk<'_> {
             kind,
             reference,
             ok,
+            claimed: false,
             detail,
             note: (!notes.is_empty()).then(|| notes.join("; ")),
         });
+    }
+
+    /// The last link, if its checks passed, states what a client's commit claims, not a fact:
+    /// nothing the coordinator writes backs it.
+    fn claim_last(&mut self) {
+        if let Some(l) = self.links.last_mut().filter(|l| l.ok) {
+            l.claimed = true;
+            l.detail.push_str(CLAIMED);
+        }
     }
 
     fn into_report(mut self, index: u64, matched_by: String) -> Report {
@@ -332,9 +351,13 @@ fn ref_field(value: &Option<Cow<'_, str>>, key: &str) -> Result<Ref, String> {
         .map_err(|e: crate::object::RefError| format!("{key}: {e}"))
 }
 
-/// True when an invocation id is in one of the coordinator's namespaces.
+/// True when an invocation id is in one of the coordinator's namespaces, in any letter case:
+/// `MCP:…` passes for the coordinator's with a reader, so it is held to the coordinator's rows.
 pub(crate) fn coordinator_namespace(id: &str) -> bool {
-    COORDINATOR_NAMESPACES.iter().any(|ns| id.starts_with(ns))
+    COORDINATOR_NAMESPACES.iter().any(|ns| {
+        id.get(..ns.len())
+            .is_some_and(|p| p.eq_ignore_ascii_case(ns))
+    })
 }
 
 impl<'s, S: Source + ?Sized> Verifier<'s, S> {
@@ -620,7 +643,9 @@ impl<'s, S: Source + ?Sized> Verifier<'s, S> {
             );
         }
 
-        self.effect_links(&effects, &planned, walk);
+        // A client's effect records are its word: nothing the coordinator wrote says they ran.
+        let client = !entry.header.written_by.starts_with(log::COORDINATOR_PREFIX);
+        self.effect_links(&effects, &planned, client, walk);
 
         // Output, and the world that selects it.
         match (&output_ref, &world) {
@@ -732,8 +757,15 @@ impl<'s, S: Source + ?Sized> Verifier<'s, S> {
         (plan_ref, plan)
     }
 
-    /// The effect links, and the plugin that ran (or declined) each.
-    fn effect_links(&self, effects: &[EffectRow], planned: &[Value], walk: &mut Walk) {
+    /// The effect links, and the plugin that ran (or declined) each; `claimed`: a client's
+    /// entry, whose links say what it claims.
+    fn effect_links(
+        &self,
+        effects: &[EffectRow],
+        planned: &[Value],
+        claimed: bool,
+        walk: &mut Walk,
+    ) {
         for (i, row) in effects.iter().enumerate() {
             self.notes.borrow_mut().extend(row.notes.iter().cloned());
             let res = row
@@ -741,6 +773,9 @@ impl<'s, S: Source + ?Sized> Verifier<'s, S> {
                 .clone()
                 .and_then(|rec| self.check_effect(&rec, planned.get(i), i));
             walk.push("effect", row.reference, res);
+            if claimed {
+                walk.claim_last();
+            }
             if let Ok(
                 rec @ EffectRecord {
                     handler: Some(h), ..
@@ -757,6 +792,9 @@ impl<'s, S: Source + ?Sized> Verifier<'s, S> {
                     Some(h.library),
                     Ok(format!("{} {} {did} e{}", h.plugin, h.version, i + 1)),
                 );
+                if claimed {
+                    walk.claim_last();
+                }
             }
         }
     }

@@ -33,6 +33,7 @@ pub fn run(a: DoctorArgs) -> CliResult {
                 "entries": audit.entries,
                 "brokenEntries": audit.broken.iter().map(|(i, d)| serde_json::json!({"entry": i, "detail": d})).collect::<Vec<_>>(),
                 "notes": audit.notes.iter().map(|(i, d)| serde_json::json!({"entry": i, "detail": d})).collect::<Vec<_>>(),
+                "claims": audit.claims.iter().map(|(i, d)| serde_json::json!({"entry": i, "detail": d})).collect::<Vec<_>>(),
                 "journalRecords": audit.journal_records,
                 "journalFindings": audit.journal_findings,
                 "headFindings": audit.head_findings,
@@ -60,6 +61,18 @@ pub fn run(a: DoctorArgs) -> CliResult {
         // Verified entries with something to say (not inconsistencies).
         for (i, d) in audit.notes.iter().take(20) {
             outln!("      entry {i}: note: {d}");
+        }
+        // Client commits' effect claims: not broken, and not verified either.
+        let mut claiming: Vec<u64> = audit.claims.iter().map(|(i, _)| *i).collect();
+        claiming.dedup();
+        if !claiming.is_empty() {
+            outln!(
+                "  ? {} client commit(s) claim effects that nothing journaled (not verified: the committer's word)",
+                claiming.len()
+            );
+            for (i, d) in audit.claims.iter().take(20) {
+                outln!("      entry {i}: {d}");
+            }
         }
         let journal = if audit.journal_findings.is_empty() {
             "equal the sum of intents"

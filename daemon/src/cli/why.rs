@@ -259,7 +259,12 @@ fn print_report(report: &Report, several: bool) -> CliResult {
     for l in &report.links {
         outln!(
             "  {} {:<7} {}  {}",
-            if l.ok { "✓" } else { "✗" },
+            // `?`: consistent, but only a client commit's word.
+            match (l.ok, l.claimed) {
+                (false, _) => "✗",
+                (true, true) => "?",
+                (true, false) => "✓",
+            },
             l.kind,
             l.reference
                 .map(|r| r.short(8))
@@ -271,7 +276,14 @@ fn print_report(report: &Report, several: bool) -> CliResult {
         }
     }
     let broken = report.links.iter().filter(|l| !l.ok).count();
-    if broken == 0 {
+    let claimed = report.claimed();
+    if broken == 0 && claimed > 0 {
+        outln!(
+            "{} of {} link(s) verified; {claimed} only claimed by a client commit, not journaled: nothing shows its effects happened",
+            report.links.len() - claimed,
+            report.links.len()
+        );
+    } else if broken == 0 {
         outln!("all {} link(s) verified", report.links.len());
     } else if several {
         outln!(
