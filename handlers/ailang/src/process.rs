@@ -8,15 +8,17 @@
 //! overflow, and also after a normal exit (stragglers must not outlive the effect or hold the
 //! pipes open). The group id stays reserved until the watchdog is reaped, after the kill, so
 //! the kill can never hit an unrelated process group. The child is waited for on the thread
-//! that spawned it, which the parent-death signal requires.
+//! that spawned it, which the parent-death signal requires. That thread also serves the
+//! pipes (poll(2), non-blocking): no reader or writer thread exists that a descendant outside
+//! the group could keep blocked after the call.
 
 use std::ffi::OsString;
+use std::fs::File;
 use std::io::{self, Read, Write};
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitStatus, Stdio};
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{mpsc, Arc};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -134,48 +136,162 @@ fn exited(pid: i32) -> io::Result<bool> {
     Ok(unsafe { info.si_pid() } != 0)
 }
 
-/// Stream names by reader index.
+/// Stream names by pipe index.
 const STREAMS: [&str; 2] = ["stdout", "stderr"];
 
-fn reader(
-    mut source: impl Read + Send + 'static,
-    cap: usize,
-    overflow: Arc<AtomicUsize>,
-    tx: mpsc::Sender<(usize, io::Result<Vec<u8>>)>,
-    index: usize,
-) {
-    thread::spawn(move || {
-        let mut data = Vec::new();
-        let mut buf = vec![0u8; 64 * 1024];
-        let result = loop {
-            match source.read(&mut buf) {
-                Ok(0) => break Ok(data),
-                Ok(n) => {
-                    if data.len() + n > cap {
-                        // Stop reading: the main loop kills the group, which closes the pipe.
-                        // The first stream to overflow is the one reported (index + 1).
-                        let _ = overflow.compare_exchange(
-                            0,
-                            index + 1,
-                            Ordering::SeqCst,
-                            Ordering::SeqCst,
-                        );
-                        break Ok(data);
-                    }
-                    data.extend_from_slice(&buf[..n]);
-                }
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                Err(e) => break Err(e),
-            }
-        };
-        let _ = tx.send((index, result));
-    });
+/// Set `O_NONBLOCK` on `fd`, so reading or writing it never blocks the calling thread.
+fn nonblocking(fd: RawFd) -> io::Result<()> {
+    // SAFETY: fcntl on a descriptor the caller owns; only the status flags change.
+    let flags = unsafe { libc::fcntl(fd, libc::F_GETFL) };
+    // SAFETY: as above.
+    if flags < 0 || unsafe { libc::fcntl(fd, libc::F_SETFL, flags | libc::O_NONBLOCK) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
 }
 
-fn overflowed(flag: &AtomicUsize) -> Option<&'static str> {
-    STREAMS
-        .get(flag.load(Ordering::SeqCst).checked_sub(1)?)
-        .copied()
+/// The child's three pipes, served from the calling thread with poll(2) on non-blocking
+/// descriptors. No thread reads or writes them: a descendant that left the group and holds a
+/// pipe cannot keep anything of the call alive once [`run`] returns, which drops them.
+struct Pipes {
+    /// stdout and stderr, until their end of file (or an overflow).
+    outputs: [Option<File>; 2],
+    data: [Vec<u8>; 2],
+    /// The first stream to pass the cap.
+    overflow: Option<&'static str>,
+    cap: usize,
+    stdin: Option<File>,
+    input: Vec<u8>,
+    written: usize,
+    buf: Vec<u8>,
+}
+
+impl Pipes {
+    fn new(child: &mut std::process::Child, input: Vec<u8>, cap: usize) -> io::Result<Pipes> {
+        let out = child.stdout.take().map(|p| File::from(OwnedFd::from(p)));
+        let err = child.stderr.take().map(|p| File::from(OwnedFd::from(p)));
+        let stdin = child.stdin.take().map(|p| File::from(OwnedFd::from(p)));
+        for f in out.iter().chain(&err).chain(&stdin) {
+            nonblocking(f.as_raw_fd())?;
+        }
+        let mut pipes = Pipes {
+            outputs: [out, err],
+            data: [Vec::new(), Vec::new()],
+            overflow: None,
+            cap,
+            stdin,
+            input,
+            written: 0,
+            buf: vec![0u8; 64 * 1024],
+        };
+        if pipes.input.is_empty() {
+            pipes.stdin = None;
+        }
+        Ok(pipes)
+    }
+
+    /// Whether stdout or stderr is still open.
+    fn open(&self) -> bool {
+        self.outputs.iter().any(Option::is_some)
+    }
+
+    /// Wait up to `wait` for any pipe to be ready, then move what it can without blocking.
+    fn pump(&mut self, wait: Duration) -> io::Result<()> {
+        let mut fds: Vec<libc::pollfd> = Vec::with_capacity(3);
+        for f in self.outputs.iter().flatten() {
+            fds.push(libc::pollfd {
+                fd: f.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            });
+        }
+        if let Some(f) = &self.stdin {
+            fds.push(libc::pollfd {
+                fd: f.as_raw_fd(),
+                events: libc::POLLOUT,
+                revents: 0,
+            });
+        }
+        // Round up: a zero timeout with nothing ready would spin.
+        let ms = wait.as_micros().div_ceil(1000).min(i32::MAX as u128) as libc::c_int;
+        // SAFETY: `fds` is a valid array of `fds.len()` pollfd structures.
+        let r = unsafe { libc::poll(fds.as_mut_ptr(), fds.len() as libc::nfds_t, ms) };
+        if r < 0 {
+            let e = io::Error::last_os_error();
+            return match e.kind() {
+                io::ErrorKind::Interrupted => Ok(()),
+                _ => Err(e),
+            };
+        }
+        let ready = |fd: RawFd| fds.iter().any(|p| p.fd == fd && p.revents != 0);
+        for i in 0..2 {
+            if self.outputs[i]
+                .as_ref()
+                .is_some_and(|f| ready(f.as_raw_fd()))
+            {
+                self.read(i)?;
+            }
+        }
+        if self.stdin.as_ref().is_some_and(|f| ready(f.as_raw_fd())) {
+            self.write();
+        }
+        Ok(())
+    }
+
+    /// Read stream `i` until it would block, ends, or passes the cap.
+    fn read(&mut self, i: usize) -> io::Result<()> {
+        let Some(f) = self.outputs[i].as_mut() else {
+            return Ok(());
+        };
+        loop {
+            match f.read(&mut self.buf) {
+                Ok(0) => {
+                    self.outputs[i] = None;
+                    return Ok(());
+                }
+                Ok(n) => {
+                    if self.data[i].len() + n > self.cap {
+                        // Stop reading: the caller kills the group.
+                        self.overflow.get_or_insert(STREAMS[i]);
+                        self.outputs[i] = None;
+                        return Ok(());
+                    }
+                    self.data[i].extend_from_slice(&self.buf[..n]);
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(()),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => {
+                    return Err(io::Error::new(
+                        e.kind(),
+                        format!("reading its {} failed: {e}", STREAMS[i]),
+                    ))
+                }
+            }
+        }
+    }
+
+    /// Write what stdin's pipe takes now. A child that never reads stdin leaves the rest
+    /// unwritten (the pipe closes when the call ends); one that closed it ends the writing.
+    fn write(&mut self) {
+        let Some(f) = self.stdin.as_mut() else {
+            return;
+        };
+        loop {
+            match f.write(&self.input[self.written..]) {
+                Ok(n) => {
+                    self.written += n;
+                    if self.written == self.input.len() {
+                        break;
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => return,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(_) => break,
+            }
+        }
+        // All written, or the reading end is gone (EPIPE): close it, the child sees EOF.
+        self.stdin = None;
+    }
 }
 
 fn spawn(command: &mut Command) -> io::Result<std::process::Child> {
@@ -214,23 +330,14 @@ pub fn run(spec: Spec) -> Result<Finished, Failure> {
     let mut child = spawn(&mut command).map_err(Failure::Spawn)?;
     let pid = child.id() as i32;
 
-    let overflow = Arc::new(AtomicUsize::new(0));
-    let (tx, rx) = mpsc::channel();
-    if let Some(out) = child.stdout.take() {
-        reader(out, spec.cap, overflow.clone(), tx.clone(), 0);
-    }
-    if let Some(err) = child.stderr.take() {
-        reader(err, spec.cap, overflow.clone(), tx.clone(), 1);
-    }
-    drop(tx);
-    if let Some(mut stdin) = child.stdin.take() {
-        let bytes = spec.stdin;
-        // A child that never reads stdin makes this write fail (EPIPE) or block until the
-        // group is killed; either way the thread ends and nothing waits for it.
-        thread::spawn(move || {
-            let _ = stdin.write_all(&bytes);
-        });
-    }
+    let mut pipes = match Pipes::new(&mut child, spec.stdin, spec.cap) {
+        Ok(p) => p,
+        Err(e) => {
+            group.kill();
+            let _ = child.wait();
+            return Err(Failure::Io(format!("setting up its pipes failed: {e}")));
+        }
+    };
 
     let mut pause = Duration::from_millis(1);
     let ended: Result<(), Failure> = loop {
@@ -239,52 +346,49 @@ pub fn run(spec: Spec) -> Result<Finished, Failure> {
             Ok(false) => {}
             Err(e) => break Err(Failure::Io(format!("waiting for it failed: {e}"))),
         }
-        if let Some(name) = overflowed(&overflow) {
+        if let Some(name) = pipes.overflow {
             break Err(Failure::Overflow(name));
         }
         let now = Instant::now();
         if now >= spec.deadline {
             break Err(Failure::Timeout(spec.limit));
         }
-        thread::sleep(pause.min(spec.deadline - now));
+        // Also the pause between looks at the child: output wakes it early.
+        if let Err(e) = pipes.pump(pause.min(spec.deadline - now)) {
+            break Err(Failure::Io(e.to_string()));
+        }
         pause = (pause * 2).min(Duration::from_millis(10));
     };
     group.kill();
     let status = child.wait();
     drop(group);
-
-    // Collect both streams; with the group dead the pipes close at once.
-    let mut streams: [Option<io::Result<Vec<u8>>>; 2] = [None, None];
-    let drain_until = Instant::now() + DRAIN_GRACE;
-    while streams.iter().any(Option::is_none) {
-        let left = drain_until.saturating_duration_since(Instant::now());
-        match rx.recv_timeout(left) {
-            Ok((i, r)) => streams[i] = Some(r),
-            Err(_) => {
-                ended?;
-                return Err(Failure::Io(
-                    "its output pipes stayed open after its process group was killed (a descendant left the group)"
-                        .to_string(),
-                ));
-            }
-        }
-    }
+    // The child is gone: nothing is to read its stdin any more.
+    pipes.stdin = None;
+    // A failure needs nothing more from the pipes (dropping them closes them).
     ended?;
-    // A reader may have seen the overflow only after the leader exited.
-    if let Some(name) = overflowed(&overflow) {
+
+    // Collect the rest of both streams; with the group dead the pipes close at once.
+    let drain_until = Instant::now() + DRAIN_GRACE;
+    while pipes.open() {
+        let left = drain_until.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(Failure::Io(
+                "its output pipes stayed open after its process group was killed (a descendant left the group)"
+                    .to_string(),
+            ));
+        }
+        pipes.pump(left).map_err(|e| Failure::Io(e.to_string()))?;
+    }
+    // A stream may have passed the cap only after the leader exited.
+    if let Some(name) = pipes.overflow {
         return Err(Failure::Overflow(name));
     }
     let status = status.map_err(|e| Failure::Io(format!("reaping it failed: {e}")))?;
-    let [out, err] = streams;
-    let take = |s: Option<io::Result<Vec<u8>>>, name: &str| match s {
-        Some(Ok(v)) => Ok(v),
-        Some(Err(e)) => Err(Failure::Io(format!("reading its {name} failed: {e}"))),
-        None => Ok(Vec::new()),
-    };
+    let [stdout, stderr] = pipes.data;
     Ok(Finished {
         status,
-        stdout: take(out, "stdout")?,
-        stderr: take(err, "stderr")?,
+        stdout,
+        stderr,
     })
 }
 
