@@ -175,3 +175,33 @@ fn a_descendant_leaving_the_group_leaks_no_thread_or_descriptor_of_the_daemon() 
         "{log}"
     );
 }
+
+/// A program that ignores SIGTERM runs until the time limit. The plugin's limit used to be
+/// the whole handler deadline, so killing and reaping the group ended just after the
+/// daemon's own deadline: the call was sometimes the documented failed effect, sometimes
+/// `host callback timed out` and left uncommitted. The plugin now keeps a margin (a quarter of
+/// a 1.5 s deadline) for killing, reaping and answering, so it is the failed effect every time.
+#[test]
+fn a_program_ignoring_sigterm_is_the_documented_failed_effect_every_time_not_a_host_timeout() {
+    let bins = tempfile::tempdir().unwrap();
+    let (d, token) = start(bins.path(), "[limits]\nhandler_deadline_ms = 1500\n");
+    set_mode(bins.path(), "ignore-term");
+    const CALLS: usize = 6;
+    for i in 0..CALLS {
+        let started = Instant::now();
+        let v = run_hello(&d, &token);
+        let took = started.elapsed();
+        let out = &v["result"]["structuredContent"];
+        assert_eq!(
+            out["world"]["effects"][0]["status"], "failed",
+            "call {i} after {took:?}: {v}"
+        );
+    }
+    let log = d.log();
+    assert_eq!(
+        log.matches("effect failed: broker: Ailang.Run failed: ailang run did not finish within the effect's time limit of 1125 ms; its process group was killed").count(),
+        CALLS,
+        "{log}"
+    );
+    assert!(!log.contains("timed out"), "{log}");
+}

@@ -77,6 +77,12 @@ pub const CLI_OPS: [&str; 20] = [
 /// deadline shortens it.
 pub const HARD_CAP: Duration = Duration::from_secs(10);
 
+/// What the handler keeps of the request's deadline for itself (a quarter of a deadline under
+/// 2 s): a child killed at the time limit must still be reaped, its pipes collected and the
+/// answer returned before the daemon's own deadline, or the call ends as a host timeout and
+/// the effect is never committed as the failure it is.
+pub const ANSWER_MARGIN: Duration = Duration::from_millis(500);
+
 /// ailang-run's limits (the plan enforces them first; the handler re-checks, since an
 /// operator may publish another transition for these effects).
 pub const MAX_STDIN: usize = 65536;
@@ -237,8 +243,10 @@ struct Checked<'a> {
     episode: &'a str,
     worktree: &'a str,
     deadline: Instant,
-    /// The effect's time limit: min(10 s, the request's deadline).
+    /// The effect's time limit: min(10 s, the request's deadline less the margin).
     limit: Duration,
+    /// Half the margin before the daemon's deadline: waiting for pipes ends there.
+    answer_by: Option<Instant>,
 }
 
 impl AilangHandler {
@@ -296,6 +304,7 @@ impl AilangHandler {
             stdin: Vec::new(),
             deadline: Instant::now() + HARD_CAP,
             limit: HARD_CAP,
+            answer_by: None,
             cap: OUTPUT_CAP,
             memory,
         })
@@ -374,6 +383,7 @@ impl AilangHandler {
             stdin,
             deadline: c.deadline,
             limit: c.limit,
+            answer_by: c.answer_by,
             cap: OUTPUT_CAP,
             memory: self.memory,
         }
@@ -839,11 +849,17 @@ fn resolved_worktree(effect: &str, worktree: &str) -> Step<PathBuf> {
     })
 }
 
-/// The effect's time limit: [`HARD_CAP`], shortened by the request's deadline (`0`: none).
-fn time_budget(deadline_ms: u64) -> Duration {
+/// The effect's time limit: [`HARD_CAP`], or the request's deadline (`0`: none) less
+/// [`ANSWER_MARGIN`] when that is shorter; and how long after its start the handler must be
+/// answering at the latest (half the margin before the deadline).
+fn time_budget(deadline_ms: u64) -> (Duration, Option<Duration>) {
     match deadline_ms {
-        0 => HARD_CAP,
-        ms => HARD_CAP.min(Duration::from_millis(ms)),
+        0 => (HARD_CAP, None),
+        ms => {
+            let deadline = Duration::from_millis(ms);
+            let margin = ANSWER_MARGIN.min(deadline / 4);
+            (HARD_CAP.min(deadline - margin), Some(deadline - margin / 2))
+        }
     }
 }
 
@@ -860,7 +876,7 @@ impl AilangHandler {
         check_episode(effect, &request.episode)?;
         let canonical = resolved_worktree(effect, worktree)?;
         self.apart_from_worktree(effect, &canonical)?;
-        let budget = time_budget(request.deadline_ms);
+        let (budget, answer_by) = time_budget(request.deadline_ms);
         let c = Checked {
             effect,
             op: checked.op,
@@ -869,6 +885,7 @@ impl AilangHandler {
             worktree,
             deadline: started + budget,
             limit: budget,
+            answer_by: answer_by.map(|d| started + d),
         };
         self.corpus_configured(&c)?;
         Ok((c, task))

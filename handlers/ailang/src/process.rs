@@ -45,6 +45,9 @@ pub struct Spec {
     pub deadline: Instant,
     /// The time limit the deadline stands for (the whole effect's), for messages.
     pub limit: Duration,
+    /// When the caller must be answering: waiting for the pipes after the child's exit stops
+    /// there even within [`DRAIN_GRACE`] (`None`: only the grace applies).
+    pub answer_by: Option<Instant>,
     /// Per-stream byte cap.
     pub cap: usize,
     /// The most the child may allocate, in bytes (`RLIMIT_DATA`).
@@ -368,7 +371,8 @@ pub fn run(spec: Spec) -> Result<Finished, Failure> {
     ended?;
 
     // Collect the rest of both streams; with the group dead the pipes close at once.
-    let drain_until = Instant::now() + DRAIN_GRACE;
+    let grace = Instant::now() + DRAIN_GRACE;
+    let drain_until = spec.answer_by.map_or(grace, |by| by.min(grace));
     while pipes.open() {
         let left = drain_until.saturating_duration_since(Instant::now());
         if left.is_zero() {
