@@ -321,7 +321,7 @@ fn the_operator_guides_start_up_failures_are_what_the_daemon_prints() {
     // into it: a tmpfs of a few pages (root only, as the store tests' full disks).
     let small_disks = [
         (8 << 10, "… at store-open: disk full: …"),
-        (48 << 10, "… at registry-bootstrap: …"),
+        (112 << 10, "… at registry-bootstrap: …"),
     ];
     let mut disks = Vec::new();
     for (bytes, span) in small_disks {

@@ -423,7 +423,7 @@ fn a_full_disk_reads_disk_full_in_the_daemons_log() {
     assert!(!log.contains("store I/O error"), "{log}");
 }
 
-/// A disk that fills up while the daemon makes its store (LMDB's meta pages, the tables, the
+/// A disk that fills up while the daemon makes its store (its lock file, LMDB's meta pages, the tables, the
 /// first sync) or publishes the shipped tools into it stops the start with "disk full" at
 /// whichever stage it stopped, never a bare I/O error: LMDB reports a write that stopped short
 /// as EIO, which the store took for "disk full" only in its writer's commits. A store made on
@@ -434,7 +434,9 @@ fn a_disk_that_fills_while_the_store_is_made_says_disk_full_wherever_it_stops() 
     let plugins = plugin_dir_with(plugins.path(), WS);
     let mut stages = std::collections::BTreeSet::new();
     let mut wrong = Vec::new();
-    for kib in (4..=64).step_by(4) {
+    // The lock file takes its 68 KiB first (allocated before LMDB maps it); the store's pages
+    // and then the shipped tools need about 36 and 36 KiB more: a disk of 136 KiB starts.
+    for kib in (8..=128).step_by(8) {
         let Some(fs) = Tmpfs::mount(kib << 10) else {
             eprintln!("skipped: mounting a tmpfs needs root");
             return;
@@ -474,7 +476,7 @@ fn a_disk_that_fills_while_the_store_is_made_says_disk_full_wherever_it_stops() 
     assert_eq!(
         stages.into_iter().collect::<Vec<_>>(),
         ["registry-bootstrap", "store-open"],
-        "disks of 4 to 64 KiB stop the start at both stages"
+        "disks of 8 to 128 KiB stop the start at both stages"
     );
 }
 
@@ -565,6 +567,70 @@ fn a_daemon_refusing_for_a_full_disk_takes_calls_again_once_space_is_freed() {
         "calls are still refused 5 s after space was freed"
     );
     assert_eq!(metric(&d, "worldd_store_refusing"), 0.0);
+}
+
+/// Fill the filesystem holding `dir` to its last byte.
+fn fill_up(dir: &std::path::Path) {
+    use std::io::Write;
+    let mut f = std::fs::File::create(dir.join("filler")).unwrap();
+    let chunk = vec![0u8; 4096];
+    while f.write_all(&chunk).is_ok() {}
+    let _ = f.sync_all();
+}
+
+/// LMDB sizes its lock file without allocating it and writes its reader table through a map:
+/// on a disk with no byte left, a daemon making a new store, or opening a copy whose lock file
+/// was never written, died by SIGBUS without a word, and `doctor` called such a sound copy
+/// damaged. The lock file is now allocated first: a full disk is said as one.
+#[test]
+fn a_store_opened_on_a_disk_with_no_byte_left_says_disk_full_instead_of_dying_by_sigbus() {
+    let Some(fs) = Tmpfs::mount(1 << 20) else {
+        eprintln!("skipped: mounting a tmpfs needs root");
+        return;
+    };
+    let plugins = tempfile::tempdir().unwrap();
+    let plugins = plugin_dir_with(plugins.path(), WS);
+    // A sound store, copied onto the small disk with a lock file that holds no blocks.
+    let d = Daemon::start(WS, &[]);
+    let sound = d.db();
+    let kept = d.halt();
+    let copy = fs.dir.path().join("copy");
+    std::fs::create_dir(&copy).unwrap();
+    std::fs::copy(sound.join("data.mdb"), copy.join("data.mdb")).unwrap();
+    std::fs::File::create(copy.join("lock.mdb"))
+        .unwrap()
+        .set_len(65664)
+        .unwrap();
+    fill_up(fs.dir.path());
+    let on = |p: &str| fs.dir.path().join(p).display().to_string();
+    for db in ["new", "copy"] {
+        let refusal = refused_start(
+            &[
+                "--db",
+                &on(db),
+                "--workspace-root",
+                &on("wt"),
+                "--bind",
+                "127.0.0.1:0",
+                "--plugin-dir",
+                path_str(&plugins),
+            ],
+            fs.dir.path(),
+        );
+        assert_eq!(refusal.code, Some(2), "{db}: {}", refusal.stderr);
+        assert!(
+            refusal.line.starts_with(
+                "worldd: daemon startup failed at store-open: disk full: the store's filesystem has no space left ("
+            ),
+            "{db}: {}",
+            refusal.stderr
+        );
+    }
+    let (code, _, err) = worldd(&["doctor", "--db", &on("copy")], None);
+    assert!(!err.contains("store is damaged"), "{err}");
+    assert!(err.contains("disk full"), "{err}");
+    assert_eq!(code, 2, "{err}");
+    drop(kept);
 }
 
 #[test]

@@ -554,6 +554,44 @@ fn check_ceiling(options: &StoreOptions) -> Result<(), StoreError> {
     Ok(())
 }
 
+/// The bytes of `lock.mdb` LMDB maps for [`MAX_READERS`] reader slots: its header (two cache
+/// lines, the first slot included) and one 64-byte slot for each other reader.
+const LOCK_FILE_BYTES: u64 = 64 * MAX_READERS as u64 + 128;
+
+/// Give `lock.mdb` its disk blocks before LMDB maps it. LMDB sizes the file with `ftruncate`,
+/// which allocates nothing, then writes the reader table through its map: on a full disk the
+/// first write to a page without a block is a SIGBUS, which killed the daemon at start without
+/// a word and made `doctor` call a sound store damaged. Allocated here, a full disk is an
+/// error that says so. Blocks already there (another process has the store open) are kept.
+fn reserve_lock_file(dir: &Path) -> Result<(), StoreError> {
+    use std::os::fd::AsRawFd;
+    use std::os::unix::fs::OpenOptionsExt;
+    let path = dir.join("lock.mdb");
+    let Ok(file) = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .mode(0o600)
+        .open(&path)
+    else {
+        // LMDB's own open says what is wrong (a read-only directory, permissions).
+        return Ok(());
+    };
+    let len = libc::off_t::try_from(LOCK_FILE_BYTES).unwrap_or(libc::off_t::MAX);
+    // SAFETY: an open descriptor this function owns, and a range inside what LMDB maps.
+    match unsafe { libc::posix_fallocate(file.as_raw_fd(), 0, len) } {
+        0 => Ok(()),
+        code if code == libc::ENOSPC || code == libc::EDQUOT => Err(StoreError::DiskFull(format!(
+            "{}: its {LOCK_FILE_BYTES} bytes of reader slots cannot be allocated: {}",
+            path.display(),
+            std::io::Error::from_raw_os_error(code)
+        ))),
+        // A filesystem without allocation (EOPNOTSUPP, EINVAL): as before, LMDB's way.
+        _ => Ok(()),
+    }
+}
+
 /// Open the LMDB environment in `dir`, with the map size `wanted` when there is one.
 fn open_env(
     dir: &Path,
@@ -802,6 +840,9 @@ impl Store {
         check_ceiling(&options)?;
         // Asked before this process opens the environment (see `open_elsewhere`).
         let shared = exists && !read_only && map::open_elsewhere(dir);
+        if !read_only {
+            reserve_lock_file(dir)?;
+        }
         let env = open_env(dir, wanted, read_only)?;
         // Before the first page is read: a crash on a corrupt one is then said as such.
         let noted = fault::note(resident::map_of(dir));
