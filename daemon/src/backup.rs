@@ -73,6 +73,10 @@ pub enum BackupError {
         #[source]
         source: io::Error,
     },
+    /// The copy is written to the destination: a disk that fills is the destination's, not
+    /// the store's, whatever the store's error says.
+    #[error("copying the store into {path}: disk full: the destination's filesystem has no space left ({detail})")]
+    DestinationFull { path: PathBuf, detail: String },
     #[error("copying the store into {path}: {source}")]
     Store {
         path: PathBuf,
@@ -217,9 +221,15 @@ fn copy_store(
         )
         .map_err(io_at(&data))?
         .into_std();
-    let store_err = |source| BackupError::Store {
-        path: dest.to_path_buf(),
-        source,
+    let store_err = |source| match source {
+        StoreError::DiskFull(detail) => BackupError::DestinationFull {
+            path: dest.to_path_buf(),
+            detail,
+        },
+        source => BackupError::Store {
+            path: dest.to_path_buf(),
+            source,
+        },
     };
     store.copy_to(&mut file, compact).map_err(store_err)?;
     file.sync_all().map_err(io_at(&data))?;

@@ -1466,7 +1466,7 @@ fn a_backup_refuses_an_occupied_destination_and_leaves_nothing_when_its_disk_fil
         assert_eq!((code, out.as_str()), (2, ""), "{err}");
         assert!(
             err.starts_with(&format!(
-                "worldd: backup: copying the store into {}: disk full: ",
+                "worldd: backup: copying the store into {}: disk full: the destination's filesystem has no space left (",
                 dest.display()
             )) && err.ends_with(&format!("; nothing was left in {}\n", dest.display())),
             "{err}"
