@@ -28,7 +28,7 @@
 //! of this process holds shared, so the precondition is checked, not assumed; see
 //! [`crate::store`].
 
-use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicU8, Ordering};
 
 /// Default ceiling: 16 GiB (the map is sparse, so the reservation costs nothing until used).
 pub const DEFAULT_CEILING: u64 = 16 << 30;
@@ -139,6 +139,17 @@ pub struct Gauge {
 
 const REFUSING: u8 = 100;
 
+/// Whether this process logs its stores' thresholds ([`log_thresholds`]).
+static LOG_THRESHOLDS: AtomicBool = AtomicBool::new(false);
+
+/// Log each store's crossings of the warning thresholds and of the reserve: for the daemon,
+/// which takes client calls. The operator's verbs open a store with default limits, not the
+/// daemon's, and refuse no calls: a "new client calls are refused" line from `doctor` or
+/// `session new` on a small disk was false.
+pub fn log_thresholds() {
+    LOG_THRESHOLDS.store(true, Ordering::Relaxed);
+}
+
 impl Gauge {
     pub fn new(limits: Limits) -> Gauge {
         Gauge {
@@ -176,7 +187,7 @@ impl Gauge {
             (None, None) => 0,
         };
         let before = self.reported.swap(level, Ordering::Relaxed);
-        if before == level {
+        if before == level || !LOG_THRESHOLDS.load(Ordering::Relaxed) {
             return;
         }
         let pct = usage.ratio() * 100.0;

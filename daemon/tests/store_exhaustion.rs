@@ -680,3 +680,25 @@ fn limits_that_cannot_work_stop_startup_with_one_line() {
         "{err}"
     );
 }
+
+/// The operator's verbs open a store with default limits, not the daemon's, and take no client
+/// calls: on a disk smaller than the default reserve, `doctor` and `session list` printed
+/// `ERROR store full: new client calls are refused: …` about a store that was fine.
+#[test]
+fn the_operators_verbs_on_a_small_disk_say_nothing_of_refusing_client_calls() {
+    let Some(fs) = Tmpfs::mount(8 << 20) else {
+        eprintln!("skipped: mounting a tmpfs needs root");
+        return;
+    };
+    let db = fs.dir.path().join("db");
+    drop(broker_core::store::Store::create(&db).unwrap());
+    for args in [
+        vec!["doctor", "--db", path_str(&db)],
+        vec!["session", "list", "--db", path_str(&db)],
+    ] {
+        let (code, _, err) = worldd(&args, None);
+        assert_eq!(code, 0, "{args:?}: {err}");
+        assert!(!err.contains("store full"), "{args:?}: {err}");
+        assert!(!err.contains("refused"), "{args:?}: {err}");
+    }
+}

@@ -323,6 +323,7 @@ pub fn run_with(a: ServeArgs, launch: Launch) -> CliResult {
     // A daemon that dies on a corrupt page of its store says so (the verbs run in a child
     // that does; a daemon has its supervisor instead).
     broker_core::store::say_faults_in_store_maps("worldd serve");
+    broker_core::capacity::log_thresholds();
     let metrics = Metrics::default();
     let started = (|| {
         let store = open_store(&settings)?;
