@@ -35,13 +35,16 @@ fn misbehaving_ailang(dir: &Path) -> PathBuf {
     let standin = standin.display();
     let script = format!(
         r#"#!/bin/sh
+mode=$(cat '{here}/mode' 2>/dev/null)
 if [ "$1" = run ]; then
-  case "$(cat '{here}/mode' 2>/dev/null)" in
-    control-bytes)
-      # 8 MiB less 64 bytes of NUL on stdout, 8 MiB less 4 KiB of \001 on stderr: under the
-      # 8 MiB cap, six times that once escaped as JSON. Then the stand-in's policy line.
-      head -c 8388544 /dev/zero
-      head -c 8384512 /dev/zero | tr '\000' '\001' >&2
+  case "$mode" in
+    control-bytes|not-utf8)
+      # 8 MiB less 64 bytes on stdout, 8 MiB less 4 KiB on stderr, under the 8 MiB cap: NUL
+      # and \001 (six bytes each once escaped as JSON), or \377 (not UTF-8: three bytes
+      # each as U+FFFD). Then the stand-in's policy line.
+      if [ "$mode" = control-bytes ]; then out='\000' err='\001'; else out='\377' err='\377'; fi
+      head -c 8388544 /dev/zero | tr '\000' "$out"
+      head -c 8384512 /dev/zero | tr '\000' "$err" >&2
       echo >&2
       exec '{standin}' "$@" >/dev/null ;;
     leave-group)
@@ -106,6 +109,16 @@ fn run_hello(d: &Daemon, token: &str) -> Value {
     }
 }
 
+/// A line of `/proc/<pid>/status`, in kB.
+fn status_kb(pid: u32, key: &str) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix(key)?.strip_prefix(':'))
+        .and_then(|v| v.split_whitespace().next()?.parse().ok())
+        .unwrap_or_else(|| panic!("no {key} in {status}"))
+}
+
 fn entries(dir: String) -> usize {
     std::fs::read_dir(dir).unwrap().count()
 }
@@ -116,6 +129,75 @@ fn threads_and_fds(pid: u32) -> (usize, usize) {
         entries(format!("/proc/{pid}/task")),
         entries(format!("/proc/{pid}/fd")),
     )
+}
+
+/// A program writes 8 MiB of NUL to stdout and 8 MiB of \x01 to stderr: under the output
+/// cap, but each byte is six once escaped as JSON. The plugin used to build a 100 MB answer
+/// the host then refused (the effect failed after all that work, about 100 MB of the
+/// daemon's memory per call). The answer now keeps what fits, says how much it left out, and
+/// the call is answered. The same with 8 MiB that is not UTF-8 (each byte three as U+FFFD).
+#[test]
+fn control_byte_output_is_answered_cut_and_does_not_cost_the_daemon_100_mb() {
+    let bins = tempfile::tempdir().unwrap();
+    let (d, token) = start(bins.path(), "");
+    let pid = d.child.id();
+    // A plain run first: the daemon's memory once it has served one.
+    let v = run_hello(&d, &token);
+    assert_eq!(
+        v["result"]["structuredContent"]["stdout"], "hello from pi\n",
+        "{v}"
+    );
+    let before = status_kb(pid, "VmHWM");
+    for (mode, out_char, err_char) in [
+        ("control-bytes", '\u{0}', '\u{1}'),
+        ("not-utf8", '\u{fffd}', '\u{fffd}'),
+    ] {
+        set_mode(bins.path(), mode);
+        let v = run_hello(&d, &token);
+        let peak = status_kb(pid, "VmHWM");
+        eprintln!("{mode}: the daemon's VmHWM: {before} kB -> {peak} kB");
+        let out = &v["result"]["structuredContent"];
+        assert_eq!(
+            out["world"]["effects"][0]["status"], "ok",
+            "{mode}: {v:.2000}"
+        );
+        assert_eq!(out["admitted"], true);
+        assert_eq!(out["exit_code"], 0);
+        let stdout = out["stdout"].as_str().unwrap();
+        let stderr = out["stderr"].as_str().unwrap();
+        assert!(
+            stdout.chars().all(|c| c == out_char),
+            "{mode}: stdout is the program's"
+        );
+        assert!(stderr.starts_with(err_char), "{mode}: stderr keeps its end");
+        let (rest, policy) = stderr.trim_end().rsplit_once('\n').unwrap();
+        assert!(
+            policy.starts_with("policy: {\"ok\":true"),
+            "{mode}: {policy}"
+        );
+        // What was left out, in bytes the program wrote (one per character kept here).
+        let cut = &out["cut"];
+        assert_eq!(
+            cut["stdout"].as_u64().unwrap() + stdout.chars().count() as u64,
+            8_388_544,
+            "{mode}: {cut}"
+        );
+        assert_eq!(
+            cut["stderr"].as_u64().unwrap() + rest.chars().count() as u64,
+            8_384_512,
+            "{mode}: {cut}"
+        );
+        // The streams share what the result may hold (1 MiB with `world`, less what the
+        // plugin keeps aside), half each.
+        let escaped = serde_json::to_string(out).unwrap().len();
+        assert!(escaped < 1 << 20, "{mode}: {escaped}");
+        assert!(escaped > 800 << 10, "{mode}: {escaped}");
+        // 16 MiB of output read, less than 2 MiB answered: nowhere near the 100 MB it was.
+        assert!(
+            peak < before + 48 * 1024,
+            "{mode}: the daemon's peak RSS went from {before} kB to {peak} kB"
+        );
+    }
 }
 
 /// A program starts a descendant that leaves its process group (`setsid`) and keeps stderr

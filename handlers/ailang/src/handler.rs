@@ -21,6 +21,7 @@ use handler_kit::serde_json::{self, json, Map, Value};
 use handler_kit::{EffectHandler, FinishInput, Host, JsonObject, LogLevel, Outcome, Request};
 
 use crate::config::{Config, CAPS};
+use crate::cut::{self, Keep};
 use crate::finish;
 use crate::policy::{self, PolicySpec, Verified};
 use crate::process::{self, child_env, excerpt, Spec, OUTPUT_CAP};
@@ -548,9 +549,7 @@ impl AilangHandler {
                 return Outcome::failed(format!("broker: {} failed: ailang run {e}", c.effect))
             }
         };
-        let stdout = String::from_utf8_lossy(&done.stdout).into_owned();
-        let stderr = String::from_utf8_lossy(&done.stderr).into_owned();
-        let Some(envelope) = run::parse(done.status.code(), &stdout, &stderr) else {
+        let Some(envelope) = run::parse(done.status.code(), &done.stdout, &done.stderr) else {
             // The agent's message is the contract's; the operator's log says what ailang said
             // (a run past `memoryMiB` ends here, with the runtime's out-of-memory error).
             self.host.log(
@@ -559,7 +558,10 @@ impl AilangHandler {
                     "ailang: run in episode \"{}\" produced no recognised outcome envelope ({}); stderr: {}",
                     c.episode,
                     done.rc_text(),
-                    excerpt(&stderr)
+                    // The excerpt is 200 characters: decode only the start of 8 MiB.
+                    excerpt(&String::from_utf8_lossy(
+                        &done.stderr[..done.stderr.len().min(4096)]
+                    ))
                 ),
             );
             return Outcome::failed(format!(
@@ -572,8 +574,6 @@ impl AilangHandler {
         out.insert("exit_code".into(), json!(envelope.exit_code));
         out.insert("decision".into(), envelope.decision);
         out.insert("limit".into(), envelope.limit);
-        out.insert("stdout".into(), json!(stdout));
-        out.insert("stderr".into(), json!(stderr));
         out.insert(
             "policy".into(),
             json!({
@@ -583,8 +583,48 @@ impl AilangHandler {
                 "net_allow": spec.net_allow,
             }),
         );
-        Outcome::ok(out)
+        match with_streams(out, &done.stdout, &done.stderr) {
+            Ok(out) => Outcome::ok(out),
+            Err(why) => Outcome::failed(format!("broker: {} failed: {why}", c.effect)),
+        }
     }
+}
+
+/// A run's result: `out` (the envelope) plus the two streams, each whole or cut so that the
+/// result fits [`cut::RESULT_CAP`] by construction (stdout keeps its start, stderr its end,
+/// `cut` says how many bytes of each were left out). Nothing larger than the result is built.
+fn with_streams(mut out: JsonObject, stdout: &[u8], stderr: &[u8]) -> Result<JsonObject, String> {
+    let envelope = serde_json::to_string(&out).map_or(usize::MAX, |t| t.len());
+    if envelope > cut::ENVELOPE_MAX {
+        return Err(format!(
+            "ailang run's outcome envelope is {envelope} bytes as JSON; at most {} fit a result",
+            cut::ENVELOPE_MAX
+        ));
+    }
+    let room = cut::RESULT_CAP - cut::RESERVED - envelope;
+    let (out_len, err_len) = (cut::quoted_len(stdout), cut::quoted_len(stderr));
+    let (out_share, err_share) = cut::shares(out_len, err_len, room);
+    let stream = |bytes: &[u8], len: usize, share: usize, end: Keep| {
+        if len <= share {
+            cut::Kept {
+                text: String::from_utf8_lossy(bytes).into_owned(),
+                dropped: 0,
+            }
+        } else {
+            cut::keep(bytes, share, end)
+        }
+    };
+    let kept_out = stream(stdout, out_len, out_share, Keep::Start);
+    let kept_err = stream(stderr, err_len, err_share, Keep::End);
+    if kept_out.dropped + kept_err.dropped > 0 {
+        out.insert(
+            "cut".into(),
+            json!({"stdout": kept_out.dropped, "stderr": kept_err.dropped}),
+        );
+    }
+    out.insert("stdout".into(), Value::String(kept_out.text));
+    out.insert("stderr".into(), Value::String(kept_err.text));
+    Ok(out)
 }
 
 /// ailang-run's checked payload.
@@ -958,5 +998,50 @@ impl EffectHandler for AilangHandler {
             finish::BUILTINS_INVENTORY => Ok(finish::builtins_inventory(&input)),
             other => Err(format!("no finish function {other:?}")),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn envelope(limit: Value) -> JsonObject {
+        let mut out = Map::new();
+        out.insert("admitted".into(), json!(true));
+        out.insert("limit".into(), limit);
+        out
+    }
+
+    #[test]
+    fn streams_that_fit_are_whole_and_carry_no_cut() {
+        let out = with_streams(envelope(Value::Null), b"hi\n\xff", b"policy: {}\n").unwrap();
+        assert_eq!(out["stdout"], "hi\n\u{fffd}");
+        assert_eq!(out["stderr"], "policy: {}\n");
+        assert!(!out.contains_key("cut"));
+    }
+
+    #[test]
+    fn a_forged_limit_too_large_for_a_result_fails_instead_of_crowding_out_the_streams() {
+        let big = json!({"reason": "x".repeat(cut::ENVELOPE_MAX)});
+        let err = with_streams(envelope(big), b"", b"").unwrap_err();
+        assert!(
+            err.starts_with("ailang run's outcome envelope is 65")
+                && err.ends_with("bytes as JSON; at most 65536 fit a result"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn a_result_with_escaped_output_stays_under_the_cap_whatever_the_streams_hold() {
+        let nul = vec![0u8; 8 << 20];
+        let out = with_streams(envelope(Value::Null), &nul, b"").unwrap();
+        // The room, plus the two stream keys and the cut report (inside what is reserved).
+        let len = serde_json::to_string(&out).unwrap().len();
+        let room = cut::RESULT_CAP - cut::RESERVED;
+        assert!(len <= room + 100, "{len}");
+        // stderr needed nothing: stdout had all the room.
+        assert!(len > room, "{len}");
+        let kept = out["stdout"].as_str().unwrap().len();
+        assert_eq!(out["cut"], json!({"stdout": (8 << 20) - kept, "stderr": 0}));
     }
 }

@@ -58,6 +58,7 @@
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
 mod config;
+mod cut;
 mod finish;
 mod handler;
 mod policy;

@@ -9,6 +9,10 @@
 //! - **refused before execution** (c): no `policy:` or `policy-result:` line, a non-zero exit
 //!   code, empty stderr, and stdout is one JSON object whose `decision` is an object with
 //!   `"ok": false` (error_kind, message, missing_from_policy…).
+//!
+//! The streams are read as bytes: only the lines that matter are decoded, so up to 8 MiB of
+//! output that is not UTF-8 is never copied into a string three times its size. A line that
+//! is not UTF-8 is not JSON `ailang` wrote, and is not recognised.
 
 use handler_kit::serde_json::{self, Value};
 
@@ -22,17 +26,24 @@ pub struct Envelope {
     pub limit: Value,
 }
 
-const POLICY: &str = "policy: ";
-const POLICY_RESULT: &str = "policy-result: ";
+const POLICY: &[u8] = b"policy: ";
+const POLICY_RESULT: &[u8] = b"policy-result: ";
 
-fn lines(text: &str) -> impl Iterator<Item = &str> {
-    text.split('\n').map(|l| l.strip_suffix('\r').unwrap_or(l))
+fn lines(text: &[u8]) -> impl Iterator<Item = &[u8]> {
+    text.split(|b| *b == b'\n')
+        .map(|l| l.strip_suffix(b"\r").unwrap_or(l))
 }
 
-fn object(text: &str) -> Option<Value> {
+fn object(text: &[u8]) -> Option<Value> {
+    let text = std::str::from_utf8(text).ok()?;
     serde_json::from_str::<Value>(text.trim())
         .ok()
         .filter(Value::is_object)
+}
+
+/// Whether `text` is empty or only white space.
+fn blank(text: &[u8]) -> bool {
+    std::str::from_utf8(text).is_ok_and(|t| t.trim().is_empty())
 }
 
 fn decision_with(envelope: &Value, ok: bool) -> Option<Value> {
@@ -41,9 +52,9 @@ fn decision_with(envelope: &Value, ok: bool) -> Option<Value> {
 }
 
 /// Classify one run. `rc` is `None` when the process was killed by a signal (no outcome).
-pub fn parse(rc: Option<i32>, stdout: &str, stderr: &str) -> Option<Envelope> {
+pub fn parse(rc: Option<i32>, stdout: &[u8], stderr: &[u8]) -> Option<Envelope> {
     let rc = rc?;
-    let policy_lines: Vec<&str> = lines(stderr)
+    let policy_lines: Vec<&[u8]> = lines(stderr)
         .filter_map(|l| l.strip_prefix(POLICY))
         .collect();
     let has_result_line = lines(stderr).any(|l| l.starts_with(POLICY_RESULT));
@@ -70,7 +81,7 @@ pub fn parse(rc: Option<i32>, stdout: &str, stderr: &str) -> Option<Envelope> {
                 limit,
             })
         }
-        [] if !has_result_line && rc != 0 && stderr.trim().is_empty() => {
+        [] if !has_result_line && rc != 0 && blank(stderr) => {
             let decision = decision_with(&object(stdout)?, false)?;
             Some(Envelope {
                 admitted: false,
@@ -89,6 +100,27 @@ mod tests {
     use handler_kit::serde_json::json;
 
     const OK: &str = r#"policy: {"ok":true,"decision":{"ok":true,"function":"main"},"security_mode":"restricted"}"#;
+
+    fn parse(rc: Option<i32>, stdout: &str, stderr: &str) -> Option<Envelope> {
+        super::parse(rc, stdout.as_bytes(), stderr.as_bytes())
+    }
+
+    #[test]
+    fn output_that_is_not_utf8_is_read_around_and_a_policy_line_that_is_not_is_unrecognised() {
+        let stderr = [b"\xff\xfe oops\n".as_slice(), OK.as_bytes(), b"\n"].concat();
+        let e = super::parse(Some(0), b"\xff\x00", &stderr).unwrap();
+        assert_eq!(e.decision, json!({"ok": true, "function": "main"}));
+        let bad = [
+            OK.as_bytes().strip_suffix(b"}").unwrap(),
+            b",\"x\":\"\xff\"}\n",
+        ]
+        .concat();
+        assert!(super::parse(Some(0), b"", &bad).is_none());
+        // Stderr that is not UTF-8 is not empty.
+        let out = br#"{"decision":{"ok":false}}"#;
+        assert!(super::parse(Some(2), out, b"").is_some());
+        assert!(super::parse(Some(2), out, b"\xff").is_none());
+    }
 
     #[test]
     fn admitted_with_any_exit_code() {
