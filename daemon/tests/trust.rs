@@ -961,3 +961,58 @@ fn a_megabyte_error_message_from_a_lying_daemon_is_cut_to_8_kib() {
         &err[err.len() - 100..]
     );
 }
+
+/// A daemon that took a call's request and then died (the connection closed with no answer)
+/// was reported as one that could not be reached (`is worldd serve running there?`), with no
+/// word that the call may have run. It is now said as the cut-off it is, with the hint a call
+/// that timed out gets.
+#[test]
+fn a_daemon_that_hangs_up_after_taking_a_call_is_not_said_unreachable() {
+    use std::io::Read;
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = format!("http://{}", listener.local_addr().unwrap());
+    std::thread::spawn(move || {
+        for conn in listener.incoming() {
+            let Ok(mut conn) = conn else { return };
+            // Take the request, answer nothing, hang up.
+            let mut buf = [0u8; 65536];
+            let _ = conn.set_read_timeout(Some(std::time::Duration::from_millis(500)));
+            let _ = conn.read(&mut buf);
+            drop(conn);
+        }
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let session = dir.path().join("s.session");
+    std::fs::write(&session, format!("{}\n", "a".repeat(64))).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&session, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let (code, _, err) = worldd(
+        &[
+            "call",
+            "ailang-write",
+            "--arg",
+            "path=a.txt",
+            "--arg",
+            "content=x",
+            "--addr",
+            &addr,
+            "--session",
+            path_str(&session),
+        ],
+        None,
+    );
+    assert_eq!(code, 1, "{err}");
+    assert!(!err.contains("is `worldd serve` running there?"), "{err}");
+    assert!(
+        err.starts_with(&format!(
+            "worldd: the daemon at {addr} closed the connection before it answered /mcp/ ("
+        )),
+        "{err}"
+    );
+    assert!(
+        err.trim_end().ends_with(
+            "it may have stopped or restarted — the call may still run and commit; `worldd log tail` shows what committed: check it before retrying a write"
+        ),
+        "{err}"
+    );
+}

@@ -48,6 +48,8 @@ pub(super) fn seconds(text: &str) -> Result<Duration, String> {
 
 /// How a failure for a daemon that was reached but did not answer in time ends.
 const TOO_SLOW: &str = " (--timeout SECS waits longer)";
+/// Said when the daemon closed a connection that carried a request before it answered.
+const CUT_OFF: &str = "closed the connection before it answered";
 
 /// A duration as the user wrote it in seconds: `30 s`, `0.5 s`.
 pub(super) fn in_seconds(d: Duration) -> String {
@@ -308,6 +310,13 @@ impl Connection {
                     && std::error::Error::source(&t).is_some_and(timed_out) =>
             {
                 return Err(self.too_slow(&format!("did not answer {path}")))
+            }
+            // Connected, sent, and the connection closed with no answer: the daemon took the
+            // request, then stopped (killed, crashed, restarted). Not "cannot reach".
+            Err(ureq::Error::Transport(t)) if t.kind() == ureq::ErrorKind::Io => {
+                return Err(Failure::usage(format!(
+                    "the daemon at {base} {CUT_OFF} {path} ({t}); it may have stopped or restarted"
+                )))
             }
             Err(ureq::Error::Transport(t)) => {
                 return Err(Failure::usage(format!(
@@ -707,7 +716,7 @@ pub fn call(a: CallArgs) -> CliResult {
     }
     let v = match mcp(&a.client, "tools/call", params) {
         Ok(v) => v,
-        Err(mut f) if f.message.ends_with(TOO_SLOW) => {
+        Err(mut f) if f.message.ends_with(TOO_SLOW) || f.message.contains(CUT_OFF) => {
             // The request reached the daemon: the call may be running, and may commit.
             f.message.push_str(&match &a.idempotency_key {
                 Some(key) => format!(
