@@ -886,3 +886,49 @@ fn a_log_stream_refused_for_want_of_a_place_is_said_on_the_page_with_the_daemons
     );
     assert_eq!(shown, json!(false));
 }
+
+/// The workbench re-verifies like `worldd why`: an agent that stored another episode's next
+/// plan first as its own call's input (objects are deduplicated by content, first writer wins)
+/// made the victim's genuine call show a broken plan link in the page. The kind is the record's
+/// word: the link verifies, with a note that the bytes were first stored as another kind.
+#[test]
+fn an_agent_storing_another_calls_plan_first_as_its_input_does_not_break_it_in_the_page() {
+    let Some(b) = Browser::start_or_skip(
+        "an_agent_storing_another_calls_plan_first_as_its_input_does_not_break_it_in_the_page",
+        1280,
+        800,
+    ) else {
+        return;
+    };
+    let d = Daemon::start(WS, &[]);
+    let mallory = d.session("mallory", &["Workspace.Read=worktree:5"]);
+    let victim = d.session("victim", &["Workspace.Read=worktree:5"]);
+    std::fs::write(d.root().join("victim/notes.txt"), "notes\n").unwrap();
+    let plan = json!({"effects": [{"cost": 1, "effect": "Workspace.Read", "id": "e1",
+        "payload": {"op": "read", "path": "notes.txt"}, "scope": "worktree"}],
+        "finish": false, "plan": "world/effect-plan/v1", "result": null});
+    a2a(&d, &mallory, "poison", "ailang-read", plan);
+    let v = a2a(
+        &d,
+        &victim,
+        "read",
+        "ailang-read",
+        json!({"path": "notes.txt"}),
+    );
+    let index = v["result"]["metadata"]["entry_index"].as_u64().unwrap();
+    sign_in(&b, &format!("http://{}", d.addr), &victim, "#log");
+    b.click(&b.wait_for_element(&format!("#entries a[data-index='{index}']")));
+    assert_eq!(verdict(&b), "✓ 7 links verified");
+    let note = b
+        .text_of("li.link[data-kind='plan'] .link-note")
+        .expect("the plan link's note");
+    assert!(
+        note.contains(" was first stored as world/invocation-input/v1 (objects are deduplicated by content); it reads as world/effect-plan/v1, the kind its record gives it"),
+        "{note}"
+    );
+    b.exec(
+        "document.querySelector(\"li.link[data-kind='plan']\").scrollIntoView()",
+        json!([]),
+    );
+    b.screenshot(&shots().join("workbench-note.png"));
+}

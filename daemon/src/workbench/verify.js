@@ -22,6 +22,23 @@ const EFFECT_FIELDS = ["effect", "scope", "cost", "budgetBefore", "budgetAfter",
 const BROKER_DENIALS = ["denied:effect-name", "denied:scope", "denied:expired", "denied:budget"];
 const DECLINED = "denied:handler";
 
+/** Why `bytes` do not read as an object of kind `sid` (null when they do), as `worldd why` judges. */
+function readsAs(bytes, sid) {
+  // A broker request is length-prefixed fields, not JSON.
+  if (sid === SID.request) return /^[0-9]+:/.test(preview(bytes.slice(0, 24))) ? null : "not a broker request";
+  if (sid === SID.result || sid === SID.input) return null;
+  let doc;
+  try {
+    doc = JSON.parse(strictUtf8.decode(bytes));
+  } catch (e) {
+    return `not JSON: ${e.message}`;
+  }
+  const isObject = doc !== null && typeof doc === "object" && !Array.isArray(doc);
+  if (sid === SID.plan) return isObject && doc.plan === SID.plan ? null : `its "plan" is not ${SID.plan}`;
+  if ([SID.record, SID.output, SID.effect].includes(sid)) return isObject ? null : "not a JSON object";
+  return null;
+}
+
 /** `sha256:1234abcd…` */
 export function short(ref) {
   return typeof ref === "string" && ref.startsWith("sha256:") ? ref.slice(0, 15) + "…" : String(ref);
@@ -83,7 +100,12 @@ export async function verifyEntry(api, index, worldRef) {
       throw new Broken(`the bytes served hash to ${actual}, not to their address`, served);
     }
     if (sid && o.semanticId !== sid) {
-      throw new Broken(`semantic id is ${o.semanticId}, expected ${sid}`, served);
+      // Objects are deduplicated by content, first writer wins: the same bytes stored earlier
+      // as another kind (anyone's call arguments can equal another call's plan) keep that
+      // writer's semantic id. The kind is the referring record's word; the bytes must read as it.
+      const why = readsAs(bytes, sid);
+      if (why) throw new Broken(`semantic id is ${o.semanticId}, expected ${sid}, and the bytes do not read as one: ${why}`, served);
+      served.note = `${short(ref)} was first stored as ${o.semanticId} (objects are deduplicated by content); it reads as ${sid}, the kind its record gives it`;
     }
     return served;
   }

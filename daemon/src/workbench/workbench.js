@@ -555,6 +555,7 @@ function linkItem(l, catalog) {
       h("span", { class: "kind" }, l.kind),
       h("span", { class: "ref" }, refView(l.ref)),
       h("span", { class: "why" }, l.detail)));
+  if (l.note) li.append(h("p", { class: "link-note" }, `note: ${l.note}`));
   if (l.fields) {
     li.append(h("dl", { class: "fields" }, l.fields.map(([k, v, note]) => [
       h("dt", {}, k),
