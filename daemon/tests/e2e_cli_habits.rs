@@ -5,7 +5,7 @@
 
 mod common;
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
@@ -685,6 +685,27 @@ fn listed(db: &Path) -> String {
     out
 }
 
+/// A new store with no session (the tempdir holding it, its path) and where worktrees go.
+fn an_empty_store() -> (tempfile::TempDir, PathBuf, PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("db");
+    drop(broker_core::store::Store::create(&db).unwrap());
+    let root = dir.path().join("worktrees");
+    (dir, db, root)
+}
+
+/// `session new ep … ARGS` at a terminal, answering `y`.
+fn new_at_terminal(db: &Path, root: &Path, args: &str) -> (i32, String) {
+    at_terminal(
+        &format!(
+            "{WORLDD} session new ep --db {} --workspace-root {} {args}",
+            db.display(),
+            root.display()
+        ),
+        b"y\n",
+    )
+}
+
 /// `text` without its SGR colour sequences (`ESC [ … m`).
 fn plain(text: &str) -> String {
     let mut out = String::new();
@@ -704,21 +725,9 @@ fn plain(text: &str) -> String {
 /// (exit 2), or for a long TTL minted to expire in the year 285200673.
 #[test]
 fn a_budget_or_ttl_no_record_can_hold_is_refused_before_the_question_not_called_damaged() {
-    let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("db");
-    drop(broker_core::store::Store::create(&db).unwrap());
-    let root = dir.path().join("worktrees");
+    let (dir, db, root) = an_empty_store();
     let too_big = "the budget is at most 9007199254740991 (2^53−1, the largest integer a session record stores exactly)";
-    let new = |args: &str| {
-        at_terminal(
-            &format!(
-                "{WORLDD} session new ep --db {} --workspace-root {} {args}",
-                db.display(),
-                root.display()
-            ),
-            b"y\n",
-        )
-    };
+    let new = |args: &str| new_at_terminal(&db, &root, args);
     for (shown, said) in [
         (
             mint_at_terminal(&db, "--episode huge2 --grant Workspace.Read=worktree:9007199254740992"),
@@ -801,21 +810,9 @@ fn a_budget_or_ttl_no_record_can_hold_is_refused_before_the_question_not_called_
 /// `session new` still lets a `--grant` replace a preset grant.
 #[test]
 fn two_grants_of_one_effect_and_scope_are_refused_before_the_question() {
-    let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("db");
-    drop(broker_core::store::Store::create(&db).unwrap());
-    let root = dir.path().join("worktrees");
+    let (_dir, db, root) = an_empty_store();
     let said = "worldd: --grant Workspace.Read=worktree:1 and --grant Workspace.Read=worktree:4 both grant Workspace.Read at scope worktree: give each effect and scope once";
-    let new = |args: &str| {
-        at_terminal(
-            &format!(
-                "{WORLDD} session new ep --db {} --workspace-root {} {args}",
-                db.display(),
-                root.display()
-            ),
-            b"y\n",
-        )
-    };
+    let new = |args: &str| new_at_terminal(&db, &root, args);
     for (code, shown) in [
         mint_at_terminal(
             &db,
@@ -879,10 +876,7 @@ fn pid_running(needle: &str) -> u32 {
 /// and no temporary credential file, and the same command then runs.
 #[test]
 fn session_new_killed_at_its_prompt_leaves_nothing_and_runs_again() {
-    let dir = tempfile::tempdir().unwrap();
-    let db = dir.path().join("db");
-    drop(broker_core::store::Store::create(&db).unwrap());
-    let root = dir.path().join("worktrees");
+    let (dir, db, root) = an_empty_store();
     let out = dir.path().join("ep.session");
     let cmd = format!(
         "{WORLDD} session new ep --preset se-tools --db {} --workspace-root {} --out {}",

@@ -371,27 +371,25 @@ fn a_store_fill_attempt_ends_in_the_capacity_error_while_the_operators_verbs_sti
     assert_eq!(metric(&d, "worldd_store_refusing"), 0.0);
 }
 
+/// A daemon whose store directory lies on `fs` (its worktrees do not), with a ceiling of 1 GiB,
+/// far above the disk, and `extra` arguments.
+fn with_store_on(fs: &Tmpfs, extra: &[&str]) -> Daemon {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(fs.dir.path().join("db")).unwrap();
+    std::os::unix::fs::symlink(fs.dir.path().join("db"), dir.path().join("db")).unwrap();
+    let ceiling = (1u64 << 30).to_string();
+    let args = [&["--store-ceiling", ceiling.as_str()], extra].concat();
+    Daemon::start_in(dir, WS, &args)
+}
+
 #[test]
 fn a_full_disk_reads_disk_full_in_the_daemons_log() {
     let Some(fs) = Tmpfs::mount(6 << 20) else {
         eprintln!("skipped: mounting a tmpfs needs root");
         return;
     };
-    // The daemon's store directory is on the small disk.
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::create_dir(fs.dir.path().join("db")).unwrap();
-    std::os::unix::fs::symlink(fs.dir.path().join("db"), dir.path().join("db")).unwrap();
     // No reserve and a ceiling far above the disk: the filesystem is what runs out.
-    let d = Daemon::start_in(
-        dir,
-        WS,
-        &[
-            "--store-ceiling",
-            &(1u64 << 30).to_string(),
-            "--store-reserve",
-            "0",
-        ],
-    );
+    let d = with_store_on(&fs, &["--store-reserve", "0"]);
     let filler = d.session("ep-fill", &["Workspace.Write=worktree:1000"]);
     let content = "x".repeat(200_000);
     let error = (0..100)
@@ -486,11 +484,8 @@ fn a_disk_with_less_room_than_the_reserve_refuses_new_calls_before_it_fills() {
         eprintln!("skipped: mounting a tmpfs needs root");
         return;
     };
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::create_dir(fs.dir.path().join("db")).unwrap();
-    std::os::unix::fs::symlink(fs.dir.path().join("db"), dir.path().join("db")).unwrap();
     // The default reserve of a 1 GiB ceiling is 128 MiB: more than this disk holds.
-    let d = Daemon::start_in(dir, WS, &["--store-ceiling", &(1u64 << 30).to_string()]);
+    let d = with_store_on(&fs, &[]);
     let token = d.session("ep1", &["Workspace.Read=worktree:5"]);
     let before = revision(&d, &token);
     let v = a2a(&d, &token, "t", "ailang-read", json!({"path": "a"}));
@@ -528,19 +523,7 @@ fn a_daemon_refusing_for_a_full_disk_takes_calls_again_once_space_is_freed() {
         eprintln!("skipped: mounting a tmpfs needs root");
         return;
     };
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::create_dir(fs.dir.path().join("db")).unwrap();
-    std::os::unix::fs::symlink(fs.dir.path().join("db"), dir.path().join("db")).unwrap();
-    let d = Daemon::start_in(
-        dir,
-        WS,
-        &[
-            "--store-ceiling",
-            &(1u64 << 30).to_string(),
-            "--store-reserve",
-            "1MiB",
-        ],
-    );
+    let d = with_store_on(&fs, &["--store-reserve", "1MiB"]);
     let token = d.session("ep1", &["Workspace.Read=worktree:50"]);
     std::fs::write(d.root().join("ep1/a.txt"), "a").unwrap();
     let read = |task: &str| a2a(&d, &token, task, "ailang-read", json!({"path": "a.txt"}));
