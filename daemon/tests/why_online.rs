@@ -1294,22 +1294,8 @@ fn without_addr_or_db_why_reads_world_addr_then_the_local_store_then_the_default
 #[test]
 fn an_agent_storing_another_calls_plan_first_as_its_own_input_does_not_break_that_calls_why() {
     let d = Daemon::start(WS, &[]);
-    let mallory = d.session("mallory", &["Workspace.Read=worktree:5"]);
-    let victim = d.session("victim", &["Workspace.Read=worktree:5"]);
-    std::fs::write(d.root().join("victim/notes.txt"), "password=hunter2\n").unwrap();
-    let plan = json!({"effects": [{"cost": 1, "effect": "Workspace.Read", "id": "e1",
-        "payload": {"op": "read", "path": "notes.txt"}, "scope": "worktree"}],
-        "finish": false, "plan": "world/effect-plan/v1", "result": null});
+    let (victim, plan, index) = a_plan_stored_first_as_another_calls_input(&d);
     let plan_ref = sha(&canon(&plan));
-    a2a(&d, &mallory, "poison", "ailang-read", plan.clone());
-    let v = a2a(
-        &d,
-        &victim,
-        "read",
-        "ailang-read",
-        json!({"path": "notes.txt"}),
-    );
-    let index = v["result"]["metadata"]["entry_index"].as_u64().unwrap();
     let operator = d.operator_session("ops", &[]);
     let stored = get(&d.url(&format!("/v1/objects/{plan_ref}")), Some(&operator)).json();
     assert_eq!(

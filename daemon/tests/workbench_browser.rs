@@ -901,21 +901,7 @@ fn an_agent_storing_another_calls_plan_first_as_its_input_does_not_break_it_in_t
         return;
     };
     let d = Daemon::start(WS, &[]);
-    let mallory = d.session("mallory", &["Workspace.Read=worktree:5"]);
-    let victim = d.session("victim", &["Workspace.Read=worktree:5"]);
-    std::fs::write(d.root().join("victim/notes.txt"), "notes\n").unwrap();
-    let plan = json!({"effects": [{"cost": 1, "effect": "Workspace.Read", "id": "e1",
-        "payload": {"op": "read", "path": "notes.txt"}, "scope": "worktree"}],
-        "finish": false, "plan": "world/effect-plan/v1", "result": null});
-    a2a(&d, &mallory, "poison", "ailang-read", plan);
-    let v = a2a(
-        &d,
-        &victim,
-        "read",
-        "ailang-read",
-        json!({"path": "notes.txt"}),
-    );
-    let index = v["result"]["metadata"]["entry_index"].as_u64().unwrap();
+    let (victim, _, index) = a_plan_stored_first_as_another_calls_input(&d);
     sign_in(&b, &format!("http://{}", d.addr), &victim, "#log");
     b.click(&b.wait_for_element(&format!("#entries a[data-index='{index}']")));
     assert_eq!(verdict(&b), "✓ 7 links verified");

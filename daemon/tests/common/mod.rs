@@ -708,6 +708,29 @@ pub fn post_json(url: &str, token: Option<&str>, body: &Value) -> Answer {
     )
 }
 
+/// An agent, `mallory`, calls `ailang-read` with arguments equal to the plan the victim's next
+/// read of `notes.txt` makes (plans are deterministic): its call is refused, but those bytes are
+/// stored first as its input. Then the victim reads. The victim's credential, the plan, and
+/// the victim's entry index.
+pub fn a_plan_stored_first_as_another_calls_input(d: &Daemon) -> (String, Value, u64) {
+    let mallory = d.session("mallory", &["Workspace.Read=worktree:5"]);
+    let victim = d.session("victim", &["Workspace.Read=worktree:5"]);
+    std::fs::write(d.root().join("victim/notes.txt"), "password=hunter2\n").unwrap();
+    let plan = serde_json::json!({"effects": [{"cost": 1, "effect": "Workspace.Read", "id": "e1",
+        "payload": {"op": "read", "path": "notes.txt"}, "scope": "worktree"}],
+        "finish": false, "plan": "world/effect-plan/v1", "result": null});
+    a2a(d, &mallory, "poison", "ailang-read", plan.clone());
+    let v = a2a(
+        d,
+        &victim,
+        "read",
+        "ailang-read",
+        serde_json::json!({"path": "notes.txt"}),
+    );
+    let index = v["result"]["metadata"]["entry_index"].as_u64().unwrap();
+    (victim, plan, index)
+}
+
 /// A2A `tasks/send`.
 pub fn a2a(d: &Daemon, token: &str, task: &str, skill: &str, args: Value) -> Value {
     let body = serde_json::json!({
