@@ -561,3 +561,44 @@ fn why_of_an_entry_whose_log_row_length_is_damaged_exits_3() {
         );
     }
 }
+
+/// A log row's stored entry-hash column damaged: doctor blamed the next entry (`prevEntryHash
+/// … is not the hash of entry N`) while `why N` verified entry N, exit 0; the two contradicted
+/// each other and neither named the damaged row. Entry N's own link now says its row's hash
+/// column is damaged, in `why` and in doctor.
+#[test]
+fn a_damaged_entry_hash_column_is_blamed_on_its_own_entry_by_why_and_doctor() {
+    use broker_core::store::{RawTable, Store};
+    let d = Daemon::start(WS, &[]);
+    let token = d.session("ep1", &["Workspace.Read=worktree:5"]);
+    std::fs::write(d.root().join("ep1/a.txt"), "alpha").unwrap();
+    let v = a2a(&d, &token, "r1", "ailang-read", json!({"path": "a.txt"}));
+    let index = v["result"]["metadata"]["entry_index"].as_u64().unwrap();
+    for t in ["r2", "r3"] {
+        a2a(&d, &token, t, "ailang-read", json!({"path": "a.txt"}));
+    }
+    let kept = d.halt();
+    let db = kept.path().join("db");
+    let key = index.to_be_bytes().to_vec();
+    let store = Store::open(&db, Default::default()).unwrap();
+    let mut row = store.raw_get(RawTable::LogRow, &key).unwrap().unwrap();
+    // The length's top bit says an entry hash follows it (bytes 36..68).
+    assert_ne!(row[32] & 0x80, 0, "a row of schema 3 or later");
+    row[40] ^= 0xff;
+    store.raw_overwrite(RawTable::LogRow, key, row).unwrap();
+    drop(store);
+    let said =
+        "the store's index of entry hashes does not name this entry under its recomputed hash";
+    let (code, out, err) = worldd(&["why", "--db", path_str(&db), &index.to_string()], None);
+    assert_eq!(code, 3, "{out}{err}");
+    assert!(
+        out.contains(said) && out.contains("hash column is damaged"),
+        "{out}"
+    );
+    let (code, out, err) = worldd(&["doctor", "--db", path_str(&db)], None);
+    assert_eq!(code, 3, "{out}{err}");
+    assert!(
+        out.contains(&format!("entry {index}: entry: {said}")),
+        "{out}"
+    );
+}

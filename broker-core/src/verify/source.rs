@@ -102,6 +102,14 @@ pub trait Source {
         }))
     }
 
+    /// Does the source's own index of entry hashes (where it has one, which [`Source::links`]
+    /// answers from) name entry `index` under `hash`, its recomputed hash? A source without
+    /// such an index has nothing there to be damaged.
+    fn indexes(&self, hash: &Ref, index: u64) -> Result<bool, SourceError> {
+        let _ = (hash, index);
+        Ok(true)
+    }
+
     /// The index of the entry with this hash, when the source has an index of them; `None`
     /// makes `why` find the entry by scanning back from the head instead.
     fn entry_index(&self, entry_hash: &Ref) -> Result<Option<u64>, SourceError> {
@@ -162,6 +170,10 @@ impl Source for LocalSource<'_, '_> {
         // Entry `index`'s own bytes are checked when it is verified; the index says whose hash
         // `prev` is without parsing them again.
         Ok(log::index_of_entry_hash(self.r, prev)? == Some(index))
+    }
+
+    fn indexes(&self, hash: &Ref, index: u64) -> Result<bool, SourceError> {
+        Ok(log::index_of_entry_hash(self.r, hash)? == Some(index))
     }
 
     fn entry_index(&self, entry_hash: &Ref) -> Result<Option<u64>, SourceError> {

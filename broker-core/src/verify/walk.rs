@@ -500,6 +500,13 @@ impl<'s, S: Source + ?Sized> Verifier<'s, S> {
                 entry.entry_hash
             ));
         }
+        // The next entry's link is checked against the store's index of entry hashes: a
+        // damaged index would blame that entry, so this one's place in it is checked here.
+        if !matches!(self.src.indexes(&recomputed, index), Ok(true)) {
+            return Err(format!(
+                "the store's index of entry hashes does not name this entry under its recomputed hash {recomputed}: the log row's hash column is damaged"
+            ));
+        }
         let linked = if index == 0 {
             entry.header.prev_entry_hash == Ref::ZERO
         } else {
