@@ -85,7 +85,7 @@ impl MapLock {
                 // `lock` and ends before that hold is released; holding it exclusively means
                 // no transaction is active, which is what mdb_env_set_mapsize requires.
                 unsafe { env.resize(0) }.map_err(|e| StoreError::from_heed(e, 0))?;
-                self.noted.moved(super::resident::map_of(&self.dir));
+                self.noted.moved(super::mapping::map_of(&self.dir));
                 tracing::info!(
                     map_size = env.info().map_size,
                     "another process grew the store; adopted its map size"

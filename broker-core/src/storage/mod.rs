@@ -32,6 +32,7 @@ pub use fault::say_faults_in_store_maps;
 mod filesystem;
 pub use filesystem::mounted_read_only;
 mod map;
+mod mapping;
 mod reply;
 mod resident;
 mod table;
@@ -845,7 +846,7 @@ impl Store {
         }
         let env = open_env(dir, wanted, read_only)?;
         // Before the first page is read: a crash on a corrupt one is then said as such.
-        let noted = fault::note(resident::map_of(dir));
+        let noted = fault::note(mapping::map_of(dir));
         check_length(&env, dir)?;
         let map_size = env.info().map_size;
         let limits = Limits::new(options.ceiling.unwrap_or(map_size as u64), options.reserve)?;
