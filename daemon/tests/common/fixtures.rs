@@ -101,6 +101,13 @@ pub fn stall_library() -> &'static Path {
     built(&LIB, "stall-plugin", "worldd_stall")
 }
 
+/// The test plugin whose manifest is what `WORLDD_MISFIT_MANIFEST` says
+/// (`tests/fixtures/misfit-plugin`).
+pub fn misfit_library() -> &'static Path {
+    static LIB: OnceLock<PathBuf> = OnceLock::new();
+    built(&LIB, "misfit-plugin", "worldd_misfit")
+}
+
 /// The incompatible plugin and the versions the refusal names.
 pub struct Incompatible {
     pub library: PathBuf,
