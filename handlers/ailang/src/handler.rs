@@ -417,6 +417,16 @@ impl AilangHandler {
                 }
             ));
         }
+        // The reply becomes the tool's result, which the coordinator caps at RESULT_CAP after
+        // the effect: a larger one is refused here, before it is parsed into a tree that can
+        // take many times its size.
+        if done.stdout.len() > cut::RESULT_CAP {
+            return Err(format!(
+                "ailang policy-tool replied with {} bytes; a reply is at most {} (the most a tool's result may hold)",
+                done.stdout.len(),
+                cut::RESULT_CAP
+            ));
+        }
         match serde_json::from_slice::<Value>(&done.stdout) {
             Ok(Value::Object(reply)) => Ok(reply),
             _ => Err(format!(

@@ -221,6 +221,11 @@ fn policy_tool_replies_are_checked() {
         (json!({"reply": "[1]"}), "broker: Ailang.Check failed: ailang policy-tool replied with something that is not one JSON object: \"[1]\""),
         (json!({"reply": "not json"}), "broker: Ailang.Check failed: ailang policy-tool replied with something that is not one JSON object: \"not json\""),
         (json!({"reply": "", "reply_rc": 2}), "broker: Ailang.Check failed: ailang policy-tool exited with rc 2: (no stderr)"),
+        // Larger than any tool result may be: refused before it is parsed.
+        (
+            json!({"reply": format!("{{\"ok\":true,\"x\":\"{}\"}}", "y".repeat(1 << 20))}),
+            "broker: Ailang.Check failed: ailang policy-tool replied with 1048594 bytes; a reply is at most 1048576 (the most a tool's result may hold)",
+        ),
     ];
     for (control, message) in cases {
         f.control(control);
