@@ -3,9 +3,10 @@
 //!
 //! Every library in the plugin directory is loaded with abi_stable's
 //! `lib_header_from_path` + `init_root_module` (never the per-type cached loaders). Any
-//! problem — not a plugin, a wrong ABI or layout, two plugins claiming one effect, a config the
-//! plugin rejects, a transition document that does not validate — stops start-up with one line
-//! naming the file and the cause.
+//! problem — not a plugin, a wrong ABI or layout, two plugins claiming one effect, name or tool
+//! id, a config the plugin rejects or a constructor that panics, a transition document that does
+//! not validate or a manifest mistake (`authored`) — stops start-up with one line naming the
+//! file and the cause.
 //!
 //! Provenance names the exact build that ran an effect: each library is opened once, its bytes
 //! are copied into a sealed memory file and hashed as they are copied, and the dynamic loader
@@ -32,6 +33,8 @@ use serde_json::{Map, Value};
 use crate::limits::Limits;
 use crate::metrics::Metrics;
 use crate::plugin_log::PluginLog;
+
+mod authored;
 
 /// One line naming the file and the cause.
 #[derive(Debug, thiserror::Error)]
@@ -394,17 +397,9 @@ pub fn check_config(schema: &Value, config: &Value) -> Result<(), String> {
             }
             None => {}
             Some(p) => {
+                // The schema was checked at load (`authored::check_schema`): `t` is a known type.
                 if let Some(t) = p.get("type").and_then(Value::as_str) {
-                    let ok = match t {
-                        "string" => v.is_string(),
-                        "integer" => v.is_u64() || v.is_i64(),
-                        "number" => v.is_number(),
-                        "boolean" => v.is_boolean(),
-                        "array" => v.is_array(),
-                        "object" => v.is_object(),
-                        _ => true,
-                    };
-                    if !ok {
+                    if !authored::of_type(t, v) {
                         return Err(format!(
                             "config key {k:?} must be of type {t}{}",
                             size_hint(t, v)
@@ -456,12 +451,21 @@ fn stray_table_text(name: &str, near: Option<&str>, found: &[String]) -> String 
     match near {
         Some(near) => format!(
             "[plugins.{name}] (or --plugin-config {name}.KEY=…) names no plugin here; did you mean [plugins.{near}]? (found: {})",
-            found.join(", ")
+            listed(found)
         ),
         None => format!(
             "[plugins.{name}] names no plugin here (found: {}): its keys are ignored",
-            found.join(", ")
+            listed(found)
         ),
+    }
+}
+
+/// The names of the plugins found, or `none`.
+fn listed(found: &[String]) -> String {
+    if found.is_empty() {
+        "none".to_owned()
+    } else {
+        found.join(", ")
     }
 }
 
@@ -527,38 +531,86 @@ fn shipped_transitions(info: &PluginInfo) -> Result<Vec<Transition>, PluginError
         .collect()
 }
 
+/// What the plugins checked before one hold, for the checks across plugins: their names and
+/// tool ids (every plugin's), and the effects the selected ones claim.
+#[derive(Debug, Default)]
+pub struct Seen {
+    names: HashMap<String, (PathBuf, Ref)>,
+    tools: HashMap<String, (String, PathBuf)>,
+    claimed: HashMap<String, PathBuf>,
+}
+
 /// What `serve` checks of one plugin before it runs any of the plugin's code beyond the
-/// manifest, and what `worldd handlers` reports: the transitions it ships are valid documents;
-/// and, when it is selected, its effective config passes the top level of its schema and no
-/// plugin selected before it claims one of its effects. `claimed` collects the effects of the
-/// selected plugins, in scan order. (The plugin's constructor then validates its config fully
-/// and may decline; only `serve` runs it.)
+/// manifest, and what `worldd handlers` reports: its name is a plugin name no plugin before it
+/// carries; the transitions it ships are valid documents, whose ids no plugin before it ships,
+/// naming only effects it declares, with payload ops they accept; and, when it is selected, its
+/// config schema is one the daemon can read, its effective config passes the top level of that
+/// schema, and no plugin selected before it claims one of its effects. `seen` collects what the
+/// plugins hold, in scan order. (The plugin's constructor then validates its config fully and
+/// may decline; only `serve` runs it.)
 pub fn check(
     info: &PluginInfo,
     opts: &PluginOptions,
-    claimed: &mut HashMap<String, PathBuf>,
+    seen: &mut Seen,
 ) -> Result<Checked, PluginError> {
+    let fail = |cause: String| PluginError::new(&info.path, cause);
+    let name = &info.manifest.name;
+    authored::check_name(name).map_err(fail)?;
+    // A name is what the operator selects and configures a plugin by: two plugins under one
+    // name would both be selected and configured, and could not be told apart in the log.
+    if let Some((other, library)) = seen.names.get(name) {
+        return Err(fail(if *library == info.file_ref {
+            format!(
+                "this is the same library as {} (both {library}), under another file name: remove one",
+                other.display()
+            )
+        } else {
+            format!(
+                "plugin name {name} is also the name of {}: --handler {name} and [plugins.{name}] would select and configure both; remove one, or give one another name",
+                other.display()
+            )
+        }));
+    }
+    seen.names
+        .insert(name.clone(), (info.path.clone(), info.file_ref));
     let transitions = shipped_transitions(info)?;
+    // All found plugins' tools are published together, selected or not.
+    for t in &transitions {
+        if let Some((plugin, other)) = seen.tools.get(&t.id) {
+            return Err(fail(if other == &info.path {
+                format!("ships transition {} twice", dialect::quote::quote(&t.id))
+            } else {
+                format!(
+                    "shipped transition {} is also shipped by plugin {plugin} ({}): tool ids are one namespace; one of the two must go",
+                    dialect::quote::quote(&t.id),
+                    other.display()
+                )
+            }));
+        }
+        seen.tools
+            .insert(t.id.clone(), (name.clone(), info.path.clone()));
+    }
+    for (doc, t) in info.manifest.transitions.iter().zip(&transitions) {
+        authored::check_transition(&info.manifest, doc, t).map_err(fail)?;
+    }
     let config = effective_config(opts, &info.manifest);
-    let selected = opts.is_selected(&info.manifest.name);
+    let selected = opts.is_selected(name);
     if selected {
-        check_config(&info.manifest.config_schema, &config).map_err(|e| {
-            PluginError::new(&info.path, format!("[plugins.{}]: {e}", info.manifest.name))
-        })?;
+        authored::check_schema(&info.manifest.config_schema)
+            .map_err(|e| fail(format!("configSchema of plugin {name}: {e}")))?;
+        check_config(&info.manifest.config_schema, &config)
+            .map_err(|e| fail(format!("[plugins.{name}]: {e}")))?;
         for e in &info.manifest.effects {
-            if let Some(other) = claimed.get(&e.name) {
-                return Err(PluginError::new(
-                    &info.path,
-                    format!(
-                        "effect {} is already claimed by {}",
-                        e.name,
-                        other.display()
-                    ),
-                ));
+            if let Some(other) = seen.claimed.get(&e.name) {
+                return Err(fail(format!(
+                    "effect {} is already claimed by {}",
+                    e.name,
+                    other.display()
+                )));
             }
         }
         for e in &info.manifest.effects {
-            claimed.insert(e.name.clone(), info.path.clone());
+            seen.claimed.insert(e.name.clone(), info.path.clone());
         }
     }
     Ok(Checked {
@@ -592,7 +644,7 @@ fn check_selected(
             &opts.dir,
             format!(
                 "--handler {s}: no plugin of that name here (found: {}){}",
-                found.join(", "),
+                listed(found),
                 if broken.is_empty() {
                     String::new()
                 } else {
@@ -609,7 +661,7 @@ pub fn load(opts: &PluginOptions) -> Result<PluginSet, PluginError> {
     let mut transitions = Vec::new();
     let mut plugins = Vec::new();
     let mut classes = HashMap::new();
-    let mut claimed: HashMap<String, PathBuf> = HashMap::new();
+    let mut seen = Seen::default();
     let mut found = Vec::new();
     let mut declined = Vec::new();
     let mut unselected = Vec::new();
@@ -629,7 +681,7 @@ pub fn load(opts: &PluginOptions) -> Result<PluginSet, PluginError> {
             }
         };
         found.push(info.manifest.name.clone());
-        let checked = check(&info, opts, &mut claimed)?;
+        let checked = check(&info, opts, &mut seen)?;
         if !checked.selected {
             // Not enabled here: its tools are still published, so a call to one is refused
             // by R8 ("not enabled for this daemon") rather than looking like an unknown tool.
@@ -668,7 +720,13 @@ pub fn load(opts: &PluginOptions) -> Result<PluginSet, PluginError> {
             Err(e) => {
                 return Err(PluginError::new(
                     &info.path,
-                    format!("the plugin rejected its config: {e}"),
+                    match e.strip_prefix(handler_api::NEW_PANICKED) {
+                        // A bug in the plugin, not a refusal of what the operator wrote.
+                        Some(panic) => {
+                            format!("the plugin's constructor (Plugin::new) panicked: {panic}")
+                        }
+                        None => format!("the plugin rejected its config: {e}"),
+                    },
                 ));
             }
         };
@@ -798,7 +856,7 @@ pub fn report(opts: &PluginOptions) -> Result<String, PluginError> {
     let scanned = scan(&opts.dir, opts.limits.plugin_start)?;
     let _ = writeln!(out, "plugin directory {}", opts.dir.display());
     let mut n = 0;
-    let mut claimed = HashMap::new();
+    let mut seen = Seen::default();
     let mut found = Vec::new();
     let mut broken = Vec::new();
     for s in &scanned {
@@ -862,7 +920,7 @@ pub fn report(opts: &PluginOptions) -> Result<String, PluginError> {
                 }
                 let _ = writeln!(out, "  config {}", effective_config(opts, m));
                 // Exactly the checks `serve` makes before it builds the handler.
-                if let Err(e) = check(info, opts, &mut claimed) {
+                if let Err(e) = check(info, opts, &mut seen) {
                     let _ = writeln!(out, "  problem: {}", e.cause);
                 }
             }
@@ -887,6 +945,215 @@ pub fn report(opts: &PluginOptions) -> Result<String, PluginError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A plugin as the scan finds it: `name`, effect `Notes.Append` (op `append`), the tool
+    /// `notes-append`, and the schema `{"type":"object"}`; `change` edits the manifest's JSON.
+    fn plugin(file: &str, name: &str, change: impl FnOnce(&mut Value)) -> PluginInfo {
+        let mut manifest = serde_json::json!({
+            "name": name, "version": "0.1.0",
+            "effects": [{"name": "Notes.Append", "class": "write", "ops": ["append"]}],
+            "transitions": [{
+                "id": "notes-append", "title": "t", "description": "d",
+                "inputSchema": {"type": "object", "additionalProperties": false},
+                "outputSchema": {"type": "object"},
+                "access": {"effect": "Notes.Append", "scope": "any", "cost": 0},
+                "declaredEffects": [{"effect": "Notes.Append", "scope": "any", "cost": 1}],
+                "plan": {"language": "world/plan-language/v1",
+                         "effect": {"effect": "Notes.Append", "scope": "any", "cost": 1},
+                         "payload": {"fields": {"op": {"const": "append"}}}}
+            }],
+            "configSchema": {"type": "object"}
+        });
+        change(&mut manifest);
+        PluginInfo {
+            path: PathBuf::from(format!("/plugins/{file}")),
+            file_ref: Ref::of(file.as_bytes()),
+            manifest: serde_json::from_value(manifest).unwrap(),
+        }
+    }
+
+    /// The problem `check` finds in `infos`, checked in order, or "" when there is none.
+    fn problem(infos: &[PluginInfo]) -> String {
+        let opts = PluginOptions::default();
+        let mut seen = Seen::default();
+        for info in infos {
+            if let Err(e) = check(info, &opts, &mut seen) {
+                return e.to_string();
+            }
+        }
+        String::new()
+    }
+
+    fn one(change: impl FnOnce(&mut Value)) -> String {
+        problem(&[plugin("libnotes.so", "notes", change)])
+    }
+
+    #[test]
+    fn the_fixture_plugin_of_these_tests_passes_every_check() {
+        assert_eq!(one(|_| {}), "");
+    }
+
+    #[test]
+    fn a_shipped_tool_naming_an_effect_its_plugin_does_not_declare_is_refused_at_load() {
+        let delete = |m: &mut Value| {
+            let doc = serde_json::to_string(&m["transitions"][0]).unwrap();
+            let doc = doc
+                .replace("Notes.Append", "Notes.Delete")
+                .replace("notes-append", "notes-delete");
+            m["transitions"][0] = serde_json::from_str(&doc).unwrap();
+        };
+        assert_eq!(
+            one(delete),
+            r#"plugin /plugins/libnotes.so: shipped transition "notes-delete" names effect Notes.Delete, which plugin notes does not declare (it declares Notes.Append)"#
+        );
+    }
+
+    #[test]
+    fn a_payload_op_constant_outside_the_effects_allowlist_is_refused_at_load() {
+        let op = |value: Value| {
+            move |m: &mut Value| {
+                m["transitions"][0]["plan"]["payload"]["fields"]["op"]["const"] = value
+            }
+        };
+        assert_eq!(
+            one(op("apend".into())),
+            r#"plugin /plugins/libnotes.so: shipped transition "notes-append" sends Notes.Append the op "apend", which is not in its op allowlist (append): the daemon would refuse every call"#
+        );
+        assert!(one(op(7.into())).ends_with("sends Notes.Append the op 7, which is not a string: the daemon would refuse every call"));
+        let no_ops = |m: &mut Value| m["effects"][0]["ops"] = serde_json::json!([]);
+        assert!(one(no_ops).ends_with(r#"sends Notes.Append the op "append", but plugin notes declares no ops for it: the daemon would refuse every call"#));
+        let no_op = |m: &mut Value| m["transitions"][0]["plan"]["payload"] = serde_json::json!({});
+        assert!(one(no_op).ends_with(r#"sends Notes.Append a payload without "op", but it accepts only the ops append: the daemon would refuse every call"#));
+        // An op from an argument is the agent's: checked on each call, not at load.
+        let from_argument = |m: &mut Value| {
+            m["transitions"][0]["plan"]["arguments"] =
+                serde_json::json!([{"name": "op", "type": "string", "default": "x"}]);
+            m["transitions"][0]["plan"]["payload"] = serde_json::json!({"arguments": "all"});
+            m["transitions"][0]["inputSchema"]["properties"] =
+                serde_json::json!({"op": {"type": "string"}});
+        };
+        assert_eq!(one(from_argument), "");
+    }
+
+    #[test]
+    fn a_config_schema_the_daemon_would_misread_is_refused_at_load() {
+        let schema = |s: Value| move |m: &mut Value| m["configSchema"] = s;
+        let at = "plugin /plugins/libnotes.so: configSchema of plugin notes: ";
+        for (s, problem) in [
+            (
+                serde_json::json!({"type": "object", "properties": {"maxLineBytes": {"type": "integer", "default": "4096"}}}),
+                r#"key "maxLineBytes": its default "4096" is not of its type integer"#,
+            ),
+            (
+                serde_json::json!({"type": "object", "properties": {"maxLineBytes": {"type": "integr"}}}),
+                r#"key "maxLineBytes": type "integr" is not one the daemon knows (string, integer, number, boolean, array, object); did you mean integer?"#,
+            ),
+            (
+                serde_json::json!({"type": "object", "additionalPropertes": false}),
+                r#"keyword "additionalPropertes" is not one the daemon's config check knows; did you mean additionalProperties? (known here: type, properties, additionalProperties, $schema, title, description, default, examples)"#,
+            ),
+            (
+                serde_json::json!({"properties": {"n": {"type": "integer", "maximum": 10, "default": 11}}}),
+                r#"key "n": its default 11 must be at most 10"#,
+            ),
+            (
+                serde_json::json!({"properties": {"n": {"type": "integer", "minimum": "1"}}}),
+                r#"key "n": "minimum" must be a number"#,
+            ),
+            (
+                serde_json::json!({"additionalProperties": {"type": "string"}}),
+                r#""additionalProperties" is {"type":"string"}; the daemon reads only true or false"#,
+            ),
+        ] {
+            assert_eq!(one(schema(s)), format!("{at}{problem}"));
+        }
+    }
+
+    #[test]
+    fn a_manifest_name_no_operator_could_type_is_refused_at_load() {
+        for bad in [
+            "My Notes!",
+            "",
+            "notes.v2",
+            "-notes",
+            "Notes",
+            &"n".repeat(65),
+        ] {
+            assert_eq!(
+                problem(&[plugin("libnotes.so", bad, |_| {})]),
+                format!(
+                    "plugin /plugins/libnotes.so: manifest name {} is not a plugin name: it must match ^[a-z0-9][a-z0-9-]{{0,63}}$ (operators type it in --handler NAME and [plugins.NAME])",
+                    dialect::quote::quote(bad)
+                )
+            );
+        }
+        assert_eq!(problem(&[plugin("libnotes.so", "notes-2", |_| {})]), "");
+    }
+
+    #[test]
+    fn two_plugins_of_one_name_are_refused_naming_both_files() {
+        let other_tool = |m: &mut Value| {
+            let doc = serde_json::to_string(&m["transitions"][0]).unwrap();
+            m["transitions"][0] =
+                serde_json::from_str(&doc.replace("notes-append", "notes-other")).unwrap();
+            m["effects"][0]["name"] = "Notes.Other".into();
+            let doc = serde_json::to_string(&m["transitions"][0]).unwrap();
+            m["transitions"][0] =
+                serde_json::from_str(&doc.replace("Notes.Append", "Notes.Other")).unwrap();
+        };
+        assert_eq!(
+            problem(&[plugin("liba.so", "notes", |_| {}), plugin("libb.so", "notes", other_tool)]),
+            "plugin /plugins/libb.so: plugin name notes is also the name of /plugins/liba.so: --handler notes and [plugins.notes] would select and configure both; remove one, or give one another name"
+        );
+        // The same bytes under two file names: one library, twice.
+        let mut twice = plugin("liba.so", "notes", |_| {});
+        twice.path = PathBuf::from("/plugins/libcopy.so");
+        assert_eq!(
+            problem(&[plugin("liba.so", "notes", |_| {}), twice]),
+            format!(
+                "plugin /plugins/libcopy.so: this is the same library as /plugins/liba.so (both {}), under another file name: remove one",
+                Ref::of(b"liba.so")
+            )
+        );
+    }
+
+    #[test]
+    fn one_tool_id_shipped_by_two_plugins_is_refused_naming_both_files() {
+        let other_effect = |m: &mut Value| {
+            m["effects"][0]["name"] = "Other.Append".into();
+            let doc = serde_json::to_string(&m["transitions"][0]).unwrap();
+            m["transitions"][0] =
+                serde_json::from_str(&doc.replace("Notes.Append", "Other.Append")).unwrap();
+        };
+        assert_eq!(
+            problem(&[
+                plugin("liba.so", "notes", |_| {}),
+                plugin("libb.so", "other", other_effect)
+            ]),
+            r#"plugin /plugins/libb.so: shipped transition "notes-append" is also shipped by plugin notes (/plugins/liba.so): tool ids are one namespace; one of the two must go"#
+        );
+        let twice = |m: &mut Value| {
+            let t = m["transitions"][0].clone();
+            m["transitions"].as_array_mut().unwrap().push(t);
+        };
+        assert_eq!(
+            one(twice),
+            r#"plugin /plugins/libnotes.so: ships transition "notes-append" twice"#
+        );
+    }
+
+    #[test]
+    fn a_handler_name_with_nothing_found_says_none_not_an_empty_list() {
+        let opts = PluginOptions {
+            dir: PathBuf::from("/plugins"),
+            selected: vec!["notes".into()],
+            ..PluginOptions::default()
+        };
+        assert_eq!(
+            check_selected(&opts, &[], &[]).unwrap_err().to_string(),
+            "plugin /plugins: --handler notes: no plugin of that name here (found: none)"
+        );
+    }
 
     #[test]
     fn plugin_code_past_the_start_deadline_is_given_up_and_named() {

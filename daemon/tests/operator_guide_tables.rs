@@ -214,12 +214,8 @@ fn the_operator_guides_start_up_failures_are_what_the_daemon_prints() {
             args: relative_git_state.clone(),
         },
         Provoked {
-            span: "… at plugins: plugin FILE: effect E is already claimed by OTHER",
-            names: vec![
-                ("FILE", format!("{twice}/libworldd_workspace2.so")),
-                (" E ", " Workspace.Read ".into()),
-                ("OTHER", format!("{twice}/libworldd_workspace.so")),
-            ],
+            span: "this is the same library as OTHER (both sha256:…), under another file name: remove one",
+            names: vec![("OTHER", format!("{twice}/libworldd_workspace.so"))],
             args: s(&["--plugin-dir", &twice]),
         },
         Provoked {
@@ -262,6 +258,19 @@ fn the_operator_guides_start_up_failures_are_what_the_daemon_prints() {
         span: "… at plugins: plugin FILE: shipped transition: …",
         names: vec![("FILE", broken_lib)],
         args: s(&["--plugin-dir", &broken]),
+    });
+    // A plugin whose constructor panics (the misfit plugin, asked to).
+    let misfit = plugins("p-misfit-panics", &[]);
+    let misfit_lib = copied(fixtures::misfit_library(), &misfit);
+    cases.push(Provoked {
+        span: "… at plugins: plugin FILE: the plugin's constructor (Plugin::new) panicked: …",
+        names: vec![("FILE", misfit_lib)],
+        args: s(&[
+            "--plugin-dir",
+            &misfit,
+            "--plugin-config",
+            "misfit.panic=true",
+        ]),
     });
     // Stores the daemon will not open: another schema, and a schema-1 store it would migrate
     // while another process has it open, or whose head lags its log.
@@ -396,6 +405,126 @@ fn the_operator_guides_start_up_failures_are_what_the_daemon_prints() {
                 format!("store {} lies", nfs.join("db").display()),
             )],
             args: s(&["--db", &nfs.join("db").display().to_string()]),
+        },
+    ));
+    // Mistakes in a manifest, each made by the misfit plugin as its environment asks; the
+    // placeholders that could occur in a temporary directory's name are put in last.
+    let misfit_runs = |changes: serde_json::Value| -> Vec<std::ffi::OsString> {
+        vec![
+            "env".into(),
+            format!("WORLDD_MISFIT_MANIFEST={changes}").into(),
+            WORLDD.into(),
+        ]
+    };
+    let misfit_in = |name: &str, with: &[&str]| {
+        let dir = plugins(name, with);
+        let lib = copied(fixtures::misfit_library(), &dir);
+        (dir, lib)
+    };
+    let misfit_tool = |from: &str, to: &str| -> serde_json::Value {
+        let tool = serde_json::json!({
+            "id": "misfit-do", "title": "t", "description": "d",
+            "inputSchema": {"type": "object", "additionalProperties": false},
+            "outputSchema": {"type": "object", "required": ["world"]},
+            "access": {"effect": "Misfit.Do", "scope": "any", "cost": 0},
+            "declaredEffects": [{"effect": "Misfit.Do", "scope": "any", "cost": 1}],
+            "plan": {"language": "world/plan-language/v1",
+                     "effect": {"effect": "Misfit.Do", "scope": "any", "cost": 1},
+                     "payload": {"fields": {"op": {"const": "do"}}}}
+        });
+        serde_json::from_str(&tool.to_string().replace(from, to)).unwrap()
+    };
+    let (undeclared, undeclared_lib) = misfit_in("p-undeclared", &[]);
+    by_runner.push((
+        misfit_runs(serde_json::json!({"transitions": [misfit_tool("Misfit.Do", "Misfit.Delete")]})),
+        Provoked {
+            span: r#"… at plugins: plugin FILE: shipped transition "ID" names effect E, which plugin NAME does not declare (it declares …)"#,
+            names: vec![
+                ("effect E,", "effect Misfit.Delete,".into()),
+                ("plugin NAME", "plugin misfit".into()),
+                (r#""ID""#, r#""misfit-do""#.into()),
+                ("FILE", undeclared_lib),
+            ],
+            args: s(&["--plugin-dir", &undeclared]),
+        },
+    ));
+    let (wrong_op, wrong_op_lib) = misfit_in("p-wrong-op", &[]);
+    by_runner.push((
+        misfit_runs(serde_json::json!({"transitions": [misfit_tool(r#"{"const":"do"}"#, r#"{"const":"od"}"#)]})),
+        Provoked {
+            span: r#"… at plugins: plugin FILE: shipped transition "ID" sends E the op …: the daemon would refuse every call"#,
+            names: vec![
+                (" E the", " Misfit.Do the".into()),
+                (r#""ID""#, r#""misfit-do""#.into()),
+                ("FILE", wrong_op_lib),
+            ],
+            args: s(&["--plugin-dir", &wrong_op]),
+        },
+    ));
+    let (bad_schema, bad_schema_lib) = misfit_in("p-bad-schema", &[]);
+    by_runner.push((
+        misfit_runs(serde_json::json!({"configSchema": {"additionalPropertes": false}})),
+        Provoked {
+            span: "… at plugins: plugin FILE: configSchema of plugin NAME: …",
+            names: vec![
+                ("plugin NAME", "plugin misfit".into()),
+                ("FILE", bad_schema_lib),
+            ],
+            args: s(&["--plugin-dir", &bad_schema]),
+        },
+    ));
+    let (bad_name, bad_name_lib) = misfit_in("p-bad-name", &[]);
+    by_runner.push((
+        misfit_runs(serde_json::json!({"name": "My Notes!"})),
+        Provoked {
+            span: "… at plugins: plugin FILE: manifest name … is not a plugin name: it must match ^[a-z0-9][a-z0-9-]{0,63}$ (operators type it in --handler NAME and [plugins.NAME])",
+            names: vec![("FILE", bad_name_lib)],
+            args: s(&["--plugin-dir", &bad_name]),
+        },
+    ));
+    let (taken_name, taken_name_lib) = misfit_in("p-taken-name", &[]);
+    let echo_lib = copied(fixtures::echo_library(), &taken_name);
+    by_runner.push((
+        misfit_runs(serde_json::json!({"name": "echo"})),
+        Provoked {
+            span: "… at plugins: plugin FILE: plugin name NAME is also the name of OTHER: …",
+            names: vec![
+                ("name NAME", "name echo".into()),
+                ("FILE", taken_name_lib.clone()),
+                ("OTHER", echo_lib.clone()),
+            ],
+            args: s(&["--plugin-dir", &taken_name]),
+        },
+    ));
+    by_runner.push((
+        misfit_runs(serde_json::json!({"transitions": [misfit_tool("misfit-do", "echo-say")]})),
+        Provoked {
+            span: r#"… at plugins: plugin FILE: shipped transition "ID" is also shipped by plugin NAME (OTHER): …"#,
+            names: vec![
+                ("plugin NAME", "plugin echo".into()),
+                (r#""ID""#, r#""echo-say""#.into()),
+                ("FILE", taken_name_lib),
+                ("OTHER", echo_lib),
+            ],
+            args: s(&["--plugin-dir", &taken_name]),
+        },
+    ));
+    // Two plugins of different names claiming one effect: the misfit plugin declares the
+    // workspace plugin's, and is loaded first (by file name).
+    let (claims, claims_lib) = misfit_in("p-claims", &["worldd_workspace"]);
+    by_runner.push((
+        misfit_runs(serde_json::json!({
+            "effects": [{"name": "Workspace.Read", "class": "read", "ops": ["read"]}],
+            "transitions": []
+        })),
+        Provoked {
+            span: "… at plugins: plugin FILE: effect E is already claimed by OTHER",
+            names: vec![
+                (" E ", " Workspace.Read ".into()),
+                ("FILE", format!("{claims}/libworldd_workspace.so")),
+                ("OTHER", claims_lib),
+            ],
+            args: s(&["--plugin-dir", &claims]),
         },
     ));
     // A store on a read-only mount: root only.

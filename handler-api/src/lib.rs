@@ -201,7 +201,7 @@ pub use host::{
 };
 pub use plugin::{
     execute_json, finish_json, manifest_json, new_handler_boxed, panic_text, plugin_module,
-    preflight_json, EffectHandler, Host, Plugin, NO_PUBLISH,
+    preflight_json, EffectHandler, Host, Plugin, NEW_PANICKED, NO_PUBLISH,
 };
 pub use types::{
     EffectClass, EffectDecl, FinishInput, JsonObject, LogLevel, Manifest, Outcome, Preflight,

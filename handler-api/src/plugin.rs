@@ -102,6 +102,11 @@ unsafe extern "C" fn noop_publish(
     RErr(RString::from(NO_PUBLISH))
 }
 
+/// How the error of a constructor that panicked begins (the panic's message follows), so that
+/// the daemon can tell a plugin's bug from a plugin refusing its config. Plugins built against
+/// any handler-api 0.3 send these words.
+pub const NEW_PANICKED: &str = "handler constructor panicked: ";
+
 /// The error a host without registry publishing answers.
 pub const NO_PUBLISH: &str = "publishing is not available to this plugin";
 
@@ -272,7 +277,7 @@ pub fn new_handler_boxed<P: Plugin>(config_json: &str, host: Host) -> Result<Han
         serde_json::from_str(config_json).map_err(|e| format!("config is not JSON: {e}"))?
     };
     let handler = catch_unwind(AssertUnwindSafe(|| P::new(config, host)))
-        .map_err(|payload| format!("handler constructor panicked: {}", panic_text(&*payload)))??;
+        .map_err(|payload| format!("{NEW_PANICKED}{}", panic_text(&*payload)))??;
     Ok(Handler_TO::from_value(Adapter(handler), TD_Opaque))
 }
 
@@ -318,12 +323,7 @@ extern "C" fn new_handler_entry<P: Plugin>(
         let host = unsafe { Host::from_callbacks(host) };
         new_handler_boxed::<P>(config.as_str(), host)
     }))
-    .unwrap_or_else(|payload| {
-        Err(format!(
-            "handler constructor panicked: {}",
-            panic_text(&*payload)
-        ))
-    });
+    .unwrap_or_else(|payload| Err(format!("{NEW_PANICKED}{}", panic_text(&*payload))));
     match result {
         Ok(handler) => ROk(handler),
         Err(message) => RErr(RString::from(message)),

@@ -1,0 +1,227 @@
+//! What a plugin's author wrote in its manifest, checked when it is loaded: its name, the tools
+//! it ships against the effects it declares, and its config schema. Each mistake here would
+//! otherwise surface later and elsewhere: as an R8 refusal that reads like a missing plugin, as
+//! a failed effect that spends budget on every call, or as an operator's table checked against
+//! a schema the daemon misreads.
+
+use broker_core::transition::Transition;
+use dialect::quote::quote;
+use handler_api::Manifest;
+use serde_json::{Map, Value};
+
+/// The pattern of a plugin's manifest name, the one episode names follow: it is typed in
+/// `--handler NAME` and `[plugins.NAME]`, and names a directory (`stateDir`) and log lines.
+pub const NAME_PATTERN: &str = "^[a-z0-9][a-z0-9-]{0,63}$";
+
+/// The manifest name against [`NAME_PATTERN`].
+pub fn check_name(name: &str) -> Result<(), String> {
+    let b = name.as_bytes();
+    let ok = matches!(b.first(), Some(c) if c.is_ascii_lowercase() || c.is_ascii_digit())
+        && b.len() <= 64
+        && b.iter()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == b'-');
+    if ok {
+        return Ok(());
+    }
+    Err(format!(
+        "manifest name {} is not a plugin name: it must match {NAME_PATTERN} (operators type it in --handler NAME and [plugins.NAME])",
+        quote(name)
+    ))
+}
+
+/// One shipped tool against the plugin's own declarations: every effect its `access` and
+/// `declaredEffects` name is one the plugin declares, and the payload's `op` is one that effect
+/// accepts. Either mistake fails every call of the tool.
+pub fn check_transition(manifest: &Manifest, doc: &Value, t: &Transition) -> Result<(), String> {
+    let declared: Vec<&str> = manifest.effects.iter().map(|e| e.name.as_str()).collect();
+    let named = std::iter::once(&t.access).chain(&t.declared_effects);
+    for spec in named {
+        if !declared.contains(&spec.effect.as_str()) {
+            return Err(format!(
+                "shipped transition {} names effect {}, which plugin {} does not declare (it declares {})",
+                quote(&t.id),
+                spec.effect,
+                manifest.name,
+                if declared.is_empty() { "none".to_owned() } else { declared.join(", ") }
+            ));
+        }
+    }
+    let payload = doc.pointer("/plan/payload");
+    let op = payload.and_then(|p| p.pointer("/fields/op"));
+    for spec in &t.declared_effects {
+        let Some(effect) = manifest.effects.iter().find(|e| e.name == spec.effect) else {
+            continue;
+        };
+        let ops = &effect.ops;
+        let sends = |what: String| {
+            Err(format!(
+                "shipped transition {} sends {} {what}: the daemon would refuse every call",
+                quote(&t.id),
+                spec.effect
+            ))
+        };
+        match op.and_then(|o| o.get("const")) {
+            Some(c) if ops.is_empty() => {
+                return sends(format!(
+                    "the op {c}, but plugin {} declares no ops for it",
+                    manifest.name
+                ))
+            }
+            Some(Value::String(c)) if !ops.contains(c) => {
+                return sends(format!(
+                    "the op {}, which is not in its op allowlist ({})",
+                    quote(c),
+                    ops.join(", ")
+                ))
+            }
+            Some(c) if !c.is_string() => {
+                return sends(format!("the op {c}, which is not a string"))
+            }
+            Some(_) => {}
+            None if !ops.is_empty() && op.is_none() && !copies_op(payload) => {
+                return sends(format!(
+                    "a payload without \"op\", but it accepts only the ops {}",
+                    ops.join(", ")
+                ))
+            }
+            None => {}
+        }
+    }
+    Ok(())
+}
+
+/// Whether the payload's `arguments` may copy an argument named `op` (a value the daemon can
+/// only check per call).
+fn copies_op(payload: Option<&Value>) -> bool {
+    match payload.and_then(|p| p.get("arguments")) {
+        Some(Value::String(_)) => true,
+        Some(Value::Array(names)) => names.iter().any(|n| n == "op"),
+        _ => false,
+    }
+}
+
+/// The JSON types the daemon's config check knows.
+pub const TYPES: [&str; 6] = ["string", "integer", "number", "boolean", "array", "object"];
+
+/// Whether `value` is of the JSON type `t` (one of [`TYPES`]).
+pub fn of_type(t: &str, value: &Value) -> bool {
+    match t {
+        "string" => value.is_string(),
+        "integer" => value.is_u64() || value.is_i64(),
+        "number" => value.is_number(),
+        "boolean" => value.is_boolean(),
+        "array" => value.is_array(),
+        "object" => value.is_object(),
+        _ => false,
+    }
+}
+
+/// Top-level keywords the daemon checks the operator's table with.
+const TOP_CHECKED: [&str; 3] = ["type", "properties", "additionalProperties"];
+/// Keywords of one key the daemon checks its value with.
+const KEY_CHECKED: [&str; 3] = ["type", "minimum", "maximum"];
+/// Annotations: read by people and tools, checked by no one (a `default` must match its type).
+const ANNOTATIONS: [&str; 5] = ["$schema", "title", "description", "default", "examples"];
+/// Keywords of one key the daemon passes over: the plugin's `new` must check what they say.
+const KEY_LEFT_TO_PLUGIN: [&str; 9] = [
+    "items",
+    "enum",
+    "const",
+    "minLength",
+    "maxLength",
+    "pattern",
+    "minItems",
+    "maxItems",
+    "uniqueItems",
+];
+
+/// The plugin's `configSchema` itself: only keywords the daemon knows (a misspelled one would
+/// silently switch a check off), known `type` names, numeric bounds, and each `default` of its
+/// key's own type and within its bounds. An absent (null) schema checks nothing.
+pub fn check_schema(schema: &Value) -> Result<(), String> {
+    let top = match schema {
+        Value::Null => return Ok(()),
+        Value::Object(o) => o,
+        _ => return Err("it must be a JSON object".into()),
+    };
+    unknown_keyword(top, &[&TOP_CHECKED[..], &ANNOTATIONS[..]].concat(), "")?;
+    match top.get("type") {
+        None => {}
+        Some(t) if t == "object" => {}
+        Some(t) => return Err(format!("\"type\" is {t}; a config is a table: \"object\"")),
+    }
+    match top.get("additionalProperties") {
+        None | Some(Value::Bool(_)) => {}
+        Some(v) => {
+            return Err(format!(
+                "\"additionalProperties\" is {v}; the daemon reads only true or false"
+            ))
+        }
+    }
+    let props = match top.get("properties") {
+        None => return Ok(()),
+        Some(Value::Object(p)) => p,
+        Some(_) => return Err("\"properties\" must be an object".into()),
+    };
+    for (key, p) in props {
+        let at = format!("key {}: ", quote(key));
+        let Some(p) = p.as_object() else {
+            return Err(format!("{at}its schema must be an object"));
+        };
+        let known = [&KEY_CHECKED[..], &ANNOTATIONS[..], &KEY_LEFT_TO_PLUGIN[..]].concat();
+        unknown_keyword(p, &known, &at)?;
+        let t = match p.get("type") {
+            None => None,
+            Some(Value::String(t)) if TYPES.contains(&t.as_str()) => Some(t.as_str()),
+            Some(t) => {
+                return Err(format!(
+                    "{at}type {t} is not one the daemon knows ({}){}",
+                    TYPES.join(", "),
+                    t.as_str().map(|t| near(t, &TYPES)).unwrap_or_default()
+                ))
+            }
+        };
+        for bound in ["minimum", "maximum"] {
+            if p.get(bound).is_some_and(|b| !b.is_number()) {
+                return Err(format!("{at}\"{bound}\" must be a number"));
+            }
+        }
+        if let Some(d) = p.get("default") {
+            if let Some(t) = t.filter(|t| !of_type(t, d)) {
+                return Err(format!("{at}its default {d} is not of its type {t}"));
+            }
+            // `config key "k" must be at most N`, said of the default.
+            let prefix = format!("config key {key:?} ");
+            super::within_bounds(key, d, &Value::Object(p.clone())).map_err(|e| {
+                format!(
+                    "{at}its default {d} {}",
+                    e.strip_prefix(&prefix).unwrap_or(&e)
+                )
+            })?;
+        }
+    }
+    Ok(())
+}
+
+fn unknown_keyword(schema: &Map<String, Value>, known: &[&str], at: &str) -> Result<(), String> {
+    match schema.keys().find(|k| !known.contains(&k.as_str())) {
+        None => Ok(()),
+        Some(k) => Err(format!(
+            "{at}keyword {} is not one the daemon's config check knows{} (known here: {})",
+            quote(k),
+            near(k, known),
+            known.join(", ")
+        )),
+    }
+}
+
+/// `; did you mean X?` for a word at most two edits from one of `words`.
+fn near(word: &str, words: &[&str]) -> String {
+    words
+        .iter()
+        .map(|w| (strsim::levenshtein(word, w), *w))
+        .filter(|(d, _)| *d <= 2)
+        .min()
+        .map(|(_, w)| format!("; did you mean {w}?"))
+        .unwrap_or_default()
+}

@@ -1,0 +1,218 @@
+//! What a plugin's author got wrong in its manifest, found when the real daemon loads the real
+//! library (`tests/fixtures/misfit-plugin`, whose manifest is what the test puts in
+//! `WORLDD_MISFIT_MANIFEST`): `worldd handlers` lists it as `problem: …` (exit 0), and
+//! `worldd serve` refuses to start with the same words (exit 2), instead of publishing a tool
+//! every call of which fails.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use common::fixtures::{echo_library, misfit_library};
+use common::*;
+use serde_json::{json, Value};
+
+/// A plugin directory holding `libs` (copied under their own file names).
+fn plugin_dir(dir: &Path, libs: &[&Path]) -> PathBuf {
+    let plugins = dir.join("plugins");
+    std::fs::create_dir_all(&plugins).unwrap();
+    for lib in libs {
+        std::fs::copy(lib, plugins.join(lib.file_name().unwrap())).unwrap();
+    }
+    plugins
+}
+
+/// `worldd VERB --plugin-dir PLUGINS ARGS` with the misfit plugin's manifest changed by `changes`.
+fn worldd_with(
+    changes: &Value,
+    verb: &str,
+    plugins: &Path,
+    args: &[&str],
+) -> (Option<i32>, String, String) {
+    let cwd = tempfile::tempdir().unwrap();
+    let mut command = Command::new(WORLDD);
+    command
+        .arg(verb)
+        .arg("--plugin-dir")
+        .arg(plugins)
+        .args(args)
+        .current_dir(cwd.path())
+        .env("WORLDD_MISFIT_MANIFEST", changes.to_string())
+        .env("WORLDD_LOG", "warn");
+    if verb == "serve" {
+        command.args(["--bind", "127.0.0.1:0"]);
+    }
+    let out = run_to_exit(&mut command, Duration::from_secs(60));
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// `handlers` lists `problem` (and exits 0); `serve` stops at start-up on the same words,
+/// naming `file`.
+fn refused(changes: Value, plugins: &Path, args: &[&str], file: &Path, problem: &str) {
+    let (code, out, err) = worldd_with(&changes, "handlers", plugins, args);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(
+        out.contains(&format!("  problem: {problem}\n")),
+        "{changes}\n{out}"
+    );
+    let (code, _, err) = worldd_with(&changes, "serve", plugins, args);
+    assert_eq!(code, Some(2), "{changes}\n{err}");
+    assert_eq!(
+        err.lines().last().unwrap_or_default(),
+        format!(
+            "worldd: daemon startup failed at plugins: plugin {}: {problem}",
+            file.display()
+        ),
+        "{changes}"
+    );
+}
+
+/// The misfit plugin's own tool, with `from` replaced by `to` throughout.
+fn misfit_tool(from: &str, to: &str) -> Value {
+    let tool = json!({
+        "id": "misfit-do", "title": "Do nothing", "description": "TEST TOOL.",
+        "inputSchema": {"type": "object", "additionalProperties": false},
+        "outputSchema": {"type": "object", "required": ["world"]},
+        "access": {"effect": "Misfit.Do", "scope": "any", "cost": 0},
+        "declaredEffects": [{"effect": "Misfit.Do", "scope": "any", "cost": 1}],
+        "plan": {"language": "world/plan-language/v1",
+                 "effect": {"effect": "Misfit.Do", "scope": "any", "cost": 1},
+                 "payload": {"fields": {"op": {"const": "do"}}}}
+    });
+    serde_json::from_str(&tool.to_string().replace(from, to)).unwrap()
+}
+
+#[test]
+fn mistakes_in_a_manifest_are_problems_for_handlers_and_stop_serve() {
+    let dir = tempfile::tempdir().unwrap();
+    let plugins = plugin_dir(dir.path(), &[misfit_library()]);
+    let lib = plugins.join(misfit_library().file_name().unwrap());
+    // The fixture as it is passes: each case below is its one mistake.
+    let (code, out, err) = worldd_with(&json!({}), "handlers", &plugins, &[]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(!out.contains("problem:"), "{out}");
+    let schema = |property: Value| json!({"configSchema": {"type": "object", "properties": {"maxLineBytes": property}}});
+    for (changes, problem) in [
+        // A tool for an effect its plugin does not declare: every call refused by R8, which
+        // reads like a missing plugin.
+        (
+            json!({"transitions": [misfit_tool("Misfit.Do", "Misfit.Delete")]}),
+            r#"shipped transition "misfit-do" names effect Misfit.Delete, which plugin misfit does not declare (it declares Misfit.Do)"#,
+        ),
+        // A payload op outside the allowlist: every call a failed effect, each spending budget.
+        (
+            json!({"transitions": [misfit_tool(r#"{"const":"do"}"#, r#"{"const":"od"}"#)]}),
+            r#"shipped transition "misfit-do" sends Misfit.Do the op "od", which is not in its op allowlist (do): the daemon would refuse every call"#,
+        ),
+        // Config schemas the daemon's check would misread.
+        (
+            schema(json!({"type": "integer", "default": "4096"})),
+            r#"configSchema of plugin misfit: key "maxLineBytes": its default "4096" is not of its type integer"#,
+        ),
+        (
+            schema(json!({"type": "integr"})),
+            r#"configSchema of plugin misfit: key "maxLineBytes": type "integr" is not one the daemon knows (string, integer, number, boolean, array, object); did you mean integer?"#,
+        ),
+        (
+            json!({"configSchema": {"type": "object", "additionalPropertes": false}}),
+            r#"configSchema of plugin misfit: keyword "additionalPropertes" is not one the daemon's config check knows; did you mean additionalProperties? (known here: type, properties, additionalProperties, $schema, title, description, default, examples)"#,
+        ),
+        // A name no operator could type in --handler or [plugins.NAME].
+        (
+            json!({"name": "My Notes!"}),
+            r#"manifest name "My Notes!" is not a plugin name: it must match ^[a-z0-9][a-z0-9-]{0,63}$ (operators type it in --handler NAME and [plugins.NAME])"#,
+        ),
+    ] {
+        refused(changes, &plugins, &[], &lib, problem);
+    }
+}
+
+#[test]
+fn two_plugins_sharing_a_name_or_a_tool_id_are_refused_naming_both_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let plugins = plugin_dir(dir.path(), &[echo_library(), misfit_library()]);
+    let echo = plugins.join(echo_library().file_name().unwrap());
+    let misfit = plugins.join(misfit_library().file_name().unwrap());
+    // Another plugin's name, with its own effects and tools: `--handler echo` would pick both.
+    refused(
+        json!({"name": "echo"}),
+        &plugins,
+        &[],
+        &misfit,
+        &format!(
+            "plugin name echo is also the name of {}: --handler echo and [plugins.echo] would select and configure both; remove one, or give one another name",
+            echo.display()
+        ),
+    );
+    // Another plugin's tool id, with an effect of its own: the publication would hold it twice.
+    let echo_say = misfit_tool("misfit-do", "echo-say");
+    refused(
+        json!({"transitions": [echo_say]}),
+        &plugins,
+        &["--handler", "misfit"],
+        &misfit,
+        &format!(
+            r#"shipped transition "echo-say" is also shipped by plugin echo ({}): tool ids are one namespace; one of the two must go"#,
+            echo.display()
+        ),
+    );
+    // The same library under a second file name says so.
+    let twice = plugins.join("libworldd_misfit_copy.so");
+    std::fs::copy(&misfit, &twice).unwrap();
+    std::fs::remove_file(&echo).unwrap();
+    let library = format!("sha256:{}", sha256_hex(&std::fs::read(&misfit).unwrap()));
+    refused(
+        json!({}),
+        &plugins,
+        &[],
+        &twice,
+        &format!(
+            "this is the same library as {} (both {library}), under another file name: remove one",
+            misfit.display()
+        ),
+    );
+}
+
+#[test]
+fn a_panic_in_the_plugins_constructor_is_not_called_a_config_rejection() {
+    let dir = tempfile::tempdir().unwrap();
+    let plugins = plugin_dir(dir.path(), &[misfit_library()]);
+    let lib = plugins.join(misfit_library().file_name().unwrap());
+    let (code, _, err) = worldd_with(
+        &json!({}),
+        "serve",
+        &plugins,
+        &["--plugin-config", "misfit.panic=true"],
+    );
+    assert_eq!(code, Some(2), "{err}");
+    assert_eq!(
+        err.lines().last().unwrap_or_default(),
+        format!(
+            "worldd: daemon startup failed at plugins: plugin {}: the plugin's constructor (Plugin::new) panicked: misfit: new() panicked on purpose",
+            lib.display()
+        )
+    );
+}
+
+#[test]
+fn a_handler_name_with_no_plugin_found_says_found_none() {
+    let dir = tempfile::tempdir().unwrap();
+    let plugins = plugin_dir(dir.path(), &[]);
+    let (code, out, err) = worldd_with(&json!({}), "handlers", &plugins, &["--handler", "notes"]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(
+        out.contains("problem: --handler notes: no plugin of that name here (found: none)\n"),
+        "{out}"
+    );
+}
+
+fn sha256_hex(bytes: &[u8]) -> String {
+    use sha2::Digest;
+    hex::encode(sha2::Sha256::digest(bytes))
+}
