@@ -528,18 +528,19 @@ fn serve_on_a_store_whose_pages_point_out_of_the_map_says_the_store_is_damaged()
     assert!(!err.contains("worldd listening on"), "{err}");
 }
 
-/// A log row whose entry length points past its end does not decode: `why` of that entry is an
-/// integrity failure (exit 3), as a broken link is, not a usage error (it used to exit 1).
-#[test]
-fn why_of_an_entry_whose_log_row_length_is_damaged_exits_3() {
+/// A stopped store of three reads whose first read's log row `damage` changed: the tempdir
+/// holding it, its path, and that entry's index. Calls follow the damaged one, so that its row
+/// is not one opening the store reads (the newest rows are: a store that cannot be opened is
+/// exit 2, as for every verb).
+fn with_log_row_damaged(
+    damage: impl FnOnce(&mut Vec<u8>),
+) -> (tempfile::TempDir, std::path::PathBuf, u64) {
     use broker_core::store::{RawTable, Store};
     let d = Daemon::start(WS, &[]);
     let token = d.session("ep1", &["Workspace.Read=worktree:5"]);
     std::fs::write(d.root().join("ep1/a.txt"), "alpha").unwrap();
     let v = a2a(&d, &token, "r1", "ailang-read", json!({"path": "a.txt"}));
     let index = v["result"]["metadata"]["entry_index"].as_u64().unwrap();
-    // Calls after it, so that the damaged row is not one opening the store reads (the newest
-    // rows are: a store that cannot be opened is exit 2, as for every verb).
     for t in ["r2", "r3"] {
         a2a(&d, &token, t, "ailang-read", json!({"path": "a.txt"}));
     }
@@ -548,10 +549,20 @@ fn why_of_an_entry_whose_log_row_length_is_damaged_exits_3() {
     let key = index.to_be_bytes().to_vec();
     let store = Store::open(&db, Default::default()).unwrap();
     let mut row = store.raw_get(RawTable::LogRow, &key).unwrap().unwrap();
-    // The entry length (bytes 32..36, after the world ref), made far longer than the row.
-    row[33] = 0x7f;
+    damage(&mut row);
     store.raw_overwrite(RawTable::LogRow, key, row).unwrap();
     drop(store);
+    (kept, db, index)
+}
+
+/// A log row whose entry length points past its end does not decode: `why` of that entry is an
+/// integrity failure (exit 3), as a broken link is, not a usage error (it used to exit 1).
+#[test]
+fn why_of_an_entry_whose_log_row_length_is_damaged_exits_3() {
+    let (_kept, db, index) = with_log_row_damaged(|row| {
+        // The entry length (bytes 32..36, after the world ref), made far longer than the row.
+        row[33] = 0x7f;
+    });
     for handle in [index.to_string(), "a2a:ep1:r1".to_string()] {
         let (code, out, err) = worldd(&["why", "--db", path_str(&db), &handle], None);
         assert_eq!(code, 3, "why {handle}: {out}{err}");
@@ -568,25 +579,11 @@ fn why_of_an_entry_whose_log_row_length_is_damaged_exits_3() {
 /// column is damaged, in `why` and in doctor.
 #[test]
 fn a_damaged_entry_hash_column_is_blamed_on_its_own_entry_by_why_and_doctor() {
-    use broker_core::store::{RawTable, Store};
-    let d = Daemon::start(WS, &[]);
-    let token = d.session("ep1", &["Workspace.Read=worktree:5"]);
-    std::fs::write(d.root().join("ep1/a.txt"), "alpha").unwrap();
-    let v = a2a(&d, &token, "r1", "ailang-read", json!({"path": "a.txt"}));
-    let index = v["result"]["metadata"]["entry_index"].as_u64().unwrap();
-    for t in ["r2", "r3"] {
-        a2a(&d, &token, t, "ailang-read", json!({"path": "a.txt"}));
-    }
-    let kept = d.halt();
-    let db = kept.path().join("db");
-    let key = index.to_be_bytes().to_vec();
-    let store = Store::open(&db, Default::default()).unwrap();
-    let mut row = store.raw_get(RawTable::LogRow, &key).unwrap().unwrap();
-    // The length's top bit says an entry hash follows it (bytes 36..68).
-    assert_ne!(row[32] & 0x80, 0, "a row of schema 3 or later");
-    row[40] ^= 0xff;
-    store.raw_overwrite(RawTable::LogRow, key, row).unwrap();
-    drop(store);
+    let (_kept, db, index) = with_log_row_damaged(|row| {
+        // The length's top bit says an entry hash follows it (bytes 36..68).
+        assert_ne!(row[32] & 0x80, 0, "a row of schema 3 or later");
+        row[40] ^= 0xff;
+    });
     let said =
         "the store's index of entry hashes does not name this entry under its recomputed hash";
     let (code, out, err) = worldd(&["why", "--db", path_str(&db), &index.to_string()], None);
