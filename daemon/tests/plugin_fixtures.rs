@@ -339,6 +339,22 @@ fn a_panic_inside_execute_is_a_failed_effect_and_the_next_call_works() {
         &d,
         "effect failed: handler panicked: echo-panic: asked to panic with \"boom\"",
     );
+    // Where it panicked is said once, through the daemon's log and tagged with the plugin; the
+    // plugin's own std printed it raw to the daemon's stderr (several lines, a backtrace under
+    // RUST_BACKTRACE, no plugin named).
+    wait_for_log(&d, "panicked at src/lib.rs:");
+    let log = d.log();
+    let said = log
+        .lines()
+        .find(|l| l.contains("panicked at src/lib.rs:"))
+        .unwrap();
+    assert!(
+        said.ends_with(
+            ": echo-panic: asked to panic with \"boom\" (the call fails with this message) plugin=echo"
+        ),
+        "{said}"
+    );
+    assert!(!log.contains("thread '"), "{log}");
 
     // Still alive, and the next call works.
     assert!(d.child.try_wait().unwrap().is_none(), "the daemon exited");

@@ -187,6 +187,7 @@
 #![deny(missing_docs)]
 
 mod abi;
+mod caught;
 mod host;
 mod plugin;
 mod types;

@@ -10,7 +10,6 @@
 
 use std::any::Any;
 use std::marker::PhantomData;
-use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use abi_stable::{
     prefix_type::WithMetadata,
@@ -217,7 +216,7 @@ pub fn execute_json<H: EffectHandler + ?Sized>(handler: &H, request_json: &str) 
             )))
         }
     };
-    let outcome = match catch_unwind(AssertUnwindSafe(|| handler.execute(request))) {
+    let outcome = match crate::caught::caught(|| handler.execute(request)) {
         Ok(outcome) => outcome,
         Err(payload) => Outcome::failed(format!("handler panicked: {}", panic_text(&*payload))),
     };
@@ -232,7 +231,7 @@ pub fn finish_json<H: EffectHandler + ?Sized>(
 ) -> Result<String, String> {
     let input: FinishInput = serde_json::from_str(input_json)
         .map_err(|e| format!("malformed finish input for {name:?}: {e}"))?;
-    let output = catch_unwind(AssertUnwindSafe(|| handler.finish(name, input)))
+    let output = crate::caught::caught(|| handler.finish(name, input))
         .map_err(|payload| format!("finish function panicked: {}", panic_text(&*payload)))??;
     serde_json::to_string(&output)
         .map_err(|e| format!("finish output could not be serialised: {e}"))
@@ -246,7 +245,7 @@ pub fn preflight_json<H: EffectHandler + ?Sized>(
     request_json: &str,
 ) -> Option<String> {
     let request: Request = serde_json::from_str(request_json).ok()?;
-    match catch_unwind(AssertUnwindSafe(|| handler.preflight(&request))) {
+    match crate::caught::caught(|| handler.preflight(&request)) {
         Ok(Preflight::Decline(output)) => serde_json::to_string(&output).ok(),
         Ok(Preflight::Proceed) | Err(_) => None,
     }
@@ -255,7 +254,7 @@ pub fn preflight_json<H: EffectHandler + ?Sized>(
 /// The `manifest` adapter: the manifest JSON with `abi` forced to
 /// [`ABI_VERSION`], or `{"error":"…"}`.
 pub fn manifest_json<P: Plugin>() -> String {
-    let result = catch_unwind(P::manifest)
+    let result = crate::caught::caught(P::manifest)
         .unwrap_or_else(|payload| Err(format!("manifest panicked: {}", panic_text(&*payload))));
     let result = result.and_then(|mut manifest| {
         manifest.abi = ABI_VERSION;
@@ -276,7 +275,8 @@ pub fn new_handler_boxed<P: Plugin>(config_json: &str, host: Host) -> Result<Han
     } else {
         serde_json::from_str(config_json).map_err(|e| format!("config is not JSON: {e}"))?
     };
-    let handler = catch_unwind(AssertUnwindSafe(|| P::new(config, host)))
+    crate::caught::remember(host);
+    let handler = crate::caught::caught(|| P::new(config, host))
         .map_err(|payload| format!("{NEW_PANICKED}{}", panic_text(&*payload)))??;
     Ok(Handler_TO::from_value(Adapter(handler), TD_Opaque))
 }
@@ -317,12 +317,12 @@ extern "C" fn new_handler_entry<P: Plugin>(
 ) -> RResult<HandlerBox, RString> {
     // new_handler_boxed already catches panics from the plugin's code; this
     // outer guard covers the adapter itself (it must not unwind either).
-    let result = catch_unwind(AssertUnwindSafe(|| {
+    let result = crate::caught::caught(|| {
         // SAFETY: `host` is the table the daemon passed to this entry: by the
         // `HostCallbacks` contract its functions accept its own context.
         let host = unsafe { Host::from_callbacks(host) };
         new_handler_boxed::<P>(config.as_str(), host)
-    }))
+    })
     .unwrap_or_else(|payload| Err(format!("{NEW_PANICKED}{}", panic_text(&*payload))));
     match result {
         Ok(handler) => ROk(handler),

@@ -1,0 +1,66 @@
+//! Panics of a plugin's code, caught at the boundary and said once, through the host's log.
+//!
+//! A panic inside one of the adapters' `catch_unwind`s becomes the call's failure (`handler
+//! panicked: …`), which the daemon logs as one line naming the plugin. A cdylib carries its own
+//! std, whose default hook would also print the panic to the daemon's stderr: several raw lines
+//! (a backtrace when `RUST_BACKTRACE` is set) outside the daemon's log format, with no plugin
+//! name. So a hook, installed once, says where such a panic happened through the host's log
+//! (one line, tagged with the plugin by the daemon) instead; a panic outside these adapters (a
+//! thread the plugin spawned) goes to the hook that was there before.
+
+use std::cell::Cell;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::{Once, OnceLock};
+
+use crate::plugin::Host;
+use crate::types::LogLevel;
+
+thread_local! {
+    /// How many adapter calls on this thread are inside [`caught`].
+    static DEPTH: Cell<u32> = const { Cell::new(0) };
+}
+
+/// The host the plugin was given, to which the hook says caught panics.
+static HOST: OnceLock<Host> = OnceLock::new();
+
+/// Keep `host` for the hook (the first one given: a process loads a plugin once).
+pub(crate) fn remember(host: Host) {
+    let _ = HOST.set(host);
+}
+
+/// Run `f`, catching a panic; its payload, as [`std::panic::catch_unwind`] gives it.
+pub(crate) fn caught<R>(f: impl FnOnce() -> R) -> std::thread::Result<R> {
+    install();
+    DEPTH.with(|d| d.set(d.get() + 1));
+    let result = catch_unwind(AssertUnwindSafe(f));
+    DEPTH.with(|d| d.set(d.get() - 1));
+    result
+}
+
+fn install() {
+    static INSTALLED: Once = Once::new();
+    INSTALLED.call_once(|| {
+        let previous = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            if DEPTH.with(Cell::get) == 0 {
+                return previous(info);
+            }
+            if let Some(host) = HOST.get() {
+                let place = info
+                    .location()
+                    .map(|l| format!(" at {}:{}:{}", l.file(), l.line(), l.column()))
+                    .unwrap_or_default();
+                let text = info
+                    .payload()
+                    .downcast_ref::<&str>()
+                    .map(|s| (*s).to_owned())
+                    .or_else(|| info.payload().downcast_ref::<String>().cloned())
+                    .unwrap_or_else(|| "a non-string panic payload".to_owned());
+                host.log(
+                    LogLevel::Warn,
+                    &format!("panicked{place}: {text} (the call fails with this message)"),
+                );
+            }
+        }));
+    });
+}
