@@ -202,6 +202,11 @@ async fn serve_batch(ctx: &Ctx<'_>, version: &'static str, items: Vec<Value>) ->
     // The item count was checked before the batch was built (`serve_post`).
     let limits = ctx.state.limits();
     let mut replies = BatchReplies::default();
+    // The credential was authenticated when the POST arrived. Each request after the first
+    // waited for the ones before it (a slow tool, a hung handler): it runs on the credential
+    // as it is then, so that a revocation made meanwhile runs nothing more of the batch.
+    let mut session = ctx.session.clone();
+    let mut first = true;
     for item in items {
         if replies.bytes >= limits.reply_bytes {
             // Nothing runs past the limit; each request left is told so by its id.
@@ -213,11 +218,25 @@ async fn serve_batch(ctx: &Ctx<'_>, version: &'static str, items: Vec<Value>) ->
         let reply = match jsonrpc::classify(item) {
             Message::Ignored => continue,
             Message::Invalid { id, why } => Reply::invalid_request(id, why),
-            Message::Request { id, method, params } => match run(ctx, &id, &method, params).await {
-                Ok(reply) => reply,
-                // Earlier items may have committed; the envelope cannot name one request.
-                Err(failure) => return transport::host_failure(&Value::Null, failure),
-            },
+            Message::Request { id, method, params } => {
+                if !std::mem::replace(&mut first, false) {
+                    match ctx.state.session_now(&session) {
+                        Ok(now) => session = now,
+                        Err(_) => {
+                            return transport::host_failure(&Value::Null, HostFailure::Failed)
+                        }
+                    }
+                }
+                let item_ctx = Ctx {
+                    session: &session,
+                    ..*ctx
+                };
+                match run(&item_ctx, &id, &method, params).await {
+                    Ok(reply) => reply,
+                    // Earlier items may have committed; the envelope cannot name one request.
+                    Err(failure) => return transport::host_failure(&Value::Null, failure),
+                }
+            }
         };
         replies.push(&reply);
         if replies.bytes >= limits.reply_bytes {

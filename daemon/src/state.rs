@@ -387,7 +387,7 @@ impl AppState {
     /// `session` as its record is now. A revoked one is taken as expired a second ago: its
     /// call reaches the broker, which denies it `denied:expired` (the grant is not live), in
     /// the log like any denial, and nothing runs.
-    fn session_now(&self, session: &Arc<Session>) -> Result<Arc<Session>, InvokeFailure> {
+    pub fn session_now(&self, session: &Arc<Session>) -> Result<Arc<Session>, InvokeFailure> {
         match self
             .inner
             .sessions

@@ -2850,4 +2850,54 @@ fn calls_queued_behind_their_episode_run_nothing_once_their_credential_is_revoke
     let payload: Value = serde_json::from_slice(&payload).unwrap();
     assert_eq!(payload["denial"], "denied:expired", "{payload}");
     assert_eq!(payload["allowed"], false, "{payload}");
+
+    // The same through one JSON-RPC batch: its later requests waited for the first (a slow
+    // tool), and ran after the revocation; now each runs on the credential as it is then.
+    let batcher = d.session(
+        "batched",
+        &["Stall.Wait=any:5", "Workspace.Write=worktree:5"],
+    );
+    let body = json!([
+        {"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"stall-wait","arguments":{"ms":"2500"}}},
+        {"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"ailang-write","arguments":{"path":"b2.txt","content":"x"}}},
+        {"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"ailang-write","arguments":{"path":"b3.txt","content":"x"}}},
+    ]);
+    let batch = {
+        let (url, batcher) = (d.url("/mcp/"), batcher.clone());
+        std::thread::spawn(move || {
+            let mut headers = mcp_headers();
+            headers.push(("MCP-Protocol-Version", "2025-03-26"));
+            request(
+                "POST",
+                &url,
+                Some(&batcher),
+                &headers,
+                Some(&serde_json::to_vec(&body).unwrap()),
+            )
+            .sse_json()
+        })
+    };
+    std::thread::sleep(Duration::from_millis(300));
+    let id = broker_core::session::credential_id(&batcher);
+    let (code, _, err) = worldd(&["session", "revoke", "--db", path_str(&d.db()), &id], None);
+    assert_eq!(code, 0, "{err}");
+    let replies = batch.join().unwrap();
+    let replies = replies.as_array().unwrap();
+    assert_eq!(replies.len(), 3, "{replies:?}");
+    assert_eq!(
+        replies[0]["result"]["structuredContent"]["ok"], true,
+        "{replies:?}"
+    );
+    for reply in &replies[1..] {
+        assert_eq!(
+            reply["result"]["structuredContent"]["world"]["effects"][0]["status"], "denied",
+            "{reply}"
+        );
+    }
+    for file in ["b2.txt", "b3.txt"] {
+        assert!(
+            !d.root().join("batched").join(file).exists(),
+            "{file} was written"
+        );
+    }
 }
