@@ -598,4 +598,9 @@ fn a_damaged_entry_hash_column_is_blamed_on_its_own_entry_by_why_and_doctor() {
         out.contains(&format!("entry {index}: entry: {said}")),
         "{out}"
     );
+    // The next entry, intact, is not blamed for it.
+    assert!(!out.contains("is not the hash of entry"), "{out}");
+    let next = (index + 1).to_string();
+    let (code, out, err) = worldd(&["why", "--db", path_str(&db), &next], None);
+    assert_eq!(code, 0, "{out}{err}");
 }

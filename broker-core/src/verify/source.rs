@@ -169,7 +169,17 @@ impl Source for LocalSource<'_, '_> {
     fn links(&self, prev: &Ref, index: u64) -> Result<bool, SourceError> {
         // Entry `index`'s own bytes are checked when it is verified; the index says whose hash
         // `prev` is without parsing them again.
-        Ok(log::index_of_entry_hash(self.r, prev)? == Some(index))
+        if log::index_of_entry_hash(self.r, prev)? == Some(index) {
+            return Ok(true);
+        }
+        // Otherwise the index may be what is damaged (entry `index`'s own link says so): the
+        // entry's bytes decide, so that the next entry is not blamed for it.
+        let Some(bytes) = self.entry(index)? else {
+            return Ok(false);
+        };
+        Ok(log::Entry::from_bytes(&bytes).is_ok_and(|e| {
+            e.header.entry_index == index && e.hash_is_valid() && e.entry_hash == *prev
+        }))
     }
 
     fn indexes(&self, hash: &Ref, index: u64) -> Result<bool, SourceError> {
