@@ -685,3 +685,42 @@ fn the_operators_verbs_on_a_small_disk_say_nothing_of_refusing_client_calls() {
         assert!(!err.contains("refused"), "{args:?}: {err}");
     }
 }
+
+/// A write to a worktree whose filesystem cannot take it (remounted read-only here; a full disk
+/// or no inode left answer the same way at `openat`) was a policy refusal worded `write f.txt:
+/// openat f.txt: read-only file system` (status ok, as if the agent had asked for something
+/// not allowed). The filesystem is not the agent's to fix: it is a failed effect, said as what
+/// it is, and nothing is left behind.
+#[test]
+fn a_write_to_a_worktree_whose_filesystem_cannot_take_it_is_a_failed_effect_not_a_refusal() {
+    let Some(fs) = Tmpfs::mount(1 << 20) else {
+        eprintln!("skipped: mounting a tmpfs needs root");
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    std::os::unix::fs::symlink(fs.dir.path(), dir.path().join("worktrees")).unwrap();
+    let d = Daemon::start_in(dir, WS, &[]);
+    let token = d.session("ep1", &["Workspace.Write=worktree:5"]);
+    let remounted = std::process::Command::new("mount")
+        .args(["-o", "remount,ro"])
+        .arg(fs.dir.path())
+        .status()
+        .unwrap();
+    assert!(remounted.success());
+    let v = a2a(
+        &d,
+        &token,
+        "w",
+        "ailang-write",
+        json!({"path": "f.txt", "content": "x"}),
+    );
+    let effect = &v["result"]["metadata"]["effects"][0];
+    assert_eq!(effect["status"], "failed", "{v}");
+    assert!(!v.to_string().contains("openat"), "{v}");
+    assert!(!d.root().join("ep1/f.txt").exists());
+    let (_dir, log) = d.halt_with_log();
+    assert!(
+        log.contains("workspace: write f.txt: read-only file system: the worktree's filesystem cannot take it; nothing was changed"),
+        "{log}"
+    );
+}

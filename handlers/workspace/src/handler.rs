@@ -87,8 +87,24 @@ impl WorkspaceHandler {
         self.stamp.ok(fields)
     }
 
-    /// The refusal for a path problem, in the reference's words.
+    /// The refusal for a path problem, in the reference's words. A filesystem that cannot take
+    /// the operation (full, read-only, failing) is not the agent's to fix by another path or
+    /// content: that is a failed effect, said as what it is, not an `openat` refusal.
     fn path_refusal(&self, op: &str, path: &str, error: PathError) -> Outcome {
+        if let PathError::Io(e) = &error {
+            if matches!(
+                e.raw_os_error(),
+                Some(libc::ENOSPC | libc::EDQUOT | libc::EROFS | libc::EIO)
+            ) {
+                let message = format!(
+                    "{op} {path}: {}: the worktree's filesystem cannot take it; nothing was changed",
+                    errno_text(e)
+                );
+                self.host
+                    .log(LogLevel::Warn, &format!("workspace: {message}"));
+                return Outcome::failed(message);
+            }
+        }
         let message = match error {
             PathError::Escape => {
                 format!("{op} {path}: path \"{path}\" escapes sandbox \"<worktree>\"")

@@ -55,9 +55,12 @@
 //! is not "worktree"`), an op outside the effect's allowlist (`broker:
 //! Workspace.Read refuses op "write": not in this effect's op allowlist`), a
 //! case-variant key (`broker: Workspace.Write refused: key "OP" aliases
-//! "op"`), a payload that is not an object, a missing argument or worktree.
-//! The one `failed` after a change: a write whose rename succeeded but whose
-//! directory fsync failed.
+//! "op"`), a payload that is not an object, a missing argument or worktree;
+//! or the worktree's filesystem could not take the operation (full, out of
+//! inodes, read-only, failing), which is not the agent's to fix: `write f.txt:
+//! read-only file system: the worktree's filesystem cannot take it; nothing
+//! was changed`. The one `failed` after a change: a write whose rename
+//! succeeded but whose directory fsync failed.
 //!
 //! # Confinement
 //!
