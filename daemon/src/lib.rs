@@ -94,6 +94,7 @@ pub mod rest;
 pub mod scheduling;
 pub mod server;
 pub mod service_manager;
+mod spelling;
 pub mod state;
 pub mod tools;
 pub mod verify_reads;

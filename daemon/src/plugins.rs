@@ -435,13 +435,8 @@ fn stray_tables(opts: &PluginOptions, found: &[String]) -> Vec<(String, Option<S
         .keys()
         .filter(|name| !found.contains(name))
         .map(|name| {
-            let near = found
-                .iter()
-                .map(|f| (strsim::levenshtein(name, f), f))
-                .filter(|(distance, _)| *distance <= 2)
-                .min()
-                .map(|(_, f)| f.clone());
-            (name.clone(), near)
+            let near = crate::spelling::nearest(name, found.iter().map(String::as_str), false);
+            (name.clone(), near.map(str::to_owned))
         })
         .collect()
 }

@@ -231,13 +231,7 @@ fn near_miss<'k>(given: &str, known: &[&'k str]) -> Option<&'k str> {
     if known.contains(&given) {
         return None;
     }
-    let given = given.to_ascii_lowercase();
-    known
-        .iter()
-        .map(|k| (strsim::levenshtein(&given, &k.to_ascii_lowercase()), *k))
-        .filter(|(distance, _)| *distance <= 2)
-        .min()
-        .map(|(_, k)| k)
+    crate::spelling::nearest(given, known.iter().copied(), true)
 }
 
 /// Before printing what was read from a store the daemon may be writing: wait until all of it

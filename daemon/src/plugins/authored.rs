@@ -217,11 +217,7 @@ fn unknown_keyword(schema: &Map<String, Value>, known: &[&str], at: &str) -> Res
 
 /// `; did you mean X?` for a word at most two edits from one of `words`.
 fn near(word: &str, words: &[&str]) -> String {
-    words
-        .iter()
-        .map(|w| (strsim::levenshtein(word, w), *w))
-        .filter(|(d, _)| *d <= 2)
-        .min()
-        .map(|(_, w)| format!("; did you mean {w}?"))
+    crate::spelling::nearest(word, words.iter().copied(), false)
+        .map(|w| format!("; did you mean {w}?"))
         .unwrap_or_default()
 }
