@@ -50,12 +50,7 @@ fn install() {
                     .location()
                     .map(|l| format!(" at {}:{}:{}", l.file(), l.line(), l.column()))
                     .unwrap_or_default();
-                let text = info
-                    .payload()
-                    .downcast_ref::<&str>()
-                    .map(|s| (*s).to_owned())
-                    .or_else(|| info.payload().downcast_ref::<String>().cloned())
-                    .unwrap_or_else(|| "a non-string panic payload".to_owned());
+                let text = crate::plugin::panic_text(info.payload());
                 host.log(
                     LogLevel::Warn,
                     &format!("panicked{place}: {text} (the call fails with this message)"),
