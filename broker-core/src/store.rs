@@ -26,8 +26,9 @@ pub use crate::ref_tail::MERGE_AT as REF_MERGE_AT;
 pub use crate::schema::SCHEMA_VERSION;
 pub use crate::semantic_index::MERGE_AT as SEMANTIC_MERGE_AT;
 pub use crate::storage::{
-    mounted_read_only, say_faults_in_store_maps, CommitObserver, ReadCtx, Store, StoreError,
-    StoreOptions, Submitted, WriteCtx, WriterStats, DEFAULT_MAP_SIZE, DEFAULT_RESIDENT_BYTES,
+    crashed_reading, mounted_read_only, say_faults_in_store_maps, CommitObserver, ReadCtx, Store,
+    StoreError, StoreOptions, Submitted, WriteCtx, WriterStats, DEFAULT_MAP_SIZE,
+    DEFAULT_RESIDENT_BYTES,
 };
 
 /// The world's layout, as the storage layer opens it.

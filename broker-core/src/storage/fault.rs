@@ -119,10 +119,21 @@ pub fn say_faults_in_store_maps(who: &str) {
 }
 
 fn line(who: &str, signal: &str) -> Vec<u8> {
+    let mut line = crashed_reading(
+        who,
+        signal,
+        ", so a restart meets it again; check the store with worldd doctor, restore it from a backup (worldd backup makes one), and keep this copy for inspection",
+    );
+    line.push('\n');
+    line.into_bytes()
+}
+
+/// The line for a process that crashed (by `signal`) reading a store, `advice` said last: the
+/// daemon's own (this handler) and the verbs' (their parent sees the child's death) alike.
+pub fn crashed_reading(who: &str, signal: &str, advice: &str) -> String {
     format!(
-        "worldd: store is damaged: {who} crashed reading it ({signal}): LMDB follows the store's pages as they are written, and one of them is corrupt, so a restart meets it again; check the store with worldd doctor, restore it from a backup (worldd backup makes one), and keep this copy for inspection\n"
+        "worldd: store is damaged: {who} crashed reading it ({signal}): LMDB follows the store's pages as they are written, and one of them is corrupt{advice}"
     )
-    .into_bytes()
 }
 
 extern "C" fn on_fault(

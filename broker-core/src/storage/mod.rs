@@ -28,7 +28,7 @@
 
 mod durable_waits;
 mod fault;
-pub use fault::say_faults_in_store_maps;
+pub use fault::{crashed_reading, say_faults_in_store_maps};
 mod filesystem;
 pub use filesystem::mounted_read_only;
 mod map;

@@ -60,7 +60,12 @@ pub fn guarded(verb: &str, run: impl FnOnce() -> i32) -> i32 {
             "SIGBUS"
         };
         errln!(
-            "worldd: store is damaged: {verb} crashed reading it ({name}): LMDB follows the store's pages as they are written, and one of them is corrupt; restore the store from a backup (worldd backup makes one), and keep this copy for inspection"
+            "{}",
+            broker_core::store::crashed_reading(
+                verb,
+                name,
+                "; restore the store from a backup (worldd backup makes one), and keep this copy for inspection"
+            )
         );
         return 3;
     }
