@@ -240,9 +240,7 @@ fn a_quiet_stream_ends_when_its_credential_expires_or_is_revoked_elsewhere_and_f
     // Its place is free again.
     let (status, revoked) = open_stream(&d, &other);
     assert_eq!(status, "HTTP/1.1 200 OK");
-    let id = broker_core::session::credential_id(&other);
-    let (code, _, err) = worldd(&["session", "revoke", "--db", path_str(&d.db()), &id], None);
-    assert_eq!(code, 0, "{err}");
+    d.revoke_by_cli(&other);
     assert_eq!(
         error_event_of(&revoked),
         json!({"error": {"class": "SessionUnknown", "message": "unknown session credential"}})

@@ -2820,9 +2820,7 @@ fn calls_queued_behind_their_episode_run_nothing_once_their_credential_is_revoke
         json!({"path": "after-revoke.txt", "content": "x"}),
     );
     std::thread::sleep(Duration::from_millis(300));
-    let id = broker_core::session::credential_id(&queued);
-    let (code, _, err) = worldd(&["session", "revoke", "--db", path_str(&d.db()), &id], None);
-    assert_eq!(code, 0, "{err}");
+    d.revoke_by_cli(&queued);
     let v = write.join().unwrap();
     let out = &v["result"]["structuredContent"];
     assert_eq!(out["world"]["effects"][0]["status"], "denied", "{v}");
@@ -2878,9 +2876,7 @@ fn calls_queued_behind_their_episode_run_nothing_once_their_credential_is_revoke
         })
     };
     std::thread::sleep(Duration::from_millis(300));
-    let id = broker_core::session::credential_id(&batcher);
-    let (code, _, err) = worldd(&["session", "revoke", "--db", path_str(&d.db()), &id], None);
-    assert_eq!(code, 0, "{err}");
+    d.revoke_by_cli(&batcher);
     let replies = batch.join().unwrap();
     let replies = replies.as_array().unwrap();
     assert_eq!(replies.len(), 3, "{replies:?}");

@@ -421,22 +421,9 @@ fn the_operator_guides_start_up_failures_are_what_the_daemon_prints() {
         let lib = copied(fixtures::misfit_library(), &dir);
         (dir, lib)
     };
-    let misfit_tool = |from: &str, to: &str| -> serde_json::Value {
-        let tool = serde_json::json!({
-            "id": "misfit-do", "title": "t", "description": "d",
-            "inputSchema": {"type": "object", "additionalProperties": false},
-            "outputSchema": {"type": "object", "required": ["world"]},
-            "access": {"effect": "Misfit.Do", "scope": "any", "cost": 0},
-            "declaredEffects": [{"effect": "Misfit.Do", "scope": "any", "cost": 1}],
-            "plan": {"language": "world/plan-language/v1",
-                     "effect": {"effect": "Misfit.Do", "scope": "any", "cost": 1},
-                     "payload": {"fields": {"op": {"const": "do"}}}}
-        });
-        serde_json::from_str(&tool.to_string().replace(from, to)).unwrap()
-    };
     let (undeclared, undeclared_lib) = misfit_in("p-undeclared", &[]);
     by_runner.push((
-        misfit_runs(serde_json::json!({"transitions": [misfit_tool("Misfit.Do", "Misfit.Delete")]})),
+        misfit_runs(serde_json::json!({"transitions": [fixtures::misfit_tool("Misfit.Do", "Misfit.Delete")]})),
         Provoked {
             span: r#"… at plugins: plugin FILE: shipped transition "ID" names effect E, which plugin NAME does not declare (it declares …)"#,
             names: vec![
@@ -450,7 +437,7 @@ fn the_operator_guides_start_up_failures_are_what_the_daemon_prints() {
     ));
     let (wrong_op, wrong_op_lib) = misfit_in("p-wrong-op", &[]);
     by_runner.push((
-        misfit_runs(serde_json::json!({"transitions": [misfit_tool(r#"{"const":"do"}"#, r#"{"const":"od"}"#)]})),
+        misfit_runs(serde_json::json!({"transitions": [fixtures::misfit_tool(r#"{"const":"do"}"#, r#"{"const":"od"}"#)]})),
         Provoked {
             span: r#"… at plugins: plugin FILE: shipped transition "ID" sends E the op …: the daemon would refuse every call"#,
             names: vec![
@@ -497,7 +484,7 @@ fn the_operator_guides_start_up_failures_are_what_the_daemon_prints() {
         },
     ));
     by_runner.push((
-        misfit_runs(serde_json::json!({"transitions": [misfit_tool("misfit-do", "echo-say")]})),
+        misfit_runs(serde_json::json!({"transitions": [fixtures::misfit_tool("misfit-do", "echo-say")]})),
         Provoked {
             span: r#"… at plugins: plugin FILE: shipped transition "ID" is also shipped by plugin NAME (OTHER): …"#,
             names: vec![

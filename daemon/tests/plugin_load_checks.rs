@@ -73,21 +73,6 @@ fn refused(changes: Value, plugins: &Path, args: &[&str], file: &Path, problem: 
     );
 }
 
-/// The misfit plugin's own tool, with `from` replaced by `to` throughout.
-fn misfit_tool(from: &str, to: &str) -> Value {
-    let tool = json!({
-        "id": "misfit-do", "title": "Do nothing", "description": "TEST TOOL.",
-        "inputSchema": {"type": "object", "additionalProperties": false},
-        "outputSchema": {"type": "object", "required": ["world"]},
-        "access": {"effect": "Misfit.Do", "scope": "any", "cost": 0},
-        "declaredEffects": [{"effect": "Misfit.Do", "scope": "any", "cost": 1}],
-        "plan": {"language": "world/plan-language/v1",
-                 "effect": {"effect": "Misfit.Do", "scope": "any", "cost": 1},
-                 "payload": {"fields": {"op": {"const": "do"}}}}
-    });
-    serde_json::from_str(&tool.to_string().replace(from, to)).unwrap()
-}
-
 #[test]
 fn mistakes_in_a_manifest_are_problems_for_handlers_and_stop_serve() {
     let dir = tempfile::tempdir().unwrap();
@@ -102,12 +87,12 @@ fn mistakes_in_a_manifest_are_problems_for_handlers_and_stop_serve() {
         // A tool for an effect its plugin does not declare: every call refused by R8, which
         // reads like a missing plugin.
         (
-            json!({"transitions": [misfit_tool("Misfit.Do", "Misfit.Delete")]}),
+            json!({"transitions": [fixtures::misfit_tool("Misfit.Do", "Misfit.Delete")]}),
             r#"shipped transition "misfit-do" names effect Misfit.Delete, which plugin misfit does not declare (it declares Misfit.Do)"#,
         ),
         // A payload op outside the allowlist: every call a failed effect, each spending budget.
         (
-            json!({"transitions": [misfit_tool(r#"{"const":"do"}"#, r#"{"const":"od"}"#)]}),
+            json!({"transitions": [fixtures::misfit_tool(r#"{"const":"do"}"#, r#"{"const":"od"}"#)]}),
             r#"shipped transition "misfit-do" sends Misfit.Do the op "od", which is not in its op allowlist (do): the daemon would refuse every call"#,
         ),
         // Config schemas the daemon's check would misread.
@@ -151,7 +136,7 @@ fn two_plugins_sharing_a_name_or_a_tool_id_are_refused_naming_both_files() {
         ),
     );
     // Another plugin's tool id, with an effect of its own: the publication would hold it twice.
-    let echo_say = misfit_tool("misfit-do", "echo-say");
+    let echo_say = fixtures::misfit_tool("misfit-do", "echo-say");
     refused(
         json!({"transitions": [echo_say]}),
         &plugins,

@@ -108,6 +108,21 @@ pub fn misfit_library() -> &'static Path {
     built(&LIB, "misfit-plugin", "worldd_misfit")
 }
 
+/// The misfit plugin's own tool, with `from` replaced by `to` throughout.
+pub fn misfit_tool(from: &str, to: &str) -> serde_json::Value {
+    let tool = serde_json::json!({
+        "id": "misfit-do", "title": "Do nothing", "description": "TEST TOOL.",
+        "inputSchema": {"type": "object", "additionalProperties": false},
+        "outputSchema": {"type": "object", "required": ["world"]},
+        "access": {"effect": "Misfit.Do", "scope": "any", "cost": 0},
+        "declaredEffects": [{"effect": "Misfit.Do", "scope": "any", "cost": 1}],
+        "plan": {"language": "world/plan-language/v1",
+                 "effect": {"effect": "Misfit.Do", "scope": "any", "cost": 1},
+                 "payload": {"fields": {"op": {"const": "do"}}}}
+    });
+    serde_json::from_str(&tool.to_string().replace(from, to)).unwrap()
+}
+
 /// The incompatible plugin and the versions the refusal names.
 pub struct Incompatible {
     pub library: PathBuf,

@@ -261,6 +261,17 @@ impl Daemon {
         file
     }
 
+    /// Revoke `token`'s credential with `worldd session revoke` (another process than the
+    /// daemon, as an operator does it).
+    pub fn revoke_by_cli(&self, token: &str) {
+        let id = broker_core::session::credential_id(token);
+        let (code, _, err) = worldd(
+            &["session", "revoke", "--db", path_str(&self.db()), &id],
+            None,
+        );
+        assert_eq!(code, 0, "{err}");
+    }
+
     /// Mint an operator credential directly in the store (as `session mint --operator`).
     pub fn operator_session(&self, episode: &str, grants: &[&str]) -> String {
         self.mint_with(broker_core::session::mint_operator, episode, grants)
