@@ -17,21 +17,12 @@ use serde_json::{json, Value};
 
 const PLUGINS: &[&str] = &["worldd_workspace", "worldd_ailang"];
 
-const HELLO: &str = "module hello\n\nimport std/io (println)\n\nexport func main() -> () ! {IO} {\n  println(\"hello from pi\")\n}\n";
-
-fn standin() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../tests/ailang-standin/ailang")
-        .canonicalize()
-        .expect("tests/ailang-standin/ailang exists")
-}
-
 /// A misbehaving `ailang` in `dir` (see the file's docs); its modes write their escaped
 /// descendants' pids to `<dir>/escaped`.
 fn misbehaving_ailang(dir: &Path) -> PathBuf {
     use std::os::unix::fs::PermissionsExt;
     let here = dir.display();
-    let standin = standin();
+    let standin = fixtures::ailang_standin();
     let standin = standin.display();
     let script = format!(
         r#"#!/bin/sh
@@ -84,7 +75,7 @@ fn start(bin_dir: &Path, config: &str) -> (Daemon, String) {
         &["--config", path_str(&file), "--plugin-config", &bin],
     );
     let token = d.session("ep1", &["Ailang.Run=worktree:50"]);
-    std::fs::write(d.root().join("ep1/hello.ail"), HELLO).unwrap();
+    std::fs::write(d.root().join("ep1/hello.ail"), fixtures::AILANG_HELLO).unwrap();
     (d, token)
 }
 

@@ -11,7 +11,7 @@ mod common;
 #[path = "common/transcript.rs"]
 mod transcript;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use common::*;
 use serde_json::{json, Value};
@@ -29,15 +29,6 @@ const SE_TOOLS: &[&str] = &[
     "Ailang.CLI=worktree:50",
 ];
 
-const HELLO: &str = "module hello\n\nimport std/io (println)\n\nexport func main() -> () ! {IO} {\n  println(\"hello from pi\")\n}\n";
-
-fn standin() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../tests/ailang-standin/ailang")
-        .canonicalize()
-        .expect("tests/ailang-standin/ailang exists")
-}
-
 /// A program with a stand-in mode (see the stand-in's docs) and an effect row.
 fn program(mode: &str, row: &str) -> String {
     format!("-- standin: {mode}\nmodule m\n\nexport func main() -> () ! {{{row}}} {{\n  ()\n}}\n")
@@ -45,7 +36,7 @@ fn program(mode: &str, row: &str) -> String {
 
 /// A daemon serving both plugins with the stand-in as the tool binary, plus `extra` flags.
 fn start(extra: &[&str]) -> Daemon {
-    let bin = format!("ailang.bin={}", path_str(&standin()));
+    let bin = format!("ailang.bin={}", path_str(&fixtures::ailang_standin()));
     let mut args = vec!["--plugin-config", bin.as_str()];
     args.extend_from_slice(extra);
     Daemon::start(PLUGINS, &args)
@@ -106,7 +97,7 @@ fn ailang_run_returns_each_of_the_four_outcome_shapes() {
         &token,
         "w1",
         "ailang-write",
-        json!({"path": "hello.ail", "content": HELLO}),
+        json!({"path": "hello.ail", "content": fixtures::AILANG_HELLO}),
     );
     assert_eq!(w["ok"], true, "{w}");
     let a = call(&d, &token, "a", "ailang-run", json!({"path": "hello.ail"}));
@@ -258,7 +249,7 @@ fn a_capability_the_operator_did_not_enable_fails_the_effect_and_nothing_runs() 
 
     // The same call on a deployment started with runAllowCaps ["Env"] runs the program
     // under a trusted_host variant of the policy.
-    let bin = standin();
+    let bin = fixtures::ailang_standin();
     let d = Daemon::start_in(
         dir,
         PLUGINS,
@@ -330,7 +321,7 @@ fn builtins_search_and_ailang_check_are_reshaped_by_their_finish() {
     assert_eq!(out["count"], 10, "{out}");
 
     // ailang-check: the finish turns ai_check's report into structured diagnostics.
-    std::fs::write(wt.join("hello.ail"), HELLO).unwrap();
+    std::fs::write(wt.join("hello.ail"), fixtures::AILANG_HELLO).unwrap();
     let out = call(
         &d,
         &token,
@@ -393,7 +384,7 @@ fn builtins_search_and_ailang_check_are_reshaped_by_their_finish() {
     let tool = format!(
         "sha256:{}",
         hex::encode(<sha2::Sha256 as sha2::Digest>::digest(
-            std::fs::read(standin()).unwrap()
+            std::fs::read(fixtures::ailang_standin()).unwrap()
         ))
     );
     assert_eq!(out["tool"], json!(tool));
@@ -447,11 +438,11 @@ fn a_workspace_only_deployment_refuses_every_ailang_tool_by_r8() {
         &token,
         "w1",
         "ailang-write",
-        json!({"path": "a.ail", "content": HELLO}),
+        json!({"path": "a.ail", "content": fixtures::AILANG_HELLO}),
     );
     assert_eq!(w["ok"], true, "{w}");
     let r = call(&d, &token, "r1", "ailang-read", json!({"path": "a.ail"}));
-    assert_eq!(r["content"], HELLO);
+    assert_eq!(r["content"], fixtures::AILANG_HELLO);
     assert_r8(&d, &token, "ws");
     assert!(standin_log(&d, "ep1").is_empty());
 }
@@ -503,7 +494,10 @@ fn the_ailang_page_is_what_the_plugin_writes_and_says() {
     // The configuration example, with this machine's binary and corpus.
     let corpus = tempfile::tempdir().unwrap();
     let config = toml_blocks[0]
-        .replace("/usr/local/bin/ailang", path_str(&standin()))
+        .replace(
+            "/usr/local/bin/ailang",
+            path_str(&fixtures::ailang_standin()),
+        )
         .replace("/srv/ailang/examples", path_str(corpus.path()));
     assert_ne!(
         config, toml_blocks[0],
@@ -519,7 +513,7 @@ fn the_ailang_page_is_what_the_plugin_writes_and_says() {
     let d = start(&[]);
     let token = d.session("ep1", SE_TOOLS);
     let wt = d.root().join("ep1");
-    std::fs::write(wt.join("hello.ail"), HELLO).unwrap();
+    std::fs::write(wt.join("hello.ail"), fixtures::AILANG_HELLO).unwrap();
     let out = call(
         &d,
         &token,
@@ -559,13 +553,13 @@ fn the_ailang_page_is_what_the_plugin_writes_and_says() {
         "bin/<sha256>/ailang                    the archived binary, mode 0555",
     );
     let digest = hex::encode(<sha2::Sha256 as sha2::Digest>::digest(
-        std::fs::read(standin()).unwrap(),
+        std::fs::read(fixtures::ailang_standin()).unwrap(),
     ));
     let archived = state.join("bin").join(&digest).join("ailang");
     assert_eq!(mode(&archived), 0o555);
     assert_eq!(
         std::fs::read(&archived).unwrap(),
-        std::fs::read(standin()).unwrap()
+        std::fs::read(fixtures::ailang_standin()).unwrap()
     );
 
     // examples-search without a corpus: the page's refusal, whole.
@@ -577,7 +571,7 @@ fn the_ailang_page_is_what_the_plugin_writes_and_says() {
     // The refusals the configuration section quotes.
     let refused_config = |config: &str| {
         let dir = tempfile::tempdir().unwrap();
-        let bin = format!("ailang.bin={}", path_str(&standin()));
+        let bin = format!("ailang.bin={}", path_str(&fixtures::ailang_standin()));
         let mut cmd = Daemon::serve_command(&dir, PLUGINS);
         cmd.args(["--plugin-config", &bin, "--plugin-config", config]);
         let out = cmd.output().unwrap();

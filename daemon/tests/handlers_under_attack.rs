@@ -7,7 +7,7 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
@@ -386,17 +386,10 @@ fn call_in_background(url: String, token: String, body: Value) -> std::thread::J
     })
 }
 
-fn standin() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../tests/ailang-standin/ailang")
-        .canonicalize()
-        .expect("tests/ailang-standin/ailang exists")
-}
-
 /// A daemon whose ailang plugin runs the stand-in, and a credential of episode `ep1` that
 /// may run programs.
 fn ailang_daemon() -> (Daemon, String) {
-    let bin = standin();
+    let bin = fixtures::ailang_standin();
     let d = Daemon::start(
         &["worldd_workspace", "worldd_ailang"],
         &["--tool-ailang-bin", path_str(&bin)],

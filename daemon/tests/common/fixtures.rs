@@ -352,3 +352,14 @@ pub fn broken_tool_library() -> &'static Path {
         cargo_build(&copy.join("Cargo.toml"), "worldd_broken_tool")
     })
 }
+
+/// The test stand-in for the `ailang` binary (`tests/ailang-standin/ailang`).
+pub fn ailang_standin() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../tests/ailang-standin/ailang")
+        .canonicalize()
+        .expect("tests/ailang-standin/ailang exists")
+}
+
+/// A program the stand-in runs as itself: it prints `hello from pi`.
+pub const AILANG_HELLO: &str = "module hello\n\nimport std/io (println)\n\nexport func main() -> () ! {IO} {\n  println(\"hello from pi\")\n}\n";
