@@ -49,7 +49,7 @@
 use std::ops::Bound;
 
 use crate::log::{self, Entry, LogError};
-use crate::object::{sid, ObjectView, Ref};
+use crate::object::{sid, Object, ObjectView, Ref};
 use crate::schema::{ref_key, OBJECT, READERS, READERS_TAIL};
 use crate::session::Session;
 use crate::storage::{ReadCtx, StoreError, WriteCtx};
@@ -183,23 +183,48 @@ fn split_tail_key(k: &[u8]) -> Option<(u64, &[u8])> {
     Some((u64::from_be_bytes(*seq), episode))
 }
 
-/// Has `episode` a key for the object at `seq`, waiting or merged?
-fn granted(r: &ReadCtx<'_>, episode: &str, seq: u64) -> Result<bool, StoreError> {
-    Ok(READERS_TAIL.get(r, &tail_key(episode, seq))?.is_some()
-        || READERS.get(r, &key(episode, seq))?.is_some())
+/// `episode`'s grant of the object at `seq`, waiting or merged: its value is empty, or the
+/// header the episode stored those bytes under where the stored object says otherwise
+/// ([`grant`]).
+fn grant_of<'t>(r: &ReadCtx<'t>, episode: &str, seq: u64) -> Result<Option<&'t [u8]>, StoreError> {
+    match READERS_TAIL.get(r, &tail_key(episode, seq))? {
+        Some(header) => Ok(Some(header)),
+        None => READERS.get(r, &key(episode, seq)),
+    }
 }
 
-/// May `reader` read the object stored at `seq`?
-fn may_read_at(
-    r: &ReadCtx<'_>,
+/// The object at `seq` as a grant of it shows it: under the grant's own header, if it has one.
+fn as_granted<'t>(
+    seq: u64,
+    object: ObjectView<'t>,
+    header: &'t [u8],
+) -> Result<ObjectView<'t>, StoreError> {
+    if header.is_empty() {
+        return Ok(object);
+    }
+    let hash = object.hash;
+    object.with_header(header).ok_or_else(|| {
+        StoreError::Corrupt(format!(
+            "the read grant of object {hash} (row {seq}) is damaged"
+        ))
+    })
+}
+
+/// The object stored at `seq` as `reader` sees it, or `None` when it may not read it. An
+/// episode sees the bytes as the kind it stored them as, whoever stored them first.
+fn seen_at<'t>(
+    r: &ReadCtx<'t>,
     reader: &Reader,
     seq: u64,
-    object: &ObjectView<'_>,
-) -> Result<bool, StoreError> {
+    object: ObjectView<'t>,
+) -> Result<Option<ObjectView<'t>>, StoreError> {
     match reader {
-        Reader::Everyone | Reader::Operator => Ok(true),
-        _ if is_public(object.semantic_id) => Ok(true),
-        Reader::Episode(e) => granted(r, e, seq),
+        Reader::Everyone | Reader::Operator => Ok(Some(object)),
+        _ if is_public(object.semantic_id) => Ok(Some(object)),
+        Reader::Episode(e) => match grant_of(r, e, seq)? {
+            Some(header) => as_granted(seq, object, header).map(Some),
+            None => Ok(None),
+        },
     }
 }
 
@@ -213,7 +238,7 @@ pub fn may_read(
         return Ok(true);
     }
     match r.sequenced(&object.hash)? {
-        Some((seq, _)) => may_read_at(r, reader, seq, object),
+        Some((seq, stored)) => Ok(seen_at(r, reader, seq, stored)?.is_some()),
         None => Ok(false),
     }
 }
@@ -229,16 +254,22 @@ pub fn may_read_invocation(reader: &Reader, invocation_id: &str) -> bool {
     }
 }
 
-/// The object at `reference` when it exists and `reader` may read it. `None` for both an
-/// absent object and another episode's: callers answer both alike.
+/// The object at `reference` when it exists and `reader` may read it, as it sees it. `None`
+/// for both an absent object and another episode's: callers answer both alike.
+///
+/// Objects are deduplicated by content, so the bytes an episode sent may have been stored
+/// first by another episode as another kind (its plan, its output). The episode is shown the
+/// kind and provenance it stored them under, never the first writer's: otherwise sending a
+/// guess of another episode's bytes and reading them back would say whether that episode
+/// made them.
 pub fn object<'t>(
     r: &ReadCtx<'t>,
     reader: &Reader,
     reference: &Ref,
 ) -> Result<Option<ObjectView<'t>>, StoreError> {
     match r.sequenced(reference)? {
-        Some((seq, o)) if may_read_at(r, reader, seq, &o)? => Ok(Some(o)),
-        _ => Ok(None),
+        Some((seq, o)) => seen_at(r, reader, seq, o),
+        None => Ok(None),
     }
 }
 
@@ -311,8 +342,11 @@ pub fn by_semantic_id<'t>(
     let start = match after {
         None => 0,
         Some(a) => match r.sequenced(&a)? {
-            Some((seq, o)) if o.semantic_id == semantic_id && granted(r, episode, seq)? => seq + 1,
-            _ => return Ok(None),
+            Some((seq, o)) => match grant_of(r, episode, seq)? {
+                Some(h) if as_granted(seq, o, h)?.semantic_id == semantic_id => seq + 1,
+                _ => return Ok(None),
+            },
+            None => return Ok(None),
         },
     };
     let own = prefix(episode.as_bytes());
@@ -325,10 +359,10 @@ pub fn by_semantic_id<'t>(
         bounds.1.as_ref().map(Vec::as_slice),
     );
     let mut merged = READERS.range(r, &bounds)?.filter_map(|item| match item {
-        Ok((k, _)) => k
+        Ok((k, header)) => k
             .strip_prefix(own.as_slice())
             .and_then(|s| <[u8; 8]>::try_from(s).ok())
-            .map(|s| Ok(u64::from_be_bytes(s))),
+            .map(|s| Ok((u64::from_be_bytes(s), header))),
         Err(e) => Some(Err(e)),
     });
     let mut waiting = waiting_grants(r, episode, start)?.into_iter();
@@ -336,11 +370,11 @@ pub fn by_semantic_id<'t>(
     let (mut a, mut b) = (merged.next().transpose()?, waiting.next());
     let mut out = Vec::new();
     while out.len() < limit {
-        let seq = match (a, b) {
+        let (seq, header) = match (a, b) {
             (None, None) => break,
-            (Some(x), Some(y)) if y <= x => {
+            (Some(x), Some(y)) if y.0 <= x.0 => {
                 b = waiting.next();
-                if x == y {
+                if x.0 == y.0 {
                     a = merged.next().transpose()?;
                 }
                 y
@@ -354,8 +388,9 @@ pub fn by_semantic_id<'t>(
                 y
             }
         };
-        // The stored kind decides, as for every read.
+        // The kind the episode stored the bytes as decides, as for every read of its own.
         if let Some(o) = r.object_at(seq)? {
+            let o = as_granted(seq, o, header)?;
             if o.semantic_id == semantic_id {
                 out.push(o);
             }
@@ -364,36 +399,47 @@ pub fn by_semantic_id<'t>(
     Ok(Some(out))
 }
 
-/// The sequences, from `start` on, of `episode`'s grants waiting in `readers_tail`, in order.
-fn waiting_grants(r: &ReadCtx<'_>, episode: &str, start: u64) -> Result<Vec<u64>, StoreError> {
+/// `episode`'s grants waiting in `readers_tail` from sequence `start` on, in order: each
+/// sequence with the grant's value.
+fn waiting_grants<'t>(
+    r: &ReadCtx<'t>,
+    episode: &str,
+    start: u64,
+) -> Result<Vec<(u64, &'t [u8])>, StoreError> {
     let from = start.to_be_bytes();
     let bounds = (Bound::Included(&from[..]), Bound::Unbounded);
     let mut out = Vec::new();
     for item in READERS_TAIL.range(r, &bounds)? {
-        let (k, _) = item?;
+        let (k, header) = item?;
         if let Some((seq, e)) = split_tail_key(k) {
             if e == episode.as_bytes() {
-                out.push(seq);
+                out.push((seq, header));
             }
         }
     }
     Ok(out)
 }
 
-/// Let `episode` read these objects (each already written in this transaction or before).
-/// Public objects and keys already present cost no write.
-pub(crate) fn grant(
+/// Let `episode` read these objects (each already written in this transaction or before), as
+/// the kinds it made them. Public objects and keys already present cost no write.
+///
+/// A grant's value is empty when the stored object says of its bytes what the episode's
+/// object says (the common case: the episode stored them, or made the same kind of them as
+/// the first writer did); otherwise it is the episode's own header ([`Object::encode_header`]),
+/// which its reads show in place of the stored one ([`object`]).
+pub(crate) fn grant<'o>(
     w: &mut WriteCtx<'_, '_>,
     episode: &str,
-    refs: impl IntoIterator<Item = Ref>,
+    objects: impl IntoIterator<Item = &'o Object>,
 ) -> Result<(), StoreError> {
     let mut added = false;
     let mut key = Vec::with_capacity(8 + episode.len());
-    for reference in refs {
-        // An object this operation stored anew is not looked up: its place and kind (the
-        // caller's) are known. Only this operation can have granted it already, and the mark
-        // says whether it tried: the first time, no grant of it can exist.
-        let seq = match w.stored_anew_marking(&ref_key(&reference, OBJECT)) {
+    for o in objects {
+        // An object this operation stored anew for the first time is not looked up: its place
+        // and header (the caller's) are known, and no grant of it can exist yet. One it stored
+        // anew and granted already is looked up like any other: it may be granted as another
+        // kind.
+        let (seq, header) = match w.stored_anew_marking(&ref_key(&o.hash, OBJECT)) {
             Some((_, true, _)) => continue,
             Some((seq, false, false)) => {
                 write_tail_key(&mut key, episode, seq);
@@ -401,16 +447,16 @@ pub(crate) fn grant(
                 added = true;
                 continue;
             }
-            Some((seq, false, true)) => seq,
-            // The stored kind, not the caller's: the first writer's semantic id wins.
-            None => match w.reader().sequenced(&reference)? {
-                Some((seq, o)) if !is_public(o.semantic_id) => seq,
+            Some((_, false, true)) | None => match w.reader().sequenced(&o.hash)? {
+                Some((seq, stored)) if !is_public(stored.semantic_id) => {
+                    (seq, (!o.same_header(&stored)).then(|| o.encode_header()))
+                }
                 _ => continue,
             },
         };
-        if !granted(&w.reader(), episode, seq)? {
+        if grant_of(&w.reader(), episode, seq)?.is_none() {
             write_tail_key(&mut key, episode, seq);
-            READERS_TAIL.put(w, &key, &[])?;
+            READERS_TAIL.put(w, &key, header.as_deref().unwrap_or_default())?;
             added = true;
         }
     }
@@ -424,23 +470,47 @@ pub(crate) fn grant(
 /// empty the tail.
 fn merge_tail(w: &mut WriteCtx<'_, '_>) -> Result<(), StoreError> {
     // Thousands of keys: laid end to end in one buffer, and sorted as slices of it.
+    // Each grant's key, then its value (usually empty).
     let mut bytes = Vec::new();
     let mut spans = Vec::new();
     for item in READERS_TAIL.iter(&w.reader())? {
-        let (k, _) = item?;
+        let (k, header) = item?;
         if let Some((seq, episode)) = split_tail_key(k) {
             let start = bytes.len();
             append_key_of(&mut bytes, episode, seq);
-            spans.push(start..bytes.len());
+            let split = bytes.len();
+            bytes.extend_from_slice(header);
+            spans.push((start..split, split..bytes.len()));
         }
     }
-    spans.sort_unstable_by(|a, b| bytes[a.clone()].cmp(&bytes[b.clone()]));
-    for span in &spans {
-        READERS.put(w, &bytes[span.clone()], &[])?;
+    spans.sort_unstable_by(|a, b| bytes[a.0.clone()].cmp(&bytes[b.0.clone()]));
+    for (k, v) in &spans {
+        READERS.put(w, &bytes[k.clone()], &bytes[v.clone()])?;
     }
     READERS_TAIL.clear(w)?;
     tracing::debug!(grants = spans.len(), "readers merged");
     Ok(())
+}
+
+/// [`grant`] of objects already stored, as the kinds they were stored as.
+#[cfg(test)]
+pub(crate) fn grant_stored(
+    w: &mut WriteCtx<'_, '_>,
+    episode: &str,
+    refs: impl IntoIterator<Item = Ref>,
+) -> Result<(), StoreError> {
+    let mut objects = Vec::new();
+    for r in refs {
+        let (_, o) = w.reader().sequenced(&r)?.expect("a stored object");
+        objects.push(Object {
+            hash: o.hash,
+            interface_hash: o.interface_hash,
+            semantic_id: o.semantic_id.to_owned(),
+            provenance: o.provenance.to_owned(),
+            payload: o.payload.to_vec(),
+        });
+    }
+    grant(w, episode, &objects)
 }
 
 #[cfg(test)]
@@ -507,9 +577,9 @@ mod tests {
                     for o in &objects {
                         w.put_object(o)?;
                     }
-                    grant(w, &episode, objects.iter().map(|o| o.hash))?;
+                    grant(w, &episode, &objects)?;
                     // Granted again in the same operation: nothing more is added.
-                    grant(w, &episode, objects.iter().map(|o| o.hash))
+                    grant(w, &episode, &objects)
                 })
                 .unwrap();
         };
@@ -542,7 +612,7 @@ mod tests {
         let store = Store::create(&dir.path().join("db")).unwrap();
         let fill = stored(&store, "fill", READERS_MERGE_AT as usize - 1);
         store
-            .write(move |w| grant(w, "ep", fill.iter().copied()))
+            .write(move |w| grant_stored(w, "ep", fill.iter().copied()))
             .unwrap();
         assert_eq!(rows(&store, "readers_tail"), READERS_MERGE_AT as usize - 1);
         let new = Object::new(KIND, "test", b"the last one".to_vec());
@@ -550,8 +620,8 @@ mod tests {
         store
             .write(move |w| {
                 w.put_object(&new)?;
-                grant(w, "ep", [new.hash])?;
-                grant(w, "ep", [new.hash])
+                grant(w, "ep", [&new])?;
+                grant(w, "ep", [&new])
             })
             .unwrap();
         assert_eq!(rows(&store, "readers_tail"), 0);
@@ -576,7 +646,7 @@ mod tests {
             let episode = episode.to_owned();
             let refs = refs.to_vec();
             store
-                .write(move |w| grant(w, &episode, refs.iter().copied()))
+                .write(move |w| grant_stored(w, &episode, refs.iter().copied()))
                 .unwrap();
         };
         let (mut merged_at, mut granted) = (None, 0);
@@ -624,5 +694,126 @@ mod tests {
             })
             .unwrap();
         assert!(from_theirs);
+    }
+
+    /// Objects are deduplicated by content, first writer wins. An episode that sends bytes
+    /// another episode stored first as another kind (a guess of its plan or its output) reads
+    /// them, and lists them, as the kind it stored them as: what it reads says nothing of who
+    /// made them first. The first writer and operators still see the stored object. The same
+    /// holds once the grants have moved from the tail into `readers`.
+    #[test]
+    fn an_episode_reads_bytes_another_stored_first_as_the_kind_it_sent_them_as() {
+        const THEIRS: &str = "world/test-plan/v1";
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::create(&dir.path().join("db")).unwrap();
+        let first = Object::new(THEIRS, "host/broker", b"the victim's plan".to_vec());
+        let guess = Object::new(KIND, "coordinator", b"the victim's plan".to_vec());
+        assert_eq!(first.hash, guess.hash);
+        let store_and_grant = |episode: &'static str, o: Object| {
+            store
+                .write(move |w| {
+                    w.put_object(&o)?;
+                    grant(w, episode, [&o])
+                })
+                .unwrap();
+        };
+        store_and_grant("victim", first.clone());
+        store_and_grant("mallory", guess.clone());
+        let seen = |reader: Reader| {
+            store
+                .read(|r| {
+                    let o = super::object(r, &reader, &first.hash)?.unwrap();
+                    Ok::<_, StoreError>((
+                        o.semantic_id.to_owned(),
+                        o.provenance.to_owned(),
+                        o.interface_hash,
+                        o.payload.to_vec(),
+                    ))
+                })
+                .unwrap()
+        };
+        let as_made = |o: &Object| {
+            let h = (
+                o.semantic_id.clone(),
+                o.provenance.clone(),
+                o.interface_hash,
+            );
+            (h.0, h.1, h.2, o.payload.clone())
+        };
+        let check = |when: &str| {
+            assert_eq!(
+                seen(Reader::Episode("mallory".into())),
+                as_made(&guess),
+                "{when}"
+            );
+            assert_eq!(
+                seen(Reader::Episode("victim".into())),
+                as_made(&first),
+                "{when}"
+            );
+            assert_eq!(seen(Reader::Operator), as_made(&first), "{when}");
+            assert_eq!(listed(&store, "mallory", 10), vec![guess.hash], "{when}");
+            let in_kind = |episode: &str, kind: &str, after: Option<Ref>| {
+                let reader = Reader::Episode(episode.into());
+                store
+                    .read(|r| {
+                        Ok::<_, StoreError>(
+                            by_semantic_id(r, &reader, kind, after, 10)?
+                                .map(|page| page.iter().map(|o| o.hash).collect::<Vec<_>>()),
+                        )
+                    })
+                    .unwrap()
+            };
+            assert_eq!(in_kind("mallory", THEIRS, None), Some(vec![]), "{when}");
+            assert_eq!(
+                in_kind("victim", THEIRS, None),
+                Some(vec![first.hash]),
+                "{when}"
+            );
+            assert_eq!(in_kind("victim", KIND, None), Some(vec![]), "{when}");
+            // A page may start after it only in the kind the episode made of it.
+            assert_eq!(
+                in_kind("mallory", KIND, Some(guess.hash)),
+                Some(vec![]),
+                "{when}"
+            );
+            assert_eq!(in_kind("mallory", THEIRS, Some(guess.hash)), None, "{when}");
+        };
+        check("waiting in the tail");
+        assert_eq!(rows(&store, "readers_tail"), 2);
+        let fill = stored(&store, "fill", READERS_MERGE_AT as usize - 2);
+        store
+            .write(move |w| grant_stored(w, "filler", fill.iter().copied()))
+            .unwrap();
+        assert_eq!(rows(&store, "readers_tail"), 0);
+        check("merged into readers");
+    }
+
+    /// A grant's header that does not decode is a damaged store, not a silent fallback to the
+    /// first writer's kind.
+    #[test]
+    fn a_damaged_grant_header_is_a_damaged_store() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::create(&dir.path().join("db")).unwrap();
+        let o = Object::new(KIND, "test", b"bytes".to_vec());
+        let h = o.hash;
+        let seq = store
+            .write(move |w| {
+                w.put_object(&o)?;
+                let (seq, _) = w.reader().sequenced(&o.hash)?.unwrap();
+                READERS_TAIL.put(w, &tail_key("ep", seq), &[1, 2, 3])?;
+                Ok::<_, StoreError>(seq)
+            })
+            .unwrap();
+        let reader = Reader::Episode("ep".into());
+        let err = store
+            .read(|r| super::object(r, &reader, &h).map(|o| o.is_some()))
+            .unwrap_err();
+        assert!(
+            err.to_string().contains(&format!(
+                "the read grant of object {h} (row {seq}) is damaged"
+            )),
+            "{err}"
+        );
     }
 }

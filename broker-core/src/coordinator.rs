@@ -1128,7 +1128,7 @@ impl Coordinator {
             for o in &objects {
                 w.put_verified_object(o)?;
             }
-            access::grant(w, &episode, objects.iter().map(|o| o.hash))?;
+            access::grant(w, &episode, &objects)?;
             Ok(true)
         };
         if beside {
@@ -1460,7 +1460,6 @@ impl Coordinator {
                 return Err(CallError::RefusalRate);
             }
         }
-        let readable: Vec<Ref> = objects.iter().map(|o| o.hash).collect();
         let append = Append {
             objects,
             transition_fn: p.entry.transition_fn,
@@ -1499,7 +1498,7 @@ impl Coordinator {
         let submitted = self.store.submit(
             move |w: &mut WriteCtx<'_, '_>| -> Result<log::Committed, CallError> {
                 let committed = log::append_checked(w, &append)?;
-                access::grant(w, &episode, readable.iter().copied())?;
+                access::grant(w, &episode, append.objects())?;
                 task_state.entry_index = Some(committed.entry.header.entry_index);
                 task_state.world_ref = Some(committed.world_ref);
                 match journal_outcome {

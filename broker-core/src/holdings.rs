@@ -124,7 +124,7 @@ pub fn holdings(r: &ReadCtx<'_>) -> Result<Vec<Holding>, StoreError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::access::{grant, READERS_MERGE_AT};
+    use crate::access::{grant_stored, READERS_MERGE_AT};
     use crate::object::{Object, Ref};
     use crate::store::Store;
 
@@ -138,7 +138,7 @@ mod tests {
 
     fn granted(store: &Store, episode: &'static str, refs: Vec<Ref>) {
         store
-            .write(move |w| grant(w, episode, refs.iter().copied()))
+            .write(move |w| grant_stored(w, episode, refs.iter().copied()))
             .unwrap();
     }
 

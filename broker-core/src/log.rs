@@ -447,6 +447,13 @@ pub struct CheckedAppend {
     minted_last: bool,
 }
 
+impl CheckedAppend {
+    /// The objects the append stores, the invocation record last.
+    pub(crate) fn objects(&self) -> &[Object] {
+        &self.append.objects
+    }
+}
+
 impl Append {
     /// Check every object against its address, on the caller's thread.
     pub fn checked(self) -> Result<CheckedAppend, LogError> {

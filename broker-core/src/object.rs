@@ -259,16 +259,37 @@ impl Object {
     /// Storage encoding of everything but the hash (the key):
     /// `interfaceHash(32) | u16 len | semanticId | u16 len | provenance | payload`.
     pub(crate) fn encode_value(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(
+            36 + self.semantic_id.len() + self.provenance.len() + self.payload.len(),
+        );
+        self.encode_header_into(&mut out);
+        out.extend_from_slice(&self.payload);
+        out
+    }
+
+    /// [`Object::encode_value`] without the payload: what the object says about its bytes.
+    pub(crate) fn encode_header(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(36 + self.semantic_id.len() + self.provenance.len());
+        self.encode_header_into(&mut out);
+        out
+    }
+
+    fn encode_header_into(&self, out: &mut Vec<u8>) {
         let sid = self.semantic_id.as_bytes();
         let prov = self.provenance.as_bytes();
-        let mut out = Vec::with_capacity(36 + sid.len() + prov.len() + self.payload.len());
         out.extend_from_slice(self.interface_hash.as_bytes());
         out.extend_from_slice(&(sid.len().min(u16::MAX as usize) as u16).to_be_bytes());
         out.extend_from_slice(&sid[..sid.len().min(u16::MAX as usize)]);
         out.extend_from_slice(&(prov.len().min(u16::MAX as usize) as u16).to_be_bytes());
         out.extend_from_slice(&prov[..prov.len().min(u16::MAX as usize)]);
-        out.extend_from_slice(&self.payload);
-        out
+    }
+
+    /// True when `view` says of its bytes what this object says of the same bytes: the same
+    /// interface hash, semantic id and provenance.
+    pub(crate) fn same_header(&self, view: &ObjectView<'_>) -> bool {
+        self.interface_hash == view.interface_hash
+            && self.semantic_id == view.semantic_id
+            && self.provenance == view.provenance
     }
 
     /// Inverse of [`Object::encode_value`]; `None` when the stored bytes are damaged.
@@ -319,6 +340,16 @@ impl<'a> ObjectView<'a> {
     /// The payload hashes to the object's address.
     pub fn verify(&self) -> bool {
         Ref::of(self.payload) == self.hash
+    }
+
+    /// The same bytes under another header ([`Object::encode_header`]): what an episode that
+    /// stored them as another kind reads them as. `None` when the header is damaged.
+    pub(crate) fn with_header(self, header: &'a [u8]) -> Option<ObjectView<'a>> {
+        let told = ObjectView::decode(self.hash, header)?;
+        told.payload.is_empty().then_some(ObjectView {
+            payload: self.payload,
+            ..told
+        })
     }
 }
 

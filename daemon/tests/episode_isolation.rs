@@ -264,6 +264,88 @@ fn identical_arguments_from_another_episode_do_not_open_the_first_episodes_call(
     assert_eq!(object(&d, Some(&b), &ra[0].1, false).status, 404);
 }
 
+/// The guess oracle: objects are deduplicated by content, first writer wins. Mallory sends, as
+/// the arguments of a call, the exact plan it guesses the victim's read of `notes.txt` made
+/// (plans are deterministic). Its call is refused, but it may now read those bytes, and their
+/// stored kind (`world/effect-plan/v1`, not the `world/invocation-input/v1` it sent) would
+/// confirm the guess. It reads and lists them as exactly what it stored; the victim and the
+/// operator still read the victim's plan. The other way round, the victim whose plan bytes
+/// Mallory stored first reads them as its plan, not as somebody's input.
+#[test]
+fn an_agent_cannot_confirm_a_guess_of_another_episodes_bytes_by_the_kind_they_were_first_stored_as()
+{
+    let d = Daemon::start(WS, &[]);
+    let victim = d.session("victim", &["Workspace.Read=worktree:5"]);
+    let mallory = d.session("mallory", &["Workspace.Read=worktree:5"]);
+    let operator = d.operator_session("ops", &[]);
+    std::fs::write(d.root().join("victim/notes.txt"), "password=hunter2\n").unwrap();
+    let at = a2a(
+        &d,
+        &victim,
+        "read",
+        "ailang-read",
+        json!({"path": "notes.txt"}),
+    )["result"]["metadata"]["entry_index"]
+        .as_u64()
+        .unwrap();
+    let plan_ref = call_refs(&d, &operator, at)[3].1.clone();
+    let plan = payload_json(&object(&d, Some(&operator), &plan_ref, true));
+    assert_eq!(plan["plan"], "world/effect-plan/v1", "{plan}");
+
+    // Mallory's own input, made the ordinary way: what its guess must look like.
+    let mine = a2a(
+        &d,
+        &mallory,
+        "own",
+        "ailang-read",
+        json!({"path": "mine.txt"}),
+    )["result"]["metadata"]["entry_index"]
+        .as_u64()
+        .unwrap();
+    let own_input = object(
+        &d,
+        Some(&mallory),
+        &call_refs(&d, &operator, mine)[1].1,
+        false,
+    )
+    .json();
+    a2a(&d, &mallory, "guess", "ailang-read", plan.clone());
+    let guessed = object(&d, Some(&mallory), &plan_ref, true);
+    assert_eq!(guessed.status, 200, "{}", guessed.text());
+    let guessed_json = guessed.json();
+    for field in ["semanticId", "provenance", "interfaceHash"] {
+        assert_eq!(
+            guessed_json[field], own_input[field],
+            "{field}: Mallory reads the bytes it sent as its own input: {guessed_json}"
+        );
+    }
+    assert_eq!(payload_json(&guessed), plan);
+    assert!(listed(&d, &mallory, "world/invocation-input/v1").contains(&plan_ref));
+    assert!(!listed(&d, &mallory, "world/effect-plan/v1").contains(&plan_ref));
+    // The victim and the operator see the plan the victim's call made.
+    for token in [&victim, &operator] {
+        assert_eq!(
+            object(&d, Some(token), &plan_ref, false).json()["semanticId"],
+            "world/effect-plan/v1"
+        );
+    }
+    assert!(listed(&d, &victim, "world/effect-plan/v1").contains(&plan_ref));
+    assert!(!listed(&d, &victim, "world/invocation-input/v1").contains(&plan_ref));
+
+    // The other way round: bytes Mallory stored first as its input are the victim's plan.
+    let d = Daemon::start(WS, &[]);
+    let (victim, plan, at) = a_plan_stored_first_as_another_calls_input(&d);
+    let operator = d.operator_session("ops", &[]);
+    let plan_ref = call_refs(&d, &operator, at)[3].1.clone();
+    assert_eq!(
+        payload_json(&object(&d, Some(&victim), &plan_ref, true)),
+        plan
+    );
+    let seen = object(&d, Some(&victim), &plan_ref, false).json();
+    assert_eq!(seen["semanticId"], "world/effect-plan/v1", "{seen}");
+    assert!(listed(&d, &victim, "world/effect-plan/v1").contains(&plan_ref));
+}
+
 #[test]
 fn open_reads_keep_the_reference_behaviour() {
     let d = Daemon::start(WS, &["--open-reads"]);

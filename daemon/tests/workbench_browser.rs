@@ -890,7 +890,9 @@ fn a_log_stream_refused_for_want_of_a_place_is_said_on_the_page_with_the_daemons
 /// The workbench re-verifies like `worldd why`: an agent that stored another episode's next
 /// plan first as its own call's input (objects are deduplicated by content, first writer wins)
 /// made the victim's genuine call show a broken plan link in the page. The kind is the record's
-/// word: the link verifies, with a note that the bytes were first stored as another kind.
+/// word: for the operator, who reads the stored object, the link verifies with a note that the
+/// bytes were first stored as another kind. The victim reads its plan as its plan, so its page
+/// verifies every link without a note, and says nothing of the other episode.
 #[test]
 fn an_agent_storing_another_calls_plan_first_as_its_input_does_not_break_it_in_the_page() {
     let Some(b) = Browser::start_or_skip(
@@ -902,7 +904,15 @@ fn an_agent_storing_another_calls_plan_first_as_its_input_does_not_break_it_in_t
     };
     let d = Daemon::start(WS, &[]);
     let (victim, _, index) = a_plan_stored_first_as_another_calls_input(&d);
-    sign_in(&b, &format!("http://{}", d.addr), &victim, "#log");
+    let base = format!("http://{}", d.addr);
+    sign_in(&b, &base, &victim, "#log");
+    b.click(&b.wait_for_element(&format!("#entries a[data-index='{index}']")));
+    assert_eq!(verdict(&b), "✓ 7 links verified");
+    assert!(b.find_all("li.link .link-note").is_empty());
+    sign_out(&b);
+
+    let operator = d.operator_session("ops", &[]);
+    sign_in(&b, &base, &operator, "#log");
     b.click(&b.wait_for_element(&format!("#entries a[data-index='{index}']")));
     assert_eq!(verdict(&b), "✓ 7 links verified");
     let note = b

@@ -248,7 +248,7 @@ pub(super) fn submit_unrecorded(
         for o in &objects {
             w.put_object(o)?;
         }
-        access::grant(w, &episode, objects.iter().map(|o| o.hash))?;
+        access::grant(w, &episode, &objects)?;
         if journal::state_in(w, &id)?.and_then(|s| s.status).is_none() {
             journal::append_outcome(w, &id, status, Some(record))?;
         }
