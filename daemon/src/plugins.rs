@@ -1065,6 +1065,26 @@ mod tests {
     }
 
     #[test]
+    fn a_hostile_schema_nested_far_past_the_bound_is_refused_without_recursing_into_it() {
+        // Far deeper than any JSON text the daemon parses could nest: built here, not parsed.
+        // (Not with `json!`, which would serialise each level again.)
+        let wrap =
+            |key: &str, inner: Value| Value::Object(Map::from_iter([(key.to_owned(), inner)]));
+        let deep = (0..100_000).fold(Value::Object(Map::new()), |s, _| wrap("items", s));
+        let schema = wrap("properties", wrap("k", deep));
+        let problem = authored::check_schema(&schema);
+        // Dropping it would recurse as deep as it nests.
+        std::mem::forget(schema);
+        assert_eq!(
+            problem,
+            Err(format!(
+                r#"key "k"{}: schemas nested more than 8 deep; the daemon's config check reads no deeper"#,
+                ".items".repeat(9)
+            ))
+        );
+    }
+
+    #[test]
     fn a_manifest_name_no_operator_could_type_is_refused_at_load() {
         for bad in [
             "My Notes!",

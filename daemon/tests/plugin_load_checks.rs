@@ -118,6 +118,90 @@ fn mistakes_in_a_manifest_are_problems_for_handlers_and_stop_serve() {
     }
 }
 
+/// The keywords a key may carry, said in the message for an unknown one.
+const KEY_KEYWORDS: &str = "type, minimum, maximum, $schema, title, description, default, examples, items, enum, const, minLength, maxLength, pattern, minItems, maxItems, uniqueItems";
+
+#[test]
+fn a_mistake_nested_in_a_keys_items_schema_is_a_problem_naming_its_path() {
+    let dir = tempfile::tempdir().unwrap();
+    let plugins = plugin_dir(dir.path(), &[misfit_library()]);
+    let lib = plugins.join(misfit_library().file_name().unwrap());
+    let schema = |property: Value| json!({"configSchema": {"type": "object", "properties": {"paths": property}}});
+    // `items` nested `depth` deep around `inner`.
+    let nested = |depth: usize, inner: Value| {
+        (0..depth).fold(inner, |s, _| json!({"type": "array", "items": s}))
+    };
+    // Arrays of arrays nested as deep as the check reads pass.
+    let (code, out, err) = worldd_with(
+        &schema(nested(8, json!({"type": "string", "minLength": 1}))),
+        "handlers",
+        &plugins,
+        &[],
+    );
+    assert_eq!(code, Some(0), "{err}");
+    assert!(!out.contains("problem:"), "{out}");
+    for (changes, problem) in [
+        // The same mistakes as at a key, one and two schemas down.
+        (
+            schema(json!({"type": "array", "items": {"type": "strng"}})),
+            r#"configSchema of plugin misfit: key "paths".items: type "strng" is not one the daemon knows (string, integer, number, boolean, array, object); did you mean string?"#.to_owned(),
+        ),
+        (
+            schema(nested(2, json!({"type": "string", "minLenght": 1}))),
+            format!(r#"configSchema of plugin misfit: key "paths".items.items: keyword "minLenght" is not one the daemon's config check knows; did you mean minLength? (known here: {KEY_KEYWORDS})"#),
+        ),
+        (
+            schema(json!({"type": "array", "items": {"type": "integer", "default": "1"}})),
+            r#"configSchema of plugin misfit: key "paths".items: its default "1" is not of its type integer"#.to_owned(),
+        ),
+        (
+            schema(json!({"type": "array", "items": {"type": "integer", "maximum": 10, "default": 11}})),
+            r#"configSchema of plugin misfit: key "paths".items: its default 11 must be at most 10"#.to_owned(),
+        ),
+        (
+            schema(json!({"type": "array", "items": {"type": "integer", "minimum": "1"}})),
+            r#"configSchema of plugin misfit: key "paths".items: "minimum" must be a number"#.to_owned(),
+        ),
+        (
+            schema(json!({"type": "array", "items": "string"})),
+            r#"configSchema of plugin misfit: key "paths".items: its schema must be an object"#.to_owned(),
+        ),
+        // A table's keys are not a schema the daemon reads, at a key or below one.
+        (
+            schema(json!({"type": "array", "items": {"type": "object", "properties": {"p": {"type": "strng"}}}})),
+            format!(r#"configSchema of plugin misfit: key "paths".items: keyword "properties" is not one the daemon's config check knows (known here: {KEY_KEYWORDS})"#),
+        ),
+    ] {
+        refused(changes, &plugins, &[], &lib, &problem);
+    }
+}
+
+#[test]
+fn a_schema_nested_past_the_depth_the_check_reads_is_refused_not_recursed_into() {
+    let dir = tempfile::tempdir().unwrap();
+    let plugins = plugin_dir(dir.path(), &[misfit_library()]);
+    let lib = plugins.join(misfit_library().file_name().unwrap());
+    let nested = |depth: usize| {
+        (0..depth).fold(
+            json!({"type": "string"}),
+            |s, _| json!({"type": "array", "items": s}),
+        )
+    };
+    let path = ".items".repeat(9);
+    // One past the bound, and as deep as the plugin's own JSON reader lets a manifest go.
+    for depth in [9, 100] {
+        refused(
+            json!({"configSchema": {"properties": {"grid": nested(depth)}}}),
+            &plugins,
+            &[],
+            &lib,
+            &format!(
+                r#"configSchema of plugin misfit: key "grid"{path}: schemas nested more than 8 deep; the daemon's config check reads no deeper"#
+            ),
+        );
+    }
+}
+
 #[test]
 fn two_plugins_sharing_a_name_or_a_tool_id_are_refused_naming_both_files() {
     let dir = tempfile::tempdir().unwrap();

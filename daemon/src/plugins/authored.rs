@@ -137,7 +137,8 @@ const KEY_LEFT_TO_PLUGIN: [&str; 9] = [
 
 /// The plugin's `configSchema` itself: only keywords the daemon knows (a misspelled one would
 /// silently switch a check off), known `type` names, numeric bounds, and each `default` of its
-/// key's own type and within its bounds. An absent (null) schema checks nothing.
+/// key's own type and within its bounds, at each key and in the schemas nested below it (its
+/// `items`, at most [`MAX_NESTING`] deep). An absent (null) schema checks nothing.
 pub fn check_schema(schema: &Value) -> Result<(), String> {
     let top = match schema {
         Value::Null => return Ok(()),
@@ -164,43 +165,70 @@ pub fn check_schema(schema: &Value) -> Result<(), String> {
         Some(_) => return Err("\"properties\" must be an object".into()),
     };
     for (key, p) in props {
-        let at = format!("key {}: ", quote(key));
-        let Some(p) = p.as_object() else {
-            return Err(format!("{at}its schema must be an object"));
-        };
-        let known = [&KEY_CHECKED[..], &ANNOTATIONS[..], &KEY_LEFT_TO_PLUGIN[..]].concat();
-        unknown_keyword(p, &known, &at)?;
-        let t = match p.get("type") {
-            None => None,
-            Some(Value::String(t)) if TYPES.contains(&t.as_str()) => Some(t.as_str()),
-            Some(t) => {
-                return Err(format!(
-                    "{at}type {t} is not one the daemon knows ({}){}",
-                    TYPES.join(", "),
-                    t.as_str().map(|t| near(t, &TYPES)).unwrap_or_default()
-                ))
-            }
-        };
-        for bound in ["minimum", "maximum"] {
-            if p.get(bound).is_some_and(|b| !b.is_number()) {
-                return Err(format!("{at}\"{bound}\" must be a number"));
-            }
-        }
-        if let Some(d) = p.get("default") {
-            if let Some(t) = t.filter(|t| !of_type(t, d)) {
-                return Err(format!("{at}its default {d} is not of its type {t}"));
-            }
-            // `config key "k" must be at most N`, said of the default.
-            let prefix = format!("config key {key:?} ");
-            super::within_bounds(key, d, &Value::Object(p.clone())).map_err(|e| {
-                format!(
-                    "{at}its default {d} {}",
-                    e.strip_prefix(&prefix).unwrap_or(&e)
-                )
-            })?;
-        }
+        check_key(key, &format!("key {}", quote(key)), p, 0)?;
     }
     Ok(())
+}
+
+/// How deep schemas may nest below a key (`items` within `items`): an array of arrays of
+/// arrays is already a rare config, and a bound keeps a hostile schema from taking the
+/// daemon's stack with it.
+pub const MAX_NESTING: usize = 8;
+
+/// The schema of one key, or of what it nests (`path` names it: `key "paths".items`), at
+/// `depth` schemas below the key: the same keywords, types, bounds and defaults as a key's,
+/// down through `items`. The values under `items` are the plugin's to check; the keywords
+/// there are read here, since a misspelled one would switch off the plugin's check as silently.
+fn check_key(key: &str, path: &str, p: &Value, depth: usize) -> Result<(), String> {
+    let at = format!("{path}: ");
+    if depth > MAX_NESTING {
+        return Err(format!(
+            "{at}schemas nested more than {MAX_NESTING} deep; the daemon's config check reads no deeper"
+        ));
+    }
+    let Some(p) = p.as_object() else {
+        return Err(format!("{at}its schema must be an object"));
+    };
+    let known = [&KEY_CHECKED[..], &ANNOTATIONS[..], &KEY_LEFT_TO_PLUGIN[..]].concat();
+    unknown_keyword(p, &known, &at)?;
+    let t = match p.get("type") {
+        None => None,
+        Some(Value::String(t)) if TYPES.contains(&t.as_str()) => Some(t.as_str()),
+        Some(t) => {
+            return Err(format!(
+                "{at}type {t} is not one the daemon knows ({}){}",
+                TYPES.join(", "),
+                t.as_str().map(|t| near(t, &TYPES)).unwrap_or_default()
+            ))
+        }
+    };
+    for bound in ["minimum", "maximum"] {
+        if p.get(bound).is_some_and(|b| !b.is_number()) {
+            return Err(format!("{at}\"{bound}\" must be a number"));
+        }
+    }
+    if let Some(d) = p.get("default") {
+        if let Some(t) = t.filter(|t| !of_type(t, d)) {
+            return Err(format!("{at}its default {d} is not of its type {t}"));
+        }
+        // `config key "k" must be at most N`, said of the default.
+        let prefix = format!("config key {key:?} ");
+        // Only the bounds are copied: `p` may hold a schema nested below it.
+        let bounds: Map<String, Value> = ["minimum", "maximum"]
+            .into_iter()
+            .filter_map(|b| Some((b.to_owned(), p.get(b)?.clone())))
+            .collect();
+        super::within_bounds(key, d, &Value::Object(bounds)).map_err(|e| {
+            format!(
+                "{at}its default {d} {}",
+                e.strip_prefix(&prefix).unwrap_or(&e)
+            )
+        })?;
+    }
+    match p.get("items") {
+        Some(items) => check_key(key, &format!("{path}.items"), items, depth + 1),
+        None => Ok(()),
+    }
 }
 
 fn unknown_keyword(schema: &Map<String, Value>, known: &[&str], at: &str) -> Result<(), String> {
