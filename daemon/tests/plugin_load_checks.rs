@@ -249,6 +249,33 @@ fn two_plugins_sharing_a_name_or_a_tool_id_are_refused_naming_both_files() {
 }
 
 #[test]
+fn an_incompatible_abi_is_refused_with_the_handler_api_version_to_rebuild_against() {
+    let bad = fixtures::incompatible_plugin();
+    let dir = tempfile::tempdir().unwrap();
+    let plugins = plugin_dir(dir.path(), &[&bad.library]);
+    let lib = plugins.join(bad.library.file_name().unwrap());
+    let cause = format!(
+        "incompatible ABI: handler-api {} expected, {} found; rebuild the plugin against handler-api {}, the version this worldd expects",
+        bad.expected, bad.found, bad.expected
+    );
+    let (code, out, err) = worldd_with(&json!({}), "handlers", &plugins, &[]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(
+        out.contains(&format!("\n{}\n  not loadable: {cause}\n", lib.display())),
+        "{out}"
+    );
+    let (code, _, err) = worldd_with(&json!({}), "serve", &plugins, &[]);
+    assert_eq!(code, Some(2), "{err}");
+    assert_eq!(
+        err.lines().last().unwrap_or_default(),
+        format!(
+            "worldd: daemon startup failed at plugins: plugin {}: {cause}",
+            lib.display()
+        )
+    );
+}
+
+#[test]
 fn a_panic_in_the_plugins_constructor_is_not_called_a_config_rejection() {
     let dir = tempfile::tempdir().unwrap();
     let plugins = plugin_dir(dir.path(), &[misfit_library()]);

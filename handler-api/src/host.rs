@@ -79,6 +79,35 @@ impl LoadError {
             detail,
         }
     }
+
+    /// After an ABI mismatch, what to do about it: [`rebuild_hint`], said after the cause (so
+    /// that a long cause, cut, never cuts it).
+    fn with_rebuild_hint(mut self, library: Option<&str>) -> LoadError {
+        if matches!(
+            self.kind,
+            LoadErrorKind::IncompatibleAbi | LoadErrorKind::AbiVersion
+        ) {
+            let hint = rebuild_hint(&self.summary, library);
+            self.summary.push_str(&hint);
+        }
+        self
+    }
+}
+
+/// The handler-api version this daemon was built with: the one abi_stable compares a
+/// plugin's with (`package_version_strings!` of [`crate::PluginModRef`]).
+const OUR_VERSION: &str = env!("CARGO_PKG_VERSION");
+
+/// `; rebuild the plugin against handler-api X, the version this worldd expects`, followed by
+/// the version the library names when it is known and `summary` does not already say it.
+pub(crate) fn rebuild_hint(summary: &str, library: Option<&str>) -> String {
+    let mut hint = format!(
+        "; rebuild the plugin against handler-api {OUR_VERSION}, the version this worldd expects"
+    );
+    if let Some(library) = library.filter(|v| !summary.contains(&format!(" {v} found"))) {
+        hint.push_str(&format!(" (the library was built against {library})"));
+    }
+    hint
 }
 
 impl fmt::Display for LoadError {
@@ -254,14 +283,17 @@ fn classify(path: &Path, err: &LibraryError) -> (LoadErrorKind, String) {
 /// [`crate::PluginMod`] are compatible (abi_stable); its `abi_version()`
 /// equals [`ABI_VERSION`].
 pub fn load_plugin(path: &Path) -> Result<PluginModRef, LoadError> {
-    let to_error = |err: LibraryError| {
+    let to_error = |err: LibraryError, library: Option<&str>| {
         let (kind, summary) = classify(path, &err);
-        LoadError::new(path, kind, summary, err.to_string())
+        LoadError::new(path, kind, summary, err.to_string()).with_rebuild_hint(library)
     };
-    let header = lib_header_from_path(path).map_err(to_error)?;
+    let header = lib_header_from_path(path).map_err(|e| to_error(e, None))?;
+    // The handler-api version the library names (its header passed abi_stable's check, so it
+    // can be read), for the rebuild hint.
+    let library = header.version_strings().version.as_str();
     let module = header
         .init_root_module::<PluginModRef>()
-        .map_err(to_error)?;
+        .map_err(|e| to_error(e, Some(library)))?;
     let found = (module.abi_version())();
     if found != ABI_VERSION {
         return Err(LoadError::new(
@@ -269,7 +301,8 @@ pub fn load_plugin(path: &Path) -> Result<PluginModRef, LoadError> {
             LoadErrorKind::AbiVersion,
             format!("incompatible ABI: handler ABI version {ABI_VERSION} expected, {found} found"),
             String::new(),
-        ));
+        )
+        .with_rebuild_hint(Some(library)));
     }
     Ok(module)
 }

@@ -6,7 +6,7 @@ use abi_stable::sabi_trait::TD_Opaque;
 use abi_stable::std_types::{ROption, RResult, RStr, RString};
 use serde_json::{json, Value};
 
-use crate::host::summarise_layout_report;
+use crate::host::{rebuild_hint, summarise_layout_report};
 use crate::*;
 
 fn request(payload: Value) -> Request {
@@ -702,5 +702,36 @@ fn layout_reports_are_summarised() {
     assert_eq!(
         summarise_layout_report("\n\nsomething odd\nmore"),
         "something odd"
+    );
+}
+
+#[test]
+fn an_abi_mismatch_names_the_handler_api_to_rebuild_against_and_the_librarys_own() {
+    let ours = env!("CARGO_PKG_VERSION");
+    let hint =
+        format!("; rebuild the plugin against handler-api {ours}, the version this worldd expects");
+    // The version mismatch already names the library's version.
+    assert_eq!(
+        rebuild_hint(
+            "incompatible ABI: handler-api 0.3.0 expected, 0.4.0 found",
+            Some("0.4.0")
+        ),
+        hint
+    );
+    // A layout mismatch does not: the hint does.
+    assert_eq!(
+        rebuild_hint(
+            "incompatible ABI: mismatched type at abi_version.__returns: u32 expected, u64 found",
+            Some("0.3.1")
+        ),
+        format!("{hint} (the library was built against 0.3.1)")
+    );
+    // An abi_stable header that differs: the library's version cannot be read.
+    assert_eq!(
+        rebuild_hint(
+            "incompatible ABI: built against an incompatible abi_stable (ABI header differs)",
+            None
+        ),
+        hint
     );
 }
