@@ -38,6 +38,34 @@ pub(crate) struct Row<'a> {
 }
 
 impl<'a> Row<'a> {
+    /// `bytes` as a row, or what about them does not decode. Beyond the layout, a stored row
+    /// holds at least one part, and a journal part is never empty: every write puts a part's
+    /// canonical JSON ([`put_initial`], [`put_resolution`]), so bytes that read as neither are
+    /// damage, not an invocation without states.
+    pub(crate) fn checked(bytes: &'a [u8]) -> Result<Row<'a>, String> {
+        let row = Row::decode(bytes).ok_or_else(|| Row::undecodable(bytes))?;
+        match (row.journal, row.task) {
+            (Some([]), _) => Err("its journal part is empty".into()),
+            (None, None) => Err("it holds neither a journal state nor a task state".into()),
+            _ => Ok(row),
+        }
+    }
+
+    /// Why bytes [`Row::decode`] refused do not decode.
+    fn undecodable(bytes: &[u8]) -> String {
+        match bytes.get(8..12) {
+            None => format!(
+                "it is {} byte(s), shorter than the 12 of its intent sequence and journal length",
+                bytes.len()
+            ),
+            Some(len) => format!(
+                "its journal part's length says {} byte(s), but {} follow",
+                u32::from_be_bytes(len.try_into().unwrap_or_default()),
+                bytes.len() - 12
+            ),
+        }
+    }
+
     pub(crate) fn decode(bytes: &'a [u8]) -> Option<Row<'a>> {
         let intent = u64::from_be_bytes(bytes.get(..8)?.try_into().ok()?);
         let len = u32::from_be_bytes(bytes.get(8..12)?.try_into().ok()?);
@@ -92,15 +120,16 @@ pub(crate) enum Part {
     Task,
 }
 
-/// `bytes` decoded as a row; `what` names them if they are damaged (built only then: rows are
-/// read several times per call).
+/// `bytes` decoded as a row ([`Row::checked`]); `what` names them if they are damaged (built
+/// only then: rows are read several times per call), and the error says what did not decode.
 fn decode<'t>(
     bytes: Option<&'t [u8]>,
     what: impl FnOnce() -> String,
 ) -> Result<Option<Row<'t>>, StoreError> {
     bytes
         .map(|b| {
-            Row::decode(b).ok_or_else(|| StoreError::Corrupt(format!("{} is damaged", what())))
+            Row::checked(b)
+                .map_err(|why| StoreError::Corrupt(format!("{} is damaged: {why}", what())))
         })
         .transpose()
 }
@@ -121,10 +150,13 @@ fn located<'t>(r: &ReadCtx<'t>, id: &str) -> Result<Option<(Place, &'t [u8])>, S
         let bytes = bytes.ok_or_else(|| {
             StoreError::Corrupt(format!("invocation row {id} is indexed but missing"))
         })?;
-        return match invocation_row::split(bytes) {
-            Some((stored, row)) if stored == id.as_bytes() => Ok(Some((Place::Sequence(seq), row))),
-            _ => Err(StoreError::Corrupt(format!(
+        return match named(bytes) {
+            Ok((stored, row)) if stored == id => Ok(Some((Place::Sequence(seq), row))),
+            Ok(_) => Err(StoreError::Corrupt(format!(
                 "invocation row {id} is indexed at the row of another invocation"
+            ))),
+            Err(why) => Err(StoreError::Corrupt(format!(
+                "invocation row {id} is damaged: row {seq} of invocation_rows, where the index finds it, names no invocation: {why}"
             ))),
         };
     }
@@ -226,34 +258,78 @@ pub(crate) fn visible<'a>(
 
 /// Every invocation's id and what readers see of it, in storage order (`invocation_rows`,
 /// then the rows of `invocations` written before schema 4), for the audit. A row that does not
-/// decode is skipped: whatever reads it by id (the walk of its entry) reports it.
+/// decode, or names no id, goes to `damaged` with what failed, instead: the audit reports it
+/// (a lookup by id finds no row whose id cannot be read, so its invocation reads as absent).
 pub(crate) fn for_each_visible<'t>(
     r: &ReadCtx<'t>,
     mut f: impl FnMut(&str, Row<'t>),
+    mut damaged: impl FnMut(String),
 ) -> Result<(), StoreError> {
-    let mut seen = |id: &str, row: &'t [u8]| -> Result<(), StoreError> {
+    let seen = |id: &str, row: &'t [u8]| -> Result<Result<Row<'t>, String>, StoreError> {
         let resolution = match Row::decode(row).and_then(|row| row.intent) {
             Some(seq) => RESOLUTIONS.get(r, &seq)?,
             None => None,
         };
-        if let Ok(row) = visible(id, row, resolution) {
-            f(id, row);
+        match visible(id, row, resolution) {
+            Ok(row) => Ok(Ok(row)),
+            Err(StoreError::Corrupt(why)) => Ok(Err(why)),
+            Err(e) => Err(e),
         }
-        Ok(())
     };
     for item in INVOCATION_ROWS.iter(r)? {
-        let (_, bytes) = item?;
-        if let Some((id, row)) = invocation_row::split(bytes) {
-            if let Ok(id) = std::str::from_utf8(id) {
-                seen(id, row)?;
-            }
+        let (seq, bytes) = item?;
+        match named(bytes) {
+            Ok((id, row)) => match seen(id, row)? {
+                Ok(row) => f(id, row),
+                Err(why) => damaged(why),
+            },
+            Err(why) => damaged(format!(
+                "row {seq} of invocation_rows names no invocation: {why}"
+            )),
         }
     }
     for item in INVOCATIONS.iter(r)? {
         let (id, row) = item?;
-        seen(id, row)?;
+        match seen(id, row)? {
+            Ok(row) => f(id, row),
+            Err(why) => damaged(why),
+        }
     }
     Ok(())
+}
+
+/// A row of `invocation_rows` as its id and row, or why its id cannot be read.
+fn named(bytes: &[u8]) -> Result<(&str, &[u8]), String> {
+    let (id, row) = invocation_row::split(bytes).ok_or_else(|| match bytes.get(..2) {
+        Some(len) => format!(
+            "its id length says {} byte(s), where {} follow",
+            u16::from_be_bytes([len[0], len[1]]),
+            bytes.len() - 2
+        ),
+        None => format!("it is {} byte(s), shorter than its id length", bytes.len()),
+    })?;
+    let id = std::str::from_utf8(id).map_err(|_| "its id is not UTF-8".to_string())?;
+    Ok((id, row))
+}
+
+/// The longest invocation id a row can begin with that [`unnamed_rows`] hands over.
+const ID_START: usize = 512;
+
+/// The rows of `invocation_rows` whose id cannot be read, each with why and the bytes where
+/// its id would begin (at most [`ID_START`]): a lookup by id cannot find such a row, so the
+/// invocation it holds reads as absent; when only the id's length was damaged, the id still
+/// stands there. Reads every row: for a reader that found no row of an invocation that must
+/// have one, never on a call's path.
+pub(crate) fn unnamed_rows(r: &ReadCtx<'_>) -> Result<Vec<(u64, String, Vec<u8>)>, StoreError> {
+    let mut found = Vec::new();
+    for item in INVOCATION_ROWS.iter(r)? {
+        let (seq, bytes) = item?;
+        if let Err(why) = named(bytes) {
+            let start = bytes.get(2..).unwrap_or_default();
+            found.push((seq, why, start[..start.len().min(ID_START)].to_vec()));
+        }
+    }
+    Ok(found)
 }
 
 /// Write a state of the invocation's first durable point into its row (keeping the other
@@ -635,5 +711,44 @@ mod tests {
         .encode();
         assert_eq!(Row::decode(&full[..3]), None);
         assert_eq!(Row::decode(&full[..full.len() - 1]), None);
+    }
+
+    /// Bytes that lay out as a row but hold no state, or an empty journal part, are no row any
+    /// write makes: a read says they are damaged, and what failed, instead of reading an
+    /// invocation without states (one "never committed").
+    #[test]
+    fn a_row_without_a_state_is_damage_and_says_what_failed() {
+        let checked = |bytes: &[u8]| Row::checked(bytes).map(|_| ()).unwrap_err();
+        assert_eq!(
+            checked(&[0; 12]),
+            "its journal part is empty",
+            "twelve zero bytes"
+        );
+        assert_eq!(
+            checked(&Row::default().encode()),
+            "it holds neither a journal state nor a task state"
+        );
+        assert_eq!(
+            checked(b"garbage"),
+            "it is 7 byte(s), shorter than the 12 of its intent sequence and journal length"
+        );
+        let mut long = vec![0; 8];
+        long.extend_from_slice(&40u32.to_be_bytes());
+        long.extend_from_slice(b"{}");
+        assert_eq!(
+            checked(&long),
+            "its journal part's length says 40 byte(s), but 2 follow"
+        );
+        let task_only = Row {
+            intent: None,
+            journal: None,
+            task: Some(b"{}"),
+        };
+        assert_eq!(Row::checked(&task_only.encode()), Ok(task_only));
+        let e = decode(Some(&[0; 12]), || "invocation row mcp:e:t".into()).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "store is damaged: invocation row mcp:e:t is damaged: its journal part is empty"
+        );
     }
 }

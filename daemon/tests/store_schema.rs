@@ -604,3 +604,107 @@ fn a_damaged_entry_hash_column_is_blamed_on_its_own_entry_by_why_and_doctor() {
     let (code, out, err) = worldd(&["why", "--db", path_str(&db), &next], None);
     assert_eq!(code, 0, "{out}{err}");
 }
+
+/// A stopped store of three reads whose first read's invocation row (`a2a:ep1:r1`, its task
+/// and journal states) `damage` changed: the tempdir holding it, its path, and the index of the
+/// entry that call committed at.
+fn with_invocation_row_damaged(
+    damage: impl FnOnce(&mut Vec<u8>),
+) -> (tempfile::TempDir, std::path::PathBuf, u64) {
+    use broker_core::store::{RawTable, Store};
+    let d = Daemon::start(WS, &[]);
+    let token = d.session("ep1", &["Workspace.Read=worktree:5"]);
+    std::fs::write(d.root().join("ep1/a.txt"), "alpha").unwrap();
+    let v = a2a(&d, &token, "r1", "ailang-read", json!({"path": "a.txt"}));
+    let index = v["result"]["metadata"]["entry_index"].as_u64().unwrap();
+    for t in ["r2", "r3"] {
+        a2a(&d, &token, t, "ailang-read", json!({"path": "a.txt"}));
+    }
+    let kept = d.halt();
+    let db = kept.path().join("db");
+    let key = b"a2a:ep1:r1".to_vec();
+    let store = Store::open(&db, Default::default()).unwrap();
+    let mut row = store.raw_get(RawTable::Invocations, &key).unwrap().unwrap();
+    damage(&mut row);
+    store
+        .raw_overwrite(RawTable::Invocations, key, row)
+        .unwrap();
+    drop(store);
+    (kept, db, index)
+}
+
+/// [`with_invocation_row_damaged`], then the length before the id of every stored copy of
+/// `a2a:ep1:r1`'s row in `invocation_rows` made to run past the row, in the store's file itself
+/// (the store's writes always put the id's true length): a row whose id cannot be read, which
+/// no lookup by id finds.
+fn with_invocation_id_length_damaged() -> (tempfile::TempDir, std::path::PathBuf, u64) {
+    let (kept, db, index) = with_invocation_row_damaged(|_| {});
+    let mut data = std::fs::read(db.join("data.mdb")).unwrap();
+    // The id's length (10), the id, and the first bytes of the row's intent sequence.
+    let row = b"\x00\x0aa2a:ep1:r1\x00\x00\x00\x00";
+    let mut damaged = 0;
+    for at in 0..data.len() - row.len() {
+        if data[at..at + row.len()] == row[..] {
+            data[at] = 0xff;
+            damaged += 1;
+        }
+    }
+    assert!(damaged > 0, "the row of a2a:ep1:r1 is in the file");
+    std::fs::write(db.join("data.mdb"), data).unwrap();
+    (kept, db, index)
+}
+
+/// An invocation row whose bytes do not decode read as no row at all: `why` said "no task
+/// state for a2a:ep1:r1: the coordinator never committed this invocation", and doctor listed
+/// the same, as if the call never happened. A row that holds no state, and a row whose id's
+/// length is damaged (no lookup by id finds it), are now named damaged, with what failed, by
+/// `why` (exit 3) and by doctor, which counts the row among its findings.
+#[test]
+fn a_garbage_invocation_row_is_named_damaged_not_never_committed() {
+    let never = "the coordinator never committed this invocation";
+    let (_kept, db, index) = with_invocation_row_damaged(|row| *row = vec![0; 12]);
+    let said = "invocation row a2a:ep1:r1 is damaged: its journal part is empty";
+    let (code, out, err) = worldd(&["why", "--db", path_str(&db), "a2a:ep1:r1"], None);
+    assert_eq!(code, 3, "{out}{err}");
+    assert_eq!(err, format!("worldd: why: store is damaged: {said}\n"));
+    let (code, out, err) = worldd(&["why", "--db", path_str(&db), &index.to_string()], None);
+    assert_eq!(code, 3, "{out}{err}");
+    assert!(
+        out.contains(&format!(
+            "  ✗ journal -  task state of a2a:ep1:r1: store is damaged: {said}\n"
+        )),
+        "{out}"
+    );
+    assert!(!out.contains(never), "{out}");
+    let (code, out, err) = worldd(&["doctor", "--db", path_str(&db)], None);
+    assert_eq!(code, 3, "{out}{err}");
+    assert!(
+        out.contains(&format!(
+            "  ✗ 3 invocation row(s), some DAMAGED\n      {said}\n"
+        )),
+        "{out}"
+    );
+    assert!(!out.contains(never), "{out}");
+
+    let (_kept, db, index) = with_invocation_id_length_damaged();
+    let said = "the invocation row of a2a:ep1:r1 is damaged, so no lookup finds its task state: row 0 of invocation_rows holds a2a:ep1:r1, but its id length says 65290 byte(s), where 791 follow";
+    for handle in ["a2a:ep1:r1".to_string(), index.to_string()] {
+        let (code, out, err) = worldd(&["why", "--db", path_str(&db), &handle], None);
+        assert_eq!(code, 3, "why {handle}: {out}{err}");
+        assert!(
+            out.contains(&format!("  ✗ journal -  {said}\n")),
+            "why {handle}: {out}"
+        );
+        assert!(!out.contains(never), "{out}");
+    }
+    let (code, out, err) = worldd(&["doctor", "--db", path_str(&db)], None);
+    assert_eq!(code, 3, "{out}{err}");
+    assert!(
+        out.contains(&format!("      entry {index}: journal: {said}\n")),
+        "{out}"
+    );
+    assert!(
+        out.contains("  ✗ 3 invocation row(s), some DAMAGED\n      row 0 of invocation_rows names no invocation: its id length says 65290 byte(s), where 791 follow\n"),
+        "{out}"
+    );
+}

@@ -952,7 +952,7 @@ fn online_and_offline_why_agree_on_migrated_and_rewritten_invocation_rows() {
     assert_eq!(code, 3, "{out}");
     assert!(
         out.contains(&format!(
-            "\n  ✗ journal -  task state of a2a:ep9:r1: store is damaged: the resolution of intent {seq} is damaged\n"
+            "\n  ✗ journal -  task state of a2a:ep9:r1: store is damaged: the resolution of intent {seq} is damaged: it is 10 byte(s), shorter than the 12 of its intent sequence and journal length\n"
         )),
         "{out}"
     );

@@ -38,6 +38,11 @@ pub struct StoreAudit {
     /// Committed calls whose entry the log does not hold, or holds another call's record: the
     /// log lost its end (perhaps grown again over the same indexes) or was rewritten.
     pub call_findings: Vec<String>,
+    /// Invocation rows read (the coordinator's journal and task states of each invocation).
+    pub invocation_rows: u64,
+    /// Invocation rows that do not decode, or whose id cannot be read (a lookup by id does not
+    /// find them: their invocation would read as never committed), each with what failed.
+    pub row_findings: Vec<String>,
     /// Keys of the content-address index (`refs`) checked against their rows.
     pub index_keys: u64,
     /// Keys of the newest rows, found through the tail instead (not yet merged into `refs`).
@@ -55,6 +60,7 @@ impl StoreAudit {
             && self.journal_findings.is_empty()
             && self.head_findings.is_empty()
             && self.call_findings.is_empty()
+            && self.row_findings.is_empty()
             && self.index_findings.is_empty()
     }
 }
@@ -169,7 +175,9 @@ pub fn audit_store(store: &Store) -> Result<StoreAudit, VerifyError> {
         journal.map_err(|e| VerifyError::NotFound(format!("a readable journal ({e})")))?;
     audit.journal_records = n;
     audit.journal_findings = findings.into_iter().map(|f| f.0).collect();
-    (audit.committed_calls, audit.call_findings) = calls?;
+    let calls = calls?;
+    (audit.committed_calls, audit.call_findings) = (calls.committed, calls.findings);
+    (audit.invocation_rows, audit.row_findings) = (calls.rows, calls.damaged);
     let index = index?;
     audit.index_keys = index.indexed;
     audit.index_waiting = index.waiting;
@@ -193,41 +201,47 @@ pub fn audit_store(store: &Store) -> Result<StoreAudit, VerifyError> {
 /// cut after its end, or grown again over the cut indexes, passes it. One log row read per
 /// committed call: the row's world ref, which the entry's own walk ties to its record, must be
 /// the task state's; only when it is not is the record read, to say whose the entry is.
-fn committed_calls(r: &ReadCtx<'_>) -> Result<(u64, Vec<String>), StoreError> {
+fn committed_calls(r: &ReadCtx<'_>) -> Result<Calls, StoreError> {
     let last = log::last_index(r)?.map_or_else(|| "none".to_string(), |l| l.to_string());
     let mut committed = 0;
     let mut findings = Vec::new();
-    crate::invocations::for_each_visible(r, |id, row| {
-        // A REST commit's outcome (what its receipt says) names the world it selected; only
-        // `rest:` journal states are parsed, so effects' states cost nothing here.
-        if id.starts_with("rest:") {
-            let landed = row
-                .journal
-                .and_then(|b| serde_json::from_slice::<JournalState>(b).ok())
-                .filter(|j| j.status == Some(OutcomeStatus::Committed))
-                .and_then(|j| j.result_ref);
-            if let Some(world) = landed {
-                committed += 1;
-                if matches!(log::stored_world(r, &world), Ok(None)) {
-                    findings.push(format!(
+    // Counted by both callbacks.
+    let rows = std::cell::Cell::new(0);
+    let mut damaged = Vec::new();
+    crate::invocations::for_each_visible(
+        r,
+        |id, row| {
+            rows.set(rows.get() + 1);
+            // A REST commit's outcome (what its receipt says) names the world it selected; only
+            // `rest:` journal states are parsed, so effects' states cost nothing here.
+            if id.starts_with("rest:") {
+                let landed = row
+                    .journal
+                    .and_then(|b| serde_json::from_slice::<JournalState>(b).ok())
+                    .filter(|j| j.status == Some(OutcomeStatus::Committed))
+                    .and_then(|j| j.result_ref);
+                if let Some(world) = landed {
+                    committed += 1;
+                    if matches!(log::stored_world(r, &world), Ok(None)) {
+                        findings.push(format!(
                         "the REST commit {id} landed as world {world} (its receipt says so), which no log row holds (its last entry is {last}): the log lost its end or was rewritten"
                     ));
+                    }
                 }
+                return;
             }
-            return;
-        }
-        // An unreadable task state is reported by the walk of the entry that names it.
-        let Some(state) = row
-            .task
-            .and_then(|b| serde_json::from_slice::<TaskState>(b).ok())
-        else {
-            return;
-        };
-        let (TaskPhase::Committed, Some(i)) = (state.phase, state.entry_index) else {
-            return;
-        };
-        committed += 1;
-        match log::world_ref_at(r, i) {
+            // An unreadable task state is reported by the walk of the entry that names it.
+            let Some(state) = row
+                .task
+                .and_then(|b| serde_json::from_slice::<TaskState>(b).ok())
+            else {
+                return;
+            };
+            let (TaskPhase::Committed, Some(i)) = (state.phase, state.entry_index) else {
+                return;
+            };
+            committed += 1;
+            match log::world_ref_at(r, i) {
             Ok(None) => findings.push(format!(
                 "the task state of {id} says it committed at entry {i}, which the log does not hold (its last entry is {last}): the log lost its end"
             )),
@@ -244,8 +258,27 @@ fn committed_calls(r: &ReadCtx<'_>) -> Result<(u64, Vec<String>), StoreError> {
             // A damaged row: the walk of its entry reports it.
             Err(_) => {}
         }
-    })?;
-    Ok((committed, findings))
+        },
+        |why| {
+            rows.set(rows.get() + 1);
+            damaged.push(why);
+        },
+    )?;
+    Ok(Calls {
+        committed,
+        findings,
+        rows: rows.get(),
+        damaged,
+    })
+}
+
+/// What [`committed_calls`] found.
+struct Calls {
+    committed: u64,
+    findings: Vec<String>,
+    /// Invocation rows read, and those that do not decode or name no invocation.
+    rows: u64,
+    damaged: Vec<String>,
 }
 
 /// The invocation entry `i`'s record names (`None` inside when it names none); `None` when the

@@ -284,7 +284,7 @@ mod tests {
         };
         assert_eq!(
             damaged.journal_state("a2a:ep1:t").unwrap_err().0,
-            "store is damaged: invocation row a2a:ep1:t is damaged"
+            "store is damaged: invocation row a2a:ep1:t is damaged: its journal part's length says 259 byte(s), but 8 follow"
         );
     }
 }

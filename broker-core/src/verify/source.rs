@@ -124,6 +124,15 @@ pub trait Source {
         let _ = index;
         Ok(None)
     }
+
+    /// The source's invocation rows whose id cannot be read, each as its row number, what
+    /// failed, and the first bytes where its id would begin. A lookup by id cannot find such a
+    /// row, so it is asked only when an invocation the log holds has no task state, to tell a
+    /// damaged row from an absent one. A source that cannot list them (a daemon's routes serve
+    /// rows by id) has none to report.
+    fn unnamed_invocation_rows(&self) -> Result<Vec<(u64, String, Vec<u8>)>, SourceError> {
+        Ok(Vec::new())
+    }
 }
 
 /// A store, read in one read transaction.
@@ -192,6 +201,10 @@ impl Source for LocalSource<'_, '_> {
 
     fn world_at(&self, index: u64) -> Result<Option<Ref>, SourceError> {
         Ok(log::world_ref_at(self.r, index)?)
+    }
+
+    fn unnamed_invocation_rows(&self) -> Result<Vec<(u64, String, Vec<u8>)>, SourceError> {
+        Ok(crate::invocations::unnamed_rows(self.r)?)
     }
 }
 

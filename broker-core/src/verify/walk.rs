@@ -61,7 +61,13 @@ pub(crate) struct Verifier<'s, S: Source + ?Sized> {
     /// Notes of the objects checked since the last link was pushed: the link that needed
     /// them carries them.
     notes: RefCell<Vec<String>>,
+    /// The source's invocation rows whose id cannot be read, once asked for
+    /// ([`Verifier::no_task_state`]).
+    unnamed: RefCell<Option<UnnamedRows>>,
 }
+
+/// What [`Source::unnamed_invocation_rows`] answered.
+type UnnamedRows = Result<Vec<(u64, String, Vec<u8>)>, super::SourceError>;
 
 pub(crate) struct Walk<'n> {
     links: Vec<Link>,
@@ -367,6 +373,7 @@ impl<'s, S: Source + ?Sized> Verifier<'s, S> {
             interpreter: log::interpreter_ref().map_err(|e| e.to_string()),
             transitions: RefCell::new(HashMap::new()),
             notes: RefCell::new(Vec::new()),
+            unnamed: RefCell::new(None),
         }
     }
 
@@ -861,9 +868,7 @@ impl<'s, S: Source + ?Sized> Verifier<'s, S> {
             .src
             .task(episode, &format!("{surface}:{task_id}"))
             .map_err(|e| format!("task state of {id}: {e}"))?
-            .ok_or_else(|| {
-                format!("no task state for {id}: the coordinator never committed this invocation")
-            })?;
+            .map_or_else(|| Err(self.no_task_state(id)), Ok)?;
         let mut differ = Vec::new();
         if state.invocation_id != id {
             differ.push("invocation id");
@@ -903,6 +908,43 @@ impl<'s, S: Source + ?Sized> Verifier<'s, S> {
             ));
         }
         Ok(())
+    }
+
+    /// Why a coordinator's invocation has no task state: the coordinator never committed it, or
+    /// its row is there but names no invocation, so no lookup by id finds it.
+    /// The source's rows are read once per verifier: a store with many such entries is read
+    /// through once, not once per entry.
+    fn no_task_state(&self, id: &str) -> String {
+        let mut unnamed = self.unnamed.borrow_mut();
+        let rows = match unnamed.get_or_insert_with(|| self.src.unnamed_invocation_rows()) {
+            Ok(rows) => rows,
+            Err(e) => return format!(
+                "no task state for {id} is found, and the invocation rows could not be read: {e}"
+            ),
+        };
+        // The id, and then no character an id may hold: `…:r1` is not `…:r10`'s row (a row
+        // goes on with its intent sequence, whose first byte is 0 for any sequence in use).
+        let holds = |start: &[u8]| {
+            start.starts_with(id.as_bytes())
+                && start.get(id.len()).is_none_or(|b| {
+                    !(b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-' | b':'))
+                })
+        };
+        match rows.iter().find(|(_, _, start)| holds(start)).or(rows.first()) {
+            None => {
+                format!("no task state for {id}: the coordinator never committed this invocation")
+            }
+            Some((seq, why, start)) if holds(start) => format!(
+                "the invocation row of {id} is damaged, so no lookup finds its task state: row {seq} of invocation_rows holds {id}, but {why}"
+            ),
+            Some((seq, why, _)) => format!(
+                "no task state for {id} is found, but the invocation rows are damaged: row {seq} of invocation_rows names no invocation ({why}), and it may be {id}'s{}",
+                match rows.len() {
+                    1 => String::new(),
+                    n => format!(" ({} more such row(s))", n - 1),
+                }
+            ),
+        }
     }
 
     /// The journal holds an intent and outcome exactly for the one effect of the record that

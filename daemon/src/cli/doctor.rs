@@ -39,6 +39,8 @@ pub fn run(a: DoctorArgs) -> CliResult {
                 "headFindings": audit.head_findings,
                 "committedCalls": audit.committed_calls,
                 "callFindings": audit.call_findings,
+                "invocationRows": audit.invocation_rows,
+                "rowFindings": audit.row_findings,
                 "indexKeys": audit.index_keys,
                 "indexWaiting": audit.index_waiting,
                 "indexFindings": audit.index_findings,
@@ -95,6 +97,15 @@ pub fn run(a: DoctorArgs) -> CliResult {
         section(
             format!("{} committed call(s), {calls}", audit.committed_calls),
             &audit.call_findings,
+        )?;
+        let rows = if audit.row_findings.is_empty() {
+            "each decodes"
+        } else {
+            "some DAMAGED"
+        };
+        section(
+            format!("{} invocation row(s), {rows}", audit.invocation_rows),
+            &audit.row_findings,
         )?;
         let index = if audit.index_findings.is_empty() {
             "each names its row"
