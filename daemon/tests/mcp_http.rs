@@ -845,6 +845,89 @@ async fn initialize_answers_with_capabilities_and_version() {
 }
 
 #[tokio::test]
+async fn initialize_without_the_params_the_spec_requires_is_invalid_params() {
+    let h = harness();
+    let t = h.reader();
+    let whole = r#""protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"t","version":"0"}"#;
+    for (params, message) in [
+        // No params at all, or not an object (`null` is no params object: an invalid request).
+        (
+            None,
+            r#"invalid params: initialize params must be an object with \"protocolVersion\", \"capabilities\" and \"clientInfo\""#,
+        ),
+        (
+            Some(r#"["2025-06-18"]"#.to_owned()),
+            r#"invalid params: initialize params must be an object with \"protocolVersion\", \"capabilities\" and \"clientInfo\""#,
+        ),
+        // Members missing: each is named.
+        (
+            Some("{}".to_owned()),
+            r#"invalid params: \"protocolVersion\", \"capabilities\" and \"clientInfo\" are missing"#,
+        ),
+        (
+            Some(r#"{"protocolVersion":"2025-06-18"}"#.to_owned()),
+            r#"invalid params: \"capabilities\" and \"clientInfo\" are missing"#,
+        ),
+        (
+            Some(r#"{"protocolVersion":"2025-06-18","capabilities":{}}"#.to_owned()),
+            r#"invalid params: \"clientInfo\" is missing"#,
+        ),
+        (
+            Some(r#"{"capabilities":{},"clientInfo":{"name":"t","version":"0"}}"#.to_owned()),
+            r#"invalid params: \"protocolVersion\" is missing"#,
+        ),
+        // Members of the wrong type.
+        (
+            Some(format!(
+                "{{{}}}",
+                whole.replace(r#""2025-06-18""#, "20250618")
+            )),
+            r#"invalid params: \"protocolVersion\" must be a string"#,
+        ),
+        (
+            Some(format!(
+                "{{{}}}",
+                whole.replace(r#""capabilities":{}"#, r#""capabilities":null"#)
+            )),
+            r#"invalid params: \"capabilities\" must be an object"#,
+        ),
+        (
+            Some(format!(
+                "{{{}}}",
+                whole.replace(r#"{"name":"t","version":"0"}"#, r#""t 0""#)
+            )),
+            r#"invalid params: \"clientInfo\" must be an object"#,
+        ),
+    ] {
+        let body = match &params {
+            None => r#"{"jsonrpc":"2.0","id":1,"method":"initialize"}"#.to_owned(),
+            Some(p) => format!(r#"{{"jsonrpc":"2.0","id":1,"method":"initialize","params":{p}}}"#),
+        };
+        // Under the default revision and a named one alike.
+        for version in [None, Some("2025-11-25")] {
+            let r = h.send(rpc(&t, version, &body)).await;
+            assert_eq!(
+                r.sse_data(),
+                format!(
+                    r#"{{"jsonrpc":"2.0","id":1,"error":{{"code":-32602,"message":"{message}"}}}}"#
+                ),
+                "{body}"
+            );
+            assert!(r.header("mcp-session-id").is_none());
+        }
+    }
+    // All three present, the handshake answers as before, whatever else the client sends.
+    let v = h
+        .rpc(
+            &t,
+            &format!(r#"{{"jsonrpc":"2.0","id":1,"method":"initialize","params":{{{whole},"_meta":{{}}}}}}"#),
+        )
+        .await
+        .sse();
+    assert_eq!(v["result"]["protocolVersion"], "2025-06-18", "{v}");
+}
+
+#[tokio::test]
 async fn ping_is_an_empty_result_event() {
     let h = harness();
     let r = h
