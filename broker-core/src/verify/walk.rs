@@ -918,9 +918,11 @@ impl<'s, S: Source + ?Sized> Verifier<'s, S> {
         let mut unnamed = self.unnamed.borrow_mut();
         let rows = match unnamed.get_or_insert_with(|| self.src.unnamed_invocation_rows()) {
             Ok(rows) => rows,
-            Err(e) => return format!(
+            Err(e) => {
+                return format!(
                 "no task state for {id} is found, and the invocation rows could not be read: {e}"
-            ),
+            )
+            }
         };
         // The id, and then no character an id may hold: `…:r1` is not `…:r10`'s row (a row
         // goes on with its intent sequence, whose first byte is 0 for any sequence in use).
