@@ -22,6 +22,11 @@
 //! | `indeterminate` | 200 | the effect's intent is durable, its outcome is not: it may have run | do not retry; inspect the worktree |
 //! | `unrecorded` | 200 | an effect ran and was recorded (`effects`), the call was not committed | do not retry; read the records |
 //! | `not-found` | 404 | nothing was journaled under this key in your episode | safe to send |
+//!
+//! A committed call's task state names its entry; that entry is read, and must hold the call.
+//! When it does not (the log lost its end, perhaps grown again over the same indexes by later
+//! calls), the answer is `500 Damaged` naming the call and the entry, not `committed`: the
+//! store no longer holds what it says landed.
 
 use std::sync::Arc;
 
@@ -35,6 +40,7 @@ use broker_core::journal;
 use broker_core::object::Object;
 use broker_core::session::{self, Session};
 use broker_core::task;
+use broker_core::verify::{self, VerifyError};
 use handler_api::EffectClass;
 use serde_json::{json, Value};
 
@@ -164,6 +170,13 @@ async fn reconcile(
         else {
             return Ok(None);
         };
+        // The task state says where the call committed; that entry must still hold it (a log
+        // that lost its end, perhaps grown again over the same indexes, does not).
+        if let ("committed", Some(i)) = (r.state, r.entry_index) {
+            s.store()
+                .read(|rd| verify::committed_entry_holds(rd, &r.invocation_id, i))
+                .map_err(|e| damaged_call(&r.invocation_id, e))?;
+        }
         let outcome = classify(&s, &r)?;
         Ok(Some((r, outcome)))
     })
@@ -186,6 +199,22 @@ async fn reconcile(
         "outcome": outcome.to_json(),
     }))
     .into_response())
+}
+
+/// 500 `Damaged`: the entry a committed call's task state names does not hold that call, so
+/// the call is not answered as committed (nor as anything else: the store no longer says what
+/// became of it). Said and logged, like a damaged object ([`ApiError::damaged_object`]).
+fn damaged_call(invocation_id: &str, e: VerifyError) -> ApiError {
+    let what = match e {
+        VerifyError::Integrity(what) => what,
+        e if e.is_integrity() => e.to_string(),
+        e => return ApiError::internal("reconcile entry", e),
+    };
+    let message = format!(
+        "call {invocation_id} is damaged: {what}; it is not answered as committed (run worldd doctor, and restore the store from a backup)"
+    );
+    tracing::error!("{message}");
+    ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "Damaged", message)
 }
 
 /// The outcome of a reconciled call: a committed one is classified from its stored output

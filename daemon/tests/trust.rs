@@ -1016,3 +1016,111 @@ fn a_daemon_that_hangs_up_after_taking_a_call_is_not_said_unreachable() {
         "{err}"
     );
 }
+
+/// The store of a daemon stopped after two reads in ep1 (`r1`, then `r2`), its log cut after
+/// its last entry, `r2`'s (a bad restore, a lost end), and a daemon started on it: the daemon,
+/// ep1's credential, and the index `r2`'s task state still names.
+fn serving_a_log_cut_after_r2() -> (Daemon, String, u64) {
+    use broker_core::store::{RawTable, Store};
+    let d = Daemon::start(WS, &[]);
+    let token = d.session("ep1", &["Workspace.Read=worktree:50"]);
+    std::fs::write(d.root().join("ep1/a.txt"), "alpha").unwrap();
+    a2a(&d, &token, "r1", "ailang-read", json!({"path": "a.txt"}));
+    let v = a2a(&d, &token, "r2", "ailang-read", json!({"path": "a.txt"}));
+    let cut = v["result"]["metadata"]["entry_index"].as_u64().unwrap();
+    let kept = d.halt();
+    let store = Store::open(&kept.path().join("db"), Default::default()).unwrap();
+    store
+        .raw_overwrite(RawTable::LogRow, cut.to_be_bytes().to_vec(), Vec::new())
+        .unwrap();
+    drop(store);
+    (Daemon::start_in(kept, WS, &[]), token, cut)
+}
+
+/// A log that lost its end: the reconcile routes answered the lost call `committed` at an
+/// entry the log no longer holds and, once the log grew again, at an entry that holds another
+/// call, so an agent took a call the log does not hold for landed. The entry its task state
+/// names is now read and must hold that call; when it does not, the answer is `500 Damaged`
+/// naming the call and the entry, and `worldd calls get` exits 3.
+#[test]
+fn reconciling_a_call_the_log_lost_does_not_answer_committed() {
+    let (d, token, cut) = serving_a_log_cut_after_r2();
+    let damaged = |a: &Answer, said: &str| {
+        assert_eq!(a.status, 500, "{}", a.text());
+        assert_eq!(
+            a.json(),
+            json!({"error": {"class": "Damaged", "message": format!(
+                "call a2a:ep1:r2 is damaged: {said}; it is not answered as committed (run worldd doctor, and restore the store from a backup)"
+            )}})
+        );
+    };
+    let session = d.session_file("ep1", &token);
+    let calls_get = |handle: &str| {
+        let url = d.url("");
+        let args = [
+            "calls",
+            "get",
+            handle,
+            "--surface",
+            "a2a",
+            "--addr",
+            &url,
+            "--session",
+            path_str(&session),
+        ];
+        worldd(&args, None)
+    };
+    let lost = format!(
+        "the task state of a2a:ep1:r2 says it committed at entry {cut}, which the log does not hold (its last entry is {}): the log lost its end",
+        cut - 1
+    );
+    damaged(&get(&d.url("/v1/calls/a2a/r2"), Some(&token)), &lost);
+    damaged(
+        &get(&d.url("/v1/invocations/a2a:ep1:r2"), Some(&token)),
+        &lost,
+    );
+    for handle in ["r2", "a2a:ep1:r2"] {
+        let (code, out, err) = calls_get(handle);
+        assert_eq!(code, 3, "calls get {handle}: {out}{err}");
+        assert_eq!(out, "", "calls get {handle}");
+        assert_eq!(
+            err,
+            format!("worldd: calls get: call a2a:ep1:r2 is damaged: {lost}; it is not answered as committed (run worldd doctor, and restore the store from a backup)\n"),
+            "calls get {handle}"
+        );
+    }
+    // The call still in the log is answered as before.
+    let a = get(&d.url("/v1/calls/a2a/r1"), Some(&token));
+    assert_eq!(
+        (a.status, a.json()["state"].clone()),
+        (200, json!("committed"))
+    );
+    assert_eq!(a.json()["entryIndex"], json!(cut - 1));
+
+    // The log grows again over the lost index: the entry is there, but another call's.
+    let v = a2a(&d, &token, "r3", "ailang-read", json!({"path": "a.txt"}));
+    assert_eq!(
+        v["result"]["metadata"]["entry_index"],
+        json!(cut),
+        "the index is reused"
+    );
+    let reused = format!(
+        "the task state of a2a:ep1:r2 says it committed at entry {cut}, but entry {cut}'s record is a2a:ep1:r3's: the log lost its end or was rewritten"
+    );
+    damaged(&get(&d.url("/v1/calls/a2a/r2"), Some(&token)), &reused);
+    damaged(
+        &get(&d.url("/v1/invocations/a2a:ep1:r2"), Some(&token)),
+        &reused,
+    );
+    let (code, out, err) = calls_get("r2");
+    assert_eq!(code, 3, "{out}{err}");
+    assert_eq!(
+        err,
+        format!("worldd: calls get: call a2a:ep1:r2 is damaged: {reused}; it is not answered as committed (run worldd doctor, and restore the store from a backup)\n")
+    );
+    let a = get(&d.url("/v1/calls/a2a/r3"), Some(&token));
+    assert_eq!(
+        (a.status, a.json()["entryIndex"].clone()),
+        (200, json!(cut))
+    );
+}

@@ -28,7 +28,7 @@ pub use source::{LocalSource, Source, SourceError, StoredObject};
 use crate::canon;
 use crate::log::{Entry, World};
 use crate::object::Ref;
-use crate::store::{Store, StoreError};
+use crate::store::{ReadCtx, Store, StoreError};
 use crate::task;
 use walk::Verifier;
 
@@ -320,6 +320,17 @@ fn locate<S: Source + ?Sized>(
             Ok(found)
         }
     }
+}
+
+/// Whether entry `index` of a store holds invocation `id`'s record, as `id`'s committed task
+/// state says: the check `why` makes of the entry a task state names, for a reader that answers
+/// from the task state (`GET /v1/calls/…`, `GET /v1/invocations/{id}`). It reads that entry and
+/// its record, nothing else (the head too, to name the last entry, when the entry is gone).
+/// [`VerifyError::Integrity`] when the log does not hold the entry or it holds another call's;
+/// an entry or record that cannot be read is left to `why` and `doctor`, as [`locate`] leaves it
+/// to the walk.
+pub fn committed_entry_holds(r: &ReadCtx<'_>, id: &str, index: u64) -> Result<(), VerifyError> {
+    named_entry_is(&LocalSource::new(r), id, index)
 }
 
 /// The entry a task state names must hold that invocation's record: an index alone would have

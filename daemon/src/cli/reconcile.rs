@@ -10,7 +10,8 @@ use super::{CliResult, Failure};
 #[derive(Subcommand, Debug)]
 pub enum CallsCommand {
     /// What the daemon knows of one of your calls: committed, indeterminate, unrecorded or
-    /// not found (exit 1).
+    /// not found (exit 1); damaged (exit 3) when the log no longer holds the entry a committed
+    /// call names.
     #[command(
         after_help = "Examples:\n  worldd calls get write-7\n  worldd calls get t-2 --surface a2a\n  worldd calls get mcp:demo:write-7 --json"
     )]
@@ -80,6 +81,19 @@ pub fn calls(cmd: CallsCommand) -> CliResult {
         return Err(Failure::usage(format!(
             "calls get: not found: {} (nothing was journaled under it in your episode; it is safe to send){elsewhere}",
             v["invocationId"].as_str().unwrap_or(&a.handle)
+        )));
+    }
+    // The store no longer holds the entry the call's task state names: an integrity failure,
+    // said as the daemon says it.
+    if status == 500 && v["error"]["class"] == "Damaged" {
+        if a.json {
+            outln!("{v}");
+        }
+        return Err(Failure::integrity(format!(
+            "calls get: {}",
+            v["error"]["message"]
+                .as_str()
+                .unwrap_or("the call is damaged")
         )));
     }
     if !(200..300).contains(&status) {
