@@ -7,13 +7,16 @@
 //! |---|---|---|---|
 //! | `tasks/send` | the contract (pre-0.2) | `id`, `metadata.skill_id`, one `{"type":"data"}` part | a task, `status.state: "completed"` |
 //! | `message/send` | 0.3 | `message` with one `{"kind":"data"}` part | a task with `"kind":"task"`, states like `completed` |
-//! | `SendMessage` | 1.0 (`A2A-Version: 1.x`) | `message` with one `{"data":…}` part | `{"task": …}`, states like `TASK_STATE_COMPLETED` |
+//! | `SendMessage` | 1.0 (`A2A-Version: 1.0`) | `message` with one `{"data":…}` part | `{"task": …}`, states like `TASK_STATE_COMPLETED` |
 //!
 //! For the message methods the skill is named by `skill_id` (or `skillId`) in the request's
 //! `metadata` or in `message.metadata`, and the idempotency key is `message.taskId` when
 //! present, else `message.messageId`; the task id of the answer is that key. A committed
 //! task's state follows the outcome classification ([`crate::outcome`]): `ok` → completed,
 //! `refused`/`denied` → rejected, `failed` → failed (`tasks/send` keeps `completed`).
+//!
+//! `A2A-Version` names `1.0` or `0.3` exactly (`requested_version`); absent, 0.3. Any other
+//! value is the specification's `VersionNotSupportedError` (-32009) for every method.
 //!
 //! Errors are JSON-RPC errors in an HTTP 200, with the fixed messages of the contract; the
 //! message methods add `data` with the outcome classification where the question "did it
@@ -220,17 +223,46 @@ fn parse_message_params(method: Method, params: &Value) -> Option<TaskSend> {
     })
 }
 
-/// The major version of the `A2A-Version` header; absent means 0.3. Sent twice it names no
-/// version ([`crate::edge::fields`]).
-fn requested_major(headers: &HeaderMap) -> Option<u64> {
-    let v = match crate::edge::fields::single(headers, VERSION_HEADER).ok()? {
-        None => return Some(0),
-        Some(v) => v.to_str().ok()?.trim(),
+/// The A2A versions this server speaks (the card's [`A2A_VERSIONS`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Version {
+    /// `SendMessage`.
+    V1_0,
+    /// `message/send`, and what no `A2A-Version` means.
+    V0_3,
+}
+
+/// The version the `A2A-Version` header names, by its `Major.Minor` exactly (A2A 3.6: a patch
+/// number, which requests should not carry, is not considered); absent or empty, 0.3 (A2A
+/// 3.6.2). `Err` holds the field as sent when it names no version spoken here: anything but
+/// digits `Major.Minor[.Patch]` (trailing text, whitespace inside, signs, a major alone, a
+/// list), another version (`1.2`, `2.0`, `01.0`), or the field sent twice
+/// ([`crate::edge::fields`]). Only the whitespace around a field value, which is not part of
+/// it (HTTP), is passed over.
+fn requested_version(headers: &HeaderMap) -> Result<Version, String> {
+    let asked = || crate::edge::fields::texts(headers, VERSION_HEADER).join(", ");
+    let value = match crate::edge::fields::single(headers, VERSION_HEADER) {
+        Err(_) => return Err(asked()),
+        Ok(None) => return Ok(Version::V0_3),
+        Ok(Some(value)) => value,
     };
-    if v.is_empty() {
-        return Some(0);
+    let Ok(text) = value.to_str() else {
+        return Err(asked());
+    };
+    let text = text.trim_matches([' ', '\t']);
+    if text.is_empty() {
+        return Ok(Version::V0_3);
     }
-    v.split('.').next()?.parse().ok()
+    let parts: Vec<&str> = text.split('.').collect();
+    let number = |p: &&str| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit());
+    if !(2..=3).contains(&parts.len()) || !parts.iter().all(number) {
+        return Err(asked());
+    }
+    match (parts[0], parts[1]) {
+        ("1", "0") => Ok(Version::V1_0),
+        ("0", "3") => Ok(Version::V0_3),
+        _ => Err(asked()),
+    }
 }
 
 async fn a2a(
@@ -390,21 +422,21 @@ fn sent(headers: &HeaderMap, req: &Value, id: &Value) -> Result<(Method, TaskSen
         Some("SendMessage") => Method::SendMessage,
         _ => return Err(Box::new(rpc_error(id, -32601, "method not found"))),
     };
-    if method == Method::SendMessage && requested_major(headers) != Some(1) {
-        let asked = crate::edge::fields::texts(headers, VERSION_HEADER);
-        let asked = if asked.is_empty() {
-            "0.3".to_owned()
+    // SendMessage is 1.0's; the other two serve 1.0 and 0.3 alike.
+    let unsupported = match requested_version(headers) {
+        Ok(Version::V1_0) => None,
+        Ok(Version::V0_3) if method != Method::SendMessage => None,
+        Ok(Version::V0_3) => Some("0.3".to_owned()),
+        Err(asked) => Some(asked),
+    };
+    if let Some(asked) = unsupported {
+        let asked = dialect::quote::quote(&asked);
+        let message = if method == Method::SendMessage {
+            format!("A2A version {asked} is not supported by SendMessage; send A2A-Version: 1.0 (or use message/send for 0.3)")
         } else {
-            asked.join(", ")
+            format!("A2A version {asked} is not supported; supported: 1.0 (SendMessage), 0.3 (message/send; also when A2A-Version is absent)")
         };
-        return Err(Box::new(rpc_error(
-            id,
-            VERSION_NOT_SUPPORTED,
-            format!(
-                "A2A version {} is not supported by SendMessage; send A2A-Version: 1.0 (or use message/send for 0.3)",
-                dialect::quote::quote(&asked)
-            ),
-        )));
+        return Err(Box::new(rpc_error(id, VERSION_NOT_SUPPORTED, message)));
     }
     let params = req.get("params").unwrap_or(&Value::Null);
     let parsed = match method {

@@ -2848,6 +2848,102 @@ fn v10_send(message_id: &str, skill: &str, args: Value) -> Value {
 }
 
 #[tokio::test]
+async fn a2a_version_values_that_name_no_version_spoken_here_are_version_not_supported() {
+    let h = harness();
+    let t = h.token("a2", &["Workspace.Read=worktree:50"]);
+    let before = h.revision();
+    let mut refused = 0;
+    // Trailing garbage, whitespace inside, a major alone, leading signs and zeros, minors and
+    // majors this server does not speak: SendMessage answers with its own -32009.
+    for version in [
+        "1.0abc", "1.0 beta", "1 .0", "1. 0", "1", "1.", "1.0.", "1.0.x", "+1.0", "01.0", "1.00",
+        "1.2", "2.0", "v1.0", "1,0", "1.0, 0.3",
+    ] {
+        let v = h
+            .a2a(
+                &t,
+                Some(version),
+                v10_send("m-1", "ailang-read", json!({"path": "a"})),
+            )
+            .await;
+        assert_eq!(
+            v,
+            json!({"jsonrpc": "2.0", "id": "r2", "error": {"code": -32009, "message": format!(
+                "A2A version {} is not supported by SendMessage; send A2A-Version: 1.0 (or use message/send for 0.3)",
+                json!(version)
+            )}}),
+            "{version:?}"
+        );
+        refused += 1;
+    }
+    // An empty value is read as 0.3 (A2A 3.6.2), as an absent one is: not SendMessage's.
+    let v = h
+        .a2a(
+            &t,
+            Some(""),
+            v10_send("m-1", "ailang-read", json!({"path": "a"})),
+        )
+        .await;
+    assert_eq!(
+        v["error"]["message"],
+        "A2A version \"0.3\" is not supported by SendMessage; send A2A-Version: 1.0 (or use message/send for 0.3)"
+    );
+    // The other methods, which serve 1.0 and 0.3 alike, refuse what is neither.
+    for version in ["2.0", "0.3abc", "0.4", "0", "garbage", "0.3 1.0"] {
+        let v = h
+            .a2a(
+                &t,
+                Some(version),
+                v03_send("m-1", "ailang-read", json!({"path": "a"})),
+            )
+            .await;
+        assert_eq!(
+            v,
+            json!({"jsonrpc": "2.0", "id": "r1", "error": {"code": -32009, "message": format!(
+                "A2A version {} is not supported; supported: 1.0 (SendMessage), 0.3 (message/send; also when A2A-Version is absent)",
+                json!(version)
+            )}}),
+            "{version:?}"
+        );
+        refused += 1;
+    }
+    // Nothing ran for any of them.
+    assert_eq!(h.revision(), before, "{refused} refusals");
+    // Exact versions run: Major.Minor, a patch number not considered (A2A 3.6), the
+    // whitespace around a field value not part of it (HTTP).
+    for (n, version) in ["1.0", "1.0.0", "1.0.7", " 1.0\t"].into_iter().enumerate() {
+        let v = h
+            .a2a(
+                &t,
+                Some(version),
+                v10_send(&format!("k-{n}"), "ailang-read", json!({"path": "a"})),
+            )
+            .await;
+        assert_eq!(
+            v["result"]["task"]["status"]["state"], "TASK_STATE_COMPLETED",
+            "{version:?} {v}"
+        );
+    }
+    for (n, version) in [None, Some(""), Some("0.3"), Some("0.3.1"), Some("1.0")]
+        .into_iter()
+        .enumerate()
+    {
+        let v = h
+            .a2a(
+                &t,
+                version,
+                v03_send(&format!("o-{n}"), "ailang-read", json!({"path": "a"})),
+            )
+            .await;
+        assert_eq!(
+            v["result"]["status"]["state"], "completed",
+            "{version:?} {v}"
+        );
+    }
+    assert_eq!(h.revision(), before + 9);
+}
+
+#[tokio::test]
 async fn a2a_message_send_and_send_message_share_the_invocation_path() {
     let h = harness();
     let t = h.token("a2", &["Workspace.Read=worktree:5"]);
