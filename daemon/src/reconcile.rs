@@ -26,7 +26,8 @@
 //! A committed call's task state names its entry; that entry is read, and must hold the call.
 //! When it does not (the log lost its end, perhaps grown again over the same indexes by later
 //! calls), the answer is `500 Damaged` naming the call and the entry, not `committed`: the
-//! store no longer holds what it says landed.
+//! store no longer holds what it says landed. A call whose invocation row does not decode is
+//! `500 Damaged` too, saying what failed, not `not-found` (which would say it is safe to send).
 
 use std::sync::Arc;
 
@@ -35,10 +36,11 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
-use broker_core::coordinator::{Reconciliation, Surface};
+use broker_core::coordinator::{CallError, Reconciliation, Surface};
 use broker_core::journal;
 use broker_core::object::Object;
 use broker_core::session::{self, Session};
+use broker_core::store::StoreError;
 use broker_core::task;
 use broker_core::verify::{self, VerifyError};
 use handler_api::EffectClass;
@@ -164,9 +166,16 @@ async fn reconcile(
     let t = task_id.clone();
     let found = crate::durable_answers::spawn_read(move || -> Result<_, ApiError> {
         let coordinator = s.coordinator();
+        let id = format!("{}:{}:{t}", surface.prefix(), session.episode);
         let Some(r) = coordinator
             .reconcile(&session, surface, &t)
-            .map_err(|e| ApiError::internal("reconcile", e))?
+            .map_err(|e| match e {
+                // A row that does not decode is not a call never journaled ("safe to send").
+                CallError::Store(StoreError::Corrupt(what)) => {
+                    damaged_call(&id, &what, "what became of it cannot be read")
+                }
+                e => ApiError::internal("reconcile", e),
+            })?
         else {
             return Ok(None);
         };
@@ -175,7 +184,15 @@ async fn reconcile(
         if let ("committed", Some(i)) = (r.state, r.entry_index) {
             s.store()
                 .read(|rd| verify::committed_entry_holds(rd, &r.invocation_id, i))
-                .map_err(|e| damaged_call(&r.invocation_id, e))?;
+                .map_err(|e| match e {
+                    VerifyError::Integrity(what) => {
+                        damaged_call(&id, &what, "it is not answered as committed")
+                    }
+                    e if e.is_integrity() => {
+                        damaged_call(&id, &e.to_string(), "it is not answered as committed")
+                    }
+                    e => ApiError::internal("reconcile entry", e),
+                })?;
         }
         let outcome = classify(&s, &r)?;
         Ok(Some((r, outcome)))
@@ -201,17 +218,13 @@ async fn reconcile(
     .into_response())
 }
 
-/// 500 `Damaged`: the entry a committed call's task state names does not hold that call, so
-/// the call is not answered as committed (nor as anything else: the store no longer says what
-/// became of it). Said and logged, like a damaged object ([`ApiError::damaged_object`]).
-fn damaged_call(invocation_id: &str, e: VerifyError) -> ApiError {
-    let what = match e {
-        VerifyError::Integrity(what) => what,
-        e if e.is_integrity() => e.to_string(),
-        e => return ApiError::internal("reconcile entry", e),
-    };
+/// 500 `Damaged`: the call's invocation row does not decode, or the entry its committed task
+/// state names does not hold it (`what`), so the call is not answered as committed, nor as
+/// anything else (`answer` says which): the store no longer says what became of it. Said and
+/// logged, like a damaged object ([`ApiError::damaged_object`]).
+fn damaged_call(invocation_id: &str, what: &str, answer: &str) -> ApiError {
     let message = format!(
-        "call {invocation_id} is damaged: {what}; it is not answered as committed (run worldd doctor, and restore the store from a backup)"
+        "call {invocation_id} is damaged: {what}; {answer} (run worldd doctor, and restore the store from a backup)"
     );
     tracing::error!("{message}");
     ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "Damaged", message)

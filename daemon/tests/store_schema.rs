@@ -708,3 +708,46 @@ fn a_garbage_invocation_row_is_named_damaged_not_never_committed() {
         "{out}"
     );
 }
+
+/// A call whose invocation row holds no state was answered `404 not-found` by the reconcile
+/// routes, "nothing was journaled under it in your episode; it is safe to send", though it ran
+/// and committed: an agent would send it again. The routes now answer `500 Damaged` naming the
+/// row and what failed to decode, and `worldd calls get` exits 3.
+#[test]
+fn reconciling_a_call_whose_invocation_row_is_garbage_does_not_say_safe_to_send() {
+    let (kept, _db, _) = with_invocation_row_damaged(|row| *row = vec![0; 12]);
+    let d = Daemon::start_in(kept, WS, &[]);
+    let token = d.session("ep1", &["Workspace.Read=worktree:5"]);
+    let said = "call a2a:ep1:r1 is damaged: invocation row a2a:ep1:r1 is damaged: its journal part is empty; what became of it cannot be read (run worldd doctor, and restore the store from a backup)";
+    for route in ["/v1/calls/a2a/r1", "/v1/invocations/a2a:ep1:r1"] {
+        let a = get(&d.url(route), Some(&token));
+        assert_eq!(a.status, 500, "{route}: {}", a.text());
+        assert_eq!(
+            a.json(),
+            json!({"error": {"class": "Damaged", "message": said}}),
+            "{route}"
+        );
+    }
+    let session = d.session_file("ep1", &token);
+    let url = d.url("");
+    let (code, out, err) = worldd(
+        &[
+            "calls",
+            "get",
+            "a2a:ep1:r1",
+            "--addr",
+            &url,
+            "--session",
+            path_str(&session),
+        ],
+        None,
+    );
+    assert_eq!((code, out.as_str()), (3, ""), "{err}");
+    assert_eq!(err, format!("worldd: calls get: {said}\n"));
+    // The calls whose rows are intact are answered as before.
+    let a = get(&d.url("/v1/calls/a2a/r2"), Some(&token));
+    assert_eq!(
+        (a.status, a.json()["state"].clone()),
+        (200, json!("committed"))
+    );
+}
