@@ -1687,3 +1687,76 @@ fn a_backup_killed_midway_leaves_no_store_where_it_was_writing() {
         format!("worldd: backup: destination {} holds an interrupted backup (its .partial directory, and no store); remove the directory, then back up again\n", dest.display())
     );
 }
+
+/// `POST path` on the real daemon with `fields` written as they are (so that the HTTP parser
+/// of the daemon, not a client library, reads them).
+fn raw_post(d: &Daemon, path: &str, token: &str, fields: &str, body: &str) -> Answer {
+    let request = format!(
+        "POST {path} HTTP/1.1\r\nHost: {}\r\nAuthorization: Bearer {token}\r\nContent-Type: application/json\r\n{fields}Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        d.addr,
+        body.len()
+    );
+    raw_exchange(&d.addr, request.as_bytes())
+}
+
+#[test]
+fn an_a2a_version_with_trailing_text_is_version_not_supported_through_the_real_binary() {
+    let d = Daemon::start(WS, &[]);
+    let token = d.session("ep1", &["Workspace.Write=worktree:5"]);
+    let send_message = |id: &str| {
+        format!(
+            r#"{{"jsonrpc":"2.0","id":"r2","method":"SendMessage","params":{{"message":{{"messageId":"{id}","role":"ROLE_USER","parts":[{{"data":{{"path":"{id}.txt","content":"x"}}}}],"metadata":{{"skillId":"ailang-write"}}}},"configuration":{{}}}}}}"#
+        )
+    };
+    for (field, asked) in [
+        ("A2A-Version: 1.0abc\r\n", "1.0abc"),
+        ("A2A-Version: 1.0 \t beta\r\n", "1.0 \t beta"),
+        ("A2A-Version: 1\r\n", "1"),
+        ("A2A-Version: 1.2\r\n", "1.2"),
+    ] {
+        let a = raw_post(&d, "/a2a/", &token, field, &send_message("m-1"));
+        assert_eq!(
+            a.json(),
+            json!({"jsonrpc": "2.0", "id": "r2", "error": {"code": -32009, "message": format!(
+                "A2A version {} is not supported by SendMessage; send A2A-Version: 1.0 (or use message/send for 0.3)",
+                json!(asked)
+            )}}),
+            "{field:?}"
+        );
+    }
+    assert!(!d.root().join("ep1/m-1.txt").exists());
+    // The whitespace around the value is not part of it.
+    let a = raw_post(
+        &d,
+        "/a2a/",
+        &token,
+        "A2A-Version: \t 1.0  \r\n",
+        &send_message("m-2"),
+    );
+    assert_eq!(
+        a.json()["result"]["task"]["status"]["state"],
+        "TASK_STATE_COMPLETED",
+        "{}",
+        a.text()
+    );
+    assert!(d.root().join("ep1/m-2.txt").is_file());
+}
+
+#[test]
+fn an_mcp_initialize_without_params_is_invalid_params_through_the_real_binary() {
+    let d = Daemon::start(WS, &[]);
+    let token = d.session("ep1", &["Workspace.Read=worktree:5"]);
+    let a = raw_post(
+        &d,
+        "/mcp/",
+        &token,
+        "Accept: application/json, text/event-stream\r\n",
+        r#"{"jsonrpc":"2.0","id":1,"method":"initialize"}"#,
+    );
+    assert_eq!(a.status, 200, "{}", a.text());
+    assert_eq!(
+        a.text(),
+        "event: message\ndata: {\"jsonrpc\":\"2.0\",\"id\":1,\"error\":{\"code\":-32602,\"message\":\"invalid params: initialize params must be an object with \\\"protocolVersion\\\", \\\"capabilities\\\" and \\\"clientInfo\\\"\"}}\n\n"
+    );
+    assert_eq!(a.field("mcp-session-id"), None);
+}
