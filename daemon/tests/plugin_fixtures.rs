@@ -414,8 +414,8 @@ fn a_panic_inside_execute_is_a_failed_effect_and_the_next_call_works() {
 fn a_plugin_built_against_another_handler_api_minor_is_refused() {
     let bad = incompatible_plugin();
     let cause = format!(
-        "incompatible ABI: handler-api {} expected, {} found",
-        bad.expected, bad.found
+        "incompatible ABI: handler-api {} expected, {} found; rebuild the plugin against handler-api {}, the version this worldd expects",
+        bad.expected, bad.found, bad.expected
     );
     let dir = tempfile::tempdir().unwrap();
     let plugins = dir.path().join("plugins");
