@@ -790,6 +790,18 @@ impl Coordinator {
                 "committed task without its refs".into(),
             ));
         };
+        // The entry the task state names must still hold this call: a log that lost its end
+        // (and perhaps grew again over the same indexes) is not replayed as committed.
+        self.store.read(|r| {
+            crate::verify::committed_entry_holds(r, &state.invocation_id, entry_index).map_err(
+                |e| match e {
+                    crate::verify::VerifyError::Store(s) => s,
+                    e => crate::storage::StoreError::Corrupt(format!(
+                        "{e}; it is not replayed as committed"
+                    )),
+                },
+            )
+        })?;
         let output = self
             .store
             .read(|r| r.object(&output_ref))?

@@ -1124,3 +1124,34 @@ fn reconciling_a_call_the_log_lost_does_not_answer_committed() {
         (200, json!(cut))
     );
 }
+
+/// A log that lost its end: resending the lost call under its key replayed it as committed at
+/// the entry its task state names (`"replayed": true`), an entry the log no longer holds or,
+/// once the log grew again, another call's. A replay now reads that entry first; when it does
+/// not hold the call, the call is answered as the host's failure it is (nothing runs again,
+/// and the daemon's log says why), before and after the index is reused.
+#[test]
+fn resending_a_call_the_log_lost_is_not_replayed_as_committed() {
+    let (d, token, cut) = serving_a_log_cut_after_r2();
+    let resend = |d: &Daemon| {
+        let body = json!({
+            "jsonrpc": "2.0", "id": 1, "method": "tasks/send",
+            "params": {"id": "r2", "metadata": {"skill_id": "ailang-read"},
+                       "message": {"role": "user", "parts": [{"type": "data", "data": {"path": "a.txt"}}]}}
+        });
+        let a = post_json(&d.url("/a2a/"), Some(&token), &body);
+        assert_eq!(a.status, 200, "{}", a.text());
+        a.json()
+    };
+    let refused = json!({"jsonrpc": "2.0", "id": 1, "error": {"code": -32603,
+        "message": "transition invocation is not available in this daemon"}});
+    assert_eq!(resend(&d), refused, "the entry is gone");
+    let v = a2a(&d, &token, "r3", "ailang-read", json!({"path": "a.txt"}));
+    assert_eq!(v["result"]["metadata"]["entry_index"], json!(cut));
+    assert_eq!(resend(&d), refused, "the entry is another call's");
+    let log = d.log();
+    assert!(
+        log.contains(&format!("the task state of a2a:ep1:r2 says it committed at entry {cut}, but entry {cut}'s record is a2a:ep1:r3's: the log lost its end or was rewritten; it is not replayed as committed")),
+        "{log}"
+    );
+}
