@@ -160,7 +160,8 @@
 //!   plugin's handler-api version is compatible (same `0.y` minor) and that
 //!   the layout of every type reachable from [`PluginMod`] matches. A mismatch
 //!   stops start-up with one line naming the file and the cause, e.g.
-//!   `plugin /x/libfoo.so: incompatible ABI: handler-api 0.3.0 expected, 0.2.0 found`.
+//!   `plugin /x/libfoo.so: incompatible ABI: handler-api 0.3.0 expected, 0.2.0 found;
+//!   rebuild the plugin against handler-api 0.3.0, the version this worldd expects`.
 //! - The FFI tables ([`PluginMod`], [`HostCallbacks`], [`Handler`]) only ever
 //!   grow by *appending* entries after their last prefix field, and every new
 //!   entry comes with a new `0.y` minor: abi_stable refuses a plugin whose
