@@ -177,6 +177,61 @@ pub(crate) fn for_each_grant(
     Ok(())
 }
 
+/// What [`audit`] found: how many grants it read, and what is wrong with any of them.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct GrantAudit {
+    pub grants: u64,
+    pub findings: Vec<String>,
+}
+
+/// Every read grant, merged or waiting (`worldd doctor`): its key must decode, the object
+/// sequence it names must hold an object, and its value must be empty or a header that
+/// decodes. A grant that fails would make an episode's own object read as another's (absent),
+/// or make reading it fail. One object lookup per grant.
+pub fn audit(r: &ReadCtx<'_>) -> Result<GrantAudit, StoreError> {
+    let mut out = GrantAudit::default();
+    let mut check = |table: &str, key: &[u8], grant: Option<(&[u8], u64)>, header: &[u8]| {
+        out.grants += 1;
+        let Some((episode, seq)) = grant else {
+            out.findings.push(format!(
+                "{table} holds a key of {} byte(s) that names no episode and object",
+                key.len()
+            ));
+            return Ok(());
+        };
+        let episode = String::from_utf8_lossy(episode);
+        match r.object_at(seq) {
+            Ok(Some(o)) => {
+                if !header.is_empty() && o.with_header(header).is_none() {
+                    out.findings.push(format!(
+                        "the read grant of episode {episode:?} for object {} (row {seq}, in {table}) has a damaged header of {} byte(s)",
+                        o.hash,
+                        header.len()
+                    ));
+                }
+            }
+            Ok(None) => out.findings.push(format!(
+                "the read grant of episode {episode:?} (in {table}) names object row {seq}, which the store does not hold"
+            )),
+            Err(StoreError::Corrupt(why)) => out.findings.push(format!(
+                "the read grant of episode {episode:?} (in {table}) names object row {seq}: {why}"
+            )),
+            Err(e) => return Err(e),
+        }
+        Ok(())
+    };
+    for item in READERS.iter(r)? {
+        let (k, header) = item?;
+        check("readers", k, split_key(k), header)?;
+    }
+    for item in READERS_TAIL.iter(r)? {
+        let (k, header) = item?;
+        let grant = split_tail_key(k).map(|(seq, episode)| (episode, seq));
+        check("readers_tail", k, grant, header)?;
+    }
+    Ok(out)
+}
+
 /// `(sequence, episode)` of a `readers_tail` key.
 fn split_tail_key(k: &[u8]) -> Option<(u64, &[u8])> {
     let (seq, episode) = k.split_first_chunk::<8>()?;

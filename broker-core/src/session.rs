@@ -491,6 +491,45 @@ fn read_all(store: &Store, most: usize) -> Result<Listing, SessionError> {
     })
 }
 
+/// What [`audit`] found in the session records.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SessionAudit {
+    /// Records read.
+    pub records: u64,
+    /// Records that do not decode (they authenticate nothing), each by its credential id.
+    pub damaged: Vec<String>,
+    /// Readable records that hold two grants of one effect and scope, minted before such
+    /// sessions were refused: they work, but their budgets read oddly. Not inconsistencies.
+    pub doubled: Vec<String>,
+}
+
+/// Every session record (`worldd doctor`).
+pub fn audit(r: &ReadCtx<'_>) -> Result<SessionAudit, StoreError> {
+    let mut out = SessionAudit::default();
+    for item in SESSIONS.raw().iter(r)? {
+        let (id, b) = item?;
+        out.records += 1;
+        let shown = match std::str::from_utf8(id) {
+            Ok(text) if is_64_hex(text) => text.to_owned(),
+            _ => shown_bytes(id),
+        };
+        match decode(&shown, b) {
+            Err(_) => out.damaged.push(format!(
+                "session record {shown} is damaged: it does not decode and authenticates nothing (`worldd session revoke {shown}` removes it)"
+            )),
+            Ok(s) => {
+                if let Some((a, _)) = duplicate_grant(&s.grants) {
+                    out.doubled.push(format!(
+                        "session {shown} (episode {}) holds two grants of {}@{}, minted before such sessions were refused; revoke it and mint one grant per effect and scope",
+                        s.episode, a.effect, a.scope
+                    ));
+                }
+            }
+        }
+    }
+    Ok(out)
+}
+
 /// A token or a credential id: 64 hex digits.
 fn is_64_hex(text: &str) -> bool {
     text.len() == 64 && text.bytes().all(|b| b.is_ascii_hexdigit())

@@ -148,6 +148,7 @@ impl Store {
                 RawTable::Spend => SPEND.raw().put(w, &key, &value),
                 RawTable::Sessions => SESSIONS.raw().put(w, &key, &value),
                 RawTable::RegistryHeads => REGISTRY_HEADS.raw().put(w, &key, &value),
+                RawTable::ReadersTail => schema::READERS_TAIL.put(w, &key, &value),
             }
         })
     }
@@ -177,6 +178,7 @@ impl Store {
                 RawTable::Spend => SPEND.raw().get(r, key)?.map(<[u8]>::to_vec),
                 RawTable::Sessions => SESSIONS.raw().get(r, key)?.map(<[u8]>::to_vec),
                 RawTable::RegistryHeads => REGISTRY_HEADS.raw().get(r, key)?.map(<[u8]>::to_vec),
+                RawTable::ReadersTail => schema::READERS_TAIL.get(r, key)?.map(<[u8]>::to_vec),
             })
         })
     }
@@ -245,4 +247,7 @@ pub enum RawTable {
     /// Registry heads: registry name → the ref of its current revision (32 bytes), written as
     /// given.
     RegistryHeads,
+    /// Read grants waiting to be merged: object sequence (u64 BE) ‖ episode → empty, or the
+    /// header the episode made the object's bytes under; key and value written as given.
+    ReadersTail,
 }

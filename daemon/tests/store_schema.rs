@@ -751,3 +751,95 @@ fn reconciling_a_call_whose_invocation_row_is_garbage_does_not_say_safe_to_send(
         (200, json!("committed"))
     );
 }
+
+/// `doctor` read neither the read grants nor the session records: a grant whose header does
+/// not decode (the episode's own object then fails to read), a grant naming an object row the
+/// store does not hold, and a session record that does not decode all passed as consistent.
+/// Each is now a finding under its own line (exit 3); a session minted with two grants of one
+/// effect and scope (before such sessions were refused) is a note, not an inconsistency.
+#[test]
+fn doctor_finds_damaged_read_grants_and_session_records_and_notes_doubled_grants() {
+    use broker_core::store::{RawTable, Store};
+    let d = Daemon::start(WS, &[]);
+    let token = d.session("ep1", &["Workspace.Read=worktree:5"]);
+    std::fs::write(d.root().join("ep1/a.txt"), "alpha").unwrap();
+    a2a(&d, &token, "r1", "ailang-read", json!({"path": "a.txt"}));
+    let kept = d.halt();
+    let db = kept.path().join("db");
+    let doctor = || worldd(&["doctor", "--db", path_str(&db)], None);
+    let (code, out, err) = doctor();
+    assert_eq!(code, 0, "{out}{err}");
+    let grants = Store::open(&db, Default::default())
+        .unwrap()
+        .raw_rows("readers_tail")
+        .unwrap();
+    assert!(
+        out.contains(&format!(
+            "\n  ✓ {} read grant(s), each names a stored object\n  ✓ 1 session record(s), each decodes\n",
+            grants.len()
+        )),
+        "{out}"
+    );
+
+    let store = Store::open(&db, Default::default()).unwrap();
+    let (first, _) = grants[0].clone();
+    let seq = u64::from_be_bytes(first[..8].try_into().unwrap());
+    store
+        .raw_overwrite(RawTable::ReadersTail, first, vec![1, 2, 3])
+        .unwrap();
+    let mut absent = 999_999u64.to_be_bytes().to_vec();
+    absent.extend_from_slice(b"ep1");
+    store
+        .raw_overwrite(RawTable::ReadersTail, absent, Vec::new())
+        .unwrap();
+    let damaged_id = "ab".repeat(32);
+    store
+        .raw_overwrite(
+            RawTable::Sessions,
+            damaged_id.clone().into_bytes(),
+            b"{not json".to_vec(),
+        )
+        .unwrap();
+    let doubled_id = "cd".repeat(32);
+    let doubled = json!({"credentialId": doubled_id, "episode": "twice", "createdAt": 0,
+        "expiresAt": 4_102_444_800i64, "grants": [
+            {"effect": "Workspace.Read", "scope": "worktree", "budget": 1},
+            {"effect": "Workspace.Read", "scope": "worktree", "budget": 4}]});
+    store
+        .raw_overwrite(
+            RawTable::Sessions,
+            doubled_id.clone().into_bytes(),
+            serde_json::to_vec(&doubled).unwrap(),
+        )
+        .unwrap();
+    drop(store);
+
+    let (code, out, err) = doctor();
+    assert_eq!(code, 3, "{out}{err}");
+    let object = out
+        .lines()
+        .find_map(|l| l.split("for object ").nth(1))
+        .and_then(|rest| rest.split(' ').next())
+        .unwrap_or_else(|| panic!("{out}"))
+        .to_owned();
+    assert!(
+        out.contains(&format!(
+            "\n  ✗ {} read grant(s), some DAMAGED\n      the read grant of episode \"ep1\" for object {object} (row {seq}, in readers_tail) has a damaged header of 3 byte(s)\n      the read grant of episode \"ep1\" (in readers_tail) names object row 999999, which the store does not hold\n",
+            grants.len() + 1
+        )),
+        "{out}"
+    );
+    assert!(
+        out.contains(&format!(
+            "\n  ✗ 3 session record(s), some DAMAGED\n      session record {damaged_id} is damaged: it does not decode and authenticates nothing (`worldd session revoke {damaged_id}` removes it)\n      note: session {doubled_id} (episode twice) holds two grants of Workspace.Read@worktree, minted before such sessions were refused; revoke it and mint one grant per effect and scope\n"
+        )),
+        "{out}"
+    );
+    let (code, out, _) = worldd(&["doctor", "--db", path_str(&db), "--json"], None);
+    assert_eq!(code, 3);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["grantFindings"].as_array().unwrap().len(), 2);
+    assert_eq!(v["sessions"], 3);
+    assert_eq!(v["sessionFindings"].as_array().unwrap().len(), 1);
+    assert_eq!(v["sessionNotes"].as_array().unwrap().len(), 1);
+}

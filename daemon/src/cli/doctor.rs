@@ -41,6 +41,11 @@ pub fn run(a: DoctorArgs) -> CliResult {
                 "callFindings": audit.call_findings,
                 "invocationRows": audit.invocation_rows,
                 "rowFindings": audit.row_findings,
+                "grants": audit.grants,
+                "grantFindings": audit.grant_findings,
+                "sessions": audit.sessions,
+                "sessionFindings": audit.session_findings,
+                "sessionNotes": audit.session_notes,
                 "indexKeys": audit.index_keys,
                 "indexWaiting": audit.index_waiting,
                 "indexFindings": audit.index_findings,
@@ -107,6 +112,28 @@ pub fn run(a: DoctorArgs) -> CliResult {
             format!("{} invocation row(s), {rows}", audit.invocation_rows),
             &audit.row_findings,
         )?;
+        let grants = if audit.grant_findings.is_empty() {
+            "each names a stored object"
+        } else {
+            "some DAMAGED"
+        };
+        section(
+            format!("{} read grant(s), {grants}", audit.grants),
+            &audit.grant_findings,
+        )?;
+        let sessions = if audit.session_findings.is_empty() {
+            "each decodes"
+        } else {
+            "some DAMAGED"
+        };
+        section(
+            format!("{} session record(s), {sessions}", audit.sessions),
+            &audit.session_findings,
+        )?;
+        // Sessions that work, but whose budgets read oddly: not inconsistencies.
+        for n in audit.session_notes.iter().take(20) {
+            outln!("      note: {n}");
+        }
         let index = if audit.index_findings.is_empty() {
             "each names its row"
         } else {
