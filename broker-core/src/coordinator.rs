@@ -56,7 +56,7 @@
 //! already holds, left out of its later commits) and `committing` (the answer of a submitted
 //! commit).
 
-use std::collections::HashSet;
+use std::collections::HashMap;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
@@ -165,7 +165,9 @@ pub struct Coordinator {
     handlers: Handlers,
     config: CoordinatorConfig,
     episodes: Arc<EpisodeTurns>,
-    in_flight: Arc<Mutex<HashSet<String>>>,
+    /// Invocation ids of the calls running now, each with its tool and input: a resend with
+    /// other arguments is told apart from a resend of the same call before either is journaled.
+    in_flight: Arc<Mutex<HashMap<String, Attempt>>>,
     /// The registry loaded last, and the snapshot its head was last read in.
     registry_cache: Mutex<(Arc<Registry>, usize)>,
     refusals: RefusalLimiter,
@@ -377,13 +379,30 @@ impl Coordinator {
     /// handler included) and its outcome is not yet durable: a resend would be refused
     /// [`CallError::TaskIdReused`]. A late handler's outcome is journaled just before its mark
     /// is released; in between, the store's answer is the one a resend gets (as in `open`).
+    /// The tool and input of the call running now under this surface and task id, if any.
+    /// A resend that finds another tool or other arguments here is a reused key, not a wait
+    /// for the same call, even before the running call's first row is written.
+    pub fn running_attempt(
+        &self,
+        surface: Surface,
+        episode: &str,
+        task_id: &str,
+    ) -> Option<Attempt> {
+        let id = format!("{}:{episode}:{task_id}", surface.prefix());
+        self.in_flight
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get(&id)
+            .cloned()
+    }
+
     pub fn in_flight(&self, surface: Surface, episode: &str, task_id: &str) -> bool {
         let id = format!("{}:{episode}:{task_id}", surface.prefix());
         let marked = self
             .in_flight
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
-            .contains(&id);
+            .contains_key(&id);
         if !marked {
             return false;
         }
@@ -676,7 +695,11 @@ impl Coordinator {
     /// reserve or when a declared effect has no handler (R8).
     fn open(&self, call: Call, hold: impl Send + 'static) -> Result<Opened, CallError> {
         let prepared = self.prepare(call)?;
-        let flight = match self.claim_in_flight(&prepared.invocation_id) {
+        let attempt = Attempt {
+            skill_id: prepared.call.skill_id.clone(),
+            input_ref: prepared.input.hash,
+        };
+        let flight = match self.claim_in_flight(&prepared.invocation_id, attempt) {
             Ok(flight) => flight,
             // The earlier attempt still holds its mark, but its outcome may already be
             // durable (a late handler's is journaled just before the mark is released): what
@@ -750,13 +773,16 @@ impl Coordinator {
         })
     }
 
-    fn claim_in_flight(&self, id: &str) -> Result<InFlight, CallError> {
+    fn claim_in_flight(&self, id: &str, attempt: Attempt) -> Result<InFlight, CallError> {
         let mut set = self
             .in_flight
             .lock()
             .map_err(|_| CallError::Internal("in-flight set poisoned".into()))?;
-        if !set.insert(id.to_owned()) {
-            return Err(CallError::TaskIdReused);
+        match set.entry(id.to_owned()) {
+            std::collections::hash_map::Entry::Occupied(_) => return Err(CallError::TaskIdReused),
+            std::collections::hash_map::Entry::Vacant(v) => {
+                v.insert(attempt);
+            }
         }
         Ok(InFlight {
             set: self.in_flight.clone(),
@@ -1546,9 +1572,17 @@ pub enum Begun {
 /// [`Coordinator::run_effect`].
 pub struct EffectCall(Box<EffectPlanned>);
 
+/// What a running call is: its tool and its input's ref
+/// ([`Coordinator::running_attempt`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Attempt {
+    pub skill_id: String,
+    pub input_ref: Ref,
+}
+
 /// Releases an invocation id from the in-flight set.
 struct InFlight {
-    set: Arc<Mutex<HashSet<String>>>,
+    set: Arc<Mutex<HashMap<String, Attempt>>>,
     id: String,
 }
 

@@ -193,6 +193,20 @@ pub async fn reuse(
     skill_id: &str,
     args: &Value,
 ) -> Outcome {
+    let input = Ref::of_json(args).ok();
+    let other = |skill: &str, input_ref: Ref| skill != skill_id || Some(input_ref) != input;
+    // The call running under the key, if any, says what it is before its first row is
+    // written: racing resends with other arguments are conflicts, not waits for the winner.
+    let running = state
+        .coordinator()
+        .running_attempt(surface, &session.episode, key);
+    if let Some(a) = running {
+        return if other(&a.skill_id, a.input_ref) {
+            Outcome::key_conflict()
+        } else {
+            Outcome::indeterminate("in-flight")
+        };
+    }
     let store = state.store().clone();
     let episode = session.episode.clone();
     let task_key = format!("{}:{key}", surface.prefix());
@@ -203,9 +217,8 @@ pub async fn reuse(
     .ok()
     .and_then(Result::ok)
     .flatten();
-    let input = Ref::of_json(args).ok();
     match stored {
-        Some(s) if s.skill_id != skill_id || Some(s.input_ref) != input => Outcome::key_conflict(),
+        Some(s) if other(&s.skill_id, s.input_ref) => Outcome::key_conflict(),
         _ => Outcome::indeterminate("in-flight"),
     }
 }

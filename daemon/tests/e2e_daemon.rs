@@ -1760,3 +1760,48 @@ fn an_mcp_initialize_without_params_is_invalid_params_through_the_real_binary() 
     );
     assert_eq!(a.field("mcp-session-id"), None);
 }
+
+/// One key, raced by calls with other arguments: the loser that arrived while the winner was
+/// planning (its mark taken, its first row not yet written) was told `in-flight` ("do not
+/// resend yet: reconcile"), and reconciling then said `committed`, so it took the winner's
+/// write for its own. The running call's tool and input are now kept beside its mark, and every
+/// loser is told its key was used with other arguments, run after run.
+#[test]
+fn racing_resends_of_one_key_with_other_arguments_are_conflicts_not_in_flight() {
+    let d = Daemon::start(WS, &[]);
+    let token = d.session("race", &["Workspace.Write=worktree:100"]);
+    for round in 0..3 {
+        let task = format!("race-{round}");
+        let answers: Vec<serde_json::Value> = std::thread::scope(|s| {
+            let handles: Vec<_> = (0..8)
+                .map(|i| {
+                    let (d, token, task) = (&d, &token, &task);
+                    s.spawn(move || {
+                        let body = json!({
+                            "jsonrpc": "2.0", "id": i, "method": "message/send",
+                            "params": {"message": {"role": "user", "messageId": format!("m{i}"),
+                                "taskId": task, "metadata": {"skill_id": "ailang-write"},
+                                "parts": [{"kind": "data", "data": {"path": "r.txt", "content": format!("c{i}")}}]}}
+                        });
+                        let a = post_json(&d.url("/a2a/"), Some(token), &body);
+                        assert_eq!(a.status, 200, "{}", a.text());
+                        a.json()
+                    })
+                })
+                .collect();
+            handles.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        let won: Vec<_> = answers
+            .iter()
+            .filter(|a| a.get("result").is_some())
+            .collect();
+        assert_eq!(won.len(), 1, "round {round}: {answers:#?}");
+        for a in answers.iter().filter(|a| a.get("error").is_some()) {
+            assert_eq!(
+                (&a["error"]["code"], &a["error"]["data"]["reason"]),
+                (&json!(-32602), &json!("key-conflict")),
+                "round {round}: {a}"
+            );
+        }
+    }
+}

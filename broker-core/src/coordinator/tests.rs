@@ -82,7 +82,7 @@ fn session_of(c: &Coordinator, episode: &str) -> Session {
 
 /// The episodes holding a turn, and the invocation ids claimed in flight.
 fn held(c: &Coordinator) -> (Vec<String>, Vec<String>) {
-    let mut claims: Vec<String> = c.in_flight.lock().unwrap().iter().cloned().collect();
+    let mut claims: Vec<String> = c.in_flight.lock().unwrap().keys().cloned().collect();
     claims.sort();
     (c.episodes.held(), claims)
 }
@@ -243,7 +243,14 @@ fn a_resend_gets_the_durable_outcome_even_while_the_claim_is_still_held() {
     let (_dir, c) = coordinator(HANDLER_DEADLINE, Duration::ZERO);
     let session = session_of(&c, "ep");
     let first = c.invoke(&read_call(&session, "t1", "a.ail")).unwrap();
-    c.in_flight.lock().unwrap().insert("mcp:ep:t1".to_owned());
+    let attempt = Attempt {
+        skill_id: "ailang-read".into(),
+        input_ref: Ref::of(b"{}"),
+    };
+    c.in_flight
+        .lock()
+        .unwrap()
+        .insert("mcp:ep:t1".to_owned(), attempt);
     assert!(
         !c.in_flight(Surface::Mcp, "ep", "t1"),
         "resolved in the store"
@@ -257,7 +264,14 @@ fn a_resend_gets_the_durable_outcome_even_while_the_claim_is_still_held() {
         c.invoke(&read_call(&session, "t1", "b.ail")),
         Err(CallError::TaskIdReused)
     ));
-    c.in_flight.lock().unwrap().insert("mcp:ep:t2".to_owned());
+    let attempt = Attempt {
+        skill_id: "ailang-read".into(),
+        input_ref: Ref::of(b"{}"),
+    };
+    c.in_flight
+        .lock()
+        .unwrap()
+        .insert("mcp:ep:t2".to_owned(), attempt);
     assert!(
         c.in_flight(Surface::Mcp, "ep", "t2"),
         "claimed, nothing durable yet"
