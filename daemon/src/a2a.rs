@@ -626,6 +626,7 @@ fn error_text(f: InvokeFailure) -> (i64, String) {
             -32603,
             "invocation outcome is not confirmed; resend the same task id".to_owned(),
         ),
+        InvokeFailure::Revoked => (-32001, crate::state::REVOKED_WHILE_WAITING.to_owned()),
     };
     (code, message)
 }

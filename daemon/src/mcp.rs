@@ -63,7 +63,7 @@ use tokio::time::Instant;
 
 use crate::edge::body::BodyError;
 use crate::json_bounds::{self, Refused};
-use crate::state::AppState;
+use crate::state::{AppState, InvokeFailure};
 
 mod jsonrpc;
 mod methods;
@@ -222,6 +222,15 @@ async fn serve_batch(ctx: &Ctx<'_>, version: &'static str, items: Vec<Value>) ->
                 if !std::mem::replace(&mut first, false) {
                     match ctx.state.session_now(&session) {
                         Ok(now) => session = now,
+                        // Revoked meanwhile: this request and each after it run nothing.
+                        Err(InvokeFailure::Revoked) => {
+                            replies.push(&Reply::error(
+                                &id,
+                                jsonrpc::SESSION_REVOKED,
+                                crate::state::REVOKED_WHILE_WAITING,
+                            ));
+                            continue;
+                        }
                         Err(_) => {
                             return transport::host_failure(&Value::Null, HostFailure::Failed)
                         }

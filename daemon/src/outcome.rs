@@ -163,6 +163,8 @@ pub fn of_failure(f: &InvokeFailure) -> Option<Outcome> {
         InvokeFailure::Busy => Outcome::busy(),
         InvokeFailure::TimedOut => Outcome::indeterminate("timeout"),
         InvokeFailure::Canceled => Outcome::indeterminate("canceled"),
+        // Refused like a request without a valid credential: the text says what to do.
+        InvokeFailure::Revoked => return None,
         InvokeFailure::Call(e) => match e {
             CallError::InvalidTaskId
             | CallError::InvalidArguments(_)

@@ -45,7 +45,14 @@ pub enum InvokeFailure {
     TimedOut,
     /// The task running the call was cancelled or panicked.
     Canceled,
+    /// The session's credential was revoked while the call waited for its turn: nothing ran
+    /// and nothing was journaled, so its task id is unused ([`REVOKED_WHILE_WAITING`]).
+    Revoked,
 }
+
+/// What a call whose credential was revoked while it waited is told (A2A and MCP alike, with
+/// the authentication errors' code, -32001).
+pub const REVOKED_WHILE_WAITING: &str = "session credential was revoked while this call waited: nothing ran and nothing was journaled (its task id is unused); send it again with a valid credential";
 
 /// Static facts shown by `/v1/health`.
 #[derive(Debug, Clone)]
@@ -384,9 +391,10 @@ impl AppState {
         }
     }
 
-    /// `session` as its record is now. A revoked one is taken as expired a second ago: its
-    /// call reaches the broker, which denies it `denied:expired` (the grant is not live), in
-    /// the log like any denial, and nothing runs.
+    /// `session` as its record is now. A revoked one is [`InvokeFailure::Revoked`]: its call
+    /// runs nothing and writes nothing, so its task id stays free for a resend with a valid
+    /// credential. (One that expired meanwhile reaches the broker, which denies it
+    /// `denied:expired`, in the log like any denial.)
     pub fn session_now(&self, session: &Arc<Session>) -> Result<Arc<Session>, InvokeFailure> {
         match self
             .inner
@@ -394,12 +402,7 @@ impl AppState {
             .current(&self.inner.store, &session.credential_id)
         {
             Ok(Some(now)) => Ok(now),
-            Ok(None) => Ok(Arc::new(Session {
-                expires_at: session
-                    .expires_at
-                    .min(self.inner.coordinator.now().saturating_sub(1)),
-                ..Session::clone(session)
-            })),
+            Ok(None) => Err(InvokeFailure::Revoked),
             Err(e) => {
                 tracing::error!("credential lookup failed: {e}");
                 Err(InvokeFailure::Canceled)

@@ -2787,16 +2787,23 @@ fn shutdown_does_not_wait_for_connections_that_never_sent_a_request() {
 /// A revoked agent's calls that were queued behind its episode's running call ran after the
 /// revocation (the credential was checked when the request arrived): they wrote files and
 /// spent budget. A call that waited is now checked against its credential as it is when its
-/// turn comes, and one revoked meanwhile is denied `denied:expired` (the grant is not live)
-/// and runs nothing.
+/// turn comes. One revoked meanwhile runs nothing and writes nothing: it is answered with the
+/// authentication errors' code (-32001), and its key stays unused, so the same call sent again
+/// with a valid credential of the episode runs. (It used to be committed as `denied:expired`,
+/// which misnamed the revocation and used up the key.)
 #[test]
 fn calls_queued_behind_their_episode_run_nothing_once_their_credential_is_revoked() {
+    const REVOKED: &str = "session credential was revoked while this call waited: nothing ran and nothing was journaled (its task id is unused); send it again with a valid credential";
     let (d, _c) = start_with(WS_STALL, "[limits]\nhandler_deadline_ms = 10000\n", &[]);
     let holder = d.session("revoked", &["Stall.Wait=any:5"]);
     let queued = d.session("revoked", &["Workspace.Write=worktree:5"]);
-    let in_background = |token: &str, tool: &str, args: Value| {
+    let keyed_write = |key: &str| {
+        json!({"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"ailang-write",
+            "arguments":{"path": "after-revoke.txt", "content": "x"},
+            "_meta": {"world/idempotencyKey": key}}})
+    };
+    let in_background = |token: &str, body: Value| {
         let (url, token) = (d.url("/mcp/"), token.to_owned());
-        let body = json!({"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":tool,"arguments":args}});
         std::thread::spawn(move || {
             let a = request(
                 "POST",
@@ -2812,42 +2819,51 @@ fn calls_queued_behind_their_episode_run_nothing_once_their_credential_is_revoke
             }
         })
     };
-    let slow = in_background(&holder, "stall-wait", json!({"ms": "2500"}));
-    std::thread::sleep(Duration::from_millis(300));
-    let write = in_background(
-        &queued,
-        "ailang-write",
-        json!({"path": "after-revoke.txt", "content": "x"}),
+    let slow = in_background(
+        &holder,
+        json!({"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"stall-wait","arguments":{"ms": "2500"}}}),
     );
+    std::thread::sleep(Duration::from_millis(300));
+    let write = in_background(&queued, keyed_write("w1"));
     std::thread::sleep(Duration::from_millis(300));
     d.revoke_by_cli(&queued);
     let v = write.join().unwrap();
-    let out = &v["result"]["structuredContent"];
-    assert_eq!(out["world"]["effects"][0]["status"], "denied", "{v}");
+    assert_eq!(
+        v,
+        json!({"jsonrpc": "2.0", "id": 1, "error": {"code": -32001, "message": REVOKED}})
+    );
     assert!(
         !d.root().join("revoked/after-revoke.txt").exists(),
         "the revoked credential's queued call wrote its file"
     );
     let v = slow.join().unwrap();
     assert_eq!(v["result"]["structuredContent"]["ok"], true, "{v}");
-    // The denial is in the log under its fixed label, and nothing was spent.
-    let record = &out["world"]["effects"][0]["record"];
-    let operator = d.operator_session("ops", &[]);
-    let r = get(
-        &d.url(&format!(
-            "/v1/objects/{}?payload=true",
-            record.as_str().unwrap()
-        )),
-        Some(&operator),
+    let after = v["result"]["_meta"]["world/entryIndex"].as_u64().unwrap();
+    // The key is unused: a valid credential of the episode sends the call again, and it runs.
+    let renewed = d.session("revoked", &["Workspace.Write=worktree:5"]);
+    let a = request(
+        "POST",
+        &d.url("/mcp/"),
+        Some(&renewed),
+        &mcp_headers(),
+        Some(&serde_json::to_vec(&keyed_write("w1")).unwrap()),
     );
-    assert_eq!(r.status, 200, "{}", r.text());
-    use base64::Engine;
-    let payload = base64::engine::general_purpose::STANDARD
-        .decode(r.json()["payload"].as_str().unwrap())
-        .unwrap();
-    let payload: Value = serde_json::from_slice(&payload).unwrap();
-    assert_eq!(payload["denial"], "denied:expired", "{payload}");
-    assert_eq!(payload["allowed"], false, "{payload}");
+    let v = if a.content_type.starts_with("text/event-stream") {
+        a.sse_json()
+    } else {
+        a.json()
+    };
+    assert_eq!(
+        v["result"]["structuredContent"]["ok"], true,
+        "the key was used up: {v}"
+    );
+    assert_eq!(v["result"]["_meta"]["world/replayed"], json!(false), "{v}");
+    assert!(d.root().join("revoked/after-revoke.txt").exists());
+    assert_eq!(
+        v["result"]["_meta"]["world/entryIndex"],
+        json!(after + 1),
+        "the revoked call committed nothing"
+    );
 
     // The same through one JSON-RPC batch: its later requests waited for the first (a slow
     // tool), and ran after the revocation; now each runs on the credential as it is then.
@@ -2884,10 +2900,10 @@ fn calls_queued_behind_their_episode_run_nothing_once_their_credential_is_revoke
         replies[0]["result"]["structuredContent"]["ok"], true,
         "{replies:?}"
     );
-    for reply in &replies[1..] {
+    for (reply, id) in replies[1..].iter().zip([2, 3]) {
         assert_eq!(
-            reply["result"]["structuredContent"]["world"]["effects"][0]["status"], "denied",
-            "{reply}"
+            reply,
+            &json!({"jsonrpc": "2.0", "id": id, "error": {"code": -32001, "message": REVOKED}})
         );
     }
     for file in ["b2.txt", "b3.txt"] {

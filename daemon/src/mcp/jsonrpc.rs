@@ -18,6 +18,9 @@ pub(super) const INTERNAL_ERROR: i64 = -32603;
 pub(super) const HEADER_MISMATCH: i64 = -32020;
 /// 2026-07-28: the envelope names a protocol version this server does not serve.
 pub(super) const UNSUPPORTED_PROTOCOL_VERSION: i64 = -32022;
+/// The request's credential was revoked while it waited ([`crate::state::REVOKED_WHILE_WAITING`]):
+/// the code A2A gives its authentication errors.
+pub(super) const SESSION_REVOKED: i64 = -32001;
 
 /// One incoming JSON-RPC message, classified.
 #[derive(Debug)]

@@ -19,10 +19,12 @@ use serde::Serialize;
 use serde_json::{json, Map, Value};
 use tokio::time::Instant;
 
-use super::jsonrpc::{quote, Reply, INTERNAL_ERROR, INVALID_PARAMS, METHOD_NOT_FOUND};
+use super::jsonrpc::{
+    quote, Reply, INTERNAL_ERROR, INVALID_PARAMS, METHOD_NOT_FOUND, SESSION_REVOKED,
+};
 use super::{HANDSHAKE_VERSIONS, IDEMPOTENCY_KEY, MODERN_VERSION};
 use crate::outcome::{self, Outcome};
-use crate::state::{AppState, InvokeFailure};
+use crate::state::{AppState, InvokeFailure, REVOKED_WHILE_WAITING};
 use crate::tools::{self, SurfaceError};
 
 /// The `_meta` key of the 2026-07-28 server identity stamp.
@@ -607,6 +609,11 @@ async fn tools_call(
             let outcome = outcome::of_output(&out, class);
             call_result(ctx, id, tool, out, outcome, key.as_deref())
         }
+        Err(InvokeFailure::Revoked) => {
+            // Nothing ran or was journaled: an authentication error, not a host failure.
+            tracing::info!(%episode, %tool, rpc_id = %id, "mcp tools/call: {REVOKED_WHILE_WAITING}");
+            Ok(Reply::error(id, SESSION_REVOKED, REVOKED_WHILE_WAITING))
+        }
         Err(InvokeFailure::Call(
             e @ (CallError::InvalidArguments(_) | CallError::InvalidTaskId),
         )) => {
@@ -676,6 +683,8 @@ fn host_failure(episode: &str, tool: &str, id: &Value, failure: InvokeFailure) -
             HostFailure::Canceled,
             "the invocation task was canceled or panicked".to_owned(),
         ),
+        // Answered before this (`call_tool`); never a host failure in fact.
+        InvokeFailure::Revoked => (HostFailure::Failed, REVOKED_WHILE_WAITING.to_owned()),
     };
     match host {
         // Load and slow calls are operational, not faults.
