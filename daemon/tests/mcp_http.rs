@@ -2231,6 +2231,31 @@ async fn a_keyed_write_runs_once_and_replays_the_committed_bytes() {
     }
 }
 
+/// A `_meta` that is not an object (an array holding the key, a string naming it) hid the
+/// idempotency key: each resend ran the write again and paid for it, where the client asked
+/// for at most once. It is refused as invalid params, before anything is journaled.
+#[tokio::test]
+async fn a_meta_that_is_not_an_object_is_refused_not_read_as_no_key() {
+    let mut h = harness();
+    let t = h.token("meta", &["Workspace.Write=worktree:5"]);
+    let before = h.revision();
+    for meta in [
+        json!([{"world/idempotencyKey": "arr1"}]),
+        json!("world/idempotencyKey=arr1"),
+        json!(7),
+    ] {
+        let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+            "params": {"name": "ailang-write", "arguments": {"path": "m.txt", "content": "x"},
+                       "_meta": meta}});
+        assert_eq!(
+            h.rpc(&t, &body.to_string()).await.sse()["error"],
+            json!({"code": -32602, "message": "invalid params: \"_meta\" must be an object"})
+        );
+    }
+    assert_eq!(h.revision(), before);
+    assert_eq!(h.writes_run(), 0);
+}
+
 #[tokio::test]
 async fn a_keyed_call_still_running_is_named_not_repeated() {
     let mut h = harness_with(Limits {

@@ -550,7 +550,14 @@ fn call_params(params: Option<Value>) -> Result<CallParams, String> {
         Some(v @ Value::Object(_)) => v,
         Some(_) => return Err("invalid params: \"arguments\" must be an object".into()),
     };
-    let key = match p.get("_meta").and_then(|m| m.get(IDEMPOTENCY_KEY)) {
+    // A `_meta` of another type would hide the key it may carry: the call would run unkeyed
+    // (at least once) where the client asked for at most once.
+    let meta = match p.get("_meta") {
+        None | Some(Value::Null) => None,
+        Some(m @ Value::Object(_)) => Some(m),
+        Some(_) => return Err("invalid params: \"_meta\" must be an object".into()),
+    };
+    let key = match meta.and_then(|m| m.get(IDEMPOTENCY_KEY)) {
         None | Some(Value::Null) => None,
         Some(Value::String(k)) if task::valid_task_id(k) => Some(k.clone()),
         Some(_) => {
