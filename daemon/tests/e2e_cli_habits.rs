@@ -1447,6 +1447,67 @@ fn a_keyed_call_from_the_cli_runs_once_and_is_found_by_its_key() {
     );
 }
 
+/// The keys `.` and `..` are valid, and `worldd call` sends them, but `worldd calls get ..`
+/// refused them (a URL parser takes such a segment for a step, encoded or not), so the call
+/// could not be reconciled by its key. They are now asked by the invocation id, the session's
+/// episode read first. And `calls get` of another episode's invocation id said "it is safe to
+/// send", advice that session cannot act on: it now says the id is not of its episode.
+#[test]
+fn calls_get_finds_the_keys_dot_and_dot_dot_and_does_not_call_another_episodes_id_safe_to_send() {
+    let d = Daemon::start(&["worldd_workspace"], &[]);
+    let token = d.session("ep1", &["Workspace.Write=worktree:5"]);
+    for key in [".", ".."] {
+        let args = [
+            "call",
+            "ailang-write",
+            "--arg",
+            "path=a.txt",
+            "--arg",
+            "content=x",
+            "--idempotency-key",
+            key,
+        ];
+        let (code, _, err) = cli(&d, &token, &args);
+        assert_eq!(code, 0, "{err}");
+        let (code, out, err) = cli(&d, &token, &["calls", "get", key]);
+        assert_eq!(code, 0, "calls get {key}: {err}");
+        assert!(
+            out.starts_with(&format!("mcp:ep1:{key}  ailang-write  committed\n")),
+            "{out}"
+        );
+    }
+    let (code, out, err) = cli(&d, &token, &["calls", "get", "--surface", "a2a", ".."]);
+    assert_eq!((code, out.as_str()), (1, ""), "{err}");
+    assert!(err.contains("calls get: not found: a2a:ep1:.. (nothing was journaled under it in your episode; it is safe to send)"), "{err}");
+
+    let other = d.session("ep2", &["Workspace.Write=worktree:5"]);
+    cli(
+        &d,
+        &other,
+        &[
+            "call",
+            "ailang-write",
+            "--arg",
+            "path=b.txt",
+            "--arg",
+            "content=y",
+            "--idempotency-key",
+            "k",
+        ],
+    );
+    for id in ["mcp:ep2:k", "mcp:ep3:never"] {
+        let (code, out, err) = cli(&d, &token, &["calls", "get", id]);
+        assert_eq!((code, out.as_str()), (1, ""), "{err}");
+        assert!(
+            err.ends_with(&format!("\nworldd: calls get: not found: {id} is not a call of your episode (ep1); another episode's calls are its own, and this answer is the same whether or not it exists\n")),
+            "{err}"
+        );
+        // Two requests (the call, then the session's episode), one warning for the
+        // credential given on the command line.
+        assert_eq!(err.matches("worldd: warning:").count(), 1, "{err}");
+    }
+}
+
 /// `--commit-body-bytes -1` used to be answered `unexpected argument '-1' found`, as if the
 /// number were a stray word: a negative number after a flag that takes a value is that flag's
 /// value, refused by the flag's own parser or check with what it wants, and nothing starts.

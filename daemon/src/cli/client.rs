@@ -182,7 +182,9 @@ pub(super) fn credential(arg: &Option<String>) -> Result<Option<String>, Failure
         )));
     }
     if is_credential(&raw) {
-        errln!("worldd: warning: a credential on the command line or in the environment is visible to other processes; prefer a file");
+        // Once a process, however many requests a verb makes.
+        static WARNED: std::sync::Once = std::sync::Once::new();
+        WARNED.call_once(|| errln!("worldd: warning: a credential on the command line or in the environment is visible to other processes; prefer a file"));
         return Ok(Some(raw));
     }
     let path = Path::new(&raw);

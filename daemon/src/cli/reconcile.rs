@@ -49,6 +49,15 @@ pub fn calls(cmd: CallsCommand) -> CliResult {
             "/v1/invocations/{}",
             super::client::pieces(&a.handle, "invocation id")?
         )
+    } else if matches!(a.handle.as_str(), "." | "..") {
+        // Valid keys, but a URL parser takes the segment for a step, encoded or not: asked by
+        // the invocation id, in which they are only part of a segment.
+        format!(
+            "/v1/invocations/{}:{}:{}",
+            a.surface,
+            super::client::segment(&own_episode(&a.client)?),
+            a.handle
+        )
     } else {
         format!(
             "/v1/calls/{}/{}",
@@ -66,6 +75,17 @@ pub fn calls(cmd: CallsCommand) -> CliResult {
     if status == 404 && v["state"] == "not-found" {
         if a.json {
             outln!("{v}");
+        }
+        // Another episode's call is answered alike whether or not it exists; sending it is
+        // not this session's to do.
+        if let Some((_, episode, _)) = broker_core::task::split_invocation_id(&a.handle) {
+            let own = own_episode(&a.client)?;
+            if episode != own {
+                return Err(Failure::usage(format!(
+                    "calls get: not found: {} is not a call of your episode ({own}); another episode's calls are its own, and this answer is the same whether or not it exists",
+                    super::terminal::one_line(&a.handle)
+                )));
+            }
         }
         // A bare key is looked for on one surface: an A2A task id asked for on MCP's is not
         // found, though the call exists.
@@ -193,6 +213,18 @@ pub fn budget(a: BudgetArgs) -> CliResult {
         );
     }
     Ok(())
+}
+
+/// The episode of the session's credential (`GET /v1/budget`).
+fn own_episode(c: &ClientArgs) -> Result<String, Failure> {
+    let (status, body) = get(c, "/v1/budget")?;
+    if !(200..300).contains(&status) {
+        return Err(super::client::refused("/v1/budget", status, &body));
+    }
+    serde_json::from_slice::<Value>(&body)
+        .ok()
+        .and_then(|v| v["episode"].as_str().map(str::to_owned))
+        .ok_or_else(|| Failure::usage("/v1/budget named no episode".to_owned()))
 }
 
 /// GET a route; `Ok((status, body))` for any HTTP answer.
