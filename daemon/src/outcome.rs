@@ -281,8 +281,14 @@ pub fn refused_by_policy(output: &[u8]) -> bool {
 }
 
 /// [`of_committed`] for a [`CallOutput`] whose output bytes are the committed JSON object.
+///
+/// A replayed result is never retryable: the key holds its committed answer, so sending the
+/// identical call again gets it again (an agent that resent a replayed read failure by the
+/// rule "retryable: send it again" would loop); a new attempt needs a new key.
 pub fn of_output(out: &CallOutput, class: EffectClass) -> Outcome {
-    classify(&out.effects, || refused_by_policy(&out.output), class)
+    let mut o = classify(&out.effects, || refused_by_policy(&out.output), class);
+    o.retryable &= !out.replayed;
+    o
 }
 
 /// The effects of a call as agents see them: `[{"id","effect","status","record",

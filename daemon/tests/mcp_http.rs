@@ -2126,6 +2126,43 @@ async fn every_outcome_is_a_result_with_its_classification() {
     }
 }
 
+/// A replayed answer said `retryable: true` when the first did (a read): an agent following
+/// "retryable: send it again" resent the same key and got the same committed answer forever,
+/// a failed read's included. A replay is never retryable: the key holds its answer.
+#[tokio::test]
+async fn a_replayed_read_is_not_retryable_under_its_key() {
+    let h = harness();
+    h.gate.release();
+    let t = h.token("again", &["Workspace.Read=worktree:5"]);
+    let args = json!({"path": "a.ail"});
+    let outcome = |v: &Value| v["result"]["_meta"]["world/outcome"].clone();
+    let first = h
+        .rpc(
+            &t,
+            &keyed_body(json!(1), "ailang-read", args.clone(), "r-1"),
+        )
+        .await
+        .sse();
+    assert_eq!(
+        first["result"]["_meta"]["world/replayed"],
+        json!(false),
+        "{first}"
+    );
+    let mut retryable = outcome(&first);
+    assert_eq!(retryable["retryable"], json!(true), "{first}");
+    let again = h
+        .rpc(&t, &keyed_body(json!(2), "ailang-read", args, "r-1"))
+        .await
+        .sse();
+    assert_eq!(
+        again["result"]["_meta"]["world/replayed"],
+        json!(true),
+        "{again}"
+    );
+    retryable["retryable"] = json!(false);
+    assert_eq!(outcome(&again), retryable, "{again}");
+}
+
 #[tokio::test]
 async fn a_keyed_write_runs_once_and_replays_the_committed_bytes() {
     let mut h = harness();
