@@ -1155,3 +1155,57 @@ fn resending_a_call_the_log_lost_is_not_replayed_as_committed() {
         "{log}"
     );
 }
+
+/// A committed call whose entry's record was tampered with (one payload byte) was still
+/// answered `committed` by the reconcile routes, and replayed when its key was resent: the
+/// check of the entry its task state names left a record it could not vouch for to `why`,
+/// which nothing behind these answers runs. It is damage now: `500 Damaged` naming the record,
+/// and the resend is refused.
+#[test]
+fn a_call_whose_record_was_tampered_with_is_not_answered_or_replayed_as_committed() {
+    use broker_core::store::{RawTable, Store};
+    let d = Daemon::start(WS, &[]);
+    let token = d.session("ep1", &["Workspace.Read=worktree:50"]);
+    std::fs::write(d.root().join("ep1/a.txt"), "alpha").unwrap();
+    let v = a2a(&d, &token, "r1", "ailang-read", json!({"path": "a.txt"}));
+    let at = v["result"]["metadata"]["entry_index"].as_u64().unwrap();
+    let operator = d.operator_session("ops", &[]);
+    let record = get(&d.url(&format!("/v1/log/{at}")), Some(&operator)).json()["transitionRef"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let kept = d.halt();
+    {
+        let store = Store::open(&kept.path().join("db"), Default::default()).unwrap();
+        let r: broker_core::object::Ref = record.parse().unwrap();
+        let mut bytes = store
+            .raw_get(RawTable::Objects, r.as_bytes())
+            .unwrap()
+            .unwrap();
+        let last = bytes.len() - 1;
+        bytes[last] ^= 1;
+        store
+            .raw_overwrite(RawTable::Objects, r.as_bytes().to_vec(), bytes)
+            .unwrap();
+    }
+    let d = Daemon::start_in(kept, WS, &[]);
+    let a = get(&d.url("/v1/calls/a2a/r1"), Some(&token));
+    assert_eq!(a.status, 500, "{}", a.text());
+    assert_eq!(
+        a.json(),
+        json!({"error": {"class": "Damaged", "message": format!(
+            "call a2a:ep1:r1 is damaged: the task state of a2a:ep1:r1 says it committed at entry {at}, but entry {at}'s record {record} does not hash to its address; it is not answered as committed (run worldd doctor, and restore the store from a backup)"
+        )}})
+    );
+    let body = json!({
+        "jsonrpc": "2.0", "id": 1, "method": "tasks/send",
+        "params": {"id": "r1", "metadata": {"skill_id": "ailang-read"},
+                   "message": {"role": "user", "parts": [{"type": "data", "data": {"path": "a.txt"}}]}}
+    });
+    let resent = post_json(&d.url("/a2a/"), Some(&token), &body).json();
+    assert_eq!(
+        resent["error"],
+        json!({"code": -32603, "message": "transition invocation is not available in this daemon"}),
+        "{resent}"
+    );
+}

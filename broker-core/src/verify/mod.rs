@@ -278,7 +278,7 @@ fn locate<S: Source + ?Sized>(
             if let Some((surface, ep, t)) = task::split_invocation_id(id) {
                 if let Some(state) = src.task(ep, &format!("{surface}:{t}"))? {
                     if let (true, Some(i)) = (state.invocation_id == *id, state.entry_index) {
-                        named_entry_is(src, id, i)?;
+                        named_entry_is(src, id, i, Unreadable::ToTheWalk)?;
                         if !found.iter().any(|(j, _)| *j == i) {
                             found.push((i, "invocation id".into()));
                         }
@@ -326,17 +326,37 @@ fn locate<S: Source + ?Sized>(
 /// state says: the check `why` makes of the entry a task state names, for a reader that answers
 /// from the task state (`GET /v1/calls/…`, `GET /v1/invocations/{id}`). It reads that entry and
 /// its record, nothing else (the head too, to name the last entry, when the entry is gone).
-/// [`VerifyError::Integrity`] when the log does not hold the entry or it holds another call's;
-/// an entry or record that cannot be read is left to `why` and `doctor`, as [`locate`] leaves it
-/// to the walk.
+/// [`VerifyError::Integrity`] when the log does not hold the entry, holds another call's, or
+/// holds an entry or record that cannot be read: an answer that says "committed" has no walk
+/// behind it to report the damage.
 pub fn committed_entry_holds(r: &ReadCtx<'_>, id: &str, index: u64) -> Result<(), VerifyError> {
-    named_entry_is(&LocalSource::new(r), id, index)
+    named_entry_is(&LocalSource::new(r), id, index, Unreadable::Damage)
+}
+
+/// What [`named_entry_is`] makes of an entry or record it cannot read.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Unreadable {
+    /// Left to the walk, whose link says why (`why`).
+    ToTheWalk,
+    /// Damage, said now (an answer from the task state alone).
+    Damage,
 }
 
 /// The entry a task state names must hold that invocation's record: an index alone would have
 /// `why` verify whichever call now sits there, as after a log lost its end and grew again. An
 /// entry or record that cannot be read is left to the walk, whose link says why.
-fn named_entry_is<S: Source + ?Sized>(src: &S, id: &str, i: u64) -> Result<(), VerifyError> {
+fn named_entry_is<S: Source + ?Sized>(
+    src: &S,
+    id: &str,
+    i: u64,
+    unreadable: Unreadable,
+) -> Result<(), VerifyError> {
+    let unread = |what: String| match unreadable {
+        Unreadable::ToTheWalk => Ok(()),
+        Unreadable::Damage => Err(VerifyError::Integrity(format!(
+            "the task state of {id} says it committed at entry {i}, but {what}"
+        ))),
+    };
     let Some(bytes) = src.entry(i)? else {
         let last = head_index(src)
             .map(|h| format!(" (its last entry is {h})"))
@@ -345,14 +365,19 @@ fn named_entry_is<S: Source + ?Sized>(src: &S, id: &str, i: u64) -> Result<(), V
             "the task state of {id} says it committed at entry {i}, which the log does not hold{last}: the log lost its end"
         )));
     };
-    let Ok(entry) = Entry::from_bytes(&bytes) else {
-        return Ok(());
+    let entry = match Entry::from_bytes(&bytes) {
+        Ok(entry) => entry,
+        Err(e) => return unread(format!("entry {i} does not decode ({e})")),
     };
-    let Some(record) = src.object(&entry.transition_ref).ok().flatten() else {
-        return Ok(());
+    let record = entry.transition_ref;
+    let Some(record) = src.object(&record).ok().flatten() else {
+        return unread(format!("entry {i}'s record {record} cannot be read"));
     };
     if Ref::of(&record.payload) != entry.transition_ref {
-        return Ok(());
+        return unread(format!(
+            "entry {i}'s record {} does not hash to its address",
+            entry.transition_ref
+        ));
     }
     match walk::record_invocation_id(&record.payload) {
         Some(named) if named == id => Ok(()),
