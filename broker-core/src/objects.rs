@@ -179,3 +179,63 @@ pub(crate) fn object_row<'t>(
         ))),
     }
 }
+
+/// What [`audit`] found in the object rows.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ObjectAudit {
+    /// Object rows read.
+    pub objects: u64,
+    /// Rows that do not decode, payloads that do not hash to their ref, and interface hashes
+    /// that are not the sha256 of their semantic id (the first [`ref_tail::MAX_FINDINGS`],
+    /// then a count).
+    pub findings: Vec<String>,
+}
+
+/// Every object row (`worldd doctor`): its envelope must decode, its payload must hash to the
+/// ref it is stored under, and its `interfaceHash` must be the sha256 of its semantic id, as
+/// every writer makes it. The entry walk checks only the objects entries name, and not the
+/// interface hash (it is not part of the address); an object no entry names (the input of a
+/// call never committed, a grant's) is read here alone. One hash of every payload.
+pub fn audit(r: &ReadCtx<'_>) -> Result<ObjectAudit, StoreError> {
+    let mut out = ObjectAudit::default();
+    let mut more = 0u64;
+    let mut finding = |f: String| {
+        if out.findings.len() < ref_tail::MAX_FINDINGS {
+            out.findings.push(f);
+        } else {
+            more += 1;
+        }
+    };
+    for row in OBJECTS.iter(r)? {
+        let (seq, row) = row?;
+        out.objects += 1;
+        let o = match decode_object_row(seq, row) {
+            Ok(o) => o,
+            Err(_) => {
+                finding(format!(
+                    "row {seq} of object_rows does not decode ({} bytes)",
+                    row.len()
+                ));
+                continue;
+            }
+        };
+        if !o.verify() {
+            finding(format!(
+                "object {} (row {seq} of object_rows) is damaged: its payload hashes to {}, not to its address",
+                o.hash,
+                Ref::of(o.payload)
+            ));
+        }
+        if o.interface_hash != Ref::of(o.semantic_id.as_bytes()) {
+            finding(format!(
+                "object {} (row {seq} of object_rows) has the interfaceHash {}, which is not the sha256 of its semanticId {:?}",
+                o.hash, o.interface_hash, o.semantic_id
+            ));
+        }
+    }
+    if more > 0 {
+        out.findings
+            .push(format!("… and {more} more damaged object row(s)"));
+    }
+    Ok(out)
+}

@@ -780,6 +780,10 @@ fn doctor_finds_damaged_read_grants_and_session_records_and_notes_doubled_grants
         )),
         "{out}"
     );
+    assert!(
+        out.contains(" object(s), each hashes to its address\n"),
+        "{out}"
+    );
 
     let store = Store::open(&db, Default::default()).unwrap();
     let (first, _) = grants[0].clone();
@@ -842,4 +846,72 @@ fn doctor_finds_damaged_read_grants_and_session_records_and_notes_doubled_grants
     assert_eq!(v["sessions"], 3);
     assert_eq!(v["sessionFindings"].as_array().unwrap().len(), 1);
     assert_eq!(v["sessionNotes"].as_array().unwrap().len(), 1);
+}
+
+/// `doctor` hashed only the objects entries name, and checked no object's interfaceHash: an
+/// object no entry names (here one stored on its own, as the input of a call never committed
+/// is) with a damaged payload, and an entry's input whose interfaceHash was rewritten, both
+/// passed as consistent. Every object row is now read: each is a finding (exit 3).
+#[test]
+fn doctor_finds_damaged_objects_no_entry_names_and_interface_hashes_that_are_not_their_kinds() {
+    use broker_core::object::{Object, Ref};
+    use broker_core::store::{RawTable, Store};
+    let d = Daemon::start(WS, &[]);
+    let token = d.session("ep1", &["Workspace.Read=worktree:5"]);
+    std::fs::write(d.root().join("ep1/a.txt"), "alpha").unwrap();
+    a2a(&d, &token, "r1", "ailang-read", json!({"path": "a.txt"}));
+    let kept = d.halt();
+    let db = kept.path().join("db");
+    let input = Ref::of(br#"{"path":"a.txt"}"#);
+    let orphan = Object::new("world/invocation-input/v1", "coordinator", b"{}".to_vec());
+    let orphan_ref = orphan.hash;
+    {
+        let store = Store::open(&db, Default::default()).unwrap();
+        store.write(move |w| w.put_object(&orphan)).unwrap();
+        let mut bytes = store
+            .raw_get(RawTable::Objects, orphan_ref.as_bytes())
+            .unwrap()
+            .unwrap();
+        let last = bytes.len() - 1;
+        bytes[last] ^= 1;
+        store
+            .raw_overwrite(RawTable::Objects, orphan_ref.as_bytes().to_vec(), bytes)
+            .unwrap();
+        let mut bytes = store
+            .raw_get(RawTable::Objects, input.as_bytes())
+            .unwrap()
+            .unwrap();
+        bytes[0] ^= 1;
+        store
+            .raw_overwrite(RawTable::Objects, input.as_bytes().to_vec(), bytes)
+            .unwrap();
+    }
+    let (code, out, err) = worldd(&["doctor", "--db", path_str(&db)], None);
+    assert_eq!(code, 3, "{out}{err}");
+    assert!(out.contains("  ✓ 2 entr(ies) checked, 0 broken"), "{out}");
+    let section = out
+        .split_once(" object(s), some DAMAGED\n")
+        .unwrap_or_else(|| panic!("{out}"))
+        .1;
+    assert!(
+        section.contains(&format!("      object {input} (row ")),
+        "{section}"
+    );
+    assert!(
+        section.contains(
+            ", which is not the sha256 of its semanticId \"world/invocation-input/v1\"\n"
+        ),
+        "{section}"
+    );
+    assert!(
+        section.contains(&format!("      object {orphan_ref} (row ")),
+        "{section}"
+    );
+    assert!(
+        section.contains(&format!(
+            ") is damaged: its payload hashes to {}, not to its address\n",
+            Ref::of(b"{|")
+        )),
+        "{section}"
+    );
 }

@@ -43,6 +43,11 @@ pub struct StoreAudit {
     /// Invocation rows that do not decode, or whose id cannot be read (a lookup by id does not
     /// find them: their invocation would read as never committed), each with what failed.
     pub row_findings: Vec<String>,
+    /// Object rows checked (envelope, payload hash, interface hash).
+    pub objects: u64,
+    /// Object rows that do not decode, or whose payload or interface hash is not what the
+    /// object says.
+    pub object_findings: Vec<String>,
     /// Read grants checked (merged into `readers` or waiting in `readers_tail`).
     pub grants: u64,
     /// Grants that name no stored object, or whose header does not decode.
@@ -72,6 +77,7 @@ impl StoreAudit {
             && self.head_findings.is_empty()
             && self.call_findings.is_empty()
             && self.row_findings.is_empty()
+            && self.object_findings.is_empty()
             && self.grant_findings.is_empty()
             && self.session_findings.is_empty()
             && self.index_findings.is_empty()
@@ -138,9 +144,10 @@ pub fn audit_store(store: &Store) -> Result<StoreAudit, VerifyError> {
             })?;
         }
     };
-    let (results, journal, index, calls, grants) = std::thread::scope(|scope| {
+    let (results, journal, index, calls, grants, objects) = std::thread::scope(|scope| {
         let journal = scope.spawn(|| store.read(crate::journal::audit));
         let calls = scope.spawn(|| store.read(committed_calls));
+        let objects = scope.spawn(|| store.read(crate::objects::audit));
         let grants = scope.spawn(|| {
             store.read(|r| {
                 Ok::<_, StoreError>((crate::access::audit(r)?, crate::session::audit(r)?))
@@ -181,7 +188,12 @@ pub fn audit_store(store: &Store) -> Result<StoreAudit, VerifyError> {
                 "the grant audit thread panicked".into(),
             ))
         });
-        (results, journal, index, calls, grants)
+        let objects = objects.join().unwrap_or_else(|_| {
+            Err(crate::storage::StoreError::Corrupt(
+                "the object audit thread panicked".into(),
+            ))
+        });
+        (results, journal, index, calls, grants, objects)
     });
     audit.entries = total;
     for r in results {
@@ -201,6 +213,8 @@ pub fn audit_store(store: &Store) -> Result<StoreAudit, VerifyError> {
     let calls = calls?;
     (audit.committed_calls, audit.call_findings) = (calls.committed, calls.findings);
     (audit.invocation_rows, audit.row_findings) = (calls.rows, calls.damaged);
+    let objects = objects?;
+    (audit.objects, audit.object_findings) = (objects.objects, objects.findings);
     let (grants, sessions) = grants?;
     (audit.grants, audit.grant_findings) = (grants.grants, grants.findings);
     audit.sessions = sessions.records;

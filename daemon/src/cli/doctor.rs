@@ -41,6 +41,8 @@ pub fn run(a: DoctorArgs) -> CliResult {
                 "callFindings": audit.call_findings,
                 "invocationRows": audit.invocation_rows,
                 "rowFindings": audit.row_findings,
+                "objects": audit.objects,
+                "objectFindings": audit.object_findings,
                 "grants": audit.grants,
                 "grantFindings": audit.grant_findings,
                 "sessions": audit.sessions,
@@ -111,6 +113,15 @@ pub fn run(a: DoctorArgs) -> CliResult {
         section(
             format!("{} invocation row(s), {rows}", audit.invocation_rows),
             &audit.row_findings,
+        )?;
+        let objects = if audit.object_findings.is_empty() {
+            "each hashes to its address"
+        } else {
+            "some DAMAGED"
+        };
+        section(
+            format!("{} object(s), {objects}", audit.objects),
+            &audit.object_findings,
         )?;
         let grants = if audit.grant_findings.is_empty() {
             "each names a stored object"
