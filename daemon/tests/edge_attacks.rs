@@ -2912,4 +2912,31 @@ fn calls_queued_behind_their_episode_run_nothing_once_their_credential_is_revoke
             "{file} was written"
         );
     }
+
+    // The same over A2A: the queued task runs nothing and is told so with the same code.
+    let holder = d.session("a2a-revoked", &["Stall.Wait=any:5"]);
+    let queued = d.session("a2a-revoked", &["Workspace.Write=worktree:5"]);
+    let slow = in_background(
+        &holder,
+        json!({"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"stall-wait","arguments":{"ms": "2500"}}}),
+    );
+    std::thread::sleep(Duration::from_millis(300));
+    let task = {
+        let (url, queued) = (d.url("/a2a/"), queued.clone());
+        std::thread::spawn(move || {
+            let body = json!({"jsonrpc": "2.0", "id": 9, "method": "tasks/send",
+                "params": {"id": "t1", "metadata": {"skill_id": "ailang-write"},
+                    "message": {"role": "user", "parts": [{"type": "data",
+                        "data": {"path": "a2a.txt", "content": "x"}}]}}});
+            post_json(&url, Some(&queued), &body).json()
+        })
+    };
+    std::thread::sleep(Duration::from_millis(300));
+    d.revoke_by_cli(&queued);
+    assert_eq!(
+        task.join().unwrap(),
+        json!({"jsonrpc": "2.0", "id": 9, "error": {"code": -32001, "message": REVOKED}})
+    );
+    slow.join().unwrap();
+    assert!(!d.root().join("a2a-revoked/a2a.txt").exists());
 }
