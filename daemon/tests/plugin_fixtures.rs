@@ -19,7 +19,6 @@ mod transcript;
 
 use std::path::Path;
 use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
 
 use base64::Engine;
 use common::fixtures::{
@@ -55,19 +54,6 @@ fn restart_with(mut d: Daemon, libs: &[&Path], names: &[&str]) -> Daemon {
     drop(d);
     std::fs::remove_dir_all(dir.path().join("plugins")).unwrap();
     start_with(dir, libs, names)
-}
-
-/// Wait until the daemon's log contains `needle`.
-fn wait_for_log(d: &Daemon, needle: &str) {
-    let until = Instant::now() + Duration::from_secs(10);
-    while !d.log().contains(needle) {
-        assert!(
-            Instant::now() < until,
-            "the daemon never logged {needle:?}; its log:\n{}",
-            d.log()
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
 }
 
 /// The JSON-RPC reply of an MCP POST, plain JSON or one SSE `message` event.
@@ -334,15 +320,12 @@ fn a_panic_inside_execute_is_a_failed_effect_and_the_next_call_works() {
 
     // The panic was caught at the plugin boundary and reported to the operator, after the
     // plugin's own Host::log line.
-    wait_for_log(&d, "panicking on purpose");
-    wait_for_log(
-        &d,
-        "effect failed: handler panicked: echo-panic: asked to panic with \"boom\"",
-    );
+    d.wait_for_log("panicking on purpose");
+    d.wait_for_log("effect failed: handler panicked: echo-panic: asked to panic with \"boom\"");
     // Where it panicked is said once, through the daemon's log and tagged with the plugin; the
     // plugin's own std printed it raw to the daemon's stderr (several lines, a backtrace under
     // RUST_BACKTRACE, no plugin named).
-    wait_for_log(&d, "panicked at src/lib.rs:");
+    d.wait_for_log("panicked at src/lib.rs:");
     let log = d.log();
     let said = log
         .lines()
@@ -379,10 +362,7 @@ fn a_panic_inside_execute_is_a_failed_effect_and_the_next_call_works() {
         "{v}"
     );
     assert_eq!(structured["world"]["effects"][0]["status"], "failed");
-    wait_for_log(
-        &d,
-        "handler panicked: echo-panic: asked to panic with \"again\"",
-    );
+    d.wait_for_log("handler panicked: echo-panic: asked to panic with \"again\"");
     let v = rpc(&mcp(
         &d,
         &token,

@@ -1149,11 +1149,7 @@ fn resending_a_call_the_log_lost_is_not_replayed_as_committed() {
     let v = a2a(&d, &token, "r3", "ailang-read", json!({"path": "a.txt"}));
     assert_eq!(v["result"]["metadata"]["entry_index"], json!(cut));
     assert_eq!(resend(&d), refused, "the entry is another call's");
-    let log = d.log();
-    assert!(
-        log.contains(&format!("the task state of a2a:ep1:r2 says it committed at entry {cut}, but entry {cut}'s record is a2a:ep1:r3's: the log lost its end or was rewritten; it is not replayed as committed")),
-        "{log}"
-    );
+    d.wait_for_log(&format!("the task state of a2a:ep1:r2 says it committed at entry {cut}, but entry {cut}'s record is a2a:ep1:r3's: the log lost its end or was rewritten; it is not replayed as committed"));
 }
 
 /// A committed call whose entry's record was tampered with (one payload byte) was still
@@ -1163,7 +1159,6 @@ fn resending_a_call_the_log_lost_is_not_replayed_as_committed() {
 /// and the resend is refused.
 #[test]
 fn a_call_whose_record_was_tampered_with_is_not_answered_or_replayed_as_committed() {
-    use broker_core::store::{RawTable, Store};
     let d = Daemon::start(WS, &[]);
     let token = d.session("ep1", &["Workspace.Read=worktree:50"]);
     std::fs::write(d.root().join("ep1/a.txt"), "alpha").unwrap();
@@ -1175,19 +1170,7 @@ fn a_call_whose_record_was_tampered_with_is_not_answered_or_replayed_as_committe
         .unwrap()
         .to_owned();
     let kept = d.halt();
-    {
-        let store = Store::open(&kept.path().join("db"), Default::default()).unwrap();
-        let r: broker_core::object::Ref = record.parse().unwrap();
-        let mut bytes = store
-            .raw_get(RawTable::Objects, r.as_bytes())
-            .unwrap()
-            .unwrap();
-        let last = bytes.len() - 1;
-        bytes[last] ^= 1;
-        store
-            .raw_overwrite(RawTable::Objects, r.as_bytes().to_vec(), bytes)
-            .unwrap();
-    }
+    flip_object_byte(&kept.path().join("db"), &record.parse().unwrap(), 0, true);
     let d = Daemon::start_in(kept, WS, &[]);
     let a = get(&d.url("/v1/calls/a2a/r1"), Some(&token));
     assert_eq!(a.status, 500, "{}", a.text());

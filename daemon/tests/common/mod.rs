@@ -6,7 +6,7 @@ use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::{mpsc, Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
@@ -224,6 +224,20 @@ impl Daemon {
             .as_ref()
             .map(|l| l.seen.lock().unwrap().text.clone())
             .unwrap_or_default()
+    }
+
+    /// Wait (at most 10 s) until the daemon's log contains `needle`: its stderr is read by a
+    /// thread of its own, so a line written just before an answer may not be read yet.
+    pub fn wait_for_log(&self, needle: &str) {
+        let until = Instant::now() + Duration::from_secs(10);
+        while !self.log().contains(needle) {
+            assert!(
+                Instant::now() < until,
+                "the daemon never logged {needle:?}; its log:\n{}",
+                self.log()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
     }
 
     /// Every line the daemon has written to stderr so far, then each as it comes; the
@@ -830,6 +844,28 @@ pub fn worldd(args: &[&str], stdin: Option<&[u8]>) -> (i32, String, String) {
         String::from_utf8_lossy(&out.stdout).into_owned(),
         String::from_utf8_lossy(&out.stderr).into_owned(),
     )
+}
+
+/// Flip one bit of the stored envelope of object `reference` in the stopped store at `db`: the
+/// byte `at` bytes from its start (`0`: the interface hash's first byte) or, with `from_end`,
+/// from its end (`0`: the payload's last byte).
+pub fn flip_object_byte(
+    db: &Path,
+    reference: &broker_core::object::Ref,
+    at: usize,
+    from_end: bool,
+) {
+    use broker_core::store::{RawTable, Store};
+    let store = Store::open(db, Default::default()).unwrap();
+    let mut bytes = store
+        .raw_get(RawTable::Objects, reference.as_bytes())
+        .unwrap()
+        .unwrap();
+    let i = if from_end { bytes.len() - 1 - at } else { at };
+    bytes[i] ^= 1;
+    store
+        .raw_overwrite(RawTable::Objects, reference.as_bytes().to_vec(), bytes)
+        .unwrap();
 }
 
 pub fn path_str(p: &Path) -> &str {
