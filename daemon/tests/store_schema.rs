@@ -344,15 +344,22 @@ fn a_damaged_session_record_does_not_stop_listing_or_revoking_the_others() {
     assert_eq!(out.trim(), "0 session credential(s)");
 }
 
-#[test]
-fn a_damaged_spend_counter_is_a_doctor_finding_and_the_audit_goes_on() {
-    use broker_core::store::{RawTable, Store};
+/// A stopped store in which episode `ep1` read `a.txt` once (`a2a:ep1:r1`): the tempdir
+/// holding it and its path.
+fn one_read_stopped() -> (tempfile::TempDir, std::path::PathBuf) {
     let d = Daemon::start(WS, &[]);
     let token = d.session("ep1", &["Workspace.Read=worktree:5"]);
     std::fs::write(d.root().join("ep1/a.txt"), "alpha").unwrap();
     a2a(&d, &token, "r1", "ailang-read", json!({"path": "a.txt"}));
     let kept = d.halt();
     let db = kept.path().join("db");
+    (kept, db)
+}
+
+#[test]
+fn a_damaged_spend_counter_is_a_doctor_finding_and_the_audit_goes_on() {
+    use broker_core::store::{RawTable, Store};
+    let (_kept, db) = one_read_stopped();
     assert_eq!(worldd(&["doctor", "--db", path_str(&db)], None).0, 0);
     Store::open(&db, Default::default())
         .unwrap()
@@ -528,14 +535,16 @@ fn serve_on_a_store_whose_pages_point_out_of_the_map_says_the_store_is_damaged()
     assert!(!err.contains("worldd listening on"), "{err}");
 }
 
-/// A stopped store of three reads whose first read's log row `damage` changed: the tempdir
-/// holding it, its path, and that entry's index. Calls follow the damaged one, so that its row
-/// is not one opening the store reads (the newest rows are: a store that cannot be opened is
-/// exit 2, as for every verb).
-fn with_log_row_damaged(
+/// A stopped store of three reads (`a2a:ep1:r1` to `r3`) whose row `key` of `table` (given
+/// the first read's entry index) `damage` changed: the tempdir holding it, its path, and that
+/// entry's index. Calls follow the damaged one, so that its row is not one opening the store
+/// reads (the newest rows are: a store that cannot be opened is exit 2, as for every verb).
+fn with_first_of_three_reads_damaged(
+    table: broker_core::store::RawTable,
+    key: impl FnOnce(u64) -> Vec<u8>,
     damage: impl FnOnce(&mut Vec<u8>),
 ) -> (tempfile::TempDir, std::path::PathBuf, u64) {
-    use broker_core::store::{RawTable, Store};
+    use broker_core::store::Store;
     let d = Daemon::start(WS, &[]);
     let token = d.session("ep1", &["Workspace.Read=worktree:5"]);
     std::fs::write(d.root().join("ep1/a.txt"), "alpha").unwrap();
@@ -546,13 +555,21 @@ fn with_log_row_damaged(
     }
     let kept = d.halt();
     let db = kept.path().join("db");
-    let key = index.to_be_bytes().to_vec();
+    let key = key(index);
     let store = Store::open(&db, Default::default()).unwrap();
-    let mut row = store.raw_get(RawTable::LogRow, &key).unwrap().unwrap();
+    let mut row = store.raw_get(table, &key).unwrap().unwrap();
     damage(&mut row);
-    store.raw_overwrite(RawTable::LogRow, key, row).unwrap();
+    store.raw_overwrite(table, key, row).unwrap();
     drop(store);
     (kept, db, index)
+}
+
+/// [`with_first_of_three_reads_damaged`]: the first read's log row.
+fn with_log_row_damaged(
+    damage: impl FnOnce(&mut Vec<u8>),
+) -> (tempfile::TempDir, std::path::PathBuf, u64) {
+    let key = |index: u64| index.to_be_bytes().to_vec();
+    with_first_of_three_reads_damaged(broker_core::store::RawTable::LogRow, key, damage)
 }
 
 /// A log row whose entry length points past its end does not decode: `why` of that entry is an
@@ -605,32 +622,13 @@ fn a_damaged_entry_hash_column_is_blamed_on_its_own_entry_by_why_and_doctor() {
     assert_eq!(code, 0, "{out}{err}");
 }
 
-/// A stopped store of three reads whose first read's invocation row (`a2a:ep1:r1`, its task
-/// and journal states) `damage` changed: the tempdir holding it, its path, and the index of the
-/// entry that call committed at.
+/// [`with_first_of_three_reads_damaged`]: the first read's invocation row (`a2a:ep1:r1`, its
+/// task and journal states).
 fn with_invocation_row_damaged(
     damage: impl FnOnce(&mut Vec<u8>),
 ) -> (tempfile::TempDir, std::path::PathBuf, u64) {
-    use broker_core::store::{RawTable, Store};
-    let d = Daemon::start(WS, &[]);
-    let token = d.session("ep1", &["Workspace.Read=worktree:5"]);
-    std::fs::write(d.root().join("ep1/a.txt"), "alpha").unwrap();
-    let v = a2a(&d, &token, "r1", "ailang-read", json!({"path": "a.txt"}));
-    let index = v["result"]["metadata"]["entry_index"].as_u64().unwrap();
-    for t in ["r2", "r3"] {
-        a2a(&d, &token, t, "ailang-read", json!({"path": "a.txt"}));
-    }
-    let kept = d.halt();
-    let db = kept.path().join("db");
-    let key = b"a2a:ep1:r1".to_vec();
-    let store = Store::open(&db, Default::default()).unwrap();
-    let mut row = store.raw_get(RawTable::Invocations, &key).unwrap().unwrap();
-    damage(&mut row);
-    store
-        .raw_overwrite(RawTable::Invocations, key, row)
-        .unwrap();
-    drop(store);
-    (kept, db, index)
+    let key = |_| b"a2a:ep1:r1".to_vec();
+    with_first_of_three_reads_damaged(broker_core::store::RawTable::Invocations, key, damage)
 }
 
 /// [`with_invocation_row_damaged`], then the length before the id of every stored copy of
@@ -760,12 +758,7 @@ fn reconciling_a_call_whose_invocation_row_is_garbage_does_not_say_safe_to_send(
 #[test]
 fn doctor_finds_damaged_read_grants_and_session_records_and_notes_doubled_grants() {
     use broker_core::store::{RawTable, Store};
-    let d = Daemon::start(WS, &[]);
-    let token = d.session("ep1", &["Workspace.Read=worktree:5"]);
-    std::fs::write(d.root().join("ep1/a.txt"), "alpha").unwrap();
-    a2a(&d, &token, "r1", "ailang-read", json!({"path": "a.txt"}));
-    let kept = d.halt();
-    let db = kept.path().join("db");
+    let (_kept, db) = one_read_stopped();
     let doctor = || worldd(&["doctor", "--db", path_str(&db)], None);
     let (code, out, err) = doctor();
     assert_eq!(code, 0, "{out}{err}");
@@ -855,37 +848,17 @@ fn doctor_finds_damaged_read_grants_and_session_records_and_notes_doubled_grants
 #[test]
 fn doctor_finds_damaged_objects_no_entry_names_and_interface_hashes_that_are_not_their_kinds() {
     use broker_core::object::{Object, Ref};
-    use broker_core::store::{RawTable, Store};
-    let d = Daemon::start(WS, &[]);
-    let token = d.session("ep1", &["Workspace.Read=worktree:5"]);
-    std::fs::write(d.root().join("ep1/a.txt"), "alpha").unwrap();
-    a2a(&d, &token, "r1", "ailang-read", json!({"path": "a.txt"}));
-    let kept = d.halt();
-    let db = kept.path().join("db");
+    use broker_core::store::Store;
+    let (_kept, db) = one_read_stopped();
     let input = Ref::of(br#"{"path":"a.txt"}"#);
     let orphan = Object::new("world/invocation-input/v1", "coordinator", b"{}".to_vec());
     let orphan_ref = orphan.hash;
-    {
-        let store = Store::open(&db, Default::default()).unwrap();
-        store.write(move |w| w.put_object(&orphan)).unwrap();
-        let mut bytes = store
-            .raw_get(RawTable::Objects, orphan_ref.as_bytes())
-            .unwrap()
-            .unwrap();
-        let last = bytes.len() - 1;
-        bytes[last] ^= 1;
-        store
-            .raw_overwrite(RawTable::Objects, orphan_ref.as_bytes().to_vec(), bytes)
-            .unwrap();
-        let mut bytes = store
-            .raw_get(RawTable::Objects, input.as_bytes())
-            .unwrap()
-            .unwrap();
-        bytes[0] ^= 1;
-        store
-            .raw_overwrite(RawTable::Objects, input.as_bytes().to_vec(), bytes)
-            .unwrap();
-    }
+    Store::open(&db, Default::default())
+        .unwrap()
+        .write(move |w| w.put_object(&orphan))
+        .unwrap();
+    flip_object_byte(&db, &orphan_ref, 0, true);
+    flip_object_byte(&db, &input, 0, false);
     let (code, out, err) = worldd(&["doctor", "--db", path_str(&db)], None);
     assert_eq!(code, 3, "{out}{err}");
     assert!(out.contains("  ✓ 2 entr(ies) checked, 0 broken"), "{out}");

@@ -80,6 +80,15 @@ fn session_of(c: &Coordinator, episode: &str) -> Session {
         .session
 }
 
+/// Mark `id` in flight, as a call that has not finished holds it.
+fn hold_claim(c: &Coordinator, id: &str) {
+    let attempt = Attempt {
+        skill_id: "ailang-read".into(),
+        input_ref: Ref::of(b"{}"),
+    };
+    c.in_flight.lock().unwrap().insert(id.to_owned(), attempt);
+}
+
 /// The episodes holding a turn, and the invocation ids claimed in flight.
 fn held(c: &Coordinator) -> (Vec<String>, Vec<String>) {
     let mut claims: Vec<String> = c.in_flight.lock().unwrap().keys().cloned().collect();
@@ -243,14 +252,7 @@ fn a_resend_gets_the_durable_outcome_even_while_the_claim_is_still_held() {
     let (_dir, c) = coordinator(HANDLER_DEADLINE, Duration::ZERO);
     let session = session_of(&c, "ep");
     let first = c.invoke(&read_call(&session, "t1", "a.ail")).unwrap();
-    let attempt = Attempt {
-        skill_id: "ailang-read".into(),
-        input_ref: Ref::of(b"{}"),
-    };
-    c.in_flight
-        .lock()
-        .unwrap()
-        .insert("mcp:ep:t1".to_owned(), attempt);
+    hold_claim(&c, "mcp:ep:t1");
     assert!(
         !c.in_flight(Surface::Mcp, "ep", "t1"),
         "resolved in the store"
@@ -264,14 +266,7 @@ fn a_resend_gets_the_durable_outcome_even_while_the_claim_is_still_held() {
         c.invoke(&read_call(&session, "t1", "b.ail")),
         Err(CallError::TaskIdReused)
     ));
-    let attempt = Attempt {
-        skill_id: "ailang-read".into(),
-        input_ref: Ref::of(b"{}"),
-    };
-    c.in_flight
-        .lock()
-        .unwrap()
-        .insert("mcp:ep:t2".to_owned(), attempt);
+    hold_claim(&c, "mcp:ep:t2");
     assert!(
         c.in_flight(Surface::Mcp, "ep", "t2"),
         "claimed, nothing durable yet"
