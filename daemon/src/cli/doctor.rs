@@ -96,51 +96,47 @@ pub fn run(a: DoctorArgs) -> CliResult {
             &audit.journal_findings,
         )?;
         section("head".into(), &audit.head_findings)?;
-        let calls = if audit.call_findings.is_empty() {
-            "each at the entry its task state names"
-        } else {
-            "some NOT at the entry their task state names"
-        };
-        section(
-            format!("{} committed call(s), {calls}", audit.committed_calls),
-            &audit.call_findings,
-        )?;
-        let rows = if audit.row_findings.is_empty() {
-            "each decodes"
-        } else {
-            "some DAMAGED"
-        };
-        section(
-            format!("{} invocation row(s), {rows}", audit.invocation_rows),
-            &audit.row_findings,
-        )?;
-        let objects = if audit.object_findings.is_empty() {
-            "each hashes to its address"
-        } else {
-            "some DAMAGED"
-        };
-        section(
-            format!("{} object(s), {objects}", audit.objects),
-            &audit.object_findings,
-        )?;
-        let grants = if audit.grant_findings.is_empty() {
-            "each names a stored object"
-        } else {
-            "some DAMAGED"
-        };
-        section(
-            format!("{} read grant(s), {grants}", audit.grants),
-            &audit.grant_findings,
-        )?;
-        let sessions = if audit.session_findings.is_empty() {
-            "each decodes"
-        } else {
-            "some DAMAGED"
-        };
-        section(
-            format!("{} session record(s), {sessions}", audit.sessions),
-            &audit.session_findings,
-        )?;
+        let counted = [
+            (
+                audit.committed_calls,
+                "committed call(s)",
+                "each at the entry its task state names",
+                "some NOT at the entry their task state names",
+                &audit.call_findings,
+            ),
+            (
+                audit.invocation_rows,
+                "invocation row(s)",
+                "each decodes",
+                "some DAMAGED",
+                &audit.row_findings,
+            ),
+            (
+                audit.objects,
+                "object(s)",
+                "each hashes to its address",
+                "some DAMAGED",
+                &audit.object_findings,
+            ),
+            (
+                audit.grants,
+                "read grant(s)",
+                "each names a stored object",
+                "some DAMAGED",
+                &audit.grant_findings,
+            ),
+            (
+                audit.sessions,
+                "session record(s)",
+                "each decodes",
+                "some DAMAGED",
+                &audit.session_findings,
+            ),
+        ];
+        for (n, what, good, bad, findings) in counted {
+            let verdict = if findings.is_empty() { good } else { bad };
+            section(format!("{n} {what}, {verdict}"), findings)?;
+        }
         // Sessions that work, but whose budgets read oddly: not inconsistencies.
         for n in audit.session_notes.iter().take(20) {
             outln!("      note: {n}");
