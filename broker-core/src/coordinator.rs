@@ -875,8 +875,9 @@ impl Coordinator {
         }
         if t.declared_effects.iter().any(|e| e.scope == "worktree") {
             if let Some(root) = &self.config.workspace_root {
-                p.worktree =
-                    Some(bind_worktree(root, &p.call.session.episode).ok_or(CallError::NoHandler)?);
+                let episode = &p.call.session.episode;
+                let missing = || CallError::NoWorktree(episode.clone());
+                p.worktree = Some(bind_worktree(root, episode).ok_or_else(missing)?);
             }
         }
         Ok(p)

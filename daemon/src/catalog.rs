@@ -25,7 +25,7 @@ use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::routing::get;
 use axum::{Json, Router};
-use broker_core::coordinator::{bind_worktree, R8_MESSAGE};
+use broker_core::coordinator::{bind_worktree, CallError, R8_MESSAGE};
 use broker_core::session::Session;
 use broker_core::transition::Transition;
 use handler_api::EffectClass;
@@ -104,10 +104,8 @@ pub fn runnable(state: &AppState, session: &Session, t: &Transition) -> Runnable
         if bind_worktree(root, &session.episode).is_none() {
             // The cause first (the R8 text is the contract's); then what an operator does, which
             // is not `session new` for an episode that already has its credential.
-            return Runnable::No(format!(
-                "{R8_MESSAGE}: episode {ep}'s worktree does not exist: an operator creates it (the directory {ep} in the workspace root; worldd session new makes a worktree and a credential together, for an episode that has neither)",
-                ep = session.episode
-            ));
+            let missing = CallError::NoWorktree(session.episode.clone());
+            return Runnable::No(missing.to_string());
         }
     }
     Runnable::Yes

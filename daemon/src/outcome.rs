@@ -176,7 +176,9 @@ pub fn of_failure(f: &InvokeFailure) -> Option<Outcome> {
             CallError::NotCommitted => Outcome::indeterminate("pending"),
             CallError::EffectsUnrecorded { .. } => Outcome::indeterminate("unrecorded"),
             CallError::HandlerTimedOut => Outcome::indeterminate("timeout"),
-            CallError::NoHandler | CallError::NoWorld => Outcome::unavailable(),
+            CallError::NoHandler | CallError::NoWorktree(_) | CallError::NoWorld => {
+                Outcome::unavailable()
+            }
             CallError::Store(_) | CallError::Registry(_) | CallError::Internal(_) => {
                 Outcome::indeterminate("host")
             }

@@ -1805,3 +1805,27 @@ fn racing_resends_of_one_key_with_other_arguments_are_conflicts_not_in_flight() 
         }
     }
 }
+
+/// A call of an episode whose worktree does not exist was logged as `host callback failed:
+/// transition declares an effect this daemon has no handler for`, though the handler was
+/// loaded: the operator reading the log looked for a missing plugin. The log line now names
+/// the missing worktree, and the agent's envelope is unchanged (the contract's fixed text).
+#[test]
+fn a_call_refused_for_a_missing_worktree_is_logged_as_that_not_as_a_missing_handler() {
+    let d = Daemon::start(WS, &[]);
+    let token = d.session_without_worktree("nowhere", &["Workspace.Read=worktree:5"]);
+    let a = mcp(
+        &d,
+        &token,
+        "tools/call",
+        json!({"name": "ailang-read", "arguments": {"path": "a.txt"}}),
+    );
+    let v = if a.content_type.starts_with("text/event-stream") {
+        a.sse_json()
+    } else {
+        a.json()
+    };
+    assert_eq!(v["error"]["message"], "host callback failed", "{v}");
+    d.wait_for_log("mcp tools/call: host callback failed: transition declares an effect this daemon has no handler for: episode nowhere's worktree does not exist: an operator creates it (the directory nowhere in the workspace root;");
+    d.wait_for_log("outcome=no_handler");
+}

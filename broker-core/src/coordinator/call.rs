@@ -119,6 +119,10 @@ pub enum CallError {
     NotCommitted,
     #[error("{R8_MESSAGE}")]
     NoHandler,
+    /// Rule R8 for a worktree-scoped effect: the handler is loaded, but the episode's worktree
+    /// (the directory named for it in the workspace root) does not exist.
+    #[error("{R8_MESSAGE}: episode {0}'s worktree does not exist: an operator creates it (the directory {0} in the workspace root; worldd session new makes a worktree and a credential together, for an episode that has neither)")]
+    NoWorktree(String),
     #[error("no world is selected; commit a genesis world first")]
     NoWorld,
     /// The credential's refusals and denials outran its rate ([`crate::refusal_rate`]).

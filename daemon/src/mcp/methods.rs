@@ -669,7 +669,9 @@ fn host_failure(episode: &str, tool: &str, id: &Value, failure: InvokeFailure) -
         // Nothing ran: the store is past its reserve (the operator's log says why).
         InvokeFailure::Call(e @ CallError::StoreFull(_)) => (HostFailure::StoreFull, e.to_string()),
         // Nothing ran either: no plugin here runs the tool, or there is no world.
-        InvokeFailure::Call(e @ (CallError::NoHandler | CallError::NoWorld)) => {
+        InvokeFailure::Call(
+            e @ (CallError::NoHandler | CallError::NoWorktree(_) | CallError::NoWorld),
+        ) => {
             (HostFailure::Unavailable, e.to_string())
         }
         InvokeFailure::Call(e) => (HostFailure::Failed, e.to_string()),
