@@ -127,32 +127,74 @@ struct TaskSend {
     context_id: Option<String>,
 }
 
-fn parse_params(params: &Value) -> Option<Result<TaskSend, Response>> {
-    let task_id = params.get("id")?.as_str()?.to_owned();
-    let metadata = params.get("metadata")?.as_object()?;
-    let skill_id = metadata.get("skill_id")?.as_str()?.to_owned();
-    let parts = params.get("message")?.get("parts")?.as_array()?;
-    let [part] = parts.as_slice() else {
-        return None;
+fn parse_params(params: &Value) -> Result<TaskSend, String> {
+    let task_id = string_at(params, "id", "params.id")?;
+    let metadata = params
+        .get("metadata")
+        .and_then(Value::as_object)
+        .ok_or("params.metadata must be an object naming the skill (\"skill_id\")")?;
+    let skill_id = match metadata.get("skill_id") {
+        Some(Value::String(s)) => s.clone(),
+        _ => return Err("params.metadata.skill_id must be a string, the tool's id".into()),
     };
-    if part.get("type")?.as_str()? != "data" {
-        return None;
+    let parts = params
+        .get("message")
+        .and_then(|m| m.get("parts"))
+        .and_then(Value::as_array)
+        .ok_or("params.message.parts must be an array of one data part")?;
+    let part = one_part(parts)?;
+    if part.get("type").and_then(Value::as_str) != Some("data") {
+        return Err("the part must be {\"type\": \"data\", \"data\": {…}} (tasks/send parts carry \"type\"; message/send's carry \"kind\")".into());
     }
-    let args = part.get("data")?.clone();
-    if !args.is_object() {
-        return None;
-    }
+    let args = data_of(part)?;
     let transition_fn = match metadata.get("transition_fn") {
         None => None,
-        Some(v) => Some(v.as_str()?.parse::<Ref>().ok()?),
+        Some(v) => Some(pin(v)?),
     };
-    Some(Ok(TaskSend {
+    Ok(TaskSend {
         task_id,
         skill_id,
         args,
         transition_fn,
         context_id: None,
-    }))
+    })
+}
+
+/// The string member `name` of `v`, non-empty; `at` names it in the refusal.
+fn string_at(v: &Value, name: &str, at: &str) -> Result<String, String> {
+    match v.get(name) {
+        Some(Value::String(s)) if !s.is_empty() => Ok(s.clone()),
+        Some(Value::String(_)) => Err(format!("{at} must not be empty")),
+        Some(_) => Err(format!("{at} must be a string")),
+        None => Err(format!("{at} is missing")),
+    }
+}
+
+/// The one part of a message: a call takes its arguments from exactly one data part.
+fn one_part(parts: &[Value]) -> Result<&Value, String> {
+    match parts {
+        [part] => Ok(part),
+        _ => Err(format!(
+            "the message must hold exactly one part (a data part with the arguments), not {}",
+            parts.len()
+        )),
+    }
+}
+
+/// A data part's arguments: a JSON object.
+fn data_of(part: &Value) -> Result<Value, String> {
+    match part.get("data") {
+        Some(args @ Value::Object(_)) => Ok(args.clone()),
+        Some(_) => Err("the data part's \"data\" must be an object: the tool's arguments".into()),
+        None => Err("the part has no \"data\": a call takes its arguments from a data part".into()),
+    }
+}
+
+/// A `transition_fn` pin: a `sha256:` ref.
+fn pin(v: &Value) -> Result<Ref, String> {
+    v.as_str()
+        .and_then(|s| s.parse::<Ref>().ok())
+        .ok_or_else(|| "metadata transition_fn must be a sha256:<64 hex> ref".to_owned())
 }
 
 /// One string member of the request's or the message's `metadata`, under either spelling;
@@ -185,36 +227,48 @@ fn metadata_string(params: &Value, names: [&str; 2]) -> Result<Option<String>, (
 
 /// `message/send` (0.3: parts carry `kind`) and `SendMessage` (1.0: parts are unified, a data
 /// part is `{"data": …}`).
-fn parse_message_params(method: Method, params: &Value) -> Option<TaskSend> {
-    let message = params.get("message")?.as_object()?;
-    let parts = message.get("parts")?.as_array()?;
-    let [part] = parts.as_slice() else {
-        return None;
-    };
-    let part = part.as_object()?;
-    if method == Method::MessageSend && part.get("kind")?.as_str()? != "data" {
-        return None;
+fn parse_message_params(method: Method, params: &Value) -> Result<TaskSend, String> {
+    let message = params
+        .get("message")
+        .and_then(Value::as_object)
+        .ok_or("params.message must be an object")?;
+    let parts = message
+        .get("parts")
+        .and_then(Value::as_array)
+        .ok_or("params.message.parts must be an array of one data part")?;
+    let part = one_part(parts)?;
+    if !part.is_object() {
+        return Err("the part must be an object".into());
     }
-    let args = part.get("data")?.clone();
-    if !args.is_object() {
-        return None;
+    if method == Method::MessageSend && part.get("kind").and_then(Value::as_str) != Some("data") {
+        return Err("the part must be {\"kind\": \"data\", \"data\": {…}} (message/send parts carry \"kind\"; tasks/send's carry \"type\")".into());
     }
-    let skill_id = metadata_string(params, ["skill_id", "skillId"]).ok()??;
-    let transition_fn = match metadata_string(params, ["transition_fn", "transitionFn"]).ok()? {
+    let args = data_of(part)?;
+    let both = "the metadata of the request and of the message disagree, or one is not a string";
+    let skill_id = metadata_string(params, ["skill_id", "skillId"])
+        .map_err(|()| format!("skill_id: {both}"))?
+        .ok_or("metadata.skill_id (or skillId) must name the tool, in params.metadata or params.message.metadata")?;
+    let transition_fn = match metadata_string(params, ["transition_fn", "transitionFn"])
+        .map_err(|()| format!("transition_fn: {both}"))?
+    {
         None => None,
-        Some(pin) => Some(pin.parse::<Ref>().ok()?),
+        Some(p) => Some(pin(&Value::String(p))?),
     };
     let text = |name: &str| match message.get(name) {
-        None | Some(Value::Null) => Some(None),
-        Some(Value::String(s)) if !s.is_empty() => Some(Some(s.clone())),
-        Some(_) => None,
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(s)) if !s.is_empty() => Ok(Some(s.clone())),
+        Some(_) => Err(format!("params.message.{name} must be a non-empty string")),
     };
     let task_id = match (text("taskId")?, text("messageId")?) {
         (Some(t), _) => t,
         (None, Some(m)) => m,
-        (None, None) => return None,
+        (None, None) => {
+            return Err(
+                "params.message needs a taskId (or a messageId, which then names the task)".into(),
+            )
+        }
     };
-    Some(TaskSend {
+    Ok(TaskSend {
         task_id,
         skill_id,
         args,
@@ -441,15 +495,22 @@ fn sent(headers: &HeaderMap, req: &Value, id: &Value) -> Result<(Method, TaskSen
     let params = req.get("params").unwrap_or(&Value::Null);
     let parsed = match method {
         Method::TasksSend => parse_params(params),
-        _ => parse_message_params(method, params).map(Ok),
+        _ => parse_message_params(method, params),
     };
-    let send = match parsed {
-        Some(Ok(s)) => s,
-        Some(Err(r)) => return Err(Box::new(r)),
-        None => return Err(Box::new(rpc_error(id, -32602, "invalid params"))),
+    // The contract's message, and in `data` what was wrong with the params.
+    let invalid = |why: String| {
+        Box::new(rpc_error_with_data(
+            id,
+            -32602,
+            "invalid params".into(),
+            json!({ "why": why }),
+        ))
     };
+    let send = parsed.map_err(invalid)?;
     if !broker_core::task::valid_task_id(&send.task_id) {
-        return Err(Box::new(rpc_error(id, -32602, "invalid params")));
+        return Err(invalid(
+            "the task id must be 1-128 characters of A-Z a-z 0-9 . _ -".into(),
+        ));
     }
     Ok((method, send))
 }

@@ -2909,6 +2909,64 @@ fn v10_send(message_id: &str, skill: &str, args: Value) -> Value {
         "configuration": {}}})
 }
 
+/// A2A params a client got wrong were answered a bare `invalid params` (the contract's text),
+/// whatever the mistake: a 0.3 part (`kind`) sent to tasks/send, a text part, a missing task
+/// id. The message stays the contract's; `data.why` says what was wrong, and nothing runs.
+#[tokio::test]
+async fn a2a_invalid_params_say_in_data_what_was_wrong() {
+    let h = harness();
+    let t = h.token("a2p", &["Workspace.Read=worktree:50"]);
+    let before = h.revision();
+    let tasks_send = |params: Value| json!({"jsonrpc": "2.0", "id": 3, "method": "tasks/send", "params": params});
+    let cases = [
+        (
+            tasks_send(json!({"id": "t1", "metadata": {"skill_id": "ailang-read"},
+                "message": {"role": "user", "parts": [{"kind": "data", "data": {}}]}})),
+            "the part must be {\"type\": \"data\", \"data\": {…}} (tasks/send parts carry \"type\"; message/send's carry \"kind\")",
+        ),
+        (
+            tasks_send(json!({"metadata": {"skill_id": "ailang-read"},
+                "message": {"role": "user", "parts": [{"type": "data", "data": {}}]}})),
+            "params.id is missing",
+        ),
+        (
+            tasks_send(json!({"id": "has space", "metadata": {"skill_id": "ailang-read"},
+                "message": {"role": "user", "parts": [{"type": "data", "data": {}}]}})),
+            "the task id must be 1-128 characters of A-Z a-z 0-9 . _ -",
+        ),
+        (
+            tasks_send(json!({"id": "t1", "metadata": {"skill_id": "ailang-read"},
+                "message": {"role": "user", "parts": [{"type": "data", "data": [1]}]}})),
+            "the data part's \"data\" must be an object: the tool's arguments",
+        ),
+        (
+            {
+                let mut v = v03_send("m-1", "ailang-read", json!({}));
+                v["params"]["message"]["parts"] = json!([{"kind": "text", "text": "read a"}]);
+                v
+            },
+            "the part must be {\"kind\": \"data\", \"data\": {…}} (message/send parts carry \"kind\"; tasks/send's carry \"type\")",
+        ),
+        (
+            {
+                let mut v = v03_send("m-2", "ailang-read", json!({}));
+                v["params"]["metadata"] = json!({});
+                v
+            },
+            "metadata.skill_id (or skillId) must name the tool, in params.metadata or params.message.metadata",
+        ),
+    ];
+    for (body, why) in cases {
+        let v = h.a2a(&t, None, body).await;
+        assert_eq!(
+            v["error"],
+            json!({"code": -32602, "message": "invalid params", "data": {"why": why}}),
+            "{v}"
+        );
+    }
+    assert_eq!(h.revision(), before);
+}
+
 #[tokio::test]
 async fn a2a_version_values_that_name_no_version_spoken_here_are_version_not_supported() {
     let h = harness();
@@ -3116,7 +3174,8 @@ async fn a2a_message_send_and_send_message_share_the_invocation_path() {
         json!([{"kind": "data", "data": {}}, {"kind": "text", "text": "x"}]);
     assert_eq!(
         h.a2a(&t, None, two_parts).await["error"],
-        json!({"code": -32602, "message": "invalid params"})
+        json!({"code": -32602, "message": "invalid params", "data": {"why":
+            "the message must hold exactly one part (a data part with the arguments), not 2"}})
     );
     let v = h
         .a2a(&t, None, v03_send("m-7", "ailang-write", json!({})))
