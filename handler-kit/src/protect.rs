@@ -69,6 +69,16 @@ pub fn git_component(path: &str) -> Option<&str> {
     None
 }
 
+/// The first character of `name` that is not shown as itself: a control character (C0, DEL,
+/// C1: a newline, an escape) or a default-ignorable code point (zero-width characters, bidi
+/// controls such as U+202E, which reverses how the text after it is shown). A name holding
+/// one can pass for another (`\u{202e}sr.niam` shows as `main.rs`), in a listing, a diff or
+/// a review.
+pub fn unshown_char(name: &str) -> Option<char> {
+    name.chars()
+        .find(|&c| c.is_control() || default_ignorable(c))
+}
+
 /// Unicode's `Default_Ignorable_Code_Point` property (DerivedCoreProperties.txt, stable since
 /// Unicode 6): characters with no visible rendering that file systems and renderers may drop.
 fn default_ignorable(c: char) -> bool {
@@ -97,6 +107,19 @@ fn default_ignorable(c: char) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn names_that_show_as_another_are_found_by_their_first_unshown_character() {
+        assert_eq!(unshown_char("src/main.rs"), None);
+        assert_eq!(unshown_char("notes/caf\u{e9}.txt"), None);
+        assert_eq!(unshown_char("\u{202e}sr.niam\u{202c}"), Some('\u{202e}'));
+        assert_eq!(unshown_char("ma\u{200b}in.rs"), Some('\u{200b}'));
+        assert_eq!(unshown_char("a\u{2067}b"), Some('\u{2067}'));
+        assert_eq!(unshown_char("line\nbreak"), Some('\n'));
+        assert_eq!(unshown_char("esc\u{1b}[31m"), Some('\u{1b}'));
+        assert_eq!(unshown_char("c1\u{9b}"), Some('\u{9b}'));
+        assert_eq!(unshown_char("tag\u{e0041}"), Some('\u{e0041}'));
+    }
 
     #[test]
     fn look_alikes_of_dot_git_are_named_like_it() {

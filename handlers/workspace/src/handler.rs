@@ -4,7 +4,7 @@
 use std::path::Path;
 
 use handler_kit::output::Stamp;
-use handler_kit::protect::git_component;
+use handler_kit::protect::{git_component, unshown_char};
 use handler_kit::request::{check, Checked, Quote, Rules};
 use handler_kit::serde_json::{json, Map, Value};
 use handler_kit::{EffectHandler, Host, LogLevel, Outcome, Preflight, Request};
@@ -134,7 +134,8 @@ impl WorkspaceHandler {
     }
 
     /// A path no file can have: empty, too long for the worktree's own tools (see
-    /// [`MAX_PATH_BYTES`]), or holding a NUL byte. The length is checked first and its text
+    /// [`MAX_PATH_BYTES`]), or holding a NUL byte; or a new file's name that would not show as
+    /// itself ([`unshown_char`]). The length is checked first and its text
     /// gives the length, not the path: an attacker's path may be megabytes long, NUL bytes
     /// included, and the answer is committed to the log.
     fn unusable_path(op: &str, path: &str) -> Option<String> {
@@ -148,8 +149,24 @@ impl WorkspaceHandler {
         } else if path.contains('\0') {
             Some(format!("{op} {path}: the path contains a NUL byte"))
         } else {
-            None
+            // A name made here can pass for another in every listing, diff and review (the
+            // operator's included); names already in the worktree are still read and edited.
+            Self::unshown_in_new_name(op, path).map(|c| {
+                format!(
+                    "write {path:?}: the path holds U+{:04X}, a character that is not shown as itself (a control, bidi or invisible character); a new file's name may hold none",
+                    c as u32
+                )
+            })
         }
+    }
+
+    /// The first character of a write's path that is not shown as itself, unless the path is
+    /// named like `.git` (refused as that, the more useful answer).
+    fn unshown_in_new_name(op: &str, path: &str) -> Option<char> {
+        if op != "write" || git_component(path).is_some() {
+            return None;
+        }
+        unshown_char(path)
     }
 
     /// Why a write of `content` is over the write limit, if it is.

@@ -731,6 +731,41 @@ fn empty_and_nul_paths_are_declined_before_any_spend_and_refused_by_the_effect()
     assert_eq!(fs::read_dir(&f.root).unwrap().count(), 0, "nothing made");
 }
 
+/// Trojan names: an agent wrote `\u{202e}sr.niam\u{202c}` (shown as `main.rs`: the bidi
+/// override reverses what follows), `ma\u{200b}in.rs` (a zero-width space) and a name with a
+/// newline, and every listing, diff and review, the operator's page included, showed them as
+/// another file. A new file's name may hold no character that is not shown as itself; the
+/// write is declined before any spend. A file already so named (from a checkout) is still
+/// read and edited.
+#[test]
+fn a_new_file_name_that_shows_as_another_is_declined_before_any_spend() {
+    let f = Fixture::new();
+    for (path, code) in [
+        ("\u{202e}sr.niam\u{202c}", "202E"),
+        ("ma\u{200b}in.rs", "200B"),
+        ("notes/\u{2067}txt.sh", "2067"),
+        ("two\nlines.txt", "000A"),
+        ("esc\u{1b}[31m.txt", "001B"),
+    ] {
+        let payload = json!({"op": "write", "path": path, "content": "x"});
+        let said = format!(
+            "write {path:?}: the path holds U+{code}, a character that is not shown as itself (a control, bidi or invisible character); a new file's name may hold none"
+        );
+        assert_eq!(
+            f.preflight("Workspace.Write", payload.clone()).as_deref(),
+            Some(said.as_str())
+        );
+        assert_eq!(refused(&f.out("Workspace.Write", payload)), said);
+    }
+    assert_eq!(fs::read_dir(&f.root).unwrap().count(), 0, "nothing made");
+    f.put("ma\u{200b}in.rs", "old\n");
+    assert_eq!(f.read("ma\u{200b}in.rs")["content"], json!("old\n"));
+    let edit =
+        json!({"op": "edit", "path": "ma\u{200b}in.rs", "old_text": "old", "new_text": "new"});
+    assert_eq!(f.preflight("Workspace.Write", edit.clone()), None);
+    assert_eq!(f.out("Workspace.Write", edit)["ok"], json!(true));
+}
+
 #[test]
 fn a_megabyte_path_with_a_nul_byte_is_declined_by_its_length_and_not_echoed() {
     // The decline is the call's committed answer: a path of a megabyte must not be copied
