@@ -2,20 +2,25 @@
 //!
 //! The page is plain HTML, CSS and JavaScript compiled into the binary (no CDN, nothing
 //! fetched from anywhere but this daemon). It reads the log through the REST routes with the
-//! same session credential as any client (kept in `sessionStorage`, sent as a bearer header;
+//! same session credential as any client (kept in the page's memory, sent as a bearer header;
 //! no cookies, so no cross-site request can borrow it), follows `GET /v1/log/stream`, and
 //! re-verifies every link of an entry's chain itself with WebCrypto: it trusts bytes, not the
 //! daemon's word. See `docs/workbench.md`.
+//!
+//! `GET /workbench/daemon` answers, without a credential, the absolute path of the store this
+//! daemon serves: the page compares it before it sends its credential to whatever answers on
+//! the port after the daemon went away.
 //!
 //! Every asset is served with its content type, `nosniff` and a Content-Security-Policy that
 //! allows only this origin's scripts, styles, images and fetches: no inline script or style,
 //! no framing, no form posts, no plugins.
 
-use axum::extract::RawQuery;
+use axum::extract::{RawQuery, State};
 use axum::http::{header, HeaderName, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
-use axum::Router;
+use axum::{Json, Router};
+use serde_json::json;
 
 use crate::extract::Segments;
 use crate::rest::ApiError;
@@ -61,7 +66,28 @@ pub fn routes() -> Router<AppState> {
     Router::new()
         .route("/workbench", get(page))
         .route("/workbench/", get(page))
+        .route("/workbench/daemon", get(daemon))
         .route("/workbench/{asset}", get(asset))
+}
+
+/// Which daemon answers, asked by the page without its credential before it sends the
+/// credential again after the daemon went away: the absolute path of the store it serves.
+/// `GET /v1/health` gives the path as the daemon was told it (`.world/db` for every store
+/// opened in its own directory), which another daemon in another directory shares.
+async fn daemon(State(state): State<AppState>) -> Response {
+    let told = std::path::Path::new(&state.info().db_path);
+    let store = std::fs::canonicalize(told)
+        .or_else(|_| std::path::absolute(told))
+        .map(|p| p.display().to_string())
+        .unwrap_or_else(|_| told.display().to_string());
+    let headers: [(HeaderName, HeaderValue); 2] = [
+        (
+            header::X_CONTENT_TYPE_OPTIONS,
+            HeaderValue::from_static("nosniff"),
+        ),
+        (header::CACHE_CONTROL, HeaderValue::from_static("no-store")),
+    ];
+    (headers, Json(json!({ "status": "ok", "store": store }))).into_response()
 }
 
 fn respond(content_type: &'static str, body: &'static str) -> Response {

@@ -928,3 +928,167 @@ fn an_agent_storing_another_calls_plan_first_as_its_input_does_not_break_it_in_t
     );
     b.screenshot(&shots().join("workbench-note.png"));
 }
+
+/// What the page says of a request it did not send, its daemon gone.
+const NOT_SENT: &str = "not sent: the daemon this page signed in to no longer answers here (disconnected); Reconnect once it is back";
+
+/// After the page says "disconnected", a click on Metrics, Log or an entry sent
+/// `Authorization: Bearer` to whatever had taken the port: only the live stream asked
+/// `/v1/health` first. Now nothing goes out with the credential until the check passes.
+#[test]
+fn clicks_after_disconnected_send_the_credential_to_nothing_that_took_the_port() {
+    let Some(b) = Browser::start_or_skip(
+        "clicks_after_disconnected_send_the_credential_to_nothing_that_took_the_port",
+        1280,
+        800,
+    ) else {
+        return;
+    };
+    let d = Daemon::start(WS, &[]);
+    let token = d.operator_session("ops", &[]);
+    let addr = d.addr.clone();
+    sign_in(&b, &format!("http://{addr}"), &token, "#log");
+    let dir = d.halt();
+    let heads = squat(&addr);
+    b.wait_for("the page to say it is disconnected", |b| {
+        (b.text_of("#live").as_deref() == Some("disconnected")).then_some(())
+    });
+    b.click(&b.find("#nav a[data-view='metrics']"));
+    let said = b.wait_for("the metrics view's error", |b| {
+        b.text_of("#view-metrics .error")
+    });
+    assert_eq!(said, format!("Could not read the metrics: {NOT_SENT}"));
+    b.click(&b.find("#nav a[data-view='log']"));
+    b.click(&b.wait_for_element("#entries a[data-index='0']"));
+    let said = b.wait_for("the entry's refusal", |b| {
+        b.text_of("#verdict").filter(|t| t.starts_with("Could not"))
+    });
+    assert_eq!(said, format!("Could not read entry #0: {NOT_SENT}"));
+    b.click(&b.find("#nav a[data-view='plugins']"));
+    let said = b.wait_for("the plugins view's error", |b| {
+        b.text_of("#view-plugins .error")
+    });
+    assert_eq!(said, format!("Could not list the plugins: {NOT_SENT}"));
+    assert_eq!(b.text_of("#live").as_deref(), Some("disconnected"));
+    b.screenshot(&shots().join("workbench-disconnected-clicks.png"));
+    let heads = heads.lock().unwrap().clone();
+    assert!(!heads.is_empty(), "the page asked nothing of the port");
+    for head in &heads {
+        assert!(
+            !head.to_ascii_lowercase().contains("authorization"),
+            "the credential went to the squatter: {head}"
+        );
+        assert!(head.starts_with("GET /v1/health "), "{head}");
+    }
+    drop(dir);
+}
+
+/// `worldd serve` in `dir` with its store given relative to it (`--db db`, as a default
+/// `.world/db` is), bound to `bind`: its `/v1/health` says `db_path: "db"`, as every such
+/// daemon's does.
+fn serve_relative(dir: tempfile::TempDir, bind: &str) -> Daemon {
+    if let Some(port) = bind.strip_prefix("127.0.0.1:").filter(|p| *p != "0") {
+        // The port of a daemon just killed: wait until it is free.
+        let free = (0..200).any(|_| {
+            TcpListener::bind(format!("127.0.0.1:{port}")).is_ok() || {
+                std::thread::sleep(std::time::Duration::from_millis(25));
+                false
+            }
+        });
+        assert!(free, "port {port} never came free");
+    }
+    let plugins = plugin_dir_with(dir.path(), WS);
+    let mut cmd = std::process::Command::new(WORLDD);
+    cmd.current_dir(dir.path())
+        .args(["serve", "--db", "db", "--workspace-root"])
+        .arg(dir.path().join("worktrees"))
+        .args(["--bind", bind, "--plugin-dir"])
+        .arg(plugins)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    Daemon::spawn(dir, cmd)
+}
+
+/// Two daemons, each started in its own directory on a store named relative to it, report
+/// the same `db_path` in `/v1/health`: a page whose daemon stopped sent its credential to the
+/// other when it took the port. The page compares the absolute store path instead: it stays
+/// disconnected from the other, and reconnects to its own store when that is back.
+#[test]
+fn another_daemon_on_the_port_with_the_same_relative_store_path_is_not_sent_the_credential() {
+    let Some(b) = Browser::start_or_skip(
+        "another_daemon_on_the_port_with_the_same_relative_store_path_is_not_sent_the_credential",
+        1280,
+        800,
+    ) else {
+        return;
+    };
+    let a = serve_relative(tempfile::tempdir().unwrap(), "127.0.0.1:0");
+    let token = a.operator_session("ops", &[]);
+    let addr = a.addr.clone();
+    let health = get(&a.url("/v1/health"), None).json();
+    assert_eq!(health["db_path"], "db", "{health}");
+    sign_in(&b, &format!("http://{addr}"), &token, "#log");
+    let dir_a = a.halt();
+    let other = serve_relative(tempfile::tempdir().unwrap(), &addr);
+    assert_eq!(get(&other.url("/v1/health"), None).json()["db_path"], "db");
+    b.wait_for("the page to say it is disconnected", |b| {
+        (b.text_of("#live").as_deref() == Some("disconnected")).then_some(())
+    });
+    // Asked to reconnect, it still sends nothing to the other daemon.
+    b.click(&b.find("#reconnect"));
+    std::thread::sleep(std::time::Duration::from_secs(3));
+    assert_eq!(b.text_of("#live").as_deref(), Some("disconnected"));
+    let login = b.exec("return document.getElementById('login').hidden", json!([]));
+    assert_eq!(
+        login,
+        json!(true),
+        "the page was signed out: the other daemon saw the credential"
+    );
+    b.screenshot(&shots().join("workbench-other-store.png"));
+
+    // Its own store back on the port: Reconnect follows the log again.
+    drop(other.halt());
+    let a = serve_relative(dir_a, &addr);
+    b.click(&b.find("#reconnect"));
+    b.wait_for("the live indicator", |b| {
+        (b.text_of("#live").as_deref() == Some("live")).then_some(())
+    });
+    drop(a);
+}
+
+/// The credential was kept in `sessionStorage`, where a page served on the same origin after
+/// a reload (by a process that took the port) could read it. It is kept in the page's memory
+/// only: a reload asks for it again, and finds nothing stored.
+#[test]
+fn a_reloaded_page_finds_no_credential_stored_for_whatever_serves_it() {
+    let Some(b) = Browser::start_or_skip(
+        "a_reloaded_page_finds_no_credential_stored_for_whatever_serves_it",
+        1280,
+        800,
+    ) else {
+        return;
+    };
+    let d = Daemon::start(WS, &[]);
+    let token = d.operator_session("ops", &[]);
+    sign_in(&b, &format!("http://{}", d.addr), &token, "#log");
+    let stored = b.exec(
+        "return [sessionStorage.length, localStorage.length]",
+        json!([]),
+    );
+    assert_eq!(stored, json!([0, 0]));
+    b.exec("location.reload()", json!([]));
+    b.wait_for("the sign-in form", |b| {
+        b.exec(
+            "return document.readyState === 'complete' && !!document.getElementById('credential') \
+             && !document.getElementById('login').hidden",
+            json!([]),
+        )
+        .as_bool()
+        .filter(|shown| *shown)
+    });
+    let stored = b.exec(
+        "return [sessionStorage.length, localStorage.length, document.getElementById('signout').hidden]",
+        json!([]),
+    );
+    assert_eq!(stored, json!([0, 0, true]));
+}

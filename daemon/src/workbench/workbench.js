@@ -2,12 +2,15 @@
 //
 // Plain DOM, no framework, no network but this daemon's own routes. Everything the daemon
 // sends is inserted as text (never as HTML), so a tool input or output cannot become markup.
-// The credential is kept in sessionStorage for this tab and sent as a bearer header; there
-// are no cookies, so other sites cannot make requests in its name.
+// The credential is kept in this page's memory only (a reload forgets it) and sent as a bearer
+// header; there are no cookies, so other sites cannot make requests in its name. Once the page
+// has seen its daemon go away, nothing is sent with the credential until the daemon that
+// answers on the port is again the one serving the same store.
 
 import { verifyEntry, short } from "./verify.js";
 import { REF_PATTERN } from "./canon.js";
 
+// Where earlier versions of the page kept the credential: removed on load.
 const CREDENTIAL_KEY = "worldd.workbench.credential";
 const PAGE = 50;
 const FOLD_CHARS = 160;
@@ -113,8 +116,47 @@ class ApiError extends Error {
   }
 }
 
+// Not in sessionStorage: whatever serves this origin's page after a reload (a process that
+// took the port of a daemon that stopped) could read it there.
+let secret = null;
+
 function credential() {
-  return sessionStorage.getItem(CREDENTIAL_KEY);
+  return secret;
+}
+
+/** What a request the page did not send says. */
+const NOT_SENT = "not sent: the daemon this page signed in to no longer answers here (disconnected); Reconnect once it is back";
+
+class NotSent extends Error {
+  constructor() {
+    super(NOT_SENT);
+    this.reason = NOT_SENT;
+  }
+}
+
+/**
+ * Before the credential goes out after the page saw its daemon go away: is the daemon that
+ * answers now the one serving the same store? Throws NotSent (and says "disconnected") if not.
+ */
+async function ensureDaemon() {
+  if (!state.gone) return;
+  if (!state.checking) {
+    state.checking = daemonHere().then((here) => {
+      state.checking = null;
+      if (here !== null && here === state.daemon) {
+        state.gone = false;
+        return true;
+      }
+      return false;
+    });
+  }
+  const same = await state.checking;
+  if (!same || state.gone) {
+    disconnected();
+    throw new NotSent();
+  }
+  // Back: follow the log again too.
+  if (!state.stream && state.started) follow();
 }
 
 function authHeaders(extra = {}) {
@@ -123,7 +165,15 @@ function authHeaders(extra = {}) {
 }
 
 async function request(path, extra) {
-  const res = await fetch(path, { headers: authHeaders(extra), cache: "no-store", credentials: "omit" });
+  await ensureDaemon();
+  let res;
+  try {
+    res = await fetch(path, { headers: authHeaders(extra), cache: "no-store", credentials: "omit" });
+  } catch (e) {
+    // Nothing answered: the daemon may be gone, and the port anyone's.
+    state.gone = true;
+    throw e;
+  }
   if (!res.ok) {
     let cls = "", message = "";
     try {
@@ -163,7 +213,9 @@ const state = {
   started: false, // signed in and showing the app
   me: null, // {episode, operator} of the credential, from GET /v1/budget
   episodeView: 0, // generation of the episode view, so a stale answer does not paint
-  daemon: null, // the daemon's store path, from GET /v1/health when the stream first opened
+  daemon: null, // the absolute path of the daemon's store, from GET /workbench/daemon at sign-in
+  gone: false, // the page saw the daemon go away: the credential waits for the check
+  checking: null, // the check under way, shared by the requests that wait for it
 };
 
 // ---------------------------------------------------------------------------------------
@@ -172,6 +224,7 @@ const state = {
 function showLogin(message) {
   state.started = false;
   state.daemon = null;
+  state.gone = false;
   $("reconnect").hidden = true;
   $("who").hidden = true;
   $("login").hidden = false;
@@ -210,7 +263,7 @@ async function learnWho() {
 /** Drop the credential and everything read with it: the next one may see other episodes. */
 function forget() {
   stopStream();
-  sessionStorage.removeItem(CREDENTIAL_KEY);
+  secret = null;
   state.me = null;
   showWho();
   state.entries.clear();
@@ -234,7 +287,7 @@ async function signIn(text) {
     showLogin("A credential is 64 hexadecimal digits.");
     return;
   }
-  sessionStorage.setItem(CREDENTIAL_KEY, c);
+  secret = c;
   try {
     await start();
   } catch (e) {
@@ -377,21 +430,29 @@ function stopStream() {
 }
 
 /**
- * The store path of the daemon answering on this page's port, asked without the credential;
- * null when nothing answers as a worldd does.
+ * The absolute path of the store of the daemon answering on this page's port, asked without
+ * the credential (`GET /v1/health`, then `GET /workbench/daemon`); null when nothing answers
+ * as a worldd does. `/v1/health`'s `db_path` is the path as the daemon was told it: the same
+ * `.world/db` for every daemon started in its own directory.
  */
 async function daemonHere(signal) {
   try {
-    const res = await fetch("/v1/health", { cache: "no-store", credentials: "omit", signal });
-    const v = res.ok ? await res.json() : null;
-    return v && v.status === "ok" && typeof v.db_path === "string" ? v.db_path : null;
+    const ask = async (path) => {
+      const res = await fetch(path, { cache: "no-store", credentials: "omit", signal });
+      const v = res.ok ? await res.json() : null;
+      return v && v.status === "ok" ? v : null;
+    };
+    if (!(await ask("/v1/health"))) return null;
+    const d = await ask("/workbench/daemon");
+    return d && typeof d.store === "string" ? d.store : null;
   } catch {
     return null;
   }
 }
 
-/** The daemon went away: nothing is sent again until the operator says so. */
+/** The daemon went away: nothing is sent again until it is back. */
 function disconnected() {
+  state.gone = true;
   stopStream();
   setLive("disconnected", "");
   $("reconnect").hidden = false;
@@ -413,11 +474,11 @@ async function follow() {
   // else on the port is not sent the credential, even when the operator asks to reconnect.
   const here = await daemonHere(ctl.signal);
   if (state.stream !== ctl) return;
-  if (state.daemon !== null && here !== state.daemon) {
+  if (here === null || here !== state.daemon) {
     disconnected();
     return;
   }
-  state.daemon = here;
+  state.gone = false;
   let refused = null;
   while (state.stream === ctl) {
     try {
@@ -441,8 +502,12 @@ async function follow() {
       setLive("live", "on");
       state.retry = 0;
       await readEvents(res.body, ctl);
+      // The stream ended: the daemon may be gone.
+      if (!ctl.signal.aborted) state.gone = true;
     } catch (e) {
       if (ctl.signal.aborted) return;
+      // Not an answer but a dropped connection: the daemon may be gone.
+      if (e !== refused) state.gone = true;
     }
     if (state.stream !== ctl) return;
     state.retry = Math.min(state.retry + 1, 5);
@@ -456,10 +521,11 @@ async function follow() {
     if (state.stream !== ctl) return;
     const here = await daemonHere(ctl.signal);
     if (state.stream !== ctl) return;
-    if (here === null || (state.daemon !== null && here !== state.daemon)) {
+    if (here === null || here !== state.daemon) {
       disconnected();
       return;
     }
+    state.gone = false;
   }
 }
 
@@ -587,6 +653,7 @@ async function showEntry(index) {
   pane.replaceChildren(back, h("h2", {}, `Entry #${index}`), verdict);
   let s;
   try {
+    await ensureDaemon();
     s = await summaryOf(index);
   } catch (e) {
     if (gen !== state.verifying) return;
@@ -967,6 +1034,10 @@ async function start() {
   $("signout").hidden = false;
   $("nav").hidden = false;
   setLive("connecting…", "wait");
+  // The daemon the credential is for: the credential goes to no other once this one is gone.
+  state.daemon = await daemonHere();
+  state.gone = false;
+  if (state.daemon === null) throw new Error("no worldd answers GET /v1/health and GET /workbench/daemon here");
   await loadNewest();
   await learnWho();
   state.started = true;
@@ -988,13 +1059,10 @@ function init() {
   $("help-close").addEventListener("click", () => { $("help").hidden = true; });
   window.addEventListener("hashchange", route);
   document.addEventListener("keydown", onKey);
-  if (credential()) {
-    start().catch((e) => {
-      if (!(e instanceof ApiError && e.status === 401)) showLogin(`Could not reach the daemon: ${e.message}`);
-    });
-  } else {
-    showLogin("");
-  }
+  // Earlier versions kept the credential in sessionStorage, where a page served by whatever
+  // owns the port after a reload could read it.
+  sessionStorage.removeItem(CREDENTIAL_KEY);
+  showLogin("");
 }
 
 init();
