@@ -1823,3 +1823,39 @@ fn a_plugin_library_whose_file_name_is_not_utf8_is_loaded_not_skipped() {
         "{out}"
     );
 }
+
+/// A verb run in a second terminal in another directory found no `.world/db` and said only
+/// `world store .world/db does not exist`; the newcomer then ran `worldd serve`, which the
+/// running daemon's port refused. The refusal names the absolute path it looked in and what
+/// to do, for every verb that refuses a missing store.
+#[test]
+fn a_verb_run_in_another_directory_than_the_daemons_names_the_store_it_looked_for() {
+    let dir = tempfile::tempdir().unwrap();
+    let here = dir.path().canonicalize().unwrap();
+    let said = format!(
+        "worldd: world store {}/.world/db does not exist; refusing to create one: run this in the directory the daemon was started in, or pass --db with the daemon's store (worldd serve creates a store, for a new world only)\n",
+        here.display()
+    );
+    for args in [
+        &[
+            "session",
+            "new",
+            "demo",
+            "--preset",
+            "se-tools",
+            "--out",
+            "demo.session",
+        ][..],
+        &["session", "list"],
+        &["doctor"],
+        &["usage"],
+    ] {
+        let (code, out, err) = worldd_in(&here, &[], args);
+        assert_eq!(
+            (code, out.as_str(), err.as_str()),
+            (1, "", said.as_str()),
+            "{args:?}"
+        );
+    }
+    assert!(!here.join(".world").exists());
+}

@@ -1017,3 +1017,21 @@ pub fn next_line(rx: &std::sync::mpsc::Receiver<String>, what: &str) -> String {
     rx.recv_timeout(Duration::from_secs(30))
         .unwrap_or_else(|e| panic!("no {what}: {e}"))
 }
+
+/// `worldd ARGS` run in the directory `cwd`, with `env` set and `$WORLD_ADDR` and
+/// `$WORLD_SESSION` taken from `env` alone: (exit code, stdout, stderr).
+pub fn worldd_in(cwd: &Path, env: &[(&str, &str)], args: &[&str]) -> (i32, String, String) {
+    let mut cmd = Command::new(WORLDD);
+    cmd.args(args)
+        .current_dir(cwd)
+        .env_remove("WORLD_ADDR")
+        .env_remove("WORLD_SESSION")
+        .envs(env.iter().copied())
+        .stdin(Stdio::null());
+    let out = run_to_exit(&mut cmd, WORLDD_VERB_LIMIT);
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
