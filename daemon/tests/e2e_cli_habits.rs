@@ -1859,3 +1859,49 @@ fn a_verb_run_in_another_directory_than_the_daemons_names_the_store_it_looked_fo
     }
     assert!(!here.join(".world").exists());
 }
+
+/// A credential minted for an episode whose worktree does not exist under the workspace root
+/// had every call refused, and nothing said so at the mint; `session new` with another store's
+/// `--db` but the default `--workspace-root` made the worktree under this directory, not the
+/// daemon's. Both are said before the question.
+#[test]
+fn a_mint_for_an_episode_with_no_worktree_is_warned_before_the_question() {
+    let (_dir, db, root) = an_empty_store();
+    std::fs::create_dir_all(&root).unwrap();
+    let (code, shown) = mint_at_terminal(
+        &db,
+        &format!(
+            "--episode nosuch --grant Workspace.Read=worktree:1 --workspace-root {}",
+            root.display()
+        ),
+    );
+    assert_eq!(code, 0, "{shown}");
+    let warned = shown
+        .find(&format!(
+            "worldd session: warning: episode nosuch has no worktree {}/nosuch: every call of this credential is refused until it exists; `worldd session new nosuch` creates one, or pass --workspace-root with the daemon's root if it serves another",
+            root.display()
+        ))
+        .unwrap_or_else(|| panic!("{shown}"));
+    assert!(warned < shown.find("Confirm mint").unwrap(), "{shown}");
+    // The default workspace root, with another store: said, with where the worktree goes.
+    let cwd = tempfile::tempdir().unwrap();
+    let here = cwd.path().canonicalize().unwrap();
+    let (code, shown) = at_terminal(
+        &format!(
+            "cd {} && {WORLDD} session new ep --db {} --preset se-tools",
+            here.display(),
+            db.display()
+        ),
+        b"n\n",
+    );
+    assert_eq!(code, 1, "{shown}");
+    let warned = shown
+        .find(&format!(
+            "worldd session: warning: the worktree goes to {}/.world/worktrees/ep (the default --workspace-root, under this directory) while the store is {}: if the daemon serves another workspace root, answer n and pass --workspace-root with it",
+            here.display(),
+            db.display()
+        ))
+        .unwrap_or_else(|| panic!("{shown}"));
+    assert!(warned < shown.find("Confirm mint").unwrap(), "{shown}");
+    assert!(!here.join(".world").exists());
+}

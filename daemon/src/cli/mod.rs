@@ -176,11 +176,14 @@ pub enum Command {
     Man(manual::ManArgs),
 }
 
+/// Where the store-side verbs look for the store unless `--db` says otherwise.
+pub const DEFAULT_DB: &str = ".world/db";
+
 /// `--db DIR` shared by store-side verbs.
 #[derive(Args, Debug, Clone)]
 pub struct DbArg {
     /// The store directory.
-    #[arg(long, default_value = ".world/db")]
+    #[arg(long, default_value = DEFAULT_DB)]
     pub db: PathBuf,
 }
 

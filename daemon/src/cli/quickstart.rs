@@ -68,6 +68,7 @@ pub fn run(a: QuickstartArgs) -> CliResult {
                 episode: a.episode.clone(),
                 grants,
                 operator: false,
+                workspace_root: Some(root.clone()),
                 credential: super::session::CredentialArgs {
                     ttl: super::session::DEFAULT_TTL,
                     out: Some(token_file.clone()),

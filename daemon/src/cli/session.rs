@@ -63,6 +63,10 @@ pub struct MintArgs {
     /// may commit through POST /v1/commit. Grants are optional for operators.
     #[arg(long)]
     pub operator: bool,
+    /// The daemon's workspace root (default: .world/worktrees): only looked at, to warn
+    /// before the question when the episode has no worktree there.
+    #[arg(long)]
+    pub workspace_root: Option<PathBuf>,
     #[command(flatten)]
     pub credential: CredentialArgs,
 }
@@ -90,7 +94,7 @@ pub struct NewArgs {
     #[command(flatten)]
     pub db: DbArg,
     /// Worktrees live in <workspace-root>/<episode>.
-    #[arg(long, default_value = ".world/worktrees")]
+    #[arg(long, default_value = DEFAULT_WORKSPACE_ROOT)]
     pub workspace_root: PathBuf,
     /// Create the worktree with `git worktree add --detach` from this repository.
     #[arg(long)]
@@ -131,6 +135,9 @@ pub fn run(cmd: SessionCommand) -> CliResult {
     match cmd {
         SessionCommand::Mint(a) => {
             let grants = parse_grants(&a.grants)?;
+            let root = a
+                .workspace_root
+                .unwrap_or_else(|| PathBuf::from(DEFAULT_WORKSPACE_ROOT));
             mint(
                 &a.db.db,
                 &a.episode,
@@ -138,6 +145,7 @@ pub fn run(cmd: SessionCommand) -> CliResult {
                 a.operator,
                 a.credential.ttl,
                 a.credential.out.as_deref(),
+                &root,
             )
         }
         SessionCommand::New(a) => new(a),
@@ -309,6 +317,17 @@ fn confirm(question: &str) -> CliResult {
     }
 }
 
+/// Where `session new` makes worktrees, and `session mint` looks for them, unless told.
+const DEFAULT_WORKSPACE_ROOT: &str = ".world/worktrees";
+
+/// `path` made absolute for a message (as it was given when that fails).
+fn shown_path(path: &Path) -> String {
+    std::path::absolute(path)
+        .unwrap_or_else(|_| path.to_path_buf())
+        .display()
+        .to_string()
+}
+
 fn mint(
     db: &Path,
     episode: &str,
@@ -316,8 +335,18 @@ fn mint(
     operator: bool,
     ttl: i64,
     out: Option<&Path>,
+    root: &Path,
 ) -> CliResult {
     let minting = Minting::check(db, episode, grants, operator, ttl, out)?;
+    // A credential of an episode with no worktree has every call refused: say so, and how to
+    // fix it, before the question (an operator's credential reads every episode: no one).
+    let worktree = root.join(episode);
+    if !operator && !worktree.is_dir() {
+        errln!(
+            "worldd session: warning: episode {episode} has no worktree {}: every call of this credential is refused until it exists; `worldd session new {episode}` creates one, or pass --workspace-root with the daemon's root if it serves another",
+            shown_path(&worktree)
+        );
+    }
     minting.confirm()?;
     minting.deliver()
 }
@@ -488,6 +517,17 @@ fn new(a: NewArgs) -> CliResult {
         a.credential.out.as_deref(),
     )?;
     let worktree = a.workspace_root.join(&a.episode);
+    // Another store, but the default workspace root: the worktree is made under this
+    // directory, where a daemon serving that store may not look.
+    if a.workspace_root == Path::new(DEFAULT_WORKSPACE_ROOT)
+        && a.db.db != Path::new(super::DEFAULT_DB)
+    {
+        errln!(
+            "worldd session: warning: the worktree goes to {} (the default --workspace-root, under this directory) while the store is {}: if the daemon serves another workspace root, answer n and pass --workspace-root with it",
+            shown_path(&worktree),
+            a.db.db.display()
+        );
+    }
     if worktree.exists() {
         return Err(Failure::usage(format!(
             "worktree {} already exists; to give episode {} another credential, run worldd session mint --episode {} --grant EFFECT=SCOPE:BUDGET (its worktree stays); to start it afresh, remove the directory first",
