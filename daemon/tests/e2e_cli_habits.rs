@@ -1332,7 +1332,7 @@ fn a_revoked_credential_is_refused_with_what_to_do() {
         None,
     );
     assert_eq!(code, 0, "{err}");
-    let hint = "(a credential this daemon does not know or no longer honours: revoked, expired, or minted for another store; mint a new one with worldd session mint)\n";
+    let hint = format!("(the daemon at http://{}, from --addr, does not know this credential or no longer honours it: revoked, expired, or minted for another store; if your daemon listens elsewhere, give its address with --addr or $WORLD_ADDR; else mint a new one with worldd session mint)\n", d.addr);
     for verb in [&["head"][..], &["budget"], &["tools", "list"]] {
         let (code, _, err) = worldd(
             &[verb, &["--addr", &d.addr, "--session", path_str(&session)]].concat(),
@@ -1340,7 +1340,7 @@ fn a_revoked_credential_is_refused_with_what_to_do() {
         );
         assert_eq!(code, 1, "{verb:?}: {err}");
         assert!(
-            err.contains("HTTP 401") && err.ends_with(hint),
+            err.contains("HTTP 401") && err.ends_with(&hint),
             "{verb:?}: {err}"
         );
     }
@@ -1904,4 +1904,59 @@ fn a_mint_for_an_episode_with_no_worktree_is_warned_before_the_question() {
         .unwrap_or_else(|| panic!("{shown}"));
     assert!(warned < shown.find("Confirm mint").unwrap(), "{shown}");
     assert!(!here.join(".world").exists());
+}
+
+/// A client verb sent to the default address reached another daemon there, and its refusal
+/// of the credential did not say which daemon was asked: the address, and where it came from
+/// (`--addr`, `$WORLD_ADDR`, the default), are named; a bad `$WORLD_ADDR` is named as itself.
+#[test]
+fn a_refused_credential_names_the_daemon_asked_and_where_its_address_came_from() {
+    let d = Daemon::start(&["worldd_workspace"], &[]);
+    let file = d.session_file("stranger", &"ab".repeat(32));
+    let here = d.dir.path();
+    let addr = d.url("");
+    let hint = |from: &str| {
+        format!(" (the daemon at {addr}, {from}, does not know this credential or no longer honours it: revoked, expired, or minted for another store; if your daemon listens elsewhere, give its address with --addr or $WORLD_ADDR; else mint a new one with worldd session mint)\n")
+    };
+    let (code, _, err) = worldd_in(
+        here,
+        &[],
+        &[
+            "tools",
+            "list",
+            "--addr",
+            &addr,
+            "--session",
+            path_str(&file),
+        ],
+    );
+    assert_eq!(code, 1);
+    assert_eq!(
+        err,
+        format!(
+            "worldd: /mcp/ returned HTTP 401: unknown session credential{}",
+            hint("from --addr")
+        )
+    );
+    let (code, _, err) = worldd_in(
+        here,
+        &[("WORLD_ADDR", &addr)],
+        &["head", "--session", path_str(&file)],
+    );
+    assert_eq!(code, 1);
+    assert_eq!(
+        err,
+        format!(
+            "worldd: /v1/head returned HTTP 401 SessionUnknown: unknown session credential{}",
+            hint("from $WORLD_ADDR")
+        )
+    );
+    let (code, _, err) = worldd_in(here, &[("WORLD_ADDR", "https://x")], &["health"]);
+    assert_eq!(
+        (code, err.as_str()),
+        (
+            1,
+            "worldd: $WORLD_ADDR https://x: worldd serves plain HTTP on loopback; give http://HOST:PORT\n"
+        )
+    );
 }

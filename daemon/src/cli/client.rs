@@ -229,27 +229,72 @@ pub(super) fn credential(arg: &Option<String>) -> Result<Option<String>, Failure
     Ok(Some(token.to_owned()))
 }
 
+/// Where a client verb's daemon address came from: `--addr` on the command line,
+/// `$WORLD_ADDR`, or neither (the default address).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum AddrSource {
+    Flag,
+    Env,
+    Default,
+}
+
+impl AddrSource {
+    /// Read from this process's command line and environment, as clap took the value.
+    pub(super) fn of_this_process() -> AddrSource {
+        let flagged = std::env::args_os()
+            .skip(1)
+            .take_while(|a| a != "--")
+            .any(|a| a == "--addr" || a.to_string_lossy().starts_with("--addr="));
+        if flagged {
+            AddrSource::Flag
+        } else if std::env::var_os("WORLD_ADDR").is_some_and(|v| !v.is_empty()) {
+            AddrSource::Env
+        } else {
+            AddrSource::Default
+        }
+    }
+
+    /// The name a refusal of the address gives it: `--addr` or `$WORLD_ADDR`.
+    fn name(self) -> &'static str {
+        match self {
+            AddrSource::Env => "$WORLD_ADDR",
+            AddrSource::Flag | AddrSource::Default => "--addr",
+        }
+    }
+
+    /// Where the address came from, for a sentence naming the daemon asked.
+    fn origin(self) -> &'static str {
+        match self {
+            AddrSource::Flag => "from --addr",
+            AddrSource::Env => "from $WORLD_ADDR",
+            AddrSource::Default => "the default address",
+        }
+    }
+}
+
 /// The daemon's base URL from `--addr`: `http://HOST:PORT` (the scheme may be left out), with
-/// no path: the verbs add `/v1/…` and `/mcp/` themselves.
+/// no path: the verbs add `/v1/…` and `/mcp/` themselves. A refusal names where the address
+/// came from (`--addr` or `$WORLD_ADDR`).
 pub(super) fn base_url(addr: &str) -> Result<String, Failure> {
+    let flag = AddrSource::of_this_process().name();
     let trimmed = addr.trim().trim_end_matches('/');
     let rest = if let Some(r) = trimmed.strip_prefix("http://") {
         r
     } else if trimmed.contains("://") {
         return Err(Failure::usage(format!(
-            "--addr {addr}: worldd serves plain HTTP on loopback; give http://HOST:PORT"
+            "{flag} {addr}: worldd serves plain HTTP on loopback; give http://HOST:PORT"
         )));
     } else {
         trimmed
     };
     if let Some((host, _)) = rest.split_once('/') {
         return Err(Failure::usage(format!(
-            "--addr {addr}: give the daemon's base address without a path, e.g. http://{host} (the verbs add /v1/… and /mcp/ themselves)"
+            "{flag} {addr}: give the daemon's base address without a path, e.g. http://{host} (the verbs add /v1/… and /mcp/ themselves)"
         )));
     }
     if rest.is_empty() {
         return Err(Failure::usage(format!(
-            "--addr {addr:?}: want http://HOST:PORT, e.g. {DEFAULT_ADDR}"
+            "{flag} {addr:?}: want http://HOST:PORT, e.g. {DEFAULT_ADDR}"
         )));
     }
     Ok(format!("http://{rest}"))
@@ -373,13 +418,13 @@ pub(super) fn get(c: &ClientArgs, path: &str) -> Result<Vec<u8>, Failure> {
     if (200..300).contains(&status) {
         return Ok(body);
     }
-    Err(refused(path, status, &body))
+    Err(refused(c, path, status, &body))
 }
 
 /// A REST route's error answer, said: `{path} returned HTTP {status} {class}: {message}`
 /// from its envelope (the body itself when it is none), and what to do about a refused
-/// credential.
-pub(super) fn refused(path: &str, status: u16, body: &[u8]) -> Failure {
+/// credential (naming the daemon asked).
+pub(super) fn refused(c: &ClientArgs, path: &str, status: u16, body: &[u8]) -> Failure {
     let v: Value = serde_json::from_slice(body).unwrap_or(Value::Null);
     let class = v["error"]["class"].as_str().unwrap_or("Error");
     let message = match v["error"]["message"].as_str() {
@@ -388,17 +433,23 @@ pub(super) fn refused(path: &str, status: u16, body: &[u8]) -> Failure {
     };
     Failure::usage(format!(
         "{path} returned HTTP {status} {class}: {message}{}",
-        credential_hint(status, class)
+        credential_hint(c, status, class)
     ))
 }
 
 /// What to do about a credential the daemon refused (401, but sent): the answer says which
-/// way it was refused, not why the operator's file holds such a one.
-pub(super) fn credential_hint(status: u16, class: &str) -> &'static str {
+/// way it was refused, not why the operator's file holds such a one. The daemon asked is
+/// named, and where its address came from: another daemon answering on the default address
+/// refuses a credential that is fine where it was minted.
+pub(super) fn credential_hint(c: &ClientArgs, status: u16, class: &str) -> String {
     if status == 401 && class != "SessionAbsent" {
-        " (a credential this daemon does not know or no longer honours: revoked, expired, or minted for another store; mint a new one with worldd session mint)"
+        let base = base_url(&c.addr).unwrap_or_else(|_| c.addr.clone());
+        format!(
+            " (the daemon at {base}, {}, does not know this credential or no longer honours it: revoked, expired, or minted for another store; if your daemon listens elsewhere, give its address with --addr or $WORLD_ADDR; else mint a new one with worldd session mint)",
+            AddrSource::of_this_process().origin()
+        )
     } else {
-        ""
+        String::new()
     }
 }
 
@@ -532,7 +583,7 @@ fn mcp(c: &ClientArgs, method: &str, params: Value) -> Result<Value, Failure> {
         return Err(Failure::usage(format!(
             "/mcp/ returned HTTP {status}: {}{}",
             text.trim(),
-            credential_hint(status, "")
+            credential_hint(c, status, "")
         )));
     }
     let json_text = text

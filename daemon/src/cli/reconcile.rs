@@ -117,7 +117,7 @@ pub fn calls(cmd: CallsCommand) -> CliResult {
         )));
     }
     if !(200..300).contains(&status) {
-        return Err(super::client::refused(&path, status, &body));
+        return Err(super::client::refused(&a.client, &path, status, &body));
     }
     if a.json {
         outln!("{v}");
@@ -174,7 +174,12 @@ pub fn budget(a: BudgetArgs) -> CliResult {
     let (status, body) = get(&a.client, "/v1/budget")?;
     let v: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
     if !(200..300).contains(&status) {
-        return Err(super::client::refused("/v1/budget", status, &body));
+        return Err(super::client::refused(
+            &a.client,
+            "/v1/budget",
+            status,
+            &body,
+        ));
     }
     if a.json {
         outln!("{v}");
@@ -219,7 +224,7 @@ pub fn budget(a: BudgetArgs) -> CliResult {
 fn own_episode(c: &ClientArgs) -> Result<String, Failure> {
     let (status, body) = get(c, "/v1/budget")?;
     if !(200..300).contains(&status) {
-        return Err(super::client::refused("/v1/budget", status, &body));
+        return Err(super::client::refused(c, "/v1/budget", status, &body));
     }
     serde_json::from_slice::<Value>(&body)
         .ok()
