@@ -1960,3 +1960,61 @@ fn a_refused_credential_names_the_daemon_asked_and_where_its_address_came_from()
         )
     );
 }
+
+/// Quickstart on another port printed no `export WORLD_ADDR=…`, so the client verbs asked the
+/// default address; it prints the two exports, and warns when the configuration (a bearer
+/// token) goes to a file others can read.
+#[test]
+fn quickstart_on_another_port_prints_the_exports_and_warns_of_a_readable_stdout_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let here = dir.path().canonicalize().unwrap();
+    let world = here.join("w");
+    let db = world.join("db");
+    let store = broker_core::store::Store::create(&db).unwrap();
+    let token = broker_core::session::mint(
+        &store,
+        "demo",
+        vec!["Workspace.Read=worktree:5".parse().unwrap()],
+        3600,
+        now(),
+    )
+    .unwrap()
+    .token;
+    drop(store);
+    std::fs::write(world.join("demo.session"), format!("{token}\n")).unwrap();
+    let captured = here.join("mcp.json");
+    let file = std::fs::File::create(&captured).unwrap();
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&captured, std::fs::Permissions::from_mode(0o644)).unwrap();
+    }
+    let out = Command::new(WORLDD)
+        .args(["quickstart", "--dir", path_str(&world), "--print-only"])
+        .args(["--bind", "127.0.0.1:7999"])
+        .stdout(file)
+        .stderr(Stdio::piped())
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(
+        err.contains(&format!(
+            "worldd quickstart: for the client verbs (worldd tools list, call, why) in another terminal:\n  export WORLD_ADDR=http://127.0.0.1:7999\n  export WORLD_SESSION={}/demo.session\n",
+            world.display()
+        )),
+        "{err}"
+    );
+    assert!(
+        err.contains("worldd quickstart: warning: stdout is a file others can read (mode 0644), and the configuration holds the credential: chmod 600 it, or write it with umask 077\n"),
+        "{err}"
+    );
+    let text = std::fs::read_to_string(&captured).unwrap();
+    assert!(text.contains(&format!("Bearer {token}")), "{text}");
+}
+
+fn now() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as i64
+}

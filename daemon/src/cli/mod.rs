@@ -101,7 +101,7 @@ pub enum Command {
     /// Create ./.world, a demo episode and credential, print the MCP client configuration,
     /// and serve.
     #[command(
-        after_help = "Examples:\n  worldd quickstart\n  worldd quickstart > mcp.json            # the client configuration alone on stdout\n  worldd quickstart --print-only          # set up and print, do not serve\n  worldd quickstart --bind 127.0.0.1:7700"
+        after_help = "Examples:\n  worldd quickstart\n  worldd quickstart > mcp.json            # the client configuration alone on stdout (it holds the credential: umask 077 first)\n  worldd quickstart --print-only          # set up and print, do not serve\n  worldd quickstart --bind 127.0.0.1:7700"
     )]
     Quickstart(quickstart::QuickstartArgs),
     /// Mint, list and revoke session credentials.

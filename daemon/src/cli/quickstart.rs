@@ -103,6 +103,22 @@ pub fn run(a: QuickstartArgs) -> CliResult {
         "{}",
         serde_json::to_string_pretty(&config).unwrap_or_default()
     );
+    // The client verbs default to 127.0.0.1:7644 and no session: what to export for them,
+    // from any directory (the session file's path made absolute).
+    let mut exports = String::new();
+    if a.bind != serve::DEFAULT_BIND {
+        exports.push_str(&format!("\n  export WORLD_ADDR=http://{}", a.bind));
+    }
+    exports.push_str(&format!(
+        "\n  export WORLD_SESSION={}",
+        std::path::absolute(&token_file)
+            .unwrap_or_else(|_| token_file.clone())
+            .display()
+    ));
+    errln!(
+        "worldd quickstart: for the client verbs (worldd tools list, call, why) in another terminal:{exports}"
+    );
+    warn_when_stdout_is_readable();
     if a.print_only {
         return Ok(());
     }
@@ -140,4 +156,19 @@ fn credential_is_live(db: &std::path::Path, token_file: &std::path::Path) -> boo
         broker_core::session::lookup(&store, &id),
         Ok(Some(s)) if s.is_valid(super::now())
     )
+}
+
+/// The configuration holds a bearer credential; `quickstart > mcp.json` under umask 022 makes
+/// a file everyone on the machine can read. Said when stdout is such a regular file.
+fn warn_when_stdout_is_readable() {
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    let Ok(meta) = std::fs::metadata("/proc/self/fd/1") else {
+        return;
+    };
+    let mode = meta.permissions().mode() & 0o777;
+    if meta.is_file() && meta.mode() & 0o044 != 0 {
+        errln!(
+            "worldd quickstart: warning: stdout is a file others can read (mode {mode:04o}), and the configuration holds the credential: chmod 600 it, or write it with umask 077"
+        );
+    }
 }
