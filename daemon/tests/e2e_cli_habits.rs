@@ -2018,3 +2018,25 @@ fn now() -> i64 {
         .unwrap()
         .as_secs() as i64
 }
+
+/// A call whose effect the broker denied printed `"status": "denied"` and exited 0 with no
+/// reason anywhere on the command line; the reason (`denied:budget`, what is left) is said on
+/// stderr, one line per effect, stdout and the exit code unchanged.
+#[test]
+fn a_denied_effect_says_why_on_stderr_with_stdout_and_exit_unchanged() {
+    let d = Daemon::start(&["worldd_workspace"], &[]);
+    let token = d.session("spent", &["Workspace.Read=worktree:0"]);
+    std::fs::write(d.root().join("spent/a.txt"), "hi\n").unwrap();
+    let file = d.session_file("spent", &token);
+    let (code, out, err) = cli(
+        &d,
+        path_str(&file),
+        &["call", "ailang-read", "--arg", "path=a.txt"],
+    );
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains("\"status\": \"denied\""), "{out}");
+    assert_eq!(
+        err,
+        "worldd: effect e1 (Workspace.Read) denied: denied:budget — this grant has 0 left; nothing ran (worldd budget shows what is left)\n"
+    );
+}

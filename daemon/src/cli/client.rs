@@ -810,6 +810,11 @@ pub fn call(a: CallArgs) -> CliResult {
             .unwrap_or(text.clone());
         outln!("{pretty}");
     }
+    // The output says an effect was denied or failed, not why: the reason travels in
+    // `_meta`. Said on stderr; stdout and the exit code stay as they were.
+    for line in effect_notes(&v["result"]["_meta"]) {
+        errln!("worldd: {line}");
+    }
     if a.strict {
         let out = &v["result"]["structuredContent"];
         if out["ok"] == Value::Bool(false) {
@@ -831,6 +836,39 @@ pub fn call(a: CallArgs) -> CliResult {
     Ok(())
 }
 
+/// One line per effect of a call's `_meta["world/effects"]` that did not end ok: its id,
+/// effect, status, the broker's denial and what it means.
+fn effect_notes(meta: &Value) -> Vec<String> {
+    let outcome = &meta["world/outcome"];
+    meta["world/effects"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|e| e["status"] != "ok")
+        .map(|e| {
+            let id = e["id"].as_str().unwrap_or("?");
+            let effect = e["effect"].as_str().unwrap_or("?");
+            let status = e["status"].as_str().unwrap_or("?");
+            let what = match (status, e["denial"].as_str()) {
+                ("denied", Some("denied:budget")) => {
+                    let left = e["budgetAfter"]
+                        .as_u64()
+                        .or_else(|| outcome["remaining"].as_u64())
+                        .map_or_else(|| "nothing".to_owned(), |n| n.to_string());
+                    format!("denied: denied:budget — this grant has {left} left; nothing ran (worldd budget shows what is left)")
+                }
+                ("denied", Some("denied:scope")) => "denied: denied:scope — no grant of this session covers the effect at that scope; nothing ran (worldd budget lists the grants)".to_owned(),
+                ("denied", Some("denied:effect-name")) => format!("denied: denied:effect-name — this session has no grant of {effect}; nothing ran (worldd budget lists the grants)"),
+                ("denied", Some("denied:expired")) => "denied: denied:expired — the session credential has expired; nothing ran (mint a new one with worldd session mint)".to_owned(),
+                ("denied", Some("denied:handler")) => "denied: denied:handler — its handler declined the request before it ran; nothing ran (the output says why)".to_owned(),
+                ("denied", other) => format!("denied: {}; nothing ran", other.unwrap_or("no reason given")),
+                ("failed", _) => "failed — its handler failed; a write may have partly run (worldd why shows what was recorded)".to_owned(),
+                (other, _) => format!("ended {other}"),
+            };
+            format!("effect {id} ({effect}) {what}")
+        })
+        .collect()
+}
 #[derive(Args, Debug)]
 pub struct PublishArgs {
     /// A transition bundle: `{"transitions":[…documents…]}`.
