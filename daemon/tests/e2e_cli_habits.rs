@@ -2040,3 +2040,29 @@ fn a_denied_effect_says_why_on_stderr_with_stdout_and_exit_unchanged() {
         "worldd: effect e1 (Workspace.Read) denied: denied:budget — this grant has 0 left; nothing ran (worldd budget shows what is left)\n"
     );
 }
+
+/// `worldd call ailang_read` (an underscore for the dash) was answered `unknown tool
+/// "ailang_uread"`: the escaped MCP name leaked. The id as typed is said, with the nearest of
+/// the session's tools.
+#[test]
+fn a_misspelled_tool_id_is_said_as_typed_with_the_nearest_tool() {
+    let d = Daemon::start(&["worldd_workspace"], &[]);
+    let token = d.session("typo", &["Workspace.Read=worktree:5"]);
+    let file = d.session_file("typo", &token);
+    let (code, out, err) = cli(
+        &d,
+        path_str(&file),
+        &["call", "ailang_read", "--arg", "path=a.txt"],
+    );
+    assert_eq!((code, out.as_str()), (1, ""), "{err}");
+    assert_eq!(
+        err,
+        "worldd: unknown tool \"ailang_read\": this session has no tool of that id; did you mean ailang-read? (worldd tools list shows them)\n"
+    );
+    let (code, _, err) = cli(&d, path_str(&file), &["call", "nothing-like-it"]);
+    assert_eq!(code, 1);
+    assert_eq!(
+        err,
+        "worldd: unknown tool \"nothing-like-it\": this session has no tool of that id (worldd tools list shows them)\n"
+    );
+}

@@ -779,6 +779,9 @@ pub fn call(a: CallArgs) -> CliResult {
             });
             return Err(f);
         }
+        Err(f) if f.message.contains("error -32602: unknown tool ") => {
+            return Err(unknown_tool(&a.client, &a.tool))
+        }
         Err(f) if !f.message.contains("error -32603") => return Err(f),
         Err(f) => {
             // A host failure. Rule R8 refuses before anything runs, and the daemon can say so.
@@ -869,6 +872,26 @@ fn effect_notes(meta: &Value) -> Vec<String> {
         })
         .collect()
 }
+
+/// The daemon knows no tool of the MCP name `tool` escapes to: say the id as typed (not its
+/// escaped MCP name), and the nearest of the session's tools.
+fn unknown_tool(c: &ClientArgs, tool: &str) -> Failure {
+    let ids: Vec<String> = mcp(c, "tools/list", json!({}))
+        .ok()
+        .and_then(|v| v["result"]["tools"].as_array().cloned())
+        .into_iter()
+        .flatten()
+        .filter_map(|t| crate::tools::transition_id(t["name"].as_str()?))
+        .collect();
+    let near = crate::spelling::nearest(tool, ids.iter().map(String::as_str), true)
+        .map(|id| format!("; did you mean {id}?"))
+        .unwrap_or_default();
+    Failure::usage(format!(
+        "unknown tool {}: this session has no tool of that id{near} (worldd tools list shows them)",
+        dialect::quote::quote(tool)
+    ))
+}
+
 #[derive(Args, Debug)]
 pub struct PublishArgs {
     /// A transition bundle: `{"transitions":[…documents…]}`.
