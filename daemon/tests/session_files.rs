@@ -81,3 +81,55 @@ fn session_mint_onto_a_symlink_is_refused_and_mints_nothing() {
         .file_type()
         .is_symlink());
 }
+
+/// `--out nodir/ep9.session` was asked, answered `y`, and only then refused: a directory that
+/// does not exist (or is a file) is refused before the question, and nothing is made.
+#[test]
+fn session_new_out_into_a_missing_directory_is_refused_before_the_question() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("db");
+    drop(broker_core::store::Store::create(&db).unwrap());
+    let root = dir.path().join("worktrees");
+    let out = dir.path().join("nodir/ep9.session");
+    let (code, shown) = at_terminal(
+        &format!(
+            "{WORLDD} session new ep9 --db {} --workspace-root {} --preset se-tools --out {}",
+            db.display(),
+            root.display(),
+            out.display()
+        ),
+        b"y\n",
+    );
+    assert_eq!(code, 1, "{shown}");
+    assert!(
+        shown.contains(&format!(
+            "worldd: cannot write {}: the directory {} does not exist (create it first, or name a file in an existing directory)",
+            out.display(),
+            dir.path().join("nodir").display()
+        )),
+        "{shown}"
+    );
+    assert!(!shown.contains("Confirm mint"), "{shown}");
+    assert!(!root.join("ep9").exists());
+    std::fs::write(dir.path().join("afile"), "").unwrap();
+    let under_a_file = dir.path().join("afile/ep9.session");
+    let (code, shown) = mint_at_terminal(
+        &db,
+        &format!(
+            "--episode ep9 --grant Workspace.Read=worktree:1 --out {}",
+            under_a_file.display()
+        ),
+    );
+    assert_eq!(code, 1, "{shown}");
+    assert!(
+        shown.contains(&format!(
+            "worldd: cannot write {}: {} is not a directory",
+            under_a_file.display(),
+            dir.path().join("afile").display()
+        )),
+        "{shown}"
+    );
+    assert!(sessions(&db)
+        .trim_end()
+        .ends_with("0 session credential(s)"));
+}

@@ -31,6 +31,9 @@ pub enum SecretFileError {
     NotAFile(PathBuf),
     #[error("cannot write {path}: {source}")]
     Io { path: PathBuf, source: io::Error },
+    /// The directory it would go into cannot take it: said before anything is asked.
+    #[error("cannot write {path}: {why}")]
+    Directory { path: PathBuf, why: String },
 }
 
 /// A secret file being written: the checked target and its temporary file.
@@ -49,6 +52,7 @@ impl SecretFile {
     /// asks a question first, so that an answer never comes (an interrupt at the prompt)
     /// leaves no temporary file behind.
     pub fn check(target: &Path) -> Result<(), SecretFileError> {
+        check_directory(target)?;
         match std::fs::symlink_metadata(target) {
             Ok(md) if md.file_type().is_symlink() => {
                 Err(SecretFileError::Symlink(target.to_path_buf()))
@@ -62,7 +66,44 @@ impl SecretFile {
             }),
         }
     }
+}
 
+/// The directory `target` goes into exists, is a directory, and can be written: otherwise
+/// the write would fail only after the question, with a bare `No such file or directory`.
+fn check_directory(target: &Path) -> Result<(), SecretFileError> {
+    let dir = match target.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    };
+    let refuse = |why: String| SecretFileError::Directory {
+        path: target.to_path_buf(),
+        why,
+    };
+    match std::fs::metadata(dir) {
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Err(refuse(format!(
+            "the directory {} does not exist (create it first, or name a file in an existing directory)",
+            dir.display()
+        ))),
+        Err(e) => Err(refuse(format!("{}: {e}", dir.display()))),
+        Ok(md) if !md.is_dir() => Err(refuse(format!("{} is not a directory", dir.display()))),
+        Ok(_) => {
+            use std::os::unix::ffi::OsStrExt;
+            let c = std::ffi::CString::new(dir.as_os_str().as_bytes())
+                .map_err(|_| refuse(format!("{} holds a NUL byte", dir.display())))?;
+            // SAFETY: `c` is a valid NUL-terminated path for the call's duration.
+            if unsafe { libc::access(c.as_ptr(), libc::W_OK | libc::X_OK) } != 0 {
+                let e = io::Error::last_os_error();
+                return Err(refuse(format!(
+                    "the directory {} is not writable by you ({e})",
+                    dir.display()
+                )));
+            }
+            Ok(())
+        }
+    }
+}
+
+impl SecretFile {
     /// Check `target` and create the temporary file beside it.
     pub fn prepare(target: &Path) -> Result<SecretFile, SecretFileError> {
         let io_err = |source: io::Error| SecretFileError::Io {
@@ -211,7 +252,7 @@ mod tests {
         assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
         assert!(matches!(
             SecretFile::prepare(&dir.path().join("missing/ep.session")),
-            Err(SecretFileError::Io { .. })
+            Err(SecretFileError::Directory { .. })
         ));
     }
 }
