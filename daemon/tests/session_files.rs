@@ -133,3 +133,54 @@ fn session_new_out_into_a_missing_directory_is_refused_before_the_question() {
         .trim_end()
         .ends_with("0 session credential(s)"));
 }
+
+/// `session revoke` given the credential itself echoed the secret on stderr; given a session
+/// file or an id's first eight digits it refused. The credential is revoked by its id and
+/// never printed; a file is read; a prefix is answered with the whole id to give.
+#[test]
+fn session_revoke_given_the_credential_a_file_or_a_prefix_never_prints_the_secret() {
+    let d = Daemon::start(&["worldd_workspace"], &[]);
+    let db = d.db();
+    let revoke = |what: &str| worldd(&["session", "revoke", "--db", path_str(&db), what], None);
+    // The credential itself.
+    let token = d.session("one", &["Workspace.Read=worktree:1"]);
+    let id = broker_core::session::credential_id(&token);
+    let (code, out, err) = revoke(&token);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(
+        out,
+        format!("revoked session credential {id} (given the credential itself, not its id: keep credentials out of command lines)\n")
+    );
+    assert!(!out.contains(&token) && !err.contains(&token));
+    // Again: it is gone, and the value is still not printed.
+    let (code, out, err) = revoke(&token);
+    assert_eq!((code, out.as_str()), (1, ""));
+    assert_eq!(
+        err,
+        format!("worldd: refusing: no session credential in {} has the id given, nor is it a credential whose id is there (already revoked, or minted in another store); nothing was revoked (the value is not repeated: it may be a credential)\n", db.display())
+    );
+    assert!(!err.contains(&token));
+    // A session file.
+    let token = d.session("two", &["Workspace.Read=worktree:1"]);
+    let id = broker_core::session::credential_id(&token);
+    let file = d.session_file("two", &token);
+    let (code, out, err) = revoke(path_str(&file));
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(
+        out,
+        format!(
+            "revoked session credential {id} (the credential in {})\n",
+            file.display()
+        )
+    );
+    // The first eight digits of a live id.
+    let token = d.session("three", &["Workspace.Read=worktree:1"]);
+    let id = broker_core::session::credential_id(&token);
+    let (code, out, err) = revoke(&id[..8]);
+    assert_eq!((code, out.as_str()), (1, ""));
+    assert_eq!(
+        err,
+        format!("worldd: refusing: {} is the start of credential {id} (episode three); give the whole id: worldd session revoke {id}\n", &id[..8])
+    );
+    assert!(sessions(&db).contains(&id));
+}

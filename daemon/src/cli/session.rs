@@ -43,7 +43,7 @@ pub enum SessionCommand {
     List(ListArgs),
     /// Revoke a credential by id, or every credential of an episode.
     #[command(
-        after_help = "Examples:\n  worldd session revoke 9b61e1df1743e50ede6511a82ddd3fae574318612d8a82850901b7c0f65bee51\n  worldd session revoke --episode demo"
+        after_help = "Examples:\n  worldd session revoke 9b61e1df1743e50ede6511a82ddd3fae574318612d8a82850901b7c0f65bee51\n  worldd session revoke .world/demo.session\n  worldd session revoke --episode demo"
     )]
     Revoke(RevokeArgs),
 }
@@ -124,7 +124,9 @@ pub struct ListArgs {
 pub struct RevokeArgs {
     #[command(flatten)]
     pub db: DbArg,
-    /// The credential id (64 hex, as listed).
+    /// The credential id (64 hex, as `session list` shows it), or a session file holding the
+    /// credential (its id is revoked). The credential itself is taken too, and never printed.
+    #[arg(value_name = "ID_OR_FILE")]
     pub credential_id: Option<String>,
     /// Revoke every credential of this episode.
     #[arg(long)]
@@ -670,17 +672,7 @@ fn session_json(s: &Session, now: i64) -> serde_json::Value {
 fn revoke(a: RevokeArgs) -> CliResult {
     let store = open_existing(&a.db.db)?;
     match (a.credential_id, a.episode) {
-        (Some(id), None) => {
-            if session::revoke(&store, &id).map_err(|e| Failure::fatal(e.to_string()))? {
-                outln!("revoked session credential {id}");
-                Ok(())
-            } else {
-                Err(Failure::usage(format!(
-                    "refusing: no session credential {id} in {} (already revoked, or minted in another store); nothing was revoked",
-                    a.db.db.display()
-                )))
-            }
-        }
+        (Some(given), None) => revoke_one(&store, &a.db.db, &given),
         (None, Some(ep)) => {
             let ids =
                 session::revoke_episode(&store, &ep).map_err(|e| Failure::fatal(e.to_string()))?;
@@ -699,6 +691,92 @@ fn revoke(a: RevokeArgs) -> CliResult {
             "give a credential id or --episode EP (not both)",
         )),
     }
+}
+
+/// The fewest hex digits of an id's start that `revoke` answers with the whole id.
+const ID_PREFIX_DIGITS: usize = 8;
+
+/// Revoke what `given` names: a credential id; the credential itself (64 hex as well: its id
+/// is revoked, and it is never printed, since it is the secret); a session file; or the start
+/// of an id, answered with the whole id to give.
+fn revoke_one(store: &Store, db: &Path, given: &str) -> CliResult {
+    let fatal = |e: session::SessionError| Failure::fatal(e.to_string());
+    let given = given.trim();
+    let hex = !given.is_empty() && given.bytes().all(|b| b.is_ascii_hexdigit());
+    if hex && given.len() == 64 {
+        let id = given.to_ascii_lowercase();
+        if session::revoke(store, &id).map_err(fatal)? {
+            outln!("revoked session credential {id}");
+            return Ok(());
+        }
+        let derived = session::credential_id(given);
+        if session::revoke(store, &derived).map_err(fatal)? {
+            outln!("revoked session credential {derived} (given the credential itself, not its id: keep credentials out of command lines)");
+            return Ok(());
+        }
+        return Err(Failure::usage(format!(
+            "refusing: no session credential in {} has the id given, nor is it a credential whose id is there (already revoked, or minted in another store); nothing was revoked (the value is not repeated: it may be a credential)",
+            db.display()
+        )));
+    }
+    let path = Path::new(given);
+    if path.is_file() {
+        let text = super::input::file_text(
+            path,
+            super::input::SESSION_FILE_BYTES,
+            &format!("session file {given}"),
+        )?;
+        let token = text.trim();
+        if token.len() != 64 || !token.bytes().all(|b| b.is_ascii_hexdigit()) {
+            return Err(Failure::usage(format!(
+                "session file {given} does not hold a session credential (64 hex digits); nothing was revoked"
+            )));
+        }
+        let id = session::credential_id(token);
+        if session::revoke(store, &id).map_err(fatal)? {
+            outln!("revoked session credential {id} (the credential in {given})");
+            return Ok(());
+        }
+        return Err(Failure::usage(format!(
+            "refusing: the credential in {given} (id {id}) is not in {} (already revoked, or minted in another store); nothing was revoked",
+            db.display()
+        )));
+    }
+    if hex && given.len() >= ID_PREFIX_DIGITS && given.len() < 64 {
+        let start = given.to_ascii_lowercase();
+        let listing = session::list(store).map_err(fatal)?;
+        let mut matching: Vec<(String, String)> = listing
+            .sessions
+            .iter()
+            .map(|s| (s.credential_id.clone(), s.episode.clone()))
+            .chain(
+                listing
+                    .damaged
+                    .iter()
+                    .map(|id| (id.clone(), "damaged".to_owned())),
+            )
+            .filter(|(id, _)| id.starts_with(&start))
+            .collect();
+        return Err(Failure::usage(match matching.len() {
+            0 => format!(
+                "refusing: no session credential id in {} starts with {start}; nothing was revoked (`worldd session list` shows the ids)",
+                db.display()
+            ),
+            1 => {
+                let (id, episode) = matching.remove(0);
+                format!(
+                    "refusing: {start} is the start of credential {id} (episode {episode}); give the whole id: worldd session revoke {id}"
+                )
+            }
+            n => format!(
+                "refusing: {start} is the start of {n} credential ids; give the whole id (from `worldd session list`); nothing was revoked"
+            ),
+        }));
+    }
+    Err(Failure::usage(format!(
+        "refusing: {} is neither a credential id (64 hex digits, from `worldd session list`) nor a session file; nothing was revoked",
+        dialect::quote::quote(given)
+    )))
 }
 
 #[cfg(test)]
