@@ -675,7 +675,7 @@ fn a_misspelled_grant_is_named_before_the_question_and_an_impossible_one_refused
         None,
     );
     assert_eq!(code, 1);
-    assert_eq!(err, "worldd: invalid --grant \"Workspace.Read=work\\u{1b}]0;x\\u{7}tree:1\": the scope must be letters, digits and . _ / - (worktree), at most 128 bytes\n");
+    assert_eq!(err, "worldd: invalid --grant \"Workspace.Read=work\\u{1b}]0;x\\u{7}tree:1\": the scope \"work\\u{1b}]0;x\\u{7}tree\" holds '\\u{1b}': a scope starts with a letter or digit, then letters, digits and . _ / - (at most 128 bytes), e.g. worktree (the episode's worktree; a scope is no filesystem path)\n");
 }
 
 /// The session credentials listed in `db`, by their lines.
@@ -2065,4 +2065,35 @@ fn a_misspelled_tool_id_is_said_as_typed_with_the_nearest_tool() {
         err,
         "worldd: unknown tool \"nothing-like-it\": this session has no tool of that id (worldd tools list shows them)\n"
     );
+}
+
+/// A scope written as a path was refused as if its characters were wrong; the real rule (it
+/// starts with a letter or digit) is said. `--bind 7644` and `--bind :7644` get an example.
+#[test]
+fn a_scope_written_as_a_path_and_a_bind_of_a_port_alone_are_told_the_real_rule() {
+    let (_dir, db, _root) = an_empty_store();
+    let (code, _, err) = worldd(
+        &[
+            "session",
+            "mint",
+            "--db",
+            path_str(&db),
+            "--episode",
+            "p",
+            "--grant",
+            "Workspace.Read=/tmp:5",
+        ],
+        None,
+    );
+    assert_eq!(code, 1);
+    assert_eq!(err, "worldd: invalid --grant \"Workspace.Read=/tmp:5\": the scope \"/tmp\" starts with '/': a scope starts with a letter or digit, then letters, digits and . _ / - (at most 128 bytes), e.g. worktree (the episode's worktree; a scope is no filesystem path)\n");
+    for bind in ["7644", ":7644"] {
+        let dir = tempfile::tempdir().unwrap();
+        let (code, _, err) = worldd_in(dir.path(), &[], &["serve", "--bind", bind]);
+        assert_eq!(code, 2);
+        assert_eq!(
+            err,
+            format!("worldd: daemon startup failed at bind-policy: --bind {bind:?} names a port alone: give HOST:PORT, e.g. 127.0.0.1:7644\n")
+        );
+    }
 }

@@ -742,6 +742,14 @@ pub fn resolve_bind(bind: &str) -> Result<SocketAddr, Failure> {
             .map_err(|_| startup("bind-policy", format!("bad port in {bind:?}")))?;
         return Ok(SocketAddr::from(([127, 0, 0, 1], port)));
     }
+    // `7644` or `:7644`: a port alone, which a listener needs a host for.
+    let port = bind.strip_prefix(':').unwrap_or(bind);
+    if !port.is_empty() && port.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(startup(
+            "bind-policy",
+            format!("--bind {bind:?} names a port alone: give HOST:PORT, e.g. 127.0.0.1:{port}"),
+        ));
+    }
     Err(startup(
         "bind-policy",
         format!("--bind {bind:?} is not HOST:PORT"),

@@ -204,7 +204,9 @@ fn parse_grants(texts: &[String]) -> Result<Vec<Grant>, Failure> {
             }
             if !broker_core::plan::valid_name(&grant.scope) {
                 return Err(Failure::usage(format!(
-                    "invalid --grant {text:?}: the scope must be letters, digits and . _ / - (worktree), at most 128 bytes"
+                    "invalid --grant {text:?}: the scope {:?} {}: a scope starts with a letter or digit, then letters, digits and . _ / - (at most 128 bytes), e.g. worktree (the episode's worktree; a scope is no filesystem path)",
+                    grant.scope,
+                    scope_fault(&grant.scope)
                 )));
             }
             let effects = known_effects();
@@ -221,6 +223,19 @@ fn parse_grants(texts: &[String]) -> Result<Vec<Grant>, Failure> {
             Ok(grant)
         })
         .collect()
+}
+
+/// What breaks the scope rule (`^[A-Za-z0-9][A-Za-z0-9._/-]{0,127}$`) in `scope`.
+fn scope_fault(scope: &str) -> String {
+    let allowed = |c: char| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '/' | '-');
+    match scope.chars().next() {
+        None => "is empty".to_owned(),
+        Some(c) if !c.is_ascii_alphanumeric() => format!("starts with {c:?}"),
+        _ => match scope.chars().find(|c| !allowed(*c)) {
+            Some(c) => format!("holds {c:?}"),
+            None => format!("has {} bytes", scope.len()),
+        },
+    }
 }
 
 /// Two grants of one effect and scope, refused before the question: the broker would take the
@@ -801,7 +816,7 @@ mod tests {
         let refused = |text: &str| super::parse_grants(&[text.to_owned()]).unwrap_err().message;
         assert_eq!(
             refused("Workspace.Read=work\u{1b}]0;x\u{7}tree:1"),
-            "invalid --grant \"Workspace.Read=work\\u{1b}]0;x\\u{7}tree:1\": the scope must be letters, digits and . _ / - (worktree), at most 128 bytes"
+            "invalid --grant \"Workspace.Read=work\\u{1b}]0;x\\u{7}tree:1\": the scope \"work\\u{1b}]0;x\\u{7}tree\" holds '\\u{1b}': a scope starts with a letter or digit, then letters, digits and . _ / - (at most 128 bytes), e.g. worktree (the episode's worktree; a scope is no filesystem path)"
         );
         assert!(refused("Work space=worktree:1").contains("the effect must be"));
         assert!(super::parse_grants(&["Hello.Greet=any:3".into()]).is_ok());
