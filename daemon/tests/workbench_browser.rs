@@ -1092,3 +1092,103 @@ fn a_reloaded_page_finds_no_credential_stored_for_whatever_serves_it() {
     );
     assert_eq!(stored, json!([0, 0, true]));
 }
+
+/// Every `details` in the entry open, and the text of each invisible character shown.
+fn open_all_and_list_invisibles(b: &Browser) -> Value {
+    b.exec(
+        "document.querySelectorAll('#detail details').forEach((d) => { d.open = true; }); \
+         return [...document.querySelectorAll('#detail .invisible')].map((e) => e.textContent)",
+        json!([]),
+    )
+}
+
+/// A path `"\u202Esr.niam\u202C"` showed as `main.rs`, and `"ma\u200Bin.rs"` as `main.rs`, in
+/// the JSON of a verified call: bidi controls and zero-width characters are shown escaped, in
+/// a style of their own, and the verdict is unchanged.
+#[test]
+fn bidi_and_zero_width_characters_cannot_disguise_a_path_under_a_verified_call() {
+    let Some(b) = Browser::start_or_skip(
+        "bidi_and_zero_width_characters_cannot_disguise_a_path_under_a_verified_call",
+        1280,
+        800,
+    ) else {
+        return;
+    };
+    let d = Daemon::start(WS, &[]);
+    let token = d.session("ep1", &["Workspace.Read=worktree:10"]);
+    call_read(&d, &token, "\u{202E}sr.niam\u{202C}");
+    call_read(&d, &token, "ma\u{200B}in.rs");
+    call_read(
+        &d,
+        &token,
+        "a\u{2066}b\u{E0041}c\u{00AD}d\u{FEFF}e\u{061C}f\u{200F}",
+    );
+    let base = format!("http://{}", d.addr);
+    let input_doc = |b: &Browser| {
+        b.text_of("#links > li[data-kind='input'] .json")
+            .unwrap_or_default()
+    };
+
+    sign_in(&b, &base, &token, "#entry/1");
+    assert!(verdict(&b).starts_with('✓'));
+    let shown = open_all_and_list_invisibles(&b);
+    assert!(
+        shown.as_array().unwrap().contains(&json!("\\u202e"))
+            && shown.as_array().unwrap().contains(&json!("\\u202c")),
+        "{shown}"
+    );
+    assert!(
+        input_doc(&b).contains("\"path\": \"\\u202esr.niam\\u202c\""),
+        "{}",
+        input_doc(&b)
+    );
+    let raw = b.exec(
+        "return /[\\u202a-\\u202e\\u200b-\\u200f]/.test(document.getElementById('detail').innerText)",
+        json!([]),
+    );
+    assert_eq!(raw, json!(false));
+    b.exec(
+        "document.querySelector(\"#links > li[data-kind='input']\").scrollIntoView({block: 'center'})",
+        json!([]),
+    );
+    b.screenshot(&shots().join("workbench-bidi.png"));
+
+    b.goto(&format!("{base}/workbench#entry/2"));
+    b.wait_for("entry 2", |b| {
+        b.text_of("#detail h2")
+            .filter(|t| t.starts_with("Entry #2"))
+    });
+    assert!(verdict(&b).starts_with('✓'));
+    open_all_and_list_invisibles(&b);
+    assert!(
+        input_doc(&b).contains("\"path\": \"ma\\u200bin.rs\""),
+        "{}",
+        input_doc(&b)
+    );
+
+    b.goto(&format!("{base}/workbench#entry/3"));
+    b.wait_for("entry 3", |b| {
+        b.text_of("#detail h2")
+            .filter(|t| t.starts_with("Entry #3"))
+    });
+    assert!(verdict(&b).starts_with('✓'));
+    let shown = open_all_and_list_invisibles(&b);
+    for escaped in [
+        "\\u2066",
+        "\\u{e0041}",
+        "\\u00ad",
+        "\\ufeff",
+        "\\u061c",
+        "\\u200f",
+    ] {
+        assert!(
+            shown.as_array().unwrap().contains(&json!(escaped)),
+            "{escaped}: {shown}"
+        );
+    }
+    assert!(
+        input_doc(&b).contains("\"path\": \"a\\u2066b\\u{e0041}c\\u00add\\ufeffe\\u061cf\\u200f\""),
+        "{}",
+        input_doc(&b)
+    );
+}

@@ -18,19 +18,79 @@ const FOLD_CHARS = 160;
 // ---------------------------------------------------------------------------------------
 // Small helpers.
 
-/** Build an element: h("a", {href: "#x", class: "y"}, "text", child, …). */
+// Characters that change how text reads without showing themselves: bidi controls (a path
+// "\u202Esr.niam\u202C" reads as "main.rs"), zero-width and other invisible characters, and
+// tag characters. Text from the daemon (tool inputs and outputs, names, reasons) is shown with
+// each of them escaped, as `\u202e` in a style of its own; the bytes are not changed.
+const INVISIBLE_CHARS = "[\u00AD\u061C\u180E\u200B-\u200F\u202A-\u202E\u2060-\u2064\u2066-\u2069\uFEFF\u{E0000}-\u{E007F}]";
+const INVISIBLE = new RegExp(INVISIBLE_CHARS, "u");
+const INVISIBLES = new RegExp(INVISIBLE_CHARS, "gu");
+const INVISIBLE_NAMES = {
+  0x00ad: "SOFT HYPHEN", 0x061c: "ARABIC LETTER MARK", 0x180e: "MONGOLIAN VOWEL SEPARATOR",
+  0x200b: "ZERO WIDTH SPACE", 0x200c: "ZERO WIDTH NON-JOINER", 0x200d: "ZERO WIDTH JOINER",
+  0x200e: "LEFT-TO-RIGHT MARK", 0x200f: "RIGHT-TO-LEFT MARK",
+  0x202a: "LEFT-TO-RIGHT EMBEDDING", 0x202b: "RIGHT-TO-LEFT EMBEDDING", 0x202c: "POP DIRECTIONAL FORMATTING",
+  0x202d: "LEFT-TO-RIGHT OVERRIDE", 0x202e: "RIGHT-TO-LEFT OVERRIDE",
+  0x2060: "WORD JOINER", 0x2061: "FUNCTION APPLICATION", 0x2062: "INVISIBLE TIMES",
+  0x2063: "INVISIBLE SEPARATOR", 0x2064: "INVISIBLE PLUS",
+  0x2066: "LEFT-TO-RIGHT ISOLATE", 0x2067: "RIGHT-TO-LEFT ISOLATE", 0x2068: "FIRST STRONG ISOLATE",
+  0x2069: "POP DIRECTIONAL ISOLATE", 0xfeff: "ZERO WIDTH NO-BREAK SPACE",
+};
+
+/** `\u202e` (or `\u{e0041}` beyond the BMP): how an invisible character is shown. */
+function escapeChar(ch) {
+  const cp = ch.codePointAt(0);
+  const hex = cp.toString(16);
+  return cp > 0xffff ? `\\u{${hex}}` : `\\u${hex.padStart(4, "0")}`;
+}
+
+/** `text` with its invisible characters escaped, as plain text (for titles and menus). */
+function plain(text) {
+  return INVISIBLE.test(text) ? text.replace(INVISIBLES, escapeChar) : text;
+}
+
+/** `text` as nodes: plain text, and each invisible character escaped in a span of its own. */
+function visible(text) {
+  if (!INVISIBLE.test(text)) return [document.createTextNode(text)];
+  const out = [];
+  let at = 0;
+  for (const m of text.matchAll(INVISIBLES)) {
+    if (m.index > at) out.push(document.createTextNode(text.slice(at, m.index)));
+    const cp = m[0].codePointAt(0);
+    const name = INVISIBLE_NAMES[cp] || (cp >= 0xe0000 ? "TAG CHARACTER" : "INVISIBLE CHARACTER");
+    const span = document.createElement("span");
+    span.className = "invisible";
+    span.title = `U+${cp.toString(16).toUpperCase().padStart(4, "0")} ${name}: shown escaped; the bytes hold the character itself`;
+    span.textContent = escapeChar(m[0]);
+    out.push(span);
+    at = m.index + m[0].length;
+  }
+  if (at < text.length) out.push(document.createTextNode(text.slice(at)));
+  return out;
+}
+
+/** Set an element's text, invisible characters shown. */
+function setText(el, text) {
+  el.replaceChildren(...visible(String(text)));
+}
+
+/** Build an element: h("a", {href: "#x", class: "y"}, "text", child, …). Text children and
+ * titles show their invisible characters. */
 function h(tag, attrs = {}, ...children) {
   const el = document.createElement(tag);
   for (const [k, v] of Object.entries(attrs)) {
     if (v === undefined || v === null || v === false) continue;
     if (k === "class") el.className = v;
-    else if (k === "text") el.textContent = v;
+    else if (k === "text") setText(el, v);
     else if (k.startsWith("on")) el.addEventListener(k.slice(2), v);
+    else if (k === "title") el.setAttribute(k, plain(String(v)));
     else el.setAttribute(k, v === true ? "" : String(v));
   }
   for (const c of children.flat(Infinity)) {
     if (c === null || c === undefined || c === false) continue;
-    el.append(c instanceof Node ? c : document.createTextNode(String(c)));
+    if (c instanceof Node) el.append(c);
+    else if (tag === "option") el.append(plain(String(c)));
+    else el.append(...visible(String(c)));
   }
   return el;
 }
@@ -91,7 +151,7 @@ function stringNode(s) {
   const more = h("button", { type: "button", class: "more" }, `show all ${quoted.length} chars`);
   more.addEventListener("click", () => {
     const open = more.dataset.open === "1";
-    span.textContent = open ? quoted.slice(0, FOLD_CHARS) + "…" : quoted;
+    setText(span, open ? quoted.slice(0, FOLD_CHARS) + "…" : quoted);
     more.textContent = open ? `show all ${quoted.length} chars` : "fold";
     more.dataset.open = open ? "0" : "1";
   });
@@ -233,7 +293,7 @@ function showLogin(message) {
   $("nav").hidden = true;
   const err = $("login-error");
   err.hidden = !message;
-  err.textContent = message || "";
+  setText(err, message || "");
   setLive("offline", "");
   $("credential").focus();
 }
@@ -244,7 +304,7 @@ function showWho() {
   const me = state.me;
   el.hidden = !me;
   if (!me) return;
-  el.textContent = me.operator ? `${me.episode} · operator` : me.episode;
+  setText(el, me.operator ? `${me.episode} · operator` : me.episode);
   el.title = me.operator ? `An operator credential (episode ${me.episode}): it reads every episode`
     : `An agent credential of episode ${me.episode}: it reads its own episode`;
   el.classList.toggle("operator", me.operator);
@@ -413,7 +473,7 @@ async function loadOlder() {
     state.scannedFrom = from;
     renderTimeline();
   } catch (e) {
-    $("timeline-status").textContent = `Could not load older entries: ${e.message}`;
+    setText($("timeline-status"), `Could not load older entries: ${e.message}`);
   } finally {
     button.disabled = false;
   }
@@ -461,7 +521,7 @@ function disconnected() {
 /** Say why the live log is not followed, or (null) hide it. */
 function streamProblem(text) {
   const el = $("stream-problem");
-  el.textContent = text || "";
+  setText(el, text || "");
   el.hidden = !text;
 }
 
@@ -657,7 +717,7 @@ async function showEntry(index) {
     s = await summaryOf(index);
   } catch (e) {
     if (gen !== state.verifying) return;
-    verdict.textContent = `Could not read entry #${index}: ${e.message}`;
+    setText(verdict, `Could not read entry #${index}: ${e.message}`);
     verdict.className = "verdict bad";
     return;
   }
@@ -687,7 +747,7 @@ async function showEntry(index) {
   } catch (e) {
     if (gen !== state.verifying) return;
     verdict.className = "verdict bad";
-    verdict.textContent = `Verification stopped: ${e.message}`;
+    setText(verdict, `Verification stopped: ${e.message}`);
     return;
   }
   if (gen !== state.verifying) return;
