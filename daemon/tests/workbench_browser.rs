@@ -128,8 +128,13 @@ fn input_ref(d: &Daemon, token: &str, i: u64) -> String {
     rec["input"].as_str().unwrap().to_owned()
 }
 
-/// A loopback HTTP proxy in front of the daemon that serves one object with one payload byte
-/// flipped (and passes everything else through, streams included): a daemon that serves bytes
+/// How a [`TamperProxy`] changes the JSON answer of a request it targets; `Some(status)`
+/// answers that status instead of the daemon's.
+type Edit = std::sync::Arc<dyn Fn(&mut Value) -> Option<u16> + Send + Sync>;
+
+/// A loopback HTTP proxy in front of the daemon that rewrites the JSON answer of the requests
+/// whose path starts with a target (and passes everything else through, streams included):
+/// by default one object served with one payload byte flipped, a daemon that serves bytes
 /// which do not match their address.
 struct TamperProxy {
     addr: String,
@@ -137,16 +142,31 @@ struct TamperProxy {
 
 impl TamperProxy {
     fn start(upstream: &str, tampered: &str) -> TamperProxy {
+        let b64 = base64::engine::general_purpose::STANDARD;
+        TamperProxy::rewriting(
+            upstream,
+            &format!("/v1/objects/{tampered}?payload=true"),
+            std::sync::Arc::new(move |v: &mut Value| {
+                let mut payload = b64.decode(v["payload"].as_str().unwrap_or("")).unwrap();
+                payload[1] ^= 0x20;
+                v["payload"] = json!(b64.encode(&payload));
+                None
+            }),
+        )
+    }
+
+    /// A proxy that applies `edit` to the answers of requests whose path starts with `target`.
+    fn rewriting(upstream: &str, target: &str, edit: Edit) -> TamperProxy {
         let listener = TcpListener::bind("127.0.0.1:0").unwrap();
         let addr = listener.local_addr().unwrap().to_string();
         let upstream = upstream.to_owned();
-        let target = format!("/v1/objects/{tampered}?payload=true");
+        let target = target.to_owned();
         std::thread::spawn(move || {
             for client in listener.incoming() {
                 let Ok(client) = client else { return };
-                let (upstream, target) = (upstream.clone(), target.clone());
+                let (upstream, target, edit) = (upstream.clone(), target.clone(), edit.clone());
                 std::thread::spawn(move || {
-                    let _ = proxy_one(client, &upstream, &target);
+                    let _ = proxy_one(client, &upstream, &target, &*edit);
                 });
             }
         });
@@ -159,12 +179,17 @@ impl TamperProxy {
 }
 
 /// One request per connection: forward it with `Connection: close`, then copy the answer
-/// back (tampering with the target's payload).
-fn proxy_one(mut client: TcpStream, upstream: &str, target: &str) -> std::io::Result<()> {
+/// back (the target's edited).
+fn proxy_one(
+    mut client: TcpStream,
+    upstream: &str,
+    target: &str,
+    edit: &(dyn Fn(&mut Value) -> Option<u16> + Send + Sync),
+) -> std::io::Result<()> {
     let Some((path, mut server)) = forward_request_head(&mut client, upstream)? else {
         return Ok(());
     };
-    if path != target {
+    if !path.starts_with(target) {
         let mut back = server.try_clone()?;
         let mut to = client.try_clone()?;
         std::io::copy(&mut back, &mut to)?;
@@ -178,15 +203,16 @@ fn proxy_one(mut client: TcpStream, upstream: &str, target: &str) -> std::io::Re
         .unwrap_or(answer.len());
     let head = String::from_utf8_lossy(&answer[..split]).into_owned();
     let mut v: Value = serde_json::from_slice(&answer[split + 4..]).unwrap_or(Value::Null);
-    let b64 = base64::engine::general_purpose::STANDARD;
-    let mut payload = b64.decode(v["payload"].as_str().unwrap_or("")).unwrap();
-    payload[1] ^= 0x20;
-    v["payload"] = json!(b64.encode(&payload));
+    let status = edit(&mut v);
     let body = serde_json::to_vec(&v).unwrap();
     let head: String = head
         .lines()
         .filter(|l| !l.to_ascii_lowercase().starts_with("content-length:"))
-        .map(|l| format!("{l}\r\n"))
+        .enumerate()
+        .map(|(i, l)| match status {
+            Some(status) if i == 0 => format!("HTTP/1.1 {status} Edited\r\n"),
+            _ => format!("{l}\r\n"),
+        })
         .collect();
     client.write_all(format!("{head}content-length: {}\r\n\r\n", body.len()).as_bytes())?;
     client.write_all(&body)
@@ -1190,5 +1216,94 @@ fn bidi_and_zero_width_characters_cannot_disguise_a_path_under_a_verified_call()
         input_doc(&b).contains("\"path\": \"a\\u2066b\\u{e0041}c\\u00add\\ufeffe\\u061cf\\u200f\""),
         "{}",
         input_doc(&b)
+    );
+}
+
+/// The entry's header (outcome, tool, episode, invocation) came from `/v1/log/summaries`, read
+/// as stored and not verified, and was shown above "✓ 7 links verified" as it came: a proxy
+/// that rewrote one summary made a denied ep1 read show as an ok ep2 write. The header is
+/// checked against the verified record once the links are: the page names each field the
+/// summary got wrong with both values, and shows the verified ones.
+#[test]
+fn a_rewritten_summary_cannot_put_a_forged_header_above_a_verified_chain() {
+    let Some(b) = Browser::start_or_skip(
+        "a_rewritten_summary_cannot_put_a_forged_header_above_a_verified_chain",
+        1280,
+        800,
+    ) else {
+        return;
+    };
+    let d = Daemon::start(WS, &[]);
+    let ep1 = d.session("ep1", &["Workspace.Read=worktree:1"]);
+    let ops = d.operator_session("ops", &[]);
+    std::fs::write(d.root().join("ep1/a.txt"), "a\n").unwrap();
+    call_read(&d, &ep1, "a.txt");
+    let denied = call_read(&d, &ep1, "a.txt");
+    assert_eq!(
+        denied["result"]["_meta"]["world/outcome"]["reason"], "denied:budget",
+        "{denied}"
+    );
+    let page = get(&d.url("/v1/log/summaries?from=2&limit=1"), Some(&ops)).json();
+    let invocation = page["items"][0]["invocationId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let proxy = TamperProxy::rewriting(
+        &d.addr,
+        "/v1/log/summaries",
+        std::sync::Arc::new(|v: &mut Value| {
+            for s in v["items"].as_array_mut().into_iter().flatten() {
+                if s["header"]["entryIndex"] == 2 {
+                    s["outcome"] = json!("ok");
+                    s["reason"] = Value::Null;
+                    s["tool"] = json!("ailang-write");
+                    s["episode"] = json!("ep2");
+                    s["invocationId"] = json!("mcp:ep2:forged");
+                }
+            }
+            None
+        }),
+    );
+
+    sign_in(&b, &proxy.url(""), &ops, "#entry/2");
+    assert_eq!(verdict(&b), "✓ 7 links verified");
+    let check = b.find("#header-check");
+    assert_eq!(b.attr(&check, "data-check").as_deref(), Some("mismatch"));
+    assert_eq!(
+        b.text(&check),
+        format!(
+            "⚠ The daemon's summary of entry #2 does not match its verified record; shown above are the verified values.\n\
+             outcome: the summary says ok, the verified record says denied (denied:budget)\n\
+             tool: the summary says ailang-write, the verified record says ailang-read\n\
+             episode: the summary says ep2, the verified record says ep1\n\
+             invocation: the summary says mcp:ep2:forged, the verified record says {invocation}"
+        )
+    );
+    assert_eq!(b.text_of("#detail h2").as_deref(), Some("Entry #2\ndenied"));
+    let meta = b.text_of("#detail dl.meta").unwrap();
+    assert!(
+        meta.starts_with(&format!(
+            "tool\nailang-read\nepisode\nep1\ninvocation\n{invocation}"
+        )) && meta.contains("outcome\ndenied (denied:budget)\n"),
+        "{meta}"
+    );
+    assert!(
+        !meta.contains("ep2") && !meta.contains("ailang-write"),
+        "{meta}"
+    );
+    let row = b.text_of("#entries li[data-index='2']").unwrap();
+    assert!(row.contains("⚠ not as verified"), "{row}");
+    b.screenshot(&shots().join("workbench-forged-header.png"));
+
+    // An entry whose summary is as stored: the header is said to match.
+    b.goto(&format!("{}#entry/1", proxy.url("/workbench")));
+    b.wait_for("entry 1", |b| {
+        b.text_of("#detail h2")
+            .filter(|t| t.starts_with("Entry #1"))
+    });
+    assert_eq!(verdict(&b), "✓ 7 links verified");
+    assert_eq!(
+        b.text_of("#header-check").as_deref(),
+        Some("✓ The header matches the verified record.")
     );
 }

@@ -65,8 +65,9 @@ function parseJson(bytes) {
 /**
  * Verify entry `index`. `api.json(path)` answers the parsed JSON of a 2xx reply and throws an
  * Error whose message names the status otherwise. `worldRef` is the ref of the world that
- * selected the entry (from its summary). Returns `{entry, links}`, each link
- * `{kind, ref, ok, detail, doc, text, fields}`.
+ * selected the entry (from its summary). Returns `{entry, links, facts}`, each link
+ * `{kind, ref, ok, detail, doc, text, fields}`; `facts` are what the verified links say of the
+ * entry's header (see `factsOf`).
  */
 export async function verifyEntry(api, index, worldRef) {
   const links = [];
@@ -157,7 +158,7 @@ export async function verifyEntry(api, index, worldRef) {
         `${short(h.transitionFn)} interpreter ${short(h.interpreter)} (recomputed)`,
     };
   });
-  if (!entry) return { entry: null, links };
+  if (!entry) return { entry: null, links, facts: {} };
   links[0].ref = entry.entryHash;
 
   // The world that selects the entry; `stateRoot` is checked against `expectRoot` when known.
@@ -189,7 +190,7 @@ export async function verifyEntry(api, index, worldRef) {
       return { ...o, detail: `${o.bytes.length} B genesis document` };
     });
     await world(entry.transitionRef);
-    return finish(entry, links);
+    return finish(entry, links, notACall(h));
   }
 
   if (!String(h.writtenBy).startsWith("coordinator:")) {
@@ -204,7 +205,7 @@ export async function verifyEntry(api, index, worldRef) {
         return { ...o, detail: `${o.bytes.length} B = world.stateRoot (${o.meta.semanticId})` };
       });
     }
-    return finish(entry, links);
+    return finish(entry, links, notACall(h));
   }
 
   // A call: the invocation record and everything it names.
@@ -218,7 +219,7 @@ export async function verifyEntry(api, index, worldRef) {
   });
   if (!record) {
     await world(null);
-    return finish(entry, links);
+    return finish(entry, links, { writtenBy: h.writtenBy });
   }
   const rec = record.doc;
 
@@ -239,8 +240,9 @@ export async function verifyEntry(api, index, worldRef) {
   }
   if (!recorded) push("effect", null, false, "effects is not a list");
 
+  const effectDocs = [];
   for (const [i, ref] of (recorded || []).entries()) {
-    await link("effect", ref, async () => {
+    const verified = await link("effect", ref, async () => {
       const o = await json(ref, SID.effect);
       const e = o.doc;
       const unknown = Object.keys(e).filter((k) => !EFFECT_FIELDS.includes(k));
@@ -286,9 +288,10 @@ export async function verifyEntry(api, index, worldRef) {
           (handler ? `, ${e.allowed ? "ran" : "declined"} by ${handler.plugin} ${handler.version}` : ""),
       };
     });
+    effectDocs.push(verified ? verified.doc : null);
   }
 
-  await link("output", rec.output, async () => {
+  const output = await link("output", rec.output, async () => {
     const o = await json(rec.output, SID.output);
     const w = (o.doc && o.doc.world) || {};
     if (w.plan !== rec.plan) throw new Broken("the result's world.plan is not the record's plan", o);
@@ -300,7 +303,41 @@ export async function verifyEntry(api, index, worldRef) {
     return { ...o, detail: `${o.bytes.length} B = world.stateRoot; the result is these exact bytes` };
   });
   await world(rec.output);
-  return finish(entry, links);
+  return finish(entry, links, {
+    writtenBy: h.writtenBy,
+    invocationId: str(rec.invocationId),
+    episode: str(rec.episodeId),
+    tool: str(rec.skillId),
+    ...outcomeOf(recorded ? effectDocs : null, output ? output.doc : null),
+  });
+}
+
+const str = (v) => (typeof v === "string" ? v : null);
+
+/** The header of an entry that is not a call (the genesis, a client-built commit). */
+function notACall(h) {
+  return { writtenBy: h.writtenBy, invocationId: null, episode: null, tool: null, outcome: null, reason: null };
+}
+
+/**
+ * A call's outcome class as the daemon's summary computes it (`log_summary.rs`), from
+ * verified effect records and output only: `{}` (not known) when one it needs is broken.
+ * The first effect decides: none, the plan refused; denied, its denial; ran and the output
+ * says `"ok": false`, the policy refused; failed, the handler.
+ */
+function outcomeOf(effects, output) {
+  if (!effects) return {};
+  const first = effects[0];
+  if (first === undefined) return { outcome: "refused", reason: "plan" };
+  if (first === null) return {};
+  if (first.allowed !== true) {
+    const label = first.denial === DECLINED || BROKER_DENIALS.includes(first.denial) ? first.denial : "denied:effect-name";
+    return { outcome: "denied", reason: label };
+  }
+  if (first.failed === true) return { outcome: "failed", reason: "handler" };
+  if (!output) return {};
+  if (output.ok === false) return { outcome: "refused", reason: "policy" };
+  return { outcome: "ok", reason: null };
 }
 
 /** `{plugin, version, library}`, exactly: the identity a succeeded or failed record carries. */
@@ -311,11 +348,23 @@ function isHandler(h) {
     && typeof h.library === "string" && REF_PATTERN.test(h.library);
 }
 
-function finish(entry, links) {
+/**
+ * `facts`: what the verified links say of the fields a summary shows — `writtenBy` (the
+ * entry), `invocationId`, `episode`, `tool` (the record), `outcome` and `reason` (the effect
+ * records and output). A field that is absent could not be verified: a link it rests on is
+ * broken.
+ */
+function finish(entry, links, facts) {
   // World first, as `worldd why` prints it.
   const i = links.findIndex((l) => l.kind === "world");
   if (i > 0) links.unshift(links.splice(i, 1)[0]);
-  return { entry, links };
+  const brokenKinds = new Set(links.filter((l) => !l.ok).map((l) => l.kind));
+  const known = { ...facts };
+  if (brokenKinds.has("entry")) return { entry, links, facts: {} };
+  if (brokenKinds.has("record")) {
+    for (const k of ["invocationId", "episode", "tool", "outcome", "reason"]) delete known[k];
+  }
+  return { entry, links, facts: known };
 }
 
 const lenient = new TextDecoder("utf-8");

@@ -727,17 +727,9 @@ async function showEntry(index) {
     verdict.textContent = `Entry #${index} does not exist or is not visible to this credential.`;
     return;
   }
-  const permalink = `${location.origin}${location.pathname}#entry/${index}`;
-  const title = h("h2", {}, `Entry #${index}`, badge(s.outcome, s.reason));
-  const meta = h("dl", { class: "meta" },
-    h("dt", {}, "tool"), h("dd", {}, toolLabel(s)),
-    h("dt", {}, "episode"), h("dd", {}, s.episode || "—"),
-    h("dt", {}, "invocation"), h("dd", {}, s.invocationId || "—", s.invocationId ? copyButton(s.invocationId) : null),
-    h("dt", {}, "outcome"), h("dd", {}, s.outcome ? `${s.outcome}${s.reason ? ` (${s.reason})` : ""}` : "not a call"),
-    h("dt", {}, "written by"), h("dd", {}, s.header.writtenBy),
-    h("dt", {}, "permalink"), h("dd", {}, h("a", { href: `#entry/${index}` }, `#entry/${index}`), copyButton(permalink)));
+  let head = entryHeader(index, s, null);
   const links = h("ol", { class: "links", id: "links" });
-  pane.replaceChildren(back, title, meta, verdict, links);
+  pane.replaceChildren(back, ...head, verdict, links);
 
   // What this daemon loads now, to cross-check the plugin each effect record names.
   const catalog = api.json("/v1/handlers").catch((error) => ({ error }));
@@ -753,8 +745,12 @@ async function showEntry(index) {
   if (gen !== state.verifying) return;
   const loaded = result.links.some((l) => l.kind === "effect" && l.handler) ? await catalog : {};
   if (gen !== state.verifying) return;
-  // The links first, then the verdict: a verdict on screen means the links are too.
+  // The links first, then the header as they say it, then the verdict: a verdict on screen
+  // means the links are too, and the header above it is checked against them.
   links.replaceChildren(...result.links.map((l) => linkItem(l, loaded)));
+  const checked = entryHeader(index, s, result.facts);
+  for (const [i, el] of head.entries()) el.replaceWith(checked[i]);
+  head = checked;
   const n = result.links.length;
   const broken = result.links.filter((l) => !l.ok).length;
   verdict.className = `verdict ${broken ? "bad" : "ok"}`;
@@ -763,6 +759,85 @@ async function showEntry(index) {
     : `✓ ${n} link${n === 1 ? "" : "s"} verified`;
   verdict.dataset.links = String(n);
   verdict.dataset.broken = String(broken);
+}
+
+// The header's fields: label, the summary's value, the verified value.
+const HEADER_FIELDS = [
+  ["outcome", (s) => outcomeText(s.outcome, s.reason), (f) => ("outcome" in f ? outcomeText(f.outcome, f.reason) : undefined)],
+  ["tool", (s) => s.tool, (f) => f.tool],
+  ["episode", (s) => s.episode, (f) => f.episode],
+  ["invocation", (s) => s.invocationId, (f) => f.invocationId],
+  ["written by", (s) => s.header.writtenBy, (f) => f.writtenBy],
+];
+
+function outcomeText(outcome, reason) {
+  return outcome ? `${outcome}${reason ? ` (${reason})` : ""}` : null;
+}
+
+/**
+ * The title, fields and check line of an entry. The summary (`GET /v1/log/summaries`) is read
+ * as stored, not verified: until `facts` (what the verified links say) are known the header
+ * says so; then it shows the verified values, and names each field where the summary said
+ * otherwise, or that could not be verified.
+ */
+function entryHeader(index, s, facts) {
+  const show = (v) => (v === null || v === undefined ? "none" : v);
+  const differs = [];
+  const unverified = [];
+  const v = {};
+  for (const [name, said, verified] of HEADER_FIELDS) {
+    const a = said(s) ?? null;
+    const b = facts ? verified(facts) : undefined;
+    if (b === undefined) {
+      v[name] = a;
+      unverified.push(name);
+      continue;
+    }
+    v[name] = b;
+    // The journal's word: a failed handler that could not tell whether its effect happened.
+    const refined = name === "outcome" && a === "indeterminate (handler)" && b === "failed (handler)";
+    if (a !== b && !refined) differs.push([name, a, b]);
+    if (refined) v[name] = a;
+  }
+  const outcome = facts && "outcome" in facts && !(s.outcome === "indeterminate" && facts.outcome === "failed")
+    ? [facts.outcome, facts.reason] : [s.outcome, s.reason];
+  const tool = v.tool ?? (v["written by"] === "world:genesis" ? "genesis" : `commit by ${v["written by"]}`);
+  const mark = (name) => (facts && unverified.includes(name) ? h("span", { class: "unverified" }, " (the summary's word, not verified)") : null);
+  const permalink = `${location.origin}${location.pathname}#entry/${index}`;
+  const title = h("h2", {}, `Entry #${index}`, badge(outcome[0], outcome[1]));
+  const meta = h("dl", { class: "meta" },
+    h("dt", {}, "tool"), h("dd", {}, tool, mark("tool")),
+    h("dt", {}, "episode"), h("dd", {}, v.episode || "—", mark("episode")),
+    h("dt", {}, "invocation"), h("dd", {}, v.invocation || "—", v.invocation ? copyButton(v.invocation) : null, mark("invocation")),
+    h("dt", {}, "outcome"), h("dd", {}, v.outcome || "not a call", mark("outcome")),
+    h("dt", {}, "written by"), h("dd", {}, v["written by"], mark("written by")),
+    h("dt", {}, "permalink"), h("dd", {}, h("a", { href: `#entry/${index}` }, `#entry/${index}`), copyButton(permalink)));
+  let check;
+  if (!facts) {
+    check = h("p", { id: "header-check", class: "header-check pending", "data-check": "pending" },
+      "Header from the daemon's summary (GET /v1/log/summaries), not verified yet.");
+  } else if (differs.length || unverified.length) {
+    check = h("div", { id: "header-check", class: `header-check ${differs.length ? "bad" : "note"}`,
+      "data-check": differs.length ? "mismatch" : "unverified" },
+    differs.length ? [
+      h("p", {}, `⚠ The daemon's summary of entry #${index} does not match its verified record; shown above are the verified values.`),
+      h("ul", {}, differs.map(([name, a, b]) => h("li", { "data-field": name },
+        `${name}: the summary says ${show(a)}, the verified record says ${show(b)}`))),
+    ] : null,
+    unverified.length ? h("p", {}, `ⓘ Not verified, as the links they rest on are broken: ${unverified.join(", ")}; shown as the daemon's summary says.`) : null);
+  } else {
+    check = h("p", { id: "header-check", class: "header-check ok", "data-check": "ok" },
+      "✓ The header matches the verified record.");
+  }
+  if (facts && differs.length) markRow(index, differs);
+  return [title, meta, check];
+}
+
+/** The timeline row of an entry whose summary the verified record contradicts. */
+function markRow(index, differs) {
+  const a = $("entries").querySelector(`a[data-index='${index}']`);
+  if (!a || a.querySelector(".differs")) return;
+  a.querySelector(".tool").append(h("span", { class: "differs", title: `The summary differs from the verified record: ${differs.map((d) => d[0]).join(", ")}` }, " ⚠ not as verified"));
 }
 
 function markSelected() {
