@@ -2097,3 +2097,49 @@ fn a_scope_written_as_a_path_and_a_bind_of_a_port_alone_are_told_the_real_rule()
         );
     }
 }
+
+/// `--handler workspce` was told only what the directory holds; like a misspelled plugin
+/// table, it is now told the nearest plugin's name, by `serve` and by `handlers` alike.
+#[test]
+fn a_misspelled_handler_is_told_the_nearest_plugin() {
+    let dir = tempfile::tempdir().unwrap();
+    let plugins = plugin_dir_with(dir.path(), &["worldd_workspace"]);
+    let said = "--handler workspce: no plugin of that name here (found: workspace); did you mean workspace?";
+    let (code, out, err) = worldd(
+        &[
+            "handlers",
+            "--plugin-dir",
+            path_str(&plugins),
+            "--handler",
+            "workspce",
+        ],
+        None,
+    );
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains(&format!("\nproblem: {said}\n")), "{out}");
+    let (db, root) = (dir.path().join("db"), dir.path().join("wt"));
+    let (code, _, err) = worldd(
+        &[
+            "serve",
+            "--plugin-dir",
+            path_str(&plugins),
+            "--handler",
+            "workspce",
+            "--db",
+            path_str(&db),
+            "--workspace-root",
+            path_str(&root),
+            "--bind",
+            "127.0.0.1:0",
+        ],
+        None,
+    );
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.ends_with(&format!(
+            "worldd: daemon startup failed at plugins: plugin {}: {said}\n",
+            plugins.display()
+        )),
+        "{err}"
+    );
+}
