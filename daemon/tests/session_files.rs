@@ -157,7 +157,7 @@ fn session_revoke_given_the_credential_a_file_or_a_prefix_never_prints_the_secre
     assert_eq!((code, out.as_str()), (1, ""));
     assert_eq!(
         err,
-        format!("worldd: refusing: no session credential in {} has the id given, nor is it a credential whose id is there (already revoked, or minted in another store); nothing was revoked (the value is not repeated: it may be a credential)\n", db.display())
+        format!("worldd: refusing: no session credential {}… in {}, by that id or as the credential itself (already revoked, or minted in another store); nothing was revoked (only the first 8 digits are shown: the value may be a credential)\n", &token[..8], db.display())
     );
     assert!(!err.contains(&token));
     // A session file.

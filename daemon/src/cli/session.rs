@@ -729,8 +729,10 @@ fn revoke_one(store: &Store, db: &Path, given: &str) -> CliResult {
             outln!("revoked session credential {derived} (given the credential itself, not its id: keep credentials out of command lines)");
             return Ok(());
         }
+        // Only its start is shown, enough to tell it from the ids `session list` shows.
         return Err(Failure::usage(format!(
-            "refusing: no session credential in {} has the id given, nor is it a credential whose id is there (already revoked, or minted in another store); nothing was revoked (the value is not repeated: it may be a credential)",
+            "refusing: no session credential {}… in {}, by that id or as the credential itself (already revoked, or minted in another store); nothing was revoked (only the first {ID_PREFIX_DIGITS} digits are shown: the value may be a credential)",
+            &id[..ID_PREFIX_DIGITS],
             db.display()
         )));
     }
