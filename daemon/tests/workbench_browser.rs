@@ -1307,3 +1307,103 @@ fn a_rewritten_summary_cannot_put_a_forged_header_above_a_verified_chain() {
         Some("✓ The header matches the verified record.")
     );
 }
+
+/// How long a click on the first "show all" button of `css` takes to render, in ms (the click,
+/// a layout, and the next frame).
+fn time_show_all(b: &Browser, css: &str) -> Value {
+    b.exec_async(
+        "const [css] = arguments; const done = arguments[arguments.length - 1];
+         const li = document.querySelector(css);
+         li.querySelectorAll('details').forEach((d) => { d.open = true; });
+         const t = performance.now();
+         li.querySelector('button.more').click();
+         document.body.getBoundingClientRect();
+         requestAnimationFrame(() => requestAnimationFrame(() => done(performance.now() - t)));",
+        json!([css]),
+    )
+}
+
+/// `"a"` and 400000 combining acute accents, folded, still painted ~107 stacked marks over the
+/// neighbouring links; opened, it hung the renderer for minutes; a key of 100000 marks (keys
+/// were never folded) froze the tab. Runs of marks are counted (`a◌́×400000`), keys fold as
+/// strings do, and each line clips what it draws. The key comes from a proxy that adds it to
+/// the entry's JSON (a field the entry hash does not cover, so the entry still verifies).
+#[test]
+fn combining_marks_neither_paint_over_the_page_nor_freeze_it() {
+    let Some(b) = Browser::start_or_skip(
+        "combining_marks_neither_paint_over_the_page_nor_freeze_it",
+        1280,
+        800,
+    ) else {
+        return;
+    };
+    let d = Daemon::start(WS, &[]);
+    let token = d.session("ep1", &["Workspace.Read=worktree:10"]);
+    let marks = format!("a{}", "\u{0301}".repeat(400_000));
+    call_read(&d, &token, &marks);
+    let proxy = TamperProxy::rewriting(
+        &d.addr,
+        "/v1/log/1",
+        std::sync::Arc::new(|v: &mut Value| {
+            v[format!("k{}", "\u{0301}".repeat(100_000))] = json!(1);
+            None
+        }),
+    );
+    let input = "#links > li[data-kind='input']";
+
+    sign_in(&b, &proxy.url(""), &token, "#entry/1");
+    assert!(verdict(&b).starts_with('✓'));
+    // Folded: the detail line and the document show a count, not 400000 stacked marks.
+    let shown = b.exec(
+        "const li = document.querySelector(arguments[0]);
+         li.querySelectorAll('details').forEach((d) => { d.open = true; });
+         return [li.querySelector('.why').innerText, li.querySelector('.json .s').innerText];",
+        json!([input]),
+    );
+    assert_eq!(shown, json!(["{\"path\":\"a◌́×110", "\"a◌́×158…"]));
+    // Opened: within a couple of seconds, still counted.
+    let took = time_show_all(&b, input);
+    assert!(took.as_f64().is_some_and(|ms| ms < 2000.0), "{took}");
+    assert_eq!(
+        b.text_of(&format!("{input} .json .s")).as_deref(),
+        Some("\"a◌́×400000\"")
+    );
+    let clipped = b.exec(
+        "return getComputedStyle(document.querySelector(arguments[0] + ' .json li')).overflowY",
+        json!([input]),
+    );
+    assert_eq!(clipped, "clip");
+    b.exec(
+        "document.querySelector(arguments[0]).scrollIntoView({block: 'center'})",
+        json!([input]),
+    );
+    b.screenshot(&shots().join("workbench-marks.png"));
+
+    // The key of 100000 marks in the entry's document: folded like a string, and counted.
+    let entry = "#links > li[data-kind='entry']";
+    let key = "const li = document.querySelector(arguments[0]);
+         li.querySelectorAll('details').forEach((d) => { d.open = true; });
+         const k = [...li.querySelectorAll('.json .k')].find((k) => k.innerText.startsWith('\"k'));";
+    let keyed = b.exec(
+        &format!(
+            "{key} return [k.innerText, k.parentElement.querySelector('button.more').innerText];"
+        ),
+        json!([entry]),
+    );
+    assert_eq!(keyed, json!(["\"k◌́×158…", "show all 100003 chars"]));
+    let took = time_show_all(&b, entry);
+    assert!(took.as_f64().is_some_and(|ms| ms < 2000.0), "{took}");
+    let opened = b.exec(&format!("{key} return k.innerText;"), json!([entry]));
+    assert_eq!(opened, "\"k◌́×100000\"");
+    b.exec(
+        "document.querySelector(arguments[0]).scrollIntoView({block: 'start'})",
+        json!([entry]),
+    );
+    b.screenshot(&shots().join("workbench-marks-key.png"));
+    // No line of the entry draws more than a few marks on one character.
+    let most = b.exec(
+        "return Math.max(...(document.getElementById('detail').innerText.match(/\\p{M}+/gu) || ['']).map((m) => m.length))",
+        json!([]),
+    );
+    assert!(most.as_u64().is_some_and(|n| n <= 4), "{most}");
+}

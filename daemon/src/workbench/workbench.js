@@ -23,8 +23,12 @@ const FOLD_CHARS = 160;
 // tag characters. Text from the daemon (tool inputs and outputs, names, reasons) is shown with
 // each of them escaped, as `\u202e` in a style of its own; the bytes are not changed.
 const INVISIBLE_CHARS = "[\u00AD\u061C\u180E\u200B-\u200F\u202A-\u202E\u2060-\u2064\u2066-\u2069\uFEFF\u{E0000}-\u{E007F}]";
-const INVISIBLE = new RegExp(INVISIBLE_CHARS, "u");
-const INVISIBLES = new RegExp(INVISIBLE_CHARS, "gu");
+// And runs of more than MAX_MARKS combining marks on one character: 400000 of them stacked
+// paint over the page and hang the renderer. Such a run is shown as a count, `a◌́×400000`.
+const MAX_MARKS = 4;
+const SPECIAL_CHARS = `${INVISIBLE_CHARS}|\\p{M}{${MAX_MARKS + 1},}`;
+const INVISIBLE = new RegExp(SPECIAL_CHARS, "u");
+const INVISIBLES = new RegExp(SPECIAL_CHARS, "gu");
 const INVISIBLE_NAMES = {
   0x00ad: "SOFT HYPHEN", 0x061c: "ARABIC LETTER MARK", 0x180e: "MONGOLIAN VOWEL SEPARATOR",
   0x200b: "ZERO WIDTH SPACE", 0x200c: "ZERO WIDTH NON-JOINER", 0x200d: "ZERO WIDTH JOINER",
@@ -37,8 +41,17 @@ const INVISIBLE_NAMES = {
   0x2069: "POP DIRECTIONAL ISOLATE", 0xfeff: "ZERO WIDTH NO-BREAK SPACE",
 };
 
-/** `\u202e` (or `\u{e0041}` beyond the BMP): how an invisible character is shown. */
+/** A run of combining marks, counted: `◌́×400000` (the first three kinds, each on a dotted circle). */
+function marksText(run) {
+  const kinds = [...new Set(run)];
+  const shown = kinds.slice(0, 3).map((m) => `◌${m}`).join("") + (kinds.length > 3 ? "…" : "");
+  return `${shown}×${[...run].length}`;
+}
+
+/** `\u202e` (or `\u{e0041}` beyond the BMP): how an invisible character is shown; a run of
+ * combining marks, counted. */
 function escapeChar(ch) {
+  if (ch.length > 2) return marksText(ch);
   const cp = ch.codePointAt(0);
   const hex = cp.toString(16);
   return cp > 0xffff ? `\\u{${hex}}` : `\\u${hex.padStart(4, "0")}`;
@@ -56,6 +69,15 @@ function visible(text) {
   let at = 0;
   for (const m of text.matchAll(INVISIBLES)) {
     if (m.index > at) out.push(document.createTextNode(text.slice(at, m.index)));
+    at = m.index + m[0].length;
+    if (m[0].length > 2) {
+      const marks = document.createElement("span");
+      marks.className = "marks";
+      marks.title = `${[...m[0]].length} combining marks on one character, counted: drawn stacked they would paint over the page`;
+      marks.textContent = marksText(m[0]);
+      out.push(marks);
+      continue;
+    }
     const cp = m[0].codePointAt(0);
     const name = INVISIBLE_NAMES[cp] || (cp >= 0xe0000 ? "TAG CHARACTER" : "INVISIBLE CHARACTER");
     const span = document.createElement("span");
@@ -63,7 +85,6 @@ function visible(text) {
     span.title = `U+${cp.toString(16).toUpperCase().padStart(4, "0")} ${name}: shown escaped; the bytes hold the character itself`;
     span.textContent = escapeChar(m[0]);
     out.push(span);
-    at = m.index + m[0].length;
   }
   if (at < text.length) out.push(document.createTextNode(text.slice(at)));
   return out;
@@ -136,7 +157,7 @@ function jsonNode(v, depth) {
   const keys = isArray ? v.map((_, i) => i) : Object.keys(v);
   if (keys.length === 0) return h("span", {}, isArray ? "[]" : "{}");
   const list = h("ul", {}, keys.map((k) =>
-    h("li", {}, isArray ? null : h("span", { class: "k" }, JSON.stringify(k)), isArray ? null : ": ",
+    h("li", {}, isArray ? null : foldable(JSON.stringify(k), "k"), isArray ? null : ": ",
       jsonNode(v[k], depth + 1))));
   const label = isArray ? `[${keys.length} item${keys.length === 1 ? "" : "s"}]`
     : `{${keys.length} key${keys.length === 1 ? "" : "s"}}`;
@@ -145,9 +166,13 @@ function jsonNode(v, depth) {
 
 function stringNode(s) {
   if (REF_PATTERN.test(s)) return h("span", { class: "s" }, refView(s));
-  const quoted = JSON.stringify(s);
-  if (quoted.length <= FOLD_CHARS) return h("span", { class: "s" }, quoted);
-  const span = h("span", { class: "s" }, quoted.slice(0, FOLD_CHARS) + "…");
+  return foldable(JSON.stringify(s), "s");
+}
+
+/** A quoted string or key, folded to FOLD_CHARS characters until opened. */
+function foldable(quoted, cls) {
+  if (quoted.length <= FOLD_CHARS) return h("span", { class: cls }, quoted);
+  const span = h("span", { class: cls }, quoted.slice(0, FOLD_CHARS) + "…");
   const more = h("button", { type: "button", class: "more" }, `show all ${quoted.length} chars`);
   more.addEventListener("click", () => {
     const open = more.dataset.open === "1";
