@@ -379,8 +379,10 @@ fn the_workbench_follows_the_log_live_and_verifies_a_chain_in_the_browser() {
     let tampered = input_ref(&d, &token, 1);
     let proxy = TamperProxy::start(&d.addr, &tampered);
     sign_in(&b, &proxy.url(""), &token, "#entry/1");
-    let v = verdict(&b);
-    assert!(v.starts_with("✗ 1 of 7 links broken"), "{v}");
+    assert_eq!(
+        verdict(&b),
+        "✗ 1 of 7 links broken: the daemon served bytes that do not match their address"
+    );
     let shown = links(&b);
     let bad: Vec<_> = shown.iter().filter(|(_, ok, _)| !ok).collect();
     assert_eq!(bad.len(), 1, "{shown:?}");
@@ -1406,4 +1408,40 @@ fn combining_marks_neither_paint_over_the_page_nor_freeze_it() {
         json!([]),
     );
     assert!(most.as_u64().is_some_and(|n| n <= 4), "{most}");
+}
+
+/// Every broken link was called tampering: "✗ 1 of 7 links broken: the daemon served bytes
+/// that do not match their address", even when the object was not served at all (HTTP 404).
+/// The verdict is worded by cause.
+#[test]
+fn an_object_the_daemon_does_not_serve_is_not_called_bytes_that_do_not_match() {
+    let Some(b) = Browser::start_or_skip(
+        "an_object_the_daemon_does_not_serve_is_not_called_bytes_that_do_not_match",
+        1280,
+        800,
+    ) else {
+        return;
+    };
+    let d = Daemon::start(WS, &[]);
+    let token = d.session("ep1", &["Workspace.Read=worktree:10"]);
+    call_read(&d, &token, "hello.txt");
+    let missing = input_ref(&d, &token, 1);
+    let proxy = TamperProxy::rewriting(
+        &d.addr,
+        &format!("/v1/objects/{missing}"),
+        std::sync::Arc::new(|v: &mut Value| {
+            *v = json!({"error": {"class": "NotFound", "message": "no such object"}});
+            Some(404)
+        }),
+    );
+    sign_in(&b, &proxy.url(""), &token, "#entry/1");
+    assert_eq!(
+        verdict(&b),
+        "✗ 1 of 7 links broken: not served by the daemon (an error or no answer), so not checked; nothing served was found altered"
+    );
+    let input = b.find("#links > li[data-kind='input']");
+    assert_eq!(b.attr(&input, "data-failure").as_deref(), Some("unserved"));
+    let why = b.text_of("#links > li[data-kind='input'] .why").unwrap();
+    assert_eq!(why, "not served: HTTP 404 NotFound: no such object");
+    b.screenshot(&shots().join("workbench-not-served.png"));
 }

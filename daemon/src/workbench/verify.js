@@ -44,13 +44,22 @@ export function short(ref) {
   return typeof ref === "string" && ref.startsWith("sha256:") ? ref.slice(0, 15) + "…" : String(ref);
 }
 
-/** A broken link: why, and what was served (so it can still be shown). */
+/**
+ * A broken link: why, what was served (so it can still be shown), and the kind of failure —
+ * `unserved` (the daemon answered an error, or nothing), `mismatch` (bytes or a hash chain
+ * that do not match their address), `invalid` (bytes that match but do not read as, or fit,
+ * what the record says).
+ */
 class Broken extends Error {
-  constructor(message, served) {
+  constructor(message, served, failure = "invalid") {
     super(message);
     this.served = served;
+    this.failure = failure;
   }
 }
+
+const unserved = (message, served) => new Broken(message, served, "unserved");
+const mismatch = (message, served) => new Broken(message, served, "mismatch");
 
 const strictUtf8 = new TextDecoder("utf-8", { fatal: true });
 
@@ -81,7 +90,7 @@ export async function verifyEntry(api, index, worldRef) {
       return r;
     } catch (e) {
       const served = e.served || {};
-      push(kind, ref, false, e.message, served);
+      push(kind, ref, false, e.message, { ...served, failure: e.failure || "invalid" });
       return null;
     }
   }
@@ -92,13 +101,13 @@ export async function verifyEntry(api, index, worldRef) {
     try {
       o = await api.json(`/v1/objects/${ref}?payload=true`);
     } catch (e) {
-      throw new Broken(`not served: ${e.message}`);
+      throw unserved(`not served: ${e.message}`);
     }
     const bytes = fromBase64(o.payload || "");
     const actual = await refOf(bytes);
     const served = { bytes, text: preview(bytes), meta: o };
     if (actual !== ref) {
-      throw new Broken(`the bytes served hash to ${actual}, not to their address`, served);
+      throw mismatch(`the bytes served hash to ${actual}, not to their address`, served);
     }
     if (sid && o.semanticId !== sid) {
       // Objects are deduplicated by content, first writer wins: the same bytes stored earlier
@@ -124,7 +133,7 @@ export async function verifyEntry(api, index, worldRef) {
     try {
       e = await api.json(`/v1/log/${index}`);
     } catch (err) {
-      throw new Broken(`not served: ${err.message}`);
+      throw unserved(`not served: ${err.message}`);
     }
     entry = e;
     const h = e.header || {};
@@ -135,7 +144,7 @@ export async function verifyEntry(api, index, worldRef) {
       transitionRef: e.transitionRef,
     });
     if (recomputed !== e.entryHash) {
-      throw new Broken(`entryHash ${e.entryHash} does not match the recomputed ${recomputed}`, { doc: e });
+      throw mismatch(`entryHash ${e.entryHash} does not match the recomputed ${recomputed}`, { doc: e });
     }
     let linked;
     if (index === 0) {
@@ -145,12 +154,12 @@ export async function verifyEntry(api, index, worldRef) {
       try {
         prev = await api.json(`/v1/log/${index - 1}`);
       } catch (err) {
-        throw new Broken(`entry ${index - 1} not served: ${err.message}`, { doc: e });
+        throw unserved(`entry ${index - 1} not served: ${err.message}`, { doc: e });
       }
       linked = prev.entryHash === h.prevEntryHash;
     }
     if (!linked) {
-      throw new Broken(`prevEntryHash ${h.prevEntryHash} is not the hash of entry ${Math.max(0, index - 1)}`, { doc: e });
+      throw mismatch(`prevEntryHash ${h.prevEntryHash} is not the hash of entry ${Math.max(0, index - 1)}`, { doc: e });
     }
     return {
       doc: e,
@@ -169,11 +178,11 @@ export async function verifyEntry(api, index, worldRef) {
       try {
         w = await api.json(`/v1/worlds/${worldRef}`);
       } catch (e) {
-        throw new Broken(`not served: ${e.message}`);
+        throw unserved(`not served: ${e.message}`);
       }
       const doc = { revision: w.revision, stateRoot: w.stateRoot, logHead: w.logHead };
       const recomputed = await refOfJson(doc);
-      if (recomputed !== worldRef) throw new Broken(`the world served hashes to ${recomputed}, not to its ref`, { doc });
+      if (recomputed !== worldRef) throw mismatch(`the world served hashes to ${recomputed}, not to its ref`, { doc });
       if (w.revision !== index || w.logHead !== entry.entryHash) throw new Broken("the world does not select this entry", { doc });
       if (expectRoot && w.stateRoot !== expectRoot) throw new Broken(`stateRoot ${w.stateRoot} is not the output ${expectRoot}`, { doc });
       return {
@@ -262,14 +271,14 @@ export async function verifyEntry(api, index, worldRef) {
       try {
         req = await object(e.requestRef, SID.request);
       } catch (err) {
-        throw new Broken(`request ${e.requestRef}: ${err.message}`, o);
+        throw new Broken(`request ${e.requestRef}: ${err.message}`, o, err.failure);
       }
       let res = null;
       if (e.resultRef) {
         try {
           res = await object(e.resultRef, SID.result);
         } catch (err) {
-          throw new Broken(`result ${e.resultRef}: ${err.message}`, o);
+          throw new Broken(`result ${e.resultRef}: ${err.message}`, o, err.failure);
         }
       }
       const verdict = e.allowed ? (e.failed ? "failed" : "allowed") : e.denial;

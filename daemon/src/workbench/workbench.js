@@ -700,7 +700,7 @@ function pluginRow(l, catalog) {
 
 function linkItem(l, catalog) {
   const mark = l.ok === null ? "…" : l.ok ? "✓" : "✗";
-  const li = h("li", { class: `link ${l.ok ? "good" : "bad"}`, "data-kind": l.kind, "data-ok": String(l.ok) },
+  const li = h("li", { class: `link ${l.ok ? "good" : "bad"}`, "data-kind": l.kind, "data-ok": String(l.ok), "data-failure": l.ok ? null : l.failure || "invalid" },
     h("div", { class: "link-head" },
       h("span", { class: "mark", "aria-label": l.ok ? "verified" : "broken" }, mark),
       h("span", { class: "kind" }, l.kind),
@@ -780,10 +780,25 @@ async function showEntry(index) {
   const broken = result.links.filter((l) => !l.ok).length;
   verdict.className = `verdict ${broken ? "bad" : "ok"}`;
   verdict.textContent = broken
-    ? `✗ ${broken} of ${n} link${n === 1 ? "" : "s"} broken: the daemon served bytes that do not match their address`
+    ? `✗ ${broken} of ${n} link${n === 1 ? "" : "s"} broken: ${brokenBecause(result.links.filter((l) => !l.ok))}`
     : `✓ ${n} link${n === 1 ? "" : "s"} verified`;
   verdict.dataset.links = String(n);
   verdict.dataset.broken = String(broken);
+}
+
+// Why links broke, in the verdict: alone, and counted beside another cause.
+const FAILURES = [
+  ["mismatch", "the daemon served bytes that do not match their address", "served bytes that do not match their address"],
+  ["unserved", "not served by the daemon (an error or no answer), so not checked; nothing served was found altered", "not served"],
+  ["invalid", "the daemon served records that do not read as, or fit, what refers to them", "served records that do not fit what refers to them"],
+];
+
+/** The verdict's reason: a bytes mismatch is not worded as a 404, nor the other way round. */
+function brokenBecause(broken) {
+  const counts = FAILURES.map(([failure, alone, counted]) =>
+    [broken.filter((l) => (l.failure || "invalid") === failure).length, alone, counted]).filter(([c]) => c > 0);
+  if (counts.length === 1) return counts[0][1];
+  return counts.map(([c, , counted]) => `${c} ${counted}`).join(", ");
 }
 
 // The header's fields: label, the summary's value, the verified value.
