@@ -282,7 +282,12 @@ fn handler_near_miss(cause: &mut String) {
     let Some(end) = tail.find(')') else {
         return;
     };
-    let Some(near) = crate::spelling::nearest(name, tail[..end].split(", "), false) else {
+    // `found: none` names no plugin (the word is no plugin's name).
+    let found = &tail[..end];
+    if found == "none" {
+        return;
+    }
+    let Some(near) = crate::spelling::nearest(name, found.split(", "), false) else {
         return;
     };
     let at = "--handler ".len() + name.len() + NONE_HERE.len() + end + 1;
