@@ -376,7 +376,11 @@ async function signIn(text) {
   try {
     await start();
   } catch (e) {
-    if (!(e instanceof ApiError && e.status === 401)) showLogin(`Could not reach the daemon: ${e.message}`);
+    if (!(e instanceof ApiError && e.status === 401)) {
+      // Not signed in: the credential is not kept for whatever answers next.
+      forget();
+      showLogin(`Could not reach the daemon: ${e.message}`);
+    }
   }
 }
 
