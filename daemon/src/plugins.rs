@@ -638,8 +638,12 @@ fn check_selected(
         Some(s) => Err(PluginError::new(
             &opts.dir,
             format!(
-                "--handler {s}: no plugin of that name here (found: {}){}",
+                "--handler {s}: no plugin of that name here (found: {}){}{}",
                 listed(found),
+                // A plugin a letter or two away, as a misspelled [plugins.NAME] table gets.
+                crate::spelling::nearest(s, found.iter().map(String::as_str), false)
+                    .map(|near| format!("; did you mean {near}?"))
+                    .unwrap_or_default(),
                 if broken.is_empty() {
                     String::new()
                 } else {

@@ -254,45 +254,7 @@ pub fn handlers(a: HandlersArgs) -> CliResult {
     let file = read_config(&a.plugins.config).map_err(Failure::usage)?;
     let opts = plugin_options(&a.plugins, &file).map_err(Failure::usage)?;
     let text = plugins::report(&opts).map_err(|e| Failure::usage(e.to_string()))?;
-    let text: String = text
-        .split_inclusive('\n')
-        .map(|line| match line.find("problem: ") {
-            Some(at) => {
-                let mut cause = line[at + "problem: ".len()..].to_owned();
-                handler_near_miss(&mut cause);
-                format!("{}problem: {cause}", &line[..at])
-            }
-            None => line.to_owned(),
-        })
-        .collect();
     super::output::write(text)
-}
-
-/// `--handler workspce: no plugin of that name here (found: …)` gets `; did you mean
-/// workspace?` after the list when a plugin found is a letter or two away, as a misspelled
-/// `[plugins.NAME]` table does. Any other text is left as it is.
-fn handler_near_miss(cause: &mut String) {
-    const NONE_HERE: &str = ": no plugin of that name here (found: ";
-    let Some(rest) = cause.strip_prefix("--handler ") else {
-        return;
-    };
-    let Some((name, tail)) = rest.split_once(NONE_HERE) else {
-        return;
-    };
-    let Some(end) = tail.find(')') else {
-        return;
-    };
-    // `found: none` names no plugin (the word is no plugin's name).
-    let found = &tail[..end];
-    if found == "none" {
-        return;
-    }
-    let Some(near) = crate::spelling::nearest(name, found.split(", "), false) else {
-        return;
-    };
-    let at = "--handler ".len() + name.len() + NONE_HERE.len() + end + 1;
-    let hint = format!("; did you mean {near}?");
-    cause.insert_str(at, &hint);
 }
 
 /// How `serve` gets its socket and where it announces readiness.
@@ -617,10 +579,7 @@ fn load_plugins(
     opts.state_root = Some(state_root);
     let served = Arc::new(OnceLock::new());
     opts.publisher = Some(publisher(store.clone(), served.clone()));
-    let set = plugins::load(opts).map_err(|mut e| {
-        handler_near_miss(&mut e.cause);
-        startup("plugins", e)
-    })?;
+    let set = plugins::load(opts).map_err(|e| startup("plugins", e))?;
     warn_when_nothing_serves(&opts.dir, &set);
     let _ = served.set(
         set.handlers
