@@ -1381,22 +1381,13 @@ fn combining_marks_neither_paint_over_the_page_nor_freeze_it() {
     );
     b.screenshot(&shots().join("workbench-marks.png"));
 
-    // The key of 100000 marks in the entry's document: folded like a string, and counted.
+    // A key of 100000 marks the daemon served beside the entry: not in its document (the hash
+    // does not cover it), named in the link's note, counted.
     let entry = "#links > li[data-kind='entry']";
-    let key = "const li = document.querySelector(arguments[0]);
-         li.querySelectorAll('details').forEach((d) => { d.open = true; });
-         const k = [...li.querySelectorAll('.json .k')].find((k) => k.innerText.startsWith('\"k'));";
-    let keyed = b.exec(
-        &format!(
-            "{key} return [k.innerText, k.parentElement.querySelector('button.more').innerText];"
-        ),
-        json!([entry]),
+    assert_eq!(
+        b.text_of(&format!("{entry} .link-note")).as_deref(),
+        Some("note: the daemon also served \"k◌́×100000\", which the entry hash does not cover: not shown")
     );
-    assert_eq!(keyed, json!(["\"k◌́×158…", "show all 100003 chars"]));
-    let took = time_show_all(&b, entry);
-    assert!(took.as_f64().is_some_and(|ms| ms < 2000.0), "{took}");
-    let opened = b.exec(&format!("{key} return k.innerText;"), json!([entry]));
-    assert_eq!(opened, "\"k◌́×100000\"");
     b.exec(
         "document.querySelector(arguments[0]).scrollIntoView({block: 'start'})",
         json!([entry]),
@@ -1444,4 +1435,60 @@ fn an_object_the_daemon_does_not_serve_is_not_called_bytes_that_do_not_match() {
     let why = b.text_of("#links > li[data-kind='input'] .why").unwrap();
     assert_eq!(why, "not served: HTTP 404 NotFound: no such object");
     b.screenshot(&shots().join("workbench-not-served.png"));
+}
+
+/// The entry link's document showed the whole JSON the daemon served for `/v1/log/N`, members
+/// the entry hash does not cover included: a daemon (or a proxy) could add a member, and it sat
+/// under the ✓ as if verified. The document is now what the hash covers, and a note names what
+/// else was served.
+#[test]
+fn members_the_entry_hash_does_not_cover_are_not_shown_under_its_verified_mark() {
+    let Some(b) = Browser::start_or_skip(
+        "members_the_entry_hash_does_not_cover_are_not_shown_under_its_verified_mark",
+        1280,
+        800,
+    ) else {
+        return;
+    };
+    let d = Daemon::start(WS, &[]);
+    let token = d.session("ep1", &["Workspace.Read=worktree:10"]);
+    call_read(&d, &token, "hello.txt");
+    let proxy = TamperProxy::rewriting(
+        &d.addr,
+        "/v1/log/1",
+        std::sync::Arc::new(|v: &mut Value| {
+            v["approvedBy"] = json!("security team");
+            v["header"]["reviewed"] = json!(true);
+            None
+        }),
+    );
+    sign_in(&b, &proxy.url(""), &token, "#entry/1");
+    assert_eq!(verdict(&b), "✓ 7 links verified");
+    let note = b
+        .text_of("li.link[data-kind='entry'] .link-note")
+        .expect("the entry link's note");
+    assert_eq!(
+        note,
+        "note: the daemon also served \"approvedBy\", \"header.reviewed\", which the entry hash does not cover: not shown"
+    );
+    let shown = b.exec(
+        "return document.querySelector(\"li.link[data-kind='entry']\").innerText",
+        json!([]),
+    );
+    b.click(&b.find("li.link[data-kind='entry'] summary"));
+    let opened = b.exec(
+        "return document.querySelector(\"li.link[data-kind='entry']\").innerText",
+        json!([]),
+    );
+    for text in [&shown, &opened] {
+        let text = text.as_str().unwrap();
+        assert!(
+            !text.contains("security team") && !text.contains("reviewed\":"),
+            "{text}"
+        );
+    }
+    assert!(
+        opened.as_str().unwrap().contains("transitionRef"),
+        "{opened}"
+    );
 }

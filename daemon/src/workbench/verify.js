@@ -161,11 +161,30 @@ export async function verifyEntry(api, index, worldRef) {
     if (!linked) {
       throw mismatch(`prevEntryHash ${h.prevEntryHash} is not the hash of entry ${Math.max(0, index - 1)}`, { doc: e });
     }
-    return {
-      doc: e,
+    // The document shown is what the hash covers, nothing the daemon added beside it: extra
+    // members would sit under the ✓ unverified.
+    const covered = {
+      entryHash: e.entryHash,
+      header: {
+        entryIndex: h.entryIndex, semanticsEpoch: h.semanticsEpoch, transitionFn: h.transitionFn,
+        interpreter: h.interpreter, prevEntryHash: h.prevEntryHash, writtenBy: h.writtenBy,
+      },
+      transitionRef: e.transitionRef,
+    };
+    const extra = [
+      ...Object.keys(e).filter((k) => !(k in covered)),
+      ...Object.keys(h).filter((k) => !(k in covered.header)).map((k) => `header.${k}`),
+    ];
+    const result = {
+      doc: covered,
       detail: `#${index} writtenBy ${h.writtenBy} prev ${short(h.prevEntryHash)} transitionFn ` +
         `${short(h.transitionFn)} interpreter ${short(h.interpreter)} (recomputed)`,
     };
+    if (extra.length) {
+      result.note = `the daemon also served ${extra.map((k) => JSON.stringify(k)).join(", ")}, ` +
+        "which the entry hash does not cover: not shown";
+    }
+    return result;
   });
   if (!entry) return { entry: null, links, facts: {} };
   links[0].ref = entry.entryHash;
