@@ -63,13 +63,13 @@ impl PluginArgs {
 
 #[derive(Args, Debug, Default)]
 pub struct ServeArgs {
-    /// The store directory (created with its genesis if absent).
+    /// The store directory (created with its genesis if absent) (default: .world/db).
     #[arg(long)]
     pub db: Option<PathBuf>,
-    /// Episode worktrees are <workspace-root>/<episode>.
+    /// Episode worktrees are <workspace-root>/<episode> (default: .world/worktrees).
     #[arg(long)]
     pub workspace_root: Option<PathBuf>,
-    /// Loopback address to listen on; port 0 picks a free port.
+    /// Loopback address to listen on; port 0 picks a free port (default: 127.0.0.1:7644).
     #[arg(long)]
     pub bind: Option<String>,
     /// Serve GET /v1/* without a session (by default reads need one).
@@ -86,13 +86,15 @@ pub struct ServeArgs {
     /// The URL the agent card advertises (`server.public_url`; default: the bound address).
     #[arg(long)]
     pub public_url: Option<String>,
-    /// Most connections open at once (`server.max_connections`).
+    /// Most connections open at once (`server.max_connections`; default: 4096).
     #[arg(long)]
     pub max_connections: Option<usize>,
-    /// Calls that may execute at once across episodes (`limits.execution_slots`).
+    /// Calls that may execute at once across episodes (`limits.execution_slots`; default:
+    /// 128).
     #[arg(long)]
     pub execution_slots: Option<usize>,
-    /// How long a handler may run, in milliseconds (`limits.handler_deadline_ms`).
+    /// How long a handler may run, in milliseconds (`limits.handler_deadline_ms`; default:
+    /// 10000).
     #[arg(long)]
     pub handler_deadline_ms: Option<u64>,
     /// Largest POST /v1/commit body, in bytes or a size such as 4MiB
@@ -111,7 +113,7 @@ pub struct ServeArgs {
 #[derive(Args, Debug, Clone, Default)]
 pub struct LimitArgs {
     /// The most the store may occupy (bytes, or a size such as 64GiB); it grows by itself up
-    /// to this ceiling (`--map-size` is the old name).
+    /// to this ceiling (`--map-size` is the old name) (default: 16GiB).
     #[arg(long, alias = "map-size", value_name = "SIZE")]
     pub store_ceiling: Option<ByteSize>,
     /// Room kept below the ceiling for calls in flight and the operator's verbs; past it,
@@ -923,6 +925,36 @@ fn lock_exclusively(file: &std::fs::File) -> std::io::Result<bool> {
 #[cfg(test)]
 mod tests {
     use super::{toml_error, ConfigFile};
+
+    /// `serve --help` gave no defaults for its paths, address and limits; it now says them,
+    /// and they must be the ones the daemon uses.
+    #[test]
+    fn serve_help_names_the_defaults_the_daemon_uses() {
+        let mut cmd = super::super::command_line();
+        let help = cmd
+            .find_subcommand_mut("serve")
+            .unwrap()
+            .render_long_help()
+            .to_string();
+        let help = help.split_whitespace().collect::<Vec<_>>().join(" ");
+        for said in [
+            "(default: .world/db)".to_owned(),
+            "(default: .world/worktrees)".to_owned(),
+            format!("(default: {})", super::DEFAULT_BIND),
+            format!("default: {})", crate::edge::DEFAULT_MAX_CONNECTIONS),
+            format!("default: {})", crate::limits::DEFAULT_EXECUTION_SLOTS),
+            format!(
+                "default: {})",
+                broker_core::coordinator::HANDLER_DEADLINE.as_millis()
+            ),
+            format!(
+                "(default: {}GiB)",
+                broker_core::capacity::DEFAULT_CEILING >> 30
+            ),
+        ] {
+            assert!(help.contains(&said), "{said} in {help}");
+        }
+    }
 
     /// A config file that does not parse is shown as the parser shows it, the line and a caret
     /// under the place; a line too long to show (a file of one nested line of 200 KB) is only
