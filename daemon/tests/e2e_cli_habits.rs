@@ -2143,3 +2143,77 @@ fn a_misspelled_handler_is_told_the_nearest_plugin() {
         "{err}"
     );
 }
+
+/// Ctrl-C while `worldd call` waited for its answer ended it without a word, though the
+/// request had reached the daemon and the call may still run and commit. It now says so, and
+/// how to check, then dies by SIGINT as before; a call started with SIGINT ignored (a
+/// background job) still ignores it.
+#[test]
+fn ctrl_c_during_a_call_says_the_call_may_still_run_and_how_to_check() {
+    use std::io::Read;
+    use std::os::unix::process::{CommandExt, ExitStatusExt};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = format!("http://{}", listener.local_addr().unwrap());
+    // Takes each request whole and never answers.
+    std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for s in listener.incoming().flatten() {
+            let mut s = s;
+            let mut buf = [0u8; 4096];
+            let _ = s.set_read_timeout(Some(Duration::from_millis(200)));
+            let _ = s.read(&mut buf);
+            held.push(s);
+        }
+    });
+    let token = "ab".repeat(32);
+    let start = |ignore_sigint: bool| {
+        let mut cmd = Command::new(WORLDD);
+        cmd.args([
+            "call",
+            "ailang-write",
+            "--arg",
+            "path=a",
+            "--arg",
+            "content=x",
+        ])
+        .args(["--idempotency-key", "w-9", "--addr", &addr])
+        .env("WORLD_SESSION", &token)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+        if ignore_sigint {
+            // SAFETY: only signal(2), which is async-signal-safe, between fork and exec.
+            unsafe {
+                cmd.pre_exec(|| {
+                    libc::signal(libc::SIGINT, libc::SIG_IGN);
+                    Ok(())
+                });
+            }
+        }
+        cmd.spawn().unwrap()
+    };
+    let child = start(false);
+    std::thread::sleep(Duration::from_millis(700));
+    // SAFETY: kill(2) of the child this test started.
+    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.signal(), Some(libc::SIGINT), "{:?}", out.status);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.ends_with("\nworldd: interrupted while the call was in flight: it may still run and commit; `worldd calls get w-9` says whether it landed, and resending it with the same key never runs it twice\n"),
+        "{err}"
+    );
+
+    let mut child = start(true);
+    std::thread::sleep(Duration::from_millis(700));
+    // SAFETY: kill(2) of the child this test started.
+    unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(
+        child.try_wait().unwrap().is_none(),
+        "an ignored SIGINT ended the call"
+    );
+    child.kill().unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert!(!String::from_utf8_lossy(&out.stderr).contains("interrupted"));
+}

@@ -760,6 +760,62 @@ fn call_arguments(a: &CallArgs) -> Result<Value, Failure> {
     Ok(Value::Object(args))
 }
 
+/// What Ctrl-C during a call leaves behind, said on stderr by the signal handler
+/// ([`interrupt_note`]); set once, before the handler is installed.
+static INTERRUPTED: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+
+/// Ctrl-C while a call is in flight ended `worldd call` without a word, though the request may
+/// have reached the daemon. Until the returned guard drops, SIGINT first says so (and how to
+/// check), then ends the process by SIGINT as before.
+fn interrupt_note(key: Option<&str>) -> impl Drop {
+    let check = match key {
+        Some(key) => format!("`worldd calls get {key}` says whether it landed, and resending it with the same key never runs it twice"),
+        None => "`worldd log tail` shows what committed: check it before retrying a write".to_owned(),
+    };
+    let _ = INTERRUPTED.set(format!(
+        "\nworldd: interrupted while the call was in flight: it may still run and commit; {check}\n"
+    ));
+    extern "C" fn said_then_default(_: libc::c_int) {
+        if let Some(text) = INTERRUPTED.get() {
+            // SAFETY: write(2) is async-signal-safe; the text is a static set before the
+            // handler was installed.
+            unsafe {
+                libc::write(2, text.as_ptr().cast(), text.len());
+            }
+        }
+        // SAFETY: signal(2) and raise(3) are async-signal-safe: the default disposition back,
+        // and the signal again, so the process ends by it as it would have.
+        unsafe {
+            libc::signal(libc::SIGINT, libc::SIG_DFL);
+            libc::raise(libc::SIGINT);
+        }
+    }
+    struct Restore(libc::sighandler_t);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            // SAFETY: puts back the disposition this guard replaced.
+            unsafe {
+                libc::signal(libc::SIGINT, self.0);
+            }
+        }
+    }
+    // SAFETY: the handler only makes async-signal-safe calls.
+    let before = unsafe {
+        libc::signal(
+            libc::SIGINT,
+            said_then_default as extern "C" fn(libc::c_int) as libc::sighandler_t,
+        )
+    };
+    // A call started with SIGINT ignored (a background job of a shell) keeps ignoring it.
+    if before == libc::SIG_IGN {
+        // SAFETY: as above.
+        unsafe {
+            libc::signal(libc::SIGINT, libc::SIG_IGN);
+        }
+    }
+    Restore(before)
+}
+
 pub fn call(a: CallArgs) -> CliResult {
     let args = call_arguments(&a)?;
     let name = crate::tools::mcp_name(&a.tool);
@@ -767,7 +823,11 @@ pub fn call(a: CallArgs) -> CliResult {
     if let Some(key) = &a.idempotency_key {
         params["_meta"] = json!({ crate::mcp::IDEMPOTENCY_KEY: key });
     }
-    let v = match mcp(&a.client, "tools/call", params) {
+    let sent = {
+        let _note = interrupt_note(a.idempotency_key.as_deref());
+        mcp(&a.client, "tools/call", params)
+    };
+    let v = match sent {
         Ok(v) => v,
         Err(mut f) if f.message.ends_with(TOO_SLOW) || f.message.contains(CUT_OFF) => {
             // The request reached the daemon: the call may be running, and may commit.
