@@ -661,19 +661,7 @@ fn a_misspelled_grant_is_named_before_the_question_and_an_impossible_one_refused
         "{shown}"
     );
     assert!(warned < shown.find("Confirm mint").unwrap(), "{shown}");
-    let (code, _, err) = worldd(
-        &[
-            "session",
-            "mint",
-            "--db",
-            path_str(&db),
-            "--episode",
-            "typo",
-            "--grant",
-            "Workspace.Read=work\u{1b}]0;x\u{7}tree:1",
-        ],
-        None,
-    );
+    let (code, _, err) = mint_one_grant(&db, "typo", "Workspace.Read=work\u{1b}]0;x\u{7}tree:1");
     assert_eq!(code, 1);
     assert_eq!(err, "worldd: invalid --grant \"Workspace.Read=work\\u{1b}]0;x\\u{7}tree:1\": the scope \"work\\u{1b}]0;x\\u{7}tree\" holds '\\u{1b}': a scope starts with a letter or digit, then letters, digits and . _ / - (at most 128 bytes), e.g. worktree (the episode's worktree; a scope is no filesystem path)\n");
 }
@@ -2067,24 +2055,26 @@ fn a_misspelled_tool_id_is_said_as_typed_with_the_nearest_tool() {
     );
 }
 
+/// `worldd session mint --db DB --episode EPISODE --grant GRANT`, with no terminal to confirm
+/// on: (exit code, stdout, stderr).
+fn mint_one_grant(db: &Path, episode: &str, grant: &str) -> (i32, String, String) {
+    let args = [
+        "session",
+        "mint",
+        "--db",
+        path_str(db),
+        "--episode",
+        episode,
+    ];
+    worldd(&[&args[..], &["--grant", grant]].concat(), None)
+}
+
 /// A scope written as a path was refused as if its characters were wrong; the real rule (it
 /// starts with a letter or digit) is said. `--bind 7644` and `--bind :7644` get an example.
 #[test]
 fn a_scope_written_as_a_path_and_a_bind_of_a_port_alone_are_told_the_real_rule() {
     let (_dir, db, _root) = an_empty_store();
-    let (code, _, err) = worldd(
-        &[
-            "session",
-            "mint",
-            "--db",
-            path_str(&db),
-            "--episode",
-            "p",
-            "--grant",
-            "Workspace.Read=/tmp:5",
-        ],
-        None,
-    );
+    let (code, _, err) = mint_one_grant(&db, "p", "Workspace.Read=/tmp:5");
     assert_eq!(code, 1);
     assert_eq!(err, "worldd: invalid --grant \"Workspace.Read=/tmp:5\": the scope \"/tmp\" starts with '/': a scope starts with a letter or digit, then letters, digits and . _ / - (at most 128 bytes), e.g. worktree (the episode's worktree; a scope is no filesystem path)\n");
     for bind in ["7644", ":7644"] {

@@ -773,6 +773,28 @@ fn a_page_on_another_loopback_origin_calls_the_daemon_over_mcp() {
     );
 }
 
+/// An operator signed in on a daemon's page; the daemon stopped, a [`squat`]ter took its port,
+/// and the page said it is disconnected.
+struct Squatted {
+    /// The stopped daemon's directory (its store), to start it again.
+    dir: tempfile::TempDir,
+    /// Every request head the squatter received.
+    heads: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
+}
+
+fn signed_in_then_squatted(b: &Browser) -> Squatted {
+    let d = Daemon::start(WS, &[]);
+    let token = d.operator_session("ops", &[]);
+    let addr = d.addr.clone();
+    sign_in(b, &format!("http://{addr}"), &token, "#log");
+    let dir = d.halt();
+    let heads = squat(&addr);
+    b.wait_for("the page to say it is disconnected", |b| {
+        (b.text_of("#live").as_deref() == Some("disconnected")).then_some(())
+    });
+    Squatted { dir, heads }
+}
+
 /// A process that takes over a stopped daemon's port: it records every request's head and
 /// answers each `503`.
 fn squat(addr: &str) -> std::sync::Arc<std::sync::Mutex<Vec<String>>> {
@@ -816,15 +838,7 @@ fn a_page_whose_daemon_stopped_sends_its_credential_to_nothing_that_takes_the_po
     ) else {
         return;
     };
-    let d = Daemon::start(WS, &[]);
-    let token = d.operator_session("ops", &[]);
-    let addr = d.addr.clone();
-    sign_in(&b, &format!("http://{addr}"), &token, "#log");
-    let dir = d.halt();
-    let heads = squat(&addr);
-    b.wait_for("the page to say it is disconnected", |b| {
-        (b.text_of("#live").as_deref() == Some("disconnected")).then_some(())
-    });
+    let Squatted { dir, heads } = signed_in_then_squatted(&b);
     let offered = b.exec(
         "return !document.getElementById('reconnect').hidden",
         json!([]),
@@ -972,15 +986,7 @@ fn clicks_after_disconnected_send_the_credential_to_nothing_that_took_the_port()
     ) else {
         return;
     };
-    let d = Daemon::start(WS, &[]);
-    let token = d.operator_session("ops", &[]);
-    let addr = d.addr.clone();
-    sign_in(&b, &format!("http://{addr}"), &token, "#log");
-    let dir = d.halt();
-    let heads = squat(&addr);
-    b.wait_for("the page to say it is disconnected", |b| {
-        (b.text_of("#live").as_deref() == Some("disconnected")).then_some(())
-    });
+    let Squatted { dir, heads } = signed_in_then_squatted(&b);
     b.click(&b.find("#nav a[data-view='metrics']"));
     let said = b.wait_for("the metrics view's error", |b| {
         b.text_of("#view-metrics .error")
