@@ -2144,17 +2144,24 @@ fn ctrl_c_during_a_call_says_the_call_may_still_run_and_how_to_check() {
     use std::os::unix::process::{CommandExt, ExitStatusExt};
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = format!("http://{}", listener.local_addr().unwrap());
-    // Takes each request whole and never answers.
+    // Reads each request's first bytes, says so, and never answers.
+    let (arrived, requests) = mpsc::channel::<String>();
     std::thread::spawn(move || {
         let mut held = Vec::new();
-        for s in listener.incoming().flatten() {
-            let mut s = s;
+        for mut s in listener.incoming().flatten() {
             let mut buf = [0u8; 4096];
-            let _ = s.set_read_timeout(Some(Duration::from_millis(200)));
-            let _ = s.read(&mut buf);
+            let n = s.read(&mut buf).unwrap_or(0);
+            let _ = arrived.send(String::from_utf8_lossy(&buf[..n]).into_owned());
             held.push(s);
         }
     });
+    // The call's request has reached the server: the call is in flight.
+    let in_flight = || {
+        let head = requests
+            .recv_timeout(Duration::from_secs(60))
+            .expect("the call never reached the server");
+        assert!(head.starts_with("POST /mcp/"), "{head}");
+    };
     let token = "ab".repeat(32);
     let start = |ignore_sigint: bool| {
         let mut cmd = Command::new(WORLDD);
@@ -2171,31 +2178,40 @@ fn ctrl_c_during_a_call_says_the_call_may_still_run_and_how_to_check() {
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
-        if ignore_sigint {
-            // SAFETY: only signal(2), which is async-signal-safe, between fork and exec.
-            unsafe {
-                cmd.pre_exec(|| {
-                    libc::signal(libc::SIGINT, libc::SIG_IGN);
-                    Ok(())
-                });
-            }
+        // Set either way: a suite run as a background job of a shell inherits SIGINT ignored.
+        let disposition = if ignore_sigint {
+            libc::SIG_IGN
+        } else {
+            libc::SIG_DFL
+        };
+        // SAFETY: only signal(2), which is async-signal-safe, between fork and exec.
+        unsafe {
+            cmd.pre_exec(move || {
+                libc::signal(libc::SIGINT, disposition);
+                Ok(())
+            });
         }
         cmd.spawn().unwrap()
     };
     let child = start(false);
-    std::thread::sleep(Duration::from_millis(700));
+    in_flight();
     // SAFETY: kill(2) of the child this test started.
     unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
     let out = child.wait_with_output().unwrap();
-    assert_eq!(out.status.signal(), Some(libc::SIGINT), "{:?}", out.status);
     let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(
+        out.status.signal(),
+        Some(libc::SIGINT),
+        "{:?}: {err}",
+        out.status
+    );
     assert!(
         err.ends_with("\nworldd: interrupted while the call was in flight: it may still run and commit; `worldd calls get w-9` says whether it landed, and resending it with the same key never runs it twice\n"),
         "{err}"
     );
 
     let mut child = start(true);
-    std::thread::sleep(Duration::from_millis(700));
+    in_flight();
     // SAFETY: kill(2) of the child this test started.
     unsafe { libc::kill(child.id() as i32, libc::SIGINT) };
     std::thread::sleep(Duration::from_millis(300));
