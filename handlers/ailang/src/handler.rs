@@ -256,8 +256,17 @@ impl AilangHandler {
     /// `--version`), the corpus a directory, the state directories creatable.
     pub fn new(config: Config, host: Host) -> Result<AilangHandler, String> {
         let bin_text = config.bin.display().to_string();
-        let meta =
-            fs::metadata(&config.bin).map_err(|e| format!("ailang config: bin {bin_text}: {e}"))?;
+        let meta = fs::metadata(&config.bin).map_err(|e| {
+            // `bin=ailang` is not looked up in PATH: say so, and how to give the whole path.
+            let relative = if config.bin.is_relative() {
+                format!(
+                    "; a relative bin is taken from the daemon's working directory, not looked up in PATH: give its absolute path (--plugin-config ailang.bin=$(command -v {bin_text}))"
+                )
+            } else {
+                String::new()
+            };
+            format!("ailang config: bin {bin_text}: {e}{relative}")
+        })?;
         if !meta.is_file() {
             return Err(format!(
                 "ailang config: bin {bin_text} is not a regular file"

@@ -65,6 +65,8 @@ fn bad_config_is_an_error_not_a_decline() {
         (json!({"bin": bin, "memoryMiB": "64"}), "ailang config: \"memoryMiB\" must be a whole number of MiB from 256 to 1048576".to_string()),
         (json!({"bin": bin}), "ailang config: \"stateDir\" is not set; the daemon sets it to <db>/plugin-state/ailang (set it yourself when building the handler outside worldd serve)".to_string()),
         (json!({"bin": "/nonexistent/ailang", "stateDir": state}), "ailang config: bin /nonexistent/ailang: No such file or directory (os error 2)".to_string()),
+        // A bare name is not looked up in PATH, and the refusal said only ENOENT.
+        (json!({"bin": "ailang-not-here", "stateDir": state}), "ailang config: bin ailang-not-here: No such file or directory (os error 2); a relative bin is taken from the daemon's working directory, not looked up in PATH: give its absolute path (--plugin-config ailang.bin=$(command -v ailang-not-here))".to_string()),
         (json!({"bin": tmp.path().display().to_string(), "stateDir": state}), format!("ailang config: bin {} is not a regular file", tmp.path().display())),
         (json!({"bin": not_exec.display().to_string(), "stateDir": state}), format!("ailang config: bin {} is not executable", not_exec.display())),
         (json!({"bin": bin, "stateDir": state, "examplesDir": "/nonexistent/corpus"}), "ailang config: examplesDir /nonexistent/corpus: No such file or directory (os error 2)".to_string()),
