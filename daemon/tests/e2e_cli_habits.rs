@@ -2223,3 +2223,42 @@ fn ctrl_c_during_a_call_says_the_call_may_still_run_and_how_to_check() {
     let out = child.wait_with_output().unwrap();
     assert!(!String::from_utf8_lossy(&out.stderr).contains("interrupted"));
 }
+
+/// `worldd budget` with an operator credential printed an empty table and exit 0 (an operator
+/// holds no grants), and had no way to ask for an episode's spend, which `GET
+/// /v1/budget?episode=` answers. `--episode EP` prints it; the empty table says why it is
+/// empty; an agent's credential naming another episode is refused as the route refuses it.
+#[test]
+fn an_operator_reads_an_episodes_spend_with_budget_episode() {
+    let d = Daemon::start(&["worldd_workspace"], &[]);
+    let token = d.session("ep1", &["Workspace.Write=worktree:5"]);
+    let write = [
+        "call",
+        "ailang-write",
+        "--arg",
+        "path=a",
+        "--arg",
+        "content=x",
+    ];
+    assert_eq!(cli(&d, &token, &write).0, 0);
+    let ops = d.operator_session("ops", &[]);
+    let (code, out, err) = cli(&d, &ops, &["budget", "--episode", "ep1"]);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(
+        out,
+        "episode ep1\neffect                   scope           spent\nWorkspace.Write          worktree            1\n"
+    );
+    let (code, out, err) = cli(&d, &ops, &["budget"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.starts_with("effect "), "{out}");
+    assert!(
+        err.contains("worldd budget: an operator credential holds no grants; --episode EP shows what an episode has spent\n"),
+        "{err}"
+    );
+    let (code, _, err) = cli(&d, &token, &["budget", "--episode", "ops"]);
+    assert_eq!(code, 1);
+    assert!(
+        err.contains("only an operator credential reads another episode's budget; this credential's episode is ep1"),
+        "{err}"
+    );
+}

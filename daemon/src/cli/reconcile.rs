@@ -35,6 +35,10 @@ pub struct CallsGetArgs {
 
 #[derive(Args, Debug)]
 pub struct BudgetArgs {
+    /// Another episode's spend (an operator credential only): what it has spent per effect and
+    /// scope under any of its credentials, and its indeterminate intents.
+    #[arg(long)]
+    pub episode: Option<String>,
     /// Print the daemon's JSON answer.
     #[arg(long)]
     pub json: bool,
@@ -171,19 +175,35 @@ pub fn calls(cmd: CallsCommand) -> CliResult {
 }
 
 pub fn budget(a: BudgetArgs) -> CliResult {
-    let (status, body) = get(&a.client, "/v1/budget")?;
+    let path = match &a.episode {
+        Some(ep) => format!("/v1/budget?episode={}", super::client::segment(ep)),
+        None => "/v1/budget".to_owned(),
+    };
+    let (status, body) = get(&a.client, &path)?;
     let v: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
     if !(200..300).contains(&status) {
-        return Err(super::client::refused(
-            &a.client,
-            "/v1/budget",
-            status,
-            &body,
-        ));
+        return Err(super::client::refused(&a.client, &path, status, &body));
     }
     if a.json {
         outln!("{v}");
         return Ok(());
+    }
+    // Another episode's answer holds its spend, not grants: those belong to credentials.
+    if let Some(spent) = v["spent"].as_array() {
+        outln!("episode {}", v["episode"].as_str().unwrap_or("?"));
+        outln!("{:<24} {:<12} {:>8}", "effect", "scope", "spent");
+        for g in spent {
+            outln!(
+                "{:<24} {:<12} {:>8}",
+                g["effect"].as_str().unwrap_or("?"),
+                g["scope"].as_str().unwrap_or("?"),
+                g["spent"].as_u64().unwrap_or(0)
+            );
+        }
+        return print_indeterminate(&v);
+    }
+    if v["operator"] == Value::Bool(true) && v["grants"].as_array().is_some_and(Vec::is_empty) {
+        errln!("worldd budget: an operator credential holds no grants; --episode EP shows what an episode has spent");
     }
     outln!(
         "{:<24} {:<12} {:>8} {:>8} {:>10}  live",
@@ -208,6 +228,11 @@ pub fn budget(a: BudgetArgs) -> CliResult {
             }
         );
     }
+    print_indeterminate(&v)
+}
+
+/// The `indeterminate` intents of a budget answer, one line each.
+fn print_indeterminate(v: &Value) -> CliResult {
     for p in v["indeterminate"].as_array().into_iter().flatten() {
         outln!(
             "indeterminate: {} {}@{} cost {} (intent without outcome: it may have run; never retried)",
