@@ -2262,3 +2262,43 @@ fn an_operator_reads_an_episodes_spend_with_budget_episode() {
         "{err}"
     );
 }
+
+/// Answering `n` at quickstart's question left the store and the demo worktree it had just
+/// made behind (a second run then found a store it had not asked for). What the run made is
+/// removed, and said; a store that was there before is left as it was.
+#[test]
+fn quickstart_declined_at_its_question_leaves_nothing_it_made_behind() {
+    let dir = tempfile::tempdir().unwrap();
+    let world = dir.path().join("w");
+    let run = |world: &Path| {
+        at_terminal(
+            &format!(
+                "{WORLDD} quickstart --dir {} --print-only --bind 127.0.0.1:7999",
+                world.display()
+            ),
+            b"n\n",
+        )
+    };
+    let (code, shown) = run(&world);
+    assert_eq!(code, 1, "{shown}");
+    assert!(
+        shown.contains(&format!(
+            "aborted (not confirmed); quickstart removed what it had just made ({db}, {wt}, {root}, {world})",
+            db = world.join("db").display(),
+            wt = world.join("worktrees/demo").display(),
+            root = world.join("worktrees").display(),
+            world = world.display()
+        )),
+        "{shown}"
+    );
+    assert!(!world.exists(), "{shown}");
+
+    // A store that was there before is kept, and only the worktree this run made goes.
+    let kept = dir.path().join("kept");
+    std::fs::create_dir_all(&kept).unwrap();
+    drop(broker_core::store::Store::create(&kept.join("db")).unwrap());
+    let (code, shown) = run(&kept);
+    assert_eq!(code, 1, "{shown}");
+    assert!(kept.join("db/data.mdb").exists());
+    assert!(!kept.join("worktrees").exists(), "{shown}");
+}

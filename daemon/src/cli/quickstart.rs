@@ -6,7 +6,7 @@
 //! stderr, so `worldd quickstart > mcp.json` captures just the configuration) and serves with
 //! the shipped plugins. `--print-only` does the same without serving.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use clap::Args;
 
@@ -53,6 +53,8 @@ pub fn run(a: QuickstartArgs) -> CliResult {
     let db = a.dir.join("db");
     let root = a.dir.join("worktrees");
     let token_file = a.dir.join(format!("{}.session", a.episode));
+    // What this run makes, so that a declined mint leaves nothing of it behind.
+    let made = Made::noted(&a.dir, &root, &root.join(&a.episode), &db);
     std::fs::create_dir_all(root.join(&a.episode))
         .map_err(|e| Failure::usage(format!("{}: {e}", root.display())))?;
     broker_core::store::Store::create(&db)
@@ -74,7 +76,15 @@ pub fn run(a: QuickstartArgs) -> CliResult {
                     out: Some(token_file.clone()),
                 },
             },
-        ))?;
+        ))
+        .map_err(|mut f| {
+            if let Some(removed) = made.undo() {
+                f.message.push_str(&format!(
+                    "; quickstart removed what it had just made ({removed})"
+                ));
+            }
+            f
+        })?;
     }
     let token = super::input::file_text(
         &token_file,
@@ -170,5 +180,37 @@ fn warn_when_stdout_is_readable() {
         errln!(
             "worldd quickstart: warning: stdout is a file others can read (mode {mode:04o}), and the configuration holds the credential: chmod 600 it, or write it with umask 077"
         );
+    }
+}
+
+/// What a quickstart run is about to make: the store and the directories that did not exist
+/// before it.
+struct Made {
+    store: Option<PathBuf>,
+    /// The worktree, then its parents: each removed only if nothing else is in it.
+    dirs: Vec<PathBuf>,
+}
+
+impl Made {
+    fn noted(dir: &Path, root: &Path, worktree: &Path, db: &Path) -> Made {
+        let absent = |d: &Path| (!d.exists()).then(|| d.to_path_buf());
+        Made {
+            store: absent(db),
+            dirs: [worktree, root, dir]
+                .into_iter()
+                .filter_map(absent)
+                .collect(),
+        }
+    }
+
+    /// Remove what was made: what was removed, if anything.
+    fn undo(&self) -> Option<String> {
+        let store = self
+            .store
+            .iter()
+            .filter(|db| std::fs::remove_dir_all(db).is_ok());
+        let dirs = self.dirs.iter().filter(|d| std::fs::remove_dir(d).is_ok());
+        let removed: Vec<String> = store.chain(dirs).map(|d| d.display().to_string()).collect();
+        (!removed.is_empty()).then(|| removed.join(", "))
     }
 }
