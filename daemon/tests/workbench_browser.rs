@@ -1498,3 +1498,48 @@ fn members_the_entry_hash_does_not_cover_are_not_shown_under_its_verified_mark()
         "{opened}"
     );
 }
+
+/// An agent's argument key of 2,000 combining marks: the input's document folds the key as it
+/// folds a long string, and draws the marks as a count, folded and opened.
+#[test]
+fn a_long_argument_key_folds_like_a_long_string_and_its_marks_are_counted() {
+    let Some(b) = Browser::start_or_skip(
+        "a_long_argument_key_folds_like_a_long_string_and_its_marks_are_counted",
+        1280,
+        800,
+    ) else {
+        return;
+    };
+    let d = Daemon::start(WS, &[]);
+    let token = d.session("ep1", &["Workspace.Read=worktree:10"]);
+    let key = format!("k{}", "\u{0301}".repeat(2_000));
+    let mut args = serde_json::Map::new();
+    args.insert("path".into(), json!("hello.txt"));
+    args.insert(key, json!(1));
+    let a = mcp(
+        &d,
+        &token,
+        "tools/call",
+        json!({"name": "ailang-read", "arguments": args}),
+    );
+    assert_eq!(a.status, 200, "{}", a.text());
+    let v = a.sse_json();
+    assert_eq!(v["result"]["_meta"]["world/entryIndex"], json!(1), "{v}");
+    sign_in(&b, &format!("http://{}", d.addr), &token, "#entry/1");
+    assert!(verdict(&b).starts_with('✓'));
+    let input = "#links > li[data-kind='input']";
+    let key = "const li = document.querySelector(arguments[0]);
+         li.querySelectorAll('details').forEach((d) => { d.open = true; });
+         const k = [...li.querySelectorAll('.json .k')].find((k) => k.innerText.startsWith('\"k'));";
+    let folded = b.exec(
+        &format!(
+            "{key} return [k.innerText, k.parentElement.querySelector('button.more').innerText];"
+        ),
+        json!([input]),
+    );
+    assert_eq!(folded, json!(["\"k◌́×158…", "show all 2003 chars"]));
+    let took = time_show_all(&b, input);
+    assert!(took.as_f64().is_some_and(|ms| ms < 2000.0), "{took}");
+    let opened = b.exec(&format!("{key} return k.innerText;"), json!([input]));
+    assert_eq!(opened, "\"k◌́×2000\"");
+}
