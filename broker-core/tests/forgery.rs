@@ -158,28 +158,46 @@ fn client_invocation(w: &World, args: Value, planned_for: Value) -> u64 {
                 "plan": plan_obj.hash, "effects": []}),
     )
     .unwrap();
+    let (record_ref, state_root) = (record.hash, output.hash);
+    commit_as_ops(
+        w,
+        (transition_fn, log::interpreter_ref().unwrap()),
+        (record_ref, state_root),
+        vec![input, plan_obj, output, record],
+    )
+}
+
+/// A commit by an operator (`rest:ops`) at the head, through the REST rules: an entry naming
+/// `record` (and `transition_fn`, `interpreter`), a world whose state root is `state_root`, and
+/// `objects` stored with it. Its index.
+fn commit_as_ops(
+    w: &World,
+    (transition_fn, interpreter): (Ref, Ref),
+    (record, state_root): (Ref, Ref),
+    objects: Vec<Object>,
+) -> u64 {
     let head = w.store.read(log::head).unwrap().unwrap();
     let entry = Entry::new(
         EntryHeader {
             entry_index: head.world.revision + 1,
             semantics_epoch: 1,
             transition_fn,
-            interpreter: log::interpreter_ref().unwrap(),
+            interpreter,
             prev_entry_hash: head.world.log_head,
             written_by: "rest:ops".into(),
         },
-        record.hash,
+        record,
     )
     .unwrap();
     let world = WorldDoc {
         revision: entry.header.entry_index,
-        state_root: output.hash,
+        state_root,
         log_head: entry.entry_hash,
     };
     let c = RestCommit {
         invocation_id: None,
         observed_head: Some(head.world_ref),
-        objects: vec![input, plan_obj, output, record],
+        objects,
         world_ref: world.reference().unwrap(),
         entry,
         world,
@@ -561,38 +579,13 @@ fn the_audit_finds_a_committed_call_whose_entry_the_log_lost_or_gave_to_another_
 fn client_commit_of(w: &World, record: &Value) -> u64 {
     let rec = Object::json(sid::INVOCATION_RECORD, "rest:ops", record).unwrap();
     let r = |k: &str| record[k].as_str().unwrap().parse::<Ref>().unwrap();
-    let head = w.store.read(log::head).unwrap().unwrap();
-    let entry = Entry::new(
-        EntryHeader {
-            entry_index: head.world.revision + 1,
-            semantics_epoch: 1,
-            transition_fn: r("transitionFn"),
-            interpreter: r("interpreter"),
-            prev_entry_hash: head.world.log_head,
-            written_by: "rest:ops".into(),
-        },
-        rec.hash,
+    let record_ref = rec.hash;
+    commit_as_ops(
+        w,
+        (r("transitionFn"), r("interpreter")),
+        (record_ref, r("output")),
+        vec![rec],
     )
-    .unwrap();
-    let world = WorldDoc {
-        revision: entry.header.entry_index,
-        state_root: r("output"),
-        log_head: entry.entry_hash,
-    };
-    let c = RestCommit {
-        invocation_id: None,
-        observed_head: Some(head.world_ref),
-        objects: vec![rec],
-        world_ref: world.reference().unwrap(),
-        entry,
-        world,
-    };
-    let grant = CommitGrant {
-        episode: "ops".into(),
-        budget: 10,
-    };
-    commit::rest_commit(&w.store, c, &grant).unwrap();
-    head.world.revision + 1
 }
 
 fn write_call(w: &World) -> broker_core::coordinator::CallOutput {

@@ -122,6 +122,19 @@ fn threads_and_fds(pid: u32) -> (usize, usize) {
     )
 }
 
+/// A daemon whose `ailang` stand-in lives in `bins`, after one plain run: it, its session
+/// credential and its pid.
+fn served_once(bins: &Path) -> (Daemon, String, u32) {
+    let (d, token) = start(bins, "");
+    let pid = d.child.id();
+    let v = run_hello(&d, &token);
+    assert_eq!(
+        v["result"]["structuredContent"]["stdout"], "hello from pi\n",
+        "{v}"
+    );
+    (d, token, pid)
+}
+
 /// A program writes 8 MiB of NUL to stdout and 8 MiB of \x01 to stderr: under the output
 /// cap, but each byte is six once escaped as JSON. The plugin used to build a 100 MB answer
 /// the host then refused (the effect failed after all that work, about 100 MB of the
@@ -130,14 +143,8 @@ fn threads_and_fds(pid: u32) -> (usize, usize) {
 #[test]
 fn control_byte_output_is_answered_cut_and_does_not_cost_the_daemon_100_mb() {
     let bins = tempfile::tempdir().unwrap();
-    let (d, token) = start(bins.path(), "");
-    let pid = d.child.id();
     // A plain run first: the daemon's memory once it has served one.
-    let v = run_hello(&d, &token);
-    assert_eq!(
-        v["result"]["structuredContent"]["stdout"], "hello from pi\n",
-        "{v}"
-    );
+    let (d, token, pid) = served_once(bins.path());
     let before = status_kb(pid, "VmHWM");
     for (mode, out_char, err_char) in [
         ("control-bytes", '\u{0}', '\u{1}'),
@@ -199,13 +206,7 @@ fn control_byte_output_is_answered_cut_and_does_not_cost_the_daemon_100_mb() {
 #[test]
 fn a_descendant_leaving_the_group_leaks_no_thread_or_descriptor_of_the_daemon() {
     let bins = tempfile::tempdir().unwrap();
-    let (d, token) = start(bins.path(), "");
-    let pid = d.child.id();
-    let v = run_hello(&d, &token);
-    assert_eq!(
-        v["result"]["structuredContent"]["stdout"], "hello from pi\n",
-        "{v}"
-    );
+    let (d, token, pid) = served_once(bins.path());
     // Let threads that served the first call settle.
     std::thread::sleep(Duration::from_millis(300));
     let before = threads_and_fds(pid);
