@@ -531,7 +531,7 @@ pub fn audit(r: &ReadCtx<'_>) -> Result<SessionAudit, StoreError> {
 }
 
 /// A token or a credential id: 64 hex digits.
-fn is_64_hex(text: &str) -> bool {
+pub fn is_64_hex(text: &str) -> bool {
     text.len() == 64 && text.bytes().all(|b| b.is_ascii_hexdigit())
 }
 

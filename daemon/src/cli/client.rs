@@ -159,10 +159,6 @@ pub struct CallArgs {
     pub client: ClientArgs,
 }
 
-fn is_credential(text: &str) -> bool {
-    text.len() == 64 && text.bytes().all(|b| b.is_ascii_hexdigit())
-}
-
 /// Resolve the session credential text from `--session`, else `$WORLD_SESSION`: the 64-hex
 /// credential itself, or a file holding it. Each mistake gets its own sentence.
 pub(super) fn credential(arg: &Option<String>) -> Result<Option<String>, Failure> {
@@ -181,7 +177,7 @@ pub(super) fn credential(arg: &Option<String>) -> Result<Option<String>, Failure
             "{source} is empty: give a session file or the 64-hex credential ({MAKE_ONE})"
         )));
     }
-    if is_credential(&raw) {
+    if broker_core::session::is_64_hex(&raw) {
         // Once a process, however many requests a verb makes.
         static WARNED: std::sync::Once = std::sync::Once::new();
         WARNED.call_once(|| errln!("worldd: warning: a credential on the command line or in the environment is visible to other processes; prefer a file"));
@@ -221,7 +217,7 @@ pub(super) fn credential(arg: &Option<String>) -> Result<Option<String>, Failure
         }
     }
     let token = text.trim();
-    if !is_credential(token) {
+    if !broker_core::session::is_64_hex(token) {
         return Err(Failure::usage(format!(
             "session file {raw} does not hold a session credential (64 hex digits)"
         )));

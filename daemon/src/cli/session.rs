@@ -718,7 +718,7 @@ fn revoke_one(store: &Store, db: &Path, given: &str) -> CliResult {
     let fatal = |e: session::SessionError| Failure::fatal(e.to_string());
     let given = given.trim();
     let hex = !given.is_empty() && given.bytes().all(|b| b.is_ascii_hexdigit());
-    if hex && given.len() == 64 {
+    if session::is_64_hex(given) {
         let id = given.to_ascii_lowercase();
         if session::revoke(store, &id).map_err(fatal)? {
             outln!("revoked session credential {id}");
@@ -744,7 +744,7 @@ fn revoke_one(store: &Store, db: &Path, given: &str) -> CliResult {
             &format!("session file {given}"),
         )?;
         let token = text.trim();
-        if token.len() != 64 || !token.bytes().all(|b| b.is_ascii_hexdigit()) {
+        if !session::is_64_hex(token) {
             return Err(Failure::usage(format!(
                 "session file {given} does not hold a session credential (64 hex digits); nothing was revoked"
             )));
