@@ -226,13 +226,9 @@ class NotSent extends Error {
 async function ensureDaemon() {
   if (!state.gone) return;
   if (!state.checking) {
-    state.checking = daemonHere().then((here) => {
+    state.checking = ourDaemonHere().then((same) => {
       state.checking = null;
-      if (here !== null && here === state.daemon) {
-        state.gone = false;
-        return true;
-      }
-      return false;
+      return same;
     });
   }
   const same = await state.checking;
@@ -539,6 +535,17 @@ async function daemonHere(signal) {
   }
 }
 
+/**
+ * Is the daemon answering on this page's port the one serving the store the page signed in
+ * to? When it is, the page may send the credential again (`state.gone` is cleared).
+ */
+async function ourDaemonHere(signal) {
+  const here = await daemonHere(signal);
+  const same = here !== null && here === state.daemon;
+  if (same) state.gone = false;
+  return same;
+}
+
 /** The daemon went away: nothing is sent again until it is back. */
 function disconnected() {
   state.gone = true;
@@ -561,13 +568,12 @@ async function follow() {
   state.stream = ctl;
   // The daemon this page signed in to, or one serving the same store (restarted): anything
   // else on the port is not sent the credential, even when the operator asks to reconnect.
-  const here = await daemonHere(ctl.signal);
+  const same = await ourDaemonHere(ctl.signal);
   if (state.stream !== ctl) return;
-  if (here === null || here !== state.daemon) {
+  if (!same) {
     disconnected();
     return;
   }
-  state.gone = false;
   let refused = null;
   while (state.stream === ctl) {
     try {
@@ -608,13 +614,12 @@ async function follow() {
     // stopped leaves its port to whatever binds it next, which must not be sent the
     // credential unasked; the operator reconnects once the daemon is back.
     if (state.stream !== ctl) return;
-    const here = await daemonHere(ctl.signal);
+    const same = await ourDaemonHere(ctl.signal);
     if (state.stream !== ctl) return;
-    if (here === null || here !== state.daemon) {
+    if (!same) {
       disconnected();
       return;
     }
-    state.gone = false;
   }
 }
 
