@@ -152,8 +152,9 @@ impl Policy {
         let globs: Vec<String> = self.deny_write.iter().map(|g| json_string(g)).collect();
         format!(
             "{{\"allowHardLinks\":{},\"denyWrite\":[{}],\"maxReadBytes\":{},\"maxWriteBytes\":{},\
-             \"names\":\"nfkc-casefold\",\"policy\":\"worldd/workspace-policy/v2\",\
-             \"readOnly\":[\".git/\"],\"sandbox\":\"worktree\"}}",
+             \"names\":\"nfkc-casefold\",\"noRead\":[\".git/\"],\
+             \"policy\":\"worldd/workspace-policy/v3\",\"readOnly\":[\".git/\"],\
+             \"sandbox\":\"worktree\"}}",
             self.allow_hard_links,
             globs.join(","),
             self.max_read_bytes,

@@ -28,6 +28,16 @@ const KNOWN_KEYS: [&str; 5] = ["op", "path", "content", "old_text", "new_text"];
 /// Attempts when the tree changes between check and use.
 const ATTEMPTS: usize = 3;
 
+/// What writes and edits say of a path in git's own data.
+const GIT_READ_ONLY: &str = ".git/ is read-only to the lane's tools";
+
+/// What reads say of a path in git's own data. A repository's metadata is not part of the
+/// worktree an agent reads: a linked worktree's `.git` is a gitfile naming the operator's
+/// repository by its absolute host path (`gitdir: /home/…/repo/.git/worktrees/ep`), and a
+/// `.git/config` may hold remote URLs with credentials.
+const GIT_UNREAD: &str =
+    ".git/ is git's own data, not worktree content; the lane's tools do not read it";
+
 /// The `world` block the daemon adds to a read's result, as it appears in the result's
 /// canonical JSON (`world` sorts last): one effect with status `ok`, two 71-byte refs.
 const WORLD_BLOCK: &str = concat!(
@@ -118,6 +128,7 @@ impl WorkspaceHandler {
                 "{op} {path}: the file has {links} hard links; a hard link can name a file outside the worktree, so this policy reads only files with one link (the operator can allow them with allowHardLinks)"
             ),
             PathError::TooLarge(size) => self.too_large(op, path, size),
+            PathError::Refused(message) => message,
             PathError::Io(e) => format!("{op} {path}: openat {path}: {}", errno_text(&e)),
         };
         self.refuse(message)
@@ -196,18 +207,44 @@ impl WorkspaceHandler {
         check(request, &rules)
     }
 
+    /// The `.git/` rule for one worktree-relative path (as requested or as resolved), in the
+    /// op's words: every component is checked, after folding (NFKC, case folding), so a
+    /// nested repository's `.git` and look-alikes such as `.GIT` count too. Reads refuse it
+    /// as writes do: git's own data is not worktree content.
+    fn git_rule(op: &str, path: &str, relative: &str) -> Option<String> {
+        let named = git_component(relative)?;
+        let rule = if op == "read" {
+            GIT_UNREAD
+        } else {
+            GIT_READ_ONLY
+        };
+        Some(if named == ".git" {
+            format!("{op} {path}: {rule}")
+        } else {
+            format!(
+                "{op} {path}: \"{named}\" is named like .git (names are compared after NFKC and case folding); {rule}"
+            )
+        })
+    }
+
+    /// The `.git/` rule for a read's path *as requested*, before touching the file system
+    /// (`a/../.git` is refused even when `a` does not exist). `..` above the root is left to
+    /// the resolver, which calls it an escape.
+    fn requested_read_rule(path: &str) -> Option<String> {
+        lexical(path).and_then(|relative| Self::git_rule("read", path, &relative))
+    }
+
+    /// The `.git/` rule for where a read's path *resolves* (a symlink cannot launder git's
+    /// data into a readable name).
+    fn resolved_read_rule(path: &str, target: &Target) -> Option<String> {
+        Self::git_rule("read", path, &target.canonical())
+    }
+
     /// `.git/` and deny-glob rules for one worktree-relative path: every
     /// component is checked, after folding (NFKC, case folding).
     fn rule_for(&self, op: &str, path: &str, relative: &str) -> Option<Outcome> {
-        if let Some(named) = git_component(relative) {
-            if named == ".git" {
-                return Some(self.refuse(format!(
-                    "{op} {path}: .git/ is read-only to the lane's tools"
-                )));
-            }
-            return Some(self.refuse(format!(
-                "{op} {path}: \"{named}\" is named like .git (names are compared after NFKC and case folding); .git/ is read-only to the lane's tools"
-            )));
+        if let Some(message) = Self::git_rule(op, path, relative) {
+            return Some(self.refuse(message));
         }
         self.policy.denied_by(&[relative]).map(|glob| {
             self.refuse(format!(
@@ -230,11 +267,15 @@ impl WorkspaceHandler {
     }
 
     fn read(&self, sandbox: &Sandbox, path: &str) -> Outcome {
+        if let Some(message) = Self::requested_read_rule(path) {
+            return self.refuse(message);
+        }
         let rules = ReadRules {
             limit: self.policy.max_read_bytes,
             hard_links: self.policy.allow_hard_links,
         };
-        let content = match sandbox.read(path, rules) {
+        let vet = |target: &Target| Self::resolved_read_rule(path, target);
+        let content = match sandbox.read(path, rules, &vet) {
             Ok(bytes) => match String::from_utf8(bytes) {
                 Ok(content) => content,
                 Err(e) => return self.refuse(format!(
@@ -264,8 +305,9 @@ impl WorkspaceHandler {
         ))
     }
 
-    /// A read's preflight: declines a file over the read limit, or one whose result would be.
-    /// A file small enough that even six-byte escapes of every byte fit is not read at all.
+    /// A read's preflight: declines a path that resolves into git's own data (`.git/`), a file
+    /// over the read limit, or one whose result would be. A file small enough that even
+    /// six-byte escapes of every byte fit is not read at all.
     fn preflight_read(&self, sandbox: &Sandbox, path: &str) -> Preflight {
         let limit = self.policy.max_read_bytes;
         let rules = ReadRules {
@@ -273,7 +315,9 @@ impl WorkspaceHandler {
             hard_links: self.policy.allow_hard_links,
         };
         let always_fits = limit.saturating_sub(self.result_len("")) / 6;
-        match sandbox.read_if_larger(path, rules, always_fits) {
+        let vet = |target: &Target| Self::resolved_read_rule(path, target);
+        match sandbox.read_if_larger(path, rules, always_fits, &vet) {
+            Err(PathError::Refused(message)) => self.stamp.decline(message),
             Err(PathError::TooLarge(size)) => {
                 self.stamp.decline(self.too_large("read", path, size))
             }
@@ -428,7 +472,9 @@ fn overlaps(haystack: &str, needle: &str) -> bool {
 impl EffectHandler for WorkspaceHandler {
     /// Declines, before any budget is spent, the requests whose path or size alone makes them
     /// refusals: an empty path, a path with a NUL byte or over the path limit, a write whose
-    /// content is over the write limit, a read whose file or result is over the read limit.
+    /// content is over the write limit, a read of git's own data (a path as requested or as
+    /// resolved with a component named like `.git`), a read whose file or result is over the
+    /// read limit.
     /// Anything else proceeds to `execute`, which checks it all again.
     fn preflight(&self, request: &Request) -> Preflight {
         let Ok(checked) = self.checked(request) else {
@@ -449,10 +495,15 @@ impl EffectHandler for WorkspaceHandler {
                 Some(message) => self.stamp.decline(message),
                 None => Preflight::Proceed,
             },
-            "read" => match Sandbox::open(Path::new(worktree)) {
-                Ok(sandbox) => self.preflight_read(&sandbox, path),
-                Err(_) => Preflight::Proceed,
-            },
+            "read" => {
+                if let Some(message) = Self::requested_read_rule(path) {
+                    return self.stamp.decline(message);
+                }
+                match Sandbox::open(Path::new(worktree)) {
+                    Ok(sandbox) => self.preflight_read(&sandbox, path),
+                    Err(_) => Preflight::Proceed,
+                }
+            }
             _ => Preflight::Proceed,
         }
     }

@@ -21,8 +21,8 @@
 //!   that file cannot be read, the SHA-256 of `"worldd-handler-workspace@<version>"`.
 //! - `policy_digest` = hex SHA-256 of the canonical JSON (RFC 8785) of the
 //!   effective policy: `{"allowHardLinks":b,"denyWrite":[…],"maxReadBytes":n,
-//!   "maxWriteBytes":n,"names":"nfkc-casefold","policy":"worldd/workspace-policy/v2",
-//!   "readOnly":[".git/"],"sandbox":"worktree"}`.
+//!   "maxWriteBytes":n,"names":"nfkc-casefold","noRead":[".git/"],
+//!   "policy":"worldd/workspace-policy/v3","readOnly":[".git/"],"sandbox":"worktree"}`.
 //!
 //! # Refusals and failures
 //!
@@ -36,6 +36,12 @@
 //! - `read big.txt: file is 2000000 bytes; the limit is 1048576`
 //! - `read ctl.txt: the result would be 1620412 bytes (the file is 270002 bytes; JSON escaping adds the rest); the limit is 1048576`
 //! - `read notes.txt: the file has 2 hard links; …` (also for edits)
+//! - `read .git: .git/ is git's own data, not worktree content; the lane's
+//!   tools do not read it`, and for any other component named like `.git`:
+//!   `read sub/.GIT/config: "sub/.GIT" is named like .git (names are compared
+//!   after NFKC and case folding); .git/ is git's own data, not worktree
+//!   content; the lane's tools do not read it` (declined before any budget is
+//!   spent, see *Confinement*)
 //! - `write .git/config: .git/ is read-only to the lane's tools`, and for any
 //!   other component named like `.git`: `write sub/.GIT/x: "sub/.GIT" is named
 //!   like .git (names are compared after NFKC and case folding); .git/ is
@@ -77,11 +83,18 @@
 //!   and deny rules apply to both the requested path and where it resolves.
 //! - A symlink swapped in between the check and the use makes the no-follow
 //!   open fail and the operation start again; it is never followed.
-//! - Names like `.git` are read-only at every depth: a component whose folded
+//! - Names like `.git` are git's own data at every depth, neither written nor
+//!   read: a component whose folded
 //!   form (NFKC, full case folding, NFKC, default-ignorable characters
 //!   dropped; `handler_kit::protect`) is `.git` after trailing dots
 //!   and spaces, or `git~1`. So `.GIT/x`, `．git/x` (U+FF0E), `sub/.git` (a
-//!   nested repository or gitfile) and `.git./x` are refused; reads are not.
+//!   nested repository or gitfile) and `.git./x` are refused. A read of one
+//!   is refused too: a linked worktree's `.git` is a gitfile naming the
+//!   operator's repository by its absolute host path, and `.git/config` may
+//!   hold remote URLs with credentials. The read's preflight declines it (as
+//!   requested, or where a symlink resolves), so nothing is spent; the effect
+//!   refuses it again, for a symlink swapped in between. No op of this plugin
+//!   needs git's data: commits go through the git plugin.
 //! - Deny globs (worldd's glob dialect: `*`, `?`, `**`; `[ ] { } \` reserved)
 //!   are folded like the path and match the whole path or any tail of it that
 //!   starts at a component (`**/G`): `.github/**` refuses `sub/.github/x`.

@@ -6,8 +6,8 @@
 //! manual resolution otherwise). On top of that this module resolves paths
 //! itself, one component at a time, so that it knows the *canonical*
 //! worktree-relative path a request ends at (to apply `.git/` and deny-glob
-//! rules to where a write really lands, and to say "escapes sandbox" instead
-//! of a bare errno):
+//! rules to where a write really lands, the `.git/` rule to what a read really
+//! reads, and to say "escapes sandbox" instead of a bare errno):
 //!
 //! 1. **Resolve** (check): walk the requested path from the root. `..` pops
 //!    a component we hold (never the kernel's `..`); a symlink is read and its
@@ -70,7 +70,13 @@ pub enum PathError {
     HardLinked(u64),
     /// An operating-system error, reported as `openat <path>: <text>`.
     Io(io::Error),
+    /// The caller's [`Vet`] refused the resolved target, in these words.
+    Refused(String),
 }
+
+/// A caller's rule for where a read's path resolves (the canonical [`Target`]): `Some(text)`
+/// refuses the read before anything there is opened.
+pub type Vet<'a> = &'a dyn Fn(&Target) -> Option<String>;
 
 impl From<io::Error> for PathError {
     fn from(e: io::Error) -> Self {
@@ -288,10 +294,12 @@ impl Sandbox {
         Ok(opened)
     }
 
-    /// Read a whole file of at most `rules.limit` bytes (resolve, then use).
-    pub fn read(&self, path: &str, rules: ReadRules) -> Result<Vec<u8>, PathError> {
+    /// Read a whole file of at most `rules.limit` bytes (resolve, then use). `vet` sees where
+    /// the path resolves before anything is opened there; its text refuses the read
+    /// ([`PathError::Refused`]).
+    pub fn read(&self, path: &str, rules: ReadRules, vet: Vet) -> Result<Vec<u8>, PathError> {
         retry(|| {
-            let target = self.resolve(path, false)?;
+            let target = self.resolved(path, vet)?;
             self.read_target(&target, rules)
         })
     }
@@ -305,9 +313,10 @@ impl Sandbox {
         path: &str,
         rules: ReadRules,
         skip_at_most: u64,
+        vet: Vet,
     ) -> Result<Option<Vec<u8>>, PathError> {
         retry(|| {
-            let target = self.resolve(path, false)?;
+            let target = self.resolved(path, vet)?;
             if target.size.is_some_and(|size| size <= skip_at_most) {
                 return Ok(None);
             }
@@ -315,6 +324,15 @@ impl Sandbox {
             let dir = opened.as_ref().unwrap_or(&self.root);
             read_in(dir, &target.name, rules, Some(skip_at_most))
         })
+    }
+
+    /// [`Sandbox::resolve`] for a read, then `vet` on the target.
+    fn resolved(&self, path: &str, vet: Vet) -> Result<Target, PathError> {
+        let target = self.resolve(path, false)?;
+        match vet(&target) {
+            Some(refusal) => Err(PathError::Refused(refusal)),
+            None => Ok(target),
+        }
     }
 
     /// Read the file a resolved target names. `Changed` when the chain was
@@ -701,19 +719,21 @@ mod tests {
         let target = sandbox.resolve("small-link", false).unwrap();
         assert_eq!(target.size, Some(5));
         assert!(matches!(
-            sandbox.read_if_larger("small-link", rules, 5),
+            sandbox.read_if_larger("small-link", rules, 5, &|_| None),
             Ok(None)
         ));
         assert!(matches!(
-            sandbox.read("small-link", rules),
+            sandbox.read("small-link", rules, &|_| None),
             Err(PathError::HardLinked(2))
         ));
         assert!(matches!(
-            sandbox.read_if_larger("large-link", rules, 5),
+            sandbox.read_if_larger("large-link", rules, 5, &|_| None),
             Err(PathError::HardLinked(2))
         ));
         assert_eq!(
-            sandbox.read_if_larger("plain", rules, 5).unwrap(),
+            sandbox
+                .read_if_larger("plain", rules, 5, &|_| None)
+                .unwrap(),
             Some("y".repeat(64).into_bytes())
         );
         assert_eq!(sandbox.resolve("missing", true).unwrap().size, None);
@@ -754,7 +774,10 @@ mod tests {
             "secret"
         );
         // Resolved afresh, the path now leads outside and is refused as such.
-        assert!(matches!(sandbox.read("d/f", rules), Err(PathError::Escape)));
+        assert!(matches!(
+            sandbox.read("d/f", rules, &|_| None),
+            Err(PathError::Escape)
+        ));
     }
 
     #[test]

@@ -90,6 +90,21 @@ fn plant(f: &Fixture) {
     fs::hard_link(&canary, f.path("hard_canary")).unwrap();
     f.put("sub/dir/keep.txt", "keep");
     f.put("ctl.txt", &"\u{1}".repeat(270_002));
+    // Git's own data: a linked worktree's gitfile names the operator's repository by its host
+    // path; a nested repository's config may hold a remote URL with credentials.
+    f.put(
+        ".git",
+        &format!(
+            "gitdir: {}\n",
+            outside.join("repo/.git/worktrees/ep3").display()
+        ),
+    );
+    f.link("gitlink", ".git");
+    f.put(
+        "sub/repo/.git/config",
+        &format!("[remote \"origin\"]\n\turl = https://operator:{CANARY}@example.com/r.git\n"),
+    );
+    f.link("repolink", "sub/repo/.git");
 }
 
 fn corpus(f: &Fixture) -> Vec<Case> {
@@ -338,6 +353,47 @@ fn corpus(f: &Fixture) -> Vec<Case> {
             "full-width .gitmodules",
             "sub/\u{ff0e}gitmodules",
             Refused("matches fs_deny_write \".gitmodules\""),
+        ),
+        // Reads of git's own data (the gitfile names a host path).
+        read(
+            "linked worktree's gitfile",
+            ".git",
+            Refused("git's own data, not worktree content"),
+        ),
+        read(
+            "gitfile with a trailing slash",
+            ".git/",
+            Refused("git's own data, not worktree content"),
+        ),
+        read(
+            "dotdot into the gitfile",
+            "sub/../.git",
+            Refused("git's own data, not worktree content"),
+        ),
+        read(
+            "symlink to the gitfile",
+            "gitlink",
+            Refused("git's own data, not worktree content"),
+        ),
+        read(
+            "nested repository's config",
+            "sub/repo/.git/config",
+            Refused("named like .git"),
+        ),
+        read(
+            "case look-alike of a nested .git",
+            "sub/repo/.GIT/config",
+            Refused("named like .git"),
+        ),
+        read(
+            "full-width .git read",
+            "\u{ff0e}git/config",
+            Refused("named like .git"),
+        ),
+        read(
+            "symlink into a nested .git",
+            "repolink/config",
+            Refused("named like .git"),
         ),
         // Hard links.
         read(
@@ -680,4 +736,132 @@ fn edit_through_a_hard_link_cannot_copy_an_outside_file_in() {
         2,
         "the link is untouched"
     );
+}
+
+/// The linked worktree `worldd session new EP --repo repo` makes has a gitfile for its `.git`,
+/// naming the operator's repository by its absolute host path. Reading it showed that path
+/// to the agent; git's own data is not worktree content, and a read of it is declined before
+/// any budget is spent.
+#[test]
+fn reading_dot_git_does_not_show_the_operators_host_path() {
+    let f = Fixture::new();
+    let gitdir = f.outside.join("repo/.git/worktrees/ep3");
+    f.put(".git", &format!("gitdir: {}\n", gitdir.display()));
+    f.link("gitlink", ".git");
+    let host = f.tmp.path().to_string_lossy().into_owned();
+    for path in [".git", "./.git", ".git/", "sub/../.git", "gitlink"] {
+        let expected = format!(
+            "read {path}: .git/ is git's own data, not worktree content; the lane's tools do not read it"
+        );
+        let payload = json!({"op": "read", "path": path});
+        assert_eq!(
+            f.preflight("Workspace.Read", payload).as_deref(),
+            Some(expected.as_str()),
+            "{path}: declined before any spend"
+        );
+        // The effect refuses it too (a symlink swapped in after the preflight).
+        let out = f.read(path);
+        assert_eq!(refused(&out), expected);
+        let text = handler_kit::serde_json::to_string(&out).unwrap();
+        assert!(
+            !text.contains(&host) && !text.contains("gitdir"),
+            "{path}: {text}"
+        );
+    }
+}
+
+/// A repository's `.git/` (the worktree's own, or a nested one) holds its config, whose remote
+/// URLs may carry credentials, its hooks and its objects: none of it is read, however named,
+/// and the rule comes before the size limit (a pack file's size is not told either).
+#[test]
+fn git_metadata_and_its_credentials_are_not_read() {
+    let f = Fixture::new();
+    let config = "[remote \"origin\"]\n\turl = https://operator:ghp_SECRET@example.com/r.git\n";
+    f.put(".git/config", config);
+    f.put(".git/HEAD", "ref: refs/heads/main\n");
+    fs::create_dir_all(f.path(".git/objects/pack")).unwrap();
+    fs::write(f.path(".git/objects/pack/big.pack"), vec![b'p'; 2_000_000]).unwrap();
+    f.put("vendor/lib/.git/config", config);
+    f.link("innocent", ".git/config");
+    f.link("pack", ".git/objects/pack/big.pack");
+    f.link("vendor/gitdir", "lib/.git");
+    let own = ".git/ is git's own data, not worktree content; the lane's tools do not read it";
+    let nested = format!("\"vendor/lib/.git\" is named like .git (names are compared after NFKC and case folding); {own}");
+    for (path, rule) in [
+        (".git/config", own.to_string()),
+        (".git/HEAD", own.to_string()),
+        (".git/objects/pack/big.pack", own.to_string()),
+        ("a/../.git/config", own.to_string()),
+        ("innocent", own.to_string()),
+        ("pack", own.to_string()),
+        (".git/no-such-file", own.to_string()),
+        ("vendor/lib/.git/config", nested.clone()),
+        ("vendor/gitdir/config", nested.clone()),
+    ] {
+        let expected = format!("read {path}: {rule}");
+        let payload = json!({"op": "read", "path": path});
+        assert_eq!(
+            f.preflight("Workspace.Read", payload).as_deref(),
+            Some(expected.as_str()),
+            "{path}: declined before any spend"
+        );
+        let out = f.read(path);
+        assert_eq!(refused(&out), expected);
+        let text = handler_kit::serde_json::to_string(&out).unwrap();
+        assert!(!text.contains("ghp_SECRET"), "{path}: {text}");
+    }
+    // Writes keep their own words.
+    assert_eq!(
+        refused(&f.write("innocent", "x")),
+        "write innocent: .git/ is read-only to the lane's tools"
+    );
+}
+
+/// Names that are `.git` on some file system (case, Unicode compatibility forms, ignorable
+/// characters, trailing dots and spaces, the 8.3 short name) are refused to reads as `.git`
+/// is, wherever they are; names that only contain `git` are read as any file.
+#[test]
+fn look_alike_git_names_cannot_be_read() {
+    let f = Fixture::new();
+    for (path, named) in [
+        (".GIT/config", ".GIT"),
+        (".Git/HEAD", ".Git"),
+        ("\u{ff0e}git/config", "\u{ff0e}git"),
+        (
+            ".\u{ff47}\u{ff49}\u{ff54}/config",
+            ".\u{ff47}\u{ff49}\u{ff54}",
+        ),
+        (".g\u{200c}it/config", ".g\u{200c}it"),
+        (".git /config", ".git "),
+        (".git./config", ".git."),
+        ("git~1/config", "git~1"),
+        ("sub/.GIT", "sub/.GIT"),
+        ("deep/er/.git/config", "deep/er/.git"),
+    ] {
+        f.put(path, "[core]\n");
+        let expected = format!(
+            "read {path}: \"{named}\" is named like .git (names are compared after NFKC and case folding); .git/ is git's own data, not worktree content; the lane's tools do not read it"
+        );
+        let payload = json!({"op": "read", "path": path});
+        assert_eq!(
+            f.preflight("Workspace.Read", payload).as_deref(),
+            Some(expected.as_str()),
+            "{path}"
+        );
+        assert_eq!(refused(&f.read(path)), expected, "{path}");
+    }
+    for path in [
+        ".gitignore",
+        "x.git",
+        ".github/workflows/ci.yml",
+        "git/x",
+        ".g-it/x",
+    ] {
+        f.put(path, "text\n");
+        assert_eq!(
+            f.preflight("Workspace.Read", json!({"op": "read", "path": path})),
+            None
+        );
+        assert_eq!(f.read(path)["content"], json!("text\n"), "{path}");
+    }
 }

@@ -350,8 +350,11 @@ fn write_refuses_git() {
         fs::read_to_string(f.path(".git/config")).unwrap(),
         "[core]\n"
     );
-    // Reading .git is allowed.
-    assert!(is_ok(&f.read(".git/config")));
+    // Reading .git is refused too: git's own data is not worktree content.
+    assert_eq!(
+        refused(&f.read(".git/config")),
+        "read .git/config: .git/ is git's own data, not worktree content; the lane's tools do not read it"
+    );
     // Names like .git are refused at any depth, compared after NFKC and case folding.
     for (path, named) in [
         (".GIT/x", ".GIT"),
@@ -863,7 +866,8 @@ fn policy_digest_is_sha256_of_the_canonical_policy() {
         canonical,
         "{\"allowHardLinks\":false,\"denyWrite\":[\".github/**\",\".pi/**\",\".claude/**\",\".gitmodules\",\".gitattributes\",\".ailang/**\"],\
          \"maxReadBytes\":1048576,\"maxWriteBytes\":8388608,\"names\":\"nfkc-casefold\",\
-         \"policy\":\"worldd/workspace-policy/v2\",\"readOnly\":[\".git/\"],\"sandbox\":\"worktree\"}"
+         \"noRead\":[\".git/\"],\"policy\":\"worldd/workspace-policy/v3\",\"readOnly\":[\".git/\"],\
+         \"sandbox\":\"worktree\"}"
     );
     assert_eq!(policy.digest(), sha256_hex(canonical.as_bytes()));
     // The canonical form is valid JSON with sorted keys.
