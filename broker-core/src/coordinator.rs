@@ -97,6 +97,7 @@ mod hooks;
 mod known;
 mod outcome;
 mod record;
+mod task_view;
 mod turns;
 
 pub use call::{BudgetLine, Call, CallError, CallOutput, EffectSummary, Reconciliation, Surface};
@@ -104,6 +105,7 @@ pub use committing::Committing;
 pub use handler::{EffectHandler, EffectRequest, HandlerOutcome, Handlers};
 pub use hooks::{Clock, CrashPoint, Hooks, SystemClock};
 pub use known::{KNOWN_EPISODES_MAX, KNOWN_MAX};
+pub use task_view::TaskView;
 
 use closed::{
     closed_by_denial, declined, ended_body, output_with_world, output_with_world_after, refusal,

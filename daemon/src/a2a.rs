@@ -15,8 +15,12 @@
 //! task's state follows the outcome classification ([`crate::outcome`]): `ok` → completed,
 //! `refused`/`denied` → rejected, `failed` → failed (`tasks/send` keeps `completed`).
 //!
-//! `A2A-Version` names `1.0` or `0.3` exactly (`requested_version`); absent, 0.3. Any other
-//! value is the specification's `VersionNotSupportedError` (-32009) for every method.
+//! `A2A-Version` (a header, or a query parameter) names `1.0` or `0.3` exactly
+//! (`requested_version`); absent, 0.3. Any other value is the specification's
+//! `VersionNotSupportedError` (-32009) for every method, and so is a method sent under the
+//! version it is not of ([`METHODS`]). Tasks are read back by id, never canceled
+//! ([`tasks`]); the methods of what the card declines (streaming, push notifications, the
+//! extended card, listing) answer the specification's errors ([`Unsupported`]).
 //!
 //! Errors are JSON-RPC errors in an HTTP 200, with the fixed messages of the contract; the
 //! message methods add `data` with the outcome classification where the question "did it
@@ -26,7 +30,7 @@
 use std::sync::Arc;
 
 use axum::extract::State;
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::{HeaderMap, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
@@ -63,6 +67,36 @@ pub fn routes() -> Router<AppState> {
         .route("/a2a", post(a2a))
         .route("/.well-known/agent-card.json", get(agent_card))
         .route("/.well-known/agent.json", get(agent_card))
+}
+
+mod tasks;
+
+/// A JSON-RPC result in an HTTP 200.
+fn rpc_result(id: &Value, result: Value) -> Response {
+    let body = json!({"jsonrpc": "2.0", "id": id, "result": result});
+    (StatusCode::OK, Json(body)).into_response()
+}
+
+/// An A2A-specific error (`-32001` to `-32099`) with the `google.rpc.ErrorInfo` in `data` that
+/// A2A 1.0 requires of them (9.5): `reason` names the error, `metadata` says about what.
+fn error_info(
+    id: &Value,
+    code: i64,
+    message: &str,
+    reason: &str,
+    metadata: &[(&str, &str)],
+) -> Response {
+    let metadata: serde_json::Map<String, Value> = metadata
+        .iter()
+        .map(|(k, v)| ((*k).to_owned(), Value::String((*v).to_owned())))
+        .collect();
+    let info = json!({
+        "@type": "type.googleapis.com/google.rpc.ErrorInfo",
+        "reason": reason,
+        "domain": "a2a-protocol.org",
+        "metadata": metadata,
+    });
+    rpc_error_with_data(id, code, message.to_owned(), json!([info]))
 }
 
 /// A JSON-RPC error reply in an HTTP 200.
@@ -286,18 +320,32 @@ enum Version {
     V0_3,
 }
 
-/// The version the `A2A-Version` header names, by its `Major.Minor` exactly (A2A 3.6: a patch
-/// number, which requests should not carry, is not considered); absent or empty, 0.3 (A2A
-/// 3.6.2). `Err` holds the field as sent when it names no version spoken here: anything but
+/// The version the request names, by its `Major.Minor` exactly (A2A 3.6: a patch number,
+/// which requests should not carry, is not considered), in the `A2A-Version` header or the
+/// query parameter of that name (3.6.1), which must then agree; named nowhere (or empty), 0.3
+/// (3.6.2). `Err` holds what was sent when it names no version spoken here: anything but
 /// digits `Major.Minor[.Patch]` (trailing text, whitespace inside, signs, a major alone, a
-/// list), another version (`1.2`, `2.0`, `01.0`), or the field sent twice
-/// ([`crate::edge::fields`]). Only the whitespace around a field value, which is not part of
-/// it (HTTP), is passed over.
-fn requested_version(headers: &HeaderMap) -> Result<Version, String> {
+/// list), another version (`1.2`, `2.0`, `01.0`), the field sent twice
+/// ([`crate::edge::fields`]), a header and a parameter that disagree, or a query that does
+/// not parse. Only the whitespace around a header's value, which is not part of it (HTTP), is
+/// passed over.
+fn requested_version(headers: &HeaderMap, uri: &Uri) -> Result<Version, String> {
+    let header = header_version(headers)?;
+    let parameter = query_version(uri)?;
+    match (header, parameter) {
+        (None, None) => Ok(Version::V0_3),
+        (Some((v, _)), None) | (None, Some((v, _))) => Ok(v),
+        (Some((a, _)), Some((b, _))) if a == b => Ok(a),
+        (Some((_, a)), Some((_, b))) => Err(format!("{a}, {b}")),
+    }
+}
+
+/// The `A2A-Version` header's version and text, `None` when absent or empty.
+fn header_version(headers: &HeaderMap) -> Result<Option<(Version, String)>, String> {
     let asked = || crate::edge::fields::texts(headers, VERSION_HEADER).join(", ");
     let value = match crate::edge::fields::single(headers, VERSION_HEADER) {
         Err(_) => return Err(asked()),
-        Ok(None) => return Ok(Version::V0_3),
+        Ok(None) => return Ok(None),
         Ok(Some(value)) => value,
     };
     let Ok(text) = value.to_str() else {
@@ -305,23 +353,271 @@ fn requested_version(headers: &HeaderMap) -> Result<Version, String> {
     };
     let text = text.trim_matches([' ', '\t']);
     if text.is_empty() {
-        return Ok(Version::V0_3);
+        return Ok(None);
     }
+    version_of(text)
+        .map(|v| Some((v, text.to_owned())))
+        .ok_or_else(asked)
+}
+
+/// The `A2A-Version` query parameter's version and text (its name matched without regard to
+/// case, as the header's is), `None` when absent or empty.
+fn query_version(uri: &Uri) -> Result<Option<(Version, String)>, String> {
+    let Some(query) = uri.query() else {
+        return Ok(None);
+    };
+    let Ok(axum::extract::Query(pairs)) =
+        axum::extract::Query::<Vec<(String, String)>>::try_from_uri(uri)
+    else {
+        return Err(query.to_owned());
+    };
+    let mut named = pairs
+        .into_iter()
+        .filter(|(name, _)| name.eq_ignore_ascii_case(VERSION_HEADER));
+    let (first, second) = (named.next(), named.next());
+    match (first, second) {
+        (None, _) => Ok(None),
+        (Some((_, a)), Some((_, b))) => Err(format!("{a}, {b}")),
+        (Some((_, text)), None) if text.is_empty() => Ok(None),
+        (Some((_, text)), None) => match version_of(&text) {
+            Some(v) => Ok(Some((v, text))),
+            None => Err(text),
+        },
+    }
+}
+
+/// `Major.Minor[.Patch]` in digits, naming a version spoken here.
+fn version_of(text: &str) -> Option<Version> {
     let parts: Vec<&str> = text.split('.').collect();
     let number = |p: &&str| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit());
     if !(2..=3).contains(&parts.len()) || !parts.iter().all(number) {
-        return Err(asked());
+        return None;
     }
     match (parts[0], parts[1]) {
-        ("1", "0") => Ok(Version::V1_0),
-        ("0", "3") => Ok(Version::V0_3),
-        _ => Err(asked()),
+        ("1", "0") => Some(Version::V1_0),
+        ("0", "3") => Some(Version::V0_3),
+        _ => None,
     }
+}
+
+impl Version {
+    fn number(self) -> &'static str {
+        match self {
+            Version::V1_0 => "1.0",
+            Version::V0_3 => "0.3",
+        }
+    }
+
+    fn other(self) -> Version {
+        match self {
+            Version::V1_0 => Version::V0_3,
+            Version::V0_3 => Version::V1_0,
+        }
+    }
+}
+
+/// What a method asks of `/a2a/`.
+#[derive(Debug, Clone, Copy)]
+enum Op {
+    /// Call a tool: the send method, whose shapes the answer takes.
+    Send(Method),
+    /// Read a task back; the version's send method gives the task's shape.
+    Read(tasks::Read, Method),
+    /// A method of the specification this agent does not offer (its card says so).
+    Unsupported(Unsupported),
+}
+
+/// The methods a client may send that this agent's card declines.
+#[derive(Debug, Clone, Copy)]
+enum Unsupported {
+    /// `capabilities.streaming: false`.
+    Streaming,
+    /// `capabilities.pushNotifications: false`.
+    Push,
+    /// 1.0's `GetExtendedAgentCard` under `capabilities.extendedAgentCard: false`.
+    ExtendedCard,
+    /// 0.3's `agent/getAuthenticatedExtendedCard` (`supportsAuthenticatedExtendedCard` unset).
+    ExtendedCardNotConfigured,
+    /// 1.0's `ListTasks`.
+    Listing,
+}
+
+impl Unsupported {
+    /// The specification's error for it, its message exactly, with why in the `ErrorInfo`.
+    fn answer(self, id: &Value) -> Response {
+        let (code, message, reason, why) = match self {
+            Unsupported::Streaming => (-32004, "This operation is not supported", "UNSUPPORTED_OPERATION",
+                "streaming is not supported (the agent card's capabilities.streaming is false): send the message without streaming, and read a task back by its id"),
+            Unsupported::Push => (-32003, "Push Notification is not supported", "PUSH_NOTIFICATION_NOT_SUPPORTED",
+                "push notifications are not supported (the agent card's capabilities.pushNotifications is false): read a task back by its id"),
+            Unsupported::ExtendedCard => (-32004, "This operation is not supported", "UNSUPPORTED_OPERATION",
+                "there is no extended agent card (the card's capabilities.extendedAgentCard is false): the card at /.well-known/agent-card.json, read with the credential, lists every tool this session may call"),
+            Unsupported::ExtendedCardNotConfigured => (-32007, "Authenticated Extended Card not configured", "AUTHENTICATED_EXTENDED_CARD_NOT_CONFIGURED",
+                "there is no extended agent card: the card at /.well-known/agent-card.json, read with the credential, lists every tool this session may call"),
+            Unsupported::Listing => (-32004, "This operation is not supported", "UNSUPPORTED_OPERATION",
+                "tasks are not listed: read each task back by its id with GetTask (the id its SendMessage answered with)"),
+        };
+        error_info(id, code, message, reason, &[("why", why)])
+    }
+}
+
+/// Every method `/a2a/` answers: its name, the version whose method it is, what it asks, and
+/// its counterpart in the other version, named when a request sends it under the wrong one.
+/// `tasks/send`, the contract's method from before 0.2, is served under 0.3.
+const METHODS: &[(&str, Version, Op, Option<&str>)] = {
+    use tasks::Read::{Cancel, Get};
+    use Method::{MessageSend, SendMessage, TasksSend};
+    use Op::{Read, Send};
+    use Unsupported::*;
+    use Version::{V0_3, V1_0};
+    &[
+        ("tasks/send", V0_3, Send(TasksSend), Some("SendMessage")),
+        ("message/send", V0_3, Send(MessageSend), Some("SendMessage")),
+        ("SendMessage", V1_0, Send(SendMessage), Some("message/send")),
+        ("tasks/get", V0_3, Read(Get, MessageSend), Some("GetTask")),
+        ("GetTask", V1_0, Read(Get, SendMessage), Some("tasks/get")),
+        (
+            "tasks/cancel",
+            V0_3,
+            Read(Cancel, MessageSend),
+            Some("CancelTask"),
+        ),
+        (
+            "CancelTask",
+            V1_0,
+            Read(Cancel, SendMessage),
+            Some("tasks/cancel"),
+        ),
+        (
+            "message/stream",
+            V0_3,
+            Op::Unsupported(Streaming),
+            Some("SendStreamingMessage"),
+        ),
+        (
+            "SendStreamingMessage",
+            V1_0,
+            Op::Unsupported(Streaming),
+            Some("message/stream"),
+        ),
+        (
+            "tasks/resubscribe",
+            V0_3,
+            Op::Unsupported(Streaming),
+            Some("SubscribeToTask"),
+        ),
+        (
+            "SubscribeToTask",
+            V1_0,
+            Op::Unsupported(Streaming),
+            Some("tasks/resubscribe"),
+        ),
+        (
+            "tasks/pushNotificationConfig/set",
+            V0_3,
+            Op::Unsupported(Push),
+            Some("CreateTaskPushNotificationConfig"),
+        ),
+        (
+            "CreateTaskPushNotificationConfig",
+            V1_0,
+            Op::Unsupported(Push),
+            Some("tasks/pushNotificationConfig/set"),
+        ),
+        (
+            "tasks/pushNotificationConfig/get",
+            V0_3,
+            Op::Unsupported(Push),
+            Some("GetTaskPushNotificationConfig"),
+        ),
+        (
+            "GetTaskPushNotificationConfig",
+            V1_0,
+            Op::Unsupported(Push),
+            Some("tasks/pushNotificationConfig/get"),
+        ),
+        (
+            "tasks/pushNotificationConfig/list",
+            V0_3,
+            Op::Unsupported(Push),
+            Some("ListTaskPushNotificationConfigs"),
+        ),
+        (
+            "ListTaskPushNotificationConfigs",
+            V1_0,
+            Op::Unsupported(Push),
+            Some("tasks/pushNotificationConfig/list"),
+        ),
+        (
+            "tasks/pushNotificationConfig/delete",
+            V0_3,
+            Op::Unsupported(Push),
+            Some("DeleteTaskPushNotificationConfig"),
+        ),
+        (
+            "DeleteTaskPushNotificationConfig",
+            V1_0,
+            Op::Unsupported(Push),
+            Some("tasks/pushNotificationConfig/delete"),
+        ),
+        (
+            "agent/getAuthenticatedExtendedCard",
+            V0_3,
+            Op::Unsupported(ExtendedCardNotConfigured),
+            Some("GetExtendedAgentCard"),
+        ),
+        (
+            "GetExtendedAgentCard",
+            V1_0,
+            Op::Unsupported(ExtendedCard),
+            Some("agent/getAuthenticatedExtendedCard"),
+        ),
+        ("ListTasks", V1_0, Op::Unsupported(Listing), None),
+    ]
+};
+
+/// The method a request names, when the version it was sent under is that method's; else
+/// `-32601 method not found`, or the specification's `VersionNotSupportedError` (-32009),
+/// which names the version to send or the other version's method (A2A 3.6.2: a request is
+/// served by the semantics of the version it names, or refused).
+fn routed(req: &Value, asked: Result<Version, String>, id: &Value) -> Result<Op, Box<Response>> {
+    // The envelope (`jsonrpc`, the id's and the method's types) was checked by [`envelope`].
+    let name = req.get("method").and_then(Value::as_str).unwrap_or("");
+    let Some(&(name, own, op, counterpart)) = METHODS.iter().find(|m| m.0 == name) else {
+        return Err(Box::new(rpc_error(id, -32601, "method not found")));
+    };
+    let asked_text = match &asked {
+        Ok(v) if *v == own => return Ok(op),
+        Ok(v) => v.number().to_owned(),
+        Err(text) => text.clone(),
+    };
+    let quoted = dialect::quote::quote(&asked_text);
+    let message = match (own, counterpart) {
+        // The contract's message for the 0.3 senders under a version no method here serves.
+        (Version::V0_3, _) if asked.is_err() => format!("A2A version {quoted} is not supported; supported: 1.0 (SendMessage), 0.3 (message/send; also when A2A-Version is absent)"),
+        (own, Some(other)) => format!(
+            "A2A version {quoted} is not supported by {name}; send A2A-Version: {} (or use {other} for {})",
+            own.number(),
+            own.other().number()
+        ),
+        (own, None) => format!(
+            "A2A version {quoted} is not supported by {name}; send A2A-Version: {}",
+            own.number()
+        ),
+    };
+    Err(Box::new(error_info(
+        id,
+        VERSION_NOT_SUPPORTED,
+        &message,
+        "VERSION_NOT_SUPPORTED",
+        &[("requested", &asked_text), ("supported", "1.0, 0.3")],
+    )))
 }
 
 async fn a2a(
     State(state): State<AppState>,
     headers: HeaderMap,
+    uri: Uri,
     body: axum::body::Body,
 ) -> Response {
     let deadline = Instant::now() + state.limits().call_deadline;
@@ -344,8 +640,17 @@ async fn a2a(
             )
         }
     };
-    let (method, send) = match sent(&headers, &req, &id) {
-        Ok(sent) => sent,
+    let method = match routed(&req, requested_version(&headers, &uri), &id) {
+        Ok(Op::Send(method)) => method,
+        Ok(Op::Read(read, shape)) => {
+            let params = req.get("params").unwrap_or(&Value::Null);
+            return tasks::answer(&state, &session, &id, read, shape, params).await;
+        }
+        Ok(Op::Unsupported(what)) => return what.answer(&id),
+        Err(answer) => return *answer,
+    };
+    let send = match sent(method, &req, &id) {
+        Ok(send) => send,
         Err(answer) => return *answer,
     };
     let class = match skill_class(&state, &session, &send.skill_id, &id).await {
@@ -466,32 +771,9 @@ async fn received(
     }
 }
 
-/// The method asked for and what it sends, or the JSON-RPC error that answers it (boxed: a
+/// What a send method's params ask for, or the JSON-RPC error that answers them (boxed: a
 /// response is large beside what it stands in for).
-fn sent(headers: &HeaderMap, req: &Value, id: &Value) -> Result<(Method, TaskSend), Box<Response>> {
-    // The envelope (`jsonrpc`, the id's and the method's types) was checked by [`envelope`].
-    let method = match req.get("method").and_then(Value::as_str) {
-        Some("tasks/send") => Method::TasksSend,
-        Some("message/send") => Method::MessageSend,
-        Some("SendMessage") => Method::SendMessage,
-        _ => return Err(Box::new(rpc_error(id, -32601, "method not found"))),
-    };
-    // SendMessage is 1.0's; the other two serve 1.0 and 0.3 alike.
-    let unsupported = match requested_version(headers) {
-        Ok(Version::V1_0) => None,
-        Ok(Version::V0_3) if method != Method::SendMessage => None,
-        Ok(Version::V0_3) => Some("0.3".to_owned()),
-        Err(asked) => Some(asked),
-    };
-    if let Some(asked) = unsupported {
-        let asked = dialect::quote::quote(&asked);
-        let message = if method == Method::SendMessage {
-            format!("A2A version {asked} is not supported by SendMessage; send A2A-Version: 1.0 (or use message/send for 0.3)")
-        } else {
-            format!("A2A version {asked} is not supported; supported: 1.0 (SendMessage), 0.3 (message/send; also when A2A-Version is absent)")
-        };
-        return Err(Box::new(rpc_error(id, VERSION_NOT_SUPPORTED, message)));
-    }
+fn sent(method: Method, req: &Value, id: &Value) -> Result<TaskSend, Box<Response>> {
     let params = req.get("params").unwrap_or(&Value::Null);
     let parsed = match method {
         Method::TasksSend => parse_params(params),
@@ -512,7 +794,7 @@ fn sent(headers: &HeaderMap, req: &Value, id: &Value) -> Result<(Method, TaskSen
             "the task id must be 1-128 characters of A-Z a-z 0-9 . _ -".into(),
         ));
     }
-    Ok((method, send))
+    Ok(send)
 }
 
 /// The class of the skill, when this session sees it. Visibility is rebuilt for this request:
@@ -603,16 +885,28 @@ fn success(
     out: &CallOutput,
     outcome: &Outcome,
 ) -> Response {
-    // Embed the committed output bytes verbatim.
-    let Ok(text) = std::str::from_utf8(&out.output) else {
-        return rpc_error(id, -32603, "transition output is not a JSON object");
-    };
-    let Ok(raw) = RawValue::from_string(text.to_owned()) else {
-        return rpc_error(id, -32603, "transition output is not a JSON object");
-    };
+    match committed_task(method, task_id, context_id, out, outcome) {
+        // 1.0 answers a send with the task in `task` (a send may also answer a message).
+        Ok(task) if method == Method::SendMessage => rpc_result(id, json!({ "task": task })),
+        Ok(task) => rpc_result(id, task),
+        Err(why) => rpc_error(id, -32603, why),
+    }
+}
+
+/// The task of a committed call in `method`'s version, its output embedded verbatim.
+fn committed_task(
+    method: Method,
+    task_id: &str,
+    context_id: &str,
+    out: &CallOutput,
+    outcome: &Outcome,
+) -> Result<Value, &'static str> {
+    let not_an_object = "transition output is not a JSON object";
+    let text = std::str::from_utf8(&out.output).map_err(|_| not_an_object)?;
+    let raw = RawValue::from_string(text.to_owned()).map_err(|_| not_an_object)?;
     let metadata = outcome::a2a_metadata(out, outcome);
     let state = task_state(method, outcome);
-    let result = match method {
+    Ok(match method {
         Method::TasksSend => json!({
             "id": task_id,
             "status": {"state": state},
@@ -628,17 +922,15 @@ fn success(
                            "parts": [{"kind": "data", "data": raw}]}],
             "metadata": metadata,
         }),
-        Method::SendMessage => json!({"task": {
+        Method::SendMessage => json!({
             "id": task_id,
             "contextId": context_id,
             "status": {"state": state},
             "artifacts": [{"artifactId": "output", "name": "output",
                            "parts": [{"data": raw, "mediaType": "application/json"}]}],
             "metadata": metadata,
-        }}),
-    };
-    let body = json!({"jsonrpc": "2.0", "id": id, "result": result});
-    (StatusCode::OK, Json(body)).into_response()
+        }),
+    })
 }
 
 fn invoke_error(id: &Value, f: InvokeFailure) -> Response {

@@ -281,13 +281,22 @@ fn a2a_error_table() {
         json!({"jsonrpc":"1.0","id":1,"method":"tasks/send"}),
     );
     assert_eq!(v["error"]["code"], -32600);
+    // A method no A2A version names; `tasks/get` is 0.3's, and reads a task back.
     let v = send(
         Some(&token),
-        json!({"jsonrpc":"2.0","id":1,"method":"tasks/get"}),
+        json!({"jsonrpc":"2.0","id":1,"method":"tasks/list"}),
     );
     assert_eq!(
         (v["error"]["code"].as_i64(), v["error"]["message"].as_str()),
         (Some(-32601), Some("method not found"))
+    );
+    let v = send(
+        Some(&token),
+        json!({"jsonrpc":"2.0","id":1,"method":"tasks/get","params":{"id":"t"}}),
+    );
+    assert_eq!(
+        (v["error"]["code"].as_i64(), v["error"]["message"].as_str()),
+        (Some(-32001), Some("Task not found"))
     );
     let mut two_parts = ok_body.clone();
     two_parts["params"]["message"]["parts"] =
@@ -1720,7 +1729,9 @@ fn an_a2a_version_with_trailing_text_is_version_not_supported_through_the_real_b
             json!({"jsonrpc": "2.0", "id": "r2", "error": {"code": -32009, "message": format!(
                 "A2A version {} is not supported by SendMessage; send A2A-Version: 1.0 (or use message/send for 0.3)",
                 json!(asked)
-            )}}),
+            ), "data": [{"@type": "type.googleapis.com/google.rpc.ErrorInfo",
+                         "reason": "VERSION_NOT_SUPPORTED", "domain": "a2a-protocol.org",
+                         "metadata": {"requested": asked, "supported": "1.0, 0.3"}}]}}),
             "{field:?}"
         );
     }

@@ -1210,7 +1210,10 @@ fn a_second_a2a_version_or_last_event_id_field_is_refused() {
     );
     assert_eq!(
         a.json()["error"],
-        json!({"code": -32009, "message": "A2A version \"1.0, 0.3\" is not supported by SendMessage; send A2A-Version: 1.0 (or use message/send for 0.3)"})
+        json!({"code": -32009, "message": "A2A version \"1.0, 0.3\" is not supported by SendMessage; send A2A-Version: 1.0 (or use message/send for 0.3)",
+               "data": [{"@type": "type.googleapis.com/google.rpc.ErrorInfo",
+                         "reason": "VERSION_NOT_SUPPORTED", "domain": "a2a-protocol.org",
+                         "metadata": {"requested": "1.0, 0.3", "supported": "1.0, 0.3"}}]})
     );
     assert!(!d.root().join("ep1/a.txt").exists());
     let a = send("POST", "/a2a/", "A2A-Version: 1.0\r\n", send_message);

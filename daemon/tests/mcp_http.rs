@@ -1225,7 +1225,9 @@ async fn plan_refusals_and_denials_are_results() {
     );
     assert_eq!(s["world"]["effects"], json!([]));
     assert!(s["world"]["plan"].as_str().unwrap().starts_with("sha256:"));
-    assert_eq!(v["result"]["isError"], json!(false));
+    // A complete result, flagged as MCP flags a tool's invalid input: a model reads the
+    // refusal and corrects the call.
+    assert_eq!(v["result"]["isError"], json!(true));
     assert_eq!(
         serde_json::from_str::<Value>(v["result"]["content"][0]["text"].as_str().unwrap()).unwrap(),
         *s
@@ -2095,8 +2097,13 @@ async fn every_outcome_is_a_result_with_its_classification() {
             .rpc(&t, &call_body(json!(i), "ailang-read", args.clone()))
             .await
             .sse();
-        // Legacy revisions keep the contract: a committed result is never an error.
-        assert_eq!(v["result"]["isError"], json!(false), "{args}");
+        // Every revision flags each outcome but `ok`: a client that reads only `isError`
+        // cannot take a refusal, a denial or a failure for success.
+        assert_eq!(
+            v["result"]["isError"],
+            json!(want["kind"] != "ok"),
+            "{args}"
+        );
         assert_eq!(outcome(&v), want, "{args}");
     }
     // The plan refusal has no effects; the denial reports its record and budgetAfter 0.
@@ -2895,6 +2902,25 @@ impl Harness {
     }
 }
 
+impl Harness {
+    /// A POST to `uri` (the A2A route with a query), `version` in the header if given.
+    async fn a2a_at(&self, token: &str, uri: &str, version: Option<&str>, body: Value) -> Value {
+        let auth = format!("Bearer {token}");
+        let mut hs = vec![
+            ("authorization", auth.as_str()),
+            ("content-type", "application/json"),
+        ];
+        if let Some(v) = version {
+            hs.push(("a2a-version", v));
+        }
+        let mut req = request(&hs, body.to_string());
+        *req.uri_mut() = uri.parse().unwrap();
+        let r = send(&self.full, req).await;
+        assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+        serde_json::from_str(&r.body).unwrap()
+    }
+}
+
 fn v03_send(message_id: &str, skill: &str, args: Value) -> Value {
     json!({"jsonrpc": "2.0", "id": "r1", "method": "message/send", "params": {
         "message": {"kind": "message", "messageId": message_id, "role": "user",
@@ -2991,7 +3017,7 @@ async fn a2a_version_values_that_name_no_version_spoken_here_are_version_not_sup
             json!({"jsonrpc": "2.0", "id": "r2", "error": {"code": -32009, "message": format!(
                 "A2A version {} is not supported by SendMessage; send A2A-Version: 1.0 (or use message/send for 0.3)",
                 json!(version)
-            )}}),
+            ), "data": version_info(version)}}),
             "{version:?}"
         );
         refused += 1;
@@ -3008,7 +3034,7 @@ async fn a2a_version_values_that_name_no_version_spoken_here_are_version_not_sup
         v["error"]["message"],
         "A2A version \"0.3\" is not supported by SendMessage; send A2A-Version: 1.0 (or use message/send for 0.3)"
     );
-    // The other methods, which serve 1.0 and 0.3 alike, refuse what is neither.
+    // The 0.3 senders refuse what is neither version with the contract's message.
     for version in ["2.0", "0.3abc", "0.4", "0", "garbage", "0.3 1.0"] {
         let v = h
             .a2a(
@@ -3022,7 +3048,7 @@ async fn a2a_version_values_that_name_no_version_spoken_here_are_version_not_sup
             json!({"jsonrpc": "2.0", "id": "r1", "error": {"code": -32009, "message": format!(
                 "A2A version {} is not supported; supported: 1.0 (SendMessage), 0.3 (message/send; also when A2A-Version is absent)",
                 json!(version)
-            )}}),
+            ), "data": version_info(version)}}),
             "{version:?}"
         );
         refused += 1;
@@ -3044,7 +3070,7 @@ async fn a2a_version_values_that_name_no_version_spoken_here_are_version_not_sup
             "{version:?} {v}"
         );
     }
-    for (n, version) in [None, Some(""), Some("0.3"), Some("0.3.1"), Some("1.0")]
+    for (n, version) in [None, Some(""), Some("0.3"), Some("0.3.1")]
         .into_iter()
         .enumerate()
     {
@@ -3060,7 +3086,401 @@ async fn a2a_version_values_that_name_no_version_spoken_here_are_version_not_sup
             "{version:?} {v}"
         );
     }
-    assert_eq!(h.revision(), before + 9);
+    assert_eq!(h.revision(), before + 8);
+}
+
+/// The `google.rpc.ErrorInfo` of a `-32009` for a request that named `requested`.
+fn version_info(requested: &str) -> Value {
+    json!([{"@type": "type.googleapis.com/google.rpc.ErrorInfo", "reason": "VERSION_NOT_SUPPORTED",
+            "domain": "a2a-protocol.org",
+            "metadata": {"requested": requested, "supported": "1.0, 0.3"}}])
+}
+
+/// Attack on the version rule: `message/send` and `tasks/send` sent with `A2A-Version: 1.0`
+/// ran and answered in their older shapes, so a 1.0 client got a task it could not read and
+/// spent budget for it (A2A 3.6.2: a request is served by its version's semantics, or refused
+/// with VersionNotSupportedError). Now each is refused, naming the 1.0 method, and nothing runs.
+#[tokio::test]
+async fn a2a_senders_of_another_version_are_refused_under_1_0_and_run_nothing() {
+    let h = harness();
+    let t = h.token("a2v", &["Workspace.Read=worktree:50"]);
+    let before = h.revision();
+    let tasks_send = json!({"jsonrpc": "2.0", "id": 7, "method": "tasks/send", "params": {
+        "id": "t-1", "metadata": {"skill_id": "ailang-read"},
+        "message": {"parts": [{"type": "data", "data": {"path": "a"}}]}}});
+    for (body, name, id) in [
+        (
+            v03_send("v-1", "ailang-read", json!({"path": "a"})),
+            "message/send",
+            json!("r1"),
+        ),
+        (tasks_send, "tasks/send", json!(7)),
+    ] {
+        let v = h.a2a(&t, Some("1.0"), body).await;
+        assert_eq!(
+            v,
+            json!({"jsonrpc": "2.0", "id": id, "error": {"code": -32009, "message": format!(
+                "A2A version \"1.0\" is not supported by {name}; send A2A-Version: 0.3 (or use SendMessage for 1.0)"
+            ), "data": version_info("1.0")}}),
+        );
+    }
+    assert_eq!(h.revision(), before, "nothing ran");
+    // The version may come as a query parameter instead of the header (A2A 3.6.1); a header
+    // and a parameter that disagree name no version.
+    let v = h
+        .a2a_at(
+            &t,
+            "/a2a/?A2A-Version=1.0",
+            None,
+            v10_send("v-2", "ailang-read", json!({"path": "a"})),
+        )
+        .await;
+    assert_eq!(
+        v["result"]["task"]["status"]["state"], "TASK_STATE_COMPLETED",
+        "{v}"
+    );
+    let v = h
+        .a2a_at(
+            &t,
+            "/a2a/?a2a-version=0.3",
+            Some("1.0"),
+            v10_send("v-3", "ailang-read", json!({"path": "a"})),
+        )
+        .await;
+    assert_eq!(v["error"]["code"], json!(-32009), "{v}");
+    assert_eq!(v["error"]["data"], version_info("1.0, 0.3"), "{v}");
+    assert_eq!(h.revision(), before + 1);
+}
+
+fn task_read(method: &str, id: Value) -> Value {
+    json!({"jsonrpc": "2.0", "id": "q", "method": method, "params": {"id": id}})
+}
+
+/// The `google.rpc.ErrorInfo` array of an A2A-specific error.
+fn error_info(reason: &str, metadata: Value) -> Value {
+    json!([{"@type": "type.googleapis.com/google.rpc.ErrorInfo", "reason": reason,
+            "domain": "a2a-protocol.org", "metadata": metadata}])
+}
+
+/// A2A 0.3 requires `tasks/get` and `tasks/cancel` of every agent, and 1.0 `GetTask` and
+/// `CancelTask`: they answered `-32601 method not found`, so an SDK's `get_task` failed and a
+/// client that lost a send's answer could not ask what became of the task. Now a task is read
+/// back by its id in the caller's episode, as its send answered it (running: working), and a
+/// cancel says why no call can be canceled; reading runs and writes nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a2a_tasks_are_read_back_by_id_in_either_version_and_never_canceled() {
+    let mut h = harness_with(Limits {
+        handler_deadline: Duration::from_millis(300),
+        ..Limits::default()
+    });
+    let t = h.token(
+        "tk",
+        &["Workspace.Read=worktree:50", "Workspace.Write=worktree:5"],
+    );
+    let sent03 = h
+        .a2a(
+            &t,
+            None,
+            v03_send("g-1", "ailang-read", json!({"path": "a"})),
+        )
+        .await["result"]
+        .clone();
+    let sent10 = h
+        .a2a(
+            &t,
+            Some("1.0"),
+            v10_send("g-2", "ailang-read", json!({"path": "refuse-me"})),
+        )
+        .await["result"]["task"]
+        .clone();
+    assert_eq!(sent10["status"]["state"], "TASK_STATE_REJECTED", "{sent10}");
+    let before = h.revision();
+
+    // Committed: the task its send answered, read again (a read-back, like a replay, is never
+    // retryable under its id).
+    let mut want = sent03.clone();
+    want["metadata"]["replayed"] = json!(true);
+    want["metadata"]["outcome"]["retryable"] = json!(false);
+    assert_eq!(
+        h.a2a(&t, None, task_read("tasks/get", json!("g-1"))).await["result"],
+        want
+    );
+    let mut want = sent10.clone();
+    want["metadata"]["replayed"] = json!(true);
+    let mut get = task_read("GetTask", json!("g-2"));
+    get["params"]["historyLength"] = json!(0);
+    assert_eq!(h.a2a(&t, Some("1.0"), get).await["result"], want);
+
+    // Not this episode's, never sent, or no task id at all: Task not found.
+    let other = h.token("tk-other", &["Workspace.Read=worktree:5"]);
+    for (token, id) in [
+        (&other, "g-1"),
+        (&t, "never-sent"),
+        (&t, "no spaces/allowed"),
+    ] {
+        let v = h
+            .a2a(token, Some("1.0"), task_read("GetTask", json!(id)))
+            .await;
+        assert_eq!(
+            v["error"],
+            json!({"code": -32001, "message": "Task not found", "data": error_info("TASK_NOT_FOUND",
+                json!({"taskId": id, "why": "no task with this id was sent in this session's episode"}))}),
+            "{id}"
+        );
+    }
+    // No call is canceled once sent.
+    let v = h
+        .a2a(&t, None, task_read("tasks/cancel", json!("g-1")))
+        .await;
+    assert_eq!(
+        v["error"],
+        json!({"code": -32002, "message": "Task cannot be canceled", "data": error_info("TASK_NOT_CANCELABLE",
+            json!({"taskId": "g-1", "why": "the task is committed: its result is in the log"}))})
+    );
+    // Params that are not a task's id, and each version's method under the other.
+    for (params, why) in [
+        (json!({}), "params.id is missing"),
+        (json!({"id": 5}), "params.id must be a string"),
+        (
+            json!({"id": "g-1", "historyLength": -1}),
+            "params.historyLength must be a count (0 or more)",
+        ),
+        (json!([]), "params must be an object with the task's \"id\""),
+    ] {
+        let body = json!({"jsonrpc": "2.0", "id": 1, "method": "GetTask", "params": params});
+        assert_eq!(
+            h.a2a(&t, Some("1.0"), body).await["error"],
+            json!({"code": -32602, "message": "invalid params", "data": {"why": why}})
+        );
+    }
+    let v = h.a2a(&t, None, task_read("GetTask", json!("g-1"))).await;
+    assert_eq!(
+        v["error"]["message"],
+        "A2A version \"0.3\" is not supported by GetTask; send A2A-Version: 1.0 (or use tasks/get for 0.3)"
+    );
+    let v = h
+        .a2a(&t, Some("1.0"), task_read("tasks/cancel", json!("g-1")))
+        .await;
+    assert_eq!(
+        v["error"]["message"],
+        "A2A version \"1.0\" is not supported by tasks/cancel; send A2A-Version: 0.3 (or use CancelTask for 1.0)"
+    );
+    assert_eq!(h.revision(), before, "reading tasks writes nothing");
+
+    // A write held in its handler is working; past its deadline its handler still runs, so it
+    // still is; once the handler returns, its effect is recorded and the call not committed.
+    let full = h.full.clone();
+    let send = tokio::spawn({
+        let t = t.clone();
+        async move {
+            let mut req = request(
+                &[
+                    ("authorization", &format!("Bearer {t}")),
+                    ("a2a-version", "1.0"),
+                ],
+                v10_send(
+                    "w-1",
+                    "ailang-write",
+                    json!({"path": "w.txt", "content": "x"}),
+                )
+                .to_string(),
+            );
+            *req.uri_mut() = "/a2a/".parse().unwrap();
+            send(&full, req).await
+        }
+    });
+    tokio::time::timeout(Duration::from_secs(30), h.entered.recv())
+        .await
+        .expect("the held write never reached its handler");
+    let working = |v: &Value| v["result"]["status"].clone();
+    let v = h
+        .a2a(&t, Some("1.0"), task_read("GetTask", json!("w-1")))
+        .await;
+    assert_eq!(working(&v), json!({"state": "TASK_STATE_WORKING"}), "{v}");
+    assert_eq!(
+        v["result"]["metadata"],
+        json!({"invocation_id": "a2a:tk:w-1"})
+    );
+    let v = h
+        .a2a(&t, Some("1.0"), task_read("CancelTask", json!("w-1")))
+        .await;
+    assert_eq!(v["error"]["code"], json!(-32002), "{v}");
+    assert_eq!(
+        v["error"]["data"][0]["metadata"]["why"],
+        "a call cannot be canceled once sent: its handler runs to its end and the call commits; read it again with tasks/get (GetTask)"
+    );
+    let answered = send.await.unwrap();
+    assert!(answered.body.contains("\"error\""), "{}", answered.body);
+    let v = h.a2a(&t, None, task_read("tasks/get", json!("w-1"))).await;
+    assert_eq!(working(&v), json!({"state": "working"}), "overrunning: {v}");
+    h.gate.release();
+    let mut v = Value::Null;
+    for _ in 0..300 {
+        v = h
+            .a2a(&t, Some("1.0"), task_read("GetTask", json!("w-1")))
+            .await;
+        if v["result"]["status"]["state"] != "TASK_STATE_WORKING" {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let task = &v["result"];
+    assert_eq!(task["status"]["state"], "TASK_STATE_FAILED", "{v}");
+    assert_eq!(task["status"]["message"]["role"], "ROLE_AGENT");
+    assert_eq!(
+        task["metadata"]["outcome"],
+        json!({"kind": "indeterminate", "reason": "unrecorded", "retryable": false})
+    );
+    assert_eq!(
+        task["metadata"]["effects"][0]["effect"], "Workspace.Write",
+        "{v}"
+    );
+    assert_eq!(
+        task["metadata"]["records"][0],
+        task["metadata"]["effects"][0]["record"]
+    );
+    assert!(task.get("artifacts").is_none(), "{v}");
+    assert_eq!(h.revision(), before, "nothing was committed");
+}
+
+/// What an agent card leaves out is the specification's error, not `method not found`:
+/// streaming and resubscribing (-32004), push notifications (-32003), the extended card
+/// (1.0: -32004; 0.3: -32007), listing tasks (-32004); each says why and runs nothing.
+#[tokio::test]
+async fn a2a_methods_the_card_declines_answer_the_specifications_errors() {
+    let h = harness();
+    let t = h.token("a2u", &["Workspace.Read=worktree:5"]);
+    let before = h.revision();
+    for (method, version, code, message, reason) in [
+        (
+            "message/stream",
+            None,
+            -32004,
+            "This operation is not supported",
+            "UNSUPPORTED_OPERATION",
+        ),
+        (
+            "SendStreamingMessage",
+            Some("1.0"),
+            -32004,
+            "This operation is not supported",
+            "UNSUPPORTED_OPERATION",
+        ),
+        (
+            "tasks/resubscribe",
+            None,
+            -32004,
+            "This operation is not supported",
+            "UNSUPPORTED_OPERATION",
+        ),
+        (
+            "SubscribeToTask",
+            Some("1.0"),
+            -32004,
+            "This operation is not supported",
+            "UNSUPPORTED_OPERATION",
+        ),
+        (
+            "tasks/pushNotificationConfig/set",
+            None,
+            -32003,
+            "Push Notification is not supported",
+            "PUSH_NOTIFICATION_NOT_SUPPORTED",
+        ),
+        (
+            "tasks/pushNotificationConfig/get",
+            None,
+            -32003,
+            "Push Notification is not supported",
+            "PUSH_NOTIFICATION_NOT_SUPPORTED",
+        ),
+        (
+            "tasks/pushNotificationConfig/list",
+            None,
+            -32003,
+            "Push Notification is not supported",
+            "PUSH_NOTIFICATION_NOT_SUPPORTED",
+        ),
+        (
+            "tasks/pushNotificationConfig/delete",
+            None,
+            -32003,
+            "Push Notification is not supported",
+            "PUSH_NOTIFICATION_NOT_SUPPORTED",
+        ),
+        (
+            "CreateTaskPushNotificationConfig",
+            Some("1.0"),
+            -32003,
+            "Push Notification is not supported",
+            "PUSH_NOTIFICATION_NOT_SUPPORTED",
+        ),
+        (
+            "GetTaskPushNotificationConfig",
+            Some("1.0"),
+            -32003,
+            "Push Notification is not supported",
+            "PUSH_NOTIFICATION_NOT_SUPPORTED",
+        ),
+        (
+            "ListTaskPushNotificationConfigs",
+            Some("1.0"),
+            -32003,
+            "Push Notification is not supported",
+            "PUSH_NOTIFICATION_NOT_SUPPORTED",
+        ),
+        (
+            "DeleteTaskPushNotificationConfig",
+            Some("1.0"),
+            -32003,
+            "Push Notification is not supported",
+            "PUSH_NOTIFICATION_NOT_SUPPORTED",
+        ),
+        (
+            "GetExtendedAgentCard",
+            Some("1.0"),
+            -32004,
+            "This operation is not supported",
+            "UNSUPPORTED_OPERATION",
+        ),
+        (
+            "agent/getAuthenticatedExtendedCard",
+            None,
+            -32007,
+            "Authenticated Extended Card not configured",
+            "AUTHENTICATED_EXTENDED_CARD_NOT_CONFIGURED",
+        ),
+        (
+            "ListTasks",
+            Some("1.0"),
+            -32004,
+            "This operation is not supported",
+            "UNSUPPORTED_OPERATION",
+        ),
+    ] {
+        let body = json!({"jsonrpc": "2.0", "id": 3, "method": method, "params": {}});
+        let v = h.a2a(&t, version, body).await;
+        let error = &v["error"];
+        assert_eq!(
+            (&error["code"], &error["message"]),
+            (&json!(code), &json!(message)),
+            "{method}: {v}"
+        );
+        assert_eq!(error["data"][0]["reason"], reason, "{method}");
+        assert!(
+            error["data"][0]["metadata"]["why"]
+                .as_str()
+                .is_some_and(|w| !w.is_empty()),
+            "{method}"
+        );
+    }
+    // A name of no version is still method not found.
+    let body = json!({"jsonrpc": "2.0", "id": 4, "method": "tasks/list", "params": {}});
+    assert_eq!(
+        h.a2a(&t, None, body).await["error"],
+        json!({"code": -32601, "message": "method not found"})
+    );
+    assert_eq!(h.revision(), before);
 }
 
 #[tokio::test]

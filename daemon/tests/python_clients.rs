@@ -114,6 +114,8 @@ fn python_mcp_sdk_forced_to_the_legacy_handshake_still_works() {
     );
 }
 
+/// Also the task read back with the SDK's `get_task` and refused by its `cancel_task`, over
+/// both transports: they answered `method not found`, which the SDK raises.
 #[test]
 fn python_a2a_sdk_sends_a_message_that_runs_a_tool() {
     let d = Daemon::start(WS, &[]);
@@ -124,6 +126,7 @@ fn python_a2a_sdk_sends_a_message_that_runs_a_tool() {
     assert_eq!(v["outcome"], json!({"kind": "ok", "retryable": true}));
     assert!(v["invocation"].as_str().unwrap().starts_with("a2a:agent:"));
     assert!(v["v03"].as_str().unwrap().starts_with("a2a:agent:"));
+    assert_eq!(v["gotTask"], "a2a:agent:a2a-w-1");
     assert_eq!(v["skills"]["ailang-edit"], json!(["write"]));
 }
 

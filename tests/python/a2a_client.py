@@ -1,5 +1,6 @@
 """Drive worldd with the official A2A Python SDK (1.x): resolve the card, send a message that
-runs a tool, read the result; then the same through the SDK's 0.3 compatibility transport.
+runs a tool, read the result, read the task back by its id and fail to cancel it; then the same
+through the SDK's 0.3 compatibility transport.
 
 Usage: python3 a2a_client.py BASE_URL TOKEN WORKTREE
 """
@@ -12,7 +13,16 @@ import uuid
 
 import httpx
 from a2a.client import ClientConfig, ClientFactory
-from a2a.types.a2a_pb2 import Message, Part, Role, SendMessageRequest, TaskState
+from a2a.types.a2a_pb2 import (
+    CancelTaskRequest,
+    GetTaskRequest,
+    Message,
+    Part,
+    Role,
+    SendMessageRequest,
+    TaskState,
+)
+from a2a.utils.errors import TaskNotCancelableError, TaskNotFoundError
 from google.protobuf import json_format, struct_pb2
 
 from _common import check, usage
@@ -33,6 +43,24 @@ async def send(client, req):
         tasks.append(json_format.MessageToDict(event.task))
     check(len(tasks) == 1, f"expected one task, got {tasks}")
     return tasks[0]
+
+
+async def read_back(client, task_id, state):
+    """GetTask (tasks/get) of a sent task, then CancelTask (tasks/cancel), which no call allows."""
+    got = json_format.MessageToDict(await client.get_task(GetTaskRequest(id=task_id)))
+    check(got["id"] == task_id and got["status"]["state"] == state, f"get_task: {got}")
+    check(got["metadata"]["replayed"] is True, f"get_task ran the call again: {got['metadata']}")
+    try:
+        await client.cancel_task(CancelTaskRequest(id=task_id))
+        check(False, "cancel_task of a committed task succeeded")
+    except TaskNotCancelableError:
+        pass
+    try:
+        await client.get_task(GetTaskRequest(id="never-sent"))
+        check(False, "get_task of a task never sent succeeded")
+    except TaskNotFoundError:
+        pass
+    return got
 
 
 async def main(base, token, worktree):
@@ -59,6 +87,8 @@ async def main(base, token, worktree):
     check(again["metadata"]["replayed"] is True, f"a resent message ran again: {again['metadata']}")
     refused = await send(client, request("ailang-read", {"path": "a", "nope": 1}))
     check(refused["status"]["state"] == "TASK_STATE_REJECTED", f"refusal: {refused['status']}")
+    got = await read_back(client, "a2a-w-1", "TASK_STATE_COMPLETED")
+    findings["gotTask"] = got["metadata"]["invocation_id"]
     await client.close()
 
     # The 0.3 wire (message/send, kind discriminators) through the SDK's compatibility layer.
@@ -71,6 +101,8 @@ async def main(base, token, worktree):
     check(old["status"]["state"] == "TASK_STATE_COMPLETED", f"0.3: {old}")
     check(old["artifacts"][0]["parts"][0]["data"]["content"] == "via a2a\n", f"0.3: {old}")
     findings["v03"] = old["metadata"]["invocation_id"]
+    got = await read_back(client, old["id"], "TASK_STATE_COMPLETED")
+    check(got["artifacts"] == old["artifacts"], f"0.3 get_task: {got}")
     await client.close()
     await http.aclose()
     findings["ok"] = True

@@ -2,8 +2,8 @@
 
 Usage: python3 mcp_legacy.py URL TOKEN WORKTREE
 
-mode="legacy": `initialize` at 2025-11-25, then tools/list and tools/call. Refusals stay
-isError false (the handshake revisions' contract); _meta still carries the classification.
+mode="legacy": `initialize` at 2025-11-25, then tools/list and tools/call. A refusal is a
+complete result flagged isError, as under every revision; _meta carries the classification.
 """
 
 import asyncio
@@ -30,7 +30,7 @@ async def main(url, token, worktree):
         check(open(os.path.join(worktree, "legacy.txt")).read() == "old\n", "not written")
         findings["outcome"] = wrote.meta["world/outcome"]
         refused = await client.call_tool("ailang-read", {"path": "a", "limit": 3})
-        check(not refused.is_error, "a refusal under a handshake revision became an error")
+        check(refused.is_error is True, "a refusal under a handshake revision is not flagged isError")
         findings["refusedOutcome"] = refused.meta["world/outcome"]
     findings["ok"] = True
     print(json.dumps(findings))

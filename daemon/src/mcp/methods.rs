@@ -817,10 +817,11 @@ fn call_result(
     }
     tracing::debug!(%episode, %tool, %invocation, entry = entry_index, replayed, "mcp tools/call committed");
     let modern = ctx.modern();
-    // The handshake revisions keep the contract (a committed result is never an error);
-    // 2026-07-28 flags every outcome that is not `ok`, so a client that reads only `isError`
-    // cannot mistake a refusal or a denial for success.
-    let is_error = modern && outcome.kind != outcome::Kind::Ok;
+    // Every revision flags an outcome that is not `ok` (MCP's tool execution errors, "invalid
+    // input data, business logic errors", are results with `isError: true`), so a client that
+    // reads only `isError` cannot mistake a refusal or a denial for success, and a model is
+    // shown the refusal to correct itself from.
+    let is_error = outcome.kind != outcome::Kind::Ok;
     let meta = Box::new(CallMeta {
         invocation_id: invocation,
         entry_index,

@@ -1,0 +1,244 @@
+//! `tasks/get` and `tasks/cancel` (A2A 0.3), `GetTask` and `CancelTask` (1.0): a task read
+//! back by its id, in the caller's episode only, without running anything.
+//!
+//! A task is a call made through `/a2a/`; its id is the one the send answered with (the
+//! idempotency key). What the answer says:
+//!
+//! | the call | state (0.3 / 1.0) | artifacts |
+//! |---|---|---|
+//! | planning or running now | `working` / `TASK_STATE_WORKING` | none |
+//! | committed | as the send answered it (`completed`, `rejected`, `failed`) | the committed output |
+//! | its intent durable, its outcome not, nothing running it | `failed` / `TASK_STATE_FAILED`, outcome `indeterminate:pending` | none |
+//! | an effect recorded, the call not committed | `failed` / `TASK_STATE_FAILED`, outcome `indeterminate:unrecorded` | none |
+//! | none in this episode | `-32001 Task not found` | |
+//!
+//! No call can be canceled once sent (a handler runs to its end and its call commits), so
+//! `tasks/cancel` of a task that exists is `-32002 Task cannot be canceled`, saying why.
+//! No history is kept: `historyLength` is accepted and every task's history is empty. The
+//! `contextId` of a task read back is the episode, which is what a send without one answered.
+
+use axum::response::Response;
+use broker_core::coordinator::{CallError, Surface, TaskView};
+use broker_core::session::Session;
+use broker_core::store::StoreError;
+use handler_api::EffectClass;
+use serde_json::{json, Value};
+
+use super::{committed_task, error_info, rpc_error_with_data, rpc_result, Method};
+use crate::outcome::{self, Outcome};
+use crate::state::AppState;
+use crate::tools;
+
+/// Which of the two task reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Read {
+    Get,
+    Cancel,
+}
+
+/// Answer a `tasks/get`, `tasks/cancel`, `GetTask` or `CancelTask`; `shape` is the version's
+/// send method, whose task shape the answer takes.
+pub(super) async fn answer(
+    state: &AppState,
+    session: &Session,
+    id: &Value,
+    read: Read,
+    shape: Method,
+    params: &Value,
+) -> Response {
+    let task_id = match task_id_of(read, params) {
+        Ok(t) => t,
+        Err(why) => {
+            return rpc_error_with_data(id, -32602, "invalid params".into(), json!({ "why": why }))
+        }
+    };
+    // An id no call could have had names no task.
+    if !broker_core::task::valid_task_id(&task_id) {
+        return not_found(id, &task_id);
+    }
+    let s = state.clone();
+    let who = session.clone();
+    let t = task_id.clone();
+    let found = crate::durable_answers::spawn_read(move || {
+        let view = s.coordinator().task_view(&who, Surface::A2a, &t)?;
+        let class = view.as_ref().map(|v| skill_class(&s, v.skill_id()));
+        Ok::<_, CallError>(view.zip(class))
+    })
+    .await;
+    let (view, class) = match found {
+        Ok(Ok(Some(found))) => found,
+        Ok(Ok(None)) => return not_found(id, &task_id),
+        Ok(Err(CallError::Store(StoreError::Corrupt(what)))) => {
+            let invocation = format!("a2a:{}:{task_id}", session.episode);
+            let message = format!("task {invocation} is damaged: {what}; it is not answered as committed (run worldd doctor, and restore the store from a backup)");
+            tracing::error!("{message}");
+            return super::rpc_error(id, -32603, message);
+        }
+        Ok(Err(e)) => {
+            tracing::error!("a2a task read: {e}");
+            return super::rpc_error(
+                id,
+                -32603,
+                "transition invocation is not available in this daemon",
+            );
+        }
+        Err(e) => {
+            tracing::error!("a2a task read: {e}");
+            return super::rpc_error(
+                id,
+                -32603,
+                "transition invocation is not available in this daemon",
+            );
+        }
+    };
+    let context_id = session.episode.as_str();
+    if read == Read::Cancel {
+        return not_cancelable(id, &task_id, &view);
+    }
+    let task = match &view {
+        TaskView::Committed { output, .. } => {
+            let outcome = outcome::of_output(output, class);
+            match committed_task(shape, &task_id, context_id, output, &outcome) {
+                Ok(task) => task,
+                Err(answer) => return super::rpc_error(id, -32603, answer),
+            }
+        }
+        TaskView::Running { .. } => open_task(
+            shape,
+            &task_id,
+            context_id,
+            ("working", "TASK_STATE_WORKING"),
+            json!({ "invocation_id": invocation_id(session, &task_id) }),
+            None,
+        ),
+        TaskView::Indeterminate { effects, .. } => open_task(
+            shape,
+            &task_id,
+            context_id,
+            ("failed", "TASK_STATE_FAILED"),
+            json!({
+                "invocation_id": invocation_id(session, &task_id),
+                "effects": outcome::effects_json(effects),
+                "outcome": Outcome::indeterminate("pending").to_json(),
+            }),
+            Some("the effect's intent is durable and its outcome is not: it may have run, and no call is running it now; do not resend it, read the worktree (or the effect's record) first"),
+        ),
+        TaskView::Unrecorded { effects, records, .. } => open_task(
+            shape,
+            &task_id,
+            context_id,
+            ("failed", "TASK_STATE_FAILED"),
+            json!({
+                "invocation_id": invocation_id(session, &task_id),
+                "effects": outcome::effects_json(effects),
+                "records": records,
+                "outcome": Outcome::indeterminate("unrecorded").to_json(),
+            }),
+            Some("effects were requested but the invocation was not confirmed committed: an effect ran and was recorded; do not resend it, read its records first"),
+        ),
+    };
+    rpc_result(id, task)
+}
+
+/// `params.id`, and for a read, a `historyLength` that is a count if present.
+fn task_id_of(read: Read, params: &Value) -> Result<String, String> {
+    if !params.is_object() {
+        return Err("params must be an object with the task's \"id\"".into());
+    }
+    let task_id = super::string_at(params, "id", "params.id")?;
+    if read == Read::Get {
+        match params.get("historyLength") {
+            None | Some(Value::Null) => {}
+            Some(Value::Number(n)) if n.as_u64().is_some() => {}
+            Some(_) => return Err("params.historyLength must be a count (0 or more)".into()),
+        }
+    }
+    Ok(task_id)
+}
+
+fn invocation_id(session: &Session, task_id: &str) -> String {
+    format!("a2a:{}:{task_id}", session.episode)
+}
+
+/// The class of the tool a task called, for its outcome's classification (a tool gone from
+/// the registry since is `unknown`, which classifies as a write would: never retryable).
+fn skill_class(state: &AppState, skill_id: &str) -> EffectClass {
+    state
+        .coordinator()
+        .registry()
+        .ok()
+        .and_then(|reg| {
+            reg.get(skill_id)
+                .map(|e| tools::tool_class(state, &e.transition))
+        })
+        .unwrap_or(EffectClass::Unknown)
+}
+
+/// A task with no committed result, in `shape`'s version: `states` holds the 0.3 and the 1.0
+/// word, `why` the status message an agent reads.
+fn open_task(
+    shape: Method,
+    task_id: &str,
+    context_id: &str,
+    (v03, v10): (&str, &str),
+    metadata: Value,
+    why: Option<&str>,
+) -> Value {
+    let modern = shape == Method::SendMessage;
+    let mut status = json!({ "state": if modern { v10 } else { v03 } });
+    if let Some(text) = why {
+        status["message"] = if modern {
+            json!({"messageId": format!("{task_id}.status"), "role": "ROLE_AGENT",
+                   "parts": [{"text": text}]})
+        } else {
+            json!({"kind": "message", "messageId": format!("{task_id}.status"), "role": "agent",
+                   "parts": [{"kind": "text", "text": text}]})
+        };
+    }
+    let mut task = json!({
+        "id": task_id,
+        "contextId": context_id,
+        "status": status,
+        "metadata": metadata,
+    });
+    if !modern {
+        task["kind"] = json!("task");
+    }
+    task
+}
+
+/// `-32001 Task not found`: no task of this id in the caller's episode (another episode's
+/// task of the same id is not the caller's to learn of).
+fn not_found(id: &Value, task_id: &str) -> Response {
+    error_info(
+        id,
+        -32001,
+        "Task not found",
+        "TASK_NOT_FOUND",
+        &[
+            ("taskId", task_id),
+            (
+                "why",
+                "no task with this id was sent in this session's episode",
+            ),
+        ],
+    )
+}
+
+/// `-32002 Task cannot be canceled`, with why for the task's state.
+fn not_cancelable(id: &Value, task_id: &str, view: &TaskView) -> Response {
+    let why = match view {
+        TaskView::Running { .. } => "a call cannot be canceled once sent: its handler runs to its end and the call commits; read it again with tasks/get (GetTask)",
+        TaskView::Committed { .. } => "the task is committed: its result is in the log",
+        TaskView::Indeterminate { .. } | TaskView::Unrecorded { .. } => {
+            "the task has ended: its effect may have run, and nothing is running it"
+        }
+    };
+    error_info(
+        id,
+        -32002,
+        "Task cannot be canceled",
+        "TASK_NOT_CANCELABLE",
+        &[("taskId", task_id), ("why", why)],
+    )
+}
