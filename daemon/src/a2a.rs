@@ -758,6 +758,17 @@ async fn received(
         Err(Refused::Unparsed(e)) => Err(
             match crate::invalid_params::params_error(&bytes, &e, state.limits().json_values) {
                 Some(id) => rpc_error(&id, -32602, "invalid params"),
+                // Text that is no JSON value (JSON-RPC's and A2A's `-32700`), as MCP answers it.
+                None if not_json(&e) => rpc_error(
+                    &null,
+                    -32700,
+                    format!(
+                        "Parse error: {}; nothing was run",
+                        crate::json_bounds::strict_account(&e)
+                    ),
+                ),
+                // JSON this daemon does not take: past the value limit, or a number without an
+                // exact canonical form.
                 None => rpc_error(
                     &null,
                     -32600,
@@ -768,6 +779,18 @@ async fn received(
                 ),
             },
         ),
+    }
+}
+
+/// Whether the strict parser stopped because the text is no JSON value (or an object names a
+/// member twice, which MCP answers the same way), rather than at a bound of this daemon's.
+fn not_json(e: &broker_core::canon::CanonError) -> bool {
+    use broker_core::canon::CanonError as E;
+    match e {
+        E::NotUtf8 | E::Syntax { .. } | E::DuplicateKey { .. } | E::LoneSurrogate => true,
+        E::TooDeep { .. } | E::TrailingData => true,
+        E::UnsafeInteger { .. } | E::NonFinite | E::NumberOutOfRange { .. } => false,
+        E::TooManyValues { .. } => false,
     }
 }
 

@@ -694,24 +694,34 @@ fn an_a2a_body_that_is_not_strict_json_says_what_and_where_and_runs_nothing() {
         r#"{{"jsonrpc":"2.0","id":1,"method":"tasks/send","params":{{"{key}":1,"{key}":2}}}}"#
     );
     let quoted = format!("\"{}…\"", "k".repeat(256));
-    for (body, message) in [
+    // Text that is no JSON value is JSON-RPC's (and A2A's) parse error, as over MCP; JSON past
+    // this daemon's bounds is an invalid request.
+    for (body, code, message) in [
         (
             r#"{"jsonrpc":"2.0","id":1,"#.to_owned(),
-            "invalid JSON-RPC request: invalid JSON: expected a string member name, found end of input at line 1, column 25 (byte 24)".to_owned(),
+            -32700,
+            "Parse error: invalid JSON: expected a string member name, found end of input at line 1, column 25 (byte 24); nothing was run".to_owned(),
         ),
         (
             deep,
-            "invalid JSON-RPC request: nesting deeper than 128 levels".to_owned(),
+            -32700,
+            "Parse error: nesting deeper than 128 levels; nothing was run".to_owned(),
         ),
         (
             twice,
-            format!("invalid JSON-RPC request: duplicate key {quoted}"),
+            -32700,
+            format!("Parse error: duplicate key {quoted}; nothing was run"),
+        ),
+        (
+            r#"{"jsonrpc":"2.0","id":1,"method":"tasks/get","x":1e400}"#.to_owned(),
+            -32600,
+            "invalid JSON-RPC request: number 1e400 is too large for a 64-bit float".to_owned(),
         ),
     ] {
         assert_eq!(
             send(body.as_bytes()),
             json!({"jsonrpc": "2.0", "id": null,
-                   "error": {"code": -32600, "message": message}}),
+                   "error": {"code": code, "message": message}}),
         );
     }
     assert_eq!(head(), before, "nothing was committed");
@@ -810,7 +820,7 @@ fn a_body_of_small_objects_is_refused_at_its_value_limit_before_it_is_built() {
     let a = post(&d, "/a2a/", &token, &mcp_headers(), &deep);
     assert_eq!(
         a.json()["error"]["message"],
-        json!("invalid JSON-RPC request: nesting deeper than 128 levels")
+        json!("Parse error: nesting deeper than 128 levels; nothing was run")
     );
     assert_eq!(trips(&d, "json_depth"), 2);
     assert_eq!(head(), before, "nothing was committed");
