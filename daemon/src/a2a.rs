@@ -11,7 +11,8 @@
 //!
 //! For the message methods the skill is named by `skill_id` (or `skillId`) in the request's
 //! `metadata` or in `message.metadata`, and the idempotency key is `message.taskId` when
-//! present, else `message.messageId`; the task id of the answer is that key. A committed
+//! present, else `message.messageId` (0.3), or `message.messageId` (1.0, where a `taskId` must
+//! name an existing task); the task id of the answer is that key. A committed
 //! task's state follows the outcome classification ([`crate::outcome`]): `ok` → completed,
 //! `refused`/`denied` → rejected, `failed` → failed (`tasks/send` keeps `completed`).
 //!
@@ -159,6 +160,9 @@ struct TaskSend {
     transition_fn: Option<Ref>,
     /// The message's `contextId`, echoed back (message methods only).
     context_id: Option<String>,
+    /// 1.0: the `taskId` of a message that names a task other than its own message id, which
+    /// must be an existing task (A2A 1.0 3.4.2: a client does not choose a new task's id).
+    continues: Option<String>,
 }
 
 fn parse_params(params: &Value) -> Result<TaskSend, String> {
@@ -191,6 +195,7 @@ fn parse_params(params: &Value) -> Result<TaskSend, String> {
         args,
         transition_fn,
         context_id: None,
+        continues: None,
     })
 }
 
@@ -293,10 +298,15 @@ fn parse_message_params(method: Method, params: &Value) -> Result<TaskSend, Stri
         Some(Value::String(s)) if !s.is_empty() => Ok(Some(s.clone())),
         Some(_) => Err(format!("params.message.{name} must be a non-empty string")),
     };
-    let task_id = match (text("taskId")?, text("messageId")?) {
-        (Some(t), _) => t,
-        (None, Some(m)) => m,
-        (None, None) => {
+    let (task_id, continues) = match (method, text("taskId")?, text("messageId")?) {
+        // 1.0: the message id names a new task and is its key; a task id names an existing one.
+        (Method::SendMessage, t, Some(m)) => (m.clone(), t.filter(|t| *t != m)),
+        (Method::SendMessage, _, None) => {
+            return Err("params.message.messageId is missing: it names the task it starts".into())
+        }
+        (_, Some(t), _) => (t, None),
+        (_, None, Some(m)) => (m, None),
+        (_, None, None) => {
             return Err(
                 "params.message needs a taskId (or a messageId, which then names the task)".into(),
             )
@@ -308,6 +318,7 @@ fn parse_message_params(method: Method, params: &Value) -> Result<TaskSend, Stri
         args,
         transition_fn,
         context_id: text("contextId")?,
+        continues,
     })
 }
 
@@ -653,6 +664,9 @@ async fn a2a(
         Ok(send) => send,
         Err(answer) => return *answer,
     };
+    if let Some(task) = &send.continues {
+        return tasks::continued(&state, &session, &id, task).await;
+    }
     let class = match skill_class(&state, &session, &send.skill_id, &id).await {
         Ok(class) => class,
         Err(answer) => return answer,

@@ -3343,6 +3343,58 @@ async fn a2a_tasks_are_read_back_by_id_in_either_version_and_never_canceled() {
     assert_eq!(h.revision(), before, "nothing was committed");
 }
 
+/// A2A 1.0 (3.4.2): a message's `taskId` must name an existing task; a client does not choose
+/// a new task's id. A `SendMessage` with a `taskId` nobody sent ran and answered a task of that
+/// id. Now its message id names the task it starts (and is its key), and a `taskId` that names
+/// another task is `-32001` when there is none, `-32004` when there is one (each task here is
+/// one call); nothing runs.
+#[tokio::test]
+async fn a2a_a_1_0_message_cannot_choose_a_new_tasks_id() {
+    let h = harness();
+    let t = h.token("a2t", &["Workspace.Read=worktree:50"]);
+    let with_task = |message: &str, task: &str| {
+        let mut body = v10_send(message, "ailang-read", json!({"path": "a"}));
+        body["params"]["message"]["taskId"] = json!(task);
+        body
+    };
+    let before = h.revision();
+    let v = h.a2a(&t, Some("1.0"), with_task("m-1", "new-task")).await;
+    assert_eq!(
+        v["error"],
+        json!({"code": -32001, "message": "Task not found", "data": error_info("TASK_NOT_FOUND",
+            json!({"taskId": "new-task", "why": "no task with this id was sent in this session's episode"}))})
+    );
+    assert_eq!(h.revision(), before, "nothing ran");
+    // The message id names the task; resent with that task id, it is the same message.
+    let v = h
+        .a2a(
+            &t,
+            Some("1.0"),
+            v10_send("m-2", "ailang-read", json!({"path": "a"})),
+        )
+        .await;
+    assert_eq!(v["result"]["task"]["id"], "m-2", "{v}");
+    let again = h.a2a(&t, Some("1.0"), with_task("m-2", "m-2")).await;
+    assert_eq!(
+        again["result"]["task"]["metadata"]["replayed"],
+        json!(true),
+        "{again}"
+    );
+    // A new message naming the ended task: the task takes no further message.
+    let v = h.a2a(&t, Some("1.0"), with_task("m-3", "m-2")).await;
+    assert_eq!(v["error"]["code"], json!(-32004), "{v}");
+    assert_eq!(v["error"]["data"][0]["metadata"]["taskId"], "m-2");
+    assert_eq!(
+        v["error"]["data"][0]["metadata"]["why"],
+        "the task has ended (its state is terminal) and takes no further message: each task here is one call; send a new message (a new messageId, no taskId)"
+    );
+    assert_eq!(h.revision(), before + 1);
+    // 0.3 keeps its rule: the task id, when sent, is the key.
+    let mut old = v03_send("m-4", "ailang-read", json!({"path": "a"}));
+    old["params"]["message"]["taskId"] = json!("t-4");
+    assert_eq!(h.a2a(&t, None, old).await["result"]["id"], "t-4");
+}
+
 /// What an agent card leaves out is the specification's error, not `method not found`:
 /// streaming and resubscribing (-32004), push notifications (-32003), the extended card
 /// (1.0: -32004; 0.3: -32007), listing tasks (-32004); each says why and runs nothing.

@@ -140,6 +140,50 @@ pub(super) async fn answer(
     rpc_result(id, task)
 }
 
+/// The answer to a 1.0 message whose `taskId` names a task other than the one its message id
+/// starts: every task here takes one message and ends, so an existing task is `-32004` (it
+/// takes no further message), and one that does not exist `-32001` (a client does not choose
+/// a new task's id, A2A 1.0 3.4.2). Nothing runs.
+pub(super) async fn continued(
+    state: &AppState,
+    session: &Session,
+    id: &Value,
+    task_id: &str,
+) -> Response {
+    if !broker_core::task::valid_task_id(task_id) {
+        return not_found(id, task_id);
+    }
+    let s = state.clone();
+    let who = session.clone();
+    let t = task_id.to_owned();
+    let found = crate::durable_answers::spawn_read(move || {
+        s.coordinator()
+            .task_view(&who, Surface::A2a, &t)
+            .map(|v| v.map(|v| matches!(v, TaskView::Running { .. })))
+    })
+    .await;
+    let why = match found {
+        Ok(Ok(None)) => return not_found(id, task_id),
+        Ok(Ok(Some(true))) => "the task is still running and takes no further message: each task here is one call; send a new message (a new messageId, no taskId)",
+        Ok(Ok(Some(false))) => "the task has ended (its state is terminal) and takes no further message: each task here is one call; send a new message (a new messageId, no taskId)",
+        Ok(Err(e)) => {
+            tracing::error!("a2a task read: {e}");
+            return super::rpc_error(id, -32603, "transition invocation is not available in this daemon");
+        }
+        Err(e) => {
+            tracing::error!("a2a task read: {e}");
+            return super::rpc_error(id, -32603, "transition invocation is not available in this daemon");
+        }
+    };
+    error_info(
+        id,
+        -32004,
+        "This operation is not supported",
+        "UNSUPPORTED_OPERATION",
+        &[("taskId", task_id), ("why", why)],
+    )
+}
+
 /// `params.id`, and for a read, a `historyLength` that is a count if present.
 fn task_id_of(read: Read, params: &Value) -> Result<String, String> {
     if !params.is_object() {
