@@ -1894,6 +1894,79 @@ fn a_mint_for_an_episode_with_no_worktree_is_warned_before_the_question() {
     assert!(!here.join(".world").exists());
 }
 
+/// What a terminal showed before the mint's question, line by line, without the echo of what
+/// was typed into it (`script` may echo it before anything is printed).
+fn said_before_the_question(shown: &str, typed: &str) -> Vec<String> {
+    let at = shown
+        .find("Confirm mint")
+        .unwrap_or_else(|| panic!("no question: {shown}"));
+    shown[..at]
+        .lines()
+        .map(|l| l.trim_end_matches('\r'))
+        .filter(|l| !l.is_empty() && *l != typed)
+        .map(str::to_owned)
+        .collect()
+}
+
+/// `session mint --grant Hello.Greet=any:10` for an episode with no worktree warned that every
+/// call of the credential is refused until the worktree exists; but a grant of scope `any`
+/// needs no worktree, and its calls succeed. Only a `worktree` grant is warned of, at `mint`
+/// and, for where the worktree goes, at `session new`.
+#[test]
+fn a_mint_whose_grants_need_no_worktree_warns_of_none() {
+    let (_dir, db, root) = an_empty_store();
+    std::fs::create_dir_all(&root).unwrap();
+    let (code, shown) = mint_at_terminal(
+        &db,
+        &format!(
+            "--episode demo --grant Hello.Greet=any:10 --workspace-root {}",
+            root.display()
+        ),
+    );
+    assert_eq!(code, 0, "{shown}");
+    assert_eq!(
+        said_before_the_question(&shown, "y"),
+        Vec::<String>::new(),
+        "{shown}"
+    );
+    // One worktree grant among them: warned, as before.
+    let (code, shown) = mint_at_terminal(
+        &db,
+        &format!(
+            "--episode demo --grant Hello.Greet=any:10 --grant Workspace.Read=worktree:1 --workspace-root {}",
+            root.display()
+        ),
+    );
+    assert_eq!(code, 0, "{shown}");
+    assert_eq!(
+        said_before_the_question(&shown, "y"),
+        [format!(
+            "worldd session: warning: episode demo has no worktree {}/demo: every call of this credential is refused until it exists; `worldd session new demo` creates one, or pass --workspace-root with the daemon's root if it serves another",
+            root.display()
+        )],
+        "{shown}"
+    );
+    // `session new` with another store and the default root: where the worktree goes matters
+    // to no grant here, so it asks at once.
+    let cwd = tempfile::tempdir().unwrap();
+    let here = cwd.path().canonicalize().unwrap();
+    let (code, shown) = at_terminal(
+        &format!(
+            "cd {} && {WORLDD} session new ep --db {} --grant Hello.Greet=any:10",
+            here.display(),
+            db.display()
+        ),
+        b"n\n",
+    );
+    assert_eq!(code, 1, "{shown}");
+    assert_eq!(
+        said_before_the_question(&shown, "n"),
+        Vec::<String>::new(),
+        "{shown}"
+    );
+    assert!(!here.join(".world").exists());
+}
+
 /// A client verb sent to the default address reached another daemon there, and its refusal
 /// of the credential did not say which daemon was asked: the address, and where it came from
 /// (`--addr`, `$WORLD_ADDR`, the default), are named; a bad `$WORLD_ADDR` is named as itself.

@@ -334,6 +334,13 @@ fn confirm(question: &str) -> CliResult {
     }
 }
 
+/// Whether a call under `grants` can need the episode's worktree: only the `worktree` scope
+/// binds it (the daemon checks it exists for such an effect); `any`, `log` and a third-party
+/// plugin's own scopes name none.
+fn needs_worktree(grants: &[Grant]) -> bool {
+    grants.iter().any(|g| g.scope == "worktree")
+}
+
 /// Where `session new` makes worktrees, and `session mint` looks for them, unless told.
 const DEFAULT_WORKSPACE_ROOT: &str = ".world/worktrees";
 
@@ -354,11 +361,13 @@ fn mint(
     out: Option<&Path>,
     root: &Path,
 ) -> CliResult {
+    // A credential whose grants need the episode's worktree has every call refused while it
+    // is missing: say so, and how to fix it, before the question (an operator's credential
+    // reads every episode: no one; a grant of another scope, such as `any`, needs none).
+    let needs_worktree = needs_worktree(&grants);
     let minting = Minting::check(db, episode, grants, operator, ttl, out)?;
-    // A credential of an episode with no worktree has every call refused: say so, and how to
-    // fix it, before the question (an operator's credential reads every episode: no one).
     let worktree = root.join(episode);
-    if !operator && !worktree.is_dir() {
+    if !operator && needs_worktree && !worktree.is_dir() {
         errln!(
             "worldd session: warning: episode {episode} has no worktree {}: every call of this credential is refused until it exists; `worldd session new {episode}` creates one, or pass --workspace-root with the daemon's root if it serves another",
             shown_path(&worktree)
@@ -523,6 +532,7 @@ fn new(a: NewArgs) -> CliResult {
             "give --preset se-tools or at least one --grant",
         ));
     }
+    let needs_worktree = needs_worktree(&grants);
     // Everything is checked, then asked, before anything is made: an interrupt at the
     // prompt leaves no worktree (which would make the same command fail next time).
     let minting = Minting::check(
@@ -535,8 +545,10 @@ fn new(a: NewArgs) -> CliResult {
     )?;
     let worktree = a.workspace_root.join(&a.episode);
     // Another store, but the default workspace root: the worktree is made under this
-    // directory, where a daemon serving that store may not look.
-    if a.workspace_root == Path::new(DEFAULT_WORKSPACE_ROOT)
+    // directory, where a daemon serving that store may not look (which matters only to grants
+    // that need the worktree).
+    if needs_worktree
+        && a.workspace_root == Path::new(DEFAULT_WORKSPACE_ROOT)
         && a.db.db != Path::new(super::DEFAULT_DB)
     {
         errln!(
