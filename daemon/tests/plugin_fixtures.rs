@@ -22,8 +22,8 @@ use std::process::{Command, Stdio};
 
 use base64::Engine;
 use common::fixtures::{
-    cargo_build, echo_library, fixtures_target, incompatible_plugin, library_file, share_echo_lock,
-    write_if_changed,
+    cargo_build, cargo_test, echo_library, fixtures_target, incompatible_plugin, library_file,
+    share_echo_lock, write_if_changed,
 };
 use common::*;
 use serde_json::{json, Value};
@@ -542,7 +542,8 @@ fn json_like(expected: &Value, actual: &Value) -> bool {
 
 /// A person following docs/handler-authors.md: the page's own `Cargo.toml` and `src/lib.rs`
 /// (section 1, the `handler-kit` path pointed at this checkout) build a plugin outside the
-/// workspace; with it in `target/release` and a daemon serving it, the commands of section 4
+/// workspace; section 5's test passes under `cargo test`; with the library in
+/// `target/release` and a daemon started by section 4's command, the commands of section 4
 /// run on a terminal print what the page shows, and the `why` pipeline the page gives verifies
 /// the call, naming the plugin as section 3 says. The page's code is what a reader copies:
 /// were it to drift from the kit, this would fail where a reader would.
@@ -565,7 +566,25 @@ fn the_handler_author_guides_plugin_builds_and_answers_as_the_guide_says() {
     share_echo_lock(&crate_dir);
     let library = cargo_build(&crate_dir.join("Cargo.toml"), "worldd_hello");
 
-    // Section 4's setting: the library in target/release, the daemon running on .world/db.
+    // Section 5's test, added as the page says (`tests/greet.rs`) and run with `cargo test`.
+    let title = "## 5. Test";
+    let (_, blocks) = section_blocks(&page, title);
+    let test = block_body(&blocks, "rust", title);
+    std::fs::create_dir_all(crate_dir.join("tests")).unwrap();
+    write_if_changed(&crate_dir.join("tests/greet.rs"), test.as_bytes());
+    cargo_test(&crate_dir.join("Cargo.toml"));
+
+    // Section 4's setting: the library in target/release, the daemon started as the page says
+    // (on a free port instead of the default), on .world/db.
+    let title = "## 4. Grant it and call it";
+    let (_, blocks) = section_blocks(&page, title);
+    let start = block_body(&blocks, "", title);
+    let words: Vec<&str> = start.split_whitespace().collect();
+    assert_eq!(
+        words[..2],
+        ["worldd", "serve"],
+        "{title} starts the daemon with: {start}"
+    );
     let dir = tempfile::tempdir().unwrap();
     let cwd = dir.path().join("project");
     let release = cwd.join("target/release");
@@ -573,13 +592,8 @@ fn the_handler_author_guides_plugin_builds_and_answers_as_the_guide_says() {
     std::fs::copy(&library, release.join(library_file("worldd_hello"))).unwrap();
     let mut serve = Command::new(WORLDD);
     serve
-        .args([
-            "serve",
-            "--bind",
-            "127.0.0.1:0",
-            "--plugin-dir",
-            "target/release",
-        ])
+        .args(&words[1..])
+        .args(["--bind", "127.0.0.1:0"])
         .current_dir(&cwd)
         .stdout(Stdio::piped())
         .stderr(Stdio::null());

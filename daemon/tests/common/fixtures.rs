@@ -31,6 +31,32 @@ pub fn library_file(lib: &str) -> String {
 /// One fixture build at a time (cargo would serialise them on its lock anyway).
 static BUILD: Mutex<()> = Mutex::new(());
 
+/// `cargo test --manifest-path MANIFEST --target-dir <target>/fixtures`: a fixture crate's own
+/// tests, which must pass.
+#[allow(dead_code)] // not every test binary that shares this module runs a crate's tests
+pub fn cargo_test(manifest: &Path) {
+    let _one_at_a_time = BUILD.lock().unwrap_or_else(|p| p.into_inner());
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| env!("CARGO").into());
+    let out = Command::new(cargo)
+        .arg("test")
+        .arg("--manifest-path")
+        .arg(manifest)
+        .arg("--target-dir")
+        .arg(fixtures_target())
+        .env("CARGO_TERM_COLOR", "never")
+        .env_remove("CARGO_TARGET_DIR")
+        .env_remove("CARGO_BUILD_TARGET_DIR")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "cargo test --manifest-path {} failed:\n{}\n{}",
+        manifest.display(),
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 /// `cargo build --manifest-path MANIFEST --target-dir <target>/fixtures`; returns the cdylib.
 pub fn cargo_build(manifest: &Path, lib: &str) -> PathBuf {
     let _one_at_a_time = BUILD.lock().unwrap_or_else(|p| p.into_inner());
