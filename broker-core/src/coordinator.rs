@@ -19,9 +19,15 @@
 //!    [`CoordinatorConfig::sole_spender`]). A denied effect or a declined
 //!    request (`denied:handler`) is closed here and committed as an entry without an effect,
 //!    with its record; nothing is spent. Refusals and denials each cost the
-//!    credential tokens of its refusal rate, by the bytes they store ([`crate::refusal_rate`]);
+//!    credential tokens of its refusal rate, by the bytes they store ([`crate::refusal_rate`]).
+//!    A call whose own deadline leaves its handler less than [`MIN_HANDLER_TIME`], before the
+//!    preflight or before the intent, is answered [`CallError::HandlerTimedOut`] there: nothing
+//!    is journaled or spent, and its task id stays free;
 //! 3. **execute** the handler, then the tool's finish function when it has one (plugin code
-//!    too), both under the handler's deadline ([`crate::deadline`]);
+//!    too), both under the handler's deadline ([`crate::deadline`]). A handler is never started
+//!    with its deadline already due (under a millisecond left, which a plugin would read as no
+//!    limit): its intent is then closed as failed, not committed, and the caller is answered
+//!    [`CallError::HandlerTimedOut`];
 //! 4. **finish**: the outcome as the broker records it, and the output (what the finish
 //!    function made of it, when the tool has one);
 //! 5. **commit** outcome, records, output, invocation record, entry, world and task state in
@@ -85,6 +91,25 @@ pub const MAX_IO_BYTES: usize = 1 << 20;
 /// How long a handler may run by default: its request carries the deadline and the execute
 /// step enforces it.
 pub const HANDLER_DEADLINE: Duration = Duration::from_secs(10);
+
+/// The least time a handler is started with. A call whose own deadline
+/// ([`Coordinator::invoke_until`], the daemon's call deadline) leaves its handler less than
+/// this (or less than [`CoordinatorConfig::handler_deadline`], when that is shorter) is refused
+/// before its intent is journaled: answered [`CallError::HandlerTimedOut`], with nothing
+/// journaled or spent and its task id left free for a resend.
+///
+/// Why 1 s: a plugin keeps part of its deadline back to answer a clear failure before the
+/// daemon gives up on it (the shipped git plugin 750 ms, the ailang plugin up to 500 ms). Given
+/// less than that, a plugin has no time left for its work and fails at once, or (told a
+/// deadline it cannot meet) overruns it: either way the call would spend a budget unit on an
+/// effect that never ran. 1 s leaves git at least 250 ms for its work, and is a twentieth of
+/// the daemon's default call deadline (20 s), so a single call never meets it; the calls that
+/// do are the late items of a batch, or of a queue, whose shared deadline is nearly spent.
+pub const MIN_HANDLER_TIME: Duration = Duration::from_secs(1);
+
+/// A handler deadline closer than this is due: the handler ABI counts in whole milliseconds,
+/// and `0` there means no limit at all.
+const DUE: Duration = Duration::from_millis(1);
 
 /// The text of rule R8.
 pub const R8_MESSAGE: &str = "transition declares an effect this daemon has no handler for";
@@ -963,6 +988,8 @@ impl Coordinator {
             .map(|g| g.budget)
             .unwrap_or(0);
 
+        // Too little time left to run the handler: refused before anything is written.
+        self.time_to_start(&p, &effect.effect, wait.until)?;
         // The handler may decline what it would refuse anyway, before anything is spent.
         let effect = Arc::new(effect);
         let busy = match self.preflight(&p, &effect, busy, wait)? {
@@ -982,6 +1009,8 @@ impl Coordinator {
             }
         };
 
+        // The preflight took its time: what is left must still be enough to run the handler.
+        self.time_to_start(&p, &effect.effect, wait.until)?;
         // Durable point 1. The writer re-checks the spend: another process may have spent the
         // last unit.
         let intent = match self.journal_intent(&p, &request, &effect, total_budget)? {
@@ -1053,6 +1082,10 @@ impl Coordinator {
             return Ok(Preflighted::Proceed(busy));
         };
         let (job, deadline) = self.handler_job(p, handler.clone(), effect, wait.until, None);
+        if is_due(deadline) {
+            // Never started with a deadline already due; nothing was journaled or spent.
+            return Err(CallError::HandlerTimedOut);
+        }
         let overruns = self.overruns.clone();
         let late = move |_: Option<Map<String, Value>>, busy: Busy| {
             overruns.running.fetch_sub(1, Ordering::Relaxed);
@@ -1076,6 +1109,34 @@ impl Coordinator {
             }),
             Err(deadline::Overran) => Err(CallError::HandlerTimedOut),
         }
+    }
+
+    /// Whether the caller's deadline `until` still leaves a handler [`MIN_HANDLER_TIME`] (or the
+    /// configured handler deadline, when that is shorter). If not, the call is answered
+    /// [`CallError::HandlerTimedOut`] before its intent: nothing journaled, nothing spent, the
+    /// task id free.
+    fn time_to_start(
+        &self,
+        p: &Prepared,
+        effect: &str,
+        until: Option<Instant>,
+    ) -> Result<(), CallError> {
+        let Some(until) = until else {
+            return Ok(());
+        };
+        let left = until.saturating_duration_since(Instant::now());
+        let least = MIN_HANDLER_TIME.min(self.config.handler_deadline).max(DUE);
+        if left >= least {
+            return Ok(());
+        }
+        tracing::warn!(
+            invocation = %p.invocation_id,
+            %effect,
+            "call refused as timed out before its intent: {} ms of its deadline left, under the {} ms a handler is started with; nothing was journaled or spent",
+            left.as_millis(),
+            least.as_millis()
+        );
+        Err(CallError::HandlerTimedOut)
     }
 
     /// Where this call's handlers run: on this thread when its caller waits through a watch.
@@ -1225,6 +1286,14 @@ impl Coordinator {
                     request_ref: request.hash,
                     overruns: self.overruns.clone(),
                 };
+                if is_due(deadline) {
+                    // The deadline passed while the intent was on its way to the disk (a store
+                    // slower than the margin `time_to_start` leaves). The handler is never
+                    // started with a deadline already due: the intent is closed as failed, the
+                    // effect did not run, and the call ends as one whose handler overran.
+                    late.not_started(busy);
+                    return Err(CallError::HandlerTimedOut);
+                }
                 let on_abandon = self.overrun(&p.invocation_id, &effect.effect,
                     "handler overran its deadline; the call is answered as timed out and its outcome will be journaled when the handler returns");
                 match deadline::run_within(
@@ -1607,6 +1676,11 @@ enum Preflighted {
         by: Option<HandlerIdentity>,
         busy: Busy,
     },
+}
+
+/// A handler deadline that leaves less than [`DUE`]: no handler is started under it.
+fn is_due(deadline: Instant) -> bool {
+    deadline.saturating_duration_since(Instant::now()) < DUE
 }
 
 fn random_task_id() -> Result<String, CallError> {

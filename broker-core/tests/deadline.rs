@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use broker_core::broker::HandlerIdentity;
 use broker_core::coordinator::{
     Call, CallError, Coordinator, CoordinatorConfig, EffectHandler, EffectRequest, HandlerOutcome,
-    Handlers, Surface,
+    Handlers, Surface, MIN_HANDLER_TIME,
 };
 use broker_core::journal::{self, OutcomeStatus, Receipt};
 use broker_core::log;
@@ -207,15 +207,155 @@ fn hung_handler_is_answered_at_its_deadline_and_journaled_when_it_returns() {
 fn a_callers_earlier_deadline_shortens_the_handlers() {
     let s = setup(Duration::from_secs(60));
     let hung = mint(&s.store, "hung");
-    let until = Instant::now() + Duration::from_millis(100);
+    // More than the least a handler is started with, far less than its own 60 s.
+    let left = MIN_HANDLER_TIME + Duration::from_millis(200);
+    let until = Instant::now() + left;
     let err = s
         .coordinator
         .invoke_until(&write(&hung, "w1"), Some(until), ())
         .unwrap_err();
     assert!(matches!(err, CallError::HandlerTimedOut), "{err:?}");
     let told = s.entered.recv_timeout(Duration::from_secs(30)).unwrap();
-    assert!(told <= Duration::from_millis(100), "{told:?}");
+    assert!(told <= left, "{told:?}");
     s.handler.gate.release();
+}
+
+/// The budget the episode spent on `effect`.
+fn spent(coordinator: &Coordinator, session: &Session, effect: &str) -> u64 {
+    coordinator
+        .budget(session)
+        .unwrap()
+        .iter()
+        .find(|b| b.effect == effect)
+        .map(|b| b.spent)
+        .unwrap()
+}
+
+/// Attack: the late items of one MCP batch share the POST's deadline; an item reached with a
+/// few milliseconds (or none) of it left was admitted all the same: its intent journaled, a
+/// budget unit spent, then its plugin failed at once (or was told `deadlineMs: 0`, no limit,
+/// and ran on after the caller was answered). A call left less than the least a handler is
+/// started with is now refused before its intent, both ways a caller waits: answered timed
+/// out, its handler never started, nothing journaled or spent, and its task id free for a
+/// resend, which then runs.
+#[test]
+fn a_call_left_under_the_minimum_handler_time_is_refused_before_its_intent_and_spends_nothing() {
+    let s = setup(Duration::from_secs(10));
+    let writer = mint(&s.store, "writer");
+    let before = revision(&s.store);
+    let watch = s.coordinator.watch();
+    let lefts = [
+        Duration::ZERO,
+        Duration::from_micros(500),
+        Duration::from_millis(8),
+        Duration::from_millis(42),
+        MIN_HANDLER_TIME - Duration::from_millis(5),
+    ];
+    for (i, left) in lefts.into_iter().enumerate() {
+        for watched in [false, true] {
+            let task = format!("late-{i}-{watched}");
+            let w = write(&writer, &task);
+            let until = Some(Instant::now() + left);
+            let err = if watched {
+                s.coordinator.invoke_watched(&w, until, (), &watch)
+            } else {
+                s.coordinator.invoke_until(&w, until, ())
+            }
+            .unwrap_err();
+            assert!(
+                matches!(err, CallError::HandlerTimedOut),
+                "{left:?}: {err:?}"
+            );
+            assert_eq!(
+                receipt(&s.store, &format!("a2a:writer:{task}")),
+                Receipt::NotStarted,
+                "{left:?}"
+            );
+            assert!(
+                s.entered.try_recv().is_err(),
+                "{left:?}: its handler started"
+            );
+            assert!(s
+                .coordinator
+                .reconcile(&writer, Surface::A2a, &task)
+                .unwrap()
+                .is_none());
+        }
+    }
+    assert_eq!(spent(&s.coordinator, &writer, "Workspace.Write"), 0);
+    assert_eq!(revision(&s.store), before, "nothing was committed");
+    assert_eq!(s.coordinator.overruns().total(), 0);
+    // The task id is free: sent again with time to run, the call runs once and spends once.
+    s.handler.gate.release();
+    let out = s
+        .coordinator
+        .invoke(&write(&writer, "late-0-false"))
+        .unwrap();
+    assert_eq!(out.effects[0].status, "ok");
+    assert!(!out.replayed);
+    assert_eq!(s.entered.try_recv().unwrap(), Duration::from_secs(10));
+    assert_eq!(spent(&s.coordinator, &writer, "Workspace.Write"), 1);
+}
+
+/// Sleeps past the call's deadline once its intent is journaled.
+struct SlowIntent(Duration);
+
+impl broker_core::coordinator::Hooks for SlowIntent {
+    fn reached(&self, point: broker_core::coordinator::CrashPoint) {
+        if point == broker_core::coordinator::CrashPoint::AfterIntent {
+            std::thread::sleep(self.0);
+        }
+    }
+}
+
+/// Attack (the same, one step later): a call's deadline runs out while its intent is on its
+/// way to the disk. Its handler used to start with the deadline already due (`deadlineMs: 0`,
+/// no limit), so the git plugin really committed for a call answered "timed out". The handler
+/// is now never started: the intent is closed as failed, the call is not committed, and the
+/// caller is answered timed out.
+#[test]
+fn a_handler_whose_deadline_passed_during_its_intent_is_never_started() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::create(&dir.path().join("db")).unwrap();
+    common::publish_se_tools(&store);
+    let (gate, entered) = common::Gate::new();
+    let mut handlers = Handlers::new();
+    handlers
+        .insert("Workspace.Write", Arc::new(Hanging { gate }))
+        .unwrap();
+    let left = MIN_HANDLER_TIME + Duration::from_millis(100);
+    let config = CoordinatorConfig {
+        hooks: Arc::new(SlowIntent(left + Duration::from_millis(100))),
+        ..CoordinatorConfig::default()
+    };
+    let coordinator = Coordinator::new(store.clone(), handlers, config);
+    let writer = mint(&store, "writer");
+    let before = revision(&store);
+    let err = coordinator
+        .invoke_until(&write(&writer, "w1"), Some(Instant::now() + left), ())
+        .unwrap_err();
+    assert!(matches!(err, CallError::HandlerTimedOut), "{err:?}");
+    assert!(entered.try_recv().is_err(), "the handler was started");
+    assert!(
+        matches!(
+            receipt(&store, "a2a:writer:w1"),
+            Receipt::Resolved {
+                status: OutcomeStatus::Failed,
+                ..
+            }
+        ),
+        "{:?}",
+        receipt(&store, "a2a:writer:w1")
+    );
+    let rec = coordinator
+        .reconcile(&writer, Surface::A2a, "w1")
+        .unwrap()
+        .unwrap();
+    assert_eq!(rec.state, "unrecorded");
+    assert_eq!(rec.effects[0].status, "failed");
+    assert_eq!(revision(&store), before, "nothing was committed");
+    assert_eq!(coordinator.overruns().total(), 0);
+    assert_eq!(coordinator.overruns().running(), 0);
 }
 
 /// Watched (the daemon's way): the handler runs on the call's own thread, and the waiter gives

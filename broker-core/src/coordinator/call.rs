@@ -133,9 +133,17 @@ pub enum CallError {
     StoreFull(crate::capacity::Full),
     #[error("effects were requested but the invocation was not confirmed committed; effect records: {}", join_refs(.records))]
     EffectsUnrecorded { records: Vec<Ref> },
-    /// The handler overran its deadline. Its intent is journaled; its outcome and record are
-    /// journaled when it returns, and the call is never committed to the log.
-    #[error("the handler did not finish before its deadline; its outcome is journaled when it returns and the call is not committed")]
+    /// The call's deadline ran out for its handler, one of three ways:
+    ///
+    /// - the handler overran its deadline: its intent is journaled; its outcome and record are
+    ///   journaled when it returns, and the call is never committed to the log;
+    /// - too little of the caller's deadline was left to start the handler
+    ///   ([`super::MIN_HANDLER_TIME`]): refused before its intent, nothing journaled or spent,
+    ///   the task id left free;
+    /// - the deadline passed while the intent was being journaled: the handler was not
+    ///   started, and the intent is closed as a failed effect (not committed), as after an
+    ///   overrun.
+    #[error("the call's deadline ran out for its handler: it overran (its outcome is journaled when it returns and the call is not committed), or too little time was left to start it")]
     HandlerTimedOut,
     #[error("store failure: {0}")]
     Store(#[from] StoreError),

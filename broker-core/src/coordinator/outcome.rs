@@ -126,6 +126,31 @@ impl LateCall {
     /// The handler returned after its caller was answered: journal its outcome and record
     /// (the call stays uncommitted, as after any post-effect failure), then free the episode.
     pub(super) fn record(self, ran: Ran, busy: Busy) {
+        self.journal(
+            ran,
+            "a handler that overran its deadline returned; its outcome is journaled and the call is not committed",
+        );
+        self.overruns.running.fetch_sub(1, Ordering::Relaxed);
+        drop(busy);
+    }
+
+    /// The call's deadline was already due when its handler was to start (its intent is
+    /// journaled): the handler is not started, the intent is closed as a failed effect that did
+    /// not run (the call stays uncommitted, as after an overrun), then the episode is freed.
+    pub(super) fn not_started(self, busy: Busy) {
+        let why = format!(
+            "not started: the call's deadline passed before its {} handler could start; the effect did not run",
+            self.effect.effect
+        );
+        self.journal(
+            (HandlerOutcome::Failed(why), None),
+            "the call's deadline passed before its handler could start; the handler was not started, the intent is journaled failed and the call is not committed",
+        );
+        drop(busy);
+    }
+
+    /// Journal `ran` as the call's outcome and record, without a commit.
+    fn journal(&self, ran: Ran, what: &str) {
         let id = &self.ids.invocation_id;
         match settle(id, &self.effect, self.budget_before, self.request_ref, ran) {
             Ok(s) => {
@@ -133,13 +158,10 @@ impl LateCall {
                     .chain(s.result.map(|(obj, _)| obj))
                     .collect();
                 write_unrecorded(&self.store, &self.ids, s.status, objects, s.record_obj.hash);
-                tracing::warn!(invocation = %id, record = %s.record_obj.hash,
-                    "a handler that overran its deadline returned; its outcome is journaled and the call is not committed");
+                tracing::warn!(invocation = %id, record = %s.record_obj.hash, "{what}");
             }
             Err(e) => tracing::error!(invocation = %id, "late handler outcome not recorded: {e}"),
         }
-        self.overruns.running.fetch_sub(1, Ordering::Relaxed);
-        drop(busy);
     }
 }
 
