@@ -31,9 +31,16 @@ pub fn write(req: &EffectRequest<'_>) -> String {
     push_json_string(&mut out, req.scope);
     let _ = write!(out, r#","cost":{},"payload":"#, req.cost);
     write_compact_object(&mut out, req.payload);
-    let deadline_ms = u64::try_from(req.deadline.as_millis()).unwrap_or(u64::MAX);
-    let _ = write!(out, r#","deadlineMs":{deadline_ms}}}"#);
+    let _ = write!(out, r#","deadlineMs":{}}}"#, deadline_ms(req.deadline));
     out
+}
+
+/// `deadlineMs` for a handler given `left`: whole milliseconds, and never `0`, which the
+/// handler ABI reads as "no limit" (`handler_api::Request::deadline_ms`). A deadline under a
+/// millisecond is sent as `1`: due at once, never unlimited. (The coordinator starts no handler
+/// with less than a millisecond left; this holds whatever calls it.)
+pub fn deadline_ms(left: std::time::Duration) -> u64 {
+    u64::try_from(left.as_millis()).unwrap_or(u64::MAX).max(1)
 }
 
 /// The bytes of the payload's top-level strings: what a write's content adds to the document,
@@ -64,7 +71,7 @@ mod tests {
             scope: req.scope.into(),
             cost: req.cost,
             payload: Value::Object(req.payload.clone()),
-            deadline_ms: req.deadline.as_millis() as u64,
+            deadline_ms: deadline_ms(req.deadline),
         })
         .unwrap()
     }
@@ -100,6 +107,37 @@ mod tests {
                 let req = request(&payload, worktree);
                 assert_eq!(write(&req), as_serde_writes(&req));
             }
+        }
+    }
+
+    /// Attack: a call whose handler was left under a millisecond was sent `deadlineMs: 0`,
+    /// which a plugin reads as no limit: the ailang plugin ran for its whole 10 s cap, and the
+    /// git plugin really committed, after the daemon had answered "timed out".
+    #[test]
+    fn a_deadline_under_a_millisecond_is_sent_as_one_not_as_no_limit() {
+        let cases = [
+            (Duration::ZERO, 1),
+            (Duration::from_nanos(1), 1),
+            (Duration::from_micros(999), 1),
+            (Duration::from_millis(1), 1),
+            (Duration::from_micros(1_999), 1),
+            (Duration::from_millis(2), 2),
+            (Duration::from_millis(9_876), 9_876),
+            (Duration::MAX, u64::MAX),
+        ];
+        for (left, ms) in cases {
+            assert_eq!(deadline_ms(left), ms, "{left:?}");
+        }
+        let payload = Map::new();
+        for left in [Duration::ZERO, Duration::from_micros(400)] {
+            let req = EffectRequest {
+                deadline: left,
+                ..request(&payload, None)
+            };
+            let doc = write(&req);
+            assert!(doc.ends_with(r#","deadlineMs":1}"#), "{doc}");
+            let parsed: handler_api::Request = serde_json::from_str(&doc).unwrap();
+            assert_eq!(parsed.deadline_ms, 1);
         }
     }
 
