@@ -13,12 +13,15 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use handler_kit::identity::sha256_file;
-use handler_kit::output::stamped;
+use handler_kit::output::{refusal, stamped};
+use handler_kit::protect::git_component;
 use handler_kit::request::{
     check, json_quote as quote, op_not_allowed, Checked as CheckedRequest, Quote, Rules,
 };
 use handler_kit::serde_json::{self, json, Map, Value};
-use handler_kit::{EffectHandler, FinishInput, Host, JsonObject, LogLevel, Outcome, Request};
+use handler_kit::{
+    EffectHandler, FinishInput, Host, JsonObject, LogLevel, Outcome, Preflight, Request,
+};
 
 use crate::config::{Config, CAPS};
 use crate::cut::{self, Keep};
@@ -928,6 +931,10 @@ impl AilangHandler {
         let effect = request.effect.as_str();
         let (kind, rules) = handled(effect)?;
         let checked = check(request, &rules)?;
+        // The preflight declined these; a daemon that skips the preflight still runs nothing.
+        if let Some(why) = git_refusal_in(&request.payload) {
+            return Err(checked.refused(why));
+        }
         // Per-op payload checks (a payload the plan should never have built is a failure),
         // then the operator gates: all before anything runs.
         let task = self.task(kind, checked)?;
@@ -1001,7 +1008,48 @@ impl AilangHandler {
     }
 }
 
+/// The payload keys that name a file or a directory of the worktree to the binary.
+const PATH_KEYS: [&str; 3] = ["path", "module", "package"];
+
+/// What a path argument in git's own data is told (the Workspace plugin's rule and words). A
+/// linked worktree's `.git` names the operator's repository by its absolute host path, and a
+/// `.git/config` may hold credentialed remote URLs; the binary would read either and show it
+/// in its answer (a check's diagnostics, an op's output). This only covers the arguments: a
+/// program run with `FS` can still `readFile` them, which the binary's policy cannot deny.
+fn git_refusal(key: &str, path: &str) -> Option<String> {
+    let named = git_component(path)?;
+    let rule = ".git/ is git's own data, not worktree content; the lane's tools do not read it";
+    Some(if named == ".git" {
+        format!("argument {} {}: {rule}", quote(key), quote(path))
+    } else {
+        format!(
+            "argument {} {}: {} is named like .git (names are compared after NFKC and case folding); {rule}",
+            quote(key),
+            quote(path),
+            quote(named)
+        )
+    })
+}
+
+/// The refusal of the first path argument of `payload` in git's own data.
+fn git_refusal_in(payload: &Value) -> Option<String> {
+    PATH_KEYS.iter().find_map(|key| {
+        payload
+            .get(*key)
+            .and_then(Value::as_str)
+            .and_then(|p| git_refusal(key, p))
+    })
+}
+
 impl EffectHandler for AilangHandler {
+    /// A path argument in git's own data is declined before anything is spent.
+    fn preflight(&self, request: &Request) -> Preflight {
+        match git_refusal_in(&request.payload) {
+            Some(why) => Preflight::Decline(refusal(why)),
+            None => Preflight::Proceed,
+        }
+    }
+
     fn execute(&self, request: Request) -> Outcome {
         let started = Instant::now();
         match self.job(&request, started) {

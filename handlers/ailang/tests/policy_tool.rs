@@ -270,3 +270,56 @@ fn a_state_dir_inside_the_worktree_is_refused() {
         );
     }
 }
+
+/// Attack: in a linked worktree `.git` is a file naming the operator's repository by its host
+/// path, and `.git/config` may hold credentialed remote URLs; `ailang-cli fmt` of `.git/config`
+/// printed the file, credential included. A path argument in git's own data (at any depth, and
+/// names like it) is now declined by the preflight, before any spend, and refused by the
+/// effect if it comes anyway; the binary never runs. (A program run with `FS` can still read
+/// them: the binary's policy has no read rule. docs/plugins/ailang.md says so.)
+#[test]
+fn a_path_argument_in_gits_own_data_is_declined_before_anything_runs() {
+    let f = Fixture::new();
+    f.put(
+        ".git/config",
+        "[remote \"origin\"]\n\turl = https://user:secret@example.com/r\n",
+    );
+    let rule = ".git/ is git's own data, not worktree content; the lane's tools do not read it";
+    let cases = [
+        (CLI, json!({"op": "fmt", "path": ".git/config"}), format!("argument \"path\" \".git/config\": {rule}")),
+        (CHECK, json!({"op": "ai_check", "path": ".git"}), format!("argument \"path\" \".git\": {rule}")),
+        (
+            CLI,
+            json!({"op": "check", "module": "sub/.GIT/x.ail"}),
+            format!("argument \"module\" \"sub/.GIT/x.ail\": \"sub/.GIT\" is named like .git (names are compared after NFKC and case folding); {rule}"),
+        ),
+        (RUN, json!({"op": "run", "path": ".git/hooks/x.ail"}), format!("argument \"path\" \".git/hooks/x.ail\": {rule}")),
+    ];
+    for (effect, payload, why) in cases {
+        let request = f.request(effect, payload.clone());
+        match f.handler.preflight(&request) {
+            handler_kit::Preflight::Decline(answer) => {
+                assert_eq!(
+                    Value::Object(answer),
+                    json!({"ok": false, "refused": why}),
+                    "{payload}"
+                );
+            }
+            other => panic!("{payload}: {other:?}"),
+        }
+        let failed = f.failed(effect, payload.clone());
+        assert!(failed.ends_with(&why), "{payload}: {failed}");
+        assert!(!failed.contains("secret"), "{failed}");
+    }
+    assert_eq!(
+        f.ran("policy-tool", None) + f.ran("run", None),
+        0,
+        "the binary never ran"
+    );
+    // Names that only look close still run.
+    f.put(".gitignore.ail", "x\n");
+    assert_eq!(
+        f.ok(CLI, json!({"op": "fmt", "path": ".gitignore.ail"}))["ok"],
+        true
+    );
+}
