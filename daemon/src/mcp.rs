@@ -39,7 +39,11 @@
 //! answers the whole POST with the fixed envelope and id null; earlier items may already have
 //! committed. A batch of more than `[limits] batch_items` messages is refused whole (`-32600`,
 //! nothing runs); once the replies gathered reach `[limits] reply_bytes`, no further item runs
-//! and each request left gets its own `-32600` "not run" error.
+//! and each request left gets its own `-32600` "not run" error. All items share the POST's
+//! deadline (below): once it is spent no further item starts, and a `tools/call` item left
+//! less than a handler's minimum time ([`broker_core::coordinator::MIN_HANDLER_TIME`], 1 s)
+//! is refused before anything is journaled or spent; either way the POST is answered with the
+//! `host callback timed out` envelope, id null.
 //!
 //! Every `tools/call` result carries `_meta` (the invocation id, entry index, world ref,
 //! output ref, each effect's `budgetAfter`, and the outcome classification of
@@ -50,7 +54,8 @@
 //! The aggregate deadline of a POST is `[limits] call_deadline_ms` (20 s) from arrival,
 //! credential resolution included; every invocation gets what remains of it (its handler at
 //! most `[limits] handler_deadline_ms`). Past either, the POST is answered with the `host
-//! callback timed out` envelope.
+//! callback timed out` envelope; so is a call left less than 1 s of it to run its handler
+//! ([`broker_core::coordinator::MIN_HANDLER_TIME`]), which journals and spends nothing.
 
 use axum::body::Body;
 use axum::extract::State;
@@ -219,6 +224,13 @@ async fn serve_batch(ctx: &Ctx<'_>, version: &'static str, items: Vec<Value>) ->
             Message::Ignored => continue,
             Message::Invalid { id, why } => Reply::invalid_request(id, why),
             Message::Request { id, method, params } => {
+                // One deadline for the whole POST: once it is spent, no further item starts
+                // (a call would be refused before its intent anyway), and the POST is answered
+                // with the one timed-out envelope, as when an item runs past it.
+                if Instant::now() >= ctx.deadline {
+                    tracing::warn!(episode = %session.episode, "mcp: the batch's deadline passed; its remaining items were not started");
+                    return transport::host_failure(&Value::Null, HostFailure::TimedOut);
+                }
                 if !std::mem::replace(&mut first, false) {
                     match ctx.state.session_now(&session) {
                         Ok(now) => session = now,

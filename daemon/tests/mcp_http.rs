@@ -1489,7 +1489,8 @@ async fn a_second_large_call_waits_for_the_lane_while_small_calls_pass() {
         large_calls: 1,
         large_call_bytes: 4096,
         slot_wait: Duration::from_millis(100),
-        call_deadline: Duration::from_millis(1000),
+        // Over the 1 s a handler is started with (`MIN_HANDLER_TIME`).
+        call_deadline: Duration::from_millis(1500),
         ..Limits::default()
     });
     let big = "x".repeat(8000);
@@ -1519,7 +1520,7 @@ async fn a_second_large_call_waits_for_the_lane_while_small_calls_pass() {
         .await
         .assert_envelope("2", "host callback capacity exceeded");
     assert!(
-        start.elapsed() >= Duration::from_millis(1000),
+        start.elapsed() >= Duration::from_millis(1500),
         "refused before its deadline: {:?}",
         start.elapsed()
     );
@@ -1648,14 +1649,16 @@ async fn abandoned_handler_frees_the_only_slot(h: &Harness, t: &str, task: &str)
 }
 
 /// A store that stalls past the call deadline between the intent and the handler: the caller is
-/// answered at the call deadline; the handler then starts already past its deadline (it is the
-/// call's) and hangs. It is abandoned as soon as it starts, so its slot is free for another
-/// episode at once, and its outcome is journaled, not committed, when it returns.
+/// answered at the call deadline. The handler used to start then with its deadline long past
+/// (told `deadlineMs: 0`, no limit, by a plugin). It is now never started: the intent is closed
+/// as failed, the call is not committed (`unrecorded`), and the only slot is free for another
+/// episode.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_handler_that_starts_after_the_call_deadline_is_abandoned_at_once() {
+async fn a_handler_whose_deadline_passed_during_its_intent_is_never_started() {
     let mut h = harness_with(Limits {
         execution_slots: 1,
-        call_deadline: Duration::from_millis(300),
+        // Over the 1 s a handler is started with (`MIN_HANDLER_TIME`).
+        call_deadline: Duration::from_millis(1300),
         ..Limits::default()
     });
     h.stall
@@ -1677,11 +1680,13 @@ async fn a_handler_that_starts_after_the_call_deadline_is_abandoned_at_once() {
         .before_handler
         .store(false, std::sync::atomic::Ordering::SeqCst);
     h.stall.gate.release();
-    tokio::time::timeout(Duration::from_secs(30), h.entered.recv())
-        .await
-        .expect("the stalled call never reached its handler");
-    // The handler hangs with its deadline long past.
-    abandoned_handler_frees_the_only_slot(&h, &t, "late").await;
+    call_reaches(&h, &t, "late", "unrecorded").await;
+    let (_, rec) = h.get_json(&t, "/v1/calls/mcp/late").await;
+    assert_eq!(rec["effects"][0]["status"], json!("failed"), "{rec}");
+    assert_eq!(h.writes_run(), 0, "the handler was started");
+    let before = h.revision();
+    h.reads_ok(&h.reader(), 22).await;
+    assert_eq!(h.revision(), before + 1, "only the read was committed");
 }
 
 /// A call whose handler finished in time but whose effect steps then stall before the commit
@@ -1691,7 +1696,8 @@ async fn a_handler_that_starts_after_the_call_deadline_is_abandoned_at_once() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_call_stalled_after_its_handler_is_answered_at_the_call_deadline() {
     let h = harness_with(Limits {
-        call_deadline: Duration::from_millis(300),
+        // Over the 1 s a handler is started with (`MIN_HANDLER_TIME`).
+        call_deadline: Duration::from_millis(1300),
         ..Limits::default()
     });
     h.stall
@@ -1725,7 +1731,8 @@ async fn a_call_stalled_after_its_handler_is_answered_at_the_call_deadline() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_commit_the_writer_holds_is_answered_at_the_call_deadline_and_still_lands() {
     let h = harness_with(Limits {
-        call_deadline: Duration::from_millis(300),
+        // Over the 1 s a handler is started with (`MIN_HANDLER_TIME`).
+        call_deadline: Duration::from_millis(1300),
         ..Limits::default()
     });
     let t = h.token("held", &["Workspace.Read=worktree:5"]);
