@@ -4,5 +4,7 @@
 #![cfg_attr(not(test), deny(clippy::unwrap_used, clippy::expect_used))]
 
 fn main() {
-    std::process::exit(worldd::cli::main());
+    // Not `std::process::exit` directly: after a plugin that hung in its library's
+    // initialiser, that would wait forever for the dynamic loader (see `plugins::exit`).
+    worldd::plugins::exit(worldd::cli::main());
 }

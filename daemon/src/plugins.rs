@@ -45,12 +45,48 @@ pub struct PluginError {
 }
 
 impl PluginError {
+    /// The path and the cause each as one line: both may carry what a plugin wrote (its file
+    /// name, its manifest's words, its constructor's error), and a line break there would add
+    /// a line of its own to `worldd handlers` or the log (a `problem: none` that never was).
     fn new(path: &Path, cause: impl Into<String>) -> PluginError {
         PluginError {
-            path: path.display().to_string(),
-            cause: cause.into(),
+            path: one_line(&path.display().to_string()),
+            cause: one_line(&cause.into()),
         }
     }
+}
+
+/// `text` with every character a terminal acts on escaped, line breaks and tabs among them
+/// (`\n`, `\u001b`, as JSON escapes them): what a plugin wrote, printed inside one line.
+pub fn one_line(text: &str) -> String {
+    use std::fmt::Write;
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            c if !broker_core::plain_text::acted_on(c) => out.push(c),
+            '\n' => out.push_str("\\n"),
+            '\t' => out.push_str("\\t"),
+            '\r' => out.push_str("\\r"),
+            c => {
+                let _ = write!(out, "\\u{:04x}", u32::from(c));
+            }
+        }
+    }
+    out
+}
+
+/// [`one_line`] of `text` cut to at most `max` bytes (at a character's edge), saying how long
+/// it was: `worldd handlers` shows what a plugin wrote, even past the bound the checks then
+/// refuse it for, without printing megabytes of it.
+fn shown(text: &str, max: usize) -> String {
+    if text.len() <= max {
+        return one_line(text);
+    }
+    let mut end = max;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}… ({} bytes in all)", one_line(&text[..end]), text.len())
 }
 
 /// The effect whose plugin may publish transition bundles through the host.
@@ -157,6 +193,34 @@ pub struct PluginSet {
     pub classes: HashMap<String, EffectClass>,
 }
 
+impl PluginSet {
+    /// What the daemon warns of when no plugin was started from `dir`, in the words of what
+    /// happened: none found, or found and declined to start. `None` when one was started.
+    pub fn nothing_started(&self, dir: &Path) -> Option<String> {
+        if !self.plugins.is_empty() {
+            return None;
+        }
+        if self.declined.is_empty() {
+            return Some(format!(
+                "no plugin loaded from {}: every tool call will be refused (rule R8). Build the plugins \
+                 (`cargo build --release` puts them beside worldd) or pass --plugin-dir DIR; \
+                 `worldd handlers --plugin-dir DIR` shows what a directory holds",
+                dir.display()
+            ));
+        }
+        let names: Vec<&str> = self
+            .declined
+            .iter()
+            .map(|(info, _)| info.manifest.name.as_str())
+            .collect();
+        Some(format!(
+            "no plugin started from {}: every tool call will be refused (rule R8). Found, but declined to start: {} (each says why in its line `plugin NAME not started: declined: …`); give a plugin what its line asks for, then restart",
+            dir.display(),
+            names.join(", ")
+        ))
+    }
+}
+
 /// The default plugin directory: the one holding the running executable.
 pub fn default_dir() -> PathBuf {
     std::env::current_exe()
@@ -173,9 +237,26 @@ fn is_library(path: &Path) -> bool {
     path.is_file() && (name.ends_with(b".so") || name.ends_with(b".dylib"))
 }
 
+/// What stops when a plugin's code outlasts `[limits] plugin_start_ms`, said in the error: the
+/// daemon's start (`serve`), or the listing (`worldd handlers`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stops {
+    Serve,
+    Handlers,
+}
+
+impl Stops {
+    fn consequence(self) -> &'static str {
+        match self {
+            Stops::Serve => "the daemon does not start beside a plugin that hangs",
+            Stops::Handlers => "worldd handlers stops at a plugin that hangs, and worldd serve would not start beside it; remove it from the plugin directory, or raise the limit if it is only slow",
+        }
+    }
+}
+
 /// Load every library in `dir`, in file-name order. A library whose loading (its initialisers
 /// and manifest) outlasts `deadline` stops the scan: its code is still running in this process.
-pub fn scan(dir: &Path, deadline: Duration) -> Result<Vec<Scanned>, PluginError> {
+pub fn scan(dir: &Path, deadline: Duration, stops: Stops) -> Result<Vec<Scanned>, PluginError> {
     let unreadable =
         |e: std::io::Error| PluginError::new(dir, format!("cannot read the plugin directory: {e}"));
     writers::check_dir(dir, &std::fs::metadata(dir).map_err(unreadable)?)?;
@@ -187,17 +268,21 @@ pub fn scan(dir: &Path, deadline: Duration) -> Result<Vec<Scanned>, PluginError>
     paths.sort();
     paths
         .into_iter()
-        .map(|p| within(deadline, &p.clone(), "loading", move || scan_one(&p)))
+        .map(|p| within(deadline, &p.clone(), "loading", stops, move || scan_one(&p)))
         .collect()
 }
 
+/// Set once a plugin's code was left running past its deadline (see [`exit`]).
+static ABANDONED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
 /// Run `work` (a plugin's code) on a thread of its own, and wait for it until `deadline`.
 /// Past it, the plugin is still running `what`: the start is given up (the process exits,
-/// and the thread with it).
+/// through [`exit`], and the thread with it).
 fn within<T: Send + 'static>(
     deadline: Duration,
     path: &Path,
     what: &str,
+    stops: Stops,
     work: impl FnOnce() -> T + Send + 'static,
 ) -> Result<T, PluginError> {
     let (tx, rx) = std::sync::mpsc::sync_channel(1);
@@ -208,14 +293,34 @@ fn within<T: Send + 'static>(
         })
         .map_err(|e| PluginError::new(path, format!("could not start a thread to load it: {e}")))?;
     rx.recv_timeout(deadline).map_err(|_| {
+        ABANDONED.store(true, std::sync::atomic::Ordering::SeqCst);
         PluginError::new(
             path,
             format!(
-                "still {what} after {} ms ([limits] plugin_start_ms); the daemon does not start beside a plugin that hangs",
-                deadline.as_millis()
+                "still {what} after {} ms ([limits] plugin_start_ms); {}",
+                deadline.as_millis(),
+                stops.consequence()
             ),
         )
     })
+}
+
+/// End the process with `code`. Normally `std::process::exit`; but once a plugin's code was
+/// left running past its deadline ([`within`]), stdout and stderr are flushed and the process
+/// ends with `_exit`, running no exit handlers. The abandoned thread may be inside `dlopen`
+/// (a library initialiser that hangs), holding the dynamic loader's lock: `exit` runs the
+/// loader's destructors (`_dl_fini`), which wait for that lock, and the process would never
+/// end. Nothing the daemon keeps needs an exit handler: the store is committed as it goes.
+pub fn exit(code: i32) -> ! {
+    if ABANDONED.load(std::sync::atomic::Ordering::SeqCst) {
+        use std::io::Write;
+        let _ = std::io::stdout().flush();
+        let _ = std::io::stderr().flush();
+        // SAFETY: `_exit` has no preconditions; it ends the process without returning and
+        // without running the exit handlers another thread might be blocking.
+        unsafe { libc::_exit(code) }
+    }
+    std::process::exit(code)
 }
 
 fn scan_one(path: &Path) -> Scanned {
@@ -551,6 +656,7 @@ pub fn check(
     let fail = |cause: String| PluginError::new(&info.path, cause);
     let name = &info.manifest.name;
     authored::check_name(name).map_err(fail)?;
+    authored::check_manifest(&info.manifest).map_err(fail)?;
     // A name is what the operator selects and configures a plugin by: two plugins under one
     // name would both be selected and configured, and could not be told apart in the log.
     if let Some((other, library)) = seen.names.get(name) {
@@ -666,7 +772,7 @@ pub fn load(opts: &PluginOptions) -> Result<PluginSet, PluginError> {
     let mut unselected = Vec::new();
     let mut broken = Vec::new();
     let deadline = opts.limits.plugin_start;
-    for scanned in scan(&opts.dir, deadline)? {
+    for scanned in scan(&opts.dir, deadline, Stops::Serve)? {
         let (info, plugin) = match scanned {
             Scanned::Plugin(i, p) => (i, p),
             // Without --handler every library must load. With it, a broken library that is not
@@ -703,7 +809,7 @@ pub fn load(opts: &PluginOptions) -> Result<PluginSet, PluginError> {
             },
         });
         let config = checked.config.clone();
-        let started = within(deadline, &info.path, "starting", move || {
+        let started = within(deadline, &info.path, "starting", Stops::Serve, move || {
             plugin.new_handler(&config, handler_api::host_callbacks(host))
         })?;
         let handler = match started {
@@ -852,7 +958,7 @@ impl EffectHandler for PluginHandler {
 pub fn report(opts: &PluginOptions) -> Result<String, PluginError> {
     use std::fmt::Write;
     let mut out = String::new();
-    let scanned = scan(&opts.dir, opts.limits.plugin_start)?;
+    let scanned = scan(&opts.dir, opts.limits.plugin_start, Stops::Handlers)?;
     let _ = writeln!(out, "plugin directory {}", opts.dir.display());
     let mut n = 0;
     let mut seen = Seen::default();
@@ -869,18 +975,24 @@ pub fn report(opts: &PluginOptions) -> Result<String, PluginError> {
                 let m = &info.manifest;
                 found.push(m.name.clone());
                 let selected = opts.is_selected(&m.name);
+                // What the plugin wrote is printed one line each, whatever it holds: the
+                // checks below say what is wrong with it.
                 let _ = writeln!(
                     out,
                     "\n{} {} (abi {}){}\n  file {}\n  library {}",
-                    m.name,
-                    m.version,
+                    shown(&m.name, authored::MAX_VERSION_BYTES),
+                    shown(&m.version, authored::MAX_VERSION_BYTES),
                     m.abi,
                     if selected { "" } else { "  [not selected]" },
-                    info.path.display(),
+                    one_line(&info.path.display().to_string()),
                     info.file_ref
                 );
                 if !m.description.is_empty() {
-                    let _ = writeln!(out, "  {}", m.description);
+                    let _ = writeln!(
+                        out,
+                        "  {}",
+                        shown(&m.description, authored::MAX_DESCRIPTION_BYTES)
+                    );
                 }
                 for e in &m.effects {
                     let class = serde_json::to_value(e.class)
@@ -890,19 +1002,19 @@ pub fn report(opts: &PluginOptions) -> Result<String, PluginError> {
                     let _ = writeln!(
                         out,
                         "  effect {} [{}] ops: {}",
-                        e.name,
+                        shown(&e.name, broker_core::plan::MAX_NAME_BYTES),
                         class,
-                        e.ops.join(", ")
+                        shown(&e.ops.join(", "), authored::MAX_DESCRIPTION_BYTES)
                     );
                 }
                 let ids: Vec<String> = m
                     .transitions
                     .iter()
                     .map(|t| {
-                        t.get("id")
-                            .and_then(Value::as_str)
-                            .unwrap_or("?")
-                            .to_owned()
+                        t.get("id").and_then(Value::as_str).map_or_else(
+                            || "?".to_owned(),
+                            |id| shown(id, broker_core::plan::MAX_NAME_BYTES),
+                        )
                     })
                     .collect();
                 let _ = writeln!(
@@ -915,7 +1027,11 @@ pub fn report(opts: &PluginOptions) -> Result<String, PluginError> {
                     }
                 );
                 if !m.finish.is_empty() {
-                    let _ = writeln!(out, "  finish functions: {}", m.finish.join(", "));
+                    let _ = writeln!(
+                        out,
+                        "  finish functions: {}",
+                        shown(&m.finish.join(", "), authored::MAX_DESCRIPTION_BYTES)
+                    );
                 }
                 let _ = writeln!(out, "  config {}", effective_config(opts, m));
                 // Exactly the checks `serve` makes before it builds the handler.
@@ -949,7 +1065,7 @@ mod tests {
     /// `notes-append`, and the schema `{"type":"object"}`; `change` edits the manifest's JSON.
     fn plugin(file: &str, name: &str, change: impl FnOnce(&mut Value)) -> PluginInfo {
         let mut manifest = serde_json::json!({
-            "name": name, "version": "0.1.0",
+            "name": name, "version": "0.1.0", "abi": handler_api::ABI_VERSION,
             "effects": [{"name": "Notes.Append", "class": "write", "ops": ["append"]}],
             "transitions": [{
                 "id": "notes-append", "title": "t", "description": "d",
@@ -1177,14 +1293,152 @@ mod tests {
     #[test]
     fn plugin_code_past_the_start_deadline_is_given_up_and_named() {
         let path = Path::new("/plugins/libhang.so");
-        let done = within(Duration::from_millis(500), path, "loading", || 7);
+        let done = within(
+            Duration::from_millis(500),
+            path,
+            "loading",
+            Stops::Serve,
+            || 7,
+        );
         assert_eq!(done.unwrap(), 7);
-        let hung = within(Duration::from_millis(20), path, "loading", || {
-            std::thread::sleep(Duration::from_secs(5))
-        });
+        let hung = within(
+            Duration::from_millis(20),
+            path,
+            "loading",
+            Stops::Serve,
+            || std::thread::sleep(Duration::from_secs(5)),
+        );
         assert_eq!(
             hung.unwrap_err().to_string(),
             "plugin /plugins/libhang.so: still loading after 20 ms ([limits] plugin_start_ms); the daemon does not start beside a plugin that hangs"
+        );
+        let listing = within(
+            Duration::from_millis(20),
+            path,
+            "loading",
+            Stops::Handlers,
+            || std::thread::sleep(Duration::from_secs(5)),
+        );
+        assert_eq!(
+            listing.unwrap_err().to_string(),
+            "plugin /plugins/libhang.so: still loading after 20 ms ([limits] plugin_start_ms); worldd handlers stops at a plugin that hangs, and worldd serve would not start beside it; remove it from the plugin directory, or raise the limit if it is only slow"
+        );
+    }
+
+    #[test]
+    fn a_tool_id_too_long_for_an_mcp_name_is_refused_at_load_not_on_every_tools_list() {
+        // 63 bytes with one `.` (two bytes in an MCP name): 64, the most; then 65.
+        let id = |tail: &str| format!("notes.{}{tail}", "a".repeat(57));
+        let rename = |to: String| {
+            move |m: &mut Value| {
+                let doc = serde_json::to_string(&m["transitions"][0]).unwrap();
+                m["transitions"][0] =
+                    serde_json::from_str(&doc.replace("notes-append", &to)).unwrap();
+            }
+        };
+        assert_eq!(one(rename(id(""))), "");
+        assert_eq!(
+            one(rename(id("b"))),
+            format!(
+                r#"plugin /plugins/libnotes.so: shipped transition "{}" has an MCP name of 65 bytes (notes_d{}b); the limit is 64: every session granted its access effect would be refused its tool list; give it a shorter id"#,
+                id("b"),
+                "a".repeat(57)
+            )
+        );
+    }
+
+    #[test]
+    fn a_plugin_declaring_the_daemons_reserved_world_commit_effect_is_refused_at_load() {
+        let world = |effect: &'static str| {
+            move |m: &mut Value| {
+                let doc = serde_json::to_string(&m).unwrap();
+                *m = serde_json::from_str(&doc.replace("Notes.Append", effect)).unwrap();
+            }
+        };
+        for effect in ["World.Commit", "World.Anything", "world.Commit"] {
+            assert_eq!(
+                one(world(effect)),
+                format!("plugin /plugins/libnotes.so: plugin notes declares the effect {effect}, in the namespace World, which the daemon reserves for its own effects (a World.Commit=log:N grant pays for operator commits): name it under your plugin's own namespace")
+            );
+        }
+        assert_eq!(one(world("Worldly.Commit")), "");
+    }
+
+    #[test]
+    fn an_effect_declared_twice_in_one_manifest_is_refused_as_such_not_as_claimed_by_itself() {
+        let twice = |m: &mut Value| {
+            let e = m["effects"][0].clone();
+            m["effects"].as_array_mut().unwrap().push(e);
+        };
+        assert_eq!(
+            one(twice),
+            "plugin /plugins/libnotes.so: plugin notes declares the effect Notes.Append twice: declare each effect once"
+        );
+    }
+
+    #[test]
+    fn a_manifest_that_lies_about_its_abi_or_carries_unbounded_or_unprintable_fields_is_refused() {
+        let set = |key: &'static str, v: Value| move |m: &mut Value| m[key] = v;
+        let at = "plugin /plugins/libnotes.so: ";
+        assert_eq!(
+            one(set("abi", 99.into())),
+            format!("{at}plugin notes's manifest says abi 99, but its library answers abi_version() {}: the manifest must name the ABI it was built for (handler-api's export_plugin! sets it)", handler_api::ABI_VERSION)
+        );
+        let version = |v: &str| {
+            format!("{at}plugin notes's version {v} is not a version: it must be 1 to 64 bytes of letters, digits and . + - _ (such as 0.1.0; every effect record carries it)")
+        };
+        assert_eq!(one(set("version", "v".repeat(64).into())), "");
+        assert_eq!(
+            one(set("version", "v".repeat(3 << 20).into())),
+            version(&format!("\"{}\"… (3145728 bytes in all)", "v".repeat(64)))
+        );
+        assert_eq!(one(set("version", "".into())), version("\"\""));
+        assert_eq!(
+            one(set("version", "1.0\nproblem: none".into())),
+            version(r#""1.0\nproblem: none""#)
+        );
+        assert_eq!(one(set("description", "d".repeat(1024).into())), "");
+        assert_eq!(
+            one(set("description", "d".repeat(1025).into())),
+            format!("{at}plugin notes's description is 1025 bytes, more than the 1024 it may be: make it one sentence")
+        );
+        let effect = |name: &str| {
+            let name = name.to_owned();
+            move |m: &mut Value| m["effects"][0]["name"] = name.into()
+        };
+        for (bad, shown) in [
+            ("", r#""""#),
+            (
+                "Notes.Append\nproblem: none",
+                r#""Notes.Append\nproblem: none""#,
+            ),
+            ("Notes=x", r#""Notes=x""#),
+            ("Notes..Append", r#""Notes..Append""#),
+        ] {
+            assert_eq!(
+                one(effect(bad)),
+                format!("{at}plugin notes declares the effect {shown}, which is not an effect name: it must be dot-separated names, each a letter and then letters, digits and _, at most 128 bytes in all (such as Notes.Append), as grants name it")
+            );
+        }
+        let described =
+            |n: usize| move |m: &mut Value| m["effects"][0]["description"] = "d".repeat(n).into();
+        assert!(one(described(1024)).is_empty());
+        assert_eq!(
+            one(described(1025)),
+            format!("{at}plugin notes's description of the effect Notes.Append is 1025 bytes, more than the 1024 it may be: make it one sentence")
+        );
+    }
+
+    #[test]
+    fn what_a_plugin_wrote_is_printed_one_line_each_never_a_line_of_its_own() {
+        assert_eq!(
+            one_line("evil\n  problem: none\r\u{1b}[31m\t\u{202e}ok"),
+            r"evil\n  problem: none\r\u001b[31m\t\u202eok"
+        );
+        let e = PluginError::new(Path::new("/plugins/lib\nx.so"), "declined:\nnot today");
+        assert_eq!(
+            e.to_string(),
+            r"plugin /plugins/lib\nx.so: declined:\nnot today"
         );
     }
 }

@@ -246,7 +246,9 @@ pub fn plugin_options(args: &PluginArgs, file: &ConfigFile) -> Result<PluginOpti
         configs,
         state_root: None,
         publisher: None,
-        limits: Default::default(),
+        // `[limits]` of the file: `plugin_start_ms` bounds `worldd handlers` as it bounds
+        // `serve` (which sets the limits again with its flags over them).
+        limits: file.limits.resolve()?,
         metrics: Default::default(),
     })
 }
@@ -673,13 +675,8 @@ fn edge_settings(
 
 /// A daemon with no plugin serves tools that all fail by rule R8: say so once, loudly.
 fn warn_when_nothing_serves(dir: &std::path::Path, set: &plugins::PluginSet) {
-    if set.plugins.is_empty() {
-        tracing::warn!(
-            "no plugin loaded from {}: every tool call will be refused (rule R8). Build the plugins \
-             (`cargo build --release` puts them beside worldd) or pass --plugin-dir DIR; \
-             `worldd handlers --plugin-dir DIR` shows what a directory holds",
-            dir.display()
-        );
+    if let Some(warning) = set.nothing_started(dir) {
+        tracing::warn!("{warning}");
     }
 }
 

@@ -29,10 +29,107 @@ pub fn check_name(name: &str) -> Result<(), String> {
     ))
 }
 
-/// One shipped tool against the plugin's own declarations: every effect its `access` and
-/// `declaredEffects` name is one the plugin declares, and the payload's `op` is one that effect
-/// accepts. Either mistake fails every call of the tool.
+/// Longest `version` a manifest may carry, in bytes: every effect record the plugin runs
+/// carries it, and `worldd handlers` and the log print it.
+pub const MAX_VERSION_BYTES: usize = 64;
+
+/// Longest `description` of a plugin or of one of its effects, in bytes: one sentence for
+/// `worldd handlers`.
+pub const MAX_DESCRIPTION_BYTES: usize = 1024;
+
+/// The namespace of effects the daemon spends itself (`World.Commit`, which `POST /v1/commit`
+/// spends): no plugin may declare an effect in it, or a grant meant for the daemon would be
+/// spent on the plugin's tool.
+pub const RESERVED_NAMESPACE: &str = "World";
+
+/// What the manifest says of itself, beyond its name: the ABI it names is the one its library
+/// answers (`abi_version()`, checked at load, is [`handler_api::ABI_VERSION`]); its version
+/// and descriptions are bounded, its version printable; and each effect it declares is named
+/// by the grant grammar's rule ([`broker_core::plan::valid_effect_name`], as `--grant` takes
+/// it), outside the daemon's reserved namespace, and declared once.
+pub fn check_manifest(manifest: &Manifest) -> Result<(), String> {
+    let name = &manifest.name;
+    if manifest.abi != handler_api::ABI_VERSION {
+        return Err(format!(
+            "plugin {name}'s manifest says abi {}, but its library answers abi_version() {}: the manifest must name the ABI it was built for (handler-api's export_plugin! sets it)",
+            manifest.abi,
+            handler_api::ABI_VERSION
+        ));
+    }
+    let version = &manifest.version;
+    let printable = |c: u8| c.is_ascii_alphanumeric() || matches!(c, b'.' | b'+' | b'-' | b'_');
+    if version.is_empty() || version.len() > MAX_VERSION_BYTES || !version.bytes().all(printable) {
+        return Err(format!(
+            "plugin {name}'s version {} is not a version: it must be 1 to {MAX_VERSION_BYTES} bytes of letters, digits and . + - _ (such as 0.1.0; every effect record carries it)",
+            shown(version)
+        ));
+    }
+    if manifest.description.len() > MAX_DESCRIPTION_BYTES {
+        return Err(format!(
+            "plugin {name}'s description is {} bytes, more than the {MAX_DESCRIPTION_BYTES} it may be: make it one sentence",
+            manifest.description.len()
+        ));
+    }
+    for (i, effect) in manifest.effects.iter().enumerate() {
+        let effect_name = &effect.name;
+        if !broker_core::plan::valid_effect_name(effect_name) {
+            return Err(format!(
+                "plugin {name} declares the effect {}, which is not an effect name: it must be dot-separated names, each a letter and then letters, digits and _, at most 128 bytes in all (such as Notes.Append), as grants name it",
+                shown(effect_name)
+            ));
+        }
+        let namespace = effect_name.split('.').next().unwrap_or_default();
+        if namespace.eq_ignore_ascii_case(RESERVED_NAMESPACE) {
+            return Err(format!(
+                "plugin {name} declares the effect {effect_name}, in the namespace {RESERVED_NAMESPACE}, which the daemon reserves for its own effects (a {}=log:N grant pays for operator commits): name it under your plugin's own namespace",
+                broker_core::commit::REST_EFFECT
+            ));
+        }
+        if manifest.effects[..i].iter().any(|e| e.name == *effect_name) {
+            return Err(format!(
+                "plugin {name} declares the effect {effect_name} twice: declare each effect once"
+            ));
+        }
+        if effect.description.len() > MAX_DESCRIPTION_BYTES {
+            return Err(format!(
+                "plugin {name}'s description of the effect {effect_name} is {} bytes, more than the {MAX_DESCRIPTION_BYTES} it may be: make it one sentence",
+                effect.description.len()
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// A string of the plugin's, quoted (its control characters escaped), and cut short past
+/// [`MAX_VERSION_BYTES`] bytes: a message names it without repeating megabytes of it.
+fn shown(text: &str) -> String {
+    let mut end = text.len().min(MAX_VERSION_BYTES);
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    if end == text.len() {
+        quote(text)
+    } else {
+        format!("{}… ({} bytes in all)", quote(&text[..end]), text.len())
+    }
+}
+
+/// One shipped tool against the plugin's own declarations: its id makes an MCP name the tool
+/// surface can carry (at most [`crate::tools::MAX_MCP_NAME`] bytes, as the registry publisher
+/// requires: one longer refuses the tool list of every session that may see the tool, other
+/// plugins' tools with it), every effect its `access` and `declaredEffects` name is one the
+/// plugin declares, and the payload's `op` is one that effect accepts. Each mistake fails
+/// every call of the tool.
 pub fn check_transition(manifest: &Manifest, doc: &Value, t: &Transition) -> Result<(), String> {
+    let mcp_name_len = crate::tools::mcp_name_len(&t.id);
+    if mcp_name_len > crate::tools::MAX_MCP_NAME {
+        return Err(format!(
+            "shipped transition {} has an MCP name of {mcp_name_len} bytes ({}); the limit is {}: every session granted its access effect would be refused its tool list; give it a shorter id",
+            quote(&t.id),
+            crate::tools::mcp_name(&t.id),
+            crate::tools::MAX_MCP_NAME
+        ));
+    }
     let declared: Vec<&str> = manifest.effects.iter().map(|e| e.name.as_str()).collect();
     let named = std::iter::once(&t.access).chain(&t.declared_effects);
     for spec in named {
