@@ -202,6 +202,18 @@ impl Limits {
                 self.commit_body_bytes
             ));
         }
+        // A call left less than this is refused before its handler starts (it would spend a
+        // unit on an effect that had no time to run): a call deadline under it refuses every
+        // call that has an effect.
+        let least = broker_core::coordinator::MIN_HANDLER_TIME.min(self.handler_deadline);
+        if self.call_deadline < least {
+            return Err(format!(
+                "[limits] call_deadline_ms {} is under the {} ms a handler is started with (1000, or handler_deadline_ms when that is shorter): every call with an effect would be answered timed out; set it to {} or more",
+                self.call_deadline.as_millis(),
+                least.as_millis(),
+                least.as_millis()
+            ));
+        }
         // Tokio's semaphore holds at most this many permits.
         for (key, permits) in [
             ("execution_slots", self.execution_slots),
@@ -218,6 +230,26 @@ impl Limits {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A call deadline under the time a handler is started with refused every call that has
+    /// an effect, each answered timed out, with nothing in the config to say why.
+    #[test]
+    fn a_call_deadline_too_short_to_start_a_handler_is_refused_at_start() {
+        let s: LimitsSection = toml::from_str("call_deadline_ms = 999").unwrap();
+        assert_eq!(
+            s.resolve().unwrap_err(),
+            "[limits] call_deadline_ms 999 is under the 1000 ms a handler is started with (1000, or handler_deadline_ms when that is shorter): every call with an effect would be answered timed out; set it to 1000 or more"
+        );
+        let s: LimitsSection = toml::from_str("call_deadline_ms = 1000").unwrap();
+        assert!(s.resolve().is_ok());
+        // A shorter handler deadline is what a handler is started with.
+        let s: LimitsSection =
+            toml::from_str("call_deadline_ms = 300\nhandler_deadline_ms = 200").unwrap();
+        assert!(s.resolve().is_ok());
+        let s: LimitsSection =
+            toml::from_str("call_deadline_ms = 100\nhandler_deadline_ms = 200").unwrap();
+        assert!(s.resolve().unwrap_err().contains("under the 200 ms"));
+    }
 
     #[test]
     fn keys_override_defaults_and_zero_is_refused() {
