@@ -21,7 +21,7 @@
 //!    with its record; nothing is spent. Refusals and denials each cost the
 //!    credential tokens of its refusal rate, by the bytes they store ([`crate::refusal_rate`]).
 //!    A call whose own deadline leaves its handler less than [`MIN_HANDLER_TIME`], before the
-//!    preflight or before the intent, is answered [`CallError::HandlerTimedOut`] there: nothing
+//!    preflight or before the intent, is answered [`CallError::NoTimeToStart`] there: nothing
 //!    is journaled or spent, and its task id stays free;
 //! 3. **execute** the handler, then the tool's finish function when it has one (plugin code
 //!    too), both under the handler's deadline ([`crate::deadline`]). A handler is never started
@@ -95,7 +95,7 @@ pub const HANDLER_DEADLINE: Duration = Duration::from_secs(10);
 /// The least time a handler is started with. A call whose own deadline
 /// ([`Coordinator::invoke_until`], the daemon's call deadline) leaves its handler less than
 /// this (or less than [`CoordinatorConfig::handler_deadline`], when that is shorter) is refused
-/// before its intent is journaled: answered [`CallError::HandlerTimedOut`], with nothing
+/// before its intent is journaled: answered [`CallError::NoTimeToStart`], with nothing
 /// journaled or spent and its task id left free for a resend.
 ///
 /// Why 1 s: a plugin keeps part of its deadline back to answer a clear failure before the
@@ -1084,7 +1084,7 @@ impl Coordinator {
         let (job, deadline) = self.handler_job(p, handler.clone(), effect, wait.until, None);
         if is_due(deadline) {
             // Never started with a deadline already due; nothing was journaled or spent.
-            return Err(CallError::HandlerTimedOut);
+            return Err(CallError::NoTimeToStart);
         }
         let overruns = self.overruns.clone();
         let late = move |_: Option<Map<String, Value>>, busy: Busy| {
@@ -1113,7 +1113,7 @@ impl Coordinator {
 
     /// Whether the caller's deadline `until` still leaves a handler [`MIN_HANDLER_TIME`] (or the
     /// configured handler deadline, when that is shorter). If not, the call is answered
-    /// [`CallError::HandlerTimedOut`] before its intent: nothing journaled, nothing spent, the
+    /// [`CallError::NoTimeToStart`] before its intent: nothing journaled, nothing spent, the
     /// task id free.
     fn time_to_start(
         &self,
@@ -1136,7 +1136,7 @@ impl Coordinator {
             left.as_millis(),
             least.as_millis()
         );
-        Err(CallError::HandlerTimedOut)
+        Err(CallError::NoTimeToStart)
     }
 
     /// Where this call's handlers run: on this thread when its caller waits through a watch.

@@ -262,10 +262,7 @@ fn a_call_left_under_the_minimum_handler_time_is_refused_before_its_intent_and_s
                 s.coordinator.invoke_until(&w, until, ())
             }
             .unwrap_err();
-            assert!(
-                matches!(err, CallError::HandlerTimedOut),
-                "{left:?}: {err:?}"
-            );
+            assert!(matches!(err, CallError::NoTimeToStart), "{left:?}: {err:?}");
             assert_eq!(
                 receipt(&s.store, &format!("a2a:writer:{task}")),
                 Receipt::NotStarted,

@@ -14,6 +14,7 @@
 //! | `refused` | `busy` | an earlier call of the episode was still running (its queue was full, or it outlasted this call's deadline); nothing ran | `true` |
 //! | `refused` | `store-full` | the world store is past its reserve; nothing ran, nothing spent, until an operator makes room | `false` |
 //! | `refused` | `key-conflict` | the idempotency key (task id) was used with other arguments | `false` |
+//! | `refused` | `deadline` | too little of the call's deadline was left to start its handler; nothing ran, journaled or spent | `true` |
 //! | `refused` | `unavailable` | this daemon cannot run the tool (no handler, no world); nothing ran | `false` |
 //! | `denied` | `denied:budget`, `denied:scope`, `denied:expired`, `denied:effect-name` | the broker refused the effect; nothing ran, nothing spent (`remaining` for budget) | `false` |
 //! | `denied` | `denied:handler` | the effect's handler declined the request before admission (its preflight: e.g. a read whose result would exceed the limit); nothing ran, nothing spent; the output says why | `false` |
@@ -64,6 +65,7 @@ pub const REASONS: &[&str] = &[
     "busy",
     "store-full",
     "key-conflict",
+    "deadline",
     "unavailable",
     "denied:budget",
     "denied:scope",
@@ -109,6 +111,11 @@ impl Outcome {
     /// This daemon cannot run the tool (no handler, no world); nothing ran.
     pub fn unavailable() -> Outcome {
         Outcome::new(Kind::Refused, "unavailable", false)
+    }
+
+    /// Nothing ran: the call's deadline left its handler too little time to start.
+    pub fn too_late() -> Outcome {
+        Outcome::new(Kind::Refused, "deadline", true)
     }
 
     pub fn capacity() -> Outcome {
@@ -176,6 +183,7 @@ pub fn of_failure(f: &InvokeFailure) -> Option<Outcome> {
             CallError::NotCommitted => Outcome::indeterminate("pending"),
             CallError::EffectsUnrecorded { .. } => Outcome::indeterminate("unrecorded"),
             CallError::HandlerTimedOut => Outcome::indeterminate("timeout"),
+            CallError::NoTimeToStart => Outcome::too_late(),
             CallError::NoHandler | CallError::NoWorktree(_) | CallError::NoWorld => {
                 Outcome::unavailable()
             }
@@ -359,6 +367,20 @@ mod tests {
             budget_after,
             denial: denial.map(str::to_owned),
         }
+    }
+
+    /// A call refused before its intent for want of time to start its handler was classified
+    /// like one whose handler overran (`indeterminate`: "it may have run; do not resend"),
+    /// though nothing ran and its key is free.
+    #[test]
+    fn a_call_with_no_time_to_start_is_refused_and_retryable_not_indeterminate() {
+        let o = of_failure(&InvokeFailure::Call(CallError::NoTimeToStart)).unwrap();
+        assert_eq!(
+            o.to_json(),
+            serde_json::json!({"kind": "refused", "reason": "deadline", "retryable": true})
+        );
+        let o = of_failure(&InvokeFailure::Call(CallError::HandlerTimedOut)).unwrap();
+        assert_eq!(o.kind, Kind::Indeterminate);
     }
 
     #[test]

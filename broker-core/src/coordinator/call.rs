@@ -133,18 +133,20 @@ pub enum CallError {
     StoreFull(crate::capacity::Full),
     #[error("effects were requested but the invocation was not confirmed committed; effect records: {}", join_refs(.records))]
     EffectsUnrecorded { records: Vec<Ref> },
-    /// The call's deadline ran out for its handler, one of three ways:
+    /// The call's deadline ran out for its handler, one of two ways:
     ///
     /// - the handler overran its deadline: its intent is journaled; its outcome and record are
     ///   journaled when it returns, and the call is never committed to the log;
-    /// - too little of the caller's deadline was left to start the handler
-    ///   ([`super::MIN_HANDLER_TIME`]): refused before its intent, nothing journaled or spent,
-    ///   the task id left free;
     /// - the deadline passed while the intent was being journaled: the handler was not
     ///   started, and the intent is closed as a failed effect (not committed), as after an
     ///   overrun.
-    #[error("the call's deadline ran out for its handler: it overran (its outcome is journaled when it returns and the call is not committed), or too little time was left to start it")]
+    #[error("the call's deadline ran out for its handler: it overran (its outcome is journaled when it returns and the call is not committed), or passed while its intent was journaled")]
     HandlerTimedOut,
+    /// Too little of the caller's deadline was left to start the handler
+    /// ([`super::MIN_HANDLER_TIME`]): refused before its intent, nothing journaled or spent, the
+    /// task id left free. Unlike [`CallError::HandlerTimedOut`], nothing can have run.
+    #[error("too little of the call's deadline was left to start its handler (under {} ms): nothing was journaled or spent, and its task id is free", super::MIN_HANDLER_TIME.as_millis())]
+    NoTimeToStart,
     #[error("store failure: {0}")]
     Store(#[from] StoreError),
     #[error("transition registry is unreadable: {0}")]

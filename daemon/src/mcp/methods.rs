@@ -57,6 +57,9 @@ pub(super) enum HostFailure {
     /// fixed "failed" message, classified `refused` / `unavailable`, since nothing ran.
     Unavailable,
     TimedOut,
+    /// Too little of the call's deadline was left to start its handler: the timed-out
+    /// envelope, classified `refused` / `deadline`, since nothing ran.
+    TooLate,
     Canceled,
     Capacity,
     /// The episode's queue was full or stayed busy past the deadline: the capacity envelope,
@@ -70,7 +73,7 @@ impl HostFailure {
     pub(super) fn message(self) -> &'static str {
         match self {
             HostFailure::Failed | HostFailure::Unavailable => "host callback failed",
-            HostFailure::TimedOut => "host callback timed out",
+            HostFailure::TimedOut | HostFailure::TooLate => "host callback timed out",
             HostFailure::Canceled => "host callback canceled",
             HostFailure::Capacity | HostFailure::Busy | HostFailure::StoreFull => {
                 "host callback capacity exceeded"
@@ -84,6 +87,7 @@ impl HostFailure {
             HostFailure::Failed => Outcome::indeterminate("host"),
             HostFailure::Unavailable => Outcome::unavailable(),
             HostFailure::TimedOut => Outcome::indeterminate("timeout"),
+            HostFailure::TooLate => Outcome::too_late(),
             HostFailure::Canceled => Outcome::indeterminate("canceled"),
             HostFailure::Capacity => Outcome::capacity(),
             HostFailure::Busy => Outcome::busy(),
@@ -674,6 +678,8 @@ fn host_failure(episode: &str, tool: &str, id: &Value, failure: InvokeFailure) -
         ) => {
             (HostFailure::Unavailable, e.to_string())
         }
+        // Nothing ran: too little of the deadline was left to start the handler.
+        InvokeFailure::Call(e @ CallError::NoTimeToStart) => (HostFailure::TooLate, e.to_string()),
         InvokeFailure::Call(e) => (HostFailure::Failed, e.to_string()),
         InvokeFailure::Capacity => (
             HostFailure::Capacity,
@@ -706,7 +712,7 @@ fn host_failure(episode: &str, tool: &str, id: &Value, failure: InvokeFailure) -
         HostFailure::Unavailable => {
             tracing::warn!(%episode, %tool, rpc_id = %id, "mcp tools/call: {}: {cause}", host.message())
         }
-        HostFailure::TimedOut => {
+        HostFailure::TimedOut | HostFailure::TooLate => {
             tracing::warn!(%episode, %tool, rpc_id = %id, "mcp tools/call: {}: {cause}", host.message())
         }
         HostFailure::Failed | HostFailure::Canceled => {
