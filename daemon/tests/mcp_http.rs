@@ -2893,24 +2893,10 @@ async fn modern_host_failures_are_500_with_their_classification() {
 
 impl Harness {
     async fn a2a(&self, token: &str, version: Option<&str>, body: Value) -> Value {
-        let auth = format!("Bearer {token}");
-        let mut hs = vec![
-            ("authorization", auth.as_str()),
-            ("content-type", "application/json"),
-        ];
-        if let Some(v) = version {
-            hs.push(("a2a-version", v));
-        }
-        let mut req = request(&hs, body.to_string());
-        *req.uri_mut() = "/a2a/".parse().unwrap();
-        let r = send(&self.full, req).await;
-        assert_eq!(r.status, StatusCode::OK, "{}", r.body);
-        serde_json::from_str(&r.body).unwrap()
+        self.a2a_at(token, "/a2a/", version, body).await
     }
-}
 
-impl Harness {
-    /// A POST to `uri` (the A2A route with a query), `version` in the header if given.
+    /// A POST to `uri` (the A2A route, perhaps with a query), `version` in the header if given.
     async fn a2a_at(&self, token: &str, uri: &str, version: Option<&str>, body: Value) -> Value {
         let auth = format!("Bearer {token}");
         let mut hs = vec![

@@ -18,7 +18,8 @@
 //! `contextId` of a task read back is the episode, which is what a send without one answered.
 
 use axum::response::Response;
-use broker_core::coordinator::{CallError, Surface, TaskView};
+use broker_core::coordinator::{CallError, EffectSummary, Surface, TaskView};
+use broker_core::object::Ref;
 use broker_core::session::Session;
 use broker_core::store::StoreError;
 use handler_api::EffectClass;
@@ -52,44 +53,9 @@ pub(super) async fn answer(
             return rpc_error_with_data(id, -32602, "invalid params".into(), json!({ "why": why }))
         }
     };
-    // An id no call could have had names no task.
-    if !broker_core::task::valid_task_id(&task_id) {
-        return not_found(id, &task_id);
-    }
-    let s = state.clone();
-    let who = session.clone();
-    let t = task_id.clone();
-    let found = crate::durable_answers::spawn_read(move || {
-        let view = s.coordinator().task_view(&who, Surface::A2a, &t)?;
-        let class = view.as_ref().map(|v| skill_class(&s, v.skill_id()));
-        Ok::<_, CallError>(view.zip(class))
-    })
-    .await;
-    let (view, class) = match found {
-        Ok(Ok(Some(found))) => found,
-        Ok(Ok(None)) => return not_found(id, &task_id),
-        Ok(Err(CallError::Store(StoreError::Corrupt(what)))) => {
-            let invocation = format!("a2a:{}:{task_id}", session.episode);
-            let message = format!("task {invocation} is damaged: {what}; it is not answered as committed (run worldd doctor, and restore the store from a backup)");
-            tracing::error!("{message}");
-            return super::rpc_error(id, -32603, message);
-        }
-        Ok(Err(e)) => {
-            tracing::error!("a2a task read: {e}");
-            return super::rpc_error(
-                id,
-                -32603,
-                "transition invocation is not available in this daemon",
-            );
-        }
-        Err(e) => {
-            tracing::error!("a2a task read: {e}");
-            return super::rpc_error(
-                id,
-                -32603,
-                "transition invocation is not available in this daemon",
-            );
-        }
+    let (view, class) = match looked_up(state, session, id, &task_id).await {
+        Ok(found) => found,
+        Err(answer) => return answer,
     };
     let context_id = session.episode.as_str();
     if read == Read::Cancel {
@@ -111,31 +77,12 @@ pub(super) async fn answer(
             json!({ "invocation_id": invocation_id(session, &task_id) }),
             None,
         ),
-        TaskView::Indeterminate { effects, .. } => open_task(
-            shape,
-            &task_id,
-            context_id,
-            ("failed", "TASK_STATE_FAILED"),
-            json!({
-                "invocation_id": invocation_id(session, &task_id),
-                "effects": outcome::effects_json(effects),
-                "outcome": Outcome::indeterminate("pending").to_json(),
-            }),
-            Some("the effect's intent is durable and its outcome is not: it may have run, and no call is running it now; do not resend it, read the worktree (or the effect's record) first"),
-        ),
-        TaskView::Unrecorded { effects, records, .. } => open_task(
-            shape,
-            &task_id,
-            context_id,
-            ("failed", "TASK_STATE_FAILED"),
-            json!({
-                "invocation_id": invocation_id(session, &task_id),
-                "effects": outcome::effects_json(effects),
-                "records": records,
-                "outcome": Outcome::indeterminate("unrecorded").to_json(),
-            }),
-            Some("effects were requested but the invocation was not confirmed committed: an effect ran and was recorded; do not resend it, read its records first"),
-        ),
+        TaskView::Indeterminate { effects, .. } => {
+            ended_uncommitted(shape, session, &task_id, effects, None)
+        }
+        TaskView::Unrecorded {
+            effects, records, ..
+        } => ended_uncommitted(shape, session, &task_id, effects, Some(records)),
     };
     rpc_result(id, task)
 }
@@ -150,30 +97,10 @@ pub(super) async fn continued(
     id: &Value,
     task_id: &str,
 ) -> Response {
-    if !broker_core::task::valid_task_id(task_id) {
-        return not_found(id, task_id);
-    }
-    let s = state.clone();
-    let who = session.clone();
-    let t = task_id.to_owned();
-    let found = crate::durable_answers::spawn_read(move || {
-        s.coordinator()
-            .task_view(&who, Surface::A2a, &t)
-            .map(|v| v.map(|v| matches!(v, TaskView::Running { .. })))
-    })
-    .await;
-    let why = match found {
-        Ok(Ok(None)) => return not_found(id, task_id),
-        Ok(Ok(Some(true))) => "the task is still running and takes no further message: each task here is one call; send a new message (a new messageId, no taskId)",
-        Ok(Ok(Some(false))) => "the task has ended (its state is terminal) and takes no further message: each task here is one call; send a new message (a new messageId, no taskId)",
-        Ok(Err(e)) => {
-            tracing::error!("a2a task read: {e}");
-            return super::rpc_error(id, -32603, "transition invocation is not available in this daemon");
-        }
-        Err(e) => {
-            tracing::error!("a2a task read: {e}");
-            return super::rpc_error(id, -32603, "transition invocation is not available in this daemon");
-        }
+    let why = match looked_up(state, session, id, task_id).await {
+        Ok((TaskView::Running { .. }, _)) => "the task is still running and takes no further message: each task here is one call; send a new message (a new messageId, no taskId)",
+        Ok(_) => "the task has ended (its state is terminal) and takes no further message: each task here is one call; send a new message (a new messageId, no taskId)",
+        Err(answer) => return answer,
     };
     error_info(
         id,
@@ -181,6 +108,84 @@ pub(super) async fn continued(
         "This operation is not supported",
         "UNSUPPORTED_OPERATION",
         &[("taskId", task_id), ("why", why)],
+    )
+}
+
+/// The task `task_id` of the caller's episode and the class of the tool it called, or the
+/// answer when there is none (`-32001`, an id no call could have had included) or it cannot
+/// be read (`-32603`; a committed task its entry no longer holds is named damaged).
+async fn looked_up(
+    state: &AppState,
+    session: &Session,
+    id: &Value,
+    task_id: &str,
+) -> Result<(TaskView, EffectClass), Response> {
+    if !broker_core::task::valid_task_id(task_id) {
+        return Err(not_found(id, task_id));
+    }
+    let s = state.clone();
+    let who = session.clone();
+    let t = task_id.to_owned();
+    let found = crate::durable_answers::spawn_read(move || {
+        let view = s.coordinator().task_view(&who, Surface::A2a, &t)?;
+        let class = view.as_ref().map(|v| skill_class(&s, v.skill_id()));
+        Ok::<_, CallError>(view.zip(class))
+    })
+    .await;
+    let unavailable = |e: &dyn std::fmt::Display| {
+        tracing::error!("a2a task read: {e}");
+        super::rpc_error(
+            id,
+            -32603,
+            "transition invocation is not available in this daemon",
+        )
+    };
+    match found {
+        Ok(Ok(Some(found))) => Ok(found),
+        Ok(Ok(None)) => Err(not_found(id, task_id)),
+        Ok(Err(CallError::Store(StoreError::Corrupt(what)))) => {
+            let invocation = invocation_id(session, task_id);
+            let message = format!("task {invocation} is damaged: {what}; it is not answered as committed (run worldd doctor, and restore the store from a backup)");
+            tracing::error!("{message}");
+            Err(super::rpc_error(id, -32603, message))
+        }
+        Ok(Err(e)) => Err(unavailable(&e)),
+        Err(e) => Err(unavailable(&e)),
+    }
+}
+
+/// A task whose effect may have run and which was not committed: its intent alone is
+/// durable (`records` none: `indeterminate` / `pending`), or its effect's records are
+/// (`unrecorded`). Failed, with what to do in its status message.
+fn ended_uncommitted(
+    shape: Method,
+    session: &Session,
+    task_id: &str,
+    effects: &[EffectSummary],
+    records: Option<&[Ref]>,
+) -> Value {
+    let mut metadata = json!({
+        "invocation_id": invocation_id(session, task_id),
+        "effects": outcome::effects_json(effects),
+    });
+    let why = match records {
+        None => {
+            metadata["outcome"] = Outcome::indeterminate("pending").to_json();
+            "the effect's intent is durable and its outcome is not: it may have run, and no call is running it now; do not resend it, read the worktree (or the effect's record) first"
+        }
+        Some(records) => {
+            metadata["records"] = json!(records);
+            metadata["outcome"] = Outcome::indeterminate("unrecorded").to_json();
+            "effects were requested but the invocation was not confirmed committed: an effect ran and was recorded; do not resend it, read its records first"
+        }
+    };
+    open_task(
+        shape,
+        task_id,
+        &session.episode,
+        ("failed", "TASK_STATE_FAILED"),
+        metadata,
+        Some(why),
     )
 }
 

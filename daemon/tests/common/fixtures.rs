@@ -31,14 +31,14 @@ pub fn library_file(lib: &str) -> String {
 /// One fixture build at a time (cargo would serialise them on its lock anyway).
 static BUILD: Mutex<()> = Mutex::new(());
 
-/// `cargo test --manifest-path MANIFEST --target-dir <target>/fixtures`: a fixture crate's own
-/// tests, which must pass.
-#[allow(dead_code)] // not every test binary that shares this module runs a crate's tests
-pub fn cargo_test(manifest: &Path) {
+/// `cargo SUBCOMMAND --manifest-path MANIFEST --target-dir <target>/fixtures`, which must
+/// succeed; one at a time.
+fn cargo(subcommand: &str, manifest: &Path) {
     let _one_at_a_time = BUILD.lock().unwrap_or_else(|p| p.into_inner());
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| env!("CARGO").into());
+    let started = Instant::now();
     let out = Command::new(cargo)
-        .arg("test")
+        .arg(subcommand)
         .arg("--manifest-path")
         .arg(manifest)
         .arg("--target-dir")
@@ -50,42 +50,28 @@ pub fn cargo_test(manifest: &Path) {
         .unwrap();
     assert!(
         out.status.success(),
-        "cargo test --manifest-path {} failed:\n{}\n{}",
+        "cargo {subcommand} --manifest-path {} failed:\n{}\n{}",
         manifest.display(),
         String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
-}
-
-/// `cargo build --manifest-path MANIFEST --target-dir <target>/fixtures`; returns the cdylib.
-pub fn cargo_build(manifest: &Path, lib: &str) -> PathBuf {
-    let _one_at_a_time = BUILD.lock().unwrap_or_else(|p| p.into_inner());
-    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| env!("CARGO").into());
-    let target = fixtures_target();
-    let started = Instant::now();
-    let out = Command::new(cargo)
-        .arg("build")
-        .arg("--manifest-path")
-        .arg(manifest)
-        .arg("--target-dir")
-        .arg(&target)
-        .env("CARGO_TERM_COLOR", "never")
-        .env_remove("CARGO_TARGET_DIR")
-        .env_remove("CARGO_BUILD_TARGET_DIR")
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "cargo build --manifest-path {} failed:\n{}",
-        manifest.display(),
-        String::from_utf8_lossy(&out.stderr)
-    );
     eprintln!(
-        "built fixture {} in {:.1}s",
+        "cargo {subcommand} of fixture {} in {:.1}s",
         manifest.display(),
         started.elapsed().as_secs_f64()
     );
-    let path = target.join("debug").join(library_file(lib));
+}
+
+/// `cargo test` of a fixture crate: its own tests, which must pass.
+#[allow(dead_code)] // not every test binary that shares this module runs a crate's tests
+pub fn cargo_test(manifest: &Path) {
+    cargo("test", manifest);
+}
+
+/// `cargo build` of a fixture crate; returns its cdylib `lib`.
+pub fn cargo_build(manifest: &Path, lib: &str) -> PathBuf {
+    cargo("build", manifest);
+    let path = fixtures_target().join("debug").join(library_file(lib));
     assert!(path.is_file(), "{} was not built", path.display());
     path
 }
