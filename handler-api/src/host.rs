@@ -333,8 +333,10 @@ impl LoadedPlugin {
     /// The plugin's manifest. `Err` when the plugin reported an error
     /// (`{"error":"…"}`) or sent something that is not a manifest.
     pub fn manifest(&self) -> Result<Manifest, String> {
-        let json = (self.module.manifest())();
-        let value: Value = serde_json::from_str(json.as_str())
+        let json = (self.module.manifest())().into_bytes();
+        let json = std::str::from_utf8(&json)
+            .map_err(|e| format!("the plugin's manifest is not JSON: {}", not_utf8(e)))?;
+        let value: Value = serde_json::from_str(json)
             .map_err(|e| format!("the plugin's manifest is not JSON: {e}"))?;
         if let Some(message) = value.as_object().and_then(|o| {
             (o.len() == 1)
@@ -358,7 +360,7 @@ impl LoadedPlugin {
         let config = config.to_string();
         match (self.module.new_handler())(RStr::from_str(&config), host) {
             ROk(inner) => Ok(LoadedHandler { inner }),
-            RErr(message) => Err(message.into_string()),
+            RErr(message) => Err(lossy(message)),
         }
     }
 }
@@ -380,6 +382,18 @@ impl fmt::Debug for LoadedHandler {
 /// can succeed comes near it.
 pub const MAX_ANSWER_BYTES: usize = 4 << 20;
 
+/// Why an answer that is not UTF-8 was not read: a plugin that builds its `RString` from bytes
+/// with `unsafe` can send any bytes, and read as text they would pass through the JSON parser
+/// into what is committed and logged.
+fn not_utf8(e: std::str::Utf8Error) -> String {
+    format!("its bytes are not UTF-8 ({e})")
+}
+
+/// A plugin's error message as text, any byte that is not UTF-8 replaced (U+FFFD).
+fn lossy(message: RString) -> String {
+    String::from_utf8_lossy(&message.into_bytes()).into_owned()
+}
+
 /// Why an answer of `len` bytes was not read.
 fn too_long(len: usize) -> String {
     format!("the handler's answer is {len} bytes; the host reads at most {MAX_ANSWER_BYTES}")
@@ -391,9 +405,9 @@ impl LoadedHandler {
         LoadedHandler { inner }
     }
 
-    /// Execute one effect. An answer that is not a valid [`Outcome`], or is
-    /// longer than [`MAX_ANSWER_BYTES`], is reported as `indeterminate`: the
-    /// handler ran, and nobody can tell what it did.
+    /// Execute one effect. An answer that is not a valid [`Outcome`] (not UTF-8
+    /// among them), or is longer than [`MAX_ANSWER_BYTES`], is reported as
+    /// `indeterminate`: the handler ran, and nobody can tell what it did.
     pub fn execute(&self, request: &Request) -> Outcome {
         match serde_json::to_string(request) {
             Ok(json) => self.execute_request_json(&json),
@@ -404,25 +418,30 @@ impl LoadedHandler {
     /// [`LoadedHandler::execute`] for a host that writes the [`Request`] document itself
     /// (`request_json` must be one).
     pub fn execute_request_json(&self, request_json: &str) -> Outcome {
-        let answer = self.inner.execute(RStr::from_str(request_json));
+        let answer = self
+            .inner
+            .execute(RStr::from_str(request_json))
+            .into_bytes();
         if answer.len() > MAX_ANSWER_BYTES {
             return Outcome::indeterminate(too_long(answer.len()));
         }
-        serde_json::from_str(answer.as_str()).unwrap_or_else(|e| {
-            Outcome::indeterminate(format!("the handler returned a malformed outcome: {e}"))
-        })
+        let malformed = |why: String| {
+            Outcome::indeterminate(format!("the handler returned a malformed outcome: {why}"))
+        };
+        match std::str::from_utf8(&answer) {
+            Ok(text) => serde_json::from_str(text).unwrap_or_else(|e| malformed(e.to_string())),
+            Err(e) => malformed(not_utf8(e)),
+        }
     }
 
     /// Execute with the request as JSON text and the raw answer (for callers
     /// that already hold JSON, and for tests of malformed input).
     pub fn execute_raw(&self, request_json: &str) -> String {
-        self.inner
-            .execute(RStr::from_str(request_json))
-            .into_string()
+        lossy(self.inner.execute(RStr::from_str(request_json)))
     }
 
     /// Ask the handler whether it declines `request` before admission. A malformed answer
-    /// (or one longer than [`MAX_ANSWER_BYTES`]) proceeds (see [`crate::Preflight`]):
+    /// (not UTF-8 among them, or one longer than [`MAX_ANSWER_BYTES`]) proceeds (see [`crate::Preflight`]):
     /// `execute` checks everything again.
     pub fn preflight(&self, request: &Request) -> Preflight {
         match serde_json::to_string(request) {
@@ -440,15 +459,19 @@ impl LoadedHandler {
             .into_option()
         {
             Some(answer) if answer.len() > MAX_ANSWER_BYTES => Preflight::Proceed,
-            Some(answer) => match serde_json::from_str(answer.as_str()) {
-                Ok(output) => Preflight::Decline(output),
-                Err(_) => Preflight::Proceed,
+            Some(answer) => match std::str::from_utf8(&answer.into_bytes())
+                .ok()
+                .and_then(|text| serde_json::from_str(text).ok())
+            {
+                Some(output) => Preflight::Decline(output),
+                None => Preflight::Proceed,
             },
             None => Preflight::Proceed,
         }
     }
 
-    /// Run the finish function `name`.
+    /// Run the finish function `name`. An answer that is not a JSON object (not UTF-8 among
+    /// them), or is longer than [`MAX_ANSWER_BYTES`], is its error.
     pub fn finish(&self, name: &str, input: &FinishInput) -> Result<JsonObject, String> {
         let json = serde_json::to_string(input)
             .map_err(|e| format!("finish input could not be serialised: {e}"))?;
@@ -460,9 +483,18 @@ impl LoadedHandler {
                 "finish function {name:?}: {}",
                 too_long(output.len())
             )),
-            ROk(output) => serde_json::from_str(output.as_str())
-                .map_err(|e| format!("finish function {name:?} returned a non-object: {e}")),
-            RErr(message) => Err(message.into_string()),
+            ROk(output) => {
+                let output = output.into_bytes();
+                let text = std::str::from_utf8(&output).map_err(|e| {
+                    format!(
+                        "finish function {name:?} returned a non-object: {}",
+                        not_utf8(e)
+                    )
+                })?;
+                serde_json::from_str(text)
+                    .map_err(|e| format!("finish function {name:?} returned a non-object: {e}"))
+            }
+            RErr(message) => Err(lossy(message)),
         }
     }
 }

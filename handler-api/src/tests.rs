@@ -545,6 +545,54 @@ fn an_answer_over_the_limit_is_not_read() {
     );
 }
 
+/// A handler implemented on the FFI trait, as a plugin using `unsafe` can be, whose every
+/// answer is JSON holding two bytes that are not UTF-8 in a string.
+struct NotUtf8;
+
+fn not_utf8_answer(prefix: &str, suffix: &str) -> RString {
+    let mut bytes = prefix.as_bytes().to_vec();
+    bytes.extend_from_slice(b"\xff\xfe");
+    bytes.extend_from_slice(suffix.as_bytes());
+    // SAFETY: not sound, on purpose: this is the `RString` a hostile plugin can send, and the
+    // host under test must read it as bytes, never as the `str` it claims to be.
+    RString::from(unsafe { String::from_utf8_unchecked(bytes) })
+}
+
+impl Handler for NotUtf8 {
+    fn execute(&self, _request_json: RStr<'_>) -> RString {
+        not_utf8_answer("{\"status\":\"ok\",\"output\":{\"s\":\"", "\"}}")
+    }
+    fn preflight(&self, _request_json: RStr<'_>) -> ROption<RString> {
+        abi_stable::std_types::RSome(not_utf8_answer("{\"s\":\"", "\"}"))
+    }
+    fn finish(&self, _name: RStr<'_>, _input_json: RStr<'_>) -> RResult<RString, RString> {
+        abi_stable::std_types::ROk(not_utf8_answer("{\"s\":\"", "\"}"))
+    }
+}
+
+/// An answer whose bytes are not UTF-8 was read as text: its output was committed with those
+/// bytes (which no client can read as JSON), and `why` verified it.
+#[test]
+fn an_answer_whose_bytes_are_not_utf8_is_malformed() {
+    let boxed: HandlerBox = Handler_TO::from_value(NotUtf8, TD_Opaque);
+    let h = LoadedHandler::from_box(boxed);
+    assert_eq!(
+        h.execute(&request(json!({}))),
+        Outcome::indeterminate(
+            "the handler returned a malformed outcome: its bytes are not UTF-8 (invalid utf-8 sequence of 1 bytes from index 30)"
+        )
+    );
+    assert_eq!(h.preflight(&request(json!({}))), Preflight::Proceed);
+    let input = FinishInput {
+        args: json!({}),
+        output: JsonObject::new(),
+    };
+    assert_eq!(
+        h.finish("x", &input).unwrap_err(),
+        "finish function \"x\" returned a non-object: its bytes are not UTF-8 (invalid utf-8 sequence of 1 bytes from index 6)"
+    );
+}
+
 // ------------------------------------------------------------------ host side
 
 #[derive(Default)]
