@@ -21,8 +21,8 @@ use broker_core::store::Store;
 use broker_core::verify::{self, Handle};
 use serde_json::{json, Map, Value};
 
-/// Reads and checks: the preflight declines `big` (and `huge`, with a 2 MiB reason), panics on
-/// `boom`, waits for the gate on `slow`, and proceeds otherwise; `execute` always succeeds and
+/// Reads and checks: the preflight declines `big` (and `huge`, with a 2 MiB reason, `bignum`,
+/// with an integer past 2^53, `deep-N`, nested N levels), panics on `boom`, waits for the gate on `slow`, and proceeds otherwise; `execute` always succeeds and
 /// counts its runs.
 struct Picky {
     runs: Mutex<usize>,
@@ -46,6 +46,21 @@ impl EffectHandler for Picky {
                 let mut out = Map::new();
                 out.insert("ok".into(), json!(false));
                 out.insert("refused".into(), json!("x".repeat(2 << 20)));
+                Some(out)
+            }
+            Some("bignum") => {
+                let mut out = Map::new();
+                out.insert("ok".into(), json!(false));
+                out.insert("big".into(), json!(u64::MAX));
+                Some(out)
+            }
+            Some(deep) if deep.starts_with("deep-") => {
+                // `{"ok":false,"deep":…}` nested N levels, the object itself level 1.
+                let levels: usize = deep["deep-".len()..].parse().unwrap();
+                let inner = (1..levels).fold(json!(1), |v, _| json!({ "a": v }));
+                let mut out = Map::new();
+                out.insert("ok".into(), json!(false));
+                out.insert("deep".into(), inner);
                 Some(out)
             }
             Some("boom") => panic!("preflight panicked on purpose"),
@@ -210,6 +225,44 @@ fn a_decline_whose_answer_is_over_the_output_limit_is_committed_with_a_short_one
     assert_eq!(v["world"]["effects"][0]["status"], "denied");
     assert!(out.output.len() < 1024, "{}", out.output.len());
     assert_eq!(spent(&s), 0);
+}
+
+/// A decline holding an integer past ±(2^53−1) has no canonical form: it was answered as an
+/// internal error ("host callback failed … check the log"), though nothing was journaled or
+/// spent. It is a decline like any other, committed with a short answer saying why.
+#[test]
+fn a_decline_with_an_integer_past_2_53_is_committed_with_a_short_answer_not_an_internal_error() {
+    let s = setup(Duration::from_secs(10));
+    let out = call(&s, "ailang-read", "t1", "bignum").unwrap();
+    let v: Value = serde_json::from_slice(&out.output).unwrap();
+    assert_eq!(v["ok"], false);
+    assert_eq!(
+        v["refused"],
+        "the Workspace.Read handler declined the request; its answer has no canonical form: number 18446744073709551615 is outside the exact integer range of canonical JSON (±2^53−1)"
+    );
+    assert_eq!(v["world"]["effects"][0]["status"], "denied");
+    assert_eq!(out.effects[0].denial.as_deref(), Some("denied:handler"));
+    assert_eq!((*s.handler.runs.lock().unwrap(), spent(&s)), (0, 0));
+    let why = verify::why(&s.store, &Handle::Output(out.output.clone()), 10).unwrap();
+    assert!(why.all_ok(), "{:#}", why.to_json());
+}
+
+/// A decline nests at most 100 levels, as any answer the broker commits: at the limit it is
+/// the answer, past it the answer is a short one saying why, and either way nothing is spent.
+#[test]
+fn a_decline_nested_past_100_levels_is_committed_with_a_short_answer() {
+    let s = setup(Duration::from_secs(10));
+    let at = call(&s, "ailang-read", "t1", "deep-100").unwrap();
+    let v: Value = serde_json::from_slice(&at.output).unwrap();
+    assert!(v["deep"].is_object(), "{v}");
+    let past = call(&s, "ailang-read", "t2", "deep-101").unwrap();
+    let v: Value = serde_json::from_slice(&past.output).unwrap();
+    assert_eq!(
+        v["refused"],
+        "the Workspace.Read handler declined the request; its answer is nested more than 100 levels deep; the limit is 100"
+    );
+    assert_eq!(v["world"]["effects"][0]["status"], "denied");
+    assert_eq!((*s.handler.runs.lock().unwrap(), spent(&s)), (0, 0));
 }
 
 #[test]

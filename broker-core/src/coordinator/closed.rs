@@ -8,6 +8,7 @@ use crate::canon;
 use crate::object::{sid, Object, Ref};
 use crate::plan::PlannedEffect;
 
+use super::outcome::{too_deep, MAX_OUTPUT_DEPTH};
 use super::{Busy, CallError, EffectSummary, Finished, Prepared, MAX_IO_BYTES};
 
 /// A request the handler declined before admission, closed: its record (`denied:handler`,
@@ -43,21 +44,38 @@ pub(super) fn declined(
         output
     };
     let world = [(&record, record_obj.hash)];
-    let mut output = output_with_world(&body, &plan_obj.hash, &world)?;
-    let len = output.len();
-    if len > MAX_IO_BYTES {
-        // The answer is the plugin's to shape, not to inflate past what a call may return.
-        let mut body = Map::new();
-        body.insert("ok".into(), Value::Bool(false));
-        body.insert(
-            "refused".into(),
-            Value::String(format!(
-                "the {} handler declined the request; its {len}-byte answer is over the {MAX_IO_BYTES}-byte limit",
-                effect.effect
+    // The answer is the plugin's to shape, not to inflate past what a call may return, nor to
+    // make unreadable: a decline whose answer cannot be committed as it is is committed with a
+    // short one saying why, and is still a decline (nothing ran, nothing is spent).
+    let unfit = if too_deep(&body) {
+        Err(format!(
+            "its answer is nested more than {MAX_OUTPUT_DEPTH} levels deep; the limit is {MAX_OUTPUT_DEPTH}"
+        ))
+    } else {
+        match output_with_world(&body, &plan_obj.hash, &world) {
+            Ok(output) if output.len() > MAX_IO_BYTES => Err(format!(
+                "its {}-byte answer is over the {MAX_IO_BYTES}-byte limit",
+                output.len()
             )),
-        );
-        output = output_with_world(&body, &plan_obj.hash, &world)?;
-    }
+            Ok(output) => Ok(output),
+            Err(e) => Err(format!("its answer has no canonical form: {e}")),
+        }
+    };
+    let output = match unfit {
+        Ok(output) => output,
+        Err(why) => {
+            let mut body = Map::new();
+            body.insert("ok".into(), Value::Bool(false));
+            body.insert(
+                "refused".into(),
+                Value::String(format!(
+                    "the {} handler declined the request; {why}",
+                    effect.effect
+                )),
+            );
+            output_with_world(&body, &plan_obj.hash, &world)?
+        }
+    };
     Ok(closed_by_denial(
         p, plan_obj, request, &record, record_obj, output, busy,
     ))

@@ -21,6 +21,63 @@ use crate::task::{self, TaskPhase, TaskState};
 
 use super::{Busy, CallError, CallIds, EffectHandler, EffectRequest, HandlerOutcome, Overruns};
 
+/// The most of a handler's failure message the broker passes on, in bytes: an
+/// `Outcome::Failed` or `Indeterminate` message, the text of a panic in `execute`, a finish
+/// function's error. Longer ones are cut (on a character's edge), saying how many bytes were
+/// left out, before the daemon logs them (`effect failed: …`, `post-effect failure: …`), as
+/// a plugin's own log messages are cut (`[limits] plugin_log_bytes`, 4096 by default). No
+/// stored object keeps such a message: the effect record says only `failed` or
+/// `indeterminate`.
+pub(super) const MAX_MESSAGE_BYTES: usize = 4096;
+
+/// The deepest an answer the broker commits may nest, counting the answer's own object as
+/// level 1: a handler's output, a finish function's output, a preflight's decline. Every
+/// reader of a committed answer (the MCP reply and the A2A task, which put it 3 and 7 levels
+/// down, and the JSON parsers of the CLI and of clients, most of which stop at 128 levels)
+/// can read it with room to spare. A deeper output is the handler's failure, before anything
+/// is committed; a deeper decline is committed with a short answer in its place.
+pub(super) const MAX_OUTPUT_DEPTH: usize = 100;
+
+/// `message` cut to [`MAX_MESSAGE_BYTES`] (on a character's edge), saying how many bytes were
+/// left out.
+pub(super) fn cut_message(message: String) -> String {
+    if message.len() <= MAX_MESSAGE_BYTES {
+        return message;
+    }
+    let mut end = MAX_MESSAGE_BYTES;
+    while !message.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!(
+        "{}… ({} bytes more; the broker passes on at most {MAX_MESSAGE_BYTES})",
+        &message[..end],
+        message.len() - end
+    )
+}
+
+/// Whether `output` nests deeper than [`MAX_OUTPUT_DEPTH`] levels (itself level 1). Looks no
+/// deeper than that, so that its own recursion is bounded whatever it is given.
+pub(super) fn too_deep(output: &Map<String, Value>) -> bool {
+    /// Whether the container `value`, with `left` more levels allowed for it and what it
+    /// holds, goes past them.
+    fn deeper(value: &Value, left: usize) -> bool {
+        match value {
+            Value::Array(items) => left == 0 || items.iter().any(|v| deeper(v, left - 1)),
+            Value::Object(members) => left == 0 || members.values().any(|v| deeper(v, left - 1)),
+            _ => false,
+        }
+    }
+    output
+        .values()
+        .any(|v| deeper(v, MAX_OUTPUT_DEPTH.saturating_sub(1)))
+}
+
+/// Why an output nested past [`MAX_OUTPUT_DEPTH`] is not taken: `what` (e.g. "handler output")
+/// and the limit.
+pub(super) fn too_deep_message(what: &str) -> String {
+    format!("{what} is nested more than {MAX_OUTPUT_DEPTH} levels deep; the limit is {MAX_OUTPUT_DEPTH}, so that every reader of the answer can read it")
+}
+
 /// One handler call, owned, so that it can outlive the caller's wait.
 pub(super) struct HandlerJob {
     pub(super) handler: Arc<dyn EffectHandler>,
@@ -45,18 +102,22 @@ pub(super) struct FinishJob {
 pub(super) type Shaped = Result<Map<String, Value>, String>;
 
 impl FinishJob {
-    /// Run the finish function on `output`: a panic, an error or a reserved `world` key is
-    /// why it made nothing.
+    /// Run the finish function on `output`: a panic, an error (cut to [`MAX_MESSAGE_BYTES`]),
+    /// a reserved `world` key or nesting past [`MAX_OUTPUT_DEPTH`] is why it made nothing.
     fn run(self, handler: &dyn EffectHandler, output: &Map<String, Value>) -> Shaped {
         let FinishJob { name, args } = self;
         let input = serde_json::json!({"args": args, "output": output});
-        let shaped = catch_unwind(AssertUnwindSafe(|| handler.finish(&name, &input))).map_err(
-            |panic| format!("finish {name} panicked: {}", crate::panics::text(&*panic)),
-        )??;
+        let shaped = catch_unwind(AssertUnwindSafe(|| handler.finish(&name, &input)))
+            .map_err(|panic| format!("finish {name} panicked: {}", crate::panics::text(&*panic)))
+            .and_then(|shaped| shaped)
+            .map_err(cut_message)?;
         if shaped.contains_key("world") {
             return Err(format!(
                 "finish {name} output carries the reserved key \"world\""
             ));
+        }
+        if too_deep(&shaped) {
+            return Err(too_deep_message(&format!("finish {name} output")));
         }
         Ok(shaped)
     }
@@ -94,6 +155,9 @@ impl HandlerJob {
         let outcome = match catch_unwind(AssertUnwindSafe(|| self.handler.execute(&request))) {
             Ok(HandlerOutcome::Ok(out)) if out.contains_key("world") => {
                 HandlerOutcome::Failed("handler output carries the reserved key \"world\"".into())
+            }
+            Ok(HandlerOutcome::Ok(out)) if too_deep(&out) => {
+                HandlerOutcome::Failed(too_deep_message("handler output"))
             }
             Ok(o) => o,
             Err(panic) => HandlerOutcome::Failed(format!(
@@ -198,8 +262,8 @@ pub(super) fn settle(
                 )),
             }
         }
-        HandlerOutcome::Failed(msg) => Err((OutcomeStatus::Failed, msg)),
-        HandlerOutcome::Indeterminate(msg) => Err((OutcomeStatus::Indeterminate, msg)),
+        HandlerOutcome::Failed(msg) => Err((OutcomeStatus::Failed, cut_message(msg))),
+        HandlerOutcome::Indeterminate(msg) => Err((OutcomeStatus::Indeterminate, cut_message(msg))),
     };
     let (record, status, result) = match outcome {
         Ok((value, result)) => {

@@ -322,3 +322,160 @@ fn a_worktree_binds_only_as_a_real_directory_of_its_own_name() {
         assert_eq!(bind_worktree(&root, episode), None, "{episode:?}");
     }
 }
+
+/// The output `{"deep": …}` nested `levels` levels, the output object itself being level 1.
+fn nested(levels: usize) -> Map<String, Value> {
+    let inner = (1..levels).fold(json!(1), |v, _| json!({ "a": v }));
+    let mut out = Map::new();
+    out.insert("deep".into(), inner);
+    out
+}
+
+/// Answers by the read's path: `fail-big` fails with a message of 3 MB over several lines,
+/// `deep-N` answers an output nested N levels; its finish function fails with a 3 MB error
+/// for `finish-err-big`, answers an output nested N levels for `finish-deep-N`, and passes the
+/// handler's output on otherwise.
+struct Hostile;
+
+/// The number after `prefix` in `path`.
+fn levels_in(path: &str, prefix: &str) -> Option<usize> {
+    path.strip_prefix(prefix).and_then(|n| n.parse().ok())
+}
+
+impl EffectHandler for Hostile {
+    fn identity(&self) -> HandlerIdentity {
+        HandlerIdentity::in_process("test/hostile", "0")
+    }
+    fn execute(&self, req: &EffectRequest<'_>) -> HandlerOutcome {
+        let path = req.payload["path"].as_str().unwrap_or_default();
+        if path == "fail-big" {
+            return HandlerOutcome::Failed(format!("F\nFORGED\n{}", "F".repeat(3_000_000)));
+        }
+        if let Some(levels) = levels_in(path, "deep-") {
+            return HandlerOutcome::Ok(nested(levels));
+        }
+        let mut out = Map::new();
+        out.insert("ok".into(), json!(true));
+        HandlerOutcome::Ok(out)
+    }
+    fn finish(&self, _: &str, input: &Value) -> Result<Map<String, Value>, String> {
+        let path = input["args"]["path"].as_str().unwrap_or_default();
+        if path == "finish-err-big" {
+            return Err(format!("E\r\n{}", "E".repeat(3_000_000)));
+        }
+        match levels_in(path, "finish-deep-") {
+            Some(levels) => Ok(nested(levels)),
+            None => Ok(input["output"].as_object().cloned().unwrap_or_default()),
+        }
+    }
+}
+
+/// Every event's message, in order.
+#[derive(Clone, Default)]
+struct Captured(Arc<Mutex<Vec<String>>>);
+
+impl tracing::Subscriber for Captured {
+    fn enabled(&self, _: &tracing::Metadata<'_>) -> bool {
+        true
+    }
+    fn new_span(&self, _: &tracing::span::Attributes<'_>) -> tracing::span::Id {
+        tracing::span::Id::from_u64(1)
+    }
+    fn record(&self, _: &tracing::span::Id, _: &tracing::span::Record<'_>) {}
+    fn record_follows_from(&self, _: &tracing::span::Id, _: &tracing::span::Id) {}
+    fn event(&self, event: &tracing::Event<'_>) {
+        struct Message(String);
+        impl tracing::field::Visit for Message {
+            fn record_debug(&mut self, f: &tracing::field::Field, v: &dyn std::fmt::Debug) {
+                if f.name() == "message" {
+                    self.0 = format!("{v:?}");
+                }
+            }
+        }
+        let mut message = Message(String::new());
+        event.record(&mut message);
+        self.0.lock().unwrap().push(message.0);
+    }
+    fn enter(&self, _: &tracing::span::Id) {}
+    fn exit(&self, _: &tracing::span::Id) {}
+}
+
+impl Captured {
+    /// The one message that starts with `prefix`.
+    fn line(&self, prefix: &str) -> String {
+        let lines = self.0.lock().unwrap();
+        let found: Vec<&String> = lines.iter().filter(|l| l.starts_with(prefix)).collect();
+        assert_eq!(found.len(), 1, "{prefix}: {:?}", lines.len());
+        found[0].clone()
+    }
+}
+
+/// A plugin's 3 MB failure message, or its finish function's 3 MB error, became one 3 MB log
+/// line per call, past the 4 KiB a plugin's own log messages are cut to.
+#[test]
+fn a_megabyte_failure_message_is_cut_to_4096_bytes_where_it_is_logged() {
+    let (_dir, c) = coordinator_with(HANDLER_DEADLINE, Arc::new(Hostile), Some("f"));
+    let session = session_of(&c, "ep");
+    let logs = Captured::default();
+    tracing::subscriber::with_default(logs.clone(), || {
+        let failed = c.invoke(&read_call(&session, "t1", "fail-big")).unwrap();
+        assert_eq!(failed.effects[0].status, "failed");
+        let unrecorded = c.invoke(&read_call(&session, "t2", "finish-err-big"));
+        assert!(
+            matches!(unrecorded, Err(CallError::EffectsUnrecorded { .. })),
+            "{unrecorded:?}"
+        );
+    });
+    assert_eq!(
+        logs.line("effect failed: "),
+        format!(
+            "effect failed: F\nFORGED\n{}… (2995913 bytes more; the broker passes on at most 4096)",
+            "F".repeat(4096 - 9)
+        )
+    );
+    assert_eq!(
+        logs.line("post-effect failure: "),
+        format!(
+            "post-effect failure: E\r\n{}… (2995907 bytes more; the broker passes on at most 4096)",
+            "E".repeat(4096 - 3)
+        )
+    );
+}
+
+/// An output nested 125 levels was committed and spent, but `worldd call` could not read its
+/// reply (serde_json stops at 128 levels, the reply's envelope included). Outputs nest at most
+/// 100 levels: one at the limit commits and reads inside the deepest envelope (A2A's, 7 levels
+/// around it), one past it is the handler's failure, and a finish output past it is a
+/// post-effect failure.
+#[test]
+fn an_output_nested_past_100_levels_is_refused_before_commit() {
+    let (_dir, c) = coordinator_with(HANDLER_DEADLINE, Arc::new(Hostile), Some("f"));
+    let session = session_of(&c, "ep");
+    let logs = Captured::default();
+    tracing::subscriber::with_default(logs.clone(), || {
+        for (task, path) in [("t1", "deep-100"), ("t2", "finish-deep-100")] {
+            let done = c.invoke(&read_call(&session, task, path)).unwrap();
+            assert_eq!(done.effects[0].status, "ok", "{path}");
+            let output = String::from_utf8(done.output).unwrap();
+            let enveloped = format!(
+                r#"{{"jsonrpc":"2.0","id":1,"result":{{"artifacts":[{{"parts":[{{"data":{output}}}]}}]}}}}"#
+            );
+            serde_json::from_str::<Value>(&enveloped).unwrap();
+        }
+        let failed = c.invoke(&read_call(&session, "t3", "deep-101")).unwrap();
+        assert_eq!(failed.effects[0].status, "failed");
+        let unrecorded = c.invoke(&read_call(&session, "t4", "finish-deep-101"));
+        assert!(
+            matches!(unrecorded, Err(CallError::EffectsUnrecorded { .. })),
+            "{unrecorded:?}"
+        );
+    });
+    assert_eq!(
+        logs.line("effect failed: "),
+        "effect failed: handler output is nested more than 100 levels deep; the limit is 100, so that every reader of the answer can read it"
+    );
+    assert_eq!(
+        logs.line("post-effect failure: "),
+        "post-effect failure: finish f output is nested more than 100 levels deep; the limit is 100, so that every reader of the answer can read it"
+    );
+}
