@@ -1107,7 +1107,7 @@ impl Coordinator {
                 by: catch_unwind(AssertUnwindSafe(|| handler.identity())).ok(),
                 busy,
             }),
-            Err(deadline::Overran) => Err(CallError::HandlerTimedOut),
+            Err(deadline::Overran) => Err(CallError::PreflightTimedOut),
         }
     }
 

@@ -290,7 +290,13 @@ fn a_preflight_past_its_deadline_is_answered_as_timed_out_and_nothing_is_spent()
     let s = setup(Duration::from_millis(200));
     let started = Instant::now();
     let err = call(&s, "ailang-read", "t1", "slow").unwrap_err();
-    assert!(matches!(err, CallError::HandlerTimedOut), "{err:?}");
+    // Its own error: a preflight runs no effect, so the call is not one that may have run
+    // (the handler-overran text said its outcome would be journaled, which it never is).
+    assert!(matches!(err, CallError::PreflightTimedOut), "{err:?}");
+    assert_eq!(
+        err.to_string(),
+        "the handler's preflight overran the call's deadline: nothing was journaled or spent, and its task id is free"
+    );
     assert!(started.elapsed() >= Duration::from_millis(200));
     s.entered.recv().unwrap();
     assert_eq!(s.coordinator.overruns().running(), 1);

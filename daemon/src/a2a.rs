@@ -991,7 +991,9 @@ fn error_text(f: InvokeFailure) -> (i64, String) {
                     "invalid params".to_owned()
                 }
                 // The contract's timeout text; the classification says nothing ran.
-                CallError::NoTimeToStart => "invocation exceeded its deadline".to_owned(),
+                CallError::NoTimeToStart | CallError::PreflightTimedOut => {
+                    "invocation exceeded its deadline".to_owned()
+                }
                 // No room to write: the store-full text; the log says "disk full" or the map size.
                 CallError::Store(s)
                     if s.is_disk_full() || matches!(s, StoreError::MapFull { .. }) =>

@@ -14,7 +14,7 @@
 //! | `refused` | `busy` | an earlier call of the episode was still running (its queue was full, or it outlasted this call's deadline); nothing ran | `true` |
 //! | `refused` | `store-full` | the world store is past its reserve; nothing ran, nothing spent, until an operator makes room | `false` |
 //! | `refused` | `key-conflict` | the idempotency key (task id) was used with other arguments | `false` |
-//! | `refused` | `deadline` | too little of the call's deadline was left to start its handler; nothing ran, journaled or spent | `true` |
+//! | `refused` | `deadline` | too little of the call's deadline was left to start its handler, or its preflight overran it; nothing ran, journaled or spent | `true` |
 //! | `refused` | `unavailable` | this daemon cannot run the tool (no handler, no world); nothing ran | `false` |
 //! | `denied` | `denied:budget`, `denied:scope`, `denied:expired`, `denied:effect-name` | the broker refused the effect; nothing ran, nothing spent (`remaining` for budget) | `false` |
 //! | `denied` | `denied:handler` | the effect's handler declined the request before admission (its preflight: e.g. a read whose result would exceed the limit); nothing ran, nothing spent; the output says why | `false` |
@@ -183,7 +183,7 @@ pub fn of_failure(f: &InvokeFailure) -> Option<Outcome> {
             CallError::NotCommitted => Outcome::indeterminate("pending"),
             CallError::EffectsUnrecorded { .. } => Outcome::indeterminate("unrecorded"),
             CallError::HandlerTimedOut => Outcome::indeterminate("timeout"),
-            CallError::NoTimeToStart => Outcome::too_late(),
+            CallError::NoTimeToStart | CallError::PreflightTimedOut => Outcome::too_late(),
             CallError::NoHandler | CallError::NoWorktree(_) | CallError::NoWorld => {
                 Outcome::unavailable()
             }

@@ -147,6 +147,11 @@ pub enum CallError {
     /// task id left free. Unlike [`CallError::HandlerTimedOut`], nothing can have run.
     #[error("too little of the call's deadline was left to start its handler (under {} ms): nothing was journaled or spent, and its task id is free", super::MIN_HANDLER_TIME.as_millis())]
     NoTimeToStart,
+    /// The handler's preflight overran the call's deadline: nothing was journaled or spent
+    /// and the task id is free (a preflight runs no effect); the episode stays busy until the
+    /// preflight returns.
+    #[error("the handler's preflight overran the call's deadline: nothing was journaled or spent, and its task id is free")]
+    PreflightTimedOut,
     #[error("store failure: {0}")]
     Store(#[from] StoreError),
     #[error("transition registry is unreadable: {0}")]

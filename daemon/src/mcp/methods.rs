@@ -679,7 +679,9 @@ fn host_failure(episode: &str, tool: &str, id: &Value, failure: InvokeFailure) -
             (HostFailure::Unavailable, e.to_string())
         }
         // Nothing ran: too little of the deadline was left to start the handler.
-        InvokeFailure::Call(e @ CallError::NoTimeToStart) => (HostFailure::TooLate, e.to_string()),
+        InvokeFailure::Call(e @ (CallError::NoTimeToStart | CallError::PreflightTimedOut)) => {
+            (HostFailure::TooLate, e.to_string())
+        }
         InvokeFailure::Call(e) => (HostFailure::Failed, e.to_string()),
         InvokeFailure::Capacity => (
             HostFailure::Capacity,
