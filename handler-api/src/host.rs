@@ -531,9 +531,10 @@ unsafe extern "C" fn services_log(context: *const (), level: u8, message: RStr<'
     // contract), which `host_callbacks` made.
     if let Some(s) = unsafe { services(context) } {
         // A panicking logger must not unwind into the plugin (abort).
-        let _ = catch_unwind(AssertUnwindSafe(|| {
-            s.log(LogLevel::from_u8(level), message.as_str())
-        }));
+        // The bytes are the plugin's: `RStr` promises UTF-8, which unsafe plugin code can
+        // break, and a `str` that is not is undefined behaviour in the host.
+        let text = String::from_utf8_lossy(message.as_rslice().as_slice());
+        let _ = catch_unwind(AssertUnwindSafe(|| s.log(LogLevel::from_u8(level), &text)));
     }
 }
 
@@ -549,7 +550,11 @@ unsafe extern "C" fn services_publish(
     let Some(s) = (unsafe { services(context) }) else {
         return RErr(RString::from(NO_PUBLISH));
     };
-    match catch_unwind(AssertUnwindSafe(|| s.publish(bundle.as_str()))) {
+    // As for a log message: the plugin's bytes, checked, not trusted to be UTF-8.
+    let Ok(bundle) = std::str::from_utf8(bundle.as_rslice().as_slice()) else {
+        return RErr(RString::from("the bundle is not UTF-8"));
+    };
+    match catch_unwind(AssertUnwindSafe(|| s.publish(bundle))) {
         Ok(Ok(answer)) => ROk(RString::from(answer)),
         Ok(Err(message)) => RErr(RString::from(message)),
         Err(payload) => RErr(RString::from(format!(

@@ -644,6 +644,35 @@ fn host_callbacks_forward_to_services() {
     Host::noop().log(LogLevel::Error, "discarded");
 }
 
+/// A plugin whose unsafe code logs (or publishes) bytes that are not UTF-8 through a `RStr`:
+/// the host read them as the `str` the type promises, which is undefined behaviour. It reads
+/// them as bytes now: a log line with the bad bytes replaced, a publish refused.
+#[test]
+fn a_log_message_or_bundle_whose_bytes_are_not_utf8_is_read_as_bytes() {
+    let recorder = Arc::new(Recorder {
+        accept_publish: true,
+        ..Recorder::default()
+    });
+    let host = Host::from_services(recorder.clone());
+    let callbacks = host.callbacks();
+    let bad: &[u8] = b"bad \xff\xfe bytes";
+    // SAFETY: not sound, on purpose: this is the `RStr` a hostile plugin can send; the host
+    // under test must read it as bytes.
+    let message = unsafe { RStr::from_raw_parts(bad.as_ptr(), bad.len()) };
+    // SAFETY: the table's own context goes to the table's function.
+    unsafe { (callbacks.log())(callbacks.context(), LogLevel::Warn as u8, message) };
+    assert_eq!(
+        *recorder.logs.lock().unwrap(),
+        vec![(LogLevel::Warn, "bad \u{fffd}\u{fffd} bytes".to_string())]
+    );
+    // SAFETY: as above.
+    let answer = unsafe { (callbacks.publish())(callbacks.context(), message) };
+    assert_eq!(
+        answer.into_result().unwrap_err().as_str(),
+        "the bundle is not UTF-8"
+    );
+}
+
 #[test]
 fn root_symbol_matches_abi_stable() {
     assert_eq!(
