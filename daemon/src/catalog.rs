@@ -8,15 +8,17 @@
 //!
 //! ```json
 //! {"plugins":[{"name":"workspace","version":"0.1.0","identity":"workspace 0.1.0 (sha256:…)",
-//!              "library":"sha256:…","path":"/abs/path/libworldd_workspace.so",
+//!              "library":"sha256:…","path":"libworldd_workspace.so",
 //!              "effects":[{"effect":"Workspace.Read","class":"read"}]}],
-//!  "declined":[{"name":"ailang","path":"/abs/path/libworldd_ailang.so","reason":"declined: …"}],
-//!  "unselected":[{"name":"git","path":"/abs/path/libworldd_git.so"}],
+//!  "declined":[{"name":"ailang","path":"libworldd_ailang.so","reason":"declined: …"}],
+//!  "unselected":[{"name":"git","path":"libworldd_git.so"}],
 //!  "tools":[{"name":"ailang-read","effects":["Workspace.Read"],"canRun":true},
 //!           {"name":"ailang-run","effects":["Ailang.Run"],"canRun":false,
 //!            "reason":"transition declares an effect this daemon has no handler for (Ailang.Run)"}]}
 //! ```
 //!
+//! An operator credential gets each `path` as the absolute path it was loaded from; an agent's
+//! session only its file name (where the operator keeps plugins is not the agent's to learn).
 //! `tools` are the tools the calling session sees (the same function as MCP `tools/list`), and
 //! `canRun` applies rule R8 exactly as the coordinator does: every declared effect needs a
 //! loaded handler, and a `worktree`-scoped effect needs the episode's worktree.
@@ -146,10 +148,33 @@ async fn handlers(
         })
         .collect();
     let catalog = state.catalog();
-    Ok(Json(json!({
+    let mut answer = json!({
         "plugins": catalog.plugins,
         "declined": catalog.declined,
         "unselected": catalog.unselected,
         "tools": tools,
-    })))
+    });
+    if !session.operator {
+        file_names_only(&mut answer);
+    }
+    Ok(Json(answer))
+}
+
+/// An agent is told each library by its file name: where the operator keeps plugins on the
+/// host (an absolute path, the operator's home perhaps) is not the agent's to learn.
+fn file_names_only(answer: &mut Value) {
+    for list in ["plugins", "declined", "unselected"] {
+        let Some(items) = answer[list].as_array_mut() else {
+            continue;
+        };
+        for item in items {
+            if let Some(path) = item["path"].as_str() {
+                let name = std::path::Path::new(path)
+                    .file_name()
+                    .map(|n| n.to_string_lossy().into_owned())
+                    .unwrap_or_default();
+                item["path"] = Value::String(name);
+            }
+        }
+    }
 }

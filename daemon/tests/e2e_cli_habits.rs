@@ -54,7 +54,13 @@ fn handlers_route_lists_the_plugins_and_says_why_a_tool_cannot_run() {
     let ws = &plugins[0];
     assert_eq!(ws["name"], "workspace");
     assert_eq!(ws["version"], "0.1.0");
-    let path = ws["path"].as_str().unwrap();
+    // An agent is told the library's file name, not where on the host it lies; an operator
+    // the absolute path it was loaded from.
+    assert_eq!(ws["path"], "libworldd_workspace.so", "{ws}");
+    assert_eq!(v["declined"][0]["path"], "libworldd_ailang.so", "{v}");
+    let ops = d.operator_session("ops", &[]);
+    let full = get(&d.url("/v1/handlers"), Some(&ops)).json();
+    let path = full["plugins"][0]["path"].as_str().unwrap();
     assert!(Path::new(path).is_absolute(), "{path}");
     assert!(path.ends_with("/plugins/libworldd_workspace.so"), "{path}");
     assert!(
