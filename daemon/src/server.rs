@@ -138,7 +138,10 @@ impl ShutdownSignals {
         }
     }
 
-    /// Tell `manager` `STOPPING=1` when a signal arrives, before the drain.
+    /// Tell `manager` `STOPPING=1` when a signal arrives, before the drain. Under a service
+    /// manager SIGHUP no longer stops the daemon: there is no terminal to lose, and a unit that
+    /// restarts only on failure would leave a daemon stopped by a reload habit (`kill -HUP`,
+    /// logrotate) stopped for good. It is logged and ignored; SIGTERM stops it.
     pub fn telling(mut self, manager: crate::service_manager::Notifier) -> ShutdownSignals {
         self.manager = manager;
         self
@@ -154,10 +157,23 @@ impl ShutdownSignals {
                 None => std::future::pending::<()>().await,
             }
         }
+        async fn hangups(s: Option<&mut Signal>, managed: bool) {
+            let Some(s) = s else {
+                return std::future::pending::<()>().await;
+            };
+            loop {
+                s.recv().await;
+                if !managed {
+                    return;
+                }
+                tracing::warn!("SIGHUP ignored: a service manager runs this daemon, so there is no terminal to lose; stop it with SIGTERM (systemctl stop)");
+            }
+        }
+        let managed = self.manager.is_present();
         tokio::select! {
             () = one(self.interrupt.as_mut()) => {},
             () = one(self.terminate.as_mut()) => {},
-            () = one(self.hangup.as_mut()) => {},
+            () = hangups(self.hangup.as_mut(), managed) => {},
         }
         tracing::info!("shutting down: draining in-flight calls");
         self.manager.tell("STOPPING=1");

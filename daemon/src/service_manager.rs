@@ -32,6 +32,11 @@ impl Notifier {
         Notifier { socket }
     }
 
+    /// Whether a service manager asked to be told: the daemon runs under it, with no terminal.
+    pub fn is_present(&self) -> bool {
+        self.socket.is_some()
+    }
+
     /// Send `state` (`READY=1`, `STOPPING=1`); a failure is logged, never fatal: the daemon
     /// serves whether or not its manager heard.
     pub fn tell(&self, state: &str) {

@@ -1513,7 +1513,9 @@ fn a_second_daemon_on_another_store_is_refused_the_workspace_root_the_first_serv
 
 /// The systemd unit the operator guide gives starts the daemon as written (its paths moved to a
 /// scratch directory), and the daemon tells the manager `NOTIFY_SOCKET` names that it is ready
-/// once it answers, and that it is stopping when SIGTERM comes, as `Type=notify` needs.
+/// once it answers, and that it is stopping when SIGTERM comes, as `Type=notify` needs. A
+/// SIGHUP (an operator's reload habit, logrotate) drained it and exited 0, which the unit's
+/// `Restart=on-failure` never restarts: under a manager it is now logged and ignored.
 #[test]
 fn the_systemd_units_daemon_tells_its_manager_when_it_is_ready_and_when_it_stops() {
     let unit = std::fs::read_to_string(repo_root().join("docs/worldd.service")).unwrap();
@@ -1551,6 +1553,13 @@ fn the_systemd_units_daemon_tells_its_manager_when_it_is_ready_and_when_it_stops
     assert_eq!(&notice[..n], b"READY=1");
     assert_eq!(get(&d.url("/v1/health"), None).status, 200);
     assert!(lib.join("db/data.mdb").is_file() && lib.join("worktrees").is_dir());
+    d.signal(libc::SIGHUP);
+    d.wait_for_log("SIGHUP ignored: a service manager runs this daemon, so there is no terminal to lose; stop it with SIGTERM (systemctl stop)");
+    assert_eq!(
+        get(&d.url("/v1/health"), None).status,
+        200,
+        "SIGHUP stopped it"
+    );
     let (status, log) = d.stop_by(libc::SIGTERM, std::time::Duration::from_secs(10));
     assert!(status.success(), "{status:?}\n{log}");
     let n = manager.recv(&mut notice).unwrap();
