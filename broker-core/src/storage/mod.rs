@@ -512,7 +512,11 @@ fn read_version(env: &Env<WithoutTls>, layout: &'static Layout) -> heed::Result<
 }
 
 /// Whether `dir` holds a store already (its data file). An absent one is refused unless
-/// `create`, which makes the directory.
+/// `create`, which makes the directory, and the parents it lacks, with mode 0700 whatever the
+/// umask (which can only narrow it): the store holds every credential and effect, and the
+/// plugins keep their state, the binaries the daemon runs among it, under it. A directory
+/// another user may write (made under `umask 000`, 0777) let them swap that state for
+/// theirs, and one they may read would show them what the store's rules keep from them.
 fn check_or_create_dir(dir: &Path, create: bool) -> Result<bool, StoreError> {
     // An empty data file is a store whose making stopped before LMDB wrote its first page (or a
     // file emptied since): LMDB would make a new store in it, which only `create` may do.
@@ -525,16 +529,21 @@ fn check_or_create_dir(dir: &Path, create: bool) -> Result<bool, StoreError> {
         if !create {
             return Err(StoreError::NotFound(dir.to_path_buf()));
         }
-        std::fs::create_dir_all(dir).map_err(|e| {
-            if dir.exists() && !dir.is_dir() {
-                return StoreError::NotADirectory(dir.to_path_buf());
-            }
-            // "disk full" as such; any other cause with the directory it concerns.
-            match StoreError::from_io(e) {
-                StoreError::Io(e) => StoreError::Io(format!("{}: {e}", dir.display())),
-                other => other,
-            }
-        })?;
+        use std::os::unix::fs::DirBuilderExt;
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(dir)
+            .map_err(|e| {
+                if dir.exists() && !dir.is_dir() {
+                    return StoreError::NotADirectory(dir.to_path_buf());
+                }
+                // "disk full" as such; any other cause with the directory it concerns.
+                match StoreError::from_io(e) {
+                    StoreError::Io(e) => StoreError::Io(format!("{}: {e}", dir.display())),
+                    other => other,
+                }
+            })?;
     }
     Ok(exists)
 }

@@ -545,10 +545,11 @@ impl Settings {
     }
 }
 
-/// The workspace root made, and the store opened outside it.
+/// The workspace root made, and the store opened outside it: each refused when another user
+/// could have written it ([`refuse_loose_dir`]).
 fn open_store(settings: &Settings) -> Result<Store, Failure> {
     let root = &settings.workspace_root;
-    std::fs::create_dir_all(root).map_err(|e| {
+    create_private_dir_all(root).map_err(|e| {
         let e = if root.exists() && !root.is_dir() {
             "it exists and is not a directory".to_owned()
         } else {
@@ -556,7 +557,12 @@ fn open_store(settings: &Settings) -> Result<Store, Failure> {
         };
         startup("config", format!("workspace root {}: {e}", root.display()))
     })?;
+    refuse_loose_dir("workspace root", root).map_err(|e| startup("config", e))?;
+    if let Some(warning) = others_may_enter(root) {
+        tracing::warn!("{warning}");
+    }
     refuse_store_inside_workspace(&settings.db, root)?;
+    refuse_loose_store(&settings.db).map_err(|e| startup("store-open", e))?;
     let store = Store::open(
         &settings.db,
         StoreOptions {
@@ -753,6 +759,89 @@ pub fn resolve_bind(bind: &str) -> Result<SocketAddr, Failure> {
         "bind-policy",
         format!("--bind {bind:?} is not HOST:PORT"),
     ))
+}
+
+/// Make `dir` and the parents it lacks with mode 0700, whatever the umask (which can only
+/// narrow it): the workspace root and each worktree. Under `umask 000` they were 0777, and any
+/// local user could swap an episode's worktree for one of their own, which the agent then
+/// wrote into; under 0022 every user could read every episode's files, which the store's
+/// per-episode read rules do not cover. (The store makes its own directory the same way.)
+pub(super) fn create_private_dir_all(dir: &std::path::Path) -> std::io::Result<()> {
+    use std::os::unix::fs::DirBuilderExt;
+    std::fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
+}
+
+/// Refuse the store directory and its `plugin-state` when they exist and another user could
+/// have written them ([`refuse_loose_dir`]): the daemon runs what plugins keep there (the
+/// ailang plugin's archived binary), and trusts the store's every row.
+pub(super) fn refuse_loose_store(db: &std::path::Path) -> Result<(), String> {
+    refuse_loose_dir("store", db)?;
+    refuse_loose_dir("plugin state", &db.join(crate::backup::PLUGIN_STATE))
+}
+
+/// Refuse `dir` (`what` names it: the store, its plugin state, the workspace root) when it
+/// exists and another user could have written it, by the rules the daemon applies to plugin
+/// libraries and their directory (`plugins::writers`): every user may write `dir`, or it
+/// belongs to a user other than this process's and root (whose write is the owner's grant,
+/// allowed as for a library; a sticky bit does not help, since in a sticky directory anyone
+/// may still make a name not yet there, such as `plugin-state` or a new episode's worktree);
+/// or every user may write the directory holding it, which is not sticky, so anyone could
+/// swap `dir` itself. A `dir` not there yet is made by this process, 0700.
+pub(super) fn refuse_loose_dir(what: &str, dir: &std::path::Path) -> Result<(), String> {
+    use crate::plugins::writers::{another_could_write, anyone_could_swap, OtherWriter};
+    use std::os::unix::fs::MetadataExt;
+    let Ok(meta) = std::fs::metadata(dir) else {
+        return Ok(());
+    };
+    let shown = dir.display();
+    match another_could_write(&meta) {
+        Some(OtherWriter::Everyone { mode }) => {
+            return Err(format!(
+                "{what} {shown}: refusing a directory every user may write (mode {mode:04o}): another user could put or swap what worldd keeps and runs there; `chmod 700 {shown}`"
+            ))
+        }
+        Some(OtherWriter::Owner { uid, me }) => {
+            return Err(format!(
+                "{what} {shown}: refusing a directory owned by uid {uid}, neither this process's user (uid {me}) nor root (mode {:04o}): that user could put or swap what worldd keeps and runs there; run worldd as its owner, or if what it holds is yours, `chown -R {me} {shown}`",
+                meta.mode() & 0o7777
+            ))
+        }
+        None => {}
+    }
+    let parent = match dir.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => std::path::Path::new("."),
+    };
+    if let Some(mode) = std::fs::metadata(parent)
+        .ok()
+        .and_then(|m| anyone_could_swap(&m))
+    {
+        return Err(format!(
+            "{what} {shown}: refusing it inside {}, a directory every user may write, without the sticky bit (mode {mode:04o}): anyone could swap it for their own; `chmod o-w {}`",
+            parent.display(),
+            parent.display()
+        ));
+    }
+    Ok(())
+}
+
+/// A warning when users other than its owner may list or enter the workspace root: they may
+/// then read every episode's worktree, which the store's per-episode read rules do not cover.
+/// Only a warning: a root made before worldd made it 0700 is 0755 under the usual umask, and
+/// what other users could read there is not what the daemon runs or trusts.
+pub(super) fn others_may_enter(root: &std::path::Path) -> Option<String> {
+    use std::os::unix::fs::MetadataExt;
+    let mode = std::fs::metadata(root).ok()?.mode() & 0o7777;
+    (mode & 0o077 != 0).then(|| {
+        format!(
+            "the workspace root {} (mode {mode:04o}) may be listed or entered by users other than its owner, who may then read every episode's worktree; `chmod 700 {}`",
+            root.display(),
+            root.display()
+        )
+    })
 }
 
 /// The store must not live where agents can write.

@@ -289,6 +289,8 @@ pub fn open_to_read(db: &Path) -> Result<Store, Failure> {
 }
 
 fn open_with(db: &Path, options: StoreOptions) -> Result<Store, Failure> {
+    // As `serve` does: a store or plugin state another user could have written is refused.
+    super::serve::refuse_loose_store(db).map_err(Failure::fatal)?;
     Store::open(db, options).map_err(|e| match e {
         // A backup's destination whose copy was cut short: the store is not there, and why.
         StoreError::NotFound(_) if db.join(crate::backup::PARTIAL).is_dir() => {
@@ -565,8 +567,14 @@ fn new(a: NewArgs) -> CliResult {
             a.episode
         )));
     }
+    // As `serve` does: a root another user could have written is refused (they could swap
+    // the worktree for theirs), one others may read is warned of.
+    super::serve::refuse_loose_dir("workspace root", &a.workspace_root).map_err(Failure::fatal)?;
+    if let Some(warning) = super::serve::others_may_enter(&a.workspace_root) {
+        errln!("worldd session: warning: {warning}");
+    }
     minting.confirm()?;
-    std::fs::create_dir_all(&a.workspace_root).map_err(|e| {
+    super::serve::create_private_dir_all(&a.workspace_root).map_err(|e| {
         Failure::usage(format!("cannot create {}: {e}", a.workspace_root.display()))
     })?;
     create_worktree(&worktree, a.repo.as_deref())?;
@@ -580,25 +588,33 @@ fn new(a: NewArgs) -> CliResult {
     result
 }
 
+/// The worktree is made with mode 0700 whatever the umask (which can only narrow it), and
+/// never taken over when it exists: under `umask 000` it was 0777, and other users could write
+/// or read the episode's files (see `serve::create_private_dir_all`). With `--repo`, git
+/// checks out into the empty directory made so.
 fn create_worktree(path: &Path, repo: Option<&Path>) -> CliResult {
+    use std::os::unix::fs::DirBuilderExt;
+    std::fs::DirBuilder::new()
+        .mode(0o700)
+        .create(path)
+        .map_err(|e| Failure::usage(format!("cannot create {}: {e}", path.display())))?;
     match repo {
-        None => std::fs::create_dir(path)
-            .map_err(|e| Failure::usage(format!("cannot create {}: {e}", path.display()))),
+        None => Ok(()),
         Some(repo) => {
             let status = std::process::Command::new("git")
                 .arg("-C")
                 .arg(repo)
                 .args(["worktree", "add", "--detach"])
                 .arg(std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf()))
-                .status()
-                .map_err(|e| Failure::usage(format!("cannot run git: {e}")))?;
-            if status.success() {
-                Ok(())
-            } else {
-                Err(Failure::usage(format!(
-                    "git worktree add failed ({status})"
-                )))
-            }
+                .status();
+            let failed = match status {
+                Ok(status) if status.success() => return Ok(()),
+                Ok(status) => format!("git worktree add failed ({status})"),
+                Err(e) => format!("cannot run git: {e}"),
+            };
+            // The empty directory made for git goes again: the next try would find it.
+            let _ = std::fs::remove_dir(path);
+            Err(Failure::usage(failed))
         }
     }
 }
