@@ -607,6 +607,13 @@ fn quickstart_print_only_prints_the_configuration_alone_on_stdout() {
         "{err}"
     );
     assert!(world.join("worktrees/demo").is_dir());
+    // The worktrees are the daemon's user's alone, as serve and session new make them (they
+    // followed the umask: 0755, any local user read every episode's files).
+    use std::os::unix::fs::PermissionsExt;
+    for made in ["worktrees", "worktrees/demo"] {
+        let mode = std::fs::metadata(world.join(made)).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o700, "{made}: {mode:o}");
+    }
 }
 
 /// The first run mints the credential at the terminal; what it reports of that goes to

@@ -55,7 +55,8 @@ pub fn run(a: QuickstartArgs) -> CliResult {
     let token_file = a.dir.join(format!("{}.session", a.episode));
     // What this run makes, so that a declined mint leaves nothing of it behind.
     let made = Made::noted(&a.dir, &root, &root.join(&a.episode), &db);
-    std::fs::create_dir_all(root.join(&a.episode))
+    // The directories are the daemon's user's alone, whatever the umask (see serve).
+    serve::create_private_dir_all(&root.join(&a.episode))
         .map_err(|e| Failure::usage(format!("{}: {e}", root.display())))?;
     broker_core::store::Store::create(&db)
         .map_err(|e| Failure::fatal(format!("cannot create {}: {e}", db.display())))?;
