@@ -692,10 +692,15 @@ fn serve_once(
     plugins: &std::path::Path,
     extra: &[&str],
 ) -> (i32, String, String) {
+    // A workspace root beside the store, not the default one under the test's directory,
+    // whatever another run left there.
+    let root = db.with_file_name("worktrees");
     let mut args = vec![
         "serve",
         "--db",
         path_str(db),
+        "--workspace-root",
+        path_str(&root),
         "--bind",
         "127.0.0.1:0",
         "--plugin-dir",
