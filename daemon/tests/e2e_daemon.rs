@@ -1704,6 +1704,31 @@ fn a_backup_killed_midway_leaves_no_store_where_it_was_writing() {
         err,
         format!("worldd: backup: destination {} holds an interrupted backup (its .partial directory, and no store); remove the directory, then back up again\n", dest.display())
     );
+    // `serve` made a new, empty world beside the partial copy: an operator restoring from this
+    // directory got an empty store, with nothing said. It is refused now, and makes nothing.
+    let root = dir.path().join("worktrees");
+    let (code, _, err) = worldd(
+        &[
+            "serve",
+            "--db",
+            path_str(&dest),
+            "--workspace-root",
+            path_str(&root),
+            "--bind",
+            "127.0.0.1:0",
+        ],
+        None,
+    );
+    assert_eq!(code, 2, "{err}");
+    assert!(
+        err.contains(&format!(
+            "daemon startup failed at store-open: {} holds no store, only the unfinished copy of a backup that was interrupted ({}): serve makes no new store beside it; run the backup again, or remove the directory, or give another --db",
+            dest.display(),
+            dest.join(".partial").display()
+        )),
+        "{err}"
+    );
+    assert!(!dest.join("data.mdb").exists());
 }
 
 /// `POST path` on the real daemon with `fields` written as they are (so that the HTTP parser

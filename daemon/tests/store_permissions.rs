@@ -378,3 +378,39 @@ fn a_workspace_root_other_users_may_read_is_warned_of() {
         root.display()
     ));
 }
+
+/// A store another user's process may not enter was told `world store … does not exist;
+/// refusing to create one` by `doctor` and `session list` (run as that user), which sent an
+/// operator looking for a store that was there. It is said as what it is now: whose the
+/// directory is, its mode, and what to do, as `serve` says it.
+#[test]
+fn a_store_this_user_may_not_enter_is_said_to_be_refused_not_missing() {
+    if !is_root() {
+        eprintln!("*** not root: a store of another user is not tried ***");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    set_mode(dir.path(), 0o755);
+    let db = dir.path().join("db");
+    store_at(&db);
+    assert_eq!(mode_of(&db) & 0o777, 0o700);
+    for verb in [&["doctor", "--db"][..], &["session", "list", "--db"][..]] {
+        let out = Command::new("runuser")
+            .args(["-u", "nobody", "--", WORLDD])
+            .args(verb)
+            .arg(&db)
+            .current_dir(dir.path())
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{verb:?}: {err}");
+        assert!(!err.contains("does not exist"), "{verb:?}: {err}");
+        assert!(
+            err.contains(&format!(
+                "{}: Permission denied (os error 13) (owned by uid 0, mode 0700; this process runs as uid 65534): run worldd as the store's owner, or give this user read and write access to the directory and its files",
+                db.display()
+            )),
+            "{verb:?}: {err}"
+        );
+    }
+}

@@ -523,7 +523,11 @@ fn check_or_create_dir(dir: &Path, create: bool) -> Result<bool, StoreError> {
     let exists = match std::fs::metadata(dir.join("data.mdb")) {
         Ok(m) if m.len() == 0 && !create => return Err(StoreError::Empty(dir.to_path_buf())),
         Ok(m) => m.len() > 0,
-        Err(_) => false,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => false,
+        Err(e) if e.raw_os_error() == Some(libc::ENOTDIR) => false,
+        // Not "does not exist": a directory this user may not search (another user's store)
+        // is said as what it is, with whose it is and what to do.
+        Err(e) => return Err(StoreError::Io(access_refused(dir, &e))),
     };
     if !exists {
         if !create {

@@ -563,6 +563,19 @@ fn open_store(settings: &Settings) -> Result<Store, Failure> {
     }
     refuse_store_inside_workspace(&settings.db, root)?;
     refuse_loose_store(&settings.db).map_err(|e| startup("store-open", e))?;
+    // An interrupted backup's destination is no store: making a new one beside its copy would
+    // give an operator restoring from it an empty world, with nothing said.
+    let partial = settings.db.join(crate::backup::PARTIAL);
+    if partial.is_dir() && !settings.db.join("data.mdb").exists() {
+        return Err(startup(
+            "store-open",
+            format!(
+                "{} holds no store, only the unfinished copy of a backup that was interrupted ({}): serve makes no new store beside it; run the backup again, or remove the directory, or give another --db",
+                settings.db.display(),
+                partial.display()
+            ),
+        ));
+    }
     let store = Store::open(
         &settings.db,
         StoreOptions {
