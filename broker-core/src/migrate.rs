@@ -50,6 +50,36 @@ use crate::schema::{ref_key, semantic_prefix, ENTRY_HASH, OBJECT, SCHEMA_VERSION
 use crate::storage::{StoreError, META_TABLE, VERSION_KEY as META_SCHEMA};
 use crate::task::{self, TaskPhase, TaskState};
 
+thread_local! {
+    /// Set while [`keeping_schema`] opens a store on this thread: the older schema it finds.
+    static KEEPING: std::cell::Cell<Option<Option<u32>>> = const { std::cell::Cell::new(None) };
+}
+
+/// Run `open` (which opens one store on this thread) without upgrading the store's schema, and
+/// say which older schema it found. A schema-2, 3 or 4 store keeps its version: this build
+/// reads it as it is, and only its upgrade would change the version, after which builds of that
+/// schema refuse the store. A schema-1 store, whose rows would have to move, is refused
+/// ([`StoreError::SchemaMismatch`], with the older schema `Some(1)`). For the verbs that only
+/// read a store (and `backup`, whose copy must open in the build that wrote the store): only
+/// `serve` and the verbs that write upgrade.
+pub fn keeping_schema<T>(open: impl FnOnce() -> T) -> (T, Option<u32>) {
+    let before = KEEPING.with(|k| k.replace(Some(None)));
+    let opened = open();
+    let found = KEEPING.with(|k| k.replace(before)).flatten();
+    (opened, found)
+}
+
+/// Whether the store's schema `from` is to be kept (see [`keeping_schema`]), noting it if so.
+fn kept(from: u32) -> bool {
+    KEEPING.with(|k| match k.get() {
+        Some(_) => {
+            k.set(Some(Some(from)));
+            true
+        }
+        None => false,
+    })
+}
+
 /// Rows copied per pass over a table: bounds the memory a migration holds at once.
 const CHUNK: usize = 512;
 
@@ -72,6 +102,12 @@ pub(crate) fn schema_1_to_2(
     env: &Env<WithoutTls>,
     map_size: usize,
 ) -> Result<Migrated, StoreError> {
+    if kept(1) {
+        return Err(StoreError::SchemaMismatch {
+            found: "1".into(),
+            expected: SCHEMA_VERSION,
+        });
+    }
     let started = Instant::now();
     let wtxn = env
         .write_txn()
@@ -180,8 +216,12 @@ pub(crate) fn schema_4_to_5(env: &Env<WithoutTls>, map_size: usize) -> Result<()
     stamp(env, map_size, 4)
 }
 
-/// Record [`SCHEMA_VERSION`] over `from`, unless another process did first.
+/// Record [`SCHEMA_VERSION`] over `from`, unless another process did first or the schema is
+/// kept ([`keeping_schema`]).
 fn stamp(env: &Env<WithoutTls>, map_size: usize, from: u32) -> Result<(), StoreError> {
+    if kept(from) {
+        return Ok(());
+    }
     let wtxn = env
         .write_txn()
         .map_err(|e| StoreError::from_heed(e, map_size))?;

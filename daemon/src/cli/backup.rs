@@ -58,7 +58,13 @@ pub fn run(a: BackupArgs) -> CliResult {
         allow_network_filesystem: true,
         ..StoreOptions::default()
     };
-    let copy = Store::open(&a.dest, options).map_err(|e| {
+    // As the store was copied: an older schema stays what it was (see `open_to_read`), so that
+    // the build that wrote the store can still restore the copy.
+    // The source's opening warned of its intents without an outcome already (once a run).
+    let (copy, _) = super::doctor::without_pending_warning(|| {
+        broker_core::migrate::keeping_schema(|| Store::open(&a.dest, options))
+    });
+    let copy = copy.map_err(|e| {
         Failure::integrity(format!(
             "backup: the copy in {} does not open: {e}",
             a.dest.display()

@@ -273,19 +273,48 @@ pub fn open_existing(db: &Path) -> Result<Store, Failure> {
     open_with(db, StoreOptions::default())
 }
 
-/// Open an existing store for a verb that only reads it (`doctor`, `why --db`, `session list`,
-/// `backup`): read-only where its filesystem is read-only (a snapshot, a backup medium), which
-/// LMDB reads without its lock file; as [`open_existing`] elsewhere, so that an older schema
-/// is still upgraded where it can be.
+/// Open an existing store for a verb that only reads it (`doctor`, `why --db`, `usage`,
+/// `session list`, `backup`): read-only where its filesystem is read-only (a snapshot, a backup
+/// medium), which LMDB reads without its lock file; as [`open_existing`] elsewhere, except that
+/// an older schema is never upgraded. Builds of that schema cannot open an upgraded store, and
+/// the operator may be backing it up, or checking it, before upgrading: a schema-2, 3 or 4
+/// store is read as it is (said once on stderr), a schema-1 store is refused, and
+/// `worldd serve` upgrades either.
 pub fn open_to_read(db: &Path) -> Result<Store, Failure> {
     let read_only = broker_core::store::mounted_read_only(db);
-    open_with(
-        db,
-        StoreOptions {
-            read_only,
-            ..StoreOptions::default()
-        },
-    )
+    let open = || {
+        open_with(
+            db,
+            StoreOptions {
+                read_only,
+                ..StoreOptions::default()
+            },
+        )
+    };
+    // A serving daemon's calls in flight are no indeterminate effects: not warned of as such.
+    let (opened, older) = if super::doctor::daemon_serves(db) {
+        super::doctor::without_pending_warning(|| broker_core::migrate::keeping_schema(open))
+    } else {
+        broker_core::migrate::keeping_schema(open)
+    };
+    match (older, opened) {
+        (Some(1), _) => Err(Failure::usage(format!(
+            "world store {} uses schema 1, which this build reads only once it is migrated to schema {} (its rows move); nothing was changed: back it up first (a stopped store copies whole with `cp -a`: builds that know only schema 1 cannot open a migrated store), then `worldd serve --db {}` migrates it",
+            db.display(),
+            broker_core::store::SCHEMA_VERSION,
+            db.display()
+        ))),
+        (Some(found), Ok(store)) => {
+            errln!(
+                "worldd: world store {} uses schema {found}: read as it is, not upgraded; `worldd serve --db {}` upgrades it to schema {} (builds that know only schema {found} cannot open it then: back it up first)",
+                db.display(),
+                db.display(),
+                broker_core::store::SCHEMA_VERSION
+            );
+            Ok(store)
+        }
+        (_, opened) => opened,
+    }
 }
 
 fn open_with(db: &Path, options: StoreOptions) -> Result<Store, Failure> {
