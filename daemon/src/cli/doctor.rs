@@ -4,6 +4,8 @@
 //! index. Exit 3 on any inconsistency. Indeterminate intents are listed but are not
 //! inconsistencies.
 
+use std::path::Path;
+
 use broker_core::verify;
 use clap::Args;
 
@@ -21,6 +23,9 @@ pub struct DoctorArgs {
 
 pub fn run(a: DoctorArgs) -> CliResult {
     let store = open_to_read(&a.db.db)?;
+    // Asked once the store is open: a daemon that stopped meanwhile left its calls in flight
+    // indeterminate, and then they are said as such.
+    let served = daemon_serves(&a.db.db);
     let started = std::time::Instant::now();
     let audit = verify::audit_store(&store).map_err(|e| Failure::usage(format!("doctor: {e}")))?;
     let secs = started.elapsed().as_secs_f64();
@@ -52,6 +57,7 @@ pub fn run(a: DoctorArgs) -> CliResult {
                 "indexWaiting": audit.index_waiting,
                 "indexFindings": audit.index_findings,
                 "indeterminate": audit.indeterminate,
+                "daemonServes": served,
                 "seconds": secs,
             })
         );
@@ -153,10 +159,17 @@ pub fn run(a: DoctorArgs) -> CliResult {
             ),
             &audit.index_findings,
         )?;
-        outln!(
-            "  {} indeterminate intent(s) (never retried; budget stays spent)",
-            audit.indeterminate.len()
-        );
+        if served {
+            outln!(
+                "  {} intent(s) without an outcome yet: a daemon serves this store, and its calls in flight may still finish (any left from before it started are indeterminate: never retried; budget stays spent)",
+                audit.indeterminate.len()
+            );
+        } else {
+            outln!(
+                "  {} indeterminate intent(s) (never retried; budget stays spent)",
+                audit.indeterminate.len()
+            );
+        }
         for i in audit.indeterminate.iter().take(20) {
             outln!("      {i}");
         }
@@ -183,5 +196,96 @@ fn mark(ok: bool) -> &'static str {
         "✓"
     } else {
         "✗"
+    }
+}
+
+/// Whether a daemon serves the store in `db`: `worldd serve` holds an exclusive `flock` on its
+/// `data.mdb` for its lifetime (how it refuses a second daemon). Read from `/proc/locks`, so
+/// that nothing is taken: a lock held even for a moment could refuse a daemon starting then.
+/// `false` where that cannot be read.
+pub(crate) fn daemon_serves(db: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(md) = std::fs::metadata(db.join("data.mdb")) else {
+        return false;
+    };
+    let Ok(locks) = std::fs::read_to_string("/proc/locks") else {
+        return false;
+    };
+    let file = format!(
+        "{:02x}:{:02x}:{}",
+        libc::major(md.dev()),
+        libc::minor(md.dev()),
+        md.ino()
+    );
+    locks.lines().any(|line| {
+        // `1: FLOCK  ADVISORY  WRITE 4242 fd:01:1234 0 EOF`; a waiter's has `->` after `1:`.
+        let fields: Vec<&str> = line.split_whitespace().filter(|f| *f != "->").collect();
+        fields.get(1) == Some(&"FLOCK")
+            && fields.get(3) == Some(&"WRITE")
+            && fields.get(5) == Some(&file.as_str())
+    })
+}
+
+/// Run `open` (which opens a store) without the warning the store logs on opening for intents
+/// without an outcome: said by the caller instead, once a run, and as what they are (calls in
+/// flight where a daemon serves the store). Every other event goes where it went.
+pub(crate) fn without_pending_warning<T>(open: impl FnOnce() -> T) -> T {
+    let inner = tracing::dispatcher::get_default(|d| d.clone());
+    let quiet = tracing::Dispatch::new(WithoutPending { inner });
+    tracing::dispatcher::with_default(&quiet, open)
+}
+
+/// See [`without_pending_warning`].
+struct WithoutPending {
+    inner: tracing::Dispatch,
+}
+
+impl WithoutPending {
+    /// The store's warning of intents without an outcome (its journal's, at open).
+    fn quiet(metadata: &tracing::Metadata<'_>) -> bool {
+        *metadata.level() == tracing::Level::WARN
+            && metadata.target() == "broker_core::journal"
+            && metadata.is_event()
+    }
+}
+
+impl tracing::Subscriber for WithoutPending {
+    fn register_callsite(
+        &self,
+        metadata: &'static tracing::Metadata<'static>,
+    ) -> tracing::subscriber::Interest {
+        if Self::quiet(metadata) {
+            return tracing::subscriber::Interest::sometimes();
+        }
+        self.inner.register_callsite(metadata)
+    }
+    fn enabled(&self, metadata: &tracing::Metadata<'_>) -> bool {
+        !Self::quiet(metadata) && self.inner.enabled(metadata)
+    }
+    fn new_span(&self, span: &tracing::span::Attributes<'_>) -> tracing::span::Id {
+        self.inner.new_span(span)
+    }
+    fn record(&self, span: &tracing::span::Id, values: &tracing::span::Record<'_>) {
+        self.inner.record(span, values)
+    }
+    fn record_follows_from(&self, span: &tracing::span::Id, follows: &tracing::span::Id) {
+        self.inner.record_follows_from(span, follows)
+    }
+    fn event(&self, event: &tracing::Event<'_>) {
+        if !Self::quiet(event.metadata()) {
+            self.inner.event(event)
+        }
+    }
+    fn enter(&self, span: &tracing::span::Id) {
+        self.inner.enter(span)
+    }
+    fn exit(&self, span: &tracing::span::Id) {
+        self.inner.exit(span)
+    }
+    fn clone_span(&self, id: &tracing::span::Id) -> tracing::span::Id {
+        self.inner.clone_span(id)
+    }
+    fn try_close(&self, id: tracing::span::Id) -> bool {
+        self.inner.try_close(id)
     }
 }

@@ -112,7 +112,12 @@ pub fn run(a: WhyArgs) -> CliResult {
     match mode(&a) {
         Mode::Store(db) => {
             let store = open_to_read(&db)?;
-            let why = verify::why(&store, &handle, a.scan).map_err(|e| failure(e, a.scan))?;
+            let why = verify::why(&store, &handle, a.scan).map_err(|e| match (&e, &handle) {
+                (VerifyError::NotFound(_), Handle::Invocation(id)) => {
+                    uncommitted(&store, id).unwrap_or_else(|| failure(e, a.scan))
+                }
+                _ => failure(e, a.scan),
+            })?;
             seen_is_durable(&store)?;
             report(&why, a.json, "what the store holds")
         }
@@ -142,6 +147,17 @@ pub fn run(a: WhyArgs) -> CliResult {
 
 fn base(client: &ClientArgs) -> String {
     super::client::base_url(&client.addr).unwrap_or_else(|_| client.addr.clone())
+}
+
+/// An invocation no entry records because it was journaled and never committed (its intent
+/// has no outcome): said as such, since no `--scan` finds it. `None` for any other.
+fn uncommitted(store: &broker_core::store::Store, id: &str) -> Option<Failure> {
+    let open = store.indeterminate().ok()?;
+    open.iter().any(|p| p.intent.invocation_id == id).then(|| {
+        Failure::usage(format!(
+            "why: invocation {id} is journaled but not committed: its intent has no recorded outcome (indeterminate, or still in flight where a daemon serves the store), so no entry records it; `worldd calls get {id}` asks the daemon what became of it"
+        ))
+    })
 }
 
 /// A verification that found nothing to walk, as the CLI reports it.
