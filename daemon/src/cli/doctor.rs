@@ -159,7 +159,8 @@ pub fn run(a: DoctorArgs) -> CliResult {
             ),
             &audit.index_findings,
         )?;
-        if served {
+        // None at all reads as before, daemon or not.
+        if served && !audit.indeterminate.is_empty() {
             outln!(
                 "  {} intent(s) without an outcome yet: a daemon serves this store, and its calls in flight may still finish (any left from before it started are indeterminate: never retried; budget stays spent)",
                 audit.indeterminate.len()
