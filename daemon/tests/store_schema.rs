@@ -705,6 +705,27 @@ fn a_garbage_invocation_row_is_named_damaged_not_never_committed() {
     );
 }
 
+/// A row whose layout holds but whose journal state is damaged (a byte of its JSON that is no
+/// UTF-8) was a finding of its entry's walk, while doctor's row line still said `✓ … invocation
+/// row(s), each decodes`. The row line decodes each row's states now, and names this one.
+#[test]
+fn doctor_names_an_invocation_row_whose_journal_state_does_not_decode() {
+    let (_kept, db, _) = with_invocation_row_damaged(|row| {
+        // The first byte of the journal part's first string member, past the 12 of the
+        // intent sequence and the journal length.
+        let quote = 12 + row[12..].iter().position(|b| *b == b'"').unwrap();
+        row[quote + 1] = 0xff;
+    });
+    let (code, out, err) = worldd(&["doctor", "--db", path_str(&db)], None);
+    assert_eq!(code, 3, "{out}{err}");
+    assert!(
+        out.contains(
+            "  ✗ 3 invocation row(s), some DAMAGED\n      invocation row a2a:ep1:r1: its journal state does not decode ("
+        ),
+        "{out}"
+    );
+}
+
 /// A call whose invocation row holds no state was answered `404 not-found` by the reconcile
 /// routes, "nothing was journaled under it in your episode; it is safe to send", though it ran
 /// and committed: an agent would send it again. The routes now answer `500 Damaged` naming the

@@ -248,7 +248,7 @@ fn committed_calls(r: &ReadCtx<'_>) -> Result<Calls, StoreError> {
     let mut findings = Vec::new();
     // Counted by both callbacks.
     let rows = std::cell::Cell::new(0);
-    let mut damaged = Vec::new();
+    let damaged = std::cell::RefCell::new(Vec::new());
     crate::invocations::for_each_visible(
         r,
         |id, row| {
@@ -271,12 +271,23 @@ fn committed_calls(r: &ReadCtx<'_>) -> Result<Calls, StoreError> {
                 }
                 return;
             }
-            // An unreadable task state is reported by the walk of the entry that names it.
-            let Some(state) = row
-                .task
-                .and_then(|b| serde_json::from_slice::<TaskState>(b).ok())
-            else {
-                return;
+            // Each part must decode: a row whose layout holds but whose states are damaged is
+            // damaged (the walk of an entry that names it says so too, but a row no entry names
+            // has no walk: an intent without an outcome, a call never committed).
+            if let Some(Err(e)) = row.journal.map(serde_json::from_slice::<JournalState>) {
+                damaged.borrow_mut().push(format!(
+                    "invocation row {id}: its journal state does not decode ({e})"
+                ));
+            }
+            let state = match row.task.map(serde_json::from_slice::<TaskState>) {
+                None => return,
+                Some(Ok(state)) => state,
+                Some(Err(e)) => {
+                    damaged.borrow_mut().push(format!(
+                        "invocation row {id}: its task state does not decode ({e})"
+                    ));
+                    return;
+                }
             };
             let (TaskPhase::Committed, Some(i)) = (state.phase, state.entry_index) else {
                 return;
@@ -302,14 +313,14 @@ fn committed_calls(r: &ReadCtx<'_>) -> Result<Calls, StoreError> {
         },
         |why| {
             rows.set(rows.get() + 1);
-            damaged.push(why);
+            damaged.borrow_mut().push(why);
         },
     )?;
     Ok(Calls {
         committed,
         findings,
         rows: rows.get(),
-        damaged,
+        damaged: damaged.into_inner(),
     })
 }
 

@@ -488,7 +488,15 @@ impl Tmpfs {
     pub fn mount(bytes: u64) -> Option<Tmpfs> {
         let dir = tempfile::tempdir().ok()?;
         let ok = Command::new("mount")
-            .args(["-t", "tmpfs", "-o", &format!("size={bytes}"), "tmpfs"])
+            // 0700, as worldd makes its directories: a tmpfs's root is 1777 by default, which
+            // worldd refuses for a store or a workspace root (anyone could swap what is there).
+            .args([
+                "-t",
+                "tmpfs",
+                "-o",
+                &format!("size={bytes},mode=0700"),
+                "tmpfs",
+            ])
             .arg(dir.path())
             .stderr(Stdio::null())
             .status()
