@@ -115,6 +115,14 @@ pub enum StoreError {
     },
     #[error("LMDB error: {0}")]
     Lmdb(String),
+    /// LMDB found a page the store names missing or malformed while opening it
+    /// ([`StoreError::Corrupt`] once open).
+    #[error("world store {dir} is damaged: {what} (a copy taken while a daemon wrote it, or a failing disk?); restore the directory from a backup")]
+    Damaged { dir: PathBuf, what: String },
+    /// The LMDB map could not be reserved at the ceiling: more address space than the host
+    /// gives a process.
+    #[error("the store's map {0}; lower the ceiling (serve --store-ceiling, or store_ceiling in [serve] of world.toml) to what this host can map")]
+    CeilingUnmapped(String),
     #[error("store is damaged: {0}")]
     Corrupt(String),
     #[error("the store's writer thread has stopped")]
@@ -133,6 +141,13 @@ impl StoreError {
             // heed turns LMDB's errno values into I/O errors: ENOSPC is one of them.
             heed::Error::Io(e) => StoreError::from_io(e),
             heed::Error::EnvAlreadyOpened => StoreError::AlreadyOpen(PathBuf::new()),
+            // A torn copy (`cp` while a daemon writes), a failing disk: the damaged-store
+            // error, not LMDB's words alone.
+            heed::Error::Mdb(
+                e @ (heed::MdbError::PageNotFound
+                | heed::MdbError::Corrupted
+                | heed::MdbError::Invalid),
+            ) => StoreError::Corrupt(format!("{e}{PAGE_DAMAGED}")),
             other => StoreError::Lmdb(other.to_string()),
         }
     }
@@ -157,6 +172,9 @@ impl StoreError {
 pub(crate) fn shown_bytes(bytes: &[u8]) -> String {
     dialect::quote::quote(&String::from_utf8_lossy(bytes))
 }
+
+/// How a page LMDB found missing or malformed ends its [`StoreError::Corrupt`].
+const PAGE_DAMAGED: &str = ": a page the store names is missing or malformed";
 
 fn is_disk_full(code: i32) -> bool {
     code == libc::ENOSPC || code == libc::EDQUOT
@@ -639,8 +657,33 @@ fn open_env(
         {
             StoreError::Io(access_refused(dir, &io))
         }
+        heed::Error::Io(io) if io.raw_os_error() == Some(libc::ENOMEM) => {
+            StoreError::CeilingUnmapped(match wanted {
+                Some(size) => format!(
+                    "of {size} bytes ({}, its ceiling) cannot be reserved: {io}",
+                    binary_size(size as u64)
+                ),
+                None => format!(
+                    "at the size the store records (the ceiling of the daemon that last grew it) cannot be reserved: {io}"
+                ),
+            })
+        }
         other => StoreError::from_heed(other, wanted.unwrap_or(0)),
     })
+}
+
+/// `bytes` in the largest binary unit, to a tenth (`120TiB`, `1.5GiB`): as an operator writes
+/// a ceiling.
+fn binary_size(bytes: u64) -> String {
+    const UNITS: [&str; 6] = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"];
+    let (mut value, mut unit) = (bytes as f64, 0);
+    while value >= 1024.0 && unit + 1 < UNITS.len() {
+        value /= 1024.0;
+        unit += 1;
+    }
+    let shown = format!("{value:.1}");
+    let shown = shown.strip_suffix(".0").unwrap_or(&shown);
+    format!("{shown}{}", UNITS[unit])
 }
 
 /// What a store that could not be opened for reading and writing was refused by: LMDB says
@@ -834,7 +877,23 @@ impl Store {
     /// Open (or with `options.create`, create) the store in `dir` with `layout`'s tables,
     /// upgrading an older version first and refusing an unknown one untouched. A new store is
     /// stamped with the layout's version.
+    /// A page LMDB found missing or malformed on the way is said as the damaged store in `dir`
+    /// ([`StoreError::Damaged`]).
     pub(crate) fn open_layout(
+        dir: &Path,
+        options: StoreOptions,
+        layout: &'static Layout,
+    ) -> Result<Store, StoreError> {
+        Store::open_layout_unsaid(dir, options, layout).map_err(|e| match e {
+            StoreError::Corrupt(what) if what.ends_with(PAGE_DAMAGED) => StoreError::Damaged {
+                dir: dir.to_path_buf(),
+                what,
+            },
+            other => other,
+        })
+    }
+
+    fn open_layout_unsaid(
         dir: &Path,
         options: StoreOptions,
         layout: &'static Layout,

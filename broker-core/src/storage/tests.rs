@@ -914,3 +914,23 @@ fn the_map_is_released_once_what_reads_touched_outgrows_the_budget() {
     assert_eq!(releases(), before + 1);
     assert!(mapped_resident(&data) >= 24 * MIB as u64);
 }
+
+/// A page LMDB finds missing or malformed while a store is read (a torn copy, a failing disk)
+/// is the damaged-store error, not LMDB's words alone.
+#[test]
+fn a_missing_or_malformed_page_is_a_damaged_store() {
+    use heed::MdbError;
+    let said = |e| StoreError::from_heed(heed::Error::Mdb(e), 0).to_string();
+    assert_eq!(
+        said(MdbError::PageNotFound),
+        "store is damaged: MDB_PAGE_NOTFOUND: Requested page not found: a page the store names is missing or malformed"
+    );
+    assert_eq!(
+        said(MdbError::Corrupted),
+        "store is damaged: MDB_CORRUPTED: Located page was wrong type: a page the store names is missing or malformed"
+    );
+    assert_eq!(
+        said(MdbError::Invalid),
+        "store is damaged: MDB_INVALID: File is not an LMDB file: a page the store names is missing or malformed"
+    );
+}
