@@ -47,8 +47,12 @@ pub enum Full {
         ceiling: u64,
         reserve: u64,
     },
-    #[error("the store's filesystem has {free} bytes free, less than the {reserve}-byte reserve; free space to take new calls")]
+    #[error("the store's filesystem has {free} bytes free, less than the {reserve}-byte reserve; free space on it, or lower the reserve (serve --store-reserve, or store_reserve in [serve] of world.toml) below what is free, to take new calls")]
     Disk { free: u64, reserve: u64 },
+    /// The store's files were replaced or removed under the daemon ([`crate::store::Store::watch`]
+    /// logged what it found): whatever it wrote would go to the deleted file.
+    #[error("the store's files were replaced or removed while this daemon served them (the error logged when it was seen says how to keep what it wrote since); restart the daemon on the store now at its path")]
+    Replaced,
 }
 
 impl Full {
@@ -187,30 +191,72 @@ impl Gauge {
             (None, None) => 0,
         };
         let before = self.reported.swap(level, Ordering::Relaxed);
-        if before == level || !LOG_THRESHOLDS.load(Ordering::Relaxed) {
+        if !LOG_THRESHOLDS.load(Ordering::Relaxed) {
             return;
         }
-        let pct = usage.ratio() * 100.0;
-        match (refusal, level) {
-            (Some(why), _) => tracing::error!(
-                used = usage.used,
-                ceiling = usage.limits.ceiling,
-                "store full: new client calls are refused: {why}"
-            ),
-            (None, 0) => tracing::info!(
-                used = usage.used,
-                ceiling = usage.limits.ceiling,
+        match crossing(before, level, &usage) {
+            Some((tracing::Level::ERROR, line)) => {
+                tracing::error!(used = usage.used, ceiling = usage.limits.ceiling, "{line}")
+            }
+            Some((tracing::Level::WARN, line)) => {
+                tracing::warn!(used = usage.used, ceiling = usage.limits.ceiling, "{line}")
+            }
+            Some((_, line)) => {
+                tracing::info!(used = usage.used, ceiling = usage.limits.ceiling, "{line}")
+            }
+            None => {}
+        }
+    }
+}
+
+/// The line a change of state from `before` to `level` (0 none, 80, 95, or refusing) is logged
+/// with, at its level; `None` when the state did not change. Each says what happened: a store
+/// that takes calls again after refusing them says so (and not "below 80 % again" of a store
+/// that was never above it, as after a full disk was enlarged).
+fn crossing(before: u8, level: u8, usage: &Usage) -> Option<(tracing::Level, String)> {
+    use tracing::Level;
+    if before == level {
+        return None;
+    }
+    let pct = usage.ratio() * 100.0;
+    let warning = |p: u8| {
+        format!(
+            "store at {pct:.1}% of its ceiling (warning threshold {p}%); new calls are refused past the {}-byte reserve; raise --store-ceiling (`worldd usage` names the episodes whose calls filled it)",
+            usage.limits.reserve
+        )
+    };
+    let line = match (usage.refusal(), level) {
+        (Some(why), _) => (
+            Level::ERROR,
+            format!("store full: new client calls are refused: {why}"),
+        ),
+        (None, 0) if before == REFUSING => {
+            let free = usage
+                .disk_free
+                .map(|f| format!(", {f} bytes free on its filesystem"))
+                .unwrap_or_default();
+            (
+                Level::INFO,
+                format!(
+                    "store takes new client calls again ({pct:.1}% of its ceiling used{free}; the reserve is {} bytes)",
+                    usage.limits.reserve
+                ),
+            )
+        }
+        (None, 0) => (
+            Level::INFO,
+            format!(
                 "store below {}% of its ceiling again ({pct:.1}%)",
                 WARN_PERCENT[0]
             ),
-            (None, p) => tracing::warn!(
-                used = usage.used,
-                ceiling = usage.limits.ceiling,
-                "store at {pct:.1}% of its ceiling (warning threshold {p}%); new calls are refused past the {}-byte reserve; raise --store-ceiling (`worldd usage` names the episodes whose calls filled it)",
-                usage.limits.reserve
-            ),
-        }
-    }
+        ),
+        (None, p) if before == REFUSING => (
+            Level::WARN,
+            format!("store takes new client calls again; {}", warning(p)),
+        ),
+        (None, p) => (Level::WARN, warning(p)),
+    };
+    Some(line)
 }
 
 /// Bytes available to an unprivileged writer on the filesystem holding `path`.
@@ -324,5 +370,50 @@ mod tests {
         assert!(g.usage().refusal().is_some());
         g.observe(10 * MIB, None);
         assert_eq!((g.usage().warning(), g.usage().refusal()), (None, None));
+    }
+
+    /// After a full disk was enlarged, the line says that calls are taken again, not that the
+    /// store is "below 80% of its ceiling again" (it never was above).
+    #[test]
+    fn a_full_disk_made_larger_says_calls_are_taken_again() {
+        let after = usage(MIB, Some(50 * MIB));
+        assert_eq!(
+            crossing(REFUSING, 0, &after),
+            Some((
+                tracing::Level::INFO,
+                "store takes new client calls again (1.0% of its ceiling used, 52428800 bytes free on its filesystem; the reserve is 3145728 bytes)".to_owned()
+            ))
+        );
+        // Still past a warning threshold: both said, as a warning.
+        assert_eq!(
+            crossing(REFUSING, 80, &usage(90 * MIB, None)),
+            Some((
+                tracing::Level::WARN,
+                "store takes new client calls again; store at 90.0% of its ceiling (warning threshold 80%); new calls are refused past the 3145728-byte reserve; raise --store-ceiling (`worldd usage` names the episodes whose calls filled it)".to_owned()
+            ))
+        );
+        // Below 80% again is said only of a store that was above it and took calls.
+        assert_eq!(
+            crossing(80, 0, &usage(10 * MIB, None)),
+            Some((
+                tracing::Level::INFO,
+                "store below 80% of its ceiling again (10.0%)".to_owned()
+            ))
+        );
+        assert_eq!(crossing(0, 0, &usage(10 * MIB, None)), None);
+    }
+
+    /// A disk smaller than the reserve (the default 256 MiB on a 20 MB disk) refuses every
+    /// call: the line names the reserve's setting as a way out, not only freeing space.
+    #[test]
+    fn a_disk_smaller_than_the_reserve_names_the_reserve_setting() {
+        let small = usage(MIB, Some(2 * MIB));
+        assert_eq!(
+            crossing(0, REFUSING, &small),
+            Some((
+                tracing::Level::ERROR,
+                "store full: new client calls are refused: the store's filesystem has 2097152 bytes free, less than the 3145728-byte reserve; free space on it, or lower the reserve (serve --store-reserve, or store_reserve in [serve] of world.toml) below what is free, to take new calls".to_owned()
+            ))
+        );
     }
 }

@@ -335,6 +335,12 @@ impl Metrics {
         );
         counter(
             &mut out,
+            "worldd_store_stale_readers_cleared_total",
+            "Reader slots of processes that died holding a read snapshot of the store (a backup killed mid-copy), cleared by the daemon's periodic look; while held, no freed page could be reused.",
+            &load(&stats.stale_readers_cleared),
+        );
+        counter(
+            &mut out,
             "worldd_callbacks_rejected_total",
             "Calls refused because all host callback slots were busy.",
             &load(&inner.callbacks_rejected),

@@ -30,6 +30,11 @@ pub(super) struct MapLock {
     /// When [`MapLock::remeasure`] last read the disk, in ms since [`MapLock::made`].
     pub(super) remeasured_ms: std::sync::atomic::AtomicU64,
     pub(super) made: std::time::Instant,
+    /// The store's files as this process opened them ([`super::Store::watch`]).
+    pub(super) opened: super::watch::Opened,
+    /// Set, with the error logged, once the files at the store's path are no longer those:
+    /// every write is refused from then on.
+    pub(super) replaced: std::sync::OnceLock<String>,
 }
 
 /// How often, at most, a refusing store reads the disk again to see whether room was made.

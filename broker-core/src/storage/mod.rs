@@ -36,6 +36,7 @@ mod mapping;
 mod reply;
 mod resident;
 mod table;
+mod watch;
 mod writer;
 
 use std::any::Any;
@@ -123,6 +124,9 @@ pub enum StoreError {
     /// gives a process.
     #[error("the store's map {0}; lower the ceiling (serve --store-ceiling, or store_ceiling in [serve] of world.toml) to what this host can map")]
     CeilingUnmapped(String),
+    /// The store's files were replaced or removed under this process ([`Store::watch`]).
+    #[error("the world store {0} was replaced or removed while this daemon served it: nothing more is written to the files it opened; restart the daemon")]
+    Replaced(PathBuf),
     #[error("store is damaged: {0}")]
     Corrupt(String),
     #[error("the store's writer thread has stopped")]
@@ -852,6 +856,7 @@ fn map_lock(
     dir: &Path,
     limits: Limits,
     noted: fault::Noted,
+    opened: watch::Opened,
 ) -> Arc<MapLock> {
     Arc::new(MapLock {
         lock: RwLock::new(()),
@@ -862,6 +867,8 @@ fn map_lock(
         dir_file: std::fs::File::open(dir).ok(),
         remeasured_ms: std::sync::atomic::AtomicU64::new(0),
         made: std::time::Instant::now(),
+        opened,
+        replaced: std::sync::OnceLock::new(),
     })
 }
 
@@ -917,6 +924,8 @@ impl Store {
             reserve_lock_file(dir)?;
         }
         let env = open_env(dir, wanted, read_only)?;
+        // The files just opened, which the daemon's watch compares the path's with.
+        let opened = watch::Opened::of(dir);
         // Before the first page is read: a crash on a corrupt one is then said as such.
         let noted = fault::note(mapping::map_of(dir));
         check_length(&env, dir)?;
@@ -933,7 +942,7 @@ impl Store {
         } else {
             open_tables(&env, dir, layout, new, map_size)?
         };
-        let map = map_lock(&env, dir, limits, noted);
+        let map = map_lock(&env, dir, limits, noted, opened);
         Store::start(env, dbs, layout, dir, map_size, map, read_only)
     }
 
@@ -1023,6 +1032,9 @@ impl Store {
     /// `Err` when new client work must be refused: past the reserve, or the disk is short.
     /// Operator verbs and calls already admitted are not asked.
     pub fn admits_client_work(&self) -> Result<(), Full> {
+        if self.inner.map.replaced.get().is_some() {
+            return Err(Full::Replaced);
+        }
         if self.usage().refusal().is_some() {
             // Room may have been made since (disk space freed): look again, now and then.
             self.inner.map.remeasure(&self.inner.env);
@@ -1031,6 +1043,67 @@ impl Store {
             Some(full) => Err(full),
             None => Ok(()),
         }
+    }
+
+    /// How often the serving daemon calls [`Store::watch`] ([`Store::watch_every`]).
+    pub const WATCH_EVERY: std::time::Duration = watch::WATCH_EVERY;
+
+    /// One look at the store while a daemon serves it: clear the reader slots of processes
+    /// that died holding a read snapshot (which keep LMDB from reusing any page freed since),
+    /// counted in [`WriterStats::stale_readers_cleared`] and logged; check that the files at
+    /// the store's path are still the ones this process opened, and from the first time they
+    /// are not, log it and refuse every write and new client call ([`StoreError::Replaced`],
+    /// [`Full::Replaced`]); and read the store's size and free disk space into the gauge.
+    /// Returns how many reader slots it cleared. A read-only store is only measured.
+    pub fn watch(&self) -> usize {
+        use std::sync::atomic::Ordering;
+        let inner = &self.inner;
+        let map = &inner.map;
+        {
+            let _shared = map.shared();
+            map.measure(&inner.env);
+        }
+        if inner.read_only {
+            return 0;
+        }
+        if map.replaced.get().is_none() {
+            if let Some(what) = map.opened.changed(&inner.path) {
+                let message = map.opened.replaced_message(&inner.path, &what);
+                if map.replaced.set(message.clone()).is_ok() {
+                    tracing::error!("{message}");
+                }
+            }
+        }
+        match inner.env.clear_stale_readers() {
+            Ok(0) => 0,
+            Ok(n) => {
+                inner
+                    .stats
+                    .stale_readers_cleared
+                    .fetch_add(n as u64, Ordering::Relaxed);
+                tracing::warn!("{}", watch::stale_readers_message(&inner.path, n));
+                n
+            }
+            Err(e) => {
+                tracing::debug!(error = %e, "store reader check failed");
+                0
+            }
+        }
+    }
+
+    /// Call [`Store::watch`] every `period` on a thread of its own, for as long as this store
+    /// is open (the thread holds no handle between looks).
+    pub fn watch_every(&self, period: std::time::Duration) -> Result<(), StoreError> {
+        let weak = Arc::downgrade(&self.inner);
+        std::thread::Builder::new()
+            .name("worldd-store-watch".into())
+            .spawn(move || loop {
+                std::thread::sleep(period);
+                let Some(inner) = weak.upgrade() else { break };
+                Store { inner }.watch();
+            })
+            .map(drop)
+            .map_err(StoreError::from_io)
     }
 
     pub fn stats(&self) -> &WriterStats {
@@ -1202,6 +1275,9 @@ impl Store {
     {
         if self.inner.read_only {
             return Submitted::failed(StoreError::ReadOnly(self.inner.path.clone()).into());
+        }
+        if self.inner.map.replaced.get().is_some() {
+            return Submitted::failed(StoreError::Replaced(self.inner.path.clone()).into());
         }
         let (reply, pending) = reply::slot();
         let job: Job = Box::new(Write {

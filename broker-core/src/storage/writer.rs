@@ -131,6 +131,9 @@ pub struct WriterStats {
     pub map_releases: AtomicU64,
     /// File-backed resident memory those releases gave back, bytes.
     pub map_released_bytes: AtomicU64,
+    /// Reader slots of processes that died holding a read snapshot, cleared by
+    /// [`super::Store::watch`].
+    pub stale_readers_cleared: AtomicU64,
 }
 
 /// Run one operation, a panic in it becoming its error: the writer thread outlives any
@@ -301,6 +304,13 @@ impl Writer {
     ) -> Result<bool, StoreError> {
         let (env, dbs, map_size) = (&self.env, &self.dbs[..], self.map_size);
         let state = &*self.state;
+        // The store's files were replaced under this process: a commit would go to files no
+        // path names any more (queued before that was seen; nothing is queued after).
+        if self.map.replaced.get().is_some() {
+            let err = StoreError::Replaced(self.map.dir.clone());
+            batch.iter_mut().for_each(|job| job.fail(&err));
+            return Ok(false);
+        }
         let mut held = match self.begin() {
             Ok(held) => held,
             Err(err) => {

@@ -341,6 +341,10 @@ pub fn run_with(a: ServeArgs, launch: Launch) -> CliResult {
             None => workspace_lock(&settings.workspace_root)?,
         };
         store.report_indeterminate_each();
+        // Reader slots of killed readers cleared, a replaced store seen, while it serves.
+        store
+            .watch_every(Store::WATCH_EVERY)
+            .map_err(|e| startup("store-open", e))?;
         // Before a plugin's constructor can start a program, and again once their libraries
         // have opened what they open.
         crate::descriptors::keep_from_programs();
