@@ -611,7 +611,10 @@ fn quickstart_print_only_prints_the_configuration_alone_on_stdout() {
     // followed the umask: 0755, any local user read every episode's files).
     use std::os::unix::fs::PermissionsExt;
     for made in ["worktrees", "worktrees/demo"] {
-        let mode = std::fs::metadata(world.join(made)).unwrap().permissions().mode();
+        let mode = std::fs::metadata(world.join(made))
+            .unwrap()
+            .permissions()
+            .mode();
         assert_eq!(mode & 0o777, 0o700, "{made}: {mode:o}");
     }
 }
