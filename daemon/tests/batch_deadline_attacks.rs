@@ -7,8 +7,6 @@
 
 mod common;
 
-use std::path::Path;
-use std::process::Command;
 use std::time::{Duration, Instant};
 
 use common::*;
@@ -16,33 +14,6 @@ use serde_json::{json, Value};
 
 const PLUGINS: &[&str] = &["worldd_workspace", "worldd_ailang", "worldd_git"];
 const AUTHOR: &str = "World Test <world@example.invalid>";
-
-/// `git <args>` in `dir` for set-up and inspection (own identity, no user config).
-fn git(dir: &Path, args: &[&str]) -> String {
-    let out = Command::new("git")
-        .args([
-            "-c",
-            "user.name=Setup Person",
-            "-c",
-            "user.email=setup@example.invalid",
-        ])
-        .args(["-c", "init.defaultBranch=main"])
-        .args(args)
-        .current_dir(dir)
-        .env("GIT_CONFIG_NOSYSTEM", "1")
-        .env("GIT_CONFIG_GLOBAL", "/dev/null")
-        .env("HOME", dir)
-        .env_remove("GIT_DIR")
-        .env_remove("GIT_WORK_TREE")
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "git {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
 
 /// What the episode of `token` spent on `effect` (`GET /v1/budget`).
 fn spent(d: &Daemon, token: &str, effect: &str) -> u64 {
