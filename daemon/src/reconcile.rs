@@ -19,7 +19,7 @@
 //! | `state` | HTTP | meaning | what to do |
 //! |---|---|---|---|
 //! | `committed` | 200 | the result is in the log (`entryIndex`, `outputRef`, `worldRef`); resending the same key returns it | read it; never resend with another key |
-//! | `indeterminate` | 200 | the effect's intent is durable, its outcome is not: it may have run | do not retry; inspect the worktree |
+//! | `indeterminate` | 200 | the effect's intent is durable, its outcome is not: it may have run (`outcome.reason` `in-flight`: this daemon is still running it, and its outcome may still come) | do not retry; inspect the worktree (`in-flight`: ask again later) |
 //! | `unrecorded` | 200 | an effect ran and was recorded (`effects`), the call was not committed | do not retry; read the records |
 //! | `not-found` | 404 | nothing was journaled under this key in your episode | safe to send |
 //!
@@ -194,7 +194,12 @@ async fn reconcile(
                     e => ApiError::internal("reconcile entry", e),
                 })?;
         }
-        let outcome = classify(&s, &r)?;
+        let mut outcome = classify(&s, &r)?;
+        // A call this daemon is still running is not one a crash left behind: its outcome may
+        // still come, so the agent is told to wait, not to inspect what may be half written.
+        if r.state == "indeterminate" && coordinator.in_flight(surface, &session.episode, &t) {
+            outcome = Outcome::indeterminate("in-flight");
+        }
         Ok(Some((r, outcome)))
     })
     .await

@@ -2333,6 +2333,8 @@ async fn a_keyed_call_still_running_is_named_not_repeated() {
                "data": {"kind": "indeterminate", "reason": "in-flight", "retryable": false,
                         "idempotencyKey": "k", "invocationId": "mcp:busy:k"}})
     );
+    // Reconciling it says the same: still running (`pending` told the agent to inspect a
+    // worktree the handler was still writing, as after a crash).
     let (status, v) = h.get_json(&t, "/v1/calls/mcp/k").await;
     assert_eq!(
         (status, v["state"].clone()),
@@ -2340,7 +2342,7 @@ async fn a_keyed_call_still_running_is_named_not_repeated() {
     );
     assert_eq!(
         v["outcome"],
-        json!({"kind": "indeterminate", "reason": "pending", "retryable": false})
+        json!({"kind": "indeterminate", "reason": "in-flight", "retryable": false})
     );
     // Once the handler returns, its outcome is journaled, never committed: the key says so.
     h.gate.release();
