@@ -230,6 +230,11 @@ where
         let mut slot = lock.lock().unwrap_or_else(PoisonError::into_inner);
         match std::mem::replace(&mut *slot, Slot::Settled) {
             Slot::Waiting => {
+                // What `late` holds (the coordinator's store, to journal a late outcome) is let
+                // go before the waiter hears: its caller may close the store as soon as it is
+                // answered, and a handle still held here kept the store open a moment longer,
+                // so reopening its directory in the same process failed, now and then.
+                drop(late);
                 *slot = Slot::Done(out);
                 done.notify_one();
             }
@@ -283,6 +288,27 @@ mod tests {
         Box::new(move || {
             count.fetch_add(1, Ordering::SeqCst);
         })
+    }
+
+    /// A spawned handler in time: what its `late` holds is released before the waiter is
+    /// answered, not when the handler's thread gets round to ending (under load, later).
+    #[test]
+    fn what_late_holds_is_released_before_an_in_time_answer() {
+        let spawn = thread_spawner();
+        for _ in 0..50 {
+            let (released, told) = mpsc::channel();
+            let held = Hold(released);
+            let r = run_within(
+                Runner::Spawned(&spawn),
+                Instant::now() + Duration::from_secs(30),
+                (),
+                || 7,
+                Box::new(|| panic!("not abandoned")),
+                move |_, ()| drop(held),
+            );
+            assert_eq!(r.map(|(out, ())| out).ok(), Some(7));
+            assert!(told.try_recv().is_ok(), "late's captures outlived the answer");
+        }
     }
 
     #[test]
