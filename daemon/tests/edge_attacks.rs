@@ -609,7 +609,12 @@ fn a_member_named_twice_in_an_mcp_message_is_refused_and_runs_nothing() {
         &[("Content-Type", "application/json")],
         Some(a2a.as_bytes()),
     );
-    assert_eq!(a.json()["error"]["code"], -32600, "{}", a.text());
+    assert_eq!(
+        a.json()["error"],
+        json!({"code": -32700, "message": "Parse error: duplicate key \"path\"; nothing was run"}),
+        "{}",
+        a.text()
+    );
     assert_eq!(head(), before);
     // The same call with its member once runs: the duplicate is what stopped it.
     let once = call(r#"{"name":"ailang-write","arguments":{"path":"first.txt","content":"x"}}"#);
