@@ -307,7 +307,10 @@ mod tests {
                 move |_, ()| drop(held),
             );
             assert_eq!(r.map(|(out, ())| out).ok(), Some(7));
-            assert!(told.try_recv().is_ok(), "late's captures outlived the answer");
+            assert!(
+                told.try_recv().is_ok(),
+                "late's captures outlived the answer"
+            );
         }
     }
 
