@@ -1547,6 +1547,17 @@ fn the_systemd_units_daemon_tells_its_manager_when_it_is_ready_and_when_it_stops
         .set_read_timeout(Some(std::time::Duration::from_secs(10)))
         .unwrap();
     cmd.env("NOTIFY_SOCKET", dir.path().join("notify"));
+    // SIGHUP caught by default, as systemd starts a service, whatever this test was started
+    // with (a suite run under `nohup` ignores SIGHUP in every process it starts, and a daemon
+    // started so keeps it ignored, saying nothing).
+    // SAFETY: signal(2) is async-signal-safe, as pre_exec requires.
+    unsafe {
+        use std::os::unix::process::CommandExt;
+        cmd.pre_exec(|| {
+            libc::signal(libc::SIGHUP, libc::SIG_DFL);
+            Ok(())
+        });
+    }
     let d = Daemon::spawn(dir, cmd);
     let mut notice = [0u8; 64];
     let n = manager.recv(&mut notice).unwrap();
