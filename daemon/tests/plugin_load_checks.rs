@@ -7,8 +7,6 @@
 mod common;
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
-use std::time::Duration;
 
 use common::fixtures::{echo_library, misfit_library};
 use common::*;
@@ -31,25 +29,9 @@ fn worldd_with(
     plugins: &Path,
     args: &[&str],
 ) -> (Option<i32>, String, String) {
-    let cwd = tempfile::tempdir().unwrap();
-    let mut command = Command::new(WORLDD);
-    command
-        .arg(verb)
-        .arg("--plugin-dir")
-        .arg(plugins)
-        .args(args)
-        .current_dir(cwd.path())
-        .env("WORLDD_MISFIT_MANIFEST", changes.to_string())
-        .env("WORLDD_LOG", "warn");
-    if verb == "serve" {
-        command.args(["--bind", "127.0.0.1:0"]);
-    }
-    let out = run_to_exit(&mut command, Duration::from_secs(60));
-    (
-        out.status.code(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
+    let env = [("WORLDD_MISFIT_MANIFEST", changes.to_string())];
+    let (code, out, err, _) = worldd_with_plugins(verb, plugins, args, &env);
+    (code, out, err)
 }
 
 /// `handlers` lists `problem` (and exits 0); `serve` stops at start-up on the same words,

@@ -7,9 +7,8 @@
 mod common;
 
 use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::sync::OnceLock;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use common::fixtures::{cargo_build, misfit_library, share_echo_lock};
 use common::*;
@@ -34,41 +33,6 @@ fn plugin_dir(dir: &Path, lib: &Path) -> (PathBuf, PathBuf) {
     (plugins, copy)
 }
 
-/// `worldd VERB --plugin-dir PLUGINS ARGS` in a fresh directory with `env` set, run to its exit
-/// (killed after 60 s): its exit code (`None` when it was killed), stdout, stderr and how long
-/// it took.
-fn worldd_in(
-    verb: &str,
-    plugins: &Path,
-    args: &[&str],
-    env: &[(&str, String)],
-) -> (Option<i32>, String, String, Duration) {
-    let cwd = tempfile::tempdir().unwrap();
-    let mut command = Command::new(WORLDD);
-    command
-        .arg(verb)
-        .arg("--plugin-dir")
-        .arg(plugins)
-        .args(args)
-        .current_dir(cwd.path())
-        .env("WORLDD_LOG", "warn");
-    for (k, v) in env {
-        command.env(k, v);
-    }
-    if verb == "serve" {
-        command.args(["--bind", "127.0.0.1:0", "--db"]);
-        command.arg(cwd.path().join("db"));
-    }
-    let began = Instant::now();
-    let out = run_to_exit(&mut command, Duration::from_secs(60));
-    (
-        out.status.code(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-        began.elapsed(),
-    )
-}
-
 /// A config file in `dir` holding `text`.
 fn config(dir: &Path, text: &str) -> PathBuf {
     let path = dir.join("world.toml");
@@ -85,7 +49,8 @@ fn a_plugin_that_hangs_inside_dlopen_does_not_keep_serve_from_exiting() {
     let (plugins, lib) = plugin_dir(dir.path(), startup_library());
     let file = config(dir.path(), "[limits]\nplugin_start_ms = 1000\n");
     let hang = [("WORLDD_STARTUP_INIT", "hang".to_owned())];
-    let (code, _, err, took) = worldd_in("serve", &plugins, &["--config", path_str(&file)], &hang);
+    let (code, _, err, took) =
+        worldd_with_plugins("serve", &plugins, &["--config", path_str(&file)], &hang);
     assert_eq!(code, Some(2), "{err}");
     assert_eq!(
         err.lines().last().unwrap_or_default(),
@@ -118,7 +83,7 @@ fn worldd_handlers_beside_a_plugin_that_hangs_inside_dlopen_keeps_the_configs_de
     let file = config(dir.path(), "[limits]\nplugin_start_ms = 500\n");
     let hang = [("WORLDD_STARTUP_INIT", "hang".to_owned())];
     let (code, out, err, took) =
-        worldd_in("handlers", &plugins, &["--config", path_str(&file)], &hang);
+        worldd_with_plugins("handlers", &plugins, &["--config", path_str(&file)], &hang);
     assert_eq!(code, Some(1), "{err}");
     assert_eq!(out, "");
     assert_eq!(
@@ -164,13 +129,13 @@ fn refused(changes: Value, problem: &str) {
     let dir = tempfile::tempdir().unwrap();
     let (plugins, lib) = plugin_dir(dir.path(), misfit_library());
     let env = [("WORLDD_MISFIT_MANIFEST", changes.to_string())];
-    let (code, out, err, _) = worldd_in("handlers", &plugins, &[], &env);
+    let (code, out, err, _) = worldd_with_plugins("handlers", &plugins, &[], &env);
     assert_eq!(code, Some(0), "{err}");
     assert!(
         out.contains(&format!("  problem: {problem}\n")),
         "{changes}\n{out}"
     );
-    let (code, _, err, _) = worldd_in("serve", &plugins, &[], &env);
+    let (code, _, err, _) = worldd_with_plugins("serve", &plugins, &[], &env);
     assert_eq!(code, Some(2), "{changes}\n{err}");
     assert_eq!(
         err.lines().last().unwrap_or_default(),
@@ -244,7 +209,7 @@ fn a_manifest_forging_lines_or_carrying_megabytes_is_refused_and_printed_one_lin
     // `handlers` shows the start of such a version, not all of it.
     let changes = json!({"version": "9".repeat(100_000)});
     let env = [("WORLDD_MISFIT_MANIFEST", changes.to_string())];
-    let (code, out, err, _) = worldd_in("handlers", &plugins, &[], &env);
+    let (code, out, err, _) = worldd_with_plugins("handlers", &plugins, &[], &env);
     assert_eq!(code, Some(0), "{err}");
     assert!(
         out.contains(&format!(
@@ -258,7 +223,7 @@ fn a_manifest_forging_lines_or_carrying_megabytes_is_refused_and_printed_one_lin
     // A description is printed, escaped: it adds no line of its own.
     let changes = json!({"description": "misfit\n  problem: none\u{1b}[2J"});
     let env = [("WORLDD_MISFIT_MANIFEST", changes.to_string())];
-    let (code, out, err, _) = worldd_in("handlers", &plugins, &[], &env);
+    let (code, out, err, _) = worldd_with_plugins("handlers", &plugins, &[], &env);
     assert_eq!(code, Some(0), "{err}");
     assert!(
         out.contains("\n  misfit\\n  problem: none\\u001b[2J\n  effect Misfit.Do [read] ops: do\n"),

@@ -1072,3 +1072,38 @@ pub fn git(dir: &Path, args: &[&str]) -> String {
     );
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
+
+/// `worldd VERB --plugin-dir PLUGINS ARGS` in a fresh directory with `env` set, run to its exit
+/// (killed after 60 s; `serve` on a free port): its exit code (`None` when it was killed),
+/// stdout, stderr and how long it took.
+#[allow(dead_code)] // not every test binary loads plugins of its own
+pub fn worldd_with_plugins(
+    verb: &str,
+    plugins: &Path,
+    args: &[&str],
+    env: &[(&str, String)],
+) -> (Option<i32>, String, String, Duration) {
+    let cwd = tempfile::tempdir().unwrap();
+    let mut command = Command::new(WORLDD);
+    command
+        .arg(verb)
+        .arg("--plugin-dir")
+        .arg(plugins)
+        .args(args)
+        .current_dir(cwd.path())
+        .env("WORLDD_LOG", "warn");
+    for (k, v) in env {
+        command.env(k, v);
+    }
+    if verb == "serve" {
+        command.args(["--bind", "127.0.0.1:0"]);
+    }
+    let began = Instant::now();
+    let out = run_to_exit(&mut command, Duration::from_secs(60));
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+        began.elapsed(),
+    )
+}
