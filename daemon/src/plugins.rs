@@ -30,6 +30,7 @@ use handler_api::{
 };
 use serde_json::{Map, Value};
 
+use crate::cli::terminal::{head, one_line};
 use crate::limits::Limits;
 use crate::metrics::Metrics;
 use crate::plugin_log::PluginLog;
@@ -50,43 +51,21 @@ impl PluginError {
     /// a line of its own to `worldd handlers` or the log (a `problem: none` that never was).
     fn new(path: &Path, cause: impl Into<String>) -> PluginError {
         PluginError {
-            path: one_line(&path.display().to_string()),
-            cause: one_line(&cause.into()),
+            path: one_line(&path.display().to_string()).into_owned(),
+            cause: one_line(&cause.into()).into_owned(),
         }
     }
-}
-
-/// `text` with every character a terminal acts on escaped, line breaks and tabs among them
-/// (`\n`, `\u001b`, as JSON escapes them): what a plugin wrote, printed inside one line.
-pub fn one_line(text: &str) -> String {
-    use std::fmt::Write;
-    let mut out = String::with_capacity(text.len());
-    for c in text.chars() {
-        match c {
-            c if !broker_core::plain_text::acted_on(c) => out.push(c),
-            '\n' => out.push_str("\\n"),
-            '\t' => out.push_str("\\t"),
-            '\r' => out.push_str("\\r"),
-            c => {
-                let _ = write!(out, "\\u{:04x}", u32::from(c));
-            }
-        }
-    }
-    out
 }
 
 /// [`one_line`] of `text` cut to at most `max` bytes (at a character's edge), saying how long
 /// it was: `worldd handlers` shows what a plugin wrote, even past the bound the checks then
 /// refuse it for, without printing megabytes of it.
 fn shown(text: &str, max: usize) -> String {
-    if text.len() <= max {
-        return one_line(text);
+    let start = head(text, max);
+    if start.len() == text.len() {
+        return one_line(text).into_owned();
     }
-    let mut end = max;
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    format!("{}… ({} bytes in all)", one_line(&text[..end]), text.len())
+    format!("{}… ({} bytes in all)", one_line(start), text.len())
 }
 
 /// The effect whose plugin may publish transition bundles through the host.

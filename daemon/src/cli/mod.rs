@@ -43,7 +43,7 @@ mod secret_file;
 mod serve;
 mod session;
 mod tail;
-mod terminal;
+pub(crate) mod terminal;
 mod usage;
 mod why;
 mod why_remote;

@@ -27,18 +27,23 @@ pub fn one_line(text: &str) -> Cow<'_, str> {
 
 /// `text` cut to at most `max` bytes (at a character's edge), saying how much was left out.
 pub fn cut(text: &str, max: usize) -> Cow<'_, str> {
-    if text.len() <= max {
+    let shown = head(text, max);
+    if shown.len() == text.len() {
         return Cow::Borrowed(text);
     }
-    let mut end = max;
+    Cow::Owned(format!(
+        "{shown}… ({} more bytes not shown)",
+        text.len() - shown.len()
+    ))
+}
+
+/// The longest start of `text` of at most `max` bytes that ends at a character's edge.
+pub fn head(text: &str, max: usize) -> &str {
+    let mut end = max.min(text.len());
     while !text.is_char_boundary(end) {
         end -= 1;
     }
-    Cow::Owned(format!(
-        "{}… ({} more bytes not shown)",
-        &text[..end],
-        text.len() - end
-    ))
+    &text[..end]
 }
 
 fn escaped(text: &str, escape: impl Fn(char) -> bool) -> Cow<'_, str> {

@@ -103,14 +103,11 @@ pub fn check_manifest(manifest: &Manifest) -> Result<(), String> {
 /// A string of the plugin's, quoted (its control characters escaped), and cut short past
 /// [`MAX_VERSION_BYTES`] bytes: a message names it without repeating megabytes of it.
 fn shown(text: &str) -> String {
-    let mut end = text.len().min(MAX_VERSION_BYTES);
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    if end == text.len() {
+    let start = crate::cli::terminal::head(text, MAX_VERSION_BYTES);
+    if start.len() == text.len() {
         quote(text)
     } else {
-        format!("{}… ({} bytes in all)", quote(&text[..end]), text.len())
+        format!("{}… ({} bytes in all)", quote(start), text.len())
     }
 }
 
