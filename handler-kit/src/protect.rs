@@ -69,6 +69,27 @@ pub fn git_component(path: &str) -> Option<&str> {
     None
 }
 
+/// What the tools that read a worktree say of git's own data, whichever plugin refuses it. A
+/// repository's metadata is not part of the worktree an agent reads: a linked worktree's `.git`
+/// is a gitfile naming the operator's repository by its absolute host path
+/// (`gitdir: /home/…/repo/.git/worktrees/ep`), and a `.git/config` may hold remote URLs with
+/// credentials.
+pub const GIT_UNREAD: &str =
+    ".git/ is git's own data, not worktree content; the lane's tools do not read it";
+
+/// A refusal's words for `named`, the part of a path [`git_component`] found: `rule` alone for
+/// `.git` itself; for a look-alike, that it is named like `.git` (shown as `shown`, in the
+/// caller's quoting), then `rule`.
+pub fn named_like_git(named: &str, shown: &str, rule: &str) -> String {
+    if named == ".git" {
+        rule.to_owned()
+    } else {
+        format!(
+            "{shown} is named like .git (names are compared after NFKC and case folding); {rule}"
+        )
+    }
+}
+
 /// The first character of `name` that is not shown as itself: a control character (C0, DEL,
 /// C1: a newline, an escape) or a default-ignorable code point (zero-width characters, bidi
 /// controls such as U+202E, which reverses how the text after it is shown). A name holding

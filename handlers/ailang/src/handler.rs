@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use handler_kit::identity::sha256_file;
 use handler_kit::output::{refusal, stamped};
-use handler_kit::protect::git_component;
+use handler_kit::protect::{git_component, named_like_git, GIT_UNREAD};
 use handler_kit::request::{
     check, json_quote as quote, op_not_allowed, Checked as CheckedRequest, Quote, Rules,
 };
@@ -1011,24 +1011,14 @@ impl AilangHandler {
 /// The payload keys that name a file or a directory of the worktree to the binary.
 const PATH_KEYS: [&str; 3] = ["path", "module", "package"];
 
-/// What a path argument in git's own data is told (the Workspace plugin's rule and words). A
-/// linked worktree's `.git` names the operator's repository by its absolute host path, and a
-/// `.git/config` may hold credentialed remote URLs; the binary would read either and show it
-/// in its answer (a check's diagnostics, an op's output). This only covers the arguments: a
-/// program run with `FS` can still `readFile` them, which the binary's policy cannot deny.
+/// What a path argument in git's own data is told (the Workspace plugin's rule and words): the
+/// binary would read it and show it in its answer (a check's diagnostics, an op's output). This
+/// only covers the arguments: a program run with `FS` can still `readFile` them, which the
+/// binary's policy cannot deny.
 fn git_refusal(key: &str, path: &str) -> Option<String> {
     let named = git_component(path)?;
-    let rule = ".git/ is git's own data, not worktree content; the lane's tools do not read it";
-    Some(if named == ".git" {
-        format!("argument {} {}: {rule}", quote(key), quote(path))
-    } else {
-        format!(
-            "argument {} {}: {} is named like .git (names are compared after NFKC and case folding); {rule}",
-            quote(key),
-            quote(path),
-            quote(named)
-        )
-    })
+    let said = named_like_git(named, &quote(named), GIT_UNREAD);
+    Some(format!("argument {} {}: {said}", quote(key), quote(path)))
 }
 
 /// The refusal of the first path argument of `payload` in git's own data.

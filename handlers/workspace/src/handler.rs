@@ -4,7 +4,7 @@
 use std::path::Path;
 
 use handler_kit::output::Stamp;
-use handler_kit::protect::{git_component, unshown_char};
+use handler_kit::protect::{git_component, named_like_git, unshown_char, GIT_UNREAD};
 use handler_kit::request::{check, Checked, Quote, Rules};
 use handler_kit::serde_json::{json, Map, Value};
 use handler_kit::{EffectHandler, Host, LogLevel, Outcome, Preflight, Request};
@@ -30,13 +30,6 @@ const ATTEMPTS: usize = 3;
 
 /// What writes and edits say of a path in git's own data.
 const GIT_READ_ONLY: &str = ".git/ is read-only to the lane's tools";
-
-/// What reads say of a path in git's own data. A repository's metadata is not part of the
-/// worktree an agent reads: a linked worktree's `.git` is a gitfile naming the operator's
-/// repository by its absolute host path (`gitdir: /home/…/repo/.git/worktrees/ep`), and a
-/// `.git/config` may hold remote URLs with credentials.
-const GIT_UNREAD: &str =
-    ".git/ is git's own data, not worktree content; the lane's tools do not read it";
 
 /// The `world` block the daemon adds to a read's result, as it appears in the result's
 /// canonical JSON (`world` sorts last): one effect with status `ok`, two 71-byte refs.
@@ -218,13 +211,8 @@ impl WorkspaceHandler {
         } else {
             GIT_READ_ONLY
         };
-        Some(if named == ".git" {
-            format!("{op} {path}: {rule}")
-        } else {
-            format!(
-                "{op} {path}: \"{named}\" is named like .git (names are compared after NFKC and case folding); {rule}"
-            )
-        })
+        let said = named_like_git(named, &format!("\"{named}\""), rule);
+        Some(format!("{op} {path}: {said}"))
     }
 
     /// The `.git/` rule for a read's path *as requested*, before touching the file system
