@@ -197,7 +197,13 @@ async fn reconcile(
         let mut outcome = classify(&s, &r)?;
         // A call this daemon is still running is not one a crash left behind: its outcome may
         // still come, so the agent is told to wait, not to inspect what may be half written.
-        if r.state == "indeterminate" && coordinator.in_flight(surface, &session.episode, &t) {
+        // (The task state was just read: its phase is pending, so the in-flight mark alone
+        // says whether this daemon runs it.)
+        if r.state == "indeterminate"
+            && coordinator
+                .running_attempt(surface, &session.episode, &t)
+                .is_some()
+        {
             outcome = Outcome::indeterminate("in-flight");
         }
         Ok(Some((r, outcome)))
