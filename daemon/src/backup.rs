@@ -33,6 +33,13 @@ pub const PLUGIN_STATE: &str = "plugin-state";
 /// backup killed midway leaves this and no `data.mdb`, so nothing takes it for a store.
 pub const PARTIAL: &str = ".partial";
 
+/// The unfinished copy an interrupted backup left in `db`, when `db` holds that and no store:
+/// a directory nothing may open as a store, nor make a new store beside.
+pub fn interrupted_copy(db: &Path) -> Option<PathBuf> {
+    let partial = db.join(PARTIAL);
+    (partial.is_dir() && !db.join("data.mdb").exists()).then_some(partial)
+}
+
 /// Deeper than any plugin's state needs; a bound so that a directory nested without end ends
 /// the copy with an error instead of the process's stack.
 const MAX_DEPTH: usize = 128;

@@ -569,8 +569,7 @@ fn open_store(settings: &Settings) -> Result<Store, Failure> {
     refuse_loose_store(&settings.db).map_err(|e| startup("store-open", e))?;
     // An interrupted backup's destination is no store: making a new one beside its copy would
     // give an operator restoring from it an empty world, with nothing said.
-    let partial = settings.db.join(crate::backup::PARTIAL);
-    if partial.is_dir() && !settings.db.join("data.mdb").exists() {
+    if let Some(partial) = crate::backup::interrupted_copy(&settings.db) {
         return Err(startup(
             "store-open",
             format!(

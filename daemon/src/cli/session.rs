@@ -321,22 +321,22 @@ fn open_with(db: &Path, options: StoreOptions) -> Result<Store, Failure> {
     // As `serve` does: a store or plugin state another user could have written is refused.
     super::serve::refuse_loose_store(db).map_err(Failure::fatal)?;
     Store::open(db, options).map_err(|e| match e {
-        // A backup's destination whose copy was cut short: the store is not there, and why.
-        StoreError::NotFound(_) if db.join(crate::backup::PARTIAL).is_dir() => {
-            Failure::usage(format!(
+        StoreError::NotFound(_) => match crate::backup::interrupted_copy(db) {
+            // A backup's destination whose copy was cut short: the store is not there, and why.
+            Some(partial) => Failure::usage(format!(
                 "{} holds no store, only the unfinished copy of a backup that was interrupted ({}); run the backup again (worldd backup says what it finds there), or remove the directory",
                 db.display(),
-                db.join(crate::backup::PARTIAL).display()
-            ))
-        }
-        // The store says it is absent (it never creates one unless asked): a usage error here.
-        // Most often the verb runs in another directory than the daemon's (a second
-        // terminal), where `worldd serve` would fail on the daemon's port: say where it
-        // looked, and what to do.
-        StoreError::NotFound(_) => Failure::usage(format!(
-            "world store {} does not exist; refusing to create one: run this in the directory the daemon was started in, or pass --db with the daemon's store (worldd serve creates a store, for a new world only)",
-            std::path::absolute(db).unwrap_or_else(|_| db.to_path_buf()).display()
-        )),
+                partial.display()
+            )),
+            // The store says it is absent (it never creates one unless asked): a usage error
+            // here. Most often the verb runs in another directory than the daemon's (a second
+            // terminal), where `worldd serve` would fail on the daemon's port: say where it
+            // looked, and what to do.
+            None => Failure::usage(format!(
+                "world store {} does not exist; refusing to create one: run this in the directory the daemon was started in, or pass --db with the daemon's store (worldd serve creates a store, for a new world only)",
+                std::path::absolute(db).unwrap_or_else(|_| db.to_path_buf()).display()
+            )),
+        },
         e => Failure::fatal(format!("cannot open {}: {e}", db.display())),
     })
 }
