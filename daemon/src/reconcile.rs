@@ -43,7 +43,6 @@ use broker_core::session::{self, Session};
 use broker_core::store::StoreError;
 use broker_core::task;
 use broker_core::verify::{self, VerifyError};
-use handler_api::EffectClass;
 use serde_json::{json, Value};
 
 use crate::extract::{Params, Segments};
@@ -253,15 +252,7 @@ fn classify(state: &AppState, r: &Reconciliation) -> Result<Outcome, ApiError> {
                 .filter(Object::verify)
                 .and_then(|o| o.payload_json().ok())
                 .unwrap_or(Value::Null);
-            let class = state
-                .coordinator()
-                .registry()
-                .ok()
-                .and_then(|reg| {
-                    reg.get(&r.skill_id)
-                        .map(|e| tools::tool_class(state, &e.transition))
-                })
-                .unwrap_or(EffectClass::Unknown);
+            let class = tools::class_of(state, &r.skill_id);
             Ok(outcome::of_committed(&r.effects, &output, class))
         }
         ("unrecorded", _) => Ok(Outcome::indeterminate("unrecorded")),

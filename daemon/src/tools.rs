@@ -24,6 +24,18 @@ pub fn tool_class(state: &AppState, t: &Transition) -> EffectClass {
     class
 }
 
+/// The class of the tool `skill_id` names in the registry now, for an earlier call's outcome:
+/// a tool gone from the registry since is `unknown`, which classifies as a write would (never
+/// retryable).
+pub fn class_of(state: &AppState, skill_id: &str) -> EffectClass {
+    state
+        .coordinator()
+        .registry()
+        .ok()
+        .and_then(|reg| reg.get(skill_id).map(|e| tool_class(state, &e.transition)))
+        .unwrap_or(EffectClass::Unknown)
+}
+
 /// The lowercase name of a class, as published in tags and docs.
 pub fn class_name(class: EffectClass) -> &'static str {
     match class {

@@ -128,7 +128,7 @@ async fn looked_up(
     let t = task_id.to_owned();
     let found = crate::durable_answers::spawn_read(move || {
         let view = s.coordinator().task_view(&who, Surface::A2a, &t)?;
-        let class = view.as_ref().map(|v| skill_class(&s, v.skill_id()));
+        let class = view.as_ref().map(|v| tools::class_of(&s, v.skill_id()));
         Ok::<_, CallError>(view.zip(class))
     })
     .await;
@@ -207,20 +207,6 @@ fn task_id_of(read: Read, params: &Value) -> Result<String, String> {
 
 fn invocation_id(session: &Session, task_id: &str) -> String {
     format!("a2a:{}:{task_id}", session.episode)
-}
-
-/// The class of the tool a task called, for its outcome's classification (a tool gone from
-/// the registry since is `unknown`, which classifies as a write would: never retryable).
-fn skill_class(state: &AppState, skill_id: &str) -> EffectClass {
-    state
-        .coordinator()
-        .registry()
-        .ok()
-        .and_then(|reg| {
-            reg.get(skill_id)
-                .map(|e| tools::tool_class(state, &e.transition))
-        })
-        .unwrap_or(EffectClass::Unknown)
 }
 
 /// A task with no committed result, in `shape`'s version: `states` holds the 0.3 and the 1.0
