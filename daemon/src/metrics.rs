@@ -100,9 +100,9 @@ pub fn outcome_label(result: &Result<CallOutput, CallError>) -> &'static str {
             },
         },
         Err(CallError::EffectsUnrecorded { .. }) => "unrecorded",
-        Err(
-            CallError::HandlerTimedOut | CallError::NoTimeToStart | CallError::PreflightTimedOut,
-        ) => "timed_out",
+        Err(CallError::HandlerTimedOut) => "timed_out",
+        // Refused before its intent: nothing ran and its unit is unspent, unlike `timed_out`.
+        Err(CallError::NoTimeToStart | CallError::PreflightTimedOut) => "too_late",
         Err(CallError::NoHandler | CallError::NoWorktree(_)) => "no_handler",
         Err(CallError::RefusalRate) => "refusal_rate",
         Err(CallError::StoreFull(_)) => "store_full",

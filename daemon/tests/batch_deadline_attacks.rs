@@ -122,6 +122,17 @@ fn late_batch_items_left_under_a_second_of_the_posts_deadline_spend_nothing() {
         head,
         "nothing was committed"
     );
+    // The first late item is refused before its intent (the batch starts no item after it),
+    // and counted apart from the hung run: nothing of it ran, so it is not `timed_out`.
+    let m = get(&d.url("/v1/metrics"), None).text();
+    assert!(
+        m.contains("worldd_calls_total{tool=\"git-commit\",outcome=\"too_late\"} 1\n"),
+        "{m}"
+    );
+    assert!(
+        !m.contains("worldd_calls_total{tool=\"git-commit\",outcome=\"timed_out\"}"),
+        "{m}"
+    );
     assert!(
         d.log().contains(
             "under the 1000 ms a handler is started with; nothing was journaled or spent"
