@@ -1344,19 +1344,39 @@ impl Coordinator {
             intent,
             busy,
         } = executed;
+        let ran_by = ran.1.clone();
+        let settled = settle(&p.invocation_id, &effect, budget_before, request.hash, ran)?;
+        let shaping = self.shape_output(&p, &settled, &plan_obj, shaped);
+        let (settled, output) = match shaping {
+            // An answer past the limit (the handler's, or its finish function's, with the
+            // `world` block) is the handler's failure, as if it had reported it: recorded
+            // failed and committed, not left unrecorded with its unit spent.
+            Err(Unshaped::TooLarge(why)) if settled.result.is_some() => {
+                let failed = (HandlerOutcome::Failed(format!("its answer {why}")), ran_by);
+                let settled = settle(
+                    &p.invocation_id,
+                    &effect,
+                    budget_before,
+                    request.hash,
+                    failed,
+                )?;
+                let output = self.shape_output(&p, &settled, &plan_obj, None);
+                (settled, output)
+            }
+            shaped => (settled, shaped),
+        };
         let Settled {
             record,
             record_obj,
             status,
             result,
-        } = settle(&p.invocation_id, &effect, budget_before, request.hash, ran)?;
-        let output = self.shape_output(&p, &record, &record_obj, &plan_obj, &result, shaped);
+        } = settled;
         let effect_objects: Vec<Object> = std::iter::once(record_obj.clone())
             .chain(result.map(|(obj, _)| obj))
             .collect();
         let output = match output {
             Ok(o) => o,
-            Err(why) => {
+            Err(Unshaped::TooLarge(why) | Unshaped::Other(why)) => {
                 tracing::error!(invocation = %p.invocation_id, "post-effect failure: {why}");
                 return Err(self.record_unrecorded(&p, status, effect_objects, record_obj.hash));
             }
@@ -1390,15 +1410,16 @@ impl Coordinator {
     fn shape_output(
         &self,
         p: &Prepared,
-        record: &EffectRecord,
-        record_obj: &Object,
+        settled: &Settled,
         plan_obj: &Object,
-        result: &Option<(Object, Map<String, Value>)>,
         shaped: Option<Shaped>,
-    ) -> Result<Vec<u8>, String> {
-        let world = [(record, record_obj.hash)];
+    ) -> Result<Vec<u8>, Unshaped> {
+        let (record, result) = (&settled.record, &settled.result);
+        let world = [(record, settled.record_obj.hash)];
         let bytes = match (result, shaped) {
-            (Some(_), Some(shaped)) => output_with_world(&shaped?, &plan_obj.hash, &world),
+            (Some(_), Some(shaped)) => {
+                output_with_world(&shaped.map_err(Unshaped::Other)?, &plan_obj.hash, &world)
+            }
             (Some((result, out)), None) => {
                 output_with_world_after(&result.payload, out, &plan_obj.hash, &world)
             }
@@ -1408,12 +1429,12 @@ impl Coordinator {
                 &world,
             ),
         }
-        .map_err(|e| e.to_string())?;
+        .map_err(|e| Unshaped::Other(e.to_string()))?;
         if bytes.len() > MAX_IO_BYTES {
-            return Err(format!(
-                "output is {} bytes; the limit is {MAX_IO_BYTES}",
+            return Err(Unshaped::TooLarge(format!(
+                "is {} bytes with its world block; the limit is {MAX_IO_BYTES}",
                 bytes.len()
-            ));
+            )));
         }
         Ok(bytes)
     }
@@ -1666,6 +1687,14 @@ impl Drop for InFlight {
         };
         set.remove(&self.id);
     }
+}
+
+/// Why a call's answer could not be made ([`Coordinator::shape_output`]).
+enum Unshaped {
+    /// Over [`MAX_IO_BYTES`] with its `world` block: the handler's failure.
+    TooLarge(String),
+    /// Anything else (a finish function's error, no canonical form): a post-effect failure.
+    Other(String),
 }
 
 /// What the handler's preflight decided, with the episode's hold back.

@@ -332,7 +332,7 @@ fn nested(levels: usize) -> Map<String, Value> {
 }
 
 /// Answers by the read's path: `fail-big` fails with a message of 3 MB over several lines,
-/// `deep-N` answers an output nested N levels; its finish function fails with a 3 MB error
+/// `deep-N` answers an output nested N levels, `big-N` a text of N bytes; its finish function fails with a 3 MB error
 /// for `finish-err-big`, answers an output nested N levels for `finish-deep-N`, and passes the
 /// handler's output on otherwise.
 struct Hostile;
@@ -353,6 +353,11 @@ impl EffectHandler for Hostile {
         }
         if let Some(levels) = levels_in(path, "deep-") {
             return HandlerOutcome::Ok(nested(levels));
+        }
+        if let Some(len) = levels_in(path, "big-") {
+            let mut out = Map::new();
+            out.insert("text".into(), json!("x".repeat(len)));
+            return HandlerOutcome::Ok(out);
         }
         let mut out = Map::new();
         out.insert("ok".into(), json!(true));
@@ -477,5 +482,43 @@ fn an_output_nested_past_100_levels_is_refused_before_commit() {
     assert_eq!(
         logs.line("post-effect failure: "),
         "post-effect failure: finish f output is nested more than 100 levels deep; the limit is 100, so that every reader of the answer can read it"
+    );
+}
+
+/// An answer that fits the 1 MiB limit on its own but not with the `world` block the broker
+/// adds (an `ailang-cli` reply a few hundred bytes under 1 MiB) ended as a post-effect failure:
+/// the call unrecorded, the agent told `host callback failed`, its unit spent. It is now the
+/// handler's failure, recorded failed and committed like one the handler reported.
+#[test]
+fn an_answer_under_the_limit_alone_but_over_it_with_its_world_block_is_a_recorded_failure() {
+    let (_dir, c) = coordinator_with(HANDLER_DEADLINE, Arc::new(Hostile), None);
+    let session = session_of(&c, "ep");
+    let logs = Captured::default();
+    let len = MAX_IO_BYTES - r#"{"text":""}"#.len();
+    tracing::subscriber::with_default(logs.clone(), || {
+        let failed = c
+            .invoke(&read_call(&session, "t1", &format!("big-{len}")))
+            .unwrap();
+        assert_eq!(failed.effects[0].status, "failed");
+        assert!(failed.output.len() < 4096, "{}", failed.output.len());
+        let fits = c
+            .invoke(&read_call(&session, "t2", &format!("big-{}", len - 1024)))
+            .unwrap();
+        assert_eq!(fits.effects[0].status, "ok");
+        assert!(fits.output.len() <= MAX_IO_BYTES);
+    });
+    let line = logs.line("effect failed: ");
+    assert!(
+        line.starts_with("effect failed: its answer is 10")
+            && line.ends_with(" bytes with its world block; the limit is 1048576"),
+        "{line}"
+    );
+    assert!(
+        logs.0
+            .lock()
+            .unwrap()
+            .iter()
+            .all(|l| !l.starts_with("post-effect failure")),
+        "no post-effect failure"
     );
 }
