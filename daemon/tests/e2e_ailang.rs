@@ -599,3 +599,33 @@ fn the_ailang_page_is_what_the_plugin_writes_and_says() {
     );
     assert!(log.contains(said), "{log}");
 }
+
+/// Attack (or accident): two arguments that differ in a decimal's last digits, resent under
+/// one idempotency key. The MCP body parser read `36.103759997804964` as its neighbouring
+/// double `36.10375999780496` (serde_json's default float parser is not correctly rounded),
+/// so the second call, with other arguments, was answered as a replay of the first, and the
+/// committed input was not what the agent sent. Both are now read as the doubles they name:
+/// the resend is a key conflict, and the input committed is the one sent.
+#[test]
+fn a_resend_whose_decimal_differs_in_its_last_digits_is_a_key_conflict_not_a_replay() {
+    let d = start(&[]);
+    let token = d.session("ep1", SE_TOOLS);
+    std::fs::write(d.root().join("ep1").join("hello.txt"), "hi\n").unwrap();
+    let send = |x: &str| {
+        let body = format!(
+            r#"{{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{{"name":"ailang-read","arguments":{{"path":"hello.txt","x":{x}}},"_meta":{{"world/idempotencyKey":"k-float"}}}}}}"#
+        );
+        mcp_text(&d, &token, "2025-06-18", body.as_bytes()).sse_json()
+    };
+    let first = send("36.103759997804964");
+    assert_eq!(first["result"]["_meta"]["world/replayed"], false, "{first}");
+    let again = send("36.10375999780496");
+    assert_eq!(
+        again["error"]["message"],
+        "idempotency key \"k-float\" was already used with other arguments in this episode",
+        "{again}"
+    );
+    let (code, out, err) = worldd(&["why", "--db", path_str(&d.db()), "1"], None);
+    assert_eq!(code, 0, "{err}");
+    assert!(out.contains(r#""x":36.103759997804964"#), "{out}");
+}

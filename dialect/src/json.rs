@@ -257,6 +257,27 @@ fn write_number(out: &mut String, n: &Number) {
 mod tests {
     use super::*;
 
+    /// A 17-digit decimal was read as its neighbouring double (serde_json's default float
+    /// parser is not correctly rounded), so `…964` and `…96` were one argument: an MCP resend
+    /// with other arguments replayed the first call, and `why` showed an input not sent.
+    #[test]
+    fn an_agents_decimal_is_read_as_the_double_it_names() {
+        let a = parse(br#"[36.103759997804964]"#).unwrap();
+        let b = parse(br#"[36.10375999780496]"#).unwrap();
+        assert_eq!(a[0].as_f64(), Some(36.103759997804964_f64));
+        assert_ne!(a, b);
+        // A tie between two doubles rounds to the even one.
+        assert_eq!(
+            parse(b"4503599627370496.5").unwrap().as_f64(),
+            Some(4503599627370496.0)
+        );
+        // A decimal just past the largest double that still rounds to it is that double.
+        assert_eq!(
+            parse(b"1.7976931348623157900e308").unwrap().as_f64(),
+            Some(f64::MAX)
+        );
+    }
+
     fn compact(value: &Value) -> String {
         let mut out = String::new();
         write_compact(&mut out, value);
