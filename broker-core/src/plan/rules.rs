@@ -3,6 +3,8 @@
 //! how a declaration is parsed, and how a value is checked against it, type first, then rules
 //! in order. A failed check is the refusal text.
 
+use std::collections::HashSet;
+
 use serde::de::IgnoredAny;
 use serde_json::{Map, Value};
 
@@ -568,7 +570,7 @@ impl ArgSpec {
                 let s = v.as_str().ok_or_else(type_error)?;
                 for rule in &self.rules {
                     if let Rule::Str(r) = rule {
-                        r.apply(s, &[], base)?;
+                        r.apply(s, &HashSet::new(), base)?;
                     }
                 }
             }
@@ -594,10 +596,18 @@ impl ArgSpec {
                                 item: Some(phrase),
                                 ..base
                             };
-                            for (i, s) in items.iter().enumerate() {
-                                let prior = items.get(..i).unwrap_or(&[]);
+                            // Earlier items, for `unique`: a set, since a list searched
+                            // once per item made an array of n items cost n² comparisons.
+                            let mut prior = HashSet::new();
+                            let tracks = rules
+                                .iter()
+                                .any(|r| matches!(r.check, StrCheck::Unique { .. }));
+                            for s in &items {
                                 for r in rules {
-                                    r.apply(s, prior, vars)?;
+                                    r.apply(s, &prior, vars)?;
+                                }
+                                if tracks {
+                                    prior.insert(*s);
                                 }
                             }
                         }
@@ -686,7 +696,12 @@ pub(super) fn check_array(
 
 impl StrRule {
     /// Checks one string (`prior`: earlier items of the same array, for `unique`).
-    pub(super) fn apply(&self, s: &str, prior: &[&str], base: Vars<'_>) -> Result<(), String> {
+    pub(super) fn apply(
+        &self,
+        s: &str,
+        prior: &HashSet<&str>,
+        base: Vars<'_>,
+    ) -> Result<(), String> {
         let vars = Vars {
             value: Some(s),
             ..base
@@ -746,7 +761,7 @@ impl StrRule {
                 }
             }
             StrCheck::Unique { noun } => {
-                if prior.contains(&s) {
+                if prior.contains(s) {
                     return fail(Vars {
                         noun: Some(noun),
                         ..vars
