@@ -170,8 +170,14 @@ pub(super) fn os_page_size() -> u64 {
 /// `size` rounded up to the OS page size (LMDB map sizes must be multiples of it).
 pub(super) fn page_multiple(size: u64) -> usize {
     let page = os_page_size();
-    let size = size.max(page).div_ceil(page).saturating_mul(page);
-    usize::try_from(size).unwrap_or(usize::MAX / 2)
+    // Past the largest page multiple, the largest page multiple: a saturated product is no
+    // multiple, and LMDB refused it with its own words instead of the ceiling's.
+    let size = size
+        .max(page)
+        .div_ceil(page)
+        .checked_mul(page)
+        .unwrap_or(u64::MAX / page * page);
+    usize::try_from(size).unwrap_or(usize::MAX / 2 / page as usize * page as usize)
 }
 
 /// Whether another process has the LMDB environment in `dir` open. Every process that opens an
