@@ -65,6 +65,9 @@ pub fn transition_id(name: &str) -> Option<String> {
                 's' => out.push('/'),
                 _ => return None,
             }
+        } else if c == '.' || c == '/' {
+            // `mcp_name` never leaves these unescaped, so no id escapes to this name.
+            return None;
         } else {
             out.push(c);
         }
@@ -86,6 +89,19 @@ mod tests {
         }
         assert_eq!(transition_id("bad_x"), None);
         assert_eq!(transition_id("trailing_"), None);
+    }
+
+    /// `transition_id("ok\t.ok")` answered `ok\t.ok`, whose own name is `ok\t_dok`: a name
+    /// holding a bare `.` or `/` is the escape of no id, and is now said to be so.
+    #[test]
+    fn a_name_with_a_bare_dot_or_slash_is_the_escape_of_no_id() {
+        for name in ["ok\t.ok", "a.b", "a/b", "tools.echo"] {
+            assert_eq!(transition_id(name), None, "{name:?}");
+        }
+        for name in ["ok\t_dok", "tools_decho", "a-b", "x_uy"] {
+            let id = transition_id(name).unwrap();
+            assert_eq!(mcp_name(&id), name);
+        }
     }
 
     #[test]
