@@ -16,6 +16,7 @@
 //! | [`manifest`] | embedded transition documents, parsed |
 //! | `identity` (feature `identity`) | the `tool` ref of the plugin's own library via `dladdr` (`tool_ref!`), SHA-256 helpers |
 //! | `protect` (feature `protect`) | when two path names count as the same name (NFKC, case folding) |
+//! | `beneath` (feature `protect`) | where a relative path really leads beneath a root: symlinks read, not followed; escapes and a changing tree said as such |
 //! | `child` (feature `child`, Linux) | child processes in a process group that die with the call and with the daemon |
 //!
 //! plus [`dialect`], the conventions plugins share with the daemon: the glob dialect, JSON
@@ -189,6 +190,8 @@ pub mod manifest;
 pub mod output;
 pub mod request;
 
+#[cfg(feature = "protect")]
+pub mod beneath;
 #[cfg(feature = "child")]
 pub mod child;
 #[cfg(feature = "identity")]

@@ -345,6 +345,8 @@ impl WorkspaceHandler {
         for _ in 0..ATTEMPTS {
             let target = match sandbox.resolve(path, true) {
                 Ok(t) => t,
+                // Swapped while it was walked: walk it again.
+                Err(PathError::Changed) => continue,
                 Err(e) => return self.path_refusal("write", path, e),
             };
             if let Some(refusal) = self.resolved_rule("write", path, &target) {
@@ -372,6 +374,8 @@ impl WorkspaceHandler {
         for _ in 0..ATTEMPTS {
             let target = match sandbox.resolve(path, false) {
                 Ok(t) => t,
+                // Swapped while it was walked: walk it again.
+                Err(PathError::Changed) => continue,
                 Err(e) => return self.path_refusal("edit", path, e),
             };
             if let Some(refusal) = self.resolved_rule("edit", path, &target) {

@@ -9,11 +9,13 @@
 //! rules to where a write really lands, the `.git/` rule to what a read really
 //! reads, and to say "escapes sandbox" instead of a bare errno):
 //!
-//! 1. **Resolve** (check): walk the requested path from the root. `..` pops
-//!    a component we hold (never the kernel's `..`); a symlink is read and its
-//!    target spliced into the walk (an absolute target, or `..` above the
-//!    root, is an escape). The result is a chain of real directories plus a
-//!    final name.
+//! 1. **Resolve** (check): walk the requested path from the root
+//!    (`handler_kit::beneath`). `..` pops a component we hold (never the
+//!    kernel's `..`); a symlink is read and its target spliced into the walk (an
+//!    absolute target, or `..` above the root, is an escape). The result is a chain of real
+//!    directories plus a final name. A link that is a directory again, or gone,
+//!    when it is read was swapped since it was looked at: the walk starts over,
+//!    as for a change found in step 2.
 //! 2. **Use**: re-open that chain from the root with `O_NOFOLLOW` on every
 //!    component and open the final name with `O_NOFOLLOW`. If anything was
 //!    swapped for a symlink in between, the open fails (and the operation is
@@ -31,10 +33,9 @@
 //! through a symlink or into another inode (a hard link to an outside file is
 //! replaced, not modified).
 
-use std::collections::{HashSet, VecDeque};
+use std::collections::HashSet;
 use std::ffi::{OsStr, OsString};
 use std::io::{self, Read, Write};
-use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, PoisonError};
@@ -43,11 +44,9 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use cap_fs_ext::{DirExt, FollowSymlinks, OpenOptionsFollowExt, OpenOptionsMaybeDirExt};
 use cap_std::ambient_authority;
 use cap_std::fs::{Dir, File, MetadataExt, OpenOptions, OpenOptionsExt, Permissions};
+use handler_kit::beneath::{self, End, Kind, Tree, WalkError};
 /// An errno-style text as Go prints it: `no such file or directory`.
 pub use handler_kit::output::errno_text;
-
-/// Symlinks followed in one resolution before giving up (Linux's limit).
-const MAX_SYMLINK_HOPS: usize = 40;
 
 /// Attempts when the tree changes between check and use.
 const ATTEMPTS: usize = 3;
@@ -124,40 +123,32 @@ impl Target {
     }
 }
 
-/// Split a path on `/`, dropping empty and `.` components.
-fn components(path: &OsStr) -> VecDeque<OsString> {
-    path.as_bytes()
-        .split(|b| *b == b'/')
-        .filter(|c| !c.is_empty() && *c != b".")
-        .map(|c| OsStr::from_bytes(c).to_os_string())
-        .collect()
-}
+/// Lexical normalisation of a relative path (see [`beneath::lexical`]): used only to apply the
+/// `.git/` and deny rules to the path *as requested* (in addition to where it resolves), never
+/// to decide what gets opened.
+pub use handler_kit::beneath::lexical;
 
-/// Lexical normalisation of a relative path: `.` dropped, `..` pops.
-/// `None` when `..` climbs above the start. Used only to apply the `.git/`
-/// and deny rules to the path *as requested* (in addition to where it
-/// resolves), never to decide what gets opened.
-pub fn lexical(path: &str) -> Option<String> {
-    let mut out: Vec<&str> = Vec::new();
-    for c in path.split('/') {
-        match c {
-            "" | "." => {}
-            ".." => {
-                out.pop()?;
-            }
-            c => out.push(c),
-        }
-    }
-    Some(out.join("/"))
-}
+/// The sandbox's handle as the [`Tree`] a walk looks at: `lstat` and `readlink` relative to it
+/// (cap-std refuses a look that would leave it).
+struct Handle<'a>(&'a Dir);
 
-fn join(stack: &[OsString], last: &OsStr) -> PathBuf {
-    let mut p = PathBuf::new();
-    for c in stack {
-        p.push(c);
+impl Tree for Handle<'_> {
+    fn kind(&self, rel: &Path) -> io::Result<Kind> {
+        let md = self.0.symlink_metadata(rel)?;
+        Ok(if md.file_type().is_symlink() {
+            Kind::Symlink
+        } else if md.is_dir() {
+            Kind::Dir
+        } else if md.is_file() {
+            Kind::File { size: md.len() }
+        } else {
+            Kind::Other
+        })
     }
-    p.push(last);
-    p
+
+    fn link(&self, rel: &Path) -> io::Result<PathBuf> {
+        self.0.read_link_contents(rel)
+    }
 }
 
 /// One worktree, opened once per request.
@@ -173,101 +164,76 @@ impl Sandbox {
         })
     }
 
-    /// Step 1: resolve `path` to a canonical [`Target`].
+    /// Step 1: resolve `path` to a canonical [`Target`] ([`beneath::walk`], through this
+    /// sandbox's handle).
     ///
     /// `create` allows missing intermediate directories (a write creates
     /// them). POSIX semantics: `a/..` is the parent of wherever `a` resolves.
     pub fn resolve(&self, path: &str, create: bool) -> Result<Target, PathError> {
-        let raw = OsStr::new(path);
-        if path.starts_with('/') {
-            return Err(PathError::Escape);
-        }
         let trailing_slash = path.ends_with('/');
-        let mut queue = components(raw);
-        let mut stack: Vec<OsString> = Vec::new();
-        let mut hops = 0;
-        while let Some(c) = queue.pop_front() {
-            if c == ".." {
-                if stack.pop().is_none() {
-                    return Err(PathError::Escape);
+        let walked = beneath::walk(&Handle(&self.root), path).map_err(|e| match e {
+            WalkError::Escape => PathError::Escape,
+            WalkError::Changed => PathError::Changed,
+            WalkError::TooManyLinks => PathError::Io(io::Error::from_raw_os_error(libc::ELOOP)),
+            WalkError::EmptyLink => PathError::Io(io::Error::from_raw_os_error(libc::ENOENT)),
+            WalkError::Io(e) => e.into(),
+        })?;
+        let parent = walked.dirs;
+        match walked.end {
+            // The walk ended on a directory (the root itself, `a/..`, `dir`).
+            End::Dir => Err(PathError::IsADirectory),
+            End::Entry { name, kind, rest } => {
+                if !rest.is_empty() || trailing_slash {
+                    return Err(PathError::Io(io::Error::from_raw_os_error(libc::ENOTDIR)));
                 }
-                continue;
-            }
-            let rel = join(&stack, &c);
-            match self.root.symlink_metadata(&rel) {
-                Ok(md) if md.file_type().is_symlink() => {
-                    hops += 1;
-                    if hops > MAX_SYMLINK_HOPS {
-                        return Err(PathError::Io(io::Error::from_raw_os_error(libc::ELOOP)));
-                    }
-                    let target = self.root.read_link_contents(&rel)?;
-                    let target = target.as_os_str();
-                    if target.as_bytes().first() == Some(&b'/') {
-                        return Err(PathError::Escape);
-                    }
-                    if target.is_empty() {
-                        return Err(PathError::Io(io::Error::from_raw_os_error(libc::ENOENT)));
-                    }
-                    let mut spliced = components(target);
-                    spliced.extend(queue);
-                    queue = spliced;
-                }
-                Ok(md) if md.is_dir() => {
-                    stack.push(c);
-                }
-                Ok(md) => {
-                    if !queue.is_empty() || trailing_slash {
-                        return Err(PathError::Io(io::Error::from_raw_os_error(libc::ENOTDIR)));
-                    }
-                    if !md.is_file() {
-                        return Err(PathError::NotAFile);
-                    }
-                    return Ok(Target {
-                        parent: stack,
+                match kind {
+                    Kind::File { size } => Ok(Target {
+                        parent,
                         missing: Vec::new(),
-                        name: c,
-                        size: Some(md.len()),
-                    });
+                        name,
+                        size: Some(size),
+                    }),
+                    _ => Err(PathError::NotAFile),
                 }
-                Err(e) if e.kind() == io::ErrorKind::NotFound => {
-                    let mut rest: Vec<OsString> = queue.drain(..).collect();
-                    if rest.is_empty() {
-                        if trailing_slash {
-                            return Err(if create {
-                                PathError::IsADirectory
-                            } else {
-                                PathError::Io(e)
-                            });
-                        }
-                        return Ok(Target {
-                            parent: stack,
-                            missing: Vec::new(),
-                            name: c,
-                            size: None,
+            }
+            End::Absent {
+                name,
+                mut rest,
+                error,
+            } => {
+                if rest.is_empty() {
+                    if trailing_slash {
+                        return Err(if create {
+                            PathError::IsADirectory
+                        } else {
+                            PathError::Io(error)
                         });
                     }
-                    // `..` below a missing directory cannot be resolved.
-                    if !create || rest.iter().any(|r| r == "..") {
-                        return Err(PathError::Io(e));
-                    }
-                    if trailing_slash {
-                        return Err(PathError::IsADirectory);
-                    }
-                    let name = rest.pop().unwrap_or_default();
-                    let mut missing = vec![c];
-                    missing.extend(rest);
                     return Ok(Target {
-                        parent: stack,
-                        missing,
+                        parent,
+                        missing: Vec::new(),
                         name,
                         size: None,
                     });
                 }
-                Err(e) => return Err(e.into()),
+                // `..` below a missing directory cannot be resolved.
+                if !create || rest.iter().any(|r| r == "..") {
+                    return Err(PathError::Io(error));
+                }
+                if trailing_slash {
+                    return Err(PathError::IsADirectory);
+                }
+                let last = rest.pop().unwrap_or_default();
+                let mut missing = vec![name];
+                missing.extend(rest);
+                Ok(Target {
+                    parent,
+                    missing,
+                    name: last,
+                    size: None,
+                })
             }
         }
-        // The walk ended on a directory (the root itself, `a/..`, `dir`).
-        Err(PathError::IsADirectory)
     }
 
     /// Step 2: open the target's directory without following any symlink,
@@ -585,16 +551,6 @@ mod tests {
     use super::*;
 
     #[test]
-    fn lexical_normalises_and_detects_climbing() {
-        assert_eq!(lexical("a/./b//c/").as_deref(), Some("a/b/c"));
-        assert_eq!(lexical("a/../.git/config").as_deref(), Some(".git/config"));
-        assert_eq!(lexical("./.git").as_deref(), Some(".git"));
-        assert_eq!(lexical("."), Some(String::new()));
-        assert_eq!(lexical(".."), None);
-        assert_eq!(lexical("a/../../b"), None);
-    }
-
-    #[test]
     fn errno_text_is_go_style() {
         assert_eq!(
             errno_text(&io::Error::from_raw_os_error(libc::ENOENT)),
@@ -608,12 +564,6 @@ mod tests {
             errno_text(&io::Error::other("Custom thing")),
             "custom thing"
         );
-    }
-
-    #[test]
-    fn components_drop_empty_and_dot() {
-        let c: Vec<OsString> = components(OsStr::new("./a//b/./c/")).into();
-        assert_eq!(c, vec![OsString::from("a"), "b".into(), "c".into()]);
     }
 
     #[test]
