@@ -101,7 +101,8 @@
 //! - Other Unicode look-alikes (`∕` U+2215, `．．` U+FF0E twice) are ordinary
 //!   names: the resolver splits on `/` only.
 //! - Writes are atomic (temp file, fsync, rename, directory fsync) and keep
-//!   an existing file's permission bits. A crash can leave a
+//!   an existing file's permission bits, except setuid and setgid, which they
+//!   drop (the new file is the daemon's, with the agent's content). A crash can leave a
 //!   `.worldd-tmp-*` file beside the target, never a partial target.
 //! - Hard links are not path-confined by any resolver: a hard link placed in
 //!   the worktree may name an outside file. Reads and edits refuse a file

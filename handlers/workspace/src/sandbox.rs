@@ -43,13 +43,18 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use cap_fs_ext::{DirExt, FollowSymlinks, OpenOptionsFollowExt, OpenOptionsMaybeDirExt};
 use cap_std::ambient_authority;
-use cap_std::fs::{Dir, File, MetadataExt, OpenOptions, OpenOptionsExt, Permissions};
+use cap_std::fs::{
+    Dir, File, MetadataExt, OpenOptions, OpenOptionsExt, Permissions, PermissionsExt,
+};
 use handler_kit::beneath::{self, End, Kind, Tree, WalkError};
 /// An errno-style text as Go prints it: `no such file or directory`.
 pub use handler_kit::output::errno_text;
 
 /// Attempts when the tree changes between check and use.
 const ATTEMPTS: usize = 3;
+
+/// `S_ISUID | S_ISGID`: the mode bits a write never carries over to the file it installs.
+const SET_ID_BITS: u32 = 0o6000;
 
 /// Why a path could not be used. The handler turns each into a refusal text.
 #[derive(Debug)]
@@ -321,9 +326,13 @@ impl Sandbox {
     pub fn write(&self, target: &Target, content: &[u8]) -> Result<(), WriteError> {
         let opened = self.open_parent(target, true).map_err(WriteError::Before)?;
         let dir = opened.as_ref().unwrap_or(&self.root);
-        // Keep an existing file's permission bits (rename installs a new inode).
+        // Keep an existing file's permission bits (rename installs a new inode), but not
+        // setuid and setgid: the new inode is the daemon's, with the agent's content, and the
+        // kernel drops both when anyone but the owner writes a file.
         let permissions = match dir.symlink_metadata(&target.name) {
-            Ok(md) if md.is_file() => Some(md.permissions()),
+            Ok(md) if md.is_file() => Some(Permissions::from_mode(
+                md.permissions().mode() & !SET_ID_BITS,
+            )),
             Ok(md) if md.is_dir() => return Err(WriteError::Before(PathError::IsADirectory)),
             Ok(md) if md.file_type().is_symlink() => {
                 return Err(WriteError::Before(PathError::Changed))

@@ -300,6 +300,35 @@ fn write_keeps_permission_bits() {
     );
 }
 
+/// Attack: a file planted with mode 06755 (setuid and setgid, by its owner or by a checkout)
+/// and then written by the agent became a 06755 file owned by the daemon's user holding the
+/// agent's content: the write kept every permission bit on the new inode it renames in. A
+/// write or edit keeps the other bits and drops setuid and setgid, as the kernel does when
+/// someone other than the owner writes a file.
+#[test]
+fn a_write_or_edit_over_a_setuid_setgid_file_leaves_it_without_those_bits() {
+    let f = Fixture::new();
+    let mode = |rel: &str| fs::metadata(f.path(rel)).unwrap().permissions().mode() & 0o7777;
+    for (rel, op) in [("written.sh", "write"), ("edited.sh", "edit")] {
+        f.put(rel, "#!/bin/sh\necho original\n");
+        fs::set_permissions(f.path(rel), fs::Permissions::from_mode(0o6755)).unwrap();
+        assert_eq!(mode(rel), 0o6755, "the plant took");
+        let out = if op == "write" {
+            f.write(rel, "#!/bin/sh\nid\n")
+        } else {
+            f.edit(rel, "echo original", "id")
+        };
+        assert!(is_ok(&out), "{op}: {out:?}");
+        assert_eq!(fs::read_to_string(f.path(rel)).unwrap(), "#!/bin/sh\nid\n");
+        assert_eq!(mode(rel), 0o755, "{op} {rel}: mode {:o}", mode(rel));
+    }
+    // The sticky bit is no privilege: kept with the rest.
+    f.put("sticky.txt", "x");
+    fs::set_permissions(f.path("sticky.txt"), fs::Permissions::from_mode(0o1640)).unwrap();
+    f.write("sticky.txt", "y");
+    assert_eq!(mode("sticky.txt"), 0o1640);
+}
+
 #[test]
 fn write_through_an_inside_symlink_replaces_its_target() {
     let f = Fixture::new();
