@@ -12,6 +12,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+use handler_kit::beneath::{self, HostDir, WalkError};
 use handler_kit::identity::sha256_file;
 use handler_kit::output::{refusal, stamped};
 use handler_kit::protect::{git_component, named_like_git, GIT_UNREAD};
@@ -931,8 +932,9 @@ impl AilangHandler {
         let effect = request.effect.as_str();
         let (kind, rules) = handled(effect)?;
         let checked = check(request, &rules)?;
-        // The preflight declined these; a daemon that skips the preflight still runs nothing.
-        if let Some(why) = git_refusal_in(&request.payload) {
+        // The preflight declined these; a daemon that skips the preflight still runs nothing,
+        // and a link planted since is seen here.
+        if let Some(why) = path_refusal_in(&request.payload, request.worktree.as_deref()) {
             return Err(checked.refused(why));
         }
         // Per-op payload checks (a payload the plan should never have built is a failure),
@@ -1011,30 +1013,84 @@ impl AilangHandler {
 /// The payload keys that name a file or a directory of the worktree to the binary.
 const PATH_KEYS: [&str; 3] = ["path", "module", "package"];
 
+/// Walks of one path argument while the worktree keeps changing under it.
+const RESOLVE_ATTEMPTS: usize = 3;
+
 /// What a path argument in git's own data is told (the Workspace plugin's rule and words): the
 /// binary would read it and show it in its answer (a check's diagnostics, an op's output). This
 /// only covers the arguments: a program run with `FS` can still `readFile` them, which the
 /// binary's policy cannot deny.
 fn git_refusal(key: &str, path: &str) -> Option<String> {
     let named = git_component(path)?;
-    let said = named_like_git(named, &quote(named), GIT_UNREAD);
-    Some(format!("argument {} {}: {said}", quote(key), quote(path)))
+    Some(argument_refusal(
+        key,
+        path,
+        &named_like_git(named, &quote(named), GIT_UNREAD),
+    ))
 }
 
-/// The refusal of the first path argument of `payload` in git's own data.
-fn git_refusal_in(payload: &Value) -> Option<String> {
+fn argument_refusal(key: &str, path: &str, why: &str) -> String {
+    format!("argument {} {}: {why}", quote(key), quote(path))
+}
+
+/// Why a path argument may not reach the binary, if it may not: in git's own data as spelled,
+/// or, resolved beneath the worktree the way the Workspace plugin resolves its paths
+/// (`handler_kit::beneath`: each symlink read, not followed), leading out of the worktree
+/// (absolute, `..` above it, a link to another episode or the host) or into git's own data.
+/// The binary follows symlinks, so this is the check that keeps `lnk -> ../other-episode`
+/// from being read. A path the walk cannot finish
+/// (missing, a loop) is the binary's to answer; the part after a missing directory is judged
+/// as spelled.
+fn path_refusal(worktree: Option<&Path>, key: &str, path: &str) -> Option<String> {
+    if let Some(why) = git_refusal(key, path) {
+        return Some(why);
+    }
+    let worktree = worktree?;
+    let escapes = || {
+        argument_refusal(
+            key,
+            path,
+            &format!("path {} escapes sandbox \"<worktree>\"", quote(path)),
+        )
+    };
+    for _ in 0..RESOLVE_ATTEMPTS {
+        let walked = match beneath::walk(&HostDir(worktree), path) {
+            Ok(walked) => walked,
+            Err(WalkError::Escape) => return Some(escapes()),
+            Err(WalkError::Changed) => continue,
+            Err(_) => return None,
+        };
+        let reached = walked.reached();
+        if let Some(named) = git_component(&reached) {
+            let said = named_like_git(named, &quote(named), GIT_UNREAD);
+            return Some(argument_refusal(key, path, &said));
+        }
+        return beneath::lexical(&reached).is_none().then(escapes);
+    }
+    Some(argument_refusal(
+        key,
+        path,
+        "the path kept changing while it was being resolved; nothing ran, try again",
+    ))
+}
+
+/// The refusal of the first path argument of `payload` that may not reach the binary
+/// ([`path_refusal`]); `worktree` is the bound one, when the request has an absolute one.
+fn path_refusal_in(payload: &Value, worktree: Option<&str>) -> Option<String> {
+    let worktree = worktree.map(Path::new).filter(|w| w.is_absolute());
     PATH_KEYS.iter().find_map(|key| {
         payload
             .get(*key)
             .and_then(Value::as_str)
-            .and_then(|p| git_refusal(key, p))
+            .and_then(|p| path_refusal(worktree, key, p))
     })
 }
 
 impl EffectHandler for AilangHandler {
-    /// A path argument in git's own data is declined before anything is spent.
+    /// A path argument that leads out of the worktree or into git's own data is declined
+    /// before anything is spent.
     fn preflight(&self, request: &Request) -> Preflight {
-        match git_refusal_in(&request.payload) {
+        match path_refusal_in(&request.payload, request.worktree.as_deref()) {
             Some(why) => Preflight::Decline(refusal(why)),
             None => Preflight::Proceed,
         }

@@ -37,11 +37,11 @@ fn ai_check_returns_the_policy_tool_reply_stamped_with_tool_and_policy_digest() 
 #[test]
 fn a_policy_layer_refusal_is_an_ok_effect_with_ok_false() {
     let f = Fixture::new();
-    let out = f.ok(CHECK, json!({"op": "ai_check", "path": "/etc/hosts"}));
+    let out = f.ok(CHECK, json!({"op": "ai_check", "path": "nope.ail"}));
     assert_eq!(out["ok"], false);
     assert_eq!(
         out["refused"],
-        "ai_check /etc/hosts: path \"/etc/hosts\" escapes sandbox \"<worktree>\""
+        "ai_check nope.ail: open nope.ail: no such file or directory"
     );
     assert_eq!(out["tool"], json!(f.tool()));
     assert!(out["policy_digest"].is_string());

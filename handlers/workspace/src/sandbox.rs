@@ -10,7 +10,8 @@
 //! reads, and to say "escapes sandbox" instead of a bare errno):
 //!
 //! 1. **Resolve** (check): walk the requested path from the root
-//!    (`handler_kit::beneath`). `..` pops a component we hold (never the
+//!    (`handler_kit::beneath`, which the ailang plugin's check of its path
+//!    arguments walks too). `..` pops a component we hold (never the
 //!    kernel's `..`); a symlink is read and its target spliced into the walk (an
 //!    absolute target, or `..` above the root, is an escape). The result is a chain of real
 //!    directories plus a final name. A link that is a directory again, or gone,
