@@ -7,6 +7,11 @@
 /// The coordinator's cap on a whole tool result: its canonical JSON, `world` block included.
 pub const RESULT_CAP: usize = 1 << 20;
 
+/// What a policy-tool op's result, stamps included, leaves of [`RESULT_CAP`] for the `world`
+/// block the daemon adds (one effect's is under 200 bytes), so that a result over the cap is
+/// this handler's failure in its own words, not one the daemon finds after the effect.
+pub const WORLD_ROOM: usize = 4 << 10;
+
 /// What a run's result keeps aside for everything but the two streams' text: the `world`
 /// block, the keys, the `cut` report, and the differences between this crate's JSON and the
 /// canonical form (numbers).

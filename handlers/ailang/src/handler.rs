@@ -536,7 +536,22 @@ impl AilangHandler {
                 c.effect
             ));
         }
-        self.stamp(reply, &verified.digest)
+        // The reply was measured before the stamps; the result is what must fit, with room
+        // for the daemon's `world` block.
+        let stamped = self.stamp(reply, &verified.digest);
+        if let Outcome::Ok { output } = &stamped {
+            let len = serde_json::to_string(output).map_or(usize::MAX, |t| t.len());
+            let cap = cut::RESULT_CAP - cut::WORLD_ROOM;
+            if len > cap {
+                return Outcome::failed(format!(
+                    "broker: {} failed: ailang policy-tool's reply is {len} bytes as the tool's result (with its tool and policy_digest stamps); a result may take at most {cap}, leaving {} of the {} a tool's answer may hold for the daemon's world block",
+                    c.effect,
+                    cut::WORLD_ROOM,
+                    cut::RESULT_CAP
+                ));
+            }
+        }
+        stamped
     }
 
     /// The examples refusal: no child runs, the output is still stamped with the base

@@ -323,3 +323,54 @@ fn a_path_argument_in_gits_own_data_is_declined_before_anything_runs() {
         true
     );
 }
+
+/// Attack: an `ailang-cli` reply a few hundred bytes under 1 MiB. The handler checked the
+/// reply's length before it added its `tool` and `policy_digest` stamps, and left no room for
+/// the `world` block the daemon adds: the answer it returned was over the daemon's 1 MiB limit,
+/// so the agent never saw the handler's own words. The result as returned, stamps included,
+/// must now leave 4 KiB for the `world` block; one byte more is the handler's failure, saying
+/// so.
+#[test]
+fn a_cli_reply_that_fits_only_without_its_stamps_and_world_block_is_the_handlers_failure() {
+    const FITS: usize = (1 << 20) - 4096;
+    let f = Fixture::new();
+    let reply =
+        |n: usize| json!({"reply": format!("{{\"ok\":true,\"stdout\":\"{}\"}}", "y".repeat(n))});
+    let result_len =
+        |out: &handler_kit::JsonObject| handler_kit::serde_json::to_string(out).unwrap().len();
+    f.control(reply(1));
+    let small = result_len(&f.ok(CLI, json!({"op": "fmt", "path": "a.ail"})));
+    // The largest stdout whose stamped result is exactly FITS bytes.
+    let n = FITS - small + 1;
+    f.control(reply(n));
+    let out = f.ok(CLI, json!({"op": "fmt", "path": "a.ail"}));
+    assert_eq!(result_len(&out), FITS);
+    assert_eq!(out["tool"], json!(f.tool()));
+    f.control(reply(n + 1));
+    let message = match f.exec(CLI, json!({"op": "fmt", "path": "a.ail"})) {
+        Outcome::Failed { message } => message,
+        // Not the megabyte itself: its size says it.
+        Outcome::Ok { output } => panic!("ok, with a result of {} bytes", result_len(&output)),
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(
+        message,
+        format!(
+            "broker: Ailang.CLI failed: ailang policy-tool's reply is {} bytes as the tool's result (with its tool and policy_digest stamps); a result may take at most {FITS}, leaving 4096 of the 1048576 a tool's answer may hold for the daemon's world block",
+            FITS + 1
+        )
+    );
+    // The reply of the report: 4 bytes under 1 MiB as the binary wrote it, over it once stamped.
+    let raw = |n: usize| format!("{{\"ok\":true,\"stdout\":\"{}\"}}", "y".repeat(n)).len();
+    let n = (1 << 20) - 4 - raw(0);
+    assert_eq!(raw(n), (1 << 20) - 4);
+    f.control(reply(n));
+    match f.exec(CLI, json!({"op": "fmt", "path": "a.ail"})) {
+        Outcome::Failed { message } => assert!(
+            message.starts_with("broker: Ailang.CLI failed: ailang policy-tool's reply is 1048"),
+            "{message}"
+        ),
+        Outcome::Ok { output } => panic!("ok, with a result of {} bytes", result_len(&output)),
+        other => panic!("{other:?}"),
+    }
+}
