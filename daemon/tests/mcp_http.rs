@@ -2931,8 +2931,8 @@ fn v10_send(message_id: &str, skill: &str, args: Value) -> Value {
 }
 
 /// A2A params a client got wrong were answered a bare `invalid params` (the contract's text),
-/// whatever the mistake: a 0.3 part (`kind`) sent to tasks/send, a text part, a missing task
-/// id. The message stays the contract's; `data.why` says what was wrong, and nothing runs.
+/// whatever the mistake: a 0.3 part (`kind`) sent to tasks/send, a part of no kind A2A names,
+/// a missing task id. The message stays the contract's; `data.why` says what was wrong, and nothing runs.
 #[tokio::test]
 async fn a2a_invalid_params_say_in_data_what_was_wrong() {
     let h = harness();
@@ -2963,7 +2963,7 @@ async fn a2a_invalid_params_say_in_data_what_was_wrong() {
         (
             {
                 let mut v = v03_send("m-1", "ailang-read", json!({}));
-                v["params"]["message"]["parts"] = json!([{"kind": "text", "text": "read a"}]);
+                v["params"]["message"]["parts"] = json!([{"kind": "note", "text": "read a"}]);
                 v
             },
             "the part must be {\"kind\": \"data\", \"data\": {…}} (message/send parts carry \"kind\"; tasks/send's carry \"type\")",
@@ -3638,7 +3638,7 @@ async fn a2a_message_send_and_send_message_share_the_invocation_path() {
     // Bad shapes and invisible skills.
     let mut two_parts = v03_send("m-6", "ailang-read", json!({}));
     two_parts["params"]["message"]["parts"] =
-        json!([{"kind": "data", "data": {}}, {"kind": "text", "text": "x"}]);
+        json!([{"kind": "data", "data": {}}, {"kind": "data", "data": {}}]);
     assert_eq!(
         h.a2a(&t, None, two_parts).await["error"],
         json!({"code": -32602, "message": "invalid params", "data": {"why":
@@ -3708,3 +3708,344 @@ async fn the_agent_card_tags_skills_with_their_class_at_both_paths() {
         assert_eq!(v["capabilities"]["streaming"], json!(false));
     }
 }
+
+// -------------------------------------------------------------------------------------------
+// A2A: contexts, content types, configuration and role, as the specification and its SDKs
+// read them.
+
+/// `body` (a send) with `message.contextId` set to `context`.
+fn in_context(mut body: Value, context: &str) -> Value {
+    body["params"]["message"]["contextId"] = json!(context);
+    body
+}
+
+/// `body` (a send) with `message.parts` replaced by `parts`.
+fn with_parts(mut body: Value, parts: Value) -> Value {
+    body["params"]["message"]["parts"] = parts;
+    body
+}
+
+/// `body` (a send) with `params.configuration` replaced by `configuration`.
+fn with_configuration(mut body: Value, configuration: Value) -> Value {
+    body["params"]["configuration"] = configuration;
+    body
+}
+
+/// The `-32602 invalid params` of a send, `why` in its data.
+fn invalid_params(why: &str) -> Value {
+    json!({"code": -32602, "message": "invalid params", "data": {"why": why}})
+}
+
+/// A2A's `-32005 ContentTypeNotSupportedError`, with its `ErrorInfo`.
+fn content_type_not_supported(metadata: Value) -> Value {
+    json!({"code": -32005, "message": "Incompatible content types",
+           "data": error_info("CONTENT_TYPE_NOT_SUPPORTED", metadata)})
+}
+
+/// One A2A task reported three `contextId`s: its send echoed the message's (`ctx-A`), a read
+/// back named the episode, and a resend of the same message with `ctx-B` replayed the task
+/// under `ctx-B`. The server defines contexts, one a session, its episode: every answer (send,
+/// replay, read) names it, and a message naming another is refused before anything runs, its
+/// task id left free.
+#[tokio::test]
+async fn a2a_a_task_has_one_context_its_episode_and_a_message_naming_another_runs_nothing() {
+    let h = harness();
+    let t = h.token("ctx", &["Workspace.Read=worktree:50"]);
+    let before = h.revision();
+    let foreign = |context: &str| {
+        invalid_params(&format!(
+            "params.message.contextId \"{context}\" is no context of this agent: every task of this session is in the context \"ctx\" (its episode); send that, or no contextId"
+        ))
+    };
+    type Send = fn(&str, &str, Value) -> Value;
+    let versions: [(Option<&str>, Send, &str, &str); 2] = [
+        (None, v03_send, "tasks/get", "/result"),
+        (Some("1.0"), v10_send, "GetTask", "/result/task"),
+    ];
+    for (version, send, get, task_at) in versions {
+        let key = format!("ctxprobe-{}", version.unwrap_or("0.3"));
+        let read = || send(&key, "ailang-read", json!({"path": "a"}));
+        let v = h.a2a(&t, version, in_context(read(), "ctx-A")).await;
+        assert_eq!(v["error"], foreign("ctx-A"), "{v}");
+        let v = h.a2a(&t, version, in_context(read(), "ctx")).await;
+        let task = v.pointer(task_at).unwrap_or_else(|| panic!("{v}"));
+        assert_eq!(
+            (&task["contextId"], &task["metadata"]["replayed"]),
+            (&json!("ctx"), &json!(false)),
+            "the refused send left its key free: {v}"
+        );
+        let v = h.a2a(&t, version, task_read(get, json!(key))).await;
+        assert_eq!(v["result"]["contextId"], "ctx", "{v}");
+        let v = h.a2a(&t, version, read()).await;
+        let task = v.pointer(task_at).unwrap_or_else(|| panic!("{v}"));
+        assert_eq!(
+            (&task["contextId"], &task["metadata"]["replayed"]),
+            (&json!("ctx"), &json!(true)),
+            "{v}"
+        );
+        let v = h.a2a(&t, version, in_context(read(), "ctx-B")).await;
+        assert_eq!(v["error"], foreign("ctx-B"), "{v}");
+    }
+    assert_eq!(h.revision(), before + 2);
+}
+
+/// A file part and a text part, well formed, were answered `-32602 invalid params`, as a
+/// malformed part is: A2A names `-32005 ContentTypeNotSupportedError` for content whose media
+/// type the agent does not take. Each is that now, with the `ErrorInfo` saying which media
+/// type and what to send, also beside a data part; a malformed part stays `-32602`. Nothing
+/// runs for either.
+#[tokio::test]
+async fn a2a_text_and_file_parts_are_content_type_not_supported_and_run_nothing() {
+    let h = harness();
+    let t = h.token("ct", &["Workspace.Read=worktree:50"]);
+    let before = h.revision();
+    let metadata = |media_type: Option<&str>, what: &str| {
+        let mut m = json!({"supported": "application/json", "why": format!(
+            "{what} is not taken: every skill here takes one data part, the arguments object (application/json, the card's inputModes); send that part alone")});
+        if let Some(media_type) = media_type {
+            m["mediaType"] = json!(media_type);
+        }
+        m
+    };
+    let v03 = |parts: Value| with_parts(v03_send("p-1", "ailang-read", json!({})), parts);
+    let v10 = |parts: Value| with_parts(v10_send("p-2", "ailang-read", json!({})), parts);
+    let data03 = json!({"kind": "data", "data": {"path": "a"}});
+    let cases = [
+        (
+            None,
+            v03(json!([{"kind": "text", "text": "read a"}])),
+            metadata(Some("text/plain"), "a text part"),
+        ),
+        (
+            None,
+            v03(
+                json!([{"kind": "file", "file": {"name": "a", "mimeType": "text/plain", "bytes": "aGk="}}]),
+            ),
+            metadata(Some("text/plain"), "a file part"),
+        ),
+        (
+            None,
+            v03(json!([{"kind": "file", "file": {"uri": "file:///etc/passwd"}}])),
+            metadata(None, "a file part"),
+        ),
+        (
+            None,
+            v03(json!([{"kind": "text", "text": "please read"}, data03])),
+            metadata(Some("text/plain"), "a text part"),
+        ),
+        (
+            Some("1.0"),
+            v10(json!([{"url": "file:///etc/passwd", "mediaType": "text/plain"}])),
+            metadata(Some("text/plain"), "a file part (url)"),
+        ),
+        (
+            Some("1.0"),
+            v10(json!([{"raw": "aGk=", "mediaType": "image/png"}])),
+            metadata(Some("image/png"), "a file part (raw)"),
+        ),
+        (
+            Some("1.0"),
+            v10(json!([{"text": "x"}, {"data": {"path": "a"}}])),
+            metadata(Some("text/plain"), "a text part"),
+        ),
+        (
+            Some("1.0"),
+            v10(json!([{"data": {"path": "a"}, "mediaType": "text/csv"}])),
+            metadata(Some("text/csv"), "a data part of another media type"),
+        ),
+    ];
+    for (version, body, metadata) in cases {
+        let v = h.a2a(&t, version, body).await;
+        assert_eq!(v["error"], content_type_not_supported(metadata), "{v}");
+    }
+    let malformed = [
+        (
+            None,
+            v03(json!([{"kind": "text", "text": 5}])),
+            "a text part's \"text\" must be a string",
+        ),
+        (
+            None,
+            v03(json!([{"kind": "file", "file": {"name": "a"}}])),
+            "a file part's \"file\" must hold one of \"bytes\" or \"uri\", a string",
+        ),
+        (
+            Some("1.0"),
+            v10(json!([{"text": "x", "data": {}}])),
+            "a part holds only one of \"text\", \"raw\", \"url\" and \"data\"; this one holds \"text\", \"data\"",
+        ),
+        (
+            Some("1.0"),
+            v10(json!([{"url": 5}])),
+            "a file part's \"url\" must be a string",
+        ),
+    ];
+    for (version, body, why) in malformed {
+        let v = h.a2a(&t, version, body).await;
+        assert_eq!(v["error"], invalid_params(why), "{v}");
+    }
+    assert_eq!(h.revision(), before);
+    // A data part that says it is JSON runs.
+    let v = h
+        .a2a(
+            &t,
+            Some("1.0"),
+            v10(json!([{"data": {"path": "a"}, "mediaType": "application/json"}])),
+        )
+        .await;
+    assert_eq!(
+        v["result"]["task"]["status"]["state"], "TASK_STATE_COMPLETED",
+        "{v}"
+    );
+    assert_eq!(h.revision(), before + 1);
+}
+
+/// `configuration.acceptedOutputModes` of `["text/plain"]` still got an `application/json`
+/// artifact, the tool having run: a client that accepts no JSON is now told `-32005` before
+/// anything runs. A list naming JSON or a wildcard, or an empty one, is served.
+#[tokio::test]
+async fn a2a_accepted_output_modes_without_json_are_refused_before_anything_runs() {
+    let h = harness();
+    let t = h.token("om", &["Workspace.Read=worktree:50"]);
+    let before = h.revision();
+    let refused = |modes: &str| {
+        content_type_not_supported(
+            json!({"acceptedOutputModes": modes, "supported": "application/json",
+            "why": "every task's artifact is application/json (the card's outputModes), which params.configuration.acceptedOutputModes does not list: accept application/json (or */*), or send no acceptedOutputModes"}),
+        )
+    };
+    let v = h
+        .a2a(
+            &t,
+            None,
+            with_configuration(
+                v03_send("o-1", "ailang-read", json!({"path": "a"})),
+                json!({"acceptedOutputModes": ["text/plain"]}),
+            ),
+        )
+        .await;
+    assert_eq!(v["error"], refused("text/plain"), "{v}");
+    let v = h
+        .a2a(
+            &t,
+            Some("1.0"),
+            with_configuration(
+                v10_send("o-2", "ailang-read", json!({"path": "a"})),
+                json!({"acceptedOutputModes": ["text/plain", "image/png"]}),
+            ),
+        )
+        .await;
+    assert_eq!(v["error"], refused("text/plain, image/png"), "{v}");
+    assert_eq!(h.revision(), before);
+    let served = [
+        json!(["application/json"]),
+        json!(["text/plain", "*/*"]),
+        json!(["Application/JSON; charset=utf-8"]),
+        json!(["application/*"]),
+        json!([]),
+    ];
+    for (i, modes) in served.into_iter().enumerate() {
+        let body = with_configuration(
+            v10_send(&format!("o-ok-{i}"), "ailang-read", json!({"path": "a"})),
+            json!({"acceptedOutputModes": modes}),
+        );
+        let v = h.a2a(&t, Some("1.0"), body).await;
+        assert_eq!(
+            v["result"]["task"]["status"]["state"], "TASK_STATE_COMPLETED",
+            "{v}"
+        );
+    }
+    assert_eq!(h.revision(), before + 5);
+}
+
+/// `message/send` ran with `configuration.acceptedOutputModes: 42` and `historyLength: -1`,
+/// which `tasks/get` refuses as `params.historyLength must be a count`; and it took a message
+/// whose role was `"agent"` (1.0 `"user"`, not its `"ROLE_USER"`). The configuration is now
+/// checked as a task read's params are, and the role must be the user's in the version's
+/// spelling: `-32602`, nothing run.
+#[tokio::test]
+async fn a2a_send_configuration_and_role_are_checked_before_anything_runs() {
+    let h = harness();
+    let t = h.token("cf", &["Workspace.Read=worktree:50"]);
+    let before = h.revision();
+    let v03 = |configuration: Value| {
+        with_configuration(
+            v03_send("f-1", "ailang-read", json!({"path": "a"})),
+            configuration,
+        )
+    };
+    let v10 = |configuration: Value| {
+        with_configuration(
+            v10_send("f-2", "ailang-read", json!({"path": "a"})),
+            configuration,
+        )
+    };
+    let role = |mut body: Value, role: Option<&str>| {
+        match role {
+            Some(r) => body["params"]["message"]["role"] = json!(r),
+            None => {
+                body["params"]["message"]
+                    .as_object_mut()
+                    .unwrap()
+                    .remove("role");
+            }
+        }
+        body
+    };
+    let modes =
+        "params.configuration.acceptedOutputModes must be an array of media types (strings)";
+    let count = "params.configuration.historyLength must be a count (0 or more)";
+    let cases = [
+        (None, v03(json!({"acceptedOutputModes": 42})), modes),
+        (None, v03(json!({"acceptedOutputModes": ["application/json", 7]})), modes),
+        (None, v03(json!({"historyLength": -1})), count),
+        (Some("1.0"), v10(json!({"historyLength": -1})), count),
+        (Some("1.0"), v10(json!({"historyLength": "3"})), count),
+        (None, v03(json!({"blocking": "yes"})), "params.configuration.blocking must be true or false"),
+        (Some("1.0"), v10(json!({"returnImmediately": 1})), "params.configuration.returnImmediately must be true or false"),
+        (None, v03(json!(5)), "params.configuration must be an object"),
+        (
+            None,
+            role(v03(json!({})), Some("agent")),
+            "params.message.role must be \"user\" (A2A 0.3: a message sent to an agent is the user's); it is \"agent\"",
+        ),
+        (
+            None,
+            role(v03(json!({})), Some("ROLE_USER")),
+            "params.message.role must be \"user\" (A2A 0.3: a message sent to an agent is the user's); it is \"ROLE_USER\"",
+        ),
+        (
+            Some("1.0"),
+            role(v10(json!({})), Some("user")),
+            "params.message.role must be \"ROLE_USER\" (A2A 1.0: a message sent to an agent is the user's); it is \"user\"",
+        ),
+        (
+            Some("1.0"),
+            role(v10(json!({})), None),
+            "params.message.role must be \"ROLE_USER\" (A2A 1.0: a message sent to an agent is the user's); it is missing",
+        ),
+    ];
+    for (version, body, why) in cases {
+        let v = h.a2a(&t, version, body).await;
+        assert_eq!(v["error"], invalid_params(why), "{v}");
+    }
+    assert_eq!(h.revision(), before);
+    // The task read checks its historyLength by the same rule.
+    let mut get = task_read("tasks/get", json!("f-1"));
+    get["params"]["historyLength"] = json!(-1);
+    assert_eq!(
+        h.a2a(&t, None, get).await["error"],
+        invalid_params("params.historyLength must be a count (0 or more)")
+    );
+    // Well-typed, it is served.
+    let v = h
+        .a2a(
+            &t,
+            None,
+            v03(json!({"acceptedOutputModes": ["application/json"], "historyLength": 3, "blocking": true})),
+        )
+        .await;
+    assert_eq!(v["result"]["status"]["state"], "completed", "{v}");
+    assert_eq!(h.revision(), before + 1);
+}
+

@@ -15,7 +15,8 @@
 //! No call can be canceled once sent (a handler runs to its end and its call commits), so
 //! `tasks/cancel` of a task that exists is `-32002 Task cannot be canceled`, saying why.
 //! No history is kept: `historyLength` is accepted and every task's history is empty. The
-//! `contextId` of a task read back is the episode, which is what a send without one answered.
+//! `contextId` of a task read back is the episode, as every send answered (the one context of
+//! a session's tasks: a send naming another is refused).
 
 use axum::response::Response;
 use broker_core::coordinator::{CallError, EffectSummary, Surface, TaskView};
@@ -196,11 +197,7 @@ fn task_id_of(read: Read, params: &Value) -> Result<String, String> {
     }
     let task_id = super::string_at(params, "id", "params.id")?;
     if read == Read::Get {
-        match params.get("historyLength") {
-            None | Some(Value::Null) => {}
-            Some(Value::Number(n)) if n.as_u64().is_some() => {}
-            Some(_) => return Err("params.historyLength must be a count (0 or more)".into()),
-        }
+        super::count_at(params.get("historyLength"), "params.historyLength")?;
     }
     Ok(task_id)
 }
