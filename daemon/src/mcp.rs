@@ -174,7 +174,7 @@ async fn serve_post(state: AppState, headers: HeaderMap, body: Body) -> Response
     // held in the body budget until the POST is answered.
     let message = match json_bounds::held(&state, &headers, &mut share, bytes, json_bounds::parse) {
         Ok(v) => v,
-        Err(Refused::Unparsed(why)) => return transport::sse_reply(&Reply::not_taken(&why)),
+        Err(Refused::Unparsed(why)) => return transport::sse_reply(&Reply::not_taken(&why, bytes)),
         Err(Refused::Busy(busy)) => return transport::body_busy(busy.text()),
     };
     match message {

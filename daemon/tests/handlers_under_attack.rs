@@ -101,7 +101,8 @@ fn integers_too_wide_for_u64_are_invalid_params_over_mcp_not_rounded_into_anothe
         ),
         "{message}"
     );
-    // In a batch, the number cannot be told to one request: nothing runs.
+    // In a batch, the number cannot be told to one request: nothing runs, and the refusal
+    // names the rule broken there, the 64-bit range in which integers are read exactly.
     let batch = format!(
         r#"[{{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{{"name":"ailang-read","arguments":{{"path":"nope"}}}}}},{}]"#,
         call("1000000000000000000001")
@@ -109,7 +110,7 @@ fn integers_too_wide_for_u64_are_invalid_params_over_mcp_not_rounded_into_anothe
     assert_eq!(
         post("2025-03-26", batch),
         json!({"jsonrpc": "2.0", "id": null, "error": {"code": -32600, "message":
-               "invalid request: number 1000000000000000000001 is outside the exact integer range of canonical JSON (±2^53−1); nothing was run"}})
+               "invalid request: number 1000000000000000000001 is outside the 64-bit integer range (−2^63 to 2^64−1) in which this server reads integers exactly; nothing was run"}})
     );
     // Nothing was committed, and the key is still free.
     assert_eq!(head(&d, &token), before);

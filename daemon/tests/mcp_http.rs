@@ -4049,3 +4049,58 @@ async fn a2a_send_configuration_and_role_are_checked_before_anything_runs() {
     assert_eq!(h.revision(), before + 1);
 }
 
+// -------------------------------------------------------------------------------------------
+// MCP: ids, batches and posted responses, as the specification reads them.
+
+/// MCP takes and echoes ids of 64 bits, yet an id one past them (2^64) was refused in the
+/// words of canonical JSON's range, ±(2^53−1), which a taken id of 2^60 is outside too; and a
+/// body whose id was 2^60 had that id named as the number at fault. The refusal now names the
+/// 64-bit range and the number outside it, under every revision.
+#[tokio::test]
+async fn an_mcp_number_past_64_bits_is_refused_naming_the_64_bit_range_it_is_outside() {
+    let h = harness();
+    let t = h.reader();
+    for id in [
+        "18446744073709551615",
+        "-9223372036854775808",
+        "1152921504606846976",
+    ] {
+        let body = format!(r#"{{"jsonrpc":"2.0","id":{id},"method":"ping"}}"#);
+        assert_eq!(
+            h.rpc(&t, &body).await.sse_data(),
+            format!(r#"{{"jsonrpc":"2.0","id":{id},"result":{{}}}}"#)
+        );
+    }
+    let refusal = |n: &str| {
+        format!(
+            r#"{{"jsonrpc":"2.0","id":null,"error":{{"code":-32600,"message":"invalid request: number {n} is outside the 64-bit integer range (−2^63 to 2^64−1) in which this server reads integers exactly; nothing was run"}}}}"#
+        )
+    };
+    for id in ["18446744073709551616", "-9223372036854775809"] {
+        let body = format!(r#"{{"jsonrpc":"2.0","id":{id},"method":"ping"}}"#);
+        assert_eq!(h.rpc(&t, &body).await.sse_data(), refusal(id), "{id}");
+    }
+    // The id of 2^60 was read exactly; the member past 64 bits is the number named.
+    let body =
+        r#"{"jsonrpc":"2.0","id":1152921504606846976,"method":"ping","x":18446744073709551616}"#;
+    assert_eq!(
+        h.rpc(&t, body).await.sse_data(),
+        refusal("18446744073709551616")
+    );
+    // Under 2026-07-28 the same reply, with that revision's status.
+    let auth = format!("Bearer {t}");
+    let r = h
+        .send(request(
+            &[
+                ("authorization", auth.as_str()),
+                ("content-type", "application/json"),
+                ("accept", ACCEPT_BOTH),
+                ("mcp-protocol-version", MODERN),
+                ("mcp-method", "tools/list"),
+            ],
+            r#"{"jsonrpc":"2.0","id":18446744073709551616,"method":"tools/list","params":{}}"#,
+        ))
+        .await;
+    assert_eq!(r.status, StatusCode::BAD_REQUEST);
+    assert_eq!(r.body, refusal("18446744073709551616"));
+}

@@ -161,11 +161,12 @@ impl Reply {
         }
     }
 
-    /// The reply to a body that was not taken, and so ran nothing: [`Reply::unparsed`]'s, or,
-    /// for an integer literal beyond the exact range, `-32602 invalid params` when it lies in
-    /// one request's `params` (the reply the same number within `u64` gets from admission)
-    /// and `-32600` otherwise.
-    pub(super) fn not_taken(why: &McpUnparsed) -> Reply {
+    /// The reply to `body`, not taken, which so ran nothing: [`Reply::unparsed`]'s, or, for an
+    /// integer literal read inexactly, `-32602 invalid params` when it lies in one request's
+    /// `params` (the reply the same number within `u64` gets from admission, whose rule is
+    /// canonical JSON's ±2^53−1) and `-32600` otherwise, naming the rule there: ids and the
+    /// rest of a message are read as 64-bit integers (an id of 2^64−1 is taken and echoed).
+    pub(super) fn not_taken(why: &McpUnparsed, body: &[u8]) -> Reply {
         match why {
             McpUnparsed::Json(why) => Reply::unparsed(why),
             McpUnparsed::Inexact {
@@ -175,7 +176,15 @@ impl Reply {
             McpUnparsed::Inexact {
                 why,
                 params_id: None,
-            } => Reply::invalid_request(Value::Null, &format!("{why}; nothing was run")),
+            } => {
+                let why = match wider_than_64_bits(body) {
+                    Some(literal) => format!(
+                        "number {literal} is outside the 64-bit integer range (−2^63 to 2^64−1) in which this server reads integers exactly"
+                    ),
+                    None => why.to_string(),
+                };
+                Reply::invalid_request(Value::Null, &format!("{why}; nothing was run"))
+            }
         }
     }
 
@@ -258,6 +267,26 @@ impl Reply {
         // Only JSON, which is UTF-8, was written.
         String::from_utf8(out).map_err(serde::ser::Error::custom)
     }
+}
+
+/// The first integer literal of `body` (outside strings) that is no 64-bit integer, as the
+/// canonical parser quotes it (cut when long): the one serde_json rounded to a double. Those
+/// before it beyond ±(2^53−1) (an id of 2^60, say) were read exactly, and are not the cause.
+fn wider_than_64_bits(body: &[u8]) -> Option<String> {
+    let mut rest = body;
+    while let Some(literal) = crate::json_scan::first_inexact_integer(rest) {
+        let text = std::str::from_utf8(literal).ok()?;
+        if text.parse::<i64>().is_err() && text.parse::<u64>().is_err() {
+            return Some(match broker_core::canon::parse(literal) {
+                Err(broker_core::canon::CanonError::UnsafeInteger { text }) => text,
+                _ => text.to_owned(),
+            });
+        }
+        // Go on after this literal: where a number ends, no string has begun.
+        let end = literal.as_ptr() as usize - rest.as_ptr() as usize + literal.len();
+        rest = rest.get(end..)?;
+    }
+    None
 }
 
 /// How many messages a body that is one JSON array holds, as far as a limit goes
