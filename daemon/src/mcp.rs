@@ -22,8 +22,12 @@
 //!    malformed message `-32600`; so is a body of more than `[limits] json_values` values,
 //!    whose parse stops there ([`crate::json_bounds`]). Each is an SSE event with HTTP 200
 //!    like any other JSON-RPC reply: once the request is authorized and well-formed HTTP, the
-//!    client reads every protocol answer the same way. Notifications and responses are accepted and ignored: a
-//!    POST that carries only those is answered 202 with an empty body.
+//!    client reads every protocol answer the same way. Notifications and valid responses are
+//!    accepted and ignored: a POST that carries only those is answered 202 with an empty body.
+//!    A message shaped as a response (`result` or `error`, no `method`) that is no valid one
+//!    is answered 400 with a plain-JSON `-32600`, id null (MCP: a posted response the server
+//!    cannot accept gets an HTTP error); an integer literal past 64 bits outside one request's
+//!    `params` is `-32600` naming that range, the one ids are read in.
 //! 5. **Methods** (`methods`): `initialize`, `ping`, `tools/list`, `tools/call`.
 //!
 //! A successful reply is one Server-Sent Event, `event: message\ndata: <compact JSON>\n\n`.
@@ -34,7 +38,8 @@
 //! cause, including any effect record refs, is logged with `tracing`, never put on the wire.
 //!
 //! JSON-RPC batches (arrays) are served only under `2025-03-26` (also when the version header
-//! is absent); later versions get a 400. Items run one after another, each re-admitted with a
+//! is absent); later versions get a 400. An `initialize` item is that item's `-32600` (the
+//! revision's lifecycle forbids it in a batch), not run. Items run one after another, each re-admitted with a
 //! fresh view of the session's tools and a fresh random task id. A host failure in any item
 //! answers the whole POST with the fixed envelope and id null; earlier items may already have
 //! committed. A batch of more than `[limits] batch_items` messages is refused whole (`-32600`,
@@ -98,6 +103,9 @@ pub const DEFAULT_VERSION: &str = "2025-03-26";
 
 /// The only revision under which JSON-RPC batches are accepted.
 const BATCH_VERSION: &str = "2025-03-26";
+
+/// Why an `initialize` inside a batch is refused (`-32600`).
+const INITIALIZE_IN_BATCH: &str = "initialize must not be part of a JSON-RPC batch (the 2025-03-26 lifecycle); send it alone, in a POST of its own";
 
 /// `POST /mcp/` and `POST /mcp`, with the daemon's limits. Other methods get 405.
 pub fn routes() -> Router<AppState> {
@@ -187,6 +195,7 @@ async fn serve_post(state: AppState, headers: HeaderMap, body: Body) -> Response
 async fn serve_single(ctx: &Ctx<'_>, message: Value) -> Response {
     match jsonrpc::classify(message) {
         Message::Ignored => transport::accepted(),
+        Message::BadResponse { why } => transport::bad_response(why),
         Message::Invalid { id, why } => transport::sse_reply(&Reply::invalid_request(id, why)),
         Message::Request { id, method, params } => match run(ctx, &id, &method, params).await {
             Ok(reply) => transport::sse_reply(&reply),
@@ -223,6 +232,12 @@ async fn serve_batch(ctx: &Ctx<'_>, version: &'static str, items: Vec<Value>) ->
         let reply = match jsonrpc::classify(item) {
             Message::Ignored => continue,
             Message::Invalid { id, why } => Reply::invalid_request(id, why),
+            Message::BadResponse { why } => Reply::invalid_request(Value::Null, why),
+            // The 2025-03-26 lifecycle: initialize MUST NOT be part of a batch. Refused, not
+            // run; the other items are served as ever.
+            Message::Request { id, method, .. } if method == "initialize" => {
+                Reply::invalid_request(id, INITIALIZE_IN_BATCH)
+            }
             Message::Request { id, method, params } => {
                 // One deadline for the whole POST: once it is spent, no further item starts
                 // (a call would be refused before its intent anyway), and the POST is answered

@@ -4104,3 +4104,95 @@ async fn an_mcp_number_past_64_bits_is_refused_naming_the_64_bit_range_it_is_out
     assert_eq!(r.status, StatusCode::BAD_REQUEST);
     assert_eq!(r.body, refusal("18446744073709551616"));
 }
+
+/// MCP 2025-03-26's lifecycle: "the initialization request MUST NOT be part of a JSON-RPC
+/// batch". An `initialize` in a batch was run and answered; it is now that item's `-32600`,
+/// nothing negotiated, and the other items are served as before.
+#[tokio::test]
+async fn initialize_inside_a_batch_is_refused_and_the_other_items_are_served() {
+    let h = harness();
+    let t = h.reader();
+    let initialize = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-03-26", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}}});
+    let batch = json!([initialize, {"jsonrpc": "2.0", "id": 2, "method": "ping"}]).to_string();
+    for version in [None, Some("2025-03-26")] {
+        assert_eq!(
+            h.send(rpc(&t, version, &batch)).await.sse(),
+            json!([
+                {"jsonrpc": "2.0", "id": 1, "error": {"code": -32600, "message":
+                    "invalid request: initialize must not be part of a JSON-RPC batch (the 2025-03-26 lifecycle); send it alone, in a POST of its own"}},
+                {"jsonrpc": "2.0", "id": 2, "result": {}}
+            ]),
+            "{version:?}"
+        );
+    }
+    // Alone, it is answered.
+    let v = h.rpc(&t, &initialize.to_string()).await.sse();
+    assert_eq!(v["result"]["protocolVersion"], "2025-03-26", "{v}");
+}
+
+/// A posted JSON-RPC response is acknowledged `202`, but malformed ones were too: no id, both
+/// `result` and `error`, an `error` that is no error object. A message that is neither a valid
+/// request, notification nor response is now `400` with a JSON-RPC `-32600` body (id null), as
+/// MCP asks of a server that cannot accept what was posted; valid responses keep their `202`.
+#[tokio::test]
+async fn malformed_posted_responses_are_400_with_a_json_rpc_error_not_202() {
+    let h = harness();
+    let t = h.reader();
+    let cases = [
+        (
+            r#"{"jsonrpc":"2.0","result":{}}"#,
+            r#"a response needs the \"id\" of the request it answers"#,
+        ),
+        (
+            r#"{"jsonrpc":"2.0","id":1,"result":{},"error":{"code":1,"message":"x"}}"#,
+            r#"a response holds \"result\" or \"error\", not both"#,
+        ),
+        (
+            r#"{"jsonrpc":"2.0","id":1,"error":"boom"}"#,
+            r#"a response's \"error\" must be an object with an integer \"code\" and a string \"message\""#,
+        ),
+        (
+            r#"{"jsonrpc":"2.0","id":1,"error":{"code":"x","message":"m"}}"#,
+            r#"a response's \"error\" must be an object with an integer \"code\" and a string \"message\""#,
+        ),
+        (
+            r#"{"jsonrpc":"1.0","id":1,"result":{}}"#,
+            r#"\"jsonrpc\" must be \"2.0\""#,
+        ),
+        (
+            r#"{"jsonrpc":"2.0","id":null,"result":{}}"#,
+            r#"a response's \"id\" must be a string or an integer (null only beside an \"error\")"#,
+        ),
+        (
+            r#"{"jsonrpc":"2.0","id":1.5,"result":{}}"#,
+            r#"a response's \"id\" must be a string or an integer (null only beside an \"error\")"#,
+        ),
+    ];
+    for (body, why) in cases {
+        let r = h.rpc(&t, body).await;
+        assert_eq!(r.status, StatusCode::BAD_REQUEST, "{body}: {}", r.body);
+        assert_eq!(r.header("content-type"), Some("application/json"), "{body}");
+        assert_eq!(
+            r.body,
+            format!(
+                r#"{{"jsonrpc":"2.0","id":null,"error":{{"code":-32600,"message":"invalid request: {why}"}}}}"#
+            ),
+            "{body}"
+        );
+    }
+    for body in [
+        r#"{"jsonrpc":"2.0","id":null,"error":{"code":-32700,"message":"x"}}"#,
+        r#"{"jsonrpc":"2.0","id":"a","result":{"x":1}}"#,
+    ] {
+        h.rpc(&t, body).await.assert_accepted();
+    }
+    // In a batch a malformed response is an item's -32600, as a malformed request is.
+    let batch =
+        r#"[{"jsonrpc":"2.0","method":"notifications/initialized"},{"jsonrpc":"2.0","result":{}}]"#;
+    assert_eq!(
+        h.rpc(&t, batch).await.sse(),
+        json!([{"jsonrpc": "2.0", "id": null, "error": {"code": -32600, "message":
+            "invalid request: a response needs the \"id\" of the request it answers"}}])
+    );
+}

@@ -32,11 +32,15 @@ pub(super) enum Message {
         method: String,
         params: Option<Value>,
     },
-    /// A notification (no `id`) or a response (`result`/`error` without `method`): accepted
-    /// and ignored. Notifications are not executed, whatever their method.
+    /// A notification (no `id`) or a valid response (`result`/`error` without `method`):
+    /// accepted and ignored. Notifications are not executed, whatever their method.
     Ignored,
     /// Not a valid request; answered `-32600` with `id` when it was readable, else null.
     Invalid { id: Value, why: &'static str },
+    /// Shaped as a response (`result` or `error`, no `method`) but no valid JSON-RPC 2.0
+    /// response: refused, not acknowledged (a server that cannot accept a posted response
+    /// answers it with an HTTP error, id null).
+    BadResponse { why: &'static str },
 }
 
 /// Classify one message of a POST (a whole body, or one batch item).
@@ -50,7 +54,10 @@ pub(super) fn classify(message: Value) -> Message {
     let id = m.remove("id");
     let method = m.remove("method");
     if method.is_none() && (m.contains_key("result") || m.contains_key("error")) {
-        return Message::Ignored;
+        return match response_fault(&m, id.as_ref()) {
+            None => Message::Ignored,
+            Some(why) => Message::BadResponse { why },
+        };
     }
     // Echo the id in an error only when it is one we could have accepted.
     let echo = match &id {
@@ -89,6 +96,35 @@ pub(super) fn classify(message: Value) -> Message {
             params,
         },
         Some(_) => invalid("\"id\" must be a string or an integer"),
+    }
+}
+
+/// Why `m` (its `id` taken out, as `id`), a message with `result` or `error` and no `method`,
+/// is no JSON-RPC 2.0 response; `None` when it is one: `"jsonrpc": "2.0"`, exactly one of
+/// `result` and `error`, an `error` object with an integer `code` and a string `message`, and
+/// an `id` as a request's (null only beside an `error`, when the request's could not be read).
+fn response_fault(m: &serde_json::Map<String, Value>, id: Option<&Value>) -> Option<&'static str> {
+    if m.get("jsonrpc").and_then(Value::as_str) != Some("2.0") {
+        return Some("\"jsonrpc\" must be \"2.0\"");
+    }
+    let error = m.get("error");
+    if let Some(error) = error {
+        if m.contains_key("result") {
+            return Some("a response holds \"result\" or \"error\", not both");
+        }
+        let code = error.get("code").is_some_and(Value::is_i64);
+        let message = error.get("message").is_some_and(Value::is_string);
+        if !(error.is_object() && code && message) {
+            return Some("a response's \"error\" must be an object with an integer \"code\" and a string \"message\"");
+        }
+    }
+    match id {
+        None => Some("a response needs the \"id\" of the request it answers"),
+        Some(id) if valid_id(id) => None,
+        Some(Value::Null) if error.is_some() => None,
+        Some(_) => Some(
+            "a response's \"id\" must be a string or an integer (null only beside an \"error\")",
+        ),
     }
 }
 

@@ -86,8 +86,8 @@ pub(super) async fn serve(
         };
     }
     let (id, method, params) = match jsonrpc::classify(message) {
-        // A posted response: clients must not send one on this revision.
-        Message::Ignored => return not_one_request(),
+        // A posted response, well-formed or not: clients must not send one on this revision.
+        Message::Ignored | Message::BadResponse { .. } => return not_one_request(),
         Message::Invalid { id, why } => return json_reply(&Reply::invalid_request(id, why)),
         Message::Request { id, method, params } => (id, method, params),
     };

@@ -236,6 +236,24 @@ pub(super) fn host_failure(id: &Value, failure: HostFailure) -> Response {
         .into_response()
 }
 
+/// 400 with a JSON-RPC `-32600` body (id null): a posted message shaped as a response that is
+/// none. MCP: a response the server cannot accept gets an HTTP error status, its body a
+/// JSON-RPC error without an id.
+pub(super) fn bad_response(why: &str) -> Response {
+    let body = Reply::invalid_request(Value::Null, why)
+        .to_json()
+        .unwrap_or_else(|_| {
+            r#"{"jsonrpc":"2.0","id":null,"error":{"code":-32600,"message":"invalid request"}}"#
+                .to_owned()
+        });
+    (
+        StatusCode::BAD_REQUEST,
+        [(CONTENT_TYPE, HeaderValue::from_static("application/json"))],
+        body,
+    )
+        .into_response()
+}
+
 /// 202, empty body: the POST carried only notifications and responses.
 pub(super) fn accepted() -> Response {
     StatusCode::ACCEPTED.into_response()
