@@ -112,7 +112,9 @@ pub fn outcome_label(result: &Result<CallOutput, CallError>) -> &'static str {
 
 impl Metrics {
     /// Count one finished call and log it: one info line per call, so an operator sees the
-    /// daemon working at the default level (`call tool=… episode=… outcome=… ms=…`).
+    /// daemon working at the default level (`call tool=… episode=… outcome=… ms=…`); calls
+    /// turned away by the refusal rate at most once per [`crate::log_throttle::LOG_EVERY`],
+    /// with how many went unlogged since.
     pub fn observe_call(
         &self,
         tool: &str,
@@ -123,6 +125,15 @@ impl Metrics {
         let label = outcome_label(result);
         let ms = elapsed.as_millis() as u64;
         match result {
+            // Turned away before anything was stored or spent: the caller pays nothing, so it
+            // can cause these as fast as it can send, like a bad credential's refusals.
+            Err(e @ CallError::RefusalRate) => match self.inner.refusal_lines.due("refusal_rate") {
+                Some(0) => tracing::info!(%tool, %episode, outcome = %label, ms, "call: {e}"),
+                Some(unlogged) => {
+                    tracing::info!(%tool, %episode, outcome = %label, ms, unlogged, "call: {e}")
+                }
+                None => {}
+            },
             Err(e) => tracing::info!(%tool, %episode, outcome = %label, ms, "call: {e}"),
             Ok(_) => tracing::info!(%tool, %episode, outcome = %label, ms, "call"),
         }

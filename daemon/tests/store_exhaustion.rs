@@ -173,6 +173,14 @@ fn megabyte_arguments_to_a_tool_that_refuses_them_cannot_fill_the_store_at_the_r
         ),
         11.0
     );
+    // Counted every one, but logged once: the caller paid nothing for them, and one line each
+    // let a client write the operator's log as fast as it could send (66 KB/s from one loop).
+    let turned_away = d
+        .log()
+        .lines()
+        .filter(|l| l.contains("outcome=refusal_rate"))
+        .count();
+    assert_eq!(turned_away, 1, "{}", d.log());
     // Another credential's refusals, and its calls, go on.
     let theirs = mcp_call(&d, &other, "ailang-read", json!({"path": "x", "limit": 1})).sse_json();
     assert_eq!(theirs["result"]["structuredContent"]["ok"], false);
