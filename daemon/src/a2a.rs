@@ -1013,7 +1013,12 @@ async fn received(
         Err(Refused::Busy(busy)) => Err(rpc_error(&null, -32603, busy.text())),
         // The parser's account says what and where (line, column, byte), in one bounded line.
         Err(Refused::Unparsed(e)) => Err(
-            match crate::invalid_params::params_error(&bytes, &e, state.limits().json_values) {
+            match crate::invalid_params::params_error(
+                &bytes,
+                &e,
+                state.limits().json_values,
+                crate::invalid_params::Envelope::Canonical,
+            ) {
                 Some(id) => rpc_error(&id, -32602, "invalid params"),
                 // Text that is no JSON value (JSON-RPC's and A2A's `-32700`), as MCP answers it.
                 None if not_json(&e) => rpc_error(

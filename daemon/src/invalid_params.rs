@@ -17,7 +17,12 @@ use serde_json::Value;
 /// is a number without a canonical form that lies inside `params` of an otherwise valid
 /// JSON-RPC 2.0 request; `None` leaves it an invalid request. The body is read again within
 /// `max_values` (`[limits] json_values`), as the strict parse that failed was.
-pub fn params_error(body: &[u8], error: &CanonError, max_values: usize) -> Option<Value> {
+pub fn params_error(
+    body: &[u8],
+    error: &CanonError,
+    max_values: usize,
+    envelope: Envelope,
+) -> Option<Value> {
     if !matches!(
         error,
         CanonError::UnsafeInteger { .. } | CanonError::NonFinite
@@ -32,9 +37,28 @@ pub fn params_error(body: &[u8], error: &CanonError, max_values: usize) -> Optio
         return None;
     }
     let id = request.get("id").cloned().unwrap_or(Value::Null);
-    // The rest of the request (the id included) must be canonical on its own.
-    canon::to_vec(&Value::Object(request)).ok()?;
+    match envelope {
+        // The rest of the request (the id included) must be canonical on its own.
+        Envelope::Canonical => {
+            canon::to_vec(&Value::Object(request)).ok()?;
+        }
+        // The id must be one MCP takes; a number past 64 bits in it was read as a double.
+        Envelope::Ids64 => match &id {
+            Value::String(_) => {}
+            Value::Number(n) if n.is_i64() || n.is_u64() => {}
+            _ => return None,
+        },
+    }
     Some(id)
+}
+
+/// How the rest of a request around its `params` is read, for [`params_error`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Envelope {
+    /// Strictly, as canonical JSON (A2A): an id beyond ±(2^53−1) is no id.
+    Canonical,
+    /// As MCP reads it: an id is a string or a 64-bit integer (2^60 is echoed exactly).
+    Ids64,
 }
 
 #[cfg(test)]
@@ -43,7 +67,7 @@ mod tests {
 
     fn classify(body: &str) -> Option<Value> {
         let error = canon::parse(body.as_bytes()).unwrap_err();
-        params_error(body.as_bytes(), &error, usize::MAX)
+        params_error(body.as_bytes(), &error, usize::MAX, Envelope::Canonical)
     }
 
     #[test]
@@ -63,6 +87,18 @@ mod tests {
         );
         assert_eq!(
             classify(r#"{"jsonrpc":"1.0","id":1,"params":{"x":9007199254740993}}"#),
+            None
+        );
+        // As MCP reads an envelope, an id of 64 bits is an id: the number in `params` is
+        // invalid params answered to it.
+        let body = r#"{"jsonrpc":"2.0","id":1152921504606846976,"method":"tools/call","params":{"x":18446744073709551616}}"#;
+        let error = canon::parse(b"18446744073709551616").unwrap_err();
+        assert_eq!(
+            params_error(body.as_bytes(), &error, usize::MAX, Envelope::Ids64),
+            Some(serde_json::json!(1152921504606846976_u64))
+        );
+        assert_eq!(
+            params_error(body.as_bytes(), &error, usize::MAX, Envelope::Canonical),
             None
         );
         // Other parse failures are not touched.

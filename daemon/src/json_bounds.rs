@@ -32,8 +32,8 @@ const KEY: &str = "[limits] json_values";
 pub enum McpUnparsed {
     /// Not one JSON value, a member named twice, or past `[limits] json_values`.
     Json(Unparsed),
-    /// It holds an integer literal beyond ±(2^53−1) that serde_json read as the nearest
-    /// double (`1000000000000000000001` as `1e21`): refused as the canonical parser refuses
+    /// It holds an integer literal past 64 bits that serde_json read as the nearest double
+    /// (`1000000000000000000001` as `1e21`): refused as the canonical parser refuses
     /// it, so that a rounded number is never run or taken for another call's. `params_id` is
     /// the request's id when the number lies in the `params` of one otherwise valid request
     /// (invalid params), `None` otherwise (an invalid request; a whole batch).
@@ -56,10 +56,17 @@ pub fn parse(state: &AppState, bytes: &[u8]) -> Result<Value, McpUnparsed> {
         })
         .map_err(McpUnparsed::Json)?;
     if wide {
-        if let Some(literal) = crate::json_scan::first_inexact_integer(bytes) {
+        // Only a literal past 64 bits was rounded: one within them (an id of 2^60) was read
+        // exactly, and a large float is a float; admission judges both by canonical JSON.
+        if let Some(literal) = crate::json_scan::first_wider_than_64_bits(bytes) {
             // The canonical parser's own refusal: the literal as sent, cut if long.
             if let Err(why) = canon::parse(literal) {
-                let params_id = crate::invalid_params::params_error(bytes, &why, limit);
+                let params_id = crate::invalid_params::params_error(
+                    bytes,
+                    &why,
+                    limit,
+                    crate::invalid_params::Envelope::Ids64,
+                );
                 return Err(McpUnparsed::Inexact { why, params_id });
             }
         }

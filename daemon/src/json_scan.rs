@@ -152,6 +152,22 @@ pub fn first_inexact_integer(json: &[u8]) -> Option<&[u8]> {
     None
 }
 
+/// The first integer literal in `json`, outside strings, that is no 64-bit integer (below
+/// −2^63 or above 2^64−1): the one serde_json read as the nearest double. Literals before it
+/// beyond ±(2^53−1) but within 64 bits (an MCP id of 2^60) were read exactly.
+pub fn first_wider_than_64_bits(json: &[u8]) -> Option<&[u8]> {
+    let mut at = 0;
+    while let Some(literal) = json.get(at..).and_then(first_inexact_integer) {
+        let text = std::str::from_utf8(literal).ok()?;
+        if text.parse::<i64>().is_err() && text.parse::<u64>().is_err() {
+            return Some(literal);
+        }
+        // On after this literal: where a number ends, no string has begun.
+        at = literal.as_ptr() as usize - json.as_ptr() as usize + literal.len();
+    }
+    None
+}
+
 /// `Some(found)`, if nothing but whitespace follows the object.
 fn finished<'a>(json: &[u8], at: usize, found: Option<&'a [u8]>) -> Option<Option<&'a [u8]>> {
     (skip_ws(json, at) == json.len()).then_some(found)
@@ -257,7 +273,22 @@ mod tests {
         // Not JSON: some answer, no panic.
         for junk in ["-", "--1", "1e", "\"", "[1,", "12345678901234567890x"] {
             first(junk);
+            first_wider_than_64_bits(junk.as_bytes());
         }
+        // Past 64 bits: literals within them, however wide, are passed over.
+        let wider = |text: &str| first_wider_than_64_bits(text.as_bytes()).map(|b| b.to_vec());
+        assert_eq!(
+            wider(
+                r#"{"id":1152921504606846976,"n":-9223372036854775808,"m":18446744073709551615}"#
+            ),
+            None
+        );
+        assert_eq!(
+            wider(
+                r#"{"id":1152921504606846976,"s":"18446744073709551616","x":[1e30,-9223372036854775809]}"#
+            ),
+            Some(b"-9223372036854775809".to_vec())
+        );
     }
 
     /// What `serde_json` says of member `ok`: the oracle for JSON a serializer wrote.

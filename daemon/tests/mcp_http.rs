@@ -4087,6 +4087,28 @@ async fn an_mcp_number_past_64_bits_is_refused_naming_the_64_bit_range_it_is_out
         h.rpc(&t, body).await.sse_data(),
         refusal("18446744073709551616")
     );
+    // A large float beside an id of 2^60 is a float: the id is answered, not refused as an
+    // envelope past 64 bits (the float made the parser look again, and the first literal past
+    // 2^53 it found, the id, was taken for a rounded one).
+    let call = |x: &str| {
+        format!(
+            r#"{{"jsonrpc":"2.0","id":1152921504606846976,"method":"tools/call","params":{{"name":"ailang-read","arguments":{{"path":"a.txt","x":{x}}}}}}}"#
+        )
+    };
+    // Both are invalid params answered to that id, as admission answers any number canonical
+    // JSON does not hold; nothing ran.
+    for (x, n) in [
+        ("1e19", "10000000000000000000"),
+        ("18446744073709551616", "18446744073709551616"),
+    ] {
+        assert_eq!(
+            h.rpc(&t, &call(x)).await.sse_data(),
+            format!(
+                r#"{{"jsonrpc":"2.0","id":1152921504606846976,"error":{{"code":-32602,"message":"invalid params: number {n} is outside the exact integer range of canonical JSON (±2^53−1)"}}}}"#
+            ),
+            "{x}"
+        );
+    }
     // Under 2026-07-28 the same reply, with that revision's status.
     let auth = format!("Bearer {t}");
     let r = h

@@ -306,23 +306,14 @@ impl Reply {
 }
 
 /// The first integer literal of `body` (outside strings) that is no 64-bit integer, as the
-/// canonical parser quotes it (cut when long): the one serde_json rounded to a double. Those
-/// before it beyond ±(2^53−1) (an id of 2^60, say) were read exactly, and are not the cause.
+/// canonical parser quotes it (cut when long): the one serde_json rounded to a double.
 fn wider_than_64_bits(body: &[u8]) -> Option<String> {
-    let mut rest = body;
-    while let Some(literal) = crate::json_scan::first_inexact_integer(rest) {
-        let text = std::str::from_utf8(literal).ok()?;
-        if text.parse::<i64>().is_err() && text.parse::<u64>().is_err() {
-            return Some(match broker_core::canon::parse(literal) {
-                Err(broker_core::canon::CanonError::UnsafeInteger { text }) => text,
-                _ => text.to_owned(),
-            });
-        }
-        // Go on after this literal: where a number ends, no string has begun.
-        let end = literal.as_ptr() as usize - rest.as_ptr() as usize + literal.len();
-        rest = rest.get(end..)?;
-    }
-    None
+    let literal = crate::json_scan::first_wider_than_64_bits(body)?;
+    let text = std::str::from_utf8(literal).ok()?;
+    Some(match broker_core::canon::parse(literal) {
+        Err(broker_core::canon::CanonError::UnsafeInteger { text }) => text,
+        _ => text.to_owned(),
+    })
 }
 
 /// How many messages a body that is one JSON array holds, as far as a limit goes
