@@ -29,7 +29,9 @@
 //! page at the tail of its episode, instead of one randomly placed leaf per object. Listing an
 //! episode's objects of one kind (`/v1/objects/by-semantic-id/…`) walks that episode's keys
 //! in arrival order and keeps those of the kind, so its cost follows the episode's size, not
-//! the store's.
+//! the store's; and since an episode's objects lie among every other episode's, one page
+//! examines at most [`MAX_OBJECT_SCAN`] of them, whatever it finds, and says where the next
+//! one goes on ([`ObjectPage::next`]).
 //!
 //! The tail of each episode's range is still a page of its own, so a group commit of calls
 //! from many episodes wrote one such page per call. New grants therefore wait in
@@ -69,6 +71,13 @@ pub const READERS_MERGE_AT: u64 = 4_096;
 
 /// Most log positions one `/v1/log` page examines, whatever it finds there.
 pub const MAX_LOG_SCAN: u64 = 5_000;
+
+/// Most of its own objects one page of an episode's private kind
+/// (`/v1/objects/by-semantic-id/…`) examines, whatever their kinds: without it, a page of a
+/// kind the episode holds few of read the episode's every grant, and the object of each,
+/// which lie across most of the store. A page that stops here says where to go on
+/// ([`ObjectPage::next`]).
+pub const MAX_OBJECT_SCAN: usize = 5_000;
 
 /// Who is reading.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -371,37 +380,48 @@ pub fn log_page(
     Ok(LogPage { items, next })
 }
 
+/// One page of `/v1/objects/by-semantic-id/{id}`.
+#[derive(Debug, Clone)]
+pub struct ObjectPage<'t> {
+    /// Objects of the kind the reader may read, in arrival order, at most `limit`.
+    pub items: Vec<ObjectView<'t>>,
+    /// Set only when an episode's page stopped after examining [`MAX_OBJECT_SCAN`] of its
+    /// objects, before its last one: the last object examined (of any kind), which the next
+    /// page passes as `after`. Otherwise the last item, if any, is where to go on.
+    pub next: Option<Ref>,
+}
+
 /// Up to `limit` objects with this semantic id that `reader` may read, in the order the store
 /// first stored them, after the object `after`. Public kinds (and every kind for readers that
 /// see everything) come from the semantic-id index; an episode's private kinds from its own
-/// readers keys, so the cost follows the episode's size, not the store's.
+/// readers keys, examining at most [`MAX_OBJECT_SCAN`] of them per page, so the cost of a page
+/// is bounded however few of them are of the kind.
 ///
-/// `None` when `after` is not an object of this kind that `reader` may read: another
-/// episode's object is answered exactly as an unknown ref (no existence oracle).
+/// `None` when `after` is no place in this listing: for an episode's private kinds, any object
+/// of its own (of any kind, so that a page's `next` is one); otherwise an object of this kind.
+/// Another episode's object is answered exactly as an unknown ref (no existence oracle).
 pub fn by_semantic_id<'t>(
     r: &ReadCtx<'t>,
     reader: &Reader,
     semantic_id: &str,
     after: Option<Ref>,
     limit: usize,
-) -> Result<Option<Vec<ObjectView<'t>>>, StoreError> {
+) -> Result<Option<ObjectPage<'t>>, StoreError> {
     let episode = match reader {
         Reader::Episode(e) if !is_public(semantic_id) => e,
         _ => {
             let Some(objects) = r.semantic_id_objects(semantic_id, after.as_ref())? else {
                 return Ok(None);
             };
-            return objects.take(limit).collect::<Result<_, _>>().map(Some);
+            let items = objects.take(limit).collect::<Result<_, _>>()?;
+            return Ok(Some(ObjectPage { items, next: None }));
         }
     };
     let start = match after {
         None => 0,
         Some(a) => match r.sequenced(&a)? {
-            Some((seq, o)) => match grant_of(r, episode, seq)? {
-                Some(h) if as_granted(seq, o, h)?.semantic_id == semantic_id => seq + 1,
-                _ => return Ok(None),
-            },
-            None => return Ok(None),
+            Some((seq, _)) if grant_of(r, episode, seq)?.is_some() => seq + 1,
+            _ => return Ok(None),
         },
     };
     let own = prefix(episode.as_bytes());
@@ -420,15 +440,42 @@ pub fn by_semantic_id<'t>(
             .map(|s| Ok((u64::from_be_bytes(s), header))),
         Err(e) => Some(Err(e)),
     });
-    let mut waiting = waiting_grants(r, episode, start)?.into_iter();
+    // The episode's grants waiting in `readers_tail`, read as the listing goes: a page that
+    // stops early reads no further.
+    let from = start.to_be_bytes();
+    let tail_bounds = (Bound::Included(&from[..]), Bound::Unbounded);
+    let mut waiting = READERS_TAIL
+        .range(r, &tail_bounds)?
+        .filter_map(|item| match item {
+            Ok((k, header)) => split_tail_key(k)
+                .filter(|(_, e)| *e == episode.as_bytes())
+                .map(|(seq, _)| Ok((seq, header))),
+            Err(e) => Some(Err(e)),
+        });
     // Both lists in sequence order, each sequence once.
-    let (mut a, mut b) = (merged.next().transpose()?, waiting.next());
-    let mut out = Vec::new();
-    while out.len() < limit {
+    let (mut a, mut b) = (merged.next().transpose()?, waiting.next().transpose()?);
+    let mut items = Vec::new();
+    let (mut examined, mut last) = (0, None);
+    while items.len() < limit {
+        if a.is_none() && b.is_none() {
+            break;
+        }
+        if examined >= MAX_OBJECT_SCAN {
+            // Only a grant that names no object (a damaged store: `worldd doctor` says so)
+            // leaves nothing to go on from.
+            let next = last.ok_or_else(|| {
+                StoreError::Corrupt(format!(
+                    "the read grants of episode {episode:?} from object row {start} on name no stored object"
+                ))
+            })?;
+            return Ok(Some(ObjectPage {
+                items,
+                next: Some(next),
+            }));
+        }
         let (seq, header) = match (a, b) {
-            (None, None) => break,
             (Some(x), Some(y)) if y.0 <= x.0 => {
-                b = waiting.next();
+                b = waiting.next().transpose()?;
                 if x.0 == y.0 {
                     a = merged.next().transpose()?;
                 }
@@ -439,40 +486,22 @@ pub fn by_semantic_id<'t>(
                 x
             }
             (None, Some(y)) => {
-                b = waiting.next();
+                b = waiting.next().transpose()?;
                 y
             }
+            (None, None) => break,
         };
+        examined += 1;
         // The kind the episode stored the bytes as decides, as for every read of its own.
         if let Some(o) = r.object_at(seq)? {
             let o = as_granted(seq, o, header)?;
+            last = Some(o.hash);
             if o.semantic_id == semantic_id {
-                out.push(o);
+                items.push(o);
             }
         }
     }
-    Ok(Some(out))
-}
-
-/// `episode`'s grants waiting in `readers_tail` from sequence `start` on, in order: each
-/// sequence with the grant's value.
-fn waiting_grants<'t>(
-    r: &ReadCtx<'t>,
-    episode: &str,
-    start: u64,
-) -> Result<Vec<(u64, &'t [u8])>, StoreError> {
-    let from = start.to_be_bytes();
-    let bounds = (Bound::Included(&from[..]), Bound::Unbounded);
-    let mut out = Vec::new();
-    for item in READERS_TAIL.range(r, &bounds)? {
-        let (k, header) = item?;
-        if let Some((seq, e)) = split_tail_key(k) {
-            if e == episode.as_bytes() {
-                out.push((seq, header));
-            }
-        }
-    }
-    Ok(out)
+    Ok(Some(ObjectPage { items, next: None }))
 }
 
 /// Let `episode` read these objects (each already written in this transaction or before), as
@@ -547,16 +576,20 @@ fn merge_tail(w: &mut WriteCtx<'_, '_>) -> Result<(), StoreError> {
     Ok(())
 }
 
-/// [`grant`] of objects already stored, as the kinds they were stored as.
-#[cfg(test)]
-pub(crate) fn grant_stored(
+/// [`grant`] of objects already stored, as the kinds they were stored as: for tests that
+/// build an episode's holdings without calls (thousands of them in one transaction).
+#[doc(hidden)]
+pub fn grant_stored(
     w: &mut WriteCtx<'_, '_>,
     episode: &str,
     refs: impl IntoIterator<Item = Ref>,
 ) -> Result<(), StoreError> {
     let mut objects = Vec::new();
     for r in refs {
-        let (_, o) = w.reader().sequenced(&r)?.expect("a stored object");
+        let (_, o) = w
+            .reader()
+            .sequenced(&r)?
+            .ok_or_else(|| StoreError::Corrupt(format!("no object {r} to grant")))?;
         objects.push(Object {
             hash: o.hash,
             interface_hash: o.interface_hash,
@@ -600,7 +633,9 @@ mod tests {
             let page = store
                 .read(|r| {
                     let page = by_semantic_id(r, &reader, KIND, all.last().copied(), limit)?;
-                    Ok::<_, StoreError>(page.unwrap().iter().map(|o| o.hash).collect::<Vec<_>>())
+                    let page = page.unwrap();
+                    assert_eq!(page.next, None, "fewer than the bound");
+                    Ok::<_, StoreError>(page.items.iter().map(|o| o.hash).collect::<Vec<_>>())
                 })
                 .unwrap();
             if page.is_empty() {
@@ -814,7 +849,7 @@ mod tests {
                     .read(|r| {
                         Ok::<_, StoreError>(
                             by_semantic_id(r, &reader, kind, after, 10)?
-                                .map(|page| page.iter().map(|o| o.hash).collect::<Vec<_>>()),
+                                .map(|page| page.items.iter().map(|o| o.hash).collect::<Vec<_>>()),
                         )
                     })
                     .unwrap()
@@ -826,13 +861,18 @@ mod tests {
                 "{when}"
             );
             assert_eq!(in_kind("victim", KIND, None), Some(vec![]), "{when}");
-            // A page may start after it only in the kind the episode made of it.
+            // A page of an episode's own goes on after any object of its own, whatever its
+            // kind, and finds nothing of the first writer's kind there.
             assert_eq!(
                 in_kind("mallory", KIND, Some(guess.hash)),
                 Some(vec![]),
                 "{when}"
             );
-            assert_eq!(in_kind("mallory", THEIRS, Some(guess.hash)), None, "{when}");
+            assert_eq!(
+                in_kind("mallory", THEIRS, Some(guess.hash)),
+                Some(vec![]),
+                "{when}"
+            );
         };
         check("waiting in the tail");
         assert_eq!(rows(&store, "readers_tail"), 2);
@@ -842,6 +882,34 @@ mod tests {
             .unwrap();
         assert_eq!(rows(&store, "readers_tail"), 0);
         check("merged into readers");
+    }
+
+    /// A page that examined nothing but grants naming no stored object has no object to say it
+    /// stopped at: that is a damaged store (`worldd doctor` names each such grant), not a page
+    /// that sends its client round in a circle.
+    #[test]
+    fn a_page_of_grants_naming_no_object_is_a_damaged_store() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::create(&dir.path().join("db")).unwrap();
+        let first = 1_000_000;
+        store
+            .write(move |w| {
+                for seq in first..=first + MAX_OBJECT_SCAN as u64 {
+                    READERS_TAIL.put(w, &tail_key("ep", seq), &[])?;
+                }
+                Ok::<_, StoreError>(())
+            })
+            .unwrap();
+        let reader = Reader::Episode("ep".into());
+        let err = store
+            .read(|r| by_semantic_id(r, &reader, KIND, None, 1).map(|p| p.is_some()))
+            .unwrap_err();
+        assert!(
+            err.to_string().contains(
+                "the read grants of episode \"ep\" from object row 0 on name no stored object"
+            ),
+            "{err}"
+        );
     }
 
     /// A grant's header that does not decode is a damaged store, not a silent fallback to the

@@ -583,6 +583,7 @@ fn a_migrated_store_lets_each_episode_read_its_own_calls_and_nothing_else() {
             Ok(
                 access::by_semantic_id(r, &ep("ep2"), sid::INVOCATION_INPUT, None, 100)?
                     .unwrap()
+                    .items
                     .len(),
             )
         })
@@ -660,6 +661,7 @@ fn forged_invocation_record_in_a_schema_1_store_grants_no_reads_when_migrated() 
             Ok(
                 access::by_semantic_id(r, &ep("ep2"), sid::INVOCATION_OUTPUT, None, 100)?
                     .unwrap()
+                    .items
                     .iter()
                     .map(|o| o.hash)
                     .collect::<Vec<_>>(),

@@ -361,17 +361,26 @@ async fn objects_by_semantic_id(
         None => None,
     };
     let store = state.store().clone();
-    let items = blocking(move || {
-        Ok(store.read(|rd| -> Result<Option<Vec<Value>>, StoreError> {
-            // Arrival order; `after` names the last object of the previous page, and one the
-            // reader may not read is answered as an unknown one.
-            Ok(access::by_semantic_id(rd, &reader, &id, after, limit)?
-                .map(|objects| objects.iter().map(|o| object_json(o, false)).collect()))
+    let page = blocking(move || {
+        Ok(store.read(|rd| -> Result<Option<Value>, StoreError> {
+            // Arrival order; `after` names the last object of the previous page (or its
+            // `next`), and one the reader may not read is answered as an unknown one.
+            Ok(
+                access::by_semantic_id(rd, &reader, &id, after, limit)?.map(|page| {
+                    let items: Vec<Value> =
+                        page.items.iter().map(|o| object_json(o, false)).collect();
+                    match page.next {
+                        // An episode's page that stopped at the scan bound: go on from there.
+                        Some(next) => json!({ "items": items, "next": next.to_string() }),
+                        None => json!({ "items": items }),
+                    }
+                }),
+            )
         })?)
     })
     .await?
     .ok_or_else(|| ApiError::bad_request("after: not an object with this semantic id"))?;
-    Ok(Json(json!({ "items": items })))
+    Ok(Json(page))
 }
 
 async fn log_entry(

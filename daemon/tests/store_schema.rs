@@ -191,6 +191,84 @@ fn by_semantic_id_pages_list_objects_in_the_order_they_were_stored() {
     }
 }
 
+/// An agent's page of a private kind its episode holds few of examines at most
+/// `MAX_OBJECT_SCAN` of the episode's objects (it read all of them, across most of the store,
+/// on every request), and one that stopped there before the last says where to go on: the
+/// answer's `next`, accepted as `after` from that episode and refused from another exactly as a
+/// ref the store never saw.
+#[test]
+fn an_agents_semantic_id_page_over_http_stops_at_the_scan_bound_and_names_where_to_go_on() {
+    use broker_core::object::Object;
+    const FEW: &str = "world/test-few/v1";
+    let max = broker_core::access::MAX_OBJECT_SCAN;
+    let dir = tempfile::tempdir().unwrap();
+    // ep1 holds one of the few, as many others as a page examines, and one more of the few.
+    let object = |kind: &str, i: usize| Object::new(kind, "test", format!("{kind} {i}").into());
+    let mut objects = vec![object(FEW, 0)];
+    objects.extend((0..max).map(|i| object("world/test-bulk/v1", i)));
+    objects.push(object(FEW, 1));
+    let refs: Vec<String> = objects.iter().map(|o| o.hash.to_string()).collect();
+    {
+        let store = broker_core::store::Store::create(&dir.path().join("db")).unwrap();
+        let hashes: Vec<_> = objects.iter().map(|o| o.hash).collect();
+        store
+            .write(move |w| {
+                objects.iter().try_for_each(|o| w.put_object(o))?;
+                broker_core::access::grant_stored(w, "ep1", hashes.iter().copied())
+            })
+            .unwrap();
+    }
+    let d = Daemon::start_in(dir, WS, &[]);
+    let mine = d.session("ep1", &["Workspace.Read=worktree:5"]);
+    let theirs = d.session("ep2", &["Workspace.Read=worktree:5"]);
+    let page = |token: &str, query: &str| {
+        let a = get(
+            &d.url(&format!("/v1/objects/by-semantic-id/{FEW}?{query}")),
+            Some(token),
+        );
+        let body = a.json();
+        (a.status, body)
+    };
+    let hashes = |body: &Value| -> Vec<String> {
+        body["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|o| o["hash"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    // One at a time: the first; then a page of nothing that examined the bound and names the
+    // last object it examined; from there the second; then the end.
+    let (status, first) = page(&mine, "limit=1");
+    assert_eq!(status, 200, "{first}");
+    assert_eq!(hashes(&first), [refs[0].clone()]);
+    assert_eq!(first.get("next"), None, "{first}");
+    let (status, gap) = page(&mine, &format!("limit=1&after={}", refs[0]));
+    assert_eq!(status, 200, "{gap}");
+    assert_eq!(gap, json!({"items": [], "next": refs[max]}));
+    let (_, second) = page(&mine, &format!("limit=1&after={}", refs[max]));
+    assert_eq!(hashes(&second), [refs[max + 1].clone()]);
+    assert_eq!(second.get("next"), None, "{second}");
+    let (_, end) = page(&mine, &format!("limit=1&after={}", refs[max + 1]));
+    assert_eq!(end, json!({"items": []}));
+    // A page with room for more stops at the bound as well, after what it found.
+    let (_, wide) = page(&mine, "limit=500");
+    assert_eq!(hashes(&wide), [refs[0].clone()]);
+    assert_eq!(wide["next"], refs[max - 1]);
+    let (_, rest) = page(&mine, &format!("limit=500&after={}", refs[max - 1]));
+    assert_eq!(hashes(&rest), [refs[max + 1].clone()]);
+    assert_eq!(rest.get("next"), None, "{rest}");
+    // Another episode naming ep1's `next`, or a ref never stored, is refused alike.
+    for after in [refs[max].clone(), format!("sha256:{}", "0".repeat(64))] {
+        let (status, body) = page(&theirs, &format!("after={after}"));
+        assert_eq!(status, 400, "{body}");
+        assert_eq!(
+            body,
+            json!({"error":{"class":"BadRequest","message":"after: not an object with this semantic id"}})
+        );
+    }
+}
+
 /// The journal state and task state of a call live in its invocation row and, once resolved,
 /// in the resolution of its intent: rewriting either fact where readers find it makes `why`
 /// and `doctor` fail the entry (exit 3), and putting it back makes them pass again.
