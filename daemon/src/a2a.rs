@@ -78,6 +78,40 @@ fn rpc_result(id: &Value, result: Value) -> Response {
     (StatusCode::OK, Json(body)).into_response()
 }
 
+/// Where a committed call's output goes in a task ([`committed_task`]): a string no other
+/// member of an answer holds, replaced by the output's own bytes when the answer is written.
+const OUTPUT_MARK: &str = "\u{0}world/committed-output\u{0}";
+
+/// [`rpc_result`] of a task holding [`OUTPUT_MARK`], with the committed `output` written in
+/// its place byte for byte: a serde_json value would write its numbers again in its own form
+/// (`1e+237` as `1e237`), and the data would no longer be the bytes `outputRef` names.
+fn rpc_result_verbatim(id: &Value, mut result: Value, output: &RawValue) -> Response {
+    let body = json!({"jsonrpc": "2.0", "id": id, "result": result});
+    let text = body.to_string();
+    let mark = Value::String(OUTPUT_MARK.to_owned()).to_string();
+    if text.matches(mark.as_str()).count() == 1 {
+        let text = text.replacen(mark.as_str(), output.get(), 1);
+        return (
+            StatusCode::OK,
+            [(axum::http::header::CONTENT_TYPE, "application/json")],
+            text,
+        )
+            .into_response();
+    }
+    // The mark also in a string of the caller's (its request id): the output as a value.
+    let data = serde_json::from_str(output.get()).unwrap_or(Value::Null);
+    for at in [
+        "/artifacts/0/parts/0/data",
+        "/task/artifacts/0/parts/0/data",
+    ] {
+        if let Some(slot) = result.pointer_mut(at) {
+            *slot = data;
+            break;
+        }
+    }
+    rpc_result(id, result)
+}
+
 /// An A2A-specific error (`-32001` to `-32099`) with the `google.rpc.ErrorInfo` in `data` that
 /// A2A 1.0 requires of them (9.5): `reason` names the error, `metadata` says about what.
 fn error_info(
@@ -1185,26 +1219,30 @@ fn success(
 ) -> Response {
     match committed_task(method, task_id, context_id, out, outcome) {
         // 1.0 answers a send with the task in `task` (a send may also answer a message).
-        Ok(task) if method == Method::SendMessage => rpc_result(id, json!({ "task": task })),
-        Ok(task) => rpc_result(id, task),
+        Ok((task, raw)) if method == Method::SendMessage => {
+            rpc_result_verbatim(id, json!({ "task": task }), &raw)
+        }
+        Ok((task, raw)) => rpc_result_verbatim(id, task, &raw),
         Err(why) => rpc_error(id, -32603, why),
     }
 }
 
-/// The task of a committed call in `method`'s version, its output embedded verbatim.
+/// The task of a committed call in `method`'s version, with [`OUTPUT_MARK`] where its output
+/// goes, and the output, to be written there verbatim ([`rpc_result_verbatim`]).
 fn committed_task(
     method: Method,
     task_id: &str,
     context_id: &str,
     out: &CallOutput,
     outcome: &Outcome,
-) -> Result<Value, &'static str> {
+) -> Result<(Value, Box<RawValue>), &'static str> {
     let not_an_object = "transition output is not a JSON object";
     let text = std::str::from_utf8(&out.output).map_err(|_| not_an_object)?;
-    let raw = RawValue::from_string(text.to_owned()).map_err(|_| not_an_object)?;
+    let output = RawValue::from_string(text.to_owned()).map_err(|_| not_an_object)?;
+    let raw = OUTPUT_MARK;
     let metadata = outcome::a2a_metadata(out, outcome);
     let state = task_state(method, outcome);
-    Ok(match method {
+    let task = match method {
         Method::TasksSend => json!({
             "id": task_id,
             "status": {"state": state},
@@ -1228,7 +1266,8 @@ fn committed_task(
                            "parts": [{"data": raw, "mediaType": "application/json"}]}],
             "metadata": metadata,
         }),
-    })
+    };
+    Ok((task, output))
 }
 
 fn invoke_error(id: &Value, f: InvokeFailure) -> Response {

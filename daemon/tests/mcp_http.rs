@@ -58,6 +58,17 @@ impl EffectHandler for Echo {
         if path == "break-me" {
             return HandlerOutcome::Failed("the disk is on fire".into());
         }
+        // Numbers whose canonical form serde_json writes otherwise (`1e+21` as `1e21`).
+        if path == "floats" {
+            out.insert("ok".into(), json!(true));
+            out.insert("g".into(), json!(1.4541676939305423e237));
+            out.insert("h".into(), json!(1e21));
+            out.insert("m".into(), json!(0.000001));
+            // Canonical JSON orders names by UTF-16 units: U+1F600 before U+FB01.
+            out.insert("\u{FB01}".into(), json!(1));
+            out.insert("\u{1F600}".into(), json!(2));
+            return HandlerOutcome::Ok(out);
+        }
         out.insert("ok".into(), json!(true));
         out.insert(
             "content".into(),
@@ -4216,5 +4227,68 @@ async fn malformed_posted_responses_are_400_with_a_json_rpc_error_not_202() {
         h.rpc(&t, batch).await.sse(),
         json!([{"jsonrpc": "2.0", "id": null, "error": {"code": -32600, "message":
             "invalid request: a response needs the \"id\" of the request it answers"}}])
+    );
+}
+
+/// The committed output in an A2A answer was the output read into a serde_json value and
+/// written again, so its numbers came out in serde_json's form (`1e-6` for the committed
+/// `0.000001`; before the correctly rounded parser, sometimes another double) and its names in
+/// UTF-8 order, not canonical JSON's UTF-16 order: a client hashing the data it was given did
+/// not find the `outputRef` it was told. Every answer that carries
+/// a committed output now writes its bytes as they were committed.
+#[tokio::test]
+async fn an_a2a_answer_carries_the_committed_output_byte_for_byte() {
+    let h = harness();
+    let t = h.reader();
+    let raw = |version: Option<&str>, body: Value| {
+        let auth = format!("Bearer {t}");
+        let mut hs = vec![
+            ("authorization", auth.clone()),
+            ("content-type", "application/json".to_owned()),
+        ];
+        if let Some(v) = version {
+            hs.push(("a2a-version", v.to_owned()));
+        }
+        let hs: Vec<(&str, &str)> = hs.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        let mut req = request(&hs, body.to_string());
+        *req.uri_mut() = "/a2a/".parse().unwrap();
+        req
+    };
+    let committed = r#""g":1.4541676939305423e+237,"h":1e+21,"m":0.000001,"ok":true"#;
+    let answers = [
+        (
+            None,
+            v03_send("f-1", "ailang-read", json!({"path": "floats"})),
+        ),
+        (
+            Some("1.0"),
+            v10_send("f-2", "ailang-read", json!({"path": "floats"})),
+        ),
+        (None, task_read("tasks/get", json!("f-1"))),
+        (
+            None,
+            json!({"jsonrpc": "2.0", "id": 1, "method": "tasks/send", "params": {
+            "id": "f-3", "metadata": {"skill_id": "ailang-read"},
+            "message": {"role": "user", "parts": [{"type": "data", "data": {"path": "floats"}}]}}}),
+        ),
+    ];
+    for (version, body) in answers {
+        let r = send(&h.full, raw(version, body.clone())).await;
+        assert_eq!(r.status, StatusCode::OK, "{}", r.body);
+        assert!(r.body.contains(committed), "{body}: {}", r.body);
+        let (smile, ligature) = (r.body.find('\u{1F600}'), r.body.find('\u{FB01}'));
+        assert!(smile.is_some() && smile < ligature, "{}", r.body);
+        let v: Value = serde_json::from_str(&r.body).unwrap();
+        assert!(v.get("result").is_some(), "{}", r.body);
+    }
+    // A request id holding the mark is its own string; the output is still the data.
+    let mut body = v03_send("f-4", "ailang-read", json!({"path": "floats"}));
+    body["id"] = json!("\u{0}world/committed-output\u{0}");
+    let r = send(&h.full, raw(None, body)).await;
+    let v: Value = serde_json::from_str(&r.body).unwrap();
+    assert_eq!(v["id"], "\u{0}world/committed-output\u{0}");
+    assert_eq!(
+        v["result"]["artifacts"][0]["parts"][0]["data"]["h"],
+        json!(1e21)
     );
 }

@@ -26,7 +26,9 @@ use broker_core::store::StoreError;
 use handler_api::EffectClass;
 use serde_json::{json, Value};
 
-use super::{committed_task, error_info, rpc_error_with_data, rpc_result, Method};
+use super::{
+    committed_task, error_info, rpc_error_with_data, rpc_result, rpc_result_verbatim, Method,
+};
 use crate::outcome::{self, Outcome};
 use crate::state::AppState;
 use crate::tools;
@@ -65,10 +67,10 @@ pub(super) async fn answer(
     let task = match &view {
         TaskView::Committed { output, .. } => {
             let outcome = outcome::of_output(output, class);
-            match committed_task(shape, &task_id, context_id, output, &outcome) {
-                Ok(task) => task,
-                Err(answer) => return super::rpc_error(id, -32603, answer),
-            }
+            return match committed_task(shape, &task_id, context_id, output, &outcome) {
+                Ok((task, raw)) => rpc_result_verbatim(id, task, &raw),
+                Err(answer) => super::rpc_error(id, -32603, answer),
+            };
         }
         TaskView::Running { .. } => open_task(
             shape,
