@@ -522,25 +522,6 @@ fn documented_count() -> usize {
         .expect("a number of cases")
 }
 
-/// Atomically exchange two names (RENAME_EXCHANGE), so there is never a
-/// moment without either.
-fn exchange(a: &Path, b: &Path) {
-    use std::os::unix::ffi::OsStrExt;
-    let a = std::ffi::CString::new(a.as_os_str().as_bytes()).unwrap();
-    let b = std::ffi::CString::new(b.as_os_str().as_bytes()).unwrap();
-    // SAFETY: two valid NUL-terminated paths; AT_FDCWD-relative (absolute).
-    let rc = unsafe {
-        libc::renameat2(
-            libc::AT_FDCWD,
-            a.as_ptr(),
-            libc::AT_FDCWD,
-            b.as_ptr(),
-            libc::RENAME_EXCHANGE,
-        )
-    };
-    assert_eq!(rc, 0, "renameat2: {}", std::io::Error::last_os_error());
-}
-
 #[test]
 fn racing_symlink_swaps_never_escape() {
     let f = Fixture::new();

@@ -7,31 +7,12 @@
 mod common;
 
 use std::fs;
-use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use common::*;
 use handler_kit::serde_json::json;
 use handler_kit::Outcome;
-
-/// Atomically exchange two names, so there is never a moment without either.
-fn exchange(a: &Path, b: &Path) {
-    use std::os::unix::ffi::OsStrExt;
-    let a = std::ffi::CString::new(a.as_os_str().as_bytes()).unwrap();
-    let b = std::ffi::CString::new(b.as_os_str().as_bytes()).unwrap();
-    // SAFETY: two valid NUL-terminated paths; AT_FDCWD-relative (absolute).
-    let rc = unsafe {
-        libc::renameat2(
-            libc::AT_FDCWD,
-            a.as_ptr(),
-            libc::AT_FDCWD,
-            b.as_ptr(),
-            libc::RENAME_EXCHANGE,
-        )
-    };
-    assert_eq!(rc, 0, "renameat2: {}", std::io::Error::last_os_error());
-}
 
 #[test]
 fn a_directory_swapped_with_a_symlink_mid_resolution_is_a_changed_path_never_invalid_argument() {
