@@ -77,53 +77,36 @@ fn a_torn_copy_of_a_store_is_said_damaged_with_the_way_out() {
 #[test]
 fn a_ceiling_the_host_cannot_map_is_named_with_the_way_out() {
     let dir = tempfile::tempdir().unwrap();
-    let refusal = refused_start(
-        &[
+    let refused = |ceiling: &str| {
+        let args = [
             "--db",
             "db",
             "--workspace-root",
             "wt",
             "--bind",
             "127.0.0.1:0",
-            "--store-ceiling",
-            "1000000TiB",
-        ],
-        dir.path(),
-    );
+        ];
+        let refusal = refused_start(
+            &[&args[..], &["--store-ceiling", ceiling]].concat(),
+            dir.path(),
+        );
+        assert_eq!(refusal.code, Some(2), "{}", refusal.stderr);
+        // Nothing was left behind.
+        assert!(!dir.path().join("db").exists());
+        refusal.line
+    };
+    let way_out = "cannot be reserved: Cannot allocate memory (os error 12); lower the ceiling (serve --store-ceiling, or store_ceiling in [serve] of world.toml) to what this host can map";
     assert_eq!(
-        (refusal.code, refusal.line.as_str()),
-        (
-            Some(2),
-            "worldd: daemon startup failed at store-open: the store's map of 1099511627776000000 bytes (976.6PiB, its ceiling) cannot be reserved: Cannot allocate memory (os error 12); lower the ceiling (serve --store-ceiling, or store_ceiling in [serve] of world.toml) to what this host can map"
-        ),
-        "{}",
-        refusal.stderr
+        refused("1000000TiB"),
+        format!("worldd: daemon startup failed at store-open: the store's map of 1099511627776000000 bytes (976.6PiB, its ceiling) {way_out}")
     );
-    // Nothing was left behind.
-    assert!(!dir.path().join("db").exists());
-
     // A ceiling within a page of 2^64 was rounded up to a size that is no page multiple, and
     // LMDB refused it in its own words (`map size (…) must be a multiple of the system page
     // size`); it is the largest page multiple, refused as any ceiling too large to map.
-    let refusal = refused_start(
-        &[
-            "--db",
-            "db",
-            "--workspace-root",
-            "wt",
-            "--bind",
-            "127.0.0.1:0",
-            "--store-ceiling",
-            "18446744073709551615",
-        ],
-        dir.path(),
-    );
-    assert_eq!(refusal.code, Some(2), "{}", refusal.stderr);
+    let line = refused("18446744073709551615");
     assert!(
-        refusal.line.starts_with("worldd: daemon startup failed at store-open: the store's map of 18446744073709547520 bytes (")
-            && refusal.line.ends_with(", its ceiling) cannot be reserved: Cannot allocate memory (os error 12); lower the ceiling (serve --store-ceiling, or store_ceiling in [serve] of world.toml) to what this host can map"),
-        "{}",
-        refusal.stderr
+        line.starts_with("worldd: daemon startup failed at store-open: the store's map of 18446744073709547520 bytes (")
+            && line.ends_with(&format!(", its ceiling) {way_out}")),
+        "{line}"
     );
-    assert!(!dir.path().join("db").exists());
 }
