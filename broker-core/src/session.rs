@@ -257,15 +257,20 @@ fn decode(id: &str, bytes: &[u8]) -> Result<Session, SessionError> {
         .ok_or_else(|| SessionError::Corrupt(id.to_owned()))
 }
 
-/// Parse an `Authorization` header value: exactly two space/tab separated fields, the literal
-/// `Bearer` and 64 hex digits. Returns the token text.
+/// Parse an `Authorization` header value: exactly two space/tab separated fields, the scheme
+/// `Bearer` (in any letter case, as RFC 9110 11.1 makes schemes) and 64 hex digits. Returns
+/// the token text.
 pub fn parse_authorization(header: Option<&str>) -> Result<&str, AuthError> {
     let Some(h) = header else {
         return Err(AuthError::Absent);
     };
     let mut fields = h.split([' ', '\t']).filter(|f| !f.is_empty());
     match (fields.next(), fields.next(), fields.next()) {
-        (Some("Bearer"), Some(token), None) if is_64_hex(token) => Ok(token),
+        (Some(scheme), Some(token), None)
+            if scheme.eq_ignore_ascii_case("Bearer") && is_64_hex(token) =>
+        {
+            Ok(token)
+        }
         _ => Err(AuthError::Malformed),
     }
 }
@@ -750,9 +755,16 @@ mod tests {
             parse_authorization(Some(&format!("Bearer\t {t} "))),
             Ok(t.as_str())
         );
+        // The scheme's letter case is free (RFC 9110 11.1); `bearer` was refused as malformed.
+        for scheme in ["bearer", "BEARER", "bEaReR"] {
+            assert_eq!(
+                parse_authorization(Some(&format!("{scheme} {t}"))),
+                Ok(t.as_str())
+            );
+        }
         for bad in [
             String::new(),
-            format!("bearer {t}"),
+            format!("bearers {t}"),
             format!("Bearer {t} x"),
             format!("Bearer {}", &t[1..]),
             format!("Bearer {}g", &t[1..]),

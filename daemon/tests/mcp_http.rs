@@ -445,7 +445,15 @@ async fn every_row_of_the_auth_table_is_401_with_its_text() {
         (Some("Bearer".into()), malformed),
         (Some("Bearer xyz".into()), malformed),
         (Some(format!("Basic {unknown}")), malformed),
-        (Some(format!("bearer {unknown}")), malformed),
+        // The scheme's letter case is free (RFC 9110 11.1): read on to the credential.
+        (
+            Some(format!("bearer {unknown}")),
+            "unknown session credential",
+        ),
+        (
+            Some(format!("BEARER {expired}")),
+            "session credential has expired",
+        ),
         (Some(format!("Bearer {unknown} extra")), malformed),
         (
             Some(format!("Bearer {unknown}")),
@@ -468,6 +476,17 @@ async fn every_row_of_the_auth_table_is_401_with_its_text() {
         r.assert_text(StatusCode::UNAUTHORIZED, text);
         assert_eq!(r.header("www-authenticate"), Some("Bearer"), "{auth:?}");
     }
+    // A live credential under a lower-case scheme is served (it was refused as malformed).
+    let auth = format!("bearer {}", h.reader());
+    let headers = [
+        ("content-type", "application/json"),
+        ("accept", ACCEPT_BOTH),
+        ("authorization", auth.as_str()),
+    ];
+    assert_eq!(
+        h.send(request(&headers, ping)).await.sse_data(),
+        r#"{"jsonrpc":"2.0","id":1,"result":{}}"#
+    );
 }
 
 #[tokio::test]
