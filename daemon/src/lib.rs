@@ -84,9 +84,9 @@ pub mod memory;
 pub mod metrics;
 pub mod operator_commit;
 pub mod outcome;
-pub mod plugin_image;
-pub mod plugin_log;
-mod plugin_request;
+// The paths the plugin's library image and log had before they moved under `plugins`.
+pub use plugins::image as plugin_image;
+pub use plugins::log as plugin_log;
 pub mod plugins;
 pub mod quota;
 pub mod reconcile;

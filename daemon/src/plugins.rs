@@ -10,7 +10,7 @@
 //!
 //! Provenance names the exact build that ran an effect: each library is opened once, its bytes
 //! are copied into a sealed memory file and hashed as they are copied, and the dynamic loader
-//! is handed that copy (`/proc/self/fd/N`), never the path again (`plugin_image`). Neither
+//! is handed that copy (`/proc/self/fd/N`), never the path again ([`image`]). Neither
 //! replacing the file at the path nor rewriting it in place, before or after it was loaded,
 //! can change the code that runs under the hash. Where the system has no sealed memory files
 //! (not Linux), the loader maps the hashed file itself.
@@ -33,9 +33,13 @@ use serde_json::{Map, Value};
 use crate::cli::terminal::{head, one_line};
 use crate::limits::Limits;
 use crate::metrics::Metrics;
-use crate::plugin_log::PluginLog;
 
 mod authored;
+pub mod image;
+pub mod log;
+mod request;
+
+use self::log::PluginLog;
 
 /// One line naming the file and the cause.
 #[derive(Debug, thiserror::Error)]
@@ -332,9 +336,9 @@ pub struct OpenedLibrary {
 
 impl OpenedLibrary {
     /// Open `path`, check who may write it and its size, and take its bytes as the loader will
-    /// map them ([`crate::plugin_image::of`]: a sealed copy, hashed as it is made).
+    /// map them ([`image::of`]: a sealed copy, hashed as it is made).
     pub fn open(path: &Path) -> Result<OpenedLibrary, PluginError> {
-        use crate::plugin_image::{self, ImageError};
+        use self::image::ImageError;
         let unreadable =
             |e: std::io::Error| PluginError::new(path, format!("cannot read the library: {e}"));
         let file = std::fs::File::open(path).map_err(unreadable)?;
@@ -342,7 +346,7 @@ impl OpenedLibrary {
         let meta = file.metadata().map_err(unreadable)?;
         writers::check_library(path, &meta)?;
         let too_large = |size: Option<u64>| {
-            let max = plugin_image::MAX_LIBRARY_BYTES;
+            let max = image::MAX_LIBRARY_BYTES;
             PluginError::new(
                 path,
                 match size {
@@ -351,19 +355,17 @@ impl OpenedLibrary {
                 },
             )
         };
-        if meta.len() > plugin_image::MAX_LIBRARY_BYTES {
+        if meta.len() > image::MAX_LIBRARY_BYTES {
             return Err(too_large(Some(meta.len())));
         }
         let name = path.file_name().unwrap_or_default().to_string_lossy();
-        let image = plugin_image::of(&name, file, plugin_image::MAX_LIBRARY_BYTES).map_err(
-            |e| match e {
-                ImageError::Read(e) => unreadable(e),
-                ImageError::TooLarge => too_large(None),
-                ImageError::Write(e) => {
-                    PluginError::new(path, format!("cannot copy the library into memory: {e}"))
-                }
-            },
-        )?;
+        let image = image::of(&name, file, image::MAX_LIBRARY_BYTES).map_err(|e| match e {
+            ImageError::Read(e) => unreadable(e),
+            ImageError::TooLarge => too_large(None),
+            ImageError::Write(e) => {
+                PluginError::new(path, format!("cannot copy the library into memory: {e}"))
+            }
+        })?;
         Ok(OpenedLibrary {
             path: path.to_path_buf(),
             file: image.file,
@@ -927,10 +929,7 @@ impl EffectHandler for PluginHandler {
         if self.refuse_op(req.effect, req.payload).is_some() {
             return None;
         }
-        match self
-            .handler
-            .preflight_request_json(&crate::plugin_request::write(req))
-        {
+        match self.handler.preflight_request_json(&request::write(req)) {
             Preflight::Decline(output) => Some(output),
             Preflight::Proceed => None,
         }
@@ -940,10 +939,7 @@ impl EffectHandler for PluginHandler {
         if let Some(message) = self.refuse_op(req.effect, req.payload) {
             return HandlerOutcome::Failed(message);
         }
-        match self
-            .handler
-            .execute_request_json(&crate::plugin_request::write(req))
-        {
+        match self.handler.execute_request_json(&request::write(req)) {
             Outcome::Ok { output } => HandlerOutcome::Ok(output),
             Outcome::Failed { message } => HandlerOutcome::Failed(message),
             Outcome::Indeterminate { message } => HandlerOutcome::Indeterminate(message),
