@@ -148,6 +148,48 @@ fn why_of_an_invocation_journaled_but_not_committed_says_so() {
     assert!(err.contains("not found (scanned back"), "{err}");
 }
 
+// Online, `why` of the same call said `not found (scanned back 100000 entries; raise --scan to
+// look further)`, where offline it said what the call is: the daemon is now asked.
+#[test]
+fn why_online_of_an_invocation_the_daemon_has_not_committed_says_what_it_is() {
+    use std::os::unix::fs::PermissionsExt;
+    let (dir, _db) = migrated_schema_1_store();
+    let d = Daemon::start_in(dir, &[], &[]);
+    let token = d.session("ep1", &["Workspace.Read=worktree:5"]);
+    let file = d.dir.path().join("ep1.session");
+    std::fs::write(&file, format!("{token}\n")).unwrap();
+    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let url = d.url("");
+    let url = url.trim_end_matches('/');
+    let ask = |id: &str| {
+        worldd(
+            &[
+                "why",
+                id,
+                "--addr",
+                url,
+                "--session",
+                path_str(&file),
+                "--scan",
+                "100000",
+            ],
+            None,
+        )
+    };
+    let (code, out, err) = ask("mcp:ep1:lost");
+    assert_eq!((code, out.as_str()), (1, ""));
+    assert_eq!(
+        err.lines().last(),
+        Some(format!("worldd: why: invocation mcp:ep1:lost is not committed: the daemon at {url} says it is indeterminate (pending), so no entry records it; `worldd calls get mcp:ep1:lost` says what to do").as_str())
+    );
+    let (code, _, err) = ask("mcp:ep1:never");
+    assert_eq!(code, 1);
+    assert!(
+        err.contains("not found (scanned back 100000 entries"),
+        "{err}"
+    );
+}
+
 const WARNED: &str =
     "WARN 1 indeterminate effect(s): intent journaled, no outcome; they are never retried";
 

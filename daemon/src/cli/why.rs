@@ -192,7 +192,19 @@ fn online(
         }
         _ => {}
     }
-    let mut why = result.map_err(|e| failure(e, scan))?;
+    let mut why = result.map_err(|e| match (&e, handle) {
+        // Journaled (or held) and not committed: no `--scan` finds it; the daemon says what
+        // it is, as offline the store does.
+        (VerifyError::NotFound(_), Handle::Invocation(id)) => match remote.uncommitted(id) {
+            Some((state, reason)) => Failure::usage(format!(
+                "why: invocation {id} is not committed: the daemon at {} says it is {state}{}, so no entry records it; `worldd calls get {id}` says what to do",
+                remote.base(),
+                reason.map(|r| format!(" ({r})")).unwrap_or_default()
+            )),
+            None => failure(e, scan),
+        },
+        _ => failure(e, scan),
+    })?;
     // An entry whose record the daemon answers as absent is not this session's to read
     // (another episode's call reads exactly like a missing one): not found, not broken.
     let hidden: Vec<(u64, String)> = why

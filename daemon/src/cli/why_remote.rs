@@ -109,6 +109,19 @@ impl RemoteSource {
         self.trouble.borrow().clone()
     }
 
+    /// What the daemon says of a call no entry records (`GET /v1/invocations/{id}`): its
+    /// `state` and `outcome.reason`, when it knows the call but has not committed it.
+    pub fn uncommitted(&self, invocation_id: &str) -> Option<(String, Option<String>)> {
+        let path = format!("/v1/invocations/{invocation_id}");
+        let (status, body) = self.conn.send("GET", &path, None, &[]).ok()?;
+        let v: Value = serde_json::from_slice(&body).ok()?;
+        let state = v["state"].as_str()?;
+        (status == 200 && state != "committed").then(|| {
+            let reason = v["outcome"]["reason"].as_str().map(str::to_owned);
+            (state.to_owned(), reason)
+        })
+    }
+
     /// Did the daemon answer this object as absent?
     pub fn withheld(&self, reference: &Ref) -> bool {
         self.withheld.borrow().contains(reference)
