@@ -728,7 +728,8 @@ fn a_tool_whose_access_costs_more_than_the_grants_remaining_budget_is_neither_se
     .sse_json();
     assert_eq!(
         call["error"],
-        json!({"code": -32602, "message": "unknown tool \"costly-read\""}),
+        json!({"code": -32602, "message": "unknown tool \"costly-read\"",
+               "data": {"why": "no tool of this session is named \"costly-read\"; tools/list shows this session's tools"}}),
         "{call}"
     );
     // Another episode, its budget whole, sees it.

@@ -1304,10 +1304,19 @@ async fn unknown_or_invisible_tools_and_bad_params_are_32602() {
         let r = h
             .rpc(&t, &call_body(json!(8), name, json!({"path": "a"})))
             .await;
+        // `data.why` names the nearest of this session's own tools, and never one it cannot
+        // see (`ailang-write`, `ailang-run` are another session's): a model can correct a
+        // misspelt name without learning what others hold.
+        let why = match name {
+            "ailang_dread" => format!("no tool of this session is named \\\"{name}\\\"; did you mean ailang-read? (tools/list shows this session's tools)"),
+            // A transition id for its MCP name: the name is offered.
+            "tools.echo" => format!("no tool of this session is named \\\"{name}\\\"; did you mean tools_decho? (tools/list shows this session's tools)"),
+            _ => format!("no tool of this session is named \\\"{name}\\\"; tools/list shows this session's tools"),
+        };
         assert_eq!(
             r.sse_data(),
             format!(
-                r#"{{"jsonrpc":"2.0","id":8,"error":{{"code":-32602,"message":"unknown tool \"{name}\""}}}}"#
+                r#"{{"jsonrpc":"2.0","id":8,"error":{{"code":-32602,"message":"unknown tool \"{name}\"","data":{{"why":"{why}"}}}}}}"#
             )
         );
     }
@@ -1947,7 +1956,8 @@ async fn batches_run_in_order_under_2025_03_26() {
         );
         assert_eq!(
             replies[5]["error"],
-            json!({"code": -32602, "message": "unknown tool \"ailang-write\""})
+            json!({"code": -32602, "message": "unknown tool \"ailang-write\"",
+                   "data": {"why": "no tool of this session is named \"ailang-write\"; tools/list shows this session's tools"}})
         );
     }
     // Repeated JSON-RPC ids are still separate invocations: four commits in two batches.

@@ -653,16 +653,41 @@ async fn tool_named(
     id: &Value,
     name: &str,
 ) -> Result<Result<RegistryEntry, Reply>, HostFailure> {
-    let entries = match surface(ctx).await? {
+    let mut entries = match surface(ctx).await? {
         Ok(entries) => entries,
         Err(refusal) => return Ok(Err(Reply::error(id, INTERNAL_ERROR, refusal))),
     };
     // Matching on the escaped name (not on an unescaped id) means a name that is not a valid
     // escape simply names no tool.
-    Ok(entries
-        .into_iter()
-        .find(|e| tools::escapes_to(&e.transition.id, name))
-        .ok_or_else(|| Reply::error(id, INVALID_PARAMS, format!("unknown tool {}", quote(name)))))
+    if let Some(i) = entries
+        .iter()
+        .position(|e| tools::escapes_to(&e.transition.id, name))
+    {
+        return Ok(Ok(entries.swap_remove(i)));
+    }
+    // The contract's message, and in `data` the nearest of this session's own tools (never one
+    // it cannot see), so that a model can correct a misspelt name.
+    let message = format!("unknown tool {}", quote(name));
+    let names: Vec<String> = entries
+        .iter()
+        .map(|e| tools::mcp_name(&e.transition.id))
+        .collect();
+    let why = match crate::spelling::nearest(name, names.iter().map(String::as_str), true) {
+        Some(near) => format!(
+            "no tool of this session is named {}; did you mean {near}? (tools/list shows this session's tools)",
+            quote(name)
+        ),
+        None => format!(
+            "no tool of this session is named {}; tools/list shows this session's tools",
+            quote(name)
+        ),
+    };
+    Ok(Err(Reply::error_with_data(
+        id,
+        INVALID_PARAMS,
+        message,
+        serde_json::json!({ "why": why }),
+    )))
 }
 
 /// The envelope that answers a call the host failed. The wire carries only its fixed message;
