@@ -61,6 +61,10 @@ impl Refusal {
 struct Queue {
     turn: Arc<Semaphore>,
     members: usize,
+    /// The invocation ids of the keyed calls in it (the running one included), each with how
+    /// many of its calls are here: a call that waits has nothing journaled yet, and
+    /// reconciling it must say the daemon holds it, not that it is safe to send.
+    keyed: HashMap<String, usize>,
 }
 
 /// The admission state of a daemon.
@@ -91,6 +95,7 @@ pub struct Turn {
     episodes: Arc<Mutex<HashMap<String, Queue>>>,
     episode: String,
     permit: Option<OwnedSemaphorePermit>,
+    key: Option<String>,
 }
 
 impl Drop for Turn {
@@ -101,6 +106,14 @@ impl Drop for Turn {
         drop(self.permit.take());
         if let Some(q) = episodes.get_mut(&self.episode) {
             q.members -= 1;
+            if let Some(key) = &self.key {
+                if let Some(n) = q.keyed.get_mut(key) {
+                    *n -= 1;
+                    if *n == 0 {
+                        q.keyed.remove(key);
+                    }
+                }
+            }
             if q.members == 0 {
                 episodes.remove(&self.episode);
             }
@@ -138,7 +151,19 @@ impl Admission {
         until: Instant,
         body_bytes: usize,
     ) -> Result<Ticket, Refusal> {
-        let mut turn = self.join(episode)?;
+        self.admit_keyed(episode, None, until, body_bytes).await
+    }
+
+    /// [`Admission::admit`] of a call with an invocation id its client knows (`key`): while
+    /// the call is in the queue, [`Admission::holds`] says so.
+    pub async fn admit_keyed(
+        &self,
+        episode: &str,
+        key: Option<String>,
+        until: Instant,
+        body_bytes: usize,
+    ) -> Result<Ticket, Refusal> {
+        let mut turn = self.join(episode, key)?;
         let gate = {
             let episodes = self.episodes.lock().unwrap_or_else(PoisonError::into_inner);
             // The queue exists while `turn` is in it.
@@ -172,22 +197,36 @@ impl Admission {
     }
 
     /// A place in the episode's queue, or [`Refusal::QueueFull`] at once.
-    fn join(&self, episode: &str) -> Result<Turn, Refusal> {
+    fn join(&self, episode: &str, key: Option<String>) -> Result<Turn, Refusal> {
         let mut episodes = self.episodes.lock().unwrap_or_else(PoisonError::into_inner);
         let q = episodes.entry(episode.to_owned()).or_insert_with(|| Queue {
             turn: Arc::new(Semaphore::new(1)),
             members: 0,
+            keyed: HashMap::new(),
         });
         // The running call plus the waiting ones.
         if q.members > self.limits.episode_queue {
             return Err(Refusal::QueueFull);
         }
         q.members += 1;
+        if let Some(key) = &key {
+            *q.keyed.entry(key.clone()).or_default() += 1;
+        }
         Ok(Turn {
             episodes: self.episodes.clone(),
             episode: episode.to_owned(),
             permit: None,
+            key,
         })
+    }
+
+    /// Whether a call with this invocation id is in `episode`'s queue, waiting or running
+    /// (until its episode is free of it).
+    pub fn holds(&self, episode: &str, invocation_id: &str) -> bool {
+        let episodes = self.episodes.lock().unwrap_or_else(PoisonError::into_inner);
+        episodes
+            .get(episode)
+            .is_some_and(|q| q.keyed.contains_key(invocation_id))
     }
 
     /// Calls in `episode`'s queue, the running one included.
@@ -230,6 +269,40 @@ mod tests {
         Instant::now() + Duration::from_secs(3600)
     }
 
+    /// A keyed call waiting behind its episode's running call had nothing journaled, and
+    /// reconciling it answered `not-found` ("safe to send") while it was about to run. The
+    /// queue now says which keyed calls it holds, until each leaves it.
+    #[tokio::test(start_paused = true)]
+    async fn a_keyed_call_is_held_from_the_moment_it_queues_until_it_leaves() {
+        let a = Arc::new(admission(8, 2));
+        let running = a
+            .admit_keyed("ep", Some("mcp:ep:k1".into()), far(), 0)
+            .await
+            .unwrap();
+        let waiting = tokio::spawn({
+            let a = a.clone();
+            async move {
+                a.admit_keyed("ep", Some("mcp:ep:k2".into()), far(), 0)
+                    .await
+                    .map(|_| ())
+            }
+        });
+        tokio::task::yield_now().await;
+        assert!(a.holds("ep", "mcp:ep:k1") && a.holds("ep", "mcp:ep:k2"));
+        assert!(!a.holds("ep", "mcp:ep:k3") && !a.holds("other", "mcp:ep:k2"));
+        drop(running);
+        assert!(!a.holds("ep", "mcp:ep:k1"));
+        waiting.await.unwrap().unwrap();
+        assert!(!a.holds("ep", "mcp:ep:k2"), "the ticket was dropped");
+        // Two calls under one key (a resend queued behind the first): held until both leave.
+        let one = a.join("ep", Some("k".into())).unwrap();
+        let two = a.join("ep", Some("k".into())).unwrap();
+        drop(one);
+        assert!(a.holds("ep", "k"));
+        drop(two);
+        assert!(!a.holds("ep", "k"));
+    }
+
     #[tokio::test(start_paused = true)]
     async fn a_full_episode_queue_refuses_at_once() {
         let a = Arc::new(admission(8, 2));
@@ -241,7 +314,7 @@ mod tests {
         });
         tokio::task::yield_now().await;
         assert_eq!(a.queued("ep"), 2);
-        let w2 = a.join("ep").unwrap();
+        let w2 = a.join("ep", None).unwrap();
         let before = Instant::now();
         assert_eq!(
             a.admit("ep", far(), 0).await.err(),

@@ -14,14 +14,15 @@
 //! without grants, which belong to credentials. An agent naming another episode gets one
 //! `404` whatever the name, so the answer says nothing about which episodes exist.
 //!
-//! A call is in one of four states:
+//! A call is in one of five states:
 //!
 //! | `state` | HTTP | meaning | what to do |
 //! |---|---|---|---|
 //! | `committed` | 200 | the result is in the log (`entryIndex`, `outputRef`, `worldRef`); resending the same key returns it | read it; never resend with another key |
 //! | `indeterminate` | 200 | the effect's intent is durable, its outcome is not: it may have run (`outcome.reason` `in-flight`: this daemon is still running it, and its outcome may still come) | do not retry; inspect the worktree (`in-flight`: ask again later) |
 //! | `unrecorded` | 200 | an effect ran and was recorded (`effects`), the call was not committed | do not retry; read the records |
-//! | `not-found` | 404 | nothing was journaled under this key in your episode | safe to send |
+//! | `queued` | 200 | this daemon holds the call, which waits behind its episode's running call; nothing of it is journaled yet (`outcome.reason` `in-flight`) | ask again later; do not send it again under another key |
+//! | `not-found` | 404 | nothing was journaled under this key in your episode, and this daemon holds no such call | safe to send |
 //!
 //! A committed call's task state names its entry; that entry is read, and must hold the call.
 //! When it does not (the log lost its end, perhaps grown again over the same indexes by later
@@ -211,6 +212,11 @@ async fn reconcile(
     .map_err(|e| ApiError::internal("reconcile task", e))??;
     let Some((r, outcome)) = found else {
         let id = format!("{}:{episode}:{task_id}", surface.prefix());
+        // Nothing journaled yet, but the daemon holds the call: it waits behind its episode's
+        // running call (or is being opened). Not safe to send: it is about to run.
+        if state.admission().holds(&episode, &id) {
+            return Ok(queued(surface, &id, &task_id));
+        }
         return Ok(not_found(surface, &id, &task_id, false));
     };
     Ok(Json(json!({
@@ -226,6 +232,23 @@ async fn reconcile(
         "outcome": outcome.to_json(),
     }))
     .into_response())
+}
+
+/// The `queued` answer: this daemon holds the call and has journaled nothing of it yet.
+fn queued(surface: Surface, invocation_id: &str, task_id: &str) -> Response {
+    Json(json!({
+        "state": "queued",
+        "surface": surface.prefix(),
+        "taskId": task_id,
+        "invocationId": invocation_id,
+        "skillId": null,
+        "entryIndex": null,
+        "outputRef": null,
+        "worldRef": null,
+        "effects": [],
+        "outcome": Outcome::indeterminate("in-flight").to_json(),
+    }))
+    .into_response()
 }
 
 /// 500 `Damaged`: the call's invocation row does not decode, or the entry its committed task

@@ -328,7 +328,14 @@ impl AppState {
         }
         use std::future::Future as _;
         let episode = call.session.episode.clone();
-        let mut admit = std::pin::pin!(self.inner.admission.admit(&episode, until, body_bytes));
+        let key = call
+            .task_id
+            .as_ref()
+            .map(|task| format!("{}:{episode}:{task}", call.surface.prefix()));
+        let mut admit = std::pin::pin!(self
+            .inner
+            .admission
+            .admit_keyed(&episode, key, until, body_bytes));
         let first = std::future::poll_fn(|cx| std::task::Poll::Ready(admit.as_mut().poll(cx)));
         let (admitted, waited) = match first.await {
             std::task::Poll::Ready(admitted) => (admitted, false),

@@ -4321,3 +4321,79 @@ async fn an_a2a_answer_carries_the_committed_output_byte_for_byte() {
         json!(1e21)
     );
 }
+
+/// Attack on an agent's judgement: a keyed call waiting behind its episode's running call had
+/// nothing journaled, so reconciling it answered 404 `not-found`, "safe to send", while it was
+/// about to run; an agent that then sent it again under another key ran it twice. The daemon
+/// now says it holds the call (`queued`) until the call leaves its episode's queue.
+#[tokio::test]
+async fn a_keyed_call_waiting_behind_its_episode_is_queued_not_safe_to_send() {
+    let mut h = harness();
+    let t = h.token(
+        "q",
+        &["Workspace.Write=worktree:10", "Workspace.Read=worktree:10"],
+    );
+    let router = h.router.clone();
+    let (hold_t, wait_t) = (t.clone(), t.clone());
+    let running = tokio::spawn({
+        let router = router.clone();
+        async move {
+            send(
+                &router,
+                rpc(
+                    &hold_t,
+                    None,
+                    &keyed_body(
+                        json!(1),
+                        "ailang-write",
+                        json!({"path": "a.ail", "content": "x"}),
+                        "w-run",
+                    ),
+                ),
+            )
+            .await
+        }
+    });
+    tokio::time::timeout(Duration::from_secs(30), h.entered.recv())
+        .await
+        .expect("the held write never reached its handler");
+    let waiting = tokio::spawn(async move {
+        send(
+            &router,
+            rpc(
+                &wait_t,
+                None,
+                &keyed_body(json!(2), "ailang-read", json!({"path": "a"}), "r-queued"),
+            ),
+        )
+        .await
+    });
+    call_reaches(&h, &t, "r-queued", "queued").await;
+    let (status, v) = h.get_json(&t, "/v1/calls/mcp/r-queued").await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(
+        v,
+        json!({"state": "queued", "surface": "mcp", "taskId": "r-queued",
+               "invocationId": "mcp:q:r-queued", "skillId": null, "entryIndex": null,
+               "outputRef": null, "worldRef": null, "effects": [],
+               "outcome": {"kind": "indeterminate", "reason": "in-flight", "retryable": false}})
+    );
+    let (status, by_id) = h.get_json(&t, "/v1/invocations/mcp:q:r-queued").await;
+    assert_eq!((status, by_id), (StatusCode::OK, v));
+    // A key nobody sent is still safe to send.
+    let (status, v) = h.get_json(&t, "/v1/calls/mcp/never").await;
+    assert_eq!(
+        (status, &v["state"]),
+        (StatusCode::NOT_FOUND, &json!("not-found"))
+    );
+    h.gate.release();
+    assert_eq!(
+        running.await.unwrap().sse()["result"]["structuredContent"]["ok"],
+        json!(true)
+    );
+    assert_eq!(
+        waiting.await.unwrap().sse()["result"]["structuredContent"]["ok"],
+        json!(true)
+    );
+    call_reaches(&h, &t, "r-queued", "committed").await;
+}

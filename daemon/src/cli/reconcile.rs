@@ -169,6 +169,7 @@ pub fn calls(cmd: CallsCommand) -> CliResult {
         "committed" => outln!("committed: resending the same key returns this result; nothing runs again"),
         "indeterminate" => outln!("indeterminate: the effect may have run; do not retry, inspect the worktree"),
         "unrecorded" => outln!("unrecorded: the effect ran but the call was not committed; do not retry, read the effect records"),
+        "queued" => outln!("queued: the daemon holds the call behind its episode's running one and has journaled nothing of it yet; ask again later, and do not send it under another key"),
         _ => {}
     }
     Ok(())
