@@ -21,25 +21,28 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use broker_core::broker::HandlerIdentity;
-use broker_core::coordinator::{EffectHandler, EffectRequest, HandlerOutcome, Handlers};
+use broker_core::coordinator::{EffectHandler, Handlers};
 use broker_core::object::Ref;
 use broker_core::transition::Transition;
-use handler_api::{
-    EffectClass, FinishInput, HostServices, LoadedHandler, LoadedPlugin, LogLevel, Manifest,
-    Outcome, Preflight,
-};
+use handler_api::{EffectClass, LoadedPlugin, Manifest};
 use serde_json::{Map, Value};
 
 use crate::cli::terminal::{head, one_line};
 use crate::limits::Limits;
 use crate::metrics::Metrics;
 
+mod adapter;
 mod authored;
+mod host;
 pub mod image;
 pub mod log;
 mod request;
 
-use self::log::PluginLog;
+pub(crate) use host::publisher;
+pub use host::{Publisher, PUBLISH_EFFECT};
+
+use adapter::PluginHandler;
+use host::PluginHost;
 
 /// One line naming the file and the cause.
 #[derive(Debug, thiserror::Error)]
@@ -71,12 +74,6 @@ fn shown(text: &str, max: usize) -> String {
     }
     format!("{}… ({} bytes in all)", one_line(start), text.len())
 }
-
-/// The effect whose plugin may publish transition bundles through the host.
-pub const PUBLISH_EFFECT: &str = "Registry.Publish";
-
-/// Publishes a transition bundle on behalf of a plugin; answers JSON text.
-pub type Publisher = Arc<dyn Fn(&str) -> Result<String, String> + Send + Sync>;
 
 /// What the operator chose.
 #[derive(Clone, Default)]
@@ -609,26 +606,6 @@ fn within_bounds(key: &str, value: &Value, property: &Value) -> Result<(), Strin
     Ok(())
 }
 
-/// Logs plugin messages under the plugin's name; publishes only for the plugin that handles
-/// `Registry.Publish`.
-struct PluginHost {
-    log: PluginLog,
-    publisher: Option<Publisher>,
-}
-
-impl HostServices for PluginHost {
-    fn publish(&self, bundle_json: &str) -> Result<String, String> {
-        match &self.publisher {
-            Some(p) => p(bundle_json),
-            None => Err(handler_api::NO_PUBLISH.to_string()),
-        }
-    }
-
-    fn log(&self, level: LogLevel, message: &str) {
-        self.log.log(level, message);
-    }
-}
-
 /// A constructor error starting with this means "not started", not "bad config".
 pub const DECLINED: &str = "declined: ";
 
@@ -807,19 +784,7 @@ pub fn load(opts: &PluginOptions) -> Result<PluginSet, PluginError> {
             continue;
         }
         let name = info.manifest.name.clone();
-        let publishes = info
-            .manifest
-            .effects
-            .iter()
-            .any(|e| e.name == PUBLISH_EFFECT);
-        let host = Arc::new(PluginHost {
-            log: PluginLog::new(&name, &opts.limits, opts.metrics.clone()),
-            publisher: if publishes {
-                opts.publisher.clone()
-            } else {
-                None
-            },
-        });
+        let host = Arc::new(PluginHost::new(&info.manifest, opts));
         let config = checked.config.clone();
         let started = within(deadline, &info.path, "starting", Stops::Serve, move || {
             plugin.new_handler(&config, handler_api::host_callbacks(host))
@@ -847,17 +812,7 @@ pub fn load(opts: &PluginOptions) -> Result<PluginSet, PluginError> {
                 ));
             }
         };
-        let adapter: Arc<dyn EffectHandler> = Arc::new(PluginHandler {
-            identity: info.identity(),
-            plugin: name.clone(),
-            ops: info
-                .manifest
-                .effects
-                .iter()
-                .map(|e| (e.name.clone(), e.ops.clone()))
-                .collect(),
-            handler,
-        });
+        let adapter: Arc<dyn EffectHandler> = Arc::new(PluginHandler::new(&info, handler));
         for e in &info.manifest.effects {
             classes.insert(e.name.clone(), e.class);
             handlers
@@ -881,82 +836,6 @@ pub fn load(opts: &PluginOptions) -> Result<PluginSet, PluginError> {
         unselected,
         classes,
     })
-}
-
-/// A plugin's handler as broker-core sees it.
-struct PluginHandler {
-    identity: HandlerIdentity,
-    /// The plugin's manifest name, for messages.
-    plugin: String,
-    /// Each effect's op allowlist, from the manifest.
-    ops: HashMap<String, Vec<String>>,
-    handler: LoadedHandler,
-}
-
-impl PluginHandler {
-    /// The manifest's op allowlist, enforced before the plugin runs: a payload whose `op` is
-    /// not one of the effect's `ops` (or that has an `op` where the effect declares none) is a
-    /// failed effect, and the plugin is never called.
-    fn refuse_op(&self, effect: &str, payload: &Map<String, Value>) -> Option<String> {
-        let allowed = self.ops.get(effect).map(Vec::as_slice).unwrap_or_default();
-        let why = match (payload.get("op"), allowed.is_empty()) {
-            (None, true) => return None,
-            (Some(Value::String(op)), false) if allowed.iter().any(|a| a == op) => return None,
-            (Some(Value::String(op)), false) => format!(
-                "refuses op {}: not in the op allowlist of plugin {}'s manifest ({})",
-                dialect::quote::quote(op),
-                self.plugin,
-                allowed.join(", ")
-            ),
-            (Some(_), true) => format!(
-                "refuses the payload key \"op\": plugin {}'s manifest declares no ops for it",
-                self.plugin
-            ),
-            (None, false) => "refused: payload has no \"op\"".to_string(),
-            (Some(_), false) => "refused: payload key \"op\" must be a string".to_string(),
-        };
-        Some(format!("broker: {effect} {why}"))
-    }
-}
-
-impl EffectHandler for PluginHandler {
-    fn identity(&self) -> HandlerIdentity {
-        self.identity.clone()
-    }
-
-    fn preflight(&self, req: &EffectRequest<'_>) -> Option<Map<String, Value>> {
-        // An op outside the allowlist never reaches the plugin, not even its preflight.
-        if self.refuse_op(req.effect, req.payload).is_some() {
-            return None;
-        }
-        match self.handler.preflight_request_json(&request::write(req)) {
-            Preflight::Decline(output) => Some(output),
-            Preflight::Proceed => None,
-        }
-    }
-
-    fn execute(&self, req: &EffectRequest<'_>) -> HandlerOutcome {
-        if let Some(message) = self.refuse_op(req.effect, req.payload) {
-            return HandlerOutcome::Failed(message);
-        }
-        match self.handler.execute_request_json(&request::write(req)) {
-            Outcome::Ok { output } => HandlerOutcome::Ok(output),
-            Outcome::Failed { message } => HandlerOutcome::Failed(message),
-            Outcome::Indeterminate { message } => HandlerOutcome::Indeterminate(message),
-        }
-    }
-
-    fn finish(&self, name: &str, input: &Value) -> Result<Map<String, Value>, String> {
-        let input = FinishInput {
-            args: input.get("args").cloned().unwrap_or(Value::Null),
-            output: input
-                .get("output")
-                .and_then(Value::as_object)
-                .cloned()
-                .unwrap_or_default(),
-        };
-        self.handler.finish(name, &input)
-    }
 }
 
 /// The text of `worldd handlers`: every library, its effects and tools, or why it would not

@@ -11,7 +11,6 @@ use broker_core::registry;
 use broker_core::store::{Store, StoreOptions};
 use clap::Args;
 use serde::Deserialize;
-use serde_json::Value;
 
 use super::plugin_config::{self, DeprecatedFlags, Override};
 use super::{CliResult, Failure};
@@ -604,7 +603,7 @@ fn load_plugins(
         std::path::absolute(db.join("plugin-state")).unwrap_or_else(|_| db.join("plugin-state"));
     opts.state_root = Some(state_root);
     let served = Arc::new(OnceLock::new());
-    opts.publisher = Some(publisher(store.clone(), served.clone()));
+    opts.publisher = Some(plugins::publisher(store.clone(), served.clone()));
     let set = plugins::load(opts).map_err(|e| startup("plugins", e))?;
     warn_when_nothing_serves(&opts.dir, &set);
     let _ = served.set(
@@ -880,69 +879,6 @@ fn refuse_store_inside_workspace(db: &std::path::Path, root: &std::path::Path) -
         ));
     }
     Ok(())
-}
-
-/// Publishing for the plugin that handles `Registry.Publish`: validate a bundle
-/// (`{"transitions":[…]}`), publish it as a new registry revision, and say which tools need
-/// an effect no loaded plugin serves (they are listed, and refused by R8 when called).
-fn publisher(store: Store, served: Arc<OnceLock<BTreeSet<String>>>) -> plugins::Publisher {
-    Arc::new(move |bundle: &str| {
-        let v = broker_core::canon::parse(bundle.as_bytes())
-            .map_err(|e| format!("bundle is not JSON: {e}"))?;
-        let docs = v
-            .get("transitions")
-            .and_then(Value::as_array)
-            .filter(|a| !a.is_empty())
-            .ok_or_else(|| {
-                "bundle must be {\"transitions\":[…]} with at least one document".to_string()
-            })?;
-        let mut transitions = Vec::with_capacity(docs.len());
-        for (i, d) in docs.iter().enumerate() {
-            let t = broker_core::transition::Transition::from_value(d.clone())
-                .map_err(|e| format!("transitions[{i}]: {e}"))?;
-            let name = crate::tools::mcp_name(&t.id);
-            if name.len() > crate::tools::MAX_MCP_NAME {
-                return Err(format!(
-                    "transitions[{i}]: tool {:?} has an MCP name of {} bytes; the limit is {}",
-                    t.id,
-                    name.len(),
-                    crate::tools::MAX_MCP_NAME
-                ));
-            }
-            transitions.push(t);
-        }
-        let empty = BTreeSet::new();
-        let effects = served.get().unwrap_or(&empty);
-        let unserved: Vec<String> = transitions
-            .iter()
-            .filter(|t| {
-                t.declared_effects
-                    .iter()
-                    .any(|e| !effects.contains(&e.effect))
-            })
-            .map(|t| t.id.clone())
-            .collect();
-        let ids: Vec<String> = transitions.iter().map(|t| t.id.clone()).collect();
-        let published = registry::publish(
-            &store,
-            registry::DEFAULT_REGISTRY,
-            transitions,
-            "worldd:registry-publish",
-        )
-        .map_err(|e| match e {
-            // The bundle is what is too large: a refusal the agent reads, like the validator's.
-            registry::RegistryError::TooLarge { .. } => e.to_string(),
-            other => format!("publishing failed: {other}"),
-        })?;
-        Ok(serde_json::json!({
-            "registry": published.reference,
-            "revision": published.revision,
-            "changed": published.changed,
-            "published": ids,
-            "unserved": unserved,
-        })
-        .to_string())
-    })
 }
 
 /// Hold an exclusive, non-blocking `flock` on the workspace root directory for the daemon's

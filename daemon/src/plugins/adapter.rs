@@ -1,0 +1,104 @@
+//! A plugin's handler as broker-core sees it (`EffectHandler`): the manifest's op allowlist
+//! enforced before the plugin runs, and each request written as the plugin reads it
+//! (`request`).
+
+use std::collections::HashMap;
+
+use broker_core::broker::HandlerIdentity;
+use broker_core::coordinator::{EffectHandler, EffectRequest, HandlerOutcome};
+use handler_api::{FinishInput, LoadedHandler, Outcome, Preflight};
+use serde_json::{Map, Value};
+
+use super::request;
+use super::PluginInfo;
+
+/// A plugin's handler as broker-core sees it.
+pub(super) struct PluginHandler {
+    identity: HandlerIdentity,
+    /// The plugin's manifest name, for messages.
+    plugin: String,
+    /// Each effect's op allowlist, from the manifest.
+    ops: HashMap<String, Vec<String>>,
+    handler: LoadedHandler,
+}
+
+impl PluginHandler {
+    /// The handler the plugin `info` describes built, with its identity and op allowlists.
+    pub(super) fn new(info: &PluginInfo, handler: LoadedHandler) -> PluginHandler {
+        PluginHandler {
+            identity: info.identity(),
+            plugin: info.manifest.name.clone(),
+            ops: info
+                .manifest
+                .effects
+                .iter()
+                .map(|e| (e.name.clone(), e.ops.clone()))
+                .collect(),
+            handler,
+        }
+    }
+
+    /// The manifest's op allowlist, enforced before the plugin runs: a payload whose `op` is
+    /// not one of the effect's `ops` (or that has an `op` where the effect declares none) is a
+    /// failed effect, and the plugin is never called.
+    fn refuse_op(&self, effect: &str, payload: &Map<String, Value>) -> Option<String> {
+        let allowed = self.ops.get(effect).map(Vec::as_slice).unwrap_or_default();
+        let why = match (payload.get("op"), allowed.is_empty()) {
+            (None, true) => return None,
+            (Some(Value::String(op)), false) if allowed.iter().any(|a| a == op) => return None,
+            (Some(Value::String(op)), false) => format!(
+                "refuses op {}: not in the op allowlist of plugin {}'s manifest ({})",
+                dialect::quote::quote(op),
+                self.plugin,
+                allowed.join(", ")
+            ),
+            (Some(_), true) => format!(
+                "refuses the payload key \"op\": plugin {}'s manifest declares no ops for it",
+                self.plugin
+            ),
+            (None, false) => "refused: payload has no \"op\"".to_string(),
+            (Some(_), false) => "refused: payload key \"op\" must be a string".to_string(),
+        };
+        Some(format!("broker: {effect} {why}"))
+    }
+}
+
+impl EffectHandler for PluginHandler {
+    fn identity(&self) -> HandlerIdentity {
+        self.identity.clone()
+    }
+
+    fn preflight(&self, req: &EffectRequest<'_>) -> Option<Map<String, Value>> {
+        // An op outside the allowlist never reaches the plugin, not even its preflight.
+        if self.refuse_op(req.effect, req.payload).is_some() {
+            return None;
+        }
+        match self.handler.preflight_request_json(&request::write(req)) {
+            Preflight::Decline(output) => Some(output),
+            Preflight::Proceed => None,
+        }
+    }
+
+    fn execute(&self, req: &EffectRequest<'_>) -> HandlerOutcome {
+        if let Some(message) = self.refuse_op(req.effect, req.payload) {
+            return HandlerOutcome::Failed(message);
+        }
+        match self.handler.execute_request_json(&request::write(req)) {
+            Outcome::Ok { output } => HandlerOutcome::Ok(output),
+            Outcome::Failed { message } => HandlerOutcome::Failed(message),
+            Outcome::Indeterminate { message } => HandlerOutcome::Indeterminate(message),
+        }
+    }
+
+    fn finish(&self, name: &str, input: &Value) -> Result<Map<String, Value>, String> {
+        let input = FinishInput {
+            args: input.get("args").cloned().unwrap_or(Value::Null),
+            output: input
+                .get("output")
+                .and_then(Value::as_object)
+                .cloned()
+                .unwrap_or_default(),
+        };
+        self.handler.finish(name, &input)
+    }
+}
