@@ -436,7 +436,7 @@ mod tests {
         let a = admission(2, 8);
         let busy = a.admit("loop", far(), 0).await.unwrap();
         // The looping episode's next call waits for its turn, holding no slot.
-        let queued = a.join("loop").unwrap();
+        let queued = a.join("loop", None).unwrap();
         assert_eq!(a.free_slots(), 1);
         // So another episode still gets a slot at once.
         let other = a.admit("other", far(), 0).await.unwrap();
