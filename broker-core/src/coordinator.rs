@@ -402,10 +402,6 @@ impl Coordinator {
         self.known.held_by(episode)
     }
 
-    /// True while a call with this surface and task id runs in the episode (an overrunning
-    /// handler included) and its outcome is not yet durable: a resend would be refused
-    /// [`CallError::TaskIdReused`]. A late handler's outcome is journaled just before its mark
-    /// is released; in between, the store's answer is the one a resend gets (as in `open`).
     /// The tool and input of the call running now under this surface and task id, if any.
     /// A resend that finds another tool or other arguments here is a reused key, not a wait
     /// for the same call, even before the running call's first row is written.
@@ -415,7 +411,7 @@ impl Coordinator {
         episode: &str,
         task_id: &str,
     ) -> Option<Attempt> {
-        let id = format!("{}:{episode}:{task_id}", surface.prefix());
+        let id = surface.invocation_id(episode, task_id);
         self.in_flight
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
@@ -423,8 +419,12 @@ impl Coordinator {
             .cloned()
     }
 
+    /// True while a call with this surface and task id runs in the episode (an overrunning
+    /// handler included) and its outcome is not yet durable: a resend would be refused
+    /// [`CallError::TaskIdReused`]. A late handler's outcome is journaled just before its mark
+    /// is released; in between, the store's answer is the one a resend gets (as in `open`).
     pub fn in_flight(&self, surface: Surface, episode: &str, task_id: &str) -> bool {
-        let id = format!("{}:{episode}:{task_id}", surface.prefix());
+        let id = surface.invocation_id(episode, task_id);
         let marked = self
             .in_flight
             .lock()
@@ -433,7 +433,7 @@ impl Coordinator {
         if !marked {
             return false;
         }
-        let task = format!("{}:{task_id}", surface.prefix());
+        let task = surface.task_key(task_id);
         !matches!(
             self.store.read(|r| task::get(r, episode, &task)),
             Ok(Some(state)) if state.phase != TaskPhase::Pending
@@ -539,8 +539,8 @@ impl Coordinator {
         task_id: &str,
     ) -> Result<Option<Reconciliation>, CallError> {
         let episode = &session.episode;
-        let key = format!("{}:{task_id}", surface.prefix());
-        let invocation_id = format!("{}:{episode}:{task_id}", surface.prefix());
+        let key = surface.task_key(task_id);
+        let invocation_id = surface.invocation_id(episode, task_id);
         // The task state alone answers: its phase is written in the same transactions as the
         // call's journal records (pending with the intent; committed or unrecorded with the
         // outcome), so one read of it is consistent; the journal's own receipt is what
@@ -787,9 +787,9 @@ impl Coordinator {
                 input.payload.len()
             )));
         }
-        let invocation_id = format!("{}:{episode}:{task}", call.surface.prefix());
+        let invocation_id = call.surface.invocation_id(episode, &task);
         // Task ids are per surface: an A2A task id and an MCP key never collide.
-        let task = format!("{}:{task}", call.surface.prefix());
+        let task = call.surface.task_key(&task);
         Ok(Prepared {
             call,
             invocation_id,

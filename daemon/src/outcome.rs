@@ -58,7 +58,8 @@ impl Kind {
 }
 
 /// Every `reason` this module can produce (documented in `docs/agents.md`).
-pub const REASONS: &[&str] = &[
+#[cfg(test)]
+const REASONS: &[&str] = &[
     "plan",
     "policy",
     "capacity",
@@ -85,7 +86,7 @@ pub const REASONS: &[&str] = &[
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Outcome {
     pub kind: Kind,
-    /// One of [`REASONS`]; `None` only for `ok`.
+    /// Its reason (the list in `docs/agents.md`); `None` only for `ok`.
     pub reason: Option<&'static str>,
     pub retryable: bool,
     /// Units left on the denied grant, for `denied:budget`.
@@ -107,7 +108,6 @@ impl Outcome {
         Outcome::new(Kind::Indeterminate, reason, false)
     }
 
-    /// Nothing ran: every callback slot was busy.
     /// This daemon cannot run the tool (no handler, no world); nothing ran.
     pub fn unavailable() -> Outcome {
         Outcome::new(Kind::Refused, "unavailable", false)
@@ -221,7 +221,7 @@ pub async fn reuse(
     }
     let store = state.store().clone();
     let episode = session.episode.clone();
-    let task_key = format!("{}:{key}", surface.prefix());
+    let task_key = surface.task_key(key);
     let stored = crate::durable_answers::spawn_read(move || {
         store.read(|r| task::get(r, &episode, &task_key))
     })
@@ -335,9 +335,6 @@ impl Serialize for Effect<'_> {
         m.end()
     }
 }
-
-/// The prefix of every `_meta` key this daemon writes or reads on MCP.
-pub const MCP_META_PREFIX: &str = "world/";
 
 /// The `metadata` of an A2A task: the contract's `invocation_id`, `world_ref` and
 /// `entry_index`, plus `output_ref`, `replayed`, `effects` and `outcome`.

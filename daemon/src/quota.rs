@@ -42,6 +42,7 @@ impl<K: Eq + Hash + Clone> Quota<K> {
     }
 
     /// Keys holding something now.
+    #[cfg(test)]
     pub fn holders(&self) -> usize {
         self.held.lock().map_or(0, |m| m.len())
     }

@@ -166,7 +166,7 @@ async fn reconcile(
     let t = task_id.clone();
     let found = crate::durable_answers::spawn_read(move || -> Result<_, ApiError> {
         let coordinator = s.coordinator();
-        let id = format!("{}:{}:{t}", surface.prefix(), session.episode);
+        let id = surface.invocation_id(&session.episode, &t);
         let Some(r) = coordinator
             .reconcile(&session, surface, &t)
             .map_err(|e| match e {
@@ -211,7 +211,7 @@ async fn reconcile(
     .await
     .map_err(|e| ApiError::internal("reconcile task", e))??;
     let Some((r, outcome)) = found else {
-        let id = format!("{}:{episode}:{task_id}", surface.prefix());
+        let id = surface.invocation_id(&episode, &task_id);
         // Nothing journaled yet, but the daemon holds the call: it waits behind its episode's
         // running call (or is being opened). Not safe to send: it is about to run.
         if state.admission().holds(&episode, &id) {

@@ -194,12 +194,12 @@ impl AppState {
         &self.inner.server
     }
 
-    /// Request bodies, read within the shared budget ([`crate::edge::body`]).
     /// The turns of each client's REST reads.
     pub fn turns(&self) -> &crate::edge::turns::Turns {
         &self.inner.turns
     }
 
+    /// Request bodies, read within the shared budget ([`crate::edge::body`]).
     pub fn bodies(&self) -> &Bodies {
         &self.inner.bodies
     }
@@ -331,7 +331,7 @@ impl AppState {
         let key = call
             .task_id
             .as_ref()
-            .map(|task| format!("{}:{episode}:{task}", call.surface.prefix()));
+            .map(|task| call.surface.invocation_id(&episode, task));
         let mut admit = std::pin::pin!(self
             .inner
             .admission

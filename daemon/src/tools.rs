@@ -1,5 +1,6 @@
-//! The tool surface a session sees, shared by MCP `tools/list`, the A2A agent card and
-//! admission: the same function, rebuilt for every request from the session's grants.
+//! The tool surface a session sees, shared by MCP `tools/list` and `tools/call` and by the A2A
+//! agent card and sends: the same function, rebuilt for every request from the session's
+//! grants (the coordinator checks the grants again when it opens a call).
 
 use broker_core::registry::RegistryEntry;
 use broker_core::session::Session;

@@ -30,6 +30,18 @@ impl Surface {
         }
     }
 
+    /// `<surface>:<episode>:<task>`: the invocation id of the call with task id `task`
+    /// ([`crate::task::split_invocation_id`] reads it back).
+    pub fn invocation_id(self, episode: &str, task: &str) -> String {
+        format!("{}:{episode}:{task}", self.prefix())
+    }
+
+    /// `<surface>:<task>`: where the task is kept in its episode's tasks (task ids are per
+    /// surface: an A2A task id and an MCP key never collide).
+    pub fn task_key(self, task: &str) -> String {
+        format!("{}:{task}", self.prefix())
+    }
+
     /// `coordinator:a2a` for both surfaces, as seed 004 says: the invocation id tells them
     /// apart.
     pub fn written_by(self) -> &'static str {

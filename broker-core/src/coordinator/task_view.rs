@@ -57,7 +57,7 @@ impl Coordinator {
         task_id: &str,
     ) -> Result<Option<TaskView>, CallError> {
         let episode = &session.episode;
-        let key = format!("{}:{task_id}", surface.prefix());
+        let key = surface.task_key(task_id);
         let running = self.running_attempt(surface, episode, task_id);
         let stored = self.store.read(|r| task::get(r, episode, &key))?;
         Ok(match (stored, running) {

@@ -725,7 +725,7 @@ fn host_failure(episode: &str, tool: &str, id: &Value, failure: InvokeFailure) -
             HostFailure::Canceled,
             "the invocation task was canceled or panicked".to_owned(),
         ),
-        // Answered before this (`call_tool`); never a host failure in fact.
+        // Answered before this (`tools_call`); never a host failure in fact.
         InvokeFailure::Revoked => (HostFailure::Failed, REVOKED_WHILE_WAITING.to_owned()),
     };
     match host {
@@ -804,7 +804,10 @@ async fn keyed_error(
         _ => Map::new(),
     };
     data.insert("idempotencyKey".into(), json!(key));
-    data.insert("invocationId".into(), json!(format!("mcp:{episode}:{key}")));
+    data.insert(
+        "invocationId".into(),
+        json!(Surface::Mcp.invocation_id(episode, key)),
+    );
     if let Some(r) = records {
         data.insert("records".into(), r);
     }
