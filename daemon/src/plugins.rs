@@ -18,13 +18,11 @@
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::Duration;
 
-use broker_core::broker::HandlerIdentity;
 use broker_core::coordinator::{EffectHandler, Handlers};
 use broker_core::object::Ref;
 use broker_core::transition::Transition;
-use handler_api::{EffectClass, LoadedPlugin, Manifest};
+use handler_api::{EffectClass, Manifest};
 use serde_json::{Map, Value};
 
 use crate::cli::terminal::{head, one_line};
@@ -33,15 +31,23 @@ use crate::metrics::Metrics;
 
 mod adapter;
 mod authored;
+mod deadline;
 mod host;
 pub mod image;
+mod library;
 pub mod log;
 mod request;
+mod scan;
+pub(crate) mod writers;
 
+pub use deadline::{exit, Stops};
 pub(crate) use host::publisher;
 pub use host::{Publisher, PUBLISH_EFFECT};
+pub use library::OpenedLibrary;
+pub use scan::{default_dir, scan, PluginInfo, Scanned};
 
 use adapter::PluginHandler;
+use deadline::within;
 use host::PluginHost;
 
 /// One line naming the file and the cause.
@@ -132,33 +138,6 @@ pub fn effective_config(opts: &PluginOptions, manifest: &Manifest) -> Value {
     config
 }
 
-/// A library that loaded and described itself.
-#[derive(Debug, Clone)]
-pub struct PluginInfo {
-    pub path: PathBuf,
-    /// sha256 of the library bytes that were loaded: provenance names the exact handler build.
-    pub file_ref: Ref,
-    pub manifest: Manifest,
-}
-
-impl PluginInfo {
-    /// The identity every effect record this plugin runs carries.
-    pub fn identity(&self) -> HandlerIdentity {
-        HandlerIdentity {
-            plugin: self.manifest.name.clone(),
-            version: self.manifest.version.clone(),
-            library: self.file_ref,
-        }
-    }
-}
-
-/// The result of scanning one library.
-#[derive(Debug)]
-pub enum Scanned {
-    Plugin(PluginInfo, LoadedPlugin),
-    Broken(PluginError),
-}
-
 /// The loaded set: handlers by effect, the transitions they ship, and the classes of effects.
 pub struct PluginSet {
     pub handlers: Handlers,
@@ -199,294 +178,6 @@ impl PluginSet {
             names.join(", ")
         ))
     }
-}
-
-/// The default plugin directory: the one holding the running executable.
-pub fn default_dir() -> PathBuf {
-    std::env::current_exe()
-        .ok()
-        .and_then(|p| p.parent().map(Path::to_path_buf))
-        .unwrap_or_else(|| PathBuf::from("."))
-}
-
-/// A library by its file name's ending, read as bytes: a name that is not UTF-8 is a library
-/// all the same, not one skipped without a word.
-fn is_library(path: &Path) -> bool {
-    use std::os::unix::ffi::OsStrExt;
-    let name = path.file_name().map(OsStrExt::as_bytes).unwrap_or_default();
-    path.is_file() && (name.ends_with(b".so") || name.ends_with(b".dylib"))
-}
-
-/// What stops when a plugin's code outlasts `[limits] plugin_start_ms`, said in the error: the
-/// daemon's start (`serve`), or the listing (`worldd handlers`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Stops {
-    Serve,
-    Handlers,
-}
-
-impl Stops {
-    fn consequence(self) -> &'static str {
-        match self {
-            Stops::Serve => "the daemon does not start beside a plugin that hangs",
-            Stops::Handlers => "worldd handlers stops at a plugin that hangs, and worldd serve would not start beside it; remove it from the plugin directory, or raise the limit if it is only slow",
-        }
-    }
-}
-
-/// Load every library in `dir`, in file-name order. A library whose loading (its initialisers
-/// and manifest) outlasts `deadline` stops the scan: its code is still running in this process.
-pub fn scan(dir: &Path, deadline: Duration, stops: Stops) -> Result<Vec<Scanned>, PluginError> {
-    let unreadable =
-        |e: std::io::Error| PluginError::new(dir, format!("cannot read the plugin directory: {e}"));
-    writers::check_dir(dir, &std::fs::metadata(dir).map_err(unreadable)?)?;
-    let entries = std::fs::read_dir(dir).map_err(unreadable)?;
-    let mut paths: Vec<PathBuf> = entries
-        .filter_map(|e| e.ok().map(|e| e.path()))
-        .filter(|p| is_library(p))
-        .collect();
-    paths.sort();
-    paths
-        .into_iter()
-        .map(|p| within(deadline, &p.clone(), "loading", stops, move || scan_one(&p)))
-        .collect()
-}
-
-/// Set once a plugin's code was left running past its deadline (see [`exit`]).
-static ABANDONED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
-
-/// Run `work` (a plugin's code) on a thread of its own, and wait for it until `deadline`.
-/// Past it, the plugin is still running `what`: the start is given up (the process exits,
-/// through [`exit`], and the thread with it).
-fn within<T: Send + 'static>(
-    deadline: Duration,
-    path: &Path,
-    what: &str,
-    stops: Stops,
-    work: impl FnOnce() -> T + Send + 'static,
-) -> Result<T, PluginError> {
-    let (tx, rx) = std::sync::mpsc::sync_channel(1);
-    std::thread::Builder::new()
-        .name("worldd-plugin-start".into())
-        .spawn(move || {
-            let _ = tx.send(work());
-        })
-        .map_err(|e| PluginError::new(path, format!("could not start a thread to load it: {e}")))?;
-    rx.recv_timeout(deadline).map_err(|_| {
-        ABANDONED.store(true, std::sync::atomic::Ordering::SeqCst);
-        PluginError::new(
-            path,
-            format!(
-                "still {what} after {} ms ([limits] plugin_start_ms); {}",
-                deadline.as_millis(),
-                stops.consequence()
-            ),
-        )
-    })
-}
-
-/// End the process with `code`. Normally `std::process::exit`; but once a plugin's code was
-/// left running past its deadline ([`within`]), stdout and stderr are flushed and the process
-/// ends with `_exit`, running no exit handlers. The abandoned thread may be inside `dlopen`
-/// (a library initialiser that hangs), holding the dynamic loader's lock: `exit` runs the
-/// loader's destructors (`_dl_fini`), which wait for that lock, and the process would never
-/// end. Nothing the daemon keeps needs an exit handler: the store is committed as it goes.
-pub fn exit(code: i32) -> ! {
-    if ABANDONED.load(std::sync::atomic::Ordering::SeqCst) {
-        use std::io::Write;
-        let _ = std::io::stdout().flush();
-        let _ = std::io::stderr().flush();
-        // SAFETY: `_exit` has no preconditions; it ends the process without returning and
-        // without running the exit handlers another thread might be blocking.
-        unsafe { libc::_exit(code) }
-    }
-    std::process::exit(code)
-}
-
-fn scan_one(path: &Path) -> Scanned {
-    let (file_ref, plugin) = match load_hashed(path) {
-        Ok(loaded) => loaded,
-        Err(e) => return Scanned::Broken(e),
-    };
-    let manifest = match plugin.manifest() {
-        Ok(m) => m,
-        Err(e) => return Scanned::Broken(PluginError::new(path, e)),
-    };
-    Scanned::Plugin(
-        PluginInfo {
-            path: path.to_path_buf(),
-            file_ref,
-            manifest,
-        },
-        plugin,
-    )
-}
-
-/// A plugin library opened and hashed, not loaded yet: [`OpenedLibrary::load`] loads exactly
-/// the bytes that were hashed.
-pub struct OpenedLibrary {
-    path: PathBuf,
-    /// The sealed copy of the library's bytes, or (without one) the library's own open file.
-    file: std::fs::File,
-    file_ref: Ref,
-}
-
-impl OpenedLibrary {
-    /// Open `path`, check who may write it and its size, and take its bytes as the loader will
-    /// map them ([`image::of`]: a sealed copy, hashed as it is made).
-    pub fn open(path: &Path) -> Result<OpenedLibrary, PluginError> {
-        use self::image::ImageError;
-        let unreadable =
-            |e: std::io::Error| PluginError::new(path, format!("cannot read the library: {e}"));
-        let file = std::fs::File::open(path).map_err(unreadable)?;
-        // Of the open descriptor: the inode that is copied or loaded.
-        let meta = file.metadata().map_err(unreadable)?;
-        writers::check_library(path, &meta)?;
-        let too_large = |size: Option<u64>| {
-            let max = image::MAX_LIBRARY_BYTES;
-            PluginError::new(
-                path,
-                match size {
-                    Some(bytes) => format!("not a worldd plugin: the file is {bytes} bytes, more than the {max} a plugin library may be"),
-                    None => format!("not a worldd plugin: the file grew past the {max} bytes a plugin library may be while it was read"),
-                },
-            )
-        };
-        if meta.len() > image::MAX_LIBRARY_BYTES {
-            return Err(too_large(Some(meta.len())));
-        }
-        let name = path.file_name().unwrap_or_default().to_string_lossy();
-        let image = image::of(&name, file, image::MAX_LIBRARY_BYTES).map_err(|e| match e {
-            ImageError::Read(e) => unreadable(e),
-            ImageError::TooLarge => too_large(None),
-            ImageError::Write(e) => {
-                PluginError::new(path, format!("cannot copy the library into memory: {e}"))
-            }
-        })?;
-        Ok(OpenedLibrary {
-            path: path.to_path_buf(),
-            file: image.file,
-            file_ref: image.file_ref,
-        })
-    }
-
-    /// The sha256 of the bytes read.
-    pub fn file_ref(&self) -> Ref {
-        self.file_ref
-    }
-
-    /// Load the bytes that were hashed.
-    ///
-    /// On Linux the loader opens `/proc/self/fd/N` of the sealed copy (or of the hashed file),
-    /// so the code mapped is what was read, whatever happens to the path meanwhile. The
-    /// descriptor is then kept open for the life of the process: plugins are never unloaded, a
-    /// plugin that looks up its own file (`dladdr`, e.g. for its `tool` ref) is told that path,
-    /// and the loader must never see one `/proc/self/fd/N` name stand for two files. Elsewhere
-    /// the path is loaded after hashing (there is no equivalent of `/proc/self/fd`).
-    pub fn load(self) -> Result<(Ref, LoadedPlugin), PluginError> {
-        #[cfg(target_os = "linux")]
-        let load_from = {
-            use std::os::fd::AsRawFd;
-            PathBuf::from(format!("/proc/self/fd/{}", self.file.as_raw_fd()))
-        };
-        #[cfg(not(target_os = "linux"))]
-        let load_from = self.path.clone();
-        let loaded = LoadedPlugin::load(&load_from);
-        // Kept open until the process exits, loaded or not: the loader knows a library it
-        // mapped by this `/proc/self/fd/N` name (even one refused after mapping, whose code
-        // stays mapped), and would hand that library back for a later file opened under a
-        // reused N.
-        std::mem::forget(self.file);
-        match loaded {
-            Ok(plugin) => Ok((self.file_ref, plugin)),
-            Err(e) => {
-                tracing::debug!(path = %self.path.display(), "plugin load detail: {}", e.detail());
-                Err(PluginError::new(&self.path, e.summary()))
-            }
-        }
-    }
-}
-
-/// Who may write what the daemon loads. Loading a library runs its code inside the daemon,
-/// beside the store and every credential, so a library another user could have written is
-/// refused, and so is a directory where anyone could put or swap one: every user may write the
-/// library, or it belongs to a user other than this process's and root; every user may write
-/// the directory and it is not sticky (in a sticky one, such as `/tmp`, a library planted by
-/// someone else is refused as theirs).
-///
-/// The rules themselves ([`writers::another_could_write`], [`writers::anyone_could_swap`]) are
-/// the crate's: `serve` and the store's verbs judge the store, its plugin state and the
-/// workspace root by them too.
-pub(crate) mod writers {
-    use std::os::unix::fs::MetadataExt;
-    use std::path::Path;
-
-    use super::PluginError;
-
-    /// Why another user than this process's (and root) could have written a file or directory.
-    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-    pub(crate) enum OtherWriter {
-        /// Every user may write it (`mode` has `o+w`).
-        Everyone { mode: u32 },
-        /// It belongs to `uid`, neither this process's user (`me`) nor root.
-        Owner { uid: u32, me: u32 },
-    }
-
-    /// The library rule: every user may write it, or it belongs to a user other than this
-    /// process's and root. A group's write is the owner's grant, and allowed.
-    pub(crate) fn another_could_write(meta: &std::fs::Metadata) -> Option<OtherWriter> {
-        let mode = meta.mode() & 0o7777;
-        if mode & 0o002 != 0 {
-            return Some(OtherWriter::Everyone { mode });
-        }
-        // SAFETY: geteuid has no preconditions and cannot fail.
-        let me = unsafe { libc::geteuid() };
-        if meta.uid() != me && meta.uid() != 0 {
-            return Some(OtherWriter::Owner {
-                uid: meta.uid(),
-                me,
-            });
-        }
-        None
-    }
-
-    /// The plugin-directory rule: every user may write the directory and it is not sticky, so
-    /// anyone could swap an entry in it. Its mode then.
-    pub(crate) fn anyone_could_swap(meta: &std::fs::Metadata) -> Option<u32> {
-        let mode = meta.mode() & 0o7777;
-        (mode & 0o002 != 0 && mode & 0o1000 == 0).then_some(mode)
-    }
-
-    pub(super) fn check_library(path: &Path, meta: &std::fs::Metadata) -> Result<(), PluginError> {
-        match another_could_write(meta) {
-            None => Ok(()),
-            Some(OtherWriter::Everyone { mode }) => Err(PluginError::new(
-                path,
-                format!("refusing to load a library every user may write (mode {mode:04o}); `chmod o-w` it"),
-            )),
-            Some(OtherWriter::Owner { uid, me }) => Err(PluginError::new(
-                path,
-                format!(
-                    "refusing to load a library owned by uid {uid}, neither this process's user (uid {me}) nor root"
-                ),
-            )),
-        }
-    }
-
-    pub(super) fn check_dir(dir: &Path, meta: &std::fs::Metadata) -> Result<(), PluginError> {
-        match anyone_could_swap(meta) {
-            None => Ok(()),
-            Some(mode) => Err(PluginError::new(
-                dir,
-                format!("refusing a plugin directory every user may write, without the sticky bit (mode {mode:04o}): anyone could swap a library in it; `chmod o-w` it"),
-            )),
-        }
-    }
-}
-
-/// Open `path`, hash the bytes read from the open file, and load that same file.
-fn load_hashed(path: &Path) -> Result<(Ref, LoadedPlugin), PluginError> {
-    OpenedLibrary::open(path)?.load()
 }
 
 /// Check the operator's config object against the top level of the plugin's schema (unknown
@@ -1172,41 +863,6 @@ mod tests {
         assert_eq!(
             check_selected(&opts, &[], &[]).unwrap_err().to_string(),
             "plugin /plugins: --handler notes: no plugin of that name here (found: none)"
-        );
-    }
-
-    #[test]
-    fn plugin_code_past_the_start_deadline_is_given_up_and_named() {
-        let path = Path::new("/plugins/libhang.so");
-        let done = within(
-            Duration::from_millis(500),
-            path,
-            "loading",
-            Stops::Serve,
-            || 7,
-        );
-        assert_eq!(done.unwrap(), 7);
-        let hung = within(
-            Duration::from_millis(20),
-            path,
-            "loading",
-            Stops::Serve,
-            || std::thread::sleep(Duration::from_secs(5)),
-        );
-        assert_eq!(
-            hung.unwrap_err().to_string(),
-            "plugin /plugins/libhang.so: still loading after 20 ms ([limits] plugin_start_ms); the daemon does not start beside a plugin that hangs"
-        );
-        let listing = within(
-            Duration::from_millis(20),
-            path,
-            "loading",
-            Stops::Handlers,
-            || std::thread::sleep(Duration::from_secs(5)),
-        );
-        assert_eq!(
-            listing.unwrap_err().to_string(),
-            "plugin /plugins/libhang.so: still loading after 20 ms ([limits] plugin_start_ms); worldd handlers stops at a plugin that hangs, and worldd serve would not start beside it; remove it from the plugin directory, or raise the limit if it is only slow"
         );
     }
 

@@ -10,7 +10,7 @@ use handler_api::{FinishInput, LoadedHandler, Outcome, Preflight};
 use serde_json::{Map, Value};
 
 use super::request;
-use super::PluginInfo;
+use super::scan::PluginInfo;
 
 /// A plugin's handler as broker-core sees it.
 pub(super) struct PluginHandler {

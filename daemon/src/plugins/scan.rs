@@ -1,0 +1,93 @@
+//! Finding the plugin libraries in the plugin directory and asking each what it is: every
+//! library is loaded (`library`) and describes itself in its manifest, or is named broken.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use broker_core::broker::HandlerIdentity;
+use broker_core::object::Ref;
+use handler_api::{LoadedPlugin, Manifest};
+
+use super::deadline::{within, Stops};
+use super::library::load_hashed;
+use super::{writers, PluginError};
+
+/// A library that loaded and described itself.
+#[derive(Debug, Clone)]
+pub struct PluginInfo {
+    pub path: PathBuf,
+    /// sha256 of the library bytes that were loaded: provenance names the exact handler build.
+    pub file_ref: Ref,
+    pub manifest: Manifest,
+}
+
+impl PluginInfo {
+    /// The identity every effect record this plugin runs carries.
+    pub fn identity(&self) -> HandlerIdentity {
+        HandlerIdentity {
+            plugin: self.manifest.name.clone(),
+            version: self.manifest.version.clone(),
+            library: self.file_ref,
+        }
+    }
+}
+
+/// The result of scanning one library.
+#[derive(Debug)]
+pub enum Scanned {
+    Plugin(PluginInfo, LoadedPlugin),
+    Broken(PluginError),
+}
+
+/// The default plugin directory: the one holding the running executable.
+pub fn default_dir() -> PathBuf {
+    std::env::current_exe()
+        .ok()
+        .and_then(|p| p.parent().map(Path::to_path_buf))
+        .unwrap_or_else(|| PathBuf::from("."))
+}
+
+/// A library by its file name's ending, read as bytes: a name that is not UTF-8 is a library
+/// all the same, not one skipped without a word.
+fn is_library(path: &Path) -> bool {
+    use std::os::unix::ffi::OsStrExt;
+    let name = path.file_name().map(OsStrExt::as_bytes).unwrap_or_default();
+    path.is_file() && (name.ends_with(b".so") || name.ends_with(b".dylib"))
+}
+
+/// Load every library in `dir`, in file-name order. A library whose loading (its initialisers
+/// and manifest) outlasts `deadline` stops the scan: its code is still running in this process.
+pub fn scan(dir: &Path, deadline: Duration, stops: Stops) -> Result<Vec<Scanned>, PluginError> {
+    let unreadable =
+        |e: std::io::Error| PluginError::new(dir, format!("cannot read the plugin directory: {e}"));
+    writers::check_dir(dir, &std::fs::metadata(dir).map_err(unreadable)?)?;
+    let entries = std::fs::read_dir(dir).map_err(unreadable)?;
+    let mut paths: Vec<PathBuf> = entries
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| is_library(p))
+        .collect();
+    paths.sort();
+    paths
+        .into_iter()
+        .map(|p| within(deadline, &p.clone(), "loading", stops, move || scan_one(&p)))
+        .collect()
+}
+
+fn scan_one(path: &Path) -> Scanned {
+    let (file_ref, plugin) = match load_hashed(path) {
+        Ok(loaded) => loaded,
+        Err(e) => return Scanned::Broken(e),
+    };
+    let manifest = match plugin.manifest() {
+        Ok(m) => m,
+        Err(e) => return Scanned::Broken(PluginError::new(path, e)),
+    };
+    Scanned::Plugin(
+        PluginInfo {
+            path: path.to_path_buf(),
+            file_ref,
+            manifest,
+        },
+        plugin,
+    )
+}
