@@ -210,6 +210,22 @@ pub fn of_type(t: &str, value: &Value) -> bool {
     }
 }
 
+/// A number against its property's `minimum` and `maximum`, so that `worldd handlers` names an
+/// out-of-range value before `serve` would stop on it.
+pub fn within_bounds(key: &str, value: &Value, property: &Value) -> Result<(), String> {
+    let Some(n) = value.as_f64() else {
+        return Ok(());
+    };
+    let bound = |name: &str| property.get(name).filter(|b| b.is_number());
+    if let Some(min) = bound("minimum").filter(|m| m.as_f64().is_some_and(|m| n < m)) {
+        return Err(format!("config key {key:?} must be at least {min}"));
+    }
+    if let Some(max) = bound("maximum").filter(|m| m.as_f64().is_some_and(|m| n > m)) {
+        return Err(format!("config key {key:?} must be at most {max}"));
+    }
+    Ok(())
+}
+
 /// Top-level keywords the daemon checks the operator's table with.
 const TOP_CHECKED: [&str; 3] = ["type", "properties", "additionalProperties"];
 /// Keywords of one key the daemon checks its value with.
@@ -312,7 +328,7 @@ fn check_key(key: &str, path: &str, p: &Value, depth: usize) -> Result<(), Strin
             .into_iter()
             .filter_map(|b| Some((b.to_owned(), p.get(b)?.clone())))
             .collect();
-        super::within_bounds(key, d, &Value::Object(bounds)).map_err(|e| {
+        within_bounds(key, d, &Value::Object(bounds)).map_err(|e| {
             format!(
                 "{at}its default {d} {}",
                 e.strip_prefix(&prefix).unwrap_or(&e)
@@ -342,4 +358,29 @@ fn near(word: &str, words: &[&str]) -> String {
     crate::spelling::nearest(word, words.iter().copied(), false)
         .map(|w| format!("; did you mean {w}?"))
         .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_hostile_schema_nested_far_past_the_bound_is_refused_without_recursing_into_it() {
+        // Far deeper than any JSON text the daemon parses could nest: built here, not parsed.
+        // (Not with `json!`, which would serialise each level again.)
+        let wrap =
+            |key: &str, inner: Value| Value::Object(Map::from_iter([(key.to_owned(), inner)]));
+        let deep = (0..100_000).fold(Value::Object(Map::new()), |s, _| wrap("items", s));
+        let schema = wrap("properties", wrap("k", deep));
+        let problem = check_schema(&schema);
+        // Dropping it would recurse as deep as it nests.
+        std::mem::forget(schema);
+        assert_eq!(
+            problem,
+            Err(format!(
+                r#"key "k"{}: schemas nested more than 8 deep; the daemon's config check reads no deeper"#,
+                ".items".repeat(9)
+            ))
+        );
+    }
 }

@@ -1,0 +1,428 @@
+//! What is checked of one plugin at load, before any of its code beyond the manifest runs, and
+//! what `worldd handlers` reports: what its author declared (`authored`), set against the
+//! plugins before it (names, tool ids, claimed effects) and against the operator's config.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+
+use broker_core::object::Ref;
+use broker_core::transition::Transition;
+use serde_json::Value;
+
+use super::config::{check_config, effective_config};
+use super::scan::PluginInfo;
+use super::{authored, PluginError, PluginOptions};
+
+fn shipped_transitions(info: &PluginInfo) -> Result<Vec<Transition>, PluginError> {
+    info.manifest
+        .transitions
+        .iter()
+        .map(|doc| {
+            Transition::from_value(doc.clone())
+                .map_err(|e| PluginError::new(&info.path, format!("shipped transition: {e}")))
+        })
+        .collect()
+}
+
+/// What the plugins checked before one hold, for the checks across plugins: their names and
+/// tool ids (every plugin's), and the effects the selected ones claim.
+#[derive(Debug, Default)]
+pub struct Seen {
+    names: HashMap<String, (PathBuf, Ref)>,
+    tools: HashMap<String, (String, PathBuf)>,
+    claimed: HashMap<String, PathBuf>,
+}
+
+/// What `serve` checks of one plugin before it runs any of the plugin's code beyond the
+/// manifest, and what `worldd handlers` reports: its name is a plugin name no plugin before it
+/// carries; the transitions it ships are valid documents, whose ids no plugin before it ships,
+/// naming only effects it declares, with payload ops they accept; and, when it is selected, its
+/// config schema is one the daemon can read, its effective config passes the top level of that
+/// schema, and no plugin selected before it claims one of its effects. `seen` collects what the
+/// plugins hold, in scan order. (The plugin's constructor then validates its config fully and
+/// may decline; only `serve` runs it.)
+pub fn check(
+    info: &PluginInfo,
+    opts: &PluginOptions,
+    seen: &mut Seen,
+) -> Result<Checked, PluginError> {
+    let fail = |cause: String| PluginError::new(&info.path, cause);
+    let name = &info.manifest.name;
+    authored::check_name(name).map_err(fail)?;
+    authored::check_manifest(&info.manifest).map_err(fail)?;
+    // A name is what the operator selects and configures a plugin by: two plugins under one
+    // name would both be selected and configured, and could not be told apart in the log.
+    if let Some((other, library)) = seen.names.get(name) {
+        return Err(fail(if *library == info.file_ref {
+            format!(
+                "this is the same library as {} (both {library}), under another file name: remove one",
+                other.display()
+            )
+        } else {
+            format!(
+                "plugin name {name} is also the name of {}: --handler {name} and [plugins.{name}] would select and configure both; remove one, or give one another name",
+                other.display()
+            )
+        }));
+    }
+    seen.names
+        .insert(name.clone(), (info.path.clone(), info.file_ref));
+    let transitions = shipped_transitions(info)?;
+    // All found plugins' tools are published together, selected or not.
+    for t in &transitions {
+        if let Some((plugin, other)) = seen.tools.get(&t.id) {
+            return Err(fail(if other == &info.path {
+                format!("ships transition {} twice", dialect::quote::quote(&t.id))
+            } else {
+                format!(
+                    "shipped transition {} is also shipped by plugin {plugin} ({}): tool ids are one namespace; one of the two must go",
+                    dialect::quote::quote(&t.id),
+                    other.display()
+                )
+            }));
+        }
+        seen.tools
+            .insert(t.id.clone(), (name.clone(), info.path.clone()));
+    }
+    for (doc, t) in info.manifest.transitions.iter().zip(&transitions) {
+        authored::check_transition(&info.manifest, doc, t).map_err(fail)?;
+    }
+    let config = effective_config(opts, &info.manifest);
+    let selected = opts.is_selected(name);
+    if selected {
+        authored::check_schema(&info.manifest.config_schema)
+            .map_err(|e| fail(format!("configSchema of plugin {name}: {e}")))?;
+        check_config(&info.manifest.config_schema, &config)
+            .map_err(|e| fail(format!("[plugins.{name}]: {e}")))?;
+        for e in &info.manifest.effects {
+            if let Some(other) = seen.claimed.get(&e.name) {
+                return Err(fail(format!(
+                    "effect {} is already claimed by {}",
+                    e.name,
+                    other.display()
+                )));
+            }
+        }
+        for e in &info.manifest.effects {
+            seen.claimed.insert(e.name.clone(), info.path.clone());
+        }
+    }
+    Ok(Checked {
+        config,
+        transitions,
+        selected,
+    })
+}
+
+/// One plugin that passed [`check`].
+#[derive(Debug)]
+pub struct Checked {
+    /// Its effective config.
+    pub config: Value,
+    /// The transitions it ships, validated.
+    pub transitions: Vec<Transition>,
+    /// Whether it is enabled here (`--handler`).
+    pub selected: bool,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A plugin as the scan finds it: `name`, effect `Notes.Append` (op `append`), the tool
+    /// `notes-append`, and the schema `{"type":"object"}`; `change` edits the manifest's JSON.
+    fn plugin(file: &str, name: &str, change: impl FnOnce(&mut Value)) -> PluginInfo {
+        let mut manifest = serde_json::json!({
+            "name": name, "version": "0.1.0", "abi": handler_api::ABI_VERSION,
+            "effects": [{"name": "Notes.Append", "class": "write", "ops": ["append"]}],
+            "transitions": [{
+                "id": "notes-append", "title": "t", "description": "d",
+                "inputSchema": {"type": "object", "additionalProperties": false},
+                "outputSchema": {"type": "object"},
+                "access": {"effect": "Notes.Append", "scope": "any", "cost": 0},
+                "declaredEffects": [{"effect": "Notes.Append", "scope": "any", "cost": 1}],
+                "plan": {"language": "world/plan-language/v1",
+                         "effect": {"effect": "Notes.Append", "scope": "any", "cost": 1},
+                         "payload": {"fields": {"op": {"const": "append"}}}}
+            }],
+            "configSchema": {"type": "object"}
+        });
+        change(&mut manifest);
+        PluginInfo {
+            path: PathBuf::from(format!("/plugins/{file}")),
+            file_ref: Ref::of(file.as_bytes()),
+            manifest: serde_json::from_value(manifest).unwrap(),
+        }
+    }
+
+    /// The problem `check` finds in `infos`, checked in order, or "" when there is none.
+    fn problem(infos: &[PluginInfo]) -> String {
+        let opts = PluginOptions::default();
+        let mut seen = Seen::default();
+        for info in infos {
+            if let Err(e) = check(info, &opts, &mut seen) {
+                return e.to_string();
+            }
+        }
+        String::new()
+    }
+
+    fn one(change: impl FnOnce(&mut Value)) -> String {
+        problem(&[plugin("libnotes.so", "notes", change)])
+    }
+    #[test]
+    fn the_fixture_plugin_of_these_tests_passes_every_check() {
+        assert_eq!(one(|_| {}), "");
+    }
+
+    #[test]
+    fn a_shipped_tool_naming_an_effect_its_plugin_does_not_declare_is_refused_at_load() {
+        let delete = |m: &mut Value| {
+            let doc = serde_json::to_string(&m["transitions"][0]).unwrap();
+            let doc = doc
+                .replace("Notes.Append", "Notes.Delete")
+                .replace("notes-append", "notes-delete");
+            m["transitions"][0] = serde_json::from_str(&doc).unwrap();
+        };
+        assert_eq!(
+            one(delete),
+            r#"plugin /plugins/libnotes.so: shipped transition "notes-delete" names effect Notes.Delete, which plugin notes does not declare (it declares Notes.Append)"#
+        );
+    }
+
+    #[test]
+    fn a_payload_op_constant_outside_the_effects_allowlist_is_refused_at_load() {
+        let op = |value: Value| {
+            move |m: &mut Value| {
+                m["transitions"][0]["plan"]["payload"]["fields"]["op"]["const"] = value
+            }
+        };
+        assert_eq!(
+            one(op("apend".into())),
+            r#"plugin /plugins/libnotes.so: shipped transition "notes-append" sends Notes.Append the op "apend", which is not in its op allowlist (append): the daemon would refuse every call"#
+        );
+        assert!(one(op(7.into())).ends_with("sends Notes.Append the op 7, which is not a string: the daemon would refuse every call"));
+        let no_ops = |m: &mut Value| m["effects"][0]["ops"] = serde_json::json!([]);
+        assert!(one(no_ops).ends_with(r#"sends Notes.Append the op "append", but plugin notes declares no ops for it: the daemon would refuse every call"#));
+        let no_op = |m: &mut Value| m["transitions"][0]["plan"]["payload"] = serde_json::json!({});
+        assert!(one(no_op).ends_with(r#"sends Notes.Append a payload without "op", but it accepts only the ops append: the daemon would refuse every call"#));
+        // An op from an argument is the agent's: checked on each call, not at load.
+        let from_argument = |m: &mut Value| {
+            m["transitions"][0]["plan"]["arguments"] =
+                serde_json::json!([{"name": "op", "type": "string", "default": "x"}]);
+            m["transitions"][0]["plan"]["payload"] = serde_json::json!({"arguments": "all"});
+            m["transitions"][0]["inputSchema"]["properties"] =
+                serde_json::json!({"op": {"type": "string"}});
+        };
+        assert_eq!(one(from_argument), "");
+    }
+
+    #[test]
+    fn a_config_schema_the_daemon_would_misread_is_refused_at_load() {
+        let schema = |s: Value| move |m: &mut Value| m["configSchema"] = s;
+        let at = "plugin /plugins/libnotes.so: configSchema of plugin notes: ";
+        for (s, problem) in [
+            (
+                serde_json::json!({"type": "object", "properties": {"maxLineBytes": {"type": "integer", "default": "4096"}}}),
+                r#"key "maxLineBytes": its default "4096" is not of its type integer"#,
+            ),
+            (
+                serde_json::json!({"type": "object", "properties": {"maxLineBytes": {"type": "integr"}}}),
+                r#"key "maxLineBytes": type "integr" is not one the daemon knows (string, integer, number, boolean, array, object); did you mean integer?"#,
+            ),
+            (
+                serde_json::json!({"type": "object", "additionalPropertes": false}),
+                r#"keyword "additionalPropertes" is not one the daemon's config check knows; did you mean additionalProperties? (known here: type, properties, additionalProperties, $schema, title, description, default, examples)"#,
+            ),
+            (
+                serde_json::json!({"properties": {"n": {"type": "integer", "maximum": 10, "default": 11}}}),
+                r#"key "n": its default 11 must be at most 10"#,
+            ),
+            (
+                serde_json::json!({"properties": {"n": {"type": "integer", "minimum": "1"}}}),
+                r#"key "n": "minimum" must be a number"#,
+            ),
+            (
+                serde_json::json!({"additionalProperties": {"type": "string"}}),
+                r#""additionalProperties" is {"type":"string"}; the daemon reads only true or false"#,
+            ),
+        ] {
+            assert_eq!(one(schema(s)), format!("{at}{problem}"));
+        }
+    }
+    #[test]
+    fn a_manifest_name_no_operator_could_type_is_refused_at_load() {
+        for bad in [
+            "My Notes!",
+            "",
+            "notes.v2",
+            "-notes",
+            "Notes",
+            &"n".repeat(65),
+        ] {
+            assert_eq!(
+                problem(&[plugin("libnotes.so", bad, |_| {})]),
+                format!(
+                    "plugin /plugins/libnotes.so: manifest name {} is not a plugin name: it must match ^[a-z0-9][a-z0-9-]{{0,63}}$ (operators type it in --handler NAME and [plugins.NAME])",
+                    dialect::quote::quote(bad)
+                )
+            );
+        }
+        assert_eq!(problem(&[plugin("libnotes.so", "notes-2", |_| {})]), "");
+    }
+
+    #[test]
+    fn two_plugins_of_one_name_are_refused_naming_both_files() {
+        let other_tool = |m: &mut Value| {
+            let doc = serde_json::to_string(&m["transitions"][0]).unwrap();
+            m["transitions"][0] =
+                serde_json::from_str(&doc.replace("notes-append", "notes-other")).unwrap();
+            m["effects"][0]["name"] = "Notes.Other".into();
+            let doc = serde_json::to_string(&m["transitions"][0]).unwrap();
+            m["transitions"][0] =
+                serde_json::from_str(&doc.replace("Notes.Append", "Notes.Other")).unwrap();
+        };
+        assert_eq!(
+            problem(&[plugin("liba.so", "notes", |_| {}), plugin("libb.so", "notes", other_tool)]),
+            "plugin /plugins/libb.so: plugin name notes is also the name of /plugins/liba.so: --handler notes and [plugins.notes] would select and configure both; remove one, or give one another name"
+        );
+        // The same bytes under two file names: one library, twice.
+        let mut twice = plugin("liba.so", "notes", |_| {});
+        twice.path = PathBuf::from("/plugins/libcopy.so");
+        assert_eq!(
+            problem(&[plugin("liba.so", "notes", |_| {}), twice]),
+            format!(
+                "plugin /plugins/libcopy.so: this is the same library as /plugins/liba.so (both {}), under another file name: remove one",
+                Ref::of(b"liba.so")
+            )
+        );
+    }
+
+    #[test]
+    fn one_tool_id_shipped_by_two_plugins_is_refused_naming_both_files() {
+        let other_effect = |m: &mut Value| {
+            m["effects"][0]["name"] = "Other.Append".into();
+            let doc = serde_json::to_string(&m["transitions"][0]).unwrap();
+            m["transitions"][0] =
+                serde_json::from_str(&doc.replace("Notes.Append", "Other.Append")).unwrap();
+        };
+        assert_eq!(
+            problem(&[
+                plugin("liba.so", "notes", |_| {}),
+                plugin("libb.so", "other", other_effect)
+            ]),
+            r#"plugin /plugins/libb.so: shipped transition "notes-append" is also shipped by plugin notes (/plugins/liba.so): tool ids are one namespace; one of the two must go"#
+        );
+        let twice = |m: &mut Value| {
+            let t = m["transitions"][0].clone();
+            m["transitions"].as_array_mut().unwrap().push(t);
+        };
+        assert_eq!(
+            one(twice),
+            r#"plugin /plugins/libnotes.so: ships transition "notes-append" twice"#
+        );
+    }
+    #[test]
+    fn a_tool_id_too_long_for_an_mcp_name_is_refused_at_load_not_on_every_tools_list() {
+        // 63 bytes with one `.` (two bytes in an MCP name): 64, the most; then 65.
+        let id = |tail: &str| format!("notes.{}{tail}", "a".repeat(57));
+        let rename = |to: String| {
+            move |m: &mut Value| {
+                let doc = serde_json::to_string(&m["transitions"][0]).unwrap();
+                m["transitions"][0] =
+                    serde_json::from_str(&doc.replace("notes-append", &to)).unwrap();
+            }
+        };
+        assert_eq!(one(rename(id(""))), "");
+        assert_eq!(
+            one(rename(id("b"))),
+            format!(
+                r#"plugin /plugins/libnotes.so: shipped transition "{}" has an MCP name of 65 bytes (notes_d{}b); the limit is 64: every session granted its access effect would be refused its tool list; give it a shorter id"#,
+                id("b"),
+                "a".repeat(57)
+            )
+        );
+    }
+
+    #[test]
+    fn a_plugin_declaring_the_daemons_reserved_world_commit_effect_is_refused_at_load() {
+        let world = |effect: &'static str| {
+            move |m: &mut Value| {
+                let doc = serde_json::to_string(&m).unwrap();
+                *m = serde_json::from_str(&doc.replace("Notes.Append", effect)).unwrap();
+            }
+        };
+        for effect in ["World.Commit", "World.Anything", "world.Commit"] {
+            assert_eq!(
+                one(world(effect)),
+                format!("plugin /plugins/libnotes.so: plugin notes declares the effect {effect}, in the namespace World, which the daemon reserves for its own effects (a World.Commit=log:N grant pays for operator commits): name it under your plugin's own namespace")
+            );
+        }
+        assert_eq!(one(world("Worldly.Commit")), "");
+    }
+
+    #[test]
+    fn an_effect_declared_twice_in_one_manifest_is_refused_as_such_not_as_claimed_by_itself() {
+        let twice = |m: &mut Value| {
+            let e = m["effects"][0].clone();
+            m["effects"].as_array_mut().unwrap().push(e);
+        };
+        assert_eq!(
+            one(twice),
+            "plugin /plugins/libnotes.so: plugin notes declares the effect Notes.Append twice: declare each effect once"
+        );
+    }
+
+    #[test]
+    fn a_manifest_that_lies_about_its_abi_or_carries_unbounded_or_unprintable_fields_is_refused() {
+        let set = |key: &'static str, v: Value| move |m: &mut Value| m[key] = v;
+        let at = "plugin /plugins/libnotes.so: ";
+        assert_eq!(
+            one(set("abi", 99.into())),
+            format!("{at}plugin notes's manifest says abi 99, but its library answers abi_version() {}: the manifest must name the ABI it was built for (handler-api's export_plugin! sets it)", handler_api::ABI_VERSION)
+        );
+        let version = |v: &str| {
+            format!("{at}plugin notes's version {v} is not a version: it must be 1 to 64 bytes of letters, digits and . + - _ (such as 0.1.0; every effect record carries it)")
+        };
+        assert_eq!(one(set("version", "v".repeat(64).into())), "");
+        assert_eq!(
+            one(set("version", "v".repeat(3 << 20).into())),
+            version(&format!("\"{}\"… (3145728 bytes in all)", "v".repeat(64)))
+        );
+        assert_eq!(one(set("version", "".into())), version("\"\""));
+        assert_eq!(
+            one(set("version", "1.0\nproblem: none".into())),
+            version(r#""1.0\nproblem: none""#)
+        );
+        assert_eq!(one(set("description", "d".repeat(1024).into())), "");
+        assert_eq!(
+            one(set("description", "d".repeat(1025).into())),
+            format!("{at}plugin notes's description is 1025 bytes, more than the 1024 it may be: make it one sentence")
+        );
+        let effect = |name: &str| {
+            let name = name.to_owned();
+            move |m: &mut Value| m["effects"][0]["name"] = name.into()
+        };
+        for (bad, shown) in [
+            ("", r#""""#),
+            (
+                "Notes.Append\nproblem: none",
+                r#""Notes.Append\nproblem: none""#,
+            ),
+            ("Notes=x", r#""Notes=x""#),
+            ("Notes..Append", r#""Notes..Append""#),
+        ] {
+            assert_eq!(
+                one(effect(bad)),
+                format!("{at}plugin notes declares the effect {shown}, which is not an effect name: it must be dot-separated names, each a letter and then letters, digits and _, at most 128 bytes in all (such as Notes.Append), as grants name it")
+            );
+        }
+        let described =
+            |n: usize| move |m: &mut Value| m["effects"][0]["description"] = "d".repeat(n).into();
+        assert!(one(described(1024)).is_empty());
+        assert_eq!(
+            one(described(1025)),
+            format!("{at}plugin notes's description of the effect Notes.Append is 1025 bytes, more than the 1024 it may be: make it one sentence")
+        );
+    }
+}
