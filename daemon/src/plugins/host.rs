@@ -58,6 +58,8 @@ impl HostServices for PluginHost {
 /// Publishing for the plugin that handles `Registry.Publish`: validate a bundle
 /// (`{"transitions":[…]}`), publish it as a new registry revision, and say which tools need
 /// an effect no loaded plugin serves (they are listed, and refused by R8 when called).
+/// `served` is set to the effects the plugins serve once they are loaded; until then every
+/// tool is listed.
 pub(crate) fn publisher(store: Store, served: Arc<OnceLock<BTreeSet<String>>>) -> Publisher {
     Arc::new(move |bundle: &str| {
         let v = broker_core::canon::parse(bundle.as_bytes())
