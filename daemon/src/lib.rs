@@ -96,6 +96,7 @@ pub mod server;
 pub mod service_manager;
 mod spelling;
 pub mod state;
+pub(crate) mod text;
 pub mod tools;
 pub mod verify_reads;
 pub mod visibility;

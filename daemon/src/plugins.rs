@@ -35,7 +35,7 @@ use broker_core::transition::Transition;
 use handler_api::EffectClass;
 use serde_json::Value;
 
-use crate::cli::terminal::one_line;
+use crate::text::one_line;
 use crate::limits::Limits;
 use crate::metrics::Metrics;
 

@@ -43,7 +43,8 @@ mod secret_file;
 mod serve;
 mod session;
 mod tail;
-pub(crate) mod terminal;
+/// Text shown on the terminal ([`crate::text`]), by the name the verbs know it by.
+pub(crate) use crate::text as terminal;
 mod usage;
 mod why;
 mod why_remote;

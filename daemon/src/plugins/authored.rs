@@ -103,7 +103,7 @@ pub fn check_manifest(manifest: &Manifest) -> Result<(), String> {
 /// A string of the plugin's, quoted (its control characters escaped), and cut short past
 /// [`MAX_VERSION_BYTES`] bytes: a message names it without repeating megabytes of it.
 fn shown(text: &str) -> String {
-    let start = crate::cli::terminal::head(text, MAX_VERSION_BYTES);
+    let start = crate::text::head(text, MAX_VERSION_BYTES);
     if start.len() == text.len() {
         quote(text)
     } else {

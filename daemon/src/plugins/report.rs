@@ -3,7 +3,7 @@
 
 use serde_json::Value;
 
-use crate::cli::terminal::{head, one_line};
+use crate::text::{head, one_line};
 
 use super::checks::{check, Seen};
 use super::config::{check_selected, effective_config, stray_table_text, stray_tables};

@@ -1,6 +1,7 @@
-//! What the verbs print is shown on the operator's terminal, never acted on.
+//! Text others wrote, shown on the operator's terminal, never acted on: by the verbs (as
+//! `cli::terminal`) and by what the daemon prints of its plugins.
 //!
-//! Much of what they print was written by someone else: a tool's description by its
+//! Much of what the verbs print was written by someone else: a tool's description by its
 //! publisher, a call's arguments by an agent, an entry's `writtenBy` by a client, and every
 //! answer by the daemon the verb asked, which `why --addr` does not even trust. A terminal
 //! acts on control characters and bidirectional formatting
