@@ -26,19 +26,13 @@ use broker_core::store::StoreError;
 use handler_api::EffectClass;
 use serde_json::{json, Value};
 
-use super::{
-    committed_task, error_info, rpc_error_with_data, rpc_result, rpc_result_verbatim, Method,
-};
+use super::errors::{error_info, rpc_error, rpc_error_with_data};
+use super::params::{count_at, string_at};
+use super::task::{committed_task, open_task, rpc_result, rpc_result_verbatim};
+use super::version::{Method, TaskRead};
 use crate::outcome::{self, Outcome};
 use crate::state::AppState;
 use crate::tools;
-
-/// Which of the two task reads.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Read {
-    Get,
-    Cancel,
-}
 
 /// Answer a `tasks/get`, `tasks/cancel`, `GetTask` or `CancelTask`; `shape` is the version's
 /// send method, whose task shape the answer takes.
@@ -46,7 +40,7 @@ pub(super) async fn answer(
     state: &AppState,
     session: &Session,
     id: &Value,
-    read: Read,
+    read: TaskRead,
     shape: Method,
     params: &Value,
 ) -> Response {
@@ -61,7 +55,7 @@ pub(super) async fn answer(
         Err(answer) => return answer,
     };
     let context_id = session.episode.as_str();
-    if read == Read::Cancel {
+    if read == TaskRead::Cancel {
         return not_cancelable(id, &task_id, &view);
     }
     let task = match &view {
@@ -69,7 +63,7 @@ pub(super) async fn answer(
             let outcome = outcome::of_output(output, class);
             return match committed_task(shape, &task_id, context_id, output, &outcome) {
                 Ok((task, raw)) => rpc_result_verbatim(id, task, &raw),
-                Err(answer) => super::rpc_error(id, -32603, answer),
+                Err(answer) => rpc_error(id, -32603, answer),
             };
         }
         TaskView::Running { .. } => open_task(
@@ -137,7 +131,7 @@ async fn looked_up(
     .await;
     let unavailable = |e: &dyn std::fmt::Display| {
         tracing::error!("a2a task read: {e}");
-        super::rpc_error(
+        rpc_error(
             id,
             -32603,
             "transition invocation is not available in this daemon",
@@ -150,7 +144,7 @@ async fn looked_up(
             let invocation = invocation_id(session, task_id);
             let message = format!("task {invocation} is damaged: {what}; it is not answered as committed (run worldd doctor, and restore the store from a backup)");
             tracing::error!("{message}");
-            Err(super::rpc_error(id, -32603, message))
+            Err(rpc_error(id, -32603, message))
         }
         Ok(Err(e)) => Err(unavailable(&e)),
         Err(e) => Err(unavailable(&e)),
@@ -193,52 +187,19 @@ fn ended_uncommitted(
 }
 
 /// `params.id`, and for a read, a `historyLength` that is a count if present.
-fn task_id_of(read: Read, params: &Value) -> Result<String, String> {
+fn task_id_of(read: TaskRead, params: &Value) -> Result<String, String> {
     if !params.is_object() {
         return Err("params must be an object with the task's \"id\"".into());
     }
-    let task_id = super::string_at(params, "id", "params.id")?;
-    if read == Read::Get {
-        super::count_at(params.get("historyLength"), "params.historyLength")?;
+    let task_id = string_at(params, "id", "params.id")?;
+    if read == TaskRead::Get {
+        count_at(params.get("historyLength"), "params.historyLength")?;
     }
     Ok(task_id)
 }
 
 fn invocation_id(session: &Session, task_id: &str) -> String {
     format!("a2a:{}:{task_id}", session.episode)
-}
-
-/// A task with no committed result, in `shape`'s version: `states` holds the 0.3 and the 1.0
-/// word, `why` the status message an agent reads.
-fn open_task(
-    shape: Method,
-    task_id: &str,
-    context_id: &str,
-    (v03, v10): (&str, &str),
-    metadata: Value,
-    why: Option<&str>,
-) -> Value {
-    let modern = shape == Method::SendMessage;
-    let mut status = json!({ "state": if modern { v10 } else { v03 } });
-    if let Some(text) = why {
-        status["message"] = if modern {
-            json!({"messageId": format!("{task_id}.status"), "role": "ROLE_AGENT",
-                   "parts": [{"text": text}]})
-        } else {
-            json!({"kind": "message", "messageId": format!("{task_id}.status"), "role": "agent",
-                   "parts": [{"kind": "text", "text": text}]})
-        };
-    }
-    let mut task = json!({
-        "id": task_id,
-        "contextId": context_id,
-        "status": status,
-        "metadata": metadata,
-    });
-    if !modern {
-        task["kind"] = json!("task");
-    }
-    task
 }
 
 /// `-32001 Task not found`: no task of this id in the caller's episode (another episode's

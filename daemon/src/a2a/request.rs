@@ -1,0 +1,134 @@
+//! Reading a request: the caller's credential first, then the body within its limits,
+//! parsed strictly, and its JSON-RPC envelope.
+
+use std::sync::Arc;
+
+use axum::http::HeaderMap;
+use axum::response::Response;
+use broker_core::session::Session;
+use serde_json::Value;
+use tokio::time::Instant;
+
+use super::errors::{auth_error, rpc_error};
+use crate::edge::body::{BodyError, BodyShare};
+use crate::json_bounds::{self, Refused};
+use crate::state::AppState;
+
+/// The caller's session, its request parsed strictly, the request body's size and its place
+/// in the body budget. Authorization comes first, from the headers alone: an unauthorized
+/// caller learns nothing about the transport, and no body is read for it (its id is unknown,
+/// so errors carry null).
+pub(super) async fn received(
+    state: &AppState,
+    headers: &HeaderMap,
+    body: axum::body::Body,
+    deadline: Instant,
+) -> Result<(Arc<Session>, Value, usize, BodyShare), Response> {
+    let null = Value::Null;
+    let session = state
+        .authenticate(headers)
+        .await
+        .map_err(|f| auth_error(&null, f))?;
+    let limit = state.limits().a2a_body_bytes;
+    let read_by = deadline.min(Instant::now() + state.server().body_timeout);
+    let body = match state.bodies().read(headers, body, limit, read_by).await {
+        Ok(b) => b,
+        Err(unread) => {
+            let why = match unread {
+                BodyError::Busy(busy) => return Err(rpc_error(&null, -32603, busy.text())),
+                BodyError::TooLarge => format!("body exceeds {limit} bytes"),
+                BodyError::TimedOut => "body not received in time".to_owned(),
+                BodyError::Coded(coding) => coding.text(),
+                BodyError::TooManyPieces(n) => crate::edge::body::too_many_pieces(n),
+                BodyError::Unreadable(cause) => crate::edge::body::unreadable(&cause),
+            };
+            return Err(rpc_error(
+                &null,
+                -32600,
+                format!("invalid JSON-RPC request: {why}"),
+            ));
+        }
+    };
+    let (bytes, mut share) = body.split();
+    // What the parse builds is held in the body budget until the call is answered.
+    match json_bounds::held(
+        state,
+        headers,
+        &mut share,
+        &bytes,
+        json_bounds::parse_strict,
+    ) {
+        Ok(req) => Ok((session, req, bytes.len(), share)),
+        Err(Refused::Busy(busy)) => Err(rpc_error(&null, -32603, busy.text())),
+        // The parser's account says what and where (line, column, byte), in one bounded line.
+        Err(Refused::Unparsed(e)) => Err(
+            match crate::invalid_params::params_error(
+                &bytes,
+                &e,
+                state.limits().json_values,
+                crate::invalid_params::Envelope::Canonical,
+            ) {
+                Some(id) => rpc_error(&id, -32602, "invalid params"),
+                // Text that is no JSON value (JSON-RPC's and A2A's `-32700`), as MCP answers it.
+                None if not_json(&e) => rpc_error(
+                    &null,
+                    -32700,
+                    format!(
+                        "Parse error: {}; nothing was run",
+                        crate::json_bounds::strict_account(&e)
+                    ),
+                ),
+                // JSON this daemon does not take: past the value limit, or a number without an
+                // exact canonical form.
+                None => rpc_error(
+                    &null,
+                    -32600,
+                    format!(
+                        "invalid JSON-RPC request: {}",
+                        crate::json_bounds::strict_account(&e)
+                    ),
+                ),
+            },
+        ),
+    }
+}
+
+/// Whether the strict parser stopped because the text is no JSON value (or an object names a
+/// member twice, which MCP answers the same way), rather than at a bound of this daemon's.
+fn not_json(e: &broker_core::canon::CanonError) -> bool {
+    use broker_core::canon::CanonError as E;
+    match e {
+        E::NotUtf8 | E::Syntax { .. } | E::DuplicateKey { .. } | E::LoneSurrogate => true,
+        E::TooDeep { .. } | E::TrailingData => true,
+        E::UnsafeInteger { .. } | E::NonFinite | E::NumberOutOfRange { .. } => false,
+        E::TooManyValues { .. } => false,
+    }
+}
+
+/// The request's id (`None` for a notification), or why the message is no JSON-RPC 2.0
+/// request: an id that is not a string, a number or null; a method that is not a string; a
+/// message that is both a request and a response (`method` beside `result` or `error`),
+/// which a proxy reading it as a response would let through while this daemon ran it.
+pub(super) fn envelope(req: &Value) -> Result<Option<Value>, &'static str> {
+    let Some(m) = req.as_object() else {
+        return Err("expected a JSON-RPC object");
+    };
+    if m.get("jsonrpc").and_then(Value::as_str) != Some("2.0") {
+        return Err("\"jsonrpc\" must be \"2.0\"");
+    }
+    match m.get("method") {
+        Some(Value::String(_)) => {}
+        Some(_) => return Err("\"method\" must be a string"),
+        None => return Err("a request needs \"method\""),
+    }
+    if m.contains_key("result") || m.contains_key("error") {
+        return Err(
+            "a message is a request (\"method\") or a response (\"result\", \"error\"), not both",
+        );
+    }
+    match m.get("id") {
+        None => Ok(None),
+        Some(id @ (Value::String(_) | Value::Number(_) | Value::Null)) => Ok(Some(id.clone())),
+        Some(_) => Err("\"id\" must be a string, a number or null"),
+    }
+}
