@@ -28,7 +28,7 @@ use serde_json::{json, Value};
 
 use super::errors::{error_info, rpc_error, rpc_error_with_data};
 use super::params::{count_at, string_at};
-use super::task::{committed_task, open_task, rpc_result, rpc_result_verbatim};
+use super::task::{committed_task, open_task, rpc_result};
 use super::version::{Method, TaskRead};
 use crate::outcome::{self, Outcome};
 use crate::state::AppState;
@@ -62,7 +62,7 @@ pub(super) async fn answer(
         TaskView::Committed { output, .. } => {
             let outcome = outcome::of_output(output, class);
             return match committed_task(shape, &task_id, context_id, output, &outcome) {
-                Ok((task, raw)) => rpc_result_verbatim(id, task, &raw),
+                Ok(task) => rpc_result(id, task),
                 Err(answer) => rpc_error(id, -32603, answer),
             };
         }
