@@ -35,9 +35,9 @@ use broker_core::transition::Transition;
 use handler_api::EffectClass;
 use serde_json::Value;
 
-use crate::text::one_line;
 use crate::limits::Limits;
 use crate::metrics::Metrics;
+use crate::text::one_line;
 
 mod adapter;
 mod authored;
