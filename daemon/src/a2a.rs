@@ -153,7 +153,26 @@ async fn skill_class(
     match tools::visible(state, session).await {
         Ok(v) => match v.iter().find(|e| e.transition.id == skill_id) {
             Some(e) => Ok(tools::tool_class(state, &e.transition)),
-            None => Err(rpc_error(id, -32602, "not authorized")),
+            // The contract's message; `data.why` names the nearest of the session's own
+            // skills (never one it cannot see), so that a misspelt id can be corrected.
+            None => {
+                let q = dialect::quote::quote(skill_id);
+                let near = crate::spelling::nearest(
+                    skill_id,
+                    v.iter().map(|e| e.transition.id.as_str()),
+                    true,
+                );
+                let why = match near {
+                    Some(near) => format!("no skill of this session is named {q}; did you mean {near}? (the agent card lists this session's skills)"),
+                    None => format!("no skill of this session is named {q}; the agent card lists this session's skills"),
+                };
+                Err(rpc_error_with_data(
+                    id,
+                    -32602,
+                    "not authorized".into(),
+                    json!({ "why": why }),
+                ))
+            }
         },
         Err(e) => {
             tracing::error!("a2a refusal: {e}");

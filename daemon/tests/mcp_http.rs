@@ -3689,7 +3689,19 @@ async fn a2a_message_send_and_send_message_share_the_invocation_path() {
         .await;
     assert_eq!(
         v["error"],
-        json!({"code": -32602, "message": "not authorized"})
+        json!({"code": -32602, "message": "not authorized", "data": {"why":
+            "no skill of this session is named \"ailang-write\"; the agent card lists this session's skills"}})
+    );
+    // A misspelt skill id was answered the same bare `not authorized`: the contract's message
+    // stays, and `data.why` names the nearest of the session's own skills (ailang-write, above,
+    // is another session's, and is never offered).
+    let v = h
+        .a2a(&t, None, v03_send("m-7b", "ailang_read", json!({})))
+        .await;
+    assert_eq!(
+        v["error"],
+        json!({"code": -32602, "message": "not authorized", "data": {"why":
+            "no skill of this session is named \"ailang_read\"; did you mean ailang-read? (the agent card lists this session's skills)"}})
     );
     // The old method still answers in its own shape, now with the classification too.
     let v = h
@@ -4380,6 +4392,45 @@ async fn a_keyed_call_waiting_behind_its_episode_is_queued_not_safe_to_send() {
     );
     let (status, by_id) = h.get_json(&t, "/v1/invocations/mcp:q:r-queued").await;
     assert_eq!((status, by_id), (StatusCode::OK, v));
+    // Over A2A the same: a message queued behind the held write is `submitted`, and cannot be
+    // canceled (it was `-32001 Task not found` both ways).
+    let a2a_wait = tokio::spawn({
+        let (router, t) = (h.full.clone(), t.clone());
+        async move {
+            let body = v03_send("a-queued", "ailang-read", json!({"path": "a"}));
+            let auth = format!("Bearer {t}");
+            let mut req = request(
+                &[
+                    ("authorization", auth.as_str()),
+                    ("content-type", "application/json"),
+                ],
+                body.to_string(),
+            );
+            *req.uri_mut() = "/a2a/".parse().unwrap();
+            send(&router, req).await
+        }
+    });
+    call_reaches_a2a(&h, &t, "a-queued", "submitted").await;
+    let got = h
+        .a2a(&t, Some("1.0"), task_read("GetTask", json!("a-queued")))
+        .await;
+    assert_eq!(
+        got["result"]["status"]["state"], "TASK_STATE_SUBMITTED",
+        "{got}"
+    );
+    assert_eq!(
+        got["result"]["metadata"],
+        json!({"invocation_id": "a2a:q:a-queued",
+               "outcome": {"kind": "indeterminate", "reason": "in-flight", "retryable": false}})
+    );
+    let canceled = h
+        .a2a(&t, None, task_read("tasks/cancel", json!("a-queued")))
+        .await;
+    assert_eq!(canceled["error"]["code"], -32002, "{canceled}");
+    assert_eq!(
+        canceled["error"]["data"][0]["metadata"]["why"],
+        "a call cannot be canceled once sent: this one waits behind its episode's running call, then runs to its end and commits; read it again with tasks/get (GetTask)"
+    );
     // A key nobody sent is still safe to send.
     let (status, v) = h.get_json(&t, "/v1/calls/mcp/never").await;
     assert_eq!(
@@ -4396,4 +4447,22 @@ async fn a_keyed_call_waiting_behind_its_episode_is_queued_not_safe_to_send() {
         json!(true)
     );
     call_reaches(&h, &t, "r-queued", "committed").await;
+    let sent: Value = serde_json::from_str(&a2a_wait.await.unwrap().body).unwrap();
+    assert_eq!(sent["result"]["status"]["state"], "completed", "{sent}");
+}
+
+/// Poll `tasks/get` of an A2A task until its state is `state`.
+async fn call_reaches_a2a(h: &Harness, t: &str, task: &str, state: &str) {
+    let reached = async {
+        loop {
+            let v = h.a2a(t, None, task_read("tasks/get", json!(task))).await;
+            if v["result"]["status"]["state"] == json!(state) {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(30), reached)
+        .await
+        .unwrap_or_else(|_| panic!("task {task} never became {state}"));
 }

@@ -50,13 +50,27 @@ pub(super) async fn answer(
             return rpc_error_with_data(id, -32602, "invalid params".into(), json!({ "why": why }))
         }
     };
+    let context_id = session.episode.as_str();
     let (view, class) = match looked_up(state, session, id, &task_id).await {
-        Ok(found) => found,
+        Ok(Found::Task(view, class)) => (view, class),
+        // Held behind its episode's running call, nothing of it journaled yet: submitted.
+        Ok(Found::Queued) if read == TaskRead::Cancel => return not_cancelable(id, &task_id, None),
+        Ok(Found::Queued) => {
+            let task = open_task(
+                shape,
+                &task_id,
+                context_id,
+                ("submitted", "TASK_STATE_SUBMITTED"),
+                json!({ "invocation_id": invocation_id(session, &task_id),
+                        "outcome": Outcome::indeterminate("in-flight").to_json() }),
+                Some("the daemon holds this task behind its episode's running call and has journaled nothing of it yet; it runs next: read it again later, and do not send it again under another id"),
+            );
+            return rpc_result(id, task);
+        }
         Err(answer) => return answer,
     };
-    let context_id = session.episode.as_str();
     if read == TaskRead::Cancel {
-        return not_cancelable(id, &task_id, &view);
+        return not_cancelable(id, &task_id, Some(&view));
     }
     let task = match &view {
         TaskView::Committed { output, .. } => {
@@ -95,7 +109,7 @@ pub(super) async fn continued(
     task_id: &str,
 ) -> Response {
     let why = match looked_up(state, session, id, task_id).await {
-        Ok((TaskView::Running { .. }, _)) => "the task is still running and takes no further message: each task here is one call; send a new message (a new messageId, no taskId)",
+        Ok(Found::Task(TaskView::Running { .. }, _) | Found::Queued) => "the task is still running and takes no further message: each task here is one call; send a new message (a new messageId, no taskId)",
         Ok(_) => "the task has ended (its state is terminal) and takes no further message: each task here is one call; send a new message (a new messageId, no taskId)",
         Err(answer) => return answer,
     };
@@ -108,15 +122,24 @@ pub(super) async fn continued(
     )
 }
 
-/// The task `task_id` of the caller's episode and the class of the tool it called, or the
-/// answer when there is none (`-32001`, an id no call could have had included) or it cannot
-/// be read (`-32603`; a committed task its entry no longer holds is named damaged).
+/// What the daemon knows of a task of the caller's episode.
+enum Found {
+    /// Journaled: its view, and the class of the tool it called.
+    Task(TaskView, EffectClass),
+    /// Held in its episode's queue, nothing of it journaled yet
+    /// ([`crate::admission::Admission::holds`]).
+    Queued,
+}
+
+/// The task `task_id` of the caller's episode, or the answer when there is none (`-32001`, an
+/// id no call could have had included) or it cannot be read (`-32603`; a committed task its
+/// entry no longer holds is named damaged).
 async fn looked_up(
     state: &AppState,
     session: &Session,
     id: &Value,
     task_id: &str,
-) -> Result<(TaskView, EffectClass), Response> {
+) -> Result<Found, Response> {
     if !broker_core::task::valid_task_id(task_id) {
         return Err(not_found(id, task_id));
     }
@@ -138,7 +161,14 @@ async fn looked_up(
         )
     };
     match found {
-        Ok(Ok(Some(found))) => Ok(found),
+        Ok(Ok(Some((view, class)))) => Ok(Found::Task(view, class)),
+        Ok(Ok(None))
+            if state
+                .admission()
+                .holds(&session.episode, &invocation_id(session, task_id)) =>
+        {
+            Ok(Found::Queued)
+        }
         Ok(Ok(None)) => Err(not_found(id, task_id)),
         Ok(Err(CallError::Store(StoreError::Corrupt(what)))) => {
             let invocation = invocation_id(session, task_id);
@@ -199,7 +229,7 @@ fn task_id_of(read: TaskRead, params: &Value) -> Result<String, String> {
 }
 
 fn invocation_id(session: &Session, task_id: &str) -> String {
-    format!("a2a:{}:{task_id}", session.episode)
+    Surface::A2a.invocation_id(&session.episode, task_id)
 }
 
 /// `-32001 Task not found`: no task of this id in the caller's episode (another episode's
@@ -220,12 +250,13 @@ fn not_found(id: &Value, task_id: &str) -> Response {
     )
 }
 
-/// `-32002 Task cannot be canceled`, with why for the task's state.
-fn not_cancelable(id: &Value, task_id: &str, view: &TaskView) -> Response {
+/// `-32002 Task cannot be canceled`, with why for the task's state (`None`: queued).
+fn not_cancelable(id: &Value, task_id: &str, view: Option<&TaskView>) -> Response {
     let why = match view {
-        TaskView::Running { .. } => "a call cannot be canceled once sent: its handler runs to its end and the call commits; read it again with tasks/get (GetTask)",
-        TaskView::Committed { .. } => "the task is committed: its result is in the log",
-        TaskView::Indeterminate { .. } | TaskView::Unrecorded { .. } => {
+        None => "a call cannot be canceled once sent: this one waits behind its episode's running call, then runs to its end and commits; read it again with tasks/get (GetTask)",
+        Some(TaskView::Running { .. }) => "a call cannot be canceled once sent: its handler runs to its end and the call commits; read it again with tasks/get (GetTask)",
+        Some(TaskView::Committed { .. }) => "the task is committed: its result is in the log",
+        Some(TaskView::Indeterminate { .. } | TaskView::Unrecorded { .. }) => {
             "the task has ended: its effect may have run, and nothing is running it"
         }
     };
