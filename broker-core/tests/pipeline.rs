@@ -344,43 +344,46 @@ fn arguments_over_1_mib_are_refused_before_anything_is_journaled() {
     assert_eq!(w.handler.runs(), 0);
     assert_eq!(spent(&w, "ep1", "Workspace.Read"), 0);
     // Exactly at the limit the call is admitted and its effect runs (the test handler echoes
-    // its request, so that output is over the output limit in turn).
+    // its request, so that output is over the output limit in turn: the handler's failure,
+    // recorded and committed).
     let at = "a".repeat((1 << 20) - 11);
-    let result = w.call_task(&s, "ailang-read", json!({"path": at}), Some("t1"));
-    assert!(
-        matches!(result, Err(CallError::EffectsUnrecorded { .. })),
-        "{result:?}"
-    );
+    let done = w
+        .call_task(&s, "ailang-read", json!({"path": at}), Some("t1"))
+        .unwrap();
+    assert_eq!(done.effects[0].status, "failed", "{done:?}");
     assert_eq!(w.handler.runs(), 1);
 }
 
+/// An output over 1 MiB was a post-effect failure: nothing committed, the unit spent, the agent
+/// told only that the host failed. It is the handler's failure: recorded, committed, one debit.
 #[test]
-fn an_output_over_1_mib_is_effects_unrecorded_with_its_record_and_one_debit() {
+fn an_output_over_1_mib_is_the_handlers_failure_committed_with_its_record_and_one_debit() {
     let w = World::new();
     let s = w.mint("ep1", &["Workspace.Read=worktree:5"]);
     w.handler.set(Mode::Huge);
     let head_before = w.store.read(log::head).unwrap().unwrap();
-    let err = w
+    let done = w
         .call_task(&s, "ailang-read", json!({"path": "a"}), Some("t1"))
-        .unwrap_err();
-    let CallError::EffectsUnrecorded { records } = &err else {
-        panic!("{err}")
-    };
-    // The effect ran: its record is durable and its unit spent, but nothing is committed.
-    let rec = w.store.read(|r| r.object(&records[0])).unwrap().unwrap();
+        .unwrap();
+    assert_eq!(done.effects[0].status, "failed", "{done:?}");
+    // The effect ran: its record is committed with the call, and its unit spent.
+    let rec = w
+        .store
+        .read(|r| r.object(&done.effects[0].record))
+        .unwrap()
+        .unwrap();
     assert_eq!(rec.semantic_id, sid::EFFECT_RECORD);
-    assert_eq!(w.store.read(log::head).unwrap().unwrap(), head_before);
+    let head = w.store.read(log::head).unwrap().unwrap();
+    assert_eq!(head.world.revision, head_before.world.revision + 1);
     assert_eq!(spent(&w, "ep1", "Workspace.Read"), 1);
     assert!(w.store.indeterminate().unwrap().is_empty());
-    // Resending the task id never runs the effect again.
+    // Resending the task id returns the committed failure and never runs the effect again.
     w.handler.set(Mode::Ok);
     let again = w
         .call_task(&s, "ailang-read", json!({"path": "a"}), Some("t1"))
-        .unwrap_err();
-    assert!(
-        matches!(again, CallError::EffectsUnrecorded { .. }),
-        "{again}"
-    );
+        .unwrap();
+    assert!(again.replayed);
+    assert_eq!(again.output, done.output);
     assert_eq!(w.handler.runs(), 1);
 }
 
