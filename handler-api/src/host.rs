@@ -505,6 +505,14 @@ pub trait HostServices: Send + Sync + 'static {
     /// Log a plugin's message.
     fn log(&self, level: LogLevel, message: &str);
 
+    /// Whether a message at `level` would be logged at all. When not, its bytes are not read:
+    /// a plugin sending millions of messages the daemon does not log costs it a call each, not
+    /// a pass over each message's text. The default logs every level.
+    fn logs(&self, level: LogLevel) -> bool {
+        let _ = level;
+        true
+    }
+
     /// Publish a transition bundle. The default refuses: only the plugin that
     /// handles `Registry.Publish` should get a host that accepts.
     fn publish(&self, bundle_json: &str) -> Result<String, String> {
@@ -530,11 +538,21 @@ unsafe extern "C" fn services_log(context: *const (), level: u8, message: RStr<'
     // SAFETY: the caller passes this table's own context (the `HostCallbacks`
     // contract), which `host_callbacks` made.
     if let Some(s) = unsafe { services(context) } {
+        let level = LogLevel::from_u8(level);
         // A panicking logger must not unwind into the plugin (abort).
-        // The bytes are the plugin's: `RStr` promises UTF-8, which unsafe plugin code can
-        // break, and a `str` that is not is undefined behaviour in the host.
-        let text = String::from_utf8_lossy(message.as_rslice().as_slice());
-        let _ = catch_unwind(AssertUnwindSafe(|| s.log(LogLevel::from_u8(level), &text)));
+        let _ = catch_unwind(AssertUnwindSafe(|| {
+            if !s.logs(level) {
+                return;
+            }
+            // The bytes are the plugin's: `RStr` promises UTF-8, which unsafe plugin code can
+            // break, and a `str` that is not is undefined behaviour in the host. Checked at
+            // `from_utf8`'s speed; only bytes that are not UTF-8 take the lossy copy.
+            let bytes = message.as_rslice().as_slice();
+            match std::str::from_utf8(bytes) {
+                Ok(text) => s.log(level, text),
+                Err(_) => s.log(level, &String::from_utf8_lossy(bytes)),
+            }
+        }));
     }
 }
 

@@ -53,6 +53,10 @@ impl HostServices for PluginHost {
     fn log(&self, level: LogLevel, message: &str) {
         self.log.log(level, message);
     }
+
+    fn logs(&self, level: LogLevel) -> bool {
+        PluginLog::shown(level)
+    }
 }
 
 /// Publishing for the plugin that handles `Registry.Publish`: validate a bundle

@@ -82,13 +82,7 @@ impl PluginLog {
     /// Log `message` from this gate's plugin, if its rate allows, cut to the size limit. A
     /// message at a level the daemon does not log takes no share of the rate.
     pub fn log(&self, level: LogLevel, message: &str) {
-        let shown = match level {
-            LogLevel::Error => tracing::enabled!(tracing::Level::ERROR),
-            LogLevel::Warn => tracing::enabled!(tracing::Level::WARN),
-            LogLevel::Info => tracing::enabled!(tracing::Level::INFO),
-            _ => tracing::enabled!(tracing::Level::DEBUG),
-        };
-        if !shown {
+        if !PluginLog::shown(level) {
             return;
         }
         let pass = self.pass(Instant::now());
@@ -115,6 +109,16 @@ impl PluginLog {
             LogLevel::Warn => tracing::warn!(plugin = %plugin, "{message}"),
             LogLevel::Info => tracing::info!(plugin = %plugin, "{message}"),
             _ => tracing::debug!(plugin = %plugin, "{message}"),
+        }
+    }
+
+    /// Whether the daemon logs messages at `level` at all.
+    pub fn shown(level: LogLevel) -> bool {
+        match level {
+            LogLevel::Error => tracing::enabled!(tracing::Level::ERROR),
+            LogLevel::Warn => tracing::enabled!(tracing::Level::WARN),
+            LogLevel::Info => tracing::enabled!(tracing::Level::INFO),
+            _ => tracing::enabled!(tracing::Level::DEBUG),
         }
     }
 
