@@ -694,6 +694,7 @@ fn a_message_at_a_level_the_host_does_not_log_is_not_read() {
     let message = unsafe { RStr::from_raw_parts(bad.as_ptr(), bad.len()) };
     // SAFETY: the table's own context goes to the table's function.
     unsafe { (callbacks.log())(callbacks.context(), LogLevel::Debug as u8, message) };
+    // SAFETY: as above.
     unsafe { (callbacks.log())(callbacks.context(), LogLevel::Info as u8, message) };
     assert_eq!(
         *recorder.logs.lock().unwrap(),
