@@ -679,8 +679,8 @@ fn a_log_message_or_bundle_whose_bytes_are_not_utf8_is_read_as_bytes() {
 }
 
 /// A plugin flooding the log at a level the daemon does not log had every message's bytes
-/// read (a lossy UTF-8 pass over each) before the daemon looked at the level: a third of the
-/// daemon's samples under the log-flood attack. Such a message is now dropped unread.
+/// read (a lossy UTF-8 pass over each) before the daemon looked at the level: most of the
+/// daemon's runtime samples under the log-flood attack. Such a message is now dropped unread.
 #[test]
 fn a_message_at_a_level_the_host_does_not_log_is_not_read() {
     let recorder = Arc::new(Recorder {
