@@ -141,6 +141,15 @@ fn ladder(headers: &HeaderMap, method: &str, params: Option<&Value>) -> Result<(
             None,
         ));
     }
+    // The client's capabilities are an object (the revision's `ClientCapabilities`); `5` or a
+    // string was taken as if it were one.
+    if !meta[CLIENT_CAPABILITIES_META_KEY].is_object() {
+        return Err((
+            INVALID_PARAMS,
+            format!("params._meta['{CLIENT_CAPABILITIES_META_KEY}'] must be an object (the client's capabilities, {{}} for none)"),
+            None,
+        ));
+    }
     let version = &meta[PROTOCOL_VERSION_META_KEY];
     let header = |name: &str| {
         headers
@@ -325,6 +334,20 @@ mod tests {
             code(&ok, "tools/call", Some(&half)).1,
             "params._meta is missing the required envelope key(s): io.modelcontextprotocol/clientCapabilities"
         );
+        // Capabilities that are no object were taken as if they were.
+        for caps in [json!(5), json!("all"), json!(null), json!([])] {
+            let odd = json!({"_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                                       "io.modelcontextprotocol/clientCapabilities": caps}});
+            assert_eq!(
+                code(&ok, "tools/call", Some(&odd)),
+                (
+                    -32602,
+                    "params._meta['io.modelcontextprotocol/clientCapabilities'] must be an object (the client's capabilities, {} for none)".into(),
+                    None
+                ),
+                "{caps}"
+            );
+        }
         assert_eq!(
             code(&ok, "tools/list", Some(&envelope(json!({})))).1,
             "mcp-method header does not match the request body's method"
