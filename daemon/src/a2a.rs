@@ -156,16 +156,12 @@ async fn skill_class(
             // The contract's message; `data.why` names the nearest of the session's own
             // skills (never one it cannot see), so that a misspelt id can be corrected.
             None => {
-                let q = dialect::quote::quote(skill_id);
-                let near = crate::spelling::nearest(
+                let why = crate::spelling::unknown_name(
                     skill_id,
                     v.iter().map(|e| e.transition.id.as_str()),
-                    true,
+                    "skill",
+                    "the agent card lists this session's skills",
                 );
-                let why = match near {
-                    Some(near) => format!("no skill of this session is named {q}; did you mean {near}? (the agent card lists this session's skills)"),
-                    None => format!("no skill of this session is named {q}; the agent card lists this session's skills"),
-                };
                 Err(rpc_error_with_data(
                     id,
                     -32602,

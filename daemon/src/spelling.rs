@@ -24,6 +24,24 @@ pub fn nearest<'k>(
         .map(|(_, k)| k)
 }
 
+/// What an agent is told of a name none of its session's `known` names is: `no <noun> of this
+/// session is named "<given>"`, then the nearest of `known` if one is within two edits, and
+/// `listed`, where it finds them. Only the session's own names are offered, never another's.
+pub fn unknown_name<'k>(
+    given: &str,
+    known: impl IntoIterator<Item = &'k str>,
+    noun: &str,
+    listed: &str,
+) -> String {
+    let q = dialect::quote::quote(given);
+    match nearest(given, known, true) {
+        Some(near) => {
+            format!("no {noun} of this session is named {q}; did you mean {near}? ({listed})")
+        }
+        None => format!("no {noun} of this session is named {q}; {listed}"),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::nearest;

@@ -672,16 +672,12 @@ async fn tool_named(
         .iter()
         .map(|e| tools::mcp_name(&e.transition.id))
         .collect();
-    let why = match crate::spelling::nearest(name, names.iter().map(String::as_str), true) {
-        Some(near) => format!(
-            "no tool of this session is named {}; did you mean {near}? (tools/list shows this session's tools)",
-            quote(name)
-        ),
-        None => format!(
-            "no tool of this session is named {}; tools/list shows this session's tools",
-            quote(name)
-        ),
-    };
+    let why = crate::spelling::unknown_name(
+        name,
+        names.iter().map(String::as_str),
+        "tool",
+        "tools/list shows this session's tools",
+    );
     Ok(Err(Reply::error_with_data(
         id,
         INVALID_PARAMS,
