@@ -45,6 +45,22 @@ pub enum Kind {
     Other,
 }
 
+impl Kind {
+    /// What an `lstat` found: whether it is a symlink, a directory or a regular file, and its
+    /// length (std's and cap-std's metadata both say these, in types of their own).
+    pub fn of(symlink: bool, dir: bool, file: bool, len: u64) -> Kind {
+        if symlink {
+            Kind::Symlink
+        } else if dir {
+            Kind::Dir
+        } else if file {
+            Kind::File { size: len }
+        } else {
+            Kind::Other
+        }
+    }
+}
+
 /// The two looks a walk takes at a tree, relative to its root. `rel` is a chain of directories
 /// the walk found real, then one name.
 pub trait Tree {
@@ -65,15 +81,12 @@ impl Tree for HostDir<'_> {
     fn kind(&self, rel: &Path) -> io::Result<Kind> {
         let md = std::fs::symlink_metadata(self.0.join(rel))?;
         let ft = md.file_type();
-        Ok(if ft.is_symlink() {
-            Kind::Symlink
-        } else if ft.is_dir() {
-            Kind::Dir
-        } else if ft.is_file() {
-            Kind::File { size: md.len() }
-        } else {
-            Kind::Other
-        })
+        Ok(Kind::of(
+            ft.is_symlink(),
+            ft.is_dir(),
+            ft.is_file(),
+            md.len(),
+        ))
     }
 
     fn link(&self, rel: &Path) -> io::Result<PathBuf> {

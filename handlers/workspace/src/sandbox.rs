@@ -141,15 +141,13 @@ struct Handle<'a>(&'a Dir);
 impl Tree for Handle<'_> {
     fn kind(&self, rel: &Path) -> io::Result<Kind> {
         let md = self.0.symlink_metadata(rel)?;
-        Ok(if md.file_type().is_symlink() {
-            Kind::Symlink
-        } else if md.is_dir() {
-            Kind::Dir
-        } else if md.is_file() {
-            Kind::File { size: md.len() }
-        } else {
-            Kind::Other
-        })
+        let ft = md.file_type();
+        Ok(Kind::of(
+            ft.is_symlink(),
+            ft.is_dir(),
+            ft.is_file(),
+            md.len(),
+        ))
     }
 
     fn link(&self, rel: &Path) -> io::Result<PathBuf> {
