@@ -2,7 +2,6 @@
 //! `execute` (request checks, operator gates, per-episode policies, the ailang child, the
 //! output objects).
 
-use std::collections::HashMap;
 use std::ffi::OsString;
 use std::fs::{self, DirBuilder, File, OpenOptions};
 use std::io::{self, Write};
@@ -27,7 +26,7 @@ use handler_kit::{
 use crate::config::{Config, CAPS};
 use crate::cut::{self, Keep};
 use crate::finish;
-use crate::policy::{self, PolicySpec, Verified};
+use crate::policy::{self, PolicySpec, Verified, VerifiedFiles};
 use crate::process::{self, child_env, excerpt, Spec, OUTPUT_CAP};
 use crate::run;
 
@@ -140,7 +139,7 @@ pub struct AilangHandler {
     state_dir: PathBuf,
     /// Policy files whose summary matched, by path. A file is re-verified when its expected
     /// text changes or its bytes on disk differ from what was verified.
-    verified: Mutex<HashMap<PathBuf, Verified>>,
+    verified: Mutex<VerifiedFiles>,
     host: Host,
 }
 
@@ -359,7 +358,7 @@ impl AilangHandler {
             run_net_allow_http: config.run_net_allow_http,
             memory,
             state_dir,
-            verified: Mutex::new(HashMap::new()),
+            verified: Mutex::new(VerifiedFiles::default()),
             host,
         })
     }

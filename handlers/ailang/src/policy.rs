@@ -7,7 +7,8 @@
 //! Declassify, Env, Net). The texts follow the reference daemon's base policy exactly, with
 //! `fs_sandbox` = the episode's worktree.
 
-use std::path::Path;
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
 
 use handler_kit::identity::sha256_hex;
 use handler_kit::serde_json::Value;
@@ -175,6 +176,39 @@ pub struct Verified {
     pub cli: Vec<String>,
 }
 
+/// Most policy files remembered as verified. One file per episode and run variant, so a
+/// daemon that serves many episodes over its life would otherwise keep one entry for each
+/// forever; a file forgotten is only verified again (one policy-tool summary) at its next use.
+pub const MAX_VERIFIED: usize = 1024;
+
+/// Policy files whose summary matched, by path, at most [`MAX_VERIFIED`] of them.
+#[derive(Debug, Default)]
+pub struct VerifiedFiles {
+    files: HashMap<PathBuf, Verified>,
+}
+
+impl VerifiedFiles {
+    /// What `path` was verified as, if it is remembered.
+    pub fn get(&self, path: &Path) -> Option<&Verified> {
+        self.files.get(path)
+    }
+
+    /// Remember `path` as verified; when full, one other file is forgotten to make room.
+    pub fn insert(&mut self, path: PathBuf, verified: Verified) {
+        if self.files.len() >= MAX_VERIFIED && !self.files.contains_key(&path) {
+            if let Some(other) = self.files.keys().next().cloned() {
+                self.files.remove(&other);
+            }
+        }
+        self.files.insert(path, verified);
+    }
+
+    #[cfg(test)]
+    fn len(&self) -> usize {
+        self.files.len()
+    }
+}
+
 fn string_set(v: Option<&Value>) -> Option<Vec<String>> {
     let mut items: Vec<String> = match v {
         None | Some(Value::Null) => Vec::new(),
@@ -291,6 +325,26 @@ pub fn verify_summary(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_daemon_serving_many_episodes_remembers_at_most_max_verified_policy_files() {
+        let verified = |n: usize| Verified {
+            digest: format!("{n:064x}"),
+            cli: Vec::new(),
+        };
+        let mut files = VerifiedFiles::default();
+        for n in 0..MAX_VERIFIED + 500 {
+            files.insert(PathBuf::from(format!("ep{n}.toml")), verified(n));
+            assert!(files.len() <= MAX_VERIFIED);
+        }
+        assert_eq!(files.len(), MAX_VERIFIED);
+        // The newest is kept, and a file verified again replaces itself, not another.
+        let last = PathBuf::from(format!("ep{}.toml", MAX_VERIFIED + 499));
+        assert_eq!(files.get(&last), Some(&verified(MAX_VERIFIED + 499)));
+        files.insert(last.clone(), verified(1));
+        assert_eq!(files.len(), MAX_VERIFIED);
+        assert_eq!(files.get(&last), Some(&verified(1)));
+    }
 
     #[test]
     fn base_policy_is_the_reference_text() {
