@@ -380,5 +380,11 @@ async fn stream(
     response
         .headers_mut()
         .insert("x-accel-buffering", HeaderValue::from_static("no"));
+    // The events are an episode's log: not to be kept, as every other answer (the SSE default,
+    // `no-cache`, only asks a cache to revalidate what it keeps).
+    response.headers_mut().insert(
+        axum::http::header::CACHE_CONTROL,
+        HeaderValue::from_static("no-store"),
+    );
     Ok(response)
 }

@@ -11,12 +11,15 @@
 //! daemon serves: the page compares it before it sends its credential to whatever answers on
 //! the port after the daemon went away.
 //!
-//! Every asset is served with its content type, `nosniff` and a Content-Security-Policy that
+//! Every answer under `/workbench` (the assets, `/workbench/daemon` and the refusals alike) is
+//! served with `nosniff`, `Referrer-Policy: no-referrer` and a Content-Security-Policy that
 //! allows only this origin's scripts, styles, images and fetches: no inline script or style,
-//! no framing, no form posts, no plugins.
+//! no framing, no form posts, no plugins. The page and its assets say `Cache-Control:
+//! no-cache`; the rest `no-store`, as every other answer of the daemon.
 
 use axum::extract::{RawQuery, State};
 use axum::http::{header, HeaderName, HeaderValue, StatusCode};
+use axum::middleware::map_response;
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
@@ -68,6 +71,24 @@ pub fn routes() -> Router<AppState> {
         .route("/workbench/", get(page))
         .route("/workbench/daemon", get(daemon))
         .route("/workbench/{asset}", get(asset))
+        .layer(map_response(workbench_headers))
+}
+
+/// What every answer of the workbench's routes says, refusals and `/workbench/daemon`
+/// included: a browser that shows one as a page (or frames it) runs nothing and leaks no
+/// referrer from it.
+async fn workbench_headers(mut response: Response) -> Response {
+    let headers = response.headers_mut();
+    for (name, value) in [
+        (header::CONTENT_SECURITY_POLICY, CONTENT_SECURITY_POLICY),
+        (header::X_CONTENT_TYPE_OPTIONS, "nosniff"),
+        (header::REFERRER_POLICY, "no-referrer"),
+    ] {
+        headers
+            .entry(name)
+            .or_insert(HeaderValue::from_static(value));
+    }
+    response
 }
 
 /// Which daemon answers, asked by the page without its credential before it sends the
@@ -80,14 +101,8 @@ async fn daemon(State(state): State<AppState>) -> Response {
         .or_else(|_| std::path::absolute(told))
         .map(|p| p.display().to_string())
         .unwrap_or_else(|_| told.display().to_string());
-    let headers: [(HeaderName, HeaderValue); 2] = [
-        (
-            header::X_CONTENT_TYPE_OPTIONS,
-            HeaderValue::from_static("nosniff"),
-        ),
-        (header::CACHE_CONTROL, HeaderValue::from_static("no-store")),
-    ];
-    (headers, Json(json!({ "status": "ok", "store": store }))).into_response()
+    // `no-store` (the edge's default) and the workbench's headers come from the layers.
+    Json(json!({ "status": "ok", "store": store })).into_response()
 }
 
 fn respond(content_type: &'static str, body: &'static str) -> Response {
