@@ -131,11 +131,10 @@ impl FromStr for ByteSize {
         let s = given.trim();
         // The longest size is 20 digits, a space and a unit; a longer value is echoed cut.
         if s.len() > LONGEST {
-            let cut = (0..=LONGEST)
-                .rev()
-                .find(|&i| s.is_char_boundary(i))
-                .unwrap_or(0);
-            return Err(ByteSizeError::NotASize(format!("{}…", &s[..cut])));
+            return Err(ByteSizeError::NotASize(format!(
+                "{}…",
+                crate::text::head(s, LONGEST)
+            )));
         }
         let digits = s.bytes().take_while(u8::is_ascii_digit).count();
         let (number, rest) = s.split_at(digits);

@@ -20,11 +20,7 @@ fn echo(uri: &Uri) -> String {
     if path.len() <= MAX_ECHO {
         return path.to_owned();
     }
-    let mut end = MAX_ECHO;
-    while !path.is_char_boundary(end) {
-        end -= 1;
-    }
-    format!("{}…", &path[..end])
+    format!("{}…", crate::text::head(path, MAX_ECHO))
 }
 
 fn body(class: &str, message: String) -> Json<Value> {

@@ -39,13 +39,7 @@ pub fn cut(text: &str, max: usize) -> Cow<'_, str> {
 }
 
 /// The longest start of `text` of at most `max` bytes that ends at a character's edge.
-pub fn head(text: &str, max: usize) -> &str {
-    let mut end = max.min(text.len());
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    &text[..end]
-}
+pub use dialect::quote::head;
 
 fn escaped(text: &str, escape: impl Fn(char) -> bool) -> Cow<'_, str> {
     if !text.chars().any(&escape) {

@@ -4,7 +4,7 @@
 //! | module | convention | used by |
 //! |---|---|---|
 //! | [`glob`] | the one glob dialect (`*`, `?`, `**`; `[ ] { } \` reserved) | the plan language's `path-glob` rule, the workspace plugin's deny globs |
-//! | [`quote`] | JSON string literals, and values quoted in refusals (escaped, cut at 256 bytes) | refusal texts of plans, plugins and the daemon; policy digests |
+//! | [`quote`] | JSON string literals, values quoted in refusals (escaped, cut at 256 bytes), and where a text shown only in part is cut ([`quote::head`]: never inside a character) | refusal texts of plans, plugins and the daemon; policy digests; every message the daemon, the broker or a plugin cuts |
 //! | [`json`] | JSON text as serde_json reads it, but an object naming a member twice is refused; compact JSON as serde_json writes it, its strings quoted by [`quote`] | the daemon's MCP bodies, the registry plugin's bundle files; the requests the daemon sends plugins |
 //! | [`names`] | a transition id's MCP tool name and the 64-byte rule | the daemon's MCP surface, the registry plugin's bundle check |
 //!

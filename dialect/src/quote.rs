@@ -195,17 +195,28 @@ pub fn push_json_string(out: &mut String, s: &str) {
     out.push('"');
 }
 
-/// `s` cut at the last character boundary at or below [`MAX_QUOTED_BYTES`], and whether it was
-/// cut.
-fn bounded(s: &str) -> (&str, bool) {
-    if s.len() <= MAX_QUOTED_BYTES {
-        return (s, false);
-    }
-    let mut end = MAX_QUOTED_BYTES;
+/// The longest start of `s` of at most `max` bytes that ends at a character's edge: where
+/// every layer cuts a text it shows only the start of (a character is never split, so the cut
+/// is still UTF-8).
+///
+/// ```
+/// assert_eq!(dialect::quote::head("héllo", 2), "h");
+/// assert_eq!(dialect::quote::head("héllo", 3), "hé");
+/// assert_eq!(dialect::quote::head("hi", 10), "hi");
+/// ```
+pub fn head(s: &str, max: usize) -> &str {
+    let mut end = max.min(s.len());
     while !s.is_char_boundary(end) {
         end -= 1;
     }
-    (&s[..end], true)
+    &s[..end]
+}
+
+/// `s` cut at the last character boundary at or below [`MAX_QUOTED_BYTES`], and whether it was
+/// cut.
+fn bounded(s: &str) -> (&str, bool) {
+    let shown = head(s, MAX_QUOTED_BYTES);
+    (shown, shown.len() < s.len())
 }
 
 /// The whole of `s` as a JSON string literal, quotes included.

@@ -44,14 +44,10 @@ pub(super) fn cut_message(message: String) -> String {
     if message.len() <= MAX_MESSAGE_BYTES {
         return message;
     }
-    let mut end = MAX_MESSAGE_BYTES;
-    while !message.is_char_boundary(end) {
-        end -= 1;
-    }
+    let shown = dialect::quote::head(&message, MAX_MESSAGE_BYTES);
     format!(
-        "{}… ({} bytes more; the broker passes on at most {MAX_MESSAGE_BYTES})",
-        &message[..end],
-        message.len() - end
+        "{shown}… ({} bytes more; the broker passes on at most {MAX_MESSAGE_BYTES})",
+        message.len() - shown.len()
     )
 }
 

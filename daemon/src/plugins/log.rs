@@ -191,14 +191,10 @@ impl PluginLog {
             return message.into();
         }
         self.metrics.limit_tripped("plugin_log_bytes");
-        let mut end = self.message_bytes;
-        while !message.is_char_boundary(end) {
-            end -= 1;
-        }
+        let shown = crate::text::head(message, self.message_bytes);
         format!(
-            "{}… ({} bytes more; [limits] plugin_log_bytes)",
-            &message[..end],
-            message.len() - end
+            "{shown}… ({} bytes more; [limits] plugin_log_bytes)",
+            message.len() - shown.len()
         )
         .into()
     }

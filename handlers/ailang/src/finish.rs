@@ -48,11 +48,7 @@ fn stderr_of(output: &JsonObject) -> String {
     if text.len() <= STDERR_LIMIT {
         return text.to_string();
     }
-    let mut end = STDERR_LIMIT;
-    while !text.is_char_boundary(end) {
-        end -= 1;
-    }
-    format!("{}…", &text[..end])
+    format!("{}…", handler_kit::dialect::quote::head(text, STDERR_LIMIT))
 }
 
 /// `check-report`: ai_check's stdout `{"file", "check": {"passed", "error_count",

@@ -266,12 +266,7 @@ impl GitHandler {
         let mut line = line.replace(&*job.worktree.to_string_lossy(), "<worktree>");
         line = line.replace(&*self.git.home().to_string_lossy(), "<home>");
         if line.len() > 300 {
-            let mut cut = 300;
-            while !line.is_char_boundary(cut) {
-                cut -= 1;
-            }
-            line.truncate(cut);
-            line.push('…');
+            line = format!("{}…", handler_kit::dialect::quote::head(&line, 300));
         }
         line
     }
