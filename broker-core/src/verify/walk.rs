@@ -21,6 +21,11 @@
 //!   such state;
 //! - any other client commit for what the log promises: its objects exist and hash to their
 //!   addresses, and a stored world selects it.
+//!
+//! An invocation's output is checked against its record (the `world` block names the plan and
+//! the effect records) and, where the body is by contract the handler's output (no finish
+//! phase, the effect succeeded), against the effect's result: whoever serves or rewrites an
+//! entry cannot have the handler say what its committed result does not.
 
 use std::borrow::Cow;
 use std::cell::RefCell;
@@ -204,6 +209,63 @@ struct EffectRow {
     record: Result<EffectRecord, String>,
     /// The note of the record's kind, said on its effect link (it is read before the others).
     notes: Vec<String>,
+}
+
+/// What the output link compares the output with: the plan and the effects of the record, and
+/// the result object of each effect (read by its link).
+#[derive(Clone, Copy)]
+struct Made<'m, 's> {
+    plan_ref: &'m Result<Ref, String>,
+    plan: &'m Result<Value, String>,
+    effects: &'m [EffectRow],
+    results: &'m [Option<StoredObject<'s>>],
+}
+
+/// The effect result a call's body must be, when the body is by contract the handler's output
+/// (data-model.md §3.2): the plan has no finish phase and its one effect succeeded. Its number
+/// (`e<n>`), ref and bytes. `None` for every other body: a refusal's, a denial's, a failed
+/// effect's (the broker's words, under a world block that says how the call ended), a
+/// decline's (the plugin's, stored nowhere else) and a finish function's (which `why` cannot
+/// re-run). `None` too when the plan or the effect cannot be read: their own links are broken
+/// then.
+fn handler_output<'r>(
+    plan: &Result<Value, String>,
+    effects: &[EffectRow],
+    results: &'r [Option<StoredObject<'_>>],
+) -> Option<(usize, Ref, &'r [u8])> {
+    if plan.as_ref().ok()?.get("finish")?.as_bool()? {
+        return None;
+    }
+    let mut succeeded = effects.iter().enumerate().filter_map(|(i, row)| {
+        let reference = row.record.as_ref().ok()?.result_ref?;
+        Some((i, reference))
+    });
+    // One effect per plan: a record listing more breaks the plan link already.
+    let (i, reference) = succeeded.next()?;
+    if succeeded.next().is_some() {
+        return None;
+    }
+    let result = results.get(i)?.as_ref()?;
+    Some((i + 1, reference, &result.payload))
+}
+
+/// The output's body (all but its `world` member) is, canonically, effect `e<n>`'s result:
+/// the answer says what the handler said, not what whoever serves the entry would have it say.
+fn body_is(output: Ref, payload: &[u8], n: usize, result: Ref, bytes: &[u8]) -> Result<(), String> {
+    let Value::Object(mut body) = canon::parse(payload).map_err(|e| format!("unreadable: {e}"))?
+    else {
+        return Err("not a JSON object".into());
+    };
+    body.remove("world");
+    let body = canon::object_to_vec(&body).map_err(|e| format!("no canonical form: {e}"))?;
+    let said = canon::canonicalize(bytes)
+        .map_err(|e| format!("e{n}'s effect result {result} is not JSON: {e}"))?;
+    if body != said {
+        return Err(format!(
+            "the body of output {output} (all but `world`) is not e{n}'s effect result {result}: a tool without a finish phase answers with its handler's output unchanged"
+        ));
+    }
+    Ok(())
 }
 
 /// An invocation id, and its parts.
@@ -659,14 +721,20 @@ impl<'s, S: Source + ?Sized> Verifier<'s, S> {
 
         // A client's effect records are its word: nothing the coordinator wrote says they ran.
         let client = !entry.header.written_by.starts_with(log::COORDINATOR_PREFIX);
-        self.effect_links(&effects, &planned, client, walk);
+        let results = self.effect_links(&effects, &planned, client, walk);
 
         // Output, and the world that selects it.
         match (&output_ref, &world) {
             (Ok(out), Ok((reference, bytes, world))) => {
-                let res = self
-                    .checked(out, sid::INVOCATION_OUTPUT)
-                    .and_then(|o| self.check_output(&o.payload, &plan_ref, &effects));
+                let res = self.checked(out, sid::INVOCATION_OUTPUT).and_then(|o| {
+                    let made = Made {
+                        plan_ref: &plan_ref,
+                        plan: &plan,
+                        effects: &effects,
+                        results: &results,
+                    };
+                    self.check_output(*out, &o.payload, &made)
+                });
                 walk.push("output", Some(*out), res);
                 self.world_known(world, *reference, bytes, walk);
             }
@@ -772,20 +840,28 @@ impl<'s, S: Source + ?Sized> Verifier<'s, S> {
     }
 
     /// The effect links, and the plugin that ran (or declined) each; `claimed`: a client's
-    /// entry, whose links say what it claims.
+    /// entry, whose links say what it claims. Returns each effect's result object, read and
+    /// hashed by its link (`None` where there is none or the link is broken), for the output
+    /// link to compare.
     fn effect_links(
         &self,
         effects: &[EffectRow],
         planned: &[Value],
         claimed: bool,
         walk: &mut Walk,
-    ) {
+    ) -> Vec<Option<StoredObject<'s>>> {
+        let mut results = Vec::with_capacity(effects.len());
         for (i, row) in effects.iter().enumerate() {
             self.notes.borrow_mut().extend(row.notes.iter().cloned());
             let res = row
                 .record
                 .clone()
                 .and_then(|rec| self.check_effect(&rec, planned.get(i), i));
+            let (res, result) = match res {
+                Ok((detail, result)) => (Ok(detail), result),
+                Err(e) => (Err(e), None),
+            };
+            results.push(result);
             walk.push("effect", row.reference, res);
             if claimed {
                 walk.claim_last();
@@ -811,6 +887,7 @@ impl<'s, S: Source + ?Sized> Verifier<'s, S> {
                 }
             }
         }
+        results
     }
 
     fn effect_record(&self, reference: &Ref) -> Result<EffectRecord, String> {
@@ -1043,13 +1120,14 @@ impl<'s, S: Source + ?Sized> Verifier<'s, S> {
         ))
     }
 
-    /// An effect record against the plan's effect `i` and its request.
+    /// An effect record against the plan's effect `i` and its request; the link's detail, and
+    /// the effect's result object when it has one.
     fn check_effect(
         &self,
         rec: &EffectRecord,
         planned: Option<&Value>,
         i: usize,
-    ) -> Result<String, String> {
+    ) -> Result<(String, Option<StoredObject<'s>>), String> {
         let req = self
             .checked(&rec.request_ref, sid::EFFECT_REQUEST)
             .map_err(|e| format!("request {}: {e}", rec.request_ref))?;
@@ -1074,15 +1152,14 @@ impl<'s, S: Source + ?Sized> Verifier<'s, S> {
                 ));
             }
         }
-        let res_len = match rec.result_ref {
+        let result = match rec.result_ref {
             Some(res) => Some(
                 self.checked(&res, sid::EFFECT_RESULT)
-                    .map_err(|e| format!("result {res}: {e}"))?
-                    .payload
-                    .len(),
+                    .map_err(|e| format!("result {res}: {e}"))?,
             ),
             None => None,
         };
+        let res_len = result.as_ref().map(|r| r.payload.len());
         let verdict = if rec.allowed {
             if rec.failed {
                 "failed"
@@ -1092,7 +1169,7 @@ impl<'s, S: Source + ?Sized> Verifier<'s, S> {
         } else {
             rec.denial.as_str()
         };
-        Ok(format!(
+        let detail = format!(
             "e{} {verdict} {}@{} cost {} budget {}→{} request {} B{}",
             i + 1,
             rec.effect,
@@ -1104,17 +1181,24 @@ impl<'s, S: Source + ?Sized> Verifier<'s, S> {
             res_len
                 .map(|n| format!(" result {n} B"))
                 .unwrap_or_default()
-        ))
+        );
+        Ok((detail, result))
     }
 
     fn check_output(
         &self,
+        output_ref: Ref,
         payload: &[u8],
-        plan_ref: &Result<Ref, String>,
-        effects: &[EffectRow],
+        made: &Made<'_, 's>,
     ) -> Result<String, String> {
-        // Only the `world` block is checked; the rest (the tool's output, often the bulk of the
-        // bytes) is skipped rather than built into values.
+        let Made {
+            plan_ref,
+            plan,
+            effects,
+            results,
+        } = *made;
+        // The `world` block first, read without building the rest (the tool's output, often
+        // the bulk of the bytes) into values.
         let v: OutputWorld<'_> =
             serde_json::from_slice(payload).map_err(|e| format!("unreadable: {e}"))?;
         let world = v.world.unwrap_or_default();
@@ -1135,6 +1219,9 @@ impl<'s, S: Source + ?Sized> Verifier<'s, S> {
                 .any(|(a, b)| *a != Some(b.as_str()))
         {
             return Err("the result's world.effects do not name the record's effects".into());
+        }
+        if let Some((n, result, bytes)) = handler_output(plan, effects, results) {
+            body_is(output_ref, payload, n, result, bytes)?;
         }
         Ok(format!(
             "{} B = world.stateRoot; the result is these exact bytes",
