@@ -1538,3 +1538,274 @@ fn a_long_argument_key_folds_like_a_long_string_and_its_marks_are_counted() {
     let opened = b.exec(&format!("{key} return k.innerText;"), json!([input]));
     assert_eq!(opened, "\"k◌́×2000\"");
 }
+
+/// `call_read`, again after a moment while the daemon refuses it for capacity (a refused call
+/// spends the credential's refusal rate by the 16 KiB it stores): the index of the entry it
+/// made.
+fn call_read_recorded(d: &Daemon, token: &str, path: &str) -> u64 {
+    for _ in 0..20 {
+        let a = mcp(
+            d,
+            token,
+            "tools/call",
+            json!({"name": "ailang-read", "arguments": {"path": path}}),
+        );
+        assert_eq!(a.status, 200, "{}", a.text());
+        let r = if a.content_type.starts_with("application/json") {
+            a.json()
+        } else {
+            a.sse_json()
+        };
+        if let Some(i) = r["result"]["_meta"]["world/entryIndex"].as_u64() {
+            return i;
+        }
+        assert_eq!(
+            r["error"]["message"], "host callback capacity exceeded",
+            "{r}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(500));
+    }
+    panic!("the call was refused for capacity twenty times");
+}
+
+/// Open entry `i` and wait for its verdict.
+fn open_entry(b: &Browser, base: &str, i: u64) {
+    b.goto(&format!("{base}/workbench#entry/{i}"));
+    b.wait_for(&format!("entry {i}"), |b| {
+        b.text_of("#detail h2")
+            .filter(|t| t.starts_with(&format!("Entry #{i}\n")))
+    });
+    assert!(verdict(b).starts_with('✓'));
+}
+
+/// How the page escapes code point `cp`: `\u034f`, or `\u{e0100}` beyond the BMP.
+fn escaped(cp: u32) -> String {
+    if cp > 0xffff {
+        format!("\\u{{{cp:x}}}")
+    } else {
+        format!("\\u{cp:04x}")
+    }
+}
+
+/// Every `details` of the input link open, and the text of each invisible character its
+/// document shows.
+fn input_invisibles(b: &Browser) -> Value {
+    b.exec(
+        "const li = document.querySelector(\"#links > li[data-kind='input']\"); \
+         li.querySelectorAll('details').forEach((d) => { d.open = true; }); \
+         return [...li.querySelectorAll('.json .invisible')].map((e) => e.textContent)",
+        json!([]),
+    )
+}
+
+/// One code point of each range the page escapes (the first): Unicode 16.0's
+/// Default_Ignorable_Code_Point, the format characters outside it that draw nothing, DEL and
+/// the C1 controls, and the line and paragraph separators.
+const INVISIBLE_SAMPLES: &[u32] = &[
+    0x007f, 0x0085, 0x00ad, 0x034f, 0x061c, 0x115f, 0x1160, 0x17b4, 0x180b, 0x180e, 0x180f, 0x200b,
+    0x200e, 0x2028, 0x2029, 0x202a, 0x202e, 0x2060, 0x2064, 0x2065, 0x2066, 0x2069, 0x206a, 0x3164,
+    0xfe00, 0xfe0f, 0xfeff, 0xffa0, 0xfff0, 0xfff9, 0x13430, 0x1bca0, 0x1d173, 0xe0001, 0xe0041,
+    0xe0100, 0xe01f0,
+];
+
+/// Only a hand list of invisible characters was escaped: `"ma\u034Fin.rs"` (a combining
+/// grapheme joiner), a variation selector, a Khmer inherent vowel, a Mongolian variation
+/// selector, a musical format control, the unassigned U+2065 drew as nothing under ✓, and a
+/// line separator as a break. Every Default_Ignorable_Code_Point, every format character
+/// that draws nothing, DEL, the C1 controls and the line and paragraph separators are shown
+/// escaped: a sample of each range of the page's table, then every such code point the
+/// browser's own Unicode data knows. A run of marks no longer swallows a variation selector,
+/// and a run of one invisible character is counted.
+#[test]
+fn every_default_ignorable_or_format_character_is_shown_escaped_not_drawn_as_nothing() {
+    let Some(b) = Browser::start_or_skip(
+        "every_default_ignorable_or_format_character_is_shown_escaped_not_drawn_as_nothing",
+        1280,
+        800,
+    ) else {
+        return;
+    };
+    let d = Daemon::start(WS, &[]);
+    let token = d.session("ep1", &["Workspace.Read=worktree:10"]);
+    let base = format!("http://{}", d.addr);
+    let input_doc = |b: &Browser| {
+        b.text_of("#links > li[data-kind='input'] .json")
+            .unwrap_or_default()
+    };
+
+    // What the browser's Unicode data calls default-ignorable, or a format character (less
+    // the prepended concatenation marks, which are drawn), and the separators and controls.
+    b.goto(&format!("{base}/workbench"));
+    b.wait_for_element("#credential");
+    let all: Vec<u32> = serde_json::from_value(b.exec(
+        "const pcm = (cp) => (cp >= 0x600 && cp <= 0x605) || [0x6dd, 0x70f, 0x890, 0x891, 0x8e2, 0x110bd, 0x110cd].includes(cp);
+         const out = [];
+         for (let cp = 0; cp <= 0x10ffff; cp++) {
+           if (cp >= 0xd800 && cp <= 0xdfff) continue;
+           const c = String.fromCodePoint(cp);
+           if (/\\p{Default_Ignorable_Code_Point}/u.test(c) || (/\\p{Cf}/u.test(c) && !pcm(cp))
+               || cp === 0x2028 || cp === 0x2029 || (cp >= 0x7f && cp <= 0x9f)) out.push(cp);
+         }
+         return out;",
+        json!([]),
+    ))
+    .unwrap();
+    assert!(all.len() > 4000, "{}", all.len());
+    for cp in INVISIBLE_SAMPLES {
+        assert!(
+            all.contains(cp),
+            "U+{cp:04X} is not invisible to this browser"
+        );
+    }
+
+    let ch = |cp: u32| char::from_u32(cp).unwrap();
+    let samples: String = INVISIBLE_SAMPLES
+        .iter()
+        .map(|&cp| format!("x{}", ch(cp)))
+        .collect();
+    let every: String = all.iter().map(|&cp| format!("x{}", ch(cp))).collect();
+    let cgj = call_read_recorded(&d, &token, "ma\u{34F}in.rs");
+    let lsep = call_read_recorded(&d, &token, "main.rs\u{2028}\"evil\": true");
+    let sampled = call_read_recorded(&d, &token, &samples);
+    let runs = call_read_recorded(
+        &d,
+        &token,
+        &format!(
+            "a\u{301}\u{301}\u{301}\u{FE0F}\u{301}\u{301}\u{301}|b{}",
+            "\u{200B}".repeat(6)
+        ),
+    );
+    let everything = call_read_recorded(&d, &token, &every);
+
+    sign_in(&b, &base, &token, &format!("#entry/{cgj}"));
+    assert!(verdict(&b).starts_with('✓'));
+    assert_eq!(input_invisibles(&b), json!(["\\u034f"]));
+    assert!(
+        input_doc(&b).contains("\"path\": \"ma\\u034fin.rs\""),
+        "{}",
+        input_doc(&b)
+    );
+    let title = b.exec(
+        "return document.querySelector(\"#links > li[data-kind='input'] .json .invisible\").title",
+        json!([]),
+    );
+    assert_eq!(
+        title,
+        "U+034F COMBINING GRAPHEME JOINER: shown escaped; the bytes hold the character itself"
+    );
+    b.exec(
+        "document.querySelector(\"#links > li[data-kind='input']\").scrollIntoView({block: 'center'})",
+        json!([]),
+    );
+    b.screenshot(&shots().join("workbench-invisible-cgj.png"));
+
+    open_entry(&b, &base, lsep);
+    assert_eq!(input_invisibles(&b), json!(["\\u2028"]));
+    assert!(
+        input_doc(&b).contains("\"path\": \"main.rs\\u2028\\\"evil\\\": true\""),
+        "{}",
+        input_doc(&b)
+    );
+
+    open_entry(&b, &base, sampled);
+    let want: Vec<String> = INVISIBLE_SAMPLES.iter().map(|&cp| escaped(cp)).collect();
+    assert_eq!(input_invisibles(&b), json!(want));
+    let shown: String = want.iter().map(|e| format!("x{e}")).collect();
+    assert!(
+        input_doc(&b).contains(&format!("\"path\": \"{shown}\"")),
+        "{}",
+        input_doc(&b)
+    );
+    b.exec(
+        "document.querySelector(\"#links > li[data-kind='input']\").scrollIntoView({block: 'center'})",
+        json!([]),
+    );
+    b.screenshot(&shots().join("workbench-invisible-samples.png"));
+
+    open_entry(&b, &base, runs);
+    assert_eq!(input_invisibles(&b), json!(["\\ufe0f", "\\u200b×6"]));
+    assert!(
+        input_doc(&b).contains(
+            "\"path\": \"a\u{301}\u{301}\u{301}\\ufe0f\u{301}\u{301}\u{301}|b\\u200b×6\""
+        ),
+        "{}",
+        input_doc(&b)
+    );
+
+    // Every one the browser knows, opened: each escaped, none drawn as itself.
+    open_entry(&b, &base, everything);
+    let shown = b.exec(
+        "const li = document.querySelector(\"#links > li[data-kind='input']\");
+         li.querySelectorAll('details').forEach((d) => { d.open = true; });
+         li.querySelector('.json button.more').click();
+         const text = document.getElementById('detail').innerText;
+         return [[...li.querySelectorAll('.json .invisible')].map((e) => e.textContent),
+           /[\\p{Default_Ignorable_Code_Point}\\u2028\\u2029\\x7f-\\x9f\\ufff9-\\ufffb\\u{13430}-\\u{1343f}]/u.test(text)];",
+        json!([]),
+    );
+    let want: Vec<String> = all.iter().map(|&cp| escaped(cp)).collect();
+    assert_eq!(shown, json!([want, false]));
+}
+
+/// **show all N chars** on a string of many invisible characters threw `RangeError: Maximum
+/// call stack size exceeded` (one node per character spread into one call) and the string
+/// stayed folded. It opens: 150000 escaped characters between letters, and a run of 300000 of
+/// one shown counted.
+#[test]
+fn show_all_opens_a_string_of_150000_invisible_characters() {
+    let Some(b) = Browser::start_or_skip(
+        "show_all_opens_a_string_of_150000_invisible_characters",
+        1280,
+        800,
+    ) else {
+        return;
+    };
+    // The plan refuses these paths, and a refusal of a megabyte would spend the credential's
+    // refusal rate: off here.
+    let d = Daemon::start(WS, &["--refusals-per-minute", "0"]);
+    let token = d.session("ep1", &["Workspace.Read=worktree:10"]);
+    let base = format!("http://{}", d.addr);
+    let between = call_read_recorded(&d, &token, &"x\u{200B}".repeat(150_000));
+    let run = call_read_recorded(&d, &token, &format!("a{}", "\u{200B}".repeat(300_000)));
+    let input = "#links > li[data-kind='input']";
+    let opened = |b: &Browser| {
+        b.exec(
+            "const li = document.querySelector(arguments[0]);
+             return [li.querySelector('.json button.more').innerText,
+               li.querySelectorAll('.json .invisible').length,
+               li.querySelector('.json .s').innerText.slice(0, 36)];",
+            json!([input]),
+        )
+    };
+
+    sign_in(&b, &base, &token, &format!("#entry/{between}"));
+    assert!(verdict(&b).starts_with('✓'));
+    let took = time_show_all(&b, input);
+    assert!(took.as_f64().is_some_and(|ms| ms < 15_000.0), "{took}");
+    assert_eq!(
+        opened(&b),
+        json!([
+            "fold",
+            150_000,
+            "\"x\\u200bx\\u200bx\\u200bx\\u200bx\\u200b"
+        ])
+    );
+    b.exec(
+        "document.querySelector(arguments[0]).scrollIntoView({block: 'center'})",
+        json!([input]),
+    );
+    b.screenshot(&shots().join("workbench-invisible-show-all.png"));
+
+    open_entry(&b, &base, run);
+    b.exec(
+        "document.querySelector(arguments[0]).querySelectorAll('details').forEach((d) => { d.open = true; })",
+        json!([input]),
+    );
+    assert_eq!(
+        opened(&b),
+        json!(["show all 300003 chars", 1, "\"a\\u200b×158…"])
+    );
+    let took = time_show_all(&b, input);
+    assert!(took.as_f64().is_some_and(|ms| ms < 2000.0), "{took}");
+    assert_eq!(opened(&b), json!(["fold", 1, "\"a\\u200b×300000\""]));
+}

@@ -18,28 +18,83 @@ const FOLD_CHARS = 160;
 // ---------------------------------------------------------------------------------------
 // Small helpers.
 
-// Characters that change how text reads without showing themselves: bidi controls (a path
-// "\u202Esr.niam\u202C" reads as "main.rs"), zero-width and other invisible characters, and
-// tag characters. Text from the daemon (tool inputs and outputs, names, reasons) is shown with
-// each of them escaped, as `\u202e` in a style of its own; the bytes are not changed.
-const INVISIBLE_CHARS = "[\u00AD\u061C\u180E\u200B-\u200F\u202A-\u202E\u2060-\u2064\u2066-\u2069\uFEFF\u{E0000}-\u{E007F}]";
-// And runs of more than MAX_MARKS combining marks on one character: 400000 of them stacked
-// paint over the page and hang the renderer. Such a run is shown as a count, `a◌́×400000`.
+// Characters that change how text reads without showing themselves. Text from the daemon
+// (tool inputs and outputs, names, reasons) is shown with each of them escaped, as `\u202e`
+// in a style of its own; the bytes are not changed.
+//
+// One table, from Unicode 16.0: every Default_Ignorable_Code_Point (DerivedCoreProperties.txt;
+// it holds every Bidi_Control and Variation_Selector code point and the Hangul fillers), plus
+// what draws nothing or breaks a line outside it: the format characters (Cf) that are not
+// prepended concatenation marks (interlinear annotation, Egyptian hieroglyph format controls),
+// DEL and the C1 controls, and the line and paragraph separators. A browser test checks the
+// table against the browser's own `\p{Default_Ignorable_Code_Point}` and `\p{Cf}`.
+// [first, last, name]: the name of each code point of the range, for the tooltip.
+const INVISIBLE_RANGES = [
+  [0x007f, 0x009f, "CONTROL CHARACTER"],
+  [0x00ad, 0x00ad, "SOFT HYPHEN"],
+  [0x034f, 0x034f, "COMBINING GRAPHEME JOINER"],
+  [0x061c, 0x061c, "ARABIC LETTER MARK"],
+  [0x115f, 0x115f, "HANGUL CHOSEONG FILLER"],
+  [0x1160, 0x1160, "HANGUL JUNGSEONG FILLER"],
+  [0x17b4, 0x17b5, "KHMER INHERENT VOWEL"],
+  [0x180b, 0x180d, "MONGOLIAN FREE VARIATION SELECTOR"],
+  [0x180e, 0x180e, "MONGOLIAN VOWEL SEPARATOR"],
+  [0x180f, 0x180f, "MONGOLIAN FREE VARIATION SELECTOR FOUR"],
+  [0x200b, 0x200b, "ZERO WIDTH SPACE"],
+  [0x200c, 0x200c, "ZERO WIDTH NON-JOINER"],
+  [0x200d, 0x200d, "ZERO WIDTH JOINER"],
+  [0x200e, 0x200e, "LEFT-TO-RIGHT MARK"],
+  [0x200f, 0x200f, "RIGHT-TO-LEFT MARK"],
+  [0x2028, 0x2028, "LINE SEPARATOR"],
+  [0x2029, 0x2029, "PARAGRAPH SEPARATOR"],
+  [0x202a, 0x202a, "LEFT-TO-RIGHT EMBEDDING"],
+  [0x202b, 0x202b, "RIGHT-TO-LEFT EMBEDDING"],
+  [0x202c, 0x202c, "POP DIRECTIONAL FORMATTING"],
+  [0x202d, 0x202d, "LEFT-TO-RIGHT OVERRIDE"],
+  [0x202e, 0x202e, "RIGHT-TO-LEFT OVERRIDE"],
+  [0x2060, 0x2060, "WORD JOINER"],
+  [0x2061, 0x2061, "FUNCTION APPLICATION"],
+  [0x2062, 0x2062, "INVISIBLE TIMES"],
+  [0x2063, 0x2063, "INVISIBLE SEPARATOR"],
+  [0x2064, 0x2064, "INVISIBLE PLUS"],
+  [0x2065, 0x2065, "DEFAULT IGNORABLE (unassigned)"],
+  [0x2066, 0x2066, "LEFT-TO-RIGHT ISOLATE"],
+  [0x2067, 0x2067, "RIGHT-TO-LEFT ISOLATE"],
+  [0x2068, 0x2068, "FIRST STRONG ISOLATE"],
+  [0x2069, 0x2069, "POP DIRECTIONAL ISOLATE"],
+  [0x206a, 0x206f, "DEPRECATED FORMAT CHARACTER"],
+  [0x3164, 0x3164, "HANGUL FILLER"],
+  [0xfe00, 0xfe0f, "VARIATION SELECTOR"],
+  [0xfeff, 0xfeff, "ZERO WIDTH NO-BREAK SPACE"],
+  [0xffa0, 0xffa0, "HALFWIDTH HANGUL FILLER"],
+  [0xfff0, 0xfff8, "DEFAULT IGNORABLE (unassigned)"],
+  [0xfff9, 0xfffb, "INTERLINEAR ANNOTATION CHARACTER"],
+  [0x13430, 0x1343f, "EGYPTIAN HIEROGLYPH FORMAT CONTROL"],
+  [0x1bca0, 0x1bca3, "SHORTHAND FORMAT CONTROL"],
+  [0x1d173, 0x1d17a, "MUSICAL SYMBOL FORMAT CONTROL"],
+  [0xe0000, 0xe00ff, "TAG CHARACTER"],
+  [0xe0100, 0xe01ef, "VARIATION SELECTOR"],
+  [0xe01f0, 0xe0fff, "DEFAULT IGNORABLE (unassigned)"],
+];
+const hexEscape = (cp) => `\\u{${cp.toString(16)}}`;
+const INVISIBLE_CLASS = `[${INVISIBLE_RANGES.map(([a, b]) => (a === b ? hexEscape(a) : `${hexEscape(a)}-${hexEscape(b)}`)).join("")}]`;
+// A run of more than MAX_MARKS combining marks on one character: 400000 of them stacked paint
+// over the page and hang the renderer. Such a run is shown as a count, `a◌́×400000`. The
+// invisible marks (variation selectors, the grapheme joiner) are not part of a run: each is
+// escaped. And a run of more than MAX_MARKS of one invisible character is counted too,
+// `\u200b×349000`, not drawn as that many boxes.
 const MAX_MARKS = 4;
-const SPECIAL_CHARS = `${INVISIBLE_CHARS}|\\p{M}{${MAX_MARKS + 1},}`;
+const SPECIAL_CHARS = `(?<inv>${INVISIBLE_CLASS})(?<rep>\\k<inv>{${MAX_MARKS},})?|(?<marks>(?:(?!${INVISIBLE_CLASS})\\p{M}){${MAX_MARKS + 1},})`;
 const INVISIBLE = new RegExp(SPECIAL_CHARS, "u");
 const INVISIBLES = new RegExp(SPECIAL_CHARS, "gu");
-const INVISIBLE_NAMES = {
-  0x00ad: "SOFT HYPHEN", 0x061c: "ARABIC LETTER MARK", 0x180e: "MONGOLIAN VOWEL SEPARATOR",
-  0x200b: "ZERO WIDTH SPACE", 0x200c: "ZERO WIDTH NON-JOINER", 0x200d: "ZERO WIDTH JOINER",
-  0x200e: "LEFT-TO-RIGHT MARK", 0x200f: "RIGHT-TO-LEFT MARK",
-  0x202a: "LEFT-TO-RIGHT EMBEDDING", 0x202b: "RIGHT-TO-LEFT EMBEDDING", 0x202c: "POP DIRECTIONAL FORMATTING",
-  0x202d: "LEFT-TO-RIGHT OVERRIDE", 0x202e: "RIGHT-TO-LEFT OVERRIDE",
-  0x2060: "WORD JOINER", 0x2061: "FUNCTION APPLICATION", 0x2062: "INVISIBLE TIMES",
-  0x2063: "INVISIBLE SEPARATOR", 0x2064: "INVISIBLE PLUS",
-  0x2066: "LEFT-TO-RIGHT ISOLATE", 0x2067: "RIGHT-TO-LEFT ISOLATE", 0x2068: "FIRST STRONG ISOLATE",
-  0x2069: "POP DIRECTIONAL ISOLATE", 0xfeff: "ZERO WIDTH NO-BREAK SPACE",
-};
+
+/** The table's name of an invisible code point. */
+function invisibleName(cp) {
+  const range = INVISIBLE_RANGES.find(([a, b]) => cp >= a && cp <= b);
+  if (!range) return "INVISIBLE CHARACTER";
+  if (range[2] === "VARIATION SELECTOR") return `VARIATION SELECTOR-${cp < 0xe0100 ? cp - 0xfe00 + 1 : cp - 0xe0100 + 17}`;
+  return range[2];
+}
 
 /** A run of combining marks, counted: `◌́×400000` (the first three kinds, each on a dotted circle). */
 function marksText(run) {
@@ -48,51 +103,58 @@ function marksText(run) {
   return `${shown}×${[...run].length}`;
 }
 
-/** `\u202e` (or `\u{e0041}` beyond the BMP): how an invisible character is shown; a run of
- * combining marks, counted. */
-function escapeChar(ch) {
-  if (ch.length > 2) return marksText(ch);
-  const cp = ch.codePointAt(0);
+/** `\u202e` (or `\u{e0041}` beyond the BMP): how an invisible character is shown. */
+function escapeCp(cp) {
   const hex = cp.toString(16);
   return cp > 0xffff ? `\\u{${hex}}` : `\\u${hex.padStart(4, "0")}`;
 }
 
-/** `text` with its invisible characters escaped, as plain text (for titles and menus). */
-function plain(text) {
-  return INVISIBLE.test(text) ? text.replace(INVISIBLES, escapeChar) : text;
+/** How one match of INVISIBLES is shown: its class, its text and its tooltip. */
+function describe(m) {
+  const g = m.groups;
+  if (g.marks !== undefined) {
+    const n = [...g.marks].length;
+    return ["marks", marksText(g.marks),
+      `${n} combining marks on one character, counted: drawn stacked they would paint over the page`];
+  }
+  const cp = g.inv.codePointAt(0);
+  const at = `U+${cp.toString(16).toUpperCase().padStart(4, "0")} ${invisibleName(cp)}`;
+  if (g.rep === undefined) return ["invisible", escapeCp(cp), `${at}: shown escaped; the bytes hold the character itself`];
+  const n = [...m[0]].length;
+  return ["invisible", `${escapeCp(cp)}×${n}`, `${at}, ${n} times in a row: shown escaped and counted; the bytes hold the characters themselves`];
 }
 
-/** `text` as nodes: plain text, and each invisible character escaped in a span of its own. */
+/** `text` with its invisible characters escaped, as plain text (for titles and menus). */
+function plain(text) {
+  return INVISIBLE.test(text) ? text.replace(INVISIBLES, (...args) => describe({ 0: args[0], groups: args.at(-1) })[1]) : text;
+}
+
+/**
+ * `text` as one node: plain text, and each invisible character escaped in a span of its own,
+ * gathered in a fragment (never spread into one call: a string of 300000 of them would pass
+ * the engine's limit on arguments).
+ */
 function visible(text) {
-  if (!INVISIBLE.test(text)) return [document.createTextNode(text)];
-  const out = [];
+  if (!INVISIBLE.test(text)) return document.createTextNode(text);
+  const out = document.createDocumentFragment();
   let at = 0;
   for (const m of text.matchAll(INVISIBLES)) {
-    if (m.index > at) out.push(document.createTextNode(text.slice(at, m.index)));
+    if (m.index > at) out.appendChild(document.createTextNode(text.slice(at, m.index)));
     at = m.index + m[0].length;
-    if (m[0].length > 2) {
-      const marks = document.createElement("span");
-      marks.className = "marks";
-      marks.title = `${[...m[0]].length} combining marks on one character, counted: drawn stacked they would paint over the page`;
-      marks.textContent = marksText(m[0]);
-      out.push(marks);
-      continue;
-    }
-    const cp = m[0].codePointAt(0);
-    const name = INVISIBLE_NAMES[cp] || (cp >= 0xe0000 ? "TAG CHARACTER" : "INVISIBLE CHARACTER");
+    const [cls, shown, title] = describe(m);
     const span = document.createElement("span");
-    span.className = "invisible";
-    span.title = `U+${cp.toString(16).toUpperCase().padStart(4, "0")} ${name}: shown escaped; the bytes hold the character itself`;
-    span.textContent = escapeChar(m[0]);
-    out.push(span);
+    span.className = cls;
+    span.title = title;
+    span.textContent = shown;
+    out.appendChild(span);
   }
-  if (at < text.length) out.push(document.createTextNode(text.slice(at)));
+  if (at < text.length) out.appendChild(document.createTextNode(text.slice(at)));
   return out;
 }
 
 /** Set an element's text, invisible characters shown. */
 function setText(el, text) {
-  el.replaceChildren(...visible(String(text)));
+  el.replaceChildren(visible(String(text)));
 }
 
 /** Build an element: h("a", {href: "#x", class: "y"}, "text", child, …). Text children and
@@ -111,7 +173,7 @@ function h(tag, attrs = {}, ...children) {
     if (c === null || c === undefined || c === false) continue;
     if (c instanceof Node) el.append(c);
     else if (tag === "option") el.append(plain(String(c)));
-    else el.append(...visible(String(c)));
+    else el.append(visible(String(c)));
   }
   return el;
 }
