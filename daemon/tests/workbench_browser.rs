@@ -1539,6 +1539,318 @@ fn a_long_argument_key_folds_like_a_long_string_and_its_marks_are_counted() {
     assert_eq!(opened, "\"k◌́×2000\"");
 }
 
+/// Which requests a [`HoldProxy`] holds: those whose path starts with `.0` sent with the
+/// credential `.1`.
+type HoldRule = Option<(String, String)>;
+
+/// What a [`HoldProxy`] has done with the requests it holds.
+#[derive(Default)]
+struct Held {
+    rule: HoldRule,
+    /// Held requests whose answer the daemon has given and the proxy keeps.
+    waiting: usize,
+    /// Held answers passed on to the page.
+    answered: usize,
+    /// Let the held answers go.
+    open: bool,
+}
+
+/// A loopback proxy in front of the daemon that keeps the daemon's answer to the requests its
+/// rule names until [`HoldProxy::release`], and passes everything else through (streams
+/// included): a daemon slow to answer one request, made deterministic.
+struct HoldProxy {
+    addr: String,
+    held: std::sync::Arc<(std::sync::Mutex<Held>, std::sync::Condvar)>,
+}
+
+impl HoldProxy {
+    fn start(upstream: &str) -> HoldProxy {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        let held = std::sync::Arc::new((
+            std::sync::Mutex::new(Held::default()),
+            std::sync::Condvar::new(),
+        ));
+        let upstream = upstream.to_owned();
+        let shared = held.clone();
+        std::thread::spawn(move || {
+            for client in listener.incoming() {
+                let Ok(client) = client else { return };
+                let (upstream, held) = (upstream.clone(), shared.clone());
+                std::thread::spawn(move || {
+                    let _ = hold_one(client, &upstream, &held);
+                });
+            }
+        });
+        HoldProxy { addr, held }
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("http://{}{path}", self.addr)
+    }
+
+    /// Hold, from now on, the answers to the requests for `path…` sent with `token`.
+    fn hold(&self, path: &str, token: &str) {
+        let (lock, _) = &*self.held;
+        *lock.lock().unwrap() = Held {
+            rule: Some((path.to_owned(), token.to_owned())),
+            ..Held::default()
+        };
+    }
+
+    /// Wait until the daemon has answered a held request (the answer is kept).
+    fn wait_held(&self) {
+        let (lock, cv) = &*self.held;
+        let (_guard, timeout) = cv
+            .wait_timeout_while(lock.lock().unwrap(), webdriver::WAIT, |h| h.waiting == 0)
+            .unwrap();
+        assert!(!timeout.timed_out(), "no request was held");
+    }
+
+    /// Pass the held answers on, and wait until they are written to the page.
+    fn release(&self) {
+        let (lock, cv) = &*self.held;
+        let mut held = lock.lock().unwrap();
+        held.open = true;
+        cv.notify_all();
+        let (_guard, timeout) = cv
+            .wait_timeout_while(held, webdriver::WAIT, |h| h.answered < h.waiting)
+            .unwrap();
+        assert!(!timeout.timed_out(), "the held answers were not passed on");
+    }
+}
+
+fn hold_one(
+    mut client: TcpStream,
+    upstream: &str,
+    held: &(std::sync::Mutex<Held>, std::sync::Condvar),
+) -> std::io::Result<()> {
+    let mut head = Vec::new();
+    let mut byte = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        if client.read(&mut byte)? == 0 {
+            return Ok(());
+        }
+        head.push(byte[0]);
+    }
+    let text = String::from_utf8_lossy(&head).into_owned();
+    let path = text.split(' ').nth(1).unwrap_or("").to_owned();
+    let (lock, cv) = held;
+    let hold = lock.lock().unwrap().rule.as_ref().is_some_and(|(p, t)| {
+        path.starts_with(p.as_str())
+            && text
+                .to_ascii_lowercase()
+                .contains(&format!("authorization: bearer {}", t.to_ascii_lowercase()))
+    });
+    let forwarded: String = text
+        .lines()
+        .filter(|l| !l.is_empty() && !l.to_ascii_lowercase().starts_with("connection:"))
+        .map(|l| format!("{l}\r\n"))
+        .chain(["Connection: close\r\n\r\n".to_owned()])
+        .collect();
+    let mut server = TcpStream::connect(upstream)?;
+    server.write_all(forwarded.as_bytes())?;
+    if !hold {
+        std::io::copy(&mut server, &mut client)?;
+        return Ok(());
+    }
+    let mut answer = Vec::new();
+    server.read_to_end(&mut answer)?;
+    let mut h = lock.lock().unwrap();
+    h.waiting += 1;
+    cv.notify_all();
+    let mut h = cv.wait_while(h, |h| !h.open).unwrap();
+    let written = client.write_all(&answer);
+    h.answered += 1;
+    cv.notify_all();
+    written
+}
+
+/// Sign in with `token` on the page as it is (no reload: what the page had in flight stays in
+/// flight) and wait for the live timeline.
+fn sign_in_here(b: &Browser, token: &str) {
+    let input = b.wait_for_element("#credential");
+    b.type_into(&input, token);
+    b.click(&b.find("#login-submit"));
+    b.wait_for("the live indicator", |b| {
+        (b.text_of("#live").as_deref() == Some("live")).then_some(())
+    });
+}
+
+/// Let the page act on the answers a [`HoldProxy`] just passed on (all written to its
+/// socket): a second, then a frame.
+fn let_the_page_act(b: &Browser) {
+    b.exec_async(
+        "const done = arguments[arguments.length - 1]; \
+         setTimeout(() => requestAnimationFrame(() => done(null)), 1000);",
+        json!([]),
+    );
+}
+
+/// Signing out did not forget what was still in flight: an operator's **Load older entries**
+/// that answered after the operator signed out and an agent signed in put the operator's
+/// entries (another episode's) in the agent's timeline and its Episode filter; an operator's
+/// `GET /v1/budget` put `ops · operator` on the agent's badge; an operator's `GET
+/// /v1/handlers` painted the operator's plugins view (library paths on the host) over the
+/// agent's. Each answer is held by a proxy until the agent is signed in.
+#[test]
+fn an_answer_in_flight_when_signing_out_never_shows_under_the_next_credential() {
+    let Some(b) = Browser::start_or_skip(
+        "an_answer_in_flight_when_signing_out_never_shows_under_the_next_credential",
+        1280,
+        800,
+    ) else {
+        return;
+    };
+    let d = Daemon::start(WS, &[]);
+    let ep1 = d.session("ep1", &["Workspace.Read=worktree:100"]);
+    let ep3 = d.session("ep3", &["Workspace.Read=worktree:100"]);
+    let ops = d.operator_session("ops", &[]);
+    // Entries 1–59 are ep3's, 60 is ep1's: the newest page of 50 is 11–60, and the older
+    // page (0–10) holds only the genesis and ep3's calls.
+    for _ in 0..59 {
+        call_read(&d, &ep3, "hello.txt");
+    }
+    call_read(&d, &ep1, "hello.txt");
+    let proxy = HoldProxy::start(&d.addr);
+    let agent_sees = |b: &Browser| {
+        b.exec(
+            "return [[...document.querySelectorAll('#entries li')].map((li) => li.dataset.index), \
+             [...document.getElementById('filter-episode').options].map((o) => o.value), \
+             document.getElementById('timeline-status').innerText, \
+             document.getElementById('who').innerText]",
+            json!([]),
+        )
+    };
+    let agent_timeline = json!([
+        ["60"],
+        ["", "ep1"],
+        "1 shown of 1 loaded · entries 11–60 scanned",
+        "ep1"
+    ]);
+
+    // Load older entries, held; sign out, sign in as the agent; the answer comes.
+    b.goto(&proxy.url("/workbench#log"));
+    sign_in_here(&b, &ops);
+    b.wait_for_element("#entries li[data-index='60']");
+    assert_eq!(
+        b.text_of("#timeline-status").as_deref(),
+        Some("50 shown of 50 loaded · entries 11–60 scanned")
+    );
+    proxy.hold("/v1/log/summaries?from=0", &ops);
+    b.click(&b.find("#older"));
+    proxy.wait_held();
+    sign_out(&b);
+    sign_in_here(&b, &ep1);
+    b.wait_for_element("#entries li[data-index='60']");
+    assert_eq!(agent_sees(&b), agent_timeline);
+    proxy.release();
+    let_the_page_act(&b);
+    assert_eq!(agent_sees(&b), agent_timeline);
+    b.screenshot(&shots().join("workbench-signout-in-flight.png"));
+
+    // Who the credential is, held at the operator's sign-in.
+    sign_out(&b);
+    proxy.hold("/v1/budget", &ops);
+    let input = b.wait_for_element("#credential");
+    b.type_into(&input, &ops);
+    b.click(&b.find("#login-submit"));
+    proxy.wait_held();
+    sign_out(&b);
+    assert_eq!(
+        b.text_of("#login-error").as_deref(),
+        Some(""),
+        "a sign-out is not a refusal"
+    );
+    sign_in_here(&b, &ep1);
+    b.wait_for("the agent's badge", |b| {
+        (b.text_of("#who").as_deref() == Some("ep1")).then_some(())
+    });
+    proxy.release();
+    let_the_page_act(&b);
+    assert_eq!(agent_sees(&b), agent_timeline);
+    assert_eq!(
+        b.exec(
+            "return document.getElementById('who').classList.contains('operator')",
+            json!([])
+        ),
+        json!(false)
+    );
+
+    // The plugins view, held for the operator.
+    sign_out(&b);
+    b.goto(&proxy.url("/workbench#plugins"));
+    sign_in_here(&b, &ops);
+    b.wait_for_element("section[data-plugin='workspace'] dd.path code");
+    let operator_path = b.text(&b.find("section[data-plugin='workspace'] dd.path code"));
+    assert!(operator_path.starts_with('/'), "{operator_path}");
+    proxy.hold("/v1/handlers", &ops);
+    b.click(&b.find("#nav a[data-view='log']"));
+    b.click(&b.find("#nav a[data-view='plugins']"));
+    proxy.wait_held();
+    sign_out(&b);
+    sign_in_here(&b, &ep1);
+    let agent_path = || {
+        b.wait_for_element("section[data-plugin='workspace'] dd.path code");
+        b.text(&b.find("section[data-plugin='workspace'] dd.path code"))
+    };
+    assert_eq!(agent_path(), "libworldd_workspace.so");
+    proxy.release();
+    let_the_page_act(&b);
+    assert_eq!(agent_path(), "libworldd_workspace.so");
+    assert_eq!(b.text_of("#who").as_deref(), Some("ep1"));
+}
+
+/// Under `--open-reads` a credential the daemon does not know reads the log, then is refused
+/// `GET /v1/budget`: the page showed the sign-in form with the refusal and, below it, the log
+/// view, `disconnected` and **Reconnect**. A sign-in refused midway stops at the sign-in form.
+#[test]
+fn a_credential_refused_after_the_log_loaded_leaves_only_the_sign_in_form() {
+    let Some(b) = Browser::start_or_skip(
+        "a_credential_refused_after_the_log_loaded_leaves_only_the_sign_in_form",
+        1280,
+        800,
+    ) else {
+        return;
+    };
+    let d = Daemon::start(WS, &["--open-reads"]);
+    let ep1 = d.session("ep1", &["Workspace.Read=worktree:10"]);
+    call_read(&d, &ep1, "hello.txt");
+    let unknown = "ab".repeat(32);
+    assert_eq!(
+        get(&d.url("/v1/log/summaries?limit=50"), Some(&unknown)).status,
+        200
+    );
+    b.goto(&format!("http://{}/workbench", d.addr));
+    let input = b.wait_for_element("#credential");
+    b.type_into(&input, &unknown);
+    b.click(&b.find("#login-submit"));
+    b.wait_for("the refusal", |b| {
+        b.text_of("#login-error")
+            .filter(|t| t.starts_with("The daemon refused"))
+    });
+    // Long enough for the log stream the page would have followed to find no daemon.
+    std::thread::sleep(std::time::Duration::from_millis(1500));
+    let page = b.exec(
+        "const shown = (id) => !document.getElementById(id).hidden; \
+         return [shown('login'), document.getElementById('login-error').innerText, \
+         ['view-log', 'view-episode', 'view-plugins', 'view-metrics', 'signout', 'reconnect', 'nav', 'who'].filter(shown), \
+         document.getElementById('live').innerText, document.querySelectorAll('#entries li').length]",
+        json!([]),
+    );
+    assert_eq!(
+        page,
+        json!([
+            true,
+            "The daemon refused the credential: unknown session credential",
+            [],
+            "offline",
+            0
+        ])
+    );
+    b.screenshot(&shots().join("workbench-refused-midway.png"));
+}
+
 /// `call_read`, again after a moment while the daemon refuses it for capacity (a refused call
 /// spends the credential's refusal rate by the 16 KiB it stores): the index of the entry it
 /// made.

@@ -281,12 +281,21 @@ class NotSent extends Error {
   }
 }
 
+/** An answer to a request sent with a credential the page has since forgotten: it is dropped,
+ * never shown under the next credential. */
+class Superseded extends Error {
+  constructor() {
+    super("signed out while the request was in flight");
+  }
+}
+
 /**
  * Before the credential goes out after the page saw its daemon go away: is the daemon that
  * answers now the one serving the same store? Throws NotSent (and says "disconnected") if not.
  */
 async function ensureDaemon() {
   if (!state.gone) return;
+  const signin = state.signin;
   if (!state.checking) {
     state.checking = ourDaemonHere().then((same) => {
       state.checking = null;
@@ -294,6 +303,7 @@ async function ensureDaemon() {
     });
   }
   const same = await state.checking;
+  if (signin !== state.signin) throw new Superseded();
   if (!same || state.gone) {
     disconnected();
     throw new NotSent();
@@ -307,16 +317,25 @@ function authHeaders(extra = {}) {
   return c ? { Authorization: `Bearer ${c}`, ...extra } : extra;
 }
 
+/**
+ * A request with the credential. Signed out (and maybe in again) before it answers, it throws
+ * Superseded: nothing read with a forgotten credential reaches the page, and its refusal
+ * does not sign out the next credential.
+ */
 async function request(path, extra) {
+  const signin = state.signin;
   await ensureDaemon();
+  if (signin !== state.signin) throw new Superseded();
   let res;
   try {
     res = await fetch(path, { headers: authHeaders(extra), cache: "no-store", credentials: "omit" });
   } catch (e) {
+    if (signin !== state.signin) throw new Superseded();
     // Nothing answered: the daemon may be gone, and the port anyone's.
     state.gone = true;
     throw e;
   }
+  if (signin !== state.signin) throw new Superseded();
   if (!res.ok) {
     let cls = "", message = "";
     try {
@@ -324,6 +343,7 @@ async function request(path, extra) {
       cls = body.error?.class || "";
       message = body.error?.message || "";
     } catch { /* not the envelope */ }
+    if (signin !== state.signin) throw new Superseded();
     const err = new ApiError(res.status, cls, message);
     if (res.status === 401) signedOut(err);
     throw err;
@@ -331,13 +351,17 @@ async function request(path, extra) {
   return res;
 }
 
+/** The body of a request's answer, read while the credential it was sent with is still the page's. */
+async function body(path, read) {
+  const signin = state.signin;
+  const v = await read(await request(path));
+  if (signin !== state.signin) throw new Superseded();
+  return v;
+}
+
 const api = {
-  async json(path) {
-    return (await request(path)).json();
-  },
-  async text(path) {
-    return (await request(path)).text();
-  },
+  json: (path) => body(path, (res) => res.json()),
+  text: (path) => body(path, (res) => res.text()),
 };
 
 // ---------------------------------------------------------------------------------------
@@ -356,6 +380,7 @@ const state = {
   started: false, // signed in and showing the app
   me: null, // {episode, operator} of the credential, from GET /v1/budget
   episodeView: 0, // generation of the episode view, so a stale answer does not paint
+  signin: 0, // generation of the credential: forget() moves it on, and what was in flight with the old one is dropped
   daemon: null, // the absolute path of the daemon's store, from GET /workbench/daemon at sign-in
   gone: false, // the page saw the daemon go away: the credential waits for the check
   checking: null, // the check under way, shared by the requests that wait for it
@@ -394,17 +419,23 @@ function showWho() {
 }
 
 async function learnWho() {
+  const signin = state.signin;
+  let me = null;
   try {
     const b = await api.json("/v1/budget");
-    state.me = { episode: b.episode, operator: b.operator === true };
-  } catch {
-    state.me = null;
-  }
+    me = { episode: b.episode, operator: b.operator === true };
+  } catch { /* shown without a badge; a refusal has already signed out */ }
+  if (signin !== state.signin) return;
+  state.me = me;
   showWho();
 }
 
-/** Drop the credential and everything read with it: the next one may see other episodes. */
+/** Drop the credential and everything read with it: the next one may see other episodes.
+ * What is still in flight with it is dropped when it answers (state.signin moves on). */
 function forget() {
+  state.signin++;
+  state.verifying++;
+  state.episodeView++;
   stopStream();
   secret = null;
   state.me = null;
@@ -431,9 +462,12 @@ async function signIn(text) {
     return;
   }
   secret = c;
+  const signin = state.signin;
   try {
     await start();
   } catch (e) {
+    // Signed out meanwhile: this sign-in is over, and whatever the page shows now is not its.
+    if (signin !== state.signin) return;
     if (!(e instanceof ApiError && e.status === 401)) {
       // Not signed in: the credential is not kept for whatever answers next.
       forget();
@@ -540,7 +574,9 @@ function arrived(s) {
 }
 
 async function loadNewest() {
+  const signin = state.signin;
   const page = await api.json(`/v1/log/summaries?limit=${PAGE}`);
+  if (signin !== state.signin) throw new Superseded();
   state.entries.clear();
   for (const s of page.items) remember(s);
   state.scannedFrom = page.from;
@@ -551,15 +587,19 @@ async function loadNewest() {
 
 async function loadOlder() {
   if (!(state.scannedFrom > 0)) return;
+  const signin = state.signin;
   const from = Math.max(0, state.scannedFrom - PAGE);
   const button = $("older");
   button.disabled = true;
   try {
     const page = await api.json(`/v1/log/summaries?from=${from}&limit=${state.scannedFrom - from}`);
+    // Another credential's page is not this one's timeline.
+    if (signin !== state.signin) return;
     for (const s of page.items) remember(s);
     state.scannedFrom = from;
     renderTimeline();
   } catch (e) {
+    if (signin !== state.signin) return;
     setText($("timeline-status"), `Could not load older entries: ${e.message}`);
   } finally {
     button.disabled = false;
@@ -1091,12 +1131,14 @@ function showSpend(view, b) {
 }
 
 async function showPlugins() {
+  const signin = state.signin;
   const view = $("view-plugins");
   view.replaceChildren(h("p", { class: "muted" }, "Loading…"));
   let v;
   try {
     v = await api.json("/v1/handlers");
   } catch (e) {
+    if (signin !== state.signin) return;
     if (e instanceof ApiError && e.status === 404) {
       view.replaceChildren(h("h1", {}, "Plugins"),
         h("p", { class: "notice", id: "plugins-unavailable" },
@@ -1108,6 +1150,8 @@ async function showPlugins() {
     view.replaceChildren(h("p", { class: "error" }, `Could not list the plugins: ${e.message}`));
     return;
   }
+  // What another credential was told (an operator sees where each library lies) is not this one's.
+  if (signin !== state.signin) return;
   const plugins = (v.plugins || []).map((p) => h("section", { class: "card plugin", "data-plugin": p.name },
     h("h2", {}, `${p.name} ${p.version || ""}`),
     h("dl", { class: "meta" },
@@ -1153,15 +1197,18 @@ function parseMetrics(text) {
 }
 
 async function showMetrics() {
+  const signin = state.signin;
   const view = $("view-metrics");
   view.replaceChildren(h("p", { class: "muted" }, "Loading…"));
   let samples;
   try {
     samples = parseMetrics(await api.text("/v1/metrics"));
   } catch (e) {
+    if (signin !== state.signin) return;
     view.replaceChildren(h("p", { class: "error" }, `Could not read the metrics: ${e.message}`));
     return;
   }
+  if (signin !== state.signin) return;
   const sum = (name, pred = () => true) => samples.filter((s) => s.name === name && pred(s)).reduce((a, s) => a + s.value, 0);
   const calls = sum("worldd_calls_total");
   const byOutcome = new Map();
@@ -1275,17 +1322,28 @@ function onKey(ev) {
 // ---------------------------------------------------------------------------------------
 // Start.
 
+/**
+ * Sign in with the credential just set. Each step may find the page signed out meanwhile (the
+ * operator clicked Sign out, or the daemon refused the credential: revoked, expired, unknown
+ * under --open-reads): then the page is at the sign-in form and this sign-in stops there.
+ */
 async function start() {
+  const signin = state.signin;
+  const over = () => signin !== state.signin;
   $("login").hidden = true;
   $("signout").hidden = false;
   $("nav").hidden = false;
   setLive("connecting…", "wait");
   // The daemon the credential is for: the credential goes to no other once this one is gone.
-  state.daemon = await daemonHere();
+  const daemon = await daemonHere();
+  if (over()) throw new Superseded();
+  state.daemon = daemon;
   state.gone = false;
   if (state.daemon === null) throw new Error("no worldd answers GET /v1/health and GET /workbench/daemon here");
   await loadNewest();
+  if (over()) throw new Superseded();
   await learnWho();
+  if (over()) throw new Superseded();
   state.started = true;
   route();
   follow();
