@@ -407,7 +407,9 @@ impl LoadedHandler {
 
     /// Execute one effect. An answer that is not a valid [`Outcome`] (not UTF-8
     /// among them), or is longer than [`MAX_ANSWER_BYTES`], is reported as
-    /// `indeterminate`: the handler ran, and nobody can tell what it did.
+    /// `indeterminate`: the handler ran, and nobody can tell what it did. An output (as a
+    /// decline or a finish output) is read to any depth, but only its first 120 levels are
+    /// kept, an array or object at the 120th read empty: the broker refuses one past 100.
     pub fn execute(&self, request: &Request) -> Outcome {
         match serde_json::to_string(request) {
             Ok(json) => self.execute_request_json(&json),
@@ -461,7 +463,7 @@ impl LoadedHandler {
             Some(answer) if answer.len() > MAX_ANSWER_BYTES => Preflight::Proceed,
             Some(answer) => match std::str::from_utf8(&answer.into_bytes())
                 .ok()
-                .and_then(|text| serde_json::from_str(text).ok())
+                .and_then(|text| crate::answer::object(text).ok())
             {
                 Some(output) => Preflight::Decline(output),
                 None => Preflight::Proceed,
@@ -491,7 +493,7 @@ impl LoadedHandler {
                         not_utf8(e)
                     )
                 })?;
-                serde_json::from_str(text)
+                crate::answer::object(text)
                     .map_err(|e| format!("finish function {name:?} returned a non-object: {e}"))
             }
             RErr(message) => Err(lossy(message)),

@@ -188,6 +188,7 @@
 #![deny(missing_docs)]
 
 mod abi;
+mod answer;
 mod caught;
 mod host;
 mod plugin;

@@ -593,6 +593,92 @@ fn an_answer_whose_bytes_are_not_utf8_is_malformed() {
     );
 }
 
+/// `{"d":[[…"x"…]]}` nested `levels` deep, the object itself level 1, as JSON text.
+fn nested_text(levels: usize) -> String {
+    let arrays = levels.saturating_sub(1);
+    format!(
+        "{{\"ok\":false,\"d\":{}\"x\"{}}}",
+        "[".repeat(arrays),
+        "]".repeat(arrays)
+    )
+}
+
+/// How many levels `value` nests, a scalar being 0.
+fn depth(value: &Value) -> usize {
+    match value {
+        Value::Array(items) => 1 + items.iter().map(depth).max().unwrap_or(0),
+        Value::Object(members) => 1 + members.values().map(depth).max().unwrap_or(0),
+        _ => 0,
+    }
+}
+
+/// A handler implemented on the FFI trait whose every answer nests `0` levels deep.
+struct Deep(usize);
+
+impl Handler for Deep {
+    fn execute(&self, _request_json: RStr<'_>) -> RString {
+        RString::from(format!(
+            "{{\"status\":\"ok\",\"output\":{}}}",
+            nested_text(self.0)
+        ))
+    }
+    fn preflight(&self, _request_json: RStr<'_>) -> ROption<RString> {
+        abi_stable::std_types::RSome(RString::from(nested_text(self.0)))
+    }
+    fn finish(&self, _name: RStr<'_>, _input_json: RStr<'_>) -> RResult<RString, RString> {
+        abi_stable::std_types::ROk(RString::from(nested_text(self.0)))
+    }
+}
+
+/// An answer nested past serde_json's 128 levels was not read at all: a preflight's decline
+/// proceeded (and the call spent its budget), an outcome was `indeterminate` ("recursion limit
+/// exceeded"), a finish output an error. Each is read, to 120 levels: deep enough for the
+/// broker's own limit (100) to refuse it as what it is.
+#[test]
+fn an_answer_nested_past_serde_jsons_limit_is_still_read_deep_enough_to_be_judged() {
+    let input = FinishInput {
+        args: json!({}),
+        output: JsonObject::new(),
+    };
+    for levels in [129, 200, 100_000] {
+        let h = LoadedHandler::from_box(Handler_TO::from_value(Deep(levels), TD_Opaque));
+        let Outcome::Ok { output } = h.execute(&request(json!({}))) else {
+            panic!("{levels}: not read as ok")
+        };
+        let Preflight::Decline(declined) = h.preflight(&request(json!({}))) else {
+            panic!("{levels}: the decline proceeded")
+        };
+        let finished = h.finish("x", &input).unwrap();
+        for answer in [output, declined, finished] {
+            assert_eq!(answer["ok"], json!(false), "{levels}");
+            assert_eq!(depth(&Value::Object(answer)), crate::answer::READ_DEPTH);
+        }
+    }
+    // Up to that depth an answer is read as serde_json reads it.
+    for levels in [1, 100, 101, 119] {
+        let h = LoadedHandler::from_box(Handler_TO::from_value(Deep(levels), TD_Opaque));
+        let text = nested_text(levels);
+        let expected: JsonObject = serde_json::from_str(&text).unwrap();
+        assert_eq!(
+            h.execute(&request(json!({}))),
+            Outcome::ok(expected.clone())
+        );
+        assert_eq!(
+            h.preflight(&request(json!({}))),
+            Preflight::Decline(expected.clone())
+        );
+        assert_eq!(h.finish("x", &input).unwrap(), expected);
+    }
+    // A deep answer that is not JSON is still refused, in serde_json's words.
+    let broken = format!("{}1,]{}", "[".repeat(300), "]".repeat(299));
+    assert_eq!(
+        serde_json::from_str::<Outcome>(&format!(r#"{{"status":"ok","output":{{"d":{broken}}}}}"#))
+            .unwrap_err()
+            .to_string(),
+        "expected value at line 1 column 332"
+    );
+}
+
 // ------------------------------------------------------------------ host side
 
 #[derive(Default)]

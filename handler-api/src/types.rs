@@ -264,7 +264,8 @@ impl<'de> serde::de::Visitor<'de> for OutcomeVisitor {
                 Word::Output if output.is_some() => {
                     return Err(A::Error::duplicate_field("output"))
                 }
-                Word::Output => output = Some(map.next_value()?),
+                // Read to any depth: the broker, not the parser, refuses one too deep.
+                Word::Output => output = Some(map.next_value_seed(crate::answer::AnswerObject)?),
                 Word::Message if message.is_some() => {
                     return Err(A::Error::duplicate_field("message"))
                 }
