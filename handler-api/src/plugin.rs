@@ -10,6 +10,7 @@
 
 use std::any::Any;
 use std::marker::PhantomData;
+use std::mem::ManuallyDrop;
 
 use abi_stable::{
     prefix_type::WithMetadata,
@@ -254,8 +255,14 @@ pub fn preflight_json<H: EffectHandler + ?Sized>(
 /// The `manifest` adapter: the manifest JSON with `abi` forced to
 /// [`ABI_VERSION`], or `{"error":"…"}`.
 pub fn manifest_json<P: Plugin>() -> String {
-    let result = crate::caught::caught(P::manifest)
-        .unwrap_or_else(|payload| Err(format!("manifest panicked: {}", panic_text(&*payload))));
+    let result = crate::caught::caught(P::manifest).unwrap_or_else(|payload| {
+        // No host is told of a panic here (there is none yet): its place goes in the error.
+        let place = crate::caught::take_place().unwrap_or_default();
+        Err(format!(
+            "manifest panicked{place}: {}",
+            panic_text(&*payload)
+        ))
+    });
     let result = result.and_then(|mut manifest| {
         manifest.abi = ABI_VERSION;
         serde_json::to_string(&manifest)
@@ -278,26 +285,41 @@ pub fn new_handler_boxed<P: Plugin>(config_json: &str, host: Host) -> Result<Han
     crate::caught::remember(host);
     let handler = crate::caught::caught(|| P::new(config, host))
         .map_err(|payload| format!("{NEW_PANICKED}{}", panic_text(&*payload)))??;
-    Ok(Handler_TO::from_value(Adapter(handler), TD_Opaque))
+    Ok(Handler_TO::from_value(
+        Adapter(ManuallyDrop::new(handler)),
+        TD_Opaque,
+    ))
 }
 
 /// Wraps a user handler as the FFI [`crate::Handler`] trait.
-struct Adapter<H>(H);
+struct Adapter<H: EffectHandler>(ManuallyDrop<H>);
+
+/// The handler's drop is an entry the host calls too (abi_stable's `destroy_box`, an
+/// `extern "C"` function): a panic in it must not unwind into the host, which aborts.
+impl<H: EffectHandler> Drop for Adapter<H> {
+    fn drop(&mut self) {
+        let _ = crate::caught::caught(|| {
+            // SAFETY: the handler is dropped here, once, as its adapter goes: nothing uses it
+            // after (a panic part-way leaves it half dropped, and still unused).
+            unsafe { ManuallyDrop::drop(&mut self.0) }
+        });
+    }
+}
 
 impl<H: EffectHandler> crate::abi::Handler for Adapter<H> {
     fn execute(&self, request_json: RStr<'_>) -> RString {
-        RString::from(execute_json(&self.0, request_json.as_str()))
+        RString::from(execute_json(&*self.0, request_json.as_str()))
     }
 
     fn finish(&self, name: RStr<'_>, input_json: RStr<'_>) -> RResult<RString, RString> {
-        match finish_json(&self.0, name.as_str(), input_json.as_str()) {
+        match finish_json(&*self.0, name.as_str(), input_json.as_str()) {
             Ok(json) => ROk(RString::from(json)),
             Err(message) => RErr(RString::from(message)),
         }
     }
 
     fn preflight(&self, request_json: RStr<'_>) -> ROption<RString> {
-        preflight_json(&self.0, request_json.as_str())
+        preflight_json(&*self.0, request_json.as_str())
             .map(RString::from)
             .into()
     }

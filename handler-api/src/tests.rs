@@ -277,6 +277,9 @@ impl Plugin for BrokenManifestPlugin {
 
 struct PanickingManifestPlugin;
 
+/// Where `PanickingManifestPlugin::manifest` panics: the line after the next one's.
+const MANIFEST_BOOM_LINE: u32 = line!() + 5;
+
 impl Plugin for PanickingManifestPlugin {
     type Handler = Wild;
     fn manifest() -> Result<Manifest, String> {
@@ -463,9 +466,13 @@ fn manifest_entry_forces_the_abi_version_and_reports_errors() {
     let err = LoadedPlugin::from_module(plugin_module::<PanickingManifestPlugin>())
         .manifest()
         .unwrap_err();
+    // No host is given to `manifest`: where it panicked is said in its error.
     assert_eq!(
         err,
-        "the plugin could not describe itself: manifest panicked: manifest boom"
+        format!(
+            "the plugin could not describe itself: manifest panicked at {}:{MANIFEST_BOOM_LINE}:9: manifest boom",
+            file!()
+        )
     );
 }
 

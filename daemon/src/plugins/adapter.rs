@@ -3,6 +3,7 @@
 //! (`request`).
 
 use std::collections::HashMap;
+use std::mem::ManuallyDrop;
 
 use broker_core::broker::HandlerIdentity;
 use broker_core::coordinator::{EffectHandler, EffectRequest, HandlerOutcome};
@@ -19,7 +20,11 @@ pub(super) struct PluginHandler {
     plugin: String,
     /// Each effect's op allowlist, from the manifest.
     ops: HashMap<String, Vec<String>>,
-    handler: LoadedHandler,
+    /// Never dropped: plugins are never unloaded, and a handler's drop is the plugin's code,
+    /// which may panic (across the boundary, an abort: a plugin built against an older
+    /// handler-api does not catch it) or block, when another plugin stops start-up or at
+    /// shutdown. The process's end frees it.
+    handler: ManuallyDrop<LoadedHandler>,
 }
 
 impl PluginHandler {
@@ -34,7 +39,7 @@ impl PluginHandler {
                 .iter()
                 .map(|e| (e.name.clone(), e.ops.clone()))
                 .collect(),
-            handler,
+            handler: ManuallyDrop::new(handler),
         }
     }
 
