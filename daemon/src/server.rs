@@ -139,7 +139,8 @@ impl ShutdownSignals {
     }
 
     /// Tell `manager` `STOPPING=1` when a signal arrives, before the drain. Under a service
-    /// manager SIGHUP no longer stops the daemon: there is no terminal to lose, and a unit that
+    /// manager (one that `READY=1` reached; a `$NOTIFY_SOCKET` nobody listens on is none)
+    /// SIGHUP no longer stops the daemon: there is no terminal to lose, and a unit that
     /// restarts only on failure would leave a daemon stopped by a reload habit (`kill -HUP`,
     /// logrotate) stopped for good. It is logged and ignored; SIGTERM stops it.
     pub fn telling(mut self, manager: crate::service_manager::Notifier) -> ShutdownSignals {
@@ -157,19 +158,20 @@ impl ShutdownSignals {
                 None => std::future::pending::<()>().await,
             }
         }
-        async fn hangups(s: Option<&mut Signal>, managed: bool) {
+        async fn hangups(s: Option<&mut Signal>, manager: crate::service_manager::Notifier) {
             let Some(s) = s else {
                 return std::future::pending::<()>().await;
             };
             loop {
                 s.recv().await;
-                if !managed {
+                if !manager.is_heard() {
                     return;
                 }
                 tracing::warn!("SIGHUP ignored: a service manager runs this daemon, so there is no terminal to lose; stop it with SIGTERM (systemctl stop)");
             }
         }
-        let managed = self.manager.is_present();
+        // Read when the signal comes: READY=1 was told (or not) before the daemon served.
+        let managed = self.manager.clone();
         tokio::select! {
             () = one(self.interrupt.as_mut()) => {},
             () = one(self.terminate.as_mut()) => {},

@@ -14,11 +14,15 @@
 
 use std::ffi::OsString;
 use std::os::unix::net::UnixDatagram;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 
 /// Where notices go; does nothing when no manager asked for them.
 #[derive(Debug, Clone, Default)]
 pub struct Notifier {
     socket: Option<OsString>,
+    /// A notice has reached the socket: a manager listens there (shared by the clones).
+    heard: Arc<AtomicBool>,
 }
 
 impl Notifier {
@@ -29,12 +33,17 @@ impl Notifier {
         if socket.is_some() {
             std::env::remove_var("NOTIFY_SOCKET");
         }
-        Notifier { socket }
+        Notifier {
+            socket,
+            heard: Arc::default(),
+        }
     }
 
-    /// Whether a service manager asked to be told: the daemon runs under it, with no terminal.
-    pub fn is_present(&self) -> bool {
-        self.socket.is_some()
+    /// Whether a service manager runs the daemon, with no terminal: a notice reached it. The
+    /// variable alone does not say so: it leaks into shells started from a notify-type unit
+    /// (`systemd-run --pty`), where nothing listens at the socket it names.
+    pub fn is_heard(&self) -> bool {
+        self.heard.load(Ordering::SeqCst)
     }
 
     /// Send `state` (`READY=1`, `STOPPING=1`); a failure is logged, never fatal: the daemon
@@ -43,11 +52,18 @@ impl Notifier {
         let Some(socket) = &self.socket else {
             return;
         };
-        if let Err(e) = send(socket, state.as_bytes()) {
-            tracing::warn!(
+        match send(socket, state.as_bytes()) {
+            Ok(()) => self.heard.store(true, Ordering::SeqCst),
+            // Nothing heard yet: no manager runs the daemon, and SIGHUP drains it as from a
+            // terminal.
+            Err(e) if !self.is_heard() => tracing::warn!(
+                "could not tell the service manager {state} through NOTIFY_SOCKET {}: {e}; no service manager runs this daemon as far as it can tell, so SIGHUP stops it (drains) as without one",
+                socket.to_string_lossy()
+            ),
+            Err(e) => tracing::warn!(
                 "could not tell the service manager {state} through NOTIFY_SOCKET {}: {e}",
                 socket.to_string_lossy()
-            );
+            ),
         }
     }
 }
@@ -92,8 +108,11 @@ mod tests {
         let by_path = UnixDatagram::bind(&path).unwrap();
         let to_path = Notifier {
             socket: Some(path.clone().into_os_string()),
+            ..Notifier::default()
         };
+        assert!(!to_path.is_heard());
         to_path.tell("READY=1");
+        assert!(to_path.clone().is_heard());
         let mut buf = [0u8; 64];
         let n = by_path.recv(&mut buf).unwrap();
         assert_eq!(&buf[..n], b"READY=1");
@@ -104,6 +123,7 @@ mod tests {
         let abstract_socket = UnixDatagram::bind_addr(&address).unwrap();
         Notifier {
             socket: Some(format!("@{name}").into()),
+            ..Notifier::default()
         }
         .tell("STOPPING=1");
         let n = abstract_socket.recv(&mut buf).unwrap();
@@ -111,7 +131,13 @@ mod tests {
 
         drop(by_path);
         std::fs::remove_file(&path).unwrap();
-        assert!(send(&path.into_os_string(), b"READY=1").is_err());
+        assert!(send(&path.clone().into_os_string(), b"READY=1").is_err());
         Notifier::default().tell("READY=1");
+        let unheard = Notifier {
+            socket: Some(path.into_os_string()),
+            ..Notifier::default()
+        };
+        unheard.tell("READY=1");
+        assert!(!unheard.is_heard());
     }
 }

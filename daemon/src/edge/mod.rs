@@ -235,6 +235,21 @@ impl ServerConfig {
         if self.reads_per_client == 0 || self.read_wait.is_zero() {
             return Err("[server] reads_per_client and read_wait_ms must be at least 1".into());
         }
+        // Each of these is the size of a semaphore, which holds at most `MAX_PERMITS`: more
+        // panicked the daemon at start (`log_streams`) or on every read (`reads_per_client`).
+        for (key, permits) in [
+            ("max_connections", self.max_connections),
+            ("log_streams", self.log_streams),
+            ("log_streams_per_episode", self.log_streams_per_episode),
+            ("reads_per_client", self.reads_per_client),
+        ] {
+            if permits > tokio::sync::Semaphore::MAX_PERMITS {
+                return Err(format!(
+                    "[server] {key} is too large (at most {})",
+                    tokio::sync::Semaphore::MAX_PERMITS
+                ));
+            }
+        }
         if self
             .memory_trim
             .is_some_and(|t| t < Duration::from_millis(100))
