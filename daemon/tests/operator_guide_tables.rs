@@ -140,8 +140,8 @@ fn the_operator_guides_start_up_failures_are_what_the_daemon_prints() {
         },
         Provoked {
             span: "… at config: the store reserve (R bytes) must be smaller than its ceiling (C bytes)",
-            names: vec![("(R ", "(2000000 ".into()), ("(C ", "(1000000 ".into())],
-            args: s(&["--store-ceiling", "1000000", "--store-reserve", "2000000"]),
+            names: vec![("(R ", "(3000000 ".into()), ("(C ", "(2000000 ".into())],
+            args: s(&["--store-ceiling", "2000000", "--store-reserve", "3000000"]),
         },
         Provoked {
             span: "… at config: the store ceiling (C bytes) is below 1048576 bytes, the least a store is given (a size without a unit is in bytes: write 64GiB, for example)",
@@ -278,6 +278,37 @@ fn the_operator_guides_start_up_failures_are_what_the_daemon_prints() {
         span: "… at store-open: world store DB is not a directory (a store is a directory holding data.mdb and lock.mdb)",
         names: vec![("DB", at("a-file"))],
         args: s(&["--db", &at("a-file")]),
+    });
+    // What is left of a store, refused rather than made a new world.
+    let emptied = d.join("emptied");
+    std::fs::create_dir(&emptied).unwrap();
+    std::fs::write(emptied.join("data.mdb"), "").unwrap();
+    std::fs::write(emptied.join("lock.mdb"), "").unwrap();
+    cases.push(Provoked {
+        span: "… at store-open: world store DB has an empty data.mdb: no store was ever written there, or the file was emptied; refusing to make a new store in its place: restore the directory from a backup, or remove it to start a new world",
+        names: vec![("DB", emptied.display().to_string())],
+        args: s(&["--db", &emptied.display().to_string()]),
+    });
+    let lost = d.join("lost");
+    std::fs::create_dir_all(lost.join("plugin-state")).unwrap();
+    std::fs::write(lost.join("lock.mdb"), "").unwrap();
+    cases.push(Provoked {
+        span: "… at store-open: world store DB has no data.mdb, only FILES: its data file was lost (a restore or copy gone wrong?); refusing to make a new store in its place: restore the directory from a backup, or remove it to start a new world",
+        names: vec![
+            ("DB", lost.display().to_string()),
+            ("FILES", "lock.mdb, plugin-state/".to_owned()),
+        ],
+        args: s(&["--db", &lost.display().to_string()]),
+    });
+    std::fs::write(
+        d.join("huge-streams.toml"),
+        "[server]\nlog_streams = 9000000000000000000\n",
+    )
+    .unwrap();
+    cases.push(Provoked {
+        span: "… at config: [server] log_streams is too large (at most 2305843009213693951)",
+        names: vec![],
+        args: s(&["--config", &at("huge-streams.toml")]),
     });
     let other_schema = d.join("other-schema");
     store_of_schema(&other_schema, "99");

@@ -41,16 +41,20 @@ pub fn run(a: QuickstartArgs) -> CliResult {
             "quickstart prints a client configuration, so it needs a fixed port (not :0)",
         ));
     }
-    // The port first: a taken port must not leave a store and a credential behind.
-    let listener = if a.print_only {
-        None
+    let db = a.dir.join("db");
+    // The port first: a taken port must not leave a store and a credential behind. And before
+    // it, as `serve` does, a store another daemon serves: quickstart would mint a credential
+    // and print a configuration for an address where nothing will serve. (`--print-only`
+    // serves nothing: it may set up a store a daemon serves.)
+    let (listener, store_lock) = if a.print_only {
+        (None, None)
     } else {
         let addr = serve::resolve_bind(&a.bind)?;
         crate::server::check_loopback(&addr)
             .map_err(|e| Failure::fatal(format!("daemon startup failed at bind-policy: {e}")))?;
-        Some(serve::bind_now(addr)?)
+        let store_lock = serve::existing_store_lock(&db)?;
+        (Some(serve::bind_now(addr)?), store_lock)
     };
-    let db = a.dir.join("db");
     let root = a.dir.join("worktrees");
     let token_file = a.dir.join(format!("{}.session", a.episode));
     // What this run makes, so that a declined mint leaves nothing of it behind.
@@ -136,6 +140,7 @@ pub fn run(a: QuickstartArgs) -> CliResult {
     let launch = serve::Launch {
         listener,
         ready_on_stderr: true,
+        store_lock,
     };
     serve::run_with(
         ServeArgs {

@@ -268,6 +268,9 @@ pub struct Launch {
     /// Announce `worldd listening on …` on stderr instead of stdout (quickstart keeps stdout
     /// for the client configuration).
     pub ready_on_stderr: bool,
+    /// The store's lock, taken beforehand ([`existing_store_lock`]: quickstart checks that no
+    /// other daemon serves the store before it mints and prints).
+    pub store_lock: Option<std::fs::File>,
 }
 
 pub fn run(a: ServeArgs) -> CliResult {
@@ -302,12 +305,15 @@ pub fn run_with(a: ServeArgs, launch: Launch) -> CliResult {
     }
 
     // Bind policy first: nothing else happens for a non-loopback address.
-    let addr = resolve_bind(&settings.bind)?;
+    let addr = resolve_bind_as(&settings.bind, settings.bind_key)?;
     server::check_loopback(&addr).map_err(|e| startup("bind-policy", e))?;
     // A store another daemon serves is said so before the port, which that daemon may hold
     // too: "already serves" is certain where "address in use" is a guess. Only a store that
     // exists can be held, so this creates nothing.
-    let held_early = existing_store_lock(&settings.db)?;
+    let held_early = match launch.store_lock {
+        Some(lock) => Some(lock),
+        None => existing_store_lock(&settings.db)?,
+    };
     // Tried now only where the root exists; a root without `flock` is tried (and warned of)
     // once.
     let root_early = settings
@@ -322,14 +328,14 @@ pub fn run_with(a: ServeArgs, launch: Launch) -> CliResult {
 
     // A start that fails from here on leaves nothing it made: not a new store, not a new
     // workspace root (a mistyped flag would otherwise leave a store where none was meant).
-    let fresh = Fresh::note(&settings.db, &settings.workspace_root);
+    let mut fresh = Fresh::default();
     // A daemon that dies on a corrupt page of its store says so (the verbs run in a child
     // that does; a daemon has its supervisor instead).
     broker_core::store::say_faults_in_store_maps("worldd serve");
     broker_core::capacity::log_thresholds();
     let metrics = Metrics::default();
     let started = (|| {
-        let store = open_store(&settings)?;
+        let store = open_store(&settings, &mut fresh)?;
         // One daemon per store: the per-episode ordering of calls lives in its memory.
         let lock = match held_early {
             Some(lock) => lock,
@@ -360,6 +366,7 @@ pub fn run_with(a: ServeArgs, launch: Launch) -> CliResult {
             return Err(failure);
         }
     };
+    let _store_dir_lock = fresh.store_dir;
     let catalog = catalog_of(&set);
     let classes = set.classes;
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -430,27 +437,34 @@ pub fn run_with(a: ServeArgs, launch: Launch) -> CliResult {
     served
 }
 
-/// The store directory and workspace root as a start found them: what it may take away
-/// again when it fails, which is only what it made.
+/// The store directory and workspace root this start made: what it may take away again when
+/// it fails. "Made" is decided by the start's own exclusive `mkdir`, never by "it was absent
+/// when I looked", which two starts at once both see: the one refused then removed the store
+/// the other had just made and served.
+#[derive(Default)]
 struct Fresh {
+    /// The store directory (absolute), when this start made it.
     db: Option<PathBuf>,
+    /// The workspace root (absolute), when this start made it.
     root: Option<PathBuf>,
+    /// The store directory's lock ([`lock_store_dir`]), held from before the store is looked
+    /// at to the daemon's end.
+    store_dir: Option<std::fs::File>,
+    /// The start went as far as taking that lock.
+    store_tried: bool,
 }
 
 impl Fresh {
-    fn note(db: &std::path::Path, root: &std::path::Path) -> Fresh {
-        let absent = |p: &std::path::Path| (!p.exists()).then(|| p.to_path_buf());
-        Fresh {
-            db: absent(db),
-            root: absent(root),
-        }
-    }
-
     /// Remove the store directory and the workspace root this start made (the root only while
-    /// empty). Called once the store is closed.
+    /// empty), and only while no other daemon can have them: this start holds the store
+    /// directory's lock, nothing holds the store's own, and nothing the root's. Called once
+    /// the store is closed.
     fn undo(self) {
-        if let Some(db) = self.db {
-            // A start refused before the store was made has nothing to take away.
+        // Without the lock, another daemon may be making or serving the store, and its root.
+        if self.store_tried && self.store_dir.is_none() {
+            return;
+        }
+        if let Some(db) = self.db.filter(|db| nobody_serves(db)) {
             let removed = std::fs::remove_dir_all(&db);
             if let Some(e) = removed
                 .err()
@@ -463,9 +477,41 @@ impl Fresh {
             }
         }
         if let Some(root) = self.root {
-            let _ = std::fs::remove_dir(&root);
+            let unheld =
+                std::fs::File::open(&root).is_ok_and(|f| matches!(lock_exclusively(&f), Ok(true)));
+            if unheld {
+                let _ = std::fs::remove_dir(&root);
+            }
         }
     }
+}
+
+/// Whether no daemon holds the store's lock now (none where the store has no data file).
+fn nobody_serves(db: &std::path::Path) -> bool {
+    match std::fs::File::open(store_lock_file(db)) {
+        Ok(file) => matches!(lock_exclusively(&file), Ok(true)),
+        Err(e) => e.kind() == std::io::ErrorKind::NotFound,
+    }
+}
+
+/// Make `dir` (mode 0700, its missing parents too, as [`create_private_dir_all`]) with an
+/// exclusive `mkdir`: `Ok(true)` when this call made it, `Ok(false)` when it was a directory
+/// already.
+fn make_private_dir(dir: &std::path::Path) -> std::io::Result<bool> {
+    use std::os::unix::fs::DirBuilderExt;
+    if let Some(parent) = dir.parent().filter(|p| !p.as_os_str().is_empty()) {
+        create_private_dir_all(parent)?;
+    }
+    match std::fs::DirBuilder::new().mode(0o700).create(dir) {
+        Ok(()) => Ok(true),
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && dir.is_dir() => Ok(false),
+        Err(e) => Err(e),
+    }
+}
+
+/// `path` made absolute against the working directory now (as given where that cannot be read).
+fn absolute_now(path: &std::path::Path) -> PathBuf {
+    std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf())
 }
 
 /// What `serve` runs with: each setting from its flag, else the config file, else its default.
@@ -473,6 +519,8 @@ struct Settings {
     db: PathBuf,
     workspace_root: PathBuf,
     bind: String,
+    /// Where `bind` was given: the flag, or the config file's key.
+    bind_key: &'static str,
     open_reads: bool,
     server: edge::ServerConfig,
     limits: crate::limits::Limits,
@@ -499,6 +547,11 @@ impl Settings {
             .clone()
             .or_else(|| file.serve.bind.clone())
             .unwrap_or_else(|| DEFAULT_BIND.into());
+        let bind_key = if a.bind.is_none() && file.serve.bind.is_some() {
+            "[serve] bind"
+        } else {
+            "--bind"
+        };
         let (server, limits) = edge_settings(a, file)?;
         let store_limits = &a.limits;
         let ceiling = store_limits
@@ -509,15 +562,16 @@ impl Settings {
             .store_reserve
             .or(file.serve.store_reserve)
             .map(ByteSize::get);
-        broker_core::capacity::Limits::new(ceiling, reserve).map_err(|e| startup("config", e))?;
         // A ceiling of a few bytes is a unit mistaken (`--store-ceiling 100` for 100 MB): the
-        // store would be made and every call refused as full.
+        // store would be made and every call refused as full. Said before the reserve, which
+        // the operator may not have given (a zero ceiling was said as a reserve too large).
         if ceiling < MIN_CEILING {
             return Err(startup(
                 "config",
                 format!("the store ceiling ({ceiling} bytes) is below {MIN_CEILING} bytes, the least a store is given (a size without a unit is in bytes: write 64GiB, for example)"),
             ));
         }
+        broker_core::capacity::Limits::new(ceiling, reserve).map_err(|e| startup("config", e))?;
         let refusal_rate = RefusalRate::new(
             store_limits
                 .refusals_per_minute
@@ -533,6 +587,7 @@ impl Settings {
             db,
             workspace_root,
             bind,
+            bind_key,
             open_reads: a.open_reads || file.serve.open_reads,
             server,
             limits,
@@ -550,9 +605,9 @@ impl Settings {
 
 /// The workspace root made, and the store opened outside it: each refused when another user
 /// could have written it ([`refuse_loose_dir`]).
-fn open_store(settings: &Settings) -> Result<Store, Failure> {
+fn open_store(settings: &Settings, fresh: &mut Fresh) -> Result<Store, Failure> {
     let root = &settings.workspace_root;
-    create_private_dir_all(root).map_err(|e| {
+    let made_root = make_private_dir(root).map_err(|e| {
         let e = if root.exists() && !root.is_dir() {
             "it exists and is not a directory".to_owned()
         } else {
@@ -560,6 +615,9 @@ fn open_store(settings: &Settings) -> Result<Store, Failure> {
         };
         startup("config", format!("workspace root {}: {e}", root.display()))
     })?;
+    if made_root {
+        fresh.root = Some(absolute_now(root));
+    }
     refuse_loose_dir("workspace root", root).map_err(|e| startup("config", e))?;
     if let Some(warning) = others_may_enter(root) {
         tracing::warn!("{warning}");
@@ -578,6 +636,19 @@ fn open_store(settings: &Settings) -> Result<Store, Failure> {
             ),
         ));
     }
+    // A directory that cannot be made is said by the store's open below, in its words.
+    let made = make_private_dir(&settings.db).unwrap_or(false);
+    fresh.store_tried = true;
+    fresh.store_dir = lock_store_dir(&settings.db)?;
+    if made && fresh.store_dir.is_some() {
+        fresh.db = Some(absolute_now(&settings.db));
+    }
+    // What is left of a store (its data file lost or emptied, by a restore gone wrong) is no
+    // place for a new one: every credential, budget and task id would start again, unsaid.
+    if let Some(remains) = remains_of_a_store(&settings.db) {
+        return Err(startup("store-open", remains));
+    }
+    let new = !std::fs::metadata(store_lock_file(&settings.db)).is_ok_and(|m| m.len() > 0);
     let store = Store::open(
         &settings.db,
         StoreOptions {
@@ -588,6 +659,12 @@ fn open_store(settings: &Settings) -> Result<Store, Failure> {
         },
     )
     .map_err(|e| startup("store-open", e))?;
+    if new {
+        tracing::info!(
+            "made a new world store in {}",
+            absolute_now(&settings.db).display()
+        );
+    }
     store.keep_resident_under(settings.resident);
     Ok(store)
 }
@@ -752,8 +829,26 @@ fn catalog_of(set: &plugins::PluginSet) -> crate::catalog::Catalog {
 }
 
 pub fn resolve_bind(bind: &str) -> Result<SocketAddr, Failure> {
+    resolve_bind_as(bind, "--bind")
+}
+
+/// [`resolve_bind`] of an address given as `key` (`--bind`, or the config file's
+/// `[serve] bind`), which its refusals name.
+fn resolve_bind_as(bind: &str, key: &str) -> Result<SocketAddr, Failure> {
     if let Ok(a) = bind.parse::<SocketAddr>() {
         return Ok(a);
+    }
+    // A host and a number that is no port: the port is what is wrong, not the shape.
+    if let Some((_, port)) = bind.rsplit_once(':') {
+        if !port.is_empty()
+            && port.bytes().all(|b| b.is_ascii_digit())
+            && port.parse::<u16>().is_err()
+        {
+            return Err(startup(
+                "bind-policy",
+                format!("{key} {bind:?}: port {port} is out of range (0 to 65535)"),
+            ));
+        }
     }
     // `localhost:PORT` is allowed; it must resolve to loopback.
     if let Some(port) = bind.strip_prefix("localhost:") {
@@ -767,12 +862,12 @@ pub fn resolve_bind(bind: &str) -> Result<SocketAddr, Failure> {
     if !port.is_empty() && port.bytes().all(|b| b.is_ascii_digit()) {
         return Err(startup(
             "bind-policy",
-            format!("--bind {bind:?} names a port alone: give HOST:PORT, e.g. 127.0.0.1:{port}"),
+            format!("{key} {bind:?} names a port alone: give HOST:PORT, e.g. 127.0.0.1:{port}"),
         ));
     }
     Err(startup(
         "bind-policy",
-        format!("--bind {bind:?} is not HOST:PORT"),
+        format!("{key} {bind:?} is not HOST:PORT"),
     ))
 }
 
@@ -907,9 +1002,70 @@ fn workspace_lock(root: &std::path::Path) -> Result<Option<std::fs::File>, Failu
     }
 }
 
+/// Hold an exclusive, non-blocking `flock` on the store directory from before a start looks at
+/// what it holds until the daemon ends: two starts at once on a new store would otherwise both
+/// make it (and the one refused take it away again). `None` where the directory cannot be
+/// opened (the store's open says why) or locked (the store's own lock then decides).
+fn lock_store_dir(db: &std::path::Path) -> Result<Option<std::fs::File>, Failure> {
+    let Ok(dir) = std::fs::File::open(db) else {
+        return Ok(None);
+    };
+    match lock_exclusively(&dir) {
+        Ok(true) => Ok(Some(dir)),
+        Ok(false) => Err(already_serves(db)),
+        Err(_) => Ok(None),
+    }
+}
+
+/// What a store directory holds besides `data.mdb`, sorted, directories with a `/`.
+pub(super) fn beside_data_file(db: &std::path::Path) -> Vec<String> {
+    let Ok(entries) = std::fs::read_dir(db) else {
+        return Vec::new();
+    };
+    let mut names: Vec<String> = entries
+        .filter_map(Result::ok)
+        .filter(|e| e.file_name() != "data.mdb")
+        .map(|e| {
+            let slash = if e.file_type().is_ok_and(|t| t.is_dir()) {
+                "/"
+            } else {
+                ""
+            };
+            format!("{}{slash}", e.file_name().to_string_lossy())
+        })
+        .collect();
+    names.sort();
+    names
+}
+
+/// Why `db` holds what is left of a store and no store: a `data.mdb` that is empty, or none
+/// beside other files (`lock.mdb`, `plugin-state/`). `None` for a store, and for a directory
+/// that is absent or empty, where a new store is made.
+fn remains_of_a_store(db: &std::path::Path) -> Option<String> {
+    const REFUSAL: &str = "refusing to make a new store in its place: restore the directory from a backup, or remove it to start a new world";
+    match std::fs::metadata(store_lock_file(db)) {
+        Ok(m) if m.len() > 0 || !m.is_file() => None,
+        Ok(_) => Some(format!(
+            "world store {} has an empty data.mdb: no store was ever written there, or the file was emptied; {REFUSAL}",
+            db.display()
+        )),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            let beside = beside_data_file(db);
+            (!beside.is_empty()).then(|| {
+                format!(
+                    "world store {} has no data.mdb, only {}: its data file was lost (a restore or copy gone wrong?); {REFUSAL}",
+                    db.display(),
+                    beside.join(", ")
+                )
+            })
+        }
+        Err(_) => None,
+    }
+}
+
 /// The store's lock taken now when the store already exists, `None` otherwise (a store not yet
 /// created has no other daemon).
-fn existing_store_lock(db: &std::path::Path) -> Result<Option<std::fs::File>, Failure> {
+pub(super) fn existing_store_lock(db: &std::path::Path) -> Result<Option<std::fs::File>, Failure> {
     if store_lock_file(db).is_file() {
         writer_lock(db).map(Some)
     } else {
@@ -934,15 +1090,19 @@ fn writer_lock(db: &std::path::Path) -> Result<std::fs::File, Failure> {
         startup("store-open", format!("{}: {e}", path.display()))
     })?;
     if !matches!(lock_exclusively(&file), Ok(true)) {
-        return Err(startup(
-            "store-open",
-            format!(
-                "another worldd already serves {} (one daemon per store: it orders each episode's calls)",
-                db.display()
-            ),
-        ));
+        return Err(already_serves(db));
     }
     Ok(file)
+}
+
+fn already_serves(db: &std::path::Path) -> Failure {
+    startup(
+        "store-open",
+        format!(
+            "another worldd already serves {} (one daemon per store: it orders each episode's calls)",
+            db.display()
+        ),
+    )
 }
 
 /// Take an exclusive `flock` on `file` without waiting: `Ok(false)` when another process holds

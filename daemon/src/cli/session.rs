@@ -328,6 +328,24 @@ fn open_with(db: &Path, options: StoreOptions) -> Result<Store, Failure> {
                 db.display(),
                 partial.display()
             )),
+            // The directory is there, its data file is not: say that, and what else is there
+            // (the remains of a store, or nothing).
+            None if db.is_dir() => {
+                let beside = super::serve::beside_data_file(db);
+                let shown = std::path::absolute(db).unwrap_or_else(|_| db.to_path_buf());
+                Failure::usage(if beside.is_empty() {
+                    format!(
+                        "world store {} is an empty directory (no data.mdb); refusing to create one: run this in the directory the daemon was started in, or pass --db with the daemon's store (worldd serve creates a store, for a new world only)",
+                        shown.display()
+                    )
+                } else {
+                    format!(
+                        "world store {} has no data.mdb, only {}: its data file was lost (a restore or copy gone wrong?); refusing to create one: restore the directory from a backup, or pass --db with the daemon's store",
+                        shown.display(),
+                        beside.join(", ")
+                    )
+                })
+            }
             // The store says it is absent (it never creates one unless asked): a usage error
             // here. Most often the verb runs in another directory than the daemon's (a second
             // terminal), where `worldd serve` would fail on the daemon's port: say where it
