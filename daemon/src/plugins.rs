@@ -93,6 +93,8 @@ pub struct PluginOptions {
     pub dir: PathBuf,
     /// `--handler NAME` (repeatable); empty = every plugin in the directory.
     pub selected: Vec<String>,
+    /// The selection is the config file's `[serve] handlers`, not flags: refusals name the key.
+    pub selected_in_file: bool,
     /// One config object per plugin name.
     pub configs: BTreeMap<String, Value>,
     /// Where plugins that declare a `stateDir` config key keep their files

@@ -411,3 +411,39 @@ fn doctor_on_a_store_directory_without_its_data_file_says_the_file_is_missing() 
         )
     );
 }
+
+/// A selection from the config file that names no plugin here is named as the file's key, not
+/// as a `--handler` flag the operator did not give.
+#[test]
+fn a_misspelled_handler_in_the_config_file_is_named_as_its_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let plugins = plugin_dir_with(dir.path(), WS);
+    let config = dir.path().join("world.toml");
+    std::fs::write(&config, "[serve]\nhandlers = [\"workspce\"]\n").unwrap();
+    let args = [
+        "--config",
+        config.to_str().unwrap(),
+        "--plugin-dir",
+        plugins.to_str().unwrap(),
+        "--bind",
+        "127.0.0.1:0",
+    ];
+    let r = refused_start(&args, dir.path());
+    assert_eq!(r.code, Some(2), "{}", r.stderr);
+    assert_eq!(
+        r.line,
+        format!(
+            "worldd: daemon startup failed at plugins: plugin {}: [serve] handlers \"workspce\": no plugin of that name here (found: workspace); did you mean workspace?",
+            plugins.display()
+        )
+    );
+    let flagged = [&args[..], &["--handler", "workspce"]].concat();
+    let r = refused_start(&flagged, dir.path());
+    assert_eq!(
+        r.line,
+        format!(
+            "worldd: daemon startup failed at plugins: plugin {}: --handler workspce: no plugin of that name here (found: workspace); did you mean workspace?",
+            plugins.display()
+        )
+    );
+}

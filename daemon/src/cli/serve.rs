@@ -242,6 +242,7 @@ pub fn plugin_options(args: &PluginArgs, file: &ConfigFile) -> Result<PluginOpti
         } else {
             args.handlers.clone()
         },
+        selected_in_file: args.handlers.is_empty() && !file.serve.handlers.is_empty(),
         configs,
         state_root: None,
         publisher: None,

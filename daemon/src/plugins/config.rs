@@ -143,7 +143,12 @@ pub(super) fn check_selected(
         Some(s) => Err(PluginError::new(
             &opts.dir,
             format!(
-                "--handler {s}: no plugin of that name here (found: {}){}{}",
+                "{}: no plugin of that name here (found: {}){}{}",
+                if opts.selected_in_file {
+                    format!("[serve] handlers {s:?}")
+                } else {
+                    format!("--handler {s}")
+                },
                 listed(found),
                 // A plugin a letter or two away, as a misspelled [plugins.NAME] table gets.
                 crate::spelling::nearest(s, found.iter().map(String::as_str), false)
