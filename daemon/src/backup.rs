@@ -65,6 +65,8 @@ pub enum BackupError {
     Interrupted(PathBuf),
     #[error("destination {dest} is inside the store {db}; choose a directory outside it")]
     InsideStore { dest: PathBuf, db: PathBuf },
+    #[error("destination {dest} is inside the workspace root {root}, where agents write files: an agent could change the copy (and so what a restore brings back) or read every episode's data in it; choose a directory outside it")]
+    InsideWorkspace { dest: PathBuf, root: PathBuf },
     #[error("destination {dest} is owned by uid {uid} with mode {mode:04o}, so another user could change the copy as it is written; use a directory that only this user (uid {euid}) may write")]
     Foreign {
         dest: PathBuf,
@@ -100,6 +102,7 @@ impl BackupError {
             BackupError::Occupied(_)
                 | BackupError::Interrupted(_)
                 | BackupError::InsideStore { .. }
+                | BackupError::InsideWorkspace { .. }
                 | BackupError::Foreign { .. }
         )
     }
@@ -109,6 +112,29 @@ fn io_at(path: &Path) -> impl FnOnce(io::Error) -> BackupError + '_ {
     move |source| BackupError::Io {
         path: path.to_path_buf(),
         source,
+    }
+}
+
+/// Refuse a destination inside the daemon's workspace root `root`: the agents' tools write
+/// there as the daemon's user, so the ownership check of [`take`] passes, yet an agent could
+/// change the copy (a restore then brings back what it wrote, plugin state included) or read
+/// every episode's rows in it.
+pub fn refuse_inside_workspace(dest: &Path, root: &Path) -> Result<(), BackupError> {
+    if lies_within(dest, root) {
+        return Err(BackupError::InsideWorkspace {
+            dest: dest.to_path_buf(),
+            root: root.to_path_buf(),
+        });
+    }
+    Ok(())
+}
+
+/// Whether `path` is `dir` or lies inside it, through symbolic links, whether or not either
+/// exists yet.
+pub fn lies_within(path: &Path, dir: &Path) -> bool {
+    match (resolved_target(dir), resolved_target(path)) {
+        (Some(dir), Some(path)) => path.starts_with(dir),
+        _ => false,
     }
 }
 

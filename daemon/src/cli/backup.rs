@@ -18,6 +18,10 @@ pub struct BackupArgs {
     /// The directory to copy into: absent (it is made, mode 0700) or empty, outside the store,
     /// and writable by this user alone.
     pub dest: PathBuf,
+    /// The daemon's workspace root (default: .world/worktrees): the destination must lie
+    /// outside it, since agents write there.
+    #[arg(long)]
+    pub workspace_root: Option<PathBuf>,
     /// Leave out the store's free pages: a copy as small as its rows, which takes longer.
     #[arg(long)]
     pub compact: bool,
@@ -25,6 +29,12 @@ pub struct BackupArgs {
 
 pub fn run(a: BackupArgs) -> CliResult {
     let db = &a.db.db;
+    let root = a
+        .workspace_root
+        .clone()
+        .unwrap_or_else(|| PathBuf::from(super::session::DEFAULT_WORKSPACE_ROOT));
+    backup::refuse_inside_workspace(&a.dest, &root)
+        .map_err(|e| Failure::usage(format!("backup: {e}")))?;
     let store = open_to_read(db)?;
     let taken = backup::take(&store, db, &a.dest, a.compact).map_err(|e| {
         let message = format!("backup: {e}");

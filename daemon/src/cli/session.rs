@@ -391,7 +391,29 @@ fn needs_worktree(grants: &[Grant]) -> bool {
 }
 
 /// Where `session new` makes worktrees, and `session mint` looks for them, unless told.
-const DEFAULT_WORKSPACE_ROOT: &str = ".world/worktrees";
+pub(crate) const DEFAULT_WORKSPACE_ROOT: &str = ".world/worktrees";
+
+/// A credential file inside the workspace root is where the agents' tools read files as the
+/// daemon's user: an operator's credential (it reads every episode) is refused there, any other
+/// warned of before the question.
+fn check_out_beside_agents(out: Option<&Path>, root: &Path, operator: bool) -> CliResult {
+    let Some(out) = out.filter(|out| crate::backup::lies_within(out, root)) else {
+        return Ok(());
+    };
+    if operator {
+        return Err(Failure::usage(format!(
+            "refusing to write the credential to {}: it is inside the workspace root {}, where agents' tools read files, and an operator credential reads every episode; write it outside the root",
+            out.display(),
+            root.display()
+        )));
+    }
+    errln!(
+        "worldd session: warning: {} is inside the workspace root {}, where agents' tools read files: an agent may read this credential; answer n and write it outside the root",
+        out.display(),
+        root.display()
+    );
+    Ok(())
+}
 
 /// `path` made absolute for a message (as it was given when that fails).
 fn shown_path(path: &Path) -> String {
@@ -415,6 +437,7 @@ fn mint(
     // reads every episode: no one; a grant of another scope, such as `any`, needs none).
     let needs_worktree = needs_worktree(&grants);
     let minting = Minting::check(db, episode, grants, operator, ttl, out)?;
+    check_out_beside_agents(out, root, operator)?;
     let worktree = root.join(episode);
     if !operator && needs_worktree && !worktree.is_dir() {
         errln!(
@@ -592,6 +615,7 @@ fn new(a: NewArgs) -> CliResult {
         a.credential.ttl,
         a.credential.out.as_deref(),
     )?;
+    check_out_beside_agents(a.credential.out.as_deref(), &a.workspace_root, false)?;
     let worktree = a.workspace_root.join(&a.episode);
     // Another store, but the default workspace root: the worktree is made under this
     // directory, where a daemon serving that store may not look (which matters only to grants
