@@ -26,8 +26,8 @@ pub use crate::ref_tail::MERGE_AT as REF_MERGE_AT;
 pub use crate::schema::SCHEMA_VERSION;
 pub use crate::semantic_index::MERGE_AT as SEMANTIC_MERGE_AT;
 pub use crate::storage::{
-    crashed_reading, mounted_read_only, say_faults_in_store_maps, CommitObserver, ReadCtx, Store,
-    StoreError, StoreOptions, Submitted, WriteCtx, WriterStats, DEFAULT_MAP_SIZE,
+    crashed_reading, mounted_read_only, opening, say_faults_in_store_maps, CommitObserver, Opening,
+    ReadCtx, Store, StoreError, StoreOptions, Submitted, WriteCtx, WriterStats, DEFAULT_MAP_SIZE,
     DEFAULT_RESIDENT_BYTES,
 };
 
@@ -67,9 +67,12 @@ impl Store {
     /// Open (or with `create`, create) the store in `dir`. A new store gets its genesis entry;
     /// a schema-1 store is migrated first ([`crate::migrate`]).
     pub fn open(dir: &std::path::Path, options: StoreOptions) -> Result<Store, StoreError> {
+        // A crash while the store opens is said as the store's likely doing.
+        let _opening = crate::storage::opening();
         let store = Store::open_layout(dir, options, &LAYOUT)?;
-        ref_tail::load(&store)?;
-        log::ensure_genesis(&store)?;
+        // The first reads of its rows are part of opening it: damage they meet is said so.
+        ref_tail::load(&store).map_err(|e| e.said_at_first_read(dir))?;
+        log::ensure_genesis(&store).map_err(|e| e.said_at_first_read(dir))?;
         journal::report_pending(&store);
         Ok(store)
     }

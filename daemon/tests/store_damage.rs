@@ -5,6 +5,7 @@
 mod common;
 
 use std::path::Path;
+use std::process::Command;
 
 use common::*;
 
@@ -108,5 +109,316 @@ fn a_ceiling_the_host_cannot_map_is_named_with_the_way_out() {
         line.starts_with("worldd: daemon startup failed at store-open: the store's map of 18446744073709547520 bytes (")
             && line.ends_with(&format!(", its ceiling) {way_out}")),
         "{line}"
+    );
+}
+
+/// A small store as a daemon leaves it (two calls of an episode), copied compact: every page
+/// is live, so a byte flipped anywhere is damage some read meets.
+fn served_and_compacted(dir: &Path) -> std::path::PathBuf {
+    let d = Daemon::start(&["worldd_workspace"], &[]);
+    let token = d.session(
+        "demo",
+        &["Workspace.Read=worktree:10", "Workspace.Write=worktree:10"],
+    );
+    for (tool, args) in [
+        (
+            "ailang-write",
+            serde_json::json!({"path": "hello.txt", "content": "hi there"}),
+        ),
+        ("ailang-read", serde_json::json!({"path": "hello.txt"})),
+    ] {
+        let answer = mcp(
+            &d,
+            &token,
+            "tools/call",
+            serde_json::json!({"name": tool, "arguments": args}),
+        );
+        assert_eq!(
+            answer.sse_json()["result"]["structuredContent"]["ok"],
+            true,
+            "{tool}"
+        );
+    }
+    let db = d.db();
+    let base = dir.join("base");
+    let (code, out, err) = worldd(
+        &[
+            "backup",
+            "--compact",
+            "--db",
+            path_str(&db),
+            path_str(&base),
+        ],
+        None,
+    );
+    assert_eq!(code, 0, "{out}{err}");
+    drop(d);
+    base
+}
+
+/// One byte flipped at a time, at the offsets of each page where a flip reached LMDB's
+/// failures (a node's offset or size, a page's last bytes), then `worldd doctor` on the copy.
+/// Damage found mid-audit exited 1 (the code of a usage error) with raw `LMDB error: MDB_…`
+/// lines or a garbled `a readable journal (…) not found`; at open, `MDB_CURSOR_FULL`,
+/// `MDB_BAD_DBI` and `MDB_BAD_TXN` came without the damaged store's advice, and a store whose
+/// version row was hit was `schema version none`. Every damage is now said as such, with the
+/// way out: exit 2 when the store does not open, 3 when the audit meets it.
+#[test]
+fn doctor_says_every_damage_a_flipped_byte_makes_as_a_damaged_store_with_exit_2_or_3() {
+    let dir = tempfile::tempdir().unwrap();
+    let base = served_and_compacted(dir.path());
+    let whole = std::fs::read(base.join("data.mdb")).unwrap();
+    let flipped = dir.path().join("s");
+    let mut seen = std::collections::BTreeMap::<i32, usize>::new();
+    for page in 0..whole.len() / 4096 {
+        for at in [12, 16, 4090] {
+            let offset = page * 4096 + at;
+            let _ = std::fs::remove_dir_all(&flipped);
+            std::fs::create_dir(&flipped).unwrap();
+            std::fs::set_permissions(
+                &flipped,
+                std::os::unix::fs::PermissionsExt::from_mode(0o700),
+            )
+            .unwrap();
+            let mut bytes = whole.clone();
+            bytes[offset] ^= 0xff;
+            std::fs::write(flipped.join("data.mdb"), &bytes).unwrap();
+            let (code, _, err) = worldd(&["doctor", "--db", path_str(&flipped)], None);
+            *seen.entry(code).or_default() += 1;
+            let last = err.lines().last().unwrap_or_default();
+            let at = format!("offset {offset}: exit {code}: {err}");
+            assert!(matches!(code, 0 | 2 | 3), "{at}");
+            for never in [
+                "LMDB error",
+                "version none",
+                ") not found",
+                "readable journal",
+            ] {
+                assert!(!err.contains(never), "{at}");
+            }
+            match code {
+                2 => assert!(
+                    last.starts_with(&format!(
+                        "worldd: cannot open {}: world store {} is damaged: ",
+                        flipped.display(),
+                        flipped.display()
+                    )) && last.ends_with(
+                        " (a copy taken while a daemon wrote it, or a failing disk?); restore the directory from a backup"
+                    ),
+                    "{at}"
+                ),
+                3 => assert!(
+                    last == "worldd: doctor: the store is inconsistent"
+                        || (last.starts_with("worldd: doctor: store is damaged: ")
+                            && last.ends_with("; restore the directory from a backup"))
+                        || last.starts_with("worldd: store is damaged: worldd doctor crashed reading it ("),
+                    "{at}"
+                ),
+                _ => {}
+            }
+        }
+    }
+    // The sweep met damage both at open and mid-audit.
+    assert!(seen.get(&2).is_some_and(|n| *n > 0), "{seen:?}");
+    assert!(seen.get(&3).is_some_and(|n| *n > 0), "{seen:?}");
+}
+
+/// A store whose meta table lost its version row while its other tables hold rows was refused
+/// as `store schema version none is not the version this build uses`, at doctor and at serve's
+/// store-open: an operator went looking for another build. It is a damaged store.
+#[test]
+fn a_store_with_rows_and_no_schema_version_is_said_damaged_not_another_version() {
+    let dir = tempfile::tempdir().unwrap();
+    let base = served_and_compacted(dir.path());
+    // The meta table's one row is the only place its key is written: flipping the key's
+    // bytes leaves the table holding no schema_version.
+    let mut bytes = std::fs::read(base.join("data.mdb")).unwrap();
+    let key = b"schema_version";
+    let at = bytes
+        .windows(key.len())
+        .position(|w| w == key)
+        .expect("the version key is in the file");
+    bytes[at] = b'S';
+    std::fs::write(base.join("data.mdb"), &bytes).unwrap();
+    let damaged = format!(
+        "world store {} is damaged: its tables hold rows but no schema version (the schema_version key of its meta table is gone; every store is stamped with its version when it is made) (a copy taken while a daemon wrote it, or a failing disk?); restore the directory from a backup",
+        base.display()
+    );
+    let (code, _, err) = worldd(&["doctor", "--db", path_str(&base)], None);
+    assert_eq!(
+        (code, err),
+        (
+            2,
+            format!("worldd: cannot open {}: {damaged}\n", base.display())
+        )
+    );
+    let refusal = refused_start(
+        &[
+            "--db",
+            path_str(&base),
+            "--workspace-root",
+            path_str(&dir.path().join("wt")),
+            "--bind",
+            "127.0.0.1:0",
+        ],
+        dir.path(),
+    );
+    assert_eq!(
+        (refusal.code, refusal.line),
+        (
+            Some(2),
+            format!("worldd: daemon startup failed at store-open: {damaged}")
+        ),
+        "{}",
+        refusal.stderr
+    );
+}
+
+/// Bytes flipped where `doctor` found the store crashing its reads: `worldd serve` on such a
+/// store died by SIGSEGV at start-up with nothing on stderr when LMDB, misled by the page,
+/// faulted outside the store's map (the line was said only for a fault inside it). At start-up
+/// it now says the store is the likely cause, without claiming more.
+#[test]
+fn serve_dying_by_a_fault_while_it_opens_a_damaged_store_says_the_store_is_the_likely_cause() {
+    use std::os::unix::process::ExitStatusExt;
+    let dir = tempfile::tempdir().unwrap();
+    let base = served_and_compacted(dir.path());
+    let whole = std::fs::read(base.join("data.mdb")).unwrap();
+    let plugins = plugin_dir_with(dir.path(), &["worldd_workspace"]);
+    let flipped = dir.path().join("s");
+    let mut died = Vec::new();
+    for page in 0..whole.len() / 4096 {
+        let offset = page * 4096 + 16;
+        let _ = std::fs::remove_dir_all(&flipped);
+        std::fs::create_dir(&flipped).unwrap();
+        std::fs::set_permissions(
+            &flipped,
+            std::os::unix::fs::PermissionsExt::from_mode(0o700),
+        )
+        .unwrap();
+        let mut bytes = whole.clone();
+        bytes[offset] ^= 0xff;
+        std::fs::write(flipped.join("data.mdb"), &bytes).unwrap();
+        let (_, _, err) = worldd(&["doctor", "--db", path_str(&flipped)], None);
+        if !err.contains("worldd doctor crashed reading it") {
+            continue;
+        }
+        let root = dir.path().join(format!("wt-{offset}"));
+        std::fs::create_dir(&root).unwrap();
+        std::fs::set_permissions(&root, std::os::unix::fs::PermissionsExt::from_mode(0o700))
+            .unwrap();
+        let out = run_to_exit(
+            Command::new(WORLDD)
+                .arg("serve")
+                .arg("--db")
+                .arg(&flipped)
+                .arg("--workspace-root")
+                .arg(&root)
+                .arg("--plugin-dir")
+                .arg(&plugins)
+                .args(["--bind", "127.0.0.1:0"])
+                .env("WORLDD_LOG", "warn"),
+            std::time::Duration::from_secs(10),
+        );
+        let Some(signal @ (libc::SIGSEGV | libc::SIGBUS)) = out.status.signal() else {
+            // It served: the damage lies where start-up does not read.
+            continue;
+        };
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        let last = stderr.lines().last().unwrap_or_default().to_owned();
+        let name = if signal == libc::SIGSEGV {
+            "SIGSEGV"
+        } else {
+            "SIGBUS"
+        };
+        let sure = format!("worldd: store is damaged: worldd serve crashed reading it ({name}): ");
+        let likely = format!(
+            "worldd: store is likely damaged: worldd serve crashed ({name}) while it opened the store, at an address outside the store's map: a corrupt page sends LMDB's reads astray, so the store is the likely cause, though not a certain one; check the store with worldd doctor, restore it from a backup (worldd backup makes one) if doctor finds it damaged, and keep this copy for inspection"
+        );
+        assert!(
+            last.starts_with(&sure) || last == likely,
+            "offset {offset}: {stderr}"
+        );
+        died.push(offset);
+    }
+    assert!(
+        !died.is_empty(),
+        "no flip made serve crash at start-up: the test no longer reaches the case"
+    );
+}
+
+/// `lock.mdb` a symbolic link: `doctor` (the verb that changes nothing) and `serve` followed
+/// it and created its target wherever it pointed; a directory in its place gave a bare
+/// `store I/O error: Is a directory (os error 21)`. Each is refused with the file's name, and
+/// nothing is made where the link points.
+#[test]
+fn a_store_file_that_is_a_link_or_a_directory_is_refused_by_name_and_never_followed() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("db");
+    drop(broker_core::store::Store::create(&db).unwrap());
+    let lock = db.join("lock.mdb");
+    let elsewhere = dir.path().join("elsewhere.mdb");
+    std::fs::remove_file(&lock).unwrap();
+    std::os::unix::fs::symlink(&elsewhere, &lock).unwrap();
+    let refused = |what: &str| {
+        format!(
+            "world store file {} is {what}; a store's data.mdb and lock.mdb are regular files in its directory, and neither is opened through a link or made where one points: put the store's own files there (restore the directory from a backup)",
+            lock.display()
+        )
+    };
+    let (code, out, err) = worldd(&["doctor", "--db", path_str(&db)], None);
+    assert_eq!(
+        (code, out.as_str(), err.as_str()),
+        (
+            2,
+            "",
+            format!(
+                "worldd: cannot open {}: {}\n",
+                db.display(),
+                refused("a symbolic link")
+            )
+            .as_str()
+        )
+    );
+    let serve = |cwd: &Path| {
+        refused_start(
+            &[
+                "--db",
+                path_str(&db),
+                "--workspace-root",
+                path_str(&dir.path().join("wt")),
+                "--bind",
+                "127.0.0.1:0",
+            ],
+            cwd,
+        )
+    };
+    let refusal = serve(dir.path());
+    assert_eq!(
+        (refusal.code, refusal.line),
+        (
+            Some(2),
+            format!(
+                "worldd: daemon startup failed at store-open: {}",
+                refused("a symbolic link")
+            )
+        ),
+        "{}",
+        refusal.stderr
+    );
+    assert!(std::fs::symlink_metadata(&elsewhere).is_err());
+    std::fs::remove_file(&lock).unwrap();
+    std::fs::create_dir(&lock).unwrap();
+    let (code, _, err) = worldd(&["doctor", "--db", path_str(&db)], None);
+    assert_eq!(
+        (code, err),
+        (
+            2,
+            format!(
+                "worldd: cannot open {}: {}\n",
+                db.display(),
+                refused("a directory")
+            )
+        )
     );
 }

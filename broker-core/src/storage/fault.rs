@@ -91,17 +91,47 @@ fn in_a_store_map(addr: usize) -> bool {
     })
 }
 
+/// Stores being opened in this process now ([`opening`]).
+static OPENING: AtomicUsize = AtomicUsize::new(0);
+
+/// A store being opened, for as long as this lives: a fault outside every noted map is then
+/// said too, as the store's likely doing ([`say_faults_in_store_maps`]). A corrupt page can
+/// send LMDB's reads anywhere (a wild pointer lands outside the map as often as inside it),
+/// and while a process only opens its store and reads its first rows, little else runs.
+#[derive(Debug)]
+pub struct Opening(());
+
+/// Mark a store's opening until the returned value is dropped.
+pub fn opening() -> Opening {
+    OPENING.fetch_add(1, Ordering::AcqRel);
+    Opening(())
+}
+
+impl Drop for Opening {
+    fn drop(&mut self) {
+        OPENING.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
 /// The handlers found for SIGSEGV and SIGBUS when ours was installed.
 static PREVIOUS: OnceLock<[libc::sigaction; 2]> = OnceLock::new();
 
-/// The lines said for SIGSEGV and SIGBUS.
-static MESSAGES: OnceLock<[Vec<u8>; 2]> = OnceLock::new();
+/// The lines said for SIGSEGV and SIGBUS: inside a store's map, then outside every map while a
+/// store is being opened.
+static MESSAGES: OnceLock<[Vec<u8>; 4]> = OnceLock::new();
 
 /// Say a fault inside a store's map on stderr, starting the line with `who` (such as
 /// `worldd serve`), then die by it. Installs the handler once; `who` is kept from the first
 /// call.
 pub fn say_faults_in_store_maps(who: &str) {
-    MESSAGES.get_or_init(|| [line(who, "SIGSEGV"), line(who, "SIGBUS")]);
+    MESSAGES.get_or_init(|| {
+        [
+            line(who, "SIGSEGV"),
+            line(who, "SIGBUS"),
+            unsure_line(who, "SIGSEGV"),
+            unsure_line(who, "SIGBUS"),
+        ]
+    });
     PREVIOUS.get_or_init(|| {
         // SAFETY: sigaction with a zeroed, then filled, action struct and valid out-pointers;
         // the handler is an `extern "C"` function of the signature SA_SIGINFO asks for.
@@ -126,6 +156,15 @@ fn line(who: &str, signal: &str) -> Vec<u8> {
     );
     line.push('\n');
     line.into_bytes()
+}
+
+/// The line for a fault outside every store's map while a store was being opened: the store is
+/// the likely cause, not a certain one, and the line says no more.
+fn unsure_line(who: &str, signal: &str) -> Vec<u8> {
+    format!(
+        "worldd: store is likely damaged: {who} crashed ({signal}) while it opened the store, at an address outside the store's map: a corrupt page sends LMDB's reads astray, so the store is the likely cause, though not a certain one; check the store with worldd doctor, restore it from a backup (worldd backup makes one) if doctor finds it damaged, and keep this copy for inspection\n"
+    )
+    .into_bytes()
 }
 
 /// The line for a process that crashed (by `signal`) reading a store, `advice` said last: the
@@ -159,6 +198,14 @@ extern "C" fn on_fault(
         }
         default(signal);
         return;
+    }
+    if addr.is_some() && OPENING.load(Ordering::Acquire) > 0 {
+        if let Some(messages) = MESSAGES.get() {
+            let m = &messages[2 + which];
+            // SAFETY: write(2) of a 'static buffer; async-signal-safe.
+            unsafe { libc::write(2, m.as_ptr().cast(), m.len()) };
+        }
+        // Then as any other fault: a stack overflow is still reported as one.
     }
     match PREVIOUS.get().map(|p| p[which]) {
         Some(previous)

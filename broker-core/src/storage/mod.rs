@@ -28,7 +28,7 @@
 
 mod durable_waits;
 mod fault;
-pub use fault::{crashed_reading, say_faults_in_store_maps};
+pub use fault::{crashed_reading, opening, say_faults_in_store_maps, Opening};
 mod filesystem;
 pub use filesystem::mounted_read_only;
 mod map;
@@ -106,6 +106,9 @@ pub enum StoreError {
     },
     #[error("store I/O error: {0}")]
     Io(String),
+    /// A store file that is no regular file ([`refuse_odd_store_files`]).
+    #[error("world store file {path} is {what}; a store's data.mdb and lock.mdb are regular files in its directory, and neither is opened through a link or made where one points: put the store's own files there (restore the directory from a backup)")]
+    OddFile { path: PathBuf, what: &'static str },
     #[error("world store {0} is open read-only (it is on a read-only filesystem); this command writes, so copy the directory to a writable disk first")]
     ReadOnly(PathBuf),
     #[error("world store {dir} uses schema {found}, and read-only it cannot be upgraded to schema {expected}; copy the directory to a writable disk and open it there")]
@@ -152,7 +155,56 @@ impl StoreError {
                 | heed::MdbError::Corrupted
                 | heed::MdbError::Invalid),
             ) => StoreError::Corrupt(format!("{e}{PAGE_DAMAGED}")),
+            // A tree deeper than LMDB's cursor stack (32 levels: more rows than any disk
+            // holds), or a table's record in the main table that no longer matches the handle
+            // opened from it: only pages that point where no store LMDB wrote points.
+            heed::Error::Mdb(e @ (heed::MdbError::CursorFull | heed::MdbError::BadDbi)) => {
+                StoreError::Corrupt(format!("{e}{TREE_DAMAGED}"))
+            }
             other => StoreError::Lmdb(other.to_string()),
+        }
+    }
+
+    /// A failure of a read from the store. Besides [`StoreError::from_heed`]'s, a transaction
+    /// LMDB marked failed (it met a bad page earlier) and a key or value of a size no table
+    /// holds are damage when they come from reading rows: this process's own writes can make
+    /// both (a write after a failed write, a key too long), its reads only from a bad page.
+    pub(crate) fn from_heed_read(err: heed::Error, map_size: usize) -> StoreError {
+        match err {
+            heed::Error::Mdb(e @ (heed::MdbError::BadTxn | heed::MdbError::BadValSize)) => {
+                StoreError::Corrupt(format!("{e}{TREE_DAMAGED}"))
+            }
+            other => StoreError::from_heed(other, map_size),
+        }
+    }
+
+    /// This failure of opening the store in `dir`: LMDB finding its pages damaged is said as
+    /// the damaged store in `dir`, with the way out. (A migration's own `Corrupt`, an older
+    /// store inconsistent in its rows, is left as it is: its advice is the older build's doctor.)
+    pub(crate) fn said_at_open(self, dir: &Path) -> StoreError {
+        match self {
+            StoreError::Corrupt(what)
+                if what.ends_with(PAGE_DAMAGED) || what.ends_with(TREE_DAMAGED) =>
+            {
+                StoreError::damaged(dir, what)
+            }
+            other => other,
+        }
+    }
+
+    /// This failure of the first reads of an opened store's rows (in `dir`): any damage met
+    /// there, a row that does not decode included, is said as the damaged store.
+    pub(crate) fn said_at_first_read(self, dir: &Path) -> StoreError {
+        match self {
+            StoreError::Corrupt(what) => StoreError::damaged(dir, what),
+            other => other,
+        }
+    }
+
+    fn damaged(dir: &Path, what: String) -> StoreError {
+        StoreError::Damaged {
+            dir: dir.to_path_buf(),
+            what,
         }
     }
 
@@ -179,6 +231,9 @@ pub(crate) fn shown_bytes(bytes: &[u8]) -> String {
 
 /// How a page LMDB found missing or malformed ends its [`StoreError::Corrupt`].
 const PAGE_DAMAGED: &str = ": a page the store names is missing or malformed";
+
+/// How LMDB lost its way in the store's pages ends its [`StoreError::Corrupt`].
+const TREE_DAMAGED: &str = ": the store's pages lead where no page of a whole store leads";
 
 fn is_disk_full(code: i32) -> bool {
     code == libc::ENOSPC || code == libc::EDQUOT
@@ -293,7 +348,7 @@ impl<'t> ReadCtx<'t> {
 
     fn err(&self) -> impl Fn(heed::Error) -> StoreError + Copy + 'static {
         let map_size = self.map_size;
-        move |e| StoreError::from_heed(e, map_size)
+        move |e| StoreError::from_heed_read(e, map_size)
     }
 }
 
@@ -483,8 +538,11 @@ enum Version {
     Upgradable(&'static Upgrade, String),
     /// No version and no rows: a store being created.
     New,
-    /// Another version, or none beside rows of some version's tables: refused.
+    /// Another version: refused.
     Other(String),
+    /// No version beside rows of some version's tables: every store was stamped when it was
+    /// made (schema 1 too), so its meta table or version key was lost to damage.
+    Unstamped { meta_table: bool },
 }
 
 /// A stored version as reports show it: a number as it is; anything else (a damaged row) as a
@@ -524,7 +582,9 @@ fn read_version(env: &Env<WithoutTls>, layout: &'static Layout) -> heed::Result<
                 if rows == 0 {
                     Version::New
                 } else {
-                    Version::Other("none".into())
+                    Version::Unstamped {
+                        meta_table: meta.is_some(),
+                    }
                 }
             }
         };
@@ -574,6 +634,34 @@ fn check_or_create_dir(dir: &Path, create: bool) -> Result<bool, StoreError> {
     Ok(exists)
 }
 
+/// Refuse a `data.mdb` or `lock.mdb` that is not a regular file, naming it. LMDB opens both by
+/// path, following links and creating what is absent: a link would have it make (or write) its
+/// file wherever the link points, even for a verb that only reads, and a directory or a device
+/// in their place failed with the bare `Is a directory`/`Invalid argument` of its open. Asked
+/// with `lstat`, so a link is never followed.
+fn refuse_odd_store_files(dir: &Path) -> Result<(), StoreError> {
+    for name in ["data.mdb", "lock.mdb"] {
+        let path = dir.join(name);
+        // Absent, or not to be looked at (a directory this user may not enter): the steps
+        // after this say what is wrong, as they did.
+        let Ok(md) = std::fs::symlink_metadata(&path) else {
+            continue;
+        };
+        let kind = md.file_type();
+        let what = if kind.is_file() {
+            continue;
+        } else if kind.is_symlink() {
+            "a symbolic link"
+        } else if kind.is_dir() {
+            "a directory"
+        } else {
+            "neither a regular file nor a directory (a device, a FIFO or a socket)"
+        };
+        return Err(StoreError::OddFile { path, what });
+    }
+    Ok(())
+}
+
 /// The map size to open the environment with. A given ceiling is the map size; none adopts the
 /// store's own (LMDB keeps it in the meta page), or the default for a new store.
 fn wanted_map_size(ceiling: Option<u64>, exists: bool) -> Option<usize> {
@@ -609,6 +697,8 @@ fn reserve_lock_file(dir: &Path) -> Result<(), StoreError> {
         .create(true)
         .truncate(false)
         .mode(0o600)
+        // As LMDB's own open must not (see `refuse_odd_store_files`): never through a link.
+        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
         .open(&path)
     else {
         // LMDB's own open says what is wrong (a read-only directory, permissions).
@@ -672,6 +762,11 @@ fn open_env(
                 ),
             })
         }
+        // Any other fault of the open with the store it concerns (LMDB names no file).
+        heed::Error::Io(io) => match StoreError::from_io(io) {
+            StoreError::Io(e) => StoreError::Io(format!("{}: {e}", dir.display())),
+            other => other,
+        },
         other => StoreError::from_heed(other, wanted.unwrap_or(0)),
     })
 }
@@ -762,7 +857,7 @@ fn check_or_upgrade_version(
     read_only: bool,
     map_size: usize,
 ) -> Result<bool, StoreError> {
-    let heed_err = |e| StoreError::from_heed(e, map_size);
+    let heed_err = |e| StoreError::from_heed_read(e, map_size);
     match read_version(env, layout).map_err(heed_err)? {
         Version::Current => Ok(false),
         Version::New if read_only => Err(StoreError::SchemaMismatch {
@@ -785,6 +880,17 @@ fn check_or_upgrade_version(
             (upgrade.run)(env, map_size)?;
             Ok(false)
         }
+        Version::Unstamped { meta_table } => Err(StoreError::Damaged {
+            dir: dir.to_path_buf(),
+            what: format!(
+                "its tables hold rows but no schema version ({} is gone; every store is stamped with its version when it is made)",
+                if meta_table {
+                    format!("the {VERSION_KEY} key of its {META_TABLE} table")
+                } else {
+                    format!("its {META_TABLE} table")
+                }
+            ),
+        }),
         Version::Other(found) => Err(StoreError::SchemaMismatch {
             found,
             expected: layout.version,
@@ -801,7 +907,14 @@ fn open_tables(
     new: bool,
     map_size: usize,
 ) -> Result<Arc<[RawDb]>, StoreError> {
-    let heed_err = |e| map::write_error(e, map_size, || crate::capacity::disk_free(dir));
+    // The tables of a store that exists are only looked up in its main table here, which is a
+    // read: what a read meets there is damage as anywhere else.
+    let heed_err = |e| match e {
+        heed::Error::Mdb(heed::MdbError::BadTxn | heed::MdbError::BadValSize) if !new => {
+            StoreError::from_heed_read(e, map_size)
+        }
+        e => map::write_error(e, map_size, || crate::capacity::disk_free(dir)),
+    };
     let wtxn = env.write_txn().map_err(heed_err)?;
     let dbs = env
         .create_databases_and_commit(wtxn, |dbo, wtxn| -> heed::Result<_> {
@@ -829,7 +942,7 @@ fn open_tables_read_only(
     layout: &'static Layout,
     map_size: usize,
 ) -> Result<Arc<[RawDb]>, StoreError> {
-    let heed_err = |e| StoreError::from_heed(e, map_size);
+    let heed_err = |e| StoreError::from_heed_read(e, map_size);
     let rtxn = env.read_txn().map_err(heed_err)?;
     let opened = env
         .open_databases_and_commit(rtxn, |dbo, rtxn| -> heed::Result<_> {
@@ -891,13 +1004,7 @@ impl Store {
         options: StoreOptions,
         layout: &'static Layout,
     ) -> Result<Store, StoreError> {
-        Store::open_layout_unsaid(dir, options, layout).map_err(|e| match e {
-            StoreError::Corrupt(what) if what.ends_with(PAGE_DAMAGED) => StoreError::Damaged {
-                dir: dir.to_path_buf(),
-                what,
-            },
-            other => other,
-        })
+        Store::open_layout_unsaid(dir, options, layout).map_err(|e| e.said_at_open(dir))
     }
 
     fn open_layout_unsaid(
@@ -915,6 +1022,7 @@ impl Store {
                 });
             }
         }
+        refuse_odd_store_files(dir)?;
         let exists = check_or_create_dir(dir, options.create && !read_only)?;
         let wanted = wanted_map_size(options.ceiling, exists);
         check_ceiling(&options)?;

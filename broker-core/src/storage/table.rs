@@ -87,7 +87,7 @@ fn read_error(table: &'static str, e: heed::Error, map_size: usize) -> StoreErro
         heed::Error::Decoding(e) => {
             StoreError::Corrupt(format!("a row of table {table} does not decode ({e})"))
         }
-        other => StoreError::from_heed(other, map_size),
+        other => StoreError::from_heed_read(other, map_size),
     }
 }
 

@@ -934,3 +934,144 @@ fn a_missing_or_malformed_page_is_a_damaged_store() {
         "store is damaged: MDB_INVALID: File is not an LMDB file: a page the store names is missing or malformed"
     );
 }
+
+/// A cursor stack overflow and a table handle changed under it meet only pages that point
+/// astray; a transaction LMDB marked failed and a key or value of a size no table holds are
+/// that too when a read meets them. Each was said as a bare `LMDB error: MDB_…`, without the
+/// damaged store's advice; a write's own `MDB_BAD_VALSIZE` is still LMDB's.
+#[test]
+fn lmdb_errors_a_read_meets_only_in_a_damaged_store_are_said_as_damage() {
+    use heed::MdbError;
+    let read = |e| StoreError::from_heed_read(heed::Error::Mdb(e), 0).to_string();
+    let tail = ": the store's pages lead where no page of a whole store leads";
+    for (e, said) in [
+        (
+            MdbError::CursorFull,
+            "MDB_CURSOR_FULL: Internal error - cursor stack limit reached",
+        ),
+        (
+            MdbError::BadDbi,
+            "MDB_BAD_DBI: The specified DBI handle was closed/changed unexpectedly",
+        ),
+        (
+            MdbError::BadTxn,
+            "MDB_BAD_TXN: Transaction must abort, has a child, or is invalid",
+        ),
+        (
+            MdbError::BadValSize,
+            "MDB_BAD_VALSIZE: Unsupported size of key/DB name/data, or wrong DUPFIXED size",
+        ),
+    ] {
+        assert_eq!(read(e), format!("store is damaged: {said}{tail}"));
+    }
+    assert_eq!(
+        read(MdbError::PageNotFound),
+        "store is damaged: MDB_PAGE_NOTFOUND: Requested page not found: a page the store names is missing or malformed"
+    );
+    assert_eq!(
+        StoreError::from_heed(heed::Error::Mdb(MdbError::BadValSize), 0).to_string(),
+        "LMDB error: MDB_BAD_VALSIZE: Unsupported size of key/DB name/data, or wrong DUPFIXED size"
+    );
+    let dir = std::path::Path::new("db");
+    assert_eq!(
+        StoreError::from_heed(heed::Error::Mdb(MdbError::CursorFull), 0)
+            .said_at_open(dir)
+            .to_string(),
+        format!("world store db is damaged: MDB_CURSOR_FULL: Internal error - cursor stack limit reached{tail} (a copy taken while a daemon wrote it, or a failing disk?); restore the directory from a backup")
+    );
+}
+
+/// A store whose tables hold rows but whose schema version is gone was refused as `store
+/// schema version none is not the version this build uses`, which sends an operator looking
+/// for another build: every store was stamped when it was made, so it is damaged.
+#[test]
+fn a_store_with_rows_and_no_schema_version_is_damaged_not_of_another_version() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("db");
+    drop(crate::store::Store::create(&db).unwrap());
+    {
+        // SAFETY: the only environment of this store in the process; it is closed before the
+        // store is opened again.
+        let env = unsafe { EnvOpenOptions::new().max_dbs(32).open(&db) }.unwrap();
+        let wtxn = env.write_txn().unwrap();
+        env.create_databases_and_commit(wtxn, |dbo, wtxn| -> heed::Result<_> {
+            let meta = dbo
+                .open_database::<Str, Bytes>(wtxn, Some(META_TABLE))?
+                .unwrap();
+            assert!(meta.delete(wtxn, VERSION_KEY)?);
+            Ok(CommitOrAbort::<(), ()>::Commit(()))
+        })
+        .unwrap();
+        env.prepare_for_closing().wait();
+    }
+    let e = crate::store::Store::open(&db, StoreOptions::default()).unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        format!(
+            "world store {} is damaged: its tables hold rows but no schema version (the schema_version key of its meta table is gone; every store is stamped with its version when it is made) (a copy taken while a daemon wrote it, or a failing disk?); restore the directory from a backup",
+            db.display()
+        )
+    );
+}
+
+/// `lock.mdb` (or `data.mdb`) a symbolic link was followed by LMDB's open, which made its file
+/// where the link pointed, even for `doctor`; a directory or a device in their place failed
+/// with a bare `Is a directory` or `Invalid argument`. Each is refused with the file's name,
+/// and nothing is made where a link points.
+#[test]
+fn a_store_file_that_is_a_link_a_directory_or_a_device_is_refused_by_name() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("db");
+    drop(crate::store::Store::create(&db).unwrap());
+    let said = |path: &std::path::Path, what: &str| {
+        format!("world store file {} is {what}; a store's data.mdb and lock.mdb are regular files in its directory, and neither is opened through a link or made where one points: put the store's own files there (restore the directory from a backup)", path.display())
+    };
+    let lock = db.join("lock.mdb");
+    let elsewhere = dir.path().join("elsewhere.mdb");
+    std::fs::remove_file(&lock).unwrap();
+    std::os::unix::fs::symlink(&elsewhere, &lock).unwrap();
+    for read_only in [false, true] {
+        let options = StoreOptions {
+            read_only,
+            ..StoreOptions::default()
+        };
+        let e = crate::store::Store::open(&db, options).unwrap_err();
+        assert_eq!(e.to_string(), said(&lock, "a symbolic link"));
+    }
+    assert_eq!(
+        crate::store::Store::create(&db).unwrap_err().to_string(),
+        said(&lock, "a symbolic link")
+    );
+    assert!(std::fs::symlink_metadata(&elsewhere).is_err());
+    std::fs::remove_file(&lock).unwrap();
+    std::fs::create_dir(&lock).unwrap();
+    assert_eq!(
+        crate::store::Store::open(&db, StoreOptions::default())
+            .unwrap_err()
+            .to_string(),
+        said(&lock, "a directory")
+    );
+    std::fs::remove_dir(&lock).unwrap();
+    std::os::unix::fs::symlink("/dev/null", &lock).unwrap();
+    assert_eq!(
+        crate::store::Store::open(&db, StoreOptions::default())
+            .unwrap_err()
+            .to_string(),
+        said(&lock, "a symbolic link")
+    );
+    std::fs::remove_file(&lock).unwrap();
+    // The data file too, even where its target exists.
+    let data = db.join("data.mdb");
+    let moved = dir.path().join("moved.mdb");
+    std::fs::rename(&data, &moved).unwrap();
+    std::os::unix::fs::symlink(&moved, &data).unwrap();
+    assert_eq!(
+        crate::store::Store::open(&db, StoreOptions::default())
+            .unwrap_err()
+            .to_string(),
+        said(&data, "a symbolic link")
+    );
+    std::fs::remove_file(&data).unwrap();
+    std::fs::rename(&moved, &data).unwrap();
+    crate::store::Store::open(&db, StoreOptions::default()).unwrap();
+}

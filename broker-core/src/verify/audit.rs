@@ -87,6 +87,17 @@ impl StoreAudit {
 /// Entries a doctor worker verifies per claim.
 const AUDIT_BLOCK: u64 = 256;
 
+/// A journal the audit could not read: the store's failure as it is (a damaged row is damage),
+/// any other as damage to the journal.
+fn unreadable_journal(e: crate::journal::JournalError) -> VerifyError {
+    match e {
+        crate::journal::JournalError::Store(e) => VerifyError::Store(e),
+        other => VerifyError::Integrity(format!(
+            "store is damaged: the journal cannot be read: {other}"
+        )),
+    }
+}
+
 /// Check every entry's links, every spend counter against the journal, the pending-intent
 /// index, the head and the registry heads, the content-address index and the semantic-id
 /// index.
@@ -206,8 +217,7 @@ pub fn audit_store(store: &Store) -> Result<StoreAudit, VerifyError> {
     audit.notes.sort_by_key(|(i, _)| *i);
     // Stable: an entry's effect and plugin lines stay in walk order.
     audit.claims.sort_by_key(|(i, _)| *i);
-    let (findings, n) =
-        journal.map_err(|e| VerifyError::NotFound(format!("a readable journal ({e})")))?;
+    let (findings, n) = journal.map_err(unreadable_journal)?;
     audit.journal_records = n;
     audit.journal_findings = findings.into_iter().map(|f| f.0).collect();
     let calls = calls?;
@@ -225,7 +235,7 @@ pub fn audit_store(store: &Store) -> Result<StoreAudit, VerifyError> {
     audit.index_findings = index.findings;
     audit.indeterminate = store
         .indeterminate()
-        .map_err(|e| VerifyError::NotFound(format!("a readable journal ({e})")))?
+        .map_err(unreadable_journal)?
         .into_iter()
         .map(|s| {
             format!(

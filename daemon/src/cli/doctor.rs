@@ -27,7 +27,7 @@ pub fn run(a: DoctorArgs) -> CliResult {
     // indeterminate, and then they are said as such.
     let served = daemon_serves(&a.db.db);
     let started = std::time::Instant::now();
-    let audit = verify::audit_store(&store).map_err(|e| Failure::usage(format!("doctor: {e}")))?;
+    let audit = verify::audit_store(&store).map_err(audit_failed)?;
     let secs = started.elapsed().as_secs_f64();
     seen_is_durable(&store)?;
     if a.json {
@@ -179,6 +179,26 @@ pub fn run(a: DoctorArgs) -> CliResult {
         Ok(())
     } else {
         Err(Failure::integrity("doctor: the store is inconsistent"))
+    }
+}
+
+/// An audit that could not go on. What it could not read is damage (exit 3, with the advice
+/// the damaged store's line gives at open): a store that opened holds a head and reads row by
+/// row, so a missing head or a row LMDB cannot follow is no usage error. Anything else (an I/O
+/// fault) fails the verb (exit 2).
+fn audit_failed(e: verify::VerifyError) -> Failure {
+    if e.is_integrity() || matches!(e, verify::VerifyError::NotFound(_)) {
+        let said = e.to_string();
+        let damaged = if said.starts_with("store is damaged") {
+            said
+        } else {
+            format!("store is damaged: {said}")
+        };
+        Failure::integrity(format!(
+            "doctor: {damaged}; restore the directory from a backup"
+        ))
+    } else {
+        Failure::fatal(format!("doctor: {e}"))
     }
 }
 
