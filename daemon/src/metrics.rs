@@ -105,6 +105,8 @@ pub fn outcome_label(result: &Result<CallOutput, CallError>) -> &'static str {
         Err(CallError::NoTimeToStart | CallError::PreflightTimedOut) => "too_late",
         Err(CallError::NoHandler | CallError::NoWorktree(_)) => "no_handler",
         Err(CallError::RefusalRate) => "refusal_rate",
+        // Not full: the daemon stopped writing because its store's files were swapped.
+        Err(CallError::StoreFull(broker_core::capacity::Full::Replaced)) => "store_replaced",
         Err(CallError::StoreFull(_)) => "store_full",
         Err(_) => "error",
     }
@@ -134,6 +136,11 @@ impl Metrics {
                 }
                 None => {}
             },
+            // The agent's words ("the world store is full") would send the operator to free
+            // disk space; the log says what the daemon found.
+            Err(CallError::StoreFull(full @ broker_core::capacity::Full::Replaced)) => {
+                tracing::info!(%tool, %episode, outcome = %label, ms, "call: {full}")
+            }
             Err(e) => tracing::info!(%tool, %episode, outcome = %label, ms, "call: {e}"),
             Ok(_) => tracing::info!(%tool, %episode, outcome = %label, ms, "call"),
         }
@@ -325,7 +332,7 @@ impl Metrics {
             "Time the store's syncing thread spent in those syncs.",
             &secs(&stats.sync_nanos),
         );
-        render_store_usage(&mut out, &store.usage());
+        render_store_usage(&mut out, &store.usage(), store.replaced());
         counter(
             &mut out,
             "worldd_commit_rebuilt_batches_total",
@@ -463,7 +470,7 @@ fn by_label<K: std::fmt::Display>(
 }
 
 /// The store's size against its ceiling: gauges, and the warnings at 80 % and 95 %.
-fn render_store_usage(out: &mut String, u: &Usage) {
+fn render_store_usage(out: &mut String, u: &Usage, replaced: bool) {
     let gauge = |out: &mut String, name: &str, help: &str, value: String| {
         let _ = writeln!(
             out,
@@ -517,8 +524,14 @@ fn render_store_usage(out: &mut String, u: &Usage) {
     gauge(
         out,
         "worldd_store_refusing",
-        "1 while new client calls are refused (past the reserve, or the disk is short).",
-        u8::from(u.refusal().is_some()).to_string(),
+        "1 while new client calls are refused (past the reserve, the disk is short, or the store was replaced).",
+        u8::from(replaced || u.refusal().is_some()).to_string(),
+    );
+    gauge(
+        out,
+        "worldd_store_replaced",
+        "1 once the store's files were replaced or removed under the daemon: it writes nothing more until restarted.",
+        u8::from(replaced).to_string(),
     );
 }
 

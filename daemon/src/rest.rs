@@ -231,8 +231,15 @@ fn parse_ref(field: &str, text: &str) -> Result<Ref, ApiError> {
 async fn health(State(state): State<AppState>) -> Result<Json<Value>, ApiError> {
     let info = state.info();
     let interpreter = log::interpreter_ref().map_err(|e| ApiError::internal("interpreter", e))?;
+    // A daemon whose store's files were swapped under it answers, and refuses every call until
+    // restarted: monitoring that asks only this must see that.
+    let status = if state.store().replaced() {
+        "store-replaced"
+    } else {
+        "ok"
+    };
     Ok(Json(json!({
-        "status": "ok",
+        "status": status,
         "daemon_version": info.version,
         "db_path": info.db_path,
         "interpreter_ref": interpreter,

@@ -1137,6 +1137,13 @@ impl Store {
         self.inner.map.gauge.usage()
     }
 
+    /// Whether the store's files were found replaced or removed under this process
+    /// ([`Store::watch`]): it then writes nothing more and refuses every new call until the
+    /// daemon is restarted.
+    pub fn replaced(&self) -> bool {
+        self.inner.map.replaced.get().is_some()
+    }
+
     /// `Err` when new client work must be refused: past the reserve, or the disk is short.
     /// Operator verbs and calls already admitted are not asked.
     pub fn admits_client_work(&self) -> Result<(), Full> {
