@@ -292,6 +292,10 @@ fn init_tracing(daemon: bool) {
     }
     let lines = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        // A line stderr does not take (a pipe whose reader has gone, a full disk) is lost,
+        // and nothing else: by default the writer reports its own failure with `eprintln!`,
+        // which panics there, in the task that was answering a call after its commit.
+        .log_internal_errors(false)
         .with_writer(std::io::stderr);
     if json {
         // One JSON object a line for a log collector: the event's fields beside its time,
