@@ -96,11 +96,13 @@ async fn workbench_headers(mut response: Response) -> Response {
 /// `GET /v1/health` gives the path as the daemon was told it (`.world/db` for every store
 /// opened in its own directory), which another daemon in another directory shares.
 async fn daemon(State(state): State<AppState>) -> Response {
-    let told = std::path::Path::new(&state.info().db_path);
-    let store = std::fs::canonicalize(told)
-        .or_else(|_| std::path::absolute(told))
-        .map(|p| p.display().to_string())
-        .unwrap_or_else(|_| told.display().to_string());
+    // Where the store was opened, not `db_path` resolved again: plugin code may have changed
+    // the working directory since.
+    let at = state.store().location();
+    let store = std::fs::canonicalize(at)
+        .unwrap_or_else(|_| at.to_path_buf())
+        .display()
+        .to_string();
     // `no-store` (the edge's default) and the workbench's headers come from the layers.
     Json(json!({ "status": "ok", "store": store })).into_response()
 }

@@ -6,12 +6,33 @@
 mod common;
 
 use std::os::fd::{FromRawFd, OwnedFd};
-use std::process::Stdio;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::OnceLock;
+use std::time::Duration;
 
+use common::fixtures::{cargo_build, share_echo_lock};
 use common::*;
 use serde_json::{json, Value};
 
 const WS: &[&str] = &["worldd_workspace"];
+
+/// `tests/fixtures/unruly-plugin`, built once per test process.
+fn unruly_library() -> &'static Path {
+    static LIB: OnceLock<PathBuf> = OnceLock::new();
+    LIB.get_or_init(|| {
+        let crate_dir = repo_root().join("tests/fixtures/unruly-plugin");
+        share_echo_lock(&crate_dir);
+        cargo_build(&crate_dir.join("Cargo.toml"), "worldd_unruly")
+    })
+}
+
+/// A copy of the unruly plugin in `plugins`; the copy's path.
+fn add_unruly(plugins: &Path) -> PathBuf {
+    let copy = plugins.join(unruly_library().file_name().unwrap());
+    std::fs::copy(unruly_library(), &copy).unwrap();
+    copy
+}
 
 /// `tools/call` of `tool` with `arguments`: the result, which must be one.
 fn call(d: &Daemon, token: &str, tool: &str, arguments: Value) -> Value {
@@ -84,4 +105,52 @@ fn calls_answered(d: Daemon) {
     }
     let status = d.stop();
     assert_eq!(status.code(), Some(0), "{status:?}");
+}
+
+/// The store watch resolved a relative `--db` against the working directory every second:
+/// after a plugin's `chdir` the store's files were "gone", and the daemon refused every call of
+/// every episode as "the world store is full" and logged that the store was replaced. A chdir
+/// in a plugin's constructor also moved the relative workspace root, resolved after the
+/// plugins started: every worktree tool was refused. Both paths are absolute from the start.
+#[test]
+fn a_chdir_by_plugin_code_moves_neither_the_store_nor_the_worktrees() {
+    let dir = tempfile::tempdir().unwrap();
+    let plugins = plugin_dir_with(dir.path(), WS);
+    add_unruly(&plugins);
+    let elsewhere = tempfile::tempdir().unwrap();
+    let mut cmd = Command::new(WORLDD);
+    cmd.current_dir(dir.path())
+        .args(["serve", "--db", "db", "--workspace-root", "worktrees"])
+        .args(["--bind", "127.0.0.1:0", "--plugin-dir", "plugins"])
+        .arg("--plugin-config")
+        .arg(format!("unruly.chdirInNew={}", elsewhere.path().display()))
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let d = Daemon::spawn(dir, cmd);
+    let token = d.session("ep1", &["Workspace.Read=worktree:5", "Unruly.Chdir=any:5"]);
+    std::fs::write(d.root().join("ep1/a.txt"), "hello\n").unwrap();
+    read_answers(&d, &token, "hello\n");
+    let store = get(&d.url("/workbench/daemon"), None).json()["store"].clone();
+    assert_eq!(
+        store.as_str(),
+        Some(d.db().canonicalize().unwrap().to_str().unwrap())
+    );
+    let moved = call(&d, &token, "unruly-chdir", json!({"path": "/"}));
+    assert_eq!(moved["structuredContent"]["cwd"], "/", "{moved}");
+    // Past two looks of the watch (one a second).
+    std::thread::sleep(Duration::from_millis(2500));
+    read_answers(&d, &token, "hello\n");
+    let other = d.session("ep2", &["Workspace.Read=worktree:5"]);
+    std::fs::write(d.root().join("ep2/a.txt"), "two\n").unwrap();
+    read_answers(&d, &other, "two\n");
+    // The path as it was given, still; and the store the workbench knows the daemon by.
+    assert_eq!(get(&d.url("/v1/health"), None).json()["db_path"], "db");
+    assert_eq!(
+        get(&d.url("/workbench/daemon"), None).json()["store"],
+        store
+    );
+    let (status, _, log, _dir) = d.stop_with_log(Duration::from_secs(10));
+    assert_eq!(status.code(), Some(0), "{log}");
+    assert!(!log.contains("was replaced or removed"), "{log}");
+    assert!(!log.contains(" ERROR "), "{log}");
 }

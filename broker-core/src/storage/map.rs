@@ -24,7 +24,11 @@ pub(super) struct MapLock {
     pub(super) noted: super::fault::Noted,
     pub(super) gauge: Gauge,
     pub(super) page_size: u64,
+    /// The store's directory as it was given, as messages say it.
     pub(super) dir: PathBuf,
+    /// The store's directory made absolute when it was opened: what is looked at again later
+    /// (the watch, a remap, the file's residency), whatever the working directory is by then.
+    pub(super) at: PathBuf,
     /// The store's directory, held open so that asking for its free space resolves no path.
     pub(super) dir_file: Option<std::fs::File>,
     /// When [`MapLock::remeasure`] last read the disk, in ms since [`MapLock::made`].
@@ -90,7 +94,7 @@ impl MapLock {
                 // `lock` and ends before that hold is released; holding it exclusively means
                 // no transaction is active, which is what mdb_env_set_mapsize requires.
                 unsafe { env.resize(0) }.map_err(|e| StoreError::from_heed(e, 0))?;
-                self.noted.moved(super::mapping::map_of(&self.dir));
+                self.noted.moved(super::mapping::map_of(&self.at));
                 tracing::info!(
                     map_size = env.info().map_size,
                     "another process grew the store; adopted its map size"
@@ -135,7 +139,7 @@ impl MapLock {
     fn disk_free(&self) -> Option<u64> {
         match &self.dir_file {
             Some(file) => capacity::disk_free_of(file),
-            None => capacity::disk_free(&self.dir),
+            None => capacity::disk_free(&self.at),
         }
     }
 }

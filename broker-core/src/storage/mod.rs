@@ -967,6 +967,7 @@ fn open_tables_read_only(
 fn map_lock(
     env: &Env<WithoutTls>,
     dir: &Path,
+    at: PathBuf,
     limits: Limits,
     noted: fault::Noted,
     opened: watch::Opened,
@@ -977,7 +978,8 @@ fn map_lock(
         gauge: Gauge::new(limits),
         page_size: env.unnamed_database_stat().page_size as u64,
         dir: dir.to_path_buf(),
-        dir_file: std::fs::File::open(dir).ok(),
+        dir_file: std::fs::File::open(&at).ok(),
+        at,
         remeasured_ms: std::sync::atomic::AtomicU64::new(0),
         made: std::time::Instant::now(),
         opened,
@@ -1032,10 +1034,14 @@ impl Store {
             reserve_lock_file(dir)?;
         }
         let env = open_env(dir, wanted, read_only)?;
+        // Where the store is, resolved once now: the watch looks at the path again every
+        // second, and a chdir by anything in the process (plugin code, a library) must not
+        // move what a relative path names. `dir` as given is what messages say.
+        let at = std::path::absolute(dir).unwrap_or_else(|_| dir.to_path_buf());
         // The files just opened, which the daemon's watch compares the path's with.
-        let opened = watch::Opened::of(dir);
+        let opened = watch::Opened::of(&at);
         // Before the first page is read: a crash on a corrupt one is then said as such.
-        let noted = fault::note(mapping::map_of(dir));
+        let noted = fault::note(mapping::map_of(&at));
         check_length(&env, dir)?;
         let map_size = env.info().map_size;
         let limits = Limits::new(options.ceiling.unwrap_or(map_size as u64), options.reserve)?;
@@ -1050,7 +1056,7 @@ impl Store {
         } else {
             open_tables(&env, dir, layout, new, map_size)?
         };
-        let map = map_lock(&env, dir, limits, noted, opened);
+        let map = map_lock(&env, dir, at, limits, noted, opened);
         Store::start(env, dbs, layout, dir, map_size, map, read_only)
     }
 
@@ -1126,6 +1132,12 @@ impl Store {
         &self.inner.path
     }
 
+    /// The store's directory made absolute when it was opened: where it is whatever the
+    /// process's working directory is now ([`Store::path`] is the path as it was given).
+    pub fn location(&self) -> &Path {
+        &self.inner.map.at
+    }
+
     /// The LMDB map size now (it changes only when another process grew the store).
     pub fn map_size(&self) -> usize {
         self.inner.env.info().map_size
@@ -1182,7 +1194,7 @@ impl Store {
             return 0;
         }
         if map.replaced.get().is_none() {
-            if let Some(what) = map.opened.changed(&inner.path) {
+            if let Some(what) = map.opened.changed(&map.at) {
                 let message = map.opened.replaced_message(&inner.path, &what);
                 if map.replaced.set(message.clone()).is_ok() {
                     tracing::error!("{message}");

@@ -18,6 +18,10 @@
 //! acknowledged between the swap and the look are only in the deleted data file, which it
 //! keeps open, so the operator can still copy them out (`/proc/PID/fd/N`, named in the log);
 //! an exit would close that last descriptor and lose them.
+//!
+//! The path looked at is the store's made absolute when it was opened (`MapLock::at`): a store
+//! opened as `.world/db` was "gone" after any `chdir` in the process (plugin code, a library),
+//! and the daemon refused every call of every episode until restarted.
 
 use std::path::Path;
 use std::time::Duration;

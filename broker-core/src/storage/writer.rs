@@ -222,7 +222,7 @@ impl Writer {
             waits: self.waits.clone(),
         };
         let syncer = Syncer::spawn(durability.clone());
-        let mut resident = Resident::new(self.resident.clone(), &self.map.dir);
+        let mut resident = Resident::new(self.resident.clone(), &self.map.at);
         while let Ok(first) = receiver.recv() {
             let mut batch = vec![first];
             drain(&receiver, &mut batch);

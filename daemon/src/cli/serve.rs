@@ -305,6 +305,12 @@ pub fn run_with(a: ServeArgs, launch: Launch) -> CliResult {
         );
     }
 
+    // Resolved now, before any plugin code runs: a chdir by plugin code (or a library) must
+    // not move the paths the daemon resolves again later (the worktrees under the root, the
+    // plugins' state directory). The store resolves its own path when it opens it.
+    let db_at = absolute_now(&settings.db);
+    let root_at = absolute_now(&settings.workspace_root);
+
     // Bind policy first: nothing else happens for a non-loopback address.
     let addr = resolve_bind_as(&settings.bind, settings.bind_key)?;
     server::check_loopback(&addr).map_err(|e| startup("bind-policy", e))?;
@@ -356,7 +362,7 @@ pub fn run_with(a: ServeArgs, launch: Launch) -> CliResult {
         crate::descriptors::keep_from_programs();
         opts.limits = settings.limits.clone();
         opts.metrics = metrics.clone();
-        let set = load_plugins(&mut opts, &store, &settings.db)?;
+        let set = load_plugins(&mut opts, &store, &db_at)?;
         crate::descriptors::keep_from_programs();
         Ok((store, lock, root_lock, set))
     })();
@@ -378,7 +384,7 @@ pub fn run_with(a: ServeArgs, launch: Launch) -> CliResult {
         store.clone(),
         set.handlers,
         CoordinatorConfig {
-            workspace_root: Some(settings.workspace_root.clone()),
+            workspace_root: Some(root_at),
             handler_deadline: settings.limits.handler_deadline,
             // Handlers run inline on the blocking thread of their call, watched by its task
             // (`State::invoke`), so no spawner is needed here.
@@ -676,7 +682,8 @@ fn load_plugins(
     store: &Store,
     db: &std::path::Path,
 ) -> Result<plugins::PluginSet, Failure> {
-    // Plugins get absolute paths: they run with the worktree as their working directory.
+    // Plugins get absolute paths: their working directory is the daemon's, and theirs to
+    // change.
     let state_root =
         std::path::absolute(db.join("plugin-state")).unwrap_or_else(|_| db.join("plugin-state"));
     opts.state_root = Some(state_root);
