@@ -154,3 +154,45 @@ fn a_chdir_by_plugin_code_moves_neither_the_store_nor_the_worktrees() {
     assert!(!log.contains("was replaced or removed"), "{log}");
     assert!(!log.contains(" ERROR "), "{log}");
 }
+
+/// A `*.so` entry that is a dangling symbolic link (its build directory removed) was skipped
+/// without a word, even without `--handler`: `serve` started without the plugin, whose tools
+/// were then refused by R8. It is a library that cannot be read, as any other.
+#[test]
+fn a_plugin_library_that_is_a_dangling_symlink_is_named_not_loadable() {
+    let dir = tempfile::tempdir().unwrap();
+    let plugins = plugin_dir_with(dir.path(), WS);
+    let target = dir.path().join("build/libworldd_gone.so");
+    let link = plugins.join("libworldd_gone.so");
+    std::os::unix::fs::symlink(&target, &link).unwrap();
+    let cause = format!(
+        "cannot read the library: No such file or directory (os error 2) (it is a symbolic link to {})",
+        target.display()
+    );
+
+    let (code, out, err, _) = worldd_with_plugins("handlers", &plugins, &[], &[]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(
+        out.contains(&format!("\n{}\n  not loadable: {cause}\n", link.display())),
+        "{out}"
+    );
+    assert!(
+        out.ends_with("\n1 plugin(s), 1 library(ies) not loadable\n"),
+        "{out}"
+    );
+
+    let (code, _, err, _) = worldd_with_plugins(
+        "serve",
+        &plugins,
+        &["--db", path_str(&dir.path().join("db"))],
+        &[],
+    );
+    assert_eq!(code, Some(2), "{err}");
+    assert_eq!(
+        err.lines().last().unwrap_or_default(),
+        format!(
+            "worldd: daemon startup failed at plugins: plugin {}: {cause}",
+            link.display()
+        )
+    );
+}

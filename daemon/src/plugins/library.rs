@@ -25,7 +25,17 @@ impl OpenedLibrary {
     pub fn open(path: &Path) -> Result<OpenedLibrary, PluginError> {
         let unreadable =
             |e: std::io::Error| PluginError::new(path, format!("cannot read the library: {e}"));
-        let file = std::fs::File::open(path).map_err(unreadable)?;
+        let file = std::fs::File::open(path).map_err(|e| match std::fs::read_link(path) {
+            // A link whose target is gone (a build directory removed) names where it points.
+            Ok(target) => PluginError::new(
+                path,
+                format!(
+                    "cannot read the library: {e} (it is a symbolic link to {})",
+                    target.display()
+                ),
+            ),
+            Err(_) => unreadable(e),
+        })?;
         // Of the open descriptor: the inode that is copied or loaded.
         let meta = file.metadata().map_err(unreadable)?;
         writers::check_library(path, &meta)?;

@@ -48,11 +48,23 @@ pub fn default_dir() -> PathBuf {
 }
 
 /// A library by its file name's ending, read as bytes: a name that is not UTF-8 is a library
-/// all the same, not one skipped without a word.
+/// all the same, not one skipped without a word. So is a symbolic link whose target cannot be
+/// read (dangling, a loop): opening it says why ([`super::OpenedLibrary::open`]), where
+/// following it first (`Path::is_file`) had skipped it, and `serve` started without the
+/// plugin.
 fn is_library(path: &Path) -> bool {
     use std::os::unix::ffi::OsStrExt;
     let name = path.file_name().map(OsStrExt::as_bytes).unwrap_or_default();
-    path.is_file() && (name.ends_with(b".so") || name.ends_with(b".dylib"))
+    if !(name.ends_with(b".so") || name.ends_with(b".dylib")) {
+        return false;
+    }
+    match std::fs::symlink_metadata(path) {
+        Ok(own) if own.file_type().is_symlink() => {
+            std::fs::metadata(path).map_or(true, |target| target.is_file())
+        }
+        Ok(own) => own.is_file(),
+        Err(_) => false,
+    }
 }
 
 /// Load every library in `dir`, in file-name order. A library whose loading (its initialisers
