@@ -70,6 +70,7 @@ pub mod cli;
 mod descriptors;
 pub mod durable_answers;
 pub mod edge;
+mod exit_guard;
 pub mod extract;
 pub mod fallback;
 pub mod invalid_params;

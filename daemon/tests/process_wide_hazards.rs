@@ -155,6 +155,105 @@ fn a_chdir_by_plugin_code_moves_neither_the_store_nor_the_worktrees() {
     assert!(!log.contains(" ERROR "), "{log}");
 }
 
+/// A plugin that called `exit(0)` while the daemon served ended it with status 0 and not a
+/// line in its log: a clean shutdown to a supervisor (`Restart=on-failure` left it down).
+#[test]
+fn exit_called_by_plugin_code_while_serving_is_said_and_ends_the_daemon_with_70() {
+    let dir = tempfile::tempdir().unwrap();
+    let cmd = Daemon::serve_command(&dir, WS);
+    add_unruly(&dir.path().join("plugins"));
+    let d = Daemon::spawn(dir, cmd);
+    let token = d.session("ep1", &["Unruly.Exit=any:5"]);
+    let url = d.url("/mcp/");
+    // The connection ends with the process: no answer to wait for.
+    let caller = std::thread::spawn(move || {
+        let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+                          "params": {"name": "unruly-exit", "arguments": {"status": "0"}}});
+        let _ = ureq::post(&url)
+            .set("Authorization", &format!("Bearer {token}"))
+            .set("Accept", "application/json, text/event-stream")
+            .set("MCP-Protocol-Version", "2025-11-25")
+            .set("Content-Type", "application/json")
+            .send_bytes(&serde_json::to_vec(&body).unwrap());
+    });
+    d.wait_for_log("was called by plugin code");
+    let (status, _, log, _dir) = d.stop_with_log(Duration::from_secs(10));
+    caller.join().unwrap();
+    assert_eq!(status.code(), Some(70), "{log}");
+    let said: Vec<&str> = log.lines().filter(|l| l.contains(" ERROR ")).collect();
+    assert_eq!(said.len(), 1, "{log}");
+    assert!(
+        said[0].ends_with(" ERROR exit(0) was called by plugin code or a library while the daemon served; the daemon did not choose to stop, so it ends with status 70 instead of 0, which would read as a clean shutdown"),
+        "{log}"
+    );
+    assert!(!log.contains("shutting down"), "{log}");
+}
+
+/// The same in a plugin's constructor: the daemon exited with the plugin's status (here 3, the
+/// "integrity failure" code) without a `daemon startup failed` line. And a library that exits
+/// while it is loaded is named by the line before it.
+#[test]
+fn exit_called_by_plugin_code_at_start_up_is_said_ends_the_daemon_with_70_and_the_library_is_named()
+{
+    let dir = tempfile::tempdir().unwrap();
+    let plugins = plugin_dir_with(dir.path(), WS);
+    let lib = add_unruly(&plugins);
+    let serve = |args: &[&str], env: &[(&str, &str)]| {
+        let mut cmd = Command::new(WORLDD);
+        cmd.current_dir(dir.path())
+            .args(["serve", "--db", "db", "--workspace-root", "worktrees"])
+            .args(["--bind", "127.0.0.1:0", "--plugin-dir"])
+            .arg(&plugins)
+            .args(args)
+            .envs(env.iter().copied());
+        let out = run_to_exit(&mut cmd, Duration::from_secs(60));
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+
+    let (code, log) = serve(&["--plugin-config", "unruly.exitInNew=3"], &[]);
+    assert_eq!(code, Some(70), "{log}");
+    assert!(
+        log.lines().last().unwrap_or_default().ends_with(" ERROR exit(3) was called by plugin code or a library while the daemon started its plugins (their constructors, Plugin::new); the daemon did not choose to stop, so it ends with status 70 instead of 3"),
+        "{log}"
+    );
+    assert!(!log.contains("daemon startup failed"), "{log}");
+
+    let (code, log) = serve(&[], &[("WORLDD_UNRULY_MANIFEST", "exit")]);
+    assert_eq!(code, Some(70), "{log}");
+    let lines: Vec<&str> = log.lines().collect();
+    let n = lines.len();
+    assert!(n >= 2, "{log}");
+    assert!(
+        lines[n - 2].ends_with(&format!(
+            " INFO loading plugin library path={}",
+            lib.display()
+        )),
+        "{log}"
+    );
+    assert!(
+        lines[n - 1].ends_with(&format!(" ERROR exit(0) was called by plugin code or a library while the daemon loaded the plugin library {}; the daemon did not choose to stop, so it ends with status 70 instead of 0, which would read as a clean shutdown", lib.display())),
+        "{log}"
+    );
+
+    // `worldd handlers` starts nothing and keeps the plugin's status, but names each library
+    // before it loads it: the last one named is the one that ended it.
+    let (code, out, err, _) = worldd_with_plugins(
+        "handlers",
+        &plugins,
+        &[],
+        &[("WORLDD_UNRULY_MANIFEST", "exit".to_owned())],
+    );
+    assert_eq!(code, Some(0), "{out}{err}");
+    assert_eq!(
+        err.lines().last().unwrap_or_default(),
+        format!("worldd handlers: loading {}", lib.display()),
+        "{err}"
+    );
+}
+
 /// A `*.so` entry that is a dangling symbolic link (its build directory removed) was skipped
 /// without a word, even without `--handler`: `serve` started without the plugin, whose tools
 /// were then refused by R8. It is a library that cannot be read, as any other.

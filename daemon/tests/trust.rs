@@ -727,7 +727,7 @@ fn a_plugin_library_another_user_could_write_is_refused_at_start() {
     let (code, _, err) = serve();
     assert_eq!(code, 2, "{err}");
     assert_eq!(
-        err.trim(),
+        err.lines().last().unwrap_or_default(),
         format!("worldd: daemon startup failed at plugins: plugin {}: refusing to load a library every user may write (mode 0666); `chmod o-w` it", lib.display())
     );
     let (_, out, _) = worldd(&["handlers", "--plugin-dir", path_str(&plugins)], None);
@@ -782,7 +782,7 @@ fn a_plugin_that_hangs_while_the_daemon_starts_stops_the_start_at_its_deadline()
     let took = began.elapsed();
     assert_eq!(code, 2, "{err}");
     assert_eq!(
-        err.trim(),
+        err.lines().last().unwrap_or_default(),
         format!("worldd: daemon startup failed at plugins: plugin {}: still starting after 300 ms ([limits] plugin_start_ms); the daemon does not start beside a plugin that hangs", lib.display())
     );
     assert!(took < std::time::Duration::from_secs(30), "took {took:?}");

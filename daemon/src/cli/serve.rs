@@ -305,6 +305,9 @@ pub fn run_with(a: ServeArgs, launch: Launch) -> CliResult {
         );
     }
 
+    // From here to its return, an `exit()` by plugin code or a library is said and is no
+    // clean exit (`exit_guard`); dropped last, after the plugins' handlers.
+    let _armed = crate::exit_guard::arm("started");
     // Resolved now, before any plugin code runs: a chdir by plugin code (or a library) must
     // not move the paths the daemon resolves again later (the worktrees under the root, the
     // plugins' state directory). The store resolves its own path when it opens it.
@@ -424,12 +427,14 @@ pub fn run_with(a: ServeArgs, launch: Launch) -> CliResult {
             .catalog(catalog)
             .build();
         let signals = server::ShutdownSignals::listen().telling(manager.clone());
+        crate::exit_guard::doing("served");
         announce(local, launch.ready_on_stderr);
         manager.tell("READY=1");
         server::serve(listener, state, signals)
             .await
             .map_err(|e| Failure::fatal(format!("server error: {e}")))
     });
+    crate::exit_guard::doing("stopped");
     // Every request was answered; what may still run are handlers past their deadline. Give
     // them a moment to return and journal their outcome, then leave them: their intents stay
     // indeterminate and are reported at the next start.

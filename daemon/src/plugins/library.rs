@@ -23,9 +23,15 @@ impl OpenedLibrary {
     /// Open `path`, check who may write it and its size, and take its bytes as the loader will
     /// map them ([`image::of`]: a sealed copy, hashed as it is made).
     pub fn open(path: &Path) -> Result<OpenedLibrary, PluginError> {
+        OpenedLibrary::open_at(path, path)
+    }
+
+    /// [`OpenedLibrary::open`] of the file at `at`, said as `path` (the path as the operator
+    /// gave it, where `at` is that path made absolute).
+    pub(super) fn open_at(path: &Path, at: &Path) -> Result<OpenedLibrary, PluginError> {
         let unreadable =
             |e: std::io::Error| PluginError::new(path, format!("cannot read the library: {e}"));
-        let file = std::fs::File::open(path).map_err(|e| match std::fs::read_link(path) {
+        let file = std::fs::File::open(at).map_err(|e| match std::fs::read_link(at) {
             // A link whose target is gone (a build directory removed) names where it points.
             Ok(target) => PluginError::new(
                 path,
@@ -104,7 +110,8 @@ impl OpenedLibrary {
     }
 }
 
-/// Open `path`, hash the bytes read from the open file, and load that same file.
-pub(super) fn load_hashed(path: &Path) -> Result<(Ref, LoadedPlugin), PluginError> {
-    OpenedLibrary::open(path)?.load()
+/// Open the file at `at` (said as `path`), hash the bytes read from the open file, and load
+/// that same file.
+pub(super) fn load_hashed(path: &Path, at: &Path) -> Result<(Ref, LoadedPlugin), PluginError> {
+    OpenedLibrary::open_at(path, at)?.load()
 }

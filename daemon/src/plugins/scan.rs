@@ -69,6 +69,10 @@ fn is_library(path: &Path) -> bool {
 
 /// Load every library in `dir`, in file-name order. A library whose loading (its initialisers
 /// and manifest) outlasts `deadline` stops the scan: its code is still running in this process.
+///
+/// Each library is named before its code runs (stderr for `worldd handlers`, the log for
+/// `serve`): one that ends the process while it loads (`exit()`, `abort()` in an
+/// initialiser or its manifest) is then the last one named.
 pub fn scan(dir: &Path, deadline: Duration, stops: Stops) -> Result<Vec<Scanned>, PluginError> {
     let unreadable =
         |e: std::io::Error| PluginError::new(dir, format!("cannot read the plugin directory: {e}"));
@@ -79,14 +83,42 @@ pub fn scan(dir: &Path, deadline: Duration, stops: Stops) -> Result<Vec<Scanned>
         .filter(|p| is_library(p))
         .collect();
     paths.sort();
-    paths
+    // Each library is opened at its absolute path, resolved before any library's code runs:
+    // one that changes the working directory as it loads must not make the next one another
+    // file (or none).
+    let dir_at = std::path::absolute(dir).unwrap_or_else(|_| dir.to_path_buf());
+    let scanned = paths
         .into_iter()
-        .map(|p| within(deadline, &p.clone(), "loading", stops, move || scan_one(&p)))
-        .collect()
+        .map(|p| {
+            say_loading(&p, stops);
+            let at = p
+                .file_name()
+                .map_or_else(|| p.clone(), |name| dir_at.join(name));
+            within(deadline, &p.clone(), "loading", stops, move || {
+                scan_one(&p, &at)
+            })
+        })
+        .collect();
+    crate::exit_guard::doing("started its plugins (their constructors, Plugin::new)");
+    scanned
 }
 
-fn scan_one(path: &Path) -> Scanned {
-    let (file_ref, plugin) = match load_hashed(path) {
+/// `loading FILE`, said before the library's code runs.
+fn say_loading(path: &Path, stops: Stops) {
+    let shown = crate::text::one_line(&path.display().to_string()).into_owned();
+    crate::exit_guard::doing(&format!("loaded the plugin library {shown}"));
+    match stops {
+        Stops::Handlers => {
+            use std::io::Write;
+            // As the command line's messages: where stderr takes nothing, nothing is said.
+            let _ = writeln!(std::io::stderr(), "worldd handlers: loading {shown}");
+        }
+        Stops::Serve => tracing::info!(path = %path.display(), "loading plugin library"),
+    }
+}
+
+fn scan_one(path: &Path, at: &Path) -> Scanned {
+    let (file_ref, plugin) = match load_hashed(path, at) {
         Ok(loaded) => loaded,
         Err(e) => return Scanned::Broken(e),
     };

@@ -1,0 +1,189 @@
+//! A serving daemon that plugin code or a library ends with `exit()`.
+//!
+//! Plugins run in the daemon's process, and `exit()` is what many C libraries call on a fatal
+//! error (and what a careless plugin calls). Without a word from the daemon, the process then
+//! ended with the status the caller chose, `exit(0)` looking like a clean shutdown to a
+//! supervisor (`Restart=on-failure` left the service down) and `exit(3)` like an integrity
+//! failure, with nothing in the log. While [`arm`]ed (from before the plugins load until
+//! `serve` returns on its own), an exit handler says so in one ERROR line and ends the process
+//! with [`EXIT_CALLED`] instead.
+//!
+//! The line is written by a thread of the daemon's own, started when the handler is armed: the
+//! thread that called `exit()` has had its thread-locals destroyed by then (glibc runs their
+//! destructors first), and the log writer needs its own.
+
+use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
+use std::sync::{Condvar, Mutex, Once, PoisonError};
+use std::time::Duration;
+
+/// The exit status of a daemon that plugin code or a library ended with `exit()` (sysexits'
+/// `EX_SOFTWARE`): never 0, which a supervisor takes for a clean shutdown, nor the CLI's 1–3.
+pub const EXIT_CALLED: i32 = 70;
+
+/// How long the exit handler waits for the line to be written before it ends the process
+/// without it (a log writer stuck on a full pipe must not keep a dead daemon alive).
+const SAY_WITHIN: Duration = Duration::from_secs(2);
+
+/// Set while `serve` runs; cleared by its own way out ([`Armed`]'s drop).
+static ARMED: AtomicBool = AtomicBool::new(false);
+/// The process that armed the handler: a child forked by plugin code that calls `exit()`
+/// ends as it asked (it is not the daemon).
+static PID: AtomicI32 = AtomicI32::new(0);
+/// What the daemon is doing, as the line says it ("while the daemon …").
+static DOING: Mutex<String> = Mutex::new(String::new());
+/// An exit to report, handed from the exit handler to the reporting thread, and whether the
+/// line was written.
+static REPORT: Mutex<Report> = Mutex::new(Report {
+    asked: None,
+    said: false,
+});
+static ASKED: Condvar = Condvar::new();
+static SAID: Condvar = Condvar::new();
+
+struct Report {
+    /// The status `exit()` was called with (`Some(None)` where the C library does not tell it).
+    asked: Option<Option<i32>>,
+    said: bool,
+}
+
+/// The daemon's own way out: while this lives, an `exit()` by anyone else is reported and
+/// replaced by [`EXIT_CALLED`]. Dropped when `serve` returns, before the process exits with
+/// the status it chose.
+#[derive(Debug)]
+pub struct Armed(());
+
+impl Drop for Armed {
+    fn drop(&mut self) {
+        ARMED.store(false, Ordering::SeqCst);
+    }
+}
+
+/// Arm the exit handler; `doing` is what the daemon does now ([`doing`]). The handler is
+/// registered, and the reporting thread started, once per process. Where neither can be
+/// (no thread), `exit()` is left as it was, and that is said once.
+pub fn arm(doing: &str) -> Armed {
+    static REGISTER: Once = Once::new();
+    REGISTER.call_once(|| {
+        let reporter = std::thread::Builder::new()
+            .name("worldd-exit-watch".into())
+            .spawn(report_exits);
+        if let Err(e) = reporter {
+            tracing::warn!(
+                "an exit() called by plugin code will not be reported: no thread to report it ({e})"
+            );
+            return;
+        }
+        if !register() {
+            tracing::warn!(
+                "an exit() called by plugin code will not be reported: the C library refused an exit handler"
+            );
+        }
+    });
+    // SAFETY: getpid has no preconditions.
+    PID.store(unsafe { libc::getpid() }, Ordering::SeqCst);
+    self::doing(doing);
+    ARMED.store(true, Ordering::SeqCst);
+    Armed(())
+}
+
+/// Say what the daemon does from now on, as the line would end "while the daemon {what}".
+pub fn doing(what: &str) {
+    let mut now = DOING.lock().unwrap_or_else(PoisonError::into_inner);
+    now.clear();
+    now.push_str(what);
+}
+
+/// The reporting thread: waits for an exit to report, logs it, says it did.
+fn report_exits() {
+    let mut report = REPORT.lock().unwrap_or_else(PoisonError::into_inner);
+    loop {
+        if let Some(asked) = report.asked {
+            let doing = DOING.lock().unwrap_or_else(PoisonError::into_inner).clone();
+            tracing::error!("{}", line(asked, &doing));
+            report.said = true;
+            SAID.notify_all();
+            return;
+        }
+        report = ASKED.wait(report).unwrap_or_else(PoisonError::into_inner);
+    }
+}
+
+/// The line an `exit(asked)` gets while the daemon is `doing` something.
+fn line(asked: Option<i32>, doing: &str) -> String {
+    let (call, instead) = match asked {
+        Some(0) => (
+            "exit(0)".to_owned(),
+            " instead of 0, which would read as a clean shutdown".to_owned(),
+        ),
+        Some(s) => (format!("exit({s})"), format!(" instead of {s}")),
+        None => ("exit()".to_owned(), String::new()),
+    };
+    format!(
+        "{call} was called by plugin code or a library while the daemon {doing}; the daemon did not choose to stop, so it ends with status {EXIT_CALLED}{instead}"
+    )
+}
+
+/// The exit handler's work: nothing unless armed in this process; else the line, then the
+/// process ended with [`EXIT_CALLED`]. Never unwinds (it runs inside `exit()`).
+fn exiting(asked: Option<i32>) {
+    // SAFETY: getpid has no preconditions.
+    let this = unsafe { libc::getpid() };
+    if !ARMED.load(Ordering::SeqCst) || PID.load(Ordering::SeqCst) != this {
+        return;
+    }
+    if let Ok(mut report) = REPORT.lock() {
+        report.asked = Some(asked);
+        ASKED.notify_all();
+        let _ = SAID.wait_timeout_while(report, SAY_WITHIN, |r| !r.said);
+    }
+    // SAFETY: `_exit` has no preconditions; it ends the process without running the other
+    // exit handlers (calling `exit` again from inside one is undefined).
+    unsafe { libc::_exit(EXIT_CALLED) }
+}
+
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+fn register() -> bool {
+    extern "C" {
+        /// glibc's `on_exit`: `atexit`, and the handler is told the status.
+        fn on_exit(
+            function: extern "C" fn(libc::c_int, *mut libc::c_void),
+            arg: *mut libc::c_void,
+        ) -> libc::c_int;
+    }
+    extern "C" fn handler(status: libc::c_int, _arg: *mut libc::c_void) {
+        exiting(Some(status));
+    }
+    // SAFETY: `handler` is a plain function that lives as long as the process; the argument
+    // is unused.
+    unsafe { on_exit(handler, std::ptr::null_mut()) == 0 }
+}
+
+#[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+fn register() -> bool {
+    extern "C" fn handler() {
+        exiting(None);
+    }
+    // SAFETY: `handler` is a plain function that lives as long as the process.
+    unsafe { libc::atexit(handler) == 0 }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_line_names_the_call_its_status_and_what_the_daemon_was_doing() {
+        assert_eq!(
+            line(Some(0), "served"),
+            "exit(0) was called by plugin code or a library while the daemon served; the daemon did not choose to stop, so it ends with status 70 instead of 0, which would read as a clean shutdown"
+        );
+        assert_eq!(
+            line(Some(3), "started its plugins"),
+            "exit(3) was called by plugin code or a library while the daemon started its plugins; the daemon did not choose to stop, so it ends with status 70 instead of 3"
+        );
+        assert_eq!(
+            line(None, "served"),
+            "exit() was called by plugin code or a library while the daemon served; the daemon did not choose to stop, so it ends with status 70"
+        );
+    }
+}
