@@ -2,7 +2,8 @@
 //!
 //! Exit codes: 0 ok; 1 usage, client or not-found errors; 2 fatal start-up errors; 3
 //! integrity failures (`why` found a broken link, `doctor` found an inconsistency, `call
-//! --strict` got `ok:false`).
+//! --strict` got `ok:false`); 70 `serve` ended by an `exit()` in plugin code
+//! (`exit_guard`).
 
 use std::path::PathBuf;
 
