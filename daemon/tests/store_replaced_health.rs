@@ -43,6 +43,14 @@ fn a_daemon_whose_store_was_replaced_says_so_in_health_metrics_and_each_refusal(
     assert_eq!(metric(&d, "worldd_store_replaced"), "0");
     std::fs::remove_file(d.db().join("lock.mdb")).unwrap();
     d.wait_for_log("was replaced or removed while this daemon served it");
+    // Only lock.mdb went: the data file is where it was, and the operator is not sent to
+    // rescue a deleted one.
+    assert!(
+        d.log().contains("(lock.mdb is gone): it refuses new calls and writes nothing more, since what it wrote would go to files no path names; data.mdb is still the file it opened, so nothing it acknowledged is lost: stop it and start it again on the store at "),
+        "{}",
+        d.log()
+    );
+    assert!(!d.log().contains("copy it out"), "{}", d.log());
     let health = get(&d.url("/v1/health"), None);
     assert_eq!(health.status, 200);
     assert_eq!(

@@ -88,7 +88,14 @@ impl Opened {
 
     /// The error logged once when the files at `dir` are no longer these (`what` says how).
     pub(super) fn replaced_message(&self, dir: &Path, what: &str) -> String {
+        // Only lock.mdb changed: every acknowledged call is in the data file still at the path,
+        // and only a restart is needed (another daemon could open the store beside this one).
+        let data_in_place = self.data.is_some() && id_of(&dir.join("data.mdb")) == self.data;
         let keep = match self.held_data_file() {
+            _ if data_in_place => format!(
+                "data.mdb is still the file it opened, so nothing it acknowledged is lost: stop it and start it again on the store at {}",
+                dir.display()
+            ),
             Some(fd) => format!(
                 "the calls it acknowledged since the swap are only in the deleted data file, which it keeps open: copy it out (`cp {fd} SAFE_PLACE/data.mdb`) before you stop it, then restart it on the store now at {}",
                 dir.display()
