@@ -21,8 +21,11 @@ const MAX_CAPTURE: usize = 8 << 20;
 /// repository's own): no hooks, no fsmonitor program, no signing program, no
 /// background maintenance, no network, no submodule recursion; git's own
 /// refusal of `.git` look-alikes (HFS+ ignorable characters, NTFS short names
-/// and trailing dots) whatever the platform; one self-contained index file.
-const FORCED_CONFIG: [&str; 12] = [
+/// and trailing dots) whatever the platform; one self-contained index file; and no
+/// repository found by discovery unless it has a working tree (`safe.bareRepository`): files an
+/// agent writes into a plain worktree (`HEAD`, `objects/`, `refs/`, `config`) would otherwise
+/// make git take the worktree itself for a bare repository whose config is the agent's.
+const FORCED_CONFIG: [&str; 13] = [
     "core.hooksPath=/dev/null",
     "core.fsmonitor=false",
     "commit.gpgSign=false",
@@ -35,6 +38,7 @@ const FORCED_CONFIG: [&str; 12] = [
     "core.protectHFS=true",
     "core.protectNTFS=true",
     "core.splitIndex=false",
+    "safe.bareRepository=explicit",
 ];
 
 /// Where one git run happens.

@@ -406,7 +406,10 @@ impl GitHandler {
             .map_err(|e| self.broken(job, "rev-parse", e))?;
         if !top.status.success() {
             let said = self.git_says(job, &top.stderr);
-            if said.contains("not a git repository") {
+            // `cannot use bare repository`: the worktree itself looked like a bare repository
+            // (safe.bareRepository): no repository of the operator's.
+            if said.contains("not a git repository") || said.contains("cannot use bare repository")
+            {
                 return Err(self.refuse(
                     "commit: the worktree is not a git repository (the operator must make it one, e.g. with git init or git worktree add)",
                 ));
@@ -429,7 +432,22 @@ impl GitHandler {
                 "commit: the worktree is inside a git repository but is not its top level; only a repository or linked worktree of its own is committed",
             ));
         }
-        Ok((PathBuf::from(git_dir), job.worktree.join(common_dir)))
+        let (git_dir, common_dir) = (PathBuf::from(git_dir), job.worktree.join(common_dir));
+        // The repository must be the one the worktree's own `.git` names: a `.git` directory,
+        // or a linked worktree's gitfile pointing outside it. Anything else in the worktree was
+        // written by the agent (its tools keep `.git` read-only, not `HEAD` or `config`), and a
+        // repository made of it would run git with the agent's config.
+        let dot_git = job.worktree.join(".git");
+        let the_agents = |dir: &Path| dir.starts_with(&job.worktree) && !dir.starts_with(&dot_git);
+        if std::fs::symlink_metadata(&dot_git).is_err()
+            || the_agents(&git_dir)
+            || the_agents(&common_dir)
+        {
+            return Err(self.refuse(
+                "commit: the worktree is not a git repository (the operator must make it one, e.g. with git init or git worktree add)",
+            ));
+        }
+        Ok((git_dir, common_dir))
     }
 
     /// 2. No other repository on the way to or below what is committed (before git runs, so

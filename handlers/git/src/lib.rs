@@ -38,7 +38,8 @@
 //! repository the first run found and `GIT_INDEX_FILE` = a private copy of
 //! the index, `LC_ALL=C`; with `--literal-pathspecs` and
 //! `-c core.hooksPath=/dev/null -c core.fsmonitor=false
-//! -c commit.gpgSign=false -c gc.auto=0 -c protocol.allow=never …`; killed
+//! -c commit.gpgSign=false -c gc.auto=0 -c protocol.allow=never
+//! -c safe.bareRepository=explicit …`; killed
 //! when the commit's time budget (`timeoutMs`, and the daemon's deadline
 //! minus a margin) runs out, as a whole process group that also dies with
 //! the daemon (`handler_kit::child`). Before git runs, the worktree

@@ -100,6 +100,43 @@ fn look_alike_git_names_are_refused_at_any_depth() {
     );
 }
 
+/// An agent's tools keep `.git/` read-only, not `HEAD`, `objects/`, `refs/` or `config`: in a
+/// worktree that is a plain directory, those files made git take the worktree itself for a bare
+/// repository, with the agent's `config` (`core.worktree = .`, a clean filter), and git-commit
+/// ran the agent's command on the host while staging.
+#[test]
+fn files_an_agent_writes_never_make_the_worktree_a_repository_whose_config_is_the_agents() {
+    let f = Fixture::new();
+    let plain = f.tmp.path().join("plain");
+    let ran = f.tmp.path().join("filter-ran");
+    let put = |name: &str, text: &str| {
+        let path = plain.join(name);
+        fs::create_dir_all(path.parent().unwrap()).unwrap();
+        fs::write(path, text).unwrap();
+    };
+    put("HEAD", "ref: refs/heads/main\n");
+    put("objects/keep", "");
+    put("refs/keep", "");
+    put(
+        "config",
+        &format!(
+            "[core]\n\trepositoryformatversion = 0\n\tbare = false\n\tworktree = .\n[filter \"x\"]\n\tclean = sh -c 'touch {}; cat'\n",
+            ran.display()
+        ),
+    );
+    put("info/attributes", "* filter=x\n");
+    put("hello.txt", "hi\n");
+    let out = ok_output(f.run_in(&plain, json!({"op": "commit", "message": "m"})));
+    assert_eq!(
+        refused(&out),
+        "commit: the worktree is not a git repository (the operator must make it one, e.g. with git init or git worktree add)"
+    );
+    assert!(!ran.exists(), "the agent's filter ran");
+    // Nothing was staged into the agent's object store either.
+    let objects: Vec<_> = fs::read_dir(plain.join("objects")).unwrap().collect();
+    assert_eq!(objects.len(), 1, "{objects:?}");
+}
+
 fn alive(pid: i32) -> bool {
     match fs::read_to_string(format!("/proc/{pid}/stat")) {
         Ok(stat) => {
