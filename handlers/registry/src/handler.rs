@@ -5,7 +5,9 @@ use std::io::{self, Read};
 
 use cap_std::ambient_authority;
 use cap_std::fs::{Dir, OpenOptions, OpenOptionsExt};
+use handler_kit::beneath::{self, HostDir, WalkError};
 use handler_kit::output::{errno_text, Stamp};
+use handler_kit::protect::{git_component, named_like_git, GIT_UNREAD};
 use handler_kit::request::{check, Checked, Quote, Rules};
 use handler_kit::serde_json::{json, Map, Value};
 use handler_kit::{EffectHandler, Host, LogLevel, Outcome, Request, NO_PUBLISH};
@@ -54,6 +56,29 @@ pub struct RegistryHandler {
 }
 
 /// Whether `path` climbs above the root lexically (or is absolute).
+/// Walks of the path while the worktree keeps changing under it.
+const RESOLVE_ATTEMPTS: usize = 3;
+
+/// Why `path` may not be read as a bundle because it is, as spelled or where it lands (each
+/// symlink read, not followed: `handler_kit::beneath`), in git's own data: the Workspace
+/// plugin's rule and words. Opening `.git/config` would tell the agent, in the refusal,
+/// whether the file exists, its size and where its first line stops being JSON. What the walk
+/// cannot finish (a missing file, a loop) is left to the open, which answers it.
+fn git_data(worktree: &str, path: &str) -> Option<String> {
+    let refusal = |named: &str| named_like_git(named, &format!("\"{named}\""), GIT_UNREAD);
+    if let Some(named) = beneath::lexical(path).as_deref().and_then(git_component) {
+        return Some(refusal(named));
+    }
+    for _ in 0..RESOLVE_ATTEMPTS {
+        return match beneath::walk(&HostDir(std::path::Path::new(worktree)), path) {
+            Ok(walked) => git_component(&walked.reached()).map(refusal),
+            Err(WalkError::Changed) => continue,
+            Err(_) => None,
+        };
+    }
+    Some("the path kept changing while it was being resolved; nothing was read, try again".into())
+}
+
 fn escapes(path: &str) -> bool {
     if path.starts_with('/') {
         return true;
@@ -132,6 +157,9 @@ impl RegistryHandler {
         };
         if escapes(path) {
             return Err(escape());
+        }
+        if let Some(why) = git_data(worktree, path) {
+            return Err(self.refuse(format!("publish {path}: {why}")));
         }
         let root = Dir::open_ambient_dir(worktree, ambient_authority())
             .map_err(|e| request.worktree_unopenable(&e))?;

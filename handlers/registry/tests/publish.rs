@@ -337,6 +337,10 @@ fn bundle_files_are_confined_to_the_worktree() {
     );
     fs::write(wt.join("twice.json"), twice).unwrap();
     fs::write(wt.join("list.json"), "[1, 2]").unwrap();
+    fs::create_dir_all(wt.join(".git")).unwrap();
+    fs::write(wt.join(".git/config"), "[core]\n").unwrap();
+    symlink(".git/config", wt.join("git-link.json")).unwrap();
+    symlink(".git", wt.join("gd")).unwrap();
     let fifo = std::ffi::CString::new(wt.join("fifo.json").to_str().unwrap()).unwrap();
     // SAFETY: `fifo` is a NUL-terminated path.
     assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o644) }, 0);
@@ -356,6 +360,14 @@ fn bundle_files_are_confined_to_the_worktree() {
         ("list.json", "bundle must be {\"transitions\":[…]} with at least one document"),
         ("", "publish: the path is empty"),
         ("a\u{0}b", "publish a\\0b: the path contains a NUL byte"),
+        // git's own data, as spelled or where a link lands: nothing is opened, so the answer
+        // says nothing of whether the file exists, its size or its first line.
+        (".git/config", "publish .git/config: .git/ is git's own data, not worktree content; the lane's tools do not read it"),
+        (".git/nope", "publish .git/nope: .git/ is git's own data, not worktree content; the lane's tools do not read it"),
+        ("dir/../.git/HEAD", "publish dir/../.git/HEAD: .git/ is git's own data, not worktree content; the lane's tools do not read it"),
+        (".GIT/config", "publish .GIT/config: \".GIT\" is named like .git (names are compared after NFKC and case folding); .git/ is git's own data, not worktree content; the lane's tools do not read it"),
+        ("git-link.json", "publish git-link.json: .git/ is git's own data, not worktree content; the lane's tools do not read it"),
+        ("gd/config", "publish gd/config: .git/ is git's own data, not worktree content; the lane's tools do not read it"),
     ];
     for (path, text) in cases {
         let outcome = h.execute(request(&wt, json!({"op": "publish", "path": path})));
