@@ -61,6 +61,8 @@ pub struct Taken {
 pub enum BackupError {
     #[error("destination {0} exists and is not an empty directory; refusing to write over it")]
     Occupied(PathBuf),
+    #[error("destination {dest}: its parent directory {parent} does not exist; backup makes the destination itself, not the directories above it: make {parent} first (mode 0700), or choose a destination in an existing directory")]
+    NoParent { dest: PathBuf, parent: PathBuf },
     #[error("destination {0} holds an interrupted backup (its {PARTIAL} directory, and no store); remove the directory, then back up again")]
     Interrupted(PathBuf),
     #[error("destination {dest} is inside the store {db}; choose a directory outside it")]
@@ -100,6 +102,7 @@ impl BackupError {
         matches!(
             self,
             BackupError::Occupied(_)
+                | BackupError::NoParent { .. }
                 | BackupError::Interrupted(_)
                 | BackupError::InsideStore { .. }
                 | BackupError::InsideWorkspace { .. }
@@ -172,7 +175,7 @@ fn prepare(db: &Path, dest: &Path) -> Result<(Dir, bool), BackupError> {
         Err(e) if e.kind() == io::ErrorKind::NotFound => {
             std::os::unix::fs::DirBuilderExt::mode(&mut fs::DirBuilder::new(), 0o700)
                 .create(dest)
-                .map_err(io_at(dest))?;
+                .map_err(|e| missing_parent(dest, e))?;
             true
         }
         Err(e) => return Err(io_at(dest)(e)),
@@ -182,6 +185,23 @@ fn prepare(db: &Path, dest: &Path) -> Result<(Dir, bool), BackupError> {
         let _ = fs::remove_dir(dest);
     }
     Ok((opened?, made))
+}
+
+/// A destination that could not be made because a directory above it is missing is refused as
+/// that: "No such file or directory" for the very path `backup` was asked to make reads as a
+/// contradiction.
+fn missing_parent(dest: &Path, e: io::Error) -> BackupError {
+    match dest.parent().filter(|p| !p.as_os_str().is_empty()) {
+        Some(parent)
+            if e.kind() == io::ErrorKind::NotFound && fs::symlink_metadata(parent).is_err() =>
+        {
+            BackupError::NoParent {
+                dest: dest.to_path_buf(),
+                parent: parent.to_path_buf(),
+            }
+        }
+        _ => io_at(dest)(e),
+    }
 }
 
 /// `dest` opened (never through a link), refused unless it is this user's, writable by no one

@@ -201,3 +201,28 @@ fn a_session_credential_inside_the_workspace_root_is_warned_of_before_the_questi
     assert!(!other.exists());
     assert!(!root.join("feat").exists());
 }
+
+/// `worldd backup /tmp/nonex/a/b` (its parents missing) answered `…/b: No such file or
+/// directory (os error 2); nothing was left in …/b`, exit 2: the destination is documented as
+/// made when absent, so its own "No such file" read as a contradiction. It is refused as what it
+/// is, before anything is written, exit 1, naming the missing parent.
+#[test]
+fn a_backup_whose_destination_has_no_parent_is_refused_naming_the_parent() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = store_in(dir.path());
+    let parent = dir.path().join("nonex/a");
+    let dest = parent.join("b");
+    let (code, out, err) = worldd(&["backup", "--db", path_str(&db), path_str(&dest)], None);
+    assert_eq!(code, 1, "{err}");
+    assert_eq!(out, "");
+    assert_eq!(
+        err,
+        format!(
+            "worldd: backup: destination {}: its parent directory {} does not exist; backup makes the destination itself, not the directories above it: make {} first (mode 0700), or choose a destination in an existing directory\n",
+            dest.display(),
+            parent.display(),
+            parent.display()
+        )
+    );
+    assert!(!dir.path().join("nonex").exists());
+}
