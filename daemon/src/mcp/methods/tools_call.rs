@@ -1,0 +1,370 @@
+//! `tools/call`: its params, the tool it names, the call, and the errors that answer a call
+//! that did not commit.
+
+use broker_core::coordinator::{Call, CallError, Surface};
+use broker_core::registry::RegistryEntry;
+use broker_core::task;
+use serde_json::{json, Map, Value};
+use tokio::time::Instant;
+
+use super::super::jsonrpc::{quote, Reply, INTERNAL_ERROR, INVALID_PARAMS, SESSION_REVOKED};
+use super::super::IDEMPOTENCY_KEY;
+use super::call_result::call_result;
+use super::tools_list::surface;
+use super::{Ctx, HostFailure};
+use crate::outcome::{self, Outcome};
+use crate::state::{InvokeFailure, REVOKED_WHILE_WAITING};
+use crate::tools;
+
+/// The parsed params of a `tools/call`.
+#[derive(Debug, PartialEq)]
+struct CallParams {
+    name: String,
+    arguments: Value,
+    /// `_meta["world/idempotencyKey"]`, validated.
+    key: Option<String>,
+}
+
+/// `name`, `arguments` and the optional idempotency key of a `tools/call`; the error is the
+/// `-32602` text.
+fn call_params(params: Option<Value>) -> Result<CallParams, String> {
+    let Some(Value::Object(mut p)) = params else {
+        return Err(
+            "invalid params: tools/call params must be an object with \"name\" and optional \"arguments\""
+                .into(),
+        );
+    };
+    let name = match p.remove("name") {
+        Some(Value::String(s)) => s,
+        Some(_) => return Err("invalid params: \"name\" must be a string".into()),
+        None => return Err("invalid params: \"name\" is missing".into()),
+    };
+    // Absent and null both mean no arguments, as a Go map decoded from null does upstream.
+    let arguments = match p.remove("arguments") {
+        None | Some(Value::Null) => Value::Object(Map::new()),
+        Some(v @ Value::Object(_)) => v,
+        Some(_) => return Err("invalid params: \"arguments\" must be an object".into()),
+    };
+    // A `_meta` of another type would hide the key it may carry: the call would run unkeyed
+    // (at least once) where the client asked for at most once.
+    let meta = match p.get("_meta") {
+        None | Some(Value::Null) => None,
+        Some(m @ Value::Object(_)) => Some(m),
+        Some(_) => return Err("invalid params: \"_meta\" must be an object".into()),
+    };
+    let key = match meta.and_then(|m| m.get(IDEMPOTENCY_KEY)) {
+        None | Some(Value::Null) => None,
+        Some(Value::String(k)) if task::valid_task_id(k) => Some(k.clone()),
+        Some(_) => {
+            return Err(format!(
+                "invalid params: _meta {} must be 1-128 characters of A-Z a-z 0-9 . _ -",
+                quote(IDEMPOTENCY_KEY)
+            ))
+        }
+    };
+    Ok(CallParams {
+        name,
+        arguments,
+        key,
+    })
+}
+
+pub(super) async fn tools_call(
+    ctx: &Ctx<'_>,
+    id: &Value,
+    params: Option<Value>,
+) -> Result<Reply, HostFailure> {
+    let CallParams {
+        name,
+        arguments: args,
+        key,
+    } = match call_params(params) {
+        Ok(p) => p,
+        Err(text) => return Ok(Reply::error(id, INVALID_PARAMS, text)),
+    };
+    let entry = match tool_named(ctx, id, &name).await? {
+        Ok(entry) => entry,
+        Err(reply) => return Ok(reply),
+    };
+    let remaining = ctx.deadline.saturating_duration_since(Instant::now());
+    if remaining.is_zero() {
+        tracing::warn!(episode = %ctx.session.episode, tool = %name, "mcp: POST deadline passed before the call started");
+        return Err(HostFailure::TimedOut);
+    }
+    let class = tools::tool_class(ctx.state, &entry.transition);
+    let keyed_args = key.as_ref().map(|_| args.clone());
+    let call = Call {
+        surface: Surface::Mcp,
+        session: ctx.session.clone(),
+        skill_id: entry.transition.id.clone(),
+        // Without a key, MCP ids give no idempotency: the coordinator mints a fresh random
+        // task id. With one, the key is the task id, and the journal makes the call
+        // exactly-once within the episode.
+        task_id: key.clone(),
+        args,
+        transition_fn: None,
+    };
+    let tool = entry.transition.id.as_str();
+    let episode = ctx.session.episode.as_str();
+    match ctx.state.invoke(call, ctx.deadline, ctx.body_bytes).await {
+        Ok(out) => {
+            let outcome = outcome::of_output(&out, class);
+            call_result(ctx, id, tool, out, outcome, key.as_deref())
+        }
+        Err(InvokeFailure::Revoked) => {
+            // Nothing ran or was journaled: an authentication error, not a host failure.
+            tracing::info!(%episode, %tool, rpc_id = %id, "mcp tools/call: {REVOKED_WHILE_WAITING}");
+            Ok(Reply::error(id, SESSION_REVOKED, REVOKED_WHILE_WAITING))
+        }
+        Err(InvokeFailure::Call(
+            e @ (CallError::InvalidArguments(_) | CallError::InvalidTaskId),
+        )) => {
+            // Refused in admission, before anything was journaled: a protocol error that
+            // promises nothing ran, never the host-failure envelope.
+            tracing::info!(%episode, %tool, rpc_id = %id, "mcp tools/call: {e}");
+            Ok(Reply::error(id, INVALID_PARAMS, e.to_string()))
+        }
+        Err(failure) => {
+            if let (Some(k), Some(a), InvokeFailure::Call(e)) =
+                (key.as_deref(), keyed_args.as_ref(), &failure)
+            {
+                if let Some(reply) = keyed_error(ctx, id, k, tool, a, e).await {
+                    return Ok(reply);
+                }
+            }
+            Err(host_failure(episode, tool, id, failure))
+        }
+    }
+}
+
+/// The tool this session may call under the MCP name `name`, or the protocol error that
+/// answers the call instead. Admission is fresh: having listed a tool earlier conveys nothing.
+async fn tool_named(
+    ctx: &Ctx<'_>,
+    id: &Value,
+    name: &str,
+) -> Result<Result<RegistryEntry, Reply>, HostFailure> {
+    let mut entries = match surface(ctx).await? {
+        Ok(entries) => entries,
+        Err(refusal) => return Ok(Err(Reply::error(id, INTERNAL_ERROR, refusal))),
+    };
+    // Matching on the escaped name (not on an unescaped id) means a name that is not a valid
+    // escape simply names no tool.
+    if let Some(i) = entries
+        .iter()
+        .position(|e| tools::escapes_to(&e.transition.id, name))
+    {
+        return Ok(Ok(entries.swap_remove(i)));
+    }
+    // The contract's message, and in `data` the nearest of this session's own tools (never one
+    // it cannot see), so that a model can correct a misspelt name.
+    let message = format!("unknown tool {}", quote(name));
+    let names: Vec<String> = entries
+        .iter()
+        .map(|e| tools::mcp_name(&e.transition.id))
+        .collect();
+    let why = crate::spelling::unknown_name(
+        name,
+        names.iter().map(String::as_str),
+        "tool",
+        "tools/list shows this session's tools",
+    );
+    Ok(Err(Reply::error_with_data(
+        id,
+        INVALID_PARAMS,
+        message,
+        serde_json::json!({ "why": why }),
+    )))
+}
+
+/// The envelope that answers a call the host failed. The wire carries only its fixed message;
+/// the operator's log gets the cause, including the effect record refs of an
+/// EffectsUnrecorded failure.
+fn host_failure(episode: &str, tool: &str, id: &Value, failure: InvokeFailure) -> HostFailure {
+    let (host, cause) = match failure {
+        // Nothing ran: the store is past its reserve (the operator's log says why).
+        InvokeFailure::Call(e @ CallError::StoreFull(_)) => (HostFailure::StoreFull, e.to_string()),
+        // Nothing ran either: no plugin here runs the tool, or there is no world.
+        InvokeFailure::Call(
+            e @ (CallError::NoHandler | CallError::NoWorktree(_) | CallError::NoWorld),
+        ) => {
+            (HostFailure::Unavailable, e.to_string())
+        }
+        // Nothing ran: too little of the deadline was left to start the handler.
+        InvokeFailure::Call(e @ (CallError::NoTimeToStart | CallError::PreflightTimedOut)) => {
+            (HostFailure::TooLate, e.to_string())
+        }
+        InvokeFailure::Call(e) => (HostFailure::Failed, e.to_string()),
+        InvokeFailure::Capacity => (
+            HostFailure::Capacity,
+            "all execution slots stayed busy".to_owned(),
+        ),
+        InvokeFailure::Busy => (
+            HostFailure::Busy,
+            "an earlier call of this episode is still running (queue full, or it outlasted this call's deadline); nothing ran".to_owned(),
+        ),
+        InvokeFailure::TimedOut => (
+            HostFailure::TimedOut,
+            "the handler overran its deadline (its outcome is journaled when it returns; the call is not committed), or the POST deadline passed (the call may still commit)"
+                .to_owned(),
+        ),
+        InvokeFailure::Canceled => (
+            HostFailure::Canceled,
+            "the invocation task was canceled or panicked".to_owned(),
+        ),
+        // Answered before this (`tools_call`); never a host failure in fact.
+        InvokeFailure::Revoked => (HostFailure::Failed, REVOKED_WHILE_WAITING.to_owned()),
+    };
+    match host {
+        // Load and slow calls are operational, not faults.
+        // Capacity refusals are counted in /v1/metrics; a log line each would flood
+        // stderr exactly when the daemon is busiest.
+        HostFailure::Capacity | HostFailure::Busy | HostFailure::StoreFull => {
+            tracing::debug!(%episode, %tool, rpc_id = %id, "mcp tools/call: {}: {cause}", host.message())
+        }
+        // A tool no loaded plugin can run is the deployment's choice, not a fault.
+        HostFailure::Unavailable => {
+            tracing::warn!(%episode, %tool, rpc_id = %id, "mcp tools/call: {}: {cause}", host.message())
+        }
+        HostFailure::TimedOut | HostFailure::TooLate => {
+            tracing::warn!(%episode, %tool, rpc_id = %id, "mcp tools/call: {}: {cause}", host.message())
+        }
+        HostFailure::Failed | HostFailure::Canceled => {
+            tracing::error!(%episode, %tool, rpc_id = %id, "mcp tools/call: {}: {cause}", host.message())
+        }
+    }
+    host
+}
+
+/// The named errors of a keyed call, for the coordinator outcomes only a key can have;
+/// `None` leaves the error to the generic host-failure envelope.
+async fn keyed_error(
+    ctx: &Ctx<'_>,
+    id: &Value,
+    key: &str,
+    tool: &str,
+    args: &Value,
+    error: &CallError,
+) -> Option<Reply> {
+    let episode = &ctx.session.episode;
+    let reconcile = format!(
+        "reconcile with GET /v1/calls/mcp/{key} (worldd calls get {key}) instead of retrying"
+    );
+    let q = quote(key);
+    let (code, message, outcome, records) = match error {
+        CallError::TaskIdReused => {
+            // The coordinator says "reused" both for a key stored with other arguments and for
+            // a key whose call is still running: the task table tells them apart.
+            let o = outcome::reuse(ctx.state, ctx.session, Surface::Mcp, key, tool, args).await;
+            if o.kind == outcome::Kind::Refused {
+                (
+                    INVALID_PARAMS,
+                    format!("idempotency key {q} was already used with other arguments in this episode"),
+                    o,
+                    None,
+                )
+            } else {
+                (
+                    INTERNAL_ERROR,
+                    format!("idempotency key {q} is held by a call that has not finished; do not resend yet: {reconcile}"),
+                    o,
+                    None,
+                )
+            }
+        }
+        CallError::NotCommitted => (
+            INTERNAL_ERROR,
+            format!("idempotency key {q}: the first call with this key was not confirmed committed and its effect may have run; {reconcile}"),
+            Outcome::indeterminate("pending"),
+            None,
+        ),
+        CallError::EffectsUnrecorded { records } => (
+            INTERNAL_ERROR,
+            format!("idempotency key {q}: an effect ran but the call was not committed; {reconcile}"),
+            Outcome::indeterminate("unrecorded"),
+            Some(json!(records)),
+        ),
+        _ => return None,
+    };
+    let mut data = match outcome.to_json() {
+        Value::Object(m) => m,
+        _ => Map::new(),
+    };
+    data.insert("idempotencyKey".into(), json!(key));
+    data.insert(
+        "invocationId".into(),
+        json!(Surface::Mcp.invocation_id(episode, key)),
+    );
+    if let Some(r) = records {
+        data.insert("records".into(), r);
+    }
+    tracing::warn!(%episode, %tool, rpc_id = %id, "mcp tools/call with key {key}: {error}");
+    Some(Reply::error_with_data(
+        id,
+        code,
+        message,
+        Value::Object(data),
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn plain(name: &str, arguments: Value) -> Result<CallParams, String> {
+        Ok(CallParams {
+            name: name.into(),
+            arguments,
+            key: None,
+        })
+    }
+
+    #[test]
+    fn call_params_shapes() {
+        assert_eq!(
+            call_params(Some(json!({"name": "t"}))),
+            plain("t", json!({}))
+        );
+        assert_eq!(
+            call_params(Some(json!({"name": "t", "arguments": null}))),
+            plain("t", json!({}))
+        );
+        assert_eq!(
+            call_params(Some(
+                json!({"name": "t", "arguments": {"a": 1}, "_meta": {}})
+            )),
+            plain("t", json!({"a": 1}))
+        );
+        assert_eq!(
+            call_params(Some(
+                json!({"name": "t", "_meta": {"world/idempotencyKey": "k-1.x_y"}})
+            )),
+            Ok(CallParams {
+                name: "t".into(),
+                arguments: json!({}),
+                key: Some("k-1.x_y".into())
+            })
+        );
+        for bad in [json!(""), json!("a b"), json!(7), json!("x".repeat(129))] {
+            assert_eq!(
+                call_params(Some(json!({"name": "t", "_meta": {"world/idempotencyKey": bad}}))),
+                Err("invalid params: _meta \"world/idempotencyKey\" must be 1-128 characters of A-Z a-z 0-9 . _ -".into())
+            );
+        }
+        assert_eq!(
+            call_params(Some(json!({"name": "t", "arguments": [1]}))),
+            Err("invalid params: \"arguments\" must be an object".into())
+        );
+        assert_eq!(
+            call_params(Some(json!({"arguments": {}}))),
+            Err("invalid params: \"name\" is missing".into())
+        );
+        assert_eq!(
+            call_params(Some(json!({"name": 1}))),
+            Err("invalid params: \"name\" must be a string".into())
+        );
+        assert!(call_params(None).is_err());
+        assert!(call_params(Some(json!(["t"]))).is_err());
+    }
+}
