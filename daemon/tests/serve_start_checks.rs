@@ -447,3 +447,34 @@ fn a_misspelled_handler_in_the_config_file_is_named_as_its_key() {
         )
     );
 }
+
+/// A start that failed at plugins in a new directory (`--handler nope`) removed the store and
+/// the workspace root it made, and left the `.world` directory it had made above them: the
+/// command fixed and run again did not start as the first attempt would have, for `ls -a`.
+#[test]
+fn a_failed_start_in_a_new_directory_leaves_not_even_the_directory_above_its_store() {
+    let dir = tempfile::tempdir().unwrap();
+    let r = refused_start(&["--handler", "nope", "--bind", "127.0.0.1:0"], dir.path());
+    assert_eq!(r.code, Some(2), "{}", r.stderr);
+    assert!(
+        r.line
+            .starts_with("worldd: daemon startup failed at plugins: "),
+        "{}",
+        r.stderr
+    );
+    let left: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert!(left.is_empty(), "{left:?}");
+    // One that was there before stays, with what it held.
+    std::fs::create_dir(dir.path().join(".world")).unwrap();
+    std::fs::write(dir.path().join(".world/notes"), "mine").unwrap();
+    let r = refused_start(&["--handler", "nope", "--bind", "127.0.0.1:0"], dir.path());
+    assert_eq!(r.code, Some(2), "{}", r.stderr);
+    let left: Vec<_> = std::fs::read_dir(dir.path().join(".world"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(left, ["notes"]);
+}

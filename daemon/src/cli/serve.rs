@@ -464,6 +464,10 @@ struct Fresh {
     store_dir: Option<std::fs::File>,
     /// The start went as far as taking that lock.
     store_tried: bool,
+    /// The directories above the store and the root that this start made (`.world` of the
+    /// defaults), deepest first: removed again while empty, so that the command fixed and run
+    /// again starts as the first attempt would have.
+    above: Vec<PathBuf>,
 }
 
 impl Fresh {
@@ -495,6 +499,10 @@ impl Fresh {
                 let _ = std::fs::remove_dir(&root);
             }
         }
+        for dir in self.above {
+            // Only while empty: anything another process put there since stays.
+            let _ = std::fs::remove_dir(dir);
+        }
     }
 }
 
@@ -508,11 +516,17 @@ fn nobody_serves(db: &std::path::Path) -> bool {
 
 /// Make `dir` (mode 0700, its missing parents too, as [`create_private_dir_all`]) with an
 /// exclusive `mkdir`: `Ok(true)` when this call made it, `Ok(false)` when it was a directory
-/// already.
-fn make_private_dir(dir: &std::path::Path) -> std::io::Result<bool> {
+/// already. The parents it made are added to `above`, deepest first.
+fn make_private_dir(dir: &std::path::Path, above: &mut Vec<PathBuf>) -> std::io::Result<bool> {
     use std::os::unix::fs::DirBuilderExt;
     if let Some(parent) = dir.parent().filter(|p| !p.as_os_str().is_empty()) {
+        let missing: Vec<PathBuf> = parent
+            .ancestors()
+            .take_while(|p| !p.as_os_str().is_empty() && std::fs::symlink_metadata(p).is_err())
+            .map(absolute_now)
+            .collect();
         create_private_dir_all(parent)?;
+        above.extend(missing);
     }
     match std::fs::DirBuilder::new().mode(0o700).create(dir) {
         Ok(()) => Ok(true),
@@ -619,7 +633,7 @@ impl Settings {
 /// could have written it ([`refuse_loose_dir`]).
 fn open_store(settings: &Settings, fresh: &mut Fresh) -> Result<Store, Failure> {
     let root = &settings.workspace_root;
-    let made_root = make_private_dir(root).map_err(|e| {
+    let made_root = make_private_dir(root, &mut fresh.above).map_err(|e| {
         let e = if root.exists() && !root.is_dir() {
             "it exists and is not a directory".to_owned()
         } else {
@@ -649,7 +663,7 @@ fn open_store(settings: &Settings, fresh: &mut Fresh) -> Result<Store, Failure> 
         ));
     }
     // A directory that cannot be made is said by the store's open below, in its words.
-    let made = make_private_dir(&settings.db).unwrap_or(false);
+    let made = make_private_dir(&settings.db, &mut fresh.above).unwrap_or(false);
     fresh.store_tried = true;
     fresh.store_dir = lock_store_dir(&settings.db)?;
     if made && fresh.store_dir.is_some() {
