@@ -63,6 +63,7 @@
 
 pub mod a2a;
 pub mod admission;
+pub mod api_error;
 pub mod backup;
 pub mod byte_size;
 pub mod catalog;

@@ -1,0 +1,160 @@
+//! The error envelope of every REST answer, `{"error":{"class","message"}}`: its status, class
+//! and message, the constructors the routes share, and the mappings of session refusals and
+//! store failures onto it.
+
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use broker_core::log::LogError;
+use broker_core::object::Ref;
+use broker_core::session::AuthError;
+use broker_core::store::StoreError;
+use serde_json::json;
+
+use crate::state::AuthFailure;
+
+/// An error in the REST envelope.
+#[derive(Debug)]
+pub struct ApiError {
+    pub status: StatusCode,
+    pub class: &'static str,
+    pub message: String,
+    pub extra: Option<(String, String)>,
+    /// Sent as `Retry-After` (seconds): the refusal is momentary, and a client that comes
+    /// straight back costs the daemon another connection.
+    pub retry_after_secs: Option<u32>,
+}
+
+impl ApiError {
+    pub fn new(status: StatusCode, class: &'static str, message: impl Into<String>) -> ApiError {
+        ApiError {
+            status,
+            class,
+            message: message.into(),
+            extra: None,
+            retry_after_secs: None,
+        }
+    }
+
+    /// 503 for a shared budget that is full now: `Retry-After: 1`.
+    pub fn busy(message: impl Into<String>) -> ApiError {
+        ApiError {
+            retry_after_secs: Some(1),
+            ..ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "Unavailable", message)
+        }
+    }
+
+    pub fn bad_request(message: impl Into<String>) -> ApiError {
+        ApiError::new(StatusCode::BAD_REQUEST, "BadRequest", message)
+    }
+
+    pub fn not_found(message: impl Into<String>) -> ApiError {
+        ApiError::new(StatusCode::NOT_FOUND, "NotFound", message)
+    }
+
+    /// Internal failures never leak their cause to the client; it is logged instead.
+    pub fn internal(context: &str, cause: impl std::fmt::Display) -> ApiError {
+        tracing::error!("internal error: {context}: {cause}");
+        ApiError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "Internal",
+            "internal store failure",
+        )
+    }
+
+    /// 500 `Damaged`: a stored object's payload no longer hashes to its address. Said (and
+    /// logged) rather than hidden behind "internal": serving the bytes would pass damage off as
+    /// what the address names, and the operator has a store to repair.
+    pub fn damaged_object(reference: &Ref, hashes_to: &Ref) -> ApiError {
+        let message = format!(
+            "object {reference} is damaged: its stored payload hashes to {hashes_to}, not to its address; it is not served (run worldd doctor, and restore the store from a backup)"
+        );
+        tracing::error!("{message}");
+        ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "Damaged", message)
+    }
+
+    /// The REST mapping of a session refusal.
+    pub fn from_auth(f: AuthFailure) -> ApiError {
+        match f {
+            AuthFailure::Denied(AuthError::Absent) => ApiError::new(
+                StatusCode::UNAUTHORIZED,
+                "SessionAbsent",
+                "a session credential is required: no Authorization Bearer header was present",
+            ),
+            AuthFailure::Denied(AuthError::Malformed) => ApiError::new(
+                StatusCode::BAD_REQUEST,
+                "InvalidSession",
+                "malformed Authorization header: expected Bearer <64-hex-credential>",
+            ),
+            AuthFailure::Denied(AuthError::Unknown) => ApiError::new(
+                StatusCode::UNAUTHORIZED,
+                "SessionUnknown",
+                "unknown session credential",
+            ),
+            AuthFailure::Denied(AuthError::Expired) => ApiError::new(
+                StatusCode::UNAUTHORIZED,
+                "SessionExpired",
+                "session credential has expired",
+            ),
+            AuthFailure::Internal => ApiError::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "Internal",
+                "internal store failure",
+            ),
+        }
+    }
+}
+
+impl ApiError {
+    /// New client work refused: the store is past its reserve (507, nothing written).
+    pub fn store_full() -> ApiError {
+        ApiError::new(
+            StatusCode::INSUFFICIENT_STORAGE,
+            "StoreFull",
+            broker_core::capacity::Full::AGENT_MESSAGE,
+        )
+    }
+
+    /// A write that failed in the store: "disk full" and a full map are 507, the rest 500.
+    pub fn from_store_write(context: &str, e: StoreError) -> ApiError {
+        match e {
+            StoreError::DiskFull(_) => {
+                tracing::error!("{context}: {e}");
+                ApiError::new(StatusCode::INSUFFICIENT_STORAGE, "DiskFull", e.to_string())
+            }
+            StoreError::MapFull { .. } => {
+                tracing::error!("{context}: {e}");
+                ApiError::store_full()
+            }
+            other => ApiError::internal(context, other),
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let mut body = json!({"error": {"class": self.class, "message": self.message}});
+        if let Some((observed, selected)) = self.extra {
+            body["error"]["observedHead"] = json!(observed);
+            body["error"]["selectedHead"] = json!(selected);
+        }
+        let mut r = (self.status, Json(body)).into_response();
+        if let Some(secs) = self.retry_after_secs {
+            r.headers_mut()
+                .insert(axum::http::header::RETRY_AFTER, secs.into());
+        }
+        r
+    }
+}
+
+impl From<StoreError> for ApiError {
+    fn from(e: StoreError) -> Self {
+        ApiError::internal("store", e)
+    }
+}
+
+impl From<LogError> for ApiError {
+    fn from(e: LogError) -> Self {
+        ApiError::internal("log", e)
+    }
+}
