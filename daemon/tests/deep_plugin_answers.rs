@@ -6,22 +6,14 @@
 
 mod common;
 
-use common::fixtures::{misfit_library, misfit_tool};
+use common::fixtures::{misfit_daemon, misfit_mode_tool};
 use common::*;
 use serde_json::{json, Value};
 
 /// The misfit tool `id`, taking a `mode` that its payload passes on, with the finish function
 /// `finish` when given.
 fn tool(id: &str, finish: Option<&str>) -> Value {
-    let mut tool = misfit_tool("misfit-do", id);
-    tool["inputSchema"] = json!({
-        "type": "object",
-        "properties": {"mode": {"type": "string"}},
-        "required": ["mode"],
-        "additionalProperties": false
-    });
-    tool["plan"]["arguments"] = json!([{"name": "mode", "type": "string", "required": true}]);
-    tool["plan"]["payload"]["fields"]["mode"] = json!({"argument": "mode"});
+    let mut tool = misfit_mode_tool(id);
     if let Some(finish) = finish {
         tool["finish"] = json!(finish);
     }
@@ -31,23 +23,10 @@ fn tool(id: &str, finish: Option<&str>) -> Value {
 /// A daemon serving the misfit plugin with `misfit-do` and `misfit-finish` (finish function
 /// `deep`), and a session of episode `ep` whose grant has `budget` units.
 fn daemon(budget: u32) -> (Daemon, String) {
-    let dir = tempfile::tempdir().unwrap();
-    let mut cmd = Daemon::serve_command(&dir, &[]);
-    let lib = misfit_library();
-    std::fs::copy(
-        lib,
-        dir.path().join("plugins").join(lib.file_name().unwrap()),
-    )
-    .unwrap();
-    cmd.env(
-        "WORLDD_MISFIT_MANIFEST",
-        json!({
-            "transitions": [tool("misfit-do", None), tool("misfit-finish", Some("deep"))],
-            "finish": ["deep"]
-        })
-        .to_string(),
-    );
-    let d = Daemon::spawn(dir, cmd);
+    let d = misfit_daemon(&json!({
+        "transitions": [tool("misfit-do", None), tool("misfit-finish", Some("deep"))],
+        "finish": ["deep"]
+    }));
     let token = d.session("ep", &[&format!("Misfit.Do=any:{budget}")]);
     (d, token)
 }

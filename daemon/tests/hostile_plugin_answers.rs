@@ -5,39 +5,13 @@
 
 mod common;
 
-use common::fixtures::{misfit_library, misfit_tool};
+use common::fixtures::{misfit_daemon, misfit_mode_tool};
 use common::*;
-use serde_json::{json, Value};
+use serde_json::json;
 
-/// The misfit tool, taking a `mode` that its payload passes on.
-fn tool_with_mode() -> Value {
-    let mut tool = misfit_tool("misfit-do", "misfit-do");
-    tool["inputSchema"] = json!({
-        "type": "object",
-        "properties": {"mode": {"type": "string"}},
-        "required": ["mode"],
-        "additionalProperties": false
-    });
-    tool["plan"]["arguments"] = json!([{"name": "mode", "type": "string", "required": true}]);
-    tool["plan"]["payload"]["fields"]["mode"] = json!({"argument": "mode"});
-    tool
-}
-
-/// A daemon serving the misfit plugin with [`tool_with_mode`], and a session for it.
+/// A daemon serving the misfit plugin with its tool taking a `mode`, and a session for it.
 fn daemon() -> (Daemon, String) {
-    let dir = tempfile::tempdir().unwrap();
-    let mut cmd = Daemon::serve_command(&dir, &[]);
-    let lib = misfit_library();
-    std::fs::copy(
-        lib,
-        dir.path().join("plugins").join(lib.file_name().unwrap()),
-    )
-    .unwrap();
-    cmd.env(
-        "WORLDD_MISFIT_MANIFEST",
-        json!({"transitions": [tool_with_mode()]}).to_string(),
-    );
-    let d = Daemon::spawn(dir, cmd);
+    let d = misfit_daemon(&json!({"transitions": [misfit_mode_tool("misfit-do")]}));
     let token = d.session("ep", &["Misfit.Do=any:10"]);
     (d, token)
 }

@@ -6,23 +6,14 @@
 
 mod common;
 
-use common::fixtures::{misfit_library, misfit_tool};
+use common::fixtures::{misfit_daemon, misfit_mode_tool};
 use common::*;
 use serde_json::{json, Value};
 
 /// The misfit manifest's changes: a tool passing `mode` on, and a schema declaring `stateDir`.
 fn manifest() -> String {
-    let mut tool = misfit_tool("misfit-do", "misfit-do");
-    tool["inputSchema"] = json!({
-        "type": "object",
-        "properties": {"mode": {"type": "string"}},
-        "required": ["mode"],
-        "additionalProperties": false
-    });
-    tool["plan"]["arguments"] = json!([{"name": "mode", "type": "string", "required": true}]);
-    tool["plan"]["payload"]["fields"]["mode"] = json!({"argument": "mode"});
     json!({
-        "transitions": [tool],
+        "transitions": [misfit_mode_tool("misfit-do")],
         "configSchema": {
             "type": "object",
             "additionalProperties": false,
@@ -34,13 +25,8 @@ fn manifest() -> String {
 
 #[test]
 fn a_plugin_declaring_state_dir_is_given_one_under_the_store_and_creates_it_itself() {
-    let dir = tempfile::tempdir().unwrap();
-    let mut cmd = Daemon::serve_command(&dir, &[]);
-    let lib = misfit_library();
-    let plugins = dir.path().join("plugins");
-    std::fs::copy(lib, plugins.join(lib.file_name().unwrap())).unwrap();
-    cmd.env("WORLDD_MISFIT_MANIFEST", manifest());
-    let d = Daemon::spawn(dir, cmd);
+    let d = misfit_daemon(&serde_json::from_str(&manifest()).unwrap());
+    let plugins = d.dir.path().join("plugins");
     let token = d.session("ep", &["Misfit.Do=any:10"]);
     let v = a2a(&d, &token, "t1", "misfit-do", json!({"mode": "config"}));
     let data = &v["result"]["artifacts"][0]["parts"][0]["data"];

@@ -135,6 +135,37 @@ pub fn misfit_tool(from: &str, to: &str) -> serde_json::Value {
     serde_json::from_str(&tool.to_string().replace(from, to)).unwrap()
 }
 
+/// [`misfit_tool`] as the tool `id`, taking a `mode` argument that its payload passes on (the
+/// misfit plugin's `execute` acts on it).
+pub fn misfit_mode_tool(id: &str) -> serde_json::Value {
+    let mut tool = misfit_tool("misfit-do", id);
+    tool["inputSchema"] = serde_json::json!({
+        "type": "object",
+        "properties": {"mode": {"type": "string"}},
+        "required": ["mode"],
+        "additionalProperties": false
+    });
+    tool["plan"]["arguments"] =
+        serde_json::json!([{"name": "mode", "type": "string", "required": true}]);
+    tool["plan"]["payload"]["fields"]["mode"] = serde_json::json!({"argument": "mode"});
+    tool
+}
+
+/// A daemon serving the misfit plugin (copied into its plugin directory), whose manifest is
+/// `manifest` (`WORLDD_MISFIT_MANIFEST`).
+pub fn misfit_daemon(manifest: &serde_json::Value) -> super::Daemon {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cmd = super::Daemon::serve_command(&dir, &[]);
+    let lib = misfit_library();
+    std::fs::copy(
+        lib,
+        dir.path().join("plugins").join(lib.file_name().unwrap()),
+    )
+    .unwrap();
+    cmd.env("WORLDD_MISFIT_MANIFEST", manifest.to_string());
+    super::Daemon::spawn(dir, cmd)
+}
+
 /// The incompatible plugin and the versions the refusal names.
 pub struct Incompatible {
     pub library: PathBuf,
