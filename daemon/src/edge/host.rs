@@ -211,13 +211,15 @@ pub async fn guard(State(state): State<AppState>, request: Request, next: Next) 
     }
     match state.host_policy().check(request.uri(), request.headers()) {
         // A browser's request: its preflight answered here, its answers made readable.
+        // The reply budget acts here, past the checks and inside the CORS naming (and
+        // `for_browsers` around this), so its 503 is an answer like any other.
         Ok(()) => match super::cors::origin(request.headers()) {
-            None => next.run(request).await,
+            None => super::reply::within(request, |r| next.run(r)).await,
             Some(origin) => {
                 if let Some(answer) = super::cors::preflight(&request, &origin) {
                     return answer;
                 }
-                let mut response = next.run(request).await;
+                let mut response = super::reply::within(request, |r| next.run(r)).await;
                 super::cors::readable(&mut response, origin);
                 response
             }

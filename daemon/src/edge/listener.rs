@@ -24,7 +24,7 @@ use super::connections::{
     waiting_places, Conn, Connections, Looking, Registered, Room, Waiting, FIRST_BYTES_WAIT,
 };
 use super::credential::{self, Resolved};
-use super::reply::{Client, ReplyBudget};
+use super::reply::{Budgeted, Client, ReplyBudget};
 use super::send::SendDeadline;
 use super::{linger, ServerConfig};
 use crate::log_throttle::Throttle;
@@ -346,7 +346,7 @@ async fn shut_down(listener: TcpListener, connections: &Connections) {
 
 /// One connection's service: each request's body is tracked, so that a small remainder the
 /// route did not read is drained before its answer goes out (`linger`); each answer is
-/// counted while it waits for its client (`reply`); the connection is busy from a request's
+/// counted while it waits for its client (`reply`, inside the router: [`super::reply::within`]); the connection is busy from a request's
 /// head until its answer is sent (`connections`).
 fn service(
     app: Router,
@@ -372,12 +372,12 @@ fn service(
         async move {
             let (mut req, remainder) = linger::track(req, small_pieces);
             req.extensions_mut().insert(super::host::FromConnection);
-            let answer = match replies.refuse_early(&client) {
-                Some(refused) => refused,
-                None => match credential::routed_with(found, app.oneshot(req)).await {
-                    Ok(answer) => answer,
-                    Err(never) => match never {},
-                },
+            // Refused early or counted inside the router, past its Host and Origin checks
+            // ([`super::reply::within`]).
+            req.extensions_mut().insert(Budgeted { replies, client });
+            let answer = match credential::routed_with(found, app.oneshot(req)).await {
+                Ok(answer) => answer,
+                Err(never) => match never {},
             };
             // Waiting for the rest of a small body only so that a refusal can be read: the
             // connection may be closed meanwhile to make room.
@@ -386,7 +386,6 @@ fn service(
                 remainder.drain().await;
                 in_request.lingering(false);
             }
-            let answer = replies.bound(&client, answer).await;
             Ok::<_, std::convert::Infallible>(in_request.track(answer))
         }
     })

@@ -233,6 +233,35 @@ impl ReplyBudget {
     }
 }
 
+/// The budget and the client a request's answer is counted against, handed by the listener
+/// to the router in the request's extensions, so that the budget acts inside the router's
+/// edge ([`super::host::guard`] calls [`within`]): after the Host and Origin checks, and
+/// under the headers every answer carries (CORS for an accepted origin, `nosniff`,
+/// `no-store`), which a 503 built outside the router lacked.
+#[derive(Clone)]
+pub struct Budgeted {
+    pub replies: ReplyBudget,
+    pub client: Client,
+}
+
+/// Run `request` under its [`Budgeted`] extension: refused before it runs
+/// ([`ReplyBudget::refuse_early`]), or its answer counted ([`ReplyBudget::bound`]). Without
+/// one (a router served in process), it just runs.
+pub async fn within<F, Fut>(mut request: axum::extract::Request, run: F) -> Response
+where
+    F: FnOnce(axum::extract::Request) -> Fut,
+    Fut: std::future::Future<Output = Response>,
+{
+    let Some(budgeted) = request.extensions_mut().remove::<Budgeted>() else {
+        return run(request).await;
+    };
+    if let Some(refused) = budgeted.replies.refuse_early(&budgeted.client) {
+        return refused;
+    }
+    let answer = run(request).await;
+    budgeted.replies.bound(&budgeted.client, answer).await
+}
+
 fn busy(message: &str) -> Response {
     ApiError::busy(message).into_response()
 }
