@@ -9,68 +9,14 @@ mod common;
 use std::collections::HashMap;
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
-use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use base64::Engine;
+use common::why::{b64, call_json_out, canon, online, session_file, sha};
 use common::*;
 use serde_json::{json, Value};
-use sha2::Digest;
 
 const WS: &[&str] = &["worldd_workspace"];
-
-fn sha(bytes: &[u8]) -> String {
-    format!("sha256:{}", hex::encode(sha2::Sha256::digest(bytes)))
-}
-
-fn canon(v: &Value) -> Vec<u8> {
-    broker_core::canon::to_vec(v).unwrap()
-}
-
-fn b64() -> base64::engine::GeneralPurpose {
-    base64::engine::general_purpose::STANDARD
-}
-
-fn session_file(dir: &Path, name: &str, token: &str) -> PathBuf {
-    use std::os::unix::fs::PermissionsExt;
-    let file = dir.join(name);
-    std::fs::write(&file, format!("{token}\n")).unwrap();
-    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600)).unwrap();
-    file
-}
-
-/// `worldd why --addr URL --session FILE ARGS`.
-fn online(
-    addr: &str,
-    session: &Path,
-    args: &[&str],
-    stdin: Option<&[u8]>,
-) -> (i32, String, String) {
-    let url = format!("http://{addr}");
-    let mut all = vec!["why", "--addr", &url, "--session", path_str(session)];
-    all.extend_from_slice(args);
-    worldd(&all, stdin)
-}
-
-/// `worldd call TOOL --arg … --json-out`: the committed output bytes (and a newline).
-fn call_json_out(d: &Daemon, session: &Path, tool: &str, args: &[&str]) -> Vec<u8> {
-    let addr = d.url("");
-    let mut all = vec![
-        "call",
-        tool,
-        "--json-out",
-        "--addr",
-        &addr,
-        "--session",
-        path_str(session),
-    ];
-    for a in args {
-        all.extend(["--arg", a]);
-    }
-    let (code, out, err) = worldd(&all, None);
-    assert_eq!(code, 0, "{out}{err}");
-    out.into_bytes()
-}
 
 /// Answers served in place of the daemon's, by request path: content type and body.
 type Forged = HashMap<String, (&'static str, Vec<u8>)>;

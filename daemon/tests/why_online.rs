@@ -6,55 +6,21 @@ mod common;
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Stdio};
 use std::sync::Arc;
 
 use base64::Engine;
+use common::why::{b64, call_json_out, canon, online, session_file, sha};
 use common::*;
 use serde_json::{json, Value};
-use sha2::Digest;
 
 const WS: &[&str] = &["worldd_workspace"];
-
-fn sha(bytes: &[u8]) -> String {
-    format!("sha256:{}", hex::encode(sha2::Sha256::digest(bytes)))
-}
-
-fn canon(v: &Value) -> Vec<u8> {
-    broker_core::canon::to_vec(v).unwrap()
-}
-
-fn b64() -> base64::engine::GeneralPurpose {
-    base64::engine::general_purpose::STANDARD
-}
-
-/// A credential in a file, as an agent keeps it.
-fn session_file(dir: &Path, name: &str, token: &str) -> PathBuf {
-    use std::os::unix::fs::PermissionsExt;
-    let file = dir.join(name);
-    std::fs::write(&file, format!("{token}\n")).unwrap();
-    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600)).unwrap();
-    file
-}
 
 /// `worldd why` offline on the daemon's store.
 fn offline(d: &Daemon, args: &[&str], stdin: Option<&[u8]>) -> (i32, String, String) {
     let db = d.db();
     let mut all = vec!["why", "--db", path_str(&db)];
-    all.extend_from_slice(args);
-    worldd(&all, stdin)
-}
-
-/// `worldd why --addr URL --session FILE`.
-fn online(
-    addr: &str,
-    session: &Path,
-    args: &[&str],
-    stdin: Option<&[u8]>,
-) -> (i32, String, String) {
-    let url = format!("http://{addr}");
-    let mut all = vec!["why", "--addr", &url, "--session", path_str(session)];
     all.extend_from_slice(args);
     worldd(&all, stdin)
 }
@@ -70,26 +36,6 @@ fn payload(d: &Daemon, token: &str, reference: &str) -> Value {
 
 fn entry(d: &Daemon, token: &str, index: u64) -> Value {
     get(&d.url(&format!("/v1/log/{index}")), Some(token)).json()
-}
-
-/// `worldd call TOOL --arg … --json-out`: the committed output bytes (and a newline).
-fn call_json_out(d: &Daemon, session: &Path, tool: &str, args: &[&str]) -> Vec<u8> {
-    let addr = d.url("");
-    let mut all = vec![
-        "call",
-        tool,
-        "--json-out",
-        "--addr",
-        &addr,
-        "--session",
-        path_str(session),
-    ];
-    for a in args {
-        all.extend(["--arg", a]);
-    }
-    let (code, out, err) = worldd(&all, None);
-    assert_eq!(code, 0, "{out}{err}");
-    out.into_bytes()
 }
 
 /// An operator's opaque commit (a note) on the current head; returns its entry index.

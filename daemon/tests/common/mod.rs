@@ -12,6 +12,7 @@ use serde_json::Value;
 
 pub mod clients;
 pub mod fixtures;
+pub mod why;
 
 pub const WORLDD: &str = env!("CARGO_BIN_EXE_worldd");
 
