@@ -5,7 +5,9 @@
 //! the body is read frame by frame and refused as soon as it grows past the limit, so an
 //! oversized upload is never buffered whole. A body that overshoots by at most
 //! [`LINGER_BYTES`] is read to its end (and dropped) before the refusal, so its client reads
-//! the 413 rather than a reset connection. A body may arrive in at most
+//! the 413 rather than a reset connection (unless its request waits for `100 Continue`: then
+//! the 413 goes out at once, and what the client sends anyway is read after it,
+//! [`super::linger`]). A body may arrive in at most
 //! [`ServerConfig::body_small_pieces`](super::ServerConfig::body_small_pieces) pieces under
 //! [`SMALL_PIECE_BYTES`]: every piece costs a hand-over between two tasks, so one-byte chunks
 //! would cost the daemon hundreds of times what their bytes do. The deadline covers the whole
@@ -323,7 +325,13 @@ impl Bodies {
         let declared = declared_length(headers);
         if let Some(n) = declared.filter(|&n| n > limit as u64) {
             if n <= (limit + LINGER_BYTES) as u64 {
-                discard(body, limit + LINGER_BYTES, self.small_pieces).await;
+                if super::linger::expects_continue(headers) {
+                    // Its client waits for `100 Continue` to send it: refused at once, and
+                    // what it sends anyway is read after the answer.
+                    super::linger::allow_after_answer(n);
+                } else {
+                    discard(body, limit + LINGER_BYTES, self.small_pieces).await;
+                }
             }
             return Err(BodyError::TooLarge);
         }

@@ -11,15 +11,24 @@
 //! dropped, within [`LINGER_TIME`], before the answer goes out. Large or chunked remainders
 //! are not waited for: an attacker declaring megabytes gets its answer and a closed
 //! connection at once, as before.
+//!
+//! A request that carries `Expect: 100-continue` and whose body the route never asked for is
+//! different: its client is not sending (it waits for `100 Continue`, which hyper sends on the
+//! first read of the body), so the answer goes out at once, without the `100` (RFC 9110
+//! §10.1.1), and the rest is read and dropped only after it ([`Remainder::after_answer`]), for
+//! a client that sends its body anyway without waiting. Reading it before the answer would
+//! invite the upload of a body already refused, or wait the whole linger for one never sent.
 
 use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::task::{Context, Poll};
 use std::time::Duration;
 
 use axum::body::HttpBody;
 use axum::body::{Body, Bytes};
-use axum::http::Request;
+use axum::http::header::EXPECT;
+use axum::http::{HeaderMap, Request};
 use hyper::body::{Frame, Incoming, SizeHint};
 
 pub use super::body::LINGER_BYTES;
@@ -34,6 +43,31 @@ struct Shared {
     body: Incoming,
     read: u64,
     ended: bool,
+    /// Whether the body was asked for at all (the `100 Continue` of a request that expects
+    /// one is sent then).
+    polled: bool,
+}
+
+tokio::task_local! {
+    /// The most a route allows read after its answer, of a body it refused unread
+    /// ([`allow_after_answer`]).
+    static ALLOWED: Arc<AtomicU64>;
+}
+
+/// Whether the request waits for `100 Continue` before it sends its body.
+pub fn expects_continue(headers: &HeaderMap) -> bool {
+    headers
+        .get_all(EXPECT)
+        .iter()
+        .any(|v| v.as_bytes().eq_ignore_ascii_case(b"100-continue"))
+}
+
+/// A route refusing, unread, a body of a request that expects `100 Continue` allows up to
+/// `bytes` of it to be read (and dropped) after the answer, for a client that sends it anyway
+/// (more than [`LINGER_BYTES`]: a body a little over the route's limit, which it would
+/// otherwise have read before its `413`).
+pub fn allow_after_answer(bytes: u64) {
+    let _ = ALLOWED.try_with(|allowed| allowed.fetch_max(bytes, Ordering::Relaxed));
 }
 
 /// The route's view of a request body: every frame it reads is counted.
@@ -48,6 +82,7 @@ impl HttpBody for Tracked {
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, hyper::Error>>> {
         let mut shared = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        shared.polled = true;
         let polled = Pin::new(&mut shared.body).poll_frame(cx);
         match &polled {
             Poll::Ready(Some(Ok(frame))) => {
@@ -75,10 +110,12 @@ impl HttpBody for Tracked {
 pub fn track(req: Request<Incoming>, small_pieces: usize) -> (Request<Body>, Remainder) {
     let (parts, body) = req.into_parts();
     let declared = declared_length(&parts.headers);
+    let expects_continue = expects_continue(&parts.headers);
     let shared = Arc::new(Mutex::new(Shared {
         body,
         read: 0,
         ended: false,
+        polled: false,
     }));
     let req = Request::from_parts(parts, Body::new(Tracked(shared.clone())));
     (
@@ -87,6 +124,8 @@ pub fn track(req: Request<Incoming>, small_pieces: usize) -> (Request<Body>, Rem
             shared,
             declared,
             small_pieces,
+            expects_continue,
+            allowed: Arc::default(),
         },
     )
 }
@@ -96,6 +135,9 @@ pub struct Remainder {
     shared: Arc<Mutex<Shared>>,
     declared: Option<u64>,
     small_pieces: usize,
+    expects_continue: bool,
+    /// What the route allowed read after its answer ([`allow_after_answer`]).
+    allowed: Arc<AtomicU64>,
 }
 
 impl Remainder {
@@ -110,9 +152,48 @@ impl Remainder {
             .filter(|&n| n > 0)
     }
 
+    /// Whether the client waits for `100 Continue`, which nobody asked it for: it is not
+    /// sending its body.
+    fn unsolicited(&self) -> bool {
+        self.expects_continue
+            && !self
+                .shared
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .polled
+    }
+
+    /// Route `request` so that it may [`allow_after_answer`].
+    pub async fn routing<F: std::future::Future>(&self, request: F) -> F::Output {
+        ALLOWED.scope(self.allowed.clone(), request).await
+    }
+
     /// Whether [`Remainder::drain`] will wait for a small unread remainder.
     pub fn waits(&self) -> bool {
-        self.unread().is_some_and(|n| n <= LINGER_BYTES as u64)
+        !self.unsolicited() && self.unread().is_some_and(|n| n <= LINGER_BYTES as u64)
+    }
+
+    /// For a request that expects `100 Continue` and whose body was never asked for: read and
+    /// drop, for at most [`LINGER_TIME`], what its client sends anyway (at most
+    /// [`LINGER_BYTES`], or what the route allowed), in a task of its own started as the
+    /// answer is handed over (hyper writes its head before it reads any of the body, so no
+    /// `100 Continue` goes out). Nothing for any other request.
+    pub fn after_answer(self) {
+        if !self.unsolicited() {
+            return;
+        }
+        let allowed = self
+            .allowed
+            .load(Ordering::Relaxed)
+            .max(LINGER_BYTES as u64);
+        if self.unread().is_none_or(|n| n > allowed) {
+            return;
+        }
+        let max = usize::try_from(allowed).unwrap_or(usize::MAX);
+        let rest = discard(Tracked(self.shared), max, self.small_pieces);
+        tokio::spawn(async move {
+            let _ = tokio::time::timeout(LINGER_TIME, rest).await;
+        });
     }
 
     /// Read and drop a small unread remainder (see the module docs), for at most

@@ -375,7 +375,8 @@ fn service(
             // Refused early or counted inside the router, past its Host and Origin checks
             // ([`super::reply::within`]).
             req.extensions_mut().insert(Budgeted { replies, client });
-            let answer = match credential::routed_with(found, app.oneshot(req)).await {
+            let routed = credential::routed_with(found, app.oneshot(req));
+            let answer = match remainder.routing(routed).await {
                 Ok(answer) => answer,
                 Err(never) => match never {},
             };
@@ -385,6 +386,8 @@ fn service(
                 in_request.lingering(true);
                 remainder.drain().await;
                 in_request.lingering(false);
+            } else {
+                remainder.after_answer();
             }
             Ok::<_, std::convert::Infallible>(in_request.track(answer))
         }
