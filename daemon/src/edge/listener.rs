@@ -147,11 +147,18 @@ struct Shared {
 type Place = Result<Registered, Waiting>;
 
 /// HTTP/1.1 with keep-alive, a header-read timeout and a bound on the request head.
+///
+/// No half-close: the end of a client's stream is taken for the client gone, and its request
+/// in flight dropped. That is how a caller that leaves mid-call frees its place at once (a
+/// FIN cannot tell "done writing" from "gone"); the price is that a client that half-closes
+/// right after its request gets no answer, and its request does not run (docs/http-api.md,
+/// tests/edge_half_close.rs).
 fn http1_builder(config: &ServerConfig) -> http1::Builder {
     let mut http = http1::Builder::new();
     http.timer(TokioTimer::new())
         .header_read_timeout(config.header_timeout)
         .max_buf_size(config.max_head_bytes)
+        .half_close(false)
         .keep_alive(true);
     http
 }
