@@ -93,19 +93,23 @@ pub fn doing(what: &str) {
     now.push_str(what);
 }
 
-/// The reporting thread: waits for an exit to report, logs it, says it did.
+/// The reporting thread: waits for an exit to report, logs it, says it did. The line is
+/// written without holding [`REPORT`]: a write stuck on a full stderr would otherwise keep the
+/// exit handler from taking the lock back when its wait runs out, and the process alive.
 fn report_exits() {
-    let mut report = REPORT.lock().unwrap_or_else(PoisonError::into_inner);
-    loop {
-        if let Some(asked) = report.asked {
-            let doing = DOING.lock().unwrap_or_else(PoisonError::into_inner).clone();
-            tracing::error!("{}", line(asked, &doing));
-            report.said = true;
-            SAID.notify_all();
-            return;
+    let asked = {
+        let mut report = REPORT.lock().unwrap_or_else(PoisonError::into_inner);
+        loop {
+            if let Some(asked) = report.asked {
+                break asked;
+            }
+            report = ASKED.wait(report).unwrap_or_else(PoisonError::into_inner);
         }
-        report = ASKED.wait(report).unwrap_or_else(PoisonError::into_inner);
-    }
+    };
+    let doing = DOING.lock().unwrap_or_else(PoisonError::into_inner).clone();
+    tracing::error!("{}", line(asked, &doing));
+    REPORT.lock().unwrap_or_else(PoisonError::into_inner).said = true;
+    SAID.notify_all();
 }
 
 /// The line an `exit(asked)` gets while the daemon is `doing` something.

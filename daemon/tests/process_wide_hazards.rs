@@ -189,6 +189,61 @@ fn exit_called_by_plugin_code_while_serving_is_said_and_ends_the_daemon_with_70(
     assert!(!log.contains("shutting down"), "{log}");
 }
 
+/// The exit handler waits at most 2 s for its line to be written: a log writer stuck on a full
+/// stderr pipe (a collector that stopped reading) must not keep alive a daemon that plugin code
+/// ended. The pipe is shrunk to one page and filled before the call, so the line cannot be
+/// written; the daemon still ends with 70, once the wait has run out.
+#[test]
+fn exit_called_while_stderr_takes_nothing_still_ends_the_daemon_with_70_after_its_wait() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cmd = Daemon::serve_command(&dir, WS);
+    add_unruly(&dir.path().join("plugins"));
+    let (reader, writer) = pipe();
+    let filler = writer.try_clone().unwrap();
+    cmd.stderr(Stdio::from(writer)).env("WORLDD_LOG", "error");
+    let d = Daemon::spawn(dir, cmd);
+    let token = d.session("ep1", &["Unruly.Exit=any:5"]);
+    // One page of room, filled: the daemon's next write to stderr blocks (the reading end
+    // stays open, so it is not EPIPE).
+    use std::os::fd::AsRawFd;
+    // SAFETY: F_SETPIPE_SZ on a pipe this test owns a descriptor of.
+    let size = unsafe { libc::fcntl(filler.as_raw_fd(), libc::F_SETPIPE_SZ, 4096) };
+    assert!(size >= 4096, "F_SETPIPE_SZ: {size}");
+    let page = vec![b'.'; size as usize];
+    // SAFETY: writes `page`'s bytes, which live for the call, to a descriptor this test owns.
+    let wrote = unsafe { libc::write(filler.as_raw_fd(), page.as_ptr().cast(), page.len()) };
+    assert_eq!(wrote, size as isize);
+    let url = d.url("/mcp/");
+    let started = std::time::Instant::now();
+    let caller = std::thread::spawn(move || {
+        let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+                          "params": {"name": "unruly-exit", "arguments": {"status": "0"}}});
+        let _ = ureq::post(&url)
+            .set("Authorization", &format!("Bearer {token}"))
+            .set("Accept", "application/json, text/event-stream")
+            .set("MCP-Protocol-Version", "2025-11-25")
+            .set("Content-Type", "application/json")
+            .send_bytes(&serde_json::to_vec(&body).unwrap());
+    });
+    let mut d = d;
+    let status = loop {
+        if let Some(status) = d.child.try_wait().unwrap() {
+            break status;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "the daemon still runs"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let took = started.elapsed();
+    caller.join().unwrap();
+    assert_eq!(status.code(), Some(70), "{status:?}");
+    // It ended when the wait ran out, the line unwritten.
+    assert!(took >= Duration::from_secs(2), "{took:?}");
+    drop(reader);
+}
+
 /// The same in a plugin's constructor: the daemon exited with the plugin's status (here 3, the
 /// "integrity failure" code) without a `daemon startup failed` line. And a library that exits
 /// while it is loaded is named by the line before it.
