@@ -241,3 +241,29 @@ fn a_client_that_sends_its_body_anyway_after_expecting_100_continue_still_reads_
         );
     }
 }
+
+/// What a refused client sends after expecting `100 Continue` is read for at most the linger's
+/// 2 s: one that never sends its body, and keeps its connection open, does not hold the
+/// connection (and the reading task) for ever. The daemon closes it once the 2 s are up.
+#[test]
+fn a_refused_client_that_never_sends_its_body_is_closed_when_the_linger_ends() {
+    let d = start();
+    let c = refusals(&d).remove(0);
+    assert_eq!(c.what, "no credential");
+    let mut s = TcpStream::connect(&d.addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(15))).unwrap();
+    let sent = Instant::now();
+    s.write_all(head(&c, true).as_bytes()).unwrap();
+    let (head, _) = read_answer(&mut s);
+    assert!(head.starts_with("HTTP/1.1 401 "), "{head}");
+    // The body never comes; the connection stays open on this side.
+    let mut rest = Vec::new();
+    let read = s.read_to_end(&mut rest);
+    let took = sent.elapsed();
+    assert!(
+        read.is_ok(),
+        "{read:?} after {took:?}: the daemon kept the connection"
+    );
+    assert_eq!(rest, b"");
+    assert!(took >= Duration::from_secs(2), "closed after {took:?}");
+}
