@@ -125,40 +125,13 @@ fn head(c: &Case, expect: bool) -> String {
     )
 }
 
-/// Read one answer (head and a body of its `Content-Length`): its head and body.
-fn read_answer(s: &mut TcpStream) -> (String, Vec<u8>) {
-    let mut buf = Vec::new();
-    let mut chunk = [0u8; 8192];
-    loop {
-        if let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
-            let head = String::from_utf8_lossy(&buf[..end]).into_owned();
-            let length = head
-                .lines()
-                .find_map(|l| {
-                    let (k, v) = l.split_once(':')?;
-                    k.eq_ignore_ascii_case("content-length")
-                        .then(|| v.trim().parse::<usize>().ok())?
-                })
-                .unwrap_or(0);
-            if buf.len() >= end + 4 + length {
-                return (head, buf[end + 4..end + 4 + length].to_vec());
-            }
-        }
-        let n = s
-            .read(&mut chunk)
-            .unwrap_or_else(|e| panic!("{e} after {:?}", String::from_utf8_lossy(&buf)));
-        assert!(n > 0, "closed after {:?}", String::from_utf8_lossy(&buf));
-        buf.extend_from_slice(&chunk[..n]);
-    }
-}
-
 /// The answer to `c` sent without the expectation, its body whole: what the refusal says.
 fn control(d: &Daemon, c: &Case) -> Vec<u8> {
     let mut s = TcpStream::connect(&d.addr).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
     s.write_all(head(c, false).as_bytes()).unwrap();
     s.write_all(&vec![b' '; c.length]).unwrap();
-    let (head, body) = read_answer(&mut s);
+    let (head, body) = read_one_answer(&mut s);
     assert!(
         head.starts_with(&format!("HTTP/1.1 {} ", c.status)),
         "{}: {head}",
@@ -180,7 +153,7 @@ fn a_request_expecting_100_continue_that_is_refused_from_its_head_gets_its_final
         s.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
         let sent = Instant::now();
         s.write_all(head(&c, true).as_bytes()).unwrap();
-        let (head, body) = read_answer(&mut s);
+        let (head, body) = read_one_answer(&mut s);
         let took = sent.elapsed();
         assert!(
             head.starts_with(&format!("HTTP/1.1 {} ", c.status)),
@@ -254,7 +227,7 @@ fn a_refused_client_that_never_sends_its_body_is_closed_when_the_linger_ends() {
     s.set_read_timeout(Some(Duration::from_secs(15))).unwrap();
     let sent = Instant::now();
     s.write_all(head(&c, true).as_bytes()).unwrap();
-    let (head, _) = read_answer(&mut s);
+    let (head, _) = read_one_answer(&mut s);
     assert!(head.starts_with("HTTP/1.1 401 "), "{head}");
     // The body never comes; the connection stays open on this side.
     let mut rest = Vec::new();

@@ -777,6 +777,23 @@ pub fn a2a(d: &Daemon, token: &str, task: &str, skill: &str, args: Value) -> Val
     a.json()
 }
 
+/// MCP `tools/call` of `tool` with `args`: the JSON-RPC reply (SSE or plain envelope), which
+/// must come with status 200.
+pub fn tools_call(d: &Daemon, token: &str, tool: &str, args: Value) -> Value {
+    let a = mcp(
+        d,
+        token,
+        "tools/call",
+        serde_json::json!({"name": tool, "arguments": args}),
+    );
+    assert_eq!(a.status, 200, "{}", a.text());
+    if a.content_type.starts_with("text/event-stream") {
+        a.sse_json()
+    } else {
+        a.json()
+    }
+}
+
 /// MCP `tools/call` (2025-11-25).
 pub fn mcp(d: &Daemon, token: &str, method: &str, params: Value) -> Answer {
     let body = serde_json::json!({"jsonrpc": "2.0", "id": 7, "method": method, "params": params});
@@ -881,18 +898,15 @@ pub fn path_str(p: &Path) -> &str {
     p.to_str().unwrap()
 }
 
-/// Send raw bytes on a fresh connection and read one HTTP response (head and a body of its
-/// `Content-Length`), without sending anything more: for requests whose body is held back.
-pub fn raw_exchange(addr: &str, bytes: &[u8]) -> Answer {
-    use std::io::{Read, Write};
-    let mut s = std::net::TcpStream::connect(addr).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
-    s.write_all(bytes).unwrap();
+/// Read one HTTP response from `s` (its head, and a body of its `Content-Length`): the head as
+/// text and the body's bytes. Panics when the connection ends first.
+pub fn read_one_answer(s: &mut std::net::TcpStream) -> (String, Vec<u8>) {
+    use std::io::Read;
     let mut buf = Vec::new();
     let mut chunk = [0u8; 8192];
     loop {
         if let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
-            let head = String::from_utf8_lossy(&buf[..end]).to_string();
+            let head = String::from_utf8_lossy(&buf[..end]).into_owned();
             let length = head
                 .lines()
                 .find_map(|l| {
@@ -902,39 +916,52 @@ pub fn raw_exchange(addr: &str, bytes: &[u8]) -> Answer {
                 })
                 .unwrap_or(0);
             if buf.len() >= end + 4 + length {
-                let status = head
-                    .split_whitespace()
-                    .nth(1)
-                    .and_then(|c| c.parse().ok())
-                    .unwrap_or(0);
-                let fields: Vec<(String, String)> = head
-                    .lines()
-                    .skip(1)
-                    .filter_map(|l| l.split_once(':'))
-                    .map(|(k, v)| (k.to_ascii_lowercase(), v.trim().to_owned()))
-                    .collect();
-                let header = |name: &str| {
-                    fields
-                        .iter()
-                        .find(|(k, _)| k == name)
-                        .map(|(_, v)| v.clone())
-                };
-                return Answer {
-                    status,
-                    content_type: header("content-type").unwrap_or_default(),
-                    retry_after: header("retry-after"),
-                    body: buf[end + 4..end + 4 + length].to_vec(),
-                    fields,
-                };
+                return (head, buf[end + 4..end + 4 + length].to_vec());
             }
         }
-        let n = s.read(&mut chunk).unwrap();
+        let n = s
+            .read(&mut chunk)
+            .unwrap_or_else(|e| panic!("{e} after {:?}", String::from_utf8_lossy(&buf)));
         assert!(
             n > 0,
             "connection closed before a full response: {:?}",
             String::from_utf8_lossy(&buf)
         );
         buf.extend_from_slice(&chunk[..n]);
+    }
+}
+
+/// Send raw bytes on a fresh connection and read one HTTP response (head and a body of its
+/// `Content-Length`), without sending anything more: for requests whose body is held back.
+pub fn raw_exchange(addr: &str, bytes: &[u8]) -> Answer {
+    use std::io::Write;
+    let mut s = std::net::TcpStream::connect(addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    s.write_all(bytes).unwrap();
+    let (head, body) = read_one_answer(&mut s);
+    let status = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    let fields: Vec<(String, String)> = head
+        .lines()
+        .skip(1)
+        .filter_map(|l| l.split_once(':'))
+        .map(|(k, v)| (k.to_ascii_lowercase(), v.trim().to_owned()))
+        .collect();
+    let header = |name: &str| {
+        fields
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.clone())
+    };
+    Answer {
+        status,
+        content_type: header("content-type").unwrap_or_default(),
+        retry_after: header("retry-after"),
+        body,
+        fields,
     }
 }
 
