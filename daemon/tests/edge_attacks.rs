@@ -1424,7 +1424,7 @@ fn one_session_holding_large_uploads_open_cannot_refuse_another_sessions_writes(
     }
     assert_eq!(trips(&d, "body_share"), 3);
     assert_eq!(trips(&d, "body_budget"), 0);
-    let v = call(
+    let v = tools_call(
         &d,
         &victim,
         "ailang-write",
@@ -1456,7 +1456,7 @@ fn one_session_trickling_bodies_holds_at_most_a_quarter_of_the_connections() {
         "too many request bodies from this credential being read at once (a quarter of [server] max_connections); retry shortly",
     );
     assert_eq!(trips(&d, "body_readers"), 1);
-    let v = call(&d, &other, "ailang-read", json!({"path": "nope.txt"}));
+    let v = tools_call(&d, &other, "ailang-read", json!({"path": "nope.txt"}));
     assert_eq!(v["result"]["structuredContent"]["ok"], false, "{v}");
     drop(held);
 }
@@ -1704,7 +1704,7 @@ fn a_client_that_stops_reading_its_answer_is_reset_at_the_send_deadline() {
     let content = "z".repeat(600_000);
     std::fs::write(d.root().join("ep1/big.txt"), &content).unwrap();
     // A client that reads its answer gets all of it through the small send buffer.
-    let v = call(&d, &token, "ailang-read", json!({"path": "big.txt"}));
+    let v = tools_call(&d, &token, "ailang-read", json!({"path": "big.txt"}));
     assert_eq!(
         v["result"]["structuredContent"]["content"]
             .as_str()
@@ -1740,7 +1740,7 @@ fn a_client_that_stops_reading_its_answer_is_reset_at_the_send_deadline() {
     assert!(got < 300_000, "{got} bytes of a 600 KB answer arrived");
     assert_eq!(trips(&d, "send_timeout"), 1);
     // The daemon serves on: the next read is whole.
-    let v = call(&d, &token, "ailang-read", json!({"path": "big.txt"}));
+    let v = tools_call(&d, &token, "ailang-read", json!({"path": "big.txt"}));
     assert_eq!(
         v["result"]["structuredContent"]["content"]
             .as_str()
@@ -1788,7 +1788,7 @@ fn a_slow_reader_of_large_objects_fills_its_share_of_the_reply_budget_until_the_
     // A 600 KB input object, the arguments of a write, which both episodes send.
     let args = json!({"path": "big.txt", "content": "z".repeat(600_000)});
     for token in [&attacker, &other] {
-        let v = call(&d, token, "ailang-write", args.clone());
+        let v = tools_call(&d, token, "ailang-write", args.clone());
         assert_eq!(v["result"]["structuredContent"]["ok"], true, "{v}");
     }
     let reference = broker_core::object::Ref::of_json(&args).unwrap();
@@ -1854,7 +1854,7 @@ fn made_up_credentials_under_open_reads_share_the_anonymous_share_of_the_reply_b
     let grants = ["Workspace.Write=worktree:100000000"];
     let writer = d.session("ep1", &grants);
     let args = json!({"path": "big.txt", "content": "z".repeat(600_000)});
-    let v = call(&d, &writer, "ailang-write", args.clone());
+    let v = tools_call(&d, &writer, "ailang-write", args.clone());
     assert_eq!(v["result"]["structuredContent"]["ok"], true, "{v}");
     let reference = broker_core::object::Ref::of_json(&args).unwrap();
     let path = format!("/v1/objects/{reference}?payload=true");
@@ -2254,22 +2254,6 @@ fn accept_failing_for_lack_of_descriptors_backs_off_and_recovers() {
 // ------------------------------------------------------------------------------------------
 // Slow tools and hung plugins.
 
-/// MCP `tools/call` of `tool` with `args`; the JSON-RPC reply (SSE or plain envelope).
-fn call(d: &Daemon, token: &str, tool: &str, args: Value) -> Value {
-    let a = mcp(
-        d,
-        token,
-        "tools/call",
-        json!({"name": tool, "arguments": args}),
-    );
-    assert_eq!(a.status, 200, "{}", a.text());
-    if a.content_type.starts_with("text/event-stream") {
-        a.sse_json()
-    } else {
-        a.json()
-    }
-}
-
 #[test]
 fn one_credential_flooding_log_scans_takes_turns_and_another_is_served_at_once() {
     // A log page from an episode that sees few entries scans up to 5,000 of them: 64 in flight
@@ -2350,7 +2334,7 @@ fn hung_calls_leave_other_episodes_served(tool: &str) {
     }
     assert_eq!(metric(&d, "worldd_handlers_overrunning "), 3);
     for _ in 0..10 {
-        let v = call(&d, &reader, "ailang-read", json!({"path": "a.txt"}));
+        let v = tools_call(&d, &reader, "ailang-read", json!({"path": "a.txt"}));
         assert_eq!(v["result"]["structuredContent"]["content"], "hello", "{v}");
     }
     assert_eq!(metric(&d, "worldd_handlers_overrunning "), 3);
@@ -2374,7 +2358,7 @@ fn a_finish_function_that_hangs_is_answered_at_the_deadline_and_keeps_no_slot() 
 fn a_finish_function_that_returns_in_time_shapes_the_answer() {
     let (d, _c) = start_with(WS_STALL, "[limits]\nhandler_deadline_ms = 5000\n", &[]);
     let t = d.session("finisher", &["Stall.Wait=any:5"]);
-    let v = call(&d, &t, "stall-finish", json!({"ms": "10"}));
+    let v = tools_call(&d, &t, "stall-finish", json!({"ms": "10"}));
     let out = &v["result"]["structuredContent"];
     assert_eq!(out["ok"], true, "{v}");
     assert_eq!(out["slept_ms"], 10, "{v}");
@@ -2393,7 +2377,7 @@ fn a_plugin_flooding_the_log_is_cut_and_dropped_and_cannot_forge_a_line() {
     );
     let t = d.session("flood", &["Stall.Log=any:10"]);
     // One message of a megabyte.
-    let v = call(
+    let v = tools_call(
         &d,
         &t,
         "stall-log",
@@ -2402,7 +2386,7 @@ fn a_plugin_flooding_the_log_is_cut_and_dropped_and_cannot_forge_a_line() {
     assert_eq!(v["result"]["structuredContent"]["ok"], true, "{v}");
     // 100,000 messages in one call, each trying to start a line of its own.
     let forged = "one\n2026-12-03T16:00:00.000000Z  INFO worldd: forged by the plugin\r\n";
-    let v = call(
+    let v = tools_call(
         &d,
         &t,
         "stall-log",
@@ -2413,7 +2397,7 @@ fn a_plugin_flooding_the_log_is_cut_and_dropped_and_cannot_forge_a_line() {
     // The next message after a pause (a whole burst available again) counts what was
     // dropped, in the log and in the metrics.
     std::thread::sleep(Duration::from_millis(1100));
-    call(
+    tools_call(
         &d,
         &t,
         "stall-log",
@@ -2473,14 +2457,14 @@ fn json_log_lines_are_one_record_each_and_a_plugin_cannot_forge_one() {
     let d = Daemon::start_env(WS_STALL, &[], &[("WORLDD_LOG_FORMAT", "json")]);
     let t = d.session("forger", &["Stall.Log=any:10", "Stall.Wait=any:10"]);
     let forged = "one\n{\"timestamp\":\"2026-12-03T16:00:00Z\",\"level\":\"INFO\",\"message\":\"forged\"}\r\n\u{1b}[2J";
-    let v = call(
+    let v = tools_call(
         &d,
         &t,
         "stall-log",
         json!({"lines": "3", "bytes": "0", "text": forged}),
     );
     assert_eq!(v["result"]["structuredContent"]["ok"], true, "{v}");
-    let v = call(&d, &t, "stall-wait", json!({"ms": "1"}));
+    let v = tools_call(&d, &t, "stall-wait", json!({"ms": "1"}));
     assert_eq!(v["result"]["structuredContent"]["ok"], true, "{v}");
     let (_dir, log) = d.halt_with_log();
     let records: Vec<Value> = log
@@ -2609,7 +2593,7 @@ fn one_episode_looping_a_slow_tool_cannot_starve_another() {
         .collect();
     // Meanwhile the other episode is served every time.
     for _ in 0..10 {
-        let v = call(&d, &reader, "ailang-read", json!({"path": "a.txt"}));
+        let v = tools_call(&d, &reader, "ailang-read", json!({"path": "a.txt"}));
         assert_eq!(v["result"]["structuredContent"]["content"], "hello", "{v}");
     }
     let served = calls
@@ -2657,7 +2641,7 @@ fn a_burst_of_megabyte_writes_leaves_no_freed_heap_held_once_it_is_over() {
             s.spawn(move || {
                 for n in 0..4 {
                     let args = json!({"path": format!("f{i}-{n}.ail"), "content": content});
-                    let v = call(d, token, "ailang-write", args);
+                    let v = tools_call(d, token, "ailang-write", args);
                     assert_eq!(v["result"]["structuredContent"]["ok"], true, "{v}");
                 }
             });
@@ -2716,7 +2700,7 @@ fn megabyte_objects_read_back_stay_mapped_only_up_to_the_resident_budget() {
         let refs: Vec<String> = (0..16u8)
             .map(|i| {
                 let args = json!({"path": format!("f{i}.ail"), "content": char::from(b'a' + i).to_string().repeat(1_000_000)});
-                let v = call(&d, &token, "ailang-write", args.clone());
+                let v = tools_call(&d, &token, "ailang-write", args.clone());
                 assert_eq!(v["result"]["structuredContent"]["ok"], true, "{v}");
                 broker_core::object::Ref::of_json(&args).unwrap().to_string()
             })
@@ -2739,7 +2723,7 @@ fn megabyte_objects_read_back_stay_mapped_only_up_to_the_resident_budget() {
         );
         // The next commit past the writer's look interval releases the map.
         std::thread::sleep(Duration::from_millis(150));
-        let v = call(
+        let v = tools_call(
             &d,
             &token,
             "ailang-write",

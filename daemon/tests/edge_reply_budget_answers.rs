@@ -9,7 +9,7 @@ use std::net::TcpStream;
 use std::time::Duration;
 
 use common::*;
-use serde_json::{json, Value};
+use serde_json::json;
 
 const WS: &[&str] = &["worldd_workspace"];
 const ORIGIN: &str = "http://localhost:3000";
@@ -28,25 +28,10 @@ fn start() -> (Daemon, tempfile::TempDir) {
     (Daemon::start(WS, &["--config", path_str(&path)]), conf_dir)
 }
 
-fn call(d: &Daemon, token: &str, tool: &str, args: Value) -> Value {
-    let a = mcp(
-        d,
-        token,
-        "tools/call",
-        json!({"name": tool, "arguments": args}),
-    );
-    assert_eq!(a.status, 200, "{}", a.text());
-    if a.content_type.starts_with("text/event-stream") {
-        a.sse_json()
-    } else {
-        a.json()
-    }
-}
-
 /// The path of the payload of an input object of about `bytes` bytes `token`'s episode wrote.
 fn object_of(d: &Daemon, token: &str, name: &str, bytes: usize) -> String {
     let args = json!({"path": name, "content": "z".repeat(bytes)});
-    let v = call(d, token, "ailang-write", args.clone());
+    let v = tools_call(d, token, "ailang-write", args.clone());
     assert_eq!(v["result"]["structuredContent"]["ok"], true, "{v}");
     let reference = broker_core::object::Ref::of_json(&args).unwrap();
     format!("/v1/objects/{reference}?payload=true")
