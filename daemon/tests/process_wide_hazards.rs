@@ -59,6 +59,22 @@ fn read_answers(d: &Daemon, token: &str, text: &str) {
     );
 }
 
+/// `unruly-exit` with status 0 called by a thread of its own: the connection ends with the
+/// process, so there is no answer to wait for.
+fn call_exit(d: &Daemon, token: String) -> std::thread::JoinHandle<()> {
+    let url = d.url("/mcp/");
+    std::thread::spawn(move || {
+        let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+                          "params": {"name": "unruly-exit", "arguments": {"status": "0"}}});
+        let _ = ureq::post(&url)
+            .set("Authorization", &format!("Bearer {token}"))
+            .set("Accept", "application/json, text/event-stream")
+            .set("MCP-Protocol-Version", "2025-11-25")
+            .set("Content-Type", "application/json")
+            .send_bytes(&serde_json::to_vec(&body).unwrap());
+    })
+}
+
 /// A pipe: its reading and its writing end.
 fn pipe() -> (OwnedFd, OwnedFd) {
     let mut fds = [0; 2];
@@ -164,18 +180,7 @@ fn exit_called_by_plugin_code_while_serving_is_said_and_ends_the_daemon_with_70(
     add_unruly(&dir.path().join("plugins"));
     let d = Daemon::spawn(dir, cmd);
     let token = d.session("ep1", &["Unruly.Exit=any:5"]);
-    let url = d.url("/mcp/");
-    // The connection ends with the process: no answer to wait for.
-    let caller = std::thread::spawn(move || {
-        let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
-                          "params": {"name": "unruly-exit", "arguments": {"status": "0"}}});
-        let _ = ureq::post(&url)
-            .set("Authorization", &format!("Bearer {token}"))
-            .set("Accept", "application/json, text/event-stream")
-            .set("MCP-Protocol-Version", "2025-11-25")
-            .set("Content-Type", "application/json")
-            .send_bytes(&serde_json::to_vec(&body).unwrap());
-    });
+    let caller = call_exit(&d, token);
     d.wait_for_log("was called by plugin code");
     let (status, _, log, _dir) = d.stop_with_log(Duration::from_secs(10));
     caller.join().unwrap();
@@ -213,18 +218,8 @@ fn exit_called_while_stderr_takes_nothing_still_ends_the_daemon_with_70_after_it
     // SAFETY: writes `page`'s bytes, which live for the call, to a descriptor this test owns.
     let wrote = unsafe { libc::write(filler.as_raw_fd(), page.as_ptr().cast(), page.len()) };
     assert_eq!(wrote, size as isize);
-    let url = d.url("/mcp/");
     let started = std::time::Instant::now();
-    let caller = std::thread::spawn(move || {
-        let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
-                          "params": {"name": "unruly-exit", "arguments": {"status": "0"}}});
-        let _ = ureq::post(&url)
-            .set("Authorization", &format!("Bearer {token}"))
-            .set("Accept", "application/json, text/event-stream")
-            .set("MCP-Protocol-Version", "2025-11-25")
-            .set("Content-Type", "application/json")
-            .send_bytes(&serde_json::to_vec(&body).unwrap());
-    });
+    let caller = call_exit(&d, token);
     let mut d = d;
     let status = loop {
         if let Some(status) = d.child.try_wait().unwrap() {

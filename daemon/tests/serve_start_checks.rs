@@ -38,6 +38,16 @@ fn serve_on(cwd: &Path, db: &Path, root: &Path, extra: &[&str]) -> Command {
 /// serves`. The one refused removed, on its way out, the store the other had just made and
 /// served ("it was absent when I started" was true for both), and the serving daemon then
 /// refused every call. Many rounds: the race was lost in 7 of 8.
+/// A start in `dir` with `world.toml` holding `text` (and `--bind 127.0.0.1:0`), refused.
+fn refused_with_config(dir: &Path, text: &str) -> Refusal {
+    let config = dir.join("world.toml");
+    std::fs::write(&config, text).unwrap();
+    refused_start(
+        &["--config", path_str(&config), "--bind", "127.0.0.1:0"],
+        dir,
+    )
+}
+
 #[test]
 fn two_serves_started_together_on_a_new_store_leave_the_serving_ones_store_in_place() {
     for round in 0..8 {
@@ -196,16 +206,9 @@ fn server_limits_past_a_semaphores_bound_are_a_config_failure_not_a_panic() {
         "max_connections",
     ] {
         let dir = tempfile::tempdir().unwrap();
-        let config = dir.path().join("world.toml");
-        std::fs::write(&config, format!("[server]\n{key} = 9000000000000000000\n")).unwrap();
-        let r = refused_start(
-            &[
-                "--config",
-                config.to_str().unwrap(),
-                "--bind",
-                "127.0.0.1:0",
-            ],
+        let r = refused_with_config(
             dir.path(),
+            &format!("[server]\n{key} = 9000000000000000000\n"),
         );
         assert_eq!(r.code, Some(2), "{key}: {}", r.stderr);
         assert_eq!(
@@ -316,17 +319,7 @@ fn a_zero_store_ceiling_is_said_as_a_ceiling_below_the_least() {
         dir.path(),
     );
     assert_eq!((r.code, r.line.as_str()), (Some(2), line), "{}", r.stderr);
-    let config = dir.path().join("world.toml");
-    std::fs::write(&config, "[serve]\nstore_ceiling = 0\n").unwrap();
-    let r = refused_start(
-        &[
-            "--config",
-            config.to_str().unwrap(),
-            "--bind",
-            "127.0.0.1:0",
-        ],
-        dir.path(),
-    );
+    let r = refused_with_config(dir.path(), "[serve]\nstore_ceiling = 0\n");
     assert_eq!((r.code, r.line.as_str()), (Some(2), line), "{}", r.stderr);
     assert!(!dir.path().join(".world").exists());
 }

@@ -27,6 +27,31 @@ fn tear(db: &Path) {
 
 /// A torn copy of a store gave `LMDB error: MDB_PAGE_NOTFOUND: Requested page not found`,
 /// with no word of a damaged store or a backup, at every verb that opens it.
+/// `worldd serve` on the store `db` (run in `dir`) stops at store-open with exit 2, saying it is
+/// `damaged` as the other verbs do.
+fn serve_refuses_as_damaged(db: &Path, dir: &Path, damaged: &str) {
+    let refusal = refused_start(
+        &[
+            "--db",
+            path_str(db),
+            "--workspace-root",
+            path_str(&dir.join("wt")),
+            "--bind",
+            "127.0.0.1:0",
+        ],
+        dir,
+    );
+    assert_eq!(
+        (refusal.code, refusal.line),
+        (
+            Some(2),
+            format!("worldd: daemon startup failed at store-open: {damaged}")
+        ),
+        "{}",
+        refusal.stderr
+    );
+}
+
 #[test]
 fn a_torn_copy_of_a_store_is_said_damaged_with_the_way_out() {
     let dir = tempfile::tempdir().unwrap();
@@ -51,26 +76,7 @@ fn a_torn_copy_of_a_store_is_said_damaged_with_the_way_out() {
     let (code, _, err) = worldd(&["backup", "--db", db_arg, dest.to_str().unwrap()], None);
     assert_eq!(code, 2, "{err}");
     assert!(err.contains(&damaged), "{err}");
-    let refusal = refused_start(
-        &[
-            "--db",
-            db_arg,
-            "--workspace-root",
-            dir.path().join("wt").to_str().unwrap(),
-            "--bind",
-            "127.0.0.1:0",
-        ],
-        dir.path(),
-    );
-    assert_eq!(
-        (refusal.code, refusal.line),
-        (
-            Some(2),
-            format!("worldd: daemon startup failed at store-open: {damaged}")
-        ),
-        "{}",
-        refusal.stderr
-    );
+    serve_refuses_as_damaged(&db, dir.path(), &damaged);
 }
 
 /// A ceiling larger than the host can map gave `store I/O error: Cannot allocate memory
@@ -252,26 +258,7 @@ fn a_store_with_rows_and_no_schema_version_is_said_damaged_not_another_version()
             format!("worldd: cannot open {}: {damaged}\n", base.display())
         )
     );
-    let refusal = refused_start(
-        &[
-            "--db",
-            path_str(&base),
-            "--workspace-root",
-            path_str(&dir.path().join("wt")),
-            "--bind",
-            "127.0.0.1:0",
-        ],
-        dir.path(),
-    );
-    assert_eq!(
-        (refusal.code, refusal.line),
-        (
-            Some(2),
-            format!("worldd: daemon startup failed at store-open: {damaged}")
-        ),
-        "{}",
-        refusal.stderr
-    );
+    serve_refuses_as_damaged(&base, dir.path(), &damaged);
 }
 
 /// Bytes flipped where `doctor` found the store crashing its reads: `worldd serve` on such a
