@@ -29,7 +29,34 @@ static ARMED: AtomicBool = AtomicBool::new(false);
 /// The process that armed the handler: a child forked by plugin code that calls `exit()`
 /// ends as it asked (it is not the daemon).
 static PID: AtomicI32 = AtomicI32::new(0);
-/// What the daemon is doing, as the line says it ("while the daemon …").
+/// Who was ended, as the line says it.
+static WHO: Mutex<Who> = Mutex::new(Who::Daemon);
+
+/// What an `exit()` ends: the serving daemon, or a command that loads plugins and reports.
+#[derive(Debug, Clone, Copy)]
+pub enum Who {
+    Daemon,
+    /// The command as typed, `worldd handlers`.
+    Command(&'static str),
+}
+
+impl Who {
+    fn name(self) -> &'static str {
+        match self {
+            Who::Daemon => "the daemon",
+            Who::Command(c) => c,
+        }
+    }
+
+    /// What status 0 would have told whoever waits for it.
+    fn zero_reads_as(self) -> &'static str {
+        match self {
+            Who::Daemon => "a clean shutdown",
+            Who::Command(_) => "success",
+        }
+    }
+}
+/// What it is doing, as the line says it ("while the daemon …").
 static DOING: Mutex<String> = Mutex::new(String::new());
 /// An exit to report, handed from the exit handler to the reporting thread, and whether the
 /// line was written.
@@ -58,10 +85,17 @@ impl Drop for Armed {
     }
 }
 
-/// Arm the exit handler; `doing` is what the daemon does now ([`doing`]). The handler is
-/// registered, and the reporting thread started, once per process. Where neither can be
-/// (no thread), `exit()` is left as it was, and that is said once.
+/// Arm the exit handler for the daemon; `doing` is what it does now ([`doing`]).
 pub fn arm(doing: &str) -> Armed {
+    arm_for(Who::Daemon, doing)
+}
+
+/// Arm the exit handler for `who` (a command that loads plugins, `worldd handlers`: an
+/// `exit(0)` in a library it loads would otherwise end it with 0 and half its report unsaid,
+/// a success to a script). The handler is registered, and the reporting thread started, once
+/// per process. Where neither can be (no thread), `exit()` is left as it was, and that is said
+/// once.
+pub fn arm_for(who: Who, doing: &str) -> Armed {
     static REGISTER: Once = Once::new();
     REGISTER.call_once(|| {
         let reporter = std::thread::Builder::new()
@@ -81,6 +115,7 @@ pub fn arm(doing: &str) -> Armed {
     });
     // SAFETY: getpid has no preconditions.
     PID.store(unsafe { libc::getpid() }, Ordering::SeqCst);
+    *WHO.lock().unwrap_or_else(PoisonError::into_inner) = who;
     self::doing(doing);
     ARMED.store(true, Ordering::SeqCst);
     Armed(())
@@ -107,23 +142,25 @@ fn report_exits() {
         }
     };
     let doing = DOING.lock().unwrap_or_else(PoisonError::into_inner).clone();
-    tracing::error!("{}", line(asked, &doing));
+    let who = *WHO.lock().unwrap_or_else(PoisonError::into_inner);
+    tracing::error!("{}", line(asked, who, &doing));
     REPORT.lock().unwrap_or_else(PoisonError::into_inner).said = true;
     SAID.notify_all();
 }
 
-/// The line an `exit(asked)` gets while the daemon is `doing` something.
-fn line(asked: Option<i32>, doing: &str) -> String {
+/// The line an `exit(asked)` gets while `who` is `doing` something.
+fn line(asked: Option<i32>, who: Who, doing: &str) -> String {
     let (call, instead) = match asked {
         Some(0) => (
             "exit(0)".to_owned(),
-            " instead of 0, which would read as a clean shutdown".to_owned(),
+            format!(" instead of 0, which would read as {}", who.zero_reads_as()),
         ),
         Some(s) => (format!("exit({s})"), format!(" instead of {s}")),
         None => ("exit()".to_owned(), String::new()),
     };
     format!(
-        "{call} was called by plugin code or a library while the daemon {doing}; the daemon did not choose to stop, so it ends with status {EXIT_CALLED}{instead}"
+        "{call} was called by plugin code or a library while {who} {doing}; {who} did not choose to stop, so it ends with status {EXIT_CALLED}{instead}",
+        who = who.name()
     )
 }
 
@@ -178,16 +215,24 @@ mod tests {
     #[test]
     fn the_line_names_the_call_its_status_and_what_the_daemon_was_doing() {
         assert_eq!(
-            line(Some(0), "served"),
+            line(Some(0), Who::Daemon, "served"),
             "exit(0) was called by plugin code or a library while the daemon served; the daemon did not choose to stop, so it ends with status 70 instead of 0, which would read as a clean shutdown"
         );
         assert_eq!(
-            line(Some(3), "started its plugins"),
+            line(Some(3), Who::Daemon, "started its plugins"),
             "exit(3) was called by plugin code or a library while the daemon started its plugins; the daemon did not choose to stop, so it ends with status 70 instead of 3"
         );
         assert_eq!(
-            line(None, "served"),
+            line(None, Who::Daemon, "served"),
             "exit() was called by plugin code or a library while the daemon served; the daemon did not choose to stop, so it ends with status 70"
+        );
+        assert_eq!(
+            line(
+                Some(0),
+                Who::Command("worldd handlers"),
+                "loaded the plugin library /p/libx.so"
+            ),
+            "exit(0) was called by plugin code or a library while worldd handlers loaded the plugin library /p/libx.so; worldd handlers did not choose to stop, so it ends with status 70 instead of 0, which would read as success"
         );
     }
 }

@@ -288,18 +288,26 @@ fn exit_called_by_plugin_code_at_start_up_is_said_ends_the_daemon_with_70_and_th
         "{log}"
     );
 
-    // `worldd handlers` starts nothing and keeps the plugin's status, but names each library
-    // before it loads it: the last one named is the one that ended it.
+    // `worldd handlers` ended with the plugin's status, 0, its report unwritten: a success to
+    // a script. It ends with 70 too, and its last two lines name the library, then say why.
     let (code, out, err, _) = worldd_with_plugins(
         "handlers",
         &plugins,
         &[],
         &[("WORLDD_UNRULY_MANIFEST", "exit".to_owned())],
     );
-    assert_eq!(code, Some(0), "{out}{err}");
+    assert_eq!(code, Some(70), "{out}{err}");
+    assert_eq!(out, "", "{err}");
+    let lines: Vec<&str> = err.lines().collect();
+    let n = lines.len();
+    assert!(n >= 2, "{err}");
     assert_eq!(
-        err.lines().last().unwrap_or_default(),
+        lines[n - 2],
         format!("worldd handlers: loading {}", lib.display()),
+        "{err}"
+    );
+    assert!(
+        lines[n - 1].ends_with(&format!(" ERROR exit(0) was called by plugin code or a library while worldd handlers loaded the plugin library {}; worldd handlers did not choose to stop, so it ends with status 70 instead of 0, which would read as success", lib.display())),
         "{err}"
     );
 }

@@ -257,7 +257,14 @@ pub fn handlers(a: HandlersArgs) -> CliResult {
     // `handlers` starts nothing: a file it cannot read is its own failure, exit 1.
     let file = read_config(&a.plugins.config).map_err(Failure::usage)?;
     let opts = plugin_options(&a.plugins, &file).map_err(Failure::usage)?;
+    // Plugin code that calls `exit()` while its library loads ends the command with 70 and a
+    // line, not with its own status (0 would pass for a complete report).
+    let armed = crate::exit_guard::arm_for(
+        crate::exit_guard::Who::Command("worldd handlers"),
+        "loaded its plugins",
+    );
     let text = plugins::report(&opts).map_err(|e| Failure::usage(e.to_string()))?;
+    drop(armed);
     super::output::write(text)
 }
 
