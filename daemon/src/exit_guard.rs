@@ -11,9 +11,15 @@
 //! The line is written by a thread of the daemon's own, started when the handler is armed: the
 //! thread that called `exit()` has had its thread-locals destroyed by then (glibc runs their
 //! destructors first), and the log writer needs its own.
+//!
+//! `abort()` (what plugin code, a C library, or Rust itself on a failed allocation calls) ends
+//! the process by SIGABRT: a supervisor sees that much, the log nothing. While armed, a
+//! SIGABRT handler writes one line of its own to stderr, then lets the signal end the process
+//! as it would have. A handler may only write a buffer made beforehand, so the line says who
+//! was ended but not what it was doing.
 
 use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
-use std::sync::{Condvar, Mutex, Once, PoisonError};
+use std::sync::{Condvar, Mutex, Once, OnceLock, PoisonError};
 use std::time::Duration;
 
 /// The exit status of a daemon that plugin code or a library ended with `exit()` (sysexits'
@@ -112,6 +118,8 @@ pub fn arm_for(who: Who, doing: &str) -> Armed {
                 "an exit() called by plugin code will not be reported: the C library refused an exit handler"
             );
         }
+        ABORT_LINE.get_or_init(|| abort_line(who));
+        say_aborts();
     });
     // SAFETY: getpid has no preconditions.
     PID.store(unsafe { libc::getpid() }, Ordering::SeqCst);
@@ -162,6 +170,59 @@ fn line(asked: Option<i32>, who: Who, doing: &str) -> String {
         "{call} was called by plugin code or a library while {who} {doing}; {who} did not choose to stop, so it ends with status {EXIT_CALLED}{instead}",
         who = who.name()
     )
+}
+
+/// The line a SIGABRT gets, made when the handler is armed ([`say_aborts`]).
+static ABORT_LINE: OnceLock<Vec<u8>> = OnceLock::new();
+
+fn abort_line(who: Who) -> Vec<u8> {
+    format!(
+        "worldd: abort() was called by plugin code or a library while {who} ran (a failure said just above, if any, is why); {who} did not choose to stop, so it ends by SIGABRT\n",
+        who = who.name()
+    )
+    .into_bytes()
+}
+
+/// Install the SIGABRT handler, unless another is installed already (a plugin's or an embedding
+/// program's: left to it).
+fn say_aborts() {
+    // SAFETY: sigaction with a zeroed, then filled, action struct and valid pointers; the
+    // handler is an `extern "C"` function of the signature a plain handler has.
+    unsafe {
+        let mut previous: libc::sigaction = std::mem::zeroed();
+        if libc::sigaction(libc::SIGABRT, std::ptr::null(), &mut previous) != 0
+            || previous.sa_sigaction != libc::SIG_DFL
+        {
+            return;
+        }
+        let mut ours: libc::sigaction = std::mem::zeroed();
+        ours.sa_sigaction = on_abort as *const () as usize;
+        libc::sigemptyset(&mut ours.sa_mask);
+        libc::sigaction(libc::SIGABRT, &ours, std::ptr::null_mut());
+    }
+}
+
+/// Write the line (when armed, in the process that armed it), then end the process by the
+/// signal: the default action is restored and the signal raised again, pending until this
+/// returns (a `kill -ABRT` too, which nothing else would repeat). Only atomics, `write`,
+/// `sigaction` and `raise`, which a signal handler may call.
+extern "C" fn on_abort(signal: libc::c_int) {
+    // SAFETY: getpid has no preconditions and is async-signal-safe.
+    let this = unsafe { libc::getpid() };
+    if ARMED.load(Ordering::SeqCst) && PID.load(Ordering::SeqCst) == this {
+        if let Some(line) = ABORT_LINE.get() {
+            // SAFETY: write(2) of a buffer that lives as long as the process.
+            unsafe { libc::write(2, line.as_ptr().cast(), line.len()) };
+        }
+    }
+    // SAFETY: sigaction with a zeroed struct (SIG_DFL) and raise are async-signal-safe.
+    unsafe {
+        let mut dfl: libc::sigaction = std::mem::zeroed();
+        dfl.sa_sigaction = libc::SIG_DFL;
+        libc::sigemptyset(&mut dfl.sa_mask);
+        libc::sigaction(signal, &dfl, std::ptr::null_mut());
+        libc::raise(signal);
+    }
 }
 
 /// The exit handler's work: nothing unless armed in this process; else the line, then the

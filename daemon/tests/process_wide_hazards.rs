@@ -61,11 +61,11 @@ fn read_answers(d: &Daemon, token: &str, text: &str) {
 
 /// `unruly-exit` with status 0 called by a thread of its own: the connection ends with the
 /// process, so there is no answer to wait for.
-fn call_exit(d: &Daemon, token: String) -> std::thread::JoinHandle<()> {
+fn call_exit(d: &Daemon, token: String, status: &str) -> std::thread::JoinHandle<()> {
     let url = d.url("/mcp/");
+    let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+                      "params": {"name": "unruly-exit", "arguments": {"status": status}}});
     std::thread::spawn(move || {
-        let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
-                          "params": {"name": "unruly-exit", "arguments": {"status": "0"}}});
         let _ = ureq::post(&url)
             .set("Authorization", &format!("Bearer {token}"))
             .set("Accept", "application/json, text/event-stream")
@@ -180,7 +180,7 @@ fn exit_called_by_plugin_code_while_serving_is_said_and_ends_the_daemon_with_70(
     add_unruly(&dir.path().join("plugins"));
     let d = Daemon::spawn(dir, cmd);
     let token = d.session("ep1", &["Unruly.Exit=any:5"]);
-    let caller = call_exit(&d, token);
+    let caller = call_exit(&d, token, "0");
     d.wait_for_log("was called by plugin code");
     let (status, _, log, _dir) = d.stop_with_log(Duration::from_secs(10));
     caller.join().unwrap();
@@ -192,6 +192,40 @@ fn exit_called_by_plugin_code_while_serving_is_said_and_ends_the_daemon_with_70(
         "{log}"
     );
     assert!(!log.contains("shutting down"), "{log}");
+}
+
+/// A plugin that called `abort()` while the daemon served ended it by SIGABRT with not a word
+/// in its log. The daemon still ends by the signal (a supervisor sees what happened), after one
+/// line that says who called it.
+#[test]
+fn abort_called_by_plugin_code_while_serving_is_said_and_the_daemon_still_ends_by_sigabrt() {
+    use std::os::unix::process::{CommandExt, ExitStatusExt};
+    let dir = tempfile::tempdir().unwrap();
+    let mut cmd = Daemon::serve_command(&dir, WS);
+    add_unruly(&dir.path().join("plugins"));
+    // SAFETY: setrlimit in the child before exec, async-signal-safe: no core file is written.
+    unsafe {
+        cmd.pre_exec(|| {
+            let none = libc::rlimit {
+                rlim_cur: 0,
+                rlim_max: 0,
+            };
+            libc::setrlimit(libc::RLIMIT_CORE, &none);
+            Ok(())
+        });
+    }
+    let d = Daemon::spawn(dir, cmd);
+    let token = d.session("ep1", &["Unruly.Exit=any:5"]);
+    let caller = call_exit(&d, token, "abort");
+    d.wait_for_log("abort() was called");
+    let (status, _, log, _dir) = d.stop_with_log(Duration::from_secs(10));
+    caller.join().unwrap();
+    assert_eq!(status.signal(), Some(libc::SIGABRT), "{status:?} {log}");
+    assert_eq!(
+        log.lines().last(),
+        Some("worldd: abort() was called by plugin code or a library while the daemon ran (a failure said just above, if any, is why); the daemon did not choose to stop, so it ends by SIGABRT"),
+        "{log}"
+    );
 }
 
 /// The exit handler waits at most 2 s for its line to be written: a log writer stuck on a full
@@ -219,7 +253,7 @@ fn exit_called_while_stderr_takes_nothing_still_ends_the_daemon_with_70_after_it
     let wrote = unsafe { libc::write(filler.as_raw_fd(), page.as_ptr().cast(), page.len()) };
     assert_eq!(wrote, size as isize);
     let started = std::time::Instant::now();
-    let caller = call_exit(&d, token);
+    let caller = call_exit(&d, token, "0");
     let mut d = d;
     let status = loop {
         if let Some(status) = d.child.try_wait().unwrap() {
