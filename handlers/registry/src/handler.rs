@@ -2,6 +2,7 @@
 //! the output objects.
 
 use std::io::{self, Read};
+use std::os::fd::AsRawFd;
 
 use cap_std::ambient_authority;
 use cap_std::fs::{Dir, OpenOptions, OpenOptionsExt};
@@ -77,6 +78,30 @@ fn git_data(worktree: &str, path: &str) -> Option<String> {
         };
     }
     Some("the path kept changing while it was being resolved; nothing was read, try again".into())
+}
+
+/// Why the file just opened may not be read because it lies, as the kernel has it now, in git's
+/// own data. [`git_data`] judged the path before the open, and the open follows links itself:
+/// a link swapped in between would land it there. `None`: it lies elsewhere in the worktree.
+fn opened_in_git_data(file: &impl AsRawFd, worktree: &str) -> Option<String> {
+    let unsure = |why: String| {
+        Some(format!(
+            "cannot tell where the opened file lies ({why}); nothing was read"
+        ))
+    };
+    let at = match std::fs::read_link(format!("/proc/self/fd/{}", file.as_raw_fd())) {
+        Ok(at) => at,
+        Err(e) => return unsure(errno_text(&e)),
+    };
+    let root = match std::fs::canonicalize(worktree) {
+        Ok(root) => root,
+        Err(e) => return unsure(errno_text(&e)),
+    };
+    let Ok(beneath) = at.strip_prefix(&root) else {
+        return unsure("not beneath the worktree".into());
+    };
+    let refusal = |named: &str| named_like_git(named, &format!("\"{named}\""), GIT_UNREAD);
+    git_component(&beneath.to_string_lossy()).map(refusal)
 }
 
 fn escapes(path: &str) -> bool {
@@ -180,6 +205,9 @@ impl RegistryHandler {
                 )
             }
         };
+        if let Some(why) = opened_in_git_data(&file, worktree) {
+            return Err(self.refuse(format!("publish {path}: {why}")));
+        }
         let metadata = file.metadata().map_err(|e| {
             self.refuse(format!("publish {path}: fstat {path}: {}", errno_text(&e)))
         })?;

@@ -376,6 +376,63 @@ fn bundle_files_are_confined_to_the_worktree() {
     assert!(host.calls().is_empty());
 }
 
+/// The path was judged (where each link lands) before the open, which follows links itself:
+/// a link swapped between the two landed the open in `.git`, and the refusal then told the
+/// agent the file's size, or where its first line stops being JSON. A thread swaps
+/// `swap.json` between a plain file and `.git/config` as fast as it can while publish reads it;
+/// no answer may ever say what `.git/config` holds.
+#[test]
+fn a_link_swapped_to_git_data_between_the_check_and_the_open_is_refused_not_read() {
+    let host = TestRegistry::new();
+    let h = handler_with(host.clone(), json!({}));
+    let tmp = tempfile::tempdir().unwrap();
+    let wt = tmp.path().to_path_buf();
+    fs::create_dir_all(wt.join(".git")).unwrap();
+    // Where its first line stops being JSON is what a leak would say: column 2.
+    fs::write(wt.join(".git/config"), "[core]\n").unwrap();
+    fs::write(wt.join("plain.txt"), "x").unwrap();
+    symlink("plain.txt", wt.join("swap.json")).unwrap();
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let swapper = {
+        let (wt, stop) = (wt.clone(), stop.clone());
+        std::thread::spawn(move || {
+            let mut n = 0u64;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let target = if n % 2 == 0 {
+                    ".git/config"
+                } else {
+                    "plain.txt"
+                };
+                let _ = fs::remove_file(wt.join("next"));
+                symlink(target, wt.join("next")).unwrap();
+                fs::rename(wt.join("next"), wt.join("swap.json")).unwrap();
+                n += 1;
+            }
+        })
+    };
+    let git = "publish swap.json: .git/ is git's own data, not worktree content; the lane's tools do not read it";
+    let plain = "publish swap.json: the file is not JSON: expected value at line 1 column 1";
+    let (mut refused_as_git, mut read_plain) = (0, 0);
+    for _ in 0..3000 {
+        let outcome = h.execute(request(&wt, json!({"op": "publish", "path": "swap.json"})));
+        let text = refused(outcome);
+        match text.as_str() {
+            t if t == git => refused_as_git += 1,
+            t if t == plain => read_plain += 1,
+            // The link was being replaced at that moment: the path kept changing, or was absent.
+            t if t.contains("kept changing") || t.contains("no such file") => {}
+            other => panic!("an answer that read git's data: {other}"),
+        }
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    swapper.join().unwrap();
+    assert!(
+        refused_as_git > 0 && read_plain > 0,
+        "{refused_as_git} {read_plain}"
+    );
+    assert!(host.calls().is_empty());
+}
+
 #[test]
 fn a_megabyte_bundle_path_with_a_nul_byte_is_refused_by_its_length_and_not_echoed() {
     let host = TestRegistry::new();
