@@ -847,6 +847,39 @@ fn reconciling_a_call_whose_invocation_row_is_garbage_does_not_say_safe_to_send(
     );
 }
 
+/// A section of `doctor` printed one line per finding with no end: a table damaged throughout
+/// (here 25 session records of garbage) printed every one. It shows 20 and counts the rest;
+/// `--json` lists every one.
+#[test]
+fn doctor_shows_twenty_findings_a_section_and_counts_the_rest() {
+    use broker_core::store::{RawTable, Store};
+    let (_kept, db) = one_read_stopped();
+    let store = Store::open(&db, Default::default()).unwrap();
+    let ids: Vec<String> = (0..25).map(|i| format!("{i:064x}")).collect();
+    for id in &ids {
+        store
+            .raw_overwrite(RawTable::Sessions, id.clone().into_bytes(), b"{".to_vec())
+            .unwrap();
+    }
+    drop(store);
+    let (code, out, err) = worldd(&["doctor", "--db", path_str(&db)], None);
+    assert_eq!(code, 3, "{out}{err}");
+    let shown: String = ids[..20]
+        .iter()
+        .map(|id| format!("      session record {id} is damaged: it does not decode and authenticates nothing (`worldd session revoke {id}` removes it)\n"))
+        .collect();
+    assert!(
+        out.contains(&format!(
+            "\n  ✗ 26 session record(s), some DAMAGED\n{shown}      … and 5 more (worldd doctor --json lists every one)\n  "
+        )),
+        "{out}"
+    );
+    let (code, out, _) = worldd(&["doctor", "--db", path_str(&db), "--json"], None);
+    assert_eq!(code, 3);
+    let v: Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["sessionFindings"].as_array().unwrap().len(), 25);
+}
+
 /// `doctor` read neither the read grants nor the session records: a grant whose header does
 /// not decode (the episode's own object then fails to read), a grant naming an object row the
 /// store does not hold, and a session record that does not decode all passed as consistent.

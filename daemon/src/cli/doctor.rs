@@ -70,13 +70,15 @@ pub fn run(a: DoctorArgs) -> CliResult {
             audit.broken.len(),
             audit.entries as f64 / secs.max(1e-9)
         );
-        for (i, d) in audit.broken.iter().take(20) {
+        for (i, d) in audit.broken.iter().take(SHOWN) {
             outln!("      entry {i}: {d}");
         }
+        more(audit.broken.len())?;
         // Verified entries with something to say (not inconsistencies).
-        for (i, d) in audit.notes.iter().take(20) {
+        for (i, d) in audit.notes.iter().take(SHOWN) {
             outln!("      entry {i}: note: {d}");
         }
+        more(audit.notes.len())?;
         // Client commits' effect claims: not broken, and not verified either.
         let mut claiming: Vec<u64> = audit.claims.iter().map(|(i, _)| *i).collect();
         claiming.dedup();
@@ -85,9 +87,10 @@ pub fn run(a: DoctorArgs) -> CliResult {
                 "  ? {} client commit(s) claim effects that nothing journaled (not verified: the committer's word)",
                 claiming.len()
             );
-            for (i, d) in audit.claims.iter().take(20) {
+            for (i, d) in audit.claims.iter().take(SHOWN) {
                 outln!("      entry {i}: {d}");
             }
+            more(audit.claims.len())?;
         }
         let journal = if audit.journal_findings.is_empty() {
             "equal the sum of intents"
@@ -144,9 +147,10 @@ pub fn run(a: DoctorArgs) -> CliResult {
             section(format!("{n} {what}, {verdict}"), findings)?;
         }
         // Sessions that work, but whose budgets read oddly: not inconsistencies.
-        for n in audit.session_notes.iter().take(20) {
+        for n in audit.session_notes.iter().take(SHOWN) {
             outln!("      note: {n}");
         }
+        more(audit.session_notes.len())?;
         let index = if audit.index_findings.is_empty() {
             "each names its row"
         } else {
@@ -171,9 +175,10 @@ pub fn run(a: DoctorArgs) -> CliResult {
                 audit.indeterminate.len()
             );
         }
-        for i in audit.indeterminate.iter().take(20) {
+        for i in audit.indeterminate.iter().take(SHOWN) {
             outln!("      {i}");
         }
+        more(audit.indeterminate.len())?;
     }
     if audit.consistent() {
         Ok(())
@@ -206,8 +211,24 @@ fn audit_failed(e: verify::VerifyError) -> Failure {
 /// finding.
 fn section(line: String, findings: &[String]) -> CliResult {
     outln!("  {} {line}", mark(findings.is_empty()));
-    for f in findings {
+    for f in findings.iter().take(SHOWN) {
         outln!("      {f}");
+    }
+    more(findings.len())?;
+    Ok(())
+}
+
+/// The lines shown under one heading: a store damaged throughout (a registry or a session
+/// table of garbage) would otherwise print a line per row. `--json` lists every one.
+const SHOWN: usize = 20;
+
+/// Say how many of `total` lines went unshown.
+fn more(total: usize) -> CliResult {
+    if total > SHOWN {
+        outln!(
+            "      … and {} more (worldd doctor --json lists every one)",
+            total - SHOWN
+        );
     }
     Ok(())
 }
