@@ -63,6 +63,7 @@ const REASONS: &[&str] = &[
     "plan",
     "policy",
     "capacity",
+    "refusal-rate",
     "busy",
     "store-full",
     "key-conflict",
@@ -122,6 +123,13 @@ impl Outcome {
         Outcome::new(Kind::Refused, "capacity", true)
     }
 
+    /// Nothing was committed: the credential's plan refusals and denials outran their rate.
+    /// Not retryable: the same call would be refused or denied again, and an agent that
+    /// resends it only keeps the bucket empty.
+    pub fn refusal_rate() -> Outcome {
+        Outcome::new(Kind::Refused, "refusal-rate", false)
+    }
+
     /// Nothing ran: the episode was busy with an earlier call.
     pub fn busy() -> Outcome {
         Outcome::new(Kind::Refused, "busy", true)
@@ -167,6 +175,7 @@ impl Serialize for Outcome {
 pub fn of_failure(f: &InvokeFailure) -> Option<Outcome> {
     Some(match f {
         InvokeFailure::Capacity => Outcome::capacity(),
+        InvokeFailure::RefusalRate => Outcome::refusal_rate(),
         InvokeFailure::Busy => Outcome::busy(),
         InvokeFailure::TimedOut => Outcome::indeterminate("timeout"),
         InvokeFailure::Canceled => Outcome::indeterminate("canceled"),
@@ -178,7 +187,7 @@ pub fn of_failure(f: &InvokeFailure) -> Option<Outcome> {
             | CallError::NotAuthorized
             | CallError::PinMismatch => return None,
             CallError::TaskIdReused => Outcome::key_conflict(),
-            CallError::RefusalRate => Outcome::capacity(),
+            CallError::RefusalRate => Outcome::refusal_rate(),
             CallError::StoreFull(_) => Outcome::store_full(),
             CallError::NotCommitted => Outcome::indeterminate("pending"),
             CallError::EffectsUnrecorded { .. } => Outcome::indeterminate("unrecorded"),

@@ -37,6 +37,9 @@ pub enum InvokeFailure {
     Call(CallError),
     /// Every global execution slot stayed busy; nothing ran.
     Capacity,
+    /// The call would commit a plan refusal or a denial, and the credential's refusal rate was
+    /// spent: nothing was committed. Answered with the capacity error's text, classified apart.
+    RefusalRate,
     /// The episode's queue was full, or the call's deadline passed while an earlier call of
     /// its episode was still running; nothing ran.
     Busy,
@@ -439,8 +442,9 @@ fn answer(result: CallResult) -> Result<CallOutput, InvokeFailure> {
     match result {
         Ok(out) => Ok(out),
         Err(CallError::HandlerTimedOut) => Err(InvokeFailure::TimedOut),
-        // A refusal or denial over the session's rate is answered as the capacity error.
-        Err(CallError::RefusalRate) => Err(InvokeFailure::Capacity),
+        // A refusal or denial over the session's rate is answered with the capacity error's
+        // text, classified as what it is.
+        Err(CallError::RefusalRate) => Err(InvokeFailure::RefusalRate),
         Err(e) => Err(InvokeFailure::Call(e)),
     }
 }

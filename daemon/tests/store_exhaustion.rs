@@ -89,6 +89,34 @@ fn a_denial_flood_in_one_mcp_batch_ends_in_the_capacity_error_and_other_episodes
         v.json(),
         json!({"jsonrpc": "2.0", "id": 7, "error": {"code": -32603, "message": CAPACITY}})
     );
+    // Where the error carries a classification (MCP 2026-07-28), it is the refusal rate's own,
+    // not retryable: the same call can only be refused or denied again. (It said `capacity`,
+    // `retryable: true`, which told an agent to resend blindly what had no chance.)
+    let body = json!({"jsonrpc": "2.0", "id": 8, "method": "tools/call", "params": {
+        "name": "ailang-read", "arguments": {"path": "x"},
+        "_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                  "io.modelcontextprotocol/clientCapabilities": {}}}});
+    let v = request(
+        "POST",
+        &d.url("/mcp/"),
+        Some(&flood),
+        &[
+            ("Content-Type", "application/json"),
+            ("Accept", "application/json, text/event-stream"),
+            ("MCP-Protocol-Version", "2026-07-28"),
+            ("Mcp-Method", "tools/call"),
+            ("Mcp-Name", "ailang-read"),
+        ],
+        Some(&serde_json::to_vec(&body).unwrap()),
+    );
+    assert_eq!(
+        (v.status, v.json()),
+        (
+            500,
+            json!({"jsonrpc": "2.0", "id": 8, "error": {"code": -32603, "message": CAPACITY,
+                   "data": {"kind": "refused", "reason": "refusal-rate", "retryable": false}}})
+        )
+    );
     assert_eq!(revision(&d, &other), before + 5);
     // Another episode is served as before.
     let ok = mcp_call(&d, &other, "ailang-read", json!({"path": "y"})).sse_json();
@@ -102,7 +130,7 @@ fn a_denial_flood_in_one_mcp_batch_ends_in_the_capacity_error_and_other_episodes
             &d,
             "worldd_calls_total{tool=\"ailang-read\",outcome=\"refusal_rate\"}"
         ),
-        3.0
+        4.0
     );
     assert_eq!(
         metric(

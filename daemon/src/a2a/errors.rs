@@ -113,7 +113,9 @@ pub(super) fn error_text(f: InvokeFailure) -> (i64, String) {
             };
             (code, message)
         }
-        InvokeFailure::Capacity => (-32603, "host callback capacity exceeded".to_owned()),
+        InvokeFailure::Capacity | InvokeFailure::RefusalRate => {
+            (-32603, "host callback capacity exceeded".to_owned())
+        }
         InvokeFailure::Busy => (
             -32603,
             "episode busy: an earlier call of this episode has not finished; nothing ran; retry later"

@@ -64,6 +64,9 @@ pub(super) enum HostFailure {
     TooLate,
     Canceled,
     Capacity,
+    /// The credential's refusals and denials outran their rate: the capacity envelope,
+    /// classified `refusal-rate` (not retryable: the same call is refused again).
+    RefusalRate,
     /// The episode's queue was full or stayed busy past the deadline: the capacity envelope,
     /// classified `busy`.
     Busy,
@@ -77,9 +80,10 @@ impl HostFailure {
             HostFailure::Failed | HostFailure::Unavailable => "host callback failed",
             HostFailure::TimedOut | HostFailure::TooLate => "host callback timed out",
             HostFailure::Canceled => "host callback canceled",
-            HostFailure::Capacity | HostFailure::Busy | HostFailure::StoreFull => {
-                "host callback capacity exceeded"
-            }
+            HostFailure::Capacity
+            | HostFailure::RefusalRate
+            | HostFailure::Busy
+            | HostFailure::StoreFull => "host callback capacity exceeded",
         }
     }
 
@@ -92,6 +96,7 @@ impl HostFailure {
             HostFailure::TooLate => Outcome::too_late(),
             HostFailure::Canceled => Outcome::indeterminate("canceled"),
             HostFailure::Capacity => Outcome::capacity(),
+            HostFailure::RefusalRate => Outcome::refusal_rate(),
             HostFailure::Busy => Outcome::busy(),
             HostFailure::StoreFull => Outcome::store_full(),
         }

@@ -199,6 +199,11 @@ fn host_failure(episode: &str, tool: &str, id: &Value, failure: InvokeFailure) -
             HostFailure::Capacity,
             "all execution slots stayed busy".to_owned(),
         ),
+        InvokeFailure::RefusalRate => (
+            HostFailure::RefusalRate,
+            "the credential's plan refusals and denials outran their rate; nothing was committed"
+                .to_owned(),
+        ),
         InvokeFailure::Busy => (
             HostFailure::Busy,
             "an earlier call of this episode is still running (queue full, or it outlasted this call's deadline); nothing ran".to_owned(),
@@ -219,7 +224,10 @@ fn host_failure(episode: &str, tool: &str, id: &Value, failure: InvokeFailure) -
         // Load and slow calls are operational, not faults.
         // Capacity refusals are counted in /v1/metrics; a log line each would flood
         // stderr exactly when the daemon is busiest.
-        HostFailure::Capacity | HostFailure::Busy | HostFailure::StoreFull => {
+        HostFailure::Capacity
+        | HostFailure::RefusalRate
+        | HostFailure::Busy
+        | HostFailure::StoreFull => {
             tracing::debug!(%episode, %tool, rpc_id = %id, "mcp tools/call: {}: {cause}", host.message())
         }
         // A tool no loaded plugin can run is the deployment's choice, not a fault.
