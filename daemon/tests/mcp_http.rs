@@ -2797,13 +2797,28 @@ async fn modern_request_rules() {
         v["error"],
         json!({"code": -32020, "message": "mcp-method header does not match the request body's method"})
     );
+    // A header not sent is said to be missing, not to differ.
     let v = h
         .send(post(vec![], body.clone()))
         .await
         .json(StatusCode::BAD_REQUEST);
-    assert_eq!(v["error"]["code"], json!(-32020));
+    assert_eq!(
+        v["error"],
+        json!({"code": -32020, "message": "mcp-method header is missing; send the request body's method in it"})
+    );
     let call = json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call",
                       "params": {"name": "ailang-read", "arguments": {"path": "a"}, "_meta": envelope}});
+    let v = h
+        .send(post(
+            vec![("mcp-method", "tools/call".into())],
+            call.clone(),
+        ))
+        .await
+        .json(StatusCode::BAD_REQUEST);
+    assert_eq!(
+        v["error"],
+        json!({"code": -32020, "message": "mcp-name header is missing; send the request body's 'name' parameter in it (as =?base64?…?= where a header cannot carry it)"})
+    );
     let v = h
         .send(post(
             vec![

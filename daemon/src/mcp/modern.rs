@@ -166,23 +166,47 @@ fn ladder(headers: &HeaderMap, method: &str, params: Option<&Value>) -> Result<(
             None,
         ));
     }
-    if header(METHOD_HEADER) != Some(method) {
-        return Err((
-            HEADER_MISMATCH,
-            format!("{METHOD_HEADER} header does not match the request body's method"),
-            None,
-        ));
+    // A header not sent is said as missing: "does not match" sent a client looking for a
+    // difference (case, encoding) in a header it never sent.
+    match header(METHOD_HEADER) {
+        None => {
+            return Err((
+                HEADER_MISMATCH,
+                format!("{METHOD_HEADER} header is missing; send the request body's method in it"),
+                None,
+            ))
+        }
+        Some(sent) if sent != method => {
+            return Err((
+                HEADER_MISMATCH,
+                format!("{METHOD_HEADER} header does not match the request body's method"),
+                None,
+            ))
+        }
+        Some(_) => {}
     }
     if method == "tools/call" {
         if let Some(name) = params.and_then(|p| p.get("name")).and_then(Value::as_str) {
-            if header(NAME_HEADER).and_then(decode_header_value).as_deref() != Some(name) {
-                return Err((
-                    HEADER_MISMATCH,
-                    format!(
-                        "{NAME_HEADER} header does not match the request body's 'name' parameter"
-                    ),
-                    None,
-                ));
+            match header(NAME_HEADER) {
+                None => {
+                    return Err((
+                        HEADER_MISMATCH,
+                        format!(
+                            "{NAME_HEADER} header is missing; send the request body's 'name' parameter in it (as =?base64?…?= where a header cannot carry it)"
+                        ),
+                        None,
+                    ))
+                }
+                Some(sent) if decode_header_value(sent).as_deref() != Some(name) => {
+                    return Err((
+                        HEADER_MISMATCH,
+                        format!(
+                            "{NAME_HEADER} header does not match the request body's 'name' parameter"
+                        ),
+                        None,
+                    ))
+                }
+                Some(_) => {}
             }
         }
     }
