@@ -113,6 +113,9 @@ impl WorkspaceHandler {
                 format!("{op} {path}: path \"{path}\" escapes sandbox \"<worktree>\"")
             }
             PathError::IsADirectory => format!("{op} {path}: {path} is a directory, not a file"),
+            PathError::EndsInSlash => format!(
+                "{op} {path}: a path ending in / names a directory, and nothing is there; give the file's path, without the trailing /"
+            ),
             PathError::NotAFile => format!("{op} {path}: {path} is not a regular file"),
             PathError::Changed => format!(
                 "{op} {path}: the path kept changing while it was being opened; nothing was done, try again"
@@ -365,7 +368,7 @@ impl WorkspaceHandler {
     fn edit(&self, sandbox: &Sandbox, path: &str, old_text: &str, new_text: &str) -> Outcome {
         if old_text.is_empty() {
             return self.refuse(format!(
-                "edit {path}: old_text is empty; give the exact text to replace (use write to create or overwrite a file)"
+                "edit {path}: old_text is empty; give the exact text to replace (to create or overwrite a file, write it whole instead of editing it)"
             ));
         }
         if let Some(refusal) = self.requested_rule("edit", path) {

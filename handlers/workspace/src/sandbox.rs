@@ -64,6 +64,9 @@ pub enum PathError {
     Escape,
     /// The path names a directory where a file was expected.
     IsADirectory,
+    /// The path ends in `/`, so it can only name a directory, and nothing is there: a write
+    /// has no file name to create (said apart: "is a directory" sent an agent looking for one).
+    EndsInSlash,
     /// The path names something that is neither a regular file nor a
     /// directory (a FIFO, a socket, a device).
     NotAFile,
@@ -208,7 +211,7 @@ impl Sandbox {
                 if rest.is_empty() {
                     if trailing_slash {
                         return Err(if create {
-                            PathError::IsADirectory
+                            PathError::EndsInSlash
                         } else {
                             PathError::Io(error)
                         });
@@ -225,7 +228,7 @@ impl Sandbox {
                     return Err(PathError::Io(error));
                 }
                 if trailing_slash {
-                    return Err(PathError::IsADirectory);
+                    return Err(PathError::EndsInSlash);
                 }
                 let last = rest.pop().unwrap_or_default();
                 let mut missing = vec![name];

@@ -500,10 +500,16 @@ fn write_refuses_directories() {
         refused(&f.write("d", "x")),
         "write d: d is a directory, not a file"
     );
+    // Nothing is at `new/`: it was said to be a directory, and an agent went looking for one.
     assert_eq!(
         refused(&f.write("new/", "x")),
-        "write new/: new/ is a directory, not a file"
+        "write new/: a path ending in / names a directory, and nothing is there; give the file's path, without the trailing /"
     );
+    assert_eq!(
+        refused(&f.write("deep/er/", "x")),
+        "write deep/er/: a path ending in / names a directory, and nothing is there; give the file's path, without the trailing /"
+    );
+    assert!(!f.path("new").exists() && !f.path("deep").exists());
     f.put("file", "x");
     assert_eq!(
         refused(&f.write("file/sub", "x")),
@@ -561,7 +567,7 @@ fn edit_refusals() {
     f.put("a.txt", "abc");
     assert_eq!(
         refused(&f.edit("a.txt", "", "x")),
-        "edit a.txt: old_text is empty; give the exact text to replace (use write to create or overwrite a file)"
+        "edit a.txt: old_text is empty; give the exact text to replace (to create or overwrite a file, write it whole instead of editing it)"
     );
     assert_eq!(
         refused(&f.edit("missing.txt", "a", "b")),
