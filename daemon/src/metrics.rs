@@ -152,7 +152,9 @@ impl Metrics {
                 }
             }
         }
-        if let Ok(out) = result {
+        // A replay decided and ran nothing: its denial or failure was counted when it happened
+        // (an agent resending its keys would otherwise count one denial over and over).
+        if let Some(out) = result.as_ref().ok().filter(|out| !out.replayed) {
             for e in &out.effects {
                 if let Some(d) = &e.denial {
                     if let Ok(mut denials) = self.inner.denials.lock() {
