@@ -18,6 +18,7 @@
 //! | `protect` (feature `protect`) | when two path names count as the same name (NFKC, case folding) |
 //! | `beneath` (feature `protect`) | where a relative path really leads beneath a root: symlinks read, not followed; escapes and a changing tree said as such |
 //! | `child` (feature `child`, Linux) | child processes in a process group that die with the call and with the daemon |
+//! | `worktree` (feature `worktree`, Linux) | the worktree opened once by descriptor, never through a symlink at its place; programs started in it by that descriptor |
 //!
 //! plus [`dialect`], the conventions plugins share with the daemon: the glob dialect, JSON
 //! string quoting, MCP tool names.
@@ -198,6 +199,8 @@ pub mod child;
 pub mod identity;
 #[cfg(feature = "protect")]
 pub mod protect;
+#[cfg(feature = "worktree")]
+pub mod worktree;
 
 pub use dialect;
 pub use handler_api;
