@@ -184,3 +184,27 @@ fn session_revoke_given_the_credential_a_file_or_a_prefix_never_prints_the_secre
     );
     assert!(sessions(&db).contains(&id));
 }
+
+/// A credential copied in upper case passed every shape check (the header, `--session` files,
+/// the workbench's form) and was then "unknown" everywhere, its holder told to mint a new one;
+/// `session revoke` of it refused while revoking its upper-case id worked. Hex is read without
+/// regard to case: the upper-case copy is the same credential.
+#[test]
+fn a_credential_written_in_upper_case_is_the_same_credential() {
+    let d = Daemon::start(&["worldd_workspace"], &[]);
+    let db = d.db();
+    let token = d.session("up", &["Workspace.Read=worktree:1"]);
+    let upper = token.to_uppercase();
+    assert_ne!(upper, token);
+    let budget = get(&d.url("/v1/budget"), Some(&upper));
+    assert_eq!(budget.status, 200, "{}", budget.text());
+    assert_eq!(budget.json()["episode"], "up", "{}", budget.text());
+    let id = broker_core::session::credential_id(&token);
+    let (code, out, err) = worldd(&["session", "revoke", "--db", path_str(&db), &upper], None);
+    assert_eq!(code, 0, "{err}");
+    assert_eq!(
+        out,
+        format!("revoked session credential {id} (given the credential itself, not its id: keep credentials out of command lines)\n")
+    );
+    assert_eq!(get(&d.url("/v1/budget"), Some(&token)).status, 401);
+}
