@@ -214,11 +214,13 @@ fn backup_warns_of_indeterminate_effects_once() {
 }
 
 // With a daemon serving the store, `doctor` and `backup` called its calls in flight
-// indeterminate ("never retried; budget stays spent"), and backup warned of them.
+// indeterminate ("never retried; budget stays spent"), and backup and the session verbs warned
+// of them.
 #[test]
 fn doctor_and_backup_call_a_serving_daemons_calls_in_flight_pending() {
     let d = Daemon::start(&["worldd_workspace", "worldd_stall"], &[]);
     let token = d.session("hung", &["Stall.Wait=any:5"]);
+    let other = broker_core::session::credential_id(&d.session("other", &["Stall.Wait=any:1"]));
     let url = d.url("/mcp/");
     let body = json!({"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"stall-wait","arguments":{"ms":"6000"}}});
     let call = std::thread::spawn(move || {
@@ -255,6 +257,11 @@ fn doctor_and_backup_call_a_serving_daemons_calls_in_flight_pending() {
     assert!(!err.contains("indeterminate effect"), "{err}");
     let copy = d.dir.path().join("bk");
     let (code, out, err) = worldd(&["backup", "--db", path_str(&db), path_str(&copy)], None);
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(!err.contains("indeterminate effect"), "{err}");
+    // Nor do the session verbs that write the store beside the daemon (they said the call in
+    // flight was an indeterminate effect, "never retried").
+    let (code, out, err) = worldd(&["session", "revoke", "--db", path_str(&db), &other], None);
     assert_eq!(code, 0, "{out}{err}");
     assert!(!err.contains("indeterminate effect"), "{err}");
     call.join().unwrap();

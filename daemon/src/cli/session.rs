@@ -270,6 +270,11 @@ pub fn seen_is_durable(store: &Store) -> CliResult {
 
 /// Open an existing store; never create one here.
 pub fn open_existing(db: &Path) -> Result<Store, Failure> {
+    // As for the verbs that only read: the calls a serving daemon has in flight are no
+    // indeterminate effects, and minting beside it must not say they "are never retried".
+    if super::doctor::daemon_serves(db) {
+        return super::doctor::without_pending_warning(|| open_with(db, StoreOptions::default()));
+    }
     open_with(db, StoreOptions::default())
 }
 
