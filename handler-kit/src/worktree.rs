@@ -36,6 +36,9 @@ use std::process::Command;
 use crate::output::errno_text;
 use crate::Outcome;
 
+/// Opens of a worktree that was a directory again when looked at after a failed open.
+const ATTEMPTS: usize = 3;
+
 /// Why [`open`] gave no worktree.
 #[derive(Debug)]
 pub enum WorktreeError {
@@ -43,6 +46,8 @@ pub enum WorktreeError {
     Symlink,
     /// The worktree exists and is neither a directory nor a symlink.
     NotADirectory,
+    /// The worktree was a directory and then not, again and again, while it was being opened.
+    Changed,
     /// Any other failure of the open (`ENOENT`, `EACCES`, ...).
     Io(io::Error),
 }
@@ -57,6 +62,10 @@ impl fmt::Display for WorktreeError {
             WorktreeError::NotADirectory => {
                 f.write_str("the episode's worktree is not a directory")
             }
+            WorktreeError::Changed => f.write_str(
+                "the episode's worktree kept changing between a directory and something else \
+                 while it was being opened",
+            ),
             WorktreeError::Io(e) => write!(
                 f,
                 "the episode's worktree cannot be opened: {}",
@@ -82,28 +91,33 @@ impl WorktreeError {
 pub fn open(worktree: &Path) -> Result<OwnedFd, WorktreeError> {
     let c = CString::new(worktree.as_os_str().as_bytes())
         .map_err(|_| WorktreeError::Io(io::Error::from_raw_os_error(libc::EINVAL)))?;
-    // SAFETY: `c` is a valid NUL-terminated string that outlives the call.
-    let fd = unsafe {
-        libc::open(
-            c.as_ptr(),
-            libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC,
-        )
-    };
-    if fd >= 0 {
-        // SAFETY: `fd` was just returned by open and is owned by nobody else.
-        return Ok(unsafe { OwnedFd::from_raw_fd(fd) });
+    for _ in 0..ATTEMPTS {
+        // SAFETY: `c` is a valid NUL-terminated string that outlives the call.
+        let fd = unsafe {
+            libc::open(
+                c.as_ptr(),
+                libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC,
+            )
+        };
+        if fd >= 0 {
+            // SAFETY: `fd` was just returned by open and is owned by nobody else.
+            return Ok(unsafe { OwnedFd::from_raw_fd(fd) });
+        }
+        let e = io::Error::last_os_error();
+        if !matches!(e.raw_os_error(), Some(libc::ENOTDIR) | Some(libc::ELOOP)) {
+            return Err(WorktreeError::Io(e));
+        }
+        // Linux says ENOTDIR for a symlink and for a file alike: a look without following
+        // tells them apart (only the wording depends on it). A directory again by then was
+        // swapped in between: open again.
+        match std::fs::symlink_metadata(worktree) {
+            Ok(md) if md.file_type().is_symlink() => return Err(WorktreeError::Symlink),
+            Ok(md) if !md.is_dir() => return Err(WorktreeError::NotADirectory),
+            Ok(_) => continue,
+            Err(_) => return Err(WorktreeError::Io(e)),
+        }
     }
-    let e = io::Error::last_os_error();
-    match e.raw_os_error() {
-        // A symlink with O_NOFOLLOW is ELOOP, or ENOTDIR when O_DIRECTORY is checked first;
-        // a look without following says which it is (only the wording depends on it).
-        Some(libc::ELOOP) | Some(libc::ENOTDIR) => match std::fs::symlink_metadata(worktree) {
-            Ok(md) if md.file_type().is_symlink() => Err(WorktreeError::Symlink),
-            Ok(md) if !md.is_dir() => Err(WorktreeError::NotADirectory),
-            _ => Err(WorktreeError::Io(e)),
-        },
-        _ => Err(WorktreeError::Io(e)),
-    }
+    Err(WorktreeError::Changed)
 }
 
 /// Make `command` start in the directory `dir` names: the child `fchdir`s to (a duplicate of)

@@ -523,9 +523,9 @@ impl EffectHandler for WorkspaceHandler {
         }
         let sandbox = match Sandbox::open(Path::new(worktree)) {
             Ok(s) => s,
-            // The daemon checked the worktree when it bound it; if it is gone
-            // now, the effect could not run at all. No host path in the text.
-            Err(e) => return checked.worktree_unopenable(&e),
+            // The daemon checked the worktree when it bound it; if it is gone (or
+            // a symlink) now, the effect could not run at all. No host path in the text.
+            Err(e) => return e.outcome(checked.effect),
         };
         match op {
             "read" => self.read(&sandbox, path),

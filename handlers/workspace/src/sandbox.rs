@@ -43,13 +43,13 @@ use std::sync::{Mutex, PoisonError};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use cap_fs_ext::{DirExt, FollowSymlinks, OpenOptionsFollowExt, OpenOptionsMaybeDirExt};
-use cap_std::ambient_authority;
 use cap_std::fs::{
     Dir, File, MetadataExt, OpenOptions, OpenOptionsExt, Permissions, PermissionsExt,
 };
 use handler_kit::beneath::{self, End, Kind, Tree, WalkError};
 /// An errno-style text as Go prints it: `no such file or directory`.
 pub use handler_kit::output::errno_text;
+use handler_kit::worktree::{self, WorktreeError};
 
 /// Attempts when the tree changes between check and use.
 const ATTEMPTS: usize = 3;
@@ -164,10 +164,14 @@ pub struct Sandbox {
 }
 
 impl Sandbox {
-    /// Open the worktree directory (the one ambient-authority call).
-    pub fn open(worktree: &Path) -> io::Result<Sandbox> {
+    /// Open the worktree directory (the one lookup by host path), refusing a worktree that is
+    /// a symlink: the daemon checked the path when it bound it, but anything that can write
+    /// the workspace root can swap it for a link since, and following it would redirect every
+    /// read and write of the request ([`worktree::open`]).
+    pub fn open(worktree: &Path) -> Result<Sandbox, WorktreeError> {
+        let fd = worktree::open(worktree)?;
         Ok(Sandbox {
-            root: Dir::open_ambient_dir(worktree, ambient_authority())?,
+            root: Dir::from_std_file(std::fs::File::from(fd)),
         })
     }
 
