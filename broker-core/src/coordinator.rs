@@ -902,9 +902,7 @@ impl Coordinator {
         }
         if t.declared_effects.iter().any(|e| e.scope == "worktree") {
             if let Some(root) = &self.config.workspace_root {
-                let episode = &p.call.session.episode;
-                let missing = || CallError::NoWorktree(episode.clone());
-                p.worktree = Some(bind_worktree(root, episode).ok_or_else(missing)?);
+                p.worktree = Some(worktree_of(root, &p.call.session.episode)?);
             }
         }
         Ok(p)
@@ -1726,10 +1724,27 @@ fn random_task_id() -> Result<String, CallError> {
 /// that component is a directory and not a symlink: one `lstat` per call, where resolving the
 /// whole path again cost a `readlink` per component of the root on every call.
 pub fn bind_worktree(root: &Path, episode: &str) -> Option<PathBuf> {
-    crate::session::validate_episode(episode).ok()?;
+    worktree_of(root, episode).ok()
+}
+
+/// [`bind_worktree`], or why the episode has no worktree ([`CallError::NoWorktree`]): a
+/// symbolic link where the worktree should be is named as one (it was said not to exist, and
+/// the operator saw it there with `ls`, and `session new` refused it as existing).
+pub fn worktree_of(root: &Path, episode: &str) -> Result<PathBuf, CallError> {
+    let missing = || {
+        CallError::NoWorktree(format!(
+            "episode {episode}'s worktree does not exist: an operator creates it (the directory {episode} in the workspace root; worldd session new makes a worktree and a credential together, for an episode that has neither)"
+        ))
+    };
+    crate::session::validate_episode(episode).map_err(|_| missing())?;
     let wanted = root.join(episode);
-    let meta = std::fs::symlink_metadata(&wanted).ok()?;
-    meta.is_dir().then_some(wanted)
+    match std::fs::symlink_metadata(&wanted) {
+        Ok(meta) if meta.is_dir() => Ok(wanted),
+        Ok(meta) if meta.file_type().is_symlink() => Err(CallError::NoWorktree(format!(
+            "episode {episode}'s worktree is a symbolic link: a worktree must be a directory in the workspace root itself, which no link can redirect (an operator puts the directory {episode} there in place of the link)"
+        ))),
+        _ => Err(missing()),
+    }
 }
 
 /// Convenience for tests and tools: all of a transition's declared effect names.

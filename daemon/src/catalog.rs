@@ -27,7 +27,7 @@ use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::routing::get;
 use axum::{Json, Router};
-use broker_core::coordinator::{bind_worktree, CallError, R8_MESSAGE};
+use broker_core::coordinator::{worktree_of, R8_MESSAGE};
 use broker_core::session::Session;
 use broker_core::transition::Transition;
 use handler_api::EffectClass;
@@ -103,10 +103,9 @@ pub fn runnable(state: &AppState, session: &Session, t: &Transition) -> Runnable
     }
     let needs_worktree = t.declared_effects.iter().any(|e| e.scope == "worktree");
     if let (true, Some(root)) = (needs_worktree, state.coordinator().workspace_root()) {
-        if bind_worktree(root, &session.episode).is_none() {
+        if let Err(missing) = worktree_of(root, &session.episode) {
             // The cause first (the R8 text is the contract's); then what an operator does, which
             // is not `session new` for an episode that already has its credential.
-            let missing = CallError::NoWorktree(session.episode.clone());
             return Runnable::No(missing.to_string());
         }
     }

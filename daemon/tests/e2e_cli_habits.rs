@@ -1919,6 +1919,67 @@ fn a_mint_for_an_episode_with_no_worktree_is_warned_before_the_question() {
     assert!(!here.join(".world").exists());
 }
 
+/// A worktree that is a symbolic link serves no call (no link may redirect one), but the operator
+/// was told three different things: every call said the worktree "does not exist: an operator
+/// creates it" (`ls` showed it there), `session new` refused it as existing, and `session mint`
+/// warned of nothing. Each now names the link.
+#[test]
+fn a_worktree_that_is_a_symlink_is_named_as_one_by_calls_session_new_and_mint() {
+    let d = Daemon::start(&["worldd_workspace"], &[]);
+    let elsewhere = d.dir.path().join("elsewhere");
+    std::fs::create_dir(&elsewhere).unwrap();
+    std::os::unix::fs::symlink(&elsewhere, d.root().join("linked")).unwrap();
+    let token = d.session_without_worktree("linked", &["Workspace.Read=worktree:5"]);
+    let because = "transition declares an effect this daemon has no handler for: episode linked's worktree is a symbolic link: a worktree must be a directory in the workspace root itself, which no link can redirect (an operator puts the directory linked there in place of the link)";
+    let v = get(&d.url("/v1/handlers"), Some(&token)).json();
+    assert_eq!(
+        v["tools"],
+        json!([{"name": "ailang-read", "effects": ["Workspace.Read"], "canRun": false,
+                "reason": because}])
+    );
+    let a = mcp(
+        &d,
+        &token,
+        "tools/call",
+        json!({"name": "ailang-read", "arguments": {"path": "a.txt"}}),
+    );
+    assert_eq!(a.json()["error"]["message"], "host callback failed");
+    d.wait_for_log(&format!("mcp tools/call: host callback failed: {because}"));
+
+    let (db, root) = (d.db(), d.root());
+    let (code, shown) = at_terminal(
+        &format!(
+            "{WORLDD} session new linked --db {} --workspace-root {} --preset se-tools",
+            db.display(),
+            root.display()
+        ),
+        b"y\n",
+    );
+    assert_eq!(code, 1, "{shown}");
+    assert!(
+        shown.contains(&format!(
+            "worldd: worktree {}/linked is a symbolic link, and a worktree must be a directory in the workspace root itself (a daemon refuses every call in a linked one); remove the link first, or put the directory it names there in its place and run worldd session mint --episode linked --grant EFFECT=SCOPE:BUDGET",
+            root.display()
+        )),
+        "{shown}"
+    );
+    let (code, shown) = mint_at_terminal(
+        &db,
+        &format!(
+            "--episode linked --grant Workspace.Read=worktree:1 --workspace-root {}",
+            root.display()
+        ),
+    );
+    assert_eq!(code, 0, "{shown}");
+    let warned = shown
+        .find(&format!(
+            "worldd session: warning: episode linked's worktree {}/linked is a symbolic link: every call of this credential is refused while it is one (a worktree must be a directory in the workspace root itself, which no link can redirect); put the directory there in place of the link",
+            root.display()
+        ))
+        .unwrap_or_else(|| panic!("{shown}"));
+    assert!(warned < shown.find("Confirm mint").unwrap(), "{shown}");
+}
+
 /// What a terminal showed before the mint's question, line by line, without the echo of what
 /// was typed into it (`script` may echo it before anything is printed).
 fn said_before_the_question(shown: &str, typed: &str) -> Vec<String> {

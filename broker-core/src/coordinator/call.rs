@@ -131,9 +131,10 @@ pub enum CallError {
     NotCommitted,
     #[error("{R8_MESSAGE}")]
     NoHandler,
-    /// Rule R8 for a worktree-scoped effect: the handler is loaded, but the episode's worktree
-    /// (the directory named for it in the workspace root) does not exist.
-    #[error("{R8_MESSAGE}: episode {0}'s worktree does not exist: an operator creates it (the directory {0} in the workspace root; worldd session new makes a worktree and a credential together, for an episode that has neither)")]
+    /// Rule R8 for a worktree-scoped effect: the handler is loaded, but the episode has no
+    /// worktree (no directory named for it in the workspace root, or a symbolic link there);
+    /// the text says which ([`crate::coordinator::worktree_of`]).
+    #[error("{R8_MESSAGE}: {0}")]
     NoWorktree(String),
     #[error("no world is selected; commit a genesis world first")]
     NoWorld,

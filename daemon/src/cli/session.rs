@@ -444,7 +444,13 @@ fn mint(
     let minting = Minting::check(db, episode, grants, operator, ttl, out)?;
     check_out_beside_agents(out, root, operator)?;
     let worktree = root.join(episode);
-    if !operator && needs_worktree && !worktree.is_dir() {
+    let link = std::fs::symlink_metadata(&worktree).is_ok_and(|m| m.file_type().is_symlink());
+    if !operator && needs_worktree && link {
+        errln!(
+            "worldd session: warning: episode {episode}'s worktree {} is a symbolic link: every call of this credential is refused while it is one (a worktree must be a directory in the workspace root itself, which no link can redirect); put the directory there in place of the link",
+            shown_path(&worktree)
+        );
+    } else if !operator && needs_worktree && !worktree.is_dir() {
         errln!(
             "worldd session: warning: episode {episode} has no worktree {}: every call of this credential is refused until it exists; `worldd session new {episode}` creates one, or pass --workspace-root with the daemon's root if it serves another",
             shown_path(&worktree)
@@ -635,7 +641,15 @@ fn new(a: NewArgs) -> CliResult {
             a.db.db.display()
         );
     }
-    if worktree.exists() {
+    // Not followed: a link there is no worktree a daemon serves ([`worktree_of`]).
+    if let Ok(meta) = std::fs::symlink_metadata(&worktree) {
+        if meta.file_type().is_symlink() {
+            return Err(Failure::usage(format!(
+                "worktree {} is a symbolic link, and a worktree must be a directory in the workspace root itself (a daemon refuses every call in a linked one); remove the link first, or put the directory it names there in its place and run worldd session mint --episode {} --grant EFFECT=SCOPE:BUDGET",
+                worktree.display(),
+                a.episode
+            )));
+        }
         return Err(Failure::usage(format!(
             "worktree {} already exists; to give episode {} another credential, run worldd session mint --episode {} --grant EFFECT=SCOPE:BUDGET (its worktree stays); to start it afresh, remove the directory first",
             worktree.display(),
