@@ -3,14 +3,15 @@
 
 use std::io::{self, Read};
 use std::os::fd::AsRawFd;
+use std::path::Path;
 
-use cap_std::ambient_authority;
 use cap_std::fs::{Dir, OpenOptions, OpenOptionsExt};
 use handler_kit::beneath::{self, HostDir, WalkError};
 use handler_kit::output::{errno_text, Stamp};
 use handler_kit::protect::{git_component, named_like_git, GIT_UNREAD};
 use handler_kit::request::{check, Checked, Quote, Rules};
 use handler_kit::serde_json::{json, Map, Value};
+use handler_kit::worktree;
 use handler_kit::{EffectHandler, Host, LogLevel, Outcome, Request, NO_PUBLISH};
 
 use crate::bundle;
@@ -183,11 +184,17 @@ impl RegistryHandler {
         if escapes(path) {
             return Err(escape());
         }
-        if let Some(why) = git_data(worktree, path) {
+        // The worktree is opened once, never through a symlink at its place (one swapped in
+        // since the daemon checked it would redirect the read), and looked at only through
+        // that descriptor from here on: `/proc/self/fd/N` names the directory opened, not
+        // whatever the path leads to now.
+        let root = worktree::open(Path::new(worktree))
+            .map(|fd| Dir::from_std_file(std::fs::File::from(fd)))
+            .map_err(|e| e.outcome(request.effect))?;
+        let opened = format!("/proc/self/fd/{}", root.as_raw_fd());
+        if let Some(why) = git_data(&opened, path) {
             return Err(self.refuse(format!("publish {path}: {why}")));
         }
-        let root = Dir::open_ambient_dir(worktree, ambient_authority())
-            .map_err(|e| request.worktree_unopenable(&e))?;
         let mut options = OpenOptions::new();
         // Non-blocking: a FIFO planted in the worktree must not hang the call.
         options.read(true).custom_flags(libc::O_NONBLOCK);
@@ -205,7 +212,7 @@ impl RegistryHandler {
                 )
             }
         };
-        if let Some(why) = opened_in_git_data(&file, worktree) {
+        if let Some(why) = opened_in_git_data(&file, &opened) {
             return Err(self.refuse(format!("publish {path}: {why}")));
         }
         let metadata = file.metadata().map_err(|e| {

@@ -546,3 +546,114 @@ fn config_is_validated() {
         );
     }
 }
+
+// ------------------------------------------------------- the worktree itself
+
+const SYMLINKED: &str = "broker: Registry.Publish failed: the episode's worktree is a symbolic link; a worktree must be a directory in the workspace root itself";
+const CHANGING: &str = "broker: Registry.Publish failed: the episode's worktree kept changing between a directory and something else while it was being opened";
+
+/// Atomically exchange two names (`renameat2(RENAME_EXCHANGE)`), as a second process racing
+/// the handler would.
+fn exchange(a: &Path, b: &Path) {
+    use std::os::unix::ffi::OsStrExt;
+    let a = std::ffi::CString::new(a.as_os_str().as_bytes()).unwrap();
+    let b = std::ffi::CString::new(b.as_os_str().as_bytes()).unwrap();
+    // SAFETY: two valid NUL-terminated absolute paths.
+    let rc = unsafe {
+        libc::renameat2(
+            libc::AT_FDCWD,
+            a.as_ptr(),
+            libc::AT_FDCWD,
+            b.as_ptr(),
+            libc::RENAME_EXCHANGE,
+        )
+    };
+    assert_eq!(rc, 0, "renameat2: {}", std::io::Error::last_os_error());
+}
+
+/// A worktree with `tools/b.json` publishing `id`, in `parent/name`.
+fn worktree_with_bundle(parent: &Path, name: &str, id: &str) -> std::path::PathBuf {
+    let wt = parent.join(name);
+    fs::create_dir_all(wt.join("tools")).unwrap();
+    let bundle = json!({"transitions": [with_id(docs_read(), id)]});
+    fs::write(wt.join("tools/b.json"), bundle.to_string()).unwrap();
+    wt
+}
+
+#[test]
+fn a_worktree_swapped_for_a_symlink_to_an_outside_directory_never_publishes_what_lies_there() {
+    let host = TestRegistry::new();
+    let h = handler_with(host.clone(), json!({}));
+    let tmp = tempfile::tempdir().unwrap();
+    let wt = worktree_with_bundle(tmp.path(), "ep", "inside-tool");
+    let outside = worktree_with_bundle(tmp.path(), "outside", "outside-tool");
+    let link = tmp.path().join("ep.link");
+    symlink(&outside, &link).unwrap();
+
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let swapper = {
+        let (stop, wt, link) = (stop.clone(), wt.clone(), link.clone());
+        std::thread::spawn(move || {
+            let mut swaps = 0;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                exchange(&wt, &link);
+                swaps += 1;
+            }
+            // Leave the real worktree at its own name.
+            if swaps % 2 == 1 {
+                exchange(&wt, &link);
+            }
+        })
+    };
+    let mut refused_symlink = 0;
+    for i in 0..1000 {
+        match h.execute(request(
+            &wt,
+            json!({"op": "publish", "path": "tools/b.json"}),
+        )) {
+            Outcome::Ok { output } => {
+                assert_eq!(
+                    output["published"],
+                    json!(["inside-tool"]),
+                    "call {i}: {output:?}"
+                )
+            }
+            Outcome::Failed { message } => {
+                assert!(
+                    message == SYMLINKED || message == CHANGING,
+                    "call {i}: {message}"
+                );
+                refused_symlink += 1;
+            }
+            other => panic!("call {i}: {other:?}"),
+        }
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    swapper.join().unwrap();
+    assert!(
+        host.calls().iter().all(|c| !c.contains("outside-tool")),
+        "a bundle outside the worktree reached the registry"
+    );
+    assert!(
+        refused_symlink > 0,
+        "the race was never seen: the test proves nothing"
+    );
+}
+
+#[test]
+fn a_worktree_that_is_a_symlink_is_refused_and_nothing_is_published() {
+    let host = TestRegistry::new();
+    let h = handler_with(host.clone(), json!({}));
+    let tmp = tempfile::tempdir().unwrap();
+    let wt = worktree_with_bundle(tmp.path(), "ep", "inside-tool");
+    let link = tmp.path().join("ep.link");
+    symlink(&wt, &link).unwrap();
+    assert_eq!(
+        failed(h.execute(request(
+            &link,
+            json!({"op": "publish", "path": "tools/b.json"})
+        ))),
+        SYMLINKED
+    );
+    assert!(host.calls().is_empty());
+}
