@@ -78,6 +78,7 @@ use crate::state::{AppState, InvokeFailure};
 mod jsonrpc;
 mod methods;
 mod modern;
+mod numbers;
 mod transport;
 
 use jsonrpc::{Message, Reply};
@@ -182,7 +183,10 @@ async fn serve_post(state: AppState, headers: HeaderMap, body: Body) -> Response
     // held in the body budget until the POST is answered.
     let message = match json_bounds::held(&state, &headers, &mut share, bytes, json_bounds::parse) {
         Ok(v) => v,
-        Err(Refused::Unparsed(why)) => return transport::sse_reply(&Reply::not_taken(&why, bytes)),
+        Err(Refused::Unparsed(why)) => {
+            let reply = Reply::not_taken(&why, bytes, state.limits().json_values);
+            return transport::sse_reply(&reply);
+        }
         Err(Refused::Busy(busy)) => return transport::body_busy(busy.text()),
     };
     match message {

@@ -202,8 +202,14 @@ impl Reply {
     /// `params` (the reply the same number within `u64` gets from admission, whose rule is
     /// canonical JSON's ±2^53−1) and `-32600` otherwise, naming the rule there: ids and the
     /// rest of a message are read as 64-bit integers (an id of 2^64−1 is taken and echoed).
-    pub(super) fn not_taken(why: &McpUnparsed, body: &[u8]) -> Reply {
+    /// A number too large for a double is answered the same way ([`super::numbers`]), not as
+    /// a parse error: it is JSON. `max_values` is `[limits] json_values`.
+    pub(super) fn not_taken(why: &McpUnparsed, body: &[u8], max_values: usize) -> Reply {
         match why {
+            McpUnparsed::Json(why @ Unparsed::Syntax(_)) => {
+                super::numbers::out_of_range(body, max_values)
+                    .unwrap_or_else(|| Reply::unparsed(why))
+            }
             McpUnparsed::Json(why) => Reply::unparsed(why),
             McpUnparsed::Inexact {
                 why,

@@ -69,7 +69,10 @@ pub(super) async fn serve(
     }
     let message = match json_bounds::held(ctx.state, headers, share, bytes, json_bounds::parse) {
         Ok(v) => v,
-        Err(Refused::Unparsed(why)) => return json_reply(&Reply::not_taken(&why, bytes)),
+        Err(Refused::Unparsed(why)) => {
+            let limit = ctx.state.limits().json_values;
+            return json_reply(&Reply::not_taken(&why, bytes, limit));
+        }
         Err(Refused::Busy(busy)) => return super::transport::body_busy(busy.text()),
     };
     let Value::Object(object) = &message else {
