@@ -16,8 +16,12 @@ pub fn nearest<'k>(
         }
     };
     let given = fold(given);
+    let chars = given.chars().count();
     known
         .into_iter()
+        // Two edits cannot bridge a longer gap in length; the distance of a name of megabytes
+        // is never computed.
+        .filter(|k| k.chars().count().abs_diff(chars) <= 2)
         .map(|k| (strsim::levenshtein(&given, &fold(k)), k))
         .filter(|(distance, _)| *distance <= 2)
         .min()
@@ -42,9 +46,94 @@ pub fn unknown_name<'k>(
     }
 }
 
+/// [`unknown_name`] for a tool: besides a name within two edits, the tool a model most likely
+/// meant when it dropped or added part of the name. A host's prefix (`mcp__worldd__ailang-read`,
+/// `worldd__ailang-read`) or a suffix (`ailang-readfile`) around a tool's name, or a part of one
+/// (`read`, `write`), names that tool. Only the session's own `known` names are offered.
+pub fn unknown_tool<'k>(
+    given: &str,
+    known: impl IntoIterator<Item = &'k str> + Clone,
+    listed: &str,
+) -> String {
+    let q = dialect::quote::quote(given);
+    match nearest(given, known.clone(), true).or_else(|| around(given, known)) {
+        Some(near) => {
+            format!("no tool of this session is named {q}; did you mean {near}? ({listed})")
+        }
+        None => format!("no tool of this session is named {q}; {listed}"),
+    }
+}
+
+/// The name of `known` that `given` holds whole or is a part of (at least three characters),
+/// compared case-insensitively. The best kind first: `given` ends with it (a host's prefix),
+/// it ends with `given`, it holds `given`, `given` holds it; among equals the longest, then
+/// the first in sort order.
+fn around<'k>(given: &str, known: impl IntoIterator<Item = &'k str>) -> Option<&'k str> {
+    let given = given.to_ascii_lowercase();
+    known
+        .into_iter()
+        .filter_map(|k| {
+            let name = k.to_ascii_lowercase();
+            let part = given.chars().count() >= 3;
+            let rank = if given.ends_with(&name) {
+                0
+            } else if part && name.ends_with(&given) {
+                1
+            } else if part && name.contains(&given) {
+                2
+            } else if given.contains(&name) {
+                3
+            } else {
+                return None;
+            };
+            Some((rank, std::cmp::Reverse(k.len()), k))
+        })
+        .min()
+        .map(|(_, _, k)| k)
+}
+
 #[cfg(test)]
 mod tests {
-    use super::nearest;
+    use super::{nearest, unknown_tool};
+
+    #[test]
+    fn a_tool_name_with_a_host_prefix_a_suffix_or_only_a_part_of_it_suggests_that_tool() {
+        let known = [
+            "ailang-check",
+            "ailang-edit",
+            "ailang-read",
+            "ailang-run",
+            "ailang-write",
+            "git-commit",
+        ];
+        let hint = |given: &str| {
+            let why = unknown_tool(given, known, "tools/list shows this session's tools");
+            why.split_once("did you mean ")
+                .map(|(_, rest)| rest.split_once('?').unwrap().0.to_owned())
+        };
+        for (given, meant) in [
+            ("mcp__worldd__ailang-read", "ailang-read"),
+            ("worldd__ailang-read", "ailang-read"),
+            ("MCP__WORLDD__AILANG-WRITE", "ailang-write"),
+            ("read", "ailang-read"),
+            ("write", "ailang-write"),
+            ("edit", "ailang-edit"),
+            ("commit", "git-commit"),
+            ("ailang-readfile", "ailang-read"),
+            ("ailang-writefile", "ailang-write"),
+            ("ailang-reed", "ailang-read"),
+        ] {
+            assert_eq!(hint(given).as_deref(), Some(meant), "{given}");
+        }
+        // Too short to be a part of a name, or nothing like one.
+        for given in ["ai", "-", "registry", "delete-everything"] {
+            assert_eq!(hint(given), None, "{given}");
+        }
+        assert_eq!(
+            unknown_tool("zzz", known, "tools/list shows this session's tools"),
+            "no tool of this session is named \"zzz\"; tools/list shows this session's tools"
+        );
+    }
 
     #[test]
     fn the_nearest_word_within_two_edits_case_folded_on_request() {

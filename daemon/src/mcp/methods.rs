@@ -16,7 +16,7 @@ use serde::Serialize;
 use serde_json::Value;
 use tokio::time::Instant;
 
-use super::jsonrpc::{quote, Reply, METHOD_NOT_FOUND};
+use super::jsonrpc::{Reply, METHOD_NOT_FOUND};
 use super::MODERN_VERSION;
 use crate::outcome::Outcome;
 use crate::state::AppState;
@@ -119,7 +119,8 @@ pub(super) async fn dispatch(
         (other, _) => Ok(Reply::error(
             id,
             METHOD_NOT_FOUND,
-            format!("method not found: {}", quote(other)),
+            // Quoted to at most 256 bytes: the method is the client's text, of any size.
+            format!("method not found: {}", dialect::quote::quote(other)),
         )),
     }
 }

@@ -52,8 +52,10 @@ fn call_params(params: Option<Value>) -> Result<CallParams, String> {
         Some(m @ Value::Object(_)) => Some(m),
         Some(_) => return Err("invalid params: \"_meta\" must be an object".into()),
     };
+    // A null key is refused like any other non-string: a client whose key variable was unset
+    // (None, nil, null) asked for at most once, and unkeyed the call would run at least once.
     let key = match meta.and_then(|m| m.get(IDEMPOTENCY_KEY)) {
-        None | Some(Value::Null) => None,
+        None => None,
         Some(Value::String(k)) if task::valid_task_id(k) => Some(k.clone()),
         Some(_) => {
             return Err(format!(
@@ -157,16 +159,16 @@ async fn tool_named(
         return Ok(Ok(entries.swap_remove(i)));
     }
     // The contract's message, and in `data` the nearest of this session's own tools (never one
-    // it cannot see), so that a model can correct a misspelt name.
-    let message = format!("unknown tool {}", quote(name));
+    // it cannot see), so that a model can correct a misspelt name. The name is quoted to at
+    // most 256 bytes, as every echo of client text: a name of megabytes made a reply of them.
+    let message = format!("unknown tool {}", dialect::quote::quote(name));
     let names: Vec<String> = entries
         .iter()
         .map(|e| tools::mcp_name(&e.transition.id))
         .collect();
-    let why = crate::spelling::unknown_name(
+    let why = crate::spelling::unknown_tool(
         name,
         names.iter().map(String::as_str),
-        "tool",
         "tools/list shows this session's tools",
     );
     Ok(Err(Reply::error_with_data(
@@ -354,7 +356,16 @@ mod tests {
                 key: Some("k-1.x_y".into())
             })
         );
-        for bad in [json!(""), json!("a b"), json!(7), json!("x".repeat(129))] {
+        for bad in [
+            json!(""),
+            json!("a b"),
+            json!(7),
+            json!("x".repeat(129)),
+            json!(null),
+            json!(true),
+            json!({}),
+            json!([]),
+        ] {
             assert_eq!(
                 call_params(Some(json!({"name": "t", "_meta": {"world/idempotencyKey": bad}}))),
                 Err("invalid params: _meta \"world/idempotencyKey\" must be 1-128 characters of A-Z a-z 0-9 . _ -".into())
