@@ -7,7 +7,9 @@
 //!
 //! 1. **Authorization**, before anything about the transport is checked, so an unauthorized
 //!    caller learns nothing about it: 401 with one of four fixed texts and
-//!    `WWW-Authenticate: Bearer`; 500 when the store failed underneath.
+//!    `WWW-Authenticate: Bearer` (with `error="invalid_request"` for a malformed header,
+//!    `error="invalid_token"` for an unknown or expired credential, RFC 6750 §3.1); 500 when
+//!    the store failed underneath.
 //! 2. **Headers** (`transport`): one `Content-Type`, `application/json` (parameters such
 //!    as `charset` allowed); `Accept` must list both `application/json` and
 //!    `text/event-stream` (wildcards do not count); the optional `MCP-Protocol-Version` must be
@@ -26,8 +28,10 @@
 //!    accepted and ignored: a POST that carries only those is answered 202 with an empty body.
 //!    A message shaped as a response (`result` or `error`, no `method`) that is no valid one
 //!    is answered 400 with a plain-JSON `-32600`, id null (MCP: a posted response the server
-//!    cannot accept gets an HTTP error); an integer literal past 64 bits outside one request's
-//!    `params` is `-32600` naming that range, the one ids are read in.
+//!    cannot accept gets an HTTP error), and so is a batch of only responses and notifications
+//!    that holds one (its array of `-32600`s); an integer literal past 64 bits, or a number
+//!    too large for a double (`1e400`, which is JSON: no `-32700`), outside one request's
+//!    `params` is `-32600` naming it (inside, `-32602` to that request's id).
 //! 5. **Methods** (`methods`): `initialize`, `ping`, `tools/list`, `tools/call`.
 //!
 //! A successful reply is one Server-Sent Event, `event: message\ndata: <compact JSON>\n\n`.
@@ -225,15 +229,20 @@ async fn serve_batch(ctx: &Ctx<'_>, version: &'static str, items: Vec<Value>) ->
     // as it is then, so that a revocation made meanwhile runs nothing more of the batch.
     let mut session = ctx.session.clone();
     let mut first = true;
+    // Whether any item is a request (valid or not): a batch of only responses and
+    // notifications that is refused gets an HTTP error, as such a message alone does.
+    let mut requests = false;
     for item in items {
+        let item = jsonrpc::classify(item);
+        requests |= matches!(item, Message::Request { .. } | Message::Invalid { .. });
         if replies.bytes >= limits.reply_bytes {
             // Nothing runs past the limit; each request left is told so by its id.
-            if let Message::Request { id, .. } = jsonrpc::classify(item) {
+            if let Message::Request { id, .. } = item {
                 replies.push_uncounted(&Reply::not_run(id, limits.reply_bytes));
             }
             continue;
         }
-        let reply = match jsonrpc::classify(item) {
+        let reply = match item {
             Message::Ignored => continue,
             Message::Invalid { id, why } => Reply::invalid_request(id, why),
             Message::BadResponse { why } => Reply::invalid_request(Value::Null, why),
@@ -285,6 +294,9 @@ async fn serve_batch(ctx: &Ctx<'_>, version: &'static str, items: Vec<Value>) ->
     }
     match replies.finish() {
         None => transport::accepted(),
+        // Only responses and notifications, and responses refused: MCP 2025-03-26's transport
+        // MUST answer such input with an HTTP error status.
+        Some(Ok(json)) if !requests => transport::bad_responses(json),
         Some(Ok(json)) => transport::sse(|out| {
             out.extend_from_slice(&json);
             Ok(())

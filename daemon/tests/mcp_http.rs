@@ -474,7 +474,19 @@ async fn every_row_of_the_auth_table_is_401_with_its_text() {
         }
         let r = h.send(request(&headers, ping)).await;
         r.assert_text(StatusCode::UNAUTHORIZED, text);
-        assert_eq!(r.header("www-authenticate"), Some("Bearer"), "{auth:?}");
+        // RFC 6750 §3.1: the credential's fault in the challenge, bare when none was sent.
+        let challenge = match text {
+            t if t == absent => "Bearer".to_owned(),
+            t if t == malformed => {
+                format!(r#"Bearer error="invalid_request", error_description="{t}""#)
+            }
+            t => format!(r#"Bearer error="invalid_token", error_description="{t}""#),
+        };
+        assert_eq!(
+            r.header("www-authenticate"),
+            Some(challenge.as_str()),
+            "{auth:?}"
+        );
     }
     // A live credential under a lower-case scheme is served (it was refused as malformed).
     let auth = format!("bearer {}", h.reader());
@@ -4276,13 +4288,25 @@ async fn malformed_posted_responses_are_400_with_a_json_rpc_error_not_202() {
     ] {
         h.rpc(&t, body).await.assert_accepted();
     }
-    // In a batch a malformed response is an item's -32600, as a malformed request is.
+    // In a batch a malformed response is an item's -32600, as a malformed request is; a batch
+    // of only responses and notifications is answered 400, its array as plain JSON (MCP: input
+    // of only those that the server cannot accept gets an HTTP error).
     let batch =
         r#"[{"jsonrpc":"2.0","method":"notifications/initialized"},{"jsonrpc":"2.0","result":{}}]"#;
+    let r = h.rpc(&t, batch).await;
+    assert_eq!(r.status, StatusCode::BAD_REQUEST, "{}", r.body);
+    assert_eq!(r.header("content-type"), Some("application/json"));
+    assert_eq!(
+        serde_json::from_str::<Value>(&r.body).unwrap(),
+        json!([{"jsonrpc": "2.0", "id": null, "error": {"code": -32600, "message":
+            "invalid request: a response needs the \"id\" of the request it answers"}}])
+    );
+    let batch = r#"[{"jsonrpc":"2.0","result":{}},{"jsonrpc":"2.0","id":1,"method":"ping"}]"#;
     assert_eq!(
         h.rpc(&t, batch).await.sse(),
         json!([{"jsonrpc": "2.0", "id": null, "error": {"code": -32600, "message":
-            "invalid request: a response needs the \"id\" of the request it answers"}}])
+            "invalid request: a response needs the \"id\" of the request it answers"}},
+            {"jsonrpc": "2.0", "id": 1, "result": {}}])
     );
 }
 

@@ -20,13 +20,15 @@
 //!
 //! Every reply is plain `application/json` (the revision lets a server answer a request that
 //! emits no notification with JSON). Errors carry the status of the revision's table:
-//! `-32700`, `-32600`, `-32602`, `-32020`, `-32021`, `-32022` → 400; `-32601` → 404. The
+//! `-32700`, `-32600`, `-32602`, `-32020`, `-32021`, `-32022` → 400; `-32601` → 404;
+//! `-32001` (the credential revoked while the call waited) → 401, as the transport answers a
+//! revoked credential, with `WWW-Authenticate: Bearer error="invalid_token"`. The
 //! table leaves `-32603` open; here it is 500, because every `-32603` of a `tools/call`
 //! means the outcome is not confirmed, and a transport status is how an agent loop that
 //! treats a complete JSON-RPC answer as "outcome known" learns the truth. Host failures keep
 //! their fixed messages and add `data` with the outcome classification.
 
-use axum::http::header::CONTENT_TYPE;
+use axum::http::header::{CONTENT_TYPE, WWW_AUTHENTICATE};
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use base64::Engine;
@@ -34,7 +36,7 @@ use serde_json::{json, Value};
 
 use super::jsonrpc::{
     self, Message, Reply, HEADER_MISMATCH, INTERNAL_ERROR, INVALID_PARAMS, INVALID_REQUEST,
-    METHOD_NOT_FOUND, PARSE_ERROR, UNSUPPORTED_PROTOCOL_VERSION,
+    METHOD_NOT_FOUND, PARSE_ERROR, SESSION_REVOKED, UNSUPPORTED_PROTOCOL_VERSION,
 };
 use super::methods::{Ctx, HostFailure};
 use super::MODERN_VERSION;
@@ -45,6 +47,10 @@ use crate::json_bounds::{self, Refused};
 pub(super) const PROTOCOL_VERSION_META_KEY: &str = "io.modelcontextprotocol/protocolVersion";
 /// The envelope key carrying the client's capabilities for this request.
 pub(super) const CLIENT_CAPABILITIES_META_KEY: &str = "io.modelcontextprotocol/clientCapabilities";
+
+/// The `error_description` of the 401 that answers a call whose credential was revoked while
+/// it waited.
+const REVOKED_CHALLENGE: &str = "session credential was revoked while this call waited";
 
 const VERSION_HEADER: &str = "mcp-protocol-version";
 const METHOD_HEADER: &str = "mcp-method";
@@ -259,6 +265,9 @@ fn status_of(code: i64) -> StatusCode {
         -32021 => StatusCode::BAD_REQUEST,
         METHOD_NOT_FOUND => StatusCode::NOT_FOUND,
         INTERNAL_ERROR => StatusCode::INTERNAL_SERVER_ERROR,
+        // The credential was revoked while the call waited: what the transport answers a
+        // revoked credential, so that no error of this revision rides on a result's 200.
+        SESSION_REVOKED => StatusCode::UNAUTHORIZED,
         _ => StatusCode::OK,
     }
 }
@@ -268,12 +277,22 @@ fn json_reply(reply: &Reply) -> Response {
     let status = reply.error_code().map(status_of).unwrap_or(StatusCode::OK);
     let mut body = Vec::with_capacity(1024);
     match reply.write_json(&mut body) {
-        Ok(()) => (
-            status,
-            [(CONTENT_TYPE, HeaderValue::from_static("application/json"))],
-            body,
-        )
-            .into_response(),
+        Ok(()) => {
+            let mut r = (
+                status,
+                [(CONTENT_TYPE, HeaderValue::from_static("application/json"))],
+                body,
+            )
+                .into_response();
+            // A 401 names its challenge (RFC 9110 §15.5.2), as the transport's do.
+            if status == StatusCode::UNAUTHORIZED {
+                r.headers_mut().insert(
+                    WWW_AUTHENTICATE,
+                    super::transport::bearer_error("invalid_token", REVOKED_CHALLENGE),
+                );
+            }
+            r
+        }
         Err(e) => {
             tracing::error!("mcp: reply could not be serialized: {e}");
             host_failure(&Value::Null, HostFailure::Failed)
@@ -398,5 +417,6 @@ mod tests {
         assert_eq!(status_of(-32020), StatusCode::BAD_REQUEST);
         assert_eq!(status_of(-32601), StatusCode::NOT_FOUND);
         assert_eq!(status_of(-32603), StatusCode::INTERNAL_SERVER_ERROR);
+        assert_eq!(status_of(-32001), StatusCode::UNAUTHORIZED);
     }
 }
