@@ -8,6 +8,7 @@ use super::super::jsonrpc::{Reply, INTERNAL_ERROR, INVALID_PARAMS};
 use super::modern_fields::ModernFields;
 use super::server_info::server_info_meta;
 use super::{Ctx, HostFailure, MethodResult};
+use crate::catalog::{self, Runnable};
 use crate::tools::{self, SurfaceError};
 
 #[derive(Debug, Serialize)]
@@ -29,6 +30,25 @@ struct Tool {
     output_schema: Value,
     /// The truth about the tool's effect class ([`tools::annotations`]).
     annotations: Value,
+    /// `{"world/cannotRun": "<why>"}` for a tool this daemon cannot run ([`cannot_run`]).
+    #[serde(rename = "_meta", skip_serializing_if = "Option::is_none")]
+    meta: Option<Value>,
+}
+
+/// The `_meta` member that marks a listed tool this daemon cannot run.
+const CANNOT_RUN_META: &str = "world/cannotRun";
+
+/// A listed tool that cannot run here (rule R8: no loaded plugin handles one of its effects,
+/// or the episode's worktree is missing) stays listed (a session sees every tool its grants
+/// reach), but says so where a model reads: after its description, and in `_meta`. A model
+/// that picked it got only `host callback failed`, which reads as "the effect may have run".
+fn cannot_run(description: &str, why: &str) -> (String, Value) {
+    (
+        format!(
+            "{description}\n\nCannot run here: {why}. A call is refused before anything runs (host callback failed; nothing ran, nothing was spent): use another tool."
+        ),
+        serde_json::json!({ CANNOT_RUN_META: why }),
+    )
 }
 
 pub(super) async fn tools_list(
@@ -63,13 +83,21 @@ pub(super) async fn tools_list(
         .iter()
         .map(|e| {
             let t = &e.transition;
+            let (description, meta) = match catalog::runnable(ctx.state, ctx.session, t) {
+                Runnable::Yes => (t.description.clone(), None),
+                Runnable::No(why) => {
+                    let (d, m) = cannot_run(&t.description, &why);
+                    (d, Some(m))
+                }
+            };
             Tool {
                 name: tools::mcp_name(&t.id),
                 title: t.title.clone(),
-                description: t.description.clone(),
+                description,
                 input_schema: published_schema(&t.input_schema),
                 output_schema: published_schema(&t.output_schema),
                 annotations: tools::annotations(tools::tool_class(ctx.state, t)),
+                meta,
             }
         })
         .collect();
