@@ -25,7 +25,8 @@
 //!
 //! Errors are JSON-RPC errors in an HTTP 200, with the fixed messages of the contract; the
 //! message methods add `data` with the outcome classification where the question "did it
-//! run?" has an answer. The task id is the idempotency key within the episode: resending a
+//! run?" has an answer. Under 1.0 every `data` is a `google.rpc.ErrorInfo`, the credential
+//! errors' included ([`errors::error_with_data`], [`errors::auth_error`]). The task id is the idempotency key within the episode: resending a
 //! committed task id returns the committed result without running the tool again.
 //!
 //! The handler [`a2a`] reads a request top to bottom; its steps live in modules named for
@@ -49,7 +50,7 @@ use crate::outcome;
 use crate::state::{AppState, InvokeFailure};
 use crate::tools;
 
-use errors::{error_text, invoke_error, rpc_error, rpc_error_with_data};
+use errors::{error_text, error_with_data, invoke_error, revoked_error, rpc_error};
 use params::TaskSend;
 use version::{Method, Op};
 
@@ -84,11 +85,18 @@ async fn a2a(
     let deadline = Instant::now() + state.limits().call_deadline;
     // `_share` keeps the request's place in the body budget until it is answered: queued
     // behind its episode or the large-call lane, a call holds what was parsed from its body.
-    let (session, req, body_bytes, _share) =
-        match request::received(&state, &headers, body, deadline).await {
-            Ok(received) => received,
-            Err(answer) => return answer,
-        };
+    let asked = version::requested_version(&headers, &uri);
+    let speaks = asked.clone().unwrap_or(version::Version::V0_3);
+    let request::Received {
+        session,
+        req,
+        params_unreadable,
+        body_bytes,
+        share: _share,
+    } = match request::received(&state, &headers, body, deadline, speaks).await {
+        Ok(received) => received,
+        Err(answer) => return answer,
+    };
     let id = match request::envelope(&req) {
         Ok(Some(id)) => id,
         // A notification: JSON-RPC gives it no answer, so nothing is run that no one hears of.
@@ -101,13 +109,16 @@ async fn a2a(
             )
         }
     };
-    let method = match version::routed(&req, version::requested_version(&headers, &uri), &id) {
+    let method = match version::routed(&req, asked, &id) {
+        Ok(Op::Unsupported(what)) => return what.answer(&id),
+        // The envelope, the method and its version are sound, and params cannot be read as
+        // arguments: nothing runs.
+        Ok(_) if params_unreadable => return rpc_error(&id, -32602, "invalid params"),
         Ok(Op::Send(method)) => method,
         Ok(Op::Read(read, shape)) => {
             let params = req.get("params").unwrap_or(&Value::Null);
             return tasks::answer(&state, &session, &id, read, shape, params).await;
         }
-        Ok(Op::Unsupported(what)) => return what.answer(&id),
         Err(answer) => return *answer,
     };
     let send = match params::sent(method, &req, &id, &session.episode) {
@@ -117,7 +128,7 @@ async fn a2a(
     if let Some(task) = &send.continues {
         return tasks::continued(&state, &session, &id, task).await;
     }
-    let class = match skill_class(&state, &session, &send.skill_id, &id).await {
+    let class = match skill_class(&state, &session, &send.skill_id, &id, method).await {
         Ok(class) => class,
         Err(answer) => return answer,
     };
@@ -138,7 +149,7 @@ async fn a2a(
             task::success(&id, method, &send.task_id, &context_id, &out, &outcome)
         }
         Err(f) if method == Method::TasksSend => invoke_error(&id, f),
-        Err(f) => failed(&state, &call_session, &id, &send, f).await,
+        Err(f) => failed(&state, &call_session, &id, method, &send, f).await,
     }
 }
 
@@ -149,6 +160,7 @@ async fn skill_class(
     session: &Session,
     skill_id: &str,
     id: &Value,
+    method: Method,
 ) -> Result<EffectClass, Response> {
     match tools::visible(state, session).await {
         Ok(v) => match v.iter().find(|e| e.transition.id == skill_id) {
@@ -162,11 +174,12 @@ async fn skill_class(
                     "skill",
                     "the agent card lists this session's skills",
                 );
-                Err(rpc_error_with_data(
+                Err(error_with_data(
                     id,
                     -32602,
                     "not authorized".into(),
                     json!({ "why": why }),
+                    method.version(),
                 ))
             }
         },
@@ -182,14 +195,18 @@ async fn skill_class(
 }
 
 /// The JSON-RPC error of a `message/send` or `SendMessage` that did not commit, with the
-/// outcome in its data where one is known.
+/// outcome in its data where one is known (under 1.0 in an `ErrorInfo`'s metadata).
 async fn failed(
     state: &AppState,
     session: &Session,
     id: &Value,
+    method: Method,
     send: &TaskSend,
     f: InvokeFailure,
 ) -> Response {
+    if matches!(f, InvokeFailure::Revoked) {
+        return revoked_error(id, &send.task_id, method.version());
+    }
     let mut o = outcome::of_failure(&f);
     if matches!(f, InvokeFailure::Call(CallError::TaskIdReused)) {
         o = Some(
@@ -217,7 +234,7 @@ async fn failed(
             if let Some(r) = records {
                 data["records"] = json!(r);
             }
-            rpc_error_with_data(id, code, message, data)
+            error_with_data(id, code, message, data, method.version())
         }
     }
 }

@@ -8,7 +8,8 @@
 //! it is; MCP reads it as serde_json does, and reads the text again for an integer literal too
 //! wide for `u64` (which serde_json rounds to a double). [`params_error`] tells a number
 //! problem inside `params` (invalid params) from one in the envelope itself (an invalid
-//! request).
+//! request); [`around_params`] gives A2A the envelope alone, which it judges as any other
+//! (a notification is not answered, a bad id is answered with null) before params matter.
 
 use broker_core::canon::{self, CanonError};
 use serde_json::Value;
@@ -18,6 +19,24 @@ use serde_json::Value;
 /// JSON-RPC 2.0 request; `None` leaves it an invalid request. The body is read again within
 /// `max_values` (`[limits] json_values`), as the strict parse that failed was.
 pub fn params_error(
+    body: &[u8],
+    error: &CanonError,
+    max_values: usize,
+    envelope: Envelope,
+) -> Option<Value> {
+    let request = around_params(body, error, max_values, envelope)?;
+    if request.get("jsonrpc").and_then(Value::as_str) != Some("2.0") {
+        return None;
+    }
+    Some(request.get("id").cloned().unwrap_or(Value::Null))
+}
+
+/// The request without its `params`, when `error` (from parsing `body`) is a number without a
+/// canonical form that lies inside `params` and the rest reads as `envelope` says; `None`
+/// when the number is elsewhere (or the body is no object). Nothing of the JSON-RPC envelope
+/// is judged beyond that: the caller judges it as any request's (a notification, an id of
+/// the wrong type, a missing method), whatever `params` held.
+pub fn around_params(
     body: &[u8],
     error: &CanonError,
     max_values: usize,
@@ -33,23 +52,20 @@ pub fn params_error(
         return None;
     };
     request.remove("params")?;
-    if request.get("jsonrpc").and_then(Value::as_str) != Some("2.0") {
-        return None;
-    }
-    let id = request.get("id").cloned().unwrap_or(Value::Null);
+    let request = Value::Object(request);
     match envelope {
         // The rest of the request (the id included) must be canonical on its own.
         Envelope::Canonical => {
-            canon::to_vec(&Value::Object(request)).ok()?;
+            canon::to_vec(&request).ok()?;
         }
         // The id must be one MCP takes; a number past 64 bits in it was read as a double.
-        Envelope::Ids64 => match &id {
-            Value::String(_) => {}
-            Value::Number(n) if n.is_i64() || n.is_u64() => {}
+        Envelope::Ids64 => match request.get("id") {
+            Some(Value::String(_)) => {}
+            Some(Value::Number(n)) if n.is_i64() || n.is_u64() => {}
             _ => return None,
         },
     }
-    Some(id)
+    Some(request)
 }
 
 /// How the rest of a request around its `params` is read, for [`params_error`].

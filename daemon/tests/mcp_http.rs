@@ -3312,7 +3312,8 @@ async fn a2a_tasks_are_read_back_by_id_in_either_version_and_never_canceled() {
         let body = json!({"jsonrpc": "2.0", "id": 1, "method": "GetTask", "params": params});
         assert_eq!(
             h.a2a(&t, Some("1.0"), body).await["error"],
-            json!({"code": -32602, "message": "invalid params", "data": {"why": why}})
+            json!({"code": -32602, "message": "invalid params",
+                   "data": error_info("INVALID_PARAMS", json!({"why": why}))})
         );
     }
     let v = h.a2a(&t, None, task_read("GetTask", json!("g-1"))).await;
@@ -3662,7 +3663,8 @@ async fn a2a_message_send_and_send_message_share_the_invocation_path() {
     assert_eq!(
         v["error"],
         json!({"code": -32602, "message": "task id already used in this session",
-               "data": {"kind": "refused", "reason": "key-conflict", "retryable": false, "taskId": "m-2"}})
+               "data": error_info("INVALID_PARAMS", json!({"kind": "refused", "reason": "key-conflict",
+                                                          "retryable": "false", "taskId": "m-2"}))})
     );
 
     // Refusals are rejected tasks in both shapes.
@@ -3815,6 +3817,15 @@ fn invalid_params(why: &str) -> Value {
     json!({"code": -32602, "message": "invalid params", "data": {"why": why}})
 }
 
+/// `invalid params` as the version answers it: under 1.0 `why` is in an `ErrorInfo`.
+fn invalid_params_in(version: Option<&str>, why: &str) -> Value {
+    match version {
+        Some("1.0") => json!({"code": -32602, "message": "invalid params",
+                              "data": error_info("INVALID_PARAMS", json!({"why": why}))}),
+        _ => invalid_params(why),
+    }
+}
+
 /// A2A's `-32005 ContentTypeNotSupportedError`, with its `ErrorInfo`.
 fn content_type_not_supported(metadata: Value) -> Value {
     json!({"code": -32005, "message": "Incompatible content types",
@@ -3831,8 +3842,8 @@ async fn a2a_a_task_has_one_context_its_episode_and_a_message_naming_another_run
     let h = harness();
     let t = h.token("ctx", &["Workspace.Read=worktree:50"]);
     let before = h.revision();
-    let foreign = |context: &str| {
-        invalid_params(&format!(
+    let foreign = |version: Option<&str>, context: &str| {
+        invalid_params_in(version, &format!(
             "params.message.contextId \"{context}\" is no context of this agent: every task of this session is in the context \"ctx\" (its episode); send that, or no contextId"
         ))
     };
@@ -3845,7 +3856,7 @@ async fn a2a_a_task_has_one_context_its_episode_and_a_message_naming_another_run
         let key = format!("ctxprobe-{}", version.unwrap_or("0.3"));
         let read = || send(&key, "ailang-read", json!({"path": "a"}));
         let v = h.a2a(&t, version, in_context(read(), "ctx-A")).await;
-        assert_eq!(v["error"], foreign("ctx-A"), "{v}");
+        assert_eq!(v["error"], foreign(version, "ctx-A"), "{v}");
         let v = h.a2a(&t, version, in_context(read(), "ctx")).await;
         let task = v.pointer(task_at).unwrap_or_else(|| panic!("{v}"));
         assert_eq!(
@@ -3863,7 +3874,7 @@ async fn a2a_a_task_has_one_context_its_episode_and_a_message_naming_another_run
             "{v}"
         );
         let v = h.a2a(&t, version, in_context(read(), "ctx-B")).await;
-        assert_eq!(v["error"], foreign("ctx-B"), "{v}");
+        assert_eq!(v["error"], foreign(version, "ctx-B"), "{v}");
     }
     assert_eq!(h.revision(), before + 2);
 }
@@ -3961,7 +3972,7 @@ async fn a2a_text_and_file_parts_are_content_type_not_supported_and_run_nothing(
     ];
     for (version, body, why) in malformed {
         let v = h.a2a(&t, version, body).await;
-        assert_eq!(v["error"], invalid_params(why), "{v}");
+        assert_eq!(v["error"], invalid_params_in(version, why), "{v}");
     }
     assert_eq!(h.revision(), before);
     // A data part that says it is JSON runs.
@@ -4106,7 +4117,7 @@ async fn a2a_send_configuration_and_role_are_checked_before_anything_runs() {
     ];
     for (version, body, why) in cases {
         let v = h.a2a(&t, version, body).await;
-        assert_eq!(v["error"], invalid_params(why), "{v}");
+        assert_eq!(v["error"], invalid_params_in(version, why), "{v}");
     }
     assert_eq!(h.revision(), before);
     // The task read checks its historyLength by the same rule.

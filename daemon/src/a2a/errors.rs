@@ -10,6 +10,7 @@ use broker_core::session::AuthError;
 use broker_core::store::StoreError;
 use serde_json::{json, Value};
 
+use super::version::Version;
 use crate::state::{AuthFailure, InvokeFailure};
 
 /// A JSON-RPC error reply in an HTTP 200.
@@ -24,6 +25,60 @@ pub(super) fn rpc_error_with_data(id: &Value, code: i64, message: String, data: 
     let body = json!({"jsonrpc": "2.0", "id": id,
                       "error": {"code": code, "message": message, "data": data}});
     (StatusCode::OK, Json(body)).into_response()
+}
+
+/// A JSON-RPC error with `data` (an object) in the shape the client's version reads: under 0.3
+/// the object itself; under 1.0 a `google.rpc.ErrorInfo` whose `metadata` holds its members as
+/// strings, the one place A2A 1.0 (9.5) lays out error details, and the only `data` the
+/// a2a-sdk 1.x client keeps (it drops any other). `reason` is the specification's for the code.
+pub(super) fn error_with_data(
+    id: &Value,
+    code: i64,
+    message: String,
+    data: Value,
+    speaks: Version,
+) -> Response {
+    if speaks == Version::V0_3 {
+        return rpc_error_with_data(id, code, message, data);
+    }
+    let metadata: Vec<(String, String)> = match data {
+        Value::Object(members) => members
+            .into_iter()
+            .map(|(k, v)| (k, metadata_text(v)))
+            .collect(),
+        other => vec![("data".to_owned(), metadata_text(other))],
+    };
+    let metadata: Vec<(&str, &str)> = metadata
+        .iter()
+        .map(|(k, v)| (k.as_str(), v.as_str()))
+        .collect();
+    error_info(id, code, &message, reason_of(code), &metadata)
+}
+
+/// The `ErrorInfo` reason A2A (and the a2a-sdk) gives each JSON-RPC code.
+fn reason_of(code: i64) -> &'static str {
+    match code {
+        -32600 => "INVALID_REQUEST",
+        -32601 => "METHOD_NOT_FOUND",
+        -32602 => "INVALID_PARAMS",
+        -32603 => "INTERNAL_ERROR",
+        -32001 => "TASK_NOT_FOUND",
+        _ => "UNKNOWN_ERROR",
+    }
+}
+
+/// A member of `data` as an `ErrorInfo` metadata value, which is a string: a string as it is,
+/// a list of strings (records) joined by ", ", anything else as its JSON text (`true`, `3`).
+fn metadata_text(v: Value) -> String {
+    match v {
+        Value::String(s) => s,
+        Value::Array(items) if items.iter().all(Value::is_string) => items
+            .iter()
+            .filter_map(Value::as_str)
+            .collect::<Vec<_>>()
+            .join(", "),
+        other => other.to_string(),
+    }
 }
 
 /// An A2A-specific error (`-32001` to `-32099`) with the `google.rpc.ErrorInfo` in `data` that
@@ -48,28 +103,83 @@ pub(super) fn error_info(
     rpc_error_with_data(id, code, message.to_owned(), json!([info]))
 }
 
-pub(super) fn auth_error(id: &Value, f: AuthFailure) -> Response {
-    match f {
-        AuthFailure::Denied(AuthError::Absent) => rpc_error(
-            id,
+/// A credential refused, in the contract's code and message. Under 0.3 that is all; under 1.0
+/// an `ErrorInfo` says it is the credential (`reason` `UNAUTHENTICATED`, `SESSION_EXPIRED`),
+/// since A2A's `-32001` is `TaskNotFoundError`, which is what an SDK raises for it: without it a
+/// client could not tell a dead credential from a task it may send afresh.
+pub(super) fn auth_error(id: &Value, f: AuthFailure, speaks: Version) -> Response {
+    let (code, message, reason, credential, why) = match f {
+        AuthFailure::Denied(AuthError::Absent) => (
             -32001,
             "session credential is absent: send Authorization: Bearer <session-credential>",
+            "UNAUTHENTICATED",
+            "absent",
+            NO_TASK_ABSENT,
         ),
-        AuthFailure::Denied(AuthError::Malformed) => rpc_error(
-            id,
+        AuthFailure::Denied(AuthError::Malformed) => (
             -32600,
             "malformed Authorization header: expected Bearer <64-hex-credential>",
+            "UNAUTHENTICATED",
+            "malformed",
+            NO_TASK_MALFORMED,
         ),
-        AuthFailure::Denied(AuthError::Unknown) => {
-            rpc_error(id, -32001, "unknown session credential")
+        AuthFailure::Denied(AuthError::Unknown) => (
+            -32001,
+            "unknown session credential",
+            "UNAUTHENTICATED",
+            "unknown",
+            NO_TASK_UNKNOWN,
+        ),
+        AuthFailure::Denied(AuthError::Expired) => (
+            -32001,
+            "session credential has expired",
+            "SESSION_EXPIRED",
+            "expired",
+            NO_TASK_EXPIRED,
+        ),
+        AuthFailure::Internal => {
+            return rpc_error(
+                id,
+                -32603,
+                "transition invocation is not available in this daemon",
+            )
         }
-        AuthFailure::Denied(AuthError::Expired) => {
-            rpc_error(id, -32001, "session credential has expired")
-        }
-        AuthFailure::Internal => rpc_error(
+    };
+    match speaks {
+        Version::V0_3 => rpc_error(id, code, message),
+        Version::V1_0 => error_info(
             id,
-            -32603,
-            "transition invocation is not available in this daemon",
+            code,
+            message,
+            reason,
+            &[("credential", credential), ("why", why)],
+        ),
+    }
+}
+
+/// The credential errors' `why`: each says that no task is concerned, since A2A's `-32001`
+/// reads as `TaskNotFoundError`.
+const NO_TASK_ABSENT: &str = "the request carried no credential: this is no task error, no task was looked up and nothing ran; send Authorization: Bearer <session-credential>";
+const NO_TASK_MALFORMED: &str = "the Authorization header is not Bearer and 64 hex digits, once: this is no task error, no task was looked up and nothing ran";
+const NO_TASK_UNKNOWN: &str = "the credential is not one of this daemon's sessions (never minted, or revoked): this is no task error, no task was looked up and nothing ran; ask the operator for a new credential";
+const NO_TASK_EXPIRED: &str = "the session's credential has expired: this is no task error, no task was looked up and nothing ran; ask the operator for a new credential, and send the task again with it";
+
+/// `-32001`: the credential was revoked while the call waited (nothing ran, its task id is
+/// unused); under 1.0 with the `ErrorInfo` that says so (`reason` `SESSION_REVOKED`).
+pub(super) fn revoked_error(id: &Value, task_id: &str, speaks: Version) -> Response {
+    let message = crate::state::REVOKED_WHILE_WAITING;
+    match speaks {
+        Version::V0_3 => rpc_error(id, -32001, message),
+        Version::V1_0 => error_info(
+            id,
+            -32001,
+            message,
+            "SESSION_REVOKED",
+            &[
+                ("credential", "revoked"),
+                ("taskId", task_id),
+                ("why", "the session's credential was revoked while this call waited: this is no task error; nothing ran and nothing was journaled, so the task id is unused; ask the operator for a new credential, and send the task again with it"),
+            ],
         ),
     }
 }

@@ -7,7 +7,7 @@ use axum::response::Response;
 use broker_core::object::Ref;
 use serde_json::{json, Value};
 
-use super::errors::{error_info, rpc_error_with_data};
+use super::errors::{error_info, error_with_data};
 use super::version::Method;
 
 /// The parsed params of any of the three methods.
@@ -37,11 +37,12 @@ pub(super) fn sent(
     };
     // The contract's message, and in `data` what was wrong with the params.
     let invalid = |why: String| {
-        Box::new(rpc_error_with_data(
+        Box::new(error_with_data(
             id,
             -32602,
             "invalid params".into(),
             json!({ "why": why }),
+            method.version(),
         ))
     };
     let send = parsed.map_err(|not| match not {

@@ -10,25 +10,41 @@ use serde_json::Value;
 use tokio::time::Instant;
 
 use super::errors::{auth_error, rpc_error};
+use super::version::Version;
 use crate::edge::body::{BodyError, BodyShare};
 use crate::json_bounds::{self, Refused};
 use crate::state::AppState;
 
-/// The caller's session, its request parsed strictly, the request body's size and its place
-/// in the body budget. Authorization comes first, from the headers alone: an unauthorized
+/// A request read: the caller's session, the request parsed strictly, the request body's
+/// size and its place in the body budget.
+pub(super) struct Received {
+    pub(super) session: Arc<Session>,
+    /// The request; without its `params` when they hold a number that has no canonical form
+    /// (an integer beyond ±(2^53−1)): its envelope is still judged as any other's.
+    pub(super) req: Value,
+    /// `params` held such a number: once the envelope, method and version are sound, the
+    /// request is `-32602 invalid params`, and nothing runs.
+    pub(super) params_unreadable: bool,
+    pub(super) body_bytes: usize,
+    pub(super) share: BodyShare,
+}
+
+/// The request, read. Authorization comes first, from the headers alone: an unauthorized
 /// caller learns nothing about the transport, and no body is read for it (its id is unknown,
-/// so errors carry null).
+/// so errors carry null; `speaks` is the version the headers name, whose error shape they
+/// take).
 pub(super) async fn received(
     state: &AppState,
     headers: &HeaderMap,
     body: axum::body::Body,
     deadline: Instant,
-) -> Result<(Arc<Session>, Value, usize, BodyShare), Response> {
+    speaks: Version,
+) -> Result<Received, Response> {
     let null = Value::Null;
     let session = state
         .authenticate(headers)
         .await
-        .map_err(|f| auth_error(&null, f))?;
+        .map_err(|f| auth_error(&null, f, speaks))?;
     let limit = state.limits().a2a_body_bytes;
     let read_by = deadline.min(Instant::now() + state.server().body_timeout);
     let body = match state.bodies().read(headers, body, limit, read_by).await {
@@ -58,17 +74,31 @@ pub(super) async fn received(
         &bytes,
         json_bounds::parse_strict,
     ) {
-        Ok(req) => Ok((session, req, bytes.len(), share)),
+        Ok(req) => Ok(Received {
+            session,
+            req,
+            params_unreadable: false,
+            body_bytes: bytes.len(),
+            share,
+        }),
         Err(Refused::Busy(busy)) => Err(rpc_error(&null, -32603, busy.text())),
         // The parser's account says what and where (line, column, byte), in one bounded line.
         Err(Refused::Unparsed(e)) => Err(
-            match crate::invalid_params::params_error(
+            match crate::invalid_params::around_params(
                 &bytes,
                 &e,
                 state.limits().json_values,
                 crate::invalid_params::Envelope::Canonical,
             ) {
-                Some(id) => rpc_error(&id, -32602, "invalid params"),
+                Some(req) => {
+                    return Ok(Received {
+                        session,
+                        req,
+                        params_unreadable: true,
+                        body_bytes: bytes.len(),
+                        share,
+                    })
+                }
                 // Text that is no JSON value (JSON-RPC's and A2A's `-32700`), as MCP answers it.
                 None if not_json(&e) => rpc_error(
                     &null,

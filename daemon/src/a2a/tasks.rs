@@ -26,7 +26,7 @@ use broker_core::store::StoreError;
 use handler_api::EffectClass;
 use serde_json::{json, Value};
 
-use super::errors::{error_info, rpc_error, rpc_error_with_data};
+use super::errors::{error_info, error_with_data, rpc_error};
 use super::params::{count_at, string_at};
 use super::task::{committed_task, open_task, rpc_result};
 use super::version::{Method, TaskRead};
@@ -47,7 +47,13 @@ pub(super) async fn answer(
     let task_id = match task_id_of(read, params) {
         Ok(t) => t,
         Err(why) => {
-            return rpc_error_with_data(id, -32602, "invalid params".into(), json!({ "why": why }))
+            return error_with_data(
+                id,
+                -32602,
+                "invalid params".into(),
+                json!({ "why": why }),
+                shape.version(),
+            )
         }
     };
     let context_id = session.episode.as_str();

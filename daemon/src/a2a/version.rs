@@ -50,6 +50,16 @@ pub(super) enum Method {
     SendMessage,
 }
 
+impl Method {
+    /// The version whose shapes (errors included) the method answers in.
+    pub(super) fn version(self) -> Version {
+        match self {
+            Method::SendMessage => Version::V1_0,
+            Method::TasksSend | Method::MessageSend => Version::V0_3,
+        }
+    }
+}
+
 /// Which of the two task reads.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum TaskRead {

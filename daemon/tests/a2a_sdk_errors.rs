@@ -1,0 +1,384 @@
+//! A2A errors as a client reads them, through the real binary: the JSON-RPC envelope judged
+//! before params, whatever they hold; under A2A 1.0 every error with `data` carries it in a
+//! `google.rpc.ErrorInfo` (the only `data` the a2a-sdk 1.x keeps), the credential errors
+//! included, so that `-32001` for a dead credential is not taken for `Task not found`; under
+//! 0.3 `data` stays the plain object. The last test drives the official a2a-sdk 1.x
+//! (`tests/python/a2a_errors.py`, installed as `python_clients.rs` installs it).
+
+mod common;
+
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+
+use common::*;
+use serde_json::{json, Value};
+
+const WS: &[&str] = &["worldd_workspace"];
+const WS_STALL: &[&str] = &["worldd_workspace", "worldd_stall"];
+const ERROR_INFO: &str = "type.googleapis.com/google.rpc.ErrorInfo";
+
+/// `POST /a2a/` of `body` as written, with `A2A-Version: version` if given; the HTTP status
+/// and the body's text.
+fn a2a_text(d: &Daemon, token: Option<&str>, version: Option<&str>, body: &str) -> (u16, String) {
+    let mut headers = vec![("Content-Type", "application/json")];
+    if let Some(v) = version {
+        headers.push(("A2A-Version", v));
+    }
+    let a = request(
+        "POST",
+        &d.url("/a2a/"),
+        token,
+        &headers,
+        Some(body.as_bytes()),
+    );
+    (a.status, a.text())
+}
+
+/// The JSON-RPC answer (HTTP 200) to `body`.
+fn a2a_json(d: &Daemon, token: Option<&str>, version: Option<&str>, body: &Value) -> Value {
+    let (status, text) = a2a_text(d, token, version, &body.to_string());
+    assert_eq!(status, 200, "{text}");
+    serde_json::from_str(&text).unwrap()
+}
+
+/// A JSON-RPC error `data` as A2A 1.0 lays it out: one `ErrorInfo`.
+fn error_info(reason: &str, metadata: Value) -> Value {
+    json!([{"@type": ERROR_INFO, "reason": reason, "domain": "a2a-protocol.org", "metadata": metadata}])
+}
+
+fn v10_send(message_id: &str, skill: &str, args: Value) -> Value {
+    json!({"jsonrpc": "2.0", "id": "r2", "method": "SendMessage", "params": {
+        "message": {"messageId": message_id, "role": "ROLE_USER", "parts": [{"data": args}]},
+        "metadata": {"skill_id": skill}}})
+}
+
+fn v03_send(message_id: &str, skill: &str, args: Value) -> Value {
+    json!({"jsonrpc": "2.0", "id": "r1", "method": "message/send", "params": {
+        "message": {"kind": "message", "messageId": message_id, "role": "user",
+                    "parts": [{"kind": "data", "data": args}]},
+        "metadata": {"skill_id": skill}}})
+}
+
+#[test]
+fn an_integer_beyond_2_53_inside_a2a_params_does_not_skip_the_json_rpc_envelope_checks() {
+    let d = Daemon::start(WS, &[]);
+    let token = d.session("wide", &["Workspace.Write=worktree:5"]);
+    let wide = r#"{"path":"w.txt","content":"x","n":9007199254740993}"#;
+    let send = |envelope: &str| {
+        format!(
+            r#"{{"jsonrpc":"2.0",{envelope}"params":{{"id":"w-1","metadata":{{"skill_id":"ailang-write"}},"message":{{"role":"user","parts":[{{"type":"data","data":{wide}}}]}}}}}}"#
+        )
+    };
+    // A notification is not answered, and nothing runs.
+    let (status, text) = a2a_text(&d, Some(&token), None, &send(r#""method":"tasks/send","#));
+    assert_eq!((status, text.as_str()), (202, ""));
+    let invalid = |why: &str| {
+        json!({"jsonrpc": "2.0", "id": null, "error": {"code": -32600,
+               "message": format!("invalid JSON-RPC request: {why}")}})
+    };
+    for (envelope, want) in [
+        (
+            r#""id":{"a":[1,2]},"method":"tasks/send","#,
+            invalid("\"id\" must be a string, a number or null"),
+        ),
+        (r#""id":true,"#, invalid("a request needs \"method\"")),
+        (
+            r#""id":1,"method":7,"#,
+            invalid("\"method\" must be a string"),
+        ),
+        (
+            r#""id":1,"method":"tasks/send","result":{},"#,
+            invalid("a message is a request (\"method\") or a response (\"result\", \"error\"), not both"),
+        ),
+        (
+            r#""id":1,"method":"tasks/nope","#,
+            json!({"jsonrpc": "2.0", "id": 1, "error": {"code": -32601, "message": "method not found"}}),
+        ),
+        // Sound otherwise, the number in params is invalid params, answered to the id.
+        (
+            r#""id":"w","method":"tasks/send","#,
+            json!({"jsonrpc": "2.0", "id": "w", "error": {"code": -32602, "message": "invalid params"}}),
+        ),
+    ] {
+        let (status, text) = a2a_text(&d, Some(&token), None, &send(envelope));
+        assert_eq!(status, 200, "{envelope}: {text}");
+        let got: Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(got, want, "{envelope}");
+    }
+    // The version rule comes before params too: SendMessage without A2A-Version: 1.0.
+    let (_, text) = a2a_text(
+        &d,
+        Some(&token),
+        None,
+        &send(r#""id":5,"method":"SendMessage","#),
+    );
+    let got: Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(got["error"]["code"], -32009, "{text}");
+    assert_eq!(
+        got["error"]["message"],
+        "A2A version \"0.3\" is not supported by SendMessage; send A2A-Version: 1.0 (or use message/send for 0.3)"
+    );
+    assert!(!d.root().join("wide/w.txt").exists(), "a refused call ran");
+}
+
+#[test]
+fn a2a_1_0_errors_with_data_carry_it_in_an_error_info_and_0_3_keeps_the_plain_object() {
+    let d = Daemon::start(WS, &[]);
+    let token = d.session("info", &["Workspace.Read=worktree:10"]);
+    let near = "no skill of this session is named \"ailang-reed\"; did you mean ailang-read? (the agent card lists this session's skills)";
+    // Not authorized, with the nearest skill in `why`.
+    let v = a2a_json(
+        &d,
+        Some(&token),
+        Some("1.0"),
+        &v10_send("n-1", "ailang-reed", json!({"path": "a"})),
+    );
+    assert_eq!(
+        v,
+        json!({"jsonrpc": "2.0", "id": "r2", "error": {"code": -32602, "message": "not authorized",
+               "data": error_info("INVALID_PARAMS", json!({"why": near}))}})
+    );
+    let v = a2a_json(
+        &d,
+        Some(&token),
+        None,
+        &v03_send("n-1", "ailang-reed", json!({"path": "a"})),
+    );
+    assert_eq!(
+        v["error"],
+        json!({"code": -32602, "message": "not authorized", "data": {"why": near}})
+    );
+    // Params of the wrong shape: a send's and a read's.
+    let mut body = v10_send("n-2", "ailang-read", json!({"path": "a"}));
+    body["params"]["message"]["role"] = json!("ROLE_AGENT");
+    let v = a2a_json(&d, Some(&token), Some("1.0"), &body);
+    assert_eq!(
+        v["error"],
+        json!({"code": -32602, "message": "invalid params", "data": error_info("INVALID_PARAMS",
+               json!({"why": "params.message.role must be \"ROLE_USER\" (A2A 1.0: a message sent to an agent is the user's); it is \"ROLE_AGENT\""}))})
+    );
+    let get = |method: &str| json!({"jsonrpc": "2.0", "id": 4, "method": method, "params": {"id": "n-3", "historyLength": -1}});
+    let v = a2a_json(&d, Some(&token), Some("1.0"), &get("GetTask"));
+    assert_eq!(
+        v["error"],
+        json!({"code": -32602, "message": "invalid params", "data": error_info("INVALID_PARAMS",
+               json!({"why": "params.historyLength must be a count (0 or more)"}))})
+    );
+    let v = a2a_json(&d, Some(&token), None, &get("tasks/get"));
+    assert_eq!(
+        v["error"],
+        json!({"code": -32602, "message": "invalid params",
+               "data": {"why": "params.historyLength must be a count (0 or more)"}})
+    );
+    // A task id used with other arguments: the classification and the task id, as strings.
+    let ok = a2a_json(
+        &d,
+        Some(&token),
+        Some("1.0"),
+        &v10_send("k-1", "ailang-read", json!({"path": "a"})),
+    );
+    assert_eq!(ok["result"]["task"]["id"], "k-1", "{ok}");
+    let v = a2a_json(
+        &d,
+        Some(&token),
+        Some("1.0"),
+        &v10_send("k-1", "ailang-read", json!({"path": "b"})),
+    );
+    assert_eq!(
+        v["error"],
+        json!({"code": -32602, "message": "task id already used in this session",
+               "data": error_info("INVALID_PARAMS", json!({"kind": "refused", "reason": "key-conflict",
+                                                          "retryable": "false", "taskId": "k-1"}))})
+    );
+    let v = a2a_json(
+        &d,
+        Some(&token),
+        None,
+        &v03_send("k-1", "ailang-read", json!({"path": "b"})),
+    );
+    assert_eq!(
+        v["error"],
+        json!({"code": -32602, "message": "task id already used in this session",
+               "data": {"kind": "refused", "reason": "key-conflict", "retryable": false, "taskId": "k-1"}})
+    );
+    // R8: the episode has no worktree: -32603 with the classification.
+    let homeless = d.session_without_worktree("nowhere", &["Workspace.Read=worktree:5"]);
+    let v = a2a_json(
+        &d,
+        Some(&homeless),
+        Some("1.0"),
+        &v10_send("r-1", "ailang-read", json!({"path": "a"})),
+    );
+    assert_eq!(
+        v["error"],
+        json!({"code": -32603, "message": "transition declares an effect this daemon has no handler for: episode nowhere's worktree does not exist: an operator creates it (the directory nowhere in the workspace root; worldd session new makes a worktree and a credential together, for an episode that has neither)",
+               "data": error_info("INTERNAL_ERROR", json!({"kind": "refused", "reason": "unavailable",
+                                                          "retryable": "false", "taskId": "r-1"}))}),
+        "{v}"
+    );
+}
+
+#[test]
+fn a2a_1_0_credential_errors_say_in_an_error_info_that_the_credential_is_refused_not_a_task() {
+    let d = Daemon::start(WS, &[]);
+    let expired = {
+        let store = broker_core::store::Store::open(&d.db(), Default::default()).unwrap();
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs() as i64;
+        let g = vec!["Workspace.Read=worktree:5".parse().unwrap()];
+        broker_core::session::mint(&store, "ep1", g, 1, now - 60)
+            .unwrap()
+            .token
+    };
+    let unknown = "ef".repeat(32);
+    let body = v10_send("c-1", "ailang-read", json!({"path": "a"}));
+    for (token, code, message, reason, credential, why) in [
+        (
+            None,
+            -32001,
+            "session credential is absent: send Authorization: Bearer <session-credential>",
+            "UNAUTHENTICATED",
+            "absent",
+            "the request carried no credential: this is no task error, no task was looked up and nothing ran; send Authorization: Bearer <session-credential>",
+        ),
+        (
+            Some("not-a-token"),
+            -32600,
+            "malformed Authorization header: expected Bearer <64-hex-credential>",
+            "UNAUTHENTICATED",
+            "malformed",
+            "the Authorization header is not Bearer and 64 hex digits, once: this is no task error, no task was looked up and nothing ran",
+        ),
+        (
+            Some(unknown.as_str()),
+            -32001,
+            "unknown session credential",
+            "UNAUTHENTICATED",
+            "unknown",
+            "the credential is not one of this daemon's sessions (never minted, or revoked): this is no task error, no task was looked up and nothing ran; ask the operator for a new credential",
+        ),
+        (
+            Some(expired.as_str()),
+            -32001,
+            "session credential has expired",
+            "SESSION_EXPIRED",
+            "expired",
+            "the session's credential has expired: this is no task error, no task was looked up and nothing ran; ask the operator for a new credential, and send the task again with it",
+        ),
+    ] {
+        let v = a2a_json(&d, token, Some("1.0"), &body);
+        assert_eq!(
+            v,
+            json!({"jsonrpc": "2.0", "id": null, "error": {"code": code, "message": message,
+                   "data": error_info(reason, json!({"credential": credential, "why": why}))}}),
+            "{credential}"
+        );
+        // 0.3 (no A2A-Version) is answered as before: no data.
+        let v = a2a_json(&d, token, None, &v03_send("c-1", "ailang-read", json!({"path": "a"})));
+        assert_eq!(
+            v,
+            json!({"jsonrpc": "2.0", "id": null, "error": {"code": code, "message": message}}),
+            "{credential}"
+        );
+    }
+}
+
+/// A 1.0 send queued behind its episode's running call, its credential revoked meanwhile:
+/// `-32001` with an `ErrorInfo` saying the credential was revoked (reason `SESSION_REVOKED`).
+#[test]
+fn a2a_1_0_a_send_whose_credential_was_revoked_while_it_waited_says_so_in_an_error_info() {
+    let d = Daemon::start(WS_STALL, &[]);
+    let holder = d.session("revoked", &["Stall.Wait=any:5"]);
+    let queued = d.session("revoked", &["Workspace.Write=worktree:5"]);
+    let in_background = |token: &str, body: Value| {
+        let (url, token) = (d.url("/a2a/"), token.to_owned());
+        std::thread::spawn(move || {
+            let a = request(
+                "POST",
+                &url,
+                Some(&token),
+                &[("Content-Type", "application/json"), ("A2A-Version", "1.0")],
+                Some(&serde_json::to_vec(&body).unwrap()),
+            );
+            a.json()
+        })
+    };
+    let slow = in_background(
+        &holder,
+        v10_send("hold-1", "stall-wait", json!({"ms": "2500"})),
+    );
+    std::thread::sleep(Duration::from_millis(300));
+    let write = in_background(
+        &queued,
+        v10_send(
+            "late-1",
+            "ailang-write",
+            json!({"path": "late.txt", "content": "x"}),
+        ),
+    );
+    std::thread::sleep(Duration::from_millis(300));
+    d.revoke_by_cli(&queued);
+    let v = write.join().unwrap();
+    assert_eq!(
+        v,
+        json!({"jsonrpc": "2.0", "id": "r2", "error": {"code": -32001,
+               "message": "session credential was revoked while this call waited: nothing ran and nothing was journaled (its task id is unused); send it again with a valid credential",
+               "data": error_info("SESSION_REVOKED", json!({"credential": "revoked", "taskId": "late-1",
+                   "why": "the session's credential was revoked while this call waited: this is no task error; nothing ran and nothing was journaled, so the task id is unused; ask the operator for a new credential, and send the task again with it"}))}})
+    );
+    let v = slow.join().unwrap();
+    assert_eq!(
+        v["result"]["task"]["status"]["state"], "TASK_STATE_COMPLETED",
+        "{v}"
+    );
+    assert!(!d.root().join("revoked/late.txt").exists());
+}
+
+/// The official a2a-sdk 1.x raises each error with the `ErrorInfo`'s metadata as its `data`:
+/// the nearest skill's name, the classification and the task id, and for a dead credential
+/// what tells it from `Task not found`.
+#[test]
+fn the_a2a_sdk_reads_the_data_of_1_0_errors_and_tells_a_dead_credential_from_a_missing_task() {
+    let d = Daemon::start(WS, &[]);
+    let token = d.session("sdk", &["Workspace.Read=worktree:10"]);
+    let expired = {
+        let store = broker_core::store::Store::open(&d.db(), Default::default()).unwrap();
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs() as i64;
+        let g = vec!["Workspace.Read=worktree:5".parse().unwrap()];
+        broker_core::session::mint(&store, "sdk", g, 1, now - 60)
+            .unwrap()
+            .token
+    };
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/python/a2a_errors.py");
+    let out = Command::new(clients::python())
+        .arg(&script)
+        .arg(d.url(""))
+        .arg(&token)
+        .arg(&expired)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    let v: Value = serde_json::from_str(stdout.lines().last().unwrap()).unwrap();
+    assert_eq!(
+        v,
+        json!({
+            "ok": true,
+            "misspelt": ["InvalidParamsError", "not authorized",
+                {"why": "no skill of this session is named \"ailang-reed\"; did you mean ailang-read? (the agent card lists this session's skills)"}],
+            "conflict": ["InvalidParamsError", "task id already used in this session",
+                {"kind": "refused", "reason": "key-conflict", "retryable": "false", "taskId": "sdk-1"}],
+            "missingTask": ["TaskNotFoundError", "Task not found",
+                {"taskId": "never-sent", "why": "no task with this id was sent in this session's episode"}],
+            "expired": ["TaskNotFoundError", "session credential has expired",
+                {"credential": "expired", "why": "the session's credential has expired: this is no task error, no task was looked up and nothing ran; ask the operator for a new credential, and send the task again with it"}],
+        })
+    );
+}
