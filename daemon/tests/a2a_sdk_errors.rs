@@ -382,3 +382,31 @@ fn the_a2a_sdk_reads_the_data_of_1_0_errors_and_tells_a_dead_credential_from_a_m
         })
     );
 }
+
+/// `tasks/send` answers `completed` whatever the outcome; the task read back with `tasks/get`
+/// (0.3) or `GetTask` (1.0) takes the state of its outcome, as the message methods answer it:
+/// a task id names the call, not the method that sent it.
+#[test]
+fn a_task_sent_with_tasks_send_reads_back_in_the_state_of_its_outcome() {
+    let d = Daemon::start(WS, &[]);
+    let token = d.session("ref", &["Workspace.Read=worktree:5"]);
+    let sent = a2a(&d, &token, "ref-1", "ailang-read", json!({"path": 5}));
+    assert_eq!(
+        sent["result"]["status"],
+        json!({"state": "completed"}),
+        "{sent}"
+    );
+    assert_eq!(
+        sent["result"]["metadata"]["outcome"],
+        json!({"kind": "refused", "reason": "plan", "retryable": false})
+    );
+    let get = |method: &str| json!({"jsonrpc": "2.0", "id": 7, "method": method, "params": {"id": "ref-1"}});
+    let v = a2a_json(&d, Some(&token), None, &get("tasks/get"));
+    assert_eq!(v["result"]["status"], json!({"state": "rejected"}), "{v}");
+    let v = a2a_json(&d, Some(&token), Some("1.0"), &get("GetTask"));
+    assert_eq!(
+        v["result"]["status"],
+        json!({"state": "TASK_STATE_REJECTED"}),
+        "{v}"
+    );
+}

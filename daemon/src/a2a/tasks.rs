@@ -7,7 +7,7 @@
 //! | the call | state (0.3 / 1.0) | artifacts |
 //! |---|---|---|
 //! | planning or running now | `working` / `TASK_STATE_WORKING` | none |
-//! | committed | as the send answered it (`completed`, `rejected`, `failed`) | the committed output |
+//! | committed | by its outcome, as the message methods answer (`completed`, `rejected`, `failed`; a `tasks/send` task too: the id names the call, not its method) | the committed output |
 //! | its intent durable, its outcome not, nothing running it | `failed` / `TASK_STATE_FAILED`, outcome `indeterminate:pending` | none |
 //! | an effect recorded, the call not committed | `failed` / `TASK_STATE_FAILED`, outcome `indeterminate:unrecorded` | none |
 //! | none in this episode | `-32001 Task not found` | |
