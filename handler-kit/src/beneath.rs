@@ -29,6 +29,12 @@ use std::path::{Path, PathBuf};
 /// Symlinks followed in one walk before giving up (Linux's limit).
 pub const MAX_SYMLINK_HOPS: usize = 40;
 
+/// The most bytes a path may expand to, its symlinks' targets spliced in, before the walk gives
+/// up ([`WalkError::TooLong`]): `PATH_MAX`. Every step of a walk looks at the whole prefix from
+/// the root, so without a bound a chain of deep links (each under the kernel's own limits)
+/// makes one walk cost seconds; and a path no look can name in one piece cannot be checked.
+pub const MAX_EXPANDED_BYTES: usize = 4096;
+
 /// What one entry of the tree is, not following a symlink at its place.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kind {
@@ -163,9 +169,17 @@ pub enum WalkError {
     EmptyLink,
     /// The tree changed under the walk (see the module docs): walk again.
     Changed,
+    /// The path with its symlinks' targets spliced in passes [`MAX_EXPANDED_BYTES`], or a look
+    /// at it failed with `ENAMETOOLONG` (the root's path and the expanded path together pass
+    /// `PATH_MAX`): the walk stopped without knowing where it leads. A caller must refuse the path (fail closed),
+    /// saying [`TOO_LONG`], never let it through as a path "the walk cannot finish".
+    TooLong,
     /// Any other error of a look, as the [`Tree`] returned it.
     Io(io::Error),
 }
+
+/// What a caller says of a path the walk gave up on ([`WalkError::TooLong`]).
+pub const TOO_LONG: &str = "the path's links expand past 4096 bytes; cannot be checked";
 
 /// Split a path on `/`, dropping empty and `.` components.
 pub fn components(path: &OsStr) -> VecDeque<OsString> {
@@ -193,6 +207,14 @@ pub fn lexical(path: &str) -> Option<String> {
     Some(out.join("/"))
 }
 
+/// `ENAMETOOLONG` from a look past a symlink: the root's own path and the expanded path together pass
+/// `PATH_MAX`, so no look can name the place, while the kernel, following one link at a time,
+/// still can reach it. Too long to check, not an error a caller may let through.
+fn too_long(e: &io::Error) -> bool {
+    // ENAMETOOLONG on Linux.
+    e.raw_os_error() == Some(36)
+}
+
 fn join(stack: &[OsString], last: &OsStr) -> PathBuf {
     let mut p = PathBuf::new();
     for c in stack {
@@ -202,16 +224,42 @@ fn join(stack: &[OsString], last: &OsStr) -> PathBuf {
     p
 }
 
+/// Whether a path ends in a way that makes its last component a directory, as POSIX has it:
+/// a trailing `/`, or a final `.` (`a/`, `a/.`, `a/./`).
+fn ends_as_directory(path: &OsStr) -> bool {
+    matches!(
+        path.as_bytes().rsplit(|b| *b == b'/').next(),
+        Some(b"" | b".")
+    )
+}
+
+/// The component that says "the name before me must be a directory": the one [`walk`] keeps
+/// from a path (or a symlink's target) ending in `/` or `/.`, so a regular file there ends the
+/// walk with something left ([`End::Entry`] with a non-empty `rest`: `ENOTDIR`).
+const MUST_BE_DIR: &str = ".";
+
 /// Walk `path` beneath the root of `tree` (see the module docs). POSIX semantics: `a/..` is the
-/// parent of wherever `a` resolves.
+/// parent of wherever `a` resolves, and `a/` or `a/.` (also through a symlink whose target ends
+/// so) names a directory: a regular file there is an entry with `.` left in its `rest`, as
+/// `a/b` is with `b`.
 pub fn walk(tree: &impl Tree, path: &str) -> Result<Walk, WalkError> {
     if path.starts_with('/') {
         return Err(WalkError::Escape);
     }
+    // The path itself is the caller's to bound (a look at it says `ENAMETOOLONG`); what the
+    // links add to it is the walk's.
+    let mut expanded = path.len();
     let mut queue = components(OsStr::new(path));
+    if !queue.is_empty() && ends_as_directory(OsStr::new(path)) {
+        queue.push_back(MUST_BE_DIR.into());
+    }
     let mut dirs: Vec<OsString> = Vec::new();
     let mut hops = 0;
     while let Some(c) = queue.pop_front() {
+        // Everything in `dirs` is a directory: `.` after it is that directory.
+        if c == MUST_BE_DIR {
+            continue;
+        }
         if c == ".." {
             if dirs.pop().is_none() {
                 return Err(WalkError::Escape);
@@ -235,6 +283,7 @@ pub fn walk(tree: &impl Tree, path: &str) -> Result<Walk, WalkError> {
             Err(e) if e.kind() == io::ErrorKind::NotADirectory && !dirs.is_empty() => {
                 return Err(WalkError::Changed)
             }
+            Err(e) if hops > 0 && too_long(&e) => return Err(WalkError::TooLong),
             Err(e) => return Err(WalkError::Io(e)),
         };
         match kind {
@@ -254,6 +303,7 @@ pub fn walk(tree: &impl Tree, path: &str) -> Result<Walk, WalkError> {
                     {
                         return Err(WalkError::Changed)
                     }
+                    Err(e) if hops > 0 && too_long(&e) => return Err(WalkError::TooLong),
                     Err(e) => return Err(WalkError::Io(e)),
                 };
                 let target = target.as_os_str();
@@ -263,7 +313,16 @@ pub fn walk(tree: &impl Tree, path: &str) -> Result<Walk, WalkError> {
                 if target.is_empty() {
                     return Err(WalkError::EmptyLink);
                 }
+                expanded += target.len() + 1;
+                if expanded > MAX_EXPANDED_BYTES {
+                    return Err(WalkError::TooLong);
+                }
                 let mut spliced = components(target);
+                // A target ending in `/` makes the link's place a directory; a name after the
+                // link does that already.
+                if queue.is_empty() && !spliced.is_empty() && ends_as_directory(target) {
+                    spliced.push_back(MUST_BE_DIR.into());
+                }
                 spliced.extend(queue);
                 queue = spliced;
             }
@@ -476,6 +535,133 @@ mod tests {
         assert!(matches!(
             walk(&tree, "in/f/g").unwrap().end,
             End::Entry { ref rest, .. } if rest.len() == 1
+        ));
+        std::fs::remove_dir_all(&tmp).unwrap();
+    }
+
+    /// `f/.` and `f/` name a directory, as they do to the kernel (`ENOTDIR` for a file), also
+    /// when the slash or the dot comes from a symlink's target; a directory is unchanged.
+    #[test]
+    fn a_path_ending_in_slash_dot_or_a_link_whose_target_ends_in_slash_names_a_directory() {
+        let tree = fake(
+            &[
+                ("f", Kind::File { size: 1 }),
+                ("d", Kind::Dir),
+                ("ts", Kind::Symlink),
+                ("tsd", Kind::Symlink),
+                ("td", Kind::Symlink),
+            ],
+            &[("ts", "f/"), ("tsd", "./f/."), ("td", "d/.")],
+        );
+        for path in ["f/.", "f/", "f/./", "./f/.", "ts", "tsd", "ts/", "d/../f/."] {
+            match walk(&tree, path).unwrap().end {
+                End::Entry { name, rest, .. } => {
+                    assert_eq!(name, "f", "{path}");
+                    assert!(!rest.is_empty(), "{path}: a file where a directory must be");
+                }
+                other => panic!("{path}: {other:?}"),
+            }
+        }
+        for path in ["d/.", "d/", "td", "td/", "."] {
+            assert!(matches!(walk(&tree, path).unwrap().end, End::Dir), "{path}");
+        }
+        // A missing name that must be a directory keeps the mark in its rest.
+        match walk(&tree, "nd/.").unwrap().end {
+            End::Absent { name, rest, .. } => {
+                assert_eq!(
+                    (name.as_os_str(), rest),
+                    (OsStr::new("nd"), vec![".".into()])
+                )
+            }
+            other => panic!("{other:?}"),
+        }
+        // Unchanged: a file named plainly is a file with nothing left.
+        assert!(matches!(
+            walk(&tree, "f").unwrap().end,
+            End::Entry { ref rest, .. } if rest.is_empty()
+        ));
+    }
+
+    /// Attack: 38 links, each to a 680-deep directory and back up (`a/`x680 `../`x680 `lN+1`),
+    /// each within the kernel's limits: every step looks at the whole prefix, so the walk cost
+    /// depth x links x depth. Past 4096 expanded bytes the walk stops: too long to check.
+    #[test]
+    fn a_chain_of_deep_links_expanding_past_path_max_is_too_long_and_stops_early() {
+        let depth = 680;
+        let mut kinds: Vec<(String, Kind)> = Vec::new();
+        let mut dir = String::new();
+        for _ in 0..depth {
+            dir = if dir.is_empty() {
+                "a".into()
+            } else {
+                format!("{dir}/a")
+            };
+            kinds.push((dir.clone(), Kind::Dir));
+        }
+        kinds.push(("target.txt".into(), Kind::File { size: 3 }));
+        let mut links: Vec<(String, String)> = Vec::new();
+        for n in 0..38 {
+            let next = if n == 37 {
+                "target.txt".to_string()
+            } else {
+                format!("l{}", n + 1)
+            };
+            kinds.push((format!("l{n}"), Kind::Symlink));
+            links.push((
+                format!("l{n}"),
+                format!("{}{}{next}", "a/".repeat(depth), "../".repeat(depth)),
+            ));
+        }
+        let kinds: Vec<(&str, Kind)> = kinds.iter().map(|(p, k)| (p.as_str(), *k)).collect();
+        let links: Vec<(&str, &str)> = links
+            .iter()
+            .map(|(p, t)| (p.as_str(), t.as_str()))
+            .collect();
+        let tree = fake(&kinds, &links);
+        assert!(matches!(walk(&tree, "l0"), Err(WalkError::TooLong)));
+        // One link's worth of steps, not 38.
+        assert!(
+            tree.looks.get() <= 2 * depth + 2,
+            "{} looks",
+            tree.looks.get()
+        );
+        // The last link alone expands within the bound and is walked to its end.
+        assert_eq!(walk(&tree, "l37").unwrap().reached(), "target.txt");
+    }
+
+    /// The same on a real directory, as a checked-out repository can plant it: `l0` leads
+    /// 2040 directories down (a 4082-byte target, within the kernel's limit) to `l1`, a link
+    /// out of the worktree. The look at `<root>/` + 4082 bytes fails with `ENAMETOOLONG` while
+    /// the kernel, following one link at a time, reaches the outside file: the walk says the
+    /// path is too long to check, never an errno a caller could let through.
+    #[test]
+    fn a_host_link_chain_past_path_max_is_too_long_not_an_errno() {
+        let tmp =
+            std::env::temp_dir().join(format!("handler-kit-beneath-long-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&tmp);
+        std::fs::create_dir_all(tmp.join("wt")).unwrap();
+        std::fs::write(tmp.join("secret"), "SECRET").unwrap();
+        // Made relative to the worktree: named from the root, the path is too long for mkdir.
+        let made = std::process::Command::new("sh")
+            .current_dir(tmp.join("wt"))
+            .args([
+                "-c",
+                "d=\"$(printf 'a/%.0s' $(seq 2040))\" && mkdir -p \"$d\" && \
+                 ln -s \"${d}l1\" l0 && ln -s \"$0\" \"${d}l1\"",
+            ])
+            .arg(tmp.join("secret"))
+            .status()
+            .unwrap();
+        assert!(made.success());
+        // What the kernel makes of it.
+        assert_eq!(
+            std::fs::read_to_string(tmp.join("wt/l0")).unwrap(),
+            "SECRET"
+        );
+        let root = tmp.join("wt");
+        assert!(matches!(
+            walk(&HostDir(&root), "l0"),
+            Err(WalkError::TooLong)
         ));
         std::fs::remove_dir_all(&tmp).unwrap();
     }

@@ -75,6 +75,8 @@ fn git_data(worktree: &str, path: &str) -> Option<String> {
         return match beneath::walk(&HostDir(std::path::Path::new(worktree)), path) {
             Ok(walked) => git_component(&walked.reached()).map(refusal),
             Err(WalkError::Changed) => continue,
+            // A path too long to check could lead anywhere: refused, not left to the open.
+            Err(WalkError::TooLong) => Some(beneath::TOO_LONG.into()),
             Err(_) => None,
         };
     }
@@ -83,26 +85,35 @@ fn git_data(worktree: &str, path: &str) -> Option<String> {
 
 /// Why the file just opened may not be read because it lies, as the kernel has it now, in git's
 /// own data. [`git_data`] judged the path before the open, and the open follows links itself:
-/// a link swapped in between would land it there. `None`: it lies elsewhere in the worktree.
-fn opened_in_git_data(file: &impl AsRawFd, worktree: &str) -> Option<String> {
+/// a link swapped in between would land it there. `root` is the opened worktree's
+/// `/proc/self/fd/N`: both names are read from descriptors, never resolved again by path (a
+/// worktree renamed between the two reads is read again). `None`: it lies elsewhere in the
+/// worktree.
+fn opened_in_git_data(file: &impl AsRawFd, root: &str) -> Option<String> {
     let unsure = |why: String| {
         Some(format!(
             "cannot tell where the opened file lies ({why}); nothing was read"
         ))
     };
-    let at = match std::fs::read_link(format!("/proc/self/fd/{}", file.as_raw_fd())) {
-        Ok(at) => at,
-        Err(e) => return unsure(errno_text(&e)),
-    };
-    let root = match std::fs::canonicalize(worktree) {
-        Ok(root) => root,
-        Err(e) => return unsure(errno_text(&e)),
-    };
-    let Ok(beneath) = at.strip_prefix(&root) else {
-        return unsure("not beneath the worktree".into());
-    };
-    let refusal = |named: &str| named_like_git(named, &format!("\"{named}\""), GIT_UNREAD);
-    git_component(&beneath.to_string_lossy()).map(refusal)
+    for _ in 0..RESOLVE_ATTEMPTS {
+        let (at, before, after) = match (
+            std::fs::read_link(root),
+            std::fs::read_link(format!("/proc/self/fd/{}", file.as_raw_fd())),
+            std::fs::read_link(root),
+        ) {
+            (Ok(before), Ok(at), Ok(after)) => (at, before, after),
+            (Err(e), _, _) | (_, Err(e), _) | (_, _, Err(e)) => return unsure(errno_text(&e)),
+        };
+        if before != after {
+            continue;
+        }
+        let Ok(beneath) = at.strip_prefix(&before) else {
+            return unsure("not beneath the worktree".into());
+        };
+        let refusal = |named: &str| named_like_git(named, &format!("\"{named}\""), GIT_UNREAD);
+        return git_component(&beneath.to_string_lossy()).map(refusal);
+    }
+    unsure("the worktree kept being renamed".into())
 }
 
 fn escapes(path: &str) -> bool {

@@ -117,6 +117,7 @@ impl WorkspaceHandler {
                 "{op} {path}: a path ending in / names a directory, and nothing is there; give the file's path, without the trailing /"
             ),
             PathError::NotAFile => format!("{op} {path}: {path} is not a regular file"),
+            PathError::TooLong => format!("{op} {path}: {}", handler_kit::beneath::TOO_LONG),
             PathError::Changed => format!(
                 "{op} {path}: the path kept changing while it was being opened; nothing was done, try again"
             ),

@@ -72,6 +72,9 @@ pub enum PathError {
     NotAFile,
     /// The tree kept changing under the operation.
     Changed,
+    /// The path with its symlinks' targets spliced in is too long to check
+    /// ([`WalkError::TooLong`]): refused, never opened.
+    TooLong,
     /// The file is larger than the limit (its size in bytes).
     TooLarge(u64),
     /// The file has this many hard links (more than one) and the policy refuses them.
@@ -181,10 +184,10 @@ impl Sandbox {
     /// `create` allows missing intermediate directories (a write creates
     /// them). POSIX semantics: `a/..` is the parent of wherever `a` resolves.
     pub fn resolve(&self, path: &str, create: bool) -> Result<Target, PathError> {
-        let trailing_slash = path.ends_with('/');
         let walked = beneath::walk(&Handle(&self.root), path).map_err(|e| match e {
             WalkError::Escape => PathError::Escape,
             WalkError::Changed => PathError::Changed,
+            WalkError::TooLong => PathError::TooLong,
             WalkError::TooManyLinks => PathError::Io(io::Error::from_raw_os_error(libc::ELOOP)),
             WalkError::EmptyLink => PathError::Io(io::Error::from_raw_os_error(libc::ENOENT)),
             WalkError::Io(e) => e.into(),
@@ -193,8 +196,10 @@ impl Sandbox {
         match walked.end {
             // The walk ended on a directory (the root itself, `a/..`, `dir`).
             End::Dir => Err(PathError::IsADirectory),
+            // Anything left after a file, `.` included (`a.txt/`, `a.txt/.`, a link to
+            // `a.txt/`), needs it to be a directory.
             End::Entry { name, kind, rest } => {
-                if !rest.is_empty() || trailing_slash {
+                if !rest.is_empty() {
                     return Err(PathError::Io(io::Error::from_raw_os_error(libc::ENOTDIR)));
                 }
                 match kind {
@@ -212,6 +217,12 @@ impl Sandbox {
                 mut rest,
                 error,
             } => {
+                // The walk's mark of a path (or a link's target) ending in `/` or `/.`: the
+                // last name must be a directory.
+                let trailing_slash = rest.last().is_some_and(|r| r == ".");
+                if trailing_slash {
+                    rest.pop();
+                }
                 if rest.is_empty() {
                     if trailing_slash {
                         return Err(if create {
