@@ -208,7 +208,7 @@ fn read_whose_escaped_result_exceeds_the_cap_is_declined_before_any_budget_is_sp
     assert_eq!(out["ok"], false, "{out}");
     assert_eq!(
         out["refused"],
-        "read ctl.txt: the result would be 1620412 bytes (the file is 270002 bytes; JSON escaping adds the rest); the limit is 1048576"
+        "read ctl.txt: the result would be 1620412 bytes: 270002 of the file, 1350010 of JSON escaping and 400 of the result's other fields (ok, tool, policy_digest, world); the limit is 1048576, so a file of plain text can be read up to 1048176 bytes"
     );
     // Declined by the handler before admission: committed as a denial, nothing spent.
     assert_eq!(out["world"]["effects"][0]["status"], "denied", "{out}");
@@ -270,7 +270,7 @@ fn read_whose_escaped_result_exceeds_the_cap_is_declined_before_any_budget_is_sp
     let (out, _) = mcp_read(&d, &token, "over.txt");
     assert_eq!(
         out["refused"],
-        "read over.txt: the result would be 1048577 bytes (the file is 1048177 bytes; JSON escaping adds the rest); the limit is 1048576"
+        "read over.txt: the result would be 1048577 bytes: 1048177 of the file, 0 of JSON escaping and 400 of the result's other fields (ok, tool, policy_digest, world); the limit is 1048576, so a file of plain text can be read up to 1048176 bytes"
     );
     assert_eq!(out["world"]["effects"][0]["status"], "denied");
     // Only the read that ran was spent.

@@ -290,10 +290,15 @@ impl WorkspaceHandler {
     /// Why a read of `content` would exceed the read limit, if it would.
     fn oversized_result(&self, path: &str, content: &str) -> Option<String> {
         let size = self.result_len(content);
-        (size > self.policy.max_read_bytes).then(|| format!(
-            "read {path}: the result would be {size} bytes (the file is {} bytes; JSON escaping adds the rest); the limit is {}",
-            content.len(),
-            self.policy.max_read_bytes
+        let limit = self.policy.max_read_bytes;
+        // Said apart: a result over the limit with nothing escaped is the envelope's doing,
+        // and an agent told "escaping" looks for characters that are not there.
+        let file = content.len() as u64;
+        let envelope = self.result_len("");
+        let escaping = size - file - envelope;
+        (size > limit).then(|| format!(
+            "read {path}: the result would be {size} bytes: {file} of the file, {escaping} of JSON escaping and {envelope} of the result's other fields (ok, tool, policy_digest, world); the limit is {limit}, so a file of plain text can be read up to {} bytes",
+            limit.saturating_sub(envelope)
         ))
     }
 

@@ -34,7 +34,7 @@
 //!   literal `<worktree>`: no host path leaks to the agent)
 //! - `read nope.ail: openat nope.ail: no such file or directory`
 //! - `read big.txt: file is 2000000 bytes; the limit is 1048576`
-//! - `read ctl.txt: the result would be 1620412 bytes (the file is 270002 bytes; JSON escaping adds the rest); the limit is 1048576`
+//! - `read ctl.txt: the result would be 1620412 bytes: 270002 of the file, 1350010 of JSON escaping and 400 of the result's other fields (ok, tool, policy_digest, world); the limit is 1048576, so a file of plain text can be read up to 1048176 bytes`
 //! - `read notes.txt: the file has 2 hard links; …` (also for edits)
 //! - `read .git: .git/ is git's own data, not worktree content; the lane's
 //!   tools do not read it`, and for any other component named like `.git`:

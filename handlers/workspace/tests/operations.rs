@@ -110,7 +110,7 @@ fn read_limit_bounds_the_result_not_the_file() {
     let expected = result_size(&f, &"a".repeat(DEFAULT_MAX_READ_BYTES as usize - 1));
     assert_eq!(
         refused(&f.read("edge.txt")),
-        format!("read edge.txt: the result would be {expected} bytes (the file is 1048575 bytes; JSON escaping adds the rest); the limit is 1048576")
+        format!("read edge.txt: the result would be {expected} bytes: 1048575 of the file, 0 of JSON escaping and {} of the result's other fields (ok, tool, policy_digest, world); the limit is 1048576, so a file of plain text can be read up to {} bytes", expected - 1048575, 1048576 - (expected - 1048575))
     );
     // A result of exactly the limit is returned; one byte more is refused.
     let limit = 1000;
@@ -124,10 +124,36 @@ fn read_limit_bounds_the_result_not_the_file() {
     assert_eq!(
         refused(&f.read("over.txt")),
         format!(
-            "read over.txt: the result would be 1001 bytes (the file is {} bytes; JSON escaping adds the rest); the limit is 1000",
-            fits.len() + 1
+            "read over.txt: the result would be 1001 bytes: {} of the file, {} of JSON escaping and {overhead} of the result's other fields (ok, tool, policy_digest, world); the limit is 1000, so a file of plain text can be read up to {} bytes",
+            fits.len() + 1,
+            1001 - (fits.len() + 1) - overhead,
+            limit - overhead
         )
     );
+}
+
+/// A file the agent just wrote, plain text under 1 MiB, is refused on read because the
+/// result's other fields (ok, tool, policy_digest, world) pass the limit: the refusal names
+/// them and how big a plain file may be, not an escaping that is not there.
+#[test]
+fn a_plain_text_read_over_the_limit_names_the_envelope_not_json_escaping_and_the_largest_readable_file(
+) {
+    let f = Fixture::new();
+    let content = "b".repeat(1_048_500);
+    assert!(is_ok(&f.write("rt.txt", &content)));
+    let refusal = "read rt.txt: the result would be 1048900 bytes: 1048500 of the file, 0 of JSON escaping and 400 of the result's other fields (ok, tool, policy_digest, world); the limit is 1048576, so a file of plain text can be read up to 1048176 bytes";
+    assert_eq!(
+        f.preflight("Workspace.Read", json!({"op": "read", "path": "rt.txt"})),
+        Some(refusal.to_string())
+    );
+    assert_eq!(refused(&f.read("rt.txt")), refusal);
+    // The largest file the refusal names is read.
+    f.put("rt.txt", &"b".repeat(1_048_176));
+    assert!(is_ok(&f.read("rt.txt")));
+    f.put("rt.txt", &"b".repeat(1_048_177));
+    assert!(refused(&f.read("rt.txt")).starts_with(
+        "read rt.txt: the result would be 1048577 bytes: 1048177 of the file, 0 of JSON escaping"
+    ));
 }
 
 #[test]
@@ -144,7 +170,7 @@ fn read_of_control_characters_whose_escaped_result_exceeds_the_cap_is_refused_up
     );
     assert_eq!(
         refused(&f.read("ctl.txt")),
-        format!("read ctl.txt: the result would be {expected} bytes (the file is 270002 bytes; JSON escaping adds the rest); the limit is 1048576")
+        format!("read ctl.txt: the result would be {expected} bytes: 270002 of the file, 1350010 of JSON escaping and 400 of the result's other fields (ok, tool, policy_digest, world); the limit is 1048576, so a file of plain text can be read up to 1048176 bytes")
     );
     // Every escape form is counted: short escapes, quotes, backslashes, other controls.
     let mixed = "\"\\\u{8}\t\n\u{c}\r\u{1f}\u{7f}\u{e9}\u{2028}x";
