@@ -587,7 +587,7 @@ fn the_ailang_page_is_what_the_plugin_writes_and_says() {
     let err = refused_config("ailang.x=1");
     let said = quoted(
         &page,
-        r#"unknown config key "x" (known: bin, examplesDir, memoryMiB, runAllowCaps, runNetAllow, runNetAllowHttp, stateDir)"#,
+        r#"unknown config key "x" (known: allowHardLinks, bin, examplesDir, memoryMiB, runAllowCaps, runNetAllow, runNetAllowHttp, stateDir)"#,
     );
     assert!(err.ends_with(said), "{err}");
 

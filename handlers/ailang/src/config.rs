@@ -32,7 +32,8 @@ pub const MEMORY_MIB: std::ops::RangeInclusive<u64> = 256..=1 << 20;
 /// Capabilities an operator must enable (`runAllowCaps`); IO and FS always are.
 pub const OPERATOR_CAPS: [&str; 3] = ["Declassify", "Env", "Net"];
 
-const KEYS: [&str; 7] = [
+const KEYS: [&str; 8] = [
+    "allowHardLinks",
     "bin",
     "examplesDir",
     "memoryMiB",
@@ -59,6 +60,8 @@ pub struct Config {
     pub state_dir: PathBuf,
     /// The most one child may allocate, in MiB (its `RLIMIT_DATA`).
     pub memory_mib: u64,
+    /// Whether path arguments may name files with more than one hard link.
+    pub allow_hard_links: bool,
 }
 
 fn err(message: impl std::fmt::Display) -> String {
@@ -151,6 +154,12 @@ impl Config {
             Some(_) => return Err(err("\"runNetAllowHttp\" must be true or false")),
         };
 
+        let allow_hard_links = match object.get("allowHardLinks") {
+            None | Some(Value::Null) => false,
+            Some(Value::Bool(b)) => *b,
+            Some(_) => return Err(err("\"allowHardLinks\" must be true or false")),
+        };
+
         let memory_mib = match object.get("memoryMiB") {
             None | Some(Value::Null) => DEFAULT_MEMORY_MIB,
             Some(v) => v
@@ -181,6 +190,7 @@ impl Config {
             run_net_allow_http,
             state_dir,
             memory_mib,
+            allow_hard_links,
         })
     }
 }
@@ -194,6 +204,11 @@ pub fn config_schema() -> Value {
         "type": "object",
         "additionalProperties": false,
         "properties": {
+            "allowHardLinks": {
+                "description": "Let path arguments (path, module, package) name files with more than one hard link (--plugin-config ailang.allowHardLinks=true). Off by default, as the workspace plugin's switch of the same name: a hard link placed in the worktree can name a file outside it, and the binary would read it.",
+                "type": "boolean",
+                "default": false
+            },
             "bin": {
                 "description": "The operator's `ailang` binary (--plugin-config ailang.bin=PATH). Without it the plugin declines to start and its tools are refused by R8. It is copied into stateDir/bin/<sha256>/ailang at start-up and runs from there, so the `tool` ref in outputs names exactly the bytes that ran.",
                 "type": "string"

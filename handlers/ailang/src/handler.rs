@@ -5,15 +5,15 @@
 use std::ffi::OsString;
 use std::fs::{self, DirBuilder, File, OpenOptions};
 use std::io::{self, Write};
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use handler_kit::beneath::{self, HostDir, WalkError};
+use handler_kit::beneath::{self, End, HostDir, Kind as EntryKind, WalkError};
 use handler_kit::identity::sha256_file;
-use handler_kit::output::{refusal, stamped};
+use handler_kit::output::{errno_text, refusal, stamped};
 use handler_kit::protect::{git_component, named_like_git, GIT_UNREAD};
 use handler_kit::request::{
     check, json_quote as quote, op_not_allowed, Checked as CheckedRequest, Quote, Rules,
@@ -133,6 +133,9 @@ pub struct AilangHandler {
     run_allow_caps: Vec<&'static str>,
     run_net_allow: Vec<String>,
     run_net_allow_http: bool,
+    /// Whether a path argument may name a file with more than one hard link
+    /// (`allowHardLinks`, as the Workspace plugin's switch).
+    allow_hard_links: bool,
     /// Each child's `RLIMIT_DATA`, in bytes (`memoryMiB`).
     memory: u64,
     /// Canonical.
@@ -356,6 +359,7 @@ impl AilangHandler {
             run_allow_caps: config.run_allow_caps,
             run_net_allow: config.run_net_allow,
             run_net_allow_http: config.run_net_allow_http,
+            allow_hard_links: config.allow_hard_links,
             memory,
             state_dir,
             verified: Mutex::new(VerifiedFiles::default()),
@@ -867,6 +871,34 @@ impl AilangHandler {
         }
         None
     }
+
+    /// Why an argument of `payload` may not reach the binary: a path argument that leads out
+    /// of the worktree, into git's own data or to a hard-linked file ([`path_refusal`]), or a
+    /// value the binary would read as an option ([`option_refusal`]).
+    fn argument_refusal(&self, payload: &Value, worktree: Option<&str>) -> Option<String> {
+        option_refusal(payload)
+            .or_else(|| path_refusal_in(payload, worktree, self.allow_hard_links))
+    }
+}
+
+/// The payload keys whose values reach the binary as words of its command line (the
+/// policy-tool puts them there; flags go as `--name=value`).
+const WORD_KEYS: [&str; 4] = ["path", "module", "query", "package"];
+
+/// The refusal of the first value of [`WORD_KEYS`] that starts with `-`: the binary's command
+/// line would take it as an option, not as the file, module or search it names. The plugin
+/// cannot put `--` before it (the policy-tool builds that command line), so it never passes.
+fn option_refusal(payload: &Value) -> Option<String> {
+    WORD_KEYS.iter().find_map(|key| {
+        let value = payload.get(*key)?.as_str()?;
+        value.starts_with('-').then(|| {
+            argument_refusal(
+                key,
+                value,
+                "begins with \"-\", which the ailang command line would read as an option; nothing ran",
+            )
+        })
+    })
 }
 
 /// A step of a call: its value, or the outcome that ends the call there.
@@ -948,7 +980,7 @@ impl AilangHandler {
         let checked = check(request, &rules)?;
         // The preflight declined these; a daemon that skips the preflight still runs nothing,
         // and a link planted since is seen here.
-        if let Some(why) = path_refusal_in(&request.payload, request.worktree.as_deref()) {
+        if let Some(why) = self.argument_refusal(&request.payload, request.worktree.as_deref()) {
             return Err(checked.refused(why));
         }
         // Per-op payload checks (a payload the plan should never have built is a failure),
@@ -1047,15 +1079,32 @@ fn argument_refusal(key: &str, path: &str, why: &str) -> String {
     format!("argument {} {}: {why}", quote(key), quote(path))
 }
 
+/// What a path argument is told when the walk could not finish (a chain whose expansion is too
+/// long for the look, a loop, a directory that cannot be read): nothing vouches for where the
+/// binary, which resolves the path again, would be led, so it never sees the argument.
+fn unchecked(key: &str, path: &str, why: &str) -> String {
+    argument_refusal(
+        key,
+        path,
+        &format!("path {} cannot be checked: {why}; nothing ran", quote(path)),
+    )
+}
+
 /// Why a path argument may not reach the binary, if it may not: in git's own data as spelled,
 /// or, resolved beneath the worktree the way the Workspace plugin resolves its paths
 /// (`handler_kit::beneath`: each symlink read, not followed), leading out of the worktree
-/// (absolute, `..` above it, a link to another episode or the host) or into git's own data.
-/// The binary follows symlinks, so this is the check that keeps `lnk -> ../other-episode`
-/// from being read. A path the walk cannot finish
-/// (missing, a loop) is the binary's to answer; the part after a missing directory is judged
-/// as spelled.
-fn path_refusal(worktree: Option<&Path>, key: &str, path: &str) -> Option<String> {
+/// (absolute, `..` above it, a link to another episode or the host) or into git's own data,
+/// or naming a regular file with more than one hard link (unless `hard_links`), which can be
+/// a file outside the worktree. The binary follows symlinks, so this is the check that keeps
+/// `lnk -> ../other-episode` from being read. The walk fails closed: a path it cannot finish
+/// is refused, all but a missing name (the binary's to answer; the part after a missing
+/// directory is judged as spelled).
+fn path_refusal(
+    worktree: Option<&Path>,
+    hard_links: bool,
+    key: &str,
+    path: &str,
+) -> Option<String> {
     if let Some(why) = git_refusal(key, path) {
         return Some(why);
     }
@@ -1072,14 +1121,50 @@ fn path_refusal(worktree: Option<&Path>, key: &str, path: &str) -> Option<String
             Ok(walked) => walked,
             Err(WalkError::Escape) => return Some(escapes()),
             Err(WalkError::Changed) => continue,
-            Err(_) => return None,
+            // An empty link target is ENOENT to the kernel too: a missing name.
+            Err(WalkError::EmptyLink) => return None,
+            Err(WalkError::Io(e)) if e.kind() == io::ErrorKind::NotFound => return None,
+            Err(WalkError::TooManyLinks) => {
+                let loop_ = io::Error::from_raw_os_error(libc::ELOOP);
+                return Some(unchecked(key, path, &errno_text(&loop_)));
+            }
+            Err(WalkError::Io(e)) => return Some(unchecked(key, path, &errno_text(&e))),
+            Err(WalkError::TooLong) => {
+                return Some(argument_refusal(
+                    key,
+                    path,
+                    &format!("{}; nothing ran", beneath::TOO_LONG),
+                ))
+            }
+            // Whatever else the walk may come to say: it did not finish, so nothing vouches.
+            #[allow(unreachable_patterns)]
+            Err(_) => {
+                return Some(unchecked(
+                    key,
+                    path,
+                    "it could not be resolved beneath the worktree",
+                ))
+            }
         };
         let reached = walked.reached();
         if let Some(named) = git_component(&reached) {
             let said = named_like_git(named, &quote(named), GIT_UNREAD);
             return Some(argument_refusal(key, path, &said));
         }
-        return beneath::lexical(&reached).is_none().then(escapes);
+        if beneath::lexical(&reached).is_none() {
+            return Some(escapes());
+        }
+        if hard_links {
+            return None;
+        }
+        return match &walked.end {
+            End::Entry {
+                kind: EntryKind::File { .. },
+                rest,
+                ..
+            } if rest.is_empty() => hard_link_refusal(worktree, key, path, &reached),
+            _ => None,
+        };
     }
     Some(argument_refusal(
         key,
@@ -1088,23 +1173,43 @@ fn path_refusal(worktree: Option<&Path>, key: &str, path: &str) -> Option<String
     ))
 }
 
+/// The Workspace plugin's hard-link rule for the regular file a path argument reached (at
+/// `reached`, canonical beneath the worktree): a second link can name a file outside the
+/// worktree (or in git's own data), which no walk of names can see.
+fn hard_link_refusal(worktree: &Path, key: &str, path: &str, reached: &str) -> Option<String> {
+    match fs::symlink_metadata(worktree.join(reached)) {
+        Ok(md) if md.is_file() && md.nlink() > 1 => Some(argument_refusal(
+            key,
+            path,
+            &format!(
+                "the file has {} hard links; a hard link can name a file outside the worktree, so this policy reads only files with one link (the operator can allow them with allowHardLinks)",
+                md.nlink()
+            ),
+        )),
+        Ok(_) => None,
+        // Gone since the walk: the binary's to answer, as a missing name is.
+        Err(e) if e.kind() == io::ErrorKind::NotFound => None,
+        Err(e) => Some(unchecked(key, path, &errno_text(&e))),
+    }
+}
+
 /// The refusal of the first path argument of `payload` that may not reach the binary
 /// ([`path_refusal`]); `worktree` is the bound one, when the request has an absolute one.
-fn path_refusal_in(payload: &Value, worktree: Option<&str>) -> Option<String> {
+fn path_refusal_in(payload: &Value, worktree: Option<&str>, hard_links: bool) -> Option<String> {
     let worktree = worktree.map(Path::new).filter(|w| w.is_absolute());
     PATH_KEYS.iter().find_map(|key| {
         payload
             .get(*key)
             .and_then(Value::as_str)
-            .and_then(|p| path_refusal(worktree, key, p))
+            .and_then(|p| path_refusal(worktree, hard_links, key, p))
     })
 }
 
 impl EffectHandler for AilangHandler {
-    /// A path argument that leads out of the worktree or into git's own data is declined
-    /// before anything is spent.
+    /// A request the handler would refuse for its arguments is declined before anything is
+    /// spent ([`AilangHandler::argument_refusal`]).
     fn preflight(&self, request: &Request) -> Preflight {
-        match path_refusal_in(&request.payload, request.worktree.as_deref()) {
+        match self.argument_refusal(&request.payload, request.worktree.as_deref()) {
             Some(why) => Preflight::Decline(refusal(why)),
             None => Preflight::Proceed,
         }

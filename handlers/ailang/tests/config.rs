@@ -48,9 +48,9 @@ fn bad_config_is_an_error_not_a_decline() {
     fs::write(&failing, "#!/bin/sh\necho broken >&2\nexit 1\n").unwrap();
     fs::set_permissions(&failing, fs::Permissions::from_mode(0o755)).unwrap();
     let cases = [
-        (json!({"bin": bin, "nope": 1}), "ailang config: unknown key \"nope\"; ailang accepts only: bin, examplesDir, memoryMiB, runAllowCaps, runNetAllow, runNetAllowHttp, stateDir".to_string()),
+        (json!({"bin": bin, "nope": 1}), "ailang config: unknown key \"nope\"; ailang accepts only: allowHardLinks, bin, examplesDir, memoryMiB, runAllowCaps, runNetAllow, runNetAllowHttp, stateDir".to_string()),
         // An unknown key is reported even when bin is missing.
-        (json!({"nope": 1}), "ailang config: unknown key \"nope\"; ailang accepts only: bin, examplesDir, memoryMiB, runAllowCaps, runNetAllow, runNetAllowHttp, stateDir".to_string()),
+        (json!({"nope": 1}), "ailang config: unknown key \"nope\"; ailang accepts only: allowHardLinks, bin, examplesDir, memoryMiB, runAllowCaps, runNetAllow, runNetAllowHttp, stateDir".to_string()),
         (json!([1]), "ailang config: the config must be a JSON object".to_string()),
         (json!({"bin": 3}), "ailang config: \"bin\" must be a path string".to_string()),
         (json!({"bin": ""}), "ailang config: \"bin\" is empty".to_string()),
@@ -59,6 +59,7 @@ fn bad_config_is_an_error_not_a_decline() {
         (json!({"bin": bin, "runNetAllow": ["10.0.0.1:80"]}), "ailang config: runNetAllow entry \"10.0.0.1:80\" must be a canonical loopback IP:PORT with a port from 1 to 65535 (e.g. 127.0.0.1:8080 or [::1]:8080)".to_string()),
         (json!({"bin": bin, "runNetAllow": ["127.0.0.1:0"]}), "ailang config: runNetAllow entry \"127.0.0.1:0\" must be a canonical loopback IP:PORT with a port from 1 to 65535 (e.g. 127.0.0.1:8080 or [::1]:8080)".to_string()),
         (json!({"bin": bin, "runNetAllowHttp": "yes"}), "ailang config: \"runNetAllowHttp\" must be true or false".to_string()),
+        (json!({"bin": bin, "allowHardLinks": "yes"}), "ailang config: \"allowHardLinks\" must be true or false".to_string()),
         (json!({"bin": bin, "memoryMiB": 255}), "ailang config: \"memoryMiB\" must be a whole number of MiB from 256 to 1048576".to_string()),
         (json!({"bin": bin, "memoryMiB": 1_048_577}), "ailang config: \"memoryMiB\" must be a whole number of MiB from 256 to 1048576".to_string()),
         (json!({"bin": bin, "memoryMiB": 64.5}), "ailang config: \"memoryMiB\" must be a whole number of MiB from 256 to 1048576".to_string()),
@@ -166,6 +167,7 @@ fn the_manifest_declares_effects_classes_tools_and_finish_functions() {
     assert_eq!(
         keys,
         [
+            "allowHardLinks",
             "bin",
             "examplesDir",
             "memoryMiB",
