@@ -23,6 +23,8 @@ pub struct ApiError {
     /// Sent as `Retry-After` (seconds): the refusal is momentary, and a client that comes
     /// straight back costs the daemon another connection.
     pub retry_after_secs: Option<u32>,
+    /// The refusal whose challenge a 401 sends as `WWW-Authenticate` ([`crate::challenge`]).
+    pub challenge: Option<AuthError>,
 }
 
 impl ApiError {
@@ -33,6 +35,7 @@ impl ApiError {
             message: message.into(),
             extra: None,
             retry_after_secs: None,
+            challenge: None,
         }
     }
 
@@ -73,34 +76,42 @@ impl ApiError {
         ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "Damaged", message)
     }
 
-    /// The REST mapping of a session refusal.
+    /// The REST mapping of a session refusal; a 401 with its challenge.
     pub fn from_auth(f: AuthFailure) -> ApiError {
-        match f {
-            AuthFailure::Denied(AuthError::Absent) => ApiError::new(
+        let (status, class, message) = match f {
+            AuthFailure::Denied(AuthError::Absent) => (
                 StatusCode::UNAUTHORIZED,
                 "SessionAbsent",
                 "a session credential is required: no Authorization Bearer header was present",
             ),
-            AuthFailure::Denied(AuthError::Malformed) => ApiError::new(
+            AuthFailure::Denied(AuthError::Malformed) => (
                 StatusCode::BAD_REQUEST,
                 "InvalidSession",
                 "malformed Authorization header: expected Bearer <64-hex-credential>",
             ),
-            AuthFailure::Denied(AuthError::Unknown) => ApiError::new(
+            AuthFailure::Denied(AuthError::Unknown) => (
                 StatusCode::UNAUTHORIZED,
                 "SessionUnknown",
                 "unknown session credential",
             ),
-            AuthFailure::Denied(AuthError::Expired) => ApiError::new(
+            AuthFailure::Denied(AuthError::Expired) => (
                 StatusCode::UNAUTHORIZED,
                 "SessionExpired",
                 "session credential has expired",
             ),
-            AuthFailure::Internal => ApiError::new(
+            AuthFailure::Internal => (
                 StatusCode::INTERNAL_SERVER_ERROR,
                 "Internal",
                 "internal store failure",
             ),
+        };
+        let challenge = match f {
+            AuthFailure::Denied(denial) if status == StatusCode::UNAUTHORIZED => Some(denial),
+            _ => None,
+        };
+        ApiError {
+            challenge,
+            ..ApiError::new(status, class, message)
         }
     }
 }
@@ -133,6 +144,9 @@ impl ApiError {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
+        let challenge = self
+            .challenge
+            .map(|denial| crate::challenge::bearer(denial, &self.message));
         let mut body = json!({"error": {"class": self.class, "message": self.message}});
         if let Some((observed, selected)) = self.extra {
             body["error"]["observedHead"] = json!(observed);
@@ -142,6 +156,10 @@ impl IntoResponse for ApiError {
         if let Some(secs) = self.retry_after_secs {
             r.headers_mut()
                 .insert(axum::http::header::RETRY_AFTER, secs.into());
+        }
+        if let Some(challenge) = challenge {
+            r.headers_mut()
+                .insert(axum::http::header::WWW_AUTHENTICATE, challenge);
         }
         r
     }

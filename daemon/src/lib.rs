@@ -67,6 +67,7 @@ pub mod api_error;
 pub mod backup;
 pub mod byte_size;
 pub mod catalog;
+mod challenge;
 pub mod cli;
 mod descriptors;
 pub mod durable_answers;

@@ -1090,18 +1090,38 @@ fn authentication_and_transport_rows_through_the_real_binary() {
             json!({"jsonrpc":"2.0","id":null,"error":{"code":code,"message":text}})
         );
     }
-    // The agent card: the REST envelope.
-    for (t, status, class) in [
-        (None, 401, "SessionAbsent"),
-        (Some("not-a-token"), 400, "InvalidSession"),
-        (Some(unknown.as_str()), 401, "SessionUnknown"),
-        (Some(expired.as_str()), 401, "SessionExpired"),
+    // The agent card and the REST routes: the REST envelope, and every 401 with its challenge
+    // (they had none, which RFC 9110 requires of a 401).
+    for (t, status, class, challenge) in [
+        (None, 401, "SessionAbsent", Some("Bearer")),
+        (Some("not-a-token"), 400, "InvalidSession", None),
+        (
+            Some(unknown.as_str()),
+            401,
+            "SessionUnknown",
+            Some(r#"Bearer error="invalid_token", error_description="unknown session credential""#),
+        ),
+        (
+            Some(expired.as_str()),
+            401,
+            "SessionExpired",
+            Some(
+                r#"Bearer error="invalid_token", error_description="session credential has expired""#,
+            ),
+        ),
     ] {
-        let a = get(&d.url("/.well-known/agent.json"), t);
-        assert_eq!(
-            (a.status, a.json()["error"]["class"].as_str().unwrap()),
-            (status, class)
-        );
+        for route in ["/.well-known/agent.json", "/v1/head"] {
+            let a = get(&d.url(route), t);
+            assert_eq!(
+                (
+                    a.status,
+                    a.json()["error"]["class"].as_str().unwrap(),
+                    a.field("www-authenticate")
+                ),
+                (status, class, challenge),
+                "{route}"
+            );
+        }
     }
     // MCP header rules, notifications and batches.
     let a = request(

@@ -28,8 +28,7 @@ fn a_replayed_denial_is_counted_as_a_replay_and_not_as_another_denial() {
                        "_meta": {"world/idempotencyKey": "k1"}});
     let first = mcp(&d, &token, "tools/call", keyed.clone()).sse_json();
     assert_eq!(
-        first["result"]["_meta"]["world/outcome"]["reason"],
-        "denied:budget",
+        first["result"]["_meta"]["world/outcome"]["reason"], "denied:budget",
         "{first}"
     );
     for _ in 0..3 {

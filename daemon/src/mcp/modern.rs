@@ -288,7 +288,7 @@ fn json_reply(reply: &Reply) -> Response {
             if status == StatusCode::UNAUTHORIZED {
                 r.headers_mut().insert(
                     WWW_AUTHENTICATE,
-                    super::transport::bearer_error("invalid_token", REVOKED_CHALLENGE),
+                    crate::challenge::bearer_error("invalid_token", REVOKED_CHALLENGE),
                 );
             }
             r

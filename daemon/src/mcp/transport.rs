@@ -44,29 +44,6 @@ pub(super) fn auth_text(denial: AuthError) -> &'static str {
     }
 }
 
-/// The `WWW-Authenticate` challenge of a 401 (RFC 6750 §3.1): plain `Bearer` when no
-/// credential was sent; `invalid_request` for a malformed header; `invalid_token` for one that
-/// names no live session (unknown, expired, revoked), so that a client tells "authenticate
-/// again" from "not configured" without reading the body. The description is the 401's text,
-/// which holds no `"` or `\`.
-fn challenge(denial: AuthError) -> HeaderValue {
-    let error = match denial {
-        AuthError::Absent => return HeaderValue::from_static("Bearer"),
-        AuthError::Malformed => "invalid_request",
-        AuthError::Unknown | AuthError::Expired => "invalid_token",
-    };
-    bearer_error(error, auth_text(denial))
-}
-
-/// `Bearer error="<error>", error_description="<description>"`.
-pub(super) fn bearer_error(error: &str, description: &str) -> HeaderValue {
-    // Every description is one of this module's fixed texts: visible ASCII, no quote.
-    HeaderValue::from_str(&format!(
-        r#"Bearer error="{error}", error_description="{description}""#
-    ))
-    .unwrap_or_else(|_| HeaderValue::from_static("Bearer"))
-}
-
 /// 401 for a denial; 500 when the store failed underneath.
 pub(super) fn auth_failure(failure: AuthFailure) -> Response {
     match failure {
@@ -74,7 +51,10 @@ pub(super) fn auth_failure(failure: AuthFailure) -> Response {
             StatusCode::UNAUTHORIZED,
             [
                 (CONTENT_TYPE, HeaderValue::from_static(TEXT_PLAIN)),
-                (WWW_AUTHENTICATE, challenge(denial)),
+                (
+                    WWW_AUTHENTICATE,
+                    crate::challenge::bearer(denial, auth_text(denial)),
+                ),
             ],
             auth_text(denial),
         )
