@@ -17,9 +17,6 @@ use crate::grant::Grant;
 use crate::schema::SESSIONS;
 use crate::storage::{shown_bytes, ReadCtx, Store, StoreError};
 
-/// The longest list `list` returns.
-pub const MAX_LIST: usize = 500;
-
 /// The longest lifetime a credential may be minted with: ten years of 365 days. Far enough
 /// for any deployment, and near enough that its expiry stays a plain date (and well within
 /// the integers a record's canonical JSON holds exactly).
@@ -477,10 +474,12 @@ pub struct Listing {
     pub damaged: Vec<String>,
 }
 
-/// Up to [`MAX_LIST`] session records, ordered by credential id. A damaged record does not
-/// hide the rest: it is listed by its id in [`Listing::damaged`].
+/// Every session record, ordered by credential id. A damaged record does not hide the rest:
+/// it is listed by its id in [`Listing::damaged`]. Never cut short: the list is how an operator
+/// audits credentials (records stay after they expire, so a store in use for long holds many),
+/// and one stopped at 500 hid live ones, operator credentials among them, behind a wrong total.
 pub fn list(store: &Store) -> Result<Listing, SessionError> {
-    read_all(store, MAX_LIST)
+    read_all(store, usize::MAX)
 }
 
 /// Every record, readable or not, up to `most`.
@@ -909,6 +908,22 @@ mod tests {
             assert!(!said.contains("damaged"), "{said}");
         }
         assert_eq!(list(&store).unwrap().sessions.len(), 1, "only the first");
+    }
+
+    #[test]
+    fn every_record_is_listed_however_many() {
+        let (_dir, store) = store();
+        for i in 0..520 {
+            mint(
+                &store,
+                &format!("e{i}"),
+                vec![grant("Fs.Read=worktree:1")],
+                60,
+                0,
+            )
+            .unwrap();
+        }
+        assert_eq!(list(&store).unwrap().sessions.len(), 520);
     }
 
     #[test]
