@@ -611,6 +611,12 @@ impl AilangHandler {
             ));
         };
         let mut out = Map::new();
+        if !envelope.admitted {
+            // Outcome (c): the program never ran. `ok: false` makes the call the refusal it is
+            // (the daemon classifies it `refused`, not a successful run).
+            out.insert("ok".into(), json!(false));
+            out.insert("refused".into(), json!(not_admitted(&envelope.decision)));
+        }
         out.insert("admitted".into(), json!(envelope.admitted));
         out.insert("exit_code".into(), json!(envelope.exit_code));
         out.insert("decision".into(), envelope.decision);
@@ -629,6 +635,36 @@ impl AilangHandler {
             Err(why) => Outcome::failed(format!("broker: {} failed: {why}", c.effect)),
         }
     }
+}
+
+/// The `refused` text of a run `ailang` refused before it started (outcome (c)), from its
+/// decision: the message (at most 200 characters) and what the policy lacks.
+fn not_admitted(decision: &Value) -> String {
+    let message = decision
+        .get("message")
+        .and_then(Value::as_str)
+        .map(excerpt)
+        .filter(|m| !m.is_empty())
+        .unwrap_or_else(|| "no reason given".to_string());
+    let missing: Vec<&str> = decision
+        .get("missing_from_policy")
+        .and_then(Value::as_array)
+        .map(|a| {
+            a.iter()
+                .filter_map(Value::as_str)
+                .take(CAPS.len())
+                .collect()
+        })
+        .unwrap_or_default();
+    let missing = if missing.is_empty() {
+        String::new()
+    } else {
+        format!(
+            " (missing from the policy: {})",
+            excerpt(&missing.join(", "))
+        )
+    };
+    format!("ailang run refused the program before it ran: {message}{missing}; see decision")
 }
 
 /// A run's result: `out` (the envelope) plus the two streams, each whole or cut so that the
@@ -788,6 +824,9 @@ impl<'a> Fields<'a> {
         if args_json.is_some_and(|j| serde_json::from_str::<Value>(j).is_err()) {
             return Err(self.refused("argument \"args_json\" must be a string holding JSON".into()));
         }
+        if let Some(why) = args_json.and_then(args_json_refusal) {
+            return Err(self.refused(why));
+        }
         if stdin.len() > MAX_STDIN {
             return Err(self.refused(format!(
                 "argument \"stdin\" is {} bytes; the limit is {MAX_STDIN}",
@@ -855,21 +894,46 @@ impl<'a> Fields<'a> {
 }
 
 impl AilangHandler {
-    /// The operator gates for a run's caps (effect failed, nothing runs).
-    fn gate(&self, effect: &str, caps: &[&str]) -> Option<Outcome> {
+    /// Why the operator's gates stop a run with these caps, if they do (nothing runs). The
+    /// preflight declines such a run before anything is spent; the effect refuses it again.
+    fn gate(&self, caps: &[&str]) -> Option<String> {
         for cap in CAPS.iter().filter(|c| caps.contains(c)) {
             if !matches!(*cap, "IO" | "FS") && !self.run_allow_caps.contains(cap) {
-                return Some(Outcome::failed(format!(
-                    "broker: {effect} refused: capability \"{cap}\" is not enabled by the operator (ailang config runAllowCaps)"
-                )));
+                return Some(format!(
+                    "capability \"{cap}\" is not enabled by the operator (ailang config runAllowCaps)"
+                ));
             }
         }
         if caps.contains(&"Net") && self.run_net_allow.is_empty() {
-            return Some(Outcome::failed(format!(
-                "broker: {effect} refused: Net names no reachable host:port (ailang config runNetAllow)"
-            )));
+            return Some(
+                "Net names no reachable host:port (ailang config runNetAllow)".to_string(),
+            );
         }
         None
+    }
+
+    /// Why the request is declined before anything is spent, if it is: a path argument the
+    /// binary may not see, a value it would read as an option, an `args_json` too large to
+    /// start the run, an operator gate. `execute` refuses each of them again.
+    fn declined(&self, request: &Request) -> Option<String> {
+        if let Some(why) = self.argument_refusal(&request.payload, request.worktree.as_deref()) {
+            return Some(why);
+        }
+        let (Kind::Run, rules) = handled(&request.effect).ok()? else {
+            return None;
+        };
+        if let Some(why) = request
+            .payload
+            .get("args_json")
+            .and_then(Value::as_str)
+            .and_then(args_json_refusal)
+        {
+            return Some(why);
+        }
+        // A payload the run's checks refuse fails in `execute`, as it always has.
+        let checked = check(request, &rules).ok()?;
+        let run = Fields { request: checked }.run_args().ok()?;
+        self.gate(&run.caps)
     }
 
     /// Why an argument of `payload` may not reach the binary: a path argument that leads out
@@ -879,6 +943,21 @@ impl AilangHandler {
         option_refusal(payload)
             .or_else(|| path_refusal_in(payload, worktree, self.allow_hard_links))
     }
+}
+
+/// The most `args_json` may hold, in bytes. It reaches `ailang run` as one argv string, which
+/// Linux caps at 128 KiB (`MAX_ARG_STRLEN`): past that the run cannot even start. The limit
+/// is stdin's, which carries the same kind of input.
+pub const MAX_ARGS_JSON: usize = 65536;
+
+/// The refusal of an `args_json` over [`MAX_ARGS_JSON`].
+fn args_json_refusal(args_json: &str) -> Option<String> {
+    (args_json.len() > MAX_ARGS_JSON).then(|| {
+        format!(
+            "argument \"args_json\" is {} bytes; the limit is {MAX_ARGS_JSON}",
+            args_json.len()
+        )
+    })
 }
 
 /// The payload keys whose values reach the binary as words of its command line (the
@@ -1012,8 +1091,8 @@ impl AilangHandler {
         match kind {
             Kind::Run => {
                 let run = fields.run_args()?;
-                match self.gate(checked.effect, &run.caps) {
-                    Some(outcome) => Err(outcome),
+                match self.gate(&run.caps) {
+                    Some(why) => Err(checked.refused(why)),
                     None => Ok(Task::Run(run)),
                 }
             }
@@ -1206,10 +1285,10 @@ fn path_refusal_in(payload: &Value, worktree: Option<&str>, hard_links: bool) ->
 }
 
 impl EffectHandler for AilangHandler {
-    /// A request the handler would refuse for its arguments is declined before anything is
-    /// spent ([`AilangHandler::argument_refusal`]).
+    /// A request the handler would refuse for its arguments or the operator's gates is declined
+    /// before anything is spent ([`AilangHandler::declined`]).
     fn preflight(&self, request: &Request) -> Preflight {
-        match self.argument_refusal(&request.payload, request.worktree.as_deref()) {
+        match self.declined(request) {
             Some(why) => Preflight::Decline(refusal(why)),
             None => Preflight::Proceed,
         }

@@ -27,18 +27,27 @@
 //!   without running anything.
 //! - runs: `{admitted, exit_code, decision, limit, stdout, stderr, policy:{digest,
 //!   security_mode, caps, net_allow}}`, read from `ailang run` exactly as the `run` module
-//!   describes; anything else is the failed effect
-//!   `broker: ailang run produced no recognised outcome envelope (rc N)`.
+//!   describes, plus `ok: false` and `refused` when `ailang` refused the program before it
+//!   ran (`admitted: false`), so the call is a policy refusal; anything else is the failed
+//!   effect `broker: ailang run produced no recognised outcome envelope (rc N)`.
+//!
+//! # Declined (preflight, nothing spent)
+//!
+//! A path argument that leads out of the worktree, into git's own data, to a file with more
+//! than one hard link (unless `allowHardLinks`) or that the walk beneath the worktree cannot
+//! finish; a `path`, `module`, `query` or `package` that begins with `-`; an `args_json` over
+//! 64 KiB; and the operator gates `capability "<c>" is not enabled by the operator (ailang
+//! config runAllowCaps)` and `Net names no reachable host:port (ailang config runNetAllow)`.
+//! The effect refuses each of them again (a failed `broker: <E> refused: …`) for a daemon that
+//! skips the preflight.
 //!
 //! # Failures (effect `failed`, nothing runs)
 //!
 //! `broker: <E> refused: scope "<s>" is not "worktree"`, `broker: <E> refuses op "<op>": not
 //! in this effect's op allowlist`, `broker: <E> refused: key "OP" aliases "op"`, `broker: <E>
 //! refused: payload is not a JSON object`, `broker: Ailang.CLI refused: flag "write" writes the
-//! worktree; Ailang.CLI never writes (use Workspace.Write)`, and the operator gates
-//! `broker: <E> refused: capability "<c>" is not enabled by the operator
-//! (ailang config runAllowCaps)` and `broker: Ailang.RunNet refused: Net names no reachable host:port
-//! (ailang config runNetAllow)`. Also failed: a policy whose summary does not match, a child that
+//! worktree; Ailang.CLI never writes (use Workspace.Write)`, and the declined requests above
+//! when the preflight was skipped. Also failed: a policy whose summary does not match, a child that
 //! times out (its whole process group is SIGKILLed) or writes more than 8 MiB to stdout or
 //! stderr. A child that allocates past `memoryMiB` fails inside `ailang`; a run that so ends
 //! without an envelope logs `ailang`'s stderr for the operator.
@@ -46,7 +55,8 @@
 //! # Config
 //!
 //! See [`config_schema`]: `bin` (without it the constructor *declines*: [`DECLINE`]),
-//! `examplesDir`, `memoryMiB` (each child's `RLIMIT_DATA`, 4096 MiB unless set), `runAllowCaps`,
+//! `allowHardLinks`, `examplesDir`, `memoryMiB` (each child's `RLIMIT_DATA`, 4096 MiB unless
+//! set), `runAllowCaps`,
 //! `runNetAllow`, `runNetAllowHttp`, `stateDir`.
 //!
 //! # Tests

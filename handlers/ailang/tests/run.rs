@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use handler_kit::serde_json::{self, json, Value};
-use handler_kit::{EffectHandler, Host, Outcome};
+use handler_kit::{EffectHandler, Host, Outcome, Preflight};
 use handler_test_support::LogLines;
 use worldd_ailang::{PolicySpec, ANSWER_MARGIN, HARD_CAP, RUN, RUN_ENV, RUN_NET};
 
@@ -373,33 +373,125 @@ fn output_over_8_mib_is_a_failed_effect_never_a_truncated_one() {
     );
 }
 
+/// The operator gates were failed effects: a unit spent, the reason only in the daemon's log,
+/// and the agent told a write may have partly run. They are decided before anything is spent:
+/// the preflight declines the run with the reason in `refused`; a daemon that skips the
+/// preflight still gets the failed effect, and nothing runs either way.
 #[test]
-fn operator_gates_fail_the_effect_and_nothing_runs() {
+fn operator_gates_are_declined_before_anything_is_spent_and_nothing_runs() {
     let f = Fixture::new();
     f.put("p.ail", &program("plain", "IO"));
+    let env = "capability \"Env\" is not enabled by the operator (ailang config runAllowCaps)";
+    let net = "capability \"Net\" is not enabled by the operator (ailang config runAllowCaps)";
+    let declassify =
+        "capability \"Declassify\" is not enabled by the operator (ailang config runAllowCaps)";
     let cases = [
-        (RUN_ENV, json!(["IO", "Env"]), "broker: Ailang.RunEnv refused: capability \"Env\" is not enabled by the operator (ailang config runAllowCaps)"),
-        (RUN_NET, json!(["Net"]), "broker: Ailang.RunNet refused: capability \"Net\" is not enabled by the operator (ailang config runAllowCaps)"),
-        (RUN, json!(["IO", "Declassify"]), "broker: Ailang.Run refused: capability \"Declassify\" is not enabled by the operator (ailang config runAllowCaps)"),
+        (RUN_ENV, json!(["IO", "Env"]), env),
+        (RUN_NET, json!(["Net"]), net),
+        (RUN, json!(["IO", "Declassify"]), declassify),
     ];
-    for (effect, caps, message) in cases {
+    let declined = |f: &Fixture, effect: &str, payload: Value| match f
+        .handler
+        .preflight(&f.request(effect, payload))
+    {
+        Preflight::Decline(answer) => Value::Object(answer),
+        other => panic!("{effect}: not declined: {other:?}"),
+    };
+    for (effect, caps, why) in cases {
+        let payload = json!({"op": "run", "path": "p.ail", "caps": caps});
         assert_eq!(
-            f.failed(effect, json!({"op": "run", "path": "p.ail", "caps": caps})),
-            message
+            declined(&f, effect, payload.clone()),
+            json!({"ok": false, "refused": why})
+        );
+        assert_eq!(
+            f.failed(effect, payload),
+            format!("broker: {effect} refused: {why}")
         );
     }
     // Net enabled but no host to reach.
     let g = Fixture::with(json!({"runAllowCaps": ["Net"]}));
+    let payload = json!({"op": "run", "path": "p.ail", "caps": ["IO", "Net"]});
+    let why = "Net names no reachable host:port (ailang config runNetAllow)";
     assert_eq!(
-        g.failed(
-            RUN_NET,
-            json!({"op": "run", "path": "p.ail", "caps": ["IO", "Net"]})
-        ),
-        "broker: Ailang.RunNet refused: Net names no reachable host:port (ailang config runNetAllow)"
+        declined(&g, RUN_NET, payload.clone()),
+        json!({"ok": false, "refused": why})
+    );
+    assert_eq!(
+        g.failed(RUN_NET, payload),
+        format!("broker: Ailang.RunNet refused: {why}")
     );
     // Nothing ran: no child at all, not even the policy summary, and no policy file.
     assert!(f.log().is_empty() && g.log().is_empty());
     assert_eq!(fs::read_dir(f.state.join("policies")).unwrap().count(), 0);
+    // Caps the operator enabled pass the preflight.
+    let request = f.request(RUN, json!({"op": "run", "path": "p.ail", "caps": ["IO"]}));
+    assert!(matches!(f.handler.preflight(&request), Preflight::Proceed));
+}
+
+/// `args_json` reaches `ailang run` as one argv string, which Linux caps at 128 KiB: a larger
+/// one passed every check, then could not start (a failed effect, a unit spent, no reason).
+/// Over 64 KiB it is declined before anything is spent, as stdin over 64 KiB is.
+#[test]
+fn an_args_json_too_large_to_start_the_run_is_declined_before_anything_is_spent() {
+    let f = Fixture::new();
+    f.put("echo.ail", &program("echo", "IO"));
+    let args_json = |len: usize| {
+        let filler = "x".repeat(len - 8);
+        let j = format!("{{\"k\":\"{filler}\"}}");
+        assert_eq!(j.len(), len);
+        j
+    };
+    let big = json!({"op": "run", "path": "echo.ail", "args_json": args_json(200_000)});
+    let why = "argument \"args_json\" is 200000 bytes; the limit is 65536";
+    match f.handler.preflight(&f.request(RUN, big.clone())) {
+        Preflight::Decline(answer) => {
+            assert_eq!(Value::Object(answer), json!({"ok": false, "refused": why}))
+        }
+        other => panic!("not declined: {other:?}"),
+    }
+    assert_eq!(
+        f.failed(RUN, big),
+        format!("broker: Ailang.Run refused: {why}")
+    );
+    assert!(f.log().is_empty(), "{:?}", f.log());
+    // At the limit it runs, and the program gets it whole.
+    let at = json!({"op": "run", "path": "echo.ail", "args_json": args_json(65536)});
+    assert!(matches!(
+        f.handler.preflight(&f.request(RUN, at.clone())),
+        Preflight::Proceed
+    ));
+    let out = f.ok(RUN, at);
+    let echoed: Value = serde_json::from_str(out["stdout"].as_str().unwrap()).unwrap();
+    assert_eq!(echoed["args_json"].as_str().unwrap().len(), 65536);
+}
+
+/// A run `ailang` refused before it started (outcome (c)) was an `ok` output without `ok`,
+/// which the daemon classifies as a successful run (`isError: false`). It now says
+/// `"ok": false` and why in `refused`, so the call is the policy refusal it is.
+#[test]
+fn a_run_refused_before_execution_says_ok_false_and_why() {
+    let f = Fixture::new();
+    f.put("net.ail", &program("plain", "IO, Net"));
+    let out = f.ok(RUN, run("net.ail"));
+    assert_eq!(out["ok"], false);
+    assert_eq!(
+        out["refused"],
+        "ailang run refused the program before it ran: declared effects exceed policy (missing from the policy: Net); see decision"
+    );
+    assert_eq!(out["admitted"], false);
+    let out = f.ok(RUN, run("nope.ail"));
+    assert_eq!(out["ok"], false);
+    assert_eq!(
+        out["refused"],
+        "ailang run refused the program before it ran: open nope.ail: no such file or directory; see decision"
+    );
+    // An admitted run carries no `ok` (its shape is the contract's).
+    f.put("hello.ail", HELLO);
+    let out = f.ok(RUN, run("hello.ail"));
+    assert!(
+        !out.contains_key("ok") && !out.contains_key("refused"),
+        "{out:?}"
+    );
 }
 
 #[test]
