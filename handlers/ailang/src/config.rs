@@ -58,7 +58,7 @@ pub struct Config {
     pub run_net_allow_http: bool,
     /// Where policy files, caches and the archived binary live.
     pub state_dir: PathBuf,
-    /// The most one child may allocate, in MiB (its `RLIMIT_DATA`).
+    /// The most each child process may allocate, in MiB (its `RLIMIT_DATA`).
     pub memory_mib: u64,
     /// Whether path arguments may name files with more than one hard link.
     pub allow_hard_links: bool,
@@ -218,7 +218,7 @@ pub fn config_schema() -> Value {
                 "type": "string"
             },
             "memoryMiB": {
-                "description": "The most memory, in MiB, that one ailang child (check, run, policy-tool) and what it starts may allocate: its RLIMIT_DATA, the heap and private writable mappings (--plugin-config ailang.memoryMiB=N). At least 256: a Go runtime takes its heap 64 MiB at a time. An allocation past it fails inside ailang, and the call fails with ailang's own error. Every child also starts first in line for the kernel's OOM killer (oom_score_adj 1000) and without core files.",
+                "description": "The most memory, in MiB, that each ailang child process (check, run, policy-tool) may allocate: its RLIMIT_DATA, the heap and private writable mappings (--plugin-config ailang.memoryMiB=N). The limit is per process: every process a child starts inherits it and may allocate as much again, so it does not bound a run's total. At least 256: a Go runtime takes its heap 64 MiB at a time. An allocation past it fails inside ailang, and the call fails with ailang's own error. Every child also starts first in line for the kernel's OOM killer (oom_score_adj 1000) and without core files.",
                 "type": "integer",
                 "minimum": *MEMORY_MIB.start(),
                 "maximum": *MEMORY_MIB.end(),

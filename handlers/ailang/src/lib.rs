@@ -55,8 +55,8 @@
 //! # Config
 //!
 //! See [`config_schema`]: `bin` (without it the constructor *declines*: [`DECLINE`]),
-//! `allowHardLinks`, `examplesDir`, `memoryMiB` (each child's `RLIMIT_DATA`, 4096 MiB unless
-//! set), `runAllowCaps`,
+//! `allowHardLinks`, `examplesDir`, `memoryMiB` (each child process's `RLIMIT_DATA`, 4096 MiB
+//! unless set; per process, inherited by what it starts), `runAllowCaps`,
 //! `runNetAllow`, `runNetAllowHttp`, `stateDir`.
 //!
 //! # Tests
