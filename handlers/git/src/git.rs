@@ -4,6 +4,7 @@
 
 use std::ffi::{OsStr, OsString};
 use std::io::{self, Read, Write};
+use std::os::fd::BorrowedFd;
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitStatus, Stdio};
 use std::thread::{self, JoinHandle};
@@ -11,6 +12,7 @@ use std::time::{Duration, Instant};
 
 use handler_kit::child::Group;
 use handler_kit::output::errno_text;
+use handler_kit::worktree;
 
 use crate::config::Author;
 
@@ -53,6 +55,10 @@ pub struct Place<'a> {
     pub git_dir: Option<&'a Path>,
     /// `GIT_INDEX_FILE`: a private index.
     pub index_file: Option<&'a Path>,
+    /// The directory `cwd` names, opened: git starts there by descriptor
+    /// (`handler_kit::worktree::run_in`), not by the path, which may have been swapped for a
+    /// symlink since it was opened.
+    pub dir: Option<BorrowedFd<'a>>,
 }
 
 /// The finished run of one git command.
@@ -201,6 +207,9 @@ impl Git {
         }
         let group = Group::new().map_err(RunError::Spawn)?;
         let mut cmd = self.command(place, args);
+        if let Some(dir) = place.dir {
+            worktree::run_in(&mut cmd, dir).map_err(RunError::Spawn)?;
+        }
         cmd.stdin(if stdin.is_some() {
             Stdio::piped()
         } else {
@@ -298,5 +307,62 @@ mod tests {
             (over.kept.len(), over.cut, over.nuls),
             (MAX_CAPTURE, true, MAX_CAPTURE / 2 + 1)
         );
+    }
+
+    /// The worktree swapped for a symlink to another directory after it was opened: git
+    /// starts in the directory opened, not where the path leads now.
+    #[test]
+    fn a_git_run_starts_in_the_opened_worktree_even_after_its_path_is_swapped_for_a_symlink() {
+        let tmp = tempfile::tempdir().unwrap();
+        let (ep, outside) = (tmp.path().join("ep"), tmp.path().join("outside"));
+        for (dir, mark) in [(&ep, "inside\n"), (&outside, "outside\n")] {
+            std::fs::create_dir(dir).unwrap();
+            std::fs::write(dir.join("mark"), mark).unwrap();
+        }
+        let dir = worktree::open(&ep).unwrap();
+        std::fs::rename(&ep, tmp.path().join("ep.moved")).unwrap();
+        std::os::unix::fs::symlink(&outside, &ep).unwrap();
+        let git = Git::new(
+            "git".into(),
+            std::env::var_os("PATH"),
+            tmp.path().into(),
+            tmp.path().into(),
+            Author {
+                name: "T".into(),
+                email: "t@example.invalid".into(),
+            },
+        );
+        // `git hash-object mark` needs no repository: the id of the mark where git runs.
+        let hash = |place: &Place<'_>| {
+            let out = git
+                .run(
+                    place,
+                    &[OsStr::new("hash-object"), OsStr::new("mark")],
+                    None,
+                    Instant::now() + Duration::from_secs(10),
+                )
+                .unwrap();
+            assert!(
+                out.status.success(),
+                "{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            String::from_utf8(out.stdout).unwrap()
+        };
+        let by_path = |cwd| Place {
+            cwd,
+            ceiling: Some(tmp.path()),
+            git_dir: None,
+            index_file: None,
+            dir: None,
+        };
+        let moved = tmp.path().join("ep.moved");
+        let (inside, outside) = (hash(&by_path(&moved)), hash(&by_path(&ep)));
+        assert_ne!(inside, outside);
+        let opened = Place {
+            dir: Some(std::os::fd::AsFd::as_fd(&dir)),
+            ..by_path(&ep)
+        };
+        assert_eq!(hash(&opened), inside, "git ran where the path leads now");
     }
 }

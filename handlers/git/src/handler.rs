@@ -2,16 +2,17 @@
 
 use std::ffi::OsStr;
 use std::io;
+use std::os::fd::{AsFd, AsRawFd};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use cap_std::ambient_authority;
 use cap_std::fs::Dir;
 use handler_kit::output::errno_text;
 use handler_kit::output::Stamp;
 use handler_kit::protect::git_component;
 use handler_kit::request::{check, Checked, Quote, Rules};
 use handler_kit::serde_json::{json, Map, Value};
+use handler_kit::worktree;
 use handler_kit::{EffectHandler, Host, LogLevel, Outcome, Request};
 
 use crate::config::Policy;
@@ -117,6 +118,10 @@ impl GitHandler {
 
 /// One checked commit request.
 struct Job<'a> {
+    /// The worktree, opened once without following a symlink at its place: every look and
+    /// every git run starts from it, not from the path.
+    root: Dir,
+    /// Where `root` is, as the kernel names the opened directory (symbolic links resolved).
     worktree: PathBuf,
     ceiling: Option<PathBuf>,
     message: &'a str,
@@ -284,6 +289,7 @@ impl GitHandler {
             ceiling: job.ceiling.as_deref(),
             git_dir: None,
             index_file: None,
+            dir: Some(job.root.as_fd()),
         };
         self.git.run(&place, args, stdin, job.deadline)
     }
@@ -301,6 +307,7 @@ impl GitHandler {
             ceiling: job.ceiling.as_deref(),
             git_dir: Some(&repo.git_dir),
             index_file: Some(&repo.index),
+            dir: Some(job.root.as_fd()),
         };
         self.git.run(&place, args, stdin, job.deadline)
     }
@@ -439,7 +446,7 @@ impl GitHandler {
         // repository made of it would run git with the agent's config.
         let dot_git = job.worktree.join(".git");
         let the_agents = |dir: &Path| dir.starts_with(&job.worktree) && !dir.starts_with(&dot_git);
-        if std::fs::symlink_metadata(&dot_git).is_err()
+        if job.root.symlink_metadata(".git").is_err()
             || the_agents(&git_dir)
             || the_agents(&common_dir)
         {
@@ -453,12 +460,7 @@ impl GitHandler {
     /// 2. No other repository on the way to or below what is committed (before git runs, so
     ///    that git never follows a gitfile).
     fn no_other_repository(&self, job: &Job<'_>) -> Step<()> {
-        let root = Dir::open_ambient_dir(&job.worktree, ambient_authority()).map_err(|e| {
-            Outcome::failed(format!(
-                "commit: the worktree cannot be opened: {}",
-                errno_text(&e)
-            ))
-        })?;
+        let root = &job.root;
         let targets: Vec<Option<&str>> = match &job.paths {
             None => vec![None],
             Some(paths) => paths.iter().map(|p| Some(p.as_str())).collect(),
@@ -468,7 +470,7 @@ impl GitHandler {
                 Some(".") | None => Vec::new(),
                 Some(p) => p.split('/').collect(),
             };
-            match nested::find(&root, &parts, job.deadline) {
+            match nested::find(root, &parts, job.deadline) {
                 Ok(None) => {}
                 Ok(Some(found)) => return Err(self.refuse(nested_refusal(target, &found))),
                 Err(ScanError::Timeout) => {
@@ -733,9 +735,10 @@ fn requested_paths<'r>(checked: &Checked<'r>) -> Step<Option<Vec<&'r str>>> {
     }
 }
 
-/// The worktree with symbolic links resolved.
-fn resolved_worktree(effect: &str, worktree: &str) -> Step<PathBuf> {
-    std::fs::canonicalize(worktree).map_err(|e| {
+/// Where the opened worktree is, symbolic links resolved: the kernel's name for the directory
+/// (`/proc/self/fd`), not the request's path looked up again.
+fn resolved_worktree(effect: &str, root: &Dir) -> Step<PathBuf> {
+    std::fs::read_link(format!("/proc/self/fd/{}", root.as_raw_fd())).map_err(|e| {
         Outcome::failed(format!(
             "broker: {effect} failed: the episode's worktree cannot be resolved: {}",
             errno_text(&e)
@@ -762,13 +765,21 @@ impl GitHandler {
         let paths = requested_paths(&checked)?;
         // The handler's own rules (the plan checks them too; never trusted).
         self.check_message(message)?;
-        let paths = self.worktree_paths(&checked, worktree, paths)?;
+        // Opened once, never through a symlink at its place: one swapped in since the daemon
+        // checked the worktree would have git commit, and the checks look, where it leads.
+        let root = worktree::open(Path::new(worktree))
+            .map(|fd| Dir::from_std_file(std::fs::File::from(fd)))
+            .map_err(|e| e.outcome(effect))?;
+        let paths = paths
+            .map(|paths| self.checked_paths(&root, &paths))
+            .transpose()?;
         // git reports its top level with symbolic links resolved: compare
         // and stop repository discovery on the resolved path.
-        let worktree = resolved_worktree(effect, worktree)?;
+        let worktree = resolved_worktree(effect, &root)?;
         let ceiling = worktree.parent().map(Path::to_path_buf);
         let limit = self.time_limit(request.deadline_ms);
         Ok(Job {
+            root,
             worktree,
             ceiling,
             message,
@@ -793,21 +804,6 @@ impl GitHandler {
             return Err(self.refuse("commit: the message contains a NUL byte"));
         }
         Ok(())
-    }
-
-    /// The paths to commit (`None`: every change), each checked against the worktree opened
-    /// as a capability; the worktree must open even when no paths are given.
-    fn worktree_paths(
-        &self,
-        checked: &Checked<'_>,
-        worktree: &str,
-        paths: Option<Vec<&str>>,
-    ) -> Step<Option<Vec<String>>> {
-        let root = Dir::open_ambient_dir(worktree, ambient_authority())
-            .map_err(|e| checked.worktree_unopenable(&e))?;
-        paths
-            .map(|paths| self.checked_paths(&root, &paths))
-            .transpose()
     }
 
     /// The `paths` of a commit: some, not too many, each one checked; duplicates once.

@@ -192,6 +192,7 @@ impl GitPlugin {
                 ceiling: None,
                 git_dir: None,
                 index_file: None,
+                dir: None,
             },
             &[OsStr::new("--version")],
             None,

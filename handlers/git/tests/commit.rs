@@ -623,3 +623,25 @@ fn outcome_kinds_for_the_reference_refusal() {
         Outcome::Ok { .. }
     ));
 }
+
+#[test]
+fn a_worktree_that_is_a_symlink_is_refused_and_nothing_is_committed() {
+    let f = Fixture::new();
+    let before = f.head();
+    f.put("src/a.txt", "alpha\n");
+    // Even a link to the real repository: the worktree must be the directory itself (one
+    // swapped for a link since the daemon checked it would have git commit where it leads).
+    let link = f.tmp.path().join("ep.link");
+    std::os::unix::fs::symlink(f.repo(), &link).unwrap();
+    for payload in [
+        json!({"op": "commit", "message": "m"}),
+        json!({"op": "commit", "message": "m", "paths": ["src/a.txt"]}),
+    ] {
+        assert_eq!(
+            failed(f.run_in(&link, payload)),
+            "broker: Git.Commit failed: the episode's worktree is a symbolic link; a worktree must be a directory in the workspace root itself"
+        );
+    }
+    assert_eq!(f.head(), before);
+    assert_eq!(f.status(), "?? src/\n");
+}
