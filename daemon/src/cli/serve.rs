@@ -469,8 +469,9 @@ struct Fresh {
     /// The store directory's lock ([`lock_store_dir`]), held from before the store is looked
     /// at to the daemon's end.
     store_dir: Option<std::fs::File>,
-    /// The start went as far as taking that lock.
-    store_tried: bool,
+    /// The start went as far as taking that lock, and the store directory was there but not
+    /// locked: another daemon may be making or serving it, and its root.
+    store_unlocked: bool,
     /// The directories above the store and the root that this start made (`.world` of the
     /// defaults), deepest first: removed again while empty, so that the command fixed and run
     /// again starts as the first attempt would have.
@@ -484,7 +485,7 @@ impl Fresh {
     /// the store is closed.
     fn undo(self) {
         // Without the lock, another daemon may be making or serving the store, and its root.
-        if self.store_tried && self.store_dir.is_none() {
+        if self.store_unlocked {
             return;
         }
         if let Some(db) = self.db.filter(|db| nobody_serves(db)) {
@@ -656,6 +657,7 @@ fn open_store(settings: &Settings, fresh: &mut Fresh) -> Result<Store, Failure> 
         tracing::warn!("{warning}");
     }
     refuse_store_inside_workspace(&settings.db, root)?;
+    refuse_workspace_inside_store(&settings.db, root)?;
     refuse_loose_store(&settings.db).map_err(|e| startup("store-open", e))?;
     // An interrupted backup's destination is no store: making a new one beside its copy would
     // give an operator restoring from it an empty world, with nothing said.
@@ -671,8 +673,11 @@ fn open_store(settings: &Settings, fresh: &mut Fresh) -> Result<Store, Failure> 
     }
     // A directory that cannot be made is said by the store's open below, in its words.
     let made = make_private_dir(&settings.db, &mut fresh.above).unwrap_or(false);
-    fresh.store_tried = true;
+    fresh.store_unlocked = true;
     fresh.store_dir = lock_store_dir(&settings.db)?;
+    // No directory (a file is in its way): no daemon makes or serves a store there, so the
+    // root this start made goes again as after any other failure.
+    fresh.store_unlocked = fresh.store_dir.is_none() && settings.db.is_dir();
     if made && fresh.store_dir.is_some() {
         fresh.db = Some(absolute_now(&settings.db));
     }
@@ -899,6 +904,22 @@ fn resolve_bind_as(bind: &str, key: &str) -> Result<SocketAddr, Failure> {
             format!("{key} {bind:?} names a port alone: give HOST:PORT, e.g. 127.0.0.1:{port}"),
         ));
     }
+    // A name and a port: the shape is right, the host is what the policy refuses (only
+    // `localhost` is a name the daemon binds, to 127.0.0.1).
+    if let Some((host, port)) = bind.rsplit_once(':') {
+        let name = !host.is_empty()
+            && host
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'.');
+        if name && !port.is_empty() && port.bytes().all(|b| b.is_ascii_digit()) {
+            return Err(startup(
+                "bind-policy",
+                format!(
+                    "{key} {bind:?}: host {host:?} is not loopback: the daemon binds loopback only, 127.0.0.1:PORT, [::1]:PORT or localhost:PORT"
+                ),
+            ));
+        }
+    }
     Err(startup(
         "bind-policy",
         format!("{key} {bind:?} is not HOST:PORT"),
@@ -1004,6 +1025,35 @@ fn refuse_store_inside_workspace(db: &std::path::Path, root: &std::path::Path) -
                 "the store {} is inside the workspace root {}",
                 db_abs.display(),
                 root.display()
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// Nor the worktrees where the store is: agents would write beside its data file and its
+/// plugins' state, in the directory `backup` copies. (A fresh start took the root it made
+/// there for the remains of a lost store; an existing store served it.)
+fn refuse_workspace_inside_store(db: &std::path::Path, root: &std::path::Path) -> CliResult {
+    let abs = |p: &std::path::Path| std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf());
+    // The root exists by now; the store's directory may not.
+    let root = root.canonicalize().unwrap_or_else(|_| abs(root));
+    let db_abs = db
+        .canonicalize()
+        .ok()
+        .or_else(|| {
+            db.parent()
+                .and_then(|p| p.canonicalize().ok())
+                .map(|p| p.join(db.file_name().unwrap_or_default()))
+        })
+        .unwrap_or_else(|| abs(db));
+    if root.starts_with(&db_abs) {
+        return Err(startup(
+            "config",
+            format!(
+                "the workspace root {} is inside the store {}",
+                root.display(),
+                db_abs.display()
             ),
         ));
     }
