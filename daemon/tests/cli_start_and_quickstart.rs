@@ -6,7 +6,11 @@
 
 mod common;
 
+use std::io::{Read, Write};
 use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
 
 use common::*;
 
@@ -18,6 +22,227 @@ fn names_in(dir: &Path) -> Vec<String> {
         .collect();
     names.sort();
     names
+}
+
+/// What was shown at the terminal, without what was typed ahead (`script` echoes it) and
+/// without line ends.
+fn said(shown: &str, typed: &str) -> Vec<String> {
+    shown
+        .lines()
+        .map(|l| l.trim_end_matches('\r'))
+        .filter(|l| *l != typed)
+        .map(str::to_owned)
+        .collect()
+}
+
+/// `quickstart --print-only` into `world` at a terminal, answering `typed`.
+fn quickstart_at_terminal(world: &Path, extra: &str, typed: &[u8]) -> (i32, String) {
+    at_terminal(
+        &format!(
+            "{WORLDD} quickstart --dir {} --print-only --bind 127.0.0.1:7999 {extra}",
+            world.display()
+        ),
+        typed,
+    )
+}
+
+/// An episode is a name, and it names the worktree and the credential file: `../../evil` made
+/// `<dir>/worktrees/../../evil`, a directory outside `--dir`, and the store, before it was
+/// checked; with a live credential in the file it named, it was never checked at all.
+#[test]
+fn quickstart_checks_its_episode_before_it_makes_anything_even_with_a_live_credential() {
+    let dir = tempfile::tempdir().unwrap();
+    let world = dir.path().join("a/w");
+    let (code, shown) = quickstart_at_terminal(&world, "--episode ../../evil", b"y\n");
+    assert_eq!(code, 1, "{shown}");
+    assert_eq!(
+        said(&shown, "y"),
+        [r#"worldd: invalid episode "../../evil": want ^[a-z0-9][a-z0-9-]{0,63}$"#]
+    );
+    assert_eq!(names_in(dir.path()), Vec::<String>::new());
+
+    // A live credential of the store in `<dir>/Bad.session`: still refused, nothing made.
+    let world = dir.path().join("w");
+    let db = world.join("db");
+    let store = broker_core::store::Store::create(&db).unwrap();
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as i64;
+    let token = broker_core::session::mint(
+        &store,
+        "demo",
+        vec!["Workspace.Read=worktree:5".parse().unwrap()],
+        3600,
+        now,
+    )
+    .unwrap()
+    .token;
+    drop(store);
+    std::fs::write(world.join("Bad.session"), format!("{token}\n")).unwrap();
+    let (code, out, err) = worldd(
+        &[
+            "quickstart",
+            "--dir",
+            path_str(&world),
+            "--episode",
+            "Bad",
+            "--print-only",
+            "--bind",
+            "127.0.0.1:7999",
+        ],
+        None,
+    );
+    assert_eq!(code, 1, "{out}{err}");
+    assert_eq!(out, "");
+    assert_eq!(
+        err,
+        "worldd: invalid episode \"Bad\": want ^[a-z0-9][a-z0-9-]{0,63}$\n"
+    );
+    assert_eq!(names_in(&world), ["Bad.session", "db"]);
+
+    // A `--dir` that cannot be made is said before the question, which comes before it is made.
+    let (code, shown) = quickstart_at_terminal(&world.join("Bad.session/w"), "", b"y\n");
+    assert_eq!(code, 1, "{shown}");
+    assert_eq!(
+        said(&shown, "y"),
+        [format!(
+            "worldd: --dir {}: {} is not a directory",
+            world.join("Bad.session/w").display(),
+            world.join("Bad.session").display()
+        )]
+    );
+}
+
+/// `quickstart` with its question on the terminal, as `script` gives it one: the child and
+/// a receiver told once the question shows.
+fn quickstart_asking(world: &Path) -> (Child, mpsc::Receiver<()>) {
+    let cmd = format!(
+        "{WORLDD} quickstart --dir {} --print-only --bind 127.0.0.1:7999",
+        world.display()
+    );
+    let mut script = Command::new("script")
+        .args(["-qec", &cmd, "/dev/null"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut shown = script.stdout.take().unwrap();
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let mut text = Vec::new();
+        let mut buf = [0u8; 256];
+        while let Ok(n @ 1..) = shown.read(&mut buf) {
+            text.extend_from_slice(&buf[..n]);
+            if text.windows(12).any(|w| w == b"Confirm mint") {
+                let _ = tx.send(());
+            }
+        }
+    });
+    rx.recv_timeout(Duration::from_secs(30))
+        .expect("the question never showed");
+    (script, rx)
+}
+
+/// The pid of the worldd whose command line holds `needle`.
+fn worldd_pid(needle: &str) -> u32 {
+    for _ in 0..500 {
+        for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+            let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
+                continue;
+            };
+            let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) else {
+                continue;
+            };
+            let args: Vec<&[u8]> = cmdline.split(|b| *b == 0).collect();
+            if args.first().is_some_and(|a| a.ends_with(b"worldd"))
+                && args.contains(&needle.as_bytes())
+            {
+                return pid;
+            }
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    panic!("no worldd running with {needle}");
+}
+
+/// Quickstart made the store and the worktree before its question: Ctrl-C there (or a closed
+/// terminal's SIGHUP) left them, and the next run, finding them, took them for not its own, so
+/// even an `n` then left them. It now asks before it makes anything.
+#[test]
+fn ctrl_c_or_a_hangup_at_quickstarts_question_leaves_nothing_and_a_later_n_neither() {
+    let dir = tempfile::tempdir().unwrap();
+    let world = dir.path().join("w");
+
+    // Ctrl-C typed at the terminal: SIGINT from its line discipline.
+    let (mut script, _shown) = quickstart_asking(&world);
+    script.stdin.as_mut().unwrap().write_all(b"\x03").unwrap();
+    let status = script.wait().unwrap();
+    assert!(!status.success());
+    assert_eq!(names_in(dir.path()), Vec::<String>::new());
+
+    // A closed terminal: SIGHUP.
+    let (mut script, _shown) = quickstart_asking(&world);
+    let pid = worldd_pid(path_str(&world));
+    let hung = Command::new("kill")
+        .args(["-HUP", &pid.to_string()])
+        .status()
+        .unwrap();
+    assert!(hung.success());
+    drop(script.stdin.take());
+    script.wait().unwrap();
+    assert_eq!(names_in(dir.path()), Vec::<String>::new());
+
+    // An `n` makes nothing either, and says only that.
+    let (code, shown) = quickstart_at_terminal(&world, "", b"n\n");
+    assert_eq!(code, 1, "{shown}");
+    assert_eq!(
+        said(&shown, "n"),
+        ["Confirm mint for episode demo (8 grant(s), expiry +86400s) with a session credential? [y/N] worldd: aborted (not confirmed)"]
+    );
+    assert_eq!(names_in(dir.path()), Vec::<String>::new());
+
+    // And `y` sets it all up.
+    let (code, shown) = quickstart_at_terminal(&world, "", b"y\n");
+    assert_eq!(code, 0, "{shown}");
+    assert_eq!(names_in(&world), ["db", "demo.session", "worktrees"]);
+    assert!(world.join("worktrees/demo").is_dir());
+    assert!(world.join("db/data.mdb").is_file());
+}
+
+/// `--print-only` printed any `--bind` into the client configuration (`http://nonsense/mcp/`,
+/// an address `serve` refuses): it is refused as `serve` refuses it, before anything is made
+/// or asked.
+#[test]
+fn quickstart_print_only_refuses_a_bind_serve_refuses_before_making_anything() {
+    let dir = tempfile::tempdir().unwrap();
+    let world = dir.path().join("w");
+    for (bind, line) in [
+        ("nonsense", r#"--bind "nonsense" is not HOST:PORT"#),
+        ("0.0.0.0:27396", r#"bind host "0.0.0.0" is not loopback"#),
+        (
+            "example.com:80",
+            r#"--bind "example.com:80": host "example.com" is not loopback: the daemon binds loopback only, 127.0.0.1:PORT, [::1]:PORT or localhost:PORT"#,
+        ),
+    ] {
+        let (code, shown) = at_terminal(
+            &format!(
+                "{WORLDD} quickstart --dir {} --print-only --bind {bind}",
+                world.display()
+            ),
+            b"y\n",
+        );
+        assert_eq!(code, 2, "{bind}: {shown}");
+        assert_eq!(
+            said(&shown, "y"),
+            [format!(
+                "worldd: daemon startup failed at bind-policy: {line}"
+            )],
+            "{bind}"
+        );
+        assert_eq!(names_in(dir.path()), Vec::<String>::new(), "{bind}");
+    }
 }
 
 /// `--bind example.com:80` is HOST:PORT; what it breaks is the loopback rule, and that is said.

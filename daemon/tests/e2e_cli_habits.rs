@@ -2423,8 +2423,8 @@ fn an_operator_reads_an_episodes_spend_with_budget_episode() {
 }
 
 /// Answering `n` at quickstart's question left the store and the demo worktree it had just
-/// made behind (a second run then found a store it had not asked for). What the run made is
-/// removed, and said; a store that was there before is left as it was.
+/// made behind (a second run then found a store it had not asked for). It now asks before it
+/// makes anything; a store that was there before is left as it was.
 #[test]
 fn quickstart_declined_at_its_question_leaves_nothing_it_made_behind() {
     let dir = tempfile::tempdir().unwrap();
@@ -2441,14 +2441,8 @@ fn quickstart_declined_at_its_question_leaves_nothing_it_made_behind() {
     let (code, shown) = run(&world);
     assert_eq!(code, 1, "{shown}");
     assert!(
-        shown.contains(&format!(
-            "aborted (not confirmed); quickstart removed what it had just made ({db}, {wt}, {root}, {world})",
-            db = world.join("db").display(),
-            wt = world.join("worktrees/demo").display(),
-            root = world.join("worktrees").display(),
-            world = world.display()
-        )),
-        "{shown}"
+        shown.ends_with("[y/N] worldd: aborted (not confirmed)\r\n"),
+        "{shown:?}"
     );
     assert!(!world.exists(), "{shown}");
 

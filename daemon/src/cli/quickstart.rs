@@ -1,8 +1,8 @@
 //! `worldd quickstart`: a working deployment in one command.
 //!
-//! Checks that it can listen before it touches anything, then creates `./.world` (store,
-//! worktrees), a `demo` episode with its worktree, mints a demo credential after confirmation
-//! at the terminal, prints the MCP client configuration on stdout (everything else goes to
+//! Checks its arguments and that it can listen, and asks for confirmation at the terminal,
+//! before it touches anything; then creates `./.world` (store, worktrees), a `demo` episode
+//! with its worktree, mints a demo credential, prints the MCP client configuration on stdout (everything else goes to
 //! stderr, so `worldd quickstart > mcp.json` captures just the configuration) and serves with
 //! the shipped plugins. `--print-only` does the same without serving.
 
@@ -41,6 +41,27 @@ pub fn run(a: QuickstartArgs) -> CliResult {
             "quickstart prints a client configuration, so it needs a fixed port (not :0)",
         ));
     }
+    // Every argument is checked before anything is made: the episode names a directory (and
+    // the credential file), and `../x` would make one outside `--dir`.
+    broker_core::session::validate_episode(&a.episode)
+        .map_err(|e| Failure::usage(e.to_string()))?;
+    // The address goes into the printed configuration even with `--print-only`: one `serve`
+    // would refuse is refused now, as `serve` refuses it.
+    let addr = serve::resolve_bind(&a.bind)?;
+    crate::server::check_loopback(&addr)
+        .map_err(|e| Failure::fatal(format!("daemon startup failed at bind-policy: {e}")))?;
+    // `--dir` is made after the question: a file in its way is said before it.
+    let standing = a
+        .dir
+        .ancestors()
+        .find(|p| !p.as_os_str().is_empty() && std::fs::symlink_metadata(p).is_ok());
+    if let Some(file) = standing.filter(|p| !p.is_dir()) {
+        return Err(Failure::usage(format!(
+            "--dir {}: {} is not a directory",
+            a.dir.display(),
+            file.display()
+        )));
+    }
     let db = a.dir.join("db");
     // The port first: a taken port must not leave a store and a credential behind. And before
     // it, as `serve` does, a store another daemon serves: quickstart would mint a credential
@@ -49,47 +70,46 @@ pub fn run(a: QuickstartArgs) -> CliResult {
     let (listener, store_lock) = if a.print_only {
         (None, None)
     } else {
-        let addr = serve::resolve_bind(&a.bind)?;
-        crate::server::check_loopback(&addr)
-            .map_err(|e| Failure::fatal(format!("daemon startup failed at bind-policy: {e}")))?;
         let store_lock = serve::existing_store_lock(&db)?;
         (Some(serve::bind_now(addr)?), store_lock)
     };
     let root = a.dir.join("worktrees");
+    let worktree = root.join(&a.episode);
     let token_file = a.dir.join(format!("{}.session", a.episode));
-    // What this run makes, so that a declined mint leaves nothing of it behind.
-    let made = Made::noted(&a.dir, &root, &root.join(&a.episode), &db);
+    // Checked and asked before anything is made, as `session new` does: a question left
+    // unanswered (Ctrl-C, a closed terminal, a killed process) leaves nothing behind.
+    let minting = if credential_is_live(&db, &token_file) {
+        None
+    } else {
+        let minting =
+            super::session::Minting::check_before_making(&db, &a.episode, a.budget, &token_file)?;
+        minting.confirm()?;
+        Some(minting)
+    };
+    // What this run makes, so that a failure from here on leaves nothing of it behind.
+    let made = Made::noted(&a.dir, &root, &worktree, &db);
+    let undone = |mut f: Failure| {
+        if let Some(removed) = made.undo() {
+            f.message.push_str(&format!(
+                "; quickstart removed what it had just made ({removed})"
+            ));
+        }
+        f
+    };
     // The directories are the daemon's user's alone, whatever the umask (see serve).
-    serve::create_private_dir_all(&root.join(&a.episode))
-        .map_err(|e| Failure::usage(format!("{}: {e}", root.display())))?;
-    broker_core::store::Store::create(&db)
-        .map_err(|e| Failure::fatal(format!("cannot create {}: {e}", db.display())))?;
-    if !credential_is_live(&db, &token_file) {
-        let grants: Vec<String> = super::session::SE_TOOLS_EFFECTS
-            .iter()
-            .map(|e| format!("{e}=worktree:{}", a.budget))
-            .collect();
-        super::session::run(super::session::SessionCommand::Mint(
-            super::session::MintArgs {
-                db: super::DbArg { db: db.clone() },
-                episode: a.episode.clone(),
-                grants,
-                operator: false,
-                workspace_root: Some(root.clone()),
-                credential: super::session::CredentialArgs {
-                    ttl: super::session::DEFAULT_TTL,
-                    out: Some(token_file.clone()),
-                },
-            },
-        ))
-        .map_err(|mut f| {
-            if let Some(removed) = made.undo() {
-                f.message.push_str(&format!(
-                    "; quickstart removed what it had just made ({removed})"
-                ));
-            }
-            f
-        })?;
+    serve::create_private_dir_all(&worktree)
+        .map_err(|e| undone(Failure::usage(format!("{}: {e}", root.display()))))?;
+    if let Some(minting) = minting {
+        if !minting.has_store() {
+            // Made and closed here; the mint opens it as every verb does.
+            broker_core::store::Store::create(&db).map_err(|e| {
+                undone(Failure::fatal(format!(
+                    "cannot create {}: {e}",
+                    db.display()
+                )))
+            })?;
+        }
+        minting.deliver().map_err(undone)?;
     }
     let token = super::input::file_text(
         &token_file,
@@ -110,7 +130,7 @@ pub fn run(a: QuickstartArgs) -> CliResult {
     errln!(
         "worldd quickstart: episode {} with worktree {}; credential in {}\nworldd quickstart: the MCP client configuration follows on stdout; A2A clients POST http://{}/a2a/ with the same Authorization header",
         a.episode,
-        root.join(&a.episode).display(),
+        worktree.display(),
         token_file.display(),
         a.bind
     );

@@ -462,8 +462,10 @@ fn mint(
 
 /// A mint checked and not yet confirmed: nothing is made until the operator says `y`, so an
 /// interrupt at the prompt leaves nothing behind.
-struct Minting<'a> {
-    store: Store,
+pub(crate) struct Minting<'a> {
+    db: &'a Path,
+    /// `None` only for quickstart's store, made after the answer.
+    store: Option<Store>,
     episode: &'a str,
     grants: Vec<Grant>,
     operator: bool,
@@ -473,7 +475,51 @@ struct Minting<'a> {
 
 impl<'a> Minting<'a> {
     fn check(
-        db: &Path,
+        db: &'a Path,
+        episode: &'a str,
+        grants: Vec<Grant>,
+        operator: bool,
+        ttl: i64,
+        out: Option<&'a Path>,
+    ) -> Result<Minting<'a>, Failure> {
+        let mut minting = Minting::check_arguments(db, episode, grants, operator, ttl, out)?;
+        minting.store = Some(open_existing(db)?);
+        if let Some(path) = out {
+            SecretFile::check(path).map_err(|e| Failure::usage(e.to_string()))?;
+        }
+        Ok(minting)
+    }
+
+    /// `quickstart`'s mint of the se-tools grants into `out`, checked before the store, the
+    /// worktree and the directory of `out` are made (after the answer, by quickstart): what
+    /// exists of them is checked now, the rest when [`Minting::deliver`] makes the credential.
+    pub(crate) fn check_before_making(
+        db: &'a Path,
+        episode: &'a str,
+        budget: u64,
+        out: &'a Path,
+    ) -> Result<Minting<'a>, Failure> {
+        let grants = se_tools_grants(budget);
+        let mut minting =
+            Minting::check_arguments(db, episode, grants, false, DEFAULT_TTL, Some(out))?;
+        if db.join("data.mdb").is_file() {
+            minting.store = Some(open_existing(db)?);
+        }
+        let dir = out.parent().filter(|d| !d.as_os_str().is_empty());
+        if dir.is_none_or(Path::is_dir) {
+            SecretFile::check(out).map_err(|e| Failure::usage(e.to_string()))?;
+        }
+        Ok(minting)
+    }
+
+    /// Whether the store was there when the mint was checked.
+    pub(crate) fn has_store(&self) -> bool {
+        self.store.is_some()
+    }
+
+    /// Everything but the store and `out`, which no mint makes.
+    fn check_arguments(
+        db: &'a Path,
         episode: &'a str,
         grants: Vec<Grant>,
         operator: bool,
@@ -495,12 +541,9 @@ impl<'a> Minting<'a> {
             ));
         }
         refuse_duplicates(&grants)?;
-        let store = open_existing(db)?;
-        if let Some(path) = out {
-            SecretFile::check(path).map_err(|e| Failure::usage(e.to_string()))?;
-        }
         Ok(Minting {
-            store,
+            db,
+            store: None,
             episode,
             grants,
             operator,
@@ -509,7 +552,7 @@ impl<'a> Minting<'a> {
         })
     }
 
-    fn confirm(&self) -> CliResult {
+    pub(crate) fn confirm(&self) -> CliResult {
         let kind = if self.operator {
             "an OPERATOR credential (reads every episode)"
         } else {
@@ -526,8 +569,9 @@ impl<'a> Minting<'a> {
     /// Mint, and hand the credential over: into the file (created now, before the mint, so
     /// that a file that cannot be made mints nothing) or onto stdout. Undelivered, it is
     /// revoked.
-    fn deliver(self) -> CliResult {
+    pub(crate) fn deliver(self) -> CliResult {
         let Minting {
+            db,
             store,
             episode,
             grants,
@@ -535,6 +579,10 @@ impl<'a> Minting<'a> {
             ttl,
             out,
         } = self;
+        let store = match store {
+            Some(store) => store,
+            None => open_existing(db)?,
+        };
         let file = out
             .map(SecretFile::prepare)
             .transpose()
@@ -584,18 +632,23 @@ impl<'a> Minting<'a> {
     }
 }
 
+/// The eight se-tools effects at `worktree:<budget>` (`--preset se-tools`, quickstart).
+fn se_tools_grants(budget: u64) -> Vec<Grant> {
+    SE_TOOLS_EFFECTS
+        .iter()
+        .map(|e| Grant {
+            effect: (*e).into(),
+            scope: "worktree".into(),
+            budget,
+        })
+        .collect()
+}
+
 fn new(a: NewArgs) -> CliResult {
     session::validate_episode(&a.episode).map_err(|e| Failure::usage(e.to_string()))?;
     let mut grants: Vec<Grant> = match a.preset.as_deref() {
         None => Vec::new(),
-        Some("se-tools") => SE_TOOLS_EFFECTS
-            .iter()
-            .map(|e| Grant {
-                effect: (*e).into(),
-                scope: "worktree".into(),
-                budget: a.budget,
-            })
-            .collect(),
+        Some("se-tools") => se_tools_grants(a.budget),
         Some(other) => {
             return Err(Failure::usage(format!(
                 "unknown --preset {other:?}; known: se-tools"
