@@ -258,6 +258,64 @@ fn a_bind_of_a_name_other_than_localhost_is_told_the_loopback_rule() {
     assert_eq!(names_in(dir.path()), Vec::<String>::new());
 }
 
+/// `session new --repo` that names no git repository was asked about, and after `y` failed
+/// with git's own words (`git worktree add failed (exit status: 128)`): it is refused by name
+/// before the question, and a repository still works.
+#[test]
+fn session_new_refuses_a_repo_that_is_no_git_repository_before_the_question() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("db");
+    drop(broker_core::store::Store::create(&db).unwrap());
+    let root = dir.path().join("wt");
+    let plain = dir.path().join("plain");
+    std::fs::create_dir(&plain).unwrap();
+    let missing = dir.path().join("missing");
+    let new_with = |repo: &Path| {
+        at_terminal(
+            &format!(
+                "{WORLDD} session new ep --db {} --workspace-root {} --repo {} --preset se-tools --out {}",
+                db.display(),
+                root.display(),
+                repo.display(),
+                dir.path().join("ep.session").display()
+            ),
+            b"y\n",
+        )
+    };
+    for (repo, git_says) in [
+        (
+            &missing,
+            format!(
+                "fatal: cannot change to '{}': No such file or directory",
+                missing.display()
+            ),
+        ),
+        (
+            &plain,
+            "fatal: not a git repository (or any of the parent directories): .git".to_owned(),
+        ),
+    ] {
+        let (code, shown) = new_with(repo);
+        assert_eq!(code, 1, "{shown}");
+        assert_eq!(
+            said(&shown, "y"),
+            [format!(
+                "worldd: --repo {}: not a git repository (git says: {git_says}); give the repository the worktree is checked out from",
+                repo.display()
+            )]
+        );
+        assert!(!root.exists(), "{shown}");
+        assert!(!dir.path().join("ep.session").exists(), "{shown}");
+    }
+    let repo = dir.path().join("repo");
+    std::fs::create_dir(&repo).unwrap();
+    git(&repo, &["init", "-q"]);
+    git(&repo, &["commit", "-q", "--allow-empty", "-m", "first"]);
+    let (code, shown) = new_with(&repo);
+    assert_eq!(code, 0, "{shown}");
+    assert!(root.join("ep/.git").is_file(), "{shown}");
+}
+
 /// A start that cannot make its store (a file where its parent should be) left the workspace
 /// root, and the directory above it, that it had just made.
 #[test]

@@ -680,6 +680,9 @@ fn new(a: NewArgs) -> CliResult {
         a.credential.out.as_deref(),
     )?;
     check_out_beside_agents(a.credential.out.as_deref(), &a.workspace_root, false)?;
+    if let Some(repo) = &a.repo {
+        check_repo(repo)?;
+    }
     let worktree = a.workspace_root.join(&a.episode);
     // Another store, but the default workspace root: the worktree is made under this
     // directory, where a daemon serving that store may not look (which matters only to grants
@@ -729,6 +732,28 @@ fn new(a: NewArgs) -> CliResult {
         errln!("worldd session new: worktree {}", worktree.display());
     }
     result
+}
+
+/// `--repo` names a git repository: checked before the question, which a repository git cannot
+/// check a worktree out of would otherwise spend on a command that fails after it.
+fn check_repo(repo: &Path) -> CliResult {
+    let answer = std::process::Command::new("git")
+        .arg("-C")
+        .arg(repo)
+        .args(["rev-parse", "--git-dir"])
+        .stdin(std::process::Stdio::null())
+        .output()
+        .map_err(|e| Failure::usage(format!("--repo {}: cannot run git: {e}", repo.display())))?;
+    if answer.status.success() {
+        return Ok(());
+    }
+    let said = String::from_utf8_lossy(&answer.stderr);
+    let said = said.lines().next().unwrap_or_default().trim();
+    Err(Failure::usage(format!(
+        "--repo {}: not a git repository (git says: {}); give the repository the worktree is checked out from",
+        repo.display(),
+        if said.is_empty() { "nothing" } else { said }
+    )))
 }
 
 /// The worktree is made with mode 0700 whatever the umask (which can only narrow it), and
