@@ -5,10 +5,11 @@
 use std::ffi::OsString;
 use std::fs::{self, DirBuilder, File, OpenOptions};
 use std::io::{self, Write};
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use handler_kit::beneath::{self, End, HostDir, Kind as EntryKind, WalkError};
@@ -249,6 +250,8 @@ struct Checked<'a> {
     payload: &'a JsonObject,
     episode: &'a str,
     worktree: &'a str,
+    /// The worktree opened by descriptor: every child starts in it.
+    dir: Arc<OwnedFd>,
     deadline: Instant,
     /// The effect's time limit: min(10 s, the request's deadline less the margin).
     limit: Duration,
@@ -316,6 +319,7 @@ impl AilangHandler {
             program: bin.clone(),
             args: vec!["--version".into()],
             cwd: state_dir.clone(),
+            dir: None,
             env: child_env(&state_dir.join("cache/_startup"), examples_dir.as_deref()),
             stdin: Vec::new(),
             deadline: Instant::now() + HARD_CAP,
@@ -396,6 +400,7 @@ impl AilangHandler {
             program: self.bin.clone(),
             args,
             cwd: PathBuf::from(c.worktree),
+            dir: Some(Arc::clone(&c.dir)),
             env: child_env(&self.cache_dir(c.episode), self.examples_dir.as_deref()),
             stdin,
             deadline: c.deadline,
@@ -1028,11 +1033,28 @@ fn check_episode(effect: &str, episode: &str) -> Step<()> {
     Ok(())
 }
 
-/// The worktree with symbolic links resolved.
-fn resolved_worktree(effect: &str, worktree: &str) -> Step<PathBuf> {
-    Path::new(worktree).canonicalize().map_err(|e| {
+/// The worktree, opened once without following a symlink at its place
+/// (`handler_kit::worktree::open`): the path arguments are walked beneath this descriptor and
+/// every child starts in it, so a worktree swapped for a symlink after the daemon checked it
+/// fails the call instead of leading the binary elsewhere.
+fn opened_worktree(effect: &str, worktree: &str) -> Step<Arc<OwnedFd>> {
+    handler_kit::worktree::open(Path::new(worktree))
+        .map(Arc::new)
+        .map_err(|e| e.outcome(effect))
+}
+
+/// A path that names the directory `dir` holds, whatever became of its own path since:
+/// `/proc/self/fd/N`.
+fn fd_path(dir: &OwnedFd) -> String {
+    format!("/proc/self/fd/{}", dir.as_raw_fd())
+}
+
+/// Where the opened worktree is now, with symbolic links resolved (for the overlap checks).
+fn resolved_worktree(effect: &str, dir: &OwnedFd) -> Step<PathBuf> {
+    fs::read_link(fd_path(dir)).map_err(|e| {
         Outcome::failed(format!(
-            "broker: {effect} failed: the episode's worktree cannot be resolved: {e}"
+            "broker: {effect} failed: the episode's worktree cannot be resolved: {}",
+            errno_text(&e)
         ))
     })
 }
@@ -1057,17 +1079,18 @@ impl AilangHandler {
         let effect = request.effect.as_str();
         let (kind, rules) = handled(effect)?;
         let checked = check(request, &rules)?;
+        let worktree = checked.worktree()?;
+        check_episode(effect, &request.episode)?;
+        let dir = opened_worktree(effect, worktree)?;
         // The preflight declined these; a daemon that skips the preflight still runs nothing,
-        // and a link planted since is seen here.
-        if let Some(why) = self.argument_refusal(&request.payload, request.worktree.as_deref()) {
+        // and a link planted since is seen here, beneath the worktree the child will run in.
+        if let Some(why) = self.argument_refusal(&request.payload, Some(&fd_path(&dir))) {
             return Err(checked.refused(why));
         }
         // Per-op payload checks (a payload the plan should never have built is a failure),
         // then the operator gates: all before anything runs.
         let task = self.task(kind, checked)?;
-        let worktree = checked.worktree()?;
-        check_episode(effect, &request.episode)?;
-        let canonical = resolved_worktree(effect, worktree)?;
+        let canonical = resolved_worktree(effect, &dir)?;
         self.apart_from_worktree(effect, &canonical)?;
         let (budget, answer_by) = time_budget(request.deadline_ms);
         let c = Checked {
@@ -1076,6 +1099,7 @@ impl AilangHandler {
             payload: checked.payload,
             episode: &request.episode,
             worktree,
+            dir,
             deadline: started + budget,
             limit: budget,
             answer_by: answer_by.map(|d| started + d),

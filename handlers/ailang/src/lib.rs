@@ -46,8 +46,9 @@
 //! `broker: <E> refused: scope "<s>" is not "worktree"`, `broker: <E> refuses op "<op>": not
 //! in this effect's op allowlist`, `broker: <E> refused: key "OP" aliases "op"`, `broker: <E>
 //! refused: payload is not a JSON object`, `broker: Ailang.CLI refused: flag "write" writes the
-//! worktree; Ailang.CLI never writes (use Workspace.Write)`, and the declined requests above
-//! when the preflight was skipped. Also failed: a policy whose summary does not match, a child that
+//! worktree; Ailang.CLI never writes (use Workspace.Write)`, the declined requests above when
+//! the preflight was skipped, and a worktree that is a symbolic link (it is opened by
+//! descriptor without following one, and every child starts in that descriptor). Also failed: a policy whose summary does not match, a child that
 //! times out (its whole process group is SIGKILLed) or writes more than 8 MiB to stdout or
 //! stderr. A child that allocates past `memoryMiB` fails inside `ailang`; a run that so ends
 //! without an envelope logs `ailang`'s stderr for the operator.

@@ -15,10 +15,11 @@
 use std::ffi::OsString;
 use std::fs::File;
 use std::io::{self, Read, Write};
-use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitStatus, Stdio};
+use std::sync::Arc;
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -37,7 +38,11 @@ const DRAIN_GRACE: Duration = Duration::from_millis(500);
 pub struct Spec {
     pub program: PathBuf,
     pub args: Vec<OsString>,
+    /// The working directory by path, when no `dir` is given (the start-up probe).
     pub cwd: PathBuf,
+    /// The worktree opened by descriptor: the child starts there (`fchdir`), never at a path
+    /// that may have been swapped for a symlink since.
+    pub dir: Option<Arc<OwnedFd>>,
     /// The child's entire environment.
     pub env: Vec<(String, String)>,
     pub stdin: Vec<u8>,
@@ -319,9 +324,16 @@ pub fn run(spec: Spec) -> Result<Finished, Failure> {
         return Err(Failure::Timeout(spec.limit));
     }
     let mut command = Command::new(&spec.program);
+    command.args(&spec.args);
+    match &spec.dir {
+        Some(dir) => {
+            handler_kit::worktree::run_in(&mut command, dir.as_fd()).map_err(Failure::Spawn)?
+        }
+        None => {
+            command.current_dir(&spec.cwd);
+        }
+    }
     command
-        .args(&spec.args)
-        .current_dir(&spec.cwd)
         .env_clear()
         .envs(spec.env.iter().map(|(k, v)| (k, v)))
         .stdin(Stdio::piped())

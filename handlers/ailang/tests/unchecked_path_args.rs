@@ -235,3 +235,44 @@ fn a_module_or_query_beginning_with_a_dash_is_declined_and_never_reaches_the_bin
     let request = f.request(CLI, json!({"op": "docs_search", "query": "a-b"}));
     assert!(matches!(f.handler.preflight(&request), Preflight::Proceed));
 }
+
+/// The worktree was taken by its path (`canonicalize`, then the child's cwd by path): one
+/// swapped for a symlink after the daemon checked it led every child, and the path walk, to
+/// wherever the link points. It is now opened once without following a symlink at its place
+/// and the child starts in that descriptor: a symlinked worktree fails the call, nothing runs.
+#[test]
+fn a_worktree_swapped_for_a_symlink_fails_the_call_and_no_child_runs_where_it_leads() {
+    let f = Fixture::new();
+    let elsewhere = f.tmp.path().join("elsewhere");
+    fs::create_dir_all(&elsewhere).unwrap();
+    fs::write(elsewhere.join("hello.ail"), HELLO).unwrap();
+    fs::remove_dir_all(&f.root).unwrap();
+    std::os::unix::fs::symlink(&elsewhere, &f.root).unwrap();
+    for (effect, payload) in [
+        (CLI, json!({"op": "fmt", "path": "hello.ail"})),
+        (CHECK, json!({"op": "ai_check", "path": "hello.ail"})),
+        (RUN, json!({"op": "run", "path": "hello.ail"})),
+    ] {
+        assert_eq!(
+            f.failed(effect, payload),
+            format!("broker: {effect} failed: the episode's worktree is a symbolic link; a worktree must be a directory in the workspace root itself")
+        );
+    }
+    assert!(f.log().is_empty(), "the binary ran: {:?}", f.log());
+}
+
+/// The child starts in the opened worktree, by descriptor: its working directory is the
+/// worktree (the stand-in logs it), as it was by path.
+#[test]
+fn every_child_starts_in_the_worktree_opened_by_descriptor() {
+    let f = Fixture::new();
+    f.put("hello.ail", HELLO);
+    let out = f.ok(RUN, json!({"op": "run", "path": "hello.ail"}));
+    assert_eq!(out["admitted"], true, "{out:?}");
+    let real = f.root.canonicalize().unwrap().display().to_string();
+    let log = f.log();
+    assert!(!log.is_empty());
+    for line in log {
+        assert_eq!(line["cwd"], real.as_str(), "{line}");
+    }
+}
