@@ -387,3 +387,43 @@ fn a_workspace_root_inside_the_store_is_refused_at_config_fresh_or_not() {
     );
     assert_eq!(names_in(&dir.path().join("db")), ["data.mdb", "lock.mdb"]);
 }
+
+/// quickstart printed whatever live credential `<dir>/<episode>.session` held into the agent's
+/// configuration: `.world/ops.session` is where operators.md mints an operator credential, so
+/// `quickstart --episode ops` handed an agent a credential that reads every episode. A live
+/// credential there is printed again only when it is an agent's of that very episode.
+#[test]
+fn quickstart_never_hands_an_agent_an_operator_credential_or_another_episodes() {
+    let dir = tempfile::tempdir().unwrap();
+    let world = dir.path().join("w");
+    let (code, shown) = quickstart_at_terminal(&world, "", b"y\n");
+    assert_eq!(code, 0, "{shown}");
+    let db = world.join("db");
+    let (code, shown) = mint_at_terminal(
+        &db,
+        &format!(
+            "--operator --episode ops --grant World.Commit=log:10 --out {}",
+            world.join("ops.session").display()
+        ),
+    );
+    assert_eq!(code, 0, "{shown}");
+    let (code, shown) = quickstart_at_terminal(&world, "--episode ops", b"y\n");
+    assert_eq!(code, 1, "{shown}");
+    assert_eq!(
+        said(&shown, "y"),
+        [format!("worldd: {}/ops.session holds a live OPERATOR credential (episode ops; it reads every episode), which quickstart does not hand to episode ops's agent; nothing was made or printed: move the file away (quickstart then mints one for ops), or give another --episode", world.display())]
+    );
+    assert!(!world.join("worktrees/ops").exists());
+    // Another episode's credential, copied into this episode's file.
+    std::fs::copy(world.join("demo.session"), world.join("other.session")).unwrap();
+    let (code, shown) = quickstart_at_terminal(&world, "--episode other", b"y\n");
+    assert_eq!(code, 1, "{shown}");
+    assert_eq!(
+        said(&shown, "y"),
+        [format!("worldd: {}/other.session holds a live credential of episode demo, which quickstart does not hand to episode other's agent; nothing was made or printed: move the file away (quickstart then mints one for other), or give another --episode", world.display())]
+    );
+    // Its own credential is printed again without a question.
+    let (code, shown) = quickstart_at_terminal(&world, "", b"");
+    assert_eq!(code, 0, "{shown}");
+    assert!(!shown.contains("Confirm mint"), "{shown}");
+}

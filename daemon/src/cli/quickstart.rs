@@ -78,7 +78,7 @@ pub fn run(a: QuickstartArgs) -> CliResult {
     let token_file = a.dir.join(format!("{}.session", a.episode));
     // Checked and asked before anything is made, as `session new` does: a question left
     // unanswered (Ctrl-C, a closed terminal, a killed process) leaves nothing behind.
-    let minting = if credential_is_live(&db, &token_file) {
+    let minting = if live_credential(&db, &token_file, &a.episode)? {
         None
     } else {
         let minting =
@@ -175,23 +175,50 @@ pub fn run(a: QuickstartArgs) -> CliResult {
     )
 }
 
-/// True when the credential file holds a session that exists and has not expired.
-fn credential_is_live(db: &std::path::Path, token_file: &std::path::Path) -> bool {
+/// True when the credential file holds a session that exists and has not expired, for
+/// quickstart to print again without minting. It must be an agent's credential of `episode`:
+/// a live operator credential there (`.world/ops.session`, as operators.md names one) or
+/// another episode's was printed into the agent's configuration as it was, and an operator
+/// credential reads every episode. Such a file is refused, nothing made or printed.
+fn live_credential(
+    db: &std::path::Path,
+    token_file: &std::path::Path,
+    episode: &str,
+) -> Result<bool, Failure> {
     let Ok(token) = super::input::file_text(
         token_file,
         super::input::SESSION_FILE_BYTES,
         "the credential file",
     ) else {
-        return false;
+        return Ok(false);
     };
     let Ok(store) = broker_core::store::Store::open(db, Default::default()) else {
-        return false;
+        return Ok(false);
     };
     let id = broker_core::session::credential_id(token.trim());
-    matches!(
-        broker_core::session::lookup(&store, &id),
-        Ok(Some(s)) if s.is_valid(super::now())
-    )
+    let session = match broker_core::session::lookup(&store, &id) {
+        Ok(Some(s)) if s.is_valid(super::now()) => s,
+        _ => return Ok(false),
+    };
+    let refused = |what: String| {
+        Failure::usage(format!(
+            "{} holds {what}, which quickstart does not hand to episode {episode}'s agent; nothing was made or printed: move the file away (quickstart then mints one for {episode}), or give another --episode",
+            token_file.display()
+        ))
+    };
+    if session.operator {
+        return Err(refused(format!(
+            "a live OPERATOR credential (episode {}; it reads every episode)",
+            session.episode
+        )));
+    }
+    if session.episode != episode {
+        return Err(refused(format!(
+            "a live credential of episode {}",
+            session.episode
+        )));
+    }
+    Ok(true)
 }
 
 /// The configuration holds a bearer credential; `quickstart > mcp.json` under umask 022 makes
