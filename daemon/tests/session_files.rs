@@ -208,3 +208,36 @@ fn a_credential_written_in_upper_case_is_the_same_credential() {
     );
     assert_eq!(get(&d.url("/v1/budget"), Some(&token)).status, 401);
 }
+
+/// A shipped effect at a scope its tools do not use (`worktree/src`, a scope read as a path:
+/// "writes under src/ only") was minted without a word, and gave the agent no tool at all; so
+/// was an agent's `World.Commit`, which only an operator's credential may use. Both are said
+/// before the question.
+#[test]
+fn a_grant_no_shipped_tool_can_use_is_warned_of_before_the_question() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("db");
+    broker_core::store::Store::create(&db).unwrap();
+    let out = dir.path().join("s.session");
+    let (code, shown) = mint_at_terminal(
+        &db,
+        &format!(
+            "--episode ep1 --grant Workspace.Write=worktree/src:5 --grant World.Commit=log:3 --grant Workspace.Read=worktree:5 --out {}",
+            out.display()
+        ),
+    );
+    assert_eq!(code, 0, "{shown}");
+    let before = &shown[..shown
+        .find("Confirm mint")
+        .unwrap_or_else(|| panic!("{shown}"))];
+    assert!(
+        before.contains("worldd session: warning: --grant Workspace.Write=worktree/src:5: no shipped tool uses Workspace.Write at scope worktree/src; its tools use worktree (a scope is a label, not a path: worktree is the whole worktree), so this grant gives them nothing (a tool you published at that scope is fine: answer n to stop here)"),
+        "{shown}"
+    );
+    assert!(
+        before.contains("worldd session: warning: --grant World.Commit=log:3: only an operator credential (--operator) may commit, so this grant gives an agent's credential nothing (answer n to stop here)"),
+        "{shown}"
+    );
+    // The grant its tools use is not warned of.
+    assert!(!before.contains("Workspace.Read=worktree:5:"), "{shown}");
+}

@@ -179,6 +179,17 @@ pub fn budget_arg(text: &str) -> Result<u64, String> {
 const OTHER_SHIPPED_EFFECTS: [&str; 3] = ["Git.Commit", "Registry.Publish", "World.Commit"];
 const KNOWN_SCOPES: [&str; 3] = ["worktree", "log", "any"];
 
+/// The scope the shipped tools of a shipped `effect` use.
+fn shipped_scope(effect: &str) -> Option<&'static str> {
+    match effect {
+        "World.Commit" => Some("log"),
+        e if SE_TOOLS_EFFECTS.contains(&e) || OTHER_SHIPPED_EFFECTS.contains(&e) => {
+            Some("worktree")
+        }
+        _ => None,
+    }
+}
+
 fn known_effects() -> Vec<&'static str> {
     SE_TOOLS_EFFECTS
         .iter()
@@ -217,6 +228,16 @@ fn parse_grants(texts: &[String]) -> Result<Vec<Grant>, Failure> {
                 if let Some(near) = near_miss(given, known) {
                     errln!(
                         "worldd session: warning: --grant {text}: no shipped tool uses the {what} {given}; did you mean {near}? (a third-party plugin's {what} is fine: answer n to stop here)"
+                    );
+                }
+            }
+            // A shipped effect at a scope its shipped tools do not use gives them nothing:
+            // `worktree/src` read as "writes under src/ only" made a credential with no tool.
+            if let Some(used) = shipped_scope(&grant.effect) {
+                if grant.scope != used && near_miss(&grant.scope, &KNOWN_SCOPES).is_none() {
+                    errln!(
+                        "worldd session: warning: --grant {text}: no shipped tool uses {} at scope {}; its tools use {used} (a scope is a label, not a path: worktree is the whole worktree), so this grant gives them nothing (a tool you published at that scope is fine: answer n to stop here)",
+                        grant.effect, grant.scope
                     );
                 }
             }
@@ -441,6 +462,12 @@ fn mint(
     // is missing: say so, and how to fix it, before the question (an operator's credential
     // reads every episode: no one; a grant of another scope, such as `any`, needs none).
     let needs_worktree = needs_worktree(&grants);
+    // Only an operator's credential may commit: an agent's World.Commit grant gives nothing.
+    if let Some(commit) = grants.iter().find(|g| g.effect == "World.Commit" && !operator) {
+        errln!(
+            "worldd session: warning: --grant {commit}: only an operator credential (--operator) may commit, so this grant gives an agent's credential nothing (answer n to stop here)"
+        );
+    }
     let minting = Minting::check(db, episode, grants, operator, ttl, out)?;
     check_out_beside_agents(out, root, operator)?;
     let worktree = root.join(episode);
