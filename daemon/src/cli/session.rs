@@ -463,7 +463,10 @@ fn mint(
     // reads every episode: no one; a grant of another scope, such as `any`, needs none).
     let needs_worktree = needs_worktree(&grants);
     // Only an operator's credential may commit: an agent's World.Commit grant gives nothing.
-    if let Some(commit) = grants.iter().find(|g| g.effect == "World.Commit" && !operator) {
+    if let Some(commit) = grants
+        .iter()
+        .find(|g| g.effect == "World.Commit" && !operator)
+    {
         errln!(
             "worldd session: warning: --grant {commit}: only an operator credential (--operator) may commit, so this grant gives an agent's credential nothing (answer n to stop here)"
         );
