@@ -113,9 +113,15 @@ impl WorkspaceHandler {
                 format!("{op} {path}: path \"{path}\" escapes sandbox \"<worktree>\"")
             }
             PathError::IsADirectory => format!("{op} {path}: {path} is a directory, not a file"),
-            PathError::EndsInSlash => format!(
-                "{op} {path}: a path ending in / names a directory, and nothing is there; give the file's path, without the trailing /"
-            ),
+            // The ending that says "a directory" is the path's own, or a symlink's target's.
+            PathError::EndsInSlash => match ["/", "/."].into_iter().rfind(|end| path.ends_with(end)) {
+                Some(end) => format!(
+                    "{op} {path}: a path ending in {end} names a directory, and nothing is there; give the file's path, without the trailing {end}"
+                ),
+                None => format!(
+                    "{op} {path}: the path leads through a symbolic link whose target ends in / or /., which names a directory, and nothing is there; give the file's path"
+                ),
+            },
             PathError::NotAFile => format!("{op} {path}: {path} is not a regular file"),
             PathError::TooLong => format!("{op} {path}: {}", handler_kit::beneath::TOO_LONG),
             PathError::Changed => format!(

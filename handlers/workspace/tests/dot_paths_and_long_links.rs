@@ -34,12 +34,18 @@ fn a_path_ending_in_slash_dot_after_a_file_names_a_directory_and_is_refused_not_
         fs::read_to_string(f.path("hello.ail")).unwrap(),
         "module m\n"
     );
-    // A directory that is not there: the same answer as `nd2/`, and no file named nd2.
+    // A directory that is not there: the answer `nd2/` gets, in the path's own words, and no
+    // file named nd2, also through a link whose target ends in `/`.
     assert_eq!(
         refused(&f.write("nd2/.", "Q")),
-        "write nd2/.: a path ending in / names a directory, and nothing is there; give the file's path, without the trailing /"
+        "write nd2/.: a path ending in /. names a directory, and nothing is there; give the file's path, without the trailing /."
     );
-    assert!(!f.path("nd2").exists());
+    f.link("to-nd3", "nd3/");
+    assert_eq!(
+        refused(&f.write("to-nd3", "Q")),
+        "write to-nd3: the path leads through a symbolic link whose target ends in / or /., which names a directory, and nothing is there; give the file's path"
+    );
+    assert!(!f.path("nd2").exists() && !f.path("nd3").exists());
     // A file named plainly is still a file.
     assert!(is_ok(&f.read("hello.ail")));
     assert!(is_ok(&f.read("./hello.ail")));
