@@ -145,28 +145,6 @@ fn quickstart_asking(world: &Path) -> (Child, mpsc::Receiver<()>) {
     (script, rx)
 }
 
-/// The pid of the worldd whose command line holds `needle`.
-fn worldd_pid(needle: &str) -> u32 {
-    for _ in 0..500 {
-        for entry in std::fs::read_dir("/proc").unwrap().flatten() {
-            let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
-                continue;
-            };
-            let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) else {
-                continue;
-            };
-            let args: Vec<&[u8]> = cmdline.split(|b| *b == 0).collect();
-            if args.first().is_some_and(|a| a.ends_with(b"worldd"))
-                && args.contains(&needle.as_bytes())
-            {
-                return pid;
-            }
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    panic!("no worldd running with {needle}");
-}
-
 /// Quickstart made the store and the worktree before its question: Ctrl-C there (or a closed
 /// terminal's SIGHUP) left them, and the next run, finding them, took them for not its own, so
 /// even an `n` then left them. It now asks before it makes anything.

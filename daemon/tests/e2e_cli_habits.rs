@@ -853,28 +853,6 @@ fn two_grants_of_one_effect_and_scope_are_refused_before_the_question() {
     assert!(!list.contains("Workspace.Read=worktree:50"), "{list}");
 }
 
-/// The pid of the process whose command line holds `needle`, once there is one.
-fn pid_running(needle: &str) -> u32 {
-    for _ in 0..500 {
-        for entry in std::fs::read_dir("/proc").unwrap().flatten() {
-            let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
-                continue;
-            };
-            let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) else {
-                continue;
-            };
-            let args: Vec<&[u8]> = cmdline.split(|b| *b == 0).collect();
-            if args.first().is_some_and(|a| a.ends_with(b"worldd"))
-                && args.contains(&needle.as_bytes())
-            {
-                return pid;
-            }
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    panic!("no worldd running with {needle}");
-}
-
 /// `session new` asks before it makes anything: killed at its prompt (as an interrupt or a
 /// closed terminal would end it; SIGKILL, which no handler can catch), it leaves no worktree
 /// and no temporary credential file, and the same command then runs.
@@ -910,7 +888,7 @@ fn session_new_killed_at_its_prompt_leaves_nothing_and_runs_again() {
     });
     rx.recv_timeout(Duration::from_secs(30))
         .expect("the prompt never showed");
-    let pid = pid_running(path_str(&out));
+    let pid = worldd_pid(path_str(&out));
     let killed = Command::new("kill")
         .args(["-KILL", &pid.to_string()])
         .status()

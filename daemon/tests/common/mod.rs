@@ -1135,3 +1135,26 @@ pub fn worldd_with_plugins(
         began.elapsed(),
     )
 }
+
+/// The pid of a running `worldd` whose command line holds `needle` as one argument, waited
+/// for up to 5 s (a verb a test started at a terminal, to signal it).
+pub fn worldd_pid(needle: &str) -> u32 {
+    for _ in 0..500 {
+        for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+            let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
+                continue;
+            };
+            let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) else {
+                continue;
+            };
+            let args: Vec<&[u8]> = cmdline.split(|b| *b == 0).collect();
+            if args.first().is_some_and(|a| a.ends_with(b"worldd"))
+                && args.contains(&needle.as_bytes())
+            {
+                return pid;
+            }
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    panic!("no worldd running with {needle}");
+}
