@@ -33,6 +33,24 @@ pub const PLUGIN_STATE: &str = "plugin-state";
 /// backup killed midway leaves this and no `data.mdb`, so nothing takes it for a store.
 pub const PARTIAL: &str = ".partial";
 
+/// A file a backup leaves in the destination from just before `data.mdb` is moved into place
+/// until the copy has been opened and checked ([`checked`]): a backup killed during its check
+/// leaves a whole copy that looks like a finished one, and this tells it apart.
+pub const UNVERIFIED: &str = ".unverified";
+
+/// What [`UNVERIFIED`] says to whoever finds it.
+const UNVERIFIED_TEXT: &str = "worldd backup wrote this copy but has not checked it: the backup was interrupted, or its check failed. Do not restore from it; back up again into an empty directory.\n";
+
+/// The copy in `dest` opened and passed its checks: its [`UNVERIFIED`] marker goes, and that
+/// is made durable.
+pub fn checked(dest: &Path) -> Result<(), BackupError> {
+    let marker = dest.join(UNVERIFIED);
+    fs::remove_file(&marker).map_err(io_at(&marker))?;
+    File::open(dest)
+        .and_then(|d| d.sync_all())
+        .map_err(io_at(dest))
+}
+
 /// The unfinished copy an interrupted backup left in `db`, when `db` holds that and no store:
 /// a directory nothing may open as a store, nor make a new store beside.
 pub fn interrupted_copy(db: &Path) -> Option<PathBuf> {
@@ -65,6 +83,8 @@ pub enum BackupError {
     NoParent { dest: PathBuf, parent: PathBuf },
     #[error("destination {0} holds an interrupted backup (its {PARTIAL} directory, and no store); remove the directory, then back up again")]
     Interrupted(PathBuf),
+    #[error("destination {0} holds a backup that was never checked (its {UNVERIFIED} marker: the backup that wrote it was interrupted, or its copy failed the check); do not restore from it: remove the directory, then back up again")]
+    Unverified(PathBuf),
     #[error("destination {dest} is inside the store {db}; choose a directory outside it")]
     InsideStore { dest: PathBuf, db: PathBuf },
     #[error("destination {dest} is inside the workspace root {root}, where agents write files: an agent could change the copy (and so what a restore brings back) or read every episode's data in it; choose a directory outside it")]
@@ -104,6 +124,7 @@ impl BackupError {
             BackupError::Occupied(_)
                 | BackupError::NoParent { .. }
                 | BackupError::Interrupted(_)
+                | BackupError::Unverified(_)
                 | BackupError::InsideStore { .. }
                 | BackupError::InsideWorkspace { .. }
                 | BackupError::Foreign { .. }
@@ -224,13 +245,24 @@ fn open_own_dir(dest: &Path) -> Result<Dir, BackupError> {
         });
     }
     let dir = Dir::from_std_file(file);
+    // A backup leaves at most `.partial`, `.unverified`, `plugin-state`, `data.mdb`, and
+    // `lock.mdb` once the copy is opened: a few more names tell another directory apart.
     let mut names = Vec::new();
-    for entry in dir.entries().map_err(io_at(dest))?.take(2) {
+    for entry in dir.entries().map_err(io_at(dest))?.take(8) {
         names.push(entry.map_err(io_at(dest))?.file_name());
     }
+    let has = |name: &str| names.iter().any(|n| n.as_os_str() == name);
     match names.as_slice() {
         [] => Ok(dir),
-        [only] if only.as_os_str() == PARTIAL => Err(BackupError::Interrupted(dest.to_path_buf())),
+        _ if has(UNVERIFIED) && has("data.mdb") => Err(BackupError::Unverified(dest.to_path_buf())),
+        // Killed before `data.mdb` was moved into place: what is there is no store.
+        _ if has(PARTIAL)
+            && names
+                .iter()
+                .all(|n| [PARTIAL, UNVERIFIED, PLUGIN_STATE].contains(&&*n.to_string_lossy())) =>
+        {
+            Err(BackupError::Interrupted(dest.to_path_buf()))
+        }
         _ => Err(BackupError::Occupied(dest.to_path_buf())),
     }
 }
@@ -309,6 +341,19 @@ fn copy_store(
         wrote.push(name);
         Ok::<_, BackupError>(())
     };
+    // Marked unchecked before the copy looks like a store; the marker goes once it is checked.
+    let marker = dest.join(UNVERIFIED);
+    let mut note = target
+        .open_with(
+            UNVERIFIED,
+            OpenOptions::new().write(true).create_new(true).mode(0o600),
+        )
+        .map_err(io_at(&marker))?;
+    wrote.push(UNVERIFIED);
+    io::Write::write_all(&mut note, UNVERIFIED_TEXT.as_bytes())
+        .and_then(|()| note.sync_all())
+        .map_err(io_at(&marker))?;
+    sync_dir(target, dest)?;
     if has_state {
         moved(PLUGIN_STATE, wrote)?;
     }
@@ -535,6 +580,56 @@ mod tests {
         assert!(matches!(e, BackupError::Interrupted(_)), "{e}");
         assert!(e.is_refusal());
         fs::write(dest.join("other"), "x").unwrap();
+        assert!(matches!(
+            prepare(&db, &dest).unwrap_err(),
+            BackupError::Occupied(_)
+        ));
+    }
+
+    /// A backup killed after its copy reached the destination, while it opened and checked the
+    /// copy, left what looked like a finished backup. The copy is now marked unchecked until
+    /// the check passes ([`checked`]), and a backup into such a destination says what it is.
+    #[test]
+    fn a_copy_not_yet_checked_is_marked_so_and_a_backup_into_it_says_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = dir.path().join("db");
+        let store = Store::create(&db).unwrap();
+        fs::create_dir_all(db.join("plugin-state/p")).unwrap();
+        fs::write(db.join("plugin-state/p/f"), "state").unwrap();
+        let dest = dir.path().join("dest");
+        take(&store, &db, &dest, false).unwrap();
+        // Where a kill during the check leaves it.
+        let mut names: Vec<String> = fs::read_dir(&dest)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        assert_eq!(names, [UNVERIFIED, "data.mdb", PLUGIN_STATE]);
+        assert_eq!(
+            fs::read_to_string(dest.join(UNVERIFIED)).unwrap(),
+            UNVERIFIED_TEXT
+        );
+        // Opened for the check, the copy gains its lock file.
+        fs::write(dest.join("lock.mdb"), "").unwrap();
+        let e = take(&store, &db, &dest, false).unwrap_err();
+        assert!(e.is_refusal());
+        assert_eq!(
+            e.to_string(),
+            format!("destination {} holds a backup that was never checked (its .unverified marker: the backup that wrote it was interrupted, or its copy failed the check); do not restore from it: remove the directory, then back up again", dest.display())
+        );
+        // Killed before data.mdb was moved into place: an interrupted backup, as before.
+        let early = dir.path().join("early");
+        fs::create_dir_all(early.join(PARTIAL)).unwrap();
+        fs::create_dir_all(early.join(PLUGIN_STATE)).unwrap();
+        fs::write(early.join(UNVERIFIED), UNVERIFIED_TEXT).unwrap();
+        fs::set_permissions(&early, fs::Permissions::from_mode(0o700)).unwrap();
+        assert!(matches!(
+            prepare(&db, &early).unwrap_err(),
+            BackupError::Interrupted(_)
+        ));
+        // Checked, the marker goes and the copy is an ordinary (occupied) directory.
+        checked(&dest).unwrap();
+        assert!(!dest.join(UNVERIFIED).exists());
         assert!(matches!(
             prepare(&db, &dest).unwrap_err(),
             BackupError::Occupied(_)

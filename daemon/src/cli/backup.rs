@@ -89,6 +89,14 @@ pub fn run(a: BackupArgs) -> CliResult {
             a.dest.display()
         )));
     }
+    drop(copy);
+    // Only now is the copy a checked backup: until here its marker says it is not.
+    backup::checked(&a.dest).map_err(|e| {
+        Failure::fatal(format!(
+            "backup: the copy in {} passed its checks, but {e}",
+            a.dest.display()
+        ))
+    })?;
     outln!(
         "  ✓ the copy opens and doctor's checks pass: {} entr(ies), {} indeterminate intent(s)",
         audit.entries,
