@@ -5,7 +5,6 @@
 
 use std::collections::BTreeMap;
 use std::io::{self, Read};
-use std::path::Path;
 use std::time::Duration;
 
 use clap::{Args, Subcommand};
@@ -162,14 +161,27 @@ pub struct CallArgs {
 /// Resolve the session credential text from `--session`, else `$WORLD_SESSION`: the 64-hex
 /// credential itself, or a file holding it. Each mistake gets its own sentence.
 pub(super) fn credential(arg: &Option<String>) -> Result<Option<String>, Failure> {
-    let (raw, source) = match arg {
-        Some(v) => (v.clone(), "--session"),
-        None => match std::env::var("WORLD_SESSION") {
-            Ok(v) => (v, "$WORLD_SESSION"),
-            Err(_) => return Ok(None),
+    let (given, source): (std::ffi::OsString, _) = match arg {
+        Some(v) => (v.into(), "--session"),
+        // Read as the path it may be: a file name need not be UTF-8, and a variable set to one
+        // was otherwise taken for no variable at all.
+        None => match std::env::var_os("WORLD_SESSION") {
+            Some(v) => (v, "$WORLD_SESSION"),
+            None => return Ok(None),
         },
     };
-    let raw = raw.trim().to_owned();
+    // The name as shown in a sentence; the path as given when it is not UTF-8 (no credential
+    // is, so it can only name a file).
+    let (raw, path) = match given.to_str() {
+        Some(text) => {
+            let text = text.trim().to_owned();
+            (text.clone(), std::path::PathBuf::from(text))
+        }
+        None => (
+            given.to_string_lossy().into_owned(),
+            std::path::PathBuf::from(&given),
+        ),
+    };
     const MAKE_ONE: &str =
         "`worldd session new EPISODE --preset se-tools --out FILE` writes a session file";
     if raw.is_empty() {
@@ -183,7 +195,7 @@ pub(super) fn credential(arg: &Option<String>) -> Result<Option<String>, Failure
         WARNED.call_once(|| errln!("worldd: warning: a credential on the command line or in the environment is visible to other processes; prefer a file"));
         return Ok(Some(raw));
     }
-    let path = Path::new(&raw);
+    let path = path.as_path();
     let meta = match std::fs::metadata(path) {
         Ok(m) => m,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
@@ -274,7 +286,12 @@ impl AddrSource {
 pub(super) fn base_url(addr: &str) -> Result<String, Failure> {
     let flag = AddrSource::of_this_process().name();
     let trimmed = addr.trim().trim_end_matches('/');
-    let rest = if let Some(r) = trimmed.strip_prefix("http://") {
+    // A scheme is case-insensitive (RFC 3986 3.1): `HTTP://` is `http://`.
+    let rest = if let Some(r) = trimmed
+        .get(..7)
+        .filter(|s| s.eq_ignore_ascii_case("http://"))
+        .map(|_| &trimmed[7..])
+    {
         r
     } else if trimmed.contains("://") {
         return Err(Failure::usage(format!(
@@ -283,6 +300,14 @@ pub(super) fn base_url(addr: &str) -> Result<String, Failure> {
     } else {
         trimmed
     };
+    // A query or a fragment would end up before the route the verbs add (`/?x=1/v1/head`).
+    let authority = rest.split('/').next().unwrap_or(rest);
+    if let Some(at) = authority.find(['?', '#']) {
+        return Err(Failure::usage(format!(
+            "{flag} {addr}: give the daemon's base address without a query or fragment, e.g. http://{} (the verbs add /v1/… and /mcp/ themselves)",
+            &authority[..at]
+        )));
+    }
     if let Some((host, _)) = rest.split_once('/') {
         return Err(Failure::usage(format!(
             "{flag} {addr}: give the daemon's base address without a path, e.g. http://{host} (the verbs add /v1/… and /mcp/ themselves)"
@@ -729,7 +754,15 @@ fn call_arguments(a: &CallArgs) -> Result<Value, Failure> {
             let text = if spec == "-" {
                 super::input::text(std::io::stdin(), super::input::DOCUMENT_BYTES, "stdin")?
             } else if let Some(file) = spec.strip_prefix('@') {
-                super::input::file_text(Path::new(file), super::input::DOCUMENT_BYTES, file)?
+                if file.is_empty() {
+                    return Err(Failure::usage(
+                        "--json @: no file named after the @ (--json @FILE reads FILE; --json - reads stdin)",
+                    ));
+                }
+                // A file that cannot be opened is named with the flag that named it.
+                let opened = std::fs::File::open(file)
+                    .map_err(|e| Failure::usage(format!("--json @{file}: {e}")))?;
+                super::input::text(opened, super::input::DOCUMENT_BYTES, file)?
             } else {
                 spec.clone()
             };

@@ -216,11 +216,7 @@ pub fn main() -> i32 {
         .map_err(|e| e.format(&mut cmd));
     let cli = match parsed {
         Ok(c) => c,
-        Err(e) => {
-            let code = if e.use_stderr() { 1 } else { 0 };
-            let _ = e.print();
-            return code;
-        }
+        Err(e) => return clap_said(&e),
     };
     // The daemon logs at info; one-shot verbs only say what went wrong.
     init_tracing(matches!(
@@ -239,6 +235,34 @@ pub fn main() -> i32 {
     match guarded {
         Some(verb) => crash_guard::guarded(verb, move || run(cli.command)),
         None => run(cli.command),
+    }
+}
+
+/// What clap made of the command line, said, and the exit code: a usage error on stderr
+/// (exit 1); `--help` or `--version` on stdout (exit 0), unless stdout does not take it (a full
+/// disk under `> file`), which is said as every verb says it (exit 1) instead of clap's silence.
+fn clap_said(e: &clap::Error) -> i32 {
+    use std::io::Write as _;
+    if e.kind() == clap::error::ErrorKind::InvalidUtf8 {
+        // clap names no argument; a variable the client verbs read is the likely one.
+        if std::env::var_os("WORLD_ADDR").is_some_and(|v| v.to_str().is_none()) {
+            errln!("worldd: $WORLD_ADDR is not UTF-8 text: give the daemon's address as http://HOST:PORT, e.g. {}", client::DEFAULT_ADDR);
+            return 1;
+        }
+    }
+    if e.use_stderr() {
+        let _ = e.print();
+        return 1;
+    }
+    match e.print().and_then(|()| std::io::stdout().flush()) {
+        Ok(()) => 0,
+        Err(io) => {
+            let f = output::failure(io);
+            if !f.message.is_empty() {
+                errln!("worldd: {}", f.message);
+            }
+            f.code
+        }
     }
 }
 

@@ -62,12 +62,19 @@ pub fn calls(cmd: CallsCommand) -> CliResult {
             super::client::segment(&own_episode(&a.client)?),
             a.handle
         )
-    } else {
+    } else if broker_core::task::valid_task_id(&a.handle) {
         format!(
             "/v1/calls/{}/{}",
             a.surface,
-            super::client::pieces(&a.handle, "task id")?
+            super::client::segment(&a.handle)
         )
+    } else {
+        // Checked here, by the daemon's rule: a `/` in it would otherwise split the route and
+        // meet a "no route" answer that names neither the handle nor the rule.
+        return Err(Failure::usage(format!(
+            "calls get {}: a task id must be 1-128 characters of A-Z a-z 0-9 . _ - (an invocation id is mcp:<episode>:<task id> or a2a:<episode>:<task id>)",
+            dialect::quote::quote(&a.handle)
+        )));
     };
     let (status, body) = get(&a.client, &path)?;
     let v: Value = serde_json::from_slice(&body).map_err(|_| {
@@ -167,6 +174,9 @@ pub fn calls(cmd: CallsCommand) -> CliResult {
     }
     match state {
         "committed" => outln!("committed: resending the same key returns this result; nothing runs again"),
+        // In flight, the daemon is still running it: the worktree shows a half-done effect,
+        // and the outcome may still come.
+        "indeterminate" if outcome["reason"] == "in-flight" => outln!("indeterminate (in-flight): the daemon is still running it; ask again later, and do not resend it"),
         "indeterminate" => outln!("indeterminate: the effect may have run; do not retry, inspect the worktree"),
         "unrecorded" => outln!("unrecorded: the effect ran but the call was not committed; do not retry, read the effect records"),
         "queued" => outln!("queued: the daemon holds the call behind its episode's running one and has journaled nothing of it yet; ask again later, and do not send it under another key"),

@@ -372,6 +372,9 @@ fn open_with(db: &Path, options: StoreOptions) -> Result<Store, Failure> {
                     )
                 })
             }
+            // Something other than a directory is in its place (a file): not "does not exist",
+            // which would send the operator looking for a missing directory.
+            None if db.exists() => Failure::usage(StoreError::NotADirectory(db.to_path_buf()).to_string()),
             // The store says it is absent (it never creates one unless asked): a usage error
             // here. Most often the verb runs in another directory than the daemon's (a second
             // terminal), where `worldd serve` would fail on the daemon's port: say where it

@@ -91,6 +91,7 @@ pub fn run(a: TailArgs) -> CliResult {
     if !a.follow {
         return Ok(());
     }
+    exit_when_stdout_closes();
     let mut next = page["next"].as_u64().unwrap_or(0);
     let mut failures = 0;
     loop {
@@ -122,6 +123,38 @@ pub fn run(a: TailArgs) -> CliResult {
     }
 }
 
+/// On a quiet daemon nothing is written for minutes, so a failed write would notice the reader
+/// of a pipe gone (`worldd log tail -f | head -n 1`) only at the next entry, and the pipeline
+/// would not end. A thread waits on stdout itself, as `tail -f` does: when its reader goes
+/// away, the verb ends, with exit 0 as when a write finds it gone.
+fn exit_when_stdout_closes() {
+    std::thread::spawn(|| loop {
+        let mut fd = libc::pollfd {
+            fd: libc::STDOUT_FILENO,
+            // No events asked for: POLLERR (a pipe without a reader) and POLLHUP (a hung-up
+            // terminal or socket) are reported anyway; a file or a terminal that stays never
+            // wakes this thread.
+            events: 0,
+            revents: 0,
+        };
+        // SAFETY: one pollfd, on this thread's stack, for the duration of the call.
+        let n = unsafe { libc::poll(&mut fd, 1, -1) };
+        if n < 0 {
+            if std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted {
+                continue;
+            }
+            return;
+        }
+        if fd.revents & libc::POLLNVAL != 0 {
+            // No stdout at all (`>&-`): nothing to watch.
+            return;
+        }
+        if fd.revents & (libc::POLLERR | libc::POLLHUP) != 0 {
+            std::process::exit(0);
+        }
+    });
+}
+
 enum Followed {
     /// The stream closed (the daemon restarted or shut down): reconnect.
     Ended { got_events: bool },
@@ -136,7 +169,7 @@ fn follow_once(a: &TailArgs, next: &mut u64, out: &mut impl Write) -> Result<Fol
         code: 0,
         message: m,
     };
-    let url = format!("{}/v1/log/stream", a.client.addr.trim_end_matches('/'));
+    let url = format!("{}/v1/log/stream", client::base_url(&a.client.addr)?);
     // No overall deadline (the stream is endless); a read deadline past the keep-alive comment
     // notices a peer that went silent.
     let agent = ureq::AgentBuilder::new()

@@ -1,0 +1,442 @@
+//! The client verbs and the command line's edges, through the real binary: `log tail -f` whose
+//! reader goes away on a quiet daemon, `--db` naming a file, `--addr` and `$WORLD_ADDR` with a
+//! query or an upper-case scheme, a non-UTF-8 `$WORLD_SESSION`, `man --out` on a full disk,
+//! `--help` into a full stdout, `calls get` of a handle with a `/` and of a call still running,
+//! and a backup whose copy was never checked.
+
+mod common;
+
+use std::ffi::OsStr;
+use std::io::{BufRead, BufReader};
+use std::os::unix::ffi::OsStrExt;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::*;
+
+/// Run `worldd` with `args` and the environment `env` (values as bytes: a file name need not be
+/// UTF-8); (exit code, stdout, stderr).
+fn worldd_env(args: &[&str], env: &[(&str, &[u8])]) -> (i32, String, String) {
+    let mut cmd = Command::new(WORLDD);
+    cmd.args(args)
+        .env_remove("WORLD_ADDR")
+        .env_remove("WORLD_SESSION");
+    for (k, v) in env {
+        cmd.env(k, OsStr::from_bytes(v));
+    }
+    let out = run_to_exit(&mut cmd, Duration::from_secs(60));
+    (
+        out.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// Wait for `child` to exit within `within`; `None` (and the child killed) if it did not.
+fn exit_within(child: &mut std::process::Child, within: Duration) -> Option<i32> {
+    let until = Instant::now() + within;
+    while Instant::now() < until {
+        if let Some(status) = child.try_wait().unwrap() {
+            return Some(status.code().unwrap_or(-1));
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    None
+}
+
+/// `worldd log tail -f | head -n 1` on a quiet daemon printed its line and then hung, because
+/// only a failed write noticed the reader gone, and nothing was written until the next entry
+/// (keep-alives are not printed). It now watches stdout and ends with exit 0 once the reader
+/// has gone, with no entry committed meanwhile.
+#[test]
+fn log_tail_follow_ends_when_its_reader_goes_away_on_a_quiet_daemon() {
+    let d = Daemon::start(&["worldd_workspace"], &[]);
+    let token = d.session("ep1", &["Workspace.Read=worktree:5"]);
+    let file = d.session_file("ep1", &token);
+    let addr = d.url("");
+    let mut tail = Command::new(WORLDD)
+        .args(["log", "tail", "-f", "-n", "1", "--addr", &addr, "--session"])
+        .arg(&file)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut reader = BufReader::new(tail.stdout.take().unwrap());
+    let mut first = String::new();
+    reader.read_line(&mut first).unwrap();
+    assert!(first.contains("genesis"), "{first:?}");
+    // The reader goes away, as `head -n 1` does after its line.
+    drop(reader);
+    let code = exit_within(&mut tail, Duration::from_secs(10));
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut tail.stderr.take().unwrap(), &mut err).unwrap();
+    assert_eq!(
+        code,
+        Some(0),
+        "log tail -f went on after its reader had gone; stderr: {err}"
+    );
+    assert_eq!(err, "");
+}
+
+/// `--db` naming a regular file was "does not exist; refusing to create one" for every store
+/// verb but serve, which sent the operator looking for a missing directory.
+#[test]
+fn a_db_that_is_a_file_is_said_to_be_no_directory_by_every_store_verb() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("afile");
+    std::fs::write(&file, "").unwrap();
+    let db = path_str(&file);
+    let said = format!(
+        "worldd: world store {db} is not a directory (a store is a directory holding data.mdb and lock.mdb)\n"
+    );
+    let backup_dest = dir.path().join("bk1");
+    for verb in [
+        vec!["doctor", "--db", db],
+        vec!["usage", "--db", db],
+        vec!["session", "list", "--db", db],
+        vec!["why", "1", "--db", db],
+        vec!["session", "revoke", "--episode", "zz", "--db", db],
+        vec!["backup", "--db", db, path_str(&backup_dest)],
+    ] {
+        let (code, out, err) = worldd(&verb, None);
+        assert_eq!(
+            (code, out.as_str(), err.as_str()),
+            (1, "", said.as_str()),
+            "{verb:?}"
+        );
+    }
+    assert!(!backup_dest.exists());
+}
+
+/// An address with a query or a fragment after the port was taken, and every request went to
+/// `/?x=1/v1/…`, answered "no route"; it is refused as an address with a path is, naming where
+/// it came from. An upper-case scheme is the same scheme (RFC 3986) and is taken.
+#[test]
+fn an_address_with_a_query_or_fragment_is_refused_and_an_upper_case_scheme_is_taken() {
+    let d = Daemon::start(&["worldd_workspace"], &[]);
+    let host = d.addr.clone();
+    for (addr, base) in [
+        (format!("http://{host}?x=1"), host.clone()),
+        (format!("http://{host}#frag"), host.clone()),
+        (format!("{host}?"), host.clone()),
+    ] {
+        let said = |name: &str| {
+            format!("worldd: {name} {addr}: give the daemon's base address without a query or fragment, e.g. http://{base} (the verbs add /v1/… and /mcp/ themselves)\n")
+        };
+        let got = worldd_env(&["health", "--addr", &addr], &[]);
+        assert_eq!(got, (1, String::new(), said("--addr")), "{addr}");
+        let got = worldd_env(&["health"], &[("WORLD_ADDR", addr.as_bytes())]);
+        assert_eq!(got, (1, String::new(), said("$WORLD_ADDR")), "{addr}");
+    }
+    let health = get(&d.url("/v1/health"), None).text();
+    for addr in [format!("HTTP://{host}"), format!("Http://{host}/")] {
+        let (code, out, err) = worldd_env(&["health", "--addr", &addr], &[]);
+        assert_eq!((code, err.as_str()), (0, ""), "{addr}");
+        assert_eq!(out.trim_end(), health.trim_end(), "{addr}");
+    }
+}
+
+/// A `$WORLD_SESSION` naming a session file by a name that is not UTF-8 was taken for no
+/// variable at all: the request went out without a credential, and the error told the user to
+/// set what they had set. It is read as the path it is. A non-UTF-8 `$WORLD_ADDR` got clap's
+/// "invalid UTF-8 was detected in one or more arguments", naming nothing; it is named.
+#[test]
+fn a_world_session_or_world_addr_that_is_not_utf8_is_read_or_named() {
+    let d = Daemon::start(&["worldd_workspace"], &[]);
+    let token = d.session("ep1", &["Workspace.Read=worktree:5"]);
+    let plain = d.session_file("ep1", &token);
+    let mut name = d.dir.path().as_os_str().as_bytes().to_vec();
+    name.extend_from_slice(b"/\xff.session");
+    std::fs::copy(&plain, OsStr::from_bytes(&name)).unwrap();
+    let addr = d.url("");
+    let head = get(&d.url("/v1/head"), Some(&token)).text();
+    let (code, out, err) = worldd_env(&["head", "--addr", &addr], &[("WORLD_SESSION", &name)]);
+    assert_eq!((code, err.as_str()), (0, ""));
+    assert_eq!(out.trim_end(), head.trim_end());
+    // Not a file: named as given, in the variable's name.
+    let mut missing = d.dir.path().as_os_str().as_bytes().to_vec();
+    missing.extend_from_slice(b"/\xfe.session");
+    let (code, _, err) = worldd_env(&["head", "--addr", &addr], &[("WORLD_SESSION", &missing)]);
+    assert_eq!(code, 1);
+    assert_eq!(
+        err,
+        format!(
+            "worldd: $WORLD_SESSION {}/\u{fffd}.session: no such session file (`worldd session new EPISODE --preset se-tools --out FILE` writes a session file)\n",
+            d.dir.path().display()
+        )
+    );
+    let got = worldd_env(&["health"], &[("WORLD_ADDR", b"http://127.0.0.1:\xff")]);
+    assert_eq!(
+        got,
+        (
+            1,
+            String::new(),
+            "worldd: $WORLD_ADDR is not UTF-8 text: give the daemon's address as http://HOST:PORT, e.g. http://127.0.0.1:7644\n".to_owned()
+        )
+    );
+}
+
+/// `man --out DIR` on a full disk left a truncated page (`man` shows it blank) and named only
+/// the directory. Each page is written whole or not at all, and the failure names the page.
+#[test]
+fn man_out_on_a_full_disk_leaves_no_truncated_page_and_names_the_page() {
+    let Some(fs) = Tmpfs::mount(200 << 10) else {
+        eprintln!("skipped: cannot mount a tmpfs here (not root)");
+        return;
+    };
+    let fill = fs.dir.path().join("fill");
+    let mut filler = std::fs::File::create(&fill).unwrap();
+    let chunk = vec![0u8; 4096];
+    while std::io::Write::write_all(&mut filler, &chunk).is_ok() {}
+    drop(filler);
+    // Room for a few small pages, not for all of them.
+    let len = std::fs::metadata(&fill).unwrap().len();
+    std::fs::OpenOptions::new()
+        .write(true)
+        .open(&fill)
+        .unwrap()
+        .set_len(len - (8 << 10))
+        .unwrap();
+    let out = fs.dir.path().join("man");
+    let (code, stdout, err) = worldd(&["man", "--out", path_str(&out)], None);
+    assert_eq!((code, stdout.as_str()), (1, ""), "{err}");
+    let page = err
+        .strip_prefix("worldd: ")
+        .and_then(|e| e.strip_suffix(": No space left on device (os error 28)\n"))
+        .unwrap_or_else(|| panic!("{err}"));
+    assert!(
+        page.starts_with(&format!("{}/worldd", out.display())) && page.ends_with(".1"),
+        "{err}"
+    );
+    assert!(!std::path::Path::new(page).exists(), "{page} was left");
+    // What is there is whole: each page as `worldd man --out` writes it with room to spare.
+    let roomy = tempfile::tempdir().unwrap();
+    let (code, _, err) = worldd(&["man", "--out", path_str(roomy.path())], None);
+    assert_eq!(code, 0, "{err}");
+    for entry in std::fs::read_dir(&out).unwrap() {
+        let entry = entry.unwrap();
+        let name = entry.file_name();
+        assert_eq!(
+            std::fs::read(entry.path()).unwrap(),
+            std::fs::read(roomy.path().join(&name)).unwrap(),
+            "{name:?} is not whole"
+        );
+    }
+}
+
+/// `--help` and `--version` into a full stdout exited 0 without a word (clap's printing drops
+/// the write error), so `worldd --version > file` on a full disk made an empty file and
+/// succeeded. They say it as every verb does, and exit 1.
+#[test]
+fn help_and_version_into_a_full_stdout_say_so_and_exit_1() {
+    for args in [
+        &["--help"][..],
+        &["--version"],
+        &["-V"],
+        &["serve", "--help"],
+        &["why", "--help"],
+        &["help", "calls"],
+    ] {
+        let out = Command::new(WORLDD)
+            .args(args)
+            .stdout(
+                std::fs::OpenOptions::new()
+                    .write(true)
+                    .open("/dev/full")
+                    .unwrap(),
+            )
+            .stderr(Stdio::piped())
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(1), "{args:?}");
+        assert_eq!(
+            String::from_utf8_lossy(&out.stderr),
+            "worldd: cannot write to stdout: No space left on device (os error 28)\n",
+            "{args:?}"
+        );
+    }
+    // Where stdout takes it, as before.
+    let (code, out, err) = worldd(&["--version"], None);
+    assert_eq!((code, err.as_str()), (0, ""));
+    assert!(out.starts_with("worldd "), "{out}");
+}
+
+/// `calls get a/b` split the handle into path segments and met "no route", naming neither the
+/// handle nor the rule; it is checked by the task-id rule before anything is sent. And `call
+/// --json @` said `: No such file or directory`, naming no flag.
+#[test]
+fn calls_get_of_a_handle_with_a_slash_is_refused_by_the_task_id_rule() {
+    // No daemon listens there: the refusal comes before any request.
+    let addr = "http://127.0.0.1:1";
+    for handle in ["a/b", "a b", "?x", "/"] {
+        let (code, out, err) = worldd(&["calls", "get", handle, "--addr", addr], None);
+        assert_eq!(
+            (code, out.as_str(), err),
+            (
+                1,
+                "",
+                format!("worldd: calls get \"{handle}\": a task id must be 1-128 characters of A-Z a-z 0-9 . _ - (an invocation id is mcp:<episode>:<task id> or a2a:<episode>:<task id>)\n")
+            )
+        );
+    }
+    let long = "k".repeat(129);
+    let (code, _, err) = worldd(&["calls", "get", &long, "--addr", addr], None);
+    assert_eq!(code, 1);
+    assert!(
+        err.starts_with(&format!("worldd: calls get \"{long}\": a task id must be")),
+        "{err}"
+    );
+    let (code, _, err) = worldd(
+        &["call", "ailang-read", "--json", "@", "--addr", addr],
+        None,
+    );
+    assert_eq!(
+        (code, err.as_str()),
+        (1, "worldd: --json @: no file named after the @ (--json @FILE reads FILE; --json - reads stdin)\n")
+    );
+    let (code, _, err) = worldd(
+        &[
+            "call",
+            "ailang-read",
+            "--json",
+            "@/nonexistent/args.json",
+            "--addr",
+            addr,
+        ],
+        None,
+    );
+    assert_eq!(
+        (code, err.as_str()),
+        (
+            1,
+            "worldd: --json @/nonexistent/args.json: No such file or directory (os error 2)\n"
+        )
+    );
+}
+
+/// `worldd calls get` of a call the daemon is still running told the agent what it tells of a
+/// call nothing runs any more: "do not retry, inspect the worktree", where the effect is
+/// half done. In flight, it says to ask again later and not to resend.
+#[test]
+fn calls_get_of_a_call_still_running_says_ask_again_later_not_inspect_the_worktree() {
+    let bin = format!("ailang.bin={}", path_str(&fixtures::ailang_standin()));
+    let d = Daemon::start(
+        &["worldd_workspace", "worldd_ailang"],
+        &["--plugin-config", &bin],
+    );
+    let token = d.session("ep1", &["Ailang.Run=worktree:5"]);
+    let wt = d.root().join("ep1");
+    // The stand-in's `hang` mode writes ./hang.pids and sleeps past the call's deadline.
+    std::fs::write(
+        wt.join("hang.ail"),
+        format!("-- standin: hang\n{}", fixtures::AILANG_HELLO),
+    )
+    .unwrap();
+    let file = d.session_file("ep1", &token);
+    let addr = d.url("");
+    let mut caller = Command::new(WORLDD)
+        .args([
+            "call",
+            "ailang-run",
+            "--arg",
+            "path=hang.ail",
+            "--idempotency-key",
+            "h1",
+        ])
+        .args(["--addr", &addr, "--session"])
+        .arg(&file)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let until = Instant::now() + Duration::from_secs(30);
+    while !wt.join("hang.pids").exists() {
+        assert!(Instant::now() < until, "the call never started its program");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let (code, out, err) = worldd(
+        &[
+            "calls",
+            "get",
+            "h1",
+            "--addr",
+            &addr,
+            "--session",
+            path_str(&file),
+        ],
+        None,
+    );
+    let _ = caller.kill();
+    let _ = caller.wait();
+    assert_eq!((code, err.as_str()), (0, ""), "{out}");
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(
+        lines.first().copied(),
+        Some("mcp:ep1:h1  ailang-run  indeterminate"),
+        "{out}"
+    );
+    assert_eq!(
+        lines.get(1).copied(),
+        Some("  outcome   indeterminate (in-flight)  retryable: false"),
+        "{out}"
+    );
+    assert_eq!(
+        lines.last().copied(),
+        Some("indeterminate (in-flight): the daemon is still running it; ask again later, and do not resend it"),
+        "{out}"
+    );
+}
+
+/// A finished backup leaves no marker; a destination holding a copy whose backup never
+/// finished its check (killed during it) is refused as such, not as any occupied directory.
+#[test]
+fn a_backup_marks_its_copy_unchecked_until_its_check_passes() {
+    let d = Daemon::start(&["worldd_workspace"], &[]);
+    let _ = d.session("ep1", &["Workspace.Read=worktree:5"]);
+    let dir = tempfile::tempdir().unwrap();
+    let dest = dir.path().join("bk");
+    let (code, out, err) = worldd(
+        &[
+            "backup",
+            "--db",
+            path_str(&d.db()),
+            "--workspace-root",
+            path_str(&d.root()),
+            path_str(&dest),
+        ],
+        None,
+    );
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(
+        out.contains("✓ the copy opens and doctor's checks pass"),
+        "{out}"
+    );
+    let mut names: Vec<String> = std::fs::read_dir(&dest)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    assert_eq!(names, ["data.mdb", "lock.mdb"]);
+    // Where a backup killed while it checked the copy leaves it.
+    std::fs::write(dest.join(".unverified"), "").unwrap();
+    let (code, out, err) = worldd(
+        &[
+            "backup",
+            "--db",
+            path_str(&d.db()),
+            "--workspace-root",
+            path_str(&d.root()),
+            path_str(&dest),
+        ],
+        None,
+    );
+    assert_eq!((code, out.as_str()), (1, ""));
+    assert_eq!(
+        err,
+        format!("worldd: backup: destination {} holds a backup that was never checked (its .unverified marker: the backup that wrote it was interrupted, or its copy failed the check); do not restore from it: remove the directory, then back up again\n", dest.display())
+    );
+}
