@@ -63,23 +63,7 @@ fn quickstart_checks_its_episode_before_it_makes_anything_even_with_a_live_crede
 
     // A live credential of the store in `<dir>/Bad.session`: still refused, nothing made.
     let world = dir.path().join("w");
-    let db = world.join("db");
-    let store = broker_core::store::Store::create(&db).unwrap();
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_secs() as i64;
-    let token = broker_core::session::mint(
-        &store,
-        "demo",
-        vec!["Workspace.Read=worktree:5".parse().unwrap()],
-        3600,
-        now,
-    )
-    .unwrap()
-    .token;
-    drop(store);
-    std::fs::write(world.join("Bad.session"), format!("{token}\n")).unwrap();
+    store_with_credential_file(&world, "demo", "Bad.session");
     let (code, out, err) = worldd(
         &[
             "quickstart",

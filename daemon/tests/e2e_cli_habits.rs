@@ -567,23 +567,7 @@ fn a_second_serve_is_refused_when_every_lock_file_beside_the_store_was_removed()
 fn quickstart_print_only_prints_the_configuration_alone_on_stdout() {
     let dir = tempfile::tempdir().unwrap();
     let world = dir.path().join("w");
-    let db = world.join("db");
-    let store = broker_core::store::Store::create(&db).unwrap();
-    let now = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_secs() as i64;
-    let token = broker_core::session::mint(
-        &store,
-        "demo",
-        vec!["Workspace.Read=worktree:5".parse().unwrap()],
-        3600,
-        now,
-    )
-    .unwrap()
-    .token;
-    drop(store);
-    std::fs::write(world.join("demo.session"), format!("{token}\n")).unwrap();
+    let token = store_with_credential_file(&world, "demo", "demo.session");
     let (code, out, err) = worldd(
         &[
             "quickstart",

@@ -1158,3 +1158,24 @@ pub fn worldd_pid(needle: &str) -> u32 {
     }
     panic!("no worldd running with {needle}");
 }
+
+/// A new store at `world/db` holding one live credential of `episode` (`Workspace.Read`, an
+/// hour), written to `world/<file>` as a session file; the credential.
+pub fn store_with_credential_file(world: &Path, episode: &str, file: &str) -> String {
+    let store = broker_core::store::Store::create(&world.join("db")).unwrap();
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs() as i64;
+    let token = broker_core::session::mint(
+        &store,
+        episode,
+        vec!["Workspace.Read=worktree:5".parse().unwrap()],
+        3600,
+        now,
+    )
+    .unwrap()
+    .token;
+    std::fs::write(world.join(file), format!("{token}\n")).unwrap();
+    token
+}
