@@ -79,6 +79,16 @@ mod tests {
         assert!(matches!(shown("plain ✓ text\n"), Cow::Borrowed(_)));
     }
 
+    /// A tool's description holding U+2028 or U+2029 (Unicode's line and paragraph
+    /// separators) went out raw in `tools list`, a line break to every viewer that reads
+    /// Unicode: a summary line of the publisher's making. They are escaped as `\n` is.
+    #[test]
+    fn unicode_line_and_paragraph_separators_are_escaped_too() {
+        let text = "one\u{2028}two\u{2029}three";
+        assert_eq!(one_line(text), "one\\u2028two\\u2029three");
+        assert_eq!(shown(text), "one\\u2028two\\u2029three");
+    }
+
     #[test]
     fn a_long_message_is_cut_at_a_characters_edge_and_says_so() {
         assert_eq!(cut("short", 8), "short");
