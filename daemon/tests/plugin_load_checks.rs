@@ -294,3 +294,33 @@ fn sha256_hex(bytes: &[u8]) -> String {
     use sha2::Digest;
     hex::encode(sha2::Sha256::digest(bytes))
 }
+
+/// A `[plugins.NAME]` value TOML has and JSON has not reached the plugin as something else: a
+/// date-time as the TOML library's own marker object (`{"$__toml_private_datetime": …}`),
+/// `nan` and `inf` as `null`. Refused by `handlers` and `serve` alike, naming the key.
+#[test]
+fn a_plugin_config_value_json_cannot_hold_is_refused_naming_its_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let plugins = plugin_dir_with(dir.path(), &["worldd_workspace"]);
+    let file = dir.path().join("world.toml");
+    for (value, said) in [
+        (
+            "1979-05-27T07:32:00Z",
+            "[plugins.workspace] maxReadBytes: the TOML date-time 1979-05-27T07:32:00Z has no JSON value; quote it to give a string",
+        ),
+        (
+            "nan",
+            "[plugins.workspace] maxReadBytes: NaN has no JSON value; give a finite number (or a string)",
+        ),
+        (
+            "[1, inf]",
+            "[plugins.workspace] maxReadBytes[1]: inf has no JSON value; give a finite number (or a string)",
+        ),
+    ] {
+        std::fs::write(&file, format!("[plugins.workspace]\nmaxReadBytes = {value}\n")).unwrap();
+        let (code, out, err, _) =
+            worldd_with_plugins("handlers", &plugins, &["--config", path_str(&file)], &[]);
+        assert_eq!((code, out.as_str()), (Some(1), ""), "{err}");
+        assert_eq!(err, format!("worldd: {said}\n"), "{value}");
+    }
+}

@@ -222,13 +222,59 @@ fn toml_error(text: &str, e: &toml::de::Error) -> String {
     )
 }
 
+/// A plugin's config value as the JSON the plugin is given. TOML has values JSON has not: a
+/// datetime went to the plugin as the TOML library's own marker object, and `nan` or `inf` as
+/// `null`. Refused instead, `Err` saying where below the key (`.a[2]: …`) and what.
+fn json_of_toml(value: &toml::Value) -> Result<serde_json::Value, String> {
+    use serde_json::Value as J;
+    Ok(match value {
+        toml::Value::String(s) => J::String(s.clone()),
+        toml::Value::Integer(i) => J::from(*i),
+        toml::Value::Boolean(b) => J::Bool(*b),
+        toml::Value::Float(f) => match serde_json::Number::from_f64(*f) {
+            Some(n) => J::Number(n),
+            None => {
+                return Err(format!(
+                    ": {f} has no JSON value; give a finite number (or a string)"
+                ))
+            }
+        },
+        toml::Value::Datetime(d) => {
+            return Err(format!(
+                ": the TOML date-time {d} has no JSON value; quote it to give a string"
+            ))
+        }
+        toml::Value::Array(items) => J::Array(
+            items
+                .iter()
+                .enumerate()
+                .map(|(i, item)| json_of_toml(item).map_err(|why| format!("[{i}]{why}")))
+                .collect::<Result<_, _>>()?,
+        ),
+        toml::Value::Table(table) => J::Object(
+            table
+                .iter()
+                .map(|(k, item)| {
+                    json_of_toml(item)
+                        .map(|v| (k.clone(), v))
+                        .map_err(|why| format!(".{k}{why}"))
+                })
+                .collect::<Result<_, _>>()?,
+        ),
+    })
+}
+
 /// Plugin options from the flags over the config file. `Err` names the table or flag that
 /// cannot be read.
 pub fn plugin_options(args: &PluginArgs, file: &ConfigFile) -> Result<PluginOptions, String> {
     let mut configs = BTreeMap::new();
     for (name, table) in &file.plugins {
-        let value = serde_json::to_value(table).map_err(|e| format!("[plugins.{name}]: {e}"))?;
-        configs.insert(name.clone(), value);
+        let mut value = serde_json::Map::new();
+        for (key, item) in table {
+            let item = json_of_toml(item).map_err(|why| format!("[plugins.{name}] {key}{why}"))?;
+            value.insert(key.clone(), item);
+        }
+        configs.insert(name.clone(), serde_json::Value::Object(value));
     }
     plugin_config::apply(&mut configs, args.overrides()?);
     Ok(PluginOptions {
