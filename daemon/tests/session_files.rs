@@ -241,3 +241,49 @@ fn a_grant_no_shipped_tool_can_use_is_warned_of_before_the_question() {
     // The grant its tools use is not warned of.
     assert!(!before.contains("Workspace.Read=worktree:5:"), "{shown}");
 }
+
+/// `session new` with a workspace root that is a file was told to `chmod 700` it, asked, and
+/// only then failed (`cannot create afile: File exists`); a worktree path that is a file was
+/// called an existing worktree, and `session mint` recommended for it. Both are said as what
+/// they are, before the question.
+#[test]
+fn session_new_names_a_file_where_the_root_or_the_worktree_should_be_before_the_question() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("db");
+    drop(broker_core::store::Store::create(&db).unwrap());
+    let new = |root: &Path| {
+        at_terminal(
+            &format!(
+                "{WORLDD} session new ep9 --db {} --workspace-root {} --preset se-tools",
+                db.display(),
+                root.display()
+            ),
+            b"y\n",
+        )
+    };
+    let afile = dir.path().join("afile");
+    std::fs::write(&afile, "").unwrap();
+    let (code, shown) = new(&afile);
+    assert_eq!(code, 1, "{shown}");
+    assert!(
+        shown.contains(&format!("worldd: --workspace-root {} is not a directory (the workspace root holds one directory per episode)", afile.display())),
+        "{shown}"
+    );
+    assert!(
+        !shown.contains("Confirm mint") && !shown.contains("chmod"),
+        "{shown}"
+    );
+    let root = dir.path().join("worktrees");
+    std::fs::create_dir(&root).unwrap();
+    std::fs::write(root.join("ep9"), "").unwrap();
+    let (code, shown) = new(&root);
+    assert_eq!(code, 1, "{shown}");
+    assert!(
+        shown.contains(&format!(
+            "worldd: {}/ep9 is a file, not a worktree (a worktree is a directory); remove it first",
+            root.display()
+        )),
+        "{shown}"
+    );
+    assert!(!shown.contains("Confirm mint"), "{shown}");
+}

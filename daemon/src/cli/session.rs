@@ -730,8 +730,21 @@ fn new(a: NewArgs) -> CliResult {
             a.db.db.display()
         );
     }
+    // A file where the root should be was told to `chmod 700` it, asked, and only then failed.
+    if std::fs::metadata(&a.workspace_root).is_ok_and(|m| !m.is_dir()) {
+        return Err(Failure::usage(format!(
+            "--workspace-root {} is not a directory (the workspace root holds one directory per episode)",
+            a.workspace_root.display()
+        )));
+    }
     // Not followed: a link there is no worktree a daemon serves ([`worktree_of`]).
     if let Ok(meta) = std::fs::symlink_metadata(&worktree) {
+        if !meta.is_dir() && !meta.file_type().is_symlink() {
+            return Err(Failure::usage(format!(
+                "{} is a file, not a worktree (a worktree is a directory); remove it first",
+                worktree.display()
+            )));
+        }
         if meta.file_type().is_symlink() {
             return Err(Failure::usage(format!(
                 "worktree {} is a symbolic link, and a worktree must be a directory in the workspace root itself (a daemon refuses every call in a linked one); remove the link first, or put the directory it names there in its place and run worldd session mint --episode {} --grant EFFECT=SCOPE:BUDGET",
