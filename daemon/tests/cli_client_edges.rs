@@ -440,3 +440,76 @@ fn a_backup_marks_its_copy_unchecked_until_its_check_passes() {
         format!("worldd: backup: destination {} holds a backup that was never checked (its .unverified marker: the backup that wrote it was interrupted, or its copy failed the check); do not restore from it: remove the directory, then back up again\n", dest.display())
     );
 }
+
+/// `map_size` beside `store_ceiling` in world.toml was "duplicate field `store_ceiling`" at the
+/// table's header, and `--map-size` beside `--store-ceiling` "'--store-ceiling' cannot be used
+/// multiple times": each was given once. Both are said as the old name and the new, the file's
+/// at the `map_size` line; either old name alone is still the ceiling.
+#[test]
+fn map_size_beside_store_ceiling_is_said_to_be_its_old_name_not_a_duplicate() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("world.toml");
+    std::fs::write(
+        &config,
+        "[serve]\nstore_ceiling = \"2GiB\"\nmap_size = \"1GiB\"\n",
+    )
+    .unwrap();
+    let r = refused_start(
+        &["--config", "world.toml", "--bind", "127.0.0.1:0"],
+        dir.path(),
+    );
+    assert_eq!(
+        (r.code, r.line.as_str()),
+        (
+            Some(2),
+            "worldd: daemon startup failed at config: world.toml: line 3: map_size is the old name of store_ceiling: give one"
+        ),
+        "{}",
+        r.stderr
+    );
+    let r = refused_start(
+        &[
+            "--map-size",
+            "1GiB",
+            "--store-ceiling",
+            "2GiB",
+            "--bind",
+            "127.0.0.1:0",
+        ],
+        dir.path(),
+    );
+    assert_eq!(
+        (r.code, r.line.as_str()),
+        (
+            Some(2),
+            "worldd: daemon startup failed at config: --map-size is the old name of --store-ceiling: give one"
+        ),
+        "{}",
+        r.stderr
+    );
+    // The old names alone are the ceiling: too small a one is refused as the ceiling.
+    let too_small = "worldd: daemon startup failed at config: the store ceiling (100 bytes) is below 1048576 bytes, the least a store is given (a size without a unit is in bytes: write 64GiB, for example)";
+    let r = refused_start(&["--map-size", "100", "--bind", "127.0.0.1:0"], dir.path());
+    assert_eq!(
+        (r.code, r.line.as_str()),
+        (Some(2), too_small),
+        "{}",
+        r.stderr
+    );
+    std::fs::write(&config, "[serve]\nmap_size = 100\n").unwrap();
+    let r = refused_start(
+        &["--config", "world.toml", "--bind", "127.0.0.1:0"],
+        dir.path(),
+    );
+    assert_eq!(
+        (r.code, r.line.as_str()),
+        (Some(2), too_small),
+        "{}",
+        r.stderr
+    );
+    assert_eq!(
+        std::fs::read_dir(dir.path()).unwrap().count(),
+        1,
+        "a refused start left something behind"
+    );
+}

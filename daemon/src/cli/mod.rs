@@ -93,6 +93,8 @@ pub struct Cli {
     pub command: Command,
 }
 
+// One value a process, parsed once: boxing `serve`'s flags would save nothing worth having.
+#[allow(clippy::large_enum_variant)]
 #[derive(Subcommand, Debug)]
 pub enum Command {
     /// Run the daemon.

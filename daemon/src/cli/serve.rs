@@ -113,8 +113,12 @@ pub struct ServeArgs {
 pub struct LimitArgs {
     /// The most the store may occupy (bytes, or a size such as 64GiB); it grows by itself up
     /// to this ceiling (`--map-size` is the old name) (default: 16GiB).
-    #[arg(long, alias = "map-size", value_name = "SIZE")]
+    #[arg(long, value_name = "SIZE")]
     pub store_ceiling: Option<ByteSize>,
+    /// The old name of --store-ceiling: a flag of its own, so that both given is said as such
+    /// (as an alias, clap called --store-ceiling "used multiple times").
+    #[arg(long, value_name = "SIZE", hide = true)]
+    pub map_size: Option<ByteSize>,
     /// Room kept below the ceiling for calls in flight and the operator's verbs; past it,
     /// new calls are refused (default: 256MiB, or an eighth of a smaller ceiling).
     #[arg(long, value_name = "SIZE")]
@@ -166,7 +170,10 @@ pub struct ServeSection {
     pub handlers: Vec<String>,
     #[serde(default)]
     pub open_reads: bool,
-    #[serde(alias = "map_size")]
+    /// The old name of `store_ceiling`, a key of its own so that both given is said as such
+    /// (an alias made it "duplicate field `store_ceiling`", at the table's header); folded into
+    /// `store_ceiling` by [`read_config`].
+    pub map_size: Option<toml::Spanned<ByteSize>>,
     pub store_ceiling: Option<ByteSize>,
     pub store_reserve: Option<ByteSize>,
     pub store_resident_bytes: Option<ByteSize>,
@@ -193,7 +200,22 @@ fn read_config(path: &Option<PathBuf>) -> Result<ConfigFile, String> {
         &path.display().to_string(),
     )
     .map_err(|f| f.message)?;
-    toml::from_str(&text).map_err(|e| format!("{}: {}", path.display(), toml_error(&text, &e)))
+    let mut file: ConfigFile = toml::from_str(&text)
+        .map_err(|e| format!("{}: {}", path.display(), toml_error(&text, &e)))?;
+    if let Some(old) = file.serve.map_size.take() {
+        if file.serve.store_ceiling.is_some() {
+            let line = text[..old.span().start.min(text.len())]
+                .matches('\n')
+                .count()
+                + 1;
+            return Err(format!(
+                "{}: line {line}: map_size is the old name of store_ceiling: give one",
+                path.display()
+            ));
+        }
+        file.serve.store_ceiling = Some(old.into_inner());
+    }
+    Ok(file)
 }
 
 /// The parser's account of a config file that does not parse: as the parser gives it (the
@@ -634,8 +656,15 @@ impl Settings {
         };
         let (server, limits) = edge_settings(a, file)?;
         let store_limits = &a.limits;
+        if store_limits.map_size.is_some() && store_limits.store_ceiling.is_some() {
+            return Err(startup(
+                "config",
+                "--map-size is the old name of --store-ceiling: give one",
+            ));
+        }
         let ceiling = store_limits
             .store_ceiling
+            .or(store_limits.map_size)
             .or(file.serve.store_ceiling)
             .map_or(broker_core::capacity::DEFAULT_CEILING, ByteSize::get);
         let reserve = store_limits
