@@ -29,8 +29,8 @@ pub struct TailArgs {
     /// One JSON summary per line instead of a table row.
     #[arg(long)]
     pub json: bool,
-    /// With --follow: reconnect when the stream sends nothing for this many seconds (the
-    /// daemon sends a keep-alive comment every 15 s on a quiet stream).
+    /// With --follow: reconnect when the stream sends nothing for this many seconds; give more
+    /// than 15 (the daemon sends a keep-alive comment every 15 s on a quiet stream).
     #[arg(long, value_name = "SECS", default_value = IDLE_TIMEOUT, value_parser = client::seconds)]
     pub idle_timeout: Duration,
     #[command(flatten)]
@@ -76,6 +76,18 @@ fn print(out: &mut impl Write, text: &str) -> Result<bool, Failure> {
 }
 
 pub fn run(a: TailArgs) -> CliResult {
+    // A quiet stream sends a keep-alive comment every 15 s: a shorter idle timeout takes a
+    // healthy, quiet daemon for a dead stream and, five reconnections later, gives up on it.
+    // Said before anything else (a test may want a short one; a person wants to know).
+    let keep_alive = crate::log_stream::KEEP_ALIVE;
+    if a.follow && a.idle_timeout <= keep_alive {
+        errln!(
+            "worldd: warning: --idle-timeout {} is not longer than the {} s between the daemon's keep-alive comments: a quiet log will read as a dead stream, and tail gives up after {MAX_RECONNECTS} reconnections that bring nothing; give more than {} (the default is {IDLE_TIMEOUT})",
+            a.idle_timeout.as_secs_f64(),
+            keep_alive.as_secs(),
+            keep_alive.as_secs()
+        );
+    }
     let limit = a.lines.clamp(1, 500);
     let body = client::get(&a.client, &format!("/v1/log/summaries?limit={limit}"))?;
     let page: Value = serde_json::from_slice(&body)
