@@ -6,11 +6,10 @@
 
 mod common;
 
-use std::io::{Read, Write};
+use std::io::Write;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command};
 use std::sync::mpsc;
-use std::time::Duration;
 
 use common::*;
 
@@ -105,28 +104,7 @@ fn quickstart_asking(world: &Path) -> (Child, mpsc::Receiver<()>) {
         "{WORLDD} quickstart --dir {} --print-only --bind 127.0.0.1:7999",
         world.display()
     );
-    let mut script = Command::new("script")
-        .args(["-qec", &cmd, "/dev/null"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut shown = script.stdout.take().unwrap();
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        let mut text = Vec::new();
-        let mut buf = [0u8; 256];
-        while let Ok(n @ 1..) = shown.read(&mut buf) {
-            text.extend_from_slice(&buf[..n]);
-            if text.windows(12).any(|w| w == b"Confirm mint") {
-                let _ = tx.send(());
-            }
-        }
-    });
-    rx.recv_timeout(Duration::from_secs(30))
-        .expect("the question never showed");
-    (script, rx)
+    asking_at_terminal(&cmd)
 }
 
 /// Quickstart made the store and the worktree before its question: Ctrl-C there (or a closed

@@ -850,28 +850,7 @@ fn session_new_killed_at_its_prompt_leaves_nothing_and_runs_again() {
         root.display(),
         out.display()
     );
-    let mut script = Command::new("script")
-        .args(["-qec", &cmd, "/dev/null"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut shown = script.stdout.take().unwrap();
-    let (tx, rx) = mpsc::channel();
-    std::thread::spawn(move || {
-        use std::io::Read;
-        let mut text = Vec::new();
-        let mut buf = [0u8; 256];
-        while let Ok(n @ 1..) = shown.read(&mut buf) {
-            text.extend_from_slice(&buf[..n]);
-            if text.windows(12).any(|w| w == b"Confirm mint") {
-                let _ = tx.send(());
-            }
-        }
-    });
-    rx.recv_timeout(Duration::from_secs(30))
-        .expect("the prompt never showed");
+    let (mut script, _asked) = asking_at_terminal(&cmd);
     let pid = worldd_pid(path_str(&out));
     let killed = Command::new("kill")
         .args(["-KILL", &pid.to_string()])

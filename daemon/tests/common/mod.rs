@@ -1179,3 +1179,32 @@ pub fn store_with_credential_file(world: &Path, episode: &str, file: &str) -> St
     std::fs::write(world.join(file), format!("{token}\n")).unwrap();
     token
 }
+
+/// The shell command `cmd` started at a pseudo-terminal (`script`), returned once its mint
+/// question shows: the child (to signal or answer) and a receiver told again each time more
+/// output holds the question.
+pub fn asking_at_terminal(cmd: &str) -> (Child, mpsc::Receiver<()>) {
+    use std::io::Read;
+    let mut script = Command::new("script")
+        .args(["-qec", cmd, "/dev/null"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut shown = script.stdout.take().unwrap();
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        let mut text = Vec::new();
+        let mut buf = [0u8; 256];
+        while let Ok(n @ 1..) = shown.read(&mut buf) {
+            text.extend_from_slice(&buf[..n]);
+            if text.windows(12).any(|w| w == b"Confirm mint") {
+                let _ = tx.send(());
+            }
+        }
+    });
+    rx.recv_timeout(Duration::from_secs(30))
+        .expect("the question never showed");
+    (script, rx)
+}
