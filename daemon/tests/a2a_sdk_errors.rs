@@ -222,17 +222,7 @@ fn a2a_1_0_errors_with_data_carry_it_in_an_error_info_and_0_3_keeps_the_plain_ob
 #[test]
 fn a2a_1_0_credential_errors_say_in_an_error_info_that_the_credential_is_refused_not_a_task() {
     let d = Daemon::start(WS, &[]);
-    let expired = {
-        let store = broker_core::store::Store::open(&d.db(), Default::default()).unwrap();
-        let now = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_secs() as i64;
-        let g = vec!["Workspace.Read=worktree:5".parse().unwrap()];
-        broker_core::session::mint(&store, "ep1", g, 1, now - 60)
-            .unwrap()
-            .token
-    };
+    let expired = d.expired_session("ep1");
     let unknown = "ef".repeat(32);
     let body = v10_send("c-1", "ailang-read", json!({"path": "a"}));
     for (token, code, message, reason, credential, why) in [
@@ -344,17 +334,7 @@ fn a2a_1_0_a_send_whose_credential_was_revoked_while_it_waited_says_so_in_an_err
 fn the_a2a_sdk_reads_the_data_of_1_0_errors_and_tells_a_dead_credential_from_a_missing_task() {
     let d = Daemon::start(WS, &[]);
     let token = d.session("sdk", &["Workspace.Read=worktree:10"]);
-    let expired = {
-        let store = broker_core::store::Store::open(&d.db(), Default::default()).unwrap();
-        let now = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_secs() as i64;
-        let g = vec!["Workspace.Read=worktree:5".parse().unwrap()];
-        broker_core::session::mint(&store, "sdk", g, 1, now - 60)
-            .unwrap()
-            .token
-    };
+    let expired = d.expired_session("sdk");
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/python/a2a_errors.py");
     let out = Command::new(clients::python())
         .arg(&script)

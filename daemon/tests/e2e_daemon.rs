@@ -1017,17 +1017,7 @@ fn doctor_passes_a_healthy_store_and_exits_3_on_damage() {
 fn authentication_and_transport_rows_through_the_real_binary() {
     let d = Daemon::start(WS, &[]);
     let token = d.session("ep1", &["Workspace.Read=worktree:5"]);
-    let expired = {
-        let store = broker_core::store::Store::open(&d.db(), Default::default()).unwrap();
-        let now = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap()
-            .as_secs() as i64;
-        let g = vec!["Workspace.Read=worktree:5".parse().unwrap()];
-        broker_core::session::mint(&store, "ep1", g, 1, now - 60)
-            .unwrap()
-            .token
-    };
+    let expired = d.expired_session("ep1");
     let unknown = "ef".repeat(32);
     let mcp_headers = [
         ("Content-Type", "application/json"),

@@ -334,6 +334,20 @@ impl Daemon {
         self.terminate(Duration::from_secs(5)).0
     }
 
+    /// A credential of `episode` that expired a minute ago (`Workspace.Read`), minted in the
+    /// daemon's store beside it.
+    pub fn expired_session(&self, episode: &str) -> String {
+        let store = broker_core::store::Store::open(&self.db(), Default::default()).unwrap();
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs() as i64;
+        let g = vec!["Workspace.Read=worktree:5".parse().unwrap()];
+        broker_core::session::mint(&store, episode, g, 1, now - 60)
+            .unwrap()
+            .token
+    }
+
     /// SIGTERM and wait up to `limit`; keep the directory (store, worktrees). The exit status,
     /// how long the exit took, everything the daemon wrote to stderr (its log), and the
     /// directory.
