@@ -23,21 +23,6 @@ fn start() -> Daemon {
     Daemon::start(PLUGINS, &["--plugin-config", bin.as_str()])
 }
 
-/// What the episode of `token` spent on `effect` (`GET /v1/budget`).
-fn spent(d: &Daemon, token: &str, effect: &str) -> u64 {
-    let a = get(&d.url("/v1/budget"), Some(token));
-    assert_eq!(a.status, 200, "{}", a.text());
-    let v = a.json();
-    v["grants"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|g| g["effect"] == effect)
-        .unwrap_or_else(|| panic!("no grant for {effect}: {v}"))["spent"]
-        .as_u64()
-        .unwrap()
-}
-
 /// An MCP tools/call's whole result (structuredContent, isError, _meta).
 fn tools_call(d: &Daemon, token: &str, tool: &str, args: Value) -> Value {
     let v = mcp(

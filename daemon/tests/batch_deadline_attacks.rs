@@ -15,21 +15,6 @@ use serde_json::{json, Value};
 const PLUGINS: &[&str] = &["worldd_workspace", "worldd_ailang", "worldd_git"];
 const AUTHOR: &str = "World Test <world@example.invalid>";
 
-/// What the episode of `token` spent on `effect` (`GET /v1/budget`).
-fn spent(d: &Daemon, token: &str, effect: &str) -> u64 {
-    let a = get(&d.url("/v1/budget"), Some(token));
-    assert_eq!(a.status, 200, "{}", a.text());
-    let v = a.json();
-    v["grants"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|g| g["effect"] == effect)
-        .unwrap_or_else(|| panic!("no grant for {effect}: {v}"))["spent"]
-        .as_u64()
-        .unwrap()
-}
-
 fn keyed_call(id: u64, tool: &str, args: Value, key: &str) -> Value {
     json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
            "params": {"name": tool, "arguments": args, "_meta": {"world/idempotencyKey": key}}})

@@ -145,18 +145,6 @@ fn keyed_call(d: &Daemon, token: &str, tool: &str, args: Value, key: &str) -> Va
     a.sse_json()
 }
 
-fn spent(d: &Daemon, token: &str, effect: &str) -> u64 {
-    let b = get(&d.url("/v1/budget"), Some(token)).json();
-    b["grants"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|g| g["effect"] == effect)
-        .unwrap_or_else(|| panic!("no {effect} grant in {b}"))["spent"]
-        .as_u64()
-        .unwrap()
-}
-
 #[test]
 fn a_keyed_mcp_write_runs_once_across_a_daemon_restart() {
     let d = Daemon::start(WS, &[]);

@@ -1222,3 +1222,18 @@ pub fn asking_at_terminal(cmd: &str) -> (Child, mpsc::Receiver<()>) {
         .expect("the question never showed");
     (script, rx)
 }
+
+/// What the episode of `token` spent on `effect` (`GET /v1/budget`).
+pub fn spent(d: &Daemon, token: &str, effect: &str) -> u64 {
+    let a = get(&d.url("/v1/budget"), Some(token));
+    assert_eq!(a.status, 200, "{}", a.text());
+    let v = a.json();
+    v["grants"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|g| g["effect"] == effect)
+        .unwrap_or_else(|| panic!("no grant for {effect}: {v}"))["spent"]
+        .as_u64()
+        .unwrap()
+}
