@@ -552,24 +552,7 @@ fn config_is_validated() {
 const SYMLINKED: &str = "broker: Registry.Publish failed: the episode's worktree is a symbolic link; a worktree must be a directory in the workspace root itself";
 const CHANGING: &str = "broker: Registry.Publish failed: the episode's worktree kept changing between a directory and something else while it was being opened";
 
-/// Atomically exchange two names (`renameat2(RENAME_EXCHANGE)`), as a second process racing
-/// the handler would.
-fn exchange(a: &Path, b: &Path) {
-    use std::os::unix::ffi::OsStrExt;
-    let a = std::ffi::CString::new(a.as_os_str().as_bytes()).unwrap();
-    let b = std::ffi::CString::new(b.as_os_str().as_bytes()).unwrap();
-    // SAFETY: two valid NUL-terminated absolute paths.
-    let rc = unsafe {
-        libc::renameat2(
-            libc::AT_FDCWD,
-            a.as_ptr(),
-            libc::AT_FDCWD,
-            b.as_ptr(),
-            libc::RENAME_EXCHANGE,
-        )
-    };
-    assert_eq!(rc, 0, "renameat2: {}", std::io::Error::last_os_error());
-}
+use handler_test_support::exchange;
 
 /// A worktree with `tools/b.json` publishing `id`, in `parent/name`.
 fn worktree_with_bundle(parent: &Path, name: &str, id: &str) -> std::path::PathBuf {

@@ -1,7 +1,7 @@
 //! Test helpers shared by worldd's plugin crates (`handlers/*`): finding the
 //! built plugin library, the `tool` ref a library must report, loading and
-//! planning a shipped transition document with the broker's own code, and a
-//! host that keeps what a plugin logs.
+//! planning a shipped transition document with the broker's own code, a host
+//! that keeps what a plugin logs, and an atomic exchange of two names for races.
 //!
 //! A dev-dependency only: nothing here is compiled into a plugin.
 
@@ -107,4 +107,23 @@ impl HostServices for LogLines {
             .unwrap_or_else(|e| e.into_inner())
             .push(format!("{}: {message}", level.as_str()));
     }
+}
+
+/// Atomically exchange two names (`renameat2(RENAME_EXCHANGE)`), so that there is never a
+/// moment without either: a second process racing a plugin that resolves or opens one of them.
+pub fn exchange(a: &Path, b: &Path) {
+    use std::os::unix::ffi::OsStrExt;
+    let a = std::ffi::CString::new(a.as_os_str().as_bytes()).unwrap();
+    let b = std::ffi::CString::new(b.as_os_str().as_bytes()).unwrap();
+    // SAFETY: two valid NUL-terminated paths; AT_FDCWD-relative (absolute).
+    let rc = unsafe {
+        libc::renameat2(
+            libc::AT_FDCWD,
+            a.as_ptr(),
+            libc::AT_FDCWD,
+            b.as_ptr(),
+            libc::RENAME_EXCHANGE,
+        )
+    };
+    assert_eq!(rc, 0, "renameat2: {}", std::io::Error::last_os_error());
 }

@@ -162,21 +162,4 @@ pub fn failed(outcome: Outcome) -> String {
     }
 }
 
-/// Atomically exchange two names (`renameat2(RENAME_EXCHANGE)`), so that there is never a
-/// moment without either: a second process racing the resolver.
-pub fn exchange(a: &std::path::Path, b: &std::path::Path) {
-    use std::os::unix::ffi::OsStrExt;
-    let a = std::ffi::CString::new(a.as_os_str().as_bytes()).unwrap();
-    let b = std::ffi::CString::new(b.as_os_str().as_bytes()).unwrap();
-    // SAFETY: two valid NUL-terminated paths; AT_FDCWD-relative (absolute).
-    let rc = unsafe {
-        libc::renameat2(
-            libc::AT_FDCWD,
-            a.as_ptr(),
-            libc::AT_FDCWD,
-            b.as_ptr(),
-            libc::RENAME_EXCHANGE,
-        )
-    };
-    assert_eq!(rc, 0, "renameat2: {}", std::io::Error::last_os_error());
-}
+pub use handler_test_support::exchange;
