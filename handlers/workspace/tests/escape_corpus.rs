@@ -13,6 +13,7 @@ use std::sync::Arc;
 use common::*;
 use handler_kit::serde_json::{json, Value};
 use handler_kit::{JsonObject, Outcome};
+use handler_test_support::exchange;
 
 /// What a case must produce.
 #[derive(Debug, Clone, Copy, PartialEq)]

@@ -13,6 +13,7 @@ use std::sync::Arc;
 use common::*;
 use handler_kit::serde_json::json;
 use handler_kit::Outcome;
+use handler_test_support::exchange;
 
 #[test]
 fn a_directory_swapped_with_a_symlink_mid_resolution_is_a_changed_path_never_invalid_argument() {

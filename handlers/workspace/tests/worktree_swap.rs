@@ -13,6 +13,7 @@ use std::sync::Arc;
 use common::*;
 use handler_kit::serde_json::json;
 use handler_kit::{EffectHandler, Outcome};
+use handler_test_support::exchange;
 
 const SYMLINKED: &str =
     "the episode's worktree is a symbolic link; a worktree must be a directory in the workspace root itself";

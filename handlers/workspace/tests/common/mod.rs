@@ -161,5 +161,3 @@ pub fn failed(outcome: Outcome) -> String {
         other => panic!("expected failed, got {other:?}"),
     }
 }
-
-pub use handler_test_support::exchange;
