@@ -235,6 +235,14 @@ impl RegistryHandler {
         if !metadata.is_file() {
             return Err(self.refuse(format!("publish {path}: {path} is not a regular file")));
         }
+        // The Workspace plugin's rule and words: a hard link planted in the worktree names a
+        // file outside it, whose contents a refusal would quote (key names) or publish.
+        let links = cap_std::fs::MetadataExt::nlink(&metadata);
+        if links > 1 {
+            return Err(self.refuse(format!(
+                "publish {path}: the file has {links} hard links; a hard link can name a file outside the worktree, so this policy reads only files with one link"
+            )));
+        }
         let limit = self.policy.max_bundle_bytes;
         if metadata.len() > limit {
             return Err(self.refuse(format!(
