@@ -413,7 +413,14 @@ fn a_link_swapped_to_git_data_between_the_check_and_the_open_is_refused_not_read
     let git = "publish swap.json: .git/ is git's own data, not worktree content; the lane's tools do not read it";
     let plain = "publish swap.json: the file is not JSON: expected value at line 1 column 1";
     let (mut refused_as_git, mut read_plain) = (0, 0);
-    for _ in 0..3000 {
+    // 3000 calls at least, and on until both answers were seen (a loaded machine may leave the
+    // swapping thread unscheduled for a while), for 20 s at most.
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let mut calls = 0;
+    while calls < 3000
+        || ((refused_as_git == 0 || read_plain == 0) && std::time::Instant::now() < until)
+    {
+        calls += 1;
         let outcome = h.execute(request(&wt, json!({"op": "publish", "path": "swap.json"})));
         let text = refused(outcome);
         match text.as_str() {
@@ -613,7 +620,12 @@ fn a_worktree_swapped_for_a_symlink_to_an_outside_directory_never_publishes_what
         })
     };
     let mut refused_symlink = 0;
-    for i in 0..1000 {
+    // 1000 calls at least, and on until the race was seen (a loaded machine may leave the
+    // swapping thread unscheduled for a while), for 20 s at most.
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let mut i = 0;
+    while i < 1000 || (refused_symlink == 0 && std::time::Instant::now() < until) {
+        i += 1;
         match h.execute(request(
             &wt,
             json!({"op": "publish", "path": "tools/b.json"}),

@@ -43,7 +43,7 @@ fn a_worktree_swapped_for_a_symlink_to_an_outside_directory_is_never_read_or_wri
     };
 
     let calls = 2000;
-    let (mut succeeded, mut symlinked) = (0, 0);
+    let (mut succeeded, mut symlinked, mut written) = (0, 0, 0);
     for i in 0..calls {
         let (effect, payload) = if i % 2 == 0 {
             (
@@ -61,6 +61,8 @@ fn a_worktree_swapped_for_a_symlink_to_an_outside_directory_is_never_read_or_wri
                 assert!(is_ok(&output), "call {i}: {payload}: {output:?}");
                 if i % 2 == 0 {
                     assert_eq!(output["content"], json!("INSIDE"), "call {i}");
+                } else {
+                    written += 1;
                 }
                 succeeded += 1;
             }
@@ -91,7 +93,13 @@ fn a_worktree_swapped_for_a_symlink_to_an_outside_directory_is_never_read_or_wri
         swaps.load(Ordering::Relaxed)
     );
     assert_eq!(f.outside_snapshot(), before, "nothing outside was written");
-    assert_eq!(fs::read_to_string(f.path("planted")).unwrap(), "PLANTED");
+    // Every write that ran, ran in the worktree (on a loaded machine the swapper may win every
+    // round, and none ran: then none is there either).
+    if written > 0 {
+        assert_eq!(fs::read_to_string(f.path("planted")).unwrap(), "PLANTED");
+    } else {
+        assert!(!f.path("planted").exists());
+    }
     assert!(
         symlinked > 0,
         "the race was never seen: the test proves nothing"
