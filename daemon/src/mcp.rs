@@ -7,7 +7,7 @@
 //!
 //! 1. **Authorization**, before anything about the transport is checked, so an unauthorized
 //!    caller learns nothing about it: 401 with one of four fixed texts and
-//!    `WWW-Authenticate: Bearer` (with `error="invalid_request"` for a malformed header,
+//!    `WWW-Authenticate: Bearer realm="worldd"` (with `error="invalid_request"` for a malformed header,
 //!    `error="invalid_token"` for an unknown or expired credential, RFC 6750 §3.1); 500 when
 //!    the store failed underneath.
 //! 2. **Headers** (`transport`): one `Content-Type`, `application/json` (parameters such

@@ -1083,20 +1083,22 @@ fn authentication_and_transport_rows_through_the_real_binary() {
     // The agent card and the REST routes: the REST envelope, and every 401 with its challenge
     // (they had none, which RFC 9110 requires of a 401).
     for (t, status, class, challenge) in [
-        (None, 401, "SessionAbsent", Some("Bearer")),
+        (None, 401, "SessionAbsent", Some(r#"Bearer realm="worldd""#)),
         (Some("not-a-token"), 400, "InvalidSession", None),
         (
             Some(unknown.as_str()),
             401,
             "SessionUnknown",
-            Some(r#"Bearer error="invalid_token", error_description="unknown session credential""#),
+            Some(
+                r#"Bearer realm="worldd", error="invalid_token", error_description="unknown session credential""#,
+            ),
         ),
         (
             Some(expired.as_str()),
             401,
             "SessionExpired",
             Some(
-                r#"Bearer error="invalid_token", error_description="session credential has expired""#,
+                r#"Bearer realm="worldd", error="invalid_token", error_description="session credential has expired""#,
             ),
         ),
     ] {

@@ -198,7 +198,7 @@ fn a_browser_on_an_accepted_origin_gets_its_preflight_and_answers_it_can_read() 
             assert_eq!(a.field("access-control-allow-origin"), Some(origin));
             assert_eq!(
                 a.field("access-control-expose-headers"),
-                Some("retry-after, allow")
+                Some("retry-after, allow, www-authenticate")
             );
             assert_eq!(a.field("vary"), Some("origin"));
         }

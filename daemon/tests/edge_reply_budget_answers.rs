@@ -81,7 +81,10 @@ fn busy_fields_for_origin() -> Vec<(&'static str, &'static str)> {
     vec![
         ("content-type", "application/json"),
         ("retry-after", "1"),
-        ("access-control-expose-headers", "retry-after, allow"),
+        (
+            "access-control-expose-headers",
+            "retry-after, allow, www-authenticate",
+        ),
         ("access-control-allow-origin", ORIGIN),
         ("vary", "origin"),
         ("x-content-type-options", "nosniff"),

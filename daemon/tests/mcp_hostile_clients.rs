@@ -248,7 +248,7 @@ fn a_call_whose_credential_is_revoked_while_it_waits_is_answered_401_under_2026_
     assert_eq!(
         a.field("www-authenticate"),
         Some(
-            r#"Bearer error="invalid_token", error_description="session credential was revoked while this call waited""#
+            r#"Bearer realm="worldd", error="invalid_token", error_description="session credential was revoked while this call waited""#
         )
     );
     assert_eq!(slow.join().unwrap().status, 200);
@@ -398,27 +398,76 @@ fn a_401_names_the_credentials_fault_in_its_bearer_challenge() {
     for (auth, challenge, text) in [
         (
             None,
-            "Bearer",
+            r#"Bearer realm="worldd""#,
             "session credential is absent: send Authorization: Bearer <session-credential>",
         ),
         (
             Some("Bearer nope"),
-            r#"Bearer error="invalid_request", error_description="malformed Authorization header: expected Bearer <64-hex-credential>""#,
+            r#"Bearer realm="worldd", error="invalid_request", error_description="malformed Authorization header: expected Bearer <64-hex-credential>""#,
             "malformed Authorization header: expected Bearer <64-hex-credential>",
         ),
         (
             Some(unknown.as_str()),
-            r#"Bearer error="invalid_token", error_description="unknown session credential""#,
+            r#"Bearer realm="worldd", error="invalid_token", error_description="unknown session credential""#,
             "unknown session credential",
         ),
         (
             Some(revoked.as_str()),
-            r#"Bearer error="invalid_token", error_description="unknown session credential""#,
+            r#"Bearer realm="worldd", error="invalid_token", error_description="unknown session credential""#,
             "unknown session credential",
         ),
     ] {
         let a = post(auth);
         assert_eq!((a.status, a.text().as_str()), (401, text), "{auth:?}");
         assert_eq!(a.field("www-authenticate"), Some(challenge), "{auth:?}");
+    }
+}
+
+/// A request without a credential got `WWW-Authenticate: Bearer`, a bare scheme RFC 6750 §3
+/// forbids ("MUST be followed by one or more auth-param values"), and a page could read no
+/// challenge at all: CORS did not expose the header. Every route of a session answers
+/// `Bearer realm="worldd"`, and a page from an accepted origin may read it.
+#[test]
+fn a_401_without_a_credential_names_the_realm_and_a_browser_page_may_read_its_challenge() {
+    let d = Daemon::start(WS, &[]);
+    let unknown = "ab".repeat(32);
+    for (method, path, body) in [
+        (
+            "POST",
+            "/mcp/",
+            Some(&br#"{"jsonrpc":"2.0","id":1,"method":"ping"}"#[..]),
+        ),
+        ("GET", "/v1/budget", None),
+        ("GET", "/v1/log/stream", None),
+        ("GET", "/.well-known/agent-card.json", None),
+    ] {
+        for (token, challenge) in [
+            (None, r#"Bearer realm="worldd""#.to_owned()),
+            (
+                Some(unknown.as_str()),
+                r#"Bearer realm="worldd", error="invalid_token", error_description="unknown session credential""#
+                    .to_owned(),
+            ),
+        ] {
+            let mut h = headers();
+            h.push(("Origin", "http://localhost:6274"));
+            let a = request(method, &d.url(path), token, &h, body);
+            assert_eq!(a.status, 401, "{path}: {}", a.text());
+            assert_eq!(
+                a.field("www-authenticate"),
+                Some(challenge.as_str()),
+                "{path}"
+            );
+            assert_eq!(
+                a.field("access-control-expose-headers"),
+                Some("retry-after, allow, www-authenticate"),
+                "{path}"
+            );
+            assert_eq!(
+                a.field("access-control-allow-origin"),
+                Some("http://localhost:6274"),
+                "{path}"
+            );
+        }
     }
 }

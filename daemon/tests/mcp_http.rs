@@ -476,11 +476,15 @@ async fn every_row_of_the_auth_table_is_401_with_its_text() {
         r.assert_text(StatusCode::UNAUTHORIZED, text);
         // RFC 6750 §3.1: the credential's fault in the challenge, bare when none was sent.
         let challenge = match text {
-            t if t == absent => "Bearer".to_owned(),
+            t if t == absent => r#"Bearer realm="worldd""#.to_owned(),
             t if t == malformed => {
-                format!(r#"Bearer error="invalid_request", error_description="{t}""#)
+                format!(
+                    r#"Bearer realm="worldd", error="invalid_request", error_description="{t}""#
+                )
             }
-            t => format!(r#"Bearer error="invalid_token", error_description="{t}""#),
+            t => {
+                format!(r#"Bearer realm="worldd", error="invalid_token", error_description="{t}""#)
+            }
         };
         assert_eq!(
             r.header("www-authenticate"),

@@ -29,8 +29,9 @@ pub const ALLOW_METHODS: &str = "GET, POST";
 /// The request headers the daemon reads, beside the ones a browser always may send.
 pub const ALLOW_HEADERS: &str = "authorization, content-type, accept, mcp-protocol-version, \
      mcp-method, mcp-name, mcp-session-id, last-event-id, a2a-version";
-/// The answer headers a page may read, beside the ones it always may.
-pub const EXPOSE_HEADERS: &str = "retry-after, allow";
+/// The answer headers a page may read, beside the ones it always may. `www-authenticate` is
+/// not safelisted: without it a page sees no challenge on a 401 (an SDK's auth path reads it).
+pub const EXPOSE_HEADERS: &str = "retry-after, allow, www-authenticate";
 /// How long a browser may keep a preflight's answer, in seconds.
 pub const MAX_AGE_SECS: &str = "600";
 

@@ -22,7 +22,7 @@
 //! emits no notification with JSON). Errors carry the status of the revision's table:
 //! `-32700`, `-32600`, `-32602`, `-32020`, `-32021`, `-32022` → 400; `-32601` → 404;
 //! `-32001` (the credential revoked while the call waited) → 401, as the transport answers a
-//! revoked credential, with `WWW-Authenticate: Bearer error="invalid_token"`. The
+//! revoked credential, with `WWW-Authenticate: Bearer realm="worldd", error="invalid_token"`. The
 //! table leaves `-32603` open; here it is 500, because every `-32603` of a `tools/call`
 //! means the outcome is not confirmed, and a transport status is how an agent loop that
 //! treats a complete JSON-RPC answer as "outcome known" learns the truth. Host failures keep
