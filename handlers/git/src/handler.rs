@@ -17,7 +17,7 @@ use handler_kit::{EffectHandler, Host, LogLevel, Outcome, Request};
 
 use crate::config::Policy;
 use crate::git::{Git, Output, Place, RunError};
-use crate::locks::Locks;
+use crate::locks::{self, Locks};
 use crate::nested::{self, ScanError};
 use crate::tool_ref;
 
@@ -39,6 +39,10 @@ pub const NOTHING_IN_PATHS: &str = "nothing to commit: the given paths have no c
 /// (8 MiB of `git diff --cached --raw`, tens of thousands of files): it cannot show that no
 /// gitlink is among them.
 pub const TOO_MANY_STAGED: &str = "commit: the staged changes are too many to check for gitlinks (git diff --cached --raw gave more than 8 MiB); commit them in parts with paths";
+
+/// The refusal of a commit whose changes `git status` lists in more than the handler reads:
+/// it cannot show that none of them is a file with a second hard link.
+pub const TOO_MANY_CHANGED: &str = "commit: the changes are too many to check for hard links (git status gave more than 8 MiB); commit them in parts with paths";
 
 /// Longest commit message, in bytes.
 pub const MAX_MESSAGE_BYTES: usize = 4096;
@@ -130,6 +134,9 @@ struct Job<'a> {
     deadline: Instant,
     /// The time limit in force, as messages name it.
     limit: TimeLimit,
+    /// The repository's git directory and common directory once found: host paths that
+    /// git's messages are cleared of, as the worktree's is.
+    git_dirs: std::cell::OnceCell<(PathBuf, PathBuf)>,
 }
 
 /// Which bound set a job's deadline: the plugin's `timeoutMs`, or the daemon's deadline for
@@ -208,6 +215,20 @@ fn staged_gitlinks(raw: &[u8]) -> Result<Vec<String>, ()> {
     Ok(links)
 }
 
+/// The paths of `git diff --cached --raw -z` records that stage a regular file's content
+/// (mode 100644 or 100755 after the change).
+fn staged_files(raw: &[u8]) -> Vec<&[u8]> {
+    let mut fields = raw.split(|b| *b == 0).filter(|f| !f.is_empty());
+    let mut files = Vec::new();
+    while let (Some(header), Some(path)) = (fields.next(), fields.next()) {
+        let mode = header.split(|b| *b == b' ').nth(1);
+        if matches!(mode, Some(b"100644") | Some(b"100755")) {
+            files.push(path);
+        }
+    }
+    files
+}
+
 /// Lexical normalisation of one path: `Ok(components)` or the refusal text.
 fn normalise(path: &str) -> Result<Vec<&str>, String> {
     let escape = || format!("commit {path}: path \"{path}\" escapes sandbox \"<worktree>\"");
@@ -268,7 +289,17 @@ impl GitHandler {
             .find(|l| l.starts_with("fatal:") || l.starts_with("error:"))
             .or_else(|| text.lines().map(str::trim).find(|l| !l.is_empty()))
             .unwrap_or("no message");
-        let mut line = line.replace(&*job.worktree.to_string_lossy(), "<worktree>");
+        // Longest first: a linked worktree's git directory lies inside the common one.
+        let mut places: Vec<(&Path, &str)> = vec![(&job.worktree, "<worktree>")];
+        if let Some((git_dir, common_dir)) = job.git_dirs.get() {
+            places.push((git_dir, "<git-dir>"));
+            places.push((common_dir, "<git-common-dir>"));
+        }
+        places.sort_by_key(|(p, _)| std::cmp::Reverse(p.as_os_str().len()));
+        let mut line = line.to_string();
+        for (place, name) in places {
+            line = line.replace(&*place.to_string_lossy(), name);
+        }
         line = line.replace(&*self.git.home().to_string_lossy(), "<home>");
         if line.len() > 300 {
             line = format!("{}…", handler_kit::dialect::quote::head(&line, 300));
@@ -316,10 +347,7 @@ impl GitHandler {
     /// happens to the commit (a refusal, a timeout), the repository's own index
     /// and its lock are never touched until the commit is made.
     fn private_index(&self, git_dir: &Path) -> io::Result<(tempfile::TempDir, PathBuf)> {
-        let scratch = tempfile::Builder::new()
-            .prefix("worldd-git-index-")
-            .tempdir_in(self.git.scratch())?;
-        let index = scratch.path().join("index");
+        let (scratch, index) = self.scratch_index()?;
         match std::fs::copy(git_dir.join("index"), &index) {
             Ok(_) => {}
             // No index yet (a fresh repository): git starts from an empty one.
@@ -327,6 +355,66 @@ impl GitHandler {
             Err(e) => return Err(e),
         }
         Ok((scratch, index))
+    }
+
+    /// A place for a private index, with no index in it yet.
+    fn scratch_index(&self) -> io::Result<(tempfile::TempDir, PathBuf)> {
+        let scratch = tempfile::Builder::new()
+            .prefix("worldd-git-index-")
+            .tempdir_in(self.git.scratch())?;
+        let index = scratch.path().join("index");
+        Ok((scratch, index))
+    }
+
+    /// Remove the lock files a killed run left in the repository (see [`crate::locks`]), and
+    /// tell the operator; returns whether the index's lock was one of them.
+    fn clear_stale_locks(&self, git_dir: &Path, common_dir: &Path) -> bool {
+        let max_age = Duration::from_millis(self.policy.timeout_ms);
+        let cleared = locks::clear_stale(git_dir, common_dir, max_age);
+        for path in &cleared.removed {
+            self.host.log(
+                LogLevel::Warn,
+                &format!(
+                    "git: removed {}, a lock file left by a git run or index update that was killed (no git of this plugin holds it)",
+                    path.display()
+                ),
+            );
+        }
+        if cleared.index {
+            self.host.log(
+                LogLevel::Warn,
+                "git: the repository's index may be older than HEAD (its update was killed); this commit stages into an index read from HEAD, and the worktree's index is replaced by it once the commit is made",
+            );
+        }
+        cleared.index
+    }
+
+    /// Fill the private index from `HEAD` (none for an unborn branch): the repository's own
+    /// index is not trusted after its update was killed.
+    fn index_from_head(&self, job: &Job<'_>, repo: &Repo) -> Step<()> {
+        let head = match self.run_in(
+            job,
+            repo,
+            &[
+                os("rev-parse"),
+                os("--verify"),
+                os("--quiet"),
+                os("HEAD^{commit}"),
+            ],
+            None,
+        ) {
+            Ok(o) if o.status.success() => String::from_utf8_lossy(&o.stdout).trim().to_string(),
+            Ok(_) => return Ok(()),
+            Err(e) => return Err(self.broken(job, "rev-parse", e)),
+        };
+        match self.run_in(job, repo, &[os("read-tree"), OsStr::new(&head)], None) {
+            Ok(o) if o.status.success() => Ok(()),
+            Ok(o) => Err(Outcome::failed(format!(
+                "commit: the index could not be read from HEAD: {}; nothing was committed",
+                self.git_says(job, &o.stderr)
+            ))),
+            Err(e) => Err(self.broken(job, "read-tree", e)),
+        }
     }
 
     /// Make the private index the repository's, under git's own lock protocol
@@ -383,8 +471,14 @@ impl GitHandler {
     /// A commit, step by step; each step may end it early with its outcome.
     fn commit_steps(&self, job: &Job<'_>) -> Step<Outcome> {
         let (git_dir, common_dir) = self.repository(job)?;
+        let _ = job.git_dirs.set((git_dir.clone(), common_dir.clone()));
+        let stale_index = self.clear_stale_locks(&git_dir, &common_dir);
         self.no_other_repository(job)?;
-        let repo = self.private_repo(git_dir, common_dir)?;
+        let repo = self.private_repo(git_dir, common_dir, stale_index)?;
+        if stale_index {
+            self.index_from_head(job, &repo)?;
+        }
+        self.no_hard_links(job, &repo)?;
         self.stage(job, &repo)?;
         self.check_staged(job, &repo)?;
         self.make_commit(job, &repo)?;
@@ -499,8 +593,13 @@ impl GitHandler {
     }
 
     /// The repository found, with the private index this commit stages into.
-    fn private_repo(&self, git_dir: PathBuf, common_dir: PathBuf) -> Step<Repo> {
-        let (scratch, index) = self.private_index(&git_dir).map_err(|e| {
+    fn private_repo(&self, git_dir: PathBuf, common_dir: PathBuf, fresh: bool) -> Step<Repo> {
+        let index = if fresh {
+            self.scratch_index()
+        } else {
+            self.private_index(&git_dir)
+        };
+        let (scratch, index) = index.map_err(|e| {
             Outcome::failed(format!(
                 "commit: the index could not be copied: {}; nothing was committed",
                 errno_text(&e)
@@ -512,6 +611,65 @@ impl GitHandler {
             index,
             _scratch: scratch,
         })
+    }
+
+    /// 3a. No file git would stage has a second hard link: the workspace plugin's rule for
+    ///     reads, since a link planted in the worktree can name a file outside it. Checked
+    ///     before `git add`, which would copy the file into the repository's objects.
+    fn no_hard_links(&self, job: &Job<'_>, repo: &Repo) -> Step<()> {
+        let mut status: Vec<&OsStr> = vec![
+            os("status"),
+            os("--porcelain=v1"),
+            os("-z"),
+            os("--untracked-files=all"),
+            os("--no-renames"),
+            os("--ignore-submodules=none"),
+        ];
+        if let Some(paths) = &job.paths {
+            status.push(os("--"));
+            status.extend(paths.iter().map(OsStr::new));
+        }
+        let listed = match self.run_in(job, repo, &status, None) {
+            Ok(o) if o.status.success() && !o.stdout_cut => o.stdout,
+            Ok(o) if o.status.success() => return Err(self.refuse(TOO_MANY_CHANGED)),
+            Ok(o) => {
+                return Err(self.refuse(format!(
+                    "commit: git status refused: {}",
+                    self.git_says(job, &o.stderr)
+                )))
+            }
+            Err(e) => return Err(self.broken(job, "status", e)),
+        };
+        // `XY <path>\0` records; with --no-renames no second path follows.
+        let paths = listed
+            .split(|b| *b == 0)
+            .filter_map(|record| record.get(3..))
+            .filter(|path| !path.is_empty());
+        self.first_hard_linked(job, paths)
+    }
+
+    /// The refusal for the first of `paths` (worktree-relative) that is a regular file with
+    /// more than one hard link.
+    fn first_hard_linked<'p>(
+        &self,
+        job: &Job<'_>,
+        paths: impl Iterator<Item = &'p [u8]>,
+    ) -> Step<()> {
+        use std::os::unix::ffi::OsStrExt;
+        for path in paths {
+            let Ok(md) = job.root.symlink_metadata(OsStr::from_bytes(path)) else {
+                // Gone (a deletion) or unreadable: git records no content of it.
+                continue;
+            };
+            let links = cap_std::fs::MetadataExt::nlink(&md);
+            if md.is_file() && links > 1 {
+                return Err(self.refuse(format!(
+                    "commit {}: the file has {links} hard links; a hard link can name a file outside the worktree, so git-commit records only files with one link",
+                    String::from_utf8_lossy(path)
+                )));
+            }
+        }
+        Ok(())
     }
 
     /// 3. Stage, into the private index.
@@ -559,7 +717,10 @@ impl GitHandler {
             // Only a whole list can show that no gitlink is in it.
             Ok(o) if o.status.success() && o.stdout_cut => Err(self.refuse(TOO_MANY_STAGED)),
             Ok(o) if o.status.success() => match staged_gitlinks(&o.stdout) {
-                Ok(links) if links.is_empty() => Ok(()),
+                // Again on what was staged: a link made since the look before `git add`.
+                Ok(links) if links.is_empty() => {
+                    self.first_hard_linked(job, staged_files(&o.stdout).into_iter())
+                }
                 Ok(links) => Err(self.refuse(format!(
                     "commit: the staged changes hold a gitlink (\"{}\"); git-commit never records another repository",
                     links[0]
@@ -786,6 +947,7 @@ impl GitHandler {
             paths,
             deadline: started + limit.budget(),
             limit,
+            git_dirs: std::cell::OnceCell::new(),
         })
     }
 

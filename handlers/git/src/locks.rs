@@ -7,10 +7,19 @@
 //! moves, `HEAD`, `packed-refs`, and, with `--only`, a `next-index-<pid>.lock` of its own.
 //! The handler notes which of these exist before it runs `git commit`; if it has to kill that
 //! run, it removes the ones the run created.
+//!
+//! A daemon killed while git (or the handler's own index install) holds a lock leaves it too,
+//! and no `Locks` record survives the daemon. So before each commit [`clear_stale`] removes
+//! the locks no live git of this plugin can hold: the daemon runs one call per episode at a
+//! time and one daemon serves a store, so a lock in the episode's own git directory at the
+//! start of a call is left over; a lock in a repository's shared directory (which other
+//! episodes' worktrees also use) is left over only once it is older than the plugin's git
+//! deadline.
 
 use std::collections::BTreeSet;
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 /// The lock files present before a `git commit` run.
 #[derive(Debug)]
@@ -87,4 +96,65 @@ fn next_index_locks(git_dir: &Path) -> BTreeSet<OsString> {
                 .collect()
         })
         .unwrap_or_default()
+}
+
+/// The stale lock files [`clear_stale`] removed.
+#[derive(Debug, Default)]
+pub struct Cleared {
+    /// Every lock file removed.
+    pub removed: Vec<PathBuf>,
+    /// Whether the git directory's `index.lock` was among them: the index may then be older
+    /// than `HEAD` (the commit was made, its index never installed).
+    pub index: bool,
+}
+
+/// Remove the lock files of `git_dir` (and, when older than `max_age`, of `common_dir`) that
+/// a commit takes, left by a run that was killed: see the module's comment for why no live
+/// run of this plugin holds them.
+pub fn clear_stale(git_dir: &Path, common_dir: &Path, max_age: Duration) -> Cleared {
+    let shared = !same_dir(git_dir, common_dir);
+    let mut own = vec![git_dir.join("HEAD.lock"), git_dir.join("index.lock")];
+    own.extend(
+        next_index_locks(git_dir)
+            .into_iter()
+            .map(|n| git_dir.join(n)),
+    );
+    let mut common = vec![common_dir.join("packed-refs.lock")];
+    if let Some(branch) = branch(git_dir) {
+        common.push(common_dir.join(format!("{branch}.lock")));
+    }
+    let mut cleared = Cleared::default();
+    let index_lock = git_dir.join("index.lock");
+    let candidates = own
+        .into_iter()
+        .map(|p| (p, false))
+        .chain(common.into_iter().map(|p| (p, shared)));
+    for (path, needs_age) in candidates {
+        let Ok(md) = path.symlink_metadata() else {
+            continue;
+        };
+        if needs_age {
+            let age = md.modified().ok().and_then(|m| m.elapsed().ok());
+            if age.is_none_or(|a| a <= max_age) {
+                continue;
+            }
+        }
+        if std::fs::remove_file(&path).is_ok() {
+            if path == index_lock {
+                cleared.index = true;
+            }
+            cleared.removed.push(path);
+        }
+    }
+    cleared
+}
+
+/// Whether two directories are one (a repository's own `.git`, where git dir and common dir
+/// coincide).
+fn same_dir(a: &Path, b: &Path) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    match (a.metadata(), b.metadata()) {
+        (Ok(x), Ok(y)) => x.dev() == y.dev() && x.ino() == y.ino(),
+        _ => a == b,
+    }
 }
