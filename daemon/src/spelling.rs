@@ -1,5 +1,33 @@
 //! "Did you mean …?": the known word a given one is most likely a misspelling of.
 
+/// Most bytes of a client's name written between the quotes of a message, escapes counted.
+pub const MAX_SENT_BYTES: usize = 256;
+
+/// `given` as a JSON string literal of at most [`MAX_SENT_BYTES`] bytes between its quotes,
+/// escapes counted, then `…` when cut (at a character, never inside an escape). The cut is made
+/// on what is sent: cut before escaping, 256 control characters became 1.5 KB of `\u0001`.
+pub fn quote_sent(given: &str) -> String {
+    let mut sent = 0;
+    let mut end = given.len();
+    for (i, c) in given.char_indices() {
+        let width = match c {
+            '"' | '\\' | '\u{8}' | '\t' | '\n' | '\u{c}' | '\r' => 2,
+            c if u32::from(c) < 0x20 => 6,
+            c => c.len_utf8(),
+        };
+        if sent + width > MAX_SENT_BYTES {
+            end = i;
+            break;
+        }
+        sent += width;
+    }
+    let mut out = dialect::quote::json_string(&given[..end]);
+    if end < given.len() {
+        out.insert(out.len() - 1, '…');
+    }
+    out
+}
+
 /// The word of `known` at most two edits from `given` (the nearest; the first in sort order
 /// among equals), comparing case-insensitively when `fold_case`. Callers leave out a `given`
 /// that is itself known.
@@ -37,7 +65,7 @@ pub fn unknown_name<'k>(
     noun: &str,
     listed: &str,
 ) -> String {
-    let q = dialect::quote::quote(given);
+    let q = quote_sent(given);
     match nearest(given, known, true) {
         Some(near) => {
             format!("no {noun} of this session is named {q}; did you mean {near}? ({listed})")
@@ -55,7 +83,7 @@ pub fn unknown_tool<'k>(
     known: impl IntoIterator<Item = &'k str> + Clone,
     listed: &str,
 ) -> String {
-    let q = dialect::quote::quote(given);
+    let q = quote_sent(given);
     match nearest(given, known.clone(), true).or_else(|| around(given, known)) {
         Some(near) => {
             format!("no tool of this session is named {q}; did you mean {near}? ({listed})")

@@ -471,3 +471,54 @@ fn a_401_without_a_credential_names_the_realm_and_a_browser_page_may_read_its_ch
         }
     }
 }
+
+/// "Quoted to at most 256 bytes" counted the name's bytes before JSON escaping: 256 control
+/// characters were quoted as 1.5 KB of `\u0001`. The bound holds for what is written between
+/// the quotes, escapes counted, cut at a whole escape.
+#[test]
+fn an_unknown_tool_or_method_quoted_in_a_message_is_at_most_256_bytes_as_sent() {
+    let d = Daemon::start(WS, &[]);
+    let token = d.session("ep1", &["Workspace.Read=worktree:5"]);
+    // 42 escapes of six bytes are 252; a 43rd would pass 256. A quote escapes in two bytes.
+    for (name, quoted) in [
+        (
+            "\u{1}".repeat(1000),
+            format!("\"{}…\"", "\\u0001".repeat(42)),
+        ),
+        ("\"".repeat(1000), format!("\"{}…\"", "\\\"".repeat(128))),
+        (
+            format!("{}\u{1}", "a".repeat(250)),
+            format!("\"{}\\u0001\"", "a".repeat(250)),
+        ),
+    ] {
+        let body = json!({"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name": name, "arguments": {}}});
+        let v = sse(&mcp_text(
+            &d,
+            &token,
+            "2025-11-25",
+            body.to_string().as_bytes(),
+        ));
+        assert_eq!(
+            v["error"]["message"],
+            json!(format!("unknown tool {quoted}")),
+            "{quoted}"
+        );
+        assert_eq!(
+            v["error"]["data"]["why"],
+            json!(format!(
+                "no tool of this session is named {quoted}; tools/list shows this session's tools"
+            ))
+        );
+        let body = json!({"jsonrpc":"2.0","id":2,"method": name});
+        let v = sse(&mcp_text(
+            &d,
+            &token,
+            "2025-11-25",
+            body.to_string().as_bytes(),
+        ));
+        assert_eq!(
+            v["error"]["message"],
+            json!(format!("method not found: {quoted}"))
+        );
+    }
+}

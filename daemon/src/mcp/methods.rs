@@ -119,8 +119,8 @@ pub(super) async fn dispatch(
         (other, _) => Ok(Reply::error(
             id,
             METHOD_NOT_FOUND,
-            // Quoted to at most 256 bytes: the method is the client's text, of any size.
-            format!("method not found: {}", dialect::quote::quote(other)),
+            // Quoted to at most 256 bytes as sent: the method is the client's text, of any size.
+            format!("method not found: {}", crate::spelling::quote_sent(other)),
         )),
     }
 }

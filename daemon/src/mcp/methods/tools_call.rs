@@ -160,8 +160,8 @@ async fn tool_named(
     }
     // The contract's message, and in `data` the nearest of this session's own tools (never one
     // it cannot see), so that a model can correct a misspelt name. The name is quoted to at
-    // most 256 bytes, as every echo of client text: a name of megabytes made a reply of them.
-    let message = format!("unknown tool {}", dialect::quote::quote(name));
+    // most 256 bytes as sent (escapes counted): a name of megabytes made a reply of them.
+    let message = format!("unknown tool {}", crate::spelling::quote_sent(name));
     let names: Vec<String> = entries
         .iter()
         .map(|e| tools::mcp_name(&e.transition.id))
