@@ -77,32 +77,40 @@ pub fn unknown_name<'k>(
 /// [`unknown_name`] for a tool: besides a name within two edits, the tool a model most likely
 /// meant when it dropped or added part of the name. A host's prefix (`mcp__worldd__ailang-read`,
 /// `worldd__ailang-read`) or a suffix (`ailang-readfile`) around a tool's name, or a part of one
-/// (`read`, `write`), names that tool. Only the session's own `known` names are offered.
+/// (`read`, `write`), names that tool. A part that several tools hold names them all: one
+/// picked among them was read as the answer. Only the session's own `known` names are offered.
 pub fn unknown_tool<'k>(
     given: &str,
     known: impl IntoIterator<Item = &'k str> + Clone,
     listed: &str,
 ) -> String {
     let q = quote_sent(given);
-    match nearest(given, known.clone(), true).or_else(|| around(given, known)) {
-        Some(near) => {
-            format!("no tool of this session is named {q}; did you mean {near}? ({listed})")
-        }
-        None => format!("no tool of this session is named {q}; {listed}"),
+    let near = match nearest(given, known.clone(), true) {
+        Some(near) => vec![near],
+        None => around(given, known),
+    };
+    match near.as_slice() {
+        [] => format!("no tool of this session is named {q}; {listed}"),
+        [one] => format!("no tool of this session is named {q}; did you mean {one}? ({listed})"),
+        several => format!(
+            "no tool of this session is named {q}; did you mean one of {}? ({listed})",
+            several.join(", ")
+        ),
     }
 }
 
-/// The name of `known` that `given` holds whole or is a part of (at least three characters),
-/// compared case-insensitively. The best kind first: `given` ends with it (a host's prefix),
-/// it ends with `given`, it holds `given`, `given` holds it; among equals the longest, then
-/// the first in sort order.
-fn around<'k>(given: &str, known: impl IntoIterator<Item = &'k str>) -> Option<&'k str> {
+/// The names of `known` that `given` holds whole or is a part of (at least three characters),
+/// compared case-insensitively, in sort order. Only the best kind: `given` ends with one (a
+/// host's prefix), one ends with `given`, one holds `given`, `given` holds one. When `given`
+/// holds the name (the first and last kinds) the longest is meant; when the name holds
+/// `given`, every such name fits as well as another.
+fn around<'k>(given: &str, known: impl IntoIterator<Item = &'k str>) -> Vec<&'k str> {
     let given = given.to_ascii_lowercase();
-    known
+    let part = given.chars().count() >= 3;
+    let ranked: Vec<(u8, &'k str)> = known
         .into_iter()
         .filter_map(|k| {
             let name = k.to_ascii_lowercase();
-            let part = given.chars().count() >= 3;
             let rank = if given.ends_with(&name) {
                 0
             } else if part && name.ends_with(&given) {
@@ -114,10 +122,24 @@ fn around<'k>(given: &str, known: impl IntoIterator<Item = &'k str>) -> Option<&
             } else {
                 return None;
             };
-            Some((rank, std::cmp::Reverse(k.len()), k))
+            Some((rank, k))
         })
-        .min()
-        .map(|(_, _, k)| k)
+        .collect();
+    let Some(best) = ranked.iter().map(|(rank, _)| *rank).min() else {
+        return Vec::new();
+    };
+    let mut fits: Vec<&'k str> = ranked
+        .into_iter()
+        .filter(|(rank, _)| *rank == best)
+        .map(|(_, k)| k)
+        .collect();
+    if matches!(best, 0 | 3) {
+        let longest = fits.iter().map(|k| k.len()).max().unwrap_or(0);
+        fits.retain(|k| k.len() == longest);
+    }
+    fits.sort_unstable();
+    fits.dedup();
+    fits
 }
 
 #[cfg(test)]
@@ -157,6 +179,12 @@ mod tests {
         for given in ["ai", "-", "registry", "delete-everything"] {
             assert_eq!(hint(given), None, "{given}");
         }
+        // A part several names hold names them all, in sort order; never one picked.
+        let known = ["examples-search", "builtins-search", "ailang-read"];
+        assert_eq!(
+            unknown_tool("search", known, "(list)"),
+            "no tool of this session is named \"search\"; did you mean one of builtins-search, examples-search? ((list))"
+        );
         assert_eq!(
             unknown_tool("zzz", known, "tools/list shows this session's tools"),
             "no tool of this session is named \"zzz\"; tools/list shows this session's tools"

@@ -522,3 +522,46 @@ fn an_unknown_tool_or_method_quoted_in_a_message_is_at_most_256_bytes_as_sent() 
         );
     }
 }
+
+/// A part of a name that several tools hold was answered with one of them, the longest then
+/// the first in sort order (`search` → `builtins-search`, `ailang` → `ailang-check`), which a
+/// model reads as the tool it meant. Every tool that fits is named, in sort order.
+#[test]
+fn a_name_part_that_several_tools_hold_names_them_all() {
+    let d = Daemon::start(WS, &[]);
+    let token = d.session(
+        "ep1",
+        &["Workspace.Read=worktree:5", "Workspace.Write=worktree:5"],
+    );
+    let names: Vec<String> = sse(&mcp(&d, &token, "tools/list", json!({})))["result"]["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["name"].as_str().unwrap().to_owned())
+        .collect();
+    let holding = |part: &str| -> Vec<String> {
+        let mut v: Vec<String> = names.iter().filter(|n| n.contains(part)).cloned().collect();
+        v.sort();
+        v
+    };
+    // The session's tools that hold "ailang" are several; "write" ends one name only.
+    let ailang = holding("ailang");
+    assert!(ailang.len() > 1, "{names:?}");
+    for (given, hint) in [
+        (
+            "ailang",
+            format!("did you mean one of {}?", ailang.join(", ")),
+        ),
+        ("ail", format!("did you mean one of {}?", ailang.join(", "))),
+        ("write", "did you mean ailang-write?".to_owned()),
+    ] {
+        let v = tools_call(&d, &token, given, json!({}));
+        assert_eq!(
+            v["error"]["data"]["why"],
+            json!(format!(
+                "no tool of this session is named \"{given}\"; {hint} (tools/list shows this session's tools)"
+            )),
+            "{given}"
+        );
+    }
+}
