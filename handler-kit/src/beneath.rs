@@ -85,7 +85,11 @@ pub struct HostDir<'a>(pub &'a Path);
 
 impl Tree for HostDir<'_> {
     fn kind(&self, rel: &Path) -> io::Result<Kind> {
-        let md = std::fs::symlink_metadata(self.0.join(rel))?;
+        let md = match std::fs::symlink_metadata(self.0.join(rel)) {
+            #[cfg(feature = "worktree")]
+            Err(e) if too_long(&e) => return beneath_root::kind(self.0, rel),
+            md => md?,
+        };
         let ft = md.file_type();
         Ok(Kind::of(
             ft.is_symlink(),
@@ -96,7 +100,92 @@ impl Tree for HostDir<'_> {
     }
 
     fn link(&self, rel: &Path) -> io::Result<PathBuf> {
-        std::fs::read_link(self.0.join(rel))
+        match std::fs::read_link(self.0.join(rel)) {
+            #[cfg(feature = "worktree")]
+            Err(e) if too_long(&e) => beneath_root::link(self.0, rel),
+            target => target,
+        }
+    }
+}
+
+/// Looks relative to the opened root, for a root whose own path and `rel` together pass
+/// `PATH_MAX`: the bound on a walk is then its [`MAX_EXPANDED_BYTES`] beneath the root, the
+/// same under a long workspace root (or `/proc/self/fd/N`) as under a short one, and the same
+/// as the workspace plugin's, which looks beneath a descriptor.
+#[cfg(feature = "worktree")]
+mod beneath_root {
+    use std::ffi::{CString, OsString};
+    use std::io;
+    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+    use std::os::unix::ffi::{OsStrExt, OsStringExt};
+    use std::path::{Path, PathBuf};
+
+    use super::Kind;
+
+    fn c(path: &Path) -> io::Result<CString> {
+        CString::new(path.as_os_str().as_bytes())
+            .map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))
+    }
+
+    /// The root, opened as the kernel resolves its path (as a look through the path would).
+    fn open(root: &Path) -> io::Result<OwnedFd> {
+        let root = c(root)?;
+        // SAFETY: `root` is a NUL-terminated string that outlives the call.
+        let fd = unsafe {
+            libc::open(
+                root.as_ptr(),
+                libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC,
+            )
+        };
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: `fd` was just returned by open and is owned by nobody else.
+        Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+    }
+
+    pub fn kind(root: &Path, rel: &Path) -> io::Result<Kind> {
+        let dir = open(root)?;
+        let rel = c(rel)?;
+        // SAFETY: an all-zero `stat` is a valid value for fstatat to overwrite.
+        let mut st: libc::stat = unsafe { std::mem::zeroed() };
+        // SAFETY: `dir` is open, `rel` NUL-terminated, `st` a valid out-pointer.
+        let rc = unsafe {
+            libc::fstatat(
+                dir.as_raw_fd(),
+                rel.as_ptr(),
+                &mut st,
+                libc::AT_SYMLINK_NOFOLLOW,
+            )
+        };
+        if rc != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        let fmt = st.st_mode & libc::S_IFMT;
+        Ok(Kind::of(
+            fmt == libc::S_IFLNK,
+            fmt == libc::S_IFDIR,
+            fmt == libc::S_IFREG,
+            u64::try_from(st.st_size).unwrap_or(0),
+        ))
+    }
+
+    pub fn link(root: &Path, rel: &Path) -> io::Result<PathBuf> {
+        let dir = open(root)?;
+        let rel = c(rel)?;
+        let mut buf = vec![0u8; libc::PATH_MAX as usize + 1];
+        // SAFETY: `dir` is open, `rel` NUL-terminated, `buf` writable for its length.
+        let n = unsafe {
+            libc::readlinkat(
+                dir.as_raw_fd(),
+                rel.as_ptr(),
+                buf.as_mut_ptr().cast(),
+                buf.len(),
+            )
+        };
+        let n = usize::try_from(n).map_err(|_| io::Error::last_os_error())?;
+        buf.truncate(n);
+        Ok(PathBuf::from(OsString::from_vec(buf)))
     }
 }
 
@@ -170,8 +259,9 @@ pub enum WalkError {
     /// The tree changed under the walk (see the module docs): walk again.
     Changed,
     /// The path with its symlinks' targets spliced in passes [`MAX_EXPANDED_BYTES`], or a look
-    /// at it failed with `ENAMETOOLONG` (the root's path and the expanded path together pass
-    /// `PATH_MAX`): the walk stopped without knowing where it leads. A caller must refuse the path (fail closed),
+    /// at it failed with `ENAMETOOLONG` (for a [`HostDir`], a look relative to the opened root
+    /// is tried first, so only a tree that names the whole path in one piece says so short of
+    /// the bound): the walk stopped without knowing where it leads. A caller must refuse the path (fail closed),
     /// saying [`TOO_LONG`], never let it through as a path "the walk cannot finish".
     TooLong,
     /// Any other error of a look, as the [`Tree`] returned it.
@@ -207,8 +297,8 @@ pub fn lexical(path: &str) -> Option<String> {
     Some(out.join("/"))
 }
 
-/// `ENAMETOOLONG` from a look past a symlink: the root's own path and the expanded path together pass
-/// `PATH_MAX`, so no look can name the place, while the kernel, following one link at a time,
+/// `ENAMETOOLONG` from a look past a symlink: the expanded path (with the root's own path, for
+/// a tree that names it) passes `PATH_MAX`, so no look can name the place, while the kernel, following one link at a time,
 /// still can reach it. Too long to check, not an error a caller may let through.
 fn too_long(e: &io::Error) -> bool {
     // ENAMETOOLONG on Linux.
@@ -633,7 +723,8 @@ mod tests {
     /// 2040 directories down (a 4082-byte target, within the kernel's limit) to `l1`, a link
     /// out of the worktree. The look at `<root>/` + 4082 bytes fails with `ENAMETOOLONG` while
     /// the kernel, following one link at a time, reaches the outside file: the walk says the
-    /// path is too long to check, never an errno a caller could let through.
+    /// path is too long to check, never an errno a caller could let through. With `worktree`,
+    /// the look is made again relative to the opened root and the walk reaches `l1`: an escape.
     #[test]
     fn a_host_link_chain_past_path_max_is_too_long_not_an_errno() {
         let tmp =
@@ -659,9 +750,15 @@ mod tests {
             "SECRET"
         );
         let root = tmp.join("wt");
+        #[cfg(not(feature = "worktree"))]
         assert!(matches!(
             walk(&HostDir(&root), "l0"),
             Err(WalkError::TooLong)
+        ));
+        #[cfg(feature = "worktree")]
+        assert!(matches!(
+            walk(&HostDir(&root), "l0"),
+            Err(WalkError::Escape)
         ));
         std::fs::remove_dir_all(&tmp).unwrap();
     }

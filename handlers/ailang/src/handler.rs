@@ -921,7 +921,18 @@ impl AilangHandler {
     /// binary may not see, a value it would read as an option, an `args_json` too large to
     /// start the run, an operator gate. `execute` refuses each of them again.
     fn declined(&self, request: &Request) -> Option<String> {
-        if let Some(why) = self.argument_refusal(&request.payload, request.worktree.as_deref()) {
+        // Walked beneath the opened worktree (`/proc/self/fd/N`), as the effect walks: a walk
+        // from the worktree's full path would meet PATH_MAX sooner under a long workspace root
+        // and refuse a link the effect accepts. One that cannot be opened is judged by its
+        // path here and fails in the effect.
+        let opened = request
+            .worktree
+            .as_deref()
+            .filter(|w| Path::new(w).is_absolute())
+            .and_then(|w| handler_kit::worktree::open(Path::new(w)).ok());
+        let by_fd = opened.as_ref().map(fd_path);
+        let worktree = by_fd.as_deref().or(request.worktree.as_deref());
+        if let Some(why) = self.argument_refusal(&request.payload, worktree) {
             return Some(why);
         }
         let (Kind::Run, rules) = handled(&request.effect).ok()? else {
@@ -1280,13 +1291,12 @@ fn path_refusal(
 /// `reached`, canonical beneath the worktree): a second link can name a file outside the
 /// worktree (or in git's own data), which no walk of names can see.
 fn hard_link_refusal(worktree: &Path, key: &str, path: &str, reached: &str) -> Option<String> {
-    match fs::symlink_metadata(worktree.join(reached)) {
-        Ok(md) if md.is_file() && md.nlink() > 1 => Some(argument_refusal(
+    match file_links(worktree, reached) {
+        Ok(Some(links)) if links > 1 => Some(argument_refusal(
             key,
             path,
             &format!(
-                "the file has {} hard links; a hard link can name a file outside the worktree, so this policy reads only files with one link (the operator can allow them with allowHardLinks)",
-                md.nlink()
+                "the file has {links} hard links; a hard link can name a file outside the worktree, so this policy reads only files with one link (the operator can allow them with allowHardLinks)"
             ),
         )),
         Ok(_) => None,
@@ -1294,6 +1304,35 @@ fn hard_link_refusal(worktree: &Path, key: &str, path: &str, reached: &str) -> O
         Err(e) if e.kind() == io::ErrorKind::NotFound => None,
         Err(e) => Some(unchecked(key, path, &errno_text(&e))),
     }
+}
+
+/// The hard links of the regular file at `reached` beneath `worktree` (`None`: not a regular
+/// file), looked at relative to the opened worktree when the two paths together pass
+/// `PATH_MAX`, as the walk that reached it looks.
+fn file_links(worktree: &Path, reached: &str) -> io::Result<Option<u64>> {
+    match fs::symlink_metadata(worktree.join(reached)) {
+        Ok(md) => return Ok(md.is_file().then(|| md.nlink())),
+        Err(e) if e.raw_os_error() != Some(libc::ENAMETOOLONG) => return Err(e),
+        Err(_) => {}
+    }
+    let root = File::open(worktree)?;
+    let rel =
+        std::ffi::CString::new(reached).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
+    // SAFETY: an all-zero `stat` is a valid value for fstatat to overwrite.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: `root` is an open directory, `rel` NUL-terminated, `st` a valid out-pointer.
+    let rc = unsafe {
+        libc::fstatat(
+            root.as_raw_fd(),
+            rel.as_ptr(),
+            &mut st,
+            libc::AT_SYMLINK_NOFOLLOW,
+        )
+    };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok((st.st_mode & libc::S_IFMT == libc::S_IFREG).then_some(st.st_nlink))
 }
 
 /// The refusal of the first path argument of `payload` that may not reach the binary
