@@ -76,16 +76,17 @@ use serde_json::Value;
 use tokio::time::Instant;
 
 use crate::edge::body::BodyError;
-use crate::json_bounds::{self, Refused};
+use crate::json_bounds::{self, McpUnparsed, Refused};
 use crate::state::{AppState, InvokeFailure};
 
 mod jsonrpc;
 mod methods;
 mod modern;
-mod numbers;
+pub(crate) mod numbers;
 mod transport;
 
 use jsonrpc::{Message, Reply};
+use dialect::json::Unparsed;
 use methods::{Ctx, HostFailure};
 
 /// The MCP revisions this endpoint speaks, newest first: the stateless revision, then the
@@ -188,8 +189,21 @@ async fn serve_post(state: AppState, headers: HeaderMap, body: Body) -> Response
     let message = match json_bounds::held(&state, &headers, &mut share, bytes, json_bounds::parse) {
         Ok(v) => v,
         Err(Refused::Unparsed(why)) => {
-            let reply = Reply::not_taken(&why, bytes, state.limits().json_values);
-            return transport::sse_reply(&reply);
+            let limit = state.limits().json_values;
+            // A number it cannot take in a message that asks for no answer: acknowledged or
+            // refused as that message is without it (nothing in it runs).
+            let taken = match &why {
+                McpUnparsed::Json(Unparsed::Syntax(_))
+                | McpUnparsed::Inexact {
+                    params_id: None, ..
+                } => numbers::without_requests(bytes, limit),
+                _ => None,
+            };
+            return match taken {
+                Some(Value::Array(items)) => serve_batch(&ctx, version, items).await,
+                Some(one) => serve_single(&ctx, one).await,
+                None => transport::sse_reply(&Reply::not_taken(&why, bytes, limit)),
+            };
         }
         Err(Refused::Busy(busy)) => return transport::body_busy(busy.text()),
     };

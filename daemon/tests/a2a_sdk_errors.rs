@@ -390,3 +390,42 @@ fn a_task_sent_with_tasks_send_reads_back_in_the_state_of_its_outcome() {
         "{v}"
     );
 }
+
+/// A notification whose `params` held a wide integer was acknowledged `202`, the same one
+/// holding `1e400` answered `-32600`: the number was refused before the envelope was looked
+/// at. Both are notifications: `202`, nothing run; a request holding `1e400` is still refused.
+#[test]
+fn an_a2a_notification_holding_a_number_too_large_for_a_double_is_acknowledged_202() {
+    let d = Daemon::start(WS, &[]);
+    let token = d.session("huge", &["Workspace.Write=worktree:5"]);
+    let send = |envelope: &str, number: &str| {
+        format!(
+            r#"{{"jsonrpc":"2.0",{envelope}"method":"tasks/send","params":{{"id":"h-1","metadata":{{"skill_id":"ailang-write"}},"message":{{"role":"user","parts":[{{"type":"data","data":{{"path":"h.txt","content":"x","n":{number}}}}}]}}}}}}"#
+        )
+    };
+    for number in ["1e400", "-1E999", "9007199254740993"] {
+        let (status, text) = a2a_text(&d, Some(&token), None, &send("", number));
+        assert_eq!((status, text.as_str()), (202, ""), "{number}");
+    }
+    // Outside params, or in a request: refused as before.
+    let (status, text) = a2a_text(
+        &d,
+        Some(&token),
+        None,
+        r#"{"jsonrpc":"2.0","method":"tasks/get","n":1e400,"params":{"id":"x"}}"#,
+    );
+    assert_eq!(status, 200);
+    assert_eq!(
+        serde_json::from_str::<Value>(&text).unwrap(),
+        json!({"jsonrpc": "2.0", "id": null, "error": {"code": -32600,
+            "message": "invalid JSON-RPC request: number 1e400 is too large for a 64-bit float"}})
+    );
+    let (status, text) = a2a_text(&d, Some(&token), None, &send(r#""id":"h","#, "1e400"));
+    assert_eq!(status, 200);
+    assert_eq!(
+        serde_json::from_str::<Value>(&text).unwrap()["error"]["code"],
+        json!(-32600),
+        "{text}"
+    );
+    assert!(!d.root().join("huge/h.txt").exists(), "a notification ran");
+}

@@ -565,3 +565,73 @@ fn a_name_part_that_several_tools_hold_names_them_all() {
         );
     }
 }
+
+/// A lone notification or response, or a 2025-03-26 batch of only those, holding `1e400` or
+/// an integer past 64 bits was answered `200` with an SSE error, where MCP's transport wants
+/// `202` for input it accepts and an HTTP error for input it cannot: it is answered as the
+/// same message without the number is, and nothing runs.
+#[test]
+fn a_notification_or_response_holding_a_number_this_server_cannot_take_is_answered_as_without_it() {
+    let d = Daemon::start(WS, &[]);
+    let token = d.session("ep1", &["Workspace.Read=worktree:5"]);
+    let no_id = json!({"jsonrpc": "2.0", "id": null, "error": {"code": -32600,
+        "message": "invalid request: a response needs the \"id\" of the request it answers"}});
+    for version in ["2025-11-25", "2025-06-18", "2025-03-26"] {
+        for body in [
+            r#"{"jsonrpc":"2.0","method":"notifications/x","params":{"n":1e400}}"#,
+            r#"{"jsonrpc":"2.0","method":"notifications/x","params":{"n":18446744073709551616}}"#,
+            r#"{"jsonrpc":"2.0","id":4,"result":{"x":1e400}}"#,
+            r#"{"jsonrpc":"2.0","id":4,"result":{"x":-99999999999999999999}}"#,
+        ] {
+            let a = mcp_text(&d, &token, version, body.as_bytes());
+            assert_eq!(
+                (a.status, a.text()),
+                (202, String::new()),
+                "{version} {body}"
+            );
+        }
+        let a = mcp_text(
+            &d,
+            &token,
+            version,
+            br#"{"jsonrpc":"2.0","result":{"x":1e400}}"#,
+        );
+        assert_eq!(
+            (a.status, a.content_type.as_str()),
+            (400, "application/json"),
+            "{version}: {}",
+            a.text()
+        );
+        assert_eq!(a.json(), no_id, "{version}");
+    }
+    let a = mcp_text(
+        &d,
+        &token,
+        "2025-03-26",
+        br#"[{"jsonrpc":"2.0","method":"notifications/x","params":{"n":1e400}}]"#,
+    );
+    assert_eq!((a.status, a.text()), (202, String::new()));
+    let a = mcp_text(
+        &d,
+        &token,
+        "2025-03-26",
+        br#"[{"jsonrpc":"2.0","method":"n","params":{"n":1e400}},{"jsonrpc":"2.0","result":{"y":18446744073709551616}}]"#,
+    );
+    assert_eq!(
+        (a.status, a.content_type.as_str()),
+        (400, "application/json")
+    );
+    assert_eq!(a.json(), json!([no_id]));
+    // A request among them is still refused whole, as before.
+    let a = mcp_text(
+        &d,
+        &token,
+        "2025-03-26",
+        br#"[{"jsonrpc":"2.0","method":"n","params":{"n":1e400}},{"jsonrpc":"2.0","id":1,"method":"ping"}]"#,
+    );
+    assert_eq!(
+        sse(&a),
+        json!({"jsonrpc": "2.0", "id": null, "error": {"code": -32600,
+            "message": "invalid request: number 1e400 is too large for a 64-bit float; nothing was run"}})
+    );
+}

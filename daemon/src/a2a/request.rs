@@ -109,15 +109,30 @@ pub(super) async fn received(
                     ),
                 ),
                 // JSON this daemon does not take: past the value limit, or a number without an
-                // exact canonical form.
-                None => rpc_error(
-                    &null,
-                    -32600,
-                    format!(
-                        "invalid JSON-RPC request: {}",
-                        crate::json_bounds::strict_account(&e)
-                    ),
-                ),
+                // exact canonical form. A notification whose `params` hold a number too large
+                // for a double is judged as one whose `params` hold a wide integer (`202`).
+                None => {
+                    match crate::mcp::numbers::a2a_notification(&bytes, state.limits().json_values)
+                    {
+                        Some(req) => {
+                            return Ok(Received {
+                                session,
+                                req,
+                                params_unreadable: true,
+                                body_bytes: bytes.len(),
+                                share,
+                            })
+                        }
+                        None => rpc_error(
+                            &null,
+                            -32600,
+                            format!(
+                                "invalid JSON-RPC request: {}",
+                                crate::json_bounds::strict_account(&e)
+                            ),
+                        ),
+                    }
+                }
             },
         ),
     }

@@ -86,8 +86,73 @@ fn blanked(body: &[u8], literals: &[Range<usize>], with: &[u8]) -> Vec<u8> {
     out
 }
 
+/// `body` read with every number literal this server cannot take (one that overflows a
+/// double, or an integer past 64 bits) as `null`, when that reading holds no request: one
+/// notification or response, or a batch of only those. Such input is acknowledged (`202`) or,
+/// holding a malformed response, refused with an HTTP error, as it is without the number: a
+/// number in a message that asks for no answer was answered with an SSE error. `None` when
+/// the body holds no such literal, is no JSON with them blanked, or holds a request.
+pub(super) fn without_requests(body: &[u8], max_values: usize) -> Option<Value> {
+    let literals = literals(body, |text| infinite(text) || wider_than_64_bits(text));
+    if literals.is_empty() {
+        return None;
+    }
+    let read = dialect::json::parse_bounded(&blanked(body, &literals, b"null"), max_values).ok()?;
+    let no_request = |m: &Value| {
+        matches!(
+            classify(m.clone()),
+            Message::Ignored | Message::BadResponse { .. }
+        )
+    };
+    let none = match &read {
+        Value::Array(items) => !items.is_empty() && items.iter().all(no_request),
+        one => no_request(one),
+    };
+    none.then_some(read)
+}
+
+/// An A2A body whose only fault is a number literal too large for a double, all of them in
+/// `params`, when it is a notification (no `id`): the message with its `params` dropped, for
+/// the envelope to be judged as a notification's whose `params` hold a wide integer (`202`
+/// when it is well-formed). `None` otherwise: a request is refused as before.
+pub(crate) fn a2a_notification(body: &[u8], max_values: usize) -> Option<Value> {
+    let literals = literals(body, infinite);
+    if literals.is_empty() {
+        return None;
+    }
+    let as_null =
+        dialect::json::parse_bounded(&blanked(body, &literals, b"null"), max_values).ok()?;
+    let as_zero = dialect::json::parse_bounded(&blanked(body, &literals, b"0"), max_values).ok()?;
+    let Value::Object(mut message) = as_null.clone() else {
+        return None;
+    };
+    if message.contains_key("id") || !same_but_params(as_null, as_zero) {
+        return None;
+    }
+    message.remove("params")?;
+    // The rest is read strictly, as every A2A message is.
+    let message = Value::Object(message);
+    canon::to_vec(&message).ok()?;
+    Some(message)
+}
+
+/// Whether `text`, a number literal, overflows a double.
+fn infinite(text: &str) -> bool {
+    text.parse::<f64>().is_ok_and(f64::is_infinite)
+}
+
+/// Whether `text`, a number literal, is an integer outside −2^63 to 2^64−1.
+fn wider_than_64_bits(text: &str) -> bool {
+    !text.contains(['.', 'e', 'E']) && text.parse::<i64>().is_err() && text.parse::<u64>().is_err()
+}
+
 /// Where each number literal of `body` that overflows a double lies (outside strings).
 fn overflowing_literals(body: &[u8]) -> Vec<Range<usize>> {
+    literals(body, infinite)
+}
+
+/// Where each number literal of `body` that `keep` holds lies (outside strings).
+fn literals(body: &[u8], keep: impl Fn(&str) -> bool) -> Vec<Range<usize>> {
     let mut found = Vec::new();
     let mut i = 0;
     while i < body.len() {
@@ -107,11 +172,8 @@ fn overflowing_literals(body: &[u8]) -> Vec<Range<usize>> {
                 {
                     i += 1;
                 }
-                let infinite = std::str::from_utf8(&body[start..i])
-                    .ok()
-                    .and_then(|t| t.parse::<f64>().ok())
-                    .is_some_and(f64::is_infinite);
-                if infinite {
+                let kept = std::str::from_utf8(&body[start..i]).is_ok_and(&keep);
+                if kept {
                     found.push(start..i);
                 }
             }
