@@ -228,7 +228,7 @@ pub(super) fn credential(arg: &Option<String>) -> Result<Option<String>, Failure
             errln!("worldd: warning: session file {raw} is readable by group or others");
         }
     }
-    let token = text.trim();
+    let token = super::input::credential(&text);
     if !broker_core::session::is_64_hex(token) {
         return Err(Failure::usage(format!(
             "session file {raw} does not hold a session credential (64 hex digits)"
@@ -297,9 +297,23 @@ pub(super) fn base_url(addr: &str) -> Result<String, Failure> {
         return Err(Failure::usage(format!(
             "{flag} {addr}: worldd serves plain HTTP on loopback; give http://HOST:PORT"
         )));
+    } else if trimmed
+        .get(..5)
+        .is_some_and(|s| s.eq_ignore_ascii_case("http:"))
+    {
+        // `http:/HOST` would be read as a host named `http` with a path.
+        return Err(Failure::usage(format!(
+            "{flag} {addr}: the scheme wants two slashes: want http://HOST:PORT, e.g. {DEFAULT_ADDR}"
+        )));
     } else {
         trimmed
     };
+    // The URL parser reads `\` as `/` (WHATWG), so it would put a path before the route.
+    if rest.contains('\\') {
+        return Err(Failure::usage(format!(
+            "{flag} {addr}: a backslash has no place in the address: want http://HOST:PORT, e.g. {DEFAULT_ADDR}"
+        )));
+    }
     // A query or a fragment would end up before the route the verbs add (`/?x=1/v1/head`).
     let authority = rest.split('/').next().unwrap_or(rest);
     if let Some(at) = authority.find(['?', '#']) {
@@ -316,6 +330,12 @@ pub(super) fn base_url(addr: &str) -> Result<String, Failure> {
     if rest.is_empty() {
         return Err(Failure::usage(format!(
             "{flag} {addr:?}: want http://HOST:PORT, e.g. {DEFAULT_ADDR}"
+        )));
+    }
+    // `HOST:` with no port would go to port 80, where no daemon listens by default.
+    if rest.ends_with(':') {
+        return Err(Failure::usage(format!(
+            "{flag} {addr}: the port is empty: want http://HOST:PORT, e.g. {DEFAULT_ADDR}"
         )));
     }
     Ok(format!("http://{rest}"))

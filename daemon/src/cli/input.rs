@@ -35,6 +35,12 @@ pub fn bytes(from: impl Read, limit: u64, what: &str) -> Result<Vec<u8>, Failure
     Ok(out)
 }
 
+/// The credential a session file holds: the text trimmed of surrounding whitespace and of a
+/// leading byte-order mark, which some editors write at the start of a file saved as UTF-8.
+pub fn credential(text: &str) -> &str {
+    text.trim_start().trim_start_matches('\u{feff}').trim()
+}
+
 /// Open `path` and read it whole as text, refusing more than `limit` bytes.
 pub fn file_text(path: &std::path::Path, limit: u64, what: &str) -> Result<String, Failure> {
     let file = std::fs::File::open(path).map_err(|e| Failure::usage(format!("{what}: {e}")))?;

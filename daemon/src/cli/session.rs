@@ -985,7 +985,7 @@ fn revoke_one(store: &Store, db: &Path, given: &str) -> CliResult {
             super::input::SESSION_FILE_BYTES,
             &format!("session file {given}"),
         )?;
-        let token = text.trim();
+        let token = super::input::credential(&text);
         if !session::is_64_hex(token) {
             return Err(Failure::usage(format!(
                 "session file {given} does not hold a session credential (64 hex digits); nothing was revoked"

@@ -196,6 +196,25 @@ pub fn check_host_entry(entry: &str) -> Result<(), String> {
         Some(v6) => v6.parse::<std::net::Ipv6Addr>().is_ok(),
         None => name.parse::<std::net::Ipv4Addr>().is_ok(),
     };
+    // Shapes that are no scheme or port, each told what is wrong with it.
+    if !entry.is_ascii() {
+        return Err(format!(
+            "{entry:?} is not a host name: give an internationalised name in its ASCII (xn--) form, as clients send it in Host"
+        ));
+    }
+    if let Some(bare) = entry.strip_suffix('.').filter(|b| dns_name(b)) {
+        return Err(format!(
+            "{entry:?} is not a host name: give it without the trailing dot, {bare:?}"
+        ));
+    }
+    let (v6, zone) = entry.split_once('%').unwrap_or((entry, ""));
+    if v6.parse::<std::net::Ipv6Addr>().is_ok() {
+        return Err(if zone.is_empty() {
+            format!("{entry:?} is not a host name: bracket an IPv6 address, \"[{entry}]\"")
+        } else {
+            format!("{entry:?} is not a host name: IPv6 zone ids are not supported")
+        });
+    }
     match host_name(entry) {
         Some(name) if name == entry && (dns_name(name) || address(name)) => Ok(()),
         _ => Err(format!(
