@@ -38,6 +38,17 @@ pub const PARTIAL: &str = ".partial";
 /// leaves a whole copy that looks like a finished one, and this tells it apart.
 pub const UNVERIFIED: &str = ".unverified";
 
+/// What `serve` and `doctor` say of a store directory that still holds [`UNVERIFIED`]: a
+/// backup copy restored before (or without) its check passing.
+pub fn unverified_warning(db: &Path) -> Option<String> {
+    std::fs::symlink_metadata(db.join(UNVERIFIED)).ok()?;
+    Some(format!(
+        "{} holds {UNVERIFIED}: it is a backup copy that was never checked (its backup was interrupted, or its check failed), so it may be incomplete; restore from another backup, or run worldd doctor --db {} on it with no daemon serving and remove {UNVERIFIED} only if it reports the store consistent",
+        db.display(),
+        db.display()
+    ))
+}
+
 /// What [`UNVERIFIED`] says to whoever finds it.
 const UNVERIFIED_TEXT: &str = "worldd backup wrote this copy but has not checked it: the backup was interrupted, or its check failed. Do not restore from it; back up again into an empty directory.\n";
 

@@ -670,6 +670,21 @@ fn wanted_map_size(ceiling: Option<u64>, exists: bool) -> Option<usize> {
         .map(page_multiple)
 }
 
+/// The map for a ceiling at or below what `data.mdb` already holds: the reserve's room past the
+/// file, for the daemon's own small writes (publishing its plugins' tools at start), which a
+/// map the file's size has none for. The limits still hold the ceiling, so calls are refused.
+fn room_past_file(dir: &Path, wanted: usize, options: &StoreOptions) -> usize {
+    let (Some(ceiling), Ok(meta)) = (options.ceiling, std::fs::metadata(dir.join("data.mdb")))
+    else {
+        return wanted;
+    };
+    if meta.len() < ceiling {
+        return wanted;
+    }
+    let reserve = Limits::new(ceiling, options.reserve).map_or(0, |l| l.reserve);
+    wanted.max(page_multiple(meta.len().saturating_add(reserve)))
+}
+
 /// Refuse a given ceiling that leaves no room for the reserve, before the environment is opened.
 fn check_ceiling(options: &StoreOptions) -> Result<(), StoreError> {
     if let Some(ceiling) = options.ceiling {
@@ -1026,7 +1041,8 @@ impl Store {
         }
         refuse_odd_store_files(dir)?;
         let exists = check_or_create_dir(dir, options.create && !read_only)?;
-        let wanted = wanted_map_size(options.ceiling, exists);
+        let wanted =
+            wanted_map_size(options.ceiling, exists).map(|w| room_past_file(dir, w, &options));
         check_ceiling(&options)?;
         // Asked before this process opens the environment (see `open_elsewhere`).
         let shared = exists && !read_only && map::open_elsewhere(dir);

@@ -23,6 +23,9 @@ pub struct DoctorArgs {
 
 pub fn run(a: DoctorArgs) -> CliResult {
     let store = open_to_read(&a.db.db)?;
+    if let Some(warning) = crate::backup::unverified_warning(&a.db.db) {
+        errln!("worldd doctor: warning: {warning}");
+    }
     // Asked once the store is open: a daemon that stopped meanwhile left its calls in flight
     // indeterminate, and then they are said as such.
     let served = daemon_serves(&a.db.db);

@@ -734,6 +734,10 @@ fn open_store(settings: &Settings, fresh: &mut Fresh) -> Result<Store, Failure> 
     refuse_store_inside_workspace(&settings.db, root)?;
     refuse_workspace_inside_store(&settings.db, root)?;
     refuse_loose_store(&settings.db).map_err(|e| startup("store-open", e))?;
+    // A restored backup copy whose check never passed is served, but not without a word.
+    if let Some(warning) = crate::backup::unverified_warning(&settings.db) {
+        tracing::warn!("{warning}");
+    }
     // An interrupted backup's destination is no store: making a new one beside its copy would
     // give an operator restoring from it an empty world, with nothing said.
     if let Some(partial) = crate::backup::interrupted_copy(&settings.db) {
