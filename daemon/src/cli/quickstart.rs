@@ -76,6 +76,19 @@ pub fn run(a: QuickstartArgs) -> CliResult {
     let root = a.dir.join("worktrees");
     let worktree = root.join(&a.episode);
     let token_file = a.dir.join(format!("{}.session", a.episode));
+    // What is in the way of the worktree and the store is said before the question, as
+    // `session new` says it: after it, the answer was spent on a run that could not succeed.
+    check_worktree(&worktree, &a.episode)?;
+    check_can_make(&worktree)?;
+    if !db.join("data.mdb").exists() {
+        if std::fs::symlink_metadata(&db).is_ok_and(|m| !m.is_dir()) {
+            return Err(Failure::usage(format!(
+                "{} is not a directory, and quickstart puts the store there; remove it first, or give another --dir",
+                db.display()
+            )));
+        }
+        check_can_make(&db.join("data.mdb"))?;
+    }
     // Checked and asked before anything is made, as `session new` does: a question left
     // unanswered (Ctrl-C, a closed terminal, a killed process) leaves nothing behind.
     let minting = if live_credential(&db, &token_file, &a.episode)? {
@@ -86,38 +99,19 @@ pub fn run(a: QuickstartArgs) -> CliResult {
         minting.confirm()?;
         Some(minting)
     };
-    // What this run makes, so that a failure from here on leaves nothing of it behind.
-    let made = Made::noted(&a.dir, &root, &worktree, &db);
-    let undone = |mut f: Failure| {
-        if let Some(removed) = made.undo() {
-            f.message.push_str(&format!(
-                "; quickstart removed what it had just made ({removed})"
-            ));
-        }
-        f
-    };
-    // The directories are the daemon's user's alone, whatever the umask (see serve).
-    serve::create_private_dir_all(&worktree)
-        .map_err(|e| undone(Failure::usage(format!("{}: {e}", root.display()))))?;
-    if let Some(minting) = minting {
-        if !minting.has_store() {
-            // Made and closed here; the mint opens it as every verb does.
-            broker_core::store::Store::create(&db).map_err(|e| {
-                undone(Failure::fatal(format!(
-                    "cannot create {}: {e}",
-                    db.display()
-                )))
-            })?;
-        }
-        minting.deliver().map_err(undone)?;
-    }
+    // From the answer until the credential is written, Ctrl-C, SIGTERM and a closed
+    // terminal wait: they would otherwise end the run between the store and the credential,
+    // and leave a store and a worktree the next run takes for not its own.
+    let held = HeldSignals::hold();
+    let made = make(&worktree, &db, minting);
+    drop(held);
+    made?;
     let token = super::input::file_text(
         &token_file,
         super::input::SESSION_FILE_BYTES,
         &token_file.display().to_string(),
-    )?
-    .trim()
-    .to_owned();
+    )
+    .map(|t| super::input::credential(&t).to_owned())?;
     let config = serde_json::json!({
         "mcpServers": {
             "worldd": {
@@ -195,7 +189,7 @@ fn live_credential(
     let Ok(store) = broker_core::store::Store::open(db, Default::default()) else {
         return Ok(false);
     };
-    let id = broker_core::session::credential_id(token.trim());
+    let id = broker_core::session::credential_id(super::input::credential(&token));
     let session = match broker_core::session::lookup(&store, &id) {
         Ok(Some(s)) if s.is_valid(super::now()) => s,
         _ => return Ok(false),
@@ -236,24 +230,168 @@ fn warn_when_stdout_is_readable() {
     }
 }
 
-/// What a quickstart run is about to make: the store and the directories that did not exist
-/// before it.
+/// Make the worktree and the store, and mint into the store: on a failure, what this run
+/// made is removed again and said.
+fn make(worktree: &Path, db: &Path, minting: Option<super::session::Minting<'_>>) -> CliResult {
+    let mut made = Made::default();
+    let undone = |made: &Made, mut f: Failure| {
+        if let Some(removed) = made.undo() {
+            f.message.push_str(&format!(
+                "; quickstart removed what it had just made ({removed})"
+            ));
+        }
+        f
+    };
+    // The directories are the daemon's user's alone, whatever the umask (see serve).
+    if let Err(e) = made.dirs_to(worktree) {
+        return Err(undone(&made, Failure::usage(e)));
+    }
+    if let Some(minting) = minting {
+        if !minting.has_store() {
+            // Made and closed here; the mint opens it as every verb does. The store is this
+            // run's only when this run's mkdir made its directory: another quickstart on the
+            // same --dir may have made it (and minted into it) since the question.
+            match private_dir(db) {
+                Ok(()) => made.store = Some(db.to_path_buf()),
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+                Err(e) => {
+                    return Err(undone(
+                        &made,
+                        Failure::usage(format!("cannot create {}: {e}", db.display())),
+                    ))
+                }
+            }
+            if let Err(e) = broker_core::store::Store::create(db) {
+                return Err(undone(
+                    &made,
+                    Failure::fatal(format!("cannot create {}: {e}", db.display())),
+                ));
+            }
+        }
+        minting.deliver().map_err(|f| undone(&made, f))?;
+    }
+    Ok(())
+}
+
+/// `dir`, made 0700 by this process, failing if something is there already.
+fn private_dir(dir: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::DirBuilderExt;
+    std::fs::DirBuilder::new().mode(0o700).create(dir)
+}
+
+/// A worktree that is a file or a symbolic link: refused as `session new` refuses it (a
+/// daemon refuses every call in a linked worktree, so the credential would be of no use).
+fn check_worktree(worktree: &Path, episode: &str) -> CliResult {
+    let Ok(meta) = std::fs::symlink_metadata(worktree) else {
+        return Ok(());
+    };
+    if meta.file_type().is_symlink() {
+        return Err(Failure::usage(format!(
+            "worktree {} is a symbolic link, and a worktree must be a directory in the workspace root itself (a daemon refuses every call in a linked one); remove the link first, or put the directory it names there in its place, then run quickstart --episode {episode} again",
+            worktree.display()
+        )));
+    }
+    if !meta.is_dir() {
+        return Err(Failure::usage(format!(
+            "{} is a file, not a worktree (a worktree is a directory); remove it first",
+            worktree.display()
+        )));
+    }
+    Ok(())
+}
+
+/// `path` does not exist yet: the nearest directory above it that does must be one this user
+/// may write, or the run would fail after its question, naming a path that does not exist.
+fn check_can_make(path: &Path) -> CliResult {
+    use std::os::unix::ffi::OsStrExt;
+    let Some(standing) = path
+        .ancestors()
+        .filter(|p| !p.as_os_str().is_empty())
+        .find(|p| std::fs::symlink_metadata(p).is_ok())
+    else {
+        return Ok(());
+    };
+    if standing == path {
+        return Ok(());
+    }
+    if !standing.is_dir() {
+        return Err(Failure::usage(format!(
+            "cannot make {}: {} is not a directory; remove it first, or give another --dir",
+            path.display(),
+            standing.display()
+        )));
+    }
+    let Ok(c) = std::ffi::CString::new(standing.as_os_str().as_bytes()) else {
+        return Ok(());
+    };
+    // SAFETY: `c` is a valid NUL-terminated path for the call's duration.
+    if unsafe { libc::access(c.as_ptr(), libc::W_OK | libc::X_OK) } != 0 {
+        let e = std::io::Error::last_os_error();
+        return Err(Failure::usage(format!(
+            "cannot make {}: the directory {} is not writable by you ({e})",
+            path.display(),
+            standing.display()
+        )));
+    }
+    Ok(())
+}
+
+/// SIGINT, SIGTERM and SIGHUP blocked while held: one that arrives meanwhile is delivered
+/// (with its usual effect) once the hold is dropped.
+struct HeldSignals(libc::sigset_t);
+
+impl HeldSignals {
+    fn hold() -> HeldSignals {
+        // SAFETY: the sets are plain values initialised by sigemptyset before use, and
+        // pthread_sigmask only reads `set` and writes `old`.
+        unsafe {
+            let mut set: libc::sigset_t = std::mem::zeroed();
+            let mut old: libc::sigset_t = std::mem::zeroed();
+            libc::sigemptyset(&mut set);
+            libc::sigemptyset(&mut old);
+            for signal in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
+                libc::sigaddset(&mut set, signal);
+            }
+            libc::pthread_sigmask(libc::SIG_BLOCK, &set, &mut old);
+            HeldSignals(old)
+        }
+    }
+}
+
+impl Drop for HeldSignals {
+    fn drop(&mut self) {
+        // SAFETY: restores the mask `hold` saved; a pending signal is delivered now.
+        unsafe {
+            libc::pthread_sigmask(libc::SIG_SETMASK, &self.0, std::ptr::null_mut());
+        }
+    }
+}
+
+/// What a quickstart run made: the store and the directories this run's own mkdir made
+/// (what another run made meanwhile is not this run's to remove).
+#[derive(Default)]
 struct Made {
     store: Option<PathBuf>,
-    /// The worktree, then its parents: each removed only if nothing else is in it.
+    /// Outermost first; each removed only if nothing else is in it.
     dirs: Vec<PathBuf>,
 }
 
 impl Made {
-    fn noted(dir: &Path, root: &Path, worktree: &Path, db: &Path) -> Made {
-        let absent = |d: &Path| (!d.exists()).then(|| d.to_path_buf());
-        Made {
-            store: absent(db),
-            dirs: [worktree, root, dir]
-                .into_iter()
-                .filter_map(absent)
-                .collect(),
+    /// Make `worktree` and the directories above it that are missing.
+    fn dirs_to(&mut self, worktree: &Path) -> Result<(), String> {
+        let missing: Vec<&Path> = worktree
+            .ancestors()
+            .filter(|p| !p.as_os_str().is_empty())
+            .take_while(|p| std::fs::symlink_metadata(p).is_err())
+            .collect();
+        for d in missing.into_iter().rev() {
+            match private_dir(d) {
+                Ok(()) => self.dirs.push(d.to_path_buf()),
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists && d.is_dir() => {}
+                Err(e) => return Err(format!("{}: {e}", d.display())),
+            }
         }
+        Ok(())
     }
 
     /// Remove what was made: what was removed, if anything.
@@ -262,7 +400,11 @@ impl Made {
             .store
             .iter()
             .filter(|db| std::fs::remove_dir_all(db).is_ok());
-        let dirs = self.dirs.iter().filter(|d| std::fs::remove_dir(d).is_ok());
+        let dirs = self
+            .dirs
+            .iter()
+            .rev()
+            .filter(|d| std::fs::remove_dir(d).is_ok());
         let removed: Vec<String> = store.chain(dirs).map(|d| d.display().to_string()).collect();
         (!removed.is_empty()).then(|| removed.join(", "))
     }
