@@ -27,7 +27,7 @@ use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::routing::get;
 use axum::{Json, Router};
-use broker_core::coordinator::{worktree_of, R8_MESSAGE};
+use broker_core::coordinator::{worktree_of, CallError, R8_MESSAGE};
 use broker_core::session::Session;
 use broker_core::transition::Transition;
 use handler_api::EffectClass;
@@ -86,7 +86,23 @@ pub struct Catalog {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Runnable {
     Yes,
+    /// A declared effect has no loaded handler: R8's text and the effects.
     No(String),
+    /// Every handler is loaded, but the episode's worktree is missing (or a link): what is
+    /// wrong with it, which holds for every worktree-scoped tool of the session alike.
+    NoWorktree(String),
+}
+
+impl Runnable {
+    /// Why the tool cannot run, as the coordinator refuses it (R8's text first); `None` when
+    /// it can.
+    pub fn reason(&self) -> Option<String> {
+        match self {
+            Runnable::Yes => None,
+            Runnable::No(why) => Some(why.clone()),
+            Runnable::NoWorktree(why) => Some(format!("{R8_MESSAGE}: {why}")),
+        }
+    }
 }
 
 /// Rule R8 for one tool and session, as the coordinator applies it before planning.
@@ -104,9 +120,12 @@ pub fn runnable(state: &AppState, session: &Session, t: &Transition) -> Runnable
     let needs_worktree = t.declared_effects.iter().any(|e| e.scope == "worktree");
     if let (true, Some(root)) = (needs_worktree, state.coordinator().workspace_root()) {
         if let Err(missing) = worktree_of(root, &session.episode) {
-            // The cause first (the R8 text is the contract's); then what an operator does, which
-            // is not `session new` for an episode that already has its credential.
-            return Runnable::No(missing.to_string());
+            // What an operator does, which is not `session new` for an episode that already
+            // has its credential; R8's text goes before it where the refusal is quoted.
+            return Runnable::NoWorktree(match missing {
+                CallError::NoWorktree(why) => why,
+                other => other.to_string(),
+            });
         }
     }
     Runnable::Yes
@@ -138,9 +157,9 @@ async fn handlers(
                     effects.push(&e.effect);
                 }
             }
-            match runnable(&state, &session, t) {
-                Runnable::Yes => json!({"name": t.id, "effects": effects, "canRun": true}),
-                Runnable::No(reason) => {
+            match runnable(&state, &session, t).reason() {
+                None => json!({"name": t.id, "effects": effects, "canRun": true}),
+                Some(reason) => {
                     json!({"name": t.id, "effects": effects, "canRun": false, "reason": reason})
                 }
             }

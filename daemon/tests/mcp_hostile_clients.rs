@@ -635,3 +635,53 @@ fn a_notification_or_response_holding_a_number_this_server_cannot_take_is_answer
             "message": "invalid request: number 1e400 is too large for a 64-bit float; nothing was run"}})
     );
 }
+
+/// With the session's worktree missing every tool was marked "Cannot run here: transition
+/// declares an effect this daemon has no handler for: episode …'s worktree does not exist …
+/// use another tool": the cause came third, and a model told to use another tool walked
+/// through all of them. The paragraph names the worktree and says no other tool of the
+/// session that works in it can run; the server's instructions, which said a host callback
+/// error may mean the effect ran, make the exception of a tool marked so.
+#[test]
+fn a_missing_worktree_marks_tools_with_its_own_cause_and_no_use_another_tool() {
+    let d = Daemon::start(WS, &[]);
+    let token = d.session_without_worktree(
+        "nowhere",
+        &["Workspace.Read=worktree:5", "Workspace.Write=worktree:5"],
+    );
+    let cause = "episode nowhere's worktree does not exist: an operator creates it (the directory nowhere in the workspace root; worldd session new makes a worktree and a credential together, for an episode that has neither)";
+    let v = sse(&mcp(&d, &token, "tools/list", json!({})));
+    let tools = v["result"]["tools"].as_array().unwrap();
+    assert!(tools.len() > 1, "{v}");
+    for tool in tools {
+        let description = tool["description"].as_str().unwrap();
+        let paragraph = description.rsplit("\n\n").next().unwrap();
+        assert_eq!(
+            paragraph,
+            format!("Cannot run here: {cause}. A call is refused before anything runs (host callback failed; nothing ran, nothing was spent); no tool of this session that works in its worktree can run until an operator has fixed that, so do not try another such tool."),
+            "{}",
+            tool["name"]
+        );
+        assert_eq!(tool["_meta"], json!({"world/cannotRun": cause}));
+    }
+    // GET /v1/handlers keeps the coordinator's refusal, R8's text first.
+    let h = request("GET", &d.url("/v1/handlers"), Some(&token), &[], None).json();
+    assert_eq!(
+        h["tools"][0]["reason"],
+        json!(format!(
+            "transition declares an effect this daemon has no handler for: {cause}"
+        ))
+    );
+    let init = sse(&mcp(
+        &d,
+        &token,
+        "initialize",
+        json!({"protocolVersion": "2025-11-25", "capabilities": {},
+               "clientInfo": {"name": "t", "version": "1"}}),
+    ));
+    let instructions = init["result"]["instructions"].as_str().unwrap();
+    assert!(
+        instructions.ends_with("The exception is a tool whose description ends with a \"Cannot run here\" paragraph (and whose _meta holds \"world/cannotRun\"): a call of it is refused before anything runs, so its host callback error means nothing ran and nothing was spent; do not pick such a tool."),
+        "{instructions}"
+    );
+}

@@ -42,13 +42,24 @@ const CANNOT_RUN_META: &str = "world/cannotRun";
 /// or the episode's worktree is missing) stays listed (a session sees every tool its grants
 /// reach), but says so where a model reads: after its description, and in `_meta`. A model
 /// that picked it got only `host callback failed`, which reads as "the effect may have run".
-fn cannot_run(description: &str, why: &str) -> (String, Value) {
-    (
-        format!(
-            "{description}\n\nCannot run here: {why}. A call is refused before anything runs (host callback failed; nothing ran, nothing was spent): use another tool."
+/// A missing handler is the tool's own: another tool may do. A missing worktree is the
+/// session's, the same for every tool that works in it: another tool is no way out, and
+/// "no handler" is not what is wrong.
+fn cannot_run(description: &str, runnable: &Runnable) -> Option<(String, Value)> {
+    const REFUSED: &str =
+        "A call is refused before anything runs (host callback failed; nothing ran, nothing was spent)";
+    let (why, what_to_do) = match runnable {
+        Runnable::Yes => return None,
+        Runnable::No(why) => (why, format!("{REFUSED}: use another tool.")),
+        Runnable::NoWorktree(why) => (
+            why,
+            format!("{REFUSED}; no tool of this session that works in its worktree can run until an operator has fixed that, so do not try another such tool."),
         ),
+    };
+    Some((
+        format!("{description}\n\nCannot run here: {why}. {what_to_do}"),
         serde_json::json!({ CANNOT_RUN_META: why }),
-    )
+    ))
 }
 
 pub(super) async fn tools_list(
@@ -83,12 +94,12 @@ pub(super) async fn tools_list(
         .iter()
         .map(|e| {
             let t = &e.transition;
-            let (description, meta) = match catalog::runnable(ctx.state, ctx.session, t) {
-                Runnable::Yes => (t.description.clone(), None),
-                Runnable::No(why) => {
-                    let (d, m) = cannot_run(&t.description, &why);
-                    (d, Some(m))
-                }
+            let (description, meta) = match cannot_run(
+                &t.description,
+                &catalog::runnable(ctx.state, ctx.session, t),
+            ) {
+                Some((d, m)) => (d, Some(m)),
+                None => (t.description.clone(), None),
             };
             Tool {
                 name: tools::mcp_name(&t.id),
