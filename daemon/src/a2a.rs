@@ -62,7 +62,7 @@ mod task;
 mod tasks;
 mod version;
 
-pub use card::card;
+pub use card::{card, Skill, CANNOT_RUN_TAG};
 
 /// The protocol versions the card advertises for the JSON-RPC binding at `/a2a/`.
 pub const A2A_VERSIONS: [&str; 2] = ["1.0", "0.3"];

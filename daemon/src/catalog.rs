@@ -94,6 +94,32 @@ pub enum Runnable {
 }
 
 impl Runnable {
+    /// For a tool that cannot run here: the cause to name, and the paragraph a listing (MCP
+    /// `tools/list`, the A2A agent card) puts after its description, where a model reads. A
+    /// missing handler is the tool's own: another tool may do. A missing worktree is the
+    /// session's, the same for every tool that works in it: another tool is no way out, and
+    /// "no handler" is not what is wrong. `None` when it can run.
+    pub fn marking(&self) -> Option<(&str, String)> {
+        const REFUSED: &str = "A call is refused before anything runs (host callback failed; nothing ran, nothing was spent)";
+        let (why, what_to_do) = match self {
+            Runnable::Yes => return None,
+            Runnable::No(why) => (why, "use another tool."),
+            Runnable::NoWorktree(why) => (
+                why,
+                "no tool of this session that works in its worktree can run until an operator has fixed that, so do not try another such tool.",
+            ),
+        };
+        let joint = if matches!(self, Runnable::No(_)) {
+            ":"
+        } else {
+            ";"
+        };
+        Some((
+            why,
+            format!("Cannot run here: {why}. {REFUSED}{joint} {what_to_do}"),
+        ))
+    }
+
     /// Why the tool cannot run, as the coordinator refuses it (R8's text first); `None` when
     /// it can.
     pub fn reason(&self) -> Option<String> {

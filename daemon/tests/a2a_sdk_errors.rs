@@ -429,3 +429,67 @@ fn an_a2a_notification_holding_a_number_too_large_for_a_double_is_acknowledged_2
     );
     assert!(!d.root().join("huge/h.txt").exists(), "a notification ran");
 }
+
+/// MCP `tools/list` marked a tool this daemon cannot run; the agent card, which an A2A agent
+/// reads to pick a skill, did not, and the agent learned it from the refusal. A skill that
+/// cannot run here ends its description with the same paragraph and carries the tag
+/// `cannot-run`; the others are as they were.
+#[test]
+fn the_agent_card_marks_each_skill_this_daemon_cannot_run_as_tools_list_does() {
+    let d = Daemon::start(&["worldd_workspace", "worldd_ailang"], &[]);
+    let token = d.session(
+        "ep1",
+        &["Workspace.Read=worktree:5", "Ailang.Check=worktree:5"],
+    );
+    let registered = |name: &str| -> String {
+        let doc: Value = serde_json::from_slice(
+            &std::fs::read(repo_root().join(format!("transitions/se-tools/{name}.json"))).unwrap(),
+        )
+        .unwrap();
+        doc["description"].as_str().unwrap().to_owned()
+    };
+    let card = request(
+        "GET",
+        &d.url("/.well-known/agent-card.json"),
+        Some(&token),
+        &[],
+        None,
+    )
+    .json();
+    let listed = sse_json_of(&mcp(&d, &token, "tools/list", json!({})));
+    let skill = |id: &str| {
+        card["skills"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|s| s["id"] == id)
+            .unwrap()
+            .clone()
+    };
+    let check = skill("ailang-check");
+    assert_eq!(
+        check["description"],
+        json!(format!(
+            "{}\n\nCannot run here: transition declares an effect this daemon has no handler for (Ailang.Check). A call is refused before anything runs (host callback failed; nothing ran, nothing was spent): use another tool.",
+            registered("ailang-check")
+        ))
+    );
+    assert_eq!(check["tags"], json!(["unknown", "cannot-run"]));
+    // The same words as tools/list gives the tool.
+    let tool = listed["result"]["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["name"] == "ailang-check")
+        .unwrap()
+        .clone();
+    assert_eq!(check["description"], tool["description"]);
+    let read = skill("ailang-read");
+    assert_eq!(read["description"], json!(registered("ailang-read")));
+    assert_eq!(read["tags"], json!(["read"]));
+}
+
+fn sse_json_of(a: &Answer) -> Value {
+    assert_eq!(a.status, 200, "{}", a.text());
+    a.sse_json()
+}

@@ -3776,7 +3776,7 @@ async fn the_agent_card_tags_skills_with_their_class_at_both_paths() {
             [
                 ("ailang-edit".to_owned(), json!(["write"])),
                 ("ailang-read".to_owned(), json!(["read"])),
-                ("ailang-run".to_owned(), json!(["unknown"])),
+                ("ailang-run".to_owned(), json!(["unknown", "cannot-run"])),
                 ("ailang-write".to_owned(), json!(["write"])),
                 ("tools.echo".to_owned(), json!(["read"])),
             ]

@@ -10,6 +10,7 @@ use handler_api::EffectClass;
 use serde_json::{json, Value};
 
 use super::A2A_VERSIONS;
+use crate::catalog::{self, Runnable};
 use crate::rest::ApiError;
 use crate::state::AppState;
 use crate::tools;
@@ -27,28 +28,54 @@ pub(super) async fn agent_card(
     let tools = tools::visible(&state, &session)
         .await
         .map_err(|e| ApiError::internal("agent card", e))?;
-    let skills: Vec<(&RegistryEntry, EffectClass)> = tools
+    let skills: Vec<Skill<'_>> = tools
         .iter()
-        .map(|e| (e, tools::tool_class(&state, &e.transition)))
+        .map(|e| Skill {
+            entry: e,
+            class: tools::tool_class(&state, &e.transition),
+            runnable: catalog::runnable(&state, &session, &e.transition),
+        })
         .collect();
     Ok(Json(card(&base, &skills)).into_response())
 }
 
-/// The agent card for these tools, each with its effect class. One document serves both
-/// client generations: the 0.3 fields (`url`, `protocolVersion`, `preferredTransport`, the
-/// `securitySchemes` with `type`, `security`) and the 1.0 `supportedInterfaces`, which 1.0
-/// clients prefer (the 0.3 members are then ignored). Each skill's `tags` hold its effect
-/// class: `read`, `write` or `unknown`.
-pub fn card(base: &str, tools: &[(&RegistryEntry, EffectClass)]) -> Value {
+/// One tool as a skill of the card.
+pub struct Skill<'e> {
+    pub entry: &'e RegistryEntry,
+    /// Its effect class.
+    pub class: EffectClass,
+    /// Whether this daemon can run it for the session (rule R8).
+    pub runnable: Runnable,
+}
+
+/// The tag of a skill this daemon cannot run for the session.
+pub const CANNOT_RUN_TAG: &str = "cannot-run";
+
+/// The agent card for these tools. One document serves both client generations: the 0.3
+/// fields (`url`, `protocolVersion`, `preferredTransport`, the `securitySchemes` with `type`,
+/// `security`) and the 1.0 `supportedInterfaces`, which 1.0 clients prefer (the 0.3 members
+/// are then ignored). Each skill's `tags` hold its effect class: `read`, `write` or `unknown`.
+/// A skill that cannot run here is marked as MCP `tools/list` marks it (an agent picks a
+/// skill from the card, and learned only from the refusal): the same paragraph after its
+/// `description`, and the tag `cannot-run` (both plain strings in either A2A version).
+pub fn card(base: &str, tools: &[Skill<'_>]) -> Value {
     let skills: Vec<Value> = tools
         .iter()
-        .map(|(e, class)| {
-            let t = &e.transition;
+        .map(|skill| {
+            let t = &skill.entry.transition;
+            let mut tags = vec![tools::class_name(skill.class).to_owned()];
+            let description = match skill.runnable.marking() {
+                Some((_, paragraph)) => {
+                    tags.push(CANNOT_RUN_TAG.to_owned());
+                    format!("{}\n\n{paragraph}", t.description)
+                }
+                None => t.description.clone(),
+            };
             json!({
                 "id": t.id,
                 "name": t.title,
-                "description": t.description,
-                "tags": [tools::class_name(*class)],
+                "description": description,
+                "tags": tags,
                 "examples": [],
                 "inputModes": ["application/json"],
                 "outputModes": ["application/json"],

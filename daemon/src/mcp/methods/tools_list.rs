@@ -40,24 +40,13 @@ const CANNOT_RUN_META: &str = "world/cannotRun";
 
 /// A listed tool that cannot run here (rule R8: no loaded plugin handles one of its effects,
 /// or the episode's worktree is missing) stays listed (a session sees every tool its grants
-/// reach), but says so where a model reads: after its description, and in `_meta`. A model
-/// that picked it got only `host callback failed`, which reads as "the effect may have run".
-/// A missing handler is the tool's own: another tool may do. A missing worktree is the
-/// session's, the same for every tool that works in it: another tool is no way out, and
-/// "no handler" is not what is wrong.
+/// reach), but says so where a model reads: after its description ([`Runnable::marking`]),
+/// and in `_meta`. A model that picked it got only `host callback failed`, which reads as
+/// "the effect may have run".
 fn cannot_run(description: &str, runnable: &Runnable) -> Option<(String, Value)> {
-    const REFUSED: &str =
-        "A call is refused before anything runs (host callback failed; nothing ran, nothing was spent)";
-    let (why, what_to_do) = match runnable {
-        Runnable::Yes => return None,
-        Runnable::No(why) => (why, format!("{REFUSED}: use another tool.")),
-        Runnable::NoWorktree(why) => (
-            why,
-            format!("{REFUSED}; no tool of this session that works in its worktree can run until an operator has fixed that, so do not try another such tool."),
-        ),
-    };
+    let (why, paragraph) = runnable.marking()?;
     Some((
-        format!("{description}\n\nCannot run here: {why}. {what_to_do}"),
+        format!("{description}\n\n{paragraph}"),
         serde_json::json!({ CANNOT_RUN_META: why }),
     ))
 }
