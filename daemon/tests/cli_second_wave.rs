@@ -388,3 +388,90 @@ fn a_ceiling_below_what_the_store_holds_still_starts_when_it_must_publish_its_to
         "{refused}"
     );
 }
+
+/// A quickstart that made the store and then failed to write its credential removed the store
+/// whole, though another quickstart on the same `--dir` had minted into it meanwhile. A store
+/// holding a credential this run did not mint stays; one holding none goes, as before.
+#[test]
+fn a_failing_quickstart_keeps_the_store_it_made_once_another_minted_into_it() {
+    if !have_strace() {
+        eprintln!("skipped: no strace");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let world = dir.path().join("alone");
+    let (code, shown) = failing_at_delivery(&world, false);
+    assert_eq!(code, 1, "{shown}");
+    assert!(
+        shown.contains(&format!(
+            "; quickstart removed what it had just made ({}, {})",
+            world.join("db").display(),
+            world.join("worktrees/a").display()
+        )),
+        "{shown}"
+    );
+    assert_eq!(names_in(&world), ["a.session", "worktrees"]);
+
+    let world = dir.path().join("w");
+    let (code, shown) = failing_at_delivery(&world, true);
+    assert_eq!(code, 1, "{shown}");
+    let store = broker_core::store::Store::open(&world.join("db"), Default::default())
+        .unwrap_or_else(|e| panic!("the store another run minted into is gone: {e}"));
+    let listed = broker_core::session::list(&store).unwrap().sessions;
+    assert_eq!(listed.len(), 1);
+    assert_eq!(listed[0].episode, "b");
+}
+
+/// `quickstart --episode a` into `world` (its `worktrees` made first), answered `y`, whose
+/// credential file turns into a directory once the store is made; with `other`, a credential
+/// of episode `b` is minted into that store first. (exit code, what the terminal showed.)
+fn failing_at_delivery(world: &Path, other: bool) -> (i32, String) {
+    use std::io::Read;
+    std::fs::create_dir_all(world.join("worktrees")).unwrap();
+    let token_file = world.join("a.session");
+    // Every look at `a.session` held 2 s: the last, when the credential is written, comes
+    // after the store is made.
+    let cmd = format!(
+        "strace -f -qq -o /dev/null -P {} -e trace=statx,openat -e inject=statx,openat:delay_enter=2000000 {WORLDD} quickstart --dir {} --episode a --print-only --bind 127.0.0.1:7999",
+        token_file.display(),
+        world.display()
+    );
+    let mut child = Command::new("script")
+        .args(["-qec", &cmd, "/dev/null"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    {
+        use std::io::Write;
+        child.stdin.as_mut().unwrap().write_all(b"y\n").unwrap();
+    }
+    let until = std::time::Instant::now() + Duration::from_secs(30);
+    while !world.join("db/data.mdb").is_file() && std::time::Instant::now() < until {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    if other {
+        let store = broker_core::store::Store::open(&world.join("db"), Default::default()).unwrap();
+        broker_core::session::mint(
+            &store,
+            "b",
+            vec!["Workspace.Read=worktree:5".parse().unwrap()],
+            3600,
+            0,
+        )
+        .unwrap();
+    }
+    std::fs::create_dir(&token_file).unwrap();
+    drop(child.stdin.take());
+    let mut shown = String::new();
+    child
+        .stdout
+        .take()
+        .unwrap()
+        .read_to_string(&mut shown)
+        .unwrap();
+    let status = child.wait().unwrap();
+    (status.code().unwrap_or(-1), shown)
+}

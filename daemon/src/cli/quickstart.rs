@@ -336,6 +336,17 @@ fn check_can_make(path: &Path) -> CliResult {
     Ok(())
 }
 
+/// Whether the store at `db` holds no session record. This run's own credential is revoked
+/// (its record gone) when it could not be delivered, so a record left is another run's: a
+/// quickstart on the same `--dir` that minted into this store after it was made. A store that
+/// does not open holds none a client could use.
+fn holds_no_credential(db: &Path) -> bool {
+    let Ok(store) = broker_core::store::Store::open(db, Default::default()) else {
+        return true;
+    };
+    broker_core::session::list(&store).is_ok_and(|l| l.sessions.is_empty() && l.damaged.is_empty())
+}
+
 /// SIGINT, SIGTERM and SIGHUP blocked while held: one that arrives meanwhile is delivered
 /// (with its usual effect) once the hold is dropped.
 struct HeldSignals(libc::sigset_t);
@@ -399,7 +410,7 @@ impl Made {
         let store = self
             .store
             .iter()
-            .filter(|db| std::fs::remove_dir_all(db).is_ok());
+            .filter(|db| holds_no_credential(db) && std::fs::remove_dir_all(db).is_ok());
         let dirs = self
             .dirs
             .iter()
