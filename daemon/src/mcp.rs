@@ -85,8 +85,8 @@ mod modern;
 pub(crate) mod numbers;
 mod transport;
 
-use jsonrpc::{Message, Reply};
 use dialect::json::Unparsed;
+use jsonrpc::{Message, Reply};
 use methods::{Ctx, HostFailure};
 
 /// The MCP revisions this endpoint speaks, newest first: the stateless revision, then the
