@@ -89,9 +89,7 @@ impl WorktreeError {
 /// component (`O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC`). The descriptor names the directory that
 /// was there at this moment; a later swap of the path does not move it.
 pub fn open(worktree: &Path) -> Result<OwnedFd, WorktreeError> {
-    let c = CString::new(worktree.as_os_str().as_bytes())
-        .map_err(|_| WorktreeError::Io(io::Error::from_raw_os_error(libc::EINVAL)))?;
-    for _ in 0..ATTEMPTS {
+    open_with(worktree, |c| {
         // SAFETY: `c` is a valid NUL-terminated string that outlives the call.
         let fd = unsafe {
             libc::open(
@@ -99,11 +97,27 @@ pub fn open(worktree: &Path) -> Result<OwnedFd, WorktreeError> {
                 libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC,
             )
         };
-        if fd >= 0 {
-            // SAFETY: `fd` was just returned by open and is owned by nobody else.
-            return Ok(unsafe { OwnedFd::from_raw_fd(fd) });
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
         }
-        let e = io::Error::last_os_error();
+        // SAFETY: `fd` was just returned by open and is owned by nobody else.
+        Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+    })
+}
+
+/// [`open`], each attempt made by `open_once` (the system's `open` but in tests, which must
+/// make the worktree flip between a failed open and the look after it on every attempt).
+fn open_with(
+    worktree: &Path,
+    open_once: impl Fn(&CString) -> io::Result<OwnedFd>,
+) -> Result<OwnedFd, WorktreeError> {
+    let c = CString::new(worktree.as_os_str().as_bytes())
+        .map_err(|_| WorktreeError::Io(io::Error::from_raw_os_error(libc::EINVAL)))?;
+    for _ in 0..ATTEMPTS {
+        let e = match open_once(&c) {
+            Ok(fd) => return Ok(fd),
+            Err(e) => e,
+        };
         if !matches!(e.raw_os_error(), Some(libc::ENOTDIR) | Some(libc::ELOOP)) {
             return Err(WorktreeError::Io(e));
         }
@@ -156,6 +170,37 @@ mod tests {
         let _ = fs::remove_dir_all(&tmp);
         fs::create_dir_all(&tmp).unwrap();
         tmp
+    }
+
+    /// A worktree that is a directory again at every look after a failed open (a swap racing
+    /// each attempt) is given up on after [`ATTEMPTS`] opens, said as changing, not retried for
+    /// ever nor said to be a link.
+    #[test]
+    fn a_worktree_that_flips_at_every_attempt_is_given_up_on_after_three_opens() {
+        let dir = scratch("flips");
+        let tries = std::cell::Cell::new(0);
+        let got = open_with(&dir, |_| {
+            tries.set(tries.get() + 1);
+            Err(io::Error::from_raw_os_error(libc::ENOTDIR))
+        });
+        assert!(matches!(got, Err(WorktreeError::Changed)), "{got:?}");
+        assert_eq!(tries.get(), ATTEMPTS);
+        assert_eq!(
+            got.unwrap_err().to_string(),
+            "the episode's worktree kept changing between a directory and something else while it was being opened"
+        );
+        // One failed attempt, then the directory: opened on the second.
+        let tries = std::cell::Cell::new(0);
+        let got = open_with(&dir, |c| {
+            tries.set(tries.get() + 1);
+            if tries.get() == 1 {
+                return Err(io::Error::from_raw_os_error(libc::ELOOP));
+            }
+            open(Path::new(std::ffi::OsStr::from_bytes(c.as_bytes())))
+                .map_err(|e| io::Error::other(e.to_string()))
+        });
+        assert!(got.is_ok(), "{got:?}");
+        assert_eq!(tries.get(), 2);
     }
 
     #[test]
