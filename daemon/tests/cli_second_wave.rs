@@ -12,38 +12,6 @@ use std::time::Duration;
 
 use common::*;
 
-/// The names in `dir`, sorted.
-fn names_in(dir: &Path) -> Vec<String> {
-    let mut names: Vec<String> = std::fs::read_dir(dir)
-        .unwrap()
-        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-        .collect();
-    names.sort();
-    names
-}
-
-/// What was shown at the terminal, without what was typed ahead (`script` echoes it) and
-/// without line ends.
-fn said(shown: &str, typed: &str) -> Vec<String> {
-    shown
-        .lines()
-        .map(|l| l.trim_end_matches('\r'))
-        .filter(|l| *l != typed)
-        .map(str::to_owned)
-        .collect()
-}
-
-/// `quickstart --print-only` into `world` at a terminal, answering `typed`.
-fn quickstart_at_terminal(world: &Path, extra: &str, typed: &[u8]) -> (i32, String) {
-    at_terminal(
-        &format!(
-            "{WORLDD} quickstart --dir {} --print-only --bind 127.0.0.1:7999 {extra}",
-            world.display()
-        ),
-        typed,
-    )
-}
-
 /// Notepad saves "UTF-8" with a byte-order mark first: such a session file was "not a
 /// session credential". The mark is skipped, as surrounding whitespace is.
 #[test]

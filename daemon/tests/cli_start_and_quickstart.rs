@@ -13,38 +13,6 @@ use std::sync::mpsc;
 
 use common::*;
 
-/// The names in `dir`, sorted.
-fn names_in(dir: &Path) -> Vec<String> {
-    let mut names: Vec<String> = std::fs::read_dir(dir)
-        .unwrap()
-        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
-        .collect();
-    names.sort();
-    names
-}
-
-/// What was shown at the terminal, without what was typed ahead (`script` echoes it) and
-/// without line ends.
-fn said(shown: &str, typed: &str) -> Vec<String> {
-    shown
-        .lines()
-        .map(|l| l.trim_end_matches('\r'))
-        .filter(|l| *l != typed)
-        .map(str::to_owned)
-        .collect()
-}
-
-/// `quickstart --print-only` into `world` at a terminal, answering `typed`.
-fn quickstart_at_terminal(world: &Path, extra: &str, typed: &[u8]) -> (i32, String) {
-    at_terminal(
-        &format!(
-            "{WORLDD} quickstart --dir {} --print-only --bind 127.0.0.1:7999 {extra}",
-            world.display()
-        ),
-        typed,
-    )
-}
-
 /// An episode is a name, and it names the worktree and the credential file: `../../evil` made
 /// `<dir>/worktrees/../../evil`, a directory outside `--dir`, and the store, before it was
 /// checked; with a live credential in the file it named, it was never checked at all.

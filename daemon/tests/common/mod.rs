@@ -1237,3 +1237,35 @@ pub fn spent(d: &Daemon, token: &str, effect: &str) -> u64 {
         .as_u64()
         .unwrap()
 }
+
+/// The names in `dir`, sorted.
+pub fn names_in(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    names
+}
+
+/// What was shown at the terminal, without what was typed ahead (`script` echoes it) and
+/// without line ends.
+pub fn said(shown: &str, typed: &str) -> Vec<String> {
+    shown
+        .lines()
+        .map(|l| l.trim_end_matches('\r'))
+        .filter(|l| *l != typed)
+        .map(str::to_owned)
+        .collect()
+}
+
+/// `quickstart --print-only` into `world` at a terminal, answering `typed`.
+pub fn quickstart_at_terminal(world: &Path, extra: &str, typed: &[u8]) -> (i32, String) {
+    at_terminal(
+        &format!(
+            "{WORLDD} quickstart --dir {} --print-only --bind 127.0.0.1:7999 {extra}",
+            world.display()
+        ),
+        typed,
+    )
+}
