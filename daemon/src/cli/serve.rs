@@ -968,8 +968,12 @@ fn resolve_bind_as(bind: &str, key: &str) -> Result<SocketAddr, Failure> {
             ));
         }
     }
-    // `localhost:PORT` is allowed; it must resolve to loopback.
-    if let Some(port) = bind.strip_prefix("localhost:") {
+    // `localhost:PORT` is allowed (in any letter case, as host names are read); it must
+    // resolve to loopback.
+    let localhost = bind
+        .split_once(':')
+        .filter(|(host, _)| host.eq_ignore_ascii_case("localhost"));
+    if let Some((_, port)) = localhost {
         let port: u16 = port
             .parse()
             .map_err(|_| startup("bind-policy", format!("bad port in {bind:?}")))?;
@@ -1286,6 +1290,17 @@ fn lock_exclusively(file: &std::fs::File) -> std::io::Result<bool> {
 #[cfg(test)]
 mod tests {
     use super::{toml_error, ConfigFile};
+
+    /// `LocalHost:80` was told "host is not loopback": a host name is read without regard to
+    /// letter case (RFC 4343), as the Host check already reads `localhost`.
+    #[test]
+    fn localhost_in_any_letter_case_binds_loopback() {
+        for bind in ["localhost:7644", "LocalHost:7644", "LOCALHOST:7644"] {
+            let addr = super::resolve_bind(bind).unwrap_or_else(|f| panic!("{bind}: {f:?}"));
+            assert_eq!(addr, std::net::SocketAddr::from(([127, 0, 0, 1], 7644)));
+        }
+        assert!(super::resolve_bind("localhostx:7644").is_err());
+    }
 
     /// `serve --help` gave no defaults for its paths, address and limits; it now says them,
     /// and they must be the ones the daemon uses.
