@@ -77,6 +77,19 @@ pub fn git_component(path: &str) -> Option<&str> {
 pub const GIT_UNREAD: &str =
     ".git/ is git's own data, not worktree content; the lane's tools do not read it";
 
+/// How a plugin that reads a file names why it will not read one with more than one link.
+pub const READS_ONE_LINK: &str = "this policy reads only files with one link";
+
+/// The refusal of a regular file with `links` hard links, `so` saying what the plugin does
+/// instead ([`READS_ONE_LINK`]): the Workspace plugin's words, which every shipped plugin
+/// that reads or records worktree files gives. A hard link planted in the worktree names a
+/// file outside it (or in git's own data), which no walk of names can see.
+pub fn hard_linked(links: u64, so: &str) -> String {
+    format!(
+        "the file has {links} hard links; a hard link can name a file outside the worktree, so {so}"
+    )
+}
+
 /// A refusal's words for `named`, the part of a path [`git_component`] found: `rule` alone for
 /// `.git` itself; for a look-alike, that it is named like `.git` (shown as `shown`, in the
 /// caller's quoting), then `rule`.

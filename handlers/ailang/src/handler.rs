@@ -1296,7 +1296,8 @@ fn hard_link_refusal(worktree: &Path, key: &str, path: &str, reached: &str) -> O
             key,
             path,
             &format!(
-                "the file has {links} hard links; a hard link can name a file outside the worktree, so this policy reads only files with one link (the operator can allow them with allowHardLinks)"
+                "{} (the operator can allow them with allowHardLinks)",
+                handler_kit::protect::hard_linked(links, handler_kit::protect::READS_ONE_LINK)
             ),
         )),
         Ok(_) => None,

@@ -664,8 +664,12 @@ impl GitHandler {
             let links = cap_std::fs::MetadataExt::nlink(&md);
             if md.is_file() && links > 1 {
                 return Err(self.refuse(format!(
-                    "commit {}: the file has {links} hard links; a hard link can name a file outside the worktree, so git-commit records only files with one link",
-                    String::from_utf8_lossy(path)
+                    "commit {}: {}",
+                    String::from_utf8_lossy(path),
+                    handler_kit::protect::hard_linked(
+                        links,
+                        "git-commit records only files with one link"
+                    )
                 )));
             }
         }

@@ -8,7 +8,9 @@ use std::path::Path;
 use cap_std::fs::{Dir, OpenOptions, OpenOptionsExt};
 use handler_kit::beneath::{self, HostDir, WalkError};
 use handler_kit::output::{errno_text, Stamp};
-use handler_kit::protect::{git_component, named_like_git, GIT_UNREAD};
+use handler_kit::protect::{
+    git_component, hard_linked, named_like_git, GIT_UNREAD, READS_ONE_LINK,
+};
 use handler_kit::request::{check, Checked, Quote, Rules};
 use handler_kit::serde_json::{json, Map, Value};
 use handler_kit::worktree;
@@ -240,7 +242,8 @@ impl RegistryHandler {
         let links = cap_std::fs::MetadataExt::nlink(&metadata);
         if links > 1 {
             return Err(self.refuse(format!(
-                "publish {path}: the file has {links} hard links; a hard link can name a file outside the worktree, so this policy reads only files with one link"
+                "publish {path}: {}",
+                hard_linked(links, READS_ONE_LINK)
             )));
         }
         let limit = self.policy.max_bundle_bytes;

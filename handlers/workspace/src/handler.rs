@@ -128,7 +128,8 @@ impl WorkspaceHandler {
                 "{op} {path}: the path kept changing while it was being opened; nothing was done, try again"
             ),
             PathError::HardLinked(links) => format!(
-                "{op} {path}: the file has {links} hard links; a hard link can name a file outside the worktree, so this policy reads only files with one link (the operator can allow them with allowHardLinks)"
+                "{op} {path}: {} (the operator can allow them with allowHardLinks)",
+                handler_kit::protect::hard_linked(links, handler_kit::protect::READS_ONE_LINK)
             ),
             PathError::TooLarge(size) => self.too_large(op, path, size),
             PathError::Refused(message) => message,
