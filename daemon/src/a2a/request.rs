@@ -83,58 +83,55 @@ pub(super) async fn received(
         }),
         Err(Refused::Busy(busy)) => Err(rpc_error(&null, -32603, busy.text())),
         // The parser's account says what and where (line, column, byte), in one bounded line.
-        Err(Refused::Unparsed(e)) => Err(
-            match crate::invalid_params::around_params(
+        Err(Refused::Unparsed(e)) => {
+            let limit = state.limits().json_values;
+            // A number without an exact canonical form inside `params`, or (JSON this daemon
+            // does not take, not text that is no JSON) a notification whose `params` hold a
+            // number too large for a double: the envelope alone, judged as any request's (a
+            // notification with a wide integer or with `1e400` is `202` alike).
+            let around = crate::invalid_params::around_params(
                 &bytes,
                 &e,
-                state.limits().json_values,
+                limit,
                 crate::invalid_params::Envelope::Canonical,
-            ) {
-                Some(req) => {
-                    return Ok(Received {
-                        session,
-                        req,
-                        params_unreadable: true,
-                        body_bytes: bytes.len(),
-                        share,
-                    })
-                }
+            )
+            .or_else(|| {
+                (!not_json(&e))
+                    .then(|| crate::mcp::numbers::a2a_notification(&bytes, limit))
+                    .flatten()
+            });
+            if let Some(req) = around {
+                return Ok(Received {
+                    session,
+                    req,
+                    params_unreadable: true,
+                    body_bytes: bytes.len(),
+                    share,
+                });
+            }
+            Err(if not_json(&e) {
                 // Text that is no JSON value (JSON-RPC's and A2A's `-32700`), as MCP answers it.
-                None if not_json(&e) => rpc_error(
+                rpc_error(
                     &null,
                     -32700,
                     format!(
                         "Parse error: {}; nothing was run",
                         crate::json_bounds::strict_account(&e)
                     ),
-                ),
+                )
+            } else {
                 // JSON this daemon does not take: past the value limit, or a number without an
-                // exact canonical form. A notification whose `params` hold a number too large
-                // for a double is judged as one whose `params` hold a wide integer (`202`).
-                None => {
-                    match crate::mcp::numbers::a2a_notification(&bytes, state.limits().json_values)
-                    {
-                        Some(req) => {
-                            return Ok(Received {
-                                session,
-                                req,
-                                params_unreadable: true,
-                                body_bytes: bytes.len(),
-                                share,
-                            })
-                        }
-                        None => rpc_error(
-                            &null,
-                            -32600,
-                            format!(
-                                "invalid JSON-RPC request: {}",
-                                crate::json_bounds::strict_account(&e)
-                            ),
-                        ),
-                    }
-                }
-            },
-        ),
+                // exact canonical form.
+                rpc_error(
+                    &null,
+                    -32600,
+                    format!(
+                        "invalid JSON-RPC request: {}",
+                        crate::json_bounds::strict_account(&e)
+                    ),
+                )
+            })
+        }
     }
 }
 
