@@ -262,12 +262,7 @@ fn staged_changes_too_many_to_check_for_gitlinks_are_refused_and_nothing_is_comm
     // Twelve 250-byte directory names and a 200-byte file name: each `--raw` record is 3,314
     // bytes, so 2,570 files list 8.52 MB, past the 8 MiB the handler keeps, while the
     // `git status` records of the hard link check before (3,218 bytes each, 8.27 MB) still fit.
-    let deep: std::path::PathBuf = (0..12).map(|i| format!("{i}{}", "d".repeat(249))).collect();
-    fs::create_dir_all(f.repo().join(&deep)).unwrap();
-    for i in 0..2570 {
-        let name = format!("{i:05}{}", "f".repeat(195));
-        fs::write(f.repo().join(&deep).join(name), "x").unwrap();
-    }
+    deep_files(&f.repo(), 2570);
     let out = f.commit(json!({"op": "commit", "message": "m"}));
     // (The outcome lists 1,000 long names when it commits: keep a failure's message short.)
     assert_eq!(out["ok"], json!(false), "committed: {:.200}", out["commit"]);

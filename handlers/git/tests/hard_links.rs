@@ -75,12 +75,7 @@ fn changes_too_many_to_check_for_hard_links_are_refused_and_nothing_is_staged() 
     let index_before = fs::read(&index).unwrap();
     // 3,218-byte `git status` records (a 3,214-byte path): 2,700 of them are 8.69 MB, past
     // the 8 MiB the handler keeps.
-    let deep: std::path::PathBuf = (0..12).map(|i| format!("{i}{}", "d".repeat(249))).collect();
-    fs::create_dir_all(f.repo().join(&deep)).unwrap();
-    for i in 0..2700 {
-        let name = format!("{i:05}{}", "f".repeat(195));
-        fs::write(f.repo().join(&deep).join(name), "x").unwrap();
-    }
+    deep_files(&f.repo(), 2700);
     let out = ok_output(f.run(json!({"op": "commit", "message": "m"})));
     assert_eq!(refused(&out), worldd_git::TOO_MANY_CHANGED);
     assert_eq!(f.head(), before);

@@ -163,3 +163,14 @@ pub fn is_hex_id(s: &str) -> bool {
         && s.bytes()
             .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
 }
+
+/// `count` new files with 3,214-byte paths in `repo`: twelve 250-byte directory names, then a
+/// 200-byte file name. Lists of them (`git status`, `--raw`) outgrow what the handler keeps.
+pub fn deep_files(repo: &std::path::Path, count: usize) {
+    let deep: std::path::PathBuf = (0..12).map(|i| format!("{i}{}", "d".repeat(249))).collect();
+    std::fs::create_dir_all(repo.join(&deep)).unwrap();
+    for i in 0..count {
+        let name = format!("{i:05}{}", "f".repeat(195));
+        std::fs::write(repo.join(&deep).join(name), "x").unwrap();
+    }
+}
