@@ -399,17 +399,20 @@ fn a_backup_marks_its_copy_unchecked_until_its_check_passes() {
     let _ = d.session("ep1", &["Workspace.Read=worktree:5"]);
     let dir = tempfile::tempdir().unwrap();
     let dest = dir.path().join("bk");
-    let (code, out, err) = worldd(
-        &[
-            "backup",
-            "--db",
-            path_str(&d.db()),
-            "--workspace-root",
-            path_str(&d.root()),
-            path_str(&dest),
-        ],
-        None,
-    );
+    let backup = || {
+        worldd(
+            &[
+                "backup",
+                "--db",
+                path_str(&d.db()),
+                "--workspace-root",
+                path_str(&d.root()),
+                path_str(&dest),
+            ],
+            None,
+        )
+    };
+    let (code, out, err) = backup();
     assert_eq!(code, 0, "{out}{err}");
     assert!(
         out.contains("✓ the copy opens and doctor's checks pass"),
@@ -423,17 +426,7 @@ fn a_backup_marks_its_copy_unchecked_until_its_check_passes() {
     assert_eq!(names, ["data.mdb", "lock.mdb"]);
     // Where a backup killed while it checked the copy leaves it.
     std::fs::write(dest.join(".unverified"), "").unwrap();
-    let (code, out, err) = worldd(
-        &[
-            "backup",
-            "--db",
-            path_str(&d.db()),
-            "--workspace-root",
-            path_str(&d.root()),
-            path_str(&dest),
-        ],
-        None,
-    );
+    let (code, out, err) = backup();
     assert_eq!((code, out.as_str()), (1, ""));
     assert_eq!(
         err,
