@@ -335,3 +335,47 @@ fn quickstart_never_hands_an_agent_an_operator_credential_or_another_episodes() 
     assert_eq!(code, 0, "{shown}");
     assert!(!shown.contains("Confirm mint"), "{shown}");
 }
+
+/// quickstart read `--config` and `--plugin-config` only when it came to serve: a mistake in
+/// either was said after the question was answered, the store made and the credential minted,
+/// and the next run found a credential for a daemon that never started. They are read before
+/// anything is made or asked, as `serve` reads them.
+#[test]
+fn quickstart_refuses_a_config_or_plugin_config_serve_would_refuse_before_making_anything() {
+    let dir = tempfile::tempdir().unwrap();
+    let configs = tempfile::tempdir().unwrap();
+    let bad = configs.path().join("world.toml");
+    std::fs::write(&bad, "[serve]\nbogus = 1\n").unwrap();
+    let world = dir.path().join("w");
+    for (extra, line, why) in [
+        (
+            format!("--config {}", bad.display()),
+            format!(
+                "worldd: daemon startup failed at config: {}: TOML parse error at line 2, column 1",
+                bad.display()
+            ),
+            "unknown field `bogus`",
+        ),
+        (
+            "--plugin-config nonsense".to_owned(),
+            "worldd: daemon startup failed at config: --plugin-config \"nonsense\": no \"=\"; write NAME.KEY=VALUE, e.g. --plugin-config hello.greeting=hi".to_owned(),
+            "",
+        ),
+    ] {
+        for print_only in ["", " --print-only"] {
+            let (code, shown) = at_terminal(
+                &format!(
+                    "{WORLDD} quickstart --dir {} --bind 127.0.0.1:1{print_only} {extra}",
+                    world.display()
+                ),
+                b"y\n",
+            );
+            let said = said(&shown, "y");
+            assert_eq!(code, 2, "{extra}{print_only}: {shown}");
+            assert_eq!(said[0], line, "{extra}{print_only}: {said:?}");
+            assert!(said.join("\n").contains(why), "{extra}{print_only}: {said:?}");
+            assert!(!shown.contains("Confirm"), "asked before refusing: {shown}");
+            assert_eq!(names_in(dir.path()), Vec::<String>::new(), "{extra}");
+        }
+    }
+}

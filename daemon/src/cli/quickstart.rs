@@ -63,6 +63,19 @@ pub fn run(a: QuickstartArgs) -> CliResult {
         )));
     }
     let db = a.dir.join("db");
+    let root = a.dir.join("worktrees");
+    // The settings `serve` will read, read now: a mistake in `--config` or `--plugin-config`
+    // must not leave a store and a credential behind (`--print-only` too: the printed
+    // configuration is for a `serve` with the same flags).
+    let serving = ServeArgs {
+        db: Some(db.clone()),
+        workspace_root: Some(root.clone()),
+        bind: Some(a.bind.clone()),
+        open_reads: false,
+        plugins: a.plugins,
+        ..ServeArgs::default()
+    };
+    serve::check_settings(&serving)?;
     // The port first: a taken port must not leave a store and a credential behind. And before
     // it, as `serve` does, a store another daemon serves: quickstart would mint a credential
     // and print a configuration for an address where nothing will serve. (`--print-only`
@@ -73,7 +86,6 @@ pub fn run(a: QuickstartArgs) -> CliResult {
         let store_lock = serve::existing_store_lock(&db)?;
         (Some(serve::bind_now(addr)?), store_lock)
     };
-    let root = a.dir.join("worktrees");
     let worktree = root.join(&a.episode);
     let token_file = a.dir.join(format!("{}.session", a.episode));
     // What is in the way of the worktree and the store is said before the question, as
@@ -156,17 +168,7 @@ pub fn run(a: QuickstartArgs) -> CliResult {
         ready_on_stderr: true,
         store_lock,
     };
-    serve::run_with(
-        ServeArgs {
-            db: Some(db),
-            workspace_root: Some(root),
-            bind: Some(a.bind),
-            open_reads: false,
-            plugins: a.plugins,
-            ..ServeArgs::default()
-        },
-        launch,
-    )
+    serve::run_with(serving, launch)
 }
 
 /// True when the credential file holds a session that exists and has not expired, for

@@ -365,6 +365,15 @@ pub fn bind_now(addr: SocketAddr) -> Result<std::net::TcpListener, Failure> {
     })
 }
 
+/// What `run_with` reads before it makes anything, read alone: for `quickstart`, which makes a
+/// store and mints a credential before it serves, so that a mistake in `--config` or
+/// `--plugin-config` stops it before anything is made.
+pub fn check_settings(a: &ServeArgs) -> CliResult {
+    let file = read_config(&a.plugins.config).map_err(|e| startup("config", e))?;
+    plugin_options(&a.plugins, &file).map_err(|e| startup("config", e))?;
+    Settings::resolve(a, &file).map(drop)
+}
+
 pub fn run_with(a: ServeArgs, launch: Launch) -> CliResult {
     // First, while this is the only thread: it takes the variable out of the environment.
     let manager = crate::service_manager::Notifier::from_env();
