@@ -379,3 +379,73 @@ fn quickstart_refuses_a_config_or_plugin_config_serve_would_refuse_before_making
         }
     }
 }
+
+/// quickstart set its own `--bind` default, `db` and `workspace_root` over the `[serve]` keys
+/// of its `--config` without a word: it printed (and served) 127.0.0.1:7644 where the file
+/// said another port, and made its store in `--dir` where the file named another. The file's
+/// `bind` is taken as `serve` takes it (a flag wins), and a store or root elsewhere is refused.
+#[test]
+fn quickstart_takes_its_configs_bind_and_refuses_a_store_it_would_not_use() {
+    let dir = tempfile::tempdir().unwrap();
+    let configs = tempfile::tempdir().unwrap();
+    let world = dir.path().join("w");
+    let config = configs.path().join("world.toml");
+    std::fs::write(&config, "[serve]\nbind = \"127.0.0.1:27647\"\n").unwrap();
+    let quickstart = |extra: &str| {
+        at_terminal(
+            &format!(
+                "{WORLDD} quickstart --dir {} --print-only --config {} {extra}",
+                world.display(),
+                config.display()
+            ),
+            b"y\n",
+        )
+    };
+    let (code, shown) = quickstart("");
+    assert_eq!(code, 0, "{shown}");
+    assert!(
+        shown.contains("\"url\": \"http://127.0.0.1:27647/mcp/\""),
+        "{shown}"
+    );
+    assert!(
+        shown.contains("export WORLD_ADDR=http://127.0.0.1:27647"),
+        "{shown}"
+    );
+    std::fs::remove_dir_all(&world).unwrap();
+    let (code, shown) = quickstart("--bind 127.0.0.1:27648");
+    assert_eq!(code, 0, "{shown}");
+    assert!(
+        shown.contains("\"url\": \"http://127.0.0.1:27648/mcp/\""),
+        "the flag wins: {shown}"
+    );
+    std::fs::remove_dir_all(&world).unwrap();
+
+    std::fs::write(&config, "[serve]\nbind = \"nonsense\"\n").unwrap();
+    let (code, shown) = quickstart("");
+    assert_eq!(code, 2, "{shown}");
+    assert_eq!(
+        said(&shown, "y"),
+        [
+            r#"worldd: daemon startup failed at bind-policy: [serve] bind "nonsense" is not HOST:PORT"#
+        ]
+    );
+
+    for (key, line) in [
+        ("db", format!("worldd: [serve] db = \"elsewhere/db\" in --config: quickstart keeps its world in --dir ({}/db here); remove the key, give the --dir that holds it, or run `worldd serve --config` for that store", world.display())),
+        ("workspace_root", format!("worldd: [serve] workspace_root = \"elsewhere/db\" in --config: quickstart keeps its world in --dir ({}/worktrees here); remove the key, give the --dir that holds it, or run `worldd serve --config` for that store", world.display())),
+    ] {
+        std::fs::write(&config, format!("[serve]\n{key} = \"elsewhere/db\"\n")).unwrap();
+        let (code, shown) = quickstart("");
+        assert_eq!(code, 1, "{shown}");
+        assert_eq!(said(&shown, "y"), [line], "{key}");
+        assert_eq!(names_in(dir.path()), Vec::<String>::new(), "{key}");
+    }
+    // The key naming what quickstart uses anyway is no mistake.
+    std::fs::write(
+        &config,
+        format!("[serve]\ndb = \"{}/db\"\n", world.display()),
+    )
+    .unwrap();
+    let (code, shown) = quickstart("");
+    assert_eq!(code, 0, "{shown}");
+}

@@ -21,9 +21,10 @@ pub struct QuickstartArgs {
     /// The demo episode.
     #[arg(long, default_value = "demo")]
     pub episode: String,
-    /// Loopback address to listen on.
-    #[arg(long, default_value = serve::DEFAULT_BIND)]
-    pub bind: String,
+    /// Loopback address to listen on (default: `[serve] bind` of --config, else
+    /// 127.0.0.1:7644).
+    #[arg(long)]
+    pub bind: Option<String>,
     /// Budget for each se-tools grant (at most 9007199254740991).
     #[arg(long, default_value_t = 50, value_parser = super::session::budget_arg)]
     pub budget: u64,
@@ -35,8 +36,33 @@ pub struct QuickstartArgs {
     pub plugins: serve::PluginArgs,
 }
 
-pub fn run(a: QuickstartArgs) -> CliResult {
-    if a.bind.ends_with(":0") {
+pub fn run(mut a: QuickstartArgs) -> CliResult {
+    // The config's `[serve]` keys for what quickstart decides itself: its `bind` is taken as
+    // `serve` takes it (a flag wins), and a store or workspace root elsewhere than `--dir` is
+    // refused rather than ignored (quickstart keeps its world in `--dir`).
+    let own = serve::config_serve_section(&a.plugins.config)?;
+    let (bind, bind_key) = match (a.bind.take(), own.bind) {
+        (Some(flag), _) => (flag, "--bind"),
+        (None, Some(file)) => (file, "[serve] bind"),
+        (None, None) => (serve::DEFAULT_BIND.to_owned(), "--bind"),
+    };
+    for (key, given, ours) in [
+        ("db", own.db, a.dir.join("db")),
+        (
+            "workspace_root",
+            own.workspace_root,
+            a.dir.join("worktrees"),
+        ),
+    ] {
+        if let Some(given) = given.filter(|given| *given != ours) {
+            return Err(Failure::usage(format!(
+                "[serve] {key} = {:?} in --config: quickstart keeps its world in --dir ({} here); remove the key, give the --dir that holds it, or run `worldd serve --config` for that store",
+                given.display().to_string(),
+                ours.display()
+            )));
+        }
+    }
+    if bind.ends_with(":0") {
         return Err(Failure::usage(
             "quickstart prints a client configuration, so it needs a fixed port (not :0)",
         ));
@@ -47,7 +73,7 @@ pub fn run(a: QuickstartArgs) -> CliResult {
         .map_err(|e| Failure::usage(e.to_string()))?;
     // The address goes into the printed configuration even with `--print-only`: one `serve`
     // would refuse is refused now, as `serve` refuses it.
-    let addr = serve::resolve_bind(&a.bind)?;
+    let addr = serve::resolve_bind_as(&bind, bind_key)?;
     crate::server::check_loopback(&addr)
         .map_err(|e| Failure::fatal(format!("daemon startup failed at bind-policy: {e}")))?;
     // `--dir` is made after the question: a file in its way is said before it.
@@ -70,7 +96,7 @@ pub fn run(a: QuickstartArgs) -> CliResult {
     let serving = ServeArgs {
         db: Some(db.clone()),
         workspace_root: Some(root.clone()),
-        bind: Some(a.bind.clone()),
+        bind: Some(bind.clone()),
         open_reads: false,
         plugins: a.plugins,
         ..ServeArgs::default()
@@ -128,7 +154,7 @@ pub fn run(a: QuickstartArgs) -> CliResult {
         "mcpServers": {
             "worldd": {
                 "type": "http",
-                "url": format!("http://{}/mcp/", a.bind),
+                "url": format!("http://{bind}/mcp/"),
                 "headers": {"Authorization": format!("Bearer {token}")},
             }
         }
@@ -138,7 +164,7 @@ pub fn run(a: QuickstartArgs) -> CliResult {
         a.episode,
         worktree.display(),
         token_file.display(),
-        a.bind
+        bind
     );
     outln!(
         "{}",
@@ -147,8 +173,8 @@ pub fn run(a: QuickstartArgs) -> CliResult {
     // The client verbs default to 127.0.0.1:7644 and no session: what to export for them,
     // from any directory (the session file's path made absolute).
     let mut exports = String::new();
-    if a.bind != serve::DEFAULT_BIND {
-        exports.push_str(&format!("\n  export WORLD_ADDR=http://{}", a.bind));
+    if bind != serve::DEFAULT_BIND {
+        exports.push_str(&format!("\n  export WORLD_ADDR=http://{bind}"));
     }
     exports.push_str(&format!(
         "\n  export WORLD_SESSION={}",

@@ -365,6 +365,14 @@ pub fn bind_now(addr: SocketAddr) -> Result<std::net::TcpListener, Failure> {
     })
 }
 
+/// The `[serve]` table of `--config` (an empty one without it), for `quickstart`, which
+/// decides the address, the store and the workspace root itself.
+pub fn config_serve_section(config: &Option<PathBuf>) -> Result<ServeSection, Failure> {
+    read_config(config)
+        .map(|file| file.serve)
+        .map_err(|e| startup("config", e))
+}
+
 /// What `run_with` reads before it makes anything, read alone: for `quickstart`, which makes a
 /// store and mints a credential before it serves, so that a mistake in `--config` or
 /// `--plugin-config` stops it before anything is made.
@@ -785,6 +793,8 @@ fn open_store(settings: &Settings, fresh: &mut Fresh) -> Result<Store, Failure> 
         },
     )
     .map_err(|e| startup("store-open", e))?;
+    // Every append continues the newest entry: a damaged one is refused before any is made.
+    store.check_head().map_err(|e| startup("store-open", e))?;
     if new {
         tracing::info!(
             "made a new world store in {}",
@@ -955,13 +965,9 @@ fn catalog_of(set: &plugins::PluginSet) -> crate::catalog::Catalog {
     }
 }
 
-pub fn resolve_bind(bind: &str) -> Result<SocketAddr, Failure> {
-    resolve_bind_as(bind, "--bind")
-}
-
-/// [`resolve_bind`] of an address given as `key` (`--bind`, or the config file's
-/// `[serve] bind`), which its refusals name.
-fn resolve_bind_as(bind: &str, key: &str) -> Result<SocketAddr, Failure> {
+/// The address to listen on, given as `key` (`--bind`, or the config file's `[serve] bind`),
+/// which its refusals name.
+pub(super) fn resolve_bind_as(bind: &str, key: &str) -> Result<SocketAddr, Failure> {
     if let Ok(a) = bind.parse::<SocketAddr>() {
         return Ok(a);
     }
