@@ -471,3 +471,66 @@ fn a_failed_start_in_a_new_directory_leaves_not_even_the_directory_above_its_sto
         .collect();
     assert_eq!(left, ["notes"]);
 }
+
+/// A store or workspace root whose path is not UTF-8 was served, and the plugins, told the
+/// path as text with U+FFFD in place of its bytes, worked in another directory (a worktree
+/// "that does not exist", plugin state in a sibling directory outside the store). It is
+/// refused at start, naming the flag; nothing is made.
+#[test]
+fn a_store_or_workspace_root_whose_path_is_not_utf8_is_refused_at_start() {
+    use std::os::unix::ffi::OsStrExt;
+    let dir = tempfile::tempdir().unwrap();
+    let at = dir.path().canonicalize().unwrap();
+    let odd = std::ffi::OsStr::from_bytes(b"db\xff");
+    for (flag, args) in [
+        ("--db", vec![std::ffi::OsStr::new("--db"), odd]),
+        (
+            "--workspace-root",
+            vec![std::ffi::OsStr::new("--workspace-root"), odd],
+        ),
+    ] {
+        let mut args = args;
+        args.extend(["--bind", "127.0.0.1:0"].map(std::ffi::OsStr::new));
+        let r = refused_start(&args, dir.path());
+        assert_eq!(r.code, Some(2), "{}", r.stderr);
+        assert_eq!(
+            r.line,
+            format!(
+                "worldd: daemon startup failed at config: {flag} {}/db\u{fffd}: the path is not UTF-8, and plugins are given paths as text; rename it (or the directory it is in)",
+                at.display()
+            )
+        );
+        assert_eq!(names_in(dir.path()), Vec::<String>::new(), "{flag}");
+    }
+}
+
+/// `db = "~/worldd/db"` in a config file made a directory named `~` and a new, empty world in
+/// it (every credential then unknown), and `$HOME/...` one named `$HOME`: no shell expands a
+/// config file. Both are refused, naming the key; the same path from a flag, which a shell
+/// would have expanded, is the operator's to mean.
+#[test]
+fn a_config_files_tilde_or_variable_in_a_path_is_refused_not_made_into_a_directory() {
+    let dir = tempfile::tempdir().unwrap();
+    for (text, said) in [
+        (
+            "[serve]\ndb = \"~/worldd/db\"\n",
+            r#"[serve] db "~/worldd/db": a config file's paths are not expanded as a shell would (`~` is a directory named ~ here); write the path in full"#,
+        ),
+        (
+            "[serve]\nworkspace_root = \"$HOME/worldd/wt\"\n",
+            r#"[serve] workspace_root "$HOME/worldd/wt": a config file's paths are not expanded as a shell would (`$` names no variable here); write the path in full"#,
+        ),
+        (
+            "[serve]\ndb = \"${STATE}/db\"\n",
+            r#"[serve] db "${STATE}/db": a config file's paths are not expanded as a shell would (`$` names no variable here); write the path in full"#,
+        ),
+    ] {
+        let r = refused_with_config(dir.path(), text);
+        assert_eq!(r.code, Some(2), "{}", r.stderr);
+        assert_eq!(
+            r.line,
+            format!("worldd: daemon startup failed at config: {said}")
+        );
+        assert_eq!(names_in(dir.path()), ["world.toml"], "{text}");
+    }
+}

@@ -2,7 +2,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
 
 use broker_core::coordinator::{Coordinator, CoordinatorConfig};
@@ -661,6 +661,24 @@ impl Settings {
             .clone()
             .or_else(|| file.serve.workspace_root.clone())
             .unwrap_or_else(|| PathBuf::from(".world/worktrees"));
+        let from_file =
+            |flag: &Option<PathBuf>, key: &Option<PathBuf>| flag.is_none() && key.is_some();
+        checked_path(
+            &db,
+            if from_file(&a.db, &file.serve.db) {
+                "[serve] db"
+            } else {
+                "--db"
+            },
+        )?;
+        checked_path(
+            &workspace_root,
+            if from_file(&a.workspace_root, &file.serve.workspace_root) {
+                "[serve] workspace_root"
+            } else {
+                "--workspace-root"
+            },
+        )?;
         let bind = a
             .bind
             .clone()
@@ -729,6 +747,43 @@ impl Settings {
     }
 }
 
+/// A store or workspace root path the daemon can hand on: plugins are told paths as text, so
+/// one that is not UTF-8 (here or in the directory it is relative to) would send them to
+/// another directory; and a config file's `~` or `$VAR`, which no shell expanded, would make a
+/// new, empty world in a directory of that name.
+fn checked_path(path: &Path, key: &str) -> Result<(), Failure> {
+    let whole = std::path::absolute(path).unwrap_or_else(|_| path.to_owned());
+    if whole.to_str().is_none() {
+        return Err(startup(
+            "config",
+            format!(
+                "{key} {}: the path is not UTF-8, and plugins are given paths as text; rename it (or the directory it is in)",
+                whole.display()
+            ),
+        ));
+    }
+    if key.starts_with('[') {
+        let text = path.to_string_lossy();
+        let tilde = text.starts_with('~');
+        let variable = text.match_indices('$').any(|(at, _)| {
+            text[at + 1..]
+                .chars()
+                .next()
+                .is_some_and(|c| c == '{' || c == '_' || c.is_ascii_alphabetic())
+        });
+        if tilde || variable {
+            return Err(startup(
+                "config",
+                format!(
+                    "{key} {text:?}: a config file's paths are not expanded as a shell would ({}); write the path in full",
+                    if tilde { "`~` is a directory named ~ here" } else { "`$` names no variable here" }
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// The workspace root made, and the store opened outside it: each refused when another user
 /// could have written it ([`refuse_loose_dir`]).
 fn open_store(settings: &Settings, fresh: &mut Fresh) -> Result<Store, Failure> {
@@ -794,7 +849,6 @@ fn open_store(settings: &Settings, fresh: &mut Fresh) -> Result<Store, Failure> 
     )
     .map_err(|e| startup("store-open", e))?;
     // Every append continues the newest entry: a damaged one is refused before any is made.
-    store.check_head().map_err(|e| startup("store-open", e))?;
     if new {
         tracing::info!(
             "made a new world store in {}",
