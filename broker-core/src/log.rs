@@ -283,6 +283,11 @@ fn world_row<'t>(r: &ReadCtx<'t>, world_ref: &Ref) -> Result<Option<Row<'t>>, St
 
 /// Read the selected head, if any: the world of the newest entry.
 pub fn head(r: &ReadCtx<'_>) -> Result<Option<Head>, StoreError> {
+    Ok(newest(r)?.map(|(_, _, head)| head))
+}
+
+/// The newest row of the log: its key, the row, and the world it holds.
+fn newest<'t>(r: &ReadCtx<'t>) -> Result<Option<(u64, Row<'t>, Head)>, StoreError> {
     let Some((index, bytes)) = LOG.last(r)? else {
         return Ok(None);
     };
@@ -295,10 +300,86 @@ pub fn head(r: &ReadCtx<'_>) -> Result<Option<Head>, StoreError> {
         None => serde_json::from_slice(row.world)
             .map_err(|e| StoreError::Corrupt(format!("log row {index}'s world: {e}")))?,
     };
-    Ok(Some(Head {
+    let head = Head {
         world_ref: row.world_ref,
         world,
-    }))
+    };
+    Ok(Some((index, row, head)))
+}
+
+/// The head an append continues. The next entry's index and link are taken from the head's
+/// world, so a newest row that is not the entry its key says (a stray copy of an older row, a
+/// damaged revision or logHead) would make the append write over committed entries, or chain
+/// onto a hash no entry has: refused as damage. Both checks read only the row already read.
+fn head_to_continue(r: &ReadCtx<'_>) -> Result<Option<Head>, StoreError> {
+    let Some((index, row, head)) = newest(r)? else {
+        return Ok(None);
+    };
+    let revision = head.world.revision;
+    if revision != index {
+        return Err(head_damage(
+            index,
+            &format!("holds the world of revision {revision}"),
+        ));
+    }
+    if let Some(hash) = row.entry_hash.filter(|h| *h != head.world.log_head) {
+        return Err(head_damage(
+            index,
+            &format!(
+                "holds a world whose logHead {} is not its entry's hash {hash}",
+                head.world.log_head
+            ),
+        ));
+    }
+    Ok(Some(head))
+}
+
+/// The store error for a newest log row (`index`) that `what`.
+fn head_damage(index: u64, what: &str) -> StoreError {
+    StoreError::Corrupt(format!(
+        "the log's newest row, {index}, {what}: a new entry would be written over committed ones or chained to no entry, so none is appended; run `worldd doctor` on the store to see what else is damaged"
+    ))
+}
+
+/// The whole check of the newest log row, made once when a daemon opens the store to serve
+/// it ([`crate::store::Store::check_head`]): its key is its entry's index and its world's
+/// revision, its entry hashes to the hash beside it and to its world's logHead, and its world
+/// to the world ref beside it. What each append checks ([`head_to_continue`]) without hashing.
+pub(crate) fn check_head(r: &ReadCtx<'_>) -> Result<(), StoreError> {
+    let Some((index, row, head)) = newest(r)? else {
+        return Ok(());
+    };
+    head_to_continue(r)?;
+    let recomputed = Ref::of(row.world);
+    if recomputed != row.world_ref {
+        return Err(head_damage(
+            index,
+            &format!(
+                "holds world bytes that hash to {recomputed}, not to its world ref {}",
+                row.world_ref
+            ),
+        ));
+    }
+    let entry = Entry::from_bytes(row.entry)
+        .map_err(|e| head_damage(index, &format!("holds an entry that does not parse ({e})")))?;
+    if entry.header.entry_index != index {
+        return Err(head_damage(
+            index,
+            &format!("holds entry {}", entry.header.entry_index),
+        ));
+    }
+    let hash = Entry::compute_hash(&entry.header, &entry.transition_ref)
+        .map_err(|e| head_damage(index, &format!("holds an entry with no hash ({e})")))?;
+    if hash != entry.entry_hash || hash != head.world.log_head {
+        return Err(head_damage(
+            index,
+            &format!(
+                "holds an entry that hashes to {hash}, not to its entryHash {} or its world's logHead {}",
+                entry.entry_hash, head.world.log_head
+            ),
+        ));
+    }
+    Ok(())
 }
 
 /// The index of the newest row of the log, whatever the head says.
@@ -495,7 +576,7 @@ fn append_at_head(
     objects_checked: bool,
     minted_last: bool,
 ) -> Result<Committed, LogError> {
-    let head = head(&w.reader())?;
+    let head = head_to_continue(&w.reader())?;
     if let HeadBinding::Observed(observed) = &a.binding {
         check_observed(observed, head.as_ref())?;
     }
@@ -541,7 +622,7 @@ pub fn commit_exact(
     world: &World,
     world_ref: &Ref,
 ) -> Result<Committed, LogError> {
-    let head = head(&w.reader())?;
+    let head = head_to_continue(&w.reader())?;
     check_observed(&observed, head.as_ref())?;
     let world_bytes = check_exact(head.as_ref(), entry, world, world_ref)?;
     check_objects(objects)?;
@@ -661,7 +742,13 @@ fn store(
     .encode();
     let index = entry.header.entry_index;
     ref_tail::claim(w)?;
-    LOG.put(w, &index, &row)?;
+    // The log is append-only: a row is never written over, whatever the head said.
+    if !LOG.append_new(w, &index, &row)? {
+        return Err(StoreError::Corrupt(format!(
+            "entry {index} would be written over a row the log already holds at or past that index, so it is not appended; run `worldd doctor` on the store to see what is damaged"
+        ))
+        .into());
+    }
     ref_tail::note(
         w,
         &[
@@ -752,6 +839,47 @@ mod tests {
                 state_root: Ref::from_bytes(state_root),
                 log_head: Ref::from_bytes(log_head),
             })
+    }
+
+    /// The one write of a log row refuses a key the log already holds, whatever built the
+    /// entry: committed entry 1 stays as it was.
+    #[test]
+    fn the_log_never_writes_an_entry_over_a_row_it_holds() {
+        let dir = tempfile::tempdir().unwrap();
+        let db = Store::create(&dir.path().join("db")).unwrap();
+        let out = Object::json(sid::INVOCATION_OUTPUT, "t", &json!({"o": 1})).unwrap();
+        let rec = Object::json(sid::INVOCATION_RECORD, "t", &json!({"r": 1})).unwrap();
+        let a = Append {
+            objects: vec![out.clone(), rec.clone()],
+            transition_fn: out.hash,
+            interpreter: rec.hash,
+            written_by: "t".into(),
+            transition_ref: rec.hash,
+            state_root: out.hash,
+            binding: HeadBinding::AtHead,
+        };
+        let first = db.write(move |w| append(w, &a)).unwrap();
+        assert_eq!(first.entry.header.entry_index, 1);
+        let stored = db.read(|r| entry_bytes(r, 1)).unwrap();
+        // Entry 1 again, built by hand with another writer, as a stale head would build it.
+        let mut header = first.entry.header.clone();
+        header.written_by = "someone else".into();
+        let entry = Entry::new(header, rec.hash).unwrap();
+        let world = World {
+            revision: 1,
+            state_root: out.hash,
+            log_head: entry.entry_hash,
+        };
+        let world_bytes = world.to_bytes().unwrap();
+        let world_ref = Ref::of(&world_bytes);
+        let err = db
+            .write(move |w| store(w, &[], None, &entry, &world, &world_bytes, &world_ref))
+            .unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "store is damaged: entry 1 would be written over a row the log already holds at or past that index, so it is not appended; run `worldd doctor` on the store to see what is damaged"
+        );
+        assert_eq!(db.read(|r| entry_bytes(r, 1)).unwrap(), stored);
     }
 
     /// What a JSON parser makes of `bytes`, as `head` would read them without the fast path.

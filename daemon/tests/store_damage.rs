@@ -409,3 +409,63 @@ fn a_store_file_that_is_a_link_or_a_directory_is_refused_by_name_and_never_follo
         )
     );
 }
+
+/// A log whose newest row was a stray copy of an older one (a bad partial restore, a byte-level
+/// repair) was served without a word, and every call was then written over the committed
+/// entry after the copy's revision, each over the one before. `serve` now refuses the store at
+/// store-open, naming the row and `worldd doctor`; `doctor` still opens it and says why.
+#[test]
+fn serve_refuses_a_store_whose_newest_log_row_is_not_the_entry_its_key_says() {
+    use broker_core::log::{self, Append, HeadBinding};
+    use broker_core::object::{sid, Object};
+    use broker_core::store::{RawTable, Store};
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("db");
+    let store = Store::create(&db).unwrap();
+    for n in 1..=3u64 {
+        let out =
+            Object::json(sid::INVOCATION_OUTPUT, "t", &serde_json::json!({ "o": n })).unwrap();
+        let rec =
+            Object::json(sid::INVOCATION_RECORD, "t", &serde_json::json!({ "r": n })).unwrap();
+        let a = Append {
+            transition_fn: out.hash,
+            interpreter: rec.hash,
+            written_by: "t".into(),
+            transition_ref: rec.hash,
+            state_root: out.hash,
+            objects: vec![out, rec],
+            binding: HeadBinding::AtHead,
+        };
+        store.write(move |w| log::append(w, &a)).unwrap();
+    }
+    let stray = store
+        .raw_get(RawTable::LogRow, &1u64.to_be_bytes())
+        .unwrap()
+        .unwrap();
+    store
+        .raw_overwrite(RawTable::LogRow, 4u64.to_be_bytes().to_vec(), stray)
+        .unwrap();
+    let committed = store
+        .raw_get(RawTable::LogRow, &2u64.to_be_bytes())
+        .unwrap();
+    drop(store);
+    std::fs::set_permissions(&db, std::os::unix::fs::PermissionsExt::from_mode(0o700)).unwrap();
+    serve_refuses_as_damaged(
+        &db,
+        dir.path(),
+        &format!(
+            "world store {} is damaged: the log's newest row, 4, holds the world of revision 1: a new entry would be written over committed ones or chained to no entry, so none is appended; run `worldd doctor` on the store to see what else is damaged (a copy taken while a daemon wrote it, or a failing disk?); restore the directory from a backup",
+            db.display()
+        ),
+    );
+    let (code, out, err) = worldd(&["doctor", "--db", path_str(&db)], None);
+    assert_eq!(code, 3, "{out}{err}");
+    assert!(out.contains("✗ head"), "{out}");
+    let store = Store::open(&db, Default::default()).unwrap();
+    assert_eq!(
+        store
+            .raw_get(RawTable::LogRow, &2u64.to_be_bytes())
+            .unwrap(),
+        committed
+    );
+}

@@ -241,6 +241,32 @@ impl<K: 'static, V: 'static> Table<K, V> {
             .map_err(err)
     }
 
+    /// [`Table::append`], refusing (`Ok(false)`, nothing written) a key that is not greater
+    /// than every key in the table instead of failing with LMDB's error: a row is never
+    /// written over.
+    pub(crate) fn append_new<'a>(
+        &self,
+        w: &mut WriteCtx<'_, '_>,
+        key: &'a K::EItem,
+        value: &'a V::EItem,
+    ) -> Result<bool, StoreError>
+    where
+        K: BytesEncode<'a>,
+        V: BytesEncode<'a>,
+    {
+        let err = w.err();
+        match self.db(w.dbs)?.put_with_flags(
+            w.txn,
+            PutFlags::APPEND | PutFlags::NO_OVERWRITE,
+            key,
+            value,
+        ) {
+            Ok(()) => Ok(true),
+            Err(heed::Error::Mdb(heed::MdbError::KeyExist)) => Ok(false),
+            Err(e) => Err(err(e)),
+        }
+    }
+
     /// Remove every row (the table's pages go to the free list).
     pub(crate) fn clear(&self, w: &mut WriteCtx<'_, '_>) -> Result<(), StoreError> {
         let err = w.err();

@@ -849,6 +849,7 @@ fn open_store(settings: &Settings, fresh: &mut Fresh) -> Result<Store, Failure> 
     )
     .map_err(|e| startup("store-open", e))?;
     // Every append continues the newest entry: a damaged one is refused before any is made.
+    store.check_head().map_err(|e| startup("store-open", e))?;
     if new {
         tracing::info!(
             "made a new world store in {}",
