@@ -249,8 +249,14 @@ fn mark(ok: bool) -> &'static str {
 /// that nothing is taken: a lock held even for a moment could refuse a daemon starting then.
 /// `false` where that cannot be read.
 pub(crate) fn daemon_serves(db: &Path) -> bool {
+    flock_held(&db.join("data.mdb"))
+}
+
+/// Whether some process holds an exclusive `flock` on `path` (a daemon's store data file, or
+/// the workspace root it serves), read from `/proc/locks`; `false` where that cannot be read.
+pub(crate) fn flock_held(path: &Path) -> bool {
     use std::os::unix::fs::MetadataExt;
-    let Ok(md) = std::fs::metadata(db.join("data.mdb")) else {
+    let Ok(md) = std::fs::metadata(path) else {
         return false;
     };
     let Ok(locks) = std::fs::read_to_string("/proc/locks") else {

@@ -720,7 +720,19 @@ fn new(a: NewArgs) -> CliResult {
     // Another store, but the default workspace root: the worktree is made under this
     // directory, where a daemon serving that store may not look (which matters only to grants
     // that need the worktree).
+    // A daemon serves the store but holds no lock on this workspace root (`serve` flocks the
+    // root it serves): its root is another, and it would never look in this worktree.
     if needs_worktree
+        && super::doctor::daemon_serves(&a.db.db)
+        && !super::doctor::flock_held(&a.workspace_root)
+    {
+        errln!(
+            "worldd session: warning: the daemon serving {} does not serve the workspace root {}: it would never look in the worktree {} made there; answer n and pass --workspace-root with the daemon's",
+            a.db.db.display(),
+            a.workspace_root.display(),
+            shown_path(&worktree)
+        );
+    } else if needs_worktree
         && a.workspace_root == Path::new(DEFAULT_WORKSPACE_ROOT)
         && a.db.db != Path::new(super::DEFAULT_DB)
     {
@@ -780,14 +792,40 @@ fn new(a: NewArgs) -> CliResult {
     result
 }
 
+/// `git -C REPO` as `session new --repo` runs it, as the git plugin runs git: none of git's own
+/// environment variables (`GIT_DIR`, `GIT_WORK_TREE`, `GIT_INDEX_FILE`, `GIT_CONFIG_PARAMETERS`,
+/// …, which beat `-C`: a `GIT_DIR` in the operator's shell checked out another repository), no
+/// system or user config (the plugin commits with neither, so a user-config filter that smudged
+/// the checkout would never clean what it commits), and no hooks or fsmonitor program of the
+/// repository (which would run as the operator). `GIT_EXEC_PATH` says only where git's own
+/// programs are.
+fn repo_git(repo: &Path) -> std::process::Command {
+    let mut git = std::process::Command::new("git");
+    for (name, _) in std::env::vars_os() {
+        let name_text = name.to_string_lossy();
+        if name_text.starts_with("GIT_") && name_text != "GIT_EXEC_PATH" {
+            git.env_remove(&name);
+        }
+    }
+    git.env("GIT_CONFIG_NOSYSTEM", "1")
+        .env("GIT_CONFIG_GLOBAL", "/dev/null")
+        .args([
+            "-c",
+            "core.hooksPath=/dev/null",
+            "-c",
+            "core.fsmonitor=false",
+        ])
+        .arg("-C")
+        .arg(repo)
+        .stdin(std::process::Stdio::null());
+    git
+}
+
 /// `--repo` names a git repository: checked before the question, which a repository git cannot
 /// check a worktree out of would otherwise spend on a command that fails after it.
 fn check_repo(repo: &Path) -> CliResult {
-    let answer = std::process::Command::new("git")
-        .arg("-C")
-        .arg(repo)
+    let answer = repo_git(repo)
         .args(["rev-parse", "--git-dir"])
-        .stdin(std::process::Stdio::null())
         .output()
         .map_err(|e| Failure::usage(format!("--repo {}: cannot run git: {e}", repo.display())))?;
     if answer.status.success() {
@@ -815,9 +853,7 @@ fn create_worktree(path: &Path, repo: Option<&Path>) -> CliResult {
     match repo {
         None => Ok(()),
         Some(repo) => {
-            let status = std::process::Command::new("git")
-                .arg("-C")
-                .arg(repo)
+            let status = repo_git(repo)
                 .args(["worktree", "add", "--detach"])
                 .arg(std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf()))
                 .status();
@@ -835,11 +871,9 @@ fn create_worktree(path: &Path, repo: Option<&Path>) -> CliResult {
 
 fn remove_worktree(path: &Path, repo: Option<&Path>) {
     if let Some(repo) = repo {
-        let _ = std::process::Command::new("git")
-            .arg("-C")
-            .arg(repo)
+        let _ = repo_git(repo)
             .args(["worktree", "remove", "--force"])
-            .arg(path)
+            .arg(std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf()))
             .status();
     }
     let _ = std::fs::remove_dir_all(path);
