@@ -272,8 +272,30 @@ impl From<CanonError> for JournalError {
     }
 }
 
+/// The sequence number after the journal's last row. A last row at `u64::MAX` (which no run of
+/// the daemon reaches: a stray or tampered row) leaves none: wrapping to 0 would write the next
+/// rows over the journal's first, and a call's outcome over its own intent.
 fn next_seq(w: &WriteCtx<'_, '_>) -> Result<u64, JournalError> {
-    Ok(JOURNAL.last(&w.reader())?.map(|(k, _)| k + 1).unwrap_or(1))
+    match JOURNAL.last(&w.reader())? {
+        None => Ok(1),
+        // Store damage, as the call's answer says it (not a journal refusal of the call).
+        Some((k, _)) => k.checked_add(1).ok_or_else(|| {
+            JournalError::Store(StoreError::Corrupt(format!(
+                "the journal's last row is #{k}, and no sequence number follows it: run worldd doctor"
+            )))
+        }),
+    }
+}
+
+/// Write journal row `seq`, which [`next_seq`] chose past every row: appended, never put over
+/// a row (LMDB refuses a key that is not past the last one), so the journal is append-only
+/// even if the sequence were wrong.
+fn write_row(w: &mut WriteCtx<'_, '_>, seq: u64, row: &[u8]) -> Result<(), JournalError> {
+    JOURNAL.append(w, &seq, row).map_err(|e| {
+        JournalError::Store(StoreError::Corrupt(format!(
+            "journal row #{seq} could not be appended past the journal's last row: {e}"
+        )))
+    })
 }
 
 fn read_state(r: &ReadCtx<'_>, id: &str) -> Result<Option<JournalState>, JournalError> {
@@ -343,7 +365,7 @@ fn append_intent_to(
         });
     }
     let seq = next_seq(w)?;
-    JOURNAL.put(w, &seq, &intent_row(seq, intent)?)?;
+    write_row(w, seq, &intent_row(seq, intent)?)?;
     let state = state_row(&intent.view(), seq, None, None, None)?;
     match task {
         Some(task) => looked.put_initial_parts(
@@ -413,9 +435,9 @@ fn append_outcome_to(
         Some(task) => found.with(&[(Part::Journal, &bytes[..]), (Part::Task, task)]),
         None => found.with(&[(Part::Journal, &bytes[..])]),
     };
-    JOURNAL.put(
+    write_row(
         w,
-        &seq,
+        seq,
         &outcome_row(seq, invocation_id, status, result_ref.as_ref())?,
     )?;
     resolved.put(w, invocation_id)?;
@@ -836,6 +858,55 @@ mod tests {
             let seen = together.read(|r| task::get(r, episode, key)).unwrap();
             assert_eq!(seen, Some(committed));
         }
+    }
+
+    /// A stray journal row at the last sequence number (a tamper, a byte-level repair) leaves
+    /// no number for the next row: the next intent and outcome are refused as damage, and no
+    /// row is written, where the sequence used to wrap to 0 and a call's outcome was written
+    /// over its own intent.
+    #[test]
+    fn a_journal_append_never_writes_over_a_row_when_the_last_sequence_is_taken() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::create(&dir.path().join("db")).unwrap();
+        let (first, ..) = one_call("mcp:ep:t1", "ep", 1);
+        let (second, ..) = one_call("mcp:ep:t2", "ep", 2);
+        let i = first.clone();
+        store.write(move |w| append_intent(w, &i, 10)).unwrap();
+        store
+            .write(|w| JOURNAL.put(w, &u64::MAX, b"{\"kind\":\"stray\"}"))
+            .unwrap();
+        let before = store
+            .read(|r| {
+                JOURNAL
+                    .iter(r)?
+                    .map(|item| item.map(|(k, v)| (k, v.to_vec())))
+                    .collect::<Result<Vec<_>, _>>()
+            })
+            .unwrap();
+        let said = "store is damaged: the journal's last row is #18446744073709551615, and no \
+                    sequence number follows it: run worldd doctor";
+        let i = second.clone();
+        let e = store.write(move |w| append_intent(w, &i, 10)).unwrap_err();
+        assert!(
+            matches!(e, JournalError::Store(StoreError::Corrupt(_))),
+            "{e:?}"
+        );
+        assert_eq!(e.to_string(), said);
+        let e = store
+            .write(|w| append_outcome(w, "mcp:ep:t1", OutcomeStatus::Succeeded, None))
+            .unwrap_err();
+        assert_eq!(e.to_string(), said);
+        let after = store
+            .read(|r| {
+                JOURNAL
+                    .iter(r)?
+                    .map(|item| item.map(|(k, v)| (k, v.to_vec())))
+                    .collect::<Result<Vec<_>, _>>()
+            })
+            .unwrap();
+        assert_eq!(after, before);
+        assert_eq!(after.len(), 2);
+        assert_eq!(after[0].0, 1);
     }
 
     /// An outcome written in the transaction that journaled its intent (a read's intent and
