@@ -158,12 +158,7 @@ fn a_newest_world_whose_log_head_changed_stops_the_append_before_it_chains_to_no
 fn a_newest_world_that_does_not_hash_to_its_ref_is_refused_when_the_store_is_opened_to_serve() {
     let (dir, store) = store_with_three_entries();
     let world_ref = log_world_ref(&store, 3);
-    let state_root = store
-        .read(log::head)
-        .unwrap()
-        .unwrap()
-        .world
-        .state_root;
+    let state_root = store.read(log::head).unwrap().unwrap().world.state_root;
     let other = Ref::of(b"another state");
     edit_world(&store, 3, |w| {
         w.replace(&state_root.to_string(), &other.to_string())

@@ -228,3 +228,45 @@ fn a_store_replaced_under_the_daemon_stops_it_acknowledging_calls() {
     assert_eq!(code, 0, "{err}");
     assert!(out.contains("ep"), "{out}");
 }
+
+/// A store file the daemon could not look at for a moment (`EACCES` while an operator fixes a
+/// directory's mode, a link loop, an I/O error) was taken for a store "replaced or removed":
+/// the daemon refused every call until restarted and told the operator to copy a "deleted"
+/// file out of /proc. Only a file that is not there (or a path whose directory is no directory)
+/// is gone; any other failure is warned of once and looked at again, and the daemon serves on.
+/// (Run as root, a mode does not stop a look: a link loop where `data.mdb` was, put there and
+/// taken away by `rename`, so that the path never names nothing, fails it the same way.)
+#[test]
+fn a_store_the_daemon_cannot_look_at_for_a_moment_is_warned_of_once_and_still_served() {
+    let d = Daemon::start(WS, &[]);
+    let token = d.session("ep", &["Workspace.Read=worktree:100"]);
+    read_ok(&d, &token, 0);
+    let db = d.db();
+    let data = db.join("data.mdb");
+    let kept = db.join("kept");
+    std::fs::hard_link(&data, &kept).unwrap();
+    let looping = db.join("loop");
+    std::os::unix::fs::symlink("data.mdb", &looping).unwrap();
+    std::fs::rename(&looping, &data).unwrap();
+    let warning = format!(
+        "store {}: cannot look at the store's files (data.mdb: Too many levels of symbolic links (os error 40)); still serving, looking again every 1s (a store replaced meanwhile is seen once they can be looked at)",
+        db.display()
+    );
+    d.wait_for_log(&warning);
+    // Two more looks meet the same failure: not said again.
+    std::thread::sleep(Duration::from_millis(2500));
+    std::fs::rename(&kept, &data).unwrap();
+    d.wait_for_log(&format!(
+        "store {}: its files can be looked at again, and are the ones this daemon opened",
+        db.display()
+    ));
+    let log = d.log();
+    assert_eq!(log.matches(&warning).count(), 1, "{log}");
+    assert!(!log.contains("was replaced or removed"), "{log}");
+    read_ok(&d, &token, 1);
+    assert_eq!(
+        get(&d.url("/v1/health"), None).json()["status"],
+        "ok",
+        "{log}"
+    );
+}

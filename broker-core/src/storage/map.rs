@@ -39,6 +39,8 @@ pub(super) struct MapLock {
     /// Set, with the error logged, once the files at the store's path are no longer those:
     /// every write is refused from then on.
     pub(super) replaced: std::sync::OnceLock<String>,
+    /// What the watch could not look at, as last warned of.
+    pub(super) unseen: super::watch::Unseen,
 }
 
 /// How often, at most, a refusing store reads the disk again to see whether room was made.

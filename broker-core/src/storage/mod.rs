@@ -999,6 +999,7 @@ fn map_lock(
         made: std::time::Instant::now(),
         opened,
         replaced: std::sync::OnceLock::new(),
+        unseen: watch::Unseen::default(),
     })
 }
 
@@ -1210,11 +1211,22 @@ impl Store {
             return 0;
         }
         if map.replaced.get().is_none() {
-            if let Some(what) = map.opened.changed(&map.at) {
-                let message = map.opened.replaced_message(&inner.path, &what);
-                if map.replaced.set(message.clone()).is_ok() {
-                    tracing::error!("{message}");
+            let looked = match map.opened.changed(&map.at) {
+                Ok(Some(what)) => {
+                    let message = map.opened.replaced_message(&inner.path, &what);
+                    if map.replaced.set(message.clone()).is_ok() {
+                        tracing::error!("{message}");
+                    }
+                    None
                 }
+                Ok(None) => map.unseen.after(&inner.path, Ok(())),
+                // Not known to be replaced: warned of, and looked at again next time.
+                Err(why) => map.unseen.after(&inner.path, Err(why)),
+            };
+            match looked {
+                Some(watch::Said::Warn(line)) => tracing::warn!("{line}"),
+                Some(watch::Said::Info(line)) => tracing::info!("{line}"),
+                None => {}
             }
         }
         match inner.env.clear_stale_readers() {
