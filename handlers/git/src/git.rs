@@ -223,11 +223,15 @@ impl Git {
         let err = child.stderr.take().map(capture);
         if let (Some(bytes), Some(mut pipe)) = (stdin, child.stdin.take()) {
             // A commit message is at most a few KiB, under any pipe buffer, so
-            // this cannot block on a child that does not read.
-            if let Err(e) = pipe.write_all(bytes) {
-                drop(group);
-                let _ = child.wait();
-                return Err(RunError::Io(e));
+            // this cannot block on a child that does not read. A broken pipe is git gone
+            // (or done with its input) before it read: its exit status and stderr say why.
+            match pipe.write_all(bytes) {
+                Err(e) if e.kind() != io::ErrorKind::BrokenPipe => {
+                    drop(group);
+                    let _ = child.wait();
+                    return Err(RunError::Io(e));
+                }
+                _ => {}
             }
         }
         let status = loop {

@@ -483,11 +483,22 @@ impl GitHandler {
         self.check_staged(job, &repo)?;
         self.make_commit(job, &repo)?;
         self.install_index(&repo);
-        // From here on the commit exists: a failure to describe it is `failed` with the
-        // reason, never a silent success.
-        let head = self.head(job)?;
-        let (files, total) = self.files(job, &head)?;
-        Ok(self.made(head, files, total))
+        // From here on the commit exists: the effect happened, whatever fails in describing
+        // it, so the outcome is `ok` with what is known and a note of what is not.
+        Ok(self.describe(job))
+    }
+
+    /// The output of the commit just made: its id and files, or a note of what could not be
+    /// read.
+    fn describe(&self, job: &Job<'_>) -> Outcome {
+        let head = match self.head(job) {
+            Ok(head) => head,
+            Err(gap) => return self.made(None, Vec::new(), 0, Some(gap)),
+        };
+        match self.files(job, &head) {
+            Ok((files, total)) => self.made(Some(head), files, total, None),
+            Err(gap) => self.made(Some(head), Vec::new(), 0, Some(gap)),
+        }
     }
 
     /// 1. The worktree must be the top level of a git working tree; its git directory (and
@@ -763,26 +774,24 @@ impl GitHandler {
                 "commit: git commit refused: {}",
                 self.git_says(job, &o.stderr)
             ))),
-            Err(RunError::Timeout) => {
-                // git was killed holding whatever it held: release it, so that the
-                // repository stays usable.
+            // Only a git that never started proves that nothing was committed.
+            Err(RunError::Spawn(e)) => Err(self.broken(job, "commit", RunError::Spawn(e))),
+            Err(e) => {
+                // git was killed (at the deadline, or when it could no longer be waited for)
+                // holding whatever it held: release it, so that the repository stays usable.
                 let removed = locks.sweep();
-                let message = format!(
-                    "commit: git commit did not finish within the time limit ({}) and was stopped; the commit may or may not have been made",
-                    job.limit
-                );
+                let message = unfinished_commit(&e, job.limit);
                 self.host.log(
                     LogLevel::Error,
                     &format!("{message} (lock files removed: {})", removed.len()),
                 );
                 Err(Outcome::indeterminate(message))
             }
-            Err(e) => Err(self.broken(job, "commit", e)),
         }
     }
 
-    /// 6. The id of the commit made.
-    fn head(&self, job: &Job<'_>) -> Step<String> {
+    /// 6. The id of the commit made, or why it is not known.
+    fn head(&self, job: &Job<'_>) -> Result<String, String> {
         let head = match self.run(
             job,
             &[os("rev-parse"), os("--verify"), os("HEAD^{commit}")],
@@ -790,23 +799,21 @@ impl GitHandler {
         ) {
             Ok(o) if o.status.success() => String::from_utf8_lossy(&o.stdout).trim().to_string(),
             Ok(o) => {
-                return Err(Outcome::failed(format!(
-                    "commit: the commit was made but its id could not be read: {}",
+                return Err(format!(
+                    "the commit was made but its id could not be read: {}",
                     self.git_says(job, &o.stderr)
-                )))
+                ))
             }
-            Err(e) => return Err(self.after_commit("rev-parse", e)),
+            Err(e) => return Err(after_commit("rev-parse", "its id is not known", e)),
         };
         if !(head.len() == 40 || head.len() == 64) || !head.bytes().all(|b| b.is_ascii_hexdigit()) {
-            return Err(Outcome::failed(
-                "commit: the commit was made but git reported an unreadable id",
-            ));
+            return Err("the commit was made but git reported an unreadable id".into());
         }
         Ok(head)
     }
 
     /// The files of commit `head`: at most [`MAX_LISTED_FILES`] names, and how many there are.
-    fn files(&self, job: &Job<'_>, head: &str) -> Step<(Vec<String>, usize)> {
+    fn files(&self, job: &Job<'_>, head: &str) -> Result<(Vec<String>, usize), String> {
         let files = match self.run(
             job,
             &[
@@ -823,12 +830,12 @@ impl GitHandler {
         ) {
             Ok(o) if o.status.success() => o,
             Ok(o) => {
-                return Err(Outcome::failed(format!(
-                    "commit: commit {head} was made but its files could not be listed: {}",
+                return Err(format!(
+                    "the commit was made but its files could not be listed: {}",
                     self.git_says(job, &o.stderr)
-                )))
+                ))
             }
-            Err(e) => return Err(self.after_commit("diff-tree", e)),
+            Err(e) => return Err(after_commit("diff-tree", "its files are not listed", e)),
         };
         // Every name ends in a NUL, so the count holds past what was kept of the listing.
         let total = files.stdout_records;
@@ -842,8 +849,15 @@ impl GitHandler {
         Ok((names, total))
     }
 
-    /// The output of a commit made: its id and its files.
-    fn made(&self, head: String, files: Vec<String>, total: usize) -> Outcome {
+    /// The output of a commit made: its id (`null` when it could not be read) and its files,
+    /// and `note`, what could not be read, when something could not.
+    fn made(
+        &self,
+        head: Option<String>,
+        files: Vec<String>,
+        total: usize,
+        note: Option<String>,
+    ) -> Outcome {
         let mut fields = Map::new();
         fields.insert("ok".into(), json!(true));
         fields.insert("commit".into(), json!(head));
@@ -851,22 +865,44 @@ impl GitHandler {
         if total > MAX_LISTED_FILES {
             fields.insert("more_files".into(), json!(total - MAX_LISTED_FILES));
         }
-        self.host.log(
-            LogLevel::Debug,
-            &format!("git: committed {head} ({total} file(s))"),
-        );
+        let head = head.as_deref().unwrap_or("a commit");
+        match &note {
+            Some(note) => self
+                .host
+                .log(LogLevel::Warn, &format!("git: committed {head}; {note}")),
+            None => self.host.log(
+                LogLevel::Debug,
+                &format!("git: committed {head} ({total} file(s))"),
+            ),
+        }
+        if let Some(note) = note {
+            fields.insert("note".into(), json!(note));
+        }
         self.stamp.ok(fields)
     }
+}
 
-    fn after_commit(&self, step: &str, error: RunError) -> Outcome {
-        let cause = match error {
-            RunError::Spawn(e) | RunError::Io(e) => errno_text(&e),
-            RunError::Timeout => "the time limit was reached".to_string(),
-        };
-        Outcome::failed(format!(
-            "commit: the commit was made but git {step} failed afterwards: {cause}"
-        ))
+/// The `indeterminate` message of a `git commit` run that started and was not seen to its end
+/// (killed at the deadline, or no longer waited for): it may have committed.
+fn unfinished_commit(error: &RunError, limit: TimeLimit) -> String {
+    match error {
+        RunError::Timeout => format!(
+            "commit: git commit did not finish within the time limit ({limit}) and was stopped; the commit may or may not have been made"
+        ),
+        RunError::Spawn(e) | RunError::Io(e) => format!(
+            "commit: waiting for git commit failed ({}) and it was stopped; the commit may or may not have been made",
+            errno_text(e)
+        ),
     }
+}
+
+/// Why something about a commit made is not known: git `step` did not complete.
+fn after_commit(step: &str, unknown: &str, error: RunError) -> String {
+    let cause = match error {
+        RunError::Spawn(e) | RunError::Io(e) => errno_text(&e),
+        RunError::Timeout => "the time limit was reached".to_string(),
+    };
+    format!("the commit was made but git {step} failed afterwards ({cause}): {unknown}; git log in the worktree shows it")
 }
 
 /// The effect asked for, when it is the one this plugin handles.
@@ -1058,7 +1094,19 @@ impl EffectHandler for GitHandler {
 
 #[cfg(test)]
 mod tests {
-    use super::staged_gitlinks;
+    use super::{staged_gitlinks, unfinished_commit, RunError, TimeLimit};
+
+    /// An error waiting for a `git commit` that had started (ECHILD, when another part of the
+    /// process reaps children) was `failed`, "nothing was committed", though git had
+    /// committed: it is the same uncertainty as a run stopped at the deadline.
+    #[test]
+    fn a_git_commit_that_could_not_be_waited_for_may_have_committed() {
+        let lost = std::io::Error::from_raw_os_error(libc::ECHILD);
+        assert_eq!(
+            unfinished_commit(&RunError::Io(lost), TimeLimit::Plugin(std::time::Duration::from_secs(8))),
+            "commit: waiting for git commit failed (no child processes) and it was stopped; the commit may or may not have been made"
+        );
+    }
 
     #[test]
     fn gitlinks_are_found_in_raw_diff_records() {
