@@ -21,7 +21,7 @@ use std::borrow::Cow;
 use broker_core::coordinator::EffectSummary;
 use broker_core::journal::{self, OutcomeStatus};
 use broker_core::log::{self, Entry, LogError};
-use broker_core::object::{sid, Ref};
+use broker_core::object::Ref;
 use broker_core::store::{ReadCtx, StoreError};
 use handler_api::EffectClass;
 use serde::Deserialize;
@@ -114,10 +114,14 @@ pub fn summarise(
         return Ok(None);
     };
     let world_ref = log::world_ref_at(r, index)?;
-    let call = entry.header.written_by.starts_with("coordinator:");
+    let call = entry.header.written_by.starts_with(log::COORDINATOR_PREFIX);
+    // A coordinator's entry names its invocation record: that is its kind, whatever kind the
+    // stored row says. Objects are deduplicated by content and the first writer's semantic id
+    // sticks, so an agent can send, as the arguments of an earlier call, the exact bytes a
+    // later call's record will have; requiring the stored kind let it turn that call into
+    // "not a call" in every timeline.
     let record = if call {
         r.object_view(&entry.transition_ref)?
-            .filter(|o| o.semantic_id == sid::INVOCATION_RECORD)
             .and_then(|o| serde_json::from_slice::<RecordFields<'_>>(o.payload).ok())
     } else {
         None
@@ -128,6 +132,14 @@ pub fn summarise(
         .map(str::to_owned);
     if !visibility::may_see(r, reader, &entry)? {
         return Ok(None);
+    }
+    // An agent may read the record's bytes because it stored them first (as its own
+    // arguments), not because the call is its episode's: another episode's call stays
+    // unlisted, as it would have been had those bytes not been guessed.
+    if let (Reader::Episode(mine), Some(theirs)) = (reader, episode.as_deref()) {
+        if mine != theirs {
+            return Ok(None);
+        }
     }
     let Some(rec) = record else {
         return Ok(Some(Summary {

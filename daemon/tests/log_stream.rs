@@ -1128,3 +1128,161 @@ async fn a_stream_sends_an_entry_only_once_it_is_durable() {
     assert_eq!(s.entry().await.id, Some(1));
     append.await.unwrap();
 }
+
+impl Harness {
+    /// `tools/call` of `ailang-read` with these arguments and, when given, this idempotency
+    /// key; the structured result.
+    async fn call_with(&self, token: &str, arguments: &Value, key: Option<&str>) -> Value {
+        let mut params = json!({"name": "ailang-read", "arguments": arguments});
+        if let Some(k) = key {
+            params["_meta"] = json!({"world/idempotencyKey": k});
+        }
+        let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": params});
+        let req = Request::post("/mcp/")
+            .header("authorization", format!("Bearer {token}"))
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream")
+            .header("mcp-protocol-version", "2025-11-25")
+            .body(Body::from(body.to_string()))
+            .unwrap();
+        let res = self.app.clone().oneshot(req).await.unwrap();
+        let text = String::from_utf8(res.into_body().collect().await.unwrap().to_bytes().to_vec())
+            .unwrap();
+        let data = text
+            .lines()
+            .find_map(|l| l.strip_prefix("data: "))
+            .unwrap_or_else(|| panic!("not SSE: {text}"));
+        serde_json::from_str::<Value>(data).unwrap()["result"].clone()
+    }
+
+    fn head(&self) -> u64 {
+        self.store
+            .read(|r| log::head(r))
+            .unwrap()
+            .unwrap()
+            .world
+            .revision
+    }
+
+    /// The object entry `index` names as its transition: its address, its payload as JSON and
+    /// the semantic id it was first stored under.
+    fn transition_object(&self, index: u64) -> (Ref, Value, String) {
+        let entry = self.store.read(|r| log::entry(r, index)).unwrap().unwrap();
+        let (payload, sid) = self
+            .store
+            .read(|r| {
+                r.object_view(&entry.transition_ref)
+                    .map(|o| o.map(|o| (o.payload.to_vec(), o.semantic_id.to_owned())))
+            })
+            .unwrap()
+            .unwrap();
+        (
+            entry.transition_ref,
+            serde_json::from_slice(&payload).unwrap(),
+            sid,
+        )
+    }
+
+    /// The summary of entry `index` as `token` reads it, or `None` when it is not listed.
+    async fn summary(&self, token: &str, index: u64) -> Option<Value> {
+        let (status, page) = self
+            .get_json(
+                Some(token),
+                &format!("/v1/log/summaries?from={index}&limit=1"),
+            )
+            .await;
+        assert_eq!(status, StatusCode::OK, "{page}");
+        page["items"].as_array().unwrap().first().cloned()
+    }
+}
+
+/// What a summary says of a call: invocation, tool, episode, outcome and reason.
+fn call_fields(s: &Value) -> Value {
+    json!([
+        s["invocationId"],
+        s["tool"],
+        s["episode"],
+        s["outcome"],
+        s["reason"]
+    ])
+}
+
+/// An agent sends, as the arguments of a refused call, the exact bytes its next call's record
+/// will have (a plan refusal has no effects, so its record is predictable from an earlier
+/// one). The store keeps one copy per content and the first writer's semantic id
+/// (`world/invocation-input/v1`); the summary still reads the entry's record as the call it is.
+#[tokio::test]
+async fn a_call_whose_record_bytes_were_first_stored_as_arguments_is_still_summarised_as_that_call()
+{
+    let h = harness(false);
+    let ep1 = h.token("ep1", &["Workspace.Read=worktree:10"]);
+    let ops = h.operator_token();
+    let refused = json!({"path": "/etc/passwd"});
+    h.call_with(&ep1, &refused, Some("k1")).await;
+    let first = h.head();
+    let (_, mut record, sid) = h.transition_object(first);
+    assert_eq!(sid, "world/invocation-record/v2");
+    assert_eq!(record["invocationId"], "mcp:ep1:k1");
+    record["invocationId"] = json!("mcp:ep1:k2");
+    let predicted = Object::json("any", "any", &record).unwrap().hash;
+    // Refused (the record is no argument list ailang-read takes), but its arguments are stored.
+    let answer = h.call_with(&ep1, &record, None).await;
+    assert_eq!(answer["isError"], true, "{answer}");
+    h.call_with(&ep1, &refused, Some("k2")).await;
+    let disguised = h.head();
+    let (reference, _, sid) = h.transition_object(disguised);
+    assert_eq!(reference, predicted, "the record is the bytes sent before");
+    assert_eq!(
+        sid, "world/invocation-input/v1",
+        "the record's bytes keep their first writer's kind"
+    );
+
+    let want = json!(["mcp:ep1:k2", "ailang-read", "ep1", "refused", "plan"]);
+    for token in [&ops, &ep1] {
+        let s = h.summary(token, disguised).await.expect("listed");
+        assert_eq!(call_fields(&s), want, "{s}");
+    }
+    // The stream carries the same summary.
+    let mut stream = h
+        .stream(Some(&ops), &format!("?from={disguised}"), &[])
+        .await;
+    let e = stream.entry().await;
+    assert_eq!(e.id, Some(disguised));
+    assert_eq!(call_fields(&e.data), want);
+}
+
+/// One agent stores, as its own arguments, the record another episode's next call will have
+/// (a predictable idempotency key). The call is still summarised as the other episode's, and
+/// the agent that stored the bytes first does not get that episode's entry in its listing.
+#[tokio::test]
+async fn an_agent_that_stores_another_episodes_record_first_neither_hides_nor_lists_that_call() {
+    let h = harness(false);
+    let ep1 = h.token("ep1", &["Workspace.Read=worktree:10"]);
+    let ep2 = h.token("ep2", &["Workspace.Read=worktree:10"]);
+    let ep3 = h.token("ep3", &["Workspace.Read=worktree:10"]);
+    let ops = h.operator_token();
+    let refused = json!({"path": "/etc/passwd"});
+    h.call_with(&ep1, &refused, Some("k1")).await;
+    let (_, mut record, _) = h.transition_object(h.head());
+    record["invocationId"] = json!("mcp:ep2:step-1");
+    record["episodeId"] = json!("ep2");
+    let predicted = Object::json("any", "any", &record).unwrap().hash;
+    h.call_with(&ep1, &record, None).await;
+    h.call_with(&ep2, &refused, Some("step-1")).await;
+    let theirs = h.head();
+    let (reference, _, sid) = h.transition_object(theirs);
+    assert_eq!(reference, predicted);
+    assert_eq!(sid, "world/invocation-input/v1");
+
+    let want = json!(["mcp:ep2:step-1", "ailang-read", "ep2", "refused", "plan"]);
+    for token in [&ops, &ep2] {
+        let s = h.summary(token, theirs).await.expect("listed");
+        assert_eq!(call_fields(&s), want, "{s}");
+    }
+    assert_eq!(
+        h.summary(&ep1, theirs).await,
+        None,
+        "ep2's call is not ep1's"
+    );
+    assert_eq!(h.summary(&ep3, theirs).await, None);
+}
