@@ -736,12 +736,24 @@ pub fn audit(r: &ReadCtx<'_>) -> Result<(Vec<AuditFinding>, u64), JournalError> 
             ))),
         }
     }
-    if indexed != open {
-        findings.push(AuditFinding(format!(
-            "pending index lists {} intent(s) but the journal has {} without outcome",
-            indexed.len(),
-            open.len()
-        )));
+    // Each row that differs is named, with what it says and what the journal says.
+    for (id, seq) in &indexed {
+        match open.get(id) {
+            Some(intent) if intent == seq => {}
+            Some(intent) => findings.push(AuditFinding(format!(
+                "pending row {id} names journal #{seq}, but its open intent is #{intent}"
+            ))),
+            None => findings.push(AuditFinding(format!(
+                "pending row {id} names journal #{seq}, but {id} has no intent without outcome"
+            ))),
+        }
+    }
+    for (id, seq) in &open {
+        if !indexed.contains_key(id) {
+            findings.push(AuditFinding(format!(
+                "journal #{seq}: the intent of {id} has no outcome, but the pending index has no row for it"
+            )));
+        }
     }
     Ok((findings, n))
 }
@@ -907,6 +919,56 @@ mod tests {
         assert_eq!(after, before);
         assert_eq!(after.len(), 2);
         assert_eq!(after[0].0, 1);
+    }
+
+    /// A pending row that names another journal row than its call's open intent, one for a
+    /// call with no open intent, and an open intent with no pending row are each named, with
+    /// what the row says and what the journal says (not two equal counts).
+    #[test]
+    fn the_audit_names_a_wrong_pending_row_and_what_is_wrong_with_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::create(&dir.path().join("db")).unwrap();
+        let (open, ..) = one_call("mcp:ep:open", "ep", 1);
+        let (done, ..) = one_call("mcp:ep:done", "ep", 2);
+        let (i, j) = (open.clone(), done.clone());
+        store
+            .write(move |w| {
+                append_intent(w, &i, 10)?;
+                append_intent(w, &j, 10)?;
+                append_outcome(w, "mcp:ep:done", OutcomeStatus::Succeeded, None).map(drop)
+            })
+            .unwrap();
+        assert_eq!(store.read(audit).unwrap().0, Vec::new());
+        let findings = |pending: &[(&str, u64)]| {
+            let pending: Vec<(String, u64)> =
+                pending.iter().map(|(k, v)| (k.to_string(), *v)).collect();
+            store
+                .write(move |w| {
+                    PENDING.clear(w)?;
+                    for (id, seq) in &pending {
+                        PENDING.put(w, id, seq)?;
+                    }
+                    Ok::<_, StoreError>(())
+                })
+                .unwrap();
+            let found = store.read(audit).unwrap().0;
+            found.into_iter().map(|f| f.0).collect::<Vec<_>>()
+        };
+        assert_eq!(
+            findings(&[("mcp:ep:open", 999)]),
+            ["pending row mcp:ep:open names journal #999, but its open intent is #1"]
+        );
+        assert_eq!(
+            findings(&[("mcp:ep:open", 1), ("mcp:ep:done", 2)]),
+            [
+                "pending row mcp:ep:done names journal #2, but mcp:ep:done has no intent without outcome"
+            ]
+        );
+        assert_eq!(
+            findings(&[]),
+            ["journal #1: the intent of mcp:ep:open has no outcome, but the pending index has no row for it"]
+        );
+        assert_eq!(findings(&[("mcp:ep:open", 1)]), Vec::<String>::new());
     }
 
     /// An outcome written in the transaction that journaled its intent (a read's intent and

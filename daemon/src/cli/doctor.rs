@@ -95,15 +95,11 @@ pub fn run(a: DoctorArgs) -> CliResult {
             }
             more(audit.claims.len())?;
         }
-        let journal = if audit.journal_findings.is_empty() {
-            "equal the sum of intents"
-        } else {
-            "DISAGREE with the journal"
-        };
         section(
             format!(
-                "{} journal record(s); spend counters {journal}",
-                audit.journal_records
+                "{} journal record(s); {}",
+                audit.journal_records,
+                journal_verdict(&audit.journal_findings)
             ),
             &audit.journal_findings,
         )?;
@@ -234,6 +230,39 @@ fn more(total: usize) -> CliResult {
         );
     }
     Ok(())
+}
+
+/// The journal line's verdict: what disagrees, told by its findings (a spend counter, the
+/// pending index, the journal's own rows), so that a wrong pending row does not blame the
+/// spend counters.
+fn journal_verdict(findings: &[String]) -> String {
+    if findings.is_empty() {
+        return "spend counters equal the sum of intents".into();
+    }
+    let spend = findings.iter().any(|f| f.starts_with("spend "));
+    let pending = findings
+        .iter()
+        .any(|f| f.starts_with("pending ") || f.contains("the pending index has no row"));
+    let rows = findings
+        .iter()
+        .any(|f| f.starts_with("journal #") && !f.contains("the pending index has no row"));
+    match (spend, pending, rows) {
+        (true, false, false) => "spend counters DISAGREE with the journal".into(),
+        (false, true, false) => "the pending index DISAGREES with the journal".into(),
+        (false, false, _) => "the journal's rows are DAMAGED".into(),
+        _ => {
+            let parts = [
+                (spend, "spend counters"),
+                (pending, "the pending index"),
+                (rows, "its rows"),
+            ];
+            let parts: Vec<&str> = parts
+                .into_iter()
+                .filter_map(|(on, what)| on.then_some(what))
+                .collect();
+            format!("the journal is DAMAGED ({})", parts.join(", "))
+        }
+    }
 }
 
 fn mark(ok: bool) -> &'static str {

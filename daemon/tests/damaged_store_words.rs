@@ -1,0 +1,79 @@
+//! What `doctor` and `why` say of a store damaged in one place: each finding names the row
+//! that is wrong and what is wrong with it, where it is, and an intact row is not blamed for
+//! it. The damage is made with LMDB directly, on a stopped store, as a bad restore, a
+//! byte-level repair or a tamper leaves it.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+
+use common::*;
+use serde_json::json;
+
+const WS: &[&str] = &["worldd_workspace"];
+
+/// A stopped store in which episode `ep1` read `a.txt` as tasks `r1`..`r6` (entries 1..6).
+fn six_reads() -> (tempfile::TempDir, PathBuf) {
+    let d = Daemon::start(WS, &[]);
+    let token = d.session("ep1", &["Workspace.Read=worktree:9"]);
+    std::fs::write(d.root().join("ep1/a.txt"), "alpha").unwrap();
+    for i in 1..=6 {
+        a2a(
+            &d,
+            &token,
+            &format!("r{i}"),
+            "ailang-read",
+            json!({"path": "a.txt"}),
+        );
+    }
+    let kept = d.halt();
+    let db = kept.path().join("db");
+    (kept, db)
+}
+
+/// Change table `name` of the closed store at `db` in one write transaction.
+fn tamper(db: &Path, name: &str, change: impl FnOnce(&mut heed::RwTxn, Table)) {
+    // SAFETY: no store handle is open on `db` in this process while this one is, and the
+    // daemon that wrote it has stopped.
+    let env = unsafe { heed::EnvOpenOptions::new().max_dbs(32).open(db).unwrap() };
+    let table: Table = env
+        .create_databases_and_commit(env.write_txn().unwrap(), |dbo, wtxn| {
+            dbo.create_database(wtxn, Some(name))
+                .map(heed::CommitOrAbort::<_, ()>::Commit)
+        })
+        .unwrap()
+        .unwrap_commit();
+    let mut wtxn = env.write_txn().unwrap();
+    change(&mut wtxn, table);
+    wtxn.commit().unwrap();
+    env.prepare_for_closing().wait();
+}
+
+type Table = heed::Database<'static, heed::types::Bytes, heed::types::Bytes>;
+
+fn key(i: u64) -> [u8; 8] {
+    i.to_be_bytes()
+}
+
+fn doctor(db: &Path) -> (i32, String) {
+    let (code, out, err) = worldd(&["doctor", "--db", db.to_str().unwrap()], None);
+    (code, format!("{out}{err}"))
+}
+
+#[test]
+fn doctor_names_a_wrong_pending_row_and_does_not_blame_the_spend_counters() {
+    let (_kept, db) = six_reads();
+    // The pending row of a call that committed, naming its intent.
+    tamper(&db, "pending", |w, t| {
+        t.put(w, b"a2a:ep1:r2", &key(3)).unwrap();
+    });
+    let (code, out) = doctor(&db);
+    assert_eq!(code, 3, "{out}");
+    assert!(
+        out.contains(
+            "  ✗ 12 journal record(s); the pending index DISAGREES with the journal\n      pending row a2a:ep1:r2 names journal #3, but a2a:ep1:r2 has no intent without outcome\n"
+        ),
+        "{out}"
+    );
+    assert!(!out.contains("spend counters DISAGREE"), "{out}");
+}
