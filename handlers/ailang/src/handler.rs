@@ -115,6 +115,13 @@ const KNOWN_KEYS: [&str; 10] = [
 /// command name).
 pub const NO_CORPUS: &str = "no examples corpus configured: start worldd serve with --plugin-config ailang.examplesDir=DIR (an AILANG examples corpus: manifest.json plus runnable/; `ailang examples download` makes one at ~/.ailang/examples)";
 
+/// The fix for an archived binary that is gone or not executable: each start copies `bin`
+/// into `stateDir/bin/<sha256>/ailang` again.
+pub const RESTART: &str = "restart worldd to archive bin again";
+
+/// The agent's answer when the archived binary cannot be run (the log names the file).
+pub const UNRUNNABLE: &str = "the ailang binary this daemon runs is missing or not executable; an operator must restart worldd to archive it again";
+
 /// Which effect family a request belongs to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Kind {
@@ -211,6 +218,52 @@ fn archive(bin: &Path, bin_dir: &Path) -> Result<(PathBuf, String), String> {
     Ok((target, hex))
 }
 
+/// Refuse a `bin` another user could have written or could swap, by the rule the daemon
+/// applies to plugin libraries: it runs as the daemon's user, beside the store and every
+/// worktree. Every user may write it, or it belongs to a user other than this process's and
+/// root; or every user may write the directory holding it (the link's, and the file's when
+/// `bin` is a symlink) and that directory is not sticky. A group's write is the owner's grant.
+fn refuse_loose_bin(bin: &Path, meta: &fs::Metadata) -> Result<(), String> {
+    let shown = bin.display();
+    let mode = meta.mode() & 0o7777;
+    if mode & 0o002 != 0 {
+        return Err(format!(
+            "ailang config: bin {shown}: refusing to run a binary every user may write (mode {mode:04o}); `chmod o-w {shown}`"
+        ));
+    }
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    let me = unsafe { libc::geteuid() };
+    if meta.uid() != me && meta.uid() != 0 {
+        return Err(format!(
+            "ailang config: bin {shown}: refusing to run a binary owned by uid {}, neither this process's user (uid {me}) nor root",
+            meta.uid()
+        ));
+    }
+    let holder = |p: &Path| match p.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    let mut dirs = vec![holder(bin)];
+    if let Ok(real) = bin.canonicalize() {
+        let dir = holder(&real);
+        if !dirs.contains(&dir) {
+            dirs.push(dir);
+        }
+    }
+    for dir in dirs {
+        let Ok(m) = fs::metadata(&dir) else { continue };
+        let mode = m.mode() & 0o7777;
+        if mode & 0o002 != 0 && mode & 0o1000 == 0 {
+            return Err(format!(
+                "ailang config: bin {shown}: refusing it inside {}, a directory every user may write, without the sticky bit (mode {mode:04o}): anyone could swap it for their own; `chmod o-w {}`",
+                dir.display(),
+                dir.display()
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// Whether one of two canonical paths lies inside the other.
 fn overlaps(a: &Path, b: &Path) -> bool {
     a.starts_with(b) || b.starts_with(a)
@@ -284,6 +337,7 @@ impl AilangHandler {
         if meta.permissions().mode() & 0o111 == 0 {
             return Err(format!("ailang config: bin {bin_text} is not executable"));
         }
+        refuse_loose_bin(&config.bin, &meta)?;
         let examples_dir = match &config.examples_dir {
             None => None,
             Some(d) => {
@@ -386,6 +440,34 @@ impl AilangHandler {
         &self.bin
     }
 
+    /// `what` and why its child did not give a result. A child that could not be started
+    /// names the archived copy (the file that was to run, not the operator's `bin`) and, when
+    /// the copy is gone or not executable, the fix: a start archives `bin` again.
+    fn child_failed(&self, what: &str, e: &process::Failure) -> String {
+        match e {
+            process::Failure::Spawn { error, .. }
+                if matches!(
+                    error.kind(),
+                    io::ErrorKind::NotFound | io::ErrorKind::PermissionDenied
+                ) =>
+            {
+                format!("{what} {e}; {RESTART}")
+            }
+            e => format!("{what} {e}"),
+        }
+    }
+
+    /// Why the archived binary cannot be run now (removed, or its execute bit taken, while
+    /// the daemon serves), if it cannot: every call would fail before anything ran.
+    fn unrunnable(&self) -> Option<String> {
+        let path = std::ffi::CString::new(self.bin.as_os_str().as_encoded_bytes()).ok()?;
+        // SAFETY: `path` is a NUL-terminated string that outlives the call.
+        if unsafe { libc::access(path.as_ptr(), libc::X_OK) } == 0 {
+            return None;
+        }
+        Some(io::Error::last_os_error().to_string())
+    }
+
     /// The canonical state directory.
     pub fn state_dir(&self) -> &Path {
         &self.state_dir
@@ -425,7 +507,7 @@ impl AilangHandler {
         ];
         let stdin = serde_json::to_vec(&sorted(request)).map_err(|e| e.to_string())?;
         let done = process::run(self.spec(c, args, stdin))
-            .map_err(|e| format!("ailang policy-tool {e}"))?;
+            .map_err(|e| self.child_failed("ailang policy-tool", &e))?;
         if !done.status.success() {
             let stderr = excerpt(&String::from_utf8_lossy(&done.stderr));
             return Err(format!(
@@ -591,8 +673,17 @@ impl AilangHandler {
         }
         let done = match process::run(self.spec(c, args, run.stdin.as_bytes().to_vec())) {
             Ok(d) => d,
+            // Waiting for the started child failed: the program may have run to its end (its
+            // writes made), so the handler cannot say it did not complete.
+            Err(e @ process::Failure::Wait(_)) => {
+                return Outcome::indeterminate(format!(
+                    "broker: {} indeterminate: the program was started, then ailang run {e}; it may have run",
+                    c.effect
+                ))
+            }
             Err(e) => {
-                return Outcome::failed(format!("broker: {} failed: ailang run {e}", c.effect))
+                let why = self.child_failed("ailang run", &e);
+                return Outcome::failed(format!("broker: {} failed: {why}", c.effect));
             }
         };
         let Some(envelope) = run::parse(done.status.code(), &done.stdout, &done.stderr) else {
@@ -1352,6 +1443,19 @@ impl EffectHandler for AilangHandler {
     /// A request the handler would refuse for its arguments or the operator's gates is declined
     /// before anything is spent ([`AilangHandler::declined`]).
     fn preflight(&self, request: &Request) -> Preflight {
+        if let Some(e) = self.unrunnable() {
+            // The operator's log names the file and the fix; the agent's answer names no host
+            // path.
+            self.host.log(
+                LogLevel::Error,
+                &format!(
+                    "ailang: {} declined: the archived binary {} cannot be run: {e}; {RESTART}",
+                    request.effect,
+                    self.bin.display()
+                ),
+            );
+            return Preflight::Decline(refusal(UNRUNNABLE.to_string()));
+        }
         match self.declined(request) {
             Some(why) => Preflight::Decline(refusal(why)),
             None => Preflight::Proceed,

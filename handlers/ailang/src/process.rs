@@ -86,20 +86,28 @@ pub fn rc_text(status: &ExitStatus) -> String {
 /// Why a child did not produce a usable result.
 #[derive(Debug)]
 pub enum Failure {
-    /// It could not be started.
-    Spawn(io::Error),
+    /// It could not be started: nothing ran. `program` is the file that was to run.
+    Spawn { program: PathBuf, error: io::Error },
     /// The deadline passed; the group was killed.
     Timeout(Duration),
     /// A stream exceeded the cap; the group was killed.
     Overflow(&'static str),
-    /// Waiting or reading failed, or a descendant outside the group kept a pipe open.
+    /// Waiting for the started child failed: whether it ran to its end is unknown.
+    Wait(String),
+    /// Reading failed, or a descendant outside the group kept a pipe open.
     Io(String),
 }
 
 impl std::fmt::Display for Failure {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            Failure::Spawn(e) => write!(f, "could not be started: {e}"),
+            Failure::Spawn { program, error } => {
+                write!(f, "could not be started: {}: {error}", program.display())?;
+                if let Some(why) = missing_interpreter(program, error) {
+                    write!(f, "; {why}")?;
+                }
+                Ok(())
+            }
             Failure::Timeout(d) => write!(
                 f,
                 "did not finish within the effect's time limit of {} ms; its process group was killed",
@@ -109,9 +117,38 @@ impl std::fmt::Display for Failure {
                 f,
                 "wrote more than {OUTPUT_CAP} bytes to {stream}; its process group was killed (output is never truncated)"
             ),
-            Failure::Io(e) => write!(f, "failed: {e}"),
+            Failure::Wait(e) | Failure::Io(e) => write!(f, "failed: {e}"),
         }
     }
+}
+
+/// Why exec said "No such file or directory" of a file that is there: a script whose `#!`
+/// interpreter is missing fails exactly so, and the bare errno sends the operator looking for
+/// the file itself.
+fn missing_interpreter(program: &Path, error: &io::Error) -> Option<String> {
+    if error.kind() != io::ErrorKind::NotFound || !program.is_file() {
+        return None;
+    }
+    let mut head = [0u8; 256];
+    let n = File::open(program)
+        .and_then(|mut f| f.read(&mut head))
+        .ok()?;
+    let interpreter = head[..n]
+        .strip_prefix(b"#!")
+        .and_then(|line| line.split(|b| *b == b'\n').next())
+        .and_then(|line| {
+            line.split(|b| *b == b' ' || *b == b'\t')
+                .find(|w| !w.is_empty())
+        })
+        .map(|w| String::from_utf8_lossy(w).into_owned());
+    Some(match interpreter {
+        Some(i) => {
+            format!("the file is there, so the interpreter its #! line names ({i}) may be missing")
+        }
+        None => {
+            "the file is there, so an interpreter or library it needs may be missing".to_string()
+        }
+    })
 }
 
 /// At most 200 characters of `text` on one line, for messages.
@@ -326,9 +363,12 @@ pub fn run(spec: Spec) -> Result<Finished, Failure> {
     let mut command = Command::new(&spec.program);
     command.args(&spec.args);
     match &spec.dir {
-        Some(dir) => {
-            handler_kit::worktree::run_in(&mut command, dir.as_fd()).map_err(Failure::Spawn)?
-        }
+        Some(dir) => handler_kit::worktree::run_in(&mut command, dir.as_fd()).map_err(|error| {
+            Failure::Spawn {
+                program: spec.program.clone(),
+                error,
+            }
+        })?,
         None => {
             command.current_dir(&spec.cwd);
         }
@@ -339,10 +379,14 @@ pub fn run(spec: Spec) -> Result<Finished, Failure> {
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
-    let group = Group::new().map_err(Failure::Spawn)?;
+    let spawn_failed = |error| Failure::Spawn {
+        program: spec.program.clone(),
+        error,
+    };
+    let group = Group::new().map_err(spawn_failed)?;
     group.prepare(&mut command);
     handler_kit::child::limit_memory(&mut command, spec.memory);
-    let mut child = spawn(&mut command).map_err(Failure::Spawn)?;
+    let mut child = spawn(&mut command).map_err(spawn_failed)?;
     let pid = child.id() as i32;
 
     let mut pipes = match Pipes::new(&mut child, spec.stdin, spec.cap) {
@@ -359,7 +403,7 @@ pub fn run(spec: Spec) -> Result<Finished, Failure> {
         match exited(pid) {
             Ok(true) => break Ok(()),
             Ok(false) => {}
-            Err(e) => break Err(Failure::Io(format!("waiting for it failed: {e}"))),
+            Err(e) => break Err(Failure::Wait(format!("waiting for it failed: {e}"))),
         }
         if let Some(name) = pipes.overflow {
             break Err(Failure::Overflow(name));
@@ -399,7 +443,7 @@ pub fn run(spec: Spec) -> Result<Finished, Failure> {
     if let Some(name) = pipes.overflow {
         return Err(Failure::Overflow(name));
     }
-    let status = status.map_err(|e| Failure::Io(format!("reaping it failed: {e}")))?;
+    let status = status.map_err(|e| Failure::Wait(format!("reaping it failed: {e}")))?;
     let [stdout, stderr] = pipes.data;
     Ok(Finished {
         status,
