@@ -44,6 +44,13 @@ pub const TOO_MANY_STAGED: &str = "commit: the staged changes are too many to ch
 /// it cannot show that none of them is a file with a second hard link.
 pub const TOO_MANY_CHANGED: &str = "commit: the changes are too many to check for hard links (git status gave more than 8 MiB); commit them in parts with paths";
 
+/// What a refusal adds when git left ignored files out.
+const IGNORED_NOT_ADDED: &str =
+    "; git-commit never adds an ignored file (take away the rule that ignores it to commit it)";
+
+/// Most bytes of git's words a refusal passes on.
+const MAX_GIT_SAYS: usize = 1000;
+
 /// Longest commit message, in bytes.
 pub const MAX_MESSAGE_BYTES: usize = 4096;
 
@@ -280,15 +287,37 @@ fn check_components(root: &Dir, path: &str, parts: &[&str]) -> Result<(), String
 }
 
 impl GitHandler {
-    /// The first meaningful line of git's stderr, host paths replaced.
+    /// What git said on stderr, its lines joined (its first `fatal:` or `error:` line first, `hint:`
+    /// lines left out: they suggest what git-commit cannot do), host paths replaced, at most
+    /// [`MAX_GIT_SAYS`] bytes. Whole, not its first line: "The following paths are ignored by
+    /// one of your .gitignore files:" names the paths on the lines after it.
     fn git_says(&self, job: &Job<'_>, stderr: &[u8]) -> String {
         let text = String::from_utf8_lossy(stderr);
-        let line = text
+        let said: Vec<&str> = text
             .lines()
             .map(str::trim)
-            .find(|l| l.starts_with("fatal:") || l.starts_with("error:"))
-            .or_else(|| text.lines().map(str::trim).find(|l| !l.is_empty()))
-            .unwrap_or("no message");
+            .filter(|l| !l.is_empty() && !l.starts_with("hint:"))
+            .collect();
+        let first = said
+            .iter()
+            .position(|l| l.starts_with("fatal:") || l.starts_with("error:"))
+            .unwrap_or(0);
+        let mut line = String::new();
+        for l in said.get(first).into_iter().chain(
+            said.iter()
+                .enumerate()
+                .filter(|(i, _)| *i != first)
+                .map(|(_, l)| l),
+        ) {
+            // git wraps its prose: its lines read as one text.
+            if !line.is_empty() {
+                line.push(' ');
+            }
+            line.push_str(l);
+        }
+        if line.is_empty() {
+            line.push_str("no message");
+        }
         // Longest first: a linked worktree's git directory lies inside the common one.
         let mut places: Vec<(&Path, &str)> = vec![(&job.worktree, "<worktree>")];
         if let Some((git_dir, common_dir)) = job.git_dirs.get() {
@@ -296,13 +325,15 @@ impl GitHandler {
             places.push((common_dir, "<git-common-dir>"));
         }
         places.sort_by_key(|(p, _)| std::cmp::Reverse(p.as_os_str().len()));
-        let mut line = line.to_string();
         for (place, name) in places {
             line = line.replace(&*place.to_string_lossy(), name);
         }
         line = line.replace(&*self.git.home().to_string_lossy(), "<home>");
-        if line.len() > 300 {
-            line = format!("{}…", handler_kit::dialect::quote::head(&line, 300));
+        if line.len() > MAX_GIT_SAYS {
+            line = format!(
+                "{}…",
+                handler_kit::dialect::quote::head(&line, MAX_GIT_SAYS)
+            );
         }
         line
     }
@@ -696,10 +727,15 @@ impl GitHandler {
         }
         match self.run_in(job, repo, &add, None) {
             Ok(o) if o.status.success() => Ok(()),
-            Ok(o) => Err(self.refuse(format!(
-                "commit: git add refused: {}",
-                self.git_says(job, &o.stderr)
-            ))),
+            Ok(o) => {
+                let said = self.git_says(job, &o.stderr);
+                let ignored = if said.contains("are ignored by one of your .gitignore files") {
+                    IGNORED_NOT_ADDED
+                } else {
+                    ""
+                };
+                Err(self.refuse(format!("commit: git add refused: {said}{ignored}")))
+            }
             Err(e) => Err(self.broken(job, "add", e)),
         }
     }
@@ -723,10 +759,16 @@ impl GitHandler {
         }
         match self.run_in(job, repo, &diff, None) {
             Ok(o) if o.status.success() && o.stdout.is_empty() => {
-                Err(self.refuse(if job.paths.is_some() {
+                let nothing = if job.paths.is_some() {
                     NOTHING_IN_PATHS
                 } else {
                     NOTHING_TO_COMMIT
+                };
+                let left_out = self.left_out(job, repo);
+                Err(self.refuse(if left_out.is_empty() {
+                    nothing.to_string()
+                } else {
+                    format!("{nothing} git tracks ({})", left_out.join("; "))
                 }))
             }
             // Only a whole list can show that no gitlink is in it.
@@ -750,6 +792,54 @@ impl GitHandler {
             ))),
             Err(e) => Err(self.broken(job, "diff", e)),
         }
+    }
+
+    /// Why files that are there were not staged, when nothing was: ignored files (`.gitignore`,
+    /// `.git/info/exclude`), and named paths that are neither a file, a directory nor a
+    /// symbolic link (a FIFO, a socket, a device), which git skips without a word. Empty when
+    /// there are none or git cannot list them.
+    fn left_out(&self, job: &Job<'_>, repo: &Repo) -> Vec<String> {
+        let mut reasons = Vec::new();
+        for path in job.paths.iter().flatten() {
+            let kind = match job.root.symlink_metadata(path) {
+                Ok(md) => md.file_type(),
+                Err(_) => continue,
+            };
+            if !(kind.is_file() || kind.is_dir() || kind.is_symlink()) {
+                reasons.push(format!(
+                    "{path} is not a regular file, a directory or a symbolic link, and git records none of those"
+                ));
+            }
+        }
+        let mut status: Vec<&OsStr> = vec![
+            os("status"),
+            os("--porcelain=v1"),
+            os("-z"),
+            os("--ignored=matching"),
+            os("--untracked-files=all"),
+            os("--no-renames"),
+        ];
+        if let Some(paths) = &job.paths {
+            status.push(os("--"));
+            status.extend(paths.iter().map(OsStr::new));
+        }
+        if let Ok(o) = self.run_in(job, repo, &status, None) {
+            if o.status.success() {
+                let ignored: Vec<String> = o
+                    .stdout
+                    .split(|b| *b == 0)
+                    .filter_map(|record| record.strip_prefix(b"!! "))
+                    .map(|path| String::from_utf8_lossy(path).into_owned())
+                    .collect();
+                if let Some(named) = listed(&ignored, 3) {
+                    let verb = if ignored.len() == 1 { "is" } else { "are" };
+                    reasons.push(format!(
+                        "{named} {verb} ignored by .gitignore or .git/info/exclude{IGNORED_NOT_ADDED}"
+                    ));
+                }
+            }
+        }
+        reasons
     }
 
     /// 5. Commit: a new commit on the current branch, nothing else. With paths, `--only`
@@ -880,6 +970,20 @@ impl GitHandler {
         }
         self.stamp.ok(fields)
     }
+}
+
+/// The first `most` of `names`, quoted as they are and joined, with a count of the rest; `None`
+/// for no names.
+fn listed(names: &[String], most: usize) -> Option<String> {
+    let (first, rest) = names.split_at(names.len().min(most));
+    if first.is_empty() {
+        return None;
+    }
+    let mut text = first.join(", ");
+    if !rest.is_empty() {
+        text.push_str(&format!(" and {} more", rest.len()));
+    }
+    Some(text)
 }
 
 /// The `indeterminate` message of a `git commit` run that started and was not seen to its end

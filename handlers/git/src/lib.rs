@@ -52,7 +52,9 @@
 //! A refusal is an `ok` outcome `{"ok":false,"refused":"…"}`:
 //!
 //! - `nothing to commit: the worktree has no changes` (no `paths`), or
-//!   `nothing to commit: the given paths have no changes`
+//!   `nothing to commit: the given paths have no changes`; when git left files
+//!   out (ignored ones, a FIFO named in `paths`), `… no changes git tracks (…)`
+//!   says which and why
 //! - `commit /etc/passwd: path "/etc/passwd" escapes sandbox "<worktree>"`
 //!   (absolute paths, `..` above the root)
 //! - `commit a/../b: the path has a ".." segment; name the file directly`
@@ -62,7 +64,8 @@
 //! - `commit: the worktree is not a git repository (the operator must make
 //!   it one, e.g. with git init or git worktree add)`
 //! - `commit: git add refused: fatal: pathspec 'nope' did not match any files`
-//!   (git's first error line, host paths replaced by `<worktree>`)
+//!   (what git said, its first error line first and its hints left out, at
+//!   most 1000 bytes, host paths replaced by `<worktree>`)
 //! - an empty or whitespace-only message, one over 4096 bytes or with a NUL,
 //!   an empty `paths` list, more than 256 paths.
 //!
@@ -71,7 +74,9 @@
 //! scope "x" is not "worktree"`, `broker: Git.Commit refuses op "push": not
 //! in this effect's op allowlist`, `broker: Git.Commit refused: key
 //! "MESSAGE" aliases "message"`; or git could not run or timed out before
-//! committing. A timeout *during* `git commit` is `indeterminate`.
+//! committing. A timeout *during* `git commit` (or a `git commit` that could
+//! not be waited for) is `indeterminate`; a git step failing after the commit
+//! is `ok`, with a `note` of what is not known.
 //!
 //! # Config
 //!

@@ -645,3 +645,59 @@ fn a_worktree_that_is_a_symlink_is_refused_and_nothing_is_committed() {
     assert_eq!(f.head(), before);
     assert_eq!(f.status(), "?? src/\n");
 }
+
+// ----------------------------------------------------------------- what git leaves out
+
+/// A new file that `.gitignore` hides: "nothing to commit: the worktree has no changes" while
+/// the agent's file was there, and with `paths` git's first line only ("The following paths
+/// are ignored by one of your .gitignore files:"), naming nothing. Both now name the file and
+/// say that git-commit never adds it.
+#[test]
+fn a_new_file_that_gitignore_hides_is_named_in_the_refusal_not_called_no_change() {
+    let f = Fixture::new();
+    f.put(".gitignore", "*.ail\nbuild/\n");
+    git(&f.repo(), &["add", ".gitignore"]);
+    git(&f.repo(), &["commit", "-q", "-m", "ignore"]);
+    let before = f.head();
+    f.put("main.ail", "module main\n");
+    let out = f.commit(json!({"op": "commit", "message": "m"}));
+    assert_eq!(
+        refused(&out),
+        "nothing to commit: the worktree has no changes git tracks (main.ail is ignored by .gitignore or .git/info/exclude; git-commit never adds an ignored file (take away the rule that ignores it to commit it))"
+    );
+    let out = f.commit(json!({"op": "commit", "message": "m", "paths": ["main.ail"]}));
+    assert_eq!(
+        refused(&out),
+        "commit: git add refused: The following paths are ignored by one of your .gitignore files: main.ail; git-commit never adds an ignored file (take away the rule that ignores it to commit it)"
+    );
+    // Four ignored: three named, the rest counted.
+    for name in ["a.ail", "b.ail", "build/x.o"] {
+        f.put(name, "x\n");
+    }
+    let out = f.commit(json!({"op": "commit", "message": "m"}));
+    assert_eq!(
+        refused(&out),
+        "nothing to commit: the worktree has no changes git tracks (a.ail, b.ail, build/ and 1 more are ignored by .gitignore or .git/info/exclude; git-commit never adds an ignored file (take away the rule that ignores it to commit it))"
+    );
+    assert_eq!(f.head(), before);
+    // With nothing ignored and nothing changed, the refusal is the plain one.
+    let plain = Fixture::new();
+    let out = plain.commit(json!({"op": "commit", "message": "m"}));
+    assert_eq!(refused(&out), NOTHING_TO_COMMIT);
+}
+
+/// A FIFO named in `paths` is skipped by `git add` without a word: "nothing to commit: the
+/// given paths have no changes". The refusal now says why.
+#[test]
+fn a_fifo_named_in_paths_is_refused_as_something_git_does_not_record() {
+    let f = Fixture::new();
+    let fifo = f.repo().join("fifo");
+    let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+    // SAFETY: a valid NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o644) }, 0);
+    let out = f.commit(json!({"op": "commit", "message": "m", "paths": ["fifo"]}));
+    assert_eq!(
+        refused(&out),
+        "nothing to commit: the given paths have no changes git tracks (fifo is not a regular file, a directory or a symbolic link, and git records none of those)"
+    );
+}

@@ -104,7 +104,7 @@ fn a_young_lock_in_the_shared_repository_is_left_and_the_refusal_names_no_host_p
         ok_output(handler.execute(request(&ep, json!({"op": "commit", "message": "blocked"}))));
     assert_eq!(
         refused(&out),
-        "commit: git commit refused: fatal: cannot lock ref 'HEAD': Unable to create '<git-common-dir>/refs/heads/ep.lock': File exists."
+        "commit: git commit refused: fatal: cannot lock ref 'HEAD': Unable to create '<git-common-dir>/refs/heads/ep.lock': File exists. Another git process seems to be running in this repository, e.g. an editor opened by 'git commit'. Please make sure all processes are terminated then try again. If it still fails, a git process may have crashed in this repository earlier: remove the file manually to continue."
     );
     assert!(branch_lock.exists());
     assert!(log.0.lock().unwrap().iter().all(|l| !l.contains("removed")));
