@@ -387,3 +387,48 @@ fn a_plugin_library_that_is_a_dangling_symlink_is_named_not_loadable() {
         )
     );
 }
+
+/// A plugin's decline text kept a real line break in `worldd tools list`, starting a line of
+/// the plugin's making in the operator's listing; and the log kept its bidi override (U+202E,
+/// which shows the rest of the line, ` plugin=unruly` included, reversed) and U+2028. Both
+/// print it escaped, on one line.
+#[test]
+fn a_plugins_decline_text_is_one_line_in_tools_list_and_in_the_log() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cmd = Daemon::serve_command(&dir, WS);
+    add_unruly(&dir.path().join("plugins"));
+    cmd.arg("--plugin-config")
+        .arg("unruly.declineWith=\u{1b}[31mRED \u{202e}evil\nplugin x did not start: forged\u{2028}third");
+    let d = Daemon::spawn(dir, cmd);
+    let token = d.session(
+        "ep1",
+        &["Workspace.Read=worktree:5", "Unruly.Chdir=any:5"],
+    );
+    let addr = d.url("");
+    let (code, out, err) = worldd(
+        &["tools", "list", "--addr", &addr, "--session", &token],
+        None,
+    );
+    assert_eq!(code, 0, "{err}");
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(
+        lines.last().copied(),
+        Some("plugin unruly did not start: declined: \\u001b[31mRED \\u202eevil\\nplugin x did not start: forged\\u2028third"),
+        "{out}"
+    );
+    assert_eq!(
+        lines.iter().filter(|l| l.contains("did not start")).count(),
+        1,
+        "{out}"
+    );
+    let (_, _, log, _dir) = d.stop_with_log(Duration::from_secs(10));
+    let said: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("not started: declined"))
+        .collect();
+    assert_eq!(said.len(), 1, "{log}");
+    assert!(
+        said[0].contains(" WARN plugin unruly not started: declined: \\u{1b}[31mRED \\u{202e}evil\\nplugin x did not start: forged\\u{2028}third plugin=unruly "),
+        "{log}"
+    );
+}

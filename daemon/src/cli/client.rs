@@ -670,10 +670,12 @@ fn cannot_run(report: &Value) -> BTreeMap<String, String> {
 fn declined_lines(report: &Value) -> Vec<String> {
     let list = |key: &str| report[key].as_array().cloned().unwrap_or_default();
     let declined = list("declined").into_iter().map(|d| {
+        // The plugin's own words, one line: a line break in them must not start a line that
+        // reads as the listing's.
         format!(
             "plugin {} did not start: {}",
-            d["name"].as_str().unwrap_or("?"),
-            d["reason"].as_str().unwrap_or("")
+            super::terminal::one_line(d["name"].as_str().unwrap_or("?")),
+            super::terminal::one_line(d["reason"].as_str().unwrap_or(""))
         )
     });
     let unselected = list("unselected").into_iter().map(|u| {

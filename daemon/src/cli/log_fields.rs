@@ -10,6 +10,8 @@
 
 use std::fmt::Write;
 
+use broker_core::plain_text::acted_on;
+
 use tracing_subscriber::field::MakeExt;
 use tracing_subscriber::fmt::format::{self, Writer};
 use tracing_subscriber::fmt::FormatFields;
@@ -31,10 +33,14 @@ pub fn fields() -> impl for<'w> FormatFields<'w> + Send + Sync + 'static {
     .delimited(" ")
 }
 
-/// `text` with every control character but the tab written as an escape: `\n`, `\r`, and
-/// `\u{xx}` for the rest (DEL and the C1 controls included).
+/// `text` with every character a terminal acts on but the tab written as an escape: `\n`,
+/// `\r`, and `\u{xx}` for the rest. The characters are those the CLI escapes (`crate::text`,
+/// [`acted_on`]): the controls (DEL and the C1 controls included), and the bidirectional
+/// overrides and isolates and Unicode's line and paragraph separators, which a log viewer
+/// acts on too (a U+202E shows the rest of the line, the daemon's own fields included,
+/// reversed; a U+2028 breaks it).
 pub fn escape(text: &str) -> std::borrow::Cow<'_, str> {
-    let control = |c: char| c != '\t' && (c.is_control());
+    let control = |c: char| c != '\t' && acted_on(c);
     if !text.chars().any(control) {
         return text.into();
     }
@@ -67,5 +73,18 @@ mod tests {
             escape("\u{1b}[31mred\u{7}\u{7f}\u{9b}"),
             "\\u{1b}[31mred\\u{7}\\u{7f}\\u{9b}"
         );
+    }
+
+    /// A plugin's message holding U+202E (RIGHT-TO-LEFT OVERRIDE) reached the log raw: a
+    /// bidi-aware viewer showed the rest of the line, ` plugin=NAME` included, reversed. And
+    /// U+2028 broke the line in viewers that honour it. They are escaped as the CLI escapes
+    /// them.
+    #[test]
+    fn bidi_overrides_isolates_and_unicode_line_separators_are_escaped_in_the_log() {
+        assert_eq!(
+            escape("a\u{202a}\u{202b}\u{202c}\u{202d}\u{202e}evil\u{2066}\u{2067}\u{2068}\u{2069}b\u{2028}c\u{2029}d"),
+            "a\\u{202a}\\u{202b}\\u{202c}\\u{202d}\\u{202e}evil\\u{2066}\\u{2067}\\u{2068}\\u{2069}b\\u{2028}c\\u{2029}d"
+        );
+        assert_eq!(escape("tab\tand é ✓"), "tab\tand é ✓");
     }
 }
