@@ -17,7 +17,7 @@ use handler_kit::{EffectHandler, Host, LogLevel, Outcome, Request};
 
 use crate::config::Policy;
 use crate::git::{Git, Output, Place, RunError};
-use crate::locks::{self, Locks};
+use crate::locks::{self, Locks, TempObjects};
 use crate::nested::{self, ScanError};
 use crate::tool_ref;
 
@@ -144,6 +144,8 @@ struct Job<'a> {
     /// The repository's git directory and common directory once found: host paths that
     /// git's messages are cleared of, as the worktree's is.
     git_dirs: std::cell::OnceCell<(PathBuf, PathBuf)>,
+    /// The temporary object files of the repository before git first ran on it.
+    temp_objects: std::cell::OnceCell<TempObjects>,
 }
 
 /// Which bound set a job's deadline: the plugin's `timeoutMs`, or the daemon's deadline for
@@ -402,6 +404,15 @@ impl GitHandler {
     fn clear_stale_locks(&self, git_dir: &Path, common_dir: &Path) -> bool {
         let max_age = Duration::from_millis(self.policy.timeout_ms);
         let cleared = locks::clear_stale(git_dir, common_dir, max_age);
+        for path in locks::clear_stale_temp_objects(common_dir, max_age) {
+            self.host.log(
+                LogLevel::Warn,
+                &format!(
+                    "git: removed {}, a temporary object file left by a git run that was killed (not written to for longer than timeoutMs)",
+                    path.display()
+                ),
+            );
+        }
         for path in &cleared.removed {
             self.host.log(
                 LogLevel::Warn,
@@ -496,7 +507,26 @@ impl GitHandler {
     }
 
     fn commit(&self, job: Job<'_>) -> Outcome {
-        self.commit_steps(&job).unwrap_or_else(|ended| ended)
+        let outcome = self.commit_steps(&job).unwrap_or_else(|ended| ended);
+        // A commit that ended in `failed` or `indeterminate` may have killed git while it wrote
+        // objects (a refusal is git exiting of its own accord, which cleans up after itself).
+        if matches!(
+            outcome,
+            Outcome::Failed { .. } | Outcome::Indeterminate { .. }
+        ) {
+            if let Some(before) = job.temp_objects.get() {
+                for path in before.sweep() {
+                    self.host.log(
+                        LogLevel::Warn,
+                        &format!(
+                            "git: removed {}, a temporary object file of a git run that was stopped",
+                            path.display()
+                        ),
+                    );
+                }
+            }
+        }
+        outcome
     }
 
     /// A commit, step by step; each step may end it early with its outcome.
@@ -504,6 +534,7 @@ impl GitHandler {
         let (git_dir, common_dir) = self.repository(job)?;
         let _ = job.git_dirs.set((git_dir.clone(), common_dir.clone()));
         let stale_index = self.clear_stale_locks(&git_dir, &common_dir);
+        let _ = job.temp_objects.set(TempObjects::before(&common_dir));
         self.no_other_repository(job)?;
         let repo = self.private_repo(git_dir, common_dir, stale_index)?;
         if stale_index {
@@ -1092,6 +1123,7 @@ impl GitHandler {
             deadline: started + limit.budget(),
             limit,
             git_dirs: std::cell::OnceCell::new(),
+            temp_objects: std::cell::OnceCell::new(),
         })
     }
 

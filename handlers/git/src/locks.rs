@@ -15,6 +15,10 @@
 //! start of a call is left over; a lock in a repository's shared directory (which other
 //! episodes' worktrees also use) is left over only once it is older than the plugin's git
 //! deadline.
+//!
+//! A killed git also leaves its temporary object files (a half-written pack of a large file it
+//! was staging): [`TempObjects`] removes the ones a killed run made, and
+//! [`clear_stale_temp_objects`] the ones a daemon that died left.
 
 use std::collections::BTreeSet;
 use std::ffi::OsString;
@@ -157,4 +161,75 @@ fn same_dir(a: &Path, b: &Path) -> bool {
         (Ok(x), Ok(y)) => x.dev() == y.dev() && x.ino() == y.ino(),
         _ => a == b,
     }
+}
+
+/// git's temporary object files in a repository's object store: a loose object being written
+/// (`tmp_obj_*`, at the top or in a fan-out directory) and a pack streamed from a large file
+/// (`pack/tmp_pack_*`, `pack/tmp_idx_*`, `pack/tmp_rev_*`, …). git renames them into place when
+/// it finishes; one killed first leaves them, up to the size of what it was staging, and git's
+/// own `gc` removes them only after two weeks.
+fn temp_objects(common_dir: &Path) -> BTreeSet<PathBuf> {
+    let objects = common_dir.join("objects");
+    let mut found = BTreeSet::new();
+    let mut look = |dir: &Path, prefix: &str| {
+        for entry in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+            if entry.file_name().to_string_lossy().starts_with(prefix) {
+                found.insert(entry.path());
+            }
+        }
+    };
+    look(&objects, "tmp_obj_");
+    look(&objects.join("pack"), "tmp_");
+    for entry in std::fs::read_dir(&objects).into_iter().flatten().flatten() {
+        let name = entry.file_name();
+        let name = name.to_string_lossy();
+        if name.len() == 2 && name.bytes().all(|b| b.is_ascii_hexdigit()) {
+            look(&entry.path(), "tmp_obj_");
+        }
+    }
+    found
+}
+
+/// The temporary object files present before a commit's git runs.
+#[derive(Debug)]
+pub struct TempObjects {
+    common_dir: PathBuf,
+    before: BTreeSet<PathBuf>,
+}
+
+impl TempObjects {
+    /// Note the temporary object files in the object store of `common_dir`.
+    pub fn before(common_dir: &Path) -> TempObjects {
+        TempObjects {
+            common_dir: common_dir.to_path_buf(),
+            before: temp_objects(common_dir),
+        }
+    }
+
+    /// Remove the temporary object files that appeared since [`TempObjects::before`] (after a
+    /// git run was killed); returns them.
+    pub fn sweep(&self) -> Vec<PathBuf> {
+        temp_objects(&self.common_dir)
+            .difference(&self.before)
+            .filter(|path| std::fs::remove_file(path).is_ok())
+            .cloned()
+            .collect()
+    }
+}
+
+/// Remove the temporary object files of `common_dir` not written to for longer than `max_age`
+/// (left by a git killed with the daemon: no live run of this plugin outlasts its deadline, and a
+/// git still writing one keeps its time fresh); returns them.
+pub fn clear_stale_temp_objects(common_dir: &Path, max_age: Duration) -> Vec<PathBuf> {
+    temp_objects(common_dir)
+        .into_iter()
+        .filter(|path| {
+            let age = path
+                .symlink_metadata()
+                .and_then(|md| md.modified())
+                .ok()
+                .and_then(|m| m.elapsed().ok());
+            age.is_some_and(|a| a > max_age) && std::fs::remove_file(path).is_ok()
+        })
+        .collect()
 }

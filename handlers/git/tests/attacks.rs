@@ -281,3 +281,40 @@ fn mkfifo(path: &Path) {
     // SAFETY: a valid NUL-terminated path.
     assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o644) }, 0);
 }
+
+/// A `git add` stopped at the time limit while it streamed a large file into a pack left the
+/// half-written `objects/pack/tmp_pack_*` in the repository's object store, every time.
+#[test]
+fn a_git_add_stopped_at_the_time_limit_leaves_no_temporary_object_files() {
+    let f = Fixture::with_config(
+        |state| json!({"author": AUTHOR, "stateDir": state, "timeoutMs": 1500}),
+    );
+    // Files over core.bigFileThreshold are streamed into a pack; at the slowest compression a
+    // 96 MiB file of random bytes takes git longer than the time limit.
+    git(&f.repo(), &["config", "core.bigFileThreshold", "1m"]);
+    git(&f.repo(), &["config", "core.compression", "9"]);
+    let mut big = fs::File::create(f.repo().join("big.bin")).unwrap();
+    let mut random = fs::File::open("/dev/urandom").unwrap();
+    std::io::copy(&mut std::io::Read::take(&mut random, 96 << 20), &mut big).unwrap();
+    drop(big);
+    let before = f.head();
+    let message = failed(f.run(json!({"op": "commit", "message": "m"})));
+    assert_eq!(
+        message,
+        "commit: git add did not finish within the time limit (1500 ms); nothing was committed"
+    );
+    assert_eq!(f.head(), before);
+    let objects = f.repo().join(".git/objects");
+    // The store's top and every directory in it (the fan-out directories and pack/).
+    let mut left = std::collections::BTreeSet::new();
+    for dir in std::iter::once(objects.clone())
+        .chain(fs::read_dir(&objects).unwrap().flatten().map(|e| e.path()))
+    {
+        for entry in fs::read_dir(&dir).into_iter().flatten().flatten() {
+            if entry.file_name().to_string_lossy().starts_with("tmp_") {
+                left.insert(entry.path());
+            }
+        }
+    }
+    assert_eq!(left, std::collections::BTreeSet::new());
+}

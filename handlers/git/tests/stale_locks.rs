@@ -145,3 +145,46 @@ fn an_index_lock_left_by_a_killed_index_update_is_removed_and_the_index_follows_
         "{log:?}"
     );
 }
+
+/// A git killed with the daemon while it wrote objects left its temporary files (a
+/// half-written pack of a large file, a loose object) in the shared object store for good: the
+/// next commit removes those not written to for longer than `timeoutMs`, and leaves younger
+/// ones, which a live git may be writing.
+#[test]
+fn temporary_object_files_left_by_a_killed_git_are_removed_by_the_next_commit_once_stale() {
+    let (f, ep, handler, log) = setup();
+    let objects = f.repo().join(".git/objects");
+    fs::create_dir_all(objects.join("ab")).unwrap();
+    let stale = [
+        objects.join("pack/tmp_pack_Ab12Cd"),
+        objects.join("pack/tmp_idx_Ab12Cd"),
+        objects.join("ab/tmp_obj_Xy34Zw"),
+        objects.join("tmp_obj_Qr56St"),
+    ];
+    let young = objects.join("pack/tmp_pack_Young1");
+    for path in stale.iter().chain([&young]) {
+        fs::write(path, "partial").unwrap();
+    }
+    for path in &stale {
+        age(path, 60);
+    }
+    fs::write(ep.join("a.txt"), "a\n").unwrap();
+    let out = ok_output(handler.execute(request(&ep, json!({"op": "commit", "message": "m"}))));
+    assert_eq!(out["files"], json!(["a.txt"]));
+    for path in &stale {
+        assert!(!path.exists(), "{} was left", path.display());
+    }
+    assert!(young.exists(), "a young temporary file was removed");
+    let removed: Vec<String> = log
+        .0
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|l| l.contains("temporary object file"))
+        .cloned()
+        .collect();
+    assert_eq!(removed.len(), 4, "{removed:?}");
+    assert!(removed.iter().all(|l| l.ends_with(
+        ", a temporary object file left by a git run that was killed (not written to for longer than timeoutMs)"
+    )));
+}
