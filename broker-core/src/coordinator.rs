@@ -831,11 +831,18 @@ impl Coordinator {
             TaskPhase::Unrecorded => Err(CallError::EffectsUnrecorded {
                 records: state.effect_records,
             }),
-            TaskPhase::Committed => self.replay_committed(&state).map(Some),
+            TaskPhase::Committed => self.replay_committed_as(&p.invocation_id, &state).map(Some),
         }
     }
 
     fn replay_committed(&self, state: &TaskState) -> Result<CallOutput, CallError> {
+        self.replay_committed_as(&state.invocation_id, state)
+    }
+
+    /// `id`'s committed result again. A resend is checked for `id`, the call resent, as
+    /// `GET /v1/calls` checks it, not for the id the stored task state names: a row holding
+    /// another call's state would otherwise replay that call's result under this key.
+    fn replay_committed_as(&self, id: &str, state: &TaskState) -> Result<CallOutput, CallError> {
         let (Some(output_ref), Some(entry_index), Some(world_ref)) =
             (state.output_ref, state.entry_index, state.world_ref)
         else {
@@ -846,14 +853,12 @@ impl Coordinator {
         // The entry the task state names must still hold this call: a log that lost its end
         // (and perhaps grew again over the same indexes) is not replayed as committed.
         self.store.read(|r| {
-            crate::verify::committed_entry_holds(r, &state.invocation_id, entry_index).map_err(
-                |e| match e {
-                    crate::verify::VerifyError::Store(s) => s,
-                    e => crate::storage::StoreError::Corrupt(format!(
-                        "{e}; it is not replayed as committed"
-                    )),
-                },
-            )
+            crate::verify::committed_entry_holds(r, id, entry_index).map_err(|e| match e {
+                crate::verify::VerifyError::Store(s) => s,
+                e => crate::storage::StoreError::Corrupt(format!(
+                    "{e}; it is not replayed as committed"
+                )),
+            })
         })?;
         let output = self
             .store

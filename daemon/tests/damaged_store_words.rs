@@ -77,3 +77,69 @@ fn doctor_names_a_wrong_pending_row_and_does_not_blame_the_spend_counters() {
     );
     assert!(!out.contains("spend counters DISAGREE"), "{out}");
 }
+
+/// Append to `invocation_rows` a row for `id` whose body is a byte copy of `of`'s row.
+fn alias_invocation_row(db: &Path, id: &str, of: &str) {
+    tamper(db, "invocation_rows", |w, t| {
+        let mut body = None;
+        let mut last = 0;
+        for item in t.iter(w).unwrap() {
+            let (k, v) = item.unwrap();
+            last = u64::from_be_bytes(k.try_into().unwrap());
+            let n = 2 + usize::from(u16::from_be_bytes([v[0], v[1]]));
+            if &v[2..n] == of.as_bytes() {
+                body = Some(v[n..].to_vec());
+            }
+        }
+        let mut row = (id.len() as u16).to_be_bytes().to_vec();
+        row.extend_from_slice(id.as_bytes());
+        row.extend_from_slice(&body.expect("the row copied"));
+        t.put(w, &key(last + 1), &row).unwrap();
+    });
+}
+
+#[test]
+fn an_invocation_row_holding_another_calls_task_state_is_damage_to_doctor_why_and_a_resend() {
+    let (kept, db) = six_reads();
+    alias_invocation_row(&db, "a2a:ep1:zz", "a2a:ep1:r2");
+
+    let (code, out) = doctor(&db);
+    assert_eq!(code, 3, "{out}");
+    assert!(
+        out.contains("      invocation row a2a:ep1:zz: its journal state is a2a:ep1:r2's\n"),
+        "{out}"
+    );
+    assert!(
+        out.contains("      invocation row a2a:ep1:zz: its task state is a2a:ep1:r2's\n"),
+        "{out}"
+    );
+    assert!(
+        out.contains("  ✓ 6 committed call(s), each at the entry its task state names\n"),
+        "{out}"
+    );
+
+    let (code, out, err) = worldd(&["why", "a2a:ep1:zz", "--db", db.to_str().unwrap()], None);
+    assert_eq!(code, 3, "{out}{err}");
+    assert_eq!(
+        err,
+        "worldd: why: the task state stored for a2a:ep1:zz is a2a:ep1:r2's: the store is damaged or was tampered with; do not trust this answer\n"
+    );
+
+    // Served: a resend of the key with r2's arguments is not answered with r2's result.
+    std::fs::remove_dir_all(kept.path().join("plugins")).unwrap();
+    let d = Daemon::start_in(kept, WS, &[]);
+    let token = d.session("ep1", &["Workspace.Read=worktree:9"]);
+    let answer = a2a(&d, &token, "zz", "ailang-read", json!({"path": "a.txt"}));
+    assert_eq!(answer["result"], serde_json::Value::Null, "{answer}");
+    assert_eq!(answer["error"]["code"], json!(-32603), "{answer}");
+    // Store damage reads to the agent as the contract's text; the log says what it is.
+    assert_eq!(
+        answer["error"]["message"], "transition invocation is not available in this daemon",
+        "{answer}"
+    );
+    let log = d.log();
+    assert!(
+        log.contains("a2a refusal: store failure: store is damaged: the task state of a2a:ep1:zz says it committed at entry 2, but entry 2's record is a2a:ep1:r2's: the log lost its end or was rewritten; it is not replayed as committed"),
+        "{log}"
+    );
+}

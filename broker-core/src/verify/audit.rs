@@ -284,13 +284,27 @@ fn committed_calls(r: &ReadCtx<'_>) -> Result<Calls, StoreError> {
             // Each part must decode: a row whose layout holds but whose states are damaged is
             // damaged (the walk of an entry that names it says so too, but a row no entry names
             // has no walk: an intent without an outcome, a call never committed).
-            if let Some(Err(e)) = row.journal.map(serde_json::from_slice::<JournalState>) {
-                damaged.borrow_mut().push(format!(
+            match row.journal.map(serde_json::from_slice::<JournalState>) {
+                Some(Err(e)) => damaged.borrow_mut().push(format!(
                     "invocation row {id}: its journal state does not decode ({e})"
-                ));
+                )),
+                // The states carry their invocation's id: a row holding another call's would
+                // answer for it (its entry holds that call's record, so the walk finds no fault).
+                Some(Ok(j)) if j.intent.invocation_id != id => damaged.borrow_mut().push(format!(
+                    "invocation row {id}: its journal state is {}'s",
+                    j.intent.invocation_id
+                )),
+                _ => {}
             }
             let state = match row.task.map(serde_json::from_slice::<TaskState>) {
                 None => return,
+                Some(Ok(state)) if state.invocation_id != id => {
+                    damaged.borrow_mut().push(format!(
+                        "invocation row {id}: its task state is {}'s",
+                        state.invocation_id
+                    ));
+                    return;
+                }
                 Some(Ok(state)) => state,
                 Some(Err(e)) => {
                     damaged.borrow_mut().push(format!(

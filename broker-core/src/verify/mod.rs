@@ -277,7 +277,15 @@ fn locate<S: Source + ?Sized>(
             // the scanned window.
             if let Some((surface, ep, t)) = task::split_invocation_id(id) {
                 if let Some(state) = src.task(ep, &format!("{surface}:{t}"))? {
-                    if let (true, Some(i)) = (state.invocation_id == *id, state.entry_index) {
+                    // A row holding another call's task state answers for nothing: said as
+                    // damage, not as a call never sent.
+                    if state.invocation_id != *id {
+                        return Err(VerifyError::Integrity(format!(
+                            "the task state stored for {id} is {}'s: the store is damaged or was tampered with",
+                            state.invocation_id
+                        )));
+                    }
+                    if let Some(i) = state.entry_index {
                         named_entry_is(src, id, i, Unreadable::ToTheWalk)?;
                         if !found.iter().any(|(j, _)| *j == i) {
                             found.push((i, "invocation id".into()));
