@@ -337,16 +337,25 @@ fn quickstart_never_hands_an_agent_an_operator_credential_or_another_episodes() 
 }
 
 /// quickstart read `--config` and `--plugin-config` only when it came to serve: a mistake in
-/// either was said after the question was answered, the store made and the credential minted,
-/// and the next run found a credential for a daemon that never started. They are read before
-/// anything is made or asked, as `serve` reads them.
+/// either, or a config a plugin itself refuses (an `ailang.bin` that is not there), was said
+/// after the question was answered, the store made and the credential minted, and the
+/// operator had pasted a client configuration for a daemon that never started. The config is
+/// read before the question, and the plugins are tried after it (their log lines would crowd
+/// it), both before anything is made.
 #[test]
 fn quickstart_refuses_a_config_or_plugin_config_serve_would_refuse_before_making_anything() {
     let dir = tempfile::tempdir().unwrap();
     let configs = tempfile::tempdir().unwrap();
     let bad = configs.path().join("world.toml");
     std::fs::write(&bad, "[serve]\nbogus = 1\n").unwrap();
+    let plugins = plugin_dir_with(configs.path(), &["worldd_ailang"]);
     let world = dir.path().join("w");
+    // A port nothing listens on, for the runs that bind before they ask.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
     for (extra, line, why) in [
         (
             format!("--config {}", bad.display()),
@@ -357,6 +366,17 @@ fn quickstart_refuses_a_config_or_plugin_config_serve_would_refuse_before_making
             "unknown field `bogus`",
         ),
         (
+            format!(
+                "--plugin-dir {} --plugin-config ailang.bin=/nonexistent/ailang",
+                plugins.display()
+            ),
+            format!(
+                "worldd: daemon startup failed at plugins: plugin {}/libworldd_ailang.so: the plugin rejected its config: ailang config: bin /nonexistent/ailang: No such file or directory (os error 2)",
+                plugins.display()
+            ),
+            "",
+        ),
+        (
             "--plugin-config nonsense".to_owned(),
             "worldd: daemon startup failed at config: --plugin-config \"nonsense\": no \"=\"; write NAME.KEY=VALUE, e.g. --plugin-config hello.greeting=hi".to_owned(),
             "",
@@ -365,16 +385,25 @@ fn quickstart_refuses_a_config_or_plugin_config_serve_would_refuse_before_making
         for print_only in ["", " --print-only"] {
             let (code, shown) = at_terminal(
                 &format!(
-                    "{WORLDD} quickstart --dir {} --bind 127.0.0.1:1{print_only} {extra}",
+                    "{WORLDD} quickstart --dir {} --bind 127.0.0.1:{port}{print_only} {extra}",
                     world.display()
                 ),
                 b"y\n",
             );
-            let said = said(&shown, "y");
+            let said: Vec<String> = said(&shown, "y")
+                .into_iter()
+                .filter(|l| !l.contains(" INFO ") && !l.contains("\u{1b}[32m INFO"))
+                .collect();
             assert_eq!(code, 2, "{extra}{print_only}: {shown}");
-            assert_eq!(said[0], line, "{extra}{print_only}: {said:?}");
+            let by_plugin = extra.contains("ailang.bin");
+            assert_eq!(
+                shown.contains("Confirm mint"),
+                by_plugin,
+                "asked only when the config itself was sound: {shown}"
+            );
+            let refusal = said.iter().find(|l| l.starts_with("worldd: "));
+            assert_eq!(refusal, Some(&line), "{extra}{print_only}: {said:?}");
             assert!(said.join("\n").contains(why), "{extra}{print_only}: {said:?}");
-            assert!(!shown.contains("Confirm"), "asked before refusing: {shown}");
             assert_eq!(names_in(dir.path()), Vec::<String>::new(), "{extra}");
         }
     }

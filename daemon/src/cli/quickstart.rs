@@ -137,6 +137,9 @@ pub fn run(mut a: QuickstartArgs) -> CliResult {
         minting.confirm()?;
         Some(minting)
     };
+    // After the question, whose screen its log lines would crowd, and before anything is made:
+    // a config the plugins themselves refuse stops the run here, with nothing made.
+    serve::try_plugins(&serving)?;
     // From the answer until the credential is written, Ctrl-C, SIGTERM and a closed
     // terminal wait: they would otherwise end the run between the store and the credential,
     // and leave a store and a worktree the next run takes for not its own.

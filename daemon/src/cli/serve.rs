@@ -375,11 +375,44 @@ pub fn config_serve_section(config: &Option<PathBuf>) -> Result<ServeSection, Fa
 
 /// What `run_with` reads before it makes anything, read alone: for `quickstart`, which makes a
 /// store and mints a credential before it serves, so that a mistake in `--config` or
-/// `--plugin-config` stops it before anything is made.
+/// `--plugin-config` stops it before anything is made or asked.
 pub fn check_settings(a: &ServeArgs) -> CliResult {
     let file = read_config(&a.plugins.config).map_err(|e| startup("config", e))?;
     plugin_options(&a.plugins, &file).map_err(|e| startup("config", e))?;
     Settings::resolve(a, &file).map(drop)
+}
+
+/// The plugins `run_with` would start, started once and dropped, their state kept in a scratch
+/// directory removed after: for `quickstart`, so that a config a plugin itself refuses (an
+/// `ailang.bin` that is not there) stops it before it makes a store and mints a credential.
+/// `serve` starts them again.
+pub fn try_plugins(a: &ServeArgs) -> CliResult {
+    let file = read_config(&a.plugins.config).map_err(|e| startup("config", e))?;
+    let mut opts = plugin_options(&a.plugins, &file).map_err(|e| startup("config", e))?;
+    opts.limits = Settings::resolve(a, &file)?.limits;
+    let scratch = tempfile::Builder::new()
+        .prefix("worldd-quickstart-")
+        .tempdir()
+        .map_err(|e| {
+            startup(
+                "plugins",
+                format!("a scratch directory for a trial start: {e}"),
+            )
+        })?;
+    opts.state_root = Some(scratch.path().join("plugin-state"));
+    // As `serve` does before a plugin's constructor can start a program.
+    crate::descriptors::keep_from_programs();
+    tracing::info!("trying the plugins before anything is made (serving starts them again)");
+    let armed = crate::exit_guard::arm_for(
+        crate::exit_guard::Who::Command("worldd quickstart"),
+        "tried its plugins",
+    );
+    // Dropped (their handlers ended) while an `exit()` in them is still said.
+    let started = plugins::load(&opts)
+        .map(drop)
+        .map_err(|e| startup("plugins", e));
+    drop(armed);
+    started
 }
 
 pub fn run_with(a: ServeArgs, launch: Launch) -> CliResult {
