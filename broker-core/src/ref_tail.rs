@@ -42,6 +42,13 @@
 //! the map the partition's generation before the one it indexed; a reader whose snapshot is
 //! older than both merges of that partition scans.
 //!
+//! The token is believed only of a store that is the one this handle wrote: a copy of an
+//! older state of it (a backup's `data.mdb` copied over the live one in place) carries this
+//! handle's token while it lacks rows the map names, and the map then said objects were
+//! stored that were not. The store's writer refuses every write from the first snapshot whose
+//! last transaction is older than its own last commit (`storage::map::MapLock::rolled_back`),
+//! before any operation claims the tail, so no write trusts the map on such a snapshot.
+//!
 //! Crash safety needs nothing new: the tail's rows, and a merge's keys and watermark, are
 //! written in the transactions that write them, and the map is rebuilt from the rows.
 

@@ -270,3 +270,68 @@ fn a_store_the_daemon_cannot_look_at_for_a_moment_is_warned_of_once_and_still_se
         "{log}"
     );
 }
+
+/// A backup's `data.mdb` copied over a serving daemon's in place (`cp`, the same inode) went
+/// unnoticed: the daemon answered `ok` to the next calls and wrote them over the older log,
+/// told agents that calls it had run were "safe to send", and committed entries naming results
+/// it never stored (its memory of the store vouched for them). From its next look (or write)
+/// it now logs what it found and refuses new calls, and the file keeps what the copy put there:
+/// a store `doctor` finds whole.
+#[test]
+fn a_backup_copied_over_the_served_data_file_stops_the_daemon_writing() {
+    let d = Daemon::start(WS, &[]);
+    let token = d.session(
+        "ep",
+        &[
+            "Workspace.Read=worktree:100",
+            "Workspace.Write=worktree:100",
+        ],
+    );
+    let db = d.db();
+    let backup = d.dir.path().join("bk");
+    let (code, out, err) = worldd(&["backup", "--db", path_str(&db), path_str(&backup)], None);
+    assert_eq!(code, 0, "{out}{err}");
+    let write = |name: &str| {
+        mcp_call(
+            &d,
+            &token,
+            "ailang-write",
+            json!({"path": format!("{name}.txt"), "content": name}),
+        )
+        .sse_json()
+    };
+    for name in ["a1", "a2", "a3"] {
+        let v = write(name);
+        assert_eq!(v["result"]["structuredContent"]["ok"], true, "{name}: {v}");
+    }
+    let data = db.join("data.mdb");
+    let was = inode(&data);
+    std::fs::copy(backup.join("data.mdb"), &data).unwrap();
+    assert_eq!(inode(&data), was, "not copied in place");
+    d.wait_for_log(&format!(
+        "the store {}'s data file was rolled back or written by another process while this daemon served it (its last transaction is ",
+        db.display()
+    ));
+    assert!(
+        d.log().contains(": a backup copied over it?): it refuses new calls and writes nothing more, since what it wrote would go over a store that no longer holds what it acknowledged; stop it, run `worldd doctor` on the store, and start it again"),
+        "{}",
+        d.log()
+    );
+    let copied = std::fs::read(&data).unwrap();
+    let v = mcp_call(
+        &d,
+        &token,
+        "ailang-write",
+        json!({"path": "b1.txt", "content": "b1"}),
+    )
+    .json();
+    assert_eq!(
+        v,
+        json!({"jsonrpc": "2.0", "id": 7, "error": {"code": -32603, "message": "host callback capacity exceeded"}})
+    );
+    assert!(!d.root().join("ep").join("b1.txt").exists());
+    assert_eq!(std::fs::read(&data).unwrap(), copied);
+    // Beside the refusing daemon, which writes nothing more.
+    let (code, out, err) = worldd(&["doctor", "--db", path_str(&db)], None);
+    assert_eq!(code, 0, "{out}{err}");
+}

@@ -41,6 +41,12 @@ pub(super) struct MapLock {
     pub(super) replaced: std::sync::OnceLock<String>,
     /// What the watch could not look at, as last warned of.
     pub(super) unseen: super::watch::Unseen,
+    /// The id of the last transaction this process committed, or found committed when it
+    /// opened the store: the store's own never goes below it ([`MapLock::rolled_back`]).
+    pub(super) ours: std::sync::atomic::AtomicUsize,
+    /// Set with [`MapLock::replaced`] when what was seen is the data file rolled back, not
+    /// the files replaced: the error writes are refused with says so.
+    pub(super) rolled_back: std::sync::atomic::AtomicBool,
 }
 
 /// How often, at most, a refusing store reads the disk again to see whether room was made.
@@ -54,6 +60,41 @@ pub(super) struct Held<'m, T> {
 }
 
 impl MapLock {
+    /// Whether the store's data file was rolled back under this process: its last committed
+    /// transaction is older than one this process committed (a backup's `data.mdb` copied
+    /// over it in place, which keeps the inode the watch compares). Every write would then go
+    /// over a store that no longer holds what this process acknowledged, and its memory of
+    /// the store (the content-address tail's map) would vouch for rows that are not there:
+    /// from the first time, logged and refused as a replaced store is. One read of the meta
+    /// pages (no transaction); the caller holds the map shared.
+    pub(super) fn rolled_back(&self, env: &Env<WithoutTls>) -> bool {
+        use std::sync::atomic::Ordering;
+        if self.replaced.get().is_some() {
+            return self.rolled_back.load(Ordering::Acquire);
+        }
+        // Ours first: a commit between the two reads only raises the store's id.
+        let ours = self.ours.load(Ordering::Acquire);
+        let now = env.info().last_txn_id;
+        if now >= ours {
+            return false;
+        }
+        let message = super::watch::rolled_back_message(&self.dir, now, ours);
+        self.rolled_back.store(true, Ordering::Release);
+        if self.replaced.set(message.clone()).is_ok() {
+            tracing::error!("{message}");
+        }
+        true
+    }
+
+    /// The error a write is refused with once [`MapLock::replaced`] is set.
+    pub(super) fn wedged(&self) -> StoreError {
+        if self.rolled_back.load(std::sync::atomic::Ordering::Acquire) {
+            StoreError::RolledBack(self.dir.clone())
+        } else {
+            StoreError::Replaced(self.dir.clone())
+        }
+    }
+
     pub(super) fn shared(&self) -> RwLockReadGuard<'_, ()> {
         self.lock.read().unwrap_or_else(|p| p.into_inner())
     }

@@ -130,6 +130,9 @@ pub enum StoreError {
     /// The store's files were replaced or removed under this process ([`Store::watch`]).
     #[error("the world store {0} was replaced or removed while this daemon served it: nothing more is written to the files it opened; restart the daemon")]
     Replaced(PathBuf),
+    /// The store's data file was rolled back under this process ([`Store::watch`]).
+    #[error("the world store {0}'s data file was rolled back or written by another process while this daemon served it: nothing more is written to it; stop the daemon and run `worldd doctor` on the store")]
+    RolledBack(PathBuf),
     #[error("store is damaged: {0}")]
     Corrupt(String),
     #[error("the store's writer thread has stopped")]
@@ -1000,6 +1003,8 @@ fn map_lock(
         opened,
         replaced: std::sync::OnceLock::new(),
         unseen: watch::Unseen::default(),
+        ours: std::sync::atomic::AtomicUsize::new(env.info().last_txn_id),
+        rolled_back: std::sync::atomic::AtomicBool::new(false),
     })
 }
 
@@ -1101,6 +1106,8 @@ impl Store {
                 .map_err(|e| map::write_error(e, map_size, || crate::capacity::disk_free(dir)))?;
         }
         committed.mark_durable(env.info().last_txn_id);
+        map.ours
+            .store(env.info().last_txn_id, std::sync::atomic::Ordering::Release);
         let waits = Arc::new(DurableWaits::default());
         let follow_wait = writer::follow_wait();
         let resident = resident::budget();
@@ -1209,6 +1216,10 @@ impl Store {
         }
         if inner.read_only {
             return 0;
+        }
+        {
+            let _shared = map.shared();
+            map.rolled_back(&inner.env);
         }
         if map.replaced.get().is_none() {
             let looked = match map.opened.changed(&map.at) {
@@ -1432,7 +1443,7 @@ impl Store {
             return Submitted::failed(StoreError::ReadOnly(self.inner.path.clone()).into());
         }
         if self.inner.map.replaced.get().is_some() {
-            return Submitted::failed(StoreError::Replaced(self.inner.path.clone()).into());
+            return Submitted::failed(self.inner.map.wedged().into());
         }
         let (reply, pending) = reply::slot();
         let job: Job = Box::new(Write {

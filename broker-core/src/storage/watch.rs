@@ -155,6 +155,15 @@ impl Opened {
     }
 }
 
+/// The error logged once when the store's last committed transaction (`now`) is older than
+/// the last one this process committed (`ours`) ([`super::map::MapLock::rolled_back`]).
+pub(super) fn rolled_back_message(dir: &Path, now: usize, ours: usize) -> String {
+    format!(
+        "the store {}'s data file was rolled back or written by another process while this daemon served it (its last transaction is {now}, and this daemon had committed {ours}: a backup copied over it?): it refuses new calls and writes nothing more, since what it wrote would go over a store that no longer holds what it acknowledged; stop it, run `worldd doctor` on the store, and start it again",
+        dir.display()
+    )
+}
+
 /// The warning logged when `n` stale reader slots were cleared.
 pub(super) fn stale_readers_message(dir: &Path, n: usize) -> String {
     format!(

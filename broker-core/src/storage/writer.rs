@@ -249,6 +249,7 @@ impl Writer {
             let outcome = match self.build_and_commit(&mut batch, started) {
                 Ok(true) => {
                     let txn_id = self.env.info().last_txn_id;
+                    self.map.ours.store(txn_id, Ordering::Release);
                     // Readers may see it from now on; the sync it is handed to answers them.
                     self.waits.committed(txn_id);
                     Ok(Some(txn_id))
@@ -307,7 +308,7 @@ impl Writer {
         // The store's files were replaced under this process: a commit would go to files no
         // path names any more (queued before that was seen; nothing is queued after).
         if self.map.replaced.get().is_some() {
-            let err = StoreError::Replaced(self.map.dir.clone());
+            let err = self.map.wedged();
             batch.iter_mut().for_each(|job| job.fail(&err));
             return Ok(false);
         }
@@ -319,6 +320,17 @@ impl Writer {
                 return Ok(false);
             }
         };
+        // Under the writer's lock, before anything runs: a data file rolled back under this
+        // process is seen before a commit of this one would cover it (LMDB numbers a write
+        // transaction from the lock file, not from the data file's meta pages).
+        if self.map.rolled_back(env) {
+            let Held { txn, _shared } = held;
+            txn.abort();
+            drop(_shared);
+            let err = self.map.wedged();
+            batch.iter_mut().for_each(|job| job.fail(&err));
+            return Ok(false);
+        }
         let mut failed = None;
         for (i, job) in batch.iter_mut().enumerate() {
             let mut ctx = WriteCtx::new(&mut held.txn, dbs, state, env, map_size);
