@@ -1608,6 +1608,64 @@ fn a_body_that_never_arrives_is_cut_at_the_body_deadline() {
     assert_eq!(trips(&d, "body_timeout"), 3);
 }
 
+/// A body whose last bytes never came was answered `408` only `LINGER_TIME` (2 s) after the
+/// body deadline: the refusal waited to read the rest its client had just failed to send. It
+/// goes out at the deadline now, on MCP, A2A and REST alike, and the connection is closed.
+#[test]
+fn a_body_that_stalls_is_answered_at_the_body_deadline_without_the_refusal_linger() {
+    let (d, _c) = start_with(WS, "[server]\nbody_timeout_ms = 300\n", &[]);
+    let agent = d.session("ep1", &["Workspace.Read=worktree:5"]);
+    let operator = d.operator_session("ops", &["World.Commit=log:5"]);
+    for (path, status) in [("/mcp/", 408), ("/a2a/", 200), ("/v1/commit", 408)] {
+        let token = if path == "/v1/commit" {
+            &operator
+        } else {
+            &agent
+        };
+        // Five bytes declared and never sent: a small remainder, which a refusal given before
+        // the body was read would wait for.
+        let head = format!(
+            "POST {path} HTTP/1.1\r\nHost: {}\r\nAuthorization: Bearer {token}\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nContent-Length: 5\r\n\r\n{{}}",
+            d.addr
+        );
+        let mut s = TcpStream::connect(&d.addr).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+        let sent = Instant::now();
+        s.write_all(head.as_bytes()).unwrap();
+        let mut answer = Vec::new();
+        // The whole answer, then the end of the connection: nothing more is read from it.
+        let read = s.read_to_end(&mut answer);
+        let took = sent.elapsed();
+        let text = String::from_utf8_lossy(&answer);
+        assert!(read.is_ok(), "{path}: {read:?} after {text:?}");
+        assert!(
+            text.starts_with(&format!("HTTP/1.1 {status} ")),
+            "{path}: {text}"
+        );
+        match path {
+            "/mcp/" => assert!(
+                text.ends_with(
+                    "\r\n\r\nrequest body not received in time ([server] body_timeout_ms)"
+                ),
+                "{text}"
+            ),
+            "/a2a/" => assert!(
+                text.contains(
+                    "\"message\":\"invalid JSON-RPC request: body not received in time\""
+                ),
+                "{text}"
+            ),
+            _ => assert!(text.contains("\"class\":\"RequestTimeout\""), "{text}"),
+        }
+        // 300 ms of body deadline, not 300 ms and the 2 s linger.
+        assert!(
+            took < Duration::from_millis(1900),
+            "{path}: answered after {took:?}"
+        );
+    }
+    assert_eq!(trips(&d, "body_timeout"), 3);
+}
+
 // ------------------------------------------------------------------------------------------
 // Connections.
 

@@ -261,7 +261,10 @@ impl Bodies {
         match &result {
             Err(BodyError::TooLarge) => self.metrics.limit_tripped("body_size"),
             Err(BodyError::TooManyPieces(_)) => self.metrics.limit_tripped("body_small_pieces"),
-            Err(BodyError::TimedOut) => self.metrics.limit_tripped("body_timeout"),
+            Err(BodyError::TimedOut) => {
+                self.metrics.limit_tripped("body_timeout");
+                super::linger::body_timed_out();
+            }
             Err(BodyError::Busy(busy)) => self.metrics.limit_tripped(busy.limit()),
             _ => {}
         }

@@ -18,9 +18,14 @@
 //! §10.1.1), and the rest is read and dropped only after it ([`Remainder::after_answer`]), for
 //! a client that sends its body anyway without waiting. Reading it before the answer would
 //! invite the upload of a body already refused, or wait the whole linger for one never sent.
+//!
+//! A body the route stopped reading because it was not complete by `body_timeout_ms`
+//! ([`body_timed_out`]) is not waited for either: its client has just failed to send the rest
+//! for the whole body deadline, so its `408` goes out at that deadline and the connection is
+//! closed, not held [`LINGER_TIME`] longer.
 
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::task::{Context, Poll};
 use std::time::Duration;
@@ -52,6 +57,8 @@ tokio::task_local! {
     /// The most a route allows read after its answer, of a body it refused unread
     /// ([`allow_after_answer`]).
     static ALLOWED: Arc<AtomicU64>;
+    /// Whether the route gave up on the body at its deadline ([`body_timed_out`]).
+    static TIMED_OUT: Arc<AtomicBool>;
 }
 
 /// Whether the request waits for `100 Continue` before it sends its body.
@@ -68,6 +75,12 @@ pub fn expects_continue(headers: &HeaderMap) -> bool {
 /// otherwise have read before its `413`).
 pub fn allow_after_answer(bytes: u64) {
     let _ = ALLOWED.try_with(|allowed| allowed.fetch_max(bytes, Ordering::Relaxed));
+}
+
+/// The route gave up on the request body at `body_timeout_ms`: what is left of it is not
+/// waited for.
+pub fn body_timed_out() {
+    let _ = TIMED_OUT.try_with(|timed_out| timed_out.store(true, Ordering::Relaxed));
 }
 
 /// The route's view of a request body: every frame it reads is counted.
@@ -126,6 +139,7 @@ pub fn track(req: Request<Incoming>, small_pieces: usize) -> (Request<Body>, Rem
             small_pieces,
             expects_continue,
             allowed: Arc::default(),
+            timed_out: Arc::default(),
         },
     )
 }
@@ -138,6 +152,8 @@ pub struct Remainder {
     expects_continue: bool,
     /// What the route allowed read after its answer ([`allow_after_answer`]).
     allowed: Arc<AtomicU64>,
+    /// Whether the route gave up on the body at its deadline ([`body_timed_out`]).
+    timed_out: Arc<AtomicBool>,
 }
 
 impl Remainder {
@@ -165,12 +181,15 @@ impl Remainder {
 
     /// Route `request` so that it may [`allow_after_answer`].
     pub async fn routing<F: std::future::Future>(&self, request: F) -> F::Output {
+        let request = TIMED_OUT.scope(self.timed_out.clone(), request);
         ALLOWED.scope(self.allowed.clone(), request).await
     }
 
     /// Whether [`Remainder::drain`] will wait for a small unread remainder.
     pub fn waits(&self) -> bool {
-        !self.unsolicited() && self.unread().is_some_and(|n| n <= LINGER_BYTES as u64)
+        !self.timed_out.load(Ordering::Relaxed)
+            && !self.unsolicited()
+            && self.unread().is_some_and(|n| n <= LINGER_BYTES as u64)
     }
 
     /// For a request that expects `100 Continue` and whose body was never asked for: read and
