@@ -87,9 +87,12 @@ async fn health(State(state): State<AppState>) -> Result<Json<Value>, ApiError> 
     let info = state.info();
     let interpreter = log::interpreter_ref().map_err(|e| ApiError::internal("interpreter", e))?;
     // A daemon whose store's files were swapped under it answers, and refuses every call until
-    // restarted: monitoring that asks only this must see that.
+    // restarted; one past its reserve (or on a short disk) refuses every new call until there is
+    // room: monitoring that asks only this must see either.
     let status = if state.store().replaced() {
         "store-replaced"
+    } else if state.store().admits_client_work().is_err() {
+        "store-full"
     } else {
         "ok"
     };
@@ -193,21 +196,29 @@ async fn object(
 }
 
 /// A page's `limit` query parameter: absent or below 1 is the default, above the maximum is
-/// the maximum.
+/// the maximum, however many digits it has (a client asking for "as many as possible" may send
+/// `u64::MAX`); only what is not an integer is refused.
 pub(crate) fn page_limit(q: &HashMap<String, String>) -> Result<usize, ApiError> {
-    match q.get("limit") {
-        None => Ok(DEFAULT_PAGE),
-        Some(s) => {
-            let n: i64 = s
-                .parse()
-                .map_err(|_| ApiError::bad_request("limit must be an integer"))?;
-            Ok(if n < 1 {
-                DEFAULT_PAGE
-            } else {
-                (n as usize).min(MAX_PAGE)
-            })
-        }
+    let Some(s) = q.get("limit") else {
+        return Ok(DEFAULT_PAGE);
+    };
+    let (negative, digits) = match s.as_bytes().first() {
+        Some(b'-') => (true, &s[1..]),
+        Some(b'+') => (false, &s[1..]),
+        _ => (false, s.as_str()),
+    };
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(ApiError::bad_request("limit must be an integer"));
     }
+    let significant = digits.trim_start_matches('0');
+    Ok(if negative || significant.is_empty() {
+        DEFAULT_PAGE
+    } else {
+        // Past the maximum's digits it is past the maximum.
+        significant
+            .parse::<usize>()
+            .map_or(MAX_PAGE, |n| n.min(MAX_PAGE))
+    })
 }
 
 async fn objects_by_semantic_id(

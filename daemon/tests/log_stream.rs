@@ -727,6 +727,53 @@ async fn closing_the_hub_ends_open_streams_and_refuses_new_ones() {
     assert_eq!(v, error_body("Unavailable", "the daemon is shutting down"));
 }
 
+/// A page size past `i64::MAX` (a client asking for "as many as possible" with `u64::MAX`)
+/// was refused as "not an integer", though any integer above 500 is served as 500. Every
+/// integer is clamped now, however many digits it has; only what is not one is refused.
+#[tokio::test]
+async fn a_page_size_of_any_integer_is_clamped_and_only_a_non_integer_is_refused() {
+    let h = harness(false);
+    let t = h.operator_token();
+    h.bulk_append(600);
+    for (limit, items) in [
+        ("18446744073709551615", 500),
+        ("9223372036854775808", 500),
+        ("%2B000000000000000000000000000000000000000000501", 500),
+        ("99999999999999999999999999999999999999999999999999", 500),
+        ("-9223372036854775809", 100),
+        ("-18446744073709551616", 100),
+        ("-0", 100),
+        ("7", 7),
+    ] {
+        for path in ["/v1/log?from=0&limit=", "/v1/log/summaries?from=0&limit="] {
+            let (status, v) = h.get_json(Some(&t), &format!("{path}{limit}")).await;
+            assert_eq!(status, StatusCode::OK, "{path}{limit}: {v}");
+            assert_eq!(
+                v["items"].as_array().map(Vec::len),
+                Some(items),
+                "{path}{limit}"
+            );
+        }
+    }
+    for limit in [
+        "",
+        "-",
+        "+",
+        "1e3",
+        "5.0",
+        "0x10",
+        "%2B-1",
+        "1%20",
+        "%EF%BC%91",
+    ] {
+        for path in ["/v1/log?from=0&limit=", "/v1/log/summaries?limit="] {
+            let (status, v) = h.get_json(Some(&t), &format!("{path}{limit}")).await;
+            assert_eq!(status, StatusCode::BAD_REQUEST, "{path}{limit}");
+            assert_eq!(v, error_body("BadRequest", "limit must be an integer"));
+        }
+    }
+}
+
 #[tokio::test]
 async fn summaries_page_from_the_end_by_default_and_bound_their_limit() {
     let h = harness(false);
