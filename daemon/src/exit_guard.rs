@@ -74,9 +74,18 @@ static ASKED: Condvar = Condvar::new();
 static SAID: Condvar = Condvar::new();
 
 struct Report {
-    /// The status `exit()` was called with (`Some(None)` where the C library does not tell it).
-    asked: Option<Option<i32>>,
+    /// The call and the status it was called with (`None` where the C library does not tell
+    /// it).
+    asked: Option<(Call, Option<i32>)>,
     said: bool,
+}
+
+/// Which way out plugin code took.
+#[derive(Debug, Clone, Copy)]
+enum Call {
+    Exit,
+    /// C11's `quick_exit`, which runs `at_quick_exit` handlers and no `atexit` one.
+    QuickExit,
 }
 
 /// The daemon's own way out: while this lives, an `exit()` by anyone else is reported and
@@ -118,8 +127,16 @@ pub fn arm_for(who: Who, doing: &str) -> Armed {
                 "an exit() called by plugin code will not be reported: the C library refused an exit handler"
             );
         }
+        if !register_quick() {
+            tracing::warn!(
+                "a quick_exit() called by plugin code will not be reported: the C library refused an at_quick_exit handler"
+            );
+        }
         ABORT_LINE.get_or_init(|| abort_line(who));
+        LOG_FD.store(crate::process_state::log_fd(), Ordering::SeqCst);
         say_aborts();
+        // The daemon's own SIGABRT handler: plugin code that replaces it is put back.
+        crate::process_state::remember(&[libc::SIGABRT]);
     });
     // SAFETY: getpid has no preconditions.
     PID.store(unsafe { libc::getpid() }, Ordering::SeqCst);
@@ -140,7 +157,7 @@ pub fn doing(what: &str) {
 /// written without holding [`REPORT`]: a write stuck on a full stderr would otherwise keep the
 /// exit handler from taking the lock back when its wait runs out, and the process alive.
 fn report_exits() {
-    let asked = {
+    let (call, asked) = {
         let mut report = REPORT.lock().unwrap_or_else(PoisonError::into_inner);
         loop {
             if let Some(asked) = report.asked {
@@ -151,26 +168,33 @@ fn report_exits() {
     };
     let doing = DOING.lock().unwrap_or_else(PoisonError::into_inner).clone();
     let who = *WHO.lock().unwrap_or_else(PoisonError::into_inner);
-    tracing::error!("{}", line(asked, who, &doing));
+    tracing::error!("{}", line(call, asked, who, &doing));
     REPORT.lock().unwrap_or_else(PoisonError::into_inner).said = true;
     SAID.notify_all();
 }
 
-/// The line an `exit(asked)` gets while `who` is `doing` something.
-fn line(asked: Option<i32>, who: Who, doing: &str) -> String {
+/// The line an `exit(asked)` (or `quick_exit`) gets while `who` is `doing` something.
+fn line(call: Call, asked: Option<i32>, who: Who, doing: &str) -> String {
+    let name = match call {
+        Call::Exit => "exit",
+        Call::QuickExit => "quick_exit",
+    };
     let (call, instead) = match asked {
         Some(0) => (
-            "exit(0)".to_owned(),
+            format!("{name}(0)"),
             format!(" instead of 0, which would read as {}", who.zero_reads_as()),
         ),
-        Some(s) => (format!("exit({s})"), format!(" instead of {s}")),
-        None => ("exit()".to_owned(), String::new()),
+        Some(s) => (format!("{name}({s})"), format!(" instead of {s}")),
+        None => (format!("{name}()"), String::new()),
     };
     format!(
         "{call} was called by plugin code or a library while {who} {doing}; {who} did not choose to stop, so it ends with status {EXIT_CALLED}{instead}",
         who = who.name()
     )
 }
+
+/// Where the SIGABRT line is written: the log's descriptor, read before the handler is armed.
+static LOG_FD: AtomicI32 = AtomicI32::new(2);
 
 /// The line a SIGABRT gets, made when the handler is armed ([`say_aborts`]).
 static ABORT_LINE: OnceLock<Vec<u8>> = OnceLock::new();
@@ -211,8 +235,15 @@ extern "C" fn on_abort(signal: libc::c_int) {
     let this = unsafe { libc::getpid() };
     if ARMED.load(Ordering::SeqCst) && PID.load(Ordering::SeqCst) == this {
         if let Some(line) = ABORT_LINE.get() {
+            // To the log's own copy of stderr: plugin code may have closed descriptor 2.
             // SAFETY: write(2) of a buffer that lives as long as the process.
-            unsafe { libc::write(2, line.as_ptr().cast(), line.len()) };
+            unsafe {
+                libc::write(
+                    LOG_FD.load(Ordering::SeqCst),
+                    line.as_ptr().cast(),
+                    line.len(),
+                )
+            };
         }
     }
     // SAFETY: sigaction with a zeroed struct (SIG_DFL) and raise are async-signal-safe.
@@ -227,14 +258,14 @@ extern "C" fn on_abort(signal: libc::c_int) {
 
 /// The exit handler's work: nothing unless armed in this process; else the line, then the
 /// process ended with [`EXIT_CALLED`]. Never unwinds (it runs inside `exit()`).
-fn exiting(asked: Option<i32>) {
+fn exiting(call: Call, asked: Option<i32>) {
     // SAFETY: getpid has no preconditions.
     let this = unsafe { libc::getpid() };
     if !ARMED.load(Ordering::SeqCst) || PID.load(Ordering::SeqCst) != this {
         return;
     }
     if let Ok(mut report) = REPORT.lock() {
-        report.asked = Some(asked);
+        report.asked = Some((call, asked));
         ASKED.notify_all();
         let _ = SAID.wait_timeout_while(report, SAY_WITHIN, |r| !r.said);
     }
@@ -253,7 +284,7 @@ fn register() -> bool {
         ) -> libc::c_int;
     }
     extern "C" fn handler(status: libc::c_int, _arg: *mut libc::c_void) {
-        exiting(Some(status));
+        exiting(Call::Exit, Some(status));
     }
     // SAFETY: `handler` is a plain function that lives as long as the process; the argument
     // is unused.
@@ -263,10 +294,29 @@ fn register() -> bool {
 #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
 fn register() -> bool {
     extern "C" fn handler() {
-        exiting(None);
+        exiting(Call::Exit, None);
     }
     // SAFETY: `handler` is a plain function that lives as long as the process.
     unsafe { libc::atexit(handler) == 0 }
+}
+
+/// Register [`exiting`] with `at_quick_exit` too: `quick_exit()` (C11, C++11) runs no `atexit`
+/// handler, and ended the daemon with the status asked and no line.
+#[cfg(target_os = "linux")]
+fn register_quick() -> bool {
+    extern "C" {
+        fn at_quick_exit(function: extern "C" fn()) -> libc::c_int;
+    }
+    extern "C" fn handler() {
+        exiting(Call::QuickExit, None);
+    }
+    // SAFETY: `handler` is a plain function that lives as long as the process.
+    unsafe { at_quick_exit(handler) == 0 }
+}
+
+#[cfg(not(target_os = "linux"))]
+fn register_quick() -> bool {
+    true
 }
 
 #[cfg(test)]
@@ -276,19 +326,28 @@ mod tests {
     #[test]
     fn the_line_names_the_call_its_status_and_what_the_daemon_was_doing() {
         assert_eq!(
-            line(Some(0), Who::Daemon, "served"),
+            line(Call::Exit, Some(0), Who::Daemon, "served"),
             "exit(0) was called by plugin code or a library while the daemon served; the daemon did not choose to stop, so it ends with status 70 instead of 0, which would read as a clean shutdown"
         );
         assert_eq!(
-            line(Some(3), Who::Daemon, "started its plugins"),
+            line(Call::Exit, Some(3), Who::Daemon, "started its plugins"),
             "exit(3) was called by plugin code or a library while the daemon started its plugins; the daemon did not choose to stop, so it ends with status 70 instead of 3"
         );
         assert_eq!(
-            line(None, Who::Daemon, "served"),
+            line(Call::QuickExit, Some(0), Who::Daemon, "served"),
+            "quick_exit(0) was called by plugin code or a library while the daemon served; the daemon did not choose to stop, so it ends with status 70 instead of 0, which would read as a clean shutdown"
+        );
+        assert_eq!(
+            line(Call::QuickExit, None, Who::Daemon, "served"),
+            "quick_exit() was called by plugin code or a library while the daemon served; the daemon did not choose to stop, so it ends with status 70"
+        );
+        assert_eq!(
+            line(Call::Exit, None, Who::Daemon, "served"),
             "exit() was called by plugin code or a library while the daemon served; the daemon did not choose to stop, so it ends with status 70"
         );
         assert_eq!(
             line(
+                Call::Exit,
                 Some(0),
                 Who::Command("worldd handlers"),
                 "loaded the plugin library /p/libx.so"

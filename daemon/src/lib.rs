@@ -91,6 +91,7 @@ pub mod outcome;
 pub use plugins::image as plugin_image;
 pub use plugins::log as plugin_log;
 pub mod plugins;
+mod process_state;
 pub mod quota;
 pub mod reconcile;
 pub mod rest;

@@ -130,12 +130,15 @@ impl ShutdownSignals {
             }
             catch(kind, name)
         };
-        ShutdownSignals {
+        let signals = ShutdownSignals {
             interrupt: unless_ignored(libc::SIGINT, SignalKind::interrupt(), "SIGINT"),
             terminate: catch(SignalKind::terminate(), "SIGTERM"),
             hangup: unless_ignored(libc::SIGHUP, SignalKind::hangup(), "SIGHUP"),
             manager: Default::default(),
-        }
+        };
+        // Plugin code that resets these would end the daemon without its drain: put back.
+        crate::process_state::remember(&[libc::SIGINT, libc::SIGTERM, libc::SIGHUP]);
+        signals
     }
 
     /// Tell `manager` `STOPPING=1` when a signal arrives, before the drain. Under a service

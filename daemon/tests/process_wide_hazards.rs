@@ -388,6 +388,241 @@ fn a_plugin_library_that_is_a_dangling_symlink_is_named_not_loadable() {
     );
 }
 
+/// The end of the line the daemon logs when plugin code changed process-wide state, found when
+/// `who` returned, with `changes`.
+fn restored_line(who: &str, changes: &str) -> String {
+    format!(
+        " ERROR plugin code changed what the whole process relies on, found when {who} returned: {changes}; the daemon put it back (a plugin must leave descriptors 0-2 and signal dispositions alone: docs/handler-authors.md §9)"
+    )
+}
+
+/// The log's ERROR lines.
+fn errors(log: &str) -> Vec<&str> {
+    log.lines().filter(|l| l.contains(" ERROR ")).collect()
+}
+
+/// What the kernel says `signal`'s disposition in process `pid` is: `ignored`, `caught` or
+/// `default` (from the SigIgn and SigCgt masks of /proc/PID/status).
+fn disposition(pid: u32, signal: libc::c_int) -> &'static str {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let mask = |key: &str| {
+        let hex = status
+            .lines()
+            .find_map(|l| l.strip_prefix(key))
+            .unwrap()
+            .trim();
+        u64::from_str_radix(hex, 16).unwrap()
+    };
+    let bit = 1u64 << (signal - 1);
+    if mask("SigIgn:") & bit != 0 {
+        "ignored"
+    } else if mask("SigCgt:") & bit != 0 {
+        "caught"
+    } else {
+        "default"
+    }
+}
+
+/// A daemon with the unruly plugin beside the workspace plugin, and a session that may use
+/// both.
+fn unruly_daemon(env: &[(&str, &str)]) -> (Daemon, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cmd = Daemon::serve_command(&dir, WS);
+    cmd.envs(env.iter().copied());
+    add_unruly(&dir.path().join("plugins"));
+    let d = Daemon::spawn(dir, cmd);
+    let token = d.session(
+        "ep1",
+        &["Workspace.Read=worktree:20", "Unruly.Process=any:5"],
+    );
+    std::fs::write(d.root().join("ep1/a.txt"), "hello\n").unwrap();
+    (d, token)
+}
+
+/// `unruly-process` doing `what`: answered ok.
+fn misbehave(d: &Daemon, token: &str, what: &str) {
+    let result = call(d, token, "unruly-process", json!({"what": what}));
+    assert_eq!(result["isError"], false, "{result}");
+    assert_eq!(result["structuredContent"]["did"], what, "{result}");
+}
+
+/// After plugin code closed descriptor 2, the daemon's log went to whatever took that number
+/// next: an idle, unauthenticated connection received every episode's log lines. The log is
+/// written to a private copy of stderr, descriptor 2 is put back, and that is said once,
+/// naming the plugin.
+#[test]
+fn after_plugin_code_closes_stderr_a_new_connection_never_receives_log_text_and_the_log_still_reaches_stderr(
+) {
+    use std::io::Read;
+    let (d, token) = unruly_daemon(&[]);
+    misbehave(&d, &token, "close-stderr");
+    // A connection that sends nothing, then calls that log a line each.
+    let mut idle = std::net::TcpStream::connect(&d.addr).unwrap();
+    for _ in 0..3 {
+        read_answers(&d, &token, "hello\n");
+    }
+    d.wait_for_log("INFO call tool=ailang-read episode=ep1 outcome=ok");
+    idle.set_read_timeout(Some(Duration::from_millis(500)))
+        .unwrap();
+    let mut got = [0u8; 4096];
+    match idle.read(&mut got) {
+        Ok(n) => panic!(
+            "the idle connection received {n} bytes: {:?}",
+            String::from_utf8_lossy(&got[..n])
+        ),
+        Err(e) => assert!(
+            matches!(
+                e.kind(),
+                std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+            ),
+            "{e}"
+        ),
+    }
+    drop(idle);
+    let (status, _, log, _dir) = d.stop_with_log(Duration::from_secs(10));
+    assert_eq!(status.code(), Some(0), "{log}");
+    let said = errors(&log);
+    assert_eq!(said.len(), 1, "{log}");
+    assert!(
+        said[0].ends_with(&restored_line(
+            "plugin unruly's execute (Unruly.Process)",
+            "descriptor 2 (stderr) was closed"
+        )),
+        "{log}"
+    );
+    // Every call after it is in the log on the daemon's stderr.
+    assert_eq!(
+        log.matches("INFO call tool=ailang-read episode=ep1 outcome=ok")
+            .count(),
+        3,
+        "{log}"
+    );
+}
+
+/// A plugin that set SIGCHLD to SIG_IGN (the C idiom "to avoid zombies") made the kernel reap
+/// every child, and every git and ailang call of every episode failed with ECHILD, its unit
+/// spent, nothing naming the plugin. So did a SIGCHLD handler that reaps. The daemon puts
+/// SIGCHLD back to its default and says who changed it.
+#[test]
+fn sigchld_ignored_or_caught_by_plugin_code_is_put_back_to_default_and_the_plugin_named() {
+    for (what, set_to) in [
+        ("sigchld-ignore", "ignored (SIG_IGN)"),
+        ("sigchld-reaper", "a handler of the plugin's"),
+    ] {
+        let (d, token) = unruly_daemon(&[]);
+        let pid = d.child.id();
+        assert_eq!(disposition(pid, libc::SIGCHLD), "default");
+        misbehave(&d, &token, what);
+        assert_eq!(disposition(pid, libc::SIGCHLD), "default", "{what}");
+        read_answers(&d, &token, "hello\n");
+        let (status, _, log, _dir) = d.stop_with_log(Duration::from_secs(10));
+        assert_eq!(status.code(), Some(0), "{log}");
+        let said = errors(&log);
+        assert_eq!(said.len(), 1, "{log}");
+        assert!(
+            said[0].ends_with(&restored_line(
+                "plugin unruly's execute (Unruly.Process)",
+                &format!("SIGCHLD was set to {set_to}, which makes the daemon's waits for its children (git, ailang) fail with ECHILD")
+            )),
+            "{log}"
+        );
+    }
+}
+
+/// The same done by a library while it loads (its initialisers or manifest): every later
+/// wait for a child failed, and the daemon's start blamed the next plugin that ran a program.
+/// It is put back after the library's code returns, and the library is named.
+#[test]
+fn sigchld_ignored_while_a_plugin_library_loads_is_put_back_and_the_library_named() {
+    let (d, _token) = unruly_daemon(&[("WORLDD_UNRULY_MANIFEST", "sigchld")]);
+    let lib = d.plugin_dir().join(unruly_library().file_name().unwrap());
+    assert_eq!(disposition(d.child.id(), libc::SIGCHLD), "default");
+    let (status, _, log, _dir) = d.stop_with_log(Duration::from_secs(10));
+    assert_eq!(status.code(), Some(0), "{log}");
+    let said = errors(&log);
+    assert_eq!(said.len(), 1, "{log}");
+    assert!(
+        said[0].ends_with(&restored_line(
+            &format!("the initialisers and manifest of the plugin library {}", lib.display()),
+            "SIGCHLD was set to ignored (SIG_IGN), which makes the daemon's waits for its children (git, ailang) fail with ECHILD"
+        )),
+        "{log}"
+    );
+}
+
+/// A plugin that set SIGPIPE back to SIG_DFL turned a write to a dead pipe (stderr into a
+/// collector that stopped reading, a child's stdin) into a silent death of the daemon, status
+/// 141. SIGPIPE is ignored again after the call, and the plugin named.
+#[test]
+fn sigpipe_set_to_default_by_plugin_code_is_ignored_again_and_the_plugin_named() {
+    let (d, token) = unruly_daemon(&[]);
+    let pid = d.child.id();
+    assert_eq!(disposition(pid, libc::SIGPIPE), "ignored");
+    misbehave(&d, &token, "sigpipe-default");
+    assert_eq!(disposition(pid, libc::SIGPIPE), "ignored");
+    let (status, _, log, _dir) = d.stop_with_log(Duration::from_secs(10));
+    assert_eq!(status.code(), Some(0), "{log}");
+    let said = errors(&log);
+    assert_eq!(said.len(), 1, "{log}");
+    assert!(
+        said[0].ends_with(&restored_line(
+            "plugin unruly's execute (Unruly.Process)",
+            "SIGPIPE was set to its default action (SIG_DFL), which ends the daemon without a word on a write to a closed pipe"
+        )),
+        "{log}"
+    );
+}
+
+/// A plugin that set SIGTERM back to SIG_DFL made the supervisor's stop kill the daemon at
+/// once, calls in flight and all, instead of draining it. The daemon's own handler is put
+/// back: SIGTERM still drains, and the daemon ends with 0.
+#[test]
+fn sigterm_reset_by_plugin_code_still_drains_the_daemon() {
+    let (d, token) = unruly_daemon(&[]);
+    misbehave(&d, &token, "sigterm-default");
+    assert_eq!(disposition(d.child.id(), libc::SIGTERM), "caught");
+    let (status, _, log, _dir) = d.stop_with_log(Duration::from_secs(10));
+    assert_eq!(status.code(), Some(0), "{status:?} {log}");
+    let said = errors(&log);
+    assert_eq!(said.len(), 1, "{log}");
+    assert!(
+        said[0].ends_with(&restored_line(
+            "plugin unruly's execute (Unruly.Process)",
+            "SIGTERM was set to its default action (SIG_DFL)"
+        )),
+        "{log}"
+    );
+}
+
+/// `quick_exit(0)` (C11, C++11) runs no `atexit` handler: plugin code that called it ended the
+/// daemon with status 0 and not a line, a clean shutdown to a supervisor. It is said as
+/// `exit()` is, and ends the daemon with 70.
+#[test]
+fn quick_exit_called_by_plugin_code_is_said_and_ends_the_daemon_with_70() {
+    let (d, token) = unruly_daemon(&[]);
+    let url = d.url("/mcp/");
+    let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+                      "params": {"name": "unruly-process", "arguments": {"what": "quick-exit"}}});
+    let caller = std::thread::spawn(move || {
+        let _ = ureq::post(&url)
+            .set("Authorization", &format!("Bearer {token}"))
+            .set("Accept", "application/json, text/event-stream")
+            .set("MCP-Protocol-Version", "2025-11-25")
+            .set("Content-Type", "application/json")
+            .send_bytes(&serde_json::to_vec(&body).unwrap());
+    });
+    d.wait_for_log("quick_exit() was called by plugin code");
+    let (status, _, log, _dir) = d.stop_with_log(Duration::from_secs(10));
+    caller.join().unwrap();
+    assert_eq!(status.code(), Some(70), "{status:?} {log}");
+    let said = errors(&log);
+    assert_eq!(said.len(), 1, "{log}");
+    assert!(
+        said[0].ends_with(" ERROR quick_exit() was called by plugin code or a library while the daemon served; the daemon did not choose to stop, so it ends with status 70"),
+        "{log}"
+    );
+}
+
 /// A plugin's decline text kept a real line break in `worldd tools list`, starting a line of
 /// the plugin's making in the operator's listing; and the log kept its bidi override (U+202E,
 /// which shows the rest of the line, ` plugin=unruly` included, reversed) and U+2028. Both
@@ -400,10 +635,7 @@ fn a_plugins_decline_text_is_one_line_in_tools_list_and_in_the_log() {
     cmd.arg("--plugin-config")
         .arg("unruly.declineWith=\u{1b}[31mRED \u{202e}evil\nplugin x did not start: forged\u{2028}third");
     let d = Daemon::spawn(dir, cmd);
-    let token = d.session(
-        "ep1",
-        &["Workspace.Read=worktree:5", "Unruly.Chdir=any:5"],
-    );
+    let token = d.session("ep1", &["Workspace.Read=worktree:5", "Unruly.Chdir=any:5"]);
     let addr = d.url("");
     let (code, out, err) = worldd(
         &["tools", "list", "--addr", &addr, "--session", &token],

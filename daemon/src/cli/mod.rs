@@ -307,6 +307,9 @@ fn run(command: Command) -> i32 {
 const MESSAGE_BYTES: usize = 8192;
 
 fn init_tracing(daemon: bool) {
+    // Before anything else: descriptors 0-2 kept (a closed one opened on /dev/null), a private
+    // copy of stderr for the log, SIGCHLD and SIGPIPE as the daemon needs them.
+    crate::process_state::settle();
     let default = if daemon { "info" } else { "warn" };
     let (filter, complaint) = log_filter(std::env::var("WORLDD_LOG").ok(), default);
     // Said on stderr itself: the filter may let no warning through.
@@ -323,7 +326,7 @@ fn init_tracing(daemon: bool) {
         // and nothing else: by default the writer reports its own failure with `eprintln!`,
         // which panics there, in the task that was answering a call after its commit.
         .log_internal_errors(false)
-        .with_writer(std::io::stderr);
+        .with_writer(LogOut::new);
     if json {
         // One JSON object a line for a log collector: the event's fields beside its time,
         // level and module, each string escaped by JSON's own rules.
@@ -338,12 +341,52 @@ fn init_tracing(daemon: bool) {
     let _ = lines
         // Colours only for a person at a terminal, not for log files and collectors.
         .with_ansi(
-            std::io::IsTerminal::is_terminal(&std::io::stderr())
+            LogOut::new().is_terminal()
                 && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty()),
         )
         .with_target(false)
         .fmt_fields(log_fields::fields())
         .try_init();
+}
+
+/// Where log lines are written: the private copy of stderr made at start, which plugin code
+/// that closes descriptor 2 does not take away (the next connection accepted would otherwise
+/// get that number, and every log line after it); stderr itself where there is no copy.
+enum LogOut {
+    Private(&'static std::fs::File),
+    Stderr(std::io::Stderr),
+}
+
+impl LogOut {
+    fn new() -> LogOut {
+        match crate::process_state::log_destination() {
+            Some(file) => LogOut::Private(file),
+            None => LogOut::Stderr(std::io::stderr()),
+        }
+    }
+
+    fn is_terminal(&self) -> bool {
+        match self {
+            LogOut::Private(file) => std::io::IsTerminal::is_terminal(*file),
+            LogOut::Stderr(err) => std::io::IsTerminal::is_terminal(err),
+        }
+    }
+}
+
+impl std::io::Write for LogOut {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        match self {
+            LogOut::Private(file) => file.write(buf),
+            LogOut::Stderr(err) => err.write(buf),
+        }
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        match self {
+            LogOut::Private(file) => file.flush(),
+            LogOut::Stderr(err) => err.flush(),
+        }
+    }
 }
 
 /// Whether `WORLDD_LOG_FORMAT` asks for JSON lines (`json`) rather than text (`text`, or

@@ -68,6 +68,14 @@ impl PluginHandler {
     }
 }
 
+impl PluginHandler {
+    /// After the plugin's `entry` (for `effect`) returned: what it changed of the whole
+    /// process (descriptors 0-2, signal dispositions) put back and said.
+    fn returned(&self, entry: &str, effect: &str) {
+        crate::process_state::check(|| format!("plugin {}'s {entry} ({effect})", self.plugin));
+    }
+}
+
 impl EffectHandler for PluginHandler {
     fn identity(&self) -> HandlerIdentity {
         self.identity.clone()
@@ -78,7 +86,9 @@ impl EffectHandler for PluginHandler {
         if self.refuse_op(req.effect, req.payload).is_some() {
             return None;
         }
-        match self.handler.preflight_request_json(&request::write(req)) {
+        let answer = self.handler.preflight_request_json(&request::write(req));
+        self.returned("preflight", req.effect);
+        match answer {
             Preflight::Decline(output) => Some(output),
             Preflight::Proceed => None,
         }
@@ -88,7 +98,9 @@ impl EffectHandler for PluginHandler {
         if let Some(message) = self.refuse_op(req.effect, req.payload) {
             return HandlerOutcome::Failed(message);
         }
-        match self.handler.execute_request_json(&request::write(req)) {
+        let outcome = self.handler.execute_request_json(&request::write(req));
+        self.returned("execute", req.effect);
+        match outcome {
             Outcome::Ok { output } => HandlerOutcome::Ok(output),
             Outcome::Failed { message } => HandlerOutcome::Failed(message),
             Outcome::Indeterminate { message } => HandlerOutcome::Indeterminate(message),
@@ -104,6 +116,8 @@ impl EffectHandler for PluginHandler {
                 .cloned()
                 .unwrap_or_default(),
         };
-        self.handler.finish(name, &input)
+        let finished = self.handler.finish(name, &input);
+        self.returned("finish", name);
+        finished
     }
 }

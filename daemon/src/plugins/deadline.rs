@@ -44,7 +44,21 @@ pub(super) fn within<T: Send + 'static>(
             let _ = tx.send(work());
         })
         .map_err(|e| PluginError::new(path, format!("could not start a thread to load it: {e}")))?;
-    rx.recv_timeout(deadline).map_err(|_| {
+    let done = rx.recv_timeout(deadline);
+    if done.is_ok() {
+        crate::process_state::check(|| {
+            let part = match what {
+                "loading" => "initialisers and manifest",
+                "starting" => "constructor (Plugin::new)",
+                other => other,
+            };
+            format!(
+                "the {part} of the plugin library {}",
+                crate::text::one_line(&path.display().to_string())
+            )
+        });
+    }
+    done.map_err(|_| {
         ABANDONED.store(true, std::sync::atomic::Ordering::SeqCst);
         PluginError::new(
             path,

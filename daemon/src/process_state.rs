@@ -1,0 +1,324 @@
+//! What plugin code may break for the whole process, checked each time it returns.
+//!
+//! Plugins run in the daemon's process. Some of what they can change there is not theirs to
+//! change, and the harm lands elsewhere, naming nobody:
+//!
+//! - descriptors 0, 1 and 2: a `close(2)` (what C "close stdio" helpers do) freed stderr's
+//!   number, the next accepted connection took it, and every log line of every episode went to
+//!   that client's socket. The log is therefore written to a private close-on-exec copy of
+//!   stderr made at start ([`log_destination`]), and a 0, 1 or 2 that is no longer the file it
+//!   was is put back;
+//! - SIGCHLD ignored, given SA_NOCLDWAIT or a handler that reaps: the kernel (or the handler)
+//!   reaps every child, and every wait for a git or ailang child fails with ECHILD, each call's
+//!   unit spent;
+//! - SIGPIPE back to its default action: a write to a pipe whose reader has gone (stderr into a
+//!   collector that stopped, a child's stdin) ends the daemon silently, by a status a
+//!   supervisor takes for a clean exit;
+//! - the handlers the daemon installed for itself (SIGINT, SIGTERM, SIGHUP for its drain,
+//!   SIGABRT for its last line), [`remember`]ed once installed.
+//!
+//! [`check`] runs after each entry point of a plugin returns (its loading, constructor,
+//! preflight, execute, finish): a few `fstat` and `sigaction` queries. What it finds changed it
+//! puts back, and says in one ERROR line naming the plugin and the call it had just returned
+//! from (another plugin's call running at the same time may be the cause: the line says where
+//! it was found).
+
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::sync::{Mutex, OnceLock, PoisonError};
+
+/// Descriptors 0–2 as they were at start: the file each named, and a private close-on-exec
+/// copy to put back.
+struct Standard {
+    fd: libc::c_int,
+    id: Option<(libc::dev_t, libc::ino_t)>,
+    copy: Option<OwnedFd>,
+}
+
+static STANDARD: OnceLock<Vec<Standard>> = OnceLock::new();
+
+/// Signal dispositions the daemon relies on, as they must be, and the whole action that
+/// puts each back (the daemon's own handler keeps its mask and flags).
+static SIGNALS: Mutex<Vec<(libc::c_int, Disposition, Action)>> = Mutex::new(Vec::new());
+
+#[derive(Clone, Copy)]
+struct Action(libc::sigaction);
+
+// SAFETY: a sigaction is plain data (a function address, a mask, flags).
+unsafe impl Send for Action {}
+
+impl Action {
+    /// SIG_DFL or SIG_IGN, no flags, an empty mask.
+    fn plain(handler: libc::sighandler_t) -> Action {
+        // SAFETY: a zeroed action is valid; its mask is then emptied by sigemptyset.
+        let mut action: libc::sigaction = unsafe { std::mem::zeroed() };
+        action.sa_sigaction = handler;
+        // SAFETY: `sa_mask` is a valid sigset_t to fill.
+        unsafe { libc::sigemptyset(&mut action.sa_mask) };
+        Action(action)
+    }
+
+    fn install(&self, signal: libc::c_int) {
+        // SAFETY: sigaction with a valid action: SIG_DFL, SIG_IGN, or the very action the
+        // daemon had installed (whose handler lives as long as the process).
+        unsafe { libc::sigaction(signal, &self.0, std::ptr::null_mut()) };
+    }
+}
+
+/// One check at a time: two calls returning together must not both restore and say one change.
+static CHECKING: Mutex<()> = Mutex::new(());
+
+/// What a signal's disposition is, as far as the daemon cares.
+#[derive(Clone, Copy, PartialEq, Eq)]
+struct Disposition {
+    handler: libc::sighandler_t,
+    /// SA_NOCLDWAIT (only SIGCHLD's matters) and SA_SIGINFO (which makes `handler` another
+    /// function type).
+    flags: libc::c_int,
+}
+
+const FLAGS: libc::c_int = libc::SA_NOCLDWAIT | libc::SA_SIGINFO;
+
+impl Disposition {
+    const DEFAULT: Disposition = Disposition {
+        handler: libc::SIG_DFL,
+        flags: 0,
+    };
+    const IGNORE: Disposition = Disposition {
+        handler: libc::SIG_IGN,
+        flags: 0,
+    };
+
+    fn of(signal: libc::c_int) -> Option<(Disposition, libc::sigaction)> {
+        // SAFETY: a query only (no new action); `now` is a valid out-pointer.
+        unsafe {
+            let mut now: libc::sigaction = std::mem::zeroed();
+            if libc::sigaction(signal, std::ptr::null(), &mut now) != 0 {
+                return None;
+            }
+            Some((
+                Disposition {
+                    handler: now.sa_sigaction,
+                    flags: now.sa_flags & FLAGS,
+                },
+                now,
+            ))
+        }
+    }
+
+    fn said(self) -> String {
+        let what = match self.handler {
+            libc::SIG_DFL => "its default action (SIG_DFL)".to_owned(),
+            libc::SIG_IGN => "ignored (SIG_IGN)".to_owned(),
+            _ => "a handler of the plugin's".to_owned(),
+        };
+        if self.flags & libc::SA_NOCLDWAIT != 0 {
+            format!("{what} with SA_NOCLDWAIT")
+        } else {
+            what
+        }
+    }
+}
+
+/// Called once, first thing (before any thread and any plugin): descriptors 0–2 that are
+/// closed are opened on `/dev/null` (so that no file the daemon opens takes their number), a
+/// copy of each is kept, and SIGCHLD and SIGPIPE are set as the daemon needs them: SIGCHLD
+/// default (an ignored one, inherited across `exec`, would fail every wait for a child),
+/// SIGPIPE ignored (as Rust's start-up sets it).
+pub fn settle() {
+    STANDARD.get_or_init(|| {
+        (0..3)
+            .map(|fd| {
+                if id_of(fd).is_none() {
+                    open_null_at(fd);
+                }
+                // SAFETY: F_DUPFD_CLOEXEC makes a new descriptor (3 or above) this code owns.
+                let copy = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 3) };
+                Standard {
+                    fd,
+                    id: id_of(fd),
+                    // SAFETY: `copy`, when valid, was just made and is owned by nothing else.
+                    copy: (copy >= 0).then(|| unsafe { OwnedFd::from_raw_fd(copy) }),
+                }
+            })
+            .collect()
+    });
+    let mut signals = SIGNALS.lock().unwrap_or_else(PoisonError::into_inner);
+    for (signal, must) in [
+        (libc::SIGCHLD, Disposition::DEFAULT),
+        (libc::SIGPIPE, Disposition::IGNORE),
+    ] {
+        let action = Action::plain(must.handler);
+        if Disposition::of(signal).is_none_or(|(now, _)| now != must) {
+            action.install(signal);
+        }
+        if !signals.iter().any(|(s, _, _)| *s == signal) {
+            signals.push((signal, must, action));
+        }
+    }
+}
+
+/// Where the log is written: the private copy of stderr made by [`settle`], which no
+/// `close(2)` by plugin code takes away. `None` before `settle`, or where it had no copy.
+pub fn log_destination() -> Option<&'static std::fs::File> {
+    static FILE: OnceLock<Option<std::fs::File>> = OnceLock::new();
+    FILE.get_or_init(|| {
+        let stderr = STANDARD.get()?.get(2)?.copy.as_ref()?;
+        stderr.try_clone().ok().map(std::fs::File::from)
+    })
+    .as_ref()
+}
+
+/// The raw descriptor of [`log_destination`], for a signal handler's `write`; 2 without one.
+pub fn log_fd() -> libc::c_int {
+    log_destination().map_or(2, AsRawFd::as_raw_fd)
+}
+
+/// Keep `signals` as they are now: the daemon installed their handlers itself.
+pub fn remember(signals: &[libc::c_int]) {
+    let mut known = SIGNALS.lock().unwrap_or_else(PoisonError::into_inner);
+    for &signal in signals {
+        let Some((now, action)) = Disposition::of(signal) else {
+            continue;
+        };
+        known.retain(|(s, _, _)| *s != signal);
+        known.push((signal, now, Action(action)));
+    }
+}
+
+/// After plugin code returned: put back what it changed of descriptors 0–2 and of the signal
+/// dispositions the daemon relies on, and say it in one ERROR line naming `who`, the plugin's
+/// call that had just returned ("plugin git's execute (Git.Commit)").
+pub fn check(who: impl FnOnce() -> String) {
+    let changes = restore();
+    if !changes.is_empty() {
+        tracing::error!("{}", line(&who(), &changes));
+    }
+}
+
+fn line(who: &str, changes: &[String]) -> String {
+    format!(
+        "plugin code changed what the whole process relies on, found when {who} returned: {}; the daemon put it back (a plugin must leave descriptors 0-2 and signal dispositions alone: docs/handler-authors.md §9)",
+        changes.join("; ")
+    )
+}
+
+/// What was changed and is now put back, one phrase each.
+fn restore() -> Vec<String> {
+    let _one = CHECKING.lock().unwrap_or_else(PoisonError::into_inner);
+    let mut changes = Vec::new();
+    for standard in STANDARD.get().map(Vec::as_slice).unwrap_or_default() {
+        let now = id_of(standard.fd);
+        if now == standard.id {
+            continue;
+        }
+        let name = ["stdin", "stdout", "stderr"][standard.fd as usize];
+        let what = if now.is_none() {
+            "closed"
+        } else {
+            "pointed at another file"
+        };
+        let put_back = match &standard.copy {
+            // SAFETY: dup2 of a descriptor this module owns onto 0, 1 or 2.
+            Some(copy) => (unsafe { libc::dup2(copy.as_raw_fd(), standard.fd) }) >= 0,
+            None => open_null_at(standard.fd),
+        };
+        changes.push(if put_back {
+            format!("descriptor {} ({name}) was {what}", standard.fd)
+        } else {
+            format!(
+                "descriptor {} ({name}) was {what}, and could not be put back",
+                standard.fd
+            )
+        });
+    }
+    let signals = SIGNALS
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .clone();
+    for (signal, must, action) in signals {
+        let Some((now, _)) = Disposition::of(signal) else {
+            continue;
+        };
+        if now == must {
+            continue;
+        }
+        action.install(signal);
+        changes.push(format!(
+            "{} was set to {}{}",
+            name_of(signal),
+            now.said(),
+            why(signal)
+        ));
+    }
+    changes
+}
+
+/// What the change would have done, for the signals whose harm is not plain.
+fn why(signal: libc::c_int) -> &'static str {
+    match signal {
+        libc::SIGCHLD => {
+            ", which makes the daemon's waits for its children (git, ailang) fail with ECHILD"
+        }
+        libc::SIGPIPE => ", which ends the daemon without a word on a write to a closed pipe",
+        _ => "",
+    }
+}
+
+fn name_of(signal: libc::c_int) -> &'static str {
+    match signal {
+        libc::SIGCHLD => "SIGCHLD",
+        libc::SIGPIPE => "SIGPIPE",
+        libc::SIGINT => "SIGINT",
+        libc::SIGTERM => "SIGTERM",
+        libc::SIGHUP => "SIGHUP",
+        libc::SIGABRT => "SIGABRT",
+        libc::SIGSEGV => "SIGSEGV",
+        libc::SIGBUS => "SIGBUS",
+        _ => "a signal",
+    }
+}
+
+/// The file `fd` names (device, inode), or `None` when it is closed.
+fn id_of(fd: libc::c_int) -> Option<(libc::dev_t, libc::ino_t)> {
+    // SAFETY: fstat into a zeroed struct, a valid out-pointer.
+    unsafe {
+        let mut st: libc::stat = std::mem::zeroed();
+        (libc::fstat(fd, &mut st) == 0).then_some((st.st_dev, st.st_ino))
+    }
+}
+
+/// Open `/dev/null` on `fd`; whether it is open now.
+fn open_null_at(fd: libc::c_int) -> bool {
+    // SAFETY: open of a constant C string; dup2 and close of descriptors just made.
+    unsafe {
+        let null = libc::open(c"/dev/null".as_ptr(), libc::O_RDWR | libc::O_CLOEXEC);
+        if null < 0 {
+            return false;
+        }
+        if null == fd {
+            // Landed on `fd` itself: it must be inherited as 0–2 are.
+            let flags = libc::fcntl(fd, libc::F_GETFD);
+            libc::fcntl(fd, libc::F_SETFD, flags & !libc::FD_CLOEXEC);
+            return true;
+        }
+        let done = libc::dup2(null, fd) >= 0;
+        libc::close(null);
+        done
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_line_names_the_call_and_each_change() {
+        assert_eq!(
+            line(
+                "plugin rogue's execute (Rogue.Read)",
+                &["descriptor 2 (stderr) was closed".to_owned(), format!("SIGCHLD was set to ignored (SIG_IGN){}", why(libc::SIGCHLD))]
+            ),
+            "plugin code changed what the whole process relies on, found when plugin rogue's execute (Rogue.Read) returned: descriptor 2 (stderr) was closed; SIGCHLD was set to ignored (SIG_IGN), which makes the daemon's waits for its children (git, ailang) fail with ECHILD; the daemon put it back (a plugin must leave descriptors 0-2 and signal dispositions alone: docs/handler-authors.md §9)"
+        );
+    }
+}
