@@ -125,7 +125,11 @@ fn respond(content_type: &'static str, body: &'static str) -> Response {
         // The assets change with the binary; a browser must ask again after an upgrade.
         (header::CACHE_CONTROL, HeaderValue::from_static("no-cache")),
     ];
-    (StatusCode::OK, headers, body).into_response()
+    let mut response = (StatusCode::OK, headers, body).into_response();
+    // Compiled into the binary: an unread copy holds no memory, so the reply budget, and
+    // an anonymous flood filling its share, leaves it alone.
+    response.extensions_mut().insert(crate::edge::reply::Static);
+    response
 }
 
 async fn page(RawQuery(query): RawQuery) -> Result<Response, ApiError> {

@@ -195,3 +195,140 @@ fn a_foreign_host_or_origin_or_no_host_is_refused_before_the_reply_budget_is_con
     // The share is still full: the legitimate request is still refused.
     assert_eq!(raw_get(&d, "/v1/head", &ep1, &host).status, 503);
 }
+
+/// `GET path` without a credential on a connection from the local address `from` (any of
+/// 127.0.0.0/8) with a small receive window, of which only the status line is read.
+fn unread_anonymous_get(d: &Daemon, path: &str, from: [u8; 4]) -> (TcpStream, String) {
+    let addr: std::net::SocketAddr = d.addr.parse().unwrap();
+    let s = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+    s.set_recv_buffer_size(4096).unwrap();
+    let local = std::net::SocketAddr::from((from, 0));
+    s.bind(&local.into()).unwrap();
+    s.connect(&addr.into()).unwrap();
+    let mut s = TcpStream::from(s);
+    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n\r\n",
+        d.addr
+    )
+    .unwrap();
+    let mut status = [0u8; 12];
+    s.read_exact(&mut status).unwrap();
+    (s, String::from_utf8_lossy(&status).into_owned())
+}
+
+/// `GET path` without a credential from the local address `from`, read to its end.
+fn anonymous_get_from(d: &Daemon, path: &str, from: [u8; 4]) -> Answer {
+    let addr: std::net::SocketAddr = d.addr.parse().unwrap();
+    let s = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+    let local = std::net::SocketAddr::from((from, 0));
+    s.bind(&local.into()).unwrap();
+    s.connect(&addr.into()).unwrap();
+    let mut s = TcpStream::from(s);
+    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n\r\n",
+        d.addr
+    )
+    .unwrap();
+    let (head, body) = read_one_answer(&mut s);
+    let status = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse().ok())
+        .unwrap_or(0);
+    Answer {
+        status,
+        content_type: String::new(),
+        retry_after: None,
+        body,
+        fields: Vec::new(),
+    }
+}
+
+fn reply_trips(d: &Daemon, limit: &str) -> u64 {
+    let m = get(&d.url("/v1/metrics"), None).text();
+    let key = format!("worldd_limit_trips_total{{limit=\"{limit}\"}} ");
+    m.lines()
+        .find_map(|l| l.strip_prefix(key.as_str()))
+        .map_or(0, |n| n.trim().parse().unwrap())
+}
+
+/// Connections without a credential asking for the workbench's script and reading nothing
+/// filled the one anonymous share with it, and every browser then got `503` for the script:
+/// the workbench was dead for everyone. Its page and scripts are compiled into the binary, hold
+/// no memory while unread, and are not counted: the flood's answers and a browser's are all
+/// `200`, and no share is tripped.
+#[test]
+fn static_workbench_assets_are_not_charged_to_the_reply_budget_so_an_unread_flood_cannot_refuse_them(
+) {
+    let (d, _c) = start();
+    // 24 unread copies of the script (over 40 KiB counted each, before) is more than the
+    // anonymous share of 256 KiB.
+    let mut flood = Vec::new();
+    for _ in 0..24 {
+        let (held, status) = unread_anonymous_get(&d, "/workbench/workbench.js", [127, 0, 0, 1]);
+        assert_eq!(status, "HTTP/1.1 200");
+        flood.push(held);
+    }
+    for path in [
+        "/workbench/workbench.js",
+        "/workbench/verify.js",
+        "/workbench",
+    ] {
+        let a = get(&d.url(path), None);
+        assert_eq!(a.status, 200, "{path}: {}", a.text());
+        let length: usize = a.field("content-length").unwrap().parse().unwrap();
+        assert_eq!(a.body.len(), length, "{path}");
+    }
+    assert_eq!(reply_trips(&d, "reply_share"), 0);
+    assert_eq!(reply_trips(&d, "reply_budget"), 0);
+    drop(flood);
+}
+
+const PEER_BODY: &str = r#"{"error":{"class":"Unavailable","message":"too many answers to this address without a credential are waiting unread (a sixteenth of [server] reply_budget_bytes); read them, then retry"}}"#;
+
+/// Under `--open-reads`, every request without a credential shared one anonymous share, so
+/// one client reading nothing refused every other anonymous reader's large answers. Each peer
+/// address now holds at most a quarter of the anonymous share: the flooding address is refused
+/// (with its own words), another address's reader is served.
+#[test]
+fn an_anonymous_client_reading_nothing_cannot_refuse_the_large_reads_of_another_address() {
+    let conf_dir = tempfile::tempdir().unwrap();
+    let path = conf_dir.path().join("world.toml");
+    std::fs::write(
+        &path,
+        "[server]\nsend_timeout_ms = 30000\nsend_buffer_bytes = 16384\nreply_budget_bytes = 1048576\n",
+    )
+    .unwrap();
+    let d = Daemon::start(WS, &["--config", path_str(&path), "--open-reads"]);
+    let grants = [
+        "Workspace.Read=worktree:100000000",
+        "Workspace.Write=worktree:100000000",
+    ];
+    let ep1 = d.session("ep1", &grants);
+    // About 100 KB: 84 KiB counted, more than an address's part (64 KiB) of the anonymous
+    // share (256 KiB).
+    let object = object_of(&d, &ep1, "page.txt", 100_000);
+    let (held, status) = unread_anonymous_get(&d, &object, [127, 0, 0, 2]);
+    assert_eq!(status, "HTTP/1.1 200");
+    // The flooding address's part is full: its next answer is replaced.
+    let refused = anonymous_get_from(&d, &object, [127, 0, 0, 2]);
+    assert_eq!(refused.status, 503);
+    assert_eq!(refused.text(), PEER_BODY);
+    // Three more unread from three more addresses would fill the anonymous share; two leave
+    // room for a reader elsewhere.
+    let mut others = Vec::new();
+    for from in [[127, 0, 0, 3], [127, 0, 0, 4]] {
+        let (more, status) = unread_anonymous_get(&d, &object, from);
+        assert_eq!(status, "HTTP/1.1 200");
+        others.push(more);
+    }
+    let reader = anonymous_get_from(&d, &object, [127, 0, 0, 1]);
+    assert_eq!(reader.status, 200, "{}", reader.text());
+    assert!(reader.body.len() > 100_000);
+    assert_eq!(reply_trips(&d, "reply_share"), 1);
+    drop((held, others));
+}

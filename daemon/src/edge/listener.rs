@@ -289,7 +289,16 @@ async fn serve_connection(stream: SendDeadline<TcpStream>, room: Place, shared: 
     let Some(mut registered) = take_slot(room, &connections, &metrics).await else {
         return;
     };
-    let service = service(app, replies, known, small_pieces, registered.conn.clone());
+    // Requests without a credential are counted by their peer address ([`super::reply`]).
+    let peer = stream.get_ref().peer_addr().ok().map(|a| a.ip());
+    let service = service(
+        app,
+        replies,
+        known,
+        small_pieces,
+        peer,
+        registered.conn.clone(),
+    );
     let conn = http.serve_connection(TokioIo::new(stream), service);
     let mut conn = std::pin::pin!(conn);
     metrics.connections(1);
@@ -360,6 +369,7 @@ fn service(
     replies: ReplyBudget,
     known: KnownCredential,
     small_pieces: usize,
+    peer: Option<std::net::IpAddr>,
     conn: Arc<Conn>,
 ) -> impl hyper::service::Service<
     hyper::Request<hyper::body::Incoming>,
@@ -381,7 +391,11 @@ fn service(
             req.extensions_mut().insert(super::host::FromConnection);
             // Refused early or counted inside the router, past its Host and Origin checks
             // ([`super::reply::within`]).
-            req.extensions_mut().insert(Budgeted { replies, client });
+            req.extensions_mut().insert(Budgeted {
+                replies,
+                client,
+                peer,
+            });
             let routed = credential::routed_with(found, app.oneshot(req));
             let answer = match remainder.routing(routed).await {
                 Ok(answer) => answer,

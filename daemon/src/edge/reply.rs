@@ -15,7 +15,11 @@
 //! Each credential (the bearer token of the request's `Authorization` header, however the
 //! header spaces it; requests without one share an anonymous share) may hold at most a
 //! quarter of the budget: one session reading nothing
-//! cannot take the large answers of every other, and once its share is full its further
+//! cannot take the large answers of every other. Within the anonymous share each peer address
+//! holds at most a quarter of it ([`ANONYMOUS_PEER_TEXT`]), so that one client without a
+//! credential reading nothing cannot refuse every other one (readers under `--open-reads`,
+//! browsers loading the workbench). Answers whose body is compiled into the binary
+//! ([`Static`]: the workbench's page and scripts) hold no memory and are not counted at all, and once its share is full its further
 //! requests are refused before they run ([`ReplyBudget::refuse_early`]), so it cannot make the
 //! daemon build answers only to throw them away. Nor can it with a share not quite full: once
 //! an answer of its has been replaced because its share or the budget had no room for it, its
@@ -30,6 +34,7 @@
 //! [`ServerConfig::reply_budget_bytes`]: super::ServerConfig::reply_budget_bytes
 
 use std::collections::HashMap;
+use std::net::IpAddr;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
@@ -73,6 +78,16 @@ pub const BUSY_TEXT: &str =
 /// Why a request was refused or its answer replaced by 503: its credential's share is full.
 pub const SHARE_TEXT: &str =
     "too many answers to this credential are waiting unread (a quarter of [server] reply_budget_bytes); read them, then retry";
+
+/// Why an answer to a request without a credential was replaced by 503: its peer address's
+/// part of the anonymous share is full.
+pub const ANONYMOUS_PEER_TEXT: &str =
+    "too many answers to this address without a credential are waiting unread (a sixteenth of [server] reply_budget_bytes); read them, then retry";
+
+/// Marks an answer whose body is compiled into the binary (`&'static` bytes): it holds no
+/// memory while it waits for its client, so the budget does not count it.
+#[derive(Debug, Clone, Copy)]
+pub struct Static;
 
 /// Whose answer it is: the session named by the bearer token of the request's
 /// `Authorization` header ([`Client::named`]), or nobody. Within the daemon's edge the token
@@ -118,6 +133,8 @@ pub struct ReplyBudget {
     kib: Arc<Semaphore>,
     /// KiB each client holds now, at most a quarter of the budget.
     shares: Quota<Client>,
+    /// KiB each peer address holds now of the anonymous share, at most a quarter of it.
+    anonymous_peers: Quota<IpAddr>,
     /// Clients whose answer was replaced by 503: the KiB it needed, and when.
     refused: Arc<Mutex<HashMap<Client, (usize, Instant)>>>,
     metrics: Metrics,
@@ -126,9 +143,11 @@ pub struct ReplyBudget {
 impl ReplyBudget {
     pub fn new(bytes: usize, metrics: Metrics) -> Self {
         let total_kib = (bytes / KIB).clamp(1, Semaphore::MAX_PERMITS);
+        let share = (total_kib / 4).max(1);
         ReplyBudget {
             kib: Arc::new(Semaphore::new(total_kib)),
-            shares: Quota::new((total_kib / 4).max(1)),
+            shares: Quota::new(share),
+            anonymous_peers: Quota::new((share / 4).max(1)),
             refused: Arc::default(),
             metrics,
         }
@@ -183,9 +202,13 @@ impl ReplyBudget {
         refused.insert(client.clone(), (kib, Instant::now()));
     }
 
-    /// Count `answer` against `client`'s share and the budget, or replace it by 503 when
-    /// either is full.
-    pub async fn bound(&self, client: &Client, answer: Response) -> Response {
+    /// Count `answer` against `client`'s share (for a request without a credential, against
+    /// its `peer` address's part of the anonymous share too) and the budget, or replace it by
+    /// 503 when one is full.
+    pub async fn bound(&self, client: &Client, peer: Option<IpAddr>, answer: Response) -> Response {
+        if answer.extensions().get::<Static>().is_some() {
+            return answer;
+        }
         let Some(size) = answer.body().size_hint().exact() else {
             return answer;
         };
@@ -194,9 +217,20 @@ impl ReplyBudget {
             return answer;
         }
         // An answer larger than a whole share takes all of it.
-        let kib = (size - UNCOUNTED_BYTES)
+        let mut kib = (size - UNCOUNTED_BYTES)
             .div_ceil(KIB)
             .min(self.shares.cap());
+        let from_peer = match (&client.0, peer) {
+            (None, Some(peer)) => {
+                kib = kib.min(self.anonymous_peers.cap());
+                let Some(held) = self.anonymous_peers.take(&peer, kib) else {
+                    self.metrics.limit_tripped("reply_share");
+                    return busy(ANONYMOUS_PEER_TEXT);
+                };
+                Some(held)
+            }
+            _ => None,
+        };
         let Some(held) = self.shares.take(client, kib) else {
             self.metrics.limit_tripped("reply_share");
             self.note_refused(client, kib);
@@ -218,7 +252,7 @@ impl ReplyBudget {
                 parts,
                 Body::new(Counted {
                     rest: bytes,
-                    counted: Some((permit, held)),
+                    counted: Some((permit, held, from_peer)),
                 }),
             ),
             Err(e) => {
@@ -242,6 +276,8 @@ impl ReplyBudget {
 pub struct Budgeted {
     pub replies: ReplyBudget,
     pub client: Client,
+    /// The connection's peer address: requests without a credential are counted by it too.
+    pub peer: Option<IpAddr>,
 }
 
 /// Run `request` under its [`Budgeted`] extension: refused before it runs
@@ -259,7 +295,10 @@ where
         return refused;
     }
     let answer = run(request).await;
-    budgeted.replies.bound(&budgeted.client, answer).await
+    budgeted
+        .replies
+        .bound(&budgeted.client, budgeted.peer, answer)
+        .await
 }
 
 fn busy(message: &str) -> Response {
@@ -270,7 +309,7 @@ fn busy(message: &str) -> Response {
 /// when the last frame is taken or the answer is dropped (its connection ended).
 struct Counted {
     rest: Bytes,
-    counted: Option<(OwnedSemaphorePermit, Held<Client>)>,
+    counted: Option<(OwnedSemaphorePermit, Held<Client>, Option<Held<IpAddr>>)>,
 }
 
 impl HttpBody for Counted {
@@ -376,7 +415,7 @@ mod tests {
     #[tokio::test]
     async fn answers_up_to_16_kib_are_not_counted() {
         let b = ReplyBudget::new(256 * KIB, Metrics::default());
-        let a = b.bound(&client("a"), answer(UNCOUNTED_BYTES)).await;
+        let a = b.bound(&client("a"), None, answer(UNCOUNTED_BYTES)).await;
         assert_eq!(a.status(), StatusCode::OK);
         assert_eq!(b.free_kib(), 256);
     }
@@ -386,7 +425,7 @@ mod tests {
     #[tokio::test]
     async fn a_counted_answer_holds_its_share_until_its_last_frame() {
         let b = ReplyBudget::new(256 * KIB, Metrics::default());
-        let a = b.bound(&client("a"), answer(48 * KIB)).await;
+        let a = b.bound(&client("a"), None, answer(48 * KIB)).await;
         assert_eq!(a.status(), StatusCode::OK);
         assert_eq!(a.body().size_hint().exact(), Some(48 * 1024));
         assert_eq!(b.free_kib(), 256 - 32);
@@ -411,25 +450,29 @@ mod tests {
         let b = ReplyBudget::new(256 * KIB, metrics.clone());
         let mut held = Vec::new();
         for name in ["a", "b", "c", "d"] {
-            let a = b.bound(&client(name), answer(16 * KIB + 60 * KIB)).await;
+            let a = b
+                .bound(&client(name), None, answer(16 * KIB + 60 * KIB))
+                .await;
             assert_eq!(a.status(), StatusCode::OK);
             held.push(a);
         }
         assert_eq!(b.free_kib(), 16);
-        let refused = b.bound(&client("e"), answer(16 * KIB + 20 * KIB)).await;
+        let refused = b
+            .bound(&client("e"), None, answer(16 * KIB + 20 * KIB))
+            .await;
         assert_eq!(refused.status(), StatusCode::SERVICE_UNAVAILABLE);
         assert_eq!(refused.headers()[RETRY_AFTER], "1");
         assert_eq!(message(refused).await, BUSY_TEXT);
         assert_eq!(metrics.trips("reply_budget"), 1);
         assert_eq!(metrics.trips("reply_share"), 0);
         assert_eq!(
-            b.bound(&client("e"), answer(1000)).await.status(),
+            b.bound(&client("e"), None, answer(1000)).await.status(),
             StatusCode::OK
         );
         held.pop();
         assert_eq!(b.free_kib(), 76);
         assert_eq!(
-            b.bound(&client("e"), answer(16 * KIB + 20 * KIB))
+            b.bound(&client("e"), None, answer(16 * KIB + 20 * KIB))
                 .await
                 .status(),
             StatusCode::OK
@@ -444,14 +487,14 @@ mod tests {
         let metrics = Metrics::default();
         let b = ReplyBudget::new(256 * KIB, metrics.clone());
         let (a, other) = (client("a"), client("b"));
-        let first = b.bound(&a, answer(16 * KIB + 40 * KIB)).await;
+        let first = b.bound(&a, None, answer(16 * KIB + 40 * KIB)).await;
         assert_eq!(first.status(), StatusCode::OK);
         assert!(b.refuse_early(&a).is_none(), "40 of 64 KiB held");
-        let second = b.bound(&a, answer(16 * KIB + 40 * KIB)).await;
+        let second = b.bound(&a, None, answer(16 * KIB + 40 * KIB)).await;
         assert_eq!(second.status(), StatusCode::SERVICE_UNAVAILABLE);
         assert_eq!(message(second).await, SHARE_TEXT);
         assert_eq!(metrics.trips("reply_share"), 1);
-        let full = b.bound(&a, answer(16 * KIB + 24 * KIB)).await;
+        let full = b.bound(&a, None, answer(16 * KIB + 24 * KIB)).await;
         assert_eq!(full.status(), StatusCode::OK);
         let early = b.refuse_early(&a).expect("64 of 64 KiB held");
         assert_eq!(early.status(), StatusCode::SERVICE_UNAVAILABLE);
@@ -459,7 +502,9 @@ mod tests {
         assert_eq!(metrics.trips("reply_share"), 2);
         assert!(b.refuse_early(&other).is_none());
         assert_eq!(
-            b.bound(&other, answer(16 * KIB + 64 * KIB)).await.status(),
+            b.bound(&other, None, answer(16 * KIB + 64 * KIB))
+                .await
+                .status(),
             StatusCode::OK
         );
         drop((first, full));
@@ -481,9 +526,9 @@ mod tests {
         let metrics = Metrics::default();
         let b = ReplyBudget::new(256 * KIB, metrics.clone());
         let a = client("a");
-        let held = b.bound(&a, answer(16 * KIB + 40 * KIB)).await;
+        let held = b.bound(&a, None, answer(16 * KIB + 40 * KIB)).await;
         assert_eq!(held.status(), StatusCode::OK);
-        let refused = b.bound(&a, answer(16 * KIB + 40 * KIB)).await;
+        let refused = b.bound(&a, None, answer(16 * KIB + 40 * KIB)).await;
         assert_eq!(message(refused).await, SHARE_TEXT);
         // 40 of its 64 KiB held: not full, but no room for another 40.
         let early = b.refuse_early(&a).expect("refused before it runs");
@@ -496,7 +541,7 @@ mod tests {
         // The hold ends after the second it was told to wait: it may try again.
         tokio::time::advance(REFUSED_HOLD).await;
         assert!(b.refuse_early(&a).is_none());
-        let refused = b.bound(&a, answer(16 * KIB + 40 * KIB)).await;
+        let refused = b.bound(&a, None, answer(16 * KIB + 40 * KIB)).await;
         assert_eq!(message(refused).await, SHARE_TEXT);
         assert!(b.refuse_early(&a).is_some());
         // Room again: its requests run at once.
@@ -507,10 +552,10 @@ mod tests {
         // The same when the budget, not its share, has no room.
         let mut others = Vec::new();
         for c in ["c", "d", "e", "f"] {
-            others.push(b.bound(&client(c), answer(16 * KIB + 64 * KIB)).await);
+            others.push(b.bound(&client(c), None, answer(16 * KIB + 64 * KIB)).await);
         }
         assert_eq!(b.free_kib(), 0);
-        let refused = b.bound(&a, answer(16 * KIB + 40 * KIB)).await;
+        let refused = b.bound(&a, None, answer(16 * KIB + 40 * KIB)).await;
         assert_eq!(message(refused).await, BUSY_TEXT);
         let early = b.refuse_early(&a).expect("refused before it runs");
         assert_eq!(message(early).await, BUSY_TEXT);
@@ -548,10 +593,10 @@ mod tests {
     async fn requests_without_a_credential_always_run() {
         let b = ReplyBudget::new(256 * KIB, Metrics::default());
         let anonymous = Client::of(&HeaderMap::new());
-        let held = b.bound(&anonymous, answer(16 * KIB + 64 * KIB)).await;
+        let held = b.bound(&anonymous, None, answer(16 * KIB + 64 * KIB)).await;
         assert_eq!(held.status(), StatusCode::OK);
         assert!(b.refuse_early(&anonymous).is_none());
-        let refused = b.bound(&anonymous, answer(16 * KIB + 1024)).await;
+        let refused = b.bound(&anonymous, None, answer(16 * KIB + 1024)).await;
         assert_eq!(message(refused).await, SHARE_TEXT);
     }
 
@@ -559,7 +604,7 @@ mod tests {
     #[tokio::test]
     async fn an_answer_larger_than_a_share_takes_all_of_it() {
         let b = ReplyBudget::new(256 * KIB, Metrics::default());
-        let a = b.bound(&client("a"), answer(1024 * KIB)).await;
+        let a = b.bound(&client("a"), None, answer(1024 * KIB)).await;
         assert_eq!(a.status(), StatusCode::OK);
         assert_eq!(b.free_kib(), 192);
         let bytes = axum::body::to_bytes(a.into_body(), usize::MAX)
@@ -577,7 +622,7 @@ mod tests {
             vec![0u8; 100 * KIB],
         ))]);
         let a = b
-            .bound(&client("a"), Response::new(Body::from_stream(stream)))
+            .bound(&client("a"), None, Response::new(Body::from_stream(stream)))
             .await;
         assert_eq!(a.status(), StatusCode::OK);
         assert_eq!(b.free_kib(), 256);
