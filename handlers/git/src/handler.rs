@@ -51,6 +51,10 @@ const IGNORED_NOT_ADDED: &str =
 /// Most bytes of git's words a refusal passes on.
 const MAX_GIT_SAYS: usize = 1000;
 
+/// The refusal of a commit whose staged files' `filter` attributes git lists in more than the
+/// handler reads.
+pub const TOO_MANY_STAGED_FILTERS: &str = "commit: the staged files are too many to check for filters (git check-attr gave more than 8 MiB); commit them in parts with paths";
+
 /// Longest commit message, in bytes.
 pub const MAX_MESSAGE_BYTES: usize = 4096;
 
@@ -807,7 +811,8 @@ impl GitHandler {
             Ok(o) if o.status.success() => match staged_gitlinks(&o.stdout) {
                 // Again on what was staged: a link made since the look before `git add`.
                 Ok(links) if links.is_empty() => {
-                    self.first_hard_linked(job, staged_files(&o.stdout).into_iter())
+                    self.first_hard_linked(job, staged_files(&o.stdout).into_iter())?;
+                    self.filters_defined(job, repo, &staged_files(&o.stdout))
                 }
                 Ok(links) => Err(self.refuse(format!(
                     "commit: the staged changes hold a gitlink (\"{}\"); git-commit never records another repository",
@@ -871,6 +876,63 @@ impl GitHandler {
             }
         }
         reasons
+    }
+
+    /// 4b. No staged file has a `filter` attribute whose driver the config git sees here (the
+    ///     repository's own: no user or system config) leaves undefined: git would commit the
+    ///     file as it is in the worktree, which a checkout with that filter (from the
+    ///     operator's user config, `git lfs install`'s) smudged, and the repository would get
+    ///     smudged content instead of what the filter's `clean` makes.
+    fn filters_defined(&self, job: &Job<'_>, repo: &Repo, files: &[&[u8]]) -> Step<()> {
+        if files.is_empty() {
+            return Ok(());
+        }
+        let mut input = Vec::new();
+        for path in files {
+            input.extend_from_slice(path);
+            input.push(0);
+        }
+        let attrs = match self.run_in(
+            job,
+            repo,
+            &[os("check-attr"), os("-z"), os("--stdin"), os("filter")],
+            Some(&input),
+        ) {
+            Ok(o) if o.status.success() && !o.stdout_cut => o.stdout,
+            Ok(o) if o.status.success() => return Err(self.refuse(TOO_MANY_STAGED_FILTERS)),
+            Ok(o) => {
+                return Err(self.refuse(format!(
+                    "commit: git check-attr refused: {}",
+                    self.git_says(job, &o.stderr)
+                )))
+            }
+            Err(e) => return Err(self.broken(job, "check-attr", e)),
+        };
+        // `<path>\0filter\0<value>\0` records.
+        let fields: Vec<&[u8]> = attrs.split(|b| *b == 0).collect();
+        let mut checked: Vec<&[u8]> = Vec::new();
+        for record in fields.chunks_exact(3) {
+            let (path, driver) = (record[0], record[2]);
+            if matches!(driver, b"unspecified" | b"unset" | b"set") || checked.contains(&driver) {
+                continue;
+            }
+            let driver_text = String::from_utf8_lossy(driver);
+            let defined = ["clean", "process"].iter().any(|key| {
+                let name = format!("filter.{driver_text}.{key}");
+                matches!(
+                    self.run_in(job, repo, &[os("config"), os("--get"), OsStr::new(&name)], None),
+                    Ok(o) if o.status.success()
+                )
+            });
+            if !defined {
+                return Err(self.refuse(format!(
+                    "commit {}: its attributes give it filter \"{driver_text}\", which the repository's own config does not define (git-commit reads no user or system config, so the file would be committed as the worktree holds it, not cleaned); the operator defines filter.{driver_text} in the repository's config (git lfs install --local for LFS)",
+                    String::from_utf8_lossy(path)
+                )));
+            }
+            checked.push(driver);
+        }
+        Ok(())
     }
 
     /// 5. Commit: a new commit on the current branch, nothing else. With paths, `--only`

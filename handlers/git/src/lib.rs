@@ -112,7 +112,7 @@ pub use config::{
 };
 pub use handler::{
     GitHandler, COMMIT, MAX_LISTED_FILES, MAX_MESSAGE_BYTES, MAX_PATHS, NOTHING_IN_PATHS,
-    NOTHING_TO_COMMIT, TOO_MANY_CHANGED, TOO_MANY_STAGED,
+    NOTHING_TO_COMMIT, TOO_MANY_CHANGED, TOO_MANY_STAGED, TOO_MANY_STAGED_FILTERS,
 };
 pub use handler_kit::identity::ToolSource;
 

@@ -701,3 +701,44 @@ fn a_fifo_named_in_paths_is_refused_as_something_git_does_not_record() {
         "nothing to commit: the given paths have no changes git tracks (fifo is not a regular file, a directory or a symbolic link, and git records none of those)"
     );
 }
+
+/// A filter defined only in the operator's user config (as `git lfs install` defines LFS's)
+/// smudged the files an operator's checkout made, and git-commit, which reads no user config,
+/// committed them smudged: the repository got "hello" where it stores "uryyb". A staged file
+/// whose filter the repository's own config does not define is now refused; defined there, the
+/// filter cleans what is committed.
+#[test]
+fn a_staged_file_whose_filter_only_the_user_config_defines_is_refused_not_committed_smudged() {
+    let f = Fixture::new();
+    f.put(".gitattributes", "*.txt filter=rot\n");
+    git(&f.repo(), &["add", ".gitattributes"]);
+    git(&f.repo(), &["commit", "-q", "-m", "attributes"]);
+    let before = f.head();
+    // What an operator's checkout with the user-config filter leaves: the smudged text.
+    f.put("note.txt", "hello\n");
+    f.put("plain.md", "plain\n");
+    let out = f.commit(json!({"op": "commit", "message": "m"}));
+    assert_eq!(
+        refused(&out),
+        "commit note.txt: its attributes give it filter \"rot\", which the repository's own config does not define (git-commit reads no user or system config, so the file would be committed as the worktree holds it, not cleaned); the operator defines filter.rot in the repository's config (git lfs install --local for LFS)"
+    );
+    assert_eq!(f.head(), before);
+    // Files without the attribute are committed as before.
+    let out = f.commit(json!({"op": "commit", "message": "m", "paths": ["plain.md"]}));
+    assert_eq!(out["files"], json!(["plain.md"]));
+    // Defined in the repository's own config, the filter applies.
+    git(
+        &f.repo(),
+        &["config", "filter.rot.clean", "tr a-zA-Z n-za-mN-ZA-M"],
+    );
+    git(
+        &f.repo(),
+        &["config", "filter.rot.smudge", "tr a-zA-Z n-za-mN-ZA-M"],
+    );
+    let out = f.commit(json!({"op": "commit", "message": "m"}));
+    assert_eq!(out["files"], json!(["note.txt"]));
+    assert_eq!(
+        git(&f.repo(), &["cat-file", "blob", "HEAD:note.txt"]),
+        "uryyb\n"
+    );
+}
