@@ -31,6 +31,13 @@ fn metric(d: &Daemon, name: &str) -> f64 {
         .unwrap()
 }
 
+/// `status` of `GET /v1/health`: a daemon that refused every new call for room said `ok`, so
+/// monitoring that polls only health saw nothing wrong.
+fn health_status(d: &Daemon) -> String {
+    let v: Value = serde_json::from_str(&get(&d.url("/v1/health"), None).text()).unwrap();
+    v["status"].as_str().unwrap().to_owned()
+}
+
 fn mcp_call(d: &Daemon, token: &str, tool: &str, args: Value) -> Answer {
     mcp(
         d,
@@ -528,6 +535,7 @@ fn a_disk_with_less_room_than_the_reserve_refuses_new_calls_before_it_fills() {
     assert_eq!(v["error"]["message"], STORE_FULL, "{v}");
     assert_eq!(revision(&d, &token), before);
     assert_eq!(metric(&d, "worldd_store_refusing"), 1.0);
+    assert_eq!(health_status(&d), "store-full");
     assert!(metric(&d, "worldd_store_disk_free_bytes") < (6 << 20) as f64);
     let (_dir, log) = d.halt_with_log();
     assert!(
@@ -574,6 +582,7 @@ fn a_daemon_refusing_for_a_full_disk_takes_calls_again_once_space_is_freed() {
         .expect("a disk under the reserve refuses calls");
     assert_eq!(refused["error"]["message"], STORE_FULL, "{refused}");
     assert_eq!(metric(&d, "worldd_store_refusing"), 1.0);
+    assert_eq!(health_status(&d), "store-full");
     // The operator frees space; nothing else writes to the store.
     std::fs::remove_file(&filler).unwrap();
     let taken = (0..50).find_map(|i| {
@@ -586,6 +595,7 @@ fn a_daemon_refusing_for_a_full_disk_takes_calls_again_once_space_is_freed() {
         "calls are still refused 5 s after space was freed"
     );
     assert_eq!(metric(&d, "worldd_store_refusing"), 0.0);
+    assert_eq!(health_status(&d), "ok");
 }
 
 /// Fill the filesystem holding `dir` to its last byte.
