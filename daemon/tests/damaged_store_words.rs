@@ -143,3 +143,39 @@ fn an_invocation_row_holding_another_calls_task_state_is_damage_to_doctor_why_an
         "{log}"
     );
 }
+
+#[test]
+fn an_entry_missing_from_the_middle_of_the_log_is_said_as_a_hole_not_a_lost_end() {
+    let (_kept, db) = six_reads();
+    tamper(&db, "entries", |w, t| {
+        assert!(t.delete(w, &key(3)).unwrap());
+    });
+    let db = db.to_str().unwrap();
+
+    let (code, out, err) = worldd(&["why", "3", "--db", db], None);
+    assert_eq!(code, 3, "{out}{err}");
+    assert_eq!(
+        err,
+        "worldd: why: entry 3 is missing from the log (entries 2 and 4 are there): run worldd doctor; do not trust this answer\n"
+    );
+    let (code, out, err) = worldd(&["why", "a2a:ep1:r3", "--db", db], None);
+    assert_eq!(code, 3, "{out}{err}");
+    assert_eq!(
+        err,
+        "worldd: why: the task state of a2a:ep1:r3 says it committed at entry 3, but entry 3 is missing from the log (entries 2 and 4 are there): run worldd doctor; do not trust this answer\n"
+    );
+    let (code, out) = doctor(Path::new(db));
+    assert_eq!(code, 3, "{out}");
+    assert!(
+        out.contains("      the task state of a2a:ep1:r3 says it committed at entry 3, but entry 3 is missing from the log (entries 2 and 4 are there)\n"),
+        "{out}"
+    );
+    assert!(!out.contains("lost its end"), "{out}");
+    // Past the head it is still a ref no scan reached.
+    let (code, _, err) = worldd(&["why", "9", "--db", db], None);
+    assert_eq!(code, 1);
+    assert_eq!(
+        err,
+        "worldd: why: entry 9 not found (scanned back 500 entries; raise --scan to look further)\n"
+    );
+}

@@ -108,10 +108,16 @@ pub fn audit_store(store: &Store) -> Result<StoreAudit, VerifyError> {
         .ok_or_else(|| VerifyError::NotFound("world head".into()))?;
     let last = store.read(log::last_index)?;
     if last != Some(head.world.revision) {
-        audit.head_findings.push(format!(
-            "the head selects revision {} but the last entry is {:?}",
-            head.world.revision, last
-        ));
+        audit.head_findings.push(match last {
+            Some(last) => format!(
+                "the head selects revision {} but the last entry is {last}",
+                head.world.revision
+            ),
+            None => format!(
+                "the head selects revision {} but the log holds no entry",
+                head.world.revision
+            ),
+        });
     }
     audit
         .head_findings
@@ -318,9 +324,14 @@ fn committed_calls(r: &ReadCtx<'_>) -> Result<Calls, StoreError> {
             };
             committed += 1;
             match log::world_ref_at(r, i) {
-            Ok(None) => findings.push(format!(
-                "the task state of {id} says it committed at entry {i}, which the log does not hold (its last entry is {last}): the log lost its end"
-            )),
+            Ok(None) => findings.push(match super::hole_at(&LocalSource::new(r), i) {
+                Some(hole) => format!(
+                    "the task state of {id} says it committed at entry {i}, but {hole}"
+                ),
+                None => format!(
+                    "the task state of {id} says it committed at entry {i}, which the log does not hold (its last entry is {last}): the log lost its end"
+                ),
+            }),
             Ok(Some(world)) if Some(world) == state.world_ref => {}
             Ok(Some(_)) => match entry_invocation(r, i) {
                 // Unreadable, or this call's with another world: the entry's walk says so.

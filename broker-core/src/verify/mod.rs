@@ -263,6 +263,10 @@ fn locate<S: Source + ?Sized>(
         Handle::Head => Ok(vec![(head_index(src)?, "head".into())]),
         Handle::Index(i) => {
             if src.entry(*i)?.is_none() {
+                // Below the head it is a hole, which no scan finds: damage, said as such.
+                if let Some(hole) = hole_at(src, *i) {
+                    return Err(VerifyError::Integrity(format!("{hole}: run worldd doctor")));
+                }
                 return Err(VerifyError::NotFound(format!("entry {i}")));
             }
             Ok(vec![(*i, "index".into())])
@@ -366,6 +370,11 @@ fn named_entry_is<S: Source + ?Sized>(
         ))),
     };
     let Some(bytes) = src.entry(i)? else {
+        if let Some(hole) = hole_at(src, i) {
+            return Err(VerifyError::Integrity(format!(
+                "the task state of {id} says it committed at entry {i}, but {hole}: run worldd doctor"
+            )));
+        }
         let last = head_index(src)
             .map(|h| format!(" (its last entry is {h})"))
             .unwrap_or_default();
@@ -394,6 +403,25 @@ fn named_entry_is<S: Source + ?Sized>(
             named.map_or_else(|| "no invocation's".to_string(), |n| format!("{n}'s"))
         ))),
     }
+}
+
+/// `entry i is missing from the log (…)` when entry `i`, which the source does not hold, is
+/// below the head: a hole in the log, not a lost end (and not a ref a wider scan would find).
+/// `None` at or past the head, or when the head cannot be read.
+pub(crate) fn hole_at<S: Source + ?Sized>(src: &S, i: u64) -> Option<String> {
+    let last = head_index(src).ok()?;
+    if i >= last {
+        return None;
+    }
+    let there = |j: u64| matches!(src.entry(j), Ok(Some(_)));
+    let around = match i.checked_sub(1) {
+        Some(before) if there(before) && there(i + 1) => {
+            format!("entries {before} and {} are there", i + 1)
+        }
+        None if there(1) => "entry 1 is there".to_string(),
+        _ => format!("its last entry is {last}"),
+    };
+    Some(format!("entry {i} is missing from the log ({around})"))
 }
 
 /// Every entry in the scanned window whose entry hash, record or record fields name `target`.

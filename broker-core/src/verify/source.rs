@@ -237,6 +237,35 @@ mod tests {
         }
     }
 
+    /// Entry 0 has no entry before it: a genesis whose prevEntryHash is not the 64 zeros is
+    /// told by that rule, not as "not the hash of entry 0".
+    #[test]
+    fn a_genesis_whose_prev_entry_hash_is_not_zero_is_told_by_the_genesis_rule() {
+        let prev = Ref::of(b"the entry before");
+        let entry = Entry::new(
+            EntryHeader {
+                entry_index: 0,
+                semantics_epoch: 1,
+                transition_fn: Ref::of(b"fn"),
+                interpreter: Ref::of(b"interp"),
+                prev_entry_hash: prev,
+                written_by: "world:genesis".into(),
+            },
+            Ref::of(b"record"),
+        )
+        .unwrap();
+        let report = crate::verify::verify_entry_in(&OneEntry(entry.to_bytes().unwrap()), 0);
+        let link = &report.links[0];
+        assert_eq!((link.kind, link.ok), ("entry", false));
+        assert_eq!(
+            link.detail,
+            format!(
+                "prevEntryHash {prev} of entry 0 is not sha256:{}: entry 0 has no entry before it",
+                "0".repeat(64)
+            )
+        );
+    }
+
     #[test]
     fn a_served_entry_hash_links_only_when_it_recomputes() {
         let entry = Entry::new(

@@ -576,20 +576,27 @@ impl<'s, S: Source + ?Sized> Verifier<'s, S> {
                 "the store's index of entry hashes does not name this entry under its recomputed hash {recomputed}: the log row's hash column is damaged"
             ));
         }
-        let linked = if index == 0 {
-            entry.header.prev_entry_hash == Ref::ZERO
-        } else {
-            matches!(
-                self.src.links(&entry.header.prev_entry_hash, index - 1),
-                Ok(true)
-            )
-        };
-        if !linked {
-            return Err(format!(
-                "prevEntryHash {} is not the hash of entry {}",
-                entry.header.prev_entry_hash,
-                index.saturating_sub(1)
-            ));
+        // Genesis has no entry before it: its rule is the 64 zeros, said as such.
+        match index.checked_sub(1) {
+            None if entry.header.prev_entry_hash != Ref::ZERO => {
+                return Err(format!(
+                    "prevEntryHash {} of entry 0 is not {}: entry 0 has no entry before it",
+                    entry.header.prev_entry_hash,
+                    Ref::ZERO
+                ));
+            }
+            Some(before)
+                if !matches!(
+                    self.src.links(&entry.header.prev_entry_hash, before),
+                    Ok(true)
+                ) =>
+            {
+                return Err(format!(
+                    "prevEntryHash {} is not the hash of entry {before}",
+                    entry.header.prev_entry_hash
+                ));
+            }
+            _ => {}
         }
         let pin = if self.interpreter.as_ref() == Ok(&entry.header.interpreter) {
             " (this build's interpreter)"
