@@ -132,7 +132,7 @@ pub enum ToolsCommand {
 
 #[derive(Args, Debug)]
 pub struct CallArgs {
-    /// The tool id.
+    /// The tool id (or its MCP name, as `tools list` shows it beside the id).
     pub tool: String,
     /// A string argument, KEY=VALUE (repeatable).
     #[arg(long = "arg")]
@@ -711,7 +711,7 @@ pub fn tools(cmd: ToolsCommand) -> CliResult {
             .unwrap_or_default();
         outln!(
             "{}  {}{}{}",
-            name,
+            listed_name(name),
             super::terminal::one_line(&summary(t["description"].as_str().unwrap_or(""))),
             if required.is_empty() {
                 String::new()
@@ -737,6 +737,56 @@ pub fn tools(cmd: ToolsCommand) -> CliResult {
         }
     }
     Ok(())
+}
+
+/// How `tools list` names a tool: by its id, which is what `call` takes, with the MCP name
+/// beside it where the two differ. Printing only the MCP name let a name copied from the list
+/// run another tool: `call` escapes what it is given, and `show_dhello` (the MCP name of
+/// `show.hello`) is also a valid id of its own.
+fn listed_name(name: &str) -> String {
+    match crate::tools::transition_id(name) {
+        Some(id) if id == name => super::terminal::one_line(name).into_owned(),
+        Some(id) => format!(
+            "{} (MCP name {})",
+            super::terminal::one_line(&id),
+            super::terminal::one_line(name)
+        ),
+        None => super::terminal::one_line(name).into_owned(),
+    }
+}
+
+/// The tool `call` was given, as the id and MCP name it resolves to: the string as a tool id
+/// (its MCP name is its escape), or, when no tool has that id, the MCP name of one
+/// (`tools list` shows both). A string that is the id of one of the session's tools and the
+/// MCP name of another is refused: which tool runs must not depend on a guess.
+fn resolve_tool(c: &ClientArgs, typed: &str) -> Result<(String, String), Failure> {
+    let as_id = (typed.to_owned(), crate::tools::mcp_name(typed));
+    // Only a string holding an escape (`_u`, `_d`, `_s`) can be an MCP name other than its
+    // own escape: anything else needs no look at the session's tools.
+    let Some(other) = crate::tools::transition_id(typed).filter(|id| id != typed) else {
+        return Ok(as_id);
+    };
+    let Ok(v) = mcp(c, "tools/list", json!({})) else {
+        return Ok(as_id);
+    };
+    let names: std::collections::BTreeSet<&str> = v["result"]["tools"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|t| t["name"].as_str())
+        .collect();
+    match (names.contains(as_id.1.as_str()), names.contains(typed)) {
+        (true, true) => Err(Failure::usage(format!(
+            "tool {} is ambiguous: it is the id of one tool (MCP name {}) and the MCP name of another (id {}); nothing ran. Call the first by its MCP name {}, the second by its id {} (worldd tools list shows both)",
+            dialect::quote::quote(typed),
+            as_id.1,
+            dialect::quote::quote(&other),
+            as_id.1,
+            other
+        ))),
+        (false, true) => Ok((other, typed.to_owned())),
+        _ => Ok(as_id),
+    }
 }
 
 /// The first sentence of a description, at most 100 characters.
@@ -869,7 +919,7 @@ fn interrupt_note(key: Option<&str>) -> impl Drop {
 
 pub fn call(a: CallArgs) -> CliResult {
     let args = call_arguments(&a)?;
-    let name = crate::tools::mcp_name(&a.tool);
+    let (id, name) = resolve_tool(&a.client, &a.tool)?;
     let mut params = json!({"name": name, "arguments": args});
     if let Some(key) = &a.idempotency_key {
         params["_meta"] = json!({ crate::mcp::IDEMPOTENCY_KEY: key });
@@ -896,7 +946,7 @@ pub fn call(a: CallArgs) -> CliResult {
         Err(f) if !f.message.contains("error -32603") => return Err(f),
         Err(f) => {
             // A host failure. Rule R8 refuses before anything runs, and the daemon can say so.
-            if let Some(cause) = r8_cause(&a.client, &a.tool) {
+            if let Some(cause) = r8_cause(&a.client, &id) {
                 return Err(Failure::usage(cause));
             }
             // Otherwise the effect may have run. Say what the log shows.
