@@ -26,6 +26,16 @@ pub const DEFAULT_REGISTRY: &str = "tools";
 /// 250 times the shipped tools.
 pub const MAX_REGISTRY_BYTES: usize = 8 << 20;
 
+/// The most one plugin's shipped tools may take of a registry revision, as the canonical JSON
+/// of their entries ([`entry_bytes`]): an eighth of [`MAX_REGISTRY_BYTES`]. Shipped tools are
+/// published at every start whatever the registry's size ([`publish_shipped`]), so without a
+/// bound of their own one plugin could fill the registry and refuse every publisher.
+pub const MAX_SHIPPED_BYTES: usize = MAX_REGISTRY_BYTES / 8;
+
+/// The most the shipped tools of all the plugins found may take together: half of
+/// [`MAX_REGISTRY_BYTES`], the other half left to publishers.
+pub const MAX_ALL_SHIPPED_BYTES: usize = MAX_REGISTRY_BYTES / 2;
+
 #[derive(Debug, thiserror::Error)]
 pub enum RegistryError {
     #[error(transparent)]
@@ -116,6 +126,12 @@ fn descriptor(t: &Transition, transition_fn: &Ref, interpreter: &Ref) -> Value {
         "title": t.title,
         "description": t.description,
     })
+}
+
+/// The bytes the entry of `t` takes in a registry revision: its descriptor as canonical JSON
+/// and the comma that separates it from the next (the refs it binds are of fixed length).
+pub fn entry_bytes(t: &Transition) -> Result<usize, CanonError> {
+    Ok(canon::to_vec(&descriptor_parts(t))?.len() + 1)
 }
 
 /// The registry head ref of `name`.

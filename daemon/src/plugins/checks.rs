@@ -31,6 +31,8 @@ pub struct Seen {
     names: HashMap<String, (PathBuf, Ref)>,
     tools: HashMap<String, (String, PathBuf)>,
     claimed: HashMap<String, PathBuf>,
+    /// What the shipped tools of the plugins before take of a registry revision.
+    shipped_bytes: usize,
 }
 
 /// What `serve` checks of one plugin before it runs any of the plugin's code beyond the
@@ -87,6 +89,7 @@ pub fn check(
     for (doc, t) in info.manifest.transitions.iter().zip(&transitions) {
         authored::check_transition(&info.manifest, doc, t).map_err(fail)?;
     }
+    check_shipped_size(&transitions, seen).map_err(fail)?;
     let config = effective_config(opts, &info.manifest);
     let selected = opts.is_selected(name);
     if selected {
@@ -112,6 +115,35 @@ pub fn check(
         transitions,
         selected,
     })
+}
+
+/// The shipped tools are published at every start, past the registry's own limit: each
+/// plugin's, and all plugins' together, are bounded here so that they leave room for
+/// publishers (and keep every session's `tools/list` bounded).
+fn check_shipped_size(transitions: &[Transition], seen: &mut Seen) -> Result<(), String> {
+    use broker_core::registry::{entry_bytes, MAX_ALL_SHIPPED_BYTES, MAX_SHIPPED_BYTES};
+    let mut bytes = 0usize;
+    for t in transitions {
+        bytes += entry_bytes(t)
+            .map_err(|e| format!("shipped transition {}: {e}", dialect::quote::quote(&t.id)))?;
+    }
+    if bytes > MAX_SHIPPED_BYTES {
+        return Err(format!(
+            "its {} shipped transitions take {bytes} bytes of the tool registry; one plugin may ship at most {MAX_SHIPPED_BYTES} (an eighth of the registry's {} bytes): ship fewer or smaller tools",
+            transitions.len(),
+            broker_core::registry::MAX_REGISTRY_BYTES
+        ));
+    }
+    let total = seen.shipped_bytes + bytes;
+    if total > MAX_ALL_SHIPPED_BYTES {
+        return Err(format!(
+            "its shipped transitions ({bytes} bytes) and those of the plugins before it ({} bytes) take {total} bytes of the tool registry; all plugins together may ship at most {MAX_ALL_SHIPPED_BYTES} (half of the registry's {} bytes): remove a plugin",
+            seen.shipped_bytes,
+            broker_core::registry::MAX_REGISTRY_BYTES
+        ));
+    }
+    seen.shipped_bytes = total;
+    Ok(())
 }
 
 /// One plugin that passed [`check`].
@@ -173,6 +205,87 @@ mod tests {
     #[test]
     fn the_fixture_plugin_of_these_tests_passes_every_check() {
         assert_eq!(one(|_| {}), "");
+    }
+
+    /// `n` copies of the fixture's tool (`notes-0`, …), each with a description of `pad` bytes
+    /// in its input schema.
+    fn many_tools(n: usize, pad: usize) -> impl FnOnce(&mut Value) {
+        move |m: &mut Value| {
+            let one = m["transitions"][0].clone();
+            m["transitions"] = (0..n)
+                .map(|i| {
+                    let mut t = one.clone();
+                    t["id"] = format!("notes-{i}").into();
+                    t["inputSchema"]["description"] = "d".repeat(pad).into();
+                    t
+                })
+                .collect();
+        }
+    }
+
+    /// What the tools of `plugin` take of a registry revision.
+    fn shipped_bytes(info: &PluginInfo) -> usize {
+        shipped_transitions(info)
+            .unwrap()
+            .iter()
+            .map(|t| broker_core::registry::entry_bytes(t).unwrap())
+            .sum()
+    }
+
+    /// 2000 tools with 60 kB descriptions passed every check of one document, and the registry
+    /// they were published into at every start then refused every publisher (and made tools/list
+    /// replies of 120 MB). One plugin's shipped tools may now take an eighth of the registry.
+    #[test]
+    fn a_plugin_whose_shipped_tools_take_more_than_an_eighth_of_the_registry_is_refused_at_load() {
+        // 17 tools of 60 kB fit in 1 MiB; 18 do not.
+        assert_eq!(one(many_tools(17, 60_000)), "");
+        let info = plugin("libnotes.so", "notes", many_tools(18, 60_000));
+        let bytes = shipped_bytes(&info);
+        assert!(bytes > broker_core::registry::MAX_SHIPPED_BYTES, "{bytes}");
+        assert_eq!(
+            problem(&[info]),
+            format!("plugin /plugins/libnotes.so: its 18 shipped transitions take {bytes} bytes of the tool registry; one plugin may ship at most 1048576 (an eighth of the registry's 8388608 bytes): ship fewer or smaller tools")
+        );
+        // Many small tools count as much as a few large ones.
+        let info = plugin("libnotes.so", "notes", many_tools(2000, 600));
+        let bytes = shipped_bytes(&info);
+        assert_eq!(
+            problem(&[info]),
+            format!("plugin /plugins/libnotes.so: its 2000 shipped transitions take {bytes} bytes of the tool registry; one plugin may ship at most 1048576 (an eighth of the registry's 8388608 bytes): ship fewer or smaller tools")
+        );
+    }
+
+    /// Eight plugins each under its own bound still filled the registry: all plugins found
+    /// together may ship half of it, and the one that passes that is refused, naming the sum.
+    #[test]
+    fn plugins_whose_shipped_tools_together_take_more_than_half_the_registry_are_refused_at_load() {
+        let tools = |name: &str| {
+            let name = name.to_owned();
+            move |m: &mut Value| {
+                many_tools(16, 60_000)(m);
+                // Each plugin its own tool ids and effect.
+                let text = m
+                    .to_string()
+                    .replace("notes-", &format!("{name}-"))
+                    .replace("Notes.", &format!("{}.", name.to_uppercase()));
+                *m = serde_json::from_str(&text).unwrap();
+            }
+        };
+        let infos: Vec<PluginInfo> = ["a", "b", "c", "d", "e"]
+            .iter()
+            .map(|n| plugin(&format!("lib{n}.so"), n, tools(n)))
+            .collect();
+        let each = shipped_bytes(&infos[0]);
+        assert!(4 * each <= broker_core::registry::MAX_ALL_SHIPPED_BYTES);
+        assert_eq!(problem(&infos[..4]), "");
+        assert_eq!(
+            problem(&infos),
+            format!(
+                "plugin /plugins/libe.so: its shipped transitions ({each} bytes) and those of the plugins before it ({} bytes) take {} bytes of the tool registry; all plugins together may ship at most 4194304 (half of the registry's 8388608 bytes): remove a plugin",
+                4 * each,
+                5 * each
+            )
+        );
     }
 
     #[test]
