@@ -2396,3 +2396,72 @@ fn quickstart_declined_at_its_question_leaves_nothing_it_made_behind() {
     assert!(kept.join("db/data.mdb").exists());
     assert!(!kept.join("worktrees").exists(), "{shown}");
 }
+
+/// A table for a plugin that is present but left out of the selection was ignored quietly: the
+/// example config's "uncomment `[plugins.ailang]` … to serve them", followed literally under
+/// its own `handlers = [...]` that leaves ailang out, served nothing of ailang and said nothing
+/// until an agent's call met rule R8. `serve` warns of it and `handlers` notes it, naming the
+/// selection that leaves the plugin out.
+#[test]
+fn a_table_for_a_plugin_the_selection_leaves_out_is_said_not_ignored_quietly() {
+    let dir = tempfile::tempdir().unwrap();
+    let plugins = plugin_dir_with(dir.path(), &["worldd_workspace", "worldd_git"]);
+    let config = dir.path().join("world.toml");
+    let by_file = "[plugins.git] is set, but [serve] handlers leaves git out: its tools are refused (rule R8); add \"git\" to [serve] handlers to serve them";
+    let by_flag = "[plugins.git] is set, but --handler leaves git out: its tools are refused (rule R8); add \"git\" to --handler to serve them";
+    let table = "[plugins.git]\nauthor = \"Ops <ops@example.com>\"\n";
+    for (text, flags, line) in [
+        (
+            format!("[serve]\nhandlers = [\"workspace\"]\n\n{table}"),
+            vec![],
+            by_file,
+        ),
+        (table.to_owned(), vec!["--handler", "workspace"], by_flag),
+    ] {
+        std::fs::write(&config, &text).unwrap();
+        let mut args = vec![
+            "handlers",
+            "--plugin-dir",
+            path_str(&plugins),
+            "--config",
+            path_str(&config),
+        ];
+        args.extend(&flags);
+        let (code, out, _) = worldd(&args, None);
+        assert_eq!(code, 0);
+        assert!(out.contains(&format!("\nnote: {line}\n")), "{out}");
+        let mut cmd = Command::new(WORLDD);
+        cmd.args([
+            "serve",
+            "--db",
+            path_str(&dir.path().join("db")),
+            "--workspace-root",
+            path_str(&dir.path().join("wt")),
+            "--bind",
+            "127.0.0.1:0",
+            "--plugin-dir",
+            path_str(&plugins),
+            "--config",
+            path_str(&config),
+        ])
+        .args(&flags)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+        let d = Daemon::spawn(tempfile::tempdir().unwrap(), cmd);
+        expect_line(&d.log_lines(), &[line]);
+        drop(d);
+    }
+    // A table that sets nothing is no sign of intent, and a selected plugin's table is used.
+    std::fs::write(&config, "[serve]\nhandlers = [\"workspace\", \"git\"]\n\n[plugins.git]\nauthor = \"Ops <ops@example.com>\"\n").unwrap();
+    let (_, out, _) = worldd(
+        &[
+            "handlers",
+            "--plugin-dir",
+            path_str(&plugins),
+            "--config",
+            path_str(&config),
+        ],
+        None,
+    );
+    assert!(!out.contains("is set, but"), "{out}");
+}

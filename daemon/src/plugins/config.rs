@@ -119,7 +119,35 @@ fn listed(found: &[String]) -> String {
     }
 }
 
-/// A misspelled plugin table stops the start; a table for an absent plugin is warned of.
+/// The plugins found but not selected whose table the operator set: written, most likely, to
+/// serve the plugin (the example config's `[plugins.ailang]` with a `bin`), which the
+/// selection then leaves out.
+pub(super) fn unselected_tables<'a>(opts: &'a PluginOptions, found: &[String]) -> Vec<&'a str> {
+    opts.configs
+        .iter()
+        .filter(|(name, table)| {
+            found.contains(name)
+                && !opts.is_selected(name)
+                && table.as_object().is_some_and(|t| !t.is_empty())
+        })
+        .map(|(name, _)| name.as_str())
+        .collect()
+}
+
+/// What [`unselected_tables`] says of one table.
+pub(super) fn unselected_table_text(opts: &PluginOptions, name: &str) -> String {
+    let selection = if opts.selected_in_file {
+        "[serve] handlers"
+    } else {
+        "--handler"
+    };
+    format!(
+        "[plugins.{name}] is set, but {selection} leaves {name} out: its tools are refused (rule R8); add {name:?} to {selection} to serve them"
+    )
+}
+
+/// A misspelled plugin table stops the start; a table for an absent plugin, or for one the
+/// selection leaves out, is warned of.
 pub(super) fn check_tables(opts: &PluginOptions, found: &[String]) -> Result<(), PluginError> {
     for (name, near) in stray_tables(opts, found) {
         let text = stray_table_text(&name, near.as_deref(), found);
@@ -127,6 +155,9 @@ pub(super) fn check_tables(opts: &PluginOptions, found: &[String]) -> Result<(),
             return Err(PluginError::new(&opts.dir, text));
         }
         tracing::warn!("{text}");
+    }
+    for name in unselected_tables(opts, found) {
+        tracing::warn!("{}", unselected_table_text(opts, name));
     }
     Ok(())
 }

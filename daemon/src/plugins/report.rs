@@ -6,7 +6,10 @@ use serde_json::Value;
 use crate::text::{head, one_line};
 
 use super::checks::{check, Seen};
-use super::config::{check_selected, effective_config, stray_table_text, stray_tables};
+use super::config::{
+    check_selected, effective_config, stray_table_text, stray_tables, unselected_table_text,
+    unselected_tables,
+};
 use super::deadline::Stops;
 use super::scan::{scan, Scanned};
 use super::{authored, PluginError, PluginOptions};
@@ -117,6 +120,9 @@ pub fn report(opts: &PluginOptions) -> Result<String, PluginError> {
         let text = stray_table_text(&name, near.as_deref(), &found);
         let kind = if near.is_some() { "problem" } else { "note" };
         let _ = writeln!(out, "\n{kind}: {text}");
+    }
+    for name in unselected_tables(opts, &found) {
+        let _ = writeln!(out, "\nnote: {}", unselected_table_text(opts, name));
     }
     let _ = writeln!(
         out,
