@@ -1399,10 +1399,11 @@ mod tests {
     #[test]
     fn localhost_in_any_letter_case_binds_loopback() {
         for bind in ["localhost:7644", "LocalHost:7644", "LOCALHOST:7644"] {
-            let addr = super::resolve_bind(bind).unwrap_or_else(|f| panic!("{bind}: {f:?}"));
+            let addr =
+                super::resolve_bind_as(bind, "--bind").unwrap_or_else(|f| panic!("{bind}: {f:?}"));
             assert_eq!(addr, std::net::SocketAddr::from(([127, 0, 0, 1], 7644)));
         }
-        assert!(super::resolve_bind("localhostx:7644").is_err());
+        assert!(super::resolve_bind_as("localhostx:7644", "--bind").is_err());
     }
 
     /// `serve --help` gave no defaults for its paths, address and limits; it now says them,
