@@ -534,3 +534,21 @@ fn a_config_files_tilde_or_variable_in_a_path_is_refused_not_made_into_a_directo
         assert_eq!(names_in(dir.path()), ["world.toml"], "{text}");
     }
 }
+
+/// A relative `plugin_dir` the daemon could not read was said as `plugin plugins: cannot read
+/// the plugin directory: No such file or directory`, naming neither where it looked nor why
+/// there (the directory worldd starts in, not the config file's): both are said.
+#[test]
+fn a_relative_plugin_dir_that_cannot_be_read_says_where_it_was_looked_for() {
+    let dir = tempfile::tempdir().unwrap();
+    let at = dir.path().canonicalize().unwrap();
+    let r = refused_with_config(dir.path(), "[serve]\nplugin_dir = \"plugins\"\n");
+    assert_eq!(r.code, Some(2), "{}", r.stderr);
+    assert_eq!(
+        r.line,
+        format!(
+            "worldd: daemon startup failed at plugins: plugin plugins: cannot read the plugin directory: No such file or directory (os error 2) (looked for at {}/plugins: a relative plugin directory is taken from the directory worldd starts in)",
+            at.display()
+        )
+    );
+}

@@ -74,8 +74,18 @@ fn is_library(path: &Path) -> bool {
 /// `serve`): one that ends the process while it loads (`exit()`, `abort()` in an
 /// initialiser or its manifest) is then the last one named.
 pub fn scan(dir: &Path, deadline: Duration, stops: Stops) -> Result<Vec<Scanned>, PluginError> {
-    let unreadable =
-        |e: std::io::Error| PluginError::new(dir, format!("cannot read the plugin directory: {e}"));
+    // A relative directory is said with where it was looked for, and why there: it is the
+    // working directory's, not the config file's.
+    let unreadable = |e: std::io::Error| {
+        let whole = match std::path::absolute(dir) {
+            Ok(whole) if dir.is_relative() => format!(
+                " (looked for at {}: a relative plugin directory is taken from the directory worldd starts in)",
+                whole.display()
+            ),
+            _ => String::new(),
+        };
+        PluginError::new(dir, format!("cannot read the plugin directory: {e}{whole}"))
+    };
     writers::check_dir(dir, &std::fs::metadata(dir).map_err(unreadable)?)?;
     let entries = std::fs::read_dir(dir).map_err(unreadable)?;
     let mut paths: Vec<PathBuf> = entries
