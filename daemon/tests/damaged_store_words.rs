@@ -7,6 +7,7 @@ mod common;
 
 use std::path::{Path, PathBuf};
 
+use common::why::{online, session_file};
 use common::*;
 use serde_json::json;
 
@@ -178,4 +179,88 @@ fn an_entry_missing_from_the_middle_of_the_log_is_said_as_a_hole_not_a_lost_end(
         err,
         "worldd: why: entry 9 not found (scanned back 500 entries; raise --scan to look further)\n"
     );
+}
+
+/// The row of entry `i` as stored: world ref, entry length, hash column, entry, world.
+fn log_row(db: &Path, i: u64) -> Vec<u8> {
+    let mut row = None;
+    tamper(db, "entries", |w, t| {
+        row = t.get(w, &key(i)).unwrap().map(<[u8]>::to_vec);
+    });
+    row.expect("the row")
+}
+
+/// `why I` for each entry `0..=6`, offline and through a daemon serving the store: the exit
+/// codes, in that order.
+fn why_each(kept: tempfile::TempDir, db: &Path) -> (Vec<i32>, Vec<i32>, String) {
+    let db = db.to_str().unwrap();
+    let mut said = String::new();
+    let offline = (0..=6)
+        .map(|i| {
+            let (code, out, err) = worldd(&["why", &i.to_string(), "--db", db], None);
+            said.push_str(&format!("offline why {i}:\n{out}{err}"));
+            code
+        })
+        .collect();
+    std::fs::remove_dir_all(kept.path().join("plugins")).unwrap();
+    let d = Daemon::start_in(kept, WS, &[]);
+    let token = d.session("ep1", &["Workspace.Read=worktree:9"]);
+    let scratch = tempfile::tempdir().unwrap();
+    let session = session_file(scratch.path(), "agent", &token);
+    let online = (0..=6)
+        .map(|i| {
+            let (code, out, err) = online(&d.addr, &session, &[&i.to_string()], None);
+            said.push_str(&format!("online why {i}:\n{out}{err}"));
+            code
+        })
+        .collect();
+    (offline, online, said)
+}
+
+#[test]
+fn an_edited_entry_hash_text_is_blamed_once_where_it_is_online_and_offline() {
+    let (kept, db) = six_reads();
+    tamper(&db, "entries", |w, t| {
+        let mut row = t.get(w, &key(3)).unwrap().unwrap().to_vec();
+        let at = row
+            .windows(20)
+            .position(|s| s == b"\"entryHash\":\"sha256:")
+            .unwrap()
+            + 20;
+        row[at] = if row[at] == b'0' { b'1' } else { b'0' };
+        t.put(w, &key(3), &row).unwrap();
+    });
+    let (offline, online, said) = why_each(kept, &db);
+    assert_eq!(offline, [0, 0, 0, 3, 0, 0, 0], "{said}");
+    assert_eq!(online, offline, "{said}");
+}
+
+#[test]
+fn a_copy_of_an_entry_in_the_next_row_is_named_and_the_entry_it_copies_is_not_blamed() {
+    let (kept, db) = six_reads();
+    let entry_2 = log_row(&db, 2);
+    tamper(&db, "entries", |w, t| {
+        t.put(w, &key(3), &entry_2).unwrap();
+    });
+    let (code, out) = doctor(&db);
+    assert_eq!(code, 3, "{out}");
+    assert!(
+        out.contains("      entry 3: entry: this row holds a copy of entry 2 (its header says index 2 at position 3)\n"),
+        "{out}"
+    );
+    assert!(!out.contains("entry 2: "), "{out}");
+    assert!(!out.contains("hash column"), "{out}");
+    let (code, out, _) = worldd(&["why", "2", "--db", db.to_str().unwrap()], None);
+    assert_eq!(code, 0, "{out}");
+    assert!(
+        out.contains(
+            "; row 3 holds a copy of it, which the store's index of entry hashes finds first\n"
+        ),
+        "{out}"
+    );
+    // Entry 4 names the hash of the entry 3 that is gone: it is blamed on both sources, as
+    // is the copy; entry 2 on neither.
+    let (offline, online, said) = why_each(kept, &db);
+    assert_eq!(offline, [0, 0, 0, 3, 3, 0, 0], "{said}");
+    assert_eq!(online, offline, "{said}");
 }

@@ -94,12 +94,7 @@ pub trait Source {
     /// its hash (a served entry's `entryHash` is only a claim); a store answers from its
     /// entry-hash index, which it wrote from recomputed hashes.
     fn links(&self, prev: &Ref, index: u64) -> Result<bool, SourceError> {
-        let Some(bytes) = self.entry(index)? else {
-            return Ok(false);
-        };
-        Ok(log::Entry::from_bytes(&bytes).is_ok_and(|e| {
-            e.header.entry_index == index && e.hash_is_valid() && e.entry_hash == *prev
-        }))
+        recomputed_hash_is(self.entry(index)?.as_deref(), prev, index)
     }
 
     /// Does the source's own index of entry hashes (where it has one, which [`Source::links`]
@@ -133,6 +128,20 @@ pub trait Source {
     fn unnamed_invocation_rows(&self) -> Result<Vec<(u64, String, Vec<u8>)>, SourceError> {
         Ok(Vec::new())
     }
+}
+
+/// Whether `bytes`, entry `index` as a source holds it, hash to `prev` when recomputed. Its
+/// `entryHash` text is not asked: where that text is what is damaged, entry `index`'s own link
+/// says so, and the next entry, whose `prevEntryHash` names the hash the entry's fields do
+/// have, is not blamed for it (on every source alike).
+fn recomputed_hash_is(bytes: Option<&[u8]>, prev: &Ref, index: u64) -> Result<bool, SourceError> {
+    let Some(bytes) = bytes else {
+        return Ok(false);
+    };
+    Ok(log::Entry::from_bytes(bytes).is_ok_and(|e| {
+        e.header.entry_index == index
+            && log::Entry::compute_hash(&e.header, &e.transition_ref).is_ok_and(|h| h == *prev)
+    }))
 }
 
 /// A store, read in one read transaction.
@@ -183,12 +192,7 @@ impl Source for LocalSource<'_, '_> {
         }
         // Otherwise the index may be what is damaged (entry `index`'s own link says so): the
         // entry's bytes decide, so that the next entry is not blamed for it.
-        let Some(bytes) = self.entry(index)? else {
-            return Ok(false);
-        };
-        Ok(log::Entry::from_bytes(&bytes).is_ok_and(|e| {
-            e.header.entry_index == index && e.hash_is_valid() && e.entry_hash == *prev
-        }))
+        recomputed_hash_is(self.entry(index)?.as_deref(), prev, index)
     }
 
     fn indexes(&self, hash: &Ref, index: u64) -> Result<bool, SourceError> {
@@ -262,6 +266,39 @@ mod tests {
             format!(
                 "prevEntryHash {prev} of entry 0 is not sha256:{}: entry 0 has no entry before it",
                 "0".repeat(64)
+            )
+        );
+    }
+
+    /// An entry whose `entryHash` text was edited is broken on its own link; the entry after
+    /// it, which names the hash its fields do have, links to it, as a store's index says
+    /// (online and offline name the damage once, where it is).
+    #[test]
+    fn the_entry_after_one_whose_entry_hash_text_was_edited_links_to_its_recomputed_hash() {
+        let entry = Entry::new(
+            EntryHeader {
+                entry_index: 0,
+                semantics_epoch: 1,
+                transition_fn: Ref::of(b"fn"),
+                interpreter: Ref::of(b"interp"),
+                prev_entry_hash: Ref::ZERO,
+                written_by: "world:genesis".into(),
+            },
+            Ref::of(b"record"),
+        )
+        .unwrap();
+        let mut edited = entry.clone();
+        edited.entry_hash = Ref::of(b"an edited entryHash text");
+        let source = OneEntry(edited.to_bytes().unwrap());
+        assert!(source.links(&entry.entry_hash, 0).unwrap());
+        assert!(!source.links(&edited.entry_hash, 0).unwrap());
+        let report = crate::verify::verify_entry_in(&source, 0);
+        assert!(!report.links[0].ok);
+        assert_eq!(
+            report.links[0].detail,
+            format!(
+                "entryHash {} does not match the recomputed {}",
+                edited.entry_hash, entry.entry_hash
             )
         );
     }

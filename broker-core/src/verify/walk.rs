@@ -556,10 +556,15 @@ impl<'s, S: Source + ?Sized> Verifier<'s, S> {
         // cover every field; the bytes need not be re-serialised to be trusted.
         let entry = Entry::from_bytes(bytes).map_err(|e| format!("unreadable: {e}"))?;
         if entry.header.entry_index != index {
-            return Err(format!(
-                "header says index {} at position {index}",
-                entry.header.entry_index
-            ));
+            let n = entry.header.entry_index;
+            // A copy of another entry (a bad restore, a tamper) is named as one: the entry it
+            // copies is intact, and its own walk says so.
+            let copy = matches!(self.src.entry(n), Ok(Some(b)) if *b == *bytes);
+            return Err(if copy {
+                format!("this row holds a copy of entry {n} (its header says index {n} at position {index})")
+            } else {
+                format!("header says index {n} at position {index}")
+            });
         }
         let recomputed = Entry::compute_hash(&entry.header, &entry.transition_ref)
             .map_err(|e| format!("the entry has no canonical form: {e}"))?;
@@ -571,10 +576,18 @@ impl<'s, S: Source + ?Sized> Verifier<'s, S> {
         }
         // The next entry's link is checked against the store's index of entry hashes: a
         // damaged index would blame that entry, so this one's place in it is checked here.
+        let mut copied = String::new();
         if !matches!(self.src.indexes(&recomputed, index), Ok(true)) {
-            return Err(format!(
-                "the store's index of entry hashes does not name this entry under its recomputed hash {recomputed}: the log row's hash column is damaged"
-            ));
+            match self.copy_named_instead(&recomputed, index) {
+                // The index names a copy of this entry in another row: that row is the
+                // damage (its own walk names it), not this entry's hash column.
+                Some(row) => {
+                    copied = format!("; row {row} holds a copy of it, which the store's index of entry hashes finds first")
+                }
+                None => return Err(format!(
+                    "the store's index of entry hashes does not name this entry under its recomputed hash {recomputed}: the log row's hash column is damaged"
+                )),
+            }
         }
         // Genesis has no entry before it: its rule is the 64 zeros, said as such.
         match index.checked_sub(1) {
@@ -604,13 +617,26 @@ impl<'s, S: Source + ?Sized> Verifier<'s, S> {
             ""
         };
         let detail = format!(
-            "#{index} writtenBy {} prev {} transitionFn {} interpreter {}{pin} (recomputed)",
+            "#{index} writtenBy {} prev {} transitionFn {} interpreter {}{pin} (recomputed){copied}",
             entry.header.written_by,
             entry.header.prev_entry_hash.short(8),
             entry.header.transition_fn.short(8),
             entry.header.interpreter.short(8)
         );
         Ok((entry, detail))
+    }
+
+    /// The row, other than `index`, that the source's index of entry hashes names under
+    /// `hash` when that row holds an entry with this very hash (a copy of entry `index`);
+    /// `None` when it names none, or a row that is no copy (the hash column is what is damaged).
+    fn copy_named_instead(&self, hash: &Ref, index: u64) -> Option<u64> {
+        let row = self.src.entry_index(hash).ok()??;
+        if row == index {
+            return None;
+        }
+        let bytes = self.src.entry(row).ok()??;
+        let copy = Entry::from_bytes(&bytes).ok()?;
+        (Entry::compute_hash(&copy.header, &copy.transition_ref).ok()? == *hash).then_some(row)
     }
 
     fn genesis(&self, entry: &Entry, walk: &mut Walk) {
