@@ -11,7 +11,7 @@
 //! |---|---|
 //! | `ok` | the effect ran and the tool did what was asked |
 //! | `refused` | the plan refused the arguments (`reason` `plan`) or the effect's policy said no (`policy`) |
-//! | `denied` | the broker refused the effect (`reason` is the denial label) |
+//! | `denied` | the broker refused the effect, or its plugin declined the request before it ran (`reason` is the denial label: `denied:handler` for a plugin's) |
 //! | `failed` | the handler failed (`handler`) |
 //! | `indeterminate` | the handler could not tell whether its effect happened (`handler`) |
 //! | `null` | not a call: the genesis or a client-built commit |

@@ -2121,3 +2121,448 @@ fn show_all_opens_a_string_of_150000_invisible_characters() {
     assert!(took.as_f64().is_some_and(|ms| ms < 2000.0), "{took}");
     assert_eq!(opened(&b), json!(["fold", 1, "\"a\\u200b×300000\""]));
 }
+
+/// Poll `probe` every 100 ms for up to `secs` seconds (longer than [`webdriver::WAIT`]: what
+/// it waits for takes the page's own timeouts).
+fn wait_long<T>(
+    b: &Browser,
+    what: &str,
+    secs: u64,
+    mut probe: impl FnMut(&Browser) -> Option<T>,
+) -> T {
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(secs);
+    loop {
+        if let Some(v) = probe(b) {
+            return v;
+        }
+        if std::time::Instant::now() > until {
+            let body = b.exec("return document.body.innerText", json!([]));
+            panic!("timed out waiting {secs} s for {what}; the page says:\n{body}");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+}
+
+/// The rows of the timeline: `[index, the .sub line's title]` (the invocation id of a call).
+fn timeline_rows(b: &Browser) -> Value {
+    b.exec(
+        "return [...document.querySelectorAll('#entries li')].map((li) => \
+         [Number(li.dataset.index), li.querySelector('.sub').title])",
+        json!([]),
+    )
+}
+
+/// What `GET /v1/log/summaries` lists for `token`, as [`timeline_rows`] shows it.
+fn summaries_as_rows(d_url: &str, token: &str) -> Value {
+    let page = get(
+        &format!("{d_url}/v1/log/summaries?from=0&limit=500"),
+        Some(token),
+    )
+    .json();
+    let mut rows: Vec<Value> = page["items"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| {
+            json!([
+                s["header"]["entryIndex"],
+                s["invocationId"].as_str().or(s["entryHash"].as_str())
+            ])
+        })
+        .collect();
+    rows.reverse();
+    json!(rows)
+}
+
+/// An agent whose calls are older than the newest 50 entries of a busy log (another episode
+/// made 560 calls since) was told "No entries you can see yet", and found its calls only after
+/// one click of Load older entries per 50 entries. The page scans back (pages of 500) until it
+/// has something to show: the agent's calls appear at sign-in, on the Log and the Episode view.
+#[test]
+fn an_agent_whose_calls_are_older_than_the_newest_page_sees_them_not_none() {
+    let Some(b) = Browser::start_or_skip(
+        "an_agent_whose_calls_are_older_than_the_newest_page_sees_them_not_none",
+        1280,
+        800,
+    ) else {
+        return;
+    };
+    let d = Daemon::start(WS, &[]);
+    let ep1 = d.session("ep1", &["Workspace.Read=worktree:10"]);
+    let ep3 = d.session("ep3", &["Workspace.Read=worktree:1000"]);
+    std::fs::write(d.root().join("ep1/a.txt"), "a\n").unwrap();
+    std::fs::write(d.root().join("ep3/b.txt"), "b\n").unwrap();
+    call_read(&d, &ep1, "a.txt"); // 1
+    call_read(&d, &ep1, "a.txt"); // 2
+    for _ in 0..560 {
+        call_read_recorded(&d, &ep3, "b.txt"); // 3–562
+    }
+    let base = format!("http://{}", d.addr);
+    // Signed in, the timeline holds ep1's calls and the genesis, without a click.
+    sign_in(&b, &base, &ep1, "#log");
+    let rows = b.exec(
+        "return [...document.querySelectorAll('#entries li')].map((li) => Number(li.dataset.index))",
+        json!([]),
+    );
+    assert_eq!(rows, json!([2, 1, 0]));
+    assert_eq!(
+        b.text_of("#timeline-status").as_deref(),
+        Some("3 shown of 3 loaded · entries 0–562 scanned")
+    );
+    assert_eq!(
+        b.exec("return document.getElementById('older').hidden", json!([])),
+        json!(true),
+        "the whole log was scanned"
+    );
+    b.screenshot(&shots().join("workbench-agent-older-calls.png"));
+    b.click(&b.find("#nav a[data-view='episode']"));
+    let episodes = b.wait_for_element("#episodes table");
+    assert_eq!(
+        b.text(&episodes),
+        "episode entries loaded\nep1 (this credential's) 2"
+    );
+}
+
+/// While the page scans back for an agent's calls it says so, with the part of the log
+/// scanned; it never says there are none when only a window of the log was scanned.
+#[test]
+fn the_timeline_says_none_only_once_the_whole_log_was_scanned() {
+    let Some(b) = Browser::start_or_skip(
+        "the_timeline_says_none_only_once_the_whole_log_was_scanned",
+        1280,
+        800,
+    ) else {
+        return;
+    };
+    let d = Daemon::start(WS, &[]);
+    let ep1 = d.session("ep1", &["Workspace.Read=worktree:10"]);
+    let ep3 = d.session("ep3", &["Workspace.Read=worktree:1000"]);
+    std::fs::write(d.root().join("ep1/a.txt"), "a\n").unwrap();
+    std::fs::write(d.root().join("ep3/b.txt"), "b\n").unwrap();
+    call_read(&d, &ep1, "a.txt"); // 1
+    for _ in 0..60 {
+        call_read_recorded(&d, &ep3, "b.txt"); // 2–61
+    }
+    let proxy = HoldProxy::start(&d.addr);
+    // The newest page (12–61) holds nothing of ep1's; the scan further back is held.
+    proxy.hold("/v1/log/summaries?from=", &ep1);
+    b.goto(&proxy.url("/workbench#log"));
+    sign_in_here(&b, &ep1);
+    proxy.wait_held();
+    let said = b.wait_for("the scan's notice", |b| b.text_of("#timeline-empty"));
+    assert_eq!(
+        said,
+        "Scanning older entries for ones you can see… (entries 12–61 scanned so far)"
+    );
+    assert_eq!(
+        b.text_of("#timeline-status").as_deref(),
+        Some("0 shown of 0 loaded · entries 12–61 scanned")
+    );
+    b.screenshot(&shots().join("workbench-agent-scanning.png"));
+    proxy.release();
+    b.wait_for_element("#entries li[data-index='1']");
+    assert_eq!(
+        b.text_of("#timeline-status").as_deref(),
+        Some("2 shown of 2 loaded · entries 0–61 scanned")
+    );
+}
+
+/// A store restored from a backup (docs/operators.md: stop the daemon, put the copy at
+/// `--db`, start it) is the same store path with another history. The page held entries the
+/// restore rolled back, resumed the stream after them (missing the new calls at the same
+/// indices) and served its stale summaries to the entry view. On reconnecting it checks that
+/// its last entry is still in the daemon's log with the same hash; it is not, so the page drops
+/// what it loaded, reloads the log, and says so.
+#[test]
+fn a_page_open_across_a_restore_from_backup_drops_the_rolled_back_log_and_reloads() {
+    let Some(b) = Browser::start_or_skip(
+        "a_page_open_across_a_restore_from_backup_drops_the_rolled_back_log_and_reloads",
+        1280,
+        800,
+    ) else {
+        return;
+    };
+    let d = serve_relative(tempfile::tempdir().unwrap(), "127.0.0.1:0");
+    let addr = d.addr.clone();
+    let base = format!("http://{addr}");
+    let ep1 = d.session("ep1", &["Workspace.Read=worktree:20"]);
+    let ops = d.operator_session("ops", &[]);
+    std::fs::write(d.root().join("ep1/a.txt"), "a\n").unwrap();
+    call_read(&d, &ep1, "a.txt"); // 1
+    let backup = d.dir.path().join("backup");
+    let out = std::process::Command::new(WORLDD)
+        .arg("backup")
+        .arg("--db")
+        .arg(d.db())
+        .arg(&backup)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    sign_in(&b, &base, &ops, "#log");
+    for name in ["gone-2.txt", "gone-3.txt", "gone-4.txt"] {
+        call_read(&d, &ep1, name);
+    }
+    b.wait_for_element("#entries li[data-index='4']");
+    let before = timeline_rows(&b);
+
+    // Stopped: the page finds nothing answering and says it is disconnected.
+    let dir = d.halt();
+    b.wait_for("the page to say it is disconnected", |b| {
+        (b.text_of("#live").as_deref() == Some("disconnected")).then_some(())
+    });
+    // Restored, as the operator's guide says, and started again on the same port.
+    std::fs::remove_dir_all(dir.path().join("db")).unwrap();
+    std::fs::rename(&backup, dir.path().join("db")).unwrap();
+    let d = serve_relative(dir, &addr);
+    for name in ["new-2.txt", "new-3.txt", "new-4.txt"] {
+        call_read(&d, &ep1, name);
+    }
+    let restored = summaries_as_rows(&base, &ops);
+    assert_ne!(restored, before, "entries 2–4 are other calls now");
+
+    b.click(&b.find("#reconnect"));
+    let notice = b.wait_for("the notice of the reload", |b| {
+        b.text_of("#log-notice").filter(|t| !t.is_empty())
+    });
+    assert_eq!(
+        notice,
+        "The daemon's log is not the one this page had loaded: entry #4 is another entry now \
+         (the store was restored from a backup?). What was loaded is dropped and the log \
+         reloaded: its newest entry is #4."
+    );
+    b.wait_for("the live indicator", |b| {
+        (b.text_of("#live").as_deref() == Some("live")).then_some(())
+    });
+    assert_eq!(timeline_rows(&b), restored);
+    b.screenshot(&shots().join("workbench-restored-log.png"));
+    // The new entry 4 verifies, under the summary the daemon serves now.
+    b.click(&b.find("#entries a[data-index='4']"));
+    assert_eq!(verdict(&b), "✓ 7 links verified");
+    assert_eq!(
+        b.text_of("#header-check").as_deref(),
+        Some("✓ The header matches the verified record.")
+    );
+    // And the stream follows the restored log: the next call appears.
+    call_read(&d, &ep1, "new-5.txt");
+    b.wait_for_element("#entries li[data-index='5']");
+    assert_eq!(timeline_rows(&b), summaries_as_rows(&base, &ops));
+}
+
+/// Stops a daemon with SIGSTOP (a hung daemon, one stuck on its store, a paused machine) and
+/// lets it go on again when dropped, whatever the test did meanwhile.
+struct Frozen<'d>(&'d Daemon);
+
+impl<'d> Frozen<'d> {
+    fn freeze(d: &'d Daemon) -> Frozen<'d> {
+        d.signal(libc::SIGSTOP);
+        Frozen(d)
+    }
+}
+
+impl Drop for Frozen<'_> {
+    fn drop(&mut self) {
+        self.0.signal(libc::SIGCONT);
+    }
+}
+
+/// A daemon that stops answering left the page `live` and the entry `Verifying…` for ever.
+/// A stream silent for two keep-alive intervals (30 s) has dropped: the page says
+/// `reconnecting…` and why; a request with no answer in 30 s ends as not served, and the
+/// verdict says so.
+#[test]
+fn a_daemon_that_stops_answering_is_said_to_be_gone_and_its_links_end_as_not_served() {
+    let Some(b) = Browser::start_or_skip(
+        "a_daemon_that_stops_answering_is_said_to_be_gone_and_its_links_end_as_not_served",
+        1280,
+        800,
+    ) else {
+        return;
+    };
+    let d = Daemon::start(WS, &[]);
+    let ep1 = d.session("ep1", &["Workspace.Read=worktree:10"]);
+    let ops = d.operator_session("ops", &[]);
+    call_read(&d, &ep1, "a.txt");
+    let base = format!("http://{}", d.addr);
+    sign_in(&b, &base, &ops, "#log");
+
+    let frozen = Frozen::freeze(&d);
+    b.click(&b.find("#entries a[data-index='1']"));
+    wait_long(&b, "reconnecting…", 40, |b| {
+        (b.text_of("#live").as_deref() == Some("reconnecting…")).then_some(())
+    });
+    assert_eq!(
+        b.text_of("#stream-problem").as_deref(),
+        Some("The daemon sent nothing on the live log for 30 s, not even its keep-alive: reconnecting.")
+    );
+    let said = wait_long(&b, "the verdict", 60, |b| {
+        b.text_of("#verdict").filter(|t| t.starts_with('✗'))
+    });
+    // The entry's own link had no answer: the chain goes no further.
+    assert_eq!(
+        said,
+        "✗ 1 of 1 link broken: not served by the daemon (an error or no answer), so not checked; \
+         nothing served was found altered"
+    );
+    let reasons: Vec<String> = links(&b).into_iter().map(|(_, _, t)| t).collect();
+    assert!(
+        reasons
+            .iter()
+            .any(|t| t.contains("not served: no answer from the daemon within 30 s")),
+        "{reasons:?}"
+    );
+    wait_long(&b, "disconnected", 20, |b| {
+        (b.text_of("#live").as_deref() == Some("disconnected")).then_some(())
+    });
+    b.screenshot(&shots().join("workbench-frozen-daemon.png"));
+
+    // Going on again, the daemon is followed once asked.
+    drop(frozen);
+    b.click(&b.find("#reconnect"));
+    b.wait_for("the live indicator", |b| {
+        (b.text_of("#live").as_deref() == Some("live")).then_some(())
+    });
+    b.click(&b.find("#entries a[data-index='0']"));
+    b.click(&b.find("#entries a[data-index='1']"));
+    assert_eq!(verdict(&b), "✓ 7 links verified");
+}
+
+/// Whether the element `css` is drawn whole: inside the viewport, not clipped by an ancestor
+/// (the point at its centre hits it) and not cut short by an ellipsis.
+fn drawn_whole(b: &Browser, css: &str) -> Value {
+    b.exec(
+        "const el = document.querySelector(arguments[0]); if (!el) return 'absent';
+         const r = el.getBoundingClientRect();
+         if (r.width === 0 || r.right > innerWidth || r.left < 0) return `outside: ${r.left}–${r.right} of ${innerWidth}`;
+         let p = el.parentElement;
+         while (p) {
+           const s = getComputedStyle(p);
+           if (s.overflow !== 'visible' || s.overflowX !== 'visible') {
+             const q = p.getBoundingClientRect();
+             if (r.left < q.left - 0.5 || r.right > q.right + 0.5) return `clipped by ${p.className}: ${r.left}–${r.right} in ${q.left}–${q.right}`;
+           }
+           p = p.parentElement;
+         }
+         if (el.scrollWidth > el.clientWidth + 1) return `cut: ${el.scrollWidth} > ${el.clientWidth}`;
+         const hit = document.elementFromPoint((r.left + r.right) / 2, (r.top + r.bottom) / 2);
+         return el.contains(hit) ? 'whole' : `covered by ${hit && hit.className}`;",
+        json!([css]),
+    )
+}
+
+/// The timeline's `⚠ not as verified` mark sat inside the tool name's box, and a long name's
+/// ellipsis cut it off: the row's only sign that its summary lied was not shown. It is beside
+/// the name now, whole at any width; and it stays when the list is drawn again (a filter).
+#[test]
+fn the_not_as_verified_mark_is_shown_whole_beside_a_long_tool_name() {
+    let Some(b) = Browser::start_or_skip(
+        "the_not_as_verified_mark_is_shown_whole_beside_a_long_tool_name",
+        1280,
+        800,
+    ) else {
+        return;
+    };
+    let d = Daemon::start(WS, &[]);
+    let ep1 = d.session("ep1", &["Workspace.Read=worktree:10"]);
+    let ops = d.operator_session("ops", &[]);
+    call_read(&d, &ep1, "a.txt");
+    let long = format!("docs-read-{}", "x".repeat(54));
+    let name = long.clone();
+    let proxy = TamperProxy::rewriting(
+        &d.addr,
+        "/v1/log/summaries",
+        std::sync::Arc::new(move |v: &mut Value| {
+            for s in v["items"].as_array_mut().into_iter().flatten() {
+                if s["header"]["entryIndex"] == 1 {
+                    s["tool"] = json!(name);
+                }
+            }
+            None
+        }),
+    );
+    sign_in(&b, &proxy.url(""), &ops, "#entry/1");
+    assert_eq!(verdict(&b), "✓ 7 links verified");
+    let row = "#entries li[data-index='1'] .differs";
+    b.wait_for_element(row);
+    assert_eq!(drawn_whole(&b, row), json!("whole"));
+    assert_eq!(
+        b.text_of("#entries li[data-index='1'] .tool").as_deref(),
+        Some(long.as_str())
+    );
+    b.screenshot(&shots().join("workbench-differs-long-name.png"));
+    // Redrawn by a filter, the row keeps its mark.
+    b.exec(
+        "const s = document.getElementById('filter-episode'); s.value = 'ep1'; \
+         s.dispatchEvent(new Event('change'));",
+        json!([]),
+    );
+    assert_eq!(
+        b.exec(
+            "return document.querySelectorAll('#entries li').length",
+            json!([])
+        ),
+        json!(1)
+    );
+    assert_eq!(drawn_whole(&b, row), json!("whole"));
+    // At a phone's width, the list alone.
+    b.viewport(390, 844);
+    b.exec("location.hash = '#log'", json!([]));
+    b.wait_for("the list", |b| {
+        b.exec(
+            "return document.body.classList.contains('entry-open') ? null : true",
+            json!([]),
+        )
+        .as_bool()
+    });
+    assert_eq!(drawn_whole(&b, row), json!("whole"));
+    b.screenshot(&shots().join("workbench-differs-long-name-390.png"));
+}
+
+/// Whether `word`, in the text of the element `css`, is drawn inside that element's box (an
+/// ellipsis cuts off what lies past its right edge).
+fn word_drawn_whole(b: &Browser, css: &str, word: &str) -> Value {
+    b.exec(
+        "const [css, word] = arguments; const el = document.querySelector(css);
+         const walk = document.createTreeWalker(el, NodeFilter.SHOW_TEXT);
+         let node; while ((node = walk.nextNode()) && !node.data.includes(word));
+         if (!node) return 'absent';
+         const range = document.createRange(); const at = node.data.indexOf(word);
+         range.setStart(node, at); range.setEnd(node, at + word.length);
+         const r = range.getBoundingClientRect(); const box = el.getBoundingClientRect();
+         const pad = parseFloat(getComputedStyle(el).paddingRight);
+         if (r.right > box.right - pad + 0.5 || r.right > innerWidth) return `cut: ${word} ends at ${r.right}, the box at ${box.right - pad}`;
+         return 'whole';",
+        json!([css, word]),
+    )
+}
+
+/// An operator credential of an episode with a long name (64 characters, the most allowed)
+/// lost the word `operator` from its badge: the name was cut short with the role after it. The
+/// name is cut, the role shown whole, at a desktop's width and a phone's.
+#[test]
+fn an_operator_badge_keeps_the_word_operator_beside_a_long_episode_name() {
+    let Some(b) = Browser::start_or_skip(
+        "an_operator_badge_keeps_the_word_operator_beside_a_long_episode_name",
+        1280,
+        800,
+    ) else {
+        return;
+    };
+    let d = Daemon::start(WS, &[]);
+    let episode = format!("release-audit-team-{}", "a".repeat(45));
+    assert_eq!(episode.len(), 64);
+    let ops = d.operator_session(&episode, &[]);
+    let base = format!("http://{}", d.addr);
+    sign_in(&b, &base, &ops, "#log");
+    assert_eq!(b.text_of("#who"), Some(format!("{episode} · operator")));
+    assert_eq!(word_drawn_whole(&b, "#who", "operator"), json!("whole"));
+    b.screenshot(&shots().join("workbench-who-long-1280.png"));
+    b.viewport(390, 844);
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    assert_eq!(word_drawn_whole(&b, "#who", "operator"), json!("whole"));
+    b.screenshot(&shots().join("workbench-who-long-390.png"));
+}

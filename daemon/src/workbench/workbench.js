@@ -13,6 +13,17 @@ import { REF_PATTERN } from "./canon.js";
 // Where earlier versions of the page kept the credential: removed on load.
 const CREDENTIAL_KEY = "worldd.workbench.credential";
 const PAGE = 50;
+// The most entries one page of GET /v1/log/summaries scans (the route's limit): how far each
+// step goes back when the newest entries hold nothing this credential may see.
+const SCAN = 500;
+// A request with no answer after this long ends as "no answer" (a daemon stopped by a signal,
+// stuck on its store, or on a paused machine answers nothing, and would leave the page waiting).
+const REQUEST_TIMEOUT_MS = 30_000;
+// The unauthenticated "is it still this daemon?" probe: a health answer is quick or absent.
+const PROBE_TIMEOUT_MS = 10_000;
+// The daemon sends a keep-alive comment on a quiet stream every 15 s; a stream silent for two
+// of those has in effect dropped.
+const STREAM_SILENCE_MS = 2 * 15_000;
 const FOLD_CHARS = 160;
 
 // ---------------------------------------------------------------------------------------
@@ -296,13 +307,7 @@ class Superseded extends Error {
 async function ensureDaemon() {
   if (!state.gone) return;
   const signin = state.signin;
-  if (!state.checking) {
-    state.checking = ourDaemonHere().then((same) => {
-      state.checking = null;
-      return same;
-    });
-  }
-  const same = await state.checking;
+  const same = await rejoin();
   if (signin !== state.signin) throw new Superseded();
   if (!same || state.gone) {
     disconnected();
@@ -328,12 +333,13 @@ async function request(path, extra) {
   if (signin !== state.signin) throw new Superseded();
   let res;
   try {
-    res = await fetch(path, { headers: authHeaders(extra), cache: "no-store", credentials: "omit" });
+    res = await fetch(path, { headers: authHeaders(extra), cache: "no-store", credentials: "omit",
+      signal: AbortSignal.timeout(REQUEST_TIMEOUT_MS) });
   } catch (e) {
     if (signin !== state.signin) throw new Superseded();
     // Nothing answered: the daemon may be gone, and the port anyone's.
     state.gone = true;
-    throw e;
+    throw noAnswer(e);
   }
   if (signin !== state.signin) throw new Superseded();
   if (!res.ok) {
@@ -351,10 +357,27 @@ async function request(path, extra) {
   return res;
 }
 
+/** A request's timeout, said as what it means; any other error as it is. */
+function noAnswer(e) {
+  if (e && e.name === "TimeoutError") {
+    return new Error(`no answer from the daemon within ${REQUEST_TIMEOUT_MS / 1000} s`);
+  }
+  return e;
+}
+
 /** The body of a request's answer, read while the credential it was sent with is still the page's. */
 async function body(path, read) {
   const signin = state.signin;
-  const v = await read(await request(path));
+  const res = await request(path);
+  let v;
+  try {
+    v = await read(res);
+  } catch (e) {
+    if (signin !== state.signin) throw new Superseded();
+    // The answer stopped midway (its time ran out, or the connection dropped).
+    if (e && (e.name === "TimeoutError" || e.name === "TypeError")) state.gone = true;
+    throw noAnswer(e);
+  }
   if (signin !== state.signin) throw new Superseded();
   return v;
 }
@@ -382,6 +405,10 @@ const state = {
   episodeView: 0, // generation of the episode view, so a stale answer does not paint
   signin: 0, // generation of the credential: forget() moves it on, and what was in flight with the old one is dropped
   daemon: null, // the absolute path of the daemon's store, from GET /workbench/daemon at sign-in
+  tip: null, // {index, hash} of entry next − 1, the last the page has: the log it holds ends there
+  loaded: 0, // generation of the loaded log: a reload after a rollback moves it on
+  scanning: false, // older pages are being scanned
+  differs: new Map(), // index → the fields its summary said otherwise than its verified record
   gone: false, // the page saw the daemon go away: the credential waits for the check
   checking: null, // the check under way, shared by the requests that wait for it
 };
@@ -412,7 +439,9 @@ function showWho() {
   const me = state.me;
   el.hidden = !me;
   if (!me) return;
-  setText(el, me.operator ? `${me.episode} · operator` : me.episode);
+  // Two parts: a long episode name is cut short, the role never is.
+  el.replaceChildren(h("span", { class: "who-episode" }, me.episode),
+    ...(me.operator ? [h("span", { class: "who-role" }, " · operator")] : []));
   el.title = me.operator ? `An operator credential (episode ${me.episode}): it reads every episode`
     : `An agent credential of episode ${me.episode}: it reads its own episode`;
   el.classList.toggle("operator", me.operator);
@@ -440,10 +469,8 @@ function forget() {
   secret = null;
   state.me = null;
   showWho();
-  state.entries.clear();
-  state.scannedFrom = null;
-  state.next = 0;
-  $("entries").replaceChildren();
+  dropLoaded();
+  logNotice(null);
   for (const id of ["filter-episode", "filter-tool"]) $(id).replaceChildren(h("option", { value: "" }, "all"));
   $("filter-outcome").value = "";
   for (const id of ["view-episode", "view-plugins", "view-metrics"]) $(id).replaceChildren();
@@ -512,7 +539,9 @@ function row(s, fresh) {
   const a = h("a", { href: `#entry/${i}`, "data-index": i, "aria-current": state.selected === i ? "true" : "false" },
     h("span", { class: "idx" }, `#${i}`),
     badge(s.outcome, s.reason),
-    h("span", { class: "tool" }, toolLabel(s)),
+    // The mark beside the name, not in it: a long name is cut short with an ellipsis, the mark
+    // never is.
+    h("span", { class: "what" }, h("span", { class: "tool" }, toolLabel(s)), differsMark(state.differs.get(i))),
     h("span", { class: "sub", title: s.invocationId || s.entryHash },
       [s.episode, s.invocationId || short(s.entryHash)].filter(Boolean).join(" · ")));
   const li = h("li", { class: fresh ? "fresh" : "", "data-index": i }, a);
@@ -547,15 +576,43 @@ function renderTimeline() {
   renderTimelineState(shown.length);
 }
 
+/** `entries 1991–2040`: the part of the log scanned into the timeline ("" before any). */
+function scannedRange() {
+  return state.scannedFrom === null ? "" : `entries ${state.scannedFrom}–${Math.max(state.next - 1, 0)}`;
+}
+
 function renderTimelineState(shownCount) {
   const empty = $("timeline-empty");
   const total = state.entries.size;
+  const range = scannedRange();
   empty.hidden = shownCount > 0;
-  empty.textContent = total === 0 ? "No entries you can see yet. Calls appear here as they are committed."
-    : "No loaded entry matches these filters.";
+  // "None" only once the whole log was scanned: before that, only a window of it was.
+  empty.textContent = total > 0 ? "No loaded entry matches these filters."
+    : state.scanning ? `Scanning older entries for ones you can see… (${range} scanned so far)`
+      : state.scannedFrom > 0 ? `No entries you can see among ${range}. Load older entries scans further back.`
+        : "No entries you can see yet. Calls appear here as they are committed.";
   $("older").hidden = !(state.scannedFrom > 0);
-  const range = state.scannedFrom === null ? "" : `entries ${state.scannedFrom}–${Math.max(state.next - 1, 0)} scanned`;
-  $("timeline-status").textContent = `${shownCount} shown of ${total} loaded${range ? " · " + range : ""}`;
+  $("older").disabled = state.scanning;
+  $("timeline-status").textContent = `${shownCount} shown of ${total} loaded${range ? ` · ${range} scanned` : ""}`;
+}
+
+/** Say something about the loaded log above the list, or (null) hide it. */
+function logNotice(text) {
+  const el = $("log-notice");
+  setText(el, text || "");
+  el.hidden = !text;
+}
+
+/** Forget the loaded part of the log (signed out, or the daemon's log is another now). */
+function dropLoaded() {
+  state.loaded++;
+  state.entries.clear();
+  state.differs.clear();
+  state.scannedFrom = null;
+  state.next = 0;
+  state.tip = null;
+  state.scanning = false;
+  $("entries").replaceChildren();
 }
 
 /** One new entry from the stream: add it on top without redrawing the list. */
@@ -563,7 +620,10 @@ function arrived(s) {
   const i = s.header.entryIndex;
   if (state.entries.has(i)) return;
   remember(s);
-  state.next = Math.max(state.next, i + 1);
+  if (i + 1 >= state.next) {
+    state.next = i + 1;
+    state.tip = { index: i, hash: s.entryHash };
+  }
   if (matches(s)) {
     const list = $("entries");
     const first = list.firstElementChild;
@@ -573,37 +633,69 @@ function arrived(s) {
   renderTimelineState($("entries").children.length);
 }
 
+/**
+ * The newest page of the log. Its last entry (which this credential may not list) is the tip
+ * the page checks when it reconnects: the log the daemon serves then must still hold it.
+ */
 async function loadNewest() {
   const signin = state.signin;
+  const loaded = state.loaded;
   const page = await api.json(`/v1/log/summaries?limit=${PAGE}`);
   if (signin !== state.signin) throw new Superseded();
+  const last = page.next - 1;
+  let hash = page.items.find((s) => s.header.entryIndex === last)?.entryHash;
+  if (hash === undefined && last >= 0) hash = (await api.json(`/v1/log/${last}`)).entryHash;
+  if (signin !== state.signin) throw new Superseded();
+  if (loaded !== state.loaded) return;
   state.entries.clear();
   for (const s of page.items) remember(s);
   state.scannedFrom = page.from;
   state.next = page.next;
   state.head = page.head;
+  state.tip = last >= 0 ? { index: last, hash } : null;
   renderTimeline();
+  // Nothing of this credential's among the newest entries (an agent's calls are older than
+  // other episodes' newest): scan further back rather than say there are none.
+  if (state.entries.size === 0) scanOlder(SCAN);
 }
 
-async function loadOlder() {
-  if (!(state.scannedFrom > 0)) return;
+/**
+ * Scan back from the oldest entry scanned until an entry this credential may see is loaded,
+ * or entry 0: the first page `first` entries, the next ones as many as a page may scan.
+ */
+async function scanOlder(first = PAGE) {
+  if (state.scanning || !(state.scannedFrom > 0)) return;
   const signin = state.signin;
-  const from = Math.max(0, state.scannedFrom - PAGE);
-  const button = $("older");
-  button.disabled = true;
+  const loaded = state.loaded;
+  const had = state.entries.size;
+  const mine = () => signin === state.signin && loaded === state.loaded;
+  state.scanning = true;
+  renderTimelineState($("entries").children.length);
+  let step = first;
   try {
-    const page = await api.json(`/v1/log/summaries?from=${from}&limit=${state.scannedFrom - from}`);
-    // Another credential's page is not this one's timeline.
-    if (signin !== state.signin) return;
-    for (const s of page.items) remember(s);
-    state.scannedFrom = from;
+    while (state.scannedFrom > 0) {
+      const from = Math.max(0, state.scannedFrom - step);
+      const page = await api.json(`/v1/log/summaries?from=${from}&limit=${state.scannedFrom - from}`);
+      // Another credential's page, or a page of a log since reloaded, is not this timeline's.
+      if (!mine()) return;
+      for (const s of page.items) remember(s);
+      state.scannedFrom = from;
+      if (state.entries.size > had) break;
+      step = SCAN;
+      renderTimelineState($("entries").children.length);
+    }
+    state.scanning = false;
     renderTimeline();
   } catch (e) {
-    if (signin !== state.signin) return;
+    if (!mine()) return;
+    state.scanning = false;
+    renderTimeline();
     setText($("timeline-status"), `Could not load older entries: ${e.message}`);
-  } finally {
-    button.disabled = false;
   }
+}
+
+function loadOlder() {
+  return scanOlder(PAGE);
 }
 
 // ---------------------------------------------------------------------------------------
@@ -625,7 +717,9 @@ function stopStream() {
 async function daemonHere(signal) {
   try {
     const ask = async (path) => {
-      const res = await fetch(path, { cache: "no-store", credentials: "omit", signal });
+      const timeout = AbortSignal.timeout(PROBE_TIMEOUT_MS);
+      const res = await fetch(path, { cache: "no-store", credentials: "omit",
+        signal: signal ? AbortSignal.any([signal, timeout]) : timeout });
       const v = res.ok ? await res.json() : null;
       return v && v.status === "ok" ? v : null;
     };
@@ -648,6 +742,62 @@ async function ourDaemonHere(signal) {
   return same;
 }
 
+/**
+ * After the page saw its daemon go away: is the daemon answering now the one it signed in to
+ * (the same store), and does it still serve the log the page holds? A store restored from a
+ * backup is the same path but another history: the entries the page loaded after the backup
+ * are gone, and new ones take their indices. The page's last entry (its tip) must still be in
+ * the daemon's log with the same entry hash (a hash chain: then so is everything before it);
+ * if not, what the page loaded is dropped and the newest page loaded again, and the page says
+ * so. One check at a time, shared by whoever waits for it (the stream, the clicks).
+ */
+function rejoin() {
+  if (!state.checking) {
+    state.checking = (async () => {
+      if (!(await ourDaemonHere())) return false;
+      const tip = state.tip;
+      if (!tip) return true;
+      const signin = state.signin;
+      try {
+        const res = await fetch(`/v1/log/${tip.index}`, { headers: authHeaders(), cache: "no-store",
+          credentials: "omit", signal: AbortSignal.timeout(REQUEST_TIMEOUT_MS) });
+        if (signin !== state.signin) return false;
+        if (res.status === 401) {
+          const body = await res.json().catch(() => ({}));
+          signedOut(new ApiError(401, body.error?.class, body.error?.message));
+          return false;
+        }
+        let now = null;
+        if (res.ok) now = (await res.json()).entryHash;
+        else if (res.status !== 404) throw new ApiError(res.status, "", "");
+        if (signin !== state.signin) return false;
+        if (now === tip.hash) return true;
+        await reloadRolledBack(tip, now === null);
+        return signin === state.signin;
+      } catch {
+        // No answer to the question: treated as gone, like any request that got none.
+        state.gone = true;
+        return false;
+      }
+    })().finally(() => {
+      state.checking = null;
+    });
+  }
+  return state.checking;
+}
+
+/** The daemon's log is not the one the page loaded: drop it, load the newest page, say so. */
+async function reloadRolledBack(tip, gone) {
+  dropLoaded();
+  renderTimeline();
+  await loadNewest();
+  logNotice(`The daemon's log is not the one this page had loaded: entry #${tip.index} ` +
+    `${gone ? "is no longer in it" : "is another entry now"} (the store was restored from a backup?). ` +
+    `What was loaded is dropped and the log reloaded: its newest entry is #${state.head}.`);
+  // An entry open meanwhile is shown again, from the log as it is now.
+  if (state.started) setTimeout(route, 0);
+}
+
 /** The daemon went away: nothing is sent again until it is back. */
 function disconnected() {
   state.gone = true;
@@ -668,9 +818,10 @@ async function follow() {
   $("reconnect").hidden = true;
   const ctl = new AbortController();
   state.stream = ctl;
-  // The daemon this page signed in to, or one serving the same store (restarted): anything
-  // else on the port is not sent the credential, even when the operator asks to reconnect.
-  const same = await ourDaemonHere(ctl.signal);
+  // The daemon this page signed in to, or one serving the same store (restarted) and the log
+  // the page holds: anything else on the port is not sent the credential, even when the
+  // operator asks to reconnect.
+  const same = await rejoin();
   if (state.stream !== ctl) return;
   if (!same) {
     disconnected();
@@ -705,6 +856,7 @@ async function follow() {
       if (ctl.signal.aborted) return;
       // Not an answer but a dropped connection: the daemon may be gone.
       if (e !== refused) state.gone = true;
+      if (e instanceof Silent) streamProblem(e.message);
     }
     if (state.stream !== ctl) return;
     state.retry = Math.min(state.retry + 1, 5);
@@ -716,7 +868,7 @@ async function follow() {
     // stopped leaves its port to whatever binds it next, which must not be sent the
     // credential unasked; the operator reconnects once the daemon is back.
     if (state.stream !== ctl) return;
-    const same = await ourDaemonHere(ctl.signal);
+    const same = await rejoin();
     if (state.stream !== ctl) return;
     if (!same) {
       disconnected();
@@ -725,12 +877,35 @@ async function follow() {
   }
 }
 
+/** A stream that sent nothing, not even its keep-alive, for two keep-alive intervals. */
+class Silent extends Error {
+  constructor() {
+    super(`The daemon sent nothing on the live log for ${STREAM_SILENCE_MS / 1000} s, not even its keep-alive: reconnecting.`);
+  }
+}
+
+/** The next chunk of the stream, or Silent when none comes in time. */
+async function nextChunk(reader) {
+  let timer;
+  const silent = new Promise((_, reject) => {
+    timer = setTimeout(() => reject(new Silent()), STREAM_SILENCE_MS);
+  });
+  try {
+    return await Promise.race([reader.read(), silent]);
+  } catch (e) {
+    if (e instanceof Silent) reader.cancel().catch(() => {});
+    throw e;
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
 async function readEvents(body, ctl) {
   const reader = body.pipeThrough(new TextDecoderStream()).getReader();
   let buffer = "";
   let event = { type: "message", data: [] };
   for (;;) {
-    const { value, done } = await reader.read();
+    const { value, done } = await nextChunk(reader);
     if (done || ctl.signal.aborted) return;
     buffer += value;
     let nl;
@@ -984,11 +1159,20 @@ function entryHeader(index, s, facts) {
   return [title, meta, check];
 }
 
-/** The timeline row of an entry whose summary the verified record contradicts. */
+/** `⚠ not as verified`, naming the fields in its title (null when none differ). */
+function differsMark(names) {
+  if (!names) return null;
+  return h("span", { class: "differs", title: `The summary differs from the verified record: ${names.join(", ")}` }, "⚠ not as verified");
+}
+
+/** The timeline row of an entry whose summary the verified record contradicts (kept for the
+ * row's next drawing too: a filter change redraws the list). */
 function markRow(index, differs) {
+  const names = differs.map((d) => d[0]);
+  state.differs.set(index, names);
   const a = $("entries").querySelector(`a[data-index='${index}']`);
   if (!a || a.querySelector(".differs")) return;
-  a.querySelector(".tool").append(h("span", { class: "differs", title: `The summary differs from the verified record: ${differs.map((d) => d[0]).join(", ")}` }, " ⚠ not as verified"));
+  a.querySelector(".what").append(differsMark(names));
 }
 
 function markSelected() {
@@ -1049,10 +1233,13 @@ function episodesCard(me) {
   const note = me.operator
     ? "An operator credential reads every episode: open one to see what it has spent."
     : "Only your episode's calls, and the entries of no episode, are visible to this credential.";
+  const range = scannedRange();
+  const none = `No calls in the loaded part of the log${range ? ` (${range})` : ""}.` +
+    (state.scannedFrom > 0 ? " Load older entries, on the Log, scans further back." : "");
   return h("section", { class: "card", id: "episodes" }, h("h2", {}, "Episodes in the log"),
     h("p", { class: "muted" }, note),
     rows.length ? table(["episode", "entries loaded", ...(me.operator ? [""] : [])], rows, [1])
-      : h("p", { class: "empty" }, "No calls in the loaded part of the log."));
+      : h("p", { class: "empty" }, none));
 }
 
 async function showEpisode(other) {
@@ -1126,7 +1313,7 @@ function showSpend(view, b) {
           : h("p", { class: "empty" }, "Nothing spent.")),
       intentsCard(b.indeterminate, "this episode"),
       h("section", { class: "card" }, h("h2", {}, "Entries"),
-        h("p", {}, `${loaded} in the loaded part of the log. `,
+        h("p", {}, `${loaded} in the loaded part of the log${scannedRange() ? ` (${scannedRange()})` : ""}. `,
           h("a", { href: "#log", "data-episode": b.episode, onclick: filterTo(b.episode) }, "Show them in the log")))));
 }
 
