@@ -134,7 +134,8 @@ pub(super) async fn tools_call(
                     return Ok(reply);
                 }
             }
-            Err(host_failure(episode, tool, id, failure))
+            let root = ctx.state.coordinator().workspace_root();
+            Err(host_failure(episode, tool, id, root, failure))
         }
     }
 }
@@ -182,13 +183,31 @@ async fn tool_named(
 /// The envelope that answers a call the host failed. The wire carries only its fixed message;
 /// the operator's log gets the cause, including the effect record refs of an
 /// EffectsUnrecorded failure.
-fn host_failure(episode: &str, tool: &str, id: &Value, failure: InvokeFailure) -> HostFailure {
+fn host_failure(
+    episode: &str,
+    tool: &str,
+    id: &Value,
+    root: Option<&std::path::Path>,
+    failure: InvokeFailure,
+) -> HostFailure {
     let (host, cause) = match failure {
+        // The agent's text names no host path; the operator's line names the directory this
+        // daemon looked for, which may not be where `session new` made one (another root).
+        InvokeFailure::Call(e @ CallError::NoWorktree(_)) => (
+            HostFailure::Unavailable,
+            match root {
+                Some(root) => format!(
+                    "{e} (this daemon looked for {})",
+                    root.join(episode).display()
+                ),
+                None => e.to_string(),
+            },
+        ),
         // Nothing ran: the store is past its reserve (the operator's log says why).
         InvokeFailure::Call(e @ CallError::StoreFull(_)) => (HostFailure::StoreFull, e.to_string()),
         // Nothing ran either: no plugin here runs the tool, or there is no world.
         InvokeFailure::Call(
-            e @ (CallError::NoHandler | CallError::NoWorktree(_) | CallError::NoWorld),
+            e @ (CallError::NoHandler | CallError::NoWorld),
         ) => {
             (HostFailure::Unavailable, e.to_string())
         }

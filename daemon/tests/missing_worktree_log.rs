@@ -1,0 +1,37 @@
+//! A call refused because the episode's worktree is missing: the agent's envelope keeps the
+//! contract's text, which names no host path, and the daemon's log line names the directory it
+//! looked for (an operator whose `session new` used another workspace root made the worktree
+//! where this daemon never looks, and the line gave no way to see it).
+
+mod common;
+
+use common::*;
+use serde_json::json;
+
+const WS: &[&str] = &["worldd_workspace"];
+
+#[test]
+fn the_log_line_of_a_call_refused_for_a_missing_worktree_names_the_directory_the_daemon_looked_for()
+{
+    let d = Daemon::start(WS, &[]);
+    let token = d.session_without_worktree("nowhere", &["Workspace.Read=worktree:5"]);
+    let a = mcp(
+        &d,
+        &token,
+        "tools/call",
+        json!({"name": "ailang-read", "arguments": {"path": "a.txt"}}),
+    );
+    let v = if a.content_type.starts_with("text/event-stream") {
+        a.sse_json()
+    } else {
+        a.json()
+    };
+    assert_eq!(v["error"]["message"], "host callback failed", "{v}");
+    let looked_for = d.root().canonicalize().unwrap().join("nowhere");
+    d.wait_for_log(&format!(
+        "mcp tools/call: host callback failed: transition declares an effect this daemon has no handler for: episode nowhere's worktree does not exist: an operator creates it (the directory nowhere in the workspace root; worldd session new makes a worktree and a credential together, for an episode that has neither) (this daemon looked for {})",
+        looked_for.display()
+    ));
+    // The agent's copy names no host path.
+    assert!(!v.to_string().contains(&*d.root().to_string_lossy()), "{v}");
+}
