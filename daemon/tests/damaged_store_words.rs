@@ -264,3 +264,48 @@ fn a_copy_of_an_entry_in_the_next_row_is_named_and_the_entry_it_copies_is_not_bl
     assert_eq!(offline, [0, 0, 0, 3, 3, 0, 0], "{said}");
     assert_eq!(online, offline, "{said}");
 }
+
+/// A key lost from the content-address index makes its invocation read as absent: the daemon
+/// cannot tell a lost key from one never sent without reading every invocation row, which it
+/// does not do per call, so a keyed call resent then runs again (cli.md, `doctor`). `doctor`
+/// names the row whose key is gone: it must pass before `serve` after a repair or a restore.
+#[test]
+fn a_lost_index_key_of_a_committed_call_is_named_by_doctor_and_its_resend_runs_again() {
+    use sha2::Digest;
+    let (kept, db) = six_reads();
+    {
+        let store = broker_core::store::Store::open(&db, Default::default()).unwrap();
+        store.merge_ref_tail().unwrap();
+        let mut k = sha2::Sha256::digest(b"a2a:ep1:r2").to_vec();
+        k.push(b'i');
+        assert!(store
+            .raw_get(broker_core::store::RawTable::Refs, &k)
+            .unwrap()
+            .is_some());
+        store
+            .raw_overwrite(broker_core::store::RawTable::Refs, k, Vec::new())
+            .unwrap();
+    }
+    let (code, out) = doctor(&db);
+    assert_eq!(code, 3, "{out}");
+    let digest = hex::encode(sha2::Sha256::digest(b"a2a:ep1:r2"));
+    assert!(
+        out.contains(&format!("      row 1 of invocation_rows (invocation id digest sha256:{digest}) is below its partition's watermark 6, but refs has no key for it\n")),
+        "{out}"
+    );
+
+    std::fs::remove_dir_all(kept.path().join("plugins")).unwrap();
+    let d = Daemon::start_in(kept, WS, &[]);
+    let token = d.session("ep1", &["Workspace.Read=worktree:9"]);
+    let answer = a2a(&d, &token, "r2", "ailang-read", json!({"path": "a.txt"}));
+    assert_eq!(
+        answer["result"]["metadata"]["replayed"],
+        json!(false),
+        "{answer}"
+    );
+    assert_eq!(
+        answer["result"]["metadata"]["entry_index"],
+        json!(7),
+        "{answer}"
+    );
+}
