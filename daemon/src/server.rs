@@ -99,7 +99,8 @@ pub async fn serve(
     served
 }
 
-/// SIGINT, SIGTERM and SIGHUP, caught from the moment this is made. Make it before the daemon
+/// SIGINT, SIGTERM and SIGHUP (and SIGUSR1/SIGUSR2, said and ignored), caught from the moment
+/// this is made. Make it before the daemon
 /// says it is ready: a signal's default action ends the process at once, so one sent just after
 /// the ready line would otherwise kill the daemon instead of draining it. SIGHUP is a terminal
 /// that closed: its default action, too, would end the daemon mid-call.
@@ -107,6 +108,9 @@ pub struct ShutdownSignals {
     interrupt: Option<Signal>,
     terminate: Option<Signal>,
     hangup: Option<Signal>,
+    /// SIGUSR1 and SIGUSR2, which log-rotation habits send to "reopen the log": their default
+    /// action would end the daemon at once, mid-call and without a line.
+    rotation: [Option<Signal>; 2],
     manager: crate::service_manager::Notifier,
 }
 
@@ -134,10 +138,20 @@ impl ShutdownSignals {
             interrupt: unless_ignored(libc::SIGINT, SignalKind::interrupt(), "SIGINT"),
             terminate: catch(SignalKind::terminate(), "SIGTERM"),
             hangup: unless_ignored(libc::SIGHUP, SignalKind::hangup(), "SIGHUP"),
+            rotation: [
+                unless_ignored(libc::SIGUSR1, SignalKind::user_defined1(), "SIGUSR1"),
+                unless_ignored(libc::SIGUSR2, SignalKind::user_defined2(), "SIGUSR2"),
+            ],
             manager: Default::default(),
         };
         // Plugin code that resets these would end the daemon without its drain: put back.
-        crate::process_state::remember(&[libc::SIGINT, libc::SIGTERM, libc::SIGHUP]);
+        crate::process_state::remember(&[
+            libc::SIGINT,
+            libc::SIGTERM,
+            libc::SIGHUP,
+            libc::SIGUSR1,
+            libc::SIGUSR2,
+        ]);
         signals
     }
 
@@ -173,12 +187,32 @@ impl ShutdownSignals {
                 tracing::warn!("SIGHUP ignored: a service manager runs this daemon, so there is no terminal to lose; stop it with SIGTERM (systemctl stop)");
             }
         }
+        /// Never resolves: each SIGUSR1 or SIGUSR2 is said and served through.
+        async fn rotations(usr: &mut [Option<Signal>; 2]) {
+            async fn next(s: Option<&mut Signal>) {
+                let Some(s) = s else {
+                    return std::future::pending::<()>().await;
+                };
+                if s.recv().await.is_none() {
+                    std::future::pending::<()>().await
+                }
+            }
+            let [usr1, usr2] = usr;
+            loop {
+                let name = tokio::select! {
+                    () = next(usr1.as_mut()) => "SIGUSR1",
+                    () = next(usr2.as_mut()) => "SIGUSR2",
+                };
+                tracing::warn!("{name} ignored: worldd does not reopen its log; rotate a log it writes with 2>>FILE by copying and truncating it (logrotate's copytruncate), and stop it with SIGTERM");
+            }
+        }
         // Read when the signal comes: READY=1 was told (or not) before the daemon served.
         let managed = self.manager.clone();
         tokio::select! {
             () = one(self.interrupt.as_mut()) => {},
             () = one(self.terminate.as_mut()) => {},
             () = hangups(self.hangup.as_mut(), managed) => {},
+            () = rotations(&mut self.rotation) => {},
         }
         tracing::info!("shutting down: draining in-flight calls");
         self.manager.tell("STOPPING=1");

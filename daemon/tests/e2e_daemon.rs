@@ -87,6 +87,23 @@ fn a_hangup_drains_the_daemon_and_a_signal_ignored_at_start_stays_ignored() {
     assert!(status.success(), "{status:?}");
 }
 
+/// `kill -USR1` (or `-USR2`), a log-rotation habit ("reopen your logs"), ended the daemon at
+/// once with their default action: calls in flight cut, no drain, no line. Each is said and
+/// ignored; the daemon serves on and still drains on SIGTERM.
+#[test]
+fn sigusr1_or_sigusr2_from_a_log_rotation_habit_is_said_and_the_daemon_serves_on() {
+    let d = Daemon::start(WS, &[]);
+    for (signal, name) in [(libc::SIGUSR1, "SIGUSR1"), (libc::SIGUSR2, "SIGUSR2")] {
+        d.signal(signal);
+        d.wait_for_log(&format!(
+            "{name} ignored: worldd does not reopen its log; rotate a log it writes with 2>>FILE by copying and truncating it (logrotate's copytruncate), and stop it with SIGTERM"
+        ));
+        assert_eq!(get(&d.url("/v1/health"), None).status, 200, "{name}");
+    }
+    let status = d.stop();
+    assert!(status.success(), "{status:?}");
+}
+
 /// An IPv4 loopback written as IPv6 (`[::ffff:127.0.0.1]`, a dual-stack socket reached over
 /// 127.0.0.1) is loopback: the daemon binds it and answers a client that names it in `Host`.
 /// A mapped address that is not loopback is refused as any other.
