@@ -830,22 +830,30 @@ impl GitHandler {
         }
     }
 
-    /// Why files that are there were not staged, when nothing was: ignored files (`.gitignore`,
-    /// `.git/info/exclude`), and named paths that are neither a file, a directory nor a
-    /// symbolic link (a FIFO, a socket, a device), which git skips without a word. Empty when
-    /// there are none or git cannot list them.
+    /// Why files that are there were not staged, when nothing was: entries that are neither a
+    /// file, a directory nor a symbolic link (a FIFO, a socket, a device), which git skips
+    /// without a word, and ignored files (`.gitignore`, `.git/info/exclude`). Empty when there
+    /// are none or git cannot list them.
     fn left_out(&self, job: &Job<'_>, repo: &Repo) -> Vec<String> {
         let mut reasons = Vec::new();
-        for path in job.paths.iter().flatten() {
-            let kind = match job.root.symlink_metadata(path) {
-                Ok(md) => md.file_type(),
-                Err(_) => continue,
-            };
-            if !(kind.is_file() || kind.is_dir() || kind.is_symlink()) {
-                reasons.push(format!(
-                    "{path} is not a regular file, a directory or a symbolic link, and git records none of those"
-                ));
-            }
+        let starts: Vec<&Path> = match &job.paths {
+            None => vec![Path::new("")],
+            Some(paths) => paths
+                .iter()
+                .map(|p| Path::new(if p == "." { "" } else { p.as_str() }))
+                .collect(),
+        };
+        let mut special: Vec<String> = starts
+            .into_iter()
+            .flat_map(|start| nested::special_files(&job.root, start, job.deadline))
+            .collect();
+        special.sort();
+        if let Some(named) = listed(&special, 3) {
+            reasons.push(if special.len() == 1 {
+                format!("{named} is not a regular file, a directory or a symbolic link, and git records none of those")
+            } else {
+                format!("{named} are not regular files, directories or symbolic links, and git records none of those")
+            });
         }
         let mut status: Vec<&OsStr> = vec![
             os("status"),

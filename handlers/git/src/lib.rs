@@ -53,7 +53,7 @@
 //!
 //! - `nothing to commit: the worktree has no changes` (no `paths`), or
 //!   `nothing to commit: the given paths have no changes`; when git left files
-//!   out (ignored ones, a FIFO named in `paths`), `… no changes git tracks (…)`
+//!   out (ignored ones, a FIFO), `… no changes git tracks (…)`
 //!   says which and why
 //! - `commit /etc/passwd: path "/etc/passwd" escapes sandbox "<worktree>"`
 //!   (absolute paths, `..` above the root)

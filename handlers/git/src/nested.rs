@@ -109,6 +109,55 @@ fn git_entry(
     Ok(None)
 }
 
+/// The entries at or below `start` (worktree-relative; empty = the root) that are neither a
+/// regular file, a directory nor a symbolic link (FIFOs, sockets, devices), which `git add`
+/// skips without a word: worktree-relative paths, in no set order, as many as are found before
+/// `deadline`. The root's own `.git` is not looked in; a directory that cannot be listed is
+/// passed over.
+pub fn special_files(root: &Dir, start: &Path, deadline: Instant) -> Vec<String> {
+    let special =
+        |kind: cap_std::fs::FileType| !(kind.is_file() || kind.is_dir() || kind.is_symlink());
+    let mut found = Vec::new();
+    if !start.as_os_str().is_empty() {
+        match root.symlink_metadata(start) {
+            Ok(md) if md.is_dir() => {}
+            Ok(md) => {
+                if special(md.file_type()) {
+                    found.push(start.to_string_lossy().into_owned());
+                }
+                return found;
+            }
+            Err(_) => return found,
+        }
+    }
+    let mut seen = 0usize;
+    let mut stack = vec![start.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        let top = dir.as_os_str().is_empty();
+        let Ok(entries) = list(root, &dir) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            seen += 1;
+            if seen % CLOCK_EVERY == 0 && Instant::now() >= deadline {
+                return found;
+            }
+            let Ok(kind) = entry.file_type() else {
+                continue;
+            };
+            let name = entry.file_name();
+            if kind.is_dir() {
+                if !(top && name == ".git") {
+                    stack.push(dir.join(name));
+                }
+            } else if special(kind) {
+                found.push(dir.join(name).to_string_lossy().into_owned());
+            }
+        }
+    }
+    found
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -686,19 +686,32 @@ fn a_new_file_that_gitignore_hides_is_named_in_the_refusal_not_called_no_change(
     assert_eq!(refused(&out), NOTHING_TO_COMMIT);
 }
 
-/// A FIFO named in `paths` is skipped by `git add` without a word: "nothing to commit: the
-/// given paths have no changes". The refusal now says why.
+/// A FIFO is skipped by `git add` without a word: "nothing to commit: the given paths have no
+/// changes" (or "the worktree has no changes"). The refusal now says why, for a FIFO named,
+/// one below a named directory, and any in the worktree when no paths are named.
 #[test]
-fn a_fifo_named_in_paths_is_refused_as_something_git_does_not_record() {
+fn a_fifo_git_skips_is_named_in_the_refusal_not_called_no_change() {
     let f = Fixture::new();
-    let fifo = f.repo().join("fifo");
-    let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
-    // SAFETY: a valid NUL-terminated path.
-    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o644) }, 0);
+    fs::create_dir(f.repo().join("pipes")).unwrap();
+    for fifo in ["fifo", "pipes/p1"] {
+        let c = std::ffi::CString::new(f.repo().join(fifo).to_str().unwrap()).unwrap();
+        // SAFETY: a valid NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o644) }, 0);
+    }
     let out = f.commit(json!({"op": "commit", "message": "m", "paths": ["fifo"]}));
     assert_eq!(
         refused(&out),
         "nothing to commit: the given paths have no changes git tracks (fifo is not a regular file, a directory or a symbolic link, and git records none of those)"
+    );
+    let out = f.commit(json!({"op": "commit", "message": "m", "paths": ["pipes"]}));
+    assert_eq!(
+        refused(&out),
+        "nothing to commit: the given paths have no changes git tracks (pipes/p1 is not a regular file, a directory or a symbolic link, and git records none of those)"
+    );
+    let out = f.commit(json!({"op": "commit", "message": "m"}));
+    assert_eq!(
+        refused(&out),
+        "nothing to commit: the worktree has no changes git tracks (fifo, pipes/p1 are not regular files, directories or symbolic links, and git records none of those)"
     );
 }
 
