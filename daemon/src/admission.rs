@@ -7,8 +7,8 @@
 //! [`Limits::execution_slots`] **global execution slots**, waiting at most
 //! [`Limits::slot_wait`] ([`Refusal::NoSlot`]). A **large call** (a request body over
 //! [`Limits::large_call_bytes`]) first takes one of [`Limits::large_calls`] places in the
-//! large-call lane, in arrival order, waiting for it until its own deadline
-//! ([`Refusal::NoLargeLane`]).
+//! large-call lane, in arrival order, waiting for it while a whole handler run still fits
+//! before its own deadline ([`Refusal::NoLargeLane`]), and keeps it for at most [`LANE_HOLD`].
 //!
 //! The order matters: an episode holds at most one slot, so one episode looping a slow tool
 //! cannot starve the others, and calls queued behind a busy episode hold no slot while they
@@ -22,15 +22,33 @@
 //! keeps the few that run from filling the store's commits ahead of small calls. Large calls
 //! wait for it as long as their deadline allows rather than the slot wait: a burst of them is
 //! worked through in order instead of refused, and what they hold while they wait is bounded
-//! by the body budget ([`crate::edge::body`]).
+//! by the body budget ([`crate::edge::body`]). A call still waiting when less than
+//! [`Limits::handler_deadline`] of its deadline is left is refused then, with the capacity
+//! error and its count, rather than let in to time out in its handler.
+//!
+//! A large call's costs come early (its copies while it is opened and planned, its intent) and
+//! at its commit, which for a quick handler follow within milliseconds; a handler that waits
+//! for a child process for seconds spends none of them meanwhile. Held for the whole call, one
+//! agent looping a slow large call made every other episode's large calls wait a handler
+//! deadline each, and a few such agents made them all time out. So a call keeps its place for
+//! at most [`LANE_HOLD`], then gives it up while it runs on (its execution slot it keeps): what
+//! the lane bounds is then the large calls that *start* at once, and the copies of a slow call
+//! that gave its place up are bounded by its slot.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
 
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio::time::Instant;
 
+use broker_core::coordinator::MIN_HANDLER_TIME;
+
 use crate::limits::Limits;
+
+/// The longest a large call keeps its place in the lane: far more than a quick large write
+/// takes to be planned, run and committed, far less than a handler that waits for a child.
+pub const LANE_HOLD: Duration = Duration::from_secs(1);
 
 /// Why a call was not admitted. Nothing ran in any of these cases.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -83,11 +101,43 @@ pub struct Ticket {
     pub slot: Slot,
 }
 
-/// A global execution slot, with a place in the large-call lane for a large call: both are
-/// given back together.
+/// A global execution slot, with a place in the large-call lane for a large call: the place
+/// is given back with the slot, or at [`LANE_HOLD`] if that comes first.
 pub struct Slot {
     _global: OwnedSemaphorePermit,
-    _large: Option<OwnedSemaphorePermit>,
+    _large: Option<LanePlace>,
+}
+
+/// A place in the large-call lane, given back when dropped or at [`LANE_HOLD`].
+struct LanePlace {
+    permit: Arc<Mutex<Option<OwnedSemaphorePermit>>>,
+    expiry: tokio::task::JoinHandle<()>,
+}
+
+impl LanePlace {
+    fn hold(permit: OwnedSemaphorePermit) -> LanePlace {
+        let permit = Arc::new(Mutex::new(Some(permit)));
+        let expiry = tokio::spawn({
+            let permit = permit.clone();
+            async move {
+                tokio::time::sleep(LANE_HOLD).await;
+                drop(permit.lock().unwrap_or_else(PoisonError::into_inner).take());
+            }
+        });
+        LanePlace { permit, expiry }
+    }
+}
+
+impl Drop for LanePlace {
+    fn drop(&mut self) {
+        self.expiry.abort();
+        drop(
+            self.permit
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .take(),
+        );
+    }
 }
 
 /// A place in an episode's queue; at the head, it also holds the episode's turn.
@@ -181,7 +231,17 @@ impl Admission {
         };
         turn.permit = Some(permit);
         let large = if body_bytes > self.limits.large_call_bytes {
-            Some(take(&self.large, until, Refusal::NoLargeLane).await?)
+            // Let in past this, the call would have less than a handler's deadline left, or
+            // (a call deadline shorter than that) less than a handler is started with.
+            let now = Instant::now();
+            let least = MIN_HANDLER_TIME.min(self.limits.handler_deadline);
+            let lane_until = until
+                .checked_sub(self.limits.handler_deadline)
+                .filter(|&t| t > now)
+                .or_else(|| until.checked_sub(least))
+                .unwrap_or(now);
+            let permit = take(&self.large, lane_until, Refusal::NoLargeLane).await?;
+            Some(LanePlace::hold(permit))
         } else {
             None
         };
@@ -361,16 +421,18 @@ mod tests {
             execution_slots: 4,
             large_calls: 1,
             large_call_bytes: 100,
-            slot_wait: Duration::from_millis(500),
+            slot_wait: Duration::from_millis(100),
+            handler_deadline: Duration::from_secs(2),
             ..Limits::default()
         }));
         // A body of exactly the large-call size is not large.
         let small = a.admit("s", far(), 100).await.unwrap();
         let big = a.admit("b1", far(), 101).await.unwrap();
         assert_eq!((a.free_slots(), a.free_large_lane()), (2, 0));
-        // A second large call waits until its deadline, holding no slot, then is refused.
+        // A second large call waits while a handler's deadline still fits before its own,
+        // holding no slot, then is refused.
         let start = Instant::now();
-        let until = start + Duration::from_secs(3);
+        let until = start + Duration::from_millis(2500);
         let waiting = tokio::spawn({
             let a = a.clone();
             async move { a.admit("b2", until, 1 << 20).await.err() }
@@ -388,8 +450,8 @@ mod tests {
         assert_eq!(waiting.await.unwrap(), Some(Refusal::NoLargeLane));
         assert_eq!(
             Instant::now(),
-            until,
-            "not at the slot wait: at its deadline"
+            until - Duration::from_secs(2),
+            "not at the slot wait: when a handler's deadline no longer fits before its own"
         );
         assert_eq!(a.queued("b2"), 0);
         // The lane comes back with the slot, and the next large call takes it at once.
@@ -421,14 +483,63 @@ mod tests {
             }));
             tokio::task::yield_now().await;
         }
-        // Well past the slot wait, both still wait.
-        tokio::time::sleep(Duration::from_secs(2)).await;
+        // Past the slot wait (and within the first call's hold), both still wait.
+        tokio::time::sleep(Duration::from_millis(800)).await;
         let released = Instant::now();
         drop(big);
         let second = waiters.remove(0).await.unwrap();
         let third = waiters.remove(0).await.unwrap();
         assert_eq!(second, released);
         assert_eq!(third, released + Duration::from_millis(100));
+    }
+
+    /// One agent looping a slow large call (a handler waiting for its child for seconds) held
+    /// the lane for each whole run, so every other episode's large calls waited a handler
+    /// deadline each, and behind a few such agents timed out. A call gives its place up at
+    /// [`LANE_HOLD`] while it runs on, keeping its slot: the next large call starts then.
+    #[tokio::test(start_paused = true)]
+    async fn a_slow_large_call_gives_its_place_in_the_lane_up_at_the_lane_hold_while_it_runs_on() {
+        let a = Arc::new(Admission::new(Limits {
+            execution_slots: 4,
+            large_calls: 1,
+            large_call_bytes: 100,
+            ..Limits::default()
+        }));
+        let start = Instant::now();
+        let slow = a.admit("loop", far(), 101).await.unwrap();
+        assert_eq!((a.free_slots(), a.free_large_lane()), (3, 0));
+        let mut victims = Vec::new();
+        for episode in ["v1", "v2"] {
+            let a = a.clone();
+            victims.push(tokio::spawn(async move {
+                let ticket = a.admit(episode, far(), 1 << 20).await.unwrap();
+                (Instant::now(), ticket)
+            }));
+            tokio::task::yield_now().await;
+        }
+        let (first, one) = victims.remove(0).await.unwrap();
+        assert_eq!(first, start + LANE_HOLD, "the slow call still runs");
+        assert_eq!(a.free_slots(), 2, "the slow call keeps its slot");
+        // A quick one gives its place back when it ends, before its hold.
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        drop(one);
+        let (second, two) = victims.remove(0).await.unwrap();
+        assert_eq!(second, first + Duration::from_millis(10));
+        // The looping agent's next slow call takes its turn behind the others, as they do.
+        drop(slow);
+        let next = tokio::spawn({
+            let a = a.clone();
+            async move {
+                let ticket = a.admit("loop", far(), 101).await.unwrap();
+                (Instant::now(), ticket)
+            }
+        });
+        tokio::task::yield_now().await;
+        drop(two);
+        let (third, again) = next.await.unwrap();
+        assert_eq!(third, second);
+        drop(again);
+        assert_eq!((a.free_slots(), a.free_large_lane()), (4, 1));
     }
 
     #[tokio::test(start_paused = true)]

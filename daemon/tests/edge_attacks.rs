@@ -3000,3 +3000,71 @@ fn calls_queued_behind_their_episode_run_nothing_once_their_credential_is_revoke
     slow.join().unwrap();
     assert!(!d.root().join("a2a-revoked/a2a.txt").exists());
 }
+
+/// `Stall.Wait` units the episode of `token` has spent: an intent is journaled just before
+/// its handler starts.
+fn stall_spent(d: &Daemon, token: &str) -> u64 {
+    let a = get(&d.url("/v1/budget"), Some(token));
+    assert_eq!(a.status, 200, "{}", a.text());
+    a.json()["grants"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|g| g["effect"] == "Stall.Wait")
+        .map_or(0, |g| g["spent"].as_u64().unwrap())
+}
+
+/// One agent looping a slow large call (its handler waiting seconds, as an `ailang-run` child
+/// does) held the large-call lane for each whole run: every other episode's large calls waited
+/// a handler's run each, and behind three such agents they all timed out. A large call gives
+/// its place in the lane up while it runs on, so another episode's large writes go through, all
+/// of them, while the slow call still runs.
+#[test]
+fn one_agent_looping_a_slow_large_call_does_not_hold_the_large_call_lane_from_other_episodes() {
+    let (d, _c) = start_with(WS_STALL, "[limits]\nlarge_call_bytes = 1024\n", &[]);
+    let attacker = d.session("looping", &["Stall.Wait=any:5"]);
+    let victim = d.session("victim", &["Workspace.Write=worktree:50"]);
+    // A slow call over the large-call size: 5 s of handler, its body padded past 1 KiB.
+    let mut slow = serde_json::to_vec(&json!({"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"stall-wait","arguments":{"ms":"5000"}}})).unwrap();
+    slow.extend_from_slice(&[b' '; 2048]);
+    let looping = std::thread::spawn({
+        let (url, token) = (d.url("/mcp/"), attacker.clone());
+        move || {
+            (0..2)
+                .map(|_| request("POST", &url, Some(&token), &mcp_headers(), Some(&slow)).text())
+                .collect::<Vec<_>>()
+        }
+    });
+    // The first slow call's handler runs (its intent journaled) and its call holds the lane.
+    let waiting = Instant::now();
+    while stall_spent(&d, &attacker) == 0 {
+        assert!(waiting.elapsed() < Duration::from_secs(30), "never started");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    for n in 0..3 {
+        let v = tools_call(
+            &d,
+            &victim,
+            "ailang-write",
+            json!({"path": format!("big-{n}.txt"), "content": "v".repeat(4000)}),
+        );
+        assert_eq!(v["result"]["structuredContent"]["ok"], true, "{n}: {v}");
+    }
+    // All three went through while the first slow call still ran.
+    assert!(
+        !looping.is_finished(),
+        "the victim waited for the slow call"
+    );
+    assert_eq!(stall_spent(&d, &attacker), 1);
+    let slow_answers = looping.join().unwrap();
+    for a in &slow_answers {
+        assert!(a.contains(r#""ok":true"#), "{a}");
+    }
+    assert_eq!(
+        metric(
+            &d,
+            "worldd_admission_refused_total{reason=\"no_large_call_lane\"} "
+        ),
+        0
+    );
+}
