@@ -150,6 +150,8 @@ struct Job<'a> {
     git_dirs: std::cell::OnceCell<(PathBuf, PathBuf)>,
     /// The temporary object files of the repository before git first ran on it.
     temp_objects: std::cell::OnceCell<TempObjects>,
+    /// A git run of this job was stopped before it ended.
+    stopped_a_run: std::cell::Cell<bool>,
 }
 
 /// Which bound set a job's deadline: the plugin's `timeoutMs`, or the daemon's deadline for
@@ -359,7 +361,20 @@ impl GitHandler {
             index_file: None,
             dir: Some(job.root.as_fd()),
         };
-        self.git.run(&place, args, stdin, job.deadline)
+        self.noting_kills(job, self.git.run(&place, args, stdin, job.deadline))
+    }
+
+    /// `result`, noting in `job` a run that was stopped before it ended (at the deadline, or
+    /// when it could no longer be waited for): git may have left temporary files.
+    fn noting_kills(
+        &self,
+        job: &Job<'_>,
+        result: Result<Output, RunError>,
+    ) -> Result<Output, RunError> {
+        if matches!(result, Err(RunError::Timeout | RunError::Io(_))) {
+            job.stopped_a_run.set(true);
+        }
+        result
     }
 
     /// A run pinned to the repository found and staging into the private index.
@@ -377,7 +392,7 @@ impl GitHandler {
             index_file: Some(&repo.index),
             dir: Some(job.root.as_fd()),
         };
-        self.git.run(&place, args, stdin, job.deadline)
+        self.noting_kills(job, self.git.run(&place, args, stdin, job.deadline))
     }
 
     /// A copy of the repository's index that this commit stages into: whatever
@@ -512,12 +527,9 @@ impl GitHandler {
 
     fn commit(&self, job: Job<'_>) -> Outcome {
         let outcome = self.commit_steps(&job).unwrap_or_else(|ended| ended);
-        // A commit that ended in `failed` or `indeterminate` may have killed git while it wrote
-        // objects (a refusal is git exiting of its own accord, which cleans up after itself).
-        if matches!(
-            outcome,
-            Outcome::Failed { .. } | Outcome::Indeterminate { .. }
-        ) {
+        // A git stopped before it ended may have been writing objects (one that exits of its
+        // own accord cleans up after itself).
+        if job.stopped_a_run.get() {
             if let Some(before) = job.temp_objects.get() {
                 for path in before.sweep() {
                     self.host.log(
@@ -1194,6 +1206,7 @@ impl GitHandler {
             limit,
             git_dirs: std::cell::OnceCell::new(),
             temp_objects: std::cell::OnceCell::new(),
+            stopped_a_run: std::cell::Cell::new(false),
         })
     }
 
