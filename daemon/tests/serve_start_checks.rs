@@ -552,3 +552,50 @@ fn a_relative_plugin_dir_that_cannot_be_read_says_where_it_was_looked_for() {
         )
     );
 }
+
+/// Two daemons given one plugin `stateDir` (an absolute path in a config file both use) both
+/// started, and the ailang plugin's files, named by episode, were overwritten by the other
+/// daemon's same-named episodes: a sixth of the calls failed. The second daemon is refused at
+/// start, naming the key; the first serves on.
+#[test]
+fn two_daemons_given_one_plugin_state_dir_are_refused_the_second() {
+    let dir = tempfile::tempdir().unwrap();
+    let plugins = plugin_dir_with(dir.path(), &["worldd_git"]);
+    let state = dir.path().join("shared-state");
+    let config = dir.path().join("world.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[plugins.git]\nstateDir = \"{}\"\nauthor = \"Ops <ops@example.com>\"\n",
+            state.display()
+        ),
+    )
+    .unwrap();
+    let start = |n: &str| {
+        let mut cmd = Command::new(WORLDD);
+        cmd.args(["serve", "--bind", "127.0.0.1:0", "--db"])
+            .arg(dir.path().join(format!("db{n}")))
+            .arg("--workspace-root")
+            .arg(dir.path().join(format!("wt{n}")))
+            .arg("--plugin-dir")
+            .arg(&plugins)
+            .arg("--config")
+            .arg(&config)
+            .current_dir(dir.path());
+        cmd
+    };
+    let mut first = start("1");
+    first.stdout(Stdio::piped()).stderr(Stdio::piped());
+    let first = Daemon::spawn(tempfile::tempdir().unwrap(), first);
+    let out = run_to_exit(&mut start("2"), Duration::from_secs(30));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert_eq!(
+        err.lines().last().unwrap(),
+        format!(
+            "worldd: daemon startup failed at plugins: [plugins.git] stateDir {} is in use by another worldd (a plugin keeps its episodes' files there by episode name, so two daemons would overwrite each other's): give each daemon its own, or leave stateDir out (it is then <db>/plugin-state/git)",
+            state.display()
+        )
+    );
+    assert_eq!(get(&first.url("/v1/health"), None).status, 200);
+}

@@ -491,10 +491,11 @@ pub fn run_with(a: ServeArgs, launch: Launch) -> CliResult {
         opts.limits = settings.limits.clone();
         opts.metrics = metrics.clone();
         let set = load_plugins(&mut opts, &store, &db_at)?;
+        let state_locks = lock_state_dirs(&opts)?;
         crate::descriptors::keep_from_programs();
-        Ok((store, lock, root_lock, set))
+        Ok((store, (lock, root_lock, state_locks), set))
     })();
-    let (store, _lock, _root_lock, set) = match started {
+    let (store, _locks, set) = match started {
         Ok(started) => started,
         Err(failure) => {
             fresh.undo();
@@ -1270,6 +1271,41 @@ fn workspace_lock(root: &std::path::Path) -> Result<Option<std::fs::File>, Failu
             Ok(None)
         }
     }
+}
+
+/// Exclusive `flock`s, held for the daemon's life, on each `stateDir` the operator set for a
+/// plugin that started: the default (`<db>/plugin-state/NAME`) is the store's, one daemon's, but
+/// one absolute path in a config file two daemons share would have both keep their episodes'
+/// files there by episode name, and the calls of same-named episodes fail at random.
+fn lock_state_dirs(opts: &PluginOptions) -> Result<Vec<std::fs::File>, Failure> {
+    let mut held = Vec::new();
+    for (name, config) in &opts.configs {
+        let Some(dir) = config.get("stateDir").and_then(serde_json::Value::as_str) else {
+            continue;
+        };
+        if !opts.is_selected(name) {
+            continue;
+        }
+        // A plugin that declined or keeps nothing there may not have made it.
+        let Ok(file) = std::fs::File::open(dir) else {
+            continue;
+        };
+        match lock_exclusively(&file) {
+            Ok(true) => held.push(file),
+            Ok(false) => {
+                return Err(startup(
+                    "plugins",
+                    format!(
+                        "[plugins.{name}] stateDir {dir} is in use by another worldd (a plugin keeps its episodes' files there by episode name, so two daemons would overwrite each other's): give each daemon its own, or leave stateDir out (it is then <db>/plugin-state/{name})"
+                    ),
+                ))
+            }
+            Err(e) => tracing::warn!(
+                "cannot lock [plugins.{name}] stateDir {dir} ({e}); a second daemon on it would not be refused"
+            ),
+        }
+    }
+    Ok(held)
 }
 
 /// Hold an exclusive, non-blocking `flock` on the store directory from before a start looks at
