@@ -1,5 +1,15 @@
 //! The result of a committed `tools/call`: the committed output, written by hand around its
 //! bytes, and the `_meta` with its provenance handles and outcome classification.
+//!
+//! An output that does not conform to its tool's `outputSchema` ([`output_schema`]) is not
+//! served as `structuredContent`: MCP requires structured results to conform, and a client
+//! that validates them (the official SDKs) raised instead of returning a call that ran and was
+//! committed, so an agent would call a write again. It is answered `isError: true`, with the
+//! output as text (as always, `content[0]`), then a text that says the call ran and was
+//! committed and what does not conform.
+//! The journal keeps the truth: the effect happened.
+
+mod output_schema;
 
 use broker_core::coordinator::{CallOutput, EffectSummary};
 use broker_core::object::Ref;
@@ -19,6 +29,9 @@ pub(in crate::mcp) struct CallToolResult {
     /// ([`crate::json_scan::is_one_object`]).
     output: String,
     is_error: bool,
+    /// Set when the output does not conform to the tool's `outputSchema`: the note served as
+    /// a second text after the output, which is then never `structuredContent`.
+    nonconforming: Option<String>,
     modern: Option<ModernFields>,
     /// Boxed: the other results are small, and a reply is moved a few times.
     meta: Box<CallMeta>,
@@ -35,8 +48,15 @@ impl CallToolResult {
         out.reserve(2 * self.output.len() + 1024);
         out.extend_from_slice(br#"{"content":[{"type":"text","text":""#);
         dialect::quote::push_escaped_bytes(out, &self.output);
-        out.extend_from_slice(br#""}],"structuredContent":"#);
-        out.extend_from_slice(self.output.as_bytes());
+        if let Some(note) = &self.nonconforming {
+            // The output stays the first text, byte for byte (its sha256 is its ref).
+            out.extend_from_slice(br#""},{"type":"text","text":""#);
+            dialect::quote::push_escaped_bytes(out, note);
+            out.extend_from_slice(br#""}]"#);
+        } else {
+            out.extend_from_slice(br#""}],"structuredContent":"#);
+            out.extend_from_slice(self.output.as_bytes());
+        }
         out.extend_from_slice(if self.is_error {
             br#","isError":true"#
         } else {
@@ -106,6 +126,7 @@ pub(super) fn call_result(
     ctx: &Ctx<'_>,
     id: &Value,
     tool: &str,
+    output_schema: &Value,
     out: CallOutput,
     outcome: Outcome,
     key: Option<&str>,
@@ -136,7 +157,21 @@ pub(super) fn call_result(
     // input data, business logic errors", are results with `isError: true`), so a client that
     // reads only `isError` cannot mistake a refusal or a denial for success, and a model is
     // shown the refusal to correct itself from.
-    let is_error = outcome.kind != outcome::Kind::Ok;
+    let mut is_error = outcome.kind != outcome::Kind::Ok;
+    // Clients validate only results without `isError`: those are the ones checked.
+    let nonconforming = if is_error {
+        None
+    } else {
+        output_schema::violation(output_schema, &output).map(|why| {
+            let plugins = plugins_of(ctx, &effects);
+            tracing::warn!(%episode, %tool, %invocation, entry = entry_index, output = %output_ref, plugin = %plugins,
+                "mcp tools/call: the committed output does not conform to the tool's outputSchema ({why}); answered isError with the output as text, without structuredContent");
+            is_error = true;
+            format!(
+                "{tool} ran and its result was committed (log entry {entry_index}, invocation {invocation}), but its output does not conform to the tool's outputSchema ({why}), so it is not served as structuredContent. Do not call {tool} again to get this result: it is the text before this one."
+            )
+        })
+    };
     let meta = Box::new(CallMeta {
         invocation_id: invocation,
         entry_index,
@@ -153,10 +188,35 @@ pub(super) fn call_result(
         MethodResult::Call(CallToolResult {
             output,
             is_error,
+            nonconforming,
             modern: modern.then(ModernFields::complete),
             meta,
         }),
     ))
+}
+
+/// The plugins that ran the call's effects (`a, b`), for the operator's line: the author to
+/// tell. `none` for a call that ran no effect (only a finish function could shape it).
+fn plugins_of(ctx: &Ctx<'_>, effects: &[EffectSummary]) -> String {
+    let handlers = ctx.state.coordinator().handlers();
+    let mut names: Vec<String> = Vec::new();
+    for e in effects {
+        let Some(h) = handlers.get(&e.effect) else {
+            continue;
+        };
+        // Plugin code is not trusted not to panic, here as where the coordinator asks.
+        let Ok(id) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| h.identity())) else {
+            continue;
+        };
+        if !names.contains(&id.plugin) {
+            names.push(id.plugin);
+        }
+    }
+    if names.is_empty() {
+        "none".to_owned()
+    } else {
+        names.join(", ")
+    }
 }
 
 #[cfg(test)]
@@ -300,6 +360,7 @@ mod tests {
             MethodResult::Call(CallToolResult {
                 output: output.to_owned(),
                 is_error,
+                nonconforming: None,
                 modern: modern.then(ModernFields::complete),
                 meta: Box::new(a_meta()),
             }),
@@ -342,6 +403,32 @@ mod tests {
                 serde_json::to_string(&a_meta()).unwrap()
             )
         );
+    }
+
+    /// A nonconforming output: the output as the first text (byte for byte), the note as the
+    /// second, `isError`, and no `structuredContent`.
+    #[test]
+    fn a_nonconforming_output_is_served_as_two_texts_without_structured_content() {
+        let output = r#"{"count":"x\n","ok":true}"#;
+        let reply = Reply::result(
+            &json!(1),
+            MethodResult::Call(CallToolResult {
+                output: output.to_owned(),
+                is_error: true,
+                nonconforming: Some("it ran \"here\"".into()),
+                modern: None,
+                meta: Box::new(a_meta()),
+            }),
+        )
+        .to_json()
+        .unwrap();
+        let v: Value = serde_json::from_str(&reply).unwrap();
+        assert_eq!(
+            v["result"]["content"],
+            json!([{"type": "text", "text": output}, {"type": "text", "text": "it ran \"here\""}])
+        );
+        assert_eq!(v["result"]["isError"], true);
+        assert!(v["result"].get("structuredContent").is_none(), "{v}");
     }
 
     proptest::proptest! {

@@ -111,7 +111,15 @@ pub(super) async fn tools_call(
     match ctx.state.invoke(call, ctx.deadline, ctx.body_bytes).await {
         Ok(out) => {
             let outcome = outcome::of_output(&out, class);
-            call_result(ctx, id, tool, out, outcome, key.as_deref())
+            call_result(
+                ctx,
+                id,
+                tool,
+                &entry.transition.output_schema,
+                out,
+                outcome,
+                key.as_deref(),
+            )
         }
         Err(InvokeFailure::Revoked) => {
             // Nothing ran or was journaled: an authentication error, not a host failure.
