@@ -1917,8 +1917,9 @@ fn made_up_credentials_under_open_reads_share_the_anonymous_share_of_the_reply_b
     let reference = broker_core::object::Ref::of_json(&args).unwrap();
     let path = format!("/v1/objects/{reference}?payload=true");
 
-    // The first made-up token's unread answer takes the anonymous share (a quarter of 1 MiB);
-    // another made-up token finds it taken, as a request without a token would.
+    // The first made-up token's unread answer takes its address's part of the anonymous share
+    // (a sixteenth of 1 MiB); another made-up token from that address finds it taken, as a
+    // request without a token would.
     let (_held, status) = unread_get(&d, &path, &"a1".repeat(32));
     assert_eq!(status, "HTTP/1.1 200");
     let (mut refused, status) = unread_get(&d, &path, &"b2".repeat(32));
@@ -1926,7 +1927,7 @@ fn made_up_credentials_under_open_reads_share_the_anonymous_share_of_the_reply_b
     let mut rest = String::new();
     refused.read_to_string(&mut rest).unwrap();
     assert!(
-        rest.ends_with(r#"{"error":{"class":"Unavailable","message":"too many answers to this credential are waiting unread (a quarter of [server] reply_budget_bytes); read them, then retry"}}"#),
+        rest.ends_with(r#"{"error":{"class":"Unavailable","message":"too many answers to this address without a credential are waiting unread (a sixteenth of [server] reply_budget_bytes); read them, then retry"}}"#),
         "{rest}"
     );
     assert_eq!(trips(&d, "reply_share"), 1);
