@@ -39,7 +39,9 @@
 //! 64 KiB; and the operator gates `capability "<c>" is not enabled by the operator (ailang
 //! config runAllowCaps)` and `Net names no reachable host:port (ailang config runNetAllow)`.
 //! The effect refuses each of them again (a failed `broker: <E> refused: …`) for a daemon that
-//! skips the preflight.
+//! skips the preflight. Every effect is also declined ([`UNRUNNABLE`], the log naming the file
+//! and [`RESTART`]) when the archived binary has been removed or lost its execute bit since
+//! start: every call would fail before anything ran.
 //!
 //! # Failures (effect `failed`, nothing runs)
 //!
@@ -51,11 +53,14 @@
 //! descriptor without following one, and every child starts in that descriptor). Also failed: a policy whose summary does not match, a child that
 //! times out (its whole process group is SIGKILLed) or writes more than 8 MiB to stdout or
 //! stderr. A child that allocates past `memoryMiB` fails inside `ailang`; a run that so ends
-//! without an envelope logs `ailang`'s stderr for the operator.
+//! without an envelope logs `ailang`'s stderr for the operator. A run whose child started but
+//! could not be waited for is `indeterminate`: the program may have run to its end.
 //!
 //! # Config
 //!
-//! See [`config_schema`]: `bin` (without it the constructor *declines*: [`DECLINE`]),
+//! See [`config_schema`]: `bin` (without it the constructor *declines*: [`DECLINE`]; one
+//! another user could have written or swapped is refused, as the daemon refuses such a plugin
+//! library),
 //! `allowHardLinks`, `examplesDir`, `memoryMiB` (each child process's `RLIMIT_DATA`, 4096 MiB
 //! unless set; per process, inherited by what it starts), `runAllowCaps`,
 //! `runNetAllow`, `runNetAllowHttp`, `stateDir`.
