@@ -599,3 +599,47 @@ fn two_daemons_given_one_plugin_state_dir_are_refused_the_second() {
     );
     assert_eq!(get(&first.url("/v1/health"), None).status, 200);
 }
+
+/// A plugin `stateDir` inside the workspace root (or above it) started without a word, and the
+/// ailang plugin then refused every call of every episode ("stateDir overlaps the episode's
+/// worktree"), a unit spent each time. It is refused at start, naming the key.
+#[test]
+fn a_plugin_state_dir_overlapping_the_workspace_root_is_refused_at_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let at = dir.path().canonicalize().unwrap();
+    let plugins = plugin_dir_with(dir.path(), &["worldd_git"]);
+    for state in ["wt/state", "."] {
+        let state = at.join(state);
+        let config = dir.path().join("world.toml");
+        std::fs::write(
+            &config,
+            format!("[plugins.git]\nstateDir = \"{}\"\n", state.display()),
+        )
+        .unwrap();
+        let r = refused_start(
+            &[
+                "--db",
+                "db",
+                "--workspace-root",
+                "wt",
+                "--bind",
+                "127.0.0.1:0",
+                "--plugin-dir",
+                path_str(&plugins),
+                "--config",
+                path_str(&config),
+            ],
+            dir.path(),
+        );
+        assert_eq!(r.code, Some(2), "{}", r.stderr);
+        assert_eq!(
+            r.line,
+            format!(
+                "worldd: daemon startup failed at config: [plugins.git] stateDir {} overlaps the workspace root {}/wt: agents write their worktrees there and could rewrite what the plugin keeps; put it outside the workspace root, or leave it out (it is then <db>/plugin-state/git)",
+                state.display(),
+                at.display()
+            )
+        );
+        assert!(!dir.path().join("db").exists());
+    }
+}

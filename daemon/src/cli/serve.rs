@@ -490,6 +490,7 @@ pub fn run_with(a: ServeArgs, launch: Launch) -> CliResult {
         crate::descriptors::keep_from_programs();
         opts.limits = settings.limits.clone();
         opts.metrics = metrics.clone();
+        refuse_state_dir_in_workspace(&opts, &root_at)?;
         let set = load_plugins(&mut opts, &store, &db_at)?;
         let state_locks = lock_state_dirs(&opts)?;
         crate::descriptors::keep_from_programs();
@@ -1243,6 +1244,34 @@ fn refuse_workspace_inside_store(db: &std::path::Path, root: &std::path::Path) -
                 db_abs.display()
             ),
         ));
+    }
+    Ok(())
+}
+
+/// A `stateDir` the operator set for a plugin that overlaps the workspace root is refused: agents
+/// write their worktrees there and could rewrite what the plugin keeps (the ailang plugin's
+/// policies among it). The ailang plugin refused each call for it, every episode's, a unit
+/// spent each time; it is said once, at start.
+fn refuse_state_dir_in_workspace(opts: &PluginOptions, root: &std::path::Path) -> CliResult {
+    let resolved = |p: &std::path::Path| {
+        p.canonicalize()
+            .unwrap_or_else(|_| std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf()))
+    };
+    let root = resolved(root);
+    for (name, config) in &opts.configs {
+        let Some(dir) = config.get("stateDir").and_then(serde_json::Value::as_str) else {
+            continue;
+        };
+        let state = resolved(std::path::Path::new(dir));
+        if opts.is_selected(name) && (state.starts_with(&root) || root.starts_with(&state)) {
+            return Err(startup(
+                "config",
+                format!(
+                    "[plugins.{name}] stateDir {dir} overlaps the workspace root {}: agents write their worktrees there and could rewrite what the plugin keeps; put it outside the workspace root, or leave it out (it is then <db>/plugin-state/{name})",
+                    root.display()
+                ),
+            ));
+        }
     }
     Ok(())
 }
