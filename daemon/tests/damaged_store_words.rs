@@ -309,3 +309,42 @@ fn a_lost_index_key_of_a_committed_call_is_named_by_doctor_and_its_resend_runs_a
         "{answer}"
     );
 }
+
+/// A stray journal row at the last sequence number: the next call is refused as store damage
+/// and writes nothing, where the sequence wrapped to 0 and the call's outcome was written over
+/// its own intent (the call answered ok).
+#[test]
+fn a_call_after_a_stray_last_journal_row_is_refused_and_overwrites_nothing() {
+    let (kept, db) = six_reads();
+    tamper(&db, "journal", |w, t| {
+        let row = t.get(w, &key(12)).unwrap().unwrap().to_vec();
+        t.put(w, &key(u64::MAX), &row).unwrap();
+    });
+    let rows = |db: &Path| {
+        let mut all = Vec::new();
+        tamper(db, "journal", |w, t| {
+            for item in t.iter(w).unwrap() {
+                let (k, v) = item.unwrap();
+                all.push((k.to_vec(), v.to_vec()));
+            }
+        });
+        all
+    };
+    let before = rows(&db);
+    std::fs::remove_dir_all(kept.path().join("plugins")).unwrap();
+    let d = Daemon::start_in(kept, WS, &[]);
+    let token = d.session("ep1", &["Workspace.Read=worktree:9"]);
+    let answer = a2a(&d, &token, "n1", "ailang-read", json!({"path": "a.txt"}));
+    assert_eq!(answer["result"], serde_json::Value::Null, "{answer}");
+    assert_eq!(
+        answer["error"]["message"], "transition invocation is not available in this daemon",
+        "{answer}"
+    );
+    let log = d.log();
+    assert!(
+        log.contains("store is damaged: the journal's last row is #18446744073709551615, and no sequence number follows it: run worldd doctor"),
+        "{log}"
+    );
+    let kept = d.halt();
+    assert_eq!(rows(&kept.path().join("db")), before);
+}
