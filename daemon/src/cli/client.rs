@@ -1026,7 +1026,7 @@ fn effect_notes(meta: &Value) -> Vec<String> {
                 ("denied", Some("denied:expired")) => "denied: denied:expired — the session credential has expired; nothing ran (mint a new one with worldd session mint)".to_owned(),
                 ("denied", Some("denied:handler")) => "denied: denied:handler — its handler declined the request before it ran; nothing ran (the output says why)".to_owned(),
                 ("denied", other) => format!("denied: {}; nothing ran", other.unwrap_or("no reason given")),
-                ("failed", _) => "failed — its handler failed; a write may have partly run (worldd why shows what was recorded)".to_owned(),
+                ("failed", _) => "failed — its handler failed; a write may have partly run (worldd why shows what was recorded; the daemon's log says why, `effect failed: …`)".to_owned(),
                 (other, _) => format!("ended {other}"),
             };
             format!("effect {id} ({effect}) {what}")
