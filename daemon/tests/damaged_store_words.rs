@@ -147,7 +147,7 @@ fn an_invocation_row_holding_another_calls_task_state_is_damage_to_doctor_why_an
 
 #[test]
 fn an_entry_missing_from_the_middle_of_the_log_is_said_as_a_hole_not_a_lost_end() {
-    let (_kept, db) = six_reads();
+    let (kept, db) = six_reads();
     tamper(&db, "entries", |w, t| {
         assert!(t.delete(w, &key(3)).unwrap());
     });
@@ -178,6 +178,14 @@ fn an_entry_missing_from_the_middle_of_the_log_is_said_as_a_hole_not_a_lost_end(
     assert_eq!(
         err,
         "worldd: why: entry 9 not found (scanned back 500 entries; raise --scan to look further)\n"
+    );
+    // Online alike: the hole is damage (exit 3), and the entry after it is broken on both.
+    let (offline, online, said) = why_each(kept, Path::new(db));
+    assert_eq!(offline, [0, 0, 0, 3, 3, 0, 0], "{said}");
+    assert_eq!(online, offline, "{said}");
+    assert!(
+        said.contains("online why 3:\nworldd: why: entry 3 is missing from the log (entries 2 and 4 are there): run worldd doctor; do not trust this answer\n"),
+        "{said}"
     );
 }
 
