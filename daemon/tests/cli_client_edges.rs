@@ -506,3 +506,27 @@ fn map_size_beside_store_ceiling_is_said_to_be_its_old_name_not_a_duplicate() {
         "a refused start left something behind"
     );
 }
+
+/// `WORLD_ADDR=` (set but empty) was refused as `--addr "": want http://HOST:PORT`, an `--addr`
+/// nobody gave. An empty variable is taken as unset: the default address is asked. An empty
+/// `--addr ""`, which was given, is still refused as itself.
+#[test]
+fn an_empty_world_addr_is_taken_as_unset_and_an_empty_addr_flag_is_refused() {
+    // Whatever answers at the default address (nothing, as a rule, in a test run): it is the
+    // one asked.
+    let (code, _, err) = worldd_env(&["health", "--timeout", "2"], &[("WORLD_ADDR", b"")]);
+    assert!(
+        code == 0
+            || err.starts_with("worldd: cannot reach the daemon at http://127.0.0.1:7644 ")
+            || err.starts_with("worldd: the daemon at http://127.0.0.1:7644 "),
+        "{code}: {err}"
+    );
+    let (code, _, err) = worldd_env(&["health", "--addr", ""], &[]);
+    assert_eq!(
+        (code, err.as_str()),
+        (
+            1,
+            "worldd: --addr \"\": want http://HOST:PORT, e.g. http://127.0.0.1:7644\n"
+        )
+    );
+}

@@ -284,7 +284,15 @@ impl AddrSource {
 /// no path: the verbs add `/v1/…` and `/mcp/` themselves. A refusal names where the address
 /// came from (`--addr` or `$WORLD_ADDR`).
 pub(super) fn base_url(addr: &str) -> Result<String, Failure> {
-    let flag = AddrSource::of_this_process().name();
+    let source = AddrSource::of_this_process();
+    let flag = source.name();
+    // `WORLD_ADDR=` (set but empty) is taken as unset, as most tools take an empty variable:
+    // it was refused as an `--addr ""` nobody gave.
+    let addr = if addr.trim().is_empty() && source != AddrSource::Flag {
+        DEFAULT_ADDR
+    } else {
+        addr
+    };
     let trimmed = addr.trim().trim_end_matches('/');
     // A scheme is case-insensitive (RFC 3986 3.1): `HTTP://` is `http://`.
     let rest = if let Some(r) = trimmed
