@@ -23,7 +23,11 @@ pub mod sid {
     pub const EFFECT_RESULT: &str = "world/effect-result/v1";
     pub const EFFECT_RECORD: &str = "world/effect-record/v1";
     pub const TRANSITION: &str = "world/transition/v1";
+    /// A registry revision of earlier builds, each tool's descriptor copied into it: read, no
+    /// longer written.
     pub const TRANSITION_REGISTRY: &str = "world/transition-registry/v1";
+    /// A registry revision listing each tool by its refs (`crate::registry`).
+    pub const TRANSITION_REGISTRY_V2: &str = "world/transition-registry/v2";
     pub const INTERPRETER: &str = "world/plan-interpreter/v1";
     pub const GENESIS: &str = "world/genesis/v1";
 }

@@ -1,9 +1,13 @@
 //! The transition registry: a content-addressed chain of revisions.
 //!
 //! Each transition document is stored as a `world/transition/v1` object (its ref is the tool's
-//! `transitionFn`). A registry revision (`world/transition-registry/v1`) lists every tool of a
-//! named registry with its `transitionFn`, `interpreter` and public descriptor, and links to the
-//! revision it replaces through `parent`. Publishing the same set again changes nothing.
+//! `transitionFn`). A registry revision (`world/transition-registry/v2`) lists every tool of a
+//! named registry by its `id`, `transitionFn`, `interpreter` and `semanticsEpoch`, and links to
+//! the revision it replaces through `parent`: the tool's descriptor is its transition object,
+//! stored once however many revisions list it. (Revisions of earlier builds,
+//! `world/transition-registry/v1`, copied every descriptor into every revision: a one-document
+//! publication stored the whole registry again. They are read as they are.) Publishing the
+//! same set again changes nothing.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -20,10 +24,11 @@ use crate::transition::{Transition, TransitionError};
 /// The registry the daemon serves tools from.
 pub const DEFAULT_REGISTRY: &str = "tools";
 
-/// The largest registry revision, as canonical JSON. Publications merge into the revision
-/// (a tool is replaced by id, never removed), and every session's `tools/list` carries what
-/// it may see of it, so the merged whole is bounded, not only each document: 8 MiB is about
-/// 250 times the shipped tools.
+/// The largest registry, as the canonical JSON of a revision holding every tool's descriptor
+/// whole (revisions list refs; the measure is what `tools/list` carries). Publications merge
+/// into the registry (a tool is replaced by id, never removed), and every session's
+/// `tools/list` carries what it may see of it, so the merged whole is bounded, not only each
+/// document: 8 MiB is about 250 times the shipped tools.
 pub const MAX_REGISTRY_BYTES: usize = 8 << 20;
 
 /// The most one plugin's shipped tools may take of a registry revision, as the canonical JSON
@@ -289,6 +294,61 @@ fn descriptor_parts(t: &Transition) -> Value {
     descriptor(t, &Ref::ZERO, &Ref::ZERO)
 }
 
+/// A revision's entry for one tool: its id and refs. The entry of a `v1` revision (a whole
+/// descriptor) is read as the same four fields.
+fn entry_ref(e: &Value) -> Option<(String, Value)> {
+    let id = e["id"].as_str()?;
+    Some((
+        id.to_owned(),
+        json!({
+            "id": id,
+            "transitionFn": e["transitionFn"],
+            "interpreter": e["interpreter"],
+            "semanticsEpoch": e["semanticsEpoch"],
+        }),
+    ))
+}
+
+/// The bytes the registry's tools take as descriptors (what every `tools/list` carries), as
+/// canonical JSON of a revision that held them whole: the measure [`MAX_REGISTRY_BYTES`]
+/// bounds. `known` holds the descriptor bytes of the tools being published; the others are
+/// measured from their transition objects.
+fn descriptor_bytes(
+    w: &WriteCtx<'_, '_>,
+    revision: Ref,
+    envelope: &Value,
+    entries: &BTreeMap<String, Value>,
+    known: &BTreeMap<String, usize>,
+) -> Result<usize, RegistryError> {
+    let mut bytes = canon::to_vec(envelope)?.len() + entries.len().saturating_sub(1);
+    for (id, e) in entries {
+        if let Some(n) = known.get(id) {
+            bytes += n;
+            continue;
+        }
+        let corrupt = |m: String| RegistryError::Corrupt(revision, m);
+        let tf: Ref = e["transitionFn"]
+            .as_str()
+            .and_then(|s| s.parse().ok())
+            .ok_or_else(|| corrupt(format!("entry {id:?} without transitionFn")))?;
+        let damaged = |detail: String| RegistryError::TransitionDamaged {
+            transition: tf,
+            revision,
+            detail,
+        };
+        let tobj = w
+            .object(&tf)?
+            .ok_or_else(|| damaged("missing from the store".into()))?;
+        let t = Transition::from_slice(&tobj.payload)
+            .map_err(|err| RegistryError::Transition(tf.to_string(), err))?;
+        let mut desc = descriptor_parts(&t);
+        desc["transitionFn"] = e["transitionFn"].clone();
+        desc["interpreter"] = e["interpreter"].clone();
+        bytes += canon::to_vec(&desc)?.len();
+    }
+    Ok(bytes)
+}
+
 fn publish_in(
     w: &mut WriteCtx<'_, '_>,
     name: &str,
@@ -298,7 +358,7 @@ fn publish_in(
 ) -> Result<Published, RegistryError> {
     let interpreter = interpreter_ref()?;
     let parent = head(&w.reader(), name)?;
-    // Current entries, by id, as stored in the parent revision.
+    // Current entries, by id, as the parent revision lists them.
     let mut entries: BTreeMap<String, Value> = BTreeMap::new();
     let mut revision = 0;
     if let Some(p) = parent {
@@ -308,18 +368,22 @@ fn publish_in(
         let doc =
             canon::parse(&obj.payload).map_err(|e| RegistryError::Corrupt(p, e.to_string()))?;
         revision = doc["revision"].as_u64().unwrap_or(0);
-        for e in doc["entries"].as_array().cloned().unwrap_or_default() {
-            if let Some(id) = e["id"].as_str() {
-                entries.insert(id.to_owned(), e.clone());
+        for e in doc["entries"].as_array().into_iter().flatten() {
+            if let Some((id, entry)) = entry_ref(e) {
+                entries.insert(id, entry);
             }
         }
     }
     let before = entries.clone();
+    let mut known = BTreeMap::new();
     for (id, obj, mut desc) in parts {
         desc["transitionFn"] = json!(obj.hash);
         desc["interpreter"] = json!(interpreter);
         w.put_object(&obj)?;
-        entries.insert(id, desc);
+        known.insert(id.clone(), canon::to_vec(&desc)?.len());
+        if let Some((_, entry)) = entry_ref(&desc) {
+            entries.insert(id, entry);
+        }
     }
     if let Some(parent) = parent.filter(|_| entries == before) {
         return Ok(Published {
@@ -329,22 +393,26 @@ fn publish_in(
         });
     }
     let next = if parent.is_some() { revision + 1 } else { 1 };
-    let doc = json!({
-        "semanticId": sid::TRANSITION_REGISTRY,
-        "interfaceHash": Ref::of(sid::TRANSITION_REGISTRY.as_bytes()),
+    let mut doc = json!({
+        "semanticId": sid::TRANSITION_REGISTRY_V2,
+        "interfaceHash": Ref::of(sid::TRANSITION_REGISTRY_V2.as_bytes()),
         "name": name,
         "revision": next,
         "parent": parent.map(|p| p.to_string()).unwrap_or_default(),
-        "entries": entries.into_values().collect::<Vec<_>>(),
+        "entries": [],
     });
-    let obj = Object::json(sid::TRANSITION_REGISTRY, provenance, &doc)?;
-    if limit.is_some_and(|limit| obj.payload.len() > limit) {
-        // The batch's write is undone with this operation: nothing of it is stored.
-        return Err(RegistryError::TooLarge {
-            name: name.to_owned(),
-            bytes: obj.payload.len(),
-        });
+    if let Some(limit) = limit {
+        let bytes = descriptor_bytes(w, parent.unwrap_or(Ref::ZERO), &doc, &entries, &known)?;
+        if bytes > limit {
+            // The batch's write is undone with this operation: nothing of it is stored.
+            return Err(RegistryError::TooLarge {
+                name: name.to_owned(),
+                bytes,
+            });
+        }
     }
+    doc["entries"] = json!(entries.into_values().collect::<Vec<_>>());
+    let obj = Object::json(sid::TRANSITION_REGISTRY_V2, provenance, &doc)?;
     w.put_object(&obj)?;
     REGISTRY_HEADS.put(w, name, obj.hash.as_bytes())?;
     Ok(Published {

@@ -589,7 +589,7 @@ fn registry_publication_is_a_content_addressed_chain() {
     let obj = w.store.read(|r| r.object(&p2.reference)).unwrap().unwrap();
     let v: Value = serde_json::from_slice(&obj.payload).unwrap();
     assert_eq!(v["parent"], reg.reference.unwrap().to_string());
-    assert_eq!(v["semanticId"], "world/transition-registry/v1");
+    assert_eq!(v["semanticId"], "world/transition-registry/v2");
     assert_eq!(
         registry::load(&w.store, registry::DEFAULT_REGISTRY)
             .unwrap()
