@@ -835,10 +835,6 @@ impl Coordinator {
         }
     }
 
-    fn replay_committed(&self, state: &TaskState) -> Result<CallOutput, CallError> {
-        self.replay_committed_as(&state.invocation_id, state)
-    }
-
     /// `id`'s committed result again. A resend is checked for `id`, the call resent, as
     /// `GET /v1/calls` checks it, not for the id the stored task state names: a row holding
     /// another call's state would otherwise replay that call's result under this key.

@@ -66,8 +66,10 @@ impl Coordinator {
                 skill_id: attempt.skill_id,
             }),
             (Some(state), running) => match state.phase {
+                // Checked for the task asked about, not the id its stored state names.
                 TaskPhase::Committed => Some(TaskView::Committed {
-                    output: self.replay_committed(&state)?,
+                    output: self
+                        .replay_committed_as(&surface.invocation_id(episode, task_id), &state)?,
                     skill_id: state.skill_id,
                 }),
                 TaskPhase::Unrecorded => Some(TaskView::Unrecorded {
