@@ -287,3 +287,42 @@ fn session_new_names_a_file_where_the_root_or_the_worktree_should_be_before_the_
     );
     assert!(!shown.contains("Confirm mint"), "{shown}");
 }
+
+/// Budgets belong to the episode: a credential minted with `Workspace.Read=worktree:2` for an
+/// episode that had spent 3 reads was dead on arrival (every call `denied:budget`), and the
+/// mint said nothing. It is said before the question; a grant with room left is not.
+#[test]
+fn a_grant_whose_budget_the_episode_has_already_spent_is_warned_of_before_the_question() {
+    let d = Daemon::start(&["worldd_workspace"], &[]);
+    let token = d.session("ep1", &["Workspace.Read=worktree:5"]);
+    std::fs::write(d.root().join("ep1/a.txt"), "a").unwrap();
+    for i in 0..3 {
+        let v = a2a(
+            &d,
+            &token,
+            &format!("r{i}"),
+            "ailang-read",
+            serde_json::json!({"path": "a.txt"}),
+        );
+        assert!(v.get("result").is_some(), "{v}");
+    }
+    let dir = d.halt();
+    let db = dir.path().join("db");
+    let (code, shown) = at_terminal(
+        &format!(
+            "{WORLDD} session mint --db {} --workspace-root {} --episode ep1 --grant Workspace.Read=worktree:2 --grant Workspace.Write=worktree:2",
+            db.display(),
+            dir.path().join("worktrees").display()
+        ),
+        b"n\n",
+    );
+    assert_eq!(code, 1, "{shown}");
+    let before = &shown[..shown
+        .find("Confirm mint")
+        .unwrap_or_else(|| panic!("{shown}"))];
+    assert!(
+        before.contains("worldd session: warning: --grant Workspace.Read=worktree:2: episode ep1 has already spent 3 of Workspace.Read@worktree, so this budget of 2 leaves it none and every call of it is denied:budget (budgets belong to the episode: a budget above 3 allows more; answer n to stop here)"),
+        "{shown}"
+    );
+    assert!(!before.contains("Workspace.Write=worktree:2:"), "{shown}");
+}

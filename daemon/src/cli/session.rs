@@ -476,6 +476,7 @@ fn mint(
     }
     let minting = Minting::check(db, episode, grants, operator, ttl, out)?;
     check_out_beside_agents(out, root, operator)?;
+    minting.warn_of_spent_grants();
     let worktree = root.join(episode);
     let link = std::fs::symlink_metadata(&worktree).is_ok_and(|m| m.file_type().is_symlink());
     if !operator && needs_worktree && link {
@@ -583,6 +584,33 @@ impl<'a> Minting<'a> {
             ttl,
             out,
         })
+    }
+
+    /// Budgets belong to the episode: a grant whose budget the episode has already spent
+    /// gives the new credential nothing of that effect (every call `denied:budget`). Said
+    /// before the question; a store that cannot tell is not held against the mint.
+    fn warn_of_spent_grants(&self) {
+        let Some(store) = &self.store else {
+            return;
+        };
+        let Ok(spent) = store.read(|r| broker_core::journal::spent(r, self.episode)) else {
+            return;
+        };
+        for g in &self.grants {
+            let used = spent
+                .get(&(g.effect.clone(), g.scope.clone()))
+                .copied()
+                .unwrap_or(0);
+            if used >= g.budget {
+                errln!(
+                    "worldd session: warning: --grant {g}: episode {} has already spent {used} of {}@{}, so this budget of {} leaves it none and every call of it is denied:budget (budgets belong to the episode: a budget above {used} allows more; answer n to stop here)",
+                    self.episode,
+                    g.effect,
+                    g.scope,
+                    g.budget
+                );
+            }
+        }
     }
 
     pub(crate) fn confirm(&self) -> CliResult {
