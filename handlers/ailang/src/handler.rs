@@ -122,6 +122,29 @@ pub const RESTART: &str = "restart worldd to archive bin again";
 /// The agent's answer when the archived binary cannot be run (the log names the file).
 pub const UNRUNNABLE: &str = "the ailang binary this daemon runs is missing or not executable; an operator must restart worldd to archive it again";
 
+/// Why `ailang policy-tool` gave no reply.
+#[derive(Debug)]
+enum ToolError {
+    /// Its child started and could not be waited for: whether it ran to its end is unknown.
+    Unwaited(String),
+    /// Anything else.
+    Failed(String),
+}
+
+impl std::fmt::Display for ToolError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ToolError::Unwaited(e) | ToolError::Failed(e) => f.write_str(e),
+        }
+    }
+}
+
+impl From<String> for ToolError {
+    fn from(e: String) -> ToolError {
+        ToolError::Failed(e)
+    }
+}
+
 /// Which effect family a request belongs to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Kind {
@@ -499,18 +522,22 @@ impl AilangHandler {
         c: &Checked<'_>,
         policy_file: &Path,
         request: &Value,
-    ) -> Result<JsonObject, String> {
+    ) -> Result<JsonObject, ToolError> {
         let args = vec![
             OsString::from("policy-tool"),
             "--policy".into(),
             policy_file.as_os_str().to_owned(),
         ];
         let stdin = serde_json::to_vec(&sorted(request)).map_err(|e| e.to_string())?;
-        let done = process::run(self.spec(c, args, stdin))
-            .map_err(|e| self.child_failed("ailang policy-tool", &e))?;
+        let done = process::run(self.spec(c, args, stdin)).map_err(|e| match e {
+            process::Failure::Wait(_) => {
+                ToolError::Unwaited(self.child_failed("ailang policy-tool", &e))
+            }
+            e => ToolError::Failed(self.child_failed("ailang policy-tool", &e)),
+        })?;
         if !done.status.success() {
             let stderr = excerpt(&String::from_utf8_lossy(&done.stderr));
-            return Err(format!(
+            return Err(ToolError::Failed(format!(
                 "ailang policy-tool exited with {}: {}",
                 done.rc_text(),
                 if stderr.is_empty() {
@@ -518,24 +545,24 @@ impl AilangHandler {
                 } else {
                     &stderr
                 }
-            ));
+            )));
         }
         // The reply becomes the tool's result, which the coordinator caps at RESULT_CAP after
         // the effect: a larger one is refused here, before it is parsed into a tree that can
         // take many times its size.
         if done.stdout.len() > cut::RESULT_CAP {
-            return Err(format!(
+            return Err(ToolError::Failed(format!(
                 "ailang policy-tool replied with {} bytes; a reply is at most {} (the most a tool's result may hold)",
                 done.stdout.len(),
                 cut::RESULT_CAP
-            ));
+            )));
         }
         match serde_json::from_slice::<Value>(&done.stdout) {
             Ok(Value::Object(reply)) => Ok(reply),
-            _ => Err(format!(
+            _ => Err(ToolError::Failed(format!(
                 "ailang policy-tool replied with something that is not one JSON object: {:?}",
                 excerpt(&String::from_utf8_lossy(&done.stdout))
-            )),
+            ))),
         }
     }
 
@@ -609,6 +636,14 @@ impl AilangHandler {
         }
         let reply = match self.policy_tool(c, &path, &Value::Object(c.payload.clone())) {
             Ok(r) => r,
+            // An Ailang.CLI op may run code (`test`): one whose child started and could not be
+            // waited for may have run to its end. A read's failure changed nothing either way.
+            Err(ToolError::Unwaited(e)) if cli => {
+                return Outcome::indeterminate(format!(
+                    "broker: {} indeterminate: the op was started, then {e}; it may have run",
+                    c.effect
+                ))
+            }
             Err(e) => return Outcome::failed(format!("broker: {} failed: {e}", c.effect)),
         };
         if !matches!(reply.get("ok"), Some(Value::Bool(_))) {

@@ -53,8 +53,8 @@
 //! descriptor without following one, and every child starts in that descriptor). Also failed: a policy whose summary does not match, a child that
 //! times out (its whole process group is SIGKILLed) or writes more than 8 MiB to stdout or
 //! stderr. A child that allocates past `memoryMiB` fails inside `ailang`; a run that so ends
-//! without an envelope logs `ailang`'s stderr for the operator. A run whose child started but
-//! could not be waited for is `indeterminate`: the program may have run to its end.
+//! without an envelope logs `ailang`'s stderr for the operator. A run or an Ailang.CLI op whose
+//! child started but could not be waited for is `indeterminate`: it may have run to its end.
 //!
 //! # Config
 //!
