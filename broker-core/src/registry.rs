@@ -133,8 +133,9 @@ fn descriptor(t: &Transition, transition_fn: &Ref, interpreter: &Ref) -> Value {
     })
 }
 
-/// The bytes the entry of `t` takes in a registry revision: its descriptor as canonical JSON
-/// and the comma that separates it from the next (the refs it binds are of fixed length).
+/// The bytes `t` adds to the registry's size as [`MAX_REGISTRY_BYTES`] measures it: its
+/// descriptor as canonical JSON and the comma that separates it from the next (the refs it
+/// binds are of fixed length).
 pub fn entry_bytes(t: &Transition) -> Result<usize, CanonError> {
     Ok(canon::to_vec(&descriptor_parts(t))?.len() + 1)
 }
