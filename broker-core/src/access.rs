@@ -42,8 +42,10 @@
 //! merges the episode's keys of both in sequence order; the tail holds few enough grants that
 //! a listing reads all of its own (every episode's shares one short B-tree).
 //!
-//! A log entry is listed by `/v1/log?from&limit` when its reader may read the object its
-//! `transitionRef` names (the invocation record, or the genesis document). Other entries are
+//! A log entry is listed by `/v1/log?from&limit` to an agent when it is a call of its episode
+//! (the episode its invocation record names, read from the record whatever kind its bytes were
+//! first stored as), or when it may read the object the entry's `transitionRef` names (the
+//! genesis document). Other entries are
 //! skipped, not masked: items keep their `entryIndex`, so the gaps are visible, and the page
 //! says where to continue (`next`). Their headers stay readable one by one at `/v1/log/{i}`,
 //! so a chain can be followed through them.
@@ -338,10 +340,30 @@ pub fn object<'t>(
     }
 }
 
+/// The episode an invocation record names.
+#[derive(serde::Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct RecordEpisode<'a> {
+    #[serde(borrow)]
+    episode_id: std::borrow::Cow<'a, str>,
+}
+
 /// May `reader` see `entry` in a log listing? (Every header is readable by index.)
+///
+/// A coordinator's entry is a call of the episode its invocation record names. That is read
+/// from the record, not from who may read its bytes: objects are deduplicated by content, so
+/// an agent that sent another episode's predictable record as its own arguments first holds a
+/// grant of those bytes, and listing by grant showed it that episode's call.
 pub fn may_list(r: &ReadCtx<'_>, reader: &Reader, entry: &Entry) -> Result<bool, StoreError> {
-    if reader.sees_everything() {
-        return Ok(true);
+    let episode = match reader {
+        Reader::Everyone | Reader::Operator => return Ok(true),
+        Reader::Episode(e) => e,
+    };
+    if entry.header.written_by.starts_with(log::COORDINATOR_PREFIX) {
+        return Ok(r.object_view(&entry.transition_ref)?.is_some_and(|o| {
+            serde_json::from_slice::<RecordEpisode<'_>>(o.payload)
+                .is_ok_and(|rec| rec.episode_id == episode.as_str())
+        }));
     }
     Ok(object(r, reader, &entry.transition_ref)?.is_some())
 }
