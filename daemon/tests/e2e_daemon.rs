@@ -1492,7 +1492,10 @@ fn a_backup_refuses_an_occupied_destination_and_leaves_nothing_when_its_disk_fil
         "{err}"
     );
 
-    let Some(fs) = Tmpfs::mount(64 << 10) else {
+    // Half the data file's size: its copy cannot fit (the file is a few pages: how many
+    // depends on how full the store's writes leave its pages).
+    let data = std::fs::metadata(d.db().join("data.mdb")).unwrap().len();
+    let Some(fs) = Tmpfs::mount((data / 2).max(8 << 10)) else {
         eprintln!("*** not root: a backup onto a full disk is not tried ***");
         return;
     };
