@@ -9,6 +9,9 @@
 //! - **Public** to every reader: entry headers (`/v1/log/{i}`), worlds and the head, registry
 //!   heads, and the objects whose stored semantic id is one of [`PUBLIC`]: transition
 //!   documents, registry revisions, the plan interpreter's identity document and the genesis.
+//!   Bytes stored first as a private kind (an agent's arguments) and published afterwards as
+//!   a public one are public too, read as the kind published: the store keeps the first
+//!   writer's kind, so the publication leaves a grant to every reader ([`published`]).
 //! - **An episode's own**: every object the coordinator wrote for one of its calls: inputs,
 //!   plans, effect requests, effect results, effect records, outputs and invocation records,
 //!   including those of a call whose effect ran but was not committed.
@@ -66,6 +69,11 @@ pub const PUBLIC: [&str; 5] = [
     sid::INTERPRETER,
     sid::GENESIS,
 ];
+
+/// The grantee of bytes a publisher stored as a public kind after some episode had stored
+/// them first as a private one (its arguments): every reader reads them, as the kind published
+/// ([`published`]). Not an episode: episode names hold no `:`.
+const PUBLISHED: &str = "world:published";
 
 /// Grants that wait in `readers_tail` before they are merged into `readers`: a merge puts each
 /// episode's grants on the tail page of its range, so the more wait, the fewer pages each costs;
@@ -179,12 +187,16 @@ pub(crate) fn for_each_grant(
     for item in READERS.iter(r)? {
         let (k, _) = item?;
         let (episode, seq) = split_key(k).ok_or_else(|| damaged("readers", k))?;
-        each(episode, seq);
+        if episode != PUBLISHED.as_bytes() {
+            each(episode, seq);
+        }
     }
     for item in READERS_TAIL.iter(r)? {
         let (k, _) = item?;
         let (seq, episode) = split_tail_key(k).ok_or_else(|| damaged("readers_tail", k))?;
-        each(episode, seq);
+        if episode != PUBLISHED.as_bytes() {
+            each(episode, seq);
+        }
     }
     Ok(())
 }
@@ -278,7 +290,9 @@ fn as_granted<'t>(
 }
 
 /// The object stored at `seq` as `reader` sees it, or `None` when it may not read it. An
-/// episode sees the bytes as the kind it stored them as, whoever stored them first.
+/// episode sees the bytes as the kind it stored them as, whoever stored them first; bytes it
+/// did not store but a publisher published are public whatever kind they were stored as first,
+/// and read as the kind published.
 fn seen_at<'t>(
     r: &ReadCtx<'t>,
     reader: &Reader,
@@ -290,7 +304,10 @@ fn seen_at<'t>(
         _ if is_public(object.semantic_id) => Ok(Some(object)),
         Reader::Episode(e) => match grant_of(r, e, seq)? {
             Some(header) => as_granted(seq, object, header).map(Some),
-            None => Ok(None),
+            None => match grant_of(r, PUBLISHED, seq)? {
+                Some(header) => as_granted(seq, object, header).map(Some),
+                None => Ok(None),
+            },
         },
     }
 }
@@ -568,6 +585,27 @@ pub(crate) fn grant<'o>(
         }
     }
     if added && READERS_TAIL.len(&w.reader())? >= READERS_MERGE_AT {
+        merge_tail(w)?;
+    }
+    Ok(())
+}
+
+/// `object`, of a public kind, is being stored, and its bytes are stored already. When they
+/// were stored first as a private kind (an agent can send, as a call's arguments, the exact
+/// bytes of a transition document a publisher will publish), every reader may still read them,
+/// as the kind published: a grant to [`PUBLISHED`] says so. Without it the first writer's kind
+/// decided, and the published document answered every other agent `404`.
+pub(crate) fn published(w: &mut WriteCtx<'_, '_>, object: &Object) -> Result<(), StoreError> {
+    debug_assert!(is_public(&object.semantic_id));
+    let seq = match w.reader().sequenced(&object.hash)? {
+        Some((seq, stored)) if !is_public(stored.semantic_id) => seq,
+        _ => return Ok(()),
+    };
+    if grant_of(&w.reader(), PUBLISHED, seq)?.is_some() {
+        return Ok(());
+    }
+    READERS_TAIL.put(w, &tail_key(PUBLISHED, seq), &object.encode_header())?;
+    if READERS_TAIL.len(&w.reader())? >= READERS_MERGE_AT {
         merge_tail(w)?;
     }
     Ok(())
@@ -905,6 +943,83 @@ mod tests {
             .unwrap();
         assert_eq!(rows(&store, "readers_tail"), 0);
         check("merged into readers");
+    }
+
+    /// Bytes an episode stored first as a private kind, then published as a public kind, are
+    /// read by every other episode as the kind published (the store keeps the first kind), by
+    /// the episode that stored them as its own kind, and by operators as stored. The grant that
+    /// says so is nobody's holding, and holds once the grants have moved into `readers`.
+    #[test]
+    fn bytes_published_after_an_episode_stored_them_as_a_private_kind_are_public() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::create(&dir.path().join("db")).unwrap();
+        let first = Object::new(KIND, "coordinator", b"{\"id\":\"a-tool\"}".to_vec());
+        let doc = Object::new(sid::TRANSITION, "publisher", first.payload.clone());
+        let (f, d) = (first.clone(), doc.clone());
+        store
+            .write(move |w| {
+                w.put_object(&f)?;
+                grant(w, "mallory", [&f])
+            })
+            .unwrap();
+        assert!(
+            !may(&store, "alice", &first.hash),
+            "private before it is published"
+        );
+        store.write(move |w| w.put_object(&d)).unwrap();
+        let kind = |reader: Reader| {
+            store
+                .read(|r| {
+                    Ok::<_, StoreError>(
+                        super::object(r, &reader, &doc.hash)?
+                            .map(|o| (o.semantic_id.to_owned(), o.provenance.to_owned())),
+                    )
+                })
+                .unwrap()
+        };
+        let grantees = || {
+            let mut out = Vec::new();
+            store
+                .read(|r| for_each_grant(r, |e, _| out.push(e.to_vec())))
+                .unwrap();
+            out
+        };
+        let check = |when: &str| {
+            let published = Some((sid::TRANSITION.to_owned(), "publisher".to_owned()));
+            assert_eq!(kind(Reader::Episode("alice".into())), published, "{when}");
+            let own = Some((KIND.to_owned(), "coordinator".to_owned()));
+            assert_eq!(kind(Reader::Episode("mallory".into())), own, "{when}");
+            assert_eq!(kind(Reader::Operator), own, "{when}");
+            let stored = store
+                .read(|r| {
+                    r.object_view(&doc.hash)
+                        .map(|o| o.map(|o| o.semantic_id.to_owned()))
+                })
+                .unwrap();
+            assert_eq!(stored.as_deref(), Some(KIND), "{when}");
+            let reader = Reader::Episode("alice".into());
+            let readable = store
+                .read(|r| {
+                    let stored = r.object_view(&doc.hash)?.unwrap();
+                    may_read(r, &reader, &stored)
+                })
+                .unwrap();
+            assert!(readable, "{when}");
+        };
+        check("waiting in the tail");
+        assert_eq!(grantees(), vec![b"mallory".to_vec()]);
+        // Published again: nothing more is written.
+        let again = Object::new(sid::TRANSITION, "publisher", first.payload.clone());
+        store.write(move |w| w.put_object(&again)).unwrap();
+        assert_eq!(rows(&store, "readers_tail"), 2);
+        let fill = stored(&store, "fill", READERS_MERGE_AT as usize - 2);
+        store
+            .write(move |w| grant_stored(w, "filler", fill.iter().copied()))
+            .unwrap();
+        assert_eq!(rows(&store, "readers_tail"), 0);
+        check("merged into readers");
+        assert_eq!(grantees().iter().filter(|e| *e == b"mallory").count(), 1);
+        assert!(grantees().iter().all(|e| e == b"mallory" || e == b"filler"));
     }
 
     /// A page that examined nothing but grants naming no stored object has no object to say it

@@ -114,6 +114,11 @@ impl WriteCtx<'_, '_> {
         ref_tail::claim(self)?;
         let key = ref_key(&object.hash, OBJECT);
         if ref_tail::find(&self.reader(), &key)?.is_some() {
+            // The first writer's kind sticks to the bytes; a publication over bytes stored
+            // first as a private kind still makes them public.
+            if access::is_public(&object.semantic_id) {
+                access::published(self, object)?;
+            }
             return Ok(());
         }
         self.store_object_row(object, key)

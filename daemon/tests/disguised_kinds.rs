@@ -142,7 +142,7 @@ impl Harness {
 
     fn head(&self) -> u64 {
         self.store
-            .read(|r| log::head(r))
+            .read(log::head)
             .unwrap()
             .unwrap()
             .world
@@ -181,6 +181,15 @@ impl Harness {
             .map(|e| e["header"]["entryIndex"].as_u64().unwrap())
             .collect()
     }
+}
+
+/// An object answer's payload (base64), as JSON.
+fn payload(o: &Value) -> Value {
+    use base64::Engine;
+    let bytes = base64::engine::general_purpose::STANDARD
+        .decode(o["payload"].as_str().unwrap())
+        .unwrap();
+    serde_json::from_slice(&bytes).unwrap()
 }
 
 /// A refused call's arguments: ailang-read plans no read outside the worktree.
@@ -223,3 +232,75 @@ async fn an_agent_that_stored_another_episodes_record_first_is_not_listed_that_c
     assert_eq!(o["semanticId"], "world/invocation-input/v1");
 }
 
+/// An agent sends, as a call's arguments, the exact bytes of a transition document a publisher
+/// is about to publish (a tool's document is no secret: it is in the plugin). The store keeps
+/// the first writer's kind (`world/invocation-input/v1`), but the published document is public
+/// all the same: every agent reads it, as the transition it was published as, and the agent
+/// that sent the bytes first still reads them as its own arguments.
+#[tokio::test]
+async fn a_transition_document_an_agent_stored_first_as_arguments_is_public_once_published() {
+    let h = harness();
+    let ep1 = h.token("ep1");
+    let ep2 = h.token("ep2");
+    let ops = h.operator_token();
+    let mut doc = se_tools()
+        .into_iter()
+        .find(|t| t.to_value()["id"] == "ailang-read")
+        .unwrap()
+        .to_value()
+        .clone();
+    doc["id"] = json!("ailang-read-again");
+    let next = Transition::from_value(doc.clone()).unwrap();
+    let predicted = Object::json("any", "any", &doc).unwrap().hash;
+    let answer = h.call_with(&ep1, &doc, None).await;
+    assert_eq!(answer["isError"], true, "{answer}");
+    registry::publish(&h.store, registry::DEFAULT_REGISTRY, vec![next], "test").unwrap();
+    let stored = h
+        .store
+        .read(|r| {
+            r.object_view(&predicted)
+                .map(|o| o.map(|o| o.semantic_id.to_owned()))
+        })
+        .unwrap();
+    assert_eq!(
+        stored.as_deref(),
+        Some("world/invocation-input/v1"),
+        "the document's bytes keep their first writer's kind"
+    );
+    // The registry names the document: it is the tool's transition.
+    let (status, head) = h.get_json(&ep2, "/v1/registry/tools").await;
+    assert_eq!(status, StatusCode::OK, "{head}");
+    let (status, revision) = h
+        .get_json(
+            &ep2,
+            &format!(
+                "/v1/objects/{}?payload=true",
+                head["head"].as_str().unwrap()
+            ),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{revision}");
+    let entries = payload(&revision)["entries"].as_array().unwrap().clone();
+    let listed = entries
+        .iter()
+        .find(|e| e["id"] == "ailang-read-again")
+        .unwrap();
+    assert_eq!(listed["transitionFn"], json!(predicted.to_string()));
+
+    let path = format!("/v1/objects/{predicted}?payload=true");
+    for token in [&ep2, &h.token("ep3")] {
+        let (status, o) = h.get_json(token, &path).await;
+        assert_eq!(status, StatusCode::OK, "{o}");
+        assert_eq!(o["semanticId"], "world/transition/v1");
+        assert_eq!(o["provenance"], "test");
+        assert_eq!(payload(&o), doc);
+    }
+    let (status, o) = h.get_json(&ep1, &path).await;
+    assert_eq!(status, StatusCode::OK, "{o}");
+    assert_eq!(o["semanticId"], "world/invocation-input/v1");
+    assert_eq!(payload(&o), doc);
+    // Operators read the stored object, as for every object.
+    let (status, o) = h.get_json(&ops, &path).await;
+    assert_eq!(status, StatusCode::OK, "{o}");
+    assert_eq!(o["semanticId"], "world/invocation-input/v1");
+}
