@@ -28,7 +28,10 @@
 //! do the input, request, effect records and results of calls journaled but not committed.
 //! Only entries that the coordinator's own task state places at their index count, so a
 //! record that a client commit once slipped into the log grants nothing, whatever a build
-//! that indexed it may have granted.
+//! that indexed it may have granted. A call's invocation record and effect records are read
+//! as the kinds the log names them, whatever kind their bytes were first stored as (an agent
+//! can send them, exactly, as an earlier call's arguments); the episode's grant of such an
+//! object carries the kind it names, as a live call's would.
 //!
 //! The migration either commits whole, with the schema version set to 2, or leaves the file as
 //! it was; two processes opening the same store race safely (the second finds version 2).
@@ -45,7 +48,7 @@ use crate::broker::EffectRecord;
 use crate::invocations::Row as InvocationRow;
 use crate::log::{self, Entry};
 use crate::log_row::Row as LogRow;
-use crate::object::{sid, ObjectView, Ref};
+use crate::object::{sid, Object, ObjectView, Ref};
 use crate::schema::{ref_key, semantic_prefix, ENTRY_HASH, OBJECT, SCHEMA_VERSION, WORLD_REF};
 use crate::storage::{StoreError, META_TABLE, VERSION_KEY as META_SCHEMA};
 use crate::task::{self, TaskPhase, TaskState};
@@ -514,22 +517,39 @@ fn object_kind(
     Ok(view.map(|v| (seq, v.semantic_id.to_owned())))
 }
 
-/// A migrated object's payload, when it is of kind `semantic_id`.
-fn payload_of(
+/// An object and the header its grant carries (see [`told_as`]).
+type Header = (Ref, Vec<u8>);
+
+/// An object's payload, and its grant's header when it was stored first as another kind.
+type Told = (Vec<u8>, Option<Header>);
+
+/// A migrated object read as the kind the log names it (`semantic_id`, made by
+/// `provenance`), whatever kind its bytes were first stored as: its payload, and the header a
+/// grant of it carries when the stored kind is another ([`access::grant`]). An agent could send
+/// a call's record or effect record, exactly, as the arguments of an earlier call; requiring
+/// the stored kind left that call's episode without its grants.
+fn told_as(
     wtxn: &RwTxn<'_>,
     new: &New<'_>,
     r: &Ref,
     semantic_id: &str,
-) -> Result<Option<Vec<u8>>, MigrateError> {
+    provenance: &str,
+) -> Result<Option<Told>, MigrateError> {
     let Some(seq) = new.refs.get(wtxn, &ref_key(r, OBJECT))? else {
         return Ok(None);
     };
-    Ok(new
+    let Some(view) = new
         .objects
         .get(wtxn, &seq)?
         .and_then(|row| ObjectView::decode(*r, row.get(32..)?))
-        .filter(|v| v.semantic_id == semantic_id)
-        .map(|v| v.payload.to_vec()))
+    else {
+        return Ok(None);
+    };
+    let header = (view.semantic_id != semantic_id).then(|| {
+        let told = Object::new(semantic_id, provenance, view.payload.to_vec());
+        (*r, told.encode_header())
+    });
+    Ok(Some((view.payload.to_vec(), header)))
 }
 
 /// The task state in a migrated invocation row.
@@ -546,31 +566,42 @@ fn task_state(
         .and_then(|t| serde_json::from_slice(t).ok()))
 }
 
-/// `records` and the request and result each names.
+/// `records` and the request and result each names; the headers of the records stored first
+/// as another kind are added to `headers`.
 fn with_effects(
     wtxn: &RwTxn<'_>,
     new: &New<'_>,
     records: &[Ref],
+    headers: &mut Vec<Header>,
 ) -> Result<Vec<Ref>, MigrateError> {
     let mut out = Vec::with_capacity(records.len() * 3);
     for record in records {
         out.push(*record);
-        let rec = payload_of(wtxn, new, record, sid::EFFECT_RECORD)?
-            .and_then(|p| serde_json::from_slice::<EffectRecord>(&p).ok());
-        if let Some(rec) = rec {
+        let Some((payload, header)) =
+            told_as(wtxn, new, record, sid::EFFECT_RECORD, EFFECT_RECORD_WRITER)?
+        else {
+            continue;
+        };
+        if let Ok(rec) = serde_json::from_slice::<EffectRecord>(&payload) {
             out.push(rec.request_ref);
             out.extend(rec.result_ref);
+            headers.extend(header);
         }
     }
     Ok(out)
 }
 
-/// Let `episode` read `refs` (as [`access::grant`] does for live calls).
+/// The provenance the coordinator gives every effect record.
+const EFFECT_RECORD_WRITER: &str = "host/broker";
+
+/// Let `episode` read `refs` (as [`access::grant`] does for live calls), each as the kind
+/// `headers` says where it names it.
 fn grant(
     wtxn: &mut RwTxn<'_>,
     new: &New<'_>,
     episode: &str,
     refs: &[Ref],
+    headers: &[Header],
 ) -> Result<u64, MigrateError> {
     let mut n = 0;
     for r in refs {
@@ -582,12 +613,18 @@ fn grant(
         }
         let key = access::key(episode, seq);
         if new.readers.get(wtxn, &key)?.is_none() {
-            new.readers.put(wtxn, &key, &[])?;
+            let header = headers.iter().find(|(h, _)| h == r).map(|(_, h)| h);
+            new.readers
+                .put(wtxn, &key, header.map_or(&[][..], Vec::as_slice))?;
             n += 1;
         }
     }
     Ok(n)
 }
+
+/// What a call lets its episode read: the episode, the refs, and the grant headers of those
+/// stored first as another kind.
+type CallGrants = (String, Vec<Ref>, Vec<Header>);
 
 /// What entry `index` lets its episode read: every object of a call the coordinator committed
 /// there (its task state says so), else nothing.
@@ -596,7 +633,7 @@ fn committed_call(
     new: &New<'_>,
     index: u64,
     entry: &[u8],
-) -> Result<Option<(String, Vec<Ref>)>, MigrateError> {
+) -> Result<Option<CallGrants>, MigrateError> {
     let Ok(entry) = Entry::from_bytes(entry) else {
         return Ok(None);
     };
@@ -604,9 +641,18 @@ fn committed_call(
         return Ok(None);
     }
     let record = entry.transition_ref;
-    let Some(refs) = payload_of(wtxn, new, &record, sid::INVOCATION_RECORD)?
-        .and_then(|p| serde_json::from_slice::<RecordRefs>(&p).ok())
+    // The entry names its invocation record: that is its kind, whatever kind was stored first.
+    let Some((payload, header)) = told_as(
+        wtxn,
+        new,
+        &record,
+        sid::INVOCATION_RECORD,
+        &entry.header.written_by,
+    )?
     else {
+        return Ok(None);
+    };
+    let Ok(refs) = serde_json::from_slice::<RecordRefs>(&payload) else {
         return Ok(None);
     };
     let Some((surface, episode, _)) = task::split_invocation_id(&refs.invocation_id) else {
@@ -623,9 +669,10 @@ fn committed_call(
     if !ours {
         return Ok(None);
     }
+    let mut headers = Vec::from_iter(header);
     let mut all = vec![record, refs.input, refs.output, refs.plan];
-    all.extend(with_effects(wtxn, new, &refs.effects)?);
-    Ok(Some((refs.episode_id, all)))
+    all.extend(with_effects(wtxn, new, &refs.effects, &mut headers)?);
+    Ok(Some((refs.episode_id, all, headers)))
 }
 
 /// Rebuild `readers` from the migrated log and invocation rows (see the module doc).
@@ -640,8 +687,8 @@ fn readers(wtxn: &mut RwTxn<'_>, new: &New<'_>) -> Result<u64, MigrateError> {
         let entry = LogRow::decode(row)
             .ok_or_else(|| corrupt(format!("log row {index} is damaged")))?
             .entry;
-        if let Some((episode, refs)) = committed_call(wtxn, new, index, entry)? {
-            n += grant(wtxn, new, &episode, &refs)?;
+        if let Some((episode, refs, headers)) = committed_call(wtxn, new, index, entry)? {
+            n += grant(wtxn, new, &episode, &refs, &headers)?;
         }
         Ok(())
     })?;
@@ -673,8 +720,14 @@ fn readers(wtxn: &mut RwTxn<'_>, new: &New<'_>) -> Result<u64, MigrateError> {
         let mut all = vec![state.input_ref];
         all.extend(request);
         let episode = episode.to_owned();
-        all.extend(with_effects(wtxn, new, &state.effect_records)?);
-        n += grant(wtxn, new, &episode, &all)?;
+        let mut headers = Vec::new();
+        all.extend(with_effects(
+            wtxn,
+            new,
+            &state.effect_records,
+            &mut headers,
+        )?);
+        n += grant(wtxn, new, &episode, &all, &headers)?;
         Ok(())
     })?;
     Ok(n)

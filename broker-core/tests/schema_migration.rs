@@ -692,6 +692,74 @@ fn forged_invocation_record_in_a_schema_1_store_grants_no_reads_when_migrated() 
     assert_eq!(meta_key(&db, "readers_index"), None);
 }
 
+/// An agent could send, as the arguments of an earlier call, the exact bytes of a later call's
+/// invocation record or effect record, and the store kept the bytes as the first writer's kind
+/// (`world/invocation-input/v1`). The migration reads them as the log names them: the call's
+/// episode reads every object of that call, and its record and effect record as their kinds.
+#[test]
+fn a_call_whose_records_were_first_stored_as_arguments_is_still_its_episodes_when_migrated() {
+    let want = expected();
+    // A call with an effect, and its episode, read from a copy of its own.
+    let (record, effect, episode, refs) = {
+        let (_d, copy) = v1_copy();
+        let store = Store::open(&copy, StoreOptions::default()).unwrap();
+        want["entries"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| parsed(&e["entry"]))
+            .filter(|e| {
+                e["header"]["writtenBy"]
+                    .as_str()
+                    .unwrap()
+                    .starts_with("coordinator:")
+            })
+            .find_map(|e| {
+                let record: Ref = e["transitionRef"].as_str().unwrap().parse().unwrap();
+                let o = store.read(|r| r.object(&record)).unwrap().unwrap();
+                let rec: Value = serde_json::from_slice(&o.payload).unwrap();
+                let effect: Ref = rec["effects"].get(0)?.as_str()?.parse().ok()?;
+                let (episode, refs) = call_refs(&store, &record);
+                Some((record, effect, episode, refs))
+            })
+            .unwrap()
+    };
+    let other = if episode == "ep1" { "ep2" } else { "ep1" };
+    let told = [
+        (record, sid::INVOCATION_RECORD, "the invocation record"),
+        (effect, sid::EFFECT_RECORD, "the effect record"),
+    ];
+    for (disguised, kind, what) in told {
+        let (_dir, db) = v1_copy();
+        let mut v1 = V1::open(&db);
+        v1.rekind(&disguised, sid::INVOCATION_INPUT);
+        v1.close();
+        let store = Store::open(&db, StoreOptions::default()).unwrap();
+        for r in &refs {
+            assert!(
+                readable(&store, &ep(&episode), r),
+                "{what} disguised: {episode} reads {r}"
+            );
+        }
+        assert!(!readable(&store, &ep(other), &disguised), "{what}");
+        let seen = |reader: &Reader| {
+            store
+                .read(|rd| {
+                    access::object(rd, reader, &disguised)
+                        .map(|o| o.map(|o| o.semantic_id.to_owned()))
+                })
+                .unwrap()
+        };
+        assert_eq!(seen(&ep(&episode)).as_deref(), Some(kind), "{what}");
+        // The store keeps the kind the bytes were first stored as; operators read that.
+        assert_eq!(
+            seen(&Reader::Operator).as_deref(),
+            Some(sid::INVOCATION_INPUT),
+            "{what}"
+        );
+    }
+}
+
 fn canon(v: &Value) -> Vec<u8> {
     broker_core::canon::to_vec(v).unwrap()
 }
@@ -824,6 +892,38 @@ impl V1 {
             readers.put(&mut wtxn, &k, &[]).unwrap();
         }
         meta.put(&mut wtxn, b"readers_index", b"1").unwrap();
+        wtxn.commit().unwrap();
+    }
+
+    /// Store `r`'s bytes as `semantic_id` (the kind a first writer of the same bytes would
+    /// have left), with its index key.
+    fn rekind(&mut self, r: &Ref, semantic_id: &str) {
+        let (objects, by_sid) = (self.table("objects"), self.table("by_semantic_id"));
+        let mut wtxn = self.env.write_txn().unwrap();
+        let envelope = objects.get(&wtxn, r.as_bytes()).unwrap().unwrap().to_vec();
+        let len = u16::from_be_bytes(envelope[32..34].try_into().unwrap()) as usize;
+        let old_sid = envelope[34..34 + len].to_vec();
+        let rest = &envelope[34 + len..];
+        let plen = u16::from_be_bytes(rest[..2].try_into().unwrap()) as usize;
+        let payload = rest[2 + plen..].to_vec();
+        let o = Object::new(semantic_id, "coordinator:mcp", payload);
+        let mut out = o.interface_hash.as_bytes().to_vec();
+        for text in [&o.semantic_id, &o.provenance] {
+            out.extend_from_slice(&(text.len() as u16).to_be_bytes());
+            out.extend_from_slice(text.as_bytes());
+        }
+        out.extend_from_slice(&o.payload);
+        objects.put(&mut wtxn, r.as_bytes(), &out).unwrap();
+        let key = |sid: &[u8]| {
+            let mut k = sid.to_vec();
+            k.push(0);
+            k.extend_from_slice(r.as_bytes());
+            k
+        };
+        assert!(by_sid.delete(&mut wtxn, &key(&old_sid)).unwrap());
+        by_sid
+            .put(&mut wtxn, &key(semantic_id.as_bytes()), &[])
+            .unwrap();
         wtxn.commit().unwrap();
     }
 
