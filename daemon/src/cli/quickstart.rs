@@ -138,8 +138,16 @@ pub fn run(mut a: QuickstartArgs) -> CliResult {
         Some(minting)
     };
     // After the question, whose screen its log lines would crowd, and before anything is made:
-    // a config the plugins themselves refuse stops the run here, with nothing made.
-    serve::try_plugins(&serving)?;
+    // a config the plugins themselves refuse stops the run here, with nothing made. The threads
+    // the trial starts (the exit guard's watcher, a plugin's that outlive its start) are made
+    // with Ctrl-C, SIGTERM and SIGHUP blocked, so that none of them takes a signal meant for the
+    // run while the signals are held below: it would end the process between the store and the
+    // credential. One that came during the trial ends the run when it is let through, before
+    // anything is made.
+    let blocked = HeldSignals::hold();
+    let tried = serve::try_plugins(&serving);
+    drop(blocked);
+    tried?;
     // From the answer until the credential is written, Ctrl-C, SIGTERM and a closed
     // terminal wait: they would otherwise end the run between the store and the credential,
     // and leave a store and a worktree the next run takes for not its own.
