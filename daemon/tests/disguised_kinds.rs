@@ -141,12 +141,7 @@ impl Harness {
     }
 
     fn head(&self) -> u64 {
-        self.store
-            .read(log::head)
-            .unwrap()
-            .unwrap()
-            .world
-            .revision
+        self.store.read(log::head).unwrap().unwrap().world.revision
     }
 
     /// The object entry `index` names as its transition: its address, its payload as JSON and
