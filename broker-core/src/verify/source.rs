@@ -241,12 +241,9 @@ mod tests {
         }
     }
 
-    /// Entry 0 has no entry before it: a genesis whose prevEntryHash is not the 64 zeros is
-    /// told by that rule, not as "not the hash of entry 0".
-    #[test]
-    fn a_genesis_whose_prev_entry_hash_is_not_zero_is_told_by_the_genesis_rule() {
-        let prev = Ref::of(b"the entry before");
-        let entry = Entry::new(
+    /// A genesis entry naming `prev` as the entry before it.
+    fn genesis(prev: Ref) -> Entry {
+        Entry::new(
             EntryHeader {
                 entry_index: 0,
                 semantics_epoch: 1,
@@ -257,7 +254,15 @@ mod tests {
             },
             Ref::of(b"record"),
         )
-        .unwrap();
+        .unwrap()
+    }
+
+    /// Entry 0 has no entry before it: a genesis whose prevEntryHash is not the 64 zeros is
+    /// told by that rule, not as "not the hash of entry 0".
+    #[test]
+    fn a_genesis_whose_prev_entry_hash_is_not_zero_is_told_by_the_genesis_rule() {
+        let prev = Ref::of(b"the entry before");
+        let entry = genesis(prev);
         let report = crate::verify::verify_entry_in(&OneEntry(entry.to_bytes().unwrap()), 0);
         let link = &report.links[0];
         assert_eq!((link.kind, link.ok), ("entry", false));
@@ -275,18 +280,7 @@ mod tests {
     /// (online and offline name the damage once, where it is).
     #[test]
     fn the_entry_after_one_whose_entry_hash_text_was_edited_links_to_its_recomputed_hash() {
-        let entry = Entry::new(
-            EntryHeader {
-                entry_index: 0,
-                semantics_epoch: 1,
-                transition_fn: Ref::of(b"fn"),
-                interpreter: Ref::of(b"interp"),
-                prev_entry_hash: Ref::ZERO,
-                written_by: "world:genesis".into(),
-            },
-            Ref::of(b"record"),
-        )
-        .unwrap();
+        let entry = genesis(Ref::ZERO);
         let mut edited = entry.clone();
         edited.entry_hash = Ref::of(b"an edited entryHash text");
         let source = OneEntry(edited.to_bytes().unwrap());
@@ -305,18 +299,7 @@ mod tests {
 
     #[test]
     fn a_served_entry_hash_links_only_when_it_recomputes() {
-        let entry = Entry::new(
-            EntryHeader {
-                entry_index: 0,
-                semantics_epoch: 1,
-                transition_fn: Ref::of(b"fn"),
-                interpreter: Ref::of(b"interp"),
-                prev_entry_hash: Ref::ZERO,
-                written_by: "world:genesis".into(),
-            },
-            Ref::of(b"record"),
-        )
-        .unwrap();
+        let entry = genesis(Ref::ZERO);
         let genuine = OneEntry(entry.to_bytes().unwrap());
         assert!(genuine.links(&entry.entry_hash, 0).unwrap());
         assert!(!genuine.links(&entry.entry_hash, 1).unwrap());
