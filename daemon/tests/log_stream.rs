@@ -2,6 +2,12 @@
 //! process: the real router (`tower::ServiceExt::oneshot`), a real LMDB store, the real
 //! coordinator and the se-tools registry with in-process handlers. Stream bodies are pulled frame by frame, so
 //! what the server produced before the client asked is observable.
+//!
+//! Last, records in disguise: objects are stored once and the first writer's kind sticks to
+//! the bytes, so an agent can send as a call's arguments the exact bytes of something stored
+//! later under another kind (another episode's invocation record, a transition document about
+//! to be published). Who may read, list or see summarised what must follow the role the log
+//! gives those bytes, never the kind they were stored as first.
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -66,19 +72,20 @@ fn harness(open_reads: bool) -> Harness {
     harness_with(open_reads, ServerConfig::default())
 }
 
+/// The se-tools transition documents.
+fn se_tools() -> Vec<Transition> {
+    let dir = concat!(env!("CARGO_MANIFEST_DIR"), "/../transitions/se-tools");
+    let mut docs = Vec::new();
+    for entry in std::fs::read_dir(dir).unwrap() {
+        docs.push(Transition::from_slice(&std::fs::read(entry.unwrap().path()).unwrap()).unwrap());
+    }
+    docs
+}
+
 fn harness_with(open_reads: bool, server: ServerConfig) -> Harness {
     let dir = tempfile::tempdir().unwrap();
     let store = Store::create(&dir.path().join("db")).unwrap();
-    let mut docs = Vec::new();
-    for entry in std::fs::read_dir(concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/../transitions/se-tools"
-    ))
-    .unwrap()
-    {
-        docs.push(Transition::from_slice(&std::fs::read(entry.unwrap().path()).unwrap()).unwrap());
-    }
-    registry::publish(&store, registry::DEFAULT_REGISTRY, docs, "test").unwrap();
+    registry::publish(&store, registry::DEFAULT_REGISTRY, se_tools(), "test").unwrap();
     let mut handlers = Handlers::new();
     handlers.insert("Workspace.Read", Arc::new(Echo)).unwrap();
     let coordinator = Coordinator::new(store.clone(), handlers, CoordinatorConfig::default());
@@ -1327,4 +1334,147 @@ async fn an_agent_that_stores_another_episodes_record_first_neither_hides_nor_li
         "ep2's call is not ep1's"
     );
     assert_eq!(h.summary(&ep3, theirs).await, None);
+}
+
+/// The grant of the agents of the disguised-record tests below.
+const READS: &[&str] = &["Workspace.Read=worktree:10"];
+
+impl Harness {
+    /// The entry indexes `token` lists at `/v1/log` from `from`, one page of 100.
+    async fn listed(&self, token: &str, from: u64) -> Vec<u64> {
+        let (status, page) = self
+            .get_json(Some(token), &format!("/v1/log?from={from}&limit=100"))
+            .await;
+        assert_eq!(status, StatusCode::OK, "{page}");
+        page["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| e["header"]["entryIndex"].as_u64().unwrap())
+            .collect()
+    }
+}
+
+/// An object answer's payload (base64), as JSON.
+fn payload(o: &Value) -> Value {
+    use base64::Engine;
+    let bytes = base64::engine::general_purpose::STANDARD
+        .decode(o["payload"].as_str().unwrap())
+        .unwrap();
+    serde_json::from_slice(&bytes).unwrap()
+}
+
+/// A refused call's arguments: ailang-read plans no read outside the worktree.
+fn refused() -> Value {
+    json!({"path": "/etc/passwd"})
+}
+
+/// One agent stores, as its own arguments, the record another episode's next call will have
+/// (a plan refusal's record is predictable from one of its own, and the idempotency key is
+/// guessable). `GET /v1/log` lists that call to its episode and operators only, not to the
+/// agent that stored its record's bytes first.
+#[tokio::test]
+async fn an_agent_that_stored_another_episodes_record_first_is_not_listed_that_call_in_the_log() {
+    let h = harness(false);
+    let ep1 = h.token("ep1", READS);
+    let ep2 = h.token("ep2", READS);
+    let ep3 = h.token("ep3", READS);
+    let ops = h.operator_token();
+    h.call_with(&ep1, &refused(), Some("k1")).await;
+    let own = h.head();
+    let (_, mut record, _) = h.transition_object(own);
+    record["invocationId"] = json!("mcp:ep2:step-1");
+    record["episodeId"] = json!("ep2");
+    let predicted = Object::json("any", "any", &record).unwrap().hash;
+    let answer = h.call_with(&ep1, &record, None).await;
+    assert_eq!(answer["isError"], true, "{answer}");
+    h.call_with(&ep2, &refused(), Some("step-1")).await;
+    let theirs = h.head();
+    let (reference, _, sid) = h.transition_object(theirs);
+    assert_eq!(reference, predicted, "ep2's record is the bytes ep1 sent");
+    assert_eq!(sid, "world/invocation-input/v1");
+
+    assert_eq!(h.listed(&ep1, own).await, vec![own, own + 1]);
+    assert_eq!(h.listed(&ep2, own).await, vec![theirs]);
+    assert_eq!(h.listed(&ep3, own).await, Vec::<u64>::new());
+    assert_eq!(h.listed(&ops, own).await, vec![own, own + 1, theirs]);
+    // ep1 still reads the bytes it sent, as the arguments it sent them as.
+    let (status, o) = h
+        .get_json(Some(&ep1), &format!("/v1/objects/{reference}"))
+        .await;
+    assert_eq!(status, StatusCode::OK, "{o}");
+    assert_eq!(o["semanticId"], "world/invocation-input/v1");
+}
+
+/// An agent sends, as a call's arguments, the exact bytes of a transition document a publisher
+/// is about to publish (a tool's document is no secret: it is in the plugin). The store keeps
+/// the first writer's kind (`world/invocation-input/v1`), but the published document is public
+/// all the same: every agent reads it, as the transition it was published as, and the agent
+/// that sent the bytes first still reads them as its own arguments.
+#[tokio::test]
+async fn a_transition_document_an_agent_stored_first_as_arguments_is_public_once_published() {
+    let h = harness(false);
+    let ep1 = h.token("ep1", READS);
+    let ep2 = h.token("ep2", READS);
+    let ops = h.operator_token();
+    let mut doc = se_tools()
+        .into_iter()
+        .find(|t| t.to_value()["id"] == "ailang-read")
+        .unwrap()
+        .to_value()
+        .clone();
+    doc["id"] = json!("ailang-read-again");
+    let next = Transition::from_value(doc.clone()).unwrap();
+    let predicted = Object::json("any", "any", &doc).unwrap().hash;
+    let answer = h.call_with(&ep1, &doc, None).await;
+    assert_eq!(answer["isError"], true, "{answer}");
+    registry::publish(&h.store, registry::DEFAULT_REGISTRY, vec![next], "test").unwrap();
+    let stored = h
+        .store
+        .read(|r| {
+            r.object_view(&predicted)
+                .map(|o| o.map(|o| o.semantic_id.to_owned()))
+        })
+        .unwrap();
+    assert_eq!(
+        stored.as_deref(),
+        Some("world/invocation-input/v1"),
+        "the document's bytes keep their first writer's kind"
+    );
+    // The registry names the document: it is the tool's transition.
+    let (status, head) = h.get_json(Some(&ep2), "/v1/registry/tools").await;
+    assert_eq!(status, StatusCode::OK, "{head}");
+    let (status, revision) = h
+        .get_json(
+            Some(&ep2),
+            &format!(
+                "/v1/objects/{}?payload=true",
+                head["head"].as_str().unwrap()
+            ),
+        )
+        .await;
+    assert_eq!(status, StatusCode::OK, "{revision}");
+    let entries = payload(&revision)["entries"].as_array().unwrap().clone();
+    let listed = entries
+        .iter()
+        .find(|e| e["id"] == "ailang-read-again")
+        .unwrap();
+    assert_eq!(listed["transitionFn"], json!(predicted.to_string()));
+
+    let path = format!("/v1/objects/{predicted}?payload=true");
+    for token in [&ep2, &h.token("ep3", READS)] {
+        let (status, o) = h.get_json(Some(token), &path).await;
+        assert_eq!(status, StatusCode::OK, "{o}");
+        assert_eq!(o["semanticId"], "world/transition/v1");
+        assert_eq!(o["provenance"], "test");
+        assert_eq!(payload(&o), doc);
+    }
+    let (status, o) = h.get_json(Some(&ep1), &path).await;
+    assert_eq!(status, StatusCode::OK, "{o}");
+    assert_eq!(o["semanticId"], "world/invocation-input/v1");
+    assert_eq!(payload(&o), doc);
+    // Operators read the stored object, as for every object.
+    let (status, o) = h.get_json(Some(&ops), &path).await;
+    assert_eq!(status, StatusCode::OK, "{o}");
+    assert_eq!(o["semanticId"], "world/invocation-input/v1");
 }
