@@ -2,34 +2,22 @@
 //! row's world, so such a row must stop the append (and the serving daemon's open) instead of
 //! letting it write over committed entries or chain onto a hash no entry has.
 
-use broker_core::log::{self, Append, HeadBinding, LogError};
-use broker_core::object::{sid, Object, Ref};
+mod common;
+
+use broker_core::log::{self, LogError};
+use broker_core::object::Ref;
 use broker_core::store::{RawTable, Store, StoreError, StoreOptions};
-use serde_json::json;
+use common::append_n;
 
 /// A store with its genesis and entries 1 to 3.
 fn store_with_three_entries() -> (tempfile::TempDir, Store) {
     let dir = tempfile::tempdir().unwrap();
     let store = Store::create(&dir.path().join("db")).unwrap();
     for n in 1..=3 {
-        let c = store.write(move |w| log::append(w, &append(n))).unwrap();
+        let c = store.write(move |w| log::append(w, &append_n(n))).unwrap();
         assert_eq!(c.entry.header.entry_index, n);
     }
     (dir, store)
-}
-
-fn append(n: u64) -> Append {
-    let out = Object::json(sid::INVOCATION_OUTPUT, "test", &json!({ "out": n })).unwrap();
-    let rec = Object::json(sid::INVOCATION_RECORD, "test", &json!({ "rec": n })).unwrap();
-    Append {
-        transition_fn: out.hash,
-        interpreter: rec.hash,
-        written_by: "test".into(),
-        transition_ref: rec.hash,
-        state_root: out.hash,
-        objects: vec![out, rec],
-        binding: HeadBinding::AtHead,
-    }
 }
 
 fn key(index: u64) -> Vec<u8> {
@@ -76,7 +64,7 @@ fn log_world_ref(store: &Store, index: u64) -> Ref {
 /// store to serve it is refused with the same words.
 fn append_and_serve_refused(dir: &tempfile::TempDir, store: Store, what: &str) {
     let before = rows(&store);
-    let err = store.write(|w| log::append(w, &append(9))).unwrap_err();
+    let err = store.write(|w| log::append(w, &append_n(9))).unwrap_err();
     let said = format!(
         "store is damaged: the log's newest row, {what}: a new entry would be written over committed ones or chained to no entry, so none is appended; run `worldd doctor` on the store to see what else is damaged"
     );
@@ -186,7 +174,7 @@ fn a_newest_world_that_does_not_hash_to_its_ref_is_refused_when_the_store_is_ope
 fn a_whole_log_passes_the_head_check_and_takes_appends() {
     let (_dir, store) = store_with_three_entries();
     store.check_head().unwrap();
-    let c = store.write(|w| log::append(w, &append(4))).unwrap();
+    let c = store.write(|w| log::append(w, &append_n(4))).unwrap();
     assert_eq!(c.entry.header.entry_index, 4);
     store.check_head().unwrap();
 }

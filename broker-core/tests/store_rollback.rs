@@ -4,25 +4,12 @@
 //! acknowledged) no longer matches the file, and its writes would go over a store that lacks
 //! what it acknowledged: they are refused, as for a replaced store.
 
-use broker_core::capacity::Full;
-use broker_core::log::{self, Append, HeadBinding, LogError};
-use broker_core::object::{sid, Object};
-use broker_core::store::{Store, StoreError};
-use serde_json::json;
+mod common;
 
-fn append(n: u64) -> Append {
-    let out = Object::json(sid::INVOCATION_OUTPUT, "test", &json!({ "out": n })).unwrap();
-    let rec = Object::json(sid::INVOCATION_RECORD, "test", &json!({ "rec": n })).unwrap();
-    Append {
-        transition_fn: out.hash,
-        interpreter: rec.hash,
-        written_by: "test".into(),
-        transition_ref: rec.hash,
-        state_root: out.hash,
-        objects: vec![out, rec],
-        binding: HeadBinding::AtHead,
-    }
-}
+use broker_core::capacity::Full;
+use broker_core::log::{self, LogError};
+use broker_core::store::{Store, StoreError};
+use common::append_n;
 
 /// A backup taken with the store's own copy, three entries appended, then the backup copied
 /// over the data file in place: the store wrote entries 1 to 3 again over the older log, and
@@ -33,14 +20,14 @@ fn a_write_after_the_data_file_was_rolled_back_in_place_is_refused_and_writes_no
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("db");
     let store = Store::create(&db).unwrap();
-    let c = store.write(|w| log::append(w, &append(1))).unwrap();
+    let c = store.write(|w| log::append(w, &append_n(1))).unwrap();
     assert_eq!(c.entry.header.entry_index, 1);
     let backup = dir.path().join("backup.mdb");
     store
         .copy_to(&mut std::fs::File::create(&backup).unwrap(), false)
         .unwrap();
     for n in 2..=4 {
-        store.write(move |w| log::append(w, &append(n))).unwrap();
+        store.write(move |w| log::append(w, &append_n(n))).unwrap();
     }
     assert!(store.admits_client_work().is_ok());
     let data = db.join("data.mdb");
@@ -51,7 +38,7 @@ fn a_write_after_the_data_file_was_rolled_back_in_place_is_refused_and_writes_no
     assert_eq!(inode(&data), was, "not copied in place");
     let copied = std::fs::read(&data).unwrap();
 
-    let err = store.write(|w| log::append(w, &append(5))).unwrap_err();
+    let err = store.write(|w| log::append(w, &append_n(5))).unwrap_err();
     assert!(
         matches!(err, LogError::Store(StoreError::RolledBack(_))),
         "{err}"
@@ -66,7 +53,7 @@ fn a_write_after_the_data_file_was_rolled_back_in_place_is_refused_and_writes_no
     assert!(store.replaced());
     assert!(matches!(store.admits_client_work(), Err(Full::Replaced)));
     // Every later write too, without a look at the file.
-    let err = store.write(|w| log::append(w, &append(6))).unwrap_err();
+    let err = store.write(|w| log::append(w, &append_n(6))).unwrap_err();
     assert!(
         matches!(err, LogError::Store(StoreError::RolledBack(_))),
         "{err}"
@@ -83,7 +70,7 @@ fn a_write_after_the_data_file_was_rolled_back_in_place_is_refused_and_writes_no
     store.check_head().unwrap();
     let head = store.read(log::head).unwrap().unwrap();
     assert_eq!(head.world.revision, 1);
-    let c = store.write(|w| log::append(w, &append(2))).unwrap();
+    let c = store.write(|w| log::append(w, &append_n(2))).unwrap();
     assert_eq!(c.entry.header.entry_index, 2);
 }
 
@@ -98,7 +85,7 @@ fn the_watch_sees_a_data_file_rolled_back_in_place_without_a_write() {
     store
         .copy_to(&mut std::fs::File::create(&backup).unwrap(), false)
         .unwrap();
-    store.write(|w| log::append(w, &append(1))).unwrap();
+    store.write(|w| log::append(w, &append_n(1))).unwrap();
     store.watch();
     assert!(store.admits_client_work().is_ok());
     std::fs::copy(&backup, db.join("data.mdb")).unwrap();
@@ -113,7 +100,7 @@ fn another_process_writing_the_store_is_not_taken_for_a_rollback() {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("db");
     let store = Store::create(&db).unwrap();
-    store.write(|w| log::append(w, &append(1))).unwrap();
+    store.write(|w| log::append(w, &append_n(1))).unwrap();
     // A second environment on the same files, as another process has (a test may not open
     // one store twice in a process through LMDB: a child writes instead).
     let status = std::process::Command::new(std::env::current_exe().unwrap())
@@ -128,7 +115,7 @@ fn another_process_writing_the_store_is_not_taken_for_a_rollback() {
     assert!(status.success());
     store.watch();
     assert!(store.admits_client_work().is_ok());
-    let c = store.write(|w| log::append(w, &append(3))).unwrap();
+    let c = store.write(|w| log::append(w, &append_n(3))).unwrap();
     assert_eq!(c.entry.header.entry_index, 3);
 }
 
@@ -140,6 +127,6 @@ fn helper_appends_to_the_store_in_env() {
         return;
     };
     let store = Store::open(std::path::Path::new(&db), Default::default()).unwrap();
-    let c = store.write(|w| log::append(w, &append(2))).unwrap();
+    let c = store.write(|w| log::append(w, &append_n(2))).unwrap();
     assert_eq!(c.entry.header.entry_index, 2);
 }

@@ -13,6 +13,8 @@ use broker_core::coordinator::{
     EffectRequest, HandlerOutcome, Handlers, Hooks, Surface,
 };
 use broker_core::grant::Grant;
+use broker_core::log::{Append, HeadBinding};
+use broker_core::object::{sid, Object};
 use broker_core::refusal_rate::RefusalRate;
 use broker_core::registry;
 use broker_core::session::{self, Session};
@@ -408,4 +410,20 @@ pub fn set_meta_schema(db: &Path, version: &str) {
     })
     .unwrap();
     env.prepare_for_closing().wait();
+}
+
+/// An append at the head whose output and record objects carry `n`, so each `n` makes an
+/// entry of its own objects.
+pub fn append_n(n: u64) -> Append {
+    let out = Object::json(sid::INVOCATION_OUTPUT, "test", &json!({ "out": n })).unwrap();
+    let rec = Object::json(sid::INVOCATION_RECORD, "test", &json!({ "rec": n })).unwrap();
+    Append {
+        transition_fn: out.hash,
+        interpreter: rec.hash,
+        written_by: "test".into(),
+        transition_ref: rec.hash,
+        state_root: out.hash,
+        objects: vec![out, rec],
+        binding: HeadBinding::AtHead,
+    }
 }
