@@ -18,6 +18,11 @@ const SHARE_BODY: &str = r#"{"error":{"class":"Unavailable","message":"too many 
 /// A daemon whose reply budget is 1 MiB (a credential's share 256 KiB), with a small send
 /// buffer so that an unread answer waits in the daemon, counted.
 fn start() -> (Daemon, tempfile::TempDir) {
+    start_with(&[])
+}
+
+/// The daemon of [`start`], given the further arguments `extra`.
+fn start_with(extra: &[&str]) -> (Daemon, tempfile::TempDir) {
     let conf_dir = tempfile::tempdir().unwrap();
     let path = conf_dir.path().join("world.toml");
     std::fs::write(
@@ -25,7 +30,9 @@ fn start() -> (Daemon, tempfile::TempDir) {
         "[server]\nsend_timeout_ms = 30000\nsend_buffer_bytes = 16384\nreply_budget_bytes = 1048576\n",
     )
     .unwrap();
-    (Daemon::start(WS, &["--config", path_str(&path)]), conf_dir)
+    let mut args = vec!["--config", path_str(&path)];
+    args.extend_from_slice(extra);
+    (Daemon::start(WS, &args), conf_dir)
 }
 
 /// The path of the payload of an input object of about `bytes` bytes `token`'s episode wrote.
@@ -40,18 +47,44 @@ fn object_of(d: &Daemon, token: &str, name: &str, bytes: usize) -> String {
 /// `GET path` with `token` on a connection with a small receive window, of which only the
 /// status line is read: the rest of the answer waits in the daemon, counted.
 fn unread_get(d: &Daemon, path: &str, token: &str) -> (TcpStream, String) {
+    let auth = format!("Authorization: Bearer {token}\r\n");
+    status_line_only(send_get(d, path, &auth, None, true))
+}
+
+/// A connection to `d` (from the local address `from` when given, with a small receive window
+/// when `small_window`) on which `GET path` is sent with the head lines `auth` (each ending in
+/// CRLF; empty for none).
+fn send_get(
+    d: &Daemon,
+    path: &str,
+    auth: &str,
+    from: Option<[u8; 4]>,
+    small_window: bool,
+) -> TcpStream {
     let addr: std::net::SocketAddr = d.addr.parse().unwrap();
     let s = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
-    s.set_recv_buffer_size(4096).unwrap();
+    if small_window {
+        s.set_recv_buffer_size(4096).unwrap();
+    }
+    if let Some(from) = from {
+        let local = std::net::SocketAddr::from((from, 0));
+        s.bind(&local.into()).unwrap();
+    }
     s.connect(&addr.into()).unwrap();
     let mut s = TcpStream::from(s);
     s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
     write!(
         s,
-        "GET {path} HTTP/1.1\r\nHost: {}\r\nAuthorization: Bearer {token}\r\nConnection: close\r\n\r\n",
+        "GET {path} HTTP/1.1\r\nHost: {}\r\n{auth}Connection: close\r\n\r\n",
         d.addr
     )
     .unwrap();
+    s
+}
+
+/// `s` with only the status line of its answer read (the rest waits in the daemon), and that
+/// line.
+fn status_line_only(mut s: TcpStream) -> (TcpStream, String) {
     let mut status = [0u8; 12];
     s.read_exact(&mut status).unwrap();
     (s, String::from_utf8_lossy(&status).into_owned())
@@ -199,40 +232,12 @@ fn a_foreign_host_or_origin_or_no_host_is_refused_before_the_reply_budget_is_con
 /// `GET path` without a credential on a connection from the local address `from` (any of
 /// 127.0.0.0/8) with a small receive window, of which only the status line is read.
 fn unread_anonymous_get(d: &Daemon, path: &str, from: [u8; 4]) -> (TcpStream, String) {
-    let addr: std::net::SocketAddr = d.addr.parse().unwrap();
-    let s = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
-    s.set_recv_buffer_size(4096).unwrap();
-    let local = std::net::SocketAddr::from((from, 0));
-    s.bind(&local.into()).unwrap();
-    s.connect(&addr.into()).unwrap();
-    let mut s = TcpStream::from(s);
-    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
-    write!(
-        s,
-        "GET {path} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n\r\n",
-        d.addr
-    )
-    .unwrap();
-    let mut status = [0u8; 12];
-    s.read_exact(&mut status).unwrap();
-    (s, String::from_utf8_lossy(&status).into_owned())
+    status_line_only(send_get(d, path, "", Some(from), true))
 }
 
 /// `GET path` without a credential from the local address `from`, read to its end.
 fn anonymous_get_from(d: &Daemon, path: &str, from: [u8; 4]) -> Answer {
-    let addr: std::net::SocketAddr = d.addr.parse().unwrap();
-    let s = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
-    let local = std::net::SocketAddr::from((from, 0));
-    s.bind(&local.into()).unwrap();
-    s.connect(&addr.into()).unwrap();
-    let mut s = TcpStream::from(s);
-    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
-    write!(
-        s,
-        "GET {path} HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n\r\n",
-        d.addr
-    )
-    .unwrap();
+    let mut s = send_get(d, path, "", Some(from), false);
     let (head, body) = read_one_answer(&mut s);
     let status = head
         .split_whitespace()
@@ -296,14 +301,7 @@ const PEER_BODY: &str = r#"{"error":{"class":"Unavailable","message":"too many a
 /// (with its own words), another address's reader is served.
 #[test]
 fn an_anonymous_client_reading_nothing_cannot_refuse_the_large_reads_of_another_address() {
-    let conf_dir = tempfile::tempdir().unwrap();
-    let path = conf_dir.path().join("world.toml");
-    std::fs::write(
-        &path,
-        "[server]\nsend_timeout_ms = 30000\nsend_buffer_bytes = 16384\nreply_budget_bytes = 1048576\n",
-    )
-    .unwrap();
-    let d = Daemon::start(WS, &["--config", path_str(&path), "--open-reads"]);
+    let (d, _c) = start_with(&["--open-reads"]);
     let grants = [
         "Workspace.Read=worktree:100000000",
         "Workspace.Write=worktree:100000000",
