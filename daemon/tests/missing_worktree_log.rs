@@ -15,17 +15,8 @@ fn the_log_line_of_a_call_refused_for_a_missing_worktree_names_the_directory_the
 {
     let d = Daemon::start(WS, &[]);
     let token = d.session_without_worktree("nowhere", &["Workspace.Read=worktree:5"]);
-    let a = mcp(
-        &d,
-        &token,
-        "tools/call",
-        json!({"name": "ailang-read", "arguments": {"path": "a.txt"}}),
-    );
-    let v = if a.content_type.starts_with("text/event-stream") {
-        a.sse_json()
-    } else {
-        a.json()
-    };
+    let read = json!({"name": "ailang-read", "arguments": {"path": "a.txt"}});
+    let v = mcp(&d, &token, "tools/call", read).rpc_json();
     assert_eq!(v["error"]["message"], "host callback failed", "{v}");
     let looked_for = d.root().canonicalize().unwrap().join("nowhere");
     d.wait_for_log(&format!(

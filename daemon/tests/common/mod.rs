@@ -688,6 +688,15 @@ impl Answer {
             .unwrap_or_else(|| panic!("not SSE: {text}"));
         serde_json::from_str(data).unwrap()
     }
+
+    /// The JSON-RPC reply, whether it came as an SSE event or a plain envelope.
+    pub fn rpc_json(&self) -> Value {
+        if self.content_type.starts_with("text/event-stream") {
+            self.sse_json()
+        } else {
+            self.json()
+        }
+    }
 }
 
 pub fn request(
@@ -801,11 +810,7 @@ pub fn tools_call(d: &Daemon, token: &str, tool: &str, args: Value) -> Value {
         serde_json::json!({"name": tool, "arguments": args}),
     );
     assert_eq!(a.status, 200, "{}", a.text());
-    if a.content_type.starts_with("text/event-stream") {
-        a.sse_json()
-    } else {
-        a.json()
-    }
+    a.rpc_json()
 }
 
 /// MCP `tools/call` (2025-11-25).
