@@ -66,6 +66,8 @@ impl Action {
 
 /// One check at a time: two calls returning together must not both restore and say one change.
 static CHECKING: Mutex<()> = Mutex::new(());
+/// A socket found on 0–2 and left there, by descriptor: one seen again is not said again.
+static LEFT: Mutex<[Option<(libc::dev_t, libc::ino_t)>; 3]> = Mutex::new([None; 3]);
 
 /// What a signal's disposition is, as far as the daemon cares.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -212,6 +214,22 @@ fn restore() -> Vec<String> {
             continue;
         }
         let name = ["stdin", "stdout", "stderr"][standard.fd as usize];
+        // A socket there is, as a rule, a connection the daemon accepted onto the number
+        // plugin code had just closed: a dup2 over it would cut that client off and write its
+        // answer into the log. It is left (the log has its own copy, and the daemon's children
+        // are given their stderr), and said once.
+        if now.is_some() && is_socket(standard.fd) {
+            let mut left = LEFT.lock().unwrap_or_else(PoisonError::into_inner);
+            let seen = &mut left[standard.fd as usize];
+            if *seen != now {
+                *seen = now;
+                changes.push(format!(
+                    "descriptor {} ({name}) was closed or replaced, and a socket holds its number now (a connection accepted meanwhile, as a rule); it is left as it is, and the log goes to its own copy",
+                    standard.fd
+                ));
+            }
+            continue;
+        }
         let what = if now.is_none() {
             "closed"
         } else {
@@ -284,6 +302,15 @@ fn id_of(fd: libc::c_int) -> Option<(libc::dev_t, libc::ino_t)> {
     unsafe {
         let mut st: libc::stat = std::mem::zeroed();
         (libc::fstat(fd, &mut st) == 0).then_some((st.st_dev, st.st_ino))
+    }
+}
+
+/// Whether `fd` is a socket.
+fn is_socket(fd: libc::c_int) -> bool {
+    // SAFETY: fstat into a zeroed struct, a valid out-pointer.
+    unsafe {
+        let mut st: libc::stat = std::mem::zeroed();
+        libc::fstat(fd, &mut st) == 0 && (st.st_mode & libc::S_IFMT) == libc::S_IFSOCK
     }
 }
 

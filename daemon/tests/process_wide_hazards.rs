@@ -446,6 +446,68 @@ fn misbehave(d: &Daemon, token: &str, what: &str) {
     assert_eq!(result["structuredContent"]["did"], what, "{result}");
 }
 
+/// A connection the daemon accepted onto descriptor 2 while plugin code had it closed was cut
+/// when the daemon put stderr back (a dup2 over it), and its answer was written into the log.
+/// A socket found there is left as it is and said once; its client is answered.
+#[test]
+fn a_connection_accepted_onto_descriptor_2_while_plugin_code_had_it_closed_is_left_and_answered() {
+    use std::io::{Read, Write};
+    let (d, token) = unruly_daemon(&[]);
+    let calling = {
+        let (url, token) = (d.url("/mcp/"), token.clone());
+        std::thread::spawn(move || {
+            let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+                "params": {"name": "unruly-process", "arguments": {"what": "close-stderr-and-wait"}}});
+            ureq::post(&url)
+                .set("Authorization", &format!("Bearer {token}"))
+                .set("Accept", "application/json, text/event-stream")
+                .set("MCP-Protocol-Version", "2025-11-25")
+                .set("Content-Type", "application/json")
+                .send_string(&body.to_string())
+                .map(|r| r.into_string().unwrap())
+        })
+    };
+    // While the plugin waits with descriptor 2 closed, the lowest free number: this
+    // connection's, once the daemon accepts it. Tried until the call has returned.
+    let mut held = Vec::new();
+    while !calling.is_finished() {
+        held.push(std::net::TcpStream::connect(&d.addr).unwrap());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let answer = calling.join().unwrap().unwrap();
+    assert!(
+        answer.contains(r#""did":"close-stderr-and-wait""#),
+        "{answer}"
+    );
+    for mut conn in held {
+        write!(
+            conn,
+            "GET /v1/health HTTP/1.1\r\nHost: {}\r\nConnection: close\r\n\r\n",
+            d.addr
+        )
+        .unwrap();
+        let mut got = String::new();
+        conn.read_to_string(&mut got).unwrap();
+        assert!(got.starts_with("HTTP/1.1 200 "), "{got:?}");
+        assert!(got.contains(r#""status":"ok""#), "{got:?}");
+    }
+    let (status, _, log, _dir) = d.stop_with_log(Duration::from_secs(10));
+    assert_eq!(status.code(), Some(0), "{log}");
+    let said = errors(&log);
+    assert_eq!(said.len(), 1, "{log}");
+    assert!(
+        said[0].ends_with(&restored_line(
+            "plugin unruly's execute (Unruly.Process)",
+            "descriptor 2 (stderr) was closed or replaced, and a socket holds its number now (a connection accepted meanwhile, as a rule); it is left as it is, and the log goes to its own copy"
+        )),
+        "{log}"
+    );
+    assert!(
+        !log.contains("HTTP/1.1"),
+        "an answer went into the log: {log}"
+    );
+}
+
 /// After plugin code closed descriptor 2, the daemon's log went to whatever took that number
 /// next: an idle, unauthenticated connection received every episode's log lines. The log is
 /// written to a private copy of stderr, descriptor 2 is put back, and that is said once,
