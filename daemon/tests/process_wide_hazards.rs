@@ -34,6 +34,15 @@ fn add_unruly(plugins: &Path) -> PathBuf {
     copy
 }
 
+/// A `serve` command of a daemon in a new directory, with the unruly plugin beside the
+/// workspace plugin; the directory.
+fn serve_with_unruly() -> (tempfile::TempDir, Command) {
+    let dir = tempfile::tempdir().unwrap();
+    let cmd = Daemon::serve_command(&dir, WS);
+    add_unruly(&dir.path().join("plugins"));
+    (dir, cmd)
+}
+
 /// `tools/call` of `tool` with `arguments`: the result, which must be one.
 fn call(d: &Daemon, token: &str, tool: &str, arguments: Value) -> Value {
     let answer = mcp(
@@ -62,9 +71,20 @@ fn read_answers(d: &Daemon, token: &str, text: &str) {
 /// `unruly-exit` with status 0 called by a thread of its own: the connection ends with the
 /// process, so there is no answer to wait for.
 fn call_exit(d: &Daemon, token: String, status: &str) -> std::thread::JoinHandle<()> {
+    call_unanswered(d, token, "unruly-exit", json!({"status": status}))
+}
+
+/// `tools/call` of `tool` with `arguments` by a thread of its own, which waits for no answer
+/// (a call that ends the process has none).
+fn call_unanswered(
+    d: &Daemon,
+    token: String,
+    tool: &str,
+    arguments: Value,
+) -> std::thread::JoinHandle<()> {
     let url = d.url("/mcp/");
     let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
-                      "params": {"name": "unruly-exit", "arguments": {"status": status}}});
+                      "params": {"name": tool, "arguments": arguments}});
     std::thread::spawn(move || {
         let _ = ureq::post(&url)
             .set("Authorization", &format!("Bearer {token}"))
@@ -175,21 +195,15 @@ fn a_chdir_by_plugin_code_moves_neither_the_store_nor_the_worktrees() {
 /// line in its log: a clean shutdown to a supervisor (`Restart=on-failure` left it down).
 #[test]
 fn exit_called_by_plugin_code_while_serving_is_said_and_ends_the_daemon_with_70() {
-    let dir = tempfile::tempdir().unwrap();
-    let cmd = Daemon::serve_command(&dir, WS);
-    add_unruly(&dir.path().join("plugins"));
+    let (dir, cmd) = serve_with_unruly();
     let d = Daemon::spawn(dir, cmd);
     let token = d.session("ep1", &["Unruly.Exit=any:5"]);
     let caller = call_exit(&d, token, "0");
-    d.wait_for_log("was called by plugin code");
-    let (status, _, log, _dir) = d.stop_with_log(Duration::from_secs(10));
-    caller.join().unwrap();
-    assert_eq!(status.code(), Some(70), "{log}");
-    let said: Vec<&str> = log.lines().filter(|l| l.contains(" ERROR ")).collect();
-    assert_eq!(said.len(), 1, "{log}");
-    assert!(
-        said[0].ends_with(" ERROR exit(0) was called by plugin code or a library while the daemon served; the daemon did not choose to stop, so it ends with status 70 instead of 0, which would read as a clean shutdown"),
-        "{log}"
+    let log = ended_by_plugin_code(
+        d,
+        caller,
+        "was called by plugin code",
+        " ERROR exit(0) was called by plugin code or a library while the daemon served; the daemon did not choose to stop, so it ends with status 70 instead of 0, which would read as a clean shutdown",
     );
     assert!(!log.contains("shutting down"), "{log}");
 }
@@ -200,9 +214,7 @@ fn exit_called_by_plugin_code_while_serving_is_said_and_ends_the_daemon_with_70(
 #[test]
 fn abort_called_by_plugin_code_while_serving_is_said_and_the_daemon_still_ends_by_sigabrt() {
     use std::os::unix::process::{CommandExt, ExitStatusExt};
-    let dir = tempfile::tempdir().unwrap();
-    let mut cmd = Daemon::serve_command(&dir, WS);
-    add_unruly(&dir.path().join("plugins"));
+    let (dir, mut cmd) = serve_with_unruly();
     // SAFETY: setrlimit in the child before exec, async-signal-safe: no core file is written.
     unsafe {
         cmd.pre_exec(|| {
@@ -234,9 +246,7 @@ fn abort_called_by_plugin_code_while_serving_is_said_and_the_daemon_still_ends_b
 /// written; the daemon still ends with 70, once the wait has run out.
 #[test]
 fn exit_called_while_stderr_takes_nothing_still_ends_the_daemon_with_70_after_its_wait() {
-    let dir = tempfile::tempdir().unwrap();
-    let mut cmd = Daemon::serve_command(&dir, WS);
-    add_unruly(&dir.path().join("plugins"));
+    let (dir, mut cmd) = serve_with_unruly();
     let (reader, writer) = pipe();
     let filler = writer.try_clone().unwrap();
     cmd.stderr(Stdio::from(writer)).env("WORLDD_LOG", "error");
@@ -401,6 +411,38 @@ fn errors(log: &str) -> Vec<&str> {
     log.lines().filter(|l| l.contains(" ERROR ")).collect()
 }
 
+/// `log` holds one ERROR line, and it ends with `end`.
+fn assert_one_error_ending(log: &str, end: &str) {
+    let said = errors(log);
+    assert_eq!(said.len(), 1, "{log}");
+    assert!(said[0].ends_with(end), "{log}");
+}
+
+/// `d` stopped: it ends with 0, and its log's one ERROR line says that plugin code changed
+/// `changes`, found when `who` returned (and put back); the log.
+fn stopped_after_one_put_back(d: Daemon, who: &str, changes: &str) -> String {
+    let (status, _, log, _dir) = d.stop_with_log(Duration::from_secs(10));
+    assert_eq!(status.code(), Some(0), "{status:?} {log}");
+    assert_one_error_ending(&log, &restored_line(who, changes));
+    log
+}
+
+/// `d` once plugin code has ended it (its log has `cue`), `caller` with it: the daemon ended
+/// with 70, and its log's one ERROR line ends with `line`; the log.
+fn ended_by_plugin_code(
+    d: Daemon,
+    caller: std::thread::JoinHandle<()>,
+    cue: &str,
+    line: &str,
+) -> String {
+    d.wait_for_log(cue);
+    let (status, _, log, _dir) = d.stop_with_log(Duration::from_secs(10));
+    caller.join().unwrap();
+    assert_eq!(status.code(), Some(70), "{status:?} {log}");
+    assert_one_error_ending(&log, line);
+    log
+}
+
 /// What the kernel says `signal`'s disposition in process `pid` is: `ignored`, `caught` or
 /// `default` (from the SigIgn and SigCgt masks of /proc/PID/status).
 fn disposition(pid: u32, signal: libc::c_int) -> &'static str {
@@ -426,10 +468,8 @@ fn disposition(pid: u32, signal: libc::c_int) -> &'static str {
 /// A daemon with the unruly plugin beside the workspace plugin, and a session that may use
 /// both.
 fn unruly_daemon(env: &[(&str, &str)]) -> (Daemon, String) {
-    let dir = tempfile::tempdir().unwrap();
-    let mut cmd = Daemon::serve_command(&dir, WS);
+    let (dir, mut cmd) = serve_with_unruly();
     cmd.envs(env.iter().copied());
-    add_unruly(&dir.path().join("plugins"));
     let d = Daemon::spawn(dir, cmd);
     let token = d.session(
         "ep1",
@@ -491,16 +531,10 @@ fn a_connection_accepted_onto_descriptor_2_while_plugin_code_had_it_closed_is_le
         assert!(got.starts_with("HTTP/1.1 200 "), "{got:?}");
         assert!(got.contains(r#""status":"ok""#), "{got:?}");
     }
-    let (status, _, log, _dir) = d.stop_with_log(Duration::from_secs(10));
-    assert_eq!(status.code(), Some(0), "{log}");
-    let said = errors(&log);
-    assert_eq!(said.len(), 1, "{log}");
-    assert!(
-        said[0].ends_with(&restored_line(
-            "plugin unruly's execute (Unruly.Process)",
-            "descriptor 2 (stderr) was closed or replaced, and a socket holds its number now (a connection accepted meanwhile, as a rule); it is left as it is, and the log goes to its own copy"
-        )),
-        "{log}"
+    let log = stopped_after_one_put_back(
+        d,
+        "plugin unruly's execute (Unruly.Process)",
+        "descriptor 2 (stderr) was closed or replaced, and a socket holds its number now (a connection accepted meanwhile, as a rule); it is left as it is, and the log goes to its own copy",
     );
     assert!(
         !log.contains("HTTP/1.1"),
@@ -541,16 +575,10 @@ fn after_plugin_code_closes_stderr_a_new_connection_never_receives_log_text_and_
         ),
     }
     drop(idle);
-    let (status, _, log, _dir) = d.stop_with_log(Duration::from_secs(10));
-    assert_eq!(status.code(), Some(0), "{log}");
-    let said = errors(&log);
-    assert_eq!(said.len(), 1, "{log}");
-    assert!(
-        said[0].ends_with(&restored_line(
-            "plugin unruly's execute (Unruly.Process)",
-            "descriptor 2 (stderr) was closed"
-        )),
-        "{log}"
+    let log = stopped_after_one_put_back(
+        d,
+        "plugin unruly's execute (Unruly.Process)",
+        "descriptor 2 (stderr) was closed",
     );
     // Every call after it is in the log on the daemon's stderr.
     assert_eq!(
@@ -577,16 +605,10 @@ fn sigchld_ignored_or_caught_by_plugin_code_is_put_back_to_default_and_the_plugi
         misbehave(&d, &token, what);
         assert_eq!(disposition(pid, libc::SIGCHLD), "default", "{what}");
         read_answers(&d, &token, "hello\n");
-        let (status, _, log, _dir) = d.stop_with_log(Duration::from_secs(10));
-        assert_eq!(status.code(), Some(0), "{log}");
-        let said = errors(&log);
-        assert_eq!(said.len(), 1, "{log}");
-        assert!(
-            said[0].ends_with(&restored_line(
-                "plugin unruly's execute (Unruly.Process)",
-                &format!("SIGCHLD was set to {set_to}, which makes the daemon's waits for its children (git, ailang) fail with ECHILD")
-            )),
-            "{log}"
+        stopped_after_one_put_back(
+            d,
+            "plugin unruly's execute (Unruly.Process)",
+            &format!("SIGCHLD was set to {set_to}, which makes the daemon's waits for its children (git, ailang) fail with ECHILD"),
         );
     }
 }
@@ -599,16 +621,10 @@ fn sigchld_ignored_while_a_plugin_library_loads_is_put_back_and_the_library_name
     let (d, _token) = unruly_daemon(&[("WORLDD_UNRULY_MANIFEST", "sigchld")]);
     let lib = d.plugin_dir().join(unruly_library().file_name().unwrap());
     assert_eq!(disposition(d.child.id(), libc::SIGCHLD), "default");
-    let (status, _, log, _dir) = d.stop_with_log(Duration::from_secs(10));
-    assert_eq!(status.code(), Some(0), "{log}");
-    let said = errors(&log);
-    assert_eq!(said.len(), 1, "{log}");
-    assert!(
-        said[0].ends_with(&restored_line(
-            &format!("the initialisers and manifest of the plugin library {}", lib.display()),
-            "SIGCHLD was set to ignored (SIG_IGN), which makes the daemon's waits for its children (git, ailang) fail with ECHILD"
-        )),
-        "{log}"
+    stopped_after_one_put_back(
+        d,
+        &format!("the initialisers and manifest of the plugin library {}", lib.display()),
+        "SIGCHLD was set to ignored (SIG_IGN), which makes the daemon's waits for its children (git, ailang) fail with ECHILD",
     );
 }
 
@@ -622,16 +638,10 @@ fn sigpipe_set_to_default_by_plugin_code_is_ignored_again_and_the_plugin_named()
     assert_eq!(disposition(pid, libc::SIGPIPE), "ignored");
     misbehave(&d, &token, "sigpipe-default");
     assert_eq!(disposition(pid, libc::SIGPIPE), "ignored");
-    let (status, _, log, _dir) = d.stop_with_log(Duration::from_secs(10));
-    assert_eq!(status.code(), Some(0), "{log}");
-    let said = errors(&log);
-    assert_eq!(said.len(), 1, "{log}");
-    assert!(
-        said[0].ends_with(&restored_line(
-            "plugin unruly's execute (Unruly.Process)",
-            "SIGPIPE was set to its default action (SIG_DFL), which ends the daemon without a word on a write to a closed pipe"
-        )),
-        "{log}"
+    stopped_after_one_put_back(
+        d,
+        "plugin unruly's execute (Unruly.Process)",
+        "SIGPIPE was set to its default action (SIG_DFL), which ends the daemon without a word on a write to a closed pipe",
     );
 }
 
@@ -643,16 +653,10 @@ fn sigterm_reset_by_plugin_code_still_drains_the_daemon() {
     let (d, token) = unruly_daemon(&[]);
     misbehave(&d, &token, "sigterm-default");
     assert_eq!(disposition(d.child.id(), libc::SIGTERM), "caught");
-    let (status, _, log, _dir) = d.stop_with_log(Duration::from_secs(10));
-    assert_eq!(status.code(), Some(0), "{status:?} {log}");
-    let said = errors(&log);
-    assert_eq!(said.len(), 1, "{log}");
-    assert!(
-        said[0].ends_with(&restored_line(
-            "plugin unruly's execute (Unruly.Process)",
-            "SIGTERM was set to its default action (SIG_DFL)"
-        )),
-        "{log}"
+    stopped_after_one_put_back(
+        d,
+        "plugin unruly's execute (Unruly.Process)",
+        "SIGTERM was set to its default action (SIG_DFL)",
     );
 }
 
@@ -662,26 +666,12 @@ fn sigterm_reset_by_plugin_code_still_drains_the_daemon() {
 #[test]
 fn quick_exit_called_by_plugin_code_is_said_and_ends_the_daemon_with_70() {
     let (d, token) = unruly_daemon(&[]);
-    let url = d.url("/mcp/");
-    let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
-                      "params": {"name": "unruly-process", "arguments": {"what": "quick-exit"}}});
-    let caller = std::thread::spawn(move || {
-        let _ = ureq::post(&url)
-            .set("Authorization", &format!("Bearer {token}"))
-            .set("Accept", "application/json, text/event-stream")
-            .set("MCP-Protocol-Version", "2025-11-25")
-            .set("Content-Type", "application/json")
-            .send_bytes(&serde_json::to_vec(&body).unwrap());
-    });
-    d.wait_for_log("quick_exit() was called by plugin code");
-    let (status, _, log, _dir) = d.stop_with_log(Duration::from_secs(10));
-    caller.join().unwrap();
-    assert_eq!(status.code(), Some(70), "{status:?} {log}");
-    let said = errors(&log);
-    assert_eq!(said.len(), 1, "{log}");
-    assert!(
-        said[0].ends_with(" ERROR quick_exit() was called by plugin code or a library while the daemon served; the daemon did not choose to stop, so it ends with status 70"),
-        "{log}"
+    let caller = call_unanswered(&d, token, "unruly-process", json!({"what": "quick-exit"}));
+    ended_by_plugin_code(
+        d,
+        caller,
+        "quick_exit() was called by plugin code",
+        " ERROR quick_exit() was called by plugin code or a library while the daemon served; the daemon did not choose to stop, so it ends with status 70",
     );
 }
 
@@ -691,9 +681,7 @@ fn quick_exit_called_by_plugin_code_is_said_and_ends_the_daemon_with_70() {
 /// print it escaped, on one line.
 #[test]
 fn a_plugins_decline_text_is_one_line_in_tools_list_and_in_the_log() {
-    let dir = tempfile::tempdir().unwrap();
-    let mut cmd = Daemon::serve_command(&dir, WS);
-    add_unruly(&dir.path().join("plugins"));
+    let (dir, mut cmd) = serve_with_unruly();
     cmd.arg("--plugin-config")
         .arg("unruly.declineWith=\u{1b}[31mRED \u{202e}evil\nplugin x did not start: forged\u{2028}third");
     let d = Daemon::spawn(dir, cmd);
