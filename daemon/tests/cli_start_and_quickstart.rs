@@ -478,3 +478,98 @@ fn quickstart_takes_its_configs_bind_and_refuses_a_store_it_would_not_use() {
     let (code, shown) = quickstart("");
     assert_eq!(code, 0, "{shown}");
 }
+
+/// What `serve` refuses of a plugin `stateDir` (inside the workspace root, or held by another
+/// daemon) quickstart's plugin trial did not: it minted, printed the client configuration and
+/// then failed to serve. It is refused before anything is made; and a `[serve] db` naming
+/// quickstart's own store as `./DIR/db` or its absolute path is the same store, not refused.
+#[test]
+fn quickstart_refuses_a_state_dir_serve_would_and_takes_its_own_store_however_spelt() {
+    let dir = tempfile::tempdir().unwrap();
+    let world = dir.path().join("w");
+    let plugins = plugin_dir_with(dir.path(), &["worldd_git"]);
+    let inside = world.join("worktrees/state");
+    let (code, shown) = at_terminal(
+        &format!(
+            "{WORLDD} quickstart --dir {} --print-only --bind 127.0.0.1:7999 --plugin-dir {} --plugin-config git.stateDir={}",
+            world.display(),
+            plugins.display(),
+            inside.display()
+        ),
+        b"y\n",
+    );
+    assert_eq!(code, 2, "{shown}");
+    assert!(
+        shown.contains(&format!(
+            "worldd: daemon startup failed at config: [plugins.git] stateDir {} overlaps the workspace root ",
+            inside.display()
+        )),
+        "{shown}"
+    );
+    assert!(!world.exists(), "{shown}");
+
+    let config = dir.path().join("world.toml");
+    for db in [
+        "./w/db".to_owned(),
+        format!("{}/w/db", dir.path().display()),
+    ] {
+        std::fs::write(&config, format!("[serve]\ndb = \"{db}\"\n")).unwrap();
+        let mut child = std::process::Command::new("script")
+            .args([
+                "-qec",
+                &format!(
+                    "{WORLDD} quickstart --dir w --print-only --bind 127.0.0.1:7999 --plugin-dir {} --config {}",
+                    plugins.display(),
+                    config.display()
+                ),
+                "/dev/null",
+            ])
+            .current_dir(dir.path())
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        child.stdin.take().unwrap().write_all(b"y\n").unwrap();
+        let out = child.wait_with_output().unwrap();
+        let shown = String::from_utf8_lossy(&out.stdout);
+        assert_eq!(out.status.code(), Some(0), "{db}: {shown}");
+        std::fs::remove_dir_all(&world).unwrap();
+    }
+}
+
+/// Budgets belong to the episode: quickstart run again after its credential expired (or was
+/// removed) minted the se-tools grants at `--budget` for an episode that had spent more, a
+/// credential dead on arrival. It says so before the question, as `session mint` does.
+#[test]
+fn quickstart_warns_of_a_budget_the_episode_has_already_spent_before_its_question() {
+    let d = Daemon::start(&["worldd_workspace"], &[]);
+    let token = d.session("demo", &["Workspace.Read=worktree:5"]);
+    std::fs::write(d.root().join("demo/a.txt"), "a").unwrap();
+    for i in 0..3 {
+        let v = a2a(
+            &d,
+            &token,
+            &format!("r{i}"),
+            "ailang-read",
+            serde_json::json!({"path": "a.txt"}),
+        );
+        assert!(v.get("result").is_some(), "{v}");
+    }
+    let dir = d.halt();
+    let (code, shown) = at_terminal(
+        &format!(
+            "{WORLDD} quickstart --dir {} --print-only --bind 127.0.0.1:7999 --budget 2",
+            dir.path().display()
+        ),
+        b"n\n",
+    );
+    assert_eq!(code, 1, "{shown}");
+    let before = &shown[..shown
+        .find("Confirm mint")
+        .unwrap_or_else(|| panic!("{shown}"))];
+    assert!(
+        before.contains("worldd session: warning: --grant Workspace.Read=worktree:2: episode demo has already spent 3 of Workspace.Read@worktree, so this budget of 2 leaves it none"),
+        "{shown}"
+    );
+}

@@ -524,6 +524,14 @@ fn a_config_files_tilde_or_variable_in_a_path_is_refused_not_made_into_a_directo
             "[serve]\ndb = \"${STATE}/db\"\n",
             r#"[serve] db "${STATE}/db": a config file's paths are not expanded as a shell would (`$` names no variable here); write the path in full"#,
         ),
+        (
+            "[serve]\nplugin_dir = \"~/plugins\"\n",
+            r#"[serve] plugin_dir "~/plugins": a config file's paths are not expanded as a shell would (`~` is a directory named ~ here); write the path in full"#,
+        ),
+        (
+            "[plugins.git]\nstateDir = \"$STATE/git\"\n",
+            r#"[plugins.git] stateDir "$STATE/git": a config file's paths are not expanded as a shell would (`$` names no variable here); write the path in full"#,
+        ),
     ] {
         let r = refused_with_config(dir.path(), text);
         assert_eq!(r.code, Some(2), "{}", r.stderr);
@@ -533,6 +541,17 @@ fn a_config_files_tilde_or_variable_in_a_path_is_refused_not_made_into_a_directo
         );
         assert_eq!(names_in(dir.path()), ["world.toml"], "{text}");
     }
+    // A flag no shell expanded (a service manager's command line): the same.
+    let r = refused_start(
+        &["--db", "~/worldd/db", "--bind", "127.0.0.1:0"],
+        dir.path(),
+    );
+    assert_eq!(r.code, Some(2), "{}", r.stderr);
+    assert_eq!(
+        r.line,
+        r#"worldd: daemon startup failed at config: --db "~/worldd/db": no shell expanded this path (`~` is a directory named ~ here: a service manager's command line, or a quoted argument); write the path in full"#
+    );
+    assert_eq!(names_in(dir.path()), ["world.toml"]);
 }
 
 /// A relative `plugin_dir` the daemon could not read was said as `plugin plugins: cannot read
@@ -598,6 +617,36 @@ fn two_daemons_given_one_plugin_state_dir_are_refused_the_second() {
         )
     );
     assert_eq!(get(&first.url("/v1/health"), None).status, 200);
+    // A daemon's default stateDir (in its store) is held too: another daemon's config may
+    // name it as its own.
+    std::fs::write(
+        &config,
+        "[plugins.git]\nauthor = \"Ops <ops@example.com>\"\n",
+    )
+    .unwrap();
+    let mut third = start("3");
+    third.stdout(Stdio::piped()).stderr(Stdio::piped());
+    let _third = Daemon::spawn(tempfile::tempdir().unwrap(), third);
+    let default = dir.path().join("db3/plugin-state/git");
+    assert!(default.is_dir());
+    std::fs::write(
+        &config,
+        format!(
+            "[plugins.git]\nstateDir = \"{}\"\nauthor = \"Ops <ops@example.com>\"\n",
+            default.display()
+        ),
+    )
+    .unwrap();
+    let out = run_to_exit(&mut start("4"), Duration::from_secs(30));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.lines().last().unwrap().starts_with(&format!(
+            "worldd: daemon startup failed at plugins: [plugins.git] stateDir {} is in use by another worldd",
+            default.display()
+        )),
+        "{err}"
+    );
 }
 
 /// A plugin `stateDir` inside the workspace root (or above it) started without a word, and the

@@ -54,7 +54,13 @@ pub fn run(mut a: QuickstartArgs) -> CliResult {
             a.dir.join("worktrees"),
         ),
     ] {
-        if let Some(given) = given.filter(|given| *given != ours) {
+        // Compared as resolved: `./.world/db` or its absolute path name what `.world/db` does.
+        let resolved = |p: &Path| {
+            p.canonicalize()
+                .or_else(|_| std::path::absolute(p))
+                .unwrap_or_else(|_| p.to_path_buf())
+        };
+        if let Some(given) = given.filter(|given| resolved(given) != resolved(&ours)) {
             return Err(Failure::usage(format!(
                 "[serve] {key} = {:?} in --config: quickstart keeps its world in --dir ({} here); remove the key, give the --dir that holds it, or run `worldd serve --config` for that store",
                 given.display().to_string(),

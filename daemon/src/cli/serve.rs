@@ -299,6 +299,16 @@ pub fn plugin_options(args: &PluginArgs, file: &ConfigFile) -> Result<PluginOpti
         configs.insert(name.clone(), serde_json::Value::Object(value));
     }
     plugin_config::apply(&mut configs, args.overrides()?);
+    for (name, config) in &configs {
+        if let Some(dir) = config.get("stateDir").and_then(serde_json::Value::as_str) {
+            unexpanded(dir, &format!("[plugins.{name}] stateDir"))?;
+        }
+    }
+    match (&args.plugin_dir, &file.serve.plugin_dir) {
+        (Some(dir), _) => unexpanded(&dir.to_string_lossy(), "--plugin-dir")?,
+        (None, Some(dir)) => unexpanded(&dir.to_string_lossy(), "[serve] plugin_dir")?,
+        (None, None) => {}
+    }
     Ok(PluginOptions {
         dir: args
             .plugin_dir
@@ -389,7 +399,12 @@ pub fn check_settings(a: &ServeArgs) -> CliResult {
 pub fn try_plugins(a: &ServeArgs) -> CliResult {
     let file = read_config(&a.plugins.config).map_err(|e| startup("config", e))?;
     let mut opts = plugin_options(&a.plugins, &file).map_err(|e| startup("config", e))?;
-    opts.limits = Settings::resolve(a, &file)?.limits;
+    let settings = Settings::resolve(a, &file)?;
+    opts.limits = settings.limits.clone();
+    // What `serve` refuses of a `stateDir` the operator set, refused now too: inside the
+    // workspace root, or held by another daemon.
+    refuse_state_dir_in_workspace(&opts, &settings.workspace_root)?;
+    let _held = lock_state_dirs(&opts, &[])?;
     let scratch = tempfile::Builder::new()
         .prefix("worldd-quickstart-")
         .tempdir()
@@ -492,7 +507,12 @@ pub fn run_with(a: ServeArgs, launch: Launch) -> CliResult {
         opts.metrics = metrics.clone();
         refuse_state_dir_in_workspace(&opts, &root_at)?;
         let set = load_plugins(&mut opts, &store, &db_at)?;
-        let state_locks = lock_state_dirs(&opts)?;
+        let started: Vec<String> = set
+            .plugins
+            .iter()
+            .map(|p| p.manifest.name.clone())
+            .collect();
+        let state_locks = lock_state_dirs(&opts, &started)?;
         crate::descriptors::keep_from_programs();
         Ok((store, (lock, root_lock, state_locks), set))
     })();
@@ -784,8 +804,8 @@ impl Settings {
 
 /// A store or workspace root path the daemon can hand on: plugins are told paths as text, so
 /// one that is not UTF-8 (here or in the directory it is relative to) would send them to
-/// another directory; and a config file's `~` or `$VAR`, which no shell expanded, would make a
-/// new, empty world in a directory of that name.
+/// another directory; and a `~` or `$VAR` no shell expanded ([`unexpanded`]) would make a new,
+/// empty world in a directory of that name.
 fn checked_path(path: &Path, key: &str) -> Result<(), Failure> {
     let whole = std::path::absolute(path).unwrap_or_else(|_| path.to_owned());
     if whole.to_str().is_none() {
@@ -797,26 +817,38 @@ fn checked_path(path: &Path, key: &str) -> Result<(), Failure> {
             ),
         ));
     }
-    if key.starts_with('[') {
-        let text = path.to_string_lossy();
-        let tilde = text.starts_with('~');
-        let variable = text.match_indices('$').any(|(at, _)| {
-            text[at + 1..]
-                .chars()
-                .next()
-                .is_some_and(|c| c == '{' || c == '_' || c.is_ascii_alphabetic())
-        });
-        if tilde || variable {
-            return Err(startup(
-                "config",
-                format!(
-                    "{key} {text:?}: a config file's paths are not expanded as a shell would ({}); write the path in full",
-                    if tilde { "`~` is a directory named ~ here" } else { "`$` names no variable here" }
-                ),
-            ));
-        }
+    unexpanded(&path.to_string_lossy(), key).map_err(|e| startup("config", e))
+}
+
+/// A path that holds what a shell would have expanded, `~` first or `$VAR`, refused: no shell
+/// read it (a config file, or a service manager's command line), and it would name a directory
+/// called `~` or `$HOME` (a new, empty world; plugin state nobody finds). `key` names where it
+/// was given.
+fn unexpanded(text: &str, key: &str) -> Result<(), String> {
+    let tilde = text.starts_with('~');
+    let variable = text.match_indices('$').any(|(at, _)| {
+        text[at + 1..]
+            .chars()
+            .next()
+            .is_some_and(|c| c == '{' || c == '_' || c.is_ascii_alphabetic())
+    });
+    if !tilde && !variable {
+        return Ok(());
     }
-    Ok(())
+    let what = if tilde {
+        "`~` is a directory named ~ here"
+    } else {
+        "`$` names no variable here"
+    };
+    Err(if key.starts_with('[') {
+        format!(
+            "{key} {text:?}: a config file's paths are not expanded as a shell would ({what}); write the path in full"
+        )
+    } else {
+        format!(
+            "{key} {text:?}: no shell expanded this path ({what}: a service manager's command line, or a quoted argument); write the path in full"
+        )
+    })
 }
 
 /// The workspace root made, and the store opened outside it: each refused when another user
@@ -1306,15 +1338,30 @@ fn workspace_lock(root: &std::path::Path) -> Result<Option<std::fs::File>, Failu
 /// plugin that started: the default (`<db>/plugin-state/NAME`) is the store's, one daemon's, but
 /// one absolute path in a config file two daemons share would have both keep their episodes'
 /// files there by episode name, and the calls of same-named episodes fail at random.
-fn lock_state_dirs(opts: &PluginOptions) -> Result<Vec<std::fs::File>, Failure> {
+fn lock_state_dirs(
+    opts: &PluginOptions,
+    started: &[String],
+) -> Result<Vec<std::fs::File>, Failure> {
     let mut held = Vec::new();
-    for (name, config) in &opts.configs {
-        let Some(dir) = config.get("stateDir").and_then(serde_json::Value::as_str) else {
-            continue;
-        };
-        if !opts.is_selected(name) {
-            continue;
-        }
+    let set: Vec<(&str, String)> = opts
+        .configs
+        .iter()
+        .filter(|(name, _)| opts.is_selected(name))
+        .filter_map(|(name, config)| {
+            let dir = config.get("stateDir").and_then(serde_json::Value::as_str)?;
+            Some((name.as_str(), dir.to_owned()))
+        })
+        .collect();
+    // The default, `<db>/plugin-state/NAME`, is locked too: another daemon's config may name
+    // it as its own stateDir.
+    let defaults = started.iter().filter_map(|name| {
+        let root = opts.state_root.as_ref()?;
+        (!set.iter().any(|(n, _)| n == name))
+            .then(|| (name.as_str(), root.join(name).display().to_string()))
+    });
+    let all: Vec<(&str, String)> = set.iter().cloned().chain(defaults).collect();
+    for (name, dir) in &all {
+        let (name, dir) = (*name, dir.as_str());
         // A plugin that declined or keeps nothing there may not have made it.
         let Ok(file) = std::fs::File::open(dir) else {
             continue;

@@ -538,6 +538,7 @@ impl<'a> Minting<'a> {
             Minting::check_arguments(db, episode, grants, false, DEFAULT_TTL, Some(out))?;
         if db.join("data.mdb").is_file() {
             minting.store = Some(open_existing(db)?);
+            minting.warn_of_spent_grants();
         }
         let dir = out.parent().filter(|d| !d.as_os_str().is_empty());
         if dir.is_none_or(Path::is_dir) {
