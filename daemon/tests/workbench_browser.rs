@@ -2143,6 +2143,21 @@ fn wait_long<T>(
     }
 }
 
+/// A probe for [`Browser::wait_for`] and [`wait_long`]: whether the live indicator says
+/// `state` (`live`, `reconnecting…`, `disconnected`).
+fn live_says(state: &str) -> impl Fn(&Browser) -> Option<()> + '_ {
+    move |b| (b.text_of("#live").as_deref() == Some(state)).then_some(())
+}
+
+/// A daemon whose log holds one read by ep1 (entry 1), and an operator's credential.
+fn one_read_and_an_operator() -> (Daemon, String) {
+    let d = Daemon::start(WS, &[]);
+    let ep1 = d.session("ep1", &["Workspace.Read=worktree:10"]);
+    let ops = d.operator_session("ops", &[]);
+    call_read(&d, &ep1, "a.txt");
+    (d, ops)
+}
+
 /// The rows of the timeline: `[index, the .sub line's title]` (the invocation id of a call).
 fn timeline_rows(b: &Browser) -> Value {
     b.exec(
@@ -2174,6 +2189,23 @@ fn summaries_as_rows(d_url: &str, token: &str) -> Value {
     json!(rows)
 }
 
+/// A daemon whose log holds `ep1_reads` reads by ep1, then `ep3_reads` by ep3; ep1's
+/// credential.
+fn ep1_calls_then_ep3_calls(ep1_reads: usize, ep3_reads: usize) -> (Daemon, String) {
+    let d = Daemon::start(WS, &[]);
+    let ep1 = d.session("ep1", &["Workspace.Read=worktree:10"]);
+    let ep3 = d.session("ep3", &["Workspace.Read=worktree:1000"]);
+    std::fs::write(d.root().join("ep1/a.txt"), "a\n").unwrap();
+    std::fs::write(d.root().join("ep3/b.txt"), "b\n").unwrap();
+    for _ in 0..ep1_reads {
+        call_read(&d, &ep1, "a.txt");
+    }
+    for _ in 0..ep3_reads {
+        call_read_recorded(&d, &ep3, "b.txt");
+    }
+    (d, ep1)
+}
+
 /// An agent whose calls are older than the newest 50 entries of a busy log (another episode
 /// made 560 calls since) was told "No entries you can see yet", and found its calls only after
 /// one click of Load older entries per 50 entries. The page scans back (pages of 500) until it
@@ -2187,16 +2219,8 @@ fn an_agent_whose_calls_are_older_than_the_newest_page_sees_them_not_none() {
     ) else {
         return;
     };
-    let d = Daemon::start(WS, &[]);
-    let ep1 = d.session("ep1", &["Workspace.Read=worktree:10"]);
-    let ep3 = d.session("ep3", &["Workspace.Read=worktree:1000"]);
-    std::fs::write(d.root().join("ep1/a.txt"), "a\n").unwrap();
-    std::fs::write(d.root().join("ep3/b.txt"), "b\n").unwrap();
-    call_read(&d, &ep1, "a.txt"); // 1
-    call_read(&d, &ep1, "a.txt"); // 2
-    for _ in 0..560 {
-        call_read_recorded(&d, &ep3, "b.txt"); // 3–562
-    }
+    // ep1's calls are entries 1 and 2, ep3's 3–562.
+    let (d, ep1) = ep1_calls_then_ep3_calls(2, 560);
     let base = format!("http://{}", d.addr);
     // Signed in, the timeline holds ep1's calls and the genesis, without a click.
     sign_in(&b, &base, &ep1, "#log");
@@ -2234,15 +2258,8 @@ fn the_timeline_says_none_only_once_the_whole_log_was_scanned() {
     ) else {
         return;
     };
-    let d = Daemon::start(WS, &[]);
-    let ep1 = d.session("ep1", &["Workspace.Read=worktree:10"]);
-    let ep3 = d.session("ep3", &["Workspace.Read=worktree:1000"]);
-    std::fs::write(d.root().join("ep1/a.txt"), "a\n").unwrap();
-    std::fs::write(d.root().join("ep3/b.txt"), "b\n").unwrap();
-    call_read(&d, &ep1, "a.txt"); // 1
-    for _ in 0..60 {
-        call_read_recorded(&d, &ep3, "b.txt"); // 2–61
-    }
+    // ep1's call is entry 1, ep3's 2–61.
+    let (d, ep1) = ep1_calls_then_ep3_calls(1, 60);
     let proxy = HoldProxy::start(&d.addr);
     // The newest page (12–61) holds nothing of ep1's; the scan further back is held.
     proxy.hold("/v1/log/summaries?from=", &ep1);
@@ -2312,9 +2329,10 @@ fn a_page_open_across_a_restore_from_backup_drops_the_rolled_back_log_and_reload
 
     // Stopped: the page finds nothing answering and says it is disconnected.
     let dir = d.halt();
-    b.wait_for("the page to say it is disconnected", |b| {
-        (b.text_of("#live").as_deref() == Some("disconnected")).then_some(())
-    });
+    b.wait_for(
+        "the page to say it is disconnected",
+        live_says("disconnected"),
+    );
     // Restored, as the operator's guide says, and started again on the same port.
     std::fs::remove_dir_all(dir.path().join("db")).unwrap();
     std::fs::rename(&backup, dir.path().join("db")).unwrap();
@@ -2335,9 +2353,7 @@ fn a_page_open_across_a_restore_from_backup_drops_the_rolled_back_log_and_reload
          (the store was restored from a backup?). What was loaded is dropped and the log \
          reloaded: its newest entry is #4."
     );
-    b.wait_for("the live indicator", |b| {
-        (b.text_of("#live").as_deref() == Some("live")).then_some(())
-    });
+    b.wait_for("the live indicator", live_says("live"));
     assert_eq!(timeline_rows(&b), restored);
     b.screenshot(&shots().join("workbench-restored-log.png"));
     // The new entry 4 verifies, under the summary the daemon serves now.
@@ -2383,18 +2399,13 @@ fn a_daemon_that_stops_answering_is_said_to_be_gone_and_its_links_end_as_not_ser
     ) else {
         return;
     };
-    let d = Daemon::start(WS, &[]);
-    let ep1 = d.session("ep1", &["Workspace.Read=worktree:10"]);
-    let ops = d.operator_session("ops", &[]);
-    call_read(&d, &ep1, "a.txt");
+    let (d, ops) = one_read_and_an_operator();
     let base = format!("http://{}", d.addr);
     sign_in(&b, &base, &ops, "#log");
 
     let frozen = Frozen::freeze(&d);
     b.click(&b.find("#entries a[data-index='1']"));
-    wait_long(&b, "reconnecting…", 40, |b| {
-        (b.text_of("#live").as_deref() == Some("reconnecting…")).then_some(())
-    });
+    wait_long(&b, "reconnecting…", 40, live_says("reconnecting…"));
     assert_eq!(
         b.text_of("#stream-problem").as_deref(),
         Some("The daemon sent nothing on the live log for 30 s, not even its keep-alive: reconnecting.")
@@ -2415,17 +2426,13 @@ fn a_daemon_that_stops_answering_is_said_to_be_gone_and_its_links_end_as_not_ser
             .any(|t| t.contains("not served: no answer from the daemon within 30 s")),
         "{reasons:?}"
     );
-    wait_long(&b, "disconnected", 20, |b| {
-        (b.text_of("#live").as_deref() == Some("disconnected")).then_some(())
-    });
+    wait_long(&b, "disconnected", 20, live_says("disconnected"));
     b.screenshot(&shots().join("workbench-frozen-daemon.png"));
 
     // Going on again, the daemon is followed once asked.
     drop(frozen);
     b.click(&b.find("#reconnect"));
-    b.wait_for("the live indicator", |b| {
-        (b.text_of("#live").as_deref() == Some("live")).then_some(())
-    });
+    b.wait_for("the live indicator", live_says("live"));
     b.click(&b.find("#entries a[data-index='0']"));
     b.click(&b.find("#entries a[data-index='1']"));
     assert_eq!(verdict(&b), "✓ 7 links verified");
@@ -2466,10 +2473,7 @@ fn the_not_as_verified_mark_is_shown_whole_beside_a_long_tool_name() {
     ) else {
         return;
     };
-    let d = Daemon::start(WS, &[]);
-    let ep1 = d.session("ep1", &["Workspace.Read=worktree:10"]);
-    let ops = d.operator_session("ops", &[]);
-    call_read(&d, &ep1, "a.txt");
+    let (d, ops) = one_read_and_an_operator();
     let long = format!("docs-read-{}", "x".repeat(54));
     let name = long.clone();
     let proxy = TamperProxy::rewriting(
