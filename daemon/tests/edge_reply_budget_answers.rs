@@ -239,18 +239,7 @@ fn unread_anonymous_get(d: &Daemon, path: &str, from: [u8; 4]) -> (TcpStream, St
 fn anonymous_get_from(d: &Daemon, path: &str, from: [u8; 4]) -> Answer {
     let mut s = send_get(d, path, "", Some(from), false);
     let (head, body) = read_one_answer(&mut s);
-    let status = head
-        .split_whitespace()
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .unwrap_or(0);
-    Answer {
-        status,
-        content_type: String::new(),
-        retry_after: None,
-        body,
-        fields: Vec::new(),
-    }
+    answer_of(&head, body)
 }
 
 fn reply_trips(d: &Daemon, limit: &str) -> u64 {

@@ -958,6 +958,12 @@ pub fn raw_exchange(addr: &str, bytes: &[u8]) -> Answer {
     s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
     s.write_all(bytes).unwrap();
     let (head, body) = read_one_answer(&mut s);
+    answer_of(&head, body)
+}
+
+/// The [`Answer`] of a response head (status line and fields) and its body, as
+/// [`read_one_answer`] returns them.
+pub fn answer_of(head: &str, body: Vec<u8>) -> Answer {
     let status = head
         .split_whitespace()
         .nth(1)
