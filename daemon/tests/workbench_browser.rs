@@ -2307,18 +2307,11 @@ fn a_page_open_across_a_restore_from_backup_drops_the_rolled_back_log_and_reload
     std::fs::write(d.root().join("ep1/a.txt"), "a\n").unwrap();
     call_read(&d, &ep1, "a.txt"); // 1
     let backup = d.dir.path().join("backup");
-    let out = std::process::Command::new(WORLDD)
-        .arg("backup")
-        .arg("--db")
-        .arg(d.db())
-        .arg(&backup)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    let (code, _, err) = worldd(
+        &["backup", "--db", path_str(&d.db()), path_str(&backup)],
+        None,
     );
+    assert_eq!(code, 0, "{err}");
 
     sign_in(&b, &base, &ops, "#log");
     for name in ["gone-2.txt", "gone-3.txt", "gone-4.txt"] {
