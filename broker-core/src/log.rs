@@ -749,6 +749,7 @@ fn store(
         ))
         .into());
     }
+    w.note_log_row(index, *world_ref);
     ref_tail::note(
         w,
         &[

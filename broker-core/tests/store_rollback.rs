@@ -8,6 +8,7 @@ mod common;
 
 use broker_core::capacity::Full;
 use broker_core::log::{self, LogError};
+use broker_core::object::Object;
 use broker_core::store::{Store, StoreError};
 use common::append_n;
 
@@ -93,8 +94,9 @@ fn the_watch_sees_a_data_file_rolled_back_in_place_without_a_write() {
     assert!(matches!(store.admits_client_work(), Err(Full::Replaced)));
 }
 
-/// Another process's commits move the store's last transaction on, never back: a store
-/// written beside this handle is no rolled-back one.
+/// Another process's commits move the store's last transaction on, never back, and leave the
+/// log to this handle (a `session mint` stores rows, never entries): a store written beside
+/// this handle is no rolled-back one.
 #[test]
 fn another_process_writing_the_store_is_not_taken_for_a_rollback() {
     let dir = tempfile::tempdir().unwrap();
@@ -115,18 +117,74 @@ fn another_process_writing_the_store_is_not_taken_for_a_rollback() {
     assert!(status.success());
     store.watch();
     assert!(store.admits_client_work().is_ok());
-    let c = store.write(|w| log::append(w, &append_n(3))).unwrap();
-    assert_eq!(c.entry.header.entry_index, 3);
+    let c = store.write(|w| log::append(w, &append_n(2))).unwrap();
+    assert_eq!(c.entry.header.entry_index, 2);
 }
 
 /// Not a test of its own: run by [`another_process_writing_the_store_is_not_taken_for_a_rollback`]
-/// as a child process, it appends one entry to the store it is given.
+/// as a child process, it stores an object in the store it is given (as another process
+/// writing it does: the log is the daemon's alone).
 #[test]
 fn helper_appends_to_the_store_in_env() {
     let Ok(db) = std::env::var("WORLDD_TEST_APPEND_TO") else {
         return;
     };
     let store = Store::open(std::path::Path::new(&db), Default::default()).unwrap();
-    let c = store.write(|w| log::append(w, &append_n(2))).unwrap();
-    assert_eq!(c.entry.header.entry_index, 2);
+    let object = Object::new("test/other-process", "test", b"written beside".to_vec());
+    store.write(move |w| w.put_object(&object)).unwrap();
+}
+
+/// A copy of the same store that another daemon served longer (more transactions than this
+/// handle committed, so its last transaction id is higher, not lower) put over the data file
+/// in place: its log ends at another entry than the one this handle appended last. The next
+/// write is refused before anything runs, and writes nothing.
+#[test]
+fn a_copy_served_longer_by_another_daemon_put_over_the_data_file_is_refused_as_rolled_back() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("db");
+    let store = Store::create(&db).unwrap();
+    store.write(|w| log::append(w, &append_n(1))).unwrap();
+    let db2 = dir.path().join("db2");
+    std::fs::create_dir(&db2).unwrap();
+    store
+        .copy_to(
+            &mut std::fs::File::create(db2.join("data.mdb")).unwrap(),
+            false,
+        )
+        .unwrap();
+    // The copy served by another handle for twelve entries: many more transactions.
+    let other = Store::open(&db2, Default::default()).unwrap();
+    for n in 2..=13 {
+        other.write(move |w| log::append(w, &append_n(n))).unwrap();
+    }
+    drop(other);
+    for n in 2..=4 {
+        store.write(move |w| log::append(w, &append_n(n))).unwrap();
+    }
+    let data = db.join("data.mdb");
+    std::fs::copy(db2.join("data.mdb"), &data).unwrap();
+    let copied = std::fs::read(&data).unwrap();
+
+    let err = store.write(|w| log::append(w, &append_n(5))).unwrap_err();
+    assert!(
+        matches!(err, LogError::Store(StoreError::RolledBack(_))),
+        "{err}"
+    );
+    assert_eq!(
+        err.to_string(),
+        format!(
+            "the world store {}'s data file was rolled back or written by another process while this daemon served it: nothing more is written to it; stop the daemon and run `worldd doctor` on the store",
+            db.display()
+        )
+    );
+    assert!(matches!(store.admits_client_work(), Err(Full::Replaced)));
+    // Nor a write that appends nothing.
+    let object = Object::new("test/after", "test", b"after".to_vec());
+    let err = store.write(move |w| w.put_object(&object)).unwrap_err();
+    assert!(matches!(err, StoreError::RolledBack(_)), "{err}");
+    assert_eq!(
+        std::fs::read(&data).unwrap(),
+        copied,
+        "the refused write wrote"
+    );
 }

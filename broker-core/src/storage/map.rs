@@ -86,6 +86,28 @@ impl MapLock {
         true
     }
 
+    /// The store's log no longer ends at the row this process appended last, or found when it
+    /// opened the store (`ours`): the data file was replaced by a copy that another daemon
+    /// served (its last transaction may be higher than this process's, so
+    /// [`MapLock::rolled_back`] cannot see it). Logged once and refused from then on, as a
+    /// rolled-back data file is.
+    pub(super) fn log_replaced(&self, ours: Option<super::LogTip>, found: Option<super::LogTip>) {
+        let entry = |tip: Option<super::LogTip>| match tip {
+            Some((index, _)) => format!("entry {index}"),
+            None => "no entry".to_owned(),
+        };
+        let found_is = match (found, ours) {
+            (Some((a, _)), Some((b, _))) if a == b => format!("another entry {a}"),
+            _ => entry(found),
+        };
+        let message = super::watch::log_replaced_message(&self.dir, &found_is, &entry(ours));
+        self.rolled_back
+            .store(true, std::sync::atomic::Ordering::Release);
+        if self.replaced.set(message.clone()).is_ok() {
+            tracing::error!("{message}");
+        }
+    }
+
     /// The error a write is refused with once [`MapLock::replaced`] is set.
     pub(super) fn wedged(&self) -> StoreError {
         if self.rolled_back.load(std::sync::atomic::Ordering::Acquire) {

@@ -317,6 +317,44 @@ pub struct WriteCtx<'a, 't> {
     /// This operation made its handle the appender of the content-address tail, or found it
     /// was ([`WriteCtx::claimed_tail`]).
     tail_claimed: bool,
+    /// The log row this operation appended ([`WriteCtx::note_log_row`]).
+    log_row: Option<LogTip>,
+}
+
+/// The log's newest row as its key and world ref (`None` when the row does not decode): what
+/// the writer remembers of the row it appended last, or found when the store opened, so that a
+/// data file whose log no longer ends there is seen ([`writer::Writer`]). Only this process
+/// appends to the log; other processes' commits leave it as it was.
+pub(super) type LogTip = (u64, Option<crate::object::Ref>);
+
+/// The log's newest row, read with one cursor step ([`LogTip`]).
+pub(super) fn log_tip(r: &ReadCtx<'_>) -> Result<Option<LogTip>, StoreError> {
+    Ok(crate::schema::LOG.last(r)?.map(|(index, bytes)| {
+        (
+            index,
+            crate::log_row::Row::decode(bytes).map(|row| row.world_ref),
+        )
+    }))
+}
+
+/// [`log_tip`] in a read transaction of its own; `None` too when the row cannot be read.
+pub(super) fn found_log_tip(
+    env: &Env<WithoutTls>,
+    dbs: &[RawDb],
+    state: &LayoutState,
+    map_size: usize,
+) -> Result<Option<LogTip>, StoreError> {
+    let txn = env
+        .read_txn()
+        .map_err(|e| StoreError::from_heed(e, map_size))?;
+    let ctx = ReadCtx {
+        txn: &txn,
+        dbs,
+        state,
+        map_size,
+        tail_claimed: false,
+    };
+    Ok(log_tip(&ctx).ok().flatten())
 }
 
 /// A row an operation stored anew: its key in the content-address index, its sequence number
@@ -372,7 +410,18 @@ impl<'a, 't> WriteCtx<'a, 't> {
             map_size,
             fresh: Vec::new(),
             tail_claimed: false,
+            log_row: None,
         }
+    }
+
+    /// Remember that this operation appended the log row `index`, holding `world_ref`.
+    pub(crate) fn note_log_row(&mut self, index: u64, world_ref: crate::object::Ref) {
+        self.log_row = Some((index, Some(world_ref)));
+    }
+
+    /// The log row this operation appended, if it appended one.
+    pub(super) fn log_row(&self) -> Option<LogTip> {
+        self.log_row
     }
 
     /// The layout's state of this store, if it is a `T`.
@@ -1112,6 +1161,10 @@ impl Store {
         let follow_wait = writer::follow_wait();
         let resident = resident::budget();
         let state = (layout.state)();
+        // Read once here: the writer compares the log's newest row with it when another
+        // process committed last. A store without a log, or one whose newest row cannot be
+        // read, is remembered as having none (such a read fails again where it matters).
+        let log_tip = found_log_tip(&env, &dbs, &state, map_size)?;
         let writer = spawn_writer(
             Writer {
                 env: env.clone(),
@@ -1126,6 +1179,7 @@ impl Store {
                 observer: observer.clone(),
                 follow_wait: follow_wait.clone(),
                 resident: resident.clone(),
+                log_tip: std::cell::Cell::new(log_tip),
             },
             receiver,
         )?;

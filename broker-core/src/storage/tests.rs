@@ -46,6 +46,9 @@ fn writer_of(inner: &Inner) -> Writer {
         observer: inner.observer.clone(),
         follow_wait: inner.follow_wait.clone(),
         resident: inner.resident.clone(),
+        log_tip: std::cell::Cell::new(
+            super::found_log_tip(&inner.env, &inner.dbs, &inner.state, inner.map_size).unwrap(),
+        ),
     }
 }
 

@@ -164,6 +164,15 @@ pub(super) fn rolled_back_message(dir: &Path, now: usize, ours: usize) -> String
     )
 }
 
+/// The error logged once when the store's log no longer ends at the row this process appended
+/// last (`ours`: "entry 5"), but at `found` ([`super::map::MapLock::log_replaced`]).
+pub(super) fn log_replaced_message(dir: &Path, found: &str, ours: &str) -> String {
+    format!(
+        "the store {}'s data file was rolled back or written by another process while this daemon served it (its log now ends at {found}, where this daemon had appended {ours} last and nothing else appends to it: a copy of the store that another daemon served put over it?): it refuses new calls and writes nothing more, since what it wrote would go over a store that no longer holds what it acknowledged; stop it, run `worldd doctor` on the store, and start it again",
+        dir.display()
+    )
+}
+
 /// The warning logged when `n` stale reader slots were cleared.
 pub(super) fn stale_readers_message(dir: &Path, n: usize) -> String {
     format!(

@@ -162,11 +162,15 @@ where
         .map_err(|e| StoreError::from_heed(e, map_size))?;
     let mut inner = WriteCtx::new(&mut nested, dbs, state, env, map_size);
     let result = guarded(|| op(&mut inner));
+    let log_row = inner.log_row();
     match result {
         Ok(v) => {
             nested
                 .commit()
                 .map_err(|e| StoreError::from_heed(e, map_size))?;
+            if let Some((index, Some(world_ref))) = log_row {
+                ctx.note_log_row(index, world_ref);
+            }
             Ok(v)
         }
         Err(e) => {
@@ -190,6 +194,9 @@ pub(super) struct Writer {
     pub(super) observer: ObserverSlot,
     pub(super) follow_wait: FollowWait,
     pub(super) resident: resident::Budget,
+    /// The log's newest row as this writer appended it last, or as the store held it when
+    /// opened ([`super::LogTip`]).
+    pub(super) log_tip: std::cell::Cell<Option<super::LogTip>>,
 }
 
 impl Writer {
@@ -331,13 +338,39 @@ impl Writer {
             batch.iter_mut().for_each(|job| job.fail(&err));
             return Ok(false);
         }
+        // Another transaction than this writer's came last: a second process's (a session
+        // mint), which leaves the log alone, or a copy put over the data file that another
+        // daemon served longer (a higher id than ours). Only this process appends to the log,
+        // so its newest row tells them apart; the common case (ours came last) reads nothing.
+        let now = env.info().last_txn_id;
+        if now != self.map.ours.load(Ordering::Acquire) {
+            let ctx = WriteCtx::new(&mut held.txn, dbs, state, env, map_size);
+            match super::log_tip(&ctx.reader()) {
+                Ok(found) if found == self.log_tip.get() => {
+                    self.map.ours.fetch_max(now, Ordering::AcqRel);
+                }
+                Ok(found) => {
+                    self.map.log_replaced(self.log_tip.get(), found);
+                    let Held { txn, _shared } = held;
+                    txn.abort();
+                    drop(_shared);
+                    let err = self.map.wedged();
+                    batch.iter_mut().for_each(|job| job.fail(&err));
+                    return Ok(false);
+                }
+                // Unreadable: the operations meet it themselves and say so.
+                Err(_) => {}
+            }
+        }
         let mut failed = None;
+        let mut appended = None;
         for (i, job) in batch.iter_mut().enumerate() {
             let mut ctx = WriteCtx::new(&mut held.txn, dbs, state, env, map_size);
             if !job.run(&mut ctx) {
                 failed = Some(i);
                 break;
             }
+            appended = ctx.log_row().or(appended);
         }
         if let Some(failed) = failed {
             // The aborted transaction's shared hold ends before the next one is taken.
@@ -357,10 +390,13 @@ impl Writer {
                     return Ok(false);
                 }
             };
+            appended = None;
             for (i, job) in batch.iter_mut().enumerate() {
                 if i != failed {
                     let mut ctx = WriteCtx::new(&mut held.txn, dbs, state, env, map_size);
-                    if !job.run_nested(&mut ctx) {
+                    if job.run_nested(&mut ctx) {
+                        appended = ctx.log_row().or(appended);
+                    } else {
                         (self.ended)(state, Ended::Undone);
                     }
                 }
@@ -371,7 +407,12 @@ impl Writer {
         let outcome = txn.commit().map_err(|e| self.map.write_error(e, map_size));
         drop(_shared);
         let ended = match outcome {
-            Ok(()) => Ended::Committed,
+            Ok(()) => {
+                if appended.is_some() {
+                    self.log_tip.set(appended);
+                }
+                Ended::Committed
+            }
             Err(_) => Ended::Undone,
         };
         (self.ended)(state, ended);
