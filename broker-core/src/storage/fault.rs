@@ -12,7 +12,7 @@
 //! The handler only loads atomics and calls `write`, `sigaction` and the previous handler,
 //! which is what a signal handler may do.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicI32, AtomicUsize, Ordering};
 use std::sync::OnceLock;
 
 /// Maps noted at once: a process opens its store, and at most a few others (a backup's copy,
@@ -26,24 +26,32 @@ const PAST_THE_END: usize = (1 << 16) + 4096;
 struct Slot {
     start: AtomicUsize,
     end: AtomicUsize,
+    /// The mapped file, held open by the [`Noted`] (-1: none): a SIGBUS is a read past the
+    /// file's end, and the handler asks the file's size (fstat) to tell a file cut short under
+    /// the map (a copy put over it) from a page that points past a whole file's end.
+    fd: AtomicI32,
+    /// Bytes of the file the store used at its last measure ([`Noted::used`]).
+    used: AtomicUsize,
 }
 
 #[allow(clippy::declare_interior_mutable_const)]
 const FREE: Slot = Slot {
     start: AtomicUsize::new(0),
     end: AtomicUsize::new(0),
+    fd: AtomicI32::new(-1),
+    used: AtomicUsize::new(0),
 };
 
 static MAPS: [Slot; SLOTS] = [FREE; SLOTS];
 
 /// A noted map; dropping it forgets the map (the environment closed).
 #[derive(Debug)]
-pub(super) struct Noted(Option<usize>);
+pub(super) struct Noted(Option<usize>, Option<std::fs::File>);
 
 /// Note the map `[start, start + len)`; `None` (not found) notes nothing.
 pub(super) fn note(map: Option<(usize, usize)>) -> Noted {
     let Some((start, len)) = map.filter(|(start, len)| *start != 0 && *len != 0) else {
-        return Noted(None);
+        return Noted(None, None);
     };
     for (i, slot) in MAPS.iter().enumerate() {
         if slot
@@ -52,13 +60,31 @@ pub(super) fn note(map: Option<(usize, usize)>) -> Noted {
             .is_ok()
         {
             slot.end.store(start.saturating_add(len), Ordering::Release);
-            return Noted(Some(i));
+            return Noted(Some(i), None);
         }
     }
-    Noted(None)
+    Noted(None, None)
 }
 
 impl Noted {
+    /// Hold `file` (the mapped file, opened again) for the handler to ask its size.
+    pub(super) fn of_file(mut self, file: Option<std::fs::File>) -> Noted {
+        use std::os::fd::AsRawFd;
+        if let (Some(i), Some(file)) = (self.0, &file) {
+            MAPS[i].fd.store(file.as_raw_fd(), Ordering::Release);
+        }
+        self.1 = file;
+        self
+    }
+
+    /// The store now uses the file's first `bytes`.
+    pub(super) fn used(&self, bytes: u64) {
+        if let Some(i) = self.0 {
+            let bytes = usize::try_from(bytes).unwrap_or(usize::MAX);
+            MAPS[i].used.store(bytes, Ordering::Release);
+        }
+    }
+
     /// The map moved (it was remapped at another size); `None`: not found where it went.
     pub(super) fn moved(&self, map: Option<(usize, usize)>) {
         if let Some(i) = self.0 {
@@ -76,6 +102,9 @@ impl Noted {
 impl Drop for Noted {
     fn drop(&mut self) {
         if let Some(i) = self.0 {
+            // Before the file closes (fields drop after this).
+            MAPS[i].fd.store(-1, Ordering::Release);
+            MAPS[i].used.store(0, Ordering::Release);
             MAPS[i].end.store(0, Ordering::Release);
             MAPS[i].start.store(0, Ordering::Release);
         }
@@ -83,12 +112,40 @@ impl Drop for Noted {
 }
 
 /// Whether `addr` lies inside a noted map or just past its end.
+#[cfg(test)]
 fn in_a_store_map(addr: usize) -> bool {
-    MAPS.iter().any(|slot| {
+    store_map_of(addr).is_some()
+}
+
+/// The noted map `addr` lies inside or just past the end of.
+fn store_map_of(addr: usize) -> Option<&'static Slot> {
+    MAPS.iter().find(|slot| {
         let start = slot.start.load(Ordering::Acquire);
         let end = slot.end.load(Ordering::Acquire);
         start != 0 && end > start && addr >= start && addr < end.saturating_add(PAST_THE_END)
     })
+}
+
+/// Whether the file mapped by `slot` changed under the map where `addr` read it: it is now
+/// shorter than the part the store used, or it now reaches past `addr` (a read past a file's
+/// end raises SIGBUS, so it was shorter a moment ago). Either is a file cut short or copied
+/// over while mapped, not a page pointing past a whole file's end. Only fstat (async-signal-
+/// safe) and atomics.
+fn file_changed_under(slot: &Slot, addr: usize) -> bool {
+    let fd = slot.fd.load(Ordering::Acquire);
+    if fd < 0 {
+        return false;
+    }
+    // SAFETY: fstat into a zeroed struct on a descriptor the slot's Noted holds open.
+    let size = unsafe {
+        let mut st: libc::stat = std::mem::zeroed();
+        if libc::fstat(fd, &mut st) != 0 {
+            return false;
+        }
+        usize::try_from(st.st_size).unwrap_or(0)
+    };
+    let offset = addr.saturating_sub(slot.start.load(Ordering::Acquire));
+    size < slot.used.load(Ordering::Acquire) || size > offset
 }
 
 /// Stores being opened in this process now ([`opening`]).
@@ -117,8 +174,8 @@ impl Drop for Opening {
 static PREVIOUS: OnceLock<[libc::sigaction; 2]> = OnceLock::new();
 
 /// The lines said for SIGSEGV and SIGBUS: inside a store's map, then outside every map while a
-/// store is being opened.
-static MESSAGES: OnceLock<[Vec<u8>; 4]> = OnceLock::new();
+/// store is being opened, then SIGBUS on a data file changed under the map.
+static MESSAGES: OnceLock<[Vec<u8>; 5]> = OnceLock::new();
 
 /// Say a fault inside a store's map on stderr, starting the line with `who` (such as
 /// `worldd serve`), then die by it. Installs the handler once; `who` is kept from the first
@@ -130,6 +187,7 @@ pub fn say_faults_in_store_maps(who: &str) {
             line(who, "SIGBUS"),
             unsure_line(who, "SIGSEGV"),
             unsure_line(who, "SIGBUS"),
+            changed_line(who),
         ]
     });
     PREVIOUS.get_or_init(|| {
@@ -156,6 +214,15 @@ fn line(who: &str, signal: &str) -> Vec<u8> {
     );
     line.push('\n');
     line.into_bytes()
+}
+
+/// The line for a SIGBUS on a data file that changed under the map ([`file_changed_under`]):
+/// most likely a copy put over it in place, which leaves the store whole.
+fn changed_line(who: &str) -> Vec<u8> {
+    format!(
+        "worldd: {who} crashed reading the store (SIGBUS): its data file was truncated or copied over while this daemon served it (cp BACKUP/data.mdb over the live one?), so nothing in it may be corrupt; check the store with worldd doctor before starting the daemon again, and copy a backup into place only while no daemon serves the store\n"
+    )
+    .into_bytes()
 }
 
 /// The line for a fault outside every store's map while a store was being opened: the store is
@@ -190,9 +257,10 @@ extern "C" fn on_fault(
             None
         }
     };
-    if addr.is_some_and(in_a_store_map) {
+    if let Some((addr, slot)) = addr.and_then(|a| store_map_of(a).map(|slot| (a, slot))) {
         if let Some(messages) = MESSAGES.get() {
-            let m = &messages[which];
+            let changed = signal == libc::SIGBUS && file_changed_under(slot, addr);
+            let m = &messages[if changed { 4 } else { which }];
             // SAFETY: write(2) of a 'static buffer; async-signal-safe.
             unsafe { libc::write(2, m.as_ptr().cast(), m.len()) };
         }
@@ -357,6 +425,66 @@ mod tests {
         assert!(libc::WIFSIGNALED(status));
         assert_eq!(libc::WTERMSIG(status), libc::SIGSEGV);
         assert_eq!(out, "");
+        // SAFETY: the map made above.
+        unsafe { libc::munmap(map, len) };
+    }
+
+    /// A data file cut short under the map while the store used more of it (a copy put over
+    /// it with `cp`, which truncates first): the SIGBUS line says so, and that nothing may be
+    /// corrupt, not that a page is. A read past the end of a whole file is still said as a
+    /// corrupt page.
+    #[test]
+    fn a_sigbus_on_a_data_file_cut_short_under_the_map_says_it_was_copied_over_not_corrupt() {
+        let file = tempfile::tempfile().unwrap();
+        let len = 4 * 4096;
+        file.set_len(len as u64).unwrap();
+        use std::os::fd::AsRawFd;
+        // SAFETY: a shared read-only map of a file this test owns; the child reads past the
+        // file's end on purpose.
+        let map = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ,
+                libc::MAP_SHARED,
+                file.as_raw_fd(),
+                0,
+            )
+        };
+        assert_ne!(map, libc::MAP_FAILED);
+        let start = map as usize;
+        // The store used all four pages; the file is cut to one.
+        file.set_len(4096).unwrap();
+        let held = file.try_clone().unwrap();
+        let (status, out) = in_a_child(|| {
+            let noted = note(Some((start, len))).of_file(Some(held));
+            noted.used(len as u64);
+            // SAFETY: none: the page past the file's end raises SIGBUS, which is the test.
+            let byte = unsafe { std::ptr::read_volatile((start + 2 * 4096) as *const u8) };
+            std::hint::black_box(byte);
+        });
+        assert!(libc::WIFSIGNALED(status), "{status}: {out}");
+        assert_eq!(libc::WTERMSIG(status), libc::SIGBUS, "{out}");
+        assert_eq!(
+            out,
+            "worldd: worldd serve crashed reading the store (SIGBUS): its data file was truncated or copied over while this daemon served it (cp BACKUP/data.mdb over the live one?), so nothing in it may be corrupt; check the store with worldd doctor before starting the daemon again, and copy a backup into place only while no daemon serves the store\n"
+        );
+        // The store used only the one page the file holds: a read past it is a page that
+        // points past a whole file's end.
+        let held = file.try_clone().unwrap();
+        let (status, out) = in_a_child(|| {
+            let noted = note(Some((start, len))).of_file(Some(held));
+            noted.used(4096);
+            // SAFETY: as above.
+            let byte = unsafe { std::ptr::read_volatile((start + 2 * 4096) as *const u8) };
+            std::hint::black_box(byte);
+        });
+        assert!(libc::WIFSIGNALED(status), "{status}: {out}");
+        assert_eq!(libc::WTERMSIG(status), libc::SIGBUS, "{out}");
+        assert!(
+            out.starts_with("worldd: store is damaged: worldd serve crashed reading it (SIGBUS): "),
+            "{out}"
+        );
         // SAFETY: the map made above.
         unsafe { libc::munmap(map, len) };
     }

@@ -179,6 +179,7 @@ impl MapLock {
     /// Read the high-water mark and the free disk space into the gauge.
     pub(super) fn measure(&self, env: &Env<WithoutTls>) {
         let used = (env.info().last_page_number as u64 + 1).saturating_mul(self.page_size);
+        self.noted.used(used);
         self.gauge.observe(used, self.disk_free());
     }
 

@@ -1112,7 +1112,8 @@ impl Store {
         // The files just opened, which the daemon's watch compares the path's with.
         let opened = watch::Opened::of(&at);
         // Before the first page is read: a crash on a corrupt one is then said as such.
-        let noted = fault::note(mapping::map_of(&at));
+        let noted = fault::note(mapping::map_of(&at))
+            .of_file(std::fs::File::open(at.join("data.mdb")).ok());
         check_length(&env, dir)?;
         let map_size = env.info().map_size;
         let limits = Limits::new(options.ceiling.unwrap_or(map_size as u64), options.reserve)?;
