@@ -505,6 +505,7 @@ fn a_connection_accepted_onto_descriptor_2_while_plugin_code_had_it_closed_is_le
                 .set("Content-Type", "application/json")
                 .send_string(&body.to_string())
                 .map(|r| r.into_string().unwrap())
+                .map_err(|e| e.to_string())
         })
     };
     // While the plugin waits with descriptor 2 closed, the lowest free number: this
