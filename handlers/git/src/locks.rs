@@ -18,7 +18,8 @@
 //!
 //! A killed git also leaves its temporary object files (a half-written pack of a large file it
 //! was staging): [`TempObjects`] removes the ones a killed run made, and
-//! [`clear_stale_temp_objects`] the ones a daemon that died left.
+//! [`clear_stale_temp_objects`] the ones a daemon that died left; neither removes one that a
+//! process holds open (a live git, the operator's own in the shared object store).
 
 use std::collections::BTreeSet;
 use std::ffi::OsString;
@@ -209,19 +210,20 @@ impl TempObjects {
     /// Remove the temporary object files that appeared since [`TempObjects::before`] (after a
     /// git run was killed); returns them.
     pub fn sweep(&self) -> Vec<PathBuf> {
-        temp_objects(&self.common_dir)
+        let new: BTreeSet<PathBuf> = temp_objects(&self.common_dir)
             .difference(&self.before)
-            .filter(|path| std::fs::remove_file(path).is_ok())
             .cloned()
-            .collect()
+            .collect();
+        remove_unheld(new)
     }
 }
 
 /// Remove the temporary object files of `common_dir` not written to for longer than `max_age`
-/// (left by a git killed with the daemon: no live run of this plugin outlasts its deadline, and a
-/// git still writing one keeps its time fresh); returns them.
+/// and open in no process (left by a git killed with the daemon: no live run of this plugin
+/// outlasts its deadline, and a git still writing one, the operator's own included, holds it
+/// open however long it stalls); returns them.
 pub fn clear_stale_temp_objects(common_dir: &Path, max_age: Duration) -> Vec<PathBuf> {
-    temp_objects(common_dir)
+    let stale: BTreeSet<PathBuf> = temp_objects(common_dir)
         .into_iter()
         .filter(|path| {
             let age = path
@@ -229,7 +231,78 @@ pub fn clear_stale_temp_objects(common_dir: &Path, max_age: Duration) -> Vec<Pat
                 .and_then(|md| md.modified())
                 .ok()
                 .and_then(|m| m.elapsed().ok());
-            age.is_some_and(|a| a > max_age) && std::fs::remove_file(path).is_ok()
+            age.is_some_and(|a| a > max_age)
         })
+        .collect();
+    remove_unheld(stale)
+}
+
+/// Remove those of `candidates` that no process holds open; returns the ones removed.
+///
+/// The object store of a `--repo` worktree is the operator's repository's, so a temporary
+/// file in it may be a live git's that is not the plugin's (a fetch resolving deltas, a
+/// repack): git keeps the file open until it renames it into place, while a killed git's
+/// descriptors are closed once it has been reaped.
+fn remove_unheld(candidates: BTreeSet<PathBuf>) -> Vec<PathBuf> {
+    if candidates.is_empty() {
+        return Vec::new();
+    }
+    let held = held_open(&candidates);
+    candidates
+        .into_iter()
+        .filter(|path| !held.contains(path) && std::fs::remove_file(path).is_ok())
         .collect()
+}
+
+/// Those of `candidates` that a process's descriptor refers to, found in `/proc/*/fd`
+/// (processes whose descriptors cannot be read, another user's without privilege, are
+/// skipped). Links are matched by file name first, then by device and inode, so a path
+/// spelled through a symbolic link is still recognised.
+fn held_open(candidates: &BTreeSet<PathBuf>) -> BTreeSet<PathBuf> {
+    use std::os::unix::fs::MetadataExt;
+    let ids: Vec<((u64, u64), &PathBuf)> = candidates
+        .iter()
+        .filter_map(|path| {
+            let md = path.symlink_metadata().ok()?;
+            Some(((md.dev(), md.ino()), path))
+        })
+        .collect();
+    let names: BTreeSet<&std::ffi::OsStr> = candidates
+        .iter()
+        .filter_map(|path| path.file_name())
+        .collect();
+    let mut held = BTreeSet::new();
+    let Ok(procs) = std::fs::read_dir("/proc") else {
+        return held;
+    };
+    for proc in procs.flatten() {
+        if !proc
+            .file_name()
+            .to_string_lossy()
+            .bytes()
+            .all(|b| b.is_ascii_digit())
+        {
+            continue;
+        }
+        let Ok(fds) = std::fs::read_dir(proc.path().join("fd")) else {
+            continue;
+        };
+        for fd in fds.flatten() {
+            let Ok(target) = std::fs::read_link(fd.path()) else {
+                continue;
+            };
+            if !target.file_name().is_some_and(|n| names.contains(n)) {
+                continue;
+            }
+            let Ok(md) = std::fs::metadata(fd.path()) else {
+                continue;
+            };
+            for (id, path) in &ids {
+                if *id == (md.dev(), md.ino()) {
+                    held.insert((*path).clone());
+                }
+            }
+        }
+    }
+    held
 }

@@ -318,3 +318,43 @@ fn a_git_add_stopped_at_the_time_limit_leaves_no_temporary_object_files() {
     }
     assert_eq!(left, std::collections::BTreeSet::new());
 }
+
+/// After a run stopped at the time limit the commit removes the temporary object files that
+/// appeared since it began (the stopped git's half-written pack), but the object store is the
+/// operator's repository's: a fetch of the operator's that began receiving its pack meanwhile
+/// had its live `tmp_pack_*` removed and failed. A file a process holds open is left.
+#[test]
+fn a_stopped_commit_leaves_a_temporary_pack_another_process_is_still_writing() {
+    let f = Fixture::with_config(
+        |state| json!({"author": AUTHOR, "stateDir": state, "timeoutMs": 1500}),
+    );
+    let (gate, pids) = slow_filter(&f);
+    fs::write(f.repo().join(".git/info/attributes"), "*.txt filter=slow\n").unwrap();
+    f.put("a.txt", "a\n");
+    // The operator's fetch starts receiving its pack once the commit's git add is running
+    // (the filter has started), and writes to it now and then.
+    let live = f.repo().join(".git/objects/pack/tmp_pack_Fetch2");
+    let mut writer = std::process::Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "while [ ! -s '{p}' ]; do sleep 0.05; done; exec 3>>'{l}'; while :; do printf x >&3; sleep 0.2; done",
+            p = pids.display(),
+            l = live.display()
+        ))
+        .spawn()
+        .unwrap();
+    let message = failed(f.run(json!({"op": "commit", "message": "m"})));
+    let still_there = live.exists();
+    writer.kill().unwrap();
+    writer.wait().unwrap();
+    fs::remove_file(&gate).unwrap();
+    assert_eq!(
+        message,
+        "commit: git add did not finish within the time limit (1500 ms); nothing was committed"
+    );
+    assert!(
+        still_there,
+        "the temporary pack another process was writing was removed"
+    );
+    assert!(fs::metadata(&live).unwrap().len() > 0);
+}

@@ -188,3 +188,71 @@ fn temporary_object_files_left_by_a_killed_git_are_removed_by_the_next_commit_on
         ", a temporary object file left by a git run that was killed (not written to for longer than timeoutMs)"
     )));
 }
+
+/// A process (here a shell standing in for the operator's `git fetch`) holding `path` open
+/// for appending and writing to it every `every` seconds; returned once the file is open.
+fn slow_writer(path: &Path, every: &str) -> std::process::Child {
+    let child = std::process::Command::new("sh")
+        .arg("-c")
+        .arg(format!(
+            "exec 3>>'{}'; while :; do sleep {every}; printf x >&3; done",
+            path.display()
+        ))
+        .spawn()
+        .unwrap();
+    let fd3 = PathBuf::from(format!("/proc/{}/fd/3", child.id()));
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while fs::read_link(&fd3).ok().as_deref() != Some(path) {
+        assert!(
+            std::time::Instant::now() < until,
+            "the writer never opened {path:?}"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    child
+}
+
+/// The object store of a `--repo` worktree is the operator's repository's: a git of the
+/// operator's (a fetch resolving deltas, stalled on the network) may leave its temporary pack
+/// unwritten for longer than `timeoutMs` while it still holds it open, and removing it fails
+/// that fetch (`unable to rename temporary '*.pack' file`). The start-of-commit sweep leaves a
+/// file any process holds open and removes the stale ones beside it.
+#[test]
+fn a_temporary_pack_another_process_holds_open_is_left_by_the_start_of_commit_sweep_however_stale()
+{
+    let (f, ep, handler, log) = setup();
+    let objects = f.repo().join(".git/objects");
+    let live = objects.join("pack/tmp_pack_Fetch1");
+    fs::write(&live, "half a pack").unwrap();
+    let mut writer = slow_writer(&live, "30");
+    age(&live, 60);
+    let stale = objects.join("pack/tmp_pack_Killed");
+    fs::write(&stale, "partial").unwrap();
+    age(&stale, 60);
+    fs::write(ep.join("a.txt"), "a\n").unwrap();
+    let out = ok_output(handler.execute(request(&ep, json!({"op": "commit", "message": "m"}))));
+    let still_there = live.exists();
+    writer.kill().unwrap();
+    writer.wait().unwrap();
+    assert_eq!(out["files"], json!(["a.txt"]));
+    assert!(
+        still_there,
+        "the temporary pack a live process holds open was removed"
+    );
+    assert!(!stale.exists(), "the stale temporary pack was left");
+    let removed: Vec<String> = log
+        .0
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|l| l.contains("temporary object file"))
+        .cloned()
+        .collect();
+    assert_eq!(
+        removed,
+        vec![format!(
+            "git: removed {}, a temporary object file left by a git run that was killed (not written to for longer than timeoutMs)",
+            stale.display()
+        )]
+    );
+}
