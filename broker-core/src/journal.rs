@@ -287,6 +287,18 @@ fn next_seq(w: &WriteCtx<'_, '_>) -> Result<u64, JournalError> {
     }
 }
 
+/// The check of the journal's last row made once when a daemon opens the store to serve it
+/// ([`crate::store::Store::check_head`]): a sequence number must follow it ([`next_seq`]), or
+/// the daemon would start and then fail every call at its intent. One cursor step.
+pub(crate) fn check_last(r: &ReadCtx<'_>) -> Result<(), StoreError> {
+    match JOURNAL.last(r)? {
+        Some((k, _)) if k.checked_add(1).is_none() => Err(StoreError::Corrupt(format!(
+            "the journal's last row is #{k}, and no sequence number follows it: no call could be journaled, so the daemon takes none; run `worldd doctor` on the store to see what else is damaged"
+        ))),
+        _ => Ok(()),
+    }
+}
+
 /// Write journal row `seq`, which [`next_seq`] chose past every row: appended, never put over
 /// a row (LMDB refuses a key that is not past the last one), so the journal is append-only
 /// even if the sequence were wrong.

@@ -79,11 +79,17 @@ impl Store {
 
     /// Check the newest log row whole ([`log::check_head`]): every append continues it, so a
     /// daemon refuses to serve a store whose head is damaged rather than write over committed
-    /// entries or chain onto a hash no entry has. Said as the damaged store, naming what was
-    /// found and `worldd doctor`. Verbs that only read a store (`doctor`, `why`) do not ask.
+    /// entries or chain onto a hash no entry has. And that a sequence number follows the
+    /// journal's last row ([`crate::journal::check_last`]): every call journals its intent
+    /// first, so without one the daemon would start only to fail each call. Said as the
+    /// damaged store, naming what was found and `worldd doctor`. Verbs that only read a store
+    /// (`doctor`, `why`) do not ask.
     pub fn check_head(&self) -> Result<(), StoreError> {
-        self.read(log::check_head)
-            .map_err(|e| e.said_at_first_read(self.path()))
+        self.read(|r| {
+            log::check_head(r)?;
+            crate::journal::check_last(r)
+        })
+        .map_err(|e| e.said_at_first_read(self.path()))
     }
 
     /// Create the store in `dir` if absent, with default options.
