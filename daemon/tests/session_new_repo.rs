@@ -1,7 +1,7 @@
 //! `session new --repo` runs git on the repository it names, and only as the git plugin runs
 //! git: not steered by the operator's `GIT_*` environment, without the repository's hooks or
-//! fsmonitor program, and without the operator's user config (whose filters git-commit never
-//! applies). And `session new` beside a daemon that serves another workspace root says so.
+//! fsmonitor program, and without the operator's user config or user attributes file (whose
+//! filters git-commit never applies). And `session new` beside a daemon that serves another workspace root says so.
 
 mod common;
 
@@ -170,6 +170,63 @@ fn session_new_checks_out_without_the_operators_user_config_filters_as_git_commi
     );
     // git without user config, as git-commit runs it, finds nothing changed.
     assert_eq!(git(&worktree, &["status", "--porcelain"]), "");
+}
+
+/// git reads the operator's user attributes file (`$XDG_CONFIG_HOME/git/attributes`, else
+/// `~/.config/git/attributes`) whatever `GIT_CONFIG_GLOBAL` says: a `filter` attribute kept
+/// there, naming a filter the repository's own config defines, smudged the checkout, and
+/// git-commit (whose `HOME` is the plugin's) never cleaned what it committed. The checkout now
+/// reads no user attributes file either, from either place.
+#[test]
+fn session_new_checks_out_without_the_operators_user_attributes_file_as_git_commit_commits() {
+    let dir = tempfile::tempdir().unwrap();
+    let repo = dir.path().join("repo");
+    std::fs::create_dir(&repo).unwrap();
+    git(&repo, &["init", "-q"]);
+    std::fs::write(repo.join("note.txt"), "hello\n").unwrap();
+    git(&repo, &["add", "."]);
+    git(&repo, &["commit", "-q", "-m", "first"]);
+    // The repository's own config defines the filter, as git.md recommends.
+    git(
+        &repo,
+        &["config", "filter.rot.clean", "tr a-zA-Z n-za-mN-ZA-M"],
+    );
+    git(
+        &repo,
+        &["config", "filter.rot.smudge", "tr a-zA-Z n-za-mN-ZA-M"],
+    );
+    git(&repo, &["config", "filter.rot.required", "true"]);
+    let xdg = dir.path().join("xdg");
+    let home = dir.path().join("home");
+    for attributes in [xdg.join("git"), home.join(".config/git")] {
+        std::fs::create_dir_all(&attributes).unwrap();
+        std::fs::write(attributes.join("attributes"), "*.txt filter=rot\n").unwrap();
+    }
+    let runs = [
+        (
+            "ep1",
+            format!("env -u GIT_CONFIG_GLOBAL XDG_CONFIG_HOME={}", xdg.display()),
+        ),
+        (
+            "ep2",
+            format!(
+                "env -u GIT_CONFIG_GLOBAL -u XDG_CONFIG_HOME HOME={}",
+                home.display()
+            ),
+        ),
+    ];
+    for (episode, env) in runs {
+        let (code, shown) = session_new(dir.path(), episode, &repo, &env);
+        assert_eq!(code, 0, "{shown}");
+        let worktree = dir.path().join("wt").join(episode);
+        assert_eq!(
+            std::fs::read_to_string(worktree.join("note.txt")).unwrap(),
+            "hello\n",
+            "{episode}: the checkout was smudged"
+        );
+        // git without the user's attributes, as git-commit runs it, finds nothing changed.
+        assert_eq!(git(&worktree, &["status", "--porcelain"]), "", "{episode}");
+    }
 }
 
 /// `session new` beside a daemon whose root is another made the worktree where the daemon

@@ -824,8 +824,9 @@ fn new(a: NewArgs) -> CliResult {
 /// `git -C REPO` as `session new --repo` runs it, as the git plugin runs git: none of git's own
 /// environment variables (`GIT_DIR`, `GIT_WORK_TREE`, `GIT_INDEX_FILE`, `GIT_CONFIG_PARAMETERS`,
 /// …, which beat `-C`: a `GIT_DIR` in the operator's shell checked out another repository), no
-/// system or user config (the plugin commits with neither, so a user-config filter that smudged
-/// the checkout would never clean what it commits), and no hooks or fsmonitor program of the
+/// system or user config and no user attributes file (the plugin commits with none, so a
+/// user-config filter or attribute that smudged the checkout would never clean what it
+/// commits), and no hooks or fsmonitor program of the
 /// repository (which would run as the operator). `GIT_EXEC_PATH` says only where git's own
 /// programs are.
 fn repo_git(repo: &Path) -> std::process::Command {
@@ -843,6 +844,10 @@ fn repo_git(repo: &Path) -> std::process::Command {
             "core.hooksPath=/dev/null",
             "-c",
             "core.fsmonitor=false",
+            // git reads the user's attributes file ($XDG_CONFIG_HOME/git/attributes, else
+            // ~/.config/git/attributes) whatever GIT_CONFIG_GLOBAL says.
+            "-c",
+            "core.attributesFile=/dev/null",
         ])
         .arg("-C")
         .arg(repo)

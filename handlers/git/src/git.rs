@@ -27,8 +27,11 @@ const MAX_CAPTURE: usize = 8 << 20;
 /// repository found by discovery unless it has a working tree (`safe.bareRepository`): files an
 /// agent writes into a plain worktree (`HEAD`, `objects/`, `refs/`, `config`) would otherwise
 /// make git take the worktree itself for a bare repository whose config is the agent's.
-const FORCED_CONFIG: [&str; 13] = [
+const FORCED_CONFIG: [&str; 14] = [
     "core.hooksPath=/dev/null",
+    // The user's attributes file (git reads it whatever GIT_CONFIG_GLOBAL says); `HOME` is
+    // empty already, and `session new --repo` checks out with this same setting.
+    "core.attributesFile=/dev/null",
     "core.fsmonitor=false",
     "commit.gpgSign=false",
     "gc.auto=0",
