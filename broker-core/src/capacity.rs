@@ -53,6 +53,11 @@ pub enum Full {
     /// logged what it found): whatever it wrote would go to the deleted file.
     #[error("the store's files were replaced or removed while this daemon served them (the error logged when it was seen says how to keep what it wrote since); restart the daemon on the store now at its path")]
     Replaced,
+    /// The store's data file was rolled back (or replaced by another daemon's copy) under the
+    /// daemon ([`crate::store::Store::watch`] or the writer logged what it found): whatever it
+    /// wrote would go over a store that lacks what it acknowledged.
+    #[error("the store's data file was rolled back or written by another process while this daemon served it (the error logged when it was seen says what it found); stop the daemon, run `worldd doctor` on the store, and start it again")]
+    RolledBack,
 }
 
 impl Full {

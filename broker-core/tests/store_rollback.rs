@@ -52,7 +52,7 @@ fn a_write_after_the_data_file_was_rolled_back_in_place_is_refused_and_writes_no
         )
     );
     assert!(store.replaced());
-    assert!(matches!(store.admits_client_work(), Err(Full::Replaced)));
+    assert!(matches!(store.admits_client_work(), Err(Full::RolledBack)));
     // Every later write too, without a look at the file.
     let err = store.write(|w| log::append(w, &append_n(6))).unwrap_err();
     assert!(
@@ -91,7 +91,7 @@ fn the_watch_sees_a_data_file_rolled_back_in_place_without_a_write() {
     assert!(store.admits_client_work().is_ok());
     std::fs::copy(&backup, db.join("data.mdb")).unwrap();
     store.watch();
-    assert!(matches!(store.admits_client_work(), Err(Full::Replaced)));
+    assert!(matches!(store.admits_client_work(), Err(Full::RolledBack)));
 }
 
 /// Another process's commits move the store's last transaction on, never back, and leave the
@@ -177,7 +177,7 @@ fn a_copy_served_longer_by_another_daemon_put_over_the_data_file_is_refused_as_r
             db.display()
         )
     );
-    assert!(matches!(store.admits_client_work(), Err(Full::Replaced)));
+    assert!(matches!(store.admits_client_work(), Err(Full::RolledBack)));
     // Nor a write that appends nothing.
     let object = Object::new("test/after", "test", b"after".to_vec());
     let err = store.write(move |w| w.put_object(&object)).unwrap_err();
@@ -186,5 +186,28 @@ fn a_copy_served_longer_by_another_daemon_put_over_the_data_file_is_refused_as_r
         std::fs::read(&data).unwrap(),
         copied,
         "the refused write wrote"
+    );
+}
+
+/// New calls refused once a rollback was seen are refused as that, not as replaced files
+/// (whose advice, to restart on the store at the path, would serve the rolled-back copy
+/// without a look by `worldd doctor`).
+#[test]
+fn new_calls_refused_after_a_rollback_say_the_data_file_was_rolled_back_not_replaced() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("db");
+    let store = Store::create(&db).unwrap();
+    let backup = dir.path().join("backup.mdb");
+    store
+        .copy_to(&mut std::fs::File::create(&backup).unwrap(), false)
+        .unwrap();
+    store.write(|w| log::append(w, &append_n(1))).unwrap();
+    std::fs::copy(&backup, db.join("data.mdb")).unwrap();
+    store.watch();
+    let refused = store.admits_client_work().unwrap_err();
+    assert_eq!(refused, Full::RolledBack);
+    assert_eq!(
+        refused.to_string(),
+        "the store's data file was rolled back or written by another process while this daemon served it (the error logged when it was seen says what it found); stop the daemon, run `worldd doctor` on the store, and start it again"
     );
 }

@@ -106,7 +106,9 @@ pub fn outcome_label(result: &Result<CallOutput, CallError>) -> &'static str {
         Err(CallError::NoHandler | CallError::NoWorktree(_)) => "no_handler",
         Err(CallError::RefusalRate) => "refusal_rate",
         // Not full: the daemon stopped writing because its store's files were swapped.
-        Err(CallError::StoreFull(broker_core::capacity::Full::Replaced)) => "store_replaced",
+        Err(CallError::StoreFull(
+            broker_core::capacity::Full::Replaced | broker_core::capacity::Full::RolledBack,
+        )) => "store_replaced",
         Err(CallError::StoreFull(_)) => "store_full",
         Err(_) => "error",
     }
@@ -138,7 +140,10 @@ impl Metrics {
             },
             // The agent's words ("the world store is full") would send the operator to free
             // disk space; the log says what the daemon found.
-            Err(CallError::StoreFull(full @ broker_core::capacity::Full::Replaced)) => {
+            Err(CallError::StoreFull(
+                full @ (broker_core::capacity::Full::Replaced
+                | broker_core::capacity::Full::RolledBack),
+            )) => {
                 tracing::info!(%tool, %episode, outcome = %label, ms, "call: {full}")
             }
             Err(e) => tracing::info!(%tool, %episode, outcome = %label, ms, "call: {e}"),

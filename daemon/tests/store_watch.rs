@@ -331,6 +331,20 @@ fn a_backup_copied_over_the_served_data_file_stops_the_daemon_writing() {
     );
     assert!(!d.root().join("ep").join("b1.txt").exists());
     assert_eq!(std::fs::read(&data).unwrap(), copied);
+    // The refused call's line says what the daemon found: a rollback, not replaced files.
+    d.wait_for_log("call: the store's data file was rolled back or written by another process while this daemon served it (the error logged when it was seen says what it found); stop the daemon, run `worldd doctor` on the store, and start it again");
+    assert!(
+        d.log().lines().any(|l| l.contains("outcome=store_replaced")
+            && l.contains("call: the store's data file was rolled back")),
+        "{}",
+        d.log()
+    );
+    assert!(
+        !d.log()
+            .contains("call: the store's files were replaced or removed"),
+        "{}",
+        d.log()
+    );
     // Beside the refusing daemon, which writes nothing more.
     let (code, out, err) = worldd(&["doctor", "--db", path_str(&db)], None);
     assert_eq!(code, 0, "{out}{err}");

@@ -1239,6 +1239,14 @@ impl Store {
     /// Operator verbs and calls already admitted are not asked.
     pub fn admits_client_work(&self) -> Result<(), Full> {
         if self.inner.map.replaced.get().is_some() {
+            if self
+                .inner
+                .map
+                .rolled_back
+                .load(std::sync::atomic::Ordering::Acquire)
+            {
+                return Err(Full::RolledBack);
+            }
             return Err(Full::Replaced);
         }
         if self.usage().refusal().is_some() {
