@@ -2563,3 +2563,129 @@ fn an_operator_badge_keeps_the_word_operator_beside_a_long_episode_name() {
     assert_eq!(word_drawn_whole(&b, "#who", "operator"), json!("whole"));
     b.screenshot(&shots().join("workbench-who-long-390.png"));
 }
+
+/// How a [`SlowProxy`] passes the answer to a request it targets.
+#[derive(Clone, Copy)]
+enum Pace {
+    /// The head at once, then the body a few bytes every 2 s, for about 36 s in all.
+    Trickle,
+    /// The head and half the body at once, then nothing for 40 s.
+    Stall,
+}
+
+/// A loopback proxy in front of the daemon that passes the answers of the requests whose path
+/// starts with one of its targets at that target's pace, and everything else as it comes.
+fn slow_proxy(upstream: &str, targets: Vec<(String, Pace)>) -> String {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    let upstream = upstream.to_owned();
+    std::thread::spawn(move || {
+        for client in listener.incoming() {
+            let Ok(mut client) = client else { return };
+            let (upstream, targets) = (upstream.clone(), targets.clone());
+            std::thread::spawn(move || -> std::io::Result<()> {
+                let Some((path, mut server)) = forward_request_head(&mut client, &upstream)? else {
+                    return Ok(());
+                };
+                let pace = targets
+                    .iter()
+                    .find(|(t, _)| path.starts_with(t.as_str()))
+                    .map(|(_, p)| *p);
+                let Some(pace) = pace else {
+                    std::io::copy(&mut server, &mut client)?;
+                    return Ok(());
+                };
+                let mut answer = Vec::new();
+                server.read_to_end(&mut answer)?;
+                let split = answer.windows(4).position(|w| w == b"\r\n\r\n").unwrap() + 4;
+                let (head, body) = answer.split_at(split);
+                client.write_all(head)?;
+                match pace {
+                    Pace::Trickle => {
+                        for piece in body.chunks(body.len().div_ceil(18)) {
+                            client.write_all(piece)?;
+                            client.flush()?;
+                            std::thread::sleep(std::time::Duration::from_secs(2));
+                        }
+                    }
+                    Pace::Stall => {
+                        client.write_all(&body[..body.len() / 2])?;
+                        client.flush()?;
+                        std::thread::sleep(std::time::Duration::from_secs(40));
+                    }
+                }
+                Ok(())
+            });
+        }
+    });
+    addr
+}
+
+/// The workbench's 30 s request timeout counted the whole download: an object the daemon
+/// answered at once but that took longer than 30 s to arrive over a slow link was shown as
+/// "not served by the daemon". Only the wait for the answer to begin is timed, and then the
+/// wait for more of its body: a body that keeps arriving is read to its end and verified, one
+/// that stops arriving for 30 s ends as not served, and says so.
+#[test]
+fn a_slow_answer_that_keeps_arriving_is_verified_and_only_a_stalled_one_is_not_served() {
+    let Some(b) = Browser::start_or_skip(
+        "a_slow_answer_that_keeps_arriving_is_verified_and_only_a_stalled_one_is_not_served",
+        1280,
+        800,
+    ) else {
+        return;
+    };
+    let d = Daemon::start(WS, &[]);
+    let token = d.session("ep1", &["Workspace.Read=worktree:10"]);
+    call_read(&d, &token, "a.txt");
+    let entry = get(&d.url("/v1/log/1"), Some(&token)).json();
+    let record = get(
+        &d.url(&format!(
+            "/v1/objects/{}?payload=true",
+            entry["transitionRef"].as_str().unwrap()
+        )),
+        Some(&token),
+    )
+    .json();
+    let bytes = base64::engine::general_purpose::STANDARD
+        .decode(record["payload"].as_str().unwrap())
+        .unwrap();
+    let rec: Value = serde_json::from_slice(&bytes).unwrap();
+    let (input, output) = (
+        rec["input"].as_str().unwrap(),
+        rec["output"].as_str().unwrap(),
+    );
+    let proxy = slow_proxy(
+        &d.addr,
+        vec![
+            (format!("/v1/objects/{input}"), Pace::Trickle),
+            (format!("/v1/objects/{output}"), Pace::Stall),
+        ],
+    );
+    sign_in(&b, &format!("http://{proxy}"), &token, "#entry/1");
+    let said = wait_long(&b, "the verdict", 120, |b| {
+        b.text_of("#verdict")
+            .filter(|t| !t.starts_with("Verifying"))
+    });
+    b.screenshot(&shots().join("workbench-slow-answer.png"));
+    assert_eq!(
+        said,
+        "✗ 1 of 7 links broken: not served by the daemon (an error or no answer), so not checked; \
+         nothing served was found altered"
+    );
+    let shown = links(&b);
+    let input_link = shown.iter().find(|(k, _, _)| k == "input").unwrap();
+    assert!(input_link.1, "{shown:?}");
+    let why = b
+        .text_of("#links > li[data-kind='output'] .why")
+        .unwrap_or_default();
+    assert_eq!(
+        why,
+        "not served: the daemon's answer stopped arriving for 30 s"
+    );
+    b.exec(
+        "document.querySelector(\"#links > li[data-kind='output']\").scrollIntoView({block: 'center'})",
+        json!([]),
+    );
+    b.screenshot(&shots().join("workbench-stalled-answer.png"));
+}

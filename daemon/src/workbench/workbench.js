@@ -18,7 +18,11 @@ const PAGE = 50;
 const SCAN = 500;
 // A request with no answer after this long ends as "no answer" (a daemon stopped by a signal,
 // stuck on its store, or on a paused machine answers nothing, and would leave the page waiting).
+// Only the wait for the answer to begin is timed so, and then each wait for more of its body: a
+// large answer over a slow link takes longer than this to arrive, and is not a silent daemon.
 const REQUEST_TIMEOUT_MS = 30_000;
+const NO_ANSWER = `no answer from the daemon within ${REQUEST_TIMEOUT_MS / 1000} s`;
+const STALLED = `the daemon's answer stopped arriving for ${REQUEST_TIMEOUT_MS / 1000} s`;
 // The unauthenticated "is it still this daemon?" probe: a health answer is quick or absent.
 const PROBE_TIMEOUT_MS = 10_000;
 // The daemon sends a keep-alive comment on a quiet stream every 15 s; a stream silent for two
@@ -323,29 +327,34 @@ function authHeaders(extra = {}) {
 }
 
 /**
- * A request with the credential. Signed out (and maybe in again) before it answers, it throws
- * Superseded: nothing read with a forgotten credential reaches the page, and its refusal
- * does not sign out the next credential.
+ * A request with the credential, and the controller that ends it. Signed out (and maybe in
+ * again) before it answers, it throws Superseded: nothing read with a forgotten credential
+ * reaches the page, and its refusal does not sign out the next credential.
  */
 async function request(path, extra) {
   const signin = state.signin;
   await ensureDaemon();
   if (signin !== state.signin) throw new Superseded();
+  const ctl = new AbortController();
+  // Timed until the answer's head arrives; its body is timed by its progress (readAll).
+  const timer = setTimeout(() => ctl.abort(timeoutError(NO_ANSWER)), REQUEST_TIMEOUT_MS);
   let res;
   try {
     res = await fetch(path, { headers: authHeaders(extra), cache: "no-store", credentials: "omit",
-      signal: AbortSignal.timeout(REQUEST_TIMEOUT_MS) });
+      signal: ctl.signal });
   } catch (e) {
     if (signin !== state.signin) throw new Superseded();
     // Nothing answered: the daemon may be gone, and the port anyone's.
     state.gone = true;
     throw noAnswer(e);
+  } finally {
+    clearTimeout(timer);
   }
   if (signin !== state.signin) throw new Superseded();
   if (!res.ok) {
     let cls = "", message = "";
     try {
-      const body = await res.json();
+      const body = JSON.parse(await readAll(res, ctl));
       cls = body.error?.class || "";
       message = body.error?.message || "";
     } catch { /* not the envelope */ }
@@ -354,27 +363,58 @@ async function request(path, extra) {
     if (res.status === 401) signedOut(err);
     throw err;
   }
-  return res;
+  return { res, ctl };
+}
+
+function timeoutError(message) {
+  return new DOMException(message, "TimeoutError");
+}
+
+/**
+ * The whole body of `res` as text. Ends the request (ctl) when none of it arrives for
+ * REQUEST_TIMEOUT_MS: a body that keeps arriving, however slowly, is read to its end.
+ */
+async function readAll(res, ctl) {
+  if (!res.body) return "";
+  const reader = res.body.getReader();
+  const chunks = [];
+  let timer;
+  const wait = () => {
+    clearTimeout(timer);
+    timer = setTimeout(() => ctl.abort(timeoutError(STALLED)), REQUEST_TIMEOUT_MS);
+  };
+  try {
+    for (;;) {
+      wait();
+      const { done, value } = await reader.read();
+      if (done) break;
+      chunks.push(value);
+    }
+  } catch (e) {
+    // The stream's error may be a plain AbortError: the reason it was ended for says more.
+    throw ctl.signal.aborted && ctl.signal.reason ? ctl.signal.reason : e;
+  } finally {
+    clearTimeout(timer);
+  }
+  return new Blob(chunks).text();
 }
 
 /** A request's timeout, said as what it means; any other error as it is. */
 function noAnswer(e) {
-  if (e && e.name === "TimeoutError") {
-    return new Error(`no answer from the daemon within ${REQUEST_TIMEOUT_MS / 1000} s`);
-  }
+  if (e && e.name === "TimeoutError") return new Error(e.message || NO_ANSWER);
   return e;
 }
 
 /** The body of a request's answer, read while the credential it was sent with is still the page's. */
 async function body(path, read) {
   const signin = state.signin;
-  const res = await request(path);
+  const { res, ctl } = await request(path);
   let v;
   try {
-    v = await read(res);
+    v = read(await readAll(res, ctl));
   } catch (e) {
     if (signin !== state.signin) throw new Superseded();
-    // The answer stopped midway (its time ran out, or the connection dropped).
+    // The answer stopped midway (nothing more of it for 30 s, or the connection dropped).
     if (e && (e.name === "TimeoutError" || e.name === "TypeError")) state.gone = true;
     throw noAnswer(e);
   }
@@ -383,8 +423,8 @@ async function body(path, read) {
 }
 
 const api = {
-  json: (path) => body(path, (res) => res.json()),
-  text: (path) => body(path, (res) => res.text()),
+  json: (path) => body(path, (text) => JSON.parse(text)),
+  text: (path) => body(path, (text) => text),
 };
 
 // ---------------------------------------------------------------------------------------
