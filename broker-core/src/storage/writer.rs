@@ -331,11 +331,7 @@ impl Writer {
         // process is seen before a commit of this one would cover it (LMDB numbers a write
         // transaction from the lock file, not from the data file's meta pages).
         if self.map.rolled_back(env) {
-            let Held { txn, _shared } = held;
-            txn.abort();
-            drop(_shared);
-            let err = self.map.wedged();
-            batch.iter_mut().for_each(|job| job.fail(&err));
+            refuse_all(held, batch, &self.map.wedged());
             return Ok(false);
         }
         // Another transaction than this writer's came last: a second process's (a session
@@ -351,11 +347,7 @@ impl Writer {
                 }
                 Ok(found) => {
                     self.map.log_replaced(self.log_tip.get(), found);
-                    let Held { txn, _shared } = held;
-                    txn.abort();
-                    drop(_shared);
-                    let err = self.map.wedged();
-                    batch.iter_mut().for_each(|job| job.fail(&err));
+                    refuse_all(held, batch, &self.map.wedged());
                     return Ok(false);
                 }
                 // Unreadable: the operations meet it themselves and say so.
@@ -560,4 +552,12 @@ impl Syncer {
         drop(self.sender);
         let _ = self.thread.join();
     }
+}
+
+/// End `held` without a commit and answer every job of `batch` with `err`: nothing ran.
+fn refuse_all(held: Held<'_, RwTxn<'_>>, batch: &mut [Job], err: &StoreError) {
+    let Held { txn, _shared } = held;
+    txn.abort();
+    drop(_shared);
+    batch.iter_mut().for_each(|job| job.fail(err));
 }
