@@ -327,11 +327,11 @@ fn a_lost_index_key_of_a_committed_call_is_named_by_doctor_and_its_resend_runs_a
     );
 }
 
-/// A stray journal row at the last sequence number: the next call is refused as store damage
-/// and writes nothing, where the sequence wrapped to 0 and the call's outcome was written over
-/// its own intent (the call answered ok).
+/// A stray journal row at the last sequence number: the sequence wrapped to 0 and the next
+/// call's outcome was written over its own intent (the call answered ok). Such a store now
+/// stops the start at store-open, as a damaged log head does, and nothing is written.
 #[test]
-fn a_call_after_a_stray_last_journal_row_is_refused_and_overwrites_nothing() {
+fn a_stray_last_journal_row_stops_the_start_and_overwrites_nothing() {
     let (kept, db) = six_reads();
     tamper(&db, "journal", |w, t| {
         let row = t.get(w, &key(12)).unwrap().unwrap().to_vec();
@@ -348,20 +348,26 @@ fn a_call_after_a_stray_last_journal_row_is_refused_and_overwrites_nothing() {
         all
     };
     let before = rows(&db);
-    std::fs::remove_dir_all(kept.path().join("plugins")).unwrap();
-    let d = Daemon::start_in(kept, WS, &[]);
-    let token = d.session("ep1", &["Workspace.Read=worktree:9"]);
-    let answer = a2a(&d, &token, "n1", "ailang-read", json!({"path": "a.txt"}));
-    assert_eq!(answer["result"], serde_json::Value::Null, "{answer}");
-    assert_eq!(
-        answer["error"]["message"], "transition invocation is not available in this daemon",
-        "{answer}"
+    let root = kept.path().join("worktrees");
+    let r = refused_start(
+        &[
+            "--db",
+            path_str(&db),
+            "--workspace-root",
+            path_str(&root),
+            "--bind",
+            "127.0.0.1:0",
+        ],
+        kept.path(),
     );
-    let log = d.log();
+    assert_eq!(r.code, Some(2), "{}", r.stderr);
     assert!(
-        log.contains("store is damaged: the journal's last row is #18446744073709551615, and no sequence number follows it: run worldd doctor"),
-        "{log}"
+        r.line.starts_with(&format!(
+            "worldd: daemon startup failed at store-open: world store {} is damaged: the journal's last row is #18446744073709551615, and no sequence number follows it",
+            db.display()
+        )),
+        "{}",
+        r.stderr
     );
-    let kept = d.halt();
-    assert_eq!(rows(&kept.path().join("db")), before);
+    assert_eq!(rows(&db), before);
 }
