@@ -382,6 +382,18 @@ pub(crate) fn check_head(r: &ReadCtx<'_>) -> Result<(), StoreError> {
     Ok(())
 }
 
+/// The log's newest row as its key and world ref, read with one cursor step (the world ref
+/// `None` when the row does not decode): what the store's writer remembers of the row it
+/// appended last ([`crate::storage::Layout::log_tip`]).
+pub(crate) fn tip(r: &ReadCtx<'_>) -> Result<Option<crate::storage::LogTip>, StoreError> {
+    Ok(LOG.last(r)?.map(|(index, bytes)| {
+        (
+            index,
+            crate::log_row::Row::decode(bytes).map(|row| row.world_ref),
+        )
+    }))
+}
+
 /// The index of the newest row of the log, whatever the head says.
 pub fn last_index(r: &ReadCtx<'_>) -> Result<Option<u64>, StoreError> {
     Ok(LOG.last(r)?.map(|(index, _)| index))

@@ -269,7 +269,14 @@ pub(crate) struct Layout {
     /// Told, on the writer thread, how each write transaction ended, so that the state can
     /// forget what an undone one wrote.
     pub ended: fn(&LayoutState, Ended),
+    /// The log's newest row ([`LogTip`]), read by the writer when another process committed
+    /// last: only the daemon appends to the log, so a log that no longer ends where it left it
+    /// is a data file copied over. The world's is [`crate::log::tip`].
+    pub log_tip: TipReader,
 }
+
+/// How a layout reads its log's newest row ([`Layout::log_tip`]).
+pub(crate) type TipReader = fn(&ReadCtx<'_>) -> Result<Option<LogTip>, StoreError>;
 
 /// A layout's in-memory state for one open store ([`Layout::state`]).
 pub(crate) type LayoutState = dyn Any + Send + Sync;
@@ -325,20 +332,12 @@ pub struct WriteCtx<'a, 't> {
 /// the writer remembers of the row it appended last, or found when the store opened, so that a
 /// data file whose log no longer ends there is seen ([`writer::Writer`]). Only this process
 /// appends to the log; other processes' commits leave it as it was.
-pub(super) type LogTip = (u64, Option<crate::object::Ref>);
+pub(crate) type LogTip = (u64, Option<crate::object::Ref>);
 
-/// The log's newest row, read with one cursor step ([`LogTip`]).
-pub(super) fn log_tip(r: &ReadCtx<'_>) -> Result<Option<LogTip>, StoreError> {
-    Ok(crate::schema::LOG.last(r)?.map(|(index, bytes)| {
-        (
-            index,
-            crate::log_row::Row::decode(bytes).map(|row| row.world_ref),
-        )
-    }))
-}
-
-/// [`log_tip`] in a read transaction of its own; `None` too when the row cannot be read.
+/// `log_tip` ([`Layout::log_tip`]) in a read transaction of its own; `None` too when the row
+/// cannot be read.
 pub(super) fn found_log_tip(
+    log_tip: TipReader,
     env: &Env<WithoutTls>,
     dbs: &[RawDb],
     state: &LayoutState,
@@ -1165,13 +1164,14 @@ impl Store {
         // Read once here: the writer compares the log's newest row with it when another
         // process committed last. A store without a log, or one whose newest row cannot be
         // read, is remembered as having none (such a read fails again where it matters).
-        let log_tip = found_log_tip(&env, &dbs, &state, map_size)?;
+        let log_tip = found_log_tip(layout.log_tip, &env, &dbs, &state, map_size)?;
         let writer = spawn_writer(
             Writer {
                 env: env.clone(),
                 dbs: dbs.clone(),
                 state: state.clone(),
                 ended: layout.ended,
+                tip_of: layout.log_tip,
                 map_size,
                 stats: stats.clone(),
                 map: map.clone(),

@@ -47,8 +47,16 @@ fn writer_of(inner: &Inner) -> Writer {
         follow_wait: inner.follow_wait.clone(),
         resident: inner.resident.clone(),
         log_tip: std::cell::Cell::new(
-            super::found_log_tip(&inner.env, &inner.dbs, &inner.state, inner.map_size).unwrap(),
+            super::found_log_tip(
+                crate::log::tip,
+                &inner.env,
+                &inner.dbs,
+                &inner.state,
+                inner.map_size,
+            )
+            .unwrap(),
         ),
+        tip_of: crate::log::tip,
     }
 }
 

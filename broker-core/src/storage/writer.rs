@@ -197,6 +197,8 @@ pub(super) struct Writer {
     /// The log's newest row as this writer appended it last, or as the store held it when
     /// opened ([`super::LogTip`]).
     pub(super) log_tip: std::cell::Cell<Option<super::LogTip>>,
+    /// How the layout reads the log's newest row ([`super::Layout::log_tip`]).
+    pub(super) tip_of: super::TipReader,
 }
 
 impl Writer {
@@ -341,7 +343,7 @@ impl Writer {
         let now = env.info().last_txn_id;
         if now != self.map.ours.load(Ordering::Acquire) {
             let ctx = WriteCtx::new(&mut held.txn, dbs, state, env, map_size);
-            match super::log_tip(&ctx.reader()) {
+            match (self.tip_of)(&ctx.reader()) {
                 Ok(found) if found == self.log_tip.get() => {
                     self.map.ours.fetch_max(now, Ordering::AcqRel);
                 }
