@@ -143,6 +143,7 @@ fn a_copy_served_longer_by_another_daemon_put_over_the_data_file_is_refused_as_r
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("db");
     let store = Store::create(&db).unwrap();
+    store.appends_the_log();
     store.write(|w| log::append(w, &append_n(1))).unwrap();
     let db2 = dir.path().join("db2");
     std::fs::create_dir(&db2).unwrap();

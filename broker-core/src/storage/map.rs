@@ -47,6 +47,11 @@ pub(super) struct MapLock {
     /// Set with [`MapLock::replaced`] when what was seen is the data file rolled back, not
     /// the files replaced: the error writes are refused with says so.
     pub(super) rolled_back: std::sync::atomic::AtomicBool,
+    /// This process appends to the log ([`super::Store::appends_the_log`]: the daemon that
+    /// serves the store). Only then is a log that no longer ends where this process left it a
+    /// data file copied over; in any other process (a `session mint`, a `backup`) the daemon
+    /// appends meanwhile.
+    pub(super) appends_log: std::sync::atomic::AtomicBool,
 }
 
 /// How often, at most, a refusing store reads the disk again to see whether room was made.

@@ -1053,6 +1053,7 @@ fn map_lock(
         unseen: watch::Unseen::default(),
         ours: std::sync::atomic::AtomicUsize::new(env.info().last_txn_id),
         rolled_back: std::sync::atomic::AtomicBool::new(false),
+        appends_log: std::sync::atomic::AtomicBool::new(false),
     })
 }
 
@@ -1226,6 +1227,19 @@ impl Store {
     /// commit of this process).
     pub fn usage(&self) -> Usage {
         self.inner.map.gauge.usage()
+    }
+
+    /// Say that this process is the one that appends to the store's log (the daemon serving
+    /// it, which holds the store's lock): from now on, a log that no longer ends at the row
+    /// this process appended last (or found when it opened) is taken for a data file copied
+    /// over, and writes are refused. Other processes' commits (a `session mint`) leave the log
+    /// as it was. Not for a process that writes beside a daemon (`backup`, the session verbs):
+    /// there the daemon appends.
+    pub fn appends_the_log(&self) {
+        self.inner
+            .map
+            .appends_log
+            .store(true, std::sync::atomic::Ordering::Release);
     }
 
     /// Whether the store's files were found replaced or removed under this process

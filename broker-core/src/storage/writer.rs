@@ -338,22 +338,29 @@ impl Writer {
         }
         // Another transaction than this writer's came last: a second process's (a session
         // mint), which leaves the log alone, or a copy put over the data file that another
-        // daemon served longer (a higher id than ours). Only this process appends to the log,
-        // so its newest row tells them apart; the common case (ours came last) reads nothing.
+        // daemon served longer (a higher id than ours). In the daemon, which alone appends to
+        // the log, its newest row tells them apart; in a verb writing beside a daemon
+        // (`backup`, the session verbs) the daemon's appends are expected. The common case
+        // (ours came last) reads nothing.
         let now = env.info().last_txn_id;
         if now != self.map.ours.load(Ordering::Acquire) {
-            let ctx = WriteCtx::new(&mut held.txn, dbs, state, env, map_size);
-            match (self.tip_of)(&ctx.reader()) {
-                Ok(found) if found == self.log_tip.get() => {
-                    self.map.ours.fetch_max(now, Ordering::AcqRel);
-                }
-                Ok(found) => {
+            let found = if self.map.appends_log.load(Ordering::Acquire) {
+                let ctx = WriteCtx::new(&mut held.txn, dbs, state, env, map_size);
+                (self.tip_of)(&ctx.reader()).ok()
+            } else {
+                None
+            };
+            match found {
+                Some(found) if found != self.log_tip.get() => {
                     self.map.log_replaced(self.log_tip.get(), found);
                     refuse_all(held, batch, &self.map.wedged());
                     return Ok(false);
                 }
-                // Unreadable: the operations meet it themselves and say so.
-                Err(_) => {}
+                // The same log (or a row that cannot be read: the operations meet it
+                // themselves and say so): the commits were another process's.
+                _ => {
+                    self.map.ours.fetch_max(now, Ordering::AcqRel);
+                }
             }
         }
         let mut failed = None;

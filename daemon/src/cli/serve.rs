@@ -917,6 +917,8 @@ fn open_store(settings: &Settings, fresh: &mut Fresh) -> Result<Store, Failure> 
     .map_err(|e| startup("store-open", e))?;
     // Every append continues the newest entry: a damaged one is refused before any is made.
     store.check_head().map_err(|e| startup("store-open", e))?;
+    // One daemon per store (its lock is held): this process alone appends to the log.
+    store.appends_the_log();
     if new {
         tracing::info!(
             "made a new world store in {}",
