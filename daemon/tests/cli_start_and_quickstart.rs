@@ -543,20 +543,7 @@ fn quickstart_refuses_a_state_dir_serve_would_and_takes_its_own_store_however_sp
 /// credential dead on arrival. It says so before the question, as `session mint` does.
 #[test]
 fn quickstart_warns_of_a_budget_the_episode_has_already_spent_before_its_question() {
-    let d = Daemon::start(&["worldd_workspace"], &[]);
-    let token = d.session("demo", &["Workspace.Read=worktree:5"]);
-    std::fs::write(d.root().join("demo/a.txt"), "a").unwrap();
-    for i in 0..3 {
-        let v = a2a(
-            &d,
-            &token,
-            &format!("r{i}"),
-            "ailang-read",
-            serde_json::json!({"path": "a.txt"}),
-        );
-        assert!(v.get("result").is_some(), "{v}");
-    }
-    let dir = d.halt();
+    let dir = store_where_spent_three_reads("demo");
     let (code, shown) = at_terminal(
         &format!(
             "{WORLDD} quickstart --dir {} --print-only --bind 127.0.0.1:7999 --budget 2",

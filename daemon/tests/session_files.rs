@@ -293,20 +293,7 @@ fn session_new_names_a_file_where_the_root_or_the_worktree_should_be_before_the_
 /// mint said nothing. It is said before the question; a grant with room left is not.
 #[test]
 fn a_grant_whose_budget_the_episode_has_already_spent_is_warned_of_before_the_question() {
-    let d = Daemon::start(&["worldd_workspace"], &[]);
-    let token = d.session("ep1", &["Workspace.Read=worktree:5"]);
-    std::fs::write(d.root().join("ep1/a.txt"), "a").unwrap();
-    for i in 0..3 {
-        let v = a2a(
-            &d,
-            &token,
-            &format!("r{i}"),
-            "ailang-read",
-            serde_json::json!({"path": "a.txt"}),
-        );
-        assert!(v.get("result").is_some(), "{v}");
-    }
-    let dir = d.halt();
+    let dir = store_where_spent_three_reads("ep1");
     let db = dir.path().join("db");
     let (code, shown) = at_terminal(
         &format!(

@@ -1280,3 +1280,23 @@ pub fn quickstart_at_terminal(world: &Path, extra: &str, typed: &[u8]) -> (i32, 
         typed,
     )
 }
+
+/// A stopped daemon's directory (`db`, `worktrees`) whose store holds three reads spent by
+/// `episode` under a `Workspace.Read=worktree:5` grant: for the warnings of a budget already
+/// spent.
+pub fn store_where_spent_three_reads(episode: &str) -> tempfile::TempDir {
+    let d = Daemon::start(&["worldd_workspace"], &[]);
+    let token = d.session(episode, &["Workspace.Read=worktree:5"]);
+    std::fs::write(d.root().join(episode).join("a.txt"), "a").unwrap();
+    for i in 0..3 {
+        let v = a2a(
+            &d,
+            &token,
+            &format!("r{i}"),
+            "ailang-read",
+            serde_json::json!({"path": "a.txt"}),
+        );
+        assert!(v.get("result").is_some(), "{v}");
+    }
+    d.halt()
+}
