@@ -24,6 +24,10 @@
 //! | `queued` | 200 | this daemon holds the call, which waits behind its episode's running call; nothing of it is journaled yet (`outcome.reason` `in-flight`) | ask again later; do not send it again under another key |
 //! | `not-found` | 404 | nothing was journaled under this key in your episode, and this daemon holds no such call | safe to send |
 //!
+//! A call absent from a store the daemon has found rolled back under it (a copy put over its
+//! data file) is not `not-found`: the copy may lack calls the daemon acknowledged, so the
+//! answer is `503 Unavailable` saying so, and the call is not safe to send.
+//!
 //! A committed call's task state names its entry; that entry is read, and must hold the call.
 //! When it does not (the log lost its end, perhaps grown again over the same indexes by later
 //! calls), the answer is `500 Damaged` naming the call and the entry, not `committed`: the
@@ -217,6 +221,11 @@ async fn reconcile(
         if state.admission().holds(&episode, &id) {
             return Ok(queued(surface, &id, &task_id));
         }
+        // A store rolled back under the daemon may lack calls it acknowledged: absent from it
+        // is not "never journaled", and "safe to send" could run an effect twice.
+        if state.store().rolled_back() {
+            return Err(rolled_back_absent(&id));
+        }
         return Ok(not_found(surface, &id, &task_id, false));
     };
     Ok(Json(json!({
@@ -232,6 +241,18 @@ async fn reconcile(
         "outcome": outcome.to_json(),
     }))
     .into_response())
+}
+
+/// 503 for a call absent from a store found rolled back under the daemon: whether it ran
+/// cannot be said from the copy, so it is neither `not-found` nor safe to send.
+fn rolled_back_absent(invocation_id: &str) -> ApiError {
+    ApiError::new(
+        StatusCode::SERVICE_UNAVAILABLE,
+        "Unavailable",
+        format!(
+            "call {invocation_id} is not in the store, but whether it ran cannot be said: the store's data file was rolled back or written by another process while this daemon served it, and what it holds now may lack calls the daemon acknowledged; do not send it again before the daemon is stopped and `worldd doctor` has checked the store"
+        ),
+    )
 }
 
 /// The `queued` answer: this daemon holds the call and has journaled nothing of it yet.

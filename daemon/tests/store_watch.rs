@@ -349,3 +349,50 @@ fn a_backup_copied_over_the_served_data_file_stops_the_daemon_writing() {
     let (code, out, err) = worldd(&["doctor", "--db", path_str(&db)], None);
     assert_eq!(code, 0, "{out}{err}");
 }
+
+/// After a backup's `data.mdb` was copied over the served one, the daemon refused new calls
+/// but still answered a call the copy lacks as `404 not-found` ("safe to send"), though it had
+/// run and been acknowledged: resending it would run its effect twice. Once the rollback is
+/// seen, a call absent from the store is `503`, saying why it cannot be told from one never sent.
+#[test]
+fn a_call_absent_from_a_rolled_back_store_is_not_said_safe_to_send() {
+    let d = Daemon::start(WS, &[]);
+    let token = d.session("ep", &["Workspace.Write=worktree:100"]);
+    let db = d.db();
+    let backup = d.dir.path().join("bk");
+    let (code, out, err) = worldd(&["backup", "--db", path_str(&db), path_str(&backup)], None);
+    assert_eq!(code, 0, "{out}{err}");
+    let v = mcp(
+        &d,
+        &token,
+        "tools/call",
+        json!({"name": "ailang-write", "arguments": {"path": "k1.txt", "content": "k1"},
+               "_meta": {"world/idempotencyKey": "k1"}}),
+    )
+    .sse_json();
+    assert_eq!(v["result"]["structuredContent"]["ok"], true, "{v}");
+    let a = get(&d.url("/v1/calls/mcp/k1"), Some(&token));
+    assert_eq!(a.status, 200, "{}", a.text());
+    assert_eq!(a.json()["state"], "committed", "{}", a.text());
+
+    let data = db.join("data.mdb");
+    std::fs::copy(backup.join("data.mdb"), &data).unwrap();
+    d.wait_for_log(&format!(
+        "the store {}'s data file was rolled back or written by another process while this daemon served it (its last transaction is ",
+        db.display()
+    ));
+    for key in ["k1", "never-sent"] {
+        let a = get(&d.url(&format!("/v1/calls/mcp/{key}")), Some(&token));
+        assert_eq!(a.status, 503, "{key}: {}", a.text());
+        assert_eq!(
+            a.json()["error"],
+            json!({"class": "Unavailable", "message": format!("call mcp:ep:{key} is not in the store, but whether it ran cannot be said: the store's data file was rolled back or written by another process while this daemon served it, and what it holds now may lack calls the daemon acknowledged; do not send it again before the daemon is stopped and `worldd doctor` has checked the store")}),
+            "{key}"
+        );
+        let a = get(
+            &d.url(&format!("/v1/invocations/mcp:ep:{key}")),
+            Some(&token),
+        );
+        assert_eq!(a.status, 503, "{key}: {}", a.text());
+    }
+}

@@ -1249,6 +1249,16 @@ impl Store {
         self.inner.map.replaced.get().is_some()
     }
 
+    /// Whether the store's data file was found rolled back (or replaced by another daemon's
+    /// copy) under this process: what it reads now may lack calls it acknowledged, so an
+    /// absent call is not one that never ran.
+    pub fn rolled_back(&self) -> bool {
+        self.inner
+            .map
+            .rolled_back
+            .load(std::sync::atomic::Ordering::Acquire)
+    }
+
     /// `Err` when new client work must be refused: past the reserve, or the disk is short.
     /// Operator verbs and calls already admitted are not asked.
     pub fn admits_client_work(&self) -> Result<(), Full> {
