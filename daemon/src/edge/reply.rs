@@ -79,6 +79,12 @@ pub const BUSY_TEXT: &str =
 pub const SHARE_TEXT: &str =
     "too many answers to this credential are waiting unread (a quarter of [server] reply_budget_bytes); read them, then retry";
 
+/// Why an answer to a request without a credential was replaced by 503: the anonymous share,
+/// which every client without a credential shares (each address holding at most a quarter of
+/// it), is full. Not "this credential": the request had none, and other addresses may hold it.
+pub const ANONYMOUS_SHARE_TEXT: &str =
+    "too many answers to requests without a credential are waiting unread (a quarter of [server] reply_budget_bytes, shared by every client without one); retry shortly, or send a session's credential";
+
 /// Why an answer to a request without a credential was replaced by 503: its peer address's
 /// part of the anonymous share is full.
 pub const ANONYMOUS_PEER_TEXT: &str =
@@ -234,7 +240,10 @@ impl ReplyBudget {
         let Some(held) = self.shares.take(client, kib) else {
             self.metrics.limit_tripped("reply_share");
             self.note_refused(client, kib);
-            return busy(SHARE_TEXT);
+            return busy(match client.0 {
+                Some(_) => SHARE_TEXT,
+                None => ANONYMOUS_SHARE_TEXT,
+            });
         };
         let Ok(permit) = self
             .kib
@@ -597,7 +606,31 @@ mod tests {
         assert_eq!(held.status(), StatusCode::OK);
         assert!(b.refuse_early(&anonymous).is_none());
         let refused = b.bound(&anonymous, None, answer(16 * KIB + 1024)).await;
-        assert_eq!(message(refused).await, SHARE_TEXT);
+        assert_eq!(message(refused).await, ANONYMOUS_SHARE_TEXT);
+    }
+
+    /// Four addresses without a credential, each within its own part, filled the anonymous
+    /// share, and a fifth address's answer was refused with "too many answers to this
+    /// credential", which it had not sent: it is told the share of every client without one
+    /// is full.
+    #[tokio::test]
+    async fn a_full_anonymous_share_is_not_said_to_be_the_callers_credential() {
+        let b = ReplyBudget::new(256 * KIB, Metrics::default());
+        let anonymous = Client::of(&HeaderMap::new());
+        let peer = |i: u8| Some(IpAddr::from([127, 0, 0, i]));
+        let mut held = Vec::new();
+        for i in 1..=4 {
+            let a = b
+                .bound(&anonymous, peer(i), answer(16 * KIB + 16 * KIB))
+                .await;
+            assert_eq!(a.status(), StatusCode::OK, "address {i}");
+            held.push(a);
+        }
+        let refused = b.bound(&anonymous, peer(5), answer(16 * KIB + 1024)).await;
+        assert_eq!(message(refused).await, ANONYMOUS_SHARE_TEXT);
+        drop(held);
+        let a = b.bound(&anonymous, peer(5), answer(16 * KIB + 1024)).await;
+        assert_eq!(a.status(), StatusCode::OK);
     }
 
     /// An answer larger than a share takes the whole share rather than never passing.
