@@ -47,8 +47,8 @@
 //!
 //! A log entry is listed by `/v1/log?from&limit` to an agent when it is a call of its episode
 //! (the episode its invocation record names, read from the record whatever kind its bytes were
-//! first stored as), or when it may read the object the entry's `transitionRef` names (the
-//! genesis document). Other entries are
+//! first stored as), or, for an entry that is not a call, when the object its `transitionRef`
+//! names is of a public kind as the agent reads it (the genesis document). Other entries are
 //! skipped, not masked: items keep their `entryIndex`, so the gaps are visible, and the page
 //! says where to continue (`next`). Their headers stay readable one by one at `/v1/log/{i}`,
 //! so a chain can be followed through them.
@@ -382,7 +382,11 @@ pub fn may_list(r: &ReadCtx<'_>, reader: &Reader, entry: &Entry) -> Result<bool,
                 .is_ok_and(|rec| rec.episode_id == episode.as_str())
         }));
     }
-    Ok(object(r, reader, &entry.transition_ref)?.is_some())
+    // Not a call (the genesis, a client-built commit): what an operator commits is the
+    // operators' to read, so an agent lists it only when its record is of a public kind. An
+    // agent may read a record's bytes because it stored them as its own: that does not make
+    // the operator's entry its.
+    Ok(object(r, reader, &entry.transition_ref)?.is_some_and(|o| is_public(o.semantic_id)))
 }
 
 /// One page of `/v1/log?from&limit`.

@@ -935,6 +935,79 @@ fn an_operators_commit_is_listed_to_operators_and_not_to_agents() {
     assert_eq!(indexes(&agent), [0]);
 }
 
+/// An operator's commit whose record (`transitionRef`) was one of an agent's own objects (the
+/// input of its call) was listed to that agent, on `/v1/log`, the summaries and the stream,
+/// because the agent may read those bytes: what an operator commits is the operators' to read,
+/// and a commit is listed to an agent only when its record is of a public kind.
+#[test]
+fn an_operators_commit_naming_an_agents_own_object_is_not_listed_to_the_agent() {
+    let d = Daemon::start(WS, &[]);
+    let ops = d.operator_session("ops", &["World.Commit=log:5"]);
+    let agent = d.session("ep1", &["Workspace.Read=worktree:5"]);
+    std::fs::write(d.root().join("ep1/a.txt"), "alpha").unwrap();
+    let v = a2a(&d, &agent, "t1", "ailang-read", json!({"path": "a.txt"}));
+    let call = v["result"]["metadata"]["entry_index"].as_u64().unwrap();
+    let inputs = get(
+        &d.url("/v1/objects/by-semantic-id/world/invocation-input/v1"),
+        Some(&agent),
+    )
+    .json();
+    let own = inputs["items"][0]["hash"].as_str().unwrap().to_owned();
+    let body = commit_body(
+        &d,
+        &ops,
+        &Claim {
+            written_by: "rest:ops",
+            transition_fn: &sha(b"fn"),
+            interpreter: &sha(b"interp"),
+            record_ref: &own,
+            output_ref: &own,
+        },
+        &[],
+    );
+    let (status, v) = error_of(&commit(&d, &ops, &body));
+    assert_eq!(status, 200, "{v}");
+    let committed = call + 1;
+    let listed = |route: &str, token: &str| -> Vec<u64> {
+        get(&d.url(&format!("{route}?from=0")), Some(token)).json()["items"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| e["header"]["entryIndex"].as_u64().unwrap())
+            .collect()
+    };
+    for route in ["/v1/log", "/v1/log/summaries"] {
+        assert_eq!(listed(route, &agent), [0, call], "{route}");
+        assert_eq!(listed(route, &ops), [0, call, committed], "{route}");
+    }
+    // The stream from the commit on: the agent's next own call comes first, not the commit.
+    let v = a2a(&d, &agent, "t2", "ailang-read", json!({"path": "a.txt"}));
+    let next = v["result"]["metadata"]["entry_index"].as_u64().unwrap();
+    assert_eq!(
+        first_stream_id(&d, &agent, committed),
+        format!("id: {next}")
+    );
+}
+
+/// The first `id:` line of `GET /v1/log/stream?from=N` as `token` reads it.
+fn first_stream_id(d: &Daemon, token: &str, from: u64) -> String {
+    use std::io::{BufRead, BufReader, Write};
+    let mut conn = std::net::TcpStream::connect(&d.addr).unwrap();
+    conn.set_read_timeout(Some(std::time::Duration::from_secs(10)))
+        .unwrap();
+    write!(
+        conn,
+        "GET /v1/log/stream?from={from} HTTP/1.1\r\nHost: {}\r\nAuthorization: Bearer {token}\r\n\r\n",
+        d.addr
+    )
+    .unwrap();
+    BufReader::new(conn)
+        .lines()
+        .map(Result::unwrap)
+        .find(|l| l.starts_with("id: "))
+        .unwrap()
+}
+
 /// An error message quoting what a daemon answered stops after 8 KiB: a daemon that answers a
 /// megabyte (or endlessly) does not make the operator's terminal a line of megabytes.
 #[test]
