@@ -102,17 +102,18 @@ pub struct Static;
 pub struct Client(Option<String>);
 
 impl Client {
-    /// The bearer token of the request's `Authorization` header, or nobody (no header, or
-    /// one that is not a bearer token). The token, not the header as sent: the header may
-    /// spell one credential many ways (spaces and tabs around its fields), and each spelling
-    /// must not get a share of its own. For requests already authenticated (their bodies are
-    /// read only then); before that, see [`Client::named`].
+    /// The bearer token of the request's `Authorization` header, in lower case, or nobody
+    /// (no header, or one that is not a bearer token). The token, not the header as sent: the
+    /// header may spell one credential many ways (spaces and tabs around its fields, hex
+    /// digits in either case, which authenticate alike), and each spelling must not get a
+    /// share of its own. For requests already authenticated (their bodies are read only then);
+    /// before that, see [`Client::named`].
     pub fn of(headers: &HeaderMap) -> Client {
         let header = credential::authorization(headers).ok().flatten();
         Client(
             broker_core::session::parse_authorization(header)
                 .ok()
-                .map(str::to_owned),
+                .map(str::to_ascii_lowercase),
         )
     }
 
@@ -382,6 +383,26 @@ mod tests {
         }
         assert_eq!(Client::of(&headers("Basic dXNlcg==")), Client(None));
         assert_eq!(Client::of(&HeaderMap::new()), Client(None));
+    }
+
+    /// A credential authenticates in either case of its hex digits, and the body quotas
+    /// (the body budget's quarter, the readers' quarter) key their clients by `Client::of`:
+    /// each case spelling had a quota of its own, so one session could hold the whole body
+    /// budget under four spellings and refuse every other session's calls.
+    #[test]
+    fn a_credential_respelled_in_upper_case_is_one_client_for_the_body_quotas() {
+        let token = "8e98fd6df81ee432".repeat(4);
+        let one = Client::of(&headers(&format!("Bearer {token}")));
+        for spelling in [
+            token.to_ascii_uppercase(),
+            format!("8E98fD6Df81Ee432{}", &token[16..]),
+        ] {
+            assert_eq!(
+                Client::of(&headers(&format!("Bearer {spelling}"))),
+                one,
+                "{spelling}"
+            );
+        }
     }
 
     /// A made-up token is nobody's: it shares the anonymous share and turn, as a request
