@@ -36,6 +36,12 @@
 //! examines at most [`MAX_OBJECT_SCAN`] of them, whatever it finds, and says where the next
 //! one goes on ([`ObjectPage::next`]).
 //!
+//! Because the keys follow the store's first arrival, not the order the episode obtained its
+//! objects, a grant of bytes another episode stored earlier lands inside the episode's range,
+//! before any cursor it holds: a listing continued from that cursor does not show the object,
+//! and one from the start does (`docs/http-api.md`, by-semantic-id). Keying grants by the
+//! episode's own order would change the `readers` schema and is not done.
+//!
 //! The tail of each episode's range is still a page of its own, so a group commit of calls
 //! from many episodes wrote one such page per call. New grants therefore wait in
 //! `readers_tail`, keyed `object sequence ‖ episode`, where the grants of a group commit's new
@@ -947,6 +953,51 @@ mod tests {
             .unwrap();
         assert_eq!(rows(&store, "readers_tail"), 0);
         check("merged into readers");
+    }
+
+    /// An episode's listing follows the store's first arrival: an object it obtains after it
+    /// kept a cursor, whose bytes another episode stored before that cursor's object, is its
+    /// own and readable, but a listing continued from the cursor shows only what is new to the
+    /// store; a listing from the start shows it in the first writer's place. The docs tell a
+    /// client that must hold every object to list from the start (or follow its calls).
+    #[test]
+    fn an_agents_kept_cursor_does_not_show_an_object_whose_bytes_another_episode_stored_first() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = Store::create(&dir.path().join("db")).unwrap();
+        let store_and_grant = |episode: &'static str, objects: Vec<Object>| {
+            store
+                .write(move |w| {
+                    for o in &objects {
+                        w.put_object(o)?;
+                    }
+                    grant(w, episode, &objects)
+                })
+                .unwrap();
+        };
+        let object = |bytes: &str| Object::new(KIND, "coordinator", bytes.as_bytes().to_vec());
+        let (shared, c_old, c_new) = (object("shared"), object("c-old"), object("c-new"));
+        store_and_grant("ep-d", vec![shared.clone()]);
+        store_and_grant("ep-c", vec![c_old.clone()]);
+        // C pages to the end and keeps its cursor: its last object.
+        assert_eq!(listed(&store, "ep-c", 10), vec![c_old.hash]);
+        let cursor = c_old.hash;
+        store_and_grant("ep-c", vec![shared.clone(), c_new.clone()]);
+        assert!(may(&store, "ep-c", &shared.hash));
+        let reader = Reader::Episode("ep-c".into());
+        let from_cursor = store
+            .read(|r| {
+                let page = by_semantic_id(r, &reader, KIND, Some(cursor), 10)?.unwrap();
+                Ok::<_, StoreError>((
+                    page.items.iter().map(|o| o.hash).collect::<Vec<_>>(),
+                    page.next,
+                ))
+            })
+            .unwrap();
+        assert_eq!(from_cursor, (vec![c_new.hash], None));
+        assert_eq!(
+            listed(&store, "ep-c", 10),
+            vec![shared.hash, c_old.hash, c_new.hash]
+        );
     }
 
     /// Bytes an episode stored first as a private kind, then published as a public kind, are
