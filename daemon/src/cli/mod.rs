@@ -35,6 +35,7 @@ mod crash_guard;
 mod doctor;
 mod input;
 mod log_fields;
+mod log_line;
 mod manual;
 mod output;
 mod plugin_config;
@@ -351,40 +352,55 @@ fn init_tracing(daemon: bool) {
 
 /// Where log lines are written: the private copy of stderr made at start, which plugin code
 /// that closes descriptor 2 does not take away (the next connection accepted would otherwise
-/// get that number, and every log line after it); stderr itself where there is no copy.
-enum LogOut {
+/// get that number, and every log line after it); stderr itself where there is no copy. Each
+/// event's writer ends a line an event before it left torn ([`log_line`]).
+struct LogOut(log_line::EventWriter<LogFile>);
+
+enum LogFile {
     Private(&'static std::fs::File),
     Stderr(std::io::Stderr),
 }
 
 impl LogOut {
     fn new() -> LogOut {
-        match crate::process_state::log_destination() {
-            Some(file) => LogOut::Private(file),
-            None => LogOut::Stderr(std::io::stderr()),
-        }
+        LogOut(log_line::EventWriter::new(
+            match crate::process_state::log_destination() {
+                Some(file) => LogFile::Private(file),
+                None => LogFile::Stderr(std::io::stderr()),
+            },
+        ))
     }
 
     fn is_terminal(&self) -> bool {
-        match self {
-            LogOut::Private(file) => std::io::IsTerminal::is_terminal(*file),
-            LogOut::Stderr(err) => std::io::IsTerminal::is_terminal(err),
+        match self.0.inner() {
+            LogFile::Private(file) => std::io::IsTerminal::is_terminal(*file),
+            LogFile::Stderr(err) => std::io::IsTerminal::is_terminal(err),
         }
     }
 }
 
 impl std::io::Write for LogOut {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.write(buf)
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.0.flush()
+    }
+}
+
+impl std::io::Write for LogFile {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
         match self {
-            LogOut::Private(file) => file.write(buf),
-            LogOut::Stderr(err) => err.write(buf),
+            LogFile::Private(file) => file.write(buf),
+            LogFile::Stderr(err) => err.write(buf),
         }
     }
 
     fn flush(&mut self) -> std::io::Result<()> {
         match self {
-            LogOut::Private(file) => file.flush(),
-            LogOut::Stderr(err) => err.flush(),
+            LogFile::Private(file) => file.flush(),
+            LogFile::Stderr(err) => err.flush(),
         }
     }
 }
