@@ -1729,8 +1729,9 @@ pub fn bind_worktree(root: &Path, episode: &str) -> Option<PathBuf> {
 }
 
 /// [`bind_worktree`], or why the episode has no worktree ([`CallError::NoWorktree`]): a
-/// symbolic link where the worktree should be is named as one (it was said not to exist, and
-/// the operator saw it there with `ls`, and `session new` refused it as existing).
+/// symbolic link, or a file of any other kind, where the worktree should be is named as what it
+/// is (it was said not to exist, and the operator saw it there with `ls`, and `session new`
+/// refused it as existing).
 pub fn worktree_of(root: &Path, episode: &str) -> Result<PathBuf, CallError> {
     let missing = || {
         CallError::NoWorktree(format!(
@@ -1744,7 +1745,12 @@ pub fn worktree_of(root: &Path, episode: &str) -> Result<PathBuf, CallError> {
         Ok(meta) if meta.file_type().is_symlink() => Err(CallError::NoWorktree(format!(
             "episode {episode}'s worktree is a symbolic link: a worktree must be a directory in the workspace root itself, which no link can redirect (an operator puts the directory {episode} there in place of the link)"
         ))),
-        _ => Err(missing()),
+        // A file, FIFO, socket or device there is named as what it is, as for a link and as
+        // `session new` names it: "does not exist" sent the operator to `ls`, which shows it.
+        Ok(_) => Err(CallError::NoWorktree(format!(
+            "episode {episode}'s worktree is a file, not a directory: a worktree must be a directory in the workspace root (an operator removes the file {episode} there and puts the directory in its place)"
+        ))),
+        Err(_) => Err(missing()),
     }
 }
 
