@@ -1335,7 +1335,8 @@ fn unchecked(key: &str, path: &str, why: &str) -> String {
 /// (`handler_kit::beneath`: each symlink read, not followed), leading out of the worktree
 /// (absolute, `..` above it, a link to another episode or the host) or into git's own data,
 /// or naming a regular file with more than one hard link (unless `hard_links`), which can be
-/// a file outside the worktree. The binary follows symlinks, so this is the check that keeps
+/// a file outside the worktree, or naming something that is neither a regular file nor a
+/// directory (a FIFO, a socket, a device). The binary follows symlinks, so this is the check that keeps
 /// `lnk -> ../other-episode` from being read. The walk fails closed: a path it cannot finish
 /// is refused, all but a missing name (the binary's to answer; the part after a missing
 /// directory is judged as spelled).
@@ -1393,6 +1394,22 @@ fn path_refusal(
         }
         if beneath::lexical(&reached).is_none() {
             return Some(escapes());
+        }
+        // A FIFO blocks the binary until the effect's time limit, a device feeds it without
+        // end: refused in the workspace plugin's words, as its reads refuse them.
+        if let End::Entry {
+            kind: EntryKind::Other,
+            rest,
+            ..
+        } = &walked.end
+        {
+            if rest.is_empty() {
+                return Some(argument_refusal(
+                    key,
+                    path,
+                    &format!("{path} is not a regular file"),
+                ));
+            }
         }
         if hard_links {
             return None;
