@@ -828,6 +828,12 @@ fn open_env(
                 ),
             })
         }
+        // LMDB's bare "version mismatch" read like a store written by an incompatible worldd;
+        // it is nearly always another program holding the lock file in another LMDB's format.
+        heed::Error::Mdb(heed::MdbError::VersionMismatch) => StoreError::Io(format!(
+            "{}: LMDB's lock file is held in another format (MDB_VERSION_MISMATCH): a process that uses another LMDB build has the store open (mdb_stat, mdb_copy, a Python lmdb script?); stop it, then try again: nothing was changed (if no other process has it open, its data.mdb was written by an LMDB this build cannot read)",
+            dir.display()
+        )),
         // Any other fault of the open with the store it concerns (LMDB names no file).
         heed::Error::Io(io) => match StoreError::from_io(io) {
             StoreError::Io(e) => StoreError::Io(format!("{}: {e}", dir.display())),
