@@ -9,7 +9,7 @@ use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use handler_kit::beneath::{self, End, HostDir, Kind as EntryKind, WalkError};
@@ -122,6 +122,34 @@ pub const RESTART: &str = "restart worldd to archive bin again";
 /// The agent's answer when the archived binary cannot be run (the log names the file).
 pub const UNRUNNABLE: &str = "the ailang binary this daemon runs is missing or not executable; an operator must restart worldd to archive it again";
 
+/// The agent's answer when the archived binary's bytes are no longer those `tool` names (the
+/// log names the file and both digests).
+pub const ARCHIVE_CHANGED: &str = "the ailang binary this daemon runs was changed after it was archived, so no output could name the bytes that ran; an operator must restart worldd to archive it again";
+
+/// What `stat` said of the archived copy when its bytes were last hashed. An in-place rewrite
+/// changes its mtime and ctime, a swap its inode: any change, and the bytes are hashed again
+/// before they run under `tool` (one `stat` per call otherwise).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Seen {
+    dev: u64,
+    ino: u64,
+    size: u64,
+    mtime: (i64, i64),
+    ctime: (i64, i64),
+}
+
+impl Seen {
+    fn of(meta: &fs::Metadata) -> Seen {
+        Seen {
+            dev: meta.dev(),
+            ino: meta.ino(),
+            size: meta.size(),
+            mtime: (meta.mtime(), meta.mtime_nsec()),
+            ctime: (meta.ctime(), meta.ctime_nsec()),
+        }
+    }
+}
+
 /// Why `ailang policy-tool` gave no reply.
 #[derive(Debug)]
 enum ToolError {
@@ -158,6 +186,8 @@ enum Kind {
 pub struct AilangHandler {
     /// The archived copy of the operator's binary: what actually runs.
     bin: PathBuf,
+    /// The archived copy as `stat` saw it when its bytes were last found to be `tool`'s.
+    seen: Mutex<Option<Seen>>,
     tool: String,
     version: String,
     examples_dir: Option<PathBuf>,
@@ -388,6 +418,8 @@ impl AilangHandler {
             make_dir(&state_dir.join(sub)).map_err(state_err)?;
         }
         let (bin, hex) = archive(&config.bin, &state_dir.join("bin"))?;
+        // Stat'ed after the hash: a change in between shows as a difference at the first call.
+        let seen = fs::metadata(&bin).ok().map(|m| Seen::of(&m));
         let memory = config.memory_mib << 20;
 
         // Probe: a binary that cannot even report its version would fail every call; say so
@@ -434,6 +466,7 @@ impl AilangHandler {
         );
         Ok(AilangHandler {
             bin,
+            seen: Mutex::new(seen),
             tool: format!("sha256:{hex}"),
             version,
             examples_dir,
@@ -489,6 +522,37 @@ impl AilangHandler {
             return None;
         }
         Some(io::Error::last_os_error().to_string())
+    }
+
+    /// The archived copy's digest now (`sha256:…`), when its bytes are no longer those `tool`
+    /// names (rewritten in place, or swapped, since start). `stat` first: only a change in what
+    /// it says costs a hash. A copy that cannot be stat'ed or read is left to [`Self::unrunnable`]
+    /// and the spawn, which say what is wrong with it.
+    fn archive_changed(&self) -> Option<String> {
+        let now = Seen::of(&fs::metadata(&self.bin).ok()?);
+        let mut seen = self.seen.lock().unwrap_or_else(PoisonError::into_inner);
+        if *seen == Some(now) {
+            return None;
+        }
+        let digest = format!("sha256:{}", sha256_file(&self.bin).ok()?);
+        if digest == self.tool {
+            // Touched, not changed (a chmod, a copy of the same bytes).
+            *seen = Some(now);
+            return None;
+        }
+        Some(digest)
+    }
+
+    /// The log's line for an archived copy whose bytes are now `digest`.
+    fn archive_changed_log(&self, effect: &str, digest: &str, what: &str) {
+        self.host.log(
+            LogLevel::Error,
+            &format!(
+                "ailang: {effect} {what}: the archived binary {} was changed after it was archived: its bytes are {digest}, not the {} its outputs are stamped with; {RESTART}",
+                self.bin.display(),
+                self.tool
+            ),
+        );
     }
 
     /// The canonical state directory.
@@ -1508,6 +1572,10 @@ impl EffectHandler for AilangHandler {
             );
             return Preflight::Decline(refusal(UNRUNNABLE.to_string()));
         }
+        if let Some(digest) = self.archive_changed() {
+            self.archive_changed_log(&request.effect, &digest, "declined");
+            return Preflight::Decline(refusal(ARCHIVE_CHANGED.to_string()));
+        }
         match self.declined(request) {
             Some(why) => Preflight::Decline(refusal(why)),
             None => Preflight::Proceed,
@@ -1516,6 +1584,14 @@ impl EffectHandler for AilangHandler {
 
     fn execute(&self, request: Request) -> Outcome {
         let started = Instant::now();
+        // Checked again for a daemon that skips the preflight, and for a change since it.
+        if let Some(digest) = self.archive_changed() {
+            self.archive_changed_log(&request.effect, &digest, "failed");
+            return Outcome::failed(format!(
+                "broker: {} failed: {ARCHIVE_CHANGED}; nothing ran",
+                request.effect
+            ));
+        }
         match self.job(&request, started) {
             Ok((c, Task::Run(run))) => self.run(&c, run),
             Ok((c, Task::PolicyTool { cli })) => self.policy_tool_op(&c, cli),

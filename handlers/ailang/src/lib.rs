@@ -41,7 +41,9 @@
 //! The effect refuses each of them again (a failed `broker: <E> refused: …`) for a daemon that
 //! skips the preflight. Every effect is also declined ([`UNRUNNABLE`], the log naming the file
 //! and [`RESTART`]) when the archived binary has been removed or lost its execute bit since
-//! start: every call would fail before anything ran.
+//! start: every call would fail before anything ran; and ([`ARCHIVE_CHANGED`]) when its bytes
+//! are no longer those `tool` names (a `stat` per call, a hash when what it says changed), so
+//! no output is stamped with bytes that did not run.
 //!
 //! # Failures (effect `failed`, nothing runs)
 //!
@@ -91,8 +93,8 @@ pub use finish::{
     MAX_QUERY_MATCHES,
 };
 pub use handler::{
-    AilangHandler, ANSWER_MARGIN, CHECK, CLI, CLI_OPS, DISCOVER, HARD_CAP, NO_CORPUS, RESTART, RUN,
-    RUN_ENV, RUN_NET, UNRUNNABLE,
+    AilangHandler, ANSWER_MARGIN, ARCHIVE_CHANGED, CHECK, CLI, CLI_OPS, DISCOVER, HARD_CAP,
+    NO_CORPUS, RESTART, RUN, RUN_ENV, RUN_NET, UNRUNNABLE,
 };
 pub use policy::{toml_string, verify_summary, PolicySpec, Verified, DENY_WRITE};
 pub use process::OUTPUT_CAP;
