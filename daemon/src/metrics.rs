@@ -340,6 +340,12 @@ impl Metrics {
             &secs(&stats.sync_nanos),
         );
         render_store_usage(&mut out, &store.usage(), store.replaced());
+        gauge(
+            &mut out,
+            "worldd_store_failing",
+            "1 while the store's last commit or sync failed for its disk (no space, a read-only filesystem, an I/O error) and none has succeeded since.",
+            &u8::from(store.writes_failing()),
+        );
         counter(
             &mut out,
             "worldd_commit_rebuilt_batches_total",

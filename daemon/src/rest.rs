@@ -93,6 +93,10 @@ async fn health(State(state): State<AppState>) -> Result<Json<Value>, ApiError> 
         "store-replaced"
     } else if state.store().admits_client_work().is_err() {
         "store-full"
+    } else if state.store().writes_failing() {
+        // Every commit fails for the disk (read-only after an I/O error, a thin-provisioned
+        // volume out of room): each call fails, and monitoring must see it.
+        "store-failing"
     } else {
         "ok"
     };

@@ -87,8 +87,9 @@ fn named_fuse(kind: &str) -> Option<&'static str> {
     })
 }
 
-/// Whether `dir` lies on a filesystem mounted read-only (a snapshot, a backup medium): a store
-/// there can be opened only [`read_only`](super::StoreOptions::read_only).
+/// Whether `dir` lies on a filesystem mounted read-only (a snapshot, a backup medium), or one
+/// that refuses writing though mounted for it: a store there can be opened only
+/// [`read_only`](super::StoreOptions::read_only).
 pub fn mounted_read_only(dir: &Path) -> bool {
     use std::os::unix::ffi::OsStrExt;
     let Ok(path) = std::ffi::CString::new(dir.as_os_str().as_bytes()) else {
@@ -96,10 +97,28 @@ pub fn mounted_read_only(dir: &Path) -> bool {
     };
     // SAFETY: `statvfs` is a plain C struct for which all-zero is a valid value; the call only
     // fills it, from a NUL-terminated path that lives through it.
-    unsafe {
+    let flagged = unsafe {
         let mut fs: libc::statvfs = std::mem::zeroed();
         libc::statvfs(path.as_ptr(), &mut fs) == 0 && fs.f_flag & libc::ST_RDONLY != 0
-    }
+    };
+    flagged || refuses_writing(dir)
+}
+
+/// Whether the store's files in `dir` cannot be opened for writing because their filesystem is
+/// read-only. An ext4 that an I/O error turned read-only (`errors=remount-ro`, shown as
+/// `emergency_ro`) still says `rw` to `statvfs`, and every open for writing answers `EROFS`:
+/// exactly when an operator wants `doctor` and `backup` to read the store where it is. The
+/// files are opened and closed, nothing written; a link or a FIFO in their place is not
+/// followed or waited for.
+fn refuses_writing(dir: &Path) -> bool {
+    use std::os::unix::fs::OpenOptionsExt;
+    ["data.mdb", "lock.mdb"].iter().any(|name| {
+        std::fs::OpenOptions::new()
+            .write(true)
+            .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+            .open(dir.join(name))
+            .is_err_and(|e| e.raw_os_error() == Some(libc::EROFS))
+    })
 }
 
 /// The kernel's magic number of the filesystem holding `path`.

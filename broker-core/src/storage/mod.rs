@@ -56,7 +56,7 @@ pub use reply::Submitted;
 pub use resident::DEFAULT_RESIDENT_BYTES;
 use table::RawDb;
 pub(crate) use table::{Seq, Table};
-pub use writer::{CommitObserver, WriterStats};
+pub use writer::{CommitObserver, FailingWrites, WriterStats};
 use writer::{Job, ObserverSlot, Write, Writer};
 
 /// LMDB reader slots: read transactions open at once, over every process of the store.
@@ -1263,6 +1263,13 @@ impl Store {
             .map
             .rolled_back
             .load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    /// Whether the store's last commit or sync failed for its disk (no space, a read-only
+    /// filesystem, an I/O error), and none has been made durable since
+    /// ([`FailingWrites`]).
+    pub fn writes_failing(&self) -> bool {
+        self.inner.stats.failing.now()
     }
 
     /// `Err` when new client work must be refused: past the reserve, or the disk is short.

@@ -134,6 +134,45 @@ pub struct WriterStats {
     /// Reader slots of processes that died holding a read snapshot, cleared by
     /// [`super::Store::watch`].
     pub stale_readers_cleared: AtomicU64,
+    /// Whether the store's last commit or sync failed for its disk (no space, a filesystem
+    /// turned read-only, an I/O error): set by the batch that failed, cleared by the next one
+    /// made durable ([`WriterStats::writes_failing`]).
+    pub failing: FailingWrites,
+}
+
+/// The store's writes failing for its disk, as the last batch found: monitoring that asks the
+/// daemon's health must see a store every commit of which fails, which answered `ok` while each
+/// call failed alone (a filesystem an I/O error turned read-only never recovers by itself, and
+/// a thin-provisioned disk refuses writes that `statvfs` still has room for).
+#[derive(Debug, Default)]
+pub struct FailingWrites {
+    failing: std::sync::atomic::AtomicBool,
+}
+
+impl FailingWrites {
+    /// Whether the last batch's commit or sync failed for the disk.
+    pub fn now(&self) -> bool {
+        self.failing.load(Ordering::Acquire)
+    }
+
+    /// A batch settled: `durable` when one was made durable, else the disk fault it failed
+    /// with, if any. Logged once when the writes start failing and once when they recover.
+    pub(super) fn settled(&self, durable: bool, fault: Option<&StoreError>) {
+        if durable {
+            if self.failing.swap(false, Ordering::AcqRel) {
+                tracing::warn!("the store's writes succeed again: calls commit as before");
+            }
+        } else if let Some(fault) = fault.filter(|e| is_disk_fault(e)) {
+            if !self.failing.swap(true, Ordering::AcqRel) {
+                tracing::error!("the store's writes fail ({fault}): every call is answered as failed until a write succeeds, with nothing run or spent for it; health says store-failing meanwhile. Check the disk (a full or thin-provisioned volume, a filesystem remounted read-only after an I/O error: see the kernel's log), then copy the store off it and check the copy with worldd doctor");
+            }
+        }
+    }
+}
+
+/// A fault of the store's disk, not of one operation.
+fn is_disk_fault(e: &StoreError) -> bool {
+    matches!(e, StoreError::Io(_) | StoreError::DiskFull(_))
 }
 
 /// Run one operation, a panic in it becoming its error: the writer thread outlives any
@@ -476,6 +515,10 @@ impl Durability {
             }
             _ => None,
         };
+        let commit_error = settled.iter().find_map(|s| s.outcome.as_ref().err());
+        self.stats
+            .failing
+            .settled(matches!(synced, Some(Ok(_))), sync_error.or(commit_error));
         for Settled { batch, outcome } in settled {
             match &outcome {
                 Ok(Some(_)) => answer(batch, sync_error),
