@@ -62,6 +62,10 @@ pub struct Place<'a> {
     /// (`handler_kit::worktree::run_in`), not by the path, which may have been swapped for a
     /// symlink since it was opened.
     pub dir: Option<BorrowedFd<'a>>,
+    /// Pathspec magic (`:(exclude)…`) is read: without it every run passes
+    /// `--literal-pathspecs`, so an agent's path is only ever a name. A caller that sets it
+    /// spells each agent's path `:(literal)<path>` itself.
+    pub pathspec_magic: bool,
 }
 
 /// The finished run of one git command.
@@ -188,7 +192,10 @@ impl Git {
         if let Some(index) = place.index_file {
             cmd.env("GIT_INDEX_FILE", index);
         }
-        cmd.arg("--no-pager").arg("--literal-pathspecs");
+        cmd.arg("--no-pager");
+        if !place.pathspec_magic {
+            cmd.arg("--literal-pathspecs");
+        }
         for c in FORCED_CONFIG {
             cmd.arg("-c").arg(c);
         }
@@ -362,6 +369,7 @@ mod tests {
             git_dir: None,
             index_file: None,
             dir: None,
+            pathspec_magic: false,
         };
         let moved = tmp.path().join("ep.moved");
         let (inside, outside) = (hash(&by_path(&moved)), hash(&by_path(&ep)));

@@ -1,6 +1,6 @@
 //! `Git.Commit`: request checks, the commit, and the output objects.
 
-use std::ffi::OsStr;
+use std::ffi::{OsStr, OsString};
 use std::io;
 use std::os::fd::{AsFd, AsRawFd};
 use std::path::{Path, PathBuf};
@@ -57,6 +57,10 @@ pub const TOO_MANY_STAGED_FILTERS: &str = "commit: the staged files are too many
 
 /// Longest commit message, in bytes.
 pub const MAX_MESSAGE_BYTES: usize = 4096;
+
+/// The exclude pathspec that keeps the workspace plugin's temporary files (`.worldd-tmp-<pid>-…`,
+/// at any depth below the worktree's top) out of every commit.
+const WORKSPACE_TEMPORARIES: &str = ":(top,exclude,glob)**/.worldd-tmp-*";
 
 /// Most paths one commit may name.
 pub const MAX_PATHS: usize = 256;
@@ -360,6 +364,7 @@ impl GitHandler {
             git_dir: None,
             index_file: None,
             dir: Some(job.root.as_fd()),
+            pathspec_magic: false,
         };
         self.noting_kills(job, self.git.run(&place, args, stdin, job.deadline))
     }
@@ -385,12 +390,25 @@ impl GitHandler {
         args: &[&OsStr],
         stdin: Option<&[u8]>,
     ) -> Result<Output, RunError> {
+        self.run_in_at(job, repo, args, stdin, false)
+    }
+
+    /// [`Self::run_in`], reading pathspec magic when `pathspec_magic` (see [`Place`]).
+    fn run_in_at(
+        &self,
+        job: &Job<'_>,
+        repo: &Repo,
+        args: &[&OsStr],
+        stdin: Option<&[u8]>,
+        pathspec_magic: bool,
+    ) -> Result<Output, RunError> {
         let place = Place {
             cwd: &job.worktree,
             ceiling: job.ceiling.as_deref(),
             git_dir: Some(&repo.git_dir),
             index_file: Some(&repo.index),
             dir: Some(job.root.as_fd()),
+            pathspec_magic,
         };
         self.noting_kills(job, self.git.run(&place, args, stdin, job.deadline))
     }
@@ -765,17 +783,25 @@ impl GitHandler {
         Ok(())
     }
 
-    /// 3. Stage, into the private index.
+    /// 3. Stage, into the private index, leaving out the workspace plugin's temporary files
+    ///    (`.worldd-tmp-…`, at any depth): one left by a write killed part-way holds part of
+    ///    a file's content, and is the daemon's debris, not the agent's change. An exclude
+    ///    pathspec, so the repository's own ignore files are neither read for it nor changed.
     fn stage(&self, job: &Job<'_>, repo: &Repo) -> Step<()> {
-        let mut add: Vec<&OsStr> = vec![os("add"), os("-A")];
-        if let Some(paths) = &job.paths {
-            add.push(os("--"));
-            add.extend(paths.iter().map(OsStr::new));
-        }
-        match self.run_in(job, repo, &add, None) {
+        let literal: Vec<OsString> = job
+            .paths
+            .iter()
+            .flatten()
+            .map(|p| OsString::from(format!(":(literal){p}")))
+            .collect();
+        let mut add: Vec<&OsStr> = vec![os("add"), os("-A"), os("--")];
+        add.extend(literal.iter().map(OsString::as_os_str));
+        add.push(os(WORKSPACE_TEMPORARIES));
+        match self.run_in_at(job, repo, &add, None, true) {
             Ok(o) if o.status.success() => Ok(()),
             Ok(o) => {
-                let said = self.git_says(job, &o.stderr);
+                // git quotes a pathspec as given: the agent's path, as the agent gave it.
+                let said = self.git_says(job, &o.stderr).replace("':(literal)", "'");
                 let ignored = if said.contains("are ignored by one of your .gitignore files") {
                     IGNORED_NOT_ADDED
                 } else {

@@ -36,7 +36,9 @@
 //! `GIT_AUTHOR_*`/`GIT_COMMITTER_*` from `author`, `GIT_CEILING_DIRECTORIES`
 //! = the worktree's parent, then `GIT_DIR`/`GIT_WORK_TREE` pinned to the
 //! repository the first run found and `GIT_INDEX_FILE` = a private copy of
-//! the index, `LC_ALL=C`; with `--literal-pathspecs` and
+//! the index, `LC_ALL=C`; with `--literal-pathspecs` (`git add`: each path
+//! `:(literal)PATH`, and `:(top,exclude,glob)**/.worldd-tmp-*`, the workspace plugin's
+//! temporary files) and
 //! `-c core.hooksPath=/dev/null -c core.fsmonitor=false
 //! -c commit.gpgSign=false -c gc.auto=0 -c protocol.allow=never
 //! -c safe.bareRepository=explicit …`; killed
@@ -198,6 +200,7 @@ impl GitPlugin {
                 git_dir: None,
                 index_file: None,
                 dir: None,
+                pathspec_magic: false,
             },
             &[OsStr::new("--version")],
             None,
