@@ -846,8 +846,13 @@ fn call_arguments(a: &CallArgs) -> Result<Value, Failure> {
             } else {
                 spec.clone()
             };
-            match serde_json::from_str(&text) {
-                Ok(Value::Object(m)) => m,
+            let source = match spec.as_str() {
+                "-" => "--json -".to_owned(),
+                s if s.starts_with('@') => format!("--json {s}"),
+                _ => "--json".to_owned(),
+            };
+            match strict_json(&text, &source)? {
+                Some(Value::Object(m)) => m,
                 _ => return Err(Failure::usage("--json must be one JSON object")),
             }
         }
@@ -862,11 +867,32 @@ fn call_arguments(a: &CallArgs) -> Result<Value, Failure> {
         let (k, v) = kv
             .split_once('=')
             .ok_or_else(|| Failure::usage(format!("--arg-json {kv:?}: want KEY=JSON")))?;
-        let v =
-            serde_json::from_str(v).map_err(|e| Failure::usage(format!("--arg-json {k}: {e}")))?;
+        let source = format!("--arg-json {k}");
+        let v = strict_json(v, &source)?.ok_or_else(|| {
+            let e = serde_json::from_str::<Value>(v).err();
+            Failure::usage(format!(
+                "{source}: {}",
+                e.map_or_else(|| "not JSON".to_owned(), |e| e.to_string())
+            ))
+        })?;
         args.insert(k.into(), v);
     }
     Ok(Value::Object(args))
+}
+
+/// `text` parsed as the daemon parses a body (`broker_core::canon`): `None` when it is not
+/// JSON at all (each caller says that its own way); refused, naming `source` (the flag or
+/// file it came from), when it is JSON the daemon refuses as ambiguous or inexact. A plain
+/// parse kept the last of two members of one name, where the daemon refuses the body (its
+/// parsers disagree on which counts), and made an integer beyond ±(2^53−1) a float that is
+/// another number, so what was sent was not what was written.
+fn strict_json(text: &str, source: &str) -> Result<Option<Value>, Failure> {
+    use broker_core::canon::{self, CanonError};
+    match canon::parse(text.as_bytes()) {
+        Ok(v) => Ok(Some(v)),
+        Err(CanonError::Syntax { .. } | CanonError::NotUtf8 | CanonError::TrailingData) => Ok(None),
+        Err(e) => Err(Failure::usage(format!("{source}: not strict JSON: {e}"))),
+    }
 }
 
 /// What Ctrl-C during a call leaves behind, said on stderr by the signal handler
@@ -1077,8 +1103,16 @@ pub fn publish(a: PublishArgs) -> CliResult {
         super::input::DOCUMENT_BYTES,
         &a.bundle.display().to_string(),
     )?;
-    let bundle: Value = serde_json::from_str(&text)
-        .map_err(|e| Failure::usage(format!("{}: not JSON: {e}", a.bundle.display())))?;
+    let file = a.bundle.display().to_string();
+    let bundle = match strict_json(&text, &file)? {
+        Some(bundle) => bundle,
+        None => {
+            let e = serde_json::from_str::<Value>(&text)
+                .err()
+                .map_or_else(|| "not JSON".to_owned(), |e| e.to_string());
+            return Err(Failure::usage(format!("{file}: not JSON: {e}")));
+        }
+    };
     let v = mcp(
         &a.client,
         "tools/call",
