@@ -394,12 +394,39 @@ impl Connection {
         for (k, v) in extra {
             req = req.set(k, v);
         }
+        // Whether the whole body was handed over: a connection closed before it was did not
+        // carry the request whole, so the daemon ran nothing.
+        let drained = std::cell::Cell::new(body.is_none());
         let res = match body {
-            Some((ct, bytes)) => req.set("Content-Type", ct).send_bytes(bytes),
+            Some((ct, bytes)) => req
+                .set("Content-Type", ct)
+                .set("Content-Length", &bytes.len().to_string())
+                .send(Sending {
+                    rest: bytes,
+                    drained: &drained,
+                }),
             None => req.call(),
         };
         let res = match res {
             Ok(r) => r,
+            // The daemon answered before it had read the whole body (a body over its limit is
+            // answered 413 at once) and closed, so the rest met a closed connection: what it
+            // said is asked again with the request's head alone, which cannot run anything.
+            Err(ureq::Error::Transport(t))
+                if t.kind() == ureq::ErrorKind::Io && !drained.get() =>
+            {
+                let (ct, bytes) = body.unwrap_or_default();
+                return Err(match self.answer_to_head(method, path, ct, bytes.len(), extra) {
+                    Some((status, answer)) => Failure::usage(format!(
+                        "{path} returned HTTP {status}: {}; the daemon answered before it read the whole request, so nothing ran",
+                        String::from_utf8_lossy(&answer).trim()
+                    )),
+                    None => Failure::usage(format!(
+                        "the daemon at {base} closed the connection while the request to {path} ({} bytes) was still being sent ({t}): it never received it whole, so nothing ran",
+                        bytes.len()
+                    )),
+                });
+            }
             Err(ureq::Error::Status(_, r)) => r,
             Err(ureq::Error::Transport(t))
                 if t.kind() == ureq::ErrorKind::Io
@@ -440,6 +467,54 @@ impl Connection {
         Ok((status, out))
     }
 
+    /// The daemon's answer to the head of a request whose body it would not take (`None`
+    /// when it gives none within a few seconds): the head names the body's length and no body
+    /// follows, so nothing can run.
+    fn answer_to_head(
+        &self,
+        method: &str,
+        path: &str,
+        content_type: &str,
+        length: usize,
+        extra: &[(&str, &str)],
+    ) -> Option<(u16, Vec<u8>)> {
+        use std::io::Write;
+        use std::net::ToSocketAddrs;
+        let authority = self.base.strip_prefix("http://")?;
+        let wait = self.timeout.min(Duration::from_secs(5));
+        let addr = authority
+            .to_socket_addrs()
+            .or_else(|_| format!("{authority}:80").to_socket_addrs())
+            .ok()?
+            .next()?;
+        let mut stream = std::net::TcpStream::connect_timeout(&addr, wait).ok()?;
+        stream.set_read_timeout(Some(wait)).ok()?;
+        stream.set_write_timeout(Some(wait)).ok()?;
+        let mut head = format!(
+            "{method} {path} HTTP/1.1\r\nHost: {authority}\r\nContent-Type: {content_type}\r\nContent-Length: {length}\r\nConnection: close\r\n"
+        );
+        if let Some(token) = &self.token {
+            head.push_str(&format!("Authorization: Bearer {token}\r\n"));
+        }
+        for (k, v) in extra {
+            head.push_str(&format!("{k}: {v}\r\n"));
+        }
+        head.push_str("\r\n");
+        stream.write_all(head.as_bytes()).ok()?;
+        let mut answer = Vec::new();
+        // What the daemon writes before it closes; a daemon that waits for the body answers
+        // nothing and the read times out.
+        let _ = (&stream).take(64 << 10).read_to_end(&mut answer);
+        let end = answer.windows(4).position(|w| w == b"\r\n\r\n")?;
+        let status_line = String::from_utf8_lossy(&answer[..end]).into_owned();
+        let status: u16 = status_line
+            .strip_prefix("HTTP/1.1 ")?
+            .get(..3)?
+            .parse()
+            .ok()?;
+        Some((status, answer[end + 4..].to_vec()))
+    }
+
     /// The daemon was reached, but `what` within `--timeout`.
     fn too_slow(&self, what: &str) -> Failure {
         Failure::usage(format!(
@@ -447,6 +522,22 @@ impl Connection {
             self.base,
             in_seconds(self.timeout)
         ))
+    }
+}
+
+/// A request body handed to the HTTP agent, saying when it has all been taken.
+struct Sending<'a> {
+    rest: &'a [u8],
+    drained: &'a std::cell::Cell<bool>,
+}
+
+impl Read for Sending<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let n = self.rest.read(buf)?;
+        if self.rest.is_empty() {
+            self.drained.set(true);
+        }
+        Ok(n)
     }
 }
 
