@@ -181,12 +181,12 @@ fn an_entry_missing_from_the_middle_of_the_log_is_said_as_a_hole_not_a_lost_end(
         "{out}"
     );
     assert!(!out.contains("lost its end"), "{out}");
-    // Past the head it is still a ref no scan reached.
+    // Past the head it is not a hole: an entry the log does not hold yet.
     let (code, _, err) = worldd(&["why", "9", "--db", db], None);
     assert_eq!(code, 1);
     assert_eq!(
         err,
-        "worldd: why: entry 9 not found (scanned back 500 entries; raise --scan to look further)\n"
+        "worldd: why: entry 9 not found (the log's last entry is 6)\n"
     );
     // Online alike: the hole is damage (exit 3), and the entry after it is broken on both.
     let (offline, online, said) = why_each(kept, Path::new(db));

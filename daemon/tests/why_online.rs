@@ -938,11 +938,11 @@ fn an_agent_cannot_verify_another_episodes_call_online_but_an_operator_can() {
         ),
         (
             id.as_str(),
-            format!("worldd: why: invocation {id} not found (scanned back 500 entries; raise --scan to look further)\n"),
+            format!("worldd: why: invocation {id} not found: it is not a call of your episode (ep2); another episode's calls are its own, and this answer is the same whether or not it exists\n"),
         ),
         (
             output_ref.as_str(),
-            format!("worldd: why: {output_ref} not found (scanned back 500 entries; raise --scan to look further)\n"),
+            format!("worldd: why: {output_ref} not found (scanned back all 2 entries of the log)\n"),
         ),
     ];
     for (handle, expected) in &not_found {
@@ -959,7 +959,7 @@ fn an_agent_cannot_verify_another_episodes_call_online_but_an_operator_can() {
     assert_eq!(code, 1, "{err}");
     assert_eq!(
         err,
-        format!("worldd: why: a result with {output_ref} not found (scanned back 500 entries; raise --scan to look further)\n")
+        format!("worldd: why: a result with {output_ref} not found (scanned back all 2 entries of the log)\n")
     );
     let (code, out, _) = online(&d.addr, &mine, &["-"], Some(&result));
     assert_eq!(code, 0, "{out}");

@@ -1091,7 +1091,7 @@ pub fn call(a: CallArgs) -> CliResult {
         .unwrap_or("")
         .to_owned();
     if a.json_out {
-        outln!("{text}");
+        super::output::write_committed(&text)?;
     } else {
         let pretty = serde_json::from_str::<Value>(&text)
             .ok()

@@ -1,7 +1,8 @@
 //! The verbs' output on stdout. A failed write is never a panic (`println!` panics on one):
 //! a closed pipe ends the verb quietly, as the reader chose (`worldd session list | head -1`),
 //! and any other failure (a full disk under `> file`) is the verb's failure, named. What is
-//! written is shown, never acted on, by a terminal ([`super::terminal`]).
+//! written is shown, never acted on, by a terminal ([`super::terminal`]); committed bytes a
+//! verb promises exactly go into a pipe or a file untouched ([`write_committed`]).
 
 use std::io::Write;
 
@@ -20,6 +21,21 @@ pub fn try_write(text: impl AsRef<[u8]>) -> std::io::Result<()> {
     let mut out = std::io::stdout().lock();
     out.write_all(super::terminal::shown(&text).as_bytes())
         .and_then(|()| out.flush())
+}
+
+/// Write bytes the daemon committed (and a newline), for a verb that promises them exactly
+/// (`call --json-out`): as they are when stdout is not a terminal (a pipe or a file, which
+/// `worldd why -` hashes: an escaped U+2028 or DEL is other bytes, another ref), and shown as
+/// [`write`] shows text on a terminal, where a person reads them.
+pub fn write_committed(bytes: &str) -> CliResult {
+    if std::io::IsTerminal::is_terminal(&std::io::stdout()) {
+        return write(format!("{bytes}\n"));
+    }
+    let mut out = std::io::stdout().lock();
+    out.write_all(bytes.as_bytes())
+        .and_then(|()| out.write_all(b"\n"))
+        .and_then(|()| out.flush())
+        .map_err(failure)
 }
 
 /// Whether a failed write met a pipe whose reader has gone.

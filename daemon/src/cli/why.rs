@@ -91,7 +91,7 @@ fn mode(a: &WhyArgs) -> Mode {
 }
 
 pub fn run(a: WhyArgs) -> CliResult {
-    let handle = if a.handle == "-" {
+    let (handle, form) = if a.handle == "-" {
         let mut bytes =
             super::input::bytes(std::io::stdin(), super::input::DOCUMENT_BYTES, "stdin")?;
         // `--json-out` adds one newline after the committed bytes.
@@ -105,24 +105,36 @@ pub fn run(a: WhyArgs) -> CliResult {
                 "why -: nothing on stdin (did the command before the pipe fail? `worldd call TOOL --json-out | worldd why -` verifies the result it prints)",
             ));
         }
-        Handle::Output(bytes)
+        let form = canonical_form(&bytes);
+        (Handle::Output(bytes), form)
     } else {
-        Handle::parse(&a.handle).map_err(|e| Failure::usage(e.to_string()))?
+        (
+            Handle::parse(&a.handle).map_err(|e| Failure::usage(e.to_string()))?,
+            None,
+        )
     };
     match mode(&a) {
         Mode::Store(db) => {
             let store = open_to_read(&db)?;
-            let why = verify::why(&store, &handle, a.scan).map_err(|e| match (&e, &handle) {
-                (VerifyError::NotFound(_), Handle::Invocation(id)) => {
-                    uncommitted(&store, id).unwrap_or_else(|| failure(e, a.scan))
+            let found = by_form(verify::why(&store, &handle, a.scan), form.as_ref(), |h| {
+                verify::why(&store, h, a.scan)
+            });
+            let why = found.map_err(|e| {
+                if let (VerifyError::NotFound(_), Handle::Invocation(id)) = (&e, &handle) {
+                    if let Some(f) = uncommitted(&store, id) {
+                        return f;
+                    }
                 }
-                _ => failure(e, a.scan),
+                let last = store
+                    .read(|r| Ok::<_, VerifyError>(last_entry(&verify::LocalSource::new(r))))
+                    .unwrap_or(None);
+                failure(e, &handle, a.scan, last)
             })?;
             seen_is_durable(&store)?;
             report(&why, a.json, "what the store holds")
         }
         Mode::Daemon { client, fallback } => {
-            let (why, malformed) = online(&client, &handle, a.scan).map_err(|mut f| {
+            let (why, malformed) = online(&client, &handle, form.as_ref(), a.scan).map_err(|mut f| {
                 if fallback && f.message.starts_with("why: cannot reach the daemon") {
                     f.message.push_str(&format!(
                         " (no store at {DEFAULT_DB} either: give --db DIR to verify a store offline)"
@@ -160,12 +172,70 @@ fn uncommitted(store: &broker_core::store::Store, id: &str) -> Option<Failure> {
     })
 }
 
-/// A verification that found nothing to walk, as the CLI reports it.
-fn failure(e: VerifyError, scan: u64) -> Failure {
+/// The stdin of `why -` in canonical JSON, when it parses strictly and is not already that:
+/// what a terminal showed of a result (`\u2028` for the character itself), or `call`'s
+/// pretty-printed output, copied, is other bytes than the committed ones but the same JSON,
+/// and the committed bytes are its canonical form.
+fn canonical_form(bytes: &[u8]) -> Option<Handle> {
+    let canonical = broker_core::canon::canonicalize(bytes).ok()?;
+    (canonical != bytes).then_some(Handle::Output(canonical))
+}
+
+/// `found`, or, when it is "not found" and stdin has a canonical form other than itself
+/// ([`canonical_form`]), what `again` finds by that form, said on stderr: the bytes read are
+/// not the committed ones, their JSON is. The first "not found" stands when the form is not
+/// found either.
+fn by_form(
+    found: Result<Explanation, VerifyError>,
+    form: Option<&Handle>,
+    again: impl FnOnce(&Handle) -> Result<Explanation, VerifyError>,
+) -> Result<Explanation, VerifyError> {
+    let (Err(VerifyError::NotFound(_)), Some(form @ Handle::Output(canonical))) = (&found, form)
+    else {
+        return found;
+    };
+    match again(form) {
+        Ok(why) => {
+            errln!(
+                "worldd: why -: stdin is not the committed bytes themselves, but JSON whose canonical form ({}) is: verified by that form (a terminal shows some characters escaped; `worldd call … --json-out` into a pipe or a file writes the bytes themselves)",
+                broker_core::object::Ref::of(canonical)
+            );
+            Ok(why)
+        }
+        Err(VerifyError::NotFound(_)) => found,
+        Err(e) => Err(e),
+    }
+}
+
+/// The index of the log's last entry, when the head and its world can be read: the log holds
+/// entries 0 to it, so a scan reads at most one more than it.
+fn last_entry<S: verify::Source + ?Sized>(src: &S) -> Option<u64> {
+    let head = src.head().ok()??;
+    let bytes = src.world(&head).ok()??;
+    broker_core::log::World::from_bytes(&bytes)
+        .ok()
+        .map(|w| w.revision)
+}
+
+/// A verification that found nothing to walk, as the CLI reports it. `last`: the log's last
+/// entry ([`last_entry`]). A scan is said as far as it went, never past the log's first entry,
+/// and only a scan that stopped short of it is worth raising.
+fn failure(e: VerifyError, handle: &Handle, scan: u64, last: Option<u64>) -> Failure {
     match e {
-        VerifyError::NotFound(what) => Failure::usage(format!(
-            "why: {what} not found (scanned back {scan} entries; raise --scan to look further)"
-        )),
+        VerifyError::NotFound(what) => Failure::usage(match (handle, last) {
+            // An index is looked up, not scanned for.
+            (Handle::Index(_), Some(last)) => {
+                format!("why: {what} not found (the log's last entry is {last})")
+            }
+            (Handle::Index(_) | Handle::Head, _) => format!("why: {what} not found"),
+            (_, Some(last)) if last < scan => format!(
+                "why: {what} not found (scanned back all {} entries of the log)",
+                last + 1
+            ),
+            _ => format!(
+                "why: {what} not found (scanned back {scan} entries; raise --scan to look further)"
+            ),
+        }),
         VerifyError::Integrity(what) => {
             Failure::integrity(format!("why: {what}; do not trust this answer"))
         }
@@ -181,10 +251,15 @@ fn failure(e: VerifyError, scan: u64) -> Failure {
 fn online(
     client: &ClientArgs,
     handle: &Handle,
+    form: Option<&Handle>,
     scan: u64,
 ) -> Result<(Explanation, Option<Failure>), Failure> {
     let remote = RemoteSource::new(Connection::open(client)?);
-    let result = verify::why_in(&remote, handle, scan);
+    // The answers read for the first walk are kept: a walk by stdin's canonical form reads
+    // the same entries again.
+    let result = by_form(verify::why_in(&remote, handle, scan), form, |h| {
+        verify::why_in(&remote, h, scan)
+    });
     match remote.trouble() {
         Some(Trouble::Unavailable(m)) => return Err(Failure::usage(format!("why: {m}"))),
         Some(Trouble::Malformed(m)) if result.is_err() => {
@@ -201,9 +276,16 @@ fn online(
                 remote.base(),
                 reason.map(|r| format!(" ({r})")).unwrap_or_default()
             )),
-            None => failure(e, scan),
+            // Another episode's call reads as absent to this session whatever `--scan` says,
+            // and whether or not it exists: said as `calls get` says it.
+            None => match foreign(client, id) {
+                Some(own) => Failure::usage(format!(
+                    "why: invocation {id} not found: it is not a call of your episode ({own}); another episode's calls are its own, and this answer is the same whether or not it exists"
+                )),
+                None => failure(e, handle, scan, last_entry(&remote)),
+            },
         },
-        _ => failure(e, scan),
+        _ => failure(e, handle, scan, last_entry(&remote)),
     })?;
     // An entry whose record the daemon answers as absent is not this session's to read
     // (another episode's call reads exactly like a missing one): not found, not broken.
@@ -231,6 +313,17 @@ fn online(
         _ => None,
     };
     Ok((why, malformed))
+}
+
+/// The session's own episode, when it is an agent's and invocation `id` names another: its
+/// calls are not this session's to read. `None` for an operator (it reads every episode), an
+/// id of the session's own episode, or a daemon that does not say (`GET /v1/budget`).
+fn foreign(client: &ClientArgs, id: &str) -> Option<String> {
+    let (_, episode, _) = broker_core::task::split_invocation_id(id)?;
+    let (status, body) = super::client::send(client, "GET", "/v1/budget", None, &[]).ok()?;
+    let v: serde_json::Value = serde_json::from_slice(&body).ok()?;
+    let own = v["episode"].as_str()?;
+    (status == 200 && v["operator"] == false && own != episode).then(|| own.to_owned())
 }
 
 fn malformed(base: &str, detail: &str) -> Failure {
