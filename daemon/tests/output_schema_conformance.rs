@@ -120,3 +120,61 @@ fn the_python_mcp_sdk_reads_a_call_whose_output_breaks_the_schema_instead_of_rai
                "ran": true, "outputOk": true})
     );
 }
+
+/// JSON Schema 2020-12 (MCP's default dialect) applies `items` only to the elements after
+/// `prefixItems`: `[1, "a"]` conforms to `prefixItems: [integer], items: string`. It was
+/// checked as draft-07 would (`items` for every element), withheld, and the plugin blamed.
+/// An element after the prefix that breaks `items` is still caught.
+#[test]
+fn an_output_conforming_to_prefix_items_and_items_is_served_as_structured_content() {
+    let with = |id: &str, member: &str, items: &str| {
+        let mut tool = misfit_mode_tool(id);
+        tool["outputSchema"] = json!({
+            "$schema": "https://json-schema.org/draft/2020-12/schema",
+            "type": "object",
+            "required": ["world", "ok"],
+            "properties": {"ok": {"type": "boolean"}, "config": {"type": "object", "properties": {
+                member: {"type": "array", "prefixItems": [{"type": "integer"}],
+                         "items": {"type": items}}}}}
+        });
+        tool
+    };
+    // The config keys this test sets, declared beside the plugin's own.
+    let manifest = json!({"transitions": [
+        with("misfit-do", "arr", "string"),
+        with("misfit-bad", "bad", "integer"),
+    ], "configSchema": {"type": "object", "additionalProperties": false, "properties": {
+        "arr": {"type": "array"}, "bad": {"type": "array"},
+        "panic": {"type": "boolean"}, "dropPanic": {"type": "boolean"}}}});
+    let dir = tempfile::tempdir().unwrap();
+    let mut cmd = Daemon::serve_command(&dir, &[]);
+    let lib = common::fixtures::misfit_library();
+    std::fs::copy(
+        lib,
+        dir.path().join("plugins").join(lib.file_name().unwrap()),
+    )
+    .unwrap();
+    cmd.env("WORLDD_MISFIT_MANIFEST", manifest.to_string())
+        .args(["--plugin-config", r#"misfit.arr=[1,"a"]"#])
+        .args(["--plugin-config", r#"misfit.bad=[1,2,"c"]"#]);
+    let d = Daemon::spawn(dir, cmd);
+    let token = d.session("ep", &["Misfit.Do=any:10"]);
+
+    let r = call(&d, &token, "config");
+    assert_eq!(r["isError"], false, "{r}");
+    assert_eq!(
+        r["structuredContent"]["config"]["arr"],
+        json!([1, "a"]),
+        "{r}"
+    );
+
+    let r = tools_call(&d, &token, "misfit-bad", json!({"mode": "config"}))["result"].clone();
+    assert_eq!(r["isError"], true, "{r}");
+    assert!(r.get("structuredContent").is_none(), "{r}");
+    let why = r["content"][1]["text"].as_str().unwrap();
+    assert!(
+        why.contains("(at /config/bad/2: a string where the outputSchema says integer)"),
+        "{why}"
+    );
+    assert!(!d.log().contains("/config/arr"), "{}", d.log());
+}

@@ -1,7 +1,7 @@
 //! Whether a committed output conforms to its tool's `outputSchema`, in the part of JSON
 //! Schema that can be checked cheaply and with certainty: `type`, `required`, `enum`,
-//! `properties` (each present member against its schema) and `items` (a single schema), the
-//! same keywords at every depth. Every other keyword is ignored, so this never calls an
+//! `properties` (each present member against its schema) and `items` (a single schema, for the
+//! elements after any `prefixItems`), the same keywords at every depth. Every other keyword is ignored, so this never calls an
 //! output that conforms non-conforming; it catches what a client that validates (the official
 //! MCP SDKs do, for every result without `isError`) would refuse most often.
 //!
@@ -186,10 +186,20 @@ fn check(schema: &Value, raw: &RawValue, at: &str, depth: usize) -> Option<Strin
         }
         Kind::Array => {
             let items = schema.get("items").filter(|i| i.is_object())?;
+            // Beside `prefixItems`, JSON Schema 2020-12 (MCP's default dialect) applies `items`
+            // only to the elements after the prefix; draft-07 knows no `prefixItems` and
+            // applies `items` to all. Those after the prefix are checked, which is right under
+            // both; the prefix itself is not (draft-07 ignores `prefixItems`).
+            let prefix = match schema.get("prefixItems") {
+                None => 0,
+                Some(Value::Array(prefix)) => prefix.len(),
+                Some(_) => return None,
+            };
             let elements: Vec<&RawValue> = serde_json::from_str(raw.get()).ok()?;
             elements
                 .iter()
                 .enumerate()
+                .skip(prefix)
                 .find_map(|(i, e)| check(items, e, &format!("{at}/{i}"), depth + 1))
         }
         _ => None,
@@ -203,6 +213,21 @@ mod tests {
 
     fn v(schema: Value, output: Value) -> Option<String> {
         violation(&schema, &output.to_string())
+    }
+
+    #[test]
+    fn items_beside_prefix_items_is_checked_only_after_the_prefix() {
+        let schema = json!({"type": "array", "prefixItems": [{"type": "integer"}],
+                            "items": {"type": "string"}});
+        assert_eq!(v(schema.clone(), json!([1, "a", "b"])), None);
+        // The prefix itself is not checked: draft-07 ignores `prefixItems`.
+        assert_eq!(v(schema.clone(), json!(["a", "b"])), None);
+        assert_eq!(
+            v(schema, json!([1, "a", 2])),
+            Some("at /2: an integer where the outputSchema says string".into())
+        );
+        let odd = json!({"type": "array", "prefixItems": 5, "items": {"type": "string"}});
+        assert_eq!(v(odd, json!([1])), None);
     }
 
     #[test]
