@@ -69,6 +69,19 @@ pub fn interrupted_copy(db: &Path) -> Option<PathBuf> {
     (partial.is_dir() && !db.join("data.mdb").exists()).then_some(partial)
 }
 
+/// `path` as one word of a shell command, for the fix commands messages give to paste: as it
+/// is when it holds only characters no shell reads specially, else in single quotes (a `'` in
+/// it as `'\''`). A path with a space was split in two by the paste, and `chmod 700` ran on
+/// both halves.
+pub fn shell_word(path: &std::path::Path) -> String {
+    let text = path.to_string_lossy();
+    let plain = |c: char| c.is_ascii_alphanumeric() || "/._-+,:@%=".contains(c);
+    if !text.is_empty() && text.chars().all(plain) && !text.starts_with('=') {
+        return text.into_owned();
+    }
+    format!("'{}'", text.replace('\'', "'\\''"))
+}
+
 /// Deeper than any plugin's state needs; a bound so that a directory nested without end ends
 /// the copy with an error instead of the process's stack.
 const MAX_DEPTH: usize = 128;
@@ -84,6 +97,9 @@ pub struct Taken {
     /// Entries of `plugin-state/` that are no file, directory or symbolic link (a FIFO, a
     /// socket, a device): not copied.
     pub skipped: Vec<PathBuf>,
+    /// The destination's lock ([`BackupError::Busy`]), held until this is dropped: until the
+    /// copy has been checked, another backup into it is refused as running, not interrupted.
+    held: Option<File>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -92,6 +108,14 @@ pub enum BackupError {
     Occupied(PathBuf),
     #[error("destination {dest}: its parent directory {parent} does not exist; backup makes the destination itself, not the directories above it: make {parent} first (mode 0700), or choose a destination in an existing directory")]
     NoParent { dest: PathBuf, parent: PathBuf },
+    #[error("destination {0} is being written by another worldd backup; wait for it")]
+    Busy(PathBuf),
+    #[error("destination {}: refusing it inside {}, a directory every user may write, without the sticky bit (mode {mode:04o}): anyone could swap it for their own; `chmod o-w {}`", dest.display(), parent.display(), shell_word(parent))]
+    LooseParent {
+        dest: PathBuf,
+        parent: PathBuf,
+        mode: u32,
+    },
     #[error("destination {0} holds an interrupted backup (its {PARTIAL} directory, and no store); remove the directory, then back up again")]
     Interrupted(PathBuf),
     #[error("destination {0} holds a backup that was never checked (its {UNVERIFIED} marker: the backup that wrote it was interrupted, or its copy failed the check); do not restore from it: remove the directory, then back up again")]
@@ -133,6 +157,8 @@ impl BackupError {
         matches!(
             self,
             BackupError::Occupied(_)
+                | BackupError::Busy(_)
+                | BackupError::LooseParent { .. }
                 | BackupError::NoParent { .. }
                 | BackupError::Interrupted(_)
                 | BackupError::Unverified(_)
@@ -180,10 +206,20 @@ pub fn take(store: &Store, db: &Path, dest: &Path, compact: bool) -> Result<Take
     let (target, made) = prepare(db, dest)?;
     let mut wrote = Vec::new();
     let copied = copy_store(store, db, &target, dest, compact, &mut wrote);
-    if copied.is_err() {
-        undo(&target, dest, made, &wrote);
+    match copied {
+        Ok(mut taken) => {
+            // A second descriptor of the locked open directory keeps the lock.
+            taken.held = target
+                .try_clone()
+                .ok()
+                .map(|d| File::from(std::os::fd::OwnedFd::from(d)));
+            Ok(taken)
+        }
+        Err(e) => {
+            undo(&target, dest, made, &wrote);
+            Err(e)
+        }
     }
-    copied
 }
 
 /// Check `dest`, make it (mode 0700: the store holds credentials' hashes) when absent, and open
@@ -201,6 +237,23 @@ fn prepare(db: &Path, dest: &Path) -> Result<(Dir, bool), BackupError> {
             db: db.to_path_buf(),
         });
     }
+    // As `serve` refuses for a store: in a directory every user may write without the sticky
+    // bit, anyone could rename the finished copy away and put their own under its name, which
+    // a restore would then bring back as a checked backup.
+    let parent = match dest.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    };
+    if let Some(mode) = fs::metadata(parent)
+        .ok()
+        .and_then(|m| crate::plugins::writers::anyone_could_swap(&m))
+    {
+        return Err(BackupError::LooseParent {
+            dest: dest.to_path_buf(),
+            parent: parent.to_path_buf(),
+            mode,
+        });
+    }
     let made = match fs::symlink_metadata(dest) {
         Ok(md) if md.is_dir() => false,
         Ok(_) => return Err(BackupError::Occupied(dest.to_path_buf())),
@@ -213,7 +266,12 @@ fn prepare(db: &Path, dest: &Path) -> Result<(Dir, bool), BackupError> {
         Err(e) => return Err(io_at(dest)(e)),
     };
     let opened = open_own_dir(dest);
-    if opened.is_err() && made {
+    // A directory another backup holds is its own, even one this call made: it opened it first.
+    if made
+        && opened
+            .as_ref()
+            .is_err_and(|e| !matches!(e, BackupError::Busy(_)))
+    {
         let _ = fs::remove_dir(dest);
     }
     Ok((opened?, made))
@@ -237,7 +295,10 @@ fn missing_parent(dest: &Path, e: io::Error) -> BackupError {
 }
 
 /// `dest` opened (never through a link), refused unless it is this user's, writable by no one
-/// else, and empty.
+/// else, not being written by another backup, and empty. The handle holds an exclusive `flock`
+/// on the directory: two backups into one destination once saw each other's `.partial` as an
+/// interrupted backup, and an operator who removed it as told took the copy from under the
+/// one still running, which then said ✓ for a copy that was gone.
 fn open_own_dir(dest: &Path) -> Result<Dir, BackupError> {
     let file = fs::OpenOptions::new()
         .read(true)
@@ -254,6 +315,15 @@ fn open_own_dir(dest: &Path) -> Result<Dir, BackupError> {
             mode: md.mode() & 0o7777,
             euid,
         });
+    }
+    use std::os::fd::AsRawFd;
+    // SAFETY: flock on a descriptor this function owns; no memory is shared.
+    if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+        let e = io::Error::last_os_error();
+        if e.raw_os_error() == Some(libc::EWOULDBLOCK) {
+            return Err(BackupError::Busy(dest.to_path_buf()));
+        }
+        // A filesystem without `flock`: the copy is made, unguarded against a second backup.
     }
     let dir = Dir::from_std_file(file);
     // A backup leaves at most `.partial`, `.unverified`, `plugin-state`, `data.mdb`, and
