@@ -414,3 +414,103 @@ fn a_store_this_user_may_not_enter_is_said_to_be_refused_not_missing() {
         );
     }
 }
+
+/// A `--db` naming something that is not a directory but that every user may write (a device
+/// such as /dev/null, a FIFO or a file chmodded 0666) was called "a directory every user may
+/// write", exit 2, with `chmod 700 /dev/null` to paste, which as root breaks every other
+/// program on the machine. It is said as any other file in a store's place: not a directory,
+/// exit 1 (serve: its start fails, exit 2, in the same words).
+#[test]
+fn a_db_that_is_a_device_fifo_or_open_file_is_said_not_to_be_a_directory() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let fifo = d.join("fifo");
+    let c = std::ffi::CString::new(path_str(&fifo)).unwrap();
+    // SAFETY: mkfifo on a NUL-terminated path we own; no memory is shared.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o666) }, 0);
+    set_mode(&fifo, 0o666);
+    let file = d.join("file");
+    std::fs::write(&file, "").unwrap();
+    set_mode(&file, 0o666);
+    let plugins = plugin_dir_with(d, &["worldd_workspace"]);
+    for db in [Path::new("/dev/null"), &fifo, &file] {
+        let not_a_dir = format!(
+            "world store {} is not a directory (a store is a directory holding data.mdb and lock.mdb)",
+            db.display()
+        );
+        for args in [&["doctor", "--db"][..], &["session", "list", "--db"][..]] {
+            let mut args = args.to_vec();
+            args.push(path_str(db));
+            let (code, err) = verb(d, &args);
+            assert_eq!(code, Some(1), "{args:?}: {err}");
+            assert_eq!(err, format!("worldd: {not_a_dir}\n"), "{args:?}");
+        }
+        let refusal = refused_start(&serve_args(&plugins, db, &d.join("worktrees")), d);
+        assert_eq!(refusal.code, Some(2), "{}", refusal.stderr);
+        assert_eq!(
+            refusal.line,
+            format!("worldd: daemon startup failed at store-open: {not_a_dir}")
+        );
+    }
+    // Nothing was changed or made in their place.
+    assert_eq!(mode_of(&fifo), 0o666);
+    assert_eq!(mode_of(&file), 0o666);
+    assert_eq!(mode_of(Path::new("/dev/null")), 0o666);
+}
+
+/// The fix commands given to paste (`chmod 700 PATH`, `chmod o-w PATH`) named a path with a
+/// space unquoted: pasted, `chmod` ran on its two halves. A path that needs it is now quoted
+/// for the shell (single quotes, a `'` in it as `'\''`); a plain one is as it was.
+#[test]
+fn a_fix_command_to_paste_quotes_a_path_holding_a_space_or_quote() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let spaced = d.join("sp ace");
+    std::fs::create_dir(&spaced).unwrap();
+    let db = spaced.join("it's db");
+    store_at(&db);
+    set_mode(&db, 0o777);
+    let (code, err) = verb(d, &["doctor", "--db", path_str(&db)]);
+    assert_eq!(code, Some(2), "{err}");
+    let quoted = format!("'{}/sp ace/it'\\''s db'", d.display());
+    assert_eq!(
+        err,
+        format!(
+            "worldd: store {}: refusing a directory every user may write (mode 0777): another user could put or swap what worldd keeps and runs there; `chmod 700 {quoted}`\n",
+            db.display()
+        )
+    );
+    // Pasted into a shell, the command names that one directory.
+    let pasted = Command::new("sh")
+        .arg("-c")
+        .arg(format!("chmod 700 {quoted}"))
+        .status()
+        .unwrap();
+    assert!(pasted.success());
+    assert_eq!(mode_of(&db), 0o700);
+
+    // The directory holding the store, open to all and not sticky.
+    set_mode(&spaced, 0o777);
+    let (code, err) = verb(d, &["doctor", "--db", path_str(&db)]);
+    assert_eq!(code, Some(2), "{err}");
+    assert_eq!(
+        err,
+        format!(
+            "worldd: store {}: refusing it inside {}, a directory every user may write, without the sticky bit (mode 0777): anyone could swap it for their own; `chmod o-w '{}'`\n",
+            db.display(),
+            spaced.display(),
+            spaced.display()
+        )
+    );
+    set_mode(&spaced, 0o700);
+
+    // A plain path is left as it is.
+    let plain = d.join("plain_db-1.x");
+    store_at(&plain);
+    set_mode(&plain, 0o777);
+    let (_, err) = verb(d, &["doctor", "--db", path_str(&plain)]);
+    assert!(
+        err.ends_with(&format!("`chmod 700 {}`\n", plain.display())),
+        "{err}"
+    );
+}

@@ -1183,16 +1183,22 @@ pub(super) fn refuse_loose_dir(what: &str, dir: &std::path::Path) -> Result<(), 
     let Ok(meta) = std::fs::metadata(dir) else {
         return Ok(());
     };
+    // A file, a device or a FIFO in its place is said by the store's open (or the root's
+    // check) as not a directory: /dev/null is 0666, and `chmod 700` of it breaks the machine.
+    if !meta.is_dir() {
+        return Ok(());
+    }
     let shown = dir.display();
+    let pasted = crate::backup::shell_word(dir);
     match another_could_write(&meta) {
         Some(OtherWriter::Everyone { mode }) => {
             return Err(format!(
-                "{what} {shown}: refusing a directory every user may write (mode {mode:04o}): another user could put or swap what worldd keeps and runs there; `chmod 700 {shown}`"
+                "{what} {shown}: refusing a directory every user may write (mode {mode:04o}): another user could put or swap what worldd keeps and runs there; `chmod 700 {pasted}`"
             ))
         }
         Some(OtherWriter::Owner { uid, me }) => {
             return Err(format!(
-                "{what} {shown}: refusing a directory owned by uid {uid}, neither this process's user (uid {me}) nor root (mode {:04o}): that user could put or swap what worldd keeps and runs there; run worldd as its owner, or if what it holds is yours, `chown -R {me} {shown}`",
+                "{what} {shown}: refusing a directory owned by uid {uid}, neither this process's user (uid {me}) nor root (mode {:04o}): that user could put or swap what worldd keeps and runs there; run worldd as its owner, or if what it holds is yours, `chown -R {me} {pasted}`",
                 meta.mode() & 0o7777
             ))
         }
@@ -1209,7 +1215,7 @@ pub(super) fn refuse_loose_dir(what: &str, dir: &std::path::Path) -> Result<(), 
         return Err(format!(
             "{what} {shown}: refusing it inside {}, a directory every user may write, without the sticky bit (mode {mode:04o}): anyone could swap it for their own; `chmod o-w {}`",
             parent.display(),
-            parent.display()
+            crate::backup::shell_word(parent)
         ));
     }
     Ok(())
@@ -1226,7 +1232,7 @@ pub(super) fn others_may_enter(root: &std::path::Path) -> Option<String> {
         format!(
             "the workspace root {} (mode {mode:04o}) may be listed or entered by users other than its owner, who may then read every episode's worktree; `chmod 700 {}`",
             root.display(),
-            root.display()
+            crate::backup::shell_word(root)
         )
     })
 }
@@ -1391,7 +1397,13 @@ fn lock_state_dirs(
 /// make it (and the one refused take it away again). `None` where the directory cannot be
 /// opened (the store's open says why) or locked (the store's own lock then decides).
 fn lock_store_dir(db: &std::path::Path) -> Result<Option<std::fs::File>, Failure> {
-    let Ok(dir) = std::fs::File::open(db) else {
+    use std::os::unix::fs::OpenOptionsExt;
+    // Only a directory: opening a FIFO in its place would wait for a writer.
+    let Ok(dir) = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_DIRECTORY)
+        .open(db)
+    else {
         return Ok(None);
     };
     match lock_exclusively(&dir) {
