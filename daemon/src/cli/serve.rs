@@ -495,6 +495,8 @@ pub fn run_with(a: ServeArgs, launch: Launch) -> CliResult {
             Some(tried) => tried,
             None => workspace_lock(&settings.workspace_root)?,
         };
+        // Neither inside another daemon's root or store, nor holding one (see there).
+        let above = lock_ancestors(&settings.db, &settings.workspace_root)?;
         store.report_indeterminate_each();
         // Reader slots of killed readers cleared, a replaced store seen, while it serves.
         store
@@ -514,7 +516,7 @@ pub fn run_with(a: ServeArgs, launch: Launch) -> CliResult {
             .collect();
         let state_locks = lock_state_dirs(&opts, &started)?;
         crate::descriptors::keep_from_programs();
-        Ok((store, (lock, root_lock, state_locks), set))
+        Ok((store, (lock, root_lock, state_locks, above), set))
     })();
     let (store, _locks, set) = match started {
         Ok(started) => started,
@@ -892,7 +894,12 @@ fn open_store(settings: &Settings, fresh: &mut Fresh) -> Result<Store, Failure> 
     // A directory that cannot be made is said by the store's open below, in its words.
     let made = make_private_dir(&settings.db, &mut fresh.above).unwrap_or(false);
     fresh.store_unlocked = true;
-    fresh.store_dir = lock_store_dir(&settings.db)?;
+    fresh.store_dir = lock_store_dir(&settings.db).map_err(|(failure, served)| {
+        // A directory above another daemon's paths is no store it serves: what this start
+        // made (the root) goes again.
+        fresh.store_unlocked = served;
+        failure
+    })?;
     // No directory (a file is in its way): no daemon makes or serves a store there, so the
     // root this start made goes again as after any other failure.
     fresh.store_unlocked = fresh.store_dir.is_none() && settings.db.is_dir();
@@ -1325,6 +1332,12 @@ fn workspace_lock(root: &std::path::Path) -> Result<Option<std::fs::File>, Failu
         .map_err(|e| startup("config", format!("workspace root {}: {e}", root.display())))?;
     match lock_exclusively(&dir) {
         Ok(true) => Ok(Some(dir)),
+        Ok(false) if !held_exclusively(&dir) => Err(holds_another(
+            "workspace root",
+            root,
+            "--workspace-root",
+            "an episode of this daemon could write into it",
+        )),
         Ok(false) => Err(startup(
             "config",
             format!(
@@ -1395,8 +1408,9 @@ fn lock_state_dirs(
 /// Hold an exclusive, non-blocking `flock` on the store directory from before a start looks at
 /// what it holds until the daemon ends: two starts at once on a new store would otherwise both
 /// make it (and the one refused take it away again). `None` where the directory cannot be
-/// opened (the store's open says why) or locked (the store's own lock then decides).
-fn lock_store_dir(db: &std::path::Path) -> Result<Option<std::fs::File>, Failure> {
+/// opened (the store's open says why) or locked (the store's own lock then decides). A refusal
+/// comes with whether another daemon may serve the store (`false`: it only holds another's).
+fn lock_store_dir(db: &std::path::Path) -> Result<Option<std::fs::File>, (Failure, bool)> {
     use std::os::unix::fs::OpenOptionsExt;
     // Only a directory: opening a FIFO in its place would wait for a writer.
     let Ok(dir) = std::fs::OpenOptions::new()
@@ -1408,9 +1422,131 @@ fn lock_store_dir(db: &std::path::Path) -> Result<Option<std::fs::File>, Failure
     };
     match lock_exclusively(&dir) {
         Ok(true) => Ok(Some(dir)),
-        Ok(false) => Err(already_serves(db)),
+        Ok(false) if !held_exclusively(&dir) => Err((
+            holds_another(
+                "store",
+                db,
+                "--db",
+                "its agents could then write into this daemon's store",
+            ),
+            false,
+        )),
+        Ok(false) => Err((already_serves(db), true)),
         Err(_) => Ok(None),
     }
+}
+
+/// Shared `flock`s, held for the daemon's life, on every directory above its store and its
+/// workspace root (`db` and `root` exist by now). Another daemon's agents write anywhere below
+/// its workspace root, so neither path may lie inside another daemon's root, nor contain it
+/// or its store: an episode of that daemon could otherwise write into this one's store (its
+/// `data.mdb` among it) or worktrees, unrecorded here. Each daemon holds its own root and store
+/// directory exclusively: a directory above this one's paths that is held so is another's
+/// root or store, and refused here; and a daemon that would make one of this daemon's
+/// ancestors its root or store cannot take it exclusively while these are held, and refuses
+/// ([`workspace_lock`], [`lock_store_dir`]). No tree is walked: the locks meet on the path.
+/// A directory that cannot be opened or locked (no read permission, a filesystem without
+/// `flock`) is passed over.
+fn lock_ancestors(
+    db: &std::path::Path,
+    root: &std::path::Path,
+) -> Result<Vec<std::fs::File>, Failure> {
+    let mut held: Vec<(std::path::PathBuf, std::fs::File)> = Vec::new();
+    for (what, path, flag) in [
+        ("workspace root", root, "--workspace-root"),
+        ("store", db, "--db"),
+    ] {
+        let Ok(real) = path.canonicalize() else {
+            continue;
+        };
+        for above in real.ancestors().skip(1) {
+            if held.iter().any(|(p, _)| p == above) {
+                continue;
+            }
+            let Ok(dir) = std::fs::File::open(above) else {
+                continue;
+            };
+            match lock_shared(&dir) {
+                Ok(true) => held.push((above.to_path_buf(), dir)),
+                Ok(false) => {
+                    return Err(startup(
+                        "config",
+                        format!(
+                            "the {what} {} is inside {}, which another running worldd holds as its workspace root or store: that daemon's agents could write into this daemon's {what}; give this daemon a {flag} outside it",
+                            real.display(),
+                            above.display()
+                        ),
+                    ))
+                }
+                Err(_) => {}
+            }
+        }
+    }
+    Ok(held.into_iter().map(|(_, f)| f).collect())
+}
+
+/// Whether another process holds an exclusive `flock` on `dir` (which this one failed to lock
+/// exclusively): a daemon's own root or store, where shared locks only mean `dir` lies above
+/// another daemon's ([`lock_ancestors`]).
+fn held_exclusively(dir: &std::fs::File) -> bool {
+    match lock_shared(dir) {
+        Ok(true) => {
+            unlock(dir);
+            false
+        }
+        Ok(false) | Err(_) => true,
+    }
+}
+
+/// The refusal of a `path` (`what`, given with `flag`) that holds, below it, another running
+/// daemon's store or workspace root (they hold a shared lock on `path`): named when a short
+/// search along the locked directories finds it.
+fn holds_another(what: &str, path: &std::path::Path, flag: &str, why: &str) -> Failure {
+    let below = match held_below(path) {
+        Some(found) => format!(" ({})", found.display()),
+        None => String::new(),
+    };
+    startup(
+        "config",
+        format!(
+            "the {what} {} holds the workspace root or store of another running worldd{below}: {why}; give this daemon a {flag} that holds neither",
+            path.display()
+        ),
+    )
+}
+
+/// The directory below `top` another daemon holds exclusively (its workspace root or store),
+/// found by descending only into directories others hold shared locks on, a bounded number.
+fn held_below(top: &std::path::Path) -> Option<std::path::PathBuf> {
+    let mut budget = 4096_usize;
+    let mut at = top.to_path_buf();
+    'down: for _ in 0..64 {
+        let mut dirs = Vec::new();
+        for entry in std::fs::read_dir(&at).ok()?.filter_map(Result::ok) {
+            budget = budget.checked_sub(1)?;
+            if entry.file_type().is_ok_and(|t| t.is_dir()) {
+                dirs.push(entry.path());
+            }
+        }
+        // The same one named each time, where two are held.
+        dirs.sort();
+        for path in dirs {
+            let Ok(dir) = std::fs::File::open(&path) else {
+                continue;
+            };
+            match lock_exclusively(&dir) {
+                Ok(true) => unlock(&dir),
+                Ok(false) if held_exclusively(&dir) => return Some(path),
+                Ok(false) => {
+                    at = path;
+                    continue 'down;
+                }
+                Err(_) => {}
+            }
+        }
+        return None;
+    }
+    None
 }
 
 /// What a store directory holds besides `data.mdb`, sorted, directories with a `/`.
@@ -1499,6 +1635,28 @@ fn already_serves(db: &std::path::Path) -> Failure {
             db.display()
         ),
     )
+}
+
+/// Take a shared `flock` on `file` without waiting: `Ok(false)` when another process holds an
+/// exclusive one, an error where the filesystem cannot lock.
+fn lock_shared(file: &std::fs::File) -> std::io::Result<bool> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: flock on a file descriptor we own; no memory is shared.
+    if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_SH | libc::LOCK_NB) } == 0 {
+        return Ok(true);
+    }
+    let e = std::io::Error::last_os_error();
+    match e.raw_os_error() {
+        Some(libc::EWOULDBLOCK) => Ok(false),
+        _ => Err(e),
+    }
+}
+
+/// Release a `flock` taken only to look.
+fn unlock(file: &std::fs::File) {
+    use std::os::fd::AsRawFd;
+    // SAFETY: flock on a file descriptor we own; no memory is shared.
+    unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_UN) };
 }
 
 /// Take an exclusive `flock` on `file` without waiting: `Ok(false)` when another process holds
