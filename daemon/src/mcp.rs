@@ -217,7 +217,7 @@ async fn serve_post(state: AppState, headers: HeaderMap, body: Body) -> Response
 async fn serve_single(ctx: &Ctx<'_>, message: Value) -> Response {
     match jsonrpc::classify(message) {
         Message::Ignored => transport::accepted(),
-        Message::BadResponse { why } => transport::bad_response(why),
+        Message::Unaccepted { why } => transport::bad_response(why),
         Message::Invalid { id, why } => transport::sse_reply(&Reply::invalid_request(id, why)),
         Message::Request { id, method, params } => match run(ctx, &id, &method, params).await {
             Ok(reply) => transport::sse_reply(&reply),
@@ -259,7 +259,7 @@ async fn serve_batch(ctx: &Ctx<'_>, version: &'static str, items: Vec<Value>) ->
         let reply = match item {
             Message::Ignored => continue,
             Message::Invalid { id, why } => Reply::invalid_request(id, why),
-            Message::BadResponse { why } => Reply::invalid_request(Value::Null, why),
+            Message::Unaccepted { why } => Reply::invalid_request(Value::Null, why),
             // The 2025-03-26 lifecycle: initialize MUST NOT be part of a batch. Refused, not
             // run; the other items are served as ever.
             Message::Request { id, method, .. } if method == "initialize" => {
@@ -308,7 +308,7 @@ async fn serve_batch(ctx: &Ctx<'_>, version: &'static str, items: Vec<Value>) ->
     }
     match replies.finish() {
         None => transport::accepted(),
-        // Only responses and notifications, and responses refused: MCP 2025-03-26's transport
+        // Only responses and notifications, and some refused: MCP 2025-03-26's transport
         // MUST answer such input with an HTTP error status.
         Some(Ok(json)) if !requests => transport::bad_responses(json),
         Some(Ok(json)) => transport::sse(|out| {

@@ -37,10 +37,12 @@ pub(super) enum Message {
     Ignored,
     /// Not a valid request; answered `-32600` with `id` when it was readable, else null.
     Invalid { id: Value, why: &'static str },
-    /// Shaped as a response (`result` or `error`, no `method`) but no valid JSON-RPC 2.0
-    /// response: refused, not acknowledged (a server that cannot accept a posted response
-    /// answers it with an HTTP error, id null).
-    BadResponse { why: &'static str },
+    /// Input that is no request and that the server cannot accept: shaped as a response
+    /// (`result` or `error`, no `method`) but no valid JSON-RPC 2.0 response, or a message
+    /// without `id` that is no notification (no `"jsonrpc": "2.0"`, no string `method`, or
+    /// `method` beside `result`/`error`). Refused, not acknowledged: MCP's transport answers
+    /// such input with an HTTP error, id null; there is no request to answer on a stream.
+    Unaccepted { why: &'static str },
 }
 
 /// Classify one message of a POST (a whole body, or one batch item).
@@ -56,13 +58,32 @@ pub(super) fn classify(message: Value) -> Message {
     if method.is_none() && (m.contains_key("result") || m.contains_key("error")) {
         return match response_fault(&m, id.as_ref()) {
             None => Message::Ignored,
-            Some(why) => Message::BadResponse { why },
+            Some(why) => Message::Unaccepted { why },
         };
     }
+    let Some(id) = id else {
+        // No `id`: a notification, never answered on a stream. A well-formed one is ignored
+        // whatever its `params` (as under 2026-07-28, and notifications are not executed);
+        // any other is refused with an HTTP error.
+        let why = if m.get("jsonrpc").and_then(Value::as_str) != Some("2.0") {
+            "\"jsonrpc\" must be \"2.0\""
+        } else {
+            match method {
+                Some(Value::String(_)) if m.contains_key("result") || m.contains_key("error") => {
+                    "a message is a request (\"method\") or a response (\"result\", \"error\"), not both"
+                }
+                Some(Value::String(_)) => return Message::Ignored,
+                Some(_) => "\"method\" must be a string",
+                None => "a request needs \"method\"",
+            }
+        };
+        return Message::Unaccepted { why };
+    };
     // Echo the id in an error only when it is one we could have accepted.
-    let echo = match &id {
-        Some(v) if valid_id(v) => v.clone(),
-        _ => Value::Null,
+    let echo = if valid_id(&id) {
+        id.clone()
+    } else {
+        Value::Null
     };
     let invalid = |why| Message::Invalid {
         id: echo.clone(),
@@ -87,15 +108,11 @@ pub(super) fn classify(message: Value) -> Message {
     if matches!(&params, Some(p) if !p.is_object() && !p.is_array()) {
         return invalid("\"params\" must be an object or an array");
     }
-    match id {
-        None => Message::Ignored,
-        // MCP narrows JSON-RPC: ids are strings or integers, never null or fractional.
-        Some(v) if valid_id(&v) => Message::Request {
-            id: v,
-            method,
-            params,
-        },
-        Some(_) => invalid("\"id\" must be a string or an integer"),
+    // MCP narrows JSON-RPC: ids are strings or integers, never null or fractional.
+    if valid_id(&id) {
+        Message::Request { id, method, params }
+    } else {
+        invalid("\"id\" must be a string or an integer")
     }
 }
 

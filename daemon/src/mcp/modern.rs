@@ -96,7 +96,7 @@ pub(super) async fn serve(
     }
     let (id, method, params) = match jsonrpc::classify(message) {
         // A posted response, well-formed or not: clients must not send one on this revision.
-        Message::Ignored | Message::BadResponse { .. } => return not_one_request(),
+        Message::Ignored | Message::Unaccepted { .. } => return not_one_request(),
         Message::Invalid { id, why } => return json_reply(&Reply::invalid_request(id, why)),
         Message::Request { id, method, params } => (id, method, params),
     };

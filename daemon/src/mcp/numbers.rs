@@ -101,7 +101,7 @@ pub(super) fn without_requests(body: &[u8], max_values: usize) -> Option<Value> 
     let no_request = |m: &Value| {
         matches!(
             classify(m.clone()),
-            Message::Ignored | Message::BadResponse { .. }
+            Message::Ignored | Message::Unaccepted { .. }
         )
     };
     let none = match &read {

@@ -240,8 +240,8 @@ pub(super) fn host_failure(id: &Value, failure: HostFailure) -> Response {
 }
 
 /// 400 with a JSON-RPC `-32600` body (id null): a posted message shaped as a response that is
-/// none. MCP: a response the server cannot accept gets an HTTP error status, its body a
-/// JSON-RPC error without an id.
+/// none, or a message without `id` that is no notification. MCP: a response or notification
+/// the server cannot accept gets an HTTP error status, its body a JSON-RPC error without an id.
 pub(super) fn bad_response(why: &str) -> Response {
     let body = Reply::invalid_request(Value::Null, why)
         .to_json()
@@ -258,7 +258,7 @@ pub(super) fn bad_response(why: &str) -> Response {
 }
 
 /// 400 with the JSON array of a batch's replies (each a `-32600`, id null): a batch of only
-/// responses and notifications, some of them responses the server cannot accept.
+/// responses and notifications, some of them ones the server cannot accept.
 pub(super) fn bad_responses(json: Vec<u8>) -> Response {
     (
         StatusCode::BAD_REQUEST,
