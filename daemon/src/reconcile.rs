@@ -396,31 +396,74 @@ async fn episode_spend(state: AppState, episode: String) -> Result<Response, Api
     .into_response())
 }
 
-/// The episode's intents without an outcome: spent, and maybe run.
-fn episode_indeterminate(
-    state: &AppState,
-    episode: &str,
-) -> Result<Vec<journal::JournalState>, ApiError> {
-    Ok(state
-        .store()
-        .indeterminate()
-        .map_err(|e| ApiError::internal("indeterminate intents", e))?
+/// One of the episode's intents without an outcome: spent, and maybe run.
+struct Pending {
+    state: journal::JournalState,
+    /// This daemon is still running the call: its outcome may still come (as `/v1/calls` says
+    /// `in-flight`), so it is no crash's leftover.
+    in_flight: bool,
+}
+
+/// The episode's intents without an outcome, each marked in flight when this daemon runs the
+/// call now.
+fn episode_indeterminate(state: &AppState, episode: &str) -> Result<Vec<Pending>, ApiError> {
+    let read = || -> Result<Vec<journal::JournalState>, ApiError> {
+        Ok(state
+            .store()
+            .indeterminate()
+            .map_err(|e| ApiError::internal("indeterminate intents", e))?
+            .into_iter()
+            .filter(|p| p.intent.episode == episode)
+            .collect())
+    };
+    let coordinator = state.coordinator();
+    let running = |id: &str| {
+        task::split_invocation_id(id)
+            .and_then(|(surface, episode, task_id)| {
+                coordinator.running_attempt(parse_surface(surface)?, episode, task_id)
+            })
+            .is_some()
+    };
+    let pending: Vec<Pending> = read()?
         .into_iter()
-        .filter(|p| p.intent.episode == episode)
+        .map(|p| Pending {
+            in_flight: running(&p.intent.invocation_id),
+            state: p,
+        })
+        .collect();
+    if pending.iter().all(|p| p.in_flight) {
+        return Ok(pending);
+    }
+    // A call not marked may have ended between the read and the look at the marks: its
+    // outcome is durable before its mark goes, so a second read no longer holds it. What the
+    // second read still holds unmarked is no call this daemon runs.
+    let still: std::collections::HashSet<String> = read()?
+        .into_iter()
+        .map(|p| p.intent.invocation_id)
+        .collect();
+    Ok(pending
+        .into_iter()
+        .filter(|p| p.in_flight || still.contains(&p.state.intent.invocation_id))
         .collect())
 }
 
-fn indeterminate_json(pending: &[journal::JournalState]) -> Vec<Value> {
+fn indeterminate_json(pending: &[Pending]) -> Vec<Value> {
     pending
         .iter()
         .map(|p| {
-            json!({
-                "invocationId": p.intent.invocation_id,
-                "effect": p.intent.effect,
-                "scope": p.intent.scope,
-                "cost": p.intent.cost,
-                "requestRef": p.intent.request_ref,
-            })
+            let i = &p.state.intent;
+            let mut v = json!({
+                "invocationId": i.invocation_id,
+                "effect": i.effect,
+                "scope": i.scope,
+                "cost": i.cost,
+                "requestRef": i.request_ref,
+            });
+            // Only where it holds: an intent a crash left keeps the fields it always had.
+            if p.in_flight {
+                v["inFlight"] = Value::Bool(true);
+            }
+            v
         })
         .collect()
 }

@@ -242,11 +242,23 @@ pub fn budget(a: BudgetArgs) -> CliResult {
     print_indeterminate(&v)
 }
 
-/// The `indeterminate` intents of a budget answer, one line each.
+/// The `indeterminate` intents of a budget answer, one line each: a call the daemon is still
+/// running (`inFlight`) is said as such, not as one a crash left.
 fn print_indeterminate(v: &Value) -> CliResult {
     for p in v["indeterminate"].as_array().into_iter().flatten() {
+        let (kind, why) = if p["inFlight"] == Value::Bool(true) {
+            (
+                "in flight",
+                "the daemon is still running it; ask again later, and do not resend it",
+            )
+        } else {
+            (
+                "indeterminate",
+                "intent without outcome: it may have run; never retried",
+            )
+        };
         outln!(
-            "indeterminate: {} {}@{} cost {} (intent without outcome: it may have run; never retried)",
+            "{kind}: {} {}@{} cost {} ({why})",
             p["invocationId"].as_str().unwrap_or("?"),
             p["effect"].as_str().unwrap_or("?"),
             p["scope"].as_str().unwrap_or("?"),

@@ -1240,13 +1240,16 @@ function meter(fraction, title) {
 function intentsTable(pending, whose) {
   if (pending === undefined) return h("p", { class: "muted" }, "This daemon does not report indeterminate intents.");
   if (pending.length === 0) return h("p", { class: "empty" }, `None: every effect of ${whose} has an outcome.`);
+  // A call the daemon still runs (`inFlight`) is no crash's leftover: its outcome may still come.
   return table(["invocation", "effect", "cost", "request"], pending.map((p) => [
-    p.invocationId, `${p.effect}@${p.scope}`, String(p.cost), refView(p.requestRef)]), [2]);
+    p.inFlight ? h("span", {}, p.invocationId, h("span", { class: "muted", title: "The daemon is still running this call: ask again later, and do not resend it" }, " (in flight)"))
+      : p.invocationId,
+    `${p.effect}@${p.scope}`, String(p.cost), refView(p.requestRef)]), [2]);
 }
 
 function intentsCard(pending, whose) {
   return h("section", { class: "card", id: "intents" }, h("h2", {}, "Indeterminate intents"),
-    h("p", { class: "muted" }, "Effects whose intent is durable but whose outcome is not: they may have run, are never retried, and their budget stays spent."),
+    h("p", { class: "muted" }, "Effects whose intent is durable but whose outcome is not: they may have run, are never retried, and their budget stays spent. One marked in flight is a call the daemon is still running: its outcome may still come."),
     intentsTable(pending, whose));
 }
 
