@@ -32,23 +32,47 @@ pub fn params_error(
 }
 
 /// The request without its `params`, when `error` (from parsing `body`) is a number without a
-/// canonical form that lies inside `params` and the rest reads as `envelope` says; `None`
-/// when the number is elsewhere (or the body is no object). Nothing of the JSON-RPC envelope
-/// is judged beyond that: the caller judges it as any request's (a notification, an id of
-/// the wrong type, a missing method), whatever `params` held.
+/// canonical form and every such number of the body lies inside `params`, and the rest reads as
+/// `envelope` says; `None` when one is elsewhere (or the body is no object). Where they lie is
+/// found as for `1e400` ([`crate::mcp::numbers`]): the body is read twice with each such literal
+/// blanked, as `null` and as `0`, and the two readings must differ only inside `params`. A
+/// request that also holds `params` was otherwise answered `-32602` for a number in another
+/// member, and, read leniently, to an id it never sent (a wide id read as a double). Nothing of
+/// the JSON-RPC envelope is judged beyond that: the caller judges it as any request's (a
+/// notification, an id of the wrong type, a missing method), whatever `params` held.
 pub fn around_params(
     body: &[u8],
     error: &CanonError,
     max_values: usize,
     envelope: Envelope,
 ) -> Option<Value> {
+    use crate::mcp::numbers::{blanked, literals, same_but_params, wider_than_64_bits};
     if !matches!(
         error,
         CanonError::UnsafeInteger { .. } | CanonError::NonFinite
     ) {
         return None;
     }
-    let Ok(Value::Object(mut request)) = dialect::json::parse_bounded(body, max_values) else {
+    // The literals this envelope's reader cannot take exactly: A2A's strict parser refuses an
+    // integer beyond ±(2^53−1); MCP reads one within 64 bits exactly.
+    let unreadable = literals(body, |text| match envelope {
+        Envelope::Canonical => matches!(
+            canon::parse(text.as_bytes()),
+            Err(CanonError::UnsafeInteger { .. })
+        ),
+        Envelope::Ids64 => wider_than_64_bits(text),
+    });
+    if unreadable.is_empty() {
+        return None;
+    }
+    let as_null =
+        dialect::json::parse_bounded(&blanked(body, &unreadable, b"null"), max_values).ok()?;
+    let as_zero =
+        dialect::json::parse_bounded(&blanked(body, &unreadable, b"0"), max_values).ok()?;
+    if !same_but_params(as_null.clone(), as_zero) {
+        return None;
+    }
+    let Value::Object(mut request) = as_null else {
         return None;
     };
     request.remove("params")?;
@@ -58,7 +82,7 @@ pub fn around_params(
         Envelope::Canonical => {
             canon::to_vec(&request).ok()?;
         }
-        // The id must be one MCP takes; a number past 64 bits in it was read as a double.
+        // The id must be one MCP takes.
         Envelope::Ids64 => match request.get("id") {
             Some(Value::String(_)) => {}
             Some(Value::Number(n)) if n.is_i64() || n.is_u64() => {}
@@ -117,6 +141,33 @@ mod tests {
             params_error(body.as_bytes(), &error, usize::MAX, Envelope::Canonical),
             None
         );
+        // A number outside `params` is the envelope's, whatever `params` hold: never invalid
+        // params, and never answered to an id read as a double.
+        for (body, envelope) in [
+            (
+                r#"{"jsonrpc":"2.0","id":1,"method":"ping","params":{},"x":18446744073709551616}"#,
+                Envelope::Ids64,
+            ),
+            (
+                r#"{"jsonrpc":"2.0","id":1,"method":"ping","x":18446744073709551616,"params":{"y":18446744073709551616}}"#,
+                Envelope::Ids64,
+            ),
+            (
+                r#"{"jsonrpc":"2.0","id":12345678901234567890123,"method":"tasks/get","params":{}}"#,
+                Envelope::Canonical,
+            ),
+            (
+                r#"{"jsonrpc":"2.0","id":1,"method":"tasks/get","params":{},"x":9007199254740993}"#,
+                Envelope::Canonical,
+            ),
+        ] {
+            let error = canon::parse(body.as_bytes()).unwrap_err();
+            assert_eq!(
+                params_error(body.as_bytes(), &error, usize::MAX, envelope),
+                None,
+                "{body}"
+            );
+        }
         // Other parse failures are not touched.
         assert_eq!(
             classify(r#"{"jsonrpc":"2.0","id":1,"params":{"a":1,"a":2}}"#),

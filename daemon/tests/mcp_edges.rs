@@ -1,6 +1,7 @@
-//! `POST /mcp/` against the real binary, where an answer contradicted the documentation: a
-//! notification the server cannot accept is refused with an HTTP error, never answered on a
-//! stream. Each test is named for what must hold.
+//! `POST /mcp/` against the real binary, where an answer contradicted the documentation: an
+//! integer past 64 bits outside `params` is an invalid request (id null) whatever else the
+//! request holds; and a notification the server cannot accept is refused with an HTTP error,
+//! never answered on a stream. Each test is named for what must hold.
 
 mod common;
 
@@ -9,11 +10,85 @@ use serde_json::{json, Value};
 
 const WS: &[&str] = &["worldd_workspace"];
 
+/// The 2026-07-28 headers of a request of `method`.
+fn modern_headers(method: &'static str) -> Vec<(&'static str, &'static str)> {
+    vec![
+        ("Content-Type", "application/json"),
+        ("Accept", "application/json, text/event-stream"),
+        ("MCP-Protocol-Version", "2026-07-28"),
+        ("Mcp-Method", method),
+    ]
+}
+
 /// The JSON-RPC reply of an SSE answer, which must be 200.
 fn sse(a: &Answer) -> Value {
     assert_eq!(a.status, 200, "{}", a.text());
     assert_eq!(a.content_type, "text/event-stream", "{}", a.text());
     a.sse_json()
+}
+
+const WIDE: &str = "18446744073709551616";
+
+fn outside_64_bits() -> Value {
+    json!({"jsonrpc": "2.0", "id": null, "error": {"code": -32600, "message": format!(
+        "invalid request: number {WIDE} is outside the 64-bit integer range (−2^63 to 2^64−1) in which this server reads integers exactly; nothing was run"
+    )}})
+}
+
+#[test]
+fn an_integer_past_64_bits_outside_params_is_an_invalid_request_with_id_null_though_params_are_sent(
+) {
+    let d = Daemon::start(WS, &[]);
+    let token = d.session("ep1", &["Workspace.Read=worktree:5"]);
+    std::fs::write(d.root().join("ep1/hello.txt"), "hi\n").unwrap();
+    for body in [
+        format!(r#"{{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{{}},"x":{WIDE}}}"#),
+        format!(r#"{{"jsonrpc":"2.0","id":1,"method":"tools/list","x":{WIDE}}}"#),
+        format!(
+            r#"{{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{{"name":"ailang-read","arguments":{{"path":"hello.txt"}}}},"x":{WIDE}}}"#
+        ),
+        format!(r#"{{"jsonrpc":"2.0","id":1,"method":"ping","params":{{}},"x":{WIDE}}}"#),
+        // Outside and inside: the one outside decides.
+        format!(r#"{{"jsonrpc":"2.0","id":1,"method":"ping","x":{WIDE},"params":{{"y":{WIDE}}}}}"#),
+        // In the id.
+        format!(r#"{{"jsonrpc":"2.0","id":{WIDE},"method":"ping","params":{{}}}}"#),
+    ] {
+        for version in ["2025-11-25", "2025-06-18", "2025-03-26"] {
+            let a = mcp_text(&d, &token, version, body.as_bytes());
+            assert_eq!(sse(&a), outside_64_bits(), "{version} {body}");
+        }
+    }
+    // Inside one request's params alone it stays invalid params, to that request's id.
+    let a = mcp_text(
+        &d,
+        &token,
+        "2025-11-25",
+        format!(r#"{{"jsonrpc":"2.0","id":1,"method":"ping","params":{{"y":{WIDE}}}}}"#).as_bytes(),
+    );
+    assert_eq!(
+        sse(&a),
+        json!({"jsonrpc": "2.0", "id": 1, "error": {"code": -32602, "message": format!(
+            "invalid params: number {WIDE} is outside the exact integer range of canonical JSON (±2^53−1)"
+        )}})
+    );
+    // Under 2026-07-28, with that revision's status.
+    let meta = r#"{"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{}}}"#;
+    let body =
+        format!(r#"{{"jsonrpc":"2.0","id":1,"method":"tools/list","params":{meta},"x":{WIDE}}}"#);
+    let a = request(
+        "POST",
+        &d.url("/mcp/"),
+        Some(&token),
+        &modern_headers("tools/list"),
+        Some(body.as_bytes()),
+    );
+    assert_eq!(
+        (a.status, a.content_type.as_str()),
+        (400, "application/json"),
+        "{}",
+        a.text()
+    );
+    assert_eq!(a.json(), outside_64_bits());
 }
 
 #[test]

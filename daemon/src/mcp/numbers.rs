@@ -54,7 +54,7 @@ fn request_id(message: Value) -> Option<Value> {
 }
 
 /// Whether two readings of one request differ only inside `params`.
-fn same_but_params(mut a: Value, mut b: Value) -> bool {
+pub(crate) fn same_but_params(mut a: Value, mut b: Value) -> bool {
     let (Some(a), Some(b)) = (a.as_object_mut(), b.as_object_mut()) else {
         return false;
     };
@@ -75,7 +75,7 @@ fn account(literal: &[u8]) -> String {
 
 /// `body` with each of `literals` replaced by `with`, padded with spaces to its length
 /// (every literal that overflows a double has at least five bytes: `1e309`).
-fn blanked(body: &[u8], literals: &[Range<usize>], with: &[u8]) -> Vec<u8> {
+pub(crate) fn blanked(body: &[u8], literals: &[Range<usize>], with: &[u8]) -> Vec<u8> {
     let mut out = body.to_vec();
     for r in literals {
         let slot = &mut out[r.clone()];
@@ -142,7 +142,7 @@ fn infinite(text: &str) -> bool {
 }
 
 /// Whether `text`, a number literal, is an integer outside −2^63 to 2^64−1.
-fn wider_than_64_bits(text: &str) -> bool {
+pub(crate) fn wider_than_64_bits(text: &str) -> bool {
     !text.contains(['.', 'e', 'E']) && text.parse::<i64>().is_err() && text.parse::<u64>().is_err()
 }
 
@@ -152,7 +152,7 @@ fn overflowing_literals(body: &[u8]) -> Vec<Range<usize>> {
 }
 
 /// Where each number literal of `body` that `keep` holds lies (outside strings).
-fn literals(body: &[u8], keep: impl Fn(&str) -> bool) -> Vec<Range<usize>> {
+pub(crate) fn literals(body: &[u8], keep: impl Fn(&str) -> bool) -> Vec<Range<usize>> {
     let mut found = Vec::new();
     let mut i = 0;
     while i < body.len() {
