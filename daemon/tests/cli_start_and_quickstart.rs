@@ -560,3 +560,118 @@ fn quickstart_warns_of_a_budget_the_episode_has_already_spent_before_its_questio
         "{shown}"
     );
 }
+
+/// quickstart run again with a live credential in its file reused it without a word, so an
+/// explicit `--budget 100` was dropped silently and the agent was handed a credential whose
+/// grants the episode had spent (every call `denied:budget`). It says it reuses the credential
+/// and with which budget, that `--budget` is for a credential it mints, and which reused grants
+/// are spent.
+#[test]
+fn quickstart_reusing_a_credential_says_so_that_budget_is_for_a_new_one_and_which_grants_are_spent()
+{
+    let dir = store_where_spent_three_reads("demo");
+    let world = dir.path();
+    let (code, shown) = quickstart_at_terminal(world, "--budget 2", b"y\n");
+    assert_eq!(code, 0, "{shown}");
+    let file = world.join("demo.session");
+    let token = std::fs::read_to_string(&file).unwrap();
+    let (code, out, err) = worldd(
+        &[
+            "quickstart",
+            "--dir",
+            path_str(world),
+            "--print-only",
+            "--bind",
+            "127.0.0.1:7999",
+            "--budget",
+            "100",
+        ],
+        None,
+    );
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains(token.trim()), "{out}");
+    let said: Vec<&str> = err
+        .lines()
+        .filter(|l| l.starts_with("worldd quickstart: ") && !l.contains("MCP client"))
+        .take(3)
+        .collect();
+    assert_eq!(
+        said,
+        [
+            format!("worldd quickstart: reusing the live credential in {} (budget 2 for each of its 8 grant(s)); delete the file to have quickstart mint a new one", file.display()),
+            format!("worldd quickstart: --budget 100 applies only to a credential quickstart mints, not to the one it reuses: delete {} and run quickstart again to mint one with it", file.display()),
+            format!("worldd quickstart: warning: the reused credential's grant Workspace.Read=worktree:2: episode demo has already spent 3 of Workspace.Read@worktree, so every call of it is denied:budget (budgets belong to the episode): delete {} and run quickstart again with a --budget above 3", file.display()),
+        ],
+        "{err}"
+    );
+    // Without --budget, the reuse and the spent grant are said, and no word of --budget.
+    let (code, out, err) = worldd(
+        &[
+            "quickstart",
+            "--dir",
+            path_str(world),
+            "--print-only",
+            "--bind",
+            "127.0.0.1:7999",
+        ],
+        None,
+    );
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(err.contains("reusing the live credential"), "{err}");
+    assert!(
+        err.contains("warning: the reused credential's grant Workspace.Read=worktree:2"),
+        "{err}"
+    );
+    assert!(!err.contains("--budget 50"), "{err}");
+}
+
+/// quickstart's `export WORLD_SESSION=…` line, meant to be pasted into a shell, printed the
+/// path bare: from a directory with a space (or a `;`) it set a cut path, or ran the rest as a
+/// command. A path that needs it is single-quoted (a `'` as `'\''`); a plain value is left as
+/// it is. The lines, run by a shell, set exactly the paths.
+#[test]
+fn quickstarts_export_lines_paste_into_a_shell_as_the_paths_they_name() {
+    let dir = tempfile::tempdir().unwrap();
+    let project = dir.path().join("it's my dir;true");
+    std::fs::create_dir(&project).unwrap();
+    let (code, shown) = at_terminal(
+        &format!(
+            "cd \"{}\" && {WORLDD} quickstart --print-only --bind 127.0.0.1:7998",
+            project.display()
+        ),
+        b"y\n",
+    );
+    assert_eq!(code, 0, "{shown}");
+    let lines = said(&shown, "y");
+    let exports: Vec<&str> = lines
+        .iter()
+        .map(String::as_str)
+        .filter(|l| l.starts_with("  export "))
+        .collect();
+    let session = project.join(".world/demo.session");
+    assert_eq!(
+        exports,
+        [
+            "  export WORLD_ADDR=http://127.0.0.1:7998".to_owned(),
+            format!(
+                "  export WORLD_SESSION='{}'",
+                session.display().to_string().replace('\'', "'\\''")
+            ),
+        ],
+        "{shown}"
+    );
+    let pasted = Command::new("bash")
+        .arg("-c")
+        .arg(format!(
+            "{}; printf '%s\\n' \"$WORLD_ADDR\" \"$WORLD_SESSION\"",
+            exports.join(";")
+        ))
+        .current_dir(dir.path())
+        .output()
+        .unwrap();
+    assert_eq!(
+        String::from_utf8_lossy(&pasted.stdout),
+        format!("http://127.0.0.1:7998\n{}\n", session.display())
+    );
+    assert!(pasted.status.success());
+}

@@ -11,6 +11,7 @@ use std::path::{Path, PathBuf};
 use clap::Args;
 
 use super::serve::{self, ServeArgs};
+use super::session::shell_word;
 use super::{CliResult, Failure};
 
 #[derive(Args, Debug)]
@@ -25,9 +26,10 @@ pub struct QuickstartArgs {
     /// 127.0.0.1:7644).
     #[arg(long)]
     pub bind: Option<String>,
-    /// Budget for each se-tools grant (at most 9007199254740991).
-    #[arg(long, default_value_t = 50, value_parser = super::session::budget_arg)]
-    pub budget: u64,
+    /// Budget for each se-tools grant of a credential it mints (default 50; at most
+    /// 9007199254740991). A live credential it reuses keeps its own.
+    #[arg(long, value_parser = super::session::budget_arg)]
+    pub budget: Option<u64>,
     /// Set up (store, episode, credential) and print the client configuration, without
     /// serving.
     #[arg(long)]
@@ -135,11 +137,16 @@ pub fn run(mut a: QuickstartArgs) -> CliResult {
     }
     // Checked and asked before anything is made, as `session new` does: a question left
     // unanswered (Ctrl-C, a closed terminal, a killed process) leaves nothing behind.
-    let minting = if live_credential(&db, &token_file, &a.episode)? {
+    let minting = if let Some(reused) = live_credential(&db, &token_file, &a.episode)? {
+        reused.say(&token_file, &a.episode, a.budget);
         None
     } else {
-        let minting =
-            super::session::Minting::check_before_making(&db, &a.episode, a.budget, &token_file)?;
+        let minting = super::session::Minting::check_before_making(
+            &db,
+            &a.episode,
+            a.budget.unwrap_or(DEFAULT_BUDGET),
+            &token_file,
+        )?;
         minting.confirm()?;
         Some(minting)
     };
@@ -189,15 +196,23 @@ pub fn run(mut a: QuickstartArgs) -> CliResult {
     );
     // The client verbs default to 127.0.0.1:7644 and no session: what to export for them,
     // from any directory (the session file's path made absolute).
+    // Each value one shell word: the lines are pasted into a shell, and a directory with a
+    // space (or a `;`) in its name split the path, or ran the rest as a command.
     let mut exports = String::new();
     if bind != serve::DEFAULT_BIND {
-        exports.push_str(&format!("\n  export WORLD_ADDR=http://{bind}"));
+        exports.push_str(&format!(
+            "\n  export WORLD_ADDR={}",
+            shell_word(&format!("http://{bind}"))
+        ));
     }
     exports.push_str(&format!(
         "\n  export WORLD_SESSION={}",
-        std::path::absolute(&token_file)
-            .unwrap_or_else(|_| token_file.clone())
-            .display()
+        shell_word(
+            &std::path::absolute(&token_file)
+                .unwrap_or_else(|_| token_file.clone())
+                .display()
+                .to_string()
+        )
     ));
     errln!(
         "worldd quickstart: for the client verbs (worldd tools list, call, why) in another terminal:{exports}"
@@ -214,8 +229,58 @@ pub fn run(mut a: QuickstartArgs) -> CliResult {
     serve::run_with(serving, launch)
 }
 
-/// True when the credential file holds a session that exists and has not expired, for
-/// quickstart to print again without minting. It must be an agent's credential of `episode`:
+/// `--budget` when not given.
+const DEFAULT_BUDGET: u64 = 50;
+
+/// The live credential quickstart prints again instead of minting one.
+struct Reused {
+    grants: Vec<broker_core::grant::Grant>,
+    /// Its grants the episode has already spent, with what it spent on each.
+    spent: Vec<(broker_core::grant::Grant, u64)>,
+}
+
+impl Reused {
+    /// Said on stderr: `--budget` is for a credential minted, and a reused one may have
+    /// nothing left (budgets belong to the episode), which the agent would learn only from
+    /// its calls denied one by one.
+    fn say(&self, file: &Path, episode: &str, budget: Option<u64>) {
+        let budgets: Vec<u64> = self.grants.iter().map(|g| g.budget).collect();
+        let held = match budgets.first() {
+            Some(b) if budgets.iter().all(|x| x == b) => {
+                format!("budget {b} for each of its {} grant(s)", budgets.len())
+            }
+            _ => format!(
+                "grants {}",
+                self.grants
+                    .iter()
+                    .map(ToString::to_string)
+                    .collect::<Vec<_>>()
+                    .join(",")
+            ),
+        };
+        errln!(
+            "worldd quickstart: reusing the live credential in {} ({held}); delete the file to have quickstart mint a new one",
+            file.display()
+        );
+        if let Some(budget) = budget {
+            errln!(
+                "worldd quickstart: --budget {budget} applies only to a credential quickstart mints, not to the one it reuses: delete {} and run quickstart again to mint one with it",
+                file.display()
+            );
+        }
+        for (g, used) in &self.spent {
+            errln!(
+                "worldd quickstart: warning: the reused credential's grant {g}: episode {episode} has already spent {used} of {}@{}, so every call of it is denied:budget (budgets belong to the episode): delete {} and run quickstart again with a --budget above {used}",
+                g.effect,
+                g.scope,
+                file.display()
+            );
+        }
+    }
+}
+
+/// The credential file's session when it exists and has not expired, for quickstart to print
+/// again without minting. It must be an agent's credential of `episode`:
 /// a live operator credential there (`.world/ops.session`, as operators.md names one) or
 /// another episode's was printed into the agent's configuration as it was, and an operator
 /// credential reads every episode. Such a file is refused, nothing made or printed.
@@ -223,21 +288,21 @@ fn live_credential(
     db: &std::path::Path,
     token_file: &std::path::Path,
     episode: &str,
-) -> Result<bool, Failure> {
+) -> Result<Option<Reused>, Failure> {
     let Ok(token) = super::input::file_text(
         token_file,
         super::input::SESSION_FILE_BYTES,
         "the credential file",
     ) else {
-        return Ok(false);
+        return Ok(None);
     };
     let Ok(store) = broker_core::store::Store::open(db, Default::default()) else {
-        return Ok(false);
+        return Ok(None);
     };
     let id = broker_core::session::credential_id(super::input::credential(&token));
     let session = match broker_core::session::lookup(&store, &id) {
         Ok(Some(s)) if s.is_valid(super::now()) => s,
-        _ => return Ok(false),
+        _ => return Ok(None),
     };
     let refused = |what: String| {
         Failure::usage(format!(
@@ -257,7 +322,14 @@ fn live_credential(
             session.episode
         )));
     }
-    Ok(true)
+    let spent = super::session::spent_grants(&store, episode, &session.grants)
+        .into_iter()
+        .map(|(g, used)| (g.clone(), used))
+        .collect();
+    Ok(Some(Reused {
+        grants: session.grants,
+        spent,
+    }))
 }
 
 /// The configuration holds a bearer credential; `quickstart > mcp.json` under umask 022 makes

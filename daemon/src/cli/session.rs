@@ -594,23 +594,14 @@ impl<'a> Minting<'a> {
         let Some(store) = &self.store else {
             return;
         };
-        let Ok(spent) = store.read(|r| broker_core::journal::spent(r, self.episode)) else {
-            return;
-        };
-        for g in &self.grants {
-            let used = spent
-                .get(&(g.effect.clone(), g.scope.clone()))
-                .copied()
-                .unwrap_or(0);
-            if used >= g.budget {
-                errln!(
-                    "worldd session: warning: --grant {g}: episode {} has already spent {used} of {}@{}, so this budget of {} leaves it none and every call of it is denied:budget (budgets belong to the episode: a budget above {used} allows more; answer n to stop here)",
-                    self.episode,
-                    g.effect,
-                    g.scope,
-                    g.budget
-                );
-            }
+        for (g, used) in spent_grants(store, self.episode, &self.grants) {
+            errln!(
+                "worldd session: warning: --grant {g}: episode {} has already spent {used} of {}@{}, so this budget of {} leaves it none and every call of it is denied:budget (budgets belong to the episode: a budget above {used} allows more; answer n to stop here)",
+                self.episode,
+                g.effect,
+                g.scope,
+                g.budget
+            );
         }
     }
 
@@ -692,6 +683,40 @@ impl<'a> Minting<'a> {
         }
         Ok(())
     }
+}
+
+/// The grants among `grants` whose budget `episode` has already spent, each with what it
+/// spent: a credential holding one gets nothing of that effect (every call `denied:budget`).
+/// A store that cannot tell names none.
+pub(crate) fn spent_grants<'g>(
+    store: &Store,
+    episode: &str,
+    grants: &'g [Grant],
+) -> Vec<(&'g Grant, u64)> {
+    let Ok(spent) = store.read(|r| broker_core::journal::spent(r, episode)) else {
+        return Vec::new();
+    };
+    grants
+        .iter()
+        .map(|g| {
+            let used = spent
+                .get(&(g.effect.clone(), g.scope.clone()))
+                .copied()
+                .unwrap_or(0);
+            (g, used)
+        })
+        .filter(|(g, used)| *used >= g.budget)
+        .collect()
+}
+
+/// `text` as one shell word, for a line meant to be pasted into a shell: as it is when every
+/// character is one no shell treats specially, else in single quotes (a `'` in it as `'\''`).
+pub(crate) fn shell_word(text: &str) -> String {
+    let plain = |c: char| c.is_ascii_alphanumeric() || "_@%+=:,./-".contains(c);
+    if !text.is_empty() && text.chars().all(plain) {
+        return text.to_owned();
+    }
+    format!("'{}'", text.replace('\'', "'\\''"))
 }
 
 /// The eight se-tools effects at `worktree:<budget>` (`--preset se-tools`, quickstart).
