@@ -168,12 +168,22 @@ async fn skill_class(
             // The contract's message; `data.why` names the nearest of the session's own
             // skills (never one it cannot see), so that a misspelt id can be corrected.
             None => {
-                let why = crate::spelling::unknown_name(
-                    skill_id,
-                    v.iter().map(|e| e.transition.id.as_str()),
-                    "skill",
-                    "the agent card lists this session's skills",
-                );
+                let listed = "the agent card lists this session's skills";
+                // A tool's MCP name (`x_dy` for `x.y`) names that skill, whatever is nearer.
+                let why = match v
+                    .iter()
+                    .find(|e| tools::escapes_to(&e.transition.id, skill_id))
+                {
+                    Some(e) => {
+                        crate::spelling::did_you_mean(skill_id, &e.transition.id, "skill", listed)
+                    }
+                    None => crate::spelling::unknown_name(
+                        skill_id,
+                        v.iter().map(|e| e.transition.id.as_str()),
+                        "skill",
+                        listed,
+                    ),
+                };
                 Err(error_with_data(
                     id,
                     -32602,

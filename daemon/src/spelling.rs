@@ -65,13 +65,24 @@ pub fn unknown_name<'k>(
     noun: &str,
     listed: &str,
 ) -> String {
-    let q = quote_sent(given);
     match nearest(given, known, true) {
-        Some(near) => {
-            format!("no {noun} of this session is named {q}; did you mean {near}? ({listed})")
-        }
-        None => format!("no {noun} of this session is named {q}; {listed}"),
+        Some(near) => did_you_mean(given, near, noun, listed),
+        None => format!(
+            "no {noun} of this session is named {}; {listed}",
+            quote_sent(given)
+        ),
     }
+}
+
+/// What an agent is told of a name that is not the one to send but stands for one tool
+/// without doubt (a tool's id sent where its MCP name is wanted, or the reverse): that tool,
+/// `meant`, in the words of [`unknown_name`]. It comes before any guess by distance, which
+/// between names that differ only in an escaped character (`x.y`, `x_y`) names another tool.
+pub fn did_you_mean(given: &str, meant: &str, noun: &str, listed: &str) -> String {
+    format!(
+        "no {noun} of this session is named {}; did you mean {meant}? ({listed})",
+        quote_sent(given)
+    )
 }
 
 /// [`unknown_name`] for a tool: besides a name within two edits, the tool a model most likely

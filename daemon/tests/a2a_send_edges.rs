@@ -1,9 +1,11 @@
 //! A2A requests at the edges of what the documentation promises, through the real binary: an
 //! integer past what the strict parser takes outside `params` is an invalid request answered
-//! with id null, never invalid params (nor to an id the client did not send).
+//! with id null, never invalid params (nor to an id the client did not send); and an MCP name
+//! sent as a skill id is answered with that tool's id.
 
 mod common;
 
+use common::fixtures::{misfit_daemon, misfit_mode_tool};
 use common::*;
 use serde_json::{json, Value};
 
@@ -24,12 +26,30 @@ fn post(d: &Daemon, token: &str, version: Option<&str>, body: &str) -> (u16, Str
     (a.status, a.text())
 }
 
+/// The JSON-RPC answer (HTTP 200) to `body`.
+fn answer(d: &Daemon, token: &str, version: Option<&str>, body: &Value) -> Value {
+    let (status, text) = post(d, token, version, &body.to_string());
+    assert_eq!(status, 200, "{text}");
+    serde_json::from_str(&text).unwrap()
+}
+
 /// A daemon with the workspace plugin and a session that may read `hello.txt`.
 fn workspace() -> (Daemon, String) {
     let d = Daemon::start(WS, &[]);
     let token = d.session("ep", &["Workspace.Read=worktree:50"]);
     std::fs::write(d.root().join("ep").join("hello.txt"), "hi there").unwrap();
     (d, token)
+}
+
+fn v03_send(message_id: &str, params_extra: Value) -> Value {
+    let mut params = json!({
+        "message": {"kind": "message", "messageId": message_id, "role": "user",
+                    "parts": [{"kind": "data", "data": {"path": "hello.txt"}}]},
+        "metadata": {"skill_id": "ailang-read"}});
+    for (k, v) in params_extra.as_object().unwrap() {
+        params[k] = v.clone();
+    }
+    json!({"jsonrpc": "2.0", "id": "r1", "method": "message/send", "params": params})
 }
 
 #[test]
@@ -89,3 +109,25 @@ fn an_integer_past_the_canonical_range_outside_params_is_an_invalid_request_with
     );
 }
 
+#[test]
+fn an_mcp_name_sent_as_a_skill_id_is_answered_with_that_tools_id_before_any_near_name() {
+    let tools: Vec<Value> = ["x.y", "x_y", "x/y"]
+        .into_iter()
+        .map(misfit_mode_tool)
+        .collect();
+    let d = misfit_daemon(&json!({ "transitions": tools }));
+    let token = d.session("ep", &["Misfit.Do=any:50"]);
+    for (sent, meant) in [("x_dy", "x.y"), ("x_uy", "x_y"), ("x_sy", "x/y")] {
+        let mut body = v03_send(&format!("h-{sent}"), json!({}));
+        body["params"]["metadata"] = json!({"skill_id": sent});
+        body["params"]["message"]["parts"][0]["data"] = json!({"mode": "plain"});
+        let v = answer(&d, &token, None, &body);
+        assert_eq!(
+            v["error"],
+            json!({"code": -32602, "message": "not authorized", "data": {"why": format!(
+                "no skill of this session is named \"{sent}\"; did you mean {meant}? (the agent card lists this session's skills)"
+            )}}),
+            "{v}"
+        );
+    }
+}

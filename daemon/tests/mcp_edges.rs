@@ -1,10 +1,12 @@
 //! `POST /mcp/` against the real binary, where an answer contradicted the documentation: an
 //! integer past 64 bits outside `params` is an invalid request (id null) whatever else the
-//! request holds; and a notification the server cannot accept is refused with an HTTP error,
-//! never answered on a stream. Each test is named for what must hold.
+//! request holds; a tool's id sent as its name is answered with that tool's MCP name; and a
+//! notification the server cannot accept is refused with an HTTP error, never answered on a
+//! stream. Each test is named for what must hold.
 
 mod common;
 
+use common::fixtures::{misfit_daemon, misfit_mode_tool};
 use common::*;
 use serde_json::{json, Value};
 
@@ -89,6 +91,31 @@ fn an_integer_past_64_bits_outside_params_is_an_invalid_request_with_id_null_tho
         a.text()
     );
     assert_eq!(a.json(), outside_64_bits());
+}
+
+#[test]
+fn a_tool_id_sent_as_its_name_is_answered_with_that_tools_mcp_name_before_any_near_name() {
+    let tools: Vec<Value> = ["x.y", "x_y", "x/y"]
+        .into_iter()
+        .map(misfit_mode_tool)
+        .collect();
+    let d = misfit_daemon(&json!({ "transitions": tools }));
+    let token = d.session("ep", &["Misfit.Do=any:50"]);
+    for (sent, meant) in [("x.y", "x_dy"), ("x_y", "x_uy"), ("x/y", "x_sy")] {
+        let a = mcp(
+            &d,
+            &token,
+            "tools/call",
+            json!({"name": sent, "arguments": {"mode": "plain"}}),
+        );
+        assert_eq!(
+            sse(&a)["error"],
+            json!({"code": -32602, "message": format!("unknown tool \"{sent}\""),
+                   "data": {"why": format!(
+                "no tool of this session is named \"{sent}\"; did you mean {meant}? (tools/list shows this session's tools)"
+            )}})
+        );
+    }
 }
 
 #[test]

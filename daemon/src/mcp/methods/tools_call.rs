@@ -175,11 +175,14 @@ async fn tool_named(
         .iter()
         .map(|e| tools::mcp_name(&e.transition.id))
         .collect();
-    let why = crate::spelling::unknown_tool(
-        name,
-        names.iter().map(String::as_str),
-        "tools/list shows this session's tools",
-    );
+    let listed = "tools/list shows this session's tools";
+    // A tool's id sent as it is (`x.y` for `x_dy`) names that tool, whatever is nearer.
+    let why = match entries.iter().find(|e| e.transition.id == name) {
+        Some(e) => {
+            crate::spelling::did_you_mean(name, &tools::mcp_name(&e.transition.id), "tool", listed)
+        }
+        None => crate::spelling::unknown_tool(name, names.iter().map(String::as_str), listed),
+    };
     Ok(Err(Reply::error_with_data(
         id,
         INVALID_PARAMS,
