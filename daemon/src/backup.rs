@@ -542,6 +542,24 @@ mod tests {
         Dir::open_ambient_dir(path, cap_std::ambient_authority()).unwrap()
     }
 
+    /// A fix command's path printed bare split at a space when pasted; one a shell would split
+    /// or read is single-quoted now, and a plain one is printed as it is.
+    #[test]
+    fn a_path_to_paste_is_quoted_only_where_a_shell_would_split_or_read_it() {
+        for (path, word) in [
+            ("/srv/world/db", "/srv/world/db"),
+            (".world/plugin-state", ".world/plugin-state"),
+            ("/tmp/sp ace/db", "'/tmp/sp ace/db'"),
+            ("/tmp/it's", "'/tmp/it'\\''s'"),
+            ("/tmp/x;touch PWNED;", "'/tmp/x;touch PWNED;'"),
+            ("/tmp/$(id)", "'/tmp/$(id)'"),
+            ("~/db", "'~/db'"),
+            ("", "''"),
+        ] {
+            assert_eq!(shell_word(Path::new(path)), word, "{path:?}");
+        }
+    }
+
     /// A failed backup removes what it wrote and nothing else: a file another backup put in the
     /// same directory meanwhile stays, and so does the directory holding it.
     #[test]
