@@ -1,7 +1,8 @@
-//! A2A requests at the edges of what the documentation promises, through the real binary: an
-//! integer past what the strict parser takes outside `params` is an invalid request answered
-//! with id null, never invalid params (nor to an id the client did not send); and an MCP name
-//! sent as a skill id is answered with that tool's id.
+//! A2A sends at the edges of what the card and the documentation promise, through the real
+//! binary: a `null` metadata is no metadata; an integer past what the strict parser
+//! takes outside `params` is an invalid request answered with id null, never invalid params
+//! (nor to an id the client did not send); and an MCP name sent as a skill id is answered with
+//! that tool's id.
 
 mod common;
 
@@ -50,6 +51,51 @@ fn v03_send(message_id: &str, params_extra: Value) -> Value {
         params[k] = v.clone();
     }
     json!({"jsonrpc": "2.0", "id": "r1", "method": "message/send", "params": params})
+}
+
+fn v10_send(message_id: &str, params_extra: Value) -> Value {
+    let mut params = json!({
+        "message": {"messageId": message_id, "role": "ROLE_USER",
+                    "parts": [{"data": {"path": "hello.txt"}}]},
+        "metadata": {"skillId": "ailang-read"}});
+    for (k, v) in params_extra.as_object().unwrap() {
+        params[k] = v.clone();
+    }
+    json!({"jsonrpc": "2.0", "id": "r2", "method": "SendMessage", "params": params})
+}
+
+#[test]
+fn a_null_metadata_of_the_request_or_the_message_is_read_as_absent() {
+    let (d, token) = workspace();
+    // 0.3: the request's metadata null, the skill in the message's.
+    let mut body = v03_send("nm-1", json!({"metadata": null}));
+    body["params"]["message"]["metadata"] = json!({"skill_id": "ailang-read"});
+    let v = answer(&d, &token, None, &body);
+    assert_eq!(v["result"]["status"]["state"], "completed", "{v}");
+    assert_eq!(v["result"]["id"], "nm-1", "{v}");
+    // 0.3: the message's metadata null, the skill in the request's.
+    let mut body = v03_send("nm-2", json!({}));
+    body["params"]["message"]["metadata"] = Value::Null;
+    let v = answer(&d, &token, None, &body);
+    assert_eq!(v["result"]["status"]["state"], "completed", "{v}");
+    // 1.0: both ways.
+    let mut body = v10_send("nm-3", json!({"metadata": null}));
+    body["params"]["message"]["metadata"] = json!({"skillId": "ailang-read"});
+    let v = answer(&d, &token, Some("1.0"), &body);
+    assert_eq!(
+        v["result"]["task"]["status"]["state"], "TASK_STATE_COMPLETED",
+        "{v}"
+    );
+    let mut body = v10_send("nm-4", json!({}));
+    body["params"]["message"]["metadata"] = Value::Null;
+    let v = answer(&d, &token, Some("1.0"), &body);
+    assert_eq!(
+        v["result"]["task"]["status"]["state"], "TASK_STATE_COMPLETED",
+        "{v}"
+    );
+    // Metadata that is no object is still refused.
+    let v = answer(&d, &token, None, &v03_send("nm-5", json!({"metadata": 5})));
+    assert_eq!(v["error"]["code"], -32602, "{v}");
 }
 
 #[test]

@@ -269,8 +269,12 @@ fn metadata_string(params: &Value, names: [&str; 2]) -> Result<Option<String>, (
     .into_iter()
     .flatten()
     {
-        let Some(m) = place.as_object() else {
-            return Err(());
+        // A `null` metadata is no metadata, as every other null member of a send is absent
+        // (serializers write an unset optional as `null`).
+        let m = match place {
+            Value::Null => continue,
+            Value::Object(m) => m,
+            _ => return Err(()),
         };
         for name in names {
             match m.get(name) {
