@@ -1,5 +1,6 @@
 //! A2A sends at the edges of what the card and the documentation promise, through the real
-//! binary: a `null` metadata is no metadata; an integer past what the strict parser
+//! binary: a send asking for push notifications (which the card declines) is refused before
+//! anything runs; a `null` metadata is no metadata; an integer past what the strict parser
 //! takes outside `params` is an invalid request answered with id null, never invalid params
 //! (nor to an id the client did not send); and an MCP name sent as a skill id is answered with
 //! that tool's id.
@@ -11,6 +12,8 @@ use common::*;
 use serde_json::{json, Value};
 
 const WS: &[&str] = &["worldd_workspace"];
+const ERROR_INFO: &str = "type.googleapis.com/google.rpc.ErrorInfo";
+
 /// `POST /a2a/` of `body` as written, with `A2A-Version: version` if given: status and text.
 fn post(d: &Daemon, token: &str, version: Option<&str>, body: &str) -> (u16, String) {
     let mut headers = vec![("Content-Type", "application/json")];
@@ -62,6 +65,103 @@ fn v10_send(message_id: &str, params_extra: Value) -> Value {
         params[k] = v.clone();
     }
     json!({"jsonrpc": "2.0", "id": "r2", "method": "SendMessage", "params": params})
+}
+
+/// Whether a task of this id was committed: `tasks/get` finds it, or says `-32001`.
+fn task_exists(d: &Daemon, token: &str, task: &str) -> bool {
+    let v = answer(
+        d,
+        token,
+        None,
+        &json!({"jsonrpc": "2.0", "id": 9, "method": "tasks/get", "params": {"id": task}}),
+    );
+    match v["error"]["code"].as_i64() {
+        Some(-32001) => false,
+        None => true,
+        _ => panic!("{v}"),
+    }
+}
+
+#[test]
+fn a_send_asking_for_push_notifications_is_refused_32003_before_anything_runs() {
+    let (d, token) = workspace();
+    let push_why = |member: &str| {
+        format!("push notifications are not supported (the agent card's capabilities.pushNotifications is false), so params.configuration.{member} cannot be honoured; nothing ran: send the message without it, and read the task back by its id")
+    };
+    let refused = |id: &str, member: &str| {
+        json!({"jsonrpc": "2.0", "id": id, "error": {"code": -32003,
+            "message": "Push Notification is not supported",
+            "data": [{"@type": ERROR_INFO, "reason": "PUSH_NOTIFICATION_NOT_SUPPORTED",
+                      "domain": "a2a-protocol.org",
+                      "metadata": {"member": member, "why": push_why(member)}}]}})
+    };
+    let hook = json!({"url": "http://127.0.0.1:1/hook"});
+
+    // 0.3's member, under 0.3.
+    let v = answer(
+        &d,
+        &token,
+        None,
+        &v03_send(
+            "push-1",
+            json!({"configuration": {"blocking": false, "pushNotificationConfig": hook}}),
+        ),
+    );
+    assert_eq!(v, refused("r1", "pushNotificationConfig"));
+    assert!(!task_exists(&d, &token, "push-1"));
+
+    // 1.0's member, under 1.0.
+    let v = answer(
+        &d,
+        &token,
+        Some("1.0"),
+        &v10_send(
+            "push-2",
+            json!({"configuration": {"taskPushNotificationConfig": hook}}),
+        ),
+    );
+    assert_eq!(v, refused("r2", "taskPushNotificationConfig"));
+    assert!(!task_exists(&d, &token, "push-2"));
+
+    // An ill-typed config is invalid params, as its ill-typed siblings are; nothing runs.
+    for (member, send, version, id) in [
+        (
+            "pushNotificationConfig",
+            v03_send as fn(&str, Value) -> Value,
+            None,
+            "r1",
+        ),
+        ("taskPushNotificationConfig", v10_send, Some("1.0"), "r2"),
+    ] {
+        let v = answer(
+            &d,
+            &token,
+            version,
+            &send("push-3", json!({"configuration": {member: 5}})),
+        );
+        assert_eq!(v["id"], id, "{v}");
+        assert_eq!(v["error"]["code"], -32602, "{v}");
+        assert_eq!(v["error"]["message"], "invalid params", "{v}");
+        let why =
+            format!("params.configuration.{member} must be an object (a push notification config)");
+        match version {
+            None => assert_eq!(v["error"]["data"], json!({"why": why}), "{v}"),
+            Some(_) => assert_eq!(v["error"]["data"][0]["metadata"]["why"], why, "{v}"),
+        }
+        assert!(!task_exists(&d, &token, "push-3"));
+    }
+
+    // A null config is no config: the send runs.
+    let v = answer(
+        &d,
+        &token,
+        None,
+        &v03_send(
+            "push-4",
+            json!({"configuration": {"pushNotificationConfig": null}}),
+        ),
+    );
+    assert_eq!(v["result"]["status"]["state"], "completed", "{v}");
 }
 
 #[test]

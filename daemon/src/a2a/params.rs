@@ -58,6 +58,16 @@ pub(super) fn sent(
                 &metadata,
             ))
         }
+        NotTaken::Push(member) => {
+            let why = format!("push notifications are not supported (the agent card's capabilities.pushNotifications is false), so params.configuration.{member} cannot be honoured; nothing ran: send the message without it, and read the task back by its id");
+            Box::new(error_info(
+                id,
+                -32003,
+                "Push Notification is not supported",
+                "PUSH_NOTIFICATION_NOT_SUPPORTED",
+                &[("member", member), ("why", &why)],
+            ))
+        }
     })?;
     if !broker_core::task::valid_task_id(&send.task_id) {
         return Err(invalid(
@@ -76,6 +86,10 @@ enum NotTaken {
     /// skill here takes, or output modes that exclude the one this agent answers in. The
     /// `ErrorInfo` metadata says which, and `why` what to send instead.
     ContentType(Vec<(&'static str, String)>),
+    /// `-32003`, A2A's `PushNotificationNotSupportedError`: the configuration asks for push
+    /// notifications (the member named), which the card declines. A send that ran and never
+    /// pushed would leave the client waiting for a webhook that never comes.
+    Push(&'static str),
 }
 
 impl From<String> for NotTaken {
@@ -440,10 +454,16 @@ pub(super) fn count_at(value: Option<&Value>, at: &str) -> Result<(), String> {
     }
 }
 
+/// The members of `params.configuration` that ask for push notifications: 0.3's
+/// `pushNotificationConfig` and 1.0's `taskPushNotificationConfig` (either is read under
+/// either version: a push asked for under the other's name is still asked for).
+const PUSH_MEMBERS: [&str; 2] = ["pushNotificationConfig", "taskPushNotificationConfig"];
+
 /// The output modes `params.configuration` accepts (empty when it names none, which accepts
 /// any), after checking its members' types: `acceptedOutputModes` an array of strings,
-/// `historyLength` a count, and the version's flag (`blocking`, `returnImmediately`) a boolean.
-fn accepted_output_modes(method: Method, params: &Value) -> Result<Vec<String>, String> {
+/// `historyLength` a count, the version's flag (`blocking`, `returnImmediately`) a boolean,
+/// and a push notification config an object, which is then refused ([`NotTaken::Push`]).
+fn accepted_output_modes(method: Method, params: &Value) -> Result<Vec<String>, NotTaken> {
     let configuration = match params.get("configuration") {
         None | Some(Value::Null) => return Ok(Vec::new()),
         Some(Value::Object(c)) => c,
@@ -461,16 +481,34 @@ fn accepted_output_modes(method: Method, params: &Value) -> Result<Vec<String>, 
         configuration.get(flag),
         None | Some(Value::Null | Value::Bool(_))
     ) {
-        return Err(format!("params.configuration.{flag} must be true or false"));
+        return Err(format!("params.configuration.{flag} must be true or false").into());
     }
     let not_modes =
         "params.configuration.acceptedOutputModes must be an array of media types (strings)";
-    match configuration.get("acceptedOutputModes") {
-        None | Some(Value::Null) => Ok(Vec::new()),
+    let modes = match configuration.get("acceptedOutputModes") {
+        None | Some(Value::Null) => Vec::new(),
         Some(Value::Array(modes)) => modes
             .iter()
-            .map(|m| m.as_str().map(str::to_owned).ok_or(not_modes.to_owned()))
-            .collect(),
-        Some(_) => Err(not_modes.into()),
+            .map(|m| m.as_str().map(str::to_owned).ok_or(not_modes))
+            .collect::<Result<_, _>>()?,
+        Some(_) => return Err(not_modes.into()),
+    };
+    // Every member's type is checked first: an ill-typed one is `-32602` whatever else is asked.
+    let mut asked = None;
+    for member in PUSH_MEMBERS {
+        match configuration.get(member) {
+            None | Some(Value::Null) => {}
+            Some(Value::Object(_)) => asked = asked.or(Some(member)),
+            Some(_) => {
+                return Err(format!(
+                    "params.configuration.{member} must be an object (a push notification config)"
+                )
+                .into())
+            }
+        }
+    }
+    match asked {
+        Some(member) => Err(NotTaken::Push(member)),
+        None => Ok(modes),
     }
 }
