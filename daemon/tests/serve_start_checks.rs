@@ -382,7 +382,7 @@ fn doctor_on_a_store_directory_without_its_data_file_says_the_file_is_missing() 
     std::fs::create_dir_all(db.join("plugin-state")).unwrap();
     std::fs::write(db.join("lock.mdb"), "").unwrap();
     let (code, out, err) = worldd(&["doctor", "--db", db.to_str().unwrap()], None);
-    assert_eq!((code, out.as_str()), (1, ""), "{err}");
+    assert_eq!((code, out.as_str()), (2, ""), "{err}");
     assert_eq!(
         err,
         format!(

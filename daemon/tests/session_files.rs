@@ -313,3 +313,35 @@ fn a_grant_whose_budget_the_episode_has_already_spent_is_warned_of_before_the_qu
     );
     assert!(!before.contains("Workspace.Write=worktree:2:"), "{shown}");
 }
+
+/// A store directory that lost its `data.mdb` (it still holds `lock.mdb` and `plugin-state/`)
+/// is a store that is there and does not open: the offline verbs exited 1, the code of a
+/// mistyped path, where `serve` exits 2, so a check keyed on the exit code filed the lost
+/// world under a typo. They exit 2 now; an empty or absent directory stays 1.
+#[test]
+fn offline_verbs_on_a_store_that_lost_its_data_file_exit_2_and_on_an_empty_one_1() {
+    let dir = tempfile::tempdir().unwrap();
+    let base = dir.path().canonicalize().unwrap();
+    let lost = base.join("lost");
+    std::fs::create_dir_all(lost.join("plugin-state")).unwrap();
+    std::fs::write(lost.join("lock.mdb"), "").unwrap();
+    let empty = base.join("empty");
+    std::fs::create_dir(&empty).unwrap();
+    for (db, code, message) in [
+        (&lost, 2, format!("worldd: world store {} has no data.mdb, only lock.mdb, plugin-state/: its data file was lost (a restore or copy gone wrong?); refusing to create one: restore the directory from a backup, or pass --db with the daemon's store\n", lost.display())),
+        (&empty, 1, format!("worldd: world store {} is an empty directory (no data.mdb); refusing to create one: run this in the directory the daemon was started in, or pass --db with the daemon's store (worldd serve creates a store, for a new world only)\n", empty.display())),
+    ] {
+        let db = path_str(db);
+        for args in [
+            vec!["doctor", "--db", db],
+            vec!["doctor", "--json", "--db", db],
+            vec!["usage", "--db", db],
+            vec!["session", "list", "--db", db],
+            vec!["why", "head", "--db", db],
+        ] {
+            let (got, out, err) = worldd(&args, None);
+            assert_eq!((got, out.as_str(), err.as_str()), (code, "", message.as_str()), "{args:?}");
+        }
+    }
+    assert!(!lost.join("data.mdb").exists() && !empty.join("data.mdb").exists());
+}

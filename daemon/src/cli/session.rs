@@ -355,22 +355,24 @@ fn open_with(db: &Path, options: StoreOptions) -> Result<Store, Failure> {
                 partial.display()
             )),
             // The directory is there, its data file is not: say that, and what else is there
-            // (the remains of a store, or nothing).
+            // (the remains of a store, or nothing). The remains of a store are a store that is
+            // there and does not open (exit 2, as `serve` says it), not a mistyped path (exit
+            // 1): a check keyed on the exit code must not file a lost world under a typo.
             None if db.is_dir() => {
                 let beside = super::serve::beside_data_file(db);
                 let shown = std::path::absolute(db).unwrap_or_else(|_| db.to_path_buf());
-                Failure::usage(if beside.is_empty() {
-                    format!(
+                if beside.is_empty() {
+                    Failure::usage(format!(
                         "world store {} is an empty directory (no data.mdb); refusing to create one: run this in the directory the daemon was started in, or pass --db with the daemon's store (worldd serve creates a store, for a new world only)",
                         shown.display()
-                    )
+                    ))
                 } else {
-                    format!(
+                    Failure::fatal(format!(
                         "world store {} has no data.mdb, only {}: its data file was lost (a restore or copy gone wrong?); refusing to create one: restore the directory from a backup, or pass --db with the daemon's store",
                         shown.display(),
                         beside.join(", ")
-                    )
-                })
+                    ))
+                }
             }
             // Something other than a directory is in its place (a file): not "does not exist",
             // which would send the operator looking for a missing directory.
