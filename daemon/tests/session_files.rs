@@ -345,3 +345,43 @@ fn offline_verbs_on_a_store_that_lost_its_data_file_exit_2_and_on_an_empty_one_1
     }
     assert!(!lost.join("data.mdb").exists() && !empty.join("data.mdb").exists());
 }
+
+/// `session new` refused an existing worktree with "to start it afresh, remove the directory
+/// first", but the episode's spend stays with its name, so the credential minted after that
+/// was dead on arrival (every call `denied:budget`), and nothing said so. The refusal says a
+/// fresh start needs a new episode name, and `session new` warns of a budget the episode has
+/// already spent before its question, as `session mint` does.
+#[test]
+fn session_new_says_a_fresh_start_needs_a_new_episode_name_and_warns_of_a_spent_budget() {
+    let dir = store_where_spent_three_reads("ep1");
+    let db = dir.path().join("db");
+    let root = dir.path().join("worktrees");
+    let cmd = format!(
+        "{WORLDD} session new ep1 --db {} --workspace-root {} --grant Workspace.Read=worktree:2 --grant Workspace.Write=worktree:2",
+        db.display(),
+        root.display()
+    );
+    let (code, shown) = at_terminal(&cmd, b"n\n");
+    assert_eq!(code, 1, "{shown}");
+    assert_eq!(
+        said(&shown, "n").last().map(String::as_str),
+        Some(format!(
+            "worldd: worktree {}/ep1 already exists; to give episode ep1 another credential, run worldd session mint --episode ep1 --grant EFFECT=SCOPE:BUDGET (its worktree stays); to start afresh, give a new episode name (what episode ep1 has spent stays with it, whatever becomes of its worktree)",
+            root.display()
+        ).as_str()),
+        "{shown}"
+    );
+    // The directory removed all the same: the warning comes before the question.
+    std::fs::remove_dir_all(root.join("ep1")).unwrap();
+    let (code, shown) = at_terminal(&cmd, b"n\n");
+    assert_eq!(code, 1, "{shown}");
+    let before = &shown[..shown
+        .find("Confirm mint")
+        .unwrap_or_else(|| panic!("{shown}"))];
+    assert!(
+        before.contains("worldd session: warning: --grant Workspace.Read=worktree:2: episode ep1 has already spent 3 of Workspace.Read@worktree, so this budget of 2 leaves it none and every call of it is denied:budget (budgets belong to the episode: a budget above 3 allows more; answer n to stop here)"),
+        "{shown}"
+    );
+    assert!(!before.contains("Workspace.Write=worktree:2:"), "{shown}");
+    assert!(!root.join("ep1").exists());
+}

@@ -265,3 +265,78 @@ fn session_new_warns_when_the_daemon_serving_the_store_does_not_serve_its_worksp
     assert_eq!(code, 1, "{shown}");
     assert!(!shown.contains("warning"), "{shown}");
 }
+
+/// A repository with no commit (HEAD unborn, as `git init` leaves it) passed the check before
+/// the question, and `git worktree add` then failed after `y` with git's raw hints. It is
+/// refused before the question, nothing made.
+#[test]
+fn session_new_refuses_a_repo_with_no_commit_before_the_question() {
+    let dir = tempfile::tempdir().unwrap();
+    let repo = dir.path().join("empty");
+    std::fs::create_dir(&repo).unwrap();
+    git(&repo, &["init", "-q"]);
+    let (code, shown) = session_new(dir.path(), "ep1", &repo, "");
+    assert_eq!(code, 1, "{shown}");
+    assert_eq!(
+        said(&shown, "y"),
+        [format!(
+            "worldd: --repo {}: has no commit to check out (its HEAD is unborn); commit something first, or give a repository with a commit; nothing was made",
+            repo.display()
+        )]
+    );
+    assert!(!dir.path().join("wt/ep1").exists());
+    assert!(!dir.path().join("ep1.session").exists());
+}
+
+/// A `--repo` worktree whose directory was removed by hand stays registered in the repository:
+/// the next `session new --repo` asked, then failed after `y` with git's "missing but already
+/// registered worktree". The registration of that very path is replaced (and said); a locked
+/// one is refused before the question, with the git command that lifts the lock.
+#[test]
+fn session_new_replaces_the_registration_of_a_repo_worktree_whose_directory_was_removed() {
+    let dir = tempfile::tempdir().unwrap();
+    let repo = dir.path().join("repo");
+    repository(&repo, "first");
+    let (code, shown) = session_new(dir.path(), "ep1", &repo, "");
+    assert_eq!(code, 0, "{shown}");
+    let worktree = dir.path().join("wt/ep1");
+    std::fs::remove_dir_all(&worktree).unwrap();
+    let (code, shown) = session_new(dir.path(), "ep1", &repo, "");
+    assert_eq!(code, 0, "{shown}");
+    let before = &shown[..shown
+        .find("Confirm mint")
+        .unwrap_or_else(|| panic!("{shown}"))];
+    assert!(
+        before.contains(&format!(
+            "worldd session new: --repo {} still registers the worktree {}, whose directory was removed: the registration is replaced",
+            repo.display(),
+            worktree.display()
+        )),
+        "{shown}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(worktree.join("WHO")).unwrap(),
+        "first\n"
+    );
+
+    // Locked, and removed: refused before the question; lifted as told, made.
+    git(&repo, &["worktree", "lock", path_str(&worktree)]);
+    std::fs::remove_dir_all(&worktree).unwrap();
+    let (code, shown) = session_new(dir.path(), "ep1", &repo, "");
+    assert_eq!(code, 1, "{shown}");
+    assert_eq!(
+        said(&shown, "y"),
+        [format!(
+            "worldd: --repo {} still registers a locked worktree at {}, whose directory is gone; nothing was made: run git -C {} worktree unlock {}, then session new again (it replaces the registration)",
+            repo.display(),
+            worktree.display(),
+            repo.display(),
+            worktree.display()
+        )]
+    );
+    assert!(!worktree.exists());
+    git(&repo, &["worktree", "unlock", path_str(&worktree)]);
+    let (code, shown) = session_new(dir.path(), "ep1", &repo, "");
+    assert_eq!(code, 0, "{shown}");
+    assert!(worktree.join("WHO").is_file());
+}

@@ -769,6 +769,8 @@ fn new(a: NewArgs) -> CliResult {
         a.credential.out.as_deref(),
     )?;
     check_out_beside_agents(a.credential.out.as_deref(), &a.workspace_root, false)?;
+    // Budgets belong to the episode, as for `session mint`: a new worktree refills nothing.
+    minting.warn_of_spent_grants();
     if let Some(repo) = &a.repo {
         check_repo(repo)?;
     }
@@ -820,13 +822,42 @@ fn new(a: NewArgs) -> CliResult {
                 a.episode
             )));
         }
+        // Removing the directory starts no episode afresh: its spend, its used keys and its
+        // other credentials stay with its name, so a new credential of it may be dead on
+        // arrival.
         return Err(Failure::usage(format!(
-            "worktree {} already exists; to give episode {} another credential, run worldd session mint --episode {} --grant EFFECT=SCOPE:BUDGET (its worktree stays); to start it afresh, remove the directory first",
+            "worktree {} already exists; to give episode {ep} another credential, run worldd session mint --episode {ep} --grant EFFECT=SCOPE:BUDGET (its worktree stays); to start afresh, give a new episode name (what episode {ep} has spent stays with it, whatever becomes of its worktree)",
             worktree.display(),
-            a.episode,
-            a.episode
+            ep = a.episode
         )));
     }
+    // A worktree of `--repo` removed by hand is still registered in the repository: git would
+    // refuse the path after the question. An unlocked registration of this very path (under the
+    // workspace root, its directory gone) is replaced; a locked one is the operator's to lift.
+    let replace = match a
+        .repo
+        .as_deref()
+        .map(|repo| (repo, stale_registration(repo, &worktree)))
+    {
+        Some((repo, StaleRegistration::Locked)) => {
+            let at = shown_path(&worktree);
+            return Err(Failure::usage(format!(
+                "--repo {} still registers a locked worktree at {at}, whose directory is gone; nothing was made: run git -C {} worktree unlock {}, then session new again (it replaces the registration)",
+                repo.display(),
+                shell_word(&repo.display().to_string()),
+                shell_word(&at)
+            )));
+        }
+        Some((repo, StaleRegistration::Unlocked)) => {
+            errln!(
+                "worldd session new: --repo {} still registers the worktree {}, whose directory was removed: the registration is replaced",
+                repo.display(),
+                shown_path(&worktree)
+            );
+            true
+        }
+        _ => false,
+    };
     // As `serve` does: a root another user could have written is refused (they could swap
     // the worktree for theirs), one others may read is warned of.
     super::serve::refuse_loose_dir("workspace root", &a.workspace_root).map_err(Failure::fatal)?;
@@ -837,7 +868,7 @@ fn new(a: NewArgs) -> CliResult {
     super::serve::create_private_dir_all(&a.workspace_root).map_err(|e| {
         Failure::usage(format!("cannot create {}: {e}", a.workspace_root.display()))
     })?;
-    create_worktree(&worktree, a.repo.as_deref())?;
+    create_worktree(&worktree, a.repo.as_deref(), replace)?;
     let result = minting.deliver();
     if result.is_err() {
         // Leave nothing half-made behind.
@@ -890,6 +921,20 @@ fn check_repo(repo: &Path) -> CliResult {
         .output()
         .map_err(|e| Failure::usage(format!("--repo {}: cannot run git: {e}", repo.display())))?;
     if answer.status.success() {
+        // A repository with no commit (HEAD unborn, as `git init` leaves it) passes the check
+        // above, and `git worktree add --detach` then fails after the question.
+        let head = repo_git(repo)
+            .args(["rev-parse", "--verify", "-q", "HEAD^{commit}"])
+            .output()
+            .map_err(|e| {
+                Failure::usage(format!("--repo {}: cannot run git: {e}", repo.display()))
+            })?;
+        if !head.status.success() {
+            return Err(Failure::usage(format!(
+                "--repo {}: has no commit to check out (its HEAD is unborn); commit something first, or give a repository with a commit; nothing was made",
+                repo.display()
+            )));
+        }
         return Ok(());
     }
     let said = String::from_utf8_lossy(&answer.stderr);
@@ -901,11 +946,68 @@ fn check_repo(repo: &Path) -> CliResult {
     )))
 }
 
+/// How `repo` still registers a worktree at `path` whose directory is gone (removed by hand):
+/// git refuses to add one there again ("missing but already registered worktree") unless told
+/// to replace the registration, twice over for a locked one.
+#[derive(Debug, PartialEq)]
+enum StaleRegistration {
+    None,
+    Unlocked,
+    Locked,
+}
+
+/// Asked before the question (`git worktree list --porcelain`): a repository git cannot list
+/// the worktrees of has none in the way.
+fn stale_registration(repo: &Path, path: &Path) -> StaleRegistration {
+    let Ok(answer) = repo_git(repo)
+        .args(["worktree", "list", "--porcelain"])
+        .output()
+    else {
+        return StaleRegistration::None;
+    };
+    if !answer.status.success() {
+        return StaleRegistration::None;
+    }
+    // git keeps the absolute path it was given; the directory above may be spelt through a
+    // symbolic link either way.
+    let absolute = std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf());
+    let resolved = match (absolute.parent(), absolute.file_name()) {
+        (Some(parent), Some(name)) => parent
+            .canonicalize()
+            .map(|p| p.join(name))
+            .unwrap_or_else(|_| absolute.clone()),
+        _ => absolute.clone(),
+    };
+    let text = String::from_utf8_lossy(&answer.stdout);
+    for block in text.split("\n\n") {
+        let Some(at) = block
+            .lines()
+            .next()
+            .and_then(|l| l.strip_prefix("worktree "))
+        else {
+            continue;
+        };
+        if Path::new(at) != absolute && Path::new(at) != resolved {
+            continue;
+        }
+        return if block
+            .lines()
+            .any(|l| l == "locked" || l.starts_with("locked "))
+        {
+            StaleRegistration::Locked
+        } else {
+            StaleRegistration::Unlocked
+        };
+    }
+    StaleRegistration::None
+}
+
 /// The worktree is made with mode 0700 whatever the umask (which can only narrow it), and
 /// never taken over when it exists: under `umask 000` it was 0777, and other users could write
 /// or read the episode's files (see `serve::create_private_dir_all`). With `--repo`, git
-/// checks out into the empty directory made so.
-fn create_worktree(path: &Path, repo: Option<&Path>) -> CliResult {
+/// checks out into the empty directory made so; `replace` replaces the registration git still
+/// holds for the path (its directory gone: see [`stale_registration`]).
+fn create_worktree(path: &Path, repo: Option<&Path>, replace: bool) -> CliResult {
     use std::os::unix::fs::DirBuilderExt;
     std::fs::DirBuilder::new()
         .mode(0o700)
@@ -914,8 +1016,12 @@ fn create_worktree(path: &Path, repo: Option<&Path>) -> CliResult {
     match repo {
         None => Ok(()),
         Some(repo) => {
-            let status = repo_git(repo)
-                .args(["worktree", "add", "--detach"])
+            let mut git = repo_git(repo);
+            git.args(["worktree", "add", "--detach"]);
+            if replace {
+                git.arg("--force");
+            }
+            let status = git
                 .arg(std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf()))
                 .status();
             let failed = match status {
