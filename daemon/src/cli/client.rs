@@ -396,7 +396,7 @@ impl Connection {
         }
         // Whether the whole body was handed over: a connection closed before it was did not
         // carry the request whole, so the daemon ran nothing.
-        let drained = std::cell::Cell::new(body.is_none());
+        let drained = std::cell::Cell::new(body.is_none_or(|(_, bytes)| bytes.is_empty()));
         let res = match body {
             Some((ct, bytes)) => req
                 .set("Content-Type", ct)
@@ -416,6 +416,19 @@ impl Connection {
                 if t.kind() == ureq::ErrorKind::Io && !drained.get() =>
             {
                 let (ct, bytes) = body.unwrap_or_default();
+                // A send timeout is `WouldBlock` from the socket (a read's is `TimedOut`).
+                let stalled = std::error::Error::source(&t).is_some_and(|e| {
+                    timed_out(e)
+                        || e.downcast_ref::<io::Error>()
+                            .is_some_and(|e| e.kind() == io::ErrorKind::WouldBlock)
+                });
+                if stalled {
+                    return Err(Failure::usage(format!(
+                        "the daemon at {base} did not take the whole request to {path} ({} bytes) within {} (--timeout SECS waits longer): it never received it whole, so nothing ran",
+                        bytes.len(),
+                        in_seconds(self.timeout)
+                    )));
+                }
                 return Err(match self.answer_to_head(method, path, ct, bytes.len(), extra) {
                     Some((status, answer)) => Failure::usage(format!(
                         "{path} returned HTTP {status}: {}; the daemon answered before it read the whole request, so nothing ran",
