@@ -10,7 +10,9 @@ use handler_kit::serde_json::{json, Map, Value};
 use handler_kit::{EffectHandler, Host, LogLevel, Outcome, Preflight, Request};
 
 use crate::config::{Policy, MAX_PATH_BYTES};
-use crate::sandbox::{errno_text, lexical, PathError, ReadRules, Sandbox, Target, WriteError};
+use crate::sandbox::{
+    errno_text, lexical, PathError, ReadRules, Sandbox, Target, WriteError, TEMP_PREFIX,
+};
 use crate::tool_ref;
 
 handler_kit::effect! {
@@ -133,6 +135,9 @@ impl WorkspaceHandler {
             ),
             PathError::TooLarge(size) => self.too_large(op, path, size),
             PathError::Refused(message) => message,
+            PathError::Modified => format!(
+                "{op} {path}: the file changed while it was being edited (something else wrote, replaced or removed it after it was read); nothing was changed: read it again and retry"
+            ),
             PathError::Io(e) => format!("{op} {path}: openat {path}: {}", errno_text(&e)),
         };
         self.refuse(message)
@@ -163,6 +168,8 @@ impl WorkspaceHandler {
             ))
         } else if path.contains('\0') {
             Some(format!("{op} {path}: the path contains a NUL byte"))
+        } else if let Some(message) = Self::temporary_name(op, path, path.rsplit('/').next()) {
+            Some(message)
         } else {
             // A name made here can pass for another in every listing, diff and review (the
             // operator's included); names already in the worktree are still read and edited.
@@ -173,6 +180,40 @@ impl WorkspaceHandler {
                 )
             })
         }
+    }
+
+    /// The refusal of a write or edit whose file is `name`d like the temporary files of a write
+    /// (`.worldd-tmp-…`): the first write into its directory after a start sweeps such names
+    /// away as a killed write's debris, so the file would be reported written, then be gone.
+    /// Reads of them are allowed: such a file is in the worktree like any other.
+    fn temporary_name(op: &str, path: &str, name: Option<&str>) -> Option<String> {
+        let name = name?;
+        // A path named like `.git` is refused as that, the more useful answer.
+        let temporary = name.starts_with(TEMP_PREFIX) && git_component(path).is_none();
+        (op != "read" && temporary).then(|| {
+            format!(
+                "{op} {path}: \"{name}\" is named like the workspace's temporary files ({TEMP_PREFIX}…), which it removes as what a killed write left; give the file another name"
+            )
+        })
+    }
+
+    /// A write's new file and new directories, where the path resolves (a dangling symlink can
+    /// name them): the first character of their names that is not shown as itself, in the
+    /// words of [`Self::unusable_path`]. Nothing when the file exists (it is not made).
+    fn unshown_where_resolved(path: &str, target: &Target) -> Option<String> {
+        if target.exists() {
+            return None;
+        }
+        let made = target
+            .missing
+            .iter()
+            .chain(std::iter::once(&target.name))
+            .find_map(|c| unshown_char(&c.to_string_lossy()))?;
+        Some(format!(
+            "write {path:?}: the path resolves to {:?}, which holds U+{:04X}, a character that is not shown as itself (a control, bidi or invisible character); a new file's name may hold none",
+            target.canonical(),
+            made as u32
+        ))
     }
 
     /// The first character of a write's path that is not shown as itself, unless the path is
@@ -368,6 +409,11 @@ impl WorkspaceHandler {
             if let Some(refusal) = self.resolved_rule("write", path, &target) {
                 return refusal;
             }
+            if let Some(message) = Self::unshown_where_resolved(path, &target)
+                .or_else(|| Self::temporary_name("write", path, target.name.to_str()))
+            {
+                return self.refuse(message);
+            }
             match sandbox.write(&target, content.as_bytes()) {
                 Ok(()) => return self.success(&[("bytes", json!(size))]),
                 Err(WriteError::Before(PathError::Changed)) => continue,
@@ -397,11 +443,14 @@ impl WorkspaceHandler {
             if let Some(refusal) = self.resolved_rule("edit", path, &target) {
                 return refusal;
             }
+            if let Some(message) = Self::temporary_name("edit", path, target.name.to_str()) {
+                return self.refuse(message);
+            }
             let rules = ReadRules {
                 limit: self.policy.max_write_bytes,
                 hard_links: self.policy.allow_hard_links,
             };
-            let bytes = match sandbox.read_target(&target, rules) {
+            let (bytes, read) = match sandbox.read_target_for_edit(&target, rules) {
                 Ok(b) => b,
                 Err(PathError::Changed) => continue,
                 Err(e) => return self.path_refusal("edit", path, e),
@@ -437,7 +486,7 @@ impl WorkspaceHandler {
                     self.policy.max_write_bytes
                 ));
             }
-            match sandbox.write(&target, edited.as_bytes()) {
+            match sandbox.write_over(&target, edited.as_bytes(), Some(read)) {
                 Ok(()) => return self.success(&[("replacements", json!(1))]),
                 Err(WriteError::Before(PathError::Changed)) => continue,
                 Err(WriteError::Before(e)) => return self.path_refusal("edit", path, e),
@@ -501,7 +550,18 @@ impl EffectHandler for WorkspaceHandler {
                 .and_then(|content| self.oversized_write(path, content))
             {
                 Some(message) => self.stamp.decline(message),
-                None => Preflight::Proceed,
+                // Where the path resolves names what the write would make (a dangling link).
+                None => match Sandbox::open(Path::new(worktree))
+                    .ok()
+                    .and_then(|sandbox| sandbox.resolve(path, true).ok())
+                    .filter(|target| self.resolved_rule("write", path, target).is_none())
+                    .and_then(|target| {
+                        Self::unshown_where_resolved(path, &target)
+                            .or_else(|| Self::temporary_name("write", path, target.name.to_str()))
+                    }) {
+                    Some(message) => self.stamp.decline(message),
+                    None => Preflight::Proceed,
+                },
             },
             "read" => {
                 if let Some(message) = Self::requested_read_rule(path) {

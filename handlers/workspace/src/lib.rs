@@ -49,6 +49,12 @@
 //! - `write .ailang/x.ail: matches fs_deny_write ".ailang/**" — read-only under this policy`
 //! - `edit hello.ail: old_text occurs 8 times; include more context so it is unique`
 //! - `edit hello.ail: old_text not found — the file may have changed; read it again`
+//! - `edit hello.ail: the file changed while it was being edited (something else wrote,
+//!   replaced or removed it after it was read); nothing was changed: read it again and retry`
+//!   (the edit is installed only over the file it read: same device, inode, size, mtime, ctime)
+//! - `write notes/.worldd-tmp-1-x: ".worldd-tmp-1-x" is named like the workspace's temporary
+//!   files (.worldd-tmp-…), which it removes as what a killed write left; give the file another
+//!   name` (writes and edits, as requested or where a link leads; reads are not refused)
 //!
 //! plus non-UTF-8 files, empty `old_text`, an `old_text` whose only match
 //! overlaps another (`"aa"` in `"aaa"`: ambiguous, refused), content over
@@ -102,8 +108,10 @@
 //!   names: the resolver splits on `/` only.
 //! - Writes are atomic (temp file, fsync, rename, directory fsync) and keep
 //!   an existing file's permission bits, except setuid and setgid, which they
-//!   drop (the new file is the daemon's, with the agent's content). A crash can leave a
-//!   `.worldd-tmp-*` file beside the target, never a partial target.
+//!   drop (the new file is the daemon's, with the agent's content). The temporary file is
+//!   created with the bits it will have, never wider while the content goes in. A crash can
+//!   leave a `.worldd-tmp-*` file beside the target, never a partial target; a write that
+//!   fails removes the directories it made for its path.
 //! - Hard links are not path-confined by any resolver: a hard link placed in
 //!   the worktree may name an outside file. Reads and edits refuse a file
 //!   whose link count (on the opened file) is above one unless the config

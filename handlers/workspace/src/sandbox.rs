@@ -83,6 +83,49 @@ pub enum PathError {
     Io(io::Error),
     /// The caller's [`Vet`] refused the resolved target, in these words.
     Refused(String),
+    /// The file an edit read is no longer the one at its name (written, replaced or removed
+    /// since): the edit, built on the older content, would overwrite that change.
+    Modified,
+}
+
+/// What `fstat` says of a regular file that makes it the one that was read: an in-place write
+/// changes its size, mtime or ctime; a replacement, its device and inode.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Identity {
+    dev: u64,
+    ino: u64,
+    size: u64,
+    mtime: (i64, i64),
+    ctime: (i64, i64),
+}
+
+impl Identity {
+    fn of(md: &cap_std::fs::Metadata) -> Identity {
+        Identity {
+            dev: md.dev(),
+            ino: md.ino(),
+            size: md.len(),
+            mtime: (md.mtime(), md.mtime_nsec()),
+            ctime: (md.ctime(), md.ctime_nsec()),
+        }
+    }
+}
+
+/// Directories a write made, each with a handle on the directory holding it, outermost
+/// first: removed again (deepest first, only while empty) when the write then fails, so a
+/// failure that says "nothing was changed" leaves none behind.
+#[derive(Default)]
+struct Made(Vec<(Dir, OsString)>);
+
+impl Made {
+    fn undo(self) {
+        for (parent, name) in self.0.into_iter().rev() {
+            // ENOTEMPTY (something was put there since) leaves it, as it should.
+            if parent.remove_dir(&name).is_ok() {
+                let _ = sync_dir(&parent);
+            }
+        }
+    }
 }
 
 /// A caller's rule for where a read's path resolves (the canonical [`Target`]): `Some(text)`
@@ -258,28 +301,46 @@ impl Sandbox {
         }
     }
 
-    /// Step 2: open the target's directory without following any symlink,
-    /// creating missing directories when asked. `None`: the target is in the root itself,
+    /// Step 2: open the target's directory without following any symlink (a write creates
+    /// missing directories: [`Sandbox::open_or_make_parent`]). `None`: the target is in the root itself,
     /// which is used as it is (no descriptor is duplicated for it).
-    fn open_parent(&self, target: &Target, create: bool) -> Result<Option<Dir>, PathError> {
+    fn open_parent(&self, target: &Target) -> Result<Option<Dir>, PathError> {
+        if !target.missing.is_empty() {
+            return Err(PathError::Io(io::Error::from_raw_os_error(libc::ENOENT)));
+        }
+        self.open_or_make_parent(target).map(|(opened, _)| opened)
+    }
+
+    /// [`Sandbox::open_parent`], creating the missing directories, and which of them it made
+    /// (none left made when it fails).
+    fn open_or_make_parent(&self, target: &Target) -> Result<(Option<Dir>, Made), PathError> {
         let mut opened: Option<Dir> = None;
         for c in &target.parent {
             let dir = opened.as_ref().unwrap_or(&self.root);
             opened = Some(dir.open_dir_nofollow(c).map_err(changed)?);
         }
+        let mut made = Made::default();
         for c in &target.missing {
-            if !create {
-                return Err(PathError::Io(io::Error::from_raw_os_error(libc::ENOENT)));
-            }
             let dir = opened.as_ref().unwrap_or(&self.root);
-            match dir.create_dir(c) {
-                Ok(()) => sync_dir(dir)?,
-                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
-                Err(e) => return Err(e.into()),
+            let step = match dir.create_dir(c) {
+                Ok(()) => dir
+                    .try_clone()
+                    .map_err(PathError::from)
+                    .map(|holder| made.0.push((holder, c.clone())))
+                    .and_then(|()| sync_dir(dir)),
+                Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Ok(()),
+                Err(e) => Err(e.into()),
+            };
+            let next = step.and_then(|()| dir.open_dir_nofollow(c).map_err(changed));
+            match next {
+                Ok(next) => opened = Some(next),
+                Err(e) => {
+                    made.undo();
+                    return Err(e);
+                }
             }
-            opened = Some(dir.open_dir_nofollow(c).map_err(changed)?);
         }
-        Ok(opened)
+        Ok((opened, made))
     }
 
     /// Read a whole file of at most `rules.limit` bytes (resolve, then use). `vet` sees where
@@ -331,18 +392,67 @@ impl Sandbox {
         read_in(dir, &target.name, rules, None).map(Option::unwrap_or_default)
     }
 
+    /// [`Sandbox::read_target`] for an edit: the content and the [`Identity`] of the file it
+    /// was read from, to give [`Sandbox::write_over`]. `Changed` when the file changed while it
+    /// was read (its identity after the read is not the one before it).
+    pub fn read_target_for_edit(
+        &self,
+        target: &Target,
+        rules: ReadRules,
+    ) -> Result<(Vec<u8>, Identity), PathError> {
+        let opened = self.open_target_parent(target)?;
+        let dir = opened.as_ref().unwrap_or(&self.root);
+        let read = read_opened(dir, &target.name, rules, None)?;
+        if read.before != read.after {
+            return Err(PathError::Changed);
+        }
+        Ok((read.content.unwrap_or_default(), read.before))
+    }
+
     fn open_target_parent(&self, target: &Target) -> Result<Option<Dir>, PathError> {
         if !target.exists() {
             return Err(PathError::Io(io::Error::from_raw_os_error(libc::ENOENT)));
         }
-        self.open_parent(target, false)
+        self.open_parent(target)
     }
 
     /// Atomically replace (or create) the file at `target` with `content`.
     /// Returns `Err(PathError::Changed)` when the target's chain changed.
     pub fn write(&self, target: &Target, content: &[u8]) -> Result<(), WriteError> {
-        let opened = self.open_parent(target, true).map_err(WriteError::Before)?;
+        self.write_over(target, content, None)
+    }
+
+    /// [`Sandbox::write`]; with `read`, only over the file of that [`Identity`] (the one an
+    /// edit read): `Err(PathError::Modified)`, nothing changed, when the name holds anything
+    /// else just before the rename. Directories the write made are removed again when it fails
+    /// before the rename.
+    pub fn write_over(
+        &self,
+        target: &Target,
+        content: &[u8],
+        read: Option<Identity>,
+    ) -> Result<(), WriteError> {
+        let (opened, made) = self
+            .open_or_make_parent(target)
+            .map_err(WriteError::Before)?;
         let dir = opened.as_ref().unwrap_or(&self.root);
+        match self.install(dir, target, content, read) {
+            Err(WriteError::Before(e)) => {
+                made.undo();
+                Err(WriteError::Before(e))
+            }
+            done => done,
+        }
+    }
+
+    /// The write itself, in the target's opened directory `dir`.
+    fn install(
+        &self,
+        dir: &Dir,
+        target: &Target,
+        content: &[u8],
+        read: Option<Identity>,
+    ) -> Result<(), WriteError> {
         // Keep an existing file's permission bits (rename installs a new inode), but not
         // setuid and setgid: the new inode is the daemon's, with the agent's content, and the
         // kernel drops both when anyone but the owner writes a file.
@@ -358,11 +468,23 @@ impl Sandbox {
             Err(e) if e.kind() == io::ErrorKind::NotFound => None,
             Err(e) => return Err(WriteError::Before(e.into())),
         };
-        let (tmp_name, file) = create_temp(dir).map_err(WriteError::Before)?;
+        // Created with the bits it will have (a new file's usual 0644), never wider than the
+        // file it replaces while the content is written into it.
+        let mode = permissions.as_ref().map_or(0o644, |p| p.mode() & 0o777);
+        let (tmp_name, file) = create_temp(dir, mode).map_err(WriteError::Before)?;
         let staged = stage(file, content, permissions);
         if let Err(e) = staged {
             let _ = dir.remove_file(&tmp_name);
             return Err(WriteError::Before(e.into()));
+        }
+        // The optimistic check of an edit, as late as it can be: the name still holds the file
+        // that was read, or the edit (built on its older content) is not installed.
+        if let Some(read) = read {
+            let now = dir.symlink_metadata(&target.name);
+            if !matches!(&now, Ok(md) if md.is_file() && Identity::of(md) == read) {
+                let _ = dir.remove_file(&tmp_name);
+                return Err(WriteError::Before(PathError::Modified));
+            }
         }
         if let Err(e) = dir.rename(&tmp_name, dir, &target.name) {
             let _ = dir.remove_file(&tmp_name);
@@ -424,6 +546,23 @@ fn read_in(
     rules: ReadRules,
     skip_at_most: Option<u64>,
 ) -> Result<Option<Vec<u8>>, PathError> {
+    read_opened(dir, name, rules, skip_at_most).map(|read| read.content)
+}
+
+/// What [`read_opened`] read, and the file's [`Identity`] before and after.
+struct Opened {
+    content: Option<Vec<u8>>,
+    before: Identity,
+    after: Identity,
+}
+
+/// [`read_in`], with the opened file's identity.
+fn read_opened(
+    dir: &Dir,
+    name: &OsStr,
+    rules: ReadRules,
+    skip_at_most: Option<u64>,
+) -> Result<Opened, PathError> {
     let limit = rules.limit;
     let mut options = OpenOptions::new();
     options
@@ -446,18 +585,29 @@ fn read_in(
     if md.len() > limit {
         return Err(PathError::TooLarge(md.len()));
     }
+    let before = Identity::of(&md);
     if skip_at_most.is_some_and(|small| md.len() <= small) {
-        return Ok(None);
+        return Ok(Opened {
+            content: None,
+            before,
+            after: before,
+        });
     }
     // Read at most limit + 1 bytes: the file may grow after the stat.
     let mut content = Vec::with_capacity(usize::try_from(md.len()).unwrap_or(0));
-    file.take(limit.saturating_add(1))
+    (&file)
+        .take(limit.saturating_add(1))
         .read_to_end(&mut content)?;
     let len = content.len() as u64;
     if len > limit {
         return Err(PathError::TooLarge(len));
     }
-    Ok(Some(content))
+    let after = Identity::of(&file.metadata()?);
+    Ok(Opened {
+        content: Some(content),
+        before,
+        after,
+    })
 }
 
 fn stage(mut file: File, content: &[u8], permissions: Option<Permissions>) -> io::Result<()> {
@@ -470,15 +620,17 @@ fn stage(mut file: File, content: &[u8], permissions: Option<Permissions>) -> io
 
 static TEMP_COUNTER: AtomicU64 = AtomicU64::new(0);
 
-/// Temporary files are `.worldd-tmp-<pid>-<counter>-<nanos>`.
-const TEMP_PREFIX: &str = ".worldd-tmp-";
+/// Temporary files are `.worldd-tmp-<pid>-<counter>-<nanos>`. The sweep removes names of this
+/// shape, so the handler refuses to write or edit a file named so.
+pub const TEMP_PREFIX: &str = ".worldd-tmp-";
 
-/// Create a fresh temporary file in `dir`. The name is short (independent of
+/// Create a fresh temporary file in `dir`, with permission bits `mode` (less the umask) from
+/// its creation on. The name is short (independent of
 /// the target's, which may already be at NAME_MAX) and unique per process,
 /// call and moment; `create_new` (O_EXCL) never follows or reuses a name.
-fn create_temp(dir: &Dir) -> Result<(OsString, File), PathError> {
+fn create_temp(dir: &Dir, mode: u32) -> Result<(OsString, File), PathError> {
     let mut options = OpenOptions::new();
-    options.write(true).create_new(true).mode(0o644);
+    options.write(true).create_new(true).mode(mode);
     let mut last = None;
     for _ in 0..16 {
         let nanos = SystemTime::now()
@@ -754,6 +906,75 @@ mod tests {
             sandbox.read("d/f", rules, &|_| None),
             Err(PathError::Escape)
         ));
+    }
+
+    /// An edit reads, replaces in memory and renames a new file over the name: a change made
+    /// to the file in between (an operator's editor, another episode sharing the tree) was
+    /// overwritten by the edit built on the older content. The write is installed only over
+    /// the file that was read; anything else there is `Modified`, nothing changed.
+    #[test]
+    fn an_edit_is_not_installed_over_a_file_changed_after_it_was_read() {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path();
+        let sandbox = Sandbox::open(root).unwrap();
+        let rules = ReadRules {
+            limit: 1 << 20,
+            hard_links: false,
+        };
+        let changes: [(&str, &dyn Fn()); 4] = [
+            ("written in place, another size", &|| {
+                std::fs::write(root.join("f.txt"), "theirs, longer").unwrap()
+            }),
+            ("replaced by a rename", &|| {
+                std::fs::write(root.join("other"), "theirs").unwrap();
+                std::fs::rename(root.join("other"), root.join("f.txt")).unwrap();
+            }),
+            ("removed", &|| {
+                std::fs::remove_file(root.join("f.txt")).unwrap()
+            }),
+            ("touched", &|| {
+                let f = std::fs::File::options()
+                    .write(true)
+                    .open(root.join("f.txt"))
+                    .unwrap();
+                f.set_modified(UNIX_EPOCH).unwrap();
+            }),
+        ];
+        for (how, change) in changes {
+            std::fs::write(root.join("f.txt"), "original").unwrap();
+            let target = sandbox.resolve("f.txt", false).unwrap();
+            let (bytes, read) = sandbox.read_target_for_edit(&target, rules).unwrap();
+            assert_eq!(bytes, b"original");
+            change();
+            let before = std::fs::read(root.join("f.txt")).ok();
+            assert!(
+                matches!(
+                    sandbox.write_over(&target, b"edited", Some(read)),
+                    Err(WriteError::Before(PathError::Modified))
+                ),
+                "{how}"
+            );
+            assert_eq!(std::fs::read(root.join("f.txt")).ok(), before, "{how}");
+            let names: Vec<_> = std::fs::read_dir(root)
+                .unwrap()
+                .map(|e| e.unwrap().file_name())
+                .collect();
+            assert!(
+                names
+                    .iter()
+                    .all(|n| !n.to_string_lossy().starts_with(TEMP_PREFIX)),
+                "{how}: {names:?}"
+            );
+        }
+        // Unchanged since the read: installed.
+        std::fs::write(root.join("f.txt"), "original").unwrap();
+        let target = sandbox.resolve("f.txt", false).unwrap();
+        let (_, read) = sandbox.read_target_for_edit(&target, rules).unwrap();
+        sandbox.write_over(&target, b"edited", Some(read)).unwrap();
+        assert_eq!(
+            std::fs::read_to_string(root.join("f.txt")).unwrap(),
+            "edited"
+        );
     }
 
     #[test]
