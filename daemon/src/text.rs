@@ -9,7 +9,9 @@
 //! the window or hide a link, a carriage return can write over a line, and a line break inside
 //! a value can add a line of its own (a log entry that never was). So everything the verbs
 //! write passes through [`shown`] at the edge, and a value printed inside a line through
-//! [`one_line`]. The escapes are JSON's (`\u001b`, `\n`), so JSON output means what it did.
+//! [`one_line`]. The escapes are JSON's (`\u001b`, `\n`), so JSON output means what it did,
+//! though its bytes differ: the committed bytes `call --json-out` promises go into a pipe or
+//! a file untouched (`cli::output::write_committed`), and are escaped only on a terminal.
 
 use std::borrow::Cow;
 use std::fmt::Write as _;
