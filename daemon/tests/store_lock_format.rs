@@ -30,7 +30,8 @@ fn a_store_held_by_a_program_of_another_lmdb_build_is_said_so() {
     lock.read_exact(&mut head).unwrap();
     let format = u32::from_ne_bytes(head[4..8].try_into().unwrap());
     lock.seek(SeekFrom::Start(4)).unwrap();
-    lock.write_all(&(format ^ 0x0100_0000).to_ne_bytes()).unwrap();
+    lock.write_all(&(format ^ 0x0100_0000).to_ne_bytes())
+        .unwrap();
     // SAFETY: a plain `flock` struct for fcntl on a descriptor this test owns.
     let held = unsafe {
         let mut l: libc::flock = std::mem::zeroed();
@@ -50,7 +51,10 @@ fn a_store_held_by_a_program_of_another_lmdb_build_is_said_so() {
     let (code, out, err) = worldd(&["doctor", "--db", path_str(&db)], None);
     assert_eq!(code, 2, "{out}{err}");
     assert!(err.contains(&said), "{err}");
-    assert!(!err.contains("Database environment version mismatch"), "{err}");
+    assert!(
+        !err.contains("Database environment version mismatch"),
+        "{err}"
+    );
     let root = kept.path().join("worktrees");
     let out = run_to_exit(
         std::process::Command::new(env!("CARGO_BIN_EXE_worldd")).args([
