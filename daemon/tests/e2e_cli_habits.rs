@@ -1451,6 +1451,21 @@ fn calls_get_finds_the_keys_dot_and_dot_dot_and_does_not_call_another_episodes_i
         // credential given on the command line.
         assert_eq!(err.matches("worldd: warning:").count(), 1, "{err}");
     }
+    // An operator reads every episode's calls: another episode's call it does not find was
+    // said to be "not a call of your episode (ops)", as if it could not look.
+    let ops = d.operator_session("ops", &["Workspace.Read=worktree:1"]);
+    let (code, out, err) = cli(&d, &ops, &["calls", "get", "mcp:ep2:k"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.starts_with("mcp:ep2:k  ailang-write  committed\n"),
+        "{out}"
+    );
+    let (code, out, err) = cli(&d, &ops, &["calls", "get", "mcp:ep3:never"]);
+    assert_eq!((code, out.as_str()), (1, ""), "{err}");
+    assert!(
+        err.ends_with("\nworldd: calls get: not found: mcp:ep3:never (nothing was journaled under it in episode ep3, and the daemon holds no such call: that episode may send it)\n"),
+        "{err}"
+    );
 }
 
 /// `--commit-body-bytes -1` used to be answered `unexpected argument '-1' found`, as if the

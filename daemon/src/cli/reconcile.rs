@@ -59,7 +59,7 @@ pub fn calls(cmd: CallsCommand) -> CliResult {
         format!(
             "/v1/invocations/{}:{}:{}",
             a.surface,
-            super::client::segment(&own_episode(&a.client)?),
+            super::client::segment(&own_episode(&a.client)?.0),
             a.handle
         )
     } else if broker_core::task::valid_task_id(&a.handle) {
@@ -89,12 +89,20 @@ pub fn calls(cmd: CallsCommand) -> CliResult {
         }
         // Another episode's call is answered alike whether or not it exists; sending it is
         // not this session's to do.
+        // An operator reads every episode's calls: its not-found is the plain one below.
         if let Some((_, episode, _)) = broker_core::task::split_invocation_id(&a.handle) {
-            let own = own_episode(&a.client)?;
-            if episode != own {
+            let (own, operator) = own_episode(&a.client)?;
+            if episode != own && !operator {
                 return Err(Failure::usage(format!(
                     "calls get: not found: {} is not a call of your episode ({own}); another episode's calls are its own, and this answer is the same whether or not it exists",
                     super::terminal::one_line(&a.handle)
+                )));
+            }
+            if episode != own {
+                return Err(Failure::usage(format!(
+                    "calls get: not found: {} (nothing was journaled under it in episode {}, and the daemon holds no such call: that episode may send it)",
+                    super::terminal::one_line(&a.handle),
+                    super::terminal::one_line(episode)
                 )));
             }
         }
@@ -269,14 +277,18 @@ fn print_indeterminate(v: &Value) -> CliResult {
 }
 
 /// The episode of the session's credential (`GET /v1/budget`).
-fn own_episode(c: &ClientArgs) -> Result<String, Failure> {
+/// The calling credential's episode, and whether it is an operator's.
+fn own_episode(c: &ClientArgs) -> Result<(String, bool), Failure> {
     let (status, body) = get(c, "/v1/budget")?;
     if !(200..300).contains(&status) {
         return Err(super::client::refused(c, "/v1/budget", status, &body));
     }
     serde_json::from_slice::<Value>(&body)
         .ok()
-        .and_then(|v| v["episode"].as_str().map(str::to_owned))
+        .and_then(|v| {
+            let episode = v["episode"].as_str()?.to_owned();
+            Some((episode, v["operator"] == true))
+        })
         .ok_or_else(|| Failure::usage("/v1/budget named no episode".to_owned()))
 }
 
