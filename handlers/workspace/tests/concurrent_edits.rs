@@ -60,6 +60,7 @@ fn an_edit_never_overwrites_a_change_made_to_the_file_after_it_was_read() {
         })
     };
     let refusal = "edit shared.txt: the file changed while it was being edited (something else wrote, replaced or removed it after it was read); nothing was changed: read it again and retry";
+    let kept_changing = "edit shared.txt: the path kept changing while it was being opened; nothing was done, try again";
     let (mut edited, mut refused) = (0, 0);
     // Edits while the writer saves: at least 40, and on until it saved 300 times.
     let mut round = 0;
@@ -77,7 +78,12 @@ fn an_edit_never_overwrites_a_change_made_to_the_file_after_it_was_read() {
             assert_eq!(out["replacements"], json!(1), "{out:?}");
             edited += 1;
         } else {
-            assert_eq!(out["refused"], json!(refusal), "round {round}");
+            // A file changed while it was read is read again, up to three times: then the
+            // path "kept changing", also with nothing changed.
+            assert!(
+                out["refused"] == json!(refusal) || out["refused"] == json!(kept_changing),
+                "round {round}: {out:?}"
+            );
             refused += 1;
         }
     }
