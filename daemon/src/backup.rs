@@ -69,17 +69,10 @@ pub fn interrupted_copy(db: &Path) -> Option<PathBuf> {
     (partial.is_dir() && !db.join("data.mdb").exists()).then_some(partial)
 }
 
-/// `path` as one word of a shell command, for the fix commands messages give to paste: as it
-/// is when it holds only characters no shell reads specially, else in single quotes (a `'` in
-/// it as `'\''`). A path with a space was split in two by the paste, and `chmod 700` ran on
-/// both halves.
+/// `path` as one word of a shell command, for the fix commands messages give to paste
+/// ([`crate::text::shell_word`]).
 pub fn shell_word(path: &std::path::Path) -> String {
-    let text = path.to_string_lossy();
-    let plain = |c: char| c.is_ascii_alphanumeric() || "/._-+,:@%=".contains(c);
-    if !text.is_empty() && text.chars().all(plain) && !text.starts_with('=') {
-        return text.into_owned();
-    }
-    format!("'{}'", text.replace('\'', "'\\''"))
+    crate::text::shell_word(&path.to_string_lossy()).into_owned()
 }
 
 /// Deeper than any plugin's state needs; a bound so that a directory nested without end ends
@@ -540,24 +533,6 @@ mod tests {
 
     fn opened(path: &Path) -> Dir {
         Dir::open_ambient_dir(path, cap_std::ambient_authority()).unwrap()
-    }
-
-    /// A fix command's path printed bare split at a space when pasted; one a shell would split
-    /// or read is single-quoted now, and a plain one is printed as it is.
-    #[test]
-    fn a_path_to_paste_is_quoted_only_where_a_shell_would_split_or_read_it() {
-        for (path, word) in [
-            ("/srv/world/db", "/srv/world/db"),
-            (".world/plugin-state", ".world/plugin-state"),
-            ("/tmp/sp ace/db", "'/tmp/sp ace/db'"),
-            ("/tmp/it's", "'/tmp/it'\\''s'"),
-            ("/tmp/x;touch PWNED;", "'/tmp/x;touch PWNED;'"),
-            ("/tmp/$(id)", "'/tmp/$(id)'"),
-            ("~/db", "'~/db'"),
-            ("", "''"),
-        ] {
-            assert_eq!(shell_word(Path::new(path)), word, "{path:?}");
-        }
     }
 
     /// A failed backup removes what it wrote and nothing else: a file another backup put in the

@@ -43,6 +43,19 @@ pub fn cut(text: &str, max: usize) -> Cow<'_, str> {
 /// The longest start of `text` of at most `max` bytes that ends at a character's edge.
 pub use dialect::quote::head;
 
+/// `text` as one word of a shell command, for the lines messages give to paste (`chmod 700
+/// PATH`, `export WORLD_SESSION=PATH`): as it is when it holds only characters no shell reads
+/// specially, else in single quotes (a `'` in it as `'\''`). A path with a space printed bare
+/// was split in two by the paste, and one holding `;` or `$(…)` ran commands.
+pub fn shell_word(text: &str) -> Cow<'_, str> {
+    let plain = |c: char| c.is_ascii_alphanumeric() || "/._-+,:@%=".contains(c);
+    // A leading `=` is a command's path to zsh.
+    if !text.is_empty() && text.chars().all(plain) && !text.starts_with('=') {
+        return Cow::Borrowed(text);
+    }
+    Cow::Owned(format!("'{}'", text.replace('\'', "'\\''")))
+}
+
 fn escaped(text: &str, escape: impl Fn(char) -> bool) -> Cow<'_, str> {
     if !text.chars().any(&escape) {
         return Cow::Borrowed(text);
@@ -65,6 +78,26 @@ fn escaped(text: &str, escape: impl Fn(char) -> bool) -> Cow<'_, str> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A fix command's path printed bare split at a space when pasted; one a shell would split
+    /// or read is single-quoted now, and a plain one is printed as it is.
+    #[test]
+    fn a_path_to_paste_is_quoted_only_where_a_shell_would_split_or_read_it() {
+        for (path, word) in [
+            ("/srv/world/db", "/srv/world/db"),
+            (".world/plugin-state", ".world/plugin-state"),
+            ("http://127.0.0.1:7644", "http://127.0.0.1:7644"),
+            ("/tmp/sp ace/db", "'/tmp/sp ace/db'"),
+            ("/tmp/it's", "'/tmp/it'\\''s'"),
+            ("/tmp/x;touch PWNED;", "'/tmp/x;touch PWNED;'"),
+            ("/tmp/$(id)", "'/tmp/$(id)'"),
+            ("~/db", "'~/db'"),
+            ("=ls", "'=ls'"),
+            ("", "''"),
+        ] {
+            assert_eq!(shell_word(path), word, "{path:?}");
+        }
+    }
 
     #[test]
     fn escape_sequences_carriage_returns_and_bidi_overrides_are_shown_not_acted_on() {

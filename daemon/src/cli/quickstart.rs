@@ -11,8 +11,8 @@ use std::path::{Path, PathBuf};
 use clap::Args;
 
 use super::serve::{self, ServeArgs};
-use super::session::shell_word;
 use super::{CliResult, Failure};
+use crate::text::shell_word;
 
 #[derive(Args, Debug)]
 pub struct QuickstartArgs {

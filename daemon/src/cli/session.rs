@@ -711,16 +711,6 @@ pub(crate) fn spent_grants<'g>(
         .collect()
 }
 
-/// `text` as one shell word, for a line meant to be pasted into a shell: as it is when every
-/// character is one no shell treats specially, else in single quotes (a `'` in it as `'\''`).
-pub(crate) fn shell_word(text: &str) -> String {
-    let plain = |c: char| c.is_ascii_alphanumeric() || "_@%+=:,./-".contains(c);
-    if !text.is_empty() && text.chars().all(plain) {
-        return text.to_owned();
-    }
-    format!("'{}'", text.replace('\'', "'\\''"))
-}
-
 /// The eight se-tools effects at `worktree:<budget>` (`--preset se-tools`, quickstart).
 fn se_tools_grants(budget: u64) -> Vec<Grant> {
     SE_TOOLS_EFFECTS
@@ -844,8 +834,8 @@ fn new(a: NewArgs) -> CliResult {
             return Err(Failure::usage(format!(
                 "--repo {} still registers a locked worktree at {at}, whose directory is gone; nothing was made: run git -C {} worktree unlock {}, then session new again (it replaces the registration)",
                 repo.display(),
-                shell_word(&repo.display().to_string()),
-                shell_word(&at)
+                crate::text::shell_word(&repo.display().to_string()),
+                crate::text::shell_word(&at)
             )));
         }
         Some((repo, StaleRegistration::Unlocked)) => {
