@@ -132,8 +132,8 @@ pub enum CallError {
     #[error("{R8_MESSAGE}")]
     NoHandler,
     /// Rule R8 for a worktree-scoped effect: the handler is loaded, but the episode has no
-    /// worktree (no directory named for it in the workspace root, or a symbolic link there);
-    /// the text says which ([`crate::coordinator::worktree_of`]).
+    /// worktree (no directory named for it in the workspace root, or a symbolic link, a file,
+    /// a FIFO or a socket there); the text says which ([`crate::coordinator::worktree_of`]).
     #[error("{R8_MESSAGE}: {0}")]
     NoWorktree(String),
     #[error("no world is selected; commit a genesis world first")]
