@@ -130,6 +130,51 @@ fn python_a2a_sdk_sends_a_message_that_runs_a_tool() {
     assert_eq!(v["skills"]["ailang-edit"], json!(["write"]));
 }
 
+/// docs/agents.md's Python clients (the MCP SDK snippet's and the A2A SDK recipe's `httpx`
+/// client, taken from the page) wait out a call that takes longer than httpx's default 5 s: an
+/// `ailang-run` stopped by the plugin's time limit after about 9.5 s. A client left at 5 s gave
+/// up while the call ran on and committed.
+#[test]
+fn the_agents_page_python_clients_wait_out_a_call_longer_than_five_seconds() {
+    let bin = format!("ailang.bin={}", path_str(&fixtures::ailang_standin()));
+    let d = Daemon::start(
+        &["worldd_workspace", "worldd_ailang"],
+        &["--plugin-config", bin.as_str()],
+    );
+    let hang = "-- standin: hang\nmodule hang\n\nexport func main() -> () ! {IO} {\n  ()\n}\n";
+    let mut tokens = Vec::new();
+    for episode in ["viamcp", "viaa2a"] {
+        tokens.push(d.session(episode, &["Ailang.Run=worktree:5"]));
+        std::fs::write(d.root().join(episode).join("hang.ail"), hang).unwrap();
+    }
+    let out = Command::new(clients::python())
+        .arg(python_script("doc_clients_slow_call.py"))
+        .arg(d.url(""))
+        .args(&tokens)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    let v: Value = serde_json::from_str(stdout.lines().last().unwrap()).unwrap();
+    assert_eq!(v["ok"], true, "{v}");
+    // The answers came after the 5 s a default client waits, and are the committed results.
+    assert!(v["mcp"]["seconds"].as_f64().unwrap() > 5.0, "{v}");
+    assert!(v["a2a"]["seconds"].as_f64().unwrap() > 5.0, "{v}");
+    assert_eq!(v["mcp"]["isError"], true, "{v}");
+    assert_eq!(
+        v["mcp"]["outcome"],
+        json!({"kind": "failed", "reason": "handler", "retryable": false})
+    );
+    // What the page says an overrun ailang run answers: the `world` block alone, no reason.
+    let world = &v["mcp"]["structured"]["world"];
+    assert_eq!(world["effects"][0]["status"], "failed", "{v}");
+    assert_eq!(v["mcp"]["structured"].as_object().unwrap().len(), 1, "{v}");
+    assert_eq!(v["a2a"]["states"], json!(["TASK_STATE_FAILED"]), "{v}");
+    assert_eq!(spent(&d, &tokens[0], "Ailang.Run"), 1);
+    assert_eq!(spent(&d, &tokens[1], "Ailang.Run"), 1);
+}
+
 // -------------------------------------------------------------------------------------------
 // Raw HTTP against the real binary.
 
