@@ -10,9 +10,22 @@ use broker_core::capacity::{Usage, WARN_PERCENT};
 use broker_core::coordinator::{CallError, CallOutput, Overruns};
 use broker_core::session::AuthError;
 use broker_core::store::Store;
+use serde::Deserialize;
 
 use crate::admission::Refusal;
 use crate::log_throttle::Throttle;
+
+/// Who may read `GET /v1/metrics` (`[server] metrics_for`). Its counters say, per call of
+/// every episode, which tool ran and how it ended, which the filtered log routes hide from
+/// other episodes; the open route is the common scrape setup, so it stays the default.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum MetricsFor {
+    /// No credential needed.
+    Everyone,
+    /// An operator credential (`worldd session mint --operator`), also under `--open-reads`.
+    Operators,
+}
 
 /// Latency buckets, in seconds.
 const BUCKETS: [f64; 10] = [

@@ -3,10 +3,12 @@
 //! ([`ApiError`], in [`crate::api_error`]).
 //!
 //! Reads require a valid session unless the daemon runs with `--open-reads` (then they are
-//! open, as in the reference). `/v1/health` and `/v1/metrics` are always open: they say
-//! nothing about the log's content. What a session may read is [`broker_core::access`]'s
-//! model: its episode's objects and the public ones; an operator reads everything. Another
-//! episode's object is answered exactly as an absent one.
+//! open, as in the reference). `/v1/health` is always open: it says nothing about the log's
+//! content. `/v1/metrics` is open unless `[server] metrics_for = "operators"`: it reads
+//! nothing from the store, but its call counters tell every call's tool and outcome, so an
+//! operator may keep them to operator credentials. What a session may read is
+//! [`broker_core::access`]'s model: its episode's objects and the public ones; an operator
+//! reads everything. Another episode's object is answered exactly as an absent one.
 
 use std::collections::HashMap;
 
@@ -109,11 +111,29 @@ async fn health(State(state): State<AppState>) -> Result<Json<Value>, ApiError> 
     })))
 }
 
-async fn metrics(State(state): State<AppState>) -> Response {
+/// The refusal of an agent's credential when metrics are for operators.
+const METRICS_FOR_OPERATORS: &str = "GET /v1/metrics is for operators on this daemon ([server] \
+     metrics_for = \"operators\"): this session credential is not an operator credential (mint \
+     one with worldd session mint --operator)";
+
+async fn metrics(State(state): State<AppState>, headers: HeaderMap) -> Result<Response, ApiError> {
+    if state.server().metrics_for == crate::metrics::MetricsFor::Operators {
+        let session = state
+            .authenticate(&headers)
+            .await
+            .map_err(ApiError::from_auth)?;
+        if !session.operator {
+            return Err(ApiError::new(
+                axum::http::StatusCode::FORBIDDEN,
+                "Forbidden",
+                METRICS_FOR_OPERATORS,
+            ));
+        }
+    }
     let body = state
         .metrics()
         .render(state.store(), state.coordinator().overruns());
-    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], body).into_response()
+    Ok(([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], body).into_response())
 }
 
 async fn head(State(state): State<AppState>, headers: HeaderMap) -> Result<Response, ApiError> {

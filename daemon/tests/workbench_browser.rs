@@ -2689,3 +2689,56 @@ fn a_slow_answer_that_keeps_arriving_is_verified_and_only_a_stalled_one_is_not_s
     );
     b.screenshot(&shots().join("workbench-stalled-answer.png"));
 }
+
+/// With `[server] metrics_for = "operators"` the Metrics view, signed in with an agent's
+/// credential, says that metrics are for operators and shows the daemon's 403, without signing
+/// the page out; an operator's credential shows the figures.
+#[test]
+fn the_metrics_view_says_metrics_are_for_operators_when_an_agent_is_refused_them() {
+    let Some(b) = Browser::start_or_skip(
+        "the_metrics_view_says_metrics_are_for_operators_when_an_agent_is_refused_them",
+        1280,
+        800,
+    ) else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("world.toml");
+    std::fs::write(&config, "[server]\nmetrics_for = \"operators\"\n").unwrap();
+    let mut cmd = Daemon::serve_command(&dir, WS);
+    cmd.arg("--config").arg(&config);
+    let d = Daemon::spawn(dir, cmd);
+    let ep1 = d.session("ep1", &["Workspace.Read=worktree:10"]);
+    let ops = d.operator_session("ops", &[]);
+    call_read(&d, &ep1, "a.txt");
+    let base = format!("http://{}", d.addr);
+
+    sign_in(&b, &base, &ep1, "#metrics");
+    let said = b.wait_for("the metrics view's refusal", |b| {
+        b.text_of("#metrics-for-operators")
+    });
+    assert_eq!(
+        said,
+        "Metrics are for operators on this daemon: sign in with an operator credential to see them."
+    );
+    assert_eq!(
+        b.text_of("#view-metrics .muted").as_deref(),
+        Some(
+            "GET /v1/metrics: GET /v1/metrics is for operators on this daemon ([server] \
+             metrics_for = \"operators\"): this session credential is not an operator \
+             credential (mint one with worldd session mint --operator)"
+        )
+    );
+    assert!(b.try_find("#view-metrics .tiles").is_none());
+    assert_eq!(b.text_of("#who").as_deref(), Some("ep1"), "still signed in");
+    b.screenshot(&shots().join("workbench-metrics-for-operators.png"));
+
+    sign_out(&b);
+    sign_in(&b, &base, &ops, "#metrics");
+    let tiles = b.wait_for_element("#view-metrics .tiles");
+    assert!(
+        b.text(&tiles).starts_with("1\ncalls since start"),
+        "{}",
+        b.text(&tiles)
+    );
+}

@@ -92,6 +92,9 @@ pub struct ServerConfig {
     /// How often the daemon checks whether a burst left freed heap to hand back to the kernel
     /// (`memory_trim_ms`; `0` turns it off): [`crate::memory`].
     pub memory_trim: Option<Duration>,
+    /// Who may read `GET /v1/metrics` (`metrics_for`): its counters tell every call's tool
+    /// and outcome ([`crate::metrics::MetricsFor`]).
+    pub metrics_for: crate::metrics::MetricsFor,
 }
 
 /// Default largest request head. A connection may hold a head this large until the header
@@ -125,6 +128,7 @@ impl Default for ServerConfig {
             reads_per_client: 1,
             read_wait: Duration::from_secs(10),
             memory_trim: Some(Duration::from_secs(5)),
+            metrics_for: crate::metrics::MetricsFor::Everyone,
         }
     }
 }
@@ -152,6 +156,7 @@ pub struct ServerSection {
     pub reads_per_client: Option<usize>,
     pub read_wait_ms: Option<u64>,
     pub memory_trim_ms: Option<u64>,
+    pub metrics_for: Option<crate::metrics::MetricsFor>,
 }
 
 impl ServerSection {
@@ -192,6 +197,7 @@ impl ServerSection {
                 Some(ms) => Some(Duration::from_millis(ms)),
                 None => d.memory_trim,
             },
+            metrics_for: self.metrics_for.unwrap_or(d.metrics_for),
         };
         config.check()?;
         Ok(config)

@@ -1435,6 +1435,15 @@ async function showMetrics() {
     samples = parseMetrics(await api.text("/v1/metrics"));
   } catch (e) {
     if (signin !== state.signin) return;
+    // [server] metrics_for = "operators": the counters tell every episode's calls, so an
+    // agent's credential is refused (403); a 401 has signed the page out already.
+    if (e instanceof ApiError && (e.status === 403 || e.status === 401)) {
+      view.replaceChildren(h("h1", {}, "Metrics"),
+        h("p", { class: "empty", id: "metrics-for-operators" },
+          "Metrics are for operators on this daemon: sign in with an operator credential to see them."),
+        h("p", { class: "muted" }, `GET /v1/metrics: ${e.reason || e.message}`));
+      return;
+    }
     view.replaceChildren(h("p", { class: "error" }, `Could not read the metrics: ${e.message}`));
     return;
   }
