@@ -23,10 +23,15 @@
 //!
 //! # Resuming
 //!
-//! Each event's `id` is its entry index. A client that reconnects with `Last-Event-ID: N`
-//! resumes at entry `N + 1`; `?from=N` starts at entry `N` (for clients that cannot set
-//! headers; `Last-Event-ID` wins when both are sent). Without either, the stream starts after
-//! the current head: only new entries.
+//! Each event's `id` is its entry index, a space and its entry hash (`17202 sha256:…`). A
+//! client that reconnects with `Last-Event-ID: N H` resumes at entry `N + 1` when entry `N` is
+//! still the entry `H` it saw; when it is not (the log was rolled back, e.g. a restore from a
+//! backup, and index `N` may hold another entry or none), the stream sends one `rewound` event
+//! and ends, since resuming by index would silently skip the new entries at the reused indexes.
+//! The hash chain makes one entry's hash vouch for every entry before it. A bare index
+//! (`Last-Event-ID: N`) resumes at `N + 1` unchecked, as before. `?from=N` starts at entry `N`
+//! (for clients that cannot set headers; `Last-Event-ID` wins when both are sent). Without
+//! either, the stream starts after the current head: only new entries.
 //!
 //! # Who sees what
 //!
@@ -48,7 +53,10 @@ use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
+use broker_core::log::{self, LogError};
+use broker_core::object::Ref;
 use broker_core::store::Store;
+use futures_util::stream::{BoxStream, StreamExt};
 use serde_json::{json, Value};
 use tokio::sync::{watch, OwnedSemaphorePermit, Semaphore};
 
@@ -137,6 +145,27 @@ pub fn read_routes() -> Router<AppState> {
     Router::new().route("/v1/log/summaries", get(summaries))
 }
 
+/// `Last-Event-ID`: an index, or an index and the entry hash the client saw there (the event
+/// ids this stream sends).
+fn parse_last_event_id(text: &str) -> Result<(u64, Option<Ref>), ApiError> {
+    let text = text.trim();
+    let (index, hash) = match text.split_once(' ') {
+        Some((i, h)) => (i, Some(h.trim_start())),
+        None => (text, None),
+    };
+    let index = parse_index(index, "Last-Event-ID")?;
+    let hash = hash
+        .map(|h| {
+            h.parse::<Ref>().map_err(|e| {
+                ApiError::bad_request(format!(
+                    "Last-Event-ID: the entry hash after the index: {e}"
+                ))
+            })
+        })
+        .transpose()?;
+    Ok((index, hash))
+}
+
 fn parse_index(text: &str, what: &str) -> Result<u64, ApiError> {
     text.trim()
         .parse()
@@ -183,9 +212,15 @@ struct Follow {
     _episode_slot: Option<Held<String>>,
 }
 
+/// An event's id: the entry's index and hash, so a client resuming with it can be told that
+/// the log it followed was rolled back.
+fn event_id(s: &Summary) -> String {
+    format!("{} {}", s.index(), s.entry.entry_hash)
+}
+
 fn entry_event(s: &Summary) -> Event {
     Event::default()
-        .id(s.index().to_string())
+        .id(event_id(s))
         .event("entry")
         .data(s.to_json().to_string())
 }
@@ -194,6 +229,30 @@ fn error_event(e: ApiError) -> Event {
     Event::default()
         .event("error")
         .data(json!({"error": {"class": e.class, "message": e.message}}).to_string())
+}
+
+/// The one event of a stream resumed from an entry the log no longer holds: entry `index` is
+/// now `now` (another hash, or none), not the `seen` the client's `Last-Event-ID` named.
+fn rewound_event(index: u64, seen: &Ref, now: Option<Ref>, head: Option<u64>) -> Event {
+    let what = match now {
+        Some(h) => format!("entry {index} is now {h}"),
+        None => format!("there is no entry {index} now"),
+    };
+    Event::default().event("rewound").data(
+        json!({
+            "entryIndex": index,
+            "seen": seen,
+            "now": now,
+            "head": head,
+            "message": format!(
+                "entry {index} is no longer the one this client saw ({seen}): {what}; the log \
+                 was rolled back (a restore from a backup?), so entries this client saw may no \
+                 longer exist and new ones may stand at their indexes; re-read the log from an \
+                 index you trust"
+            ),
+        })
+        .to_string(),
+    )
 }
 
 impl Follow {
@@ -292,14 +351,18 @@ async fn stream(
     let reader = visibility::reader_of_request(&state, &headers).await?;
     let resumed = crate::edge::fields::single(&headers, "last-event-id")
         .map_err(|_| ApiError::bad_request("Last-Event-ID must be sent once"))?;
-    let start = match resumed {
+    let (start, seen) = match resumed {
         Some(v) => {
             let text = v.to_str().map_err(|_| {
                 ApiError::bad_request("Last-Event-ID must be a non-negative integer")
             })?;
-            Some(parse_index(text, "Last-Event-ID")?.saturating_add(1))
+            let (index, hash) = parse_last_event_id(text)?;
+            (Some(index.saturating_add(1)), hash.map(|h| (index, h)))
         }
-        None => q.get("from").map(|s| parse_index(s, "from")).transpose()?,
+        None => (
+            q.get("from").map(|s| parse_index(s, "from")).transpose()?,
+            None,
+        ),
     };
     let hub = state.log_stream().clone();
     if *hub.inner.closed.borrow() {
@@ -372,7 +435,30 @@ async fn stream(
         _slot: slot,
         _episode_slot: episode_slot,
     };
-    let events = futures_util::stream::unfold(follow, Follow::step);
+    // Entry headers are public, so telling any reader whether entry N still has the hash it
+    // names tells it nothing it could not read at /v1/log/{N}.
+    let rewound = match seen {
+        None => None,
+        Some((index, seen)) => {
+            let store = follow.state.store().clone();
+            let (now, head) = crate::durable_answers::spawn_read(move || {
+                store.read(|r| {
+                    let now = log::entry(r, index)?.map(|e| e.entry_hash);
+                    Ok::<_, LogError>((now, log::last_index(r)?))
+                })
+            })
+            .await
+            .map_err(|e| ApiError::internal("log stream", e))?
+            .map_err(|e| ApiError::internal("log stream", e))?;
+            (now != Some(seen)).then(|| rewound_event(index, &seen, now, head))
+        }
+    };
+    let events: BoxStream<'static, Result<Event, Infallible>> = match rewound {
+        // Said once, then the stream ends (its places with it): the client decides where to
+        // read from again.
+        Some(event) => futures_util::stream::once(async move { Ok(event) }).boxed(),
+        None => futures_util::stream::unfold(follow, Follow::step).boxed(),
+    };
     let mut response = Sse::new(events)
         .keep_alive(KeepAlive::new().interval(KEEP_ALIVE))
         .into_response();

@@ -87,7 +87,9 @@ fn answer(conn: &mut TcpStream, head: &str, play: Play) {
             let mut out =
                 "HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nConnection: close\r\n\r\n"
                     .to_owned();
-            let last: u64 = header(head, "Last-Event-ID").unwrap().parse().unwrap();
+            // An index, or an index and the entry hash the client saw there.
+            let last = header(head, "Last-Event-ID").unwrap();
+            let last: u64 = last.split(' ').next().unwrap().parse().unwrap();
             if with_entry {
                 let i = last + 1;
                 let summary = json!({"header": {"entryIndex": i}, "outcome": "ok", "tool": "ailang-read", "episode": "ep1", "invocationId": format!("mcp:ep1:{i}"), "entryHash": "sha256:00"});
@@ -245,10 +247,10 @@ fn log_tail_follow_reconnects_when_the_stream_goes_silent_and_resumes_after_its_
     assert_eq!(printed["header"]["entryIndex"], 5);
     let silent_since = Instant::now();
     // Nothing more comes on that stream: after the idle timeout (and a short pause) tail asks
-    // again, after the entry it printed.
+    // again, after the entry it printed, named by its index and entry hash.
     let second = next(&heads, "the reconnection");
     assert!(silent_since.elapsed() >= Duration::from_millis(500));
-    assert_eq!(header(&second, "Last-Event-ID"), Some("5"));
+    assert_eq!(header(&second, "Last-Event-ID"), Some("5 sha256:00"));
     let printed: Value = serde_json::from_str(&next_line(&lines, "entry 6")).unwrap();
     assert_eq!(printed["header"]["entryIndex"], 6);
     let _ = tail.kill();

@@ -44,13 +44,13 @@ fn sigterm_ends_open_log_streams_and_the_daemon_exits() {
     assert_eq!(next_line(&rx, "status line"), "HTTP/1.1 200 OK");
     // The genesis arrives, then a call's entry, live.
     loop {
-        if next_line(&rx, "genesis") == "id: 0" {
+        if next_line(&rx, "genesis").starts_with("id: 0 sha256:") {
             break;
         }
     }
     read_file(&d, &token, "a.txt");
     loop {
-        if next_line(&rx, "entry 1") == "id: 1" {
+        if next_line(&rx, "entry 1").starts_with("id: 1 sha256:") {
             break;
         }
     }
@@ -244,5 +244,208 @@ fn a_quiet_stream_ends_when_its_credential_expires_or_is_revoked_elsewhere_and_f
     assert_eq!(
         error_event_of(&revoked),
         json!({"error": {"class": "SessionUnknown", "message": "unknown session credential"}})
+    );
+}
+
+/// The stream's next `id:` line within 30 s (keep-alive comments do not keep the test waiting
+/// longer), which must be entry `index`'s.
+fn id_line(rx: &std::sync::mpsc::Receiver<String>, index: u64) -> String {
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let left = until.saturating_duration_since(std::time::Instant::now());
+        let line = rx
+            .recv_timeout(left)
+            .unwrap_or_else(|e| panic!("no event for entry {index} within 30 s: {e}"));
+        if line.starts_with("id:") {
+            assert!(
+                line == format!("id: {index}") || line.starts_with(&format!("id: {index} ")),
+                "{line}"
+            );
+            return line;
+        }
+    }
+}
+
+/// Every line until the stream ends, which it must within 30 s.
+fn lines_until_the_end(rx: &std::sync::mpsc::Receiver<String>) -> Vec<String> {
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    let mut lines = Vec::new();
+    loop {
+        let left = until.saturating_duration_since(std::time::Instant::now());
+        match rx.recv_timeout(left) {
+            // The chunked body's last chunk: the stream has ended.
+            Ok(line) if line == "0" => {
+                lines.push(line);
+                return lines;
+            }
+            Ok(line) => lines.push(line),
+            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => return lines,
+            Err(e) => panic!("the stream did not end within 30 s ({e}): {lines:?}"),
+        }
+    }
+}
+
+/// `GET /v1/log/stream` with `Last-Event-ID: last_event_id`; the lines that follow the status
+/// line, which is checked.
+fn resume_stream(
+    d: &Daemon,
+    token: &str,
+    last_event_id: &str,
+) -> std::sync::mpsc::Receiver<String> {
+    let mut conn = TcpStream::connect(&d.addr).unwrap();
+    write!(
+        conn,
+        "GET /v1/log/stream HTTP/1.1\r\nHost: {}\r\nAuthorization: Bearer {token}\r\nLast-Event-ID: {last_event_id}\r\n\r\n",
+        d.addr
+    )
+    .unwrap();
+    let rx = lines_of(conn);
+    assert_eq!(next_line(&rx, "status line"), "HTTP/1.1 200 OK");
+    rx
+}
+
+/// A store restored from a backup (as operators.md says: stop, put the copy at `--db`, start)
+/// reuses the indexes of the entries made after the backup for new ones. A stream client that
+/// resumes with the id it last saw (index and entry hash) is told `rewound` and the stream
+/// ends, instead of being sent on from an index whose entries it never saw; `worldd log tail
+/// -f`, following across the restore, says so and exits 1.
+#[test]
+fn a_stream_resumed_across_a_restore_from_backup_is_told_the_log_was_rewound() {
+    let d = Daemon::start(WS, &[]);
+    let addr = d.addr.clone();
+    let token = d.session("ep1", &["Workspace.Read=worktree:20"]);
+    let session_file = d.dir.path().join("session");
+    write_private(&session_file, &token);
+    read_file(&d, &token, "a.txt"); // 1
+    let backup = d.dir.path().join("backup");
+    let (code, _, err) = worldd(
+        &["backup", "--db", path_str(&d.db()), path_str(&backup)],
+        None,
+    );
+    assert_eq!(code, 0, "{err}");
+
+    let mut tail = Command::new(WORLDD)
+        .args([
+            "log",
+            "tail",
+            "-f",
+            "--json",
+            "-n",
+            "1",
+            "--addr",
+            &d.url(""),
+            "--session",
+            path_str(&session_file),
+        ])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let tailed = lines_of(tail.stdout.take().unwrap());
+    let first: Value = serde_json::from_str(&next_line(&tailed, "entry 1")).unwrap();
+    assert_eq!(first["header"]["entryIndex"], 1);
+
+    let rx = resume_stream(&d, &token, "1");
+    for name in ["gone-2.txt", "gone-3.txt", "gone-4.txt"] {
+        read_file(&d, &token, name);
+    }
+    for i in 2..4 {
+        id_line(&rx, i);
+    }
+    let seen = id_line(&rx, 4);
+    let seen = seen
+        .strip_prefix("id: 4 ")
+        .expect("an id names index and hash")
+        .to_owned();
+    for i in 2..=4 {
+        let v: Value = serde_json::from_str(&next_line(&tailed, "a live entry")).unwrap();
+        assert_eq!(v["header"]["entryIndex"], i);
+    }
+
+    // Stopped, restored as the operator's guide says, started again on the same address.
+    let dir = d.halt();
+    drop(rx);
+    std::fs::remove_dir_all(dir.path().join("db")).unwrap();
+    std::fs::rename(&backup, dir.path().join("db")).unwrap();
+    let _ = std::fs::remove_dir_all(dir.path().join("plugins"));
+    let free = (0..200).any(|_| {
+        std::net::TcpListener::bind(&addr).is_ok() || {
+            std::thread::sleep(std::time::Duration::from_millis(25));
+            false
+        }
+    });
+    assert!(free, "{addr} never came free");
+    let root = dir.path().join("worktrees");
+    let cmd = Daemon::serve_command_on(&dir, WS, &addr, &root);
+    let d = Daemon::spawn(dir, cmd);
+    for name in ["new-2.txt", "new-3.txt", "new-4.txt"] {
+        read_file(&d, &token, name);
+    }
+    let now = get(&d.url("/v1/log/4"), Some(&token)).json()["entryHash"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert_ne!(now, seen);
+
+    // Resumed with the id it last saw: told, and the stream ends.
+    let rx = resume_stream(&d, &token, &format!("4 {seen}"));
+    let lines = lines_until_the_end(&rx);
+    let events: Vec<&String> = lines
+        .iter()
+        .filter(|l| l.starts_with("event:") || l.starts_with("data:") || l.starts_with("id:"))
+        .collect();
+    let message = format!(
+        "entry 4 is no longer the one this client saw ({seen}): entry 4 is now {now}; the log \
+         was rolled back (a restore from a backup?), so entries this client saw may no longer \
+         exist and new ones may stand at their indexes; re-read the log from an index you trust"
+    );
+    let data = json!({"entryIndex": 4, "seen": seen, "now": now, "head": 4, "message": message});
+    assert_eq!(
+        events,
+        [&"event: rewound".to_owned(), &format!("data: {data}")],
+        "{lines:?}"
+    );
+    assert_eq!(
+        lines
+            .iter()
+            .rev()
+            .find(|l| !l.is_empty())
+            .map(String::as_str),
+        Some("0"),
+        "the stream ended: {lines:?}"
+    );
+    // A bare index still resumes after it, unchecked: the next entry, not a rewind.
+    let rx = resume_stream(&d, &token, "3");
+    assert_eq!(id_line(&rx, 4), format!("id: 4 {now}"));
+
+    // The tail that followed across the restore says so and exits 1 (whether it came back
+    // before the new entries or after them: either way entry 4 is not the one it printed).
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while tail.try_wait().unwrap().is_none() {
+        if std::time::Instant::now() > until {
+            let _ = tail.kill();
+            panic!("log tail -f did not end within 30 s of the restore");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let out = tail.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    let said = format!(
+        "worldd: the log stream ended: entry 4 is no longer the one this client saw ({seen}): "
+    );
+    assert!(err.trim().starts_with(&said), "{err}");
+    assert!(
+        err.trim().ends_with(
+            "the log was rolled back (a restore from a backup?), so entries this client saw may \
+             no longer exist and new ones may stand at their indexes; re-read the log from an \
+             index you trust"
+        ),
+        "{err}"
+    );
+    let printed: Vec<String> = tailed.iter().collect();
+    assert!(
+        printed.is_empty(),
+        "nothing of the new log was printed: {printed:?}"
     );
 }

@@ -299,9 +299,13 @@ impl Events {
             if let Some(end) = self.buf.find("\n\n") {
                 let block: String = self.buf.drain(..end + 2).collect();
                 let (mut id, mut event, mut data) = (None, String::new(), String::new());
+                let mut id_hash = None;
                 for line in block.lines() {
                     if let Some(v) = line.strip_prefix("id: ") {
-                        id = Some(v.parse().unwrap());
+                        // The entry's index, a space, its entry hash.
+                        let (index, hash) = v.split_once(' ').expect("an id names index and hash");
+                        id = Some(index.parse().unwrap());
+                        id_hash = Some(hash.to_owned());
                     } else if let Some(v) = line.strip_prefix("event: ") {
                         event = v.to_owned();
                     } else if let Some(v) = line.strip_prefix("data: ") {
@@ -311,11 +315,11 @@ impl Events {
                 if event.is_empty() && data.is_empty() {
                     continue; // a keep-alive comment
                 }
-                return Some(Event {
-                    id,
-                    event,
-                    data: serde_json::from_str(&data).unwrap(),
-                });
+                let data: Value = serde_json::from_str(&data).unwrap();
+                if let Some(hash) = id_hash {
+                    assert_eq!(data["entryHash"], hash.as_str(), "{block}");
+                }
+                return Some(Event { id, event, data });
             }
             let frame = tokio::time::timeout(Duration::from_secs(30), self.body.frame())
                 .await
@@ -507,6 +511,107 @@ async fn another_episodes_entries_never_reach_a_stream_or_a_page() {
     let mut s = open.stream(None, "?from=1", &[]).await;
     assert_eq!(s.entry().await.data["episode"], "ep1");
     assert_eq!(s.entry().await.data["episode"], "ep2");
+}
+
+/// An event's id is its entry's index and hash. A client that resumes with it is sent on from
+/// the next entry when entry N still has that hash; when it has another, or the log no longer
+/// reaches N (a rolled-back log), the stream sends one `rewound` event saying so and ends,
+/// rather than resuming at an index that holds other entries now. A bare index resumes
+/// unchecked, as before.
+#[tokio::test]
+async fn a_resume_naming_an_entry_hash_the_log_no_longer_holds_is_told_rewound_and_ends() {
+    let h = harness(false);
+    let t = h.token("ep1", &["Workspace.Read=worktree:10"]);
+    for p in ["a", "b", "c"] {
+        h.call(&t, p).await;
+    }
+    let mut s = h.stream(Some(&t), "?from=1", &[]).await;
+    let first = s.entry().await;
+    assert_eq!(first.id, Some(1));
+    let hash1 = first.data["entryHash"].as_str().unwrap().to_owned();
+
+    drop(s);
+    // The hash it saw: resumed after it.
+    let mut s = h
+        .stream(Some(&t), "", &[("last-event-id", &format!("1 {hash1}"))])
+        .await;
+    assert_eq!(s.entry().await.id, Some(2));
+    drop(s);
+    // A bare index: resumed after it, unchecked.
+    let mut s = h.stream(Some(&t), "", &[("last-event-id", "1")]).await;
+    assert_eq!(s.entry().await.id, Some(2));
+
+    drop(s);
+    // Entry 2 is not the entry 1 it saw: rewound, one event, then the end.
+    let mut s = h
+        .stream(Some(&t), "", &[("last-event-id", &format!("2 {hash1}"))])
+        .await;
+    let hash2 = h
+        .store
+        .read(|r| log::entry(r, 2))
+        .unwrap()
+        .unwrap()
+        .entry_hash;
+    let e = s.next().await.expect("a rewound event");
+    assert_eq!(e.event, "rewound", "{e:?}");
+    assert_eq!(e.id, None);
+    assert_eq!(
+        e.data,
+        json!({
+            "entryIndex": 2,
+            "seen": hash1,
+            "now": hash2.to_string(),
+            "head": 3,
+            "message": format!(
+                "entry 2 is no longer the one this client saw ({hash1}): entry 2 is now {hash2}; \
+                 the log was rolled back (a restore from a backup?), so entries this client saw \
+                 may no longer exist and new ones may stand at their indexes; re-read the log \
+                 from an index you trust"
+            ),
+        })
+    );
+    assert!(s.next().await.is_none(), "the stream ends");
+    // An index the log no longer reaches: rewound too, `now` null.
+    let mut s = h
+        .stream(Some(&t), "", &[("last-event-id", &format!("9 {hash1}"))])
+        .await;
+    let e = s.next().await.expect("a rewound event");
+    assert_eq!(e.event, "rewound", "{e:?}");
+    assert_eq!(e.data["now"], Value::Null);
+    assert_eq!(e.data["head"], 3);
+    assert!(
+        e.data["message"].as_str().unwrap().starts_with(&format!(
+            "entry 9 is no longer the one this client saw ({hash1}): there is no entry 9 now; "
+        )),
+        "{}",
+        e.data
+    );
+    assert!(s.next().await.is_none(), "the stream ends");
+    // The two rewound streams (still unread here) hold no place: as many streams as the
+    // episode may open still open.
+    let mut held = Vec::new();
+    for _ in 0..4 {
+        held.push(h.stream(Some(&t), "", &[]).await);
+    }
+
+    let res = h
+        .get(
+            Some(&t),
+            "/v1/log/stream",
+            &[("last-event-id", "1 sha256:xyz")],
+        )
+        .await;
+    assert_eq!(res.status(), StatusCode::BAD_REQUEST);
+    let body = res.into_body().collect().await.unwrap().to_bytes();
+    let v: Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(v["error"]["class"], "BadRequest");
+    assert!(
+        v["error"]["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("Last-Event-ID: the entry hash after the index: "),
+        "{v}"
+    );
 }
 
 #[tokio::test]

@@ -1,6 +1,8 @@
 //! `worldd log tail [-n N] [--follow] [--json]`: the newest entries of a running daemon's
 //! log, one line each, and with `--follow` every new entry as it is committed (through
-//! `GET /v1/log/stream`, resumed with `Last-Event-ID` when the connection drops).
+//! `GET /v1/log/stream`, resumed with `Last-Event-ID` when the connection drops: the index
+//! and hash of the last entry printed, so that a log rolled back meanwhile (a restore) is said,
+//! and ends the verb, instead of being followed from an index that now holds other entries).
 
 use std::io::{BufRead, BufReader, Write};
 use std::time::Duration;
@@ -104,10 +106,13 @@ pub fn run(a: TailArgs) -> CliResult {
         return Ok(());
     }
     exit_when_stdout_closes();
-    let mut next = page["next"].as_u64().unwrap_or(0);
+    let mut resume = Resume {
+        next: page["next"].as_u64().unwrap_or(0),
+        last: items.last().and_then(seen),
+    };
     let mut failures = 0;
     loop {
-        match follow_once(&a, &mut next, &mut out) {
+        match follow_once(&a, &mut resume, &mut out) {
             Ok(Followed::OutputClosed) => return Ok(()),
             Ok(Followed::Ended { got_events }) => {
                 if got_events {
@@ -167,6 +172,21 @@ fn exit_when_stdout_closes() {
     });
 }
 
+/// Where `--follow` resumes: after the last entry printed, named by its index and hash (the
+/// stream's event id), else at `next`.
+struct Resume {
+    next: u64,
+    last: Option<(u64, String)>,
+}
+
+/// A summary's index and entry hash.
+fn seen(v: &Value) -> Option<(u64, String)> {
+    Some((
+        v["header"]["entryIndex"].as_u64()?,
+        v["entryHash"].as_str()?.to_owned(),
+    ))
+}
+
 enum Followed {
     /// The stream closed (the daemon restarted or shut down): reconnect.
     Ended { got_events: bool },
@@ -176,7 +196,11 @@ enum Followed {
 
 /// One connection to the stream. A failure with code 0 is worth retrying (the connection);
 /// any other is final (the daemon's refusal).
-fn follow_once(a: &TailArgs, next: &mut u64, out: &mut impl Write) -> Result<Followed, Failure> {
+fn follow_once(
+    a: &TailArgs,
+    resume: &mut Resume,
+    out: &mut impl Write,
+) -> Result<Followed, Failure> {
     let retry = |m: String| Failure {
         code: 0,
         message: m,
@@ -192,11 +216,13 @@ fn follow_once(a: &TailArgs, next: &mut u64, out: &mut impl Write) -> Result<Fol
     if let Some(token) = client::credential(&a.client.session)? {
         req = req.set("Authorization", &format!("Bearer {token}"));
     }
-    // Resume after the last entry seen (genesis is entry 0, so `next` is at least 1 once a
-    // page was read).
-    req = match next.checked_sub(1) {
-        Some(last) => req.set("Last-Event-ID", &last.to_string()),
-        None => req.query("from", "0"),
+    // Resume after the last entry printed, by index and hash: the daemon says `rewound` when
+    // that entry is no longer in its log. Without one, after the page read (genesis is entry 0,
+    // so `next` is at least 1 once a page was read).
+    req = match (&resume.last, resume.next.checked_sub(1)) {
+        (Some((index, hash)), _) => req.set("Last-Event-ID", &format!("{index} {hash}")),
+        (None, Some(last)) => req.set("Last-Event-ID", &last.to_string()),
+        (None, None) => req.query("from", "0"),
     };
     let res = match req.call() {
         Ok(r) => r,
@@ -227,12 +253,19 @@ fn follow_once(a: &TailArgs, next: &mut u64, out: &mut impl Write) -> Result<Fol
                 match event.as_str() {
                     "entry" => {
                         got_events = true;
-                        if let Some(i) = v["header"]["entryIndex"].as_u64() {
-                            *next = i + 1;
+                        if let Some((i, hash)) = seen(&v) {
+                            resume.next = i + 1;
+                            resume.last = Some((i, hash));
                         }
                         if !print(out, &line(&v, a.json))? {
                             return Ok(Followed::OutputClosed);
                         }
+                    }
+                    "rewound" => {
+                        return Err(Failure::usage(format!(
+                            "the log stream ended: {}",
+                            v["message"].as_str().unwrap_or("the log was rolled back")
+                        )))
                     }
                     "error" => {
                         return Err(Failure::usage(format!(

@@ -446,6 +446,7 @@ const state = {
   signin: 0, // generation of the credential: forget() moves it on, and what was in flight with the old one is dropped
   daemon: null, // the absolute path of the daemon's store, from GET /workbench/daemon at sign-in
   tip: null, // {index, hash} of entry next − 1, the last the page has: the log it holds ends there
+  rewound: null, // the `rewound` event of the stream just read: the daemon's log is not the page's
   loaded: 0, // generation of the loaded log: a reload after a rollback moves it on
   scanning: false, // older pages are being scanned
   differs: new Map(), // index → the fields its summary said otherwise than its verified record
@@ -740,7 +741,9 @@ function loadOlder() {
 
 // ---------------------------------------------------------------------------------------
 // The live stream: fetch (so the bearer header can be sent), parsed as Server-Sent Events,
-// resumed with Last-Event-ID after a drop.
+// resumed with Last-Event-ID after a drop: the tip's index and hash, as the stream's ids are,
+// so that a daemon whose log was rolled back meanwhile says `rewound` instead of resuming at an
+// index that holds other entries now.
 
 function stopStream() {
   if (state.stream) state.stream.abort();
@@ -870,7 +873,9 @@ async function follow() {
   let refused = null;
   while (state.stream === ctl) {
     try {
-      const headers = authHeaders(state.next > 0 ? { "Last-Event-ID": String(state.next - 1) } : {});
+      const tip = state.tip;
+      const resume = tip && tip.index === state.next - 1 ? `${tip.index} ${tip.hash}` : String(state.next - 1);
+      const headers = authHeaders(state.next > 0 ? { "Last-Event-ID": resume } : {});
       const path = state.next > 0 ? "/v1/log/stream" : "/v1/log/stream?from=0";
       const res = await fetch(path, { headers, cache: "no-store", credentials: "omit", signal: ctl.signal });
       if (res.status === 401) {
@@ -889,9 +894,19 @@ async function follow() {
       streamProblem(null);
       setLive("live", "on");
       state.retry = 0;
+      state.rewound = null;
       await readEvents(res.body, ctl);
+      if (ctl.signal.aborted) return;
+      const rewound = state.rewound;
+      if (rewound) {
+        // The log this page followed was rolled back: what it loaded goes, the newest page is
+        // loaded, and the stream resumes after that, at once.
+        state.rewound = null;
+        await reloadRolledBack({ index: rewound.entryIndex }, rewound.now === null);
+        continue;
+      }
       // The stream ended: the daemon may be gone.
-      if (!ctl.signal.aborted) state.gone = true;
+      state.gone = true;
     } catch (e) {
       if (ctl.signal.aborted) return;
       // Not an answer but a dropped connection: the daemon may be gone.
@@ -977,6 +992,9 @@ function dispatch(type, data) {
   }
   if (type === "entry") {
     arrived(v);
+  } else if (type === "rewound") {
+    // The daemon's last word on this stream: acted on once it has ended (follow).
+    state.rewound = v;
   } else if (type === "error") {
     const cls = v.error?.class || "";
     if (cls.startsWith("Session")) signedOut(new ApiError(401, cls, v.error?.message));
