@@ -2742,3 +2742,130 @@ fn the_metrics_view_says_metrics_are_for_operators_when_an_agent_is_refused_them
         b.text(&tiles)
     );
 }
+
+/// The page resumes its live log with the index and entry hash of the last entry it has, and a
+/// `rewound` answer (the daemon's log was rolled back between the page's check of its tip and
+/// the stream) makes it drop what it loaded, reload the log and say so, then follow again. A
+/// proxy records each stream request's `Last-Event-ID`, drops the open stream on demand, and
+/// answers one resumption with `rewound`.
+#[test]
+fn a_rewound_answer_to_the_pages_resumed_stream_reloads_the_log_and_says_so() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::sync::{Arc, Mutex};
+    let Some(b) = Browser::start_or_skip(
+        "a_rewound_answer_to_the_pages_resumed_stream_reloads_the_log_and_says_so",
+        1280,
+        800,
+    ) else {
+        return;
+    };
+    let (d, ops) = one_read_and_an_operator();
+    let tip = get(&d.url("/v1/log/1"), Some(&ops)).json()["entryHash"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let resumed_with = Arc::new(Mutex::new(Vec::<String>::new()));
+    let open_stream = Arc::new(Mutex::new(None::<TcpStream>));
+    let rewind = Arc::new(AtomicBool::new(false));
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let proxy = listener.local_addr().unwrap().to_string();
+    {
+        let (upstream, resumed_with, open_stream, rewind) = (
+            d.addr.clone(),
+            resumed_with.clone(),
+            open_stream.clone(),
+            rewind.clone(),
+        );
+        std::thread::spawn(move || {
+            for client in listener.incoming() {
+                let Ok(mut client) = client else { return };
+                let (upstream, resumed_with, open_stream, rewind) = (
+                    upstream.clone(),
+                    resumed_with.clone(),
+                    open_stream.clone(),
+                    rewind.clone(),
+                );
+                std::thread::spawn(move || -> std::io::Result<()> {
+                    let mut head = Vec::new();
+                    let mut byte = [0u8; 1];
+                    while !head.ends_with(b"\r\n\r\n") {
+                        if client.read(&mut byte)? == 0 {
+                            return Ok(());
+                        }
+                        head.push(byte[0]);
+                    }
+                    let text = String::from_utf8_lossy(&head).into_owned();
+                    if text.starts_with("GET /v1/log/stream") {
+                        let id = text
+                            .lines()
+                            .find_map(|l| {
+                                let (k, v) = l.split_once(':')?;
+                                k.eq_ignore_ascii_case("last-event-id").then(|| v.trim())
+                            })
+                            .unwrap_or("")
+                            .to_owned();
+                        resumed_with.lock().unwrap().push(id);
+                        if rewind.swap(false, Ordering::SeqCst) {
+                            let data = json!({"entryIndex": 1, "seen": "sha256:…",
+                                "now": format!("sha256:{}", "ab".repeat(32)), "head": 1,
+                                "message": "entry 1 is no longer the one this client saw"});
+                            client.write_all(
+                                format!(
+                                    "HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\n\
+                                     connection: close\r\n\r\nevent: rewound\ndata: {data}\n\n"
+                                )
+                                .as_bytes(),
+                            )?;
+                            return Ok(());
+                        }
+                        *open_stream.lock().unwrap() = Some(client.try_clone()?);
+                    }
+                    let forwarded: String = text
+                        .lines()
+                        .filter(|l| {
+                            !l.is_empty() && !l.to_ascii_lowercase().starts_with("connection:")
+                        })
+                        .map(|l| format!("{l}\r\n"))
+                        .collect();
+                    let mut server = TcpStream::connect(&upstream)?;
+                    server.write_all(format!("{forwarded}Connection: close\r\n\r\n").as_bytes())?;
+                    std::io::copy(&mut server, &mut client)?;
+                    Ok(())
+                });
+            }
+        });
+    }
+    let base = format!("http://{proxy}");
+    sign_in(&b, &base, &ops, "#log");
+    let streams = |n: usize| {
+        b.wait_for("the page's stream requests", |_| {
+            let seen = resumed_with.lock().unwrap().clone();
+            (seen.len() >= n).then_some(seen)
+        })
+    };
+    // Following from the newest page: after its tip, named by index and hash.
+    assert_eq!(streams(1), [format!("1 {tip}")]);
+
+    // The stream drops; the page checks its tip (still there), resumes, and is told rewound.
+    rewind.store(true, Ordering::SeqCst);
+    let open = open_stream.lock().unwrap().take().unwrap();
+    open.shutdown(std::net::Shutdown::Both).unwrap();
+    let notice = b.wait_for("the notice of the reload", |b| {
+        b.text_of("#log-notice").filter(|t| !t.is_empty())
+    });
+    assert_eq!(
+        notice,
+        "The daemon's log is not the one this page had loaded: entry #1 is another entry now \
+         (the store was restored from a backup?). What was loaded is dropped and the log \
+         reloaded: its newest entry is #1."
+    );
+    // And it follows the log again, from the page it reloaded.
+    assert_eq!(
+        streams(3),
+        [format!("1 {tip}"), format!("1 {tip}"), format!("1 {tip}")]
+    );
+    b.wait_for("the live indicator", live_says("live"));
+    let ep1 = d.session("ep1b", &["Workspace.Read=worktree:10"]);
+    call_read(&d, &ep1, "b.txt");
+    b.wait_for_element("#entries li[data-index='2']");
+}
