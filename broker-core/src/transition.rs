@@ -163,6 +163,23 @@ impl Transition {
         )
     }
 
+    /// What is checked of a document entering the registry, a plugin's shipped tool at load or
+    /// a published one, beyond [`Transition::from_value`]: the `outputSchema` is one a client
+    /// that validates results can use (every `type` it reads is one of JSON Schema's names, and
+    /// the schema admits the `world` member every result carries), and `access` names the
+    /// scope the plan runs its effect at. Kept out of `from_value`, which also reads the
+    /// documents a store already holds: those stay readable (and their receipts verifiable).
+    pub fn check_entering(&self) -> Result<(), TransitionError> {
+        let lift = |e: SpecError| TransitionError::Invalid {
+            id: Some(self.id.clone()),
+            field: e.field,
+            problem: e.problem,
+        };
+        check_output_types(&self.output_schema, "outputSchema", 0).map_err(lift)?;
+        check_output_admits_world(&self.output_schema).map_err(lift)?;
+        check_access_scope(&self.access, &self.declared_effects).map_err(lift)
+    }
+
     /// The full document as given (what `transitionFn` hashes, in canonical form).
     pub fn to_value(&self) -> &Value {
         &self.document
@@ -273,6 +290,32 @@ fn check_access_is_declared(access: &EffectSpec, declared: &[EffectSpec]) -> Res
         ));
     }
     Ok(())
+}
+
+/// A grant admits a call only at its own scope, and the effect is paid at the plan's: access at
+/// another scope would hide the tool from every session granted the effect's scope.
+fn check_access_scope(access: &EffectSpec, declared: &[EffectSpec]) -> Result<(), SpecError> {
+    let scopes: Vec<String> = declared
+        .iter()
+        .filter(|d| d.effect == access.effect)
+        .map(|d| format!("\"{}\"", d.scope))
+        .collect();
+    if scopes.is_empty()
+        || declared
+            .iter()
+            .any(|d| d.effect == access.effect && d.scope == access.scope)
+    {
+        return Ok(());
+    }
+    Err(spec_err(
+        "access.scope",
+        format!(
+            "is \"{}\", but the plan runs {} at scope {}: a session would need a grant at each scope (access admits the call, the effect pays for it); give access the effect's scope",
+            access.scope,
+            access.effect,
+            scopes.join(" or ")
+        ),
+    ))
 }
 
 /// declaredEffects and the plan's reachable effects must be the same set.
@@ -473,6 +516,191 @@ fn check_input_schema(schema: &Value, plan: &PlanSpec) -> Result<(), SpecError> 
                 escape_for_message(extra)
             ),
         ));
+    }
+    Ok(())
+}
+
+/// JSON Schema's type names: a client that validates results refuses a schema naming another.
+pub const JSON_SCHEMA_TYPES: [&str; 7] = [
+    "object", "array", "string", "number", "integer", "boolean", "null",
+];
+
+/// Past this depth the output checks read nothing (as the daemon's conformance check).
+const MAX_OUTPUT_SCHEMA_DEPTH: usize = 64;
+
+/// `path` with one member of a `properties` object: `.name`, or `["a.b"]` when the name is
+/// not a plain word.
+fn member_path(path: &str, name: &str) -> String {
+    if !name.is_empty()
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+    {
+        format!("{path}.{name}")
+    } else {
+        format!("{path}[{}]", Value::String(name.to_owned()))
+    }
+}
+
+/// The type name an author most likely meant by `name`, from another language's spelling.
+fn meant_type(name: &str) -> Option<&'static str> {
+    let lower = name.to_ascii_lowercase();
+    if let Some(t) = JSON_SCHEMA_TYPES.iter().find(|t| **t == lower) {
+        return Some(t);
+    }
+    Some(match lower.as_str() {
+        "int" | "integr" | "long" | "i64" | "u64" | "int64" | "uint" => "integer",
+        "float" | "double" | "decimal" | "f64" | "numeric" | "num" => "number",
+        "str" | "text" | "strng" => "string",
+        "bool" | "bolean" => "boolean",
+        "dict" | "map" | "obj" | "record" => "object",
+        "list" | "vec" | "tuple" | "arr" => "array",
+        "none" | "nil" => "null",
+        _ => return None,
+    })
+}
+
+fn unknown_type(field: &str, name: &str) -> SpecError {
+    let hint = meant_type(name)
+        .map(|t| format!("; did you mean {t}?"))
+        .unwrap_or_default();
+    spec_err(
+        field,
+        format!(
+            "is \"{}\", which is not a JSON Schema type ({}): a client that validates results refuses the schema, and so every call's result{hint}",
+            escape_for_message(name),
+            JSON_SCHEMA_TYPES.join(", ")
+        ),
+    )
+}
+
+fn check_type_keyword(t: &Value, field: &str) -> Result<(), SpecError> {
+    match t {
+        Value::String(s) if JSON_SCHEMA_TYPES.contains(&s.as_str()) => Ok(()),
+        Value::String(s) => Err(unknown_type(field, s)),
+        Value::Array(names) if names.is_empty() => Err(spec_err(
+            field,
+            "is an empty array; name at least one JSON Schema type",
+        )),
+        Value::Array(names) => {
+            for (i, n) in names.iter().enumerate() {
+                match n {
+                    Value::String(s) if JSON_SCHEMA_TYPES.contains(&s.as_str()) => {}
+                    Value::String(s) => return Err(unknown_type(&format!("{field}[{i}]"), s)),
+                    _ => {
+                        return Err(spec_err(
+                            &format!("{field}[{i}]"),
+                            "must be a type name (a string)",
+                        ))
+                    }
+                }
+            }
+            Ok(())
+        }
+        _ => Err(spec_err(
+            field,
+            format!(
+                "must be a type name or an array of them ({})",
+                JSON_SCHEMA_TYPES.join(", ")
+            ),
+        )),
+    }
+}
+
+/// Every `type` the daemon's conformance check reads (at the top, in `properties` and `items`,
+/// at every depth) names JSON Schema types, and every schema there is a schema.
+fn check_output_types(schema: &Value, field: &str, depth: usize) -> Result<(), SpecError> {
+    let m = match schema {
+        Value::Bool(_) => return Ok(()),
+        Value::Object(m) => m,
+        _ => {
+            return Err(spec_err(
+                field,
+                "must be a JSON Schema (an object, or true or false)",
+            ))
+        }
+    };
+    if depth > MAX_OUTPUT_SCHEMA_DEPTH {
+        return Ok(());
+    }
+    if let Some(t) = m.get("type") {
+        check_type_keyword(t, &format!("{field}.type"))?;
+    }
+    match m.get("properties") {
+        None => {}
+        Some(Value::Object(props)) => {
+            for (name, sub) in props {
+                check_output_types(
+                    sub,
+                    &member_path(&format!("{field}.properties"), name),
+                    depth + 1,
+                )?;
+            }
+        }
+        Some(_) => {
+            return Err(spec_err(
+                &format!("{field}.properties"),
+                "must be an object of member schemas",
+            ))
+        }
+    }
+    match m.get("items") {
+        None => {}
+        // Draft-07's tuple form.
+        Some(Value::Array(items)) => {
+            for (i, sub) in items.iter().enumerate() {
+                check_output_types(sub, &format!("{field}.items[{i}]"), depth + 1)?;
+            }
+        }
+        Some(sub) => check_output_types(sub, &format!("{field}.items"), depth + 1)?,
+    }
+    Ok(())
+}
+
+/// Every result carries `world` (an object): a schema that forbids it is one no result meets.
+fn check_output_admits_world(schema: &Value) -> Result<(), SpecError> {
+    const WHY: &str = "every result carries \"world\" (an object, the call's receipt), so a client that validates results would refuse every one";
+    let Some(m) = schema.as_object() else {
+        return Ok(());
+    };
+    let world = m
+        .get("properties")
+        .and_then(Value::as_object)
+        .and_then(|p| p.get("world"));
+    match world {
+        None => {
+            // Only certain without patternProperties, one of which might admit `world`.
+            let patterns = m
+                .get("patternProperties")
+                .and_then(Value::as_object)
+                .is_some_and(|p| !p.is_empty());
+            if m.get("additionalProperties") == Some(&Value::Bool(false)) && !patterns {
+                return Err(spec_err(
+                    "outputSchema.additionalProperties",
+                    format!("is false with no \"world\" in properties, but {WHY}; add \"world\": {{\"type\": \"object\"}} to properties"),
+                ));
+            }
+        }
+        Some(Value::Bool(false)) => {
+            return Err(spec_err(
+                "outputSchema.properties.world",
+                format!("is false, but {WHY}"),
+            ))
+        }
+        Some(w) => {
+            let admits_object = match w.get("type") {
+                None => true,
+                Some(Value::String(t)) => t == "object",
+                Some(Value::Array(ts)) => ts.iter().any(|t| t == "object"),
+                Some(_) => true,
+            };
+            if !admits_object {
+                return Err(spec_err(
+                    "outputSchema.properties.world.type",
+                    format!("is {}, but {WHY}; give it \"type\": \"object\"", w["type"]),
+                ));
+            }
+        }
     }
     Ok(())
 }

@@ -19,6 +19,7 @@ fn shipped_transitions(info: &PluginInfo) -> Result<Vec<Transition>, PluginError
         .iter()
         .map(|doc| {
             Transition::from_value(doc.clone())
+                .and_then(|t| t.check_entering().map(|()| t))
                 .map_err(|e| PluginError::new(&info.path, format!("shipped transition: {e}")))
         })
         .collect()

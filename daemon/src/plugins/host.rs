@@ -78,6 +78,7 @@ pub(crate) fn publisher(store: Store, served: Arc<OnceLock<BTreeSet<String>>>) -
         let mut transitions = Vec::with_capacity(docs.len());
         for (i, d) in docs.iter().enumerate() {
             let t = broker_core::transition::Transition::from_value(d.clone())
+                .and_then(|t| t.check_entering().map(|()| t))
                 .map_err(|e| format!("transitions[{i}]: {e}"))?;
             let name = crate::tools::mcp_name(&t.id);
             if name.len() > crate::tools::MAX_MCP_NAME {

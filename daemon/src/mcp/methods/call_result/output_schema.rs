@@ -3,7 +3,9 @@
 //! `properties` (each present member against its schema) and `items` (a single schema, for the
 //! elements after any `prefixItems`), the same keywords at every depth. Every other keyword is ignored, so this never calls an
 //! output that conforms non-conforming; it catches what a client that validates (the official
-//! MCP SDKs do, for every result without `isError`) would refuse most often.
+//! MCP SDKs do, for every result without `isError`) would refuse most often. A `type` naming
+//! no JSON Schema type (`"int"`) is reported where it is read: such a schema is invalid, and a
+//! client that validates refuses every result against it.
 //!
 //! The output is walked as raw JSON text: a member's kind is read from its first byte, and only
 //! what a schema looks inside (an object with `required` or `properties`, an array with
@@ -135,7 +137,16 @@ fn check(schema: &Value, raw: &RawValue, at: &str, depth: usize) -> Option<Strin
             _ => Vec::new(),
         };
         let verdicts: Vec<Option<bool>> = names.iter().map(|n| kind.is(n)).collect();
-        // Unknown names make the keyword uncheckable; a list of known ones must hold one.
+        // A name JSON Schema does not define makes the schema itself invalid: a client that
+        // validates refuses it whatever the output (load and publish refuse such a schema;
+        // a document stored before that still reaches here).
+        if let Some(unknown) = names.iter().zip(&verdicts).find(|(_, v)| v.is_none()) {
+            return Some(format!(
+                "at {}: the outputSchema's type {} is not a JSON Schema type",
+                place(at),
+                dialect::quote::quote(unknown.0)
+            ));
+        }
         if !names.is_empty() && verdicts.iter().all(|v| *v == Some(false)) {
             return Some(format!(
                 "at {}: {} where the outputSchema says {}",
@@ -243,14 +254,13 @@ mod tests {
                 "list": {"type": "array", "items": {"type": "string"}},
                 "deep": {"type": "object", "properties": {"n": {"type": "integer"}}},
                 "ref": {"$ref": "#/$defs/x", "type": "string"},
-                "odd": {"type": "decimal"},
                 "any": true
             },
             "additionalProperties": false,
             "minProperties": 99
         });
         let good = json!({"world": {}, "ok": true, "count": 3, "ratio": null, "mode": 1.0,
-            "list": ["x"], "deep": {"n": 2.0}, "ref": 5, "odd": "x", "any": [], "extra": 1});
+            "list": ["x"], "deep": {"n": 2.0}, "ref": 5, "any": [], "extra": 1});
         assert_eq!(v(schema.clone(), good), None);
         assert_eq!(v(json!({"type": "object"}), json!({"a": 1})), None);
         assert_eq!(v(json!(true), json!({"a": 1})), None);
@@ -261,6 +271,24 @@ mod tests {
             ),
             None
         );
+    }
+
+    #[test]
+    fn an_unknown_type_name_in_the_schema_does_not_pass_as_conforming() {
+        let schema = json!({"type": "object", "properties": {
+            "lines": {"type": "int"},
+            "ratio": {"type": ["number", "decimal"]}
+        }});
+        assert_eq!(
+            v(schema.clone(), json!({"world": {}, "lines": 3})).as_deref(),
+            Some("at /lines: the outputSchema's type \"int\" is not a JSON Schema type")
+        );
+        assert_eq!(
+            v(schema.clone(), json!({"world": {}, "ratio": 0.5})).as_deref(),
+            Some("at /ratio: the outputSchema's type \"decimal\" is not a JSON Schema type")
+        );
+        // Where the check does not read (a member the output lacks), nothing is said.
+        assert_eq!(v(schema, json!({"world": {}})), None);
     }
 
     #[test]
