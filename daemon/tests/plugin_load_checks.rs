@@ -324,3 +324,69 @@ fn a_plugin_config_value_json_cannot_hold_is_refused_naming_its_key() {
         assert_eq!(err, format!("worldd: {said}\n"), "{value}");
     }
 }
+
+/// `required`, the first keyword a JSON Schema writer reaches for, is refused with the way
+/// forward: the daemon checks no required keys, the plugin's constructor does.
+#[test]
+fn a_required_keyword_in_a_config_schema_says_to_refuse_a_missing_key_in_plugin_new() {
+    let dir = tempfile::tempdir().unwrap();
+    let plugins = plugin_dir(dir.path(), &[misfit_library()]);
+    let lib = plugins.join(misfit_library().file_name().unwrap());
+    refused(
+        json!({"configSchema": {"type": "object", "required": ["apiKey"],
+                                "properties": {"apiKey": {"type": "string"}}}}),
+        &plugins,
+        &[],
+        &lib,
+        r#"configSchema of plugin misfit: keyword "required" is not one the daemon's config check knows (known here: type, properties, additionalProperties, $schema, title, description, default, examples); the daemon checks no required keys: drop "required" and have Plugin::new refuse a config without the key (its Err is said as "the plugin rejected its config: …")"#,
+    );
+    // Draft-03's `"required": true` at a key is met the same way.
+    refused(
+        json!({"configSchema": {"type": "object",
+                                "properties": {"apiKey": {"type": "string", "required": true}}}}),
+        &plugins,
+        &[],
+        &lib,
+        &format!(
+            r#"configSchema of plugin misfit: key "apiKey": keyword "required" is not one the daemon's config check knows (known here: {KEY_KEYWORDS}); the daemon checks no required keys: drop "required" and have Plugin::new refuse a config without the key (its Err is said as "the plugin rejected its config: …")"#
+        ),
+    );
+}
+
+/// A shared library with no root module (here the system's libm, the stand-in for a kit crate
+/// whose `export_plugin!` line is missing) is said to be no plugin, with how a kit crate exports
+/// one.
+#[test]
+fn a_library_without_a_root_module_says_how_a_kit_crate_exports_one() {
+    let Some(libm) = [
+        "/lib/x86_64-linux-gnu/libm.so.6",
+        "/usr/lib/x86_64-linux-gnu/libm.so.6",
+        "/lib64/libm.so.6",
+    ]
+    .into_iter()
+    .map(Path::new)
+    .find(|p| p.exists()) else {
+        eprintln!("*** no libm.so.6 here: a library that is no plugin is not tried ***");
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let plugins = plugin_dir(dir.path(), &[]);
+    let lib = plugins.join("libnotes.so");
+    std::fs::copy(libm, &lib).unwrap();
+    let cause = r#"not a worldd plugin: it exports no abi_stable 0.11 root module (a handler-kit crate exports it with handler_kit::export_plugin!(YourPlugin) in lib.rs, built as crate-type ["cdylib"]; one built against another abi_stable looks like this too)"#;
+    let (code, out, err) = worldd_with(&json!({}), "handlers", &plugins, &[]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(
+        out.contains(&format!("\n{}\n  not loadable: {cause}\n", lib.display())),
+        "{out}"
+    );
+    let (code, _, err) = worldd_with(&json!({}), "serve", &plugins, &[]);
+    assert_eq!(code, Some(2), "{err}");
+    assert_eq!(
+        err.lines().last().unwrap_or_default(),
+        format!(
+            "worldd: daemon startup failed at plugins: plugin {}: {cause}",
+            lib.display()
+        )
+    );
+}

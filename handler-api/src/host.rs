@@ -208,7 +208,9 @@ fn classify(path: &Path, err: &LibraryError) -> (LoadErrorKind, String) {
         LibraryError::GetSymbolError { .. } => (
             LoadErrorKind::NotAPlugin,
             "not a worldd plugin: it exports no abi_stable 0.11 root module \
-             (a plugin built against another abi_stable version looks like this too)"
+             (a handler-kit crate exports it with handler_kit::export_plugin!(YourPlugin) in \
+             lib.rs, built as crate-type [\"cdylib\"]; one built against another abi_stable \
+             looks like this too)"
                 .to_string(),
         ),
         LibraryError::ParseVersionError(e) => (

@@ -345,11 +345,21 @@ fn unknown_keyword(schema: &Map<String, Value>, known: &[&str], at: &str) -> Res
     match schema.keys().find(|k| !known.contains(&k.as_str())) {
         None => Ok(()),
         Some(k) => Err(format!(
-            "{at}keyword {} is not one the daemon's config check knows{} (known here: {})",
+            "{at}keyword {} is not one the daemon's config check knows{} (known here: {}){}",
             quote(k),
             near(k, known),
-            known.join(", ")
+            known.join(", "),
+            way_forward(k)
         )),
+    }
+}
+
+/// What to do instead of a keyword the check does not read, where there is a usual way.
+fn way_forward(keyword: &str) -> &'static str {
+    match keyword {
+        // The first keyword a JSON Schema writer reaches for, for a key the plugin needs.
+        "required" => "; the daemon checks no required keys: drop \"required\" and have Plugin::new refuse a config without the key (its Err is said as \"the plugin rejected its config: …\")",
+        _ => "",
     }
 }
 
