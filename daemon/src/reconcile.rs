@@ -113,7 +113,7 @@ async fn call_by_invocation(
         // Another episode's calls are not the caller's to see, nor to learn of: the answer is
         // the same whether the call exists or not, and names the id as it was asked for (not
         // the caller's own call with that task id, which may well exist).
-        return Ok(not_found(surface, &id, task_id, true));
+        return Ok(not_found(surface, &id, task_id, LookedIn::Elsewhere));
     };
     let task_id = task_id.to_owned();
     reconcile(state, session, surface, task_id).await
@@ -135,16 +135,30 @@ pub fn checked_invocation_id(id: &str) -> Result<(Surface, &str, &str), ApiError
     Ok((surface, episode, task_id))
 }
 
-/// The `404 not-found` answer for `invocation_id`: in the caller's own episode, or in
-/// another (`elsewhere`), whose calls it may not read, exist or not.
-fn not_found(surface: Surface, invocation_id: &str, task_id: &str, elsewhere: bool) -> Response {
-    let message = if elsewhere {
-        format!("no call {invocation_id} that this session may read (another episode's calls are its own)")
-    } else {
-        format!(
+/// Where a `not-found` answer looked.
+enum LookedIn<'a> {
+    /// The caller's own episode.
+    Own,
+    /// Another episode, whose calls an agent may not read, exist or not.
+    Elsewhere,
+    /// The episode an operator's invocation id names: an operator reads every episode's.
+    Episode(&'a str),
+}
+
+/// The `404 not-found` answer for `invocation_id`, as [`LookedIn`] says.
+fn not_found(surface: Surface, invocation_id: &str, task_id: &str, looked: LookedIn) -> Response {
+    let message = match looked {
+        LookedIn::Elsewhere => format!(
+            "no call {invocation_id} that this session may read (another episode's calls are its own)"
+        ),
+        LookedIn::Own => format!(
             "no call with task id {task_id:?} on surface {} in this session's episode",
             surface.prefix()
-        )
+        ),
+        LookedIn::Episode(episode) => format!(
+            "no call with task id {task_id:?} on surface {} in episode {episode}",
+            surface.prefix()
+        ),
     };
     (
         StatusCode::NOT_FOUND,
@@ -167,6 +181,7 @@ async fn reconcile(
 ) -> Result<Response, ApiError> {
     let s = state.clone();
     let episode = session.episode.clone();
+    let operator = session.operator;
     let t = task_id.clone();
     let found = crate::durable_answers::spawn_read(move || -> Result<_, ApiError> {
         let coordinator = s.coordinator();
@@ -226,7 +241,12 @@ async fn reconcile(
         if state.store().rolled_back() {
             return Err(rolled_back_absent(&id));
         }
-        return Ok(not_found(surface, &id, &task_id, false));
+        let looked = if operator {
+            LookedIn::Episode(&episode)
+        } else {
+            LookedIn::Own
+        };
+        return Ok(not_found(surface, &id, &task_id, looked));
     };
     Ok(Json(json!({
         "state": r.state,

@@ -237,6 +237,14 @@ fn episode_b_cannot_read_list_or_find_episode_as_input_output_or_effect_objects(
     assert_eq!(looked.status, 200, "{}", looked.text());
     assert_eq!(looked.json()["state"], "committed");
     assert_eq!(looked.json()["entryIndex"], write_at);
+    // An operator's not-found names the episode it looked in (the id's), not "this
+    // session's episode", which is the operator's own.
+    let never = get(&d.url("/v1/invocations/a2a:ep-a:never"), Some(&operator));
+    assert_eq!(never.status, 404, "{}", never.text());
+    assert_eq!(
+        never.json()["error"]["message"],
+        "no call with task id \"never\" on surface a2a in episode ep-a"
+    );
 }
 
 #[test]
