@@ -269,9 +269,15 @@ fn rolled_back_absent(invocation_id: &str) -> ApiError {
     ApiError::new(
         StatusCode::SERVICE_UNAVAILABLE,
         "Unavailable",
-        format!(
-            "call {invocation_id} is not in the store, but whether it ran cannot be said: the store's data file was rolled back or written by another process while this daemon served it, and what it holds now may lack calls the daemon acknowledged; do not send it again before the daemon is stopped and `worldd doctor` has checked the store"
-        ),
+        rolled_back_absent_text(invocation_id),
+    )
+}
+
+/// Why a call absent from a store found rolled back under the daemon is not said not found
+/// (here and by A2A's task reads).
+pub fn rolled_back_absent_text(invocation_id: &str) -> String {
+    format!(
+        "call {invocation_id} is not in the store, but whether it ran cannot be said: the store's data file was rolled back or written by another process while this daemon served it, and what it holds now may lack calls the daemon acknowledged; do not send it again before the daemon is stopped and `worldd doctor` has checked the store"
     )
 }
 

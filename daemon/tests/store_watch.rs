@@ -395,4 +395,18 @@ fn a_call_absent_from_a_rolled_back_store_is_not_said_safe_to_send() {
         );
         assert_eq!(a.status, 503, "{key}: {}", a.text());
     }
+    // A2A's task reads said "Task not found" (never sent) for the same reason.
+    for method in ["tasks/get", "tasks/cancel"] {
+        let a = post_json(
+            &d.url("/a2a/"),
+            Some(&token),
+            &json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": {"id": "a1"}}),
+        );
+        assert_eq!(
+            a.json()["error"],
+            json!({"code": -32603, "message": "call a2a:ep:a1 is not in the store, but whether it ran cannot be said: the store's data file was rolled back or written by another process while this daemon served it, and what it holds now may lack calls the daemon acknowledged; do not send it again before the daemon is stopped and `worldd doctor` has checked the store"}),
+            "{method}: {}",
+            a.text()
+        );
+    }
 }

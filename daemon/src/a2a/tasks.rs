@@ -175,6 +175,13 @@ async fn looked_up(
         {
             Ok(Found::Queued)
         }
+        // A store rolled back under the daemon may lack tasks it acknowledged: "never sent"
+        // would tell the client to send it again, and run its effect twice.
+        Ok(Ok(None)) if state.store().rolled_back() => Err(rpc_error(
+            id,
+            -32603,
+            crate::reconcile::rolled_back_absent_text(&invocation_id(session, task_id)),
+        )),
         Ok(Ok(None)) => Err(not_found(id, task_id)),
         Ok(Err(CallError::Store(StoreError::Corrupt(what)))) => {
             let invocation = invocation_id(session, task_id);
