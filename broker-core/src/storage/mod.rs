@@ -970,8 +970,26 @@ fn check_or_upgrade_version(
     }
 }
 
+/// Write the store's schema stamp in `meta` (its meta table) again, unchanged: one page
+/// written and synced, nothing else touched. [`Store::watch`]'s look at a disk that refused
+/// the last writes.
+fn restamp(w: &mut WriteCtx<'_, '_>, meta: RawDb) -> Result<(), StoreError> {
+    let map_size = w.map_size;
+    let heed = |e| StoreError::from_heed(e, map_size);
+    let stamp = meta
+        .get(w.txn, VERSION_KEY.as_bytes())
+        .map_err(heed)?
+        .map(<[u8]>::to_vec)
+        .ok_or_else(|| {
+            StoreError::Corrupt(format!("its {META_TABLE} table has no {VERSION_KEY} key"))
+        })?;
+    meta.put(w.txn, VERSION_KEY.as_bytes(), &stamp)
+        .map_err(heed)
+}
+
 /// Open the layout's tables, creating any that is absent, in one write transaction that also
-/// stamps a `new` store with the layout's version.
+/// stamps a `new` store with the layout's version. The meta table follows the layout's tables
+/// (for [`restamp`]).
 fn open_tables(
     env: &Env<WithoutTls>,
     dir: &Path,
@@ -990,15 +1008,20 @@ fn open_tables(
     let wtxn = env.write_txn().map_err(heed_err)?;
     let dbs = env
         .create_databases_and_commit(wtxn, |dbo, wtxn| -> heed::Result<_> {
-            let dbs = layout
+            let mut dbs = layout
                 .tables
                 .iter()
                 .map(|name| dbo.create_database::<Bytes, Bytes>(wtxn, Some(name)))
                 .collect::<heed::Result<Vec<_>>>()?;
+            let meta = dbo.create_database::<Bytes, Bytes>(wtxn, Some(META_TABLE))?;
             if new {
-                dbo.create_database::<Str, Bytes>(wtxn, Some(META_TABLE))?
-                    .put(wtxn, VERSION_KEY, layout.version.to_string().as_bytes())?;
+                meta.put(
+                    wtxn,
+                    VERSION_KEY.as_bytes(),
+                    layout.version.to_string().as_bytes(),
+                )?;
             }
+            dbs.push(meta);
             Ok(CommitOrAbort::<_, ()>::Commit(Opened(dbs)))
         })
         .map_err(heed_err)?
@@ -1338,6 +1361,14 @@ impl Store {
                 Some(watch::Said::Warn(line)) => tracing::warn!("{line}"),
                 Some(watch::Said::Info(line)) => tracing::info!("{line}"),
                 None => {}
+            }
+        }
+        if inner.stats.failing.now() && map.replaced.get().is_none() {
+            // Nothing else commits while every call fails on the disk: a look writes one page
+            // (the schema stamp, as it is) and syncs it, so that health says when the disk
+            // takes writes again, not only at the next call.
+            if let Some(&meta) = inner.dbs.get(inner.names.len()) {
+                drop(self.submit(move |w: &mut WriteCtx<'_, '_>| restamp(w, meta)));
             }
         }
         match inner.env.clear_stale_readers() {

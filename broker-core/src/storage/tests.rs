@@ -1086,3 +1086,48 @@ fn a_store_file_that_is_a_link_a_directory_or_a_device_is_refused_by_name() {
     std::fs::rename(&moved, &data).unwrap();
     crate::store::Store::open(&db, StoreOptions::default()).unwrap();
 }
+
+/// A store whose last commit failed for its disk was said failing until a call committed: a
+/// thin-provisioned disk given room again left health at `store-failing` while no call came.
+/// The next look writes the schema stamp again (changing nothing) and, on a disk that takes it,
+/// clears the state; on one that still refuses it, the state stays.
+#[test]
+fn a_look_at_a_store_whose_writes_failed_clears_the_failure_once_a_write_succeeds() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("db");
+    let store = Store::create(&db).unwrap();
+    let txn = store.inner.env.info().last_txn_id;
+    store.watch();
+    assert_eq!(
+        store.inner.env.info().last_txn_id,
+        txn,
+        "no write while nothing failed"
+    );
+    let fault = StoreError::Io("Read-only file system (os error 30)".into());
+    store.stats().failing.settled(false, Some(&fault));
+    assert!(store.writes_failing());
+    store.watch();
+    let deadline = Instant::now() + std::time::Duration::from_secs(10);
+    while store.writes_failing() && Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    assert!(!store.writes_failing(), "the look's write cleared it");
+    assert!(
+        store.inner.env.info().last_txn_id > txn,
+        "one commit was made"
+    );
+    let stamp = store
+        .read(|r| {
+            let meta = r.dbs[store.inner.names.len()];
+            Ok::<_, StoreError>(
+                meta.get(r.txn, VERSION_KEY.as_bytes())
+                    .unwrap()
+                    .map(<[u8]>::to_vec),
+            )
+        })
+        .unwrap();
+    assert_eq!(
+        stamp,
+        Some(crate::schema::SCHEMA_VERSION.to_string().into_bytes())
+    );
+}
