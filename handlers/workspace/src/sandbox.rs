@@ -471,7 +471,15 @@ impl Sandbox {
         // Created with the bits it will have (a new file's usual 0644), never wider than the
         // file it replaces while the content is written into it.
         let mode = permissions.as_ref().map_or(0o644, |p| p.mode() & 0o777);
-        let (tmp_name, file) = create_temp(dir, mode).map_err(WriteError::Before)?;
+        // ENOENT creating a plain name in a directory held open means the directory itself was
+        // removed since it was opened (another write's cleanup of a directory it made, an
+        // operator's rm): the tree changed, so the write starts again and makes it anew.
+        let (tmp_name, file) = create_temp(dir, mode).map_err(|e| match e {
+            PathError::Io(e) if e.raw_os_error() == Some(libc::ENOENT) => {
+                WriteError::Before(PathError::Changed)
+            }
+            e => WriteError::Before(e),
+        })?;
         let staged = stage(file, content, permissions);
         if let Err(e) = staged {
             let _ = dir.remove_file(&tmp_name);
@@ -974,6 +982,36 @@ mod tests {
         assert_eq!(
             std::fs::read_to_string(root.join("f.txt")).unwrap(),
             "edited"
+        );
+    }
+
+    /// A failed write removes the still-empty directories it made. Another write that had
+    /// just found and opened such a directory then created its temporary file in an unlinked
+    /// directory: ENOENT, refused `openat nd/ok.txt: no such file or directory` although a
+    /// write makes its directories. The window between opening the directory and creating
+    /// the file, opened by hand: the write is `Changed` (so it starts again), and written
+    /// again it makes the directory anew.
+    #[test]
+    fn a_write_whose_directory_a_failed_write_removed_meanwhile_starts_again_and_succeeds() {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path();
+        std::fs::create_dir(root.join("nd")).unwrap();
+        let sandbox = Sandbox::open(root).unwrap();
+        let target = sandbox.resolve("nd/ok.txt", true).unwrap();
+        let (opened, _made) = sandbox.open_or_make_parent(&target).unwrap();
+        let dir = opened.expect("nd was opened");
+        // What the other write's cleanup does: remove the empty directory by its name.
+        std::fs::remove_dir(root.join("nd")).unwrap();
+        assert!(matches!(
+            sandbox.install(&dir, &target, b"ok", None),
+            Err(WriteError::Before(PathError::Changed))
+        ));
+        // Started again (as the handler does on `Changed`): resolved afresh, written.
+        let target = sandbox.resolve("nd/ok.txt", true).unwrap();
+        sandbox.write(&target, b"ok").unwrap();
+        assert_eq!(
+            std::fs::read_to_string(root.join("nd/ok.txt")).unwrap(),
+            "ok"
         );
     }
 
