@@ -190,16 +190,7 @@ async fn serve_post(state: AppState, headers: HeaderMap, body: Body) -> Response
         Ok(v) => v,
         Err(Refused::Unparsed(why)) => {
             let limit = state.limits().json_values;
-            // A number it cannot take in a message that asks for no answer: acknowledged or
-            // refused as that message is without it (nothing in it runs).
-            let taken = match &why {
-                McpUnparsed::Json(Unparsed::Syntax(_))
-                | McpUnparsed::Inexact {
-                    params_id: None, ..
-                } => numbers::without_requests(bytes, limit),
-                _ => None,
-            };
-            return match taken {
+            return match taken_without_numbers(&why, bytes, limit) {
                 Some(Value::Array(items)) => serve_batch(&ctx, version, items).await,
                 Some(one) => serve_single(&ctx, one).await,
                 None => transport::sse_reply(&Reply::not_taken(&why, bytes, limit)),
@@ -210,6 +201,20 @@ async fn serve_post(state: AppState, headers: HeaderMap, body: Body) -> Response
     match message {
         Value::Array(items) => serve_batch(&ctx, version, items).await,
         single => serve_single(&ctx, single).await,
+    }
+}
+
+/// A number it cannot take in a message that asks for no answer: the body read with each such
+/// number as `null`, for the message to be acknowledged or refused as it is without it
+/// (nothing in it runs). `None` when the body is refused as `why` says: it holds a request, or
+/// is refused for something else. The same under every revision.
+fn taken_without_numbers(why: &McpUnparsed, bytes: &[u8], limit: usize) -> Option<Value> {
+    match why {
+        McpUnparsed::Json(Unparsed::Syntax(_))
+        | McpUnparsed::Inexact {
+            params_id: None, ..
+        } => numbers::without_requests(bytes, limit),
+        _ => None,
     }
 }
 

@@ -2,7 +2,8 @@
 //! integer past 64 bits outside `params` is an invalid request (id null) whatever else the
 //! request holds; a tool's id sent as its name is answered with that tool's MCP name; and a
 //! notification the server cannot accept is refused with an HTTP error, never answered on a
-//! stream. Each test is named for what must hold.
+//! stream; a notification whose `params` hold a number this server cannot take is `202` under
+//! every revision (2026-07-28 answered it `400`). Each test is named for what must hold.
 
 mod common;
 
@@ -190,4 +191,59 @@ fn a_notification_the_server_cannot_accept_is_refused_400_and_a_well_formed_one_
         json!([refused(r#""jsonrpc" must be "2.0""#),
                {"jsonrpc": "2.0", "id": 3, "result": {}}])
     );
+}
+
+/// A POST under `version`: the older revisions' headers, or 2026-07-28's.
+fn post_as(d: &Daemon, token: &str, version: &str, body: &str) -> Answer {
+    if version == "2026-07-28" {
+        request(
+            "POST",
+            &d.url("/mcp/"),
+            Some(token),
+            &modern_headers("notifications/initialized"),
+            Some(body.as_bytes()),
+        )
+    } else {
+        mcp_text(d, token, version, body.as_bytes())
+    }
+}
+
+const EVERY_REVISION: [&str; 4] = ["2026-07-28", "2025-11-25", "2025-06-18", "2025-03-26"];
+
+#[test]
+fn a_notification_whose_params_hold_a_number_this_server_cannot_take_is_202_under_every_revision() {
+    let d = Daemon::start(WS, &[]);
+    let token = d.session("ep1", &["Workspace.Read=worktree:5"]);
+    for body in [
+        format!(
+            r#"{{"jsonrpc":"2.0","method":"notifications/initialized","params":{{"x":{WIDE}}}}}"#
+        ),
+        r#"{"jsonrpc":"2.0","method":"notifications/initialized","params":{"x":1e400}}"#.to_owned(),
+        format!(
+            r#"{{"jsonrpc":"2.0","method":"notifications/cancelled","params":{{"requestId":{WIDE}}}}}"#
+        ),
+    ] {
+        for version in EVERY_REVISION {
+            let a = post_as(&d, &token, version, &body);
+            assert_eq!(
+                (a.status, a.text()),
+                (202, String::new()),
+                "{version} {body}"
+            );
+        }
+    }
+    // A request holding one is still refused under 2026-07-28 (its id outside params here).
+    let a = post_as(
+        &d,
+        &token,
+        "2026-07-28",
+        &format!(r#"{{"jsonrpc":"2.0","id":{WIDE},"method":"tools/list","params":{{}}}}"#),
+    );
+    assert_eq!(
+        (a.status, a.content_type.as_str()),
+        (400, "application/json"),
+        "{}",
+        a.text()
+    );
+    assert_eq!(a.json(), outside_64_bits());
 }

@@ -6,8 +6,8 @@
 //!    `Content-Type`, `Accept` listing both media types, the 4 MiB body limit).
 //! 2. Malformed JSON, or an object that names a member twice, is `-32700`; a body that is not
 //!    one JSON-RPC object (a batch, a posted response, a malformed envelope) is `-32600`. A
-//!    notification is acknowledged `202` and dropped: the revision defines no
-//!    client-to-server notification over HTTP.
+//!    notification is acknowledged `202` and dropped, whatever its `params` hold: the revision
+//!    defines no client-to-server notification over HTTP.
 //! 3. The request ladder, first failure wins: a routing header (`MCP-Protocol-Version`,
 //!    `Mcp-Method`, `Mcp-Name`) sent twice is `-32020`; `params._meta` must carry
 //!    `io.modelcontextprotocol/protocolVersion` and `io.modelcontextprotocol/clientCapabilities`
@@ -77,7 +77,12 @@ pub(super) async fn serve(
         Ok(v) => v,
         Err(Refused::Unparsed(why)) => {
             let limit = ctx.state.limits().json_values;
-            return json_reply(&Reply::not_taken(&why, bytes, limit));
+            // A notification is dropped whatever its `params` hold, as under the older
+            // revisions: a number this server cannot take decides nothing in it.
+            match super::taken_without_numbers(&why, bytes, limit) {
+                Some(message) => message,
+                None => return json_reply(&Reply::not_taken(&why, bytes, limit)),
+            }
         }
         Err(Refused::Busy(busy)) => return super::transport::body_busy(busy.text()),
     };
