@@ -2,8 +2,10 @@
 //! integer past 64 bits outside `params` is an invalid request (id null) whatever else the
 //! request holds; a tool's id sent as its name is answered with that tool's MCP name; and a
 //! notification the server cannot accept is refused with an HTTP error, never answered on a
-//! stream; a notification whose `params` hold a number this server cannot take is `202` under
-//! every revision (2026-07-28 answered it `400`). Each test is named for what must hold.
+//! stream; a notification is answered alike under every revision (one whose `params` hold a
+//! number this server cannot take is `202`, one with `method` beside `result` or `error` is
+//! refused `400`: 2026-07-28 answered them `400` and `202`). Each test is named for what must
+//! hold.
 
 mod common;
 
@@ -246,4 +248,28 @@ fn a_notification_whose_params_hold_a_number_this_server_cannot_take_is_202_unde
         a.text()
     );
     assert_eq!(a.json(), outside_64_bits());
+}
+
+#[test]
+fn a_message_with_method_and_result_or_error_and_no_id_is_refused_400_not_both_under_every_revision(
+) {
+    let d = Daemon::start(WS, &[]);
+    let token = d.session("ep1", &["Workspace.Read=worktree:5"]);
+    let not_both = json!({"jsonrpc": "2.0", "id": null, "error": {"code": -32600,
+        "message": r#"invalid request: a message is a request ("method") or a response ("result", "error"), not both"#}});
+    for body in [
+        r#"{"jsonrpc":"2.0","method":"ping","result":{}}"#,
+        r#"{"jsonrpc":"2.0","method":"notifications/initialized","error":{"code":1,"message":"m"}}"#,
+    ] {
+        for version in EVERY_REVISION {
+            let a = post_as(&d, &token, version, body);
+            assert_eq!(
+                (a.status, a.content_type.as_str()),
+                (400, "application/json"),
+                "{version} {body}: {}",
+                a.text()
+            );
+            assert_eq!(a.json(), not_both, "{version} {body}");
+        }
+    }
 }

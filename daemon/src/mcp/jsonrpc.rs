@@ -22,6 +22,10 @@ pub(super) const UNSUPPORTED_PROTOCOL_VERSION: i64 = -32022;
 /// the code A2A gives its authentication errors.
 pub(super) const SESSION_REVOKED: i64 = -32001;
 
+/// Why a message holding both `method` and `result` or `error` is refused, with or without `id`.
+pub(super) const NOT_BOTH: &str =
+    "a message is a request (\"method\") or a response (\"result\", \"error\"), not both";
+
 /// One incoming JSON-RPC message, classified.
 #[derive(Debug)]
 pub(super) enum Message {
@@ -70,7 +74,7 @@ pub(super) fn classify(message: Value) -> Message {
         } else {
             match method {
                 Some(Value::String(_)) if m.contains_key("result") || m.contains_key("error") => {
-                    "a message is a request (\"method\") or a response (\"result\", \"error\"), not both"
+                    NOT_BOTH
                 }
                 Some(Value::String(_)) => return Message::Ignored,
                 Some(_) => "\"method\" must be a string",
@@ -100,9 +104,7 @@ pub(super) fn classify(message: Value) -> Message {
     // Both a request and a response: a proxy reading it as a response would let it through
     // while this server ran it.
     if m.contains_key("result") || m.contains_key("error") {
-        return invalid(
-            "a message is a request (\"method\") or a response (\"result\", \"error\"), not both",
-        );
+        return invalid(NOT_BOTH);
     }
     let params = m.remove("params");
     if matches!(&params, Some(p) if !p.is_object() && !p.is_array()) {

@@ -7,7 +7,8 @@
 //! 2. Malformed JSON, or an object that names a member twice, is `-32700`; a body that is not
 //!    one JSON-RPC object (a batch, a posted response, a malformed envelope) is `-32600`. A
 //!    notification is acknowledged `202` and dropped, whatever its `params` hold: the revision
-//!    defines no client-to-server notification over HTTP.
+//!    defines no client-to-server notification over HTTP. One with `method` beside `result` or
+//!    `error` is no notification: `-32600`, as under the older revisions.
 //! 3. The request ladder, first failure wins: a routing header (`MCP-Protocol-Version`,
 //!    `Mcp-Method`, `Mcp-Name`) sent twice is `-32020`; `params._meta` must carry
 //!    `io.modelcontextprotocol/protocolVersion` and `io.modelcontextprotocol/clientCapabilities`
@@ -93,6 +94,11 @@ pub(super) async fn serve(
         // A notification: accepted and dropped, as the revision's transport prescribes.
         let well_formed = object.get("jsonrpc").and_then(Value::as_str) == Some("2.0")
             && object.get("method").is_some_and(Value::is_string);
+        // Both a request and a response is neither, so no notification: refused as the older
+        // revisions refuse it (a proxy reading it as a response would pass it on).
+        if well_formed && (object.contains_key("result") || object.contains_key("error")) {
+            return json_reply(&Reply::invalid_request(Value::Null, jsonrpc::NOT_BOTH));
+        }
         return if well_formed {
             StatusCode::ACCEPTED.into_response()
         } else {
