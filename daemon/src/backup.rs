@@ -70,9 +70,9 @@ pub fn interrupted_copy(db: &Path) -> Option<PathBuf> {
 }
 
 /// `path` as one word of a shell command, for the fix commands messages give to paste
-/// ([`crate::text::shell_word`]).
+/// ([`crate::text::shell_path`]).
 pub fn shell_word(path: &std::path::Path) -> String {
-    crate::text::shell_word(&path.to_string_lossy()).into_owned()
+    crate::text::shell_path(path)
 }
 
 /// Deeper than any plugin's state needs; a bound so that a directory nested without end ends

@@ -43,11 +43,46 @@ pub fn cut(text: &str, max: usize) -> Cow<'_, str> {
 /// The longest start of `text` of at most `max` bytes that ends at a character's edge.
 pub use dialect::quote::head;
 
+/// `path` as one word of a shell command ([`shell_word`]); a path that is not UTF-8 in
+/// bash's `$'…'` quoting, its other bytes as `\xHH`, since any text shown for it would name
+/// another file.
+pub fn shell_path(path: &std::path::Path) -> String {
+    use std::os::unix::ffi::OsStrExt;
+    match path.to_str() {
+        Some(text) => shell_word(text).into_owned(),
+        None => {
+            let bytes = path.as_os_str().as_bytes();
+            let mut out = String::from("$'");
+            if bytes.first() == Some(&b'-') {
+                out.push_str("./");
+            }
+            for &b in bytes {
+                match b {
+                    b'\\' | b'\'' => {
+                        out.push('\\');
+                        out.push(char::from(b));
+                    }
+                    0x20..=0x7e => out.push(char::from(b)),
+                    _ => {
+                        let _ = write!(out, "\\x{b:02x}");
+                    }
+                }
+            }
+            out.push('\'');
+            out
+        }
+    }
+}
+
 /// `text` as one word of a shell command, for the lines messages give to paste (`chmod 700
 /// PATH`, `export WORLD_SESSION=PATH`): as it is when it holds only characters no shell reads
 /// specially, else in single quotes (a `'` in it as `'\''`). A path with a space printed bare
 /// was split in two by the paste, and one holding `;` or `$(…)` ran commands.
 pub fn shell_word(text: &str) -> Cow<'_, str> {
+    // A relative path starting with `-` would be read as options: `./` keeps it a path.
+    if text.starts_with('-') {
+        return Cow::Owned(shell_word(&format!("./{text}")).into_owned());
+    }
     let plain = |c: char| c.is_ascii_alphanumeric() || "/._-+,:@%=".contains(c);
     // A leading `=` is a command's path to zsh.
     if !text.is_empty() && text.chars().all(plain) && !text.starts_with('=') {
@@ -81,6 +116,22 @@ mod tests {
 
     /// A fix command's path printed bare split at a space when pasted; one a shell would split
     /// or read is single-quoted now, and a plain one is printed as it is.
+    /// A path that is not UTF-8 was shown with U+FFFD in place of its bytes, so the command
+    /// pasted named another file: it is given in bash's `$'…'` quoting, byte for byte.
+    #[test]
+    fn a_path_that_is_not_utf8_is_given_to_paste_byte_for_byte() {
+        use std::os::unix::ffi::OsStrExt;
+        let path = std::path::Path::new(std::ffi::OsStr::from_bytes(b"/tmp/bad\xff/it's db"));
+        assert_eq!(shell_path(path), "$'/tmp/bad\\xff/it\\'s db'");
+        let out = std::process::Command::new("bash")
+            .arg("-c")
+            .arg(format!("printf %s {}", shell_path(path)))
+            .output()
+            .unwrap();
+        assert_eq!(out.stdout, path.as_os_str().as_bytes());
+        assert_eq!(shell_path(std::path::Path::new("/srv/db")), "/srv/db");
+    }
+
     #[test]
     fn a_path_to_paste_is_quoted_only_where_a_shell_would_split_or_read_it() {
         for (path, word) in [
@@ -93,6 +144,8 @@ mod tests {
             ("/tmp/$(id)", "'/tmp/$(id)'"),
             ("~/db", "'~/db'"),
             ("=ls", "'=ls'"),
+            ("-d/db", "./-d/db"),
+            ("-x y", "'./-x y'"),
             ("", "''"),
         ] {
             assert_eq!(shell_word(path), word, "{path:?}");

@@ -86,6 +86,18 @@ fn call_and_publish_refuse_json_with_a_duplicate_key_or_an_inexact_integer_namin
             None,
             "worldd: --json: not strict JSON: number 9007199254740993 is outside the exact integer range of canonical JSON (±2^53−1)\n".to_owned(),
         ),
+        // Written with a fraction or an exponent, such an integer was sent, and the daemon's
+        // refusal named the rounded number (…992), not the one written.
+        (
+            vec!["call", "ailang-read", "--json", r#"{"path":"f1.txt","n":9007199254740993.0}"#],
+            None,
+            "worldd: --json: not strict JSON: a number written with a fraction or an exponent is the integer 9007199254740992 as read, beyond ±(2^53−1), which canonical JSON cannot hold exactly (the number written may have been another); send it as a string\n".to_owned(),
+        ),
+        (
+            vec!["call", "ailang-read", "--arg", "path=f1.txt", "--arg-json", "n=[1e16]"],
+            None,
+            "worldd: --arg-json n: not strict JSON: a number written with a fraction or an exponent is the integer 10000000000000000 as read, beyond ±(2^53−1), which canonical JSON cannot hold exactly (the number written may have been another); send it as a string\n".to_owned(),
+        ),
         (
             vec!["publish", path_str(&bundle)],
             None,

@@ -993,9 +993,30 @@ fn call_arguments(a: &CallArgs) -> Result<Value, Failure> {
 fn strict_json(text: &str, source: &str) -> Result<Option<Value>, Failure> {
     use broker_core::canon::{self, CanonError};
     match canon::parse(text.as_bytes()) {
-        Ok(v) => Ok(Some(v)),
+        Ok(v) => match inexact_float(&v) {
+            // Written with a fraction or an exponent, it reads as a float the daemon takes for
+            // an integer past the exact range, and refuses naming the rounded number.
+            Some(read) => Err(Failure::usage(format!(
+                "{source}: not strict JSON: a number written with a fraction or an exponent is the integer {read} as read, beyond ±(2^53−1), which canonical JSON cannot hold exactly (the number written may have been another); send it as a string"
+            ))),
+            None => Ok(Some(v)),
+        },
         Err(CanonError::Syntax { .. } | CanonError::NotUtf8 | CanonError::TrailingData) => Ok(None),
         Err(e) => Err(Failure::usage(format!("{source}: not strict JSON: {e}"))),
+    }
+}
+
+/// The first float in `v` whose value is an integer beyond ±(2^53−1), as read.
+fn inexact_float(v: &Value) -> Option<String> {
+    const EXACT: f64 = 9_007_199_254_740_991.0;
+    match v {
+        Value::Number(n) if n.is_f64() => n
+            .as_f64()
+            .filter(|f| f.fract() == 0.0 && f.abs() > EXACT)
+            .map(|f| format!("{f:.0}")),
+        Value::Array(items) => items.iter().find_map(inexact_float),
+        Value::Object(members) => members.values().find_map(inexact_float),
+        _ => None,
     }
 }
 
