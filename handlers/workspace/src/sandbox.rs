@@ -322,6 +322,8 @@ impl Sandbox {
         let mut made = Made::default();
         for c in &target.missing {
             let dir = opened.as_ref().unwrap_or(&self.root);
+            #[cfg(test)]
+            tests::BEFORE_MAKE.with_borrow_mut(|hook| hook.take().map(|h| h()));
             let step = match dir.create_dir(c) {
                 Ok(()) => dir
                     .try_clone()
@@ -329,7 +331,8 @@ impl Sandbox {
                     .map(|holder| made.0.push((holder, c.clone())))
                     .and_then(|()| sync_dir(dir)),
                 Err(e) if e.kind() == io::ErrorKind::AlreadyExists => Ok(()),
-                Err(e) => Err(e.into()),
+                // ENOENT: the directory held open was removed since (as in `install`).
+                Err(e) => Err(changed(e)),
             };
             let next = step.and_then(|()| dir.open_dir_nofollow(c).map_err(changed));
             match next {
@@ -1011,6 +1014,37 @@ mod tests {
         sandbox.write(&target, b"ok").unwrap();
         assert_eq!(
             std::fs::read_to_string(root.join("nd/ok.txt")).unwrap(),
+            "ok"
+        );
+    }
+
+    thread_local! {
+        /// Run once just before a write makes a missing directory in the one it holds open:
+        /// the window another writer's cleanup can fall into, opened on purpose.
+        pub(super) static BEFORE_MAKE: std::cell::RefCell<Option<Box<dyn FnOnce()>>> =
+            const { std::cell::RefCell::new(None) };
+    }
+
+    /// The same, for a write that makes a directory in the removed one (`nd/sub/ok.txt`):
+    /// that `mkdirat` got ENOENT, refused as `no such file or directory`.
+    #[test]
+    fn a_write_making_a_directory_in_one_removed_meanwhile_starts_again_and_succeeds() {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path().to_owned();
+        std::fs::create_dir(root.join("nd")).unwrap();
+        let sandbox = Sandbox::open(&root).unwrap();
+        let target = sandbox.resolve("nd/sub/ok.txt", true).unwrap();
+        let gone = root.join("nd");
+        BEFORE_MAKE.set(Some(Box::new(move || std::fs::remove_dir(gone).unwrap())));
+        assert!(matches!(
+            sandbox.write(&target, b"ok"),
+            Err(WriteError::Before(PathError::Changed))
+        ));
+        assert!(BEFORE_MAKE.with_borrow(Option::is_none), "the hook ran");
+        let target = sandbox.resolve("nd/sub/ok.txt", true).unwrap();
+        sandbox.write(&target, b"ok").unwrap();
+        assert_eq!(
+            std::fs::read_to_string(root.join("nd/sub/ok.txt")).unwrap(),
             "ok"
         );
     }

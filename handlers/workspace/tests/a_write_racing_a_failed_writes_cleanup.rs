@@ -15,8 +15,8 @@ use handler_kit::serde_json::json;
 fn a_write_whose_directory_a_failed_write_removed_meanwhile_starts_again_and_succeeds() {
     let f = Arc::new(Fixture::new());
     // The window is narrow (about one round in 2500 hit it before the fix): this loop is the
-    // end-to-end check; the unit test of the same name in src/sandbox.rs opens the window
-    // deterministically.
+    // end-to-end check; the unit tests in src/sandbox.rs (one of the same name) open the
+    // window deterministically.
     let rounds = 2000;
     let barrier = Arc::new(Barrier::new(2));
     let long = format!("nd/{}", "z".repeat(256));
@@ -38,15 +38,22 @@ fn a_write_whose_directory_a_failed_write_removed_meanwhile_starts_again_and_suc
     let mut failed = Vec::new();
     for round in 0..rounds {
         let _ = std::fs::remove_dir_all(f.path("nd"));
+        // The file in nd/ (its temporary file created in the removed directory), or in a
+        // directory to make below nd/ (that directory created in it).
+        let path = if round % 2 == 0 {
+            "nd/ok.txt"
+        } else {
+            "nd/sub/ok.txt"
+        };
         barrier.wait();
         let out = f.out(
             "Workspace.Write",
-            json!({"op": "write", "path": "nd/ok.txt", "content": "ok"}),
+            json!({"op": "write", "path": path, "content": "ok"}),
         );
         if out["ok"] != json!(true) {
             failed.push(format!("round {round}: {out:?}"));
         } else {
-            assert_eq!(std::fs::read_to_string(f.path("nd/ok.txt")).unwrap(), "ok");
+            assert_eq!(std::fs::read_to_string(f.path(path)).unwrap(), "ok");
         }
         barrier.wait();
     }
