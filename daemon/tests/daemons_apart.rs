@@ -176,3 +176,92 @@ fn daemons_side_by_side_in_one_directory_both_serve() {
     still_serves(&first);
     still_serves(&beside);
 }
+
+/// What a directory holds, sorted.
+fn listing(dir: &Path) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    names
+}
+
+/// The refusal of a store `db` (which exists) inside `held`, a directory the first daemon holds.
+fn store_inside(db: &Path, held: &Path) -> String {
+    format!(
+        "worldd: daemon startup failed at config: the store {} is inside {}, which another running worldd holds as its workspace root or store: that daemon's agents could write into this daemon's store; give this daemon a --db outside it",
+        real(db).display(),
+        real(held).display()
+    )
+}
+
+/// A store given as an existing, empty worktree of another daemon's episode: the start was
+/// refused only after it had opened its store there, and left `data.mdb` and `lock.mdb` in the
+/// other daemon's agent's worktree.
+#[test]
+fn a_refused_store_in_another_daemons_empty_worktree_leaves_nothing_in_it() {
+    let first = Daemon::start(WS, &[]);
+    first.session("e9", &["Workspace.Write=worktree:5"]);
+    let db = first.root().join("e9");
+    assert!(listing(&db).is_empty());
+    let elsewhere = tempfile::tempdir().unwrap();
+    let root = elsewhere.path().join("worktrees");
+    let refusal = second(elsewhere.path(), &db, &root);
+    assert_eq!(refusal.code, Some(2), "{}", refusal.stderr);
+    assert_eq!(refusal.line, store_inside(&db, &first.root()));
+    assert_eq!(listing(&db), Vec::<String>::new());
+    assert!(!root.exists());
+    still_serves(&first);
+}
+
+/// A store given as another daemon's worktree holding its agent's files was refused as the
+/// remains of a lost store, advising to "remove it to start a new world": the other daemon's
+/// agent's work. It is refused as inside that daemon's workspace root, its files untouched.
+#[test]
+fn a_store_in_another_daemons_worktree_holding_files_is_refused_as_inside_it_not_as_a_lost_store() {
+    let first = Daemon::start(WS, &[]);
+    first.session("demo", &["Workspace.Write=worktree:5"]);
+    let db = first.root().join("demo");
+    std::fs::write(db.join("u.txt"), "the agent's work").unwrap();
+    let elsewhere = tempfile::tempdir().unwrap();
+    let root = elsewhere.path().join("worktrees");
+    let refusal = second(elsewhere.path(), &db, &root);
+    assert_eq!(refusal.code, Some(2), "{}", refusal.stderr);
+    assert_eq!(refusal.line, store_inside(&db, &first.root()));
+    assert_eq!(listing(&db), ["u.txt"]);
+    assert_eq!(
+        std::fs::read_to_string(db.join("u.txt")).unwrap(),
+        "the agent's work"
+    );
+    assert!(!root.exists());
+    still_serves(&first);
+}
+
+/// A store given as another daemon's plugin state (inside its store directory) was refused as
+/// a lost store ("remove it to start a new world": that daemon's plugins' state), and an empty
+/// directory below it got a new store's files before the refusal. Both are refused as inside
+/// the other daemon's store, and nothing is made there.
+#[test]
+fn a_store_in_another_daemons_plugin_state_is_refused_as_inside_its_store_and_nothing_is_made() {
+    let first = Daemon::start(WS, &[]);
+    let state = first.db().join("plugin-state");
+    std::fs::create_dir_all(state.join("git/empty")).unwrap();
+    std::fs::write(state.join("git/kept"), "state").unwrap();
+    let elsewhere = tempfile::tempdir().unwrap();
+    let root = elsewhere.path().join("worktrees");
+
+    let refusal = second(elsewhere.path(), &state, &root);
+    assert_eq!(refusal.code, Some(2), "{}", refusal.stderr);
+    assert_eq!(refusal.line, store_inside(&state, &first.db()));
+    assert_eq!(listing(&state), ["git"]);
+    assert_eq!(listing(&state.join("git")), ["empty", "kept"]);
+
+    let empty = state.join("git/empty");
+    let refusal = second(elsewhere.path(), &empty, &root);
+    assert_eq!(refusal.code, Some(2), "{}", refusal.stderr);
+    assert_eq!(refusal.line, store_inside(&empty, &first.db()));
+    assert_eq!(listing(&empty), Vec::<String>::new());
+    assert!(!root.exists());
+    still_serves(&first);
+}

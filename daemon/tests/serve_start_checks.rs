@@ -472,6 +472,47 @@ fn a_failed_start_in_a_new_directory_leaves_not_even_the_directory_above_its_sto
     assert_eq!(left, ["notes"]);
 }
 
+/// A start that failed at plugins with `--db` an existing, empty directory left the store it
+/// had made there (`data.mdb`, `lock.mdb`): only a store directory the start made itself was
+/// removed. The directory stays, as empty as it was.
+#[test]
+fn a_failed_start_leaves_no_store_files_in_the_existing_empty_directory_it_was_given() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("e");
+    std::fs::create_dir(&db).unwrap();
+    let r = refused_start(
+        &[
+            "--handler",
+            "nope",
+            "--bind",
+            "127.0.0.1:0",
+            "--db",
+            path_str(&db),
+        ],
+        dir.path(),
+    );
+    assert_eq!(r.code, Some(2), "{}", r.stderr);
+    assert!(
+        r.line
+            .starts_with("worldd: daemon startup failed at plugins: "),
+        "{}",
+        r.stderr
+    );
+    assert!(db.is_dir());
+    let left: Vec<_> = std::fs::read_dir(&db)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert!(left.is_empty(), "{left:?}");
+    // The store made there by a start that serves is the store: kept.
+    std::fs::create_dir(dir.path().join("no-plugins")).unwrap();
+    let cmd = serve_on(dir.path(), &db, &dir.path().join("wt"), &[]);
+    let daemon = Daemon::spawn(tempfile::tempdir().unwrap(), cmd);
+    assert_eq!(get(&daemon.url("/v1/health"), None).status, 200);
+    drop(daemon);
+    assert!(db.join("data.mdb").is_file());
+}
+
 /// A store or workspace root whose path is not UTF-8 was served, and the plugins, told the
 /// path as text with U+FFFD in place of its bytes, worked in another directory (a worktree
 /// "that does not exist", plugin state in a sibling directory outside the store). It is

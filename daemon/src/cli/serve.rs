@@ -457,6 +457,9 @@ pub fn run_with(a: ServeArgs, launch: Launch) -> CliResult {
     // Bind policy first: nothing else happens for a non-loopback address.
     let addr = resolve_bind_as(&settings.bind, settings.bind_key)?;
     server::check_loopback(&addr).map_err(|e| startup("bind-policy", e))?;
+    // Before anything is opened or made: a refused start must not have written a store into
+    // another daemon's worktree, nor advised removing one there as a store's remains.
+    refuse_inside_another(&settings.db, &settings.workspace_root)?;
     // A store another daemon serves is said so before the port, which that daemon may hold
     // too: "already serves" is certain where "address in use" is a guess. Only a store that
     // exists can be held, so this creates nothing.
@@ -606,6 +609,10 @@ pub fn run_with(a: ServeArgs, launch: Launch) -> CliResult {
 struct Fresh {
     /// The store directory (absolute), when this start made it.
     db: Option<PathBuf>,
+    /// The store directory (absolute), when it was there but empty and this start made its
+    /// store in it: what it put there (`data.mdb`, `lock.mdb`, `plugin-state`) goes again, the
+    /// directory stays.
+    filled: Option<PathBuf>,
     /// The workspace root (absolute), when this start made it.
     root: Option<PathBuf>,
     /// The store directory's lock ([`lock_store_dir`]), held from before the store is looked
@@ -640,6 +647,22 @@ impl Fresh {
                     "could not remove the store {} this failed start made: {e}",
                     db.display()
                 );
+            }
+        }
+        if let Some(db) = self.filled.filter(|db| nobody_serves(db)) {
+            for entry in std::fs::read_dir(&db).into_iter().flatten().flatten() {
+                let path = entry.path();
+                let removed = if entry.file_type().is_ok_and(|t| t.is_dir()) {
+                    std::fs::remove_dir_all(&path)
+                } else {
+                    std::fs::remove_file(&path)
+                };
+                if let Err(e) = removed {
+                    tracing::warn!(
+                        "could not remove {} this failed start made: {e}",
+                        path.display()
+                    );
+                }
             }
         }
         if let Some(root) = self.root {
@@ -912,6 +935,11 @@ fn open_store(settings: &Settings, fresh: &mut Fresh) -> Result<Store, Failure> 
         return Err(startup("store-open", remains));
     }
     let new = !std::fs::metadata(store_lock_file(&settings.db)).is_ok_and(|m| m.len() > 0);
+    // Made by this start in a directory that was there, empty: a refused start leaves it so.
+    let empty = std::fs::read_dir(&settings.db).is_ok_and(|mut d| d.next().is_none());
+    if !made && empty && fresh.store_dir.is_some() {
+        fresh.filled = Some(absolute_now(&settings.db));
+    }
     let store = Store::open(
         &settings.db,
         StoreOptions {
@@ -1468,21 +1496,72 @@ fn lock_ancestors(
             };
             match lock_shared(&dir) {
                 Ok(true) => held.push((above.to_path_buf(), dir)),
-                Ok(false) => {
-                    return Err(startup(
-                        "config",
-                        format!(
-                            "the {what} {} is inside {}, which another running worldd holds as its workspace root or store: that daemon's agents could write into this daemon's {what}; give this daemon a {flag} outside it",
-                            real.display(),
-                            above.display()
-                        ),
-                    ))
-                }
+                Ok(false) => return Err(inside_another(what, &real, above, flag)),
                 Err(_) => {}
             }
         }
     }
     Ok(held.into_iter().map(|(_, f)| f).collect())
+}
+
+/// [`lock_ancestors`]' refusal said before anything is opened or made (the root, the store,
+/// its `data.mdb`), on the directories that exist above each path (or the path not made yet):
+/// a start refused only after opening its store had written one into another daemon's
+/// worktree, and one given a worktree holding files was told to remove it as a lost store.
+/// The shared locks taken to look are let go: [`lock_ancestors`] holds them once the paths
+/// are made.
+pub(super) fn refuse_inside_another(db: &std::path::Path, root: &std::path::Path) -> CliResult {
+    for (what, path, flag) in [
+        ("workspace root", root, "--workspace-root"),
+        ("store", db, "--db"),
+    ] {
+        let real = real_so_far(path);
+        for above in real.ancestors().skip(1) {
+            let Ok(dir) = std::fs::File::open(above) else {
+                continue;
+            };
+            if let Ok(false) = lock_shared(&dir) {
+                return Err(inside_another(what, &real, above, flag));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// `path` with its deepest existing part resolved (symlinks, `..`) and the rest, not made yet,
+/// as given: the path [`lock_ancestors`] will name once it is made.
+fn real_so_far(path: &std::path::Path) -> PathBuf {
+    let abs = absolute_now(path);
+    let mut rest = Vec::new();
+    let mut at = abs.as_path();
+    loop {
+        if let Ok(real) = at.canonicalize() {
+            return rest.iter().rev().fold(real, |p, name| p.join(name));
+        }
+        match (at.parent(), at.file_name()) {
+            (Some(parent), Some(name)) => {
+                rest.push(name.to_owned());
+                at = parent;
+            }
+            _ => return abs,
+        }
+    }
+}
+
+fn inside_another(
+    what: &str,
+    real: &std::path::Path,
+    above: &std::path::Path,
+    flag: &str,
+) -> Failure {
+    startup(
+        "config",
+        format!(
+            "the {what} {} is inside {}, which another running worldd holds as its workspace root or store: that daemon's agents could write into this daemon's {what}; give this daemon a {flag} outside it",
+            real.display(),
+            above.display()
+        ),
+    )
 }
 
 /// Whether another process holds an exclusive `flock` on `dir` (which this one failed to lock
