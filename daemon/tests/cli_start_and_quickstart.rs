@@ -675,3 +675,44 @@ fn quickstarts_export_lines_paste_into_a_shell_as_the_paths_they_name() {
     );
     assert!(pasted.status.success());
 }
+
+/// `quickstart` run inside another running daemon's worktree made its store, its worktree and
+/// a credential there (a bearer token the other daemon's agent could read) and printed the
+/// client configuration, and only then did `serve` refuse. It is refused before its question,
+/// as `serve` refuses it, with nothing made or printed (`--print-only` too).
+#[test]
+fn quickstart_inside_another_daemons_worktree_is_refused_before_its_question_leaving_nothing() {
+    let first = Daemon::start(&["worldd_workspace"], &[]);
+    first.session("demo", &["Workspace.Write=worktree:5"]);
+    let worktree = first.root().join("demo");
+    let real_worktree = worktree.canonicalize().unwrap();
+    let free = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = free.local_addr().unwrap().port();
+    drop(free);
+    for print_only in ["", " --print-only"] {
+        let (code, shown) = at_terminal(
+            &format!(
+                "cd {} && {WORLDD} quickstart --bind 127.0.0.1:{port}{print_only}",
+                worktree.display()
+            ),
+            b"y\n",
+        );
+        assert_eq!(code, 2, "{shown}");
+        let said: Vec<&str> = shown
+            .lines()
+            .map(|l| l.trim_end_matches('\r'))
+            .filter(|l| *l != "y")
+            .collect();
+        assert_eq!(
+            said,
+            [format!(
+                "worldd: daemon startup failed at config: the workspace root {}/.world/worktrees is inside {}, which another running worldd holds as its workspace root or store: that daemon's agents could write into this daemon's workspace root; give this daemon a --workspace-root outside it",
+                real_worktree.display(),
+                first.root().canonicalize().unwrap().display()
+            )]
+        );
+        let left: Vec<_> = std::fs::read_dir(&worktree).unwrap().collect();
+        assert!(left.is_empty(), "{print_only}: {left:?}");
+    }
+    assert_eq!(get(&first.url("/v1/health"), None).status, 200);
+}

@@ -389,7 +389,8 @@ pub fn config_serve_section(config: &Option<PathBuf>) -> Result<ServeSection, Fa
 pub fn check_settings(a: &ServeArgs) -> CliResult {
     let file = read_config(&a.plugins.config).map_err(|e| startup("config", e))?;
     plugin_options(&a.plugins, &file).map_err(|e| startup("config", e))?;
-    Settings::resolve(a, &file).map(drop)
+    let settings = Settings::resolve(a, &file)?;
+    refuse_inside_another(&settings.db, &settings.workspace_root)
 }
 
 /// The plugins `run_with` would start, started once and dropped, their state kept in a scratch
