@@ -117,6 +117,10 @@ pub enum BackupError {
     InsideStore { dest: PathBuf, db: PathBuf },
     #[error("destination {dest} is inside the workspace root {root}, where agents write files: an agent could change the copy (and so what a restore brings back) or read every episode's data in it; choose a directory outside it")]
     InsideWorkspace { dest: PathBuf, root: PathBuf },
+    #[error("destination {dest} is inside {dir}, which a running worldd holds as its workspace root or store: its agents could change the copy (and so what a restore brings back) or read every episode's data in it; choose a directory outside it")]
+    InsideDaemon { dest: PathBuf, dir: PathBuf },
+    #[error("destination {0} is the workspace root or store of a running worldd; choose a directory outside it")]
+    DaemonsOwn(PathBuf),
     #[error("destination {dest} is owned by uid {uid} with mode {mode:04o}, so another user could change the copy as it is written; use a directory that only this user (uid {euid}) may write")]
     Foreign {
         dest: PathBuf,
@@ -157,6 +161,8 @@ impl BackupError {
                 | BackupError::Unverified(_)
                 | BackupError::InsideStore { .. }
                 | BackupError::InsideWorkspace { .. }
+                | BackupError::InsideDaemon { .. }
+                | BackupError::DaemonsOwn(_)
                 | BackupError::Foreign { .. }
         )
     }
@@ -230,6 +236,7 @@ fn prepare(db: &Path, dest: &Path) -> Result<(Dir, bool), BackupError> {
             db: db.to_path_buf(),
         });
     }
+    refuse_daemons_paths(dest)?;
     // As `serve` refuses for a store: in a directory every user may write without the sticky
     // bit, anyone could rename the finished copy away and put their own under its name, which
     // a restore would then bring back as a checked backup.
@@ -268,6 +275,83 @@ fn prepare(db: &Path, dest: &Path) -> Result<(Dir, bool), BackupError> {
         let _ = fs::remove_dir(dest);
     }
     Ok((opened?, made))
+}
+
+/// Refuse a destination inside (or being) a running daemon's workspace root or store, any
+/// daemon's, whatever `--workspace-root` says: its agents write below its root. Each daemon
+/// holds its root and store with an exclusive `flock` and every directory above them with a
+/// shared one (`serve`'s `lock_ancestors`); a backup holds only its destination, exclusively.
+/// So a directory held exclusively whose holder also holds its parent is a daemon's.
+fn refuse_daemons_paths(dest: &Path) -> Result<(), BackupError> {
+    let Some(real) = resolved_target(dest) else {
+        return Ok(());
+    };
+    for dir in real.ancestors() {
+        let Ok(file) = File::open(dir) else {
+            continue;
+        };
+        use std::os::fd::AsRawFd;
+        // A shared lock meets only an exclusive one, so looking disturbs no daemon's; it is let
+        // go when `file` is dropped.
+        // SAFETY: flock on a descriptor this function owns; no memory is shared.
+        let free = unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_SH | libc::LOCK_NB) } == 0
+            || io::Error::last_os_error().raw_os_error() != Some(libc::EWOULDBLOCK);
+        if free {
+            continue;
+        }
+        if dir == real {
+            // Held exclusively: another backup writing it (said by `open_own_dir`), or a daemon.
+            if held_by_a_daemon(dir) {
+                return Err(BackupError::DaemonsOwn(dest.to_path_buf()));
+            }
+        } else {
+            return Err(BackupError::InsideDaemon {
+                dest: dest.to_path_buf(),
+                dir: dir.to_path_buf(),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// Whether the process holding an exclusive `flock` on `dir` holds a shared one on its parent,
+/// as a daemon does above its root and store and a backup does not above its destination
+/// (read from `/proc/locks`, which takes no lock: false where it cannot be read).
+fn held_by_a_daemon(dir: &Path) -> bool {
+    let key = |path: &Path| {
+        fs::metadata(path).ok().map(|m| {
+            let dev = m.dev();
+            format!(
+                "{:02x}:{:02x}:{}",
+                libc::major(dev),
+                libc::minor(dev),
+                m.ino()
+            )
+        })
+    };
+    let (Some(own), Some(parent)) = (key(dir), dir.parent().and_then(key)) else {
+        return false;
+    };
+    let Ok(locks) = fs::read_to_string("/proc/locks") else {
+        return false;
+    };
+    // "1: FLOCK  ADVISORY  WRITE 4242 fd:01:1234 0 EOF"; a waiting one has "->" after the id.
+    let held: Vec<(&str, &str, &str)> = locks
+        .lines()
+        .filter_map(|line| {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            match fields.as_slice() {
+                [_, "FLOCK", _, kind, pid, at, ..] => Some((*kind, *pid, *at)),
+                _ => None,
+            }
+        })
+        .collect();
+    held.iter()
+        .filter(|(kind, _, at)| *kind == "WRITE" && *at == own)
+        .any(|(_, pid, _)| {
+            held.iter()
+                .any(|(kind, p, at)| *kind == "READ" && p == pid && *at == parent)
+        })
 }
 
 /// A destination that could not be made because a directory above it is missing is refused as

@@ -195,3 +195,57 @@ fn a_backup_into_a_directory_every_user_may_write_without_the_sticky_bit_is_refu
     );
     assert!(dest.join("data.mdb").is_file());
 }
+
+/// `backup` into a running daemon's workspace root (or a directory inside it) was accepted
+/// unless `--workspace-root` named that root: a copy of the whole store, credentials' hashes
+/// and all, where that daemon's agents write and read. And a running daemon's empty workspace
+/// root as the destination was "being written by another worldd backup; wait for it", which
+/// waited for ever. Any running daemon's root or store is refused, named, with nothing made.
+#[test]
+fn a_backup_into_or_inside_a_running_daemons_workspace_root_is_refused_naming_it() {
+    let a = Daemon::start(&["worldd_workspace"], &[]);
+    a.session("demo", &["Workspace.Write=worktree:5"]);
+    let c = Daemon::start(&["worldd_workspace"], &[]);
+    let elsewhere = tempfile::tempdir().unwrap();
+    let e = elsewhere.path();
+    let refused = |dest: &Path, said: String| {
+        let out = run_to_exit(&mut backup(e, &a.db(), dest), Duration::from_secs(60));
+        assert_eq!(String::from_utf8_lossy(&out.stderr), said);
+        assert_eq!(out.status.code(), Some(1));
+        assert!(out.stdout.is_empty());
+    };
+    let inside = |dest: &Path, root: &Path| {
+        format!(
+            "worldd: backup: destination {} is inside {}, which a running worldd holds as its workspace root or store: its agents could change the copy (and so what a restore brings back) or read every episode's data in it; choose a directory outside it\n",
+            dest.display(),
+            root.canonicalize().unwrap().display()
+        )
+    };
+    // Inside the backed-up daemon's own root, its --workspace-root not given.
+    let bk = a.root().join("demo/bk");
+    refused(&bk, inside(&bk, &a.root()));
+    assert!(!bk.exists());
+    // Another daemon's empty root is that daemon's, not a backup being written.
+    refused(
+        &c.root(),
+        format!(
+            "worldd: backup: destination {} is the workspace root or store of a running worldd; choose a directory outside it\n",
+            c.root().display()
+        ),
+    );
+    let sub = c.root().join("sub");
+    refused(&sub, inside(&sub, &c.root()));
+    assert_eq!(std::fs::read_dir(c.root()).unwrap().count(), 0);
+    // Beside them, outside every daemon's root and store, the backup is made.
+    let beside = a.dir.path().join("bk");
+    let out = run_to_exit(&mut backup(e, &a.db(), &beside), Duration::from_secs(60));
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(beside.join("data.mdb").is_file());
+    assert_eq!(get(&a.url("/v1/health"), None).status, 200);
+    assert_eq!(get(&c.url("/v1/health"), None).status, 200);
+}
