@@ -10,6 +10,9 @@
 //! problem inside `params` (invalid params) from one in the envelope itself (an invalid
 //! request); [`around_params`] gives A2A the envelope alone, which it judges as any other
 //! (a notification is not answered, a bad id is answered with null) before params matter.
+//! [`a2a_notification`] does the same for an A2A notification whose `params` hold a number
+//! too large for a double. Where the numbers lie is found on the text ([`crate::json_numbers`]),
+//! which both protocols share.
 
 use broker_core::canon::{self, CanonError};
 use serde_json::Value;
@@ -34,7 +37,7 @@ pub fn params_error(
 /// The request without its `params`, when `error` (from parsing `body`) is a number without a
 /// canonical form and every such number of the body lies inside `params`, and the rest reads as
 /// `envelope` says; `None` when one is elsewhere (or the body is no object). Where they lie is
-/// found as for `1e400` ([`crate::mcp::numbers`]): the body is read twice with each such literal
+/// found as for `1e400` ([`crate::json_numbers`]): the body is read twice with each such literal
 /// blanked, as `null` and as `0`, and the two readings must differ only inside `params`. A
 /// request that also holds `params` was otherwise answered `-32602` for a number in another
 /// member, and, read leniently, to an id it never sent (a wide id read as a double). Nothing of
@@ -46,7 +49,7 @@ pub fn around_params(
     max_values: usize,
     envelope: Envelope,
 ) -> Option<Value> {
-    use crate::mcp::numbers::{blanked, literals, same_but_params, wider_than_64_bits};
+    use crate::json_numbers::{blanked, literals, same_but_params, wider_than_64_bits};
     if !matches!(
         error,
         CanonError::UnsafeInteger { .. } | CanonError::NonFinite
@@ -90,6 +93,32 @@ pub fn around_params(
         },
     }
     Some(request)
+}
+
+/// An A2A body whose only fault is a number literal too large for a double, all of them in
+/// `params`, when it is a notification (no `id`): the message with its `params` dropped, for
+/// the envelope to be judged as a notification's whose `params` hold a wide integer (`202`
+/// when it is well-formed). `None` otherwise: a request is refused as before.
+pub(crate) fn a2a_notification(body: &[u8], max_values: usize) -> Option<Value> {
+    use crate::json_numbers::{blanked, infinite, literals, same_but_params};
+    let literals = literals(body, infinite);
+    if literals.is_empty() {
+        return None;
+    }
+    let as_null =
+        dialect::json::parse_bounded(&blanked(body, &literals, b"null"), max_values).ok()?;
+    let as_zero = dialect::json::parse_bounded(&blanked(body, &literals, b"0"), max_values).ok()?;
+    let Value::Object(mut message) = as_null.clone() else {
+        return None;
+    };
+    if message.contains_key("id") || !same_but_params(as_null, as_zero) {
+        return None;
+    }
+    message.remove("params")?;
+    // The rest is read strictly, as every A2A message is.
+    let message = Value::Object(message);
+    canon::to_vec(&message).ok()?;
+    Some(message)
 }
 
 /// How the rest of a request around its `params` is read, for [`params_error`].

@@ -77,6 +77,7 @@ pub mod extract;
 pub mod fallback;
 pub mod invalid_params;
 pub mod json_bounds;
+mod json_numbers;
 mod json_scan;
 pub mod limits;
 pub mod log_stream;

@@ -82,7 +82,7 @@ use crate::state::{AppState, InvokeFailure};
 mod jsonrpc;
 mod methods;
 mod modern;
-pub(crate) mod numbers;
+mod numbers;
 mod transport;
 
 use dialect::json::Unparsed;

@@ -97,7 +97,7 @@ pub(super) async fn received(
             )
             .or_else(|| {
                 (!not_json(&e))
-                    .then(|| crate::mcp::numbers::a2a_notification(&bytes, limit))
+                    .then(|| crate::invalid_params::a2a_notification(&bytes, limit))
                     .flatten()
             });
             if let Some(req) = around {

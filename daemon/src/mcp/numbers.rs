@@ -10,6 +10,7 @@ use broker_core::canon::{self, CanonError};
 use serde_json::Value;
 
 use super::jsonrpc::{classify, Message, Reply, INVALID_PARAMS};
+use crate::json_numbers::{blanked, infinite, literals, same_but_params, wider_than_64_bits};
 
 /// The reply to `body`, which serde_json refused, when the refusal is a number literal that
 /// overflows a double and the body is otherwise JSON; `None` when no such literal is in it.
@@ -53,16 +54,6 @@ fn request_id(message: Value) -> Option<Value> {
     }
 }
 
-/// Whether two readings of one request differ only inside `params`.
-pub(crate) fn same_but_params(mut a: Value, mut b: Value) -> bool {
-    let (Some(a), Some(b)) = (a.as_object_mut(), b.as_object_mut()) else {
-        return false;
-    };
-    a.remove("params");
-    b.remove("params");
-    a == b
-}
-
 /// What the canonical parser says of `literal` (as A2A words it), the literal cut if long.
 fn account(literal: &[u8]) -> String {
     match canon::parse(literal) {
@@ -71,19 +62,6 @@ fn account(literal: &[u8]) -> String {
         }
         _ => "a number too large for a 64-bit float".to_owned(),
     }
-}
-
-/// `body` with each of `literals` replaced by `with`, padded with spaces to its length
-/// (every literal that overflows a double has at least five bytes: `1e309`).
-pub(crate) fn blanked(body: &[u8], literals: &[Range<usize>], with: &[u8]) -> Vec<u8> {
-    let mut out = body.to_vec();
-    for r in literals {
-        let slot = &mut out[r.clone()];
-        slot.fill(b' ');
-        let n = with.len().min(slot.len());
-        slot[..n].copy_from_slice(&with[..n]);
-    }
-    out
 }
 
 /// `body` read with every number literal this server cannot take (one that overflows a
@@ -111,76 +89,9 @@ pub(super) fn without_requests(body: &[u8], max_values: usize) -> Option<Value> 
     none.then_some(read)
 }
 
-/// An A2A body whose only fault is a number literal too large for a double, all of them in
-/// `params`, when it is a notification (no `id`): the message with its `params` dropped, for
-/// the envelope to be judged as a notification's whose `params` hold a wide integer (`202`
-/// when it is well-formed). `None` otherwise: a request is refused as before.
-pub(crate) fn a2a_notification(body: &[u8], max_values: usize) -> Option<Value> {
-    let literals = literals(body, infinite);
-    if literals.is_empty() {
-        return None;
-    }
-    let as_null =
-        dialect::json::parse_bounded(&blanked(body, &literals, b"null"), max_values).ok()?;
-    let as_zero = dialect::json::parse_bounded(&blanked(body, &literals, b"0"), max_values).ok()?;
-    let Value::Object(mut message) = as_null.clone() else {
-        return None;
-    };
-    if message.contains_key("id") || !same_but_params(as_null, as_zero) {
-        return None;
-    }
-    message.remove("params")?;
-    // The rest is read strictly, as every A2A message is.
-    let message = Value::Object(message);
-    canon::to_vec(&message).ok()?;
-    Some(message)
-}
-
-/// Whether `text`, a number literal, overflows a double.
-fn infinite(text: &str) -> bool {
-    text.parse::<f64>().is_ok_and(f64::is_infinite)
-}
-
-/// Whether `text`, a number literal, is an integer outside −2^63 to 2^64−1.
-pub(crate) fn wider_than_64_bits(text: &str) -> bool {
-    !text.contains(['.', 'e', 'E']) && text.parse::<i64>().is_err() && text.parse::<u64>().is_err()
-}
-
 /// Where each number literal of `body` that overflows a double lies (outside strings).
 fn overflowing_literals(body: &[u8]) -> Vec<Range<usize>> {
     literals(body, infinite)
-}
-
-/// Where each number literal of `body` that `keep` holds lies (outside strings).
-pub(crate) fn literals(body: &[u8], keep: impl Fn(&str) -> bool) -> Vec<Range<usize>> {
-    let mut found = Vec::new();
-    let mut i = 0;
-    while i < body.len() {
-        match body[i] {
-            b'"' => {
-                // Past the string: a backslash takes the byte after it along.
-                i += 1;
-                while i < body.len() && body[i] != b'"' {
-                    i += if body[i] == b'\\' { 2 } else { 1 };
-                }
-                i += 1;
-            }
-            b'-' | b'0'..=b'9' => {
-                let start = i;
-                while i < body.len()
-                    && matches!(body[i], b'0'..=b'9' | b'-' | b'+' | b'.' | b'e' | b'E')
-                {
-                    i += 1;
-                }
-                let kept = std::str::from_utf8(&body[start..i]).is_ok_and(&keep);
-                if kept {
-                    found.push(start..i);
-                }
-            }
-            _ => i += 1,
-        }
-    }
-    found
 }
 
 #[cfg(test)]
