@@ -63,12 +63,10 @@ fn a_path_argument_naming_a_fifo_or_socket_is_declined_as_not_a_regular_file_and
             ),
             other => panic!("{effect} {payload}: not declined: {other:?}"),
         }
-        let started = std::time::Instant::now();
         assert_eq!(
             f.failed(effect, payload.clone()),
             format!("broker: {effect} refused: {why}")
         );
-        assert!(started.elapsed() < std::time::Duration::from_secs(2));
     }
     assert!(f.log().is_empty(), "the binary ran: {:?}", f.log());
 }
