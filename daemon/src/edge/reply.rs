@@ -102,18 +102,20 @@ pub struct Static;
 pub struct Client(Option<String>);
 
 impl Client {
-    /// The bearer token of the request's `Authorization` header, in lower case, or nobody
-    /// (no header, or one that is not a bearer token). The token, not the header as sent: the
-    /// header may spell one credential many ways (spaces and tabs around its fields, hex
-    /// digits in either case, which authenticate alike), and each spelling must not get a
-    /// share of its own. For requests already authenticated (their bodies are read only then);
-    /// before that, see [`Client::named`].
+    /// The credential of the request's `Authorization` header, by its credential id, or
+    /// nobody (no header, or one that is not a bearer token): the id, not the header as sent,
+    /// since the header may spell one credential many ways (spaces and tabs around its fields,
+    /// hex digits in either case, which authenticate alike), and each spelling must not get a
+    /// share of its own; and the same id [`Client::of_session`] keys by, so one credential is
+    /// one client whichever way it was named, and no token is kept as a key. For requests
+    /// already authenticated (their bodies are read only then); before that, see
+    /// [`Client::named`].
     pub fn of(headers: &HeaderMap) -> Client {
         let header = credential::authorization(headers).ok().flatten();
         Client(
             broker_core::session::parse_authorization(header)
                 .ok()
-                .map(str::to_ascii_lowercase),
+                .map(broker_core::session::credential_id),
         )
     }
 
@@ -377,7 +379,13 @@ mod tests {
     fn every_spelling_of_one_credential_is_one_client() {
         let token = "ab".repeat(32);
         let one = Client::of(&headers(&format!("Bearer {token}")));
-        assert_eq!(one, Client(Some(token.clone())));
+        // Keyed by the credential id, as a session's client is: never by the token itself.
+        assert_eq!(
+            one,
+            Client::of_session(Some(&crate::edge::credential::session_of(
+                &broker_core::session::credential_id(&token)
+            )))
+        );
         for spelling in [format!("Bearer\t{token}"), format!("Bearer  \t {token}")] {
             assert_eq!(Client::of(&headers(&spelling)), one, "{spelling:?}");
         }
