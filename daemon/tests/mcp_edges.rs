@@ -273,3 +273,54 @@ fn a_message_with_method_and_result_or_error_and_no_id_is_refused_400_not_both_u
         }
     }
 }
+
+/// Under 2026-07-28 a message without `id` is told apart as every revision tells it
+/// (`jsonrpc::classify`): only a well-formed notification is acknowledged; one with `method`
+/// beside `result`/`error` is refused naming that; anything else without `id` (no `jsonrpc`,
+/// a `method` that is no string or none, a response without the id it answers) is no single
+/// request or notification.
+#[test]
+fn a_message_without_id_under_2026_07_28_is_202_only_when_every_revision_takes_it_as_a_notification(
+) {
+    let d = Daemon::start(WS, &[]);
+    let token = d.session("ep1", &["Workspace.Read=worktree:5"]);
+    for body in [
+        r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#,
+        r#"{"jsonrpc":"2.0","method":"notifications/initialized","params":5}"#,
+    ] {
+        let a = post_as(&d, &token, "2026-07-28", body);
+        assert_eq!((a.status, a.text()), (202, String::new()), "{body}");
+    }
+    let not_one = json!({"jsonrpc": "2.0", "id": null, "error": {"code": -32600,
+        "message": "invalid request: the body must be a single JSON-RPC request or notification object under MCP-Protocol-Version 2026-07-28"}});
+    let not_both = json!({"jsonrpc": "2.0", "id": null, "error": {"code": -32600,
+        "message": r#"invalid request: a message is a request ("method") or a response ("result", "error"), not both"#}});
+    for (body, expected) in [
+        (r#"{"method":"notifications/initialized"}"#, &not_one),
+        (
+            r#"{"jsonrpc":"1.0","method":"notifications/initialized"}"#,
+            &not_one,
+        ),
+        (r#"{"jsonrpc":"2.0","method":5}"#, &not_one),
+        (r#"{"jsonrpc":"2.0"}"#, &not_one),
+        (r#"{"jsonrpc":"2.0","result":{}}"#, &not_one),
+        (
+            r#"{"jsonrpc":"2.0","error":{"code":1,"message":"m"}}"#,
+            &not_one,
+        ),
+        (
+            r#"{"jsonrpc":"2.0","method":"ping","result":{}}"#,
+            &not_both,
+        ),
+        (r#"{"method":"ping","result":{}}"#, &not_one),
+    ] {
+        let a = post_as(&d, &token, "2026-07-28", body);
+        assert_eq!(
+            (a.status, a.content_type.as_str()),
+            (400, "application/json"),
+            "{body}: {}",
+            a.text()
+        );
+        assert_eq!(&a.json(), expected, "{body}");
+    }
+}

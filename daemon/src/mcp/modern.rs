@@ -90,23 +90,18 @@ pub(super) async fn serve(
     let Value::Object(object) = &message else {
         return not_one_request();
     };
-    if !object.contains_key("id") {
-        // A notification: accepted and dropped, as the revision's transport prescribes.
-        let well_formed = object.get("jsonrpc").and_then(Value::as_str) == Some("2.0")
-            && object.get("method").is_some_and(Value::is_string);
+    // Without `id`, `classify` tells a notification (accepted and dropped, as the revision's
+    // transport prescribes) from a message that is none.
+    let notification = !object.contains_key("id");
+    let (id, method, params) = match jsonrpc::classify(message) {
+        Message::Ignored if notification => return StatusCode::ACCEPTED.into_response(),
         // Both a request and a response is neither, so no notification: refused as the older
         // revisions refuse it (a proxy reading it as a response would pass it on).
-        if well_formed && (object.contains_key("result") || object.contains_key("error")) {
-            return json_reply(&Reply::invalid_request(Value::Null, jsonrpc::NOT_BOTH));
+        Message::Unaccepted { why } if notification && why == jsonrpc::NOT_BOTH => {
+            return json_reply(&Reply::invalid_request(Value::Null, jsonrpc::NOT_BOTH))
         }
-        return if well_formed {
-            StatusCode::ACCEPTED.into_response()
-        } else {
-            not_one_request()
-        };
-    }
-    let (id, method, params) = match jsonrpc::classify(message) {
-        // A posted response, well-formed or not: clients must not send one on this revision.
+        // A posted response, well-formed or not (clients must not send one on this
+        // revision), or a message without `id` that is no notification.
         Message::Ignored | Message::Unaccepted { .. } => return not_one_request(),
         Message::Invalid { id, why } => return json_reply(&Reply::invalid_request(id, why)),
         Message::Request { id, method, params } => (id, method, params),
