@@ -521,7 +521,7 @@ fn check_input_schema(schema: &Value, plan: &PlanSpec) -> Result<(), SpecError> 
 }
 
 /// JSON Schema's type names: a client that validates results refuses a schema naming another.
-pub const JSON_SCHEMA_TYPES: [&str; 7] = [
+const JSON_SCHEMA_TYPES: [&str; 7] = [
     "object", "array", "string", "number", "integer", "boolean", "null",
 ];
 

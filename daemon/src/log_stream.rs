@@ -145,6 +145,9 @@ pub fn read_routes() -> Router<AppState> {
     Router::new().route("/v1/log/summaries", get(summaries))
 }
 
+/// What a `Last-Event-ID` the stream cannot read is refused with.
+const LAST_EVENT_ID: &str = "Last-Event-ID must be an entry index (a non-negative integer), optionally followed by a space and that entry's hash";
+
 /// `Last-Event-ID`: an index, or an index and the entry hash the client saw there (the event
 /// ids this stream sends).
 fn parse_last_event_id(text: &str) -> Result<(u64, Option<Ref>), ApiError> {
@@ -153,7 +156,10 @@ fn parse_last_event_id(text: &str) -> Result<(u64, Option<Ref>), ApiError> {
         Some((i, h)) => (i, Some(h.trim_start())),
         None => (text, None),
     };
-    let index = parse_index(index, "Last-Event-ID")?;
+    let index = index
+        .trim()
+        .parse()
+        .map_err(|_| ApiError::bad_request(LAST_EVENT_ID))?;
     let hash = hash
         .map(|h| {
             h.parse::<Ref>().map_err(|e| {
@@ -353,9 +359,9 @@ async fn stream(
         .map_err(|_| ApiError::bad_request("Last-Event-ID must be sent once"))?;
     let (start, seen) = match resumed {
         Some(v) => {
-            let text = v.to_str().map_err(|_| {
-                ApiError::bad_request("Last-Event-ID must be a non-negative integer")
-            })?;
+            let text = v
+                .to_str()
+                .map_err(|_| ApiError::bad_request(LAST_EVENT_ID))?;
             let (index, hash) = parse_last_event_id(text)?;
             (Some(index.saturating_add(1)), hash.map(|h| (index, h)))
         }

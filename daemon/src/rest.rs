@@ -5,8 +5,9 @@
 //! Reads require a valid session unless the daemon runs with `--open-reads` (then they are
 //! open, as in the reference). `/v1/health` is always open: it says nothing about the log's
 //! content. `/v1/metrics` is open unless `[server] metrics_for = "operators"`: it reads
-//! nothing from the store, but its call counters tell every call's tool and outcome, so an
-//! operator may keep them to operator credentials. What a session may read is
+//! nothing of the log's content (the store's size and state, the writer's counters), but its
+//! call counters tell every call's tool and outcome, so an operator may keep them to operator
+//! credentials. What a session may read is
 //! [`broker_core::access`]'s model: its episode's objects and the public ones; an operator
 //! reads everything. Another episode's object is answered exactly as an absent one.
 

@@ -641,7 +641,7 @@ async fn last_event_id_resumes_after_that_entry_and_from_starts_at_it() {
         (
             "",
             vec![("last-event-id", "two")],
-            "Last-Event-ID must be a non-negative integer",
+            "Last-Event-ID must be an entry index (a non-negative integer), optionally followed by a space and that entry's hash",
         ),
     ] {
         let res = h

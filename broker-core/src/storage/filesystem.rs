@@ -90,7 +90,7 @@ fn named_fuse(kind: &str) -> Option<&'static str> {
 /// Whether `dir` lies on a filesystem mounted read-only (a snapshot, a backup medium), or one
 /// that refuses writing though mounted for it: a store there can be opened only
 /// [`read_only`](super::StoreOptions::read_only).
-pub fn mounted_read_only(dir: &Path) -> bool {
+pub fn refuses_writes(dir: &Path) -> bool {
     use std::os::unix::ffi::OsStrExt;
     let Ok(path) = std::ffi::CString::new(dir.as_os_str().as_bytes()) else {
         return false;

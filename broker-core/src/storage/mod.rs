@@ -30,7 +30,7 @@ mod durable_waits;
 mod fault;
 pub use fault::{crashed_reading, opening, say_faults_in_store_maps, Opening};
 mod filesystem;
-pub use filesystem::mounted_read_only;
+pub use filesystem::refuses_writes;
 mod map;
 mod mapping;
 mod reply;
@@ -56,7 +56,7 @@ pub use reply::Submitted;
 pub use resident::DEFAULT_RESIDENT_BYTES;
 use table::RawDb;
 pub(crate) use table::{Seq, Table};
-pub use writer::{CommitObserver, FailingWrites, WriterStats};
+pub use writer::{CommitObserver, WriterStats};
 use writer::{Job, ObserverSlot, Write, Writer};
 
 /// LMDB reader slots: read transactions open at once, over every process of the store.
@@ -494,6 +494,10 @@ impl<'a, 't> WriteCtx<'a, 't> {
 struct Inner {
     env: Env<WithoutTls>,
     dbs: Arc<[RawDb]>,
+    /// The meta table (the schema stamp), for [`restamp`]; `None` on a read-only store.
+    meta: Option<RawDb>,
+    /// The [`restamp`] queued last: [`Store::watch`] queues no other until it has settled.
+    restamping: Mutex<Option<Submitted<(), StoreError>>>,
     state: Arc<LayoutState>,
     names: &'static [&'static str],
     path: PathBuf,
@@ -988,15 +992,14 @@ fn restamp(w: &mut WriteCtx<'_, '_>, meta: RawDb) -> Result<(), StoreError> {
 }
 
 /// Open the layout's tables, creating any that is absent, in one write transaction that also
-/// stamps a `new` store with the layout's version. The meta table follows the layout's tables
-/// (for [`restamp`]).
+/// stamps a `new` store with the layout's version; and the meta table (for [`restamp`]).
 fn open_tables(
     env: &Env<WithoutTls>,
     dir: &Path,
     layout: &'static Layout,
     new: bool,
     map_size: usize,
-) -> Result<Arc<[RawDb]>, StoreError> {
+) -> Result<(Arc<[RawDb]>, RawDb), StoreError> {
     // The tables of a store that exists are only looked up in its main table here, which is a
     // read: what a read meets there is damage as anywhere else.
     let heed_err = |e| match e {
@@ -1027,7 +1030,12 @@ fn open_tables(
         .map_err(heed_err)?
         .commit()
         .ok_or_else(|| StoreError::Lmdb("database creation aborted".into()))?;
-    Ok(dbs.into())
+    // Opened with the others so that the commit hands it over too; kept apart from them.
+    let mut dbs = dbs;
+    let meta = dbs
+        .pop()
+        .ok_or_else(|| StoreError::Lmdb("the meta table was not opened".into()))?;
+    Ok((dbs.into(), meta))
 }
 
 /// The layout's tables opened in a read transaction, for a store opened read-only (its version
@@ -1152,19 +1160,20 @@ impl Store {
         }
 
         let new = check_or_upgrade_version(&env, layout, dir, shared, read_only, map_size)?;
-        let dbs = if read_only {
-            open_tables_read_only(&env, layout, map_size)?
+        let (dbs, meta) = if read_only {
+            (open_tables_read_only(&env, layout, map_size)?, None)
         } else {
-            open_tables(&env, dir, layout, new, map_size)?
+            let (dbs, meta) = open_tables(&env, dir, layout, new, map_size)?;
+            (dbs, Some(meta))
         };
         let map = map_lock(&env, dir, at, limits, noted, opened);
-        Store::start(env, dbs, layout, dir, map_size, map, read_only)
+        Store::start(env, (dbs, meta), layout, dir, map_size, map, read_only)
     }
 
     /// Start the writer thread over the opened tables and hand out the store.
     fn start(
         env: Env<WithoutTls>,
-        dbs: Arc<[RawDb]>,
+        (dbs, meta): (Arc<[RawDb]>, Option<RawDb>),
         layout: &'static Layout,
         dir: &Path,
         map_size: usize,
@@ -1218,6 +1227,8 @@ impl Store {
             inner: Arc::new(Inner {
                 env,
                 dbs,
+                meta,
+                restamping: Mutex::new(None),
                 state,
                 names: layout.tables,
                 path: dir.to_path_buf(),
@@ -1290,7 +1301,7 @@ impl Store {
 
     /// Whether the store's last commit or sync failed for its disk (no space, a read-only
     /// filesystem, an I/O error), and none has been made durable since
-    /// ([`FailingWrites`]).
+    /// ([`writer::FailingWrites`]).
     pub fn writes_failing(&self) -> bool {
         self.inner.stats.failing.now()
     }
@@ -1367,8 +1378,16 @@ impl Store {
             // Nothing else commits while every call fails on the disk: a look writes one page
             // (the schema stamp, as it is) and syncs it, so that health says when the disk
             // takes writes again, not only at the next call.
-            if let Some(&meta) = inner.dbs.get(inner.names.len()) {
-                drop(self.submit(move |w: &mut WriteCtx<'_, '_>| restamp(w, meta)));
+            // One at a time: a sync that hangs on the failing disk must not pile them up. The
+            // one queued last is looked at (never waited for) at the next look.
+            if let (Some(meta), Ok(mut queued)) = (inner.meta, inner.restamping.lock()) {
+                let settled = queued.as_mut().is_none_or(|q| {
+                    let mut cx = std::task::Context::from_waker(std::task::Waker::noop());
+                    std::future::Future::poll(std::pin::Pin::new(q), &mut cx).is_ready()
+                });
+                if settled {
+                    *queued = Some(self.submit(move |w: &mut WriteCtx<'_, '_>| restamp(w, meta)));
+                }
             }
         }
         match inner.env.clear_stale_readers() {

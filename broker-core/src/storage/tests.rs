@@ -1118,7 +1118,7 @@ fn a_look_at_a_store_whose_writes_failed_clears_the_failure_once_a_write_succeed
     );
     let stamp = store
         .read(|r| {
-            let meta = r.dbs[store.inner.names.len()];
+            let meta = store.inner.meta.unwrap();
             Ok::<_, StoreError>(
                 meta.get(r.txn, VERSION_KEY.as_bytes())
                     .unwrap()

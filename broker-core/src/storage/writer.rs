@@ -136,8 +136,8 @@ pub struct WriterStats {
     pub stale_readers_cleared: AtomicU64,
     /// Whether the store's last commit or sync failed for its disk (no space, a filesystem
     /// turned read-only, an I/O error): set by the batch that failed, cleared by the next one
-    /// made durable ([`WriterStats::writes_failing`]).
-    pub failing: FailingWrites,
+    /// made durable ([`super::Store::writes_failing`]).
+    pub(crate) failing: FailingWrites,
 }
 
 /// The store's writes failing for its disk, as the last batch found: monitoring that asks the
@@ -145,13 +145,13 @@ pub struct WriterStats {
 /// call failed alone (a filesystem an I/O error turned read-only never recovers by itself, and
 /// a thin-provisioned disk refuses writes that `statvfs` still has room for).
 #[derive(Debug, Default)]
-pub struct FailingWrites {
+pub(crate) struct FailingWrites {
     failing: std::sync::atomic::AtomicBool,
 }
 
 impl FailingWrites {
     /// Whether the last batch's commit or sync failed for the disk.
-    pub fn now(&self) -> bool {
+    pub(crate) fn now(&self) -> bool {
         self.failing.load(Ordering::Acquire)
     }
 

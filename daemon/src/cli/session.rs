@@ -307,7 +307,7 @@ pub fn open_existing(db: &Path) -> Result<Store, Failure> {
 /// store is read as it is (said once on stderr), a schema-1 store is refused, and
 /// `worldd serve` upgrades either.
 pub fn open_to_read(db: &Path) -> Result<Store, Failure> {
-    let read_only = broker_core::store::mounted_read_only(db);
+    let read_only = broker_core::store::refuses_writes(db);
     let open = || {
         open_with(
             db,
