@@ -240,17 +240,10 @@ fn prepare(db: &Path, dest: &Path) -> Result<(Dir, bool), BackupError> {
     // As `serve` refuses for a store: in a directory every user may write without the sticky
     // bit, anyone could rename the finished copy away and put their own under its name, which
     // a restore would then bring back as a checked backup.
-    let parent = match dest.parent() {
-        Some(p) if !p.as_os_str().is_empty() => p,
-        _ => Path::new("."),
-    };
-    if let Some(mode) = fs::metadata(parent)
-        .ok()
-        .and_then(|m| crate::plugins::writers::anyone_could_swap(&m))
-    {
+    if let Some((parent, mode)) = swappable_above(dest) {
         return Err(BackupError::LooseParent {
             dest: dest.to_path_buf(),
-            parent: parent.to_path_buf(),
+            parent,
             mode,
         });
     }
@@ -275,6 +268,40 @@ fn prepare(db: &Path, dest: &Path) -> Result<(Dir, bool), BackupError> {
         let _ = fs::remove_dir(dest);
     }
     Ok((opened?, made))
+}
+
+/// The nearest directory above `path` that every user may write without the sticky bit, and
+/// its mode: anyone may rename whatever lies in it, and so swap the whole subtree `path` is
+/// in, however many levels down (`mv open/sub open/x && mkdir open/sub`), not only a `path`
+/// directly inside it. Every directory up to `/` is looked at: those of `path` as given, then,
+/// for a relative one, those of the working directory.
+pub fn swappable_above(path: &Path) -> Option<(PathBuf, u32)> {
+    let given = path
+        .ancestors()
+        .skip(1)
+        .filter(|p| !p.as_os_str().is_empty())
+        .map(Path::to_path_buf);
+    let cwd = path
+        .is_relative()
+        .then(std::env::current_dir)
+        .and_then(Result::ok)
+        .map(|cwd| cwd.ancestors().map(Path::to_path_buf).collect::<Vec<_>>())
+        .unwrap_or_default();
+    // `.` stands for the working directory where `path` is a bare name.
+    let bare = path.is_relative() && path.parent().is_none_or(|p| p.as_os_str().is_empty());
+    let dot = bare.then(|| PathBuf::from("."));
+    given
+        .chain(dot)
+        .chain(cwd.into_iter().skip(usize::from(bare)))
+        .find_map(|dir| {
+            // Only a directory holds anything (a device such as /dev/null is 0666, and holds
+            // nothing: what lies "below" it is said not to be there).
+            let mode = fs::metadata(&dir)
+                .ok()
+                .filter(fs::Metadata::is_dir)
+                .and_then(|m| crate::plugins::writers::anyone_could_swap(&m))?;
+            Some((dir, mode))
+        })
 }
 
 /// Refuse a destination inside (or being) a running daemon's workspace root or store, any

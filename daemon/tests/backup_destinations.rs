@@ -249,3 +249,43 @@ fn a_backup_into_or_inside_a_running_daemons_workspace_root_is_refused_naming_it
     assert_eq!(get(&a.url("/v1/health"), None).status, 200);
     assert_eq!(get(&c.url("/v1/health"), None).status, 200);
 }
+
+/// Only the destination's own parent was looked at: a destination one level below a directory
+/// every user may write without the sticky bit was accepted, though anyone could rename the
+/// directory between (`mv open/sub open/x && mkdir open/sub`) and swap the finished copy with
+/// it. Every directory above is looked at; the nearest such one is named.
+#[test]
+fn a_backup_below_a_directory_every_user_may_write_however_deep_is_refused_naming_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let db = d.join("db");
+    store_with_state(&db, 1);
+    let open = d.join("open");
+    std::fs::create_dir_all(open.join("sub/deeper")).unwrap();
+    set_mode(&open, 0o777);
+    for dest in [open.join("sub/bk"), open.join("sub/deeper/bk")] {
+        let out = run_to_exit(&mut backup(d, &db, &dest), Duration::from_secs(60));
+        assert_eq!(
+            String::from_utf8_lossy(&out.stderr),
+            format!(
+                "worldd: backup: destination {}: refusing it inside {}, a directory every user may write, without the sticky bit (mode 0777): anyone could swap it for their own; `chmod o-w {}`\n",
+                dest.display(),
+                open.display(),
+                open.display()
+            )
+        );
+        assert_eq!(out.status.code(), Some(1));
+        assert!(!dest.exists());
+    }
+    // Sticky (as /tmp is), nobody may rename what is not theirs: the backup is made.
+    set_mode(&open, 0o1777);
+    let dest = open.join("sub/deeper/bk");
+    let out = run_to_exit(&mut backup(d, &db, &dest), Duration::from_secs(60));
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(dest.join("data.mdb").is_file());
+}

@@ -513,6 +513,64 @@ fn a_failed_start_leaves_no_store_files_in_the_existing_empty_directory_it_was_g
     assert!(db.join("data.mdb").is_file());
 }
 
+/// A store one level (or more) below a directory every user may write without the sticky bit
+/// was served: only its own parent was looked at, though anyone could rename the directory
+/// between and swap the whole store. Refused at start, naming that directory, nothing made;
+/// the same for the workspace root. Under a sticky one (as /tmp) it serves.
+#[test]
+fn a_store_or_workspace_root_below_a_directory_every_user_may_write_however_deep_is_refused() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    std::fs::create_dir(d.join("no-plugins")).unwrap();
+    let open = d.join("open");
+    std::fs::create_dir_all(open.join("sub")).unwrap();
+    std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let db = open.join("sub/db");
+    let args = |db: &Path, root: &Path| {
+        [
+            "--db",
+            path_str(db),
+            "--workspace-root",
+            path_str(root),
+            "--bind",
+            "127.0.0.1:0",
+            "--plugin-dir",
+            path_str(&d.join("no-plugins")),
+        ]
+        .map(str::to_owned)
+    };
+    let r = refused_start(&args(&db, &d.join("wt")), d);
+    assert_eq!(r.code, Some(2), "{}", r.stderr);
+    assert_eq!(
+        r.line,
+        format!(
+            "worldd: daemon startup failed at store-open: store {}: refusing it inside {}, a directory every user may write, without the sticky bit (mode 0777): anyone could swap it for their own; `chmod o-w {}`",
+            db.display(),
+            open.display(),
+            open.display()
+        )
+    );
+    assert!(!db.exists());
+    assert!(!d.join("wt").exists());
+    let root = open.join("sub/wt");
+    let r = refused_start(&args(&d.join("db"), &root), d);
+    assert_eq!(r.code, Some(2), "{}", r.stderr);
+    assert_eq!(
+        r.line,
+        format!(
+            "worldd: daemon startup failed at config: workspace root {}: refusing it inside {}, a directory every user may write, without the sticky bit (mode 0777): anyone could swap it for their own; `chmod o-w {}`",
+            root.display(),
+            open.display(),
+            open.display()
+        )
+    );
+    assert!(!d.join("db").exists());
+    std::fs::set_permissions(&open, std::fs::Permissions::from_mode(0o1777)).unwrap();
+    let daemon = Daemon::spawn(tempfile::tempdir().unwrap(), serve_on(d, &db, &root, &[]));
+    assert_eq!(get(&daemon.url("/v1/health"), None).status, 200);
+}
+
 /// A store or workspace root whose path is not UTF-8 was served, and the plugins, told the
 /// path as text with U+FFFD in place of its bytes, worked in another directory (a worktree
 /// "that does not exist", plugin state in a sibling directory outside the store). It is

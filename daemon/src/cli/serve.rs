@@ -1211,47 +1211,43 @@ pub(super) fn refuse_loose_store(db: &std::path::Path) -> Result<(), String> {
 /// belongs to a user other than this process's and root (whose write is the owner's grant,
 /// allowed as for a library; a sticky bit does not help, since in a sticky directory anyone
 /// may still make a name not yet there, such as `plugin-state` or a new episode's worktree);
-/// or every user may write the directory holding it, which is not sticky, so anyone could
-/// swap `dir` itself. A `dir` not there yet is made by this process, 0700.
+/// or every user may write a directory above it (at any depth), which is not sticky, so anyone
+/// could swap `dir` or the subtree it lies in. A `dir` not there yet is made by this process,
+/// 0700: only the directories above it are looked at.
 pub(super) fn refuse_loose_dir(what: &str, dir: &std::path::Path) -> Result<(), String> {
-    use crate::plugins::writers::{another_could_write, anyone_could_swap, OtherWriter};
+    use crate::plugins::writers::{another_could_write, OtherWriter};
     use std::os::unix::fs::MetadataExt;
-    let Ok(meta) = std::fs::metadata(dir) else {
-        return Ok(());
-    };
+    let shown = dir.display();
+    let meta = std::fs::metadata(dir).ok();
     // A file, a device or a FIFO in its place is said by the store's open (or the root's
     // check) as not a directory: /dev/null is 0666, and `chmod 700` of it breaks the machine.
-    if !meta.is_dir() {
+    if meta.as_ref().is_some_and(|m| !m.is_dir()) {
         return Ok(());
     }
-    let shown = dir.display();
     let pasted = crate::backup::shell_word(dir);
-    match another_could_write(&meta) {
-        Some(OtherWriter::Everyone { mode }) => {
+    let writer = meta
+        .as_ref()
+        .and_then(|m| Some((another_could_write(m)?, m.mode() & 0o7777)));
+    match writer {
+        Some((OtherWriter::Everyone { mode }, _)) => {
             return Err(format!(
                 "{what} {shown}: refusing a directory every user may write (mode {mode:04o}): another user could put or swap what worldd keeps and runs there; `chmod 700 {pasted}`"
             ))
         }
-        Some(OtherWriter::Owner { uid, me }) => {
+        Some((OtherWriter::Owner { uid, me }, mode)) => {
             return Err(format!(
-                "{what} {shown}: refusing a directory owned by uid {uid}, neither this process's user (uid {me}) nor root (mode {:04o}): that user could put or swap what worldd keeps and runs there; run worldd as its owner, or if what it holds is yours, `chown -R {me} {pasted}`",
-                meta.mode() & 0o7777
+                "{what} {shown}: refusing a directory owned by uid {uid}, neither this process's user (uid {me}) nor root (mode {mode:04o}): that user could put or swap what worldd keeps and runs there; run worldd as its owner, or if what it holds is yours, `chown -R {me} {pasted}`"
             ))
         }
         None => {}
     }
-    let parent = match dir.parent() {
-        Some(p) if !p.as_os_str().is_empty() => p,
-        _ => std::path::Path::new("."),
-    };
-    if let Some(mode) = std::fs::metadata(parent)
-        .ok()
-        .and_then(|m| anyone_could_swap(&m))
-    {
+    // Any directory above, not only the parent: anyone could swap the subtree it lies in. A
+    // `dir` not made yet too: it would be made there.
+    if let Some((parent, mode)) = crate::backup::swappable_above(dir) {
         return Err(format!(
             "{what} {shown}: refusing it inside {}, a directory every user may write, without the sticky bit (mode {mode:04o}): anyone could swap it for their own; `chmod o-w {}`",
             parent.display(),
-            crate::backup::shell_word(parent)
+            crate::backup::shell_word(&parent)
         ));
     }
     Ok(())
