@@ -14,6 +14,7 @@
 //! | [`output`] | outputs stamped with `tool` and `policy_digest`, `{"ok":false,"refused":…}`, Go-style errno texts |
 //! | [`config`] | the operator's config object (`null` = `{}`, unknown keys refused) |
 //! | [`manifest`] | embedded transition documents, parsed |
+//! | [`file_identity`] (Unix) | `FileIdentity::of(&Metadata)`: whether a file is still the one that was read (device, inode, size, mtime, ctime); cap-std's `Metadata` too with feature `cap-std` |
 //! | `identity` (feature `identity`) | the `tool` ref of the plugin's own library via `dladdr` (`tool_ref!`), SHA-256 helpers |
 //! | `protect` (feature `protect`) | when two path names count as the same name (NFKC, case folding) |
 //! | `beneath` (feature `protect`) | where a relative path really leads beneath a root: symlinks read, not followed; escapes and a changing tree said as such |
@@ -187,6 +188,8 @@
 
 pub mod config;
 pub mod effect;
+#[cfg(unix)]
+pub mod file_identity;
 pub mod manifest;
 pub mod output;
 pub mod request;

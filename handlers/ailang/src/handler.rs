@@ -13,6 +13,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use handler_kit::beneath::{self, End, HostDir, Kind as EntryKind, WalkError};
+use handler_kit::file_identity::FileIdentity;
 use handler_kit::identity::sha256_file;
 use handler_kit::output::{errno_text, refusal, stamped};
 use handler_kit::protect::{git_component, named_like_git, GIT_UNREAD};
@@ -126,30 +127,6 @@ pub const UNRUNNABLE: &str = "the ailang binary this daemon runs is missing or n
 /// log names the file and both digests).
 pub const ARCHIVE_CHANGED: &str = "the ailang binary this daemon runs was changed after it was archived, so no output could name the bytes that ran; an operator must restart worldd to archive it again";
 
-/// What `stat` said of the archived copy when its bytes were last hashed. An in-place rewrite
-/// changes its mtime and ctime, a swap its inode: any change, and the bytes are hashed again
-/// before they run under `tool` (one `stat` per call otherwise).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-struct Seen {
-    dev: u64,
-    ino: u64,
-    size: u64,
-    mtime: (i64, i64),
-    ctime: (i64, i64),
-}
-
-impl Seen {
-    fn of(meta: &fs::Metadata) -> Seen {
-        Seen {
-            dev: meta.dev(),
-            ino: meta.ino(),
-            size: meta.size(),
-            mtime: (meta.mtime(), meta.mtime_nsec()),
-            ctime: (meta.ctime(), meta.ctime_nsec()),
-        }
-    }
-}
-
 /// Why `ailang policy-tool` gave no reply.
 #[derive(Debug)]
 enum ToolError {
@@ -187,7 +164,7 @@ pub struct AilangHandler {
     /// The archived copy of the operator's binary: what actually runs.
     bin: PathBuf,
     /// The archived copy as `stat` saw it when its bytes were last found to be `tool`'s.
-    seen: Mutex<Option<Seen>>,
+    seen: Mutex<Option<FileIdentity>>,
     tool: String,
     version: String,
     examples_dir: Option<PathBuf>,
@@ -419,7 +396,7 @@ impl AilangHandler {
         }
         let (bin, hex) = archive(&config.bin, &state_dir.join("bin"))?;
         // Stat'ed after the hash: a change in between shows as a difference at the first call.
-        let seen = fs::metadata(&bin).ok().map(|m| Seen::of(&m));
+        let seen = fs::metadata(&bin).ok().map(|m| FileIdentity::of(&m));
         let memory = config.memory_mib << 20;
 
         // Probe: a binary that cannot even report its version would fail every call; say so
@@ -529,7 +506,7 @@ impl AilangHandler {
     /// it says costs a hash. A copy that cannot be stat'ed or read is left to [`Self::unrunnable`]
     /// and the spawn, which say what is wrong with it.
     fn archive_changed(&self) -> Option<String> {
-        let now = Seen::of(&fs::metadata(&self.bin).ok()?);
+        let now = FileIdentity::of(&fs::metadata(&self.bin).ok()?);
         let mut seen = self.seen.lock().unwrap_or_else(PoisonError::into_inner);
         if *seen == Some(now) {
             return None;

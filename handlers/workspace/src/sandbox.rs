@@ -88,28 +88,9 @@ pub enum PathError {
     Modified,
 }
 
-/// What `fstat` says of a regular file that makes it the one that was read: an in-place write
-/// changes its size, mtime or ctime; a replacement, its device and inode.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Identity {
-    dev: u64,
-    ino: u64,
-    size: u64,
-    mtime: (i64, i64),
-    ctime: (i64, i64),
-}
-
-impl Identity {
-    fn of(md: &cap_std::fs::Metadata) -> Identity {
-        Identity {
-            dev: md.dev(),
-            ino: md.ino(),
-            size: md.len(),
-            mtime: (md.mtime(), md.mtime_nsec()),
-            ctime: (md.ctime(), md.ctime_nsec()),
-        }
-    }
-}
+/// The file an edit read, as `fstat` saw it: an in-place write changes its size, mtime or
+/// ctime; a replacement, its device and inode.
+pub use handler_kit::file_identity::FileIdentity as Identity;
 
 /// Directories a write made, each with a handle on the directory holding it, outermost
 /// first: removed again (deepest first, only while empty) when the write then fails, so a
