@@ -44,7 +44,11 @@ impl FailingDisk {
                 .status()
                 .is_ok_and(|s| s.success());
         let disk = FailingDisk { at, _back: back };
-        mounted.then_some(disk)
+        if !mounted {
+            drop(disk);
+            return mount_failed("making and loop-mounting an ext4 image");
+        }
+        Some(disk)
     }
 
     /// Fail the filesystem as an I/O error does: ext4 turns itself read-only.

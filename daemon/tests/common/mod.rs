@@ -493,8 +493,18 @@ pub fn refused_start_by<S: AsRef<std::ffi::OsStr>>(
     }
 }
 
+/// A test that needs to mount (root) and could not: `None`, and the test skips, unless
+/// `WORLDD_TESTS_REQUIRE_MOUNTS` is set (CI runs as root), where a skip would report a pass
+/// for a test that never ran.
+pub fn mount_failed<T>(what: &str) -> Option<T> {
+    if std::env::var_os("WORLDD_TESTS_REQUIRE_MOUNTS").is_some_and(|v| !v.is_empty()) {
+        panic!("{what} failed, and WORLDD_TESTS_REQUIRE_MOUNTS is set");
+    }
+    None
+}
+
 /// A small tmpfs mounted on a temporary directory, unmounted on drop: a real filesystem that
-/// runs out of space. `None` when this process may not mount (not root).
+/// runs out of space. `None` when this process may not mount (not root; see [`mount_failed`]).
 pub struct Tmpfs {
     pub dir: tempfile::TempDir,
 }
@@ -516,7 +526,10 @@ impl Tmpfs {
             .stderr(Stdio::null())
             .status()
             .is_ok_and(|s| s.success());
-        ok.then_some(Tmpfs { dir })
+        if !ok {
+            return mount_failed("mounting a tmpfs");
+        }
+        Some(Tmpfs { dir })
     }
 }
 
@@ -545,12 +558,16 @@ impl BindMount {
                 .is_ok_and(|s| s.success())
         };
         if !run(&["--bind".as_ref(), source.as_os_str(), at.as_os_str()]) {
-            return None;
+            return mount_failed("a bind mount");
         }
         let mount = BindMount {
             at: at.to_path_buf(),
         };
-        run(&["-o".as_ref(), "remount,bind,ro".as_ref(), at.as_os_str()]).then_some(mount)
+        if !run(&["-o".as_ref(), "remount,bind,ro".as_ref(), at.as_os_str()]) {
+            drop(mount);
+            return mount_failed("remounting a bind mount read-only");
+        }
+        Some(mount)
     }
 }
 
