@@ -163,8 +163,10 @@ enum Kind {
 pub struct AilangHandler {
     /// The archived copy of the operator's binary: what actually runs.
     bin: PathBuf,
-    /// The archived copy as `stat` saw it when its bytes were last found to be `tool`'s.
-    seen: Mutex<Option<FileIdentity>>,
+    /// The archived copy as `stat` saw it when its bytes were last hashed, and their digest
+    /// (`sha256:…`, `tool` or not): a copy `stat` says is unchanged since is not hashed again,
+    /// whether its bytes were `tool`'s or another's.
+    seen: Mutex<Option<(FileIdentity, String)>>,
     tool: String,
     version: String,
     examples_dir: Option<PathBuf>,
@@ -396,7 +398,9 @@ impl AilangHandler {
         }
         let (bin, hex) = archive(&config.bin, &state_dir.join("bin"))?;
         // Stat'ed after the hash: a change in between shows as a difference at the first call.
-        let seen = fs::metadata(&bin).ok().map(|m| FileIdentity::of(&m));
+        let seen = fs::metadata(&bin)
+            .ok()
+            .map(|m| (FileIdentity::of(&m), format!("sha256:{hex}")));
         let memory = config.memory_mib << 20;
 
         // Probe: a binary that cannot even report its version would fail every call; say so
@@ -508,16 +512,19 @@ impl AilangHandler {
     fn archive_changed(&self) -> Option<String> {
         let now = FileIdentity::of(&fs::metadata(&self.bin).ok()?);
         let mut seen = self.seen.lock().unwrap_or_else(PoisonError::into_inner);
-        if *seen == Some(now) {
-            return None;
-        }
-        let digest = format!("sha256:{}", sha256_file(&self.bin).ok()?);
-        if digest == self.tool {
-            // Touched, not changed (a chmod, a copy of the same bytes).
-            *seen = Some(now);
-            return None;
-        }
-        Some(digest)
+        let digest = match &*seen {
+            Some((at, digest)) if *at == now => digest.clone(),
+            // Changed since it was last hashed (or never stat'ed): hashed once for this state,
+            // changed bytes included, so a copy that stays changed costs a `stat` per call,
+            // not a hash of the whole binary.
+            _ => {
+                let digest = format!("sha256:{}", sha256_file(&self.bin).ok()?);
+                *seen = Some((now, digest.clone()));
+                digest
+            }
+        };
+        // Equal to `tool`: touched, not changed (a chmod, a copy of the same bytes).
+        (digest != self.tool).then_some(digest)
     }
 
     /// The log's line for an archived copy whose bytes are now `digest`.

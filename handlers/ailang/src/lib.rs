@@ -42,8 +42,10 @@
 //! skips the preflight. Every effect is also declined ([`UNRUNNABLE`], the log naming the file
 //! and [`RESTART`]) when the archived binary has been removed or lost its execute bit since
 //! start: every call would fail before anything ran; and ([`ARCHIVE_CHANGED`]) when its bytes
-//! are no longer those `tool` names (a `stat` per call, a hash when what it says changed), so
-//! no output is stamped with bytes that did not run.
+//! are no longer those `tool` names, checked before each call (a `stat` per call; a hash only
+//! when what `stat` says changed since the last hash, so a copy that stays changed is hashed
+//! once). The check and the start are both by path: bytes written into the copy between the
+//! check of a call and its start are not seen by that call, only by the next.
 //!
 //! # Failures (effect `failed`, nothing runs)
 //!

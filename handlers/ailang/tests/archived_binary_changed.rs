@@ -87,3 +87,90 @@ fn an_archived_binary_changed_after_start_is_declined_and_never_runs_under_the_o
     assert_eq!(out["tool"], f.tool());
     assert!(f.log().len() > ran);
 }
+
+/// The opens of one file, as inotify reports them (`IN_OPEN`; a `stat` opens nothing).
+struct Opens(std::os::fd::OwnedFd);
+
+impl Opens {
+    fn watch(path: &std::path::Path) -> Opens {
+        use std::os::fd::FromRawFd;
+        // SAFETY: no pointer arguments; the result is checked before use.
+        let fd = unsafe { libc::inotify_init1(libc::IN_NONBLOCK | libc::IN_CLOEXEC) };
+        assert!(
+            fd >= 0,
+            "inotify_init1: {}",
+            std::io::Error::last_os_error()
+        );
+        // SAFETY: `fd` was just returned by inotify_init1 and is owned by nothing else.
+        let owned = unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) };
+        let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).unwrap();
+        // SAFETY: `c` is a NUL-terminated path that outlives the call.
+        let wd = unsafe { libc::inotify_add_watch(fd, c.as_ptr(), libc::IN_OPEN) };
+        assert!(
+            wd >= 0,
+            "inotify_add_watch: {}",
+            std::io::Error::last_os_error()
+        );
+        Opens(owned)
+    }
+
+    /// The opens since the last look (read at once: inotify folds identical events that are
+    /// still unread into one).
+    fn since(&self) -> usize {
+        use std::os::fd::AsRawFd;
+        let mut n = 0;
+        let mut buf = [0u8; 4096];
+        loop {
+            // SAFETY: `buf` is writable for its whole length, and the fd is open.
+            let got = unsafe { libc::read(self.0.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) };
+            if got <= 0 {
+                return n;
+            }
+            // Events on the watched file itself carry no name: each is one `inotify_event`.
+            let size = std::mem::size_of::<libc::inotify_event>();
+            let mut at = 0;
+            while at + size <= got as usize {
+                // SAFETY: the kernel wrote a whole event at `at`; read unaligned from the bytes.
+                let ev: libc::inotify_event =
+                    unsafe { std::ptr::read_unaligned(buf[at..].as_ptr().cast()) };
+                if ev.mask & libc::IN_OPEN != 0 {
+                    n += 1;
+                }
+                at += size + ev.len as usize;
+            }
+        }
+    }
+}
+
+/// Once the copy had changed, the digest of its changed bytes was not remembered: every later
+/// call (each one declined) hashed the whole binary again. A copy that stays changed is hashed
+/// once; the calls after that only `stat` it, and are declined the same.
+#[test]
+fn an_archived_binary_that_stays_changed_is_hashed_once_not_at_every_call() {
+    let f = Fixture::hosted(
+        json!({}),
+        Host::from_services(Arc::new(LogLines::default())),
+    );
+    f.put("a.ail", HELLO);
+    let archived = f.handler.binary().to_path_buf();
+    let mut tampered = fs::read(&archived).unwrap();
+    tampered.extend_from_slice(b"\n# TAMPERED\n");
+    rewrite_in_place(&archived, &tampered);
+    let opens = Opens::watch(&archived);
+    let mut hashed = Vec::new();
+    for _ in 0..4 {
+        match f
+            .handler
+            .preflight(&f.request(CHECK, json!({"op": "ai_check", "path": "a.ail"})))
+        {
+            Preflight::Decline(answer) => assert_eq!(
+                Value::Object(answer),
+                json!({"ok": false, "refused": ARCHIVE_CHANGED})
+            ),
+            other => panic!("not declined: {other:?}"),
+        }
+        hashed.push(opens.since());
+    }
+    assert_eq!(hashed, [1, 0, 0, 0], "opens of the archived copy per call");
+    assert!(f.log().is_empty(), "the changed binary ran");
+}
