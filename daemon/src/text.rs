@@ -50,35 +50,21 @@ pub fn shell_path(path: &std::path::Path) -> String {
     use std::os::unix::ffi::OsStrExt;
     match path.to_str() {
         Some(text) => shell_word(text).into_owned(),
-        None => {
-            let bytes = path.as_os_str().as_bytes();
-            let mut out = String::from("$'");
-            if bytes.first() == Some(&b'-') {
-                out.push_str("./");
-            }
-            for &b in bytes {
-                match b {
-                    b'\\' | b'\'' => {
-                        out.push('\\');
-                        out.push(char::from(b));
-                    }
-                    0x20..=0x7e => out.push(char::from(b)),
-                    _ => {
-                        let _ = write!(out, "\\x{b:02x}");
-                    }
-                }
-            }
-            out.push('\'');
-            out
-        }
+        None => dollar_quoted(path.as_os_str().as_bytes()),
     }
 }
 
 /// `text` as one word of a shell command, for the lines messages give to paste (`chmod 700
 /// PATH`, `export WORLD_SESSION=PATH`): as it is when it holds only characters no shell reads
 /// specially, else in single quotes (a `'` in it as `'\''`). A path with a space printed bare
-/// was split in two by the paste, and one holding `;` or `$(…)` ran commands.
+/// was split in two by the paste, and one holding `;` or `$(…)` ran commands. Text holding a
+/// character the terminal filter escapes ([`shown`]: a line break, ESC, a bidi control) is in
+/// `$'…'` quoting instead, its bytes as `\xHH`: quoted raw, the filter would print another
+/// word than the one that names the file.
 pub fn shell_word(text: &str) -> Cow<'_, str> {
+    if text.chars().any(acted_on) {
+        return Cow::Owned(dollar_quoted(text.as_bytes()));
+    }
     // A relative path starting with `-` would be read as options: `./` keeps it a path.
     if text.starts_with('-') {
         return Cow::Owned(shell_word(&format!("./{text}")).into_owned());
@@ -89,6 +75,29 @@ pub fn shell_word(text: &str) -> Cow<'_, str> {
         return Cow::Borrowed(text);
     }
     Cow::Owned(format!("'{}'", text.replace('\'', "'\\''")))
+}
+
+/// `bytes` in bash's `$'…'` quoting: printable ASCII as it is (`\` and `'` escaped), every
+/// other byte as `\xHH`; `./` first where a leading `-` would be read as options.
+fn dollar_quoted(bytes: &[u8]) -> String {
+    let mut out = String::from("$'");
+    if bytes.first() == Some(&b'-') {
+        out.push_str("./");
+    }
+    for &b in bytes {
+        match b {
+            b'\\' | b'\'' => {
+                out.push('\\');
+                out.push(char::from(b));
+            }
+            0x20..=0x7e => out.push(char::from(b)),
+            _ => {
+                let _ = write!(out, "\\x{b:02x}");
+            }
+        }
+    }
+    out.push('\'');
+    out
 }
 
 fn escaped(text: &str, escape: impl Fn(char) -> bool) -> Cow<'_, str> {
@@ -146,6 +155,8 @@ mod tests {
             ("=ls", "'=ls'"),
             ("-d/db", "./-d/db"),
             ("-x y", "'./-x y'"),
+            ("/tmp/a\nb", "$'/tmp/a\\x0ab'"),
+            ("/tmp/\u{202e}x", "$'/tmp/\\xe2\\x80\\xaex'"),
             ("", "''"),
         ] {
             assert_eq!(shell_word(path), word, "{path:?}");

@@ -12,7 +12,7 @@ use clap::Args;
 
 use super::serve::{self, ServeArgs};
 use super::{CliResult, Failure};
-use crate::text::shell_word;
+use crate::text::{shell_path, shell_word};
 
 #[derive(Args, Debug)]
 pub struct QuickstartArgs {
@@ -207,12 +207,7 @@ pub fn run(mut a: QuickstartArgs) -> CliResult {
     }
     exports.push_str(&format!(
         "\n  export WORLD_SESSION={}",
-        shell_word(
-            &std::path::absolute(&token_file)
-                .unwrap_or_else(|_| token_file.clone())
-                .display()
-                .to_string()
-        )
+        shell_path(&std::path::absolute(&token_file).unwrap_or_else(|_| token_file.clone()))
     ));
     errln!(
         "worldd quickstart: for the client verbs (worldd tools list, call, why) in another terminal:{exports}"

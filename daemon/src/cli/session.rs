@@ -834,8 +834,10 @@ fn new(a: NewArgs) -> CliResult {
             return Err(Failure::usage(format!(
                 "--repo {} still registers a locked worktree at {at}, whose directory is gone; nothing was made: run git -C {} worktree unlock {}, then session new again (it replaces the registration)",
                 repo.display(),
-                crate::text::shell_word(&repo.display().to_string()),
-                crate::text::shell_word(&at)
+                crate::text::shell_path(repo),
+                crate::text::shell_path(
+                    &std::path::absolute(&worktree).unwrap_or_else(|_| worktree.clone())
+                )
             )));
         }
         Some((repo, StaleRegistration::Unlocked)) => {
