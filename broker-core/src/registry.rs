@@ -61,6 +61,13 @@ pub enum RegistryError {
     Canon(#[from] CanonError),
     #[error("duplicate transition id {0:?} in one publication")]
     Duplicate(String),
+    /// A document that may not enter a registry ([`Transition::check_entering`]), by its place
+    /// in the publication.
+    #[error("transitions[{index}]: {source}")]
+    NotEntering {
+        index: usize,
+        source: TransitionError,
+    },
     #[error(
         "registry {name:?} would be {bytes} bytes with this publication; the limit is {}",
         MAX_REGISTRY_BYTES
@@ -237,8 +244,20 @@ pub fn load_in(r: &ReadCtx<'_>, name: &str) -> Result<Registry, RegistryError> {
     })
 }
 
+/// `doc` read as a transition that is to enter a registry: [`Transition::from_value`], then
+/// [`Transition::check_entering`]. A publisher reads its documents with this to refuse one in
+/// its own words before publishing (a plugin's shipped tools are refused at load, and reported
+/// by `worldd handlers`, which publishes nothing); [`publish`] and [`publish_shipped`] check
+/// every document again, so one read otherwise cannot enter unchecked.
+pub fn entering(doc: Value) -> Result<Transition, TransitionError> {
+    let t = Transition::from_value(doc)?;
+    t.check_entering()?;
+    Ok(t)
+}
+
 /// Add or replace `docs` in registry `name`, producing a new revision when anything changed;
-/// refused when the revision would pass [`MAX_REGISTRY_BYTES`].
+/// refused when the revision would pass [`MAX_REGISTRY_BYTES`], or when a document may not
+/// enter a registry ([`entering`]).
 pub fn publish(
     store: &Store,
     name: &str,
@@ -270,6 +289,12 @@ fn publish_within(
     provenance: &str,
     limit: Option<usize>,
 ) -> Result<Published, RegistryError> {
+    // The entering checks hang here, on the only way into a registry, so that no publisher
+    // can skip them; all of them come before the duplicate check, as a publisher's do.
+    for (index, t) in docs.iter().enumerate() {
+        t.check_entering()
+            .map_err(|source| RegistryError::NotEntering { index, source })?;
+    }
     let mut objects = Vec::with_capacity(docs.len());
     let mut seen = std::collections::BTreeSet::new();
     for t in &docs {

@@ -18,8 +18,7 @@ fn shipped_transitions(info: &PluginInfo) -> Result<Vec<Transition>, PluginError
         .transitions
         .iter()
         .map(|doc| {
-            Transition::from_value(doc.clone())
-                .and_then(|t| t.check_entering().map(|()| t))
+            broker_core::registry::entering(doc.clone())
                 .map_err(|e| PluginError::new(&info.path, format!("shipped transition: {e}")))
         })
         .collect()

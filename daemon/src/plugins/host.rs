@@ -77,9 +77,7 @@ pub(crate) fn publisher(store: Store, served: Arc<OnceLock<BTreeSet<String>>>) -
             })?;
         let mut transitions = Vec::with_capacity(docs.len());
         for (i, d) in docs.iter().enumerate() {
-            let t = broker_core::transition::Transition::from_value(d.clone())
-                .and_then(|t| t.check_entering().map(|()| t))
-                .map_err(|e| format!("transitions[{i}]: {e}"))?;
+            let t = registry::entering(d.clone()).map_err(|e| format!("transitions[{i}]: {e}"))?;
             let name = crate::tools::mcp_name(&t.id);
             if name.len() > crate::tools::MAX_MCP_NAME {
                 return Err(format!(
@@ -111,7 +109,8 @@ pub(crate) fn publisher(store: Store, served: Arc<OnceLock<BTreeSet<String>>>) -
         )
         .map_err(|e| match e {
             // The bundle is what is too large: a refusal the agent reads, like the validator's.
-            registry::RegistryError::TooLarge { .. } => e.to_string(),
+            registry::RegistryError::TooLarge { .. }
+            | registry::RegistryError::NotEntering { .. } => e.to_string(),
             other => format!("publishing failed: {other}"),
         })?;
         Ok(serde_json::json!({
