@@ -69,12 +69,6 @@ pub fn interrupted_copy(db: &Path) -> Option<PathBuf> {
     (partial.is_dir() && !db.join("data.mdb").exists()).then_some(partial)
 }
 
-/// `path` as one word of a shell command, for the fix commands messages give to paste
-/// ([`crate::text::shell_path`]).
-pub fn shell_word(path: &std::path::Path) -> String {
-    crate::text::shell_path(path)
-}
-
 /// Deeper than any plugin's state needs; a bound so that a directory nested without end ends
 /// the copy with an error instead of the process's stack.
 const MAX_DEPTH: usize = 128;
@@ -103,7 +97,7 @@ pub enum BackupError {
     NoParent { dest: PathBuf, parent: PathBuf },
     #[error("destination {0} is being written by another worldd backup; wait for it")]
     Busy(PathBuf),
-    #[error("destination {}: refusing it inside {}, a directory every user may write, without the sticky bit (mode {mode:04o}): anyone could swap it for their own; `chmod o-w {}`", dest.display(), parent.display(), shell_word(parent))]
+    #[error("destination {}: refusing it inside {}, a directory every user may write, without the sticky bit (mode {mode:04o}): anyone could swap it for their own; `chmod o-w {}`", dest.display(), parent.display(), crate::text::shell_path(parent))]
     LooseParent {
         dest: PathBuf,
         parent: PathBuf,

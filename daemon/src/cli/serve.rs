@@ -650,13 +650,15 @@ impl Fresh {
                 );
             }
         }
+        // Only the names a store is made of: anything else put there since the directory was
+        // found empty (a backup copied in by hand) is not this start's to remove.
         if let Some(db) = self.filled.filter(|db| nobody_serves(db)) {
-            for entry in std::fs::read_dir(&db).into_iter().flatten().flatten() {
-                let path = entry.path();
-                let removed = if entry.file_type().is_ok_and(|t| t.is_dir()) {
-                    std::fs::remove_dir_all(&path)
-                } else {
-                    std::fs::remove_file(&path)
+            for name in ["data.mdb", "lock.mdb", "plugin-state"] {
+                let path = db.join(name);
+                let removed = match std::fs::symlink_metadata(&path) {
+                    Ok(md) if md.is_dir() => std::fs::remove_dir_all(&path),
+                    Ok(_) => std::fs::remove_file(&path),
+                    Err(_) => continue,
                 };
                 if let Err(e) = removed {
                     tracing::warn!(
@@ -1224,7 +1226,7 @@ pub(super) fn refuse_loose_dir(what: &str, dir: &std::path::Path) -> Result<(), 
     if meta.as_ref().is_some_and(|m| !m.is_dir()) {
         return Ok(());
     }
-    let pasted = crate::backup::shell_word(dir);
+    let pasted = crate::text::shell_path(dir);
     let writer = meta
         .as_ref()
         .and_then(|m| Some((another_could_write(m)?, m.mode() & 0o7777)));
@@ -1247,7 +1249,7 @@ pub(super) fn refuse_loose_dir(what: &str, dir: &std::path::Path) -> Result<(), 
         return Err(format!(
             "{what} {shown}: refusing it inside {}, a directory every user may write, without the sticky bit (mode {mode:04o}): anyone could swap it for their own; `chmod o-w {}`",
             parent.display(),
-            crate::backup::shell_word(&parent)
+            crate::text::shell_path(&parent)
         ));
     }
     Ok(())
@@ -1264,7 +1266,7 @@ pub(super) fn others_may_enter(root: &std::path::Path) -> Option<String> {
         format!(
             "the workspace root {} (mode {mode:04o}) may be listed or entered by users other than its owner, who may then read every episode's worktree; `chmod 700 {}`",
             root.display(),
-            crate::backup::shell_word(root)
+            crate::text::shell_path(root)
         )
     })
 }
