@@ -30,6 +30,12 @@ impl FileIdentity {
     pub fn file(&self) -> (u64, u64) {
         (self.dev, self.ino)
     }
+
+    /// Whether this is `read` moved by a rename since: the same device, inode, size and mtime.
+    /// A rename sets the moved file's ctime (ext4, tmpfs), so ctime cannot be compared.
+    pub fn moved_from(&self, read: &FileIdentity) -> bool {
+        (self.dev, self.ino, self.size, self.mtime) == (read.dev, read.ino, read.size, read.mtime)
+    }
 }
 
 /// The `stat` fields a [`FileIdentity`] is made of. std's and cap-std's `Metadata` each have

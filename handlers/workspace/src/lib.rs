@@ -51,7 +51,10 @@
 //! - `edit hello.ail: old_text not found — the file may have changed; read it again`
 //! - `edit hello.ail: the file changed while it was being edited (something else wrote,
 //!   replaced or removed it after it was read); nothing was changed: read it again and retry`
-//!   (the edit is installed only over the file it read: same device, inode, size, mtime, ctime)
+//!   (the edit is installed only over the file it read: same device, inode, size, mtime,
+//!   ctime. It is exchanged with the name in one step, `renameat2(RENAME_EXCHANGE)`, and
+//!   anything but that file found swapped out is exchanged back; where the filesystem cannot
+//!   exchange, a check just before a plain rename narrows the window, but does not close it)
 //! - `write notes/.worldd-tmp-1-x: ".worldd-tmp-1-x" is named like the workspace's temporary
 //!   files (.worldd-tmp-…), which it removes as what a killed write left; give the file another
 //!   name` (writes and edits, as requested or where a link leads; reads are not refused)

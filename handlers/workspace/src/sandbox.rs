@@ -25,7 +25,8 @@
 //!    a place the check did not approve.
 //!
 //! Writes are atomic: a temporary file in the target's directory is written
-//! and fsynced, renamed over the target, and the directory is fsynced. A crash
+//! and fsynced, renamed over the target (an edit's exchanged with it: see
+//! `install_over_read`), and the directory is fsynced. A crash
 //! leaves the old or the new content, never a mix (at worst an orphaned
 //! `.worldd-tmp-<pid>-…` file beside it, which this process's first write in
 //! that directory removes once process `<pid>` is gone: one listing per
@@ -37,6 +38,8 @@
 use std::collections::HashSet;
 use std::ffi::{OsStr, OsString};
 use std::io::{self, Read, Write};
+use std::os::fd::{AsFd, AsRawFd};
+use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, PoisonError};
@@ -464,28 +467,112 @@ impl Sandbox {
             }
             e => WriteError::Before(e),
         })?;
-        let staged = stage(file, content, permissions);
-        if let Err(e) = staged {
-            let _ = dir.remove_file(&tmp_name);
-            return Err(WriteError::Before(e.into()));
-        }
-        // The optimistic check of an edit, as late as it can be: the name still holds the file
-        // that was read, or the edit (built on its older content) is not installed.
-        if let Some(read) = read {
-            let now = dir.symlink_metadata(&target.name);
-            if !matches!(&now, Ok(md) if md.is_file() && Identity::of(md) == read) {
+        let ours = file.metadata().map(|md| Identity::of(&md).file());
+        let staged = ours.and_then(|ours| stage(file, content, permissions).map(|()| ours));
+        let ours = match staged {
+            Ok(ours) => ours,
+            Err(e) => {
                 let _ = dir.remove_file(&tmp_name);
-                return Err(WriteError::Before(PathError::Modified));
+                return Err(WriteError::Before(e.into()));
             }
-        }
-        if let Err(e) = dir.rename(&tmp_name, dir, &target.name) {
-            let _ = dir.remove_file(&tmp_name);
-            return Err(WriteError::Before(e.into()));
+        };
+        match read {
+            Some(read) => install_over_read(dir, &tmp_name, &target.name, read, ours)?,
+            None => {
+                if let Err(e) = dir.rename(&tmp_name, dir, &target.name) {
+                    let _ = dir.remove_file(&tmp_name);
+                    return Err(WriteError::Before(e.into()));
+                }
+            }
         }
         // The new content is in place; only its durability is now at stake.
         sync_dir(dir).map_err(WriteError::After)?;
         sweep_once(dir);
         Ok(())
+    }
+}
+
+/// An edit's install: `tmp_name` (the staged file, `ours` its device and inode) takes `name`
+/// only if `name` still holds the file `read`; otherwise `Modified`, with the name holding what
+/// it held and no temporary file left.
+///
+/// A check and then a rename leave a window between them in which another writer's save can
+/// land and be overwritten. So the staged file is *exchanged* with the name
+/// (`renameat2(RENAME_EXCHANGE)`, one atomic step), and what was swapped out, now at
+/// `tmp_name`, is looked at: the file read is removed; anything else is exchanged back. A
+/// reader may see the edit's content at the name for that instant; no save is lost. Where the
+/// filesystem cannot exchange (`EINVAL`, `ENOSYS`), the check before a plain rename is all there
+/// is: the window is narrowed, not closed.
+fn install_over_read(
+    dir: &Dir,
+    tmp_name: &OsStr,
+    name: &OsStr,
+    read: Identity,
+    ours: (u64, u64),
+) -> Result<(), WriteError> {
+    let refuse = |e: PathError| {
+        let _ = dir.remove_file(tmp_name);
+        Err(WriteError::Before(e))
+    };
+    // Checked first all the same: a change seen here costs no exchange, and this is all the
+    // check there is where the exchange is refused. ctime is compared here only: the exchange
+    // sets it.
+    let now = dir.symlink_metadata(name);
+    if !matches!(&now, Ok(md) if md.is_file() && Identity::of(md) == read) {
+        return refuse(PathError::Modified);
+    }
+    #[cfg(test)]
+    tests::BEFORE_INSTALL.with_borrow_mut(|hook| hook.take().map(|h| h()));
+    match exchange(dir, tmp_name, name) {
+        Ok(()) => {}
+        Err(e) if matches!(e.raw_os_error(), Some(libc::EINVAL | libc::ENOSYS)) => {
+            if let Err(e) = dir.rename(tmp_name, dir, name) {
+                return refuse(e.into());
+            }
+            return Ok(());
+        }
+        // The name holds nothing now: the file read was removed.
+        Err(e) if e.raw_os_error() == Some(libc::ENOENT) => return refuse(PathError::Modified),
+        Err(e) => return refuse(e.into()),
+    }
+    #[cfg(test)]
+    tests::AFTER_EXCHANGE.with_borrow_mut(|hook| hook.take().map(|h| h()));
+    let out = dir.symlink_metadata(tmp_name);
+    if matches!(&out, Ok(md) if md.is_file() && Identity::of(md).moved_from(&read)) {
+        // The file read, swapped out: the edit is in place over it.
+        let _ = dir.remove_file(tmp_name);
+        return Ok(());
+    }
+    // Another file was there: it gets its name back.
+    if exchange(dir, tmp_name, name).is_ok() {
+        let back = dir.symlink_metadata(tmp_name);
+        if !matches!(&back, Ok(md) if Identity::of(md).file() == ours) {
+            // The name was replaced again while it held the edit: that save is newer than
+            // the one swapped out, and keeps the name.
+            let _ = exchange(dir, tmp_name, name);
+        }
+    }
+    let _ = dir.remove_file(tmp_name);
+    let _ = sync_dir(dir);
+    Err(WriteError::Before(PathError::Modified))
+}
+
+/// `renameat2(RENAME_EXCHANGE)` of two names in `dir`: in one step each names the other's file.
+fn exchange(dir: &Dir, a: &OsStr, b: &OsStr) -> io::Result<()> {
+    #[cfg(test)]
+    if tests::NO_EXCHANGE.get() {
+        return Err(io::Error::from_raw_os_error(libc::EINVAL));
+    }
+    let a = std::ffi::CString::new(a.as_bytes())?;
+    let b = std::ffi::CString::new(b.as_bytes())?;
+    let fd = dir.as_fd().as_raw_fd();
+    // SAFETY: `fd` is a directory descriptor `dir` holds open for the call; `a` and `b` are
+    // NUL-terminated names that outlive it.
+    let r = unsafe { libc::renameat2(fd, a.as_ptr(), fd, b.as_ptr(), libc::RENAME_EXCHANGE) };
+    if r == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
     }
 }
 
@@ -969,6 +1056,137 @@ mod tests {
         );
     }
 
+    /// The files in `root` named like temporary files.
+    fn temporaries(root: &Path) -> Vec<OsString> {
+        std::fs::read_dir(root)
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .filter(|n| n.to_string_lossy().starts_with(TEMP_PREFIX))
+            .collect()
+    }
+
+    /// A save renamed over the name (as editors save) by another writer just after the edit's
+    /// check of the name and before its rename was overwritten by the edit built on the older
+    /// content, which answered `replacements:1`. The edit now exchanges its file with the name
+    /// and, finding the save there, exchanges it back: `Modified`, the save kept.
+    #[test]
+    fn a_save_renamed_over_the_name_between_an_edits_check_and_its_install_is_not_overwritten() {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path().to_owned();
+        let sandbox = Sandbox::open(&root).unwrap();
+        let rules = ReadRules {
+            limit: 1 << 20,
+            hard_links: false,
+        };
+        std::fs::write(root.join("f.txt"), "original").unwrap();
+        let target = sandbox.resolve("f.txt", false).unwrap();
+        let (_, read) = sandbox.read_target_for_edit(&target, rules).unwrap();
+        let at = root.clone();
+        BEFORE_INSTALL.set(Some(Box::new(move || {
+            std::fs::write(at.join("save"), "theirs").unwrap();
+            std::fs::rename(at.join("save"), at.join("f.txt")).unwrap();
+        })));
+        let out = sandbox.write_over(&target, b"edited", Some(read));
+        assert!(BEFORE_INSTALL.with_borrow(Option::is_none), "the hook ran");
+        assert!(
+            matches!(out, Err(WriteError::Before(PathError::Modified))),
+            "{out:?}"
+        );
+        assert_eq!(
+            std::fs::read_to_string(root.join("f.txt")).unwrap(),
+            "theirs"
+        );
+        assert_eq!(temporaries(&root), Vec::<OsString>::new());
+    }
+
+    /// The same, with a second save renamed over the name while it held the edit, between the
+    /// exchange and the exchange back: that save is the newest and keeps the name (the one
+    /// the exchange swapped out is not put back over it).
+    #[test]
+    fn a_save_renamed_over_the_name_while_an_edit_is_withdrawn_keeps_the_name() {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path().to_owned();
+        let sandbox = Sandbox::open(&root).unwrap();
+        let rules = ReadRules {
+            limit: 1 << 20,
+            hard_links: false,
+        };
+        std::fs::write(root.join("f.txt"), "original").unwrap();
+        let target = sandbox.resolve("f.txt", false).unwrap();
+        let (_, read) = sandbox.read_target_for_edit(&target, rules).unwrap();
+        let save = |at: PathBuf, text: &'static str| {
+            move || {
+                std::fs::write(at.join("save"), text).unwrap();
+                std::fs::rename(at.join("save"), at.join("f.txt")).unwrap();
+            }
+        };
+        BEFORE_INSTALL.set(Some(Box::new(save(root.clone(), "first save"))));
+        AFTER_EXCHANGE.set(Some(Box::new(save(root.clone(), "second save"))));
+        let out = sandbox.write_over(&target, b"edited", Some(read));
+        assert!(AFTER_EXCHANGE.with_borrow(Option::is_none), "the hook ran");
+        assert!(
+            matches!(out, Err(WriteError::Before(PathError::Modified))),
+            "{out:?}"
+        );
+        assert_eq!(
+            std::fs::read_to_string(root.join("f.txt")).unwrap(),
+            "second save"
+        );
+        assert_eq!(temporaries(&root), Vec::<OsString>::new());
+    }
+
+    /// Where the filesystem refuses the exchange (`EINVAL`), an edit falls back to the check
+    /// before a plain rename: a change made before the check is `Modified`, an unchanged file
+    /// is edited; a save landing between the check and the rename is overwritten (the window
+    /// the docs say is narrowed there, not closed).
+    #[test]
+    fn where_the_exchange_is_refused_an_edit_is_checked_just_before_its_rename() {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path().to_owned();
+        let sandbox = Sandbox::open(&root).unwrap();
+        let rules = ReadRules {
+            limit: 1 << 20,
+            hard_links: false,
+        };
+        NO_EXCHANGE.set(true);
+        let read_fresh = |text: &str| {
+            std::fs::write(root.join("f.txt"), text).unwrap();
+            let target = sandbox.resolve("f.txt", false).unwrap();
+            let (_, read) = sandbox.read_target_for_edit(&target, rules).unwrap();
+            (target, read)
+        };
+        let (target, read) = read_fresh("original");
+        std::fs::write(root.join("save"), "theirs").unwrap();
+        std::fs::rename(root.join("save"), root.join("f.txt")).unwrap();
+        assert!(matches!(
+            sandbox.write_over(&target, b"edited", Some(read)),
+            Err(WriteError::Before(PathError::Modified))
+        ));
+        assert_eq!(
+            std::fs::read_to_string(root.join("f.txt")).unwrap(),
+            "theirs"
+        );
+        let (target, read) = read_fresh("original");
+        sandbox.write_over(&target, b"edited", Some(read)).unwrap();
+        assert_eq!(
+            std::fs::read_to_string(root.join("f.txt")).unwrap(),
+            "edited"
+        );
+        let (target, read) = read_fresh("original");
+        let at = root.clone();
+        BEFORE_INSTALL.set(Some(Box::new(move || {
+            std::fs::write(at.join("save"), "theirs").unwrap();
+            std::fs::rename(at.join("save"), at.join("f.txt")).unwrap();
+        })));
+        sandbox.write_over(&target, b"edited", Some(read)).unwrap();
+        assert_eq!(
+            std::fs::read_to_string(root.join("f.txt")).unwrap(),
+            "edited"
+        );
+        NO_EXCHANGE.set(false);
+        assert_eq!(temporaries(&root), Vec::<OsString>::new());
+    }
+
     /// A failed write removes the still-empty directories it made. Another write that had
     /// just found and opened such a directory then created its temporary file in an unlinked
     /// directory: ENOENT, refused `openat nd/ok.txt: no such file or directory` although a
@@ -997,6 +1215,18 @@ mod tests {
             std::fs::read_to_string(root.join("nd/ok.txt")).unwrap(),
             "ok"
         );
+    }
+
+    thread_local! {
+        /// Run once between an edit's check of the name and its exchange: the window another
+        /// writer's save can fall into, opened on purpose.
+        pub(super) static BEFORE_INSTALL: std::cell::RefCell<Option<Box<dyn FnOnce()>>> =
+            const { std::cell::RefCell::new(None) };
+        /// Run once just after an edit's exchange, before it looks at what it swapped out.
+        pub(super) static AFTER_EXCHANGE: std::cell::RefCell<Option<Box<dyn FnOnce()>>> =
+            const { std::cell::RefCell::new(None) };
+        /// The exchange refused as by a filesystem without it (`EINVAL`).
+        pub(super) static NO_EXCHANGE: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
     }
 
     thread_local! {
