@@ -114,6 +114,12 @@ mod tests {
         std::fs::write(tmp.join("g"), "two").unwrap();
         std::fs::rename(tmp.join("g"), &path).unwrap();
         assert_ne!(of().file(), first.file(), "replaced by a rename");
+        // Moved by a rename (which sets its ctime), still the file that was read.
+        let moved = of();
+        std::fs::rename(&path, tmp.join("h")).unwrap();
+        let after = FileIdentity::of(&std::fs::symlink_metadata(tmp.join("h")).unwrap());
+        assert!(after.moved_from(&moved));
+        assert!(!after.moved_from(&first));
         std::fs::remove_dir_all(&tmp).unwrap();
     }
 
