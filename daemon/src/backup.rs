@@ -339,39 +339,19 @@ fn refuse_daemons_paths(dest: &Path) -> Result<(), BackupError> {
 /// as a daemon does above its root and store and a backup does not above its destination
 /// (read from `/proc/locks`, which takes no lock: false where it cannot be read).
 fn held_by_a_daemon(dir: &Path) -> bool {
-    let key = |path: &Path| {
-        fs::metadata(path).ok().map(|m| {
-            let dev = m.dev();
-            format!(
-                "{:02x}:{:02x}:{}",
-                libc::major(dev),
-                libc::minor(dev),
-                m.ino()
-            )
-        })
-    };
-    let (Some(own), Some(parent)) = (key(dir), dir.parent().and_then(key)) else {
+    use crate::proc_locks::{file_key, held};
+    let (Some(own), Some(parent), Some(locks)) =
+        (file_key(dir), dir.parent().and_then(file_key), held())
+    else {
         return false;
     };
-    let Ok(locks) = fs::read_to_string("/proc/locks") else {
-        return false;
-    };
-    // "1: FLOCK  ADVISORY  WRITE 4242 fd:01:1234 0 EOF"; a waiting one has "->" after the id.
-    let held: Vec<(&str, &str, &str)> = locks
-        .lines()
-        .filter_map(|line| {
-            let fields: Vec<&str> = line.split_whitespace().collect();
-            match fields.as_slice() {
-                [_, "FLOCK", _, kind, pid, at, ..] => Some((*kind, *pid, *at)),
-                _ => None,
-            }
-        })
-        .collect();
-    held.iter()
-        .filter(|(kind, _, at)| *kind == "WRITE" && *at == own)
-        .any(|(_, pid, _)| {
-            held.iter()
-                .any(|(kind, p, at)| *kind == "READ" && p == pid && *at == parent)
+    locks
+        .iter()
+        .filter(|l| l.exclusive && l.file == own)
+        .any(|l| {
+            locks
+                .iter()
+                .any(|m| !m.exclusive && m.pid == l.pid && m.file == parent)
         })
 }
 

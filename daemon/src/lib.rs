@@ -92,6 +92,7 @@ pub mod outcome;
 pub use plugins::image as plugin_image;
 pub use plugins::log as plugin_log;
 pub mod plugins;
+mod proc_locks;
 mod process_state;
 pub mod quota;
 pub mod reconcile;

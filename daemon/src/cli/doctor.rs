@@ -284,26 +284,7 @@ pub(crate) fn daemon_serves(db: &Path) -> bool {
 /// Whether some process holds an exclusive `flock` on `path` (a daemon's store data file, or
 /// the workspace root it serves), read from `/proc/locks`; `false` where that cannot be read.
 pub(crate) fn flock_held(path: &Path) -> bool {
-    use std::os::unix::fs::MetadataExt;
-    let Ok(md) = std::fs::metadata(path) else {
-        return false;
-    };
-    let Ok(locks) = std::fs::read_to_string("/proc/locks") else {
-        return false;
-    };
-    let file = format!(
-        "{:02x}:{:02x}:{}",
-        libc::major(md.dev()),
-        libc::minor(md.dev()),
-        md.ino()
-    );
-    locks.lines().any(|line| {
-        // `1: FLOCK  ADVISORY  WRITE 4242 fd:01:1234 0 EOF`; a waiter's has `->` after `1:`.
-        let fields: Vec<&str> = line.split_whitespace().filter(|f| *f != "->").collect();
-        fields.get(1) == Some(&"FLOCK")
-            && fields.get(3) == Some(&"WRITE")
-            && fields.get(5) == Some(&file.as_str())
-    })
+    crate::proc_locks::held_exclusively(path)
 }
 
 /// Run `open` (which opens a store) without the warning the store logs on opening for intents

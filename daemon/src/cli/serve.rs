@@ -1608,21 +1608,29 @@ fn held_below(top: &std::path::Path) -> Option<std::path::PathBuf> {
         }
         // The same one named each time, where two are held.
         dirs.sort();
+        // Read from /proc/locks: a lock taken here to look, even for a moment, could refuse a
+        // daemon or a backup starting then.
+        let locks = crate::proc_locks::held()?;
+        let mut shared = None;
         for path in dirs {
-            let Ok(dir) = std::fs::File::open(&path) else {
+            let Some(file) = crate::proc_locks::file_key(&path) else {
                 continue;
             };
-            match lock_exclusively(&dir) {
-                Ok(true) => unlock(&dir),
-                Ok(false) if held_exclusively(&dir) => return Some(path),
-                Ok(false) => {
-                    at = path;
-                    continue 'down;
-                }
-                Err(_) => {}
+            let mut held = locks.iter().filter(|l| l.file == file);
+            match held.clone().any(|l| l.exclusive) {
+                true => return Some(path),
+                false if shared.is_none() && held.next().is_some() => shared = Some(path),
+                false => {}
             }
         }
-        return None;
+        // Held shared: a directory above another daemon's paths.
+        match shared {
+            Some(path) => {
+                at = path;
+                continue 'down;
+            }
+            None => return None,
+        }
     }
     None
 }
