@@ -706,7 +706,7 @@ fn quickstart_inside_another_daemons_worktree_is_refused_before_its_question_lea
         assert_eq!(
             said,
             [format!(
-                "worldd: daemon startup failed at config: the workspace root {}/.world/worktrees is inside {}, which another running worldd holds as its workspace root or store: that daemon's agents could write into this daemon's workspace root; give this daemon a --workspace-root outside it",
+                "worldd: daemon startup failed at config: the workspace root {}/.world/worktrees is inside {}, which another running worldd process holds as its own (a daemon's workspace root or store, a plugin's stateDir, a backup's destination): what writes there could write into this daemon's workspace root; give this daemon a --workspace-root outside it",
                 real_worktree.display(),
                 first.root().canonicalize().unwrap().display()
             )]

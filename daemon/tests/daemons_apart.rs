@@ -96,7 +96,7 @@ fn a_workspace_root_inside_another_daemons_worktree_is_refused_at_start() {
     assert_eq!(
         refusal.line,
         format!(
-            "worldd: daemon startup failed at config: the workspace root {}/nested is inside {}, which another running worldd holds as its workspace root or store: that daemon's agents could write into this daemon's workspace root; give this daemon a --workspace-root outside it",
+            "worldd: daemon startup failed at config: the workspace root {}/nested is inside {}, which another running worldd process holds as its own (a daemon's workspace root or store, a plugin's stateDir, a backup's destination): what writes there could write into this daemon's workspace root; give this daemon a --workspace-root outside it",
             real(&first.root().join("demo")).display(),
             real(&first.root()).display()
         )
@@ -119,7 +119,7 @@ fn a_store_inside_another_daemons_worktree_is_refused_at_start() {
     assert_eq!(
         refusal.line,
         format!(
-            "worldd: daemon startup failed at config: the store {}/sdb is inside {}, which another running worldd holds as its workspace root or store: that daemon's agents could write into this daemon's store; give this daemon a --db outside it",
+            "worldd: daemon startup failed at config: the store {}/sdb is inside {}, which another running worldd process holds as its own (a daemon's workspace root or store, a plugin's stateDir, a backup's destination): what writes there could write into this daemon's store; give this daemon a --db outside it",
             real(&first.root().join("demo")).display(),
             real(&first.root()).display()
         )
@@ -145,7 +145,7 @@ fn a_store_made_inside_a_serving_daemons_workspace_root_later_is_refused_at_star
     assert_eq!(
         refusal.line,
         format!(
-            "worldd: daemon startup failed at config: the store {} is inside {}, which another running worldd holds as its workspace root or store: that daemon's agents could write into this daemon's store; give this daemon a --db outside it",
+            "worldd: daemon startup failed at config: the store {} is inside {}, which another running worldd process holds as its own (a daemon's workspace root or store, a plugin's stateDir, a backup's destination): what writes there could write into this daemon's store; give this daemon a --db outside it",
             real(&outer).join("db").display(),
             real(&outer).display()
         )
@@ -190,7 +190,7 @@ fn listing(dir: &Path) -> Vec<String> {
 /// The refusal of a store `db` (which exists) inside `held`, a directory the first daemon holds.
 fn store_inside(db: &Path, held: &Path) -> String {
     format!(
-        "worldd: daemon startup failed at config: the store {} is inside {}, which another running worldd holds as its workspace root or store: that daemon's agents could write into this daemon's store; give this daemon a --db outside it",
+        "worldd: daemon startup failed at config: the store {} is inside {}, which another running worldd process holds as its own (a daemon's workspace root or store, a plugin's stateDir, a backup's destination): what writes there could write into this daemon's store; give this daemon a --db outside it",
         real(db).display(),
         real(held).display()
     )

@@ -1556,7 +1556,7 @@ fn inside_another(
     startup(
         "config",
         format!(
-            "the {what} {} is inside {}, which another running worldd holds as its workspace root or store: that daemon's agents could write into this daemon's {what}; give this daemon a {flag} outside it",
+            "the {what} {} is inside {}, which another running worldd process holds as its own (a daemon's workspace root or store, a plugin's stateDir, a backup's destination): what writes there could write into this daemon's {what}; give this daemon a {flag} outside it",
             real.display(),
             above.display()
         ),
