@@ -94,8 +94,9 @@ pub fn calls(cmd: CallsCommand) -> CliResult {
             let (own, operator) = own_episode(&a.client)?;
             if episode != own && !operator {
                 return Err(Failure::usage(format!(
-                    "calls get: not found: {} is not a call of your episode ({own}); another episode's calls are its own, and this answer is the same whether or not it exists",
-                    super::terminal::one_line(&a.handle)
+                    "calls get: not found: {} {}",
+                    super::terminal::one_line(&a.handle),
+                    not_yours(&own)
                 )));
             }
             if episode != own {
@@ -277,8 +278,13 @@ fn print_indeterminate(v: &Value) -> CliResult {
 }
 
 /// The episode of the session's credential (`GET /v1/budget`).
+/// Why another episode's call is answered as absent to an agent (`calls get`, `why`).
+pub(super) fn not_yours(own: &str) -> String {
+    format!("is not a call of your episode ({own}); another episode's calls are its own, and this answer is the same whether or not it exists")
+}
+
 /// The calling credential's episode, and whether it is an operator's.
-fn own_episode(c: &ClientArgs) -> Result<(String, bool), Failure> {
+pub(super) fn own_episode(c: &ClientArgs) -> Result<(String, bool), Failure> {
     let (status, body) = get(c, "/v1/budget")?;
     if !(200..300).contains(&status) {
         return Err(super::client::refused(c, "/v1/budget", status, &body));

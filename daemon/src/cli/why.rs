@@ -280,7 +280,8 @@ fn online(
             // and whether or not it exists: said as `calls get` says it.
             None => match foreign(client, id) {
                 Some(own) => Failure::usage(format!(
-                    "why: invocation {id} not found: it is not a call of your episode ({own}); another episode's calls are its own, and this answer is the same whether or not it exists"
+                    "why: invocation {id} not found: it {}",
+                    super::reconcile::not_yours(&own)
                 )),
                 None => failure(e, handle, scan, last_entry(&remote)),
             },
@@ -320,10 +321,8 @@ fn online(
 /// id of the session's own episode, or a daemon that does not say (`GET /v1/budget`).
 fn foreign(client: &ClientArgs, id: &str) -> Option<String> {
     let (_, episode, _) = broker_core::task::split_invocation_id(id)?;
-    let (status, body) = super::client::send(client, "GET", "/v1/budget", None, &[]).ok()?;
-    let v: serde_json::Value = serde_json::from_slice(&body).ok()?;
-    let own = v["episode"].as_str()?;
-    (status == 200 && v["operator"] == false && own != episode).then(|| own.to_owned())
+    let (own, operator) = super::reconcile::own_episode(client).ok()?;
+    (!operator && own != episode).then_some(own)
 }
 
 fn malformed(base: &str, detail: &str) -> Failure {
