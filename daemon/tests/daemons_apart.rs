@@ -84,6 +84,29 @@ fn a_store_holding_another_daemons_store_and_root_is_refused_at_start() {
     still_serves(&first);
 }
 
+/// `--db` naming another daemon's workspace root was refused as "another worldd already serves
+/// it (one daemon per store)", which it does not (no store is served there), and the refused
+/// start left the new workspace root it had made. It is now said as the directory another
+/// process holds, and the root goes again.
+#[test]
+fn a_store_that_is_another_daemons_workspace_root_is_refused_as_held_not_as_served() {
+    let first = Daemon::start(WS, &[]);
+    let elsewhere = tempfile::tempdir().unwrap();
+    let root = elsewhere.path().join("worktrees");
+    let refusal = second(elsewhere.path(), &first.root(), &root);
+    assert_eq!(refusal.code, Some(2), "{}", refusal.stderr);
+    assert_eq!(
+        refusal.line,
+        format!(
+            "worldd: daemon startup failed at config: the store {} is a directory another running worldd process holds as its own (a daemon's workspace root, a plugin's stateDir, a backup's destination), not a store it serves: what writes there could write into this daemon's store; give this daemon a --db outside it",
+            first.root().display()
+        )
+    );
+    assert!(!root.exists());
+    assert!(!first.root().join("data.mdb").exists());
+    still_serves(&first);
+}
+
 #[test]
 fn a_workspace_root_inside_another_daemons_worktree_is_refused_at_start() {
     let first = Daemon::start(WS, &[]);

@@ -1458,9 +1458,26 @@ fn lock_store_dir(db: &std::path::Path) -> Result<Option<std::fs::File>, (Failur
             ),
             false,
         )),
-        Ok(false) => Err((already_serves(db), true)),
+        // Held, and its data file served: another daemon's store.
+        Ok(false) if super::doctor::daemon_serves(db) => Err((already_serves(db), true)),
+        // Held as something other than a served store: no store of another daemon is made or
+        // served there, so what this start made (the root) goes again.
+        Ok(false) => Err((held_not_as_a_store(db), false)),
         Err(_) => Ok(None),
     }
+}
+
+/// The refusal of a `--db` directory another worldd process holds exclusively as its own,
+/// though no daemon serves a store in it: another daemon's workspace root, a plugin's
+/// `stateDir`, a backup's destination.
+fn held_not_as_a_store(db: &std::path::Path) -> Failure {
+    startup(
+        "config",
+        format!(
+            "the store {} is a directory another running worldd process holds as its own (a daemon's workspace root, a plugin's stateDir, a backup's destination), not a store it serves: what writes there could write into this daemon's store; give this daemon a --db outside it",
+            db.display()
+        ),
+    )
 }
 
 /// Shared `flock`s, held for the daemon's life, on every directory above its store and its
