@@ -91,6 +91,7 @@ fn a_store_holding_another_daemons_store_and_root_is_refused_at_start() {
 #[test]
 fn a_store_that_is_another_daemons_workspace_root_is_refused_as_held_not_as_served() {
     let first = Daemon::start(WS, &[]);
+    first.session("demo", &["Workspace.Write=worktree:5"]);
     let elsewhere = tempfile::tempdir().unwrap();
     let root = elsewhere.path().join("worktrees");
     let refusal = second(elsewhere.path(), &first.root(), &root);

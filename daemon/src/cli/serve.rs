@@ -1458,13 +1458,34 @@ fn lock_store_dir(db: &std::path::Path) -> Result<Option<std::fs::File>, (Failur
             ),
             false,
         )),
-        // Held, and its data file served: another daemon's store.
-        Ok(false) if super::doctor::daemon_serves(db) => Err((already_serves(db), true)),
-        // Held as something other than a served store: no store of another daemon is made or
-        // served there, so what this start made (the root) goes again.
-        Ok(false) => Err((held_not_as_a_store(db), false)),
+        // Held, and holding what only something else holds (another daemon's worktrees, say):
+        // no store is made or served there, so what this start made (the root) goes again.
+        Ok(false) if holds_no_store(db) => Err((held_not_as_a_store(db), false)),
+        // Held, and a store is served there, or may be being made (an empty directory another
+        // daemon starting at this moment holds): left as it is.
+        Ok(false) => Err((already_serves(db), true)),
         Err(_) => Ok(None),
     }
+}
+
+/// Whether `db` is certainly no store, served or being made: it has entries, and none of a
+/// store's (`data.mdb`, `lock.mdb`, `plugin-state`). An empty directory may be a store another
+/// daemon is just making.
+fn holds_no_store(db: &std::path::Path) -> bool {
+    let Ok(entries) = std::fs::read_dir(db) else {
+        return false;
+    };
+    let mut any = false;
+    for entry in entries.flatten() {
+        if matches!(
+            entry.file_name().to_str(),
+            Some("data.mdb" | "lock.mdb" | "plugin-state")
+        ) {
+            return false;
+        }
+        any = true;
+    }
+    any
 }
 
 /// The refusal of a `--db` directory another worldd process holds exclusively as its own,
