@@ -11,7 +11,7 @@
 //!   documents, registry revisions, the plan interpreter's identity document and the genesis.
 //!   Bytes stored first as a private kind (an agent's arguments) and published afterwards as
 //!   a public one are public too, read as the kind published: the store keeps the first
-//!   writer's kind, so the publication leaves a grant to every reader ([`published`]).
+//!   writer's kind, so the publication leaves a grant to every reader (`published`).
 //! - **An episode's own**: every object the coordinator wrote for one of its calls: inputs,
 //!   plans, effect requests, effect results, effect records, outputs and invocation records,
 //!   including those of a call whose effect ran but was not committed.
@@ -647,7 +647,7 @@ fn merge_tail(w: &mut WriteCtx<'_, '_>) -> Result<(), StoreError> {
     Ok(())
 }
 
-/// [`grant`] of objects already stored, as the kinds they were stored as: for tests that
+/// `grant` of objects already stored, as the kinds they were stored as: for tests that
 /// build an episode's holdings without calls (thousands of them in one transaction).
 #[doc(hidden)]
 pub fn grant_stored(

@@ -78,10 +78,10 @@ impl Store {
         Ok(store)
     }
 
-    /// Check the newest log row whole ([`log::check_head`]): every append continues it, so a
+    /// Check the newest log row whole (`log::check_head`): every append continues it, so a
     /// daemon refuses to serve a store whose head is damaged rather than write over committed
     /// entries or chain onto a hash no entry has. And that a sequence number follows the
-    /// journal's last row ([`crate::journal::check_last`]): every call journals its intent
+    /// journal's last row (`journal::check_last`): every call journals its intent
     /// first, so without one the daemon would start only to fail each call. Said as the
     /// damaged store, naming what was found and `worldd doctor`. Verbs that only read a store
     /// (`doctor`, `why`) do not ask.

@@ -106,7 +106,7 @@ pub enum StoreError {
     },
     #[error("store I/O error: {0}")]
     Io(String),
-    /// A store file that is no regular file ([`refuse_odd_store_files`]).
+    /// A store file that is no regular file (`refuse_odd_store_files`).
     #[error("world store file {path} is {what}; a store's data.mdb and lock.mdb are regular files in its directory, and neither is opened through a link or made where one points: put the store's own files there (restore the directory from a backup)")]
     OddFile { path: PathBuf, what: &'static str },
     #[error("world store {0} is open read-only (it is on a read-only filesystem); this command writes, so copy the directory to a writable disk first")]
@@ -1301,7 +1301,7 @@ impl Store {
 
     /// Whether the store's last commit or sync failed for its disk (no space, a read-only
     /// filesystem, an I/O error), and none has been made durable since
-    /// ([`writer::FailingWrites`]).
+    /// (`writer::FailingWrites`).
     pub fn writes_failing(&self) -> bool {
         self.inner.stats.failing.now()
     }
