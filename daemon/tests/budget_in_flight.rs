@@ -4,9 +4,6 @@
 
 mod common;
 
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
-
 use common::*;
 
 /// `GET /v1/budget` (and `worldd budget`, and the operator's `?episode=`) listed a call still
@@ -22,36 +19,9 @@ fn the_budget_marks_a_call_the_daemon_is_still_running_in_flight_not_indetermina
     );
     let token = d.session("ep1", &["Ailang.Run=worktree:5"]);
     let ops = d.operator_session("ops", &[]);
-    let wt = d.root().join("ep1");
-    // The stand-in's `hang` mode writes ./hang.pids and sleeps past the call's deadline.
-    std::fs::write(
-        wt.join("hang.ail"),
-        format!("-- standin: hang\n{}", fixtures::AILANG_HELLO),
-    )
-    .unwrap();
+    let mut caller = fixtures::start_a_hanging_run(&d, "ep1", &token);
     let file = d.session_file("ep1", &token);
     let addr = d.url("");
-    let mut caller = Command::new(WORLDD)
-        .args([
-            "call",
-            "ailang-run",
-            "--arg",
-            "path=hang.ail",
-            "--idempotency-key",
-            "h1",
-        ])
-        .args(["--addr", &addr, "--session"])
-        .arg(&file)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let until = Instant::now() + Duration::from_secs(30);
-    while !wt.join("hang.pids").exists() {
-        assert!(Instant::now() < until, "the call never started its program");
-        std::thread::sleep(Duration::from_millis(50));
-    }
 
     let own = get(&d.url("/v1/budget"), Some(&token));
     assert_eq!(own.status, 200, "{}", own.text());

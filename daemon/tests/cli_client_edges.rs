@@ -328,36 +328,9 @@ fn calls_get_of_a_call_still_running_says_ask_again_later_not_inspect_the_worktr
         &["--plugin-config", &bin],
     );
     let token = d.session("ep1", &["Ailang.Run=worktree:5"]);
-    let wt = d.root().join("ep1");
-    // The stand-in's `hang` mode writes ./hang.pids and sleeps past the call's deadline.
-    std::fs::write(
-        wt.join("hang.ail"),
-        format!("-- standin: hang\n{}", fixtures::AILANG_HELLO),
-    )
-    .unwrap();
+    let mut caller = fixtures::start_a_hanging_run(&d, "ep1", &token);
     let file = d.session_file("ep1", &token);
     let addr = d.url("");
-    let mut caller = Command::new(WORLDD)
-        .args([
-            "call",
-            "ailang-run",
-            "--arg",
-            "path=hang.ail",
-            "--idempotency-key",
-            "h1",
-        ])
-        .args(["--addr", &addr, "--session"])
-        .arg(&file)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let until = Instant::now() + Duration::from_secs(30);
-    while !wt.join("hang.pids").exists() {
-        assert!(Instant::now() < until, "the call never started its program");
-        std::thread::sleep(Duration::from_millis(50));
-    }
     let (code, out, err) = worldd(
         &[
             "calls",

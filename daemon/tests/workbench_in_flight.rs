@@ -6,9 +6,6 @@
 mod common;
 mod webdriver;
 
-use std::process::{Command, Stdio};
-use std::time::{Duration, Instant};
-
 use common::*;
 use serde_json::json;
 use webdriver::Browser;
@@ -31,34 +28,7 @@ fn the_intents_card_marks_a_call_the_daemon_is_still_running_in_flight() {
         &["--plugin-config", &bin, "--handler-deadline-ms", "30000"],
     );
     let token = d.session("ep1", &["Ailang.Run=worktree:5"]);
-    let wt = d.root().join("ep1");
-    std::fs::write(
-        wt.join("hang.ail"),
-        format!("-- standin: hang\n{}", fixtures::AILANG_HELLO),
-    )
-    .unwrap();
-    let file = d.session_file("ep1", &token);
-    let mut caller = Command::new(WORLDD)
-        .args([
-            "call",
-            "ailang-run",
-            "--arg",
-            "path=hang.ail",
-            "--idempotency-key",
-            "h1",
-        ])
-        .args(["--addr", &d.url(""), "--session"])
-        .arg(&file)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let until = Instant::now() + Duration::from_secs(30);
-    while !wt.join("hang.pids").exists() {
-        assert!(Instant::now() < until, "the call never started its program");
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    let mut caller = fixtures::start_a_hanging_run(&d, "ep1", &token);
 
     let base = format!("http://{}", d.addr);
     b.goto(&format!("{base}/workbench#episode"));

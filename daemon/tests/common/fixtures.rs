@@ -406,3 +406,41 @@ pub fn ailang_standin() -> PathBuf {
 
 /// A program the stand-in runs as itself: it prints `hello from pi`.
 pub const AILANG_HELLO: &str = "module hello\n\nimport std/io (println)\n\nexport func main() -> () ! {IO} {\n  println(\"hello from pi\")\n}\n";
+
+/// Start `worldd call ailang-run` of episode `episode`'s `hang.ail` (the stand-in's `hang`
+/// mode: it writes `./hang.pids` and sleeps past the call's deadline), under idempotency key
+/// `h1` and the credential `token`, and return once its program runs: a call the daemon is
+/// still running. The caller waits for or kills the returned `worldd call`.
+pub fn start_a_hanging_run(d: &super::Daemon, episode: &str, token: &str) -> std::process::Child {
+    use std::process::{Command, Stdio};
+    use std::time::{Duration, Instant};
+    let wt = d.root().join(episode);
+    std::fs::write(
+        wt.join("hang.ail"),
+        format!("-- standin: hang\n{AILANG_HELLO}"),
+    )
+    .unwrap();
+    let file = d.session_file(episode, token);
+    let caller = Command::new(super::WORLDD)
+        .args([
+            "call",
+            "ailang-run",
+            "--arg",
+            "path=hang.ail",
+            "--idempotency-key",
+            "h1",
+        ])
+        .args(["--addr", &d.url(""), "--session"])
+        .arg(&file)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let until = Instant::now() + Duration::from_secs(30);
+    while !wt.join("hang.pids").exists() {
+        assert!(Instant::now() < until, "the call never started its program");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    caller
+}
