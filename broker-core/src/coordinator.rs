@@ -573,10 +573,7 @@ impl Coordinator {
             .grants
             .iter()
             .map(|g| {
-                let used = spent
-                    .get(&(g.effect.clone(), g.scope.clone()))
-                    .copied()
-                    .unwrap_or(0);
+                let used = journal::spent_on(&spent, g);
                 BudgetLine {
                     effect: g.effect.clone(),
                     scope: g.scope.clone(),

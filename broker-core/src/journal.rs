@@ -595,6 +595,14 @@ pub fn receipt(r: &ReadCtx<'_>, invocation_id: &str) -> Result<Receipt, JournalE
     })
 }
 
+/// What [`spent`]'s map says `grant`'s effect and scope have spent (0 when nothing).
+pub fn spent_on(spent: &BTreeMap<(String, String), u64>, grant: &crate::grant::Grant) -> u64 {
+    spent
+        .get(&(grant.effect.clone(), grant.scope.clone()))
+        .copied()
+        .unwrap_or(0)
+}
+
 /// Units spent per (effect, scope) in an episode, from the spend counters.
 pub fn spent(
     r: &ReadCtx<'_>,

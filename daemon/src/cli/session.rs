@@ -700,13 +700,7 @@ pub(crate) fn spent_grants<'g>(
     };
     grants
         .iter()
-        .map(|g| {
-            let used = spent
-                .get(&(g.effect.clone(), g.scope.clone()))
-                .copied()
-                .unwrap_or(0);
-            (g, used)
-        })
+        .map(|g| (g, broker_core::journal::spent_on(&spent, g)))
         .filter(|(g, used)| *used >= g.budget)
         .collect()
 }
