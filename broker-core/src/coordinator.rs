@@ -26,8 +26,8 @@
 //! 3. **execute** the handler, then the tool's finish function when it has one (plugin code
 //!    too), both under the handler's deadline ([`crate::deadline`]). A handler is never started
 //!    with its deadline already due (under a millisecond left, which a plugin would read as no
-//!    limit): its intent is then closed as failed, not committed, and the caller is answered
-//!    [`CallError::HandlerTimedOut`];
+//!    limit): its intent is then closed withdrawn, its units given back, nothing committed,
+//!    and the caller is answered [`CallError::NotStarted`];
 //! 4. **finish**: the outcome as the broker records it, and the output (what the finish
 //!    function made of it, when the tool has one);
 //! 5. **commit** outcome, records, output, invocation record, entry, world and task state in
@@ -1285,10 +1285,10 @@ impl Coordinator {
                 if is_due(deadline) {
                     // The deadline passed while the intent was on its way to the disk (a store
                     // slower than the margin `time_to_start` leaves). The handler is never
-                    // started with a deadline already due: the intent is closed as failed, the
-                    // effect did not run, and the call ends as one whose handler overran.
+                    // started with a deadline already due: the intent is closed withdrawn, its
+                    // units given back, and the effect did not run.
                     late.not_started(busy);
-                    return Err(CallError::HandlerTimedOut);
+                    return Err(CallError::NotStarted);
                 }
                 let on_abandon = self.overrun(&p.invocation_id, &effect.effect,
                     "handler overran its deadline; the call is answered as timed out and its outcome will be journaled when the handler returns");

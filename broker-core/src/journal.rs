@@ -4,7 +4,9 @@
 //! episode's spend counter, so spend per (episode, effect, scope) always equals the sum of
 //! intents. After the handler, an **outcome** closes the intent. An intent without an outcome
 //! is **indeterminate**: the effect may or may not have happened. It is reported, never retried,
-//! and its budget stays spent.
+//! and its budget stays spent. An intent whose handler was never started is closed
+//! **withdrawn**, in the transaction that gives its units back: spend per (episode, effect,
+//! scope) is the sum of the intents not withdrawn.
 
 use std::borrow::Cow;
 use std::collections::BTreeMap;
@@ -57,6 +59,10 @@ pub enum OutcomeStatus {
     Indeterminate,
     /// A REST commit landed.
     Committed,
+    /// The handler was never started (the call's deadline passed while its intent was on its
+    /// way to the disk): the effect did not run, and the intent's units were given back in the
+    /// transaction that closed it.
+    Withdrawn,
 }
 
 /// The journal's view of one invocation.
@@ -130,6 +136,7 @@ impl OutcomeStatus {
             OutcomeStatus::Failed => "failed",
             OutcomeStatus::Indeterminate => "indeterminate",
             OutcomeStatus::Committed => "committed",
+            OutcomeStatus::Withdrawn => "withdrawn",
         }
     }
 }
@@ -436,6 +443,16 @@ fn append_outcome_to(
     if state.status.is_some() {
         return Err(JournalError::AlreadyResolved(invocation_id.to_owned()));
     }
+    // A withdrawn intent's units go back to its grant, in the transaction that closes it.
+    let given_back = match status {
+        OutcomeStatus::Withdrawn => {
+            let i = &state.intent;
+            let key = spend_key(&i.episode, &i.effect, &i.scope);
+            let spent = SPEND.get(&reader, &key)?.unwrap_or(0);
+            Some((key, spent.saturating_sub(i.cost)))
+        }
+        _ => None,
+    };
     let bytes = state_row(
         &state.intent,
         state.intent_seq,
@@ -454,6 +471,9 @@ fn append_outcome_to(
     )?;
     resolved.put(w, invocation_id)?;
     PENDING.delete(w, invocation_id)?;
+    if let Some((key, spent)) = given_back {
+        SPEND.put(w, &key, &spent)?;
+    }
     Ok(seq)
 }
 
@@ -673,11 +693,13 @@ fn shown_key(key: &[u8]) -> String {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AuditFinding(pub String);
 
-/// Recompute every spend counter from the journal's intents and check the pending index;
+/// Recompute every spend counter from the journal's intents (less the withdrawn ones) and
+/// check the pending index;
 /// returns the findings (empty when consistent) and the number of records read.
 pub fn audit(r: &ReadCtx<'_>) -> Result<(Vec<AuditFinding>, u64), JournalError> {
     let mut sums: BTreeMap<Vec<u8>, u64> = BTreeMap::new();
-    let mut open: BTreeMap<String, u64> = BTreeMap::new();
+    // Each open intent's row, spend key and cost: a withdrawn outcome gives the cost back.
+    let mut open: BTreeMap<String, (u64, Vec<u8>, u64)> = BTreeMap::new();
     let mut findings = Vec::new();
     let mut n = 0u64;
     for item in JOURNAL.iter(r)? {
@@ -694,17 +716,21 @@ pub fn audit(r: &ReadCtx<'_>) -> Result<(Vec<AuditFinding>, u64), JournalError> 
         };
         match (&*row.kind, &row.episode, &row.effect, &row.scope, row.cost) {
             ("intent", Some(episode), Some(effect), Some(scope), Some(cost)) => {
-                *sums.entry(spend_key(episode, effect, scope)).or_default() += cost;
-                open.insert(row.invocation_id.into_owned(), seq);
+                let key = spend_key(episode, effect, scope);
+                *sums.entry(key.clone()).or_default() += cost;
+                open.insert(row.invocation_id.into_owned(), (seq, key, cost));
             }
-            ("outcome", ..) if row.status.is_some() => {
-                if open.remove(&*row.invocation_id).is_none() {
-                    findings.push(AuditFinding(format!(
-                        "journal #{seq}: outcome for {} without an open intent",
-                        row.invocation_id
-                    )));
+            ("outcome", ..) if row.status.is_some() => match open.remove(&*row.invocation_id) {
+                None => findings.push(AuditFinding(format!(
+                    "journal #{seq}: outcome for {} without an open intent",
+                    row.invocation_id
+                ))),
+                Some((_, key, cost)) if row.status == Some(OutcomeStatus::Withdrawn) => {
+                    let sum = sums.entry(key).or_default();
+                    *sum = sum.saturating_sub(cost);
                 }
-            }
+                Some(_) => {}
+            },
             _ => findings.push(AuditFinding(format!(
                 "journal #{seq}: unreadable: not an intent or an outcome"
             ))),
@@ -758,7 +784,7 @@ pub fn audit(r: &ReadCtx<'_>) -> Result<(Vec<AuditFinding>, u64), JournalError> 
     }
     // Each row that differs is named, with what it says and what the journal says.
     for (id, seq) in &indexed {
-        match open.get(id) {
+        match open.get(id).map(|(intent, ..)| intent) {
             Some(intent) if intent == seq => {}
             Some(intent) => findings.push(AuditFinding(format!(
                 "pending row {id} names journal #{seq}, but its open intent is #{intent}"
@@ -768,7 +794,7 @@ pub fn audit(r: &ReadCtx<'_>) -> Result<(Vec<AuditFinding>, u64), JournalError> 
             ))),
         }
     }
-    for (id, seq) in &open {
+    for (id, (seq, ..)) in &open {
         if !indexed.contains_key(id) {
             findings.push(AuditFinding(format!(
                 "journal #{seq}: the intent of {id} has no outcome, but the pending index has no row for it"
@@ -1113,6 +1139,7 @@ mod tests {
             Just(OutcomeStatus::Failed),
             Just(OutcomeStatus::Indeterminate),
             Just(OutcomeStatus::Committed),
+            Just(OutcomeStatus::Withdrawn),
         ]
     }
 

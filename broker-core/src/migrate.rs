@@ -59,7 +59,7 @@ thread_local! {
 }
 
 /// Run `open` (which opens one store on this thread) without upgrading the store's schema, and
-/// say which older schema it found. A schema-2, 3 or 4 store keeps its version: this build
+/// say which older schema it found. A schema-2, 3, 4 or 5 store keeps its version: this build
 /// reads it as it is, and only its upgrade would change the version, after which builds of that
 /// schema refuse the store. A schema-1 store, whose rows would have to move, is refused
 /// ([`StoreError::SchemaMismatch`], with the older schema `Some(1)`). For the verbs that only
@@ -193,30 +193,38 @@ pub(crate) fn schema_1_to_2(
     Ok(done)
 }
 
-/// Schema 2 → schema 5: nothing moves. Schema 3 lets the newest objects and entries wait for
+/// Schema 2 → schema 6: nothing moves. Schema 3 lets the newest objects and entries wait for
 /// their `refs` keys ([`crate::ref_tail`]); a schema-2 store has every key, which is read as a
 /// tail that is empty. Its invocation rows stay where schema 4 and later still read them (see
-/// [`schema_3_to_5`]), and its semantic-id index is whole (see [`schema_4_to_5`]). Only the
+/// [`schema_3_to_6`]), and its semantic-id index is whole (see [`schema_4_to_6`]). Only the
 /// version changes, so that builds of schema 2, which would not find the tail's objects, refuse
 /// the store from now on.
-pub(crate) fn schema_2_to_5(env: &Env<WithoutTls>, map_size: usize) -> Result<(), StoreError> {
+pub(crate) fn schema_2_to_6(env: &Env<WithoutTls>, map_size: usize) -> Result<(), StoreError> {
     stamp(env, map_size, 2)
 }
 
-/// Schema 3 → schema 5: nothing moves. Schema 4 stores new invocation rows in arrival order
+/// Schema 3 → schema 6: nothing moves. Schema 4 stores new invocation rows in arrival order
 /// (`invocation_rows`) and still reads, and rewrites in place, the rows schema 3 keyed by id
 /// ([`crate::invocations`]). Only the version changes, so that builds of schema 3, which would
 /// not find the new rows, refuse the store from now on.
-pub(crate) fn schema_3_to_5(env: &Env<WithoutTls>, map_size: usize) -> Result<(), StoreError> {
+pub(crate) fn schema_3_to_6(env: &Env<WithoutTls>, map_size: usize) -> Result<(), StoreError> {
     stamp(env, map_size, 3)
 }
 
-/// Schema 4 → schema 5: nothing moves. Schema 5 lets the newest objects wait for the
+/// Schema 4 → schema 6: nothing moves. Schema 5 lets the newest objects wait for the
 /// semantic-id index ([`crate::semantic_index`]); a store without the tail's watermark has
 /// every object indexed. Only the version changes, so that builds of schema 4, which would not
 /// list the waiting objects by semantic id, refuse the store from now on.
-pub(crate) fn schema_4_to_5(env: &Env<WithoutTls>, map_size: usize) -> Result<(), StoreError> {
+pub(crate) fn schema_4_to_6(env: &Env<WithoutTls>, map_size: usize) -> Result<(), StoreError> {
     stamp(env, map_size, 4)
+}
+
+/// Schema 5 → schema 6: nothing moves. Schema 6 closes an intent whose handler was never
+/// started as `withdrawn` and gives its units back ([`crate::journal`]); a schema-5 store has
+/// no such intent. Only the version changes, so that builds of schema 5, which would read the
+/// status as damage and count the units as spent, refuse the store from now on.
+pub(crate) fn schema_5_to_6(env: &Env<WithoutTls>, map_size: usize) -> Result<(), StoreError> {
+    stamp(env, map_size, 5)
 }
 
 /// Record [`SCHEMA_VERSION`] over `from`, unless another process did first or the schema is

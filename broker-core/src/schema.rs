@@ -1,4 +1,4 @@
-//! The world's tables (schema 5; `docs/data-model.md` §8.2): their names, slots and codecs, and
+//! The world's tables (schema 6; `docs/data-model.md` §8.2): their names, slots and codecs, and
 //! the key layouts more than one module writes. The storage layer knows only the names
 //! ([`crate::storage::Layout`]); what the rows mean is each owning module's.
 
@@ -7,9 +7,9 @@ use heed::types::{Bytes, Str};
 use crate::object::{ObjectView, Ref};
 use crate::storage::{Seq, StoreError, Table};
 
-/// The schema this build reads and writes. A store of schema 1, 2, 3 or 4 is migrated when it
-/// is opened ([`crate::migrate`]); any other version is refused unmodified.
-pub const SCHEMA_VERSION: u32 = 5;
+/// The schema this build reads and writes. A store of schema 1, 2, 3, 4 or 5 is migrated when
+/// it is opened ([`crate::migrate`]); any other version is refused unmodified.
+pub const SCHEMA_VERSION: u32 = 6;
 
 /// The tables, by slot (each constant below names its slot).
 pub(crate) const TABLES: &[&str] = &[

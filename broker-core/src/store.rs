@@ -44,15 +44,19 @@ static LAYOUT: Layout = Layout {
         },
         Upgrade {
             from: "2",
-            run: migrate::schema_2_to_5,
+            run: migrate::schema_2_to_6,
         },
         Upgrade {
             from: "3",
-            run: migrate::schema_3_to_5,
+            run: migrate::schema_3_to_6,
         },
         Upgrade {
             from: "4",
-            run: migrate::schema_4_to_5,
+            run: migrate::schema_4_to_6,
+        },
+        Upgrade {
+            from: "5",
+            run: migrate::schema_5_to_6,
         },
     ],
     state: ref_tail::state,

@@ -308,10 +308,11 @@ impl broker_core::coordinator::Hooks for SlowIntent {
 /// Attack (the same, one step later): a call's deadline runs out while its intent is on its
 /// way to the disk. Its handler used to start with the deadline already due (`deadlineMs: 0`,
 /// no limit), so the git plugin really committed for a call answered "timed out". The handler
-/// is now never started: the intent is closed as failed, the call is not committed, and the
-/// caller is answered timed out.
+/// is now never started and the call is not committed. Its intent was then closed as failed,
+/// which kept the unit it had spent on an effect that never ran: it is now closed withdrawn,
+/// with the unit given back in the same transaction, and the caller is told nothing ran.
 #[test]
-fn a_handler_whose_deadline_passed_during_its_intent_is_never_started() {
+fn a_handler_whose_deadline_passed_during_its_intent_is_never_started_and_spends_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let store = Store::create(&dir.path().join("db")).unwrap();
     common::publish_se_tools(&store);
@@ -331,19 +332,27 @@ fn a_handler_whose_deadline_passed_during_its_intent_is_never_started() {
     let err = coordinator
         .invoke_until(&write(&writer, "w1"), Some(Instant::now() + left), ())
         .unwrap_err();
-    assert!(matches!(err, CallError::HandlerTimedOut), "{err:?}");
+    assert!(matches!(err, CallError::NotStarted), "{err:?}");
+    assert_eq!(
+        err.to_string(),
+        "the call's deadline passed while its intent was journaled: its handler was not started, nothing was spent, and the call was not committed"
+    );
     assert!(entered.try_recv().is_err(), "the handler was started");
     assert!(
         matches!(
             receipt(&store, "a2a:writer:w1"),
             Receipt::Resolved {
-                status: OutcomeStatus::Failed,
+                status: OutcomeStatus::Withdrawn,
                 ..
             }
         ),
         "{:?}",
         receipt(&store, "a2a:writer:w1")
     );
+    // The unit the intent spent is back, and the audit agrees with the counter.
+    assert_eq!(spent(&coordinator, &writer, "Workspace.Write"), 0);
+    let audit = broker_core::verify::audit_store(&store).unwrap();
+    assert!(audit.consistent(), "{audit:?}");
     let rec = coordinator
         .reconcile(&writer, Surface::A2a, "w1")
         .unwrap()
@@ -353,6 +362,14 @@ fn a_handler_whose_deadline_passed_during_its_intent_is_never_started() {
     assert_eq!(revision(&store), before, "nothing was committed");
     assert_eq!(coordinator.overruns().total(), 0);
     assert_eq!(coordinator.overruns().running(), 0);
+    // Its task id stays used: sent again, it is answered as unrecorded and runs nothing.
+    let again = coordinator.invoke(&write(&writer, "w1")).unwrap_err();
+    assert!(
+        matches!(again, CallError::EffectsUnrecorded { .. }),
+        "{again:?}"
+    );
+    assert!(entered.try_recv().is_err(), "the handler was started");
+    assert_eq!(spent(&coordinator, &writer, "Workspace.Write"), 0);
 }
 
 /// Watched (the daemon's way): the handler runs on the call's own thread, and the waiter gives

@@ -760,7 +760,7 @@ fn a_schema_3_store_is_upgraded_in_place_and_its_invocation_rows_stay_where_they
     invocations_found(&store, &new);
     drop(c);
     drop(store);
-    assert_eq!(meta_schema(&db).as_deref(), Some("5"));
+    assert_eq!(meta_schema(&db).as_deref(), Some("6"));
     drop(dir);
 }
 

@@ -161,7 +161,7 @@ fn a_schema_1_store_migrates_on_open_and_reads_exactly_as_before() {
     assert_eq!(audit.entries, 14);
     assert_eq!(audit.indeterminate.len(), 1);
     drop(store);
-    assert_eq!(meta_schema(&db).as_deref(), Some("5"));
+    assert_eq!(meta_schema(&db).as_deref(), Some("6"));
 }
 
 #[test]
@@ -459,7 +459,7 @@ fn a_schema_1_store_open_in_another_process_is_not_migrated_under_it() {
     assert_eq!(
         e.to_string(),
         format!(
-            "store {} uses schema 1 and another process has it open; stop that process (a worldd of an older build?) so that this build can migrate the store to schema 5",
+            "store {} uses schema 1 and another process has it open; stop that process (a worldd of an older build?) so that this build can migrate the store to schema 6",
             db.display()
         )
     );
@@ -475,7 +475,7 @@ fn a_schema_1_store_open_in_another_process_is_not_migrated_under_it() {
     let store = Store::open(&db, StoreOptions::default()).unwrap();
     assert!(verify::audit_store(&store).unwrap().consistent());
     drop(store);
-    assert_eq!(meta_schema(&db).as_deref(), Some("5"));
+    assert_eq!(meta_schema(&db).as_deref(), Some("6"));
 }
 
 // -------------------------------------------------------------------------------------------
@@ -930,4 +930,27 @@ impl V1 {
     fn close(self) {
         self.env.prepare_for_closing().wait();
     }
+}
+
+/// Schema 6 closes an intent whose handler never started as `withdrawn` and gives its units
+/// back, which a build of schema 5 would read as damage and count as spent. A schema-5 store
+/// is stamped 6 when a build that writes opens it (nothing moves, and it verifies as before);
+/// a verb that only reads keeps it at 5.
+#[test]
+fn a_schema_5_store_is_stamped_6_by_a_writer_and_kept_at_5_by_a_reader() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("db");
+    drop(Store::create(&db).unwrap());
+    set_meta_schema(&db, "5");
+    let (kept, found) =
+        broker_core::migrate::keeping_schema(|| Store::open(&db, StoreOptions::default()));
+    assert_eq!(found, Some(5));
+    let store = kept.unwrap();
+    assert!(verify::audit_store(&store).unwrap().consistent());
+    drop(store);
+    assert_eq!(meta_schema(&db).as_deref(), Some("5"));
+    let store = Store::open(&db, StoreOptions::default()).unwrap();
+    assert!(verify::audit_store(&store).unwrap().consistent());
+    drop(store);
+    assert_eq!(meta_schema(&db).as_deref(), Some("6"));
 }

@@ -1,4 +1,4 @@
-//! The semantic-id index and its tail (schema 5): the newest objects wait unindexed after a
+//! The semantic-id index and its tail (schema 5 and later): the newest objects wait unindexed after a
 //! watermark and are indexed together once `MERGE_AT` wait; listings by semantic id read the
 //! index, then the tail, in arrival order, whatever side of the watermark `after` falls on.
 
@@ -153,7 +153,7 @@ fn a_schema_4_store_whose_index_is_whole_lists_the_same_and_grows_a_tail() {
     assert_eq!(indexed(&store), whole, "the new objects wait in the tail");
     every_listing_in_order(&store, &stored);
     drop(store);
-    assert_eq!(meta_schema(&db).as_deref(), Some("5"));
+    assert_eq!(meta_schema(&db).as_deref(), Some("6"));
 }
 
 fn open_store(db: &std::path::Path) -> Store {

@@ -92,7 +92,7 @@ fn refused_after_raw_put(name: &str, key: &[u8], value: &[u8]) -> String {
 fn a_store_of_another_schema_version_is_refused_unmodified() {
     assert_eq!(
         refused_after_raw_put("meta", b"schema_version", b"99"),
-        "store schema version 99 is not the version this build uses (5); refusing to open it"
+        "store schema version 99 is not the version this build uses (6); refusing to open it"
     );
 }
 
@@ -100,7 +100,7 @@ fn a_store_of_another_schema_version_is_refused_unmodified() {
 fn a_damaged_schema_version_reaches_no_terminal_raw() {
     assert_eq!(
         refused_after_raw_put("meta", b"schema_version", b"5\x1b]0;owned\x07\xff"),
-        "store schema version \"5\\u001b]0;owned\\u0007\u{fffd}\" is not the version this build uses (5); refusing to open it"
+        "store schema version \"5\\u001b]0;owned\\u0007\u{fffd}\" is not the version this build uses (6); refusing to open it"
     );
 }
 

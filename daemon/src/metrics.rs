@@ -115,7 +115,9 @@ pub fn outcome_label(result: &Result<CallOutput, CallError>) -> &'static str {
         Err(CallError::EffectsUnrecorded { .. }) => "unrecorded",
         Err(CallError::HandlerTimedOut) => "timed_out",
         // Refused before its intent: nothing ran and its unit is unspent, unlike `timed_out`.
-        Err(CallError::NoTimeToStart | CallError::PreflightTimedOut) => "too_late",
+        Err(CallError::NoTimeToStart | CallError::NotStarted | CallError::PreflightTimedOut) => {
+            "too_late"
+        }
         Err(CallError::NoHandler | CallError::NoWorktree(_)) => "no_handler",
         Err(CallError::RefusalRate) => "refusal_rate",
         // Not full: the daemon stopped writing because its store's files were swapped.

@@ -81,7 +81,7 @@ fn read_verbs_and_backup_leave_an_older_schema_as_it_is() {
     set_meta_schema(&db, "4");
     let shown = path_str(&db);
     let note = format!(
-        "worldd: world store {shown} uses schema 4: read as it is, not upgraded; `worldd serve --db {shown}` upgrades it to schema 5 (builds that know only schema 4 cannot open it then: back it up first)"
+        "worldd: world store {shown} uses schema 4: read as it is, not upgraded; `worldd serve --db {shown}` upgrades it to schema 6 (builds that know only schema 4 cannot open it then: back it up first)"
     );
     let copy = kept.path().join("bk");
     let verbs: [&[&str]; 5] = [
@@ -121,7 +121,7 @@ fn read_verbs_refuse_a_schema_1_store_untouched() {
         assert_eq!((code, out.as_str()), (1, ""), "{args:?}: {err}");
         assert_eq!(
             err,
-            format!("worldd: world store {shown} uses schema 1, which this build reads only once it is migrated to schema 5 (its rows move); nothing was changed: back it up first (a stopped store copies whole with `cp -a`: builds that know only schema 1 cannot open a migrated store), then `worldd serve --db {shown}` migrates it\n")
+            format!("worldd: world store {shown} uses schema 1, which this build reads only once it is migrated to schema 6 (its rows move); nothing was changed: back it up first (a stopped store copies whole with `cp -a`: builds that know only schema 1 cannot open a migrated store), then `worldd serve --db {shown}` migrates it\n")
         );
         assert_eq!(meta_schema(&db).as_deref(), Some("1"));
     }

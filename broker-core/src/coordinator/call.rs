@@ -146,15 +146,16 @@ pub enum CallError {
     StoreFull(crate::capacity::Full),
     #[error("effects were requested but the invocation was not confirmed committed; effect records: {}", join_refs(.records))]
     EffectsUnrecorded { records: Vec<Ref> },
-    /// The call's deadline ran out for its handler, one of two ways:
-    ///
-    /// - the handler overran its deadline: its intent is journaled; its outcome and record are
-    ///   journaled when it returns, and the call is never committed to the log;
-    /// - the deadline passed while the intent was being journaled: the handler was not
-    ///   started, and the intent is closed as a failed effect (not committed), as after an
-    ///   overrun.
-    #[error("the call's deadline ran out for its handler: it overran (its outcome is journaled when it returns and the call is not committed), or passed while its intent was journaled")]
+    /// The handler overran the call's deadline: its intent is journaled; its outcome and record
+    /// are journaled when it returns, and the call is never committed to the log.
+    #[error("the call's deadline ran out for its handler: it overran (its outcome is journaled when it returns and the call is not committed)")]
     HandlerTimedOut,
+    /// The call's deadline passed while its intent was on its way to the disk: the handler was
+    /// not started, the intent is closed withdrawn with its units given back, and the call is
+    /// not committed. Unlike [`CallError::NoTimeToStart`] the task id stays used (its journal
+    /// says what became of it).
+    #[error("the call's deadline passed while its intent was journaled: its handler was not started, nothing was spent, and the call was not committed")]
+    NotStarted,
     /// Too little of the caller's deadline was left to start the handler
     /// ([`super::MIN_HANDLER_TIME`]): refused before its intent, nothing journaled or spent, the
     /// task id left free. Unlike [`CallError::HandlerTimedOut`], nothing can have run.

@@ -195,25 +195,33 @@ impl LateCall {
     }
 
     /// The call's deadline was already due when its handler was to start (its intent is
-    /// journaled): the handler is not started, the intent is closed as a failed effect that did
-    /// not run (the call stays uncommitted, as after an overrun), then the episode is freed.
+    /// journaled): the handler is not started, the intent is closed withdrawn and its units
+    /// given back (the call stays uncommitted, its record a failed effect that did not run),
+    /// then the episode is freed.
     pub(super) fn not_started(self, busy: Busy) {
         let why = format!(
             "not started: the call's deadline passed before its {} handler could start; the effect did not run",
             self.effect.effect
         );
-        self.journal(
+        self.journal_as(
             (HandlerOutcome::Failed(why), None),
-            "the call's deadline passed before its handler could start; the handler was not started, the intent is journaled failed and the call is not committed",
+            Some(OutcomeStatus::Withdrawn),
+            "the call's deadline passed before its handler could start; the handler was not started, the intent is journaled withdrawn with its units given back, and the call is not committed",
         );
         drop(busy);
     }
 
     /// Journal `ran` as the call's outcome and record, without a commit.
     fn journal(&self, ran: Ran, what: &str) {
+        self.journal_as(ran, None, what)
+    }
+
+    /// [`Self::journal`], the intent closed with `status` instead of `ran`'s own.
+    fn journal_as(&self, ran: Ran, status: Option<OutcomeStatus>, what: &str) {
         let id = &self.ids.invocation_id;
         match settle(id, &self.effect, self.budget_before, self.request_ref, ran) {
-            Ok(s) => {
+            Ok(mut s) => {
+                s.status = status.unwrap_or(s.status);
                 let objects = std::iter::once(s.record_obj.clone())
                     .chain(s.result.map(|(obj, _)| obj))
                     .collect();

@@ -205,7 +205,7 @@ pub(super) fn error_text(f: InvokeFailure) -> (i64, String) {
                     "invalid params".to_owned()
                 }
                 // The contract's timeout text; the classification says nothing ran.
-                CallError::NoTimeToStart | CallError::PreflightTimedOut => {
+                CallError::NoTimeToStart | CallError::NotStarted | CallError::PreflightTimedOut => {
                     "invocation exceeded its deadline".to_owned()
                 }
                 // No room to write: the store-full text; the log says "disk full" or the map size.

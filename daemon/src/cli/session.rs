@@ -303,7 +303,7 @@ pub fn open_existing(db: &Path) -> Result<Store, Failure> {
 /// `session list`, `backup`): read-only where its filesystem is read-only (a snapshot, a backup
 /// medium), which LMDB reads without its lock file; as [`open_existing`] elsewhere, except that
 /// an older schema is never upgraded. Builds of that schema cannot open an upgraded store, and
-/// the operator may be backing it up, or checking it, before upgrading: a schema-2, 3 or 4
+/// the operator may be backing it up, or checking it, before upgrading: a schema-2, 3, 4 or 5
 /// store is read as it is (said once on stderr), a schema-1 store is refused, and
 /// `worldd serve` upgrades either.
 pub fn open_to_read(db: &Path) -> Result<Store, Failure> {

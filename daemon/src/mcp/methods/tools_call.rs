@@ -223,7 +223,7 @@ fn host_failure(
             (HostFailure::Unavailable, e.to_string())
         }
         // Nothing ran: too little of the deadline was left to start the handler.
-        InvokeFailure::Call(e @ (CallError::NoTimeToStart | CallError::PreflightTimedOut)) => {
+        InvokeFailure::Call(e @ (CallError::NoTimeToStart | CallError::NotStarted | CallError::PreflightTimedOut)) => {
             (HostFailure::TooLate, e.to_string())
         }
         InvokeFailure::Call(e) => (HostFailure::Failed, e.to_string()),
