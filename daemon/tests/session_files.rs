@@ -385,3 +385,74 @@ fn session_new_says_a_fresh_start_needs_a_new_episode_name_and_warns_of_a_spent_
     assert!(!before.contains("Workspace.Write=worktree:2:"), "{shown}");
     assert!(!root.join("ep1").exists());
 }
+
+/// `serve` refuses a workspace root inside its store, a store inside its workspace root, and
+/// either inside a directory another running worldd holds as its own; `session new` made its
+/// worktree in all three without a word (in the store's `plugin-state`, where `backup` copies
+/// it and no daemon would ever serve it; in another daemon's worktree, where that daemon's
+/// agents write). It now refuses each before the question, and makes nothing.
+#[test]
+fn session_new_refuses_a_worktree_inside_a_store_or_another_daemons_directory_before_the_question()
+{
+    let d = Daemon::start(&[], &[]);
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("db");
+    drop(broker_core::store::Store::create(&db).unwrap());
+    let new = |db: &Path, root: &Path| {
+        at_terminal(
+            &format!(
+                "{WORLDD} session new ep9 --db {} --workspace-root {} --preset se-tools",
+                db.display(),
+                root.display()
+            ),
+            b"y\n",
+        )
+    };
+    let real_db = db.canonicalize().unwrap();
+
+    let in_store = db.join("plugin-state");
+    let (code, shown) = new(&db, &in_store);
+    assert_eq!(code, 1, "{shown}");
+    assert!(
+        shown.contains(&format!(
+            "worldd: the workspace root {} is inside the store {}: a daemon refuses to serve them so, and no worktree is made there; nothing was made: pass a --workspace-root outside the store (and the store outside it)",
+            real_db.join("plugin-state").display(),
+            real_db.display()
+        )),
+        "{shown}"
+    );
+    assert!(!shown.contains("Confirm mint"), "{shown}");
+    assert!(!in_store.join("ep9").exists());
+
+    let root = dir.path().join("wt");
+    let inner = root.join("db");
+    std::fs::create_dir_all(&root).unwrap();
+    drop(broker_core::store::Store::create(&inner).unwrap());
+    let (code, shown) = new(&inner, &root);
+    assert_eq!(code, 1, "{shown}");
+    assert!(
+        shown.contains(&format!(
+            "worldd: the store {} is inside the workspace root {}: a daemon refuses",
+            root.canonicalize().unwrap().join("db").display(),
+            root.canonicalize().unwrap().display()
+        )),
+        "{shown}"
+    );
+    assert!(!root.join("ep9").exists());
+
+    let theirs = d.root().join("shared");
+    let (code, shown) = new(&db, &theirs);
+    assert_eq!(code, 1, "{shown}");
+    assert!(
+        shown.contains(&format!(
+            "worldd: the workspace root {} is inside {}, which another running worldd process holds as its own (a daemon's workspace root or store, a plugin's stateDir, a backup's destination): no daemon would serve a worktree made there; nothing was made: pass a --workspace-root outside it",
+            d.root().canonicalize().unwrap().join("shared").display(),
+            d.root().canonicalize().unwrap().display()
+        )),
+        "{shown}"
+    );
+    assert!(!shown.contains("Confirm mint"), "{shown}");
+    assert!(!theirs.exists());
+    // Nothing was minted in either store.
+    assert!(!sessions(&db).contains("ep9"), "{}", sessions(&db));
+}

@@ -1273,6 +1273,14 @@ pub(super) fn others_may_enter(root: &std::path::Path) -> Option<String> {
 
 /// The store must not live where agents can write.
 fn refuse_store_inside_workspace(db: &std::path::Path, root: &std::path::Path) -> CliResult {
+    store_inside_workspace(db, root).map_or(Ok(()), |why| Err(startup("config", why)))
+}
+
+/// [`refuse_store_inside_workspace`]'s finding, for `session new` too.
+pub(super) fn store_inside_workspace(
+    db: &std::path::Path,
+    root: &std::path::Path,
+) -> Option<String> {
     let abs = |p: &std::path::Path| std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf());
     let root = root.canonicalize().unwrap_or_else(|_| abs(root));
     let db_abs = db
@@ -1280,23 +1288,27 @@ fn refuse_store_inside_workspace(db: &std::path::Path, root: &std::path::Path) -
         .and_then(|p| p.canonicalize().ok())
         .map(|p| p.join(db.file_name().unwrap_or_default()))
         .unwrap_or_else(|| abs(db));
-    if db_abs.starts_with(&root) {
-        return Err(startup(
-            "config",
-            format!(
-                "the store {} is inside the workspace root {}",
-                db_abs.display(),
-                root.display()
-            ),
-        ));
-    }
-    Ok(())
+    db_abs.starts_with(&root).then(|| {
+        format!(
+            "the store {} is inside the workspace root {}",
+            db_abs.display(),
+            root.display()
+        )
+    })
 }
 
 /// Nor the worktrees where the store is: agents would write beside its data file and its
 /// plugins' state, in the directory `backup` copies. (A fresh start took the root it made
 /// there for the remains of a lost store; an existing store served it.)
 fn refuse_workspace_inside_store(db: &std::path::Path, root: &std::path::Path) -> CliResult {
+    workspace_inside_store(db, root).map_or(Ok(()), |why| Err(startup("config", why)))
+}
+
+/// [`refuse_workspace_inside_store`]'s finding, for `session new` too.
+pub(super) fn workspace_inside_store(
+    db: &std::path::Path,
+    root: &std::path::Path,
+) -> Option<String> {
     let abs = |p: &std::path::Path| std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf());
     // The root exists by now; the store's directory may not.
     let root = root.canonicalize().unwrap_or_else(|_| abs(root));
@@ -1309,17 +1321,13 @@ fn refuse_workspace_inside_store(db: &std::path::Path, root: &std::path::Path) -
                 .map(|p| p.join(db.file_name().unwrap_or_default()))
         })
         .unwrap_or_else(|| abs(db));
-    if root.starts_with(&db_abs) {
-        return Err(startup(
-            "config",
-            format!(
-                "the workspace root {} is inside the store {}",
-                root.display(),
-                db_abs.display()
-            ),
-        ));
-    }
-    Ok(())
+    root.starts_with(&db_abs).then(|| {
+        format!(
+            "the workspace root {} is inside the store {}",
+            root.display(),
+            db_abs.display()
+        )
+    })
 }
 
 /// A `stateDir` the operator set for a plugin that overlaps the workspace root is refused: agents
@@ -1548,6 +1556,18 @@ fn lock_ancestors(
 /// The shared locks taken to look are let go: [`lock_ancestors`] holds them once the paths
 /// are made.
 pub(super) fn refuse_inside_another(db: &std::path::Path, root: &std::path::Path) -> CliResult {
+    match held_above(db, root) {
+        Some((what, real, above, flag)) => Err(inside_another(what, &real, &above, flag)),
+        None => Ok(()),
+    }
+}
+
+/// The first of `root` and `db` that lies inside a directory another running worldd process
+/// holds as its own: which one, its real path, that directory and the flag that gives it.
+pub(super) fn held_above(
+    db: &std::path::Path,
+    root: &std::path::Path,
+) -> Option<(&'static str, PathBuf, PathBuf, &'static str)> {
     for (what, path, flag) in [
         ("workspace root", root, "--workspace-root"),
         ("store", db, "--db"),
@@ -1558,11 +1578,12 @@ pub(super) fn refuse_inside_another(db: &std::path::Path, root: &std::path::Path
                 continue;
             };
             if let Ok(false) = lock_shared(&dir) {
-                return Err(inside_another(what, &real, above, flag));
+                let above = above.to_path_buf();
+                return Some((what, real, above, flag));
             }
         }
     }
-    Ok(())
+    None
 }
 
 /// `path` with its deepest existing part resolved (symlinks, `..`) and the rest, not made yet,

@@ -844,6 +844,24 @@ fn new(a: NewArgs) -> CliResult {
         }
         _ => false,
     };
+    // As `serve` refuses such a root at start, before anything is made or asked: a worktree
+    // inside the store (beside its data file and plugins' state, in what `backup` copies), a
+    // store inside the workspace root, or a root inside a directory another running worldd
+    // holds as its own (a daemon's worktree, its store, a plugin's stateDir).
+    if let Some(why) = super::serve::workspace_inside_store(&a.db.db, &a.workspace_root)
+        .or_else(|| super::serve::store_inside_workspace(&a.db.db, &a.workspace_root))
+    {
+        return Err(Failure::usage(format!(
+            "{why}: a daemon refuses to serve them so, and no worktree is made there; nothing was made: pass a --workspace-root outside the store (and the store outside it)"
+        )));
+    }
+    if let Some((what, real, above, flag)) = super::serve::held_above(&a.db.db, &a.workspace_root) {
+        return Err(Failure::usage(format!(
+            "the {what} {} is inside {}, which another running worldd process holds as its own (a daemon's workspace root or store, a plugin's stateDir, a backup's destination): no daemon would serve a worktree made there; nothing was made: pass a {flag} outside it",
+            real.display(),
+            above.display()
+        )));
+    }
     // As `serve` does: a root another user could have written is refused (they could swap
     // the worktree for theirs), one others may read is warned of.
     super::serve::refuse_loose_dir("workspace root", &a.workspace_root).map_err(Failure::fatal)?;
