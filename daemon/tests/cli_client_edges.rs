@@ -16,7 +16,7 @@ use common::*;
 
 /// Run `worldd` with `args` and the environment `env` (values as bytes: a file name need not be
 /// UTF-8); (exit code, stdout, stderr).
-fn worldd_env(args: &[&str], env: &[(&str, &[u8])]) -> (i32, String, String) {
+fn worldd_env<A: AsRef<OsStr>>(args: &[A], env: &[(&str, &[u8])]) -> (i32, String, String) {
     let mut cmd = Command::new(WORLDD);
     cmd.args(args)
         .env_remove("WORLD_ADDR")
@@ -142,7 +142,10 @@ fn an_address_with_a_query_or_fragment_is_refused_and_an_upper_case_scheme_is_ta
 /// A `$WORLD_SESSION` naming a session file by a name that is not UTF-8 was taken for no
 /// variable at all: the request went out without a credential, and the error told the user to
 /// set what they had set. It is read as the path it is. A non-UTF-8 `$WORLD_ADDR` got clap's
-/// "invalid UTF-8 was detected in one or more arguments", naming nothing; it is named.
+/// "invalid UTF-8 was detected in one or more arguments", naming nothing; it is named. The same
+/// file name given as `--session` got clap's unnamed error; it is read too, and a name that
+/// names no file is shown in the `$'…'` quoting that names it, not with a replacement
+/// character that names another.
 #[test]
 fn a_world_session_or_world_addr_that_is_not_utf8_is_read_or_named() {
     let d = Daemon::start(&["worldd_workspace"], &[]);
@@ -156,6 +159,18 @@ fn a_world_session_or_world_addr_that_is_not_utf8_is_read_or_named() {
     let (code, out, err) = worldd_env(&["head", "--addr", &addr], &[("WORLD_SESSION", &name)]);
     assert_eq!((code, err.as_str()), (0, ""));
     assert_eq!(out.trim_end(), head.trim_end());
+    let (code, out, err) = worldd_env(
+        &[
+            OsStr::new("head"),
+            OsStr::new("--addr"),
+            OsStr::new(&addr),
+            OsStr::new("--session"),
+            OsStr::from_bytes(&name),
+        ],
+        &[],
+    );
+    assert_eq!((code, err.as_str()), (0, ""));
+    assert_eq!(out.trim_end(), head.trim_end());
     // Not a file: named as given, in the variable's name.
     let mut missing = d.dir.path().as_os_str().as_bytes().to_vec();
     missing.extend_from_slice(b"/\xfe.session");
@@ -164,7 +179,7 @@ fn a_world_session_or_world_addr_that_is_not_utf8_is_read_or_named() {
     assert_eq!(
         err,
         format!(
-            "worldd: $WORLD_SESSION {}/\u{fffd}.session: no such session file (`worldd session new EPISODE --preset se-tools --out FILE` writes a session file)\n",
+            "worldd: $WORLD_SESSION $'{}/\\xfe.session': no such session file (`worldd session new EPISODE --preset se-tools --out FILE` writes a session file)\n",
             d.dir.path().display()
         )
     );

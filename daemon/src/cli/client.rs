@@ -20,8 +20,9 @@ pub struct ClientArgs {
     #[arg(long, env = "WORLD_ADDR", default_value = DEFAULT_ADDR)]
     pub addr: String,
     /// Session credential, or a file holding it (default: $WORLD_SESSION).
+    // An OS string: a session file's name need not be UTF-8.
     #[arg(long)]
-    pub session: Option<String>,
+    pub session: Option<std::ffi::OsString>,
     /// How long to wait for the daemon's answer, in seconds (a call runs for up to the
     /// daemon's `[limits] call_deadline_ms`, 20 s by default).
     #[arg(long, value_name = "SECS", default_value = DEFAULT_TIMEOUT, value_parser = seconds)]
@@ -160,9 +161,9 @@ pub struct CallArgs {
 
 /// Resolve the session credential text from `--session`, else `$WORLD_SESSION`: the 64-hex
 /// credential itself, or a file holding it. Each mistake gets its own sentence.
-pub(super) fn credential(arg: &Option<String>) -> Result<Option<String>, Failure> {
+pub(super) fn credential(arg: &Option<std::ffi::OsString>) -> Result<Option<String>, Failure> {
     let (given, source): (std::ffi::OsString, _) = match arg {
-        Some(v) => (v.into(), "--session"),
+        Some(v) => (v.clone(), "--session"),
         // Read as the path it may be: a file name need not be UTF-8, and a variable set to one
         // was otherwise taken for no variable at all.
         None => match std::env::var_os("WORLD_SESSION") {
@@ -177,8 +178,9 @@ pub(super) fn credential(arg: &Option<String>) -> Result<Option<String>, Failure
             let text = text.trim().to_owned();
             (text.clone(), std::path::PathBuf::from(text))
         }
+        // Shown quoted as a shell would need it, its bytes escaped.
         None => (
-            given.to_string_lossy().into_owned(),
+            crate::text::shell_path(std::path::Path::new(&given)),
             std::path::PathBuf::from(&given),
         ),
     };

@@ -36,8 +36,9 @@ pub struct WhyArgs {
     #[arg(long)]
     pub addr: Option<String>,
     /// With a daemon: session credential, or a file holding it (default: $WORLD_SESSION).
+    // An OS string: a session file's name need not be UTF-8.
     #[arg(long)]
-    pub session: Option<String>,
+    pub session: Option<std::ffi::OsString>,
     /// With a daemon: how long to wait for each of its answers, in seconds.
     #[arg(long, value_name = "SECS", default_value = DEFAULT_TIMEOUT, value_parser = seconds, conflicts_with = "db")]
     pub timeout: Duration,
