@@ -178,3 +178,23 @@ fn a_whole_log_passes_the_head_check_and_takes_appends() {
     assert_eq!(c.entry.header.entry_index, 4);
     store.check_head().unwrap();
 }
+
+/// Attack (a busy daemon beside `worldd doctor`): the audit read the head and the log's last
+/// index in two read transactions, so a group commit landing between them made a healthy
+/// store's head look one revision behind its log (`the head selects revision N but the last
+/// entry is N+1`, doctor's exit 3). Both are read in one snapshot now.
+#[test]
+fn a_commit_landing_while_the_audit_reads_the_head_is_no_finding() {
+    let (_dir, store) = store_with_three_entries();
+    let writer = store.clone();
+    let once = std::sync::atomic::AtomicBool::new(true);
+    // The audit's first read transaction has begun (its snapshot fixed) when a commit lands.
+    assert!(store.on_read(Box::new(move |_| {
+        if once.swap(false, std::sync::atomic::Ordering::SeqCst) {
+            writer.write(|w| log::append(w, &append_n(4))).unwrap();
+        }
+    })));
+    let audit = broker_core::verify::audit_store(&store).unwrap();
+    assert!(audit.head_findings.is_empty(), "{:?}", audit.head_findings);
+    assert_eq!(store.read(log::last_index).unwrap(), Some(4));
+}

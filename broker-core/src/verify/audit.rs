@@ -103,10 +103,10 @@ fn unreadable_journal(e: crate::journal::JournalError) -> VerifyError {
 /// index.
 pub fn audit_store(store: &Store) -> Result<StoreAudit, VerifyError> {
     let mut audit = StoreAudit::default();
-    let head = store
-        .read(log::head)?
-        .ok_or_else(|| VerifyError::NotFound("world head".into()))?;
-    let last = store.read(log::last_index)?;
+    // One snapshot for both: a commit between two reads moves the last index past the head
+    // read first, and a healthy store beside its daemon was reported inconsistent.
+    let (head, last) = store.read(|r| Ok::<_, StoreError>((log::head(r)?, log::last_index(r)?)))?;
+    let head = head.ok_or_else(|| VerifyError::NotFound("world head".into()))?;
     if last != Some(head.world.revision) {
         audit.head_findings.push(match last {
             Some(last) => format!(
