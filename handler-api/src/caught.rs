@@ -69,13 +69,26 @@ pub(crate) fn remember(host: Host) {
     let _ = HOST.set(host);
 }
 
-/// Run `f`, catching a panic; its payload, as [`std::panic::catch_unwind`] gives it.
-pub(crate) fn caught<R: 'static>(f: impl FnOnce() -> R) -> std::thread::Result<R> {
+/// Run `f`, catching a panic; its payload's text ([`crate::plugin::panic_text`]). The payload
+/// is dropped here, inside the guard: a payload whose own `Drop` panics (plain safe Rust:
+/// `panic_any` of such a value) would otherwise unwind out of the adapter, across the
+/// `extern "C"` boundary, and abort the host.
+pub(crate) fn caught<R: 'static>(f: impl FnOnce() -> R) -> Result<R, String> {
     install();
     PLACE.with(|p| p.borrow_mut().take());
     DEPTH.with(|d| d.set(d.get() + 1));
     let outer = AFTER.with(|a| a.replace(after::<R>()));
-    let result = catch_unwind(AssertUnwindSafe(f));
+    let result = catch_unwind(AssertUnwindSafe(f)).map_err(|payload| {
+        let text = crate::plugin::panic_text(&*payload);
+        // Where the first panic happened is what the adapter says, not where its drop did.
+        let place = PLACE.with(|p| p.borrow_mut().take());
+        if let Err(again) = catch_unwind(AssertUnwindSafe(move || drop(payload))) {
+            // Its payload may panic in its drop too: it is leaked, never dropped.
+            std::mem::forget(again);
+        }
+        PLACE.with(|p| *p.borrow_mut() = place);
+        text
+    });
     AFTER.with(|a| a.set(outer));
     DEPTH.with(|d| d.set(d.get() - 1));
     result

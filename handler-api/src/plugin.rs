@@ -219,7 +219,7 @@ pub fn execute_json<H: EffectHandler + ?Sized>(handler: &H, request_json: &str) 
     };
     let outcome = match crate::caught::caught(|| handler.execute(request)) {
         Ok(outcome) => outcome,
-        Err(payload) => Outcome::failed(format!("handler panicked: {}", panic_text(&*payload))),
+        Err(text) => Outcome::failed(format!("handler panicked: {text}")),
     };
     outcome_json(&outcome)
 }
@@ -233,7 +233,7 @@ pub fn finish_json<H: EffectHandler + ?Sized>(
     let input: FinishInput = serde_json::from_str(input_json)
         .map_err(|e| format!("malformed finish input for {name:?}: {e}"))?;
     let output = crate::caught::caught(|| handler.finish(name, input))
-        .map_err(|payload| format!("finish function panicked: {}", panic_text(&*payload)))??;
+        .map_err(|text| format!("finish function panicked: {text}"))??;
     serde_json::to_string(&output)
         .map_err(|e| format!("finish output could not be serialised: {e}"))
 }
@@ -255,13 +255,10 @@ pub fn preflight_json<H: EffectHandler + ?Sized>(
 /// The `manifest` adapter: the manifest JSON with `abi` forced to
 /// [`ABI_VERSION`], or `{"error":"…"}`.
 pub fn manifest_json<P: Plugin>() -> String {
-    let result = crate::caught::caught(P::manifest).unwrap_or_else(|payload| {
+    let result = crate::caught::caught(P::manifest).unwrap_or_else(|text| {
         // No host is told of a panic here (there is none yet): its place goes in the error.
         let place = crate::caught::take_place().unwrap_or_default();
-        Err(format!(
-            "manifest panicked{place}: {}",
-            panic_text(&*payload)
-        ))
+        Err(format!("manifest panicked{place}: {text}"))
     });
     let result = result.and_then(|mut manifest| {
         manifest.abi = ABI_VERSION;
@@ -284,7 +281,7 @@ pub fn new_handler_boxed<P: Plugin>(config_json: &str, host: Host) -> Result<Han
     };
     crate::caught::remember(host);
     let handler = crate::caught::caught(|| P::new(config, host))
-        .map_err(|payload| format!("{NEW_PANICKED}{}", panic_text(&*payload)))??;
+        .map_err(|text| format!("{NEW_PANICKED}{text}"))??;
     Ok(Handler_TO::from_value(
         Adapter(ManuallyDrop::new(handler)),
         TD_Opaque,
@@ -345,7 +342,7 @@ extern "C" fn new_handler_entry<P: Plugin>(
         let host = unsafe { Host::from_callbacks(host) };
         new_handler_boxed::<P>(config.as_str(), host)
     })
-    .unwrap_or_else(|payload| Err(format!("{NEW_PANICKED}{}", panic_text(&*payload))));
+    .unwrap_or_else(|text| Err(format!("{NEW_PANICKED}{text}")));
     match result {
         Ok(handler) => ROk(handler),
         Err(message) => RErr(RString::from(message)),
