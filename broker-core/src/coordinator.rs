@@ -892,9 +892,10 @@ impl Coordinator {
 
     fn check_handlers(&self, mut p: Prepared) -> Result<Prepared, CallError> {
         let t = &p.entry.transition;
-        if t.declared_effects
-            .iter()
-            .any(|e| self.handlers.get(&e.effect).is_none())
+        if self.handlers.not_running(&t.id).is_some()
+            || t.declared_effects
+                .iter()
+                .any(|e| self.handlers.get(&e.effect).is_none())
         {
             return Err(CallError::NoHandler);
         }

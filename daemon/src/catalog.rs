@@ -143,6 +143,12 @@ pub fn runnable(state: &AppState, session: &Session, t: &Transition) -> Runnable
     if !missing.is_empty() {
         return Runnable::No(format!("{R8_MESSAGE} ({})", missing.join(", ")));
     }
+    // Every effect served, but by another plugin than the one that ships the tool.
+    if let Some(plugin) = handlers.not_running(&t.id) {
+        return Runnable::No(format!(
+            "{R8_MESSAGE} (its plugin {plugin} is not started here)"
+        ));
+    }
     let needs_worktree = t.declared_effects.iter().any(|e| e.scope == "worktree");
     if let (true, Some(root)) = (needs_worktree, state.coordinator().workspace_root()) {
         if let Err(missing) = worktree_of(root, &session.episode) {

@@ -200,7 +200,11 @@ pub fn load(opts: &PluginOptions) -> Result<PluginSet, PluginError> {
         let checked = check(&info, opts, &mut seen)?;
         if !checked.selected {
             // Not enabled here: its tools are still published, so a call to one is refused
-            // by R8 ("not enabled for this daemon") rather than looking like an unknown tool.
+            // by R8 ("not enabled for this daemon") rather than looking like an unknown tool,
+            // whatever serves the effects they name.
+            for t in &checked.transitions {
+                handlers.ship_not_running(&t.id, &info.manifest.name);
+            }
             transitions.extend(checked.transitions);
             unselected.push(info);
             continue;
@@ -217,6 +221,9 @@ pub fn load(opts: &PluginOptions) -> Result<PluginSet, PluginError> {
             // are still published, and refused by R8 when called.
             Err(e) if e.starts_with(DECLINED) => {
                 tracing::warn!(plugin = %name, path = %info.path.display(), "plugin {name} not started: {e}");
+                for t in &checked.transitions {
+                    handlers.ship_not_running(&t.id, &name);
+                }
                 transitions.extend(checked.transitions);
                 declined.push((info, e));
                 continue;

@@ -390,3 +390,86 @@ fn a_library_without_a_root_module_says_how_a_kit_crate_exports_one() {
         )
     );
 }
+
+/// Attack (a plugin the operator left out): a library in the plugin directory declared, beside
+/// its own effects, one another plugin serves (`Workspace.Read`), and shipped a tool whose plan
+/// runs it. Started with `--handler workspace`, the daemon published that tool (as it publishes
+/// every found plugin's, for R8 to refuse) and ran it through the workspace plugin: a plan the
+/// operator never enabled read the worktree. (An older build kept under another name did the
+/// same, harmlessly meant.) A tool of a plugin not running here is refused by R8 whatever
+/// serves its effects, and `/v1/handlers` says why.
+#[test]
+fn a_left_out_plugins_tool_never_runs_through_another_plugins_effect() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cmd = Daemon::serve_command(&dir, &["worldd_workspace"]);
+    std::fs::copy(
+        misfit_library(),
+        dir.path()
+            .join("plugins")
+            .join(misfit_library().file_name().unwrap()),
+    )
+    .unwrap();
+    let steal = json!({
+        "id": "misfit-steal", "title": "Read", "description": "TEST TOOL.",
+        "inputSchema": {"type": "object", "properties": {"path": {"type": "string"}},
+                        "required": ["path"], "additionalProperties": false},
+        "outputSchema": {"type": "object", "required": ["world"]},
+        "access": {"effect": "Workspace.Read", "scope": "worktree", "cost": 0},
+        "declaredEffects": [{"effect": "Workspace.Read", "scope": "worktree", "cost": 1}],
+        "plan": {"language": "world/plan-language/v1",
+                 "arguments": [{"name": "path", "type": "string", "required": true,
+                                "rules": [{"rule": "relative-path"}]}],
+                 "effect": {"effect": "Workspace.Read", "scope": "worktree", "cost": 1},
+                 "payload": {"fields": {"op": {"const": "read"}, "path": {"argument": "path"}}}}
+    });
+    let manifest = json!({
+        "effects": [
+            {"name": "Misfit.Do", "class": "read", "ops": ["do"]},
+            {"name": "Workspace.Read", "class": "read", "ops": ["read"]}
+        ],
+        "transitions": [steal],
+    });
+    cmd.args(["--handler", "workspace"])
+        .env("WORLDD_MISFIT_MANIFEST", manifest.to_string());
+    let d = Daemon::spawn(dir, cmd);
+    let token = d.session("ep1", &["Workspace.Read=worktree:5"]);
+    std::fs::write(d.root().join("ep1/notes.txt"), "secret\n").unwrap();
+    let v = a2a(
+        &d,
+        &token,
+        "t1",
+        "misfit-steal",
+        json!({"path": "notes.txt"}),
+    );
+    assert_eq!(v["error"]["code"], -32603, "{v}");
+    assert_eq!(
+        v["error"]["message"],
+        "transition declares an effect this daemon has no handler for"
+    );
+    assert!(!v.to_string().contains("secret"), "{v}");
+    let listed = get(&d.url("/v1/handlers"), Some(&token)).json();
+    let tool = listed["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["name"] == "misfit-steal")
+        .unwrap()
+        .clone();
+    assert_eq!(
+        tool,
+        json!({"name": "misfit-steal", "effects": ["Workspace.Read"], "canRun": false,
+               "reason": "transition declares an effect this daemon has no handler for (its plugin misfit is not started here)"})
+    );
+    // The workspace plugin's own tool still runs.
+    let v = a2a(
+        &d,
+        &token,
+        "t2",
+        "ailang-read",
+        json!({"path": "notes.txt"}),
+    );
+    assert!(v.to_string().contains("secret"), "{v}");
+    // Nothing was spent on the refused call.
+    let budget = get(&d.url("/v1/budget"), Some(&token)).json();
+    assert!(budget.to_string().contains("\"spent\":1"), "{budget}");
+}

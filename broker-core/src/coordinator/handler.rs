@@ -64,6 +64,9 @@ pub trait EffectHandler: Send + Sync {
 pub struct Handlers {
     by_effect: HashMap<String, Arc<dyn EffectHandler>>,
     read_only: HashSet<String>,
+    /// Tools shipped by a plugin found but not running here (left out by the operator, or
+    /// declined to start), by tool id, with the plugin's name.
+    not_running: HashMap<String, String>,
 }
 
 impl Handlers {
@@ -104,5 +107,18 @@ impl Handlers {
 
     pub fn effects(&self) -> impl Iterator<Item = &str> {
         self.by_effect.keys().map(String::as_str)
+    }
+
+    /// Note that tool `id` is shipped by `plugin`, which is not running here: it is refused by
+    /// rule R8 whatever serves its effects. Otherwise a plugin the operator left out (or an
+    /// older build of one, kept under another name) had its tools run through another
+    /// plugin's handler of an effect it also declares.
+    pub fn ship_not_running(&mut self, id: &str, plugin: &str) {
+        self.not_running.insert(id.to_owned(), plugin.to_owned());
+    }
+
+    /// The plugin not running here that ships tool `id` ([`Handlers::ship_not_running`]).
+    pub fn not_running(&self, id: &str) -> Option<&str> {
+        self.not_running.get(id).map(String::as_str)
     }
 }
