@@ -135,6 +135,59 @@ fn log_tail_prints_the_newest_entries_and_follows_new_ones() {
     let _ = child.wait();
 }
 
+/// Attack (a busy daemon, as every long-running one is): `log tail -n N` scanned only the
+/// newest N log positions and printed the entries among them this session may see, so once
+/// other episodes had committed N entries since the agent's, it printed nothing, exit 0, and
+/// `worldd call` sends an agent there to see whether its write committed before retrying it.
+/// It now reads back, 500 positions a page, until it has N of the agent's entries or reaches
+/// entry 0.
+#[test]
+fn log_tail_finds_the_agents_newest_entries_behind_other_episodes_entries() {
+    // Refusals unmetered: the other episode's entries are plan refusals, quick to make.
+    let d = Daemon::start(WS, &["--refusals-per-minute", "0"]);
+    let mine = d.session("mine", &["Workspace.Read=worktree:5"]);
+    let theirs = d.session("theirs", &["Workspace.Read=worktree:5"]);
+    std::fs::write(d.root().join("mine/a.txt"), "a").unwrap();
+    let session_file = d.dir.path().join("session");
+    write_private(&session_file, &mine);
+    let addr = d.url("");
+    read_file(&d, &mine, "a.txt");
+    read_file(&d, &mine, "/etc/passwd");
+    // More than a page of another episode's entries after them (plan refusals: quick).
+    for _ in 0..520 {
+        read_file(&d, &theirs, "/etc/passwd");
+    }
+    let head = get(&d.url("/v1/log/summaries?limit=1"), Some(&theirs)).json();
+    assert_eq!(head["head"], 522, "{head}");
+    let tail = |n: &str| {
+        let (code, out, err) = worldd(
+            &[
+                "log",
+                "tail",
+                "-n",
+                n,
+                "--addr",
+                &addr,
+                "--session",
+                path_str(&session_file),
+            ],
+            None,
+        );
+        assert_eq!(code, 0, "{err}");
+        out
+    };
+    let out = tail("2");
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines.len(), 2, "{out}");
+    assert!(lines[0].trim_start().starts_with("1  ok"), "{out}");
+    assert!(lines[1].trim_start().starts_with("2  refused"), "{out}");
+    assert!(lines.iter().all(|l| l.contains("mine")), "{out}");
+    // Asked for more than there are: all of them (and entry 0, the genesis, everyone's).
+    let out = tail("10");
+    assert_eq!(out.lines().count(), 3, "{out}");
+    assert!(out.lines().next().unwrap().contains("genesis"), "{out}");
+}
+
 #[test]
 fn log_tail_follow_reports_a_revoked_credential_and_exits_1() {
     let d = Daemon::start(WS, &[]);

@@ -90,14 +90,9 @@ pub fn run(a: TailArgs) -> CliResult {
             keep_alive.as_secs()
         );
     }
-    let limit = a.lines.clamp(1, 500);
-    let body = client::get(&a.client, &format!("/v1/log/summaries?limit={limit}"))?;
-    let page: Value = serde_json::from_slice(&body)
-        .map_err(|e| Failure::usage(format!("/v1/log/summaries: unreadable reply: {e}")))?;
-    let items = page["items"].as_array().cloned().unwrap_or_default();
+    let (items, next) = newest_visible(&a.client, a.lines.clamp(1, 500))?;
     let mut out = std::io::stdout().lock();
-    let skip = items.len().saturating_sub(a.lines);
-    for v in &items[skip..] {
+    for v in &items {
         if !print(&mut out, &line(v, a.json))? {
             return Ok(());
         }
@@ -107,7 +102,7 @@ pub fn run(a: TailArgs) -> CliResult {
     }
     exit_when_stdout_closes();
     let mut resume = Resume {
-        next: page["next"].as_u64().unwrap_or(0),
+        next,
         last: items.last().and_then(seen),
     };
     let mut failures = 0;
@@ -138,6 +133,35 @@ pub fn run(a: TailArgs) -> CliResult {
         }
         std::thread::sleep(Duration::from_millis(250 << failures.min(4)));
     }
+}
+
+/// The newest `wanted` entries this session may see, oldest first, and where the log continues
+/// (`next` of the newest page). A page of `/v1/log/summaries` scans index positions, and holds
+/// only the entries the session may see among them: on a daemon that serves other episodes the
+/// newest positions may hold none of the agent's, which `log tail` then showed as an empty log
+/// (and `worldd call` sends an agent here to see whether its write committed). Pages are read
+/// back from the head, 500 positions at a time, until `wanted` are found or entry 0 is reached.
+fn newest_visible(c: &ClientArgs, wanted: usize) -> Result<(Vec<Value>, u64), Failure> {
+    const PAGE: u64 = 500;
+    let read = |query: &str| -> Result<Value, Failure> {
+        let body = client::get(c, &format!("/v1/log/summaries?{query}"))?;
+        serde_json::from_slice(&body)
+            .map_err(|e| Failure::usage(format!("/v1/log/summaries: unreadable reply: {e}")))
+    };
+    let page = read(&format!("limit={PAGE}"))?;
+    let next = page["next"].as_u64().unwrap_or(0);
+    let mut items = page["items"].as_array().cloned().unwrap_or_default();
+    let mut from = page["from"].as_u64().unwrap_or(0);
+    while items.len() < wanted && from > 0 {
+        let start = from.saturating_sub(PAGE);
+        let older = read(&format!("from={start}&limit={}", from - start))?;
+        let mut older = older["items"].as_array().cloned().unwrap_or_default();
+        older.append(&mut items);
+        items = older;
+        from = start;
+    }
+    let skip = items.len().saturating_sub(wanted);
+    Ok((items.split_off(skip), next))
 }
 
 /// On a quiet daemon nothing is written for minutes, so a failed write would notice the reader
