@@ -479,8 +479,15 @@ impl Sandbox {
         match read {
             Some(read) => install_over_read(dir, &tmp_name, &target.name, read, ours)?,
             None => {
+                #[cfg(test)]
+                tests::BEFORE_RENAME.with_borrow_mut(|hook| hook.take().map(|h| h()));
                 if let Err(e) = dir.rename(&tmp_name, dir, &target.name) {
                     let _ = dir.remove_file(&tmp_name);
+                    // The temporary file made in the directory held open is gone: the
+                    // directory was removed since, and the write starts again, as above.
+                    if e.raw_os_error() == Some(libc::ENOENT) {
+                        return Err(WriteError::Before(PathError::Changed));
+                    }
                     return Err(WriteError::Before(e.into()));
                 }
             }
@@ -1234,6 +1241,39 @@ mod tests {
         /// the window another writer's cleanup can fall into, opened on purpose.
         pub(super) static BEFORE_MAKE: std::cell::RefCell<Option<Box<dyn FnOnce()>>> =
             const { std::cell::RefCell::new(None) };
+        /// Run once just before a plain write renames its temporary file into place.
+        pub(super) static BEFORE_RENAME: std::cell::RefCell<Option<Box<dyn FnOnce()>>> =
+            const { std::cell::RefCell::new(None) };
+    }
+
+    /// Attack (an operator's `rm -rf` racing an agent's writes): the directory was removed
+    /// after the write had made its temporary file there and before the rename, which then got
+    /// ENOENT: refused `openat …: no such file or directory`, a unit spent, although the guide
+    /// says such a write starts again. It is `Changed` now, and written again it makes the
+    /// directory anew; no temporary file is left.
+    #[test]
+    fn a_write_whose_directory_is_removed_before_its_rename_starts_again_and_succeeds() {
+        let tmp = tempfile::tempdir().unwrap();
+        let root = tmp.path().to_owned();
+        std::fs::create_dir(root.join("nd")).unwrap();
+        let sandbox = Sandbox::open(&root).unwrap();
+        let target = sandbox.resolve("nd/ok.txt", true).unwrap();
+        let gone = root.join("nd");
+        BEFORE_RENAME.set(Some(Box::new(move || {
+            std::fs::remove_dir_all(gone).unwrap()
+        })));
+        assert!(matches!(
+            sandbox.write(&target, b"ok"),
+            Err(WriteError::Before(PathError::Changed))
+        ));
+        assert!(BEFORE_RENAME.with_borrow(Option::is_none), "the hook ran");
+        let target = sandbox.resolve("nd/ok.txt", true).unwrap();
+        sandbox.write(&target, b"ok").unwrap();
+        let names: Vec<_> = std::fs::read_dir(root.join("nd"))
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(names, ["ok.txt"]);
     }
 
     /// The same, for a write that makes a directory in the removed one (`nd/sub/ok.txt`):
