@@ -694,8 +694,8 @@ fn shown_key(key: &[u8]) -> String {
 pub struct AuditFinding(pub String);
 
 /// Recompute every spend counter from the journal's intents (less the withdrawn ones) and
-/// check the pending index;
-/// returns the findings (empty when consistent) and the number of records read.
+/// check the pending index; returns the findings (empty when consistent) and the number of
+/// records read.
 pub fn audit(r: &ReadCtx<'_>) -> Result<(Vec<AuditFinding>, u64), JournalError> {
     let mut sums: BTreeMap<Vec<u8>, u64> = BTreeMap::new();
     // Each open intent's row, spend key and cost: a withdrawn outcome gives the cost back.
