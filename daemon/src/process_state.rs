@@ -15,15 +15,26 @@
 //!   collector that stopped, a child's stdin) ends the daemon silently, by a status a
 //!   supervisor takes for a clean exit;
 //! - the handlers the daemon installed for itself (SIGINT, SIGTERM, SIGHUP for its drain,
-//!   SIGABRT for its last line), [`remember`]ed once installed.
+//!   SIGABRT for its last line), [`remember`]ed once installed;
+//! - SIGXFSZ ignored: after a `setrlimit(RLIMIT_FSIZE)` (meant for a child, set in the daemon)
+//!   the store's next commit past that size ended the daemon at once, not a word said. Ignored,
+//!   such a write fails with EFBIG and is said where the store's failing writes are;
+//! - SIGALRM, SIGVTALRM and SIGPROF: a timer plugin code set (`alarm()`, `setitimer()`) ended
+//!   the daemon silently when it fired. The daemon catches them with a handler that says the
+//!   first of each in one line and does nothing else;
+//! - resource limits (RLIMIT_FSIZE, RLIMIT_NOFILE, RLIMIT_CPU, RLIMIT_AS, RLIMIT_DATA): one
+//!   lowered fails the store's writes, the daemon's accepts, its allocations, or ends it by
+//!   SIGXCPU. A limit lowered below the highest it has been seen at is put back (the daemon
+//!   raises the soft RLIMIT_NOFILE itself once the plugins are loaded; a raise harms nothing).
 //!
 //! [`check`] runs after each entry point of a plugin returns (its loading, constructor,
-//! preflight, execute, finish): a few `fstat` and `sigaction` queries. What it finds changed it
-//! puts back, and says in one ERROR line naming the plugin and the call it had just returned
-//! from (another plugin's call running at the same time may be the cause: the line says where
-//! it was found).
+//! preflight, execute, finish): a few `fstat`, `sigaction` and `getrlimit` queries. What it
+//! finds changed it puts back, and says in one ERROR line naming the plugin and the call it had
+//! just returned from (another plugin's call running at the same time may be the cause: the
+//! line says where it was found).
 
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 use std::sync::{Mutex, OnceLock, PoisonError};
 
 /// Descriptors 0–2 as they were at start: the file each named, and a private close-on-exec
@@ -55,6 +66,13 @@ impl Action {
         // SAFETY: `sa_mask` is a valid sigset_t to fill.
         unsafe { libc::sigemptyset(&mut action.sa_mask) };
         Action(action)
+    }
+
+    /// The daemon's handler of a timer's signal ([`on_timer`]), restarting what it interrupts.
+    fn timer() -> Action {
+        let mut action = Action::plain(on_timer as *const () as libc::sighandler_t);
+        action.0.sa_flags = libc::SA_RESTART;
+        action
     }
 
     fn install(&self, signal: libc::c_int) {
@@ -111,6 +129,9 @@ impl Disposition {
         let what = match self.handler {
             libc::SIG_DFL => "its default action (SIG_DFL)".to_owned(),
             libc::SIG_IGN => "ignored (SIG_IGN)".to_owned(),
+            h if h == on_timer as *const () as libc::sighandler_t => {
+                "the daemon's handler".to_owned()
+            }
             _ => "a handler of the plugin's".to_owned(),
         };
         if self.flags & libc::SA_NOCLDWAIT != 0 {
@@ -125,7 +146,8 @@ impl Disposition {
 /// closed are opened on `/dev/null` (so that no file the daemon opens takes their number), a
 /// copy of each is kept, and SIGCHLD and SIGPIPE are set as the daemon needs them: SIGCHLD
 /// default (an ignored one, inherited across `exec`, would fail every wait for a child),
-/// SIGPIPE ignored (as Rust's start-up sets it).
+/// SIGPIPE ignored (as Rust's start-up sets it), SIGXFSZ ignored; SIGALRM, SIGVTALRM and SIGPROF
+/// caught by [`on_timer`] where they are at their default; and the resource limits noted.
 pub fn settle() {
     STANDARD.get_or_init(|| {
         (0..3)
@@ -144,10 +166,16 @@ pub fn settle() {
             })
             .collect()
     });
+    let stderr_copy = STANDARD
+        .get()
+        .and_then(|all| all.get(2)?.copy.as_ref())
+        .map_or(2, AsRawFd::as_raw_fd);
+    TIMER_LOG_FD.store(stderr_copy, Ordering::SeqCst);
     let mut signals = SIGNALS.lock().unwrap_or_else(PoisonError::into_inner);
     for (signal, must) in [
         (libc::SIGCHLD, Disposition::DEFAULT),
         (libc::SIGPIPE, Disposition::IGNORE),
+        (libc::SIGXFSZ, Disposition::IGNORE),
     ] {
         let action = Action::plain(must.handler);
         if Disposition::of(signal).is_none_or(|(now, _)| now != must) {
@@ -157,6 +185,185 @@ pub fn settle() {
             signals.push((signal, must, action));
         }
     }
+    for signal in TIMERS {
+        // One ignored or caught already (by whoever started the daemon, a preloaded profiler)
+        // is left as it is, and kept so.
+        if Disposition::of(signal).is_some_and(|(now, _)| now == Disposition::DEFAULT) {
+            Action::timer().install(signal);
+        }
+        if let Some((now, action)) = Disposition::of(signal) {
+            if !signals.iter().any(|(s, _, _)| *s == signal) {
+                signals.push((signal, now, Action(action)));
+            }
+        }
+    }
+    drop(signals);
+    let mut limits = LIMITS.lock().unwrap_or_else(PoisonError::into_inner);
+    if limits.is_empty() {
+        *limits = WATCHED
+            .iter()
+            .filter_map(|watched| Some((watched.resource, limit_of(watched.resource)?)))
+            .collect();
+    }
+}
+
+/// The signals a timer sends: SIGALRM (`alarm()`, `setitimer(ITIMER_REAL)`), SIGVTALRM and
+/// SIGPROF (`setitimer`'s other two). Their default action ends the process.
+const TIMERS: [libc::c_int; 3] = [libc::SIGALRM, libc::SIGVTALRM, libc::SIGPROF];
+
+/// Where [`on_timer`] writes: the private copy of stderr, set by [`settle`].
+static TIMER_LOG_FD: AtomicI32 = AtomicI32::new(2);
+/// Whether each of [`TIMERS`] has been said: a timer that repeats is said once.
+static TIMER_SAID: [AtomicBool; 3] = [
+    AtomicBool::new(false),
+    AtomicBool::new(false),
+    AtomicBool::new(false),
+];
+
+/// The line for the first arrival of each of [`TIMERS`].
+const TIMER_LINES: [&str; 3] = [
+    "worldd: SIGALRM arrived: plugin code or a library set a timer (alarm(), setitimer()); its default action would have ended the process without a word, so the daemon catches it and does nothing (said once; docs/handler-authors.md §9)\n",
+    "worldd: SIGVTALRM arrived: plugin code or a library set a timer (setitimer(ITIMER_VIRTUAL)); its default action would have ended the process without a word, so the daemon catches it and does nothing (said once; docs/handler-authors.md §9)\n",
+    "worldd: SIGPROF arrived: plugin code or a library set a timer (setitimer(ITIMER_PROF)); its default action would have ended the process without a word, so the daemon catches it and does nothing (said once; docs/handler-authors.md §9)\n",
+];
+
+/// The daemon's handler of [`TIMERS`]: the first of each is said, then nothing. Only atomics
+/// and `write`, which a signal handler may call.
+extern "C" fn on_timer(signal: libc::c_int) {
+    let Some(i) = TIMERS.iter().position(|&s| s == signal) else {
+        return;
+    };
+    if TIMER_SAID[i].swap(true, Ordering::SeqCst) {
+        return;
+    }
+    let line = TIMER_LINES[i].as_bytes();
+    // SAFETY: write(2) of a static buffer; errno is saved and put back, as a handler must.
+    unsafe {
+        let errno = *libc::__errno_location();
+        libc::write(
+            TIMER_LOG_FD.load(Ordering::SeqCst),
+            line.as_ptr().cast(),
+            line.len(),
+        );
+        *libc::__errno_location() = errno;
+    }
+}
+
+/// `getrlimit`'s resource type, which glibc declares apart.
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+type Resource = libc::__rlimit_resource_t;
+#[cfg(not(all(target_os = "linux", target_env = "gnu")))]
+type Resource = libc::c_int;
+
+/// A resource limit the daemon relies on: its name, and what lowering it does.
+struct Watched {
+    resource: Resource,
+    name: &'static str,
+    harm: &'static str,
+}
+
+const WATCHED: [Watched; 5] = [
+    Watched {
+        resource: libc::RLIMIT_FSIZE,
+        name: "RLIMIT_FSIZE",
+        harm:
+            "which fails every write of the daemon's past that size, the store's commits among them",
+    },
+    Watched {
+        resource: libc::RLIMIT_NOFILE,
+        name: "RLIMIT_NOFILE",
+        harm: "which fails the daemon's accepts and opens with EMFILE",
+    },
+    Watched {
+        resource: libc::RLIMIT_CPU,
+        name: "RLIMIT_CPU",
+        harm: "which ends the daemon by SIGXCPU once it has used that much CPU time",
+    },
+    Watched {
+        resource: libc::RLIMIT_AS,
+        name: "RLIMIT_AS",
+        harm: "which fails the daemon's allocations (an abort)",
+    },
+    Watched {
+        resource: libc::RLIMIT_DATA,
+        name: "RLIMIT_DATA",
+        harm: "which fails the daemon's allocations (an abort)",
+    },
+];
+
+/// The highest each [`WATCHED`] limit has been seen at (soft, hard), from [`settle`] on.
+static LIMITS: Mutex<Vec<(Resource, (libc::rlim_t, libc::rlim_t))>> = Mutex::new(Vec::new());
+
+/// A resource's limit now: (soft, hard).
+fn limit_of(resource: Resource) -> Option<(libc::rlim_t, libc::rlim_t)> {
+    let mut now = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes into the struct this code owns.
+    (unsafe { libc::getrlimit(resource, &mut now) } == 0).then_some((now.rlim_cur, now.rlim_max))
+}
+
+/// Set a resource's limit; whether it took.
+fn set_limit(resource: Resource, (soft, hard): (libc::rlim_t, libc::rlim_t)) -> bool {
+    let limit = libc::rlimit {
+        rlim_cur: soft,
+        rlim_max: hard,
+    };
+    // SAFETY: setrlimit reads the struct this code owns.
+    unsafe { libc::setrlimit(resource, &limit) == 0 }
+}
+
+/// A limit as said: a number, or `unlimited`.
+fn said_limit(value: libc::rlim_t) -> String {
+    if value == libc::RLIM_INFINITY {
+        "unlimited".to_owned()
+    } else {
+        value.to_string()
+    }
+}
+
+/// Put back the [`WATCHED`] limits that were lowered; one phrase each.
+fn restore_limits() -> Vec<String> {
+    let mut changes = Vec::new();
+    let mut limits = LIMITS.lock().unwrap_or_else(PoisonError::into_inner);
+    for (resource, was) in limits.iter_mut() {
+        let Some(now) = limit_of(*resource) else {
+            continue;
+        };
+        if now.0 >= was.0 && now.1 >= was.1 {
+            // Unchanged or raised: kept as the limit to hold from now on.
+            *was = now;
+            continue;
+        }
+        let Some(watched) = WATCHED.iter().find(|w| w.resource == *resource) else {
+            continue;
+        };
+        // A hard limit lowered cannot be raised again without privilege: then as much of the
+        // soft one as the hard one allows.
+        let put_back = set_limit(*resource, *was);
+        if !put_back {
+            set_limit(*resource, (was.0.min(now.1), now.1));
+        }
+        let what = format!(
+            "{} was lowered to {}/{} (soft/hard) from {}/{}, {}",
+            watched.name,
+            said_limit(now.0),
+            said_limit(now.1),
+            said_limit(was.0),
+            said_limit(was.1),
+            watched.harm
+        );
+        changes.push(if put_back {
+            what
+        } else {
+            format!("{what}, and could not be put back in full (a hard limit is raised again only with privilege)")
+        });
+        if let Some(in_force) = limit_of(*resource) {
+            *was = in_force;
+        }
+    }
+    changes
 }
 
 /// Where the log is written: the private copy of stderr made by [`settle`], which no
@@ -187,8 +394,8 @@ pub fn remember(signals: &[libc::c_int]) {
     }
 }
 
-/// After plugin code returned: put back what it changed of descriptors 0–2 and of the signal
-/// dispositions the daemon relies on, and say it in one ERROR line naming `who`, the plugin's
+/// After plugin code returned: put back what it changed of descriptors 0–2, of the signal
+/// dispositions and of the resource limits the daemon relies on, and say it in one ERROR line naming `who`, the plugin's
 /// call that had just returned ("plugin git's execute (Git.Commit)").
 pub fn check(who: impl FnOnce() -> String) {
     let changes = restore();
@@ -199,7 +406,7 @@ pub fn check(who: impl FnOnce() -> String) {
 
 fn line(who: &str, changes: &[String]) -> String {
     format!(
-        "plugin code changed what the whole process relies on, found when {who} returned: {}; the daemon put it back (a plugin must leave descriptors 0-2 and signal dispositions alone: docs/handler-authors.md §9)",
+        "plugin code changed what the whole process relies on, found when {who} returned: {}; the daemon put it back (a plugin must leave descriptors 0-2, signal dispositions and resource limits alone: docs/handler-authors.md §9)",
         changes.join("; ")
     )
 }
@@ -268,6 +475,7 @@ fn restore() -> Vec<String> {
             why(signal)
         ));
     }
+    changes.extend(restore_limits());
     changes
 }
 
@@ -278,6 +486,10 @@ fn why(signal: libc::c_int) -> &'static str {
             ", which makes the daemon's waits for its children (git, ailang) fail with ECHILD"
         }
         libc::SIGPIPE => ", which ends the daemon without a word on a write to a closed pipe",
+        libc::SIGXFSZ => ", which ends the daemon without a word on a write past a file-size limit",
+        libc::SIGALRM | libc::SIGVTALRM | libc::SIGPROF => {
+            ", which ends the daemon without a word when a timer fires"
+        }
         _ => "",
     }
 }
@@ -292,6 +504,10 @@ fn name_of(signal: libc::c_int) -> &'static str {
         libc::SIGABRT => "SIGABRT",
         libc::SIGSEGV => "SIGSEGV",
         libc::SIGBUS => "SIGBUS",
+        libc::SIGXFSZ => "SIGXFSZ",
+        libc::SIGALRM => "SIGALRM",
+        libc::SIGVTALRM => "SIGVTALRM",
+        libc::SIGPROF => "SIGPROF",
         _ => "a signal",
     }
 }
@@ -345,7 +561,7 @@ mod tests {
                 "plugin rogue's execute (Rogue.Read)",
                 &["descriptor 2 (stderr) was closed".to_owned(), format!("SIGCHLD was set to ignored (SIG_IGN){}", why(libc::SIGCHLD))]
             ),
-            "plugin code changed what the whole process relies on, found when plugin rogue's execute (Rogue.Read) returned: descriptor 2 (stderr) was closed; SIGCHLD was set to ignored (SIG_IGN), which makes the daemon's waits for its children (git, ailang) fail with ECHILD; the daemon put it back (a plugin must leave descriptors 0-2 and signal dispositions alone: docs/handler-authors.md §9)"
+            "plugin code changed what the whole process relies on, found when plugin rogue's execute (Rogue.Read) returned: descriptor 2 (stderr) was closed; SIGCHLD was set to ignored (SIG_IGN), which makes the daemon's waits for its children (git, ailang) fail with ECHILD; the daemon put it back (a plugin must leave descriptors 0-2, signal dispositions and resource limits alone: docs/handler-authors.md §9)"
         );
     }
 }

@@ -402,7 +402,7 @@ fn a_plugin_library_that_is_a_dangling_symlink_is_named_not_loadable() {
 /// `who` returned, with `changes`.
 fn restored_line(who: &str, changes: &str) -> String {
     format!(
-        " ERROR plugin code changed what the whole process relies on, found when {who} returned: {changes}; the daemon put it back (a plugin must leave descriptors 0-2 and signal dispositions alone: docs/handler-authors.md §9)"
+        " ERROR plugin code changed what the whole process relies on, found when {who} returned: {changes}; the daemon put it back (a plugin must leave descriptors 0-2, signal dispositions and resource limits alone: docs/handler-authors.md §9)"
     )
 }
 
@@ -659,6 +659,128 @@ fn sigterm_reset_by_plugin_code_still_drains_the_daemon() {
         "plugin unruly's execute (Unruly.Process)",
         "SIGTERM was set to its default action (SIG_DFL)",
     );
+}
+
+/// A limit as the daemon says it: a number, or `unlimited`.
+fn said_limit(value: libc::rlim_t) -> String {
+    if value == libc::RLIM_INFINITY {
+        "unlimited".to_owned()
+    } else {
+        value.to_string()
+    }
+}
+
+/// This process's limit of `resource` (the daemon inherits it): soft, hard.
+fn limit_here(resource: libc::__rlimit_resource_t) -> (libc::rlim_t, libc::rlim_t) {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes into the struct this test owns.
+    assert_eq!(unsafe { libc::getrlimit(resource, &mut limit) }, 0);
+    (limit.rlim_cur, limit.rlim_max)
+}
+
+/// The `Max …` line of /proc/PID/limits named `row`: its soft and hard limits as the kernel
+/// prints them.
+fn limits_row(pid: u32, row: &str) -> (String, String) {
+    let limits = std::fs::read_to_string(format!("/proc/{pid}/limits")).unwrap();
+    let line = limits.lines().find(|l| l.starts_with(row)).unwrap();
+    let mut words = line[row.len()..].split_whitespace();
+    (
+        words.next().unwrap().to_owned(),
+        words.next().unwrap().to_owned(),
+    )
+}
+
+/// A plugin that lowered RLIMIT_FSIZE (meant for a child, set in the daemon) made the store's
+/// next commit past that size end the daemon by SIGXFSZ, without a word: the call's client got
+/// a closed connection, every episode lost. One that lowered RLIMIT_NOFILE failed the daemon's
+/// accepts and opens. A lowered limit is put back when the call returns, said naming the plugin,
+/// and the call and the next ones are answered.
+#[test]
+fn a_resource_limit_lowered_by_plugin_code_is_put_back_and_the_plugin_named() {
+    let hard_files = limit_here(libc::RLIMIT_NOFILE).1;
+    for (what, row, resource, lowered, was, harm) in [
+        (
+            "rlimit-fsize",
+            "Max file size",
+            "RLIMIT_FSIZE",
+            4096,
+            limit_here(libc::RLIMIT_FSIZE),
+            "which fails every write of the daemon's past that size, the store's commits among them",
+        ),
+        (
+            "rlimit-nofile",
+            "Max open files",
+            "RLIMIT_NOFILE",
+            64,
+            // The daemon raises its soft limit to the hard one.
+            (hard_files, hard_files),
+            "which fails the daemon's accepts and opens with EMFILE",
+        ),
+    ] {
+        let (d, token) = unruly_daemon(&[]);
+        let pid = d.child.id();
+        // /proc/PID/limits says a limit as the daemon does.
+        let before = limits_row(pid, row);
+        assert_eq!(before, (said_limit(was.0), said_limit(was.1)), "{what}");
+        misbehave(&d, &token, what);
+        assert_eq!(limits_row(pid, row), before, "{what}");
+        for _ in 0..3 {
+            read_answers(&d, &token, "hello\n");
+        }
+        stopped_after_one_put_back(
+            d,
+            "plugin unruly's execute (Unruly.Process)",
+            &format!(
+                "{resource} was lowered to {lowered}/{} (soft/hard) from {}/{}, {harm}",
+                said_limit(was.1),
+                said_limit(was.0),
+                said_limit(was.1)
+            ),
+        );
+    }
+}
+
+/// SIGXFSZ's default action ends the process without a word: the daemon ignores it (a write past
+/// a file-size limit then fails with EFBIG, said where the write was), and a plugin that sets it
+/// back to its default is put right and named.
+#[test]
+fn sigxfsz_is_ignored_and_plugin_code_that_resets_it_is_put_back_and_named() {
+    let (d, token) = unruly_daemon(&[]);
+    let pid = d.child.id();
+    assert_eq!(disposition(pid, libc::SIGXFSZ), "ignored");
+    misbehave(&d, &token, "sigxfsz-default");
+    assert_eq!(disposition(pid, libc::SIGXFSZ), "ignored");
+    read_answers(&d, &token, "hello\n");
+    stopped_after_one_put_back(
+        d,
+        "plugin unruly's execute (Unruly.Process)",
+        "SIGXFSZ was set to its default action (SIG_DFL), which ends the daemon without a word on a write past a file-size limit",
+    );
+}
+
+/// An `alarm()` by plugin code (old C code timing out a blocking call) ended the daemon by
+/// SIGALRM a second later, every episode lost, not a word in the log. The daemon catches SIGALRM
+/// (and SIGVTALRM, SIGPROF), says the first in one line, and keeps serving.
+#[test]
+fn an_alarm_set_by_plugin_code_is_said_once_and_never_ends_the_daemon() {
+    let (d, token) = unruly_daemon(&[]);
+    let pid = d.child.id();
+    for signal in [libc::SIGALRM, libc::SIGVTALRM, libc::SIGPROF] {
+        assert_eq!(disposition(pid, signal), "caught", "{signal}");
+    }
+    misbehave(&d, &token, "alarm");
+    let line = "worldd: SIGALRM arrived: plugin code or a library set a timer (alarm(), setitimer()); its default action would have ended the process without a word, so the daemon catches it and does nothing (said once; docs/handler-authors.md §9)";
+    d.wait_for_log(line);
+    misbehave(&d, &token, "alarm");
+    std::thread::sleep(Duration::from_millis(1500));
+    read_answers(&d, &token, "hello\n");
+    let (status, _, log, _dir) = d.stop_with_log(Duration::from_secs(10));
+    assert_eq!(status.code(), Some(0), "{status:?} {log}");
+    assert_eq!(log.lines().filter(|l| *l == line).count(), 1, "{log}");
+    assert!(errors(&log).is_empty(), "{log}");
 }
 
 /// `quick_exit(0)` (C11, C++11) runs no `atexit` handler: plugin code that called it ended the
