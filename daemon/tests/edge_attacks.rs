@@ -935,6 +935,81 @@ fn what_a_bodys_parse_holds_counts_against_the_body_budget() {
     assert_eq!(held(), 0, "answered calls hold nothing");
 }
 
+/// A body larger than the whole body budget (its size less the 16 KiB never counted) takes
+/// all of the budget when it is free, on every route that reads one: it was answered "503 …
+/// retry shortly" for ever on an idle daemon, since it asked the budget for more than it
+/// holds. While it is held, the budget is full for everyone else.
+#[test]
+fn a_body_larger_than_the_whole_body_budget_takes_all_of_it_when_it_is_free() {
+    let (d, _c) = start_with(WS, "[server]\nbody_budget_bytes = \"512KiB\"\n", &[]);
+    let token = d.session("ep1", &["Workspace.Write=worktree:5"]);
+    let ops = d.operator_session("ops", &["World.Commit=log:5"]);
+    let held = || metric(&d, "worldd_body_budget_bytes_held ");
+    let v = tools_call(
+        &d,
+        &token,
+        "ailang-write",
+        json!({"path": "big.txt", "content": "z".repeat(700_000)}),
+    );
+    assert_eq!(v["result"]["structuredContent"]["ok"], true, "{v}");
+    // A2A: a request padded with JSON's own whitespace past the budget.
+    let task = r#"{"jsonrpc":"2.0","id":1,"method":"tasks/get","params":{"id":"t1"}}"#;
+    let padded = |json: &str, n: usize| format!("{json}{}", " ".repeat(n - json.len()));
+    let a = request(
+        "POST",
+        &d.url("/a2a/"),
+        Some(&token),
+        &mcp_headers(),
+        Some(padded(task, 700_000).as_bytes()),
+    );
+    assert_eq!(a.status, 200, "{}", a.text());
+    assert_eq!(a.json()["error"]["code"], json!(-32001), "{}", a.text());
+    assert_eq!(a.json()["error"]["message"], json!("Task not found"));
+    // An operator commit within `commit_body_bytes` (1 MiB) is read and answered on its
+    // merits (a commit of no records).
+    let a = request(
+        "POST",
+        &d.url("/v1/commit"),
+        Some(&ops),
+        &mcp_headers(),
+        Some(padded("{}", 700_000).as_bytes()),
+    );
+    assert_ne!(a.status, 503, "{}", a.text());
+    assert_eq!(trips(&d, "body_budget"), 0);
+    assert_eq!(held(), 0, "answered calls hold nothing");
+    // One held open takes the whole budget; a second body past the uncounted 16 KiB is
+    // refused meanwhile, and runs once the first is gone.
+    let mut upload = connect(&d);
+    upload
+        .write_all(mcp_post_head(&d, &token, 700_000, false).as_bytes())
+        .unwrap();
+    upload.write_all(b"{").unwrap();
+    assert!(eventually(500, || held() == 512 * 1024), "{}", held());
+    let other = d.session("ep2", &["Workspace.Write=worktree:5"]);
+    let write = |token: &str| {
+        let body = json!({"jsonrpc": "2.0", "id": 7, "method": "tools/call",
+            "params": {"name": "ailang-write",
+                       "arguments": {"path": "b.txt", "content": "y".repeat(100_000)}}});
+        mcp_text(&d, token, "2025-11-25", &serde_json::to_vec(&body).unwrap())
+    };
+    // Refused at its head, before a byte of its body is read.
+    let head = mcp_post_head(&d, &other, 100_000, false);
+    assert_busy(
+        &raw_exchange(&d.addr, head.as_bytes()),
+        "too many request bodies in flight ([server] body_budget_bytes); retry shortly",
+    );
+    assert_eq!(trips(&d, "body_budget"), 1);
+    drop(upload);
+    assert!(eventually(500, || held() == 0), "{}", held());
+    let a = write(&other);
+    assert_eq!(
+        a.rpc_json()["result"]["structuredContent"]["ok"],
+        true,
+        "{}",
+        a.text()
+    );
+}
+
 /// A body sent in one-byte chunks is refused at `[server] body_small_pieces`: each chunk costs
 /// the daemon a hand-over between two tasks whatever its size, and a megabyte sent so took
 /// 2.2 s of its CPU for six megabytes on the wire. Both sides of a limit of 100 on every

@@ -23,7 +23,8 @@
 //! never refused while someone holds the budget with large uploads. One credential (as the
 //! answer budget keys it, [`Client`]) holds at most a quarter of the budget, so that one
 //! session holding large uploads open cannot refuse every other session's; a single body
-//! larger than a quarter may take the whole quarter and the rest from the budget. Nor may one
+//! larger than a quarter may take the whole quarter and the rest from the budget, and one
+//! larger than the whole budget takes all of it when it is free. Nor may one
 //! credential have more than a quarter of `max_connections` bodies being read at once: bodies
 //! trickled in under the deadline keep their connections busy, and connections with a request
 //! in flight are the ones a new client cannot take over ([`super::connections`]).
@@ -273,7 +274,12 @@ impl Bodies {
 
     /// Take `bytes` more of `client`'s share and of the budget, now or never.
     fn take(&self, held: &mut Option<Share>, client: &Client, bytes: usize) -> Result<(), Busy> {
-        let units = bytes.div_ceil(KIB);
+        // At most the whole budget: a body larger than it (a route's limit may be) takes all
+        // of it, when it is free, rather than being refused as busy on an idle daemon.
+        let holds = held.as_ref().map_or(0, |h| h.permit.num_permits());
+        let units = bytes
+            .div_ceil(KIB)
+            .min(self.budget_units.saturating_sub(holds));
         if units == 0 {
             return Ok(());
         }
