@@ -694,24 +694,72 @@ fn shown_key(key: &[u8]) -> String {
 pub struct AuditFinding(pub String);
 
 /// Recompute every spend counter from the journal's intents (less the withdrawn ones) and
-/// check the pending index; returns the findings (empty when consistent) and the number of
-/// records read.
+/// check the pending index, in `r`'s one snapshot; returns the findings (empty when consistent)
+/// and the number of records read.
 pub fn audit(r: &ReadCtx<'_>) -> Result<(Vec<AuditFinding>, u64), JournalError> {
-    let mut sums: BTreeMap<Vec<u8>, u64> = BTreeMap::new();
-    // Each open intent's row, spend key and cost: a withdrawn outcome gives the cost back.
-    let mut open: BTreeMap<String, (u64, Vec<u8>, u64)> = BTreeMap::new();
-    let mut findings = Vec::new();
-    let mut n = 0u64;
+    let mut walk = Walk::default();
     for item in JOURNAL.iter(r)? {
         let (seq, bytes) = item?;
-        n += 1;
+        walk.row(seq, bytes);
+    }
+    walk.finish(r)
+}
+
+/// [`audit`] of a store a daemon may be serving (`worldd doctor`): the rows up to the last
+/// one at the start are read a block at a time, each block in a read transaction of its own,
+/// and the rest with the counters and the pending index in one last snapshot. One transaction
+/// over the whole journal held a snapshot while every row was parsed, and the serving daemon
+/// could reuse no page it freed meanwhile: its file grew by every page it rewrote. Journal rows
+/// are only ever added, so the blocks read what the last snapshot would have.
+pub fn audit_store(store: &Store) -> Result<(Vec<AuditFinding>, u64), JournalError> {
+    const BLOCK: u64 = 8192;
+    let mut walk = Walk::default();
+    let last = store.read(|r| Ok::<_, JournalError>(JOURNAL.last(r)?.map(|(seq, _)| seq)))?;
+    let mut from = 0u64;
+    if let Some(last) = last {
+        while from < last {
+            let to = from.saturating_add(BLOCK).min(last);
+            store.read(|r| {
+                for item in JOURNAL.range(r, &(from..to))? {
+                    let (seq, bytes) = item?;
+                    walk.row(seq, bytes);
+                }
+                Ok::<_, JournalError>(())
+            })?;
+            from = to;
+        }
+    }
+    store.read(|r| {
+        for item in JOURNAL.range(r, &(from..))? {
+            let (seq, bytes) = item?;
+            walk.row(seq, bytes);
+        }
+        walk.finish(r)
+    })
+}
+
+/// What [`audit`] has read of the journal's rows so far.
+#[derive(Default)]
+struct Walk {
+    sums: BTreeMap<Vec<u8>, u64>,
+    /// Each open intent's row, spend key and cost: a withdrawn outcome gives the cost back.
+    open: BTreeMap<String, (u64, Vec<u8>, u64)>,
+    findings: Vec<AuditFinding>,
+    n: u64,
+}
+
+impl Walk {
+    /// One journal row, in sequence order.
+    fn row(&mut self, seq: u64, bytes: &[u8]) {
+        let (sums, open, findings) = (&mut self.sums, &mut self.open, &mut self.findings);
+        self.n += 1;
         // A damaged row is a finding like any other, not a reason to stop auditing. Rows are
         // read flat (typed, from the bytes): the audit reads every one of them.
         let row = match serde_json::from_slice::<Row<'_>>(bytes) {
             Ok(row) => row,
             Err(e) => {
                 findings.push(AuditFinding(format!("journal #{seq}: unreadable: {e}")));
-                continue;
+                return;
             }
         };
         match (&*row.kind, &row.episode, &row.effect, &row.scope, row.cost) {
@@ -736,72 +784,83 @@ pub fn audit(r: &ReadCtx<'_>) -> Result<(Vec<AuditFinding>, u64), JournalError> 
             ))),
         }
     }
-    // Counters and the pending index are read as stored bytes too: a damaged row is a
-    // finding, and the audit goes on.
-    let mut counters: BTreeMap<Vec<u8>, u64> = BTreeMap::new();
-    for item in SPEND.raw().iter(r)? {
-        let (k, v) = item?;
-        match <[u8; 8]>::try_from(v) {
-            Ok(v) => {
-                counters.insert(k.to_vec(), u64::from_be_bytes(v));
+
+    /// The rows read against the spend counters and the pending index in `r`, whose snapshot
+    /// holds every row read.
+    fn finish(self, r: &ReadCtx<'_>) -> Result<(Vec<AuditFinding>, u64), JournalError> {
+        let Walk {
+            sums,
+            open,
+            mut findings,
+            n,
+        } = self;
+        // Counters and the pending index are read as stored bytes too: a damaged row is a
+        // finding, and the audit goes on.
+        let mut counters: BTreeMap<Vec<u8>, u64> = BTreeMap::new();
+        for item in SPEND.raw().iter(r)? {
+            let (k, v) = item?;
+            match <[u8; 8]>::try_from(v) {
+                Ok(v) => {
+                    counters.insert(k.to_vec(), u64::from_be_bytes(v));
+                }
+                Err(_) => findings.push(AuditFinding(format!(
+                    "spend {}: unreadable: a counter of {} bytes, not 8",
+                    shown_key(k),
+                    v.len()
+                ))),
             }
-            Err(_) => findings.push(AuditFinding(format!(
-                "spend {}: unreadable: a counter of {} bytes, not 8",
-                shown_key(k),
-                v.len()
-            ))),
         }
-    }
-    for (k, sum) in &sums {
-        let c = counters.get(k).copied().unwrap_or(0);
-        if c != *sum {
-            findings.push(AuditFinding(format!(
-                "spend {} is {c} but its intents sum to {sum}",
-                shown_key(k)
-            )));
-        }
-    }
-    for (k, c) in &counters {
-        if !sums.contains_key(k) && *c != 0 {
-            findings.push(AuditFinding(format!(
-                "spend {} is {c} with no intents",
-                shown_key(k)
-            )));
-        }
-    }
-    let mut indexed = BTreeMap::new();
-    for item in PENDING.raw().iter(r)? {
-        let (id, seq) = item?;
-        match (std::str::from_utf8(id), <[u8; 8]>::try_from(seq)) {
-            (Ok(id), Ok(seq)) => {
-                indexed.insert(id.to_owned(), u64::from_be_bytes(seq));
+        for (k, sum) in &sums {
+            let c = counters.get(k).copied().unwrap_or(0);
+            if c != *sum {
+                findings.push(AuditFinding(format!(
+                    "spend {} is {c} but its intents sum to {sum}",
+                    shown_key(k)
+                )));
             }
-            _ => findings.push(AuditFinding(format!(
-                "pending {}: unreadable: not an invocation id and an 8-byte sequence",
-                shown_key(id)
-            ))),
         }
-    }
-    // Each row that differs is named, with what it says and what the journal says.
-    for (id, seq) in &indexed {
-        match open.get(id).map(|(intent, ..)| intent) {
-            Some(intent) if intent == seq => {}
-            Some(intent) => findings.push(AuditFinding(format!(
-                "pending row {id} names journal #{seq}, but its open intent is #{intent}"
-            ))),
-            None => findings.push(AuditFinding(format!(
-                "pending row {id} names journal #{seq}, but {id} has no intent without outcome"
-            ))),
+        for (k, c) in &counters {
+            if !sums.contains_key(k) && *c != 0 {
+                findings.push(AuditFinding(format!(
+                    "spend {} is {c} with no intents",
+                    shown_key(k)
+                )));
+            }
         }
-    }
-    for (id, (seq, ..)) in &open {
-        if !indexed.contains_key(id) {
-            findings.push(AuditFinding(format!(
-                "journal #{seq}: the intent of {id} has no outcome, but the pending index has no row for it"
-            )));
+        let mut indexed = BTreeMap::new();
+        for item in PENDING.raw().iter(r)? {
+            let (id, seq) = item?;
+            match (std::str::from_utf8(id), <[u8; 8]>::try_from(seq)) {
+                (Ok(id), Ok(seq)) => {
+                    indexed.insert(id.to_owned(), u64::from_be_bytes(seq));
+                }
+                _ => findings.push(AuditFinding(format!(
+                    "pending {}: unreadable: not an invocation id and an 8-byte sequence",
+                    shown_key(id)
+                ))),
+            }
         }
+        // Each row that differs is named, with what it says and what the journal says.
+        for (id, seq) in &indexed {
+            match open.get(id).map(|(intent, ..)| intent) {
+                Some(intent) if intent == seq => {}
+                Some(intent) => findings.push(AuditFinding(format!(
+                    "pending row {id} names journal #{seq}, but its open intent is #{intent}"
+                ))),
+                None => findings.push(AuditFinding(format!(
+                    "pending row {id} names journal #{seq}, but {id} has no intent without outcome"
+                ))),
+            }
+        }
+        for (id, (seq, ..)) in &open {
+            if !indexed.contains_key(id) {
+                findings.push(AuditFinding(format!(
+                    "journal #{seq}: the intent of {id} has no outcome, but the pending index has no row for it"
+                )));
+            }
+        }
+        Ok((findings, n))
     }
-    Ok((findings, n))
 }
 
 #[cfg(test)]

@@ -8,7 +8,7 @@ use crate::object::{Object, ObjectView, Ref};
 use crate::ref_tail;
 use crate::schema::{decode_object_row, ref_key, OBJECT, OBJECTS};
 use crate::semantic_index;
-use crate::storage::{ReadCtx, StoreError, WriteCtx};
+use crate::storage::{ReadCtx, Store, StoreError, WriteCtx};
 
 /// Refs read lazily from a read transaction.
 pub type Refs<'t> = Box<dyn Iterator<Item = Result<Ref, StoreError>> + 't>;
@@ -201,46 +201,73 @@ pub struct ObjectAudit {
 /// every writer makes it. The entry walk checks only the objects entries name, and not the
 /// interface hash (it is not part of the address); an object no entry names (the input of a
 /// call never committed, a grant's) is read here alone. One hash of every payload.
-pub fn audit(r: &ReadCtx<'_>) -> Result<ObjectAudit, StoreError> {
+pub fn audit(store: &Store) -> Result<ObjectAudit, StoreError> {
+    // Rows are read a block at a time, each block in a read transaction of its own: one
+    // transaction over the whole table (every payload hashed) held a snapshot for seconds,
+    // and a serving daemon could reuse no page it freed meanwhile, so its file grew by every
+    // page it rewrote. Object rows are only ever added, so blocks up to the last row seen at
+    // the start read the same rows one snapshot would.
+    const BLOCK: u64 = 4096;
+    let Some(last) = store.read(|r| Ok::<_, StoreError>(OBJECTS.last(r)?.map(|(seq, _)| seq)))?
+    else {
+        return Ok(ObjectAudit::default());
+    };
     let mut out = ObjectAudit::default();
     let mut more = 0u64;
-    let mut finding = |f: String| {
-        if out.findings.len() < ref_tail::MAX_FINDINGS {
-            out.findings.push(f);
-        } else {
-            more += 1;
-        }
-    };
-    for row in OBJECTS.iter(r)? {
-        let (seq, row) = row?;
-        out.objects += 1;
-        let o = match decode_object_row(seq, row) {
-            Ok(o) => o,
-            Err(_) => {
-                finding(format!(
-                    "row {seq} of object_rows does not decode ({} bytes)",
-                    row.len()
-                ));
-                continue;
+    let mut from = 0u64;
+    loop {
+        let to = from.saturating_add(BLOCK).min(last);
+        store.read(|r| {
+            for row in OBJECTS.range(r, &(from..=to))? {
+                let (seq, row) = row?;
+                audit_row(&mut out, &mut more, seq, row);
             }
-        };
-        if !o.verify() {
-            finding(format!(
-                "object {} (row {seq} of object_rows) is damaged: its payload hashes to {}, not to its address",
-                o.hash,
-                Ref::of(o.payload)
-            ));
+            Ok::<_, StoreError>(())
+        })?;
+        if to >= last {
+            break;
         }
-        if o.interface_hash != Ref::of(o.semantic_id.as_bytes()) {
-            finding(format!(
-                "object {} (row {seq} of object_rows) has the interfaceHash {}, which is not the sha256 of its semanticId {:?}",
-                o.hash, o.interface_hash, o.semantic_id
-            ));
-        }
+        from = to + 1;
     }
     if more > 0 {
         out.findings
             .push(format!("… and {more} more damaged object row(s)"));
     }
     Ok(out)
+}
+
+/// One object row of [`audit`]: counted, and its findings kept (the first
+/// [`ref_tail::MAX_FINDINGS`], then only counted in `more`).
+fn audit_row(out: &mut ObjectAudit, more: &mut u64, seq: u64, row: &[u8]) {
+    let mut finding = |f: String| {
+        if out.findings.len() < ref_tail::MAX_FINDINGS {
+            out.findings.push(f);
+        } else {
+            *more += 1;
+        }
+    };
+    out.objects += 1;
+    let o = match decode_object_row(seq, row) {
+        Ok(o) => o,
+        Err(_) => {
+            finding(format!(
+                "row {seq} of object_rows does not decode ({} bytes)",
+                row.len()
+            ));
+            return;
+        }
+    };
+    if !o.verify() {
+        finding(format!(
+            "object {} (row {seq} of object_rows) is damaged: its payload hashes to {}, not to its address",
+            o.hash,
+            Ref::of(o.payload)
+        ));
+    }
+    if o.interface_hash != Ref::of(o.semantic_id.as_bytes()) {
+        finding(format!(
+            "object {} (row {seq} of object_rows) has the interfaceHash {}, which is not the sha256 of its semanticId {:?}",
+            o.hash, o.interface_hash, o.semantic_id
+        ));
+    }
 }

@@ -162,9 +162,9 @@ pub fn audit_store(store: &Store) -> Result<StoreAudit, VerifyError> {
         }
     };
     let (results, journal, index, calls, grants, objects) = std::thread::scope(|scope| {
-        let journal = scope.spawn(|| store.read(crate::journal::audit));
+        let journal = scope.spawn(|| crate::journal::audit_store(store));
         let calls = scope.spawn(|| store.read(committed_calls));
-        let objects = scope.spawn(|| store.read(crate::objects::audit));
+        let objects = scope.spawn(|| crate::objects::audit(store));
         let grants = scope.spawn(|| {
             store.read(|r| {
                 Ok::<_, StoreError>((crate::access::audit(r)?, crate::session::audit(r)?))
