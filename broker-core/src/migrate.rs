@@ -72,6 +72,11 @@ pub fn keeping_schema<T>(open: impl FnOnce() -> T) -> (T, Option<u32>) {
     (opened, found)
 }
 
+/// Whether an open under [`keeping_schema`] is under way on this thread.
+pub(crate) fn keeping() -> bool {
+    KEEPING.with(|k| k.get().is_some())
+}
+
 /// Whether the store's schema `from` is to be kept (see [`keeping_schema`]), noting it if so.
 fn kept(from: u32) -> bool {
     KEEPING.with(|k| match k.get() {

@@ -62,6 +62,7 @@ static LAYOUT: Layout = Layout {
     state: ref_tail::state,
     ended: ref_tail::ended,
     log_tip: crate::log::tip,
+    keeps_older: migrate::keeping,
 };
 
 fn upgrade_from_1(env: &RawEnv, map_size: usize) -> Result<(), StoreError> {

@@ -399,60 +399,92 @@ fn a_semantic_id_crafted_to_extend_another_never_mixes_into_its_listing() {
     assert_eq!(crafted_count, 5);
 }
 
+/// Another process with the store at `db` open, as LMDB sees it: a child holding the lock every
+/// process with the environment open holds (a read lock on the first byte of `lock.mdb`), until
+/// this is dropped.
+struct Held {
+    child: libc::pid_t,
+    release: libc::c_int,
+}
+
+impl Held {
+    fn by_another_process(db: &Path) -> Held {
+        // Create lock.mdb the way LMDB does, then close the environment again.
+        {
+            // SAFETY: no other handle on `db` exists in this process.
+            let env = unsafe { heed::EnvOpenOptions::new().max_dbs(32).open(db).unwrap() };
+            env.prepare_for_closing().wait();
+        }
+        let lock =
+            std::ffi::CString::new(db.join("lock.mdb").into_os_string().into_encoded_bytes())
+                .unwrap();
+        let (mut ready, mut release) = ([0i32; 2], [0i32; 2]);
+        // SAFETY: two fresh pipes; the arrays have room for both descriptors.
+        unsafe {
+            assert_eq!(libc::pipe(ready.as_mut_ptr()), 0);
+            assert_eq!(libc::pipe(release.as_mut_ptr()), 0);
+        }
+        // SAFETY: the child calls only async-signal-safe functions (open, fcntl, write, read,
+        // _exit) before it exits: it holds the lock every process with the environment open holds
+        // (a read lock on the first byte of lock.mdb) until the parent closes the release pipe.
+        let child = unsafe { libc::fork() };
+        assert!(child >= 0);
+        if child == 0 {
+            // SAFETY: async-signal-safe calls only (see the fork above), on descriptors this child
+            // owns and on a zeroed `flock`, a plain C struct; `_exit` ends the child here.
+            unsafe {
+                // Keep only the ends this side uses, so the parent's close reaches us as EOF.
+                libc::close(ready[0]);
+                libc::close(release[1]);
+                let fd = libc::open(lock.as_ptr(), libc::O_RDWR);
+                let mut l: libc::flock = std::mem::zeroed();
+                l.l_type = libc::F_RDLCK as libc::c_short;
+                l.l_whence = libc::SEEK_SET as libc::c_short;
+                l.l_len = 1;
+                let ok = fd >= 0 && libc::fcntl(fd, libc::F_SETLK, &l) == 0;
+                libc::write(ready[1], [u8::from(ok)].as_ptr().cast(), 1);
+                let mut b = 0u8;
+                libc::read(release[0], (&mut b as *mut u8).cast(), 1);
+                libc::_exit(0);
+            }
+        }
+        // SAFETY: the child's ends, not used here.
+        unsafe {
+            libc::close(ready[1]);
+            libc::close(release[0]);
+        }
+        let mut ok = 0u8;
+        // SAFETY: reads one byte into a local from the pipe the child writes.
+        let read = unsafe { libc::read(ready[0], (&mut ok as *mut u8).cast(), 1) };
+        // SAFETY: our end of the pipe the child wrote, not used again.
+        unsafe { libc::close(ready[0]) };
+        assert_eq!(read, 1);
+        assert_eq!(ok, 1, "the child took its lock");
+        Held {
+            child,
+            release: release[1],
+        }
+    }
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        // SAFETY: closing our pipe end lets the child exit; waitpid reaps it.
+        unsafe {
+            libc::close(self.release);
+            let mut status = 0;
+            assert_eq!(libc::waitpid(self.child, &mut status, 0), self.child);
+        }
+    }
+}
+
 /// A process of an older build that has a schema-1 store open would lose its tables under its
 /// feet if another process migrated it: the migration refuses while any other process has the
 /// store open, leaves it unchanged, and runs once that process is gone.
 #[test]
 fn a_schema_1_store_open_in_another_process_is_not_migrated_under_it() {
     let (_dir, db) = v1_copy();
-    // Create lock.mdb the way LMDB does, then close the environment again.
-    {
-        // SAFETY: no other handle on `db` exists in this process.
-        let env = unsafe { heed::EnvOpenOptions::new().max_dbs(32).open(&db).unwrap() };
-        env.prepare_for_closing().wait();
-    }
-    let lock =
-        std::ffi::CString::new(db.join("lock.mdb").into_os_string().into_encoded_bytes()).unwrap();
-    let (mut ready, mut release) = ([0i32; 2], [0i32; 2]);
-    // SAFETY: two fresh pipes; the arrays have room for both descriptors.
-    unsafe {
-        assert_eq!(libc::pipe(ready.as_mut_ptr()), 0);
-        assert_eq!(libc::pipe(release.as_mut_ptr()), 0);
-    }
-    // SAFETY: the child calls only async-signal-safe functions (open, fcntl, write, read,
-    // _exit) before it exits: it holds the lock every process with the environment open holds
-    // (a read lock on the first byte of lock.mdb) until the parent closes the release pipe.
-    let child = unsafe { libc::fork() };
-    assert!(child >= 0);
-    if child == 0 {
-        // SAFETY: async-signal-safe calls only (see the fork above), on descriptors this child
-        // owns and on a zeroed `flock`, a plain C struct; `_exit` ends the child here.
-        unsafe {
-            // Keep only the ends this side uses, so the parent's close reaches us as EOF.
-            libc::close(ready[0]);
-            libc::close(release[1]);
-            let fd = libc::open(lock.as_ptr(), libc::O_RDWR);
-            let mut l: libc::flock = std::mem::zeroed();
-            l.l_type = libc::F_RDLCK as libc::c_short;
-            l.l_whence = libc::SEEK_SET as libc::c_short;
-            l.l_len = 1;
-            let ok = fd >= 0 && libc::fcntl(fd, libc::F_SETLK, &l) == 0;
-            libc::write(ready[1], [u8::from(ok)].as_ptr().cast(), 1);
-            let mut b = 0u8;
-            libc::read(release[0], (&mut b as *mut u8).cast(), 1);
-            libc::_exit(0);
-        }
-    }
-    // SAFETY: the child's ends, not used here.
-    unsafe {
-        libc::close(ready[1]);
-        libc::close(release[0]);
-    }
-    let mut ok = 0u8;
-    // SAFETY: reads one byte into a local from the pipe the child writes.
-    let read = unsafe { libc::read(ready[0], (&mut ok as *mut u8).cast(), 1) };
-    assert_eq!(read, 1);
-    assert_eq!(ok, 1, "the child took its lock");
+    let held = Held::by_another_process(&db);
 
     let before = std::fs::read(db.join("data.mdb")).unwrap();
     let e = Store::open(&db, StoreOptions::default()).unwrap_err();
@@ -466,12 +498,7 @@ fn a_schema_1_store_open_in_another_process_is_not_migrated_under_it() {
     assert_eq!(std::fs::read(db.join("data.mdb")).unwrap(), before);
     assert_eq!(meta_schema(&db).as_deref(), Some("1"));
 
-    // SAFETY: closing our pipe ends lets the child exit; waitpid reaps it.
-    unsafe {
-        libc::close(release[1]);
-        let mut status = 0;
-        assert_eq!(libc::waitpid(child, &mut status, 0), child);
-    }
+    drop(held);
     let store = Store::open(&db, StoreOptions::default()).unwrap();
     assert!(verify::audit_store(&store).unwrap().consistent());
     drop(store);
@@ -953,4 +980,36 @@ fn a_schema_5_store_is_stamped_6_by_a_writer_and_kept_at_5_by_a_reader() {
     assert!(verify::audit_store(&store).unwrap().consistent());
     drop(store);
     assert_eq!(meta_schema(&db).as_deref(), Some("6"));
+}
+
+/// Upgrade day: the new build's `doctor`, `why --db`, `usage`, `session list` and `backup`
+/// (opens that keep an older schema as it is) were refused on a schema-5 store while the old
+/// daemon served it, or while another of them ran: `… uses schema 5 and another process has it
+/// open; stop that process … so that this build can migrate the store`, though they never
+/// migrate anything. They read it as it is now; an open that would upgrade is still refused.
+#[test]
+fn a_store_of_an_older_schema_open_elsewhere_is_read_as_it_is_by_an_open_that_keeps_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("db");
+    drop(Store::create(&db).unwrap());
+    set_meta_schema(&db, "5");
+    let held = Held::by_another_process(&db);
+    let before = std::fs::read(db.join("data.mdb")).unwrap();
+    let (kept, found) =
+        broker_core::migrate::keeping_schema(|| Store::open(&db, StoreOptions::default()));
+    assert_eq!(found, Some(5));
+    let store = kept.unwrap();
+    assert!(verify::audit_store(&store).unwrap().consistent());
+    drop(store);
+    let e = Store::open(&db, StoreOptions::default()).unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        format!(
+            "store {} uses schema 5 and another process has it open; stop that process (a worldd of an older build?) so that this build can migrate the store to schema 6",
+            db.display()
+        )
+    );
+    drop(held);
+    assert_eq!(std::fs::read(db.join("data.mdb")).unwrap(), before);
+    assert_eq!(meta_schema(&db).as_deref(), Some("5"));
 }

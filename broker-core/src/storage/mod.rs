@@ -273,6 +273,11 @@ pub(crate) struct Layout {
     /// last: only the daemon appends to the log, so a log that no longer ends where it left it
     /// is a data file copied over. The world's is [`crate::log::tip`].
     pub log_tip: TipReader,
+    /// Whether the open under way keeps an older version as it is (the world's:
+    /// [`crate::migrate::keeping_schema`], for the verbs that only read): its upgrade then only
+    /// notes the version found, so another process having the store open is no reason to
+    /// refuse it.
+    pub keeps_older: fn() -> bool,
 }
 
 /// How a layout reads its log's newest row ([`Layout::log_tip`]).
@@ -946,12 +951,15 @@ fn check_or_upgrade_version(
             found,
             expected: layout.version,
         }),
-        // A process of an older build would lose its tables under its feet.
-        Version::Upgradable(_, found) if shared => Err(StoreError::MigrationBusy {
-            dir: dir.to_path_buf(),
-            found,
-            expected: layout.version,
-        }),
+        // A process of an older build would lose its tables under its feet (an open that
+        // keeps the older version changes nothing: its upgrade only notes the version).
+        Version::Upgradable(_, found) if shared && !(layout.keeps_older)() => {
+            Err(StoreError::MigrationBusy {
+                dir: dir.to_path_buf(),
+                found,
+                expected: layout.version,
+            })
+        }
         Version::Upgradable(upgrade, _) => {
             (upgrade.run)(env, map_size)?;
             Ok(false)
