@@ -171,6 +171,25 @@ impl PluginSet {
 /// A constructor error starting with this means "not started", not "bad config".
 pub const DECLINED: &str = "declined: ";
 
+/// The most of a plugin's own text the daemon passes on, in bytes: its decline reason (logged,
+/// and served by `GET /v1/handlers` to every credential), a constructor's error, its manifest's
+/// error. Cut as the broker cuts a handler's failure message, and for the same reason: a
+/// plugin's 20 MB reason must not be a 20 MB log line and a 20 MB answer to each request.
+pub const MAX_PLUGIN_TEXT_BYTES: usize = 4096;
+
+/// `text` cut to [`MAX_PLUGIN_TEXT_BYTES`] (at a character's edge), saying how many bytes were
+/// left out.
+pub fn cut_plugin_text(text: String) -> String {
+    if text.len() <= MAX_PLUGIN_TEXT_BYTES {
+        return text;
+    }
+    let shown = crate::text::head(&text, MAX_PLUGIN_TEXT_BYTES);
+    format!(
+        "{shown}… ({} bytes more; the daemon passes on at most {MAX_PLUGIN_TEXT_BYTES} of a plugin's text)",
+        text.len() - shown.len()
+    )
+}
+
 /// Load the selected plugins and build their handlers.
 pub fn load(opts: &PluginOptions) -> Result<PluginSet, PluginError> {
     let mut handlers = Handlers::new();
@@ -215,7 +234,7 @@ pub fn load(opts: &PluginOptions) -> Result<PluginSet, PluginError> {
         let started = within(deadline, &info.path, "starting", Stops::Serve, move || {
             plugin.new_handler(&config, handler_api::host_callbacks(host))
         })?;
-        let handler = match started {
+        let handler = match started.map_err(cut_plugin_text) {
             Ok(h) => h,
             // A plugin may decline to start (e.g. a tool binary is not configured): its tools
             // are still published, and refused by R8 when called.

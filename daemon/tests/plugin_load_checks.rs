@@ -473,3 +473,33 @@ fn a_left_out_plugins_tool_never_runs_through_another_plugins_effect() {
     let budget = get(&d.url("/v1/budget"), Some(&token)).json();
     assert!(budget.to_string().contains("\"spent\":1"), "{budget}");
 }
+
+/// A plugin's manifest error was printed whole by `worldd handlers`: 20 MB of it on one line.
+/// It is cut at 4096 bytes, as a handler's failure message is, saying how much was left out.
+#[test]
+fn a_manifest_error_is_cut_at_4096_bytes_by_worldd_handlers() {
+    let dir = tempfile::tempdir().unwrap();
+    let plugins = plugin_dir(dir.path(), &[misfit_library()]);
+    let changes = dir.path().join("manifest.json");
+    let class = "A".repeat(20_000);
+    std::fs::write(
+        &changes,
+        json!({"effects": [{"name": "Misfit.Do", "class": class, "ops": ["do"]}]}).to_string(),
+    )
+    .unwrap();
+    let env = [("WORLDD_MISFIT_MANIFEST", format!("@{}", changes.display()))];
+    let (code, out, err, _) = worldd_with_plugins("handlers", &plugins, &[], &env);
+    assert_eq!(code, Some(0), "{err}");
+    let whole = format!("the plugin could not describe itself: WORLDD_MISFIT_MANIFEST: unknown variant `{class}`, expected one of `read`, `write`, `unknown`");
+    let cut = format!(
+        "{}… ({} bytes more; the daemon passes on at most 4096 of a plugin's text)",
+        &whole[..4096],
+        whole.len() - 4096
+    );
+    assert!(
+        out.contains(&format!("\n  not loadable: {cut}\n")),
+        "{}",
+        out.len()
+    );
+    assert!(out.len() < 5000, "{}", out.len());
+}

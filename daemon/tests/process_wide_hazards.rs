@@ -837,3 +837,39 @@ fn a_plugins_decline_text_is_one_line_in_tools_list_and_in_the_log() {
         "{log}"
     );
 }
+
+/// A plugin's decline reason was kept whole: a 20 MB `declined: …` was one 20 MB log line, and
+/// every `GET /v1/handlers` of every session carried it. It is cut at 4096 bytes, on a
+/// character's edge, as a handler's failure message is, saying how much was left out.
+#[test]
+fn a_plugins_decline_reason_is_cut_at_4096_bytes_in_the_log_and_in_get_handlers() {
+    let (dir, mut cmd) = serve_with_unruly();
+    // "declined: " is 10 bytes: the 4096th byte falls inside an é, which is kept out whole.
+    let reason = format!("{}é{}", "A".repeat(4085), "B".repeat(100_000));
+    cmd.arg("--plugin-config")
+        .arg(format!("unruly.declineWith={reason}"));
+    let d = Daemon::spawn(dir, cmd);
+    let token = d.session("ep1", &["Workspace.Read=worktree:5"]);
+    let cut = format!(
+        "declined: {}… (100002 bytes more; the daemon passes on at most 4096 of a plugin's text)",
+        "A".repeat(4085)
+    );
+    let handlers = get(&d.url("/v1/handlers"), Some(&token));
+    assert_eq!(handlers.status, 200, "{}", handlers.text());
+    let v = handlers.json();
+    assert_eq!(v["declined"][0]["name"], "unruly", "{v}");
+    assert_eq!(v["declined"][0]["reason"], cut.as_str());
+    let (_, _, log, _dir) = d.stop_with_log(Duration::from_secs(10));
+    let said: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("not started: declined"))
+        .collect();
+    assert_eq!(said.len(), 1, "{}", log.len());
+    assert!(
+        said[0].contains(&format!(
+            " WARN plugin unruly not started: {cut} plugin=unruly "
+        )),
+        "{}",
+        said[0]
+    );
+}

@@ -134,7 +134,7 @@ fn scan_one(path: &Path, at: &Path) -> Scanned {
     };
     let manifest = match plugin.manifest() {
         Ok(m) => m,
-        Err(e) => return Scanned::Broken(PluginError::new(path, e)),
+        Err(e) => return Scanned::Broken(PluginError::new(path, super::cut_plugin_text(e))),
     };
     Scanned::Plugin(
         PluginInfo {
