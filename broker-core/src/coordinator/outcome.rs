@@ -133,14 +133,25 @@ impl HandlerJob {
         }
     }
 
-    /// The handler's preflight: the declining output, or `None` to proceed. A panic, or an
-    /// output that claims the reserved `world` key, proceeds: `execute` answers for it.
+    /// The handler's preflight: the declining output, or `None` to proceed. A panic proceeds:
+    /// `execute` answers for it. A decline that claims the reserved `world` key stays a decline
+    /// (the handler said "do not run this"): the member is dropped, as the committed answer
+    /// puts the daemon's own there, and that is said once, naming the plugin.
     pub(super) fn preflight(self) -> Option<Map<String, Value>> {
         let request = self.request();
-        catch_unwind(AssertUnwindSafe(|| self.handler.preflight(&request)))
+        let mut decline = catch_unwind(AssertUnwindSafe(|| self.handler.preflight(&request)))
             .ok()
-            .flatten()
-            .filter(|out| !out.contains_key("world"))
+            .flatten()?;
+        if decline.remove("world").is_some() {
+            let plugin = catch_unwind(AssertUnwindSafe(|| self.handler.identity()))
+                .map_or_else(|_| "?".to_owned(), |id| id.plugin);
+            tracing::warn!(
+                invocation = %self.invocation_id,
+                effect = %self.effect.effect,
+                "plugin {plugin}'s preflight declined with the reserved key \"world\" in its answer; the member is dropped and the call stays declined"
+            );
+        }
+        Some(decline)
     }
 
     /// Execute the handler, then the finish function (when the tool has one and the handler
