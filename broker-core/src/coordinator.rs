@@ -551,6 +551,7 @@ impl Coordinator {
         let phase = match state.phase {
             TaskPhase::Committed => "committed",
             TaskPhase::Unrecorded => "unrecorded",
+            TaskPhase::Withdrawn => "withdrawn",
             TaskPhase::Pending => "indeterminate",
         };
         let effects = self.summaries(&state.effect_records)?;
@@ -828,6 +829,8 @@ impl Coordinator {
             TaskPhase::Unrecorded => Err(CallError::EffectsUnrecorded {
                 records: state.effect_records,
             }),
+            // Nothing ran and nothing was spent; the key stays used.
+            TaskPhase::Withdrawn => Err(CallError::NotStarted),
             TaskPhase::Committed => self.replay_committed_as(&p.invocation_id, &state).map(Some),
         }
     }

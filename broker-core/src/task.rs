@@ -27,6 +27,10 @@ pub enum TaskPhase {
     Pending,
     Committed,
     Unrecorded,
+    /// Its handler was never started (the call's deadline passed while its intent was on its
+    /// way to the disk): nothing ran, the intent's units were given back, and the call was not
+    /// committed. Schema 6 and later.
+    Withdrawn,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -50,6 +54,7 @@ impl TaskPhase {
             TaskPhase::Pending => "pending",
             TaskPhase::Committed => "committed",
             TaskPhase::Unrecorded => "unrecorded",
+            TaskPhase::Withdrawn => "withdrawn",
         }
     }
 }

@@ -335,7 +335,7 @@ fn a_handler_whose_deadline_passed_during_its_intent_is_never_started_and_spends
     assert!(matches!(err, CallError::NotStarted), "{err:?}");
     assert_eq!(
         err.to_string(),
-        "the call's deadline passed while its intent was journaled: its handler was not started, nothing was spent, and the call was not committed"
+        "the call's deadline passed while its intent was journaled: its handler was not started, nothing was spent, and the call was not committed; its key stays used: send it again under another key"
     );
     assert!(entered.try_recv().is_err(), "the handler was started");
     assert!(
@@ -357,17 +357,16 @@ fn a_handler_whose_deadline_passed_during_its_intent_is_never_started_and_spends
         .reconcile(&writer, Surface::A2a, "w1")
         .unwrap()
         .unwrap();
-    assert_eq!(rec.state, "unrecorded");
+    assert_eq!(rec.state, "withdrawn");
     assert_eq!(rec.effects[0].status, "failed");
+    // Its record says nothing was spent, as the counter does.
+    assert_eq!(rec.effects[0].budget_after, 10);
     assert_eq!(revision(&store), before, "nothing was committed");
     assert_eq!(coordinator.overruns().total(), 0);
     assert_eq!(coordinator.overruns().running(), 0);
-    // Its task id stays used: sent again, it is answered as unrecorded and runs nothing.
+    // Its task id stays used: sent again, it is told the same and runs nothing.
     let again = coordinator.invoke(&write(&writer, "w1")).unwrap_err();
-    assert!(
-        matches!(again, CallError::EffectsUnrecorded { .. }),
-        "{again:?}"
-    );
+    assert!(matches!(again, CallError::NotStarted), "{again:?}");
     assert!(entered.try_recv().is_err(), "the handler was started");
     assert_eq!(spent(&coordinator, &writer, "Workspace.Write"), 0);
 }

@@ -14,13 +14,14 @@
 //! without grants, which belong to credentials. An agent naming another episode gets one
 //! `404` whatever the name, so the answer says nothing about which episodes exist.
 //!
-//! A call is in one of five states:
+//! A call is in one of six states:
 //!
 //! | `state` | HTTP | meaning | what to do |
 //! |---|---|---|---|
 //! | `committed` | 200 | the result is in the log (`entryIndex`, `outputRef`, `worldRef`); resending the same key returns it | read it; never resend with another key |
 //! | `indeterminate` | 200 | the effect's intent is durable, its outcome is not: it may have run (`outcome.reason` `in-flight`: this daemon is still running it, and its outcome may still come) | do not retry; inspect the worktree (`in-flight`: ask again later) |
 //! | `unrecorded` | 200 | an effect ran and was recorded (`effects`), the call was not committed | do not retry; read the records |
+//! | `withdrawn` | 200 | the call's deadline passed while its intent was written, so its handler was never started: nothing ran, its unit was given back (its record's `budgetAfter` is its `budgetBefore`), nothing was committed (`outcome` `refused` / `deadline`); the key stays used | send it again under another key |
 //! | `queued` | 200 | this daemon holds the call, which waits behind its episode's running call; nothing of it is journaled yet (`outcome.reason` `in-flight`) | ask again later; do not send it again under another key |
 //! | `not-found` | 404 | nothing was journaled under this key in your episode, and this daemon holds no such call | safe to send |
 //!
@@ -337,6 +338,9 @@ fn classify(state: &AppState, r: &Reconciliation) -> Result<Outcome, ApiError> {
             Ok(outcome::of_committed(&r.effects, &output, class))
         }
         ("unrecorded", _) => Ok(Outcome::indeterminate("unrecorded")),
+        // Nothing ran and nothing was spent: refused at its deadline, as a call left too
+        // little of it is.
+        ("withdrawn", _) => Ok(Outcome::too_late()),
         _ => Ok(Outcome::indeterminate("pending")),
     }
 }

@@ -1709,8 +1709,8 @@ async fn abandoned_handler_frees_the_only_slot(h: &Harness, t: &str, task: &str)
 /// A store that stalls past the call deadline between the intent and the handler: the caller is
 /// answered at the call deadline. The handler used to start then with its deadline long past
 /// (told `deadlineMs: 0`, no limit, by a plugin). It is now never started: the intent is closed
-/// as failed, the call is not committed (`unrecorded`), and the only slot is free for another
-/// episode.
+/// withdrawn with its unit given back, the call is not committed (`withdrawn`, refused at its
+/// deadline), and the only slot is free for another episode.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_handler_whose_deadline_passed_during_its_intent_is_never_started() {
     let mut h = harness_with(Limits {
@@ -1738,9 +1738,14 @@ async fn a_handler_whose_deadline_passed_during_its_intent_is_never_started() {
         .before_handler
         .store(false, std::sync::atomic::Ordering::SeqCst);
     h.stall.gate.release();
-    call_reaches(&h, &t, "late", "unrecorded").await;
+    call_reaches(&h, &t, "late", "withdrawn").await;
     let (_, rec) = h.get_json(&t, "/v1/calls/mcp/late").await;
     assert_eq!(rec["effects"][0]["status"], json!("failed"), "{rec}");
+    assert_eq!(rec["effects"][0]["budgetAfter"], json!(5), "{rec}");
+    assert_eq!(
+        rec["outcome"],
+        json!({"kind": "refused", "reason": "deadline", "retryable": true})
+    );
     assert_eq!(h.writes_run(), 0, "the handler was started");
     let before = h.revision();
     h.reads_ok(&h.reader(), 22).await;

@@ -152,9 +152,9 @@ pub enum CallError {
     HandlerTimedOut,
     /// The call's deadline passed while its intent was on its way to the disk: the handler was
     /// not started, the intent is closed withdrawn with its units given back, and the call is
-    /// not committed. Unlike [`CallError::NoTimeToStart`] the task id stays used (its journal
-    /// says what became of it).
-    #[error("the call's deadline passed while its intent was journaled: its handler was not started, nothing was spent, and the call was not committed")]
+    /// not committed (its task `withdrawn`). Unlike [`CallError::NoTimeToStart`] the task id
+    /// stays used: a resend of it gets this again.
+    #[error("the call's deadline passed while its intent was journaled: its handler was not started, nothing was spent, and the call was not committed; its key stays used: send it again under another key")]
     NotStarted,
     /// Too little of the caller's deadline was left to start the handler
     /// ([`super::MIN_HANDLER_TIME`]): refused before its intent, nothing journaled or spent, the

@@ -232,6 +232,19 @@ impl LateCall {
         let id = &self.ids.invocation_id;
         match settle(id, &self.effect, self.budget_before, self.request_ref, ran) {
             Ok(mut s) => {
+                if status == Some(OutcomeStatus::Withdrawn) {
+                    // Nothing was spent: the record says so, as the spend counter will.
+                    s.record.budget_after = s.record.budget_before;
+                    match s.record.canonical() {
+                        Ok(bytes) => {
+                            s.record_obj = Object::new(sid::EFFECT_RECORD, "host/broker", bytes)
+                        }
+                        Err(e) => {
+                            tracing::error!(invocation = %id, "late handler outcome not recorded: {e}");
+                            return;
+                        }
+                    }
+                }
                 s.status = status.unwrap_or(s.status);
                 let objects = std::iter::once(s.record_obj.clone())
                     .chain(s.result.map(|(obj, _)| obj))
@@ -339,7 +352,10 @@ pub(super) fn submit_unrecorded(
         invocation_id: id.clone(),
         skill_id: ids.skill_id.clone(),
         input_ref: ids.input_ref,
-        phase: TaskPhase::Unrecorded,
+        phase: match status {
+            OutcomeStatus::Withdrawn => TaskPhase::Withdrawn,
+            _ => TaskPhase::Unrecorded,
+        },
         output_ref: None,
         entry_index: None,
         world_ref: None,

@@ -31,6 +31,12 @@ pub enum TaskView {
         records: Vec<Ref>,
         effects: Vec<EffectSummary>,
     },
+    /// Its handler was never started (the call's deadline passed while its intent was
+    /// journaled): nothing ran, nothing was spent, and the call was not committed.
+    Withdrawn {
+        skill_id: String,
+        effects: Vec<EffectSummary>,
+    },
 }
 
 impl TaskView {
@@ -40,7 +46,8 @@ impl TaskView {
             TaskView::Running { skill_id }
             | TaskView::Committed { skill_id, .. }
             | TaskView::Indeterminate { skill_id, .. }
-            | TaskView::Unrecorded { skill_id, .. } => skill_id,
+            | TaskView::Unrecorded { skill_id, .. }
+            | TaskView::Withdrawn { skill_id, .. } => skill_id,
         }
     }
 }
@@ -75,6 +82,10 @@ impl Coordinator {
                 TaskPhase::Unrecorded => Some(TaskView::Unrecorded {
                     effects: self.summaries(&state.effect_records)?,
                     records: state.effect_records,
+                    skill_id: state.skill_id,
+                }),
+                TaskPhase::Withdrawn => Some(TaskView::Withdrawn {
+                    effects: self.summaries(&state.effect_records)?,
                     skill_id: state.skill_id,
                 }),
                 TaskPhase::Pending if running.is_some() => Some(TaskView::Running {

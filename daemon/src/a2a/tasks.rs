@@ -100,6 +100,7 @@ pub(super) async fn answer(
         TaskView::Unrecorded {
             effects, records, ..
         } => ended_uncommitted(shape, session, &task_id, effects, Some(records)),
+        TaskView::Withdrawn { effects, .. } => withdrawn(shape, session, &task_id, effects),
     };
     rpc_result(id, task)
 }
@@ -229,6 +230,27 @@ fn ended_uncommitted(
     )
 }
 
+/// A task whose handler was never started: failed, nothing ran or was spent, and its id is
+/// used (a resend of it is answered the same way): a new task runs it.
+fn withdrawn(shape: Method, session: &Session, task_id: &str, effects: &[EffectSummary]) -> Value {
+    let metadata = json!({
+        "invocation_id": invocation_id(session, task_id),
+        "effects": outcome::effects_json(effects),
+        "outcome": Outcome::too_late().to_json(),
+    });
+    open_task(
+        shape,
+        task_id,
+        &session.episode,
+        ("failed", "TASK_STATE_FAILED"),
+        metadata,
+        Some(WITHDRAWN),
+    )
+}
+
+/// What a task whose handler was never started says.
+const WITHDRAWN: &str = "the call's deadline passed while its intent was being written, so its handler was never started: nothing ran, nothing was spent, and nothing was committed; send it again as a new task";
+
 /// `params.id`, and for a read, a `historyLength` that is a count if present.
 fn task_id_of(read: TaskRead, params: &Value) -> Result<String, String> {
     if !params.is_object() {
@@ -271,6 +293,9 @@ fn not_cancelable(id: &Value, task_id: &str, view: Option<&TaskView>) -> Respons
         Some(TaskView::Committed { .. }) => "the task is committed: its result is in the log",
         Some(TaskView::Indeterminate { .. } | TaskView::Unrecorded { .. }) => {
             "the task has ended: its effect may have run, and nothing is running it"
+        }
+        Some(TaskView::Withdrawn { .. }) => {
+            "the task has ended: its handler was never started, and nothing ran"
         }
     };
     error_info(

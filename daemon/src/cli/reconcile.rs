@@ -188,6 +188,7 @@ pub fn calls(cmd: CallsCommand) -> CliResult {
         "indeterminate" if outcome["reason"] == "in-flight" => outln!("indeterminate (in-flight): the daemon is still running it; ask again later, and do not resend it"),
         "indeterminate" => outln!("indeterminate: the effect may have run; do not retry, inspect the worktree"),
         "unrecorded" => outln!("unrecorded: the effect ran but the call was not committed; do not retry, read the effect records"),
+        "withdrawn" => outln!("withdrawn: the call's deadline passed while its intent was written, so its handler was never started: nothing ran and nothing was spent; send it again under another key"),
         "queued" => outln!("queued: the daemon holds the call behind its episode's running one and has journaled nothing of it yet; ask again later, and do not send it under another key"),
         _ => {}
     }

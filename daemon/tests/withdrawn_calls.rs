@@ -1,0 +1,125 @@
+//! A call whose deadline passes while its intent is on its way to the disk (a store whose
+//! syncs stall): its handler is never started, its intent is closed `withdrawn` with its unit
+//! given back, and every way an agent asks about it says so: `GET /v1/calls`, A2A
+//! `tasks/get`, `/v1/budget`, and a resend of its key. They all said "an effect ran … do not
+//! retry", its record showed the unit spent, and a resend was answered as unrecorded.
+
+mod common;
+
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::*;
+use serde_json::{json, Value};
+
+/// Whether strace runs here. Where `WORLDD_TESTS_REQUIRE_STRACE` is set (CI), its absence is a
+/// failure, not a skip.
+fn have_strace() -> bool {
+    let here = Command::new("strace")
+        .arg("-V")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    assert!(
+        here || std::env::var_os("WORLDD_TESTS_REQUIRE_STRACE").is_none(),
+        "strace is required (WORLDD_TESTS_REQUIRE_STRACE) and is not installed"
+    );
+    here
+}
+
+/// Every thread of process `pid` is traced.
+fn traced(pid: u32) -> bool {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return false;
+    };
+    tasks.flatten().all(|t| {
+        std::fs::read_to_string(t.path().join("status")).is_ok_and(|s| {
+            s.lines()
+                .any(|l| l.starts_with("TracerPid:") && l.trim_end() != "TracerPid:\t0")
+        })
+    })
+}
+
+#[test]
+fn a_call_withdrawn_at_its_deadline_is_said_so_everywhere_and_spends_nothing() {
+    if !have_strace() {
+        eprintln!("skipped: no strace here");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("worldd.toml");
+    std::fs::write(
+        &config,
+        "[limits]\ncall_deadline_ms = 2000\nhandler_deadline_ms = 1900\n[server]\nbody_timeout_ms = 1500\n",
+    )
+    .unwrap();
+    let mut cmd = Daemon::serve_command(&dir, &["worldd_workspace"]);
+    cmd.arg("--config").arg(&config);
+    let d = Daemon::spawn(dir, cmd);
+    let token = d.session("ep1", &["Workspace.Write=worktree:5"]);
+    // From here every sync of the daemon's takes 2.5 s: the intent's outlasts the call.
+    let mut strace = Command::new("strace")
+        .args([
+            "-qq",
+            "-f",
+            "-o",
+            "/dev/null",
+            "-e",
+            "trace=fdatasync,fsync",
+        ])
+        .args(["-e", "inject=fdatasync,fsync:delay_enter=2500000"])
+        .arg("-p")
+        .arg(d.child.id().to_string())
+        .stdin(Stdio::null())
+        .spawn()
+        .unwrap();
+    let until = Instant::now() + Duration::from_secs(10);
+    while !traced(d.child.id()) {
+        assert!(Instant::now() < until, "strace did not attach");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let args = json!({"path": "a.txt", "content": "x"});
+    let first = a2a(&d, &token, "w1", "ailang-write", args.clone());
+    assert_eq!(first["error"]["code"], -32603, "{first}");
+    // The coordinator closes the intent once its sync returns, after the answer.
+    d.wait_for_log("the call's deadline passed before its handler could start");
+    let _ = strace.kill();
+    let _ = strace.wait();
+
+    let call = get(&d.url("/v1/calls/a2a/w1"), Some(&token));
+    assert_eq!(call.status, 200, "{}", call.text());
+    let call = call.json();
+    assert_eq!(call["state"], "withdrawn", "{call}");
+    assert_eq!(
+        call["outcome"],
+        json!({"kind": "refused", "reason": "deadline", "retryable": true})
+    );
+    assert_eq!(call["effects"][0]["status"], "failed", "{call}");
+    assert_eq!(call["effects"][0]["budgetAfter"], 5, "{call}");
+    let budget = get(&d.url("/v1/budget"), Some(&token)).json();
+    assert_eq!(budget["grants"][0]["spent"], 0, "{budget}");
+
+    let task = post_json(
+        &d.url("/a2a/"),
+        Some(&token),
+        &json!({"jsonrpc": "2.0", "id": 2, "method": "tasks/get", "params": {"id": "w1"}}),
+    )
+    .json();
+    let status = &task["result"]["status"];
+    assert_eq!(status["state"], "failed", "{task}");
+    assert!(
+        status.to_string().contains("its handler was never started: nothing ran, nothing was spent, and nothing was committed; send it again as a new task"),
+        "{task}"
+    );
+    // The key stays used: a resend runs nothing and is told why.
+    let again: Value = a2a(&d, &token, "w1", "ailang-write", args);
+    assert_eq!(
+        again["error"],
+        json!({"code": -32603, "message": "invocation exceeded its deadline"}),
+        "{again}"
+    );
+    assert!(!d.root().join("ep1/a.txt").exists());
+    let budget = get(&d.url("/v1/budget"), Some(&token)).json();
+    assert_eq!(budget["grants"][0]["spent"], 0, "{budget}");
+}
