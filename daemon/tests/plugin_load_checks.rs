@@ -503,3 +503,35 @@ fn a_manifest_error_is_cut_at_4096_bytes_by_worldd_handlers() {
     );
     assert!(out.len() < 5000, "{}", out.len());
 }
+
+/// A shipped tool naming a finish function its plugin does not list loaded without a word: each
+/// call then ran the effect, spent its unit, and failed (`post-effect failure: no finish
+/// function "g"`), never committed. It is a problem at load, as an undeclared effect is.
+#[test]
+fn a_shipped_tool_naming_a_finish_function_its_plugin_does_not_list_is_a_problem_at_load() {
+    let dir = tempfile::tempdir().unwrap();
+    let plugins = plugin_dir(dir.path(), &[misfit_library()]);
+    let lib = plugins.join(misfit_library().file_name().unwrap());
+    let mut tool = fixtures::misfit_tool("Misfit.Do", "Misfit.Do");
+    tool["finish"] = json!("g");
+    for (finish, lists) in [(json!(["f"]), "f"), (json!([]), "none")] {
+        refused(
+            json!({"transitions": [tool.clone()], "finish": finish}),
+            &plugins,
+            &[],
+            &lib,
+            &format!(
+                r#"shipped transition "misfit-do" names the finish function "g", which plugin misfit does not list (it lists {lists}): every call would run the effect, spend its unit and then fail"#
+            ),
+        );
+    }
+    // Listed, it loads.
+    let (code, out, err) = worldd_with(
+        &json!({"transitions": [tool], "finish": ["f", "g"]}),
+        "handlers",
+        &plugins,
+        &[],
+    );
+    assert_eq!(code, Some(0), "{err}");
+    assert!(!out.contains("problem:"), "{out}");
+}

@@ -140,6 +140,23 @@ pub fn check_transition(manifest: &Manifest, doc: &Value, t: &Transition) -> Res
             ));
         }
     }
+    // The finish function runs after the effect: one the plugin does not serve would fail
+    // every call after its effect ran and its unit was spent, the call never committed.
+    if let Some(finish) = &t.finish {
+        if !manifest.finish.contains(finish) {
+            return Err(format!(
+                "shipped transition {} names the finish function {}, which plugin {} does not list (it lists {}): every call would run the effect, spend its unit and then fail",
+                quote(&t.id),
+                quote(finish),
+                manifest.name,
+                if manifest.finish.is_empty() {
+                    "none".to_owned()
+                } else {
+                    manifest.finish.join(", ")
+                }
+            ));
+        }
+    }
     let payload = doc.pointer("/plan/payload");
     let op = payload.and_then(|p| p.pointer("/fields/op"));
     for spec in &t.declared_effects {
