@@ -1013,3 +1013,33 @@ fn a_store_of_an_older_schema_open_elsewhere_is_read_as_it_is_by_an_open_that_ke
     assert_eq!(std::fs::read(db.join("data.mdb")).unwrap(), before);
     assert_eq!(meta_schema(&db).as_deref(), Some("5"));
 }
+
+/// The same on a read-only filesystem (a snapshot, a backup medium): the read-only verbs
+/// refused a schema-5 store there ("read-only it cannot be upgraded to schema 6"), which they
+/// never upgrade; they read it as it is now. An open that would upgrade is still refused.
+#[test]
+fn a_store_of_an_older_schema_opened_read_only_is_read_as_it_is_by_an_open_that_keeps_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("db");
+    drop(Store::create(&db).unwrap());
+    set_meta_schema(&db, "5");
+    let read_only = || {
+        Store::open(
+            &db,
+            StoreOptions {
+                read_only: true,
+                ..StoreOptions::default()
+            },
+        )
+    };
+    let (kept, found) = broker_core::migrate::keeping_schema(read_only);
+    assert_eq!(found, Some(5));
+    let store = kept.unwrap();
+    assert!(verify::audit_store(&store).unwrap().consistent());
+    drop(store);
+    assert!(
+        matches!(read_only(), Err(StoreError::ReadOnlyUpgrade { .. })),
+        "an open that would upgrade it"
+    );
+    assert_eq!(meta_schema(&db).as_deref(), Some("5"));
+}

@@ -946,11 +946,14 @@ fn check_or_upgrade_version(
             expected: layout.version,
         }),
         Version::New => Ok(true),
-        Version::Upgradable(_, found) if read_only => Err(StoreError::ReadOnlyUpgrade {
-            dir: dir.to_path_buf(),
-            found,
-            expected: layout.version,
-        }),
+        // A read-only open that keeps the older version writes nothing: read as it is.
+        Version::Upgradable(_, found) if read_only && !(layout.keeps_older)() => {
+            Err(StoreError::ReadOnlyUpgrade {
+                dir: dir.to_path_buf(),
+                found,
+                expected: layout.version,
+            })
+        }
         // A process of an older build would lose its tables under its feet (an open that
         // keeps the older version changes nothing: its upgrade only notes the version).
         Version::Upgradable(_, found) if shared && !(layout.keeps_older)() => {
