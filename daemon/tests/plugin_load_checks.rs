@@ -535,3 +535,26 @@ fn a_shipped_tool_naming_a_finish_function_its_plugin_does_not_list_is_a_problem
     assert_eq!(code, Some(0), "{err}");
     assert!(!out.contains("problem:"), "{out}");
 }
+
+/// A config schema declaring `stateDir` as other than a string passed `worldd handlers`, then
+/// `serve` refused the daemon's own `<db>/plugin-state/NAME` against it and blamed the
+/// operator's `[plugins.NAME]` table, which set nothing. It is the plugin's problem, at load,
+/// in both.
+#[test]
+fn a_config_schema_declaring_state_dir_as_other_than_a_string_is_the_plugins_problem() {
+    let dir = tempfile::tempdir().unwrap();
+    let plugins = plugin_dir(dir.path(), &[misfit_library()]);
+    let lib = plugins.join(misfit_library().file_name().unwrap());
+    for t in ["integer", "object"] {
+        refused(
+            json!({"configSchema": {"type": "object", "additionalProperties": false,
+                                    "properties": {"stateDir": {"type": t}}}}),
+            &plugins,
+            &[],
+            &lib,
+            &format!(
+                r#"configSchema of plugin misfit: key "stateDir" is the state directory the daemon fills in (a path); its "type" must be "string", not "{t}""#
+            ),
+        );
+    }
+}

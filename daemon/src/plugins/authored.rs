@@ -291,11 +291,24 @@ pub fn check_schema(schema: &Value) -> Result<(), String> {
         Some(Value::Object(p)) => p,
         Some(_) => return Err("\"properties\" must be an object".into()),
     };
+    // The daemon fills `stateDir` in with a path: declared as anything but a string, the
+    // daemon's own value would fail the plugin's schema, read as the operator's mistake.
+    if let Some(t) = props.get(STATE_DIR).and_then(|p| p.get("type")) {
+        if t != "string" {
+            return Err(format!(
+                "key \"{STATE_DIR}\" is the state directory the daemon fills in (a path); its \"type\" must be \"string\", not {t}"
+            ));
+        }
+    }
     for (key, p) in props {
         check_key(key, &format!("key {}", quote(key)), p, 0)?;
     }
     Ok(())
 }
+
+/// The config key a plugin declares to be given a directory of its own, which the daemon fills
+/// in (`<db>/plugin-state/<name>`) unless the operator sets it.
+pub const STATE_DIR: &str = "stateDir";
 
 /// How deep schemas may nest below a key (`items` within `items`): an array of arrays of
 /// arrays is already a rare config, and a bound keeps a hostile schema from taking the
