@@ -131,10 +131,19 @@ pub struct LimitsSection {
 impl LimitsSection {
     /// The limits in force: the defaults with this section's keys applied, checked.
     pub fn resolve(&self) -> Result<Limits, String> {
+        let limits = self.values();
+        limits.check()?;
+        Ok(limits)
+    }
+
+    /// The defaults with this section's keys applied, not yet checked: `serve` applies its
+    /// flags over them first, and checks once ([`Limits::check`]), so that a file's value a
+    /// flag overrides or makes valid is not refused.
+    pub fn values(&self) -> Limits {
         let d = Limits::default();
         let ms =
             |v: Option<u64>, default: Duration| v.map(Duration::from_millis).unwrap_or(default);
-        let limits = Limits {
+        Limits {
             execution_slots: self.execution_slots.unwrap_or(d.execution_slots),
             episode_queue: self.episode_queue.unwrap_or(d.episode_queue),
             slot_wait: ms(self.slot_wait_ms, d.slot_wait),
@@ -163,9 +172,7 @@ impl LimitsSection {
                 .plugin_log_per_second
                 .unwrap_or(d.plugin_log_per_second),
             plugin_start: ms(self.plugin_start_ms, d.plugin_start),
-        };
-        limits.check()?;
-        Ok(limits)
+        }
     }
 }
 
@@ -214,6 +221,38 @@ impl Limits {
                 least.as_millis()
             ));
         }
+        // The deadlines that run inside a call's: one that cannot end before the call's would
+        // never trip, and the call deadline would fire under its name.
+        if self.handler_deadline >= self.call_deadline {
+            return Err(format!(
+                "[limits] handler_deadline_ms {} is not under call_deadline_ms {}: a handler is given at most what is left of its call's deadline, so handler_deadline_ms would never trip; set handler_deadline_ms under {}, or raise call_deadline_ms",
+                self.handler_deadline.as_millis(),
+                self.call_deadline.as_millis(),
+                self.call_deadline.as_millis()
+            ));
+        }
+        // A call let in with less than `least` left is answered timed out before its intent:
+        // a slot wait that long would make every call short of a slot end so, never refused as
+        // capacity.
+        let room = self.call_deadline.saturating_sub(least);
+        if self.slot_wait >= room {
+            return Err(format!(
+                "[limits] slot_wait_ms {} is not under call_deadline_ms {} less the {} ms a handler is started with: a call that waited that long for a slot would be answered timed out, never refused for capacity; set slot_wait_ms under {}, or raise call_deadline_ms",
+                self.slot_wait.as_millis(),
+                self.call_deadline.as_millis(),
+                least.as_millis(),
+                room.as_millis()
+            ));
+        }
+        // A call is large when its body is larger than this, and no body larger than its
+        // route's limit is read.
+        let largest = self.mcp_body_bytes.max(self.a2a_body_bytes);
+        if self.large_call_bytes >= largest {
+            return Err(format!(
+                "[limits] large_call_bytes {} is not under mcp_body_bytes {} or a2a_body_bytes {}: no body read can be larger, so the large-call lane would never be used; set large_call_bytes under {largest}",
+                self.large_call_bytes, self.mcp_body_bytes, self.a2a_body_bytes
+            ));
+        }
         // Tokio's semaphore holds at most this many permits.
         for (key, permits) in [
             ("execution_slots", self.execution_slots),
@@ -222,6 +261,21 @@ impl Limits {
             if permits > tokio::sync::Semaphore::MAX_PERMITS {
                 return Err(format!("[limits] {key} is too large"));
             }
+        }
+        Ok(())
+    }
+
+    /// Refuse `[server]` values that cannot trip under these limits: a call's body is read
+    /// within the call's deadline, so a body timeout as long never fires for an MCP or A2A
+    /// call (the call deadline would, under the body timeout's name).
+    pub fn check_with(&self, server: &crate::edge::ServerConfig) -> Result<(), String> {
+        if server.body_timeout >= self.call_deadline {
+            return Err(format!(
+                "[server] body_timeout_ms {} is not under [limits] call_deadline_ms {}: an MCP or A2A body is read within its call's deadline, so body_timeout_ms would never trip; set body_timeout_ms under {}, or raise call_deadline_ms",
+                server.body_timeout.as_millis(),
+                self.call_deadline.as_millis(),
+                self.call_deadline.as_millis()
+            ));
         }
         Ok(())
     }
@@ -240,15 +294,83 @@ mod tests {
             s.resolve().unwrap_err(),
             "[limits] call_deadline_ms 999 is under the 1000 ms a handler is started with (1000, or handler_deadline_ms when that is shorter): every call with an effect would be answered timed out; set it to 1000 or more"
         );
-        let s: LimitsSection = toml::from_str("call_deadline_ms = 1000").unwrap();
+        let s: LimitsSection =
+            toml::from_str("call_deadline_ms = 1000\nhandler_deadline_ms = 999\nslot_wait_ms = 0")
+                .unwrap();
         assert!(s.resolve().is_ok());
         // A shorter handler deadline is what a handler is started with.
         let s: LimitsSection =
-            toml::from_str("call_deadline_ms = 300\nhandler_deadline_ms = 200").unwrap();
+            toml::from_str("call_deadline_ms = 300\nhandler_deadline_ms = 200\nslot_wait_ms = 50")
+                .unwrap();
         assert!(s.resolve().is_ok());
         let s: LimitsSection =
             toml::from_str("call_deadline_ms = 100\nhandler_deadline_ms = 200").unwrap();
         assert!(s.resolve().unwrap_err().contains("under the 200 ms"));
+    }
+
+    /// A deadline that runs inside the call's and cannot end before it never tripped: the call
+    /// deadline fired first, under the other's name (a handler given 60 s still got at most
+    /// what was left of 20; a call that waited 60 s for a slot was answered timed out instead
+    /// of refused for capacity).
+    #[test]
+    fn a_deadline_that_cannot_end_before_the_calls_is_refused_naming_both_keys() {
+        let err = |text: &str| toml::from_str::<LimitsSection>(text).unwrap().resolve();
+        assert_eq!(
+            err("handler_deadline_ms = 60000").unwrap_err(),
+            "[limits] handler_deadline_ms 60000 is not under call_deadline_ms 20000: a handler is given at most what is left of its call's deadline, so handler_deadline_ms would never trip; set handler_deadline_ms under 20000, or raise call_deadline_ms"
+        );
+        assert!(err("handler_deadline_ms = 20000")
+            .unwrap_err()
+            .starts_with("[limits] handler_deadline_ms 20000 is not under call_deadline_ms 20000"));
+        assert!(err("handler_deadline_ms = 19999").is_ok());
+        assert_eq!(
+            err("call_deadline_ms = 5000\nhandler_deadline_ms = 4000\nslot_wait_ms = 60000")
+                .unwrap_err(),
+            "[limits] slot_wait_ms 60000 is not under call_deadline_ms 5000 less the 1000 ms a handler is started with: a call that waited that long for a slot would be answered timed out, never refused for capacity; set slot_wait_ms under 4000, or raise call_deadline_ms"
+        );
+        assert!(
+            err("call_deadline_ms = 5000\nhandler_deadline_ms = 4000\nslot_wait_ms = 4000")
+                .is_err()
+        );
+        assert!(
+            err("call_deadline_ms = 5000\nhandler_deadline_ms = 4000\nslot_wait_ms = 3999").is_ok()
+        );
+        // The body timeout is the edge's, checked against the limits once both are known.
+        let server = |text: &str| {
+            toml::from_str::<crate::edge::ServerSection>(text)
+                .unwrap()
+                .resolve()
+                .unwrap()
+        };
+        assert_eq!(
+            Limits::default()
+                .check_with(&server("body_timeout_ms = 30000"))
+                .unwrap_err(),
+            "[server] body_timeout_ms 30000 is not under [limits] call_deadline_ms 20000: an MCP or A2A body is read within its call's deadline, so body_timeout_ms would never trip; set body_timeout_ms under 20000, or raise call_deadline_ms"
+        );
+        assert!(Limits::default()
+            .check_with(&server("body_timeout_ms = 20000"))
+            .is_err());
+        assert!(Limits::default()
+            .check_with(&server("body_timeout_ms = 19999"))
+            .is_ok());
+    }
+
+    /// A call is large when its body is larger than `large_call_bytes`, and no body over its
+    /// route's limit is read: a line at or past both limits switched the lane off unsaid.
+    #[test]
+    fn a_large_call_line_no_body_can_pass_is_refused() {
+        let err = |text: &str| toml::from_str::<LimitsSection>(text).unwrap().resolve();
+        assert_eq!(
+            err("large_call_bytes = \"8MiB\"").unwrap_err(),
+            "[limits] large_call_bytes 8388608 is not under mcp_body_bytes 4194304 or a2a_body_bytes 1048576: no body read can be larger, so the large-call lane would never be used; set large_call_bytes under 4194304"
+        );
+        assert!(err("large_call_bytes = 4194304").is_err());
+        // Under one route's limit is enough: MCP bodies can still be large.
+        assert!(err("large_call_bytes = 4194303").is_ok());
+        assert!(
+            err("large_call_bytes = 1024\nmcp_body_bytes = 1024\na2a_body_bytes = 1024").is_err()
+        );
     }
 
     #[test]

@@ -33,7 +33,7 @@ fn keyed_call(id: u64, tool: &str, args: Value, key: &str) -> Value {
 fn late_batch_items_left_under_a_second_of_the_posts_deadline_spend_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let config = dir.path().join("world.toml");
-    std::fs::write(&config, "[limits]\ncall_deadline_ms = 3000\n").unwrap();
+    std::fs::write(&config, "[limits]\ncall_deadline_ms = 3000\nhandler_deadline_ms = 2900\n[server]\nbody_timeout_ms = 2000\n").unwrap();
     let standin = fixtures::ailang_standin();
     let d = Daemon::start(
         PLUGINS,

@@ -1516,7 +1516,7 @@ fn one_session_holding_large_uploads_open_cannot_refuse_another_sessions_writes(
 fn one_session_trickling_bodies_holds_at_most_a_quarter_of_the_connections() {
     let (d, _c) = start_with(
         WS,
-        "[server]\nbody_timeout_ms = 60000\n",
+        "[server]\nbody_timeout_ms = 60000\n[limits]\ncall_deadline_ms = 120000\n",
         &["--max-connections", "8"],
     );
     let attacker = d.session("ep1", &["Workspace.Read=worktree:5"]);
@@ -2186,7 +2186,7 @@ fn a_client_writing_its_request_late_is_served_while_heads_flood_every_place_at_
 fn connections_past_the_limit_are_closed_at_once_when_none_is_idle() {
     let (d, _c) = start_with(
         WS,
-        "[server]\nbody_timeout_ms = 60000\n",
+        "[server]\nbody_timeout_ms = 60000\n[limits]\ncall_deadline_ms = 120000\n",
         &["--max-connections", "8"],
     );
     // Eight requests whose bodies never finish keep their connections busy. Each is in flight

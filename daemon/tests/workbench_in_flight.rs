@@ -25,7 +25,7 @@ fn the_intents_card_marks_a_call_the_daemon_is_still_running_in_flight() {
     let bin = format!("ailang.bin={}", path_str(&fixtures::ailang_standin()));
     let d = Daemon::start(
         &["worldd_workspace", "worldd_ailang"],
-        &["--plugin-config", &bin, "--handler-deadline-ms", "30000"],
+        &["--plugin-config", &bin, "--handler-deadline-ms", "15000"],
     );
     let token = d.session("ep1", &["Ailang.Run=worktree:5"]);
     let mut caller = fixtures::start_a_hanging_run(&d, "ep1", &token);

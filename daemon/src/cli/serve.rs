@@ -325,8 +325,9 @@ pub fn plugin_options(args: &PluginArgs, file: &ConfigFile) -> Result<PluginOpti
         state_root: None,
         publisher: None,
         // `[limits]` of the file: `plugin_start_ms` bounds `worldd handlers` as it bounds
-        // `serve` (which sets the limits again with its flags over them).
-        limits: file.limits.resolve()?,
+        // `serve` (which sets the limits again with its flags over them). Checked where they
+        // are in force: by `serve` once its flags are applied, by `handlers` as they are.
+        limits: file.limits.values(),
         metrics: Default::default(),
     })
 }
@@ -335,6 +336,7 @@ pub fn handlers(a: HandlersArgs) -> CliResult {
     // `handlers` starts nothing: a file it cannot read is its own failure, exit 1.
     let file = read_config(&a.plugins.config).map_err(Failure::usage)?;
     let opts = plugin_options(&a.plugins, &file).map_err(Failure::usage)?;
+    file.limits.resolve().map_err(Failure::usage)?;
     // Plugin code that calls `exit()` while its library loads ends the command with 70 and a
     // line, not with its own status (0 would pass for a complete report).
     let armed = crate::exit_guard::arm_for(
@@ -1005,7 +1007,8 @@ fn load_plugins(
     Ok(set)
 }
 
-/// Raise the soft descriptor limit, and lower `max_connections` below what it allows.
+/// Raise the soft descriptor limit, and lower `max_connections` below what it allows, and the
+/// log streams to leave room under it.
 fn fit_connections_to_fds(server: &mut edge::ServerConfig) {
     match edge::listener::raise_fd_limit() {
         Ok(fds) => {
@@ -1019,6 +1022,9 @@ fn fit_connections_to_fds(server: &mut edge::ServerConfig) {
             }
         }
         Err(e) => tracing::warn!("could not read the file descriptor limit: {e}"),
+    }
+    if let Some(warning) = server.fit_log_streams() {
+        tracing::warn!("{warning}");
     }
 }
 
@@ -1044,7 +1050,8 @@ fn edge_settings(
     a: &ServeArgs,
     file: &ConfigFile,
 ) -> Result<(edge::ServerConfig, crate::limits::Limits), Failure> {
-    let mut server = file.server.resolve().map_err(|e| startup("config", e))?;
+    // The file's keys, then the flags over them, then one check of what is in force.
+    let mut server = file.server.values();
     server.allowed_hosts.extend(a.allowed_hosts.iter().cloned());
     server
         .allowed_origins
@@ -1056,7 +1063,7 @@ fn edge_settings(
         server.max_connections = n;
     }
     server.check().map_err(|e| startup("config", e))?;
-    let mut limits = file.limits.resolve().map_err(|e| startup("config", e))?;
+    let mut limits = file.limits.values();
     if let Some(n) = a.execution_slots {
         limits.execution_slots = n;
     }
@@ -1067,6 +1074,9 @@ fn edge_settings(
         limits.commit_body_bytes = n.get_usize();
     }
     limits.check().map_err(|e| startup("config", e))?;
+    limits
+        .check_with(&server)
+        .map_err(|e| startup("config", e))?;
     Ok((server, limits))
 }
 

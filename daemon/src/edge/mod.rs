@@ -162,10 +162,18 @@ pub struct ServerSection {
 impl ServerSection {
     /// The settings in force: the defaults with this section's keys applied, checked.
     pub fn resolve(&self) -> Result<ServerConfig, String> {
+        let config = self.values();
+        config.check()?;
+        Ok(config)
+    }
+
+    /// The defaults with this section's keys applied, not yet checked: `serve` applies its
+    /// flags over them first, and checks once ([`ServerConfig::check`]).
+    pub fn values(&self) -> ServerConfig {
         let d = ServerConfig::default();
         let ms =
             |v: Option<u64>, default: Duration| v.map(Duration::from_millis).unwrap_or(default);
-        let config = ServerConfig {
+        ServerConfig {
             allowed_hosts: self.allowed_hosts.clone(),
             allowed_origins: self.allowed_origins.clone(),
             public_url: self.public_url.clone(),
@@ -187,9 +195,11 @@ impl ServerSection {
                 .max_head_bytes
                 .map_or(d.max_head_bytes, ByteSize::get_usize),
             log_streams: self.log_streams.unwrap_or(d.log_streams),
-            log_streams_per_episode: self
-                .log_streams_per_episode
-                .unwrap_or(d.log_streams_per_episode),
+            // Unset, it follows a smaller `log_streams`: set, one over it is refused.
+            log_streams_per_episode: self.log_streams_per_episode.unwrap_or(
+                d.log_streams_per_episode
+                    .min(self.log_streams.unwrap_or(d.log_streams)),
+            ),
             reads_per_client: self.reads_per_client.unwrap_or(d.reads_per_client),
             read_wait: ms(self.read_wait_ms, d.read_wait),
             memory_trim: match self.memory_trim_ms {
@@ -198,9 +208,7 @@ impl ServerSection {
                 None => d.memory_trim,
             },
             metrics_for: self.metrics_for.unwrap_or(d.metrics_for),
-        };
-        config.check()?;
-        Ok(config)
+        }
     }
 }
 
@@ -256,6 +264,12 @@ impl ServerConfig {
                 ));
             }
         }
+        if self.log_streams_per_episode > self.log_streams {
+            return Err(format!(
+                "[server] log_streams_per_episode {} is over log_streams {}: an episode can never hold more streams than all clients together, so log_streams_per_episode would never trip; set it to {} or less",
+                self.log_streams_per_episode, self.log_streams, self.log_streams
+            ));
+        }
         if self
             .memory_trim
             .is_some_and(|t| t < Duration::from_millis(100))
@@ -279,6 +293,25 @@ impl ServerConfig {
             }
         }
         Ok(())
+    }
+
+    /// Lower `log_streams` to half of `max_connections` (and `log_streams_per_episode` to
+    /// it): a log stream is a request that never ends, so its connection is never idle and
+    /// never closed to make room, and streams past that could take every connection from
+    /// everyone else. With one connection, no stream is let open. The warning to log, when
+    /// lowered.
+    pub fn fit_log_streams(&mut self) -> Option<String> {
+        let most = self.max_connections / 2;
+        if self.log_streams <= most {
+            return None;
+        }
+        let (streams, per_episode) = (self.log_streams, self.log_streams_per_episode);
+        self.log_streams = most;
+        self.log_streams_per_episode = per_episode.min(most);
+        Some(format!(
+            "log_streams lowered from {streams} to {most} (log_streams_per_episode from {per_episode} to {}) to keep half of max_connections ({}) for other requests: a log stream holds its connection while it is open",
+            self.log_streams_per_episode, self.max_connections
+        ))
     }
 
     /// The base URL served in the agent card: the operator's, or the bound address.
@@ -353,6 +386,55 @@ mod tests {
                 "{bad}"
             );
         }
+    }
+
+    /// A per-episode limit over the global one could never trip; unset, it follows a smaller
+    /// global limit rather than being refused for the operator's one key.
+    #[test]
+    fn a_per_episode_stream_limit_over_the_global_one_is_refused() {
+        let s: ServerSection =
+            toml::from_str("log_streams = 2\nlog_streams_per_episode = 10").unwrap();
+        assert_eq!(
+            s.resolve().unwrap_err(),
+            "[server] log_streams_per_episode 10 is over log_streams 2: an episode can never hold more streams than all clients together, so log_streams_per_episode would never trip; set it to 2 or less"
+        );
+        let s: ServerSection = toml::from_str("log_streams = 1").unwrap();
+        let c = s.resolve().unwrap();
+        assert_eq!((c.log_streams, c.log_streams_per_episode), (1, 1));
+        let s: ServerSection =
+            toml::from_str("log_streams = 2\nlog_streams_per_episode = 2").unwrap();
+        assert!(s.resolve().is_ok());
+    }
+
+    /// A log stream holds its connection while it is open, and is never closed to make room:
+    /// streams past half the connections could take every one from everyone else.
+    #[test]
+    fn log_streams_are_lowered_to_half_the_connections() {
+        let mut c = ServerConfig {
+            max_connections: 2,
+            ..ServerConfig::default()
+        };
+        assert_eq!(
+            c.fit_log_streams().as_deref(),
+            Some("log_streams lowered from 32 to 1 (log_streams_per_episode from 4 to 1) to keep half of max_connections (2) for other requests: a log stream holds its connection while it is open")
+        );
+        assert_eq!((c.log_streams, c.log_streams_per_episode), (1, 1));
+        assert_eq!(c.fit_log_streams(), None, "already within");
+        let mut c = ServerConfig {
+            max_connections: 16,
+            ..ServerConfig::default()
+        };
+        assert!(c.fit_log_streams().is_some());
+        assert_eq!((c.log_streams, c.log_streams_per_episode), (8, 4));
+        let mut c = ServerConfig {
+            max_connections: 1,
+            ..ServerConfig::default()
+        };
+        assert!(c.fit_log_streams().is_some());
+        assert_eq!((c.log_streams, c.log_streams_per_episode), (0, 0));
+        let mut c = ServerConfig::default();
+        assert_eq!(c.fit_log_streams(), None);
+        assert_eq!((c.log_streams, c.log_streams_per_episode), (32, 4));
     }
 
     #[test]
