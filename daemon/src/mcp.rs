@@ -137,15 +137,34 @@ async fn serve_post(state: AppState, headers: HeaderMap, body: Body) -> Response
         Err(refusal) => return transport::bad_request(refusal),
     };
     let limit = state.limits().mcp_body_bytes;
-    let read_by = deadline.min(Instant::now() + state.server().body_timeout);
-    let read = state.bodies().read(&headers, body, limit, read_by).await;
+    let body_timeout = state.server().body_timeout;
+    let read = state
+        .bodies()
+        .read_for_call(&headers, body, limit, body_timeout, deadline)
+        .await;
     let body = match read {
         Ok(b) => b,
         Err(BodyError::TooLarge) => return transport::body_too_large(limit),
         Err(BodyError::Busy(busy)) => return transport::body_busy(busy.text()),
+        // Any session holder can cause these as fast as it can open POSTs: throttled, as the
+        // credential refusals are.
         Err(BodyError::TimedOut) => {
-            tracing::warn!(episode = %session.episode, "mcp: request body not received in time");
+            late_body_line(
+                &state,
+                &session.episode,
+                "mcp_body_timeout",
+                "request body not received in time ([server] body_timeout_ms)",
+            );
             return transport::body_timed_out();
+        }
+        Err(BodyError::PastCallDeadline) => {
+            late_body_line(
+                &state,
+                &session.episode,
+                "mcp_body_call_deadline",
+                crate::edge::body::PAST_CALL_DEADLINE,
+            );
+            return transport::body_past_call_deadline();
         }
         Err(BodyError::Unreadable(cause)) => {
             return transport::bad_request(crate::edge::body::unreadable(&cause))
@@ -204,6 +223,17 @@ async fn serve_post(state: AppState, headers: HeaderMap, body: Body) -> Response
     }
 }
 
+/// The WARN line of a body that did not arrive in time (`kind`, said as `what`): the first at
+/// once, then at most one every [`crate::log_throttle::LOG_EVERY`], with how many went
+/// unlogged since.
+fn late_body_line(state: &AppState, episode: &str, kind: &'static str, what: &str) {
+    match state.metrics().log_due(kind) {
+        Some(0) => tracing::warn!(%episode, "mcp: {what}"),
+        Some(unlogged) => tracing::warn!(%episode, unlogged, "mcp: {what}"),
+        None => {}
+    }
+}
+
 /// A number it cannot take in a message that asks for no answer: the body read with each such
 /// number as `null`, for the message to be acknowledged or refused as it is without it
 /// (nothing in it runs). `None` when the body is refused as `why` says: it holds a request, or
@@ -251,12 +281,18 @@ async fn serve_batch(ctx: &Ctx<'_>, version: &'static str, items: Vec<Value>) ->
     // Whether any item is a request (valid or not): a batch of only responses and
     // notifications that is refused gets an HTTP error, as such a message alone does.
     let mut requests = false;
+    // Whether a request was held back by `[limits] reply_bytes`.
+    let mut cut = false;
     for item in items {
         let item = jsonrpc::classify(item);
         requests |= matches!(item, Message::Request { .. } | Message::Invalid { .. });
         if replies.bytes >= limits.reply_bytes {
-            // Nothing runs past the limit; each request left is told so by its id.
+            // Nothing runs past the limit; each request left is told so by its id. The limit
+            // tripped once a request is held back, counted once a batch.
             if let Message::Request { id, .. } = item {
+                if !std::mem::replace(&mut cut, true) {
+                    ctx.state.metrics().limit_tripped("reply_bytes");
+                }
                 replies.push_uncounted(&Reply::not_run(id, limits.reply_bytes));
             }
             continue;
@@ -275,6 +311,7 @@ async fn serve_batch(ctx: &Ctx<'_>, version: &'static str, items: Vec<Value>) ->
                 // (a call would be refused before its intent anyway), and the POST is answered
                 // with the one timed-out envelope, as when an item runs past it.
                 if Instant::now() >= ctx.deadline {
+                    ctx.state.metrics().limit_tripped("call_deadline");
                     tracing::warn!(episode = %session.episode, "mcp: the batch's deadline passed; its remaining items were not started");
                     return transport::host_failure(&Value::Null, HostFailure::TimedOut);
                 }
@@ -307,9 +344,6 @@ async fn serve_batch(ctx: &Ctx<'_>, version: &'static str, items: Vec<Value>) ->
             }
         };
         replies.push(&reply);
-        if replies.bytes >= limits.reply_bytes {
-            ctx.state.metrics().limit_tripped("reply_bytes");
-        }
     }
     match replies.finish() {
         None => transport::accepted(),

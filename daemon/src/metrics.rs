@@ -207,6 +207,13 @@ impl Metrics {
         }
     }
 
+    /// Whether a line of `kind` that anyone can cause is due now (shared with the credential
+    /// refusals' lines: [`crate::log_throttle::Throttle::due`]), with how many went unlogged
+    /// since the last.
+    pub fn log_due(&self, kind: &'static str) -> Option<u64> {
+        self.inner.refusal_lines.due(kind)
+    }
+
     /// One `POST /v1/commit` answer: `accepted`, or why it was refused.
     pub fn observe_commit(&self, result: &'static str) {
         if let Ok(mut commits) = self.inner.commits.lock() {

@@ -1683,6 +1683,35 @@ fn a_body_that_never_arrives_is_cut_at_the_body_deadline() {
     assert_eq!(trips(&d, "body_timeout"), 3);
 }
 
+/// Any session holder can make an MCP body time out as fast as it can open POSTs, and each
+/// wrote a WARN line: its first is logged, then at most one every 10 s with how many went
+/// unlogged, as the credential refusals are; the metric counts every one.
+#[test]
+fn mcp_body_timeouts_cannot_flood_the_log() {
+    let (d, _c) = start_with(WS, "[server]\nbody_timeout_ms = 100\n", &[]);
+    let agent = d.session("ep1", &["Workspace.Read=worktree:5"]);
+    let head = format!(
+        "POST /mcp/ HTTP/1.1\r\nHost: {}\r\nAuthorization: Bearer {agent}\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nContent-Length: 1000\r\n\r\n{{\"jsonrpc\"",
+        d.addr
+    );
+    for _ in 0..10 {
+        let a = raw_exchange(&d.addr, head.as_bytes());
+        assert_eq!(
+            (a.status, a.text()),
+            (
+                408,
+                "request body not received in time ([server] body_timeout_ms)".to_owned()
+            )
+        );
+    }
+    assert_eq!(trips(&d, "body_timeout"), 10);
+    let line = "mcp: request body not received in time ([server] body_timeout_ms)";
+    d.wait_for_log(line);
+    // The first line only: the rest came within 10 s of it.
+    std::thread::sleep(Duration::from_millis(200));
+    assert_eq!(d.log().matches(line).count(), 1, "{}", d.log());
+}
+
 /// A body whose last bytes never came was answered `408` only `LINGER_TIME` (2 s) after the
 /// body deadline: the refusal waited to read the rest its client had just failed to send. It
 /// goes out at the deadline now, on MCP, A2A and REST alike, and the connection is closed.

@@ -46,14 +46,22 @@ pub(super) async fn received(
         .await
         .map_err(|f| auth_error(&null, f, speaks))?;
     let limit = state.limits().a2a_body_bytes;
-    let read_by = deadline.min(Instant::now() + state.server().body_timeout);
-    let body = match state.bodies().read(headers, body, limit, read_by).await {
+    let body_timeout = state.server().body_timeout;
+    let read = state
+        .bodies()
+        .read_for_call(headers, body, limit, body_timeout, deadline)
+        .await;
+    let body = match read {
         Ok(b) => b,
         Err(unread) => {
             let why = match unread {
                 BodyError::Busy(busy) => return Err(rpc_error(&null, -32603, busy.text())),
                 BodyError::TooLarge => format!("body exceeds {limit} bytes"),
                 BodyError::TimedOut => "body not received in time".to_owned(),
+                BodyError::PastCallDeadline => {
+                    "body not received within the call's deadline ([limits] call_deadline_ms)"
+                        .to_owned()
+                }
                 BodyError::Coded(coding) => coding.text(),
                 BodyError::TooManyPieces(n) => crate::edge::body::too_many_pieces(n),
                 BodyError::Unreadable(cause) => crate::edge::body::unreadable(&cause),

@@ -180,6 +180,9 @@ pub enum BodyError {
     TooManyPieces(usize),
     /// Not complete before the deadline (`limit_trips_total{limit="body_timeout"}`).
     TimedOut,
+    /// Not complete before its call's deadline, which came before the body timeout
+    /// (`limit_trips_total{limit="call_deadline"}`).
+    PastCallDeadline,
     /// The connection failed or the framing was broken: the cause, as the HTTP layer names it
     /// (`invalid chunk size line`, `chunk extensions over limit`, …).
     Unreadable(String),
@@ -246,7 +249,8 @@ impl Bodies {
         self
     }
 
-    /// Read at most `limit` bytes, complete by `deadline`, within the shared budget.
+    /// Read at most `limit` bytes, complete by `deadline` (the body timeout's), within the
+    /// shared budget.
     pub async fn read(
         &self,
         headers: &HeaderMap,
@@ -254,16 +258,60 @@ impl Bodies {
         limit: usize,
         deadline: Instant,
     ) -> Result<ReadBody, BodyError> {
+        self.read_by(headers, body, limit, deadline, BodyError::TimedOut)
+            .await
+    }
+
+    /// [`Bodies::read`] of a call's body: complete within `body_timeout` from now, and by
+    /// `call_deadline`. When the call's deadline comes first and passes, the body is refused
+    /// as [`BodyError::PastCallDeadline`], under the name of the limit that fired.
+    pub async fn read_for_call(
+        &self,
+        headers: &HeaderMap,
+        body: Body,
+        limit: usize,
+        body_timeout: std::time::Duration,
+        call_deadline: Instant,
+    ) -> Result<ReadBody, BodyError> {
+        let by_body = Instant::now() + body_timeout;
+        if call_deadline < by_body {
+            self.read_by(
+                headers,
+                body,
+                limit,
+                call_deadline,
+                BodyError::PastCallDeadline,
+            )
+            .await
+        } else {
+            self.read_by(headers, body, limit, by_body, BodyError::TimedOut)
+                .await
+        }
+    }
+
+    /// Read at most `limit` bytes by `deadline`, or `late`.
+    async fn read_by(
+        &self,
+        headers: &HeaderMap,
+        body: Body,
+        limit: usize,
+        deadline: Instant,
+        late: BodyError,
+    ) -> Result<ReadBody, BodyError> {
         let read = self.read_limited(headers, body, limit);
         let result = match tokio::time::timeout_at(deadline, read).await {
             Ok(r) => r,
-            Err(_) => Err(BodyError::TimedOut),
+            Err(_) => Err(late),
         };
         match &result {
             Err(BodyError::TooLarge) => self.metrics.limit_tripped("body_size"),
             Err(BodyError::TooManyPieces(_)) => self.metrics.limit_tripped("body_small_pieces"),
             Err(BodyError::TimedOut) => {
                 self.metrics.limit_tripped("body_timeout");
+                super::linger::body_timed_out();
+            }
+            Err(BodyError::PastCallDeadline) => {
+                self.metrics.limit_tripped("call_deadline");
                 super::linger::body_timed_out();
             }
             Err(BodyError::Busy(busy)) => self.metrics.limit_tripped(busy.limit()),
@@ -436,6 +484,10 @@ fn root_cause(e: &(dyn std::error::Error + 'static)) -> String {
     cause.to_string()
 }
 
+/// What a client is told of a body its call's deadline cut short (before its body timeout).
+pub const PAST_CALL_DEADLINE: &str =
+    "request body not received within the call's deadline ([limits] call_deadline_ms)";
+
 /// What a client is told of a body that arrived in more than `n` small pieces.
 pub fn too_many_pieces(n: usize) -> String {
     format!(
@@ -456,6 +508,12 @@ pub fn rest_error(e: BodyError, limit: usize) -> crate::rest::ApiError {
             StatusCode::REQUEST_TIMEOUT,
             "RequestTimeout",
             "request body not received in time ([server] body_timeout_ms)",
+        ),
+        // A commit's body has no call deadline; said all the same.
+        BodyError::PastCallDeadline => ApiError::new(
+            StatusCode::REQUEST_TIMEOUT,
+            "RequestTimeout",
+            PAST_CALL_DEADLINE,
         ),
         BodyError::Unreadable(cause) => ApiError::bad_request(unreadable(&cause)),
         BodyError::TooManyPieces(n) => ApiError::bad_request(too_many_pieces(n)),
@@ -645,6 +703,62 @@ mod tests {
         assert_eq!(Instant::now(), deadline);
         assert_eq!(b.metrics.trips("body_timeout"), 1);
         // Its share of the budget is back.
+        assert_eq!(b.budget.available_permits(), 1024);
+    }
+
+    /// A call's body is read within its call's deadline too: when that comes first and passes,
+    /// the body is refused and counted under the call deadline's name, not the body timeout's
+    /// (an operator who set a 30 s body timeout was told 2 s later that it had fired).
+    #[tokio::test(start_paused = true)]
+    async fn a_body_cut_by_its_calls_deadline_is_not_reported_as_the_body_timeout() {
+        let b = bodies(1 << 20);
+        let stalled = || Body::new(Stalled(Some(Bytes::from_static(b"{\"jsonrpc\""))));
+        let start = Instant::now();
+        let call_deadline = start + Duration::from_secs(2);
+        let r = b
+            .read_for_call(
+                &length(4096),
+                stalled(),
+                4096,
+                Duration::from_secs(30),
+                call_deadline,
+            )
+            .await;
+        assert_eq!(r.err(), Some(BodyError::PastCallDeadline));
+        assert_eq!(Instant::now(), call_deadline);
+        assert_eq!(
+            (
+                b.metrics.trips("call_deadline"),
+                b.metrics.trips("body_timeout")
+            ),
+            (1, 0)
+        );
+        let rest = rest_error(BodyError::PastCallDeadline, 4096);
+        assert_eq!(rest.status, StatusCode::REQUEST_TIMEOUT);
+        assert_eq!(
+            PAST_CALL_DEADLINE,
+            "request body not received within the call's deadline ([limits] call_deadline_ms)"
+        );
+        // The body timeout first: its own name.
+        let start = Instant::now();
+        let r = b
+            .read_for_call(
+                &length(4096),
+                stalled(),
+                4096,
+                Duration::from_secs(1),
+                start + Duration::from_secs(20),
+            )
+            .await;
+        assert_eq!(r.err(), Some(BodyError::TimedOut));
+        assert_eq!(Instant::now(), start + Duration::from_secs(1));
+        assert_eq!(
+            (
+                b.metrics.trips("call_deadline"),
+                b.metrics.trips("body_timeout")
+            ),
+            (1, 1)
+        );
         assert_eq!(b.budget.available_permits(), 1024);
     }
 

@@ -171,6 +171,14 @@ pub(super) fn body_timed_out() -> Response {
     )
 }
 
+/// 408 for a body its call's deadline cut short, before its body timeout.
+pub(super) fn body_past_call_deadline() -> Response {
+    text(
+        StatusCode::REQUEST_TIMEOUT,
+        crate::edge::body::PAST_CALL_DEADLINE.to_owned(),
+    )
+}
+
 /// 415 for a content-coded body (with the one coding accepted, RFC 9110 §15.5.16), 501 for
 /// a transfer coding other than `chunked`.
 pub(super) fn body_coded(coding: &crate::edge::body::Coding) -> Response {
