@@ -138,9 +138,35 @@ pub struct PluginSet {
     /// tools are published and refused by R8 too.
     pub unselected: Vec<PluginInfo>,
     pub classes: HashMap<String, EffectClass>,
+    /// The handlers this set started, each with its library's path, for [`PluginSet::stop`].
+    started: Vec<(PathBuf, Arc<PluginHandler>)>,
 }
 
 impl PluginSet {
+    /// Stop the plugins this set started: each handler dropped (the plugin's `Drop` runs, a
+    /// panic in it caught by handler-api), within `deadline` each. For quickstart's trial
+    /// start: its handlers, left alive, kept what they hold (a port, a lock, a child) beside
+    /// the ones serving builds again, and a plugin that holds anything exclusive failed the
+    /// real start. The libraries stay loaded: plugins are never unloaded.
+    pub fn stop(self, deadline: std::time::Duration) {
+        let PluginSet {
+            handlers, started, ..
+        } = self;
+        // The adapters' other owners, so that each is the set's alone.
+        drop(handlers);
+        for (path, adapter) in started {
+            let Ok(adapter) = Arc::try_unwrap(adapter) else {
+                continue;
+            };
+            let handler = adapter.into_handler();
+            if let Err(e) = within(deadline, &path, "stopping", Stops::Trial, move || {
+                drop(handler)
+            }) {
+                tracing::warn!("{e}");
+            }
+        }
+    }
+
     /// What the daemon warns of when no plugin was started from `dir`, in the words of what
     /// happened: none found, or found and declined to start. `None` when one was started.
     pub fn nothing_started(&self, dir: &Path) -> Option<String> {
@@ -201,6 +227,7 @@ pub fn load(opts: &PluginOptions) -> Result<PluginSet, PluginError> {
     let mut declined = Vec::new();
     let mut unselected = Vec::new();
     let mut broken = Vec::new();
+    let mut running = Vec::new();
     let deadline = opts.limits.plugin_start;
     for scanned in scan(&opts.dir, deadline, Stops::Serve)? {
         let (info, plugin) = match scanned {
@@ -260,7 +287,9 @@ pub fn load(opts: &PluginOptions) -> Result<PluginSet, PluginError> {
                 ));
             }
         };
-        let adapter: Arc<dyn EffectHandler> = Arc::new(PluginHandler::new(&info, handler));
+        let plugin_handler = Arc::new(PluginHandler::new(&info, handler));
+        running.push((info.path.clone(), plugin_handler.clone()));
+        let adapter: Arc<dyn EffectHandler> = plugin_handler;
         for e in &info.manifest.effects {
             classes.insert(e.name.clone(), e.class);
             handlers
@@ -283,6 +312,7 @@ pub fn load(opts: &PluginOptions) -> Result<PluginSet, PluginError> {
         declined,
         unselected,
         classes,
+        started: running,
     })
 }
 

@@ -873,3 +873,73 @@ fn a_plugins_decline_reason_is_cut_at_4096_bytes_in_the_log_and_in_get_handlers(
         said[0]
     );
 }
+
+/// A port nothing listens on now.
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// quickstart "starts the plugins once and stops them", but never stopped them: the trial
+/// handlers lived on beside the ones serving built again, and a plugin holding anything
+/// exclusive (a port, as a plugin serving a webhook does) failed the real start, after the
+/// store and the credential were made. The trial's handlers are dropped before it serves.
+#[test]
+fn quickstart_stops_the_plugins_its_trial_started_before_it_serves() {
+    let dir = tempfile::tempdir().unwrap();
+    let world = dir.path().join("w");
+    std::fs::create_dir_all(&world).unwrap();
+    // A store and a live credential already: quickstart asks nothing.
+    store_with_credential_file(&world, "demo", "demo.session");
+    let plugins = dir.path().join("plugins");
+    std::fs::create_dir_all(&plugins).unwrap();
+    add_unruly(&plugins);
+    let (bind, held) = (free_port(), free_port());
+    let mut child = Command::new(WORLDD)
+        .args(["quickstart", "--dir"])
+        .arg(&world)
+        .args(["--bind", &format!("127.0.0.1:{bind}"), "--plugin-dir"])
+        .arg(&plugins)
+        .args([
+            "--plugin-config",
+            &format!("unruly.listenOn=127.0.0.1:{held}"),
+        ])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(dir.path().join("err")).unwrap())
+        .spawn()
+        .unwrap();
+    let health = format!("http://127.0.0.1:{bind}/v1/health");
+    let until = std::time::Instant::now() + Duration::from_secs(30);
+    let served = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break Err(status);
+        }
+        if ureq::get(&health).call().is_ok() {
+            break Ok(());
+        }
+        assert!(std::time::Instant::now() < until, "quickstart never served");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let err = || std::fs::read_to_string(dir.path().join("err")).unwrap();
+    if let Err(status) = served {
+        panic!(
+            "quickstart ended ({status:?}) instead of serving:\n{}",
+            err()
+        );
+    }
+    // The serving handler holds the port; the trial's let it go.
+    assert!(std::net::TcpListener::bind(("127.0.0.1", held)).is_err());
+    // SAFETY: kill(2) of the child this test started.
+    unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGTERM) };
+    let status = child.wait().unwrap();
+    assert_eq!(status.code(), Some(0), "{}", err());
+    let log = err();
+    // Started twice: the trial's, then the one serving.
+    assert_eq!(log.matches("loaded plugin").count(), 2, "{log}");
+    assert!(!log.contains(" ERROR "), "{log}");
+    assert!(!log.contains(" WARN "), "{log}");
+}

@@ -425,9 +425,12 @@ pub fn try_plugins(a: &ServeArgs) -> CliResult {
         crate::exit_guard::Who::Command("worldd quickstart"),
         "tried its plugins",
     );
-    // Dropped (their handlers ended) while an `exit()` in them is still said.
+    // Stopped (their handlers dropped, each plugin's Drop run) while an `exit()` in them is
+    // still said: left alive, a trial handler kept what it holds (a port, a lock) beside the
+    // one serving builds again, and a plugin holding anything exclusive failed the real start.
+    let deadline = opts.limits.plugin_start;
     let started = plugins::load(&opts)
-        .map(drop)
+        .map(|set| set.stop(deadline))
         .map_err(|e| startup("plugins", e));
     drop(armed);
     started

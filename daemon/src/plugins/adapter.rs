@@ -20,10 +20,11 @@ pub(super) struct PluginHandler {
     plugin: String,
     /// Each effect's op allowlist, from the manifest.
     ops: HashMap<String, Vec<String>>,
-    /// Never dropped: plugins are never unloaded, and a handler's drop is the plugin's code,
-    /// which may panic (across the boundary, an abort: a plugin built against an older
-    /// handler-api does not catch it) or block, when another plugin stops start-up or at
-    /// shutdown. The process's end frees it.
+    /// Never dropped by the daemon that serves: plugins are never unloaded, and a handler's
+    /// drop is the plugin's code, which may panic (across the boundary, an abort: a plugin
+    /// built against an older handler-api does not catch it) or block, when another plugin
+    /// stops start-up or at shutdown. The process's end frees it. Only quickstart's trial start
+    /// drops its handlers ([`super::PluginSet::stop`]), under the start deadline.
     handler: ManuallyDrop<LoadedHandler>,
 }
 
@@ -41,6 +42,12 @@ impl PluginHandler {
                 .collect(),
             handler: ManuallyDrop::new(handler),
         }
+    }
+
+    /// The plugin's handler, to be dropped after all: only for a trial start (quickstart's),
+    /// whose handlers would otherwise live on beside those serving builds again.
+    pub(super) fn into_handler(self) -> LoadedHandler {
+        ManuallyDrop::into_inner(self.handler)
     }
 
     /// The manifest's op allowlist, enforced before the plugin runs: a payload whose `op` is

@@ -13,6 +13,8 @@ use super::PluginError;
 pub enum Stops {
     Serve,
     Handlers,
+    /// Stopping quickstart's trial start, after which it serves.
+    Trial,
 }
 
 impl Stops {
@@ -20,6 +22,7 @@ impl Stops {
         match self {
             Stops::Serve => "the daemon does not start beside a plugin that hangs",
             Stops::Handlers => "worldd handlers stops at a plugin that hangs, and worldd serve would not start beside it; remove it from the plugin directory, or raise the limit if it is only slow",
+            Stops::Trial => "quickstart serves on, the handler its trial start built left as it is (its Drop still running)",
         }
     }
 }
@@ -50,6 +53,7 @@ pub(super) fn within<T: Send + 'static>(
             let part = match what {
                 "loading" => "initialisers and manifest",
                 "starting" => "constructor (Plugin::new)",
+                "stopping" => "handler's drop (after quickstart's trial start)",
                 other => other,
             };
             format!(

@@ -123,7 +123,9 @@ fn say_loading(path: &Path, stops: Stops) {
             // As the command line's messages: where stderr takes nothing, nothing is said.
             let _ = writeln!(std::io::stderr(), "worldd handlers: loading {shown}");
         }
-        Stops::Serve => tracing::info!(path = %path.display(), "loading plugin library"),
+        Stops::Serve | Stops::Trial => {
+            tracing::info!(path = %path.display(), "loading plugin library")
+        }
     }
 }
 
