@@ -453,6 +453,34 @@ fn session_new_refuses_a_worktree_inside_a_store_or_another_daemons_directory_be
     );
     assert!(!shown.contains("Confirm mint"), "{shown}");
     assert!(!theirs.exists());
+
+    // The other daemon's own root, for a store it does not serve.
+    let (code, shown) = new(&db, &d.root());
+    assert_eq!(code, 1, "{shown}");
+    assert!(
+        shown.contains(&format!(
+            "worldd: the workspace root {} is another running worldd's own (a daemon serving another store holds it): no daemon serving {} would serve a worktree made there; nothing was made",
+            d.root().canonicalize().unwrap().display(),
+            db.display()
+        )),
+        "{shown}"
+    );
+    assert!(!d.root().join("ep9").exists());
+
+    // A `..` after a directory not made yet goes back up: this root is the store's.
+    let dotted = dir.path().join("nonexist/../db/wt2");
+    let (code, shown) = new(&db, &dotted);
+    assert_eq!(code, 1, "{shown}");
+    assert!(
+        shown.contains(&format!(
+            "worldd: the workspace root {} is inside the store {}",
+            real_db.join("wt2").display(),
+            real_db.display()
+        )),
+        "{shown}"
+    );
+    assert!(!dir.path().join("nonexist").exists());
+    assert!(!db.join("wt2").exists());
     // Nothing was minted in either store.
     assert!(!sessions(&db).contains("ep9"), "{}", sessions(&db));
 }

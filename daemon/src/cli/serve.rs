@@ -1294,13 +1294,8 @@ pub(super) fn store_inside_workspace(
     db: &std::path::Path,
     root: &std::path::Path,
 ) -> Option<String> {
-    let abs = |p: &std::path::Path| std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf());
-    let root = root.canonicalize().unwrap_or_else(|_| abs(root));
-    let db_abs = db
-        .parent()
-        .and_then(|p| p.canonicalize().ok())
-        .map(|p| p.join(db.file_name().unwrap_or_default()))
-        .unwrap_or_else(|| abs(db));
+    // As each will be once made: a `..` after a part not made yet goes back up.
+    let (root, db_abs) = (real_so_far(root), real_so_far(db));
     db_abs.starts_with(&root).then(|| {
         format!(
             "the store {} is inside the workspace root {}",
@@ -1322,18 +1317,8 @@ pub(super) fn workspace_inside_store(
     db: &std::path::Path,
     root: &std::path::Path,
 ) -> Option<String> {
-    let abs = |p: &std::path::Path| std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf());
-    // The root exists by now; the store's directory may not.
-    let root = root.canonicalize().unwrap_or_else(|_| abs(root));
-    let db_abs = db
-        .canonicalize()
-        .ok()
-        .or_else(|| {
-            db.parent()
-                .and_then(|p| p.canonicalize().ok())
-                .map(|p| p.join(db.file_name().unwrap_or_default()))
-        })
-        .unwrap_or_else(|| abs(db));
+    // The root may exist by now, the store's directory not yet: each as it will be once made.
+    let (root, db_abs) = (real_so_far(root), real_so_far(db));
     root.starts_with(&db_abs).then(|| {
         format!(
             "the workspace root {} is inside the store {}",
@@ -1599,24 +1584,37 @@ pub(super) fn held_above(
     None
 }
 
-/// `path` with its deepest existing part resolved (symlinks, `..`) and the rest, not made yet,
-/// as given: the path [`lock_ancestors`] will name once it is made.
-fn real_so_far(path: &std::path::Path) -> PathBuf {
+/// `path` as it will be once made: each part that exists resolved (symlinks, `..`), and the
+/// rest, not made yet, taken as the directories `create_dir_all` will make, a `..` after one
+/// of them going back up (`a/new/../db` is `a/db`). The path [`lock_ancestors`] will name.
+pub(super) fn real_so_far(path: &std::path::Path) -> PathBuf {
+    use std::path::Component;
     let abs = absolute_now(path);
-    let mut rest = Vec::new();
-    let mut at = abs.as_path();
-    loop {
-        if let Ok(real) = at.canonicalize() {
-            return rest.iter().rev().fold(real, |p, name| p.join(name));
-        }
-        match (at.parent(), at.file_name()) {
-            (Some(parent), Some(name)) => {
-                rest.push(name.to_owned());
-                at = parent;
+    let mut at = PathBuf::from("/");
+    // Whether `at` exists, and so is a real path whose parent is its `..`.
+    let mut real = true;
+    for part in abs.components() {
+        match part {
+            Component::Prefix(_) | Component::RootDir | Component::CurDir => {}
+            Component::ParentDir => {
+                // Back up a part made up above, or out of a real one: either way what is left
+                // is real again when it exists (the real prefix the made-up parts were added to).
+                at.pop();
+                real = at.exists();
             }
-            _ => return abs,
+            Component::Normal(name) => {
+                let next = at.join(name);
+                match real.then(|| next.canonicalize().ok()).flatten() {
+                    Some(resolved) => at = resolved,
+                    None => {
+                        real = false;
+                        at = next;
+                    }
+                }
+            }
         }
     }
+    at
 }
 
 fn inside_another(

@@ -855,6 +855,15 @@ fn new(a: NewArgs) -> CliResult {
             "{why}: a daemon refuses to serve them so, and no worktree is made there; nothing was made: pass a --workspace-root outside the store (and the store outside it)"
         )));
     }
+    // The root itself held by a daemon that does not serve this store: another daemon's own
+    // workspace root, whose agents write there (serve refuses it for the root's lock).
+    if !super::doctor::daemon_serves(&a.db.db) && super::doctor::flock_held(&a.workspace_root) {
+        return Err(Failure::usage(format!(
+            "the workspace root {} is another running worldd's own (a daemon serving another store holds it): no daemon serving {} would serve a worktree made there; nothing was made: pass that daemon's --db, or a --workspace-root of this store's",
+            super::serve::real_so_far(&a.workspace_root).display(),
+            a.db.db.display()
+        )));
+    }
     if let Some((what, real, above, flag)) = super::serve::held_above(&a.db.db, &a.workspace_root) {
         return Err(Failure::usage(format!(
             "the {what} {} is inside {}, which another running worldd process holds as its own (a daemon's workspace root or store, a plugin's stateDir, a backup's destination): no daemon would serve a worktree made there; nothing was made: pass a {flag} outside it",
