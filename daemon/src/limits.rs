@@ -265,6 +265,25 @@ impl Limits {
         Ok(())
     }
 
+    /// What the daemon says once at start of limits it serves with but that will likely fail
+    /// calls: a handler deadline under the time a handler is started with leaves the shipped
+    /// plugins (which keep up to 750 ms of it back to answer a clear failure) no time for
+    /// their work, so their calls fail having spent their unit, or time out. Not refused: a
+    /// plugin that needs less may be run so on purpose; a value in the wrong unit
+    /// (`--handler-deadline-ms 10` for ten seconds) is said.
+    pub fn warnings(&self) -> Vec<String> {
+        let least = broker_core::coordinator::MIN_HANDLER_TIME;
+        if self.handler_deadline < least {
+            return vec![format!(
+                "handler_deadline_ms {} is under the {} ms a handler is otherwise started with: the shipped plugins keep up to 750 ms of it back to answer a clear failure, so their calls may fail (spending their unit) or time out; raise handler_deadline_ms (or --handler-deadline-ms) to {} or more unless every plugin here needs less",
+                self.handler_deadline.as_millis(),
+                least.as_millis(),
+                least.as_millis()
+            )];
+        }
+        Vec::new()
+    }
+
     /// Refuse `[server]` values that cannot trip under these limits: a call's body is read
     /// within the call's deadline, so a body timeout as long never fires for an MCP or A2A
     /// call (the call deadline would, under the body timeout's name).
@@ -354,6 +373,22 @@ mod tests {
         assert!(Limits::default()
             .check_with(&server("body_timeout_ms = 19999"))
             .is_ok());
+    }
+
+    /// A handler deadline typed in the wrong unit, or too short for the shipped plugins to
+    /// work, was accepted without a word: their calls failed having spent a unit.
+    #[test]
+    fn a_handler_deadline_under_a_second_is_said_at_start() {
+        let with = |ms: u64| Limits {
+            handler_deadline: Duration::from_millis(ms),
+            ..Limits::default()
+        };
+        assert_eq!(
+            with(300).warnings(),
+            ["handler_deadline_ms 300 is under the 1000 ms a handler is otherwise started with: the shipped plugins keep up to 750 ms of it back to answer a clear failure, so their calls may fail (spending their unit) or time out; raise handler_deadline_ms (or --handler-deadline-ms) to 1000 or more unless every plugin here needs less"]
+        );
+        assert!(with(1000).warnings().is_empty());
+        assert!(Limits::default().warnings().is_empty());
     }
 
     /// A call is large when its body is larger than `large_call_bytes`, and no body over its

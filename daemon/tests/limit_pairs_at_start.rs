@@ -164,3 +164,18 @@ fn log_streams_leave_half_the_connections_to_other_requests() {
     assert_eq!(v["result"]["structuredContent"]["ok"], true, "{v}");
     assert_eq!(get(&d.url("/v1/health"), None).status, 200);
 }
+
+/// `--handler-deadline-ms 300` (or 10, meant as seconds) was accepted without a word, and
+/// every call of the shipped plugins that needs time then failed having spent its unit, or
+/// timed out. The daemon serves with it (a plugin may need less), and says so once at start.
+#[test]
+fn a_handler_deadline_under_a_second_is_said_once_at_start() {
+    let d = Daemon::start(WS, &["--handler-deadline-ms", "300"]);
+    let line = "handler_deadline_ms 300 is under the 1000 ms a handler is otherwise started with: the shipped plugins keep up to 750 ms of it back to answer a clear failure, so their calls may fail (spending their unit) or time out; raise handler_deadline_ms (or --handler-deadline-ms) to 1000 or more unless every plugin here needs less";
+    d.wait_for_log(line);
+    assert_eq!(get(&d.url("/v1/health"), None).status, 200);
+    assert_eq!(d.log().matches(line).count(), 1, "{}", d.log());
+    let d = Daemon::start(WS, &["--handler-deadline-ms", "1000"]);
+    assert_eq!(get(&d.url("/v1/health"), None).status, 200);
+    assert!(!d.log().contains("handler_deadline_ms"), "{}", d.log());
+}

@@ -562,6 +562,9 @@ pub fn run_with(a: ServeArgs, launch: Launch) -> CliResult {
         open_reads: settings.open_reads,
     };
     fit_connections_to_fds(&mut settings.server);
+    for warning in settings.limits.warnings() {
+        tracing::warn!("{warning}");
+    }
 
     let overruns = coordinator.clone();
     let Settings {
