@@ -232,3 +232,69 @@ fn a_manifest_forging_lines_or_carrying_megabytes_is_refused_and_printed_one_lin
     );
     assert!(!out.contains("\n  problem:"), "{out}");
 }
+
+/// A library whose RUNPATH is `$ORIGIN` and which needs a companion library shipped beside it
+/// could not load, and the loader's words (`libcompanion.so: cannot open shared object file`)
+/// gave no hint why: loaded through `/proc/self/fd/N`, its `$ORIGIN` is `/proc/self/fd`. The
+/// load error names `$ORIGIN` and what to do.
+#[test]
+fn a_library_needing_a_companion_through_origin_is_told_why_it_cannot_load() {
+    let dir = tempfile::tempdir().unwrap();
+    let plugins = dir.path().join("plugins");
+    std::fs::create_dir_all(&plugins).unwrap();
+    let cc = |args: &[&str]| {
+        let built = std::process::Command::new("cc")
+            .current_dir(dir.path())
+            .args(args)
+            .status()
+            .unwrap();
+        assert!(built.success(), "cc {args:?}");
+    };
+    std::fs::write(
+        dir.path().join("companion.c"),
+        "int companion_value(void) { return 7; }\n",
+    )
+    .unwrap();
+    std::fs::write(
+        dir.path().join("plugin.c"),
+        "int companion_value(void);\nint plugin_value(void) { return companion_value(); }\n",
+    )
+    .unwrap();
+    cc(&[
+        "-shared",
+        "-fPIC",
+        "-o",
+        "plugins/libcompanion.so",
+        "companion.c",
+    ]);
+    cc(&[
+        "-shared",
+        "-fPIC",
+        "-o",
+        "plugins/libworldd_dep.so",
+        "plugin.c",
+        "-Lplugins",
+        "-lcompanion",
+        "-Wl,-rpath,$ORIGIN",
+    ]);
+    let (code, out, err) = worldd(
+        &["handlers", "--plugin-dir", plugins.to_str().unwrap()],
+        None,
+    );
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains(&format!(
+            "\n{}/libworldd_dep.so\n  not loadable: cannot be opened: libcompanion.so: cannot open shared object file: No such file or directory (the library names $ORIGIN, as a RUNPATH or RPATH does: the daemon loads a sealed copy of it through /proc/self/fd/N, where $ORIGIN is /proc/self/fd, so a library beside it is not found; link it statically or install it where the system's loader looks: docs/handler-authors.md, Your plugin in provenance)\n",
+            plugins.display()
+        )),
+        "{out}"
+    );
+    // The companion itself, a library of no plugin, says only that.
+    assert!(
+        !out.contains(&format!(
+            "{}/libcompanion.so\n  not loadable: cannot be opened",
+            plugins.display()
+        )),
+        "{out}"
+    );
+}

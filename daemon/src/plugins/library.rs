@@ -95,6 +95,12 @@ impl OpenedLibrary {
         #[cfg(not(target_os = "linux"))]
         let load_from = self.path.clone();
         let loaded = LoadedPlugin::load(&load_from);
+        let origin_hint = match &loaded {
+            Err(e) if e.summary().contains(MISSING_DEPENDENCY) && names_origin(&self.file) => {
+                ORIGIN_HINT
+            }
+            _ => "",
+        };
         // Kept open until the process exits, loaded or not: the loader knows a library it
         // mapped by this `/proc/self/fd/N` name (even one refused after mapping, whose code
         // stays mapped), and would hand that library back for a later file opened under a
@@ -104,9 +110,44 @@ impl OpenedLibrary {
             Ok(plugin) => Ok((self.file_ref, plugin)),
             Err(e) => {
                 tracing::debug!(path = %self.path.display(), "plugin load detail: {}", e.detail());
-                Err(PluginError::new(&self.path, e.summary()))
+                Err(PluginError::new(
+                    &self.path,
+                    format!("{}{origin_hint}", e.summary()),
+                ))
             }
         }
+    }
+}
+
+/// What the dynamic loader says of a shared library a library needs that it did not find.
+const MISSING_DEPENDENCY: &str = "cannot open shared object file";
+
+/// Said after a missing dependency of a library that names `$ORIGIN`: loaded through
+/// `/proc/self/fd/N`, its `$ORIGIN` is `/proc/self/fd`, never the plugin directory, and the
+/// loader's own words point nowhere near that.
+const ORIGIN_HINT: &str = " (the library names $ORIGIN, as a RUNPATH or RPATH does: the daemon loads a sealed copy of it through /proc/self/fd/N, where $ORIGIN is /proc/self/fd, so a library beside it is not found; link it statically or install it where the system's loader looks: docs/handler-authors.md, Your plugin in provenance)";
+
+/// Whether the bytes of `file` (the sealed copy) hold `$ORIGIN`: as a rule, in the dynamic
+/// section's RUNPATH or RPATH. Read only after a failed load, to say why.
+fn names_origin(file: &std::fs::File) -> bool {
+    use std::os::unix::fs::FileExt;
+    const NEEDLE: &[u8] = b"$ORIGIN";
+    let mut chunk = vec![0u8; 1 << 16];
+    // The last bytes of the chunk before, so that a needle across two chunks is found.
+    let mut carried = 0;
+    let mut at = 0u64;
+    loop {
+        let n = match file.read_at(&mut chunk[carried..], at) {
+            Ok(0) | Err(_) => return false,
+            Ok(n) => n,
+        };
+        at += n as u64;
+        let seen = carried + n;
+        if chunk[..seen].windows(NEEDLE.len()).any(|w| w == NEEDLE) {
+            return true;
+        }
+        carried = (NEEDLE.len() - 1).min(seen);
+        chunk.copy_within(seen - carried..seen, 0);
     }
 }
 
