@@ -1801,6 +1801,44 @@ fn half_sent_request_heads_and_idle_connections_are_closed_at_the_header_deadlin
     assert!(trips(&d, "header_timeout") >= 2);
 }
 
+/// `header_timeout_ms` is also the keep-alive idle timeout, and every idle keep-alive
+/// connection it closed was counted a `header_timeout` trip: an agent's pooled connection
+/// idle between calls looked like a slow-head attack. Only connections waiting for a head
+/// their client began (or never sent a byte of) are counted.
+#[test]
+fn idle_keep_alive_connections_are_not_counted_as_header_timeouts() {
+    let (d, _c) = start_with(WS, "[server]\nheader_timeout_ms = 300\n", &[]);
+    let health = format!("GET /v1/health HTTP/1.1\r\nHost: {}\r\n\r\n", d.addr);
+    for _ in 0..3 {
+        let mut kept = connect(&d);
+        kept.write_all(health.as_bytes()).unwrap();
+        let (got, end) = read_to_close(&mut kept);
+        assert!(matches!(end, End::Eof | End::Reset), "{end:?}");
+        assert!(
+            String::from_utf8_lossy(&got).starts_with("HTTP/1.1 200 "),
+            "{}",
+            String::from_utf8_lossy(&got)
+        );
+    }
+    assert_eq!(trips(&d, "header_timeout"), 0);
+    // A second head begun on a kept connection and never finished is a trip.
+    let mut begun = connect(&d);
+    begun.write_all(health.as_bytes()).unwrap();
+    let mut answer = [0u8; 12];
+    begun.read_exact(&mut answer).unwrap();
+    assert_eq!(&answer, b"HTTP/1.1 200");
+    begun.write_all(b"GET /v1/health HTTP/1.1\r\nHo").unwrap();
+    assert!(closed_by_peer(&mut begun));
+    assert_eq!(trips(&d, "header_timeout"), 1);
+    // So are a first head never finished, and a connection that sends nothing.
+    let mut half = connect(&d);
+    half.write_all(b"GET /v1/health HTTP/1.1\r\nHo").unwrap();
+    assert!(closed_by_peer(&mut half));
+    let mut silent = connect(&d);
+    assert!(closed_by_peer(&mut silent));
+    assert_eq!(trips(&d, "header_timeout"), 3);
+}
+
 /// What the peer sends until it closes (EOF or reset): a reset after the answer must not
 /// hide the answer.
 fn read_until_closed(s: &mut TcpStream) -> String {

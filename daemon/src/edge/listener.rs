@@ -24,6 +24,7 @@ use super::connections::{
     waiting_places, Conn, Connections, Looking, Registered, Room, Waiting, FIRST_BYTES_WAIT,
 };
 use super::credential::{self, Resolved};
+use super::idle::{IdleWatch, Watched};
 use super::reply::{Budgeted, Client, ReplyBudget};
 use super::send::SendDeadline;
 use super::{linger, ServerConfig};
@@ -299,6 +300,7 @@ async fn serve_connection(stream: SendDeadline<TcpStream>, room: Place, shared: 
         peer,
         registered.conn.clone(),
     );
+    let (stream, watched) = IdleWatch::new(stream);
     let conn = http.serve_connection(TokioIo::new(stream), service);
     let mut conn = std::pin::pin!(conn);
     metrics.connections(1);
@@ -318,7 +320,7 @@ async fn serve_connection(stream: SendDeadline<TcpStream>, room: Place, shared: 
         }
     };
     if let Err(e) = ended {
-        count_end(&e, &metrics);
+        count_end(&e, &watched, &metrics);
     }
     metrics.connections(-1);
 }
@@ -342,10 +344,13 @@ async fn take_slot(
     }
 }
 
-/// Count a connection that ended in a limit; log any other error.
-fn count_end(e: &hyper::Error, metrics: &Metrics) {
+/// Count a connection that ended in a limit; log any other error. The header-read timer
+/// also closes a keep-alive connection idle between requests: that is no trip.
+fn count_end(e: &hyper::Error, watched: &Watched, metrics: &Metrics) {
     if e.is_timeout() {
-        metrics.limit_tripped("header_timeout");
+        if !watched.idle() {
+            metrics.limit_tripped("header_timeout");
+        }
     } else if e.is_parse_too_large() {
         // hyper has answered 431 (head, URI or header count too large).
         metrics.limit_tripped("head_size");

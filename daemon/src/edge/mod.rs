@@ -30,6 +30,7 @@ pub mod cors;
 pub mod credential;
 pub mod fields;
 pub mod host;
+pub mod idle;
 pub mod linger;
 pub mod listener;
 pub mod reply;
