@@ -103,3 +103,54 @@ fn the_call_deadline_row_names_every_counter_its_trips_are_counted_under() {
         assert!(metric.contains(counter), "{counter} not in: {metric}");
     }
 }
+
+/// The first string literal after each `prefix` in `text`, across whitespace and line breaks.
+fn first_literals_after(text: &str, prefix: &str, into: &mut BTreeSet<String>) {
+    for (at, _) in text.match_indices(prefix) {
+        let rest = text[at + prefix.len()..].trim_start();
+        if let Some(rest) = rest.strip_prefix('"') {
+            if let Some(end) = rest.find('"') {
+                into.insert(rest[..end].to_owned());
+            }
+        }
+    }
+}
+
+/// The Metrics table's `worldd_commits_total` row left out three results the daemon answers
+/// (`body`, `store_full`, `store`): a dashboard built from it missed commits refused for
+/// their body, a full store or a refused write.
+#[test]
+fn the_metrics_reference_lists_every_commit_result_the_daemon_counts() {
+    let src = std::fs::read_to_string(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("src/operator_commit.rs"),
+    )
+    .unwrap();
+    let mut results = BTreeSet::new();
+    for prefix in ["Refusal::new(", "Refusal::forbidden(", "observe_commit("] {
+        first_literals_after(&src, prefix, &mut results);
+    }
+    // The body's refusals are labelled by a match on the error.
+    let at = src.find("let reason = match e {").unwrap();
+    literals_after(&src[at..at + 300], "=> \"", &mut results);
+    for r in ["accepted", "too_large", "body", "store", "no_grant"] {
+        assert!(
+            results.contains(r),
+            "{r} not found in the source: {results:?}"
+        );
+    }
+    let doc =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../docs/operators.md"))
+            .unwrap();
+    let row = doc
+        .lines()
+        .find(|l| l.starts_with("| `worldd_commits_total` |"))
+        .expect("the Metrics table's row");
+    let listed: BTreeSet<String> = row
+        .split('`')
+        .skip(1)
+        .step_by(2)
+        .map(str::to_owned)
+        .collect();
+    let missing: Vec<&String> = results.difference(&listed).collect();
+    assert!(missing.is_empty(), "not in the Metrics table: {missing:?}");
+}
