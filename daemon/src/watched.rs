@@ -18,6 +18,7 @@
 use std::future::Future;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::pin::Pin;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::task::{Context, Poll};
 
@@ -29,6 +30,34 @@ use tokio::time::Instant;
 
 /// What the coordinator answered.
 pub type CallResult = Result<CallOutput, CallError>;
+
+/// Calls whose waiter went away, still running or committing on a task of their own
+/// ([`Driven`]'s and [`WatchedCall`]'s drop). A request answered is no call finished: a
+/// graceful stop waits for these too ([`detached`]), for the runtime's own shutdown drops such
+/// a task unpolled, and its call's intent stayed indeterminate for good, its effect run and its
+/// unit spent, after an orderly stop.
+static DETACHED: AtomicUsize = AtomicUsize::new(0);
+
+/// How many calls run on without a waiter now.
+pub fn detached() -> usize {
+    DETACHED.load(Ordering::SeqCst)
+}
+
+/// One call counted in [`DETACHED`] for as long as its task holds this.
+struct Detached;
+
+impl Detached {
+    fn new() -> Detached {
+        DETACHED.fetch_add(1, Ordering::SeqCst);
+        Detached
+    }
+}
+
+impl Drop for Detached {
+    fn drop(&mut self) {
+        DETACHED.fetch_sub(1, Ordering::SeqCst);
+    }
+}
 
 /// What a call's commit ending is shown to (the call's metrics and log line).
 type After = Box<dyn FnOnce(&CallResult) + Send>;
@@ -106,7 +135,11 @@ impl Drop for Driven {
             // The parts go to the task as they are, not as a `Driven`: a runtime shutting down
             // drops the task unpolled, and a `Driven` dropped there would hand itself on again.
             Ok(runtime) => {
-                runtime.spawn(async move { ended(slot, after, &committing.await) });
+                let counted = Detached::new();
+                runtime.spawn(async move {
+                    let _counted = counted;
+                    ended(slot, after, &committing.await)
+                });
             }
             // Not on a runtime's thread, so this thread may block.
             Err(_) => ended(slot, after, &committing.wait()),
@@ -196,7 +229,11 @@ impl<S: Send + 'static> Drop for WatchedCall<S> {
         let shared = self.shared.clone();
         match tokio::runtime::Handle::try_current() {
             Ok(runtime) => {
-                runtime.spawn(async move { shared.watch_over(&mut task, None).await });
+                let counted = Detached::new();
+                runtime.spawn(async move {
+                    let _counted = counted;
+                    shared.watch_over(&mut task, None).await
+                });
             }
             Err(_) => tracing::error!("a call lost its waiter outside the runtime"),
         }

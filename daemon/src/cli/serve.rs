@@ -567,6 +567,7 @@ pub fn run_with(a: ServeArgs, launch: Launch) -> CliResult {
     }
 
     let overruns = coordinator.clone();
+    let call_deadline = settings.limits.call_deadline;
     let Settings {
         mut server, limits, ..
     } = settings;
@@ -596,9 +597,26 @@ pub fn run_with(a: ServeArgs, launch: Launch) -> CliResult {
             .map_err(|e| Failure::fatal(format!("server error: {e}")))
     });
     crate::exit_guard::doing("stopped");
-    // Every request was answered; what may still run are handlers past their deadline. Give
-    // them a moment to return and journal their outcome, then leave them: their intents stay
-    // indeterminate and are reported at the next start.
+    // Every request was answered; calls whose client left run on without one, and are waited
+    // for as requests are (up to a call's deadline): the runtime's shutdown would drop them
+    // unpolled, their effects run and their intents left indeterminate.
+    let detached = crate::watched::detached();
+    if detached > 0 {
+        tracing::info!("waiting for {detached} call(s) whose client left to finish and commit");
+        let until = std::time::Instant::now() + call_deadline;
+        runtime.block_on(async {
+            while crate::watched::detached() > 0 && std::time::Instant::now() < until {
+                tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+            }
+        });
+        let left = crate::watched::detached();
+        if left > 0 {
+            tracing::warn!("{left} call(s) whose client left did not finish within the call deadline; their intents stay indeterminate");
+        }
+    }
+    // What may still run are handlers past their deadline. Give them a moment to return and
+    // journal their outcome, then leave them: their intents stay indeterminate and are
+    // reported at the next start.
     let hung = overruns.overruns().running();
     if hung > 0 {
         tracing::warn!(
