@@ -166,6 +166,9 @@ async fn serve_post(state: AppState, headers: HeaderMap, body: Body) -> Response
             );
             return transport::body_past_call_deadline();
         }
+        Err(BodyError::ShuttingDown) => {
+            return transport::body_busy(crate::edge::body::SHUTTING_DOWN)
+        }
         Err(BodyError::Unreadable(cause)) => {
             return transport::bad_request(crate::edge::body::unreadable(&cause))
         }

@@ -79,10 +79,13 @@ pub async fn serve(
     let config = state.server().clone();
     let metrics = state.metrics().clone();
     let streams = state.log_stream().clone();
+    let bodies = state.bodies().clone();
     let shutdown = async move {
         signals.received().await;
         // Open log streams never end by themselves; end them so the drain can finish.
         streams.close();
+        // Nor is a body half sent worth waiting for: refused, so its client can resend it.
+        bodies.close();
     };
     let trimmer = config
         .memory_trim

@@ -1712,6 +1712,69 @@ fn mcp_body_timeouts_cannot_flood_the_log() {
     assert_eq!(d.log().matches(line).count(), 1, "{}", d.log());
 }
 
+/// A stop "lets in-flight requests finish", and a request whose body was still arriving
+/// counted as in flight: any session holder sending half a body held every stop and restart
+/// up for the whole `body_timeout_ms` (25 s at 25,000), the daemon accepting nothing
+/// meanwhile. Such a body is refused at once when the drain begins, on every route, and the
+/// daemon stops.
+#[test]
+fn a_body_still_arriving_when_the_daemon_stops_is_refused_not_waited_for() {
+    let (d, _c) = start_with(
+        WS,
+        "[server]\nbody_timeout_ms = 25000\n[limits]\ncall_deadline_ms = 30000\n",
+        &[],
+    );
+    let agent = d.session("ep1", &["Workspace.Read=worktree:5"]);
+    let operator = d.operator_session("ops", &["World.Commit=log:5"]);
+    let half_sent: Vec<(&str, TcpStream)> = ["/mcp/", "/a2a/", "/v1/commit"]
+        .into_iter()
+        .map(|path| {
+            let token = if path == "/v1/commit" {
+                &operator
+            } else {
+                &agent
+            };
+            let mut s = connect(&d);
+            write!(
+                s,
+                "POST {path} HTTP/1.1\r\nHost: {}\r\nAuthorization: Bearer {token}\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nContent-Length: 100\r\n\r\n{{",
+                d.addr
+            )
+            .unwrap();
+            (path, s)
+        })
+        .collect();
+    // The three bodies are being read.
+    std::thread::sleep(Duration::from_millis(300));
+    let (status, took, log, _dir) = d.stop_with_log(Duration::from_secs(20));
+    assert!(status.success(), "{status:?}\n{log}");
+    assert!(
+        took < Duration::from_secs(5),
+        "the stop took {took:?}\n{log}"
+    );
+    for (path, mut s) in half_sent {
+        let (head, body) = read_one_answer(&mut s);
+        let a = answer_of(&head, body);
+        match path {
+            "/mcp/" => {
+                assert_eq!(a.status, 503, "{path}: {}", a.text());
+                assert_eq!(a.text(), "the daemon is shutting down");
+            }
+            "/a2a/" => assert_eq!(
+                a.json(),
+                json!({"jsonrpc": "2.0", "id": null, "error": {"code": -32603, "message": "the daemon is shutting down"}})
+            ),
+            _ => {
+                assert_eq!(a.status, 503, "{path}: {}", a.text());
+                assert_eq!(
+                    a.json(),
+                    json!({"error": {"class": "Unavailable", "message": "the daemon is shutting down"}})
+                );
+            }
+        }
+    }
+}
+
 /// A body whose last bytes never came was answered `408` only `LINGER_TIME` (2 s) after the
 /// body deadline: the refusal waited to read the rest its client had just failed to send. It
 /// goes out at the deadline now, on MCP, A2A and REST alike, and the connection is closed.

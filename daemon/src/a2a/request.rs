@@ -56,6 +56,9 @@ pub(super) async fn received(
         Err(unread) => {
             let why = match unread {
                 BodyError::Busy(busy) => return Err(rpc_error(&null, -32603, busy.text())),
+                BodyError::ShuttingDown => {
+                    return Err(rpc_error(&null, -32603, crate::edge::body::SHUTTING_DOWN))
+                }
                 BodyError::TooLarge => format!("body exceeds {limit} bytes"),
                 BodyError::TimedOut => "body not received in time".to_owned(),
                 BodyError::PastCallDeadline => {

@@ -87,6 +87,10 @@ pub struct Bodies {
     reading: Quota<Client>,
     /// Most pieces under [`SMALL_PIECE_BYTES`] one body may arrive in.
     small_pieces: usize,
+    /// Set once the daemon drains: a body still being read is refused then, rather than
+    /// waited for until its deadline (a client sending half a body held every stop up for
+    /// the whole `body_timeout_ms`).
+    closing: Arc<tokio::sync::watch::Sender<bool>>,
     metrics: Metrics,
 }
 
@@ -183,6 +187,8 @@ pub enum BodyError {
     /// Not complete before its call's deadline, which came before the body timeout
     /// (`limit_trips_total{limit="call_deadline"}`).
     PastCallDeadline,
+    /// Not complete when the daemon began to drain ([`SHUTTING_DOWN`], 503).
+    ShuttingDown,
     /// The connection failed or the framing was broken: the cause, as the HTTP layer names it
     /// (`invalid chunk size line`, `chunk extensions over limit`, …).
     Unreadable(String),
@@ -239,8 +245,15 @@ impl Bodies {
             shares: Quota::new((units / 4).max(1)),
             reading: Quota::new((max_connections / 4).max(1)),
             small_pieces: DEFAULT_SMALL_PIECES,
+            closing: Arc::new(tokio::sync::watch::Sender::new(false)),
             metrics,
         }
+    }
+
+    /// The daemon drains: every body still being read is refused
+    /// ([`BodyError::ShuttingDown`]), now and from now on.
+    pub fn close(&self) {
+        self.closing.send_replace(true);
     }
 
     /// At most `n` pieces under [`SMALL_PIECE_BYTES`] per body.
@@ -299,9 +312,13 @@ impl Bodies {
         late: BodyError,
     ) -> Result<ReadBody, BodyError> {
         let read = self.read_limited(headers, body, limit);
-        let result = match tokio::time::timeout_at(deadline, read).await {
-            Ok(r) => r,
-            Err(_) => Err(late),
+        let mut closing = self.closing.subscribe();
+        let result = tokio::select! {
+            read = tokio::time::timeout_at(deadline, read) => match read {
+                Ok(r) => r,
+                Err(_) => Err(late),
+            },
+            _ = closing.wait_for(|closing| *closing) => Err(BodyError::ShuttingDown),
         };
         match &result {
             Err(BodyError::TooLarge) => self.metrics.limit_tripped("body_size"),
@@ -314,6 +331,8 @@ impl Bodies {
                 self.metrics.limit_tripped("call_deadline");
                 super::linger::body_timed_out();
             }
+            // Its answer does not wait for the rest of the body either.
+            Err(BodyError::ShuttingDown) => super::linger::body_timed_out(),
             Err(BodyError::Busy(busy)) => self.metrics.limit_tripped(busy.limit()),
             _ => {}
         }
@@ -484,6 +503,10 @@ fn root_cause(e: &(dyn std::error::Error + 'static)) -> String {
     cause.to_string()
 }
 
+/// What a client is told of a body still arriving when the daemon began to drain (as a log
+/// stream is told).
+pub const SHUTTING_DOWN: &str = "the daemon is shutting down";
+
 /// What a client is told of a body its call's deadline cut short (before its body timeout).
 pub const PAST_CALL_DEADLINE: &str =
     "request body not received within the call's deadline ([limits] call_deadline_ms)";
@@ -514,6 +537,11 @@ pub fn rest_error(e: BodyError, limit: usize) -> crate::rest::ApiError {
             StatusCode::REQUEST_TIMEOUT,
             "RequestTimeout",
             PAST_CALL_DEADLINE,
+        ),
+        BodyError::ShuttingDown => ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "Unavailable",
+            SHUTTING_DOWN,
         ),
         BodyError::Unreadable(cause) => ApiError::bad_request(unreadable(&cause)),
         BodyError::TooManyPieces(n) => ApiError::bad_request(too_many_pieces(n)),
