@@ -472,22 +472,28 @@ fn restore() -> Vec<String> {
             "{} was set to {}{}",
             name_of(signal),
             now.said(),
-            why(signal)
+            why(signal, now)
         ));
     }
     changes.extend(restore_limits());
     changes
 }
 
-/// What the change would have done, for the signals whose harm is not plain.
-fn why(signal: libc::c_int) -> &'static str {
+/// What the change to `now` would have done, for the signals whose harm is not plain (a
+/// default action that ends the process harms only at its default).
+fn why(signal: libc::c_int, now: Disposition) -> &'static str {
+    let default = now.handler == libc::SIG_DFL;
     match signal {
         libc::SIGCHLD => {
             ", which makes the daemon's waits for its children (git, ailang) fail with ECHILD"
         }
-        libc::SIGPIPE => ", which ends the daemon without a word on a write to a closed pipe",
-        libc::SIGXFSZ => ", which ends the daemon without a word on a write past a file-size limit",
-        libc::SIGALRM | libc::SIGVTALRM | libc::SIGPROF => {
+        libc::SIGPIPE if default => {
+            ", which ends the daemon without a word on a write to a closed pipe"
+        }
+        libc::SIGXFSZ if default => {
+            ", which ends the daemon without a word on a write past a file-size limit"
+        }
+        libc::SIGALRM | libc::SIGVTALRM | libc::SIGPROF if default => {
             ", which ends the daemon without a word when a timer fires"
         }
         _ => "",
@@ -559,7 +565,7 @@ mod tests {
         assert_eq!(
             line(
                 "plugin rogue's execute (Rogue.Read)",
-                &["descriptor 2 (stderr) was closed".to_owned(), format!("SIGCHLD was set to ignored (SIG_IGN){}", why(libc::SIGCHLD))]
+                &["descriptor 2 (stderr) was closed".to_owned(), format!("SIGCHLD was set to ignored (SIG_IGN){}", why(libc::SIGCHLD, Disposition::IGNORE))]
             ),
             "plugin code changed what the whole process relies on, found when plugin rogue's execute (Rogue.Read) returned: descriptor 2 (stderr) was closed; SIGCHLD was set to ignored (SIG_IGN), which makes the daemon's waits for its children (git, ailang) fail with ECHILD; the daemon put it back (a plugin must leave descriptors 0-2, signal dispositions and resource limits alone: docs/handler-authors.md §9)"
         );
