@@ -32,6 +32,14 @@ pub const DEFAULT_LARGE_CALLS: usize = 1;
 /// a few thousand.
 pub const DEFAULT_JSON_VALUES: usize = 16 * 1024;
 
+/// The most `reply_bytes` may be under `server`'s reply budget: half of one credential's share
+/// (a quarter of the budget), so that a batch's answer, which passes `reply_bytes` by its last
+/// reply, fits beside that credential's other answers waiting unread. (A batch's items have
+/// all run when its answer is counted: one replaced by 503 spent their units for nothing.)
+pub fn most_reply_bytes(server: &crate::edge::ServerConfig) -> usize {
+    (server.reply_budget_bytes / 8).max(1)
+}
+
 /// The largest `commit_body_bytes` an operator may configure (the reference's only limit).
 pub const MAX_COMMIT_BODY_BYTES: usize = 8 * 1024 * 1024;
 
@@ -98,7 +106,9 @@ impl Default for Limits {
             commit_body_bytes: 1024 * 1024,
             batch_items: 64,
             json_values: DEFAULT_JSON_VALUES,
-            reply_bytes: 16 * 1024 * 1024,
+            // Half of one credential's share of the default reply budget (64 MiB): the
+            // batch's answer, a little over this, must fit beside that credential's others.
+            reply_bytes: 8 * 1024 * 1024,
             plugin_log_bytes: 4096,
             plugin_log_per_second: 100,
             plugin_start: Duration::from_secs(30),
@@ -286,8 +296,16 @@ impl Limits {
 
     /// Refuse `[server]` values that cannot trip under these limits: a call's body is read
     /// within the call's deadline, so a body timeout as long never fires for an MCP or A2A
-    /// call (the call deadline would, under the body timeout's name).
+    /// call (the call deadline would, under the body timeout's name). And a `reply_bytes` a
+    /// batch's answer could not be kept under beside its credential's other answers.
     pub fn check_with(&self, server: &crate::edge::ServerConfig) -> Result<(), String> {
+        let most = most_reply_bytes(server);
+        if self.reply_bytes > most {
+            return Err(format!(
+                "[limits] reply_bytes {} is over half of one credential's share of [server] reply_budget_bytes {} ({most} bytes): a batch's answer, a little over reply_bytes, would be replaced by 503 after its items ran whenever its credential had another answer unread; set reply_bytes to {most} or less, or raise reply_budget_bytes",
+                self.reply_bytes, server.reply_budget_bytes
+            ));
+        }
         if server.body_timeout >= self.call_deadline {
             return Err(format!(
                 "[server] body_timeout_ms {} is not under [limits] call_deadline_ms {}: an MCP or A2A body is read within its call's deadline, so body_timeout_ms would never trip; set body_timeout_ms under {}, or raise call_deadline_ms",
@@ -389,6 +407,37 @@ mod tests {
         );
         assert!(with(1000).warnings().is_empty());
         assert!(Limits::default().warnings().is_empty());
+    }
+
+    /// `reply_bytes` defaulted to exactly one credential's share of the reply budget, so a batch
+    /// cut at it ran, spent and was answered 503 whenever its credential had any other answer
+    /// unread. It must be at most half a share.
+    #[test]
+    fn reply_bytes_over_half_a_credentials_reply_share_is_refused() {
+        let server = |text: &str| {
+            toml::from_str::<crate::edge::ServerSection>(text)
+                .unwrap()
+                .resolve()
+                .unwrap()
+        };
+        let defaults = server("");
+        assert!(Limits::default().check_with(&defaults).is_ok());
+        assert_eq!(most_reply_bytes(&defaults), Limits::default().reply_bytes);
+        let over = Limits {
+            reply_bytes: 16 * 1024 * 1024,
+            ..Limits::default()
+        };
+        assert_eq!(
+            over.check_with(&defaults).unwrap_err(),
+            "[limits] reply_bytes 16777216 is over half of one credential's share of [server] reply_budget_bytes 67108864 (8388608 bytes): a batch's answer, a little over reply_bytes, would be replaced by 503 after its items ran whenever its credential had another answer unread; set reply_bytes to 8388608 or less, or raise reply_budget_bytes"
+        );
+        let small = server("reply_budget_bytes = \"4MiB\"");
+        assert!(Limits::default().check_with(&small).is_err());
+        let fits = Limits {
+            reply_bytes: 512 * 1024,
+            ..Limits::default()
+        };
+        assert!(fits.check_with(&small).is_ok());
     }
 
     /// A call is large when its body is larger than `large_call_bytes`, and no body over its

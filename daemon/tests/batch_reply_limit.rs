@@ -56,3 +56,46 @@ fn reply_bytes_is_counted_only_when_an_item_was_not_run() {
     assert_eq!(v[2]["id"], json!(3));
     assert_eq!(reply_bytes_trips(&d), 1);
 }
+
+/// `reply_bytes` defaulted to exactly one credential's quarter of the reply budget, so a batch
+/// cut at it (its answer a little over) ran, spent its units, and was answered `503` whenever
+/// its credential had any other answer unread. It is at most half that quarter: a larger value
+/// is refused at start naming both keys, and an unset one follows a smaller budget.
+#[test]
+fn reply_bytes_stays_within_half_a_credentials_reply_share() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("world.toml");
+    std::fs::write(&config, "[limits]\nreply_bytes = \"16MiB\"\n").unwrap();
+    let r = refused_start(
+        &["--config", path_str(&config), "--bind", "127.0.0.1:0"],
+        dir.path(),
+    );
+    assert_eq!(r.code, Some(2), "{}", r.stderr);
+    assert_eq!(
+        r.line,
+        "worldd: daemon startup failed at config: [limits] reply_bytes 16777216 is over half of one credential's share of [server] reply_budget_bytes 67108864 (8388608 bytes): a batch's answer, a little over reply_bytes, would be replaced by 503 after its items ran whenever its credential had another answer unread; set reply_bytes to 8388608 or less, or raise reply_budget_bytes"
+    );
+    // Unset under a 4 MiB reply budget: 512 KiB.
+    std::fs::write(&config, "[server]\nreply_budget_bytes = \"4MiB\"\n").unwrap();
+    let d = Daemon::start(&["worldd_workspace"], &["--config", path_str(&config)]);
+    let token = d.session("ep1", &["Workspace.Read=worktree:10"]);
+    std::fs::write(d.root().join("ep1/big.txt"), "x".repeat(150_000)).unwrap();
+    let read = |id: u64| {
+        json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+               "params": {"name": "ailang-read", "arguments": {"path": "big.txt"}}})
+    };
+    let items = json!([read(1), read(2), read(3)]);
+    let a = mcp_text(
+        &d,
+        &token,
+        "2025-03-26",
+        &serde_json::to_vec(&items).unwrap(),
+    );
+    assert_eq!(a.status, 200, "{}", a.text());
+    let v = a.sse_json();
+    assert!(v[1]["result"].is_object(), "{}", v[1]);
+    assert_eq!(
+        v[2],
+        json!({"jsonrpc": "2.0", "id": 3, "error": {"code": -32600, "message": "invalid request: not run: the replies to this batch reached the 524288-byte limit ([limits] reply_bytes); send it again in another POST"}})
+    );
+}

@@ -1097,6 +1097,12 @@ fn edge_settings(
     if let Some(n) = a.commit_body_bytes {
         limits.commit_body_bytes = n.get_usize();
     }
+    // Unset, `reply_bytes` follows a smaller reply budget; set, one too large is refused.
+    if file.limits.reply_bytes.is_none() {
+        limits.reply_bytes = limits
+            .reply_bytes
+            .min(crate::limits::most_reply_bytes(&server));
+    }
     limits.check().map_err(|e| startup("config", e))?;
     limits
         .check_with(&server)
