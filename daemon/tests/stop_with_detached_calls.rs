@@ -21,10 +21,14 @@ fn sigterm_waits_for_a_call_whose_client_left_and_it_commits() {
     );
     let token = d.session("ep1", &["Ailang.Run=worktree:5"]);
     let wt = d.root().join("ep1");
-    // A program that runs 2 s and ends well (the stand-in's `slow`).
+    // A program that runs 6 s and ends well (the stand-in's `slow`): past the 5 s the stop
+    // gives handlers past their deadline, so only a wait for the call itself sees it commit.
     std::fs::write(
         wt.join("slow.ail"),
-        format!("-- standin: slow\n{}", fixtures::AILANG_HELLO),
+        format!(
+            "-- standin: slow\n-- slow-seconds: 6\n{}",
+            fixtures::AILANG_HELLO
+        ),
     )
     .unwrap();
     let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
