@@ -7,10 +7,11 @@
 //! one 1 MiB folio), so touching one 4 KiB page of a region a large value once filled maps all
 //! of it: with megabyte writes, the map came to hold hundreds of MiB.
 //!
-//! So after a commit, at most every [`LOOK_EVERY`], the writer reads the process's file-backed
-//! resident memory; once that has grown by the budget (`[serve] store_resident_bytes`) since
-//! the last release, it drops the map's page-table entries (`MADV_DONTNEED`). The page cache
-//! keeps the data: the next access maps the same page again, without I/O.
+//! So after a commit (or a second without one), at most every [`LOOK_EVERY`], the writer reads
+//! the process's file-backed resident memory; once that has grown by the budget (`[serve]
+//! store_resident_bytes`) since the last release, it drops the map's page-table entries
+//! (`MADV_DONTNEED`). The page cache keeps the data: the next access maps the same page again,
+//! without I/O.
 
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -27,6 +28,9 @@ pub const DEFAULT_RESIDENT_BYTES: u64 = 64 * 1024 * 1024;
 /// How often, at most, the writer looks at the process's resident memory (one read of
 /// `/proc/self/statm`).
 pub(super) const LOOK_EVERY: Duration = Duration::from_millis(100);
+
+/// How long the writer waits for work before it looks at the map all the same.
+pub(super) const IDLE_LOOK: Duration = Duration::from_secs(1);
 
 /// The longest wait between two releases when each is refilled at once ([`Pace`]).
 pub(super) const MAX_GAP: Duration = Duration::from_secs(30);
@@ -94,8 +98,8 @@ impl Resident {
         }
     }
 
-    /// After a commit: release the map when it is due.
-    pub(super) fn after_commit(&mut self, map: &MapLock, stats: &WriterStats) {
+    /// After a commit, or a second without one: release the map when it is due.
+    pub(super) fn look(&mut self, map: &MapLock, stats: &WriterStats) {
         let budget = self.budget.load(Ordering::Relaxed);
         if budget == 0 {
             return;

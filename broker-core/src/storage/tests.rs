@@ -926,6 +926,68 @@ fn the_map_is_released_once_what_reads_touched_outgrows_the_budget() {
     assert!(mapped_resident(&data) >= 24 * MIB as u64);
 }
 
+/// Reads alone (an agent's log streamed from the start on an idle daemon) mapped the store into
+/// the process and it stayed there until the next commit, hours away perhaps: 1.75 GB resident
+/// 30 s after one such stream. The writer looks at the map after a second without work too.
+#[test]
+fn the_map_is_released_after_reads_alone_with_no_commit() {
+    // Alone in its process, as the test above (it watches the whole process's memory).
+    if std::env::var_os(RESIDENT_ALONE).is_none() {
+        let status = std::process::Command::new(std::env::current_exe().unwrap())
+            .args([
+                "--exact",
+                "storage::tests::the_map_is_released_after_reads_alone_with_no_commit",
+            ])
+            .env(RESIDENT_ALONE, "1")
+            .status()
+            .unwrap();
+        assert!(status.success(), "the test, alone in its process: {status}");
+        return;
+    }
+    const MIB: usize = 1024 * 1024;
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().join("db");
+    let store = Store::create(&db).unwrap();
+    store.keep_resident_under(8 * MIB as u64);
+    let objects: Vec<Object> = (0..24u8)
+        .map(|i| Object::new("world/test/v1", "t", vec![i; MIB]))
+        .collect();
+    for o in objects.clone() {
+        store.write(move |w| w.put_object(&o)).unwrap();
+    }
+    // The writer's idle looks note what the process holds before the reads.
+    std::thread::sleep(resident::IDLE_LOOK * 2);
+    let releases = || store.stats().map_releases.load(Ordering::SeqCst);
+    let before = releases();
+    let read = store
+        .read(|r| {
+            let mut sum = 0u64;
+            for o in &objects {
+                let view = r.object_view(&o.hash)?.expect("stored");
+                sum += view.payload.iter().map(|b| u64::from(*b)).sum::<u64>();
+            }
+            Ok::<_, StoreError>(sum)
+        })
+        .unwrap();
+    assert_eq!(read, (0..24u64).map(|i| i * MIB as u64).sum::<u64>());
+    let data = db.join("data.mdb");
+    assert!(mapped_resident(&data) >= 24 * MIB as u64);
+    // No write follows: an idle look releases the map all the same.
+    let until = std::time::Instant::now() + resident::IDLE_LOOK * 5;
+    while releases() == before {
+        assert!(
+            std::time::Instant::now() < until,
+            "no release without a commit"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let left = mapped_resident(&data);
+    assert!(
+        left < 4 * MIB as u64,
+        "{left} bytes resident after the release"
+    );
+}
+
 /// A page LMDB finds missing or malformed while a store is read (a torn copy, a failing disk)
 /// is the damaged-store error, not LMDB's words alone.
 #[test]

@@ -2,7 +2,7 @@
 //! commits it once and answers every caller (group commit).
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::mpsc::{channel, Receiver, Sender};
+use std::sync::mpsc::{channel, Receiver, RecvTimeoutError, Sender};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -271,7 +271,18 @@ impl Writer {
         };
         let syncer = Syncer::spawn(durability.clone());
         let mut resident = Resident::new(self.resident.clone(), &self.map.at);
-        while let Ok(first) = receiver.recv() {
+        loop {
+            // Idle, the map is looked at all the same: reads alone (a log streamed from the
+            // start, listings) map the store, and nothing else would release it until the next
+            // commit, which may be hours away.
+            let first = match receiver.recv_timeout(resident::IDLE_LOOK) {
+                Ok(job) => job,
+                Err(RecvTimeoutError::Timeout) => {
+                    resident.look(&self.map, &self.stats);
+                    continue;
+                }
+                Err(RecvTimeoutError::Disconnected) => break,
+            };
             let mut batch = vec![first];
             drain(&receiver, &mut batch);
             // A batch of nothing but followed operations (the intents of reads whose handlers
@@ -318,7 +329,7 @@ impl Writer {
             }
             // After the hand-over: a release delays the next batch, not this one's answers.
             if committed {
-                resident.after_commit(&self.map, &self.stats);
+                resident.look(&self.map, &self.stats);
             }
         }
         if let Some(syncer) = syncer {
