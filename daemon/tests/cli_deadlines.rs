@@ -238,7 +238,7 @@ fn log_tail_follow_reconnects_when_the_stream_goes_silent_and_resumes_after_its_
         .spawn()
         .unwrap();
     let lines = lines_of(tail.stdout.take().unwrap());
-    assert!(next(&heads, "the page").starts_with("GET /v1/log/summaries?limit=10 "));
+    assert!(next(&heads, "the page").starts_with("GET /v1/log/summaries?limit=500 "));
     // The page said the next entry is 5: the stream starts after entry 4.
     let first = next(&heads, "the stream");
     assert!(first.starts_with("GET /v1/log/stream "), "{first}");
