@@ -179,3 +179,30 @@ fn a_handler_deadline_under_a_second_is_said_once_at_start() {
     assert_eq!(get(&d.url("/v1/health"), None).status, 200);
     assert!(!d.log().contains("handler_deadline_ms"), "{}", d.log());
 }
+
+/// An operator who shortens only `call_deadline_ms` was refused for keys never written: the
+/// defaults of `handler_deadline_ms` (10 s), `slot_wait_ms` (0.5 s, under what a handler
+/// needs to start) and `[server] body_timeout_ms` (10 s) could not fit under it. Unset, they
+/// follow it now (half of it); set, they are still checked.
+#[test]
+fn a_shorter_call_deadline_alone_carries_the_unset_deadlines_under_it() {
+    for call in ["1000", "5000", "10000"] {
+        let dir = tempfile::tempdir().unwrap();
+        let config = dir.path().join("world.toml");
+        std::fs::write(&config, format!("[limits]\ncall_deadline_ms = {call}\n")).unwrap();
+        let mut cmd = Daemon::serve_command(&dir, WS);
+        cmd.arg("--config").arg(&config);
+        let d = Daemon::spawn(dir, cmd);
+        assert_eq!(get(&d.url("/v1/health"), None).status, 200, "{call}");
+    }
+    // One that was written is still refused.
+    let (code, line) = refused(
+        "[limits]\ncall_deadline_ms = 5000\nhandler_deadline_ms = 8000\n",
+        &[],
+    );
+    assert_eq!(code, Some(2));
+    assert!(
+        line.contains("handler_deadline_ms 8000 is not under call_deadline_ms 5000"),
+        "{line}"
+    );
+}
