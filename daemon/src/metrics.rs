@@ -70,6 +70,9 @@ struct Inner {
     callbacks_rejected: AtomicU64,
     admission_refused: Mutex<BTreeMap<&'static str, u64>>,
     limit_trips: Mutex<BTreeMap<&'static str, u64>>,
+    /// Plugin log messages dropped for their rate: counted as they are dropped, without a lock
+    /// (a flood is many threads at once), shown as `limit_trips`' `plugin_log_rate`.
+    plugin_log_dropped: AtomicU64,
     connections_open: AtomicI64,
     body_bytes_held: AtomicI64,
     plugin_failures: AtomicU64,
@@ -245,13 +248,25 @@ impl Metrics {
         }
     }
 
+    /// A plugin log message dropped for its rate (`limit="plugin_log_rate"`).
+    pub fn plugin_log_dropped(&self) {
+        self.inner
+            .plugin_log_dropped
+            .fetch_add(1, Ordering::Relaxed);
+    }
+
     /// How often `limit` tripped so far.
     pub fn trips(&self, limit: &str) -> u64 {
+        let dropped = match limit {
+            "plugin_log_rate" => self.inner.plugin_log_dropped.load(Ordering::Relaxed),
+            _ => 0,
+        };
         self.inner
             .limit_trips
             .lock()
             .map(|m| m.get(limit).copied().unwrap_or(0))
             .unwrap_or(0)
+            + dropped
     }
 
     /// Bytes of the request-body budget taken (`+`) or given back (`-`).
@@ -412,12 +427,24 @@ impl Metrics {
             "reason",
             &inner.credentials_refused,
         );
+        let trips = {
+            let mut trips = inner
+                .limit_trips
+                .lock()
+                .map(|m| m.clone())
+                .unwrap_or_default();
+            let dropped = inner.plugin_log_dropped.load(Ordering::Relaxed);
+            if dropped > 0 {
+                *trips.entry("plugin_log_rate").or_default() += dropped;
+            }
+            Mutex::new(trips)
+        };
         by_label(
             &mut out,
             "worldd_limit_trips_total",
             "Requests and connections stopped by a limit, by limit.",
             "limit",
-            &inner.limit_trips,
+            &trips,
         );
         gauge(
             &mut out,

@@ -16,8 +16,8 @@
 //! A flood is many threads calling at once, so the gate takes no lock: the rate is a
 //! generic cell rate algorithm (one atomic "theoretical arrival time" moved forward by compare
 //! and swap; a message is let through while that time stays within one second of now), and
-//! a dropped message costs one atomic increment. Dropped messages reach `/v1/metrics` with
-//! each count written to the log.
+//! a dropped message costs two atomic increments: it reaches `/v1/metrics` as it is dropped,
+//! and the log with the next count.
 //!
 //! Control characters cannot forge a line either way: every field the daemon logs is escaped
 //! (`crate::cli` sets that up).
@@ -158,7 +158,6 @@ impl PluginLog {
             {
                 let dropped = self.dropped.swap(0, Ordering::AcqRel);
                 if dropped > 0 {
-                    self.metrics.limit_tripped_times("plugin_log_rate", dropped);
                     report = Some(dropped);
                 }
                 if calm {
@@ -174,6 +173,9 @@ impl PluginLog {
             };
         }
         self.dropped.fetch_add(1, Ordering::AcqRel);
+        // Counted in the metrics as it is dropped: the log's count waits for the plugin's next
+        // message, and a flood that ends (a crash loop that stops, a stop) sends none.
+        self.metrics.plugin_log_dropped();
         let starts = !self.flooding.swap(true, Ordering::AcqRel);
         if starts {
             self.reported.store(now, Ordering::Release);
@@ -231,8 +233,8 @@ mod tests {
         // The burst is spent: the flood starts, said once.
         assert_eq!(g.pass(t0), pass(false, true, None));
         assert_eq!(g.pass(t0), pass(false, false, None));
-        // Counted in the metrics with the count in the log.
-        assert_eq!(g.metrics.trips("plugin_log_rate"), 0);
+        // Counted in the metrics as they are dropped; the log's count comes later.
+        assert_eq!(g.metrics.trips("plugin_log_rate"), 2);
         // The flood goes on, a message every 100 ms: about one in three finds a token and is
         // logged, the rest are dropped, and nothing more is said until REPORT_EVERY.
         let mut dropped = 2;
