@@ -458,6 +458,12 @@ impl Metrics {
             "Connections open now.",
             &inner.connections_open.load(Ordering::Relaxed).max(0),
         );
+        gauge(
+            &mut out,
+            "worldd_calls_detached",
+            "Calls whose client left that still run or commit on their own (a stop waits for them).",
+            &crate::watched::detached(),
+        );
         counter(
             &mut out,
             "worldd_handler_overruns_total",

@@ -18,8 +18,7 @@
 use std::future::Future;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::pin::Pin;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Condvar, Mutex, PoisonError};
 use std::task::{Context, Poll};
 
 use broker_core::coordinator::{CallError, CallOutput, Committing, Coordinator, EffectCall};
@@ -33,14 +32,33 @@ pub type CallResult = Result<CallOutput, CallError>;
 
 /// Calls whose waiter went away, still running or committing on a task of their own
 /// ([`Driven`]'s and [`WatchedCall`]'s drop). A request answered is no call finished: a
-/// graceful stop waits for these too ([`detached`]), for the runtime's own shutdown drops such
-/// a task unpolled, and its call's intent stayed indeterminate for good, its effect run and its
-/// unit spent, after an orderly stop.
-static DETACHED: AtomicUsize = AtomicUsize::new(0);
+/// graceful stop waits for these too ([`wait_for_detached`]), for the runtime's own shutdown
+/// drops such a task unpolled, and its call's intent stayed indeterminate for good, its effect
+/// run and its unit spent, after an orderly stop.
+static DETACHED: Mutex<usize> = Mutex::new(0);
+/// Told each time a detached call ends.
+static DETACHED_ENDED: Condvar = Condvar::new();
 
-/// How many calls run on without a waiter now.
+/// How many calls run on without a waiter now (`worldd_calls_detached`).
 pub fn detached() -> usize {
-    DETACHED.load(Ordering::SeqCst)
+    *DETACHED.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// Wait, on a thread that may block (the runtime's workers drive the calls meanwhile), until no
+/// call runs on without a waiter or `until` comes; how many still do.
+pub fn wait_for_detached(until: std::time::Instant) -> usize {
+    let mut n = DETACHED.lock().unwrap_or_else(PoisonError::into_inner);
+    while *n > 0 {
+        let left = until.saturating_duration_since(std::time::Instant::now());
+        if left.is_zero() {
+            break;
+        }
+        n = DETACHED_ENDED
+            .wait_timeout(n, left)
+            .unwrap_or_else(PoisonError::into_inner)
+            .0;
+    }
+    *n
 }
 
 /// One call counted in [`DETACHED`] for as long as its task holds this.
@@ -48,14 +66,16 @@ struct Detached;
 
 impl Detached {
     fn new() -> Detached {
-        DETACHED.fetch_add(1, Ordering::SeqCst);
+        *DETACHED.lock().unwrap_or_else(PoisonError::into_inner) += 1;
         Detached
     }
 }
 
 impl Drop for Detached {
     fn drop(&mut self) {
-        DETACHED.fetch_sub(1, Ordering::SeqCst);
+        let mut n = DETACHED.lock().unwrap_or_else(PoisonError::into_inner);
+        *n = n.saturating_sub(1);
+        DETACHED_ENDED.notify_all();
     }
 }
 
@@ -232,7 +252,14 @@ impl<S: Send + 'static> Drop for WatchedCall<S> {
                 let counted = Detached::new();
                 runtime.spawn(async move {
                     let _counted = counted;
-                    shared.watch_over(&mut task, None).await
+                    // The commit is driven here, counted all along: handed to a task of its
+                    // own, it would be counted only once this one had ended, and a stop
+                    // looking in between would find no call running and drop it.
+                    if let Ended::Returned(Ok(Ok(driven))) =
+                        shared.watch_over(&mut task, None).await
+                    {
+                        let _ = driven.await;
+                    }
                 });
             }
             Err(_) => tracing::error!("a call lost its waiter outside the runtime"),

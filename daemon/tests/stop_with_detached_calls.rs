@@ -49,9 +49,19 @@ fn sigterm_waits_for_a_call_whose_client_left_and_it_commits() {
         std::thread::sleep(Duration::from_millis(20));
     }
     // The client goes away, as one that timed out or was killed does, and the daemon sees it
-    // gone before it is told to stop.
+    // gone (its gauge of calls running on without a client says so) before it is told to stop.
     drop(client);
-    std::thread::sleep(Duration::from_millis(300));
+    let until = Instant::now() + Duration::from_secs(30);
+    while !get(&d.url("/v1/metrics"), None)
+        .text()
+        .contains("\nworldd_calls_detached 1\n")
+    {
+        assert!(
+            Instant::now() < until,
+            "the call was never seen without its client"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
     let (status, _, log, dir) = d.stop_with_log(Duration::from_secs(30));
     assert!(status.success(), "{status:?}\n{log}");
     assert!(

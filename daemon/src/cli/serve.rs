@@ -603,13 +603,7 @@ pub fn run_with(a: ServeArgs, launch: Launch) -> CliResult {
     let detached = crate::watched::detached();
     if detached > 0 {
         tracing::info!("waiting for {detached} call(s) whose client left to finish and commit");
-        let until = std::time::Instant::now() + call_deadline;
-        runtime.block_on(async {
-            while crate::watched::detached() > 0 && std::time::Instant::now() < until {
-                tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-            }
-        });
-        let left = crate::watched::detached();
+        let left = crate::watched::wait_for_detached(std::time::Instant::now() + call_deadline);
         if left > 0 {
             tracing::warn!("{left} call(s) whose client left did not finish within the call deadline; their intents stay indeterminate");
         }
