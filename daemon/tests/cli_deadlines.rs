@@ -25,6 +25,9 @@ enum Play {
     /// event-stream head, then the entry after the `Last-Event-ID` the client sent when
     /// `with_entry`, then nothing.
     Log { with_entry: bool },
+    /// `/v1/log/summaries` of a log of a million entries none of which the session may see:
+    /// every page empty, `from` where it was asked to start (or 999,500).
+    LongLog,
 }
 
 /// A fake daemon on loopback. Every request head it reads is sent on the returned channel;
@@ -78,6 +81,19 @@ fn answer(conn: &mut TcpStream, head: &str, play: Play) {
         Play::HalfAnswer => "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"status\":".to_owned(),
         Play::Log { .. } if head.starts_with("GET /v1/log/summaries") => {
             let body = json!({"items": [], "next": 5}).to_string();
+            format!(
+                "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+                body.len()
+            )
+        }
+        Play::LongLog => {
+            let from = head
+                .split_once("from=")
+                .and_then(|(_, rest)| rest.split(['&', ' ']).next())
+                .and_then(|n| n.parse::<u64>().ok())
+                .unwrap_or(999_500);
+            let body =
+                json!({"items": [], "from": from, "next": 1_000_000, "head": 999_999}).to_string();
             format!(
                 "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
                 body.len()
@@ -255,6 +271,37 @@ fn log_tail_follow_reconnects_when_the_stream_goes_silent_and_resumes_after_its_
     assert_eq!(printed["header"]["entryIndex"], 6);
     let _ = tail.kill();
     let _ = tail.wait();
+}
+
+/// `log tail` reads back until it has the session's newest entries: a session that sees none of
+/// a long log's would read all of it, a request per 500 positions. It stops after 200 pages
+/// (100,000 positions) and says so.
+#[test]
+fn log_tail_reads_back_at_most_200_pages_and_says_where_it_stopped() {
+    let (addr, heads) = fake_daemon(Play::LongLog);
+    let (out, _) = run(&["log", "tail", "-n", "3", "--addr", &addr]);
+    assert_eq!(out.status.code(), Some(0));
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "");
+    assert_eq!(
+        String::from_utf8_lossy(&out.stderr),
+        "worldd: log tail: 0 of the 3 entries asked for are among the newest 100000 log positions, as far back as it reads; `worldd log range --from N` reads from any position\n"
+    );
+    assert_eq!(heads.try_iter().count(), 200);
+}
+
+/// `-n 0` prints nothing: only what is committed from now on, with `--follow`.
+#[test]
+fn log_tail_of_no_entries_prints_none() {
+    let (addr, heads) = fake_daemon(Play::LongLog);
+    let (out, _) = run(&["log", "tail", "-n", "0", "--addr", &addr]);
+    assert_eq!(out.status.code(), Some(0));
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "");
+    let asked: Vec<String> = heads.try_iter().collect();
+    assert_eq!(asked.len(), 1, "{asked:?}");
+    assert!(
+        asked[0].starts_with("GET /v1/log/summaries?limit=1 "),
+        "{asked:?}"
+    );
 }
 
 #[test]

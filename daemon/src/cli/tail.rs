@@ -14,6 +14,10 @@ use super::client::{self, ClientArgs};
 use super::terminal::{one_line, shown};
 use super::{CliResult, Failure};
 
+/// Pages of 500 positions `log tail` reads back at most looking for the session's entries: a
+/// session that sees few entries of a long log would otherwise read all of it.
+const SCAN_PAGES: usize = 200;
+
 /// Reconnections in a row without an event before `--follow` gives up.
 const MAX_RECONNECTS: u32 = 5;
 
@@ -90,7 +94,7 @@ pub fn run(a: TailArgs) -> CliResult {
             keep_alive.as_secs()
         );
     }
-    let (items, next) = newest_visible(&a.client, a.lines.clamp(1, 500))?;
+    let (items, next) = newest_visible(&a.client, a.lines.min(500))?;
     let mut out = std::io::stdout().lock();
     for v in &items {
         if !print(&mut out, &line(v, a.json))? {
@@ -140,7 +144,8 @@ pub fn run(a: TailArgs) -> CliResult {
 /// only the entries the session may see among them: on a daemon that serves other episodes the
 /// newest positions may hold none of the agent's, which `log tail` then showed as an empty log
 /// (and `worldd call` sends an agent here to see whether its write committed). Pages are read
-/// back from the head, 500 positions at a time, until `wanted` are found or entry 0 is reached.
+/// back from the head, 500 positions at a time, until `wanted` are found or entry 0 is reached,
+/// at most [`SCAN_PAGES`] pages (said when that stops it).
 fn newest_visible(c: &ClientArgs, wanted: usize) -> Result<(Vec<Value>, u64), Failure> {
     const PAGE: u64 = 500;
     let read = |query: &str| -> Result<Value, Failure> {
@@ -148,11 +153,26 @@ fn newest_visible(c: &ClientArgs, wanted: usize) -> Result<(Vec<Value>, u64), Fa
         serde_json::from_slice(&body)
             .map_err(|e| Failure::usage(format!("/v1/log/summaries: unreadable reply: {e}")))
     };
+    if wanted == 0 {
+        // Only where the log goes on (`-n 0 -f`: what is committed from now on).
+        let page = read("limit=1")?;
+        return Ok((Vec::new(), page["next"].as_u64().unwrap_or(0)));
+    }
     let page = read(&format!("limit={PAGE}"))?;
     let next = page["next"].as_u64().unwrap_or(0);
     let mut items = page["items"].as_array().cloned().unwrap_or_default();
     let mut from = page["from"].as_u64().unwrap_or(0);
+    let mut pages = 1;
     while items.len() < wanted && from > 0 {
+        if pages == SCAN_PAGES {
+            errln!(
+                "worldd: log tail: {} of the {wanted} entries asked for are among the newest {} log positions, as far back as it reads; `worldd log range --from N` reads from any position",
+                items.len(),
+                next.saturating_sub(from)
+            );
+            break;
+        }
+        pages += 1;
         let start = from.saturating_sub(PAGE);
         let older = read(&format!("from={start}&limit={}", from - start))?;
         let mut older = older["items"].as_array().cloned().unwrap_or_default();
