@@ -1442,9 +1442,14 @@ impl Store {
     /// 100 ms); 0 never releases. Default [`DEFAULT_RESIDENT_BYTES`]. The data stays in the
     /// kernel's page cache: this bounds what the store adds to the process's RSS, not I/O.
     pub fn keep_resident_under(&self, bytes: u64) {
-        self.inner
-            .resident
-            .store(bytes, std::sync::atomic::Ordering::Relaxed);
+        self.inner.resident.set(bytes);
+    }
+
+    /// Whether the writer also looks at the map after a second without work (on by default).
+    /// Tests that measure what their reads map turn it off while they read.
+    #[doc(hidden)]
+    pub fn look_at_the_map_when_idle(&self, on: bool) {
+        self.inner.resident.set_idle_looks(on);
     }
 
     /// Install (or with `None`, remove) the observer called after every group commit.

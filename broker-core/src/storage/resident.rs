@@ -14,7 +14,7 @@
 //! without I/O.
 
 use std::path::Path;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -35,11 +35,42 @@ pub(super) const IDLE_LOOK: Duration = Duration::from_secs(1);
 /// The longest wait between two releases when each is refilled at once ([`Pace`]).
 pub(super) const MAX_GAP: Duration = Duration::from_secs(30);
 
-/// The budget in bytes, shared by a store and its writer; 0 turns releasing off.
-pub(super) type Budget = Arc<AtomicU64>;
+/// What a store tells its writer about releasing the map, shared by both.
+pub(super) type Budget = Arc<Watch>;
 
 pub(super) fn budget() -> Budget {
-    Arc::new(AtomicU64::new(DEFAULT_RESIDENT_BYTES))
+    Arc::new(Watch {
+        bytes: AtomicU64::new(DEFAULT_RESIDENT_BYTES),
+        idle_looks: AtomicBool::new(true),
+    })
+}
+
+#[derive(Debug)]
+pub(super) struct Watch {
+    /// The budget in bytes; 0 turns releasing off.
+    bytes: AtomicU64,
+    /// Whether the writer looks after [`IDLE_LOOK`] without work. Always on but in tests that
+    /// measure the map while they read, which an idle look would release at a moment they do
+    /// not control.
+    idle_looks: AtomicBool,
+}
+
+impl Watch {
+    pub(super) fn set(&self, bytes: u64) {
+        self.bytes.store(bytes, Ordering::Relaxed);
+    }
+
+    pub(super) fn bytes(&self) -> u64 {
+        self.bytes.load(Ordering::Relaxed)
+    }
+
+    pub(super) fn set_idle_looks(&self, on: bool) {
+        self.idle_looks.store(on, Ordering::Relaxed);
+    }
+
+    pub(super) fn idle_looks(&self) -> bool {
+        self.idle_looks.load(Ordering::Relaxed)
+    }
 }
 
 /// The writer's watch over the map.
@@ -58,8 +89,8 @@ pub(super) struct Resident {
 /// the budget map it back within a look or two of each release: releasing on every look then
 /// only churns page tables (six releases a second on a 1 GB store, a third more CPU per call).
 /// A release due again as soon as it is allowed doubles the wait before the next (from 1 s, at
-/// most [`MAX_GAP`]); one that took four waits' time, or ten seconds more, to fall due starts
-/// the wait over. Between two releases the map may then hold more than the budget.
+/// most [`MAX_GAP`]); one that fell due more than four waits plus ten seconds after the last
+/// starts the wait over. Between two releases the map may then hold more than the budget.
 #[derive(Debug, Default, Clone, Copy)]
 pub(super) struct Pace {
     last: Option<Instant>,
@@ -87,6 +118,16 @@ impl Pace {
 }
 
 impl Resident {
+    /// The budget is not 0: there is something to look for.
+    pub(super) fn watching(&self) -> bool {
+        self.budget.bytes() != 0
+    }
+
+    /// Whether a wait of [`IDLE_LOOK`] without work ends in a look.
+    pub(super) fn looks_when_idle(&self) -> bool {
+        self.budget.idle_looks()
+    }
+
     pub(super) fn new(budget: Budget, dir: &Path) -> Resident {
         Resident {
             budget,
@@ -100,7 +141,7 @@ impl Resident {
 
     /// After a commit, or a second without one: release the map when it is due.
     pub(super) fn look(&mut self, map: &MapLock, stats: &WriterStats) {
-        let budget = self.budget.load(Ordering::Relaxed);
+        let budget = self.budget.bytes();
         if budget == 0 {
             return;
         }

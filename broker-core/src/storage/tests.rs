@@ -865,6 +865,9 @@ fn the_map_is_released_once_what_reads_touched_outgrows_the_budget() {
     let db = dir.path().join("db");
     let store = Store::create(&db).unwrap();
     store.keep_resident_under(8 * MIB as u64);
+    // Only commits release the map here: an idle look could release it halfway through the
+    // reads measured below, or take the release the commit is meant to make.
+    store.look_at_the_map_when_idle(false);
     let objects: Vec<Object> = (0..24u8)
         .map(|i| Object::new("world/test/v1", "t", vec![i; MIB]))
         .collect();
@@ -949,14 +952,15 @@ fn the_map_is_released_after_reads_alone_with_no_commit() {
     let db = dir.path().join("db");
     let store = Store::create(&db).unwrap();
     store.keep_resident_under(8 * MIB as u64);
+    // No idle look while the reads are measured: one could release the map halfway through.
+    // The writes' looks note what the process holds before the reads.
+    store.look_at_the_map_when_idle(false);
     let objects: Vec<Object> = (0..24u8)
         .map(|i| Object::new("world/test/v1", "t", vec![i; MIB]))
         .collect();
     for o in objects.clone() {
         store.write(move |w| w.put_object(&o)).unwrap();
     }
-    // The writer's idle looks note what the process holds before the reads.
-    std::thread::sleep(resident::IDLE_LOOK * 2);
     let releases = || store.stats().map_releases.load(Ordering::SeqCst);
     let before = releases();
     let read = store
@@ -971,8 +975,14 @@ fn the_map_is_released_after_reads_alone_with_no_commit() {
         .unwrap();
     assert_eq!(read, (0..24u64).map(|i| i * MIB as u64).sum::<u64>());
     let data = db.join("data.mdb");
-    assert!(mapped_resident(&data) >= 24 * MIB as u64);
+    let touched = mapped_resident(&data);
+    assert!(
+        touched >= 24 * MIB as u64,
+        "{touched} bytes resident after reading 24 MiB"
+    );
+    assert_eq!(releases(), before, "released with idle looks off");
     // No write follows: an idle look releases the map all the same.
+    store.look_at_the_map_when_idle(true);
     let until = std::time::Instant::now() + resident::IDLE_LOOK * 5;
     while releases() == before {
         assert!(
@@ -986,6 +996,37 @@ fn the_map_is_released_after_reads_alone_with_no_commit() {
         left < 4 * MIB as u64,
         "{left} bytes resident after the release"
     );
+}
+
+/// With `store_resident_bytes = 0` there is nothing to look for, yet the writer woke every
+/// second to find that out. It waits for work alone.
+#[test]
+fn with_the_budget_at_0_the_writer_sleeps_until_there_is_work() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::create(&dir.path().join("db")).unwrap();
+    let wakes = || store.stats().idle_wakes.load(Ordering::SeqCst);
+    store.keep_resident_under(0);
+    // The writer sees the budget at the top of its loop: a second write returns once it has
+    // taken the first, so it next waits with the budget at 0.
+    for content in [&b"first"[..], b"second"] {
+        let o = Object::new("world/test/v1", "t", content.to_vec());
+        store.write(move |w| w.put_object(&o)).unwrap();
+    }
+    let before = wakes();
+    std::thread::sleep(resident::IDLE_LOOK * 2 + std::time::Duration::from_millis(300));
+    assert_eq!(wakes(), before, "the writer woke without work");
+    // With a budget it wakes to look again, from the next commit on.
+    store.keep_resident_under(8 * 1024 * 1024);
+    let o = Object::new("world/test/v1", "t", b"third".to_vec());
+    store.write(move |w| w.put_object(&o)).unwrap();
+    let until = std::time::Instant::now() + resident::IDLE_LOOK * 5;
+    while wakes() == before {
+        assert!(
+            std::time::Instant::now() < until,
+            "no idle wake with a budget"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
 }
 
 /// A page LMDB finds missing or malformed while a store is read (a torn copy, a failing disk)

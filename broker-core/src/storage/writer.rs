@@ -131,6 +131,9 @@ pub struct WriterStats {
     pub map_releases: AtomicU64,
     /// File-backed resident memory those releases gave back, bytes.
     pub map_released_bytes: AtomicU64,
+    /// Times the writer woke after [`super::resident::IDLE_LOOK`] without work, to look at the
+    /// map (never with the budget at 0).
+    pub(crate) idle_wakes: AtomicU64,
     /// Reader slots of processes that died holding a read snapshot, cleared by
     /// [`super::Store::watch`].
     pub stale_readers_cleared: AtomicU64,
@@ -275,13 +278,25 @@ impl Writer {
             // Idle, the map is looked at all the same: reads alone (a log streamed from the
             // start, listings) map the store, and nothing else would release it until the next
             // commit, which may be hours away.
-            let first = match receiver.recv_timeout(resident::IDLE_LOOK) {
-                Ok(job) => job,
-                Err(RecvTimeoutError::Timeout) => {
-                    resident.look(&self.map, &self.stats);
-                    continue;
+            // With the budget at 0 there is nothing to look for: wait for work alone (a budget
+            // raised from 0 is looked at from the next commit on).
+            let first = if resident.watching() {
+                match receiver.recv_timeout(resident::IDLE_LOOK) {
+                    Ok(job) => job,
+                    Err(RecvTimeoutError::Timeout) => {
+                        self.stats.idle_wakes.fetch_add(1, Ordering::Relaxed);
+                        if resident.looks_when_idle() {
+                            resident.look(&self.map, &self.stats);
+                        }
+                        continue;
+                    }
+                    Err(RecvTimeoutError::Disconnected) => break,
                 }
-                Err(RecvTimeoutError::Disconnected) => break,
+            } else {
+                match receiver.recv() {
+                    Ok(job) => job,
+                    Err(_) => break,
+                }
             };
             let mut batch = vec![first];
             drain(&receiver, &mut batch);
