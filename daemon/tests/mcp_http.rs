@@ -1746,6 +1746,30 @@ async fn a_handler_whose_deadline_passed_during_its_intent_is_never_started() {
         rec["outcome"],
         json!({"kind": "refused", "reason": "deadline", "retryable": true})
     );
+    // A resend of its key runs nothing and says why, classified as the withdrawal was.
+    let again = h
+        .rpc(
+            &t,
+            &keyed_body(
+                json!(32),
+                "ailang-write",
+                json!({"path": "a.ail", "content": "x"}),
+                "late",
+            ),
+        )
+        .await
+        .sse();
+    assert_eq!(
+        again["error"]["message"],
+        json!("idempotency key \"late\": the first call with this key was withdrawn at its deadline (its handler was never started): nothing ran and nothing was spent; send it again under another key"),
+        "{again}"
+    );
+    assert_eq!(again["error"]["data"]["kind"], json!("refused"), "{again}");
+    assert_eq!(
+        again["error"]["data"]["reason"],
+        json!("deadline"),
+        "{again}"
+    );
     assert_eq!(h.writes_run(), 0, "the handler was started");
     let before = h.revision();
     h.reads_ok(&h.reader(), 22).await;

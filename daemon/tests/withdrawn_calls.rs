@@ -116,7 +116,7 @@ fn a_call_withdrawn_at_its_deadline_is_said_so_everywhere_and_spends_nothing() {
     let again: Value = a2a(&d, &token, "w1", "ailang-write", args);
     assert_eq!(
         again["error"],
-        json!({"code": -32603, "message": "invocation exceeded its deadline"}),
+        json!({"code": -32602, "message": "task id already used: its call was withdrawn at its deadline (its handler was never started): nothing ran and nothing was spent; send it again as a new task"}),
         "{again}"
     );
     assert!(!d.root().join("ep1/a.txt").exists());

@@ -195,9 +195,10 @@ pub(super) fn error_text(f: InvokeFailure) -> (i64, String) {
         InvokeFailure::Call(e) => {
             let code = match e {
                 CallError::InvalidTaskId | CallError::InvalidArguments(_) => -32602,
-                CallError::NotAuthorized | CallError::PinMismatch | CallError::TaskIdReused => {
-                    -32602
-                }
+                CallError::NotAuthorized
+                | CallError::PinMismatch
+                | CallError::TaskIdReused
+                | CallError::NotStarted => -32602,
                 _ => -32603,
             };
             let message = match &e {
@@ -205,9 +206,12 @@ pub(super) fn error_text(f: InvokeFailure) -> (i64, String) {
                     "invalid params".to_owned()
                 }
                 // The contract's timeout text; the classification says nothing ran.
-                CallError::NoTimeToStart | CallError::NotStarted | CallError::PreflightTimedOut => {
+                CallError::NoTimeToStart | CallError::PreflightTimedOut => {
                     "invocation exceeded its deadline".to_owned()
                 }
+                // Reached only by a resend (the first attempt is answered at its deadline
+                // before): its task id is used for good, which the agent must know to move on.
+                CallError::NotStarted => "task id already used: its call was withdrawn at its deadline (its handler was never started): nothing ran and nothing was spent; send it again as a new task".to_owned(),
                 // No room to write: the store-full text; the log says "disk full" or the map size.
                 CallError::Store(s)
                     if s.is_disk_full() || matches!(s, StoreError::MapFull { .. }) =>

@@ -324,6 +324,15 @@ async fn keyed_error(
             Outcome::indeterminate("unrecorded"),
             Some(json!(records)),
         ),
+        // A resend of a call withdrawn at its deadline: nothing ran, and the key is used for
+        // good. Said as what it is, classified as the withdrawal was, so that an agent does not
+        // take it for a call that may still commit.
+        CallError::NotStarted => (
+            INTERNAL_ERROR,
+            format!("idempotency key {q}: the first call with this key was withdrawn at its deadline (its handler was never started): nothing ran and nothing was spent; send it again under another key"),
+            Outcome::too_late(),
+            None,
+        ),
         _ => return None,
     };
     let mut data = match outcome.to_json() {
