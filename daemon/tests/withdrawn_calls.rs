@@ -28,6 +28,39 @@ fn have_strace() -> bool {
     here
 }
 
+/// Why strace may not attach to the daemon here, which is our child and not strace's: under
+/// Yama's `kernel.yama.ptrace_scope` 1 or 2 (Ubuntu's default is 1) that takes
+/// `CAP_SYS_PTRACE`, and 3 forbids it to everyone.
+fn ptrace_attach_refused() -> Option<String> {
+    let scope = std::fs::read_to_string("/proc/sys/kernel/yama/ptrace_scope").ok()?;
+    let scope: u8 = scope.trim().parse().ok()?;
+    // CAP_SYS_PTRACE is capability 19.
+    let cap_sys_ptrace = std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|status| {
+            let hex = status.lines().find_map(|l| l.strip_prefix("CapEff:"))?;
+            u64::from_str_radix(hex.trim(), 16).ok()
+        })
+        .is_some_and(|caps| caps & (1 << 19) != 0);
+    match scope {
+        0 => None,
+        1 | 2 if cap_sys_ptrace => None,
+        3 => Some("kernel.yama.ptrace_scope is 3".to_owned()),
+        _ => Some(format!(
+            "kernel.yama.ptrace_scope is {scope} and this process lacks CAP_SYS_PTRACE"
+        )),
+    }
+}
+
+/// Skip the test for `why`, or fail it where `WORLDD_TESTS_REQUIRE_STRACE` is set (CI).
+fn attach_not_permitted(why: &str) {
+    assert!(
+        std::env::var_os("WORLDD_TESTS_REQUIRE_STRACE").is_none(),
+        "strace is required (WORLDD_TESTS_REQUIRE_STRACE) and ptrace attach is not permitted here: {why}"
+    );
+    eprintln!("skipped: ptrace attach is not permitted here: {why}");
+}
+
 /// Every thread of process `pid` is traced.
 fn traced(pid: u32) -> bool {
     let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
@@ -45,6 +78,10 @@ fn traced(pid: u32) -> bool {
 fn a_call_withdrawn_at_its_deadline_is_said_so_everywhere_and_spends_nothing() {
     if !have_strace() {
         eprintln!("skipped: no strace here");
+        return;
+    }
+    if let Some(why) = ptrace_attach_refused() {
+        attach_not_permitted(&why);
         return;
     }
     let dir = tempfile::tempdir().unwrap();
@@ -72,10 +109,18 @@ fn a_call_withdrawn_at_its_deadline_is_said_so_everywhere_and_spends_nothing() {
         .arg("-p")
         .arg(d.child.id().to_string())
         .stdin(Stdio::null())
+        .stderr(Stdio::piped())
         .spawn()
         .unwrap();
     let until = Instant::now() + Duration::from_secs(10);
     while !traced(d.child.id()) {
+        // Refused the attach (a container's seccomp profile, an LSM), strace says so and ends.
+        if let Some(status) = strace.try_wait().unwrap() {
+            let mut said = String::new();
+            let _ = std::io::Read::read_to_string(&mut strace.stderr.take().unwrap(), &mut said);
+            attach_not_permitted(&format!("strace -p ended ({status}): {}", said.trim()));
+            return;
+        }
         assert!(Instant::now() < until, "strace did not attach");
         std::thread::sleep(Duration::from_millis(20));
     }
