@@ -34,8 +34,8 @@ pub const DEFAULT_JSON_VALUES: usize = 16 * 1024;
 
 /// The most `reply_bytes` may be under `server`'s reply budget: half of one credential's share
 /// (a quarter of the budget), so that a batch's answer, which passes `reply_bytes` by its last
-/// reply, fits beside that credential's other answers waiting unread. (A batch's items have
-/// all run when its answer is counted: one replaced by 503 spent their units for nothing.)
+/// reply and is counted only after its items ran, leaves half that share to the credential's
+/// other answers waiting unread. A larger value is lowered to it at start, with a WARN.
 pub fn most_reply_bytes(server: &crate::edge::ServerConfig) -> usize {
     (server.reply_budget_bytes / 8).max(1)
 }
@@ -231,38 +231,6 @@ impl Limits {
                 least.as_millis()
             ));
         }
-        // The deadlines that run inside a call's: one that cannot end before the call's would
-        // never trip, and the call deadline would fire under its name.
-        if self.handler_deadline >= self.call_deadline {
-            return Err(format!(
-                "[limits] handler_deadline_ms {} is not under call_deadline_ms {}: a handler is given at most what is left of its call's deadline, so handler_deadline_ms would never trip; set handler_deadline_ms under {}, or raise call_deadline_ms",
-                self.handler_deadline.as_millis(),
-                self.call_deadline.as_millis(),
-                self.call_deadline.as_millis()
-            ));
-        }
-        // A call let in with less than `least` left is answered timed out before its intent:
-        // a slot wait that long would make every call short of a slot end so, never refused as
-        // capacity.
-        let room = self.call_deadline.saturating_sub(least);
-        if self.slot_wait >= room {
-            return Err(format!(
-                "[limits] slot_wait_ms {} is not under call_deadline_ms {} less the {} ms a handler is started with: a call that waited that long for a slot would be answered timed out, never refused for capacity; set slot_wait_ms under {}, or raise call_deadline_ms",
-                self.slot_wait.as_millis(),
-                self.call_deadline.as_millis(),
-                least.as_millis(),
-                room.as_millis()
-            ));
-        }
-        // A call is large when its body is larger than this, and no body larger than its
-        // route's limit is read.
-        let largest = self.mcp_body_bytes.max(self.a2a_body_bytes);
-        if self.large_call_bytes >= largest {
-            return Err(format!(
-                "[limits] large_call_bytes {} is not under mcp_body_bytes {} or a2a_body_bytes {}: no body read can be larger, so the large-call lane would never be used; set large_call_bytes under {largest}",
-                self.large_call_bytes, self.mcp_body_bytes, self.a2a_body_bytes
-            ));
-        }
         // Tokio's semaphore holds at most this many permits.
         for (key, permits) in [
             ("execution_slots", self.execution_slots),
@@ -275,46 +243,147 @@ impl Limits {
         Ok(())
     }
 
-    /// What the daemon says once at start of limits it serves with but that will likely fail
-    /// calls: a handler deadline under the time a handler is started with leaves the shipped
-    /// plugins (which keep up to 750 ms of it back to answer a clear failure) no time for
-    /// their work, so their calls fail having spent their unit, or time out. Not refused: a
-    /// plugin that needs less may be run so on purpose; a value in the wrong unit
-    /// (`--handler-deadline-ms 10` for ten seconds) is said.
-    pub fn warnings(&self) -> Vec<String> {
-        let least = broker_core::coordinator::MIN_HANDLER_TIME;
-        if self.handler_deadline < least {
-            return vec![format!(
-                "handler_deadline_ms {} is under the {} ms a handler is otherwise started with: the shipped plugins keep up to 750 ms of it back to answer a clear failure, so their calls may fail (spending their unit) or time out; raise handler_deadline_ms (or --handler-deadline-ms) to {} or more unless every plugin here needs less",
-                self.handler_deadline.as_millis(),
-                least.as_millis(),
-                least.as_millis()
-            )];
+    /// The one place of what the daemon says once at start of the limits it serves with (each
+    /// line a WARN), lowering what is safe to lower first. A pair of keys of which one can never
+    /// trip is said naming both keys and where each value came from (`given`), not refused:
+    /// older builds accepted every such pair, and a daemon that no longer restarts on its
+    /// config is worse than a limit that never trips. Lowered where the lower value is what is
+    /// in force anyway (`log_streams_per_episode` to `log_streams`) or what keeps the limit
+    /// safe (`reply_bytes` to what a credential's reply share allows); kept otherwise. A handler
+    /// deadline under the time a handler is started with is said too: the shipped plugins keep
+    /// up to 750 ms of it back to answer a clear failure, so their calls fail having spent
+    /// their unit, or time out (a plugin that needs less may be run so on purpose).
+    pub fn fit(&mut self, server: &mut crate::edge::ServerConfig, given: &Given) -> Vec<String> {
+        let mut said = Vec::new();
+        let call_ms = self.call_deadline.as_millis();
+        let call = given.name("[limits] call_deadline_ms", call_ms);
+        if self.handler_deadline >= self.call_deadline {
+            said.push(format!(
+                "{} is not under {call}: a handler is given at most what is left of its call's deadline, so handler_deadline_ms can never trip; serving with it as it is: set handler_deadline_ms under {call_ms}, or raise call_deadline_ms",
+                given.name("[limits] handler_deadline_ms", self.handler_deadline.as_millis()),
+            ));
         }
-        Vec::new()
-    }
-
-    /// Refuse `[server]` values that cannot trip under these limits: a call's body is read
-    /// within the call's deadline, so a body timeout as long never fires for an MCP or A2A
-    /// call (the call deadline would, under the body timeout's name). And a `reply_bytes` a
-    /// batch's answer could not be kept under beside its credential's other answers.
-    pub fn check_with(&self, server: &crate::edge::ServerConfig) -> Result<(), String> {
+        // A call let in with less than `least` left is answered timed out before its intent:
+        // a slot wait that long makes every call short of a slot end so, never refused as
+        // capacity.
+        let least = broker_core::coordinator::MIN_HANDLER_TIME.min(self.handler_deadline);
+        let room = self.call_deadline.saturating_sub(least);
+        if self.slot_wait >= room {
+            said.push(format!(
+                "{} is not under {call} less the {} ms a handler is started with: a call that waited that long for a slot would be answered timed out, never refused for capacity, so slot_wait_ms can never trip; serving with it as it is: set slot_wait_ms under {}, or raise call_deadline_ms",
+                given.name("[limits] slot_wait_ms", self.slot_wait.as_millis()),
+                least.as_millis(),
+                room.as_millis()
+            ));
+        }
+        // `POST /v1/commit` reads its body by the body timeout alone: it still trips there.
+        if server.body_timeout >= self.call_deadline {
+            said.push(format!(
+                "{} is not under {call}: MCP and A2A bodies are cut at call_deadline_ms first, and answered under its name; body_timeout_ms still bounds POST /v1/commit; serving with it as it is: set body_timeout_ms under {call_ms} for it to bound MCP and A2A bodies too",
+                given.name("[server] body_timeout_ms", server.body_timeout.as_millis()),
+            ));
+        }
+        // A call is large when its body is larger than this, and no body larger than its
+        // route's limit is read.
+        let largest = self.mcp_body_bytes.max(self.a2a_body_bytes);
+        if self.large_call_bytes >= largest {
+            said.push(format!(
+                "{} is not under {} or {}: no body read can be larger, so the large-call lane is never used; serving with it as it is: set large_call_bytes under {largest} to use it",
+                given.name("[limits] large_call_bytes", self.large_call_bytes),
+                given.name("[limits] mcp_body_bytes", self.mcp_body_bytes),
+                given.name("[limits] a2a_body_bytes", self.a2a_body_bytes),
+            ));
+        }
+        // The global limit trips first anyway: lowered, the episode's limit says so.
+        if server.log_streams_per_episode > server.log_streams {
+            said.push(format!(
+                "{} is over {}: an episode can never hold more streams than all clients together, so log_streams_per_episode could never trip; lowered to {}",
+                given.name("[server] log_streams_per_episode", server.log_streams_per_episode),
+                given.name("[server] log_streams", server.log_streams),
+                server.log_streams
+            ));
+            server.log_streams_per_episode = server.log_streams;
+        }
         let most = most_reply_bytes(server);
         if self.reply_bytes > most {
-            return Err(format!(
-                "[limits] reply_bytes {} is over half of one credential's share of [server] reply_budget_bytes {} ({most} bytes): a batch's answer, a little over reply_bytes, would be replaced by 503 after its items ran whenever its credential had another answer unread; set reply_bytes to {most} or less, or raise reply_budget_bytes",
-                self.reply_bytes, server.reply_budget_bytes
+            said.push(format!(
+                "{} is over {most} bytes, half of one credential's share of {}: lowered to {most}, so that a batch's answer, which passes reply_bytes by its last reply, is counted against no more than half its credential's share",
+                given.name("[limits] reply_bytes", self.reply_bytes),
+                given.name("[server] reply_budget_bytes", server.reply_budget_bytes),
+            ));
+            self.reply_bytes = most;
+        }
+        let started = broker_core::coordinator::MIN_HANDLER_TIME;
+        if self.handler_deadline < started {
+            said.push(format!(
+                "handler_deadline_ms {} is under the {} ms a handler is otherwise started with: the shipped plugins keep up to 750 ms of it back to answer a clear failure, so their calls may fail (spending their unit) or time out; raise handler_deadline_ms (or --handler-deadline-ms) to {} or more unless every plugin here needs less",
+                self.handler_deadline.as_millis(),
+                started.as_millis(),
+                started.as_millis()
             ));
         }
-        if server.body_timeout >= self.call_deadline {
-            return Err(format!(
-                "[server] body_timeout_ms {} is not under [limits] call_deadline_ms {}: an MCP or A2A body is read within its call's deadline, so body_timeout_ms would never trip; set body_timeout_ms under {}, or raise call_deadline_ms",
-                server.body_timeout.as_millis(),
-                self.call_deadline.as_millis(),
-                self.call_deadline.as_millis()
-            ));
+        said
+    }
+}
+
+/// Where the value in force of each key came from (its flag, the config file, or its
+/// default), said with it at start so that the operator knows what to change.
+#[derive(Debug, Clone, Default)]
+pub struct Given(Vec<(&'static str, Option<&'static str>)>);
+
+impl Given {
+    /// The keys [`Limits::fit`] names that the file sets.
+    pub fn of(limits: &LimitsSection, server: &crate::edge::ServerSection) -> Given {
+        let set = [
+            (
+                "[limits] handler_deadline_ms",
+                limits.handler_deadline_ms.is_some(),
+            ),
+            (
+                "[limits] call_deadline_ms",
+                limits.call_deadline_ms.is_some(),
+            ),
+            ("[limits] slot_wait_ms", limits.slot_wait_ms.is_some()),
+            (
+                "[limits] large_call_bytes",
+                limits.large_call_bytes.is_some(),
+            ),
+            ("[limits] mcp_body_bytes", limits.mcp_body_bytes.is_some()),
+            ("[limits] a2a_body_bytes", limits.a2a_body_bytes.is_some()),
+            ("[limits] reply_bytes", limits.reply_bytes.is_some()),
+            ("[server] body_timeout_ms", server.body_timeout_ms.is_some()),
+            (
+                "[server] reply_budget_bytes",
+                server.reply_budget_bytes.is_some(),
+            ),
+            ("[server] log_streams", server.log_streams.is_some()),
+            (
+                "[server] log_streams_per_episode",
+                server.log_streams_per_episode.is_some(),
+            ),
+        ];
+        Given(
+            set.into_iter()
+                .filter(|(_, set)| *set)
+                .map(|(key, _)| (key, None))
+                .collect(),
+        )
+    }
+
+    /// `key`'s value was given by `flag`, over the file's.
+    pub fn flag(mut self, key: &'static str, flag: &'static str) -> Given {
+        self.0.push((key, Some(flag)));
+        self
+    }
+
+    /// `key` and its value as given: `--flag V`, `[table] key V`, or `[table] key V (its
+    /// default)`.
+    fn name(&self, key: &'static str, value: impl std::fmt::Display) -> String {
+        match self.0.iter().rev().find(|(k, _)| *k == key) {
+            Some((_, Some(flag))) => format!("{flag} {value}"),
+            Some((_, None)) => format!("{key} {value}"),
+            None => format!("{key} {value} (its default)"),
         }
-        Ok(())
     }
 }
 
@@ -345,115 +414,169 @@ mod tests {
         assert!(s.resolve().unwrap_err().contains("under the 200 ms"));
     }
 
-    /// A deadline that runs inside the call's and cannot end before it never tripped: the call
-    /// deadline fired first, under the other's name (a handler given 60 s still got at most
-    /// what was left of 20; a call that waited 60 s for a slot was answered timed out instead
-    /// of refused for capacity).
+    /// What `fit` says of `text` (a `[limits]` and `[server]` file), with `given` as the
+    /// file's keys, and the limits and edge settings then in force.
+    fn fitted(text: &str, flag: bool) -> (Vec<String>, Limits, crate::edge::ServerConfig) {
+        #[derive(Deserialize, Default)]
+        #[serde(default)]
+        struct File {
+            server: crate::edge::ServerSection,
+            limits: LimitsSection,
+        }
+        let file: File = toml::from_str(text).unwrap();
+        let mut given = Given::of(&file.limits, &file.server);
+        if flag {
+            given = given.flag("[limits] handler_deadline_ms", "--handler-deadline-ms");
+        }
+        let mut limits = file.limits.resolve().unwrap();
+        let mut server = file.server.resolve().unwrap();
+        let said = limits.fit(&mut server, &given);
+        (said, limits, server)
+    }
+
+    /// A deadline that runs inside the call's and cannot end before it never trips: the call
+    /// deadline fires first. Older builds served with such values, so they are said at start,
+    /// naming both keys and where each value came from, and kept; refused, a config that
+    /// worked stopped the daemon's restart.
     #[test]
-    fn a_deadline_that_cannot_end_before_the_calls_is_refused_naming_both_keys() {
-        let err = |text: &str| toml::from_str::<LimitsSection>(text).unwrap().resolve();
+    fn a_deadline_that_cannot_end_before_the_calls_is_said_naming_both_keys_and_kept() {
+        let (said, limits, _) = fitted("[limits]\nhandler_deadline_ms = 60000", false);
         assert_eq!(
-            err("handler_deadline_ms = 60000").unwrap_err(),
-            "[limits] handler_deadline_ms 60000 is not under call_deadline_ms 20000: a handler is given at most what is left of its call's deadline, so handler_deadline_ms would never trip; set handler_deadline_ms under 20000, or raise call_deadline_ms"
+            said,
+            ["[limits] handler_deadline_ms 60000 is not under [limits] call_deadline_ms 20000 (its default): a handler is given at most what is left of its call's deadline, so handler_deadline_ms can never trip; serving with it as it is: set handler_deadline_ms under 20000, or raise call_deadline_ms"]
         );
-        assert!(err("handler_deadline_ms = 20000")
-            .unwrap_err()
-            .starts_with("[limits] handler_deadline_ms 20000 is not under call_deadline_ms 20000"));
-        assert!(err("handler_deadline_ms = 19999").is_ok());
+        assert_eq!(limits.handler_deadline, Duration::from_secs(60));
+        let (said, ..) = fitted("[limits]\ncall_deadline_ms = 20000", true);
+        assert!(said.is_empty(), "{said:?}");
+        let (said, ..) = fitted(
+            "[limits]\ncall_deadline_ms = 20000\nhandler_deadline_ms = 20000",
+            true,
+        );
         assert_eq!(
-            err("call_deadline_ms = 5000\nhandler_deadline_ms = 4000\nslot_wait_ms = 60000")
-                .unwrap_err(),
-            "[limits] slot_wait_ms 60000 is not under call_deadline_ms 5000 less the 1000 ms a handler is started with: a call that waited that long for a slot would be answered timed out, never refused for capacity; set slot_wait_ms under 4000, or raise call_deadline_ms"
+            said,
+            ["--handler-deadline-ms 20000 is not under [limits] call_deadline_ms 20000: a handler is given at most what is left of its call's deadline, so handler_deadline_ms can never trip; serving with it as it is: set handler_deadline_ms under 20000, or raise call_deadline_ms"]
         );
-        assert!(
-            err("call_deadline_ms = 5000\nhandler_deadline_ms = 4000\nslot_wait_ms = 4000")
-                .is_err()
+        assert!(fitted("[limits]\nhandler_deadline_ms = 19999", false)
+            .0
+            .is_empty());
+        let (said, limits, _) = fitted(
+            "[limits]\ncall_deadline_ms = 5000\nhandler_deadline_ms = 4000\nslot_wait_ms = 60000\n[server]\nbody_timeout_ms = 4000",
+            false,
         );
-        assert!(
-            err("call_deadline_ms = 5000\nhandler_deadline_ms = 4000\nslot_wait_ms = 3999").is_ok()
-        );
-        // The body timeout is the edge's, checked against the limits once both are known.
-        let server = |text: &str| {
-            toml::from_str::<crate::edge::ServerSection>(text)
-                .unwrap()
-                .resolve()
-                .unwrap()
-        };
         assert_eq!(
-            Limits::default()
-                .check_with(&server("body_timeout_ms = 30000"))
-                .unwrap_err(),
-            "[server] body_timeout_ms 30000 is not under [limits] call_deadline_ms 20000: an MCP or A2A body is read within its call's deadline, so body_timeout_ms would never trip; set body_timeout_ms under 20000, or raise call_deadline_ms"
+            said,
+            ["[limits] slot_wait_ms 60000 is not under [limits] call_deadline_ms 5000 less the 1000 ms a handler is started with: a call that waited that long for a slot would be answered timed out, never refused for capacity, so slot_wait_ms can never trip; serving with it as it is: set slot_wait_ms under 4000, or raise call_deadline_ms"]
         );
-        assert!(Limits::default()
-            .check_with(&server("body_timeout_ms = 20000"))
-            .is_err());
-        assert!(Limits::default()
-            .check_with(&server("body_timeout_ms = 19999"))
-            .is_ok());
+        assert_eq!(limits.slot_wait, Duration::from_secs(60));
+        assert_eq!(
+            fitted("[limits]\ncall_deadline_ms = 5000\nhandler_deadline_ms = 4000\nslot_wait_ms = 4000\n[server]\nbody_timeout_ms = 4000", false).0.len(),
+            1
+        );
+        assert!(fitted("[limits]\ncall_deadline_ms = 5000\nhandler_deadline_ms = 4000\nslot_wait_ms = 3999\n[server]\nbody_timeout_ms = 4000", false).0.is_empty());
+        // `POST /v1/commit` reads its body by the body timeout alone: it still trips there.
+        let (said, _, server) = fitted("[server]\nbody_timeout_ms = 30000", false);
+        assert_eq!(
+            said,
+            ["[server] body_timeout_ms 30000 is not under [limits] call_deadline_ms 20000 (its default): MCP and A2A bodies are cut at call_deadline_ms first, and answered under its name; body_timeout_ms still bounds POST /v1/commit; serving with it as it is: set body_timeout_ms under 20000 for it to bound MCP and A2A bodies too"]
+        );
+        assert_eq!(server.body_timeout, Duration::from_secs(30));
+        assert_eq!(
+            fitted("[server]\nbody_timeout_ms = 20000", false).0.len(),
+            1
+        );
+        assert!(fitted("[server]\nbody_timeout_ms = 19999", false)
+            .0
+            .is_empty());
+        // Nothing said of the defaults, nor of the example file.
+        assert!(fitted("", false).0.is_empty());
+        assert!(fitted(include_str!("../../docs/world.example.toml"), false)
+            .0
+            .is_empty());
     }
 
     /// A handler deadline typed in the wrong unit, or too short for the shipped plugins to
     /// work, was accepted without a word: their calls failed having spent a unit.
     #[test]
     fn a_handler_deadline_under_a_second_is_said_at_start() {
-        let with = |ms: u64| Limits {
-            handler_deadline: Duration::from_millis(ms),
-            ..Limits::default()
-        };
+        let (said, ..) = fitted("[limits]\nhandler_deadline_ms = 300", false);
         assert_eq!(
-            with(300).warnings(),
+            said,
             ["handler_deadline_ms 300 is under the 1000 ms a handler is otherwise started with: the shipped plugins keep up to 750 ms of it back to answer a clear failure, so their calls may fail (spending their unit) or time out; raise handler_deadline_ms (or --handler-deadline-ms) to 1000 or more unless every plugin here needs less"]
         );
-        assert!(with(1000).warnings().is_empty());
-        assert!(Limits::default().warnings().is_empty());
+        assert!(fitted("[limits]\nhandler_deadline_ms = 1000", false)
+            .0
+            .is_empty());
     }
 
     /// `reply_bytes` defaulted to exactly one credential's share of the reply budget, so a batch
     /// cut at it ran, spent and was answered 503 whenever its credential had any other answer
-    /// unread. It must be at most half a share.
+    /// unread. A larger value (the example file of older builds wrote 16MiB) is lowered to half
+    /// a share and said, not refused: refused, that file stopped the daemon's restart.
     #[test]
-    fn reply_bytes_over_half_a_credentials_reply_share_is_refused() {
-        let server = |text: &str| {
-            toml::from_str::<crate::edge::ServerSection>(text)
-                .unwrap()
-                .resolve()
-                .unwrap()
-        };
-        let defaults = server("");
-        assert!(Limits::default().check_with(&defaults).is_ok());
-        assert_eq!(most_reply_bytes(&defaults), Limits::default().reply_bytes);
-        let over = Limits {
-            reply_bytes: 16 * 1024 * 1024,
-            ..Limits::default()
-        };
+    fn reply_bytes_over_half_a_credentials_reply_share_is_lowered_and_said() {
+        let (said, limits, server) = fitted("[limits]\nreply_bytes = \"16MiB\"", false);
+        assert_eq!(most_reply_bytes(&server), Limits::default().reply_bytes);
         assert_eq!(
-            over.check_with(&defaults).unwrap_err(),
-            "[limits] reply_bytes 16777216 is over half of one credential's share of [server] reply_budget_bytes 67108864 (8388608 bytes): a batch's answer, a little over reply_bytes, would be replaced by 503 after its items ran whenever its credential had another answer unread; set reply_bytes to 8388608 or less, or raise reply_budget_bytes"
+            said,
+            ["[limits] reply_bytes 16777216 is over 8388608 bytes, half of one credential's share of [server] reply_budget_bytes 67108864 (its default): lowered to 8388608, so that a batch's answer, which passes reply_bytes by its last reply, is counted against no more than half its credential's share"]
         );
-        let small = server("reply_budget_bytes = \"4MiB\"");
-        assert!(Limits::default().check_with(&small).is_err());
-        let fits = Limits {
-            reply_bytes: 512 * 1024,
-            ..Limits::default()
-        };
-        assert!(fits.check_with(&small).is_ok());
+        assert_eq!(limits.reply_bytes, 8 * 1024 * 1024);
+        let (said, limits, _) = fitted(
+            "[limits]\nreply_bytes = \"1MiB\"\n[server]\nreply_budget_bytes = \"4MiB\"",
+            false,
+        );
+        assert_eq!(
+            said,
+            ["[limits] reply_bytes 1048576 is over 524288 bytes, half of one credential's share of [server] reply_budget_bytes 4194304: lowered to 524288, so that a batch's answer, which passes reply_bytes by its last reply, is counted against no more than half its credential's share"]
+        );
+        assert_eq!(limits.reply_bytes, 512 * 1024);
+        let (said, limits, _) = fitted(
+            "[limits]\nreply_bytes = \"512KiB\"\n[server]\nreply_budget_bytes = \"4MiB\"",
+            false,
+        );
+        assert!(said.is_empty(), "{said:?}");
+        assert_eq!(limits.reply_bytes, 512 * 1024);
     }
 
     /// A call is large when its body is larger than `large_call_bytes`, and no body over its
-    /// route's limit is read: a line at or past both limits switched the lane off unsaid.
+    /// route's limit is read: a line at or past both limits switches the lane off. Said and
+    /// kept, naming the three keys.
     #[test]
-    fn a_large_call_line_no_body_can_pass_is_refused() {
-        let err = |text: &str| toml::from_str::<LimitsSection>(text).unwrap().resolve();
+    fn a_large_call_line_no_body_can_pass_is_said_and_kept() {
+        let (said, limits, _) = fitted("[limits]\nlarge_call_bytes = \"8MiB\"", false);
         assert_eq!(
-            err("large_call_bytes = \"8MiB\"").unwrap_err(),
-            "[limits] large_call_bytes 8388608 is not under mcp_body_bytes 4194304 or a2a_body_bytes 1048576: no body read can be larger, so the large-call lane would never be used; set large_call_bytes under 4194304"
+            said,
+            ["[limits] large_call_bytes 8388608 is not under [limits] mcp_body_bytes 4194304 (its default) or [limits] a2a_body_bytes 1048576 (its default): no body read can be larger, so the large-call lane is never used; serving with it as it is: set large_call_bytes under 4194304 to use it"]
         );
-        assert!(err("large_call_bytes = 4194304").is_err());
+        assert_eq!(limits.large_call_bytes, 8 * 1024 * 1024);
+        assert_eq!(
+            fitted("[limits]\nlarge_call_bytes = 4194304", false)
+                .0
+                .len(),
+            1
+        );
         // Under one route's limit is enough: MCP bodies can still be large.
-        assert!(err("large_call_bytes = 4194303").is_ok());
-        assert!(
-            err("large_call_bytes = 1024\nmcp_body_bytes = 1024\na2a_body_bytes = 1024").is_err()
+        assert!(fitted("[limits]\nlarge_call_bytes = 4194303", false)
+            .0
+            .is_empty());
+        let (said, ..) = fitted(
+            "[limits]\nmcp_body_bytes = 1024\na2a_body_bytes = 1024",
+            false,
+        );
+        assert_eq!(
+            said,
+            ["[limits] large_call_bytes 65536 (its default) is not under [limits] mcp_body_bytes 1024 or [limits] a2a_body_bytes 1024: no body read can be larger, so the large-call lane is never used; serving with it as it is: set large_call_bytes under 1024 to use it"]
+        );
+    }
+
+    /// Values contradictory in themselves are still refused.
+    #[test]
+    fn a_call_deadline_no_handler_can_start_in_is_still_refused() {
+        let s: LimitsSection =
+            toml::from_str("call_deadline_ms = 500\nhandler_deadline_ms = 600").unwrap();
+        assert_eq!(
+            s.resolve().unwrap_err(),
+            "[limits] call_deadline_ms 500 is under the 600 ms a handler is started with (1000, or handler_deadline_ms when that is shorter): every call with an effect would be answered timed out; set it to 600 or more"
         );
     }
 

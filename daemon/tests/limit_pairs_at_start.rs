@@ -1,7 +1,8 @@
 //! Limits as an operator configures them, through the real `worldd serve`: a pair of keys of
-//! which one can never trip is refused at start naming both, the flags are applied over the
-//! file's keys before anything is checked, and the log streams leave room under the connection
-//! limit. Real config files, real stores, real sockets.
+//! which one can never trip is said once at start naming both (and lowered where that is
+//! safe), not refused; the flags are applied over the file's keys before anything is checked,
+//! and the log streams leave room under the connection limit. Real config files, real stores,
+//! real sockets.
 
 mod common;
 
@@ -26,53 +27,133 @@ fn refused(text: &str, flags: &[&str]) -> (Option<i32>, String) {
     (r.code, r.line)
 }
 
-/// Each of these was accepted with no word, and then never tripped: the call deadline (or the
-/// route's body limit, or the global stream limit) always came first, and the call deadline
-/// fired under the other key's name (`408 … ([server] body_timeout_ms)` 2.2 s into a 30 s
-/// body timeout).
+/// A daemon started with `world.toml` holding `text`, and `flags`.
+fn started(text: &str, flags: &[&str]) -> Daemon {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("world.toml");
+    std::fs::write(&config, text).unwrap();
+    let mut cmd = Daemon::serve_command(&dir, WS);
+    cmd.arg("--config").arg(&config).args(flags);
+    Daemon::spawn(dir, cmd)
+}
+
+/// The daemon serves, and said `said` once, in a WARN line.
+fn said_once(d: &Daemon, said: &str) {
+    assert_eq!(get(&d.url("/v1/health"), None).status, 200);
+    d.wait_for_log(said);
+    let log = d.log();
+    assert_eq!(log.matches(said).count(), 1, "{log}");
+    let line = log.lines().find(|l| l.contains(said)).unwrap();
+    assert!(line.contains("WARN"), "{line}");
+}
+
+/// `worldd_limit_trips_total{limit=...}` (0 when absent).
+fn trips(d: &Daemon, limit: &str) -> u64 {
+    let prefix = format!("worldd_limit_trips_total{{limit=\"{limit}\"}} ");
+    get(&d.url("/v1/metrics"), None)
+        .text()
+        .lines()
+        .find_map(|l| l.strip_prefix(&prefix))
+        .map_or(0, |v| v.trim().parse().unwrap())
+}
+
+/// Each of these pairs has one limit that can never trip (the call deadline, the route's body
+/// limit or the global stream limit always comes first). Older builds served with them, and
+/// the previous release's example file wrote `reply_bytes = "16MiB"`: refused at start, a
+/// config that worked stopped the daemon's restart. The daemon serves, and says each once at
+/// start in a WARN naming both keys and where each value came from, and what it does.
 #[test]
-fn a_limit_that_can_never_trip_is_refused_at_start_naming_both_keys() {
-    let cases: [(&str, &[&str], &str); 6] = [
+fn a_limit_pair_of_which_one_can_never_trip_is_warned_of_once_and_the_daemon_serves() {
+    let cases: [(&str, &[&str], &str); 5] = [
         (
             "",
             &["--handler-deadline-ms", "60000"],
-            "[limits] handler_deadline_ms 60000 is not under call_deadline_ms 20000: a handler is given at most what is left of its call's deadline, so handler_deadline_ms would never trip; set handler_deadline_ms under 20000, or raise call_deadline_ms",
+            "--handler-deadline-ms 60000 is not under [limits] call_deadline_ms 20000 (its default): a handler is given at most what is left of its call's deadline, so handler_deadline_ms can never trip; serving with it as it is: set handler_deadline_ms under 20000, or raise call_deadline_ms",
         ),
         (
             "[limits]\nhandler_deadline_ms = 20000\n",
             &[],
-            "[limits] handler_deadline_ms 20000 is not under call_deadline_ms 20000: a handler is given at most what is left of its call's deadline, so handler_deadline_ms would never trip; set handler_deadline_ms under 20000, or raise call_deadline_ms",
+            "[limits] handler_deadline_ms 20000 is not under [limits] call_deadline_ms 20000 (its default): a handler is given at most what is left of its call's deadline, so handler_deadline_ms can never trip; serving with it as it is: set handler_deadline_ms under 20000, or raise call_deadline_ms",
         ),
         (
             "[limits]\ncall_deadline_ms = 5000\nhandler_deadline_ms = 4000\nslot_wait_ms = 60000\n[server]\nbody_timeout_ms = 4000\n",
             &[],
-            "[limits] slot_wait_ms 60000 is not under call_deadline_ms 5000 less the 1000 ms a handler is started with: a call that waited that long for a slot would be answered timed out, never refused for capacity; set slot_wait_ms under 4000, or raise call_deadline_ms",
+            "[limits] slot_wait_ms 60000 is not under [limits] call_deadline_ms 5000 less the 1000 ms a handler is started with: a call that waited that long for a slot would be answered timed out, never refused for capacity, so slot_wait_ms can never trip; serving with it as it is: set slot_wait_ms under 4000, or raise call_deadline_ms",
         ),
         (
             "[server]\nbody_timeout_ms = 30000\n",
             &[],
-            "[server] body_timeout_ms 30000 is not under [limits] call_deadline_ms 20000: an MCP or A2A body is read within its call's deadline, so body_timeout_ms would never trip; set body_timeout_ms under 20000, or raise call_deadline_ms",
+            "[server] body_timeout_ms 30000 is not under [limits] call_deadline_ms 20000 (its default): MCP and A2A bodies are cut at call_deadline_ms first, and answered under its name; body_timeout_ms still bounds POST /v1/commit; serving with it as it is: set body_timeout_ms under 20000 for it to bound MCP and A2A bodies too",
         ),
         (
             "[limits]\nlarge_call_bytes = \"8MiB\"\n",
             &[],
-            "[limits] large_call_bytes 8388608 is not under mcp_body_bytes 4194304 or a2a_body_bytes 1048576: no body read can be larger, so the large-call lane would never be used; set large_call_bytes under 4194304",
-        ),
-        (
-            "[server]\nlog_streams = 2\nlog_streams_per_episode = 10\n",
-            &[],
-            "[server] log_streams_per_episode 10 is over log_streams 2: an episode can never hold more streams than all clients together, so log_streams_per_episode would never trip; set it to 2 or less",
+            "[limits] large_call_bytes 8388608 is not under [limits] mcp_body_bytes 4194304 (its default) or [limits] a2a_body_bytes 1048576 (its default): no body read can be larger, so the large-call lane is never used; serving with it as it is: set large_call_bytes under 4194304 to use it",
         ),
     ];
     for (text, flags, said) in cases {
-        let (code, line) = refused(text, flags);
-        assert_eq!(code, Some(2), "{text} {flags:?}: {line}");
-        assert_eq!(
-            line,
-            format!("worldd: daemon startup failed at config: {said}"),
-            "{text} {flags:?}"
+        let d = started(text, flags);
+        said_once(&d, said);
+        let token = d.session("ep1", &["Workspace.Write=worktree:5"]);
+        let v = tools_call(
+            &d,
+            &token,
+            "ailang-write",
+            json!({"path": "a.txt", "content": "served"}),
         );
+        assert_eq!(v["result"]["structuredContent"]["ok"], true, "{text}: {v}");
     }
+}
+
+/// A `log_streams_per_episode` over `log_streams` could never trip: it is lowered to
+/// `log_streams`, said once, and an episode past it is then refused under the episode's limit.
+#[test]
+fn a_per_episode_stream_limit_over_the_global_one_is_lowered_to_it_and_said() {
+    let d = started(
+        "[server]\nlog_streams = 2\nlog_streams_per_episode = 10\n",
+        &[],
+    );
+    said_once(&d, "[server] log_streams_per_episode 10 is over [server] log_streams 2: an episode can never hold more streams than all clients together, so log_streams_per_episode could never trip; lowered to 2");
+    let reader = d.session("ep1", &["Workspace.Read=worktree:5"]);
+    let (status, _one) = open_stream(&d, &reader);
+    assert_eq!(status, "HTTP/1.1 200 OK");
+    let (status, _two) = open_stream(&d, &reader);
+    assert_eq!(status, "HTTP/1.1 200 OK");
+    let (status, _three) = open_stream(&d, &reader);
+    assert_eq!(status, "HTTP/1.1 503 Service Unavailable");
+    // Refused at the episode's limit, in force at 2: the global one took no trip.
+    assert_eq!(trips(&d, "log_streams_per_episode"), 1);
+    assert_eq!(trips(&d, "log_streams"), 0);
+}
+
+/// The previous release's example file wrote `reply_bytes = "16MiB"`, over half of one
+/// credential's share of the 64 MiB reply budget; refused at start, it stopped the restart of
+/// every daemon configured from it. It is lowered to half a share, and said once.
+#[test]
+fn reply_bytes_over_half_a_credentials_reply_share_is_lowered_and_said_once() {
+    let d = started("[limits]\nreply_bytes = \"16MiB\"\n", &[]);
+    said_once(&d, "[limits] reply_bytes 16777216 is over 8388608 bytes, half of one credential's share of [server] reply_budget_bytes 67108864 (its default): lowered to 8388608, so that a batch's answer, which passes reply_bytes by its last reply, is counted against no more than half its credential's share");
+    // Under a small budget, the batch is cut at the lowered value.
+    let d = started(
+        "[limits]\nreply_bytes = \"16MiB\"\n[server]\nreply_budget_bytes = 1024\n",
+        &[],
+    );
+    said_once(&d, "[limits] reply_bytes 16777216 is over 128 bytes, half of one credential's share of [server] reply_budget_bytes 1024: lowered to 128");
+    let token = d.session("ep1", &["Workspace.Read=worktree:5"]);
+    let list = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"});
+    let ping = json!({"jsonrpc": "2.0", "id": 2, "method": "ping"});
+    let a = mcp_text(
+        &d,
+        &token,
+        "2025-03-26",
+        &serde_json::to_vec(&json!([list, ping])).unwrap(),
+    );
+    assert_eq!(a.status, 200, "{}", a.text());
+    let v = a.sse_json();
+    assert_eq!(
+        v[1],
+        json!({"jsonrpc": "2.0", "id": 2, "error": {"code": -32600, "message": "invalid request: not run: the replies to this batch reached the 128-byte limit ([limits] reply_bytes); send it again in another POST"}})
+    );
 }
 
 /// The file's `[limits]` were checked before the flags over them were applied: a call deadline
@@ -195,14 +276,38 @@ fn a_shorter_call_deadline_alone_carries_the_unset_deadlines_under_it() {
         let d = Daemon::spawn(dir, cmd);
         assert_eq!(get(&d.url("/v1/health"), None).status, 200, "{call}");
     }
-    // One that was written is still refused.
-    let (code, line) = refused(
+    // One that was written is kept, and said.
+    let d = started(
         "[limits]\ncall_deadline_ms = 5000\nhandler_deadline_ms = 8000\n",
         &[],
     );
-    assert_eq!(code, Some(2));
-    assert!(
-        line.contains("handler_deadline_ms 8000 is not under call_deadline_ms 5000"),
-        "{line}"
-    );
+    said_once(&d, "[limits] handler_deadline_ms 8000 is not under [limits] call_deadline_ms 5000: a handler is given at most what is left of its call's deadline");
+}
+
+/// Values contradictory in themselves are still refused at start, and nothing is made.
+#[test]
+fn a_limit_contradictory_in_itself_is_still_refused() {
+    let cases = [
+        (
+            "[limits]\ncall_deadline_ms = 500\nhandler_deadline_ms = 600\n",
+            "[limits] call_deadline_ms 500 is under the 600 ms a handler is started with (1000, or handler_deadline_ms when that is shorter): every call with an effect would be answered timed out; set it to 600 or more",
+        ),
+        (
+            "[server]\nlog_streams_per_episode = 0\n",
+            "[server] log_streams and log_streams_per_episode must be at least 1",
+        ),
+        (
+            "[limits]\nreply_bytes = 0\n",
+            "[limits] reply_bytes must be at least 1",
+        ),
+    ];
+    for (text, said) in cases {
+        let (code, line) = refused(text, &[]);
+        assert_eq!(code, Some(2), "{text}: {line}");
+        assert_eq!(
+            line,
+            format!("worldd: daemon startup failed at config: {said}"),
+            "{text}"
+        );
+    }
 }

@@ -562,7 +562,7 @@ pub fn run_with(a: ServeArgs, launch: Launch) -> CliResult {
         open_reads: settings.open_reads,
     };
     fit_connections_to_fds(&mut settings.server);
-    for warning in settings.limits.warnings() {
+    for warning in &settings.said {
         tracing::warn!("{warning}");
     }
 
@@ -746,6 +746,8 @@ struct Settings {
     open_reads: bool,
     server: edge::ServerConfig,
     limits: crate::limits::Limits,
+    /// What is said once at start of the limits in force ([`crate::limits::Limits::fit`]).
+    said: Vec<String>,
     ceiling: u64,
     reserve: Option<u64>,
     resident: u64,
@@ -792,7 +794,7 @@ impl Settings {
         } else {
             "--bind"
         };
-        let (server, limits) = edge_settings(a, file)?;
+        let (server, limits, said) = edge_settings(a, file)?;
         let store_limits = &a.limits;
         if store_limits.map_size.is_some() && store_limits.store_ceiling.is_some() {
             return Err(startup(
@@ -838,6 +840,7 @@ impl Settings {
             open_reads: a.open_reads || file.serve.open_reads,
             server,
             limits,
+            said,
             ceiling,
             reserve,
             resident: store_limits
@@ -1063,11 +1066,12 @@ fn announce(local: SocketAddr, on_stderr: bool) {
     }
 }
 
-/// `[server]` and `[limits]` from the file, with the flags over them.
+/// `[server]` and `[limits]` from the file, with the flags over them, and what is to be said
+/// of them at start.
 fn edge_settings(
     a: &ServeArgs,
     file: &ConfigFile,
-) -> Result<(edge::ServerConfig, crate::limits::Limits), Failure> {
+) -> Result<(edge::ServerConfig, crate::limits::Limits, Vec<String>), Failure> {
     // The file's keys, then the flags over them, then one check of what is in force.
     let mut server = file.server.values();
     server.allowed_hosts.extend(a.allowed_hosts.iter().cloned());
@@ -1093,7 +1097,7 @@ fn edge_settings(
     }
     // Unset, the deadlines that run inside a call's follow a shorter call deadline (half of
     // it), as their defaults sit under the default one: an operator who shortens only
-    // `call_deadline_ms` is not refused for keys never written. Set, they are checked below.
+    // `call_deadline_ms` is not told of keys never written. Set, they are said below.
     let call = limits.call_deadline;
     if file.limits.handler_deadline_ms.is_none()
         && a.handler_deadline_ms.is_none()
@@ -1108,17 +1112,20 @@ fn edge_settings(
     if file.server.body_timeout_ms.is_none() && server.body_timeout >= call {
         server.body_timeout = call / 2;
     }
-    // Unset, `reply_bytes` follows a smaller reply budget; set, one too large is refused.
+    // Unset, `reply_bytes` follows a smaller reply budget; set, one too large is lowered
+    // below, and said.
     if file.limits.reply_bytes.is_none() {
         limits.reply_bytes = limits
             .reply_bytes
             .min(crate::limits::most_reply_bytes(&server));
     }
     limits.check().map_err(|e| startup("config", e))?;
-    limits
-        .check_with(&server)
-        .map_err(|e| startup("config", e))?;
-    Ok((server, limits))
+    let mut given = crate::limits::Given::of(&file.limits, &file.server);
+    if a.handler_deadline_ms.is_some() {
+        given = given.flag("[limits] handler_deadline_ms", "--handler-deadline-ms");
+    }
+    let said = limits.fit(&mut server, &given);
+    Ok((server, limits, said))
 }
 
 /// A daemon with no plugin serves tools that all fail by rule R8: say so once, loudly.

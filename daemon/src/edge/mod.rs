@@ -196,7 +196,8 @@ impl ServerSection {
                 .max_head_bytes
                 .map_or(d.max_head_bytes, ByteSize::get_usize),
             log_streams: self.log_streams.unwrap_or(d.log_streams),
-            // Unset, it follows a smaller `log_streams`: set, one over it is refused.
+            // Unset, it follows a smaller `log_streams`; set, one over it is lowered to it at
+            // start, with a WARN (`Limits::fit`).
             log_streams_per_episode: self.log_streams_per_episode.unwrap_or(
                 d.log_streams_per_episode
                     .min(self.log_streams.unwrap_or(d.log_streams)),
@@ -264,12 +265,6 @@ impl ServerConfig {
                     tokio::sync::Semaphore::MAX_PERMITS
                 ));
             }
-        }
-        if self.log_streams_per_episode > self.log_streams {
-            return Err(format!(
-                "[server] log_streams_per_episode {} is over log_streams {}: an episode can never hold more streams than all clients together, so log_streams_per_episode would never trip; set it to {} or less",
-                self.log_streams_per_episode, self.log_streams, self.log_streams
-            ));
         }
         if self
             .memory_trim
@@ -389,22 +384,36 @@ mod tests {
         }
     }
 
-    /// A per-episode limit over the global one could never trip; unset, it follows a smaller
-    /// global limit rather than being refused for the operator's one key.
+    /// A per-episode limit over the global one could never trip. Older builds served with it,
+    /// so it is not refused: it is lowered to the global one at start, said naming both keys
+    /// (`Limits::fit`); unset, it follows a smaller global limit.
     #[test]
-    fn a_per_episode_stream_limit_over_the_global_one_is_refused() {
+    fn a_per_episode_stream_limit_over_the_global_one_is_lowered_to_it() {
         let s: ServerSection =
             toml::from_str("log_streams = 2\nlog_streams_per_episode = 10").unwrap();
+        let mut c = s.resolve().unwrap();
+        let given = crate::limits::Given::of(&crate::limits::LimitsSection::default(), &s);
         assert_eq!(
-            s.resolve().unwrap_err(),
-            "[server] log_streams_per_episode 10 is over log_streams 2: an episode can never hold more streams than all clients together, so log_streams_per_episode would never trip; set it to 2 or less"
+            crate::limits::Limits::default().fit(&mut c, &given),
+            ["[server] log_streams_per_episode 10 is over [server] log_streams 2: an episode can never hold more streams than all clients together, so log_streams_per_episode could never trip; lowered to 2"]
+        );
+        assert_eq!((c.log_streams, c.log_streams_per_episode), (2, 2));
+        let s: ServerSection = toml::from_str("log_streams_per_episode = 40").unwrap();
+        let mut c = s.resolve().unwrap();
+        let given = crate::limits::Given::of(&crate::limits::LimitsSection::default(), &s);
+        assert_eq!(
+            crate::limits::Limits::default().fit(&mut c, &given),
+            ["[server] log_streams_per_episode 40 is over [server] log_streams 32 (its default): an episode can never hold more streams than all clients together, so log_streams_per_episode could never trip; lowered to 32"]
         );
         let s: ServerSection = toml::from_str("log_streams = 1").unwrap();
         let c = s.resolve().unwrap();
         assert_eq!((c.log_streams, c.log_streams_per_episode), (1, 1));
         let s: ServerSection =
             toml::from_str("log_streams = 2\nlog_streams_per_episode = 2").unwrap();
-        assert!(s.resolve().is_ok());
+        let mut c = s.resolve().unwrap();
+        assert!(crate::limits::Limits::default()
+            .fit(&mut c, &crate::limits::Given::default())
+            .is_empty());
     }
 
     /// A log stream holds its connection while it is open, and is never closed to make room:
