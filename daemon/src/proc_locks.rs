@@ -50,6 +50,16 @@ fn parse(text: &str) -> Vec<Flock> {
         .collect()
 }
 
+/// The process holding an exclusive `flock` on `path`, by its pid; `None` when none does or
+/// that cannot be read.
+pub fn exclusive_holder(path: &Path) -> Option<String> {
+    let (file, locks) = (file_key(path)?, held()?);
+    locks
+        .into_iter()
+        .find(|l| l.exclusive && l.file == file)
+        .map(|l| l.pid)
+}
+
 /// Whether some process holds an exclusive `flock` on `path`; `false` where that cannot be
 /// read.
 pub fn held_exclusively(path: &Path) -> bool {

@@ -454,18 +454,32 @@ fn session_new_refuses_a_worktree_inside_a_store_or_another_daemons_directory_be
     assert!(!shown.contains("Confirm mint"), "{shown}");
     assert!(!theirs.exists());
 
-    // The other daemon's own root, for a store it does not serve.
-    let (code, shown) = new(&db, &d.root());
-    assert_eq!(code, 1, "{shown}");
-    assert!(
-        shown.contains(&format!(
-            "worldd: the workspace root {} is another running worldd's own (a daemon serving another store holds it): no daemon serving {} would serve a worktree made there; nothing was made",
-            d.root().canonicalize().unwrap().display(),
-            db.display()
-        )),
-        "{shown}"
+    // The other daemon's own root, for a store it does not serve: no daemon serves it, or
+    // another daemon does.
+    let other = Daemon::start(&[], &[]);
+    for served in [db.clone(), other.db()] {
+        let (code, shown) = new(&served, &d.root());
+        assert_eq!(code, 1, "{shown}");
+        assert!(
+            shown.contains(&format!(
+                "worldd: the workspace root {} is held by another running worldd as its own (its workspace root or its store), not by a daemon serving {}: no daemon serving this store would serve a worktree made there; nothing was made",
+                d.root().canonicalize().unwrap().display(),
+                served.display()
+            )),
+            "{shown}"
+        );
+        assert!(!d.root().join("ep9").exists());
+    }
+    // Its own root, with the daemon that serves its store: asked as ever (answered no).
+    let own = at_terminal(
+        &format!(
+            "{WORLDD} session new ep9 --db {} --workspace-root {} --preset se-tools",
+            other.db().display(),
+            other.root().display()
+        ),
+        b"n\n",
     );
-    assert!(!d.root().join("ep9").exists());
+    assert!(own.1.contains("Confirm mint"), "{}", own.1);
 
     // A `..` after a directory not made yet goes back up: this root is the store's.
     let dotted = dir.path().join("nonexist/../db/wt2");

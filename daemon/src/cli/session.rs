@@ -855,11 +855,15 @@ fn new(a: NewArgs) -> CliResult {
             "{why}: a daemon refuses to serve them so, and no worktree is made there; nothing was made: pass a --workspace-root outside the store (and the store outside it)"
         )));
     }
-    // The root itself held by a daemon that does not serve this store: another daemon's own
-    // workspace root, whose agents write there (serve refuses it for the root's lock).
-    if !super::doctor::daemon_serves(&a.db.db) && super::doctor::flock_held(&a.workspace_root) {
+    // The root itself held by a process that does not serve this store: another daemon's own
+    // workspace root (or store), whose agents write there (serve refuses it for the root's
+    // lock). The daemon serving this store holds its own root: that one is ours.
+    let root_holder = crate::proc_locks::exclusive_holder(&a.workspace_root);
+    if root_holder.is_some()
+        && root_holder != crate::proc_locks::exclusive_holder(&a.db.db.join("data.mdb"))
+    {
         return Err(Failure::usage(format!(
-            "the workspace root {} is another running worldd's own (a daemon serving another store holds it): no daemon serving {} would serve a worktree made there; nothing was made: pass that daemon's --db, or a --workspace-root of this store's",
+            "the workspace root {} is held by another running worldd as its own (its workspace root or its store), not by a daemon serving {}: no daemon serving this store would serve a worktree made there; nothing was made: pass that daemon's --db, or a --workspace-root of this store's",
             super::serve::real_so_far(&a.workspace_root).display(),
             a.db.db.display()
         )));
