@@ -419,10 +419,12 @@ impl Held {
             std::ffi::CString::new(db.join("lock.mdb").into_os_string().into_encoded_bytes())
                 .unwrap();
         let (mut ready, mut release) = ([0i32; 2], [0i32; 2]);
+        // Close-on-exec: a process another test spawns meanwhile must not keep the release
+        // pipe open, or the child never sees its end and Drop waits for ever.
         // SAFETY: two fresh pipes; the arrays have room for both descriptors.
         unsafe {
-            assert_eq!(libc::pipe(ready.as_mut_ptr()), 0);
-            assert_eq!(libc::pipe(release.as_mut_ptr()), 0);
+            assert_eq!(libc::pipe2(ready.as_mut_ptr(), libc::O_CLOEXEC), 0);
+            assert_eq!(libc::pipe2(release.as_mut_ptr(), libc::O_CLOEXEC), 0);
         }
         // SAFETY: the child calls only async-signal-safe functions (open, fcntl, write, read,
         // _exit) before it exits: it holds the lock every process with the environment open holds
@@ -433,9 +435,21 @@ impl Held {
             // SAFETY: async-signal-safe calls only (see the fork above), on descriptors this child
             // owns and on a zeroed `flock`, a plain C struct; `_exit` ends the child here.
             unsafe {
-                // Keep only the ends this side uses, so the parent's close reaches us as EOF.
-                libc::close(ready[0]);
-                libc::close(release[1]);
+                // Keep only the ends this side uses, so the parent's close reaches us as EOF;
+                // and nothing else: the release pipe of another `Held` made meanwhile (by this
+                // thread or another) kept open here would keep that child waiting, and both
+                // Drops with it.
+                let (low, high) = (ready[1].min(release[0]), ready[1].max(release[0]));
+                for (first, last) in [(3, low - 1), (low + 1, high - 1), (high + 1, -1)] {
+                    if first <= last || last == -1 {
+                        libc::syscall(
+                            libc::SYS_close_range,
+                            first as libc::c_uint,
+                            last as libc::c_uint,
+                            0 as libc::c_uint,
+                        );
+                    }
+                }
                 let fd = libc::open(lock.as_ptr(), libc::O_RDWR);
                 let mut l: libc::flock = std::mem::zeroed();
                 l.l_type = libc::F_RDLCK as libc::c_short;
@@ -476,6 +490,28 @@ impl Drop for Held {
             assert_eq!(libc::waitpid(self.child, &mut status, 0), self.child);
         }
     }
+}
+
+/// A second store held while the first is (two tests at once): the second's child kept the
+/// first's release pipe open, so dropping the first waited for ever on a child that waited for
+/// the second.
+#[test]
+fn two_stores_held_at_once_are_each_let_go_in_any_order() {
+    let (first_dir, second_dir) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let first = Held::by_another_process(first_dir.path());
+    let second = Held::by_another_process(second_dir.path());
+    let (done, dropped) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        drop(first);
+        let _ = done.send(());
+    });
+    assert!(
+        dropped
+            .recv_timeout(std::time::Duration::from_secs(10))
+            .is_ok(),
+        "the first child never ended"
+    );
+    drop(second);
 }
 
 /// A process of an older build that has a schema-1 store open would lose its tables under its
