@@ -775,7 +775,8 @@ fn an_alarm_set_by_plugin_code_is_said_once_and_never_ends_the_daemon() {
     let line = "worldd: SIGALRM arrived: plugin code or a library set a timer (alarm(), setitimer()); its default action would have ended the process without a word, so the daemon catches it and does nothing (said once; docs/handler-authors.md §9)";
     d.wait_for_log(line);
     misbehave(&d, &token, "alarm");
-    std::thread::sleep(Duration::from_millis(1500));
+    // The second alarm has fired before the stop, or "said once" would prove nothing.
+    misbehave(&d, &token, "alarm-fired");
     read_answers(&d, &token, "hello\n");
     let (status, _, log, _dir) = d.stop_with_log(Duration::from_secs(10));
     assert_eq!(status.code(), Some(0), "{status:?} {log}");
@@ -875,13 +876,15 @@ fn a_plugins_decline_reason_is_cut_at_4096_bytes_in_the_log_and_in_get_handlers(
     );
 }
 
-/// A port nothing listens on now.
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+/// Two distinct ports nothing listens on now: both are bound at once, so they cannot be the
+/// same one (two binds one after the other could be given the same port back).
+fn two_free_ports() -> (u16, u16) {
+    let a = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let b = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    (
+        a.local_addr().unwrap().port(),
+        b.local_addr().unwrap().port(),
+    )
 }
 
 /// quickstart "starts the plugins once and stops them", but never stopped them: the trial
@@ -898,40 +901,48 @@ fn quickstart_stops_the_plugins_its_trial_started_before_it_serves() {
     let plugins = dir.path().join("plugins");
     std::fs::create_dir_all(&plugins).unwrap();
     add_unruly(&plugins);
-    let (bind, held) = (free_port(), free_port());
-    let mut child = Command::new(WORLDD)
-        .args(["quickstart", "--dir"])
-        .arg(&world)
-        .args(["--bind", &format!("127.0.0.1:{bind}"), "--plugin-dir"])
-        .arg(&plugins)
-        .args([
-            "--plugin-config",
-            &format!("unruly.listenOn=127.0.0.1:{held}"),
-        ])
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(std::fs::File::create(dir.path().join("err")).unwrap())
-        .spawn()
-        .unwrap();
-    let health = format!("http://127.0.0.1:{bind}/v1/health");
-    let until = std::time::Instant::now() + Duration::from_secs(30);
-    let served = loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            break Err(status);
-        }
-        if ureq::get(&health).call().is_ok() {
-            break Ok(());
-        }
-        assert!(std::time::Instant::now() < until, "quickstart never served");
-        std::thread::sleep(Duration::from_millis(50));
-    };
     let err = || std::fs::read_to_string(dir.path().join("err")).unwrap();
-    if let Err(status) = served {
-        panic!(
-            "quickstart ended ({status:?}) instead of serving:\n{}",
-            err()
-        );
-    }
+    // The ports are free when chosen, but another process may take one before quickstart
+    // binds it: then it is tried again with two others.
+    let mut attempts = 0;
+    let (mut child, held) = loop {
+        attempts += 1;
+        let (bind, held) = two_free_ports();
+        let mut child = Command::new(WORLDD)
+            .args(["quickstart", "--dir"])
+            .arg(&world)
+            .args(["--bind", &format!("127.0.0.1:{bind}"), "--plugin-dir"])
+            .arg(&plugins)
+            .args([
+                "--plugin-config",
+                &format!("unruly.listenOn=127.0.0.1:{held}"),
+            ])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(dir.path().join("err")).unwrap())
+            .spawn()
+            .unwrap();
+        let health = format!("http://127.0.0.1:{bind}/v1/health");
+        let until = std::time::Instant::now() + Duration::from_secs(30);
+        let served = loop {
+            if let Some(status) = child.try_wait().unwrap() {
+                break Err(status);
+            }
+            if ureq::get(&health).call().is_ok() {
+                break Ok(());
+            }
+            assert!(std::time::Instant::now() < until, "quickstart never served");
+            std::thread::sleep(Duration::from_millis(50));
+        };
+        match served {
+            Ok(()) => break (child, held),
+            Err(_) if attempts < 3 && err().contains("Address already in use") => continue,
+            Err(status) => panic!(
+                "quickstart ended ({status:?}) instead of serving:\n{}",
+                err()
+            ),
+        }
+    };
     // The serving handler holds the port; the trial's let it go.
     assert!(std::net::TcpListener::bind(("127.0.0.1", held)).is_err());
     // SAFETY: kill(2) of the child this test started.
