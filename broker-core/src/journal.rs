@@ -31,6 +31,10 @@ pub enum JournalError {
     AlreadyResolved(String),
     #[error("budget exhausted: {remaining} unit(s) left, {cost} needed")]
     BudgetExhausted { remaining: u64, cost: u64 },
+    /// Only the coordinator withdraws an intent, and only one whose handler it never started:
+    /// a withdrawal gives the intent's units back.
+    #[error("invocation {0}: an intent is withdrawn only by the coordinator, for a handler it never started")]
+    NotWithdrawable(String),
     #[error("journal is damaged: {0}")]
     Corrupt(String),
 }
@@ -399,14 +403,34 @@ fn append_intent_to(
     Ok(seq)
 }
 
-/// Close an intent with its outcome.
+/// Close an intent with its outcome (any but [`OutcomeStatus::Withdrawn`], which gives units
+/// back: [`withdraw`]).
 pub fn append_outcome(
     w: &mut WriteCtx<'_, '_>,
     invocation_id: &str,
     status: OutcomeStatus,
     result_ref: Option<Ref>,
 ) -> Result<u64, JournalError> {
+    if status == OutcomeStatus::Withdrawn {
+        return Err(JournalError::NotWithdrawable(invocation_id.to_owned()));
+    }
     append_outcome_to(w, invocation_id, status, result_ref, None)
+}
+
+/// Close an intent withdrawn, its units given back: for the coordinator alone, and only for a
+/// handler it never started.
+pub(crate) fn withdraw(
+    w: &mut WriteCtx<'_, '_>,
+    invocation_id: &str,
+    record: Ref,
+) -> Result<u64, JournalError> {
+    append_outcome_to(
+        w,
+        invocation_id,
+        OutcomeStatus::Withdrawn,
+        Some(record),
+        None,
+    )
 }
 
 /// [`append_outcome`] with the invocation's resolved task state (`task`, its stored bytes)

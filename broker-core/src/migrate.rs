@@ -1,6 +1,6 @@
-//! Schema 1 → schema 2 (stamped as the current schema, 5, which reads a schema-2 store as it
-//! is), in one write transaction when a schema-1 store is opened; and schemas 2, 3 and 4 → 5,
-//! which only change the version.
+//! Schema 1 → schema 2 (stamped as the current schema, 6, which reads a schema-2 store as it
+//! is), in one write transaction when a schema-1 store is opened; and schemas 2, 3, 4 and 5 →
+//! 6, which only change the version.
 //!
 //! Schema 2 cuts the pages a call's commits write (`docs/benchmarks.md`): objects are stored in
 //! arrival order and found through one index of refs (which also finds entries by hash and

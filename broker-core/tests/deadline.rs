@@ -443,3 +443,30 @@ fn a_watched_call_in_time_commits_as_usual() {
     assert!(!watch.abandon_if_due(Instant::now() + Duration::from_secs(3600)));
     assert_eq!(s.coordinator.overruns().total(), 0);
 }
+
+/// A withdrawal gives the intent's units back, so it is the coordinator's alone, for a handler
+/// it never started: the public `append_outcome` refuses it, and the intent stays open.
+#[test]
+fn an_intent_is_not_withdrawn_through_the_public_journal_api() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = Store::create(&dir.path().join("db")).unwrap();
+    let intent = journal::Intent {
+        invocation_id: "a2a:ep:t1".into(),
+        episode: "ep".into(),
+        effect: "Workspace.Write".into(),
+        scope: "worktree".into(),
+        cost: 1,
+        request_ref: broker_core::object::Ref::of(b"r"),
+    };
+    store
+        .write(move |w| journal::append_intent(w, &intent, 5))
+        .unwrap();
+    let err = store
+        .write(|w| journal::append_outcome(w, "a2a:ep:t1", OutcomeStatus::Withdrawn, None))
+        .unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "invocation a2a:ep:t1: an intent is withdrawn only by the coordinator, for a handler it never started"
+    );
+    assert_eq!(receipt(&store, "a2a:ep:t1"), Receipt::Indeterminate);
+}

@@ -117,7 +117,8 @@ pub fn outcome_label(result: &Result<CallOutput, CallError>) -> &'static str {
         },
         Err(CallError::EffectsUnrecorded { .. }) => "unrecorded",
         Err(CallError::HandlerTimedOut) => "timed_out",
-        // Refused before its intent: nothing ran and its unit is unspent, unlike `timed_out`.
+        // Nothing ran and no unit stays spent (refused before its intent, or withdrawn after
+        // it), unlike `timed_out`.
         Err(CallError::NoTimeToStart | CallError::NotStarted | CallError::PreflightTimedOut) => {
             "too_late"
         }

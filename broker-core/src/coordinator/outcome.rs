@@ -367,7 +367,10 @@ pub(super) fn submit_unrecorded(
         }
         access::grant(w, &episode, &objects)?;
         if journal::state_in(w, &id)?.and_then(|s| s.status).is_none() {
-            journal::append_outcome(w, &id, status, Some(record))?;
+            match status {
+                OutcomeStatus::Withdrawn => journal::withdraw(w, &id, record)?,
+                status => journal::append_outcome(w, &id, status, Some(record))?,
+            };
         }
         task::put(w, &episode, &task, &state)?;
         Ok(())
