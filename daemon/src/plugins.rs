@@ -156,6 +156,11 @@ impl PluginSet {
         drop(handlers);
         for (path, adapter) in started {
             let Ok(adapter) = Arc::try_unwrap(adapter) else {
+                // Held elsewhere still: its Drop does not run, and what it holds stays held.
+                tracing::warn!(
+                    path = %path.display(),
+                    "a plugin the trial start built is still held elsewhere and is not stopped; the start that follows may find what it holds taken"
+                );
                 continue;
             };
             let handler = adapter.into_handler();

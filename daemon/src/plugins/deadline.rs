@@ -31,8 +31,10 @@ impl Stops {
 static ABANDONED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
 
 /// Run `work` (a plugin's code) on a thread of its own, and wait for it until `deadline`.
-/// Past it, the plugin is still running `what`: the start is given up (the process exits,
-/// through [`exit`], and the thread with it).
+/// Past it, the plugin is still running `what`: with [`Stops::Serve`] the start is given up
+/// (the process exits, through [`exit`], and the thread with it); with [`Stops::Trial`]
+/// quickstart goes on and the thread is left running, and the process's end is then an
+/// `_exit` all the same (it is marked abandoned).
 pub(super) fn within<T: Send + 'static>(
     deadline: Duration,
     path: &Path,
