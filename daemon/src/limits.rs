@@ -257,7 +257,10 @@ impl Limits {
         let mut said = Vec::new();
         let call_ms = self.call_deadline.as_millis();
         let call = given.name("[limits] call_deadline_ms", call_ms);
-        if self.handler_deadline >= self.call_deadline {
+        // A deadline left at its default under a shorter call deadline is the call's to cut, as
+        // it always was: said only when written (by flag or file), never for a default.
+        if self.handler_deadline >= self.call_deadline && given.set("[limits] handler_deadline_ms")
+        {
             said.push(format!(
                 "{} is not under {call}: a handler is given at most what is left of its call's deadline, so handler_deadline_ms can never trip; serving with it as it is: set handler_deadline_ms under {call_ms}, or raise call_deadline_ms",
                 given.name("[limits] handler_deadline_ms", self.handler_deadline.as_millis()),
@@ -268,7 +271,7 @@ impl Limits {
         // capacity.
         let least = broker_core::coordinator::MIN_HANDLER_TIME.min(self.handler_deadline);
         let room = self.call_deadline.saturating_sub(least);
-        if self.slot_wait >= room {
+        if self.slot_wait >= room && given.set("[limits] slot_wait_ms") {
             said.push(format!(
                 "{} is not under {call} less the {} ms a handler is started with: a call that waited that long for a slot would be answered timed out, never refused for capacity, so slot_wait_ms can never trip; serving with it as it is: set slot_wait_ms under {}, or raise call_deadline_ms",
                 given.name("[limits] slot_wait_ms", self.slot_wait.as_millis()),
@@ -277,7 +280,7 @@ impl Limits {
             ));
         }
         // `POST /v1/commit` reads its body by the body timeout alone: it still trips there.
-        if server.body_timeout >= self.call_deadline {
+        if server.body_timeout >= self.call_deadline && given.set("[server] body_timeout_ms") {
             said.push(format!(
                 "{} is not under {call}: MCP and A2A bodies are cut at call_deadline_ms first, and answered under its name; body_timeout_ms still bounds POST /v1/commit; serving with it as it is: set body_timeout_ms under {call_ms} for it to bound MCP and A2A bodies too",
                 given.name("[server] body_timeout_ms", server.body_timeout.as_millis()),
@@ -374,6 +377,11 @@ impl Given {
     pub fn flag(mut self, key: &'static str, flag: &'static str) -> Given {
         self.0.push((key, Some(flag)));
         self
+    }
+
+    /// Whether `key` was written, by a flag or in the file.
+    fn set(&self, key: &'static str) -> bool {
+        self.0.iter().any(|(k, _)| *k == key)
     }
 
     /// `key` and its value as given: `--flag V`, `[table] key V`, or `[table] key V (its

@@ -1095,23 +1095,6 @@ fn edge_settings(
     if let Some(n) = a.commit_body_bytes {
         limits.commit_body_bytes = n.get_usize();
     }
-    // Unset, the deadlines that run inside a call's follow a shorter call deadline (half of
-    // it), as their defaults sit under the default one: an operator who shortens only
-    // `call_deadline_ms` is not told of keys never written. Set, they are said below.
-    let call = limits.call_deadline;
-    if file.limits.handler_deadline_ms.is_none()
-        && a.handler_deadline_ms.is_none()
-        && limits.handler_deadline >= call
-    {
-        limits.handler_deadline = call / 2;
-    }
-    let least = broker_core::coordinator::MIN_HANDLER_TIME.min(limits.handler_deadline);
-    if file.limits.slot_wait_ms.is_none() && limits.slot_wait >= call.saturating_sub(least) {
-        limits.slot_wait = call.saturating_sub(least) / 2;
-    }
-    if file.server.body_timeout_ms.is_none() && server.body_timeout >= call {
-        server.body_timeout = call / 2;
-    }
     // Unset, `reply_bytes` follows a smaller reply budget; set, one too large is lowered
     // below, and said.
     if file.limits.reply_bytes.is_none() {
