@@ -125,7 +125,9 @@ mod record;
 mod task_view;
 mod turns;
 
-pub use call::{BudgetLine, Call, CallError, CallOutput, EffectSummary, Reconciliation, Surface};
+pub use call::{
+    BudgetLine, Call, CallError, CallOutput, CallState, EffectSummary, Reconciliation, Surface,
+};
 pub use committing::Committing;
 pub use handler::{EffectHandler, EffectRequest, HandlerOutcome, Handlers};
 pub use hooks::{Clock, CrashPoint, Hooks, SystemClock};
@@ -549,10 +551,10 @@ impl Coordinator {
             return Ok(None);
         };
         let phase = match state.phase {
-            TaskPhase::Committed => "committed",
-            TaskPhase::Unrecorded => "unrecorded",
-            TaskPhase::Withdrawn => "withdrawn",
-            TaskPhase::Pending => "indeterminate",
+            TaskPhase::Committed => CallState::Committed,
+            TaskPhase::Unrecorded => CallState::Unrecorded,
+            TaskPhase::Withdrawn => CallState::Withdrawn,
+            TaskPhase::Pending => CallState::Indeterminate,
         };
         let effects = self.summaries(&state.effect_records)?;
         Ok(Some(Reconciliation {

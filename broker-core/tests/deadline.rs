@@ -10,8 +10,8 @@ use std::time::{Duration, Instant};
 
 use broker_core::broker::HandlerIdentity;
 use broker_core::coordinator::{
-    Call, CallError, Coordinator, CoordinatorConfig, EffectHandler, EffectRequest, HandlerOutcome,
-    Handlers, Surface, MIN_HANDLER_TIME,
+    Call, CallError, CallState, Coordinator, CoordinatorConfig, EffectHandler, EffectRequest,
+    HandlerOutcome, Handlers, Surface, MIN_HANDLER_TIME,
 };
 use broker_core::journal::{self, OutcomeStatus, Receipt};
 use broker_core::log;
@@ -146,7 +146,7 @@ fn hung_handler_is_answered_at_its_deadline_and_journaled_when_it_returns() {
         .reconcile(&hung, Surface::A2a, "w1")
         .unwrap()
         .unwrap();
-    assert_eq!(rec.state, "indeterminate");
+    assert_eq!(rec.state, CallState::Indeterminate);
 
     // Other episodes keep full service.
     read_ok(&s.coordinator, &other, "r1");
@@ -183,7 +183,7 @@ fn hung_handler_is_answered_at_its_deadline_and_journaled_when_it_returns() {
         .reconcile(&hung, Surface::A2a, "w1")
         .unwrap()
         .unwrap();
-    assert_eq!(rec.state, "unrecorded");
+    assert_eq!(rec.state, CallState::Unrecorded);
     assert_eq!(rec.entry_index, None);
     assert_eq!(rec.effects.len(), 1);
     assert_eq!(rec.effects[0].status, "ok");
@@ -357,7 +357,7 @@ fn a_handler_whose_deadline_passed_during_its_intent_is_never_started_and_spends
         .reconcile(&writer, Surface::A2a, "w1")
         .unwrap()
         .unwrap();
-    assert_eq!(rec.state, "withdrawn");
+    assert_eq!(rec.state, CallState::Withdrawn);
     assert_eq!(rec.effects[0].status, "failed");
     // Its record says nothing was spent, as the counter does.
     assert_eq!(rec.effects[0].budget_after, 10);
@@ -410,7 +410,7 @@ fn a_watched_call_is_abandoned_by_its_waiter_and_journaled_by_its_own_thread() {
         .reconcile(&hung, Surface::A2a, "w1")
         .unwrap()
         .unwrap();
-    assert_eq!(rec.state, "unrecorded");
+    assert_eq!(rec.state, CallState::Unrecorded);
     assert_eq!(rec.effects[0].status, "ok");
     assert_eq!(
         revision(&s.store),

@@ -42,7 +42,7 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Json, Router};
-use broker_core::coordinator::{CallError, Reconciliation, Surface};
+use broker_core::coordinator::{CallError, CallState, Reconciliation, Surface};
 use broker_core::journal;
 use broker_core::object::Object;
 use broker_core::session::{self, Session};
@@ -207,7 +207,7 @@ async fn reconcile(
         };
         // The task state says where the call committed; that entry must still hold it (a log
         // that lost its end, perhaps grown again over the same indexes, does not).
-        if let ("committed", Some(i)) = (r.state, r.entry_index) {
+        if let (CallState::Committed, Some(i)) = (r.state, r.entry_index) {
             s.store()
                 .read(|rd| verify::committed_entry_holds(rd, &r.invocation_id, i))
                 .map_err(|e| match e {
@@ -223,7 +223,7 @@ async fn reconcile(
         let mut outcome = classify(&s, &r)?;
         // A call this daemon is still running is not one a crash left behind: its outcome may
         // still come, so the agent is told to wait, not to inspect what may be half written.
-        if r.state == "indeterminate" && running {
+        if r.state == CallState::Indeterminate && running {
             outcome = Outcome::indeterminate("in-flight");
         }
         Ok(Some((r, outcome)))
@@ -250,7 +250,7 @@ async fn reconcile(
         return Ok(not_found(surface, &id, &task_id, looked));
     };
     Ok(Json(json!({
-        "state": r.state,
+        "state": r.state.as_str(),
         "surface": surface.prefix(),
         "taskId": task_id,
         "invocationId": r.invocation_id,
@@ -325,8 +325,8 @@ fn damaged_call(invocation_id: &str, what: &str, answer: &str) -> ApiError {
 /// The outcome of a reconciled call: a committed one is classified from its stored output
 /// exactly as its result was; the others are indeterminate.
 fn classify(state: &AppState, r: &Reconciliation) -> Result<Outcome, ApiError> {
-    match (r.state, r.output_ref) {
-        ("committed", Some(output_ref)) => {
+    Ok(match (r.state, r.output_ref) {
+        (CallState::Committed, Some(output_ref)) => {
             let output = state
                 .store()
                 .read(|rd| rd.object(&output_ref))
@@ -335,14 +335,15 @@ fn classify(state: &AppState, r: &Reconciliation) -> Result<Outcome, ApiError> {
                 .and_then(|o| o.payload_json().ok())
                 .unwrap_or(Value::Null);
             let class = tools::class_of(state, &r.skill_id);
-            Ok(outcome::of_committed(&r.effects, &output, class))
+            outcome::of_committed(&r.effects, &output, class)
         }
-        ("unrecorded", _) => Ok(Outcome::indeterminate("unrecorded")),
+        (CallState::Unrecorded, _) => Outcome::indeterminate("unrecorded"),
         // Nothing ran and nothing was spent: refused at its deadline, as a call left too
         // little of it is.
-        ("withdrawn", _) => Ok(Outcome::too_late()),
-        _ => Ok(Outcome::indeterminate("pending")),
-    }
+        (CallState::Withdrawn, _) => Outcome::too_late(),
+        // A committed state without its output ref reads as one whose outcome is not known.
+        (CallState::Committed | CallState::Indeterminate, _) => Outcome::indeterminate("pending"),
+    })
 }
 
 async fn budget(

@@ -74,15 +74,38 @@ pub struct EffectSummary {
     pub denial: Option<String>,
 }
 
+/// What became of a call, as its task state says ([`Reconciliation::state`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CallState {
+    /// In the log: the result can be fetched again.
+    Committed,
+    /// The effect's intent is durable, its outcome is not: it may have run.
+    Indeterminate,
+    /// An effect ran and was recorded, but the call was not committed.
+    Unrecorded,
+    /// Its handler was never started (its deadline passed while its intent was written):
+    /// nothing ran or stays spent, nothing was committed, and its key stays used.
+    Withdrawn,
+}
+
+impl CallState {
+    /// The state as the reconciliation routes and `worldd calls get` name it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CallState::Committed => "committed",
+            CallState::Indeterminate => "indeterminate",
+            CallState::Unrecorded => "unrecorded",
+            CallState::Withdrawn => "withdrawn",
+        }
+    }
+}
+
 /// What is known of one call, for an agent asking "did my call land?".
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Reconciliation {
     pub invocation_id: String,
     pub skill_id: String,
-    /// `committed` (the result can be fetched again), `indeterminate` (the effect's intent
-    /// is durable, its outcome is not: it may have run) or `unrecorded` (an effect ran but the
-    /// call was not committed).
-    pub state: &'static str,
+    pub state: CallState,
     pub entry_index: Option<u64>,
     pub output_ref: Option<Ref>,
     pub world_ref: Option<Ref>,
