@@ -1447,8 +1447,8 @@ impl Store {
 
     /// Whether the writer also looks at the map after a second without work (on by default).
     /// Tests that measure what their reads map turn it off while they read.
-    #[doc(hidden)]
-    pub fn look_at_the_map_when_idle(&self, on: bool) {
+    #[cfg(test)]
+    pub(crate) fn look_at_the_map_when_idle(&self, on: bool) {
         self.inner.resident.set_idle_looks(on);
     }
 

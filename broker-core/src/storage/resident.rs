@@ -64,6 +64,7 @@ impl Watch {
         self.bytes.load(Ordering::Relaxed)
     }
 
+    #[cfg(test)]
     pub(super) fn set_idle_looks(&self, on: bool) {
         self.idle_looks.store(on, Ordering::Relaxed);
     }
