@@ -404,7 +404,7 @@ fn append_intent_to(
 }
 
 /// Close an intent with its outcome (any but [`OutcomeStatus::Withdrawn`], which gives units
-/// back: [`withdraw`]).
+/// back: only the coordinator withdraws an intent, for a handler it never started).
 pub fn append_outcome(
     w: &mut WriteCtx<'_, '_>,
     invocation_id: &str,
