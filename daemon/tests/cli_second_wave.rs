@@ -225,22 +225,6 @@ fn slowed_quickstart(world: &Path, episode: &str, delay_us: u32) -> std::process
     child
 }
 
-/// Whether strace runs here. Where `WORLDD_TESTS_REQUIRE_STRACE` is set (CI), its absence is a
-/// failure, not a skip.
-fn have_strace() -> bool {
-    let here = Command::new("strace")
-        .arg("-V")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success());
-    assert!(
-        here || std::env::var_os("WORLDD_TESTS_REQUIRE_STRACE").is_none(),
-        "strace is required (WORLDD_TESTS_REQUIRE_STRACE) and is not installed"
-    );
-    here
-}
-
 /// Two quickstarts on one `--dir`, answered at once: the one that failed (its worktree could
 /// not be made) removed with `remove_dir_all` the store the other had made and minted into,
 /// for it had noted the store absent before its answer. A run removes only what its own mkdir

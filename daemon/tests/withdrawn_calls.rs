@@ -12,22 +12,6 @@ use std::time::{Duration, Instant};
 use common::*;
 use serde_json::{json, Value};
 
-/// Whether strace runs here. Where `WORLDD_TESTS_REQUIRE_STRACE` is set (CI), its absence is a
-/// failure, not a skip.
-fn have_strace() -> bool {
-    let here = Command::new("strace")
-        .arg("-V")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success());
-    assert!(
-        here || std::env::var_os("WORLDD_TESTS_REQUIRE_STRACE").is_none(),
-        "strace is required (WORLDD_TESTS_REQUIRE_STRACE) and is not installed"
-    );
-    here
-}
-
 /// Why strace may not attach to the daemon here, which is our child and not strace's: under
 /// Yama's `kernel.yama.ptrace_scope` 1 or 2 (Ubuntu's default is 1) that takes
 /// `CAP_SYS_PTRACE`, and 3 forbids it to everyone.

@@ -1317,3 +1317,19 @@ pub fn store_where_spent_three_reads(episode: &str) -> tempfile::TempDir {
     }
     d.halt()
 }
+
+/// Whether strace runs here. Where `WORLDD_TESTS_REQUIRE_STRACE` is set (CI), its absence is a
+/// failure, not a skip.
+pub fn have_strace() -> bool {
+    let here = Command::new("strace")
+        .arg("-V")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    assert!(
+        here || std::env::var_os("WORLDD_TESTS_REQUIRE_STRACE").is_none(),
+        "strace is required (WORLDD_TESTS_REQUIRE_STRACE) and is not installed"
+    );
+    here
+}
