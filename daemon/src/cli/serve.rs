@@ -921,8 +921,7 @@ fn open_store(settings: &Settings, fresh: &mut Fresh) -> Result<Store, Failure> 
     if let Some(warning) = others_may_enter(root) {
         tracing::warn!("{warning}");
     }
-    refuse_store_inside_workspace(&settings.db, root)?;
-    refuse_workspace_inside_store(&settings.db, root)?;
+    refuse_nested(&settings.db, root)?;
     refuse_loose_store(&settings.db).map_err(|e| startup("store-open", e))?;
     // A restored backup copy whose check never passed is served, but not without a word.
     if let Some(warning) = crate::backup::unverified_warning(&settings.db) {
@@ -1312,48 +1311,33 @@ pub(super) fn others_may_enter(root: &std::path::Path) -> Option<String> {
     })
 }
 
-/// The store must not live where agents can write.
-fn refuse_store_inside_workspace(db: &std::path::Path, root: &std::path::Path) -> CliResult {
-    store_inside_workspace(db, root).map_or(Ok(()), |why| Err(startup("config", why)))
+/// The store must not live where agents can write, nor the worktrees where the store is
+/// (agents would write beside its data file and its plugins' state, in the directory `backup`
+/// copies; a fresh start took the root it made there for the remains of a lost store).
+fn refuse_nested(db: &std::path::Path, root: &std::path::Path) -> CliResult {
+    nested(db, root).map_or(Ok(()), |why| Err(startup("config", why)))
 }
 
-/// [`refuse_store_inside_workspace`]'s finding, for `session new` too.
-pub(super) fn store_inside_workspace(
-    db: &std::path::Path,
-    root: &std::path::Path,
-) -> Option<String> {
-    // As each will be once made: a `..` after a part not made yet goes back up.
-    let (root, db_abs) = (real_so_far(root), real_so_far(db));
-    db_abs.starts_with(&root).then(|| {
-        format!(
+/// [`refuse_nested`]'s finding, for `session new` too: the store inside the workspace root, or
+/// the root inside the store, each path taken as it will be once made (a `..` after a part not
+/// made yet goes back up).
+pub(super) fn nested(db: &std::path::Path, root: &std::path::Path) -> Option<String> {
+    let (root, db) = (real_so_far(root), real_so_far(db));
+    if db.starts_with(&root) {
+        Some(format!(
             "the store {} is inside the workspace root {}",
-            db_abs.display(),
+            db.display(),
             root.display()
-        )
-    })
-}
-
-/// Nor the worktrees where the store is: agents would write beside its data file and its
-/// plugins' state, in the directory `backup` copies. (A fresh start took the root it made
-/// there for the remains of a lost store; an existing store served it.)
-fn refuse_workspace_inside_store(db: &std::path::Path, root: &std::path::Path) -> CliResult {
-    workspace_inside_store(db, root).map_or(Ok(()), |why| Err(startup("config", why)))
-}
-
-/// [`refuse_workspace_inside_store`]'s finding, for `session new` too.
-pub(super) fn workspace_inside_store(
-    db: &std::path::Path,
-    root: &std::path::Path,
-) -> Option<String> {
-    // The root may exist by now, the store's directory not yet: each as it will be once made.
-    let (root, db_abs) = (real_so_far(root), real_so_far(db));
-    root.starts_with(&db_abs).then(|| {
-        format!(
+        ))
+    } else if root.starts_with(&db) {
+        Some(format!(
             "the workspace root {} is inside the store {}",
             root.display(),
-            db_abs.display()
-        )
-    })
+            db.display()
+        ))
+    } else {
+        None
+    }
 }
 
 /// A `stateDir` the operator set for a plugin that overlaps the workspace root is refused: agents

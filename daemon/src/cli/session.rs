@@ -848,9 +848,7 @@ fn new(a: NewArgs) -> CliResult {
     // inside the store (beside its data file and plugins' state, in what `backup` copies), a
     // store inside the workspace root, or a root inside a directory another running worldd
     // holds as its own (a daemon's worktree, its store, a plugin's stateDir).
-    if let Some(why) = super::serve::workspace_inside_store(&a.db.db, &a.workspace_root)
-        .or_else(|| super::serve::store_inside_workspace(&a.db.db, &a.workspace_root))
-    {
+    if let Some(why) = super::serve::nested(&a.db.db, &a.workspace_root) {
         return Err(Failure::usage(format!(
             "{why}: a daemon refuses to serve them so, and no worktree is made there; nothing was made: pass a --workspace-root outside the store (and the store outside it)"
         )));
