@@ -205,21 +205,52 @@ fn ended_uncommitted(
     effects: &[EffectSummary],
     records: Option<&[Ref]>,
 ) -> Value {
+    let (outcome, why) = match records {
+        None => (
+            Outcome::indeterminate("pending"),
+            "the effect's intent is durable and its outcome is not: it may have run, and no call is running it now; do not resend it, read the worktree (or the effect's record) first",
+        ),
+        Some(_) => (
+            Outcome::indeterminate("unrecorded"),
+            "effects were requested but the invocation was not confirmed committed: an effect ran and was recorded; do not resend it, read its records first",
+        ),
+    };
+    failed_task(shape, session, task_id, effects, records, outcome, why)
+}
+
+/// A task whose handler was never started: failed, nothing ran or was spent, and its id is
+/// used (a resend of it is answered the same way): a new task runs it.
+fn withdrawn(shape: Method, session: &Session, task_id: &str, effects: &[EffectSummary]) -> Value {
+    failed_task(
+        shape,
+        session,
+        task_id,
+        effects,
+        None,
+        Outcome::too_late(),
+        WITHDRAWN,
+    )
+}
+
+/// A task that ended without a commit: failed, its effects (and records) and classification in
+/// its metadata, `why` its status message.
+fn failed_task(
+    shape: Method,
+    session: &Session,
+    task_id: &str,
+    effects: &[EffectSummary],
+    records: Option<&[Ref]>,
+    outcome: Outcome,
+    why: &str,
+) -> Value {
     let mut metadata = json!({
         "invocation_id": invocation_id(session, task_id),
         "effects": outcome::effects_json(effects),
     });
-    let why = match records {
-        None => {
-            metadata["outcome"] = Outcome::indeterminate("pending").to_json();
-            "the effect's intent is durable and its outcome is not: it may have run, and no call is running it now; do not resend it, read the worktree (or the effect's record) first"
-        }
-        Some(records) => {
-            metadata["records"] = json!(records);
-            metadata["outcome"] = Outcome::indeterminate("unrecorded").to_json();
-            "effects were requested but the invocation was not confirmed committed: an effect ran and was recorded; do not resend it, read its records first"
-        }
-    };
+    if let Some(records) = records {
+        metadata["records"] = json!(records);
+    }
+    metadata["outcome"] = outcome.to_json();
     open_task(
         shape,
         task_id,
@@ -227,24 +258,6 @@ fn ended_uncommitted(
         ("failed", "TASK_STATE_FAILED"),
         metadata,
         Some(why),
-    )
-}
-
-/// A task whose handler was never started: failed, nothing ran or was spent, and its id is
-/// used (a resend of it is answered the same way): a new task runs it.
-fn withdrawn(shape: Method, session: &Session, task_id: &str, effects: &[EffectSummary]) -> Value {
-    let metadata = json!({
-        "invocation_id": invocation_id(session, task_id),
-        "effects": outcome::effects_json(effects),
-        "outcome": Outcome::too_late().to_json(),
-    });
-    open_task(
-        shape,
-        task_id,
-        &session.episode,
-        ("failed", "TASK_STATE_FAILED"),
-        metadata,
-        Some(WITHDRAWN),
     )
 }
 
