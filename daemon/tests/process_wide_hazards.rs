@@ -258,10 +258,26 @@ fn exit_called_while_stderr_takes_nothing_still_ends_the_daemon_with_70_after_it
     // SAFETY: F_SETPIPE_SZ on a pipe this test owns a descriptor of.
     let size = unsafe { libc::fcntl(filler.as_raw_fd(), libc::F_SETPIPE_SZ, 4096) };
     assert!(size >= 4096, "F_SETPIPE_SZ: {size}");
+    // Filled without blocking, up to whatever the daemon already wrote there: a blocking write
+    // of a whole page into a pipe already holding a line of the daemon's would wait for a
+    // reader forever. Through a new open of the pipe, so the daemon's end stays blocking.
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut nonblocking = std::fs::OpenOptions::new()
+        .write(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(format!("/proc/self/fd/{}", filler.as_raw_fd()))
+        .unwrap();
+    // A write of up to a page into a pipe is all or nothing: halved until one byte is refused.
     let page = vec![b'.'; size as usize];
-    // SAFETY: writes `page`'s bytes, which live for the call, to a descriptor this test owns.
-    let wrote = unsafe { libc::write(filler.as_raw_fd(), page.as_ptr().cast(), page.len()) };
-    assert_eq!(wrote, size as isize);
+    let (mut chunk, mut filled) = (page.len(), 0);
+    while chunk > 0 {
+        match std::io::Write::write(&mut nonblocking, &page[..chunk]) {
+            Ok(n) => filled += n,
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => chunk /= 2,
+            Err(e) => panic!("filling the pipe: {e}"),
+        }
+    }
+    assert!(filled > 0, "the pipe took nothing");
     let started = std::time::Instant::now();
     let caller = call_exit(&d, token, "0");
     let mut d = d;
