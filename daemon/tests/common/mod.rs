@@ -193,12 +193,29 @@ impl Daemon {
         cmd
     }
 
-    /// Spawn a prepared `worldd serve` command (stdout piped) and wait for its ready line.
+    /// Spawn a prepared `worldd serve` command (stdout piped) and wait for its ready line, at
+    /// most a minute: a daemon that neither listens nor ends fails the test instead of holding
+    /// the whole run.
     pub fn spawn(dir: tempfile::TempDir, mut cmd: Command) -> Daemon {
         let mut child = cmd.spawn().unwrap();
         let stdout = child.stdout.take().unwrap();
-        let mut line = String::new();
-        BufReader::new(stdout).read_line(&mut line).unwrap();
+        let (tx, rx) = mpsc::channel();
+        std::thread::spawn(move || {
+            let mut line = String::new();
+            let read = BufReader::new(stdout).read_line(&mut line);
+            let _ = tx.send(read.map(|_| line));
+        });
+        let line = match rx.recv_timeout(Duration::from_secs(60)) {
+            Ok(read) => read.unwrap(),
+            Err(_) => {
+                let _ = child.kill();
+                let out = child.wait_with_output().unwrap();
+                panic!(
+                    "daemon neither listened nor ended in 60 s; stderr: {}",
+                    String::from_utf8_lossy(&out.stderr)
+                );
+            }
+        };
         let addr = match line.trim().strip_prefix("worldd listening on http://") {
             Some(a) => a.to_owned(),
             None => {
