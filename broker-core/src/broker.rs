@@ -316,6 +316,21 @@ impl EffectRecord {
     }
 
     /// The same record, naming the plugin that ran the effect.
+    /// The record of an effect whose handler was never started (its call withdrawn at its
+    /// deadline): failed, with nothing spent.
+    pub fn withdrawn(
+        effect: &str,
+        scope: &str,
+        cost: u64,
+        budget_before: u64,
+        request_ref: Ref,
+    ) -> Self {
+        EffectRecord {
+            budget_after: budget_before,
+            ..EffectRecord::failed(effect, scope, cost, budget_before, request_ref)
+        }
+    }
+
     pub fn ran_by(mut self, handler: Option<HandlerIdentity>) -> Self {
         self.handler = handler;
         self

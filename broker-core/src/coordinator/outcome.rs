@@ -207,45 +207,37 @@ impl LateCall {
 
     /// The call's deadline was already due when its handler was to start (its intent is
     /// journaled): the handler is not started, the intent is closed withdrawn and its units
-    /// given back (the call stays uncommitted, its record a failed effect that did not run),
+    /// given back (the call stays uncommitted, its record a failed effect that spent nothing),
     /// then the episode is freed.
     pub(super) fn not_started(self, busy: Busy) {
-        let why = format!(
-            "not started: the call's deadline passed before its {} handler could start; the effect did not run",
-            self.effect.effect
-        );
-        self.journal_as(
-            (HandlerOutcome::Failed(why), None),
-            Some(OutcomeStatus::Withdrawn),
-            "the call's deadline passed before its handler could start; the handler was not started, the intent is journaled withdrawn with its units given back, and the call is not committed",
-        );
+        let id = &self.ids.invocation_id;
+        let (e, s, c) = (&self.effect.effect, &self.effect.scope, self.effect.cost);
+        let record = EffectRecord::withdrawn(e, s, c, self.budget_before, self.request_ref);
+        match record.canonical() {
+            Ok(bytes) => {
+                let record_obj = Object::new(sid::EFFECT_RECORD, "host/broker", bytes);
+                let hash = record_obj.hash;
+                write_unrecorded(
+                    &self.store,
+                    &self.ids,
+                    OutcomeStatus::Withdrawn,
+                    vec![record_obj],
+                    hash,
+                );
+                tracing::warn!(invocation = %id, record = %hash, effect = %e, "the call's deadline passed before its handler could start; the handler was not started, the intent is journaled withdrawn with its units given back, and the call is not committed");
+            }
+            Err(err) => {
+                tracing::error!(invocation = %id, "withdrawn call not recorded: {err}")
+            }
+        }
         drop(busy);
     }
 
     /// Journal `ran` as the call's outcome and record, without a commit.
     fn journal(&self, ran: Ran, what: &str) {
-        self.journal_as(ran, None, what)
-    }
-
-    /// [`Self::journal`], the intent closed with `status` instead of `ran`'s own.
-    fn journal_as(&self, ran: Ran, status: Option<OutcomeStatus>, what: &str) {
         let id = &self.ids.invocation_id;
         match settle(id, &self.effect, self.budget_before, self.request_ref, ran) {
-            Ok(mut s) => {
-                if status == Some(OutcomeStatus::Withdrawn) {
-                    // Nothing was spent: the record says so, as the spend counter will.
-                    s.record.budget_after = s.record.budget_before;
-                    match s.record.canonical() {
-                        Ok(bytes) => {
-                            s.record_obj = Object::new(sid::EFFECT_RECORD, "host/broker", bytes)
-                        }
-                        Err(e) => {
-                            tracing::error!(invocation = %id, "late handler outcome not recorded: {e}");
-                            return;
-                        }
-                    }
-                }
-                s.status = status.unwrap_or(s.status);
+            Ok(s) => {
                 let objects = std::iter::once(s.record_obj.clone())
                     .chain(s.result.map(|(obj, _)| obj))
                     .collect();
