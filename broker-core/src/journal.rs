@@ -730,29 +730,13 @@ pub fn audit(r: &ReadCtx<'_>) -> Result<(Vec<AuditFinding>, u64), JournalError> 
 }
 
 /// [`audit`] of a store a daemon may be serving (`worldd doctor`): the rows up to the last
-/// one at the start are read a block at a time, each block in a read transaction of its own,
-/// and the rest with the counters and the pending index in one last snapshot. One transaction
-/// over the whole journal held a snapshot while every row was parsed, and the serving daemon
-/// could reuse no page it freed meanwhile: its file grew by every page it rewrote. Journal rows
-/// are only ever added, so the blocks read what the last snapshot would have.
+/// one at the start are read a block at a time (`Table::read_in_blocks` says why), and the
+/// rest with the counters and the pending index in one last snapshot.
 pub fn audit_store(store: &Store) -> Result<(Vec<AuditFinding>, u64), JournalError> {
     const BLOCK: u64 = 8192;
     let mut walk = Walk::default();
-    let last = store.read(|r| Ok::<_, JournalError>(JOURNAL.last(r)?.map(|(seq, _)| seq)))?;
-    let mut from = 0u64;
-    if let Some(last) = last {
-        while from < last {
-            let to = from.saturating_add(BLOCK).min(last);
-            store.read(|r| {
-                for item in JOURNAL.range(r, &(from..to))? {
-                    let (seq, bytes) = item?;
-                    walk.row(seq, bytes);
-                }
-                Ok::<_, JournalError>(())
-            })?;
-            from = to;
-        }
-    }
+    let from =
+        JOURNAL.read_in_blocks::<JournalError>(store, BLOCK, |seq, bytes| walk.row(seq, bytes))?;
     store.read(|r| {
         for item in JOURNAL.range(r, &(from..))? {
             let (seq, bytes) = item?;

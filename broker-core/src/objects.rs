@@ -202,33 +202,13 @@ pub struct ObjectAudit {
 /// interface hash (it is not part of the address); an object no entry names (the input of a
 /// call never committed, a grant's) is read here alone. One hash of every payload.
 pub fn audit(store: &Store) -> Result<ObjectAudit, StoreError> {
-    // Rows are read a block at a time, each block in a read transaction of its own: one
-    // transaction over the whole table (every payload hashed) held a snapshot for seconds,
-    // and a serving daemon could reuse no page it freed meanwhile, so its file grew by every
-    // page it rewrote. Object rows are only ever added, so blocks up to the last row seen at
-    // the start read the same rows one snapshot would.
+    // A block at a time, up to the last row at the start (`Table::read_in_blocks` says why).
     const BLOCK: u64 = 4096;
-    let Some(last) = store.read(|r| Ok::<_, StoreError>(OBJECTS.last(r)?.map(|(seq, _)| seq)))?
-    else {
-        return Ok(ObjectAudit::default());
-    };
     let mut out = ObjectAudit::default();
     let mut more = 0u64;
-    let mut from = 0u64;
-    loop {
-        let to = from.saturating_add(BLOCK).min(last);
-        store.read(|r| {
-            for row in OBJECTS.range(r, &(from..=to))? {
-                let (seq, row) = row?;
-                audit_row(&mut out, &mut more, seq, row);
-            }
-            Ok::<_, StoreError>(())
-        })?;
-        if to >= last {
-            break;
-        }
-        from = to + 1;
-    }
+    OBJECTS.read_in_blocks::<StoreError>(store, BLOCK, |seq, row| {
+        audit_row(&mut out, &mut more, seq, row)
+    })?;
     if more > 0 {
         out.findings
             .push(format!("… and {more} more damaged object row(s)"));

@@ -91,6 +91,41 @@ fn read_error(table: &'static str, e: heed::Error, map_size: usize) -> StoreErro
     }
 }
 
+impl Table<Seq, heed::types::Bytes> {
+    /// Every row up to the last one when the walk starts, in key order, `block` rows to a read
+    /// transaction of their own; returns the key after the last row read (0 for an empty
+    /// table), where a reader that wants the rows added since reads on. For a table whose rows
+    /// are only ever appended, read beside a serving daemon (`worldd doctor`): one transaction
+    /// over the whole table held a snapshot while every row was read, and the daemon could
+    /// reuse no page it freed meanwhile, so its file grew by every page it rewrote. A row never
+    /// changes once written, so the blocks read what one snapshot would have.
+    pub(crate) fn read_in_blocks<E: From<StoreError>>(
+        &self,
+        store: &super::Store,
+        block: u64,
+        mut row: impl FnMut(u64, &[u8]),
+    ) -> Result<u64, E> {
+        let Some(last) = store.read(|r| Ok::<_, E>(self.last(r)?.map(|(seq, _)| seq)))? else {
+            return Ok(0);
+        };
+        let mut from = 0u64;
+        loop {
+            let to = from.saturating_add(block.max(1) - 1).min(last);
+            store.read(|r| {
+                for item in self.range(r, &(from..=to))? {
+                    let (seq, bytes) = item?;
+                    row(seq, bytes);
+                }
+                Ok::<_, E>(())
+            })?;
+            if to >= last {
+                return Ok(last.saturating_add(1));
+            }
+            from = to + 1;
+        }
+    }
+}
+
 impl<K: 'static, V: 'static> Table<K, V> {
     /// The table at `slot` of its layout's table list, where it is called `name`.
     pub(crate) const fn new(slot: usize, name: &'static str) -> Table<K, V> {
