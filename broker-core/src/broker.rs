@@ -316,19 +316,11 @@ impl EffectRecord {
     }
 
     /// The same record, naming the plugin that ran the effect.
-    /// The record of an effect whose handler was never started (its call withdrawn at its
-    /// deadline): failed, with nothing spent.
-    pub fn withdrawn(
-        effect: &str,
-        scope: &str,
-        cost: u64,
-        budget_before: u64,
-        request_ref: Ref,
-    ) -> Self {
-        EffectRecord {
-            budget_after: budget_before,
-            ..EffectRecord::failed(effect, scope, cost, budget_before, request_ref)
-        }
+    /// This record with nothing spent: an effect whose handler was never started (its call
+    /// withdrawn at its deadline).
+    pub fn not_spent(mut self) -> Self {
+        self.budget_after = self.budget_before;
+        self
     }
 
     pub fn ran_by(mut self, handler: Option<HandlerIdentity>) -> Self {

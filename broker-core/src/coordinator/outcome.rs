@@ -212,7 +212,8 @@ impl LateCall {
     pub(super) fn not_started(self, busy: Busy) {
         let id = &self.ids.invocation_id;
         let (e, s, c) = (&self.effect.effect, &self.effect.scope, self.effect.cost);
-        let record = EffectRecord::withdrawn(e, s, c, self.budget_before, self.request_ref);
+        let record =
+            EffectRecord::failed(e, s, c, self.budget_before, self.request_ref).not_spent();
         match record.canonical() {
             Ok(bytes) => {
                 let record_obj = Object::new(sid::EFFECT_RECORD, "host/broker", bytes);
